@@ -1,0 +1,25 @@
+"""Per-step limits of one server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """`b_max`: token budget per step; `k_max`: cap on distinct requests per step (None:
+    no cap); `kv_capacity`: KV-cache slots in tokens (None: unlimited)."""
+
+    b_max: int = 512
+    k_max: int | None = None
+    kv_capacity: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.b_max, int) or self.b_max <= 0:
+            raise ConfigError(f"b_max must be a positive integer, got {self.b_max!r}")
+        if self.k_max is not None and (not isinstance(self.k_max, int) or self.k_max <= 0):
+            raise ConfigError(f"k_max must be a positive integer, got {self.k_max!r}")
+        if self.kv_capacity is not None and (not isinstance(self.kv_capacity, int) or self.kv_capacity <= 0):
+            raise ConfigError(f"kv_capacity must be a positive integer, got {self.kv_capacity!r}")

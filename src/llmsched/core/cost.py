@@ -1,0 +1,141 @@
+"""Step cost models: how long one GPU step takes.
+
+A cost model answers `step_time(prefill_tokens, decode_tokens, decode_context, chunks,
+sampled)` in seconds, where
+- `prefill_tokens`, `decode_tokens`: the step's token load b is their sum;
+- `decode_context`: KV tokens read by the step's decoders, summed over them;
+- `chunks`: `(chunk tokens, context before the chunk)` for each prefill chunk;
+- `sampled`: sequences that sample a token in the step (LM head rows).
+Models whose time depends on the load b alone set `load_only = True` and also answer
+`load_time(b)`; the simulator then times a run of identical steps in closed form.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .errors import ConfigError
+
+
+class CostModel:
+    name = "cost"
+    load_only = False
+
+    def step_time(self, prefill_tokens: int, decode_tokens: int, decode_context: int,
+                  chunks: Sequence[tuple[int, int]], sampled: int) -> float:
+        raise NotImplementedError
+
+    def load_time(self, b: int) -> float:
+        """Step time at token load b with context-free shape (theory uses it as t(b))."""
+        return self.step_time(b, 0, 0, [(b, 0)] if b else [], 1 if b else 0)
+
+    def describe(self) -> dict:
+        return {"name": self.name}
+
+
+class PaperCostModel(CostModel):
+    """t(b) = c + a * ceil(b / b0) (paper 1), or c + a * max(0, b - b0) (`variant="max"`).
+    Defaults: CodeLlama-34B on one A100 (c = 11.28 ms, a = 35.47 ms, b0 = 128)."""
+
+    name = "paper"
+    load_only = True
+
+    def __init__(self, c_ms: float = 11.28, a_ms: float = 35.47, b0: int = 128, variant: str = "ceil"):
+        if c_ms < 0 or a_ms < 0:
+            raise ConfigError(f"paper cost model needs c >= 0 and a >= 0, got c={c_ms}, a={a_ms}")
+        if b0 <= 0:
+            raise ConfigError(f"paper cost model needs b0 > 0, got {b0}")
+        if variant not in ("ceil", "max"):
+            raise ConfigError(f"paper cost model variant must be 'ceil' or 'max', got {variant!r}")
+        self.c = c_ms / 1e3
+        self.a = a_ms / 1e3
+        self.b0 = b0
+        self.variant = variant
+
+    def load_time(self, b: int) -> float:
+        if self.variant == "ceil":
+            return self.c + self.a * math.ceil(b / self.b0)
+        return self.c + self.a * max(0, b - self.b0)
+
+    def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
+        return self.load_time(prefill_tokens + decode_tokens)
+
+    def describe(self):
+        return {"name": self.name, "c_ms": self.c * 1e3, "a_ms": self.a * 1e3, "b0": self.b0,
+                "variant": self.variant}
+
+
+class LinearCostModel(CostModel):
+    """t(b) = c + a * b: a simple affine model (and, with a = 0, a constant step time)."""
+
+    name = "linear"
+    load_only = True
+
+    def __init__(self, c_ms: float = 10.0, a_ms: float = 0.0):
+        if c_ms < 0 or a_ms < 0 or c_ms + a_ms <= 0:
+            raise ConfigError(f"linear cost model needs c >= 0, a >= 0, not both 0; got c={c_ms}, a={a_ms}")
+        self.c = c_ms / 1e3
+        self.a = a_ms / 1e3
+
+    def load_time(self, b: int) -> float:
+        return self.c + self.a * b
+
+    def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
+        return self.c + self.a * (prefill_tokens + decode_tokens)
+
+    def describe(self):
+        return {"name": self.name, "c_ms": self.c * 1e3, "a_ms": self.a * 1e3}
+
+
+def _parse_params(text: str, spec: str) -> dict[str, str]:
+    params = {}
+    for part in filter(None, text.split(",")):
+        if "=" not in part:
+            raise ConfigError(f"cost model {spec!r}: expected key=value, got {part!r}")
+        k, v = part.split("=", 1)
+        params[k.strip()] = v.strip()
+    return params
+
+
+def _floats(params: dict[str, str], spec: str, allowed: dict[str, type]) -> dict:
+    out = {}
+    for k, v in params.items():
+        if k not in allowed:
+            raise ConfigError(f"cost model {spec!r}: unknown parameter {k!r} (known: {', '.join(allowed)})")
+        try:
+            out[k] = allowed[k](v)
+        except ValueError:
+            raise ConfigError(f"cost model {spec!r}: {k} must be a number, got {v!r}") from None
+    return out
+
+
+def make_cost_model(spec: str | CostModel) -> CostModel:
+    """Build a cost model from a spec string:
+
+    - `paper` or `paper:c=11.28,a=35.47,b0=128,variant=max`
+    - `linear:c=10,a=0.05` (milliseconds; `const:10` is linear with a = 0)
+    - `profile` (the default H200 Llama-3-8B tables), `profile:NAME` (a shipped profile:
+      h200-llama-3-8b, h200-llama-3.2-1b) or `profile:PATH` (a folder or CSV of your own)
+    """
+    if isinstance(spec, CostModel):
+        return spec
+    kind, _, rest = str(spec).partition(":")
+    kind = kind.strip().lower()
+    if kind == "paper":
+        p = _floats(_parse_params(rest, spec), spec, {"c": float, "a": float, "b0": int, "variant": str})
+        return PaperCostModel(c_ms=p.get("c", 11.28), a_ms=p.get("a", 35.47), b0=p.get("b0", 128),
+                              variant=p.get("variant", "ceil"))
+    if kind == "linear":
+        p = _floats(_parse_params(rest, spec), spec, {"c": float, "a": float})
+        return LinearCostModel(c_ms=p.get("c", 10.0), a_ms=p.get("a", 0.0))
+    if kind in ("const", "constant"):
+        try:
+            ms = float(rest) if rest else 10.0
+        except ValueError:
+            raise ConfigError(f"cost model {spec!r}: constant step time must be a number of ms") from None
+        return LinearCostModel(c_ms=ms, a_ms=0.0)
+    if kind == "profile":
+        from .profile import load_profile  # noqa: PLC0415 (tables are read only when asked for)
+        return load_profile(rest or "h200-llama-3-8b")
+    raise ConfigError(f"unknown cost model {kind!r} (known: paper, linear, const, profile)")

@@ -1,0 +1,75 @@
+"""A step plan: what one GPU step computes, as returned by a policy."""
+
+from __future__ import annotations
+
+from .request import Request
+
+
+class StepPlan:
+    """The work of one step.
+
+    - `decode`: the first `decode` decoders in decode order (arrival, then id) each get
+      one decode token.
+    - `prefill`: `(request, tokens)` prefill chunks in plan order; a request still
+      waiting is admitted by the step.
+    - `preempt`: running requests evicted before the step (their KV is freed and they
+      are recomputed later, as vLLM does).
+    - `decode_first`: whether the decode tokens come before the prefill chunks in the
+      step's entry order (a presentation and packing order, not a cost difference).
+    """
+
+    __slots__ = ("decode", "prefill", "preempt", "decode_first")
+
+    def __init__(self, decode: int = 0, prefill: list[tuple[Request, int]] | None = None,
+                 preempt: list[Request] | None = None, decode_first: bool = True):
+        self.decode = decode
+        self.prefill = prefill if prefill is not None else []
+        self.preempt = preempt if preempt is not None else []
+        self.decode_first = decode_first
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(n for _, n in self.prefill)
+
+    @property
+    def tokens(self) -> int:
+        """Token load b of the step."""
+        return self.decode + self.prefill_tokens
+
+    @property
+    def batch_size(self) -> int:
+        """Distinct requests k in the step."""
+        return self.decode + len(self.prefill)
+
+    def is_empty(self) -> bool:
+        return self.decode == 0 and not self.prefill
+
+    def __repr__(self) -> str:
+        chunks = ", ".join(f"{r.id}:p{n}" for r, n in self.prefill)
+        return f"StepPlan(decode={self.decode}, prefill=[{chunks}], preempt={[r.id for r in self.preempt]})"
+
+
+class StepFeedback:
+    """What a closed-loop policy learns after a step: its duration, its plan, and the
+    tokens each request emitted (`emitted()` lists them on demand)."""
+
+    __slots__ = ("start", "duration", "plan", "finished", "first_tokens", "_decoded")
+
+    def __init__(self, start: float, duration: float, plan: StepPlan, finished: list[Request],
+                 first_tokens: list[Request], decoded):
+        self.start = start            # seconds
+        self.duration = duration      # seconds, observed or predicted
+        self.plan = plan
+        self.finished = finished      # requests that completed in this step
+        self.first_tokens = first_tokens  # requests whose prefill completed (emitted a token)
+        self._decoded = decoded       # callable -> the decoders served by the step
+
+    @property
+    def decode_tokens(self) -> int:
+        return self.plan.decode
+
+    def emitted(self) -> list[tuple[Request, int]]:
+        """(request, tokens emitted) for every request that emitted a token in the step."""
+        out = [(r, 1) for r in self._decoded()]
+        out.extend((r, 1) for r in self.first_tokens)
+        return out

@@ -1,0 +1,351 @@
+"""The state of one server at step boundaries: waiting queue, running requests, KV cache.
+
+Both the simulator and the real engine keep their requests here and hand it, read-only,
+to a policy's `plan()`. Then `begin_step(plan)` applies the plan's preemptions and
+admissions, and `end_step(plan, end)` applies the tokens it computed.
+
+Decoders are kept in decode order (arrival, then id). A plan serves a prefix of them, and
+the served prefix is tracked lazily: a decoder served every step advances with a shared
+round counter, so a step costs O(1) in the number of decoders, not O(decoders).
+
+KV cache (token granularity, vLLM V0 style): admission reserves the whole prefill of a
+request; each decode token then takes one more slot. When the decoders of a step do not
+fit, the policy preempts the newest running request, which frees its slots and returns to
+the head of the waiting queue to be recomputed (prefill of prompt + tokens emitted so far).
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections import deque
+from typing import Callable, Iterator
+
+from .constraints import Constraints
+from .plan import StepPlan
+from .request import DECODE, DONE, PREFILL, WAITING, Request
+
+UNLIMITED = 1 << 62
+
+
+class WaitingQueue:
+    """Waiting requests in admission order: preempted requests first (oldest first), then
+    the others in arrival order, or in the order of an admission key (shortest prompt...)."""
+
+    def __init__(self, key: Callable[[Request], tuple] | None = None):
+        self._key = key
+        self._preempted: list[Request] = []
+        self._fifo: deque[Request] | None = deque() if key is None else None
+        self._heap: list[tuple] = []
+        self._seq = 0
+
+    def push(self, r: Request) -> None:
+        if self._fifo is not None:
+            self._fifo.append(r)
+        else:
+            heapq.heappush(self._heap, (self._key(r), self._seq, r))
+            self._seq += 1
+
+    def push_preempted(self, r: Request) -> None:
+        insort(self._preempted, r, key=lambda q: q.key)
+
+    def __len__(self) -> int:
+        return len(self._preempted) + (len(self._fifo) if self._fifo is not None else len(self._heap))
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def first(self) -> Request | None:
+        if self._preempted:
+            return self._preempted[0]
+        if self._fifo is not None:
+            return self._fifo[0] if self._fifo else None
+        return self._heap[0][2] if self._heap else None
+
+    def __iter__(self) -> Iterator[Request]:
+        """In admission order, lazily (a heap is walked in O(k log k) for k items)."""
+        yield from self._preempted
+        if self._fifo is not None:
+            yield from self._fifo
+            return
+        heap = self._heap
+        if not heap:
+            return
+        frontier = [(heap[0], 0)]
+        while frontier:
+            entry, i = heapq.heappop(frontier)
+            yield entry[2]
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+
+    def remove(self, r: Request) -> None:
+        if self._preempted and r in self._preempted:
+            self._preempted.remove(r)
+        elif self._fifo is not None:
+            if self._fifo[0] is r:
+                self._fifo.popleft()
+            else:
+                self._fifo.remove(r)
+        elif self._heap[0][2] is r:
+            heapq.heappop(self._heap)
+        else:
+            self._heap = [e for e in self._heap if e[2] is not r]
+            heapq.heapify(self._heap)
+
+
+class ServerState:
+    """Requests of one server and their progress. Policies read it; only the driver
+    (simulator or engine) changes it, through `add`, `begin_step`, `end_step`, `finish`."""
+
+    def __init__(self, constraints: Constraints, waiting_key: Callable[[Request], tuple] | None = None):
+        self.constraints = constraints
+        self.b_max = constraints.b_max
+        self.k_max = constraints.k_max if constraints.k_max else UNLIMITED
+        self.kv_capacity = constraints.kv_capacity if constraints.kv_capacity else UNLIMITED
+        self.now = 0                                  # ns, the current step boundary
+        self.waiting = WaitingQueue(waiting_key)
+        self.prefilling: list[Request] = []           # running, in prefill; admission order
+        self.running: dict[int, Request] = {}         # all running; admission order, newest last
+        self._dec: list[Request] = []                 # decoders in decode order
+        self._dec_keys: list[tuple] = []
+        self._m = 0                                   # decoders [0, _m) are active
+        self._round = 0                               # steps taken by active decoders
+        self._heap: list[tuple[int, int, Request]] = []  # (finish round, act_seq, decoder)
+        self._act = 0
+        self._kv_off = 0                              # sum(kv - round0) over active decoders
+        self.kv_used = 0
+        self.backlog_tokens = 0                       # work left of every request in the system
+        self.waiting_tokens = 0                       # of that, work of waiting requests
+        self.pending_prefill = 0                      # prefill tokens not computed yet
+        self.newly_active: list[Request] = []         # decoders resumed by the last begin_step
+        self.finished: list[Request] = []             # requests done in the last end_step
+        self.first_tokens: list[Request] = []         # prefills completed in the last end_step
+
+    # ---- read-only view for policies -------------------------------------------------
+    @property
+    def n_decoding(self) -> int:
+        return len(self._dec)
+
+    @property
+    def decoders(self) -> list[Request]:
+        """Decoders in decode order. Do not modify."""
+        return self._dec
+
+    @property
+    def n_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def kv_free(self) -> int:
+        return self.kv_capacity - self.kv_used
+
+    @property
+    def outstanding_tokens(self) -> int:
+        """Work left of the running requests (K_t of Token Window Pacing)."""
+        return self.backlog_tokens - self.waiting_tokens
+
+    def decoders_before(self, key: tuple) -> int:
+        """How many decoders come before `key` in decode order."""
+        return bisect_left(self._dec_keys, key)
+
+    def footprint(self, r: Request) -> int:
+        """KV slots held by a running request."""
+        return r.kv + self._round - r.round0 if r.active else r.kv
+
+    def emitted(self, r: Request) -> int:
+        return r.emitted + self._round - r.round0 if r.active else r.emitted
+
+    def is_idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    @staticmethod
+    def work(r: Request) -> int:
+        """Token processings a not-yet-running request still needs."""
+        return r.prefill_target - r.prefilled + r.output - r.emitted - 1
+
+    # ---- changes, by the driver ----------------------------------------------------
+    def add(self, r: Request) -> None:
+        """A new arrival joins the waiting queue."""
+        self.waiting.push(r)
+        w = self.work(r)
+        self.backlog_tokens += w
+        self.waiting_tokens += w
+        self.pending_prefill += r.prefill_target
+
+    def begin_step(self, plan: StepPlan, now: int) -> tuple[int, int, list[tuple[int, int]], int]:
+        """Apply preemptions, admissions and the served decode prefix.
+
+        Returns (prefill tokens, decode context tokens, [(chunk, context)], sampled):
+        what a cost model needs to time the step. `newly_active` lists the decoders that
+        resume after a pause (their inter-token gap is longer than the step)."""
+        self.now = now
+        for r in plan.preempt:
+            self._preempt(r, now)
+        m = plan.decode
+        new = self.newly_active = []
+        while self._m < m:
+            r = self._dec[self._m]
+            self._activate(r)
+            new.append(r)
+            self._m += 1
+        while self._m > m:
+            self._m -= 1
+            self._pause(self._dec[self._m], now)
+        prefill = 0
+        sampled = m
+        chunks = []
+        for r, n in plan.prefill:
+            if r.phase == WAITING:
+                self._admit(r, now)
+            chunks.append((n, r.prefilled))
+            prefill += n
+            if r.prefilled + n == r.prefill_target:
+                sampled += 1
+        return prefill, self._kv_off + m * self._round, chunks, sampled
+
+    def end_step(self, plan: StepPlan, end: int, steps: int = 1) -> None:
+        """Apply `steps` repetitions of `plan`, the last ending at `end`.
+
+        Fills `finished` and `first_tokens`. Only the last repetition may complete a
+        prefill or a request (the simulator's fast path guarantees it)."""
+        m = plan.decode
+        self._round += steps
+        self.kv_used += steps * m
+        self.finished = finished = []
+        self.first_tokens = firsts = []
+        prefill = 0
+        for r, n in plan.prefill:
+            r.prefilled += steps * n
+            prefill += n
+        self.backlog_tokens -= steps * (m + prefill)
+        self.pending_prefill -= steps * prefill
+        heap = self._heap
+        rnd = self._round
+        while heap and heap[0][0] <= rnd:
+            fr, seq, r = heapq.heappop(heap)
+            if r.active and r.act_seq == seq:
+                self._remove_decoder(r, end)
+                self._retire(r, end)
+                finished.append(r)
+        for r, n in plan.prefill:
+            if r.prefilled == r.prefill_target:
+                self.prefilling.remove(r)
+                r.emitted += 1
+                r.last_emit = end
+                if r.first_token < 0:
+                    r.first_token = end
+                    firsts.append(r)
+                if r.emitted >= r.output:
+                    self._retire(r, end)
+                    finished.append(r)
+                else:
+                    self._start_decode(r)
+        self.now = end
+
+    def next_completion_round(self) -> int:
+        """Steps until the first active decoder finishes (UNLIMITED if none)."""
+        heap = self._heap
+        while heap:
+            fr, seq, r = heap[0]
+            if r.active and r.act_seq == seq:
+                return fr - self._round
+            heapq.heappop(heap)
+        return UNLIMITED
+
+    def finish(self, r: Request, end: int) -> None:
+        """End a request before it has all its tokens (a stop string, EOS, an abort)."""
+        if r.phase == WAITING:
+            self.waiting.remove(r)
+            w = self.work(r)
+            self.waiting_tokens -= w
+            self.backlog_tokens -= w
+            self.pending_prefill -= r.prefill_target
+            r.phase = DONE
+            r.finish = end
+            return
+        if r.phase == PREFILL:
+            self.prefilling.remove(r)
+            self.pending_prefill -= r.prefill_target - r.prefilled
+            self.backlog_tokens -= r.prefill_target - r.prefilled + r.output - r.emitted - 1
+        elif r.phase == DECODE:
+            self._remove_decoder(r, end)
+            self.backlog_tokens -= r.output - r.emitted
+        else:
+            return
+        self._retire(r, end)
+
+    # ---- internals ------------------------------------------------------------------
+    def _admit(self, r: Request, now: int) -> None:
+        self.waiting.remove(r)
+        self.waiting_tokens -= self.work(r)
+        r.phase = PREFILL
+        r.prefilled = 0
+        r.kv = r.prefill_target
+        self.kv_used += r.kv
+        self.running[r.id] = r
+        self.prefilling.append(r)
+        if r.first_scheduled < 0:
+            r.first_scheduled = now
+
+    def _preempt(self, r: Request, now: int) -> None:
+        if r.phase == DECODE:
+            self._remove_decoder(r, now)
+            processed = r.kv
+        else:
+            self.prefilling.remove(r)
+            processed = r.prefilled
+            self.pending_prefill -= r.prefill_target - r.prefilled
+        self.kv_used -= r.kv
+        del self.running[r.id]
+        self.backlog_tokens += processed
+        r.phase = WAITING
+        r.prefill_target = r.prompt + r.emitted
+        r.prefilled = 0
+        r.kv = 0
+        r.preemptions += 1
+        self.waiting.push_preempted(r)
+        self.waiting_tokens += self.work(r)
+        self.pending_prefill += r.prefill_target
+
+    def _start_decode(self, r: Request) -> None:
+        r.phase = DECODE
+        pos = bisect_left(self._dec_keys, r.key)
+        self._dec.insert(pos, r)
+        self._dec_keys.insert(pos, r.key)
+        if pos < self._m:
+            self._activate(r)
+            self._m += 1
+
+    def _remove_decoder(self, r: Request, now: int) -> None:
+        if r.active:
+            self._pause(r, now)
+        pos = bisect_left(self._dec_keys, r.key)
+        del self._dec[pos]
+        del self._dec_keys[pos]
+        if pos < self._m:
+            self._m -= 1
+
+    def _retire(self, r: Request, end: int) -> None:
+        self.kv_used -= r.kv
+        del self.running[r.id]
+        r.phase = DONE
+        r.finish = end
+
+    def _activate(self, r: Request) -> None:
+        rnd = self._round
+        r.active = True
+        r.round0 = rnd
+        self._act += 1
+        r.act_seq = self._act
+        self._kv_off += r.kv - rnd
+        heapq.heappush(self._heap, (rnd + r.output - r.emitted, self._act, r))
+
+    def _pause(self, r: Request, now: int) -> None:
+        done = self._round - r.round0
+        self._kv_off -= r.kv - r.round0
+        r.emitted += done
+        r.kv += done
+        r.active = False
+        if done:
+            r.last_emit = now

@@ -1,0 +1,59 @@
+"""Open-loop admission policies: the order of the waiting queue and who may join."""
+
+from __future__ import annotations
+
+from ..core.errors import ConfigError
+from ..core.request import Request
+from ..core.state import ServerState
+from .base import AdmissionPolicy, Planner
+
+
+class FCFS(AdmissionPolicy):
+    """Admit waiting requests in arrival order (ties: request id)."""
+
+    name = "fcfs"
+    summary = "first come, first served"
+
+
+class ShortestPromptFirst(AdmissionPolicy):
+    """Admit the waiting request with the shortest prompt first (ties: arrival, id).
+    Preempted requests still come back first."""
+
+    name = "spf"
+    summary = "shortest prompt first (the 'Priority' baseline of the TWP paper)"
+
+    def waiting_key(self):
+        return lambda r: (r.prompt, r.arrival, r.id)
+
+
+class RunningCap(AdmissionPolicy):
+    """Any admission order, with at most `max_running` requests running at once."""
+
+    summary = "cap the number of running requests"
+
+    def __init__(self, inner: AdmissionPolicy, max_running: int):
+        if not isinstance(max_running, int) or max_running <= 0:
+            raise ConfigError(f"max_running must be a positive integer, got {max_running!r}")
+        self.inner = inner
+        self.max_running = max_running
+        self.name = f"{inner.name}+cap{max_running}"
+        self.closed_loop = inner.closed_loop
+
+    def waiting_key(self):
+        return self.inner.waiting_key()
+
+    def token_limit(self, state: ServerState) -> int:
+        return self.inner.token_limit(state)
+
+    def batch_limit(self, state: ServerState) -> int:
+        return self.inner.batch_limit(state)
+
+    def may_admit(self, state: ServerState, r: Request, planner: Planner) -> bool:
+        return (state.n_running + planner.n_admitted < self.max_running
+                and self.inner.may_admit(state, r, planner))
+
+    def observe(self, state, feedback) -> None:
+        self.inner.observe(state, feedback)
+
+    def describe(self) -> dict:
+        return {**self.inner.describe(), "max_running": self.max_running}

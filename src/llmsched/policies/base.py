@@ -1,0 +1,190 @@
+"""The policy contract.
+
+A `Scheduler` pairs a batch policy (what one step computes) with an admission policy
+(the order of the waiting queue, which waiting requests may join, and optional per-step
+limits). `plan(state)` reads a `ServerState` and returns a `StepPlan`; it changes
+nothing. After the step, `observe(state, feedback)` reports the observed duration and
+the tokens emitted, which closed-loop admission policies use. The simulator and the
+engine call both the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..core.constraints import Constraints
+from ..core.plan import StepFeedback, StepPlan
+from ..core.request import DECODE, PREFILL, Request
+from ..core.state import UNLIMITED, ServerState
+
+
+class AdmissionPolicy:
+    """Default: first come, first served, no extra limits."""
+
+    name = "fcfs"
+    summary = "admit waiting requests in arrival order"
+    closed_loop = False  # True: needs `observe` after every step
+
+    def waiting_key(self) -> Callable[[Request], tuple] | None:
+        """Order of the waiting queue (None: arrival order)."""
+        return None
+
+    def token_limit(self, state: ServerState) -> int:
+        """An extra cap on the step's token load (below b_max)."""
+        return UNLIMITED
+
+    def batch_limit(self, state: ServerState) -> int:
+        """An extra cap on the step's batch size (below k_max)."""
+        return UNLIMITED
+
+    def may_admit(self, state: ServerState, r: Request, planner: "Planner") -> bool:
+        """Whether the head of the waiting queue may join the running set now."""
+        return True
+
+    def observe(self, state: ServerState, feedback: StepFeedback) -> None:
+        pass
+
+    def describe(self) -> dict:
+        return {"name": self.name}
+
+
+class Planner:
+    """Budget bookkeeping while a batch policy builds one plan.
+
+    On creation it makes room in the KV cache for one decode token of every decoder the
+    step could serve, preempting the newest running requests if needed, and keeps that
+    room reserved so admissions cannot take it."""
+
+    __slots__ = ("state", "admission", "tokens", "slots", "kv", "decodable", "decode",
+                 "prefill", "preempt", "n_admitted", "admitted_tokens", "_victims")
+
+    def __init__(self, state: ServerState, admission: AdmissionPolicy):
+        self.state = state
+        self.admission = admission
+        self.tokens = min(state.b_max, admission.token_limit(state))
+        self.slots = min(state.k_max, admission.batch_limit(state))
+        self.decode = 0
+        self.prefill: list[tuple[Request, int]] = []
+        self.preempt: list[Request] = []
+        self.n_admitted = 0
+        self.admitted_tokens = 0
+        self._victims: set[int] = set()
+        self.decodable = state.n_decoding
+        kv = state.kv_free
+        need = min(self.decodable, self.tokens, self.slots)
+        if kv < need:
+            for victim in reversed(list(state.running.values())):
+                self.preempt.append(victim)
+                self._victims.add(victim.id)
+                kv += state.footprint(victim)
+                if victim.phase == DECODE:
+                    self.decodable -= 1
+                need = min(self.decodable, self.tokens, self.slots)
+                if kv >= need:
+                    break
+        self.kv = kv - need
+
+    def take_decodes(self, limit: int = UNLIMITED) -> int:
+        """Serve up to `limit` more decoders (in decode order); returns how many."""
+        n = min(self.decodable - self.decode, self.tokens, self.slots, limit)
+        if n > 0:
+            self.decode += n
+            self.tokens -= n
+            self.slots -= n
+            return n
+        return 0
+
+    def take_prefill(self, r: Request, whole: bool = False) -> bool:
+        """Give a running request in prefill a chunk (all of it if `whole`)."""
+        if self.tokens <= 0 or self.slots <= 0 or r.id in self._victims:
+            return False
+        n = min(r.prefill_target - r.prefilled, self.tokens)
+        if whole and n < r.prefill_target - r.prefilled:
+            return False
+        self.prefill.append((r, n))
+        self.tokens -= n
+        self.slots -= 1
+        return True
+
+    def take_running_prefills(self, whole: bool = False) -> None:
+        """Prefill chunks for running requests, oldest admitted first."""
+        for r in self.state.prefilling:
+            if self.tokens <= 0 or self.slots <= 0:
+                return
+            self.take_prefill(r, whole)
+
+    def admit(self, r: Request, whole: bool = False) -> bool:
+        """Admit waiting request `r` with a first chunk, if budget, KV and the admission
+        policy allow. `whole`: only if its whole prefill fits in the step."""
+        if self.tokens <= 0 or self.slots <= 0 or self.kv < r.prefill_target:
+            return False
+        n = min(r.prefill_target, self.tokens)
+        if whole and n < r.prefill_target:
+            return False
+        if not self.admission.may_admit(self.state, r, self):
+            return False
+        self.prefill.append((r, n))
+        self.tokens -= n
+        self.slots -= 1
+        self.kv -= r.prefill_target
+        self.n_admitted += 1
+        self.admitted_tokens += r.prefill_target
+        return True
+
+    def admit_waiting(self, whole: bool = False) -> None:
+        """Admit from the head of the waiting queue until one does not fit (no overtaking)."""
+        for r in self.state.waiting:
+            if not self.admit(r, whole):
+                return
+
+    def plan(self, decode_first: bool = True) -> StepPlan:
+        return StepPlan(self.decode, self.prefill, self.preempt, decode_first)
+
+
+class BatchPolicy:
+    """Decides the composition of one step. Subclasses implement `build(planner)`."""
+
+    name = ""
+    summary = ""
+    work_conserving = False
+    # Given the same requests with only token counts changed (no arrival, completion,
+    # admission or chunk boundary), the plan repeats: the simulator may skip ahead.
+    repeatable = True
+
+    def build(self, p: Planner) -> StepPlan:
+        raise NotImplementedError
+
+
+class Scheduler:
+    """A batch policy with an admission policy, under the server's constraints."""
+
+    def __init__(self, batch: BatchPolicy, admission: AdmissionPolicy | None = None,
+                 constraints: Constraints | None = None):
+        self.batch = batch
+        self.admission = admission or AdmissionPolicy()
+        self.constraints = constraints or Constraints()
+        self.repeatable = batch.repeatable and not self.admission.closed_loop
+        self.closed_loop = self.admission.closed_loop
+
+    def new_state(self) -> ServerState:
+        return ServerState(self.constraints, self.admission.waiting_key())
+
+    def plan(self, state: ServerState) -> StepPlan:
+        return self.batch.build(Planner(state, self.admission))
+
+    def observe(self, state: ServerState, feedback: StepFeedback) -> None:
+        self.admission.observe(state, feedback)
+
+    @property
+    def name(self) -> str:
+        if self.admission.name == "fcfs":
+            return self.batch.name
+        return f"{self.batch.name}+{self.admission.name}"
+
+    def describe(self) -> dict:
+        c = self.constraints
+        return {"batch_policy": self.batch.name, "admission": self.admission.describe(),
+                "b_max": c.b_max, "k_max": c.k_max, "kv_capacity_tokens": c.kv_capacity}
+
+
+__all__ = ["AdmissionPolicy", "Planner", "BatchPolicy", "Scheduler", "PREFILL", "DECODE"]

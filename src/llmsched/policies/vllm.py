@@ -1,0 +1,29 @@
+"""Vanilla vLLM (V0 without chunked prefill): prefill first, no mixing.
+
+Rule: while a prompt can be admitted, steps are prefill-only and hold whole prompts,
+FCFS, as many as fit the budget; otherwise the step is decode-only (one token per
+decoder, up to the budget). Not work-conserving.
+Open case, our choice: a prompt longer than b_max can never fit whole, so when it
+reaches the head of the queue and the step is empty it runs alone in prefill-only
+chunks of b_max (real vLLM refuses such prompts); whole prompts may fill what its last
+chunk leaves.
+"""
+
+from .base import BatchPolicy, Planner
+
+
+class VanillaVLLM(BatchPolicy):
+    name = "vllm"
+    summary = "prefill-only steps of whole prompts while any can be admitted, else decode-only steps"
+
+    def build(self, p: Planner):
+        p.take_running_prefills()  # only a prompt longer than b_max is ever left half done
+        head = p.state.waiting.first()
+        if not p.prefill and head is not None and head.prefill_target > p.tokens:
+            p.admit(head)  # too long to fit whole: starts alone, chunked
+        else:
+            p.admit_waiting(whole=True)
+        if p.prefill:
+            return p.plan(decode_first=False)
+        p.take_decodes()
+        return p.plan(decode_first=True)

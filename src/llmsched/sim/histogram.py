@@ -1,0 +1,107 @@
+"""A weighted histogram of positive values (inter-token gaps) in bounded memory.
+
+Values are counted exactly while there are at most `exact_limit` distinct ones (a
+load-only cost model gives few distinct step times); beyond that they fold into
+logarithmic buckets of ratio `1 + 2 * rel_error`, so a percentile is off by at most
+`rel_error` (0.5% by default). Mean, standard deviation, min and max are always exact.
+Percentiles interpolate between ranks like `numpy.percentile` (method 'linear').
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class GapHistogram:
+    __slots__ = ("_exact", "_buckets", "_exact_limit", "_inv_log", "_log", "count", "total",
+                 "total_sq", "min", "max")
+
+    def __init__(self, rel_error: float = 0.005, exact_limit: int = 4096):
+        self._exact: dict[int, int] | None = {}
+        self._buckets: dict[int, int] = {}
+        self._exact_limit = exact_limit
+        self._log = math.log1p(2 * rel_error)
+        self._inv_log = 1.0 / self._log
+        self.count = 0
+        self.total = 0.0
+        self.total_sq = 0.0
+        self.min = math.inf
+        self.max = 0
+
+    def add(self, value: int, weight: int = 1) -> None:
+        """Add `weight` copies of `value` (an integer, e.g. nanoseconds, > 0)."""
+        if weight <= 0:
+            return
+        self.count += weight
+        self.total += value * weight
+        self.total_sq += float(value) * value * weight
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
+        exact = self._exact
+        if exact is not None:
+            exact[value] = exact.get(value, 0) + weight
+            if len(exact) > self._exact_limit:
+                self._fold()
+        else:
+            k = int(math.log(value) * self._inv_log)
+            self._buckets[k] = self._buckets.get(k, 0) + weight
+
+    def _fold(self) -> None:
+        for value, w in self._exact.items():
+            k = int(math.log(value) * self._inv_log)
+            self._buckets[k] = self._buckets.get(k, 0) + w
+        self._exact = None
+
+    @property
+    def exact(self) -> bool:
+        return self._exact is not None
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else math.nan
+
+    @property
+    def std(self) -> float:
+        if not self.count:
+            return math.nan
+        m = self.mean
+        return math.sqrt(max(0.0, self.total_sq / self.count - m * m))
+
+    def _points(self) -> list[tuple[float, int]]:
+        if self._exact is not None:
+            return sorted(self._exact.items())
+        pts = []
+        for k, w in sorted(self._buckets.items()):
+            mid = math.exp((k + 0.5) * self._log)
+            pts.append((min(max(mid, self.min), self.max), w))
+        return pts
+
+    def percentiles(self, qs) -> list[float]:
+        """Values at percentiles `qs` (0-100), numpy 'linear' method over the samples."""
+        if not self.count:
+            return [math.nan for _ in qs]
+        pts = self._points()
+        out = []
+        for q in qs:
+            pos = q / 100.0 * (self.count - 1)
+            lo = math.floor(pos)
+            frac = pos - lo
+            v_lo = _value_at_rank(pts, lo)
+            v_hi = _value_at_rank(pts, lo + 1) if frac > 0 else v_lo
+            out.append(v_lo + (v_hi - v_lo) * frac)
+        return out
+
+    def counts(self) -> list[tuple[float, int]]:
+        """(value, weight) pairs: exact values, or bucket midpoints."""
+        return self._points()
+
+
+def _value_at_rank(points: list[tuple[float, int]], rank: int) -> float:
+    seen = 0
+    for value, w in points:
+        seen += w
+        if rank < seen:
+            return value
+    return points[-1][0]
