@@ -1,3 +1,27 @@
-"""llmsched: simulate, analyse and serve LLM inference under token-level batch schedulers."""
+"""llmsched: simulate, analyse and serve LLM inference under token-level batch schedulers.
+
+    >>> import llmsched
+    >>> r = llmsched.simulate(policy="sarathi", b_max=512, cost_model="paper",
+    ...                       rate=10, num_requests=1000)
+    >>> r.summary["p99_ttft_ms"]
+"""
+
+from .api import SimConfig, simulate
+from .core import ConfigError, Constraints, StepPlan, make_cost_model
+from .policies import list_policies, make_scheduler
+from .sim.result import SimResult
+from .workload import Trace, WorkloadSpec, make_trace
 
 __version__ = "0.1.0"
+
+__all__ = ["simulate", "SimConfig", "SimResult", "ConfigError", "Constraints", "StepPlan",
+           "make_cost_model", "make_scheduler", "list_policies", "Trace", "WorkloadSpec",
+           "make_trace", "__version__"]
+
+
+def __getattr__(name):
+    if name == "LLM":  # the engine needs torch: import it only when asked for
+        from .engine import LLM  # noqa: PLC0415
+
+        return LLM
+    raise AttributeError(name)

@@ -19,7 +19,7 @@ import numpy as np
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
 
-PERCENTILES = (50, 90, 95, 99)
+PERCENTILES = (90, 95, 99)
 
 
 def _stats(name: str, values_ms: np.ndarray) -> dict:

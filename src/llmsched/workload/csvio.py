@@ -142,7 +142,7 @@ def as_lengths(values: np.ndarray, path: str | os.PathLike, column: str,
     if bad.any():
         i = int(np.argmax(bad))
         raise ConfigError(f"file {path} line {line_of_row(path, i)} column '{column}': "
-                          f"{v[i]!r} is not a whole number of tokens")
+                          f"{float(v[i])!r} is not a whole number of tokens")
     floor = 0 if clip_low else minimum
     low = v < floor
     if low.any():

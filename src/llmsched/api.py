@@ -1,0 +1,233 @@
+"""`llmsched.simulate(...)`: one call from a configuration to a `SimResult`.
+
+A configuration names the policy, limits, cost model and workload. It can come from
+keyword arguments, a dict, or a YAML file; every run writes it back (`config.json`)
+next to its results so any figure can be regenerated.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .core.cost import make_cost_model
+from .core.errors import ConfigError
+from .policies import make_scheduler
+from .sim.result import SimResult
+from .sim.simulator import STEPS_HEADER, simulate_trace
+from .workload import Trace, WorkloadSpec, make_trace
+
+DEFAULT_WORKLOAD = {
+    "arrival": "poisson",
+    "rate": 16.0,
+    "prompt": "lognormal:mean=1024,sigma=1.0,max=8192",
+    "output": "geometric:mean=256,max=2048",
+    "num_requests": 5000,
+    "seed": 0,
+}
+
+
+@dataclass
+class SimConfig:
+    """Everything a simulation run depends on."""
+
+    policy: str = "sarathi"
+    admission: str = "fcfs"
+    admission_options: dict = field(default_factory=dict)
+    b_max: int = 512
+    k_max: int | None = None
+    kv_capacity: int | None = None
+    max_running: int | None = None
+    cost_model: str = "profile:h200-llama-3-8b"
+    workload: dict = field(default_factory=lambda: dict(DEFAULT_WORKLOAD))
+    fast: bool = True
+    max_time_s: float | None = None
+    sample_interval_s: float | None = None
+    record_steps: bool = False
+    verdict: bool = True
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SimConfig":
+        if not isinstance(d, dict):
+            raise ConfigError("a configuration must be a mapping of option names to values")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown configuration option {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        cfg = cls(**{k: v for k, v in d.items() if k != "workload"})
+        if "workload" in d and d["workload"] is not None:
+            if not isinstance(d["workload"], dict):
+                raise ConfigError("'workload' must be a mapping (arrival, rate, prompt, output, ...)")
+            cfg.workload = dict(d["workload"])
+        return cfg
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> "SimConfig":
+        import yaml  # noqa: PLC0415
+
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_WORKLOAD_KEYS = {f.name for f in fields(WorkloadSpec)}
+_CONFIG_KEYS = {f.name for f in fields(SimConfig)}
+
+
+def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **overrides) -> SimConfig:
+    """A SimConfig from a config (object, dict or YAML path) plus keyword overrides;
+    workload keys (rate, prompt, output, num_requests, arrival, ...) go to the workload."""
+    if config is None:
+        cfg = SimConfig()
+    elif isinstance(config, SimConfig):
+        cfg = SimConfig.from_dict(config.to_dict())
+    elif isinstance(config, dict):
+        cfg = SimConfig.from_dict(config)
+    else:
+        cfg = SimConfig.from_yaml(config)
+    wl_over = {}
+    for k, v in overrides.items():
+        if v is None:
+            continue
+        if k in _CONFIG_KEYS and k != "workload":
+            setattr(cfg, k, v)
+        elif k == "workload":
+            cfg.workload = dict(v)
+        elif k in _WORKLOAD_KEYS:
+            wl_over[k] = v
+        else:
+            raise ConfigError(f"unknown option {k!r}")
+    if wl_over:
+        if "trace" in wl_over or str(wl_over.get("arrival", "")).startswith(("trace", "azure")):
+            # replaying a trace: the default synthetic laws and count do not apply
+            base = {k: v for k, v in cfg.workload.items() if cfg.workload is not DEFAULT_WORKLOAD
+                    and not (k in DEFAULT_WORKLOAD and v == DEFAULT_WORKLOAD[k])}
+            cfg.workload = {**base, **wl_over}
+        else:
+            cfg.workload = {**cfg.workload, **wl_over}
+    for name in ("b_max", "k_max", "kv_capacity", "max_running"):
+        v = getattr(cfg, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            try:
+                fv = float(v)
+                if fv != int(fv):
+                    raise ValueError
+                setattr(cfg, name, int(fv))
+            except (TypeError, ValueError):
+                raise ConfigError(f"{name} must be a positive integer, got {v!r}") from None
+    for name in ("max_time_s", "sample_interval_s"):
+        v = getattr(cfg, name)
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ConfigError(f"{name} must be a positive number, got {v!r}")
+    return cfg
+
+
+def simulate(config: SimConfig | dict | str | os.PathLike | None = None, *, trace: Trace | None = None,
+             out_dir: str | os.PathLike | None = None,
+             progress: Callable[[int, int], None] | None = None, **overrides) -> SimResult:
+    """Run one simulation and return its `SimResult`; with `out_dir`, also write its files.
+
+    Examples: `simulate(policy="orca", rate=10, num_requests=1000, cost_model="paper")`,
+    `simulate("run.yaml", out_dir="results")`, `simulate(trace=my_trace, b_max=256)`.
+    """
+    if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
+        overrides["trace"], trace = str(trace), None
+    cfg = build_config(config, **overrides)
+    scheduler = make_scheduler(cfg.policy, admission=cfg.admission, b_max=cfg.b_max, k_max=cfg.k_max,
+                               kv_capacity=cfg.kv_capacity, max_running=cfg.max_running,
+                               admission_options=cfg.admission_options)
+    cost = make_cost_model(cfg.cost_model)
+    if trace is None:
+        spec = WorkloadSpec.from_dict(cfg.workload)
+        trace = make_trace(spec)
+        workload_desc = spec.to_dict()
+    else:
+        workload_desc = {"trace": "given by the caller", **trace.describe()} if hasattr(trace, "describe") else {}
+    steps_tmp = None
+    steps_file = None
+    if cfg.record_steps:
+        folder = Path(out_dir) if out_dir is not None else None
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=".steps-", suffix=".csv.tmp", dir=folder)
+        steps_tmp = Path(name)
+        steps_file = os.fdopen(fd, "w", buffering=1 << 20)
+        steps_file.write(STEPS_HEADER)
+    t0 = time.perf_counter()
+    try:
+        stats = simulate_trace(trace, scheduler, cost, fast=cfg.fast, max_time_s=cfg.max_time_s,
+                               sample_interval_s=cfg.sample_interval_s, steps_file=steps_file,
+                               progress=progress)
+    except BaseException:
+        if steps_file is not None:
+            steps_file.close()
+            steps_tmp.unlink(missing_ok=True)
+        raise
+    wall = time.perf_counter() - t0
+    if steps_file is not None:
+        steps_file.close()
+    config_out = {**cfg.to_dict(), "workload": workload_desc, "cost_model_resolved": cost.describe(),
+                  "scheduler": scheduler.describe()}
+    result = SimResult(config_out, stats, np.asarray(trace.arrival_s), np.asarray(trace.prompt),
+                       np.asarray(trace.output), getattr(trace, "tag", None), wall_s=wall)
+    result.steps_path = steps_tmp
+    if cfg.verdict:
+        result.extra["summary_extra"] = _stability_fields(result, cost, cfg)
+    if out_dir is not None:
+        result.write(out_dir, steps_tmp)
+        if steps_tmp is not None:
+            result.steps_path = Path(out_dir) / "steps.csv"
+    return result
+
+
+def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
+    """Theorem 2's capacity for this workload and the run's stability verdict."""
+    from .analysis.capacity import capacity  # noqa: PLC0415
+    from .analysis.verdict import stability_verdict  # noqa: PLC0415
+
+    out: dict[str, Any] = {}
+    arrivals = result.arrival_s
+    n = len(arrivals)
+    span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
+    rate = (n - 1) / span if span > 0 else None
+    try:
+        rep = capacity(cost, cfg.b_max, float(result.prompt.mean()), float(result.output.mean()),
+                       k_max=cfg.k_max, rate=rate)
+    except ConfigError:
+        return out
+    out["token_capacity"] = rep.token_capacity
+    out["critical_rate"] = rep.critical_rate
+    out["offered_rate"] = rate
+    out["utilisation"] = rep.utilisation
+    out["predicted_backlog_growth_tokens_per_s"] = rep.predicted_growth_tokens_per_s
+    ts = result.timeseries
+    t, w = ts["time_s"], ts["backlog_tokens"]
+    keep = t <= float(arrivals.max())  # judge while requests arrive, not while the queue drains
+    try:
+        v = stability_verdict(t[keep], w[keep], capacity=rep.effective_capacity,
+                              predicted_growth_tokens_per_s=rep.predicted_growth_tokens_per_s)
+    except ConfigError as e:
+        out["stable"] = None
+        out["verdict_note"] = str(e)
+        return out
+    out["stable"] = bool(v.stable)
+    out["backlog_growth_tokens_per_s"] = v.backlog_growth_tokens_per_s
+    out["backlog_growth_ci"] = [v.ci_low, v.ci_high]
+    out["verdict_conclusive"] = bool(v.conclusive)
+    out["verdict_threshold_tokens_per_s"] = v.threshold_tokens_per_s
+    return out

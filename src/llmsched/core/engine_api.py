@@ -1,0 +1,75 @@
+"""The contract between a step executor (the real engine, or the virtual GPU of the
+simulator) and its callers (the offline `LLM` API, the HTTP server).
+
+An `EngineCore` owns a `ServerState` and a `Scheduler`; `step()` runs one scheduler step
+synchronously and returns what each request emitted. It is not thread-safe: one driver
+thread calls it. No torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .errors import ConfigError
+
+
+@dataclass
+class SamplingParams:
+    """Per-request generation settings (the OpenAI / vLLM ones we support)."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1                 # -1: no top-k
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ConfigError(f"top_k must be -1 (off) or a positive integer, got {self.top_k}")
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class RequestOutput:
+    """What one request emitted in one step (or its end)."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_text: str = ""
+    finished: bool = False
+    finish_reason: str | None = None   # "stop", "length", "abort", "error"
+    prompt_tokens: int = 0
+    output_tokens: int = 0             # emitted so far, including new ones
+    error: str | None = None
+
+
+class EngineCore(Protocol):
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    arrival_time: float | None = None) -> None:
+        """Queue a request; raises ConfigError if it can never be served (too long...)."""
+
+    def abort_request(self, request_id: str) -> None:
+        """Drop a request wherever it is and free its KV cache."""
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduler step; returns the outputs of the requests that emitted."""
+
+    def has_unfinished_requests(self) -> bool: ...
+
+    def stats(self) -> dict:
+        """waiting, running, kv_used_tokens, kv_capacity_tokens, ... for /metrics."""

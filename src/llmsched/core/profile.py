@@ -1,0 +1,704 @@
+"""The `profile` step cost model: step times composed from measured GPU tables.
+
+A step's time is the sum of four parts, each read from a table measured on the GPU
+(`calibration/profile_step.py` measures them; `data/profiles/h200/` ships an H200 set):
+
+    t = linear(b) + L * [decode_attn(D, ctx_mean) - v * floor_d]
+        + sum over chunks L * [prefill_attn(c, ctx) - v * floor_p] + lm_head(sampled)
+
+- `linear(b)`: all non-attention work of one forward pass (every layer) over the token
+  load b = prefill + decode tokens (`linear.csv`). `mode` picks the rows:
+  `auto` (the default) times decode-only steps with the CUDA-graph rows up to the largest
+  graph row (as vLLM V0 and SGLang replay captured graphs for decode batches) and every
+  other step with the eager rows; `eager` always uses eager rows (the mode `step.csv` is
+  measured in, so validation uses it); `graph` uses graph rows for every step up to the
+  largest graph row (like piecewise graphs in vLLM V1), eager rows above.
+- `decode_attn(D, ctx_mean)`: ONE layer of decode attention for the D = decode tokens of
+  the step, read at their mean context `decode_context / D` (`decode_attn.csv`), times the
+  layer count L. Decode attention is memory-bound: its time is a launch floor plus a part
+  proportional to the KV read, D * ctx_mean, so the mean context gives the right total
+  wherever the table is linear in context (from about 1k tokens on); per-sequence
+  contexts are not known to the cost model.
+- `prefill_attn(c, ctx)`: ONE layer of attention for a prefill chunk of c tokens after ctx
+  cached tokens (`prefill_attn.csv`), times L, for each chunk.
+- `lm_head(sampled)`: the LM head over the sampled rows (`lm_head.csv`).
+- `floor_d`, `floor_p`: the launch floor of a standalone attention call, the least value
+  of its table (for example 0.04 ms per layer for Llama-3-8B decode at batch 1, context
+  128, mostly host-side dispatch). Timed alone, an attention call costs at least this;
+  inside a step whose GPU is busy the dispatch overlaps the previous kernels and only the
+  work above the floor adds. `v` = `overlap` (default 1) is the fraction hidden: 1 adds
+  only the part above the floor, 0 adds the standalone times. Against the end-to-end
+  steps of `step.csv`, overlap 1 is right where the step is GPU-bound (Llama-3-8B: mean
+  error 4.4% vs 15% with overlap 0); see docs/cost_models.md.
+
+Interpolation and extrapolation: piecewise linear between measured points (bilinear on
+the (batch, context) and (chunk, context) grids), so a grid point gives the measured value
+exactly. Below the smallest measured size a table is flat (the launch floor); above the
+largest it extrapolates linearly in tokens along the secant from the largest measured
+point at or below half the largest size to the largest one (a secant over the upper half
+is less noisy than the last interval), never with a negative slope. The one exception:
+prefill attention above the largest measured chunk scales with attention work,
+c * (ctx + (c + 1) / 2), since its cost is quadratic in the chunk. Missing cells of a 2-D
+grid (e.g. batch x context pairs too large to measure) are filled along the context axis
+by the same rule.
+
+Monotone cleaning (`monotone=1`, the default): measured tables carry noise (for example
+an eager 448-token row 20% above its neighbours) that would make a larger step cheaper
+than a smaller one. Each 1-D table is replaced by its isotonic (pool-adjacent-violators)
+non-decreasing fit and each 2-D grid by an isotonic fit along each axis followed by a
+running maximum, which changes only the values that violate monotonicity. `monotone=0`
+uses the raw measurements.
+
+Spec forms for `load_profile(spec)` (also `make_cost_model("profile:" + spec)`):
+
+- `h200-llama-3-8b` (the default) or `h200-llama-3.2-1b`: a shipped profile, named
+  `<folder>-<model>` after the folders in `llmsched/data/profiles/`;
+- `PATH`: a folder holding the table files below for one model, or for several models
+  with `PATH#MODEL` choosing one;
+- `PATH` to a single combined CSV file (format below), `PATH#MODEL` likewise;
+- options may follow after commas: `,mode=auto|eager|graph`, `,overlap=V` (0..1),
+  `,monotone=1|0`, `,layers=N` (overrides the layer count), e.g.
+  `h200-llama-3.2-1b,mode=eager`. (An existing path may itself contain commas; only
+  trailing `,key=value` parts are read as options.)
+
+Folder format (all times in milliseconds, column order free, extra columns ignored; a
+`model` column is optional; rows with the same key are averaged):
+
+| file | required columns | optional |
+|---|---|---|
+| linear.csv | tokens, ms | model; mode = eager (default when absent or empty) or graph |
+| lm_head.csv | tokens, ms | model |
+| decode_attn.csv | batch, context, ms (ONE layer; context per sequence) | model |
+| prefill_attn.csv | chunk, context, ms (ONE layer; context cached before the chunk) | model |
+| step.csv | prefill_chunk, prefill_context, decodes, decode_context, ms | model |
+
+`step.csv` is optional: whole steps measured end to end (one prefill chunk, `decodes`
+decode sequences with `decode_context` tokens each, LM head over decodes + 1 if there is a
+chunk), used only by `validate_steps`. Sizes (tokens, batch, chunk) must be > 0, contexts
+and times >= 0; linear.csv needs at least one eager row.
+
+`profile.json` (optional, in the folder) gives the layer count per model, as JSON:
+
+    {"format": "llmsched-profile/1",            optional, informational
+     "device": "NVIDIA H200",                   optional, informational
+     "layers": 32,                              optional: the layer count when the folder
+                                                holds one model (or for every model)
+     "models": {"llama-3-8b": {"layers": 32}}}  optional: per-model layer counts
+
+Per-model `models.<name>.layers` wins over the top-level `layers`. Without any of these
+the layer count comes from the shipped profiles' models of the same name (llama-3-8b: 32,
+llama-3.2-1b: 16) or the `layers=N` option; otherwise loading fails.
+
+Combined format: ONE CSV file holding all the tables, with a `table` column naming the
+table of each row (linear, lm_head, decode_attn, prefill_attn or step) and the union of
+the columns above (`table, model, mode, tokens, batch, chunk, context, prefill_chunk,
+prefill_context, decodes, decode_context, ms`), cells that do not apply left empty. An
+optional `layers` column gives the model's layer count on any of its rows (all non-empty
+values of one model must agree). `llmsched profile` writes this format.
+
+Bad input raises `ConfigError` naming the file and the problem in one sentence.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from bisect import bisect_right
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .cost import CostModel
+from .errors import ConfigError
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
+DEFAULT_PROFILE = "h200-llama-3-8b"
+MODES = ("auto", "eager", "graph")
+META_FILE = "profile.json"
+
+# table -> (file name, required key columns); every table also needs `ms`
+TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "linear": ("linear.csv", ("tokens",)),
+    "lm_head": ("lm_head.csv", ("tokens",)),
+    "decode_attn": ("decode_attn.csv", ("batch", "context")),
+    "prefill_attn": ("prefill_attn.csv", ("chunk", "context")),
+    "step": ("step.csv", ("prefill_chunk", "prefill_context", "decodes", "decode_context")),
+}
+REQUIRED_TABLES = ("linear", "lm_head", "decode_attn", "prefill_attn")
+# columns that are sizes (> 0) rather than contexts (>= 0)
+_SIZES = {"tokens", "batch", "chunk"}
+COMBINED_COLUMNS = ("table", "model", "mode", "tokens", "batch", "chunk", "context", "prefill_chunk",
+                    "prefill_context", "decodes", "decode_context", "ms", "layers")
+
+
+# ---------------------------------------------------------------------------------------
+# numerics: isotonic fits, piecewise-linear segments
+# ---------------------------------------------------------------------------------------
+
+def _isotonic(ys: Sequence[float]) -> list[float]:
+    """Least-squares non-decreasing fit (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for y in ys:
+        blocks.append([y, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, n2 = blocks.pop()
+            m1, n1 = blocks[-1]
+            blocks[-1] = [(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2]
+    out: list[float] = []
+    for m, n in blocks:
+        out.extend([m] * int(n))
+    return out
+
+
+def _cummax(ys: Sequence[float]) -> list[float]:
+    out, m = [], -math.inf
+    for y in ys:
+        m = y if y > m else m
+        out.append(m)
+    return out
+
+
+def _anchor(xs: Sequence[float]) -> int:
+    """Index of the largest point at or below half the largest (the tail secant's start)."""
+    n = len(xs)
+    if n < 2:
+        return 0
+    j = bisect_right(xs, xs[-1] / 2) - 1
+    return j if 0 <= j < n - 1 else n - 2
+
+
+def _tail_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    j = _anchor(xs)
+    return max(0.0, (ys[-1] - ys[j]) / (xs[-1] - xs[j]))
+
+
+def _segments(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
+    """Intercepts A and slopes S with f(x) = A[i] + S[i] * x for i = bisect_right(xs, x):
+    flat below xs[0], linear between points, the tail secant above xs[-1]."""
+    n = len(xs)
+    a, s = [ys[0]], [0.0]
+    for i in range(1, n):
+        k = (ys[i] - ys[i - 1]) / (xs[i] - xs[i - 1])
+        a.append(ys[i - 1] - k * xs[i - 1])
+        s.append(k)
+    k = _tail_slope(xs, ys)
+    a.append(ys[-1] - k * xs[-1])
+    s.append(k)
+    return a, s
+
+
+def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    a, s = _segments(xs, ys)
+    i = bisect_right(xs, x)
+    if 0 < i < len(xs) and x == xs[i - 1]:
+        return ys[i - 1]
+    return a[i] + s[i] * x
+
+
+class _Curve:
+    """A 1-D table: dense per-integer values up to the largest measured size, a linear
+    tail above it; value 0 at size 0."""
+
+    def __init__(self, xs: list[float], ys: list[float]):
+        self.xs, self.ys = xs, ys
+        self.a, self.s = _segments(xs, ys)
+        n = int(math.floor(xs[-1]))
+        dense = [0.0]
+        for k in range(1, n + 1):
+            dense.append(self._eval(k))
+        self.dense = dense
+        self.tail_a, self.tail_s = self.a[-1], self.s[-1]
+
+    def _eval(self, x: float) -> float:
+        i = bisect_right(self.xs, x)
+        if 0 < i < len(self.xs) and x == self.xs[i - 1]:
+            return self.ys[i - 1]  # exact at grid points
+        return self.a[i] + self.s[i] * x
+
+    def __call__(self, x) -> float:
+        if x <= 0:
+            return 0.0
+        if x == int(x) and x < len(self.dense):
+            return self.dense[int(x)]
+        return self._eval(x)
+
+
+class _Surface:
+    """A 2-D grid (rows = batch or chunk sizes, cols = contexts). `row(r)` returns the
+    segments (A, S) over the context axis for size r, cached."""
+
+    def __init__(self, rows: list[float], cols: list[float], vals: list[list[float]], tail: str):
+        self.rows, self.cols, self.vals, self.tail = rows, cols, vals, tail
+        self.cache: dict = {}
+
+    def values(self, r: float) -> list[float]:
+        R, V = self.rows, self.vals
+        if r <= R[0]:
+            return list(V[0])
+        if r >= R[-1]:
+            if r == R[-1] or len(R) == 1 and self.tail == "linear":
+                return list(V[-1])
+            if self.tail == "work":  # attention work c * (ctx + (c + 1) / 2)
+                rm = R[-1]
+                return [v * (r * (x + (r + 1) / 2)) / (rm * (x + (rm + 1) / 2))
+                        for x, v in zip(self.cols, V[-1])]
+            j = _anchor(R)
+            return [vm + max(0.0, (vm - vj) / (R[-1] - R[j])) * (r - R[-1]) for vm, vj in zip(V[-1], V[j])]
+        i = bisect_right(R, r)
+        lo, hi = V[i - 1], V[i]
+        w = (r - R[i - 1]) / (R[i] - R[i - 1])
+        if w == 0.0:
+            return list(lo)
+        return [p + w * (q - p) for p, q in zip(lo, hi)]
+
+    def row(self, r):
+        seg = self.cache.get(r)
+        if seg is None:
+            seg = self.cache[r] = _segments(self.cols, self.values(r))
+        return seg
+
+    def __call__(self, r: float, x: float) -> float:
+        if r <= 0:
+            return 0.0
+        ys = self.values(r)
+        return _interp(self.cols, ys, x)
+
+
+def _grid(points: Iterable[tuple[float, float, float]], monotone: bool) -> tuple[list, list, list]:
+    """(row, col, value) points -> sorted rows, cols and a filled (and cleaned) matrix."""
+    by_row: dict[float, dict[float, float]] = {}
+    for r, c, v in points:
+        by_row.setdefault(r, {})[c] = v
+    rows = sorted(by_row)
+    cols = sorted({c for d in by_row.values() for c in d})
+    vals = []
+    for r in rows:
+        d = by_row[r]
+        xs = sorted(d)
+        ys = [d[x] for x in xs]
+        if monotone:
+            ys = _isotonic(ys)
+        vals.append([d[x] if x in d and not monotone else _interp(xs, ys, x) for x in cols])
+    if monotone:
+        for j in range(len(cols)):
+            col = _isotonic([vals[i][j] for i in range(len(rows))])
+            for i in range(len(rows)):
+                vals[i][j] = col[i]
+        vals = [_cummax(v) for v in vals]
+        for j in range(len(cols)):
+            col = _cummax([vals[i][j] for i in range(len(rows))])
+            for i in range(len(rows)):
+                vals[i][j] = col[i]
+    return rows, cols, vals
+
+
+# ---------------------------------------------------------------------------------------
+# the cost model
+# ---------------------------------------------------------------------------------------
+
+class ProfileCostModel(CostModel):
+    """Step time composed from measured tables (see the module docstring).
+
+    `tables` maps table names to row tuples, times in ms:
+    `linear`: (tokens, mode, ms) with mode "eager" or "graph"; `lm_head`: (tokens, ms);
+    `decode_attn`: (batch, context, ms) per layer; `prefill_attn`: (chunk, context, ms) per
+    layer; optional `step`: (prefill_chunk, prefill_context, decodes, decode_context, ms).
+    """
+
+    name = "profile"
+    load_only = False
+
+    def __init__(self, tables: dict, layers: int, mode: str = "auto", monotone: bool = True,
+                 overlap: float = 1.0, label: str = "profile", source: str = ""):
+        if mode not in MODES:
+            raise ConfigError(f"profile mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not 0.0 <= overlap <= 1.0:
+            raise ConfigError(f"profile overlap must be between 0 and 1, got {overlap!r}")
+        if not isinstance(layers, int) or isinstance(layers, bool) or layers <= 0:
+            raise ConfigError(f"profile {label}: the layer count must be a positive integer, got {layers!r}")
+        self.label, self.source, self.layers, self.mode, self.monotone = label, source, layers, mode, monotone
+        self.overlap = overlap
+        ms, L = 1e-3, layers
+
+        def curve(rows):
+            d: dict[float, float] = {}
+            for x, y in rows:
+                d[x] = y * ms
+            xs = sorted(d)
+            ys = [d[x] for x in xs]
+            return _Curve(xs, _isotonic(ys) if monotone else ys)
+
+        eager = [(x, y) for x, m, y in tables["linear"] if m == "eager"]
+        graph = [(x, y) for x, m, y in tables["linear"] if m == "graph"]
+        if not eager:
+            raise ConfigError(f"profile {label}: linear table has no eager rows")
+        self._eager = curve(eager)
+        self._graph = curve(graph) if graph else None
+        self.graph_max = int(self._graph.xs[-1]) if graph else 0
+        self._lm = curve(tables["lm_head"])
+        # attention grids, all layers, in seconds, less `overlap` times the launch floor (the
+        # grid's least value: what a standalone call costs whatever its size)
+        surfaces, self.floors = [], {}
+        for table, tail in (("decode_attn", "linear"), ("prefill_attn", "work")):
+            r, c, v = _grid(((b, x, y * ms * L) for b, x, y in tables[table]), monotone)
+            floor = min(min(row) for row in v)
+            self.floors[table] = floor
+            v = [[max(0.0, y - overlap * floor) for y in row] for row in v]
+            surfaces.append(_Surface(r, c, v, tail))
+        self._dec, self._pre = surfaces
+        self.steps = list(tables.get("step") or [])
+
+        # fast-path lists indexed by the token load b: `_lin` times steps with prefill,
+        # `_glin` decode-only steps (graph rows up to the largest one, in `auto` mode)
+        eager_d = self._eager.dense
+        if graph and mode != "eager":
+            g = self._graph.dense
+            merged = [g[k] if k < len(g) else eager_d[k] if k < len(eager_d) else self._eager(k)
+                      for k in range(max(len(g), len(eager_d)))]
+            if monotone:  # no drop where the graph rows end and the eager rows take over
+                merged = _cummax(merged)
+            self._glin = merged
+            self._lin = merged if mode == "graph" else eager_d
+        else:
+            self._lin = self._glin = eager_d
+        self._lmd = self._lm.dense
+        self._dx, self._px = self._dec.cols, self._pre.cols
+        self._drow, self._prow = self._dec.row, self._pre.row
+        self._dcache, self._pcache = self._dec.cache, self._pre.cache
+
+    # -- per-part access (for inspection, tests and tools) --------------------------------
+    def linear_time(self, b, decode_only: bool = False) -> float:
+        """Seconds of non-attention work at token load b (`decode_only`: a step without
+        prefill, which `auto` mode times with the graph rows)."""
+        if b <= 0:
+            return 0.0
+        lst = self._glin if decode_only else self._lin
+        n = len(lst) - 1
+        if b >= n:
+            return max(lst[n], self._eager(b))
+        k = int(b)
+        if k == b:
+            return lst[k]
+        return lst[k] + (lst[k + 1] - lst[k]) * (b - k)
+
+    def decode_attention_time(self, batch, mean_context) -> float:
+        """Seconds of decode attention, all layers."""
+        return self._dec(batch, mean_context)
+
+    def prefill_attention_time(self, chunk, context) -> float:
+        """Seconds of prefill attention for one chunk, all layers."""
+        return self._pre(chunk, context)
+
+    def lm_head_time(self, sampled) -> float:
+        return self._lm(sampled)
+
+    # -- the CostModel interface ------------------------------------------------------------
+    def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
+        b = prefill_tokens + decode_tokens
+        try:
+            t = self._lin[b] if prefill_tokens else self._glin[b]
+        except (IndexError, TypeError):
+            t = self.linear_time(b, not prefill_tokens) if b > 0 else 0.0
+        if decode_tokens:
+            seg = self._dcache.get(decode_tokens) or self._drow(decode_tokens)
+            x = decode_context / decode_tokens
+            i = bisect_right(self._dx, x)
+            t += seg[0][i] + seg[1][i] * x
+        if chunks:
+            px, pcache = self._px, self._pcache
+            for c, x in chunks:
+                seg = pcache.get(c) or self._prow(c)
+                i = bisect_right(px, x)
+                t += seg[0][i] + seg[1][i] * x
+        if sampled:
+            try:
+                t += self._lmd[sampled]
+            except (IndexError, TypeError):
+                t += self._lm(sampled)
+        return t
+
+    def describe(self) -> dict:
+        return {"name": self.name, "profile": self.label, "source": self.source, "layers": self.layers,
+                "mode": self.mode, "monotone": self.monotone, "overlap": self.overlap,
+                "graph_max_tokens": self.graph_max, "tokens_measured": int(self._eager.xs[-1])}
+
+
+def validate_steps(model: ProfileCostModel) -> list[dict]:
+    """Compose the model for every row of its step table: measured vs predicted ms."""
+    out = []
+    for c, cctx, nd, dctx, ms in model.steps:
+        c, nd = int(c), int(nd)
+        pred = model.step_time(c, nd, nd * dctx, [(c, cctx)] if c else [], nd + (1 if c else 0)) * 1e3
+        out.append({"prefill_chunk": c, "prefill_context": cctx, "decodes": nd, "decode_context": dctx,
+                    "measured_ms": ms, "predicted_ms": pred, "rel_error": pred / ms - 1 if ms else math.nan})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# loading
+# ---------------------------------------------------------------------------------------
+
+def _num(v: str, col: str, where: str) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"profile file {where}: column {col!r} holds {v!r}, which is not a number") from None
+    if not math.isfinite(x) or x < 0 or (col in _SIZES and x <= 0):
+        what = "a positive number" if col in _SIZES else "a non-negative number"
+        raise ConfigError(f"profile file {where}: column {col!r} must be {what}, got {v!r}")
+    return int(x) if x == int(x) and col != "ms" else x
+
+
+def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            header = [h.strip() for h in (reader.fieldnames or [])]
+            reader.fieldnames = header
+            rows = [(k + 2, {key: (val or "").strip() for key, val in r.items() if key is not None})
+                    for k, r in enumerate(reader)]
+    except FileNotFoundError:
+        raise ConfigError(f"profile file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"profile file {path} cannot be read: {e}") from None
+    rows = [(n, r) for n, r in rows if any(r.values())]  # skip blank lines
+    return header, rows
+
+
+def _table_rows(table: str, header: Sequence[str], rows, where: str, model: str | None) -> list[tuple]:
+    """Parse the rows of one table (already filtered to the table) into tuples, averaging
+    duplicate keys. `where` names the file."""
+    keys = TABLES[table][1]
+    missing = [c for c in keys + ("ms",) if c not in header]
+    if missing:
+        raise ConfigError(f"profile file {where}: {table} table lacks column(s) {', '.join(missing)} "
+                          f"(found: {', '.join(h for h in header if h) or 'none'})")
+    if model is not None and "model" in header:
+        rows = [(n, r) for n, r in rows if r.get("model", "") == model]
+    if not rows:
+        raise ConfigError(f"profile file {where}: the {table} table has no rows"
+                          + (f" for model {model!r}" if model is not None and "model" in header else ""))
+    acc: dict[tuple, list[float]] = {}
+    for n, r in rows:
+        at = f"{where} line {n}"
+        key = tuple(_num(r.get(c, ""), c, at) for c in keys)
+        if table == "linear":
+            mode = (r.get("mode") or "eager").lower()
+            if mode not in ("eager", "graph"):
+                raise ConfigError(f"profile file {at}: mode must be eager or graph, got {mode!r}")
+            key = key + (mode,)
+        acc.setdefault(key, []).append(_num(r.get("ms", ""), "ms", at))
+    return [k + (sum(v) / len(v),) for k, v in acc.items()]
+
+
+def _models_in(header, rows) -> list[str]:
+    if "model" not in header:
+        return []
+    return sorted({r.get("model", "") for _, r in rows} - {""})
+
+
+def _pick_model(models_seen: list[str], model: str | None, where: str) -> str | None:
+    if model is None:
+        if len(models_seen) > 1:
+            raise ConfigError(f"profile {where} holds several models ({', '.join(models_seen)}); "
+                              f"choose one with {where}#MODEL")
+        return models_seen[0] if models_seen else None
+    if models_seen and model not in models_seen:
+        raise ConfigError(f"profile {where} has no model {model!r} (models: {', '.join(models_seen)})")
+    return model
+
+
+def _read_meta(folder: Path) -> dict:
+    p = folder / META_FILE
+    if not p.exists():
+        return {}
+    try:
+        meta = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"profile file {p} is not valid JSON: {e}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("models", {}), dict):
+        raise ConfigError(f"profile file {p} must hold a JSON object with an optional \"models\" object")
+    return meta
+
+
+def _meta_layers(meta: dict, model: str | None, where: str):
+    entry = meta.get("models", {}).get(model) if model is not None else None
+    if entry is not None and not isinstance(entry, dict):
+        raise ConfigError(f"profile file {where}: models.{model} must be a JSON object")
+    layers = (entry or {}).get("layers", meta.get("layers"))
+    if layers is not None and (not isinstance(layers, int) or isinstance(layers, bool) or layers <= 0):
+        raise ConfigError(f"profile file {where}: layers must be a positive integer, got {layers!r}")
+    return layers
+
+
+def _shipped() -> dict[str, tuple[Path, str]]:
+    """Shipped profiles: name -> (folder, model)."""
+    out = {}
+    if PROFILES_DIR.is_dir():
+        for folder in sorted(PROFILES_DIR.iterdir()):
+            if folder.is_dir() and (folder / META_FILE).exists():
+                for model in _read_meta(folder).get("models", {}):
+                    out[f"{folder.name}-{model}"] = (folder, model)
+    return out
+
+
+def _known_layers(model: str | None):
+    if model is None:
+        return None
+    for folder, m in _shipped().values():
+        if m == model:
+            return _meta_layers(_read_meta(folder), m, str(folder / META_FILE))
+    return None
+
+
+def _load_folder(folder: Path, model: str | None) -> tuple[dict, str | None, int | None]:
+    parsed = {}
+    seen: set[str] = set()
+    raw = {}
+    for table, (fname, _) in TABLES.items():
+        p = folder / fname
+        if table not in REQUIRED_TABLES and not p.exists():
+            continue
+        header, rows = _read_csv(p)
+        if not header:
+            raise ConfigError(f"profile file {p} is empty")
+        raw[table] = (header, rows, p)
+        seen.update(_models_in(header, rows))
+    model = _pick_model(sorted(seen), model, str(folder))
+    for table, (header, rows, p) in raw.items():
+        parsed[table] = _table_rows(table, header, rows, str(p), model)
+    meta_path = str(folder / META_FILE)
+    layers = _meta_layers(_read_meta(folder), model, meta_path)
+    return parsed, model, layers
+
+
+def _load_combined(path: Path, model: str | None) -> tuple[dict, str | None, int | None]:
+    header, rows = _read_csv(path)
+    if not header:
+        raise ConfigError(f"profile file {path} is empty")
+    if "table" not in header:
+        raise ConfigError(f"profile file {path}: a combined profile CSV needs a 'table' column "
+                          f"(found: {', '.join(h for h in header if h) or 'none'})")
+    for n, r in rows:
+        if r.get("table", "") not in TABLES:
+            raise ConfigError(f"profile file {path} line {n}: unknown table {r.get('table', '')!r} "
+                              f"(known: {', '.join(TABLES)})")
+    model = _pick_model(_models_in(header, rows), model, str(path))
+    parsed = {}
+    for table in TABLES:
+        sub = [(n, r) for n, r in rows if r["table"] == table]
+        if table not in REQUIRED_TABLES and not sub:
+            continue
+        parsed[table] = _table_rows(table, header, sub, str(path), model)
+    layers = None
+    if "layers" in header:
+        vals = {r["layers"] for _, r in rows
+                if r.get("layers") and (model is None or "model" not in header or r.get("model") == model)}
+        if len(vals) > 1:
+            raise ConfigError(f"profile file {path}: the layers column disagrees with itself "
+                              f"({', '.join(sorted(vals))})")
+        if vals:
+            v = vals.pop()
+            try:
+                layers = int(v)
+            except ValueError:
+                raise ConfigError(f"profile file {path}: layers must be a positive integer, got {v!r}") from None
+            if layers <= 0:
+                raise ConfigError(f"profile file {path}: layers must be a positive integer, got {v!r}")
+    return parsed, model, layers
+
+
+def _parse_options(parts: list[str], spec: str) -> dict:
+    opts: dict = {}
+    for part in parts:
+        part = part.strip()
+        if not part:
+            continue
+        k, eq, v = part.partition("=")
+        k, v = k.strip().lower(), v.strip()
+        if not eq:
+            raise ConfigError(f"profile {spec!r}: expected key=value after the profile, got {part!r}")
+        if k == "mode":
+            if v.lower() not in MODES:
+                raise ConfigError(f"profile {spec!r}: mode must be one of {', '.join(MODES)}, got {v!r}")
+            opts["mode"] = v.lower()
+        elif k == "monotone":
+            if v.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ConfigError(f"profile {spec!r}: monotone must be 1 or 0, got {v!r}")
+            opts["monotone"] = v.lower() in ("1", "true", "yes", "on")
+        elif k == "overlap":
+            try:
+                opts["overlap"] = float(v)
+            except ValueError:
+                raise ConfigError(f"profile {spec!r}: overlap must be a number from 0 to 1, got {v!r}") from None
+            if not 0.0 <= opts["overlap"] <= 1.0:
+                raise ConfigError(f"profile {spec!r}: overlap must be a number from 0 to 1, got {v!r}")
+        elif k == "layers":
+            try:
+                opts["layers"] = int(v)
+            except ValueError:
+                raise ConfigError(f"profile {spec!r}: layers must be a positive integer, got {v!r}") from None
+            if opts["layers"] <= 0:
+                raise ConfigError(f"profile {spec!r}: layers must be a positive integer, got {v!r}")
+        else:
+            raise ConfigError(f"profile {spec!r}: unknown option {k!r} (known: mode, monotone, overlap, layers)")
+    return opts
+
+
+_CACHE: dict = {}
+
+
+def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
+    """Load a profile cost model from a spec (see the module docstring for the forms)."""
+    spec = (spec or DEFAULT_PROFILE).strip()
+    shipped = _shipped()
+    source, opts_parts = spec, []
+    if "," in spec and not Path(spec.partition("#")[0]).exists():
+        source, *opts_parts = spec.split(",")
+    elif "," in spec:  # an existing path: peel `,key=value` options off its end only
+        parts = spec.split(",")
+        while len(parts) > 1 and "=" in parts[-1]:
+            opts_parts.insert(0, parts.pop())
+        source = ",".join(parts)
+    opts = _parse_options(opts_parts, spec)
+    source = source.strip() or DEFAULT_PROFILE
+    key = None
+    if source in shipped:
+        folder, model = shipped[source]
+        key = (source, tuple(sorted(opts.items())))
+        if key in _CACHE:
+            return _CACHE[key]
+        tables, model, layers = _load_folder(folder, model)
+        label, where = source, str(folder)
+    else:
+        path_text, _, model = source.partition("#")
+        model = model.strip() or None
+        path = Path(path_text).expanduser()
+        if path.is_dir():
+            tables, model, layers = _load_folder(path, model)
+            where = str(path / META_FILE)
+        elif path.is_file():
+            tables, model, layers = _load_combined(path, model)
+            where = str(path)
+        else:
+            raise ConfigError(f"unknown profile {source!r}: not a shipped profile "
+                              f"({', '.join(shipped) or 'none'}) nor an existing file or folder")
+        label = source
+    layers = opts.get("layers", layers)
+    if layers is None:
+        layers = _known_layers(model)
+    if layers is None:
+        raise ConfigError(f"profile {label}: the layer count of model {model or '(unnamed)'} is unknown; "
+                          f"give it in {where} (\"layers\") or as the option ,layers=N")
+    m = ProfileCostModel(tables, layers, mode=opts.get("mode", "auto"), monotone=opts.get("monotone", True),
+                         overlap=opts.get("overlap", 1.0), label=label, source=str(where))
+    if key is not None:
+        _CACHE[key] = m
+    return m
+
+
+def shipped_profiles() -> list[str]:
+    """Names of the profiles that ship with the package."""
+    return sorted(_shipped())

@@ -1,0 +1,173 @@
+"""Synthetic arrival processes (renewal processes started at time 0).
+
+Request i arrives at the sum of the first i inter-arrival gaps, so the first arrival is at
+the first gap (not at 0) and the number of arrivals in [0, T] of the Poisson process is
+Poisson(rate * T).
+- `Poisson(rate)`: exponential gaps with mean 1/rate.
+- `Gamma(rate, cv)`: gamma gaps with mean 1/rate and coefficient of variation cv
+  (shape 1/cv^2); cv = 1 is Poisson, cv > 1 bursty, cv < 1 smoother.
+- `Deterministic(rate)`: gaps exactly 1/rate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.errors import ConfigError
+
+__all__ = ["ArrivalProcess", "Poisson", "Gamma", "Deterministic", "make_arrival_process",
+           "MAX_REQUESTS"]
+
+MAX_REQUESTS = 20_000_000  # guard against a typo that asks for billions of requests
+
+
+def check_rate(rate) -> float:
+    try:
+        r = float(rate)
+    except (TypeError, ValueError):
+        raise ConfigError(f"arrival rate must be a number of requests per second, got {rate!r}") from None
+    if not (math.isfinite(r) and r > 0):
+        raise ConfigError(f"arrival rate must be a positive number of requests per second, got {rate!r}")
+    return r
+
+
+def check_cv(cv) -> float:
+    try:
+        c = float(cv)
+    except (TypeError, ValueError):
+        raise ConfigError(f"cv (coefficient of variation) must be a number, got {cv!r}") from None
+    if not (math.isfinite(c) and c > 0):
+        raise ConfigError(f"cv (coefficient of variation) must be > 0, got {cv!r}")
+    return c
+
+
+class ArrivalProcess:
+    """Base: subclasses draw `n` inter-arrival gaps (seconds)."""
+
+    rate: float
+
+    def gaps(self, rng: np.random.Generator, n: int) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def times(self, rng: np.random.Generator, n: int | None = None,
+              duration_s: float | None = None) -> np.ndarray:
+        """Arrival times: the first `n`, or all up to `duration_s` (inclusive), or the
+        first n within duration_s when both are given."""
+        if n is None and duration_s is None:
+            raise ConfigError("give num_requests or duration_s to stop the arrivals")
+        if duration_s is None:
+            if n > MAX_REQUESTS:
+                raise ConfigError(f"num_requests={n} exceeds the limit of {MAX_REQUESTS:,}")
+            return np.cumsum(self.gaps(rng, n))
+        expect = self.rate * duration_s
+        if n is None and expect > MAX_REQUESTS:
+            raise ConfigError(f"duration_s={duration_s} at rate {self.rate} gives about "
+                              f"{expect:,.0f} requests, over the limit of {MAX_REQUESTS:,}")
+        cap = MAX_REQUESTS if n is None else n
+        # Draw in blocks so the result is the same prefix of one gap sequence however the
+        # blocks fall (draws of numpy's generators are sequential).
+        block = int(min(cap, expect + 6 * math.sqrt(expect) + 16))
+        parts, t0, total = [], 0.0, 0
+        while total < cap:
+            m = min(block, cap - total)
+            t = t0 + np.cumsum(self.gaps(rng, m))
+            k = int(np.searchsorted(t, duration_s, side="right"))
+            parts.append(t[:k])
+            total += k
+            if k < m:
+                break
+            if n is None and total >= cap:
+                raise ConfigError(f"duration_s={duration_s} at rate {self.rate} gives over "
+                                  f"{MAX_REQUESTS:,} requests, the limit")
+            t0 = float(t[-1])
+            block = max(block, 1024)
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def to_dict(self) -> dict:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Poisson(ArrivalProcess):
+    rate: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "rate", check_rate(self.rate))
+
+    def gaps(self, rng, n):
+        return rng.exponential(1.0 / self.rate, n)
+
+    def to_dict(self):
+        return {"arrival": "poisson", "rate": self.rate}
+
+
+@dataclass(frozen=True)
+class Gamma(ArrivalProcess):
+    rate: float
+    cv: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "rate", check_rate(self.rate))
+        object.__setattr__(self, "cv", check_cv(self.cv))
+
+    def gaps(self, rng, n):
+        shape = 1.0 / (self.cv * self.cv)
+        return rng.gamma(shape, 1.0 / (self.rate * shape), n)
+
+    def to_dict(self):
+        return {"arrival": "gamma", "rate": self.rate, "cv": self.cv}
+
+
+@dataclass(frozen=True)
+class Deterministic(ArrivalProcess):
+    rate: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "rate", check_rate(self.rate))
+
+    def gaps(self, rng, n):
+        return np.full(n, 1.0 / self.rate)
+
+    def times(self, rng, n=None, duration_s=None):
+        # exact multiples of 1/rate (a cumulative sum would drift by rounding)
+        if n is None and duration_s is None:
+            raise ConfigError("give num_requests or duration_s to stop the arrivals")
+        m = n if n is not None else math.inf
+        if duration_s is not None:
+            k = math.floor(duration_s * self.rate)  # arrivals k / rate <= duration_s
+            while (k + 1) / self.rate <= duration_s:
+                k += 1
+            while k > 0 and k / self.rate > duration_s:
+                k -= 1
+            m = min(m, k)
+        if m > MAX_REQUESTS:
+            raise ConfigError(f"the workload would hold {m:,} requests, over the limit of "
+                              f"{MAX_REQUESTS:,}")
+        return np.arange(1, int(m) + 1, dtype=np.float64) / self.rate
+
+    def to_dict(self):
+        return {"arrival": "deterministic", "rate": self.rate}
+
+
+def make_arrival_process(kind: str, rate, cv=None) -> ArrivalProcess:
+    """`poisson`, `gamma` or `deterministic` with a rate (req/s); cv only for gamma."""
+    k = str(kind).strip().lower()
+    if k in ("poisson", "exponential"):
+        _no_cv(k, cv)
+        return Poisson(rate)
+    if k == "gamma":
+        return Gamma(rate, 1.0 if cv is None else cv)
+    if k in ("deterministic", "constant", "uniform-spacing"):
+        _no_cv(k, cv)
+        return Deterministic(rate)
+    raise ConfigError(f"unknown arrival process '{kind}' (known: poisson, gamma, "
+                      "deterministic, trace:PATH, azure-conv)")
+
+
+def _no_cv(kind, cv):
+    if cv is not None and float(check_cv(cv)) != 1.0:
+        raise ConfigError(f"cv={cv} applies to gamma arrivals only, not to {kind} "
+                          "(use arrival 'gamma' for bursty traffic)")

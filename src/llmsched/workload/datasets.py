@@ -1,0 +1,76 @@
+"""Named real-workload files (kept outside the project, in a shared `traces` folder).
+
+Search order for the traces folder: `$LLMSCHED_TRACES`, then `../shared/traces` relative
+to the current directory, then `../shared/traces` relative to the repository root (the
+folder above `src/`). The data files are never copied into the project.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..core.errors import ConfigError
+
+__all__ = ["DATASETS", "traces_dirs", "resolve_dataset", "resolve_path", "is_dataset"]
+
+# name -> (path relative to the traces folder, prompt column, output column)
+DATASETS: dict[str, tuple[str, str, str]] = {
+    "sharegpt": ("sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+                 "num_prefill_tokens", "num_decode_tokens"),
+    "arxiv": ("arxiv_lengths/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+              "num_prefill_tokens", "num_decode_tokens"),
+    "azure-conv": ("azure_conv_2023/AzureLLMInferenceTrace_conv.csv",
+                   "ContextTokens", "GeneratedTokens"),
+}
+
+ENV_VAR = "LLMSCHED_TRACES"
+
+
+def _repo_root() -> Path:
+    # .../src/llmsched/workload/datasets.py -> repository root is the folder above src/
+    return Path(__file__).resolve().parents[3]
+
+
+def traces_dirs() -> list[Path]:
+    """Candidate traces folders, in search order."""
+    dirs = []
+    env = os.environ.get(ENV_VAR)
+    if env:
+        dirs.append(Path(env).expanduser())
+    dirs.append(Path.cwd() / ".." / "shared" / "traces")
+    dirs.append(_repo_root() / ".." / "shared" / "traces")
+    return dirs
+
+
+def is_dataset(name: str) -> bool:
+    return str(name).strip().lower() in DATASETS
+
+
+def resolve_dataset(name: str) -> Path:
+    """Path of a named dataset's file; ConfigError naming every place looked in."""
+    key = str(name).strip().lower()
+    if key not in DATASETS:
+        raise ConfigError(f"unknown dataset '{name}' (known: {', '.join(DATASETS)})")
+    rel = DATASETS[key][0]
+    tried = []
+    for d in traces_dirs():
+        p = d / rel
+        if p.is_file():
+            return p.resolve()
+        tried.append(str(p))
+    raise ConfigError(f"dataset '{name}' not found: looked for {rel} under "
+                      f"${ENV_VAR}, ./../shared/traces and <repo>/../shared/traces "
+                      f"({'; '.join(tried)})")
+
+
+def resolve_path(path: str | os.PathLike) -> Path:
+    """A file path, or a dataset name when no file of that name exists."""
+    p = Path(os.path.expanduser(str(path)))
+    if p.is_file():
+        return p
+    if is_dataset(str(path)):
+        return resolve_dataset(str(path))
+    if p.exists():
+        raise ConfigError(f"{p} is not a file")
+    raise ConfigError(f"file {p} does not exist")

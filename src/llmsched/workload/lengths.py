@@ -1,0 +1,414 @@
+"""Length laws for prompt and output token counts (all samples are int64 >= 1).
+
+String forms (what a user types on a command line):
+
+    const:512                         every request 512 tokens (also a bare 512)
+    uniform:16,2048                   integer uniform, both ends included (uniform:lo=16,hi=2048)
+    geometric:256                     geometric on {1, 2, ...} with mean 256 (geometric:mean=256,max=4096)
+    lognormal:mean=1000,sigma=1.0     lognormal with that arithmetic mean and log-sd sigma,
+    lognormal:mean=1000,cv=1.5          or that coefficient of variation; rounded, >= 1,
+                                        optional max=N clip
+    empirical:PATH[:COLUMN]           rows drawn uniformly with replacement from a CSV column
+    replay:PATH[:COLUMN]              the column's rows in file order (wrapping around)
+    sharegpt | arxiv | azure-conv     named datasets (= empirical:NAME)
+
+For an empirical file without COLUMN, the column is chosen by role: prompt reads the first
+of num_prefill_tokens, ContextTokens, prompt_tokens; output reads the first of
+num_decode_tokens, GeneratedTokens, output_tokens. PATH may be a dataset name.
+
+Mapping of the ShareGPT / arXiv files: prompt tokens = num_prefill_tokens and output
+tokens = num_decode_tokens (the number of generated tokens), each raised to at least 1.
+(The simulator counts output token 1 as emitted by the last prefill step, so such a
+request needs num_decode_tokens - 1 decode steps; MODEL.md section 1.)
+
+When prompt and output both come from the same file (same mode), a request's prompt and
+output are read from the same row, which keeps their correlation (see `sample_pair`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import ConfigError
+from .csvio import as_lengths, read_columns, read_header
+from .datasets import DATASETS, is_dataset, resolve_path
+
+__all__ = ["LengthLaw", "Constant", "Uniform", "Geometric", "Lognormal", "Empirical",
+           "parse_length_law", "sample_pair", "LAW_NAMES"]
+
+LAW_NAMES = ("const", "uniform", "geometric", "lognormal", "empirical", "replay",
+             *DATASETS)
+
+PROMPT_COLUMNS = ("num_prefill_tokens", "ContextTokens", "prompt_tokens")
+OUTPUT_COLUMNS = ("num_decode_tokens", "GeneratedTokens", "output_tokens")
+
+
+def _fmt(x: float) -> str:
+    x = float(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
+
+
+def _pos_int(value, what: str, minimum: int = 1) -> int:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a whole number, got {value!r}") from None
+    if not math.isfinite(f) or f != math.floor(f):
+        raise ConfigError(f"{what} must be a whole number, got {value!r}")
+    if f < minimum:
+        raise ConfigError(f"{what} must be >= {minimum}, got {value!r}")
+    return int(f)
+
+
+def _pos_float(value, what: str) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a number, got {value!r}") from None
+    if not (math.isfinite(f) and f > 0):
+        raise ConfigError(f"{what} must be > 0, got {value!r}")
+    return f
+
+
+class LengthLaw:
+    """A distribution of token counts; `sample(rng, n)` returns int64 values >= 1."""
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def expected(self) -> float:  # pragma: no cover
+        """Mean of the samples (approximate where rounding applies)."""
+        raise NotImplementedError
+
+    def to_str(self) -> str:  # pragma: no cover
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.to_str()
+
+
+@dataclass(frozen=True)
+class Constant(LengthLaw):
+    value: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "value", _pos_int(self.value, "const length"))
+
+    def sample(self, rng, n):
+        return np.full(n, self.value, dtype=np.int64)
+
+    def expected(self):
+        return float(self.value)
+
+    def to_str(self):
+        return f"const:{self.value}"
+
+
+@dataclass(frozen=True)
+class Uniform(LengthLaw):
+    lo: int
+    hi: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "lo", _pos_int(self.lo, "uniform lo"))
+        object.__setattr__(self, "hi", _pos_int(self.hi, "uniform hi"))
+        if self.hi < self.lo:
+            raise ConfigError(f"uniform:{self.lo},{self.hi} needs lo <= hi")
+
+    def sample(self, rng, n):
+        return rng.integers(self.lo, self.hi + 1, size=n, dtype=np.int64)
+
+    def expected(self):
+        return (self.lo + self.hi) / 2.0
+
+    def to_str(self):
+        return f"uniform:{self.lo},{self.hi}"
+
+
+@dataclass(frozen=True)
+class Geometric(LengthLaw):
+    """P(k) = p (1-p)^(k-1), k >= 1, p = 1/mean; optional clip at max."""
+    mean: float
+    max: int | None = None
+
+    def __post_init__(self):
+        m = _pos_float(self.mean, "geometric mean")
+        if m < 1:
+            raise ConfigError(f"geometric mean must be >= 1 token, got {self.mean!r}")
+        object.__setattr__(self, "mean", m)
+        if self.max is not None:
+            object.__setattr__(self, "max", _pos_int(self.max, "geometric max"))
+
+    def sample(self, rng, n):
+        x = rng.geometric(1.0 / self.mean, size=n).astype(np.int64, copy=False)
+        if self.max is not None:
+            np.minimum(x, self.max, out=x)
+        return x
+
+    def expected(self):
+        if self.max is None:
+            return self.mean
+        q = 1.0 - 1.0 / self.mean         # E[min(X, M)] = sum_{k<M} q^k
+        return (1.0 - q ** self.max) / (1.0 - q) if q > 0 else 1.0
+
+    def to_str(self):
+        s = f"geometric:mean={_fmt(self.mean)}"
+        return s + (f",max={self.max}" if self.max is not None else "")
+
+
+@dataclass(frozen=True)
+class Lognormal(LengthLaw):
+    """exp(N(mu, sigma^2)) with mu = ln(mean) - sigma^2/2, rounded, >= 1, optional max."""
+    mean: float
+    sigma: float | None = None
+    cv: float | None = None
+    max: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "mean", _pos_float(self.mean, "lognormal mean"))
+        if (self.sigma is None) == (self.cv is None):
+            raise ConfigError("lognormal needs exactly one of sigma= or cv= "
+                              "(e.g. lognormal:mean=1000,sigma=1.0)")
+        if self.sigma is not None:
+            object.__setattr__(self, "sigma", _pos_float(self.sigma, "lognormal sigma"))
+        else:
+            object.__setattr__(self, "cv", _pos_float(self.cv, "lognormal cv"))
+        if self.max is not None:
+            object.__setattr__(self, "max", _pos_int(self.max, "lognormal max"))
+
+    @property
+    def log_sigma(self) -> float:
+        return self.sigma if self.sigma is not None else math.sqrt(math.log1p(self.cv ** 2))
+
+    def sample(self, rng, n):
+        s = self.log_sigma
+        mu = math.log(self.mean) - 0.5 * s * s
+        x = np.rint(rng.lognormal(mu, s, size=n))
+        np.clip(x, 1, self.max if self.max is not None else 2 ** 62, out=x)
+        return x.astype(np.int64)
+
+    def expected(self):
+        return self.mean
+
+    def to_str(self):
+        s = f"lognormal:mean={_fmt(self.mean)},"
+        s += f"sigma={_fmt(self.sigma)}" if self.sigma is not None else f"cv={_fmt(self.cv)}"
+        return s + (f",max={self.max}" if self.max is not None else "")
+
+
+_EMPIRICAL_CACHE: dict[tuple, np.ndarray] = {}
+
+
+@dataclass(frozen=True)
+class Empirical(LengthLaw):
+    """Values of one CSV column: drawn uniformly with replacement (`sequential=False`) or
+    read in file order, wrapping around (`sequential=True`).
+
+    `source` is what the user gave (a path or a dataset name); `column` None means the
+    default column for `role` ("prompt" or "output")."""
+    source: str
+    column: str | None = None
+    sequential: bool = False
+    role: str | None = None
+    path: Path = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", resolve_path(self.source))
+
+    def with_role(self, role: str) -> "Empirical":
+        return Empirical(self.source, self.column, self.sequential, role)
+
+    @property
+    def resolved_column(self) -> str:
+        header = read_header(self.path)
+        if self.column is not None:
+            if self.column not in header:
+                raise ConfigError(f"file {self.path} has no column '{self.column}' (its "
+                                  f"header is: {','.join(header)})")
+            return self.column
+        names = PROMPT_COLUMNS if self.role == "prompt" else (
+            OUTPUT_COLUMNS if self.role == "output" else ())
+        for c in names:
+            if c in header:
+                return c
+        if len(header) == 1:
+            return header[0]
+        raise ConfigError(f"say which column of {self.path} to use for "
+                          f"{self.role or 'lengths'}, e.g. empirical:{self.source}:"
+                          f"{header[0]} (columns: {','.join(header)})")
+
+    def values(self) -> np.ndarray:
+        """The column as int64 >= 1 (cached per file version; read-only)."""
+        col = self.resolved_column
+        st = self.path.stat()
+        key = (str(self.path.resolve()), st.st_mtime_ns, st.st_size, col)
+        v = _EMPIRICAL_CACHE.get(key)
+        if v is None:
+            raw = read_columns(self.path, {col: "float"})[col]
+            if raw.size == 0:
+                raise ConfigError(f"file {self.path} has no data rows for column '{col}'")
+            v = as_lengths(raw, self.path, col, minimum=1, clip_low=True)
+            v.setflags(write=False)
+            if len(_EMPIRICAL_CACHE) > 16:
+                _EMPIRICAL_CACHE.clear()
+            _EMPIRICAL_CACHE[key] = v
+        return v
+
+    def indices(self, rng, n: int, size: int) -> np.ndarray:
+        if self.sequential:
+            return np.arange(n, dtype=np.int64) % size
+        return rng.integers(0, size, size=n, dtype=np.int64)
+
+    def sample(self, rng, n):
+        v = self.values()
+        return v[self.indices(rng, n, v.shape[0])]
+
+    def expected(self):
+        return float(self.values().mean())
+
+    def to_str(self):
+        if not self.sequential and self.column is None and is_dataset(self.source) \
+                and not Path(self.source).is_file():
+            return self.source
+        s = f"{'replay' if self.sequential else 'empirical'}:{self.source}"
+        return s + (f":{self.column}" if self.column is not None else "")
+
+
+def sample_pair(prompt: LengthLaw, output: LengthLaw, rng_prompt: np.random.Generator,
+                rng_output: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Draw n prompt and n output lengths. Two empirical laws on the same file (and mode)
+    read the same rows (joint sampling, from `rng_prompt`); otherwise independent."""
+    if (isinstance(prompt, Empirical) and isinstance(output, Empirical)
+            and prompt.sequential == output.sequential
+            and prompt.path.resolve() == output.path.resolve()):
+        pv, ov = prompt.values(), output.values()
+        idx = prompt.indices(rng_prompt, n, pv.shape[0])
+        return pv[idx], ov[idx]
+    return prompt.sample(rng_prompt, n), output.sample(rng_output, n)
+
+
+# ---------------------------------------------------------------------------- parsing
+def _split_args(text: str, law: str, positional: tuple[str, ...], keys: tuple[str, ...]):
+    out: dict[str, str] = {}
+    args = [a.strip() for a in text.split(",")] if text.strip() else []
+    pos = 0
+    for a in args:
+        if not a:
+            raise ConfigError(f"empty argument in length law '{law}:{text}'")
+        if "=" in a:
+            k, v = (s.strip() for s in a.split("=", 1))
+            k = k.lower()
+            if k not in keys:
+                raise ConfigError(f"unknown parameter '{k}' in length law '{law}:{text}' "
+                                  f"(allowed: {', '.join(keys)})")
+            if k in out:
+                raise ConfigError(f"parameter '{k}' given twice in length law '{law}:{text}'")
+            out[k] = v
+        else:
+            if pos >= len(positional):
+                raise ConfigError(f"too many values in length law '{law}:{text}'")
+            if positional[pos] in out:
+                raise ConfigError(f"parameter '{positional[pos]}' given twice in length law "
+                                  f"'{law}:{text}'")
+            out[positional[pos]] = a
+            pos += 1
+    return out
+
+
+def _need(args: dict, key: str, spec: str, example: str):
+    if key not in args:
+        raise ConfigError(f"length law '{spec}' is missing {key} (e.g. {example})")
+    return args[key]
+
+
+def _from_string(spec: str) -> LengthLaw:
+    s = spec.strip()
+    if not s:
+        raise ConfigError("length law is empty (e.g. const:512, lognormal:mean=1000,sigma=1)")
+    if is_dataset(s):
+        return Empirical(s.lower())
+    try:
+        return Constant(int(s))
+    except ValueError:
+        pass
+    law, sep, rest = s.partition(":")
+    law = law.strip().lower()
+    if law in ("const", "constant", "fixed"):
+        a = _split_args(rest, law, ("value",), ("value",))
+        return Constant(_need(a, "value", s, "const:512"))
+    if law == "uniform":
+        a = _split_args(rest, law, ("lo", "hi"), ("lo", "hi"))
+        return Uniform(_need(a, "lo", s, "uniform:16,2048"), _need(a, "hi", s, "uniform:16,2048"))
+    if law in ("geometric", "geom"):
+        a = _split_args(rest, law, ("mean",), ("mean", "max"))
+        return Geometric(_need(a, "mean", s, "geometric:256"), a.get("max"))
+    if law == "lognormal":
+        a = _split_args(rest, law, ("mean",), ("mean", "sigma", "cv", "max"))
+        return Lognormal(_need(a, "mean", s, "lognormal:mean=1000,sigma=1.0"),
+                         a.get("sigma"), a.get("cv"), a.get("max"))
+    if law in ("empirical", "replay"):
+        if not rest.strip():
+            raise ConfigError(f"length law '{s}' needs a file: {law}:PATH[:COLUMN]")
+        return _empirical_from(rest.strip(), sequential=(law == "replay"))
+    raise ConfigError(f"unknown length law '{s}' (known: const:N, uniform:LO,HI, geometric:MEAN, "
+                      "lognormal:mean=M,sigma=S|cv=C, empirical:PATH[:COLUMN], "
+                      f"replay:PATH[:COLUMN], {', '.join(DATASETS)})")
+
+
+def _empirical_from(rest: str, sequential: bool, column: str | None = None) -> Empirical:
+    if column is None and not Path(os.path.expanduser(rest)).is_file() and not is_dataset(rest) \
+            and ":" in rest:
+        path, col = rest.rsplit(":", 1)
+        if col.strip() and (Path(os.path.expanduser(path)).is_file() or is_dataset(path)):
+            return Empirical(path.strip(), col.strip(), sequential)
+    src = rest.lower() if is_dataset(rest) and not Path(rest).is_file() else rest
+    return Empirical(src, column, sequential)
+
+
+def _from_mapping(d: dict) -> LengthLaw:
+    d = {str(k).lower(): v for k, v in d.items()}
+    kind = d.pop("law", None) or d.pop("kind", None) or d.pop("type", None)
+    if kind is None:
+        raise ConfigError(f"length law mapping {d} needs a 'law' key (e.g. law: lognormal)")
+    kind = str(kind).strip().lower()
+    if is_dataset(kind) and not d:
+        return Empirical(kind)
+    if kind in ("empirical", "replay"):
+        src = d.pop("path", None) or d.pop("dataset", None) or d.pop("file", None)
+        if src is None:
+            raise ConfigError(f"{kind} length law needs a 'path' key")
+        col = d.pop("column", None)
+        if d:
+            raise ConfigError(f"unknown key(s) {sorted(d)} in {kind} length law")
+        return _empirical_from(str(src), kind == "replay", None if col is None else str(col))
+    args = ",".join(f"{k}={v}" for k, v in d.items())
+    return _from_string(f"{kind}:{args}")
+
+
+def parse_length_law(spec, role: str | None = None) -> LengthLaw:
+    """A LengthLaw from a string (see module doc), an int (constant), a mapping such as
+    {"law": "lognormal", "mean": 1000, "sigma": 1}, or a LengthLaw. `role` ("prompt" or
+    "output") picks an empirical file's default column."""
+    if isinstance(spec, LengthLaw):
+        law = spec
+    elif isinstance(spec, bool):
+        raise ConfigError(f"length law must be a string like const:512, got {spec!r}")
+    elif isinstance(spec, (int, np.integer)):
+        law = Constant(int(spec))
+    elif isinstance(spec, float):
+        law = Constant(spec)
+    elif isinstance(spec, str):
+        law = _from_string(spec)
+    elif isinstance(spec, dict):
+        law = _from_mapping(spec)
+    else:
+        raise ConfigError(f"length law must be a string like const:512, got {spec!r}")
+    if isinstance(law, Empirical) and role is not None and law.role != role:
+        law = law.with_role(role)
+        law.resolved_column  # check the column now: errors surface when the spec is built
+    return law

@@ -1,0 +1,390 @@
+"""`WorkloadSpec`: a whole workload in a few fields, and `make_trace(spec) -> Trace`.
+
+Arrivals (`arrival`):
+    poisson | gamma | deterministic      synthetic, at `rate` req/s (gamma also `cv`);
+                                         inline parameters allowed: poisson:5,
+                                         gamma:rate=5,cv=2, deterministic:rate=5
+    trace:PATH | trace (with `trace`)    replay a trace file (plain or Azure CSV)
+    azure-conv                           replay the named Azure conversation trace
+For a trace, `time_scale` k divides arrival times (k times the rate); alternatively `rate`
+rescales the trace to that mean rate. Lengths come from the trace unless `prompt` /
+`output` give a length law (each may be overridden alone).
+
+Stopping: `num_requests` and/or `duration_s` (arrivals at or before duration_s, in the
+replayed, already time-scaled clock); with both, whichever is reached first. A synthetic
+workload needs at least one; a trace without either is replayed whole.
+
+Randomness: `numpy.random.default_rng` on child seeds of `seed`, one stream per purpose
+(arrivals; class assignment; prompt and output lengths of each class), so changing the
+rate or the arrival process never changes the lengths drawn, and the first n lengths do
+not depend on how many requests are made.
+
+Classes: `classes=[{"tag": "chat", "share": 0.7, "prompt": ..., "output": ...}, ...]`
+assigns each request a class at random with probability share / sum of shares; a class's
+laws default to the workload's `prompt` / `output` (or, for a trace, its own lengths).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from ..core.errors import ConfigError
+from .arrivals import MAX_REQUESTS, check_cv, check_rate, make_arrival_process
+from .datasets import is_dataset, resolve_path
+from .lengths import LengthLaw, parse_length_law, sample_pair
+from .trace import Trace, read_trace
+
+__all__ = ["WorkloadSpec", "WorkloadClass", "make_trace", "load_trace", "SYNTHETIC_ARRIVALS"]
+
+SYNTHETIC_ARRIVALS = ("poisson", "gamma", "deterministic")
+_ARRIVAL_ALIASES = {"exponential": "poisson", "constant": "deterministic", "replay": "trace"}
+
+# Stream roles for numpy SeedSequence spawn keys.
+_ARRIVALS, _CLASSES, _PROMPT, _OUTPUT = 0, 1, 2, 3
+
+
+def _rng(seed: int, *key: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def _opt_float(value, what: str, positive: bool = True) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"{what} must be a number, got {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(f) or (positive and f <= 0):
+        raise ConfigError(f"{what} must be a positive number, got {value!r}")
+    return f
+
+
+def _opt_count(value, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"{what} must be a whole number, got {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a whole number, got {value!r}") from None
+    if not math.isfinite(f) or f != math.floor(f) or f < 1:
+        raise ConfigError(f"{what} must be a whole number >= 1, got {value!r}")
+    return int(f)
+
+
+@dataclass
+class WorkloadClass:
+    """One request class of a mix: a tag, a share and (optionally) its own length laws."""
+    tag: str
+    share: float = 1.0
+    prompt: LengthLaw | str | None = None
+    output: LengthLaw | str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.tag, str) or not self.tag.strip():
+            raise ConfigError(f"class tag must be a non-empty string, got {self.tag!r}")
+        self.tag = self.tag.strip()
+        if any(c in self.tag for c in ',"\n'):
+            raise ConfigError(f"class tag {self.tag!r} must not contain commas, quotes or newlines")
+        self.share = _opt_float(self.share, f"share of class '{self.tag}'")
+        if self.prompt is not None:
+            self.prompt = parse_length_law(self.prompt, "prompt")
+        if self.output is not None:
+            self.output = parse_length_law(self.output, "output")
+
+    def to_dict(self) -> dict:
+        return {"tag": self.tag, "share": self.share,
+                "prompt": None if self.prompt is None else self.prompt.to_str(),
+                "output": None if self.output is None else self.output.to_str()}
+
+    @classmethod
+    def from_dict(cls, d) -> "WorkloadClass":
+        if isinstance(d, WorkloadClass):
+            return d
+        if not isinstance(d, dict):
+            raise ConfigError(f"each class must be a mapping with tag, share, prompt, output; "
+                              f"got {d!r}")
+        known = {"tag", "share", "prompt", "output"}
+        extra = sorted(set(d) - known)
+        if extra:
+            raise ConfigError(f"unknown key '{extra[0]}' in workload class "
+                              f"(known: {', '.join(sorted(known))})")
+        if "tag" not in d:
+            raise ConfigError("each workload class needs a 'tag'")
+        return cls(d["tag"], d.get("share", 1.0), d.get("prompt"), d.get("output"))
+
+
+@dataclass
+class WorkloadSpec:
+    """A workload: arrivals, length laws, stopping rule, seed and optional class mix.
+
+    Construction validates and normalises (ConfigError on bad input): `arrival` becomes
+    one of poisson, gamma, deterministic, trace (with the path in `trace`); `prompt` /
+    `output` become `LengthLaw` objects; `classes` a list of `WorkloadClass`."""
+    arrival: str | None = None
+    rate: float | None = None
+    cv: float | None = None
+    trace: str | None = None
+    time_scale: float = 1.0
+    prompt: LengthLaw | str | int | None = None
+    output: LengthLaw | str | int | None = None
+    num_requests: int | None = None
+    duration_s: float | None = None
+    seed: int = 0
+    classes: list | None = None
+
+    def __post_init__(self):
+        self.rate = _opt_float(self.rate, "arrival rate (requests per second)")
+        self.cv = _opt_float(self.cv, "cv (coefficient of variation of inter-arrival times)")
+        self.time_scale = _opt_float(1.0 if self.time_scale is None else self.time_scale,
+                                     "time_scale")
+        self.num_requests = _opt_count(self.num_requests, "num_requests")
+        self.duration_s = _opt_float(self.duration_s, "duration_s")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+            try:
+                ok = self.seed is not None and float(self.seed) == int(float(self.seed))
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ConfigError(f"seed must be a whole number >= 0, got {self.seed!r}")
+        self.seed = int(float(self.seed))
+        if self.seed < 0:
+            raise ConfigError(f"seed must be a whole number >= 0, got {self.seed}")
+        self._normalise_arrival()
+        if self.prompt is not None:
+            self.prompt = parse_length_law(self.prompt, "prompt")
+        if self.output is not None:
+            self.output = parse_length_law(self.output, "output")
+        if self.classes is not None:
+            if isinstance(self.classes, (str, bytes)) or not hasattr(self.classes, "__iter__"):
+                raise ConfigError("classes must be a list of mappings with tag, share, "
+                                  "prompt, output")
+            self.classes = [WorkloadClass.from_dict(c) for c in self.classes]
+            if not self.classes:
+                self.classes = None
+            else:
+                tags = [c.tag for c in self.classes]
+                dup = {t for t in tags if tags.count(t) > 1}
+                if dup:
+                    raise ConfigError(f"class tag '{sorted(dup)[0]}' is used twice")
+        self._check_complete()
+
+    # ------------------------------------------------------------------ checks
+    def _normalise_arrival(self):
+        a = self.arrival
+        if a is None:
+            self.arrival = "trace" if self.trace is not None else "poisson"
+            return
+        if not isinstance(a, str) or not a.strip():
+            raise ConfigError(f"arrival must be a string such as poisson, gamma, "
+                              f"deterministic, trace:PATH or azure-conv; got {a!r}")
+        a = a.strip()
+        kind, _, rest = a.partition(":")
+        kind = kind.strip().lower()
+        kind = _ARRIVAL_ALIASES.get(kind, kind)
+        if is_dataset(a) and not rest:
+            kind, rest = "trace", a.lower()
+        if kind == "trace":
+            if rest.strip():
+                if self.trace is not None and str(self.trace) != rest.strip():
+                    raise ConfigError(f"two trace files given: arrival '{a}' and trace "
+                                      f"'{self.trace}'")
+                self.trace = rest.strip()
+            if self.trace is None:
+                raise ConfigError("trace arrivals need a file: arrival trace:PATH "
+                                  "(or azure-conv)")
+            self.arrival = "trace"
+            return
+        if kind not in SYNTHETIC_ARRIVALS:
+            raise ConfigError(f"unknown arrival process '{a}' (known: poisson, gamma, "
+                              "deterministic, trace:PATH, azure-conv)")
+        if rest.strip():
+            self._inline_arrival_params(a, kind, rest)
+        self.arrival = kind
+
+    def _inline_arrival_params(self, text, kind, rest):
+        keys = ("rate", "cv") if kind == "gamma" else ("rate",)
+        for i, part in enumerate(p.strip() for p in rest.split(",")):
+            k, eq, v = part.partition("=")
+            k, v = (k.strip().lower(), v.strip()) if eq else ("rate" if i == 0 else "", k.strip())
+            if k not in keys:
+                raise ConfigError(f"cannot read '{part}' in arrival '{text}' "
+                                  f"(allowed: {', '.join(keys)})")
+            val = _opt_float(v, f"{k} in arrival '{text}'")
+            old = getattr(self, k)
+            if old is not None and old != val:
+                raise ConfigError(f"{k} given twice with different values ({old} and {val})")
+            setattr(self, k, val)
+
+    def _check_complete(self):
+        if self.trace is not None and self.arrival != "trace":
+            raise ConfigError(f"a trace file is given but arrival is '{self.arrival}' "
+                              "(use arrival trace, or drop trace)")
+        if self.arrival == "trace":
+            resolve_path(self.trace)
+            if self.cv is not None:
+                raise ConfigError("cv applies to gamma arrivals only, not to trace replay")
+            if self.rate is not None and self.time_scale != 1.0:
+                raise ConfigError("give either rate (rescale the trace to this mean rate) "
+                                  "or time_scale for trace replay, not both")
+            return
+        make_arrival_process(self.arrival, self.rate if self.rate is not None else 1.0,
+                             self.cv)
+        if self.rate is None:
+            raise ConfigError(f"{self.arrival} arrivals need a rate (requests per second)")
+        if self.num_requests is None and self.duration_s is None:
+            raise ConfigError(f"{self.arrival} arrivals need num_requests or duration_s "
+                              "to know when to stop")
+        for role in ("prompt", "output"):
+            if getattr(self, role) is None and (
+                    not self.classes or any(getattr(c, role) is None for c in self.classes)):
+                raise ConfigError(f"{self.arrival} arrivals need a {role} length law "
+                                  f"(e.g. {role} lognormal:mean=1000,sigma=1 or sharegpt)")
+
+    # ------------------------------------------------------------------ dict form
+    def to_dict(self) -> dict:
+        """Plain-data form (strings and numbers), accepted back by `from_dict`."""
+        return {
+            "arrival": self.arrival, "rate": self.rate, "cv": self.cv, "trace": self.trace,
+            "time_scale": self.time_scale,
+            "prompt": None if self.prompt is None else self.prompt.to_str(),
+            "output": None if self.output is None else self.output.to_str(),
+            "num_requests": self.num_requests, "duration_s": self.duration_s,
+            "seed": self.seed,
+            "classes": None if self.classes is None else [c.to_dict() for c in self.classes],
+        }
+
+    @classmethod
+    def from_dict(cls, d) -> "WorkloadSpec":
+        """From a mapping (e.g. a YAML `workload:` section). Unknown keys are errors.
+        `arrival` may also be a mapping such as {process: gamma, rate: 5, cv: 2}."""
+        if d is None:
+            d = {}
+        if not isinstance(d, dict):
+            raise ConfigError(f"workload must be a mapping of settings, got {type(d).__name__}")
+        d = dict(d)
+        arr = d.get("arrival")
+        if isinstance(arr, dict):
+            arr = {str(k).lower(): v for k, v in arr.items()}
+            kind = arr.pop("process", None) or arr.pop("kind", None) or arr.pop("type", None)
+            for k in list(arr):
+                if k in ("path", "file"):
+                    arr["trace"] = arr.pop(k)
+            for k, v in arr.items():
+                if k not in ("rate", "cv", "trace", "time_scale"):
+                    raise ConfigError(f"unknown key '{k}' in workload arrival (known: process, "
+                                      "rate, cv, trace, time_scale)")
+                if d.get(k) is not None and d[k] != v:
+                    raise ConfigError(f"workload {k} given twice with different values")
+                d[k] = v
+            d["arrival"] = kind
+        known = [f.name for f in fields(cls)]
+        for k in d:
+            if k not in known:
+                raise ConfigError(f"unknown workload key '{k}' (known: {', '.join(known)})")
+        return cls(**d)
+
+    def checked(self) -> "WorkloadSpec":
+        """A re-validated copy (fields may have been changed after construction)."""
+        return replace(self, classes=None if self.classes is None else
+                       [c if isinstance(c, WorkloadClass) else WorkloadClass.from_dict(c)
+                        for c in self.classes])
+
+
+# ---------------------------------------------------------------------------- traces
+_TRACE_CACHE: dict[tuple, Trace] = {}
+
+
+def load_trace(path: str | os.PathLike) -> Trace:
+    """Read a trace file (plain or Azure CSV) or a named dataset; cached per file version.
+    The cached arrays are read-only; `make_trace` returns fresh arrays."""
+    p = resolve_path(path)
+    st = p.stat()
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    t = _TRACE_CACHE.get(key)
+    if t is None:
+        t = read_trace(p)
+        for a in (t.arrival_s, t.prompt, t.output, t.tag):
+            if a is not None:
+                a.setflags(write=False)
+        if len(_TRACE_CACHE) >= 4:
+            _TRACE_CACHE.clear()
+        _TRACE_CACHE[key] = t
+    return t
+
+
+def make_trace(spec: WorkloadSpec | dict) -> Trace:
+    """Build the requests a workload spec describes (deterministic for `spec.seed`)."""
+    if isinstance(spec, dict):
+        spec = WorkloadSpec.from_dict(spec)
+    elif isinstance(spec, WorkloadSpec):
+        spec = spec.checked()
+    else:
+        raise ConfigError(f"make_trace needs a WorkloadSpec or a mapping, got {type(spec).__name__}")
+
+    base: Trace | None = None
+    if spec.arrival == "trace":
+        base = load_trace(spec.trace)
+        k = spec.time_scale
+        if spec.rate is not None:
+            r = base.mean_rate
+            if not (r > 0):
+                raise ConfigError(f"cannot rescale trace {spec.trace} to a rate: it needs at "
+                                  "least two requests at different times")
+            k = spec.rate / r
+        arrival = base.arrival_s / k
+        n = len(arrival)
+        if spec.num_requests is not None:
+            n = min(n, spec.num_requests)
+        if spec.duration_s is not None:
+            n = min(n, int(np.searchsorted(arrival, spec.duration_s, side="right")))
+        arrival = arrival[:n]
+    else:
+        proc = make_arrival_process(spec.arrival, check_rate(spec.rate),
+                                    None if spec.cv is None else check_cv(spec.cv))
+        k = spec.time_scale  # duration_s is in the scaled clock
+        arrival = proc.times(_rng(spec.seed, _ARRIVALS), spec.num_requests,
+                             None if spec.duration_s is None else spec.duration_s * k)
+        if k != 1.0:
+            arrival = arrival / k
+        n = len(arrival)
+    if n == 0:
+        what = f"duration_s={spec.duration_s}" if spec.duration_s is not None else "the trace"
+        raise ConfigError(f"the workload is empty: no request arrives within {what}")
+    if n > MAX_REQUESTS:
+        raise ConfigError(f"the workload would hold {n:,} requests, over the limit of "
+                          f"{MAX_REQUESTS:,}")
+
+    prompt = np.empty(n, dtype=np.int64)
+    output = np.empty(n, dtype=np.int64)
+    if spec.classes:
+        shares = np.array([c.share for c in spec.classes], dtype=np.float64)
+        cls = _rng(spec.seed, _CLASSES).choice(len(shares), size=n, p=shares / shares.sum())
+        tags = np.array([c.tag for c in spec.classes])
+        tag = tags[cls]
+        groups = [(j, np.flatnonzero(cls == j),
+                   spec.prompt if c.prompt is None else c.prompt,
+                   spec.output if c.output is None else c.output)
+                  for j, c in enumerate(spec.classes)]
+    else:
+        tag = None if base is None or base.tag is None else base.tag[:n].copy()
+        groups = [(0, slice(0, n), spec.prompt, spec.output)]
+    for j, idx, plaw, olaw in groups:
+        m = len(range(n)[idx]) if isinstance(idx, slice) else len(idx)
+        if m == 0:
+            continue
+        rp, ro = _rng(spec.seed, _PROMPT, j), _rng(spec.seed, _OUTPUT, j)
+        if plaw is not None and olaw is not None:
+            prompt[idx], output[idx] = sample_pair(plaw, olaw, rp, ro, m)
+            continue
+        # a trace supplies whatever no law overrides (checked by WorkloadSpec)
+        prompt[idx] = plaw.sample(rp, m) if plaw is not None else base.prompt[:n][idx]
+        output[idx] = olaw.sample(ro, m) if olaw is not None else base.output[:n][idx]
+    return Trace(np.array(arrival, dtype=np.float64), prompt, output, tag)

@@ -1,0 +1,38 @@
+"""Small helpers shared by the simulator tests."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import numpy as np
+
+from llmsched.core import make_cost_model
+from llmsched.policies import make_scheduler
+from llmsched.sim.result import SimResult
+from llmsched.sim.simulator import simulate_trace
+
+
+def trace(rows):
+    """rows: (arrival_s, prompt, output) tuples, in arrival order."""
+    a, p, o = zip(*rows)
+    return SimpleNamespace(arrival_s=np.array(a, float), prompt=np.array(p), output=np.array(o), tag=None)
+
+
+def run(rows_or_trace, policy="sarathi", cost="const:10", fast=True, admission="fcfs", **limits):
+    """Simulate and return (SimResult, list of steps.csv rows as dicts)."""
+    tr = trace(rows_or_trace) if isinstance(rows_or_trace, list) else rows_or_trace
+    sched = make_scheduler(policy, admission=admission, **limits)
+    buf = io.StringIO()
+    stats = simulate_trace(tr, sched, make_cost_model(cost), fast=fast, steps_file=buf)
+    res = SimResult({}, stats, tr.arrival_s, tr.prompt, tr.output, None)
+    steps = []
+    for line in buf.getvalue().splitlines():
+        step, start, dur, pf, dec, k, entries = line.split(",")
+        steps.append(dict(step=int(step), start=float(start), duration=float(dur), prefill=int(pf),
+                          decode=int(dec), batch=int(k), entries=entries))
+    return res, steps
+
+
+def entries(steps):
+    return [s["entries"] for s in steps]

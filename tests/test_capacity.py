@@ -1,0 +1,134 @@
+import json
+import math
+
+import pytest
+
+from llmsched.analysis.capacity import (capacity, peak_token_capacity, step_time_at_budget,
+                                        token_capacity, work_per_request)
+from llmsched.analysis.region import representative_step_time
+from llmsched.core.cost import CostModel, make_cost_model
+from llmsched.core.errors import ConfigError
+
+
+def test_paper_token_capacity_by_hand():
+    cost = make_cost_model("paper")
+    assert cost.load_time(512) == pytest.approx(0.01128 + 4 * 0.03547)  # 153.16 ms
+    assert token_capacity(cost, 512) == pytest.approx(512 / 0.15316)
+    assert token_capacity("paper", 128) == pytest.approx(128 / (0.01128 + 0.03547))
+    assert token_capacity("paper", 8192) == pytest.approx(8192 / (0.01128 + 64 * 0.03547))
+
+
+def test_paper_capacity_report_by_hand():
+    r = capacity("paper", 512, mean_prompt=200, mean_output=101, rate=10.0)
+    cap = 512 / 0.15316
+    work = 200 + 101 - 1
+    assert r.work_per_request == work
+    assert r.decode_tokens_per_request == 100
+    assert r.step_time_at_b_max_s == pytest.approx(0.15316)
+    assert r.token_capacity == pytest.approx(cap)
+    assert r.critical_rate == pytest.approx(cap / work)
+    assert r.critical_rate_token_bound == pytest.approx(cap / work)
+    assert r.effective_capacity == pytest.approx(cap)
+    assert r.utilisation == pytest.approx(10.0 * work / cap)
+    assert r.offered_tokens_per_s == pytest.approx(3000.0)
+    assert r.predicted_growth_tokens_per_s == 0.0
+    assert r.peak_token_capacity == pytest.approx(cap) and r.peak_load == 512
+    assert "theorem 2" in r.binding
+    json.dumps(r.to_dict())
+
+
+def test_overload_growth():
+    cap = 512 / 0.15316
+    r = capacity("paper", 512, 200, 101, rate=15.0)
+    assert r.utilisation == pytest.approx(15 * 300 / cap)
+    assert r.predicted_growth_tokens_per_s == pytest.approx(15 * 300 - cap)
+
+
+def test_linear_model_by_hand():
+    cost = make_cost_model("linear:c=10,a=0.05")
+    t = 0.010 + 0.00005 * 512
+    assert token_capacity(cost, 512) == pytest.approx(512 / t)
+    r = capacity(cost, 512, 100, 1)  # output 1: no decode work
+    assert r.work_per_request == 100
+    assert r.critical_rate == pytest.approx(512 / t / 100)
+    const = make_cost_model("const:20")
+    assert token_capacity(const, 256) == pytest.approx(256 / 0.020)
+
+
+def test_k_max_binding_matches_hand_computation():
+    # b_max=512, k_max=16, paper model: the ray (200, 100) leaves the region through the
+    # edge between shapes (113, 15) and (0, 16), both at load 128 (t = 46.75 ms).
+    r = capacity("paper", 512, 200, 101, k_max=16, rate=3.0)
+    u = 83 / 115  # 2 * (15 + u) = 113 * (1 - u)
+    lam = (15 + u) / (100 * 0.04675)
+    assert r.critical_rate == pytest.approx(lam, rel=1e-9)
+    assert r.critical_rate < r.critical_rate_token_bound
+    assert r.binding.startswith("batch-size cap")
+    assert r.utilisation == pytest.approx(3.0 / lam)
+    assert r.effective_capacity == pytest.approx(lam * 300)
+    assert r.region_exact is True
+
+
+def test_k_max_not_binding():
+    r = capacity("paper", 512, 200, 101, k_max=4096)
+    assert r.critical_rate == pytest.approx(512 / 0.15316 / 300)
+    assert "theorem 2" in r.binding
+
+
+def test_peak_capacity_flags_violated_assumption():
+    # max variant with c < a * b0: b / t(b) peaks at b0, not at b_max
+    cost = make_cost_model("paper:variant=max,c=11.28,a=0.1,b0=128")
+    peak, b = peak_token_capacity(cost, 512)
+    assert b == 128 and peak == pytest.approx(128 / 0.01128)
+    assert peak > token_capacity(cost, 512)
+
+
+class CtxModel(CostModel):
+    name = "ctx"
+
+    def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
+        return (0.005 + 2e-5 * (prefill_tokens + decode_tokens) + 1e-8 * decode_context
+                + sum(1e-9 * c * (c / 2 + ctx) for c, ctx in chunks) + 1e-6 * sampled)
+
+
+def test_context_dependent_model_uses_workload_mix():
+    cost = CtxModel()
+    # mix 500 : 199 of 1024 tokens -> x = round(1024 * 500 / 699) = 732, y = 292
+    t = step_time_at_budget(cost, 1024, 500, 200)
+    assert t == pytest.approx(representative_step_time(cost, 732, 292, 500, 200))
+    expected = (0.005 + 2e-5 * 1024 + 1e-8 * 292 * 600 + 1e-9 * (500 * 250) + 1e-9 * 232 * (116 + 134)
+                + 1e-6 * (292 + 1))
+    assert t == pytest.approx(expected)
+    assert token_capacity(cost, 1024, 500, 200) == pytest.approx(1024 / t)
+    r = capacity(cost, 1024, 500, 200, k_max=64)
+    assert r.critical_rate <= r.critical_rate_token_bound * (1 + 1e-9)
+    with pytest.raises(ConfigError):
+        representative_step_time(cost, 10, 10)  # a context model needs the mean lengths
+
+
+def test_bad_inputs():
+    with pytest.raises(ConfigError):
+        work_per_request(0, 10)
+    with pytest.raises(ConfigError):
+        work_per_request(10, 0.5)
+    with pytest.raises(ConfigError):
+        token_capacity("paper", 0)
+    with pytest.raises(ConfigError):
+        capacity("paper", 512, 100, 10, rate=-1)
+    assert math.isfinite(capacity("paper", 512, 100, 10, rate=0).utilisation)
+
+
+def test_profile_model_if_available():
+    try:
+        cost = make_cost_model("profile")
+    except Exception as exc:  # profile tables not shipped in this checkout
+        pytest.skip(f"profile cost model unavailable: {exc}")
+    r = capacity(cost, 2048, 1024, 256, k_max=256, rate=10.0)
+    assert r.token_capacity == pytest.approx(2048 / step_time_at_budget(cost, 2048, 1024, 256))
+    assert 0 < r.critical_rate < math.inf and r.region_exact is False
+    from llmsched.analysis.region import stability_region, workload_point
+    reg = stability_region(cost, 2048, 256, mean_prompt=1024, mean_output=256)
+    lam = reg.critical_rate(1024, 256)
+    assert lam == pytest.approx(r.critical_rate)
+    assert reg.contains(*workload_point(0.99 * lam, 1024, 256))
+    assert not reg.contains(*workload_point(1.01 * lam, 1024, 256))

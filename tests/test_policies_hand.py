@@ -1,0 +1,93 @@
+"""Hand-computed step compositions: constant 10 ms steps, tiny budgets.
+
+Requests are (arrival_s, prompt, output). Entries list a step's work in plan order:
+`ID:pN` is N prefill tokens of request ID, `ID:d` one decode token."""
+
+import pytest
+
+from helpers import entries, run
+
+# A: 6-token prompt, 3 outputs; B: 2-token prompt, 2 outputs; C arrives at 15 ms, 4-token prompt, 1 output.
+ABC = [(0.0, 6, 3), (0.0, 2, 2), (0.015, 4, 1)]
+
+
+def test_sarathi_decodes_first_then_fills_with_prefill():
+    res, steps = run(ABC, "sarathi", b_max=4)
+    assert entries(steps) == ["0:p4", "0:p2 1:p2", "0:d 1:d 2:p2", "0:d 2:p2"]
+    assert [s["start"] for s in steps] == pytest.approx([0, 0.01, 0.02, 0.03])
+    assert list(res.ttft_s) == pytest.approx([0.02, 0.02, 0.04 - 0.015])
+    assert list(res.e2e_s) == pytest.approx([0.04, 0.03, 0.025])
+
+
+def test_orca_prefill_first_starves_decoders():
+    res, steps = run(ABC, "orca", b_max=4)
+    assert entries(steps) == ["0:p4", "0:p2 1:p2", "2:p4", "0:d 1:d", "0:d"]
+    assert list(res.e2e_s) == pytest.approx([0.05, 0.04, 0.015])
+
+
+def test_fastertransformer_prefill_waits_for_decoders():
+    res, steps = run(ABC, "fastertransformer", b_max=4)
+    assert entries(steps) == ["0:p4", "0:p2 1:p2", "0:d 1:d", "0:d", "2:p4"]
+    assert res.ttft_s[2] == pytest.approx(0.05 - 0.015)
+
+
+def test_vllm_whole_prompts_prefill_only_and_long_prompt_alone():
+    # A's prompt (6) exceeds b_max (4): it runs alone, chunked; B's whole prompt fills the rest.
+    res, steps = run(ABC, "vllm", b_max=4)
+    assert entries(steps) == ["0:p4", "0:p2 1:p2", "2:p4", "0:d 1:d", "0:d"]
+    assert [s["decode"] == 0 or s["prefill"] == 0 for s in steps] == [True] * 5
+
+
+def test_vllm_never_splits_a_prompt_that_fits():
+    # B (3 tokens) does not fit whole in the 1 token left after A (3): it waits a step.
+    res, steps = run([(0.0, 3, 2), (0.0, 3, 1)], "vllm", b_max=4)
+    assert entries(steps) == ["0:p3", "1:p3", "0:d"]
+
+
+def test_kfcfs_same_as_sarathi_under_fcfs():
+    res, steps = run(ABC, "kfcfs", b_max=4)
+    assert entries(steps) == ["0:p4", "0:p2 1:p2", "0:d 1:d 2:p2", "0:d 2:p2"]
+
+
+def test_kfcfs_serves_the_oldest_first_under_shortest_prompt_admission():
+    rows = [(0.0, 6, 3), (0.0, 2, 3)]
+    _, sar = run(rows, "sarathi", admission="spf", b_max=4)
+    _, kf = run(rows, "kfcfs", admission="spf", b_max=4)
+    assert entries(sar) == ["1:p2 0:p2", "1:d 0:p3", "1:d 0:p1", "0:d", "0:d"]
+    # K-FCFS: A is older than decoder B, so A's prefill takes the budget first.
+    assert entries(kf) == ["1:p2 0:p2", "0:p4", "0:d 1:d", "0:d 1:d"]
+
+
+def test_kmax_caps_distinct_requests():
+    rows = [(0.0, 1, 3), (0.0, 1, 3), (0.0, 1, 3)]
+    _, steps = run(rows, "sarathi", b_max=8, k_max=2)
+    assert entries(steps) == ["0:p1 1:p1", "0:d 1:d", "0:d 1:d", "2:p1", "2:d", "2:d"]
+    assert max(s["batch"] for s in steps) == 2
+
+
+def test_kv_preemption_evicts_newest_and_recomputes():
+    rows = [(0.0, 4, 4), (0.0, 4, 4)]
+    res, steps = run(rows, "sarathi", b_max=8, kv_capacity=10)
+    # B is preempted after 2 tokens and recomputes prompt + 2 tokens = 6, emitting its 3rd.
+    assert entries(steps) == ["0:p4 1:p4", "0:d 1:d", "0:d", "0:d", "1:p6", "1:d"]
+    assert list(res.stats.preemptions) == [0, 1]
+    assert res.summary["completed"] == 2
+
+
+def test_admission_waits_for_kv_room():
+    rows = [(0.0, 6, 2), (0.0, 6, 2)]
+    _, steps = run(rows, "sarathi", b_max=16, kv_capacity=8)
+    assert entries(steps) == ["0:p6", "0:d", "1:p6", "1:d"]
+
+
+def test_paper_cost_model_times_steps():
+    # t(b) = 11.28 + 35.47 * ceil(b / 128) ms
+    _, steps = run([(0.0, 200, 2)], "sarathi", cost="paper", b_max=256)
+    assert [s["duration"] for s in steps] == pytest.approx([0.01128 + 2 * 0.03547, 0.01128 + 0.03547])
+
+
+def test_output_of_one_token_ends_at_prefill():
+    res, steps = run([(0.0, 5, 1)], "sarathi", b_max=4)
+    assert entries(steps) == ["0:p4", "0:p1"]
+    assert res.ttft_s[0] == pytest.approx(0.02) and res.e2e_s[0] == pytest.approx(0.02)
+    assert res.itl.count == 0

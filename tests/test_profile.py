@@ -1,0 +1,321 @@
+"""The `profile` cost model: composition from measured tables, file formats, errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from llmsched.core.cost import make_cost_model
+from llmsched.core.errors import ConfigError
+from llmsched.core.profile import PROFILES_DIR, ProfileCostModel, load_profile, shipped_profiles, validate_steps
+
+H200 = PROFILES_DIR / "h200"
+
+
+def table(name: str, model: str) -> list[dict]:
+    with open(H200 / name, newline="") as f:
+        return [r for r in csv.DictReader(f) if r["model"] == model]
+
+
+def ms(name: str, model: str, **key) -> float:
+    for r in table(name, model):
+        if all(str(r[k]) == str(v) for k, v in key.items()):
+            return float(r["ms"])
+    raise KeyError(key)
+
+
+def write_csv(path: Path, header: list[str], rows: list[list]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def tiny_folder(path: Path, layers: int | None = 2, models=("m",)) -> Path:
+    """A small profile folder; each model's times scale with its index + 1."""
+    path.mkdir(parents=True, exist_ok=True)
+    lin, lm, dec, pre, step = [], [], [], [], []
+    for i, m in enumerate(models):
+        k = i + 1
+        lin += [[m, 1, "eager", 2.0 * k], [m, 100, "eager", 3.0 * k], [m, 200, "eager", 5.0 * k],
+                [m, 1, "graph", 1.0 * k], [m, 100, "graph", 2.0 * k]]
+        lm += [[m, 1, 0.1 * k], [m, 100, 0.3 * k]]
+        dec += [[m, b, c, (0.01 + 1e-5 * b * c / 100) * k] for b in (1, 10) for c in (100, 1000)]
+        pre += [[m, c, x, (0.02 + 1e-4 * c + 1e-5 * x) * k] for c in (10, 100) for x in (0, 1000)]
+        step += [[m, 100, 0, 10, 500, 4.0 * k]]
+    write_csv(path / "linear.csv", ["model", "tokens", "mode", "ms"], lin)
+    write_csv(path / "lm_head.csv", ["model", "tokens", "ms"], lm)
+    write_csv(path / "decode_attn.csv", ["model", "batch", "context", "ms"], dec)
+    write_csv(path / "prefill_attn.csv", ["model", "chunk", "context", "ms"], pre)
+    write_csv(path / "step.csv", ["model", "prefill_chunk", "prefill_context", "decodes", "decode_context", "ms"],
+              step)
+    if layers is not None:
+        (path / "profile.json").write_text(json.dumps({"models": {m: {"layers": layers} for m in models}}))
+    return path
+
+
+# --- shipped profiles and make_cost_model ----------------------------------------------------
+
+def test_shipped_profiles_and_make_cost_model():
+    assert shipped_profiles() == ["h200-llama-3-8b", "h200-llama-3.2-1b"]
+    m = make_cost_model("profile")
+    assert isinstance(m, ProfileCostModel) and m.layers == 32 and m.label == "h200-llama-3-8b"
+    s = make_cost_model("profile:h200-llama-3.2-1b")
+    assert isinstance(s, ProfileCostModel) and s.layers == 16
+    e = make_cost_model("profile:h200-llama-3.2-1b,mode=eager,overlap=0.5,monotone=0")
+    assert (e.mode, e.overlap, e.monotone) == ("eager", 0.5, False)
+    assert m.load_only is False and m.describe()["name"] == "profile"
+    assert 0 < m.step_time(0, 1, 100, [], 1) < s.step_time(4096, 0, 0, [(4096, 0)], 1) * 10
+    assert m.load_time(512) > m.load_time(128) > 0
+
+
+# --- exact composition at grid points ----------------------------------------------------------
+
+@pytest.mark.parametrize("model,layers", [("llama-3-8b", 32), ("llama-3.2-1b", 16)])
+def test_grid_points_compose_exactly(model, layers):
+    raw = load_profile(f"h200-{model},mode=eager,monotone=0,overlap=0")
+    # a prefill-only step: 2048-token chunk, no context, one sampled token
+    want = (ms("linear.csv", model, tokens=2048, mode="eager") + layers * ms("prefill_attn.csv", model, chunk=2048,
+            context=0) + ms("lm_head.csv", model, tokens=1))
+    assert raw.step_time(2048, 0, 0, [(2048, 0)], 1) * 1e3 == pytest.approx(want, rel=1e-12)
+    # a decode-only step: 64 sequences at 4096 context each
+    want = (ms("linear.csv", model, tokens=64, mode="eager") + layers * ms("decode_attn.csv", model, batch=64,
+            context=4096) + ms("lm_head.csv", model, tokens=64))
+    assert raw.step_time(0, 64, 64 * 4096, [], 64) * 1e3 == pytest.approx(want, rel=1e-12)
+    # in auto mode the decode-only step takes the CUDA-graph row
+    auto = load_profile(f"h200-{model},mode=auto,monotone=0,overlap=0")
+    want += ms("linear.csv", model, tokens=64, mode="graph") - ms("linear.csv", model, tokens=64, mode="eager")
+    assert auto.step_time(0, 64, 64 * 4096, [], 64) * 1e3 == pytest.approx(want, rel=1e-12)
+
+
+def test_default_composition_subtracts_the_launch_floor():
+    d = load_profile("h200-llama-3-8b")            # auto, monotone, overlap 1
+    k = load_profile("h200-llama-3-8b,overlap=0")  # same, floor kept
+    fd, fp = d.floors["decode_attn"], d.floors["prefill_attn"]
+    assert 0.0005 < fd < 0.002 and 0.001 < fp < 0.003  # ~0.04 / ~0.06 ms per layer x 32 layers
+    args = (512, 64, 64 * 2000, [(512, 1024)], 65)
+    assert d.step_time(*args) == pytest.approx(k.step_time(*args) - fd - fp, rel=1e-12)
+    # monotone cleaning leaves clean measurements alone: 2048-token eager row, 128 x 8192 decode cell
+    assert d.linear_time(2048) * 1e3 == pytest.approx(ms("linear.csv", "llama-3-8b", tokens=2048, mode="eager"))
+    assert (d.decode_attention_time(128, 8192) + fd) * 1e3 == pytest.approx(
+        32 * ms("decode_attn.csv", "llama-3-8b", batch=128, context=8192))
+
+
+def test_interpolation_and_extrapolation():
+    m = load_profile("h200-llama-3-8b,mode=eager,monotone=0,overlap=0")
+    a, b = ms("linear.csv", "llama-3-8b", tokens=2048, mode="eager"), ms("linear.csv", "llama-3-8b", tokens=2560,
+                                                                          mode="eager")
+    assert m.linear_time(2304) * 1e3 == pytest.approx((a + b) / 2)
+    # above the table: linear in tokens along the secant over its upper half (4096..8192)
+    hi, mid = ms("linear.csv", "llama-3-8b", tokens=8192, mode="eager"), ms("linear.csv", "llama-3-8b", tokens=4096,
+                                                                              mode="eager")
+    assert m.linear_time(12288) * 1e3 == pytest.approx(hi + (hi - mid))
+    # decode attention beyond the measured batch and context grows linearly
+    assert m.decode_attention_time(1024, 4096) > 1.9 * m.decode_attention_time(512, 4096)
+    assert m.decode_attention_time(64, 65536) > 1.9 * m.decode_attention_time(64, 32768)
+    # prefill attention beyond the largest chunk grows with attention work (quadratic at context 0)
+    assert m.prefill_attention_time(16384, 0) == pytest.approx(
+        m.prefill_attention_time(8192, 0) * (16384 * 16385) / (8192 * 8193))
+    # float token counts are accepted
+    assert m.step_time(100.0, 0, 0, [(100.0, 0)], 1) == pytest.approx(m.step_time(100, 0, 0, [(100, 0)], 1))
+    assert m.step_time(0, 0, 0, [], 0) == 0.0
+
+
+# --- monotone in tokens ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["h200-llama-3-8b", "h200-llama-3.2-1b", "h200-llama-3.2-1b,mode=graph",
+                                  "h200-llama-3-8b,mode=eager"])
+def test_monotone_in_tokens(spec):
+    m = load_profile(spec)
+    seq = [m.step_time(b, 0, 0, [(b, 0)], 1) for b in range(1, 12000, 7)]
+    assert all(x <= y for x, y in zip(seq, seq[1:]))
+    seq = [m.step_time(0, d, d * 3000, [], d) for d in range(1, 1500, 3)]
+    assert all(x <= y for x, y in zip(seq, seq[1:]))
+    seq = [m.step_time(256, d, d * 1000, [(256, 512)], d + 1) for d in range(0, 1500, 5)]
+    assert all(x <= y for x, y in zip(seq, seq[1:]))
+    seq = [m.step_time(0, 32, 32 * c, [], 32) for c in range(0, 70000, 250)]
+    assert all(x <= y for x, y in zip(seq, seq[1:]))
+    seq = [m.step_time(512, 0, 0, [(512, c)], 1) for c in range(0, 40000, 250)]
+    assert all(x <= y for x, y in zip(seq, seq[1:]))
+
+
+# --- validation against whole measured steps -----------------------------------------------------
+
+@pytest.mark.parametrize("spec,mean_bound,max_bound", [
+    ("h200-llama-3-8b,mode=eager", 0.06, 0.20),     # measured 4.4% mean, 15.1% max
+    ("h200-llama-3.2-1b,mode=eager", 0.26, 0.60),   # measured 23.1% mean, 56.5% max (CPU-bound steps)
+])
+def test_validation_error_bounds(spec, mean_bound, max_bound):
+    rows = validate_steps(load_profile(spec))
+    assert len(rows) == 11
+    errs = [abs(r["rel_error"]) for r in rows]
+    assert sum(errs) / len(errs) < mean_bound
+    assert max(errs) < max_bound
+
+
+def test_step_time_is_fast():
+    m = load_profile("h200-llama-3-8b")
+    st = m.step_time
+    chunks = [(448, 1024)]
+    st(448, 64, 64 * 1500, chunks, 65)
+    n = 20000
+    t = time.perf_counter()
+    for _ in range(n):
+        st(448, 64, 64 * 1500, chunks, 65)
+    per_call = (time.perf_counter() - t) / n
+    assert per_call < 20e-6  # about 1 us on a current CPU; generous for slow CI machines
+
+
+# --- user profiles -------------------------------------------------------------------------------
+
+def test_user_folder_round_trip(tmp_path):
+    folder = tiny_folder(tmp_path / "p")
+    m = load_profile(str(folder))
+    assert m.layers == 2 and m.mode == "auto"
+    raw = load_profile(f"{folder},monotone=0,overlap=0,mode=eager")
+    # 100 prefill tokens at context 0 plus 10 decodes at 1000 context: eager linear at 110 tokens
+    lin = 3.0 + (5.0 - 3.0) * 10 / 100
+    dec = 2 * (0.01 + 1e-5 * 10 * 1000 / 100)
+    pre = 2 * (0.02 + 1e-4 * 100)
+    lm = 0.1 + (0.3 - 0.1) * 10 / 99
+    assert raw.step_time(100, 10, 10 * 1000, [(100, 0)], 11) * 1e3 == pytest.approx(lin + dec + pre + lm)
+    assert len(validate_steps(raw)) == 1
+    # no model column, step.csv and profile.json absent, layers as an option
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("linear", "lm_head", "decode_attn", "prefill_attn"):
+        with open(folder / f"{name}.csv") as f:
+            rows = list(csv.reader(f))
+        write_csv(bare / f"{name}.csv", rows[0][1:], [r[1:] for r in rows[1:]])
+    b = load_profile(f"{bare},layers=2,mode=eager,monotone=0,overlap=0")
+    assert b.step_time(100, 10, 10 * 1000, [(100, 0)], 11) == pytest.approx(
+        raw.step_time(100, 10, 10 * 1000, [(100, 0)], 11))
+    assert validate_steps(b) == []
+
+
+def test_user_folder_with_several_models(tmp_path):
+    folder = tiny_folder(tmp_path / "p", models=("a", "b"))
+    ma, mb = load_profile(f"{folder}#a,overlap=0"), load_profile(f"{folder}#b,overlap=0")
+    args = (50, 5, 5 * 300, [(50, 100)], 6)
+    assert mb.step_time(*args) == pytest.approx(2 * ma.step_time(*args))
+    with pytest.raises(ConfigError, match="several models"):
+        load_profile(str(folder))
+    with pytest.raises(ConfigError, match="no model 'c'"):
+        load_profile(f"{folder}#c")
+
+
+def test_combined_csv_matches_the_shipped_folder(tmp_path):
+    path = tmp_path / "combined.csv"
+    cols = ["table", "model", "mode", "tokens", "batch", "chunk", "context", "prefill_chunk", "prefill_context",
+            "decodes", "decode_context", "ms", "layers"]
+    out = []
+    for name in ("linear", "lm_head", "decode_attn", "prefill_attn", "step"):
+        for r in table(f"{name}.csv", "llama-3.2-1b"):
+            out.append([name] + [r.get(c, "") for c in cols[1:-1]] + ["16"])
+    write_csv(path, cols, out)
+    c = load_profile(str(path))
+    s = load_profile("h200-llama-3.2-1b")
+    assert c.layers == 16
+    for args in [(0, 1, 1024, [], 1), (512, 64, 64 * 2000, [(512, 1024)], 65), (9000, 0, 0, [(9000, 0)], 1),
+                 (0, 700, 700 * 5000, [], 700)]:
+        assert c.step_time(*args) == pytest.approx(s.step_time(*args), rel=1e-12)
+    assert [r["predicted_ms"] for r in validate_steps(c)] == pytest.approx(
+        [r["predicted_ms"] for r in validate_steps(s)])
+
+
+# --- bad input --------------------------------------------------------------------------------------
+
+def test_unknown_profile_and_options(tmp_path):
+    with pytest.raises(ConfigError, match="unknown profile 'h200-llama-70b'"):
+        load_profile("h200-llama-70b")
+    with pytest.raises(ConfigError, match="unknown option 'speed'"):
+        load_profile("h200-llama-3-8b,speed=2")
+    with pytest.raises(ConfigError, match="mode must be one of"):
+        load_profile("h200-llama-3-8b,mode=fast")
+    with pytest.raises(ConfigError, match="overlap must be"):
+        load_profile("h200-llama-3-8b,overlap=2")
+    with pytest.raises(ConfigError, match="layers must be a positive integer"):
+        load_profile("h200-llama-3-8b,layers=0")
+    with pytest.raises(ConfigError, match="expected key=value"):
+        load_profile("h200-llama-3-8b,eager")
+    with pytest.raises(ConfigError):
+        make_cost_model("profile:nope")
+
+
+def test_missing_file(tmp_path):
+    folder = tiny_folder(tmp_path / "p")
+    (folder / "lm_head.csv").unlink()
+    with pytest.raises(ConfigError, match=r"lm_head\.csv does not exist"):
+        load_profile(str(folder))
+
+
+@pytest.mark.parametrize("name,header,rows,match", [
+    ("linear.csv", ["model", "tokens", "mode"], [["m", 1, "eager"]], r"linear\.csv: .*lacks column\(s\) ms"),
+    ("decode_attn.csv", ["model", "batch", "ms"], [["m", 1, 0.1]], r"decode_attn\.csv: .*lacks column\(s\) context"),
+    ("prefill_attn.csv", ["model", "chunk", "context", "ms"], [["m", 64, 0, "fast"]],
+     r"prefill_attn\.csv line 2: column 'ms' holds 'fast', which is not a number"),
+    ("lm_head.csv", ["model", "tokens", "ms"], [["m", "x", 0.1]], r"lm_head\.csv line 2: column 'tokens'"),
+    ("lm_head.csv", ["model", "tokens", "ms"], [["m", 0, 0.1]], r"'tokens' must be a positive number"),
+    ("decode_attn.csv", ["model", "batch", "context", "ms"], [["m", 1, 128, -1]], r"'ms' must be a non-negative"),
+    ("decode_attn.csv", ["model", "batch", "context", "ms"], [["m", 1, 128, "nan"]], r"'ms' must be a non-negative"),
+    ("lm_head.csv", ["model", "tokens", "ms"], [], r"lm_head\.csv: the lm_head table has no rows"),
+    ("linear.csv", ["model", "tokens", "mode", "ms"], [["m", 1, "turbo", 1.0]], r"mode must be eager or graph"),
+    ("linear.csv", ["model", "tokens", "mode", "ms"], [["m", 1, "graph", 1.0]], r"linear table has no eager rows"),
+    ("step.csv", ["model", "prefill_chunk", "ms"], [["m", 1, 1.0]], r"step\.csv: .*lacks column\(s\) prefill_context"),
+])
+def test_bad_table(tmp_path, name, header, rows, match):
+    folder = tiny_folder(tmp_path / "p")
+    write_csv(folder / name, header, rows)
+    with pytest.raises(ConfigError, match=match):
+        load_profile(str(folder))
+
+
+def test_empty_file(tmp_path):
+    folder = tiny_folder(tmp_path / "p")
+    (folder / "prefill_attn.csv").write_text("")
+    with pytest.raises(ConfigError, match=r"prefill_attn\.csv is empty"):
+        load_profile(str(folder))
+
+
+def test_bad_or_missing_layers(tmp_path):
+    folder = tiny_folder(tmp_path / "p", layers=None)
+    with pytest.raises(ConfigError, match=r"layer count of model m is unknown.*profile\.json"):
+        load_profile(str(folder))
+    assert load_profile(f"{folder},layers=3").layers == 3
+    (folder / "profile.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"profile\.json is not valid JSON"):
+        load_profile(str(folder))
+    (folder / "profile.json").write_text(json.dumps({"layers": "many"}))
+    with pytest.raises(ConfigError, match=r"profile\.json: layers must be a positive integer"):
+        load_profile(str(folder))
+    (folder / "profile.json").write_text(json.dumps({"layers": 4, "models": {"m": {"layers": 5}}}))
+    assert load_profile(str(folder)).layers == 5
+    # a model the shipped profiles know needs no metadata
+    named = tiny_folder(tmp_path / "q", layers=None, models=("llama-3.2-1b",))
+    assert load_profile(str(named)).layers == 16
+
+
+def test_bad_combined_csv(tmp_path):
+    path = tmp_path / "c.csv"
+    write_csv(path, ["model", "tokens", "ms"], [["m", 1, 1.0]])
+    with pytest.raises(ConfigError, match=r"c\.csv: a combined profile CSV needs a 'table' column"):
+        load_profile(str(path))
+    write_csv(path, ["table", "tokens", "ms"], [["linear", 1, 1.0], ["attention", 1, 1.0]])
+    with pytest.raises(ConfigError, match=r"c\.csv line 3: unknown table 'attention'"):
+        load_profile(str(path))
+    write_csv(path, ["table", "tokens", "ms", "layers"], [["linear", 1, 1.0, 2], ["lm_head", 1, 0.1, 2]])
+    with pytest.raises(ConfigError, match=r"c\.csv: decode_attn table lacks column\(s\) batch, context"):
+        load_profile(str(path))
+    cols = ["table", "tokens", "batch", "chunk", "context", "ms", "layers"]
+    rows = [["linear", 1, "", "", "", 1.0, 2], ["lm_head", 1, "", "", "", 0.1, 3],
+            ["decode_attn", "", 1, "", 128, 0.01, ""], ["prefill_attn", "", "", 64, 0, 0.02, ""]]
+    write_csv(path, cols, rows)
+    with pytest.raises(ConfigError, match=r"c\.csv: the layers column disagrees"):
+        load_profile(str(path))
+    rows[1][-1] = 2
+    write_csv(path, cols, rows)
+    assert load_profile(str(path)).layers == 2

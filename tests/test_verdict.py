@@ -1,0 +1,105 @@
+import json
+
+import numpy as np
+import pytest
+
+from llmsched.analysis.verdict import (fixed_b_critical_value, predicted_growth,
+                                       stability_verdict)
+from llmsched.core.errors import ConfigError
+
+DT = 0.15316
+CAP = 512 / DT  # paper model, b_max = 512
+WORK = 300.0
+
+
+def reflected_walk(rng, rho, steps=4000, every=10):
+    """Unfinished work of an M/M/1-like slotted queue: W_k = max(0, W_{k-1} + A_k - C dt)."""
+    n = rng.poisson(rho * CAP / WORK * DT, steps)
+    s = np.cumsum(rng.gamma(n.astype(float), WORK) - CAP * DT)
+    w = s - np.minimum(0.0, np.minimum.accumulate(s))
+    t = DT * np.arange(1, steps + 1)
+    return t[every - 1::every], w[every - 1::every]
+
+
+@pytest.mark.parametrize("method", ["hac", "batch"])
+def test_stable_queue_is_stable(method):
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        v = stability_verdict(*reflected_walk(rng, 0.85), capacity=CAP, method=method)
+        assert v.stable
+        assert abs(v.backlog_growth_tokens_per_s) < 0.02 * CAP
+
+
+@pytest.mark.parametrize("method", ["hac", "batch"])
+def test_overloaded_queue_is_unstable(method):
+    rng = np.random.default_rng(12)
+    growth = 0.15 * CAP
+    for _ in range(20):
+        v = stability_verdict(*reflected_walk(rng, 1.15), capacity=CAP, method=method,
+                              arrival_rate=1.15 * CAP / WORK, work_per_request=WORK)
+        assert not v.stable and v.ci_low > 0
+        assert v.backlog_growth_tokens_per_s == pytest.approx(growth, rel=0.35)
+        assert v.predicted_growth_tokens_per_s == pytest.approx(growth)
+
+
+def test_white_noise_and_trends():
+    rng = np.random.default_rng(3)
+    t = np.linspace(0, 600, 400)
+    noise = 500 * rng.standard_normal(400)
+    v = stability_verdict(t, 5000 + noise, capacity=CAP)
+    assert v.stable and v.conclusive
+    v = stability_verdict(t, 0.05 * CAP * t + noise, capacity=CAP)
+    assert not v.stable and v.conclusive
+    assert v.backlog_growth_tokens_per_s == pytest.approx(0.05 * CAP, rel=0.05)
+    assert v.ci_low < 0.05 * CAP < v.ci_high
+    # growth far below eps * capacity is tolerated: stable, though significant
+    v = stability_verdict(t, 0.002 * CAP * t + noise, capacity=CAP)
+    assert v.stable and v.ci_low > 0
+    # with an explicit zero threshold the same series is unstable
+    v = stability_verdict(t, 0.002 * CAP * t + noise, threshold=0.0)
+    assert not v.stable and v.threshold_rule == "explicit threshold"
+
+
+def test_warm_up_is_ignored():
+    # fast growth during the first half, flat afterwards
+    t = np.linspace(0, 100, 200)
+    w = np.where(t < 50, 100 * t, 5000) + np.random.default_rng(0).normal(0, 50, 200)
+    assert stability_verdict(t, w, capacity=1000.0).stable
+    assert not stability_verdict(t, w, capacity=1000.0, tail_fraction=1.0).stable
+
+
+def test_ci_coverage_on_white_noise():
+    rng = np.random.default_rng(5)
+    t = np.arange(300.0)
+    rejections = 0
+    for _ in range(200):
+        v = stability_verdict(t, rng.standard_normal(300), threshold=0.0)
+        rejections += (v.ci_low > 0) or (v.ci_high < 0)
+    assert 0.0 <= rejections / 200 < 0.12
+
+
+def test_fixed_b_table():
+    assert fixed_b_critical_value(0.0) == pytest.approx(1.96, abs=1e-3)
+    vals = [fixed_b_critical_value(b) for b in np.linspace(0, 1, 21)]
+    assert all(a <= b for a, b in zip(vals, vals[1:]))
+    assert fixed_b_critical_value(0.5, 0.10) < fixed_b_critical_value(0.5, 0.05) < fixed_b_critical_value(0.5, 0.01)
+    with pytest.raises(ConfigError):
+        fixed_b_critical_value(0.5, 0.2)
+
+
+def test_report_fields_and_errors():
+    t = np.linspace(0, 10, 100)
+    v = stability_verdict(t, np.zeros(100), capacity=1000.0)  # idle system
+    assert v.stable and v.backlog_growth_tokens_per_s == 0.0
+    assert v.threshold_tokens_per_s == pytest.approx(20.0)
+    assert v.samples_used == 50
+    json.dumps(v.to_dict())
+    assert predicted_growth(10, 300, 2000) == 1000 and predicted_growth(1, 300, 2000) == 0
+    with pytest.raises(ConfigError):
+        stability_verdict(t[:10], np.zeros(10))
+    with pytest.raises(ConfigError):
+        stability_verdict(t, np.zeros(99))
+    with pytest.raises(ConfigError):
+        stability_verdict(t, np.zeros(100), method="nope")
+    with pytest.raises(ConfigError):
+        stability_verdict(t, np.zeros(100), capacity=0)

@@ -1,0 +1,408 @@
+"""Tests of llmsched.workload: arrivals, length laws, traces, the spec layer and its errors."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmsched.core.errors import ConfigError
+from llmsched.workload import (
+    Constant, Deterministic, Empirical, Gamma, Geometric, Lognormal, Poisson, Trace, Uniform,
+    WorkloadSpec, load_trace, make_trace, parse_length_law, read_azure_csv, read_trace,
+    resolve_dataset,
+)
+from llmsched.workload import datasets as ds
+
+TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
+AZURE = TRACES / "azure_conv_2023" / "AzureLLMInferenceTrace_conv.csv"
+SHAREGPT = TRACES / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+ARXIV = TRACES / "arxiv_lengths" / "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"
+
+needs_traces = pytest.mark.skipif(not AZURE.is_file(), reason="shared traces not present")
+
+
+def _cv(x):
+    return x.std() / x.mean()
+
+
+def _file_columns(path, a, b):
+    v = np.loadtxt(path, delimiter=",", skiprows=1, usecols=(a, b))
+    return v[:, 0], v[:, 1]
+
+
+# ------------------------------------------------------------------------- arrivals
+def test_poisson_interarrival_mean_and_cv():
+    n, rate = 200_000, 4.0
+    t = Poisson(rate).times(np.random.default_rng(1), n)
+    gaps = np.diff(np.concatenate([[0.0], t]))
+    assert len(t) == n and t[0] > 0 and np.all(gaps >= 0)
+    # sd of the sample mean is (1/rate)/sqrt(n) ~ 0.00056: 5 sd tolerance
+    assert abs(gaps.mean() - 1 / rate) < 5 * (1 / rate) / np.sqrt(n)
+    assert abs(_cv(gaps) - 1.0) < 0.02
+
+
+def test_poisson_count_in_duration():
+    rate, T = 50.0, 400.0
+    t = Poisson(rate).times(np.random.default_rng(2), duration_s=T)
+    assert t[-1] <= T
+    assert abs(len(t) - rate * T) < 5 * np.sqrt(rate * T)
+
+
+@pytest.mark.parametrize("cv", [0.5, 2.0, 4.0])
+def test_gamma_cv_matches(cv):
+    n, rate = 200_000, 2.0
+    gaps = np.diff(Gamma(rate, cv).times(np.random.default_rng(3), n), prepend=0.0)
+    assert abs(gaps.mean() * rate - 1) < 0.03 * cv
+    assert abs(_cv(gaps) / cv - 1) < 0.05
+
+
+def test_gamma_cv1_is_exponential_like():
+    gaps = np.diff(Gamma(3.0, 1.0).times(np.random.default_rng(4), 100_000), prepend=0.0)
+    assert abs(_cv(gaps) - 1) < 0.02
+
+
+def test_deterministic_spacing():
+    t = Deterministic(4.0).times(None, 1000)
+    assert np.allclose(np.diff(t), 0.25, rtol=0, atol=1e-12)
+    assert t[0] == pytest.approx(0.25)
+    assert len(Deterministic(4.0).times(None, duration_s=10.0)) == 40
+    spec = WorkloadSpec(arrival="deterministic", rate=2, duration_s=5, prompt=8, output=8)
+    tr = make_trace(spec)
+    assert len(tr) == 10 and tr.arrival_s[-1] == pytest.approx(5.0)
+
+
+def test_num_requests_and_duration_whichever_first():
+    base = dict(arrival="deterministic", rate=10, prompt="const:5", output="const:7")
+    assert len(make_trace(WorkloadSpec(**base, num_requests=30, duration_s=100))) == 30
+    assert len(make_trace(WorkloadSpec(**base, num_requests=3000, duration_s=2))) == 20
+    # time_scale on a synthetic process multiplies the rate; duration is in the scaled clock
+    fast = make_trace(WorkloadSpec(**base, duration_s=2, time_scale=3))
+    assert len(fast) == 60 and fast.arrival_s[-1] == pytest.approx(2.0)
+
+
+# ------------------------------------------------------------------------- determinism
+def _spec(**kw):
+    d = dict(arrival="poisson", rate=5.0, prompt="lognormal:mean=800,sigma=1",
+             output="geometric:200", num_requests=5000, seed=7)
+    d.update(kw)
+    return WorkloadSpec(**d)
+
+
+def test_seed_reproduces_and_differs():
+    a, b = make_trace(_spec()), make_trace(_spec())
+    assert a == b
+    c = make_trace(_spec(seed=8))
+    assert not np.array_equal(a.arrival_s, c.arrival_s)
+    assert not np.array_equal(a.prompt, c.prompt)
+
+
+def test_rate_or_process_change_keeps_lengths():
+    a = make_trace(_spec())
+    for other in (_spec(rate=50.0), _spec(arrival="gamma", cv=3.0), _spec(arrival="deterministic")):
+        b = make_trace(other)
+        assert not np.array_equal(a.arrival_s, b.arrival_s)
+        assert np.array_equal(a.prompt, b.prompt) and np.array_equal(a.output, b.output)
+
+
+def test_lengths_are_prefix_stable_with_duration():
+    a = make_trace(_spec(num_requests=None, duration_s=100.0))
+    b = make_trace(_spec(num_requests=None, duration_s=100.0, rate=20.0))
+    m = min(len(a), len(b))
+    assert len(b) > 2 * len(a)
+    assert np.array_equal(a.prompt[:m], b.prompt[:m])
+    assert np.array_equal(a.output[:m], b.output[:m])
+
+
+def test_changing_output_law_keeps_prompts():
+    a = make_trace(_spec())
+    b = make_trace(_spec(output="uniform:1,10"))
+    assert np.array_equal(a.prompt, b.prompt) and np.array_equal(a.arrival_s, b.arrival_s)
+
+
+# ------------------------------------------------------------------------- Azure trace
+@needs_traces
+def test_azure_parse():
+    t0 = time.perf_counter()
+    tr = read_azure_csv(AZURE)
+    assert time.perf_counter() - t0 < 1.5
+    assert len(tr) == 19_366
+    assert tr.arrival_s[0] == 0.0
+    assert np.all(np.diff(tr.arrival_s) >= 0)
+    assert 5.3 < tr.mean_rate < 5.7
+    # first rows: 18:15:46.6805900 374,44 then 18:15:50.9951690 396,109
+    assert tr.arrival_s[1] == pytest.approx(4.314579, abs=1e-9)
+    assert (tr.prompt[0], tr.output[0], tr.prompt[1], tr.output[1]) == (374, 44, 396, 109)
+    assert tr.prompt.mean() == pytest.approx(1155, abs=1)
+    assert tr.output.mean() == pytest.approx(211, abs=1)
+    assert read_trace(AZURE) == tr  # format detected from the header
+
+
+@needs_traces
+def test_azure_replay_spec_and_time_scaling():
+    whole = make_trace(WorkloadSpec(arrival="azure-conv"))
+    assert len(whole) == 19_366
+    fast = make_trace(WorkloadSpec(arrival=f"trace:{AZURE}", time_scale=4))
+    assert np.allclose(fast.arrival_s, whole.arrival_s / 4)
+    assert np.array_equal(fast.prompt, whole.prompt)
+    assert fast.mean_rate == pytest.approx(4 * whole.mean_rate)
+    # rate rescales to a target mean rate
+    r = make_trace(WorkloadSpec(trace="azure-conv", rate=20.0))
+    assert r.mean_rate == pytest.approx(20.0)
+    # duration is in the scaled clock; num_requests cuts first
+    part = make_trace(WorkloadSpec(arrival="azure-conv", time_scale=2, duration_s=600))
+    assert part.arrival_s[-1] <= 600 and len(part) == np.sum(whole.arrival_s / 2 <= 600)
+    assert len(make_trace(WorkloadSpec(arrival="azure-conv", num_requests=100))) == 100
+
+
+@needs_traces
+def test_trace_lengths_overridden_by_law_and_vice_versa():
+    whole = load_trace("azure-conv")
+    tr = make_trace(WorkloadSpec(arrival="azure-conv", prompt="const:100", num_requests=500))
+    assert np.all(tr.prompt == 100)
+    assert np.array_equal(tr.output, whole.output[:500])
+    assert np.array_equal(tr.arrival_s, whole.arrival_s[:500])
+    # arrivals from a process, lengths replayed in trace order
+    tr2 = make_trace(WorkloadSpec(arrival="poisson", rate=2, num_requests=500,
+                                  prompt="replay:azure-conv", output="replay:azure-conv"))
+    assert np.array_equal(tr2.prompt, whole.prompt[:500])
+    assert np.array_equal(tr2.output, whole.output[:500])
+
+
+# ------------------------------------------------------------------------- length laws
+def test_simple_length_laws():
+    rng = np.random.default_rng(0)
+    assert np.all(parse_length_law("const:512").sample(rng, 10) == 512)
+    assert parse_length_law(64) == Constant(64)
+    u = parse_length_law("uniform:16,32").sample(rng, 20_000)
+    assert u.min() == 16 and u.max() == 32 and u.dtype == np.int64
+    g = parse_length_law("geometric:256").sample(rng, 200_000)
+    assert g.min() >= 1 and abs(g.mean() / 256 - 1) < 0.02
+    assert np.all(parse_length_law("geometric:1").sample(rng, 100) == 1)
+    ln = parse_length_law("lognormal:mean=1000,sigma=1.0").sample(rng, 200_000)
+    assert ln.min() >= 1 and abs(ln.mean() / 1000 - 1) < 0.03
+    lc = parse_length_law("lognormal:mean=500,cv=0.5").sample(rng, 200_000)
+    assert abs(_cv(lc) / 0.5 - 1) < 0.05
+    clip = parse_length_law("lognormal:mean=1000,sigma=2,max=3000").sample(rng, 10_000)
+    assert clip.max() == 3000 and clip.min() >= 1
+
+
+@pytest.mark.parametrize("text", ["const:512", "uniform:16,2048", "geometric:mean=256",
+                                  "geometric:mean=256,max=4096", "lognormal:mean=1000,sigma=1",
+                                  "lognormal:mean=1000,cv=1.5,max=8192"])
+def test_law_string_round_trip(text):
+    law = parse_length_law(text)
+    assert law.to_str() == text
+    assert parse_length_law(law.to_str()) == law
+
+
+def test_law_mapping_and_alt_forms():
+    assert parse_length_law({"law": "lognormal", "mean": 1000, "sigma": 1}) == Lognormal(1000, sigma=1)
+    assert parse_length_law("uniform:lo=3,hi=9") == Uniform(3, 9)
+    assert parse_length_law("geometric:mean=10,max=50") == Geometric(10, max=50)
+
+
+@needs_traces
+def test_empirical_sharegpt_means():
+    fp, fo = _file_columns(SHAREGPT, 0, 1)
+    tr = make_trace(WorkloadSpec(arrival="poisson", rate=1, num_requests=60_000,
+                                 prompt="sharegpt", output="sharegpt", seed=3))
+    # 6 standard errors
+    assert abs(tr.prompt.mean() - fp.mean()) < 6 * fp.std() / np.sqrt(60_000)
+    assert abs(tr.output.mean() - np.maximum(fo, 1).mean()) < 6 * fo.std() / np.sqrt(60_000)
+    # explicit path and column give the same law as the named dataset's default column
+    law = parse_length_law(f"empirical:{SHAREGPT}:num_decode_tokens")
+    assert law.expected() == pytest.approx(fo.mean())
+
+
+@needs_traces
+def test_joint_sampling_keeps_pairs():
+    fp, fo = _file_columns(ARXIV, 0, 1)
+    pairs = set(zip(fp.astype(int).tolist(), np.maximum(fo, 1).astype(int).tolist()))
+    tr = make_trace(WorkloadSpec(arrival="poisson", rate=1, num_requests=20_000,
+                                 prompt="arxiv", output="arxiv"))
+    assert all(p in pairs for p in zip(tr.prompt.tolist(), tr.output.tolist()))
+    file_corr = np.corrcoef(fp, fo)[0, 1]          # about -0.46
+    assert abs(np.corrcoef(tr.prompt, tr.output)[0, 1] - file_corr) < 0.05
+    # different files: independent draws, no correlation
+    ind = make_trace(WorkloadSpec(arrival="poisson", rate=1, num_requests=20_000,
+                                  prompt="arxiv", output=f"empirical:{SHAREGPT}"))
+    assert abs(np.corrcoef(ind.prompt, ind.output)[0, 1]) < 0.05
+
+
+# ------------------------------------------------------------------------- classes
+def test_class_mix():
+    spec = WorkloadSpec.from_dict({
+        "arrival": "poisson", "rate": 10, "num_requests": 20_000, "prompt": "const:100",
+        "output": "const:10",
+        "classes": [{"tag": "chat", "share": 0.7},
+                    {"tag": "summ", "share": 0.3, "prompt": "uniform:1000,2000"}]})
+    tr = make_trace(spec)
+    chat = tr.tag == "chat"
+    assert abs(chat.mean() - 0.7) < 0.02
+    assert np.all(tr.prompt[chat] == 100) and np.all(tr.output == 10)
+    assert tr.prompt[~chat].min() >= 1000 and tr.tag.dtype.kind == "U"
+    assert tr.describe()["tags"]["chat"] == int(chat.sum())
+
+
+# ------------------------------------------------------------------------- files
+def test_csv_round_trip(tmp_path):
+    tr = make_trace(_spec(num_requests=2000))
+    p = tmp_path / "t.csv"
+    tr.to_csv(p)
+    assert p.read_text().splitlines()[0] == "arrival_s,prompt_tokens,output_tokens"
+    back = Trace.from_csv(p)
+    assert back == tr and back.tag is None
+    tagged = tr.with_tags(np.where(tr.prompt > 800, "long", "short"))
+    tagged.to_csv(p)
+    assert read_trace(p) == tagged
+    again = make_trace(WorkloadSpec(arrival=f"trace:{p}"))
+    assert again == tagged
+
+
+def test_plain_csv_unsorted_rows_are_sorted(tmp_path):
+    p = tmp_path / "u.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n2.0,5,6\n\n1.0,7,8\n")
+    tr = read_trace(p)
+    assert tr.arrival_s.tolist() == [1.0, 2.0] and tr.prompt.tolist() == [7, 5]
+
+
+def test_spec_dict_round_trip():
+    spec = WorkloadSpec(arrival="gamma:rate=3,cv=2", prompt="uniform:10,20",
+                        output="geometric:5", duration_s=50, seed=11,
+                        classes=[{"tag": "a", "share": 1}, {"tag": "b", "share": 2,
+                                                            "output": "const:9"}])
+    d = spec.to_dict()
+    assert d["arrival"] == "gamma" and d["rate"] == 3 and d["cv"] == 2
+    again = WorkloadSpec.from_dict(d)
+    assert again.to_dict() == d
+    assert make_trace(again) == make_trace(spec) == make_trace(d)
+
+
+def test_million_requests_cheap():
+    t0 = time.perf_counter()
+    tr = make_trace(WorkloadSpec(arrival="poisson", rate=100, num_requests=1_000_000,
+                                 prompt="geometric:500", output="uniform:1,100"))
+    assert time.perf_counter() - t0 < 3.0
+    assert len(tr) == 1_000_000
+    assert tr.arrival_s.nbytes + tr.prompt.nbytes + tr.output.nbytes == 24_000_000
+
+
+def test_trace_slicing_and_requests():
+    tr = make_trace(_spec(num_requests=100))
+    assert len(tr.head(10)) == 10 and len(tr.slice(90)) == 10
+    assert len(tr.until(tr.arrival_s[49])) == 50
+    reqs = list(tr.head(3).requests())
+    assert [r.prompt for r in reqs] == tr.prompt[:3].tolist()
+    assert reqs[1].arrival == int(round(tr.arrival_s[1] * 1e9))
+
+
+# ------------------------------------------------------------------------- datasets
+@needs_traces
+def test_dataset_resolution_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("LLMSCHED_TRACES", str(TRACES))
+    assert resolve_dataset("sharegpt").samefile(SHAREGPT)
+    assert isinstance(parse_length_law("arxiv"), Empirical)
+
+
+def test_dataset_not_found_names_places(monkeypatch, tmp_path):
+    monkeypatch.setenv("LLMSCHED_TRACES", str(tmp_path / "nowhere"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ds, "_repo_root", lambda: tmp_path / "repo")
+    with pytest.raises(ConfigError, match="dataset 'sharegpt' not found.*LLMSCHED_TRACES"):
+        resolve_dataset("sharegpt")
+    with pytest.raises(ConfigError, match="not found"):
+        WorkloadSpec(arrival="poisson", rate=1, num_requests=5, prompt="sharegpt", output=5)
+
+
+# ------------------------------------------------------------------------- errors
+def _write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+BASE = dict(arrival="poisson", rate=1.0, num_requests=10, prompt="const:5", output="const:5")
+
+
+def _bad(**kw):
+    d = dict(BASE)
+    d.update(kw)
+    return lambda: make_trace(WorkloadSpec.from_dict(d))
+
+
+@pytest.mark.parametrize("fn, pattern", [
+    (_bad(rate=0), r"rate \(requests per second\) must be a positive"),
+    (_bad(rate=-3), r"rate \(requests per second\) must be a positive"),
+    (_bad(rate="fast"), "rate .*must be a number"),
+    (_bad(arrival="gamma", cv=0), "cv .* must be a positive"),
+    (_bad(arrival="gamma", cv=-1), "cv .* must be a positive"),
+    (_bad(cv=2), "applies to gamma arrivals only"),
+    (_bad(arrival="weibull"), "unknown arrival process 'weibull'"),
+    (_bad(prompt="foo:3"), "unknown length law 'foo:3'"),
+    (_bad(prompt="const:-5"), "const length must be >= 1"),
+    (_bad(output="const:0"), "const length must be >= 1"),
+    (_bad(prompt="uniform:10,5"), "needs lo <= hi"),
+    (_bad(prompt="uniform:-1,5"), "uniform lo must be >= 1"),
+    (_bad(prompt="geometric:0.5"), "geometric mean must be >= 1"),
+    (_bad(prompt="lognormal:mean=100"), "exactly one of sigma= or cv="),
+    (_bad(prompt="lognormal:mean=100,sigma=1,cv=1"), "exactly one of sigma= or cv="),
+    (_bad(prompt="lognormal:mean=100,sigma=0"), "lognormal sigma must be > 0"),
+    (_bad(prompt="lognormal:mean=100,sigma=1,foo=2"), "unknown parameter 'foo'"),
+    (_bad(prompt="empirical:/no/such/file.csv"), "file /no/such/file.csv does not exist"),
+    (_bad(prompt=None), "need a prompt length law"),
+    (_bad(num_requests=None), "need num_requests or duration_s"),
+    (_bad(num_requests=0), "num_requests must be a whole number >= 1"),
+    (_bad(num_requests=2.5), "num_requests must be a whole number >= 1"),
+    (_bad(duration_s=-1), "duration_s must be a positive"),
+    (_bad(seed=-1), "seed must be a whole number >= 0"),
+    (_bad(arrival="deterministic", rate=1, num_requests=None, duration_s=0.5), "workload is empty"),
+    (_bad(arrival="trace:/no/such/trace.csv"), "does not exist"),
+    (_bad(time_scale=0, arrival="trace:azure-conv"), "time_scale must be a positive"),
+    (_bad(bogus=1), "unknown workload key 'bogus'"),
+    (_bad(classes=[{"tag": "a", "share": 0}]), "share of class 'a' must be a positive"),
+    (_bad(classes=[{"tag": "a"}, {"tag": "a"}]), "class tag 'a' is used twice"),
+    (lambda: Trace([1.0, 0.5], [1, 1], [1, 1]), "non-decreasing"),
+    (lambda: Trace([0.0], [0], [1]), "prompt lengths must be >= 1"),
+    (lambda: Trace([0.0, 1.0], [1], [1, 1]), "differ in length"),
+])
+def test_bad_inputs_raise_config_error(fn, pattern):
+    with pytest.raises(ConfigError, match=pattern) as info:
+        fn()
+    msg = str(info.value)
+    assert "\n" not in msg and "Traceback" not in msg
+
+
+@pytest.mark.parametrize("text, pattern", [
+    ("", "is empty"),
+    ("arrival_s,prompt_tokens,output_tokens\n", "has no data rows"),
+    ("arrival_s,prompt_tokens\n0,1\n", "is not a trace.*needs arrival_s"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,abc,2\n", "line 3 column 'prompt_tokens'.*'abc'"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,2\n", "line 3 has 2 field"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,-4,2\n", "line 3 column 'prompt_tokens'.*below"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,2.5\n", "line 2 column 'output_tokens'.*whole number"),
+    ("arrival_s,prompt_tokens,output_tokens\n-1,1,2\n", "line 2 column 'arrival_s'"),
+    ("a,b\n1,2\n", "is not a trace"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,4\nyesterday,3,4\n",
+     "line 3 column 'TIMESTAMP'"),
+])
+def test_malformed_trace_files(tmp_path, text, pattern):
+    p = _write(tmp_path, "bad.csv", text)
+    with pytest.raises(ConfigError, match=pattern) as info:
+        make_trace(WorkloadSpec(arrival=f"trace:{p}"))
+    assert str(p) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_empirical_errors(tmp_path):
+    p = _write(tmp_path, "lens.csv", "x,y\n1,2\n3,4\n")
+    with pytest.raises(ConfigError, match="say which column"):
+        parse_length_law(f"empirical:{p}", "prompt")
+    with pytest.raises(ConfigError, match="has no column 'z'"):
+        parse_length_law(f"empirical:{p}:z", "prompt")
+    law = parse_length_law(f"empirical:{p}:y", "output")
+    assert set(law.sample(np.random.default_rng(0), 100).tolist()) == {2, 4}
+    neg = _write(tmp_path, "neg.csv", "n\n5\n-2\n")
+    with pytest.raises(ConfigError, match="line 3 column 'n'"):
+        parse_length_law(f"empirical:{neg}").sample(np.random.default_rng(0), 5)
