@@ -1,0 +1,116 @@
+"""The command line: the main job, outputs, and one-line errors with exit code 2."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmsched.cli import main
+
+SMALL = ["--num-requests", "300", "--cost-model", "paper", "--b-max", "256", "--rate", "5",
+         "--prompt", "uniform:10,200", "--output", "geometric:20"]
+
+
+def test_simulate_writes_outputs_and_plots(tmp_path, capsys):
+    out = tmp_path / "res"
+    assert main(["simulate", *SMALL, "--out", str(out), "--steps", "--quiet"]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"summary.json", "config.json", "requests.csv", "timeseries.csv", "steps.csv",
+            "itl_histogram.csv", "load_histogram.csv"} <= names
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["completed"] == 300
+    config = json.loads((out / "config.json").read_text())
+    assert config["policy"] == "sarathi" and config["workload"]["num_requests"] == 300
+    with open(out / "steps.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["step", "start_s", "duration_s", "prefill_tokens", "decode_tokens",
+                             "batch_size", "entries"]
+    assert len(rows) == summary["steps"]
+    for row in rows[:50]:
+        toks = 0
+        for e in row["entries"].split():
+            rid, work = e.split(":")
+            toks += 1 if work == "d" else int(work[1:])
+        assert toks == int(row["prefill_tokens"]) + int(row["decode_tokens"]) <= 256
+    with open(out / "requests.csv") as f:
+        reqs = list(csv.DictReader(f))
+    assert len(reqs) == 300 and all(r["finished"] == "1" for r in reqs)
+    assert main(["plot", str(out)]) == 0
+    for png in ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png"):
+        assert (out / png).stat().st_size > 1000
+
+
+def test_simulate_json_and_config_file(tmp_path, capsys):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("policy: orca\nb_max: 128\ncost_model: paper\nworkload:\n  arrival: poisson\n"
+                   "  rate: 3\n  prompt: const:50\n  output: const:10\n  num_requests: 100\n")
+    assert main(["simulate", "--config", str(cfg), "--out", "", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["completed"] == 100 and summary["total_output_tokens"] == 1000
+    # flags override the file
+    assert main(["simulate", "--config", str(cfg), "--out", "", "--json", "--num-requests", "40"]) == 0
+    assert json.loads(capsys.readouterr().out)["completed"] == 40
+
+
+BAD = [
+    (["--policy", "nope"], "unknown batch policy 'nope'"),
+    (["--admission", "nope"], "unknown admission policy"),
+    (["--rate", "0"], "rate"),
+    (["--rate", "-3"], "rate"),
+    (["--b-max", "0"], "b_max must be a positive integer"),
+    (["--k-max", "-1"], "k_max must be a positive integer"),
+    (["--kv-capacity", "0"], "kv_capacity"),
+    (["--max-running", "0"], "max_running"),
+    (["--b-max", "abc"], "invalid int value"),
+    (["--cost-model", "warp"], "unknown cost model"),
+    (["--trace", "/no/such/trace.csv"], "does not exist"),
+    (["--prompt", "zipf:3"], "unknown length law"),
+    (["--kv-capacity", "50"], "can never complete"),
+    (["--unknown-flag"], "unrecognized arguments"),
+    (["--config", "/no/such.yaml"], "does not exist"),
+]
+
+
+@pytest.mark.parametrize("extra,message", BAD)
+def test_bad_input_is_one_line_exit_2(tmp_path, extra, message):
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "llmsched.cli", "simulate", *SMALL, "--out", str(out), *extra]
+    proc = subprocess.run(args, capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
+    assert not out.exists()  # nothing half-written
+
+
+def test_malformed_trace_and_config(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,10,5\n0.5,abc,5\n")
+    yaml = tmp_path / "bad.yaml"
+    yaml.write_text("policy: [unclosed\n")
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("polcy: sarathi\n")
+    for extra in (["--trace", str(bad)], ["--config", str(yaml)], ["--config", str(unknown)]):
+        proc = subprocess.run([sys.executable, "-m", "llmsched.cli", "simulate", "--out", "",
+                               "--cost-model", "paper", *extra], capture_output=True, text=True)
+        assert proc.returncode == 2, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_schedulers_lists_every_policy(capsys):
+    assert main(["schedulers"]) == 0
+    out = capsys.readouterr().out
+    for name in ("fastertransformer", "vllm", "orca", "sarathi", "kfcfs", "fcfs", "spf"):
+        assert name in out
+
+
+def test_help_everywhere():
+    for cmd in ([], ["simulate"], ["schedulers"], ["plot"]):
+        proc = subprocess.run([sys.executable, "-m", "llmsched.cli", *cmd, "--help"], capture_output=True, text=True)
+        assert proc.returncode == 0 and "usage:" in proc.stdout
+
+
+def test_plot_on_missing_folder_is_an_error(tmp_path):
+    assert main(["plot", str(tmp_path / "nothing")]) == 2
