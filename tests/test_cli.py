@@ -19,7 +19,7 @@ def test_simulate_writes_outputs_and_plots(tmp_path, capsys):
     assert main(["simulate", *SMALL, "--out", str(out), "--steps", "--quiet"]) == 0
     names = {p.name for p in out.iterdir()}
     assert {"summary.json", "config.json", "requests.csv", "timeseries.csv", "steps.csv",
-            "itl_histogram.csv", "load_histogram.csv"} <= names
+            "itl_histogram.csv", "load_histogram.csv", "batch_histogram.csv"} <= names
     summary = json.loads((out / "summary.json").read_text())
     assert summary["completed"] == 300
     config = json.loads((out / "config.json").read_text())

@@ -1,11 +1,21 @@
-"""Analysis: capacity, the stability region with a batch-size cap, stability verdicts."""
+"""Analysis: capacity, the stability region with a batch-size cap, stability verdicts.
 
-from .capacity import CapacityReport, capacity, token_capacity, work_per_request
-from .region import StabilityRegion, plot_region, stability_region, workload_point
-from .verdict import Verdict, predicted_growth, stability_verdict
+Names are imported on first use, so that `llmsched --help` does not pay for scipy."""
 
-__all__ = [
-    "CapacityReport", "capacity", "token_capacity", "work_per_request",
-    "StabilityRegion", "plot_region", "stability_region", "workload_point",
-    "Verdict", "predicted_growth", "stability_verdict",
-]
+import importlib
+
+_EXPORTS = {
+    "CapacityReport": "capacity", "capacity": "capacity", "token_capacity": "capacity",
+    "work_per_request": "capacity",
+    "StabilityRegion": "region", "plot_region": "region", "stability_region": "region",
+    "workload_point": "region",
+    "Verdict": "verdict", "predicted_growth": "verdict", "stability_verdict": "verdict",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -174,6 +174,7 @@ class SimResult:
             "timeseries.csv": self._write_timeseries,
             "itl_histogram.csv": self._write_itl,
             "load_histogram.csv": self._write_load,
+            "batch_histogram.csv": self._write_batch,
         }
         for name, writer in files.items():
             tmp = out / f".{name}.tmp"
@@ -209,6 +210,12 @@ class SimResult:
         for b, c in enumerate(self.stats.load_hist):
             if c:
                 w.writerow([b, c])
+
+
+    def _write_batch(self, f) -> None:
+        w = csv.writer(f)
+        w.writerow(["batch_size", "steps"])
+        w.writerows(sorted(self.stats.batch_hist.items()))
 
 
 def _fmt(x: float) -> str:
