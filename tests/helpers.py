@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,6 +12,12 @@ from llmsched.core import make_cost_model
 from llmsched.policies import make_scheduler
 from llmsched.sim.result import SimResult
 from llmsched.sim.simulator import simulate_trace
+
+_HERE = Path(__file__).resolve().parent
+_SHARED = _HERE.parent.parent / "shared" / "traces"
+FULL_TRACES = (_SHARED / "azure_conv_2023" / "AzureLLMInferenceTrace_conv.csv").is_file()
+# The real traces when this checkout sits next to ../shared, else 2,000-row excerpts of them.
+TRACES = _SHARED if FULL_TRACES else _HERE / "data" / "traces"
 
 
 def trace(rows):
