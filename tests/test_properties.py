@@ -104,8 +104,9 @@ def test_invariants_conservation_and_fast_path(data):
     violations: list[str] = []
     exact, exact_steps = simulate(tr, cfg, cost, fast=False, violations=violations)
     assert violations == []
-    # no request lost
+    # no request lost, and every token after the first has one inter-token gap
     assert exact.summary["completed"] == len(tr.prompt)
+    assert exact.summary["itl_count"] == int((tr.output - 1).sum())
     # tokens conserved, per request
     decodes, prefills = Counter(), Counter()
     for line in exact_steps.splitlines():

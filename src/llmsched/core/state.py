@@ -121,6 +121,7 @@ class ServerState:
         self.newly_active: list[Request] = []         # decoders resumed by the last begin_step
         self.finished: list[Request] = []             # requests done in the last end_step
         self.first_tokens: list[Request] = []         # prefills completed in the last end_step
+        self.resumed: list[tuple[Request, int]] = []  # recomputes completed: (request, gap ns)
 
     # ---- read-only view for policies -------------------------------------------------
     @property
@@ -214,6 +215,7 @@ class ServerState:
         self.kv_used += steps * m
         self.finished = finished = []
         self.first_tokens = firsts = []
+        self.resumed = resumed = []
         prefill = 0
         for r, n in plan.prefill:
             r.prefilled += steps * n
@@ -232,10 +234,12 @@ class ServerState:
             if r.prefilled == r.prefill_target:
                 self.prefilling.remove(r)
                 r.emitted += 1
-                r.last_emit = end
                 if r.first_token < 0:
                     r.first_token = end
                     firsts.append(r)
+                else:  # a recompute after preemption emits the next token
+                    resumed.append((r, end - r.last_emit))
+                r.last_emit = end
                 if r.emitted >= r.output:
                     self._retire(r, end)
                     finished.append(r)

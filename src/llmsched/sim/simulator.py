@@ -270,6 +270,8 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
 
         served = state.decoders[:m] if closed_loop else None
         state.end_step(plan, end, count)
+        for _, gap in state.resumed:
+            itl_add(gap, 1)
         for r in state.finished:
             x = r.id
             if r.first_token >= 0:
