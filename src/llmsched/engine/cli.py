@@ -1,0 +1,246 @@
+"""Engine subcommands of the `llmsched` CLI: generate, make-tiny-model, profile, validate.
+
+`register(subparsers)` adds them; each parser's default `func(args) -> int` is a thin
+wrapper over a Python function. Bad input raises `ConfigError` (the main CLI prints it
+on one line and exits with code 2). torch is imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..core.errors import ConfigError
+
+
+def _pos_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
+    return v
+
+
+def _engine_args(p: argparse.ArgumentParser, b_max: int = 512, max_num_seqs: int | None = None) -> None:
+    g = p.add_argument_group("engine")
+    g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    g.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, "
+                                                 "bfloat16 on CUDA)")
+    g.add_argument("--b-max", type=_pos_int, default=b_max, help=f"token budget per step (default: {b_max})")
+    g.add_argument("--k-max", type=_pos_int, default=None, help="cap on requests per step (default: none)")
+    g.add_argument("--max-num-seqs", type=_pos_int, default=max_num_seqs,
+                   help="most running requests (default: 256 on CUDA, 64 on CPU)")
+    g.add_argument("--block-size", type=_pos_int, default=16, help="KV cache block size in tokens (default: 16)")
+    g.add_argument("--kv-cache-gb", type=float, default=None,
+                   help="KV cache size on CPU in GiB (default: 1, capped at what max-num-seqs can use)")
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="share of GPU memory the engine may use, KV cache included (default: 0.9)")
+    g.add_argument("--max-model-len", type=_pos_int, default=None,
+                   help="longest sequence, prompt + output (default: the model's, 2048 on CPU)")
+    g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    g.add_argument("--threads", type=_pos_int, default=None, help="torch CPU threads (default: all cores but one)")
+
+
+def _setup(args) -> dict:
+    cuda = str(args.device).startswith("cuda")
+    mns = args.max_num_seqs or (256 if cuda else 64)
+    mml = args.max_model_len or (None if cuda else 2048)
+    return dict(device=args.device, dtype=args.dtype, b_max=args.b_max, k_max=args.k_max,
+                max_num_seqs=mns, block_size=args.block_size, kv_cache_gb=args.kv_cache_gb,
+                max_model_len=mml, num_threads=args.threads)
+
+
+# ---- generate ----------------------------------------------------------------------------
+def cmd_generate(args) -> int:
+    from ..core.engine_api import SamplingParams  # noqa: PLC0415
+    from .engine import LLM  # noqa: PLC0415
+
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                            top_k=args.top_k, seed=args.seed, stop=list(args.stop or []),
+                            stop_token_ids=list(args.stop_token_id or []), ignore_eos=args.ignore_eos)
+    opts = _setup(args)
+    opts["max_model_len"] = args.max_model_len  # the model's own unless given
+    llm = LLM(args.model, scheduler=args.scheduler, gpu_memory_utilization=args.gpu_memory_utilization,
+              enforce_eager=args.enforce_eager, **opts)
+    prompts = list(args.prompt or [])
+    for ids in args.prompt_ids or []:
+        try:
+            prompts.append([int(t) for t in ids.replace(",", " ").split()])
+        except ValueError:
+            raise ConfigError(f"--prompt-ids takes integers separated by commas, got {ids!r}") from None
+    if not prompts:
+        raise ConfigError("give at least one --prompt (or --prompt-ids)")
+    outs = llm.generate(prompts, params)
+    for prompt, o in zip(prompts, outs):
+        if args.json:
+            print(json.dumps({"prompt": prompt, "text": o.text, "token_ids": o.token_ids,
+                              "finish_reason": o.finish_reason, "ttft_s": o.ttft, "e2e_s": o.e2e,
+                              "itl_s": o.itl, "preemptions": o.preemptions}))
+        else:
+            shown = prompt if isinstance(prompt, str) else f"<{len(prompt)} token ids>"
+            print(f"--- prompt: {shown!r}")
+            print(o.text)
+            mean_itl = sum(o.itl) / len(o.itl) * 1e3 if o.itl else float("nan")
+            print(f"[{len(o.token_ids)} tokens, finish_reason={o.finish_reason}, ttft={o.ttft * 1e3:.1f} ms, "
+                  f"mean itl={mean_itl:.2f} ms, e2e={o.e2e * 1e3:.1f} ms]")
+    return 0
+
+
+# ---- make-tiny-model -----------------------------------------------------------------------
+def cmd_make_tiny_model(args) -> int:
+    from .tiny import make_tiny_model  # noqa: PLC0415
+
+    out = make_tiny_model(args.dir, arch=args.arch, vocab_size=args.vocab_size, hidden_size=args.hidden_size,
+                          num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads,
+                          intermediate_size=args.intermediate_size,
+                          max_position_embeddings=args.max_position_embeddings,
+                          tie_word_embeddings=args.tie_word_embeddings, seed=args.seed)
+    print(f"wrote a tiny {args.arch} model to {out}")
+    return 0
+
+
+# ---- profile -------------------------------------------------------------------------------
+def cmd_profile(args) -> int:
+    from .profiler import profile  # noqa: PLC0415
+
+    opts = _setup(args)
+    opts.pop("k_max")
+    say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
+    s = profile(args.model, args.out, reps=args.reps, warmup=args.warmup, enforce_eager=args.enforce_eager,
+                progress=say, **opts)
+    print(f"wrote {s['rows']} rows to {s['path']} ({s['device']}, {s['dtype']}, {s['layers']} layers, "
+          f"{s['seconds']:.1f} s)")
+    print(f"simulate with: --cost-model {s['cost_model']}")
+    return 0
+
+
+# ---- validate ------------------------------------------------------------------------------
+def render_validation(result: dict) -> None:
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    from .validate import METRICS, STATS  # noqa: PLC0415
+
+    t = Table(title=f"sim vs real ({result['trace_requests']} requests, {result['device']}); "
+                    f"cells: real ms / sim ms (sim error)")
+    t.add_column("policy")
+    t.add_column("metric")
+    for st in STATS:
+        t.add_column(st, justify="right")
+
+    def cell(e):
+        if e["real_ms"] is None or e["sim_ms"] is None:
+            return "-"
+        err = "-" if e["rel_error"] is None else f"{e['rel_error'] * 100:+.0f}%"
+        return f"{e['real_ms']:.1f} / {e['sim_ms']:.1f} ({err})"
+    for policy, res in result["policies"].items():
+        for m in METRICS:
+            t.add_row(policy, m, *(cell(res["errors"][f"{m}_{st}"]) for st in STATS))
+    Console().print(t)
+
+
+def cmd_validate(args) -> int:
+    from .validate import validate  # noqa: PLC0415
+
+    opts = _setup(args)
+    opts["max_model_len"] = args.max_model_len  # default: from the trace
+    say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
+    res = validate(args.model, args.trace, args.policies, profile=args.profile, seed=args.seed,
+                   reps=args.reps, progress=say, **opts)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res, fh, indent=2)
+    if args.json == "-" or args.print_json:
+        print(json.dumps(res, indent=2))
+    else:
+        render_validation(res)
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add the engine subcommands to an argparse subparsers object."""
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+
+    p = subparsers.add_parser("generate", help="generate text with the PyTorch engine",
+                              description="Generate with a local Hugging Face-format model; every step "
+                                          "runs the plan of a llmsched policy.")
+    p.add_argument("--model", required=True, help="model folder (config.json, *.safetensors, tokenizer.json)")
+    p.add_argument("--prompt", action="append", help="a text prompt (repeat for several)")
+    p.add_argument("--prompt-ids", action="append", help="a prompt as token ids, e.g. '1,5,9' (repeatable)")
+    p.add_argument("--max-tokens", type=_pos_int, default=32, help="output tokens per prompt (default: 32)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1)")
+    p.add_argument("--top-k", type=int, default=-1, help="top-k sampling, -1 = off (default: -1)")
+    p.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
+    p.add_argument("--stop", action="append", help="stop string (repeatable); the text is cut before it")
+    p.add_argument("--stop-token-id", type=int, action="append", help="stop token id (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS")
+    p.add_argument("--scheduler", default="sarathi", help="batch policy (default: sarathi)")
+    p.add_argument("--json", action="store_true", help="one JSON object per prompt")
+    _engine_args(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = subparsers.add_parser("make-tiny-model", help="write a small random model with a trained tokenizer",
+                              description="Write a small random Llama-family model (config.json, "
+                                          "model.safetensors, tokenizer.json) for demos and tests.",
+                              formatter_class=fmt)
+    p.add_argument("dir", help="output folder")
+    p.add_argument("--arch", default="llama", choices=["llama", "qwen2", "mistral"])
+    p.add_argument("--vocab-size", type=_pos_int, default=512, help="BPE vocabulary target")
+    p.add_argument("--hidden-size", type=_pos_int, default=128)
+    p.add_argument("--layers", type=_pos_int, default=4)
+    p.add_argument("--heads", type=_pos_int, default=4)
+    p.add_argument("--kv-heads", type=_pos_int, default=2)
+    p.add_argument("--intermediate-size", type=_pos_int, default=384)
+    p.add_argument("--max-position-embeddings", type=_pos_int, default=4096)
+    p.add_argument("--tie-word-embeddings", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_make_tiny_model)
+
+    p = subparsers.add_parser("profile", help="measure this machine's step-time tables for simulate",
+                              description="Measure linear, attention and LM-head times of the engine on "
+                                          "this machine and write a profile CSV that "
+                                          "`simulate --cost-model profile:PATH` reads.")
+    p.add_argument("--model", required=True, help="model folder")
+    p.add_argument("--out", required=True, help="output CSV file (a folder gets profile.csv)")
+    p.add_argument("--reps", type=_pos_int, default=3, help="timed runs per point, at least (default: 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs per point (default: 1)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _engine_args(p)
+    p.set_defaults(func=cmd_profile)
+
+    p = subparsers.add_parser("validate", help="compare the simulator with the real engine on a trace",
+                              description="Replay a trace through the engine in real time and through the "
+                                          "simulator (timed by the engine's profile); report the error of "
+                                          "TTFT, ITL and E2E (mean, p50, p99) per policy.")
+    p.add_argument("--model", required=True, help="model folder")
+    p.add_argument("--trace", required=True, help="CSV arrival_s,prompt_tokens,output_tokens (or an Azure trace)")
+    p.add_argument("--policies", default="sarathi", help="comma-separated batch policies (default: sarathi)")
+    p.add_argument("--profile", default=None, help="profile CSV of this engine (default: measure one first)")
+    p.add_argument("--reps", type=_pos_int, default=3, help="timed runs per profile point (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random prompt token ids")
+    p.add_argument("--json", default=None, help="also write the result as JSON to this file")
+    p.add_argument("--print-json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _engine_args(p, b_max=256)
+    p.set_defaults(func=cmd_validate)
+
+
+def main(argv=None) -> int:
+    """Standalone entry point (the package CLI normally hosts these commands)."""
+    parser = argparse.ArgumentParser(prog="llmsched-engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,334 @@
+"""Read a Hugging Face-format model folder: `config.json`, `*.safetensors` (one file or
+shards with `model.safetensors.index.json`), optional `generation_config.json`.
+
+Supported: Llama 2/3 (incl. Llama-3 rope scaling), Qwen2 (q/k/v bias), Mistral (sliding
+window). Everything a user can get wrong raises `ConfigError` with one sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.errors import ConfigError
+
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+                 "MistralForCausalLM": "mistral"}
+ROPE_TYPES = ("default", "llama3", "linear")
+
+
+@dataclass
+class ModelConfig:
+    arch: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    sliding_windows: list = field(default_factory=list)  # per layer: window or None
+    bos_token_id: int | None = None
+    eos_token_ids: list = field(default_factory=list)
+    torch_dtype: str | None = None
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def num_params(self) -> int:
+        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
+        layer = h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * h * i + 2 * h
+        return self.num_layers * layer + v * h * (1 if self.tie_word_embeddings else 2) + h
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.num_layers * self.kv_size * dtype_bytes
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno}") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} must hold a JSON object")
+    return data
+
+
+def model_path(model_dir) -> Path:
+    p = Path(model_dir)
+    if not p.exists():
+        raise ConfigError(f"model folder {p} does not exist")
+    if not p.is_dir():
+        raise ConfigError(f"model path {p} is not a folder (expected a Hugging Face model folder)")
+    if not (p / "config.json").is_file():
+        raise ConfigError(f"model folder {p} has no config.json")
+    return p
+
+
+def _int(cfg: dict, key: str, path: Path, default=None) -> int:
+    v = cfg.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise ConfigError(f"{path}: {key} must be a positive integer, got {v!r}")
+    return v
+
+
+def _token_ids(v) -> list[int]:
+    if v is None:
+        return []
+    if isinstance(v, int):
+        return [v]
+    if isinstance(v, list) and all(isinstance(x, int) for x in v):
+        return list(v)
+    return []
+
+
+def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
+    """Validate a config.json dict and turn it into a `ModelConfig`."""
+    path = Path(path)
+    archs = cfg.get("architectures") or []
+    arch = None
+    for a in archs if isinstance(archs, list) else []:
+        if a in ARCHITECTURES:
+            arch = ARCHITECTURES[a]
+            break
+    if arch is None:
+        mt = cfg.get("model_type")
+        if mt in ARCHITECTURES.values() and not archs:
+            arch = mt
+        else:
+            got = ", ".join(map(str, archs)) if archs else f"model_type {mt!r}"
+            raise ConfigError(f"{path}: unsupported architecture {got} (supported: "
+                              f"{', '.join(ARCHITECTURES)})")
+    act = cfg.get("hidden_act", "silu")
+    if act != "silu":
+        raise ConfigError(f"{path}: hidden_act {act!r} is not supported (only silu)")
+    hidden = _int(cfg, "hidden_size", path)
+    heads = _int(cfg, "num_attention_heads", path)
+    kv_heads = _int(cfg, "num_key_value_heads", path, heads)
+    layers = _int(cfg, "num_hidden_layers", path)
+    if heads % kv_heads:
+        raise ConfigError(f"{path}: num_attention_heads ({heads}) must be a multiple of "
+                          f"num_key_value_heads ({kv_heads})")
+    head_dim = cfg.get("head_dim")
+    if head_dim is None:
+        if hidden % heads:
+            raise ConfigError(f"{path}: hidden_size ({hidden}) is not a multiple of "
+                              f"num_attention_heads ({heads}) and no head_dim is given")
+        head_dim = hidden // heads
+    head_dim = _int({"head_dim": head_dim}, "head_dim", path)
+    if head_dim % 2:
+        raise ConfigError(f"{path}: head_dim must be even for rotary embeddings, got {head_dim}")
+
+    # rope: transformers >= 5 writes rope_parameters, older versions rope_theta + rope_scaling
+    rp = cfg.get("rope_parameters")
+    if isinstance(rp, dict) and "rope_theta" in rp:
+        theta = rp.get("rope_theta")
+        scaling = dict(rp)
+    else:
+        theta = cfg.get("rope_theta", 10000.0)
+        scaling = dict(cfg["rope_scaling"]) if isinstance(cfg.get("rope_scaling"), dict) else None
+    if not isinstance(theta, (int, float)) or theta <= 0:
+        raise ConfigError(f"{path}: rope_theta must be a positive number, got {theta!r}")
+    if scaling is not None:
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
+        if kind not in ROPE_TYPES:
+            raise ConfigError(f"{path}: rope scaling type {kind!r} is not supported "
+                              f"(supported: {', '.join(ROPE_TYPES)})")
+        scaling["rope_type"] = kind
+        if kind == "default":
+            scaling = None
+        elif kind == "llama3":
+            for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+                if not isinstance(scaling.get(k), (int, float)):
+                    raise ConfigError(f"{path}: llama3 rope scaling needs a number {k!r}")
+        elif not isinstance(scaling.get("factor"), (int, float)) or scaling["factor"] <= 0:
+            raise ConfigError(f"{path}: linear rope scaling needs a positive 'factor'")
+
+    # sliding windows, per layer
+    window = cfg.get("sliding_window")
+    if arch == "qwen2" and not cfg.get("use_sliding_window", False):
+        window = None
+    if window is not None and (not isinstance(window, int) or window <= 0):
+        window = None
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) == layers:
+        windows = [window if t == "sliding_attention" else None for t in layer_types]
+    elif arch == "qwen2" and window is not None:
+        mwl = cfg.get("max_window_layers", layers)
+        windows = [window if i >= mwl else None for i in range(layers)]
+    else:
+        windows = [window] * layers
+
+    bias = bool(cfg.get("attention_bias", False))
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    if not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise ConfigError(f"{path}: rms_norm_eps must be a small positive number, got {eps!r}")
+    bos = cfg.get("bos_token_id")
+    return ModelConfig(
+        arch=arch, vocab_size=_int(cfg, "vocab_size", path), hidden_size=hidden,
+        intermediate_size=_int(cfg, "intermediate_size", path), num_layers=layers,
+        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, rms_norm_eps=float(eps),
+        rope_theta=float(theta), rope_scaling=scaling,
+        max_position_embeddings=_int(cfg, "max_position_embeddings", path, 2048),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=arch == "qwen2" or bias, o_bias=bias and arch != "qwen2",
+        mlp_bias=bool(cfg.get("mlp_bias", False)), sliding_windows=windows,
+        bos_token_id=bos if isinstance(bos, int) else None,
+        eos_token_ids=_token_ids(cfg.get("eos_token_id")),
+        torch_dtype=cfg.get("torch_dtype") or cfg.get("dtype"))
+
+
+def read_config(model_dir) -> ModelConfig:
+    """config.json of a model folder (and generation_config.json's EOS ids, if any)."""
+    p = model_path(model_dir)
+    cfg = parse_config(_read_json(p / "config.json", "model config"), p / "config.json")
+    gen = p / "generation_config.json"
+    if gen.is_file():
+        eos = _token_ids(_read_json(gen, "generation config").get("eos_token_id"))
+        if eos:
+            cfg.eos_token_ids = eos
+    return cfg
+
+
+def weight_files(model_dir) -> list[Path]:
+    p = model_path(model_dir)
+    index = p / "model.safetensors.index.json"
+    if index.is_file():
+        wm = _read_json(index, "safetensors index").get("weight_map")
+        if not isinstance(wm, dict) or not wm:
+            raise ConfigError(f"{index} has no weight_map")
+        files = sorted(set(wm.values()))
+        missing = [f for f in files if not (p / f).is_file()]
+        if missing:
+            raise ConfigError(f"{index} names shard {missing[0]}, which is not in {p}")
+        return [p / f for f in files]
+    files = sorted(p.glob("*.safetensors"))
+    if not files:
+        raise ConfigError(f"model folder {p} has no *.safetensors weights")
+    return files
+
+
+# HF weight name -> (our parameter name, shard index) for fused projections
+_FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+          "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+
+
+def load_weights(model, model_dir, device: str = "cpu") -> None:
+    """Copy the safetensors weights into `model` (an `engine.model.CausalLM`), converting
+    dtype; checks that every parameter is set exactly and no unknown weight is left."""
+    import torch  # noqa: PLC0415
+    from safetensors import SafetensorError, safe_open  # noqa: PLC0415
+
+    cfg = model.config
+    params = dict(model.named_parameters())
+    expected = set()
+    for name in params:
+        if name.endswith("qkv_proj.weight") or name.endswith("qkv_proj.bias"):
+            expected.update((name, i) for i in range(3))
+        elif name.endswith("gate_up_proj.weight") or name.endswith("gate_up_proj.bias"):
+            expected.update((name, i) for i in range(2))
+        else:
+            expected.add((name, None))
+    if cfg.tie_word_embeddings:
+        expected.discard(("lm_head.weight", None))
+    loaded = set()
+    q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
+    offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
+
+    for path in weight_files(model_dir):
+        try:
+            f = safe_open(str(path), framework="pt", device="cpu")
+        except (SafetensorError, OSError) as e:
+            raise ConfigError(f"cannot read weights {path}: {e}") from None
+        with f:
+            for hf_name in f.keys():
+                if "rotary_emb" in hf_name:
+                    continue
+                name = hf_name[len("model."):] if hf_name.startswith("model.") else hf_name
+                parts = name.split(".")
+                shard = None
+                if len(parts) == 5 and parts[0] == "layers":  # layers.i.self_attn.q_proj.weight
+                    if parts[3] in _FUSED:
+                        fused, shard = _FUSED[parts[3]]
+                        name = f"layers.{parts[1]}.{fused}.{parts[4]}"
+                    else:
+                        name = f"layers.{parts[1]}.{parts[3]}.{parts[4]}"
+                elif len(parts) == 4 and parts[0] == "layers":  # layers.i.input_layernorm.weight
+                    name = f"layers.{parts[1]}.{parts[2]}.{parts[3]}"
+                if name == "lm_head.weight" and cfg.tie_word_embeddings:
+                    continue
+                if name not in params:
+                    raise ConfigError(f"{path.name}: unexpected weight {hf_name!r} for a {cfg.arch} model "
+                                      f"with this config")
+                t = f.get_tensor(hf_name)
+                dst = params[name].data
+                if shard is not None:
+                    kind = name.split(".")[2]
+                    off, size = offsets[kind][shard]
+                    dst = dst.narrow(0, off, size)
+                if tuple(t.shape) != tuple(dst.shape):
+                    raise ConfigError(f"{path.name}: weight {hf_name!r} has shape {tuple(t.shape)}, "
+                                      f"the config implies {tuple(dst.shape)}")
+                with torch.no_grad():
+                    dst.copy_(t.to(device=dst.device, dtype=dst.dtype))
+                loaded.add((name, shard))
+    missing = sorted(_hf_name(n, s) for n, s in expected - loaded)
+    if missing:
+        raise ConfigError(f"model folder {model_dir} lacks weight {missing[0]!r}"
+                          + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+
+
+def _hf_name(name: str, shard) -> str:
+    """Our parameter name (+ fused shard) -> the checkpoint's name, for messages."""
+    parts = name.split(".")
+    if parts[0] != "layers":
+        return name if name == "lm_head.weight" else f"model.{name}"
+    i, kind, leaf = parts[1], parts[2], parts[3]
+    if kind in ("qkv_proj", "gate_up_proj"):
+        sub = [k for k, v in _FUSED.items() if v == (kind, shard)][0]
+        kind = f"self_attn.{sub}" if kind == "qkv_proj" else f"mlp.{sub}"
+    elif kind == "o_proj":
+        kind = "self_attn.o_proj"
+    elif kind == "down_proj":
+        kind = "mlp.down_proj"
+    return f"model.layers.{i}.{kind}.{leaf}"
+
+
+def rope_inv_freq(cfg: ModelConfig):
+    """Rotary inverse frequencies (float32), with Llama-3 or linear scaling applied."""
+    import torch  # noqa: PLC0415
+
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    s = cfg.rope_scaling
+    if s is None:
+        return inv
+    if s["rope_type"] == "linear":
+        return inv / s["factor"]
+    factor, lo, hi = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old = s["original_max_position_embeddings"]
+    low_wl, high_wl = old / lo, old / hi
+    wavelen = 2 * math.pi / inv
+    out = torch.where(wavelen > low_wl, inv / factor, inv)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * out / factor + smooth * out
+    medium = ~(wavelen < high_wl) & ~(wavelen > low_wl)
+    return torch.where(medium, smoothed, out)

@@ -1,0 +1,305 @@
+"""Model runner: one step's sequences -> packed tensors -> one forward pass -> sampled tokens.
+
+It owns the model, the KV cache tensors and, on CUDA, the decode CUDA graphs. The engine
+owns the block tables (plain lists, `kv_cache.BlockAllocator`) and hands them in.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+import torch
+
+from ..core.errors import ConfigError
+from .attention import AttnMeta, PrefillChunk
+from .loader import ModelConfig, load_weights
+from .model import CausalLM
+from .sampler import sample
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+
+
+def set_cpu_threads(n: int | None) -> int:
+    """Set torch's intra-op threads; None: at most all cores but one (never raises it)."""
+    if n is None:
+        n = min(torch.get_num_threads(), max(1, (os.cpu_count() or 1) - 1))
+    elif not isinstance(n, int) or n <= 0:
+        raise ConfigError(f"num_threads must be a positive integer, got {n!r}")
+    if n != torch.get_num_threads():
+        torch.set_num_threads(n)
+    return n
+
+
+def resolve_device(device: str) -> torch.device:
+    d = str(device).lower()
+    if d.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError("device 'cuda' was asked for but torch sees no CUDA GPU")
+        return torch.device(d)
+    if d != "cpu":
+        raise ConfigError(f"unknown device {device!r} (use cpu or cuda)")
+    return torch.device("cpu")
+
+
+def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
+    if dtype is None or dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if str(dtype).lower() not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r} (use float32, bfloat16 or float16)")
+    return DTYPES[str(dtype).lower()]
+
+
+class ModelRunner:
+    def __init__(self, cfg: ModelConfig, model_dir=None, *, device="cpu", dtype=None, block_size=16,
+                 max_num_seqs=256, b_max=512, max_model_len=2048, kv_cache_gb=None, num_blocks=None,
+                 gpu_memory_utilization=0.9, enforce_eager=False, seed=0, workspace_tokens=None):
+        self.cfg = cfg
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.cuda = self.device.type == "cuda"
+        self.block_size = block_size
+        self.max_num_seqs = max_num_seqs
+        self.b_max = b_max
+        self.max_model_len = max_model_len
+        # largest decode gather (sequences x padded context tokens) in one SDPA call
+        self.workspace_tokens = workspace_tokens or (1 << 21 if self.cuda else 1 << 18)
+        self.windows = any(w is not None for w in cfg.sliding_windows)
+        self.graphs = None  # decode CUDA graphs, made once the cache exists
+        torch.manual_seed(seed)
+        self.model = CausalLM(cfg, self.dtype, self.device)
+        if model_dir is not None:
+            load_weights(self.model, model_dir)
+        else:
+            self.model.init_random(seed)
+        self.model.eval()
+        self.dtype_bytes = torch.empty((), dtype=self.dtype).element_size()
+        self.block_bytes = cfg.kv_bytes_per_token(self.dtype_bytes) * block_size
+        if num_blocks is None:
+            num_blocks = self._cuda_blocks(gpu_memory_utilization) if self.cuda else self._cpu_blocks(kv_cache_gb)
+        if num_blocks < 1:
+            raise ConfigError("no memory is left for the KV cache; lower max_num_seqs or b_max, "
+                              "or raise the memory given to the cache")
+        self.num_blocks = num_blocks
+        self._allocate_cache(num_blocks)
+        self.graphs = DecodeGraphs(self) if self.cuda and not enforce_eager else None
+
+    # ---- KV cache sizing -----------------------------------------------------------------
+    def _useful_blocks(self) -> int:
+        """More blocks than every sequence at full length is of no use."""
+        per_seq = -(-self.max_model_len // self.block_size)
+        return self.max_num_seqs * (per_seq + 1)
+
+    def _cpu_blocks(self, kv_cache_gb) -> int:
+        if kv_cache_gb is None:
+            kv_cache_gb = 1.0
+        if not kv_cache_gb > 0:
+            raise ConfigError(f"kv_cache_gb must be positive, got {kv_cache_gb!r}")
+        return min(int(kv_cache_gb * (1 << 30)) // self.block_bytes, self._useful_blocks())
+
+    def _cuda_blocks(self, utilization: float) -> int:
+        if not 0 < utilization <= 1:
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info(self.device)
+        base = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self._allocate_cache(1)
+        self._dummy_steps()
+        peak = torch.cuda.max_memory_allocated(self.device) - base
+        self._free_cache()
+        torch.cuda.empty_cache()
+        budget = total * utilization - (total - free) - peak
+        return max(0, min(int(budget // self.block_bytes), self._useful_blocks()))
+
+    def _dummy_steps(self) -> None:
+        """A full prefill step and a widest decode step against block 0 (memory profile, warm-up)."""
+        n = max(1, min(self.b_max, self.max_model_len))
+        blocks = self._tensor([0] * -(-n // self.block_size))
+        self.forward_raw([0] * n, list(range(n)), [0] * n, 0, None, None,
+                         [PrefillChunk(0, n, 0, blocks)], sample_rows=min(n, self.max_num_seqs))
+        b = self.max_num_seqs
+        blocks = max(1, min(-(-self.max_model_len // self.block_size),
+                            self.workspace_tokens // (b * self.block_size)))
+        self.forward_raw([0] * b, [0] * b, [0] * b, b, [[0] * blocks] * b, [1] * b, [], sample_rows=b)
+
+    def _allocate_cache(self, num_blocks: int) -> None:
+        c = self.cfg
+        shape = (c.num_layers, c.num_kv_heads, num_blocks + 1, self.block_size, c.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        for i, layer in enumerate(self.model.layers):
+            layer.k_cache, layer.v_cache = self.k_cache[i], self.v_cache[i]
+        self.scratch_block = num_blocks  # owned by no sequence
+
+    def _free_cache(self) -> None:
+        for layer in self.model.layers:
+            layer.k_cache = layer.v_cache = None
+        self.k_cache = self.v_cache = None
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.num_blocks * self.block_bytes
+
+    # ---- one step ------------------------------------------------------------------------
+    def _tensor(self, values, dtype=torch.long):
+        t = torch.tensor(values, dtype=dtype)
+        return t.to(self.device, non_blocking=True) if self.cuda else t
+
+    @torch.inference_mode()
+    def forward_raw(self, ids, positions, slots, n_decode, block_tables, context_lens, prefills,
+                    sample_rows=None, sample_index=None, skip_attention=False):
+        """Forward pass of packed tokens; returns float32 logits of the sampled rows
+        (`sample_index`, or the last `sample_rows` rows)."""
+        graph_hidden = None
+        if self.graphs is not None and not prefills and n_decode and not skip_attention:
+            graph_hidden = self.graphs.run(ids, positions, slots, block_tables, context_lens)
+        if graph_hidden is not None:
+            hidden = graph_hidden
+        else:
+            bt = ctx = None
+            groups = 1
+            if n_decode:
+                width = max(len(b) for b in block_tables)
+                rows = [b + [self.scratch_block] * (width - len(b)) for b in block_tables]
+                bt = self._tensor(rows)
+                ctx = self._tensor(context_lens)
+                groups = max(1, math.ceil(n_decode * width * self.block_size / self.workspace_tokens))
+            meta = AttnMeta(self._tensor(slots), n_decode, bt, ctx, prefills, self.block_size,
+                            skip=skip_attention, decode_groups=groups)
+            hidden = self.model(self._tensor(ids), self._tensor(positions), meta)
+        if sample_index is None:
+            n = hidden.shape[0] if sample_rows is None else sample_rows
+            rows = hidden[hidden.shape[0] - n:]
+        elif len(sample_index) == hidden.shape[0]:
+            rows = hidden
+        else:
+            rows = hidden[self._tensor(sample_index)]
+        return self.model.logits(rows)
+
+    def execute(self, decoders: list, chunks: list, params: list, generators: list,
+                skip_attention: bool = False) -> list[int]:
+        """decoders: sequences (`token_ids`, `blocks`) that each decode their last token;
+        chunks: `(sequence, start, n, samples)` prefill chunks. Returns the sampled token
+        of each decoder, then of each chunk that completes its prompt, in that order.
+        `skip_attention` (profiling): run everything but attention."""
+        bs = self.block_size
+        ids, pos, slots, tables, ctx = [], [], [], [], []
+        for s in decoders:
+            toks = s.token_ids
+            p = len(toks) - 1
+            ids.append(toks[p])
+            pos.append(p)
+            slots.append(s.blocks[p // bs] * bs + p % bs)
+            tables.append(s.blocks)
+            ctx.append(p + 1)
+        t = len(decoders)
+        sample_index = list(range(t))
+        prefills = []
+        for s, start, n, samples in chunks:
+            ids.extend(s.token_ids[start:start + n])
+            pos.extend(range(start, start + n))
+            blocks = s.blocks
+            slots.extend([blocks[p // bs] * bs + p % bs for p in range(start, start + n)])
+            need_cache = start > 0 or self.windows
+            prefills.append(PrefillChunk(t, n, start, self._tensor(blocks) if need_cache else None))
+            t += n
+            if samples:
+                sample_index.append(t - 1)
+        if not sample_index:
+            self.forward_raw(ids, pos, slots, len(decoders), tables, ctx, prefills, sample_index=[],
+                             skip_attention=skip_attention)
+            self.synchronize()
+            return []
+        logits = self.forward_raw(ids, pos, slots, len(decoders), tables, ctx, prefills,
+                                  sample_index=sample_index, skip_attention=skip_attention)
+        return sample(logits, params, generators)
+
+    def synchronize(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+
+class DecodeGraphs:
+    """CUDA graphs of decode-only steps, captured lazily per (padded batch size, padded
+    block-table width) bucket. Padded rows decode into the scratch block."""
+
+    def __init__(self, runner: ModelRunner):
+        self.r = runner
+        n = runner.max_num_seqs
+        self.sizes = [s for s in (1, 2, 4, 8, *range(16, n, 16)) if s < n] + [n]
+        self.max_blocks = -(-runner.max_model_len // runner.block_size)
+        dev = runner.device
+        self.ids = torch.zeros(n, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(n, dtype=torch.long, device=dev)
+        self.slots = torch.zeros(n, dtype=torch.long, device=dev)
+        self.ctx = torch.ones(n, dtype=torch.long, device=dev)
+        self.bt = torch.zeros(n, self.max_blocks, dtype=torch.long, device=dev)
+        self.graphs: dict[tuple[int, int], tuple] = {}
+        self.pool = None
+        self.disabled = False
+
+    def bucket(self, n: int, width: int) -> tuple[int, int] | None:
+        bsz = next((s for s in self.sizes if s >= n), None)
+        blk = 4
+        while blk < width:
+            blk *= 2
+        blk = min(blk, self.max_blocks)
+        if bsz is None or blk < width or bsz * blk * self.r.block_size > self.r.workspace_tokens:
+            return None
+        return bsz, blk
+
+    def run(self, ids, positions, slots, block_tables, context_lens):
+        if self.disabled:
+            return None
+        n = len(ids)
+        key = self.bucket(n, max(len(b) for b in block_tables))
+        if key is None:
+            return None
+        bsz, blk = key
+        r = self.r
+        pad = bsz - n
+        scratch = r.scratch_block
+        self.ids[:bsz].copy_(r._tensor(list(ids) + [0] * pad))
+        self.pos[:bsz].copy_(r._tensor(list(positions) + [0] * pad))
+        self.slots[:bsz].copy_(r._tensor(list(slots) + [scratch * r.block_size] * pad))
+        self.ctx[:bsz].copy_(r._tensor(list(context_lens) + [1] * pad))
+        rows = [b + [scratch] * (blk - len(b)) for b in block_tables] + [[scratch] * blk] * pad
+        self.bt[:bsz, :blk].copy_(r._tensor(rows))
+        entry = self.graphs.get(key)
+        if entry is None:
+            try:
+                entry = self._capture(bsz, blk)
+            except Exception as e:  # noqa: BLE001 - any capture failure: stay eager
+                log.warning("CUDA graph capture failed (%s); decode steps stay eager", e)
+                self.disabled = True
+                return None
+            self.graphs[key] = entry
+        graph, out = entry
+        graph.replay()
+        return out[:n]
+
+    def _meta(self, bsz: int, blk: int) -> AttnMeta:
+        return AttnMeta(self.slots[:bsz], bsz, self.bt[:bsz, :blk], self.ctx[:bsz], [], self.r.block_size)
+
+    def _capture(self, bsz: int, blk: int):
+        model = self.r.model
+        stream = torch.cuda.Stream(device=self.r.device)
+        stream.wait_stream(torch.cuda.current_stream(self.r.device))
+        with torch.cuda.stream(stream):
+            model(self.ids[:bsz], self.pos[:bsz], self._meta(bsz, blk))
+        torch.cuda.current_stream(self.r.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = model(self.ids[:bsz], self.pos[:bsz], self._meta(bsz, blk))
+        if self.pool is None:
+            self.pool = graph.pool()
+        return graph, out

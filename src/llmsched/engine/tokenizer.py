@@ -1,0 +1,59 @@
+"""`tokenizer.json` (the `tokenizers` library) and incremental detokenization."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..core.errors import ConfigError
+
+
+class Tokenizer:
+    def __init__(self, tok):
+        self.tok = tok
+
+    @classmethod
+    def from_dir(cls, model_dir) -> "Tokenizer | None":
+        """The folder's tokenizer.json, or None if it has none."""
+        path = Path(model_dir) / "tokenizer.json"
+        if not path.is_file():
+            return None
+        from tokenizers import Tokenizer as HFTokenizer  # noqa: PLC0415
+        try:
+            return cls(HFTokenizer.from_file(str(path)))
+        except Exception as e:  # the tokenizers library raises bare Exceptions
+            raise ConfigError(f"cannot read tokenizer {path}: {str(e).splitlines()[0]}") from None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=True).ids
+
+    def decode(self, ids) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=True)
+
+    def token_id(self, token: str) -> int | None:
+        return self.tok.token_to_id(token)
+
+
+class Detokenizer:
+    """Text of a growing sequence, a few tokens at a time: decodes a short window before the
+    new tokens and emits the difference, holding back a trailing partial UTF-8 character."""
+
+    __slots__ = ("tok", "prefix", "read")
+
+    def __init__(self, tok: Tokenizer, prompt_len: int):
+        self.tok = tok
+        self.read = prompt_len
+        self.prefix = max(0, prompt_len - 6)
+
+    def step(self, ids: list[int], final: bool = False) -> str:
+        if self.read >= len(ids):
+            return ""
+        before = self.tok.decode(ids[self.prefix:self.read])
+        full = self.tok.decode(ids[self.prefix:])
+        if len(full) <= len(before) or (full.endswith("\ufffd") and not final):
+            return ""
+        self.prefix, self.read = self.read, len(ids)
+        return full[len(before):]

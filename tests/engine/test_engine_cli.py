@@ -1,0 +1,73 @@
+"""The engine subcommands: argparse wiring, outputs, one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from llmsched.core.errors import ConfigError
+from llmsched.engine.cli import main, register
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="llmsched")
+    register(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+@pytest.mark.parametrize("cmd", ["generate", "make-tiny-model", "profile", "validate"])
+def test_help(cmd, capsys):
+    with pytest.raises(SystemExit) as e:
+        _parser().parse_args([cmd, "--help"])
+    assert e.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_make_tiny_model_and_generate(tmp_path, capsys):
+    out = tmp_path / "m"
+    assert main(["make-tiny-model", str(out), "--layers", "1", "--hidden-size", "32", "--heads", "2",
+                 "--kv-heads", "1", "--intermediate-size", "64", "--arch", "qwen2"]) == 0
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
+    capsys.readouterr()
+    assert main(["generate", "--model", str(out), "--prompt", "Hello", "--prompt-ids", "1,5,9",
+                 "--max-tokens", "4", "--json", "--threads", "1"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 2 and all(1 <= len(x["token_ids"]) <= 4 for x in lines)
+    assert lines[0]["finish_reason"] in ("length", "stop")
+    args = _parser().parse_args(["generate", "--model", str(out), "--prompt", "Hi", "--max-tokens", "3",
+                                 "--temperature", "0.7", "--seed", "3"])
+    assert args.func(args) == 0
+    assert "finish_reason" in capsys.readouterr().out
+
+
+def test_errors_exit_2(tmp_path, capsys, tiny_model):
+    assert main(["generate", "--model", str(tmp_path / "missing"), "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: model folder") and err.count("\n") == 1
+    assert main(["generate", "--model", str(tiny_model), "--prompt", "x", "--top-p", "0"]) == 2
+    assert "top_p" in capsys.readouterr().err
+    assert main(["generate", "--model", str(tiny_model)]) == 2
+    args = _parser().parse_args(["generate", "--model", str(tiny_model), "--prompt-ids", "1,x"])
+    with pytest.raises(ConfigError):
+        args.func(args)
+
+
+def test_profile_and_validate_commands(tmp_path, tiny_model, capsys, monkeypatch):
+    import llmsched.engine.profiler as prof
+    monkeypatch.setattr(prof, "CPU_GRID", dict(tokens=[1, 16], batches=[1, 2], contexts=[16], chunks=[16],
+                                               chunk_contexts=[0], lm_tokens=[1, 2]))
+    out = tmp_path / "p.csv"
+    assert main(["profile", "--model", str(tiny_model), "--out", str(out), "--reps", "1", "--warmup", "0",
+                 "--quiet", "--max-num-seqs", "4", "--max-model-len", "128"]) == 0
+    assert "profile:" in capsys.readouterr().out and out.is_file()
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,12,4\n0.005,20,3\n")
+    js = tmp_path / "v.json"
+    assert main(["validate", "--model", str(tiny_model), "--trace", str(trace), "--profile", str(out),
+                 "--policies", "sarathi,vllm", "--json", str(js), "--quiet", "--max-num-seqs", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "sarathi" in text and "ttft" in text
+    res = json.loads(js.read_text())
+    assert set(res["policies"]) == {"sarathi", "vllm"}

@@ -1,0 +1,122 @@
+"""Model folders: make-tiny-model output, sharded checkpoints, clear loading errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from llmsched.core.engine_api import SamplingParams
+from llmsched.core.errors import ConfigError
+
+
+def test_tiny_model_loads_and_matches_hf(tiny_model):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from llmsched.engine import LLM
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        assert (tiny_model / name).is_file()
+    llm = LLM(tiny_model, b_max=16, max_model_len=512, max_num_seqs=4)
+    ids = llm.tokenizer.encode("Hello world")
+    assert ids[0] == llm.engine.config.bos_token_id
+    assert llm.tokenizer.decode(ids) == "Hello world"
+    out = llm.generate("Hello world", SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))[0]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32).eval()
+    with torch.no_grad():
+        x = torch.tensor([ids])  # BOS is id 0: give the mask, or generate takes it for padding
+        ref = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=10, min_new_tokens=10,
+                          do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert out.token_ids == ref[0, len(ids):].tolist()
+    tok = transformers.AutoTokenizer.from_pretrained(str(tiny_model))
+    assert tok("Hello world")["input_ids"] == ids
+
+
+def test_sharded_checkpoint_loads(tmp_path, hf_models):
+    path, prompts, ref = hf_models["llama"]
+    from engine_helpers import MAX_TOKENS, build_hf_model
+    sharded = tmp_path / "sharded"
+    model = build_hf_model("llama", tmp_path / "unused")
+    model.save_pretrained(str(sharded), safe_serialization=True, max_shard_size="100KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    from llmsched.engine import LLM
+    outs = LLM(sharded, b_max=32).generate(prompts, [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
+                                                     for n in MAX_TOKENS])
+    assert [o.token_ids for o in outs] == ref
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _edit_config(folder, **changes):
+    cfg = json.loads((folder / "config.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def test_loading_errors_are_clear(tmp_path, tiny_model):
+    from llmsched.engine import LLM
+    from llmsched.engine.loader import read_config
+    with pytest.raises(ConfigError, match="does not exist"):
+        LLM(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no config.json"):
+        LLM(tmp_path / "empty")
+    bad = _copy(tiny_model, tmp_path / "bad-json")
+    (bad / "config.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        read_config(bad)
+    arch = _copy(tiny_model, tmp_path / "arch")
+    _edit_config(arch, architectures=["GPT2LMHeadModel"], model_type="gpt2")
+    with pytest.raises(ConfigError, match="unsupported architecture GPT2LMHeadModel"):
+        read_config(arch)
+    heads = _copy(tiny_model, tmp_path / "heads")
+    _edit_config(heads, num_key_value_heads=3)
+    with pytest.raises(ConfigError, match="multiple of"):
+        read_config(heads)
+    rope = _copy(tiny_model, tmp_path / "rope")
+    _edit_config(rope, rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    with pytest.raises(ConfigError, match="yarn"):
+        read_config(rope)
+    noweights = _copy(tiny_model, tmp_path / "noweights")
+    (noweights / "model.safetensors").unlink()
+    with pytest.raises(ConfigError, match="no \\*.safetensors"):
+        LLM(noweights)
+    shape = _copy(tiny_model, tmp_path / "shape")
+    _edit_config(shape, intermediate_size=200)
+    with pytest.raises(ConfigError, match="shape"):
+        LLM(shape)
+    fewer = _copy(tiny_model, tmp_path / "fewer")
+    _edit_config(fewer, num_hidden_layers=1)
+    with pytest.raises(ConfigError, match="unexpected weight 'model.layers.1"):
+        LLM(fewer)
+    more = _copy(tiny_model, tmp_path / "more")
+    _edit_config(more, num_hidden_layers=1 + json.loads((tiny_model / "config.json").read_text())["num_hidden_layers"])
+    with pytest.raises(ConfigError, match="lacks weight 'model.layers.2"):
+        LLM(more)
+    garbage = _copy(tiny_model, tmp_path / "garbage")
+    (garbage / "model.safetensors").write_bytes(b"\x00" * 16)
+    with pytest.raises(ConfigError, match="cannot read weights"):
+        LLM(garbage)
+
+
+def test_text_prompts_need_a_tokenizer(tmp_path, tiny_model):
+    from llmsched.engine import LLM
+    folder = _copy(tiny_model, tmp_path / "notok")
+    (folder / "tokenizer.json").unlink()
+    llm = LLM(folder, max_model_len=256, max_num_seqs=2)
+    with pytest.raises(ConfigError, match="tokenizer"):
+        llm.generate("hello")
+    out = llm.generate([[1, 5, 7]], SamplingParams(max_tokens=3, temperature=0))[0]
+    assert len(out.token_ids) <= 3 and out.text == ""
+    with pytest.raises(ConfigError, match="outside the vocabulary"):
+        llm.generate([[1, 10 ** 6]])
+    with pytest.raises(ConfigError, match="empty prompt"):
+        llm.generate([[]])
