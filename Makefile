@@ -18,6 +18,7 @@ install-test: $(BIN)/python
 
 run: install
 	$(BIN)/llmsched simulate --out results
+	$(BIN)/llmsched plot results
 
 test: install-test
 	$(BIN)/python -m pytest
