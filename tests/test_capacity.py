@@ -118,11 +118,8 @@ def test_bad_inputs():
     assert math.isfinite(capacity("paper", 512, 100, 10, rate=0).utilisation)
 
 
-def test_profile_model_if_available():
-    try:
-        cost = make_cost_model("profile")
-    except Exception as exc:  # profile tables not shipped in this checkout
-        pytest.skip(f"profile cost model unavailable: {exc}")
+def test_profile_model():
+    cost = make_cost_model("profile")
     r = capacity(cost, 2048, 1024, 256, k_max=256, rate=10.0)
     assert r.token_capacity == pytest.approx(2048 / step_time_at_budget(cost, 2048, 1024, 256))
     assert 0 < r.critical_rate < math.inf and r.region_exact is False

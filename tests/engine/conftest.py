@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("safetensors")
-pytest.importorskip("tokenizers")
+import torch
+import safetensors  # noqa: F401
+import tokenizers  # noqa: F401
 
 from engine_helpers import MAX_TOKENS, build_hf_model, hf_greedy, prompts  # noqa: E402
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 # prompts (token ids) and output lengths shared by the equality tests: lengths vary so that
 # chunks, admissions and completions fall at different steps
@@ -13,7 +13,7 @@ MAX_TOKENS = [12, 6, 20, 9, 15, 11]
 
 
 def _hf_config(arch: str):
-    transformers = pytest.importorskip("transformers")
+    import transformers
     common = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                   initializer_range=0.1, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
@@ -31,7 +31,7 @@ def _hf_config(arch: str):
 
 def build_hf_model(arch: str, path, seed: int = 0):
     """Save a random HF model of `arch` into `path`; returns the HF model (eval, float32)."""
-    transformers = pytest.importorskip("transformers")
+    import transformers
     torch.manual_seed(seed)
     cfg = _hf_config(arch)
     cls = {"llama": transformers.LlamaForCausalLM, "qwen2": transformers.Qwen2ForCausalLM,

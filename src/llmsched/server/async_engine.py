@@ -1,0 +1,298 @@
+"""Drives an `EngineCore` from an asyncio server.
+
+One background thread owns the engine core (which is not thread-safe): it takes new
+requests and aborts from an inbox, runs `step()` in a loop while there is work, and hands
+each step's outputs to the event loop in one `loop.call_soon_threadsafe` call. On the
+loop, `_dispatch` routes every output to its request's `RequestStream` and updates the
+metrics. Nothing else touches the core.
+
+Admission control, on the loop (so it is exact, not a step late): a request is *queued*
+from its acceptance until its first token (or its end). `max_queued_requests` and
+`max_queued_tokens` (prompt tokens) bound the queue; a request over the bound is refused
+(`Overloaded`, a 429) instead of waiting in an unbounded queue. While draining for a
+shutdown, new requests are refused (`Draining`, a 503) and the running ones finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from typing import Sequence
+
+from ..core.engine_api import EngineCore, RequestOutput, SamplingParams
+from ..core.errors import ConfigError
+from .metrics import ServerMetrics
+
+log = logging.getLogger("llmsched.server")
+
+
+class Overloaded(Exception):
+    pass
+
+
+class Draining(Exception):
+    pass
+
+
+class RequestStream:
+    """The outputs of one request, produced on the loop, consumed by its handler."""
+
+    __slots__ = ("rid", "prompt_tokens", "arrival", "first_at", "last_at", "queued", "_buf",
+                 "_waiter", "finished", "_loop")
+
+    def __init__(self, rid: str, prompt_tokens: int, arrival: float, loop):
+        self.rid = rid
+        self.prompt_tokens = prompt_tokens
+        self.arrival = arrival
+        self.first_at = 0.0
+        self.last_at = 0.0
+        self.queued = True
+        self._buf: list[RequestOutput] = []
+        self._waiter: asyncio.Future | None = None
+        self.finished = False
+        self._loop = loop
+
+    def _put(self, out: RequestOutput) -> None:
+        self._buf.append(out)
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def get(self) -> list[RequestOutput]:
+        """All outputs available now (waits for at least one)."""
+        while not self._buf:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        buf = self._buf
+        self._buf = []
+        return buf
+
+
+class AsyncEngine:
+    def __init__(self, core: EngineCore, metrics: ServerMetrics, *,
+                 max_queued_requests: int | None = None, max_queued_tokens: int | None = None):
+        self.core = core
+        self.metrics = metrics
+        self.max_queued_requests = max_queued_requests
+        self.max_queued_tokens = max_queued_tokens
+        self.queued_requests = 0
+        self.queued_tokens = 0
+        self.streams: dict[str, RequestStream] = {}
+        self.snapshot: dict = {}
+        self.draining = False
+        self.healthy = True
+        self.last_error: str | None = None
+        self._inbox: collections.deque = collections.deque()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle: asyncio.Event | None = None  # created in start(), on the loop
+        self._seq = 0
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the driver thread; call from the running event loop."""
+        self._loop = asyncio.get_running_loop()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        try:
+            self.snapshot = self.core.stats()
+        except Exception:  # noqa: BLE001
+            self.snapshot = {}
+        self._thread = threading.Thread(target=self._run, name="llmsched-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    async def drain(self, timeout: float | None) -> bool:
+        """Refuse new requests and wait until the accepted ones have ended. Returns True if
+        they all did within `timeout`; otherwise the rest are aborted with an error."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            for rid in list(self.streams):
+                self.fail(rid, "the server shut down before the request completed", 503)
+            return False
+
+    # ---- requests (event loop) ---------------------------------------------------------
+    def new_id(self, prefix: str) -> str:
+        self._seq += 1
+        return f"{prefix}-{self._seq:x}{time.monotonic_ns() & 0xffffff:06x}"
+
+    def submit(self, rid: str, prompt_ids: Sequence[int], params: SamplingParams) -> RequestStream:
+        """Accept a request (raises Draining or Overloaded) and queue it for the engine."""
+        if self.draining:
+            self.metrics.rejected["draining"] += 1
+            raise Draining()
+        if not self.healthy:
+            raise RuntimeError(f"the engine failed: {self.last_error}")
+        n = len(prompt_ids)
+        mq, mt = self.max_queued_requests, self.max_queued_tokens
+        if (mq is not None and self.queued_requests >= mq) or \
+                (mt is not None and self.queued_tokens + n > mt):
+            self.metrics.rejected["overloaded"] += 1
+            raise Overloaded()
+        now = time.monotonic()
+        s = RequestStream(rid, n, now, self._loop)
+        self.streams[rid] = s
+        self._idle.clear()
+        self.queued_requests += 1
+        self.queued_tokens += n
+        m = self.metrics
+        if self.queued_requests > m.max_queued_requests_seen:
+            m.max_queued_requests_seen = self.queued_requests
+        if self.queued_tokens > m.max_queued_tokens_seen:
+            m.max_queued_tokens_seen = self.queued_tokens
+        self._inbox.append(("add", rid, prompt_ids, params, time.time()))
+        self._wake.set()
+        return s
+
+    def abort(self, rid: str) -> None:
+        """The client went away: drop the request and free its KV cache."""
+        s = self.streams.get(rid)
+        if s is None:
+            return
+        s._put(RequestOutput(rid, [], finished=True, finish_reason="abort"))
+        self._end(s, "abort")
+        self._inbox.append(("abort", rid))
+        self._wake.set()
+
+    def fail(self, rid: str, message: str, status: int = 500) -> None:
+        s = self.streams.get(rid)
+        if s is None:
+            return
+        s._put(_error_output(rid, message, status))
+        self._end(s, "error")
+        self._inbox.append(("abort", rid))
+        self._wake.set()
+
+    def _end(self, s: RequestStream, reason: str) -> None:
+        if s.queued:
+            s.queued = False
+            self.queued_requests -= 1
+            self.queued_tokens -= s.prompt_tokens
+        s.finished = True
+        del self.streams[s.rid]
+        self.metrics.finished[reason] = self.metrics.finished.get(reason, 0) + 1
+        if not self.streams:
+            self._idle.set()
+
+    def _dispatch(self, outs: list[RequestOutput], snapshot: dict | None) -> None:
+        """On the loop: route a step's outputs to their streams.
+
+        First tokens are handed over before the others: the streams then write in that
+        order, so a new request's TTFT does not include the time taken to write the
+        step's tokens to every other stream."""
+        if snapshot is not None:
+            self.snapshot = snapshot
+        now = time.monotonic()
+        streams = self.streams
+        m = self.metrics
+        itl = m.itl.observe
+        gen = 0
+        later = []
+        for o in outs:
+            s = streams.get(o.request_id)
+            if s is None:
+                continue
+            if not s.queued or not o.new_token_ids:
+                later.append((s, o))
+                continue
+            gen += len(o.new_token_ids)
+            s.queued = False
+            self.queued_requests -= 1
+            self.queued_tokens -= s.prompt_tokens
+            s.first_at = s.last_at = now
+            m.ttft.observe(now - s.arrival)
+            m.prompt_tokens += s.prompt_tokens
+            s._put(o)
+            if o.finished:
+                m.e2e.observe(now - s.arrival)
+                self._end(s, o.finish_reason or "stop")
+        for s, o in later:
+            ntok = len(o.new_token_ids)
+            if ntok:
+                gen += ntok
+                itl(now - s.last_at)
+                s.last_at = now
+            s._put(o)
+            if o.finished:
+                if o.finish_reason != "error" and s.first_at:
+                    m.e2e.observe(now - s.arrival)
+                self._end(s, o.finish_reason or "stop")
+        m.generation_tokens += gen
+
+    # ---- driver thread -----------------------------------------------------------------
+    def _post(self, outs: list[RequestOutput], snapshot: dict | None) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._dispatch, outs, snapshot)
+        except RuntimeError:  # the loop is closed: the server is gone
+            self._stop = True
+
+    def _run(self) -> None:
+        core = self.core
+        inbox = self._inbox
+        wake = self._wake
+        while not self._stop:
+            wake.clear()
+            errors: list[RequestOutput] = []
+            while inbox:
+                cmd = inbox.popleft()
+                if cmd[0] == "add":
+                    _, rid, ids, params, arrival = cmd
+                    try:
+                        core.add_request(rid, ids, params, arrival)
+                    except ConfigError as e:
+                        errors.append(_error_output(rid, str(e), 400))
+                    except Exception as e:  # noqa: BLE001 - report, keep serving
+                        log.exception("add_request failed")
+                        errors.append(_error_output(rid, f"internal error: {e}", 500))
+                else:
+                    try:
+                        core.abort_request(cmd[1])
+                    except Exception:  # noqa: BLE001
+                        log.exception("abort_request failed")
+            if errors:
+                self._post(errors, None)
+            if not core.has_unfinished_requests():
+                self._post([], core.stats())
+                wake.wait(0.5)
+                continue
+            t0 = time.perf_counter()
+            try:
+                outs = core.step()
+            except Exception as e:  # noqa: BLE001 - fail the requests, keep serving
+                log.exception("engine step failed")
+                self.last_error = f"{type(e).__name__}: {e}"
+                self._loop.call_soon_threadsafe(self._fail_all, self.last_error)
+                time.sleep(0.01)
+                continue
+            snap = core.stats()
+            if outs or snap != self.snapshot:
+                self._post(outs, snap)
+            if not outs and time.perf_counter() - t0 < 5e-5:
+                wake.wait(0.001)   # nothing runnable now: do not spin
+
+    def _fail_all(self, message: str) -> None:
+        for rid in list(self.streams):
+            self.fail(rid, f"the engine failed: {message}")
+
+
+def _error_output(rid: str, message: str, status: int) -> RequestOutput:
+    o = RequestOutput(rid, [], finished=True, finish_reason="error", error=message)
+    o.status = status   # HTTP status for a response not started yet
+    return o

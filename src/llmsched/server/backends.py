@@ -1,0 +1,151 @@
+"""What the server runs requests on: the real engine or the virtual GPU.
+
+A `Backend` bundles an `EngineCore` with the tokenizer the server counts prompts with, the
+model's name and its length limits. `make_sim_backend` builds a `VirtualEngine` from the
+simulator's options; `make_engine_backend` builds `llmsched.engine.LLMEngine` from a model
+folder (needs the `engine` extra: torch, safetensors, tokenizers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.engine_api import EngineCore
+from ..core.errors import ConfigError
+from .tokenizer import ByteRuleTokenizer, HFTokenizer
+
+DEFAULT_SIM_MAX_MODEL_LEN = 32768
+
+
+@dataclass
+class SchedulerOptions:
+    """The policy and limits of a server, as on the simulator's command line."""
+
+    scheduler: str = "sarathi"
+    admission: str = "fcfs"
+    b_max: int = 512
+    k_max: int | None = None
+    kv_capacity: int | None = None
+    max_running: int | None = None
+    admission_options: dict = field(default_factory=dict)
+
+
+@dataclass
+class Backend:
+    kind: str                       # "sim" or "engine"
+    core: EngineCore
+    tokenizer: Any                  # encode(text), encode_chat(messages), decode(ids)
+    model_name: str
+    root: str
+    max_model_len: int | None
+    kv_capacity: int | None
+    info: dict
+
+    def check(self, prompt_tokens: int, max_tokens: int) -> None:
+        """ConfigError if a request of this size can never be served."""
+        if prompt_tokens < 1:
+            raise ConfigError("the prompt is empty; at least 1 token is needed")
+        if self.max_model_len is not None and prompt_tokens + max_tokens > self.max_model_len:
+            raise ConfigError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you "
+                f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, "
+                f"{max_tokens} in the completion). Please reduce the length of the prompt or completion.")
+        if self.kv_capacity is not None and prompt_tokens + max_tokens - 1 > self.kv_capacity:
+            raise ConfigError(
+                f"The request needs {prompt_tokens + max_tokens - 1} KV-cache tokens ({prompt_tokens} "
+                f"prompt + {max_tokens} completion - 1) but the KV cache holds {self.kv_capacity}: "
+                "it could never complete. Please reduce the length of the prompt or completion.")
+
+    def room(self, prompt_tokens: int) -> int:
+        """The most completion tokens a prompt of this size may ask for."""
+        room = 1 << 30
+        if self.max_model_len is not None:
+            room = min(room, self.max_model_len - prompt_tokens)
+        if self.kv_capacity is not None:
+            room = min(room, self.kv_capacity - prompt_tokens + 1)
+        return room
+
+
+def make_sim_backend(opts: SchedulerOptions | None = None, cost_model: str = "profile:h200-llama-3-8b", *,
+                     max_model_len: int | None = None, tokenizer: str | None = None,
+                     served_model_name: str | None = None, realtime: bool = True,
+                     max_debt_s: float = 0.05) -> Backend:
+    """A virtual GPU running `opts`' policy, timed by `cost_model` (a spec string)."""
+    from ..policies import make_scheduler  # noqa: PLC0415
+    from ..sim.virtual import VirtualEngine  # noqa: PLC0415
+
+    opts = opts or SchedulerOptions()
+    sched = make_scheduler(opts.scheduler, admission=opts.admission, b_max=opts.b_max,
+                           k_max=opts.k_max, kv_capacity=opts.kv_capacity,
+                           max_running=opts.max_running,
+                           admission_options=opts.admission_options or None)
+    if max_model_len is None:
+        max_model_len = DEFAULT_SIM_MAX_MODEL_LEN
+        if opts.kv_capacity is not None:
+            max_model_len = min(max_model_len, opts.kv_capacity + 1)
+    core = VirtualEngine(sched, cost_model, max_model_len=max_model_len, realtime=realtime,
+                         max_debt_s=max_debt_s)
+    tok = HFTokenizer(tokenizer) if tokenizer else ByteRuleTokenizer()
+    name = served_model_name or "llmsched-sim"
+    info = {"backend": "sim", "scheduler": sched.describe(), "cost_model": core.cost.describe(),
+            "tokenizer": tok.name, "max_model_len": max_model_len}
+    return Backend("sim", core, tok, name, name, max_model_len, opts.kv_capacity, info)
+
+
+class _EngineTokenizer:
+    """The engine's tokenizer, with the server's chat rendering."""
+
+    def __init__(self, tok):
+        self._tok = tok
+        self.name = "model"
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text)
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        return self.encode("\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:")
+
+    def decode(self, ids) -> str:
+        return self._tok.decode(ids)
+
+
+class _NoTokenizer:
+    name = "none"
+
+    def _fail(self, *_):
+        raise ConfigError("this model has no tokenizer: send the prompt as token ids to /v1/completions")
+
+    encode = encode_chat = decode = _fail
+
+
+def make_engine_backend(model: str, opts: SchedulerOptions | None = None, *,
+                        served_model_name: str | None = None, tokenizer: str | None = None,
+                        **engine_kwargs) -> Backend:
+    """`llmsched.engine.LLMEngine` on the model folder `model`."""
+    if not Path(model).exists():
+        raise ConfigError(f"model folder {model} does not exist")
+    from .. import engine as _engine  # noqa: PLC0415 - the engine needs torch
+
+    opts = opts or SchedulerOptions()
+    if opts.kv_capacity is not None:
+        raise ConfigError("--kv-capacity is for the sim backend; the engine sizes its KV cache "
+                          "from memory (--kv-cache-gb, --num-blocks)")
+    kwargs = {k: v for k, v in engine_kwargs.items() if v is not None}
+    if opts.max_running is not None:
+        kwargs.setdefault("max_num_seqs", opts.max_running)
+    core = _engine.LLMEngine(model, scheduler=opts.scheduler, admission=opts.admission,
+                             b_max=opts.b_max, k_max=opts.k_max,
+                             admission_options=opts.admission_options or None, **kwargs)
+    if tokenizer:
+        tok = HFTokenizer(tokenizer)
+    elif getattr(core, "tokenizer", None) is not None:
+        tok = _EngineTokenizer(core.tokenizer)
+    else:
+        tok = _NoTokenizer()
+    name = served_model_name or Path(model).name
+    info = {"backend": "engine", "model": str(model), "scheduler": core.scheduler.describe(),
+            "max_model_len": getattr(core, "max_model_len", None)}
+    return Backend("engine", core, tok, name, str(model), getattr(core, "max_model_len", None),
+                   getattr(core, "kv_capacity", None), info)

@@ -1,0 +1,688 @@
+"""`llmsched bench`: an asyncio load-testing client for OpenAI-compatible servers.
+
+It follows `vllm bench serve` (vllm/benchmarks/serve.py and
+vllm/benchmarks/lib/endpoint_request_func.py in the vLLM repository) in what it measures
+and how it names it:
+
+- Every request streams (`stream: true`, `stream_options.include_usage: true`); `ignore_eos`
+  is sent and `max_tokens` (chat: `max_completion_tokens`) is the intended output length.
+- `start_time`: just before the request is sent (after waiting for a `--max-concurrency`
+  slot). TTFT = first token event - start. ITL: the gaps between successive token events
+  of a request. E2EL (`latency`) = last token event - start. An event is a token event
+  when it has non-empty `choices`; a chat event that only carries the role (no content,
+  no finish_reason) is not a token (vLLM's client counts it, but vLLM's server sends it
+  together with the first token, so the two agree there).
+- Output tokens of a request: `usage.completion_tokens` of the final event; without one,
+  the number of token events (vLLM re-tokenizes the text instead; we have no tokenizer).
+  Input tokens: `usage.prompt_tokens` if sent, else the intended prompt length.
+- TPOT of a request = (E2EL - TTFT) / (output tokens - 1), for requests with more than
+  one output token; goodput counts TPOT as 0 for the others.
+- duration: from the first request's scheduled send to the last response's end.
+  request_throughput = completed / duration; output_throughput = total output tokens /
+  duration; total_token_throughput = (input + output tokens) / duration.
+- Goodput (`--goodput ttft:MS tpot:MS e2el:MS`): requests meeting every given SLO
+  (value <= SLO) per second of duration (DistServe's definition, as in vLLM).
+- mean/median/std/pNN of ttft, tpot, itl, e2el in ms over the successful requests (ITL over
+  all gaps of all successful requests), numpy's default (linear) percentiles; `pNN` keys
+  are named like vLLM's (`p99_ttft_ms`, `p99.9_itl_ms`).
+- max_output_tokens_per_s: the most tokens received in one one-second bucket from the
+  first start; max_concurrent_requests: the peak number of requests in flight.
+- Arrivals: request_rate inf sends every request at once; otherwise inter-arrival gaps are
+  gamma with shape `burstiness` and mean 1/rate (burstiness 1: Poisson). Unlike vLLM, the
+  gaps are not rescaled to make the last arrival exactly num_prompts / rate, and the first
+  request is sent at time 0.
+
+Datasets: `random` (fixed lengths, or uniform in [L(1-r), L(1+r)] with
+`--random-range-ratio r`, as vLLM's random dataset), `sharegpt` and `arxiv` (prompt/output
+length pairs drawn from the shared length CSVs), `trace` (Azure or plain CSV replayed on
+its own timestamps, `--time-scale` to speed it up, or re-timed by `--request-rate`), all
+through `llmsched.workload`. Prompts are built so the server sees the intended number of
+tokens: token-id lists on /v1/completions, and on chat (or `--prompt-format text`) a text
+of "tok " repeated, which the sim backend's rule (4 UTF-8 bytes per token) counts exactly.
+
+Transport: requests go through `http_client.HTTPClient`, a minimal asyncio HTTP/1.1
+client (httpx costs about 60 us of Python per streamed chunk, which at 256 streams makes
+the client the bottleneck); `--http-client httpx` uses httpx instead. With uvloop
+installed the client runs on it. One unmeasured warm-up request is sent first
+(`--num-warmups`; vLLM's default is 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from ..core.errors import ConfigError
+
+MS = 1000.0
+METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+# ---- configuration ---------------------------------------------------------------------
+def parse_goodput(items) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items or []:
+        for pair in str(item).split():
+            if ":" not in pair:
+                raise ConfigError(f"--goodput expects KEY:MS pairs such as ttft:500, got {pair!r}")
+            k, v = pair.split(":", 1)
+            k = k.strip().lower()
+            if k not in ("ttft", "tpot", "e2el"):
+                raise ConfigError(f"--goodput metric must be ttft, tpot or e2el, got {k!r}")
+            try:
+                ms = float(v)
+            except ValueError:
+                raise ConfigError(f"--goodput {k} must be a number of milliseconds, got {v!r}") from None
+            if not ms >= 0:
+                raise ConfigError(f"--goodput {k} must be >= 0 ms, got {v}")
+            out[k] = ms
+    return out
+
+
+def parse_percentiles(text: str) -> list[float]:
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            p = float(part)
+        except ValueError:
+            raise ConfigError(f"--metric-percentiles must be numbers, got {part!r}") from None
+        if not 0 < p <= 100:
+            raise ConfigError(f"percentiles must be in (0, 100], got {p:g}")
+        out.append(p)
+    if not out:
+        raise ConfigError("--metric-percentiles is empty")
+    return out
+
+
+def parse_metric_names(text: str) -> list[str]:
+    names = [m.strip().lower() for m in str(text).split(",") if m.strip()]
+    for m in names:
+        if m not in METRICS:
+            raise ConfigError(f"--percentile-metrics: unknown metric {m!r} (known: {', '.join(METRICS)})")
+    return names
+
+
+@dataclass
+class BenchConfig:
+    base_url: str = "http://127.0.0.1:8000"
+    endpoint: str = "/v1/completions"
+    model: str | None = None
+    api_key: str | None = None
+    dataset_name: str = "random"
+    dataset_path: str | None = None
+    num_prompts: int = 1000
+    input_len: int = 1024
+    output_len: int = 128
+    random_range_ratio: float = 0.0
+    sharegpt_output_len: int | None = None
+    time_scale: float = 1.0
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    seed: int = 0
+    prompt_format: str = "auto"
+    token_id_range: tuple[int, int] = (1, 100)
+    ignore_eos: bool = True
+    goodput: dict[str, float] = field(default_factory=dict)
+    percentile_metrics: list[str] = field(default_factory=lambda: ["ttft", "tpot", "itl"])
+    metric_percentiles: list[float] = field(default_factory=lambda: [99.0])
+    result_file: str | None = None
+    save_detailed: bool = False
+    timeout: float = 6 * 3600.0
+    quiet: bool = False
+    num_warmups: int = 1
+    http_client: str = "raw"
+
+    def __post_init__(self):
+        if self.endpoint not in ("/v1/completions", "/v1/chat/completions"):
+            raise ConfigError(f"--endpoint must be /v1/completions or /v1/chat/completions, got {self.endpoint!r}")
+        if not (self.request_rate > 0):
+            raise ConfigError(f"--request-rate must be > 0 (or inf), got {self.request_rate}")
+        if not (self.burstiness > 0):
+            raise ConfigError(f"--burstiness must be > 0, got {self.burstiness}")
+        if not 0 <= self.random_range_ratio < 1:
+            raise ConfigError(f"--random-range-ratio must be in [0, 1), got {self.random_range_ratio}")
+        if not (self.time_scale > 0):
+            raise ConfigError(f"--time-scale must be > 0, got {self.time_scale}")
+        lo, hi = self.token_id_range
+        if not (0 <= lo < hi):
+            raise ConfigError(f"--token-id-range must be LO,HI with 0 <= LO < HI, got {lo},{hi}")
+        if self.prompt_format not in ("auto", "ids", "text"):
+            raise ConfigError(f"--prompt-format must be auto, ids or text, got {self.prompt_format!r}")
+        if self.http_client not in ("raw", "httpx"):
+            raise ConfigError(f"--http-client must be raw or httpx, got {self.http_client!r}")
+        if not isinstance(self.num_warmups, int) or self.num_warmups < 0:
+            raise ConfigError(f"--num-warmups must be >= 0, got {self.num_warmups!r}")
+        if self.prompt_format == "ids" and self.chat:
+            raise ConfigError("token-id prompts need /v1/completions; chat prompts are text")
+
+    @property
+    def chat(self) -> bool:
+        return self.endpoint.endswith("/chat/completions")
+
+    @classmethod
+    def from_args(cls, a) -> "BenchConfig":
+        import os  # noqa: PLC0415
+
+        base = a.base_url or f"http://{a.host}:{a.port}"
+        try:
+            lo, hi = (int(x) for x in str(a.token_id_range).split(","))
+        except ValueError:
+            raise ConfigError(f"--token-id-range must be LO,HI, got {a.token_id_range!r}") from None
+        return cls(base_url=base.rstrip("/"), endpoint=a.endpoint, model=a.model,
+                   api_key=a.api_key or os.environ.get("OPENAI_API_KEY") or None,
+                   dataset_name=a.dataset_name, dataset_path=a.dataset_path, num_prompts=a.num_prompts,
+                   input_len=a.input_len, output_len=a.output_len,
+                   random_range_ratio=a.random_range_ratio, sharegpt_output_len=a.sharegpt_output_len,
+                   time_scale=a.time_scale, request_rate=a.request_rate, burstiness=a.burstiness,
+                   max_concurrency=a.max_concurrency, seed=a.seed, prompt_format=a.prompt_format,
+                   token_id_range=(lo, hi), ignore_eos=a.ignore_eos, goodput=parse_goodput(a.goodput),
+                   percentile_metrics=parse_metric_names(a.percentile_metrics),
+                   metric_percentiles=parse_percentiles(a.metric_percentiles),
+                   result_file=a.result_file, save_detailed=a.save_detailed, timeout=a.timeout,
+                   quiet=a.quiet, num_warmups=a.num_warmups, http_client=a.http_client)
+
+
+# ---- workload --------------------------------------------------------------------------
+@dataclass
+class Workload:
+    """What to send: send offsets (seconds from the start), prompt and output lengths."""
+
+    arrival_s: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.prompt)
+
+
+def _arrivals(cfg: BenchConfig, n: int) -> np.ndarray:
+    if math.isinf(cfg.request_rate):
+        return np.zeros(n)
+    rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(7,)))
+    if math.isinf(cfg.burstiness):
+        gaps = np.full(n, 1.0 / cfg.request_rate)
+    else:
+        gaps = rng.gamma(shape=cfg.burstiness, scale=1.0 / (cfg.request_rate * cfg.burstiness), size=n)
+    out = np.concatenate([[0.0], np.cumsum(gaps[:-1])])
+    return out
+
+
+def make_workload(cfg: BenchConfig) -> Workload:
+    """The requests of a benchmark, from `llmsched.workload`."""
+    from ..workload import WorkloadSpec, make_trace  # noqa: PLC0415
+
+    n = cfg.num_prompts
+    name = cfg.dataset_name
+    if name == "random":
+        def law(length: int) -> str:
+            r = cfg.random_range_ratio
+            lo, hi = max(1, int(length * (1 - r))), max(1, int(length * (1 + r)))
+            return f"const:{length}" if lo == hi else f"uniform:{lo},{hi}"
+        t = make_trace(WorkloadSpec(arrival="deterministic", rate=1.0, prompt=law(cfg.input_len),
+                                    output=law(cfg.output_len), num_requests=n, seed=cfg.seed))
+        return Workload(_arrivals(cfg, n), t.prompt, t.output)
+    if name in ("sharegpt", "arxiv"):
+        src = cfg.dataset_path or name
+        out = f"const:{cfg.sharegpt_output_len}" if cfg.sharegpt_output_len else f"empirical:{src}"
+        t = make_trace(WorkloadSpec(arrival="deterministic", rate=1.0, prompt=f"empirical:{src}",
+                                    output=out, num_requests=n, seed=cfg.seed))
+        return Workload(_arrivals(cfg, n), t.prompt, t.output)
+    if name == "trace":
+        if not cfg.dataset_path:
+            raise ConfigError("--dataset-name trace needs --dataset-path FILE (Azure or plain CSV, or azure-conv)")
+        spec = dict(arrival="trace", trace=cfg.dataset_path, time_scale=cfg.time_scale, num_requests=n,
+                    seed=cfg.seed)
+        if cfg.sharegpt_output_len:
+            spec["output"] = f"const:{cfg.sharegpt_output_len}"
+        t = make_trace(WorkloadSpec(**spec))
+        arr = t.arrival_s - t.arrival_s[0]
+        if not math.isinf(cfg.request_rate):
+            arr = _arrivals(cfg, len(t.prompt))
+        return Workload(np.asarray(arr, dtype=np.float64), t.prompt, t.output)
+    raise ConfigError(f"unknown dataset {name!r} (known: random, sharegpt, arxiv, trace)")
+
+
+TEXT_UNIT = "tok "   # 4 UTF-8 bytes: one token under the sim backend's rule
+
+
+def build_payloads(cfg: BenchConfig, wl: Workload, model: str) -> list[bytes]:
+    rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(11,)))
+    lo, hi = cfg.token_id_range
+    out = []
+    ids_mode = not cfg.chat and cfg.prompt_format in ("auto", "ids")
+    for p, o in zip(wl.prompt.tolist(), wl.output.tolist()):
+        if cfg.chat:
+            body = {"model": model, "messages": [{"role": "user", "content": TEXT_UNIT * p}],
+                    "max_completion_tokens": o}
+        else:
+            prompt = rng.integers(lo, hi, size=p).tolist() if ids_mode else TEXT_UNIT * p
+            body = {"model": model, "prompt": prompt, "max_tokens": o}
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        if cfg.ignore_eos:
+            body["ignore_eos"] = True
+        out.append(json.dumps(body, separators=(",", ":")).encode())
+    return out
+
+
+# ---- one request -----------------------------------------------------------------------
+@dataclass
+class RequestResult:
+    success: bool = False
+    prompt_len: int = 0
+    output_tokens: int = 0
+    ttft: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    latency: float = 0.0
+    start_time: float = 0.0
+    queue_time: float = 0.0
+    error: str = ""
+    status: int = 0
+
+
+async def send_request(client, path: str, headers: dict, payload: bytes, prompt_len: int,
+                       chat: bool) -> RequestResult:
+    """POST one streaming request and time its token events (see the module docstring)."""
+    res = RequestResult(prompt_len=prompt_len)
+    st = time.perf_counter()
+    res.start_time = st
+    last = st
+    first = False
+    n_events = 0
+    usage_tokens = None
+    try:
+        async with client.stream("POST", path, payload, headers) as (status, body_iter, read_all):
+            res.status = status
+            if status != 200:
+                res.error = _error_text(status, await read_all())
+                return res
+            buf = b""
+            done = False
+            async for now, data in body_iter():
+                buf += data
+                while True:
+                    i = buf.find(b"\n\n")
+                    if i < 0:
+                        break
+                    event = buf[:i].strip()
+                    buf = buf[i + 2:]
+                    if not event or event.startswith(b":"):
+                        continue
+                    if event.startswith(b"data:"):
+                        event = event[5:].strip()
+                    if event == b"[DONE]":
+                        done = True
+                        break
+                    msg = _loads(event)
+                    choices = msg.get("choices")
+                    if choices:
+                        c = choices[0]
+                        if chat:
+                            d = c.get("delta") or {}
+                            if not d.get("content") and c.get("finish_reason") is None and "role" in d:
+                                continue   # the role chunk: not a token
+                        if not first:
+                            first = True
+                            res.ttft = now - st
+                        else:
+                            res.itl.append(now - last)
+                        last = now
+                        n_events += 1
+                    elif "error" in msg:
+                        err = msg["error"]
+                        res.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+                        return res
+                    u = msg.get("usage")
+                    if u:
+                        usage_tokens = u.get("completion_tokens")
+                        if u.get("prompt_tokens") is not None:
+                            res.prompt_len = u["prompt_tokens"]
+                if done:
+                    break
+    except Exception as e:  # noqa: BLE001 - a failed request is a result, not a crash
+        res.error = f"{type(e).__name__}: {e}"
+        return res
+    if not first:
+        res.error = "Never received a valid chunk to calculate TTFT."
+        return res
+    res.success = True
+    res.latency = last - st
+    res.output_tokens = usage_tokens if usage_tokens is not None else n_events
+    return res
+
+
+try:
+    import orjson as _orjson
+
+    _loads = _orjson.loads
+except ImportError:  # pragma: no cover
+    _loads = json.loads
+
+
+class RawClient:
+    """The load path over `http_client.HTTPClient` (the default)."""
+
+    def __init__(self, base_url: str, timeout: float):
+        from .http_client import HTTPClient  # noqa: PLC0415
+
+        self.c = HTTPClient(base_url)
+        self.timeout = timeout
+
+    @contextlib.asynccontextmanager
+    async def stream(self, method: str, path: str, body: bytes, headers: dict):
+        async with asyncio.timeout(self.timeout):
+            resp = await self.c.request(method, path, body, headers)
+            try:
+                yield resp.status, resp.iter_body, resp.read
+            finally:
+                resp.close()
+
+    async def get_json(self, path: str, headers: dict):
+        async with self.stream("GET", path, b"", headers) as (status, _, read_all):
+            return status, json.loads(await read_all() or b"null")
+
+    async def aclose(self):
+        await self.c.aclose()
+
+
+class HttpxClient:
+    """The load path over httpx (`--http-client httpx`)."""
+
+    def __init__(self, base_url: str, timeout: float, connections: int):
+        import httpx  # noqa: PLC0415
+
+        self.base = base_url
+        self.c = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=60.0),
+                                   limits=httpx.Limits(max_connections=connections + 8,
+                                                       max_keepalive_connections=connections + 8))
+
+    @contextlib.asynccontextmanager
+    async def stream(self, method: str, path: str, body: bytes, headers: dict):
+        async with self.c.stream(method, self.base + path, content=body, headers=headers) as r:
+            async def pieces():
+                async for data in r.aiter_raw():
+                    yield time.perf_counter(), data
+            yield r.status_code, pieces, r.aread
+
+    async def get_json(self, path: str, headers: dict):
+        r = await self.c.get(self.base + path, headers=headers)
+        return r.status_code, r.json()
+
+    async def aclose(self):
+        await self.c.aclose()
+
+
+def _error_text(status: int, body: bytes) -> str:
+    try:
+        err = json.loads(body)["error"]
+        return f"HTTP {status}: {err.get('message', err)}"
+    except Exception:  # noqa: BLE001
+        return f"HTTP {status}: {body[:200].decode(errors='replace')}"
+
+
+# ---- the run ---------------------------------------------------------------------------
+async def _first_model(client, base_url: str, headers: dict) -> str:
+    status, body = await client.get_json("/v1/models", headers)
+    if status == 401:
+        raise ConfigError(f"{base_url} wants an API key: give --api-key (or set $OPENAI_API_KEY)")
+    if status != 200:
+        raise ConfigError(f"GET {base_url}/v1/models answered HTTP {status}; give --model")
+    data = (body or {}).get("data") or []
+    if not data:
+        raise ConfigError(f"{base_url}/v1/models lists no model; give --model")
+    return data[0]["id"]
+
+
+async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[RequestResult], float, dict]:
+    """Send the workload; returns (per-request results, duration in s, run info)."""
+    wl = wl if wl is not None else make_workload(cfg)
+    headers = {"content-type": "application/json"}
+    if cfg.api_key:
+        headers["authorization"] = f"Bearer {cfg.api_key}"
+    if cfg.http_client == "httpx":
+        client = HttpxClient(cfg.base_url, cfg.timeout, cfg.max_concurrency or len(wl))
+    else:
+        client = RawClient(cfg.base_url, cfg.timeout)
+    try:
+        try:
+            model = cfg.model or await _first_model(client, cfg.base_url, headers)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise ConfigError(f"cannot reach {cfg.base_url}: {e}") from None
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - httpx errors, bad JSON
+            raise ConfigError(f"cannot list the models of {cfg.base_url}: {e}") from None
+        payloads = build_payloads(cfg, wl, model)
+        url = cfg.endpoint
+        if cfg.num_warmups:
+            # not measured: warms the client, the connection and the server's code paths
+            # (a cold first request would delay the server's whole first busy period)
+            warm = build_payloads(cfg, Workload(np.zeros(1), np.array([8]), np.array([2])), model)[0]
+            for _ in range(cfg.num_warmups):
+                w = await send_request(client, url, headers, warm, 8, cfg.chat)
+                if not w.success:
+                    raise ConfigError(f"the warm-up request to {cfg.base_url}{url} failed: {w.error}")
+        sem = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
+        n = len(wl)
+        done = 0
+        prompts = wl.prompt.tolist()
+
+        async def one(i: int, scheduled: float) -> RequestResult:
+            nonlocal done
+            if sem is None:
+                r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat)
+            else:
+                async with sem:
+                    r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat)
+            r.queue_time = r.start_time - scheduled
+            done += 1
+            return r
+
+        progress = None
+        if not cfg.quiet:
+            async def report():
+                while True:
+                    await asyncio.sleep(1.0)
+                    print(f"\r{done}/{n} requests done", end="", file=sys.stderr, flush=True)
+            progress = asyncio.ensure_future(report())
+        t0 = time.perf_counter()
+        tasks = []
+        for i, at in enumerate(wl.arrival_s.tolist()):
+            delay = t0 + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one(i, t0 + at)))
+        results = await asyncio.gather(*tasks)
+        duration = time.perf_counter() - t0
+        if progress is not None:
+            progress.cancel()
+            print(f"\r{n}/{n} requests done", file=sys.stderr, flush=True)
+    finally:
+        await client.aclose()
+    return list(results), duration, {"model_id": model, "t0": t0}
+
+
+def _dist(name: str, values: list[float], percentiles: list[float], out: dict) -> None:
+    arr = np.asarray(values, dtype=np.float64) if values else np.zeros(1)
+    out[f"mean_{name}_ms"] = float(np.mean(arr) * MS)
+    out[f"median_{name}_ms"] = float(np.median(arr) * MS)
+    out[f"std_{name}_ms"] = float(np.std(arr) * MS)
+    for p in percentiles:
+        word = str(int(p)) if int(p) == p else str(p)
+        out[f"p{word}_{name}_ms"] = float(np.percentile(arr, p) * MS)
+
+
+def calculate_metrics(results: list[RequestResult], duration: float, percentiles: list[float],
+                      goodput: dict[str, float] | None = None) -> dict:
+    """Summary metrics, defined as `vllm bench serve` defines them (module docstring)."""
+    ok = [r for r in results if r.success]
+    ttfts = [r.ttft for r in ok]
+    e2els = [r.latency for r in ok]
+    itls = [g for r in ok for g in r.itl]
+    tpots, all_tpots = [], []
+    for r in ok:
+        t = 0.0
+        if r.output_tokens > 1:
+            t = (r.latency - r.ttft) / (r.output_tokens - 1)
+            tpots.append(t)
+        all_tpots.append(t)
+    total_in = sum(r.prompt_len for r in ok)
+    total_out = sum(r.output_tokens for r in ok)
+    good = 0
+    if goodput:
+        slo = {k: v / MS for k, v in goodput.items()}
+        for r, tpot in zip(ok, all_tpots):
+            vals = {"ttft": r.ttft, "tpot": tpot, "e2el": r.latency}
+            if all(vals[k] <= s for k, s in slo.items()):
+                good += 1
+    dur = max(duration, 1e-9)
+    m = {
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(results) - len(ok),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": len(ok) / dur,
+        "request_goodput": good / dur if goodput else None,
+        "output_throughput": total_out / dur,
+        "total_token_throughput": (total_in + total_out) / dur,
+    }
+    peak_tps, peak_conc = 0.0, 0
+    if ok:
+        t_min = min(r.start_time for r in ok)
+        t_max = max(r.start_time + r.latency for r in ok)
+        buckets = np.zeros(int(math.ceil(t_max - t_min)) + 1)
+        events = []
+        for r in ok:
+            t = r.start_time + r.ttft
+            times = [t]
+            for g in r.itl:
+                t += g
+                times.append(t)
+            idx = ((np.asarray(times) - t_min)).astype(np.int64)
+            idx = idx[(idx >= 0) & (idx < len(buckets))]
+            np.add.at(buckets, idx, 1)
+            events.append((r.start_time, 1))
+            events.append((r.start_time + r.latency, -1))
+        events.sort()
+        c = 0
+        for _, d in events:
+            c += d
+            peak_conc = max(peak_conc, c)
+        peak_tps = float(buckets.max())
+    m["max_output_tokens_per_s"] = peak_tps
+    m["max_concurrent_requests"] = peak_conc
+    for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
+        _dist(name, vals, percentiles, m)
+    return m
+
+
+def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
+    """Run a benchmark and return (and, with `result_file`, write) its result dict."""
+    wl = wl if wl is not None else make_workload(cfg)
+    results, duration, info = _run(benchmark(cfg, wl))
+    m = calculate_metrics(results, duration, cfg.metric_percentiles, cfg.goodput)
+    out = {
+        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "backend": "openai-chat" if cfg.chat else "openai",
+        "endpoint_type": "openai-chat" if cfg.chat else "openai",
+        "base_url": cfg.base_url,
+        "endpoint": cfg.endpoint,
+        "model_id": info["model_id"],
+        "dataset_name": cfg.dataset_name,
+        "num_prompts": len(wl),
+        "request_rate": "inf" if math.isinf(cfg.request_rate) else cfg.request_rate,
+        "burstiness": cfg.burstiness,
+        "max_concurrency": cfg.max_concurrency,
+        "goodput_config": cfg.goodput or None,
+        "percentile_metrics": cfg.percentile_metrics,
+        "metric_percentiles": cfg.metric_percentiles,
+        **m,
+    }
+    errors = [r.error for r in results if not r.success]
+    out["errors_sample"] = errors[:10]
+    if cfg.save_detailed:
+        out.update({
+            "input_lens": [r.prompt_len for r in results],
+            "output_lens": [r.output_tokens for r in results],
+            "ttfts": [r.ttft for r in results],
+            "itls": [r.itl for r in results],
+            "latencies": [r.latency for r in results],
+            "start_times": [r.start_time - info["t0"] for r in results],
+            "queue_times": [r.queue_time for r in results],
+            "errors": [r.error for r in results],
+        })
+    out["_results"] = results
+    if cfg.result_file:
+        with open(cfg.result_file, "w") as f:
+            json.dump({k: v for k, v in out.items() if k != "_results"}, f, indent=2)
+    return out
+
+
+def _run(coro):
+    """asyncio.run, on uvloop when it is installed (a cheaper event loop for the client)."""
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+HEADERS = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
+           "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency")}
+
+
+def print_table(res: dict, cfg: BenchConfig, file=None) -> None:
+    """The summary as a table (rich), in the layout of vllm bench serve."""
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    t = Table(title="Serving Benchmark Result", show_header=False, title_style="bold")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("Successful requests", str(res["completed"]))
+    t.add_row("Failed requests", str(res["failed"]))
+    if cfg.max_concurrency is not None:
+        t.add_row("Maximum request concurrency", str(cfg.max_concurrency))
+    if not math.isinf(cfg.request_rate):
+        t.add_row("Request rate configured (RPS)", f"{cfg.request_rate:.2f}")
+    t.add_row("Benchmark duration (s)", f"{res['duration']:.2f}")
+    t.add_row("Total input tokens", str(res["total_input_tokens"]))
+    t.add_row("Total generated tokens", str(res["total_output_tokens"]))
+    t.add_row("Request throughput (req/s)", f"{res['request_throughput']:.2f}")
+    if res.get("request_goodput") is not None:
+        t.add_row("Request goodput (req/s)", f"{res['request_goodput']:.2f}")
+    t.add_row("Output token throughput (tok/s)", f"{res['output_throughput']:.2f}")
+    t.add_row("Peak output token throughput (tok/s)", f"{res['max_output_tokens_per_s']:.2f}")
+    t.add_row("Peak concurrent requests", str(res["max_concurrent_requests"]))
+    t.add_row("Total token throughput (tok/s)", f"{res['total_token_throughput']:.2f}")
+    for name in cfg.percentile_metrics:
+        short, long = HEADERS[name]
+        t.add_section()
+        t.add_row(f"[bold]{long}[/bold]", "")
+        t.add_row(f"Mean {short} (ms)", f"{res[f'mean_{name}_ms']:.2f}")
+        t.add_row(f"Median {short} (ms)", f"{res[f'median_{name}_ms']:.2f}")
+        for p in cfg.metric_percentiles:
+            word = str(int(p)) if int(p) == p else str(p)
+            t.add_row(f"P{word} {short} (ms)", f"{res[f'p{word}_{name}_ms']:.2f}")
+    Console(file=file).print(t)
+    errs = res.get("errors_sample") or []
+    if errs:
+        Console(file=file or sys.stderr).print(f"first errors: {errs[:3]}")
+
+
+__all__ = ["BenchConfig", "Workload", "RequestResult", "make_workload", "build_payloads",
+           "send_request", "benchmark", "calculate_metrics", "run_bench", "print_table",
+           "parse_goodput", "parse_percentiles"]

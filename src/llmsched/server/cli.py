@@ -1,0 +1,247 @@
+"""`llmsched serve` and `llmsched bench`: thin wrappers over `serve()` and `run_bench()`.
+
+`register(subparsers)` adds both subcommands to the main CLI's argparse subparsers; each
+sets `func(args) -> exit code`. Bad input raises `ConfigError`.
+`python -m llmsched.server.cli serve|bench ...` runs them without the main CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+from ..core.errors import ConfigError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _kv_pairs(items: list[str] | None, what: str) -> dict:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"{what} expects KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        k = k.strip().replace("-", "_")
+        try:
+            val: object = int(v)
+        except ValueError:
+            try:
+                val = float(v)
+            except ValueError:
+                val = {"true": True, "false": False, "none": None}.get(v.lower(), v)
+        out[k] = val
+    return out
+
+
+def add_scheduler_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("scheduler (as in the simulator)")
+    g.add_argument("--scheduler", "--policy", dest="scheduler", default="sarathi",
+                   help="batch policy: sarathi, orca, vllm, fastertransformer, kfcfs, ... (default: sarathi)")
+    g.add_argument("--admission", default="fcfs", help="admission policy: fcfs, spf, ... (default: fcfs)")
+    g.add_argument("--admission-option", "--admission-opt", dest="admission_opt", action="append",
+                   metavar="KEY=VALUE", help="an option of the admission policy (repeatable)")
+    g.add_argument("--b-max", type=_positive_int, default=512, help="token budget per step (default: 512)")
+    g.add_argument("--k-max", type=_positive_int, default=None, help="cap on requests per step (default: none)")
+    g.add_argument("--kv-capacity", type=_positive_int, default=None,
+                   help="sim backend: KV-cache size in tokens (default: unlimited)")
+    g.add_argument("--max-running", type=_positive_int, default=None,
+                   help="cap on running requests (engine: max_num_seqs)")
+
+
+def add_serve_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "serve", help="serve an OpenAI-compatible API on the engine or a virtual GPU",
+        description="Serve /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics. "
+                    "--model DIR runs the PyTorch engine; --backend sim runs a virtual GPU that "
+                    "executes the policy's plans in real time, timed by a cost model.")
+    p.add_argument("--backend", choices=("sim", "engine"), default=None,
+                   help="sim: virtual GPU; engine: the PyTorch engine (default: engine with --model, else sim)")
+    p.add_argument("--model", default=None, help="model folder (Hugging Face format) for the engine backend")
+    p.add_argument("--served-model-name", default=None,
+                   help="model name clients use (default: the folder name, or llmsched-sim)")
+    p.add_argument("--tokenizer", default=None,
+                   help="folder with tokenizer.json to count prompt tokens (sim default: 4 UTF-8 bytes per token)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on /v1 routes (default: $LLMSCHED_API_KEY if set)")
+    p.add_argument("--max-model-len", type=_positive_int, default=None,
+                   help="longest prompt + completion (sim default: 32768, or the KV capacity + 1; "
+                        "engine default: the model's)")
+    add_scheduler_args(p)
+    g = p.add_argument_group("virtual GPU (--backend sim)")
+    g.add_argument("--cost-model", default="profile:h200-llama-3-8b",
+                   help="step cost model: paper[:c=..,a=..,b0=..], linear:c=..,a=.., const:MS, "
+                        "profile[:NAME|PATH] (default: profile:h200-llama-3-8b, as the simulator)")
+    g.add_argument("--sim-max-debt-ms", type=float, default=50.0,
+                   help="how far (ms) the virtual GPU may fall behind the cost model's schedule and "
+                        "still catch up (host hiccups); 0: never catch up (default: 50)")
+    g = p.add_argument_group("engine (--model)")
+    g.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
+    g.add_argument("--dtype", default=None, help="model dtype, e.g. float32, bfloat16")
+    g.add_argument("--kv-cache-gb", type=float, default=None, help="KV-cache memory in GiB")
+    g.add_argument("--num-blocks", type=_positive_int, default=None, help="KV-cache blocks")
+    g.add_argument("--block-size", type=_positive_int, default=None, help="KV-cache block size in tokens")
+    g.add_argument("--seed", type=int, default=None, help="sampling seed")
+    g = p.add_argument_group("overload and shutdown")
+    g.add_argument("--max-queued-requests", type=_positive_int, default=None,
+                   help="refuse (429) a request when this many accepted requests have no first token yet")
+    g.add_argument("--max-queued-tokens", type=_positive_int, default=None,
+                   help="refuse (429) a request when the queued prompt tokens would exceed this")
+    g.add_argument("--default-max-tokens", type=_positive_int, default=None,
+                   help="max_tokens when a request gives none (default: 16 for completions, the "
+                        "context left for chat)")
+    g.add_argument("--drain-timeout", type=float, default=30.0,
+                   help="on SIGINT/SIGTERM, seconds to let running requests finish (default: 30)")
+    p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+                   help="log level (default: warning)")
+    p.set_defaults(func=serve_main)
+    return p
+
+
+def build_backend(args):
+    from .backends import SchedulerOptions, make_engine_backend, make_sim_backend  # noqa: PLC0415
+
+    backend = args.backend or ("engine" if args.model else "sim")
+    opts = SchedulerOptions(scheduler=args.scheduler, admission=args.admission, b_max=args.b_max,
+                            k_max=args.k_max, kv_capacity=args.kv_capacity,
+                            max_running=args.max_running,
+                            admission_options=_kv_pairs(args.admission_opt, "--admission-option"))
+    if backend == "engine":
+        if not args.model:
+            raise ConfigError("the engine backend needs --model DIR (or use --backend sim)")
+        return make_engine_backend(args.model, opts, served_model_name=args.served_model_name,
+                                   tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
+                                   kv_cache_gb=args.kv_cache_gb, num_blocks=args.num_blocks,
+                                   block_size=args.block_size, seed=args.seed,
+                                   max_model_len=args.max_model_len)
+    if args.model:
+        raise ConfigError("--model is for the engine backend; the sim backend takes --served-model-name")
+    if not args.sim_max_debt_ms >= 0:
+        raise ConfigError(f"--sim-max-debt-ms must be >= 0, got {args.sim_max_debt_ms}")
+    return make_sim_backend(opts, args.cost_model, max_model_len=args.max_model_len,
+                            tokenizer=args.tokenizer, served_model_name=args.served_model_name,
+                            max_debt_s=args.sim_max_debt_ms / 1e3)
+
+
+def serve_main(args) -> int:
+    from .app import ServerConfig  # noqa: PLC0415
+    from .serve import serve  # noqa: PLC0415
+
+    cfg = ServerConfig(host=args.host, port=args.port,
+                       api_key=args.api_key or os.environ.get("LLMSCHED_API_KEY") or None,
+                       max_queued_requests=args.max_queued_requests,
+                       max_queued_tokens=args.max_queued_tokens,
+                       default_max_tokens=args.default_max_tokens, drain_timeout=args.drain_timeout,
+                       log_level=args.log_level)
+    backend = build_backend(args)
+    print(f"llmsched serve: {backend.kind} backend, model {backend.model_name!r}, "
+          f"http://{cfg.host}:{cfg.port}/v1", file=sys.stderr, flush=True)
+    serve(backend, cfg)
+    return 0
+
+
+# ---- bench -----------------------------------------------------------------------------
+def add_bench_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "bench", help="load-test an OpenAI-compatible endpoint (metrics of vllm bench serve)",
+        description="Send a workload to /v1/completions or /v1/chat/completions and report TTFT, "
+                    "TPOT, ITL, E2EL, throughput and goodput, defined as in `vllm bench serve`.")
+    p.add_argument("--base-url", default=None, help="server URL (default: http://HOST:PORT)")
+    p.add_argument("--host", default="127.0.0.1", help="server host (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="server port (default: 8000)")
+    p.add_argument("--endpoint", default="/v1/completions",
+                   choices=("/v1/completions", "/v1/chat/completions"), help="API endpoint")
+    p.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
+    p.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY if set)")
+    g = p.add_argument_group("workload")
+    g.add_argument("--dataset-name", default="random", choices=("random", "sharegpt", "arxiv", "trace"),
+                   help="random lengths; ShareGPT/arXiv length files; or a trace replayed with its "
+                        "timestamps (Azure or plain CSV) (default: random)")
+    g.add_argument("--dataset-path", default=None,
+                   help="length CSV or trace file (default for sharegpt/arxiv: the shared copy; "
+                        "trace: required, or the name azure-conv)")
+    g.add_argument("--num-prompts", type=_positive_int, default=1000, help="requests to send (default: 1000)")
+    g.add_argument("--input-len", "--random-input-len", dest="input_len", type=_positive_int, default=1024,
+                   help="random: prompt tokens (default: 1024)")
+    g.add_argument("--output-len", "--random-output-len", dest="output_len", type=_positive_int, default=128,
+                   help="random: output tokens (default: 128)")
+    g.add_argument("--random-range-ratio", type=float, default=0.0,
+                   help="random: lengths uniform in [L*(1-r), L*(1+r)] (default: 0, fixed)")
+    g.add_argument("--sharegpt-output-len", type=_positive_int, default=None,
+                   help="sharegpt/arxiv/trace: override every output length")
+    g.add_argument("--time-scale", type=float, default=1.0,
+                   help="trace: divide the trace's arrival times by this (default: 1)")
+    g.add_argument("--request-rate", type=float, default=math.inf,
+                   help="requests per second; inf sends all at once (trace: default its own timestamps)")
+    g.add_argument("--burstiness", type=float, default=1.0,
+                   help="gamma shape of the inter-arrival times: 1 Poisson, <1 burstier, >1 smoother")
+    g.add_argument("--max-concurrency", type=_positive_int, default=None,
+                   help="at most this many requests in flight")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    g.add_argument("--prompt-format", choices=("auto", "ids", "text"), default="auto",
+                   help="completions prompts as token-id lists (auto) or text (4 bytes per token)")
+    g.add_argument("--token-id-range", default="1,100",
+                   help="LO,HI: token ids of id prompts are drawn from [LO, HI) (default: 1,100)")
+    g.add_argument("--num-warmups", type=int, default=1,
+                   help="unmeasured requests sent first, one at a time (default: 1)")
+    g.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                   help="do not send ignore_eos: true")
+    g = p.add_argument_group("metrics")
+    g.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
+                   help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (milliseconds)")
+    g.add_argument("--percentile-metrics", default="ttft,tpot,itl",
+                   help="metrics to report percentiles of: ttft,tpot,itl,e2el (default: ttft,tpot,itl)")
+    g.add_argument("--metric-percentiles", default="99", help="percentiles, e.g. 50,90,99 (default: 99)")
+    g.add_argument("--result-file", default=None, help="write the results as JSON here")
+    g.add_argument("--save-detailed", action="store_true",
+                   help="include per-request values (ttfts, itls, ...) in the result file")
+    g.add_argument("--timeout", type=float, default=6 * 3600, help="per-request timeout in seconds")
+    g.add_argument("--quiet", action="store_true", help="no progress line")
+    g.add_argument("--http-client", choices=("raw", "httpx"), default="raw",
+                   help="raw: a minimal asyncio HTTP/1.1 client (default; cheap per token); httpx")
+    p.set_defaults(func=bench_main)
+    return p
+
+
+def bench_main(args) -> int:
+    from .bench import BenchConfig, print_table, run_bench  # noqa: PLC0415
+
+    cfg = BenchConfig.from_args(args)
+    result = run_bench(cfg)
+    print_table(result, cfg)
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add `serve` and `bench` to the main CLI's subparsers."""
+    add_serve_parser(subparsers)
+    add_bench_parser(subparsers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llmsched", description="llmsched serving commands")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,348 @@
+"""OpenAI request parsing and validation, response bodies and SSE framing.
+
+Requests are parsed from the raw JSON body by hand (no pydantic on the hot path) so that
+every mistake becomes an OpenAI-style error naming the offending parameter:
+`{"error": {"message", "type", "param", "code"}}`. Unknown fields are ignored, as vLLM
+does. What is not supported (n > 1, several prompts in one request, logprobs, echo) is a
+400 that says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from ..core.engine_api import SamplingParams
+
+try:  # orjson is optional: it makes the SSE hot path a little cheaper
+    import orjson as _orjson
+
+    def dumps(obj) -> str:
+        return _orjson.dumps(obj).decode()
+
+    def loads(data):
+        return _orjson.loads(data)
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+    _enc = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+    def dumps(obj) -> str:
+        return _enc.encode(obj)
+
+    def loads(data):
+        return json.loads(data)
+
+
+class APIError(Exception):
+    """An error returned to the client as an OpenAI-style JSON body."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, "invalid_request_error", param, code)
+
+
+# ---- field checks -------------------------------------------------------------------
+def _type_name(v) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+            dict: "object", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _int(body: dict, key: str, default, minimum: int | None = None):
+    v = body.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
+        raise bad_request(f"'{key}' must be an integer, got {_type_name(v)} {v!r}", key)
+    v = int(v)
+    if minimum is not None and v < minimum:
+        raise bad_request(f"'{key}' must be at least {minimum}, got {v}", key)
+    return v
+
+
+def _float(body: dict, key: str, default, lo: float | None = None, hi: float | None = None,
+           lo_open: bool = False):
+    v = body.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise bad_request(f"'{key}' must be a number, got {_type_name(v)} {v!r}", key)
+    v = float(v)
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise bad_request(f"'{key}' must be {'>' if lo_open else '>='} {lo:g}, got {v:g}", key)
+    if hi is not None and v > hi:
+        raise bad_request(f"'{key}' must be <= {hi:g}, got {v:g}", key)
+    return v
+
+
+def _bool(body: dict, key: str, default: bool) -> bool:
+    v = body.get(key, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise bad_request(f"'{key}' must be a boolean, got {_type_name(v)} {v!r}", key)
+    return v
+
+
+def _stop(body: dict) -> list[str]:
+    v = body.get("stop")
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [v] if v else []
+    if isinstance(v, list) and all(isinstance(s, str) for s in v):
+        if len(v) > 4:
+            raise bad_request("'stop' may hold at most 4 sequences", "stop")
+        return [s for s in v if s]
+    raise bad_request("'stop' must be a string or an array of strings", "stop")
+
+
+def _int_list(body: dict, key: str) -> list[int]:
+    v = body.get(key)
+    if v is None:
+        return []
+    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return v
+    raise bad_request(f"'{key}' must be an array of integers", key)
+
+
+@dataclass
+class ParsedRequest:
+    """A validated completion or chat request."""
+
+    kind: str                          # "completion" or "chat"
+    model: str
+    prompt_text: str | None            # the prompt as text (None if token ids were given)
+    prompt_ids: list[int] | None       # token ids given by the client
+    messages: list[dict] | None
+    max_tokens: int | None             # None: the server's default
+    params: SamplingParams | None      # filled once max_tokens is known
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    raw: dict
+
+
+def parse_body(data: bytes) -> dict:
+    if not data:
+        raise bad_request("the request body is empty; a JSON object is expected")
+    try:
+        body = loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise bad_request(f"the request body is not valid JSON: {e}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad_request(f"the request body must be a JSON object, got {_type_name(body)}")
+    return body
+
+
+def _common(body: dict, kind: str) -> dict:
+    model = body.get("model")
+    if model is None:
+        raise bad_request("you must provide a model parameter", "model")
+    if not isinstance(model, str):
+        raise bad_request(f"'model' must be a string, got {_type_name(model)}", "model")
+    n = _int(body, "n", 1, 1)
+    if n != 1:
+        raise bad_request("only n=1 is supported", "n")
+    if kind == "completion":
+        if _int(body, "best_of", 1, 1) != 1:
+            raise bad_request("only best_of=1 is supported", "best_of")
+        if _bool(body, "echo", False):
+            raise bad_request("echo is not supported", "echo")
+        lp = body.get("logprobs")
+        if lp is not None and lp is not False:
+            raise bad_request("logprobs are not supported", "logprobs")
+    else:
+        if _bool(body, "logprobs", False):
+            raise bad_request("logprobs are not supported", "logprobs")
+    stream = _bool(body, "stream", False)
+    so = body.get("stream_options")
+    include_usage = continuous = False
+    if so is not None:
+        if not isinstance(so, dict):
+            raise bad_request("'stream_options' must be an object", "stream_options")
+        if not stream:
+            raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
+        include_usage = _bool(so, "include_usage", False)
+        continuous = _bool(so, "continuous_usage_stats", False)
+    temperature = _float(body, "temperature", 1.0, 0.0, 2.0)
+    top_p = _float(body, "top_p", 1.0, 0.0, 1.0, lo_open=True)
+    top_k = _int(body, "top_k", -1)
+    if top_k == 0 or top_k < -1:
+        raise bad_request("'top_k' must be -1 (off) or a positive integer", "top_k")
+    for key in ("presence_penalty", "frequency_penalty"):
+        _float(body, key, 0.0, -2.0, 2.0)
+    _float(body, "repetition_penalty", 1.0, 0.0, lo_open=True)
+    seed = _int(body, "seed", None)
+    _int(body, "min_tokens", 0, 0)
+    return dict(model=model, stream=stream, include_usage=include_usage, continuous=continuous,
+                temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                stop=_stop(body), stop_token_ids=_int_list(body, "stop_token_ids"),
+                ignore_eos=_bool(body, "ignore_eos", False))
+
+
+def _max_tokens(body: dict, *keys: str) -> int | None:
+    for key in keys:
+        if body.get(key) is not None:
+            return _int(body, key, None, 1)
+    return None
+
+
+def parse_completion(body: dict) -> ParsedRequest:
+    c = _common(body, "completion")
+    if "prompt" not in body:
+        raise bad_request("you must provide a prompt parameter", "prompt")
+    p = body["prompt"]
+    text = ids = None
+    if isinstance(p, str):
+        text = p
+    elif isinstance(p, list):
+        if not p:
+            raise bad_request("'prompt' must not be empty", "prompt")
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in p):
+            ids = p
+        elif len(p) == 1 and isinstance(p[0], str):
+            text = p[0]
+        elif len(p) == 1 and isinstance(p[0], list) and all(
+                isinstance(x, int) and not isinstance(x, bool) for x in p[0]):
+            ids = p[0]
+        elif all(isinstance(x, (str, list)) for x in p):
+            raise bad_request("several prompts in one request are not supported; send one "
+                              "request per prompt", "prompt")
+        else:
+            raise bad_request("'prompt' must be a string, an array of token ids, or an array "
+                              "holding one of those", "prompt")
+    else:
+        raise bad_request(f"'prompt' must be a string or an array of token ids, got {_type_name(p)}",
+                          "prompt")
+    if ids is not None and (not ids or min(ids) < 0):
+        raise bad_request("'prompt' token ids must be non-negative integers, at least one", "prompt")
+    return _finish(c, "completion", text, ids, None, _max_tokens(body, "max_tokens"), body)
+
+
+def parse_chat(body: dict) -> ParsedRequest:
+    c = _common(body, "chat")
+    msgs = body.get("messages")
+    if msgs is None:
+        raise bad_request("you must provide a messages parameter", "messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise bad_request("'messages' must be a non-empty array", "messages")
+    clean = []
+    for i, m in enumerate(msgs):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad_request(f"'{where}' must be an object", where)
+        role = m.get("role")
+        if role not in ("system", "user", "assistant", "tool", "developer", "function"):
+            raise bad_request(f"'{where}.role' must be one of system, user, assistant, tool, "
+                              f"developer; got {role!r}", f"{where}.role")
+        content = m.get("content")
+        if content is None:
+            content = ""
+        elif isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or part.get("type") != "text" \
+                        or not isinstance(part.get("text"), str):
+                    raise bad_request(f"'{where}.content[{j}]' must be a text part "
+                                      "({\"type\": \"text\", \"text\": ...}); other parts are not "
+                                      "supported", f"{where}.content")
+                parts.append(part["text"])
+            content = "\n".join(parts)
+        elif not isinstance(content, str):
+            raise bad_request(f"'{where}.content' must be a string or an array of text parts",
+                              f"{where}.content")
+        clean.append({"role": role, "content": content})
+    mt = _max_tokens(body, "max_completion_tokens", "max_tokens")
+    return _finish(c, "chat", None, None, clean, mt, body)
+
+
+def _finish(c: dict, kind: str, text, ids, messages, max_tokens, body) -> ParsedRequest:
+    return ParsedRequest(kind=kind, model=c["model"], prompt_text=text, prompt_ids=ids,
+                         messages=messages, max_tokens=max_tokens, params=None,
+                         stream=c["stream"], include_usage=c["include_usage"],
+                         continuous_usage=c["continuous"], raw=c)
+
+
+def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
+    c = req.raw
+    return SamplingParams(max_tokens=max_tokens, temperature=c["temperature"], top_p=c["top_p"],
+                          top_k=c["top_k"], seed=c["seed"], stop=c["stop"],
+                          stop_token_ids=c["stop_token_ids"], ignore_eos=c["ignore_eos"])
+
+
+# ---- SSE framing --------------------------------------------------------------------
+class ChunkWriter:
+    """Builds the `data: {json}\\n\\n` events of one streamed response.
+
+    The constant part of every chunk (id, object, created, model) is serialized once;
+    each token then costs one string escape and a concatenation."""
+
+    __slots__ = ("head", "chat", "usage_null", "_id", "_created", "_model", "_object")
+
+    def __init__(self, rid: str, created: int, model: str, chat: bool, include_usage: bool):
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        self._id, self._created, self._model, self._object = rid, created, model, obj
+        self.head = (f'data: {{"id":{dumps(rid)},"object":"{obj}","created":{created},'
+                     f'"model":{dumps(model)},"choices":[{{"index":0,')
+        self.chat = chat
+        self.usage_null = ',"usage":null' if include_usage else ""
+
+    def role(self) -> str:
+        return (self.head + '"delta":{"role":"assistant","content":""},"logprobs":null,'
+                '"finish_reason":null}]' + self.usage_null + "}\n\n")
+
+    def token(self, text: str, finish_reason: str | None = None, usage: dict | None = None) -> str:
+        fr = "null" if finish_reason is None else f'"{finish_reason}"'
+        u = self.usage_null if usage is None else ',"usage":' + dumps(usage)
+        if self.chat:
+            return (self.head + '"delta":{"content":' + dumps(text) + '},"logprobs":null,'
+                    '"finish_reason":' + fr + "}]" + u + "}\n\n")
+        return (self.head + '"text":' + dumps(text) + ',"logprobs":null,"finish_reason":' + fr
+                + ',"stop_reason":null}]' + u + "}\n\n")
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
+        u = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+             "total_tokens": prompt_tokens + completion_tokens}
+        return "data: " + dumps({"id": self._id, "object": self._object, "created": self._created,
+                                 "model": self._model, "choices": [], "usage": u}) + "\n\n"
+
+    @staticmethod
+    def error(err: APIError) -> str:
+        return "data: " + dumps(err.body()) + "\n\n"
+
+    DONE = "data: [DONE]\n\n"
+
+
+def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def completion_body(rid: str, created: int, model: str, text: str, finish_reason: str,
+                    prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"id": rid, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None,
+                         "finish_reason": finish_reason, "stop_reason": None}],
+            "usage": usage_dict(prompt_tokens, completion_tokens)}
+
+
+def chat_body(rid: str, created: int, model: str, text: str, finish_reason: str,
+              prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"id": rid, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "logprobs": None, "finish_reason": finish_reason}],
+            "usage": usage_dict(prompt_tokens, completion_tokens)}

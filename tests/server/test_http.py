@@ -1,0 +1,296 @@
+"""The HTTP API on a real loopback server (sim backend): event structure, the official
+openai client, auth, errors."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from srv_helpers import parse_sse, post, running_server
+
+from llmsched.server.app import ServerConfig
+
+MODEL = "llmsched-sim"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server(cost="const:2", b_max=256, kv_capacity=4096) as (base, srv):
+        yield base, srv
+
+
+@pytest.fixture(scope="module")
+def auth_server():
+    with running_server(cfg=ServerConfig(api_key="sekret"), cost="const:2") as (base, srv):
+        yield base, srv
+
+
+# ---- streaming ------------------------------------------------------------------------
+def test_completion_stream_events(server):
+    base, _ = server
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": [1, 2, 3, 4, 5], "max_tokens": 4,
+                                       "stream": True, "stream_options": {"include_usage": True}})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    ev = parse_sse(r.content)
+    assert ev[-1] == "[DONE]"
+    content, usage = ev[:4], ev[4]
+    assert len(ev) == 6
+    for i, e in enumerate(content):
+        assert e["object"] == "text_completion"
+        assert e["model"] == MODEL
+        assert e["id"] == content[0]["id"] and e["id"].startswith("cmpl-")
+        (c,) = e["choices"]
+        assert c["index"] == 0 and c["text"] == " tok"
+        assert c["finish_reason"] == ("length" if i == 3 else None)
+        assert "usage" in e and e["usage"] is None
+    assert usage["choices"] == []
+    assert usage["usage"] == {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}
+
+
+def test_chat_stream_events(server):
+    base, _ = server
+    r = post(base, "/v1/chat/completions", {
+        "model": MODEL, "messages": [{"role": "user", "content": "x" * 40}], "max_tokens": 3,
+        "stream": True, "stream_options": {"include_usage": True}})
+    assert r.status_code == 200
+    ev = parse_sse(r.content)
+    assert [type(e) for e in ev].count(str) == 1 and ev[-1] == "[DONE]"
+    role, toks, usage = ev[0], ev[1:4], ev[4]
+    assert len(ev) == 6
+    assert role["object"] == "chat.completion.chunk"
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert role["choices"][0]["finish_reason"] is None
+    for i, e in enumerate(toks):
+        assert e["object"] == "chat.completion.chunk" and e["id"] == role["id"]
+        assert e["choices"][0]["delta"] == {"content": " tok"}
+        assert e["choices"][0]["finish_reason"] == ("length" if i == 2 else None)
+    # 40 bytes of text = 10 tokens under the sim's 4-bytes-per-token rule
+    assert usage["choices"] == [] and usage["usage"]["prompt_tokens"] == 10
+    assert usage["usage"]["completion_tokens"] == 3
+
+
+def test_stream_without_usage_has_no_usage_chunk(server):
+    base, _ = server
+    r = post(base, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                            "max_tokens": 2, "stream": True})
+    ev = parse_sse(r.content)
+    assert len(ev) == 4 and ev[-1] == "[DONE]"
+    assert all("usage" not in e for e in ev[:-1])
+    assert ev[2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_stop_string_ends_with_stop(server):
+    base, _ = server
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hello", "max_tokens": 10, "stop": ["tok tok"]})
+    body = r.json()
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"]["completion_tokens"] == 2
+
+
+# ---- non-streaming --------------------------------------------------------------------
+def test_completion_non_stream(server):
+    base, _ = server
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "abcdefgh", "max_tokens": 3})
+    assert r.status_code == 200
+    b = r.json()
+    assert b["object"] == "text_completion" and b["model"] == MODEL
+    assert b["choices"][0]["text"] == " tok tok tok"
+    assert b["choices"][0]["finish_reason"] == "length"
+    assert b["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+
+
+def test_chat_non_stream(server):
+    base, _ = server
+    r = post(base, "/v1/chat/completions", {"model": MODEL, "max_completion_tokens": 2, "messages": [
+        {"role": "system", "content": "abcd"}, {"role": "user", "content": [{"type": "text", "text": "efgh"}]}]})
+    b = r.json()
+    assert b["object"] == "chat.completion"
+    assert b["choices"][0]["message"] == {"role": "assistant", "content": " tok tok"}
+    assert b["usage"]["prompt_tokens"] == 3          # "abcd\nefgh": 9 bytes -> 3 tokens
+
+
+# ---- the official client ----------------------------------------------------------------
+def test_openai_client(server):
+    import openai
+    base, _ = server
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    c = client.completions.create(model=MODEL, prompt="Say hi", max_tokens=5)
+    assert c.choices[0].finish_reason == "length" and c.usage.completion_tokens == 5
+    chunks = list(client.completions.create(model=MODEL, prompt=[1, 2, 3], max_tokens=4, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == " tok" * 4
+    assert chunks[-1].usage.completion_tokens == 4
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                          max_tokens=3)
+    assert chat.choices[0].message.role == "assistant"
+    assert chat.choices[0].message.content == " tok tok tok"
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                            max_tokens=3, stream=True, stream_options={"include_usage": True})
+    parts = list(stream)
+    assert parts[0].choices[0].delta.role == "assistant"
+    assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == " tok tok tok"
+    assert parts[-1].usage.total_tokens == 4
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.completions.create(model="nope", prompt="x", max_tokens=1)
+    assert ei.value.code == "model_not_found"
+
+
+def test_async_openai_client(server):
+    import openai
+    import asyncio
+
+    base, _ = server
+
+    async def main():
+        client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        outs = await asyncio.gather(*[client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=5) for _ in range(20)])
+        await client.close()
+        return outs
+
+    outs = asyncio.run(main())
+    assert all(o.usage.completion_tokens == 5 for o in outs)
+
+
+# ---- auth -----------------------------------------------------------------------------
+def test_auth(auth_server):
+    base, _ = auth_server
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 1}
+    for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "sekret"}):
+        r = post(base, "/v1/completions", body, headers=headers)
+        assert r.status_code == 401
+        err = r.json()["error"]
+        assert err["code"] == "invalid_api_key" and err["type"] == "invalid_request_error"
+        assert set(err) == {"message", "type", "param", "code"}
+    assert httpx.get(base + "/v1/models").status_code == 401
+    ok = post(base, "/v1/completions", body, headers={"authorization": "Bearer sekret"})
+    assert ok.status_code == 200
+    assert httpx.get(base + "/health").status_code == 200       # open, as in vLLM
+    assert httpx.get(base + "/metrics").status_code == 200
+    import openai
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=base + "/v1", api_key="bad", max_retries=0).models.list()
+    assert openai.OpenAI(base_url=base + "/v1", api_key="sekret").models.list().data[0].id == MODEL
+
+
+# ---- errors ---------------------------------------------------------------------------
+BAD = [
+    ("/v1/completions", {"model": "gpt-4", "prompt": "x"}, "model"),
+    ("/v1/completions", {"prompt": "x"}, "model"),
+    ("/v1/completions", {"model": 3, "prompt": "x"}, "model"),
+    ("/v1/completions", {"model": MODEL}, "prompt"),
+    ("/v1/completions", {"model": MODEL, "prompt": 5}, "prompt"),
+    ("/v1/completions", {"model": MODEL, "prompt": []}, "prompt"),
+    ("/v1/completions", {"model": MODEL, "prompt": ["a", "b"]}, "prompt"),
+    ("/v1/completions", {"model": MODEL, "prompt": [1, -2]}, "prompt"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": -5}, "max_tokens"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": "10"}, "max_tokens"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 2.5}, "max_tokens"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "temperature": "hot"}, "temperature"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "temperature": -1}, "temperature"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "top_p": 0}, "top_p"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "stream": "yes"}, "stream"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}},
+     "stream_options"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "n": 2}, "n"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "stop": 7}, "stop"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "echo": True}, "echo"),
+    ("/v1/chat/completions", {"model": MODEL}, "messages"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": "hi"}, "messages"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]},
+     "messages[0].role"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": 5}]},
+     "messages[0].content"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                              "max_completion_tokens": 0}, "max_completion_tokens"),
+]
+
+
+@pytest.mark.parametrize("path,body,param", BAD)
+def test_bad_requests_are_400(server, path, body, param):
+    base, _ = server
+    r = post(base, path, body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error" and err["param"] == param
+    assert err["message"]
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"", b"[1, 2]", b'"text"', b"\xff\xfe"])
+def test_malformed_json_is_400(server, raw):
+    base, _ = server
+    r = post(base, "/v1/completions", raw)
+    assert r.status_code == 400
+    assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_prompt_too_long_is_400(server):
+    base, _ = server
+    # the KV cache holds 4096 tokens: 4000 + 200 - 1 can never fit
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": list(range(4000)), "max_tokens": 200})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "context_length_exceeded"
+    r = post(base, "/v1/chat/completions", {"model": MODEL, "max_tokens": 10,
+                                            "messages": [{"role": "user", "content": "x" * 40000}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+
+
+def test_unknown_route_and_method(server):
+    base, _ = server
+    r = httpx.get(base + "/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = httpx.get(base + "/v1/completions")
+    assert r.status_code == 405 and "error" in r.json()
+
+
+def test_health_models_version_metrics(server):
+    base, srv = server
+    assert httpx.get(base + "/health").status_code == 200
+    m = httpx.get(base + "/v1/models").json()
+    assert m["object"] == "list" and m["data"][0]["id"] == MODEL and m["data"][0]["root"] == MODEL
+    v = httpx.get(base + "/version").json()
+    assert v["backend"] == "sim" and v["scheduler"]["batch_policy"] == "sarathi"
+    post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 5})
+    text = httpx.get(base + "/metrics").text
+    for name in ("llmsched:num_requests_running", "llmsched:num_requests_waiting",
+                 "llmsched:kv_cache_usage_perc", "llmsched:prompt_tokens_total",
+                 "llmsched:generation_tokens_total", "llmsched:time_to_first_token_seconds_bucket",
+                 "llmsched:inter_token_latency_seconds_count", "llmsched:e2e_request_latency_seconds_sum"):
+        assert name in text
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            values[k] = float(v)
+    lab = '{model_name="llmsched-sim"}'
+    assert values[f"llmsched:generation_tokens_total{lab}"] >= 5
+    assert values[f"llmsched:num_requests_running{lab}"] == 0
+    assert values[f"llmsched:time_to_first_token_seconds_count{lab}"] >= 1
+    # histogram buckets are cumulative and end with +Inf = count
+    b = [v for k, v in values.items() if k.startswith("llmsched:inter_token_latency_seconds_bucket")]
+    assert b == sorted(b) and b[-1] == values[f"llmsched:inter_token_latency_seconds_count{lab}"]
+
+
+def test_error_event_is_json_object():
+    from llmsched.server.protocol import APIError, ChunkWriter
+
+    ev = ChunkWriter.error(APIError(500, "boom", "internal_server_error"))
+    assert ev.startswith("data: ") and ev.endswith("\n\n")
+    assert json.loads(ev[6:])["error"]["message"] == "boom"
+
+
+def test_tokenize_detokenize(server):
+    base, _ = server
+    r = post(base, "/tokenize", {"model": MODEL, "prompt": "x" * 41})
+    assert r.json()["count"] == 11 and len(r.json()["tokens"]) == 11
+    r = post(base, "/tokenize", {"messages": [{"role": "user", "content": "abcd"}]})
+    assert r.json()["count"] == 1
+    assert post(base, "/tokenize", {"prompt": 5}).status_code == 400
+    assert post(base, "/detokenize", {"tokens": [1, 2]}).json() == {"prompt": " tok tok"}
+    assert post(base, "/detokenize", {"tokens": "no"}).status_code == 400
