@@ -491,7 +491,7 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
             return r
 
         progress = None
-        if not cfg.quiet:
+        if not cfg.quiet and sys.stderr.isatty():
             async def report():
                 while True:
                     await asyncio.sleep(1.0)
