@@ -39,6 +39,7 @@ class SimConfig:
     """Everything a simulation run depends on."""
 
     policy: str = "sarathi"
+    policy_options: dict = field(default_factory=dict)
     admission: str = "fcfs"
     admission_options: dict = field(default_factory=dict)
     b_max: int = 512
@@ -150,8 +151,10 @@ def simulate(config: SimConfig | dict | str | os.PathLike | None = None, *, trac
     cfg = build_config(config, **overrides)
     scheduler = make_scheduler(cfg.policy, admission=cfg.admission, b_max=cfg.b_max, k_max=cfg.k_max,
                                kv_capacity=cfg.kv_capacity, max_running=cfg.max_running,
-                               admission_options=cfg.admission_options)
+                               admission_options=cfg.admission_options,
+                               policy_options=cfg.policy_options)
     cost = make_cost_model(cfg.cost_model)
+    scheduler.bind_cost_model(cost)
     if trace is None:
         spec = WorkloadSpec.from_dict(cfg.workload)
         trace = make_trace(spec)

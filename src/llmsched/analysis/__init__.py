@@ -1,11 +1,12 @@
 """Analysis: capacity, the stability region with a batch-size cap, stability verdicts.
 
-Names are imported on first use, so that `llmsched --help` does not pay for scipy."""
+Names are imported on first use, so that `llmsched --help` does not pay for scipy.
+`llmsched.analysis.capacity` is the module; its `capacity(...)` function is the report."""
 
 import importlib
 
 _EXPORTS = {
-    "CapacityReport": "capacity", "capacity": "capacity", "token_capacity": "capacity",
+    "CapacityReport": "capacity", "token_capacity": "capacity",
     "work_per_request": "capacity",
     "StabilityRegion": "region", "plot_region": "region", "stability_region": "region",
     "workload_point": "region",

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError
-from .region import representative_step_time, stability_region
+from ..core.region import representative_step_time, stability_region
 
 __all__ = ["CapacityReport", "capacity", "token_capacity", "work_per_request", "step_time_at_budget",
            "peak_token_capacity"]

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from ..core.constraints import Constraints
 from ..core.errors import ConfigError
+from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
 from .base import AdmissionPolicy, BatchPolicy, Planner, Scheduler
 from .fastertransformer import FasterTransformer
@@ -20,6 +21,7 @@ BATCH_POLICIES: dict[str, type[BatchPolicy]] = {
     "orca": Orca,
     "sarathi": Sarathi,
     "kfcfs": KFCFS,
+    "adaptive": Adaptive,
 }
 BATCH_ALIASES = {"ft": "fastertransformer", "vanilla-vllm": "vllm", "sarathi-serve": "sarathi",
                  "k-fcfs": "kfcfs"}
@@ -48,8 +50,46 @@ def _lookup(name: str, table: dict, aliases: dict, what: str):
     return table[key]
 
 
-def make_batch_policy(name: str) -> BatchPolicy:
-    return _lookup(name, BATCH_POLICIES, BATCH_ALIASES, "batch policy")()
+def _policy_options(cls, text: str, spec: str) -> dict:
+    """Inline options of a batch policy spec `name:key=value,key=value`. A part that does
+    not start with one of the class's `option_names` continues the previous value (so
+    `adaptive:cost=paper:c=11.28,a=35.47` keeps the cost spec whole)."""
+    import json  # noqa: PLC0415
+
+    names = getattr(cls, "option_names", ())
+    out: dict[str, Any] = {}
+    last = None
+    for part in text.split(","):
+        k, eq, v = part.partition("=")
+        if eq and k.strip() in names:
+            last = k.strip()
+            out[last] = v.strip()
+        elif last is not None:
+            out[last] += "," + part
+        else:
+            raise ConfigError(f"batch policy {spec!r}: expected key=value with key one of "
+                              f"{', '.join(names) or '(none: this policy takes no options)'}, got {part!r}")
+    for k, v in out.items():
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            pass
+    return out
+
+
+def make_batch_policy(name: str, **options: Any) -> BatchPolicy:
+    """A batch policy by name, e.g. `sarathi`; options inline (`adaptive:cost=paper`) or
+    as keyword arguments."""
+    base, _, rest = str(name).partition(":")
+    cls = _lookup(base.strip(), BATCH_POLICIES, BATCH_ALIASES, "batch policy")
+    if rest.strip():
+        options = {**_policy_options(cls, rest, name), **options}
+    if not options:
+        return cls()
+    try:
+        return cls(**options)
+    except TypeError as e:
+        raise ConfigError(f"batch policy {name!r}: {e}") from None
 
 
 def make_admission_policy(name: str = "fcfs", max_running: int | None = None,
@@ -66,10 +106,11 @@ def make_admission_policy(name: str = "fcfs", max_running: int | None = None,
 
 def make_scheduler(policy: str = "sarathi", admission: str = "fcfs", b_max: int = 512,
                    k_max: int | None = None, kv_capacity: int | None = None,
-                   max_running: int | None = None, admission_options: dict | None = None) -> Scheduler:
+                   max_running: int | None = None, admission_options: dict | None = None,
+                   policy_options: dict | None = None) -> Scheduler:
     """Build a scheduler from names, e.g. `make_scheduler("sarathi", b_max=512)`."""
     constraints = Constraints(b_max=b_max, k_max=k_max, kv_capacity=kv_capacity)
-    return Scheduler(make_batch_policy(policy),
+    return Scheduler(make_batch_policy(policy, **(policy_options or {})),
                      make_admission_policy(admission, max_running, **(admission_options or {})),
                      constraints)
 
@@ -86,6 +127,6 @@ __all__ = [
     "AdmissionPolicy", "BatchPolicy", "Planner", "Scheduler", "BATCH_POLICIES",
     "ADMISSION_POLICIES", "make_batch_policy", "make_admission_policy", "make_scheduler",
     "list_policies", "register_batch_policy", "register_admission_policy",
-    "FasterTransformer", "VanillaVLLM", "Orca", "Sarathi", "KFCFS", "FCFS",
+    "FasterTransformer", "VanillaVLLM", "Orca", "Sarathi", "KFCFS", "Adaptive", "FCFS",
     "ShortestPromptFirst", "RunningCap",
 ]

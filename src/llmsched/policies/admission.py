@@ -55,5 +55,8 @@ class RunningCap(AdmissionPolicy):
     def observe(self, state, feedback) -> None:
         self.inner.observe(state, feedback)
 
+    def bind_cost_model(self, cost) -> None:
+        self.inner.bind_cost_model(cost)
+
     def describe(self) -> dict:
         return {**self.inner.describe(), "max_running": self.max_running}

@@ -44,6 +44,9 @@ class AdmissionPolicy:
     def observe(self, state: ServerState, feedback: StepFeedback) -> None:
         pass
 
+    def bind_cost_model(self, cost) -> None:
+        """The driver's step cost model, for policies that reason about step times."""
+
     def describe(self) -> dict:
         return {"name": self.name}
 
@@ -154,6 +157,9 @@ class BatchPolicy:
     def build(self, p: Planner) -> StepPlan:
         raise NotImplementedError
 
+    def bind_cost_model(self, cost) -> None:
+        """The driver's step cost model, for policies that reason about step times."""
+
 
 class Scheduler:
     """A batch policy with an admission policy, under the server's constraints."""
@@ -174,6 +180,12 @@ class Scheduler:
 
     def observe(self, state: ServerState, feedback: StepFeedback) -> None:
         self.admission.observe(state, feedback)
+
+    def bind_cost_model(self, cost) -> None:
+        """Tell the policies which cost model times the steps (the simulator's, the
+        virtual GPU's, or a profile of the real engine)."""
+        self.batch.bind_cost_model(cost)
+        self.admission.bind_cost_model(cost)
 
     @property
     def name(self) -> str:

@@ -84,6 +84,7 @@ class VirtualEngine:
             raise ConfigError(f"max_model_len must be an integer >= 2, got {max_model_len!r}")
         self.scheduler = scheduler
         self.cost = make_cost_model(cost)
+        scheduler.bind_cost_model(self.cost)
         self.state = scheduler.new_state()
         self.max_model_len = max_model_len
         self.realtime = realtime

@@ -1,0 +1,101 @@
+"""Sweep benchmark: a 200-point grid (5 policies x 20 rates x 2 seeds, 20k requests each).
+
+Workload: the paper cost model (c = 11.28 ms, a = 35.47 ms, b0 = 128), b_max = 512,
+Poisson arrivals, geometric prompt (mean 200) and output (mean 101) lengths; rates
+from 0.3 to 1.25 of the critical rate lambda* = 11.14 req/s, so about a quarter of
+the points are overloaded (and FasterTransformer, unstable at every rate here, is
+overloaded at all of them). Unstable runs drain a long queue after the last arrival;
+`--max-time-factor F` stops every run at F times its arrival span (default: none; the
+drain of these runs is cheap in the simulator's fast path).
+
+Runs the same grid with each backend into a fresh folder and reports wall time and the
+speed-up over one worker; checks that every backend gives the same results table.
+
+Usage:
+    python benchmarks/bench_sweep.py [--backends local1 local ray] [--requests 20000]
+        [--workers 2] [--out /tmp/bench_sweep] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import time
+
+from llmsched.analysis.sweep import run_sweep
+
+POLICIES = ["fastertransformer", "vllm", "orca", "sarathi", "kfcfs"]
+
+
+def grid(n_rates: int = 20, seeds=(0, 1)) -> dict:
+    lo, hi = 0.3, 1.25
+    loads = [round(lo + (hi - lo) * i / (n_rates - 1), 6) for i in range(n_rates)]
+    return {"policy": POLICIES, "load": loads, "seed": list(seeds)}
+
+
+def table(path: str) -> list[dict]:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r.pop("wall_s", None)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backends", nargs="+", default=["local1", "local", "ray"],
+                    help="local1 = one worker (inline), local = process pool, ray = local Ray")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--rates", type=int, default=20)
+    ap.add_argument("--max-time-factor", type=float, default=None)
+    ap.add_argument("--out", default="/tmp/bench_sweep")
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    g = grid(a.rates)
+    n_points = len(g["policy"]) * len(g["load"]) * len(g["seed"])
+    fixed = dict(cost_model="paper", b_max=512, prompt="geometric:200", output="geometric:101",
+                 num_requests=a.requests)
+    if a.max_time_factor:
+        # arrival span of the slowest point: n / (lowest rate); a per-point cap would need
+        # a per-point value, so cap at F times the longest span (bounds only the drains)
+        lam = 11.14
+        fixed["max_time_s"] = a.max_time_factor * a.requests / (min(g["load"]) * lam)
+    results = {}
+    tables = {}
+    for b in a.backends:
+        out = os.path.join(a.out, b)
+        shutil.rmtree(out, ignore_errors=True)
+        kind, workers = ("local", 1) if b == "local1" else (b, a.workers)
+        t0 = time.perf_counter()
+        res = run_sweep(None, g, out_dir=out, backend=kind, workers=workers, progress=False, **fixed)
+        wall = time.perf_counter() - t0
+        assert res.ran == n_points, (res.ran, n_points)
+        # the wall time of the simulations alone (no pool or Ray start-up): sum of per-point wall_s
+        sim = sum(r.get("wall_s") or 0 for r in res.rows)
+        results[b] = {"wall_s": wall, "points": n_points, "workers": workers, "sum_point_wall_s": sim,
+                      "errors": res.errors}
+        tables[b] = table(os.path.join(out, "results.csv"))
+        print(f"{b:7s} workers={workers}: {n_points} points in {wall:6.1f} s "
+              f"(sum of per-point simulation times {sim:6.1f} s)", flush=True)
+    base = results.get("local1", {}).get("wall_s")
+    if base:
+        for b, r in results.items():
+            r["speedup_vs_one_worker"] = base / r["wall_s"]
+            print(f"speed-up of {b} over one worker: {base / r['wall_s']:.2f}x")
+    names = list(tables)
+    for b in names[1:]:
+        same = tables[b] == tables[names[0]]
+        results[b]["same_table_as_" + names[0]] = same
+        print(f"{b} table identical to {names[0]}: {same}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,386 @@
+"""Command-line commands of the analysis package: `capacity`, `sweep`, `reproduce`.
+
+Registered into the main `llmsched` parser by `llmsched.cli.build_parser` (through
+`register`). Every user error is a ConfigError: one line on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from ..cli import _overrides, add_policy_args, add_workload_args
+from ..core.errors import ConfigError
+
+__all__ = ["register", "capacity_report", "cmd_capacity", "cmd_sweep", "cmd_reproduce"]
+
+
+def _num(x, fmt: str = ",.2f") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-" if x is None else str(x)
+    return format(x, fmt)
+
+
+def _print_table(title: str, rows: list[tuple[str, str]]) -> None:
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    t = Table(title=title)
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    for k, v in rows:
+        t.add_row(k, v)
+    Console().print(t)
+
+
+def _print_rows(title: str, rows: list[dict], cols: list[tuple[str, str, str]]) -> None:
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    t = Table(title=title)
+    for _, head, _f in cols:
+        t.add_column(head, justify="left" if _f == "s" else "right")
+    for r in rows:
+        cells = []
+        for key, _h, f in cols:
+            v = r.get(key)
+            if isinstance(v, bool):
+                cells.append("yes" if v else "NO")
+            elif v is None:
+                cells.append("-")
+            elif f == "s":
+                cells.append(str(v))
+            else:
+                cells.append(_num(v, f))
+        t.add_row(*cells)
+    Console().print(t)
+
+
+# ---------------------------------------------------------------------------------------
+# capacity
+
+def capacity_report(config=None, *, mean_prompt: float | None = None, mean_output: float | None = None,
+                    rate: float | None = None, samples: int | None = None, plot: str | None = None,
+                    **overrides) -> dict:
+    """What `llmsched capacity` prints, as a dict: theorem 2's numbers, and with `k_max`
+    the 2-D region (LP), whether the workload point is inside and by what factor the
+    rate could be scaled (`scale` = lambda* / rate; inside iff scale > 1)."""
+    from ..api import build_config  # noqa: PLC0415
+    from .capacity import capacity  # noqa: PLC0415
+    from .means import DEFAULT_SAMPLES, workload_means  # noqa: PLC0415
+    from .region import plot_region, stability_region  # noqa: PLC0415
+
+    cfg = build_config(config, **overrides)
+    source = "given"
+    if mean_prompt is None or mean_output is None:
+        n = DEFAULT_SAMPLES if samples is None else samples
+        mp, mo = workload_means(cfg.workload, n)
+        is_trace = bool(cfg.workload.get("trace")) or str(cfg.workload.get("arrival", "")).startswith(("trace", "azure"))
+        source = "trace" if is_trace else f"sampled ({n:,} draws)"
+        mean_prompt = mp if mean_prompt is None else mean_prompt
+        mean_output = mo if mean_output is None else mean_output
+        if rate is None and is_trace:
+            from ..workload import WorkloadSpec, make_trace  # noqa: PLC0415
+
+            tr = make_trace(WorkloadSpec.from_dict(cfg.workload))
+            if len(tr.arrival_s) > 1 and tr.arrival_s[-1] > tr.arrival_s[0]:
+                rate = (len(tr.arrival_s) - 1) / float(tr.arrival_s[-1] - tr.arrival_s[0])
+    for what, v in (("mean prompt", mean_prompt), ("mean output", mean_output)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v)):
+            raise ConfigError(f"{what} must be a number, got {v!r}")
+    if rate is not None and not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+        raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
+    rep = capacity(cfg.cost_model, cfg.b_max, float(mean_prompt), float(mean_output), k_max=cfg.k_max, rate=rate)
+    out = {"cost_model": cfg.cost_model, "b_max": cfg.b_max, "k_max": cfg.k_max, "means_source": source,
+           "capacity": rep.to_dict()}
+    region = None
+    if cfg.k_max is not None or plot:
+        region = stability_region(cfg.cost_model, cfg.b_max, cfg.k_max, mean_prompt=float(mean_prompt),
+                                  mean_output=float(mean_output))
+        if cfg.k_max is not None:
+            out["region"] = region.to_dict()
+    if rate is not None:
+        scale = rep.critical_rate / rate if rate > 0 else math.inf
+        out.update(rate=rate, utilisation=rep.utilisation, inside=bool(scale > 1.0), scale=scale,
+                   margin=scale - 1.0)
+    if plot:
+        p = Path(plot)
+        if not p.parent.exists():
+            raise ConfigError(f"cannot write the plot: folder {str(p.parent)!r} does not exist")
+        r = rate if rate is not None else rep.critical_rate
+        point = (r * rep.prefill_tokens_per_request, r * rep.decode_tokens_per_request)
+        label = "workload" if rate is not None else "workload at lambda*"
+        out["plot"] = plot_region(region, point, str(p), point_label=label)
+    return out
+
+
+def cmd_capacity(args) -> int:
+    over = _overrides(args)
+    rate = over.pop("rate", None)
+    if args.lengths:
+        if args.prompt or args.output:
+            raise ConfigError("give --lengths FILE or --prompt/--output, not both")
+        over["prompt"] = over["output"] = f"empirical:{args.lengths}"
+    samples = args.samples
+    if samples is not None and samples < 1:
+        raise ConfigError(f"--samples must be >= 1, got {samples}")
+    rep = capacity_report(args.config, mean_prompt=args.mean_prompt, mean_output=args.mean_output,
+                          rate=rate, samples=samples, plot=args.plot, **over)
+    if args.find_counterexample:
+        from .counterexample import find_counterexample  # noqa: PLC0415
+
+        cands = None
+        if args.prompt or args.output or args.lengths:
+            cands = [(over["prompt"] or rep_law(rep, "prompt"), over["output"] or rep_law(rep, "output"))]
+        rep["counterexample"] = find_counterexample(
+            rep["cost_model"], rep["b_max"], rep["k_max"], load=args.load,
+            policy=(args.policy or "sarathi"), candidates=cands,
+            num_requests=args.num_requests or 4000, seeds=_seeds(args.seeds), workers=args.workers,
+            progress=(not args.json) and sys.stderr.isatty())
+    if args.json:
+        from ..sim.result import _jsonable  # noqa: PLC0415
+
+        print(json.dumps(_jsonable(rep), indent=2, default=str))
+        return 0
+    _print_capacity(rep)
+    return 0
+
+
+def rep_law(rep: dict, role: str) -> str:
+    c = rep["capacity"]
+    return f"const:{max(1, round(c['mean_prompt' if role == 'prompt' else 'mean_output']))}"
+
+
+def _seeds(text: str | None) -> list[int]:
+    if text is None:
+        return [0, 1]
+    try:
+        out = [int(s) for s in str(text).split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds must be a comma-separated list of whole numbers, got {text!r}") from None
+    if not out or any(s < 0 for s in out):
+        raise ConfigError(f"--seeds must list whole numbers >= 0, got {text!r}")
+    return out
+
+
+def _print_capacity(rep: dict) -> None:
+    c = rep["capacity"]
+    rows = [
+        ("cost model", str(rep["cost_model"])),
+        ("b_max / k_max", f"{rep['b_max']} / {rep['k_max'] if rep['k_max'] is not None else 'none'}"),
+        ("step time t(b_max)", f"{c['step_time_at_b_max_s'] * 1e3:,.2f} ms"),
+        ("token capacity b_max / t(b_max)", f"{c['token_capacity']:,.1f} tokens/s"),
+        ("mean prompt / output", f"{c['mean_prompt']:,.1f} / {c['mean_output']:,.1f} tokens ({rep['means_source']})"),
+        ("work per request (prompt + output - 1)", f"{c['work_per_request']:,.1f} tokens"),
+        ("theorem 2 bound C / w", f"{c['critical_rate_token_bound']:,.3f} req/s"),
+        ("critical rate lambda*", f"{c['critical_rate']:,.3f} req/s ({c['binding']})"),
+    ]
+    if c["peak_token_capacity"] > c["token_capacity"] * (1 + 1e-9):
+        rows.append(("note: peak b / t(b)", f"{c['peak_token_capacity']:,.1f} tokens/s at b = {c['peak_load']} "
+                                            "(t(b)/b not monotone: theorem 2's assumption fails)"))
+    if "region" in rep:
+        verts = ", ".join(f"({v['prefill_tokens']},{v['decode_tokens']})" for v in rep["region"]["vertices"]
+                          if v["prefill_tokens"] + v["decode_tokens"] > 0)
+        rows.append(("region vertices: step shapes (prefill, decode)", verts))
+    if rep.get("rate") is not None:
+        rows += [
+            ("arrival rate", f"{rep['rate']:,.3f} req/s ({c['offered_tokens_per_s']:,.1f} tokens/s)"),
+            ("utilisation rate / lambda*", f"{rep['utilisation']:.1%}"),
+            ("inside the stability region", f"{'yes' if rep['inside'] else 'NO'} (rate can be scaled by "
+                                            f"{rep['scale']:.4g}, margin {rep['margin']:+.1%})"),
+            ("fluid backlog growth (work-conserving)", f"{c['predicted_growth_tokens_per_s']:,.1f} tokens/s"),
+        ]
+    if rep.get("plot"):
+        rows.append(("region plot", rep["plot"]))
+    _print_table("llmsched capacity", rows)
+    ce = rep.get("counterexample")
+    if ce is not None:
+        if not ce["found"]:
+            print(f"no counterexample confirmed among {len(ce['tried'])} candidate workloads "
+                  f"(load {ce['load']:g} of lambda*)")
+            return
+        fmt = lambda vs: ", ".join(  # noqa: E731
+            f"seed {v['seed']}: {'stable' if v['stable'] else 'UNSTABLE'} ({_num(v['backlog_growth_tokens_per_s'], ',.0f')} tok/s)"
+            for v in vs)
+        _print_table("counterexample: inside the region, unstable at full budget", [
+            ("workload", f"prompt {ce['workload']['prompt']}, output {ce['workload']['output']}, Poisson"),
+            ("rate / lambda* (region)", f"{ce['rate']:.4g} / {ce['critical_rate']:.4g} req/s "
+                                        f"(theorem 2 alone: {ce['critical_rate_token_bound']:.4g})"),
+            ("region margin (largest scale factor)", f"{ce['scale']:.4g} ({ce['margin']:+.1%})"),
+            (f"{ce['policy']} (b_max {ce['b_max']}, k_max {ce['k_max']})", fmt(ce["sarathi"])),
+            ("adaptive", fmt(ce["adaptive"])),
+        ])
+
+
+# ---------------------------------------------------------------------------------------
+# sweep
+
+def cmd_sweep(args) -> int:
+    from .sweep import run_sweep  # noqa: PLC0415
+
+    if not args.grid and not args.search:
+        raise ConfigError("give at least one --grid KEY=VALUES (or --search max-stable-rate)")
+    fixed = _overrides(args)
+    res = run_sweep(args.config, args.grid, out_dir=args.out, backend=args.backend, workers=args.workers,
+                    address=args.address, search=args.search, slo=args.slo, tol=args.tol,
+                    search_hi=args.search_hi, plots=not args.no_plots,
+                    progress=False if args.quiet else args.progress,
+                    **fixed)
+    if args.json:
+        from ..sim.result import _jsonable  # noqa: PLC0415
+
+        print(json.dumps(_jsonable({"points": len(res.rows), "ran": res.ran, "skipped": res.skipped,
+                                    "errors": res.errors, "wall_s": res.wall_s, "files": res.files,
+                                    "search": res.search}), indent=2))
+        return 0
+    if args.quiet:
+        return 0
+    if res.search is not None:
+        cols = [(k, k, "s") for k in (res.search[0] if res.search else {}) if k not in (
+            "policy_name", "critical_rate", "max_stable_rate", "max_stable_load", "unstable_rate", "probes",
+            "max_slo_rate", "max_slo_load", "slo")]
+        cols += [("critical_rate", "lambda* (theory)", ",.3f"), ("max_stable_rate", "max stable rate", ",.3f"),
+                 ("max_stable_load", "/ lambda*", ".3f"), ("unstable_rate", "first unstable", ",.3f")]
+        if res.search and "max_slo_rate" in res.search[0]:
+            cols += [("max_slo_rate", "max rate meeting SLOs", ",.3f"), ("max_slo_load", "/ lambda*", ".3f")]
+        _print_rows("maximum stable rate (bisection on the stability verdict)", res.search, cols)
+    print(f"{len(res.rows)} points: {res.ran} simulated, {res.skipped} already done"
+          + (f", {res.errors} failed (see the error column)" if res.errors else "")
+          + f"; {res.wall_s:.1f} s")
+    if res.files:
+        print(f"written to {args.out}/: " + ", ".join(os.path.basename(f) for f in res.files))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# reproduce
+
+def cmd_reproduce(args) -> int:
+    from .reproduce import reproduce_stability  # noqa: PLC0415
+
+    if args.experiment != "stability":  # pragma: no cover - argparse restricts the choices
+        raise ConfigError(f"unknown experiment {args.experiment!r}")
+    policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
+    kw = {} if policies is None else {"policies": policies}
+    res = reproduce_stability(args.workload, cost_model=args.cost_model, b_max=args.b_max, load=args.load,
+                              num_requests=args.num_requests, search_requests=args.search_requests,
+                              seeds=None if args.seeds is None else _seeds(args.seeds), tol=args.tol,
+                              quick=args.quick, search=not args.no_search, out_dir=args.out,
+                              backend=args.backend, workers=args.workers, address=args.address,
+                              progress=args.progress, **kw)
+    if args.json:
+        from ..sim.result import _jsonable  # noqa: PLC0415
+
+        print(json.dumps(_jsonable(res), indent=2, default=str))
+        return 0
+    m = res["config"]
+    _print_rows(f"reproduce stability: {m['workload']} ({m['cost_model']}, b_max {m['b_max']}), "
+                f"lambda* = {res['critical_rate']:.3f} req/s", res["rows"], [
+                    ("policy", "policy", "s"), ("work_conserving", "work-conserving", "s"),
+                    ("stable_at_load", f"stable at load {args.load:g}", "s"),
+                    ("backlog_growth_tokens_per_s", "backlog growth tok/s", ",.0f"),
+                    ("in_system_at_end", "in system at end", ",.0f"),
+                    ("max_stable_rate", "max stable rate", ",.3f"), ("max_stable_load", "/ lambda*", ".3f"),
+                    ("critical_rate", "lambda* (theory)", ",.3f")])
+    print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# registration
+
+def _backend_args(g) -> None:
+    g.add_argument("--workers", type=int, help="parallel simulations (default: all CPU cores)")
+    g.add_argument("--backend", choices=["local", "ray"], default="local",
+                   help="local process pool (default) or Ray")
+    g.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def register(sub) -> None:
+    # capacity ------------------------------------------------------------------------
+    p = sub.add_parser("capacity", help="theorem 2's capacity, critical rate and the k_max region",
+                       description="Token capacity b_max/t(b_max), the critical arrival rate lambda*, the "
+                                   "utilisation at a rate and, with --k-max, the two-dimensional stability "
+                                   "region (LP). Workload means come from --mean-prompt/--mean-output or are "
+                                   "estimated by sampling the --prompt/--output laws (or --lengths FILE, or "
+                                   "a --trace).")
+    p.add_argument("--config", help="YAML configuration (as for simulate)")
+    add_policy_args(p)
+    add_workload_args(p)
+    g = p.add_argument_group("capacity")
+    g.add_argument("--mean-prompt", type=float, help="mean prompt length in tokens (instead of sampling)")
+    g.add_argument("--mean-output", type=float, help="mean output length in tokens (instead of sampling)")
+    g.add_argument("--lengths", metavar="FILE", help="a CSV of prompt and output lengths (or a dataset name: "
+                                                     "sharegpt, arxiv, azure-conv)")
+    g.add_argument("--samples", type=int, help="draws used to estimate the means (default 200000)")
+    g.add_argument("--plot", metavar="FILE.png", help="draw the stability region and the workload point")
+    g.add_argument("--json", action="store_true", help="print the report as JSON")
+    g = p.add_argument_group("counterexample search")
+    g.add_argument("--find-counterexample", action="store_true",
+                   help="search for workloads inside the region where the policy (default sarathi) at full "
+                        "budget is unstable, confirmed by simulation (needs --k-max)")
+    g.add_argument("--load", type=float, default=0.85, help="rate / lambda* of the candidates (default 0.85)")
+    g.add_argument("--seeds", help="seeds of the confirming runs (default 0,1)")
+    g.add_argument("--workers", type=int, help="parallel simulations (default: all CPU cores)")
+    p.set_defaults(func=cmd_capacity)
+
+    # sweep ---------------------------------------------------------------------------
+    p = sub.add_parser("sweep", help="a grid of simulations in parallel (resumable), or a rate search",
+                       description="Run a grid of simulations: --grid KEY=VALUES (a,b,c or LO:HI:N; use | "
+                                   "between values that hold commas) over any simulate option, plus load "
+                                   "(rate as a fraction of lambda*); every other flag is a fixed value. Each "
+                                   "finished point is stored under --out, keyed by a hash of its "
+                                   "configuration, so a rerun skips it. Writes results.csv, "
+                                   "results.parquet and figures.")
+    p.add_argument("--config", help="YAML configuration: the base of every point")
+    add_policy_args(p)
+    add_workload_args(p)
+    g = p.add_argument_group("run")
+    g.add_argument("--max-time", type=float, dest="max_time_s", help="stop each simulation at this time (s)")
+    g.add_argument("--sample-interval", type=float, dest="sample_interval_s", help="time-series sampling interval (s)")
+    g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
+    g = p.add_argument_group("sweep")
+    g.add_argument("--grid", action="append", metavar="KEY=VALUES",
+                   help="e.g. policy=sarathi,orca,vllm  rate=1:20:20  seed=0,1  b_max=256,512  load=0.5:1.2:8")
+    g.add_argument("--out", default="sweep", help="output folder (default sweep)")
+    g.add_argument("--search", choices=["max-stable-rate"],
+                   help="bisect the rate for each group of the grid to find its maximum stable rate")
+    g.add_argument("--slo", action="append", metavar="METRIC=LIMIT",
+                   help="with --search: also the largest rate meeting it, e.g. p99_itl_ms=200 median_ttft_ms=2000")
+    g.add_argument("--tol", type=float, default=0.02, help="search tolerance, fraction of lambda* (default 0.02)")
+    g.add_argument("--search-hi", type=float, default=1.25, help="upper end of the search, in lambda* (default 1.25)")
+    g.add_argument("--no-plots", action="store_true", help="do not draw figures")
+    g.add_argument("--json", action="store_true", help="print a JSON summary")
+    g.add_argument("--quiet", action="store_true", help="print nothing")
+    _backend_args(g)
+    p.set_defaults(func=cmd_sweep)
+
+    # reproduce -----------------------------------------------------------------------
+    p = sub.add_parser("reproduce", help="reproduce a paper experiment (stability)",
+                       description="stability: at a load below theorem 2's bound, FasterTransformer and vanilla "
+                                   "vLLM queues grow while Orca, Sarathi-Serve and K-FCFS stay bounded; and "
+                                   "each policy's empirical maximum stable rate against the bound.")
+    p.add_argument("experiment", choices=["stability"])
+    p.add_argument("--workload", choices=["synthetic", "sharegpt", "azure"], default="synthetic",
+                   help="synthetic (paper cost model, default), sharegpt or azure (H200 profile)")
+    p.add_argument("--cost-model", help="override the workload's cost model")
+    p.add_argument("--b-max", type=int, help="override the token budget")
+    p.add_argument("--load", type=float, default=0.9, help="load of the queue runs, rate / lambda* (default 0.9)")
+    p.add_argument("--num-requests", type=int, help="requests per queue run (and per search probe)")
+    p.add_argument("--search-requests", type=int, help="requests per search probe")
+    p.add_argument("--seeds", help="seeds of the search probes, e.g. 0,1")
+    p.add_argument("--tol", type=float, help="search tolerance, fraction of lambda*")
+    p.add_argument("--policies", help="comma-separated (default fastertransformer,vllm,orca,sarathi,kfcfs)")
+    p.add_argument("--no-search", action="store_true", help="only the queue runs")
+    p.add_argument("--quick", action="store_true", help="small runs (seconds), for tests")
+    p.add_argument("--out", default="reproduce-stability", help="output folder")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _backend_args(p)
+    p.set_defaults(func=cmd_reproduce)
+

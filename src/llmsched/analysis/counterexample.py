@@ -1,0 +1,119 @@
+"""Search for workloads inside the stability region where a full-budget policy is unstable.
+
+With a batch-size cap `k_max` the region is two-dimensional (MODEL.md section 5). Near a
+boundary face that needs steps of a smaller load, Sarathi-Serve (always fill `b_max`:
+decodes first, then prefill chunks up to the budget) runs slow full steps while decode
+is capped at `k_max` tokens per step, and can be unstable although the workload lies
+strictly inside the region. `find_counterexample` tries candidate workloads (long
+prompts, decode-heavy outputs, scaled to b_max and k_max), and for each whose region
+critical rate is set by the cap, simulates the policy at `load` times that rate (inside
+the region by the factor `1 / load`): a candidate is confirmed when the policy is judged
+unstable on every seed and the adaptive policy (`policies.adaptive`) stable on every seed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+from ..core.errors import ConfigError
+
+__all__ = ["find_counterexample", "default_candidates"]
+
+
+def default_candidates(b_max: int, k_max: int) -> list[tuple[str, str]]:
+    """(prompt law, output law) pairs to try, most promising first: prompts of a few
+    b_max, outputs of several k_max tokens."""
+    out = []
+    for m in (2, 4, 1, 8):
+        for n in (8, 4, 16, 2):
+            out.append((f"const:{max(1, int(m * b_max))}", f"const:{max(2, int(n * k_max))}"))
+    return out
+
+
+def _verdicts(recs) -> list[dict]:
+    out = []
+    for r in recs:
+        s = r["summary"]
+        out.append({"seed": r["config"]["workload"].get("seed"), "stable": s.get("stable"),
+                    "backlog_growth_tokens_per_s": s.get("backlog_growth_tokens_per_s"),
+                    "backlog_growth_ci": s.get("backlog_growth_ci"), "error": s.get("error")})
+    return out
+
+
+def find_counterexample(cost_model: str = "paper", b_max: int = 512, k_max: int | None = 16, *,
+                        load: float = 0.85, policy: str = "sarathi",
+                        candidates: Iterable[tuple[str, str]] | None = None,
+                        num_requests: int = 4000, seeds: Sequence[int] = (0, 1), first_only: bool = True,
+                        workers: int | None = None, backend: str = "local", address: str | None = None,
+                        progress=None) -> dict:
+    """Search (see the module docstring). Returns {"found", "workload", "rate",
+    "critical_rate", "scale", "margin", "sarathi" (the policy's verdicts per seed),
+    "adaptive", "tried": [...], "confirmed": [...]}."""
+    from ..api import SimConfig  # noqa: PLC0415
+    from .capacity import capacity  # noqa: PLC0415
+    from .means import workload_means  # noqa: PLC0415
+    from .sweep import _Backend, _Progress, _Runner, _Store, resolve_point  # noqa: PLC0415
+
+    if k_max is None:
+        raise ConfigError("a counterexample needs a batch-size cap --k-max: without one, theorem 2 "
+                          "makes every work-conserving K-FCFS policy stable inside the region")
+    if not (isinstance(load, (int, float)) and 0 < load < 1):
+        raise ConfigError(f"load must be in (0, 1) (a point strictly inside the region), got {load!r}")
+    if not seeds:
+        raise ConfigError("give at least one seed")
+    cands = list(candidates) if candidates is not None else default_candidates(b_max, k_max)
+    base = {"cost_model": cost_model, "b_max": b_max, "k_max": k_max, "num_requests": num_requests,
+            "arrival": "poisson", "rate": 1.0}
+    default_wl = SimConfig().workload
+    tried, confirmed = [], []
+    bar = _Progress(bool(progress), "counterexample search")
+    try:
+        with _Backend(backend, workers, address) as be:
+            runner = _Runner(be, _Store(None), bar)
+            for prompt, output in cands:
+                cfg = resolve_point(None, {**base, "prompt": prompt, "output": output}, {})
+                mp, mo = workload_means({**default_wl, **cfg.workload})
+                rep = capacity(cost_model, b_max, mp, mo, k_max=k_max)
+                entry = {"prompt": prompt, "output": output, "mean_prompt": mp, "mean_output": mo,
+                         "critical_rate": rep.critical_rate,
+                         "critical_rate_token_bound": rep.critical_rate_token_bound, "binding": rep.binding}
+                tried.append(entry)
+                if "batch-size cap" not in rep.binding:
+                    entry["skipped"] = "the cap does not bind (theorem 2's bound does)"
+                    continue
+                rate = load * rep.critical_rate
+                entry["rate"] = rate
+
+                def run(pol):
+                    cfgs = [resolve_point(None, {**base, "prompt": prompt, "output": output},
+                                          {"policy": pol, "rate": rate, "seed": s}) for s in seeds]
+                    return _verdicts(runner.run(cfgs))
+
+                entry["sarathi"] = run(policy)
+                if not all(v["stable"] is False for v in entry["sarathi"]):
+                    entry["outcome"] = f"{policy} stable on some seed"
+                    continue
+                entry["adaptive"] = run("adaptive")
+                if not all(v["stable"] is True for v in entry["adaptive"]):
+                    entry["outcome"] = "adaptive not stable on every seed"
+                    continue
+                entry["outcome"] = "confirmed"
+                confirmed.append(entry)
+                if first_only:
+                    break
+    finally:
+        bar.close()
+    out = {"found": bool(confirmed), "cost_model": cost_model, "b_max": b_max, "k_max": k_max,
+           "load": load, "policy": policy, "num_requests": num_requests, "seeds": list(seeds),
+           "tried": tried, "confirmed": confirmed}
+    if confirmed:
+        c = confirmed[0]
+        scale = c["critical_rate"] / c["rate"]
+        out.update(workload={"prompt": c["prompt"], "output": c["output"], "mean_prompt": c["mean_prompt"],
+                             "mean_output": c["mean_output"]},
+                   rate=c["rate"], critical_rate=c["critical_rate"],
+                   critical_rate_token_bound=c["critical_rate_token_bound"], scale=scale,
+                   margin=scale - 1.0 if math.isfinite(scale) else None,
+                   sarathi=c["sarathi"], adaptive=c["adaptive"])
+    return out

@@ -1,0 +1,190 @@
+"""`llmsched reproduce stability`: paper 1's headline experiment.
+
+At a load below theorem 2's bound, the non-work-conserving FasterTransformer and vanilla
+vLLM let their queues grow while Orca, Sarathi-Serve and K-FCFS stay bounded; and each
+policy's empirical maximum stable rate (bisection on the rate with the runs' stability
+verdicts) set against the theoretical bound lambda* = b_max / t(b_max) / (m_p + m_o - 1).
+
+Workloads (`workload`):
+- `synthetic` (default): the paper cost model (CodeLlama-34B on an A100: c = 11.28 ms,
+  a = 35.47 ms, b0 = 128), b_max = 512, Poisson arrivals, geometric prompt (mean 200)
+  and output (mean 101) lengths, load 0.9. Under two minutes on two cores.
+- `sharegpt`: the H200 Llama-3-8B profile, b_max = 2048, ShareGPT lengths, Poisson.
+- `azure`: the H200 profile, b_max = 2048, the Azure conversation trace (its arrivals,
+  rescaled to the rate, and its lengths).
+Any of cost model, b_max, load and request counts can be overridden.
+
+Outputs in `out_dir`: `queue.png` (requests in the system and unfinished work over time,
+one line per policy), `table.csv`, `table.json`, and the search's points under
+`search/` (resumable: a rerun reuses them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Sequence
+
+from ..core.errors import ConfigError
+
+__all__ = ["reproduce_stability", "PRESETS", "POLICIES"]
+
+POLICIES = ("fastertransformer", "vllm", "orca", "sarathi", "kfcfs")
+PRESETS = {
+    "synthetic": dict(cost_model="paper", b_max=512, arrival="poisson", prompt="geometric:200",
+                      output="geometric:101"),
+    "sharegpt": dict(cost_model="profile:h200-llama-3-8b", b_max=2048, arrival="poisson",
+                     prompt="sharegpt", output="sharegpt"),
+    "azure": dict(cost_model="profile:h200-llama-3-8b", b_max=2048, arrival="azure-conv"),
+}
+# (requests in the queue runs, requests per search probe, seeds, tolerance)
+SIZES = {
+    "synthetic": (20000, 10000, (0, 1), 0.02),
+    "sharegpt": (8000, 4000, (0,), 0.03),
+    "azure": (8000, 4000, (0,), 0.03),
+}
+QUICK = (1500, 1500, (0,), 0.1)
+
+
+def queue_run(cfg_dict: dict) -> dict:
+    """One run for the queue figure: its summary and a thinned time series."""
+    import numpy as np  # noqa: PLC0415
+
+    from ..api import simulate  # noqa: PLC0415
+    from ..sim.result import _jsonable  # noqa: PLC0415
+
+    res = simulate(dict(cfg_dict))
+    ts = res.timeseries
+    t = ts["time_s"]
+    step = max(1, len(t) // 1500)
+    keep = slice(None, None, step)
+    return {"summary": _jsonable(res.summary),
+            "time_s": t[keep].tolist(),
+            "in_system": (ts["waiting_requests"] + ts["running_requests"])[keep].tolist(),
+            "waiting": ts["waiting_requests"][keep].tolist(),
+            "backlog_tokens": ts["backlog_tokens"][keep].tolist(),
+            "arrival_end_s": float(np.max(res.arrival_s))}
+
+
+def _policy_info(name: str) -> tuple[str, bool]:
+    from ..policies import BATCH_POLICIES  # noqa: PLC0415
+
+    cls = BATCH_POLICIES[name]
+    return cls.name, bool(cls.work_conserving)
+
+
+def reproduce_stability(workload: str = "synthetic", *, cost_model: str | None = None,
+                        b_max: int | None = None, load: float = 0.9, num_requests: int | None = None,
+                        search_requests: int | None = None, seeds: Sequence[int] | None = None,
+                        tol: float | None = None, quick: bool = False, search: bool = True,
+                        policies: Sequence[str] = POLICIES, out_dir="reproduce-stability",
+                        backend: str = "local", workers: int | None = None, address: str | None = None,
+                        progress: bool | None = None) -> dict:
+    """Run the experiment (see the module docstring); returns {"rows": table rows,
+    "critical_rate", "files", "config", "wall_s"}."""
+    from .sweep import _Backend, critical_rate_of, max_stable_rate, resolve_point  # noqa: PLC0415
+
+    t0 = time.perf_counter()
+    if workload not in PRESETS:
+        raise ConfigError(f"unknown workload {workload!r} (known: {', '.join(PRESETS)})")
+    if not (isinstance(load, (int, float)) and 0 < load < 10):
+        raise ConfigError(f"load must be a positive fraction of the critical rate, got {load!r}")
+    n_queue, n_search, d_seeds, d_tol = QUICK if quick else SIZES[workload]
+    n_queue = num_requests or n_queue
+    n_search = search_requests or (num_requests if num_requests else n_search)
+    seeds = tuple(d_seeds if seeds is None else seeds)
+    if not seeds:
+        raise ConfigError("give at least one seed")
+    tol = d_tol if tol is None else tol
+    policies = [str(p) for p in policies]
+    base = dict(PRESETS[workload])
+    if cost_model is not None:
+        base["cost_model"] = cost_model
+    if b_max is not None:
+        base["b_max"] = b_max
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    cfg0 = resolve_point(None, base, {"num_requests": n_queue, "seed": seeds[0]})
+    lam = critical_rate_of(cfg0)
+    rate = load * lam
+    # the queue runs stop when the arrivals do: the verdict looks only at that window and
+    # an unstable policy would otherwise spend most of the run draining
+    from ..workload import WorkloadSpec, make_trace  # noqa: PLC0415
+
+    span = float(make_trace(WorkloadSpec.from_dict({**cfg0.workload, "rate": rate})).arrival_s.max())
+    jobs = []
+    for p in policies:
+        _policy_info(p.partition(":")[0])
+        c = resolve_point(None, base, {"policy": p, "rate": rate, "num_requests": n_queue,
+                                       "seed": seeds[0], "max_time_s": span * 1.001 + 1e-3})
+        jobs.append((p, c.to_dict()))
+    queue: dict[str, dict] = {}
+    with _Backend(backend, workers, address) as be:
+        for p, r in be.run(jobs, queue_run):
+            queue[p] = r
+    files = [_plot_queue(queue, policies, out / "queue.png", load, lam, workload, cfg0)]
+
+    found = {}
+    if search:
+        res = max_stable_rate(None, policies=policies, seeds=seeds, tol=tol, out_dir=out / "search",
+                              backend=backend, workers=workers, address=address, progress=progress,
+                              num_requests=n_search, **base)
+        found = {r["policy"]: r for r in res}
+    rows = []
+    for p in policies:
+        name, wc = _policy_info(p.partition(":")[0])
+        s = queue[p]["summary"]
+        f = found.get(p, {})
+        rows.append({
+            "policy": name, "work_conserving": wc, "load": load, "rate": rate,
+            "stable_at_load": s.get("stable"), "backlog_growth_tokens_per_s": s.get("backlog_growth_tokens_per_s"),
+            "in_system_at_end": queue[p]["in_system"][-1] if queue[p]["in_system"] else None,
+            "critical_rate": lam, "max_stable_rate": f.get("max_stable_rate"),
+            "max_stable_load": f.get("max_stable_load"), "unstable_rate": f.get("unstable_rate"),
+        })
+    meta = {"workload": workload, "cost_model": cfg0.cost_model, "b_max": cfg0.b_max,
+            "workload_config": {k: v for k, v in cfg0.workload.items() if v is not None and k != "rate"},
+            "load": load, "rate": rate,
+            "queue_requests": n_queue, "search_requests": n_search, "seeds": list(seeds), "tol": tol,
+            "token_capacity": queue[policies[0]]["summary"].get("token_capacity")}
+    from .sweep import write_table  # noqa: PLC0415
+
+    files += write_table(rows, out, "table")[:1]
+    (out / "table.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=str))
+    files.append(str(out / "table.json"))
+    return {"rows": rows, "critical_rate": lam, "files": files, "config": meta,
+            "wall_s": time.perf_counter() - t0}
+
+
+def _plot_queue(queue: dict, policies, path: Path, load: float, lam: float, workload: str, cfg) -> str:
+    from .sweep import _fig, _save  # noqa: PLC0415
+
+    fig, axes = _fig(2, width=7.0)
+    styles = ["-", "-", "-", "-", "--", ":", "-."]
+    for i, p in enumerate(policies):
+        q = queue[p]
+        s = q["summary"]
+        verdict = {True: "stable", False: "unstable", None: "?"}[s.get("stable")]
+        label = f"{p.partition(':')[0]} ({verdict})"
+        ls = styles[i % len(styles)]
+        axes[0].plot(q["time_s"], q["in_system"], ls=ls, lw=1.2, label=label)
+        axes[1].plot(q["time_s"], [max(v, 0) for v in q["backlog_tokens"]], ls=ls, lw=1.2, label=label)
+    axes[0].set_ylabel("requests in the system")
+    axes[1].set_ylabel("unfinished work (tokens)")
+    for ax in axes:
+        ax.set_xlabel("time (s)")
+        ax.set_yscale("symlog", linthresh=10)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{workload}: load {load:g} of lambda* = {lam:.3g} req/s "
+                 f"({cfg.cost_model}, b_max {cfg.b_max})", fontsize=9)
+    return _save(fig, path)
+
+
+def format_rate(x) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:.3g}"

@@ -1,0 +1,210 @@
+"""Adaptive: each step's token load and prefill/decode mix from the stability region.
+
+Why: with a batch-size cap `k_max`, a policy that always fills the budget `b_max` can be
+unstable although the workload lies inside the stability region (MODEL.md section 5):
+full steps are slow while decode is capped at `k_max` tokens per step, and the region's
+boundary may be reached only by mixing steps of a smaller load (e.g. `b0` of the paper
+model). This policy picks, every step, one of the region's vertex step shapes by a
+max-weight rule on the two work queues, so it serves the mix the queues need.
+
+Rule (our design):
+
+1. Once per server (b_max, k_max), compute the stability region (`analysis.region`) of
+   the run's cost model and keep its vertex shapes `(x_v, y_v)`: x prefill and y decode
+   tokens at load `l_v = x_v + y_v`.
+   For a load-only cost model a vertex's load is raised to the largest load with the
+   same step time (e.g. `(0, k_max)` to load `b0` under `t(b) = c + a ceil(b / b0)`).
+2. Every step, with `Q_p` = prefill tokens not yet computed (waiting and running
+   requests) and `Q_d` = decode tokens still owed to requests already decoding, each
+   vertex is *realised* on the current state the way the step would be built: up to
+   `y_v` decode tokens first, then prefill chunks FCFS (running prefills, then the
+   waiting queue, as Sarathi-Serve does) up to the load `l_v`, then more decode tokens
+   if budget and batch slots are left (so a vertex never idles budget it could fill at
+   the same load). A realised shape `(x, y)` scores `(Q_p * x + Q_d * y) / t(x, y)`: the
+   queue-weighted service rate.
+3. The best-scoring vertex is the step. Ties go to the larger load.
+
+This is the max-weight (Tassiulas-Ephremides) rule on the vertices of the region: when
+the decode queue is long relative to prefill it runs decode-heavy steps at the load
+where they are fast (e.g. `(b0 - k_max + 1, k_max - 1)` and `(0, k_max)`), and when
+prefill piles up it runs full prefill-heavy steps. Without `k_max` (and `t(b)/b`
+non-increasing) every vertex has load `b_max` and the rule is work-conserving, like
+Orca or Sarathi-Serve. It is not repeatable (the plan depends on the queues), so the
+simulator plans every step.
+
+Options (`make_batch_policy("adaptive:cost=paper")`, or keyword arguments):
+- `cost`: the cost model spec the region is computed for. By default the driver's own
+  model (the simulator and the virtual GPU bind theirs); `paper` if none is bound.
+- `mean_prompt`, `mean_output`: workload means, used only by context-dependent cost
+  models (representative contexts); otherwise estimated from the requests seen.
+
+Caveats: the region assumes one request can supply a step's whole prefill chunk
+(`max_prefill_per_request` None); with prompts shorter than a vertex's `x_v` the vertex
+is realised with fewer prefill tokens. `Q_d` uses the requests' output lengths as the
+simulator knows them (a real engine would use the requested maximum).
+"""
+
+from __future__ import annotations
+
+from ..core.errors import ConfigError
+from .base import BatchPolicy, Planner
+
+
+class Adaptive(BatchPolicy):
+    name = "adaptive"
+    summary = ("max-weight over the stability region's vertex steps: picks each step's load "
+               "and prefill/decode mix from the queues (stable inside the k_max region)")
+    work_conserving = False
+    repeatable = False
+    option_names = ("cost", "mean_prompt", "mean_output")
+
+    def __init__(self, cost=None, mean_prompt: float | None = None, mean_output: float | None = None):
+        from ..core.cost import make_cost_model  # noqa: PLC0415
+
+        self.cost_spec = cost
+        self.cost = make_cost_model("paper" if cost is None else cost)
+        for what, v in (("mean_prompt", mean_prompt), ("mean_output", mean_output)):
+            if v is not None and not (isinstance(v, (int, float)) and v >= 1):
+                raise ConfigError(f"adaptive policy: {what} must be a number >= 1, got {v!r}")
+        self.mean_prompt = mean_prompt
+        self.mean_output = mean_output
+        self._key = None
+        self._cands: list[tuple[int, int]] = []
+        self._times: dict[tuple[int, int], float] = {}
+        self._seen_ids: set[int] = set()
+        self._sum_p = 0
+        self._sum_o = 0
+        self._n = 0
+        self._next_refit = 1
+        self.chosen: dict[tuple[int, int], int] = {}  # (load, y_v) -> steps (diagnostics)
+
+    def bind_cost_model(self, cost) -> None:
+        if self.cost_spec is None:  # an explicit `cost` option wins
+            self.cost = cost
+            self._key = None
+
+    # ---- the region's vertices ------------------------------------------------------
+    def _means(self):
+        if self.mean_prompt is not None and self.mean_output is not None:
+            return float(self.mean_prompt), float(self.mean_output)
+        if self._n == 0:
+            return None, None
+        mp = self.mean_prompt if self.mean_prompt is not None else self._sum_p / self._n
+        mo = self.mean_output if self.mean_output is not None else self._sum_o / self._n
+        return float(mp), float(max(mo, 1.0))
+
+    def _observe_arrivals(self, state) -> None:
+        """Running means of the requests admitted so far (for context-dependent models)."""
+        for r in state.prefilling:
+            if r.id not in self._seen_ids and r.preemptions == 0:
+                self._seen_ids.add(r.id)
+                self._sum_p += r.prompt
+                self._sum_o += r.output
+                self._n += 1
+
+    def _setup(self, state) -> None:
+        from ..core.region import representative_step_time, stability_region  # noqa: PLC0415
+
+        k_max = None if state.k_max >= 1 << 62 else int(state.k_max)
+        if self.cost.load_only:
+            key = (state.b_max, k_max)
+            if key == self._key:
+                return
+            region = stability_region(self.cost, state.b_max, k_max)
+            self._time = lambda x, y: self.cost.load_time(x + y)
+        else:
+            self._observe_arrivals(state)
+            if self._key is not None and self._n < self._next_refit and self._key[:2] == (state.b_max, k_max):
+                return
+            mp, mo = self._means()
+            if mp is None:
+                mp, mo = 1024.0, 256.0  # until a request is seen
+            self._next_refit = max(1, self._n) * 2 if self._n < 4096 else 1 << 62
+            key = (state.b_max, k_max, round(mp), round(mo))
+            if key == self._key:
+                return
+            region = stability_region(self.cost, state.b_max, k_max, mean_prompt=mp, mean_output=mo)
+            cost = self.cost
+            self._time = lambda x, y: representative_step_time(cost, x, y, mp, mo)
+        cands = set()
+        for x, y, _t in region.vertex_shapes:
+            if x + y >= 1:
+                load = int(x + y)
+                if self.cost.load_only:  # same step time up to a larger load: use it too
+                    t0 = self.cost.load_time(load) * (1 + 1e-12)
+                    while load < state.b_max and self.cost.load_time(load + 1) <= t0:
+                        load += 1
+                cands.add((load, int(y)))
+        self._cands = sorted(cands, key=lambda c: (-c[0], -c[1]))
+        self._times = {}
+        self._key = key
+
+    def _t(self, x: int, y: int) -> float:
+        k = (x, y)
+        t = self._times.get(k)
+        if t is None:
+            t = self._times[k] = self._time(x, y)
+        return t
+
+    # ---- one step -------------------------------------------------------------------
+    def build(self, p: Planner):
+        state = p.state
+        self._setup(state)
+        tokens, slots = p.tokens, p.slots
+        n_dec = p.decodable
+        # prefill on offer, in the order the planner takes it: running prefills, then waiting
+        cap = max(c[0] for c in self._cands) if self._cands else tokens
+        rems = []
+        acc = 0
+        pre_pf = pre_dec = 0
+        for r in state.prefilling:
+            rem = r.prefill_target - r.prefilled
+            pre_pf += rem
+            pre_dec += r.output - r.emitted - 1
+            if acc < cap and len(rems) < slots:
+                rems.append(rem)
+                acc += rem
+        if acc < cap and len(rems) < slots:
+            for r in state.waiting:
+                rems.append(r.prefill_target)
+                acc += r.prefill_target
+                if acc >= cap or len(rems) >= slots:
+                    break
+        q_p = state.pending_prefill
+        waiting_pf = q_p - pre_pf
+        q_d = (state.backlog_tokens - q_p) - (state.waiting_tokens - waiting_pf) - pre_dec
+        if q_d < 0:
+            q_d = 0
+        best = None
+        best_score = -1.0
+        for load, yv in self._cands:
+            lvl = min(load, tokens)
+            y = min(yv, n_dec, lvl, slots)
+            budget, s = lvl - y, slots - y
+            x = used = 0
+            for rem in rems:
+                if budget <= 0 or used >= s:
+                    break
+                c = rem if rem < budget else budget
+                x += c
+                budget -= c
+                used += 1
+            y2 = min(n_dec - y, budget, s - used)
+            if y2 > 0:
+                y += y2
+            if x + y == 0:
+                continue
+            score = (q_p * x + q_d * y) / self._t(x, y)
+            if score > best_score * (1 + 1e-12):
+                best, best_score = (load, yv), score
+        if best is None:  # nothing realisable: behave like Sarathi-Serve
+            best = (tokens, tokens)
+        self.chosen[best] = self.chosen.get(best, 0) + 1
+        load, yv = best
+        if load < p.tokens:
+            p.tokens = load
+        p.take_decodes(yv)
+        p.take_running_prefills()
+        p.admit_waiting()
+        p.take_decodes()
+        return p.plan(decode_first=True)

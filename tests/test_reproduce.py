@@ -1,0 +1,46 @@
+"""`llmsched reproduce stability --quick` and the counterexample search."""
+
+import json
+
+from llmsched.analysis.counterexample import find_counterexample
+from llmsched.analysis.reproduce import reproduce_stability
+from llmsched.cli import main
+
+
+def test_reproduce_stability_quick(tmp_path):
+    res = reproduce_stability(quick=True, out_dir=tmp_path, workers=2, progress=False)
+    rows = {r["policy"]: r for r in res["rows"]}
+    assert set(rows) == {"fastertransformer", "vllm", "orca", "sarathi", "kfcfs"}
+    # below the bound (load 0.9): the non-work-conserving queues grow, the others do not
+    assert rows["fastertransformer"]["stable_at_load"] is False
+    assert rows["vllm"]["stable_at_load"] is False
+    for p in ("orca", "sarathi", "kfcfs"):
+        assert rows[p]["stable_at_load"] is True, p
+    lam = res["critical_rate"]
+    assert rows["fastertransformer"]["max_stable_rate"] < 0.5 * lam
+    assert rows["sarathi"]["max_stable_rate"] > rows["fastertransformer"]["max_stable_rate"]
+    for f in ("queue.png", "table.csv", "table.json"):
+        assert (tmp_path / f).is_file()
+    saved = json.loads((tmp_path / "table.json").read_text())
+    assert saved["meta"]["cost_model"] == "paper" and len(saved["rows"]) == 5
+
+
+def test_reproduce_cli_no_search(tmp_path, capsys):
+    assert main(["reproduce", "stability", "--quick", "--no-search", "--workers", "1",
+                 "--policies", "fastertransformer,sarathi", "--out", str(tmp_path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["stable_at_load"] for r in out["rows"]] == [False, True]
+    assert main(["reproduce", "stability", "--load", "-1", "--out", str(tmp_path)]) == 2
+
+
+def test_counterexample_search_confirms_one():
+    res = find_counterexample("paper", 512, 16, load=0.85, candidates=[("const:200", "const:101"),
+                                                                       ("const:1024", "const:128")],
+                              num_requests=2500, seeds=(0,), workers=1)
+    assert res["found"]
+    assert res["workload"] == {"prompt": "const:1024", "output": "const:128", "mean_prompt": 1024.0,
+                               "mean_output": 128.0}
+    assert res["scale"] > 1.15 and res["margin"] > 0.15
+    assert res["sarathi"][0]["stable"] is False and res["adaptive"][0]["stable"] is True
+    first = res["tried"][0]
+    assert first["outcome"] == "sarathi stable on some seed"

@@ -1,0 +1,143 @@
+"""`llmsched sweep` / `analysis.sweep`: grid specs, resume, Ray = local, searches, CLI errors."""
+
+import csv
+import json
+
+import pytest
+
+from llmsched.analysis import sweep
+from llmsched.analysis.sweep import expand_grid, max_stable_rate, parse_grid, parse_slo, run_sweep
+from llmsched.cli import main
+from llmsched.core.errors import ConfigError
+
+# tiny, fast points: paper model at b_max 128 (t = 46.75 ms per step), short lengths
+FIXED = dict(cost_model="paper", b_max=128, prompt="geometric:40", output="geometric:21", num_requests=400)
+
+
+def read_rows(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r.pop("wall_s")
+    return rows
+
+
+def test_parse_grid_forms():
+    g = parse_grid(["policy=sarathi,orca,vllm", "rate=1:20:20", "seed=0,1", "b_max=256,512",
+                    "cost_model=paper:c=11,a=35|linear:c=10,a=0.1", "k-max=none,16"])
+    assert g["policy"] == ["sarathi", "orca", "vllm"]
+    assert len(g["rate"]) == 20 and g["rate"][0] == 1.0 and g["rate"][-1] == 20.0
+    assert g["seed"] == [0, 1] and g["b_max"] == [256, 512]
+    assert g["cost_model"] == ["paper:c=11,a=35", "linear:c=10,a=0.1"]
+    assert g["k_max"] == [None, 16]
+    assert parse_grid(["num_requests=100:300:3"])["num_requests"] == [100, 200, 300]
+    assert len(expand_grid(g)) == 3 * 20 * 2 * 2 * 2 * 2
+    assert expand_grid({}) == [{}]
+    assert parse_slo(["p99_itl_ms=100", "median_ttft_ms=2e3"]) == {"p99_itl_ms": 100.0, "median_ttft_ms": 2000.0}
+
+
+@pytest.mark.parametrize("spec, msg", [
+    (["rate"], "KEY=VALUES"),
+    (["colour=red"], "unknown grid key"),
+    (["rate="], "no values"),
+    (["rate=1,,2"], "empty value"),
+    (["rate=1:5:0"], "whole number >= 1"),
+    (["rate=1:5:1"], "1 point"),
+    (["b_max=100:200:4"], "non-integer"),
+    (["rate=1,2", "load=0.5"], "not both"),
+    (["seed=1", "seed=2"], "twice"),
+    (["load=-1"], "positive"),
+])
+def test_bad_grid_specs(spec, msg):
+    with pytest.raises(ConfigError, match=msg):
+        parse_grid(spec)
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--grid", "rate"], "KEY=VALUES"),
+    (["--grid", "nope=1,2"], "unknown grid key"),
+    (["--grid", "rate=a:b:c"], None),
+    (["--grid", "policy=nosuch", "--rate", "5"], "unknown batch policy"),
+    (["--grid", "rate=1,2", "--search", "max-stable-rate"], "do not put rate"),
+    (["--grid", "policy=sarathi", "--slo", "p99_itl_ms=10"], "--search"),
+    (["--grid", "policy=sarathi", "--search", "max-stable-rate", "--slo", "p42_foo=1"], "unknown SLO"),
+    ([], "at least one --grid"),
+])
+def test_cli_errors(tmp_path, capsys, argv, msg):
+    code = main(["sweep", "--out", str(tmp_path / "s"), "--workers", "1", "--cost-model", "paper", *argv])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "error" in err
+    if msg:
+        assert msg in err
+
+
+def test_resume_skips_finished_points(tmp_path, monkeypatch):
+    grid = {"policy": ["sarathi", "fastertransformer"], "load": [0.5, 1.2]}
+    r1 = run_sweep(None, grid, out_dir=tmp_path, workers=1, progress=False, **FIXED)
+    assert (r1.ran, r1.skipped, r1.errors) == (4, 0, 0)
+    assert len(list((tmp_path / "points").glob("*.json"))) == 4
+    for f in ("results.csv", "results.parquet", "throughput.png", "latency.png", "max_stable_rate.png"):
+        assert (tmp_path / f).is_file(), f
+    rows1 = read_rows(tmp_path / "results.csv")
+
+    def boom(cfg):
+        raise AssertionError("a finished point was simulated again")
+
+    monkeypatch.setattr(sweep, "run_point", boom)
+    r2 = run_sweep(None, grid, out_dir=tmp_path, workers=1, progress=False, **FIXED)
+    assert (r2.ran, r2.skipped) == (0, 4)
+    assert read_rows(tmp_path / "results.csv") == rows1
+    # a grown grid runs only the new points
+    monkeypatch.undo()
+    r3 = run_sweep(None, {**grid, "load": [0.5, 1.2, 0.8]}, out_dir=tmp_path, workers=1, progress=False, **FIXED)
+    assert (r3.ran, r3.skipped) == (2, 4)
+    # the table: one row per point, grid columns, config columns and metrics
+    row = rows1[0]
+    for col in ("key", "policy", "load", "rate", "b_max", "cost_model", "prompt", "stable",
+                "p99_ttft_ms", "total_token_throughput", "backlog_growth_ci_low", "critical_rate"):
+        assert col in row, col
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(tmp_path / "results.parquet")
+    assert t.num_rows == 6 and t.schema.field("b_max").type == "int64"
+
+
+def test_ray_backend_gives_the_local_table(tmp_path):
+    ray = pytest.importorskip("ray")
+    grid = {"policy": ["sarathi", "vllm"], "rate": [20.0, 60.0]}
+    local = run_sweep(None, grid, out_dir=tmp_path / "local", workers=2, progress=False, **FIXED)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = run_sweep(None, grid, out_dir=tmp_path / "ray", backend="ray", progress=False, **FIXED)
+    finally:
+        ray.shutdown()
+    assert local.ran == remote.ran == 4
+    assert read_rows(tmp_path / "ray" / "results.csv") == read_rows(tmp_path / "local" / "results.csv")
+
+
+def test_search_max_stable_rate_and_slo(tmp_path):
+    res = max_stable_rate(policies=["sarathi", "fastertransformer"], seeds=[0], tol=0.1,
+                          slo={"p99_ttft_ms": 2000}, out_dir=tmp_path, workers=1, progress=False,
+                          **{**FIXED, "num_requests": 1500})
+    by = {r["policy"]: r for r in res}
+    lam = by["sarathi"]["critical_rate"]
+    assert 0.8 * lam <= by["sarathi"]["max_stable_rate"] <= 1.15 * lam
+    assert by["fastertransformer"]["max_stable_rate"] < 0.5 * lam
+    for r in res:
+        assert r["max_slo_rate"] <= r["max_stable_rate"] + 1e-9
+        assert r["unstable_rate"] - r["max_stable_rate"] <= 0.1 * lam + 1e-9
+    s = json.loads((tmp_path / "search.json").read_text())
+    assert {r["policy"] for r in s} == {"sarathi", "fastertransformer"}
+    assert (tmp_path / "max_stable_rate.png").is_file() is False  # plots off by default in the API
+
+
+def test_cli_sweep_json(tmp_path, capsys):
+    argv = ["sweep", "--out", str(tmp_path), "--workers", "1", "--json", "--cost-model", "paper",
+            "--b-max", "128", "--prompt", "geometric:40", "--output", "geometric:21", "--num-requests", "300",
+            "--grid", "policy=sarathi,orca", "--grid", "rate=10,30"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["points"] == 4 and out["ran"] == 4
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["ran"] == 0

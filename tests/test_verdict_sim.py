@@ -1,0 +1,32 @@
+"""The per-run stability verdict on real simulator runs at known loads.
+
+Cheap runs: paper cost model with b_max = 128 (every step t(b) = 46.75 ms, one block),
+short geometric lengths (prompt 40, output 21: w = 60 tokens, C = 2738 tokens/s,
+lambda* = 45.6 req/s), the fast path, and enough requests for many relaxation times.
+"""
+
+import pytest
+
+from llmsched.analysis.capacity import capacity
+from llmsched.api import simulate
+
+KW = dict(cost_model="paper", b_max=128, prompt="geometric:40", output="geometric:21", num_requests=6000)
+LAM = capacity("paper", 128, 40.0, 21.0).critical_rate
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sarathi_stable_at_85_unstable_at_115(seed):
+    lo = simulate(policy="sarathi", rate=0.85 * LAM, seed=seed, **KW).summary
+    hi = simulate(policy="sarathi", rate=1.15 * LAM, seed=seed, **KW).summary
+    assert lo["utilisation"] == pytest.approx(0.85, abs=0.05)
+    assert lo["stable"] is True
+    assert hi["stable"] is False
+    # the growth estimate is close to the fluid prediction lambda w - C
+    assert hi["backlog_growth_tokens_per_s"] == pytest.approx(hi["predicted_backlog_growth_tokens_per_s"], rel=0.5)
+
+
+def test_non_work_conserving_unstable_where_sarathi_is_stable():
+    sar = simulate(policy="sarathi", rate=0.6 * LAM, seed=0, **KW).summary
+    ft = simulate(policy="fastertransformer", rate=0.6 * LAM, seed=0, **KW).summary
+    assert sar["stable"] is True
+    assert ft["stable"] is False and ft["backlog_growth_tokens_per_s"] > 0.1 * sar["token_capacity"]
