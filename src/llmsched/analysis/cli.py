@@ -248,6 +248,11 @@ def cmd_sweep(args) -> int:
         if res.search and "max_slo_rate" in res.search[0]:
             cols += [("max_slo_rate", "max rate meeting SLOs", ",.3f"), ("max_slo_load", "/ lambda*", ".3f")]
         _print_rows("maximum stable rate (bisection on the stability verdict)", res.search, cols)
+        for row in res.search:
+            if (row.get("max_stable_rate") or 0) > (row.get("critical_rate") or float("inf")):
+                print(f"note: {row.get('policy', 'a policy')}'s max stable rate is above theorem 2's bound, "
+                      f"which no policy can sustain: the runs are too short to resolve loads this close "
+                      f"to capacity; use more requests (--num-requests)")
     print(f"{len(res.rows)} points: {res.ran} simulated, {res.skipped} already done"
           + (f", {res.errors} failed (see the error column)" if res.errors else "")
           + f"; {res.wall_s:.1f} s")

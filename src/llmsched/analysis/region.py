@@ -51,7 +51,7 @@ def plot_region(region: StabilityRegion, point: tuple[float, float] | None = Non
     ax.set_ylim(bottom=0)
     kmax = "none" if region.k_max is None else region.k_max
     ax.set_title(title or f"stability region, b_max={region.b_max}, k_max={kmax}", fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="lower left")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
