@@ -78,9 +78,9 @@ def test_prompt_that_can_never_fit_is_refused(tiny_model):
     from llmsched.engine import LLM
     llm = LLM(tiny_model, block_size=4, max_num_seqs=2, num_blocks=10, max_model_len=512)
     assert llm.engine.kv_capacity == 32
-    with pytest.raises(ConfigError, match="never fit the KV cache"):
+    with pytest.raises(ConfigError, match="could never complete"):
         llm.generate([[3] * 30], SamplingParams(max_tokens=5))
-    with pytest.raises(ConfigError, match="max length"):
+    with pytest.raises(ConfigError, match="maximum context length"):
         llm.generate([[3] * 500], SamplingParams(max_tokens=20))
     assert llm.engine.allocator.num_used == 0 and not llm.engine.has_unfinished_requests()
     # the engine still serves requests that fit

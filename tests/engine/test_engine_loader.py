@@ -118,5 +118,5 @@ def test_text_prompts_need_a_tokenizer(tmp_path, tiny_model):
     assert len(out.token_ids) <= 3 and out.text == ""
     with pytest.raises(ConfigError, match="outside the vocabulary"):
         llm.generate([[1, 10 ** 6]])
-    with pytest.raises(ConfigError, match="empty prompt"):
+    with pytest.raises(ConfigError, match="prompt is empty"):
         llm.generate([[]])

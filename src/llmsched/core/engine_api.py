@@ -44,6 +44,23 @@ class SamplingParams:
         return self.temperature == 0
 
 
+def check_request_size(prompt_tokens: int, max_tokens: int, max_model_len: int | None,
+                       kv_capacity: int | None) -> None:
+    """Raise ConfigError if a request of this size can never be served."""
+    if prompt_tokens < 1:
+        raise ConfigError("the prompt is empty; at least 1 token is needed")
+    if max_model_len is not None and prompt_tokens + max_tokens > max_model_len:
+        raise ConfigError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} in the "
+            "completion). Please reduce the length of the prompt or completion.")
+    if kv_capacity is not None and prompt_tokens + max_tokens - 1 > kv_capacity:
+        raise ConfigError(
+            f"The request needs {prompt_tokens + max_tokens - 1} KV-cache tokens ({prompt_tokens} "
+            f"prompt + {max_tokens} completion - 1) but the KV cache holds {kv_capacity}: it could "
+            "never complete. Please reduce the length of the prompt or completion.")
+
+
 @dataclass
 class RequestOutput:
     """What one request emitted in one step (or its end)."""

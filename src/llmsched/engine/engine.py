@@ -19,7 +19,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from ..core.engine_api import RequestOutput, SamplingParams
+from ..core.engine_api import RequestOutput, SamplingParams, check_request_size
 from ..core.errors import ConfigError
 from ..core.plan import StepFeedback
 from ..core.request import DONE, Request
@@ -157,19 +157,12 @@ class LLMEngine:
             raise ConfigError("params must be a llmsched SamplingParams")
         prompt = list(prompt_token_ids)
         n = len(prompt)
-        if n == 0:
-            raise ConfigError(f"request {request_id!r} has an empty prompt")
+        check_request_size(n, params.max_tokens, self.max_model_len, self.kv_capacity)
         vocab = self.config.vocab_size
         for t in prompt:
             if not isinstance(t, int) or not 0 <= t < vocab:
                 raise ConfigError(f"request {request_id!r}: token id {t!r} is outside the vocabulary "
                                   f"(0..{vocab - 1})")
-        if n + params.max_tokens > self.max_model_len:
-            raise ConfigError(f"request {request_id!r}: prompt ({n} tokens) + max_tokens "
-                              f"({params.max_tokens}) exceeds the model's max length {self.max_model_len}")
-        if n + params.max_tokens - 1 > self.kv_capacity:
-            raise ConfigError(f"request {request_id!r}: prompt ({n} tokens) + max_tokens "
-                              f"({params.max_tokens}) can never fit the KV cache of {self.kv_capacity} tokens")
         if params.stop and self.tokenizer is None:
             raise ConfigError("stop strings need a tokenizer, and this model has none")
         now = self.now()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.engine_api import EngineCore
+from ..core.engine_api import EngineCore, check_request_size
 from ..core.errors import ConfigError
 from .tokenizer import ByteRuleTokenizer, HFTokenizer
 
@@ -45,18 +45,7 @@ class Backend:
 
     def check(self, prompt_tokens: int, max_tokens: int) -> None:
         """ConfigError if a request of this size can never be served."""
-        if prompt_tokens < 1:
-            raise ConfigError("the prompt is empty; at least 1 token is needed")
-        if self.max_model_len is not None and prompt_tokens + max_tokens > self.max_model_len:
-            raise ConfigError(
-                f"This model's maximum context length is {self.max_model_len} tokens. However, you "
-                f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, "
-                f"{max_tokens} in the completion). Please reduce the length of the prompt or completion.")
-        if self.kv_capacity is not None and prompt_tokens + max_tokens - 1 > self.kv_capacity:
-            raise ConfigError(
-                f"The request needs {prompt_tokens + max_tokens - 1} KV-cache tokens ({prompt_tokens} "
-                f"prompt + {max_tokens} completion - 1) but the KV cache holds {self.kv_capacity}: "
-                "it could never complete. Please reduce the length of the prompt or completion.")
+        check_request_size(prompt_tokens, max_tokens, self.max_model_len, self.kv_capacity)
 
     def room(self, prompt_tokens: int) -> int:
         """The most completion tokens a prompt of this size may ask for."""

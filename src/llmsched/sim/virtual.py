@@ -38,7 +38,7 @@ from collections import deque
 from typing import Callable, Sequence
 
 from ..core.cost import CostModel, make_cost_model
-from ..core.engine_api import RequestOutput, SamplingParams
+from ..core.engine_api import RequestOutput, SamplingParams, check_request_size
 from ..core.errors import ConfigError
 from ..core.plan import StepFeedback
 from ..core.request import DONE, Request
@@ -139,19 +139,7 @@ class VirtualEngine:
 
     def check_request(self, prompt_tokens: int, max_tokens: int) -> None:
         """Raise ConfigError if a request of this size can never be served."""
-        if prompt_tokens < 1:
-            raise ConfigError("the prompt is empty; at least 1 token is needed")
-        if self.max_model_len is not None and prompt_tokens + max_tokens > self.max_model_len:
-            raise ConfigError(
-                f"this model's maximum context length is {self.max_model_len} tokens, but "
-                f"{prompt_tokens + max_tokens} were requested ({prompt_tokens} in the prompt, "
-                f"{max_tokens} for the completion)")
-        kv = self.kv_capacity
-        if kv is not None and prompt_tokens + max_tokens - 1 > kv:
-            raise ConfigError(
-                f"the request needs {prompt_tokens + max_tokens - 1} KV-cache tokens "
-                f"({prompt_tokens} prompt + {max_tokens} output - 1) but the KV cache holds "
-                f"{kv}: it could never complete")
+        check_request_size(prompt_tokens, max_tokens, self.max_model_len, self.kv_capacity)
 
     def add_request(self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams,
                     arrival_time: float | None = None) -> None:
