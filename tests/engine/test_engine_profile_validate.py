@@ -60,5 +60,5 @@ def test_validate_rejects_bad_input(tiny_model, tmp_path):
     with pytest.raises(ConfigError, match="unknown batch policy"):
         validate(tiny_model, trace, "nosuch")
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,5000,5\n")
-    with pytest.raises(ConfigError, match="maximum context length"):
+    with pytest.raises(ConfigError, match="max length"):
         validate(tiny_model, trace, "sarathi", max_model_len=256, profile="const:1")
