@@ -60,8 +60,15 @@ def test_profile_and_validate_commands(tmp_path, tiny_model, capsys, monkeypatch
                                                chunk_contexts=[0], lm_tokens=[1, 2]))
     out = tmp_path / "p.csv"
     assert main(["profile", "--model", str(tiny_model), "--out", str(out), "--reps", "1", "--warmup", "0",
-                 "--quiet", "--max-num-seqs", "4", "--max-model-len", "128"]) == 0
-    assert "profile:" in capsys.readouterr().out and out.is_file()
+                 "--quiet", "--max-num-seqs", "4", "--max-model-len", "128", "--tables-s", "0",
+                 "--calibrate-s", "0.5"]) == 0
+    text = capsys.readouterr().out
+    assert "profile:" in text and "calibrated on" in text and out.is_file()
+    assert main(["profile", "--model", str(tiny_model), "--out", str(out), "--reps", "1", "--warmup", "0",
+                 "--quiet", "--max-num-seqs", "4", "--max-model-len", "128", "--tables-s", "0",
+                 "--calibrate-s", "0", "--equal-contexts"]) == 0
+    assert "calibrated on" not in capsys.readouterr().out
+    assert main(["profile", "--model", str(tiny_model), "--out", str(out), "--calibrate-s", "-1"]) == 2
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,12,4\n0.005,20,3\n")
     js = tmp_path / "v.json"

@@ -20,8 +20,13 @@ def test_profile_round_trip(tiny_model, tmp_path):
     from llmsched.sim.simulator import simulate_trace
 
     s = profile(tiny_model, tmp_path / "prof.csv", max_num_seqs=8, max_model_len=256, b_max=64,
-                grid=SMALL_GRID, reps=1, warmup=0)
+                grid=SMALL_GRID, reps=1, warmup=0, min_s=0, calibrate_s=0.6)
     assert s["layers"] == 2 and s["cost_model"].endswith(",overlap=0")
+    # the calibration run: a real-time replay of a synthetic workload, fitted sanely
+    cal = s["calibration"]
+    assert cal["steps"] >= 10 and cal["busy_steps"] >= 5
+    assert 0.3 < cal["scale"] < 3
+    assert 0 <= cal["fixed_s"] < 5e-3 and 0 <= cal["per_row_s"] < 1e-3
     model = make_cost_model(s["cost_model"])
     assert model.layers == 2
     assert model.step_time(32, 4, 4 * 50, [(32, 0)], 5) > model.step_time(0, 1, 10, [], 1) > 0
@@ -43,9 +48,12 @@ def test_validate_reports_errors(tiny_model, tmp_path):
         t += float(rng.exponential(0.01))
         rows.append(f"{t:.4f},{int(rng.integers(4, 40))},{int(rng.integers(2, 10))}")
     trace.write_text("\n".join(rows) + "\n")
-    res = validate(tiny_model, trace, "sarathi,orca", b_max=32, max_num_seqs=8, reps=1)
+    res = validate(tiny_model, trace, "sarathi,orca", b_max=32, max_num_seqs=8, reps=1, tables_s=0,
+                   calibrate_s=0.5)
     assert set(res["policies"]) == {"sarathi", "orca"}
     for pol in res["policies"].values():
+        st = pol["steps"]
+        assert st["real"] > 0 and st["sim"] > 0 and st["busy_ratio"] > 0
         for m in METRICS:
             for st in STATS:
                 e = pol["errors"][f"{m}_{st}"]
@@ -62,3 +70,63 @@ def test_validate_rejects_bad_input(tiny_model, tmp_path):
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,5000,5\n")
     with pytest.raises(ConfigError, match="max length"):
         validate(tiny_model, trace, "sarathi", max_model_len=256, profile="const:1")
+
+
+class _Cost:
+    """A stand-in cost model: 1 ms + 10 us per prefill token + 50 us per decoder."""
+
+    def step_time(self, pf, m, dctx, chunks, sampled):
+        return 1e-3 + 1e-5 * pf + 5e-5 * m
+
+
+def test_fit_calibration_recovers_scale_and_host_time():
+    from llmsched.engine.profiler import fit_calibration, fit_host
+    from llmsched.engine.validate import StepRecord
+
+    rng = np.random.default_rng(0)
+    cost = _Cost()
+    steps = []
+    t = 0.0
+    for k in range(300):
+        m = int(rng.integers(1, 9))
+        pf = int(rng.choice([0, 0, 0, 32, 100]))
+        args = (pf, m, 100 * m, [(pf, 0)] if pf else [], m + (1 if pf else 0))
+        cold = k % 20 == 0
+        fwd = cost.step_time(*args) * 1.2 * (1.5 if cold else 1.0) * (1 + 0.02 * rng.standard_normal())
+        s = StepRecord(t, cold, args, fwd, fwd + 10e-6)
+        s.cycle_s = fwd + 30e-6 + 10e-6 * args[4] + 2e-6 * rng.standard_normal()
+        steps.append(s)
+        t += s.cycle_s
+    cal = fit_calibration(steps, cost)
+    assert cal["scale"] == pytest.approx(1.2, rel=0.02)
+    assert cal["fixed_s"] == pytest.approx(30e-6, abs=3e-6)
+    assert cal["per_row_s"] == pytest.approx(10e-6, abs=1e-6)
+    assert cal["after_idle_ratio"] == pytest.approx(1.5, rel=0.05)
+    assert cal["after_idle_steps"] == 15 and cal["busy_steps"] == 285
+    # a host time that falls with the row count is no line: the median, no slope
+    assert fit_host([1, 2, 3, 4], [4e-5, 3e-5, 2e-5, 1e-5]) == (pytest.approx(2.5e-5), 0.0)
+    assert fit_host([], []) == (0.0, 0.0)
+
+
+def test_replay_starts_steps_at_arrivals(tiny_model):
+    """Like the simulator, the replay starts a step as soon as a request arrives at an
+    idle engine, and marks which steps followed an idle wait."""
+    from llmsched.engine.engine import LLMEngine
+    from llmsched.engine.validate import replay, step_ratios
+
+    eng = LLMEngine(tiny_model, b_max=64, max_num_seqs=4, max_model_len=256)
+    tr = SimpleNamespace(arrival_s=np.array([0.0, 0.08, 0.16, 0.16]), prompt=np.array([12, 20, 9, 9]),
+                         output=np.array([3, 2, 4, 4]), tag=None)
+    steps = []
+    real = replay(eng, tr, steps=steps)
+    assert len(real["ttft"]) == 4 and np.all(real["ttft"] > 0)
+    cold = [s for s in steps if s.after_idle]
+    assert len(cold) == 3  # one per burst: the engine finishes each before the next arrives
+    assert all(s.lag_s is not None and 0 <= s.lag_s < 0.01 for s in cold)
+    assert cold[0].idle_s is None and all(s.idle_s > 0.02 for s in cold[1:])
+    # the two requests of the last burst arrive together and share the first step
+    assert cold[-1].args[0] == 18
+    busy = [s for s in steps if not s.after_idle]
+    assert busy and all(s.cycle_s is None or s.cycle_s >= s.forward_s for s in busy)
+    st = step_ratios(steps, _Cost())
+    assert st["after_idle_steps"] <= 3 and st["idle_start_lag_ms"] < 10

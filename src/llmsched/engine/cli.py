@@ -109,10 +109,19 @@ def cmd_profile(args) -> int:
     opts = _setup(args)
     opts.pop("k_max")
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
+    if args.calibrate_s < 0:
+        raise ConfigError(f"--calibrate-s must be >= 0, got {args.calibrate_s}")
+    if args.tables_s is not None and args.tables_s < 0:
+        raise ConfigError(f"--tables-s must be >= 0, got {args.tables_s}")
     s = profile(args.model, args.out, reps=args.reps, warmup=args.warmup, enforce_eager=args.enforce_eager,
-                progress=say, **opts)
+                progress=say, calibrate=args.calibrate_s > 0, calibrate_s=args.calibrate_s or 1.0,
+                min_s=args.tables_s, spread=not args.equal_contexts, **opts)
     print(f"wrote {s['rows']} rows to {s['path']} ({s['device']}, {s['dtype']}, {s['layers']} layers, "
           f"{s['seconds']:.1f} s)")
+    cal = s.get("calibration") or {}
+    if cal.get("steps"):
+        print(f"calibrated on {cal['steps']} real steps: x{cal['scale']:.3f}, host {cal['fixed_s'] * 1e3:.3f} ms "
+              f"+ {cal['per_row_s'] * 1e6:.1f} us per sampled row")
     print(f"simulate with: --cost-model {s['cost_model']}")
     return 0
 
@@ -139,7 +148,19 @@ def render_validation(result: dict) -> None:
     for policy, res in result["policies"].items():
         for m in METRICS:
             t.add_row(policy, m, *(cell(res["errors"][f"{m}_{st}"]) for st in STATS))
-    Console().print(t)
+    con = Console()
+    con.print(t)
+    for policy, res in result["policies"].items():
+        st = res.get("steps")
+        if not st:
+            continue
+
+        def ratio(v):
+            return "-" if v is None else f"{v:.2f}"
+        lag = "-" if st.get("idle_start_lag_ms") is None else f"{st['idle_start_lag_ms']:.2f} ms"
+        con.print(f"{policy}: {st['real']} real steps, {st['sim']} simulated; real / modelled step time "
+                  f"(median): {ratio(st['busy_ratio'])} back to back, {ratio(st['after_idle_ratio'])} "
+                  f"first after idle ({st['after_idle_steps']} steps, started {lag} after the arrival)")
 
 
 def cmd_validate(args) -> int:
@@ -148,8 +169,12 @@ def cmd_validate(args) -> int:
     opts = _setup(args)
     opts["max_model_len"] = args.max_model_len  # default: from the trace
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
+    if args.calibrate_s < 0:
+        raise ConfigError(f"--calibrate-s must be >= 0, got {args.calibrate_s}")
+    if args.tables_s is not None and args.tables_s < 0:
+        raise ConfigError(f"--tables-s must be >= 0, got {args.tables_s}")
     res = validate(args.model, args.trace, args.policies, profile=args.profile, seed=args.seed,
-                   reps=args.reps, progress=say, **opts)
+                   reps=args.reps, progress=say, tables_s=args.tables_s, calibrate_s=args.calibrate_s, **opts)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=2)
@@ -206,8 +231,18 @@ def register(subparsers) -> None:
                                           "`simulate --cost-model profile:PATH` reads.")
     p.add_argument("--model", required=True, help="model folder")
     p.add_argument("--out", required=True, help="output CSV file (a folder gets profile.csv)")
-    p.add_argument("--reps", type=_pos_int, default=3, help="timed runs per point, at least (default: 3)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed runs per point (default: 1)")
+    p.add_argument("--reps", type=_pos_int, default=3,
+                   help="interleaved passes over the grid, at least (default: 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default: 1)")
+    p.add_argument("--tables-s", type=float, default=None,
+                   help="keep making passes until this many seconds after the first, the calibration run "
+                        "included (default: 3 on CPU, 10 on CUDA)")
+    p.add_argument("--calibrate-s", type=float, default=2.5,
+                   help="length of the real-time calibration run that fits the step-time scale and the "
+                        "host time per step; 0: none (default: 2.5)")
+    p.add_argument("--equal-contexts", action="store_true",
+                   help="time decode batches with equal contexts (default: contexts spread over 0..2x the "
+                        "mean, as in serving; the engine pads a batch to its longest context)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _engine_args(p)
     p.set_defaults(func=cmd_profile)
@@ -220,7 +255,12 @@ def register(subparsers) -> None:
     p.add_argument("--trace", required=True, help="CSV arrival_s,prompt_tokens,output_tokens (or an Azure trace)")
     p.add_argument("--policies", default="sarathi", help="comma-separated batch policies (default: sarathi)")
     p.add_argument("--profile", default=None, help="profile CSV of this engine (default: measure one first)")
-    p.add_argument("--reps", type=_pos_int, default=3, help="timed runs per profile point (default: 3)")
+    p.add_argument("--reps", type=_pos_int, default=3,
+                   help="without --profile: interleaved passes over the grid, at least (default: 3)")
+    p.add_argument("--tables-s", type=float, default=None,
+                   help="without --profile: seconds of table passes (default: 3 on CPU, 10 on CUDA)")
+    p.add_argument("--calibrate-s", type=float, default=2.5,
+                   help="without --profile: length of the calibration run, 0 for none (default: 2.5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random prompt token ids")
     p.add_argument("--json", default=None, help="also write the result as JSON to this file")
     p.add_argument("--print-json", action="store_true", help="print JSON instead of a table")

@@ -137,6 +137,9 @@ class LLMEngine:
         self.last_overhead_s = 0.0
         self.last_sampled = 0
         self.last_plan = None
+        # the last step as the cost model sees it: (prefill tokens, decode tokens, decode
+        # context, [(chunk, context)], sampled rows), the arguments of `CostModel.step_time`
+        self.last_step_args: tuple | None = None
         self.step_log: list | None = None  # set to a list to record (start_s, duration_s, plan summary)
 
     # ---- clock -----------------------------------------------------------------------
@@ -215,7 +218,8 @@ class LLMEngine:
         if plan.is_empty():
             return []
         start_ns = max(st.now, t0 - self._perf0)
-        st.begin_step(plan, start_ns)
+        pf, dctx, pchunks, sampled = st.begin_step(plan, start_ns)
+        self.last_step_args = (pf, plan.decode, dctx, pchunks, sampled)
         for r in plan.preempt:
             self.allocator.free(r.payload.blocks)
             self.preemptions += 1

@@ -1,25 +1,45 @@
 """`llmsched profile`: measure this machine's step-time tables for the engine and write
 them in the combined profile CSV format that `--cost-model profile:PATH` reads
-(`llmsched.core.profile`):
+(`llmsched.core.profile`).
 
-All times go through the engine's own step path (`ModelRunner.execute`):
-- linear(tokens): a step of `tokens` prefill tokens with attention skipped (embedding,
-  every layer's norms, projections, MLP, rotary, the step's tensor building), plus the
-  engine's fixed host overhead per step (planning, state updates: fitted on a short real
-  workload), mode `eager`; on CUDA with graphs also `graph` rows
-  (decode-only steps replayed from CUDA graphs, attention and LM head taken out);
-- lm_head(tokens): logits over `tokens` rows and greedy sampling, plus the host work per
-  emitted token (emission, detokenization, stop checks; fitted on the same workload);
-- decode_attn(batch, context): what a decode-only step of `batch` sequences with
-  `context` tokens each costs beyond linear(batch) + lm_head(batch), divided by the
-  layer count: ONE layer's paged attention with its share of the per-step setup (block
-  tables, masks, cache writes);
-- prefill_attn(chunk, context): likewise for one prefill chunk after `context` cached tokens;
-- step: a few whole steps end to end, for `validate_steps`.
-So the composed cost model reproduces measured steps at the grid points.
+Two stages, both through the engine's own step path (`ModelRunner.execute`):
 
-Each value is the median of at least `reps` timed runs after `warmup` runs (CUDA
-synchronised).
+1. Tables (`Bench`). Every grid point is a real step of the runner, timed in passes:
+   each pass visits every point once, in a fresh random order, and runs it three times
+   back to back (the first untimed); a point's value is its median over all passes. A
+   burst of load on a shared machine then costs one sample of every point instead of
+   skewing a few points outright.
+   - linear(tokens): a step of `tokens` prefill tokens with attention skipped (embedding,
+     every layer's norms, projections, MLP, rotary, the step's tensor building), mode
+     `eager`; on CUDA with graphs also `graph` rows (decode-only steps replayed from
+     CUDA graphs, attention and LM head taken out);
+   - lm_head(tokens): logits over `tokens` rows and greedy sampling;
+   - decode_attn(batch, context): what a decode-only step of `batch` sequences with mean
+     context `context` costs beyond linear(batch) + lm_head(batch), divided by the layer
+     count: ONE layer's paged attention with its share of the per-step setup (block
+     tables, masks, cache writes). By default the contexts are spread evenly over
+     0..2 x context: the engine pads a batch's gather to its longest context, so mixed
+     lengths, as serving produces, cost more than equal ones (`spread=False`: equal);
+   - prefill_attn(chunk, context): likewise for one prefill chunk after `context` cached
+     tokens;
+   - step: a few whole steps end to end, for `validate_steps`.
+2. Calibration (`fit_calibration`): a synthetic workload (`calibration_trace`: Poisson
+   arrivals, random prompt and output lengths; not any trace one validates on) replayed
+   in real time through the engine exactly as `llmsched validate` replays a trace, in
+   segments between the table passes. Each real step's plan is timed by the tables:
+   - `scale`: median of (real forward time / table time) over the steps that followed
+     another step at once (the table passes and a run of similar steps warm the caches
+     differently; on the tiny CPU model the scale comes out 0.9-1.1);
+   - host time per step, `fixed + per_row * sampled rows`: the start-to-start time of
+     back-to-back steps minus their forward time (planning, state updates, token
+     emission, detokenization, stop checks, the replay loop), fitted robustly.
+   The written tables are `scale` x the stage-1 values, with `fixed` added to every
+   linear row and `per_row` x rows to every lm_head row, so the composed cost model
+   predicts a step as the real run takes it. The first step after an idle wait costs
+   more (reported as `after_idle_ratio`); the cost model has no term for that.
+   `calibrate=False` skips the real run: scale 1, host time from a closed batch of
+   requests (`measure_overhead`).
+
 On CPU nothing overlaps, so simulate with `profile:PATH,overlap=0` (the default overlap
 of 1 subtracts the attention launch floor, which only hides behind a busy GPU).
 """
@@ -28,18 +48,22 @@ from __future__ import annotations
 
 import csv
 import os
+import random
 import statistics
+import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from ..core.errors import ConfigError
 
 COLUMNS = ("table", "model", "mode", "tokens", "batch", "chunk", "context", "prefill_chunk",
            "prefill_context", "decodes", "decode_context", "ms", "layers")
 
-CPU_GRID = dict(tokens=[1, 4, 16, 32, 64, 128, 256, 512], batches=[1, 4, 16, 64],
-                contexts=[16, 128, 512], chunks=[16, 64, 256], chunk_contexts=[0, 512],
-                lm_tokens=[1, 16, 64, 256])
+CPU_GRID = dict(tokens=[1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512],
+                batches=[1, 2, 4, 8, 16, 32, 64], contexts=[16, 64, 128, 256, 512],
+                chunks=[16, 32, 64, 128, 256], chunk_contexts=[0, 128, 512],
+                lm_tokens=[1, 2, 4, 8, 16, 32, 64, 256])
 CUDA_GRID = dict(tokens=[1, 2, 4, 8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
                          4096, 6144, 8192],
                  batches=[1, 2, 4, 8, 16, 32, 64, 128, 256], contexts=[128, 512, 1024, 2048, 4096, 8192],
@@ -57,77 +81,174 @@ class _Seq:
         self.blocks = blocks
 
 
-class Timer:
-    """Median milliseconds of a call: `warmup` untimed runs, then at least `reps` timed
-    runs and, for short calls, more until about `min_s` seconds were timed (a median
-    over more runs resists a noisy, shared machine)."""
+class Bench:
+    """Timing of many calls in passes: `add(key, fn)` registers a call; each `run_pass()`
+    goes over all calls in a fresh random order and runs every call `1 + inner` times back
+    to back, the first untimed (a shape is timed with the caches it warmed, as in a run of
+    similar steps); `medians()` gives each key's median over all passes, in milliseconds.
+    Spreading a point's samples over passes keeps a burst of load on a shared machine
+    from skewing any one point."""
 
-    def __init__(self, runner, reps: int, warmup: int, min_s: float = 0.02, max_reps: int = 20):
-        self.runner, self.reps, self.warmup = runner, reps, warmup
-        self.min_s, self.max_reps = min_s, max_reps
+    def __init__(self, runner, inner: int = 2, seed: int = 0):
+        self.runner, self.inner = runner, inner
+        self.rng = random.Random(seed)
+        self.calls: dict = {}
+        self.times: dict = {}
+        self.passes = 0
 
-    def __call__(self, fn) -> float:
+    def add(self, key, fn) -> None:
+        self.calls.setdefault(key, fn)
+        self.times.setdefault(key, [])
+
+    def run_pass(self, timed: bool = True) -> None:
         sync = self.runner.synchronize
-        for _ in range(self.warmup):
-            fn()
-        sync()
-        times = []
-        total = 0.0
-        while len(times) < self.reps or (total < self.min_s and len(times) < self.max_reps):
-            t0 = time.perf_counter()
+        keys = list(self.calls)
+        self.rng.shuffle(keys)
+        for k in keys:
+            fn = self.calls[k]
             fn()
             sync()
-            dt = time.perf_counter() - t0
-            times.append(dt)
-            total += dt
-        return statistics.median(times) * 1e3
+            if not timed:
+                continue
+            for _ in range(self.inner):
+                t0 = time.perf_counter()
+                fn()
+                sync()
+                self.times[k].append(time.perf_counter() - t0)
+        self.passes += timed
+
+    def medians(self) -> dict:
+        return {k: statistics.median(v) * 1e3 for k, v in self.times.items() if v}
 
 
 def _blocks(start: int, n: int, num_blocks: int) -> list[int]:
     return [(start + i) % num_blocks for i in range(n)]
 
 
-def measure_overhead(engine, requests: int = 16, prompt: int = 24) -> tuple[float, float]:
-    """Host time per step outside the forward pass (planning, state updates, token
-    emission, detokenization, stop checks), fitted on a short real workload as
-    `fixed + per_row * sampled rows`; returns (fixed, per_row) in seconds."""
+def fit_host(rows, host) -> tuple[float, float]:
+    """Robust line `host = fixed + per_row * rows`: the median host time at each distinct
+    row count, then least squares through those medians (weighted by the square root of
+    how many steps each holds); a negative slope falls back to the overall median.
+    Seconds in, seconds out."""
     import numpy as np  # noqa: PLC0415
 
+    xs, ys = np.asarray(rows, dtype=float), np.asarray(host, dtype=float)
+    if not len(ys):
+        return 0.0, 0.0
+    ux = np.unique(xs)
+    if len(ux) < 2:
+        return max(0.0, float(np.median(ys))), 0.0
+    med = np.array([np.median(ys[xs == u]) for u in ux])
+    w = np.sqrt([np.sum(xs == u) for u in ux])
+    slope, fixed = np.polyfit(ux, med, 1, w=w)
+    if slope < 0:
+        return max(0.0, float(np.median(ys))), 0.0
+    return max(0.0, float(fixed)), float(slope)
+
+
+def measure_overhead(engine, requests: int = 16, prompt: int = 24) -> tuple[float, float]:
+    """Host time per step outside the forward pass (planning, state updates, token
+    emission, detokenization, stop checks) on a closed batch of requests, fitted as
+    `fixed + per_row * sampled rows`; returns (fixed, per_row) in seconds. (The
+    calibration run measures this in real time; this is the fallback without one.)"""
     from ..core.engine_api import SamplingParams  # noqa: PLC0415
 
     vocab = engine.config.vocab_size
+    prompt = max(1, min(prompt, engine.max_model_len // 2, engine.kv_capacity // 2))
     for i in range(requests):  # staggered lengths: the decode batch shrinks step by step
-        p = SamplingParams(max_tokens=4 + 2 * i, temperature=0, ignore_eos=True)
+        out = max(1, min(4 + 2 * i, engine.max_model_len - prompt, engine.kv_capacity + 1 - prompt))
+        p = SamplingParams(max_tokens=out, temperature=0, ignore_eos=True)
         engine.add_request(f"profile-overhead-{i}", [(7 * i + j) % vocab for j in range(prompt)], p)
     xs, ys = [], []
     while engine.has_unfinished_requests():
         engine.step()
         xs.append(engine.last_sampled)
         ys.append(engine.last_overhead_s)
-    xs, ys = np.array(xs[1:], dtype=float), np.array(ys[1:])
-    if len(xs) < 3 or np.ptp(xs) == 0:
-        return float(np.median(ys)) if len(ys) else 0.0, 0.0
-    # a robust line: medians of the host time per distinct row count, then least squares
-    ux = np.unique(xs)
-    med = np.array([np.median(ys[xs == u]) for u in ux])
-    slope, fixed = np.polyfit(ux, med, 1)
-    if slope < 0:
-        return float(np.median(ys)), 0.0
-    return max(0.0, float(fixed)), float(slope)
+    return fit_host(xs[1:], ys[1:])
+
+
+def calibration_trace(engine, cost, *, target_s: float = 2.5, utilization: float = 0.7, seed: int = 0,
+                      min_requests: int = 6, max_requests: int = 64):
+    """A synthetic workload for the calibration run: Poisson arrivals, prompts uniform in
+    [8, P] and outputs uniform in [4, O] tokens (P = 256 and O = 48 where the engine's
+    length and KV limits allow), at the rate that would keep the engine busy
+    `utilization` of the time if requests ran one at a time (by `cost`), and about
+    `target_s` seconds long. It has nothing to do with any trace one validates on."""
+    import numpy as np  # noqa: PLC0415
+
+    limit = max(2, min(engine.max_model_len, engine.kv_capacity + 1))
+    o_max = max(1, min(48, limit // 4))
+    p_max = max(1, min(256, limit - o_max))
+    p_lo, o_lo = min(8, p_max), min(4, o_max)
+    p_mean, o_mean = (p_lo + p_max) / 2, (o_lo + o_max) / 2
+    per_request = (cost.step_time(int(p_mean), 0, 0, [(int(p_mean), 0)], 1)
+                   + o_mean * cost.step_time(0, 1, int(p_mean + o_mean / 2), [], 1))
+    rate = utilization / max(per_request, 1e-6)
+    n = int(min(max_requests, max(min_requests, round(rate * target_s))))
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1.0 / rate, n))
+    return SimpleNamespace(arrival_s=arrival - arrival[0], prompt=rng.integers(p_lo, p_max + 1, n),
+                           output=rng.integers(o_lo, o_max + 1, n), tag=None)
+
+
+def fit_calibration(steps, cost) -> dict:
+    """Fit the calibration from the `StepRecord`s of real-time runs and `cost`, the
+    uncalibrated tables (forward time only):
+    - `scale`: median of real forward time / table time over the steps that followed
+      another step at once (1 if there are fewer than 5);
+    - `fixed_s`, `per_row_s`: host time per step (start to next start, minus the
+      forward time) as `fixed + per_row * sampled rows` (`fit_host`);
+    - `after_idle_ratio`: median real forward / (scale x table time) over the first
+      steps after an idle wait (these cost more; the cost model cannot tell them apart)."""
+    import numpy as np  # noqa: PLC0415
+
+    pred = np.array([cost.step_time(*s.args) for s in steps], dtype=float)
+    fwd = np.array([s.forward_s for s in steps], dtype=float)
+    busy = np.array([not s.after_idle for s in steps], dtype=bool)
+    ok = pred > 0
+    sel = busy & ok
+    scale = float(np.median(fwd[sel] / pred[sel])) if sel.sum() >= 5 else 1.0
+    rows, host = [], []
+    for s in steps:
+        if s.cycle_s is not None and not s.after_idle:
+            rows.append(s.args[4])
+            host.append(max(0.0, s.cycle_s - s.forward_s))
+    fixed, per_row = fit_host(rows, host)
+    cold = ~busy & ok
+    return {"scale": scale, "fixed_s": fixed, "per_row_s": per_row, "steps": len(steps),
+            "busy_steps": int(sel.sum()), "after_idle_steps": int(cold.sum()),
+            "after_idle_ratio": float(np.median(fwd[cold] / pred[cold]) / scale) if cold.any() else None}
 
 
 def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None = None,
-                   model_name: str = "engine", progress=None) -> list[dict]:
+                   model_name: str = "engine", progress=None, calibrate: bool = True,
+                   calibrate_s: float = 2.5, min_s: float | None = None, max_passes: int = 25,
+                   spread: bool = True, seed: int = 0, info: dict | None = None) -> list[dict]:
     """Measure the tables on a ready, idle `LLMEngine`; returns CSV rows as dicts.
 
-    Everything is timed through the engine's real step path (`ModelRunner.execute`).
+    Every table entry is timed through the engine's real step path
+    (`ModelRunner.execute`) by a `Bench`: at least `reps` passes after `warmup` untimed
+    ones, more until `min_s` seconds after the first (calibration included; default 3 on
+    CPU, 10 on CUDA) or `max_passes`.
     linear(b) is a step of b prefill tokens with attention skipped; an attention entry is
     what a step with that attention costs beyond linear and the LM head, per layer (so
-    per-step setup such as block tables and masks counts as it does in real steps)."""
+    per-step setup such as block tables and masks counts as it does in real steps).
+    `spread`: a decode batch of mean context c is measured with its contexts spread
+    evenly over 0..2c (the expected order statistics of uniform lengths); the engine pads
+    every decoder's gather to the longest context of the batch, so a batch of mixed
+    lengths, as serving produces, costs more than one of equal lengths with the same
+    mean; False measures equal contexts.
+
+    `calibrate`: a real-time calibration run of about `calibrate_s` seconds in three
+    segments, between the table passes (so both see the same state of a shared
+    machine), then `fit_calibration`; the tables are scaled and the host time added.
+    Without it, host time comes from `measure_overhead` and the scale is 1. `info`, a
+    dict, receives the pass count and the calibration results."""
     import torch  # noqa: PLC0415
 
     from ..core.engine_api import SamplingParams  # noqa: PLC0415
     from .sampler import sample  # noqa: PLC0415
+    from .validate import replay  # noqa: PLC0415
 
     if engine.has_unfinished_requests():
         raise RuntimeError("profile an idle engine")
@@ -138,111 +259,162 @@ def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None 
     g.update(grid or {})
     bs, nb = r.block_size, r.num_blocks
     cap_tokens = nb * bs
-    timer = Timer(r, reps, warmup)
-    rows: list[dict] = []
+    if min_s is None:
+        min_s = 10.0 if r.cuda else 3.0
+    bench = Bench(r, seed=seed)
     say = progress or (lambda msg: None)
+    info = {} if info is None else info
     greedy = SamplingParams(temperature=0)
     vocab = cfg.vocab_size
     eps = 1e-4
+    gen = torch.Generator(device=r.device).manual_seed(seed)
 
-    def row(table, ms, **kw):
-        d = {"table": table, "model": model_name, "ms": f"{ms:.5f}", "layers": L}
-        d.update(kw)
-        rows.append(d)
+    def contexts(batch, ctx):
+        if not spread or batch == 1:
+            return [ctx] * batch
+        cs = [max(1, round(2 * ctx * (i + 1) / (batch + 1))) for i in range(batch)]
+        cs[-1] += ctx * batch - sum(cs)  # the mean exactly ctx
+        return cs
 
     def decoders(batch, ctx, first_block=0):
-        nblk = -(-ctx // bs)
-        return [_Seq([(i + j) % vocab for j in range(ctx)], _blocks(first_block + i * nblk, nblk, nb))
-                for i in range(batch)]
+        out = []
+        for i, c in enumerate(contexts(batch, ctx)):
+            nblk = -(-c // bs)
+            out.append(_Seq([(i + j) % vocab for j in range(c)], _blocks(first_block, nblk, nb)))
+            first_block += nblk
+        return out
 
     def chunk(c, ctx, samples, first_block=0):
         return (_Seq([j % vocab for j in range(c + ctx)], _blocks(first_block, -(-(c + ctx) // bs), nb)),
                 ctx, c, samples)
 
-    def step_ms(decs, chunks, skip=False):
+    def step_call(decs, chunks, skip=False):
         params = [greedy] * (len(decs) + sum(1 for ch in chunks if ch[3]))
         gens = [None] * len(params)
-        return timer(lambda: r.execute(decs, chunks, params, gens, skip_attention=skip))
+        return lambda: r.execute(decs, chunks, params, gens, skip_attention=skip)
 
-    fixed_s, per_row_s = measure_overhead(engine)
-    overhead_ms, row_ms = fixed_s * 1e3, per_row_s * 1e3
-    say(f"host overhead per step: {overhead_ms:.3f} ms + {row_ms * 1e3:.1f} us per sampled row")
+    def lm_call(n):
+        hidden = torch.randn(n, cfg.hidden_size, generator=gen, device=r.device).to(r.dtype)
 
-    lin_raw: dict[int, float] = {}
-    lm_raw: dict[int, float] = {}
-    gen = torch.Generator(device=r.device).manual_seed(0)
+        def lm():
+            with torch.inference_mode():
+                return sample(r.model.logits(hidden), [greedy] * n, [None] * n)
+        return lm
 
-    def linear(b):
-        if b not in lin_raw:
-            lin_raw[b] = step_ms([], [chunk(b, 0, False)], skip=True)
-        return lin_raw[b]
+    # ---- the steps the tables need -----------------------------------------------------------
+    def fits(b, c):
+        top = max(contexts(b, c))
+        return top <= r.max_model_len and b * -(-top // bs) * bs <= min(cap_tokens, r.workspace_tokens)
 
-    def lm_head(n):
-        if n not in lm_raw:
-            hidden = torch.randn(n, cfg.hidden_size, generator=gen, device=r.device).to(r.dtype)
-
-            def lm():
-                with torch.inference_mode():
-                    return sample(r.model.logits(hidden), [greedy] * n, [None] * n)
-            lm_raw[n] = timer(lm)
-        return lm_raw[n]
-
-    for b in sorted(set(g["tokens"])):
-        if b <= r.max_model_len:
-            row("linear", linear(b) + overhead_ms, mode="eager", tokens=b)
-    say("linear done")
-    for n in sorted(set(g["lm_tokens"])):
-        row("lm_head", lm_head(n) + n * row_ms, tokens=n)
-    say("lm head done")
-
-    # attention tables hold what a step costs beyond linear(b) and lm_head(sampled), per
-    # layer: the attention itself and its per-step setup, so that the composed model
-    # reproduces measured steps at the grid points
-    dec_ms: dict[tuple[int, int], float] = {}
-    for batch in sorted(set(g["batches"])):
-        if batch > r.max_num_seqs:
-            continue
-        for ctx in sorted(set(g["contexts"])):
-            if ctx > r.max_model_len or batch * ctx > min(cap_tokens, r.workspace_tokens):
-                continue
-            full = step_ms(decoders(batch, ctx), [])
-            ms = max(eps, (full - linear(batch) - lm_head(batch)) / L)
-            dec_ms[(batch, ctx)] = ms
-            row("decode_attn", ms, batch=batch, context=ctx)
-    say("decode attention done")
-
-    for c in sorted(set(g["chunks"])):
-        for ctx in sorted(set(g["chunk_contexts"])):
-            if c + ctx > min(r.max_model_len, cap_tokens):
-                continue
-            ms = max(eps, (step_ms([], [chunk(c, ctx, False)]) - linear(c)) / L)
-            row("prefill_attn", ms, chunk=c, context=ctx)
-    say("prefill attention done")
-
-    # CUDA graphs: decode-only steps replayed from graphs at the shortest context; the
-    # attention above its launch floor and the LM head are taken out (the cost model adds
-    # them back)
-    if r.graphs is not None and dec_ms:
-        floor = min(dec_ms.values())
-        ctx = min(c for _, c in dec_ms)
-        for batch in sorted(set(g["batches"])):
-            if batch > r.max_num_seqs or (batch, ctx) not in dec_ms:
-                continue
-            ms = step_ms(decoders(batch, ctx), [])
-            lin = ms - L * max(0.0, dec_ms[(batch, ctx)] - floor) - lm_head(batch)
-            row("linear", max(lin, eps) + overhead_ms, mode="graph", tokens=batch)
-        say("graph rows done")
-
-    # whole steps, end to end, for `validate_steps`
-    for c, cctx, nd, dctx in ((64, 0, 0, 0), (16, 64, 4, 64), (0, 0, 16, 256), (128, 0, 8, 128),
-                              (0, 0, 1, 64), (32, 256, 32, 64)):
-        if nd > r.max_num_seqs or max(c + cctx, dctx) > r.max_model_len or nd * dctx + c + cctx > cap_tokens:
-            continue
+    dec_points = [(b, c) for b in sorted(set(g["batches"])) if b <= r.max_num_seqs
+                  for c in sorted(set(g["contexts"])) if fits(b, c)]
+    pre_points = [(c, x) for c in sorted(set(g["chunks"])) for x in sorted(set(g["chunk_contexts"]))
+                  if c + x <= min(r.max_model_len, cap_tokens)]
+    step_points = [p for p in ((64, 0, 0, 0), (16, 64, 4, 64), (0, 0, 16, 256), (128, 0, 8, 128),
+                               (0, 0, 1, 64), (32, 256, 32, 64))
+                   if not (p[2] > r.max_num_seqs or max(p[0] + p[1], p[3]) > r.max_model_len
+                           or p[2] * p[3] + p[0] + p[1] > cap_tokens or (p[2] and not fits(p[2], p[3])))]
+    lin_out = sorted(b for b in set(g["tokens"]) if b <= min(r.max_model_len, cap_tokens))
+    lin_sizes = set(lin_out) | {b for b, _ in dec_points} | {c for c, _ in pre_points}
+    lm_sizes = set(g["lm_tokens"]) | {b for b, _ in dec_points}
+    for b in sorted(lin_sizes):
+        bench.add(("linear", b), step_call([], [chunk(b, 0, False)], skip=True))
+    for n in sorted(lm_sizes):
+        bench.add(("lm_head", n), lm_call(n))
+    for b, c in dec_points:
+        bench.add(("decode", b, c), step_call(decoders(b, c), []))
+    for c, x in pre_points:
+        bench.add(("prefill", c, x), step_call([], [chunk(c, x, False)]))
+    for c, cctx, nd, dctx in step_points:
         decs = decoders(nd, dctx) if nd else []
-        chs = [chunk(c, cctx, True, first_block=nd * -(-dctx // bs))] if c else []
-        row("step", step_ms(decs, chs) + overhead_ms, prefill_chunk=c, prefill_context=cctx,
-            decodes=nd, decode_context=dctx)
-    return rows
+        chs = [chunk(c, cctx, True, first_block=sum(len(d.blocks) for d in decs))] if c else []
+        bench.add(("step", c, cctx, nd, dctx), step_call(decs, chs))
+
+    def raw_tables(ms):
+        """Forward-time tables (no host time) from the medians so far."""
+        lin = {k[1]: v for k, v in ms.items() if k[0] == "linear"}
+        lm = {k[1]: v for k, v in ms.items() if k[0] == "lm_head"}
+        dec = {(b, c): max(eps, (ms[("decode", b, c)] - lin[b] - lm[b]) / L) for b, c in dec_points}
+        pre = {(c, x): max(eps, (ms[("prefill", c, x)] - lin[c]) / L) for c, x in pre_points}
+        graph = {}
+        if r.graphs is not None and dec:
+            # CUDA graphs: decode-only steps replayed from graphs at the shortest context; the
+            # attention above its launch floor and the LM head are taken out (the cost model
+            # adds them back)
+            floor = min(dec.values())
+            ctx = min(c for _, c in dec)
+            for b in sorted(set(g["batches"])):
+                if (b, ctx) in dec:
+                    graph[b] = max(eps, ms[("decode", b, ctx)] - L * max(0.0, dec[(b, ctx)] - floor) - lm[b])
+        steps = {k[1:]: v for k, v in ms.items() if k[0] == "step"}
+        return lin, lm, dec, pre, graph, steps
+
+    def rows_for(ms, scale: float, fixed_ms: float, row_ms: float) -> list[dict]:
+        lin, lm, dec, pre, graph, steps = raw_tables(ms)
+        rows: list[dict] = []
+
+        def row(table, v, **kw):
+            d = {"table": table, "model": model_name, "ms": f"{v:.5f}", "layers": L}
+            d.update(kw)
+            rows.append(d)
+        for b in lin_out:
+            row("linear", scale * lin[b] + fixed_ms, mode="eager", tokens=b)
+        for n in sorted(set(g["lm_tokens"])):
+            row("lm_head", scale * lm[n] + n * row_ms, tokens=n)
+        for (b, c), v in dec.items():
+            row("decode_attn", scale * v, batch=b, context=c)
+        for (c, x), v in pre.items():
+            row("prefill_attn", scale * v, chunk=c, context=x)
+        for b, v in graph.items():
+            row("linear", scale * v + fixed_ms, mode="graph", tokens=b)
+        for (c, cctx, nd, dctx), v in steps.items():
+            sampled = nd + (1 if c else 0)
+            row("step", scale * v + fixed_ms + sampled * row_ms, prefill_chunk=c, prefill_context=cctx,
+                decodes=nd, decode_context=dctx)
+        return rows
+
+    def cost_of(rows):
+        from ..core.cost import make_cost_model  # noqa: PLC0415
+
+        with tempfile.TemporaryDirectory(prefix="llmsched-profile-") as tmp:
+            path = write_profile(rows, Path(tmp) / "profile.csv")
+            return make_cost_model(f"profile:{path}" + ("" if r.cuda else ",overlap=0"))
+
+    # ---- timing: table passes, with the calibration run's segments between them -------------
+    t_start = time.perf_counter()
+    for _ in range(warmup):
+        bench.run_pass(timed=False)
+    bench.run_pass()
+    cal_steps: list = []
+    segments = 3 if calibrate else 0
+    if segments:
+        first = cost_of(rows_for(bench.medians(), 1.0, 0.0, 0.0))
+        for k in range(segments):
+            trace = calibration_trace(engine, first, target_s=calibrate_s / segments, seed=seed + k)
+            replay(engine, trace, seed=seed + k, steps=cal_steps)
+            bench.run_pass()
+    while bench.passes < reps or (time.perf_counter() - t_start < min_s and bench.passes < max_passes):
+        bench.run_pass()
+    ms = bench.medians()
+    info["passes"] = bench.passes
+    info["seconds"] = time.perf_counter() - t_start
+    say(f"{len(ms)} steps timed in {bench.passes} passes" + (f" and a {len(cal_steps)}-step calibration run"
+                                                            if segments else "") + f" ({info['seconds']:.1f} s)")
+    if segments:
+        cal = fit_calibration(cal_steps, cost_of(rows_for(ms, 1.0, 0.0, 0.0)))
+        scale, fixed_s, per_row_s = cal["scale"], cal["fixed_s"], cal["per_row_s"]
+        cold = "-" if cal["after_idle_ratio"] is None else f"{cal['after_idle_ratio']:.2f} x"
+        say(f"calibration: real steps take {scale:.3f} x the table time, + {fixed_s * 1e3:.3f} ms + "
+            f"{per_row_s * 1e6:.1f} us per sampled row of host time; the first step after an idle "
+            f"wait takes {cold} longer (not modelled)")
+    else:
+        scale = 1.0
+        fixed_s, per_row_s = measure_overhead(engine)
+        cal = {"scale": 1.0, "fixed_s": fixed_s, "per_row_s": per_row_s}
+        say(f"host time per step: {fixed_s * 1e3:.3f} ms + {per_row_s * 1e6:.1f} us per sampled row "
+            f"(closed batch, no calibration run)")
+    info["calibration"] = cal
+    return rows_for(ms, scale, fixed_s * 1e3, per_row_s * 1e3)
 
 
 def write_profile(rows: list[dict], out) -> Path:
@@ -263,7 +435,9 @@ def write_profile(rows: list[dict], out) -> Path:
 def profile(model, out, *, device: str = "cpu", dtype=None, max_num_seqs: int | None = None,
             b_max: int = 512, block_size: int = 16, kv_cache_gb: float | None = None,
             max_model_len: int | None = None, enforce_eager: bool = False, reps: int = 3,
-            warmup: int = 1, grid: dict | None = None, progress=None, num_threads: int | None = None) -> dict:
+            warmup: int = 1, grid: dict | None = None, progress=None, num_threads: int | None = None,
+            calibrate: bool = True, calibrate_s: float = 2.5, min_s: float | None = None,
+            spread: bool = True) -> dict:
     """Build an engine for `model` (folder or ModelConfig), measure, write `out` (a CSV
     file; a folder gets `profile.csv`). Returns a summary dict."""
     from .engine import LLMEngine  # noqa: PLC0415
@@ -271,6 +445,8 @@ def profile(model, out, *, device: str = "cpu", dtype=None, max_num_seqs: int | 
 
     if reps < 1 or warmup < 0:
         raise ConfigError("reps must be >= 1 and warmup >= 0")
+    if calibrate_s <= 0:
+        raise ConfigError(f"calibrate_s must be positive, got {calibrate_s!r}")
     t0 = time.perf_counter()
     dev = str(device)
     if max_num_seqs is None:
@@ -281,9 +457,12 @@ def profile(model, out, *, device: str = "cpu", dtype=None, max_num_seqs: int | 
                        block_size=block_size, kv_cache_gb=kv_cache_gb, max_model_len=max_model_len,
                        enforce_eager=enforce_eager, num_threads=num_threads)
     name = "engine" if isinstance(model, ModelConfig) else (Path(model).resolve().name or "engine")
-    rows = profile_engine(engine, reps=reps, warmup=warmup, grid=grid, model_name=name, progress=progress)
+    info: dict = {}
+    rows = profile_engine(engine, reps=reps, warmup=warmup, grid=grid, model_name=name, progress=progress,
+                          calibrate=calibrate, calibrate_s=calibrate_s, min_s=min_s, spread=spread, info=info)
     path = write_profile(rows, out)
     return {"path": str(path), "model": name, "layers": engine.config.num_layers,
             "device": str(engine.runner.device), "dtype": str(engine.runner.dtype).replace("torch.", ""),
-            "rows": len(rows), "seconds": time.perf_counter() - t0,
+            "rows": len(rows), "seconds": time.perf_counter() - t0, "passes": info.get("passes"),
+            "calibration": info.get("calibration"),
             "cost_model": f"profile:{path}" + ("" if engine.runner.cuda else ",overlap=0")}
