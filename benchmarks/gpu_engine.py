@@ -173,7 +173,8 @@ def sharegpt_trace(n: int, rate: float, max_len: int, seed: int = 0):
 
 def sim_vs_real(engine, out_dir: Path, trace, source: str, small: bool) -> dict:
     from llmsched.engine.profiler import profile_engine, write_profile
-    from llmsched.engine.validate import compare, replay, simulate
+    from llmsched.analysis.validate import compare, simulate
+    from llmsched.engine.replay import replay
     grid = None
     if small:
         grid = dict(tokens=[1, 8, 32, 64, 128], batches=[1, 4, 16], contexts=[16, 64, 256],

@@ -39,7 +39,7 @@ def test_profile_round_trip(tiny_model, tmp_path):
 
 
 def test_validate_reports_errors(tiny_model, tmp_path):
-    from llmsched.engine.validate import METRICS, STATS, validate
+    from llmsched.analysis.validate import METRICS, STATS, validate
     trace = tmp_path / "trace.csv"
     rows = ["arrival_s,prompt_tokens,output_tokens"]
     rng = np.random.default_rng(0)
@@ -62,7 +62,7 @@ def test_validate_reports_errors(tiny_model, tmp_path):
 
 def test_validate_rejects_bad_input(tiny_model, tmp_path):
     from llmsched.core.errors import ConfigError
-    from llmsched.engine.validate import validate
+    from llmsched.analysis.validate import validate
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n")
     with pytest.raises(ConfigError, match="unknown batch policy"):
@@ -81,7 +81,7 @@ class _Cost:
 
 def test_fit_calibration_recovers_scale_and_host_time():
     from llmsched.engine.profiler import fit_calibration, fit_host
-    from llmsched.engine.validate import StepRecord
+    from llmsched.engine.replay import StepRecord
 
     rng = np.random.default_rng(0)
     cost = _Cost()
@@ -112,7 +112,7 @@ def test_replay_starts_steps_at_arrivals(tiny_model):
     """Like the simulator, the replay starts a step as soon as a request arrives at an
     idle engine, and marks which steps followed an idle wait."""
     from llmsched.engine.engine import LLMEngine
-    from llmsched.engine.validate import replay, step_ratios
+    from llmsched.engine.replay import replay, step_ratios
 
     eng = LLMEngine(tiny_model, b_max=64, max_num_seqs=4, max_model_len=256)
     tr = SimpleNamespace(arrival_s=np.array([0.0, 0.08, 0.16, 0.16]), prompt=np.array([12, 20, 9, 9]),

@@ -10,7 +10,7 @@ from __future__ import annotations
 _LAZY = {
     "LLM": "engine", "LLMEngine": "engine", "Completion": "engine",
     "ModelConfig": "loader", "read_config": "loader",
-    "make_tiny_model": "tiny", "profile_engine": "profiler", "validate": "validate",
+    "make_tiny_model": "tiny", "profile_engine": "profiler", "replay": "replay",
 }
 
 __all__ = list(_LAZY)

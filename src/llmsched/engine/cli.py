@@ -1,4 +1,5 @@
-"""Engine subcommands of the `llmsched` CLI: generate, make-tiny-model, profile, validate.
+"""Engine subcommands of the `llmsched` CLI: generate, make-tiny-model, profile (the
+sim-vs-real `validate` lives in `llmsched.analysis.cli`).
 
 `register(subparsers)` adds them; each parser's default `func(args) -> int` is a thin
 wrapper over a Python function. Bad input raises `ConfigError` (the main CLI prints it
@@ -126,65 +127,6 @@ def cmd_profile(args) -> int:
     return 0
 
 
-# ---- validate ------------------------------------------------------------------------------
-def render_validation(result: dict) -> None:
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-
-    from .validate import METRICS, STATS  # noqa: PLC0415
-
-    t = Table(title=f"sim vs real ({result['trace_requests']} requests, {result['device']}); "
-                    f"cells: real ms / sim ms (sim error)")
-    t.add_column("policy")
-    t.add_column("metric")
-    for st in STATS:
-        t.add_column(st, justify="right")
-
-    def cell(e):
-        if e["real_ms"] is None or e["sim_ms"] is None:
-            return "-"
-        err = "-" if e["rel_error"] is None else f"{e['rel_error'] * 100:+.0f}%"
-        return f"{e['real_ms']:.1f} / {e['sim_ms']:.1f} ({err})"
-    for policy, res in result["policies"].items():
-        for m in METRICS:
-            t.add_row(policy, m, *(cell(res["errors"][f"{m}_{st}"]) for st in STATS))
-    con = Console()
-    con.print(t)
-    for policy, res in result["policies"].items():
-        st = res.get("steps")
-        if not st:
-            continue
-
-        def ratio(v):
-            return "-" if v is None else f"{v:.2f}"
-        lag = "-" if st.get("idle_start_lag_ms") is None else f"{st['idle_start_lag_ms']:.2f} ms"
-        con.print(f"{policy}: {st['real']} real steps, {st['sim']} simulated; real / modelled step time "
-                  f"(median): {ratio(st['busy_ratio'])} back to back, {ratio(st['after_idle_ratio'])} "
-                  f"first after idle ({st['after_idle_steps']} steps, started {lag} after the arrival)")
-
-
-def cmd_validate(args) -> int:
-    from .validate import validate  # noqa: PLC0415
-
-    opts = _setup(args)
-    opts["max_model_len"] = args.max_model_len  # default: from the trace
-    say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
-    if args.calibrate_s < 0:
-        raise ConfigError(f"--calibrate-s must be >= 0, got {args.calibrate_s}")
-    if args.tables_s is not None and args.tables_s < 0:
-        raise ConfigError(f"--tables-s must be >= 0, got {args.tables_s}")
-    res = validate(args.model, args.trace, args.policies, profile=args.profile, seed=args.seed,
-                   reps=args.reps, progress=say, tables_s=args.tables_s, calibrate_s=args.calibrate_s, **opts)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(res, fh, indent=2)
-    if args.json == "-" or args.print_json:
-        print(json.dumps(res, indent=2))
-    else:
-        render_validation(res)
-    return 0
-
-
 def register(subparsers) -> None:
     """Add the engine subcommands to an argparse subparsers object."""
     fmt = argparse.ArgumentDefaultsHelpFormatter
@@ -246,41 +188,3 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _engine_args(p)
     p.set_defaults(func=cmd_profile)
-
-    p = subparsers.add_parser("validate", help="compare the simulator with the real engine on a trace",
-                              description="Replay a trace through the engine in real time and through the "
-                                          "simulator (timed by the engine's profile); report the error of "
-                                          "TTFT, ITL and E2E (mean, p50, p99) per policy.")
-    p.add_argument("--model", required=True, help="model folder")
-    p.add_argument("--trace", required=True, help="CSV arrival_s,prompt_tokens,output_tokens (or an Azure trace)")
-    p.add_argument("--policies", default="sarathi", help="comma-separated batch policies (default: sarathi)")
-    p.add_argument("--profile", default=None, help="profile CSV of this engine (default: measure one first)")
-    p.add_argument("--reps", type=_pos_int, default=3,
-                   help="without --profile: interleaved passes over the grid, at least (default: 3)")
-    p.add_argument("--tables-s", type=float, default=None,
-                   help="without --profile: seconds of table passes (default: 3 on CPU, 10 on CUDA)")
-    p.add_argument("--calibrate-s", type=float, default=2.5,
-                   help="without --profile: length of the calibration run, 0 for none (default: 2.5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random prompt token ids")
-    p.add_argument("--json", default=None, help="also write the result as JSON to this file")
-    p.add_argument("--print-json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    _engine_args(p, b_max=256)
-    p.set_defaults(func=cmd_validate)
-
-
-def main(argv=None) -> int:
-    """Standalone entry point (the package CLI normally hosts these commands)."""
-    parser = argparse.ArgumentParser(prog="llmsched-engine")
-    sub = parser.add_subparsers(dest="command", required=True)
-    register(sub)
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -248,7 +248,7 @@ def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None 
 
     from ..core.engine_api import SamplingParams  # noqa: PLC0415
     from .sampler import sample  # noqa: PLC0415
-    from .validate import replay  # noqa: PLC0415
+    from .replay import replay  # noqa: PLC0415
 
     if engine.has_unfinished_requests():
         raise RuntimeError("profile an idle engine")
