@@ -91,3 +91,16 @@ def test_output_of_one_token_ends_at_prefill():
     assert entries(steps) == ["0:p4", "0:p1"]
     assert res.ttft_s[0] == pytest.approx(0.02) and res.e2e_s[0] == pytest.approx(0.02)
     assert res.itl.count == 0
+
+
+def test_running_cap_holds_back_admission():
+    rows = [(0.0, 2, 3), (0.0, 2, 3), (0.0, 2, 1)]
+    _, steps = run(rows, "sarathi", b_max=16, max_running=2)
+    # the third request waits until one of the first two finishes
+    assert entries(steps) == ["0:p2 1:p2", "0:d 1:d", "0:d 1:d", "2:p2"]
+
+
+def test_shortest_prompt_first_admission_order():
+    rows = [(0.0, 8, 1), (0.0, 3, 1), (0.0, 5, 1)]
+    _, steps = run(rows, "sarathi", admission="spf", b_max=4)
+    assert entries(steps) == ["1:p3 2:p1", "2:p4", "0:p4", "0:p4"]
