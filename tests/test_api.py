@@ -78,3 +78,24 @@ def test_closed_loop_policy_gets_durations_and_emitted_tokens():
     assert len(rec.durations) == len(rows) == r.summary["steps"]
     assert rec.durations == pytest.approx([float(x.split(",")[2]) for x in rows])
     assert sum(rec.emitted) == int(tr.output.sum())  # every output token reported once
+    # under preemption too: a recompute's token is reported
+    tr = trace([(0.0, 50, 60)] * 4)
+    r = llmsched.simulate(trace=tr, admission="recorder", b_max=64, kv_capacity=120, cost_model="paper")
+    assert r.summary["preemptions"] > 0
+    assert sum(made[-1].emitted) == int(tr.output.sum())
+
+
+def test_bunched_arrivals_keep_the_time_series_bounded():
+    r = llmsched.simulate(arrival="deterministic", rate=1e9, prompt="geometric:1000", output="geometric:300",
+                          num_requests=5000, cost_model="paper")
+    t = r.timeseries["time_s"]
+    assert 1000 < len(t) <= 4096
+    gaps = np.diff(t)
+    assert np.allclose(gaps, gaps[0])  # still a regular grid
+    assert t[-1] >= r.summary["sim_end_s"] - 2 * gaps[0]
+
+
+def test_equal_gaps_have_zero_itl_spread():
+    r = llmsched.simulate(policy="fastertransformer", cost_model="paper", b_max=128, rate=2,
+                          prompt="const:100", output="const:50", num_requests=50)
+    assert r.summary["std_itl_ms"] == 0 and r.summary["itl_cv"] == 0

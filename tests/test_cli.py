@@ -71,6 +71,12 @@ BAD = [
     (["--kv-capacity", "50"], "can never complete"),
     (["--unknown-flag"], "unrecognized arguments"),
     (["--config", "/no/such.yaml"], "does not exist"),
+    (["--sample-interval", "1e-10"], "at least 1 microsecond"),
+    (["--cost-model", "paper:c=nan"], "finite"),
+    (["--prompt", "const:1e30"], "at most"),
+    (["--prompt", "0"], "must be >= 1"),
+    (["--rate", "1e-12"], "arrival times must be"),
+    (["--steps", "--out", ""], "give --out"),
 ]
 
 
@@ -83,6 +89,19 @@ def test_bad_input_is_one_line_exit_2(tmp_path, extra, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
     assert not out.exists()  # nothing half-written
+
+
+@pytest.mark.parametrize("line", ["b_max: true", "max_time_s: true", "fast: 'false'", "verdict: no_please",
+                                  "record_steps: 'no'", "admission: 5", "policy_options: 5",
+                                  "admission_options: [1]", "k_max: 2.5"])
+def test_config_values_of_the_wrong_type(tmp_path, line):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"cost_model: paper\n{line}\nworkload:\n  rate: 5\n  prompt: const:10\n"
+                   "  output: const:5\n  num_requests: 20\n")
+    proc = subprocess.run([sys.executable, "-m", "llmsched.cli", "simulate", "--config", str(cfg), "--out", ""],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert line.split(":")[0] in proc.stderr
 
 
 def test_malformed_trace_and_config(tmp_path):

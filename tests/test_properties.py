@@ -157,3 +157,12 @@ def test_fast_path_skips_steps_on_long_decodes():
         simulate_trace(tr, sched, make_cost_model("paper"), fast=(mode == "fast"))
     assert calls["exact"] == 3000
     assert calls["fast"] <= 5
+
+
+def test_fast_path_kfcfs_under_kv_pressure():
+    """K-FCFS may serve fewer decoders than the planner keeps KV room for; the fast path
+    must stop where the planner would preempt (a regression found in review)."""
+    tr = trace([(0.0, 1, 10), (0.0, 100, 2), (0.0, 1, 10)])
+    cfg = dict(policy="kfcfs", admission="spf", b_max=16, kv_capacity=104)
+    (a, sa), (b, sb) = (simulate(tr, cfg, COSTS[0], fast=f) for f in (True, False))
+    assert sa == sb and np.array_equal(a.stats.e2e_ns, b.stats.e2e_ns)

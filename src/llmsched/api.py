@@ -121,21 +121,41 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
             cfg.workload = {**base, **wl_over}
         else:
             cfg.workload = {**cfg.workload, **wl_over}
+    _check_types(cfg)
+    return cfg
+
+
+def _check_types(cfg: SimConfig) -> None:
+    """Every option has the type it needs (YAML makes it easy to write `b_max: true`)."""
     for name in ("b_max", "k_max", "kv_capacity", "max_running"):
         v = getattr(cfg, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        if not isinstance(v, (int, np.integer)):
             try:
                 fv = float(v)
-                if fv != int(fv):
+                if not math.isfinite(fv) or fv != int(fv):
                     raise ValueError
-                setattr(cfg, name, int(fv))
             except (TypeError, ValueError):
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}") from None
+            v = int(fv)
+        setattr(cfg, name, int(v))
     for name in ("max_time_s", "sample_interval_s"):
         v = getattr(cfg, name)
-        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not math.isfinite(v) or v <= 0):
             raise ConfigError(f"{name} must be a positive number, got {v!r}")
-    return cfg
+    for name in ("fast", "verdict", "record_steps"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise ConfigError(f"{name} must be true or false, got {getattr(cfg, name)!r}")
+    for name in ("policy", "admission", "cost_model"):
+        if not isinstance(getattr(cfg, name), str):
+            raise ConfigError(f"{name} must be a name (a string), got {getattr(cfg, name)!r}")
+    for name in ("policy_options", "admission_options"):
+        if not isinstance(getattr(cfg, name), dict):
+            raise ConfigError(f"{name} must be a mapping of option names to values, got {getattr(cfg, name)!r}")
 
 
 def simulate(config: SimConfig | dict | str | os.PathLike | None = None, *, trace: Trace | None = None,

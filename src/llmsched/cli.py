@@ -82,6 +82,9 @@ def _overrides(args) -> dict:
 def cmd_simulate(args) -> int:
     from .api import simulate  # noqa: PLC0415
 
+    if args.steps and not args.out:
+        raise ConfigError("--steps writes steps.csv into the output folder: give --out DIR")
+
     progress, close = _progress_bar(args)
     try:
         result = simulate(args.config, out_dir=args.out or None, progress=progress, **_overrides(args))

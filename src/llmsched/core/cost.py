@@ -42,6 +42,8 @@ class PaperCostModel(CostModel):
     load_only = True
 
     def __init__(self, c_ms: float = 11.28, a_ms: float = 35.47, b0: int = 128, variant: str = "ceil"):
+        if not (math.isfinite(c_ms) and math.isfinite(a_ms)):
+            raise ConfigError(f"paper cost model needs finite c and a, got c={c_ms}, a={a_ms}")
         if c_ms < 0 or a_ms < 0:
             raise ConfigError(f"paper cost model needs c >= 0 and a >= 0, got c={c_ms}, a={a_ms}")
         if b0 <= 0:
@@ -73,7 +75,7 @@ class LinearCostModel(CostModel):
     load_only = True
 
     def __init__(self, c_ms: float = 10.0, a_ms: float = 0.0):
-        if c_ms < 0 or a_ms < 0 or c_ms + a_ms <= 0:
+        if not (math.isfinite(c_ms) and math.isfinite(a_ms)) or c_ms < 0 or a_ms < 0 or c_ms + a_ms <= 0:
             raise ConfigError(f"linear cost model needs c >= 0, a >= 0, not both 0; got c={c_ms}, a={a_ms}")
         self.c = c_ms / 1e3
         self.a = a_ms / 1e3

@@ -16,16 +16,21 @@ class StepPlan:
       are recomputed later, as vLLM does).
     - `decode_first`: whether the decode tokens come before the prefill chunks in the
       step's entry order (a presentation and packing order, not a cost difference).
+    - `decode_room`: the KV slots the plan needed free for decode tokens, below which it
+      would have preempted (the planner reserves one per decoder the step could serve,
+      which may be more than `decode`); None means `decode`.
     """
 
-    __slots__ = ("decode", "prefill", "preempt", "decode_first")
+    __slots__ = ("decode", "prefill", "preempt", "decode_first", "decode_room")
 
     def __init__(self, decode: int = 0, prefill: list[tuple[Request, int]] | None = None,
-                 preempt: list[Request] | None = None, decode_first: bool = True):
+                 preempt: list[Request] | None = None, decode_first: bool = True,
+                 decode_room: int | None = None):
         self.decode = decode
         self.prefill = prefill if prefill is not None else []
         self.preempt = preempt if preempt is not None else []
         self.decode_first = decode_first
+        self.decode_room = decode if decode_room is None else decode_room
 
     @property
     def prefill_tokens(self) -> int:
@@ -53,15 +58,16 @@ class StepFeedback:
     """What a closed-loop policy learns after a step: its duration, its plan, and the
     tokens each request emitted (`emitted()` lists them on demand)."""
 
-    __slots__ = ("start", "duration", "plan", "finished", "first_tokens", "_decoded")
+    __slots__ = ("start", "duration", "plan", "finished", "first_tokens", "resumed", "_decoded")
 
     def __init__(self, start: float, duration: float, plan: StepPlan, finished: list[Request],
-                 first_tokens: list[Request], decoded):
+                 first_tokens: list[Request], decoded, resumed: list[Request] = ()):
         self.start = start            # seconds
         self.duration = duration      # seconds, observed or predicted
         self.plan = plan
         self.finished = finished      # requests that completed in this step
-        self.first_tokens = first_tokens  # requests whose prefill completed (emitted a token)
+        self.first_tokens = first_tokens  # requests whose first prefill completed (token 1)
+        self.resumed = resumed        # requests whose recompute after a preemption completed
         self._decoded = decoded       # callable -> the decoders served by the step
 
     @property
@@ -72,4 +78,5 @@ class StepFeedback:
         """(request, tokens emitted) for every request that emitted a token in the step."""
         out = [(r, 1) for r in self._decoded()]
         out.extend((r, 1) for r in self.first_tokens)
+        out.extend((r, 1) for r in self.resumed)
         return out

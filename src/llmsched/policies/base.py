@@ -59,7 +59,7 @@ class Planner:
     room reserved so admissions cannot take it."""
 
     __slots__ = ("state", "admission", "tokens", "slots", "kv", "decodable", "decode",
-                 "prefill", "preempt", "n_admitted", "admitted_tokens", "_victims")
+                 "prefill", "preempt", "n_admitted", "admitted_tokens", "decode_room", "_victims")
 
     def __init__(self, state: ServerState, admission: AdmissionPolicy):
         self.state = state
@@ -86,6 +86,7 @@ class Planner:
                 if kv >= need:
                     break
         self.kv = kv - need
+        self.decode_room = need
 
     def take_decodes(self, limit: int = UNLIMITED) -> int:
         """Serve up to `limit` more decoders (in decode order); returns how many."""
@@ -141,7 +142,7 @@ class Planner:
                 return
 
     def plan(self, decode_first: bool = True) -> StepPlan:
-        return StepPlan(self.decode, self.prefill, self.preempt, decode_first)
+        return StepPlan(self.decode, self.prefill, self.preempt, decode_first, self.decode_room)
 
 
 class BatchPolicy:

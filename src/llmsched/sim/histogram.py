@@ -3,7 +3,7 @@
 Values are counted exactly while there are at most `exact_limit` distinct ones (a
 load-only cost model gives few distinct step times); beyond that they fold into
 logarithmic buckets of ratio `1 + 2 * rel_error`, so a percentile is off by at most
-`rel_error` (0.5% by default). Mean, standard deviation, min and max are always exact.
+`rel_error` (0.5% by default). Mean, standard deviation, min and max are always exact (integer sums).
 Percentiles interpolate between ranks like `numpy.percentile` (method 'linear').
 """
 
@@ -23,8 +23,8 @@ class GapHistogram:
         self._log = math.log1p(2 * rel_error)
         self._inv_log = 1.0 / self._log
         self.count = 0
-        self.total = 0.0
-        self.total_sq = 0.0
+        self.total = 0          # integers: exact sums of integer values
+        self.total_sq = 0
         self.min = math.inf
         self.max = 0
 
@@ -34,7 +34,7 @@ class GapHistogram:
             return
         self.count += weight
         self.total += value * weight
-        self.total_sq += float(value) * value * weight
+        self.total_sq += value * value * weight
         if value < self.min:
             self.min = value
         if value > self.max:
@@ -66,8 +66,8 @@ class GapHistogram:
     def std(self) -> float:
         if not self.count:
             return math.nan
-        m = self.mean
-        return math.sqrt(max(0.0, self.total_sq / self.count - m * m))
+        n = self.count
+        return math.sqrt(max(0, self.total_sq * n - self.total * self.total)) / n
 
     def _points(self) -> list[tuple[float, int]]:
         if self._exact is not None:

@@ -25,6 +25,7 @@ from ..policies.base import Scheduler
 from .histogram import GapHistogram
 
 NS = 1_000_000_000
+MAX_SAMPLES = 4096  # time-series length bound with the automatic sampling interval
 
 
 class SimulationStuck(RuntimeError):
@@ -50,9 +51,18 @@ class RunStats:
     unfinished: int
 
 
+MAX_TOKENS = 1 << 31        # per request: prompt + output
+MAX_ARRIVAL_S = 1e9         # about 31 years: integer nanoseconds stay far from overflow
+
+
 def validate_requests(prompt: np.ndarray, output: np.ndarray, kv_capacity: int | None) -> None:
     if len(prompt) == 0:
         raise ConfigError("the workload has no requests")
+    big = np.asarray(prompt, dtype=np.float64) + np.asarray(output, dtype=np.float64) >= MAX_TOKENS
+    if big.any():
+        i = int(np.argmax(big))
+        raise ConfigError(f"request {i} asks for {int(prompt[i])} prompt + {int(output[i])} output tokens; "
+                          f"the simulator supports fewer than {MAX_TOKENS} per request")
     if (prompt < 1).any():
         raise ConfigError(f"request {int(np.argmax(prompt < 1))} has a prompt of {int(prompt.min())} tokens; prompts need at least 1")
     if (output < 1).any():
@@ -77,6 +87,10 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
     validate_requests(prompt_arr, output_arr, scheduler.constraints.kv_capacity)
     if (np.diff(arrival_s) < 0).any():
         raise ConfigError("arrival times must be non-decreasing")
+    if len(arrival_s) and not (np.isfinite(arrival_s).all() and arrival_s.min() >= 0
+                               and arrival_s.max() < MAX_ARRIVAL_S):
+        raise ConfigError(f"arrival times must be finite, >= 0 and below {MAX_ARRIVAL_S:g} s "
+                          f"(got {arrival_s.min():g} .. {arrival_s.max():g} s)")
     n = len(arrival_s)
     arr = np.round(arrival_s * NS).astype(np.int64).tolist()
     prompts = prompt_arr.tolist()
@@ -105,11 +119,28 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
     max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
 
     span = (arr[-1] - arr[0]) if n else 0
-    interval = int(round(sample_interval_s * NS)) if sample_interval_s else max(span // 1000, NS // 100)
+    auto_interval = not sample_interval_s
+    if auto_interval:
+        interval = max(span // 1000, NS // 100)
+    else:
+        interval = int(round(sample_interval_s * NS))
+        if interval < 1000:
+            raise ConfigError(f"the sampling interval must be at least 1 microsecond, got {sample_interval_s} s")
     ts: dict[str, list] = {k: [] for k in ("time_s", "waiting_requests", "waiting_prefill_tokens",
                                            "running_requests", "decoding_requests", "token_load",
                                            "backlog_tokens", "kv_used_tokens")}
-    next_sample = arr[0] if n else 0
+    first_sample = next_sample = arr[0] if n else 0
+
+    def advance() -> None:
+        """Move to the next sample time. With the automatic interval, memory stays bounded:
+        past MAX_SAMPLES samples every other one is dropped and the interval doubles."""
+        nonlocal next_sample, interval
+        next_sample += interval
+        if auto_interval and len(ts["time_s"]) >= MAX_SAMPLES:
+            for col in ts.values():
+                del col[1::2]
+            interval *= 2
+            next_sample = first_sample + -(-(next_sample - first_sample) // interval) * interval
 
     def record(t: int, j: int, b: int, pf: int) -> None:
         ts["time_s"].append(t / NS)
@@ -128,20 +159,20 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
             end = start + durations * count
             while next_sample < end:
                 record(next_sample, max(0, next_sample - start) // durations, b, pf)
-                next_sample += interval
+                advance()
             return
         t = start
         for j, d in enumerate(durations):
             t += d
             while next_sample < t:
                 record(next_sample, j, b, pf)
-                next_sample += interval
+                advance()
 
     def sample_idle(until: int) -> None:
         nonlocal next_sample
         while next_sample < until:
             record(next_sample, 0, 0, 0)
-            next_sample += interval
+            advance()
 
     i = 0
     now = arr[0] if n else 0
@@ -193,7 +224,8 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
                 if k < count:
                     count = k
             if m and kv_capacity < UNLIMITED:
-                k = (kv_capacity - state.kv_used) // m
+                # the plan repeats while the planner finds its decode room free
+                k = (kv_capacity - state.kv_used - plan.decode_room) // m + 1
                 if k < count:
                     count = k
         if load_only:
@@ -282,7 +314,8 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
             done += 1
         if closed_loop:
             scheduler.observe(state, StepFeedback(now / NS, total / NS, plan, state.finished,
-                                                  state.first_tokens, lambda: served))
+                                                  state.first_tokens, lambda: served,
+                                                  [r for r, _ in state.resumed]))
         now = end
         if progress is not None and done >= next_progress:
             progress(done, n)

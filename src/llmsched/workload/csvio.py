@@ -130,6 +130,9 @@ def read_columns(path: str | os.PathLike, wanted: dict[str, str],
     return out
 
 
+MAX_LENGTH = 1 << 30  # tokens per request field
+
+
 def as_lengths(values: np.ndarray, path: str | os.PathLike, column: str,
                minimum: int = 1, clip_low: bool = False) -> np.ndarray:
     """Check that a float column holds whole numbers >= `minimum` and return int64.
@@ -149,6 +152,11 @@ def as_lengths(values: np.ndarray, path: str | os.PathLike, column: str,
         i = int(np.argmax(low))
         raise ConfigError(f"file {path} line {line_of_row(path, i)} column '{column}': "
                           f"{int(v[i])} tokens is below the minimum of {floor}")
+    high = v > MAX_LENGTH
+    if high.any():
+        i = int(np.argmax(high))
+        raise ConfigError(f"file {path} line {line_of_row(path, i)} column '{column}': "
+                          f"{float(v[i]):g} tokens is above the maximum of {MAX_LENGTH}")
     out = v.astype(np.int64)
     if clip_low:
         np.maximum(out, minimum, out=out)

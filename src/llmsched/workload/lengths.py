@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import ConfigError
-from .csvio import as_lengths, read_columns, read_header
+from .csvio import MAX_LENGTH, as_lengths, read_columns, read_header
 from .datasets import DATASETS, is_dataset, resolve_path
 
 __all__ = ["LengthLaw", "Constant", "Uniform", "Geometric", "Lognormal", "Empirical",
@@ -53,6 +53,8 @@ def _fmt(x: float) -> str:
     return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
 
 
+
+
 def _pos_int(value, what: str, minimum: int = 1) -> int:
     try:
         f = float(value)
@@ -62,6 +64,8 @@ def _pos_int(value, what: str, minimum: int = 1) -> int:
         raise ConfigError(f"{what} must be a whole number, got {value!r}")
     if f < minimum:
         raise ConfigError(f"{what} must be >= {minimum}, got {value!r}")
+    if f > MAX_LENGTH:
+        raise ConfigError(f"{what} must be at most {MAX_LENGTH} tokens, got {value!r}")
     return int(f)
 
 
@@ -72,6 +76,8 @@ def _pos_float(value, what: str) -> float:
         raise ConfigError(f"{what} must be a number, got {value!r}") from None
     if not (math.isfinite(f) and f > 0):
         raise ConfigError(f"{what} must be > 0, got {value!r}")
+    if f > MAX_LENGTH:
+        raise ConfigError(f"{what} must be at most {MAX_LENGTH}, got {value!r}")
     return f
 
 
@@ -188,7 +194,7 @@ class Lognormal(LengthLaw):
     def sample(self, rng, n):
         s = self.log_sigma
         mu = math.log(self.mean) - 0.5 * s * s
-        x = np.rint(rng.lognormal(mu, s, size=n))
+        x = np.minimum(np.rint(rng.lognormal(mu, s, size=n)), MAX_LENGTH)
         np.clip(x, 1, self.max if self.max is not None else 2 ** 62, out=x)
         return x.astype(np.int64)
 
@@ -333,9 +339,11 @@ def _from_string(spec: str) -> LengthLaw:
     if is_dataset(s):
         return Empirical(s.lower())
     try:
-        return Constant(int(s))
+        value = int(s)
     except ValueError:
-        pass
+        value = None
+    if value is not None:
+        return Constant(value)
     law, sep, rest = s.partition(":")
     law = law.strip().lower()
     if law in ("const", "constant", "fixed"):

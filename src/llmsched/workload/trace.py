@@ -205,6 +205,8 @@ def _as_int_array(x, name: str) -> np.ndarray:
         raise ConfigError(f"trace {name} lengths must be integers, got dtype {a.dtype}")
     if not np.all(np.isfinite(a)) or np.any(a != np.floor(a)):
         raise ConfigError(f"trace {name} lengths must be whole numbers of tokens")
+    if np.any(np.abs(a) > 2.0 ** 62):
+        raise ConfigError(f"trace {name} lengths are too large ({float(np.abs(a).max()):g} tokens)")
     return a.astype(np.int64)
 
 
