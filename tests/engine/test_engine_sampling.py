@@ -112,3 +112,108 @@ def test_bad_sampling_params_are_refused():
         SamplingParams(top_k=0)
     with pytest.raises(ConfigError):
         SamplingParams(max_tokens=0)
+    with pytest.raises(ConfigError, match="seed"):
+        SamplingParams(seed=10 ** 23)          # torch.manual_seed would overflow
+    with pytest.raises(ConfigError, match="seed"):
+        SamplingParams(seed=-(2 ** 63) - 1)
+    SamplingParams(seed=2 ** 63 - 1)
+    SamplingParams(seed=-(2 ** 63))
+    with pytest.raises(ConfigError, match="min_tokens"):
+        SamplingParams(max_tokens=4, min_tokens=5)
+    with pytest.raises(ConfigError, match="min_tokens"):
+        SamplingParams(min_tokens=-1)
+    with pytest.raises(ConfigError, match="temperature"):
+        SamplingParams(temperature=float("nan"))
+
+
+def test_tiny_temperature_is_greedy_and_spares_the_batch(llm):
+    assert SamplingParams(temperature=1e-40).greedy and SamplingParams(temperature=9e-6).greedy
+    assert not SamplingParams(temperature=1e-5).greedy
+    g = llm.generate(PROMPTS, SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))
+    # logits / 1e-40 overflow float32: it used to make torch.multinomial raise, failing
+    # every request of the step; a greedy neighbour shares the batch here
+    mixed = llm.generate(PROMPTS, [SamplingParams(max_tokens=10, temperature=0, ignore_eos=True),
+                                   SamplingParams(max_tokens=10, temperature=1e-40, ignore_eos=True),
+                                   SamplingParams(max_tokens=10, temperature=1e-30, seed=1, ignore_eos=True)])
+    assert [o.token_ids for o in mixed] == [o.token_ids for o in g]
+    seeded = llm.generate(PROMPTS[0], SamplingParams(max_tokens=10, temperature=1e-5, seed=3, ignore_eos=True))
+    assert len(seeded[0].token_ids) == 10
+
+
+def test_sampler_bad_row_does_not_fail_the_others():
+    import torch
+
+    from llmsched.engine.sampler import sample
+    logits = torch.tensor([[0.0, 5.0, 4.9, -1.0], [float("nan")] * 4, [float("-inf")] * 4,
+                           [0.0, float("inf"), 1.0, 2.0], [1.0, 0.0, 9.0, 0.0]])
+    params = [SamplingParams(temperature=1.0, top_k=2)] * 4 + [SamplingParams(temperature=0)]
+    gens = [torch.Generator().manual_seed(i) for i in range(4)] + [None]
+    toks = sample(logits, params, gens)
+    assert toks[0] in (1, 2) and toks[4] == 2
+    assert all(0 <= t < 4 for t in toks)
+    # banned ids (min_tokens) are never drawn, greedy or not; ids outside the vocabulary are ignored
+    logits = torch.tensor([[0.0, 5.0, 4.9, -1.0]] * 50)
+    params = [SamplingParams(temperature=0)] + [SamplingParams(temperature=1.0)] * 49
+    gens = [None] + [torch.Generator().manual_seed(i) for i in range(49)]
+    toks = sample(logits, params, gens, banned=[frozenset([1, -1, 99])] * 50)
+    assert toks[0] == 2 and 1 not in toks
+
+
+def test_min_tokens(llm):
+    eng = llm.engine
+    base = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))[0]
+    first = base.token_ids[0]
+    # the first greedy token as a stop token: without min_tokens it ends the request at once
+    o = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, stop_token_ids=[first]))[0]
+    assert o.token_ids == [first] and o.finish_reason == "stop" and o.stop_reason == first
+    o = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, stop_token_ids=[first],
+                                                min_tokens=4))[0]
+    assert len(o.token_ids) >= 5 and first not in o.token_ids[:4]
+    assert o.token_ids[0] != first
+    # the same token as EOS: masked too (unless ignore_eos, where EOS does not stop anyway)
+    saved = eng.eos_ids
+    eng.eos_ids = frozenset([first])
+    try:
+        e = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, min_tokens=6))[0]
+        i = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, min_tokens=6,
+                                                    ignore_eos=True))[0]
+    finally:
+        eng.eos_ids = saved
+    assert len(e.token_ids) >= 6 and first not in e.token_ids[:6]
+    assert e.finish_reason == "length" or (e.token_ids[-1] == first and e.stop_reason is None)
+    assert i.token_ids == base.token_ids
+    # stop strings are not checked before min_tokens tokens
+    stop = base.text[:2]
+    assert stop
+    o = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, stop=[stop]))[0]
+    assert o.finish_reason == "stop" and len(o.token_ids) < 4
+    o = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, stop=[stop],
+                                                min_tokens=8))[0]
+    assert len(o.token_ids) >= 8 and o.token_ids == base.token_ids[:len(o.token_ids)]
+    assert o.text.startswith(stop)
+
+
+def test_step_outputs_carry_stop_reason(tiny_model):
+    from llmsched.engine.engine import LLMEngine
+    eng = LLMEngine(tiny_model, b_max=16, max_num_seqs=4, max_model_len=512)
+    tok = eng.tokenizer
+    ref = LLMEngine(tiny_model, b_max=16, max_num_seqs=4, max_model_len=512)
+    ref.add_request("r", tok.encode(PROMPTS[0]), SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
+    ids = []
+    while ref.has_unfinished_requests():
+        ids += [t for o in ref.step() for t in o.new_token_ids]
+    text = tok.decode(ids)
+    eng.add_request("id", tok.encode(PROMPTS[0]), SamplingParams(max_tokens=12, temperature=0,
+                                                                 stop_token_ids=[ids[3]]))
+    eng.add_request("str", tok.encode(PROMPTS[0]), SamplingParams(max_tokens=12, temperature=0,
+                                                                  ignore_eos=True, stop=[text[4:7]]))
+    eng.add_request("len", tok.encode(PROMPTS[0]), SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
+    last = {}
+    while eng.has_unfinished_requests():
+        for o in eng.step():
+            assert o.stop_reason is None or o.finished
+            if o.finished:
+                last[o.request_id] = o
+    assert last["id"].finish_reason == "stop" and last["id"].stop_reason == ids[3]
+    assert last["str"].finish_reason == "stop" and last["str"].stop_reason == text[4:7]
+    assert last["len"].finish_reason == "length" and last["len"].stop_reason is None

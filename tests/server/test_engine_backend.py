@@ -49,31 +49,57 @@ def test_engine_completions(engine_server):
     # a token id outside the vocabulary is the client's error: the engine refuses it at add time
     r = post(base, "/v1/completions", {"model": name, "prompt": [10 ** 6], "max_tokens": 2})
     assert r.status_code == 400 and "vocabulary" in r.json()["error"]["message"]
-    # streaming: the response has started, so the error is an event, then [DONE]
-    r = post(base, "/v1/completions", {"model": name, "prompt": [10 ** 6], "max_tokens": 2, "stream": True})
-    ev = parse_sse(r.content)
-    assert r.status_code == 200 and len(ev) == 2 and ev[1] == "[DONE]"
-    assert "vocabulary" in ev[0]["error"]["message"] and ev[0]["error"]["type"] == "invalid_request_error"
+    # streaming too: refused before the stream starts (the backend knows the vocabulary)
+    r = post(base, "/v1/completions", {"model": name, "prompt": [5, 10 ** 6], "max_tokens": 2, "stream": True})
+    assert r.status_code == 400 and "vocabulary" in r.json()["error"]["message"]
+    assert r.json()["error"]["param"] == "prompt"
+    r = post(base, "/v1/completions", {"model": name, "prompt": [backend.vocab_size], "max_tokens": 2,
+                                       "stream": True})
+    assert r.status_code == 400
+    # /detokenize: ids the tokenizer cannot take are the client's error, not a 500
+    for toks in ([5, -1], [5, 2 ** 70], [backend.vocab_size]):
+        r = post(base, "/detokenize", {"tokens": toks})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tokens", (toks, r.text)
+    assert post(base, "/detokenize", {"tokens": [5, 6]}).status_code == 200
 
 
-def test_engine_openai_client_and_disconnect(engine_server):
-    import openai
+def test_engine_tiny_temperature_does_not_fail_the_batch(engine_server):
+    import threading
     base, srv, backend = engine_server
-    client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
-    out = client.completions.create(model=backend.model_name, prompt="abc", max_tokens=6,
-                                    extra_body={"ignore_eos": True})
-    assert out.usage.completion_tokens == 6
+    name = backend.model_name
+    res = {}
+
+    def victim():
+        res["v"] = post(base, "/v1/completions", {"model": name, "prompt": "hello", "max_tokens": 40,
+                                                  "ignore_eos": True, "temperature": 0, "stream": True})
+
+    t = threading.Thread(target=victim)
+    t.start()
     eng = engine_of(srv)
-    with httpx.Client(timeout=30) as c:
-        with c.stream("POST", base + "/v1/completions", json={
-                "model": backend.model_name, "prompt": [1, 2, 3] * 20, "max_tokens": 400,
-                "ignore_eos": True, "stream": True}) as r:
-            it = r.iter_raw()
-            got = b""
-            while got.count(b"\n\n") < 3:
-                got += next(it)
-            assert eng.snapshot.get("running", 0) >= 0
-    assert wait_for(lambda: eng.snapshot.get("kv_used_tokens") == 0 and eng.snapshot.get("running") == 0
-                    and not eng.streams, timeout=10), eng.snapshot
-    assert backend.core.stats()["kv_blocks_used"] == 0
-    assert srv.config.app.state.metrics.finished["abort"] >= 1
+    assert wait_for(lambda: eng.streams and eng.queued_requests == 0, timeout=10)
+    bodies = [{"model": name, "prompt": "hi", "max_tokens": 3, "temperature": 1e-40},
+              {"model": name, "prompt": "hi", "max_tokens": 3, "temperature": 1e-30, "seed": 7},
+              {"model": name, "prompt": "hi", "max_tokens": 3, "temperature": 1.5, "seed": 2 ** 63 - 1}]
+    for body in bodies:
+        r = post(base, "/v1/completions", body)
+        assert r.status_code == 200, r.text
+    t.join(30)
+    ev = parse_sse(res["v"].content)
+    assert res["v"].status_code == 200 and ev[-1] == "[DONE]"
+    assert ev[-2]["choices"][0]["finish_reason"] == "length" and len(ev) == 41
+    assert eng.healthy
+    # stop_reason reaches the body: the stop token id (every id is one here)
+    every = list(range(backend.vocab_size))
+    r = post(base, "/v1/completions", {"model": name, "prompt": "hi", "max_tokens": 8, "temperature": 0,
+                                       "stop_token_ids": every})
+    c = r.json()["choices"][0]
+    assert c["finish_reason"] == "stop" and c["stop_reason"] in every and c["text"] == ""
+    assert r.json()["usage"]["completion_tokens"] == 1
+    # min_tokens masks them all for 2 tokens: those rows have no distribution left, yet
+    # the request (sampled or greedy) goes on and stops at its third token
+    for temp in (0, 1.0):
+        r = post(base, "/v1/completions", {"model": name, "prompt": "hi", "max_tokens": 8, "temperature": temp,
+                                           "seed": 1, "stop_token_ids": every, "min_tokens": 2})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 3 and r.json()["choices"][0]["stop_reason"] in every
+    assert eng.healthy

@@ -87,6 +87,37 @@ def test_stop_string_ends_with_stop(server):
     body = r.json()
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["usage"]["completion_tokens"] == 2
+    # as the engine and vLLM: the text before the stop string, which is the stop_reason
+    assert body["choices"][0]["text"] == " " and body["choices"][0]["stop_reason"] == "tok tok"
+
+
+def test_stop_reason_and_min_tokens_in_bodies_and_streams(server):
+    base, _ = server
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 5, "stop": "tok tok",
+                                       "stream": True})
+    ev = parse_sse(r.content)
+    assert ev[-1] == "[DONE]" and "".join(e["choices"][0]["text"] for e in ev[:-1]) == " "
+    assert [e["choices"][0]["stop_reason"] for e in ev[:-1]] == [None, "tok tok"]
+    assert ev[-2]["choices"][0]["finish_reason"] == "stop"
+    r = post(base, "/v1/chat/completions", {"model": MODEL, "max_tokens": 5, "stop_token_ids": [0],
+                                            "messages": [{"role": "user", "content": "hi"}]})
+    c = r.json()["choices"][0]
+    assert c["finish_reason"] == "stop" and c["stop_reason"] == 0 and c["message"]["content"] == ""
+    r = post(base, "/v1/chat/completions", {"model": MODEL, "max_tokens": 5, "stop_token_ids": [0],
+                                            "min_tokens": 2, "stream": True,
+                                            "messages": [{"role": "user", "content": "hi"}]})
+    ev = parse_sse(r.content)
+    toks = ev[1:-1]
+    assert [e["choices"][0]["stop_reason"] for e in toks] == [None, None, 0]
+    assert "".join(e["choices"][0]["delta"]["content"] for e in toks) == " tok tok"
+    # length and plain completions: null
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 3, "min_tokens": 3,
+                                       "stop": ["tok"]})
+    c = r.json()["choices"][0]
+    assert r.status_code == 200 and c["finish_reason"] == "stop" and c["stop_reason"] == "tok"
+    assert c["text"] == " tok tok " and r.json()["usage"]["completion_tokens"] == 3
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 3})
+    assert r.json()["choices"][0]["stop_reason"] is None
 
 
 # ---- non-streaming --------------------------------------------------------------------
@@ -200,6 +231,12 @@ BAD = [
     ("/v1/completions", {"model": MODEL, "prompt": "x", "n": 2}, "n"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "stop": 7}, "stop"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "echo": True}, "echo"),
+    # beyond int64: torch.manual_seed overflowed in the engine (a 500)
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": 10 ** 23}, "seed"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": 2 ** 63}, "seed"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": -(10 ** 20)}, "seed"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 3, "min_tokens": 4}, "min_tokens"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "min_tokens": -1}, "min_tokens"),
     ("/v1/chat/completions", {"model": MODEL}, "messages"),
     ("/v1/chat/completions", {"model": MODEL, "messages": "hi"}, "messages"),
     ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]},
@@ -294,3 +331,5 @@ def test_tokenize_detokenize(server):
     assert post(base, "/tokenize", {"prompt": 5}).status_code == 400
     assert post(base, "/detokenize", {"tokens": [1, 2]}).json() == {"prompt": " tok tok"}
     assert post(base, "/detokenize", {"tokens": "no"}).status_code == 400
+    r = post(base, "/detokenize", {"tokens": [5, -1]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tokens"

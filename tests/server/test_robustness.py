@@ -236,3 +236,62 @@ def test_engine_failure_ends_requests_with_explicit_errors():
         # the server keeps serving
         ok = post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 3})
         assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
+
+
+def test_drain_timeout_ends_requests_with_shutting_down_errors():
+    cfg = ServerConfig(drain_timeout=0.3)
+    with running_server(cfg=cfg, cost="const:20", b_max=64) as (base, srv):
+        res = {}
+
+        def call(key, stream):
+            res[key] = post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 500,
+                                                      "stream": stream})
+
+        threads = [threading.Thread(target=call, args=(k, k == "stream")) for k in ("plain", "stream")]
+        for t in threads:
+            t.start()
+        eng = engine_of(srv)
+        assert wait_for(lambda: len(eng.streams) == 2 and eng.queued_requests == 0, timeout=10)
+        srv.begin_drain()            # what SIGTERM does; 500 tokens take 10 s, the drain 0.3 s
+        for t in threads:
+            t.join(20)
+        r = res["plain"]
+        err = r.json()["error"]
+        assert r.status_code == 503, r.text
+        assert err["type"] == "service_unavailable" and err["code"] == "server_shutting_down"
+        ev = parse_sse(res["stream"].content)
+        assert ev[-1] == "[DONE]" and ev[-2]["error"]["code"] == "server_shutting_down"
+        assert ev[-2]["error"]["type"] == "service_unavailable"
+
+
+class _DyingCore:
+    """A VirtualEngine whose driver loop breaks outside a step once a request is in."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def has_unfinished_requests(self):
+        if self.inner.has_unfinished_requests():
+            raise RuntimeError("simulated driver crash")
+        return False
+
+
+def test_driver_thread_death_is_reported_not_hung():
+    from llmsched.server.backends import SchedulerOptions, make_sim_backend
+
+    backend = make_sim_backend(SchedulerOptions(b_max=64), "const:5")
+    backend.core = _DyingCore(backend.core)
+    with running_server(backend) as (base, srv):
+        assert httpx.get(base + "/health").status_code == 200
+        r = post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 5})
+        assert r.status_code == 503, r.text
+        err = r.json()["error"]
+        assert "simulated driver crash" in err["message"] and err["code"] == "engine_failed"
+        assert httpx.get(base + "/health").status_code == 503
+        eng = engine_of(srv)
+        assert not eng.healthy and not eng.streams
+        r = post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 5, "stream": True})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "engine_failed"

@@ -149,3 +149,110 @@ def test_rejects_requests_that_cannot_fit():
     ve2.add_request("x", range(5), SamplingParams(max_tokens=2))
     with pytest.raises(ConfigError, match="already"):
         ve2.add_request("x", range(5), SamplingParams(max_tokens=2))
+
+
+def test_abort_of_the_last_request_leaves_the_gpu_idle():
+    ve = VirtualEngine(make_scheduler("sarathi", b_max=64), "const:1", realtime=False)
+    ve.add_request("a", range(10), SamplingParams(max_tokens=50))
+    for _ in range(3):
+        ve.step()
+    ve.abort_request("a")
+    ve.advance_to(10.0)             # idle for ~10 s: the next arrival is not late
+    ve.add_request("b", range(10), SamplingParams(max_tokens=5))
+    while ve.has_unfinished_requests():
+        ve.step()
+    s = ve.stats()
+    assert s["lag_s"] == 0 and s["late_steps"] == 0
+    assert ve.now_ns() == 10 * 10 ** 9 + 5 * 10 ** 6   # 5 steps of 1 ms from t = 10 s
+    # an abort that leaves work keeps the schedule back to back
+    ve.add_request("c", range(10), SamplingParams(max_tokens=50))
+    ve.add_request("d", range(10), SamplingParams(max_tokens=50))
+    ve.step()
+    ve.abort_request("c")
+    t = ve.now_ns()
+    ve.step()
+    assert ve.now_ns() == t + 10 ** 6 and ve.stats()["lag_s"] == 0
+
+
+def _run_one(**params):
+    ve = VirtualEngine(make_scheduler("sarathi", b_max=64), "const:1", realtime=False)
+    ve.add_request("a", range(3), SamplingParams(**params))
+    outs = []
+    while ve.has_unfinished_requests():
+        outs += ve.step()
+    return outs
+
+
+def test_stop_strings_cut_text_as_the_engine_does():
+    outs = _run_one(max_tokens=5, stop="tok tok")
+    last = outs[-1]
+    assert last.finished and last.finish_reason == "stop" and last.stop_reason == "tok tok"
+    assert "".join(o.new_text for o in outs) == " " and last.output_tokens == 2
+    # held back while it could start a stop string; every piece adds up to the final text
+    outs = _run_one(max_tokens=6, stop=["zzzzz"])
+    assert [o.new_text for o in outs] == ["", " tok", " tok", " tok", " tok", " tok tok"]
+    assert outs[-1].finish_reason == "length" and outs[-1].stop_reason is None
+    # several stop strings: the earliest match wins; a stop string on the last token: "stop"
+    outs = _run_one(max_tokens=3, stop=["k t", " to"])
+    assert "".join(o.new_text for o in outs) == "" and outs[-1].stop_reason == " to"
+    outs = _run_one(max_tokens=2, stop=["tok tok"])
+    assert outs[-1].finish_reason == "stop" and "".join(o.new_text for o in outs) == " "
+    # a stop token: its text is left out
+    outs = _run_one(max_tokens=5, stop_token_ids=[0])
+    assert len(outs) == 1 and outs[0].new_text == "" and outs[0].stop_reason == 0
+    assert outs[0].finish_reason == "stop"
+
+
+def test_min_tokens_delays_stop_conditions():
+    outs = _run_one(max_tokens=8, stop=["tok tok"], min_tokens=4)
+    assert outs[-1].output_tokens == 4 and outs[-1].stop_reason == "tok tok"
+    assert "".join(o.new_text for o in outs) == " tok tok "     # the match token 4 completes
+    outs = _run_one(max_tokens=8, stop_token_ids=[0], min_tokens=3)
+    assert outs[-1].output_tokens == 4 and outs[-1].stop_reason == 0   # ids 1-3 cannot be a stop token
+    assert "".join(o.new_text for o in outs) == " tok" * 3
+    outs = _run_one(max_tokens=5, stop_token_ids=[0], min_tokens=5)
+    assert outs[-1].output_tokens == 5 and outs[-1].finish_reason == "length"
+
+
+def test_closed_loop_policy_sees_every_emitted_token_under_preemption():
+    import collections
+
+    from llmsched.policies import ADMISSION_POLICIES, AdmissionPolicy, register_admission_policy
+
+    class Counting(AdmissionPolicy):
+        name = "test-counting"
+        closed_loop = True
+
+        def __init__(self):
+            self.tokens = collections.Counter()
+            self.resumed = 0
+
+        def observe(self, state, feedback):
+            for r, n in feedback.emitted():
+                self.tokens[r.payload.rid] += n
+            self.resumed += len(feedback.resumed)
+
+    register_admission_policy("test-counting", Counting)
+    try:
+        sched = make_scheduler("vllm", admission="test-counting", b_max=256, kv_capacity=400)
+    finally:
+        ADMISSION_POLICIES.pop("test-counting", None)
+    policy = sched.admission
+    ve = VirtualEngine(sched, "paper", realtime=False)
+    t = _trace(n=40, seed=3)
+    produced = collections.Counter()
+    stops = {}
+    for i in range(40):
+        ve.advance_to(float(t.arrival_s[i]) / 10)
+        p = SamplingParams(max_tokens=int(t.output[i]) % 100 + 1, stop=["tok" * 30] if i % 3 else [])
+        ve.add_request(str(i), range(int(t.prompt[i]) % 200 + 1), p, arrival_time=float(t.arrival_s[i]) / 10)
+        stops[str(i)] = p.max_tokens
+        for o in ve.step():
+            produced[o.request_id] += len(o.new_token_ids)
+    while ve.has_unfinished_requests():
+        for o in ve.step():
+            produced[o.request_id] += len(o.new_token_ids)
+    assert ve.stats()["preemptions"] > 0
+    assert produced == stops
+    assert policy.tokens == produced
+    assert policy.resumed > 0

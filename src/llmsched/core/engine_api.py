@@ -8,10 +8,16 @@ thread calls it. No torch here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from .errors import ConfigError
+
+# temperatures below this are greedy (as in vLLM): dividing logits by a tiny temperature
+# overflows float32 (inf - inf = NaN probabilities)
+SAMPLING_EPS = 1e-5
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 @dataclass
@@ -26,12 +32,20 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    min_tokens: int = 0             # EOS / stop token ids / stop strings cannot end it before
 
     def __post_init__(self):
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ConfigError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) \
+                or not 0 <= self.min_tokens <= self.max_tokens:
+            raise ConfigError(f"min_tokens must be an integer in 0..max_tokens ({self.max_tokens}), "
+                              f"got {self.min_tokens!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not INT64_MIN <= self.seed <= INT64_MAX):
+            raise ConfigError(f"seed must be an integer in {INT64_MIN}..{INT64_MAX}, got {self.seed!r}")
+        if not (isinstance(self.temperature, (int, float)) and 0 <= self.temperature < math.inf):
+            raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k == 0 or self.top_k < -1:
@@ -41,7 +55,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        """Argmax sampling: temperature 0, or below `SAMPLING_EPS` (as vLLM)."""
+        return self.temperature < SAMPLING_EPS
 
 
 def check_request_size(prompt_tokens: int, max_tokens: int, max_model_len: int | None,
@@ -73,6 +88,8 @@ class RequestOutput:
     prompt_tokens: int = 0
     output_tokens: int = 0             # emitted so far, including new ones
     error: str | None = None
+    stop_reason: int | str | None = None  # the stop string or stop token id that ended it
+                                          # (None: EOS, length, or not finished)
 
 
 class EngineCore(Protocol):

@@ -34,7 +34,7 @@ class Sequence:
 
     __slots__ = ("request_id", "token_ids", "prompt_len", "params", "generator", "blocks", "detok",
                  "text", "sent", "finish_reason", "stop_reason", "arrival", "token_times", "req",
-                 "stop_ids", "hold")
+                 "stop_ids", "hold", "min_ban")
 
     def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, arrival: float):
         self.request_id = request_id
@@ -52,6 +52,7 @@ class Sequence:
         self.token_times: list[float] = []
         self.req: Request | None = None
         self.stop_ids: frozenset = frozenset()
+        self.min_ban: frozenset = frozenset()  # token ids masked before min_tokens
         self.hold = max((len(s) for s in params.stop), default=1) - 1  # chars a stop string could still claim
 
     @property
@@ -172,6 +173,8 @@ class LLMEngine:
         arrival = now if arrival_time is None else min(now, self._wall_to_engine(arrival_time))
         seq = Sequence(request_id, prompt, params, arrival)
         seq.stop_ids = frozenset(params.stop_token_ids)
+        if params.min_tokens:
+            seq.min_ban = seq.stop_ids if params.ignore_eos else seq.stop_ids | self.eos_ids
         if not params.greedy:
             import torch  # noqa: PLC0415
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
@@ -243,9 +246,17 @@ class LLMEngine:
                 samplers.append(r)
         params = [r.payload.params for r in samplers]
         gens = [r.payload.generator for r in samplers]
+        banned = None
+        for j, r in enumerate(samplers):   # min_tokens: no EOS / stop token before it
+            s = r.payload
+            if s.min_ban and len(s.token_ids) - s.prompt_len < s.params.min_tokens:
+                if banned is None:
+                    banned = [None] * len(samplers)
+                banned[j] = s.min_ban
         self.last_sampled = len(samplers)
         tf = time.perf_counter_ns()
-        tokens = self.runner.execute(dec_seqs, chunks, params, gens)  # returns host ints: synced
+        tokens = self.runner.execute(dec_seqs, chunks, params, gens,
+                                     banned=banned)  # returns host ints: synced
         t1 = time.perf_counter_ns()
         self.last_forward_s = (t1 - tf) / 1e9
         end_ns = max(t1 - self._perf0, start_ns + 1)
@@ -271,7 +282,8 @@ class LLMEngine:
                                   len(plan.prefill)))
         finished = st.finished + stopped if stopped else st.finished
         self.scheduler.observe(st, StepFeedback(start_ns / 1e9, duration, plan, finished,
-                                                st.first_tokens, lambda: decoders))
+                                                st.first_tokens, lambda: decoders,
+                                                resumed=[r for r, _ in st.resumed]))
         # host work of the step outside the forward pass (planning, state, stop checks)
         self.last_overhead_s = (time.perf_counter_ns() - t0) / 1e9 - self.last_forward_s
         return outputs
@@ -283,9 +295,15 @@ class LLMEngine:
         s.token_times.append(t)
         reason = None
         by_token = False
-        if tok in self.eos_ids and not p.ignore_eos:
+        # min_tokens (as in vLLM): the sampler cannot draw EOS or a stop token id as one of
+        # the first min_tokens tokens (should every token be masked, such a draw is no
+        # stop either), and stop strings are checked from the min_tokens-th token on
+        n_out = len(s.token_ids) - s.prompt_len
+        checks = n_out >= p.min_tokens
+        by_id = n_out > p.min_tokens
+        if by_id and tok in self.eos_ids and not p.ignore_eos:
             reason, by_token = "stop", True
-        elif tok in s.stop_ids:
+        elif by_id and tok in s.stop_ids:
             reason, by_token, s.stop_reason = "stop", True, tok
         elif r.phase == DONE:
             reason = "length"
@@ -294,7 +312,7 @@ class LLMEngine:
                 piece = s.detok.step(s.token_ids, final=reason is not None)
                 if piece:
                     s.text += piece
-                    if p.stop:
+                    if p.stop and checks:
                         cut = self._find_stop(s, len(piece))
                         if cut is not None:
                             reason = "stop"
@@ -311,7 +329,8 @@ class LLMEngine:
         s.sent = upto
         return RequestOutput(request_id=s.request_id, new_token_ids=[tok], new_text=new_text,
                              finished=reason is not None, finish_reason=reason,
-                             prompt_tokens=s.prompt_len, output_tokens=len(s.token_ids) - s.prompt_len)
+                             prompt_tokens=s.prompt_len, output_tokens=len(s.token_ids) - s.prompt_len,
+                             stop_reason=s.stop_reason if reason == "stop" else None)
 
     @staticmethod
     def _find_stop(s: Sequence, new_chars: int) -> int | None:

@@ -186,11 +186,12 @@ class ModelRunner:
         return self.model.logits(rows)
 
     def execute(self, decoders: list, chunks: list, params: list, generators: list,
-                skip_attention: bool = False) -> list[int]:
+                skip_attention: bool = False, banned: list | None = None) -> list[int]:
         """decoders: sequences (`token_ids`, `blocks`) that each decode their last token;
         chunks: `(sequence, start, n, samples)` prefill chunks. Returns the sampled token
         of each decoder, then of each chunk that completes its prompt, in that order.
-        `skip_attention` (profiling): run everything but attention."""
+        `skip_attention` (profiling): run everything but attention. `banned`: per sampled
+        row, token ids it may not draw (see `sampler.sample`)."""
         bs = self.block_size
         ids, pos, slots, tables, ctx = [], [], [], [], []
         for s in decoders:
@@ -221,7 +222,7 @@ class ModelRunner:
             return []
         logits = self.forward_raw(ids, pos, slots, len(decoders), tables, ctx, prefills,
                                   sample_index=sample_index, skip_attention=skip_attention)
-        return sample(logits, params, generators)
+        return sample(logits, params, generators, banned)
 
     def synchronize(self) -> None:
         if self.cuda:

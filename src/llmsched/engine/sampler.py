@@ -1,28 +1,45 @@
 """Token sampling for the rows of one step: greedy, temperature, top-k, top-p, with a
 per-request `torch.Generator` so that a seeded request draws the same tokens whatever
-else shares its batch."""
+else shares its batch.
+
+A row's sampling trouble stays in its row: a row whose probabilities are not a usable
+distribution (NaN or inf logits, everything masked) takes its best token instead of
+making `torch.multinomial` raise for the whole batch."""
 
 from __future__ import annotations
 
 import torch
 
 
-def sample(logits, params: list, generators: list) -> list[int]:
+def sample(logits, params: list, generators: list, banned: list | None = None) -> list[int]:
     """logits: float32 `[S, V]`; params: SamplingParams per row; generators: per row
-    (None for greedy rows). Returns one token id per row."""
+    (None for greedy rows); banned: per row, token ids that may not be drawn (None or
+    empty: none), e.g. EOS and stop token ids before `min_tokens`. Returns one token id
+    per row."""
     n = logits.shape[0]
     if n == 0:
         return []
-    greedy = [p.temperature == 0 for p in params]
+    dev = logits.device
+    v = logits.shape[1]
+    if banned is not None and any(banned):
+        rows_b, cols_b = [], []
+        for i, ids in enumerate(banned):
+            if ids:
+                for t in ids:
+                    if 0 <= t < v:
+                        rows_b.append(i)
+                        cols_b.append(t)
+        if rows_b:
+            logits = logits.clone()
+            logits[torch.tensor(rows_b, device=dev), torch.tensor(cols_b, device=dev)] = float("-inf")
+    greedy = [p.greedy for p in params]
     out = logits.argmax(dim=-1)
     if all(greedy):
         return out.tolist()
     rows = [i for i in range(n) if not greedy[i]]
-    dev = logits.device
     sub = logits[rows] if len(rows) < n else logits
     temps = torch.tensor([params[i].temperature for i in rows], dtype=torch.float32, device=dev)
     sub = sub / temps[:, None]
-    v = sub.shape[1]
     ks = [params[i].top_k if params[i].top_k > 0 else v for i in rows]
     ps = [params[i].top_p for i in rows]
     srt, idx = sub.sort(dim=-1, descending=True)
@@ -37,6 +54,13 @@ def sample(logits, params: list, generators: list) -> list[int]:
         drop[:, 0] = False                              # always keep the best token
         srt = srt.masked_fill(drop, float("-inf"))
     probs = srt.softmax(dim=-1)
+    # a row that is not a distribution (NaN/inf logits, all masked) takes its best token
+    ok = torch.isfinite(probs).all(dim=-1) & (probs.sum(dim=-1) > 0)
+    if not bool(ok.all()):
+        onehot = torch.zeros_like(probs)
+        onehot[:, 0] = 1.0
+        probs = torch.where(ok[:, None], probs, onehot)
+        idx = torch.where(ok[:, None], idx, out[rows][:, None].expand_as(idx))
     picks = []
     for j, i in enumerate(rows):
         picks.append(torch.multinomial(probs[j], 1, generator=generators[i]))

@@ -30,7 +30,7 @@ from starlette.responses import Response
 
 from .. import __version__
 from ..core.errors import ConfigError
-from .async_engine import AsyncEngine, Draining, Overloaded, RequestStream
+from .async_engine import AsyncEngine, Draining, EngineDead, Overloaded, RequestStream
 from .backends import Backend
 from .metrics import ServerMetrics
 from .protocol import (APIError, ChunkWriter, bad_request, chat_body, completion_body, dumps,
@@ -74,6 +74,15 @@ def _overloaded() -> Response:
     return error_response(APIError(429, "The server is overloaded: its request queue is full. "
                                    "Retry later.", "rate_limit_error", None, "rate_limit_exceeded"),
                           {"retry-after": "1"})
+
+
+def output_error(o) -> APIError:
+    """The APIError of an engine output that ended with an error (`AsyncEngine` sets its
+    HTTP status, and its OpenAI error type and code where they are not the defaults)."""
+    status = getattr(o, "status", 500)
+    etype = getattr(o, "error_type", None) or ("internal_server_error" if status >= 500
+                                               else "invalid_request_error")
+    return APIError(status, o.error or "internal error", etype, None, getattr(o, "error_code", None))
 
 
 def _draining() -> Response:
@@ -208,9 +217,7 @@ class SSEResponse:
                 if o.finish_reason == "abort":
                     return
                 if o.finish_reason == "error":
-                    parts.append(w.error(APIError(getattr(o, "status", 500), o.error or "internal error",
-                                                  "internal_server_error" if getattr(o, "status", 500) >= 500
-                                                  else "invalid_request_error")))
+                    parts.append(w.error(output_error(o)))
                     parts.append(w.DONE)
                     yield "".join(parts).encode()
                     return
@@ -225,7 +232,10 @@ class SSEResponse:
                 if self.continuous:
                     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_out,
                              "total_tokens": prompt_tokens + n_out}
-                parts.append(w.token(o.new_text, o.finish_reason if o.finished else None, usage))
+                if o.finished:
+                    parts.append(w.token(o.new_text, o.finish_reason, usage, o.stop_reason))
+                else:
+                    parts.append(w.token(o.new_text, None, usage))
                 if o.finished:
                     if self.include_usage:
                         parts.append(w.usage(prompt_tokens, n_out))
@@ -248,10 +258,7 @@ async def _collect(engine: AsyncEngine, s: RequestStream, receive, chat: bool, r
                 if o.finish_reason == "abort":
                     return Response(status_code=499)   # nobody is listening any more
                 if o.finish_reason == "error":
-                    status = getattr(o, "status", 500)
-                    return error_response(APIError(status, o.error or "internal error",
-                                                   "internal_server_error" if status >= 500
-                                                   else "invalid_request_error"))
+                    return error_response(output_error(o))
                 texts.append(o.new_text)
                 n_out = o.output_tokens or (n_out + len(o.new_token_ids))
                 if o.prompt_tokens:
@@ -259,7 +266,7 @@ async def _collect(engine: AsyncEngine, s: RequestStream, receive, chat: bool, r
                 if o.finished:
                     make = chat_body if chat else completion_body
                     body = make(rid, created, model, "".join(texts), o.finish_reason or "stop",
-                                prompt_tokens, n_out)
+                                prompt_tokens, n_out, o.stop_reason)
                     return Response(dumps(body), media_type="application/json")
     finally:
         watch.cancel()
@@ -313,6 +320,8 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                     ids = tok.encode_chat(req.messages)
                 else:
                     ids = tok.encode(req.prompt_text)
+                # refused here, not by the engine once a stream has started (a 200)
+                backend.check_token_ids(ids)
             except ConfigError as e:
                 raise bad_request(str(e), param) from None
             n = len(ids)
@@ -344,7 +353,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             return _overloaded()
         except Draining:
             return _draining()
-        except RuntimeError as e:
+        except EngineDead as e:
             return error_response(APIError(503, str(e), "service_unavailable", None, "engine_failed"))
         created = int(time.time())
         if req.stream:
@@ -409,10 +418,15 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             toks = body.get("tokens")
             if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
                 raise bad_request("'tokens' must be an array of integers", "tokens")
+            if any(t < 0 for t in toks):
+                raise bad_request("'tokens' must be non-negative token ids", "tokens")
             try:
+                backend.check_token_ids(toks)
                 text = tok.decode(toks)
             except ConfigError as e:
                 raise bad_request(str(e), "tokens") from None
+            except (OverflowError, ValueError, TypeError) as e:  # ids the tokenizer cannot take
+                raise bad_request(f"cannot decode 'tokens': {e}", "tokens") from None
         except APIError as e:
             return error_response(e)
         return Response(dumps({"prompt": text}), media_type="application/json")

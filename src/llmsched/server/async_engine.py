@@ -11,6 +11,10 @@ from its acceptance until its first token (or its end). `max_queued_requests` an
 `max_queued_tokens` (prompt tokens) bound the queue; a request over the bound is refused
 (`Overloaded`, a 429) instead of waiting in an unbounded queue. While draining for a
 shutdown, new requests are refused (`Draining`, a 503) and the running ones finish.
+
+If the driver thread dies (an exception outside a step: `stats()`, `has_unfinished_requests()`),
+the engine is marked unhealthy (`/health` turns 503), every pending request ends with an
+explicit 503 error and new ones are refused (`EngineDead`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ class Overloaded(Exception):
 
 class Draining(Exception):
     pass
+
+
+class EngineDead(RuntimeError):
+    """The engine's driver thread has died: no request can be served any more."""
 
 
 class RequestStream:
@@ -125,7 +133,8 @@ class AsyncEngine:
             return True
         except asyncio.TimeoutError:
             for rid in list(self.streams):
-                self.fail(rid, "the server shut down before the request completed", 503)
+                self.fail(rid, "the server shut down before the request completed", 503,
+                          "service_unavailable", "server_shutting_down")
             return False
 
     # ---- requests (event loop) ---------------------------------------------------------
@@ -139,7 +148,7 @@ class AsyncEngine:
             self.metrics.rejected["draining"] += 1
             raise Draining()
         if not self.healthy:
-            raise RuntimeError(f"the engine failed: {self.last_error}")
+            raise EngineDead(f"the engine failed: {self.last_error}")
         n = len(prompt_ids)
         mq, mt = self.max_queued_requests, self.max_queued_tokens
         if (mq is not None and self.queued_requests >= mq) or \
@@ -171,11 +180,12 @@ class AsyncEngine:
         self._inbox.append(("abort", rid))
         self._wake.set()
 
-    def fail(self, rid: str, message: str, status: int = 500) -> None:
+    def fail(self, rid: str, message: str, status: int = 500, error_type: str | None = None,
+             code: str | None = None) -> None:
         s = self.streams.get(rid)
         if s is None:
             return
-        s._put(_error_output(rid, message, status))
+        s._put(_error_output(rid, message, status, error_type, code))
         self._end(s, "error")
         self._inbox.append(("abort", rid))
         self._wake.set()
@@ -244,6 +254,18 @@ class AsyncEngine:
             self._stop = True
 
     def _run(self) -> None:
+        try:
+            self._drive()
+        except BaseException as e:  # noqa: BLE001 - the thread is dying: say so, fail everyone
+            log.exception("the engine's driver thread died")
+            self.last_error = f"{type(e).__name__}: {e}"
+            self.healthy = False
+            try:
+                self._loop.call_soon_threadsafe(self._fail_all, self.last_error, True)
+            except RuntimeError:  # the loop is closed: the server is gone
+                pass
+
+    def _drive(self) -> None:
         core = self.core
         inbox = self._inbox
         wake = self._wake
@@ -287,12 +309,19 @@ class AsyncEngine:
             if not outs and time.perf_counter() - t0 < 5e-5:
                 wake.wait(0.001)   # nothing runnable now: do not spin
 
-    def _fail_all(self, message: str) -> None:
+    def _fail_all(self, message: str, dead: bool = False) -> None:
         for rid in list(self.streams):
-            self.fail(rid, f"the engine failed: {message}")
+            if dead:
+                self.fail(rid, f"the engine failed and stopped serving: {message}", 503,
+                          "service_unavailable", "engine_failed")
+            else:
+                self.fail(rid, f"the engine failed: {message}")
 
 
-def _error_output(rid: str, message: str, status: int) -> RequestOutput:
+def _error_output(rid: str, message: str, status: int, error_type: str | None = None,
+                  code: str | None = None) -> RequestOutput:
     o = RequestOutput(rid, [], finished=True, finish_reason="error", error=message)
     o.status = status   # HTTP status for a response not started yet
+    o.error_type = error_type   # OpenAI error type (None: from the status)
+    o.error_code = code
     return o

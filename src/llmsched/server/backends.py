@@ -42,10 +42,19 @@ class Backend:
     max_model_len: int | None
     kv_capacity: int | None
     info: dict
+    vocab_size: int | None = None   # token ids must be below it (None: any id is fine)
 
     def check(self, prompt_tokens: int, max_tokens: int) -> None:
         """ConfigError if a request of this size can never be served."""
         check_request_size(prompt_tokens, max_tokens, self.max_model_len, self.kv_capacity)
+
+    def check_token_ids(self, ids) -> None:
+        """ConfigError if a token id is negative or outside the model's vocabulary."""
+        if self.vocab_size is None or isinstance(ids, range):
+            return
+        bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise ConfigError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
 
     def room(self, prompt_tokens: int) -> int:
         """The most completion tokens a prompt of this size may ask for."""
@@ -136,5 +145,7 @@ def make_engine_backend(model: str, opts: SchedulerOptions | None = None, *,
     name = served_model_name or Path(model).name
     info = {"backend": "engine", "model": str(model), "scheduler": core.scheduler.describe(),
             "max_model_len": getattr(core, "max_model_len", None)}
+    cfg = getattr(core, "config", None)
     return Backend("engine", core, tok, name, str(model), getattr(core, "max_model_len", None),
-                   getattr(core, "kv_capacity", None), info)
+                   getattr(core, "kv_capacity", None), info,
+                   vocab_size=getattr(cfg, "vocab_size", None))

@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from ..core.engine_api import SamplingParams
+from ..core.engine_api import INT64_MAX, INT64_MIN, SamplingParams
 
 try:  # orjson is optional: it makes the SSE hot path a little cheaper
     import orjson as _orjson
@@ -187,9 +187,12 @@ def _common(body: dict, kind: str) -> dict:
         _float(body, key, 0.0, -2.0, 2.0)
     _float(body, "repetition_penalty", 1.0, 0.0, lo_open=True)
     seed = _int(body, "seed", None)
-    _int(body, "min_tokens", 0, 0)
+    if seed is not None and not INT64_MIN <= seed <= INT64_MAX:
+        raise bad_request(f"'seed' must be a 64-bit signed integer ({INT64_MIN}..{INT64_MAX}), "
+                          f"got {seed}", "seed")
+    min_tokens = _int(body, "min_tokens", 0, 0)
     return dict(model=model, stream=stream, include_usage=include_usage, continuous=continuous,
-                temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, min_tokens=min_tokens,
                 stop=_stop(body), stop_token_ids=_int_list(body, "stop_token_ids"),
                 ignore_eos=_bool(body, "ignore_eos", False))
 
@@ -279,9 +282,13 @@ def _finish(c: dict, kind: str, text, ids, messages, max_tokens, body) -> Parsed
 
 def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
     c = req.raw
+    if c["min_tokens"] > max_tokens:
+        raise bad_request(f"'min_tokens' ({c['min_tokens']}) must be at most max_tokens ({max_tokens})",
+                          "min_tokens")
     return SamplingParams(max_tokens=max_tokens, temperature=c["temperature"], top_p=c["top_p"],
                           top_k=c["top_k"], seed=c["seed"], stop=c["stop"],
-                          stop_token_ids=c["stop_token_ids"], ignore_eos=c["ignore_eos"])
+                          stop_token_ids=c["stop_token_ids"], ignore_eos=c["ignore_eos"],
+                          min_tokens=c["min_tokens"])
 
 
 # ---- SSE framing --------------------------------------------------------------------
@@ -305,14 +312,16 @@ class ChunkWriter:
         return (self.head + '"delta":{"role":"assistant","content":""},"logprobs":null,'
                 '"finish_reason":null}]' + self.usage_null + "}\n\n")
 
-    def token(self, text: str, finish_reason: str | None = None, usage: dict | None = None) -> str:
+    def token(self, text: str, finish_reason: str | None = None, usage: dict | None = None,
+              stop_reason: int | str | None = None) -> str:
         fr = "null" if finish_reason is None else f'"{finish_reason}"'
         u = self.usage_null if usage is None else ',"usage":' + dumps(usage)
+        sr = "null" if stop_reason is None else dumps(stop_reason)
         if self.chat:
             return (self.head + '"delta":{"content":' + dumps(text) + '},"logprobs":null,'
-                    '"finish_reason":' + fr + "}]" + u + "}\n\n")
+                    '"finish_reason":' + fr + ',"stop_reason":' + sr + "}]" + u + "}\n\n")
         return (self.head + '"text":' + dumps(text) + ',"logprobs":null,"finish_reason":' + fr
-                + ',"stop_reason":null}]' + u + "}\n\n")
+                + ',"stop_reason":' + sr + "}]" + u + "}\n\n")
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
         u = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
@@ -333,16 +342,19 @@ def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict:
 
 
 def completion_body(rid: str, created: int, model: str, text: str, finish_reason: str,
-                    prompt_tokens: int, completion_tokens: int) -> dict:
+                    prompt_tokens: int, completion_tokens: int,
+                    stop_reason: int | str | None = None) -> dict:
     return {"id": rid, "object": "text_completion", "created": created, "model": model,
             "choices": [{"index": 0, "text": text, "logprobs": None,
-                         "finish_reason": finish_reason, "stop_reason": None}],
+                         "finish_reason": finish_reason, "stop_reason": stop_reason}],
             "usage": usage_dict(prompt_tokens, completion_tokens)}
 
 
 def chat_body(rid: str, created: int, model: str, text: str, finish_reason: str,
-              prompt_tokens: int, completion_tokens: int) -> dict:
+              prompt_tokens: int, completion_tokens: int,
+              stop_reason: int | str | None = None) -> dict:
     return {"id": rid, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "logprobs": None, "finish_reason": finish_reason}],
+                         "logprobs": None, "finish_reason": finish_reason,
+                         "stop_reason": stop_reason}],
             "usage": usage_dict(prompt_tokens, completion_tokens)}

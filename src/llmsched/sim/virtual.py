@@ -27,8 +27,13 @@ Timing (the clock stays honest):
 Tokens: the engine never samples. A request emits exactly `max_tokens` placeholder tokens
 (`token_id`, text `token_text`), as with `ignore_eos`, unless a stop condition ends it
 first: a stop string found in its generated text, or `token_id` in `stop_token_ids`
-(finish reason "stop"); otherwise the finish reason is "length". Only the number of prompt
-tokens matters, so `prompt_token_ids` may be any sized sequence (`range(n)` is fine).
+(finish reason "stop", `stop_reason` the string or the id); otherwise the finish reason is
+"length". As in the real engine (and vLLM), the text is cut before the stop string (a stop
+token's text is left out), the last `len(longest stop) - 1` characters are held back from
+the stream until they cannot start a stop string, and no stop condition applies before
+`min_tokens` tokens (a stop token id cannot be drawn among the first `min_tokens`). Only
+the number of prompt tokens matters, so `prompt_token_ids` may be any sized sequence
+(`range(n)` is fine).
 """
 
 from __future__ import annotations
@@ -52,16 +57,19 @@ __all__ = ["VirtualEngine"]
 class _Entry:
     """Server-side bookkeeping of one request."""
 
-    __slots__ = ("rid", "req", "params", "emitted", "text", "stops", "stop_ids", "done")
+    __slots__ = ("rid", "req", "params", "emitted", "text", "sent", "hold", "stops", "stop_ids",
+                 "done")
 
     def __init__(self, rid: str, req: Request, params: SamplingParams):
         self.rid = rid
         self.req = req
         self.params = params
         self.emitted = 0
-        self.stops = params.stop or None
+        self.stops = [x for x in params.stop if x] or None
         self.stop_ids = set(params.stop_token_ids) if params.stop_token_ids else None
         self.text = "" if self.stops else None
+        self.sent = 0                  # characters of `text` already returned
+        self.hold = max(len(x) for x in self.stops) - 1 if self.stops else 0
         self.done = False
 
 
@@ -170,6 +178,9 @@ class VirtualEngine:
         elif r.phase != DONE:
             self.state.finish(r, max(self.now_ns(), self.state.now))
         self.aborted_total += 1
+        # with no work left the GPU is idle: the next arrival starts a step at once (it is
+        # not late on a schedule that ended with the aborted request)
+        self._busy = not self.state.is_idle() or bool(self._pending)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self._entries)
@@ -234,16 +245,19 @@ class VirtualEngine:
                 if e.emitted == 1:
                     self.prompt_tokens_total += r.prompt
                 o = RequestOutput(e.rid, [tid], ttext, prompt_tokens=r.prompt, output_tokens=e.emitted)
-                if r.phase == DONE:
+                if e.stops is not None or e.stop_ids is not None:
+                    stop = self._stop_check(e, o, r.phase == DONE)
+                    if stop is not None:
+                        o.finished = True
+                        o.finish_reason = "stop"
+                        o.stop_reason = stop
+                        e.done = True
+                        if r.phase != DONE:
+                            stopped.append(e)
+                if r.phase == DONE and not e.done:
                     o.finished = True
                     o.finish_reason = "length"
                     e.done = True
-                elif e.stops is not None or e.stop_ids is not None:
-                    if self._hits_stop(e):
-                        o.finished = True
-                        o.finish_reason = "stop"
-                        e.done = True
-                        stopped.append(e)
                 outs.append(o)
         for e in stopped:
             st.finish(e.req, end)
@@ -253,8 +267,10 @@ class VirtualEngine:
                 self.finished_total += 1
         self.generation_tokens_total += len(outs)
         if self.scheduler.closed_loop:
-            self.scheduler.observe(st, StepFeedback(start / NS, d / NS, plan, st.finished,
-                                                    st.first_tokens, lambda: list(served)))
+            finished = st.finished + [e.req for e in stopped] if stopped else st.finished
+            self.scheduler.observe(st, StepFeedback(start / NS, d / NS, plan, finished,
+                                                    st.first_tokens, lambda: list(served),
+                                                    resumed=[r for r, _ in st.resumed]))
         self._busy = not st.is_idle() or bool(pending)
         self._free_at = end
         if self.realtime:
@@ -269,14 +285,35 @@ class VirtualEngine:
             self._vnow = end
         return outs
 
-    def _hits_stop(self, e: _Entry) -> bool:
-        if e.stop_ids is not None and self.token_id in e.stop_ids:
-            return True
-        if e.stops is not None:
-            e.text += self.token_text
-            tail = e.text[-(max(len(s) for s in e.stops) + len(self.token_text)):]
-            return any(s and s in tail for s in e.stops)
-        return False
+    def _stop_check(self, e: _Entry, o: RequestOutput, last: bool) -> int | str | None:
+        """The stop condition the token just emitted (`o`) meets, if any (its text is then
+        cut as the engine cuts it); sets `o.new_text` to the text that may be streamed now.
+        `last`: the request has all its tokens."""
+        checks = e.emitted >= e.params.min_tokens
+        if e.stop_ids is not None and e.emitted > e.params.min_tokens and self.token_id in e.stop_ids:
+            stop = self.token_id       # the stop token's text is not returned
+        elif e.stops is None:
+            return None
+        else:
+            stop = None
+            text = e.text + self.token_text
+            if checks:
+                best = -1
+                n = len(e.text)
+                for s in e.stops:   # an occurrence the new token's text completes
+                    i = text.find(s, max(0, n - len(s) + 1))
+                    if i >= 0 and (best < 0 or i < best):
+                        best, stop = i, s
+                if stop is not None:
+                    text = text[:best]
+            e.text = text
+        if e.text is None:
+            o.new_text = ""
+            return stop
+        upto = len(e.text) if stop is not None or last else max(e.sent, len(e.text) - e.hold)
+        o.new_text = e.text[e.sent:upto]
+        e.sent = upto
+        return stop
 
     def stats(self) -> dict:
         st = self.state
