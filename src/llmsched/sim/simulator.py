@@ -19,7 +19,7 @@ import numpy as np
 from ..core.cost import CostModel
 from ..core.errors import ConfigError
 from ..core.plan import StepFeedback
-from ..core.request import Request
+from ..core.request import WAITING, Request
 from ..core.state import UNLIMITED
 from ..policies.base import Scheduler
 from .histogram import GapHistogram
@@ -209,7 +209,7 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
         admits = False
         if plan.prefill:
             for r, _ in plan.prefill:
-                if r.phase == 0:
+                if r.phase == WAITING:
                     admits = True
                     break
         pf, dctx, chunks, sampled = state.begin_step(plan, now)
