@@ -76,6 +76,20 @@ def check_request_size(prompt_tokens: int, max_tokens: int, max_model_len: int |
             "never complete. Please reduce the length of the prompt or completion.")
 
 
+def find_stop(text: str, new_chars: int, stops) -> tuple[int, str] | None:
+    """The earliest stop string that the last `new_chars` characters of `text` complete:
+    (its index in `text`, the string), or None. The text is then cut at the index, as
+    OpenAI and vLLM return it (without the stop string)."""
+    best = None
+    for stop in stops:
+        if not stop:
+            continue
+        i = text.find(stop, max(0, len(text) - new_chars - len(stop) + 1))
+        if i >= 0 and (best is None or i < best[0]):
+            best = (i, stop)
+    return best
+
+
 @dataclass
 class RequestOutput:
     """What one request emitted in one step (or its end)."""

@@ -19,7 +19,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from ..core.engine_api import RequestOutput, SamplingParams, check_request_size
+from ..core.engine_api import RequestOutput, SamplingParams, check_request_size, find_stop
 from ..core.errors import ConfigError
 from ..core.plan import StepFeedback
 from ..core.request import DONE, Request
@@ -335,13 +335,7 @@ class LLMEngine:
     @staticmethod
     def _find_stop(s: Sequence, new_chars: int) -> int | None:
         """Cut `s.text` at the earliest stop string that the new characters complete."""
-        best = None
-        for stop in s.params.stop:
-            if not stop:
-                continue
-            i = s.text.find(stop, max(0, len(s.text) - new_chars - len(stop) + 1))
-            if i >= 0 and (best is None or i < best[0]):
-                best = (i, stop)
+        best = find_stop(s.text, new_chars, s.params.stop)
         if best is None:
             return None
         s.text = s.text[:best[0]]

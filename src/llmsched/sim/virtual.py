@@ -43,7 +43,7 @@ from collections import deque
 from typing import Callable, Sequence
 
 from ..core.cost import CostModel, make_cost_model
-from ..core.engine_api import RequestOutput, SamplingParams, check_request_size
+from ..core.engine_api import RequestOutput, SamplingParams, check_request_size, find_stop
 from ..core.errors import ConfigError
 from ..core.plan import StepFeedback
 from ..core.request import DONE, Request
@@ -297,15 +297,10 @@ class VirtualEngine:
         else:
             stop = None
             text = e.text + self.token_text
-            if checks:
-                best = -1
-                n = len(e.text)
-                for s in e.stops:   # an occurrence the new token's text completes
-                    i = text.find(s, max(0, n - len(s) + 1))
-                    if i >= 0 and (best < 0 or i < best):
-                        best, stop = i, s
-                if stop is not None:
-                    text = text[:best]
+            found = find_stop(text, len(self.token_text), e.stops) if checks else None
+            if found is not None:
+                cut, stop = found
+                text = text[:cut]
             e.text = text
         if e.text is None:
             o.new_text = ""
