@@ -3,7 +3,7 @@
 Names are imported on first use, so that `llmsched --help` does not pay for scipy.
 `llmsched.analysis.capacity` is the module; its `capacity(...)` function is the report."""
 
-import importlib
+from ..core.lazy import lazy_getattr
 
 _EXPORTS = {
     "CapacityReport": "capacity", "token_capacity": "capacity",
@@ -14,9 +14,4 @@ _EXPORTS = {
 }
 
 __all__ = list(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -7,6 +7,8 @@ first use.
 
 from __future__ import annotations
 
+from ..core.lazy import lazy_getattr
+
 _LAZY = {
     "LLM": "engine", "LLMEngine": "engine", "Completion": "engine",
     "ModelConfig": "loader", "read_config": "loader",
@@ -14,17 +16,4 @@ _LAZY = {
 }
 
 __all__ = list(_LAZY)
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib  # noqa: PLC0415
-        try:
-            mod = importlib.import_module(f".{_LAZY[name]}", __name__)
-        except ModuleNotFoundError as e:
-            if e.name in ("torch", "safetensors", "tokenizers"):
-                from ..core.errors import ConfigError  # noqa: PLC0415
-                raise ConfigError(f"the engine needs {e.name}: pip install 'llmsched[engine]'") from None
-            raise
-        return getattr(mod, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY, ('torch', 'safetensors', 'tokenizers'), 'engine')

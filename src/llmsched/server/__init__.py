@@ -6,6 +6,8 @@ Importing this package imports neither FastAPI nor httpx; the names below load o
 
 from __future__ import annotations
 
+from ..core.lazy import lazy_getattr
+
 _LAZY = {
     "build_app": "app", "ServerConfig": "app",
     "serve": "serve", "make_server": "serve", "GracefulServer": "serve",
@@ -17,17 +19,4 @@ _LAZY = {
 }
 
 __all__ = list(_LAZY)
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib  # noqa: PLC0415
-        try:
-            mod = importlib.import_module(f".{_LAZY[name]}", __name__)
-        except ModuleNotFoundError as e:
-            if e.name in ("fastapi", "uvicorn", "httpx", "starlette"):
-                from ..core.errors import ConfigError  # noqa: PLC0415
-                raise ConfigError(f"serving needs {e.name}: pip install 'llmsched[server]'") from None
-            raise
-        return getattr(mod, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY, ('fastapi', 'uvicorn', 'httpx', 'starlette'), 'server')

@@ -1,0 +1,28 @@
+"""Package attributes imported on first use, so that importing a package with optional
+extras (torch, FastAPI) or heavy dependencies (scipy) costs nothing until it is used."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from .errors import ConfigError
+
+
+def lazy_getattr(package: str, exports: dict[str, str], extras: tuple[str, ...] = (),
+                 hint: str = "") -> Callable[[str], object]:
+    """A module `__getattr__` for `package`: `exports` maps a name to the submodule that
+    defines it. A missing module named in `extras` becomes a ConfigError with `hint`."""
+
+    def __getattr__(name: str):
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        try:
+            module = importlib.import_module(f".{exports[name]}", package)
+        except ModuleNotFoundError as e:
+            if e.name in extras:
+                raise ConfigError(f"the {hint} extra needs {e.name}: pip install 'llmsched[{hint}]'") from None
+            raise
+        return getattr(module, name)
+
+    return __getattr__
