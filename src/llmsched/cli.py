@@ -11,6 +11,7 @@ import sys
 from typing import Sequence
 
 from .core.errors import ConfigError
+from .core.jsonio import to_jsonable
 
 
 class Parser(argparse.ArgumentParser):
@@ -91,9 +92,8 @@ def cmd_simulate(args) -> int:
     finally:
         close()
     if args.json:
-        from .sim.result import _jsonable  # noqa: PLC0415
 
-        print(json.dumps(_jsonable(result.summary), indent=2))
+        print(json.dumps(to_jsonable(result.summary), indent=2))
     elif not args.quiet:
         print_summary(result)
         if args.out:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..cli import _overrides, add_policy_args, add_workload_args
 from ..core.errors import ConfigError
+from ..core.jsonio import to_jsonable
 
 __all__ = ["register", "capacity_report", "cmd_capacity", "cmd_sweep", "cmd_reproduce"]
 
@@ -142,9 +143,8 @@ def cmd_capacity(args) -> int:
             num_requests=args.num_requests or 4000, seeds=_seeds(args.seeds), workers=args.workers,
             progress=(not args.json) and sys.stderr.isatty())
     if args.json:
-        from ..sim.result import _jsonable  # noqa: PLC0415
 
-        print(json.dumps(_jsonable(rep), indent=2, default=str))
+        print(json.dumps(to_jsonable(rep), indent=2, default=str))
         return 0
     _print_capacity(rep)
     return 0
@@ -231,9 +231,8 @@ def cmd_sweep(args) -> int:
                     progress=False if args.quiet else args.progress,
                     **fixed)
     if args.json:
-        from ..sim.result import _jsonable  # noqa: PLC0415
 
-        print(json.dumps(_jsonable({"points": len(res.rows), "ran": res.ran, "skipped": res.skipped,
+        print(json.dumps(to_jsonable({"points": len(res.rows), "ran": res.ran, "skipped": res.skipped,
                                     "errors": res.errors, "wall_s": res.wall_s, "files": res.files,
                                     "search": res.search}), indent=2))
         return 0
@@ -278,9 +277,8 @@ def cmd_reproduce(args) -> int:
                               backend=args.backend, workers=args.workers, address=args.address,
                               progress=args.progress, **kw)
     if args.json:
-        from ..sim.result import _jsonable  # noqa: PLC0415
 
-        print(json.dumps(_jsonable(res), indent=2, default=str))
+        print(json.dumps(to_jsonable(res), indent=2, default=str))
         return 0
     m = res["config"]
     _print_rows(f"reproduce stability: {m['workload']} ({m['cost_model']}, b_max {m['b_max']}), "

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.errors import ConfigError
+from ..core.jsonio import to_jsonable
 
 __all__ = ["reproduce_stability", "PRESETS", "POLICIES"]
 
@@ -53,14 +54,13 @@ def queue_run(cfg_dict: dict) -> dict:
     import numpy as np  # noqa: PLC0415
 
     from ..api import simulate  # noqa: PLC0415
-    from ..sim.result import _jsonable  # noqa: PLC0415
 
     res = simulate(dict(cfg_dict))
     ts = res.timeseries
     t = ts["time_s"]
     step = max(1, len(t) // 1500)
     keep = slice(None, None, step)
-    return {"summary": _jsonable(res.summary),
+    return {"summary": to_jsonable(res.summary),
             "time_s": t[keep].tolist(),
             "in_system": (ts["waiting_requests"] + ts["running_requests"])[keep].tolist(),
             "waiting": ts["waiting_requests"][keep].tolist(),

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..core.errors import ConfigError
+from ..core.jsonio import to_jsonable
 
 __all__ = ["parse_grid", "parse_values", "expand_grid", "resolve_point", "point_key", "run_sweep",
            "max_stable_rate", "SweepResult", "grid_keys", "parse_slo"]
@@ -262,14 +263,13 @@ def _validate(cfg) -> None:
 def run_point(cfg_dict: dict) -> dict:
     """Simulate one point (a full configuration mapping); its summary, JSON-ready."""
     from ..api import simulate  # noqa: PLC0415
-    from ..sim.result import _jsonable  # noqa: PLC0415
 
     t0 = time.perf_counter()
     try:
         res = simulate(dict(cfg_dict))
     except Exception as e:  # noqa: BLE001 (a failing point is recorded, not fatal)
         return {"error": f"{type(e).__name__}: {e}", "wall_s": time.perf_counter() - t0}
-    return _jsonable(res.summary)
+    return to_jsonable(res.summary)
 
 
 # ---------------------------------------------------------------------------------------
@@ -389,9 +389,8 @@ class _Store:
         return rec
 
     def put(self, key: str, cfg: dict, summary: dict) -> dict:
-        from ..sim.result import _jsonable  # noqa: PLC0415
 
-        rec = {"key": key, "config": _jsonable(cfg), "summary": summary}
+        rec = {"key": key, "config": to_jsonable(cfg), "summary": summary}
         self.mem[key] = rec
         if self.dir is not None:
             p = self.dir / "points" / f"{key}.json"

@@ -18,6 +18,7 @@ import numpy as np
 
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
+from ..core.jsonio import to_jsonable
 
 PERCENTILES = (90, 95, 99)
 
@@ -168,8 +169,8 @@ class SimResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         files: dict[str, callable] = {
-            "summary.json": lambda f: json.dump(_jsonable(self.summary), f, indent=2),
-            "config.json": lambda f: json.dump(_jsonable(self.config), f, indent=2),
+            "summary.json": lambda f: json.dump(to_jsonable(self.summary), f, indent=2),
+            "config.json": lambda f: json.dump(to_jsonable(self.config), f, indent=2),
             "requests.csv": self._write_requests,
             "timeseries.csv": self._write_timeseries,
             "itl_histogram.csv": self._write_itl,
@@ -220,17 +221,3 @@ class SimResult:
 
 def _fmt(x: float) -> str:
     return "" if math.isnan(x) else f"{x:.9f}"
-
-
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating, float)):
-        return None if math.isnan(obj) or math.isinf(obj) else float(obj)
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    return obj
