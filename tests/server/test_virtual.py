@@ -229,7 +229,7 @@ def test_closed_loop_policy_sees_every_emitted_token_under_preemption():
 
         def observe(self, state, feedback):
             for r, n in feedback.emitted():
-                self.tokens[r.payload.rid] += n
+                self.tokens[r.payload.request_id] += n
             self.resumed += len(feedback.resumed)
 
     register_admission_policy("test-counting", Counting)

@@ -90,6 +90,42 @@ class LinearCostModel(CostModel):
         return {"name": self.name, "c_ms": self.c * 1e3, "a_ms": self.a * 1e3}
 
 
+NS = 1_000_000_000
+
+
+class StepTimer:
+    """A cost model's step times in integer nanoseconds, as every driver clocks them (the
+    simulator, the virtual GPU); times of load-only models are cached by load."""
+
+    __slots__ = ("cost", "load_only", "_by_load")
+
+    def __init__(self, cost: CostModel):
+        self.cost = cost
+        self.load_only = cost.load_only
+        self._by_load: dict[int, int] = {}
+
+    def load_ns(self, b: int) -> int:
+        """Step time at load b of a load-only model."""
+        d = self._by_load.get(b)
+        if d is None:
+            d = self._by_load[b] = self._check(self.cost.load_time(b), b)
+        return d
+
+    def step_ns(self, prefill_tokens: int, decode_tokens: int, decode_context: int,
+                chunks: Sequence[tuple[int, int]], sampled: int) -> int:
+        if self.load_only:
+            return self.load_ns(prefill_tokens + decode_tokens)
+        return self._check(self.cost.step_time(prefill_tokens, decode_tokens, decode_context, chunks,
+                                               sampled), prefill_tokens + decode_tokens)
+
+    @staticmethod
+    def _check(seconds: float, b: int) -> int:
+        d = int(round(seconds * NS))
+        if d <= 0:
+            raise ConfigError(f"the cost model gives a non-positive step time at load {b}")
+        return d
+
+
 def _parse_params(text: str, spec: str) -> dict[str, str]:
     params = {}
     for part in filter(None, text.split(",")):

@@ -1,16 +1,13 @@
 """`LLMEngine`: a real `EngineCore` whose steps are the plans of a llmsched policy; `LLM`:
 the offline API on top.
 
-One `step()`:
-1. `plan = scheduler.plan(state)` - the same policy objects the simulator drives;
-2. `state.begin_step(plan)` applies preemptions (their blocks are freed; they recompute
-   prompt + generated tokens later) and admissions;
-3. blocks are allocated on demand for the tokens the step writes, the decoders' last
-   tokens and the prefill chunks are packed into one forward pass, and the rows that
-   complete a prompt or decode are sampled;
-4. `state.end_step(plan)` with the measured end time; stop conditions (EOS, stop token
-   ids, stop strings) finish requests early; the measured step time goes to
-   `scheduler.observe`.
+`LLMEngine` is a `runtime.StepDriver` (the virtual GPU's step loop too) whose executor is
+the model: for one step, the driver plans (the same policy objects the simulator drives)
+and applies preemptions and admissions to the state; the executor allocates KV blocks on
+demand for the tokens the step writes, packs the decoders' last tokens and the prefill
+chunks into one forward pass and samples the rows that complete a prompt or decode; the
+driver then applies the step with its measured end, runs the stop checks (EOS, stop ids,
+stop strings; `runtime.output.Sequence`) and reports the measured time to the policy.
 """
 
 from __future__ import annotations
@@ -19,45 +16,69 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from ..core.engine_api import RequestOutput, SamplingParams, check_request_size, find_stop
+from ..core.engine_api import SamplingParams, check_request_size
 from ..core.errors import ConfigError
-from ..core.plan import StepFeedback
-from ..core.request import DONE, Request
+from ..core.plan import StepPlan
+from ..core.request import Request
 from ..policies import make_scheduler
+from ..runtime.driver import NS, StepBatch, StepDriver
+from ..runtime.output import PieceFn
+from ..runtime.output import Sequence as _Sequence
 from .kv_cache import BlockAllocator, token_capacity
 from .loader import ModelConfig, read_config
 from .tokenizer import Detokenizer, Tokenizer
 
 
-class Sequence:
-    """Engine-side data of one request (the `payload` of its `Request`)."""
+class Sequence(_Sequence):
+    """Engine-side data of one request: its tokens, KV blocks, sampler and timings, on top
+    of the driver's text and stop state."""
 
-    __slots__ = ("request_id", "token_ids", "prompt_len", "params", "generator", "blocks", "detok",
-                 "text", "sent", "finish_reason", "stop_reason", "arrival", "token_times", "req",
-                 "stop_ids", "hold", "min_ban")
+    __slots__ = ("token_ids", "generator", "blocks", "detok", "arrival", "token_times")
 
-    def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, arrival: float):
-        self.request_id = request_id
+    def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, arrival: float,
+                 eos_ids: frozenset):
+        super().__init__(request_id, len(prompt), params, eos_ids)
         self.token_ids = list(prompt)
-        self.prompt_len = len(prompt)
-        self.params = params
         self.generator = None
         self.blocks: list[int] = []
         self.detok = None
-        self.text = ""
-        self.sent = 0                 # characters of `text` already returned
-        self.finish_reason = None
-        self.stop_reason = None
         self.arrival = arrival        # engine clock, seconds
         self.token_times: list[float] = []
-        self.req: Request | None = None
-        self.stop_ids: frozenset = frozenset()
-        self.min_ban: frozenset = frozenset()  # token ids masked before min_tokens
-        self.hold = max((len(s) for s in params.stop), default=1) - 1  # chars a stop string could still claim
 
     @property
     def output_ids(self) -> list[int]:
         return self.token_ids[self.prompt_len:]
+
+
+class ModelExecutor:
+    """Executes a step on the model: KV blocks on demand, one packed forward pass."""
+
+    def __init__(self, runner, allocator: BlockAllocator, perf0: int):
+        self.runner = runner
+        self.allocator = allocator
+        self.perf0 = perf0
+        self.forward_s = 0.0
+
+    def execute(self, batch: StepBatch) -> tuple[int, list[int]]:
+        alloc = self.allocator
+        dec_seqs = []
+        for r in batch.decoders:
+            s = r.payload
+            alloc.ensure(s.blocks, len(s.token_ids))
+            dec_seqs.append(s)
+        chunks = []
+        for r, first, n, last in batch.prefill:
+            s = r.payload
+            alloc.ensure(s.blocks, first + n)
+            chunks.append((s, first, n, last))
+        seqs = [r.payload for r in batch.samplers]
+        banned = [s.banned_ids() for s in seqs]   # min_tokens: no EOS / stop id before it
+        tf = time.perf_counter_ns()
+        tokens = self.runner.execute(dec_seqs, chunks, [s.params for s in seqs], [s.generator for s in seqs],
+                                     banned=banned if any(b is not None for b in banned) else None)
+        t1 = time.perf_counter_ns()       # tokens are host ints: the device is synced
+        self.forward_s = (t1 - tf) / 1e9
+        return max(t1 - self.perf0, batch.start_ns + 1), tokens
 
 
 @dataclass
@@ -76,7 +97,7 @@ class Completion:
     preemptions: int = 0
 
 
-class LLMEngine:
+class LLMEngine(StepDriver):
     """Implements `llmsched.core.engine_api.EngineCore` on a PyTorch model.
 
     `model`: a Hugging Face-format folder, or a `ModelConfig` for random weights (no
@@ -118,26 +139,20 @@ class LLMEngine:
                                   enforce_eager=enforce_eager, seed=seed)
         self.allocator = BlockAllocator(self.runner.num_blocks, block_size)
         self.kv_capacity = token_capacity(self.runner.num_blocks, block_size, max_num_seqs)
-        self.scheduler = make_scheduler(scheduler, admission=admission, b_max=b_max, k_max=k_max,
+        super().__init__(make_scheduler(scheduler, admission=admission, b_max=b_max, k_max=k_max,
                                         kv_capacity=self.kv_capacity, max_running=max_num_seqs,
-                                        admission_options=admission_options)
-        self.state = self.scheduler.new_state()
+                                        admission_options=admission_options))
         self.max_num_seqs = max_num_seqs
         self.b_max, self.k_max = b_max, k_max
         self.eos_ids = frozenset(cfg.eos_token_ids)
         self._rng = random.Random(seed)
-        self._requests: dict[str, Request] = {}
-        self._next = 0
         self._perf0 = time.perf_counter_ns()
         self._wall0 = time.time()
-        self.steps = 0
-        self.busy_s = 0.0
-        self.preemptions = 0
-        self.last_step_s = 0.0
+        self._t0 = 0
+        self.executor = ModelExecutor(self.runner, self.allocator, self._perf0)
         self.last_forward_s = 0.0
         self.last_overhead_s = 0.0
         self.last_sampled = 0
-        self.last_plan = None
         # the last step as the cost model sees it: (prefill tokens, decode tokens, decode
         # context, [(chunk, context)], sampled rows), the arguments of `CostModel.step_time`
         self.last_step_args: tuple | None = None
@@ -148,8 +163,15 @@ class LLMEngine:
         """Engine clock (seconds since the engine started)."""
         return (time.perf_counter_ns() - self._perf0) / 1e9
 
+    def now_ns(self) -> int:
+        return time.perf_counter_ns() - self._perf0
+
     def _wall_to_engine(self, t: float) -> float:
         return t - self._wall0
+
+    @property
+    def busy_s(self) -> float:
+        return self.busy_ns / NS
 
     # ---- EngineCore ------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
@@ -171,177 +193,55 @@ class LLMEngine:
             raise ConfigError("stop strings need a tokenizer, and this model has none")
         now = self.now()
         arrival = now if arrival_time is None else min(now, self._wall_to_engine(arrival_time))
-        seq = Sequence(request_id, prompt, params, arrival)
-        seq.stop_ids = frozenset(params.stop_token_ids)
-        if params.min_tokens:
-            seq.min_ban = seq.stop_ids if params.ignore_eos else seq.stop_ids | self.eos_ids
+        seq = Sequence(request_id, prompt, params, arrival, self.eos_ids)
         if not params.greedy:
             import torch  # noqa: PLC0415
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
             seq.generator = torch.Generator(device=self.runner.device).manual_seed(seed)
         if self.tokenizer is not None:
             seq.detok = Detokenizer(self.tokenizer, n)
-        r = Request(self._next, int(arrival * 1e9), n, params.max_tokens, payload=seq)
-        self._next += 1
-        seq.req = r
-        self._requests[request_id] = r
-        self.state.add(r)
+        self.state.add(self._register(seq, int(arrival * 1e9)))
 
-    def abort_request(self, request_id: str) -> None:
-        r = self._requests.pop(request_id, None)
-        if r is None:
-            return
-        if r.phase != DONE:
-            self.state.finish(r, max(self.state.now, int(self.now() * 1e9)))
-        r.payload.finish_reason = "abort"
+    def _release(self, r: Request) -> None:
         self.allocator.free(r.payload.blocks)
 
-    def has_unfinished_requests(self) -> bool:
-        return not self.state.is_idle()
-
     def stats(self) -> dict:
-        st = self.state
-        return {
-            "waiting": len(st.waiting), "running": st.n_running, "decoding": st.n_decoding,
-            "kv_used_tokens": st.kv_used, "kv_capacity_tokens": self.kv_capacity,
-            "kv_blocks_used": self.allocator.num_used, "kv_blocks_total": self.allocator.num_blocks,
-            "block_size": self.allocator.block_size, "steps": self.steps, "busy_s": self.busy_s,
-            "preemptions": self.preemptions, "last_step_ms": self.last_step_s * 1e3,
-            "scheduler": self.scheduler.name, "device": str(self.runner.device),
-            "dtype": str(self.runner.dtype).replace("torch.", ""),
-        }
+        return {**self.counters(), "kv_blocks_used": self.allocator.num_used,
+                "kv_blocks_total": self.allocator.num_blocks, "block_size": self.allocator.block_size,
+                "last_step_ms": self.last_step_s * 1e3, "device": str(self.runner.device),
+                "dtype": str(self.runner.dtype).replace("torch.", "")}
 
-    def step(self) -> list[RequestOutput]:
-        st = self.state
-        if st.is_idle():
-            return []
-        t0 = time.perf_counter_ns()
-        plan = self.scheduler.plan(st)
+    # ---- the step (the loop itself is StepDriver.step) ------------------------------
+    def _begin(self) -> tuple[StepPlan, int] | None:
+        self._t0 = time.perf_counter_ns()
+        plan = self.scheduler.plan(self.state)
         self.last_plan = plan
         if plan.is_empty():
-            return []
-        start_ns = max(st.now, t0 - self._perf0)
-        pf, dctx, pchunks, sampled = st.begin_step(plan, start_ns)
-        self.last_step_args = (pf, plan.decode, dctx, pchunks, sampled)
-        for r in plan.preempt:
-            self.allocator.free(r.payload.blocks)
-            self.preemptions += 1
-        alloc = self.allocator
-        decoders = st.decoders[:plan.decode]
-        dec_seqs = []
-        samplers = []
-        for r in decoders:
-            s = r.payload
-            alloc.ensure(s.blocks, len(s.token_ids))
-            dec_seqs.append(s)
-            samplers.append(r)
-        chunks = []
-        for r, n in plan.prefill:
-            s = r.payload
-            start = r.prefilled
-            alloc.ensure(s.blocks, start + n)
-            last = start + n == r.prefill_target
-            chunks.append((s, start, n, last))
-            if last:
-                samplers.append(r)
-        params = [r.payload.params for r in samplers]
-        gens = [r.payload.generator for r in samplers]
-        banned = None
-        for j, r in enumerate(samplers):   # min_tokens: no EOS / stop token before it
-            s = r.payload
-            if s.min_ban and len(s.token_ids) - s.prompt_len < s.params.min_tokens:
-                if banned is None:
-                    banned = [None] * len(samplers)
-                banned[j] = s.min_ban
-        self.last_sampled = len(samplers)
-        tf = time.perf_counter_ns()
-        tokens = self.runner.execute(dec_seqs, chunks, params, gens,
-                                     banned=banned)  # returns host ints: synced
-        t1 = time.perf_counter_ns()
-        self.last_forward_s = (t1 - tf) / 1e9
-        end_ns = max(t1 - self._perf0, start_ns + 1)
-        st.end_step(plan, end_ns)
-        t_end = end_ns / 1e9
-        outputs = []
-        stopped = []
-        for r, tok in zip(samplers, tokens):
-            out = self._emit(r, tok, t_end)
-            if out.finished and r.phase != DONE:
-                st.finish(r, end_ns)
-                stopped.append(r)
-            if out.finished:
-                alloc.free(r.payload.blocks)
-                self._requests.pop(r.payload.request_id, None)
-            outputs.append(out)
-        duration = (t1 - t0) / 1e9
-        self.steps += 1
-        self.busy_s += duration
-        self.last_step_s = duration
-        if self.step_log is not None:
-            self.step_log.append((start_ns / 1e9, duration, plan.prefill_tokens, plan.decode,
-                                  len(plan.prefill)))
-        finished = st.finished + stopped if stopped else st.finished
-        self.scheduler.observe(st, StepFeedback(start_ns / 1e9, duration, plan, finished,
-                                                st.first_tokens, lambda: decoders,
-                                                resumed=[r for r, _ in st.resumed]))
-        # host work of the step outside the forward pass (planning, state, stop checks)
-        self.last_overhead_s = (time.perf_counter_ns() - t0) / 1e9 - self.last_forward_s
-        return outputs
-
-    def _emit(self, r: Request, tok: int, t: float) -> RequestOutput:
-        s = r.payload
-        p = s.params
-        s.token_ids.append(tok)
-        s.token_times.append(t)
-        reason = None
-        by_token = False
-        # min_tokens (as in vLLM): the sampler cannot draw EOS or a stop token id as one of
-        # the first min_tokens tokens (should every token be masked, such a draw is no
-        # stop either), and stop strings are checked from the min_tokens-th token on
-        n_out = len(s.token_ids) - s.prompt_len
-        checks = n_out >= p.min_tokens
-        by_id = n_out > p.min_tokens
-        if by_id and tok in self.eos_ids and not p.ignore_eos:
-            reason, by_token = "stop", True
-        elif by_id and tok in s.stop_ids:
-            reason, by_token, s.stop_reason = "stop", True, tok
-        elif r.phase == DONE:
-            reason = "length"
-        if s.detok is not None:
-            if not by_token:
-                piece = s.detok.step(s.token_ids, final=reason is not None)
-                if piece:
-                    s.text += piece
-                    if p.stop and checks:
-                        cut = self._find_stop(s, len(piece))
-                        if cut is not None:
-                            reason = "stop"
-            elif reason is not None:  # flush a held-back partial character, without the stop token
-                s.token_ids.pop()
-                s.text += s.detok.step(s.token_ids, final=True)
-                s.token_ids.append(tok)
-        if reason is not None:
-            s.finish_reason = reason
-            upto = len(s.text)
-        else:
-            upto = max(s.sent, len(s.text) - s.hold)
-        new_text = s.text[s.sent:upto]
-        s.sent = upto
-        return RequestOutput(request_id=s.request_id, new_token_ids=[tok], new_text=new_text,
-                             finished=reason is not None, finish_reason=reason,
-                             prompt_tokens=s.prompt_len, output_tokens=len(s.token_ids) - s.prompt_len,
-                             stop_reason=s.stop_reason if reason == "stop" else None)
-
-    @staticmethod
-    def _find_stop(s: Sequence, new_chars: int) -> int | None:
-        """Cut `s.text` at the earliest stop string that the new characters complete."""
-        best = find_stop(s.text, new_chars, s.params.stop)
-        if best is None:
             return None
-        s.text = s.text[:best[0]]
-        s.sent = min(s.sent, best[0])
-        s.stop_reason = best[1]
-        return best[0]
+        return plan, max(self.state.now, self._t0 - self._perf0)
+
+    def _on_token(self, seq: Sequence, tok: int, t: float) -> None:
+        seq.token_ids.append(tok)
+        seq.token_times.append(t)
+
+    def _piece(self, seq: Sequence, tok: int) -> PieceFn | None:
+        detok = seq.detok
+        if detok is None:
+            return None
+        ids = seq.token_ids
+        return lambda final, drop: detok.step(ids[:-1] if drop else ids, final=final)
+
+    def _after_step(self, end: int) -> None:
+        batch = self.last_batch
+        self.last_step_args = batch.cost_args
+        self.last_sampled = len(batch.samplers)
+        self.last_forward_s = self.executor.forward_s
+        if self.step_log is not None:
+            plan = batch.plan
+            self.step_log.append((batch.start_ns / 1e9, self.last_step_s, plan.prefill_tokens, plan.decode,
+                                  len(plan.prefill)))
+        # host work of the step outside the forward pass (planning, state, stop checks)
+        self.last_overhead_s = (time.perf_counter_ns() - self._t0) / 1e9 - self.last_forward_s
 
     # ---- helpers -----------------------------------------------------------------------
     def set_scheduler(self, scheduler: str = "sarathi", admission: str = "fcfs", b_max: int | None = None,
@@ -355,10 +255,6 @@ class LLMEngine:
                                         kv_capacity=self.kv_capacity, max_running=self.max_num_seqs,
                                         admission_options=admission_options)
         self.state = self.scheduler.new_state()
-
-    def sequence(self, request_id: str) -> Sequence | None:
-        r = self._requests.get(request_id)
-        return r.payload if r is not None else None
 
 
 def _completion(s: Sequence) -> Completion:
