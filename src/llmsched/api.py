@@ -19,7 +19,7 @@ import numpy as np
 
 from .core.cost import make_cost_model
 from .core.errors import ConfigError
-from .policies import make_scheduler
+from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, simulate_trace
 from .workload import Trace, WorkloadSpec, make_trace
@@ -84,6 +84,10 @@ class SimConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def scheduler_spec(self) -> SchedulerSpec:
+        """The policy, admission and limits of the run (its first eight fields)."""
+        return SchedulerSpec.from_mapping(self)
 
 
 _WORKLOAD_KEYS = {f.name for f in fields(WorkloadSpec)}
@@ -169,10 +173,7 @@ def simulate(config: SimConfig | dict | str | os.PathLike | None = None, *, trac
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
         overrides["trace"], trace = str(trace), None
     cfg = build_config(config, **overrides)
-    scheduler = make_scheduler(cfg.policy, admission=cfg.admission, b_max=cfg.b_max, k_max=cfg.k_max,
-                               kv_capacity=cfg.kv_capacity, max_running=cfg.max_running,
-                               admission_options=cfg.admission_options,
-                               policy_options=cfg.policy_options)
+    scheduler = cfg.scheduler_spec().build()
     cost = make_cost_model(cfg.cost_model)
     scheduler.bind_cost_model(cost)
     if trace is None:

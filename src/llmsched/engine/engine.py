@@ -20,7 +20,7 @@ from ..core.engine_api import SamplingParams, check_request_size
 from ..core.errors import ConfigError
 from ..core.plan import StepPlan
 from ..core.request import Request
-from ..policies import make_scheduler
+from ..policies.spec import SchedulerSpec
 from ..runtime.driver import NS, StepBatch, StepDriver
 from ..runtime.output import PieceFn
 from ..runtime.output import Sequence as _Sequence
@@ -105,9 +105,14 @@ class LLMEngine(StepDriver):
     (default 1 GiB, capped at what `max_num_seqs` full-length sequences could use), else
     free GPU memory x `gpu_memory_utilization` on CUDA. On CPU, `num_threads` sets torch's
     intra-op threads (process-wide); by default one core is left to the Python driver, as
-    vLLM's CPU backend does (a thread waiting for a busy core slows every op)."""
+    vLLM's CPU backend does (a thread waiting for a busy core slows every op).
 
-    def __init__(self, model, *, scheduler: str = "sarathi", admission: str = "fcfs", b_max: int = 512,
+    `scheduler`: a batch policy name (with `admission`, `b_max`, `k_max`,
+    `admission_options`), or a whole `SchedulerSpec` (its `max_running`, if set, is
+    `max_num_seqs`); the KV capacity is always the engine's."""
+
+    def __init__(self, model, *, scheduler: str | SchedulerSpec = "sarathi", admission: str = "fcfs",
+                 b_max: int = 512,
                  k_max: int | None = None, kv_cache_gb: float | None = None, device: str = "cpu",
                  dtype=None, max_num_seqs: int = 256, block_size: int = 16,
                  max_model_len: int | None = None, gpu_memory_utilization: float = 0.9,
@@ -115,6 +120,13 @@ class LLMEngine(StepDriver):
                  admission_options: dict | None = None, num_threads: int | None = None):
         from .runner import ModelRunner, set_cpu_threads  # noqa: PLC0415 - torch only from here on
 
+        if isinstance(scheduler, SchedulerSpec):
+            spec = scheduler
+            max_num_seqs = spec.max_running or max_num_seqs
+        else:
+            spec = SchedulerSpec(policy=scheduler, admission=admission, b_max=b_max, k_max=k_max,
+                                 admission_options=admission_options or {})
+        b_max = spec.b_max
         for name, v in (("b_max", b_max), ("max_num_seqs", max_num_seqs), ("block_size", block_size)):
             if not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
@@ -139,11 +151,9 @@ class LLMEngine(StepDriver):
                                   enforce_eager=enforce_eager, seed=seed)
         self.allocator = BlockAllocator(self.runner.num_blocks, block_size)
         self.kv_capacity = token_capacity(self.runner.num_blocks, block_size, max_num_seqs)
-        super().__init__(make_scheduler(scheduler, admission=admission, b_max=b_max, k_max=k_max,
-                                        kv_capacity=self.kv_capacity, max_running=max_num_seqs,
-                                        admission_options=admission_options))
+        self.spec = spec.replace(kv_capacity=self.kv_capacity, max_running=max_num_seqs)
+        super().__init__(self.spec.build())
         self.max_num_seqs = max_num_seqs
-        self.b_max, self.k_max = b_max, k_max
         self.eos_ids = frozenset(cfg.eos_token_ids)
         self._rng = random.Random(seed)
         self._perf0 = time.perf_counter_ns()
@@ -249,12 +259,18 @@ class LLMEngine(StepDriver):
         """Swap the policy (only while idle); the model and the KV cache stay."""
         if not self.state.is_idle():
             raise RuntimeError("the scheduler can only change while no request is in the engine")
-        self.b_max = b_max or self.b_max
-        self.k_max = k_max
-        self.scheduler = make_scheduler(scheduler, admission=admission, b_max=self.b_max, k_max=k_max,
-                                        kv_capacity=self.kv_capacity, max_running=self.max_num_seqs,
-                                        admission_options=admission_options)
+        self.spec = self.spec.replace(policy=scheduler, admission=admission, b_max=b_max or self.b_max,
+                                      k_max=k_max, admission_options=admission_options or {})
+        self.scheduler = self.spec.build()
         self.state = self.scheduler.new_state()
+
+    @property
+    def b_max(self) -> int:
+        return self.spec.b_max
+
+    @property
+    def k_max(self) -> int | None:
+        return self.spec.k_max
 
 
 def _completion(s: Sequence) -> Completion:

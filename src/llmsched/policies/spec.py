@@ -1,0 +1,66 @@
+"""`SchedulerSpec`: the one description of a server's scheduler (policy, admission and
+limits) that the simulator's configuration, the server, the engine and the command line
+share; `build()` turns it into a `Scheduler`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from ..core.constraints import Constraints
+from ..core.errors import ConfigError
+from .base import Scheduler
+
+
+@dataclass
+class SchedulerSpec:
+    """`policy`: a batch policy name (`sarathi`, `orca`, ..., with inline options
+    `adaptive:cost=paper`); `admission`: an admission policy name (`fcfs`, `spf`, `twp`,
+    ...); `b_max`: token budget per step; `k_max`: requests per step (None: no cap);
+    `kv_capacity`: KV-cache tokens (None: unlimited); `max_running`: running requests
+    (vLLM's `max_num_seqs`; None: no cap)."""
+
+    policy: str = "sarathi"
+    admission: str = "fcfs"
+    b_max: int = 512
+    k_max: int | None = None
+    kv_capacity: int | None = None
+    max_running: int | None = None
+    policy_options: dict = field(default_factory=dict)
+    admission_options: dict = field(default_factory=dict)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_mapping(cls, d: Any) -> "SchedulerSpec":
+        """The spec's fields found in `d` (a dict or an object with these attributes);
+        other keys are ignored."""
+        get = d.get if isinstance(d, dict) else (lambda k, default=None: getattr(d, k, default))
+        spec = cls()
+        for name in cls.names():
+            v = get(name, None)
+            if v is not None:
+                setattr(spec, name, v)
+        return spec
+
+    def replace(self, **changes) -> "SchedulerSpec":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def build(self) -> Scheduler:
+        from . import make_admission_policy, make_batch_policy  # the registry imports this module
+
+        constraints = Constraints(b_max=self.b_max, k_max=self.k_max, kv_capacity=self.kv_capacity)
+        for name in ("policy_options", "admission_options"):
+            if not isinstance(getattr(self, name), dict):
+                raise ConfigError(f"{name} must be a mapping of option names to values")
+        return Scheduler(make_batch_policy(self.policy, **self.policy_options),
+                         make_admission_policy(self.admission, self.max_running, **self.admission_options),
+                         constraints)
+
+
+__all__ = ["SchedulerSpec"]
