@@ -53,6 +53,9 @@ class ServerConfig:
     drain_timeout: float = 30.0
     log_level: str = "warning"
     switch_interval: float = 0.001          # sys.setswitchinterval while serving
+    max_body_bytes: int = 32 * 1024 * 1024  # larger bodies: 413, not read
+    max_header_bytes: int = 64 * 1024       # request line + headers; larger: 431
+    read_timeout: float = 30.0              # for the headers, then for the body: else 408
 
     def __post_init__(self):
         for name in ("max_queued_requests", "max_queued_tokens", "default_max_tokens"):
@@ -63,6 +66,12 @@ class ServerConfig:
             raise ConfigError(f"port must be in 0..65535, got {self.port!r}")
         if self.drain_timeout < 0:
             raise ConfigError(f"drain timeout must be >= 0 seconds, got {self.drain_timeout}")
+        for name in ("max_body_bytes", "max_header_bytes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
+        if not (isinstance(self.read_timeout, (int, float)) and 0 < self.read_timeout < float("inf")):
+            raise ConfigError(f"read timeout must be a positive number of seconds, got {self.read_timeout!r}")
 
 
 def error_response(e: APIError, headers: dict | None = None) -> Response:

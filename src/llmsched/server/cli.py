@@ -58,6 +58,26 @@ def add_scheduler_args(p: argparse.ArgumentParser) -> None:
                    help="cap on running requests (engine: max_num_seqs)")
 
 
+# ---- request limits (issue #13): --max-body-bytes, --max-header-bytes, --read-timeout ----
+def add_limit_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("request limits")
+    g.add_argument("--max-body-bytes", type=_positive_int, default=32 * 1024 * 1024,
+                   help="largest request body in bytes; larger ones get 413 without being read "
+                        "(default: 33554432, 32 MiB)")
+    g.add_argument("--max-header-bytes", type=_positive_int, default=64 * 1024,
+                   help="largest request line + headers in bytes; larger get 431 (default: 65536)")
+    g.add_argument("--read-timeout", type=float, default=30.0,
+                   help="seconds a client has to send a request's headers, and then its body; "
+                        "slower ones get 408 and are disconnected (default: 30)")
+
+
+def limit_config(args) -> dict:
+    """The ServerConfig fields of add_limit_args' options."""
+    return {"max_body_bytes": args.max_body_bytes, "max_header_bytes": args.max_header_bytes,
+            "read_timeout": args.read_timeout}
+# ---- end of request limits ----
+
+
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "serve", help="serve an OpenAI-compatible API on the engine or a virtual GPU",
@@ -103,6 +123,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                         "context left for chat)")
     g.add_argument("--drain-timeout", type=float, default=30.0,
                    help="on SIGINT/SIGTERM, seconds to let running requests finish (default: 30)")
+    add_limit_args(p)
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                    help="log level (default: warning)")
     p.set_defaults(func=serve_main)
@@ -143,7 +164,7 @@ def serve_main(args) -> int:
                        max_queued_requests=args.max_queued_requests,
                        max_queued_tokens=args.max_queued_tokens,
                        default_max_tokens=args.default_max_tokens, drain_timeout=args.drain_timeout,
-                       log_level=args.log_level)
+                       log_level=args.log_level, **limit_config(args))
     backend = build_backend(args)
     print(f"llmsched serve: {backend.kind} backend, model {backend.model_name!r}, "
           f"http://{cfg.host}:{cfg.port}/v1", file=sys.stderr, flush=True)
