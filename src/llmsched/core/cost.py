@@ -16,6 +16,7 @@ import math
 from typing import Sequence
 
 from .errors import ConfigError
+from .request import NS
 
 
 class CostModel:
@@ -88,9 +89,6 @@ class LinearCostModel(CostModel):
 
     def describe(self):
         return {"name": self.name, "c_ms": self.c * 1e3, "a_ms": self.a * 1e3}
-
-
-NS = 1_000_000_000
 
 
 class StepTimer:

@@ -1,6 +1,6 @@
 """A request and its progress through the phases waiting -> prefill -> decode -> done.
 
-Token accounting (MODEL.md section 1): the step that computes the last prefill token also
+Token accounting (paper 1; README "The model"): the step that computes the last prefill token also
 emits output token 1; each later decode step emits one more. A request asking for `o`
 output tokens therefore needs `prompt` prefill tokens plus `o - 1` decode tokens of work.
 
@@ -9,6 +9,8 @@ add up exactly the same clock.
 """
 
 from __future__ import annotations
+
+NS = 1_000_000_000  # nanoseconds per second: every clock of the project counts integer ns
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 PHASE_NAMES = ("waiting", "prefill", "decode", "done")

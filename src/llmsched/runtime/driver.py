@@ -21,13 +21,10 @@ from typing import Protocol
 from ..core.engine_api import RequestOutput, SamplingParams
 from ..core.errors import ConfigError
 from ..core.plan import StepFeedback, StepPlan
-from ..core.request import DONE, Request
+from ..core.request import DONE, NS, Request
 from ..core.state import ServerState
 from ..policies.base import Scheduler
 from .output import PieceFn, Sequence
-
-NS = 1_000_000_000
-
 
 class StepBatch:
     """One planned step as an executor receives it."""
