@@ -9,10 +9,12 @@ from ..core.errors import ConfigError
 from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
 from .base import AdmissionPolicy, BatchPolicy, Planner, Scheduler
+from .dynamic_batch import DynamicBatch
 from .fastertransformer import FasterTransformer
 from .kfcfs import KFCFS
 from .orca import Orca
 from .sarathi import Sarathi
+from .twp import TWP
 from .vllm import VanillaVLLM
 
 BATCH_POLICIES: dict[str, type[BatchPolicy]] = {
@@ -30,8 +32,11 @@ BATCH_ALIASES = {"ft": "fastertransformer", "vanilla-vllm": "vllm", "sarathi-ser
 ADMISSION_POLICIES: dict[str, Callable[..., AdmissionPolicy]] = {
     "fcfs": FCFS,
     "spf": ShortestPromptFirst,
+    "twp": TWP,
+    "dynamicbatch": DynamicBatch,
 }
-ADMISSION_ALIASES = {"shortest-prompt-first": "spf", "priority": "spf"}
+ADMISSION_ALIASES = {"shortest-prompt-first": "spf", "priority": "spf",
+                     "token-window-pacing": "twp", "dynamic-batch": "dynamicbatch"}
 
 
 def register_batch_policy(cls: type[BatchPolicy]) -> type[BatchPolicy]:
@@ -128,5 +133,5 @@ __all__ = [
     "ADMISSION_POLICIES", "make_batch_policy", "make_admission_policy", "make_scheduler",
     "list_policies", "register_batch_policy", "register_admission_policy",
     "FasterTransformer", "VanillaVLLM", "Orca", "Sarathi", "KFCFS", "Adaptive", "FCFS",
-    "ShortestPromptFirst", "RunningCap",
+    "ShortestPromptFirst", "RunningCap", "TWP", "DynamicBatch",
 ]

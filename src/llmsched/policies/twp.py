@@ -1,0 +1,363 @@
+"""Token Window Pacing (TWP): a closed-loop admission policy that paces each step's token load.
+
+Rule (MODEL.md section 6; every constant is a parameter, defaults in `TWP`):
+
+- `l_min` = decode step time at batch 1 (the cost model at `context` tokens of context, or
+  `l_min_ms`, or, with neither, the shortest observed step that emitted decode tokens);
+  `B_0` = the largest decode batch whose step stays within `(1 + eps) * l_min` (the knee).
+- Each step the window `H_t` bounds the token load: `token_limit` is `H_t`, so the batch
+  policy (Sarathi by default) serves the active decoders first, then prefill chunks FCFS up
+  to `H_t` tokens in all. The window never pauses an active decoder.
+- After each step, with `l` = EWMA (`alpha`) of the observed inter-token latency and
+  `L*` = `itl_target_ms` (default `1.5 * l_min`): if `l > L*`, `H <- max(H_min, beta * H)`,
+  else `H <- min(H_max, H + delta * (1 + ln(1 + queue depth)))`. `H` starts at `H_0`.
+- Admission into the active set, FCFS: request `r` joins while `B_t < B_max` and the
+  outstanding work `K_t + w(r)` (tokens left of the running requests, plus `r`'s) can
+  drain within `horizon_steps` steps at the current window: `K_t + w(r) <= horizon * H_t`.
+  When nothing is running the head of the queue is always admitted (no deadlock).
+
+The observed ITL of a step is the gap its decoders saw since their previous token: the end
+of this step minus the end of the previous one when that step emitted tokens (back to back,
+this is the step's duration plus any host time between the steps), else the step's own
+duration. Idle time while nothing runs is never counted (no decoder waits through it).
+Everything is computed from `StepFeedback` and the state: no wall clock, so the simulator,
+the virtual GPU and the engine take the same decisions given the same feedback.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..core.errors import ConfigError
+from ..core.request import Request
+from ..core.state import UNLIMITED, ServerState
+from .base import AdmissionPolicy, Planner
+
+__all__ = ["TWP", "ItlMeter", "decode_step_time", "check_number"]
+
+
+def check_number(policy: str, name: str, v, *, integer: bool = False, lo: float | None = None,
+                 lo_open: bool = False, hi: float | None = None, hi_open: bool = False,
+                 none: bool = True):
+    """Validate one option value; returns it (an int when `integer`) or raises ConfigError."""
+    if v is None:
+        if none:
+            return None
+        raise ConfigError(f"{policy}: {name} is required")
+    bad = isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+    if not bad and integer and v != int(v):
+        bad = True
+    if not bad and lo is not None and (v <= lo if lo_open else v < lo):
+        bad = True
+    if not bad and hi is not None and (v >= hi if hi_open else v > hi):
+        bad = True
+    if bad:
+        kind = "an integer" if integer else "a number"
+        rng = []
+        if lo is not None:
+            rng.append(f"{'>' if lo_open else '>='} {lo:g}")
+        if hi is not None:
+            rng.append(f"{'<' if hi_open else '<='} {hi:g}")
+        where = f" {' and '.join(rng)}" if rng else ""
+        raise ConfigError(f"{policy}: {name} must be {kind}{where}, got {v!r}")
+    return int(v) if integer else float(v)
+
+
+def decode_step_time(cost, n: int, context: int) -> float:
+    """Seconds of a decode-only step of `n` decoders with `context` cached tokens each."""
+    if cost.load_only:
+        return float(cost.load_time(n))
+    return float(cost.step_time(0, n, n * context, [], n))
+
+
+class ItlMeter:
+    """The inter-token latency a step's decoders experienced, from `StepFeedback` alone.
+
+    A decoder served back to back waits from the end of the previous step to the end of
+    this one (the step's duration, plus host time between steps on a real engine). When
+    the previous step emitted no token, nothing decoded before this step without a pause
+    we could see, so the step's duration is the sample. Steps without decode tokens give
+    no sample (a first token is TTFT, not ITL)."""
+
+    __slots__ = ("prev_end", "prev_emitted")
+
+    def __init__(self):
+        self.prev_end: float | None = None
+        self.prev_emitted = False
+
+    def sample(self, feedback) -> float | None:
+        end = feedback.start + feedback.duration
+        s = None
+        if feedback.plan.decode > 0:
+            s = feedback.duration
+            if self.prev_emitted and self.prev_end is not None:
+                s = max(s, end - self.prev_end)
+        self.prev_emitted = bool(feedback.plan.decode > 0 or feedback.first_tokens or feedback.resumed)
+        self.prev_end = end
+        return s
+
+
+class TWP(AdmissionPolicy):
+    """Token Window Pacing (see the module docstring for the rule).
+
+    Options (keyword arguments, `--admission-option KEY=VALUE`), defaults in brackets;
+    `b_max` is the server's token budget, `k_max` its batch-size cap, `t(n)` the step
+    time of `n` decoders (at `context` tokens each) and `t_load(b)` of a load of `b`
+    tokens, both from the cost model:
+
+    - `eps` [0.2]: knee tolerance: `B_0` is the largest `n` with `t(1..n) <= (1+eps) l_min`.
+    - `itl_target_ms` [1.5 l_min]: the ITL target `L*` (your SLO).
+    - `alpha` [0.2]: EWMA weight of the newest ITL sample (a memory of about 5 steps).
+    - `beta` [0.5]: multiplicative decrease of the window when `l > L*`.
+    - `delta` [b_max / 64]: additive increase in tokens per step, times `1 + ln(1 + q)`
+      with `q` waiting requests: with no queue the window crosses the budget in about 64
+      steps, with 100 waiting in about 12.
+    - `max_active` (`B_max`) [the largest decode batch with `t(n) <= L*`, at least B_0]:
+      most requests in the active set, so that pure decode steps meet the target.
+    - `h_min` [max(B_max, W_0)]: smallest window. At least `B_max`, so the window always
+      holds one decode token per active request, and at least the load knee `W_0` (the
+      largest load with `t_load(1..W_0) <= (1+eps) t_load(1)`): a smaller window makes no
+      step faster, it only cuts throughput.
+    - `h_max` [b_max]: largest window (larger values are cut to `b_max`).
+    - `h0` [H_min]: initial window: start at the knee, grow under queue pressure.
+    - `horizon_steps` [256]: steps within which the active work must drain at the current
+      window for a new request to join (`K_t + w(r) <= horizon * H_t`); 256 steps is the
+      default workload's mean output, so it binds only when the active work is unusually
+      large for the window (long prompts or outputs piled up while the window shrank).
+    - `l_min_ms`, `b0` [from the cost model]: measured values, when you have them. With
+      both and no cost model, `B_max` follows the roofline `t(n) = l_min max(1, n / B_0)`:
+      `floor(B_0 L* / l_min)`, and `W_0 = B_0`.
+    - `cost` [the driver's]: a cost model spec (`paper`, `profile:PATH`, ...) to compute
+      `l_min`, `B_0`, `B_max` and `W_0` from, instead of the one the driver binds (the
+      simulator and the virtual GPU bind theirs; the PyTorch engine binds none).
+    - `context` [1024]: cached tokens per decoder when timing decode steps with a
+      context-dependent cost model (ignored by load-only models such as `paper`).
+
+    Without a cost model, `l_min_ms` and `b0` (the engine without `cost=`), both are
+    measured from the feedback: `l_min` is the shortest observed step that emitted decode
+    tokens, `B_0` (and `W_0`) the largest token load observed in a step within
+    `(1 + eps) l_min`; `B_max` is then `k_max` (no cap) and `H_min` follows `B_0`.
+    """
+
+    name = "twp"
+    summary = ("Token Window Pacing: an ITL-feedback token window bounds each step's load; "
+               "FCFS admission while the active work drains within a horizon")
+    closed_loop = True
+    OPTIONS = ("eps", "itl_target_ms", "alpha", "beta", "delta", "max_active", "h_min", "h_max",
+               "h0", "horizon_steps", "l_min_ms", "b0", "cost", "context")
+
+    def __init__(self, *, eps: float = 0.2, itl_target_ms: float | None = None, alpha: float = 0.2,
+                 beta: float = 0.5, delta: float | None = None, max_active: int | None = None,
+                 h_min: int | None = None, h_max: int | None = None, h0: int | None = None,
+                 horizon_steps: float = 256, l_min_ms: float | None = None, b0: int | None = None,
+                 cost=None, context: int = 1024, **unknown):
+        p = self.name
+        if unknown:
+            raise ConfigError(f"{p}: unknown option {sorted(unknown)[0]!r} "
+                              f"(known: {', '.join(self.OPTIONS)})")
+        self.eps = check_number(p, "eps", eps, lo=0, none=False)
+        self.itl_target_ms = check_number(p, "itl_target_ms", itl_target_ms, lo=0, lo_open=True)
+        self.alpha = check_number(p, "alpha", alpha, lo=0, lo_open=True, hi=1, none=False)
+        self.beta = check_number(p, "beta", beta, lo=0, lo_open=True, hi=1, hi_open=True, none=False)
+        self.delta = check_number(p, "delta", delta, lo=0, lo_open=True)
+        self.max_active = check_number(p, "max_active", max_active, integer=True, lo=1)
+        self.h_min = check_number(p, "h_min", h_min, integer=True, lo=1)
+        self.h_max = check_number(p, "h_max", h_max, integer=True, lo=1)
+        self.h0 = check_number(p, "h0", h0, integer=True, lo=1)
+        self.horizon_steps = check_number(p, "horizon_steps", horizon_steps, lo=0, lo_open=True,
+                                          none=False)
+        self.l_min_ms = check_number(p, "l_min_ms", l_min_ms, lo=0, lo_open=True)
+        self.b0 = check_number(p, "b0", b0, integer=True, lo=1)
+        self.context = check_number(p, "context", context, integer=True, lo=0, none=False)
+        if self.h_min is not None and self.h_max is not None and self.h_min > self.h_max:
+            raise ConfigError(f"{p}: h_min ({self.h_min}) must not exceed h_max ({self.h_max})")
+        self.cost_spec = cost
+        self.cost = None
+        if cost is not None:
+            from ..core.cost import make_cost_model  # noqa: PLC0415
+            if not isinstance(cost, str) and not hasattr(cost, "step_time"):
+                raise ConfigError(f"{p}: cost must be a cost model spec such as 'paper', got {cost!r}")
+            try:
+                self.cost = make_cost_model(cost)
+            except ConfigError as e:
+                raise ConfigError(f"{p}: cost: {e}") from None
+        self._bound = None            # the driver's cost model
+        self._key = None              # (b_max, k_max) the derived values were computed for
+        self.meter = ItlMeter()
+        self.l_ewma: float | None = None     # seconds
+        self.window: float | None = None     # H_t
+        self._admitted_work = 0
+        # measured (no cost model): shortest decode step, loads' fastest steps, their knee
+        self._seen_l_min: float | None = None
+        self._seen_load: dict[int, float] = {}
+        self._seen_knee = 1
+        # derived (by _resolve)
+        self.measured = False
+        self.l_min_s: float | None = None    # seconds
+        self.B_0: int | None = None
+        self.W_0: int | None = None
+        self.B_max = UNLIMITED
+        self.H_min = 1
+        self.H_max = 1
+        self.delta_tokens = 1.0
+
+    # ---- derived constants -----------------------------------------------------------
+    def bind_cost_model(self, cost) -> None:
+        self._bound = cost
+        self._key = None
+
+    def _resolve(self, state: ServerState) -> None:
+        key = (state.b_max, state.k_max)
+        if key == self._key:
+            return
+        self._key = key
+        b_max = state.b_max
+        cap = min(b_max, state.k_max)
+        model = self.cost if self.cost is not None else self._bound
+        self.H_max = min(self.h_max if self.h_max is not None else b_max, b_max)
+        self.delta_tokens = self.delta if self.delta is not None else b_max / 64
+        self.measured = False
+        if self.l_min_ms is not None:
+            self.l_min_s = self.l_min_ms / 1e3
+        elif model is not None:
+            self.l_min_s = decode_step_time(model, 1, self.context)
+            if not (self.l_min_s > 0 and math.isfinite(self.l_min_s)):
+                raise ConfigError(f"{self.name}: the cost model's decode step time at batch 1 is "
+                                  f"{self.l_min_s!r}; give l_min_ms")
+        else:
+            self.l_min_s = None
+        if self.b0 is not None:
+            self.B_0 = self.b0
+        elif model is not None:
+            l_min = self.l_min_s
+            self.B_0 = self._last_within(lambda n: decode_step_time(model, n, self.context),
+                                         (1 + self.eps) * l_min, cap, model.load_only)
+        else:
+            self.B_0 = None
+        if self.l_min_s is None or self.B_0 is None:
+            self.measured = True       # l_min and/or B_0 come from the feedback
+        target = self.itl_target()
+        if self.max_active is not None:
+            self.B_max = self.max_active
+        elif self.measured:
+            self.B_max = state.k_max   # UNLIMITED without k_max
+        elif model is not None:
+            within = self._last_within(lambda n: decode_step_time(model, n, self.context), target,
+                                       cap, model.load_only)
+            self.B_max = min(max(self.B_0, within), cap)
+        else:                           # l_min and B_0 given: the roofline
+            self.B_max = min(max(self.B_0, int(self.B_0 * target / self.l_min_s)), cap)
+        if model is not None:
+            t1 = model.load_time(1)
+            self.W_0 = self._last_within(model.load_time, (1 + self.eps) * t1, b_max, model.load_only)
+        else:
+            self.W_0 = self.B_0
+        self._set_h_min()
+        if self.window is None:
+            h0 = self.h0 if self.h0 is not None else self.H_min
+            self.window = float(min(max(h0, self.H_min), self.H_max))
+        else:
+            self.window = float(min(max(self.window, self.H_min), self.H_max))
+
+    def _set_h_min(self) -> None:
+        if self.h_min is not None:
+            lo = self.h_min
+        elif self.measured:
+            lo = self.B_0 if self.B_0 is not None else self._seen_knee
+            if self.max_active is not None:
+                lo = max(lo, self.max_active)
+        else:
+            lo = max(self.B_max, self.W_0)
+        self.H_min = max(1, min(lo, self.H_max))
+
+    @staticmethod
+    def _last_within(time_of, bound: float, cap: int, monotone: bool) -> int:
+        """Largest n <= cap with time_of(m) <= bound for every m in 1..n (at least 1)."""
+        if monotone:                    # a load-only model: bisect
+            lo, hi = 1, cap
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if time_of(mid) <= bound:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            return lo
+        n = 1
+        while n < cap and time_of(n + 1) <= bound:
+            n += 1
+        return n
+
+    def itl_target(self) -> float | None:
+        """L* in seconds (None while l_min is still unmeasured)."""
+        if self.itl_target_ms is not None:
+            return self.itl_target_ms / 1e3
+        l_min = self.l_min_s if self.l_min_s is not None else self._seen_l_min
+        return None if l_min is None else 1.5 * l_min
+
+    def _measure(self, feedback) -> None:
+        """Measured mode: the shortest decode step (l_min) and the load knee (B_0)."""
+        d = feedback.duration
+        b = feedback.plan.tokens
+        if b <= 0:
+            return
+        if b not in self._seen_load or d < self._seen_load[b]:
+            self._seen_load[b] = d
+        if feedback.plan.decode > 0 and (self._seen_l_min is None or d < self._seen_l_min):
+            self._seen_l_min = d
+            bound = (1 + self.eps) * d
+            self._seen_knee = max([1] + [n for n, t in self._seen_load.items() if t <= bound])
+        elif self._seen_l_min is not None and d <= (1 + self.eps) * self._seen_l_min:
+            self._seen_knee = max(self._seen_knee, b)
+        self._set_h_min()
+
+    # ---- the policy ------------------------------------------------------------------
+    def token_limit(self, state: ServerState) -> int:
+        self._resolve(state)
+        return max(int(self.window), state.n_decoding)
+
+    def may_admit(self, state: ServerState, r: Request, planner: Planner) -> bool:
+        self._resolve(state)
+        if planner.n_admitted == 0:
+            self._admitted_work = 0
+            if state.n_running == 0:    # liveness: an idle server always takes the head
+                self._admitted_work = state.work(r)
+                return True
+        if state.n_running + planner.n_admitted >= self.B_max:
+            return False
+        work = state.outstanding_tokens + self._admitted_work + state.work(r)
+        if work > self.horizon_steps * int(self.window):
+            return False
+        self._admitted_work += state.work(r)
+        return True
+
+    def observe(self, state: ServerState, feedback) -> None:
+        self._resolve(state)
+        if self.measured:
+            self._measure(feedback)
+        s = self.meter.sample(feedback)
+        if s is not None:
+            self.l_ewma = s if self.l_ewma is None else self.alpha * s + (1 - self.alpha) * self.l_ewma
+        target = self.itl_target()
+        if self.l_ewma is not None and target is not None and self.l_ewma > target:
+            self.window = max(float(self.H_min), self.beta * self.window)
+        else:
+            q = len(state.waiting)
+            self.window = min(float(self.H_max), self.window + self.delta_tokens * (1 + math.log1p(q)))
+        if self.window < self.H_min:   # H_min grew (measured knee)
+            self.window = float(self.H_min)
+
+    def describe(self) -> dict:
+        d = {"name": self.name}
+        for k in self.OPTIONS:
+            v = self.cost_spec if k == "cost" else getattr(self, k)
+            if v is not None:
+                d[k] = v if k != "cost" or isinstance(v, str) else getattr(v, "name", str(v))
+        if self._key is not None:
+            target = self.itl_target()
+            d["resolved"] = {
+                "l_min_ms": None if self.l_min_s is None else self.l_min_s * 1e3,
+                "itl_target_ms": None if target is None else target * 1e3,
+                "B_0": self.B_0, "B_max": None if self.B_max >= UNLIMITED else self.B_max,
+                "W_0": self.W_0, "H_min": self.H_min, "H_max": self.H_max,
+                "delta_tokens": self.delta_tokens, "measured": self.measured}
+        return d
