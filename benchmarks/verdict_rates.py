@@ -1,4 +1,4 @@
-"""False-verdict rates of `llmsched.analysis.verdict.stability_verdict` on synthetic runs.
+"""False-verdict rates of `llmsched.theory.stability_verdict` on synthetic runs.
 
 Synthetic run: the unfinished work of a slotted queue fed like an M/M/1 queue of work,
 W_k = max(0, W_{k-1} + A_k - C * dt): each slot of dt seconds (one b_max step of the
@@ -9,7 +9,7 @@ a pure linear trend plus noise.
 
 Usage:
     python benchmarks/verdict_rates.py [--runs 200] [--seed 1] [--json out.json]
-    python benchmarks/verdict_rates.py --fixed-b-table   # regenerate verdict._FIXED_B_CV
+    python benchmarks/verdict_rates.py --fixed-b-table   # regenerate verdict.FIXED_B_CV
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from llmsched.analysis.verdict import _FIXED_B_GRID, stability_verdict
+from llmsched.theory.verdict import FIXED_B_GRID, stability_verdict
 
 DT = 0.15316
 CAPACITY = 512 / DT
@@ -87,7 +87,7 @@ def fixed_b_table(n=400, reps=40000, seed=7, chunk=4000):
     sxx = tc @ tc
     lags = np.arange(n, dtype=float)
     nfft = 1 << int(math.ceil(math.log2(2 * n)))
-    stats_by_b = {b: [] for b in _FIXED_B_GRID if b > 0}
+    stats_by_b = {b: [] for b in FIXED_B_GRID if b > 0}
     for _ in range(reps // chunk):
         e = rng.standard_normal((chunk, n))
         e -= e.mean(axis=1, keepdims=True)
@@ -119,7 +119,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.fixed_b_table:
         tab = fixed_b_table()
-        print("_FIXED_B_CV = {")
+        print("FIXED_B_CV = {")
         for alpha, row in tab.items():
             print(f"    {alpha:.2f}: np.array([{', '.join(f'{v:.3f}' for v in row)}]),")
         print("}")

@@ -19,7 +19,7 @@ import json
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from llmsched.analysis.capacity import capacity
+from llmsched.theory import capacity
 
 COST, B_MAX, PROMPT, OUTPUT = "paper", 512, "geometric:200", "geometric:101"
 

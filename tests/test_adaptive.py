@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmsched.analysis.capacity import capacity
+from llmsched.theory import capacity
 from llmsched.api import simulate
 from llmsched.core.errors import ConfigError
 from llmsched.policies import Adaptive, make_batch_policy, make_scheduler

@@ -3,9 +3,8 @@ import math
 
 import pytest
 
-from llmsched.analysis.capacity import (capacity, peak_token_capacity, step_time_at_budget,
-                                        token_capacity, work_per_request)
-from llmsched.analysis.region import representative_step_time
+from llmsched.theory import (capacity, peak_token_capacity, representative_step_time,
+                             step_time_at_budget, token_capacity, work_per_request)
 from llmsched.core.cost import CostModel, make_cost_model
 from llmsched.core.errors import ConfigError
 
@@ -123,7 +122,7 @@ def test_profile_model():
     r = capacity(cost, 2048, 1024, 256, k_max=256, rate=10.0)
     assert r.token_capacity == pytest.approx(2048 / step_time_at_budget(cost, 2048, 1024, 256))
     assert 0 < r.critical_rate < math.inf and r.region_exact is False
-    from llmsched.analysis.region import stability_region, workload_point
+    from llmsched.theory import stability_region, workload_point
     reg = stability_region(cost, 2048, 256, mean_prompt=1024, mean_output=256)
     lam = reg.critical_rate(1024, 256)
     assert lam == pytest.approx(r.critical_rate)

@@ -6,9 +6,9 @@ import time
 import numpy as np
 import pytest
 
-from llmsched.analysis.capacity import token_capacity
-from llmsched.analysis.region import (convex_hull, feasible_shape, plot_region, stability_region,
-                                      workload_point)
+from llmsched.analysis.figures import plot_region
+from llmsched.theory import (convex_hull, feasible_shape, stability_region, token_capacity,
+                             workload_point)
 from llmsched.core.cost import CostModel, make_cost_model
 
 
@@ -34,7 +34,7 @@ class TinyCtx(CostModel):
 
 
 def brute_points(cost, b_max, k_max, pmax=None, means=(None, None)):
-    from llmsched.analysis.region import representative_step_time
+    from llmsched.theory import representative_step_time
     pts = []
     for x in range(b_max + 1):
         for y in range(b_max + 1):

@@ -3,8 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from llmsched.analysis.verdict import (fixed_b_critical_value, predicted_growth,
-                                       stability_verdict)
+from llmsched.theory import fixed_b_critical_value, predicted_growth, stability_verdict
 from llmsched.core.errors import ConfigError
 
 DT = 0.15316

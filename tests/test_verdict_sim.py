@@ -7,7 +7,7 @@ lambda* = 45.6 req/s), the fast path, and enough requests for many relaxation ti
 
 import pytest
 
-from llmsched.analysis.capacity import capacity
+from llmsched.theory import capacity
 from llmsched.api import simulate
 
 KW = dict(cost_model="paper", b_max=128, prompt="geometric:40", output="geometric:21", num_requests=6000)

@@ -22,6 +22,7 @@ from .core.errors import ConfigError
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, simulate_trace
+from .theory import capacity, stability_verdict
 from .workload import Trace, WorkloadSpec, make_trace
 
 DEFAULT_WORKLOAD = {
@@ -221,9 +222,6 @@ def simulate(config: SimConfig | dict | str | os.PathLike | None = None, *, trac
 
 def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     """Theorem 2's capacity for this workload and the run's stability verdict."""
-    from .analysis.capacity import capacity  # noqa: PLC0415
-    from .analysis.verdict import stability_verdict  # noqa: PLC0415
-
     out: dict[str, Any] = {}
     arrivals = result.arrival_s
     n = len(arrivals)

@@ -1,17 +1,29 @@
-"""Analysis: capacity, the stability region with a batch-size cap, stability verdicts.
+"""Analysis: experiments built on `llmsched.simulate` and on `llmsched.theory`.
 
-Names are imported on first use, so that `llmsched --help` does not pay for scipy.
-`llmsched.analysis.capacity` is the module; its `capacity(...)` function is the report."""
+- sweeps (`sweep.run_sweep`, `sweep.max_stable_rate`): grids of simulations on a
+  process pool or Ray, resumable, and rate searches;
+- `reproduce`: paper 1's headline experiment; `counterexample`: workloads inside the
+  k_max region where a full-budget policy is unstable; `validate`: simulator vs engine;
+- `figures`: every figure of this package (matplotlib is imported only to draw).
+
+The theory (capacity, stability region, verdict, workload means) lives in
+`llmsched.theory`; its names are re-exported here for existing code. Experiment names
+are imported on first use.
+"""
 
 from ..core.lazy import lazy_getattr
+from ..theory import (CapacityReport, StabilityRegion, Verdict, capacity, predicted_growth,
+                      stability_region, stability_verdict, token_capacity, work_per_request,
+                      workload_means, workload_point)
 
 _EXPORTS = {
-    "CapacityReport": "capacity", "token_capacity": "capacity",
-    "work_per_request": "capacity",
-    "StabilityRegion": "region", "plot_region": "region", "stability_region": "region",
-    "workload_point": "region",
-    "Verdict": "verdict", "predicted_growth": "verdict", "stability_verdict": "verdict",
+    "plot_region": "figures",
+    "run_sweep": "sweep", "max_stable_rate": "sweep", "SweepResult": "sweep",
+    "reproduce_stability": "reproduce", "find_counterexample": "counterexample",
 }
 
-__all__ = list(_EXPORTS)
+__all__ = ["CapacityReport", "StabilityRegion", "Verdict", "capacity", "predicted_growth",
+           "stability_region", "stability_verdict", "token_capacity", "work_per_request",
+           "workload_means", "workload_point", "plot_region", "run_sweep", "max_stable_rate",
+           "SweepResult", "reproduce_stability", "find_counterexample"]
 __getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -1,179 +1,25 @@
-"""Capacity of one server: theorem 2's token bound and the critical arrival rate.
+"""Former home of theorem 2's capacity functions, kept for existing imports: they live in
+`llmsched.theory.bounds` (import them from `llmsched.theory`).
 
-Accounting (MODEL.md section 1): a request with `o` output tokens needs its prompt's
-prefill tokens plus `o - 1` decode tokens of work (the step that computes the last
-prompt token also emits output token 1), so the work per request is
-`mean_prompt + mean_output - 1` tokens.
-
-- Without a batch-size cap (theorem 2): capacity `C = b_max / t(b_max)` tokens/s and the
-  critical arrival rate is `lambda* = C / work`; below it every work-conserving K-FCFS
-  policy is stable, above it every policy is unstable.
-- With `k_max`: the answer comes from the 2-D region (`region.py`): `lambda*` is the
-  largest scale of the per-request rate vector `(mean_prompt, mean_output - 1)` that
-  stays in the region, and the effective capacity for this mix is `lambda* * work`.
-
-For a context-dependent cost model (`cost.load_only` False, e.g. the H200 profile) the
-step time needs contexts; they are taken from the workload's mean prompt and output
-lengths (`region.representative_step_time`), and the step at `b_max` used for `C` holds
-prefill and decode tokens in the workload's proportion `mean_prompt : mean_output - 1`.
-Without mean lengths, `token_capacity` uses `cost.load_time(b_max)` (a prefill-only step
-with no cached context).
+`from llmsched.analysis import capacity` gives the `capacity` function; once this module
+has been imported it is `llmsched.analysis.capacity` too, so the module calls through to
+the function to keep that spelling working either way. To be removed when nothing
+imports it (the command line still does).
 """
 
-from __future__ import annotations
+import sys
+import types
 
-import math
-from dataclasses import asdict, dataclass
-
-from ..core.cost import CostModel, make_cost_model
-from ..core.errors import ConfigError
-from ..core.region import representative_step_time, stability_region
+from ..theory.bounds import (CapacityReport, capacity, peak_token_capacity,  # noqa: F401
+                             step_time_at_budget, token_capacity, work_per_request)
 
 __all__ = ["CapacityReport", "capacity", "token_capacity", "work_per_request", "step_time_at_budget",
            "peak_token_capacity"]
 
 
-def work_per_request(mean_prompt: float, mean_output: float) -> float:
-    """Tokens of work per request: prompt + output - 1 (MODEL.md section 1)."""
-    if not mean_prompt > 0 or not mean_output >= 1:
-        raise ConfigError(f"mean prompt must be > 0 and mean output >= 1 tokens, got "
-                          f"{mean_prompt!r} and {mean_output!r}")
-    return float(mean_prompt) + float(mean_output) - 1.0
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args, **kwargs):
+        return capacity(*args, **kwargs)
 
 
-def _mixed_shape(b: int, mean_prompt: float, mean_output: float) -> tuple[int, int]:
-    """A b-token step holding prefill : decode tokens in the workload's proportion."""
-    w = work_per_request(mean_prompt, mean_output)
-    x = int(round(b * mean_prompt / w))
-    x = min(b, max(0, x))
-    return x, b - x
-
-
-def step_time_at_budget(cost: CostModel | str, b: int, mean_prompt: float | None = None,
-                        mean_output: float | None = None) -> float:
-    """t(b) in seconds: `cost.load_time(b)` for a load-only model (or when no mean
-    lengths are given); for a context-dependent model with mean lengths, the time of a
-    b-token step mixing prefill and decode in the workload's proportion with
-    representative contexts."""
-    cost = make_cost_model(cost)
-    if cost.load_only or mean_prompt is None or mean_output is None:
-        return float(cost.load_time(int(b)))
-    x, y = _mixed_shape(int(b), mean_prompt, mean_output)
-    return representative_step_time(cost, x, y, mean_prompt, mean_output)
-
-
-def token_capacity(cost: CostModel | str, b_max: int, mean_prompt: float | None = None,
-                   mean_output: float | None = None) -> float:
-    """Theorem 2's bound b_max / t(b_max), tokens per second."""
-    if not isinstance(b_max, int) or b_max <= 0:
-        raise ConfigError(f"b_max must be a positive integer, got {b_max!r}")
-    t = step_time_at_budget(cost, b_max, mean_prompt, mean_output)
-    if not t > 0 or not math.isfinite(t):
-        raise ConfigError(f"step time at b_max={b_max} must be positive and finite, got {t!r}")
-    return b_max / t
-
-
-def peak_token_capacity(cost: CostModel | str, b_max: int, mean_prompt: float | None = None,
-                        mean_output: float | None = None) -> tuple[float, int]:
-    """max over loads b <= b_max of b / t(b), and the smallest b attaining it. Theorem 2
-    assumes t(b) / b never increases with b, so that this equals `token_capacity`; for
-    cost models where it does not (e.g. the paper's `max` variant with c < a * b0) a
-    policy running smaller steps serves more, and this is the real bound."""
-    cost = make_cost_model(cost)
-    best, arg = -1.0, 0
-    for b in range(1, b_max + 1):
-        r = b / step_time_at_budget(cost, b, mean_prompt, mean_output)
-        if r > best * (1 + 1e-12):
-            best, arg = r, b
-    return best, arg
-
-
-@dataclass
-class CapacityReport:
-    """Capacity numbers for one server and one workload (rates in requests/s, token
-    rates in tokens/s, times in seconds).
-
-    `critical_rate`: lambda*, the largest stable arrival rate (2-D region with k_max,
-    theorem 2 without). `critical_rate_token_bound`: theorem 2's `token_capacity / work`
-    (with k_max it is an upper bound on `critical_rate`). `effective_capacity`:
-    `critical_rate * work`, the token rate this mix can be served at. `utilisation`:
-    `rate / critical_rate` (= `rate * work / token_capacity` without k_max).
-    `predicted_growth_tokens_per_s`: fluid backlog growth
-    `max(0, rate * work - effective_capacity)` of a work-conserving policy (theorem 2;
-    with k_max, of a policy serving the arrival mix at the region's boundary).
-    `peak_token_capacity`/`peak_load`: max_b b / t(b) and where; equals token_capacity
-    when t(b)/b decreases (theorem 2's assumption)."""
-
-    cost: dict
-    b_max: int
-    k_max: int | None
-    mean_prompt: float
-    mean_output: float
-    work_per_request: float
-    prefill_tokens_per_request: float
-    decode_tokens_per_request: float
-    step_time_at_b_max_s: float
-    token_capacity: float
-    peak_token_capacity: float
-    peak_load: int
-    critical_rate_token_bound: float
-    critical_rate: float
-    effective_capacity: float
-    binding: str
-    rate: float | None = None
-    utilisation: float | None = None
-    offered_tokens_per_s: float | None = None
-    predicted_growth_tokens_per_s: float | None = None
-    region_exact: bool | None = None
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        for k, v in d.items():
-            if isinstance(v, float) and not math.isfinite(v):
-                d[k] = None if math.isnan(v) else ("inf" if v > 0 else "-inf")
-        return d
-
-
-def capacity(cost: CostModel | str, b_max: int, mean_prompt: float, mean_output: float,
-             k_max: int | None = None, rate: float | None = None, *,
-             max_prefill_per_request: int | None = None) -> CapacityReport:
-    """Capacity report (see the module docstring). `rate` in requests/s is optional."""
-    cost = make_cost_model(cost)
-    if not isinstance(b_max, int) or b_max <= 0:
-        raise ConfigError(f"b_max must be a positive integer, got {b_max!r}")
-    if rate is not None and (not math.isfinite(rate) or rate < 0):
-        raise ConfigError(f"arrival rate must be a finite number >= 0, got {rate!r}")
-    work = work_per_request(mean_prompt, mean_output)
-    means = (None, None) if cost.load_only else (mean_prompt, mean_output)
-    t_bmax = step_time_at_budget(cost, b_max, *means)
-    cap = b_max / t_bmax
-    peak, peak_b = peak_token_capacity(cost, b_max, *means)
-    lam_bound = cap / work
-    region_exact = None
-    if k_max is None:
-        lam, binding = lam_bound, "token budget (theorem 2)"
-    else:
-        region = stability_region(cost, b_max, k_max, mean_prompt=mean_prompt, mean_output=mean_output,
-                                  max_prefill_per_request=max_prefill_per_request)
-        lam = region.max_scale(mean_prompt, mean_output - 1.0)
-        region_exact = region.exact
-        if lam > lam_bound * (1 + 1e-9):
-            binding = "2-D region (steps below b_max serve faster than t(b_max) allows)"
-        elif lam >= lam_bound * (1 - 1e-9):
-            binding = "token budget (theorem 2)"
-        else:
-            binding = "batch-size cap (2-D region)"
-    eff = lam * work
-    util = offered = growth = None
-    if rate is not None:
-        offered = rate * work
-        util = rate / lam if lam > 0 else math.inf
-        growth = max(0.0, offered - eff)
-    return CapacityReport(
-        cost=cost.describe(), b_max=b_max, k_max=k_max, mean_prompt=float(mean_prompt),
-        mean_output=float(mean_output), work_per_request=work,
-        prefill_tokens_per_request=float(mean_prompt), decode_tokens_per_request=float(mean_output) - 1.0,
-        step_time_at_b_max_s=t_bmax, token_capacity=cap, peak_token_capacity=peak, peak_load=peak_b,
-        critical_rate_token_bound=lam_bound, critical_rate=lam, effective_capacity=eff,
-        binding=binding, rate=None if rate is None else float(rate), utilisation=util,
-        offered_tokens_per_s=offered, predicted_growth_tokens_per_s=growth, region_exact=region_exact)
+sys.modules[__name__].__class__ = _CallableModule

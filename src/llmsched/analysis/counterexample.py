@@ -51,8 +51,8 @@ def find_counterexample(cost_model: str = "paper", b_max: int = 512, k_max: int 
     "critical_rate", "scale", "margin", "sarathi" (the policy's verdicts per seed),
     "adaptive", "tried": [...], "confirmed": [...]}."""
     from ..api import SimConfig  # noqa: PLC0415
-    from .capacity import capacity  # noqa: PLC0415
-    from .means import workload_means  # noqa: PLC0415
+    from ..theory import capacity  # noqa: PLC0415
+    from ..theory import workload_means  # noqa: PLC0415
     from .sweep import _Backend, _Progress, _Runner, _Store, resolve_point  # noqa: PLC0415
 
     if k_max is None:

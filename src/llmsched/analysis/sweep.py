@@ -193,7 +193,7 @@ def parse_slo(items: Iterable[str] | dict | None) -> dict[str, float]:
 
 def critical_rate_of(cfg) -> float:
     """Theoretical critical rate lambda* (requests/s) of a SimConfig."""
-    from .means import workload_means  # noqa: PLC0415
+    from ..theory import workload_means  # noqa: PLC0415
 
     mp, mo = workload_means(cfg.workload)
     if not isinstance(cfg.cost_model, str):
@@ -203,7 +203,7 @@ def critical_rate_of(cfg) -> float:
 
 @lru_cache(maxsize=1024)
 def _critical_rate(cost_model: str, b_max: int, k_max, mp: float, mo: float) -> float:
-    from .capacity import capacity  # noqa: PLC0415
+    from ..theory import capacity  # noqa: PLC0415
 
     return capacity(cost_model, b_max, mp, mo, k_max=k_max).critical_rate
 
@@ -215,7 +215,7 @@ def _fill_adaptive(cfg) -> None:
     from ..core.cost import make_cost_model  # noqa: PLC0415
 
     if not make_cost_model(cfg.cost_model).load_only and "mean_prompt=" not in rest:
-        from .means import workload_means  # noqa: PLC0415
+        from ..theory import workload_means  # noqa: PLC0415
 
         mp, mo = workload_means(cfg.workload)
         opts = [rest] if rest.strip() else []

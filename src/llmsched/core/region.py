@@ -1,4 +1,8 @@
-"""The two-dimensional stability region of one server with a batch-size cap (MODEL.md s.5).
+"""The two-dimensional stability region of one server with a batch-size cap.
+
+(docs/stability.md, "The batch-size cap: a two-dimensional region"; paper 1, "Throughput-
+optimal scheduling for LLM inference and AI agents", observes that a cap makes it 2-D.)
+It lives in `core` because the adaptive policy uses it; `llmsched.theory` exports it.
 
 A step is a shape `(x, y)`: `x` prefill tokens and `y` decode tokens, taking `t(x, y)`
 seconds. Running that shape forever serves prefill tokens at `x / t` and decode tokens at
@@ -38,7 +42,7 @@ Step times:
   inner approximation of the true one (exact on the sampled shapes).
 
 `StabilityRegion.max_scale(p, d)` is solved exactly as a linear programme over the hull
-vertices (scipy HiGHS).
+vertices (scipy HiGHS; scipy is imported when the first LP runs, not with this module).
 """
 
 from __future__ import annotations
@@ -48,14 +52,13 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-from scipy.optimize import linprog
 
 from .cost import CostModel, make_cost_model
 from .errors import ConfigError
 
 __all__ = [
     "StabilityRegion", "stability_region", "feasible_shape", "representative_step_time",
-    "workload_point", "plot_region", "convex_hull",
+    "workload_point", "convex_hull",
 ]
 
 #: Above this many candidate shapes a context-dependent model is sampled on a grid.
@@ -208,6 +211,8 @@ class StabilityRegion:
         over the hull vertices v_i (the origin takes the slack weight). Returns inf for
         the zero vector and 0.0 for directions the region does not reach (a negative
         component, or decode-only traffic when no feasible step has decode tokens)."""
+        from scipy.optimize import linprog  # noqa: PLC0415 (heavy: only when an LP runs)
+
         p, d = float(prefill_rate), float(decode_rate)
         if not (math.isfinite(p) and math.isfinite(d)):
             raise ValueError(f"rates must be finite, got ({p}, {d})")
@@ -386,7 +391,3 @@ def stability_region(cost: CostModel | str, b_max: int, k_max: int | None = None
         max_prefill_per_request=pmax,
         mean_prompt=None if cost.load_only else mean_prompt,
         mean_output=None if cost.load_only else mean_output)
-
-
-# ---------------------------------------------------------------------------------------
-# plotting

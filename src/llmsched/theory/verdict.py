@@ -1,0 +1,246 @@
+"""Stability verdict for one simulation run, from its unfinished-work time series.
+
+Input: samples `(t_i, W_i)`, where `W_i` is the unfinished work at time `t_i` in tokens:
+over all requests in the system (waiting or running), remaining prefill tokens plus
+remaining decode tokens (`o - 1` accounting, docs/stability.md "Work and capacity"). A
+stable (positive recurrent) queue fluctuates around a level; an unstable one grows
+linearly in the fluid limit, at `lambda * work - capacity` tokens/s for a work-conserving
+policy (theorem 2 of paper 1, "Throughput-optimal scheduling for LLM inference and AI
+agents").
+
+Decision rule (`stability_verdict`):
+
+1. Keep the tail of the run, `t >= t_end - tail_fraction * (t_end - t_start)` (default:
+   the second half), so the warm-up transient does not count.
+2. Estimate the backlog growth rate `g` (tokens/s) on the tail with a confidence
+   interval `[lo, hi]` at level `1 - alpha` that is robust to autocorrelation:
+   - `method="hac"` (default): OLS slope of W on t with a Newey-West (Bartlett kernel)
+     standard error; bandwidth `M = max(b_min * n, Andrews' AR(1) plug-in)` (b_min = 0.3) capped at n;
+     critical values from fixed-b asymptotics (Kiefer-Vogelsang) for a regression on a
+     linear trend, tabulated in `FIXED_B_CV` by Monte Carlo
+     (`benchmarks/verdict_rates.py --fixed-b-table` regenerates them). Fixed-b critical
+     values keep the coverage close to nominal even when the bandwidth is a large
+     fraction of the sample, which is what a persistent queue needs.
+   - `method="batch"`: split the tail into `groups` contiguous blocks, fit an OLS slope
+     in each and use Student's t with `groups - 1` degrees of freedom on their mean
+     (Ibragimov-Mueller); valid when block slopes are roughly independent.
+3. Threshold `h = eps * capacity` tokens/s (default eps = 0.02) when the token capacity
+   is given, else `threshold` (explicit, tokens/s), else 0.
+4. **Unstable iff `g > h` and `lo > 0`** (the growth is both material, relative to what
+   the server can process, and statistically distinguishable from zero); otherwise
+   stable. A stable queue's slope estimate hovers around 0, far below `h` on a run that
+   lasts many relaxation times; an overloaded queue at load rho grows at `(rho - 1) *
+   capacity`, so loads above about `1 + eps` are called unstable once the run is long
+   enough for the CI to exclude 0. Growth below `h` is treated as tolerance (a queue
+   near criticality, rho ~ 1, is null recurrent and can go either way on a finite run).
+   `conclusive` is True when the CI lies entirely on one side of `h`.
+
+The fluid prediction `predicted_growth = max(0, lambda * work - capacity)` is reported
+alongside when the arrival rate and work per request are given (or passed directly).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..core.errors import ConfigError
+
+__all__ = ["Verdict", "stability_verdict", "predicted_growth", "hac_slope", "batch_slope",
+           "fixed_b_critical_value", "FIXED_B_GRID", "FIXED_B_CV"]
+
+# Fixed-b critical values of |t| for the OLS slope on a linear trend (with intercept),
+# Bartlett kernel, bandwidth M = b * n, two-sided levels 90/95/99 %. Monte Carlo with
+# iid normal errors, n = 400, 40000 replications (`benchmarks/verdict_rates.py
+# --fixed-b-table`); b = 0 is the normal limit.
+FIXED_B_GRID = np.array([0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+FIXED_B_CV = {
+    0.10: np.array([1.645, 1.717, 1.840, 2.041, 2.459, 2.824, 3.136, 3.407, 3.650, 3.887, 4.104, 4.304, 4.537]),
+    0.05: np.array([1.960, 2.063, 2.232, 2.516, 3.050, 3.517, 3.922, 4.291, 4.625, 4.921, 5.208, 5.481, 5.761]),
+    0.01: np.array([2.576, 2.757, 3.049, 3.506, 4.365, 5.054, 5.695, 6.233, 6.768, 7.263, 7.742, 8.197, 8.581]),
+}
+
+
+def fixed_b_critical_value(b: float, alpha: float = 0.05) -> float:
+    """Two-sided critical value at level 1 - alpha for bandwidth fraction b in [0, 1]
+    (linear interpolation in the table; alpha one of 0.10, 0.05, 0.01)."""
+    key = min(FIXED_B_CV, key=lambda a: abs(a - alpha))
+    if abs(key - alpha) > 1e-12:
+        raise ConfigError(f"alpha must be one of {sorted(FIXED_B_CV)} for the HAC method, got {alpha!r}")
+    table = FIXED_B_CV[key]
+    return float(np.interp(min(max(b, 0.0), 1.0), FIXED_B_GRID, table))
+
+
+def predicted_growth(rate: float, work: float, capacity: float) -> float:
+    """Fluid backlog growth of a work-conserving policy: max(0, rate * work - capacity)."""
+    return max(0.0, rate * work - capacity)
+
+
+# ---------------------------------------------------------------------------------------
+# estimators
+
+def _ols(t: np.ndarray, w: np.ndarray):
+    tc = t - t.mean()
+    sxx = float(tc @ tc)
+    if sxx <= 0:
+        raise ConfigError("the time samples must not all be equal")
+    beta = float(tc @ (w - w.mean())) / sxx
+    resid = w - w.mean() - beta * tc
+    return beta, tc, resid, sxx
+
+
+def _autocov_sums(u: np.ndarray) -> np.ndarray:
+    """gamma_l = sum_i u_i u_{i+l}, l = 0..n-1 (FFT, last axis)."""
+    n = u.shape[-1]
+    nfft = 1 << int(math.ceil(math.log2(2 * n)))
+    f = np.fft.rfft(u, nfft, axis=-1)
+    return np.fft.irfft(f * np.conj(f), nfft, axis=-1)[..., :n]
+
+
+def _bartlett_weights(n: int, m: float) -> np.ndarray:
+    lags = np.arange(n, dtype=float)
+    return np.clip(1.0 - lags / m, 0.0, None)
+
+
+def _andrews_bandwidth(u: np.ndarray) -> float:
+    """Andrews (1991) AR(1) plug-in bandwidth for the Bartlett kernel."""
+    n = len(u)
+    den = float(u[:-1] @ u[:-1])
+    if den <= 0:
+        return 1.0
+    rho = float(u[1:] @ u[:-1]) / den
+    rho = min(max(rho, -0.99), 0.99)
+    a1 = 4 * rho * rho / ((1 - rho) ** 2 * (1 + rho) ** 2)
+    return max(1.0, 1.1447 * (a1 * n) ** (1.0 / 3.0))
+
+
+def hac_slope(t, w, alpha: float = 0.05, b_min: float = 0.3):
+    """OLS slope of w on t with a Newey-West standard error and a fixed-b critical value.
+    Returns (slope, standard error, critical value, bandwidth fraction b)."""
+    t = np.asarray(t, dtype=float)
+    w = np.asarray(w, dtype=float)
+    n = len(t)
+    beta, tc, resid, sxx = _ols(t, w)
+    u = tc * resid
+    m = min(float(n), max(b_min * n, _andrews_bandwidth(u)))
+    gam = _autocov_sums(u)
+    k = _bartlett_weights(n, m)
+    omega = gam[0] + 2.0 * float(k[1:] @ gam[1:])
+    se = math.sqrt(max(omega, 0.0)) / sxx
+    b = m / n
+    return beta, se, fixed_b_critical_value(b, alpha), b
+
+
+def batch_slope(t, w, alpha: float = 0.05, groups: int = 8):
+    """Mean of OLS slopes in `groups` contiguous blocks, its standard error and the
+    Student-t critical value with groups - 1 degrees of freedom."""
+    from scipy import stats  # noqa: PLC0415 (scipy.stats costs ~1 s to import; only this method needs it)
+
+    t = np.asarray(t, dtype=float)
+    w = np.asarray(w, dtype=float)
+    if groups < 2 or len(t) < 3 * groups:
+        raise ConfigError(f"batch method needs groups >= 2 and >= 3 samples per group "
+                          f"({len(t)} samples, {groups} groups)")
+    slopes = np.array([_ols(tb, wb)[0] for tb, wb in zip(np.array_split(t, groups), np.array_split(w, groups))])
+    se = float(slopes.std(ddof=1)) / math.sqrt(groups)
+    return float(slopes.mean()), se, float(stats.t.ppf(1 - alpha / 2, groups - 1)), groups
+
+
+# ---------------------------------------------------------------------------------------
+# the verdict
+
+@dataclass
+class Verdict:
+    """`stable`: the decision; `backlog_growth_tokens_per_s`: estimated growth g of the
+    unfinished work over the tail; `ci_low`, `ci_high`: its (1 - alpha) interval;
+    `threshold_tokens_per_s`: h; `threshold_rule`: how h was set; `conclusive`: the CI
+    lies on one side of h; `predicted_growth_tokens_per_s`: fluid prediction, if known."""
+
+    stable: bool
+    backlog_growth_tokens_per_s: float
+    ci_low: float
+    ci_high: float
+    method: str
+    threshold_tokens_per_s: float
+    threshold_rule: str
+    alpha: float
+    conclusive: bool
+    samples_used: int
+    tail_start_s: float
+    tail_end_s: float
+    capacity_tokens_per_s: float | None = None
+    relative_growth: float | None = None
+    predicted_growth_tokens_per_s: float | None = None
+    mean_backlog_tokens: float | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def stability_verdict(times, unfinished_tokens, *, capacity: float | None = None,
+                      eps: float = 0.02, threshold: float | None = None, alpha: float = 0.05,
+                      method: str = "hac", tail_fraction: float = 0.5, groups: int = 8,
+                      b_min: float = 0.3, predicted_growth_tokens_per_s: float | None = None,
+                      arrival_rate: float | None = None,
+                      work_per_request: float | None = None) -> Verdict:
+    """Stable or not, from the unfinished-work series (see the module docstring).
+
+    `capacity`: token capacity b_max / t(b_max) in tokens/s (sets h = eps * capacity);
+    `threshold`: an explicit h in tokens/s (overrides eps * capacity). The fluid
+    prediction is `predicted_growth_tokens_per_s` if given, else computed from
+    `arrival_rate`, `work_per_request` and `capacity` when all are given.
+    """
+    t = np.asarray(times, dtype=float).ravel()
+    w = np.asarray(unfinished_tokens, dtype=float).ravel()
+    if t.shape != w.shape:
+        raise ConfigError(f"times and unfinished work differ in length ({len(t)} vs {len(w)})")
+    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(w))):
+        raise ConfigError("times and unfinished work must be finite")
+    if not 0 < tail_fraction <= 1:
+        raise ConfigError(f"tail_fraction must be in (0, 1], got {tail_fraction!r}")
+    if not 0 < alpha < 1:
+        raise ConfigError(f"alpha must be in (0, 1), got {alpha!r}")
+    if capacity is not None and not capacity > 0:
+        raise ConfigError(f"capacity must be > 0 tokens/s, got {capacity!r}")
+    order = np.argsort(t, kind="stable")
+    t, w = t[order], w[order]
+    if len(t) < 2:
+        raise ConfigError("need at least two samples")
+    start = t[-1] - tail_fraction * (t[-1] - t[0])
+    keep = t >= start
+    tt, ww = t[keep], w[keep]
+    if len(tt) < 16:
+        raise ConfigError(f"need at least 16 samples in the tail, got {len(tt)}; sample the "
+                          f"backlog more often")
+    if method == "hac":
+        g, se, cv, b = hac_slope(tt, ww, alpha, b_min)
+        desc = f"OLS slope, Newey-West/Bartlett SE, bandwidth b={b:.3f}, fixed-b critical value {cv:.3f}"
+    elif method == "batch":
+        g, se, cv, q = batch_slope(tt, ww, alpha, groups)
+        desc = f"mean of {q} block OLS slopes, Student t({q - 1}) critical value {cv:.3f}"
+    else:
+        raise ConfigError(f"unknown verdict method {method!r} (known: hac, batch)")
+    lo, hi = g - cv * se, g + cv * se
+    if threshold is not None:
+        if threshold < 0:
+            raise ConfigError(f"threshold must be >= 0 tokens/s, got {threshold!r}")
+        h, rule = float(threshold), "explicit threshold"
+    elif capacity is not None:
+        h, rule = eps * capacity, f"eps * capacity (eps={eps:g})"
+    else:
+        h, rule = 0.0, "0 (no capacity given: significance only)"
+    unstable = g > h and lo > 0
+    conclusive = lo > h or hi < h
+    if predicted_growth_tokens_per_s is None and None not in (arrival_rate, work_per_request, capacity):
+        predicted_growth_tokens_per_s = predicted_growth(arrival_rate, work_per_request, capacity)
+    return Verdict(
+        stable=not unstable, backlog_growth_tokens_per_s=g, ci_low=lo, ci_high=hi,
+        method=method, threshold_tokens_per_s=h, threshold_rule=rule, alpha=alpha,
+        conclusive=conclusive, samples_used=int(len(tt)), tail_start_s=float(tt[0]),
+        tail_end_s=float(tt[-1]), capacity_tokens_per_s=capacity,
+        relative_growth=None if capacity is None else g / capacity,
+        predicted_growth_tokens_per_s=predicted_growth_tokens_per_s,
+        mean_backlog_tokens=float(ww.mean()), detail=desc)
