@@ -354,10 +354,12 @@ class TWP(AdmissionPolicy):
                 d[k] = v if k != "cost" or isinstance(v, str) else getattr(v, "name", str(v))
         if self._key is not None:
             target = self.itl_target()
+            l_min = self.l_min_s if self.l_min_s is not None else self._seen_l_min
             d["resolved"] = {
-                "l_min_ms": None if self.l_min_s is None else self.l_min_s * 1e3,
+                "l_min_ms": None if l_min is None else l_min * 1e3,
                 "itl_target_ms": None if target is None else target * 1e3,
-                "B_0": self.B_0, "B_max": None if self.B_max >= UNLIMITED else self.B_max,
+                "B_0": self.B_0 if self.B_0 is not None else (self._seen_knee if self.measured else None),
+                "B_max": None if self.B_max >= UNLIMITED else self.B_max,
                 "W_0": self.W_0, "H_min": self.H_min, "H_max": self.H_max,
                 "delta_tokens": self.delta_tokens, "measured": self.measured}
         return d
