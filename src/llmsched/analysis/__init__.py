@@ -1,7 +1,9 @@
 """Analysis: experiments built on `llmsched.simulate` and on `llmsched.theory`.
 
-- sweeps (`sweep.run_sweep`, `sweep.max_stable_rate`): grids of simulations on a
-  process pool or Ray, resumable, and rate searches;
+- sweeps (`sweep.run_sweep`, `sweep.max_stable_rate`), made of `grid` (specs),
+  `points` (resolving, keying and running one point), `runner` (process pool / Ray
+  backends, resumable storage), `search` (rate bisection) and `tables` (results.csv,
+  results.parquet);
 - `reproduce`: paper 1's headline experiment; `counterexample`: workloads inside the
   k_max region where a full-budget policy is unstable; `validate`: simulator vs engine;
 - `figures`: every figure of this package (matplotlib is imported only to draw).

@@ -1,6 +1,7 @@
 """Search for workloads inside the stability region where a full-budget policy is unstable.
 
-With a batch-size cap `k_max` the region is two-dimensional (MODEL.md section 5). Near a
+With a batch-size cap `k_max` the region is two-dimensional (docs/stability.md, "The
+batch-size cap: a two-dimensional region"). Near a
 boundary face that needs steps of a smaller load, Sarathi-Serve (always fill `b_max`:
 decodes first, then prefill chunks up to the budget) runs slow full steps while decode
 is capped at `k_max` tokens per step, and can be unstable although the workload lies
@@ -16,7 +17,12 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
+from ..api import SimConfig
+from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
+from ..theory import capacity, workload_means
+from .points import resolve_point, run_point
+from .runner import Backend, Progress, Runner, Store
 
 __all__ = ["find_counterexample", "default_candidates"]
 
@@ -50,11 +56,6 @@ def find_counterexample(cost_model: str = "paper", b_max: int = 512, k_max: int 
     """Search (see the module docstring). Returns {"found", "workload", "rate",
     "critical_rate", "scale", "margin", "sarathi" (the policy's verdicts per seed),
     "adaptive", "tried": [...], "confirmed": [...]}."""
-    from ..api import SimConfig  # noqa: PLC0415
-    from ..theory import capacity  # noqa: PLC0415
-    from ..theory import workload_means  # noqa: PLC0415
-    from .sweep import _Backend, _Progress, _Runner, _Store, resolve_point  # noqa: PLC0415
-
     if k_max is None:
         raise ConfigError("a counterexample needs a batch-size cap --k-max: without one, theorem 2 "
                           "makes every work-conserving K-FCFS policy stable inside the region")
@@ -62,19 +63,20 @@ def find_counterexample(cost_model: str = "paper", b_max: int = 512, k_max: int 
         raise ConfigError(f"load must be in (0, 1) (a point strictly inside the region), got {load!r}")
     if not seeds:
         raise ConfigError("give at least one seed")
+    cost = make_cost_model(cost_model)
     cands = list(candidates) if candidates is not None else default_candidates(b_max, k_max)
     base = {"cost_model": cost_model, "b_max": b_max, "k_max": k_max, "num_requests": num_requests,
             "arrival": "poisson", "rate": 1.0}
     default_wl = SimConfig().workload
     tried, confirmed = [], []
-    bar = _Progress(bool(progress), "counterexample search")
+    bar = Progress(bool(progress), "counterexample search")
     try:
-        with _Backend(backend, workers, address) as be:
-            runner = _Runner(be, _Store(None), bar)
+        with Backend(backend, workers, address) as be:
+            runner = Runner(be, Store(None), bar, run_point)
             for prompt, output in cands:
                 cfg = resolve_point(None, {**base, "prompt": prompt, "output": output}, {})
                 mp, mo = workload_means({**default_wl, **cfg.workload})
-                rep = capacity(cost_model, b_max, mp, mo, k_max=k_max)
+                rep = capacity(cost, b_max, mp, mo, k_max=k_max)
                 entry = {"prompt": prompt, "output": output, "mean_prompt": mp, "mean_output": mo,
                          "critical_rate": rep.critical_rate,
                          "critical_rate_token_bound": rep.critical_rate_token_bound, "binding": rep.binding}

@@ -4,19 +4,22 @@ matplotlib is imported inside the functions that draw, so importing this module 
 - `new_figure`, `save_figure`: a figure with n panels side by side; an atomic PNG write.
 - `plot_region`: the stability region with a batch-size cap (docs/stability.md) and a
   workload point with its ray to the boundary.
+- `plot_sweep`: a sweep's throughput, latency and maximum-stable-rate figures.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
 from ..theory import StabilityRegion
+from .grid import NON_GROUP_KEYS
+from .tables import atomic_write, group_label
 
-__all__ = ["new_figure", "save_figure", "plot_region"]
+__all__ = ["new_figure", "save_figure", "plot_region", "plot_sweep"]
 
 
 def new_figure(n: int = 1, width: float = 7.0):
@@ -31,11 +34,8 @@ def new_figure(n: int = 1, width: float = 7.0):
 
 def save_figure(fig, path: Path) -> str:
     """Lay out and write `fig` as a PNG at `path` (whole or not at all); returns the path."""
-    path = Path(path)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fig.savefig(tmp, format="png")
-    os.replace(tmp, path)
+    atomic_write(Path(path), lambda p: fig.savefig(p, format="png"))
     return str(path)
 
 
@@ -81,3 +81,136 @@ def plot_region(region: StabilityRegion, point: tuple[float, float] | None = Non
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return str(path)
+
+
+def _groups(rows: list[dict], grid_keys: Sequence[str]) -> dict[str, list[dict]]:
+    gkeys = [k for k in grid_keys if k not in NON_GROUP_KEYS]
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("error"):
+            continue
+        out.setdefault(group_label(r, gkeys), []).append(r)
+    return out
+
+
+def _x_of(rows: list[dict]):
+    """x of each row: the grid's load, else the rate over the group's critical rate
+    (median over its rows), else the rate; and the axis label."""
+    if rows and all(r.get("load") is not None for r in rows):
+        return [float(r["load"]) for r in rows], True
+    lams = sorted(float(r["critical_rate"]) for r in rows if r.get("critical_rate"))
+    if lams and all(r.get("rate") is not None for r in rows):
+        lam = lams[len(lams) // 2]
+        return [float(r["rate"]) / lam for r in rows], True
+    return [None if r.get("rate") is None else float(r["rate"]) for r in rows], False
+
+
+def _by_x(rows: list[dict], metric: str):
+    """Mean of `metric` over seeds at each offered load."""
+    pts: dict[float, list[float]] = {}
+    xs_all, _ = _x_of(rows)
+    for x, r in zip(xs_all, rows):
+        v = r.get(metric)
+        if x is None or v is None:
+            continue
+        pts.setdefault(round(x, 9), []).append(float(v))
+    xs = sorted(pts)
+    return xs, [sum(pts[x]) / len(pts[x]) for x in xs]
+
+
+def _empirical_max_stable(rows: list[dict]) -> float | None:
+    """Largest grid rate below which every rate (all seeds) was judged stable."""
+    by_rate: dict[float, list] = {}
+    for r in rows:
+        if r.get("rate") is not None:
+            by_rate.setdefault(float(r["rate"]), []).append(r.get("stable"))
+    best = None
+    for rate in sorted(by_rate):
+        if all(v is True for v in by_rate[rate]):
+            best = rate
+        else:
+            break
+    return best
+
+
+def plot_sweep(rows: list[dict], out_dir, grid_keys: Sequence[str],
+               search: list[dict] | None = None) -> list[str]:
+    """A sweep's figures in `out_dir`: `throughput.png` (served vs offered tokens/s) and
+    `latency.png` (p99 TTFT and ITL) against the offered load, one line per group of the
+    grid (`grid_keys` without rate, load and seed), and `max_stable_rate.png` (each
+    group's empirical maximum stable rate, from the grid or from a `search` table, against
+    lambda*). Returns the paths written."""
+    out = Path(out_dir)
+    groups = _groups(rows, grid_keys)
+    files = []
+    uses_load = all(_x_of(rs)[1] for rs in groups.values()) if groups else False
+    xlabel = "offered load (rate / critical rate lambda*)" if uses_load else "offered rate (requests/s)"
+    if rows and search is None:
+        fig, (ax,) = new_figure()
+        for i, (label, rs) in enumerate(groups.items()):
+            xs, ys = _by_x(rs, "total_token_throughput")
+            if xs:
+                ax.plot(xs, ys, "o-", ms=3, label=label)
+            if i == len(groups) - 1:
+                xs, ys = _by_x(rs, "offered_token_rate")
+                if xs:
+                    ax.plot(xs, ys, ":", color="gray", lw=1, label="offered tokens/s")
+        caps = [r.get("token_capacity") for r in rows if r.get("token_capacity")]
+        if caps and len(set(round(c, 6) for c in caps)) == 1:
+            ax.axhline(caps[0], color="gray", ls="--", lw=1, label="token capacity b_max/t(b_max)")
+        if uses_load:
+            ax.axvline(1.0, color="gray", ls=":", lw=1)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("served tokens/s (prompt + output)")
+        ax.set_title("Throughput vs offered load")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        files.append(save_figure(fig, out / "throughput.png"))
+
+        fig, axes = new_figure(2)
+        for ax, metric, title in ((axes[0], "p99_ttft_ms", "p99 TTFT"), (axes[1], "p99_itl_ms", "p99 ITL")):
+            for label, rs in groups.items():
+                xs, ys = _by_x(rs, metric)
+                if xs:
+                    ax.plot(xs, ys, "o-", ms=3, label=label)
+            ax.set_yscale("log")
+            if uses_load:
+                ax.axvline(1.0, color="gray", ls=":", lw=1)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(f"{title} (ms)")
+            ax.set_title(f"{title} vs offered load")
+            ax.grid(alpha=0.3, which="both")
+        axes[0].legend(fontsize=7)
+        files.append(save_figure(fig, out / "latency.png"))
+
+    bars = []
+    if search is not None:
+        gkeys = [k for k in grid_keys if k not in NON_GROUP_KEYS]
+        for s in search:
+            bars.append((group_label(s, gkeys), s.get("max_stable_rate"), s.get("critical_rate"),
+                         s.get("max_slo_rate")))
+    else:
+        for label, rs in groups.items():
+            lam = [r.get("critical_rate") for r in rs if r.get("critical_rate")]
+            bars.append((label, _empirical_max_stable(rs), lam[0] if lam else None, None))
+    if bars:
+        fig, (ax,) = new_figure(width=max(5.0, 1.1 * len(bars) + 2))
+        xs = list(range(len(bars)))
+        ax.bar(xs, [b[1] or 0.0 for b in bars], color="tab:blue", alpha=0.8, label="empirical max stable rate")
+        if any(b[3] is not None for b in bars):
+            ax.bar([x + 0.25 for x in xs], [b[3] or 0.0 for b in bars], width=0.35, color="tab:orange",
+                   label="max rate meeting SLOs")
+        for x, b in zip(xs, bars):
+            if b[2]:
+                ax.plot([x - 0.45, x + 0.45], [b[2], b[2]], "k--", lw=1.5)
+        ax.plot([], [], "k--", label="lambda* (theorem 2; with k_max the 2-D region)")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([b[0] for b in bars], rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel("arrival rate (requests/s)")
+        ax.set_title("Empirical maximum stable rate vs the theoretical critical rate")
+        top = max([b[1] or 0.0 for b in bars] + [b[2] or 0.0 for b in bars] + [1e-9])
+        ax.set_ylim(0, top * 1.3)
+        ax.legend(fontsize=7, loc="upper right")
+        ax.grid(alpha=0.3, axis="y")
+        files.append(save_figure(fig, out / "max_stable_rate.png"))
+    return files

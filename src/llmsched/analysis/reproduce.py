@@ -27,8 +27,18 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
+from ..api import simulate
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..policies import BATCH_POLICIES
+from ..workload import WorkloadSpec, make_trace
+from .figures import new_figure, save_figure
+from .points import critical_rate_of, resolve_point
+from .runner import Backend
+from .sweep import max_stable_rate
+from .tables import write_table
 
 __all__ = ["reproduce_stability", "PRESETS", "POLICIES"]
 
@@ -51,10 +61,6 @@ QUICK = (1500, 1500, (0,), 0.1)
 
 def queue_run(cfg_dict: dict) -> dict:
     """One run for the queue figure: its summary and a thinned time series."""
-    import numpy as np  # noqa: PLC0415
-
-    from ..api import simulate  # noqa: PLC0415
-
     res = simulate(dict(cfg_dict))
     ts = res.timeseries
     t = ts["time_s"]
@@ -69,8 +75,6 @@ def queue_run(cfg_dict: dict) -> dict:
 
 
 def _policy_info(name: str) -> tuple[str, bool]:
-    from ..policies import BATCH_POLICIES  # noqa: PLC0415
-
     cls = BATCH_POLICIES[name]
     return cls.name, bool(cls.work_conserving)
 
@@ -84,8 +88,6 @@ def reproduce_stability(workload: str = "synthetic", *, cost_model: str | None =
                         progress: bool | None = None) -> dict:
     """Run the experiment (see the module docstring); returns {"rows": table rows,
     "critical_rate", "files", "config", "wall_s"}."""
-    from .sweep import _Backend, critical_rate_of, max_stable_rate, resolve_point  # noqa: PLC0415
-
     t0 = time.perf_counter()
     if workload not in PRESETS:
         raise ConfigError(f"unknown workload {workload!r} (known: {', '.join(PRESETS)})")
@@ -112,8 +114,6 @@ def reproduce_stability(workload: str = "synthetic", *, cost_model: str | None =
     rate = load * lam
     # the queue runs stop when the arrivals do: the verdict looks only at that window and
     # an unstable policy would otherwise spend most of the run draining
-    from ..workload import WorkloadSpec, make_trace  # noqa: PLC0415
-
     span = float(make_trace(WorkloadSpec.from_dict({**cfg0.workload, "rate": rate})).arrival_s.max())
     jobs = []
     for p in policies:
@@ -122,7 +122,7 @@ def reproduce_stability(workload: str = "synthetic", *, cost_model: str | None =
                                        "seed": seeds[0], "max_time_s": span * 1.001 + 1e-3})
         jobs.append((p, c.to_dict()))
     queue: dict[str, dict] = {}
-    with _Backend(backend, workers, address) as be:
+    with Backend(backend, workers, address) as be:
         for p, r in be.run(jobs, queue_run):
             queue[p] = r
     files = [_plot_queue(queue, policies, out / "queue.png", load, lam, workload, cfg0)]
@@ -150,8 +150,6 @@ def reproduce_stability(workload: str = "synthetic", *, cost_model: str | None =
             "load": load, "rate": rate,
             "queue_requests": n_queue, "search_requests": n_search, "seeds": list(seeds), "tol": tol,
             "token_capacity": queue[policies[0]]["summary"].get("token_capacity")}
-    from .sweep import write_table  # noqa: PLC0415
-
     files += write_table(rows, out, "table")[:1]
     (out / "table.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=str))
     files.append(str(out / "table.json"))
@@ -160,9 +158,7 @@ def reproduce_stability(workload: str = "synthetic", *, cost_model: str | None =
 
 
 def _plot_queue(queue: dict, policies, path: Path, load: float, lam: float, workload: str, cfg) -> str:
-    from .sweep import _fig, _save  # noqa: PLC0415
-
-    fig, axes = _fig(2, width=7.0)
+    fig, axes = new_figure(2, width=7.0)
     styles = ["-", "-", "-", "-", "--", ":", "-."]
     for i, p in enumerate(policies):
         q = queue[p]
@@ -181,7 +177,7 @@ def _plot_queue(queue: dict, policies, path: Path, load: float, lam: float, work
     axes[0].legend(fontsize=7)
     fig.suptitle(f"{workload}: load {load:g} of lambda* = {lam:.3g} req/s "
                  f"({cfg.cost_model}, b_max {cfg.b_max})", fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def format_rate(x) -> str:

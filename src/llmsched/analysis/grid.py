@@ -1,0 +1,168 @@
+"""Grid specs of a sweep: parse `KEY=VALUES` options into a grid, expand it into points,
+and parse SLO limits.
+
+- A grid maps option names to lists of values (`parse_grid(["policy=sarathi,orca",
+  "rate=1:20:20", "seed=0,1"])`); its points are the cartesian product (`expand_grid`).
+  Any option of `simulate` can be a key (configuration fields such as `policy`, `b_max`,
+  `k_max`, `cost_model`, `max_time_s`, and workload fields such as `rate`, `prompt`,
+  `output`, `num_requests`, `seed`, `arrival`), plus `load`: the rate as a fraction of
+  the theoretical critical rate lambda* of the point's configuration.
+- SLOs: `parse_slo(["p99_itl_ms=100"])`, upper limits on summary metrics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from dataclasses import fields
+from typing import Iterable
+
+from ..api import SimConfig
+from ..core.errors import ConfigError
+from ..workload import WorkloadSpec
+
+__all__ = ["parse_grid", "parse_values", "expand_grid", "parse_slo", "grid_keys", "option_keys",
+           "NON_GROUP_KEYS", "SLO_METRIC"]
+
+#: Grid keys that vary within a group of points (a policy, a b_max, ...): a search runs
+#: every seed at each rate of a group, and figures draw one line per group.
+NON_GROUP_KEYS = ("rate", "load", "seed")
+#: Metrics an SLO may limit (milliseconds, or the ITL's coefficient of variation).
+SLO_METRIC = re.compile(r"^(mean|median|std|p90|p95|p99|max)_(ttft|tpot|itl|e2el|queue)_ms$|^itl_cv$")
+
+
+def option_keys() -> set[str]:
+    """Options of `simulate` a point can set: configuration and workload fields."""
+    return ({f.name for f in fields(SimConfig)} | {f.name for f in fields(WorkloadSpec)}) - {"workload"}
+
+
+def grid_keys() -> list[str]:
+    """Names a grid (or a fixed value) may set."""
+    return sorted(option_keys() | {"load"})
+
+
+def _scalar(text: str):
+    t = text.strip()
+    if t.lower() in ("none", "null"):
+        return None
+    if t.lower() in ("true", "false"):
+        return t.lower() == "true"
+    try:
+        v = json.loads(t)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return v
+    except json.JSONDecodeError:
+        pass
+    return t
+
+
+def parse_values(key: str, text: str) -> list:
+    """The values of one grid key: `a,b,c` (a list; use `|` instead of `,` when a value
+    itself holds commas, e.g. cost models `paper:c=11,a=35|paper`), or `LO:HI:N`, N
+    evenly spaced numbers from LO to HI (N >= 1; integers when the key is an integer
+    option and the values are whole)."""
+    text = text.strip()
+    if not text:
+        raise ConfigError(f"grid {key}: no values given")
+    m = re.fullmatch(r"\s*([-+0-9.eE]+)\s*:\s*([-+0-9.eE]+)\s*:\s*([-+0-9.eE]+)\s*", text)
+    if m:
+        try:
+            lo, hi = float(m.group(1)), float(m.group(2))
+            n = float(m.group(3))
+        except ValueError:
+            raise ConfigError(f"grid {key}: cannot read range {text!r} (use LO:HI:N)") from None
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ConfigError(f"grid {key}: range ends must be finite numbers, got {text!r}")
+        if n != int(n) or n < 1:
+            raise ConfigError(f"grid {key}: the number of points in {text!r} must be a whole number >= 1")
+        n = int(n)
+        if n == 1 and lo != hi:
+            raise ConfigError(f"grid {key}: {text!r} asks for 1 point between two different ends")
+        if n > 100_000:
+            raise ConfigError(f"grid {key}: {n} points is too many")
+        vals = [lo] if n == 1 else [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+        vals = [round(v, 12) for v in vals]
+        if key in ("b_max", "k_max", "kv_capacity", "max_running", "num_requests", "seed"):
+            if any(v != int(v) for v in vals):
+                raise ConfigError(f"grid {key}: range {text!r} gives non-integer values")
+            vals = [int(v) for v in vals]
+        return vals
+    sep = "|" if "|" in text else ","
+    parts = [p.strip() for p in text.split(sep)]
+    if any(p == "" for p in parts):
+        raise ConfigError(f"grid {key}: empty value in {text!r}")
+    return [_scalar(p) for p in parts]
+
+
+def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
+    """`["policy=sarathi,orca", "rate=1:20:20"]` (or a mapping of key -> list) into an
+    ordered {key: [values]}. ConfigError on a bad spec, an unknown or repeated key."""
+    if items is None:
+        return {}
+    known = set(grid_keys())
+    out: dict[str, list] = {}
+    pairs = []
+    if isinstance(items, dict):
+        for k, v in items.items():
+            vals = list(v) if isinstance(v, (list, tuple)) else parse_values(str(k), str(v))
+            pairs.append((str(k), vals))
+    else:
+        for item in items:
+            if not isinstance(item, str) or "=" not in item:
+                raise ConfigError(f"grid spec must be KEY=VALUES (e.g. rate=1:20:20 or policy=sarathi,orca), got {item!r}")
+            k, v = item.split("=", 1)
+            k = k.strip().replace("-", "_")
+            if not k:
+                raise ConfigError(f"grid spec {item!r} has no key")
+            pairs.append((k, None if k not in known else parse_values(k, v)))
+    for k, vals in pairs:
+        k = k.replace("-", "_")
+        if k not in known:
+            raise ConfigError(f"unknown grid key {k!r} (known: {', '.join(sorted(known))})")
+        if k in out:
+            raise ConfigError(f"grid key {k!r} given twice")
+        if not vals:
+            raise ConfigError(f"grid {k}: no values")
+        if k == "load" and any(not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0 for v in vals):
+            raise ConfigError("grid load: values must be positive numbers (fractions of the critical rate)")
+        out[k] = vals
+    if "rate" in out and "load" in out:
+        raise ConfigError("grid: give either rate or load (a fraction of the critical rate), not both")
+    return out
+
+
+def expand_grid(grid: dict[str, list]) -> list[dict]:
+    """The cartesian product of a grid, in order (the last key varies fastest)."""
+    if not grid:
+        return [{}]
+    keys = list(grid)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def parse_slo(items: Iterable[str] | dict | None) -> dict[str, float]:
+    """`["p99_itl_ms=100", "median_ttft_ms=2000"]` into {metric: upper limit}."""
+    if not items:
+        return {}
+    pairs = items.items() if isinstance(items, dict) else []
+    if not isinstance(items, dict):
+        pairs = []
+        for item in items:
+            if "=" not in item:
+                raise ConfigError(f"SLO must be METRIC=LIMIT (e.g. p99_itl_ms=100), got {item!r}")
+            k, v = item.split("=", 1)
+            pairs.append((k.strip(), v.strip()))
+    out = {}
+    for k, v in pairs:
+        if not SLO_METRIC.match(k):
+            raise ConfigError(f"unknown SLO metric {k!r} (use e.g. p99_itl_ms, median_ttft_ms, p99_tpot_ms, "
+                              "mean_e2el_ms, itl_cv)")
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"SLO {k}: limit must be a number, got {v!r}") from None
+        if not (math.isfinite(f) and f > 0):
+            raise ConfigError(f"SLO {k}: limit must be a positive number, got {v!r}")
+        out[k] = f
+    return out

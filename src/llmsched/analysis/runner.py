@@ -1,0 +1,210 @@
+"""Running sweep points: backends, resumable storage, a progress bar, and the runner.
+
+- `Backend("local", workers)`: a process pool of `workers` (forked on Linux; one worker
+  runs inline); `Backend("ray", workers, address)`: Ray tasks on a local Ray started for
+  the sweep (`num_cpus = workers`) or on a cluster. Both yield results as they finish.
+- `Store(out_dir)`: each finished point's summary in `OUT/points/KEY.json`, so a rerun
+  (or a bigger grid, or another sweep into the same folder) skips finished points.
+- `Runner(backend, store, progress)`: runs a list of point configurations through both.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import multiprocessing
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core.errors import ConfigError
+from ..core.jsonio import to_jsonable
+from .points import point_key, run_point
+
+__all__ = ["Backend", "Store", "Progress", "Runner"]
+
+
+class Backend:
+    """Runs point configurations, yielding (key, summary) as each finishes."""
+
+    def __init__(self, backend: str = "local", workers: int | None = None, address: str | None = None):
+        if backend not in ("local", "ray"):
+            raise ConfigError(f"unknown backend {backend!r} (known: local, ray)")
+        if workers is not None and (not isinstance(workers, int) or workers < 1):
+            raise ConfigError(f"workers must be a whole number >= 1, got {workers!r}")
+        self.kind = backend
+        self.workers = workers or (os.cpu_count() or 1)
+        self.address = address
+        self._pool = None
+        self._ray_started = False
+        self._remote = None
+
+    def __enter__(self):
+        if self.kind == "ray":
+            try:
+                import ray  # noqa: PLC0415 (heavy, and an optional extra)
+            except ImportError:
+                raise ConfigError("the ray backend needs Ray: pip install 'llmsched[sweep]'") from None
+            if not ray.is_initialized():
+                kw = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+                if self.address:
+                    ray.init(address=self.address, **kw)
+                else:
+                    ray.init(num_cpus=self.workers, **kw)
+                self._ray_started = True
+            self._remote = {}
+        elif self.workers > 1:
+            ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx)
+        return self
+
+    def __exit__(self, *exc):
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+        if self._ray_started:
+            import ray  # noqa: PLC0415
+
+            ray.shutdown()
+            self._ray_started = False
+
+    def run(self, jobs: list[tuple[str, Any]], fn: Callable[[Any], Any]):
+        """Yield (key, fn(arg)) for every (key, arg) job, in the order they finish.
+        `fn` must be importable by name (a module-level function such as `run_point`)."""
+        if not jobs:
+            return
+        if self.kind == "ray":
+            import ray  # noqa: PLC0415
+
+            remote = self._remote.get(fn)
+            if remote is None:
+                remote = self._remote[fn] = ray.remote(num_cpus=1)(fn)
+            refs = {remote.remote(arg): key for key, arg in jobs}
+            pending = list(refs)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    yield refs[ref], ray.get(ref)
+        elif self._pool is not None:
+            gc.freeze()  # forked workers then share the parent's heap without copying it
+            try:
+                futs = {self._pool.submit(fn, arg): key for key, arg in jobs}
+            finally:
+                gc.unfreeze()
+            try:
+                for f in as_completed(futs):
+                    yield futs[f], f.result()
+            finally:
+                for f in futs:
+                    f.cancel()
+        else:
+            for key, arg in jobs:
+                yield key, fn(arg)
+
+
+class Store:
+    """Finished points: `OUT/points/KEY.json` (written whole, the moment a point
+    finishes), or in memory only when there is no output folder."""
+
+    def __init__(self, out_dir):
+        self.dir = None if out_dir is None else Path(out_dir)
+        self.mem: dict[str, dict] = {}
+        if self.dir is not None:
+            (self.dir / "points").mkdir(parents=True, exist_ok=True)
+
+    def get(self, key: str) -> dict | None:
+        if key in self.mem:
+            return self.mem[key]
+        if self.dir is None:
+            return None
+        p = self.dir / "points" / f"{key}.json"
+        if not p.is_file():
+            return None
+        try:
+            rec = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None  # a damaged record: simulate the point again
+        if not isinstance(rec, dict) or "summary" not in rec or "error" in rec.get("summary", {}):
+            return None
+        self.mem[key] = rec
+        return rec
+
+    def put(self, key: str, cfg: dict, summary: dict) -> dict:
+        rec = {"key": key, "config": to_jsonable(cfg), "summary": summary}
+        self.mem[key] = rec
+        if self.dir is not None:
+            p = self.dir / "points" / f"{key}.json"
+            tmp = p.with_name(f".{key}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(rec, indent=1))
+            os.replace(tmp, p)
+        return rec
+
+
+class Progress:
+    """A rich progress bar on stderr, or nothing (`show` False)."""
+
+    def __init__(self, show: bool, description: str):
+        self.bar = None
+        if not show:
+            return
+        from rich.console import Console  # noqa: PLC0415
+        from rich.progress import (BarColumn, MofNCompleteColumn, TextColumn,  # noqa: PLC0415
+                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import Progress as Bar  # noqa: PLC0415
+
+        self.bar = Bar(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                       MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                       console=Console(stderr=True))
+        self.task = self.bar.add_task(description, total=0)
+        self.bar.start()
+
+    def add(self, total: int, done: int = 0) -> None:
+        if self.bar is not None:
+            t = self.bar.tasks[0]
+            self.bar.update(self.task, total=(t.total or 0) + total, completed=t.completed + done)
+
+    def advance(self, n: int = 1, description: str | None = None) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=n, **({"description": description} if description else {}))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+class Runner:
+    """Shared by grid sweeps, searches and the counterexample search: skip finished
+    points, run the others on the backend with `point_fn` (default `run_point`), store
+    them. `run(cfgs)` returns one record {"key", "config", "summary"} per config."""
+
+    def __init__(self, backend: Backend, store: Store, progress: Progress,
+                 point_fn: Callable[[dict], dict] = run_point):
+        self.backend, self.store, self.progress = backend, store, progress
+        self.point_fn = point_fn
+        self.ran = 0
+        self.skipped = 0
+        self.errors = 0
+
+    def run(self, cfgs: list) -> list[dict]:
+        keys = [point_key(c) for c in cfgs]
+        todo: dict[str, dict] = {}
+        cached = 0
+        for k, c in zip(keys, cfgs):
+            if self.store.get(k) is not None:
+                cached += 1
+            elif k not in todo:
+                todo[k] = c.to_dict()
+        self.skipped += cached
+        self.progress.add(len(cfgs), cached)
+        dup = len(cfgs) - cached - len(todo)
+        if dup:
+            self.progress.advance(dup)
+        for key, summary in self.backend.run(list(todo.items()), self.point_fn):
+            self.store.put(key, todo[key], summary)
+            self.ran += 1
+            if "error" in summary:
+                self.errors += 1
+            self.progress.advance()
+        return [self.store.get(k) or self.store.mem.get(k) for k in keys]

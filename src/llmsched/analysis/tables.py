@@ -1,0 +1,125 @@
+"""Sweep outputs as tables: one row per point (`point_row`), written as `NAME.csv` and,
+with pyarrow, `NAME.parquet` (`write_table`); a search's table (`write_search`).
+Every file appears whole or not at all (`atomic_write`)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+__all__ = ["point_row", "group_label", "write_table", "write_search", "atomic_write"]
+
+
+def _flatten(prefix: str, v, out: dict) -> None:
+    if isinstance(v, dict):
+        out[prefix] = json.dumps(v, sort_keys=True)
+    elif isinstance(v, (list, tuple)):
+        if len(v) == 2 and all(isinstance(x, (int, float)) or x is None for x in v):
+            out[f"{prefix}_low"], out[f"{prefix}_high"] = v
+        else:
+            out[prefix] = json.dumps(v)
+    else:
+        out[prefix] = v
+
+
+def point_row(params: dict, rec: dict, grid_keys: Sequence[str]) -> dict:
+    """One table row: the point's grid values (`grid_keys` of `params`), its configuration
+    and workload options, then every summary metric (pairs such as a CI become
+    `NAME_low`/`NAME_high`; mappings become JSON)."""
+    cfg = rec["config"]
+    row: dict[str, Any] = {"key": rec["key"]}
+    for k in grid_keys:
+        row[k] = params.get(k)
+    row["policy_name"] = str(params.get("policy", cfg.get("policy"))).partition(":")[0]
+    for k, v in cfg.items():
+        if k == "workload":
+            continue
+        if k not in row:
+            _flatten(k, v, row)
+    for k, v in (cfg.get("workload") or {}).items():
+        if k not in row:
+            _flatten(k, v, row)
+    for k, v in rec["summary"].items():
+        name = k if k not in row else f"metric_{k}"
+        _flatten(name, v, row)
+    row.setdefault("error", None)
+    return row
+
+
+def group_label(params: dict, group_keys: Sequence[str]) -> str:
+    """A group's name in tables and legends: `sarathi, b_max=512`."""
+    if not group_keys:
+        return "all"
+    parts = []
+    for k in group_keys:
+        v = params.get(k)
+        parts.append(str(v) if k == "policy" else f"{k}={v}")
+    return ", ".join(parts)
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    cols: list[str] = []
+    seen = set()
+    for r in rows:
+        for k in r:
+            if k not in seen:
+                seen.add(k)
+                cols.append(k)
+    return cols
+
+
+def atomic_write(path: Path, writer: Callable[[Path], object]) -> None:
+    """`writer(tmp)` then rename tmp to `path`: the file appears whole or not at all."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    writer(tmp)
+    os.replace(tmp, path)
+
+
+def write_table(rows: list[dict], out_dir, name: str = "results") -> list[str]:
+    """`NAME.csv` and (with pyarrow) `NAME.parquet`; returns the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cols = _columns(rows)
+    written = []
+
+    def w_csv(p):
+        with open(p, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+
+    atomic_write(out / f"{name}.csv", w_csv)
+    written.append(str(out / f"{name}.csv"))
+    try:
+        import pyarrow as pa  # noqa: PLC0415 (heavy, and optional)
+        import pyarrow.parquet as pq  # noqa: PLC0415
+    except ImportError:
+        return written
+    arrays = {}
+    for c in cols:
+        vals = [r.get(c) for r in rows]
+        kinds = {type(v) for v in vals if v is not None}
+        if kinds and kinds <= {int, bool} and bool in kinds and int not in kinds:
+            arrays[c] = pa.array(vals, type=pa.bool_())
+        elif kinds and kinds <= {int}:
+            arrays[c] = pa.array(vals, type=pa.int64())
+        elif kinds and kinds <= {int, float, bool}:
+            arrays[c] = pa.array([None if v is None else float(v) for v in vals], type=pa.float64())
+        else:
+            arrays[c] = pa.array([None if v is None else str(v) for v in vals], type=pa.string())
+    table = pa.table(arrays)
+    atomic_write(out / f"{name}.parquet", lambda p: pq.write_table(table, p))
+    written.append(str(out / f"{name}.parquet"))
+    return written
+
+
+def write_search(search: list[dict], out_dir) -> list[str]:
+    """`search.csv` and `search.json`: one row per group of a rate search."""
+    out = Path(out_dir)
+    paths = write_table(search, out, "search")[:1]
+    atomic_write(out / "search.json", lambda p: p.write_text(json.dumps(search, indent=2, default=str)))
+    return paths + [str(out / "search.json")]
