@@ -1,4 +1,5 @@
-"""Theorem 2 sanity checks with the paper cost model (MODEL.md section 2).
+"""Theorem 2 sanity checks with the paper cost model (paper 1, "Throughput-optimal scheduling
+for LLM inference and AI agents"; docs/stability.md "Work and capacity").
 
 b_max = 128: t(b_max) = 11.28 + 35.47 = 46.75 ms, token capacity 2738 tokens/s. Prompts
 geometric(mean 60), outputs geometric(mean 30): work per request = 60 + 30 - 1 = 89

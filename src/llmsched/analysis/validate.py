@@ -24,6 +24,7 @@ import numpy as np
 
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
+from ..engine.profiler import profile_engine, write_profile
 from ..engine.replay import check_trace, replay, step_ratios, warm_up
 from ..policies import make_batch_policy, make_scheduler
 from ..sim.result import SimResult
@@ -84,7 +85,6 @@ def validate(model, trace, policies=("sarathi",), *, profile: str | None = None,
     default: measure one now with this engine (`reps`, `tables_s` and `calibrate_s` as
     in `profile_engine`; `calibrate_s=0`: no calibration run)."""
     from ..engine.engine import LLMEngine  # noqa: PLC0415 (torch: only when it runs)
-    from ..engine.profiler import profile_engine, write_profile  # noqa: PLC0415
 
     say = progress or (lambda msg: None)
     if isinstance(trace, (str, bytes)) or hasattr(trace, "__fspath__"):

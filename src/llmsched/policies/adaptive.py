@@ -1,16 +1,17 @@
 """Adaptive: each step's token load and prefill/decode mix from the stability region.
 
 Why: with a batch-size cap `k_max`, a policy that always fills the budget `b_max` can be
-unstable although the workload lies inside the stability region (MODEL.md section 5):
-full steps are slow while decode is capped at `k_max` tokens per step, and the region's
-boundary may be reached only by mixing steps of a smaller load (e.g. `b0` of the paper
-model). This policy picks, every step, one of the region's vertex step shapes by a
-max-weight rule on the two work queues, so it serves the mix the queues need.
+unstable although the workload lies inside the stability region (docs/stability.md,
+"Beyond the paper: a batch-size cap needs an adaptive policy"): full steps are slow
+while decode is capped at `k_max` tokens per step, and the region's boundary may be
+reached only by mixing steps of a smaller load (e.g. `b0` of the paper model). This
+policy picks, every step, one of the region's vertex step shapes by a max-weight rule on
+the two work queues, so it serves the mix the queues need.
 
 Rule (our design):
 
-1. Once per server (b_max, k_max), compute the stability region (`analysis.region`) of
-   the run's cost model and keep its vertex shapes `(x_v, y_v)`: x prefill and y decode
+1. Once per server (b_max, k_max), compute the stability region (`llmsched.core.region`)
+   of the run's cost model and keep its vertex shapes `(x_v, y_v)`: x prefill and y decode
    tokens at load `l_v = x_v + y_v`.
    For a load-only cost model a vertex's load is raised to the largest load with the
    same step time (e.g. `(0, k_max)` to load `b0` under `t(b) = c + a ceil(b / b0)`).

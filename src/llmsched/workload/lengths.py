@@ -19,7 +19,7 @@ num_decode_tokens, GeneratedTokens, output_tokens. PATH may be a dataset name.
 Mapping of the ShareGPT / arXiv files: prompt tokens = num_prefill_tokens and output
 tokens = num_decode_tokens (the number of generated tokens), each raised to at least 1.
 (The simulator counts output token 1 as emitted by the last prefill step, so such a
-request needs num_decode_tokens - 1 decode steps; MODEL.md section 1.)
+request needs num_decode_tokens - 1 decode steps; docs/stability.md "Work and capacity".)
 
 When prompt and output both come from the same file (same mode), a request's prompt and
 output are read from the same row, which keeps their correlation (see `sample_pair`).
