@@ -8,6 +8,7 @@ total_token_throughput, mean/median/std/pNN of ttft, tpot, itl and e2el in ms).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -155,13 +156,20 @@ class SimResult:
         return s
 
     # ---- tables and files ------------------------------------------------------------
+    REQUEST_COLUMNS = ("id", "tag", "arrival_s", "prompt_tokens", "output_tokens", "queue_s", "ttft_s",
+                       "tpot_s", "e2e_s", "preemptions", "finished")
+
     def request_rows(self):
+        """Rows of requests.csv as Python values (strings for the times, '' where not reached)."""
         ttft, tpot, e2e, queue = self.ttft_s, self.tpot_s, self.e2e_s, self.queue_s
-        tags = self.tag if self.tag is not None else [""] * len(self.prompt)
-        for i in range(len(self.prompt)):
-            yield (i, tags[i], f"{self.arrival_s[i]:.9f}", int(self.prompt[i]), int(self.output[i]),
+        finished = self.finished.tolist()
+        preempts = self.stats.preemptions.tolist()
+        prompt, output = self.prompt.tolist(), self.output.tolist()
+        tags = self.tag.tolist() if self.tag is not None else [""] * len(prompt)
+        for i, a in enumerate(self.arrival_s.tolist()):
+            yield (i, tags[i], f"{a:.9f}", int(prompt[i]), int(output[i]),
                    _fmt(queue[i]), _fmt(ttft[i]), _fmt(tpot[i]), _fmt(e2e[i]),
-                   int(self.stats.preemptions[i]), int(self.finished[i]))
+                   int(preempts[i]), int(finished[i]))
 
     def write(self, out_dir: str | os.PathLike, steps_tmp: Path | None = None) -> Path:
         """Write summary.json, config.json, requests.csv, timeseries.csv, histograms and,
@@ -187,10 +195,35 @@ class SimResult:
         return out
 
     def _write_requests(self, f) -> None:
-        w = csv.writer(f)
-        w.writerow(["id", "tag", "arrival_s", "prompt_tokens", "output_tokens", "queue_s", "ttft_s",
-                    "tpot_s", "e2e_s", "preemptions", "finished"])
-        w.writerows(self.request_rows())
+        f.write(",".join(self.REQUEST_COLUMNS) + "\r\n")
+        cols = self._request_columns()
+        if cols is None:  # values the vectorised formatter does not cover: row by row
+            csv.writer(f).writerows(self.request_rows())
+            return
+        n = len(self.prompt)
+        for lo in range(0, n, _CHUNK):
+            hi = min(n, lo + _CHUNK)
+            f.write(_format_rows([c[lo:hi] for c in cols]))
+
+    def _request_columns(self) -> list | None:
+        """requests.csv's columns as `_format_rows` fields, or None when some value needs
+        the row-by-row writer (a negative or non-finite arrival or time, a negative count)."""
+        n = len(self.prompt)
+        ints = [np.arange(n, dtype=np.int64), np.asarray(self.prompt).astype(np.int64),
+                np.asarray(self.output).astype(np.int64),
+                np.asarray(self.stats.preemptions).astype(np.int64), self.finished.astype(np.int64)]
+        if any(len(v) and v.min() < 0 for v in ints):
+            return None
+        arrival = np.asarray(self.arrival_s, dtype=np.float64)
+        times = [self.queue_s, self.ttft_s, self.tpot_s, self.e2e_s]
+        if not np.isfinite(arrival).all():
+            return None
+        fixed = [_fixed9(arrival, blank_nan=False)] + [_fixed9(t, blank_nan=True) for t in times]
+        if any(x is None for x in fixed):
+            return None
+        tags = _tag_field(self.tag, n)
+        rid, prompt, output, preempts, finished = (_IntField(v) for v in ints)
+        return [rid, tags, fixed[0], prompt, output, *fixed[1:], preempts, finished]
 
     def _write_timeseries(self, f) -> None:
         ts = self.stats.timeseries
@@ -221,3 +254,157 @@ class SimResult:
 
 def _fmt(x: float) -> str:
     return "" if math.isnan(x) else f"{x:.9f}"
+
+
+# ---- vectorised CSV formatting ------------------------------------------------------------
+# requests.csv holds one row per request, so it is formatted a block of rows at a time with
+# numpy: every field becomes an (n, width) matrix of ASCII bytes with a mask of the bytes
+# it uses (numbers right-aligned, strings left-aligned), the fields and separators are laid
+# side by side, and the masked bytes read in row order are the CSV text. The output is
+# byte for byte what `csv.writer` with f"{x:.9f}" writes (tests/test_outputs_format.py).
+
+_CHUNK = 1 << 16
+_TRIPLES = np.frombuffer("".join(f"{k:03d}" for k in range(1000)).encode(), dtype=np.uint8).reshape(1000, 3)
+
+
+class _IntField:
+    """Non-negative integers in decimal."""
+
+    def __init__(self, v: np.ndarray):
+        self.v = v
+
+    def __getitem__(self, s: slice) -> "_IntField":
+        return _IntField(self.v[s])
+
+    def bytes(self) -> tuple[np.ndarray, np.ndarray]:
+        return _digits(self.v)
+
+
+def _digit_block(v: np.ndarray, w: int) -> np.ndarray:
+    """(n, w) ASCII digits of non-negative int64 `v` < 10**w, with leading zeros."""
+    groups = -(-w // 3)
+    out = np.empty((len(v), 3 * groups), dtype=np.uint8)
+    rest = v
+    for g in range(groups - 1, 0, -1):   # three digits at a time, from a table
+        rest, low = np.divmod(rest, 1000)
+        out[:, 3 * g:3 * g + 3] = _TRIPLES[low]
+    out[:, :3] = _TRIPLES[rest]
+    return out[:, 3 * groups - w:]
+
+
+def _digits(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, w) ASCII digits of non-negative int64 `v`, right-aligned, and the mask of the
+    digits each value uses (no leading zeros, at least one digit)."""
+    w = len(str(int(v.max()))) if len(v) else 1
+    ndig = np.ones(len(v), dtype=np.int64)
+    for k in range(1, w):
+        ndig += v >= 10 ** k
+    return _digit_block(v, w), np.arange(w) >= (w - ndig)[:, None]
+
+
+class _FixedField:
+    """Numbers as f"{x:.9f}" (non-negative), blank where `blank` is set: integer part
+    `ip` and nine decimals `frac`."""
+
+    def __init__(self, ip: np.ndarray, frac: np.ndarray, blank: np.ndarray | None):
+        self.ip, self.frac, self.blank = ip, frac, blank
+
+    def __getitem__(self, s: slice) -> "_FixedField":
+        return _FixedField(self.ip[s], self.frac[s], None if self.blank is None else self.blank[s])
+
+    def bytes(self) -> tuple[np.ndarray, np.ndarray]:
+        ip, ipmask = _digits(self.ip)
+        n, w = ip.shape
+        out = np.empty((n, w + 10), dtype=np.uint8)
+        out[:, :w] = ip
+        out[:, w] = ord(".")
+        out[:, w + 1:] = _digit_block(self.frac, 9)
+        mask = np.ones((n, w + 10), dtype=bool)
+        mask[:, :w] = ipmask
+        if self.blank is not None:
+            mask[self.blank] = False
+        return out, mask
+
+
+def _fixed9(x: np.ndarray, blank_nan: bool) -> _FixedField | None:
+    """`x` rounded to nine decimals exactly as f"{x:.9f}" rounds it (correctly rounded,
+    ties to even), as integers; None if some value is negative, infinite or too large."""
+    x = np.asarray(x, dtype=np.float64)
+    nan = np.isnan(x)
+    blank = nan if blank_nan and nan.any() else None
+    if blank is not None:
+        x = np.where(nan, 0.0, x)
+    elif nan.any():
+        return None
+    if len(x) and not (x.min() >= 0 and x.max() < 2.0 ** 53):
+        return None
+    ipf = np.floor(x)
+    p = (x - ipf) * 1e9    # x - floor(x) is exact; the product is within 6e-8 of the true value
+    q = np.floor(p)
+    d = p - q
+    ip = ipf.astype(np.int64)
+    frac = q.astype(np.int64) + (d > 0.5)
+    near_tie = np.abs(d - 0.5) < 1e-6
+    if near_tie.any():     # rounding too close to call in binary: ask Python, as the old code did
+        for i in np.flatnonzero(near_tie):
+            a, b = f"{x[i]:.9f}".split(".")
+            ip[i], frac[i] = int(a), int(b)
+    carry = frac >= 1_000_000_000
+    if carry.any():
+        ip[carry] += 1
+        frac[carry] -= 1_000_000_000
+    return _FixedField(ip, frac, blank)
+
+
+class _StrField:
+    """Strings, already CSV-quoted, as codes into a table of encoded values."""
+
+    def __init__(self, table: np.ndarray, lengths: np.ndarray, codes: np.ndarray):
+        self.table, self.lengths, self.codes = table, lengths, codes
+
+    def __getitem__(self, s: slice) -> "_StrField":
+        return _StrField(self.table, self.lengths, self.codes[s])
+
+    def bytes(self) -> tuple[np.ndarray, np.ndarray]:
+        w = self.table.shape[1]
+        return self.table[self.codes], np.arange(w) < self.lengths[self.codes][:, None]
+
+
+def _tag_field(tag, n: int) -> _StrField:
+    if tag is None:
+        values, codes = [""], np.zeros(n, dtype=np.int64)
+    else:
+        values, codes = np.unique(np.asarray(tag).astype(str), return_inverse=True)
+        values = values.tolist()
+        codes = codes.reshape(-1)
+    encoded = []
+    for v in values:
+        buf = io.StringIO()
+        csv.writer(buf).writerow([v, ""])   # csv's quoting of `v` as one field of a row
+        encoded.append(buf.getvalue()[:-3].encode("utf-8"))
+    w = max(1, max(len(e) for e in encoded))
+    table = np.zeros((len(encoded), w), dtype=np.uint8)
+    for k, e in enumerate(encoded):
+        table[k, :len(e)] = np.frombuffer(e, dtype=np.uint8)
+    return _StrField(table, np.array([len(e) for e in encoded], dtype=np.int64), codes)
+
+
+def _format_rows(fields: list) -> str:
+    """CSV text of the rows of `fields` (comma-separated, CRLF line ends, as csv.writer)."""
+    parts = [fld.bytes() for fld in fields]
+    n = len(parts[0][0])
+    width = sum(m.shape[1] for m, _ in parts) + len(parts) + 1
+    out = np.empty((n, width), dtype=np.uint8)
+    mask = np.ones((n, width), dtype=bool)
+    c = 0
+    for j, (m, k) in enumerate(parts):
+        if j:
+            out[:, c] = ord(",")
+            c += 1
+        w = m.shape[1]
+        out[:, c:c + w] = m
+        mask[:, c:c + w] = k
+        c += w
+    out[:, c] = ord("\r")
+    out[:, c + 1] = ord("\n")
+    return out[mask].tobytes().decode("utf-8")
