@@ -1,0 +1,552 @@
+"""Traffic equations and capacity of a network of LLM servers (no simulation).
+
+`traffic(spec)` solves the traffic equations of a `NetworkSpec`
+(`llmsched.workload.network`; `docs/networks.md` explains the model and the output):
+
+Visits. For a job type with arrival rate `lambda`, the expected number of visits of each
+call class per job is: a call 1; a sequence the sum over its nodes; a fork the sum over
+its branches (every branch runs); a loop with `times: n` n times its body; a loop with
+`repeat_prob: p` `E[N] = 1/(1-p)` times its body (N, the number of passes, is geometric
+on {1, 2, ...}). The visit rate of (server, class) is `lambda` times its visits.
+
+Work. A call with prompt P (new tokens) and output O needs `P + O - 1` tokens of work
+(README "The model"); with `context: true` its prompt also holds the context C the job
+has accumulated on its execution path (the new prompts and outputs of the earlier calls
+on that path), recomputed in full (no prefix caching), so its work is `C + P + O - 1`.
+
+Context, exactly. Every route fragment F is summarised, for an entering context of 0, by
+- per (server, class): expected visits `v`, visits of context calls `vc`, the expected
+  sum of the context over those visits `sc`, expected new prompt tokens `p` and output
+  tokens `o` summed over the visits;
+- `d`: the expected context F adds (new prompts + outputs of its calls).
+Lengths, delays and loop counts are independent of the context, so entering F with
+context c (random, independent of F) adds `vc * E[c]` to `sc` and nothing else. Then:
+- call: `v = 1`, `vc = [context]`, `sc = 0`, `p = E[P]`, `o = E[O]`, `d = E[P] + E[O]`;
+- sequence F1, F2, ...: Fj enters with the expected context `d1 + ... + d(j-1)`;
+- fork: every branch enters with the fork's context; `d` is the sum of the branches'
+  (after the join the context is the fork's plus every branch's additions);
+- loop with N passes (independent of the body): pass i (0-based) enters with the sum of
+  i independent copies of the body's addition, so `v, vc, p, o, d` scale by `E[N]` and
+  `sc -> E[N] sc + E[N(N-1)/2] vc d_body`, with `E[N(N-1)/2] = n(n-1)/2` for `times: n`
+  and `p/(1-p)^2` for `repeat_prob: p`.
+The recursion is exact for any nesting of sequences, forks and loops (it only needs first
+moments, because every product it meets is of independent factors).
+
+Length-law means: `LengthLaw.expected()` is exact for const, uniform, geometric (with or
+without `max`) and empirical laws; for lognormal laws (rounded to integers, clipped to
+>= 1 and to `max`) the mean of the rounded, clipped law is computed here by a sum over
+integers and a closed-form tail (error below 1e-6 tokens), not the unrounded mean.
+
+Capacity per server (theorem 2, paper 1, per replica): one replica serves at most
+`b_max / t(b_max)` tokens/s (`theory.bounds.token_capacity`). A router that balances
+its replicas (round-robin, jsq, least-tokens, power-of-two, random with equal weights)
+gives the pool `replicas` times that; `random` with weights w sends replica j the share
+`w_j / sum(w)`, so the pool's capacity is a replica's divided by the largest share (the
+busiest replica saturates first). With `k_max`, the busiest replica's offered (prefill,
+decode) token rates are placed in the 2-D region (`core.region.stability_region`) and
+the largest scale factor keeping them inside gives the utilisation `1 / scale` and the
+effective capacity `offered * scale` for this mix. Context-dependent cost models (the
+H200 profile) need representative prompt and output lengths: the server's mean
+(effective) prompt and output per call are used.
+
+Utilisation is offered / capacity per server; the bottleneck is the server with the
+highest; scaling every arrival rate by `1 / max utilisation` puts the bottleneck exactly
+at capacity (`critical_scale`, `critical_rates`).
+
+Stability: with every server below capacity, work-conserving policies are stable when
+the routes are feed-forward (the directed graph of server-to-server moves has no cycle
+through two or more servers; MODEL.md section 4). With such a cycle (Rybko-Stolyar: two
+job types crossing two servers in opposite orders) every server below capacity is
+necessary but not sufficient; priorities can make the network unstable. The report says
+which case holds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..core.cost import make_cost_model
+from ..core.errors import ConfigError
+from ..core.jsonio import to_jsonable
+from ..core.region import stability_region
+from ..workload.lengths import LengthLaw, Lognormal
+from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, load_network
+from .bounds import peak_token_capacity, step_time_at_budget
+
+__all__ = ["traffic", "TrafficReport", "ServerLoad", "ClassLoad", "JobLoad", "network_capacity_report",
+           "network_capacity_rows", "network_server_rows", "route_moments", "law_mean"]
+
+_LOGNORMAL_EXACT_TERMS = 20_000
+
+
+# -------------------------------------------------------------------------- length means
+def law_mean(law: LengthLaw) -> float:
+    """The exact mean of a length law's samples (see the module docstring)."""
+    if isinstance(law, Lognormal):
+        return _lognormal_rounded_mean(law)
+    return float(law.expected())
+
+
+def _lognormal_rounded_mean(law: Lognormal) -> float:
+    """E[clip(rint(X), 1, U)] for X lognormal with the law's mean and log-sd, U the law's
+    max (or the sampler's cap MAX_LENGTH). E[R] = 1 + sum_{j=2..U} P(X > j - 1/2): the
+    first terms are summed exactly, the rest by the midpoint rule as the closed-form
+    integral of the survival function (error about the density there / 24)."""
+    from ..workload.csvio import MAX_LENGTH  # noqa: PLC0415
+    from scipy.special import ndtr  # noqa: PLC0415
+
+    s = law.log_sigma
+    mu = math.log(law.mean) - 0.5 * s * s
+    upper = MAX_LENGTH if law.max is None else min(MAX_LENGTH, law.max)
+    if upper <= 1:
+        return 1.0
+    last = min(upper, _LOGNORMAL_EXACT_TERMS)
+    j = np.arange(2, last + 1, dtype=np.float64)
+    total = 1.0 + float(np.sum(ndtr(-(np.log(j - 0.5) - mu) / s)))
+    if upper > last:
+        # sum_{j=last+1..upper} S(j - 1/2) ~ integral_{last}^{upper} S(y) dy
+        #                                 = E[min(X, upper)] - E[min(X, last)]
+        def emin(a: float) -> float:
+            la = math.log(a)
+            partial = math.exp(mu + 0.5 * s * s) * float(ndtr((la - mu - s * s) / s))
+            return partial + a * float(ndtr(-(la - mu) / s))
+        total += emin(float(upper)) - emin(float(last))
+    return total
+
+
+# -------------------------------------------------------------------------- the recursion
+class _Frag:
+    """Moments of a route fragment entered with context 0 (module docstring)."""
+
+    __slots__ = ("stats", "d")
+
+    def __init__(self):
+        self.stats: dict[tuple[str, str], np.ndarray] = {}   # key -> [v, vc, sc, p, o]
+        self.d = 0.0
+
+    def add(self, other: "_Frag", shift: float = 0.0, scale: float = 1.0, pairs: float = 0.0) -> None:
+        """Add `other` entered with expected context `shift`, repeated `scale` times in
+        expectation with `pairs` = E[N(N-1)/2]."""
+        for key, st in other.stats.items():
+            v, vc, sc, p, o = st
+            new = np.array([scale * v, scale * vc, scale * sc + pairs * vc * other.d + scale * vc * shift,
+                            scale * p, scale * o])
+            cur = self.stats.get(key)
+            self.stats[key] = new if cur is None else cur + new
+        self.d += scale * other.d
+
+
+def _fragment(route) -> _Frag:
+    out = _Frag()
+    for node in route:
+        f = _node(node)
+        out.add(f, shift=out.d)
+    return out
+
+
+def _node(node) -> _Frag:
+    f = _Frag()
+    if isinstance(node, Call):
+        p, o = law_mean(node.prompt), law_mean(node.output)
+        f.stats[(node.server, node.cls)] = np.array([1.0, 1.0 if node.context else 0.0, 0.0, p, o])
+        f.d = p + o
+    elif isinstance(node, Delay):
+        pass
+    elif isinstance(node, Fork):
+        for branch in node.branches:
+            f.add(_fragment(branch))
+    elif isinstance(node, Loop):
+        body = _fragment(node.body)
+        if node.times is not None:
+            n = float(node.times)
+            en, pairs = n, n * (n - 1.0) / 2.0
+        else:
+            q = float(node.repeat_prob)
+            en, pairs = 1.0 / (1.0 - q), q / (1.0 - q) ** 2
+        f.add(body, scale=en, pairs=pairs)
+    else:  # pragma: no cover - NetworkSpec validation rejects other nodes
+        raise ConfigError(f"unknown route node {node!r}")
+    return f
+
+
+def route_moments(route) -> dict:
+    """Per-job expected moments of a route: `{"context_added": d, "classes": {(server,
+    class): {"visits", "context_visits", "context_sum", "prompt_new", "output"}}}`
+    (sums over the visits of one job; context_sum over the visits of context calls)."""
+    f = _fragment(route)
+    names = ("visits", "context_visits", "context_sum", "prompt_new", "output")
+    return {"context_added": f.d,
+            "classes": {k: dict(zip(names, (float(x) for x in st))) for k, st in f.stats.items()}}
+
+
+# -------------------------------------------------------------------------- report types
+@dataclass
+class ClassLoad:
+    """One call class at one server. Per-visit means are over all of the class's visits
+    (`mean_prompt` includes the resent context; `mean_context` is the context per visit,
+    0 for calls without context)."""
+
+    server: str
+    cls: str
+    jobs: list
+    visits_per_job: dict
+    visit_rate: float
+    mean_context: float
+    mean_prompt: float
+    mean_output: float
+    work_per_visit: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    offered_tokens_per_s: float
+
+
+@dataclass
+class ServerLoad:
+    """One server (a pool of replicas). Token rates in tokens/s.
+
+    `replica_token_capacity`: theorem 2's `b_max / t(b_max)` of one replica;
+    `token_capacity`: the pool's theorem-2 capacity (`replica_token_capacity /
+    busiest_replica_share`); `capacity`: the effective capacity for this server's mix
+    (equal to `token_capacity` without `k_max`; from the 2-D region with it);
+    `utilisation`: offered / capacity; `max_scale`: 1 / utilisation (how far every
+    arrival rate could be scaled before this server saturates; inf when idle)."""
+
+    name: str
+    replicas: int
+    router: str
+    busiest_replica_share: float
+    b_max: int
+    k_max: int | None
+    cost_model: str
+    visit_rate: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    offered_tokens_per_s: float
+    mean_prompt: float | None
+    mean_output: float | None
+    step_time_at_b_max_s: float
+    replica_token_capacity: float
+    token_capacity: float
+    capacity: float
+    utilisation: float
+    max_scale: float
+    binding: str
+    region_exact: bool | None = None
+    peak_token_capacity: float | None = None
+
+
+@dataclass
+class JobLoad:
+    """One job type: per-job expected calls, visits per class and tokens of work."""
+
+    name: str
+    rate: float
+    calls_per_job: float
+    visits: dict
+    prefill_tokens_per_job: float
+    decode_tokens_per_job: float
+    work_per_job: float
+    context_added_per_job: float
+    critical_rate: float = math.nan
+
+
+@dataclass
+class TrafficReport:
+    """What `traffic(spec)` returns. `bottleneck`: the server with the highest
+    utilisation; `critical_scale`: 1 / max utilisation; `critical_rates`: every job
+    type's rate times it; `stable`: True (every server below capacity, feed-forward
+    routes), False (some server at or over capacity) or None (below capacity but the
+    routes have a cycle through servers: `cycle`); `verdict`: that in words."""
+
+    servers: list
+    classes: list
+    jobs: list
+    bottleneck: str
+    max_utilisation: float
+    critical_scale: float
+    critical_rates: dict
+    offered_tokens_per_s: float
+    feedforward: bool
+    cycle: list | None
+    stable: bool | None
+    verdict: str
+    notes: list = field(default_factory=list)
+
+    def server(self, name: str) -> ServerLoad:
+        for s in self.servers:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def job(self, name: str) -> JobLoad:
+        for j in self.jobs:
+            if j.name == name:
+                return j
+        raise KeyError(name)
+
+    def class_load(self, server: str, cls: str) -> ClassLoad:
+        for c in self.classes:
+            if c.server == server and c.cls == cls:
+                return c
+        raise KeyError((server, cls))
+
+    def to_dict(self) -> dict:
+        """JSON-ready (infinities and NaN become null)."""
+        return to_jsonable(asdict(self))
+
+    def rows(self) -> list[tuple[str, ...]]:
+        """A table, header first: one row per server (`network_server_rows`)."""
+        return network_server_rows(self.to_dict())
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """(label, value) rows of the network's verdict (`network_capacity_rows`)."""
+        return network_capacity_rows(self.to_dict())
+
+
+# -------------------------------------------------------------------------- the solver
+def traffic(spec) -> TrafficReport:
+    """Traffic equations, per-server load against capacity, bottleneck and the critical
+    scaling of a network (`spec`: a NetworkSpec, a mapping of the YAML form or a path)."""
+    spec = load_network(spec)
+    per_class: dict[tuple[str, str], dict] = {}
+    jobs: list[JobLoad] = []
+    for job in spec.jobs:
+        frag = _fragment(job.route)
+        rate = float(job.arrival.rate)
+        visits: dict[str, float] = {}
+        pre = dec = calls = 0.0
+        for (server, cls), (v, vc, sc, p, o) in frag.stats.items():
+            visits[cls] = visits.get(cls, 0.0) + float(v)
+            calls += v
+            pre += p + sc
+            dec += o - v
+            acc = per_class.setdefault((server, cls), {"jobs": [], "visits_per_job": {}, "rate": 0.0,
+                                                       "ctx": 0.0, "prefill": 0.0, "output": 0.0})
+            acc["jobs"].append(job.name)
+            acc["visits_per_job"][job.name] = float(v)
+            acc["rate"] += rate * v
+            acc["ctx"] += rate * sc
+            acc["prefill"] += rate * (p + sc)
+            acc["output"] += rate * o
+        jobs.append(JobLoad(name=job.name, rate=rate, calls_per_job=float(calls), visits=visits,
+                            prefill_tokens_per_job=float(pre), decode_tokens_per_job=float(dec),
+                            work_per_job=float(pre + dec), context_added_per_job=float(frag.d)))
+    classes = []
+    for (server, cls), a in per_class.items():
+        r = a["rate"]
+        decode = a["output"] - r
+        classes.append(ClassLoad(
+            server=server, cls=cls, jobs=a["jobs"], visits_per_job=a["visits_per_job"], visit_rate=r,
+            mean_context=a["ctx"] / r, mean_prompt=a["prefill"] / r, mean_output=a["output"] / r,
+            work_per_visit=(a["prefill"] + decode) / r, prefill_tokens_per_s=a["prefill"],
+            decode_tokens_per_s=decode, offered_tokens_per_s=a["prefill"] + decode))
+    order = {c: i for i, c in enumerate(spec.call_classes())}
+    servers_order = {s: i for i, s in enumerate(spec.servers)}
+    classes.sort(key=lambda c: (servers_order[c.server], order.get(c.cls, 0)))
+    servers = [_server_load(s, [c for c in classes if c.server == name])
+               for name, s in spec.servers.items()]
+    worst = max(servers, key=lambda s: s.utilisation)
+    max_util = worst.utilisation
+    scale = 1.0 / max_util if max_util > 0 else math.inf
+    for j in jobs:
+        j.critical_rate = j.rate * scale
+    cycle = _server_cycle(spec)
+    notes = []
+    if max_util >= 1.0:
+        stable, verdict = False, (f"unstable: server {worst.name} is offered {max_util:.1%} of its "
+                                  f"capacity (every policy's backlog grows there)")
+    elif cycle is None:
+        stable, verdict = True, ("stable under work-conserving policies: every server is below "
+                                 "capacity and the routes are feed-forward")
+    else:
+        stable, verdict = None, (f"every server is below capacity, but routes cycle through servers "
+                                 f"({' -> '.join(cycle)}): stability depends on the policies and "
+                                 "priorities (Rybko-Stolyar); check by simulation")
+    for s in servers:
+        if s.peak_token_capacity is not None and s.peak_token_capacity > s.replica_token_capacity * (1 + 1e-9):
+            notes.append(f"server {s.name}: t(b)/b is not monotone (peak b/t(b) "
+                         f"{s.peak_token_capacity:,.1f} tokens/s > b_max/t(b_max)); theorem 2's "
+                         "capacity is not the largest a policy can reach")
+    for name, s in spec.servers.items():
+        if s.kv_capacity is not None:
+            notes.append(f"server {name}: kv_capacity is not part of the capacity (calls longer than it "
+                         "never complete; preemptions add recompute work)")
+    if any(isinstance(c.prompt, Lognormal) or isinstance(c.output, Lognormal)
+           for j in spec.jobs for c in j.calls()):
+        notes.append("lognormal lengths: means of the rounded, clipped laws (exact up to 1e-6 tokens)")
+    return TrafficReport(
+        servers=servers, classes=classes, jobs=jobs, bottleneck=worst.name, max_utilisation=max_util,
+        critical_scale=scale, critical_rates={j.name: j.critical_rate for j in jobs},
+        offered_tokens_per_s=float(sum(s.offered_tokens_per_s for s in servers)),
+        feedforward=cycle is None, cycle=cycle, stable=stable, verdict=verdict, notes=notes)
+
+
+def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
+    cost = make_cost_model(s.cost_model)
+    rate = sum(c.visit_rate for c in classes)
+    pre = sum(c.prefill_tokens_per_s for c in classes)
+    dec = sum(c.decode_tokens_per_s for c in classes)
+    offered = pre + dec
+    mp = pre / rate if rate > 0 else None
+    mo = dec / rate + 1.0 if rate > 0 else None
+    means = (None, None) if cost.load_only or rate <= 0 else (mp, mo)
+    share = max(s.routing_weights())
+    t_bmax = step_time_at_budget(cost, s.b_max, *means)
+    replica_cap = s.b_max / t_bmax
+    pool_cap = replica_cap / share
+    region_exact = None
+    peak = peak_token_capacity(cost, s.b_max)[0] if cost.load_only else None
+    if s.k_max is None or rate <= 0:
+        cap = pool_cap
+        binding = "token budget (theorem 2)"
+        if s.k_max is not None:
+            binding += "; no traffic to place in the k_max region"
+        util = offered / cap
+    else:
+        region = stability_region(cost, s.b_max, s.k_max, mean_prompt=mp, mean_output=mo)
+        region_exact = bool(region.exact)
+        sc = region.max_scale(pre * share, dec * share)
+        util = 0.0 if math.isinf(sc) else (1.0 / sc if sc > 0 else math.inf)
+        cap = offered * sc if sc > 0 else 0.0
+        if cap > pool_cap * (1 + 1e-9):
+            binding = "2-D region (steps below b_max serve faster than t(b_max) allows)"
+        elif cap >= pool_cap * (1 - 1e-9):
+            binding = "token budget (theorem 2)"
+        else:
+            binding = "batch-size cap (2-D region)"
+    return ServerLoad(
+        name=s.name, replicas=s.replicas, router=s.router, busiest_replica_share=share, b_max=s.b_max,
+        k_max=s.k_max, cost_model=s.cost_model, visit_rate=rate, prefill_tokens_per_s=pre,
+        decode_tokens_per_s=dec, offered_tokens_per_s=offered, mean_prompt=mp, mean_output=mo,
+        step_time_at_b_max_s=t_bmax, replica_token_capacity=replica_cap, token_capacity=pool_cap,
+        capacity=cap, utilisation=util, max_scale=(1.0 / util if util > 0 else math.inf),
+        binding=binding, region_exact=region_exact, peak_token_capacity=peak)
+
+
+# -------------------------------------------------------------------------- cycles
+def _moves(route, edges: set) -> tuple[set, set, bool]:
+    """(servers that can start the fragment, servers that can end it, whether a path
+    through it makes no call); adds server-to-server moves to `edges`."""
+    first: set = set()
+    last: set = set()
+    through = True
+    for node in route:
+        f, l_, t = _node_moves(node, edges)
+        for a in last:
+            for b in f:
+                edges.add((a, b))
+        if through:
+            first |= f
+        last = (last | l_) if t else set(l_)
+        through = through and t
+    return first, last, through
+
+
+def _node_moves(node, edges: set) -> tuple[set, set, bool]:
+    if isinstance(node, Call):
+        return {node.server}, {node.server}, False
+    if isinstance(node, Delay):
+        return set(), set(), True
+    if isinstance(node, Fork):
+        first, last, through = set(), set(), False
+        for b in node.branches:
+            f, l_, t = _moves(b, edges)
+            first |= f
+            last |= l_
+            through = through or t
+        return first, last, through
+    f, l_, t = _moves(node.body, edges)
+    repeats = node.times > 1 if node.times is not None else node.repeat_prob > 0
+    if repeats:
+        for a in l_:
+            for b in f:
+                edges.add((a, b))
+    return f, l_, t
+
+
+def _server_cycle(spec: NetworkSpec) -> list | None:
+    """A cycle through two or more servers in the graph of moves (as a list of server
+    names, first repeated at the end), or None when the routes are feed-forward."""
+    edges: set = set()
+    for job in spec.jobs:
+        _moves(job.route, edges)
+    graph: dict[str, list] = {s: [] for s in spec.servers}
+    for a, b in sorted(edges):
+        if a != b:
+            graph[a].append(b)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(u):
+        state[u] = 1
+        stack.append(u)
+        for w in graph[u]:
+            if state.get(w) == 1:
+                return stack[stack.index(w):] + [w]
+            if w not in state:
+                found = visit(w)
+                if found:
+                    return found
+        stack.pop()
+        state[u] = 2
+        return None
+
+    for s in graph:
+        if s not in state:
+            found = visit(s)
+            if found:
+                return found
+    return None
+
+
+# -------------------------------------------------------------------------- CLI helpers
+def network_capacity_report(spec_or_path) -> dict:
+    """What `llmsched capacity --network FILE` prints, as a JSON-ready dict: the traffic
+    report (`TrafficReport.to_dict()`) and `source` (the file, when given a path)."""
+    source = str(spec_or_path) if isinstance(spec_or_path, (str, os.PathLike)) else None
+    rep = traffic(spec_or_path).to_dict()
+    rep["source"] = source
+    return rep
+
+
+def _num(v, fmt: str = ",.1f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def network_server_rows(rep: dict) -> list[tuple[str, ...]]:
+    """A print-ready table of a report dict (`TrafficReport.to_dict()` or
+    `network_capacity_report`): a header row, then one row per server."""
+    rows = [("server", "replicas", "router", "calls/s", "offered tok/s", "capacity tok/s",
+             "utilisation", "max scale", "binding")]
+    for s in rep["servers"]:
+        rows.append((
+            s["name"] + ("  <- bottleneck" if s["name"] == rep["bottleneck"] else ""),
+            str(s["replicas"]), s["router"], _num(s["visit_rate"], ",.3f"),
+            _num(s["offered_tokens_per_s"]), _num(s["capacity"]),
+            _num(s["utilisation"], ".1%"), _num(s["max_scale"], ".4g"), s["binding"]))
+    return rows
+
+
+def network_capacity_rows(rep: dict) -> list[tuple[str, str]]:
+    """Print-ready (label, value) rows of a report dict: the verdict, the bottleneck, the
+    critical rates and per-job expected work."""
+    rows = [
+        ("source", rep.get("source") or "-"),
+        ("verdict", rep["verdict"]),
+        ("bottleneck", f"{rep['bottleneck']} ({_num(rep['max_utilisation'], '.1%')} of capacity)"),
+        ("critical scale of all arrival rates", _num(rep["critical_scale"], ".4g")),
+        ("routes", "feed-forward" if rep["feedforward"] else f"cyclic ({' -> '.join(rep['cycle'])})"),
+    ]
+    for j in rep["jobs"]:
+        rows.append((f"job {j['name']}: rate / critical rate",
+                     f"{_num(j['rate'], ',.4g')} / {_num(j['critical_rate'], ',.4g')} jobs/s"))
+        rows.append((f"job {j['name']}: calls, work per job",
+                     f"{_num(j['calls_per_job'], ',.3g')} calls, {_num(j['work_per_job'])} tokens "
+                     f"({_num(j['prefill_tokens_per_job'])} prefill + {_num(j['decode_tokens_per_job'])} decode)"))
+    for n in rep.get("notes", []):
+        rows.append(("note", n))
+    return rows

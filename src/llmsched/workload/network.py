@@ -1,0 +1,805 @@
+"""Networks of LLM servers: clusters and AI-agent workflows described in one YAML file.
+
+A network has **servers** (each a pool of `replicas` identical replicas behind a router,
+every replica running one scheduler) and **job types** (each with its own arrival process
+and a **route**: the calls its jobs make, with think/tool delays, parallel forks and
+loops). `docs/networks.md` documents the YAML format with a complete example; MODEL.md
+section 4 gives the model (paper 1: parallel servers, multi-class, DAG and fork-join
+routes, cyclic routes of the Rybko-Stolyar type).
+
+Data model (what the simulator and `llmsched.theory.network` read):
+
+- `ServerSpec`: a server's scheduler fields (the eight of `policies.spec.SchedulerSpec`,
+  see `scheduler_fields()`), its cost model spec, `replicas`, `router`,
+  `router_options` and `priority` (call classes served first at this server, in order).
+- Route nodes (`Node`): `Call(server, prompt, output, context, cls)`, `Delay(law)`,
+  `Fork(branches)` (branches run in parallel, the join waits for all), and
+  `Loop(body, times | repeat_prob)`.
+- `JobType(name, arrival, route)`, `NetworkSpec(servers, jobs, num_jobs, duration_s,
+  seed)`.
+
+Context (`Call.context`): a job's *context* on an execution path is the sum, over the
+calls already made on that path, of each call's new prompt tokens plus its output
+tokens. A call with `context: true` resends it: its prompt is the context so far plus
+`prompt` new tokens. A fork's branches each start from the context at the fork; after
+the join the context is the fork's context plus every branch's additions. Each pass of a
+loop starts from the context the previous pass left.
+
+Call classes: every call has a class name (`cls`), by default `"{job}.{i}"` with `i`
+counting the job's calls from 1 in document order (depth first: a fork's branches in
+order, a loop's body once). Calls may share an explicit class name (`class:` in YAML).
+
+Validation: building a `NetworkSpec` (from Python or from a mapping / YAML file) checks
+everything and raises `ConfigError` with one line naming the place, e.g.
+`jobs.A.route[3].loop: repeat_prob must be in [0, 1) ...`. Route indices are 0-based.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterator, Union
+
+import numpy as np
+
+from ..core.cost import make_cost_model
+from ..core.errors import ConfigError
+from .arrivals import ArrivalProcess, Deterministic, Gamma, Poisson, make_arrival_process
+from .lengths import LengthLaw, parse_length_law
+
+__all__ = [
+    "ServerSpec", "Call", "Delay", "DelayLaw", "Fork", "Loop", "Node", "JobType", "NetworkSpec",
+    "ROUTERS", "parse_delay_law", "iter_calls", "load_network",
+]
+
+#: Routers a server with replicas may use.
+ROUTERS = ("random", "round-robin", "jsq", "least-tokens", "power-of-two")
+
+_SCHEDULER_FIELDS = ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running",
+                     "policy_options", "admission_options")
+_SERVER_KEYS = _SCHEDULER_FIELDS + ("cost_model", "replicas", "router", "router_options", "priority")
+_TOP_KEYS = ("servers", "jobs", "num_jobs", "duration_s", "seed")
+_JOB_KEYS = ("arrival", "route")
+_ARRIVAL_KEYS = ("process", "rate", "cv")
+_CALL_KEYS = ("server", "prompt", "output", "context", "class")
+_LOOP_KEYS = ("body", "times", "repeat_prob")
+_NODE_KINDS = ("call", "delay", "fork", "loop")
+_MAX_LOOP_TIMES = 1_000_000
+
+
+# ------------------------------------------------------------------------------ helpers
+def _at(where: str, message: str) -> ConfigError:
+    return ConfigError(f"{where}: {message}" if where else message)
+
+
+class _Located:
+    """Context manager re-raising a ConfigError from a nested parser with a location."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        if kind is not None and issubclass(kind, ConfigError):
+            msg = str(err)
+            if not msg.startswith(self.where + ":"):
+                raise _at(self.where, msg) from None
+        return False
+
+
+def _suggest(name: str, known) -> str:
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _check_keys(d: dict, allowed, where: str, what: str) -> None:
+    for k in d:
+        if k not in allowed:
+            raise _at(where, f"unknown key '{k}' in {what}{_suggest(k, allowed)}; "
+                             f"known: {', '.join(allowed)}")
+
+
+def _mapping(value, where: str, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise _at(where, f"{what} must be a mapping, got {_show(value)}")
+    for k in value:
+        if not isinstance(k, str):
+            raise _at(where, f"keys of {what} must be strings, got {k!r}")
+    return value
+
+
+def _show(value) -> str:
+    s = repr(value)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def _whole(value, where: str, what: str, minimum: int = 1, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or value is None:
+        raise _at(where, f"{what} must be a whole number >= {minimum}, got {_show(value)}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise _at(where, f"{what} must be a whole number >= {minimum}, got {_show(value)}") from None
+    if not math.isfinite(f) or f != math.floor(f) or f < minimum:
+        raise _at(where, f"{what} must be a whole number >= {minimum}, got {_show(value)}")
+    return int(f)
+
+
+def _number(value, where: str, what: str) -> float:
+    if isinstance(value, bool) or value is None:
+        raise _at(where, f"{what} must be a number, got {_show(value)}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise _at(where, f"{what} must be a number, got {_show(value)}") from None
+    if not math.isfinite(f):
+        raise _at(where, f"{what} must be a finite number, got {_show(value)}")
+    return f
+
+
+def _name(value, where: str, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _at(where, f"{what} must be a non-empty string, got {_show(value)}")
+    s = value.strip()
+    if any(c in s for c in ',"\n'):
+        raise _at(where, f"{what} {s!r} must not contain commas, quotes or newlines")
+    return s
+
+
+# ---------------------------------------------------------------------------- delay laws
+@dataclass(frozen=True)
+class DelayLaw:
+    """Think or tool time in seconds between calls.
+
+    `const` (every delay `mean` seconds; 0 allowed), `exponential` (mean `mean` > 0) or
+    `uniform` (between `lo` and `hi`, 0 <= lo <= hi; `mean` is set to their midpoint).
+    String forms: `const:S` (or a bare number S), `exponential:MEAN`, `uniform:LO,HI`."""
+
+    kind: str
+    mean: float = 0.0
+    lo: float | None = None
+    hi: float | None = None
+
+    def __post_init__(self):
+        kind = str(self.kind).strip().lower()
+        kind = {"constant": "const", "fixed": "const", "exp": "exponential"}.get(kind, kind)
+        if kind not in ("const", "exponential", "uniform"):
+            raise ConfigError(f"unknown delay law '{self.kind}'{_suggest(kind, ('const', 'exponential', 'uniform'))} "
+                              "(known: const:S, exponential:MEAN, uniform:LO,HI; seconds)")
+        object.__setattr__(self, "kind", kind)
+        if kind == "uniform":
+            lo = _number(self.lo, "", "uniform delay lo")
+            hi = _number(self.hi, "", "uniform delay hi")
+            if lo < 0 or hi < lo:
+                raise ConfigError(f"uniform delay needs 0 <= lo <= hi seconds, got uniform:{lo:g},{hi:g}")
+            object.__setattr__(self, "lo", lo)
+            object.__setattr__(self, "hi", hi)
+            object.__setattr__(self, "mean", (lo + hi) / 2.0)
+            return
+        if self.lo is not None or self.hi is not None:
+            raise ConfigError(f"a {kind} delay takes a mean only, not lo/hi")
+        m = _number(self.mean, "", f"{kind} delay")
+        if kind == "const" and m < 0:
+            raise ConfigError(f"const delay must be >= 0 seconds, got {m:g}")
+        if kind == "exponential" and m <= 0:
+            raise ConfigError(f"exponential delay mean must be > 0 seconds, got {m:g}")
+        object.__setattr__(self, "mean", m)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n delays in seconds (float64)."""
+        if self.kind == "const":
+            return np.full(n, self.mean, dtype=np.float64)
+        if self.kind == "exponential":
+            return rng.exponential(self.mean, n)
+        return rng.uniform(self.lo, self.hi, n)
+
+    def expected(self) -> float:
+        return self.mean
+
+    def to_str(self) -> str:
+        if self.kind == "uniform":
+            return f"uniform:{self.lo:g},{self.hi:g}"
+        return f"{self.kind}:{self.mean:g}"
+
+    def __str__(self) -> str:
+        return self.to_str()
+
+
+def parse_delay_law(spec) -> DelayLaw:
+    """A DelayLaw from `const:S`, `exponential:MEAN`, `uniform:LO,HI`, a bare number of
+    seconds (constant) or a DelayLaw."""
+    if isinstance(spec, DelayLaw):
+        return spec
+    if isinstance(spec, bool) or spec is None:
+        raise ConfigError(f"delay must be a law such as const:0.5, exponential:2 or uniform:1,3 "
+                          f"(seconds), got {_show(spec)}")
+    if isinstance(spec, (int, float, np.integer, np.floating)):
+        return DelayLaw("const", float(spec))
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"delay must be a law such as const:0.5, exponential:2 or uniform:1,3 "
+                          f"(seconds), got {_show(spec)}")
+    s = spec.strip()
+    try:
+        return DelayLaw("const", float(s))
+    except ValueError:
+        pass
+    kind, _, rest = s.partition(":")
+    args = [a.strip() for a in rest.split(",")] if rest.strip() else []
+    kind_l = kind.strip().lower()
+    if kind_l == "uniform":
+        if len(args) != 2:
+            raise ConfigError(f"delay law '{s}' needs two values: uniform:LO,HI (seconds)")
+        return DelayLaw("uniform", lo=_number(args[0], "", f"delay law '{s}': lo"),
+                        hi=_number(args[1], "", f"delay law '{s}': hi"))
+    if kind_l in ("const", "constant", "fixed", "exponential", "exp"):
+        if len(args) != 1:
+            raise ConfigError(f"delay law '{s}' needs one value, e.g. {kind_l}:0.5 (seconds)")
+        return DelayLaw(kind_l, _number(args[0], "", f"delay law '{s}'"))
+    return DelayLaw(kind_l)  # raises: unknown delay law
+
+
+# ---------------------------------------------------------------------------- route nodes
+@dataclass
+class Call:
+    """One LLM call at `server`: `prompt` new prompt tokens and `output` output tokens.
+    With `context=True` the prompt also holds the job's context so far (module doc).
+    `cls`: the call's class name ("" until the network assigns `"{job}.{i}"`)."""
+
+    server: str
+    prompt: LengthLaw
+    output: LengthLaw
+    context: bool = False
+    cls: str = ""
+
+
+@dataclass
+class Delay:
+    """Think or tool time between calls (seconds)."""
+
+    law: DelayLaw
+
+
+@dataclass
+class Fork:
+    """Parallel branches; the join waits for all of them."""
+
+    branches: list
+
+
+@dataclass
+class Loop:
+    """`body` visited `times` times, or repeated after each pass with probability
+    `repeat_prob` (0 <= p < 1; the number of passes is geometric with mean 1/(1-p))."""
+
+    body: list
+    times: int | None = None
+    repeat_prob: float | None = None
+
+
+Node = Union[Call, Delay, Fork, Loop]
+
+
+def iter_calls(route) -> Iterator[Call]:
+    """The calls of a route in document order (depth first; a loop's body once)."""
+    for node in route:
+        if isinstance(node, Call):
+            yield node
+        elif isinstance(node, Fork):
+            for branch in node.branches:
+                yield from iter_calls(branch)
+        elif isinstance(node, Loop):
+            yield from iter_calls(node.body)
+
+
+# ------------------------------------------------------------------------------ servers
+@dataclass
+class ServerSpec:
+    """One server: a pool of `replicas` identical replicas behind `router`, each running
+    the scheduler given by the first eight fields (`policies.spec.SchedulerSpec`) and
+    timed by `cost_model` (a spec string for `llmsched.core.cost.make_cost_model`).
+
+    `router`: random | round-robin | jsq | least-tokens | power-of-two.
+    `router_options`: for `random`, `weights` (one non-negative number per replica, not
+    all zero; default equal); for `power-of-two`, `d` (replicas sampled, integer >= 1,
+    default 2; at most `replicas` are sampled). Other routers take no options.
+    `priority`: call classes served first at this server, highest first; classes not
+    listed come after them, in FCFS order."""
+
+    name: str
+    policy: str = "sarathi"
+    admission: str = "fcfs"
+    b_max: int = 512
+    k_max: int | None = None
+    kv_capacity: int | None = None
+    max_running: int | None = None
+    policy_options: dict = field(default_factory=dict)
+    admission_options: dict = field(default_factory=dict)
+    cost_model: str = "paper"
+    replicas: int = 1
+    router: str = "jsq"
+    router_options: dict = field(default_factory=dict)
+    priority: list = field(default_factory=list)
+
+    def scheduler_fields(self) -> dict:
+        """The eight `SchedulerSpec` fields (policy, admission, b_max, k_max, kv_capacity,
+        max_running, policy_options, admission_options) as a dict."""
+        return {k: (dict(getattr(self, k)) if k.endswith("_options") else getattr(self, k))
+                for k in _SCHEDULER_FIELDS}
+
+    def routing_weights(self) -> list[float]:
+        """Share of this server's calls each replica receives in the long run under a
+        static router (random: the normalised weights; every other router balances the
+        replicas, so equal shares)."""
+        w = self.router_options.get("weights") if self.router == "random" else None
+        if w is None:
+            return [1.0 / self.replicas] * self.replicas
+        total = float(sum(w))
+        return [float(x) / total for x in w]
+
+    def validate(self, where: str | None = None) -> "ServerSpec":
+        """Check and normalise the fields in place; ConfigError names `where`."""
+        where = where or f"servers.{self.name}"
+        self.name = _name(self.name, where, "server name")
+        for k in ("policy", "admission"):
+            v = getattr(self, k)
+            if not isinstance(v, str) or not v.strip():
+                raise _at(where, f"{k} must be a non-empty string such as "
+                                 f"{'sarathi' if k == 'policy' else 'fcfs'}, got {_show(v)}")
+            setattr(self, k, v.strip())
+        self.b_max = _whole(self.b_max, where, "b_max")
+        self.k_max = _whole(self.k_max, where, "k_max", optional=True)
+        self.kv_capacity = _whole(self.kv_capacity, where, "kv_capacity", optional=True)
+        self.max_running = _whole(self.max_running, where, "max_running", optional=True)
+        for k in ("policy_options", "admission_options", "router_options"):
+            v = getattr(self, k)
+            if v is None:
+                setattr(self, k, {})
+            elif not isinstance(v, dict):
+                raise _at(where, f"{k} must be a mapping of option names to values, got {_show(v)}")
+        if not isinstance(self.cost_model, str) or not self.cost_model.strip():
+            raise _at(where, f"cost_model must be a spec string such as paper or "
+                             f"\"paper:c=11.28,a=35.47,b0=128\", got {_show(self.cost_model)}")
+        self.cost_model = self.cost_model.strip()
+        with _Located(f"{where}.cost_model"):
+            make_cost_model(self.cost_model)
+        self.replicas = _whole(self.replicas, where, "replicas")
+        if not isinstance(self.router, str):
+            raise _at(where, f"router must be one of {', '.join(ROUTERS)}, got {_show(self.router)}")
+        r = self.router.strip().lower().replace("_", "-")
+        r = {"round_robin": "round-robin", "roundrobin": "round-robin", "power-of-d": "power-of-two",
+             "least_tokens": "least-tokens"}.get(r, r)
+        if r not in ROUTERS:
+            raise _at(where, f"unknown router '{self.router}'{_suggest(r, ROUTERS)}; known: {', '.join(ROUTERS)}")
+        self.router = r
+        self._validate_router_options(where)
+        if self.priority is None:
+            self.priority = []
+        if isinstance(self.priority, str) or not isinstance(self.priority, (list, tuple)):
+            raise _at(where, f"priority must be a list of call classes (highest first), got {_show(self.priority)}")
+        prio = [_name(c, f"{where}.priority", "a priority entry") for c in self.priority]
+        dup = sorted({c for c in prio if prio.count(c) > 1})
+        if dup:
+            raise _at(f"{where}.priority", f"class '{dup[0]}' is listed twice")
+        self.priority = prio
+        return self
+
+    def _validate_router_options(self, where: str) -> None:
+        opts, at = self.router_options, f"{where}.router_options"
+        allowed = {"random": ("weights",), "power-of-two": ("d",)}.get(self.router, ())
+        for k in opts:
+            if k not in allowed:
+                extra = f"known: {', '.join(allowed)}" if allowed else f"router {self.router} takes no options"
+                raise _at(at, f"unknown option '{k}' for router {self.router}{_suggest(k, allowed)}; {extra}")
+        if "weights" in opts:
+            w = opts["weights"]
+            if isinstance(w, (str, dict)) or not isinstance(w, (list, tuple)):
+                raise _at(at, f"weights must be a list with one number per replica, got {_show(w)}")
+            if len(w) != self.replicas:
+                raise _at(at, f"weights must have one entry per replica ({self.replicas}), got {len(w)}")
+            vals = [_number(x, at, "each weight") for x in w]
+            if any(x < 0 for x in vals):
+                raise _at(at, f"weights must be >= 0, got {_show(list(w))}")
+            if not sum(vals) > 0:
+                raise _at(at, "weights are all zero: no replica would receive calls")
+            opts["weights"] = vals
+        if "d" in opts:
+            opts["d"] = _whole(opts["d"], at, "d (replicas sampled by power-of-two)")
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in _SERVER_KEYS}
+        for k in ("policy_options", "admission_options", "router_options"):
+            d[k] = dict(d[k])
+        d["priority"] = list(self.priority)
+        return d
+
+
+# ------------------------------------------------------------------------------ jobs
+@dataclass
+class JobType:
+    """Jobs of one type: their arrival process (`rate` jobs per second) and route."""
+
+    name: str
+    arrival: ArrivalProcess
+    route: list
+
+    def calls(self) -> list[Call]:
+        return list(iter_calls(self.route))
+
+
+@dataclass
+class NetworkSpec:
+    """A network: servers by name, job types, the stopping rule and the seed.
+
+    `num_jobs`: jobs to simulate, all job types together; `duration_s`: stop arrivals
+    after this time; either, both (whichever comes first) or neither (fine for the
+    traffic equations; a simulation needs one). Construction validates everything and
+    assigns default class names to calls without one (`Call.cls` is set in place)."""
+
+    servers: dict
+    jobs: list
+    num_jobs: int | None = None
+    duration_s: float | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        self.validate()
+
+    # -------------------------------------------------------------- construction
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> "NetworkSpec":
+        import yaml  # noqa: PLC0415
+
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"network file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"network file {str(path)!r} is not valid YAML: "
+                              f"{' '.join(str(e).split())}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"network file {str(path)!r} cannot be read: {e}") from None
+        if data is None:
+            raise ConfigError(f"network file {str(path)!r} is empty")
+        try:
+            return cls.from_dict(data)
+        except ConfigError as e:
+            raise ConfigError(f"{p.name}: {e}") from None
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "NetworkSpec":
+        """A network from a mapping of the YAML form (docs/networks.md)."""
+        d = _mapping(d, "", "a network")
+        _check_keys(d, _TOP_KEYS, "network", "the network (top level)")
+        for k in ("servers", "jobs"):
+            if k not in d or d[k] is None:
+                raise ConfigError(f"the network needs a '{k}' section")
+        servers_raw = _mapping(d["servers"], "servers", "servers")
+        if not servers_raw:
+            raise ConfigError("servers: the network needs at least one server")
+        servers = {}
+        for name, sd in servers_raw.items():
+            where = f"servers.{name}"
+            sd = {} if sd is None else _mapping(sd, where, f"server '{name}'")
+            _check_keys(sd, _SERVER_KEYS, where, f"server '{name}'")
+            servers[name] = ServerSpec(name=name, **sd)
+        jobs_raw = _mapping(d["jobs"], "jobs", "jobs")
+        if not jobs_raw:
+            raise ConfigError("jobs: the network needs at least one job type")
+        jobs = [_parse_job(name, jd) for name, jd in jobs_raw.items()]
+        return cls(servers=servers, jobs=jobs, num_jobs=d.get("num_jobs"),
+                   duration_s=d.get("duration_s"), seed=d.get("seed", 0))
+
+    # -------------------------------------------------------------- validation
+    def validate(self) -> None:
+        if not isinstance(self.servers, dict) or not self.servers:
+            raise ConfigError("servers: the network needs at least one server")
+        for key, s in self.servers.items():
+            if not isinstance(s, ServerSpec):
+                raise _at(f"servers.{key}", f"expected a ServerSpec, got {_show(s)}")
+            s.validate(f"servers.{key}")
+            if s.name != key:
+                raise _at(f"servers.{key}", f"the server's name is '{s.name}', not '{key}'")
+        if isinstance(self.jobs, dict):
+            self.jobs = list(self.jobs.values())
+        if not isinstance(self.jobs, (list, tuple)) or not self.jobs:
+            raise ConfigError("jobs: the network needs at least one job type")
+        self.jobs = list(self.jobs)
+        names = set()
+        for job in self.jobs:
+            if not isinstance(job, JobType):
+                raise ConfigError(f"jobs: expected JobType objects, got {_show(job)}")
+            job.name = _name(job.name, "jobs", "job type name")
+            if job.name in names:
+                raise _at(f"jobs.{job.name}", "this job type name is used twice")
+            names.add(job.name)
+            where = f"jobs.{job.name}"
+            if not isinstance(job.arrival, ArrivalProcess):
+                raise _at(f"{where}.arrival", f"expected an arrival process, got {_show(job.arrival)}")
+            if not isinstance(job.route, (list, tuple)) or not job.route:
+                raise _at(f"{where}.route", "the route is empty: a job type needs at least one call")
+            job.route = list(job.route)
+            self._check_route(job.route, f"{where}.route")
+            if not job.calls():
+                raise _at(f"{where}.route", "the route has no call: a job type needs at least one call")
+            counter = 0
+            for call in job.calls():
+                counter += 1
+                if not call.cls:
+                    call.cls = f"{job.name}.{counter}"
+        self._check_priorities()
+        self.num_jobs = _whole(self.num_jobs, "num_jobs", "num_jobs", optional=True)
+        if self.duration_s is not None:
+            self.duration_s = _number(self.duration_s, "duration_s", "duration_s")
+            if self.duration_s <= 0:
+                raise ConfigError(f"duration_s: must be > 0 seconds, got {self.duration_s:g}")
+        self.seed = _whole(0 if self.seed is None else self.seed, "seed", "seed", minimum=0)
+
+    def _check_route(self, route: list, where: str) -> None:
+        for i, node in enumerate(route):
+            at = f"{where}[{i}]"
+            if isinstance(node, Call):
+                at = f"{at}.call"
+                if not isinstance(node.server, str) or node.server not in self.servers:
+                    raise _at(at, f"unknown server '{node.server}'{_suggest(node.server, self.servers)}; "
+                                  f"servers: {', '.join(self.servers)}")
+                for role in ("prompt", "output"):
+                    law = getattr(node, role)
+                    if not isinstance(law, LengthLaw):
+                        with _Located(f"{at}.{role}"):
+                            setattr(node, role, parse_length_law(law, role))
+                if not isinstance(node.context, bool):
+                    raise _at(at, f"context must be true or false, got {_show(node.context)}")
+                if node.cls is None:
+                    node.cls = ""
+                if node.cls:
+                    node.cls = _name(node.cls, at, "class")
+            elif isinstance(node, Delay):
+                if not isinstance(node.law, DelayLaw):
+                    with _Located(f"{at}.delay"):
+                        node.law = parse_delay_law(node.law)
+            elif isinstance(node, Fork):
+                at = f"{at}.fork"
+                if not isinstance(node.branches, (list, tuple)) or not node.branches:
+                    raise _at(at, "a fork needs at least one branch (a list of branches, each a list of nodes)")
+                node.branches = list(node.branches)
+                for j, branch in enumerate(node.branches):
+                    if not isinstance(branch, (list, tuple)) or not branch:
+                        raise _at(f"{at}[{j}]", "empty fork branch: each branch needs at least one node")
+                    node.branches[j] = list(branch)
+                    self._check_route(node.branches[j], f"{at}[{j}]")
+            elif isinstance(node, Loop):
+                at = f"{at}.loop"
+                if (node.times is None) == (node.repeat_prob is None):
+                    raise _at(at, "give exactly one of times (fixed passes) or repeat_prob "
+                                  "(repeat after each pass with that probability)")
+                if node.times is not None:
+                    node.times = _whole(node.times, at, "times")
+                    if node.times > _MAX_LOOP_TIMES:
+                        raise _at(at, f"times must be at most {_MAX_LOOP_TIMES:,}, got {node.times}")
+                else:
+                    p = _number(node.repeat_prob, at, "repeat_prob")
+                    if not 0.0 <= p < 1.0:
+                        raise _at(at, f"repeat_prob must be in [0, 1), got {p:g}"
+                                      + (" (a cycle without exit: the loop would never end)" if p >= 1 else ""))
+                    node.repeat_prob = p
+                if not isinstance(node.body, (list, tuple)) or not node.body:
+                    raise _at(at, "the loop body is empty: it needs at least one node")
+                node.body = list(node.body)
+                self._check_route(node.body, f"{at}.body")
+            else:
+                raise _at(at, f"a route node must be a Call, Delay, Fork or Loop, got {_show(node)}")
+
+    def _check_priorities(self) -> None:
+        visits = self.class_servers()
+        for key, s in self.servers.items():
+            for c in s.priority:
+                if c not in visits:
+                    raise _at(f"servers.{key}.priority", f"unknown call class '{c}'{_suggest(c, visits)}")
+                if key not in visits[c]:
+                    raise _at(f"servers.{key}.priority", f"call class '{c}' never visits server {key} "
+                                                         f"(it runs on {', '.join(sorted(visits[c]))})")
+
+    # -------------------------------------------------------------- queries
+    def call_classes(self) -> list[str]:
+        """Every call class, once, in order of job types and then document order."""
+        out: list[str] = []
+        seen = set()
+        for job in self.jobs:
+            for call in job.calls():
+                if call.cls not in seen:
+                    seen.add(call.cls)
+                    out.append(call.cls)
+        return out
+
+    def class_servers(self) -> dict[str, set]:
+        """For each call class, the servers its calls run on."""
+        out: dict[str, set] = {}
+        for job in self.jobs:
+            for call in job.calls():
+                out.setdefault(call.cls, set()).add(call.server)
+        return out
+
+    def job(self, name: str) -> JobType:
+        for j in self.jobs:
+            if j.name == name:
+                return j
+        raise ConfigError(f"unknown job type '{name}'{_suggest(name, [j.name for j in self.jobs])}")
+
+    def scaled(self, factor: float) -> "NetworkSpec":
+        """A copy with every job type's arrival rate multiplied by `factor` (> 0); routes
+        and servers are shared with this spec (treat specs as read-only)."""
+        f = _number(factor, "", "scale factor")
+        if not f > 0:
+            raise ConfigError(f"scale factor must be > 0, got {f:g}")
+        jobs = [JobType(j.name, _scaled_arrival(j.arrival, f), j.route) for j in self.jobs]
+        return NetworkSpec(servers=dict(self.servers), jobs=jobs, num_jobs=self.num_jobs,
+                           duration_s=self.duration_s, seed=self.seed)
+
+    def to_dict(self) -> dict:
+        """The YAML form (from_dict(to_dict()) gives an equal network)."""
+        out: dict = {"servers": {k: {kk: vv for kk, vv in s.to_dict().items() if kk != "name"}
+                                 for k, s in self.servers.items()},
+                     "jobs": {j.name: {"arrival": _arrival_dict(j.arrival),
+                                       "route": [_node_dict(n) for n in j.route]} for j in self.jobs}}
+        if self.num_jobs is not None:
+            out["num_jobs"] = self.num_jobs
+        if self.duration_s is not None:
+            out["duration_s"] = self.duration_s
+        out["seed"] = self.seed
+        return out
+
+
+def load_network(spec) -> NetworkSpec:
+    """A NetworkSpec from a NetworkSpec, a mapping or a YAML path."""
+    if isinstance(spec, NetworkSpec):
+        return spec
+    if isinstance(spec, dict):
+        return NetworkSpec.from_dict(spec)
+    if isinstance(spec, (str, os.PathLike)):
+        return NetworkSpec.from_yaml(spec)
+    raise ConfigError(f"expected a network (NetworkSpec, mapping or YAML path), got {_show(spec)}")
+
+
+# ------------------------------------------------------------------------------ parsing
+def _parse_job(name, jd) -> JobType:
+    where = f"jobs.{name}"
+    name = _name(name, "jobs", "job type name")
+    jd = _mapping(jd, where, f"job type '{name}'")
+    _check_keys(jd, _JOB_KEYS, where, f"job type '{name}'")
+    if "arrival" not in jd:
+        raise _at(where, "missing 'arrival' (e.g. arrival: {process: poisson, rate: 1.0})")
+    if "route" not in jd or jd["route"] is None:
+        raise _at(where, "missing 'route' (a list of call, delay, fork and loop nodes)")
+    arrival = _parse_arrival(jd["arrival"], f"{where}.arrival")
+    route = jd["route"]
+    if isinstance(route, dict):   # a single node
+        route = [route]
+    return JobType(name=name, arrival=arrival, route=_parse_route(route, f"{where}.route"))
+
+
+def _parse_arrival(a, where: str) -> ArrivalProcess:
+    a = _mapping(a, where, "arrival")
+    _check_keys(a, _ARRIVAL_KEYS, where, "arrival")
+    if "rate" not in a:
+        raise _at(where, "missing 'rate' (jobs per second)")
+    rate = a["rate"]
+    if isinstance(rate, bool):
+        raise _at(where, f"arrival rate must be a positive number of jobs per second, got {rate!r}")
+    process = a.get("process", "poisson")
+    if not isinstance(process, str):
+        raise _at(where, f"process must be poisson, gamma or deterministic, got {_show(process)}")
+    with _Located(where):
+        return make_arrival_process(process, rate, a.get("cv"))
+
+
+def _parse_route(route, where: str) -> list:
+    if not isinstance(route, (list, tuple)):
+        raise _at(where, f"must be a list of nodes (call, delay, fork, loop), got {_show(route)}")
+    if not route:
+        raise _at(where, "the route is empty: it needs at least one node")
+    return [_parse_node(n, f"{where}[{i}]") for i, n in enumerate(route)]
+
+
+def _parse_node(n, where: str) -> Node:
+    if not isinstance(n, dict) or len(n) != 1:
+        raise _at(where, f"each route node must be a mapping with one key ({', '.join(_NODE_KINDS)}), "
+                         f"got {_show(n)}")
+    (kind, value), = n.items()
+    if kind not in _NODE_KINDS:
+        raise _at(where, f"unknown node '{kind}'{_suggest(kind, _NODE_KINDS)}; known: {', '.join(_NODE_KINDS)}")
+    at = f"{where}.{kind}"
+    if kind == "call":
+        c = _mapping(value, at, "a call")
+        _check_keys(c, _CALL_KEYS, at, "a call")
+        for k in ("server", "prompt", "output"):
+            if k not in c:
+                raise _at(at, f"missing '{k}'")
+        if not isinstance(c["server"], str):
+            raise _at(at, f"server must be a server name, got {_show(c['server'])}")
+        laws = {}
+        for role in ("prompt", "output"):
+            with _Located(f"{at}.{role}"):
+                laws[role] = parse_length_law(c[role], role)
+        ctx = c.get("context", False)
+        if not isinstance(ctx, bool):
+            raise _at(at, f"context must be true or false, got {_show(ctx)}")
+        cls = c.get("class")
+        if cls is not None:
+            cls = _name(cls, at, "class")
+        return Call(server=c["server"], prompt=laws["prompt"], output=laws["output"], context=ctx,
+                    cls=cls or "")
+    if kind == "delay":
+        with _Located(at):
+            return Delay(parse_delay_law(value))
+    if kind == "fork":
+        branches = value
+        if isinstance(value, dict):
+            _check_keys(value, ("branches",), at, "a fork")
+            branches = value.get("branches")
+        if not isinstance(branches, (list, tuple)) or not branches:
+            raise _at(at, "a fork needs a non-empty list of branches, each a list of nodes")
+        out = []
+        for j, b in enumerate(branches):
+            if isinstance(b, dict):   # a one-node branch written without brackets
+                b = [b]
+            if not isinstance(b, (list, tuple)) or not b:
+                raise _at(f"{at}[{j}]", "empty fork branch: each branch needs at least one node")
+            out.append(_parse_route(b, f"{at}[{j}]"))
+        return Fork(out)
+    lp = _mapping(value, at, "a loop")
+    _check_keys(lp, _LOOP_KEYS, at, "a loop")
+    if ("times" in lp) == ("repeat_prob" in lp):
+        raise _at(at, "give exactly one of times (fixed passes) or repeat_prob "
+                      "(repeat after each pass with that probability)")
+    if "body" not in lp or lp["body"] in (None, []):
+        raise _at(at, "the loop body is empty: it needs at least one node")
+    body = lp["body"]
+    if isinstance(body, dict):
+        body = [body]
+    return Loop(body=_parse_route(body, f"{at}.body"), times=lp.get("times"),
+                repeat_prob=lp.get("repeat_prob"))
+
+
+# ------------------------------------------------------------------------------ output
+def _scaled_arrival(a: ArrivalProcess, f: float) -> ArrivalProcess:
+    """The same process at `f` times the rate (Poisson, Gamma and Deterministic are frozen
+    dataclasses whose `rate` is re-checked by `replace`)."""
+    if not isinstance(a, (Poisson, Gamma, Deterministic)):
+        raise ConfigError(f"cannot scale the rate of arrival process {_show(a)}")
+    return replace(a, rate=a.rate * f)
+
+
+def _arrival_dict(a: ArrivalProcess) -> dict:
+    d = a.to_dict()
+    out = {"process": d.pop("arrival"), "rate": d.pop("rate")}
+    out.update(d)
+    return out
+
+
+def _node_dict(n) -> dict:
+    if isinstance(n, Call):
+        d = {"server": n.server, "prompt": n.prompt.to_str(), "output": n.output.to_str()}
+        if n.context:
+            d["context"] = True
+        if n.cls:
+            d["class"] = n.cls
+        return {"call": d}
+    if isinstance(n, Delay):
+        return {"delay": n.law.to_str()}
+    if isinstance(n, Fork):
+        return {"fork": [[_node_dict(m) for m in b] for b in n.branches]}
+    d = {"body": [_node_dict(m) for m in n.body]}
+    if n.times is not None:
+        d["times"] = n.times
+    else:
+        d["repeat_prob"] = n.repeat_prob
+    return {"loop": d}
+
