@@ -477,7 +477,7 @@ class NetworkSpec:
     def from_dict(cls, d: Any) -> "NetworkSpec":
         """A network from a mapping of the YAML form (docs/networks.md)."""
         d = _mapping(d, "", "a network")
-        _check_keys(d, _TOP_KEYS, "network", "the network (top level)")
+        _check_keys(d, _TOP_KEYS, "", "the network's top level")
         for k in ("servers", "jobs"):
             if k not in d or d[k] is None:
                 raise ConfigError(f"the network needs a '{k}' section")
