@@ -349,7 +349,7 @@ def _replay(sched, requests, feedback):
         st.begin_step(p, int(round(start * 1e9)))
         served = st.decoders[:p.decode]
         st.end_step(p, int(round((start + duration) * 1e9)))
-        sched.observe(st, StepFeedback(start, duration, p, st.finished, st.first_tokens, lambda: served,
+        sched.observe(st, StepFeedback(start, duration, p, st.finished, st.first_tokens, lambda s=served: s,
                                        [r for r, _ in st.resumed]))
     assert st.is_idle()
     return plans

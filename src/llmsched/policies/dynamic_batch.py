@@ -53,7 +53,7 @@ class DynamicBatch(AdmissionPolicy):
                  l_min_ms: float | None = None, cost=None, context: int = 1024, **unknown):
         p = self.name
         if unknown:
-            raise ConfigError(f"{p}: unknown option {sorted(unknown)[0]!r} "
+            raise ConfigError(f"{p}: unknown option {min(unknown)!r} "
                               f"(known: {', '.join(self.OPTIONS)})")
         self.itl_target_ms = check_number(p, "itl_target_ms", itl_target_ms, lo=0, lo_open=True)
         self.alpha = check_number(p, "alpha", alpha, lo=0, lo_open=True, hi=1, none=False)

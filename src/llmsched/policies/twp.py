@@ -153,7 +153,7 @@ class TWP(AdmissionPolicy):
                  cost=None, context: int = 1024, **unknown):
         p = self.name
         if unknown:
-            raise ConfigError(f"{p}: unknown option {sorted(unknown)[0]!r} "
+            raise ConfigError(f"{p}: unknown option {min(unknown)!r} "
                               f"(known: {', '.join(self.OPTIONS)})")
         self.eps = check_number(p, "eps", eps, lo=0, none=False)
         self.itl_target_ms = check_number(p, "itl_target_ms", itl_target_ms, lo=0, lo_open=True)
