@@ -15,6 +15,10 @@ Rule (MODEL.md section 6; every constant is a parameter, defaults in `TWP`):
   outstanding work `K_t + w(r)` (tokens left of the running requests, plus `r`'s) can
   drain within `horizon_steps` steps at the current window: `K_t + w(r) <= horizon * H_t`.
   When nothing is running the head of the queue is always admitted (no deadlock).
+- Our defaults (docs/twp.md): `B_max` = the largest decode batch whose step meets `L*`
+  (at least `B_0`); `H_min` = max(`B_max`, the load knee `W_0`), so the window always
+  holds every active decoder and never shrinks below the load where steps get faster;
+  `H_max` = `b_max`; `H_0` = `H_min`.
 
 The observed ITL of a step is the gap its decoders saw since their previous token: the end
 of this step minus the end of the previous one when that step emitted tokens (back to back,
