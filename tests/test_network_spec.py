@@ -14,8 +14,18 @@ from llmsched.core.errors import ConfigError
 from llmsched.workload.arrivals import Deterministic, Gamma, Poisson
 from llmsched.workload.lengths import Constant, Geometric
 from llmsched.workload.network import (
-    ROUTERS, Call, Delay, DelayLaw, Fork, JobType, Loop, NetworkSpec, ServerSpec, iter_calls,
-    load_network, parse_delay_law,
+    ROUTERS,
+    Call,
+    Delay,
+    DelayLaw,
+    Fork,
+    JobType,
+    Loop,
+    NetworkSpec,
+    ServerSpec,
+    iter_calls,
+    load_network,
+    parse_delay_law,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "networks"
@@ -119,6 +129,7 @@ def test_arrival_processes():
                           "route": {"call": {"server": "s2", "prompt": 10, "output": 2}}}  # one node
     net = NetworkSpec.from_dict(spec_with(edit))
     a, b, c = (j.arrival for j in net.jobs)
+    assert isinstance(a, Poisson)
     assert isinstance(b, Gamma) and b.rate == 2 and b.cv == 3
     assert isinstance(c, Deterministic) and c.rate == 0.5
     assert net.job("C").calls()[0].cls == "C.1"

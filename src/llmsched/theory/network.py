@@ -77,8 +77,18 @@ from ..workload.lengths import LengthLaw, Lognormal
 from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, load_network
 from .bounds import peak_token_capacity, step_time_at_budget
 
-__all__ = ["traffic", "TrafficReport", "ServerLoad", "ClassLoad", "JobLoad", "network_capacity_report",
-           "network_capacity_rows", "network_server_rows", "route_moments", "law_mean"]
+__all__ = [
+    "ClassLoad",
+    "JobLoad",
+    "ServerLoad",
+    "TrafficReport",
+    "law_mean",
+    "network_capacity_report",
+    "network_capacity_rows",
+    "network_server_rows",
+    "route_moments",
+    "traffic",
+]
 
 _LOGNORMAL_EXACT_TERMS = 20_000
 
@@ -96,8 +106,9 @@ def _lognormal_rounded_mean(law: Lognormal) -> float:
     max (or the sampler's cap MAX_LENGTH). E[R] = 1 + sum_{j=2..U} P(X > j - 1/2): the
     first terms are summed exactly, the rest by the midpoint rule as the closed-form
     integral of the survival function (error about the density there / 24)."""
-    from ..workload.csvio import MAX_LENGTH  # noqa: PLC0415
-    from scipy.special import ndtr  # noqa: PLC0415
+    from scipy.special import ndtr
+
+    from ..workload.csvio import MAX_LENGTH
 
     s = law.log_sigma
     mu = math.log(law.mean) - 0.5 * s * s
@@ -122,13 +133,13 @@ def _lognormal_rounded_mean(law: Lognormal) -> float:
 class _Frag:
     """Moments of a route fragment entered with context 0 (module docstring)."""
 
-    __slots__ = ("stats", "d")
+    __slots__ = ("d", "stats")
 
     def __init__(self):
         self.stats: dict[tuple[str, str], np.ndarray] = {}   # key -> [v, vc, sc, p, o]
         self.d = 0.0
 
-    def add(self, other: "_Frag", shift: float = 0.0, scale: float = 1.0, pairs: float = 0.0) -> None:
+    def add(self, other: _Frag, shift: float = 0.0, scale: float = 1.0, pairs: float = 0.0) -> None:
         """Add `other` entered with expected context `shift`, repeated `scale` times in
         expectation with `pairs` = E[N(N-1)/2]."""
         for key, st in other.stats.items():
@@ -545,8 +556,8 @@ def network_capacity_rows(rep: dict) -> list[tuple[str, str]]:
         rows.append((f"job {j['name']}: rate / critical rate",
                      f"{_num(j['rate'], ',.4g')} / {_num(j['critical_rate'], ',.4g')} jobs/s"))
         rows.append((f"job {j['name']}: calls, work per job",
-                     f"{_num(j['calls_per_job'], ',.3g')} calls, {_num(j['work_per_job'])} tokens "
-                     f"({_num(j['prefill_tokens_per_job'])} prefill + {_num(j['decode_tokens_per_job'])} decode)"))
+                     (f"{_num(j['calls_per_job'], ',.3g')} calls, {_num(j['work_per_job'])} tokens "
+                      f"({_num(j['prefill_tokens_per_job'])} prefill + {_num(j['decode_tokens_per_job'])} decode)")))
     for n in rep.get("notes", []):
         rows.append(("note", n))
     return rows

@@ -39,20 +39,38 @@ from __future__ import annotations
 import difflib
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any
 
 import numpy as np
 
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from .arrivals import ArrivalProcess, Deterministic, Gamma, Poisson, make_arrival_process
+from .arrivals import (
+    ArrivalProcess,
+    Deterministic,
+    Gamma,
+    Poisson,
+    make_arrival_process,
+)
 from .lengths import LengthLaw, parse_length_law
 
 __all__ = [
-    "ServerSpec", "Call", "Delay", "DelayLaw", "Fork", "Loop", "Node", "JobType", "NetworkSpec",
-    "ROUTERS", "parse_delay_law", "iter_calls", "load_network",
+    "ROUTERS",
+    "Call",
+    "Delay",
+    "DelayLaw",
+    "Fork",
+    "JobType",
+    "Loop",
+    "NetworkSpec",
+    "Node",
+    "ServerSpec",
+    "iter_calls",
+    "load_network",
+    "parse_delay_law",
 ]
 
 #: Routers a server with replicas may use.
@@ -283,7 +301,7 @@ class Loop:
     repeat_prob: float | None = None
 
 
-Node = Union[Call, Delay, Fork, Loop]
+Node = Call | Delay | Fork | Loop
 
 
 def iter_calls(route) -> Iterator[Call]:
@@ -343,7 +361,7 @@ class ServerSpec:
         total = float(sum(w))
         return [float(x) / total for x in w]
 
-    def validate(self, where: str | None = None) -> "ServerSpec":
+    def validate(self, where: str | None = None) -> ServerSpec:
         """Check and normalise the fields in place; ConfigError names `where`."""
         where = where or f"servers.{self.name}"
         self.name = _name(self.name, where, "server name")
@@ -453,8 +471,8 @@ class NetworkSpec:
 
     # -------------------------------------------------------------- construction
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike) -> "NetworkSpec":
-        import yaml  # noqa: PLC0415
+    def from_yaml(cls, path: str | os.PathLike) -> NetworkSpec:
+        import yaml
 
         p = Path(path)
         if not p.is_file():
@@ -474,7 +492,7 @@ class NetworkSpec:
             raise ConfigError(f"{p.name}: {e}") from None
 
     @classmethod
-    def from_dict(cls, d: Any) -> "NetworkSpec":
+    def from_dict(cls, d: Any) -> NetworkSpec:
         """A network from a mapping of the YAML form (docs/networks.md)."""
         d = _mapping(d, "", "a network")
         _check_keys(d, _TOP_KEYS, "", "the network's top level")
@@ -529,9 +547,7 @@ class NetworkSpec:
             self._check_route(job.route, f"{where}.route")
             if not job.calls():
                 raise _at(f"{where}.route", "the route has no call: a job type needs at least one call")
-            counter = 0
-            for call in job.calls():
-                counter += 1
+            for counter, call in enumerate(job.calls(), start=1):
                 if not call.cls:
                     call.cls = f"{job.name}.{counter}"
         self._check_priorities()
@@ -633,7 +649,7 @@ class NetworkSpec:
                 return j
         raise ConfigError(f"unknown job type '{name}'{_suggest(name, [j.name for j in self.jobs])}")
 
-    def scaled(self, factor: float) -> "NetworkSpec":
+    def scaled(self, factor: float) -> NetworkSpec:
         """A copy with every job type's arrival rate multiplied by `factor` (> 0); routes
         and servers are shared with this spec (treat specs as read-only)."""
         f = _number(factor, "", "scale factor")

@@ -1,0 +1,342 @@
+"""Tests of llmsched.theory.network: the traffic equations against hand-solved networks
+(tandem, fork-join, loops with an exit probability and fixed counts, context growth),
+against an independent execution of the routes, and the per-server capacity."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmsched.theory.bounds import capacity
+from llmsched.theory.network import (
+    law_mean,
+    network_capacity_report,
+    network_capacity_rows,
+    network_server_rows,
+    route_moments,
+    traffic,
+)
+from llmsched.workload.arrivals import Poisson
+from llmsched.workload.lengths import Constant, Geometric, Lognormal, Uniform
+from llmsched.workload.network import (
+    Call,
+    Delay,
+    DelayLaw,
+    Fork,
+    JobType,
+    Loop,
+    NetworkSpec,
+    ServerSpec,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "networks"
+T512 = 0.01128 + 4 * 0.03547          # paper model: t(512) = c + a * ceil(512 / 128)
+C512 = 512 / T512                     # theorem 2: tokens/s of one replica at b_max = 512
+
+
+def call(server, prompt, output, context=False, cls=""):
+    return Call(server, Constant(prompt), Constant(output), context, cls)
+
+
+def network(routes: dict, servers=("s1", "s2", "s3"), rates=None, **server_kw) -> NetworkSpec:
+    rates = rates or {}
+    srv = {s: ServerSpec(s, **server_kw.get(s, {})) for s in servers}
+    jobs = [JobType(name, Poisson(rates.get(name, 1.0)), r) for name, r in routes.items()]
+    return NetworkSpec(srv, jobs, num_jobs=1000)
+
+
+def offered(rep, server):
+    return rep.server(server).offered_tokens_per_s
+
+
+# ------------------------------------------------------------------------- hand-solved networks
+def test_tandem():
+    net = network({"A": [call("s1", 100, 10), call("s2", 50, 20)]}, servers=("s1", "s2"), rates={"A": 2.0})
+    rep = traffic(net)
+    assert offered(rep, "s1") == pytest.approx(2 * (100 + 10 - 1))
+    assert offered(rep, "s2") == pytest.approx(2 * (50 + 20 - 1))
+    s1 = rep.server("s1")
+    assert s1.visit_rate == pytest.approx(2.0)
+    assert s1.prefill_tokens_per_s == pytest.approx(200) and s1.decode_tokens_per_s == pytest.approx(18)
+    assert s1.token_capacity == pytest.approx(C512) and s1.capacity == pytest.approx(C512)
+    assert s1.utilisation == pytest.approx(218 / C512)
+    assert rep.bottleneck == "s1" and rep.max_utilisation == pytest.approx(218 / C512)
+    assert rep.critical_scale == pytest.approx(C512 / 218)
+    assert rep.critical_rates["A"] == pytest.approx(2 * C512 / 218)
+    j = rep.job("A")
+    assert (j.calls_per_job, j.work_per_job, j.prefill_tokens_per_job, j.decode_tokens_per_job) == \
+        pytest.approx((2, 109 + 69, 150, 28))
+    assert rep.feedforward and rep.cycle is None and rep.stable is True
+    # at the critical scale the bottleneck is exactly at capacity
+    at = traffic(net.scaled(rep.critical_scale))
+    assert at.max_utilisation == pytest.approx(1.0) and at.stable is False
+    assert traffic(net.scaled(0.5)).max_utilisation == pytest.approx(rep.max_utilisation / 2)
+
+
+def test_fork_join_with_context():
+    # fork: branch 1 one call at s1; branch 2 two calls at s2, the second resending the
+    # branch's context; after the join a call at s3 resends everything.
+    route = [Fork([[call("s1", 100, 10)],
+                   [call("s2", 200, 30), call("s2", 10, 10, context=True)]]),
+             Delay(DelayLaw("const", 1.0)),
+             call("s3", 5, 5, context=True)]
+    rep = traffic(network({"F": route}, rates={"F": 1.5}))
+    assert offered(rep, "s1") == pytest.approx(1.5 * 109)
+    assert offered(rep, "s2") == pytest.approx(1.5 * (229 + (230 + 10 + 10 - 1)))
+    ctx_at_join = 110 + 230 + 20
+    assert offered(rep, "s3") == pytest.approx(1.5 * (ctx_at_join + 5 + 5 - 1))
+    assert rep.class_load("s3", "F.4").mean_context == pytest.approx(ctx_at_join)
+    assert rep.class_load("s3", "F.4").mean_prompt == pytest.approx(ctx_at_join + 5)
+    assert rep.class_load("s2", "F.3").mean_context == pytest.approx(230)
+    assert rep.server("s2").visit_rate == pytest.approx(3.0)
+    assert rep.job("F").context_added_per_job == pytest.approx(ctx_at_join + 10)
+    assert rep.bottleneck == "s2"
+
+
+def _pairs_series(p, terms=4000):
+    """E[N(N-1)/2] for N geometric on {1, 2, ...} with P(N = n) = (1-p) p^(n-1), summed."""
+    n = np.arange(1, terms + 1, dtype=float)
+    return float(np.sum((1 - p) * p ** (n - 1) * n * (n - 1) / 2))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.25, 0.6, 0.9])
+def test_loop_with_exit_probability(p):
+    en = 1 / (1 - p)
+    assert _pairs_series(p) == pytest.approx(p / (1 - p) ** 2, rel=1e-9, abs=1e-12)
+    plain = traffic(network({"L": [Loop([call("s1", 10, 4)], repeat_prob=p)]}, servers=("s1",), rates={"L": 2.0}))
+    assert plain.server("s1").visit_rate == pytest.approx(2 * en)
+    assert plain.job("L").visits == {"L.1": pytest.approx(en)}
+    assert offered(plain, "s1") == pytest.approx(2 * en * 13)
+    # with context: entered with c0 = 110 after a first call; pass i resends c0 + i * 14
+    ctx = traffic(network({"L": [call("s2", 100, 10), Loop([call("s1", 10, 4, context=True)], repeat_prob=p)]},
+                          servers=("s1", "s2"), rates={"L": 2.0}))
+    expected_context_sum = 110 * en + 14 * _pairs_series(p)
+    assert offered(ctx, "s1") == pytest.approx(2 * (expected_context_sum + en * 13))
+    assert ctx.class_load("s1", "L.2").mean_context == pytest.approx(expected_context_sum / en)
+    assert ctx.job("L").context_added_per_job == pytest.approx(110 + 14 * en)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7])
+def test_fixed_times_loop(n):
+    rep = traffic(network({"L": [call("s2", 100, 10), Loop([call("s1", 10, 4, context=True)], times=n),
+                                 call("s2", 1, 1, context=True)]}, servers=("s1", "s2")))
+    hand_context = sum(110 + i * 14 for i in range(n))
+    assert offered(rep, "s1") == pytest.approx(hand_context + n * 13)
+    assert rep.server("s1").visit_rate == pytest.approx(n)
+    # the last call resends the first call's tokens and every pass's
+    assert offered(rep, "s2") == pytest.approx(109 + (110 + 14 * n + 1 + 1 - 1))
+
+
+def test_context_growth_hand_case_agent_dag():
+    rep = traffic(EXAMPLES / "agent_dag.yaml")
+    # plan: geometric:300 / geometric:100; the fork reads the plan (400 tokens);
+    # search 200 / 150 and code 100 / 80 in parallel; answer 50 / 250 reads all of it
+    assert rep.class_load("planner", "plan").work_per_visit == pytest.approx(300 + 100 - 1)
+    assert rep.class_load("workers", "search").mean_context == pytest.approx(400)
+    assert rep.class_load("workers", "search").work_per_visit == pytest.approx(400 + 200 + 150 - 1)
+    assert rep.class_load("workers", "code").work_per_visit == pytest.approx(400 + 100 + 80 - 1)
+    answer_context = 400 + 350 + 180
+    assert rep.class_load("writer", "answer").mean_context == pytest.approx(answer_context)
+    assert offered(rep, "writer") == pytest.approx(answer_context + 50 + 250 - 1)
+    w = rep.server("workers")
+    assert w.replicas == 2 and w.token_capacity == pytest.approx(2 * C512)
+    assert w.utilisation == pytest.approx((749 + 579) / (2 * C512))
+    assert rep.bottleneck == "writer" and rep.feedforward
+
+
+def test_length_law_means_are_used():
+    net = network({"A": [Call("s1", Geometric(200, max=300), Uniform(1, 9))]}, servers=("s1",))
+    rep = traffic(net)
+    q = 1 - 1 / 200
+    assert offered(rep, "s1") == pytest.approx((1 - q ** 300) / (1 - q) + 5 - 1)
+
+
+def test_lognormal_mean_of_the_rounded_clipped_law():
+    law = Lognormal(3, sigma=1.5, max=40)
+    s = law.log_sigma
+    mu = math.log(3) - s * s / 2
+
+    def cdf(x):       # P(X <= x), X lognormal(mu, s)
+        return 0.5 * math.erfc(-(math.log(x) - mu) / (s * math.sqrt(2)))
+
+    # E[clip(rint(X), 1, 40)] as the sum of k P(rint(X) = k)
+    direct = cdf(1.5) + 40 * (1 - cdf(39.5)) + sum(k * (cdf(k + 0.5) - cdf(k - 0.5)) for k in range(2, 40))
+    assert law_mean(law) == pytest.approx(direct, rel=1e-12)
+    # no max: the tail beyond the exact terms is integrated in closed form
+    wide = Lognormal(2000, sigma=2.0)
+    x = wide.sample(np.random.default_rng(3), 2_000_000)
+    assert law_mean(wide) == pytest.approx(x.mean(), rel=0.02)
+    assert law_mean(Lognormal(1000, sigma=0.5)) == pytest.approx(1000, rel=1e-9)
+    assert law_mean(Constant(7)) == 7.0
+
+
+# ------------------------------------------------------------------------- an independent check
+def _walk(route, ctx, rng, records):
+    """Execute a route once (constant lengths; loops sampled); returns the context added.
+    records: (server, class, prompt tokens sent, output tokens)."""
+    added = 0.0
+    for node in route:
+        if isinstance(node, Call):
+            p, o = node.prompt.value, node.output.value
+            records.append((node.server, node.cls, p + (ctx + added if node.context else 0), o))
+            added += p + o
+        elif isinstance(node, Fork):
+            added += sum(_walk(b, ctx + added, rng, records) for b in node.branches)
+        elif isinstance(node, Loop):
+            passes = node.times if node.times is not None else int(rng.geometric(1 - node.repeat_prob))
+            for _ in range(passes):
+                added += _walk(node.body, ctx + added, rng, records)
+    return added
+
+
+def _nested_fixed():
+    inner = Loop([call("s2", 3, 2, context=True), Fork([[call("s1", 1, 1, context=True)],
+                                                        [call("s3", 2, 3), call("s3", 1, 2, context=True)]])], times=3)
+    return [call("s1", 20, 5), Loop([call("s2", 7, 3, context=True), inner, call("s1", 2, 2, context=True)], times=2),
+            Fork([[Loop([call("s2", 4, 4, context=True)], times=2)], [call("s3", 9, 1, context=True)]]),
+            call("s1", 1, 1, context=True)]
+
+
+def _nested_random():
+    inner = Loop([call("s2", 3, 2, context=True), call("s1", 1, 1, context=True)], repeat_prob=0.5)
+    return [call("s1", 20, 5), Loop([call("s2", 7, 3, context=True), inner,
+                                     Fork([[call("s3", 2, 2, context=True)], [Loop([call("s1", 1, 3, context=True)], times=2)]])],
+                                    repeat_prob=0.3),
+            call("s3", 1, 1, context=True)]
+
+
+def _loads_by_walking(route, n, seed=0):
+    rng = np.random.default_rng(seed)
+    totals: dict = {}
+    for _ in range(n):
+        records = []
+        _walk(route, 0.0, rng, records)
+        for server, _cls, p, o in records:
+            totals[server] = totals.get(server, 0.0) + p + o - 1
+    return {k: v / n for k, v in totals.items()}
+
+
+def test_nested_fixed_loops_and_forks_exactly():
+    route = _nested_fixed()
+    rep = traffic(network({"N": route}))
+    walked = _loads_by_walking(route, 1)       # deterministic: one execution is the mean
+    for s in ("s1", "s2", "s3"):
+        assert offered(rep, s) == pytest.approx(walked[s], rel=1e-12)
+
+
+def test_nested_random_loops_against_execution():
+    route = _nested_random()
+    rep = traffic(network({"N": route}))
+    walked = _loads_by_walking(route, 50_000, seed=1)
+    for s in ("s1", "s2", "s3"):
+        assert offered(rep, s) == pytest.approx(walked[s], rel=0.03)
+
+
+def test_route_moments():
+    m = route_moments([call("s1", 10, 5), Loop([call("s1", 1, 1, context=True, cls="x")], times=2)])
+    assert m["context_added"] == pytest.approx(15 + 4)
+    assert m["classes"][("s1", "x")] == {"visits": 2.0, "context_visits": 2.0, "context_sum": 15 + 17,
+                                         "prompt_new": 2.0, "output": 2.0}
+
+
+# ------------------------------------------------------------------------- capacity
+def test_replicas_and_random_weights():
+    rep = traffic(network({"A": [call("s1", 100, 10)]}, servers=("s1",),
+                          s1={"replicas": 4, "router": "round-robin"}))
+    assert rep.server("s1").token_capacity == pytest.approx(4 * C512)
+    assert rep.server("s1").busiest_replica_share == pytest.approx(0.25)
+    w = traffic(network({"A": [call("s1", 100, 10)]}, servers=("s1",),
+                        s1={"replicas": 2, "router": "random", "router_options": {"weights": [1, 3]}}))
+    s = w.server("s1")
+    assert s.busiest_replica_share == pytest.approx(0.75)
+    assert s.token_capacity == pytest.approx(C512 / 0.75)
+    assert s.utilisation == pytest.approx(109 * 0.75 / C512)
+
+
+@pytest.mark.parametrize("k_max", [4, 16])
+def test_k_max_region_matches_single_server_capacity(k_max):
+    rate = 1.5
+    rep = traffic(network({"A": [call("s1", 200, 101)]}, servers=("s1",), rates={"A": rate},
+                          s1={"k_max": k_max}))
+    ref = capacity("paper", 512, 200, 101, k_max=k_max, rate=rate)
+    s = rep.server("s1")
+    assert s.utilisation == pytest.approx(ref.utilisation, rel=1e-6)
+    assert s.capacity == pytest.approx(ref.effective_capacity, rel=1e-6)
+    assert s.binding == ref.binding and s.region_exact is True
+    assert rep.critical_rates["A"] == pytest.approx(ref.critical_rate, rel=1e-6)
+
+
+def test_k_max_with_replicas_scales_the_region():
+    one = traffic(network({"A": [call("s1", 200, 101)]}, servers=("s1",), s1={"k_max": 8}))
+    four = traffic(network({"A": [call("s1", 200, 101)]}, servers=("s1",), s1={"k_max": 8, "replicas": 4}))
+    assert four.server("s1").utilisation == pytest.approx(one.server("s1").utilisation / 4, rel=1e-6)
+    assert four.server("s1").capacity == pytest.approx(4 * one.server("s1").capacity, rel=1e-6)
+
+
+def test_context_dependent_cost_model_matches_single_server_capacity():
+    rate = 4.0
+    rep = traffic(network({"A": [call("s1", 1000, 200)]}, servers=("s1",), rates={"A": rate},
+                          s1={"cost_model": "profile", "b_max": 1024}))
+    ref = capacity("profile", 1024, 1000, 200, rate=rate)
+    assert rep.server("s1").utilisation == pytest.approx(ref.utilisation, rel=1e-9)
+    assert rep.server("s1").step_time_at_b_max_s == pytest.approx(ref.step_time_at_b_max_s)
+
+
+def test_idle_server_and_json():
+    rep = traffic(network({"A": [call("s1", 10, 2)]}, servers=("s1", "s2")))
+    idle = rep.server("s2")
+    assert idle.utilisation == 0.0 and math.isinf(idle.max_scale) and idle.mean_prompt is None
+    d = rep.to_dict()
+    json.dumps(d, allow_nan=False)
+    assert d["servers"][1]["max_scale"] is None
+    assert [s["name"] for s in d["servers"]] == ["s1", "s2"]
+
+
+def test_paper_max_variant_note():
+    rep = traffic(network({"A": [call("s1", 10, 2)]}, servers=("s1",),
+                          s1={"cost_model": "paper:c=1,a=1,b0=128,variant=max"}))
+    assert any("not monotone" in n for n in rep.notes)
+
+
+# ------------------------------------------------------------------------- stability verdicts
+def test_rybko_stolyar_is_cyclic():
+    rep = traffic(EXAMPLES / "rybko_stolyar.yaml")
+    assert rep.max_utilisation < 1 and not rep.feedforward
+    assert rep.stable is None and set(rep.cycle) == {"s1", "s2"} and rep.cycle[0] == rep.cycle[-1]
+    assert "Rybko-Stolyar" in rep.verdict
+    # each server: a short call of one type and a long call of the other
+    assert offered(rep, "s1") == pytest.approx(3.6 * ((64 + 32 - 1) + (512 + 128 - 1)))
+    long_load = 2 * 3.6 * (512 + 128 - 1) / C512
+    assert long_load > 1 > rep.max_utilisation     # the virtual station is overloaded
+
+
+def test_cycle_detection():
+    # a loop at one server is not a cycle through servers; a loop across two is
+    assert traffic(network({"A": [Loop([call("s1", 5, 5)], repeat_prob=0.5), call("s2", 1, 1)]})).feedforward
+    assert not traffic(network({"A": [Loop([call("s1", 5, 5), call("s2", 1, 1)], times=2)]})).feedforward
+    assert traffic(network({"A": [Loop([call("s1", 5, 5), call("s2", 1, 1)], times=1)]})).feedforward
+    # s1 -> (s2 | a branch without calls) -> s1
+    assert not traffic(network({"A": [call("s1", 5, 5), Fork([[call("s2", 1, 1)], [Delay(DelayLaw("const", 1))]]),
+                                      call("s1", 1, 1)]})).feedforward
+    assert traffic(network({"A": [call("s1", 5, 5), Fork([[call("s2", 1, 1)], [Delay(DelayLaw("const", 1))]]),
+                                  call("s3", 1, 1)]})).feedforward
+    overloaded = traffic(network({"A": [call("s1", 100, 10)]}, servers=("s1",), rates={"A": 100.0}))
+    assert overloaded.stable is False and overloaded.verdict.startswith("unstable")
+
+
+@pytest.mark.parametrize("name", ["tandem", "agent_dag", "fork_join", "rybko_stolyar", "cluster"])
+def test_shipped_examples_report(name):
+    rep = network_capacity_report(EXAMPLES / f"{name}.yaml")
+    json.dumps(rep, allow_nan=False)
+    assert rep["source"].endswith(f"{name}.yaml")
+    assert 0 < rep["max_utilisation"] < 1
+    rows = network_server_rows(rep)
+    assert len(rows) == 1 + len(rep["servers"]) and len({len(r) for r in rows}) == 1
+    assert all(isinstance(c, str) for r in rows for c in r)
+    kv = network_capacity_rows(rep)
+    assert kv[1][0] == "verdict" and all(len(r) == 2 for r in kv)
+    assert traffic(EXAMPLES / f"{name}.yaml").rows() == [tuple(r) for r in rows]
