@@ -373,3 +373,10 @@ def test_scaled_multiplies_every_rate():
     for bad in (0, -1, float("nan"), "x"):
         with pytest.raises(ConfigError, match="scale factor"):
             net.scaled(bad)
+
+
+def test_the_documented_example_parses():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "networks.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    net = NetworkSpec.from_dict(yaml.safe_load(block))
+    assert net.to_dict() == NetworkSpec.from_dict(spec_with()).to_dict()

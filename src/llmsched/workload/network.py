@@ -567,10 +567,8 @@ class NetworkSpec:
                     raise _at(at, f"unknown server '{node.server}'{_suggest(node.server, self.servers)}; "
                                   f"servers: {', '.join(self.servers)}")
                 for role in ("prompt", "output"):
-                    law = getattr(node, role)
-                    if not isinstance(law, LengthLaw):
-                        with _Located(f"{at}.{role}"):
-                            setattr(node, role, parse_length_law(law, role))
+                    with _Located(f"{at}.{role}"):
+                        setattr(node, role, parse_length_law(getattr(node, role), role))
                 if not isinstance(node.context, bool):
                     raise _at(at, f"context must be true or false, got {_show(node.context)}")
                 if node.cls is None:
