@@ -1,0 +1,438 @@
+"""The network simulator: servers (pools of replicas behind a router) and jobs whose routes
+are graphs of LLM calls (sequences, forks joined by waiting for every branch, loops, think
+delays).
+
+One event queue orders job arrivals, call deliveries, delays and the batch ends of every
+replica. Each replica is a `ServerSim` (the single-server simulator's batch logic, fast
+path included): between two events that concern it, a replica advances a whole batch of
+identical steps at once; a call delivered during a batch shortens the batch to the steps
+that started before it (it joins at the next step boundary, as an arrival does in the
+single-server simulator). Servers interact only at call boundaries, so the fast path stays
+exact: a property test holds it equal to the step-by-step path.
+
+Events at the same instant: every delivery, delay end and batch end first, then the
+replicas plan their next steps, so a call that arrives at a boundary joins that step.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..core.cost import make_cost_model
+from ..core.errors import ConfigError
+from ..core.request import NS, Request
+from ..core.state import UNLIMITED, ServerState
+from ..policies.spec import SchedulerSpec
+from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, ServerSpec
+from .server import ServerSim, SimulationStuck, TimeSeries
+
+# event kinds, in the order they run at one instant (plans last)
+_JOB, _DELIVER, _RESUME, _END, _PLAN = 0, 1, 2, 3, 4
+ROUTERS = ("random", "round-robin", "jsq", "least-tokens", "power-of-two")
+_BLOCK = 4096                         # length samples drawn at once per call node
+
+
+class _Replica:
+    __slots__ = ("sim", "pool", "index", "version", "planned", "name")
+
+    def __init__(self, sim: ServerSim, pool: "_Pool", index: int):
+        self.sim = sim
+        self.pool = pool
+        self.index = index
+        self.version = 0
+        self.planned = False          # a plan event is queued
+        self.name = f"{pool.name}[{index}]" if pool.spec.replicas > 1 else pool.name
+
+    def unfinished(self) -> int:
+        st = self.sim.state
+        return len(st.waiting) + st.n_running
+
+    def unfinished_tokens(self, t: int) -> int:
+        """Work left of its requests at `t` (steps of the current batch done by `t` count)."""
+        sim = self.sim
+        st = sim.state
+        left = st.backlog_tokens
+        plan = sim._plan
+        if plan is not None and isinstance(sim._durs, int) and t > sim._start:
+            done = min(sim._count, (t - sim._start) // sim._durs)
+            left -= done * plan.tokens
+        return left
+
+
+class _Pool:
+    """A server: `replicas` identical replicas behind a router."""
+
+    def __init__(self, spec: ServerSpec, rng: np.random.Generator):
+        if spec.router not in ROUTERS:
+            raise ConfigError(f"servers.{spec.name}: unknown router {spec.router!r} (known: {', '.join(ROUTERS)})")
+        self.spec = spec
+        self.name = spec.name
+        self.replicas: list[_Replica] = []
+        self.rng = rng
+        self.rr = 0
+        opts = spec.router_options or {}
+        self.d = int(opts.get("d", 2))
+        w = opts.get("weights")
+        self.weights = None if w is None else np.asarray(w, dtype=float) / float(np.sum(w))
+
+    def route(self, t: int) -> _Replica:
+        reps = self.replicas
+        if len(reps) == 1:
+            return reps[0]
+        kind = self.spec.router
+        if kind == "round-robin":
+            r = reps[self.rr]
+            self.rr = (self.rr + 1) % len(reps)
+            return r
+        if kind == "random":
+            return reps[int(self.rng.choice(len(reps), p=self.weights))]
+        if kind == "jsq":
+            return min(reps, key=_Replica.unfinished)
+        if kind == "least-tokens":
+            return min(reps, key=lambda r: r.unfinished_tokens(t))
+        picks = self.rng.choice(len(reps), size=min(self.d, len(reps)), replace=False)
+        return min((reps[int(i)] for i in sorted(picks)), key=_Replica.unfinished)
+
+
+class _Job:
+    __slots__ = ("id", "type", "arrival", "calls", "finish")
+
+    def __init__(self, id: int, type: int, arrival: int):
+        self.id = id
+        self.type = type
+        self.arrival = arrival
+        self.calls = 0
+        self.finish = -1
+
+
+class _Thread:
+    """One path of a job's route: a stack of (nodes, position, loop node, pass) frames, the
+    context its calls resend, and the fork it joins when done."""
+
+    __slots__ = ("job", "frames", "context", "parent", "waiting", "added")
+
+    def __init__(self, job: _Job, nodes: list, context: int, parent: "_Thread | None"):
+        self.job = job
+        self.frames = [[nodes, 0, None, 1]]
+        self.context = context        # tokens of the job's context on this path
+        self.parent = parent
+        self.waiting = 0              # branches of a fork not yet joined
+        self.added = 0                # context this path added (returned to the fork's parent)
+
+
+@dataclass
+class NetworkStats:
+    """Everything the network simulator measures."""
+
+    spec: NetworkSpec
+    # per call (index = call id)
+    call_job: array
+    call_class: list[str]
+    call_server: list[str]
+    call_replica: array
+    call_arrival: array
+    call_prompt: array
+    call_output: array
+    call_queue: array
+    call_ttft: array
+    call_e2e: array
+    call_preempt: array
+    # per job
+    job_type: array
+    job_arrival: array
+    job_finish: array
+    job_calls: array
+    job_type_names: list[str]
+    # per replica
+    replicas: list[dict] = field(default_factory=list)
+    end_ns: int = 0
+    steps: int = 0
+
+
+class _LengthStream:
+    """Lengths of one call node, drawn in blocks."""
+
+    __slots__ = ("call", "rng", "prompts", "outputs", "pos")
+
+    def __init__(self, call: Call, rng: np.random.Generator):
+        self.call = call
+        self.rng = rng
+        self.pos = _BLOCK
+
+    def next(self) -> tuple[int, int]:
+        if self.pos >= _BLOCK:
+            self.prompts = np.asarray(self.call.prompt.sample(self.rng, _BLOCK), dtype=np.int64).tolist()
+            self.outputs = np.asarray(self.call.output.sample(self.rng, _BLOCK), dtype=np.int64).tolist()
+            self.pos = 0
+        i = self.pos
+        self.pos += 1
+        return self.prompts[i], self.outputs[i]
+
+
+def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> ServerState | None:
+    """A state whose decode and admission orders put the server's priority classes first."""
+    if not spec.priority:
+        return None
+    inner = scheduler.admission.waiting_key()
+    if inner is None:
+        key = lambda r: r.key                      # noqa: E731 - (rank, arrival, id)
+    else:
+        key = lambda r: (r.key[0], *inner(r))      # noqa: E731
+    return ServerState(scheduler.constraints, key)
+
+
+def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | None = None,
+                     sample_interval_s: float | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> NetworkStats:
+    """Run the jobs of `spec` through its servers; returns per-call, per-job and per-replica
+    measurements."""
+    rng = np.random.default_rng(spec.seed)
+    max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
+    # job arrivals: every job type's own process, merged
+    arrivals = []
+    n_jobs = spec.num_jobs
+    for ti, jt in enumerate(spec.jobs):
+        t = jt.arrival.times(np.random.default_rng([spec.seed, ti]), n_jobs, spec.duration_s)
+        arrivals.append(np.column_stack([np.round(np.asarray(t) * NS), np.full(len(t), ti)]).astype(np.int64))
+    merged = np.concatenate(arrivals) if arrivals else np.zeros((0, 2), dtype=np.int64)
+    merged = merged[np.lexsort((merged[:, 1], merged[:, 0]))]
+    if n_jobs is not None:
+        merged = merged[:n_jobs]
+    if len(merged) == 0:
+        raise ConfigError("the network's workload has no jobs (check num_jobs / duration and the rates)")
+    job_times = merged[:, 0].tolist()
+    job_types = merged[:, 1].tolist()
+    n = len(job_times)
+
+    # servers
+    classes = {c: i for i, c in enumerate(spec.call_classes())}
+    pools: dict[str, _Pool] = {}
+    replicas: list[_Replica] = []
+    span = job_times[-1] - job_times[0]
+    interval = max(span // 1000, NS // 100) if not sample_interval_s else int(round(sample_interval_s * NS))
+    for name, sspec in spec.servers.items():
+        pool = _Pool(sspec, np.random.default_rng([spec.seed, 1_000_003, len(pools)]))
+        cost = make_cost_model(sspec.cost_model)
+        for k in range(sspec.replicas):
+            sched = SchedulerSpec(**sspec.scheduler_fields()).build()
+            sched.bind_cost_model(cost)
+            series = TimeSeries(job_times[0], interval, not sample_interval_s)
+            sim = ServerSim(sched, cost, fast=fast, series=series,
+                            state=_priority_state(sspec, sched, classes))
+            rep = _Replica(sim, pool, k)
+            pool.replicas.append(rep)
+            replicas.append(rep)
+        pools[name] = pool
+    rank = {name: {c: i for i, c in enumerate(s.priority)} for name, s in spec.servers.items()}
+
+    streams: dict[int, _LengthStream] = {}
+    delays: dict[int, tuple] = {}
+    loop_rng = np.random.default_rng([spec.seed, 7])
+
+    def lengths(call: Call) -> tuple[int, int]:
+        s = streams.get(id(call))
+        if s is None:
+            s = streams[id(call)] = _LengthStream(call, np.random.default_rng([spec.seed, 11, len(streams)]))
+        return s.next()
+
+    def delay_ns(node: Delay) -> int:
+        d = delays.get(id(node))
+        if d is None or d[1] >= len(d[0]):
+            vals = np.asarray(node.law.sample(np.random.default_rng([spec.seed, 13, len(delays), 0 if d is None else d[2] + 1]),
+                                              _BLOCK), dtype=np.float64)
+            d = [np.round(vals * NS).astype(np.int64).tolist(), 0, 0 if d is None else d[2] + 1]
+            delays[id(node)] = d
+        v = d[0][d[1]]
+        d[1] += 1
+        return max(0, v)
+
+    # per-call and per-job records
+    c_job, c_rep, c_arr, c_prompt, c_out = array("q"), array("q"), array("q"), array("q"), array("q")
+    c_queue, c_ttft, c_e2e, c_pre = array("q"), array("q"), array("q"), array("q")
+    c_class: list[str] = []
+    c_server: list[str] = []
+    threads: dict[int, tuple[_Thread, int]] = {}   # call id -> (waiting thread, context in its prompt)
+    rep_index = {id(r): i for i, r in enumerate(replicas)}
+    j_type, j_arr, j_fin, j_calls = array("q"), array("q"), array("q"), array("q")
+    jobs: list[_Job] = []
+
+    events: list[tuple] = []
+    seq = 0
+    done_jobs = 0
+
+    def push(t: int, kind: int, a, b=None) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (t, kind, seq, a, b))
+
+    def deliver(t: int, thread: _Thread, call: Call) -> None:
+        p, o = lengths(call)
+        if call.context:
+            p += thread.context
+        cid = len(c_arr)
+        server = call.server
+        r = Request(cid, t, p, o, call.cls)
+        r.index = thread.job.id
+        ranks = rank[server]
+        if ranks:
+            r.key = (ranks.get(call.cls, len(ranks)), t, cid)
+        c_job.append(thread.job.id)
+        c_arr.append(t)
+        c_prompt.append(p)
+        c_out.append(o)
+        c_rep.append(-1)
+        for col in (c_queue, c_ttft, c_e2e):
+            col.append(-1)
+        c_pre.append(0)
+        c_class.append(call.cls)
+        c_server.append(server)
+        thread.job.calls += 1
+        threads[cid] = (thread, thread.context if call.context else 0)
+        push(t, _DELIVER, pools[server], r)
+
+    def advance(thread: _Thread, t: int) -> None:
+        """Run the thread's route from its position until it waits (a call, a delay, a
+        fork) or ends."""
+        while True:
+            frame = thread.frames[-1]
+            nodes, pos, loop, npass = frame
+            if pos >= len(nodes):
+                if loop is not None and (npass < loop.times if loop.times is not None
+                                         else loop_rng.random() < loop.repeat_prob):
+                    frame[1] = 0
+                    frame[3] = npass + 1
+                    continue
+                thread.frames.pop()
+                if thread.frames:
+                    continue
+                finish_thread(thread, t)
+                return
+            node = nodes[pos]
+            frame[1] = pos + 1
+            if isinstance(node, Call):
+                deliver(t, thread, node)
+                return
+            if isinstance(node, Delay):
+                push(t + delay_ns(node), _RESUME, thread)
+                return
+            if isinstance(node, Loop):
+                thread.frames.append([node.body, 0, node, 1])
+                continue
+            if isinstance(node, Fork):
+                thread.waiting = len(node.branches)
+                for branch in node.branches:
+                    advance(_Thread(thread.job, branch, thread.context, thread), t)
+                return
+            raise TypeError(f"unknown route node {node!r}")  # pragma: no cover
+
+    def finish_thread(thread: _Thread, t: int) -> None:
+        nonlocal done_jobs
+        parent = thread.parent
+        if parent is None:
+            done_jobs += 1
+            job = thread.job
+            job.finish = t
+            j_fin[job.id] = t
+            j_calls[job.id] = job.calls
+            return
+        parent.context += thread.added
+        parent.added += thread.added
+        parent.waiting -= 1
+        if parent.waiting == 0:
+            advance(parent, t)
+
+    def call_done(r: Request, t: int) -> None:
+        cid = r.id
+        c_ttft[cid] = r.first_token - r.arrival if r.first_token >= 0 else -1
+        c_e2e[cid] = r.finish - r.arrival
+        c_queue[cid] = r.first_scheduled - r.arrival
+        c_pre[cid] = r.preemptions
+        thread, resent = threads.pop(cid)
+        grown = r.prompt - resent + r.output      # new prompt tokens and the output join the context
+        thread.context += grown
+        thread.added += grown
+        advance(thread, t)
+
+    for i in range(n):
+        push(job_times[i], _JOB, job_types[i], i)
+
+    next_progress = progress_every = max(1, n // 200)
+    steps_total = 0
+    now = job_times[0]
+    while events:
+        t, kind, _, a, b = heapq.heappop(events)
+        if t >= max_time and kind in (_PLAN, _JOB):
+            continue
+        now = t
+        if kind == _END:
+            rep = a
+            if b != rep.version:
+                continue
+            for r in rep.sim.end():
+                c_rep[r.id] = rep_index[id(rep)]
+                call_done(r, t)
+            rep.planned = True
+            push(t, _PLAN, rep)
+        elif kind == _PLAN:
+            rep = a
+            rep.planned = False
+            sim = rep.sim
+            if sim.busy_until >= 0 or sim.is_idle():
+                continue
+            end = sim.begin(t, max_time)
+            if end is None:
+                continue              # nothing the policy runs now: wait for a delivery
+            rep.version += 1
+            push(end, _END, rep, rep.version)
+        elif kind == _DELIVER:
+            rep = a.route(t)
+            sim = rep.sim
+            c_rep[b.id] = rep_index[id(rep)]
+            if sim.busy_until < 0 and sim.now < t:
+                sim.idle_until(t)
+            sim.add(b)
+            if sim.busy_until > t:
+                end = sim.truncate(t)
+                rep.version += 1
+                push(end, _END, rep, rep.version)
+            elif sim.busy_until < 0 and not rep.planned:
+                rep.planned = True
+                push(t, _PLAN, rep)
+        elif kind == _RESUME:
+            advance(a, t)
+        else:  # _JOB
+            job = _Job(b, a, t)
+            jobs.append(job)
+            j_type.append(a)
+            j_arr.append(t)
+            j_fin.append(-1)
+            j_calls.append(0)
+            advance(_Thread(job, spec.jobs[a].route, 0, None), t)
+        if progress is not None and done_jobs >= next_progress:
+            progress(done_jobs, n)
+            next_progress = done_jobs + progress_every
+
+    stuck = [rep.name for rep in replicas if not rep.sim.is_idle()]
+    if stuck and max_time == UNLIMITED:
+        raise SimulationStuck(f"the scheduler of {stuck[0]} planned no work with requests waiting and no more "
+                              "arrivals")
+    for rep in replicas:
+        steps_total += rep.sim.steps
+    if progress is not None:
+        progress(done_jobs, n)
+    return NetworkStats(
+        spec=spec, call_job=c_job, call_class=c_class, call_server=c_server, call_replica=c_rep,
+        call_arrival=c_arr, call_prompt=c_prompt, call_output=c_out, call_queue=c_queue, call_ttft=c_ttft,
+        call_e2e=c_e2e, call_preempt=c_pre, job_type=j_type, job_arrival=j_arr, job_finish=j_fin,
+        job_calls=j_calls, job_type_names=[jt.name for jt in spec.jobs],
+        replicas=[{"name": rep.name, "server": rep.pool.name, "index": rep.index, "sim": rep.sim}
+                  for rep in replicas],
+        end_ns=now, steps=steps_total)
+
+
+__all__ = ["run_network", "NetworkStats", "ROUTERS"]

@@ -1,0 +1,277 @@
+"""A network simulation's results: end-to-end job latency, per-call and per-server metrics,
+a stability verdict per replica, per server and for the whole network, and the files.
+
+`write(out)` lays out:
+- `summary.json`: jobs (count, throughput, latency mean/p50/p90/p99/max, per job type),
+  every server (offered load against capacity from the traffic equations, call metrics,
+  verdict) and the network's verdict;
+- `config.json`: the network as parsed (reproduces the run);
+- `jobs.csv`: one row per job: `job,type,arrival_s,finish_s,latency_s,calls,finished`;
+- `calls.csv`: one row per LLM call: `call,job,class,server,replica,arrival_s,prompt_tokens,
+  output_tokens,queue_s,ttft_s,e2e_s,preemptions,finished`;
+- `servers/<replica>/`: the single-server files of each replica (summary.json,
+  requests.csv, timeseries.csv, histograms).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import ConfigError
+from ..core.jsonio import to_jsonable
+from ..core.request import NS
+from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
+from ..theory.network import traffic
+from ..workload.network import load_network
+from .network import NetworkStats, run_network
+from .result import SimResult
+from .simulator import RunStats
+
+LATENCY_PERCENTILES = (50, 90, 99)
+
+
+def _a(col, dtype=np.int64) -> np.ndarray:
+    return np.frombuffer(col, dtype=dtype) if len(col) else np.zeros(0, dtype=dtype)
+
+
+def _latency_stats(prefix: str, ns: np.ndarray) -> dict:
+    ms = ns / 1e6
+    if len(ms) == 0:
+        return {f"{k}_{prefix}_ms": None for k in ("mean", *(f"p{p}" for p in LATENCY_PERCENTILES), "max")}
+    out = {f"mean_{prefix}_ms": float(ms.mean())}
+    for p, v in zip(LATENCY_PERCENTILES, np.percentile(ms, LATENCY_PERCENTILES)):
+        out[f"p{p}_{prefix}_ms"] = float(v)
+    out[f"max_{prefix}_ms"] = float(ms.max())
+    return out
+
+
+def _combine(verdicts: list) -> str:
+    if any(v == UNSTABLE for v in verdicts):
+        return UNSTABLE
+    if verdicts and all(v == STABLE for v in verdicts):
+        return STABLE
+    return INCONCLUSIVE
+
+
+class NetworkResult:
+    """What `llmsched.simulate_network` returns."""
+
+    def __init__(self, stats: NetworkStats, traffic, config: dict, wall_s: float = 0.0):
+        self.stats = stats
+        self.traffic = traffic
+        self.config = config
+        self.wall_s = wall_s
+        self._summary: dict | None = None
+        self._replicas: list[SimResult] | None = None
+
+    # ---- per job ---------------------------------------------------------------------
+    @property
+    def job_arrival_ns(self) -> np.ndarray:
+        return _a(self.stats.job_arrival)
+
+    @property
+    def job_finish_ns(self) -> np.ndarray:
+        return _a(self.stats.job_finish)
+
+    @property
+    def job_latency_s(self) -> np.ndarray:
+        fin, arr = self.job_finish_ns, self.job_arrival_ns
+        out = (fin - arr) / NS
+        return np.where(fin >= 0, out, np.nan)
+
+    # ---- per replica -----------------------------------------------------------------
+    def replicas(self) -> list[SimResult]:
+        """One `SimResult` per replica, over the calls it served."""
+        if self._replicas is None:
+            st = self.stats
+            rep_of = _a(st.call_replica)
+            arrival = _a(st.call_arrival)
+            prompt, output = _a(st.call_prompt), _a(st.call_output)
+            ttft, e2e, queue = _a(st.call_ttft), _a(st.call_e2e), _a(st.call_queue)
+            pre = _a(st.call_preempt)
+            classes = np.asarray(st.call_class, dtype=object)
+            out = []
+            for i, rep in enumerate(st.replicas):
+                sim = rep["sim"]
+                sel = np.flatnonzero(rep_of == i)
+                stats = RunStats(n=len(sel), ttft_ns=ttft[sel], e2e_ns=e2e[sel], queue_ns=queue[sel],
+                                 preemptions=pre[sel].astype(np.int32), itl=sim.itl, load_hist=sim.load_hist,
+                                 batch_hist=sim.batch_hist, steps=sim.steps, busy_ns=sim.busy, end_ns=st.end_ns,
+                                 timeseries=sim.series.cols, unfinished=int((e2e[sel] < 0).sum()))
+                res = SimResult({"replica": rep["name"], "server": rep["server"]}, stats, arrival[sel] / NS,
+                                prompt[sel], output[sel], classes[sel])
+                res.extra["summary_extra"] = self._replica_verdict(res, rep["server"])
+                out.append(res)
+            self._replicas = out
+        return self._replicas
+
+    def _replica_verdict(self, res: SimResult, server: str) -> dict:
+        load = self.traffic.server(server) if self.traffic is not None else None
+        cap = load.replica_token_capacity if load is not None else None
+        ts = res.timeseries
+        t, w = ts["time_s"], ts["backlog_tokens"]
+        last = float(self.job_arrival_ns.max()) / NS
+        keep = t <= last      # judge while jobs arrive, not while the queues drain
+        try:
+            v = stability_verdict(t[keep], w[keep], capacity=cap if cap and cap > 0 else None)
+        except ConfigError as e:
+            return {"stable": None, "verdict": INCONCLUSIVE, "verdict_reason": f"too short: {e}"}
+        return {"stable": v.stable, "verdict": v.verdict, "verdict_reason": v.reason,
+                "backlog_growth_tokens_per_s": v.backlog_growth_tokens_per_s,
+                "backlog_growth_ci": [v.ci_low, v.ci_high]}
+
+    # ---- summary ---------------------------------------------------------------------
+    @property
+    def summary(self) -> dict:
+        if self._summary is None:
+            self._summary = self._make_summary()
+        return self._summary
+
+    def _make_summary(self) -> dict:
+        st = self.stats
+        arr, fin = self.job_arrival_ns, self.job_finish_ns
+        done = fin >= 0
+        lat = (fin - arr)[done]
+        start = float(arr.min()) / NS
+        end = float(fin[done].max()) / NS if done.any() else start
+        duration = max(end - start, 1e-12)
+        types = _a(st.job_type)
+        s = {"num_jobs": int(len(arr)), "completed_jobs": int(done.sum()), "unfinished_jobs": int((~done).sum()),
+             "duration": duration, "job_throughput": float(done.sum()) / duration,
+             "num_calls": int(len(st.call_arrival)), "steps": int(st.steps), "wall_s": self.wall_s}
+        s.update(_latency_stats("job_latency", lat))
+        s["mean_calls_per_job"] = float(_a(st.job_calls)[done].mean()) if done.any() else None
+        s["job_types"] = {}
+        for ti, name in enumerate(st.job_type_names):
+            sel = (types == ti) & done
+            s["job_types"][name] = {"jobs": int((types == ti).sum()), "completed": int(sel.sum()),
+                                    **_latency_stats("job_latency", (fin - arr)[sel])}
+        servers = {}
+        for res, rep in zip(self.replicas(), st.replicas):
+            srv = servers.setdefault(rep["server"], {"replicas": {}})
+            rs = res.summary
+            srv["replicas"][rep["name"]] = {k: rs.get(k) for k in (
+                "num_requests", "completed", "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms",
+                "itl_cv", "mean_e2el_ms", "p99_e2el_ms", "busy_fraction", "preemptions", "stable", "verdict",
+                "verdict_reason", "backlog_growth_tokens_per_s", "backlog_growth_ci")}
+        for name, srv in servers.items():
+            calls = np.asarray(st.call_server, dtype=object) == name
+            e2e = _a(st.call_e2e)[calls]
+            ttft = _a(st.call_ttft)[calls]
+            ok = e2e >= 0
+            srv["calls"] = int(calls.sum())
+            srv["completed_calls"] = int(ok.sum())
+            srv.update(_latency_stats("ttft", ttft[ok & (ttft >= 0)]))
+            srv.update(_latency_stats("e2el", e2e[ok]))
+            srv["verdict"] = _combine([r["verdict"] for r in srv["replicas"].values()])
+            srv["stable"] = {STABLE: True, UNSTABLE: False}.get(srv["verdict"])
+            if self.traffic is not None:
+                load = self.traffic.server(name)
+                srv.update(offered_tokens_per_s=load.offered_tokens_per_s, capacity_tokens_per_s=load.capacity,
+                           utilisation=load.utilisation)
+        s["servers"] = servers
+        if self.traffic is not None:
+            s["bottleneck"] = self.traffic.bottleneck
+            s["max_utilisation"] = self.traffic.max_utilisation
+            s["critical_scale"] = self.traffic.critical_scale
+            s["traffic_stable"] = self.traffic.stable
+        s["verdict"] = _combine([srv["verdict"] for srv in servers.values()])
+        s["stable"] = {STABLE: True, UNSTABLE: False}.get(s["verdict"])
+        return s
+
+    # ---- files -----------------------------------------------------------------------
+    def write(self, out_dir: str | os.PathLike) -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        st = self.stats
+        _write(out / "summary.json", lambda f: json.dump(to_jsonable(self.summary), f, indent=2))
+        _write(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))
+        arr, fin = self.job_arrival_ns, self.job_finish_ns
+        done = fin >= 0
+        lat = np.where(done, fin - arr, -1)
+        names = np.asarray(st.job_type_names, dtype=object)[_a(st.job_type)] if len(arr) else np.zeros(0, object)
+        _write(out / "jobs.csv", lambda f: _csv(f, "job,type,arrival_s,finish_s,latency_s,calls,finished", [
+            np.arange(len(arr)).astype(str), names.astype(str), _secs(arr), _secs(fin), _secs(lat),
+            _a(st.job_calls).astype(str), done.astype(int).astype(str)]))
+        e2e = _a(st.call_e2e)
+        reps = np.asarray([r["name"] for r in st.replicas], dtype=object)
+        rep_idx = _a(st.call_replica)
+        _write(out / "calls.csv", lambda f: _csv(
+            f, "call,job,class,server,replica,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,e2e_s,"
+               "preemptions,finished", [
+                np.arange(len(e2e)).astype(str), _a(st.call_job).astype(str),
+                np.asarray(st.call_class, dtype=str), np.asarray(st.call_server, dtype=str),
+                np.where(rep_idx >= 0, reps[np.maximum(rep_idx, 0)] if len(reps) else "", "").astype(str),
+                _secs(_a(st.call_arrival)), _a(st.call_prompt).astype(str), _a(st.call_output).astype(str),
+                _secs(_a(st.call_queue)), _secs(_a(st.call_ttft)), _secs(e2e), _a(st.call_preempt).astype(str),
+                (e2e >= 0).astype(int).astype(str)]))
+        servers = out / "servers"
+        if servers.is_dir():      # a rerun into the same folder: no replica of an older run stays behind
+            for old in servers.iterdir():
+                if old.is_dir() and (old / "summary.json").is_file():
+                    shutil.rmtree(old)
+        for res, rep in zip(self.replicas(), st.replicas):
+            res.write(servers / rep["name"])
+        return out
+
+
+def _secs(ns: np.ndarray) -> np.ndarray:
+    """Nanoseconds as seconds with 9 decimals; negative (not reached) as empty."""
+    whole, frac = np.divmod(np.abs(ns), NS)
+    text = np.char.add(np.char.add(whole.astype(str), "."), np.char.zfill(frac.astype(str), 9))
+    return np.where(ns >= 0, text, "")
+
+
+def _csv(f, header: str, cols: list) -> None:
+    f.write(header + "\n")
+    if not len(cols[0]):
+        return
+    rows = cols[0].astype(object)
+    for c in cols[1:]:
+        rows = rows + "," + np.asarray(c, dtype=object)
+    f.write("\n".join(rows.tolist()))
+    f.write("\n")
+
+
+def _write(path: Path, writer) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer(f)
+    os.replace(tmp, path)
+
+
+__all__ = ["NetworkResult", "simulate_network"]
+
+
+def simulate_network(network, *, out_dir: str | os.PathLike | None = None, fast: bool = True,
+                     max_time_s: float | None = None, sample_interval_s: float | None = None,
+                     scale: float | None = None, num_jobs: int | None = None, seed: int | None = None,
+                     progress=None) -> NetworkResult:
+    """Simulate a network (a `NetworkSpec`, a dict, or a YAML path); with `out_dir`, also
+    write its files. `scale` multiplies every arrival rate; `num_jobs` and `seed` override
+    the file's."""
+    spec = load_network(network)
+    if scale is not None:
+        if not (isinstance(scale, (int, float)) and scale > 0):
+            raise ConfigError(f"scale must be a positive number, got {scale!r}")
+        spec = spec.scaled(scale)
+    if num_jobs is not None:
+        spec.num_jobs = num_jobs
+    if seed is not None:
+        spec.seed = seed
+    if spec.num_jobs is None and spec.duration_s is None:
+        raise ConfigError("give num_jobs or duration_s to stop the job arrivals")
+    t0 = time.perf_counter()
+    stats = run_network(spec, fast=fast, max_time_s=max_time_s, sample_interval_s=sample_interval_s,
+                        progress=progress)
+    wall = time.perf_counter() - t0
+    result = NetworkResult(stats, traffic(spec), spec.to_dict(), wall_s=wall)
+    if out_dir is not None:
+        result.write(out_dir)
+    return result

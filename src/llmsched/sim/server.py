@@ -1,0 +1,298 @@
+"""One simulated server, advanced a batch of identical steps at a time.
+
+`ServerSim.begin(now, limit)` plans the step at boundary `now` and, on the fast path,
+how many identical steps follow it (up to the next completion, chunk boundary or KV
+limit, and only steps starting before `limit`); `truncate(t)` shortens that batch when
+a request arrives at `t` during it (it joins at the first boundary at or after `t`);
+`end()` applies the batch to the state and its metrics and returns the requests that
+finished. The single-server simulator calls begin/end in a loop with the next arrival
+as the limit; the network simulator runs many `ServerSim`s on one event queue.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from ..core.cost import CostModel, StepTimer
+from ..core.plan import StepFeedback, StepPlan
+from ..core.request import NS, WAITING, Request
+from ..core.state import UNLIMITED
+from ..policies.base import Scheduler
+from .histogram import GapHistogram
+
+MAX_SAMPLES = 4096  # time-series length bound with the automatic sampling interval
+SERIES = ("time_s", "waiting_requests", "waiting_prefill_tokens", "running_requests", "decoding_requests",
+          "token_load", "backlog_tokens", "kv_used_tokens")
+
+
+class SimulationStuck(RuntimeError):
+    """The scheduler planned an empty step while requests wait and none will arrive."""
+
+
+class TimeSeries:
+    """Queue state sampled every `interval` ns from `first`. With the automatic interval
+    memory stays bounded: past MAX_SAMPLES samples every other one is dropped and the
+    interval doubles."""
+
+    def __init__(self, first: int, interval: int, auto: bool):
+        self.first = self.next = first
+        self.interval = interval
+        self.auto = auto
+        self.cols: dict[str, list] = {k: [] for k in SERIES}
+
+    def _advance(self) -> None:
+        self.next += self.interval
+        if self.auto and len(self.cols["time_s"]) >= MAX_SAMPLES:
+            for col in self.cols.values():
+                del col[1::2]
+            self.interval *= 2
+            self.next = self.first + -(-(self.next - self.first) // self.interval) * self.interval
+
+    def _record(self, state, t: int, j: int, b: int, pf: int) -> None:
+        c = self.cols
+        c["time_s"].append(t / NS)
+        c["waiting_requests"].append(len(state.waiting))
+        c["waiting_prefill_tokens"].append(state.pending_prefill - j * pf)
+        c["running_requests"].append(state.n_running)
+        c["decoding_requests"].append(state.n_decoding)
+        c["token_load"].append(b)
+        c["backlog_tokens"].append(state.backlog_tokens - j * b)
+        c["kv_used_tokens"].append(state.kv_used + j * (b - pf))
+
+    def span(self, state, start: int, durations, count: int, b: int, pf: int) -> None:
+        """Record the samples that fall in `count` repeated steps from `start` (the state
+        is the one at the start of the first step)."""
+        if isinstance(durations, int):
+            end = start + durations * count
+            while self.next < end:
+                self._record(state, self.next, max(0, self.next - start) // durations, b, pf)
+                self._advance()
+            return
+        t = start
+        for j, d in enumerate(durations):
+            t += d
+            while self.next < t:
+                self._record(state, self.next, j, b, pf)
+                self._advance()
+
+    def idle(self, state, until: int) -> None:
+        while self.next < until:
+            self._record(state, self.next, 0, 0, 0)
+            self._advance()
+
+
+class ServerSim:
+    """A server of the simulator: its state, scheduler, step timing and metrics."""
+
+    def __init__(self, scheduler: Scheduler, cost: CostModel, *, fast: bool = True,
+                 series: TimeSeries | None = None, steps_file: TextIO | None = None, state=None):
+        self.scheduler = scheduler
+        self.state = state if state is not None else scheduler.new_state()
+        self.plan_step = scheduler.plan
+        self.repeatable = fast and scheduler.repeatable
+        self.closed_loop = scheduler.closed_loop
+        self.timer = StepTimer(cost)
+        self.load_only = cost.load_only
+        self.step_time = cost.step_time
+        self.kv_capacity = self.state.kv_capacity
+        self.series = series
+        self.steps_file = steps_file
+        self.itl = GapHistogram()
+        self.load_hist = [0] * (self.state.b_max + 1)
+        self.batch_hist: dict[int, int] = {}
+        self.steps = 0
+        self.busy = 0
+        self.now = 0
+        self.busy_until = -1        # end of the current batch; -1: no batch in progress
+        # the current batch
+        self._plan: StepPlan | None = None
+        self._start = 0
+        self._count = 0
+        self._durs: int | list[int] = 0
+        self._cost_args = None
+        self._new: list[Request] = []
+
+    def add(self, r: Request) -> None:
+        self.state.add(r)
+
+    def is_idle(self) -> bool:
+        st = self.state
+        return not st.running and not st.waiting
+
+    # ---- a batch -----------------------------------------------------------------------
+    def begin(self, now: int, limit: int = UNLIMITED) -> int | None:
+        """Plan at boundary `now` a batch of identical steps, those that start before
+        `limit` (at least one); returns its end, or None if the plan is empty."""
+        st = self.state
+        self.now = now
+        plan = self.plan_step(st)
+        if plan.is_empty():
+            if plan.preempt or st.running:
+                raise SimulationStuck(f"the scheduler planned no work at t={now / NS:.6f}s "
+                                      f"with {st.n_running} requests running")
+            return None
+        admits = False
+        for r, _ in plan.prefill:
+            if r.phase == WAITING:
+                admits = True
+                break
+        pf, dctx, chunks, sampled = st.begin_step(plan, now)
+        m = plan.decode
+        count = 1
+        if self.repeatable and not admits and not plan.preempt:
+            count = st.next_completion_round() if m else UNLIMITED
+            for r, c in plan.prefill:
+                k = (r.prefill_target - r.prefilled) // c
+                if k < count:
+                    count = k
+            if m and self.kv_capacity < UNLIMITED:
+                # the plan repeats while the planner finds its decode room free
+                k = (self.kv_capacity - st.kv_used - plan.decode_room) // m + 1
+                if k < count:
+                    count = k
+        self._plan = plan
+        self._start = now
+        self._new = st.newly_active
+        if self.load_only:
+            d = self.timer.load_ns(pf + m)
+            if count > 1 and limit < UNLIMITED:
+                k = -(-(limit - now) // d)  # steps starting before the limit
+                if k < count:
+                    count = k
+            self._count = count
+            self._durs = d
+            end = now + d * count
+        else:
+            self._cost_args = (pf, m, dctx, chunks, sampled)
+            durs = self._durations(count, limit)
+            self._count = len(durs)
+            self._durs = durs
+            end = now + sum(durs)
+        self.busy_until = end
+        return end
+
+    def _durations(self, count: int, limit: int) -> list[int]:
+        """Durations of the batch's steps, those starting before `limit` (at least one)."""
+        pf, m, dctx, chunks, sampled = self._cost_args
+        plan = self._plan
+        step_ns = self.timer.step_ns
+        durs = []
+        t = self._start
+        rems = [r.prefill_target - r.prefilled for r, _ in plan.prefill] if count > 1 else None
+        j = 0
+        while True:
+            if j == 0:
+                d = step_ns(pf, m, dctx, chunks, sampled)
+            else:
+                s = m
+                for (c, _), rem in zip(chunks, rems):
+                    if rem - j * c == c:
+                        s += 1
+                d = step_ns(pf, m, dctx + j * m, [(c, ctx + j * c) for c, ctx in chunks], s)
+            durs.append(d)
+            t += d
+            j += 1
+            if j >= count or t >= limit:
+                return durs
+
+    def truncate(self, t: int) -> int:
+        """A request arrived at `t` during the batch: keep only the steps that start
+        before `t`; returns the batch's (new) end."""
+        if self.busy_until <= t:
+            return self.busy_until
+        start = self._start
+        if self.load_only:
+            d = self._durs
+            k = max(1, -(-(t - start) // d))
+            if k < self._count:
+                self._count = k
+                self.busy_until = start + d * k
+            return self.busy_until
+        durs = self._durs
+        end = start
+        for j, d in enumerate(durs):
+            end += d
+            if end >= t:
+                del durs[j + 1:]
+                break
+        self._count = len(durs)
+        self.busy_until = end
+        return end
+
+    def end(self) -> list[Request]:
+        """Apply the current batch; returns the requests it finished (`state.finished`)."""
+        st = self.state
+        plan = self._plan
+        count = self._count
+        durs = self._durs
+        now = self._start
+        m = plan.decode
+        pf = plan.prefill_tokens
+        b = pf + m
+        if isinstance(durs, int):
+            first = durs
+            total = durs * count
+        else:
+            first = durs[0]
+            total = sum(durs)
+        end = now + total
+        self.steps += count
+        self.busy += total
+        self.load_hist[b] += count
+        k = m + len(plan.prefill)
+        self.batch_hist[k] = self.batch_hist.get(k, 0) + count
+        itl_add = self.itl.add
+        if m:
+            new = self._new
+            t1 = now + first
+            if new:
+                for r in new:
+                    itl_add(t1 - r.last_emit, 1)
+                itl_add(first, m - len(new))
+            else:
+                itl_add(first, m)
+            if count > 1:
+                if isinstance(durs, int):
+                    itl_add(first, m * (count - 1))
+                else:
+                    for d in durs[1:]:
+                        itl_add(d, m)
+        series = self.series
+        if series is not None and series.next < end:
+            series.span(st, now, durs, count, b, pf)
+        if self.steps_file is not None:
+            write_steps(self.steps_file, self.steps - count, now, durs, count, plan, st)
+        served = st.decoders[:m] if self.closed_loop else None
+        st.end_step(plan, end, count)
+        for _, gap in st.resumed:
+            itl_add(gap, 1)
+        if self.closed_loop:
+            self.scheduler.observe(st, StepFeedback(now / NS, total / NS, plan, st.finished, st.first_tokens,
+                                                    lambda: served, [r for r, _ in st.resumed]))
+        self.now = end
+        self.busy_until = -1
+        self._plan = None
+        return st.finished
+
+    def idle_until(self, t: int) -> None:
+        """No work until `t` (the time series records the idle time)."""
+        if self.series is not None:
+            self.series.idle(self.state, t)
+        self.now = t
+
+
+def write_steps(f: TextIO, first_index: int, start: int, durs, count: int, plan, state) -> None:
+    decodes = " ".join(f"{r.id}:d" for r in state.decoders[:plan.decode])
+    prefills = " ".join(f"{r.id}:p{c}" for r, c in plan.prefill)
+    parts = [decodes, prefills] if plan.decode_first else [prefills, decodes]
+    entries = " ".join(p for p in parts if p)
+    pf = plan.prefill_tokens
+    k = plan.decode + len(plan.prefill)
+    t = start
+    for j in range(count):
+        d = durs if isinstance(durs, int) else durs[j]
+        f.write(f"{first_index + j},{t / NS:.9f},{d / NS:.9f},{pf},{plan.decode},{k},{entries}\n")
+        t += d
+
+
+STEPS_HEADER = "step,start_s,duration_s,prefill_tokens,decode_tokens,batch_size,entries\n"
