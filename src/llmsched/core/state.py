@@ -53,7 +53,7 @@ class WaitingQueue:
         return len(self._preempted) + (len(self._fifo) if self._fifo is not None else len(self._heap))
 
     def __bool__(self) -> bool:
-        return len(self) > 0
+        return bool(self._preempted) or bool(self._fifo if self._fifo is not None else self._heap)
 
     def first(self) -> Request | None:
         if self._preempted:
@@ -64,6 +64,11 @@ class WaitingQueue:
 
     def __iter__(self) -> Iterator[Request]:
         """In admission order, lazily (a heap is walked in O(k log k) for k items)."""
+        if not self._preempted and self._fifo is not None:
+            return iter(self._fifo)   # the common case, without a generator
+        return self._walk()
+
+    def _walk(self) -> Iterator[Request]:
         yield from self._preempted
         if self._fifo is not None:
             yield from self._fifo
@@ -169,7 +174,7 @@ class ServerState:
     def add(self, r: Request) -> None:
         """A new arrival joins the waiting queue."""
         self.waiting.push(r)
-        w = self.work(r)
+        w = r.prefill_target - r.prefilled + r.output - r.emitted - 1   # work(r)
         self.backlog_tokens += w
         self.waiting_tokens += w
         self.pending_prefill += r.prefill_target
@@ -211,27 +216,33 @@ class ServerState:
         Fills `finished` and `first_tokens`. Only the last repetition may complete a
         prefill or a request (the simulator's fast path guarantees it)."""
         m = plan.decode
-        self._round += steps
+        rnd = self._round = self._round + steps
         self.kv_used += steps * m
         self.finished = finished = []
         self.first_tokens = firsts = []
         self.resumed = resumed = []
         prefill = 0
+        completed = None
         for r, n in plan.prefill:
             r.prefilled += steps * n
             prefill += n
-        self.backlog_tokens -= steps * (m + prefill)
-        self.pending_prefill -= steps * prefill
+            if r.prefilled == r.prefill_target:
+                if completed is None:
+                    completed = [r]
+                else:
+                    completed.append(r)
+        work = steps * (m + prefill)
+        self.backlog_tokens -= work
+        self.pending_prefill -= work - steps * m
         heap = self._heap
-        rnd = self._round
         while heap and heap[0][0] <= rnd:
             fr, seq, r = heapq.heappop(heap)
             if r.active and r.act_seq == seq:
                 self._remove_decoder(r, end)
                 self._retire(r, end)
                 finished.append(r)
-        for r, n in plan.prefill:
-            if r.prefilled == r.prefill_target:
+        if completed is not None:
+            for r in completed:
                 self.prefilling.remove(r)
                 r.emitted += 1
                 if r.first_token < 0:

@@ -48,6 +48,37 @@ class GapHistogram:
             k = int(math.log(value) * self._inv_log)
             self._buckets[k] = self._buckets.get(k, 0) + weight
 
+    def add_counts(self, counts: dict[int, int]) -> None:
+        """Add `weight` copies of every `value` in `counts` ({value: weight}); the same as
+        calling `add(value, weight)` for each, in any order."""
+        count = total = total_sq = 0
+        lo, hi = self.min, self.max
+        exact = self._exact
+        buckets = self._buckets
+        inv_log = self._inv_log
+        log = math.log
+        for value, w in counts.items():
+            if w <= 0:
+                continue
+            count += w
+            total += value * w
+            total_sq += value * value * w
+            if value < lo:
+                lo = value
+            if value > hi:
+                hi = value
+            if exact is not None:
+                exact[value] = exact.get(value, 0) + w
+            else:
+                k = int(log(value) * inv_log)
+                buckets[k] = buckets.get(k, 0) + w
+        self.count += count
+        self.total += total
+        self.total_sq += total_sq
+        self.min, self.max = lo, hi
+        if exact is not None and len(exact) > self._exact_limit:
+            self._fold()
+
     def _fold(self) -> None:
         for value, w in self._exact.items():
             k = int(math.log(value) * self._inv_log)

@@ -11,6 +11,7 @@ so both paths give the same clock, the same metrics and the same `steps.csv`.
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
@@ -26,6 +27,7 @@ from .histogram import GapHistogram
 
 NS = 1_000_000_000
 MAX_SAMPLES = 4096  # time-series length bound with the automatic sampling interval
+GAP_BATCH = 4096    # distinct inter-token gaps counted before they go to the histogram
 
 
 class SimulationStuck(RuntimeError):
@@ -97,11 +99,6 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
     outputs = output_arr.tolist()
     tags = trace.tag.tolist() if getattr(trace, "tag", None) is not None else None
 
-    ttft = np.full(n, -1, dtype=np.int64)
-    e2e = np.full(n, -1, dtype=np.int64)
-    queue = np.full(n, -1, dtype=np.int64)
-    preempts = np.zeros(n, dtype=np.int32)
-
     state = scheduler.new_state()
     b_max = state.b_max
     plan_step = scheduler.plan
@@ -113,7 +110,6 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
     kv_capacity = state.kv_capacity
 
     itl = GapHistogram()
-    itl_add = itl.add
     load_hist = [0] * (b_max + 1)
     batch_hist: dict[int, int] = {}
     max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
@@ -174,52 +170,69 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
             record(next_sample, 0, 0, 0)
             advance()
 
+    # Per-request results: typed arrays (cheap stores, compact), numpy at the end.
+    ttft = array("q", [-1]) * n
+    e2e = array("q", [-1]) * n
+    queue = array("q", [-1]) * n
+    preempts = array("i", [0]) * n
+    # Inter-token gaps: counted in a plain dict (value -> weight) and handed to the
+    # histogram in batches; its result does not depend on the order of its additions.
+    gaps: dict[int, int] = {}
+    gap = gaps.get
+
     i = 0
     now = arr[0] if n else 0
+    next_arrival = arr[0] if n else UNLIMITED
     steps = 0
     busy = 0
     done = 0
     progress_every = max(1, n // 200)
-    next_progress = progress_every
+    next_progress = progress_every if progress is not None else UNLIMITED
+    running = state.running
+    add = state.add
+    begin_step = state.begin_step
+    end_step = state.end_step
 
     while True:
-        while i < n and arr[i] <= now:
-            state.add(Request(i, arr[i], prompts[i], outputs[i], tags[i] if tags else ""))
-            i += 1
-        if not state.running and not state.waiting:
+        if next_arrival <= now:
+            while i < n and arr[i] <= now:
+                add(Request(i, arr[i], prompts[i], outputs[i], tags[i] if tags else ""))
+                i += 1
+            next_arrival = arr[i] if i < n else UNLIMITED
+        if not running and not state.waiting:
             if i >= n:
                 break
-            sample_idle(arr[i])
-            now = arr[i]
+            sample_idle(next_arrival)
+            now = next_arrival
             continue
         if now >= max_time:
             break
         plan = plan_step(state)
-        if plan.is_empty():
-            if plan.preempt or state.running:
+        prefill = plan.prefill
+        m = plan.decode
+        if not m and not prefill:
+            if plan.preempt or running:
                 raise SimulationStuck(f"the scheduler planned no work at t={now / NS:.6f}s "
                                       f"with {state.n_running} requests running")
             if i < n:
-                sample_idle(arr[i])
-                now = arr[i]
+                sample_idle(next_arrival)
+                now = next_arrival
                 continue
             raise SimulationStuck(
                 f"the scheduler planned no work at t={now / NS:.6f}s with {len(state.waiting)} waiting "
                 f"and {state.n_running} running requests, and no more arrivals")
         admits = False
-        if plan.prefill:
-            for r, _ in plan.prefill:
-                if r.phase == WAITING:
-                    admits = True
-                    break
-        pf, dctx, chunks, sampled = state.begin_step(plan, now)
-        m = plan.decode
+        for r, _ in prefill:
+            if r.phase == WAITING:
+                admits = True
+                break
+        pf, dctx, chunks, sampled = begin_step(plan, now)
         b = pf + m
         new = state.newly_active
         count = 1
         if repeatable and not admits and not plan.preempt:
             count = state.next_completion_round() if m else UNLIMITED
-            for r, c in plan.prefill:
+            for r, c in prefill:
                 k = (r.prefill_target - r.prefilled) // c
                 if k < count:
                     count = k
@@ -235,9 +248,7 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
                 if d <= 0:
                     raise ConfigError(f"the cost model gives a non-positive step time at load {b}")
             if count > 1:
-                limit = arr[i] if i < n else UNLIMITED
-                if max_time < limit:
-                    limit = max_time
+                limit = next_arrival if max_time > next_arrival else max_time
                 if limit < UNLIMITED:
                     k = -(-(limit - now) // d)  # steps starting before the limit
                     if k < count:
@@ -248,10 +259,8 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
         else:
             durs = []
             t = now
-            limit = arr[i] if i < n else UNLIMITED
-            if max_time < limit:
-                limit = max_time
-            rems = [r.prefill_target - r.prefilled for r, _ in plan.prefill] if count > 1 else None
+            limit = next_arrival if max_time > next_arrival else max_time
+            rems = [r.prefill_target - r.prefilled for r, _ in prefill] if count > 1 else None
             j = 0
             while True:
                 if j == 0:
@@ -279,48 +288,55 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
         steps += count
         busy += total
         load_hist[b] += count
-        k = m + len(plan.prefill)
+        k = m + len(prefill)
         batch_hist[k] = batch_hist.get(k, 0) + count
         if m:
-            t1 = now + first
+            # every served decoder emits one token per step; a decoder that resumes after
+            # a pause emits its first one after a longer gap
+            w = m - len(new)
             if new:
+                t1 = now + first
                 for r in new:
-                    itl_add(t1 - r.last_emit, 1)
-                itl_add(first, m - len(new))
-            else:
-                itl_add(first, m)
+                    g = t1 - r.last_emit
+                    gaps[g] = gap(g, 0) + 1
             if count > 1:
                 if load_only:
-                    itl_add(first, m * (count - 1))
+                    w += m * (count - 1)
                 else:
-                    for d in durs[1:]:
-                        itl_add(d, m)
+                    for g in durs[1:]:
+                        gaps[g] = gap(g, 0) + m
+            gaps[first] = gap(first, 0) + w
         if next_sample < end:
             sample_span(now, durs, count, b, pf)
         if steps_file is not None:
             _write_steps(steps_file, steps - count, now, durs, count, plan, state)
 
         served = state.decoders[:m] if closed_loop else None
-        state.end_step(plan, end, count)
-        for _, gap in state.resumed:
-            itl_add(gap, 1)
+        end_step(plan, end, count)
+        for _, g in state.resumed:
+            gaps[g] = gap(g, 0) + 1
         for r in state.finished:
             x = r.id
+            a = r.arrival
             if r.first_token >= 0:
-                ttft[x] = r.first_token - r.arrival
-            e2e[x] = r.finish - r.arrival
-            queue[x] = r.first_scheduled - r.arrival
+                ttft[x] = r.first_token - a
+            e2e[x] = r.finish - a
+            queue[x] = r.first_scheduled - a
             preempts[x] = r.preemptions
             done += 1
         if closed_loop:
             scheduler.observe(state, StepFeedback(now / NS, total / NS, plan, state.finished,
                                                   state.first_tokens, lambda: served,
                                                   [r for r, _ in state.resumed]))
+        if len(gaps) > GAP_BATCH:
+            itl.add_counts(gaps)
+            gaps.clear()
         now = end
-        if progress is not None and done >= next_progress:
+        if done >= next_progress:
             progress(done, n)
             next_progress = done + progress_every
 
+    itl.add_counts(gaps)
     for r in list(state.running.values()) + list(state.waiting):
         x = r.id
         if r.first_token >= 0:
@@ -330,9 +346,13 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
         preempts[x] = r.preemptions
     if progress is not None:
         progress(done, n)
-    return RunStats(n=n, ttft_ns=ttft, e2e_ns=e2e, queue_ns=queue, preemptions=preempts, itl=itl,
-                    load_hist=load_hist, batch_hist=batch_hist, steps=steps, busy_ns=busy, end_ns=now,
-                    timeseries=ts, unfinished=n - done)
+    return RunStats(n=n, ttft_ns=_np(ttft, np.int64), e2e_ns=_np(e2e, np.int64), queue_ns=_np(queue, np.int64),
+                    preemptions=_np(preempts, np.int32), itl=itl, load_hist=load_hist, batch_hist=batch_hist,
+                    steps=steps, busy_ns=busy, end_ns=now, timeseries=ts, unfinished=n - done)
+
+
+def _np(a: array, dtype) -> np.ndarray:
+    return np.frombuffer(a, dtype=a.typecode).astype(dtype) if len(a) else np.zeros(0, dtype=dtype)
 
 
 def _write_steps(f: TextIO, first_index: int, start: int, durs, count: int, plan, state) -> None:
