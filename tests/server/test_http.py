@@ -165,8 +165,15 @@ def test_openai_client(server):
     assert parts[0].choices[0].delta.role == "assistant"
     assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == " tok tok tok"
     assert parts[-1].usage.total_tokens == 4
-    with pytest.raises(openai.BadRequestError) as ei:
+    # an unknown model is a 404, as OpenAI answers it (the client's NotFoundError)
+    with pytest.raises(openai.NotFoundError) as ei:
         client.completions.create(model="nope", prompt="x", max_tokens=1)
+    assert ei.value.code == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError) as ei:
+        client.models.retrieve("nope")
     assert ei.value.code == "model_not_found"
 
 
@@ -210,7 +217,6 @@ def test_auth(auth_server):
 
 # ---- errors ---------------------------------------------------------------------------
 BAD = [
-    ("/v1/completions", {"model": "gpt-4", "prompt": "x"}, "model"),
     ("/v1/completions", {"prompt": "x"}, "model"),
     ("/v1/completions", {"model": 3, "prompt": "x"}, "model"),
     ("/v1/completions", {"model": MODEL}, "prompt"),

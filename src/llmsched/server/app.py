@@ -1,16 +1,23 @@
 """The OpenAI-compatible HTTP API (FastAPI app; routes are plain Starlette endpoints so
 the hot path skips FastAPI's request models).
 
-Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
-GET /metrics (Prometheus text), GET /version, POST /tokenize and POST /detokenize (as in
-vLLM; `vllm bench serve` uses them to check that it counts tokens as the server does). With an API key, every /v1 route needs
-`Authorization: Bearer KEY` (401 otherwise); /health and /metrics stay open, as in vLLM.
+Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models and
+/v1/models/{id}, GET /health, GET /metrics (Prometheus text), GET /version, POST /tokenize
+and POST /detokenize (as in vLLM; `vllm bench serve` uses them to check that it counts
+tokens as the server does). With an API key, every /v1 route, /tokenize and /detokenize
+need `Authorization: Bearer KEY` (401 otherwise); /health, /metrics and /version stay open.
+
+Limits (`ServerConfig`): a body over `max_body_bytes` is refused (413) without being read
+further, one that has not fully arrived `read_timeout` seconds after its headers gets 408
+(both close the connection); a text prompt too long to fit the context is refused before
+it is tokenized; long parsing, tokenizing and decoding run in a worker thread, not on the
+event loop. Header size and header timeouts are enforced by `serve.GuardedHttpProtocol`.
 
 Streaming follows OpenAI and vLLM: `data: {json}\\n\\n` events, one per token; a chat
 stream's first event carries `delta.role`; the last token's event carries `finish_reason`;
 with `stream_options.include_usage` a final event has `usage` and empty `choices`; then
 `data: [DONE]\\n\\n`. An error after the response started is sent as a `data: {"error":
-...}` event followed by `[DONE]`.
+...}` event followed by `[DONE]`. No response carries an exception's text: the log has it.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import gc
 import hmac
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -35,6 +43,7 @@ from .backends import Backend
 from .metrics import ServerMetrics
 from .protocol import (APIError, ChunkWriter, bad_request, chat_body, completion_body, dumps,
                        parse_body, parse_chat, parse_completion, sampling_params)
+from .tokenizer import utf8_len
 
 log = logging.getLogger("llmsched.server")
 
@@ -79,6 +88,12 @@ def error_response(e: APIError, headers: dict | None = None) -> Response:
                     headers=headers)
 
 
+def internal_error_response() -> Response:
+    """A 500 that says nothing about the exception (the log has it)."""
+    return error_response(APIError(500, "internal error; the server log has the details",
+                                   "internal_server_error"))
+
+
 def _overloaded() -> Response:
     return error_response(APIError(429, "The server is overloaded: its request queue is full. "
                                    "Retry later.", "rate_limit_error", None, "rate_limit_exceeded"),
@@ -99,9 +114,20 @@ def _draining() -> Response:
                                    "service_unavailable", None, "server_shutting_down"))
 
 
+def _clip(text: str, limit: int = 100) -> str:
+    """A client's string for an error message, never echoed back whole."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def needs_api_key(path: str) -> bool:
+    """Routes that need `Authorization: Bearer KEY` when the server has an API key: every
+    /v1 route, /tokenize and /detokenize (/health, /metrics and /version stay open)."""
+    return path.startswith("/v1") or path in ("/tokenize", "/detokenize")
+
+
 def _auth_failure(scope, expected: bytes) -> Response | None:
-    """A 401 response if a /v1 request lacks `Authorization: Bearer KEY`, else None."""
-    if not scope["path"].startswith("/v1"):
+    """A 401 response if a request to a protected route lacks `Authorization: Bearer KEY`."""
+    if not needs_api_key(scope["path"]):
         return None
     got = b""
     for k, v in scope["headers"]:
@@ -112,74 +138,111 @@ def _auth_failure(scope, expected: bytes) -> Response | None:
         return None
     msg = ("Incorrect API key provided." if got else
            "You didn't provide an API key. Pass it as 'Authorization: Bearer KEY'.")
+    # refused before its body is read: close rather than read and discard that body
     return error_response(APIError(401, msg, "invalid_request_error", None, "invalid_api_key"),
-                          {"www-authenticate": "Bearer"})
-
-
-class AuthMiddleware:
-    """Bearer-token check for /v1 routes (pure ASGI, so streaming is untouched)."""
-
-    def __init__(self, app, api_key: str):
-        self.app = app
-        self.expected = f"Bearer {api_key}".encode()
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            fail = _auth_failure(scope, self.expected)
-            if fail is not None:
-                await fail(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+                          {"www-authenticate": "Bearer", "connection": "close"})
 
 
 class _ClientGone(Exception):
     pass
 
 
-async def _read_body(receive) -> bytes:
+_CLOSE = {"connection": "close"}
+
+
+async def _read_body(scope, receive, limit: int, timeout: float) -> bytes:
+    """The whole request body. Raises APIError 413 (more than `limit` bytes, announced by
+    Content-Length or counted while reading; nothing is read past the limit), 408 (not all
+    there within `timeout` seconds) or _ClientGone."""
+    for k, v in scope["headers"]:
+        if k == b"content-length":
+            digits = v.lstrip(b"0")
+            if v.isdigit() and (len(digits) > 18 or int(digits or b"0") > limit):
+                raise _too_large(limit)
+            break
     parts = []
-    while True:
-        msg = await receive()
-        if msg["type"] == "http.request":
-            parts.append(msg.get("body", b""))
-            if not msg.get("more_body", False):
-                return b"".join(parts)
-        elif msg["type"] == "http.disconnect":
-            raise _ClientGone()
+    n = 0
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.request":
+                    chunk = msg.get("body", b"")
+                    if chunk:
+                        n += len(chunk)
+                        if n > limit:
+                            raise _too_large(limit)
+                        parts.append(chunk)
+                    if not msg.get("more_body", False):
+                        return parts[0] if len(parts) == 1 else b"".join(parts)
+                elif msg["type"] == "http.disconnect":
+                    raise _ClientGone()
+    except TimeoutError:
+        raise APIError(408, f"the request body did not arrive within {timeout:g} s",
+                       "invalid_request_error", None, "request_timeout") from None
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(413, f"the request body is larger than this server accepts ({limit} bytes)",
+                    "invalid_request_error", None, "request_too_large")
+
+
+def _replay(body: bytes, receive):
+    """A `receive` that hands out the body already read, then the connection's own events."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay():
+        if pending:
+            return pending.pop()
+        return await receive()
+    return replay
 
 
 class LLMSchedApp(FastAPI):
-    """FastAPI, with the two generation routes served ahead of the middleware stack.
+    """FastAPI, with the API-key check, the request body read (bounded in size and time) and
+    the two generation routes served ahead of the middleware stack.
 
     A streamed token resumes every coroutine frame between the server and the handler;
     taking POST /v1/completions and /v1/chat/completions straight to their handler keeps
-    that chain short. Everything else goes through FastAPI as usual."""
+    that chain short. Everything else goes through FastAPI as usual, with the body already
+    read."""
 
     fast_routes: dict = {}
     api_key_header: bytes | None = None
+    max_body_bytes: int = ServerConfig.max_body_bytes
+    read_timeout: float = ServerConfig.read_timeout
+    metrics: ServerMetrics | None = None
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] == "POST":
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        if self.api_key_header is not None:
+            fail = _auth_failure(scope, self.api_key_header)
+            if fail is not None:
+                await fail(scope, receive, send)
+                return
+        try:
+            body = await _read_body(scope, receive, self.max_body_bytes, self.read_timeout)
+        except _ClientGone:
+            return
+        except APIError as e:     # 413 or 408: the rest of the body is not read; close
+            if self.metrics is not None:
+                key = "body_too_large" if e.status == 413 else "read_timeout"
+                self.metrics.rejected[key] = self.metrics.rejected.get(key, 0) + 1
+            await error_response(e, _CLOSE)(scope, receive, send)
+            return
+        if scope["method"] == "POST":
             handler = self.fast_routes.get(scope["path"])
             if handler is not None:
-                if self.api_key_header is not None:
-                    fail = _auth_failure(scope, self.api_key_header)
-                    if fail is not None:
-                        await fail(scope, receive, send)
-                        return
-                try:
-                    body = await _read_body(receive)
-                except _ClientGone:
-                    return
                 try:
                     resp = await handler(body, receive)
-                except Exception as exc:  # noqa: BLE001 - a 500, never a dropped connection
+                except Exception:  # noqa: BLE001 - a 500, never a dropped connection
                     log.exception("unhandled error")
-                    resp = error_response(APIError(500, f"internal error: {type(exc).__name__}: {exc}",
-                                                   "internal_server_error"))
+                    resp = internal_error_response()
                 await resp(scope, receive, send)
                 return
-        await super().__call__(scope, receive, send)
+        await super().__call__(scope, _replay(body, receive), send)
 
 
 async def _watch_disconnect(receive, engine: AsyncEngine, s: RequestStream) -> None:
@@ -283,6 +346,15 @@ async def _collect(engine: AsyncEngine, s: RequestStream, receive, chat: bool, r
             engine.abort(s.rid)
 
 
+# Work that may take long runs off the event loop, in a small thread pool: parsing a body
+# larger than BIG_BODY, tokenizing a text longer than INLINE_TEXT_CHARS (unless the
+# tokenizer is `cheap`), decoding more than INLINE_TEXT_CHARS token ids. The tokenizers'
+# batch calls release the GIL; pure-Python work in the pool yields it every switch interval.
+BIG_BODY = 64 * 1024
+INLINE_TEXT_CHARS = 1024
+PREP_THREADS = 2
+
+
 def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     """The FastAPI application serving `backend`."""
     cfg = cfg or ServerConfig()
@@ -290,8 +362,13 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     engine = AsyncEngine(backend.core, metrics, max_queued_requests=cfg.max_queued_requests,
                          max_queued_tokens=cfg.max_queued_tokens)
     tok = backend.tokenizer
+    tok_cheap = bool(getattr(tok, "cheap", False))
     names = {backend.model_name, backend.root}
     started = int(time.time())
+    text_limit = backend.max_text_bytes
+    max_ids = backend.max_model_len
+    max_messages = text_limit + 1 if text_limit is not None else None
+    pool = ThreadPoolExecutor(max_workers=PREP_THREADS, thread_name_prefix="llmsched-prep")
 
     @asynccontextmanager
     async def lifespan(app):
@@ -305,34 +382,97 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         finally:
             await engine.drain(cfg.drain_timeout)
             engine.stop()
+            pool.shutdown(wait=False, cancel_futures=True)
             gc.unfreeze()
 
     app = LLMSchedApp(title="llmsched", version=__version__, lifespan=lifespan,
                       docs_url=None, redoc_url=None, openapi_url=None)
+    # a trailing slash is a 404, not a redirect to a URL built from the client's Host header
+    app.router.redirect_slashes = False
     app.state.engine = engine
     app.state.backend = backend
     app.state.metrics = metrics
     app.state.config = cfg
+    app.max_body_bytes = cfg.max_body_bytes
+    app.read_timeout = cfg.read_timeout
+    app.metrics = metrics
+
+    async def offload(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    def model_not_found(model: str) -> APIError:
+        return APIError(404, f"The model `{_clip(model)}` does not exist (this server serves "
+                        f"`{backend.model_name}`).", "invalid_request_error", "model", "model_not_found")
+
+    def check_text(text: str, param: str) -> None:
+        """Refuse, before tokenizing, a text too long to fit the context whatever its tokens."""
+        if text_limit is None:
+            return
+        if len(text) > text_limit or utf8_len(text) > text_limit:
+            what = "prompt" if param == "prompt" else "conversation"
+            raise bad_request(f"the {what} is more than {text_limit} bytes of text, which cannot fit "
+                              f"the model's context of {backend.max_model_len} tokens (this server "
+                              f"counts at most {tok.bytes_per_token} bytes per token)", param,
+                              "context_length_exceeded")
+
+    def encode(text: str, param: str):
+        try:
+            return tok.encode(text)
+        except ConfigError as e:
+            raise bad_request(str(e), param) from None
+        except Exception:  # noqa: BLE001 - the client's text: a 400 that names no internals
+            log.warning("the tokenizer failed on a %d-character %s", len(text), param, exc_info=True)
+            raise bad_request(f"the {param} cannot be tokenized", param) from None
+
+    def check_ids(ids, param: str) -> None:
+        try:
+            backend.check_token_ids(ids)
+        except ConfigError as e:
+            raise bad_request(str(e), param) from None
+
+    def parse_generation(data: bytes, chat: bool):
+        """(request, text to tokenize or None for a token-id prompt); every check before
+        tokenizing."""
+        body = parse_body(data)
+        req = parse_chat(body, max_messages) if chat else parse_completion(body, max_ids)
+        if req.model not in names:
+            raise model_not_found(req.model)
+        if req.prompt_ids is not None:
+            return req, None
+        param = "messages" if chat else "prompt"
+        try:
+            text = tok.chat_text(req.messages) if chat else req.prompt_text
+        except ConfigError as e:
+            raise bad_request(str(e), param) from None
+        check_text(text, param)
+        return req, text
+
+    def prepare_sync(data: bytes, chat: bool):
+        param = "messages" if chat else "prompt"
+        req, text = parse_generation(data, chat)
+        ids = req.prompt_ids if text is None else encode(text, param)
+        check_ids(ids, param)
+        return req, ids
+
+    async def prepare(data: bytes, chat: bool):
+        """The parsed request and its prompt token ids, off the event loop where costly."""
+        if len(data) > BIG_BODY:
+            return await offload(prepare_sync, data, chat)
+        param = "messages" if chat else "prompt"
+        req, text = parse_generation(data, chat)
+        if text is None:
+            ids = req.prompt_ids
+        elif tok_cheap or len(text) <= INLINE_TEXT_CHARS:
+            ids = encode(text, param)
+        else:
+            ids = await offload(encode, text, param)
+        check_ids(ids, param)
+        return req, ids
 
     async def generate(data: bytes, receive, chat: bool):
         try:
-            body = parse_body(data)
-            req = parse_chat(body) if chat else parse_completion(body)
-            if req.model not in names:
-                raise bad_request(f"The model `{req.model}` does not exist (this server serves "
-                                  f"`{backend.model_name}`).", "model", "model_not_found")
+            req, ids = await prepare(data, chat)
             param = "messages" if chat else "prompt"
-            try:
-                if req.prompt_ids is not None:
-                    ids = req.prompt_ids
-                elif chat:
-                    ids = tok.encode_chat(req.messages)
-                else:
-                    ids = tok.encode(req.prompt_text)
-                # refused here, not by the engine once a stream has started (a 200)
-                backend.check_token_ids(ids)
-            except ConfigError as e:
-                raise bad_request(str(e), param) from None
             n = len(ids)
             if cfg.max_queued_tokens is not None and n > cfg.max_queued_tokens:
                 raise bad_request(f"the prompt has {n} tokens, more than the server's whole queue "
@@ -386,11 +526,19 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     if cfg.api_key:
         app.api_key_header = f"Bearer {cfg.api_key}".encode()
 
-    async def models(request: Request):
-        card = {"id": backend.model_name, "object": "model", "created": started, "owned_by": "llmsched",
+    def card() -> dict:
+        return {"id": backend.model_name, "object": "model", "created": started, "owned_by": "llmsched",
                 "root": backend.root, "parent": None, "max_model_len": backend.max_model_len,
                 "permission": []}
-        return Response(dumps({"object": "list", "data": [card]}), media_type="application/json")
+
+    async def models(request: Request):
+        return Response(dumps({"object": "list", "data": [card()]}), media_type="application/json")
+
+    async def model_retrieve(request: Request):
+        model = request.path_params["model_id"]
+        if model not in names:
+            return error_response(model_not_found(model))
+        return Response(dumps(card()), media_type="application/json")
 
     async def health(request: Request):
         if engine.draining or not engine.healthy:
@@ -401,41 +549,88 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         text = metrics.render(engine.snapshot, engine.queued_requests, engine.queued_tokens)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    async def tokenize(request: Request):
-        try:
-            body = parse_body(await request.body())
-            if body.get("model") is not None and body["model"] not in names:
-                raise bad_request(f"The model `{body['model']}` does not exist.", "model", "model_not_found")
+    def parse_tokenize(data: bytes):
+        body = parse_body(data)
+        model = body.get("model")
+        if model is not None:
+            if not isinstance(model, str):
+                raise bad_request("'model' must be a string", "model")
+            if model not in names:
+                raise model_not_found(model)
+        if "messages" in body:
+            param = "messages"
+            req = parse_chat({**body, "model": backend.model_name}, max_messages)
             try:
-                if "messages" in body:
-                    ids = tok.encode_chat(parse_chat({**body, "model": backend.model_name}).messages)
-                elif isinstance(body.get("prompt"), str):
-                    ids = tok.encode(body["prompt"])
-                else:
-                    raise bad_request("give 'prompt' (a string) or 'messages'", "prompt")
+                text = tok.chat_text(req.messages)
             except ConfigError as e:
-                raise bad_request(str(e), "prompt") from None
+                raise bad_request(str(e), param) from None
+        elif isinstance(body.get("prompt"), str):
+            text, param = body["prompt"], "prompt"
+        else:
+            raise bad_request("give 'prompt' (a string) or 'messages'", "prompt")
+        check_text(text, param)
+        return text, param
+
+    def tokenize_sync(data: bytes) -> list:
+        return list(encode(*parse_tokenize(data)))
+
+    async def tokenize(request: Request):
+        data = await request.body()
+        try:
+            if len(data) > BIG_BODY:
+                ids = await offload(tokenize_sync, data)
+            else:
+                text, param = parse_tokenize(data)
+                if tok_cheap or len(text) <= INLINE_TEXT_CHARS:
+                    ids = list(encode(text, param))
+                else:
+                    ids = list(await offload(encode, text, param))
         except APIError as e:
             return error_response(e)
-        ids = list(ids)
         return Response(dumps({"count": len(ids), "max_model_len": backend.max_model_len, "tokens": ids}),
                         media_type="application/json")
 
-    async def detokenize(request: Request):
+    def parse_detokenize(data: bytes) -> list:
+        body = parse_body(data)
+        toks = body.get("tokens")
+        if not isinstance(toks, list):
+            raise bad_request("'tokens' must be an array of integers", "tokens")
+        if max_ids is not None and len(toks) > max_ids:
+            raise bad_request(f"'tokens' holds {len(toks)} ids, more than the model's context "
+                              f"({max_ids} tokens)", "tokens", "context_length_exceeded")
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
+            raise bad_request("'tokens' must be an array of integers", "tokens")
+        if toks and min(toks) < 0:
+            raise bad_request("'tokens' must be non-negative token ids", "tokens")
         try:
-            body = parse_body(await request.body())
-            toks = body.get("tokens")
-            if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
-                raise bad_request("'tokens' must be an array of integers", "tokens")
-            if any(t < 0 for t in toks):
-                raise bad_request("'tokens' must be non-negative token ids", "tokens")
-            try:
-                backend.check_token_ids(toks)
-                text = tok.decode(toks)
-            except ConfigError as e:
-                raise bad_request(str(e), "tokens") from None
-            except (OverflowError, ValueError, TypeError) as e:  # ids the tokenizer cannot take
-                raise bad_request(f"cannot decode 'tokens': {e}", "tokens") from None
+            backend.check_token_ids(toks)
+        except ConfigError as e:
+            raise bad_request(str(e), "tokens") from None
+        return toks
+
+    def decode(toks: list) -> str:
+        try:
+            return tok.decode(toks)
+        except ConfigError as e:
+            raise bad_request(str(e), "tokens") from None
+        except Exception:  # noqa: BLE001 - ids the tokenizer cannot take: the client's error
+            log.info("the tokenizer could not decode %d ids", len(toks), exc_info=True)
+            raise bad_request("'tokens' cannot be decoded by this model's tokenizer", "tokens") from None
+
+    def detokenize_sync(data: bytes) -> str:
+        return decode(parse_detokenize(data))
+
+    async def detokenize(request: Request):
+        data = await request.body()
+        try:
+            if len(data) > BIG_BODY:
+                text = await offload(detokenize_sync, data)
+            else:
+                toks = parse_detokenize(data)
+                if tok_cheap or len(toks) <= INLINE_TEXT_CHARS:
+                    text = decode(toks)
+                else:
+                    text = await offload(decode, toks)
         except APIError as e:
             return error_response(e)
         return Response(dumps({"prompt": text}), media_type="application/json")
@@ -446,6 +641,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     app.add_route("/v1/completions", completions, methods=["POST"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     app.add_route("/v1/models", models, methods=["GET"])
+    app.add_route("/v1/models/{model_id:path}", model_retrieve, methods=["GET"])
     app.add_route("/health", health, methods=["GET"])
     app.add_route("/metrics", metrics_route, methods=["GET"])
     app.add_route("/version", version, methods=["GET"])
@@ -454,22 +650,21 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
+        path = _clip(request.url.path)
         if exc.status_code == 404:
-            e = APIError(404, f"Not found: {request.method} {request.url.path}", "invalid_request_error",
+            e = APIError(404, f"Not found: {request.method} {path}", "invalid_request_error",
                          None, "not_found")
         elif exc.status_code == 405:
-            e = APIError(405, f"Method {request.method} is not allowed on {request.url.path}",
+            e = APIError(405, f"Method {request.method} is not allowed on {path}",
                          "invalid_request_error", None, "method_not_allowed")
         else:
-            e = APIError(exc.status_code, str(exc.detail), "invalid_request_error")
+            etype = "internal_server_error" if exc.status_code >= 500 else "invalid_request_error"
+            e = APIError(exc.status_code, _clip(str(exc.detail), 200), etype)
         return error_response(e, getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):
         log.exception("unhandled error")
-        return error_response(APIError(500, f"internal error: {type(exc).__name__}: {exc}",
-                                       "internal_server_error"))
+        return internal_error_response()
 
-    if cfg.api_key:
-        app.add_middleware(AuthMiddleware, api_key=cfg.api_key)
     return app

@@ -33,6 +33,12 @@ from .metrics import ServerMetrics
 log = logging.getLogger("llmsched.server")
 
 
+# what clients are told; the exception's text goes to the log only
+INTERNAL = "internal error; the server log has the details"
+STEP_FAILED = "the engine failed while running this request; the server log has the details"
+ENGINE_DEAD = "the engine failed and stopped serving; the server log has the details"
+
+
 class Overloaded(Exception):
     pass
 
@@ -148,7 +154,7 @@ class AsyncEngine:
             self.metrics.rejected["draining"] += 1
             raise Draining()
         if not self.healthy:
-            raise EngineDead(f"the engine failed: {self.last_error}")
+            raise EngineDead(ENGINE_DEAD)
         n = len(prompt_ids)
         mq, mt = self.max_queued_requests, self.max_queued_tokens
         if (mq is not None and self.queued_requests >= mq) or \
@@ -281,8 +287,8 @@ class AsyncEngine:
                     except ConfigError as e:
                         errors.append(_error_output(rid, str(e), 400))
                     except Exception as e:  # noqa: BLE001 - report, keep serving
-                        log.exception("add_request failed")
-                        errors.append(_error_output(rid, f"internal error: {e}", 500))
+                        log.exception("add_request failed: %s", e)
+                        errors.append(_error_output(rid, INTERNAL, 500))
                 else:
                     try:
                         core.abort_request(cmd[1])
@@ -310,12 +316,12 @@ class AsyncEngine:
                 wake.wait(0.001)   # nothing runnable now: do not spin
 
     def _fail_all(self, message: str, dead: bool = False) -> None:
+        """Fail every request in flight; `message` (the exception) is for the log only."""
         for rid in list(self.streams):
             if dead:
-                self.fail(rid, f"the engine failed and stopped serving: {message}", 503,
-                          "service_unavailable", "engine_failed")
+                self.fail(rid, ENGINE_DEAD, 503, "service_unavailable", "engine_failed")
             else:
-                self.fail(rid, f"the engine failed: {message}")
+                self.fail(rid, STEP_FAILED)
 
 
 def _error_output(rid: str, message: str, status: int, error_type: str | None = None,

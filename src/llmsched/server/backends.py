@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core.engine_api import EngineCore, check_request_size
 from ..core.errors import ConfigError
-from .tokenizer import ByteRuleTokenizer, HFTokenizer
+from .tokenizer import ByteRuleTokenizer, HFTokenizer, bytes_per_token_bound, chat_lines
 
 DEFAULT_SIM_MAX_MODEL_LEN = 32768
 
@@ -36,7 +36,7 @@ class SchedulerOptions:
 class Backend:
     kind: str                       # "sim" or "engine"
     core: EngineCore
-    tokenizer: Any                  # encode(text), encode_chat(messages), decode(ids)
+    tokenizer: Any                  # chat_text(messages), encode(text), decode(ids), bytes_per_token
     model_name: str
     root: str
     max_model_len: int | None
@@ -50,11 +50,22 @@ class Backend:
 
     def check_token_ids(self, ids) -> None:
         """ConfigError if a token id is negative or outside the model's vocabulary."""
-        if self.vocab_size is None or isinstance(ids, range):
+        if self.vocab_size is None or isinstance(ids, range) or not ids:
+            return
+        if min(ids) >= 0 and max(ids) < self.vocab_size:    # C loops: cheap for long prompts
             return
         bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise ConfigError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
+
+    @property
+    def max_text_bytes(self) -> int | None:
+        """Text longer than this (UTF-8 bytes) is refused before it is tokenized: it cannot
+        fit `max_model_len` tokens (see `tokenizer.bytes_per_token`). None: no such limit."""
+        bpt = getattr(self.tokenizer, "bytes_per_token", None)
+        if self.max_model_len is None or not bpt:
+            return None
+        return self.max_model_len * bpt
 
     def room(self, prompt_tokens: int) -> int:
         """The most completion tokens a prompt of this size may ask for."""
@@ -93,29 +104,46 @@ def make_sim_backend(opts: SchedulerOptions | None = None, cost_model: str = "pr
 
 
 class _EngineTokenizer:
-    """The engine's tokenizer, with the server's chat rendering."""
+    """The engine's tokenizer, with the server's chat rendering. Encodes and decodes with the
+    `tokenizers` batch calls, which release the GIL (the engine's own calls do not), and
+    gives the same ids as the engine's `Tokenizer.encode` (special tokens added)."""
+
+    cheap = False
 
     def __init__(self, tok):
         self._tok = tok
+        self._hf = getattr(tok, "tok", None)
+        if not (hasattr(self._hf, "encode_batch") and hasattr(self._hf, "decode_batch")):
+            self._hf = None
         self.name = "model"
+        self.bytes_per_token = bytes_per_token_bound(self._hf)
 
     def encode(self, text: str) -> list[int]:
+        if self._hf is not None:
+            return self._hf.encode_batch([text], add_special_tokens=True)[0].ids
         return self._tok.encode(text)
 
+    def chat_text(self, messages: list[dict]) -> str:
+        return chat_lines(messages)
+
     def encode_chat(self, messages: list[dict]) -> list[int]:
-        return self.encode("\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:")
+        return self.encode(self.chat_text(messages))
 
     def decode(self, ids) -> str:
+        if self._hf is not None:
+            return self._hf.decode_batch([list(ids)], skip_special_tokens=True)[0]
         return self._tok.decode(ids)
 
 
 class _NoTokenizer:
     name = "none"
+    cheap = True
+    bytes_per_token = None
 
     def _fail(self, *_):
         raise ConfigError("this model has no tokenizer: send the prompt as token ids to /v1/completions")
 
-    encode = encode_chat = decode = _fail
+    encode = encode_chat = decode = chat_text = _fail
 
 
 def make_engine_backend(model: str, opts: SchedulerOptions | None = None, *,

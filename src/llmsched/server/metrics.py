@@ -13,7 +13,7 @@ Names follow vLLM's (`vllm:num_requests_running` ...) with the prefix `llmsched:
 | llmsched:prompt_tokens_total | counter | prompt tokens of requests that got a first token |
 | llmsched:generation_tokens_total | counter | tokens generated |
 | llmsched:request_success_total{finished_reason} | counter | requests finished (stop, length, abort, error) |
-| llmsched:request_rejected_total{reason} | counter | requests refused (overloaded: 429, draining: 503) |
+| llmsched:request_rejected_total{reason} | counter | requests refused (overloaded: 429, draining: 503, body_too_large: 413, read_timeout: 408) |
 | llmsched:num_preemptions_total | counter | preemptions (from the engine's stats, if it reports them) |
 | llmsched:time_to_first_token_seconds | histogram | arrival at the server to first token dispatched |
 | llmsched:inter_token_latency_seconds | histogram | gap between two tokens of a request |
@@ -77,7 +77,8 @@ class ServerMetrics:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0}
-        self.rejected: dict[str, int] = {"overloaded": 0, "draining": 0}
+        self.rejected: dict[str, int] = {"overloaded": 0, "draining": 0, "body_too_large": 0,
+                                         "read_timeout": 0}
         self.max_queued_requests_seen = 0
         self.max_queued_tokens_seen = 0
 

@@ -56,6 +56,16 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 
 
 # ---- field checks -------------------------------------------------------------------
+def _show(v, limit: int = 80) -> str:
+    """repr(v) for an error message, clipped: never echo a long client value back whole."""
+    if isinstance(v, (list, dict)) and len(v) > 8:
+        return f"<{_type_name(v)} of {len(v)} items>"
+    if isinstance(v, str) and len(v) > limit:
+        return repr(v[:limit]) + "..."
+    r = repr(v)
+    return r if len(r) <= limit else r[:limit] + "..."
+
+
 def _type_name(v) -> str:
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
             dict: "object", type(None): "null"}.get(type(v), type(v).__name__)
@@ -66,7 +76,7 @@ def _int(body: dict, key: str, default, minimum: int | None = None):
     if v is None:
         return default
     if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
-        raise bad_request(f"'{key}' must be an integer, got {_type_name(v)} {v!r}", key)
+        raise bad_request(f"'{key}' must be an integer, got {_type_name(v)} {_show(v)}", key)
     v = int(v)
     if minimum is not None and v < minimum:
         raise bad_request(f"'{key}' must be at least {minimum}, got {v}", key)
@@ -79,7 +89,7 @@ def _float(body: dict, key: str, default, lo: float | None = None, hi: float | N
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise bad_request(f"'{key}' must be a number, got {_type_name(v)} {v!r}", key)
+        raise bad_request(f"'{key}' must be a number, got {_type_name(v)} {_show(v)}", key)
     v = float(v)
     if lo is not None and (v <= lo if lo_open else v < lo):
         raise bad_request(f"'{key}' must be {'>' if lo_open else '>='} {lo:g}, got {v:g}", key)
@@ -93,7 +103,7 @@ def _bool(body: dict, key: str, default: bool) -> bool:
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise bad_request(f"'{key}' must be a boolean, got {_type_name(v)} {v!r}", key)
+        raise bad_request(f"'{key}' must be a boolean, got {_type_name(v)} {_show(v)}", key)
     return v
 
 
@@ -141,8 +151,8 @@ def parse_body(data: bytes) -> dict:
         raise bad_request("the request body is empty; a JSON object is expected")
     try:
         body = loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise bad_request(f"the request body is not valid JSON: {e}", code="invalid_json") from None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise bad_request("the request body is not valid JSON (UTF-8)", code="invalid_json") from None
     if not isinstance(body, dict):
         raise bad_request(f"the request body must be a JSON object, got {_type_name(body)}")
     return body
@@ -204,7 +214,14 @@ def _max_tokens(body: dict, *keys: str) -> int | None:
     return None
 
 
-def parse_completion(body: dict) -> ParsedRequest:
+def _too_many_ids(n: int, limit: int) -> APIError:
+    return bad_request(f"the prompt has {n} token ids, more than the model's context "
+                       f"({limit} tokens)", "prompt", "context_length_exceeded")
+
+
+def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedRequest:
+    """A completion request; a token-id prompt longer than `max_prompt_ids` is refused
+    before its ids are looked at."""
     c = _common(body, "completion")
     if "prompt" not in body:
         raise bad_request("you must provide a prompt parameter", "prompt")
@@ -215,6 +232,10 @@ def parse_completion(body: dict) -> ParsedRequest:
     elif isinstance(p, list):
         if not p:
             raise bad_request("'prompt' must not be empty", "prompt")
+        if max_prompt_ids is not None:
+            for q in (p, p[0]):
+                if isinstance(q, list) and len(q) > max_prompt_ids and isinstance(q[0], int):
+                    raise _too_many_ids(len(q), max_prompt_ids)
         if all(isinstance(x, int) and not isinstance(x, bool) for x in p):
             ids = p
         elif len(p) == 1 and isinstance(p[0], str):
@@ -236,13 +257,18 @@ def parse_completion(body: dict) -> ParsedRequest:
     return _finish(c, "completion", text, ids, None, _max_tokens(body, "max_tokens"), body)
 
 
-def parse_chat(body: dict) -> ParsedRequest:
+def parse_chat(body: dict, max_messages: int | None = None) -> ParsedRequest:
+    """A chat request; more than `max_messages` messages are refused before they are
+    looked at."""
     c = _common(body, "chat")
     msgs = body.get("messages")
     if msgs is None:
         raise bad_request("you must provide a messages parameter", "messages")
     if not isinstance(msgs, list) or not msgs:
         raise bad_request("'messages' must be a non-empty array", "messages")
+    if max_messages is not None and len(msgs) > max_messages:
+        raise bad_request(f"{len(msgs)} messages are more than the model's context can hold",
+                          "messages", "context_length_exceeded")
     clean = []
     for i, m in enumerate(msgs):
         where = f"messages[{i}]"
@@ -251,7 +277,7 @@ def parse_chat(body: dict) -> ParsedRequest:
         role = m.get("role")
         if role not in ("system", "user", "assistant", "tool", "developer", "function"):
             raise bad_request(f"'{where}.role' must be one of system, user, assistant, tool, "
-                              f"developer; got {role!r}", f"{where}.role")
+                              f"developer; got {_show(role)}", f"{where}.role")
         content = m.get("content")
         if content is None:
             content = ""

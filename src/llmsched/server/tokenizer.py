@@ -8,6 +8,25 @@
   `tokenizers` package). A chat request is rendered as `role: content` lines (no model
   chat template) before encoding.
 Token-id prompts (the completions API accepts a list of ints) are counted as given.
+
+Every tokenizer here has `chat_text(messages)` (the text a chat request is tokenized as),
+`encode(text)`, `encode_chat(messages)`, `decode(ids)`, and two facts the server's limits
+use (see `docs/serving.md`, "Request limits"):
+
+- `bytes_per_token`: the most UTF-8 bytes of text the server lets one token stand for.
+  A text longer than `max_model_len * bytes_per_token` bytes is refused before it is
+  tokenized. For the byte rule it is 4 (exact: such a text has more than `max_model_len`
+  tokens). For a Hugging Face tokenizer it is the longest vocabulary entry in UTF-8 bytes
+  (times 4 if the tokenizer has a normalizer, which may shorten the text), at most
+  `MAX_BYTES_PER_TOKEN`: for a byte-level BPE (GPT-2, Llama 3, Qwen2) every token covers
+  at most that many bytes of the text, so a longer text cannot fit the context anyway;
+  for tokenizers that may drop text (whitespace splitting, fused unknown tokens) it is
+  the server's own generous limit.
+- `cheap`: encoding costs about as much as reading the text once, so the server may do it
+  on the event loop whatever the length (otherwise long texts go to a worker thread).
+
+`HFTokenizer.encode` and `.decode` use the `tokenizers` batch calls, which release the GIL,
+so a long text tokenized in a worker thread does not hold up the event loop.
 """
 
 from __future__ import annotations
@@ -19,27 +38,58 @@ from typing import Sequence
 from ..core.errors import ConfigError
 
 BYTES_PER_TOKEN = 4
+MAX_BYTES_PER_TOKEN = 16     # cap on a tokenizer's bytes_per_token (see the module docstring)
+
+
+def chat_lines(messages: list[dict]) -> str:
+    """A chat request as the text the engine's tokenizers encode: `role: content` lines."""
+    return "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
+
+
+def bytes_per_token_bound(hf_tokenizer) -> int:
+    """`bytes_per_token` of a `tokenizers.Tokenizer` (see the module docstring)."""
+    try:
+        vocab = hf_tokenizer.get_vocab(with_added_tokens=True)
+        longest = max((len(t.encode("utf-8", "surrogatepass")) for t in vocab), default=1)
+    except Exception:  # noqa: BLE001 - not a tokenizers.Tokenizer: the generous cap
+        return MAX_BYTES_PER_TOKEN
+    if getattr(hf_tokenizer, "normalizer", None) is not None:
+        longest *= 4      # a normalizer may shorten the text (NFC composes up to 3 bytes into 1)
+    return max(1, min(longest, MAX_BYTES_PER_TOKEN))
+
+
+def utf8_len(text: str) -> int:
+    """The UTF-8 size of `text` (lone surrogates count 3 bytes, as they would encode)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 class ByteRuleTokenizer:
     name = "bytes/4"
+    bytes_per_token = BYTES_PER_TOKEN
+    cheap = True
 
     def encode(self, text: str) -> Sequence[int]:
-        n = max(1, math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN))
+        n = max(1, math.ceil(utf8_len(text) / BYTES_PER_TOKEN))
         return range(n)
 
+    def chat_text(self, messages: list[dict]) -> str:
+        return "\n".join(m["content"] for m in messages)
+
     def encode_chat(self, messages: list[dict]) -> Sequence[int]:
-        return self.encode("\n".join(m["content"] for m in messages))
+        return self.encode(self.chat_text(messages))
 
     def decode(self, ids: Sequence[int]) -> str:
         return " tok" * len(ids)
 
 
 class HFTokenizer:
+    cheap = False
+
     def __init__(self, path: str | Path, tokenizer=None):
         if tokenizer is not None:
             self._tok = tokenizer
             self.name = str(path)
+            self.bytes_per_token = bytes_per_token_bound(tokenizer)
             return
         p = Path(path)
         f = p / "tokenizer.json" if p.is_dir() else p
@@ -54,14 +104,24 @@ class HFTokenizer:
         except Exception as e:  # noqa: BLE001 - any parse failure is a bad file
             raise ConfigError(f"cannot read tokenizer {f}: {e}") from None
         self.name = str(f)
+        self.bytes_per_token = bytes_per_token_bound(self._tok)
 
     def encode(self, text: str) -> list[int]:
-        enc = self._tok.encode(text, add_special_tokens=False) if hasattr(self._tok, "encode") else None
+        tok = self._tok
+        if hasattr(tok, "encode_batch"):      # releases the GIL (encode does not)
+            return tok.encode_batch([text], add_special_tokens=False)[0].ids
+        enc = tok.encode(text, add_special_tokens=False) if hasattr(tok, "encode") else None
         ids = enc.ids if hasattr(enc, "ids") else list(enc)
         return ids
 
+    def chat_text(self, messages: list[dict]) -> str:
+        return chat_lines(messages)
+
     def encode_chat(self, messages: list[dict]) -> list[int]:
-        return self.encode("\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:")
+        return self.encode(self.chat_text(messages))
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._tok.decode(list(ids))
+        tok = self._tok
+        if hasattr(tok, "decode_batch"):      # releases the GIL
+            return tok.decode_batch([list(ids)])[0]
+        return tok.decode(list(ids))
