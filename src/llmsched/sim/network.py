@@ -38,7 +38,7 @@ _BLOCK = 4096                         # length samples drawn at once per call no
 
 
 class _Replica:
-    __slots__ = ("sim", "pool", "index", "version", "planned", "name")
+    __slots__ = ("sim", "pool", "index", "version", "planned", "name", "order")
 
     def __init__(self, sim: ServerSim, pool: "_Pool", index: int):
         self.sim = sim
@@ -174,6 +174,25 @@ class _LengthStream:
         return self.prompts[i], self.outputs[i]
 
 
+class _DelayStream:
+    """Think/tool times of one delay node, in ns, drawn in blocks."""
+
+    __slots__ = ("node", "rng", "values", "pos")
+
+    def __init__(self, node: Delay, rng: np.random.Generator):
+        self.node = node
+        self.rng = rng
+        self.pos = _BLOCK
+
+    def next(self) -> int:
+        if self.pos >= _BLOCK:
+            vals = np.asarray(self.node.law.sample(self.rng, _BLOCK), dtype=np.float64)
+            self.values = np.maximum(0, np.round(vals * NS)).astype(np.int64).tolist()
+            self.pos = 0
+        self.pos += 1
+        return self.values[self.pos - 1]
+
+
 def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> ServerState | None:
     """A state whose decode and admission orders put the server's priority classes first."""
     if not spec.priority:
@@ -225,13 +244,15 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
             sim = ServerSim(sched, cost, fast=fast, series=series,
                             state=_priority_state(sspec, sched, classes))
             rep = _Replica(sim, pool, k)
+            rep.order = len(replicas)
             pool.replicas.append(rep)
             replicas.append(rep)
         pools[name] = pool
     rank = {name: {c: i for i, c in enumerate(s.priority)} for name, s in spec.servers.items()}
+    kv_limit = {name: s.kv_capacity for name, s in spec.servers.items()}
 
     streams: dict[int, _LengthStream] = {}
-    delays: dict[int, tuple] = {}
+    delays: dict[int, _DelayStream] = {}
     loop_rng = np.random.default_rng([spec.seed, 7])
 
     def lengths(call: Call) -> tuple[int, int]:
@@ -241,15 +262,10 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
         return s.next()
 
     def delay_ns(node: Delay) -> int:
-        d = delays.get(id(node))
-        if d is None or d[1] >= len(d[0]):
-            vals = np.asarray(node.law.sample(np.random.default_rng([spec.seed, 13, len(delays), 0 if d is None else d[2] + 1]),
-                                              _BLOCK), dtype=np.float64)
-            d = [np.round(vals * NS).astype(np.int64).tolist(), 0, 0 if d is None else d[2] + 1]
-            delays[id(node)] = d
-        v = d[0][d[1]]
-        d[1] += 1
-        return max(0, v)
+        s = delays.get(id(node))
+        if s is None:
+            s = delays[id(node)] = _DelayStream(node, np.random.default_rng([spec.seed, 13, len(delays)]))
+        return s.next()
 
     # per-call and per-job records
     c_job, c_rep, c_arr, c_prompt, c_out = array("q"), array("q"), array("q"), array("q"), array("q")
@@ -265,10 +281,13 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
     seq = 0
     done_jobs = 0
 
-    def push(t: int, kind: int, a, b=None) -> None:
+    def push(t: int, kind: int, a, b=None, tie: int = -1) -> None:
+        """Events at one instant run by kind, then by `tie` (a replica's index for batch
+        ends and plans, so their order does not depend on when they were queued: the fast
+        and the step-by-step paths queue them at different times), then in queue order."""
         nonlocal seq
         seq += 1
-        heapq.heappush(events, (t, kind, seq, a, b))
+        heapq.heappush(events, (t, kind, tie, seq, a, b))
 
     def deliver(t: int, thread: _Thread, call: Call) -> None:
         p, o = lengths(call)
@@ -276,6 +295,11 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
             p += thread.context
         cid = len(c_arr)
         server = call.server
+        kv = kv_limit[server]
+        if kv is not None and p + o - 1 > kv:
+            raise ConfigError(f"a call of class {call.cls!r} (job {thread.job.id}) needs {p + o - 1} KV tokens "
+                              f"({p} prompt + {o} output - 1) but server {server!r} holds {kv}: it could never "
+                              "complete (raise kv_capacity, or bound the context its route resends)")
         r = Request(cid, t, p, o, call.cls)
         r.index = thread.job.id
         ranks = rank[server]
@@ -365,7 +389,7 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
     steps_total = 0
     now = job_times[0]
     while events:
-        t, kind, _, a, b = heapq.heappop(events)
+        t, kind, _, _, a, b = heapq.heappop(events)
         if t >= max_time and kind in (_PLAN, _JOB):
             continue
         now = t
@@ -377,7 +401,7 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
                 c_rep[r.id] = rep_index[id(rep)]
                 call_done(r, t)
             rep.planned = True
-            push(t, _PLAN, rep)
+            push(t, _PLAN, rep, None, rep.order)
         elif kind == _PLAN:
             rep = a
             rep.planned = False
@@ -388,7 +412,7 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
             if end is None:
                 continue              # nothing the policy runs now: wait for a delivery
             rep.version += 1
-            push(end, _END, rep, rep.version)
+            push(end, _END, rep, rep.version, rep.order)
         elif kind == _DELIVER:
             rep = a.route(t)
             sim = rep.sim
@@ -399,10 +423,10 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
             if sim.busy_until > t:
                 end = sim.truncate(t)
                 rep.version += 1
-                push(end, _END, rep, rep.version)
+                push(end, _END, rep, rep.version, rep.order)
             elif sim.busy_until < 0 and not rep.planned:
                 rep.planned = True
-                push(t, _PLAN, rep)
+                push(t, _PLAN, rep, None, rep.order)
         elif kind == _RESUME:
             advance(a, t)
         else:  # _JOB
