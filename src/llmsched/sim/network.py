@@ -55,12 +55,21 @@ class _Replica:
     def unfinished_tokens(self, t: int) -> int:
         """Work left of its requests at `t` (steps of the current batch done by `t` count)."""
         sim = self.sim
-        st = sim.state
-        left = st.backlog_tokens
-        plan = sim._plan
-        if plan is not None and isinstance(sim._durs, int) and t > sim._start:
-            done = min(sim._count, (t - sim._start) // sim._durs)
-            left -= done * plan.tokens
+        left = sim.state.backlog_tokens
+        batch = sim.batch
+        if batch is not None:
+            plan, start, count, durs, _, _ = batch
+            if t > start:
+                if isinstance(durs, int):
+                    done = min(count, (t - start) // durs)
+                else:
+                    done, end = 0, start
+                    for d in durs:
+                        end += d
+                        if end > t:
+                            break
+                        done += 1
+                left -= done * plan.tokens
         return left
 
 
@@ -210,7 +219,6 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
                      progress: Callable[[int, int], None] | None = None) -> NetworkStats:
     """Run the jobs of `spec` through its servers; returns per-call, per-job and per-replica
     measurements."""
-    rng = np.random.default_rng(spec.seed)
     max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
     # job arrivals: every job type's own process, merged
     arrivals = []

@@ -21,6 +21,7 @@ from ..policies.base import Scheduler
 from .histogram import GapHistogram
 
 MAX_SAMPLES = 4096  # time-series length bound with the automatic sampling interval
+GAP_BATCH = 4096    # distinct inter-token gaps counted before they go to the histogram
 SERIES = ("time_s", "waiting_requests", "waiting_prefill_tokens", "running_requests", "decoding_requests",
           "token_load", "backlog_tokens", "kv_used_tokens")
 
@@ -92,25 +93,39 @@ class ServerSim:
         self.repeatable = fast and scheduler.repeatable
         self.closed_loop = scheduler.closed_loop
         self.timer = StepTimer(cost)
+        self._load_ns = self.timer._by_load     # the timer's cache, read inline on the hot path
         self.load_only = cost.load_only
         self.step_time = cost.step_time
         self.kv_capacity = self.state.kv_capacity
         self.series = series
         self.steps_file = steps_file
-        self.itl = GapHistogram()
+        self._itl = GapHistogram()
+        # inter-token gaps counted in a plain dict (value -> weight) and handed to the
+        # histogram in batches; its result does not depend on the order of its additions
+        self._gaps: dict[int, int] = {}
         self.load_hist = [0] * (self.state.b_max + 1)
         self.batch_hist: dict[int, int] = {}
         self.steps = 0
         self.busy = 0
         self.now = 0
         self.busy_until = -1        # end of the current batch; -1: no batch in progress
-        # the current batch
-        self._plan: StepPlan | None = None
-        self._start = 0
-        self._count = 0
-        self._durs: int | list[int] = 0
-        self._cost_args = None
-        self._new: list[Request] = []
+        # the current batch: (plan, start, steps, duration or durations, prefill tokens,
+        # decoders that resumed with it)
+        self._batch: tuple | None = None
+
+    @property
+    def itl(self) -> GapHistogram:
+        """Every inter-token gap so far (ns)."""
+        if self._gaps:
+            self._itl.add_counts(self._gaps)
+            self._gaps.clear()
+        return self._itl
+
+    @property
+    def batch(self) -> tuple | None:
+        """The batch in progress (plan, start ns, steps, step duration(s), prefill tokens,
+        resumed decoders), or None."""
+        return self._batch
 
     def add(self, r: Request) -> None:
         self.state.add(r)
@@ -126,22 +141,23 @@ class ServerSim:
         st = self.state
         self.now = now
         plan = self.plan_step(st)
-        if plan.is_empty():
+        prefill = plan.prefill
+        m = plan.decode
+        if not m and not prefill:
             if plan.preempt or st.running:
                 raise SimulationStuck(f"the scheduler planned no work at t={now / NS:.6f}s "
                                       f"with {st.n_running} requests running")
             return None
         admits = False
-        for r, _ in plan.prefill:
+        for r, _ in prefill:
             if r.phase == WAITING:
                 admits = True
                 break
         pf, dctx, chunks, sampled = st.begin_step(plan, now)
-        m = plan.decode
         count = 1
         if self.repeatable and not admits and not plan.preempt:
             count = st.next_completion_round() if m else UNLIMITED
-            for r, c in plan.prefill:
+            for r, c in prefill:
                 k = (r.prefill_target - r.prefilled) // c
                 if k < count:
                     count = k
@@ -150,34 +166,30 @@ class ServerSim:
                 k = (self.kv_capacity - st.kv_used - plan.decode_room) // m + 1
                 if k < count:
                     count = k
-        self._plan = plan
-        self._start = now
-        self._new = st.newly_active
         if self.load_only:
-            d = self.timer.load_ns(pf + m)
+            b = pf + m
+            d = self._load_ns.get(b)
+            if d is None:
+                d = self.timer.load_ns(b)
             if count > 1 and limit < UNLIMITED:
                 k = -(-(limit - now) // d)  # steps starting before the limit
                 if k < count:
                     count = k
-            self._count = count
-            self._durs = d
+            self._batch = (plan, now, count, d, pf, st.newly_active)
             end = now + d * count
         else:
-            self._cost_args = (pf, m, dctx, chunks, sampled)
-            durs = self._durations(count, limit)
-            self._count = len(durs)
-            self._durs = durs
+            durs = self._durations(plan, now, (pf, m, dctx, chunks, sampled), count, limit)
+            self._batch = (plan, now, len(durs), durs, pf, st.newly_active)
             end = now + sum(durs)
         self.busy_until = end
         return end
 
-    def _durations(self, count: int, limit: int) -> list[int]:
+    def _durations(self, plan: StepPlan, start: int, cost_args: tuple, count: int, limit: int) -> list[int]:
         """Durations of the batch's steps, those starting before `limit` (at least one)."""
-        pf, m, dctx, chunks, sampled = self._cost_args
-        plan = self._plan
+        pf, m, dctx, chunks, sampled = cost_args
         step_ns = self.timer.step_ns
         durs = []
-        t = self._start
+        t = start
         rems = [r.prefill_target - r.prefilled for r, _ in plan.prefill] if count > 1 else None
         j = 0
         while True:
@@ -200,34 +212,28 @@ class ServerSim:
         before `t`; returns the batch's (new) end."""
         if self.busy_until <= t:
             return self.busy_until
-        start = self._start
-        if self.load_only:
-            d = self._durs
-            k = max(1, -(-(t - start) // d))
-            if k < self._count:
-                self._count = k
-                self.busy_until = start + d * k
+        plan, start, count, durs, pf, new = self._batch
+        if isinstance(durs, int):
+            k = max(1, -(-(t - start) // durs))
+            if k < count:
+                self._batch = (plan, start, k, durs, pf, new)
+                self.busy_until = start + durs * k
             return self.busy_until
-        durs = self._durs
         end = start
         for j, d in enumerate(durs):
             end += d
             if end >= t:
                 del durs[j + 1:]
                 break
-        self._count = len(durs)
+        self._batch = (plan, start, len(durs), durs, pf, new)
         self.busy_until = end
         return end
 
     def end(self) -> list[Request]:
         """Apply the current batch; returns the requests it finished (`state.finished`)."""
         st = self.state
-        plan = self._plan
-        count = self._count
-        durs = self._durs
-        now = self._start
+        plan, now, count, durs, pf, new = self._batch
         m = plan.decode
-        pf = plan.prefill_tokens
         b = pf + m
         if isinstance(durs, int):
             first = durs
@@ -241,22 +247,24 @@ class ServerSim:
         self.load_hist[b] += count
         k = m + len(plan.prefill)
         self.batch_hist[k] = self.batch_hist.get(k, 0) + count
-        itl_add = self.itl.add
+        gaps = self._gaps
+        gap = gaps.get
         if m:
-            new = self._new
-            t1 = now + first
+            # every served decoder emits one token per step; a decoder that resumes after
+            # a pause emits its first one after a longer gap
+            w = m - len(new)
             if new:
+                t1 = now + first
                 for r in new:
-                    itl_add(t1 - r.last_emit, 1)
-                itl_add(first, m - len(new))
-            else:
-                itl_add(first, m)
+                    g = t1 - r.last_emit
+                    gaps[g] = gap(g, 0) + 1
             if count > 1:
                 if isinstance(durs, int):
-                    itl_add(first, m * (count - 1))
+                    w += m * (count - 1)
                 else:
-                    for d in durs[1:]:
-                        itl_add(d, m)
+                    for g in durs[1:]:
+                        gaps[g] = gap(g, 0) + m
+            gaps[first] = gap(first, 0) + w
         series = self.series
         if series is not None and series.next < end:
             series.span(st, now, durs, count, b, pf)
@@ -264,14 +272,17 @@ class ServerSim:
             write_steps(self.steps_file, self.steps - count, now, durs, count, plan, st)
         served = st.decoders[:m] if self.closed_loop else None
         st.end_step(plan, end, count)
-        for _, gap in st.resumed:
-            itl_add(gap, 1)
+        for _, g in st.resumed:
+            gaps[g] = gap(g, 0) + 1
+        if len(gaps) > GAP_BATCH:
+            self._itl.add_counts(gaps)
+            gaps.clear()
         if self.closed_loop:
             self.scheduler.observe(st, StepFeedback(now / NS, total / NS, plan, st.finished, st.first_tokens,
                                                     lambda: served, [r for r, _ in st.resumed]))
         self.now = end
         self.busy_until = -1
-        self._plan = None
+        self._batch = None
         return st.finished
 
     def idle_until(self, t: int) -> None:
