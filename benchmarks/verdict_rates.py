@@ -62,18 +62,22 @@ CASES = [
 
 
 def measure(runs: int, seed: int, methods=("hac", "batch")) -> list[dict]:
+    """Per case and method: the share of runs called stable, unstable and inconclusive, and
+    the false-verdict rate (called stable when truly unstable, or unstable when truly
+    stable; an inconclusive verdict is not false, it is counted apart)."""
     rows = []
     for name, gen, truth in CASES:
         rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
         series = [gen(rng) for _ in range(runs)]
         for method in methods:
-            unstable = 0
+            counts = {"stable": 0, "unstable": 0, "inconclusive": 0}
             for t, w in series:
-                v = stability_verdict(t, w, capacity=CAPACITY, method=method)
-                unstable += not v.stable
-            frac = unstable / runs
-            false = None if truth is None else (1 - frac if truth else frac)
-            rows.append({"case": name, "method": method, "runs": runs, "unstable_fraction": frac,
+                counts[stability_verdict(t, w, capacity=CAPACITY, method=method).verdict] += 1
+            share = {k: v / runs for k, v in counts.items()}
+            false = None if truth is None else (share["stable"] if truth else share["unstable"])
+            rows.append({"case": name, "method": method, "runs": runs, "stable_fraction": share["stable"],
+                         "unstable_fraction": share["unstable"],
+                         "inconclusive_fraction": share["inconclusive"],
                          "truth": None if truth is None else ("unstable" if truth else "stable"),
                          "false_verdict_rate": false})
     return rows
@@ -126,10 +130,12 @@ def main(argv=None):
         return 0
     t0 = time.time()
     rows = measure(a.runs, a.seed)
-    print(f"{'case':40s} {'method':6s} {'unstable':>9s} {'truth':>9s} {'false rate':>10s}")
+    print(f"{'case':40s} {'method':6s} {'stable':>7s} {'inconcl.':>8s} {'unstable':>8s} {'truth':>9s} "
+          f"{'false rate':>10s}")
     for r in rows:
         fr = "-" if r["false_verdict_rate"] is None else f"{r['false_verdict_rate']:.3f}"
-        print(f"{r['case']:40s} {r['method']:6s} {r['unstable_fraction']:9.3f} {str(r['truth']):>9s} {fr:>10s}")
+        print(f"{r['case']:40s} {r['method']:6s} {r['stable_fraction']:7.3f} {r['inconclusive_fraction']:8.3f} "
+              f"{r['unstable_fraction']:8.3f} {str(r['truth']):>9s} {fr:>10s}")
     print(f"({a.runs} runs per case, {time.time() - t0:.1f} s)")
     if a.json:
         with open(a.json, "w") as fh:

@@ -4,8 +4,9 @@ Each run: Poisson arrivals at a known load rho = lambda / lambda* (theorem 2's c
 rate), the paper cost model (c = 11.28 ms, a = 35.47 ms, b0 = 128), b_max = 512,
 geometric prompt (mean 200) and output (mean 101) lengths, so w = 300 tokens and
 lambda* = 11.14 requests/s. The verdict is the one `llmsched.simulate` writes into
-summary.json (`stable`), i.e. `api._stability_fields` on the run's unfinished-work
-series. Truth: rho < 1 stable, rho > 1 unstable (theorem 2, work-conserving policies).
+summary.json (`verdict`: stable, unstable or inconclusive), i.e. `api._stability_fields`
+on the run's unfinished-work series. Truth: rho < 1 stable, rho > 1 unstable (theorem 2,
+work-conserving policies).
 
 Usage:
     python benchmarks/verdict_rates_sim.py [--seeds 20] [--requests 5000 20000]
@@ -33,6 +34,7 @@ def one(args):
                  prompt=PROMPT, output=OUTPUT, seed=seed)
     s = r.summary
     return dict(policy=policy, load=load, requests=n, seed=seed, stable=s.get("stable"),
+                verdict=s.get("verdict"), reason=s.get("verdict_reason"),
                 growth=s.get("backlog_growth_tokens_per_s"), ci=s.get("backlog_growth_ci"),
                 conclusive=s.get("verdict_conclusive"), utilisation=s.get("utilisation"),
                 span_s=float(r.arrival_s.max() - r.arrival_s.min()))
@@ -61,11 +63,13 @@ def main(argv=None) -> int:
             cells = []
             for load in a.loads:
                 rs = [r for r in runs if r["policy"] == p and r["requests"] == n and r["load"] == load]
-                wrong = sum((r["stable"] is not False) if load > 1 else (r["stable"] is False) for r in rs)
-                cells.append(f"{wrong / len(rs):.2f}")
+                wrong = sum(r["verdict"] == ("stable" if load > 1 else "unstable") for r in rs)
+                unsure = sum(r["verdict"] == "inconclusive" for r in rs)
+                cells.append(f"{wrong / len(rs):.2f} / {unsure / len(rs):.2f}")
             print(f"| {p} | {n} | " + " | ".join(cells) + " |")
-    print("(false-verdict rate per cell: share of runs called unstable below the bound, or stable "
-          "above it; arrival span = requests / rate, e.g. 5000 requests at rho = 0.85 last 528 s)")
+    print("(per cell: false-verdict rate / inconclusive rate. False: called unstable below the "
+          "bound, or stable above it; arrival span = requests / rate, e.g. 5000 requests at "
+          "rho = 0.85 last 528 s)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(runs, f, indent=1)

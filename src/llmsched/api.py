@@ -22,7 +22,7 @@ from .core.errors import ConfigError
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, simulate_trace
-from .theory import capacity, stability_verdict
+from .theory import INCONCLUSIVE, capacity, stability_verdict
 from .workload import Trace, WorkloadSpec, make_trace
 
 DEFAULT_WORKLOAD = {
@@ -243,11 +243,12 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     try:
         v = stability_verdict(t[keep], w[keep], capacity=rep.effective_capacity,
                               predicted_growth_tokens_per_s=rep.predicted_growth_tokens_per_s)
-    except ConfigError as e:
-        out["stable"] = None
-        out["verdict_note"] = str(e)
+    except ConfigError as e:  # too few samples to judge
+        out.update(stable=None, verdict=INCONCLUSIVE, verdict_reason=f"too short: {e}")
         return out
-    out["stable"] = bool(v.stable)
+    out["stable"] = v.stable  # True, False, or None when inconclusive
+    out["verdict"] = v.verdict
+    out["verdict_reason"] = v.reason
     out["backlog_growth_tokens_per_s"] = v.backlog_growth_tokens_per_s
     out["backlog_growth_ci"] = [v.ci_low, v.ci_high]
     out["verdict_conclusive"] = bool(v.conclusive)

@@ -42,6 +42,7 @@ def _verdicts(recs) -> list[dict]:
     for r in recs:
         s = r["summary"]
         out.append({"seed": r["config"]["workload"].get("seed"), "stable": s.get("stable"),
+                    "verdict": s.get("verdict"), "verdict_reason": s.get("verdict_reason"),
                     "backlog_growth_tokens_per_s": s.get("backlog_growth_tokens_per_s"),
                     "backlog_growth_ci": s.get("backlog_growth_ci"), "error": s.get("error")})
     return out

@@ -56,7 +56,9 @@ SIZES = {
     "sharegpt": (8000, 4000, (0,), 0.03),
     "azure": (8000, 4000, (0,), 0.03),
 }
-QUICK = (1500, 1500, (0,), 0.1)
+# --quick (tests): queue runs long enough for a conclusive verdict at load 0.9 (about 15
+# relaxation times in the judged half), short search probes
+QUICK = (10000, 1500, (0,), 0.1)
 
 
 def queue_run(cfg_dict: dict) -> dict:
@@ -140,7 +142,9 @@ def reproduce_stability(workload: str = "synthetic", *, cost_model: str | None =
         f = found.get(p, {})
         rows.append({
             "policy": name, "work_conserving": wc, "load": load, "rate": rate,
-            "stable_at_load": s.get("stable"), "backlog_growth_tokens_per_s": s.get("backlog_growth_tokens_per_s"),
+            "stable_at_load": s.get("stable"), "verdict_at_load": s.get("verdict"),
+            "verdict_reason": s.get("verdict_reason"),
+            "backlog_growth_tokens_per_s": s.get("backlog_growth_tokens_per_s"),
             "in_system_at_end": queue[p]["in_system"][-1] if queue[p]["in_system"] else None,
             "critical_rate": lam, "max_stable_rate": f.get("max_stable_rate"),
             "max_stable_load": f.get("max_stable_load"), "unstable_rate": f.get("unstable_rate"),
@@ -163,8 +167,7 @@ def _plot_queue(queue: dict, policies, path: Path, load: float, lam: float, work
     for i, p in enumerate(policies):
         q = queue[p]
         s = q["summary"]
-        verdict = {True: "stable", False: "unstable", None: "?"}[s.get("stable")]
-        label = f"{p.partition(':')[0]} ({verdict})"
+        label = f"{p.partition(':')[0]} ({s.get('verdict') or 'no verdict'})"
         ls = styles[i % len(styles)]
         axes[0].plot(q["time_s"], q["in_system"], ls=ls, lw=1.2, label=label)
         axes[1].plot(q["time_s"], [max(v, 0) for v in q["backlog_tokens"]], ls=ls, lw=1.2, label=label)

@@ -2,8 +2,8 @@
 
 A group is one combination of the grid's keys other than rate, load and seed (a
 policy, a b_max, ...). For every group at once, the rate is bisected on the runs'
-stability verdicts: a rate passes when every seed's run is judged stable (and, for the
-SLO search, also meets every limit). Each round runs one probe rate per unfinished
+stability verdicts: a rate passes when every seed's run is judged stable, not unstable
+and not inconclusive (and, for the SLO search, also meets every limit). Each round runs one probe rate per unfinished
 group, all seeds, on the runner (probes are ordinary points: cached and resumable).
 
 - Stability: the bracket starts at [0, search_hi * lambda*]; its upper end is probed

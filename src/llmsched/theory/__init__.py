@@ -19,8 +19,8 @@ from ..core.region import (StabilityRegion, convex_hull, feasible_shape, represe
 from .bounds import (CapacityReport, capacity, peak_token_capacity, step_time_at_budget,
                      token_capacity, work_per_request)
 from .means import DEFAULT_SAMPLES, workload_means
-from .verdict import (Verdict, batch_slope, fixed_b_critical_value, hac_slope, predicted_growth,
-                      stability_verdict)
+from .verdict import (INCONCLUSIVE, STABLE, UNSTABLE, Verdict, batch_slope, describe_verdict,
+                      fixed_b_critical_value, hac_slope, predicted_growth, stability_verdict)
 
 __all__ = [
     "CapacityReport", "capacity", "token_capacity", "work_per_request", "step_time_at_budget",
@@ -28,6 +28,6 @@ __all__ = [
     "StabilityRegion", "stability_region", "feasible_shape", "representative_step_time",
     "workload_point", "convex_hull",
     "Verdict", "stability_verdict", "predicted_growth", "hac_slope", "batch_slope",
-    "fixed_b_critical_value",
+    "fixed_b_critical_value", "describe_verdict", "STABLE", "UNSTABLE", "INCONCLUSIVE",
     "workload_means", "DEFAULT_SAMPLES",
 ]

@@ -26,14 +26,22 @@ Decision rule (`stability_verdict`):
      (Ibragimov-Mueller); valid when block slopes are roughly independent.
 3. Threshold `h = eps * capacity` tokens/s (default eps = 0.02) when the token capacity
    is given, else `threshold` (explicit, tokens/s), else 0.
-4. **Unstable iff `g > h` and `lo > 0`** (the growth is both material, relative to what
-   the server can process, and statistically distinguishable from zero); otherwise
-   stable. A stable queue's slope estimate hovers around 0, far below `h` on a run that
-   lasts many relaxation times; an overloaded queue at load rho grows at `(rho - 1) *
+4. The verdict says what the run shows, one of three:
+   - **unstable** iff `g > h` and `lo > 0`: the growth is both material, relative to
+     what the server can process, and statistically distinguishable from zero;
+   - **stable** iff `lo <= 0` and `hi < h`: no significant growth, and the interval
+     rules out material growth;
+   - **inconclusive** otherwise, for one of two reasons: the backlog grows
+     significantly (`lo > 0`) but at `g <= h`, below the threshold (a slow drift, a
+     warm-up not over yet, or a queue near criticality); or the run is too short (the
+     interval holds both 0 and `h`, with `h > 0`).
+   A stable queue's slope estimate hovers around 0, far below `h` on a run that lasts
+   many relaxation times; an overloaded queue at load rho grows at `(rho - 1) *
    capacity`, so loads above about `1 + eps` are called unstable once the run is long
-   enough for the CI to exclude 0. Growth below `h` is treated as tolerance (a queue
-   near criticality, rho ~ 1, is null recurrent and can go either way on a finite run).
-   `conclusive` is True when the CI lies entirely on one side of `h`.
+   enough for the CI to exclude 0. Near criticality (rho ~ 1, null recurrent) a finite
+   run is often inconclusive. `Verdict.stable` is True, False or None (inconclusive);
+   `reason` says why in one sentence. `conclusive` (kept for existing readers) is True
+   when the CI lies entirely on one side of `h`.
 
 The fluid prediction `predicted_growth = max(0, lambda * work - capacity)` is reported
 alongside when the arrival rate and work per request are given (or passed directly).
@@ -49,7 +57,10 @@ import numpy as np
 from ..core.errors import ConfigError
 
 __all__ = ["Verdict", "stability_verdict", "predicted_growth", "hac_slope", "batch_slope",
-           "fixed_b_critical_value", "FIXED_B_GRID", "FIXED_B_CV"]
+           "fixed_b_critical_value", "FIXED_B_GRID", "FIXED_B_CV", "STABLE", "UNSTABLE",
+           "INCONCLUSIVE", "describe_verdict"]
+
+STABLE, UNSTABLE, INCONCLUSIVE = "stable", "unstable", "inconclusive"
 
 # Fixed-b critical values of |t| for the OLS slope on a linear trend (with intercept),
 # Bartlett kernel, bandwidth M = b * n, two-sided levels 90/95/99 %. Monte Carlo with
@@ -153,12 +164,15 @@ def batch_slope(t, w, alpha: float = 0.05, groups: int = 8):
 
 @dataclass
 class Verdict:
-    """`stable`: the decision; `backlog_growth_tokens_per_s`: estimated growth g of the
-    unfinished work over the tail; `ci_low`, `ci_high`: its (1 - alpha) interval;
-    `threshold_tokens_per_s`: h; `threshold_rule`: how h was set; `conclusive`: the CI
-    lies on one side of h; `predicted_growth_tokens_per_s`: fluid prediction, if known."""
+    """`verdict`: "stable", "unstable" or "inconclusive"; `reason`: why, one sentence;
+    `stable`: the same as True, False or None; `backlog_growth_tokens_per_s`: estimated
+    growth g of the unfinished work over the tail; `ci_low`, `ci_high`: its (1 - alpha)
+    interval; `threshold_tokens_per_s`: h; `threshold_rule`: how h was set; `conclusive`:
+    the CI lies on one side of h; `predicted_growth_tokens_per_s`: fluid prediction, if
+    known."""
 
-    stable: bool
+    verdict: str
+    reason: str
     backlog_growth_tokens_per_s: float
     ci_low: float
     ci_high: float
@@ -176,8 +190,41 @@ class Verdict:
     mean_backlog_tokens: float | None = None
     detail: str = ""
 
+    @property
+    def stable(self) -> bool | None:
+        """True (stable), False (unstable) or None (inconclusive)."""
+        return {STABLE: True, UNSTABLE: False}.get(self.verdict)
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"stable": self.stable, **asdict(self)}
+
+
+def _decide(g: float, lo: float, hi: float, h: float) -> tuple[str, str]:
+    """(verdict, reason) from the growth estimate g, its interval [lo, hi] and the
+    threshold h (see the module docstring)."""
+    limit = f"the threshold {h:,.4g} tokens/s"
+    if g > h and lo > 0:
+        return UNSTABLE, f"the backlog grows faster than {limit}, and the growth's interval excludes 0"
+    if lo > 0:
+        return INCONCLUSIVE, (f"the backlog grows (the growth's interval excludes 0), though not faster "
+                              f"than {limit}: a slow drift or a warm-up not over; run longer")
+    if hi >= h and h > 0:
+        return INCONCLUSIVE, f"too short: the growth's interval holds both 0 and {limit}; run longer"
+    return STABLE, f"the growth's interval holds 0 and lies below {limit}"
+
+
+def describe_verdict(summary: dict) -> str | None:
+    """One line for a run's verdict in a table, from its summary: `stable (3 tok/s, [-40,
+    45])`, `UNSTABLE (...)` or `inconclusive (...): why`; None when the run has none."""
+    verdict = summary.get("verdict")
+    if verdict is None:
+        return None
+    g, ci = summary.get("backlog_growth_tokens_per_s"), summary.get("backlog_growth_ci")
+    nums = f" ({g:,.0f} tok/s, [{ci[0]:,.0f}, {ci[1]:,.0f}])" if g is not None and ci else ""
+    if verdict == INCONCLUSIVE:
+        reason = summary.get("verdict_reason")
+        return f"inconclusive{nums}" + (f": {reason}" if reason else "")
+    return f"{'UNSTABLE' if verdict == UNSTABLE else 'stable'}{nums}"
 
 
 def stability_verdict(times, unfinished_tokens, *, capacity: float | None = None,
@@ -186,7 +233,8 @@ def stability_verdict(times, unfinished_tokens, *, capacity: float | None = None
                       b_min: float = 0.3, predicted_growth_tokens_per_s: float | None = None,
                       arrival_rate: float | None = None,
                       work_per_request: float | None = None) -> Verdict:
-    """Stable or not, from the unfinished-work series (see the module docstring).
+    """Stable, unstable or inconclusive, from the unfinished-work series (see the module
+    docstring).
 
     `capacity`: token capacity b_max / t(b_max) in tokens/s (sets h = eps * capacity);
     `threshold`: an explicit h in tokens/s (overrides eps * capacity). The fluid
@@ -232,12 +280,12 @@ def stability_verdict(times, unfinished_tokens, *, capacity: float | None = None
         h, rule = eps * capacity, f"eps * capacity (eps={eps:g})"
     else:
         h, rule = 0.0, "0 (no capacity given: significance only)"
-    unstable = g > h and lo > 0
+    verdict, reason = _decide(g, lo, hi, h)
     conclusive = lo > h or hi < h
     if predicted_growth_tokens_per_s is None and None not in (arrival_rate, work_per_request, capacity):
         predicted_growth_tokens_per_s = predicted_growth(arrival_rate, work_per_request, capacity)
     return Verdict(
-        stable=not unstable, backlog_growth_tokens_per_s=g, ci_low=lo, ci_high=hi,
+        verdict=verdict, reason=reason, backlog_growth_tokens_per_s=g, ci_low=lo, ci_high=hi,
         method=method, threshold_tokens_per_s=h, threshold_rule=rule, alpha=alpha,
         conclusive=conclusive, samples_used=int(len(tt)), tail_start_s=float(tt[0]),
         tail_end_s=float(tt[-1]), capacity_tokens_per_s=capacity,
