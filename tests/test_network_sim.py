@@ -72,7 +72,7 @@ def networks(draw):
         if jd["arrival"]["process"] == "poisson":
             jd["arrival"].pop("cv", None)
     return {"servers": servers, "jobs": jobs, "num_jobs": draw(st.integers(5, 40)),
-            "seed": draw(st.integers(0, 100))}
+            "seed": draw(st.integers(0, 100)), "control": draw(st.sampled_from(["none", "backpressure"]))}
 
 
 def _fingerprint(stats):
@@ -161,3 +161,16 @@ def test_results_and_files(tmp_path):
     assert jobs[0] == "job,type,arrival_s,finish_s,latency_s,calls,finished" and len(jobs) == 301
     calls = (tmp_path / "calls.csv").read_text().splitlines()
     assert len(calls) == 601 and calls[1].split(",")[3] == "s1"
+
+
+def test_backpressure_serves_the_class_with_the_largest_queue_differential():
+    from llmsched.sim.network import successors
+
+    spec = NetworkSpec.from_yaml("examples/networks/rybko_stolyar.yaml")
+    assert successors(spec) == {"A.1": {"A.2"}, "A.2": set(), "B.1": {"B.2"}, "B.2": set()}
+    d = spec.to_dict()
+    d.update(control="backpressure", num_jobs=400)
+    for srv in d["servers"].values():
+        srv["priority"] = []
+    stats = run_network(NetworkSpec.from_dict(d))
+    assert (_a(stats.job_finish) >= 0).all() and len(stats.call_arrival) == 800

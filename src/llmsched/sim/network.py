@@ -17,6 +17,7 @@ replicas plan their next steps, so a call that arrives at a boundary joins that 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from array import array
 from dataclasses import dataclass, field
 from typing import Callable
@@ -88,6 +89,9 @@ class _Pool:
         self.d = int(opts.get("d", 2))
         w = opts.get("weights")
         self.weights = None if w is None else np.asarray(w, dtype=float) / float(np.sum(w))
+        # back-pressure: calls wait here by class until a replica takes them
+        self.buffers: dict[str, deque] = {}
+        self.buffered: dict[str, int] = {}      # queued tokens of work by class
 
     def route(self, t: int) -> _Replica:
         reps = self.replicas
@@ -200,6 +204,30 @@ class _DelayStream:
             self.pos = 0
         self.pos += 1
         return self.values[self.pos - 1]
+
+
+def successors(spec: NetworkSpec) -> dict[str, set]:
+    """For each call class, the classes whose calls can come right after one of its calls
+    (empty: the job leaves the network after it)."""
+    succ: dict[str, set] = {c: set() for c in spec.call_classes()}
+
+    def walk(nodes, after: set) -> set:
+        """The classes that can run first in `nodes`, followed by `after`."""
+        first = after
+        for node in reversed(nodes):
+            if isinstance(node, Call):
+                succ[node.cls] |= first
+                first = {node.cls}
+            elif isinstance(node, Fork):
+                first = set().union(*(walk(b, first) for b in node.branches))
+            elif isinstance(node, Loop):
+                once = walk(node.body, first)
+                first = walk(node.body, first | once)   # a pass may follow a pass
+        return first
+
+    for job in spec.jobs:
+        walk(job.route, set())
+    return succ
 
 
 def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> ServerState | None:
@@ -390,6 +418,44 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
         thread.added += grown
         advance(thread, t)
 
+    backpressure = spec.control == "backpressure"
+    succ = successors(spec)
+    queued: dict[tuple[str, str], int] = {}         # (server, class) -> tokens buffered
+    class_at = spec.class_servers()
+
+    def weight(server: str, cls: str) -> int:
+        """Max-weight's queue differential: this class's queued tokens here minus the
+        largest queue its calls feed next."""
+        down = 0
+        for nxt in succ[cls]:
+            for other in class_at[nxt]:
+                q = queued.get((other, nxt), 0)
+                if q > down:
+                    down = q
+        return queued.get((server, cls), 0) - down
+
+    def release(rep: _Replica, t: int) -> None:
+        """Hand the replica the queued calls of the class of largest weight, about one
+        step's budget of prompt tokens, when it has nothing waiting."""
+        sim = rep.sim
+        if sim.state.waiting:
+            return
+        pool = rep.pool
+        cls = max(sorted(pool.buffered), key=lambda c: weight(pool.name, c))
+        buf = pool.buffers[cls]
+        budget = sim.state.b_max
+        while buf and budget > 0:
+            r = buf.popleft()
+            work = r.prompt + r.output - 1
+            pool.buffered[cls] -= work
+            budget -= r.prompt
+            c_rep[r.id] = rep_index[id(rep)]
+            sim.add(r)
+        if not buf:
+            del pool.buffered[cls]
+            del pool.buffers[cls]
+        queued[(pool.name, cls)] = pool.buffered.get(cls, 0)
+
     for i in range(n):
         push(job_times[i], _JOB, job_types[i], i)
 
@@ -414,13 +480,36 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
             rep = a
             rep.planned = False
             sim = rep.sim
-            if sim.busy_until >= 0 or sim.is_idle():
+            if sim.busy_until >= 0:
                 continue
-            end = sim.begin(t, max_time)
+            limit = max_time
+            if backpressure and rep.pool.buffered:
+                release(rep, t)
+                if rep.pool.buffered:
+                    limit = t + 1      # decide again at the next step boundary
+            if sim.is_idle():
+                continue
+            end = sim.begin(t, limit)
             if end is None:
                 continue              # nothing the policy runs now: wait for a delivery
             rep.version += 1
             push(end, _END, rep, rep.version, rep.order)
+        elif kind == _DELIVER and backpressure:
+            pool = a
+            cls = b.tag
+            pool.buffers.setdefault(cls, deque()).append(b)
+            pool.buffered[cls] = pool.buffered.get(cls, 0) + b.prompt + b.output - 1
+            queued[(pool.name, cls)] = pool.buffered[cls]
+            for rep in pool.replicas:          # a step boundary decides what runs next
+                sim = rep.sim
+                if sim.busy_until > t:
+                    rep.version += 1
+                    push(sim.truncate(t), _END, rep, rep.version, rep.order)
+                elif sim.busy_until < 0 and not rep.planned:
+                    if sim.now < t:
+                        sim.idle_until(t)
+                    rep.planned = True
+                    push(t, _PLAN, rep, None, rep.order)
         elif kind == _DELIVER:
             rep = a.route(t)
             sim = rep.sim

@@ -79,7 +79,8 @@ ROUTERS = ("random", "round-robin", "jsq", "least-tokens", "power-of-two")
 _SCHEDULER_FIELDS = ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running",
                      "policy_options", "admission_options")
 _SERVER_KEYS = _SCHEDULER_FIELDS + ("cost_model", "replicas", "router", "router_options", "priority")
-_TOP_KEYS = ("servers", "jobs", "num_jobs", "duration_s", "seed")
+_TOP_KEYS = ("servers", "jobs", "num_jobs", "duration_s", "seed", "control")
+CONTROLS = ("none", "backpressure")
 _JOB_KEYS = ("arrival", "route")
 _ARRIVAL_KEYS = ("process", "rate", "cv")
 _CALL_KEYS = ("server", "prompt", "output", "context", "class")
@@ -458,13 +459,17 @@ class NetworkSpec:
     `num_jobs`: jobs to simulate, all job types together; `duration_s`: stop arrivals
     after this time; either, both (whichever comes first) or neither (fine for the
     traffic equations; a simulation needs one). Construction validates everything and
-    assigns default class names to calls without one (`Call.cls` is set in place)."""
+    assigns default class names to calls without one (`Call.cls` is set in place).
+    `control`: "none" (each server serves its calls by its own policy and priority
+    list), or "backpressure" (max-weight: at each step boundary a server takes new work
+    from the class whose queued tokens exceed its successor's queue by the most)."""
 
     servers: dict
     jobs: list
     num_jobs: int | None = None
     duration_s: float | None = None
     seed: int = 0
+    control: str = "none"
 
     def __post_init__(self):
         self.validate()
@@ -513,10 +518,12 @@ class NetworkSpec:
             raise ConfigError("jobs: the network needs at least one job type")
         jobs = [_parse_job(name, jd) for name, jd in jobs_raw.items()]
         return cls(servers=servers, jobs=jobs, num_jobs=d.get("num_jobs"),
-                   duration_s=d.get("duration_s"), seed=d.get("seed", 0))
+                   duration_s=d.get("duration_s"), seed=d.get("seed", 0), control=d.get("control", "none"))
 
     # -------------------------------------------------------------- validation
     def validate(self) -> None:
+        if self.control not in CONTROLS:
+            raise _at("control", f"unknown network control {self.control!r} (known: {', '.join(CONTROLS)})")
         if not isinstance(self.servers, dict) or not self.servers:
             raise ConfigError("servers: the network needs at least one server")
         for key, s in self.servers.items():
@@ -655,7 +662,7 @@ class NetworkSpec:
             raise ConfigError(f"scale factor must be > 0, got {f:g}")
         jobs = [JobType(j.name, _scaled_arrival(j.arrival, f), j.route) for j in self.jobs]
         return NetworkSpec(servers=dict(self.servers), jobs=jobs, num_jobs=self.num_jobs,
-                           duration_s=self.duration_s, seed=self.seed)
+                           duration_s=self.duration_s, seed=self.seed, control=self.control)
 
     def to_dict(self) -> dict:
         """The YAML form (from_dict(to_dict()) gives an equal network)."""
@@ -668,6 +675,8 @@ class NetworkSpec:
         if self.duration_s is not None:
             out["duration_s"] = self.duration_s
         out["seed"] = self.seed
+        if self.control != "none":
+            out["control"] = self.control
         return out
 
 
