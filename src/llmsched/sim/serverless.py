@@ -1,0 +1,796 @@
+"""The serverless runtime: several models share a pool of GPUs; model instances start cold,
+serve, scale out under load and scale to zero.
+
+Every instance is a `ServerSim` (the simulator's one batch loop, fast path included) placed
+on one GPU. One event queue orders request arrivals, checkpoint loads, instance starts,
+migrations, the batch ends of every instance, keep-alive expiries and plans; between two
+events that concern it an instance advances a whole batch of identical steps, and a
+request routed to it during a batch shortens the batch to the steps that start before the
+request (it joins at the next step boundary), as in the network simulator. Every decision
+reads the state at the event's instant (work left counts the steps of a batch done by
+then), and events at one instant run in a canonical order, so the fast path equals the
+step-by-step path (a property test holds them equal).
+
+At one instant: GPUs freed by migrations, finished checkpoint loads, instances becoming
+ready, migrated requests landing, arrivals, batch ends, keep-alive expiries, then plans.
+
+The platform (docs/serverless.md):
+- A request of model m goes to one of m's instances (the router: least-loaded, or
+  round-robin in creation order; ready instances first, loading ones only when none is
+  ready). With no instance it waits for a cold start, counted in its TTFT.
+- Cold start: the instance takes a GPU, then its node loads the checkpoint from the
+  fastest tier holding it (host DRAM cache, local SSD, remote store) at that tier's
+  bandwidth (one load at a time per node: later loads queue), then `init_s` passes. A load
+  fills every faster tier of the node (LRU eviction); a load from a tier refreshes it.
+- Scale out: after an arrival, if m's queued work (tokens left of its requests) per
+  instance exceeds `scale_out_tokens`, m has fewer than its `max_instances` and a GPU is
+  free, one more instance starts. Only free GPUs: scale-out never takes a GPU.
+- Scale to zero: an instance idle for `keep_alive_s` stops and frees its GPU. A model with
+  requests and no instance that finds no free GPU takes the GPU of the instance idle for
+  longest, or waits for a GPU to free (oldest request first across models).
+- ServerlessLLM: placement by least estimated startup (load-queue wait + load time at the
+  node's fastest tier, bandwidths times `load_speedup`), and, when no GPU is free or idle,
+  live migration: an instance of a model with another ready instance hands its requests
+  over (a running request with n tokens so far lands after `alpha * n + beta` seconds and
+  recomputes its KV cache there; waiting ones move at once) and its GPU goes to the model
+  that needs it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..core.cost import make_cost_model
+from ..core.errors import ConfigError
+from ..core.request import NS, WAITING, Request
+from ..core.state import UNLIMITED, ServerState
+from ..policies.spec import SchedulerSpec
+from ..workload.serverless import ServerlessSpec, make_serverless_requests
+from .histogram import GapHistogram
+from .server import ServerSim, SimulationStuck
+
+# event kinds, in the order they run at one instant (plans last)
+_FREE, _LOADED, _READY, _LAND, _ARRIVE, _END, _EXPIRE, _PLAN = range(8)
+LOADING, READY, DRAINING, STOPPED = "loading", "ready", "draining", "stopped"
+
+
+# ---- hooks on the single-server classes ---------------------------------------------------
+class _State(ServerState):
+    """A ServerState with the two changes a migration makes. Hook to add to core/state.py:
+    `ServerState.remove(r, now)` (a request leaves with its tokens) and
+    `ServerState.add(r, recompute=True)` (it joins to recompute its KV cache)."""
+
+    def take(self, r: Request, now: int) -> None:
+        """Remove `r` (running or waiting), keeping the tokens it emitted; a running request
+        loses its KV cache (`prefill_target` becomes prompt + emitted, as after a preemption,
+        which this is not: its preemption count is kept)."""
+        if r.phase != WAITING:
+            pre = r.preemptions
+            self._preempt(r, now)
+            r.preemptions = pre
+        self.waiting.remove(r)
+        w = self.work(r)
+        self.waiting_tokens -= w
+        self.backlog_tokens -= w
+        self.pending_prefill -= r.prefill_target
+
+    def add_recompute(self, r: Request) -> None:
+        """`r` joins at the head of the queue (with preempted requests) to recompute its KV
+        cache from its prompt and the tokens it emitted, then decodes on."""
+        self.waiting.push_preempted(r)
+        w = self.work(r)
+        self.backlog_tokens += w
+        self.waiting_tokens += w
+        self.pending_prefill += r.prefill_target
+
+
+class _Tee:
+    """Hands inter-token gap counts to several histograms."""
+
+    __slots__ = ("sinks",)
+
+    def __init__(self, sinks):
+        self.sinks = sinks
+
+    def add_counts(self, counts: dict) -> None:
+        for h in self.sinks:
+            h.add_counts(counts)
+
+
+class _InstanceSim(ServerSim):
+    """A ServerSim whose inter-token gaps also go to its model's and the platform's
+    histograms. Hook to add to sim/server.py: an `itl=` argument (any object with
+    `add_counts`) instead of replacing `_itl` here."""
+
+    def __init__(self, scheduler, cost, *, fast: bool, state: ServerState, sinks):
+        super().__init__(scheduler, cost, fast=fast, state=state)
+        self.own_itl = self._itl
+        self._itl = _Tee((self.own_itl, *sinks))
+
+
+# ---- the platform's parts -------------------------------------------------------------------
+class _Node:
+    __slots__ = ("index", "group", "name", "gpus", "tiers", "queue", "current", "busy_until")
+
+    def __init__(self, index: int, group, name: str):
+        self.index = index
+        self.group = group
+        self.name = name
+        self.gpus: list[_Gpu] = []
+        # checkpoint caches: name -> size (GB), least recently used first
+        self.tiers = {"dram": OrderedDict((m, 0.0) for m in group.dram),
+                      "ssd": OrderedDict((m, 0.0) for m in group.ssd)}
+        self.queue: deque = deque()     # instances waiting for this node's loader
+        self.current = None             # the instance whose checkpoint is being loaded
+        self.busy_until = 0             # end of the current load
+
+
+class _Gpu:
+    __slots__ = ("order", "node", "index", "holder", "reserved")
+
+    def __init__(self, order: int, node: _Node, index: int):
+        self.order = order
+        self.node = node
+        self.index = index
+        self.holder = None              # the instance on it
+        self.reserved = None            # the instance it goes to when a migration frees it
+
+    @property
+    def name(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+
+class _Model:
+    def __init__(self, index: int, name: str, spec: ServerlessSpec, cost, hist_all: GapHistogram):
+        self.index = index
+        self.name = name
+        self.spec = spec.models[name]
+        self.cost = cost
+        self.admission = spec.admission(name)
+        self.max_instances = spec.max_instances(name)
+        ka = spec.keep_alive_s(name)
+        self.keep_alive = None if math.isinf(ka) else int(round(ka * NS))
+        self.live: list[_Instance] = []   # loading and ready instances, in creation order
+        self.instances: list[_Instance] = []
+        self.pending: deque = deque()     # (request, recompute) waiting for an instance
+        self.rr = 0
+        self.itl = GapHistogram()
+        self.sinks = (self.itl, hist_all)
+        self.waiting_for_gpu = False
+
+    def scheduler_spec(self, kv: int | None) -> SchedulerSpec:
+        m = self.spec
+        return SchedulerSpec(policy=m.policy, admission=self.admission, b_max=m.b_max, k_max=m.k_max,
+                             kv_capacity=kv, policy_options=dict(m.policy_options),
+                             admission_options=m.options_for(self.admission))
+
+
+class _Instance:
+    __slots__ = ("id", "model", "gpu", "sim", "state", "version", "planned", "idle_ver", "idle_since",
+                 "created", "gpu_from", "load_start", "loaded_at", "ready_at", "stop_at", "tier",
+                 "stop_reason", "routed", "completed", "migrated_out")
+
+    def __init__(self, id: int, model: _Model, gpu: _Gpu, sim: ServerSim, t: int):
+        self.id = id
+        self.model = model
+        self.gpu = gpu
+        self.sim = sim
+        self.state = LOADING
+        self.version = 0
+        self.planned = False
+        self.idle_ver = 0
+        self.idle_since = -1            # >= 0 while idle and ready
+        self.created = t
+        self.gpu_from = -1              # holds its GPU from here (GPU-seconds)
+        self.load_start = self.loaded_at = self.ready_at = self.stop_at = -1
+        self.tier = ""
+        self.stop_reason = ""
+        self.routed = 0
+        self.completed = 0
+        self.migrated_out = 0
+
+
+@dataclass
+class ServerlessStats:
+    """Everything the serverless runtime measures (per request, per instance, per model)."""
+
+    spec: ServerlessSpec
+    models: list[str]
+    req_model: np.ndarray
+    arrival_ns: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    instance: np.ndarray          # instance that finished it (last one it was on), -1: none
+    queue_ns: np.ndarray
+    ttft_ns: np.ndarray
+    e2e_ns: np.ndarray
+    tokens: np.ndarray            # output tokens it received (at its finish)
+    preemptions: np.ndarray
+    migrations: np.ndarray
+    cold: np.ndarray              # 1: it waited for a cold start
+    instances: list[dict] = field(default_factory=list)
+    model_itl: dict = field(default_factory=dict)
+    itl: GapHistogram | None = None
+    end_ns: int = 0
+    steps: int = 0
+    migrated_tokens: int = 0
+    peak_gpus: int = 0
+
+
+# ---- the runtime --------------------------------------------------------------------------------
+class _Runtime:
+    def __init__(self, spec: ServerlessSpec, fast: bool, max_time: int):
+        self.spec = spec
+        self.fast = fast
+        self.max_time = max_time
+        p = spec.platform
+        self.sllm = p.scheduler == "serverlessllm"
+        self.speedup = p.load_speedup if self.sllm else 1.0
+        self.migration = self.sllm and p.migration
+        self.alpha = p.migration_alpha_s
+        self.beta = p.migration_beta_s
+        self.init_ns = int(round(p.init_s * NS))
+        self.threshold = p.scale_out_tokens
+        self.round_robin = p.routing == "round-robin"
+        self.nodes: list[_Node] = []
+        self.gpus: list[_Gpu] = []
+        for g in spec.nodes:
+            for k in range(g.count):
+                node = _Node(len(self.nodes), g, f"{g.name}{k}" if g.count > 1 else g.name)
+                for j in range(g.gpus):
+                    gpu = _Gpu(len(self.gpus), node, j)
+                    node.gpus.append(gpu)
+                    self.gpus.append(gpu)
+                self.nodes.append(node)
+        self.hist = GapHistogram()
+        self.models: list[_Model] = []
+        for i, name in enumerate(spec.models):
+            cost = make_cost_model(spec.models[name].cost_model)
+            m = _Model(i, name, spec, cost, self.hist)
+            for g in spec.nodes:     # the scheduler of each kind of instance builds (one clear error)
+                if spec.fits(name, g):
+                    try:
+                        m.scheduler_spec(spec.kv_capacity(name, g)).build()
+                    except ConfigError as e:
+                        raise ConfigError(f"models.{name}: {e}") from None
+            self.models.append(m)
+        self.weights = {m.name: m.spec.weights_gb for m in self.models}
+        for node in self.nodes:
+            for tier in node.tiers.values():
+                for name in tier:
+                    tier[name] = self.weights[name]
+        self.instances: list[_Instance] = []
+        self.events: list[tuple] = []
+        self.seq = 0
+        self.waiting_models: list[_Model] = []
+        self.gpus_in_use = 0
+        self.peak_gpus = 0
+        self.migrated_tokens = 0
+
+    # ---- events ------------------------------------------------------------------------------
+    def push(self, t: int, kind: int, tie: int, a, b=None) -> None:
+        """Events at one instant run by kind, then by `tie` (an instance's or a request's
+        number, so the order does not depend on when they were queued), then in queue order."""
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, tie, self.seq, a, b))
+
+    # ---- work and routing --------------------------------------------------------------------
+    @staticmethod
+    def unfinished(inst: _Instance, t: int) -> int:
+        """Tokens left of the instance's requests at `t` (steps of its batch done by `t` count)."""
+        sim = inst.sim
+        left = sim.state.backlog_tokens
+        batch = sim.batch
+        if batch is not None:
+            plan, start, count, durs, _, _ = batch
+            if t > start:
+                left -= _steps_done(start, count, durs, t) * plan.tokens
+        return left
+
+    def route(self, model: _Model, t: int) -> _Instance | None:
+        ready = [i for i in model.live if i.state == READY]
+        cands = ready or model.live
+        if not cands:
+            return None
+        if len(cands) == 1:
+            return cands[0]
+        if self.round_robin:
+            inst = cands[model.rr % len(cands)]
+            model.rr += 1
+            return inst
+        return min(cands, key=lambda i: (self.unfinished(i, t), i.id))
+
+    def deliver(self, r: Request, model: _Model, t: int, recompute: bool) -> None:
+        inst = self.route(model, t)
+        if inst is None:
+            self.cold[r.id] = 1
+            model.pending.append((r, recompute))
+            if not model.waiting_for_gpu:
+                self.start_from_zero(model, t)
+            return
+        self.add_to(inst, r, t, recompute)
+
+    def add_to(self, inst: _Instance, r: Request, t: int, recompute: bool) -> None:
+        sim = inst.sim
+        inst.idle_ver += 1            # cancels a keep-alive expiry
+        inst.idle_since = -1
+        inst.routed += 1
+        if inst.state == LOADING:
+            self.cold[r.id] = 1
+        if sim.busy_until < 0 and sim.now < t:
+            sim.idle_until(t)
+        if recompute:
+            sim.state.add_recompute(r)
+        else:
+            sim.add(r)
+        self.where[r.id] = inst.id
+        if inst.state != READY:
+            return
+        if sim.busy_until > t:
+            end = sim.truncate(t)
+            inst.version += 1
+            self.push(end, _END, inst.id, inst, inst.version)
+        elif sim.busy_until < 0 and not inst.planned:
+            inst.planned = True
+            self.push(t, _PLAN, inst.id, inst)
+
+    # ---- scaling -----------------------------------------------------------------------------
+    def scale_out(self, model: _Model, t: int) -> None:
+        live = model.live
+        if not live or len(live) >= model.max_instances:
+            return
+        work = 0
+        for i in live:
+            work += self.unfinished(i, t)
+        if work > self.threshold * len(live):
+            choice = self.place(model, t, from_zero=False)
+            if choice is not None:
+                self.start(model, choice, t)
+
+    def start_from_zero(self, model: _Model, t: int) -> None:
+        choice = self.place(model, t, from_zero=True)
+        if choice is None:
+            model.waiting_for_gpu = True
+            self.waiting_models.append(model)
+            return
+        self.start(model, choice, t)
+
+    def serve_waiting_models(self, t: int) -> None:
+        """Models with requests and no instance, oldest request first, take what GPUs they can."""
+        if not self.waiting_models:
+            return
+        waiting = sorted(self.waiting_models, key=lambda m: (m.pending[0][0].arrival, m.pending[0][0].id))
+        self.waiting_models = []
+        for m in waiting:
+            choice = self.place(m, t, from_zero=True)
+            if choice is None:
+                self.waiting_models.append(m)
+                continue
+            m.waiting_for_gpu = False
+            self.start(m, choice, t)
+
+    def fits(self, model: _Model, gpu: _Gpu) -> bool:
+        return self.spec.fits(model.name, gpu.node.group)
+
+    def load_time_ns(self, model: _Model, node: _Node) -> int:
+        _, bw = self.source(model, node)
+        return int(round(model.spec.weights_gb / (bw * self.speedup) * NS))
+
+    def source(self, model: _Model, node: _Node) -> tuple[str, float]:
+        """The fastest tier of `node` holding the model's checkpoint, and its bandwidth."""
+        g = node.group
+        if model.name in node.tiers["dram"]:
+            return "dram", g.dram_bandwidth_gbps
+        if model.name in node.tiers["ssd"]:
+            return "ssd", g.ssd_bandwidth_gbps
+        return "remote", self.spec.remote_bandwidth_gbps
+
+    def startup_estimate(self, model: _Model, node: _Node, t: int, gpu_free_at: int) -> int:
+        """ServerlessLLM's estimate: the wait for the node's loader (loads queued before)
+        plus this load, from when the GPU is free."""
+        free = node.busy_until if node.current is not None else t
+        for inst in node.queue:
+            free += self.load_time_ns(inst.model, node)
+        return max(free, gpu_free_at) - t + self.load_time_ns(model, node)
+
+    def place(self, model: _Model, t: int, from_zero: bool):
+        """Where a new instance of `model` goes: ("free", gpu), ("reclaim", idle instance)
+        or ("migrate", instance), or None."""
+        free = [g for g in self.gpus if g.holder is None and g.reserved is None and self.fits(model, g)]
+        if free:
+            if not self.sllm:
+                return "free", free[0]
+            return "free", min(free, key=lambda g: (self.startup_estimate(model, g.node, t, t), g.order))
+        if not from_zero:
+            return None
+        idle = [i for m in self.models for i in m.live
+                if i.state == READY and i.idle_since >= 0 and self.fits(model, i.gpu)]
+        if idle:
+            if not self.sllm:
+                return "reclaim", min(idle, key=lambda i: (i.idle_since, i.id))
+            return "reclaim", min(idle, key=lambda i: (self.startup_estimate(model, i.gpu.node, t, t), i.id))
+        if not self.migration:
+            return None
+        best = None
+        for m in self.models:
+            ready = [i for i in m.live if i.state == READY]
+            if len(ready) < 2:
+                continue
+            for i in ready:
+                if not self.fits(model, i.gpu):
+                    continue
+                est = self.startup_estimate(model, i.gpu.node, t, t + self.migration_estimate(i, t))
+                if best is None or (est, i.id) < best[0]:
+                    best = ((est, i.id), i)
+        return None if best is None else ("migrate", best[1])
+
+    def migration_estimate(self, inst: _Instance, t: int) -> int:
+        """Time to migrate the instance's running requests at `t` (they move in parallel):
+        max of alpha * tokens + beta, tokens = prompt + emitted so far."""
+        st = inst.sim.state
+        batch = inst.sim.batch
+        served: set[int] = set()
+        completing: set[int] = set()
+        done = 0
+        if batch is not None and t > batch[1]:
+            plan, start, count, durs, _, _ = batch
+            done = _steps_done(start, count, durs, t)
+            if done:
+                served = {r.id for r in st.decoders[:plan.decode]}
+                if done == count:
+                    completing = {r.id for r, c in plan.prefill if r.prefilled + c * count == r.prefill_target}
+        longest = 0
+        for r in st.running.values():
+            n = r.prompt + st.emitted(r) + (done if r.id in served else 0) + (1 if r.id in completing else 0)
+            longest = max(longest, n)
+        return self.migration_ns(longest) if st.running else 0
+
+    def migration_ns(self, tokens: int) -> int:
+        return int(round((self.alpha * tokens + self.beta) * NS))
+
+    def start(self, model: _Model, choice, t: int) -> _Instance:
+        kind, what = choice
+        if kind == "free":
+            gpu = what
+        elif kind == "reclaim":
+            self.stop(what, t, "reclaimed")
+            gpu = what.gpu
+        else:
+            gpu = what.gpu
+        kv = self.spec.kv_capacity(model.name, gpu.node.group)
+        sched = model.scheduler_spec(kv).build()
+        sched.bind_cost_model(model.cost)
+        state = _State(sched.constraints, sched.admission.waiting_key())
+        sim = _InstanceSim(sched, model.cost, fast=self.fast, state=state, sinks=model.sinks)
+        sim.now = t
+        inst = _Instance(len(self.instances), model, gpu, sim, t)
+        self.instances.append(inst)
+        model.instances.append(inst)
+        model.live.append(inst)
+        if kind == "migrate":
+            gpu.reserved = inst
+            self.begin_migration(what, t)
+        else:
+            self.take_gpu(inst, gpu, t)
+        pending = model.pending
+        model.pending = deque()
+        for r, recompute in pending:
+            self.add_to(inst, r, t, recompute)
+        return inst
+
+    def take_gpu(self, inst: _Instance, gpu: _Gpu, t: int) -> None:
+        gpu.holder = inst
+        inst.gpu_from = t
+        self.gpus_in_use += 1
+        self.peak_gpus = max(self.peak_gpus, self.gpus_in_use)
+        node = gpu.node
+        node.queue.append(inst)
+        if node.current is None:
+            self.next_load(node, t)
+
+    def next_load(self, node: _Node, t: int) -> None:
+        if not node.queue:
+            node.current = None
+            return
+        inst = node.queue.popleft()
+        tier, bw = self.source(inst.model, node)
+        if tier != "remote":
+            node.tiers[tier].move_to_end(inst.model.name)
+        d = int(round(inst.model.spec.weights_gb / (bw * self.speedup) * NS))
+        inst.tier = tier
+        inst.load_start = t
+        node.current = inst
+        node.busy_until = t + d
+        self.push(t + d, _LOADED, inst.id, inst)
+
+    def fill(self, node: _Node, name: str, source: str) -> None:
+        """A load from `source` puts the checkpoint in every faster tier (LRU eviction)."""
+        size = self.weights[name]
+        for tier in ("ssd", "dram"):
+            if tier == source or (tier == "ssd" and source == "dram"):
+                continue
+            cap = getattr(node.group, f"{tier}_gb")
+            held = node.tiers[tier]
+            if size > cap + 1e-9:
+                continue
+            if name in held:
+                held.move_to_end(name)
+                continue
+            while held and sum(held.values()) + size > cap + 1e-9:
+                held.popitem(last=False)
+            held[name] = size
+
+    def stop(self, inst: _Instance, t: int, reason: str) -> None:
+        inst.sim.itl      # flushes its last gaps to the histograms
+        inst.state = STOPPED
+        inst.stop_at = t
+        inst.stop_reason = reason
+        inst.idle_ver += 1
+        if inst in inst.model.live:
+            inst.model.live.remove(inst)
+        gpu = inst.gpu
+        if gpu.holder is inst:
+            gpu.holder = None
+            self.gpus_in_use -= 1
+
+    # ---- migration (ServerlessLLM) -----------------------------------------------------------
+    def begin_migration(self, victim: _Instance, t: int) -> None:
+        victim.state = DRAINING
+        victim.model.live.remove(victim)
+        victim.idle_ver += 1
+        sim = victim.sim
+        if sim.busy_until > t:
+            end = sim.truncate(t)
+            victim.version += 1
+            self.push(end, _END, victim.id, victim, victim.version)
+        elif sim.busy_until < 0:
+            self.migrate(victim, t)
+        # busy_until == t: its batch end at t migrates it
+
+    def migrate(self, victim: _Instance, t: int) -> None:
+        """At a step boundary: waiting requests move to the model's other instances now,
+        running ones land there after alpha * tokens + beta; the GPU frees when the last
+        has landed."""
+        st = victim.sim.state
+        model = victim.model
+        free_at = t
+        running = list(st.running.values())
+        waiting = list(st.waiting)
+        for r in running:
+            st.take(r, t)
+            tokens = r.prompt + r.emitted
+            land = t + self.migration_ns(tokens)
+            self.migrations[r.id] += 1
+            self.migrated_tokens += tokens
+            victim.migrated_out += 1
+            free_at = max(free_at, land)
+            self.push(land, _LAND, r.id, r, model)
+        for r in waiting:
+            st.take(r, t)
+            victim.migrated_out += 1
+            self.deliver(r, model, t, r.emitted > 0)
+        self.push(free_at, _FREE, victim.id, victim)
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def run(self, reqs, progress: Callable[[int, int], None] | None) -> ServerlessStats:
+        n = len(reqs)
+        arr = np.round(reqs.arrival_s * NS).astype(np.int64).tolist()
+        prompts = reqs.prompt.tolist()
+        outputs = reqs.output.tolist()
+        mids = reqs.model.tolist()
+        self.where = array("q", [-1]) * n
+        self.cold = array("b", [0]) * n
+        self.migrations = array("i", [0]) * n
+        ttft = array("q", [-1]) * n
+        e2e = array("q", [-1]) * n
+        queue = array("q", [-1]) * n
+        pre = array("i", [0]) * n
+        tokens = array("q", [0]) * n
+        models = self.models
+        events = self.events
+        pop = heapq.heappop
+        max_time = self.max_time
+        done = 0
+        progress_every = max(1, n // 200)
+        next_progress = progress_every if progress is not None else UNLIMITED
+        now = arr[0] if n else 0
+        ai = 0
+        while True:
+            if ai < n and (not events or (arr[ai], _ARRIVE, ai) < events[0][:3]):
+                t = arr[ai]
+                if t >= max_time:
+                    ai = n
+                    continue
+                now = t
+                m = models[mids[ai]]
+                r = Request(ai, t, prompts[ai], outputs[ai], m.name)
+                ai += 1
+                self.deliver(r, m, t, False)
+                self.scale_out(m, t)
+                continue
+            if not events:
+                break
+            t, kind, _, _, a, b = pop(events)
+            now = t
+            if kind == _END:
+                inst = a
+                if b != inst.version:
+                    continue
+                for r in inst.sim.end():
+                    x = r.id
+                    if r.first_token >= 0:
+                        ttft[x] = r.first_token - r.arrival
+                    e2e[x] = r.finish - r.arrival
+                    queue[x] = r.first_scheduled - r.arrival
+                    pre[x] = r.preemptions
+                    tokens[x] = r.emitted
+                    inst.completed += 1
+                    done += 1
+                if inst.state == DRAINING:
+                    self.migrate(inst, t)
+                    continue
+                if (not events or events[0][0] > t) and (ai >= n or arr[ai] > t):
+                    self.plan(inst, t)      # nothing else happens at t: plan now
+                else:
+                    inst.planned = True
+                    self.push(t, _PLAN, inst.id, inst)
+                if done >= next_progress:
+                    progress(done, n)
+                    next_progress = done + progress_every
+            elif kind == _PLAN:
+                a.planned = False
+                self.plan(a, t)
+            elif kind == _LOADED:
+                inst = a
+                node = inst.gpu.node
+                inst.loaded_at = t
+                self.fill(node, inst.model.name, inst.tier)
+                self.push(t + self.init_ns, _READY, inst.id, inst)
+                self.next_load(node, t)
+            elif kind == _READY:
+                inst = a
+                inst.state = READY
+                inst.ready_at = t
+                if inst.sim.is_idle():
+                    self.go_idle(inst, t)
+                else:
+                    inst.planned = True
+                    self.push(t, _PLAN, inst.id, inst)
+            elif kind == _LAND:
+                self.deliver(a, b, t, True)
+            elif kind == _EXPIRE:
+                inst = a
+                if b == inst.idle_ver and inst.state == READY and inst.sim.is_idle():
+                    self.stop(inst, t, "keep-alive")
+                    self.serve_waiting_models(t)
+            else:  # _FREE: a migration has handed over every request
+                victim = a
+                gpu = victim.gpu
+                self.stop(victim, t, "migrated")
+                new = gpu.reserved
+                gpu.reserved = None
+                if new is not None:
+                    self.take_gpu(new, gpu, t)
+                else:  # pragma: no cover - a migration always frees a GPU for someone
+                    self.serve_waiting_models(t)
+
+        unfinished = [inst for inst in self.instances if inst.state != STOPPED and not inst.sim.is_idle()]
+        if max_time == UNLIMITED:
+            if unfinished:
+                raise SimulationStuck(f"instance {unfinished[0].id} of model {unfinished[0].model.name} "
+                                      "planned no work with requests waiting and no more arrivals")
+            left = [m.name for m in models if m.pending]
+            if left:
+                raise SimulationStuck(f"model {left[0]} has requests but never got a GPU")
+        for inst in self.instances:
+            if inst.state != STOPPED:
+                self.stop(inst, max(now, inst.gpu_from), "end")
+        # requests still in the system (a time limit) report what they reached
+        for inst in self.instances:
+            st = inst.sim.state
+            for r in list(st.running.values()) + list(st.waiting):
+                if r.first_token >= 0:
+                    ttft[r.id] = r.first_token - r.arrival
+                if r.first_scheduled >= 0:
+                    queue[r.id] = r.first_scheduled - r.arrival
+                pre[r.id] = r.preemptions
+        if progress is not None:
+            progress(done, n)
+        rows = []
+        for inst in self.instances:
+            sim = inst.sim
+            h = sim.own_itl
+            rows.append({
+                "instance": inst.id, "model": inst.model.name, "node": inst.gpu.node.name, "gpu": inst.gpu.name,
+                "created_ns": inst.created, "gpu_from_ns": inst.gpu_from, "load_start_ns": inst.load_start,
+                "loaded_ns": inst.loaded_at, "ready_ns": inst.ready_at, "stop_ns": inst.stop_at,
+                "tier": inst.tier, "stop_reason": inst.stop_reason, "routed": inst.routed,
+                "completed": inst.completed, "migrated_out": inst.migrated_out, "steps": sim.steps,
+                "busy_ns": sim.busy, "itl_count": h.count,
+                "max_token_load": max((b for b, c in enumerate(sim.load_hist) if c), default=0),
+                "max_batch_size": max(sim.batch_hist, default=0), "itl_mean_ns": h.mean if h.count else None,
+                "admission": sim.scheduler.admission.name, "kv_capacity": sim.state.constraints.kv_capacity})
+        return ServerlessStats(
+            spec=self.spec, models=[m.name for m in models], req_model=reqs.model.astype(np.int64),
+            arrival_ns=np.asarray(arr, dtype=np.int64), prompt=reqs.prompt.astype(np.int64),
+            output=reqs.output.astype(np.int64), instance=_np(self.where), queue_ns=_np(queue), ttft_ns=_np(ttft),
+            e2e_ns=_np(e2e), tokens=_np(tokens), preemptions=_np(pre), migrations=_np(self.migrations), cold=_np(self.cold),
+            instances=rows, model_itl={m.name: m.itl for m in models}, itl=self.hist, end_ns=now,
+            steps=sum(i.sim.steps for i in self.instances), migrated_tokens=self.migrated_tokens,
+            peak_gpus=self.peak_gpus)
+
+    def plan(self, inst: _Instance, t: int) -> None:
+        sim = inst.sim
+        if inst.state != READY or sim.busy_until >= 0:
+            return
+        if sim.is_idle():
+            if inst.idle_since < 0:
+                self.go_idle(inst, t)
+            return
+        if t >= self.max_time:
+            return
+        end = sim.begin(t, self.max_time)
+        if end is None:
+            return            # nothing the policy runs now: wait for a request
+        inst.version += 1
+        self.push(end, _END, inst.id, inst, inst.version)
+
+    def go_idle(self, inst: _Instance, t: int) -> None:
+        inst.idle_since = t
+        inst.idle_ver += 1
+        ka = inst.model.keep_alive
+        if ka is not None:
+            self.push(t + ka, _EXPIRE, inst.id, inst, inst.idle_ver)
+        self.serve_waiting_models(t)
+
+
+def _steps_done(start: int, count: int, durs, t: int) -> int:
+    """Steps of a batch that started at `start` finished by `t`."""
+    if isinstance(durs, int):
+        return min(count, (t - start) // durs)
+    done, end = 0, start
+    for d in durs:
+        end += d
+        if end > t:
+            break
+        done += 1
+    return done
+
+
+def _np(a: array) -> np.ndarray:
+    return np.frombuffer(a, dtype=a.typecode).astype(np.int64) if len(a) else np.zeros(0, dtype=np.int64)
+
+
+def check_requests(spec: ServerlessSpec, reqs) -> None:
+    """Every request fits the KV cache of any instance of its model (ConfigError otherwise)."""
+    need = reqs.prompt + reqs.output - 1
+    for i, name in enumerate(reqs.models):
+        caps = [spec.kv_capacity(name, g) for g in spec.nodes if spec.fits(name, g)]
+        if any(c is None for c in caps):
+            continue
+        cap = min(caps)
+        bad = np.flatnonzero((reqs.model == i) & (need > cap))
+        if len(bad):
+            j = int(bad[0])
+            raise ConfigError(f"request {j} of model {name} needs {int(need[j])} KV tokens ({int(reqs.prompt[j])} "
+                              f"prompt + {int(reqs.output[j])} output - 1) but an instance holds {cap}: it could "
+                              "never complete (raise kv_capacity, lower kv_bytes_per_token or cap the lengths)")
+
+
+def run_serverless(spec: ServerlessSpec, *, fast: bool = True, max_time_s: float | None = None,
+                   requests=None, progress: Callable[[int, int], None] | None = None) -> ServerlessStats:
+    """Run the workload of `spec` (or `requests`, a `ServerlessRequests`) through its platform."""
+    reqs = make_serverless_requests(spec) if requests is None else requests
+    check_requests(spec, reqs)
+    max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
+    return _Runtime(spec, fast, max_time).run(reqs, progress)
+
+
+__all__ = ["run_serverless", "ServerlessStats", "check_requests", "LOADING", "READY", "DRAINING", "STOPPED"]

@@ -1,0 +1,255 @@
+"""A serverless run's results: per model and overall metrics, per-instance records, files.
+
+`write(out)` lays out:
+- `summary.json`: overall and per model: requests, completed, request throughput, TTFT
+  mean/p50/p95/p99, ITL mean/p99/CV, e2e latency mean/p99, cold starts (count, total and
+  mean time, loads per storage tier), GPU-seconds (time instances held GPUs, loading and
+  keep-alive included), busy GPU-seconds, instances used and peak concurrent instances,
+  migrations;
+- `config.json`: the platform as parsed (reproduces the run) and each model's resolved
+  scheduler;
+- `requests.csv`: `id,model,instance,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,
+  tpot_s,e2e_s,preemptions,migrations,cold_start,finished` (instance: the one that finished
+  it, or where it was last; cold_start 1 if it waited for an instance to start);
+- `instances.csv`: one row per instance: where it ran, when it was created, got its GPU,
+  loaded (and from which tier), became ready and stopped (and why), requests routed and
+  completed, steps, busy time, GPU-seconds, mean ITL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import ConfigError
+from ..core.jsonio import to_jsonable
+from ..core.request import NS
+from ..workload.serverless import ServerlessSpec, load_serverless
+from .histogram import GapHistogram
+from .serverless import ServerlessStats, run_serverless
+
+REQUEST_COLUMNS = ("id", "model", "instance", "arrival_s", "prompt_tokens", "output_tokens", "queue_s", "ttft_s",
+                   "tpot_s", "e2e_s", "preemptions", "migrations", "cold_start", "finished")
+INSTANCE_COLUMNS = ("instance", "model", "node", "gpu", "created_s", "gpu_from_s", "load_start_s", "loaded_s",
+                    "ready_s", "stop_s", "tier", "cold_start_s", "stop_reason", "routed", "completed",
+                    "migrated_out", "steps", "busy_s", "gpu_seconds", "mean_itl_ms", "admission", "kv_capacity")
+
+
+def _pct(ms: np.ndarray, name: str, ps=(50, 95, 99)) -> dict:
+    if not len(ms):
+        return {f"mean_{name}_ms": None, **{f"p{p}_{name}_ms": None for p in ps}}
+    out = {f"mean_{name}_ms": float(ms.mean())}
+    for p, v in zip(ps, np.percentile(ms, ps)):
+        out[f"p{p}_{name}_ms"] = float(v)
+    return out
+
+
+def _itl(h: GapHistogram) -> dict:
+    if not h.count:
+        return {"mean_itl_ms": None, "p50_itl_ms": None, "p99_itl_ms": None, "itl_cv": None, "itl_count": 0}
+    p50, p99 = h.percentiles((50, 99))
+    return {"mean_itl_ms": h.mean / 1e6, "p50_itl_ms": p50 / 1e6, "p99_itl_ms": p99 / 1e6,
+            "itl_cv": h.std / h.mean, "itl_count": int(h.count)}
+
+
+def _peak(intervals: list[tuple[int, int]]) -> int:
+    """Most intervals [start, stop) open at once."""
+    marks = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals], key=lambda x: (x[0], x[1]))
+    peak = cur = 0
+    for _, d in marks:
+        cur += d
+        peak = max(peak, cur)
+    return peak
+
+
+class ServerlessResult:
+    """What `simulate_serverless` returns."""
+
+    def __init__(self, stats: ServerlessStats, config: dict, wall_s: float = 0.0):
+        self.stats = stats
+        self.config = config
+        self.wall_s = wall_s
+        self._summary: dict | None = None
+
+    # ---- per request (seconds; NaN where not reached) ----------------------------------
+    def _s(self, ns: np.ndarray) -> np.ndarray:
+        out = ns.astype(np.float64) / NS
+        out[ns < 0] = np.nan
+        return out
+
+    @property
+    def finished(self) -> np.ndarray:
+        return self.stats.e2e_ns >= 0
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        return self._s(self.stats.ttft_ns)
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        return self._s(self.stats.e2e_ns)
+
+    @property
+    def model(self) -> np.ndarray:
+        """Each request's model name."""
+        return np.asarray(self.stats.models, dtype=object)[self.stats.req_model]
+
+    @property
+    def instances(self) -> list[dict]:
+        """One record per instance (times in ns, as instances.csv in seconds)."""
+        return self.stats.instances
+
+    # ---- summary -------------------------------------------------------------------------
+    @property
+    def summary(self) -> dict:
+        if self._summary is None:
+            self._summary = self._make_summary()
+        return self._summary
+
+    def _block(self, sel: np.ndarray, itl: GapHistogram, rows: list[dict], duration: float) -> dict:
+        st = self.stats
+        done = sel & self.finished
+        ttft = st.ttft_ns[done & (st.ttft_ns >= 0)] / 1e6
+        e2e = st.e2e_ns[done] / 1e6
+        out = {"num_requests": int(sel.sum()), "completed": int(done.sum()),
+               "unfinished": int(sel.sum() - done.sum()),
+               "request_throughput": float(done.sum()) / duration,
+               "output_throughput": float(st.output[done].sum()) / duration}
+        out.update(_pct(ttft, "ttft"))
+        out.update(_itl(itl))
+        e = _pct(e2e, "e2el", (50, 99))
+        out.update(e)
+        cold = [r for r in rows if r["ready_ns"] >= 0]
+        cold_ns = [r["ready_ns"] - r["created_ns"] for r in cold]
+        gpu_ns = [r["stop_ns"] - r["gpu_from_ns"] for r in rows if r["gpu_from_ns"] >= 0]
+        busy = sum(r["busy_ns"] for r in rows)
+        out.update({
+            "cold_starts": len(rows), "cold_start_time_s": sum(cold_ns) / NS,
+            "mean_cold_start_s": (sum(cold_ns) / len(cold_ns) / NS) if cold_ns else None,
+            "max_cold_start_s": (max(cold_ns) / NS) if cold_ns else None,
+            "requests_waiting_cold_start": int((st.cold.astype(bool) & sel).sum()),
+            "loads_by_tier": {t: sum(1 for r in rows if r["tier"] == t) for t in ("dram", "ssd", "remote")},
+            "gpu_seconds": sum(gpu_ns) / NS, "busy_gpu_seconds": busy / NS,
+            "gpu_busy_fraction": (busy / sum(gpu_ns)) if sum(gpu_ns) else None,
+            "instances_used": len(rows),
+            "peak_instances": _peak([(r["gpu_from_ns"], r["stop_ns"]) for r in rows if r["gpu_from_ns"] >= 0]),
+            "migrations": int(st.migrations[sel].sum()),
+            "preemptions": int(st.preemptions[sel].sum()),
+        })
+        return out
+
+    def _make_summary(self) -> dict:
+        st = self.stats
+        spec: ServerlessSpec = st.spec
+        done = self.finished
+        start = float(st.arrival_ns.min()) / NS if len(st.arrival_ns) else 0.0
+        last = float((st.arrival_ns + st.e2e_ns)[done].max()) / NS if done.any() else start
+        duration = max(last - start, 1e-12)
+        everyone = np.ones(len(st.arrival_ns), dtype=bool)
+        s = {"scheduler": spec.platform.scheduler, "router": spec.platform.routing,
+             "gpus": spec.num_gpus, "duration": duration}
+        s.update(self._block(everyone, st.itl, st.instances, duration))
+        s["peak_gpus_in_use"] = int(st.peak_gpus)
+        s["migrated_tokens"] = int(st.migrated_tokens)
+        s["steps"] = int(st.steps)
+        s["sim_end_s"] = st.end_ns / NS
+        s["wall_s"] = self.wall_s
+        s["models"] = {}
+        for i, name in enumerate(st.models):
+            rows = [r for r in st.instances if r["model"] == name]
+            s["models"][name] = self._block(st.req_model == i, st.model_itl[name], rows, duration)
+        return s
+
+    # ---- files ---------------------------------------------------------------------------
+    def write(self, out_dir: str | os.PathLike) -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        _write(out / "summary.json", lambda f: json.dump(to_jsonable(self.summary), f, indent=2))
+        _write(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))
+        _write(out / "requests.csv", self._write_requests)
+        _write(out / "instances.csv", self._write_instances)
+        return out
+
+    def _write_requests(self, f) -> None:
+        st = self.stats
+        n = len(st.arrival_ns)
+        f.write(",".join(REQUEST_COLUMNS) + "\n")
+        if not n:
+            return
+        e2e, ttft = st.e2e_ns, st.ttft_ns
+        tpot = np.full(n, -1, dtype=np.int64)
+        ok = (e2e >= 0) & (ttft >= 0) & (st.output > 1)
+        tpot[ok] = (e2e[ok] - ttft[ok]) // (st.output[ok] - 1)
+        cols = [np.arange(n).astype(str), self.model.astype(str), np.where(st.instance >= 0, st.instance, -1)
+                .astype(str), _secs(st.arrival_ns), st.prompt.astype(str), st.output.astype(str),
+                _secs(st.queue_ns), _secs(ttft), _secs(tpot), _secs(e2e), st.preemptions.astype(str),
+                st.migrations.astype(str), st.cold.astype(str), (e2e >= 0).astype(int).astype(str)]
+        cols[2] = np.where(st.instance >= 0, cols[2], "")
+        rows = cols[0].astype(object)
+        for c in cols[1:]:
+            rows = rows + "," + np.asarray(c, dtype=object)
+        f.write("\n".join(rows.tolist()) + "\n")
+
+    def _write_instances(self, f) -> None:
+        f.write(",".join(INSTANCE_COLUMNS) + "\n")
+        for r in self.stats.instances:
+            def s(ns):
+                return "" if ns < 0 else f"{ns / NS:.9f}"
+            cold = r["ready_ns"] - r["created_ns"] if r["ready_ns"] >= 0 else -1
+            gpu = r["stop_ns"] - r["gpu_from_ns"] if r["gpu_from_ns"] >= 0 else -1
+            itl = "" if r["itl_mean_ns"] is None else f"{r['itl_mean_ns'] / 1e6:.6f}"
+            vals = [r["instance"], r["model"], r["node"], r["gpu"], s(r["created_ns"]), s(r["gpu_from_ns"]),
+                    s(r["load_start_ns"]), s(r["loaded_ns"]), s(r["ready_ns"]), s(r["stop_ns"]), r["tier"], s(cold),
+                    r["stop_reason"], r["routed"], r["completed"], r["migrated_out"], r["steps"],
+                    s(r["busy_ns"]), s(gpu), itl, r["admission"], "" if r["kv_capacity"] is None else r["kv_capacity"]]
+            f.write(",".join(str(v) for v in vals) + "\n")
+
+
+def _secs(ns: np.ndarray) -> np.ndarray:
+    """Nanoseconds as seconds with 9 decimals; negative (not reached) as empty."""
+    ns = np.asarray(ns, dtype=np.int64)
+    whole, frac = np.divmod(np.abs(ns), NS)
+    text = np.char.add(np.char.add(whole.astype(str), "."), np.char.zfill(frac.astype(str), 9))
+    return np.where(ns >= 0, text, "")
+
+
+def _write(path: Path, writer) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer(f)
+    os.replace(tmp, path)
+
+
+def simulate_serverless(config, out_dir: str | os.PathLike | None = None, *, scheduler: str | None = None,
+                        fast: bool = True, max_time_s: float | None = None, scale: float | None = None,
+                        num_requests: int | None = None, seed: int | None = None,
+                        progress=None) -> ServerlessResult:
+    """Simulate a serverless platform (a `ServerlessSpec`, a mapping, or a YAML path); with
+    `out_dir`, also write its files. `scheduler` replaces the platform scheduler (fcfs,
+    round-robin, priority, dynamicbatch, twp, serverlessllm), `scale` multiplies every
+    arrival rate, `num_requests` and `seed` override the workload's."""
+    spec = load_serverless(config)
+    if any(v is not None for v in (scheduler, scale, num_requests, seed)):
+        spec = spec.replaced(scheduler=scheduler, scale=scale, num_requests=num_requests, seed=seed)
+    if max_time_s is not None and not (isinstance(max_time_s, (int, float)) and max_time_s > 0):
+        raise ConfigError(f"max_time_s must be a positive number of seconds, got {max_time_s!r}")
+    t0 = time.perf_counter()
+    stats = run_serverless(spec, fast=fast, max_time_s=max_time_s, progress=progress)
+    wall = time.perf_counter() - t0
+    config = spec.to_dict()
+    config["resolved"] = {name: {"admission": spec.admission(name), "router": spec.platform.routing,
+                                 "max_instances": spec.max_instances(name),
+                                 "kv_capacity": {g.name: spec.kv_capacity(name, g) for g in spec.nodes
+                                                 if spec.fits(name, g)}}
+                          for name in spec.models}
+    result = ServerlessResult(stats, config, wall_s=wall)
+    if out_dir is not None:
+        result.write(out_dir)
+    return result
+
+
+__all__ = ["ServerlessResult", "simulate_serverless"]
