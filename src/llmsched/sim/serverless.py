@@ -42,8 +42,8 @@ import heapq
 import math
 from array import array
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -117,7 +117,7 @@ class _InstanceSim(ServerSim):
 
 # ---- the platform's parts -------------------------------------------------------------------
 class _Node:
-    __slots__ = ("index", "group", "name", "gpus", "tiers", "queue", "current", "busy_until")
+    __slots__ = ("busy_until", "current", "gpus", "group", "index", "name", "queue", "tiers")
 
     def __init__(self, index: int, group, name: str):
         self.index = index
@@ -133,7 +133,7 @@ class _Node:
 
 
 class _Gpu:
-    __slots__ = ("order", "node", "index", "holder", "reserved")
+    __slots__ = ("holder", "index", "node", "order", "reserved")
 
     def __init__(self, order: int, node: _Node, index: int):
         self.order = order
@@ -156,7 +156,7 @@ class _Model:
         self.admission = spec.admission(name)
         self.max_instances = spec.max_instances(name)
         ka = spec.keep_alive_s(name)
-        self.keep_alive = None if math.isinf(ka) else int(round(ka * NS))
+        self.keep_alive = None if math.isinf(ka) else round(ka * NS)
         self.live: list[_Instance] = []   # loading and ready instances, in creation order
         self.instances: list[_Instance] = []
         self.pending: deque = deque()     # (request, recompute) waiting for an instance
@@ -173,9 +173,28 @@ class _Model:
 
 
 class _Instance:
-    __slots__ = ("id", "model", "gpu", "sim", "state", "version", "planned", "idle_ver", "idle_since",
-                 "created", "gpu_from", "load_start", "loaded_at", "ready_at", "stop_at", "tier",
-                 "stop_reason", "routed", "completed", "migrated_out")
+    __slots__ = (
+        "completed",
+        "created",
+        "gpu",
+        "gpu_from",
+        "id",
+        "idle_since",
+        "idle_ver",
+        "load_start",
+        "loaded_at",
+        "migrated_out",
+        "model",
+        "planned",
+        "ready_at",
+        "routed",
+        "sim",
+        "state",
+        "stop_at",
+        "stop_reason",
+        "tier",
+        "version",
+    )
 
     def __init__(self, id: int, model: _Model, gpu: _Gpu, sim: ServerSim, t: int):
         self.id = id
@@ -236,7 +255,7 @@ class _Runtime:
         self.migration = self.sllm and p.migration
         self.alpha = p.migration_alpha_s
         self.beta = p.migration_beta_s
-        self.init_ns = int(round(p.init_s * NS))
+        self.init_ns = round(p.init_s * NS)
         self.threshold = p.scale_out_tokens
         self.round_robin = p.routing == "round-robin"
         self.nodes: list[_Node] = []
@@ -381,7 +400,7 @@ class _Runtime:
 
     def load_time_ns(self, model: _Model, node: _Node) -> int:
         _, bw = self.source(model, node)
-        return int(round(model.spec.weights_gb / (bw * self.speedup) * NS))
+        return round(model.spec.weights_gb / (bw * self.speedup) * NS)
 
     def source(self, model: _Model, node: _Node) -> tuple[str, float]:
         """The fastest tier of `node` holding the model's checkpoint, and its bandwidth."""
@@ -453,7 +472,7 @@ class _Runtime:
         return self.migration_ns(longest) if st.running else 0
 
     def migration_ns(self, tokens: int) -> int:
-        return int(round((self.alpha * tokens + self.beta) * NS))
+        return round((self.alpha * tokens + self.beta) * NS)
 
     def start(self, model: _Model, choice, t: int) -> _Instance:
         kind, what = choice
@@ -503,7 +522,7 @@ class _Runtime:
         tier, bw = self.source(inst.model, node)
         if tier != "remote":
             node.tiers[tier].move_to_end(inst.model.name)
-        d = int(round(inst.model.spec.weights_gb / (bw * self.speedup) * NS))
+        d = round(inst.model.spec.weights_gb / (bw * self.speedup) * NS)
         inst.tier = tier
         inst.load_start = t
         node.current = inst
@@ -528,7 +547,7 @@ class _Runtime:
             held[name] = size
 
     def stop(self, inst: _Instance, t: int, reason: str) -> None:
-        inst.sim.itl      # flushes its last gaps to the histograms
+        _ = inst.sim.itl      # flushes its last gaps to the histograms
         inst.state = STOPPED
         inst.stop_at = t
         inst.stop_reason = reason
@@ -789,8 +808,8 @@ def run_serverless(spec: ServerlessSpec, *, fast: bool = True, max_time_s: float
     """Run the workload of `spec` (or `requests`, a `ServerlessRequests`) through its platform."""
     reqs = make_serverless_requests(spec) if requests is None else requests
     check_requests(spec, reqs)
-    max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
+    max_time = UNLIMITED if max_time_s is None else round(max_time_s * NS)
     return _Runtime(spec, fast, max_time).run(reqs, progress)
 
 
-__all__ = ["run_serverless", "ServerlessStats", "check_requests", "LOADING", "READY", "DRAINING", "STOPPED"]
+__all__ = ["DRAINING", "LOADING", "READY", "STOPPED", "ServerlessStats", "check_requests", "run_serverless"]

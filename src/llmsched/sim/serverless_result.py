@@ -161,7 +161,10 @@ class ServerlessResult:
         s["models"] = {}
         for i, name in enumerate(st.models):
             rows = [r for r in st.instances if r["model"] == name]
-            s["models"][name] = self._block(st.req_model == i, st.model_itl[name], rows, duration)
+            block = {"admission": spec.admission(name), "max_instances": spec.max_instances(name),
+                     "kv_capacity": {g.name: spec.kv_capacity(name, g) for g in spec.nodes if spec.fits(name, g)}}
+            block.update(self._block(st.req_model == i, st.model_itl[name], rows, duration))
+            s["models"][name] = block
         return s
 
     # ---- files ---------------------------------------------------------------------------
@@ -240,13 +243,7 @@ def simulate_serverless(config, out_dir: str | os.PathLike | None = None, *, sch
     t0 = time.perf_counter()
     stats = run_serverless(spec, fast=fast, max_time_s=max_time_s, progress=progress)
     wall = time.perf_counter() - t0
-    config = spec.to_dict()
-    config["resolved"] = {name: {"admission": spec.admission(name), "router": spec.platform.routing,
-                                 "max_instances": spec.max_instances(name),
-                                 "kv_capacity": {g.name: spec.kv_capacity(name, g) for g in spec.nodes
-                                                 if spec.fits(name, g)}}
-                          for name in spec.models}
-    result = ServerlessResult(stats, config, wall_s=wall)
+    result = ServerlessResult(stats, spec.to_dict(), wall_s=wall)
     if out_dir is not None:
         result.write(out_dir)
     return result

@@ -42,9 +42,19 @@ from .spec import load_trace
 from .trace import trace_format
 
 __all__ = [
-    "PLATFORM_SCHEDULERS", "SCHEDULER_ADMISSION", "ROUTERS", "TIERS", "NodeGroup", "ModelSpec",
-    "ModelTraffic", "ServerlessWorkload", "PlatformSpec", "ServerlessSpec", "ServerlessRequests",
-    "load_serverless", "make_serverless_requests",
+    "PLATFORM_SCHEDULERS",
+    "ROUTERS",
+    "SCHEDULER_ADMISSION",
+    "TIERS",
+    "ModelSpec",
+    "ModelTraffic",
+    "NodeGroup",
+    "PlatformSpec",
+    "ServerlessRequests",
+    "ServerlessSpec",
+    "ServerlessWorkload",
+    "load_serverless",
+    "make_serverless_requests",
 ]
 
 #: Platform policies (paper 2, Table II) and the admission policy each gives every instance.
@@ -111,21 +121,18 @@ def _num(value, where: str, *, lo: float = 0.0, lo_open: bool = False, inf_ok: b
     """A finite number >= lo (> lo with lo_open); `inf_ok` also accepts inf / never."""
     if inf_ok and isinstance(value, str) and value.strip().lower() in ("inf", "never", "forever"):
         return math.inf
-    if isinstance(value, bool) or value is None:
-        bad = True
-    else:
+    f = math.nan
+    if not isinstance(value, bool) and value is not None:
         try:
-            value = float(value)
-            bad = math.isnan(value) or (math.isinf(value) and not (inf_ok and value > 0))
+            f = float(value)
         except (TypeError, ValueError):
-            bad = True
-    if not bad:
-        bad = value <= lo if lo_open else value < lo
+            pass
+    bad = math.isnan(f) or (math.isinf(f) and not (inf_ok and f > 0)) or (f <= lo if lo_open else f < lo)
     if bad:
         cmp = ">" if lo_open else ">="
         extra = " (or never)" if inf_ok else ""
         raise _at(where, f"must be a number {cmp} {lo:g}{extra}, got {_show(value)}")
-    return float(value)
+    return f
 
 
 def _whole(value, where: str, minimum: int = 1, optional: bool = False) -> int | None:
@@ -182,7 +189,7 @@ class NodeGroup:
     dram: list = field(default_factory=list)
     ssd: list = field(default_factory=list)
 
-    def validate(self, where: str) -> "NodeGroup":
+    def validate(self, where: str) -> NodeGroup:
         self.name = _name(self.name, f"{where}.name")
         self.count = _whole(self.count, f"{where}.count")
         self.gpus = _whole(self.gpus, f"{where}.gpus")
@@ -235,7 +242,7 @@ class ModelSpec:
     max_instances: int | None = None
     keep_alive_s: float | None = None
 
-    def validate(self, where: str) -> "ModelSpec":
+    def validate(self, where: str) -> ModelSpec:
         self.weights_gb = _num(self.weights_gb, f"{where}.weights_gb", lo_open=True)
         if self.kv_bytes_per_token is not None and self.kv_capacity is not None:
             raise _at(where, "give kv_bytes_per_token or kv_capacity, not both")
@@ -395,7 +402,7 @@ class PlatformSpec:
     migration_alpha_s: float = 0.01
     migration_beta_s: float = 0.1
 
-    def validate(self, where: str = "platform") -> "PlatformSpec":
+    def validate(self, where: str = "platform") -> PlatformSpec:
         key = self.scheduler = _scheduler_key(self.scheduler, f"{where}.scheduler")
         if self.router is not None:
             if not isinstance(self.router, str):
@@ -467,7 +474,7 @@ class ServerlessSpec:
         if m.kv_bytes_per_token is None:
             return None
         free = self.platform.gpu_memory_utilization * group.gpu_memory_gb - m.weights_gb
-        return int(math.floor(free * 1e9 / m.kv_bytes_per_token + 1e-9))
+        return math.floor(free * 1e9 / m.kv_bytes_per_token + 1e-9)
 
     def fits(self, model: str, group: NodeGroup) -> bool:
         """Whether one GPU of `group` holds the model: weights within the usable memory,
@@ -498,7 +505,7 @@ class ServerlessSpec:
         return sum(g.count * g.gpus for g in self.nodes)
 
     # ---- validation --------------------------------------------------------------------
-    def validate(self) -> "ServerlessSpec":
+    def validate(self) -> ServerlessSpec:
         self.remote_bandwidth_gbps = _num(self.remote_bandwidth_gbps, "cluster.remote_bandwidth_gbps", lo_open=True)
         if isinstance(self.nodes, NodeGroup):
             self.nodes = [self.nodes]
@@ -543,7 +550,7 @@ class ServerlessSpec:
                 "workload": self.workload.to_dict(), "platform": self.platform.to_dict()}
 
     @classmethod
-    def from_dict(cls, d) -> "ServerlessSpec":
+    def from_dict(cls, d) -> ServerlessSpec:
         d = _mapping(d if d is not None else {}, "", "a serverless platform")
         _keys(d, _TOP_KEYS, "")
         for k in ("cluster", "models"):
@@ -593,8 +600,8 @@ class ServerlessSpec:
         return spec.validate()
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike) -> "ServerlessSpec":
-        import yaml  # noqa: PLC0415
+    def from_yaml(cls, path: str | os.PathLike) -> ServerlessSpec:
+        import yaml
 
         p = Path(path)
         if not p.is_file():
@@ -609,7 +616,7 @@ class ServerlessSpec:
             raise ConfigError(f"{p.name}: {e}") from None
 
     def replaced(self, *, scheduler: str | None = None, scale: float | None = None,
-                 num_requests: int | None = None, seed: int | None = None) -> "ServerlessSpec":
+                 num_requests: int | None = None, seed: int | None = None) -> ServerlessSpec:
         """A copy with another platform scheduler, every arrival rate times `scale`, or
         another request count or seed."""
         spec = ServerlessSpec.from_dict(self.to_dict())

@@ -1,0 +1,572 @@
+"""The serverless runtime: cold starts from the tier holding the checkpoint, LRU tiers,
+keep-alive and scale to zero, scale-out bounded by free GPUs, ServerlessLLM's placement and
+live migration, each platform scheduler's rule on a hand case, no request lost or
+duplicated, fast == step by step, the YAML spec and its errors, the files."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmsched.core import ConfigError
+from llmsched.core.request import NS
+from llmsched.sim.serverless import run_serverless
+from llmsched.sim.serverless_result import simulate_serverless
+from llmsched.workload.serverless import (
+    PLATFORM_SCHEDULERS,
+    ServerlessRequests,
+    load_serverless,
+    make_serverless_requests,
+)
+
+EXAMPLE = "examples/serverless/small.yaml"
+MS = NS // 1000
+
+
+def base(**platform) -> dict:
+    """One node, one 80 GB GPU, DRAM 20 GB/s, SSD 5 GB/s, remote 2 GB/s; model `m` of 10 GB
+    whose steps take 10 ms; no init time."""
+    return {
+        "cluster": {"remote_bandwidth_gbps": 2.0,
+                    "nodes": [{"count": 1, "gpus": 1, "gpu_memory_gb": 80, "dram_gb": 50, "dram_bandwidth_gbps": 20,
+                               "ssd_gb": 100, "ssd_bandwidth_gbps": 5}]},
+        "models": {"m": {"weights_gb": 10, "cost_model": "const:10"}},
+        "workload": {"rate": 1, "num_requests": 1},
+        "platform": {"init_s": 0, "keep_alive_s": "never", **platform},
+    }
+
+
+def run(cfg: dict, rows, fast: bool = True):
+    """Run `rows` of (arrival_s, model, prompt, output) on the platform `cfg`."""
+    spec = load_serverless(cfg)
+    names = list(spec.models)
+    rows = sorted(rows, key=lambda r: r[0])
+    reqs = ServerlessRequests(np.array([r[0] for r in rows], dtype=float),
+                              np.array([r[2] for r in rows], dtype=np.int64),
+                              np.array([r[3] for r in rows], dtype=np.int64),
+                              np.array([names.index(r[1]) for r in rows], dtype=np.int64), names)
+    return run_serverless(spec, fast=fast, requests=reqs)
+
+
+def inst(stats, i):
+    return stats.instances[i]
+
+
+def ns(s: float) -> int:
+    return round(s * NS)
+
+
+# ---- cold starts and tiers ----------------------------------------------------------------------
+@pytest.mark.parametrize("tier,load_s", [("dram", 10 / 20), ("ssd", 10 / 5), ("remote", 10 / 2)])
+@pytest.mark.parametrize("scheduler", ["fcfs", "serverlessllm"])
+def test_cold_start_is_init_plus_size_over_the_bandwidth_of_the_tier_holding_the_checkpoint(tier, load_s, scheduler):
+    cfg = base(scheduler=scheduler, init_s=0.5)
+    node = cfg["cluster"]["nodes"][0]
+    if tier != "remote":
+        node[tier] = ["m"]
+    if tier == "dram":
+        node["ssd"] = ["m"]          # the fastest tier holding it counts
+    speedup = 2.0 if scheduler == "serverlessllm" else 1.0
+    s = run(cfg, [(1.0, "m", 10, 1)])
+    i = inst(s, 0)
+    assert i["tier"] == tier
+    assert i["ready_ns"] - i["created_ns"] == ns(0.5) + ns(load_s / speedup)
+    # the request waits through the cold start: TTFT = cold start + its one 10 ms step
+    assert s.ttft_ns[0] == ns(0.5) + ns(load_s / speedup) + 10 * MS
+    assert s.cold[0] == 1
+
+
+def _tiers(cfg, order):
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "abc"}
+    cfg["platform"]["keep_alive_s"] = 1
+    s = run(cfg, [(100.0 * k, m, 10, 1) for k, m in enumerate(order)])
+    assert [i["model"] for i in s.instances] == list(order)
+    return [i["tier"] for i in s.instances]
+
+
+def test_dram_cache_fills_on_load_and_evicts_least_recently_used():
+    cfg = base()
+    cfg["cluster"]["nodes"][0].update(dram_gb=25, ssd_gb=100)
+    # a, b fill DRAM (2 x 10 GB of 25); reading a refreshes it, so c evicts b, not a
+    assert _tiers(cfg, "abaca") == ["remote", "remote", "dram", "remote", "dram"]
+    cfg = base()
+    cfg["cluster"]["nodes"][0].update(dram_gb=25, ssd_gb=100)
+    # without the refresh a is the oldest: c evicts it and a comes back from the SSD
+    assert _tiers(cfg, "abca") == ["remote", "remote", "remote", "ssd"]
+
+
+def test_ssd_fills_from_the_remote_store_and_evicts_least_recently_used():
+    cfg = base()
+    cfg["cluster"]["nodes"][0].update(dram_gb=0, ssd_gb=25)
+    assert _tiers(cfg, "abaca") == ["remote", "remote", "ssd", "remote", "ssd"]
+    cfg = base()
+    cfg["cluster"]["nodes"][0].update(dram_gb=0, ssd_gb=25)
+    assert _tiers(cfg, "abcab") == ["remote", "remote", "remote", "remote", "remote"]
+
+
+def test_a_checkpoint_larger_than_a_tier_is_never_cached_there():
+    cfg = base()
+    cfg["cluster"]["nodes"][0].update(dram_gb=5, ssd_gb=5)
+    assert _tiers(cfg, "aa") == ["remote", "remote"]
+
+
+def test_loads_on_one_node_queue_behind_each_other():
+    cfg = base()
+    cfg["cluster"]["nodes"][0]["gpus"] = 2
+    cfg["models"]["n"] = {"weights_gb": 10, "cost_model": "const:10"}
+    s = run(cfg, [(0.0, "m", 10, 1), (1.0, "n", 10, 1)])
+    a, b = s.instances
+    assert a["load_start_ns"] == 0 and a["loaded_ns"] == ns(5)
+    assert b["created_ns"] == ns(1) and b["load_start_ns"] == ns(5) and b["loaded_ns"] == ns(10)
+
+
+# ---- keep-alive, scale to zero, reclaim -------------------------------------------------------------
+def test_keep_alive_expires_and_the_model_scales_to_zero():
+    cfg = base(keep_alive_s=5)
+    s = run(cfg, [(0.0, "m", 10, 1), (100.0, "m", 10, 1)])
+    a, b = s.instances
+    finish0 = s.e2e_ns[0]
+    assert a["stop_reason"] == "keep-alive" and a["stop_ns"] == finish0 + ns(5)
+    assert b["created_ns"] == ns(100) and b["tier"] == "dram"     # the first load filled the cache
+    assert b["stop_ns"] == ns(100) + s.e2e_ns[1] + ns(5)
+    res = simulate_serverless(cfg)     # GPU-seconds: the time instances hold the GPU, loading included
+    rows = res.instances
+    assert res.summary["gpu_seconds"] == pytest.approx(sum(r["stop_ns"] - r["gpu_from_ns"] for r in rows) / NS)
+    # kept alive: one instance serves both, and holds its GPU to the end
+    s = run(base(keep_alive_s="never"), [(0.0, "m", 10, 1), (100.0, "m", 10, 1)])
+    assert len(s.instances) == 1 and s.instances[0]["routed"] == 2 and s.instances[0]["stop_reason"] == "end"
+
+
+def test_a_request_during_keep_alive_cancels_the_expiry():
+    s = run(base(keep_alive_s=5), [(0.0, "m", 10, 1), (8.0, "m", 10, 1), (12.0, "m", 10, 1)])
+    assert len(s.instances) == 1
+    assert s.instances[0]["stop_ns"] == ns(12) + s.e2e_ns[2] + ns(5)
+
+
+def test_a_model_without_instance_takes_the_gpu_of_an_idle_one_or_waits_for_it():
+    cfg = base()
+    cfg["models"]["n"] = {"weights_gb": 10, "cost_model": "const:10"}
+    s = run(cfg, [(0.0, "m", 10, 1), (50.0, "n", 10, 1)])
+    a, b = s.instances
+    assert a["stop_reason"] == "reclaimed" and a["stop_ns"] == ns(50) and b["gpu_from_ns"] == ns(50)
+    # m busy with a long request: n waits until m's instance is idle
+    s = run(cfg, [(0.0, "m", 10, 500), (6.0, "n", 10, 1)])
+    a, b = s.instances
+    assert a["stop_ns"] == s.e2e_ns[0] and b["created_ns"] == s.e2e_ns[0]
+    assert s.ttft_ns[1] > s.e2e_ns[0] - ns(6)
+
+
+# ---- scale-out ------------------------------------------------------------------------------------------
+def two_nodes(**platform) -> dict:
+    cfg = base(**platform)
+    cfg["cluster"]["nodes"][0]["count"] = 2
+    return cfg
+
+
+def test_scale_out_stops_at_the_free_gpus_and_never_takes_an_idle_instance():
+    cfg = two_nodes(scale_out_tokens=0, max_instances=8)
+    s = run(cfg, [(0.01 * k, "m", 100, 200) for k in range(10)])
+    assert len(s.instances) == 2                              # two GPUs
+    cfg["models"]["n"] = {"weights_gb": 10, "cost_model": "const:10", "max_instances": 1}
+    s = run(cfg, [(0.0, "n", 10, 1)] + [(20.0 + 0.01 * k, "m", 100, 200) for k in range(10)])
+    assert [i["model"] for i in s.instances] == ["n", "m"]    # n's idle instance keeps its GPU
+    assert s.instances[0]["stop_reason"] == "end"
+
+
+def test_scale_out_when_queued_work_per_instance_exceeds_the_threshold():
+    cfg = two_nodes(scale_out_tokens=1000)
+    # 600 tokens of work: below the threshold; 1200: above, a second instance starts
+    s = run(cfg, [(0.0, "m", 100, 500), (0.1, "m", 100, 1)])
+    assert len(s.instances) == 1
+    s = run(cfg, [(0.0, "m", 100, 500), (0.1, "m", 100, 600)])
+    assert len(s.instances) == 2 and s.instances[1]["created_ns"] == ns(0.1)
+    cfg["platform"]["max_instances"] = 1
+    s = run(cfg, [(0.0, "m", 100, 500), (0.1, "m", 100, 600)])
+    assert len(s.instances) == 1
+
+
+def _check_gpus(spec, s):
+    """No GPU holds two instances at once; instances per model within max_instances; an
+    instance is reclaimed only for a model with no other instance at that moment."""
+    by_gpu = {}
+    for r in s.instances:
+        by_gpu.setdefault(r["gpu"], []).append((r["gpu_from_ns"], r["stop_ns"]))
+    for spans in by_gpu.values():
+        spans.sort()
+        for (a0, a1), (b0, b1) in itertools.pairwise(spans):
+            assert a1 <= b0
+    assert s.peak_gpus <= spec.num_gpus
+    for m in spec.models:
+        rows = [r for r in s.instances if r["model"] == m]
+        for r in rows:
+            alive = sum(1 for q in rows if q["created_ns"] <= r["created_ns"] < q["stop_ns"])
+            assert alive <= spec.max_instances(m)
+    for r in s.instances:
+        if r["stop_reason"] == "reclaimed":
+            new = [q for q in s.instances if q["gpu"] == r["gpu"] and q["created_ns"] == r["stop_ns"]]
+            assert len(new) == 1
+            others = [q for q in s.instances if q["model"] == new[0]["model"] and q is not new[0]
+                      and q["created_ns"] <= r["stop_ns"] < q["stop_ns"]]
+            assert not others
+
+
+# ---- ServerlessLLM -------------------------------------------------------------------------------------
+def test_serverlessllm_starts_where_the_checkpoint_is_closest_fcfs_takes_the_first_free_gpu():
+    cfg = two_nodes(init_s=0.5)
+    cfg["cluster"]["nodes"] = [dict(cfg["cluster"]["nodes"][0], count=1, name="a"),
+                               dict(cfg["cluster"]["nodes"][0], count=1, name="b", dram=["m"])]
+    s = run(cfg, [(0.0, "m", 10, 1)])
+    assert s.instances[0]["gpu"] == "a/gpu0" and s.instances[0]["tier"] == "remote"
+    cfg["platform"]["scheduler"] = "serverlessllm"
+    s = run(cfg, [(0.0, "m", 10, 1)])
+    i = s.instances[0]
+    assert i["gpu"] == "b/gpu0" and i["tier"] == "dram"
+    assert i["ready_ns"] - i["created_ns"] == ns(0.5) + ns(10 / (20 * 2.0))
+    # the load queue counts: while b's loader reads a 60 GB checkpoint from its SSD (6 s),
+    # m's remote load on a (2.5 s) beats its DRAM load on b (5.9 s wait + 0.25 s)
+    cfg["models"]["big"] = {"weights_gb": 60, "cost_model": "const:10"}
+    cfg["cluster"]["nodes"][1].update(gpus=2, ssd=["big"])
+    s = run(cfg, [(0.0, "big", 10, 1), (0.1, "m", 10, 1)])
+    assert [i["gpu"] for i in s.instances] == ["b/gpu0", "a/gpu0"]
+    assert [i["tier"] for i in s.instances] == ["ssd", "remote"]
+
+
+def migration_case(scheduler: str):
+    """Two GPUs on two nodes; model a runs two long requests on its two instances; model b
+    arrives at t = 1.005 s when no GPU is free."""
+    cfg = two_nodes(scheduler=scheduler, scale_out_tokens=0)
+    cfg["cluster"]["remote_bandwidth_gbps"] = 10
+    cfg["models"] = {"a": {"weights_gb": 10, "cost_model": "const:10"},
+                     "b": {"weights_gb": 10, "cost_model": "const:10"}}
+    return run(cfg, [(0.0, "a", 100, 1000), (0.1, "a", 100, 1000), (1.005, "b", 10, 5)])
+
+
+def test_serverlessllm_live_migration_frees_a_gpu_and_conserves_tokens():
+    s = migration_case("serverlessllm")
+    a0, a1, b = s.instances
+    # a: two instances from the first request (threshold 0); ready at 0.5 s (10 GB at 2 x 10 GB/s)
+    assert (a0["model"], a1["model"], b["model"]) == ("a", "a", "b") and a0["ready_ns"] == ns(0.5)
+    # request 0 prefilled at 0.51 s (token 1), one token per 10 ms: at the boundary after
+    # 1.005 s (1.01 s) it has 51 tokens; it migrates with 100 + 51 tokens: 0.01 * 151 + 0.1 s
+    land = ns(1.01) + ns(0.01 * 151 + 0.1)
+    assert a0["stop_reason"] == "migrated" and a0["stop_ns"] == land
+    assert b["created_ns"] == ns(1.005) and b["gpu_from_ns"] == land and b["ready_ns"] == land + ns(0.5)
+    assert list(s.migrations) == [1, 0, 0] and s.instance[0] == a1["instance"]
+    assert (s.e2e_ns >= 0).all() and list(s.tokens) == [1000, 1000, 5]
+    # every token once: each token after the first is one inter-token gap
+    assert s.itl.count == int((s.output - 1).sum())
+    assert s.itl.max >= ns(0.01 * 151 + 0.1)               # the migrated request's pause
+    assert s.migrated_tokens == 151
+    # without ServerlessLLM, b waits for an instance of a to finish
+    s = migration_case("fcfs")
+    assert list(s.migrations) == [0, 0, 0]
+    first_done = min(s.e2e_ns[0], s.e2e_ns[1] + ns(0.1))
+    assert s.instances[2]["created_ns"] == first_done == s.instances[2]["gpu_from_ns"]
+    assert s.ttft_ns[2] > first_done - ns(1.005)
+
+
+def test_migration_needs_a_sibling_instance():
+    cfg = two_nodes(scheduler="serverlessllm", scale_out_tokens=1e9)
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "abc"}
+    s = run(cfg, [(0.0, "a", 100, 1000), (0.1, "b", 100, 1000), (7.0, "c", 10, 5)])
+    assert s.migrations.sum() == 0
+    assert s.instances[2]["created_ns"] == min(s.e2e_ns[0], s.e2e_ns[1] + ns(0.1))
+
+
+# ---- each platform scheduler's admission and routing rule --------------------------------------------
+def queued_during_cold_start(scheduler, **model):
+    cfg = base(scheduler=scheduler)
+    cfg["models"]["m"].update(model)
+    prompts = [10, 8, 6, 4, 2]
+    return run(cfg, [(0.1 * k, "m", p, 1) for k, p in enumerate(prompts)])
+
+
+def test_fcfs_admits_in_arrival_order_priority_shortest_prompt_first():
+    s = queued_during_cold_start("fcfs", k_max=1)
+    start = s.arrival_ns + s.queue_ns
+    assert list(np.argsort(start)) == [0, 1, 2, 3, 4]
+    assert s.instances[0]["admission"] == "fcfs"
+    s = queued_during_cold_start("priority", k_max=1)
+    start = s.arrival_ns + s.queue_ns
+    assert list(np.argsort(start)) == [4, 3, 2, 1, 0]
+    assert s.instances[0]["admission"] == "spf"
+
+
+def burst(scheduler, **model):
+    cfg = base(scheduler=scheduler)
+    cfg["models"]["m"].update(b_max=4096, **model)
+    return run(cfg, [(0.01 * k, "m", 10, 50) for k in range(30)])
+
+
+def test_fcfs_has_no_concurrency_bound():
+    s = burst("fcfs")
+    assert (s.arrival_ns + s.queue_ns == s.instances[0]["ready_ns"]).all()
+    assert s.instances[0]["max_batch_size"] == 30
+
+
+def test_dynamicbatch_caps_the_batch_size():
+    s = burst("dynamicbatch", admission_options={"dynamicbatch": {"c0": 4, "c_max": 4}})
+    i = s.instances[0]
+    assert i["admission"] == "dynamicbatch" and i["max_batch_size"] == 4
+    start = s.arrival_ns + s.queue_ns
+    finish = s.arrival_ns + s.e2e_ns
+    assert (start[4:] >= np.sort(finish)[:26]).all()       # a fifth joins only when one has left
+
+
+def test_twp_paces_the_token_load_with_its_window():
+    s = burst("twp", admission_options={"twp": {"h_min": 16, "h_max": 16, "max_active": 8}})
+    i = s.instances[0]
+    assert i["admission"] == "twp" and i["max_token_load"] <= 16
+    assert burst("fcfs").instances[0]["max_token_load"] > 16
+
+
+def test_admission_options_may_be_flat_or_keyed_by_policy():
+    cfg = base(scheduler="dynamicbatch")
+    cfg["models"]["m"]["admission_options"] = {"c0": 2, "c_max": 2}
+    s = run(cfg, [(0.0, "m", 10, 20)] * 6)
+    assert s.instances[0]["max_batch_size"] == 2
+    cfg["models"]["m"]["admission_options"] = {"twp": {"h_min": 16}}   # another policy's: unused
+    s = run(cfg, [(0.0, "m", 10, 20)] * 6)
+    assert s.instances[0]["max_batch_size"] == 6
+
+
+def rr_case(scheduler, router=None):
+    cfg = two_nodes(scheduler=scheduler, scale_out_tokens=0)
+    if router:
+        cfg["platform"]["router"] = router
+    rows = [(0.0, "m", 10, 1), (10.0, "m", 1000, 2000)] + [(10.001 * 1 + 0.001 * k, "m", 10, 10) for k in range(1, 5)]
+    return run(cfg, rows)
+
+
+def test_round_robin_routes_in_rotation_least_loaded_to_the_least_work():
+    s = rr_case("round-robin")
+    assert len(s.instances) == 2
+    assert list(s.instance[1:]) == [0, 1, 0, 1, 0]
+    s = rr_case("fcfs")
+    assert list(s.instance[1:]) == [0, 1, 1, 1, 1]
+    s = rr_case("fcfs", router="round-robin")
+    assert list(s.instance[1:]) == [0, 1, 0, 1, 0]
+
+
+# ---- no request lost or duplicated; fast == step by step -------------------------------------------
+@st.composite
+def platforms(draw):
+    n_models = draw(st.integers(1, 3))
+    groups = []
+    for g in range(draw(st.integers(1, 2))):
+        groups.append({"name": f"g{g}", "count": draw(st.integers(1, 2)), "gpus": draw(st.integers(1, 2)),
+                       "gpu_memory_gb": draw(st.sampled_from([40, 80])), "dram_gb": draw(st.sampled_from([0, 20, 50])),
+                       "dram_bandwidth_gbps": 20, "ssd_gb": draw(st.sampled_from([0, 30, 200])),
+                       "ssd_bandwidth_gbps": 5})
+    models = {}
+    for i in range(n_models):
+        models[f"m{i}"] = {"weights_gb": draw(st.sampled_from([2, 10, 30])),
+                           "cost_model": draw(st.sampled_from(["paper", "linear:c=5,a=0.05", "const:10"])),
+                           "b_max": draw(st.sampled_from([32, 128, 512])),
+                           "kv_capacity": draw(st.sampled_from([None, 1200]))}
+        if draw(st.booleans()):
+            models[f"m{i}"]["k_max"] = draw(st.integers(2, 8))
+    return {
+        "cluster": {"remote_bandwidth_gbps": draw(st.sampled_from([2, 10])), "nodes": groups},
+        "models": models,
+        "workload": {"arrival": "gamma", "cv": draw(st.sampled_from([1, 3])), "rate": draw(st.sampled_from([2, 8, 20])),
+                     "popularity": draw(st.sampled_from(["uniform", "zipf:1.5"])), "num_requests": 120,
+                     "prompt": "uniform:1,300", "output": "uniform:1,200", "seed": draw(st.integers(0, 50))},
+        "platform": {"scheduler": draw(st.sampled_from(PLATFORM_SCHEDULERS)),
+                     "keep_alive_s": draw(st.sampled_from([0, 0.5, 3, "never"])),
+                     "scale_out_tokens": draw(st.sampled_from([0, 500, 5000])),
+                     "init_s": draw(st.sampled_from([0, 0.3])),
+                     "serverlessllm": {"alpha_s_per_token": draw(st.sampled_from([0.0001, 0.01]))}},
+    }
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(platforms())
+def test_no_request_lost_or_duplicated_and_fast_equals_step_by_step(cfg):
+    spec = load_serverless(cfg)
+    fast = run_serverless(spec)
+    n = len(fast.arrival_ns)
+    assert (fast.e2e_ns >= 0).all()                                   # every request finished ...
+    assert sum(r["completed"] for r in fast.instances) == n          # ... exactly once
+    assert (fast.tokens == fast.output).all()                         # with all its tokens
+    assert fast.itl.count == int((fast.output - 1).sum())             # none emitted twice
+    assert all(r["stop_ns"] >= 0 for r in fast.instances)
+    _check_gpus(spec, fast)
+    exact = run_serverless(spec, fast=False)
+    for k in ("ttft_ns", "e2e_ns", "queue_ns", "instance", "migrations", "cold"):
+        assert np.array_equal(getattr(fast, k), getattr(exact, k)), k
+    assert fast.instances == exact.instances
+    assert fast.itl.total == exact.itl.total and fast.end_ns == exact.end_ns
+
+
+def test_busy_platform_with_migrations_loses_nothing():
+    """Many models on few GPUs under ServerlessLLM: GPUs change hands by migration, reclaim
+    and keep-alive; every request finishes once with all its tokens."""
+    cfg = two_nodes(scheduler="serverlessllm", scale_out_tokens=200, keep_alive_s=0.5)
+    cfg["cluster"]["nodes"][0]["gpus"] = 2
+    cfg["models"] = {f"m{i}": {"weights_gb": 5, "cost_model": "paper", "b_max": 256} for i in range(5)}
+    cfg["workload"] = {"arrival": "gamma", "cv": 3, "rate": 30, "popularity": "zipf:0.8", "num_requests": 600,
+                       "prompt": "uniform:1,400", "output": "uniform:1,300", "seed": 3}
+    cfg["platform"]["serverlessllm"] = {"alpha_s_per_token": 0.0005}
+    spec = load_serverless(cfg)
+    s = run_serverless(spec)
+    assert s.migrations.sum() > 0
+    assert (s.e2e_ns >= 0).all() and (s.tokens == s.output).all()
+    assert s.itl.count == int((s.output - 1).sum())
+    _check_gpus(spec, s)
+    exact = run_serverless(spec, fast=False)
+    assert np.array_equal(s.e2e_ns, exact.e2e_ns) and s.instances == exact.instances
+
+
+# ---- the spec ---------------------------------------------------------------------------------------------
+def test_popularity_splits_the_total_rate():
+    cfg = base()
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "abc"}
+    cfg["workload"] = {"rate": 10, "popularity": "zipf:1", "num_requests": 6000}
+    reqs = make_serverless_requests(load_serverless(cfg))
+    share = np.bincount(reqs.model, minlength=3) / len(reqs)
+    assert share == pytest.approx(np.array([1, 1 / 2, 1 / 3]) / (1 + 1 / 2 + 1 / 3), abs=0.02)
+    cfg["workload"] = {"rate": 10, "popularity": {"a": 1, "c": 3}, "num_requests": 4000,
+                       "models": {"b": {"share": 0}, "c": {"prompt": "const:77"}}}
+    reqs = make_serverless_requests(load_serverless(cfg))
+    share = np.bincount(reqs.model, minlength=3) / len(reqs)
+    assert share == pytest.approx([0.25, 0, 0.75], abs=0.03)
+    assert (reqs.prompt[reqs.model == 2] == 77).all()
+
+
+def test_a_rate_per_model():
+    cfg = base()
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}
+    cfg["workload"] = {"duration_s": 200, "models": {"a": {"rate": 4}, "b": {"rate": 1, "arrival": "gamma", "cv": 2}}}
+    reqs = make_serverless_requests(load_serverless(cfg))
+    counts = np.bincount(reqs.model, minlength=2)
+    assert counts[0] == pytest.approx(800, rel=0.15) and counts[1] == pytest.approx(200, rel=0.3)
+    assert (np.diff(reqs.arrival_s) >= 0).all()
+
+
+def test_a_trace_with_a_model_column(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens,model\n0.5,10,2,b\n0.1,20,3,a\n2.0,5,1,b\n")
+    cfg = base()
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}
+    cfg["workload"] = {"trace": str(p)}
+    reqs = make_serverless_requests(load_serverless(cfg))
+    assert list(reqs.arrival_s) == [0.1, 0.5, 2.0] and list(reqs.model) == [0, 1, 1] and list(reqs.prompt) == [20, 10, 5]
+    res = simulate_serverless(cfg)
+    assert res.summary["completed"] == 3
+    p.write_text("arrival_s,prompt_tokens,output_tokens,model\n0.5,10,2,zz\n")
+    with pytest.raises(ConfigError, match="workload.trace: .*unknown model 'zz'"):
+        make_serverless_requests(load_serverless(cfg))
+
+
+def test_kv_capacity_from_bytes_per_token_and_requests_that_cannot_fit():
+    cfg = base()
+    cfg["models"]["m"].update(kv_bytes_per_token=1e6)     # (0.9 x 80 - 10) GB / 1 MB = 62,000 tokens
+    spec = load_serverless(cfg)
+    assert spec.kv_capacity("m", spec.nodes[0]) == 62000
+    cfg["models"]["m"].update(kv_bytes_per_token=None, kv_capacity=100)
+    with pytest.raises(ConfigError, match="request 0 of model m needs 109 KV tokens"):
+        run(cfg, [(0.0, "m", 100, 10)])
+
+
+BAD = [
+    (lambda c: c["cluster"]["nodes"][0].update(ssd=["nope"]), "cluster.nodes[0].ssd[0]: unknown model 'nope'"),
+    (lambda c: c["workload"].update(models={"zz": {"share": 1}}), "workload.models.zz: unknown model 'zz'"),
+    (lambda c: c["workload"].update(popularity={"q": 1}), "workload.popularity.q: unknown model 'q'"),
+    (lambda c: c["cluster"]["nodes"][0].update(ssd_bandwidth_gbps=-1),
+     "cluster.nodes[0].ssd_bandwidth_gbps: must be a number > 0, got -1"),
+    (lambda c: c["cluster"].update(remote_bandwidth_gbps=-2), "cluster.remote_bandwidth_gbps: must be a number > 0"),
+    (lambda c: c["models"]["m"].update(weights_gb=200), "models.m: no GPU is large enough: 200 GB"),
+    (lambda c: c["platform"].update(scheduler="fifo"), "platform.scheduler: unknown scheduler 'fifo'"),
+    (lambda c: c["platform"].update(router="random"), "platform.router: unknown router 'random'"),
+    (lambda c: c["platform"].update(scheduler="round-robin", router="least-loaded"), "platform.router: the round-robin"),
+    (lambda c: c["platform"].update(keep_alive_s=-1), "platform.keep_alive_s: must be a number >= 0"),
+    (lambda c: c["models"]["m"].update(cost_model="nope"), "models.m.cost_model: unknown cost model"),
+    (lambda c: c["models"]["m"].update(wieghts=3), "models.m: unknown key 'wieghts'"),
+    (lambda c: c.update(extra=1), "unknown key 'extra'"),
+    (lambda c: c.pop("models"), "models: missing section 'models'"),
+    (lambda c: c["workload"].update(rate=None, num_requests=3), "workload: needs a total rate"),
+    (lambda c: c["workload"].update(num_requests=None), "workload: needs num_requests or duration_s"),
+    (lambda c: c["workload"].update(prompt="weird:3"), "workload.prompt: unknown length law"),
+    (lambda c: c["cluster"]["nodes"][0].update(dram=["m"], dram_gb=5), "cluster.nodes[0].dram: the listed checkpoints"),
+    (lambda c: c["models"]["m"].update(kv_capacity=10, kv_bytes_per_token=5), "models.m: give kv_bytes_per_token or"),
+    (lambda c: c["platform"].update(serverlessllm={"load_speedup": 0}), "platform.serverlessllm.load_speedup: must be"),
+]
+
+
+@pytest.mark.parametrize("mutate,message", BAD)
+def test_bad_spec_is_one_clear_config_error(mutate, message):
+    cfg = copy.deepcopy(base())
+    mutate(cfg)
+    with pytest.raises(ConfigError) as e:
+        load_serverless(cfg)
+    text = str(e.value)
+    assert message in text and "\n" not in text
+
+
+def test_bad_scheduler_options_name_the_model():
+    cfg = base(scheduler="twp")
+    cfg["models"]["m"]["admission_options"] = {"nope": 1}
+    with pytest.raises(ConfigError, match="^models.m: twp: unknown option 'nope'"):
+        simulate_serverless(cfg)
+
+
+def test_bad_yaml_file_is_one_line(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("cluster: [unclosed\n")
+    with pytest.raises(ConfigError, match="is not valid YAML") as e:
+        load_serverless(str(p))
+    assert "\n" not in str(e.value)
+    p.write_text("cluster:\n  nodes: [{gpus: 1, gpu_memory_gb: 24}]\nmodels:\n  big: {weights_gb: 40}\n"
+                 "workload: {rate: 1, num_requests: 1}\n")
+    with pytest.raises(ConfigError, match="^p.yaml: models.big: no GPU is large enough") as e:
+        load_serverless(str(p))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_serverless(str(tmp_path / "missing.yaml"))
+
+
+# ---- the example, the API and the files --------------------------------------------------------------
+@pytest.mark.parametrize("scheduler", PLATFORM_SCHEDULERS)
+def test_the_example_runs_under_every_scheduler(scheduler):
+    res = simulate_serverless(EXAMPLE, scheduler=scheduler, num_requests=60)
+    s = res.summary
+    assert s["scheduler"] == scheduler and s["completed"] == 60 and s["cold_starts"] >= 3
+    assert set(s["models"]) == {"llama-3-8b", "llama-3.2-1b", "codellama-34b"}
+    assert sum(m["completed"] for m in s["models"].values()) == 60
+    for key in ("request_throughput", "p50_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms",
+                "itl_cv", "p99_e2el_ms", "cold_start_time_s", "gpu_seconds", "instances_used"):
+        assert s[key] is not None and s[key] >= 0, key
+
+
+def test_files(tmp_path):
+    res = simulate_serverless(EXAMPLE, out_dir=tmp_path, scheduler="serverlessllm", num_requests=40, seed=2)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["completed"] == 40 and summary["gpu_seconds"] > 0
+    config = json.loads((tmp_path / "config.json").read_text())
+    again = simulate_serverless(config)          # config.json reproduces the run
+    assert np.array_equal(again.stats.e2e_ns, res.stats.e2e_ns)
+    with open(tmp_path / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 40 and {"model", "instance", "ttft_s", "migrations", "cold_start"} <= set(rows[0])
+    assert {r["model"] for r in rows} <= {"llama-3-8b", "llama-3.2-1b", "codellama-34b"}
+    with open(tmp_path / "instances.csv") as f:
+        inst = list(csv.DictReader(f))
+    assert len(inst) == summary["instances_used"]
+    assert {r["instance"] for r in rows} <= {r["instance"] for r in inst}
+    assert sum(float(r["gpu_seconds"]) for r in inst) == pytest.approx(summary["gpu_seconds"], rel=1e-6)
+
+
+def test_overrides_scale_the_rate_and_keep_the_spec():
+    spec = load_serverless(EXAMPLE)
+    fast = spec.replaced(scale=2, scheduler="priority", seed=5, num_requests=50)
+    assert fast.workload.rate == 2 * spec.workload.rate and fast.platform.scheduler == "priority"
+    assert spec.platform.scheduler == "twp" and spec.workload.num_requests == 2000
+    with pytest.raises(ConfigError, match="scheduler: unknown scheduler"):
+        spec.replaced(scheduler="lifo")
