@@ -173,7 +173,11 @@ class ServerState:
     # ---- changes, by the driver ----------------------------------------------------
     def add(self, r: Request) -> None:
         """A new arrival joins the waiting queue."""
-        self.waiting.push(r)
+        fifo = self.waiting._fifo
+        if fifo is not None:
+            fifo.append(r)            # WaitingQueue.push, inline
+        else:
+            self.waiting.push(r)
         w = r.prefill_target - r.prefilled + r.output - r.emitted - 1   # work(r)
         self.backlog_tokens += w
         self.waiting_tokens += w
@@ -186,27 +190,32 @@ class ServerState:
         what a cost model needs to time the step. `newly_active` lists the decoders that
         resume after a pause (their inter-token gap is longer than the step)."""
         self.now = now
-        for r in plan.preempt:
-            self._preempt(r, now)
+        if plan.preempt:
+            for r in plan.preempt:
+                self._preempt(r, now)
         m = plan.decode
         new = self.newly_active = []
-        while self._m < m:
-            r = self._dec[self._m]
-            self._activate(r)
-            new.append(r)
-            self._m += 1
-        while self._m > m:
-            self._m -= 1
-            self._pause(self._dec[self._m], now)
+        cur = self._m
+        if cur != m:
+            while cur < m:
+                r = self._dec[cur]
+                self._activate(r)
+                new.append(r)
+                cur += 1
+            while cur > m:
+                cur -= 1
+                self._pause(self._dec[cur], now)
+            self._m = cur
         prefill = 0
         sampled = m
         chunks = []
         for r, n in plan.prefill:
             if r.phase == WAITING:
                 self._admit(r, now)
-            chunks.append((n, r.prefilled))
+            p = r.prefilled
+            chunks.append((n, p))
             prefill += n
-            if r.prefilled + n == r.prefill_target:
+            if p + n == r.prefill_target:
                 sampled += 1
         return prefill, self._kv_off + m * self._round, chunks, sampled
 
@@ -237,9 +246,25 @@ class ServerState:
         heap = self._heap
         while heap and heap[0][0] <= rnd:
             fr, seq, r = heapq.heappop(heap)
-            if r.active and r.act_seq == seq:
-                self._remove_decoder(r, end)
-                self._retire(r, end)
+            if r.active and r.act_seq == seq:   # an active decoder has all its tokens
+                # _remove_decoder(r, end) and _retire(r, end), inline
+                done = rnd - r.round0
+                self._kv_off -= r.kv - r.round0
+                r.emitted += done
+                kv = r.kv = r.kv + done
+                r.active = False
+                if done:
+                    r.last_emit = end
+                dec = self._dec
+                pos = 0 if dec[0] is r else bisect_left(self._dec_keys, r.key)
+                del dec[pos]
+                del self._dec_keys[pos]
+                if pos < self._m:
+                    self._m -= 1
+                self.kv_used -= kv
+                del self.running[r.id]
+                r.phase = DONE
+                r.finish = end
                 finished.append(r)
         if completed is not None:
             for r in completed:
@@ -292,8 +317,13 @@ class ServerState:
 
     # ---- internals ------------------------------------------------------------------
     def _admit(self, r: Request, now: int) -> None:
-        self.waiting.remove(r)
-        self.waiting_tokens -= self.work(r)
+        w = self.waiting
+        fifo = w._fifo
+        if fifo and fifo[0] is r and not w._preempted:
+            fifo.popleft()            # WaitingQueue.remove of its head, inline
+        else:
+            w.remove(r)
+        self.waiting_tokens -= r.prefill_target - r.prefilled + r.output - r.emitted - 1   # work(r)
         r.phase = PREFILL
         r.prefilled = 0
         r.kv = r.prefill_target
@@ -325,9 +355,16 @@ class ServerState:
 
     def _start_decode(self, r: Request) -> None:
         r.phase = DECODE
-        pos = bisect_left(self._dec_keys, r.key)
-        self._dec.insert(pos, r)
-        self._dec_keys.insert(pos, r.key)
+        keys = self._dec_keys
+        key = r.key
+        if not keys or keys[-1] < key:    # the newest decoder: at the end
+            pos = len(keys)
+            self._dec.append(r)
+            keys.append(key)
+        else:
+            pos = bisect_left(keys, key)
+            self._dec.insert(pos, r)
+            keys.insert(pos, key)
         if pos < self._m:
             self._activate(r)
             self._m += 1
