@@ -4,6 +4,7 @@ One command runs the same scenario on llmsched and on each installed peer (`sche
 `pyserq`), every run in a fresh subprocess, and prints a side-by-side table plus JSON:
 
     .venv/bin/python benchmarks/compare_peers.py                       # 10k and 100k requests
+    .venv/bin/python benchmarks/compare_peers.py --sizes 100000 --scenarios const
     .venv/bin/python benchmarks/compare_peers.py --sizes 10000 --scenarios paper
     .venv/bin/python benchmarks/compare_peers.py --peer-python /tmp/peers-venv/bin/python
 
@@ -11,14 +12,25 @@ Peers live in their own virtual environment (default: $LLMSCHED_PEER_PYTHON, els
 /tmp/peers-venv/bin/python, else this interpreter); a peer that is not installed there is
 reported as "not installed". Set one up with
 
-    python3 -m venv /tmp/peers-venv && /tmp/peers-venv/bin/pip install pyserq sched-sim
+    python3 -m venv /tmp/peers-venv && /tmp/peers-venv/bin/pip install pyserq==0.1.6 sched-sim==0.2.1
 
-The workload is generated once per scenario with `llmsched.workload` (ShareGPT lengths,
-Poisson arrivals at `--load` times the capacity of the scenario's cost model, seed 1),
-written to CSV, and every simulator replays that file: the same arrival times and the
-same lengths (first N rows for size N).
+(or install both into this project's venv: then this interpreter is the peer python).
+
+The workload is generated once per scenario with `llmsched.workload` (the scenario's
+lengths, Poisson arrivals at the scenario's load times the capacity of its cost model,
+seed 1), written to CSV, and every simulator replays that file: the same arrival times
+and the same lengths (first N rows for size N).
+
+Every simulator also writes its outputs, timed on their own (`out_s`), because a user
+gets them: llmsched the files of `llmsched simulate --out DIR` (summary.json, config.json,
+requests.csv, timeseries.csv and the three histograms), sched-sim its metrics JSON (what
+its CLI's `--output run.json` writes), pyserq its JSON report (what `serq run --json`
+prints). `sim+out` = sim_s + out_s is the figure to compare.
 
 Scenarios
+- `const` (pyserq's own workload): every request 1000 prompt and 201 output tokens,
+  Poisson arrivals at 85% of capacity (2.368 req/s), the paper's step time, Sarathi with a
+  512-token budget. Like `paper` otherwise.
 - `paper` (like-for-like): the paper's step time t(b) = c + a * ceil(b / b0), c = 11.28 ms,
   a = 35.47 ms, b0 = 128, for all three simulators; Sarathi (decodes first, then chunked
   prefill FCFS) with a 512-token budget; no KV or running-request limit in effect.
@@ -31,11 +43,12 @@ and in docs/performance.md.
 
 Measured in the child: `sim_s` (wall time of the simulation call, including the
 simulator's own metrics), `sim_cpu_s` (process CPU time of that call: steadier than wall
-time on a shared machine), `load_s` (turning the CSV into the simulator's input), `cpu_s`
-(user + system CPU of the whole child), and peak RSS (VmHWM of the child, whole
-process; not `ru_maxrss`, which on Linux keeps the parent's size across fork + exec);
-`total_s` is the child's wall time as seen by the parent (interpreter start and imports
-included). `req/s` = N / sim_s; `req/cpu-s` = N / sim_cpu_s.
+time on a shared machine), `out_s` and `out_cpu_s` (writing the outputs), `load_s`
+(turning the CSV into the simulator's input), `cpu_s` (user + system CPU of the whole
+child), and peak RSS (VmHWM of the child, whole process; not `ru_maxrss`, which on Linux
+keeps the parent's size across fork + exec); `process_s` is the child's wall time as
+seen by the parent (interpreter start and imports included). `req/s` = N / (sim_s +
+out_s); `req/cpu-s` = N / (sim_cpu_s + out_cpu_s).
 """
 
 from __future__ import annotations
@@ -58,6 +71,12 @@ PEERS = ("sched-sim", "pyserq")
 PYSERQ_VARIANTS = ("decode-first:trace", "admission:trace", "admission:native")
 DEFAULT_PEER_PYTHON = "/tmp/peers-venv/bin/python"
 H200_SPEC = "profile:h200-llama-3-8b"
+# scenario -> (cost model, prompt law, output law, default load)
+SCENARIOS = {
+    "const": ("paper", "const:1000", "const:201", 0.85),
+    "paper": ("paper", "sharegpt", "sharegpt", 0.9),
+    "h200": (H200_SPEC, "sharegpt", "sharegpt", 0.9),
+}
 
 
 def _rss_mb() -> float:
@@ -96,14 +115,19 @@ def child_llmsched(a) -> dict:
     trace = read_trace(a.trace)
     t1 = time.perf_counter()
     c1 = time.process_time()
-    r = llmsched.simulate(trace=trace, policy="sarathi", b_max=a.b_max, cost_model=a.cost, verdict=False)
+    # what `llmsched simulate --trace FILE --out DIR` runs: the simulation, its summary and
+    # stability verdict, then the output files
+    r = llmsched.simulate(trace=trace, policy="sarathi", b_max=a.b_max, cost_model=a.cost)
     s = r.summary
     t2, c2 = time.perf_counter(), time.process_time()
+    out = Path(a.workdir) / f"llmsched_out_{Path(a.trace).stem}"
+    r.write(out)
+    t3, c3 = time.perf_counter(), time.process_time()
     return {"version": llmsched.__version__, "load_s": t1 - t0, "sim_s": t2 - t1, "sim_cpu_s": c2 - c1,
-            "base_rss_mb": base,
+            "out_s": t3 - t2, "out_cpu_s": c3 - c2, "loop_s": r.wall_s, "base_rss_mb": base,
             "completed": s["completed"], "steps": s["steps"], "mean_ttft_ms": s["mean_ttft_ms"],
             "mean_e2e_ms": s["mean_e2el_ms"], "preemptions": int(r.stats.preemptions.sum()),
-            "notes": f"cost_model={a.cost}"}
+            "notes": f"cost_model={a.cost}; outputs in {out}"}
 
 
 def _sched_sim_h200():
@@ -167,9 +191,14 @@ def child_sched_sim(a) -> dict:
     t1, c1 = time.perf_counter(), time.process_time()
     m = sim.run()
     t2, c2 = time.perf_counter(), time.process_time()
+    from sched_sim.visualizer.exporter import export_metrics_json  # what its CLI's --output run.json calls
+
+    out = Path(a.workdir) / f"sched_sim_{Path(a.trace).stem}.json"
+    export_metrics_json(m, out)
+    t3, c3 = time.perf_counter(), time.process_time()
     model = "paper t(b) via latency-model adapter" if a.cost == "paper" else "its roofline model, H200 profile"
     return {"version": version("sched-sim"), "load_s": t1 - t0, "sim_s": t2 - t1, "sim_cpu_s": c2 - c1,
-            "base_rss_mb": base,
+            "out_s": t3 - t2, "out_cpu_s": c3 - c2, "base_rss_mb": base,
             "completed": m.completed_requests, "steps": m.total_iterations,
             "mean_ttft_ms": m.ttft_ms.mean, "mean_e2e_ms": m.e2e_ms.mean,
             "preemptions": m.preempted_requests_count,
@@ -259,6 +288,8 @@ def child_pyserq(a) -> dict:
     t1, c1 = time.perf_counter(), time.process_time()
     r = pyserq.run(prog)
     t2, c2 = time.perf_counter(), time.process_time()
+    (work / f"{tag}.report.json").write_text(r.json())  # what `serq run --json` prints
+    t3, c3 = time.perf_counter(), time.process_time()
     client = r.client
     ttft, resp = client["ttft"], client["response"]
     if arrivals == "trace":
@@ -269,7 +300,7 @@ def child_pyserq(a) -> dict:
         mean_ttft, mean_e2e = ttft.mean, resp.mean
     eng = r.stage("sarathi")
     return {"version": pyserq.__version__, "load_s": t1 - t0, "sim_s": t2 - t1, "sim_cpu_s": c2 - c1,
-            "base_rss_mb": base,
+            "out_s": t3 - t2, "out_cpu_s": c3 - c2, "base_rss_mb": base,
             "completed": resp.count, "steps": eng.iterations,
             "mean_ttft_ms": mean_ttft * 1e3, "mean_e2e_ms": mean_e2e * 1e3, "preemptions": 0,
             "notes": f"order={order_name}, arrivals={arrivals}; program {tag}.sq"}
@@ -301,29 +332,39 @@ def peer_version(python: str, peer: str) -> str | None:
     return p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else None
 
 
+def _capacity():
+    try:
+        from llmsched.theory import capacity
+    except ImportError:  # before the theory package
+        from llmsched.analysis.capacity import capacity
+    return capacity
+
+
 def make_traces(scenarios, sizes, load, b_max, seed, workdir: Path) -> dict:
-    """One trace per scenario (Poisson at `load` x capacity of its cost model), written as
-    CSV once per size (the first N requests)."""
+    """One trace per scenario (Poisson at the scenario's load x capacity of its cost model;
+    `load` overrides it), written as CSV once per size (the first N requests)."""
     import numpy as np
 
-    from llmsched.analysis.capacity import capacity
     from llmsched.workload import WorkloadSpec, make_trace
 
-    probe = make_trace(WorkloadSpec(arrival="poisson", rate=1.0, prompt="sharegpt", output="sharegpt",
-                                    num_requests=200_000, seed=seed))
+    capacity = _capacity()
     out = {}
     for sc in scenarios:
-        cost = "paper" if sc == "paper" else H200_SPEC
+        cost, prompt, output, sc_load = SCENARIOS[sc]
+        sc_load = load if load is not None else sc_load
+        probe = make_trace(WorkloadSpec(arrival="poisson", rate=1.0, prompt=prompt, output=output,
+                                        num_requests=200_000, seed=seed))
         rep = capacity(cost, b_max, float(np.mean(probe.prompt)), float(np.mean(probe.output)))
-        rate = load * rep.critical_rate
-        full = make_trace(WorkloadSpec(arrival="poisson", rate=rate, prompt="sharegpt", output="sharegpt",
+        rate = sc_load * rep.critical_rate
+        full = make_trace(WorkloadSpec(arrival="poisson", rate=rate, prompt=prompt, output=output,
                                        num_requests=max(sizes), seed=seed))
         files = {}
         for n in sizes:
             path = workdir / f"{sc}_{n}.csv"
             full.head(n).to_csv(path)
             files[n] = str(path)
-        out[sc] = {"cost": cost, "rate": rate, "critical_rate": rep.critical_rate, "files": files,
+        out[sc] = {"cost": cost, "prompt": prompt, "output": output, "load": sc_load,
+                   "rate": rate, "critical_rate": rep.critical_rate, "files": files,
                    "mean_prompt": float(np.mean(full.prompt)), "mean_output": float(np.mean(full.output))}
     return out
 
@@ -352,7 +393,7 @@ def run_one(cmd, timeout) -> dict:
         lines = [ln for ln in (p.stderr or p.stdout).strip().splitlines() if ln.strip()]
         return {"status": "error: " + (lines[-1] if lines else f"exit code {p.returncode}")}
     res = json.loads(p.stdout.strip().splitlines()[-1])
-    res["total_s"] = total
+    res["process_s"] = total
     res["status"] = "ok"
     return res
 
@@ -365,31 +406,54 @@ def _fmt(v, spec):
 
 
 def print_table(rows) -> None:
-    head = (f"{'scenario':<8} {'simulator':<30} {'N':>7} {'sim s':>8} {'sim cpu':>8} {'req/s':>8} "
-            f"{'req/cpu-s':>9} {'RSS MB':>7} {'steps':>9} {'TTFT ms':>9} {'E2E ms':>9}  status")
+    head = (f"{'scenario':<8} {'simulator':<30} {'N':>7} {'sim s':>8} {'out s':>7} {'sim+out':>8} "
+            f"{'cpu s':>8} {'req/s':>8} {'req/cpu-s':>9} {'RSS MB':>7} {'steps':>9} {'TTFT ms':>9} "
+            f"{'E2E ms':>9}  status")
     print(head)
     print("-" * len(head))
     for r in rows:
         ok = r.get("status") == "ok"
+
+        def v(key):
+            return r.get(key) if ok else None
+
         print(f"{r['scenario']:<8} {r['label']:<30} {r['n']:>7} "
-              f"{_fmt(r.get('sim_s') if ok else None, '8.2f')} {_fmt(r.get('sim_cpu_s') if ok else None, '8.2f')} "
-              f"{_fmt(r.get('req_per_s') if ok else None, '8,.0f')} {_fmt(r.get('req_per_cpu_s') if ok else None, '9,.0f')} "
-              f"{_fmt(r.get('peak_rss_mb') if ok else None, '7.0f')} "
-              f"{_fmt(r.get('steps') if ok else None, '9,d')} {_fmt(r.get('mean_ttft_ms') if ok else None, '9.1f')} "
-              f"{_fmt(r.get('mean_e2e_ms') if ok else None, '9.1f')}  {r['status']}")
+              f"{_fmt(v('sim_s'), '8.2f')} {_fmt(v('out_s'), '7.2f')} {_fmt(v('run_s'), '8.2f')} "
+              f"{_fmt(v('run_cpu_s'), '8.2f')} "
+              f"{_fmt(v('req_per_s'), '8,.0f')} {_fmt(v('req_per_cpu_s'), '9,.0f')} "
+              f"{_fmt(v('peak_rss_mb'), '7.0f')} "
+              f"{_fmt(v('steps'), '9,d')} {_fmt(v('mean_ttft_ms'), '9.1f')} "
+              f"{_fmt(v('mean_e2e_ms'), '9.1f')}  {r['status']}")
+
+
+def print_ratios(rows) -> None:
+    """How much faster llmsched is than each peer run, simulation plus outputs."""
+    ours = {(r["scenario"], r["n"]): r for r in rows if r["simulator"] == "llmsched" and r.get("status") == "ok"}
+    lines = []
+    for r in rows:
+        me = ours.get((r["scenario"], r["n"]))
+        if r["simulator"] == "llmsched" or me is None or r.get("status") != "ok":
+            continue
+        lines.append(f"  {r['scenario']:<8} N={r['n']:<7} llmsched vs {r['label']:<30} "
+                     f"{r['run_s'] / me['run_s']:6.1f}x faster (sim+out wall), "
+                     f"{r['run_cpu_s'] / me['run_cpu_s']:6.1f}x (CPU)")
+    if lines:
+        print("\nllmsched's speed-up, simulation plus outputs:")
+        print("\n".join(lines))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    ap.add_argument("--scenarios", nargs="+", choices=["paper", "h200"], default=["paper", "h200"])
+    ap.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
     ap.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS))
     ap.add_argument("--peer-python", default=os.environ.get("LLMSCHED_PEER_PYTHON")
                     or (DEFAULT_PEER_PYTHON if Path(DEFAULT_PEER_PYTHON).exists() else sys.executable),
                     help="interpreter whose site-packages hold the peers (default: %(default)s)")
     ap.add_argument("--pyserq-variants", nargs="+", default=list(PYSERQ_VARIANTS),
                     choices=PYSERQ_VARIANTS, help="ORDER:ARRIVALS runs of pyserq (see the module doc)")
-    ap.add_argument("--load", type=float, default=0.9)
+    ap.add_argument("--load", type=float, help="offered load as a share of capacity, for every scenario "
+                                               "(default: 0.85 for const, 0.9 for the others)")
     ap.add_argument("--b-max", type=int, default=512)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workdir", help="where traces, serQ programs and the JSON go (default: a new temp dir)")
@@ -421,7 +485,7 @@ def main() -> None:
     traces = make_traces(args.scenarios, sorted(set(args.sizes)), args.load, args.b_max, args.seed, workdir)
     for sc, t in traces.items():
         print(f"scenario {sc}: cost {t['cost']}, rate {t['rate']:.4f} req/s "
-              f"({args.load:.0%} of {t['critical_rate']:.4f}), mean prompt {t['mean_prompt']:.1f}, "
+              f"({t['load']:.0%} of {t['critical_rate']:.4f}), mean prompt {t['mean_prompt']:.1f}, "
               f"mean output {t['mean_output']:.1f}; traces in {workdir}")
     print(flush=True)
 
@@ -431,7 +495,7 @@ def main() -> None:
         if "sched-sim" in args.peers:
             plan.append((sc, "sched-sim", "sched-sim", None))
         if "pyserq" in args.peers:
-            if sc == "paper":
+            if SCENARIOS[sc][0] == "paper":
                 for v in args.pyserq_variants:
                     plan.append((sc, "pyserq", f"pyserq [{v}]", v))
             else:
@@ -442,23 +506,27 @@ def main() -> None:
             row = {"scenario": sc, "simulator": sim, "label": label, "variant": variant, "n": n}
             if sim != "llmsched" and versions.get(sim) is None:
                 row["status"] = "not installed"
-            elif sim == "pyserq" and sc != "paper":
+            elif sim == "pyserq" and SCENARIOS[sc][0] != "paper":
                 row["status"] = "n/a: pyserq has no table/profile cost model"
             else:
                 python = sys.executable if sim == "llmsched" else args.peer_python
                 cmd = _child_cmd(python, sim, traces[sc]["files"][n], traces[sc], args, workdir, variant)
                 row.update(run_one(cmd, args.timeout))
                 if row.get("status") == "ok":
-                    row["req_per_s"] = n / row["sim_s"]
-                    row["req_per_cpu_s"] = n / row["sim_cpu_s"] if row["sim_cpu_s"] > 0 else None
+                    row["run_s"] = row["sim_s"] + row["out_s"]
+                    row["run_cpu_s"] = row["sim_cpu_s"] + row["out_cpu_s"]
+                    row["req_per_s"] = n / row["run_s"]
+                    row["req_per_cpu_s"] = n / row["run_cpu_s"] if row["run_cpu_s"] > 0 else None
                     if row["completed"] != n:
                         row["status"] = f"ok, only {row['completed']} of {n} finished"
             rows.append(row)
             print(f"  done: {label} {sc} N={n}: {row['status']}"
-                  + (f", {row['sim_s']:.2f} s, {row['peak_rss_mb']:.0f} MB" if row.get("sim_s") else ""),
+                  + (f", {row['sim_s']:.2f} s + {row['out_s']:.2f} s outputs, {row['peak_rss_mb']:.0f} MB"
+                     if row.get("run_s") else ""),
                   flush=True)
     print()
     print_table(rows)
+    print_ratios(rows)
     result = {"command": " ".join([sys.executable, *sys.argv]), "versions": versions,
               "peer_python": args.peer_python, "load": args.load, "b_max": args.b_max, "seed": args.seed,
               "scenarios": traces, "rows": rows}
