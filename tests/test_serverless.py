@@ -545,6 +545,14 @@ def test_the_example_runs_under_every_scheduler(scheduler):
         assert s[key] is not None and s[key] >= 0, key
 
 
+def test_the_crowded_example_loses_nothing():
+    spec = load_serverless("examples/serverless/crowded.yaml").replaced(num_requests=300)
+    s = run_serverless(spec)
+    assert (s.e2e_ns >= 0).all() and (s.tokens == s.output).all()
+    assert s.itl.count == int((s.output - 1).sum())
+    _check_gpus(spec, s)
+
+
 def test_files(tmp_path):
     res = simulate_serverless(EXAMPLE, out_dir=tmp_path, scheduler="serverlessllm", num_requests=40, seed=2)
     summary = json.loads((tmp_path / "summary.json").read_text())
