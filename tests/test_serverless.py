@@ -553,6 +553,14 @@ def test_the_crowded_example_loses_nothing():
     _check_gpus(spec, s)
 
 
+def test_a_time_limit_stops_the_run_and_the_gpu_bill_there():
+    res = simulate_serverless(EXAMPLE, scheduler="fcfs", num_requests=300, max_time_s=20)
+    s = res.summary
+    assert 0 < s["completed"] < 300 and s["unfinished"] == 300 - s["completed"]
+    assert all(i["stop_ns"] <= 20 * NS and i["stop_reason"] == "time limit" for i in res.instances)
+    assert s["gpu_seconds"] <= 20 * s["gpus"]
+
+
 def test_files(tmp_path):
     res = simulate_serverless(EXAMPLE, out_dir=tmp_path, scheduler="serverlessllm", num_requests=40, seed=2)
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -637,6 +637,9 @@ class _Runtime:
             if not events:
                 break
             t, kind, _, _, a, b = pop(events)
+            if t > max_time:
+                now = max_time      # a time limit: what happens later is not simulated
+                break
             now = t
             if kind == _END:
                 inst = a
@@ -710,7 +713,7 @@ class _Runtime:
                 raise SimulationStuck(f"model {left[0]} has requests but never got a GPU")
         for inst in self.instances:
             if inst.state != STOPPED:
-                self.stop(inst, max(now, inst.gpu_from), "end")
+                self.stop(inst, max(now, inst.gpu_from), "end" if max_time == UNLIMITED else "time limit")
         # requests still in the system (a time limit) report what they reached
         for inst in self.instances:
             st = inst.sim.state
