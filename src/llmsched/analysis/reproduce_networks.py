@@ -193,12 +193,12 @@ def network_backlog(result) -> dict:
     the network's.
 
     Per server: the sum of its replicas' backlogs (remaining prefill + decode tokens of the
-    calls at the replica). The network's: those, plus the work (prompt + output - 1) of
-    every call a job in the network has still to make (counted from the job's arrival to
-    the call's delivery), plus, under back-pressure, the calls waiting in a server's buffer
-    (counted from delivery to the call's first step, which its release precedes by at most
-    a step or two). Every call's length is known from the run, so this is exact up to that
-    release. The verdict judges the network's work while jobs arrive, with the threshold at
+    calls at the replica) and, under back-pressure, the work of the calls waiting in its
+    buffer (counted from delivery to the call's first step, which its release precedes by
+    at most a step or two; the replicas' own series do not see the buffer). The network's:
+    the servers', plus the work (prompt + output - 1) of every call a job in the network
+    has still to make (counted from the job's arrival to the call's delivery). Every
+    call's length is known from the run, so this is exact up to that release. The verdict judges the network's work while jobs arrive, with the threshold at
     2% of the bottleneck's capacity (an overloaded bottleneck at load rho adds
     (rho - 1) times its capacity a second, as one server would). Returns {"time_s", "servers": {name: array}, "network":
     array, "verdict": {...}}."""
@@ -215,13 +215,16 @@ def network_backlog(result) -> dict:
     call_at = _a(st.call_arrival) / NS
     job_at = _a(st.job_arrival)[_a(st.call_job)] / NS
     pending = _step_count(np.concatenate([job_at, call_at]), np.concatenate([work, -work]), grid)
-    buffered = np.zeros(len(grid))
     if getattr(st.spec, "control", "none") == _BACKPRESSURE:
+        # a call waits in its server's buffer from delivery until a replica takes it
         queue = _a(st.call_queue)
-        started = queue >= 0
-        buffered = _step_count(np.concatenate([call_at, (_a(st.call_arrival)[started] + queue[started]) / NS]),
-                               np.concatenate([work, -work[started]]), grid)
-    total = sum(servers.values()) + pending + buffered
+        start = np.where(queue >= 0, _a(st.call_arrival) + queue, np.iinfo(np.int64).max) / NS
+        where = np.asarray(st.call_server, dtype=object)
+        for name in servers:
+            sel = where == name
+            servers[name] = servers[name] + _step_count(np.concatenate([call_at[sel], start[sel]]),
+                                                        np.concatenate([work[sel], -work[sel]]), grid)
+    total = sum(servers.values()) + pending
     last = float(_a(st.job_arrival).max()) / NS
     keep = grid <= last
     cap = result.traffic.server(result.traffic.bottleneck).capacity if result.traffic is not None else None
@@ -545,8 +548,9 @@ def _backlog_panel(ax, r: dict, title: str, log: bool) -> None:
     t = ser["time_s"]
     for name, w in ser["servers"].items():
         v = r["servers"][name]["verdict"]
-        ax.plot(t, [max(x, 0.0) for x in w], lw=1.1, label=f"{name} ({v})")
-    ax.plot(t, ser["network"], "k--", lw=0.9, label=f"network, incl. calls to come ({r['network']['verdict']})")
+        ax.plot(t, [max(x, 0.0) for x in w], lw=1.1, label=f"{name} (simulator's verdict: {v})")
+    ax.plot(t, ser["network"], "k--", lw=0.9,
+            label=f"network, incl. calls to come (verdict: {r['network']['verdict']})")
     if log:
         ax.set_yscale("symlog", linthresh=1000)
     ax.set_xlabel("time (s)")
@@ -570,14 +574,17 @@ def _plot_agents(series: list, workflows, load: float, path: Path) -> str:
 def reproduce_rybko_stolyar(*, out_dir="reproduce-rybko-stolyar", quick: bool = False,
                             orders: Sequence[str] | None = None, load: float = 0.85, short: int = 128,
                             long: int = 1024, output: int = 1, num_jobs: int | None = None,
-                            seeds: Sequence[int] | None = None, b_max: int = 512, cost_model: str = "paper",
-                            backend: str = "local", workers: int | None = None,
-                            address: str | None = None) -> dict:
+                            seeds: Sequence[int] | None = None, scan_loads: Sequence[float] | None = None,
+                            b_max: int = 512, cost_model: str = "paper", backend: str = "local",
+                            workers: int | None = None, address: str | None = None) -> dict:
     """The Rybko-Stolyar network under each order (see the module docstring and
     `rybko_stolyar_network`). `orders`: default `exit`, `entry` and, when the simulator
     offers it, `backpressure`. `load`: each server's offered load (default 0.85; with
     short 128 and long 1024 tokens the two exiting classes then need 1.51 of one server).
-    `num_jobs`: jobs per run (default 20000, quick 3000). Returns {"rows", "summary",
+    `num_jobs`: jobs per run (default 20000, quick 3000). `scan_loads`: further loads at
+    which every order runs (first seed, no figure of its own series; default 0.5, 0.6,
+    0.7, 0.8; quick none): the exiting classes need `2 * load * long / (short + long)` of
+    one server, 1 at load 0.5625 with the defaults. Returns {"rows", "scan", "summary",
     "files", "config", "wall_s"}."""
     t0 = time.perf_counter()
     if orders is None:
@@ -602,11 +609,20 @@ def reproduce_rybko_stolyar(*, out_dir="reproduce-rybko-stolyar", quick: bool = 
                          rep.class_load("s1", "A.1").offered_tokens_per_s / s1.capacity
                          + rep.class_load("s2", "B.1").offered_tokens_per_s / s2.capacity),
                      "traffic_verdict": rep.verdict, "cycle": rep.cycle}
+    if scan_loads is None:
+        scan_loads = () if quick else (0.5, 0.6, 0.7, 0.8)
+    scan_loads = [x for x in (_check_loads(scan_loads, "scan_loads") if len(scan_loads) else []) if x != load]
     jobs = [((o, seed), {"network": nets[o], "num_jobs": n_jobs, "seed": seed, "series": seed == seeds[0]})
             for o in orders for seed in seeds]
+    jobs += [((o, "scan", x), {"network": rybko_stolyar_network(o, load=x, short=short, long=long, output=output,
+                                                                b_max=b_max, cost_model=cost_model),
+                               "num_jobs": n_jobs, "seed": seeds[0]}) for o in orders for x in scan_loads]
     res = _run_all(jobs, backend, 1 if (quick and workers is None) else workers, address)
     rows = []
-    for (o, seed), _arg in jobs:
+    for key, _arg in jobs:
+        if len(key) != 2:
+            continue
+        o, seed = key
         r = res[(o, seed)]
         srv = r["servers"]
         rows.append({
@@ -624,19 +640,55 @@ def reproduce_rybko_stolyar(*, out_dir="reproduce-rybko-stolyar", quick: bool = 
             "peak_backlog_s2_tokens": srv["s2"]["peak_backlog_tokens"],
             "mean_job_latency_ms": r["mean_job_latency_ms"], "p99_job_latency_ms": r["p99_job_latency_ms"],
             "wall_s": r["wall_s"]})
+    scan = []
+    for o in orders:
+        for x in sorted(set(scan_loads) | {load}):
+            r = res[(o, "scan", x)] if x != load else res[(o, seeds[0])]
+            scan.append({"order": o, "load": x, "exiting_classes_load": 2 * x * long / (short + long),
+                         "network_backlog_verdict": r["network"]["verdict"],
+                         "network_backlog_growth_tokens_per_s": r["network"].get("backlog_growth_tokens_per_s"),
+                         "verdict": r["verdict"], "p99_job_latency_ms": r["p99_job_latency_ms"]})
     peaks = {o: _peaks(res[(o, seeds[0])]) for o in orders}
     summary = {o: {**theory[o], "network_backlog_verdicts": [r["network_backlog_verdict"] for r in rows
                                                              if r["order"] == o],
                    "simulator_verdicts": [r["verdict"] for r in rows if r["order"] == o],
-                   "backlog_peaks_by_decile": peaks[o]} for o in orders}
+                   "backlog_peaks_by_decile": peaks[o],
+                   "by_load": {s["load"]: s["network_backlog_verdict"] for s in scan if s["order"] == o}}
+               for o in orders}
     meta = {"orders": orders, "load": load, "short": short, "long": long, "output": output, "num_jobs": n_jobs,
-            "seeds": list(seeds), "b_max": b_max, "cost_model": cost_model,
+            "seeds": list(seeds), "scan_loads": scan_loads, "b_max": b_max, "cost_model": cost_model,
             "backpressure_available": backpressure_available()}
     series = [(o, res[(o, seeds[0])]) for o in orders]
     files = [_plot_rs(series, out / "rybko_stolyar_backlog.png", meta),
              _series_csv(out / "rybko_stolyar_backlog.csv", series)]
+    if scan_loads:
+        files.append(_plot_rs_scan(scan, orders, out / "rybko_stolyar_loads.png", meta))
+        files += write_table(scan, out, "loads")[:1]
     files += _finish(out, rows, {**meta, "summary": summary})
-    return {"rows": rows, "summary": summary, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
+    return {"rows": rows, "scan": scan, "summary": summary, "files": files, "config": meta,
+            "wall_s": time.perf_counter() - t0}
+
+
+def _plot_rs_scan(scan: list, orders, path: Path, meta: dict) -> str:
+    fig, (ax,) = new_figure()
+    for o in orders:
+        pts = sorted((s["load"], s["network_backlog_growth_tokens_per_s"], s["network_backlog_verdict"])
+                     for s in scan if s["order"] == o and s["network_backlog_growth_tokens_per_s"] is not None)
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", lw=1.3, label=RS_LABELS[o])
+        for x, y, v in pts:
+            ax.plot([x], [y], _MARK[v], color=line.get_color(), ms=6, mfc=line.get_color() if v == STABLE else "none")
+    edge = (meta["short"] + meta["long"]) / (2 * meta["long"])
+    ax.axvline(edge, color="gray", ls=":", lw=1, label="exiting classes need exactly one server")
+    ax.axhline(0, color="gray", lw=0.6)
+    ax.plot([], [], "ko", ms=5, label="stable")
+    ax.plot([], [], "ks", ms=5, mfc="none", label="inconclusive")
+    ax.plot([], [], "kx", ms=5, label="unstable")
+    ax.set_xlabel("load offered to each server (fraction of its capacity)")
+    ax.set_ylabel("growth of the network's unfinished work (tokens/s)")
+    ax.set_title(f"Rybko-Stolyar: network backlog growth by order ({meta['num_jobs']} jobs a run)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)
 
 
 def _peaks(r: dict, parts: int = 10) -> dict:

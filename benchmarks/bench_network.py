@@ -1,0 +1,173 @@
+"""Network simulator speed and memory, end to end (simulation, summary with verdicts, and
+every output file written), each case in a fresh process so that its peak RSS is its own.
+
+Cases:
+- `cluster`: one server of 16 Sarathi replicas (paper cost model, b_max 512) behind JSQ,
+  1M requests at 90% of the pool's capacity (the traffic equations' critical scale),
+  written with `NetworkResult.write` (jobs.csv, calls.csv, 16 replicas' files).
+- `single`: the baseline: the single-server simulator (`llmsched.simulate`, the same
+  Sarathi server) on as many requests of the same workload at 90% of one server's
+  capacity, written with its `out_dir`. Each replica of the cluster sees the load of this
+  one server, so both run about the same number of steps in total; the cluster's
+  realisation of the arrivals and lengths is drawn by the network simulator, the
+  baseline's by the workload generator (same laws, same count). Target: cluster wall at
+  most 4x this.
+- `agent`: a 5-call agent workflow (planner -> tool delay -> three worker calls in
+  parallel on a 2-replica JSQ pool, resending the plan -> tool delay -> answer resending
+  everything), 100k jobs at 90% of the bottleneck's capacity, written with
+  `NetworkResult.write`. Target: under 60 s.
+Targets for memory: peak RSS under 500 MB per case.
+
+    python benchmarks/bench_network.py                      # all three cases, full size
+    python benchmarks/bench_network.py --scale 0.01         # 10k requests / 1k jobs
+    python benchmarks/bench_network.py --cases agent --scale 0.1
+    python benchmarks/bench_network.py --workload prefill-heavy
+
+Reported per case: `wall_s` (simulation + summary + files, inside the child), its parts
+(`sim_s`, `write_s`), `cpu_s` (the child's user + system CPU time, whole process, imports
+included), `process_wall_s` (the child process from start to exit, seen by the parent),
+`peak_rss_mb` (the child's VmHWM from /proc/self/status), requests or jobs and calls, and
+simulated steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+CASES = ("single", "cluster", "agent")
+WORKLOADS = {"synthetic": ("geometric:200", "geometric:101"), "prefill-heavy": ("geometric:400", "geometric:20")}
+
+
+def _peak_rss_mb() -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def agent_workflow() -> dict:
+    """Five calls per job: plan, three parallel workers (a 2-replica pool), answer."""
+    s = {"policy": "sarathi", "b_max": 512, "cost_model": "paper"}
+    return {"servers": {"planner": dict(s), "workers": {**s, "replicas": 2, "router": "jsq"}, "writer": dict(s)},
+            "jobs": {"agent": {"arrival": {"process": "poisson", "rate": 1.0}, "route": [
+                {"call": {"server": "planner", "prompt": "geometric:300", "output": "geometric:60", "class": "plan"}},
+                {"delay": "exponential:0.5"},
+                {"fork": [
+                    [{"call": {"server": "workers", "prompt": "geometric:100", "output": "geometric:50",
+                               "context": True, "class": "search"}}],
+                    [{"call": {"server": "workers", "prompt": "geometric:100", "output": "geometric:50",
+                               "context": True, "class": "code"}}],
+                    [{"call": {"server": "workers", "prompt": "geometric:50", "output": "geometric:30",
+                               "context": True, "class": "check"}}]]},
+                {"delay": "exponential:0.2"},
+                {"call": {"server": "writer", "prompt": "const:50", "output": "geometric:150", "context": True,
+                          "class": "answer"}}]}}}
+
+
+def child(case: str, n: int, load: float, workload: str, seed: int, out: str) -> dict:
+    t_start = time.perf_counter()
+    from llmsched.analysis.reproduce_networks import cluster_network
+    from llmsched.theory.network import traffic
+
+    prompt, output = WORKLOADS[workload]
+    res: dict = {"case": case, "load": load, "workload": workload}
+    if case == "single":
+        import llmsched
+
+        rate = load * traffic(cluster_network(1, "jsq", prompt=prompt, output=output)).critical_scale
+        t0 = time.perf_counter()
+        r = llmsched.simulate(policy="sarathi", b_max=512, cost_model="paper", arrival="poisson", rate=rate,
+                              prompt=prompt, output=output, num_requests=n, seed=seed)
+        t1 = time.perf_counter()
+        r.write(out)
+        s = r.summary
+        t2 = time.perf_counter()
+        res.update(requests=n, calls=n, rate=rate, steps=s["steps"], verdict=s.get("verdict"),
+                   p99_e2el_ms=s.get("p99_e2el_ms"))
+    else:
+        from llmsched.sim.network_result import simulate_network
+
+        if case == "cluster":
+            net = cluster_network(16, "jsq", prompt=prompt, output=output)
+        else:
+            net = agent_workflow()
+        scale = load * traffic(net).critical_scale
+        t0 = time.perf_counter()
+        r = simulate_network(net, scale=scale, num_jobs=n, seed=seed)
+        t1 = time.perf_counter()
+        r.write(out)
+        s = r.summary
+        t2 = time.perf_counter()
+        res.update(requests=n, calls=s["num_calls"], rate=scale, steps=s["steps"], verdict=s["verdict"],
+                   p99_job_latency_ms=s.get("p99_job_latency_ms"), bottleneck=s.get("bottleneck"))
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    res.update(sim_s=t1 - t0, write_s=t2 - t1, wall_s=t2 - t0, child_total_s=time.perf_counter() - t_start,
+               cpu_s=ru.ru_utime + ru.ru_stime, peak_rss_mb=_peak_rss_mb(),
+               out_mb=sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs) / 2**20)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="multiply the sizes (1M requests for single/cluster, 100k jobs for agent)")
+    ap.add_argument("--load", type=float, default=0.9)
+    ap.add_argument("--workload", choices=tuple(WORKLOADS), default="synthetic",
+                    help="lengths of the single and cluster cases (default: synthetic, geometric 200 / 101)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep", help="write the outputs under this folder (default: a temporary folder, removed)")
+    ap.add_argument("--json", help="also write the results to this JSON file")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.n, args.load, args.workload, args.seed, args.out)))
+        return
+    base = args.keep or tempfile.mkdtemp(prefix="bench-network-")
+    results = []
+    try:
+        for case in args.cases:
+            n = max(100, int(round((100_000 if case == "agent" else 1_000_000) * args.scale)))
+            out = os.path.join(base, case)
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--n", str(n), "--load", str(args.load),
+                   "--workload", args.workload, "--seed", str(args.seed), "--out", out]
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            res["process_wall_s"] = time.perf_counter() - t0
+            results.append(res)
+            what = "jobs" if case == "agent" else "requests"
+            print(f"{case:<8} {n:>9,} {what:<8} {res['calls']:>9,} calls  wall {res['wall_s']:8.2f} s "
+                  f"(sim {res['sim_s']:.2f} + write {res['write_s']:.2f})  cpu {res['cpu_s']:8.2f} s  "
+                  f"process {res['process_wall_s']:8.2f} s  peak RSS {res['peak_rss_mb']:6.0f} MB  "
+                  f"{res['steps']:,} steps  verdict {res['verdict']}", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    by = {r["case"]: r for r in results}
+    if "single" in by and "cluster" in by:
+        ratio = by["cluster"]["wall_s"] / by["single"]["wall_s"]
+        cpu_ratio = by["cluster"]["cpu_s"] / by["single"]["cpu_s"]
+        print(f"cluster / single: wall {ratio:.2f}x, cpu {cpu_ratio:.2f}x (target <= 4x)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
