@@ -25,10 +25,15 @@ def _flatten(prefix: str, v, out: dict) -> None:
         out[prefix] = v
 
 
+#: Configuration options named like a summary metric, and their column in a table: the
+#: `verdict` option (whether to judge stability) vs the run's `verdict`.
+CONFIG_COLUMNS = {"verdict": "verdict_enabled"}
+
+
 def point_row(params: dict, rec: dict, grid_keys: Sequence[str]) -> dict:
     """One table row: the point's grid values (`grid_keys` of `params`), its configuration
-    and workload options, then every summary metric (pairs such as a CI become
-    `NAME_low`/`NAME_high`; mappings become JSON)."""
+    and workload options (`CONFIG_COLUMNS` renames a few), then every summary metric (pairs
+    such as a CI become `NAME_low`/`NAME_high`; mappings become JSON)."""
     cfg = rec["config"]
     row: dict[str, Any] = {"key": rec["key"]}
     for k in grid_keys:
@@ -37,6 +42,7 @@ def point_row(params: dict, rec: dict, grid_keys: Sequence[str]) -> dict:
     for k, v in cfg.items():
         if k == "workload":
             continue
+        k = CONFIG_COLUMNS.get(k, k)
         if k not in row:
             _flatten(k, v, row)
     for k, v in (cfg.get("workload") or {}).items():
