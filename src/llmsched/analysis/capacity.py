@@ -4,7 +4,7 @@
 `from llmsched.analysis import capacity` gives the `capacity` function; once this module
 has been imported it is `llmsched.analysis.capacity` too, so the module calls through to
 the function to keep that spelling working either way. To be removed when nothing
-imports it (the command line still does).
+imports it (tests/test_theorem2.py and two benchmarks still do).
 """
 
 import sys
