@@ -1,6 +1,6 @@
 """DynamicBatch: an AIMD cap on the batch size driven by a static ITL target.
 
-Rule (the TWP paper's "DynamicBatch" baseline, MODEL.md section 6; our reading):
+Rule (the TWP paper's "DynamicBatch" baseline, docs/twp.md; our reading):
 
 - A cap `C` on the number of requests in a step (`batch_limit`) and in the running set
   (admission is FCFS while `running + admitted < C`). Requests already running are never

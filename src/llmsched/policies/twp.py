@@ -1,6 +1,6 @@
 """Token Window Pacing (TWP): a closed-loop admission policy that paces each step's token load.
 
-Rule (MODEL.md section 6; every constant is a parameter, defaults in `TWP`):
+Rule (docs/twp.md; every constant is a parameter, defaults in `TWP`):
 
 - `l_min` = decode step time at batch 1 (the cost model at `context` tokens of context, or
   `l_min_ms`, or, with neither, the shortest observed step that emitted decode tokens);

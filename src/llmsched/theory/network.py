@@ -55,7 +55,7 @@ at capacity (`critical_scale`, `critical_rates`).
 
 Stability: with every server below capacity, work-conserving policies are stable when
 the routes are feed-forward (the directed graph of server-to-server moves has no cycle
-through two or more servers; MODEL.md section 4). With such a cycle (Rybko-Stolyar: two
+through two or more servers; paper 1, docs/networks.md). With such a cycle (Rybko-Stolyar: two
 job types crossing two servers in opposite orders) every server below capacity is
 necessary but not sufficient; priorities can make the network unstable. The report says
 which case holds.

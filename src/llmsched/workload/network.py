@@ -3,9 +3,10 @@
 A network has **servers** (each a pool of `replicas` identical replicas behind a router,
 every replica running one scheduler) and **job types** (each with its own arrival process
 and a **route**: the calls its jobs make, with think/tool delays, parallel forks and
-loops). `docs/networks.md` documents the YAML format with a complete example; MODEL.md
-section 4 gives the model (paper 1: parallel servers, multi-class, DAG and fork-join
-routes, cyclic routes of the Rybko-Stolyar type).
+loops). `docs/networks.md` documents the YAML format with a complete example and the
+model (paper 1, "Throughput-optimal scheduling for LLM inference and AI agents":
+parallel servers, multi-class, DAG and fork-join routes, cyclic routes of the
+Rybko-Stolyar type).
 
 Data model (what the simulator and `llmsched.theory.network` read):
 
