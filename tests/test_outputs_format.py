@@ -86,6 +86,12 @@ def test_hard_values_match_row_by_row_formatting(tmp_path):
 def test_fallback_for_values_outside_the_fast_formatter(tmp_path):
     r = make_result([0.0, float("inf")], [1, 2], [3, 4], [0, 0], [1, 1], [1, 1], [0, 0])
     assert written(r, tmp_path) == reference_requests_csv(r)
+    # found after whole blocks were written: the file starts again, row by row
+    n = 40_000
+    arrival = np.arange(n, dtype=np.float64)
+    arrival[-1] = np.inf
+    r = make_result(arrival, np.arange(n), np.arange(n) * 3, np.zeros(n), np.ones(n), np.full(n, 2), np.zeros(n))
+    assert written(r, tmp_path) == reference_requests_csv(r)
 
 
 def test_python_dash_m_llmsched():

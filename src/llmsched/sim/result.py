@@ -67,9 +67,7 @@ class SimResult:
 
     # ---- per-request values (seconds; NaN where not reached) -------------------------
     def _s(self, ns: np.ndarray) -> np.ndarray:
-        out = ns.astype(np.float64) / NS
-        out[ns < 0] = np.nan
-        return out
+        return _seconds(ns)
 
     @property
     def finished(self) -> np.ndarray:
@@ -89,10 +87,7 @@ class SimResult:
 
     @property
     def tpot_s(self) -> np.ndarray:
-        out = np.full(len(self.output), np.nan)
-        ok = self.finished & (self.output > 1)
-        out[ok] = (self.e2e_s[ok] - self.ttft_s[ok]) / (self.output[ok] - 1)
-        return out
+        return _tpot(self.finished, self.output, self.e2e_s, self.ttft_s)
 
     @property
     def itl(self) -> GapHistogram:
@@ -195,35 +190,43 @@ class SimResult:
         return out
 
     def _write_requests(self, f) -> None:
-        f.write(",".join(self.REQUEST_COLUMNS) + "\r\n")
-        cols = self._request_columns()
-        if cols is None:  # values the vectorised formatter does not cover: row by row
+        header = ",".join(self.REQUEST_COLUMNS) + "\r\n"
+        f.write(header)
+        try:
+            for fields in self._request_blocks():
+                f.write(_format_rows(fields))
+        except _NotFormattable:  # a value the vectorised formatter does not cover: row by row
+            f.seek(0)
+            f.truncate()
+            f.write(header)
             csv.writer(f).writerows(self.request_rows())
-            return
+
+    def _request_blocks(self):
+        """requests.csv's fields for `_format_rows`, a block of rows at a time (bounded
+        scratch memory). Raises _NotFormattable for a value that needs the row-by-row
+        writer: a negative or non-finite arrival or time, a negative count."""
+        st = self.stats
         n = len(self.prompt)
+        prompt, output = np.asarray(self.prompt), np.asarray(self.output)
+        arrival = np.asarray(self.arrival_s, dtype=np.float64)
+        tags = _tag_field(self.tag, n)
         for lo in range(0, n, _CHUNK):
             hi = min(n, lo + _CHUNK)
-            f.write(_format_rows([c[lo:hi] for c in cols]))
-
-    def _request_columns(self) -> list | None:
-        """requests.csv's columns as `_format_rows` fields, or None when some value needs
-        the row-by-row writer (a negative or non-finite arrival or time, a negative count)."""
-        n = len(self.prompt)
-        ints = [np.arange(n, dtype=np.int64), np.asarray(self.prompt).astype(np.int64),
-                np.asarray(self.output).astype(np.int64),
-                np.asarray(self.stats.preemptions).astype(np.int64), self.finished.astype(np.int64)]
-        if any(len(v) and v.min() < 0 for v in ints):
-            return None
-        arrival = np.asarray(self.arrival_s, dtype=np.float64)
-        times = [self.queue_s, self.ttft_s, self.tpot_s, self.e2e_s]
-        if not np.isfinite(arrival).all():
-            return None
-        fixed = [_fixed9(arrival, blank_nan=False)] + [_fixed9(t, blank_nan=True) for t in times]
-        if any(x is None for x in fixed):
-            return None
-        tags = _tag_field(self.tag, n)
-        rid, prompt, output, preempts, finished = (_IntField(v) for v in ints)
-        return [rid, tags, fixed[0], prompt, output, *fixed[1:], preempts, finished]
+            e2e_ns = st.e2e_ns[lo:hi]
+            out = output[lo:hi]
+            finished = e2e_ns >= 0
+            ttft, e2e = _seconds(st.ttft_ns[lo:hi]), _seconds(e2e_ns)
+            ints = [np.arange(lo, hi, dtype=np.int64), prompt[lo:hi].astype(np.int64), out.astype(np.int64),
+                    np.asarray(st.preemptions[lo:hi]).astype(np.int64), finished.astype(np.int64)]
+            if any(len(v) and v.min() < 0 for v in ints) or not np.isfinite(arrival[lo:hi]).all():
+                raise _NotFormattable
+            fixed = [_fixed9(arrival[lo:hi], blank_nan=False), _fixed9(_seconds(st.queue_ns[lo:hi]), blank_nan=True),
+                     _fixed9(ttft, blank_nan=True), _fixed9(_tpot(finished, out, e2e, ttft), blank_nan=True),
+                     _fixed9(e2e, blank_nan=True)]
+            if any(x is None for x in fixed):
+                raise _NotFormattable
+            rid, p, o, pre, fin = (_IntField(v) for v in ints)
+            yield [rid, tags[lo:hi], fixed[0], p, o, *fixed[1:], pre, fin]
 
     def _write_timeseries(self, f) -> None:
         ts = self.stats.timeseries
@@ -252,6 +255,20 @@ class SimResult:
         w.writerows(sorted(self.stats.batch_hist.items()))
 
 
+def _seconds(ns: np.ndarray) -> np.ndarray:
+    """Nanoseconds to seconds; NaN where not reached (negative)."""
+    out = ns.astype(np.float64) / NS
+    out[ns < 0] = np.nan
+    return out
+
+
+def _tpot(finished: np.ndarray, output: np.ndarray, e2e_s: np.ndarray, ttft_s: np.ndarray) -> np.ndarray:
+    out = np.full(len(output), np.nan)
+    ok = finished & (output > 1)
+    out[ok] = (e2e_s[ok] - ttft_s[ok]) / (output[ok] - 1)
+    return out
+
+
 def _fmt(x: float) -> str:
     return "" if math.isnan(x) else f"{x:.9f}"
 
@@ -263,7 +280,11 @@ def _fmt(x: float) -> str:
 # side by side, and the masked bytes read in row order are the CSV text. The output is
 # byte for byte what `csv.writer` with f"{x:.9f}" writes (tests/test_outputs_format.py).
 
-_CHUNK = 1 << 16
+class _NotFormattable(Exception):
+    pass
+
+
+_CHUNK = 1 << 14     # rows per block: about 10 MB of scratch arrays
 _TRIPLES = np.frombuffer("".join(f"{k:03d}" for k in range(1000)).encode(), dtype=np.uint8).reshape(1000, 3)
 
 
