@@ -87,7 +87,7 @@ def free_port() -> int:
 
 def start_server(args, port: int) -> subprocess.Popen:
     prof = ["-m", "cProfile", "-o", os.environ["LLMSCHED_PROFILE_SERVER"]] if os.environ.get("LLMSCHED_PROFILE_SERVER") else []
-    cmd = [sys.executable, *prof, "-m", "llmsched.server.cli", "serve", "--backend", "sim", "--port", str(port),
+    cmd = [sys.executable, *prof, "-m", "llmsched", "serve", "--backend", "sim", "--port", str(port),
            "--scheduler", args.scheduler, "--b-max", str(args.b_max), "--cost-model", args.cost_model]
     if args.kv_capacity:
         cmd += ["--kv-capacity", str(args.kv_capacity)]

@@ -6,15 +6,15 @@
     >>> r.summary["p99_ttft_ms"]
 """
 
-from .api import SimConfig, simulate
+from .api import SimConfig, cluster_network, simulate, simulate_network
 from .core import ConfigError, Constraints, StepPlan, make_cost_model
 from .policies import list_policies, make_scheduler
 from .sim.result import SimResult
 from .workload import Trace, WorkloadSpec, make_trace
 
-__version__ = "0.1.0"
+from .core.version import __version__
 
-__all__ = ["simulate", "SimConfig", "SimResult", "ConfigError", "Constraints", "StepPlan",
+__all__ = ["simulate", "simulate_network", "cluster_network", "SimConfig", "SimResult", "ConfigError", "Constraints", "StepPlan",
            "make_cost_model", "make_scheduler", "list_policies", "Trace", "WorkloadSpec",
            "make_trace", "__version__"]
 

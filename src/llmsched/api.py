@@ -23,7 +23,9 @@ from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, simulate_trace
 from .theory import INCONCLUSIVE, capacity, stability_verdict
+from .sim.network_result import NetworkResult, simulate_network  # noqa: F401 - part of the API
 from .workload import Trace, WorkloadSpec, make_trace
+from .workload.network import NetworkSpec
 
 DEFAULT_WORKLOAD = {
     "arrival": "poisson",
@@ -254,3 +256,32 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     out["verdict_conclusive"] = bool(v.conclusive)
     out["verdict_threshold_tokens_per_s"] = v.threshold_tokens_per_s
     return out
+
+
+def cluster_network(config: SimConfig | dict | str | os.PathLike | None = None, *, replicas: int,
+                    router: str = "jsq", **overrides) -> NetworkSpec:
+    """The network of one server with `replicas` copies of the configured scheduler and
+    cost model behind `router`, fed by the configured synthetic workload (each workload
+    class becomes a job type with its share of the rate)."""
+    cfg = build_config(config, **overrides)
+    spec = WorkloadSpec.from_dict(cfg.workload)
+    if spec.arrival not in ("poisson", "gamma", "deterministic"):
+        raise ConfigError("--replicas takes a synthetic workload (poisson, gamma or deterministic arrivals); "
+                          "a trace replay needs one server (or describe the cluster in a --network file)")
+    arrival = {"process": spec.arrival, "rate": spec.rate}
+    if spec.cv is not None and spec.arrival == "gamma":
+        arrival["cv"] = spec.cv
+    classes = spec.classes or [None]
+    total = sum(c.share for c in spec.classes) if spec.classes else 1.0
+    jobs = {}
+    for c in classes:
+        prompt = (c.prompt if c is not None and c.prompt is not None else spec.prompt)
+        output = (c.output if c is not None and c.output is not None else spec.output)
+        name = c.tag if c is not None else "request"
+        jobs[name] = {"arrival": {**arrival, "rate": spec.rate * (c.share / total if c is not None else 1.0)},
+                      "route": [{"call": {"server": "cluster", "prompt": prompt.to_str(),
+                                          "output": output.to_str(), "class": name}}]}
+    server = {**{k: v for k, v in cfg.scheduler_spec().to_dict().items()}, "cost_model": cfg.cost_model,
+              "replicas": replicas, "router": router}
+    return NetworkSpec.from_dict({"servers": {"cluster": server}, "jobs": jobs, "num_jobs": spec.num_requests,
+                                  "duration_s": spec.duration_s, "seed": spec.seed})

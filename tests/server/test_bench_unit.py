@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from llmsched.core.errors import ConfigError
-from llmsched.server import cli as server_cli
+from llmsched.cli import server as server_cli
 from llmsched.server.bench import (BenchConfig, RequestResult, Workload, build_payloads,
                                    calculate_metrics, make_workload, parse_goodput, parse_percentiles)
 

@@ -54,7 +54,7 @@ def sim_server():
     import httpx
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llmsched.server.cli", "serve", "--backend", "sim",
+    proc = subprocess.Popen([sys.executable, "-m", "llmsched", "serve", "--backend", "sim",
                              "--scheduler", POLICY, "--b-max", str(B_MAX), "--cost-model", COST,
                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})

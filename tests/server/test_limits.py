@@ -332,7 +332,7 @@ def test_limits_are_validated():
 def test_cli_limit_options():
     import argparse
 
-    from llmsched.server.cli import add_serve_parser, limit_config
+    from llmsched.cli.server import add_serve_parser, limit_config
     p = argparse.ArgumentParser()
     add_serve_parser(p.add_subparsers())
     args = p.parse_args(["serve"])
@@ -359,3 +359,26 @@ def test_many_stalled_uploads_do_not_block_the_server(server):
     finally:
         for s in socks:
             s.close()
+
+
+def test_default_body_limit_is_what_the_largest_servable_request_needs():
+    from llmsched.server.app import MAX_BODY_CAP, default_max_body_bytes
+    backend = make_sim_backend(SchedulerOptions(b_max=256), "const:2", max_model_len=1000)
+    with running_server(backend, ServerConfig()) as (base, srv):
+        # 4000 bytes of text (escaped: up to 6 bytes a byte), or 1000 ids, plus 1 MiB
+        limit = 6 * 4000 + 32 * 1000 + (1 << 20)
+        assert srv.config.app.max_body_bytes == limit
+        assert httpx.get(base + "/version").json()["limits"]["max_body_bytes"] == limit
+        raw = _raw(base, b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n"
+                   % (limit + 1))
+        _json_error(raw, 413, "request_too_large")
+        # a prompt escaped as \u00e9 (6 bytes of JSON per 2 bytes of text) at the text bound
+        body = json.dumps({"model": MODEL, "prompt": "é" * 1998, "max_tokens": 1}).encode()
+        assert len(body) < limit
+        r = post(base, "/v1/completions", body)
+        assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 999
+        r = post(base, "/v1/completions", {"model": MODEL, "prompt": "x" * (limit - 100), "max_tokens": 1})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert default_max_body_bytes(None, None) == MAX_BODY_CAP == 16 * 1024 * 1024
+    assert default_max_body_bytes(131072, 16 * 131072) == MAX_BODY_CAP
+    assert default_max_body_bytes(8192, 16 * 8192) == 6 * 16 * 8192 + 32 * 8192 + (1 << 20)

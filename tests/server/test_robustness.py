@@ -177,7 +177,7 @@ def _streams_started(base, n, max_tokens, results):
 def test_graceful_shutdown_drains():
     port = _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "llmsched.server.cli", "serve", "--backend", "sim",
+    proc = subprocess.Popen([sys.executable, "-m", "llmsched", "serve", "--backend", "sim",
                              "--cost-model", "const:10", "--port", str(port), "--drain-timeout", "20"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

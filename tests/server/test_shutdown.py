@@ -20,7 +20,7 @@ MODEL = "llmsched-sim"
 def test_second_sigterm_ends_streams_with_errors_and_exits_143():
     port = _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "llmsched.server.cli", "serve", "--backend", "sim",
+    proc = subprocess.Popen([sys.executable, "-m", "llmsched", "serve", "--backend", "sim",
                              "--cost-model", "const:10", "--port", str(port), "--drain-timeout", "60",
                              "--log-level", "info"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -58,7 +58,7 @@ def test_second_sigterm_ends_streams_with_errors_and_exits_143():
 
 def test_first_sigterm_without_requests_exits_0():
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llmsched.server.cli", "serve", "--backend", "sim",
+    proc = subprocess.Popen([sys.executable, "-m", "llmsched", "serve", "--backend", "sim",
                              "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         base = f"http://127.0.0.1:{port}"

@@ -1,41 +1,30 @@
-"""Command-line commands of the analysis package: `capacity`, `sweep`, `reproduce`.
+"""`llmsched capacity`, `sweep`, `reproduce` and `validate`: thin wrappers over
+`llmsched.analysis` and `llmsched.theory`.
 
-Registered into the main `llmsched` parser by `llmsched.cli.build_parser` (through
-`register`). Every user error is a ConfigError: one line on stderr, exit code 2.
+The analysis modules (numpy, the simulator) are imported when a command runs, so that
+`llmsched --help` and the other commands do not pay for them.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import sys
-from pathlib import Path
 
-from ..cli import _overrides, add_policy_args, add_workload_args
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from .engine import add_engine_args, engine_setup
+from .common import (add_cost_model_arg, add_parallel_args, add_scheduler_args, add_workload_args,
+                     positive_int, print_table, sim_overrides)
 
-__all__ = ["register", "capacity_report", "cmd_capacity", "cmd_sweep", "cmd_reproduce"]
+__all__ = ["register", "cmd_capacity", "cmd_sweep", "cmd_reproduce", "cmd_validate"]
 
 
 def _num(x, fmt: str = ",.2f") -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-" if x is None else str(x)
     return format(x, fmt)
-
-
-def _print_table(title: str, rows: list[tuple[str, str]]) -> None:
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-
-    t = Table(title=title)
-    t.add_column("quantity")
-    t.add_column("value", justify="right")
-    for k, v in rows:
-        t.add_row(k, v)
-    Console().print(t)
 
 
 def _print_rows(title: str, rows: list[dict], cols: list[tuple[str, str, str]]) -> None:
@@ -64,63 +53,10 @@ def _print_rows(title: str, rows: list[dict], cols: list[tuple[str, str, str]]) 
 # ---------------------------------------------------------------------------------------
 # capacity
 
-def capacity_report(config=None, *, mean_prompt: float | None = None, mean_output: float | None = None,
-                    rate: float | None = None, samples: int | None = None, plot: str | None = None,
-                    **overrides) -> dict:
-    """What `llmsched capacity` prints, as a dict: theorem 2's numbers, and with `k_max`
-    the 2-D region (LP), whether the workload point is inside and by what factor the
-    rate could be scaled (`scale` = lambda* / rate; inside iff scale > 1)."""
-    from ..api import build_config  # noqa: PLC0415
-    from .capacity import capacity  # noqa: PLC0415
-    from .means import DEFAULT_SAMPLES, workload_means  # noqa: PLC0415
-    from .region import plot_region, stability_region  # noqa: PLC0415
-
-    cfg = build_config(config, **overrides)
-    source = "given"
-    if mean_prompt is None or mean_output is None:
-        n = DEFAULT_SAMPLES if samples is None else samples
-        mp, mo = workload_means(cfg.workload, n)
-        is_trace = bool(cfg.workload.get("trace")) or str(cfg.workload.get("arrival", "")).startswith(("trace", "azure"))
-        source = "trace" if is_trace else f"sampled ({n:,} draws)"
-        mean_prompt = mp if mean_prompt is None else mean_prompt
-        mean_output = mo if mean_output is None else mean_output
-        if rate is None and is_trace:
-            from ..workload import WorkloadSpec, make_trace  # noqa: PLC0415
-
-            tr = make_trace(WorkloadSpec.from_dict(cfg.workload))
-            if len(tr.arrival_s) > 1 and tr.arrival_s[-1] > tr.arrival_s[0]:
-                rate = (len(tr.arrival_s) - 1) / float(tr.arrival_s[-1] - tr.arrival_s[0])
-    for what, v in (("mean prompt", mean_prompt), ("mean output", mean_output)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v)):
-            raise ConfigError(f"{what} must be a number, got {v!r}")
-    if rate is not None and not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
-        raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
-    rep = capacity(cfg.cost_model, cfg.b_max, float(mean_prompt), float(mean_output), k_max=cfg.k_max, rate=rate)
-    out = {"cost_model": cfg.cost_model, "b_max": cfg.b_max, "k_max": cfg.k_max, "means_source": source,
-           "capacity": rep.to_dict()}
-    region = None
-    if cfg.k_max is not None or plot:
-        region = stability_region(cfg.cost_model, cfg.b_max, cfg.k_max, mean_prompt=float(mean_prompt),
-                                  mean_output=float(mean_output))
-        if cfg.k_max is not None:
-            out["region"] = region.to_dict()
-    if rate is not None:
-        scale = rep.critical_rate / rate if rate > 0 else math.inf
-        out.update(rate=rate, utilisation=rep.utilisation, inside=bool(scale > 1.0), scale=scale,
-                   margin=scale - 1.0)
-    if plot:
-        p = Path(plot)
-        if not p.parent.exists():
-            raise ConfigError(f"cannot write the plot: folder {str(p.parent)!r} does not exist")
-        r = rate if rate is not None else rep.critical_rate
-        point = (r * rep.prefill_tokens_per_request, r * rep.decode_tokens_per_request)
-        label = "workload" if rate is not None else "workload at lambda*"
-        out["plot"] = plot_region(region, point, str(p), point_label=label)
-    return out
-
-
 def cmd_capacity(args) -> int:
-    over = _overrides(args)
+    from ..analysis.capacity_report import capacity_report, rep_law  # noqa: PLC0415
+
+    over = sim_overrides(args)
     rate = over.pop("rate", None)
     if args.lengths:
         if args.prompt or args.output:
@@ -129,10 +65,12 @@ def cmd_capacity(args) -> int:
     samples = args.samples
     if samples is not None and samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {samples}")
+    if args.network:
+        return _network_capacity(args, over)
     rep = capacity_report(args.config, mean_prompt=args.mean_prompt, mean_output=args.mean_output,
                           rate=rate, samples=samples, plot=args.plot, **over)
     if args.find_counterexample:
-        from .counterexample import find_counterexample  # noqa: PLC0415
+        from ..analysis.counterexample import find_counterexample  # noqa: PLC0415
 
         cands = None
         if args.prompt or args.output or args.lengths:
@@ -150,9 +88,35 @@ def cmd_capacity(args) -> int:
     return 0
 
 
-def rep_law(rep: dict, role: str) -> str:
-    c = rep["capacity"]
-    return f"const:{max(1, round(c['mean_prompt' if role == 'prompt' else 'mean_output']))}"
+def _network_capacity(args, over: dict) -> int:
+    from ..theory.network import (network_capacity_report, network_capacity_rows,  # noqa: PLC0415
+                                  network_server_rows)
+
+    given = [k for k, v in over.items() if v is not None and k not in ("fast", "record_steps")]
+    if given or args.config or args.mean_prompt or args.mean_output or args.lengths:
+        what = given[0].replace("_", "-") if given else "config"
+        raise ConfigError(f"--network FILE declares its servers and workload; --{what} does not apply")
+    rep = network_capacity_report(args.network)
+    if args.json:
+        print(json.dumps(to_jsonable(rep), indent=2, default=str))
+        return 0
+    _print_grid(f"llmsched capacity: {args.network}", network_server_rows(rep))
+    print_table("network", network_capacity_rows(rep))
+    return 0
+
+
+def _print_grid(title: str, rows: list[tuple[str, ...]]) -> None:
+    """A table whose first row is the header."""
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    t = Table(title=title)
+    for i, head in enumerate(rows[0]):
+        t.add_column(head, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in rows[1:]:
+        t.add_row(*row)
+    # wider than 80 columns: when piped, print whole rows rather than cut the cells
+    Console(width=None if sys.stdout.isatty() else 200).print(t)
 
 
 def _seeds(text: str | None) -> list[int]:
@@ -196,7 +160,7 @@ def _print_capacity(rep: dict) -> None:
         ]
     if rep.get("plot"):
         rows.append(("region plot", rep["plot"]))
-    _print_table("llmsched capacity", rows)
+    print_table("llmsched capacity", rows)
     ce = rep.get("counterexample")
     if ce is not None:
         if not ce["found"]:
@@ -206,7 +170,7 @@ def _print_capacity(rep: dict) -> None:
         fmt = lambda vs: ", ".join(  # noqa: E731
             f"seed {v['seed']}: {'stable' if v['stable'] else 'UNSTABLE'} ({_num(v['backlog_growth_tokens_per_s'], ',.0f')} tok/s)"
             for v in vs)
-        _print_table("counterexample: inside the region, unstable at full budget", [
+        print_table("counterexample: inside the region, unstable at full budget", [
             ("workload", f"prompt {ce['workload']['prompt']}, output {ce['workload']['output']}, Poisson"),
             ("rate / lambda* (region)", f"{ce['rate']:.4g} / {ce['critical_rate']:.4g} req/s "
                                         f"(theorem 2 alone: {ce['critical_rate_token_bound']:.4g})"),
@@ -220,11 +184,11 @@ def _print_capacity(rep: dict) -> None:
 # sweep
 
 def cmd_sweep(args) -> int:
-    from .sweep import run_sweep  # noqa: PLC0415
+    from ..analysis.sweep import run_sweep  # noqa: PLC0415
 
     if not args.grid and not args.search:
         raise ConfigError("give at least one --grid KEY=VALUES (or --search max-stable-rate)")
-    fixed = _overrides(args)
+    fixed = sim_overrides(args)
     res = run_sweep(args.config, args.grid, out_dir=args.out, backend=args.backend, workers=args.workers,
                     address=args.address, search=args.search, slo=args.slo, tol=args.tol,
                     search_hi=args.search_hi, plots=not args.no_plots,
@@ -264,7 +228,7 @@ def cmd_sweep(args) -> int:
 # reproduce
 
 def cmd_reproduce(args) -> int:
-    from .reproduce import reproduce_stability  # noqa: PLC0415
+    from ..analysis.reproduce import reproduce_stability  # noqa: PLC0415
 
     if args.experiment != "stability":  # pragma: no cover - argparse restricts the choices
         raise ConfigError(f"unknown experiment {args.experiment!r}")
@@ -296,15 +260,6 @@ def cmd_reproduce(args) -> int:
 # ---------------------------------------------------------------------------------------
 # registration
 
-def _backend_args(g) -> None:
-    g.add_argument("--workers", type=int, help="parallel simulations (default: all CPU cores)")
-    g.add_argument("--backend", choices=["local", "ray"], default="local",
-                   help="local process pool (default) or Ray")
-    g.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
-    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr (default: when stderr is a terminal)")
-
-
 def register(sub) -> None:
     # capacity ------------------------------------------------------------------------
     p = sub.add_parser("capacity", help="theorem 2's capacity, critical rate and the k_max region",
@@ -314,7 +269,8 @@ def register(sub) -> None:
                                    "estimated by sampling the --prompt/--output laws (or --lengths FILE, or "
                                    "a --trace).")
     p.add_argument("--config", help="YAML configuration (as for simulate)")
-    add_policy_args(p)
+    add_scheduler_args(p)
+    add_cost_model_arg(p)
     add_workload_args(p)
     g = p.add_argument_group("capacity")
     g.add_argument("--mean-prompt", type=float, help="mean prompt length in tokens (instead of sampling)")
@@ -323,6 +279,9 @@ def register(sub) -> None:
                                                      "sharegpt, arxiv, azure-conv)")
     g.add_argument("--samples", type=int, help="draws used to estimate the means (default 200000)")
     g.add_argument("--plot", metavar="FILE.png", help="draw the stability region and the workload point")
+    g.add_argument("--network", metavar="FILE", help="a YAML network (docs/networks.md): every server's "
+                                                    "offered load against its capacity, the bottleneck and "
+                                                    "the largest common scaling of the arrival rates")
     g.add_argument("--json", action="store_true", help="print the report as JSON")
     g = p.add_argument_group("counterexample search")
     g.add_argument("--find-counterexample", action="store_true",
@@ -342,7 +301,8 @@ def register(sub) -> None:
                                    "configuration, so a rerun skips it. Writes results.csv, "
                                    "results.parquet and figures.")
     p.add_argument("--config", help="YAML configuration: the base of every point")
-    add_policy_args(p)
+    add_scheduler_args(p)
+    add_cost_model_arg(p)
     add_workload_args(p)
     g = p.add_argument_group("run")
     g.add_argument("--max-time", type=float, dest="max_time_s", help="stop each simulation at this time (s)")
@@ -361,7 +321,7 @@ def register(sub) -> None:
     g.add_argument("--no-plots", action="store_true", help="do not draw figures")
     g.add_argument("--json", action="store_true", help="print a JSON summary")
     g.add_argument("--quiet", action="store_true", help="print nothing")
-    _backend_args(g)
+    add_parallel_args(g)
     p.set_defaults(func=cmd_sweep)
 
     # reproduce -----------------------------------------------------------------------
@@ -384,7 +344,7 @@ def register(sub) -> None:
     p.add_argument("--quick", action="store_true", help="small runs (seconds), for tests")
     p.add_argument("--out", default="reproduce-stability", help="output folder")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    _backend_args(p)
+    add_parallel_args(p)
     p.set_defaults(func=cmd_reproduce)
     _register_validate(sub)
 
@@ -394,7 +354,7 @@ def render_validation(result: dict) -> None:
     from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
-    from .validate import METRICS, STATS  # noqa: PLC0415
+    from ..analysis.validate import METRICS, STATS  # noqa: PLC0415
 
     t = Table(title=f"sim vs real ({result['trace_requests']} requests, {result['device']}); "
                     f"cells: real ms / sim ms (sim error)")
@@ -427,11 +387,9 @@ def render_validation(result: dict) -> None:
 
 
 def cmd_validate(args) -> int:
-    from .validate import validate  # noqa: PLC0415
+    from ..analysis.validate import validate  # noqa: PLC0415
 
-    from ..engine.cli import _setup  # noqa: PLC0415
-
-    opts = _setup(args)
+    opts = engine_setup(args)
     opts["max_model_len"] = args.max_model_len  # default: from the trace
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
     if args.calibrate_s < 0:
@@ -450,7 +408,6 @@ def cmd_validate(args) -> int:
     return 0
 
 def _register_validate(sub) -> None:
-    from ..engine.cli import _engine_args, _pos_int  # noqa: PLC0415 (no torch at import)
 
     p = sub.add_parser("validate", help="compare the simulator with the real engine on a trace",
                               description="Replay a trace through the engine in real time and through the "
@@ -460,7 +417,7 @@ def _register_validate(sub) -> None:
     p.add_argument("--trace", required=True, help="CSV arrival_s,prompt_tokens,output_tokens (or an Azure trace)")
     p.add_argument("--policies", default="sarathi", help="comma-separated batch policies (default: sarathi)")
     p.add_argument("--profile", default=None, help="profile CSV of this engine (default: measure one first)")
-    p.add_argument("--reps", type=_pos_int, default=3,
+    p.add_argument("--reps", type=positive_int, default=3,
                    help="without --profile: interleaved passes over the grid, at least (default: 3)")
     p.add_argument("--tables-s", type=float, default=None,
                    help="without --profile: seconds of table passes (default: 3 on CPU, 10 on CUDA)")
@@ -470,5 +427,5 @@ def _register_validate(sub) -> None:
     p.add_argument("--json", default=None, help="also write the result as JSON to this file")
     p.add_argument("--print-json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    _engine_args(p, b_max=256)
+    add_engine_args(p)
     p.set_defaults(func=cmd_validate)

@@ -1,9 +1,6 @@
-"""Engine subcommands of the `llmsched` CLI: generate, make-tiny-model, profile (the
-sim-vs-real `validate` lives in `llmsched.analysis.cli`).
-
-`register(subparsers)` adds them; each parser's default `func(args) -> int` is a thin
-wrapper over a Python function. Bad input raises `ConfigError` (the main CLI prints it
-on one line and exits with code 2). torch is imported only when a command runs.
+"""`llmsched generate`, `make-tiny-model` and `profile`: thin wrappers over the PyTorch
+engine (the sim-vs-real `validate` is in `cli.analysis`). torch is imported only when a
+command runs.
 """
 
 from __future__ import annotations
@@ -13,41 +10,35 @@ import json
 import sys
 
 from ..core.errors import ConfigError
+from .common import add_scheduler_args, positive_int, scheduler_spec
 
 
-def _pos_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
-    return v
-
-
-def _engine_args(p: argparse.ArgumentParser, b_max: int = 512, max_num_seqs: int | None = None) -> None:
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """The scheduler's options (cli.common) and the engine's own."""
+    add_scheduler_args(p, defaults=True)
     g = p.add_argument_group("engine")
     g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     g.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, "
                                                  "bfloat16 on CUDA)")
-    g.add_argument("--b-max", type=_pos_int, default=b_max, help=f"token budget per step (default: {b_max})")
-    g.add_argument("--k-max", type=_pos_int, default=None, help="cap on requests per step (default: none)")
-    g.add_argument("--max-num-seqs", type=_pos_int, default=max_num_seqs,
-                   help="most running requests (default: 256 on CUDA, 64 on CPU)")
-    g.add_argument("--block-size", type=_pos_int, default=16, help="KV cache block size in tokens (default: 16)")
+    g.add_argument("--block-size", type=positive_int, default=16, help="KV cache block size in tokens (default: 16)")
     g.add_argument("--kv-cache-gb", type=float, default=None,
-                   help="KV cache size on CPU in GiB (default: 1, capped at what max-num-seqs can use)")
+                   help="KV cache size on CPU in GiB (default: 1, capped at what --max-running can use)")
     g.add_argument("--gpu-memory-utilization", type=float, default=0.9,
                    help="share of GPU memory the engine may use, KV cache included (default: 0.9)")
-    g.add_argument("--max-model-len", type=_pos_int, default=None,
-                   help="longest sequence, prompt + output (default: the model's, 2048 on CPU)")
+    g.add_argument("--max-model-len", type=positive_int, default=None,
+                   help="longest sequence, prompt + output (default: the model's; profile and validate: "
+                        "2048 on CPU)")
     g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
-    g.add_argument("--threads", type=_pos_int, default=None, help="torch CPU threads (default: all cores but one)")
+    g.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: all cores but one)")
 
 
-def _setup(args) -> dict:
+def engine_setup(args) -> dict:
+    """The engine's keyword options from the command line (the device's defaults where not given)."""
+    if getattr(args, "kv_capacity", None) is not None:
+        raise ConfigError("--kv-capacity is the simulator's; the engine sizes its KV cache from "
+                          "--kv-cache-gb or --num-blocks")
     cuda = str(args.device).startswith("cuda")
-    mns = args.max_num_seqs or (256 if cuda else 64)
+    mns = args.max_running or (256 if cuda else 64)
     mml = args.max_model_len or (None if cuda else 2048)
     return dict(device=args.device, dtype=args.dtype, b_max=args.b_max, k_max=args.k_max,
                 max_num_seqs=mns, block_size=args.block_size, kv_cache_gb=args.kv_cache_gb,
@@ -57,14 +48,15 @@ def _setup(args) -> dict:
 # ---- generate ----------------------------------------------------------------------------
 def cmd_generate(args) -> int:
     from ..core.engine_api import SamplingParams  # noqa: PLC0415
-    from .engine import LLM  # noqa: PLC0415
+    from ..engine import LLM  # noqa: PLC0415 - torch
 
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                             top_k=args.top_k, seed=args.seed, stop=list(args.stop or []),
                             stop_token_ids=list(args.stop_token_id or []), ignore_eos=args.ignore_eos)
-    opts = _setup(args)
+    opts = engine_setup(args)
     opts["max_model_len"] = args.max_model_len  # the model's own unless given
-    llm = LLM(args.model, scheduler=args.scheduler, gpu_memory_utilization=args.gpu_memory_utilization,
+    spec = scheduler_spec(args).replace(max_running=opts["max_num_seqs"])
+    llm = LLM(args.model, scheduler=spec, gpu_memory_utilization=args.gpu_memory_utilization,
               enforce_eager=args.enforce_eager, **opts)
     prompts = list(args.prompt or [])
     for ids in args.prompt_ids or []:
@@ -92,7 +84,7 @@ def cmd_generate(args) -> int:
 
 # ---- make-tiny-model -----------------------------------------------------------------------
 def cmd_make_tiny_model(args) -> int:
-    from .tiny import make_tiny_model  # noqa: PLC0415
+    from ..engine.tiny import make_tiny_model  # noqa: PLC0415
 
     out = make_tiny_model(args.dir, arch=args.arch, vocab_size=args.vocab_size, hidden_size=args.hidden_size,
                           num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads,
@@ -105,9 +97,9 @@ def cmd_make_tiny_model(args) -> int:
 
 # ---- profile -------------------------------------------------------------------------------
 def cmd_profile(args) -> int:
-    from .profiler import profile  # noqa: PLC0415
+    from ..engine.profiler import profile  # noqa: PLC0415
 
-    opts = _setup(args)
+    opts = engine_setup(args)
     opts.pop("k_max")
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
     if args.calibrate_s < 0:
@@ -137,7 +129,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", required=True, help="model folder (config.json, *.safetensors, tokenizer.json)")
     p.add_argument("--prompt", action="append", help="a text prompt (repeat for several)")
     p.add_argument("--prompt-ids", action="append", help="a prompt as token ids, e.g. '1,5,9' (repeatable)")
-    p.add_argument("--max-tokens", type=_pos_int, default=32, help="output tokens per prompt (default: 32)")
+    p.add_argument("--max-tokens", type=positive_int, default=32, help="output tokens per prompt (default: 32)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1)")
     p.add_argument("--top-k", type=int, default=-1, help="top-k sampling, -1 = off (default: -1)")
@@ -145,9 +137,8 @@ def register(subparsers) -> None:
     p.add_argument("--stop", action="append", help="stop string (repeatable); the text is cut before it")
     p.add_argument("--stop-token-id", type=int, action="append", help="stop token id (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS")
-    p.add_argument("--scheduler", default="sarathi", help="batch policy (default: sarathi)")
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
-    _engine_args(p)
+    add_engine_args(p)
     p.set_defaults(func=cmd_generate)
 
     p = subparsers.add_parser("make-tiny-model", help="write a small random model with a trained tokenizer",
@@ -156,13 +147,13 @@ def register(subparsers) -> None:
                               formatter_class=fmt)
     p.add_argument("dir", help="output folder")
     p.add_argument("--arch", default="llama", choices=["llama", "qwen2", "mistral"])
-    p.add_argument("--vocab-size", type=_pos_int, default=512, help="BPE vocabulary target")
-    p.add_argument("--hidden-size", type=_pos_int, default=128)
-    p.add_argument("--layers", type=_pos_int, default=4)
-    p.add_argument("--heads", type=_pos_int, default=4)
-    p.add_argument("--kv-heads", type=_pos_int, default=2)
-    p.add_argument("--intermediate-size", type=_pos_int, default=384)
-    p.add_argument("--max-position-embeddings", type=_pos_int, default=4096)
+    p.add_argument("--vocab-size", type=positive_int, default=512, help="BPE vocabulary target")
+    p.add_argument("--hidden-size", type=positive_int, default=128)
+    p.add_argument("--layers", type=positive_int, default=4)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--kv-heads", type=positive_int, default=2)
+    p.add_argument("--intermediate-size", type=positive_int, default=384)
+    p.add_argument("--max-position-embeddings", type=positive_int, default=4096)
     p.add_argument("--tie-word-embeddings", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_make_tiny_model)
@@ -173,7 +164,7 @@ def register(subparsers) -> None:
                                           "`simulate --cost-model profile:PATH` reads.")
     p.add_argument("--model", required=True, help="model folder")
     p.add_argument("--out", required=True, help="output CSV file (a folder gets profile.csv)")
-    p.add_argument("--reps", type=_pos_int, default=3,
+    p.add_argument("--reps", type=positive_int, default=3,
                    help="interleaved passes over the grid, at least (default: 3)")
     p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default: 1)")
     p.add_argument("--tables-s", type=float, default=None,
@@ -186,5 +177,5 @@ def register(subparsers) -> None:
                    help="time decode batches with equal contexts (default: contexts spread over 0..2x the "
                         "mean, as in serving; the engine pads a batch to its longest context)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    _engine_args(p)
+    add_engine_args(p)
     p.set_defaults(func=cmd_profile)

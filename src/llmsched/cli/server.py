@@ -1,8 +1,6 @@
 """`llmsched serve` and `llmsched bench`: thin wrappers over `serve()` and `run_bench()`.
 
-`register(subparsers)` adds both subcommands to the main CLI's argparse subparsers; each
-sets `func(args) -> exit code`. Bad input raises `ConfigError`.
-`python -m llmsched.server.cli serve|bench ...` runs them without the main CLI.
+FastAPI, uvicorn and httpx are imported only when a command runs.
 """
 
 from __future__ import annotations
@@ -13,58 +11,16 @@ import os
 import sys
 
 from ..core.errors import ConfigError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
-def _kv_pairs(items: list[str] | None, what: str) -> dict:
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise ConfigError(f"{what} expects KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        k = k.strip().replace("-", "_")
-        try:
-            val: object = int(v)
-        except ValueError:
-            try:
-                val = float(v)
-            except ValueError:
-                val = {"true": True, "false": False, "none": None}.get(v.lower(), v)
-        out[k] = val
-    return out
-
-
-def add_scheduler_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("scheduler (as in the simulator)")
-    g.add_argument("--scheduler", "--policy", dest="scheduler", default="sarathi",
-                   help="batch policy: sarathi, orca, vllm, fastertransformer, kfcfs, ... (default: sarathi)")
-    g.add_argument("--admission", default="fcfs", help="admission policy: fcfs, spf, ... (default: fcfs)")
-    g.add_argument("--admission-option", "--admission-opt", dest="admission_opt", action="append",
-                   metavar="KEY=VALUE", help="an option of the admission policy (repeatable)")
-    g.add_argument("--b-max", type=_positive_int, default=512, help="token budget per step (default: 512)")
-    g.add_argument("--k-max", type=_positive_int, default=None, help="cap on requests per step (default: none)")
-    g.add_argument("--kv-capacity", type=_positive_int, default=None,
-                   help="sim backend: KV-cache size in tokens (default: unlimited)")
-    g.add_argument("--max-running", type=_positive_int, default=None,
-                   help="cap on running requests (engine: max_num_seqs)")
+from .common import add_scheduler_args, positive_int, scheduler_spec
 
 
 # ---- request limits (issue #13): --max-body-bytes, --max-header-bytes, --read-timeout ----
 def add_limit_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("request limits")
-    g.add_argument("--max-body-bytes", type=_positive_int, default=32 * 1024 * 1024,
+    g.add_argument("--max-body-bytes", type=positive_int, default=32 * 1024 * 1024,
                    help="largest request body in bytes; larger ones get 413 without being read "
                         "(default: 33554432, 32 MiB)")
-    g.add_argument("--max-header-bytes", type=_positive_int, default=64 * 1024,
+    g.add_argument("--max-header-bytes", type=positive_int, default=64 * 1024,
                    help="largest request line + headers in bytes; larger get 431 (default: 65536)")
     g.add_argument("--read-timeout", type=float, default=30.0,
                    help="seconds a client has to send a request's headers, and then its body; "
@@ -86,6 +42,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                     "executes the policy's plans in real time, timed by a cost model.")
     p.add_argument("--backend", choices=("sim", "engine"), default=None,
                    help="sim: virtual GPU; engine: the PyTorch engine (default: engine with --model, else sim)")
+    p.add_argument("model_dir", nargs="?", metavar="MODEL", help="model folder, as `vllm serve MODEL` takes it")
     p.add_argument("--model", default=None, help="model folder (Hugging Face format) for the engine backend")
     p.add_argument("--served-model-name", default=None,
                    help="model name clients use (default: the folder name, or llmsched-sim)")
@@ -95,12 +52,12 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' on /v1 routes (default: $LLMSCHED_API_KEY if set)")
-    p.add_argument("--max-model-len", type=_positive_int, default=None,
+    p.add_argument("--max-model-len", type=positive_int, default=None,
                    help="longest prompt + completion (sim default: 32768, or the KV capacity + 1; "
                         "engine default: the model's)")
-    add_scheduler_args(p)
+    add_scheduler_args(p, defaults=True)
     g = p.add_argument_group("virtual GPU (--backend sim)")
-    g.add_argument("--cost-model", default="profile:h200-llama-3-8b",
+    g.add_argument("--cost-model", default=None,
                    help="step cost model: paper[:c=..,a=..,b0=..], linear:c=..,a=.., const:MS, "
                         "profile[:NAME|PATH] (default: profile:h200-llama-3-8b, as the simulator)")
     g.add_argument("--sim-max-debt-ms", type=float, default=50.0,
@@ -110,15 +67,15 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
     g.add_argument("--dtype", default=None, help="model dtype, e.g. float32, bfloat16")
     g.add_argument("--kv-cache-gb", type=float, default=None, help="KV-cache memory in GiB")
-    g.add_argument("--num-blocks", type=_positive_int, default=None, help="KV-cache blocks")
-    g.add_argument("--block-size", type=_positive_int, default=None, help="KV-cache block size in tokens")
+    g.add_argument("--num-blocks", type=positive_int, default=None, help="KV-cache blocks")
+    g.add_argument("--block-size", type=positive_int, default=None, help="KV-cache block size in tokens")
     g.add_argument("--seed", type=int, default=None, help="sampling seed")
     g = p.add_argument_group("overload and shutdown")
-    g.add_argument("--max-queued-requests", type=_positive_int, default=None,
+    g.add_argument("--max-queued-requests", type=positive_int, default=None,
                    help="refuse (429) a request when this many accepted requests have no first token yet")
-    g.add_argument("--max-queued-tokens", type=_positive_int, default=None,
+    g.add_argument("--max-queued-tokens", type=positive_int, default=None,
                    help="refuse (429) a request when the queued prompt tokens would exceed this")
-    g.add_argument("--default-max-tokens", type=_positive_int, default=None,
+    g.add_argument("--default-max-tokens", type=positive_int, default=None,
                    help="max_tokens when a request gives none (default: 16 for completions, the "
                         "context left for chat)")
     g.add_argument("--drain-timeout", type=float, default=30.0,
@@ -131,13 +88,20 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def build_backend(args):
-    from .backends import SchedulerOptions, make_engine_backend, make_sim_backend  # noqa: PLC0415
+    from ..server.backends import make_engine_backend, make_sim_backend  # noqa: PLC0415 - FastAPI
 
+    if args.model_dir:
+        if args.model and args.model != args.model_dir:
+            raise ConfigError(f"two models given: {args.model_dir} and --model {args.model}")
+        args.model = args.model_dir
     backend = args.backend or ("engine" if args.model else "sim")
-    opts = SchedulerOptions(scheduler=args.scheduler, admission=args.admission, b_max=args.b_max,
-                            k_max=args.k_max, kv_capacity=args.kv_capacity,
-                            max_running=args.max_running,
-                            admission_options=_kv_pairs(args.admission_opt, "--admission-option"))
+    opts = scheduler_spec(args)
+    engine_only = [f"--{k.replace('_', '-')}" for k in ("device", "dtype", "kv_cache_gb", "num_blocks", "block_size",
+                                                       "seed") if getattr(args, k) is not None]
+    if backend == "sim" and engine_only:
+        raise ConfigError(f"{engine_only[0]} is an engine option; the sim backend (a virtual GPU) does not use it")
+    if backend == "engine" and args.cost_model is not None:
+        raise ConfigError("--cost-model times the sim backend's virtual GPU; the engine measures its steps")
     if backend == "engine":
         if not args.model:
             raise ConfigError("the engine backend needs --model DIR (or use --backend sim)")
@@ -150,14 +114,14 @@ def build_backend(args):
         raise ConfigError("--model is for the engine backend; the sim backend takes --served-model-name")
     if not args.sim_max_debt_ms >= 0:
         raise ConfigError(f"--sim-max-debt-ms must be >= 0, got {args.sim_max_debt_ms}")
-    return make_sim_backend(opts, args.cost_model, max_model_len=args.max_model_len,
+    return make_sim_backend(opts, args.cost_model or "profile:h200-llama-3-8b", max_model_len=args.max_model_len,
                             tokenizer=args.tokenizer, served_model_name=args.served_model_name,
                             max_debt_s=args.sim_max_debt_ms / 1e3)
 
 
 def serve_main(args) -> int:
-    from .app import ServerConfig  # noqa: PLC0415
-    from .serve import serve  # noqa: PLC0415
+    from ..server.app import ServerConfig  # noqa: PLC0415
+    from ..server.serve import serve  # noqa: PLC0415
 
     cfg = ServerConfig(host=args.host, port=args.port,
                        api_key=args.api_key or os.environ.get("LLMSCHED_API_KEY") or None,
@@ -192,14 +156,14 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--dataset-path", default=None,
                    help="length CSV or trace file (default for sharegpt/arxiv: the shared copy; "
                         "trace: required, or the name azure-conv)")
-    g.add_argument("--num-prompts", type=_positive_int, default=1000, help="requests to send (default: 1000)")
-    g.add_argument("--input-len", "--random-input-len", dest="input_len", type=_positive_int, default=1024,
+    g.add_argument("--num-prompts", type=positive_int, default=1000, help="requests to send (default: 1000)")
+    g.add_argument("--input-len", "--random-input-len", dest="input_len", type=positive_int, default=1024,
                    help="random: prompt tokens (default: 1024)")
-    g.add_argument("--output-len", "--random-output-len", dest="output_len", type=_positive_int, default=128,
+    g.add_argument("--output-len", "--random-output-len", dest="output_len", type=positive_int, default=128,
                    help="random: output tokens (default: 128)")
     g.add_argument("--random-range-ratio", type=float, default=0.0,
                    help="random: lengths uniform in [L*(1-r), L*(1+r)] (default: 0, fixed)")
-    g.add_argument("--sharegpt-output-len", type=_positive_int, default=None,
+    g.add_argument("--sharegpt-output-len", type=positive_int, default=None,
                    help="sharegpt/arxiv/trace: override every output length")
     g.add_argument("--time-scale", type=float, default=1.0,
                    help="trace: divide the trace's arrival times by this (default: 1)")
@@ -207,7 +171,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                    help="requests per second; inf sends all at once (trace: default its own timestamps)")
     g.add_argument("--burstiness", type=float, default=1.0,
                    help="gamma shape of the inter-arrival times: 1 Poisson, <1 burstier, >1 smoother")
-    g.add_argument("--max-concurrency", type=_positive_int, default=None,
+    g.add_argument("--max-concurrency", type=positive_int, default=None,
                    help="at most this many requests in flight")
     g.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     g.add_argument("--prompt-format", choices=("auto", "ids", "text"), default="auto",
@@ -236,7 +200,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def bench_main(args) -> int:
-    from .bench import BenchConfig, print_table, run_bench  # noqa: PLC0415
+    from ..server.bench import BenchConfig, print_table, run_bench  # noqa: PLC0415
 
     cfg = BenchConfig.from_args(args)
     result = run_bench(cfg)
@@ -248,21 +212,3 @@ def register(subparsers) -> None:
     """Add `serve` and `bench` to the main CLI's subparsers."""
     add_serve_parser(subparsers)
     add_bench_parser(subparsers)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="llmsched", description="llmsched serving commands")
-    sub = parser.add_subparsers(dest="command", required=True)
-    register(sub)
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

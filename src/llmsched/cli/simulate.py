@@ -1,104 +1,103 @@
-"""The `llmsched` command line: thin wrappers over the Python API.
-
-Every user error ends as one line on stderr and exit code 2.
-"""
+"""`llmsched simulate` (one server, a cluster of replicas, or a network of servers),
+`llmsched schedulers` and `llmsched plot`: thin wrappers over `llmsched.simulate`,
+`llmsched.simulate_network` and `llmsched.plots`."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Sequence
 
-from .core.errors import ConfigError
-from .core.jsonio import to_jsonable
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit code 2)."""
-
-    def error(self, message: str):
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def _key_values(items: list[str] | None) -> dict:
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise ConfigError(f"expected KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        try:
-            out[k.strip().replace("-", "_")] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k.strip().replace("-", "_")] = v
-    return out
-
-
-# ---- simulate ---------------------------------------------------------------------------
-def add_policy_args(p: argparse.ArgumentParser) -> None:
-    """Policy, limit and cost-model options shared by simulate, sweep and serve."""
-    g = p.add_argument_group("policy and limits")
-    g.add_argument("--policy", "--scheduler", dest="policy", help="batch policy (see `llmsched schedulers`); default sarathi")
-    g.add_argument("--admission", help="admission policy: fcfs (default), spf, ...")
-    g.add_argument("--admission-option", action="append", metavar="KEY=VALUE",
-                   help="an option of the admission policy (repeatable)")
-    g.add_argument("--max-running", type=int, help="cap on running requests")
-    g.add_argument("--b-max", type=int, help="token budget per step (default 512)")
-    g.add_argument("--k-max", type=int, help="cap on requests per step (default: none)")
-    g.add_argument("--kv-capacity", type=int, help="KV-cache capacity in tokens (default: unlimited)")
-    g.add_argument("--cost-model", help="paper[:c=,a=,b0=,variant=], linear:c=,a=, const:MS, "
-                                        "profile[:NAME|PATH] (default profile:h200-llama-3-8b)")
-
-
-def add_workload_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("workload")
-    g.add_argument("--arrival", help="poisson (default), gamma, deterministic, trace:PATH, azure-conv")
-    g.add_argument("--trace", help="replay a trace CSV (Azure format or arrival_s,prompt_tokens,output_tokens)")
-    g.add_argument("--rate", type=float, help="arrival rate in requests/s (for a trace: rescale to it)")
-    g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals)")
-    g.add_argument("--time-scale", type=float, help="multiply a trace's rate by K")
-    g.add_argument("--prompt", help="prompt length law: const:N, uniform:LO,HI, geometric:MEAN, "
-                                    "lognormal:mean=M,sigma=S, empirical:PATH[:COL], sharegpt, arxiv")
-    g.add_argument("--output", help="output length law (same forms as --prompt)")
-    g.add_argument("--num-requests", type=int, help="stop after N requests")
-    g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds")
-    g.add_argument("--seed", type=int, help="random seed (default 0)")
-
-
-def _overrides(args) -> dict:
-    keys = ["policy", "admission", "max_running", "b_max", "k_max", "kv_capacity", "cost_model",
-            "arrival", "trace", "rate", "cv", "time_scale", "prompt", "output", "num_requests",
-            "duration_s", "seed", "max_time_s", "sample_interval_s"]
-    out = {k: getattr(args, k, None) for k in keys}
-    if getattr(args, "admission_option", None):
-        out["admission_options"] = _key_values(args.admission_option)
-    if getattr(args, "exact", False):
-        out["fast"] = False
-    if getattr(args, "steps", False):
-        out["record_steps"] = True
-    return out
+from ..core.errors import ConfigError
+from ..core.jsonio import to_jsonable
+from ..theory import describe_verdict
+from .common import (add_cost_model_arg, add_scheduler_args, add_workload_args, positive_int,
+                     print_table, sim_overrides)
 
 
 def cmd_simulate(args) -> int:
-    from .api import simulate  # noqa: PLC0415
+    from ..api import simulate  # noqa: PLC0415 - numpy and the simulator only when a command runs
 
     if args.steps and not args.out:
         raise ConfigError("--steps writes steps.csv into the output folder: give --out DIR")
-
+    if args.network or args.replicas:
+        return _simulate_network(args)
+    if args.router:
+        raise ConfigError("--router routes among replicas: give --replicas N (or a --network file)")
     progress, close = _progress_bar(args)
     try:
-        result = simulate(args.config, out_dir=args.out or None, progress=progress, **_overrides(args))
+        result = simulate(args.config, out_dir=args.out or None, progress=progress, **sim_overrides(args))
     finally:
         close()
     if args.json:
-
         print(json.dumps(to_jsonable(result.summary), indent=2))
     elif not args.quiet:
         print_summary(result)
         if args.out:
             print(f"results written to {args.out}/")
     return 0
+
+
+def _simulate_network(args) -> int:
+    from ..api import cluster_network  # noqa: PLC0415
+    from ..sim.network_result import simulate_network  # noqa: PLC0415
+
+    if args.steps:
+        raise ConfigError("--steps is for one server; a network writes calls.csv and per-replica outputs")
+    if args.network:
+        if args.replicas or args.router:
+            raise ConfigError("--replicas/--router describe a cluster from the flags; a --network file "
+                              "declares replicas and routers per server")
+        given = {k: v for k, v in sim_overrides(args).items() if v is not None and k not in (
+            "seed", "max_time_s", "sample_interval_s", "fast", "num_requests")}
+        if given or args.config:
+            raise ConfigError(f"--network FILE declares servers and workload; --{next(iter(given), 'config').replace('_', '-')} "
+                              "does not apply (use --scale, --num-requests for the number of jobs, --seed)")
+        network = args.network
+        num_jobs = args.num_requests
+    else:
+        if args.scale is not None:
+            raise ConfigError("--scale multiplies a --network file's arrival rates; use --rate for a cluster")
+        network = cluster_network(args.config, replicas=args.replicas, router=args.router or "jsq",
+                                  **sim_overrides(args))
+        num_jobs = None
+    progress, close = _progress_bar(args)
+    try:
+        res = simulate_network(network, out_dir=args.out or None, fast=not args.exact, max_time_s=args.max_time_s,
+                               sample_interval_s=args.sample_interval_s, scale=args.scale, num_jobs=num_jobs,
+                               seed=args.seed if args.network else None, progress=progress)
+    finally:
+        close()
+    if args.json:
+        print(json.dumps(to_jsonable(res.summary), indent=2))
+    elif not args.quiet:
+        print_network_summary(res)
+        if args.out:
+            print(f"results written to {args.out}/")
+    return 0
+
+
+def print_network_summary(res) -> None:
+    s = res.summary
+
+    def ms(v):
+        return "-" if v is None else f"{v:,.1f} ms"
+
+    rows = [("jobs completed", f"{s['completed_jobs']:,} / {s['num_jobs']:,} ({s['num_calls']:,} calls)"),
+            ("job throughput", f"{s['job_throughput']:,.3f} jobs/s"),
+            ("job latency mean / p50 / p99", f"{ms(s['mean_job_latency_ms'])} / {ms(s['p50_job_latency_ms'])} / "
+                                             f"{ms(s['p99_job_latency_ms'])}")]
+    for name, srv in s["servers"].items():
+        util = srv.get("utilisation")
+        load = "" if util is None else f"load {util:.1%} of capacity, "
+        rows.append((f"server {name} ({len(srv['replicas'])} replica(s))",
+                     f"{load}{srv['calls']:,} calls, TTFT p99 {ms(srv['p99_ttft_ms'])}, {srv['verdict']}"))
+    if s.get("bottleneck"):
+        rows.append(("bottleneck (traffic equations)", f"{s['bottleneck']} at {s['max_utilisation']:.1%}; rates "
+                                                       f"could scale by {s['critical_scale']:.3g}"))
+    rows.append(("network verdict", s["verdict"]))
+    rows.append(("simulation wall time", f"{s['wall_s']:.2f} s"))
+    print_table("llmsched network", rows, ("metric", "value"))
 
 
 def _progress_bar(args):
@@ -155,11 +154,9 @@ def print_summary(result) -> None:
         rows.append(("critical rate lambda* (theorem 2)", f"{s['critical_rate']:,.2f} req/s"))
     if s.get("utilisation") is not None:
         rows.append(("utilisation (offered / lambda*)", f"{s['utilisation']:.1%}"))
-    if s.get("stable") is not None:
-        lo, hi = s["backlog_growth_ci"]
-        rows.append(("stable (backlog growth, 95% CI)",
-                     f"{'yes' if s['stable'] else 'NO'} ({s['backlog_growth_tokens_per_s']:,.0f} tok/s, "
-                     f"[{lo:,.0f}, {hi:,.0f}])"))
+    verdict = describe_verdict(s)
+    if verdict is not None:
+        rows.append(("stability (backlog growth, 95% CI)", verdict))
     rows.append(("simulation wall time", f"{s['wall_s']:.2f} s ({s['num_requests'] / max(s['wall_s'], 1e-9):,.0f} req/s)"))
     for k, v in rows:
         t.add_row(k, v)
@@ -171,7 +168,7 @@ def cmd_schedulers(args) -> int:
     from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
-    from .policies import list_policies  # noqa: PLC0415
+    from ..policies import list_policies  # noqa: PLC0415
 
     t = Table(title="llmsched policies")
     t.add_column("kind")
@@ -184,24 +181,27 @@ def cmd_schedulers(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .plots import plot_dir  # noqa: PLC0415
+    from ..plots import plot_dir  # noqa: PLC0415
 
     for path in plot_dir(args.dir):
         print(path)
     return 0
 
 
-def build_parser() -> Parser:
-    parser = Parser(prog="llmsched", description="Simulate, analyse and serve LLM inference "
-                                                  "under token-level batch schedulers.")
-    parser.add_argument("--version", action="version", version="llmsched 0.1.0")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
-
-    p = sub.add_parser("simulate", help="simulate a workload under a policy",
-                       description="Simulate a workload under a batch policy and write its results.")
+def register(sub) -> None:
+    p = sub.add_parser("simulate", help="simulate a workload on a server, a cluster or a network",
+                       description="Simulate a workload under a batch policy and write its results. "
+                                   "--replicas N puts N copies of the server behind a --router; "
+                                   "--network FILE simulates a YAML network of servers and job routes.")
     p.add_argument("--config", help="YAML file with any of the options (flags override it)")
-    add_policy_args(p)
+    add_scheduler_args(p)
+    add_cost_model_arg(p)
     add_workload_args(p)
+    g = p.add_argument_group("clusters and networks")
+    g.add_argument("--replicas", type=positive_int, help="simulate N replicas of the server behind a router")
+    g.add_argument("--router", help="random, round-robin, jsq (default), least-tokens, power-of-two")
+    g.add_argument("--network", metavar="FILE", help="a YAML network of servers and job routes (docs/networks.md)")
+    g.add_argument("--scale", type=float, help="--network: multiply every arrival rate by K")
     g = p.add_argument_group("run and output")
     g.add_argument("--max-time", type=float, dest="max_time_s", help="stop the simulation at this time (s)")
     g.add_argument("--sample-interval", type=float, dest="sample_interval_s",
@@ -222,42 +222,3 @@ def build_parser() -> Parser:
                        description="Draw queue.png, ttft_cdf.png, itl_cdf.png, token_load.png in DIR.")
     p.add_argument("dir", help="a folder written by `llmsched simulate --out`")
     p.set_defaults(func=cmd_plot)
-
-    for module in ("analysis.cli", "engine.cli", "server.cli"):
-        try:
-            mod = __import__(f"llmsched.{module}", fromlist=["register"])
-        except ImportError as e:
-            if e.name and e.name.startswith("llmsched"):
-                continue
-            raise
-        mod.register(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except ConfigError as e:
-        print(f"llmsched {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("llmsched: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # e.g. `llmsched simulate --json | head`
-        import os  # noqa: PLC0415
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except Exception as e:  # an internal failure: still one line, and a non-zero code
-        from .sim.simulator import SimulationStuck  # noqa: PLC0415
-
-        if isinstance(e, SimulationStuck):
-            print(f"llmsched {args.command}: error: {e}", file=sys.stderr)
-            return 1
-        raise
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -205,9 +205,9 @@ class LLMEngine(StepDriver):
         arrival = now if arrival_time is None else min(now, self._wall_to_engine(arrival_time))
         seq = Sequence(request_id, prompt, params, arrival, self.eos_ids)
         if not params.greedy:
-            import torch  # noqa: PLC0415
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
-            seq.generator = torch.Generator(device=self.runner.device).manual_seed(seed)
+            # all 64 bits (torch's CPU generator would keep the low 32): see sampler.py
+            seq.generator = random.Random(seed & 0xFFFF_FFFF_FFFF_FFFF)
         if self.tokenizer is not None:
             seq.detok = Detokenizer(self.tokenizer, n)
         self.state.add(self._register(seq, int(arrival * 1e9)))

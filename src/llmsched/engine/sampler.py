@@ -1,6 +1,12 @@
 """Token sampling for the rows of one step: greedy, temperature, top-k, top-p, with a
-per-request `torch.Generator` so that a seeded request draws the same tokens whatever
+per-request random generator so that a seeded request draws the same tokens whatever
 else shares its batch.
+
+A row's generator is a `random.Random` (what the engine gives each request: seeded with
+all 64 bits of the request's seed; torch's CPU generator keeps only the low 32 bits of a
+seed, so seeds 1 and 2**32 + 1 drew the same tokens) or a `torch.Generator`. With a
+`random.Random` the row draws one uniform number and takes the token where it falls in the
+cumulative distribution (float64), the same choice on any device.
 
 A row's sampling trouble stays in its row: a row whose probabilities are not a usable
 distribution (NaN or inf logits, everything masked) takes its best token instead of
@@ -12,10 +18,10 @@ import torch
 
 
 def sample(logits, params: list, generators: list, banned: list | None = None) -> list[int]:
-    """logits: float32 `[S, V]`; params: SamplingParams per row; generators: per row
-    (None for greedy rows); banned: per row, token ids that may not be drawn (None or
-    empty: none), e.g. EOS and stop token ids before `min_tokens`. Returns one token id
-    per row."""
+    """logits: float32 `[S, V]`; params: SamplingParams per row; generators: per row, a
+    `random.Random` or a `torch.Generator` (None for greedy rows); banned: per row, token
+    ids that may not be drawn (None or empty: none), e.g. EOS and stop token ids before
+    `min_tokens`. Returns one token id per row."""
     n = logits.shape[0]
     if n == 0:
         return []
@@ -61,9 +67,23 @@ def sample(logits, params: list, generators: list, banned: list | None = None) -
         onehot[:, 0] = 1.0
         probs = torch.where(ok[:, None], probs, onehot)
         idx = torch.where(ok[:, None], idx, out[rows][:, None].expand_as(idx))
-    picks = []
+    picks: list = [None] * len(rows)
+    uniform = []                                       # rows drawing from a random.Random
     for j, i in enumerate(rows):
-        picks.append(torch.multinomial(probs[j], 1, generator=generators[i]))
+        g = generators[i]
+        if g is None or isinstance(g, torch.Generator):
+            picks[j] = torch.multinomial(probs[j], 1, generator=g)
+        else:
+            uniform.append(j)
+    if uniform:
+        u = torch.tensor([generators[rows[j]].random() for j in uniform], dtype=torch.float64, device=dev)
+        p = (probs if len(uniform) == len(rows) else probs[uniform]).double()
+        cdf = p.cumsum(dim=-1)
+        pos = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
+        # the drawable tokens are a prefix (probabilities sorted, masked ones 0): stay in it
+        pos = torch.minimum(pos, (p > 0).sum(dim=-1, keepdim=True).clamp(min=1) - 1)
+        for n_, j in enumerate(uniform):
+            picks[j] = pos[n_]
     chosen = idx.gather(1, torch.stack(picks)).squeeze(1)
     out = out.clone()
     out[torch.tensor(rows, device=dev)] = chosen

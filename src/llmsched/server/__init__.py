@@ -15,7 +15,6 @@ _LAZY = {
     "make_sim_backend": "backends", "make_engine_backend": "backends",
     "AsyncEngine": "async_engine",
     "BenchConfig": "bench", "run_bench": "bench", "calculate_metrics": "bench",
-    "register": "cli",
 }
 
 __all__ = list(_LAZY)

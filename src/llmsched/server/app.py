@@ -7,8 +7,9 @@ and POST /detokenize (as in vLLM; `vllm bench serve` uses them to check that it 
 tokens as the server does). With an API key, every /v1 route, /tokenize and /detokenize
 need `Authorization: Bearer KEY` (401 otherwise); /health, /metrics and /version stay open.
 
-Limits (`ServerConfig`): a body over `max_body_bytes` is refused (413) without being read
-further, one that has not fully arrived `read_timeout` seconds after its headers gets 408
+Limits (`ServerConfig`): a body over `max_body_bytes` (default: what the largest servable
+request can need, `default_max_body_bytes`, at most 16 MiB) is refused (413) without being
+read further, one that has not fully arrived `read_timeout` seconds after its headers gets 408
 (both close the connection); a text prompt too long to fit the context is refused before
 it is tokenized; long parsing, tokenizing and decoding run in a worker thread, not on the
 event loop. Header size and header timeouts are enforced by `serve.GuardedHttpProtocol`.
@@ -26,6 +27,8 @@ import asyncio
 import gc
 import hmac
 import logging
+import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -36,7 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import __version__
+from ..core.version import __version__
 from ..core.errors import ConfigError
 from .async_engine import AsyncEngine, Draining, EngineDead, Overloaded, RequestStream
 from .backends import Backend
@@ -62,7 +65,7 @@ class ServerConfig:
     drain_timeout: float = 30.0
     log_level: str = "warning"
     switch_interval: float = 0.001          # sys.setswitchinterval while serving
-    max_body_bytes: int = 32 * 1024 * 1024  # larger bodies: 413, not read
+    max_body_bytes: int | None = None       # larger bodies: 413, not read (None: derived)
     max_header_bytes: int = 64 * 1024       # request line + headers; larger: 431
     read_timeout: float = 30.0              # for the headers, then for the body: else 408
 
@@ -77,10 +80,69 @@ class ServerConfig:
             raise ConfigError(f"drain timeout must be >= 0 seconds, got {self.drain_timeout}")
         for name in ("max_body_bytes", "max_header_bytes"):
             v = getattr(self, name)
+            if v is None and name == "max_body_bytes":
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
         if not (isinstance(self.read_timeout, (int, float)) and 0 < self.read_timeout < float("inf")):
             raise ConfigError(f"read timeout must be a positive number of seconds, got {self.read_timeout!r}")
+
+
+# Work that may take long runs off the event loop, in worker threads: joining, parsing and
+# checking a body larger than BIG_BODY (one thread), tokenizing a text longer than
+# INLINE_TEXT_CHARS (unless the tokenizer is `cheap`) and decoding more than that many token
+# ids (TOKENIZE_THREADS: half the CPUs, 1 to 4, so the event loop and the engine keep a
+# core, and run at a lower priority). bytes.join (over 1 MiB) and the tokenizers' batch
+# calls release the GIL; pure-Python
+# work in a worker yields it every switch interval; only the JSON parser holds it (about
+# 3 ms per MB on a small VM). Separate pools: a body that is refused once parsed never
+# waits behind long tokenizations.
+BIG_BODY = 64 * 1024
+INLINE_TEXT_CHARS = 1024
+TOKENIZE_THREADS = max(1, min(4, (os.cpu_count() or 2) // 2))
+TOKENIZE_NICE = 5        # tokenizing threads yield the CPU to the event loop and the engine
+
+
+def _lower_priority() -> None:
+    """Thread initializer: raise this thread's nice value (Linux: per thread), so that on a
+    busy machine tokenizing long prompts does not slow token delivery."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + TOKENIZE_NICE))
+    except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
+        pass
+
+
+MAX_BODY_CAP = 16 * 1024 * 1024
+
+
+def default_max_body_bytes(max_model_len: int | None, max_text_bytes: int | None) -> int:
+    """The default body limit: what the largest request this context can serve may need as
+    JSON (its text escaped, up to 6 bytes a byte; or its token ids, up to 32 bytes each)
+    plus 1 MiB for everything else, at most MAX_BODY_CAP (16 MiB)."""
+    if max_model_len is None:
+        return MAX_BODY_CAP
+    text = max_text_bytes if max_text_bytes is not None else 16 * max_model_len
+    return min(MAX_BODY_CAP, 6 * text + 32 * max_model_len + (1 << 20))
+
+
+class BodyParts(list):
+    """A body larger than BIG_BODY as it was received: joined off the event loop."""
+
+    size = 0
+
+
+def body_size(data) -> int:
+    return data.size if isinstance(data, BodyParts) else len(data)
+
+
+def body_bytes(data) -> bytes:
+    """The body as one bytes object; a BodyParts gives up its pieces once joined."""
+    if isinstance(data, BodyParts):
+        joined = b"".join(data)
+        data.clear()
+        return joined
+    return data
 
 
 def error_response(e: APIError, headers: dict | None = None) -> Response:
@@ -150,10 +212,11 @@ class _ClientGone(Exception):
 _CLOSE = {"connection": "close"}
 
 
-async def _read_body(scope, receive, limit: int, timeout: float) -> bytes:
-    """The whole request body. Raises APIError 413 (more than `limit` bytes, announced by
-    Content-Length or counted while reading; nothing is read past the limit), 408 (not all
-    there within `timeout` seconds) or _ClientGone."""
+async def _read_body(scope, receive, limit: int, timeout: float):
+    """The whole request body: bytes, or a BodyParts if larger than BIG_BODY. Raises
+    APIError 413 (more than `limit` bytes, announced by Content-Length or counted while
+    reading; nothing is read past the limit), 408 (not all there within `timeout` seconds)
+    or _ClientGone."""
     for k, v in scope["headers"]:
         if k == b"content-length":
             digits = v.lstrip(b"0")
@@ -174,7 +237,13 @@ async def _read_body(scope, receive, limit: int, timeout: float) -> bytes:
                             raise _too_large(limit)
                         parts.append(chunk)
                     if not msg.get("more_body", False):
-                        return parts[0] if len(parts) == 1 else b"".join(parts)
+                        if len(parts) == 1:
+                            return parts[0]
+                        if n <= BIG_BODY:
+                            return b"".join(parts)
+                        big = BodyParts(parts)
+                        big.size = n
+                        return big
                 elif msg["type"] == "http.disconnect":
                     raise _ClientGone()
     except TimeoutError:
@@ -187,15 +256,21 @@ def _too_large(limit: int) -> APIError:
                     "invalid_request_error", None, "request_too_large")
 
 
-def _replay(body: bytes, receive):
-    """A `receive` that hands out the body already read, then the connection's own events."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
+def _replay(body, receive):
+    """A `receive` that hands out the body already read, then the connection's own events.
+    (Our routes take the body from `scope["llmsched.body"]`, unjoined.)"""
+    pending = [body]
 
     async def replay():
         if pending:
-            return pending.pop()
+            return {"type": "http.request", "body": body_bytes(pending.pop()), "more_body": False}
         return await receive()
     return replay
+
+
+async def _body_of(request: Request):
+    body = request.scope.get("llmsched.body")
+    return await request.body() if body is None else body
 
 
 class LLMSchedApp(FastAPI):
@@ -209,7 +284,7 @@ class LLMSchedApp(FastAPI):
 
     fast_routes: dict = {}
     api_key_header: bytes | None = None
-    max_body_bytes: int = ServerConfig.max_body_bytes
+    max_body_bytes: int = MAX_BODY_CAP
     read_timeout: float = ServerConfig.read_timeout
     metrics: ServerMetrics | None = None
 
@@ -242,6 +317,7 @@ class LLMSchedApp(FastAPI):
                     resp = internal_error_response()
                 await resp(scope, receive, send)
                 return
+        scope["llmsched.body"] = body
         await super().__call__(scope, _replay(body, receive), send)
 
 
@@ -346,13 +422,6 @@ async def _collect(engine: AsyncEngine, s: RequestStream, receive, chat: bool, r
             engine.abort(s.rid)
 
 
-# Work that may take long runs off the event loop, in a small thread pool: parsing a body
-# larger than BIG_BODY, tokenizing a text longer than INLINE_TEXT_CHARS (unless the
-# tokenizer is `cheap`), decoding more than INLINE_TEXT_CHARS token ids. The tokenizers'
-# batch calls release the GIL; pure-Python work in the pool yields it every switch interval.
-BIG_BODY = 64 * 1024
-INLINE_TEXT_CHARS = 1024
-PREP_THREADS = 2
 
 
 def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
@@ -368,7 +437,9 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     text_limit = backend.max_text_bytes
     max_ids = backend.max_model_len
     max_messages = text_limit + 1 if text_limit is not None else None
-    pool = ThreadPoolExecutor(max_workers=PREP_THREADS, thread_name_prefix="llmsched-prep")
+    parse_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmsched-parse")
+    tok_pool = ThreadPoolExecutor(max_workers=TOKENIZE_THREADS, thread_name_prefix="llmsched-tokenize",
+                                  initializer=_lower_priority)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -382,7 +453,8 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         finally:
             await engine.drain(cfg.drain_timeout)
             engine.stop()
-            pool.shutdown(wait=False, cancel_futures=True)
+            parse_pool.shutdown(wait=False, cancel_futures=True)
+            tok_pool.shutdown(wait=False, cancel_futures=True)
             gc.unfreeze()
 
     app = LLMSchedApp(title="llmsched", version=__version__, lifespan=lifespan,
@@ -393,12 +465,15 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     app.state.backend = backend
     app.state.metrics = metrics
     app.state.config = cfg
-    app.max_body_bytes = cfg.max_body_bytes
+    app.max_body_bytes = cfg.max_body_bytes or default_max_body_bytes(backend.max_model_len, text_limit)
     app.read_timeout = cfg.read_timeout
     app.metrics = metrics
 
-    async def offload(fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+    async def parse_off(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(parse_pool, fn, *args)
+
+    async def tokenize_off(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(tok_pool, fn, *args)
 
     def model_not_found(model: str) -> APIError:
         return APIError(404, f"The model `{_clip(model)}` does not exist (this server serves "
@@ -430,10 +505,10 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         except ConfigError as e:
             raise bad_request(str(e), param) from None
 
-    def parse_generation(data: bytes, chat: bool):
+    def parse_generation(data, chat: bool):
         """(request, text to tokenize or None for a token-id prompt); every check before
         tokenizing."""
-        body = parse_body(data)
+        body = parse_body(body_bytes(data))
         req = parse_chat(body, max_messages) if chat else parse_completion(body, max_ids)
         if req.model not in names:
             raise model_not_found(req.model)
@@ -447,26 +522,20 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         check_text(text, param)
         return req, text
 
-    def prepare_sync(data: bytes, chat: bool):
-        param = "messages" if chat else "prompt"
-        req, text = parse_generation(data, chat)
-        ids = req.prompt_ids if text is None else encode(text, param)
-        check_ids(ids, param)
-        return req, ids
-
     async def prepare(data: bytes, chat: bool):
         """The parsed request and its prompt token ids, off the event loop where costly."""
-        if len(data) > BIG_BODY:
-            return await offload(prepare_sync, data, chat)
+        if body_size(data) > BIG_BODY:
+            req, text = await parse_off(parse_generation, data, chat)
+        else:
+            req, text = parse_generation(data, chat)
         param = "messages" if chat else "prompt"
-        req, text = parse_generation(data, chat)
         if text is None:
             ids = req.prompt_ids
         elif tok_cheap or len(text) <= INLINE_TEXT_CHARS:
             ids = encode(text, param)
         else:
-            ids = await offload(encode, text, param)
-        check_ids(ids, param)
+            ids = await tokenize_off(encode, text, param)
+        check_ids(ids, param)     # min() and max(): C loops over at most max_model_len ids
         return req, ids
 
     async def generate(data: bytes, receive, chat: bool):
@@ -517,10 +586,10 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         return await generate(data, receive, True)
 
     async def completions(request: Request):
-        return await generate(await request.body(), request.receive, False)
+        return await generate(await _body_of(request), request.receive, False)
 
     async def chat_completions(request: Request):
-        return await generate(await request.body(), request.receive, True)
+        return await generate(await _body_of(request), request.receive, True)
 
     app.fast_routes = {"/v1/completions": completions_fast, "/v1/chat/completions": chat_fast}
     if cfg.api_key:
@@ -549,8 +618,8 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         text = metrics.render(engine.snapshot, engine.queued_requests, engine.queued_tokens)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    def parse_tokenize(data: bytes):
-        body = parse_body(data)
+    def parse_tokenize(data):
+        body = parse_body(body_bytes(data))
         model = body.get("model")
         if model is not None:
             if not isinstance(model, str):
@@ -571,27 +640,27 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         check_text(text, param)
         return text, param
 
-    def tokenize_sync(data: bytes) -> list:
-        return list(encode(*parse_tokenize(data)))
+    def encode_list(text: str, param: str) -> list:
+        return list(encode(text, param))
 
     async def tokenize(request: Request):
-        data = await request.body()
+        data = await _body_of(request)
         try:
-            if len(data) > BIG_BODY:
-                ids = await offload(tokenize_sync, data)
+            if body_size(data) > BIG_BODY:
+                text, param = await parse_off(parse_tokenize, data)
             else:
                 text, param = parse_tokenize(data)
-                if tok_cheap or len(text) <= INLINE_TEXT_CHARS:
-                    ids = list(encode(text, param))
-                else:
-                    ids = list(await offload(encode, text, param))
+            if tok_cheap or len(text) <= INLINE_TEXT_CHARS:
+                ids = encode_list(text, param)
+            else:
+                ids = await tokenize_off(encode_list, text, param)
         except APIError as e:
             return error_response(e)
         return Response(dumps({"count": len(ids), "max_model_len": backend.max_model_len, "tokens": ids}),
                         media_type="application/json")
 
-    def parse_detokenize(data: bytes) -> list:
-        body = parse_body(data)
+    def parse_detokenize(data) -> list:
+        body = parse_body(body_bytes(data))
         toks = body.get("tokens")
         if not isinstance(toks, list):
             raise bad_request("'tokens' must be an array of integers", "tokens")
@@ -617,26 +686,27 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             log.info("the tokenizer could not decode %d ids", len(toks), exc_info=True)
             raise bad_request("'tokens' cannot be decoded by this model's tokenizer", "tokens") from None
 
-    def detokenize_sync(data: bytes) -> str:
-        return decode(parse_detokenize(data))
-
     async def detokenize(request: Request):
-        data = await request.body()
+        data = await _body_of(request)
         try:
-            if len(data) > BIG_BODY:
-                text = await offload(detokenize_sync, data)
+            if body_size(data) > BIG_BODY:
+                toks = await parse_off(parse_detokenize, data)
             else:
                 toks = parse_detokenize(data)
-                if tok_cheap or len(toks) <= INLINE_TEXT_CHARS:
-                    text = decode(toks)
-                else:
-                    text = await offload(decode, toks)
+            if tok_cheap or len(toks) <= INLINE_TEXT_CHARS:
+                text = decode(toks)
+            else:
+                text = await tokenize_off(decode, toks)
         except APIError as e:
             return error_response(e)
         return Response(dumps({"prompt": text}), media_type="application/json")
 
+    limits = {"max_body_bytes": app.max_body_bytes, "max_text_bytes": text_limit,
+              "max_header_bytes": cfg.max_header_bytes, "read_timeout_s": cfg.read_timeout}
+
     async def version(request: Request):
-        return Response(dumps({"version": __version__, **backend.info}), media_type="application/json")
+        return Response(dumps({"version": __version__, **backend.info, "limits": limits}),
+                        media_type="application/json")
 
     app.add_route("/v1/completions", completions, methods=["POST"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])

@@ -8,28 +8,20 @@ folder (needs the `engine` extra: torch, safetensors, tokenizers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.engine_api import EngineCore, check_request_size
 from ..core.errors import ConfigError
+from ..policies.spec import SchedulerSpec
 from .tokenizer import ByteRuleTokenizer, HFTokenizer, bytes_per_token_bound, chat_lines
 
 DEFAULT_SIM_MAX_MODEL_LEN = 32768
 
 
-@dataclass
-class SchedulerOptions:
-    """The policy and limits of a server, as on the simulator's command line."""
-
-    scheduler: str = "sarathi"
-    admission: str = "fcfs"
-    b_max: int = 512
-    k_max: int | None = None
-    kv_capacity: int | None = None
-    max_running: int | None = None
-    admission_options: dict = field(default_factory=dict)
+# the policy and limits of a server: the one scheduler spec of the simulator and the engine
+SchedulerOptions = SchedulerSpec
 
 
 @dataclass
@@ -82,14 +74,10 @@ def make_sim_backend(opts: SchedulerOptions | None = None, cost_model: str = "pr
                      served_model_name: str | None = None, realtime: bool = True,
                      max_debt_s: float = 0.05) -> Backend:
     """A virtual GPU running `opts`' policy, timed by `cost_model` (a spec string)."""
-    from ..policies import make_scheduler  # noqa: PLC0415
     from ..sim.virtual import VirtualEngine  # noqa: PLC0415
 
     opts = opts or SchedulerOptions()
-    sched = make_scheduler(opts.scheduler, admission=opts.admission, b_max=opts.b_max,
-                           k_max=opts.k_max, kv_capacity=opts.kv_capacity,
-                           max_running=opts.max_running,
-                           admission_options=opts.admission_options or None)
+    sched = opts.build()
     if max_model_len is None:
         max_model_len = DEFAULT_SIM_MAX_MODEL_LEN
         if opts.kv_capacity is not None:
@@ -159,11 +147,7 @@ def make_engine_backend(model: str, opts: SchedulerOptions | None = None, *,
         raise ConfigError("--kv-capacity is for the sim backend; the engine sizes its KV cache "
                           "from memory (--kv-cache-gb, --num-blocks)")
     kwargs = {k: v for k, v in engine_kwargs.items() if v is not None}
-    if opts.max_running is not None:
-        kwargs.setdefault("max_num_seqs", opts.max_running)
-    core = _engine.LLMEngine(model, scheduler=opts.scheduler, admission=opts.admission,
-                             b_max=opts.b_max, k_max=opts.k_max,
-                             admission_options=opts.admission_options or None, **kwargs)
+    core = _engine.LLMEngine(model, scheduler=opts, **kwargs)
     if tokenizer:
         tok = HFTokenizer(tokenizer)
     elif getattr(core, "tokenizer", None) is not None:

@@ -1,0 +1,55 @@
+"""The `llmsched` command line: one parser, one vocabulary (`cli.common`), and a module
+per family of commands; each command is a thin wrapper over a Python function.
+
+Every user error ends as one line on stderr and exit code 2. Commands that need an
+optional extra (torch, FastAPI) import it only when they run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+from ..core.version import __version__
+from ..core.errors import ConfigError
+from . import analysis, engine, server, simulate
+from .common import Parser
+
+COMMAND_MODULES = (simulate, analysis, engine, server)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="llmsched", description="Simulate, analyse and serve LLM inference "
+                                                  "under token-level batch schedulers.")
+    parser.add_argument("--version", action="version", version=f"llmsched {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"llmsched {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("llmsched: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `llmsched simulate --json | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as e:  # an internal failure: still one line, and a non-zero code
+        from ..sim.server import SimulationStuck  # noqa: PLC0415 - numpy only when needed
+
+        if isinstance(e, SimulationStuck):
+            print(f"llmsched {args.command}: error: {e}", file=sys.stderr)
+            return 1
+        raise
+
+
+__all__ = ["main", "build_parser"]
