@@ -20,6 +20,10 @@ def cmd_simulate(args) -> int:
 
     if args.steps and not args.out:
         raise ConfigError("--steps writes steps.csv into the output folder: give --out DIR")
+    if args.serverless:
+        return _simulate_serverless(args)
+    if args.platform_scheduler:
+        raise ConfigError("--platform-scheduler is for --serverless FILE")
     if args.network or args.replicas:
         return _simulate_network(args)
     if args.router:
@@ -75,6 +79,59 @@ def _simulate_network(args) -> int:
         if args.out:
             print(f"results written to {args.out}/")
     return 0
+
+
+def _simulate_serverless(args) -> int:
+    from ..sim.serverless_result import simulate_serverless  # noqa: PLC0415
+
+    if args.network or args.replicas or args.router or args.steps:
+        raise ConfigError("--serverless FILE declares the whole platform; --network, --replicas, --router and "
+                          "--steps do not apply")
+    given = {k: v for k, v in sim_overrides(args).items() if v is not None and k not in (
+        "seed", "max_time_s", "fast", "num_requests", "admission", "sample_interval_s")}
+    if given or args.config:
+        raise ConfigError(f"--serverless FILE declares models, cluster and workload; "
+                          f"--{next(iter(given), 'config').replace('_', '-')} does not apply (use --platform-scheduler, "
+                          "--scale, --num-requests, --seed)")
+    if args.admission:
+        raise ConfigError("--serverless: the platform scheduler sets each model's admission; use "
+                          "--platform-scheduler fcfs|round-robin|priority|dynamicbatch|twp|serverlessllm")
+    progress, close = _progress_bar(args)
+    try:
+        res = simulate_serverless(args.serverless, args.out or None, scheduler=args.platform_scheduler,
+                                  fast=not args.exact, max_time_s=args.max_time_s, scale=args.scale,
+                                  num_requests=args.num_requests, seed=args.seed, progress=progress)
+    finally:
+        close()
+    if args.json:
+        print(json.dumps(to_jsonable(res.summary), indent=2))
+    elif not args.quiet:
+        print_serverless_summary(res)
+        if args.out:
+            print(f"results written to {args.out}/")
+    return 0
+
+
+def print_serverless_summary(res) -> None:
+    s = res.summary
+
+    def ms(key):
+        v = s.get(key)
+        return "-" if v is None else f"{v:,.1f} ms"
+
+    rows = [("scheduler / GPUs", f"{s['scheduler']} / {s['gpus']}"),
+            ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}"),
+            ("request throughput", f"{s['request_throughput']:,.2f} req/s"),
+            ("TTFT p50 / p95 / p99", f"{ms('p50_ttft_ms')} / {ms('p95_ttft_ms')} / {ms('p99_ttft_ms')}"),
+            ("ITL mean / p99, CV", f"{ms('mean_itl_ms')} / {ms('p99_itl_ms')}, "
+                                   f"{'-' if s.get('itl_cv') is None else format(s['itl_cv'], '.3f')}"),
+            ("E2E latency p99", ms("p99_e2el_ms")),
+            ("cold starts (total time)", f"{s['cold_starts']:,} ({s['cold_start_time_s']:,.1f} s)"),
+            ("GPU-seconds (busy share)", f"{s['gpu_seconds']:,.0f} ({s['gpu_busy_fraction']:.1%})"),
+            ("instances used / peak", f"{s['instances_used']} / {s['peak_instances']}"),
+            ("migrations", f"{s['migrations']:,}"),
+            ("simulation wall time", f"{s['wall_s']:.2f} s")]
+    print_table("llmsched serverless", rows, ("metric", "value"))
 
 
 def print_network_summary(res) -> None:
@@ -201,7 +258,12 @@ def register(sub) -> None:
     g.add_argument("--replicas", type=positive_int, help="simulate N replicas of the server behind a router")
     g.add_argument("--router", help="random, round-robin, jsq (default), least-tokens, power-of-two")
     g.add_argument("--network", metavar="FILE", help="a YAML network of servers and job routes (docs/networks.md)")
-    g.add_argument("--scale", type=float, help="--network: multiply every arrival rate by K")
+    g.add_argument("--scale", type=float, help="--network, --serverless: multiply every arrival rate by K")
+    g = p.add_argument_group("serverless platforms")
+    g.add_argument("--serverless", metavar="FILE", help="a YAML serverless platform: GPU nodes, models with cold "
+                                                        "starts, workload (docs/serverless.md)")
+    g.add_argument("--platform-scheduler", help="--serverless: fcfs, round-robin, priority, dynamicbatch, twp or "
+                                                "serverlessllm (default: the file's)")
     g = p.add_argument_group("run and output")
     g.add_argument("--max-time", type=float, dest="max_time_s", help="stop the simulation at this time (s)")
     g.add_argument("--sample-interval", type=float, dest="sample_interval_s",

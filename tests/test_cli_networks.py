@@ -1,0 +1,57 @@
+"""The command line for clusters, networks and serverless platforms: outputs, and one-line
+errors with exit code 2."""
+
+import json
+
+import pytest
+
+from llmsched.cli import main
+
+EX = "examples"
+
+
+def test_simulate_cluster_from_flags(tmp_path, capsys):
+    rc = main(["simulate", "--cost-model", "paper", "--replicas", "3", "--router", "round-robin", "--rate", "20",
+               "--prompt", "geometric:100", "--output", "geometric:20", "--num-requests", "300",
+               "--out", str(tmp_path), "--json"])
+    assert rc == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["completed_jobs"] == 300 and set(s["servers"]["cluster"]["replicas"]) == {
+        "cluster[0]", "cluster[1]", "cluster[2]"}
+    # round-robin: each replica gets every third call
+    calls = [r["num_requests"] for r in s["servers"]["cluster"]["replicas"].values()]
+    assert calls == [100, 100, 100]
+    assert (tmp_path / "jobs.csv").is_file() and (tmp_path / "servers" / "cluster[2]" / "requests.csv").is_file()
+
+
+def test_simulate_network_file_and_capacity(capsys):
+    assert main(["simulate", "--network", f"{EX}/networks/tandem.yaml", "--num-requests", "200", "--out", "",
+                 "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["num_jobs"] == 200 and s["num_calls"] == 400 and s["verdict"] in ("stable", "inconclusive")
+    assert main(["capacity", "--network", f"{EX}/networks/tandem.yaml", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["bottleneck"] == s["bottleneck"] and rep["critical_scale"] > 1
+
+
+def test_simulate_serverless(capsys):
+    assert main(["simulate", "--serverless", f"{EX}/serverless/small.yaml", "--num-requests", "200",
+                 "--platform-scheduler", "fcfs", "--out", "", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["scheduler"] == "fcfs" and s["completed"] == 200 and s["cold_starts"] >= 1
+
+
+@pytest.mark.parametrize("args,message", [
+    (["simulate", "--network", f"{EX}/networks/tandem.yaml", "--rate", "3"], "--rate does not apply"),
+    (["simulate", "--router", "jsq"], "give --replicas"),
+    (["simulate", "--replicas", "2", "--router", "fastest"], "unknown router"),
+    (["simulate", "--network", "/no/such.yaml"], "does not exist"),
+    (["simulate", "--serverless", f"{EX}/serverless/small.yaml", "--rate", "3"], "--rate does not apply"),
+    (["simulate", "--serverless", f"{EX}/serverless/small.yaml", "--platform-scheduler", "nope"], "nope"),
+    (["simulate", "--platform-scheduler", "twp"], "is for --serverless"),
+    (["capacity", "--network", f"{EX}/networks/tandem.yaml", "--b-max", "256"], "does not apply"),
+])
+def test_bad_network_input_is_one_line_exit_2(args, message, capsys):
+    assert main([*args, "--out", ""] if args[0] == "simulate" else args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
