@@ -219,19 +219,28 @@ def _up(base):
 
 
 class _FlakyCore:
-    """A VirtualEngine whose third step raises once."""
+    """A VirtualEngine whose step raises once, the second step after two requests are in
+    (so both are running in it, however late the second arrives)."""
 
     def __init__(self, inner):
         self.inner = inner
-        self.n = 0
+        self.added = 0
+        self.after = 0
+        self.failed = False
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
+    def add_request(self, *args, **kw):
+        self.added += 1
+        return self.inner.add_request(*args, **kw)
+
     def step(self):
-        self.n += 1
-        if self.n == 3:
-            raise RuntimeError("simulated GPU fault")
+        if self.added >= 2 and not self.failed:
+            self.after += 1
+            if self.after == 2:
+                self.failed = True
+                raise RuntimeError("simulated GPU fault")
         return self.inner.step()
 
 
@@ -244,12 +253,12 @@ def test_engine_failure_ends_requests_with_explicit_errors():
         r1 = {}
 
         def stream():
-            r1["r"] = post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 20,
+            r1["r"] = post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 200,
                                                      "stream": True})
 
         t = threading.Thread(target=stream)
         t.start()
-        r2 = post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 20})
+        r2 = post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 200})
         t.join(10)
         ev = parse_sse(r1["r"].content)
         # an explicit error, which names no internals (the log has the exception)
