@@ -336,7 +336,7 @@ def test_cli_limit_options():
     p = argparse.ArgumentParser()
     add_serve_parser(p.add_subparsers())
     args = p.parse_args(["serve"])
-    assert limit_config(args) == {"max_body_bytes": 32 * 1024 * 1024, "max_header_bytes": 65536,
+    assert limit_config(args) == {"max_body_bytes": None, "max_header_bytes": 65536,
                                   "read_timeout": 30.0}
     args = p.parse_args(["serve", "--max-body-bytes", "1000", "--max-header-bytes", "2000",
                          "--read-timeout", "2.5"])

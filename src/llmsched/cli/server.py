@@ -17,9 +17,10 @@ from .common import add_scheduler_args, positive_int, scheduler_spec
 # ---- request limits (issue #13): --max-body-bytes, --max-header-bytes, --read-timeout ----
 def add_limit_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("request limits")
-    g.add_argument("--max-body-bytes", type=positive_int, default=32 * 1024 * 1024,
+    g.add_argument("--max-body-bytes", type=positive_int, default=None,
                    help="largest request body in bytes; larger ones get 413 without being read "
-                        "(default: 33554432, 32 MiB)")
+                        "(default: what the largest request the context can serve needs as JSON, "
+                        "6 x the text bound + 32 B per token + 1 MiB, at most 16 MiB; see /version)")
     g.add_argument("--max-header-bytes", type=positive_int, default=64 * 1024,
                    help="largest request line + headers in bytes; larger get 431 (default: 65536)")
     g.add_argument("--read-timeout", type=float, default=30.0,
