@@ -40,8 +40,9 @@ def make_result(arrival, ttft_ns, e2e_ns, queue_ns, prompt, output, preempt, tag
                      queue_ns=np.asarray(queue_ns, dtype=np.int64), preemptions=np.asarray(preempt, dtype=np.int32),
                      itl=GapHistogram(), load_hist=[0] * 9, batch_hist={}, steps=0, busy_ns=0, end_ns=0,
                      timeseries={"time_s": []}, unfinished=0)
-    return SimResult({}, stats, np.asarray(arrival, dtype=np.float64), np.asarray(prompt), np.asarray(output),
-                     tag, extra={"summary": {}})
+    res = SimResult({}, stats, np.asarray(arrival, dtype=np.float64), np.asarray(prompt), np.asarray(output), tag)
+    res._summary = {}   # this test checks requests.csv only: no summary of the empty run
+    return res
 
 
 def written(r: SimResult, tmp_path) -> bytes:

@@ -214,7 +214,7 @@ def simulate(config: SimConfig | dict | str | os.PathLike | None = None, *, trac
                        np.asarray(trace.output), getattr(trace, "tag", None), wall_s=wall)
     result.steps_path = steps_tmp
     if cfg.verdict:
-        result.extra["summary_extra"] = _stability_fields(result, cost, cfg)
+        result.stability = _stability_fields(result, cost, cfg)
     if out_dir is not None:
         result.write(out_dir, steps_tmp)
         if steps_tmp is not None:

@@ -47,7 +47,10 @@ simulator knows them (a real engine would use the requested maximum).
 
 from __future__ import annotations
 
+from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
+from ..core.region import representative_step_time, stability_region
+from ..core.state import UNLIMITED
 from .base import BatchPolicy, Planner
 
 
@@ -60,8 +63,6 @@ class Adaptive(BatchPolicy):
     option_names = ("cost", "mean_prompt", "mean_output")
 
     def __init__(self, cost=None, mean_prompt: float | None = None, mean_output: float | None = None):
-        from ..core.cost import make_cost_model  # noqa: PLC0415
-
         self.cost_spec = cost
         self.cost = make_cost_model("paper" if cost is None else cost)
         for what, v in (("mean_prompt", mean_prompt), ("mean_output", mean_output)):
@@ -104,9 +105,8 @@ class Adaptive(BatchPolicy):
                 self._n += 1
 
     def _setup(self, state) -> None:
-        from ..core.region import representative_step_time, stability_region  # noqa: PLC0415
 
-        k_max = None if state.k_max >= 1 << 62 else int(state.k_max)
+        k_max = None if state.k_max >= UNLIMITED else int(state.k_max)
         if self.cost.load_only:
             key = (state.b_max, k_max)
             if key == self._key:
@@ -120,7 +120,7 @@ class Adaptive(BatchPolicy):
             mp, mo = self._means()
             if mp is None:
                 mp, mo = 1024.0, 256.0  # until a request is seen
-            self._next_refit = max(1, self._n) * 2 if self._n < 4096 else 1 << 62
+            self._next_refit = max(1, self._n) * 2 if self._n < 4096 else UNLIMITED
             key = (state.b_max, k_max, round(mp), round(mo))
             if key == self._key:
                 return

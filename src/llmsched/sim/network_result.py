@@ -106,7 +106,7 @@ class NetworkResult:
                                  timeseries=sim.series.cols, unfinished=int((e2e[sel] < 0).sum()))
                 res = SimResult({"replica": rep["name"], "server": rep["server"]}, stats, arrival[sel] / NS,
                                 prompt[sel], output[sel], classes[sel])
-                res.extra["summary_extra"] = self._replica_verdict(res, rep["server"])
+                res.stability = self._replica_verdict(res, rep["server"])
                 out.append(res)
             self._replicas = out
         return self._replicas

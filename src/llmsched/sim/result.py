@@ -63,7 +63,10 @@ class SimResult:
     output: np.ndarray
     tag: np.ndarray | None
     wall_s: float = 0.0
-    extra: dict = field(default_factory=dict)
+    # summary fields computed by the caller from the run: theorem 2's capacity and the
+    # stability verdict (`llmsched.simulate`), or a network replica's verdict
+    stability: dict = field(default_factory=dict)
+    _summary: dict | None = field(default=None, init=False, repr=False)
 
     # ---- per-request values (seconds; NaN where not reached) -------------------------
     def _s(self, ns: np.ndarray) -> np.ndarray:
@@ -100,11 +103,11 @@ class SimResult:
     # ---- summary -------------------------------------------------------------------
     @property
     def summary(self) -> dict:
-        if "summary" not in self.extra:
-            self.extra["summary"] = self._summary()
-        return self.extra["summary"]
+        if self._summary is None:
+            self._summary = self._make_summary()
+        return self._summary
 
-    def _summary(self) -> dict:
+    def _make_summary(self) -> dict:
         st = self.stats
         done = self.finished
         start = float(self.arrival_s.min()) if len(self.arrival_s) else 0.0
@@ -147,7 +150,7 @@ class SimResult:
         s["offered_token_rate"] = float((self.prompt + self.output - 1).sum() /
                                         max(float(self.arrival_s.max()) - start, 1e-12)) if len(self.prompt) > 1 else None
         s["wall_s"] = self.wall_s
-        s.update(self.extra.get("summary_extra", {}))
+        s.update(self.stability)
         return s
 
     # ---- tables and files ------------------------------------------------------------
