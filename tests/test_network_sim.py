@@ -174,3 +174,16 @@ def test_backpressure_serves_the_class_with_the_largest_queue_differential():
         srv["priority"] = []
     stats = run_network(NetworkSpec.from_dict(d))
     assert (_a(stats.job_finish) >= 0).all() and len(stats.call_arrival) == 800
+
+
+def test_priorities_keep_the_fast_path_exact_and_serve_the_priority_class_first():
+    spec = NetworkSpec.from_yaml("examples/networks/rybko_stolyar.yaml")
+    d = spec.to_dict()
+    d["num_jobs"] = 400
+    fast = run_network(NetworkSpec.from_dict(d))
+    exact = run_network(NetworkSpec.from_dict(d), fast=False)
+    assert _fingerprint(fast) == _fingerprint(exact)
+    # at s1, B's long calls (priority) wait less than A's short calls (no priority) in the queue
+    cls = np.asarray(fast.call_class)
+    queue = _a(fast.call_queue)
+    assert queue[cls == "B.2"].mean() < queue[cls == "A.1"].mean()

@@ -99,6 +99,10 @@ class WaitingQueue:
             heapq.heapify(self._heap)
 
 
+def _key(r: Request) -> tuple:
+    return r.key
+
+
 class ServerState:
     """Requests of one server and their progress. Policies read it; only the driver
     (simulator or engine) changes it, through `add`, `begin_step`, `end_step`, `finish`."""
@@ -111,6 +115,9 @@ class ServerState:
         self.now = 0                                  # ns, the current step boundary
         self.waiting = WaitingQueue(waiting_key)
         self.prefilling: list[Request] = []           # running, in prefill; admission order
+        # with class priorities (a network server's `priority`), running prefills are kept in
+        # key order too, so a higher class's chunks go first even after a lower one was admitted
+        self.prefill_by_key = False
         self.running: dict[int, Request] = {}         # all running; admission order, newest last
         self._dec: list[Request] = []                 # decoders in decode order
         self._dec_keys: list[tuple] = []
@@ -329,7 +336,10 @@ class ServerState:
         r.kv = r.prefill_target
         self.kv_used += r.kv
         self.running[r.id] = r
-        self.prefilling.append(r)
+        if self.prefill_by_key:
+            insort(self.prefilling, r, key=_key)
+        else:
+            self.prefilling.append(r)
         if r.first_scheduled < 0:
             r.first_scheduled = now
 

@@ -239,7 +239,9 @@ def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> Ser
         key = lambda r: r.key                      # noqa: E731 - (rank, arrival, id)
     else:
         key = lambda r: (r.key[0], *inner(r))      # noqa: E731
-    return ServerState(scheduler.constraints, key)
+    state = ServerState(scheduler.constraints, key)
+    state.prefill_by_key = True
+    return state
 
 
 def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | None = None,

@@ -176,6 +176,15 @@ class NetworkResult:
                 srv.update(offered_tokens_per_s=load.offered_tokens_per_s, capacity_tokens_per_s=load.capacity,
                            utilisation=load.utilisation)
         s["servers"] = servers
+        classes = np.asarray(st.call_class, dtype=object)
+        e2e_all, ttft_all = _a(st.call_e2e), _a(st.call_ttft)
+        s["classes"] = {}
+        for cls in st.spec.call_classes():
+            sel = classes == cls
+            ok = sel & (e2e_all >= 0)
+            s["classes"][cls] = {"calls": int(sel.sum()), "completed": int(ok.sum()),
+                                 **_latency_stats("ttft", ttft_all[ok & (ttft_all >= 0)]),
+                                 **_latency_stats("e2el", e2e_all[ok])}
         if self.traffic is not None:
             s["bottleneck"] = self.traffic.bottleneck
             s["max_utilisation"] = self.traffic.max_utilisation

@@ -151,6 +151,17 @@ class SimResult:
                                         max(float(self.arrival_s.max()) - start, 1e-12)) if len(self.prompt) > 1 else None
         s["wall_s"] = self.wall_s
         s.update(self.stability)
+        if self.tag is not None and len(self.tag):
+            tags = np.asarray(self.tag, dtype=object)
+            names = sorted(set(tags.tolist()))
+            if len(names) > 1:      # a multi-class workload: each class's own latencies
+                ttft, e2e = self.ttft_s, self.e2e_s
+                s["tags"] = {}
+                for name in names:
+                    sel = (tags == name) & done
+                    s["tags"][str(name)] = {"num_requests": int((tags == name).sum()), "completed": int(sel.sum()),
+                                            **_stats("ttft", ttft[sel] * 1e3), **_stats("e2el", e2e[sel] * 1e3),
+                                            **_stats("tpot", tpot[sel & ~np.isnan(tpot)] * 1e3)}
         return s
 
     # ---- tables and files ------------------------------------------------------------
