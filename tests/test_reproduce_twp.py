@@ -1,0 +1,152 @@
+"""`reproduce_twp` (paper 2's Table III, figures, ablation, goodput, stability sweep):
+the quick mode end to end, goodput and the platform capacity on hand cases."""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from llmsched.analysis.reproduce_twp import (BASE_PLATFORM, SCHEDULERS, goodput, platform_capacity,
+                                             reproduce_twp, workload_section)
+from llmsched.core.errors import ConfigError
+from llmsched.theory import capacity
+from llmsched.workload.serverless import ServerlessSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("twp")
+    res = reproduce_twp(out_dir=out, quick=True, num_requests=200, stability_requests=600, workers=1)
+    return out, res
+
+
+def _finite(x):
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def test_quick_writes_its_files(quick):
+    out, res = quick
+    for name in ("table.csv", "table3.csv", "ablation.csv", "slo.csv", "stability.csv", "result.json",
+                 "ttft.png", "itl_cdf.png", "tpot_box.png", "throughput.png", "itl_cv.png", "ablation.png",
+                 "stability.png"):
+        p = out / name
+        assert p.is_file() and p.stat().st_size > 0, name
+        assert str(p) in res["files"]
+    assert (out / "ttft.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    saved = json.loads((out / "result.json").read_text())
+    assert len(saved["table3"]) == len(res["table3"])
+    json.dumps(res)  # JSON-able
+
+
+def test_quick_has_every_scheduler_row_with_finite_numbers(quick):
+    out, res = quick
+    loads = res["config"]["loads"]
+    assert loads == [0.3, 0.9]
+    table3 = res["table3"]
+    assert len(table3) == 2 * len(loads) * len(SCHEDULERS)
+    labels = {"FCFS", "Round-Robin", "Priority", "DynamicBatch", "ServerlessLLM", "TWP"}
+    for w in ("azure", "sharegpt"):
+        for x in loads:
+            got = {r["scheduler"] for r in table3 if r["workload"] == w and r["load_fraction"] == x}
+            assert got == labels, (w, x)
+    for r in table3:
+        for k in ("throughput_rps", "p99_latency_ms", "mean_ttft_ms", "p50_ttft_ms", "p99_ttft_ms",
+                  "mean_itl_ms", "p99_itl_ms", "itl_cv"):
+            assert _finite(r[k]) and r[k] >= 0, (r["scheduler"], k, r[k])
+        assert r["throughput_rps"] > 0
+        assert r["p99_ttft_ms"] >= r["p50_ttft_ms"]
+    with open(out / "table3.csv") as f:
+        assert len(list(csv.DictReader(f))) == len(table3)
+    # the per-run rows: every request completes, goodput shares within [0, 1]
+    for r in res["rows"]:
+        assert r["completed"] == r["num_requests"] == 200
+        shares = [v for k, v in r.items() if k.startswith("goodput_share@")]
+        assert shares and all(0 <= v <= 1 for v in shares)
+    # rates follow the loads of each workload's capacity
+    for w in ("azure", "sharegpt"):
+        lam = res["capacity"][w]["critical_rate"]
+        assert res["config"]["rates"][f"{w}@0.9"] == pytest.approx(0.9 * lam)
+
+
+def test_quick_claims_ablation_slo_and_stability(quick):
+    _, res = quick
+    assert len(res["claims"]) == 4
+    for c in res["claims"]:
+        assert _finite(c["throughput_rps_vs_serverlessllm"])
+        assert _finite(c["itl_cv_vs_best_conventional"])
+    variants = [r["variant"] for r in res["ablation"]]
+    assert variants[0] == "defaults" and {"beta=0.3", "delta=2", "itl_target_ms=10", "h_min=64"} <= set(variants)
+    assert all(_finite(r["itl_cv"]) for r in res["ablation"])
+    slo = res["slo"]
+    assert {r["scheduler"] for r in slo} == set(SCHEDULERS)
+    assert any(r["variant"] == "itl_target_ms=15" for r in slo)
+    assert all(0 <= r["goodput_share"] <= 1 and r["itl_slo_ms"] == 15 for r in slo)
+    stab = res["stability"]
+    assert {(r["k_max"], r["admission"]) for r in stab} == {
+        (k, a) for k in (None, 64) for a in ("fcfs", "twp", "twp itl_target_ms=15")}
+    for r in stab:
+        assert r["verdict"] in ("stable", "unstable", "inconclusive")
+        assert r["utilisation"] == pytest.approx(r["load"], rel=0.05)
+
+
+def test_goodput_hand_case():
+    # five requests: good; TTFT too late; gap too slow; unfinished; one output token (no gap)
+    ttft = [0.5, 3.0, 0.2, np.nan, 0.1]
+    tpot = [0.010, 0.010, 0.030, np.nan, np.nan]
+    fin = [True, True, True, False, True]
+    g = goodput(ttft, tpot, fin, 10.0, ttft_slo_ms=2000, itl_slo_ms=20)
+    assert g == {"good": 2, "requests": 5, "share": 0.4, "rps": 0.2}
+    # only the ITL SLO: the late request counts, the slow one does not
+    assert goodput(ttft, tpot, fin, 10.0, itl_slo_ms=20)["good"] == 3
+    # only the TTFT SLO
+    assert goodput(ttft, tpot, fin, 10.0, ttft_slo_ms=2000)["good"] == 3
+    # no SLO: every finished request; the limits are inclusive
+    assert goodput(ttft, tpot, fin, 10.0)["good"] == 4
+    assert goodput(ttft, tpot, fin, 10.0, ttft_slo_ms=500, itl_slo_ms=10)["good"] == 2
+    with pytest.raises(ValueError):
+        goodput([1.0], [1.0, 2.0], [True], 1.0)
+
+
+def test_platform_capacity_by_hand():
+    d = dict(BASE_PLATFORM)
+    d["workload"] = workload_section("sharegpt", 1.0, 5000, 0)
+    cap = platform_capacity(ServerlessSpec.from_dict(d), samples=5000)
+    ms = cap["models"]
+    assert sum(m["instances"] for m in ms.values()) == cap["gpus"] == 8
+    assert sum(m["share"] for m in ms.values()) == pytest.approx(1.0)
+    for name, m in ms.items():
+        cm = BASE_PLATFORM["models"][name]["cost_model"]
+        assert m["instance_rate"] == pytest.approx(capacity(cm, 512, m["mean_prompt"], m["mean_output"]).critical_rate)
+        assert 1 <= m["instances"] <= 4
+    lam = cap["critical_rate"]
+    assert lam == pytest.approx(min(m["instances"] * m["instance_rate"] / m["share"] for m in ms.values()))
+    # greedy is optimal: moving one GPU from any model to any other does not raise the capacity
+    names = list(ms)
+    for a in names:
+        for b in names:
+            if a == b or ms[a]["instances"] == 1 or ms[b]["instances"] == 4:
+                continue
+            n = {k: ms[k]["instances"] for k in names}
+            n[a] -= 1
+            n[b] += 1
+            assert min(n[k] * ms[k]["instance_rate"] / ms[k]["share"] for k in names) <= lam + 1e-9
+
+
+def test_base_platform_is_the_example_yaml():
+    example = yaml.safe_load((ROOT / "examples" / "serverless" / "twp_repro.yaml").read_text())
+    assert ServerlessSpec.from_dict(example).to_dict() == ServerlessSpec.from_dict(BASE_PLATFORM).to_dict()
+
+
+def test_bad_arguments():
+    with pytest.raises(ConfigError, match="unknown workload"):
+        reproduce_twp(workloads=["nope"], quick=True)
+    with pytest.raises(ConfigError, match="unknown platform scheduler"):
+        reproduce_twp(schedulers=["fifo"], quick=True)
+    with pytest.raises(ConfigError, match="loads"):
+        reproduce_twp(loads=[-1], quick=True)
