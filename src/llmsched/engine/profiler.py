@@ -56,6 +56,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..core.errors import ConfigError
+from ..core.engine_api import SamplingParams
+from ..core.cost import make_cost_model
 
 COLUMNS = ("table", "model", "mode", "tokens", "batch", "chunk", "context", "prefill_chunk",
            "prefill_context", "decodes", "decode_context", "ms", "layers")
@@ -151,7 +153,6 @@ def measure_overhead(engine, requests: int = 16, prompt: int = 24) -> tuple[floa
     emission, detokenization, stop checks) on a closed batch of requests, fitted as
     `fixed + per_row * sampled rows`; returns (fixed, per_row) in seconds. (The
     calibration run measures this in real time; this is the fallback without one.)"""
-    from ..core.engine_api import SamplingParams  # noqa: PLC0415
 
     vocab = engine.config.vocab_size
     prompt = max(1, min(prompt, engine.max_model_len // 2, engine.kv_capacity // 2))
@@ -246,7 +247,6 @@ def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None 
     dict, receives the pass count and the calibration results."""
     import torch  # noqa: PLC0415
 
-    from ..core.engine_api import SamplingParams  # noqa: PLC0415
     from .sampler import sample  # noqa: PLC0415
     from .replay import replay  # noqa: PLC0415
 
@@ -374,7 +374,6 @@ def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None 
         return rows
 
     def cost_of(rows):
-        from ..core.cost import make_cost_model  # noqa: PLC0415
 
         with tempfile.TemporaryDirectory(prefix="llmsched-profile-") as tmp:
             path = write_profile(rows, Path(tmp) / "profile.csv")

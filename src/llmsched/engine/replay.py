@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.engine_api import SamplingParams
 
 
 def check_trace(trace, engine) -> None:
@@ -41,7 +42,6 @@ def replay(engine, trace, seed: int = 0, start_delay_s: float = 0.02, steps: lis
     and starts the step at once. `steps`: a list that receives one `StepRecord` per step
     (the plan as the cost model sees it, the measured times, whether it followed an idle
     wait)."""
-    from ..core.engine_api import SamplingParams  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
     vocab = engine.config.vocab_size
@@ -131,7 +131,6 @@ def warm_up(engine, requests: int = 4) -> None:
     """Run a few requests to completion, as a server does before it takes traffic: the
     first steps of a fresh process pay one-time costs (lazy initialisation, first
     allocations) that no later step pays and no cost model includes."""
-    from ..core.engine_api import SamplingParams  # noqa: PLC0415
 
     vocab = engine.config.vocab_size
     prompt = max(1, min(64, engine.max_model_len // 2, engine.b_max, engine.kv_capacity // 2))

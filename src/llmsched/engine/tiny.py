@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from .loader import parse_config
 
 ARCHS = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
          "mistral": ("MistralForCausalLM", "mistral")}
@@ -78,7 +79,6 @@ def make_tiny_model(out_dir, arch: str = "llama", vocab_size: int = 512, hidden_
     import torch  # noqa: PLC0415
     from safetensors.torch import save_file  # noqa: PLC0415
 
-    from .loader import parse_config  # noqa: PLC0415
     from .model import CausalLM  # noqa: PLC0415
 
     for name, v in (("hidden_size", hidden_size), ("num_layers", num_layers), ("num_heads", num_heads),

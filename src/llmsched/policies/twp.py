@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 
 from ..core.errors import ConfigError
+from ..core.cost import make_cost_model
 from ..core.request import Request
 from ..core.state import UNLIMITED, ServerState
 from .base import AdmissionPolicy, Planner
@@ -178,7 +179,6 @@ class TWP(AdmissionPolicy):
         self.cost_spec = cost
         self.cost = None
         if cost is not None:
-            from ..core.cost import make_cost_model  # noqa: PLC0415
             if not isinstance(cost, str) and not hasattr(cost, "step_time"):
                 raise ConfigError(f"{p}: cost must be a cost model spec such as 'paper', got {cost!r}")
             try:

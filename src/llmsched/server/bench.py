@@ -61,6 +61,7 @@ from datetime import datetime
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..workload import WorkloadSpec, make_trace
 
 MS = 1000.0
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -221,7 +222,6 @@ def _arrivals(cfg: BenchConfig, n: int) -> np.ndarray:
 
 def make_workload(cfg: BenchConfig) -> Workload:
     """The requests of a benchmark, from `llmsched.workload`."""
-    from ..workload import WorkloadSpec, make_trace  # noqa: PLC0415
 
     n = cfg.num_prompts
     name = cfg.dataset_name

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.request import Request
 from .csvio import as_lengths, line_of_row, read_columns, read_header
 
 __all__ = ["Trace", "read_trace", "read_plain_csv", "read_azure_csv", "trace_format"]
@@ -139,7 +140,6 @@ class Trace:
 
     def requests(self, start_id: int = 0):
         """Yield `llmsched.core.Request` objects (arrival in integer ns), one at a time."""
-        from ..core.request import Request
         ns = self.arrival_ns().tolist()
         prompt = self.prompt.tolist()
         output = self.output.tolist()
