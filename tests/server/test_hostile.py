@@ -43,7 +43,7 @@ MAX_TOKENS = 300                   # 12 s of 40 ms steps: longer than the attack
 READ_TIMEOUT = 3.0                 # the servers' --read-timeout
 MiB = 1 << 20
 # The server reads at most --max-body-bytes of one body (by default what the largest
-# servable request needs: 2.75 MiB for the sim's 32k context, 2.5 MiB for the engine's
+# servable request needs: 2.75 MiB for the sim's 32k context, 2.4 MiB for the engine's
 # 16k); each is held as received pieces, then joined and parsed, plus the tokenizer's
 # working memory for the burst. The bug this guards against grew the server by 800 MB on
 # one 50 MB body.
