@@ -55,3 +55,12 @@ def test_bad_network_input_is_one_line_exit_2(args, message, capsys):
     assert main([*args, "--out", ""] if args[0] == "simulate" else args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_reproduce_network_experiments_are_wired(tmp_path, capsys):
+    assert main(["reproduce", "rybko-stolyar", "--quick", "--out", str(tmp_path), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert {"rows", "summary", "files"} <= set(res) and (tmp_path / "table.csv").is_file()
+    assert main(["reproduce", "clusters", "--workload", "sharegpt", "--quick", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--workload is an option of `reproduce stability`" in err[0]

@@ -227,17 +227,24 @@ def cmd_sweep(args) -> int:
 # ---------------------------------------------------------------------------------------
 # reproduce
 
+EXPERIMENTS = ("stability", "clusters", "agents", "rybko-stolyar", "twp")
+STABILITY_ONLY = ("workload", "cost_model", "b_max", "load", "search_requests", "tol", "policies", "no_search")
+
+
 def cmd_reproduce(args) -> int:
     from ..analysis.reproduce import reproduce_stability  # noqa: PLC0415
 
-    if args.experiment != "stability":  # pragma: no cover - argparse restricts the choices
-        raise ConfigError(f"unknown experiment {args.experiment!r}")
+    out = args.out or f"reproduce-{args.experiment}"
+    if args.experiment != "stability":
+        return _reproduce_other(args, out)
+    args.workload = args.workload or "synthetic"
+    args.load = 0.9 if args.load is None else args.load
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
     kw = {} if policies is None else {"policies": policies}
     res = reproduce_stability(args.workload, cost_model=args.cost_model, b_max=args.b_max, load=args.load,
                               num_requests=args.num_requests, search_requests=args.search_requests,
                               seeds=None if args.seeds is None else _seeds(args.seeds), tol=args.tol,
-                              quick=args.quick, search=not args.no_search, out_dir=args.out,
+                              quick=args.quick, search=not args.no_search, out_dir=out,
                               backend=args.backend, workers=args.workers, address=args.address,
                               progress=args.progress, **kw)
     if args.json:
@@ -253,6 +260,31 @@ def cmd_reproduce(args) -> int:
                     ("in_system_at_end", "in system at end", ",.0f"),
                     ("max_stable_rate", "max stable rate", ",.3f"), ("max_stable_load", "/ lambda*", ".3f"),
                     ("critical_rate", "lambda* (theory)", ",.3f")])
+    print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
+    return 0
+
+
+def _reproduce_other(args, out: str) -> int:
+    from ..analysis import reproduce_networks, reproduce_twp  # noqa: PLC0415
+
+    given = [k for k in STABILITY_ONLY if getattr(args, k) not in (None, False)]
+    if given:
+        raise ConfigError(f"--{given[0].replace('_', '-')} is an option of `reproduce stability`")
+    fn = {"clusters": reproduce_networks.reproduce_clusters, "agents": reproduce_networks.reproduce_agents,
+          "rybko-stolyar": reproduce_networks.reproduce_rybko_stolyar,
+          "twp": reproduce_twp.reproduce_twp}[args.experiment]
+    kw = dict(out_dir=out, quick=args.quick, backend=args.backend, workers=args.workers, address=args.address)
+    if args.seeds is not None:
+        kw["seeds"] = _seeds(args.seeds)
+    if args.num_requests is not None:
+        kw["num_requests" if args.experiment == "twp" else "num_jobs"] = args.num_requests
+    res = fn(**kw)
+    if args.json:
+        print(json.dumps(to_jsonable(res), indent=2, default=str))
+        return 0
+    rows = [(str(k), v if isinstance(v, str) else json.dumps(to_jsonable(v), default=str))
+            for k, v in (res.get("summary") or {}).items()]
+    print_table(f"reproduce {args.experiment}", rows, ("finding", "measured"))
     print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
     return 0
 
@@ -325,24 +357,31 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
     # reproduce -----------------------------------------------------------------------
-    p = sub.add_parser("reproduce", help="reproduce a paper experiment (stability)",
+    p = sub.add_parser("reproduce", help="reproduce a paper experiment (stability, clusters, agents, "
+                                         "rybko-stolyar, twp)",
                        description="stability: at a load below theorem 2's bound, FasterTransformer and vanilla "
                                    "vLLM queues grow while Orca, Sarathi-Serve and K-FCFS stay bounded; and "
-                                   "each policy's empirical maximum stable rate against the bound.")
-    p.add_argument("experiment", choices=["stability"])
-    p.add_argument("--workload", choices=["synthetic", "sharegpt", "azure"], default="synthetic",
+                                   "each policy's empirical maximum stable rate against the bound. clusters: "
+                                   "routers on 4-16 replicas from 50% to 98% of capacity. agents: a DAG and a "
+                                   "fork-join workflow under Sarathi and FasterTransformer. rybko-stolyar: the "
+                                   "cyclic network under both priority orders and back-pressure. twp: paper 2's "
+                                   "Table III on serverless workloads, with TWP's ablation (docs/networks.md, "
+                                   "docs/twp.md).")
+    p.add_argument("experiment", choices=EXPERIMENTS)
+    p.add_argument("--workload", choices=["synthetic", "sharegpt", "azure"], default=None,
                    help="synthetic (paper cost model, default), sharegpt or azure (H200 profile)")
     p.add_argument("--cost-model", help="override the workload's cost model")
     p.add_argument("--b-max", type=int, help="override the token budget")
-    p.add_argument("--load", type=float, default=0.9, help="load of the queue runs, rate / lambda* (default 0.9)")
-    p.add_argument("--num-requests", type=int, help="requests per queue run (and per search probe)")
+    p.add_argument("--load", type=float, default=None, help="load of the queue runs, rate / lambda* (default 0.9)")
+    p.add_argument("--num-requests", type=int, help="requests per queue run (and per search probe); "
+                                                    "networks: jobs per run")
     p.add_argument("--search-requests", type=int, help="requests per search probe")
     p.add_argument("--seeds", help="seeds of the search probes, e.g. 0,1")
     p.add_argument("--tol", type=float, help="search tolerance, fraction of lambda*")
     p.add_argument("--policies", help="comma-separated (default fastertransformer,vllm,orca,sarathi,kfcfs)")
     p.add_argument("--no-search", action="store_true", help="only the queue runs")
     p.add_argument("--quick", action="store_true", help="small runs (seconds), for tests")
-    p.add_argument("--out", default="reproduce-stability", help="output folder")
+    p.add_argument("--out", default=None, help="output folder (default reproduce-EXPERIMENT)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_parallel_args(p)
     p.set_defaults(func=cmd_reproduce)
