@@ -315,6 +315,7 @@ class LLMSchedApp(FastAPI):
                 except Exception:  # noqa: BLE001 - a 500, never a dropped connection
                     log.exception("unhandled error")
                     resp = internal_error_response()
+                del body                  # not kept for as long as a stream lasts
                 await resp(scope, receive, send)
                 return
         scope["llmsched.body"] = body
