@@ -8,10 +8,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from srv_helpers import post, running_server
-
 import tokenizers  # noqa: F401
 import torch  # noqa: F401
+from srv_helpers import post, running_server
 
 MAX_MODEL_LEN = 2048
 
@@ -51,8 +50,8 @@ def test_seeds_use_all_64_bits(engine_server):
 def test_engine_generators_take_the_whole_seed():
     """The engine's per-request generator for seed s and s + 2**32 differ (the sampler's
     draws), and torch's CPU generator would not have told them apart."""
-    from llmsched.engine.sampler import sample
     from llmsched.core.engine_api import SamplingParams
+    from llmsched.engine.sampler import sample
 
     g = torch.Generator()
     assert g.manual_seed(1).initial_seed() == 1

@@ -286,8 +286,8 @@ class AsyncEngine:
                         core.add_request(rid, ids, params, arrival)
                     except ConfigError as e:
                         errors.append(_error_output(rid, str(e), 400))
-                    except Exception as e:  # noqa: BLE001 - report, keep serving
-                        log.exception("add_request failed: %s", e)
+                    except Exception:  # noqa: BLE001 - report, keep serving
+                        log.exception("add_request failed")
                         errors.append(_error_output(rid, INTERNAL, 500))
                 else:
                     try:
