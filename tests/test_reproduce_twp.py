@@ -10,8 +10,14 @@ import numpy as np
 import pytest
 import yaml
 
-from llmsched.analysis.reproduce_twp import (BASE_PLATFORM, SCHEDULERS, goodput, platform_capacity,
-                                             reproduce_twp, workload_section)
+from llmsched.analysis.reproduce_twp import (
+    BASE_PLATFORM,
+    SCHEDULERS,
+    goodput,
+    platform_capacity,
+    reproduce_twp,
+    workload_section,
+)
 from llmsched.core.errors import ConfigError
 from llmsched.theory import capacity
 from llmsched.workload.serverless import ServerlessSpec
@@ -150,3 +156,45 @@ def test_bad_arguments():
         reproduce_twp(schedulers=["fifo"], quick=True)
     with pytest.raises(ConfigError, match="loads"):
         reproduce_twp(loads=[-1], quick=True)
+
+
+def test_twp_observe_follows_the_rule_on_random_feedback():
+    """TWP's per-step `observe` (ITL sample inlined for speed) gives exactly the windows
+    of the rule written plainly: ItlMeter's sample, EWMA, AIMD with the queue term."""
+    from llmsched.core import StepFeedback, StepPlan
+    from llmsched.core.constraints import Constraints
+    from llmsched.core.request import Request
+    from llmsched.core.state import ServerState
+    from llmsched.policies import TWP
+    from llmsched.policies.twp import ItlMeter
+
+    rng = np.random.default_rng(3)
+    for opts in ({}, {"itl_target_ms": 60, "beta": 0.7, "alpha": 0.5}, {"h_min": 16, "h0": 300}):
+        st = ServerState(Constraints(b_max=512))
+        pol = TWP(cost="paper", **opts)
+        pol.token_limit(st)
+        meter, ewma, window = ItlMeter(), None, pol.window
+        target = pol.itl_target()
+        t, rid, queued = 0.0, 0, []
+        for _ in range(400):
+            for _ in range(int(rng.integers(0, 3))):
+                r = Request(rid, 0, 10, 5)
+                st.add(r)
+                queued.append(r)
+                rid += 1
+            while queued and rng.random() < 0.6:   # the queue drains too (down to empty)
+                st.waiting.remove(queued.pop(0))
+            dur = float(rng.choice([0.03, 0.05, 0.08, 0.12, 0.2]))
+            start = t + (float(rng.choice([0.0, 0.0, 0.01])))
+            fb = StepFeedback(start, dur, StepPlan(int(rng.integers(0, 3)), []), [],
+                              [object()] if rng.random() < 0.2 else [], list, [])
+            t = start + dur
+            pol.observe(st, fb)
+            s = meter.sample(fb)
+            if s is not None:
+                ewma = s if ewma is None else pol.alpha * s + (1 - pol.alpha) * ewma
+            if ewma is not None and ewma > target:
+                window = max(float(pol.H_min), pol.beta * window)
+            else:
+                window = min(float(pol.H_max), window + pol.delta_tokens * (1 + math.log1p(len(st.waiting))))
+            assert pol.window == window and pol.l_ewma == ewma

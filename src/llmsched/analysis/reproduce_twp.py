@@ -48,8 +48,8 @@ import copy
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -57,13 +57,27 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.request import NS
 from ..theory import capacity
-from ..workload.serverless import ServerlessSpec, load_serverless, make_serverless_requests
+from ..workload.serverless import (
+    ServerlessSpec,
+    load_serverless,
+    make_serverless_requests,
+)
 from .figures import new_figure, save_figure
 from .runner import Backend
 from .tables import write_table
 
-__all__ = ["reproduce_twp", "platform_capacity", "goodput", "workload_section", "SCHEDULERS", "WORKLOADS",
-           "BASE_PLATFORM", "DEFAULT_LOADS", "ABLATION", "SLO_TARGETS_MS"]
+__all__ = [
+    "ABLATION",
+    "BASE_PLATFORM",
+    "DEFAULT_LOADS",
+    "SCHEDULERS",
+    "SLO_TARGETS_MS",
+    "WORKLOADS",
+    "goodput",
+    "platform_capacity",
+    "reproduce_twp",
+    "workload_section",
+]
 
 SCHEDULERS = ("fcfs", "round-robin", "priority", "dynamicbatch", "serverlessllm", "twp")
 LABELS = {"fcfs": "FCFS", "round-robin": "Round-Robin", "priority": "Priority", "dynamicbatch": "DynamicBatch",
@@ -202,7 +216,7 @@ def _with_twp_options(platform: dict, options: dict) -> dict:
 def run_platform(job: dict) -> dict:
     """Worker: one serverless run (`job`: platform mapping, scheduler, SLO pairs); its
     summary (per model kept), the ITL distribution, TPOT quantiles and goodput."""
-    from ..sim.serverless_result import simulate_serverless  # noqa: PLC0415
+    from ..sim.serverless_result import simulate_serverless
 
     t0 = time.perf_counter()
     res = simulate_serverless(job["platform"], scheduler=job["scheduler"])
@@ -223,7 +237,7 @@ def run_platform(job: dict) -> dict:
 
 def run_single(job: dict) -> dict:
     """Worker: one single-server run for the stability sweep; its verdict and summary."""
-    from ..api import simulate  # noqa: PLC0415
+    from ..api import simulate
 
     t0 = time.perf_counter()
     r = simulate(dict(job))
@@ -379,7 +393,7 @@ def reproduce_twp(*, out_dir="reproduce-twp", quick: bool = False, workloads: Se
 
 
 def _row(key, results, rates, load_names) -> dict:
-    kind, w, x, seed, s, variant = key
+    _, w, x, seed, s, _ = key
     r = results[key]
     m = r["summary"]
     row = {"workload": w, "load": x, "load_name": load_names.get(x, f"load {x:g}"), "rate": rates[w, x],
@@ -477,8 +491,8 @@ def _stability_jobs(stab_loads, n, seed, k_max, slo_targets) -> list:
     """Single-server runs: FCFS, TWP (defaults) and TWP with the middle SLO as target, at
     each load of the critical rate, without and with `k_max`. Each run stops when the
     arrivals do (the verdict judges that window)."""
-    from ..workload import WorkloadSpec, make_trace  # noqa: PLC0415
-    from .points import resolve_point  # noqa: PLC0415
+    from ..workload import WorkloadSpec, make_trace
+    from .points import resolve_point
 
     slo_t = sorted(slo_targets)[len(slo_targets) // 2] if slo_targets else None
     admissions = [("fcfs", None), ("twp", None)]

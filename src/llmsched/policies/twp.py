@@ -204,6 +204,7 @@ class TWP(AdmissionPolicy):
         self.H_min = 1
         self.H_max = 1
         self.delta_tokens = 1.0
+        self._target: float | None = None   # L* in seconds (itl_target() when not measured)
 
     # ---- derived constants -----------------------------------------------------------
     def bind_cost_model(self, cost) -> None:
@@ -240,7 +241,7 @@ class TWP(AdmissionPolicy):
             self.B_0 = None
         if self.l_min_s is None or self.B_0 is None:
             self.measured = True       # l_min and/or B_0 come from the feedback
-        target = self.itl_target()
+        target = self._target = self.itl_target()
         if self.max_active is not None:
             self.B_max = self.max_active
         elif self.measured:
@@ -315,12 +316,21 @@ class TWP(AdmissionPolicy):
         self._set_h_min()
 
     # ---- the policy ------------------------------------------------------------------
+    # The three calls below run at every step: each checks the cached constants inline
+    # (`_key`) instead of calling `_resolve`, and `observe` samples the ITL inline (the
+    # rule of `ItlMeter.sample`, same arithmetic), to keep TWP's cost per step small.
     def token_limit(self, state: ServerState) -> int:
-        self._resolve(state)
-        return max(int(self.window), state.n_decoding)
+        key = self._key
+        if key is None or key[0] != state.b_max or key[1] != state.k_max:
+            self._resolve(state)
+        w = int(self.window)
+        n = state.n_decoding
+        return w if w >= n else n  # noqa: FURB136 (max() costs a call per step)
 
     def may_admit(self, state: ServerState, r: Request, planner: Planner) -> bool:
-        self._resolve(state)
+        key = self._key
+        if key is None or key[0] != state.b_max or key[1] != state.k_max:
+            self._resolve(state)
         if planner.n_admitted == 0:
             self._admitted_work = 0
             if state.n_running == 0:    # liveness: an idle server always takes the head
@@ -335,20 +345,40 @@ class TWP(AdmissionPolicy):
         return True
 
     def observe(self, state: ServerState, feedback) -> None:
-        self._resolve(state)
+        key = self._key
+        if key is None or key[0] != state.b_max or key[1] != state.k_max:
+            self._resolve(state)
         if self.measured:
             self._measure(feedback)
-        s = self.meter.sample(feedback)
-        if s is not None:
-            self.l_ewma = s if self.l_ewma is None else self.alpha * s + (1 - self.alpha) * self.l_ewma
-        target = self.itl_target()
-        if self.l_ewma is not None and target is not None and self.l_ewma > target:
-            self.window = max(float(self.H_min), self.beta * self.window)
+            target = self.itl_target()
+        else:
+            target = self._target
+        # the ITL sample: ItlMeter.sample, inlined
+        meter = self.meter
+        d = feedback.duration
+        end = feedback.start + d
+        decoded = feedback.plan.decode > 0
+        ewma = self.l_ewma
+        if decoded:
+            prev = meter.prev_end
+            if meter.prev_emitted and prev is not None and end - prev > d:
+                d = end - prev
+            ewma = self.l_ewma = d if ewma is None else self.alpha * d + (1 - self.alpha) * ewma
+        meter.prev_emitted = decoded or bool(feedback.first_tokens) or bool(feedback.resumed)
+        meter.prev_end = end
+        window = self.window
+        if ewma is not None and target is not None and ewma > target:
+            window = self.beta * window
+            if window < self.H_min:
+                window = float(self.H_min)
         else:
             q = len(state.waiting)
-            self.window = min(float(self.H_max), self.window + self.delta_tokens * (1 + math.log1p(q)))
-        if self.window < self.H_min:   # H_min grew (measured knee)
-            self.window = float(self.H_min)
+            window = window + self.delta_tokens * (1 + math.log1p(q)) if q else window + self.delta_tokens
+            if window > self.H_max:
+                window = float(self.H_max)
+        if window < self.H_min:        # H_min grew (measured knee)
+            window = float(self.H_min)
+        self.window = window
 
     def describe(self) -> dict:
         d = {"name": self.name}

@@ -1,0 +1,236 @@
+"""Serverless runtime speed and memory, and TWP's cost per simulator step. Each case runs in
+a fresh process, so that its peak RSS is its own.
+
+Cases:
+- `platform`: 32 GPUs (4 nodes x 8 H200), 8 models (six Llama-3-8B fine-tunes and two
+  Llama-3.2-1B, Zipf 1.0 popularity, checkpoints on every node's SSD), 1M requests. The
+  Azure conversation trace has 19,366 requests, so the requests are the trace *tiled*:
+  its inter-arrival gaps and (prompt, output) pairs repeated in order until there are
+  enough, rescaled to `--load` of the platform's static-allocation capacity
+  (`llmsched.analysis.reproduce_twp.platform_capacity`); each request's model is drawn by
+  popularity. The tiled trace is written to a CSV first (outside the timing) and the child
+  runs what a user runs: `simulate_serverless` on a platform whose `workload.trace` is that
+  file, then `ServerlessResult.write` (summary.json, config.json, requests.csv,
+  instances.csv). Platform scheduler `--scheduler` (default fcfs). Targets: under 2
+  minutes and 1 GB peak RSS.
+- `overhead`: TWP's cost per simulator step. One server (`llmsched.simulate`, the default
+  H200 Llama-3-8B profile, Sarathi, b_max 512) on the Azure trace's lengths and arrivals
+  (rescaled to `--load` of the critical rate; default 0.5, where TWP keeps up), three
+  runs: admission `fcfs` with the fast path, `fcfs` step by step (`fast=False`: closed-loop
+  policies such as TWP disable the fast path, so this is the like-for-like baseline), and
+  `twp`, plus `fcfs-hook` (FCFS marked closed-loop with an `observe` that does nothing:
+  the simulator's own cost of feeding a closed-loop policy after every step). Each run
+  times the batch loop (`simulate_trace`), not the summary and files. Reported: wall time
+  per step of each and TWP's overhead against them. Target: under 5% against FCFS step by
+  step. Each run is repeated `--repeat` times (the minimum
+  wall counts: the machine is shared).
+
+    python benchmarks/bench_serverless.py                          # both cases, full size
+    python benchmarks/bench_serverless.py --scale 0.1              # 100k requests / 10k
+    python benchmarks/bench_serverless.py --cases overhead --overhead-requests 20000
+
+Reported per run: `wall_s` (simulation + summary + files, inside the child), its parts
+(`sim_s`, `write_s`), `cpu_s` (the child's user + system time, imports included),
+`process_wall_s` (the child seen by the parent), `peak_rss_mb` (VmHWM), steps, requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+CASES = ("platform", "overhead")
+OVERHEAD_RUNS = (("fcfs", True), ("fcfs", False), ("fcfs-hook", False), ("twp", False))
+
+
+def _peak_rss_mb() -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def platform(trace_path: str, scheduler: str = "fcfs") -> dict:
+    """The 32-GPU, 8-model platform replaying `trace_path` (rate set by the caller)."""
+    big = {"weights_gb": 16, "kv_bytes_per_token": 131072, "cost_model": "profile:h200-llama-3-8b"}
+    small = {"weights_gb": 2.5, "kv_bytes_per_token": 32768, "cost_model": "profile:h200-llama-3.2-1b"}
+    models = {f"llama-8b-{k}": dict(big) for k in "abcdef"}
+    models.update({f"llama-1b-{k}": dict(small) for k in "ab"})
+    return {
+        "cluster": {"remote_bandwidth_gbps": 1.25,
+                    "nodes": [{"name": "node", "count": 4, "gpus": 8, "gpu_memory_gb": 141, "dram_gb": 256,
+                               "dram_bandwidth_gbps": 24, "ssd_gb": 2048, "ssd_bandwidth_gbps": 5,
+                               "ssd": list(models)}]},
+        "models": models,
+        "workload": {"trace": trace_path, "rate": 1.0, "popularity": "zipf:1.0", "seed": 0},
+        "platform": {"scheduler": scheduler, "init_s": 2.0, "keep_alive_s": 60, "scale_out_tokens": 8192},
+    }
+
+
+def azure_tiled(n: int, path: str) -> int:
+    """Write `n` requests of the Azure conversation trace, tiled, as a plain CSV trace
+    (arrival_s,prompt_tokens,output_tokens); returns n."""
+    import numpy as np
+
+    from llmsched.workload.datasets import resolve_path
+    from llmsched.workload.spec import load_trace
+
+    t = load_trace(resolve_path("azure-conv"))
+    arr = np.asarray(t.arrival_s, dtype=np.float64)
+    gaps = np.diff(arr)
+    gaps = np.append(gaps, gaps.mean())  # the gap from the last request to the next tile
+    reps = -(-n // len(arr))
+    g = np.tile(gaps, reps)[:n]
+    times = np.concatenate([[0.0], np.cumsum(g[:-1])])
+    prompt = np.tile(np.asarray(t.prompt), reps)[:n]
+    output = np.tile(np.asarray(t.output), reps)[:n]
+    with open(path, "w") as f:
+        f.write("arrival_s,prompt_tokens,output_tokens\n")
+        lines = np.char.add(np.char.add(np.char.add(np.char.mod("%.6f", times), ","), prompt.astype(str)),
+                            np.char.add(",", output.astype(str)))
+        f.write("\n".join(lines.tolist()) + "\n")
+    return n
+
+
+def child_platform(trace_path: str, n: int, load: float, scheduler: str, out: str) -> dict:
+    t_start = time.perf_counter()
+    from llmsched.analysis.reproduce_twp import platform_capacity
+    from llmsched.sim.serverless_result import simulate_serverless
+    from llmsched.workload.serverless import ServerlessSpec
+
+    d = platform(trace_path, scheduler)
+    cap = platform_capacity(ServerlessSpec.from_dict(d), samples=20000)
+    rate = load * cap["critical_rate"]
+    d["workload"]["rate"] = rate
+    d["workload"]["num_requests"] = n
+    t0 = time.perf_counter()
+    r = simulate_serverless(d)
+    s = r.summary
+    t1 = time.perf_counter()
+    r.write(out)
+    t2 = time.perf_counter()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"case": "platform", "scheduler": scheduler, "requests": n, "load": load, "rate": rate,
+            "capacity_rps": cap["critical_rate"], "gpus": s["gpus"], "models": len(s["models"]),
+            "steps": s["steps"], "completed": s["completed"], "throughput_rps": s["request_throughput"],
+            "p99_ttft_ms": s["p99_ttft_ms"], "cold_starts": s["cold_starts"], "peak_instances": s["peak_instances"],
+            "sim_end_s": s["sim_end_s"], "sim_s": t1 - t0, "write_s": t2 - t1, "wall_s": t2 - t0,
+            "setup_s": t0 - t_start, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": _peak_rss_mb()}
+
+
+def child_overhead(n: int, load: float, admission: str, fast: bool, seed: int) -> dict:
+    """One single-server run of the batch loop (`simulate_trace`: the steps, without the
+    summary and files, which cost the same for every admission policy). `fcfs-hook`: FCFS
+    admission marked closed-loop with an `observe` that does nothing, which isolates the
+    simulator's per-step cost of feeding a closed-loop policy from TWP's own."""
+    from llmsched.analysis.points import resolve_point
+    from llmsched.core import make_cost_model
+    from llmsched.policies import make_scheduler
+    from llmsched.sim.simulator import simulate_trace
+    from llmsched.workload import WorkloadSpec, make_trace
+
+    cfg = resolve_point(None, {"arrival": "azure-conv", "num_requests": n, "seed": seed, "load": load}, {})
+    trace = make_trace(WorkloadSpec.from_dict(cfg.workload))
+    cost = make_cost_model(cfg.cost_model)
+    sched = make_scheduler(cfg.policy, admission="twp" if admission == "twp" else "fcfs", b_max=cfg.b_max)
+    if admission == "fcfs-hook":
+        sched.closed_loop, sched.repeatable = True, False
+        sched.admission.observe = lambda state, feedback: None
+    sched.bind_cost_model(cost)
+    t0 = time.perf_counter()
+    stats = simulate_trace(trace, sched, cost, fast=fast)
+    t1 = time.perf_counter()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"case": "overhead", "admission": admission, "fast": fast, "requests": n, "load": load,
+            "steps": stats.steps, "wall_s": t1 - t0, "us_per_step": (t1 - t0) / stats.steps * 1e6,
+            "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": _peak_rss_mb()}
+
+
+def _run_child(args: list[str]) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), *args], check=True, capture_output=True,
+                          text=True)
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res["process_wall_s"] = time.perf_counter() - t0
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply the platform case's 1M requests")
+    ap.add_argument("--load", type=float, default=0.7, help="platform load, of its static-allocation capacity")
+    ap.add_argument("--scheduler", default="fcfs", help="platform scheduler of the platform case (default fcfs)")
+    ap.add_argument("--overhead-requests", type=int, default=20000, help="requests of each overhead run")
+    ap.add_argument("--overhead-load", type=float, default=0.5, help="load of the overhead runs (of lambda*)")
+    ap.add_argument("--repeat", type=int, default=3, help="repetitions of each overhead run (minimum counts)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", help="write the outputs under this folder (default: a temporary folder, removed)")
+    ap.add_argument("--json", help="also write the results to this JSON file")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--trace", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--admission", help=argparse.SUPPRESS)
+    ap.add_argument("--fast", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child == "platform":
+        print(json.dumps(child_platform(args.trace, args.n, args.load, args.scheduler, args.out)))
+        return
+    if args.child == "overhead":
+        print(json.dumps(child_overhead(args.n, args.load, args.admission, bool(args.fast), args.seed)))
+        return
+    base = args.keep or tempfile.mkdtemp(prefix="bench-serverless-")
+    results = []
+    try:
+        if "platform" in args.cases:
+            n = max(100, round(1_000_000 * args.scale))
+            trace = os.path.join(base, "azure_tiled.csv")
+            azure_tiled(n, trace)
+            res = _run_child(["--child", "platform", "--n", str(n), "--trace", trace, "--load", str(args.load),
+                              "--scheduler", args.scheduler, "--out", os.path.join(base, "platform")])
+            results.append(res)
+            print(f"platform {res['gpus']} GPUs {res['models']} models {n:>9,} requests ({args.scheduler}, "
+                  f"{res['rate']:.1f} req/s = {args.load:g} x {res['capacity_rps']:.1f})  wall {res['wall_s']:7.1f} s "
+                  f"(sim {res['sim_s']:.1f} + write {res['write_s']:.1f})  cpu {res['cpu_s']:7.1f} s  "
+                  f"process {res['process_wall_s']:7.1f} s  peak RSS {res['peak_rss_mb']:6.0f} MB  "
+                  f"{res['steps']:,} steps", flush=True)
+        if "overhead" in args.cases:
+            best: dict = {}
+            for _ in range(max(1, args.repeat)):
+                for adm, fast in OVERHEAD_RUNS:
+                    res = _run_child(["--child", "overhead", "--n", str(args.overhead_requests), "--load",
+                                      str(args.overhead_load), "--admission", adm, "--fast", str(int(fast)),
+                                      "--seed", str(args.seed)])
+                    key = f"{adm}{'' if fast else ' step by step'}"
+                    if key not in best or res["wall_s"] < best[key]["wall_s"]:
+                        best[key] = res
+            for key, res in best.items():
+                results.append(res)
+                print(f"overhead {key:<18} {res['requests']:,} requests  {res['steps']:>9,} steps  "
+                      f"wall {res['wall_s']:6.2f} s  {res['us_per_step']:6.2f} us/step", flush=True)
+            twp = best["twp step by step"]["us_per_step"]
+            for key in ("fcfs step by step", "fcfs-hook step by step", "fcfs"):
+                print(f"TWP per step vs {key}: {100 * (twp / best[key]['us_per_step'] - 1):+.1f}%")
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
