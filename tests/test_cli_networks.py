@@ -64,3 +64,18 @@ def test_reproduce_network_experiments_are_wired(tmp_path, capsys):
     assert main(["reproduce", "clusters", "--workload", "sharegpt", "--quick", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--workload is an option of `reproduce stability`" in err[0]
+
+
+def test_json_alone_writes_nothing_and_a_rerun_leaves_no_stale_steps(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    small = ["--cost-model", "paper", "--rate", "5", "--num-requests", "50", "--prompt", "const:20",
+             "--output", "const:5"]
+    assert main(["simulate", *small, "--json"]) == 0
+    assert not (tmp_path / "results").exists()
+    out = tmp_path / "run"
+    assert main(["simulate", *small, "--out", str(out), "--steps", "--quiet"]) == 0
+    (out / "queue.png").write_text("a figure of this run")
+    assert (out / "steps.csv").is_file()
+    assert main(["simulate", *small, "--out", str(out), "--quiet"]) == 0
+    assert not (out / "steps.csv").exists() and not (out / "queue.png").exists()
+    assert (out / "requests.csv").is_file()

@@ -32,7 +32,7 @@ import numpy as np
 from ..api import simulate
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..policies import BATCH_POLICIES
+from ..policies import make_batch_policy
 from ..workload import WorkloadSpec, make_trace
 from .figures import new_figure, save_figure
 from .points import critical_rate_of, resolve_point
@@ -77,7 +77,7 @@ def queue_run(cfg_dict: dict) -> dict:
 
 
 def _policy_info(name: str) -> tuple[str, bool]:
-    cls = BATCH_POLICIES[name]
+    cls = make_batch_policy(name)   # ConfigError for an unknown name (aliases are fine)
     return cls.name, bool(cls.work_conserving)
 
 

@@ -18,6 +18,8 @@ from .common import (add_cost_model_arg, add_scheduler_args, add_workload_args, 
 def cmd_simulate(args) -> int:
     from ..api import simulate  # noqa: PLC0415 - numpy and the simulator only when a command runs
 
+    if args.out is None:
+        args.out = "" if args.json else "results"
     if args.steps and not args.out:
         raise ConfigError("--steps writes steps.csv into the output folder: give --out DIR")
     if args.serverless:
@@ -270,8 +272,9 @@ def register(sub) -> None:
                    help="time-series sampling interval in s (default: span / 1000)")
     g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
     g.add_argument("--steps", action="store_true", help="also write steps.csv (one row per step)")
-    g.add_argument("--out", default="results", help="output folder (default results; '' for none)")
-    g.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    g.add_argument("--out", default=None, help="output folder (default results, or none with --json; '' for none)")
+    g.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (and write files "
+                                                        "only with --out)")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     g.add_argument("--quiet", action="store_true", help="print nothing")

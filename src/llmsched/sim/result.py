@@ -22,6 +22,7 @@ from .simulator import NS, RunStats
 from ..core.jsonio import to_jsonable
 
 PERCENTILES = (90, 95, 99)
+STALE_FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")   # `llmsched plot` draws them
 
 
 def _stats(name: str, values_ms: np.ndarray) -> dict:
@@ -185,6 +186,10 @@ class SimResult:
         if recorded, steps.csv into `out_dir`. Files appear whole or not at all."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        # a rerun into the same folder: nothing of an older run stays beside the new files
+        stale = list(STALE_FIGURES) + ([] if steps_tmp is not None else ["steps.csv"])
+        for name in stale:
+            (out / name).unlink(missing_ok=True)
         files: dict[str, callable] = {
             "summary.json": lambda f: json.dump(to_jsonable(self.summary), f, indent=2),
             "config.json": lambda f: json.dump(to_jsonable(self.config), f, indent=2),
