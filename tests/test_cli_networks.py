@@ -79,3 +79,32 @@ def test_json_alone_writes_nothing_and_a_rerun_leaves_no_stale_steps(tmp_path, m
     assert main(["simulate", *small, "--out", str(out), "--quiet"]) == 0
     assert not (out / "steps.csv").exists() and not (out / "queue.png").exists()
     assert (out / "requests.csv").is_file()
+
+
+def test_yaml_configs_merge_reproduce_and_suggest(tmp_path, capsys):
+    import yaml
+
+    # the shipped example runs (shortened), and a run's own config.json reproduces it
+    out = tmp_path / "a"
+    assert main(["simulate", "--config", "examples/configs/simulate.yaml", "--num-requests", "300",
+                 "--out", str(out), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert set(first["tags"]) == {"chat", "summarise"}
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["provenance"]["llmsched_version"] and "time_utc" in cfg["provenance"]
+    assert main(["simulate", "--config", str(out / "config.json"), "--out", "", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    for key in ("completed", "mean_ttft_ms", "p99_itl_ms", "steps"):
+        assert again[key] == first[key]
+    # a workload section fills in the defaults key by key, as --rate does
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump({"cost_model": "paper", "workload": {"rate": 5,
+                                                                                           "num_requests": 60}}))
+    assert main(["simulate", "--config", str(tmp_path / "w.yaml"), "--out", "", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["completed"] == 60
+    # typos get a suggestion, in one line
+    (tmp_path / "t.yaml").write_text("bmax: 256\n")
+    assert main(["simulate", "--config", str(tmp_path / "t.yaml"), "--out", ""]) == 2
+    assert "did you mean 'b_max'" in capsys.readouterr().err
+    (tmp_path / "t2.yaml").write_text("workload: {rte: 3}\n")
+    assert main(["simulate", "--config", str(tmp_path / "t2.yaml"), "--out", ""]) == 2
+    assert "did you mean 'rate'" in capsys.readouterr().err

@@ -7,10 +7,14 @@ next to its results so any figure can be regenerated.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
+import subprocess
+import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -19,6 +23,7 @@ import numpy as np
 
 from .core.cost import make_cost_model
 from .core.errors import ConfigError
+from .core.version import __version__
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, simulate_trace
@@ -26,6 +31,10 @@ from .theory import INCONCLUSIVE, capacity, stability_verdict
 from .sim.network_result import NetworkResult, simulate_network  # noqa: F401 - part of the API
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.network import NetworkSpec
+
+_WORKLOAD_KEYS = {f.name for f in fields(WorkloadSpec)}
+# what a run writes into its config.json beside its options (accepted back, then ignored)
+OUTPUT_ONLY_KEYS = ("cost_model_resolved", "scheduler", "provenance")
 
 DEFAULT_WORKLOAD = {
     "arrival": "poisson",
@@ -59,17 +68,31 @@ class SimConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SimConfig":
+        """A configuration from a mapping: a YAML file's, or a run's own `config.json` (its
+        output-only keys are ignored). A `workload` section fills in the default workload
+        key by key, as the flags do (a trace replay drops the synthetic defaults)."""
         if not isinstance(d, dict):
             raise ConfigError("a configuration must be a mapping of option names to values")
+        d = {k: v for k, v in d.items() if k not in OUTPUT_ONLY_KEYS}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ConfigError(f"unknown configuration option {unknown[0]!r} (known: {', '.join(sorted(known))})")
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(known))})"
+            raise ConfigError(f"unknown configuration option {unknown[0]!r}{hint}")
         cfg = cls(**{k: v for k, v in d.items() if k != "workload"})
         if "workload" in d and d["workload"] is not None:
-            if not isinstance(d["workload"], dict):
+            wl = d["workload"]
+            if not isinstance(wl, dict):
                 raise ConfigError("'workload' must be a mapping (arrival, rate, prompt, output, ...)")
-            cfg.workload = dict(d["workload"])
+            unknown = sorted(set(wl) - _WORKLOAD_KEYS)
+            if unknown:
+                close = difflib.get_close_matches(unknown[0], sorted(_WORKLOAD_KEYS), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(_WORKLOAD_KEYS))})"
+                raise ConfigError(f"unknown workload option {unknown[0]!r}{hint}")
+            given = {k: v for k, v in wl.items() if v is not None}
+            replay = bool(given.get("trace")) or str(given.get("arrival", "")).startswith(("trace", "azure"))
+            cfg.workload = given if replay else {**DEFAULT_WORKLOAD, **given}
         return cfg
 
     @classmethod
@@ -93,7 +116,6 @@ class SimConfig:
         return SchedulerSpec.from_mapping(self)
 
 
-_WORKLOAD_KEYS = {f.name for f in fields(WorkloadSpec)}
 _CONFIG_KEYS = {f.name for f in fields(SimConfig)}
 
 
@@ -130,6 +152,23 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
             cfg.workload = {**cfg.workload, **wl_over}
     _check_types(cfg)
     return cfg
+
+
+def provenance() -> dict:
+    """Who made a run and how: llmsched's version and git commit (when it runs from a git
+    checkout), the UTC time and the command line."""
+    commit = None
+    src = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5)
+        if out.returncode == 0:
+            commit = out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"llmsched_version": __version__, "git_commit": commit,
+            "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command_line": list(sys.argv)}
 
 
 def _check_types(cfg: SimConfig) -> None:
@@ -209,7 +248,7 @@ def simulate(config: SimConfig | dict | str | os.PathLike | None = None, *, trac
     if steps_file is not None:
         steps_file.close()
     config_out = {**cfg.to_dict(), "workload": workload_desc, "cost_model_resolved": cost.describe(),
-                  "scheduler": scheduler.describe()}
+                  "scheduler": scheduler.describe(), "provenance": provenance()}
     result = SimResult(config_out, stats, np.asarray(trace.arrival_s), np.asarray(trace.prompt),
                        np.asarray(trace.output), getattr(trace, "tag", None), wall_s=wall)
     result.steps_path = steps_tmp
