@@ -52,7 +52,8 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     p.add_argument("--api-key", default=None,
-                   help="require 'Authorization: Bearer KEY' on /v1 routes (default: $LLMSCHED_API_KEY if set)")
+                   help="require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize (default: "
+                        "$LLMSCHED_API_KEY if set; /health, /metrics and /version stay open)")
     p.add_argument("--max-model-len", type=positive_int, default=None,
                    help="longest prompt + completion (sim default: 32768, or the KV capacity + 1; "
                         "engine default: the model's)")
