@@ -68,10 +68,22 @@ def platform(trace_path: str, scheduler: str = "fcfs") -> dict:
     models = {f"llama-8b-{k}": dict(big) for k in "abcdef"}
     models.update({f"llama-1b-{k}": dict(small) for k in "ab"})
     return {
-        "cluster": {"remote_bandwidth_gbps": 1.25,
-                    "nodes": [{"name": "node", "count": 4, "gpus": 8, "gpu_memory_gb": 141, "dram_gb": 256,
-                               "dram_bandwidth_gbps": 24, "ssd_gb": 2048, "ssd_bandwidth_gbps": 5,
-                               "ssd": list(models)}]},
+        "cluster": {
+            "remote_bandwidth_gbps": 1.25,
+            "nodes": [
+                {
+                    "name": "node",
+                    "count": 4,
+                    "gpus": 8,
+                    "gpu_memory_gb": 141,
+                    "dram_gb": 256,
+                    "dram_bandwidth_gbps": 24,
+                    "ssd_gb": 2048,
+                    "ssd_bandwidth_gbps": 5,
+                    "ssd": list(models),
+                }
+            ],
+        },
         "models": models,
         "workload": {"trace": trace_path, "rate": 1.0, "popularity": "zipf:1.0", "seed": 0},
         "platform": {"scheduler": scheduler, "init_s": 2.0, "keep_alive_s": 60, "scale_out_tokens": 8192},
@@ -97,8 +109,10 @@ def azure_tiled(n: int, path: str) -> int:
     output = np.tile(np.asarray(t.output), reps)[:n]
     with open(path, "w") as f:
         f.write("arrival_s,prompt_tokens,output_tokens\n")
-        lines = np.char.add(np.char.add(np.char.add(np.char.mod("%.6f", times), ","), prompt.astype(str)),
-                            np.char.add(",", output.astype(str)))
+        lines = np.char.add(
+            np.char.add(np.char.add(np.char.mod("%.6f", times), ","), prompt.astype(str)),
+            np.char.add(",", output.astype(str)),
+        )
         f.write("\n".join(lines.tolist()) + "\n")
     return n
 
@@ -121,12 +135,29 @@ def child_platform(trace_path: str, n: int, load: float, scheduler: str, out: st
     r.write(out)
     t2 = time.perf_counter()
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return {"case": "platform", "scheduler": scheduler, "requests": n, "load": load, "rate": rate,
-            "capacity_rps": cap["critical_rate"], "gpus": s["gpus"], "models": len(s["models"]),
-            "steps": s["steps"], "completed": s["completed"], "throughput_rps": s["request_throughput"],
-            "p99_ttft_ms": s["p99_ttft_ms"], "cold_starts": s["cold_starts"], "peak_instances": s["peak_instances"],
-            "sim_end_s": s["sim_end_s"], "sim_s": t1 - t0, "write_s": t2 - t1, "wall_s": t2 - t0,
-            "setup_s": t0 - t_start, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": _peak_rss_mb()}
+    return {
+        "case": "platform",
+        "scheduler": scheduler,
+        "requests": n,
+        "load": load,
+        "rate": rate,
+        "capacity_rps": cap["critical_rate"],
+        "gpus": s["gpus"],
+        "models": len(s["models"]),
+        "steps": s["steps"],
+        "completed": s["completed"],
+        "throughput_rps": s["request_throughput"],
+        "p99_ttft_ms": s["p99_ttft_ms"],
+        "cold_starts": s["cold_starts"],
+        "peak_instances": s["peak_instances"],
+        "sim_end_s": s["sim_end_s"],
+        "sim_s": t1 - t0,
+        "write_s": t2 - t1,
+        "wall_s": t2 - t0,
+        "setup_s": t0 - t_start,
+        "cpu_s": ru.ru_utime + ru.ru_stime,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
 
 
 def child_overhead(n: int, load: float, admission: str, fast: bool, seed: int) -> dict:
@@ -152,15 +183,25 @@ def child_overhead(n: int, load: float, admission: str, fast: bool, seed: int) -
     stats = simulate_trace(trace, sched, cost, fast=fast)
     t1 = time.perf_counter()
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return {"case": "overhead", "admission": admission, "fast": fast, "requests": n, "load": load,
-            "steps": stats.steps, "wall_s": t1 - t0, "us_per_step": (t1 - t0) / stats.steps * 1e6,
-            "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": _peak_rss_mb()}
+    return {
+        "case": "overhead",
+        "admission": admission,
+        "fast": fast,
+        "requests": n,
+        "load": load,
+        "steps": stats.steps,
+        "wall_s": t1 - t0,
+        "us_per_step": (t1 - t0) / stats.steps * 1e6,
+        "cpu_s": ru.ru_utime + ru.ru_stime,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
 
 
 def _run_child(args: list[str]) -> dict:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), *args], check=True, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), *args], check=True, capture_output=True, text=True
+    )
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     res["process_wall_s"] = time.perf_counter() - t0
     return res
@@ -198,28 +239,61 @@ def main() -> None:
             n = max(100, round(1_000_000 * args.scale))
             trace = os.path.join(base, "azure_tiled.csv")
             azure_tiled(n, trace)
-            res = _run_child(["--child", "platform", "--n", str(n), "--trace", trace, "--load", str(args.load),
-                              "--scheduler", args.scheduler, "--out", os.path.join(base, "platform")])
+            res = _run_child(
+                [
+                    "--child",
+                    "platform",
+                    "--n",
+                    str(n),
+                    "--trace",
+                    trace,
+                    "--load",
+                    str(args.load),
+                    "--scheduler",
+                    args.scheduler,
+                    "--out",
+                    os.path.join(base, "platform"),
+                ]
+            )
             results.append(res)
-            print(f"platform {res['gpus']} GPUs {res['models']} models {n:>9,} requests ({args.scheduler}, "
-                  f"{res['rate']:.1f} req/s = {args.load:g} x {res['capacity_rps']:.1f})  wall {res['wall_s']:7.1f} s "
-                  f"(sim {res['sim_s']:.1f} + write {res['write_s']:.1f})  cpu {res['cpu_s']:7.1f} s  "
-                  f"process {res['process_wall_s']:7.1f} s  peak RSS {res['peak_rss_mb']:6.0f} MB  "
-                  f"{res['steps']:,} steps", flush=True)
+            print(
+                f"platform {res['gpus']} GPUs {res['models']} models {n:>9,} requests ({args.scheduler}, "
+                f"{res['rate']:.1f} req/s = {args.load:g} x {res['capacity_rps']:.1f})  wall {res['wall_s']:7.1f} s "
+                f"(sim {res['sim_s']:.1f} + write {res['write_s']:.1f})  cpu {res['cpu_s']:7.1f} s  "
+                f"process {res['process_wall_s']:7.1f} s  peak RSS {res['peak_rss_mb']:6.0f} MB  "
+                f"{res['steps']:,} steps",
+                flush=True,
+            )
         if "overhead" in args.cases:
             best: dict = {}
             for _ in range(max(1, args.repeat)):
                 for adm, fast in OVERHEAD_RUNS:
-                    res = _run_child(["--child", "overhead", "--n", str(args.overhead_requests), "--load",
-                                      str(args.overhead_load), "--admission", adm, "--fast", str(int(fast)),
-                                      "--seed", str(args.seed)])
+                    res = _run_child(
+                        [
+                            "--child",
+                            "overhead",
+                            "--n",
+                            str(args.overhead_requests),
+                            "--load",
+                            str(args.overhead_load),
+                            "--admission",
+                            adm,
+                            "--fast",
+                            str(int(fast)),
+                            "--seed",
+                            str(args.seed),
+                        ]
+                    )
                     key = f"{adm}{'' if fast else ' step by step'}"
                     if key not in best or res["wall_s"] < best[key]["wall_s"]:
                         best[key] = res
             for key, res in best.items():
                 results.append(res)
-                print(f"overhead {key:<18} {res['requests']:,} requests  {res['steps']:>9,} steps  "
-                      f"wall {res['wall_s']:6.2f} s  {res['us_per_step']:6.2f} us/step", flush=True)
+                print(
+                    f"overhead {key:<18} {res['requests']:,} requests  {res['steps']:>9,} steps  "
+                    f"wall {res['wall_s']:6.2f} s  {res['us_per_step']:6.2f} us/step",
+                    flush=True,
+                )
             twp = best["twp step by step"]["us_per_step"]
             for key in ("fcfs step by step", "fcfs-hook step by step", "fcfs"):
                 print(f"TWP per step vs {key}: {100 * (twp / best[key]['us_per_step'] - 1):+.1f}%")

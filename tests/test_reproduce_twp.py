@@ -38,9 +38,21 @@ def _finite(x):
 
 def test_quick_writes_its_files(quick):
     out, res = quick
-    for name in ("table.csv", "table3.csv", "ablation.csv", "slo.csv", "stability.csv", "result.json",
-                 "ttft.png", "itl_cdf.png", "tpot_box.png", "throughput.png", "itl_cv.png", "ablation.png",
-                 "stability.png"):
+    for name in (
+        "table.csv",
+        "table3.csv",
+        "ablation.csv",
+        "slo.csv",
+        "stability.csv",
+        "result.json",
+        "ttft.png",
+        "itl_cdf.png",
+        "tpot_box.png",
+        "throughput.png",
+        "itl_cv.png",
+        "ablation.png",
+        "stability.png",
+    ):
         p = out / name
         assert p.is_file() and p.stat().st_size > 0, name
         assert str(p) in res["files"]
@@ -62,8 +74,16 @@ def test_quick_has_every_scheduler_row_with_finite_numbers(quick):
             got = {r["scheduler"] for r in table3 if r["workload"] == w and r["load_fraction"] == x}
             assert got == labels, (w, x)
     for r in table3:
-        for k in ("throughput_rps", "p99_latency_ms", "mean_ttft_ms", "p50_ttft_ms", "p99_ttft_ms",
-                  "mean_itl_ms", "p99_itl_ms", "itl_cv"):
+        for k in (
+            "throughput_rps",
+            "p99_latency_ms",
+            "mean_ttft_ms",
+            "p50_ttft_ms",
+            "p99_ttft_ms",
+            "mean_itl_ms",
+            "p99_itl_ms",
+            "itl_cv",
+        ):
             assert _finite(r[k]) and r[k] >= 0, (r["scheduler"], k, r[k])
         assert r["throughput_rps"] > 0
         assert r["p99_ttft_ms"] >= r["p50_ttft_ms"]
@@ -95,7 +115,8 @@ def test_quick_claims_ablation_slo_and_stability(quick):
     assert all(0 <= r["goodput_share"] <= 1 and r["itl_slo_ms"] == 15 for r in slo)
     stab = res["stability"]
     assert {(r["k_max"], r["admission"]) for r in stab} == {
-        (k, a) for k in (None, 64) for a in ("fcfs", "twp", "twp itl_target_ms=15")}
+        (k, a) for k in (None, 64) for a in ("fcfs", "twp", "twp itl_target_ms=15")
+    }
     for r in stab:
         assert r["verdict"] in ("stable", "unstable", "inconclusive")
         assert r["utilisation"] == pytest.approx(r["load"], rel=0.05)
@@ -182,12 +203,19 @@ def test_twp_observe_follows_the_rule_on_random_feedback():
                 st.add(r)
                 queued.append(r)
                 rid += 1
-            while queued and rng.random() < 0.6:   # the queue drains too (down to empty)
+            while queued and rng.random() < 0.6:  # the queue drains too (down to empty)
                 st.waiting.remove(queued.pop(0))
             dur = float(rng.choice([0.03, 0.05, 0.08, 0.12, 0.2]))
             start = t + (float(rng.choice([0.0, 0.0, 0.01])))
-            fb = StepFeedback(start, dur, StepPlan(int(rng.integers(0, 3)), []), [],
-                              [object()] if rng.random() < 0.2 else [], list, [])
+            fb = StepFeedback(
+                start,
+                dur,
+                StepPlan(int(rng.integers(0, 3)), []),
+                [],
+                [object()] if rng.random() < 0.2 else [],
+                list,
+                [],
+            )
             t = start + dur
             pol.observe(st, fb)
             s = meter.sample(fb)

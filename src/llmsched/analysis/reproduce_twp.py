@@ -80,8 +80,14 @@ __all__ = [
 ]
 
 SCHEDULERS = ("fcfs", "round-robin", "priority", "dynamicbatch", "serverlessllm", "twp")
-LABELS = {"fcfs": "FCFS", "round-robin": "Round-Robin", "priority": "Priority", "dynamicbatch": "DynamicBatch",
-          "serverlessllm": "ServerlessLLM", "twp": "TWP"}
+LABELS = {
+    "fcfs": "FCFS",
+    "round-robin": "Round-Robin",
+    "priority": "Priority",
+    "dynamicbatch": "DynamicBatch",
+    "serverlessllm": "ServerlessLLM",
+    "twp": "TWP",
+}
 CONVENTIONAL = ("fcfs", "round-robin", "priority", "dynamicbatch")
 WORKLOADS = ("azure", "sharegpt")
 DEFAULT_LOADS = (0.3, 0.6, 0.9)
@@ -98,9 +104,19 @@ SIZES = {"full": (6000, 10000), "quick": (300, 1500)}
 BASE_PLATFORM = {
     "cluster": {
         "remote_bandwidth_gbps": 1.25,
-        "nodes": [{"name": "node", "count": 2, "gpus": 4, "gpu_memory_gb": 141, "dram_gb": 128,
-                   "dram_bandwidth_gbps": 24, "ssd_gb": 1024, "ssd_bandwidth_gbps": 5,
-                   "ssd": ["chat-8b", "assistant-8b", "code-8b", "mini-1b"]}],
+        "nodes": [
+            {
+                "name": "node",
+                "count": 2,
+                "gpus": 4,
+                "gpu_memory_gb": 141,
+                "dram_gb": 128,
+                "dram_bandwidth_gbps": 24,
+                "ssd_gb": 1024,
+                "ssd_bandwidth_gbps": 5,
+                "ssd": ["chat-8b", "assistant-8b", "code-8b", "mini-1b"],
+            }
+        ],
     },
     "models": {
         "chat-8b": {"weights_gb": 16, "kv_bytes_per_token": 131072, "cost_model": "profile:h200-llama-3-8b"},
@@ -109,23 +125,42 @@ BASE_PLATFORM = {
         "mini-1b": {"weights_gb": 2.5, "kv_bytes_per_token": 32768, "cost_model": "profile:h200-llama-3.2-1b"},
     },
     "workload": {"trace": "azure-conv", "rate": 40, "popularity": "zipf:1.2", "num_requests": 4000, "seed": 0},
-    "platform": {"scheduler": "twp", "router": "least-loaded", "init_s": 2.0, "keep_alive_s": 30,
-                 "scale_out_tokens": 8192, "max_instances": 4,
-                 "serverlessllm": {"load_speedup": 2.0, "migration": True, "alpha_s_per_token": 0.01,
-                                   "beta_s": 0.1}},
+    "platform": {
+        "scheduler": "twp",
+        "router": "least-loaded",
+        "init_s": 2.0,
+        "keep_alive_s": 30,
+        "scale_out_tokens": 8192,
+        "max_instances": 4,
+        "serverlessllm": {"load_speedup": 2.0, "migration": True, "alpha_s_per_token": 0.01, "beta_s": 0.1},
+    },
 }
 
 
 # ------------------------------------------------------------------------------ pieces
-def workload_section(workload: str, rate: float, num_requests: int, seed: int = 0, *,
-                     popularity="zipf:1.2", cv: float = 3.0) -> dict:
+def workload_section(
+    workload: str, rate: float, num_requests: int, seed: int = 0, *, popularity="zipf:1.2", cv: float = 3.0
+) -> dict:
     """The `workload` section of a platform for one of `WORKLOADS` at `rate` req/s."""
     if workload == "azure":
-        return {"trace": "azure-conv", "rate": float(rate), "popularity": popularity,
-                "num_requests": int(num_requests), "seed": int(seed)}
+        return {
+            "trace": "azure-conv",
+            "rate": float(rate),
+            "popularity": popularity,
+            "num_requests": int(num_requests),
+            "seed": int(seed),
+        }
     if workload == "sharegpt":
-        return {"arrival": "gamma", "cv": float(cv), "rate": float(rate), "popularity": popularity,
-                "prompt": "sharegpt", "output": "sharegpt", "num_requests": int(num_requests), "seed": int(seed)}
+        return {
+            "arrival": "gamma",
+            "cv": float(cv),
+            "rate": float(rate),
+            "popularity": popularity,
+            "prompt": "sharegpt",
+            "output": "sharegpt",
+            "num_requests": int(num_requests),
+            "seed": int(seed),
+        }
     raise ConfigError(f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})")
 
 
@@ -150,11 +185,19 @@ def platform_capacity(spec, samples: int = 20000) -> dict:
         lam = capacity(m.cost_model, m.b_max, mp, mo, k_max=m.k_max).critical_rate
         fit = sum(g.count * g.gpus for g in spec.nodes if spec.fits(name, g))
         cap = min(fit, spec.max_instances(name) or fit)
-        models[name] = {"share": k / n, "mean_prompt": mp, "mean_output": mo, "instance_rate": lam,
-                        "instances": 1, "max_instances": cap}
+        models[name] = {
+            "share": k / n,
+            "mean_prompt": mp,
+            "mean_output": mo,
+            "instance_rate": lam,
+            "instances": 1,
+            "max_instances": cap,
+        }
     if len(models) > gpus:
-        raise ConfigError(f"{len(models)} models have traffic but the platform has {gpus} GPUs: "
-                          "the static allocation needs one GPU per model")
+        raise ConfigError(
+            f"{len(models)} models have traffic but the platform has {gpus} GPUs: "
+            "the static allocation needs one GPU per model"
+        )
 
     def rate_of(d):
         return d["instances"] * d["instance_rate"] / d["share"]
@@ -167,8 +210,9 @@ def platform_capacity(spec, samples: int = 20000) -> dict:
     return {"critical_rate": min(rate_of(d) for d in models.values()), "gpus": gpus, "models": models}
 
 
-def goodput(ttft_s, tpot_s, finished, duration_s: float, *, ttft_slo_ms: float | None = None,
-            itl_slo_ms: float | None = None) -> dict:
+def goodput(
+    ttft_s, tpot_s, finished, duration_s: float, *, ttft_slo_ms: float | None = None, itl_slo_ms: float | None = None
+) -> dict:
     """Goodput of one run from per-request arrays: `ttft_s` and `tpot_s` (seconds; NaN
     where not reached, or `tpot_s` NaN for a one-token output: no gap), `finished`
     (bool). A request is good when it finished, its TTFT <= `ttft_slo_ms` and its mean
@@ -188,8 +232,12 @@ def goodput(ttft_s, tpot_s, finished, duration_s: float, *, ttft_slo_ms: float |
             ok &= np.isnan(tpot) | (tpot * 1e3 <= itl_slo_ms)
     good = int(ok.sum())
     n = int(ok.shape[0])
-    return {"good": good, "requests": n, "share": good / n if n else math.nan,
-            "rps": good / duration_s if duration_s > 0 else math.nan}
+    return {
+        "good": good,
+        "requests": n,
+        "share": good / n if n else math.nan,
+        "rps": good / duration_s if duration_s > 0 else math.nan,
+    }
 
 
 def request_tpot_s(stats) -> np.ndarray:
@@ -231,8 +279,7 @@ def run_platform(job: dict) -> dict:
     for ttft_slo, itl_slo in job.get("slos", ()):
         g = goodput(res.ttft_s, tpot, fin, s["duration"], ttft_slo_ms=ttft_slo, itl_slo_ms=itl_slo)
         good[f"{ttft_slo:g}/{itl_slo:g}"] = g
-    return {"summary": s, "itl_cdf_ms": cdf, "tpot_box_ms": box, "goodput": good,
-            "wall_s": time.perf_counter() - t0}
+    return {"summary": s, "itl_cdf_ms": cdf, "tpot_box_ms": box, "goodput": good, "wall_s": time.perf_counter() - t0}
 
 
 def run_single(job: dict) -> dict:
@@ -242,23 +289,51 @@ def run_single(job: dict) -> dict:
     t0 = time.perf_counter()
     r = simulate(dict(job))
     s = r.summary
-    keep = ("verdict", "verdict_reason", "stable", "utilisation", "critical_rate", "request_throughput",
-            "backlog_growth_tokens_per_s", "p99_itl_ms", "itl_cv", "median_ttft_ms", "p99_ttft_ms",
-            "total_token_throughput", "completed", "num_requests")
+    keep = (
+        "verdict",
+        "verdict_reason",
+        "stable",
+        "utilisation",
+        "critical_rate",
+        "request_throughput",
+        "backlog_growth_tokens_per_s",
+        "p99_itl_ms",
+        "itl_cv",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "total_token_throughput",
+        "completed",
+        "num_requests",
+    )
     out = {k: s.get(k) for k in keep}
     out["wall_s"] = time.perf_counter() - t0
     return to_jsonable(out)
 
 
 # ------------------------------------------------------------------------------ experiment
-def reproduce_twp(*, out_dir="reproduce-twp", quick: bool = False, workloads: Sequence[str] | None = None,
-                  schedulers: Sequence[str] | None = None, loads: Sequence[float] | None = None,
-                  num_requests: int | None = None, seeds: Sequence[int] | None = None,
-                  platform=None, cv: float = 3.0, ablation: bool = True, slo: bool = True,
-                  slo_targets_ms: Sequence[float] | None = None, ttft_slo_ms: float = TTFT_SLO_MS,
-                  stability: bool = True, stability_requests: int | None = None,
-                  stability_loads: Sequence[float] | None = None, k_max: int = 64,
-                  backend: str = "local", workers: int | None = None, address: str | None = None) -> dict:
+def reproduce_twp(
+    *,
+    out_dir="reproduce-twp",
+    quick: bool = False,
+    workloads: Sequence[str] | None = None,
+    schedulers: Sequence[str] | None = None,
+    loads: Sequence[float] | None = None,
+    num_requests: int | None = None,
+    seeds: Sequence[int] | None = None,
+    platform=None,
+    cv: float = 3.0,
+    ablation: bool = True,
+    slo: bool = True,
+    slo_targets_ms: Sequence[float] | None = None,
+    ttft_slo_ms: float = TTFT_SLO_MS,
+    stability: bool = True,
+    stability_requests: int | None = None,
+    stability_loads: Sequence[float] | None = None,
+    k_max: int = 64,
+    backend: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+) -> dict:
     """Paper 2's Table III, its figures, TWP's ablation, goodput under ITL SLOs and the
     stability sweep (module docstring). `loads`: fractions of `platform_capacity`
     (default 0.3, 0.6, 0.9: low, medium, high); `num_requests` per run (default 6000,
@@ -267,8 +342,8 @@ def reproduce_twp(*, out_dir="reproduce-twp", quick: bool = False, workloads: Se
     gamma arrivals; `k_max`: the batch-size cap of the stability sweep's capped runs.
     Quick: every scheduler on both workloads at loads 0.3 and 0.9, one ablation value
     per parameter, one SLO, the stability sweep at 0.5 and 0.9. Returns {"table3",
-    "rows", "claims", "ablation", "slo", "stability", "capacity", "files", "config",
-    "wall_s"}."""
+    "rows", "claims", "ablation", "slo", "stability", "capacity", "distributions" (each
+    run's ITL percentiles and TPOT quantiles), "files", "config", "wall_s"}."""
     t0 = time.perf_counter()
     workloads = list(WORKLOADS if workloads is None else workloads)
     for w in workloads:
@@ -288,8 +363,9 @@ def reproduce_twp(*, out_dir="reproduce-twp", quick: bool = False, workloads: Se
     if not seeds:
         raise ConfigError("give at least one seed")
     slo_targets = list(((15.0,) if quick else SLO_TARGETS_MS) if slo_targets_ms is None else slo_targets_ms)
-    stab_loads = list(((0.5, 0.9) if quick else (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) if stability_loads is None
-                      else stability_loads)
+    stab_loads = list(
+        ((0.5, 0.9) if quick else (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) if stability_loads is None else stability_loads
+    )
     base = load_serverless(BASE_PLATFORM if platform is None else platform).to_dict()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -315,22 +391,40 @@ def reproduce_twp(*, out_dir="reproduce-twp", quick: bool = False, workloads: Se
         for x in loads:
             for seed in seeds:
                 for s in schedulers:
-                    jobs.append((("main", w, x, seed, s, ""),
-                                 {"platform": platform_at(w, x, seed), "scheduler": s, "slos": slo_pairs}))
+                    jobs.append(
+                        (
+                            ("main", w, x, seed, s, ""),
+                            {"platform": platform_at(w, x, seed), "scheduler": s, "slos": slo_pairs},
+                        )
+                    )
     high = max(loads)
     w_abl = workloads[0]
     abl_grid = {k: v[:1] for k, v in ABLATION.items()} if quick else ABLATION
     if ablation:
         for param, values in abl_grid.items():
             for v in values:
-                jobs.append((("ablation", w_abl, high, seeds[0], "twp", f"{param}={v:g}"),
-                             {"platform": platform_at(w_abl, high, seeds[0], {param: v}), "scheduler": "twp",
-                              "slos": slo_pairs}))
+                jobs.append(
+                    (
+                        ("ablation", w_abl, high, seeds[0], "twp", f"{param}={v:g}"),
+                        {
+                            "platform": platform_at(w_abl, high, seeds[0], {param: v}),
+                            "scheduler": "twp",
+                            "slos": slo_pairs,
+                        },
+                    )
+                )
     if slo:
         for t in slo_targets:
-            jobs.append((("slo", w_abl, high, seeds[0], "twp", f"itl_target_ms={t:g}"),
-                         {"platform": platform_at(w_abl, high, seeds[0], {"itl_target_ms": float(t)}),
-                          "scheduler": "twp", "slos": slo_pairs}))
+            jobs.append(
+                (
+                    ("slo", w_abl, high, seeds[0], "twp", f"itl_target_ms={t:g}"),
+                    {
+                        "platform": platform_at(w_abl, high, seeds[0], {"itl_target_ms": float(t)}),
+                        "scheduler": "twp",
+                        "slos": slo_pairs,
+                    },
+                )
+            )
     stab_jobs = _stability_jobs(stab_loads, n_stab, seeds[0], k_max, slo_targets) if stability else []
 
     results: dict = {}
@@ -352,15 +446,19 @@ def reproduce_twp(*, out_dir="reproduce-twp", quick: bool = False, workloads: Se
     claims = _claims(table3, workloads, loads, schedulers)
     abl_rows = []
     if ablation:
-        abl_rows.append({**_row(("main", w_abl, high, seeds[0], "twp", ""), results, rates, load_names),
-                         "variant": "defaults"} if "twp" in schedulers else None)
+        abl_rows.append(
+            {**_row(("main", w_abl, high, seeds[0], "twp", ""), results, rates, load_names), "variant": "defaults"}
+            if "twp" in schedulers
+            else None
+        )
         abl_rows = [r for r in abl_rows if r]
         for param, values in abl_grid.items():
             for v in values:
                 key = ("ablation", w_abl, high, seeds[0], "twp", f"{param}={v:g}")
                 abl_rows.append({**_row(key, results, rates, load_names), "variant": f"{param}={v:g}"})
-    slo_rows = _slo_rows(results, rates, load_names, schedulers, slo_targets, slo_pairs, w_abl, high,
-                         seeds[0]) if slo else []
+    slo_rows = (
+        _slo_rows(results, rates, load_names, schedulers, slo_targets, slo_pairs, w_abl, high, seeds[0]) if slo else []
+    )
     stab_rows = [dict(zip(("k_max", "admission", "load"), key), **r) for key, r in stab_results.items()]
     stab_rows.sort(key=lambda r: (r["k_max"] or 0, r["admission"], r["load"]))
 
@@ -378,12 +476,49 @@ def reproduce_twp(*, out_dir="reproduce-twp", quick: bool = False, workloads: Se
         files.append(_plot_ablation(abl_rows, out / "ablation.png", w_abl, high))
     if stab_rows:
         files.append(_plot_stability(stab_rows, out / "stability.png"))
-    meta = {"workloads": workloads, "schedulers": schedulers, "loads": loads, "num_requests": n_req,
-            "seeds": seeds, "cv": cv, "quick": quick, "ttft_slo_ms": ttft_slo_ms, "slo_targets_ms": slo_targets,
-            "stability_requests": n_stab, "stability_loads": stab_loads, "k_max": k_max,
-            "rates": {f"{w}@{x:g}": rates[w, x] for (w, x) in rates}, "platform": base}
-    result = {"table3": table3, "rows": rows, "claims": claims, "ablation": abl_rows, "slo": slo_rows,
-              "stability": stab_rows, "capacity": caps, "config": meta}
+    meta = {
+        "workloads": workloads,
+        "schedulers": schedulers,
+        "loads": loads,
+        "num_requests": n_req,
+        "seeds": seeds,
+        "cv": cv,
+        "quick": quick,
+        "ttft_slo_ms": ttft_slo_ms,
+        "slo_targets_ms": slo_targets,
+        "stability_requests": n_stab,
+        "stability_loads": stab_loads,
+        "k_max": k_max,
+        "rates": {f"{w}@{x:g}": rates[w, x] for (w, x) in rates},
+        "platform": base,
+    }
+    result = {
+        "table3": table3,
+        "rows": rows,
+        "claims": claims,
+        "ablation": abl_rows,
+        "slo": slo_rows,
+        "stability": stab_rows,
+        "capacity": caps,
+        "config": meta,
+        "distributions": {
+            "itl_cdf_percentiles": list(CDF_QS),
+            "tpot_box_percentiles": list(BOX_QS),
+            "runs": [
+                {
+                    "kind": k[0],
+                    "workload": k[1],
+                    "load": k[2],
+                    "seed": k[3],
+                    "scheduler": k[4],
+                    "variant": k[5],
+                    "itl_cdf_ms": r["itl_cdf_ms"],
+                    "tpot_box_ms": r["tpot_box_ms"],
+                }
+                for k, r in results.items()
+            ],
+        },
+    }
     path = out / "result.json"
     path.write_text(json.dumps(to_jsonable(result), indent=2, default=str))
     files.append(str(path))
@@ -396,25 +531,52 @@ def _row(key, results, rates, load_names) -> dict:
     _, w, x, seed, s, _ = key
     r = results[key]
     m = r["summary"]
-    row = {"workload": w, "load": x, "load_name": load_names.get(x, f"load {x:g}"), "rate": rates[w, x],
-           "scheduler": s, "seed": seed,
-           "throughput_rps": m["request_throughput"], "p99_latency_ms": m["p99_e2el_ms"],
-           "mean_ttft_ms": m["mean_ttft_ms"], "p50_ttft_ms": m["p50_ttft_ms"], "p95_ttft_ms": m["p95_ttft_ms"],
-           "p99_ttft_ms": m["p99_ttft_ms"], "mean_itl_ms": m["mean_itl_ms"], "p50_itl_ms": m["p50_itl_ms"],
-           "p99_itl_ms": m["p99_itl_ms"], "itl_cv": m["itl_cv"], "mean_e2el_ms": m["mean_e2el_ms"],
-           "completed": m["completed"], "num_requests": m["num_requests"],
-           "output_throughput": m["output_throughput"], "cold_starts": m["cold_starts"],
-           "cold_start_time_s": m["cold_start_time_s"], "gpu_seconds": m["gpu_seconds"],
-           "peak_instances": m["peak_instances"], "migrations": m["migrations"], "preemptions": m["preemptions"],
-           "duration_s": m["duration"], "wall_s": r["wall_s"]}
+    row = {
+        "workload": w,
+        "load": x,
+        "load_name": load_names.get(x, f"load {x:g}"),
+        "rate": rates[w, x],
+        "scheduler": s,
+        "seed": seed,
+        "throughput_rps": m["request_throughput"],
+        "p99_latency_ms": m["p99_e2el_ms"],
+        "mean_ttft_ms": m["mean_ttft_ms"],
+        "p50_ttft_ms": m["p50_ttft_ms"],
+        "p95_ttft_ms": m["p95_ttft_ms"],
+        "p99_ttft_ms": m["p99_ttft_ms"],
+        "mean_itl_ms": m["mean_itl_ms"],
+        "p50_itl_ms": m["p50_itl_ms"],
+        "p99_itl_ms": m["p99_itl_ms"],
+        "itl_cv": m["itl_cv"],
+        "mean_e2el_ms": m["mean_e2el_ms"],
+        "completed": m["completed"],
+        "num_requests": m["num_requests"],
+        "output_throughput": m["output_throughput"],
+        "cold_starts": m["cold_starts"],
+        "cold_start_time_s": m["cold_start_time_s"],
+        "gpu_seconds": m["gpu_seconds"],
+        "peak_instances": m["peak_instances"],
+        "migrations": m["migrations"],
+        "preemptions": m["preemptions"],
+        "duration_s": m["duration"],
+        "wall_s": r["wall_s"],
+    }
     for k, g in r["goodput"].items():
         row[f"goodput_share@{k}"] = g["share"]
         row[f"goodput_rps@{k}"] = g["rps"]
     return row
 
 
-TABLE3_METRICS = ("throughput_rps", "p99_latency_ms", "mean_ttft_ms", "p50_ttft_ms", "p99_ttft_ms",
-                  "mean_itl_ms", "p99_itl_ms", "itl_cv")
+TABLE3_METRICS = (
+    "throughput_rps",
+    "p99_latency_ms",
+    "mean_ttft_ms",
+    "p50_ttft_ms",
+    "p99_ttft_ms",
+    "mean_itl_ms",
+    "p99_itl_ms",
+    "itl_cv",
+)
 
 
 def _table3(rows, workloads, loads, schedulers, load_names) -> list[dict]:
@@ -423,8 +585,14 @@ def _table3(rows, workloads, loads, schedulers, load_names) -> list[dict]:
         for x in loads:
             for s in schedulers:
                 sel = [r for r in rows if r["workload"] == w and r["load"] == x and r["scheduler"] == s]
-                row = {"workload": w, "load": load_names[x], "load_fraction": x, "rate": sel[0]["rate"],
-                       "scheduler": LABELS[s], "seeds": len(sel)}
+                row = {
+                    "workload": w,
+                    "load": load_names[x],
+                    "load_fraction": x,
+                    "rate": sel[0]["rate"],
+                    "scheduler": LABELS[s],
+                    "seeds": len(sel),
+                }
                 for k in TABLE3_METRICS:
                     vals = [r[k] for r in sel if r[k] is not None]
                     row[k] = float(np.mean(vals)) if vals else None
@@ -467,7 +635,7 @@ def _slo_rows(results, rates, load_names, schedulers, targets, slo_pairs, w, x, 
     """Goodput at each ITL SLO: every scheduler of the main runs (at its own defaults)
     and TWP with the SLO as its target."""
     out = []
-    for (ttft_slo, itl_slo) in slo_pairs:
+    for ttft_slo, itl_slo in slo_pairs:
         k = f"{ttft_slo:g}/{itl_slo:g}"
         cands = [(s, "defaults", ("main", w, x, seed, s, "")) for s in schedulers]
         cands.append(("twp", f"itl_target_ms={itl_slo:g}", ("slo", w, x, seed, "twp", f"itl_target_ms={itl_slo:g}")))
@@ -477,12 +645,27 @@ def _slo_rows(results, rates, load_names, schedulers, targets, slo_pairs, w, x, 
             r = results[key]
             m = r["summary"]
             g = r["goodput"][k]
-            out.append({"workload": w, "load": x, "load_name": load_names.get(x), "rate": rates[w, x],
-                        "ttft_slo_ms": ttft_slo, "itl_slo_ms": itl_slo, "scheduler": s, "variant": variant,
-                        "goodput_share": g["share"], "goodput_rps": g["rps"], "good": g["good"],
-                        "requests": g["requests"], "throughput_rps": m["request_throughput"],
-                        "p99_ttft_ms": m["p99_ttft_ms"], "mean_itl_ms": m["mean_itl_ms"],
-                        "p99_itl_ms": m["p99_itl_ms"], "itl_cv": m["itl_cv"]})
+            out.append(
+                {
+                    "workload": w,
+                    "load": x,
+                    "load_name": load_names.get(x),
+                    "rate": rates[w, x],
+                    "ttft_slo_ms": ttft_slo,
+                    "itl_slo_ms": itl_slo,
+                    "scheduler": s,
+                    "variant": variant,
+                    "goodput_share": g["share"],
+                    "goodput_rps": g["rps"],
+                    "good": g["good"],
+                    "requests": g["requests"],
+                    "throughput_rps": m["request_throughput"],
+                    "p99_ttft_ms": m["p99_ttft_ms"],
+                    "mean_itl_ms": m["mean_itl_ms"],
+                    "p99_itl_ms": m["p99_itl_ms"],
+                    "itl_cv": m["itl_cv"],
+                }
+            )
     return out
 
 
@@ -516,6 +699,16 @@ def _stability_jobs(stab_loads, n, seed, k_max, slo_targets) -> list:
 
 
 # ------------------------------------------------------------------------------ figures
+def _grid(rows: int, cols: int):
+    """A figure with rows x cols panels (workloads by loads): (figure, flat list of axes)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    fig = Figure(figsize=(4.2 * cols, 3.6 * rows), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(rows * cols)]
+
+
 def _pick_seed(results, kind, w, x, seeds, s):
     return results[(kind, w, x, seeds[0], s, "")]
 
@@ -527,7 +720,7 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
     xs = np.arange(len(schedulers))
 
     # TTFT P50/P95/P99 per scheduler, one panel per workload x load
-    fig, axes = new_figure(nw * len(loads), width=5.0)
+    fig, axes = _grid(nw, len(loads))
     i = 0
     for w in workloads:
         for x in loads:
@@ -536,8 +729,16 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
             t3 = {r["scheduler"]: r for r in table3 if r["workload"] == w and r["load_fraction"] == x}
             for j, (p, key) in enumerate((("P50", "p50_ttft_ms"), ("P95", None), ("P99", "p99_ttft_ms"))):
                 if key is None:
-                    vals = [np.mean([r["p95_ttft_ms"] for r in rows if r["workload"] == w and r["load"] == x
-                                     and r["scheduler"] == s]) for s in schedulers]
+                    vals = [
+                        np.mean(
+                            [
+                                r["p95_ttft_ms"]
+                                for r in rows
+                                if r["workload"] == w and r["load"] == x and r["scheduler"] == s
+                            ]
+                        )
+                        for s in schedulers
+                    ]
                 else:
                     vals = [t3[LABELS[s]][key] for s in schedulers]
                 ax.bar(xs + (j - 1) * 0.27, [max(v or 0, 1e-3) for v in vals], width=0.27, label=p)
@@ -551,7 +752,7 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
     files.append(save_figure(fig, out / "ttft.png"))
 
     # ITL CDF (every inter-token gap), one panel per workload x load
-    fig, axes = new_figure(nw * len(loads), width=5.0)
+    fig, axes = _grid(nw, len(loads))
     i = 0
     for w in workloads:
         for x in loads:
@@ -560,8 +761,7 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
             for s in schedulers:
                 cdf = _pick_seed(results, "main", w, x, seeds, s)["itl_cdf_ms"]
                 if cdf:
-                    ax.plot(cdf, np.asarray(CDF_QS) / 100.0, lw=1.2, label=LABELS[s],
-                            ls="-" if s == "twp" else "--")
+                    ax.plot(cdf, np.asarray(CDF_QS) / 100.0, lw=1.2, label=LABELS[s], ls="-" if s == "twp" else "--")
             ax.set_xscale("log")
             ax.set_xlabel("inter-token gap (ms)")
             ax.set_ylabel("CDF")
@@ -571,7 +771,7 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
     files.append(save_figure(fig, out / "itl_cdf.png"))
 
     # per-request mean gap (TPOT) box plots from the stored quantiles
-    fig, axes = new_figure(nw * len(loads), width=5.0)
+    fig, axes = _grid(nw, len(loads))
     i = 0
     for w in workloads:
         for x in loads:
@@ -581,8 +781,17 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
             for s in schedulers:
                 b = _pick_seed(results, "main", w, x, seeds, s)["tpot_box_ms"]
                 if b:
-                    stats.append({"whislo": b[0], "q1": b[1], "med": b[2], "q3": b[3], "whishi": b[4],
-                                  "label": LABELS[s], "fliers": []})
+                    stats.append(
+                        {
+                            "whislo": b[0],
+                            "q1": b[1],
+                            "med": b[2],
+                            "q3": b[3],
+                            "whishi": b[4],
+                            "label": LABELS[s],
+                            "fliers": [],
+                        }
+                    )
             if stats:
                 ax.bxp(stats, showfliers=False)
             ax.tick_params(axis="x", labelrotation=45, labelsize=7)
@@ -592,15 +801,24 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
     files.append(save_figure(fig, out / "tpot_box.png"))
 
     # throughput and ITL CV: grouped bars per load, one panel per workload
-    for metric, ylabel, name in (("throughput_rps", "throughput (req/s)", "throughput.png"),
-                                 ("itl_cv", "CV of inter-token latency", "itl_cv.png")):
+    for metric, ylabel, name in (
+        ("throughput_rps", "throughput (req/s)", "throughput.png"),
+        ("itl_cv", "CV of inter-token latency", "itl_cv.png"),
+    ):
         fig, axes = new_figure(nw, width=6.0)
         for ax, w in zip(axes, workloads):
             width = 0.8 / len(schedulers)
             lx = np.arange(len(loads))
             for j, s in enumerate(schedulers):
-                vals = [next(r[metric] for r in table3 if r["workload"] == w and r["load_fraction"] == x
-                             and r["scheduler"] == LABELS[s]) or 0 for x in loads]
+                vals = [
+                    next(
+                        r[metric]
+                        for r in table3
+                        if r["workload"] == w and r["load_fraction"] == x and r["scheduler"] == LABELS[s]
+                    )
+                    or 0
+                    for x in loads
+                ]
                 ax.bar(lx + (j - (len(schedulers) - 1) / 2) * width, vals, width=width, label=LABELS[s])
             ax.set_xticks(lx)
             ax.set_xticklabels([load_names[x] for x in loads])
@@ -616,10 +834,10 @@ def _plot_ablation(abl_rows, path: Path, w, x) -> str:
     fig, axes = new_figure(3, width=5.0)
     names = [r["variant"] for r in abl_rows]
     ys = np.arange(len(names))
-    for ax, (k, lab) in zip(axes, (("p99_itl_ms", "ITL P99 (ms)"), ("itl_cv", "ITL CV"),
-                                   ("p99_ttft_ms", "TTFT P99 (ms)"))):
-        ax.barh(ys, [r[k] or 0 for r in abl_rows], color=["tab:gray" if n == "defaults" else "tab:blue"
-                                                          for n in names])
+    for ax, (k, lab) in zip(
+        axes, (("p99_itl_ms", "ITL P99 (ms)"), ("itl_cv", "ITL CV"), ("p99_ttft_ms", "TTFT P99 (ms)"))
+    ):
+        ax.barh(ys, [r[k] or 0 for r in abl_rows], color=["tab:gray" if n == "defaults" else "tab:blue" for n in names])
         ax.set_yticks(ys)
         ax.set_yticklabels(names, fontsize=7)
         ax.set_xlabel(lab)
@@ -638,16 +856,23 @@ def _plot_stability(stab_rows, path: Path) -> str:
             pts = sorted((r for r in sel if r["admission"] == adm), key=lambda r: r["load"])
             xs = [r["load"] for r in pts]
             ys = [(r["request_throughput"] or 0) / (r["critical_rate"] or 1) for r in pts]
-            line, = ax.plot(xs, ys, lw=1.0, label=adm)
+            (line,) = ax.plot(xs, ys, lw=1.0, label=adm)
             for xx, yy, r in zip(xs, ys, pts):
                 ax.plot([xx], [yy], marks.get(r["verdict"], "^"), color=line.get_color(), ms=6, fillstyle="none")
-        ax.plot([min(r["load"] for r in sel), max(r["load"] for r in sel)],
-                [min(r["load"] for r in sel), max(r["load"] for r in sel)], ":", color="gray", lw=0.8,
-                label="offered")
+        ax.plot(
+            [min(r["load"] for r in sel), max(r["load"] for r in sel)],
+            [min(r["load"] for r in sel), max(r["load"] for r in sel)],
+            ":",
+            color="gray",
+            lw=0.8,
+            label="offered",
+        )
         ax.set_xlabel("offered load (rate / critical rate)")
         ax.set_ylabel("served (throughput / critical rate)")
-        ax.set_title(f"one server, {'no k_max' if not cap else f'k_max = {cap}'}  (o stable, x unstable, "
-                     "s inconclusive)", fontsize=8)
+        ax.set_title(
+            f"one server, {'no k_max' if not cap else f'k_max = {cap}'}  (o stable, x unstable, s inconclusive)",
+            fontsize=8,
+        )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return save_figure(fig, path)
