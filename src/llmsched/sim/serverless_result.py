@@ -32,11 +32,46 @@ from ..workload.serverless import ServerlessSpec, load_serverless
 from .histogram import GapHistogram
 from .serverless import ServerlessStats, run_serverless
 
-REQUEST_COLUMNS = ("id", "model", "instance", "arrival_s", "prompt_tokens", "output_tokens", "queue_s", "ttft_s",
-                   "tpot_s", "e2e_s", "preemptions", "migrations", "cold_start", "finished")
-INSTANCE_COLUMNS = ("instance", "model", "node", "gpu", "created_s", "gpu_from_s", "load_start_s", "loaded_s",
-                    "ready_s", "stop_s", "tier", "cold_start_s", "stop_reason", "routed", "completed",
-                    "migrated_out", "steps", "busy_s", "gpu_seconds", "mean_itl_ms", "admission", "kv_capacity")
+REQUEST_COLUMNS = (
+    "id",
+    "model",
+    "instance",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "queue_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "preemptions",
+    "migrations",
+    "cold_start",
+    "finished",
+)
+INSTANCE_COLUMNS = (
+    "instance",
+    "model",
+    "node",
+    "gpu",
+    "created_s",
+    "gpu_from_s",
+    "load_start_s",
+    "loaded_s",
+    "ready_s",
+    "stop_s",
+    "tier",
+    "cold_start_s",
+    "stop_reason",
+    "routed",
+    "completed",
+    "migrated_out",
+    "steps",
+    "busy_s",
+    "gpu_seconds",
+    "mean_itl_ms",
+    "admission",
+    "kv_capacity",
+)
 
 
 def _pct(ms: np.ndarray, name: str, ps=(50, 95, 99)) -> dict:
@@ -52,8 +87,13 @@ def _itl(h: GapHistogram) -> dict:
     if not h.count:
         return {"mean_itl_ms": None, "p50_itl_ms": None, "p99_itl_ms": None, "itl_cv": None, "itl_count": 0}
     p50, p99 = h.percentiles((50, 99))
-    return {"mean_itl_ms": h.mean / 1e6, "p50_itl_ms": p50 / 1e6, "p99_itl_ms": p99 / 1e6,
-            "itl_cv": h.std / h.mean, "itl_count": int(h.count)}
+    return {
+        "mean_itl_ms": h.mean / 1e6,
+        "p50_itl_ms": p50 / 1e6,
+        "p99_itl_ms": p99 / 1e6,
+        "itl_cv": h.std / h.mean,
+        "itl_count": int(h.count),
+    }
 
 
 def _peak(intervals: list[tuple[int, int]]) -> int:
@@ -115,10 +155,13 @@ class ServerlessResult:
         done = sel & self.finished
         ttft = st.ttft_ns[done & (st.ttft_ns >= 0)] / 1e6
         e2e = st.e2e_ns[done] / 1e6
-        out = {"num_requests": int(sel.sum()), "completed": int(done.sum()),
-               "unfinished": int(sel.sum() - done.sum()),
-               "request_throughput": float(done.sum()) / duration,
-               "output_throughput": float(st.output[done].sum()) / duration}
+        out = {
+            "num_requests": int(sel.sum()),
+            "completed": int(done.sum()),
+            "unfinished": int(sel.sum() - done.sum()),
+            "request_throughput": float(done.sum()) / duration,
+            "output_throughput": float(st.output[done].sum()) / duration,
+        }
         out.update(_pct(ttft, "ttft"))
         out.update(_itl(itl))
         e = _pct(e2e, "e2el", (50, 99))
@@ -127,19 +170,23 @@ class ServerlessResult:
         cold_ns = [r["ready_ns"] - r["created_ns"] for r in cold]
         gpu_ns = [r["stop_ns"] - r["gpu_from_ns"] for r in rows if r["gpu_from_ns"] >= 0]
         busy = sum(r["busy_ns"] for r in rows)
-        out.update({
-            "cold_starts": len(rows), "cold_start_time_s": sum(cold_ns) / NS,
-            "mean_cold_start_s": (sum(cold_ns) / len(cold_ns) / NS) if cold_ns else None,
-            "max_cold_start_s": (max(cold_ns) / NS) if cold_ns else None,
-            "requests_waiting_cold_start": int((st.cold.astype(bool) & sel).sum()),
-            "loads_by_tier": {t: sum(1 for r in rows if r["tier"] == t) for t in ("dram", "ssd", "remote")},
-            "gpu_seconds": sum(gpu_ns) / NS, "busy_gpu_seconds": busy / NS,
-            "gpu_busy_fraction": (busy / sum(gpu_ns)) if sum(gpu_ns) else None,
-            "instances_used": len(rows),
-            "peak_instances": _peak([(r["gpu_from_ns"], r["stop_ns"]) for r in rows if r["gpu_from_ns"] >= 0]),
-            "migrations": int(st.migrations[sel].sum()),
-            "preemptions": int(st.preemptions[sel].sum()),
-        })
+        out.update(
+            {
+                "cold_starts": len(rows),
+                "cold_start_time_s": sum(cold_ns) / NS,
+                "mean_cold_start_s": (sum(cold_ns) / len(cold_ns) / NS) if cold_ns else None,
+                "max_cold_start_s": (max(cold_ns) / NS) if cold_ns else None,
+                "requests_waiting_cold_start": int((st.cold.astype(bool) & sel).sum()),
+                "loads_by_tier": {t: sum(1 for r in rows if r["tier"] == t) for t in ("dram", "ssd", "remote")},
+                "gpu_seconds": sum(gpu_ns) / NS,
+                "busy_gpu_seconds": busy / NS,
+                "gpu_busy_fraction": (busy / sum(gpu_ns)) if sum(gpu_ns) else None,
+                "instances_used": len(rows),
+                "peak_instances": _peak([(r["gpu_from_ns"], r["stop_ns"]) for r in rows if r["gpu_from_ns"] >= 0]),
+                "migrations": int(st.migrations[sel].sum()),
+                "preemptions": int(st.preemptions[sel].sum()),
+            }
+        )
         return out
 
     def _make_summary(self) -> dict:
@@ -150,8 +197,12 @@ class ServerlessResult:
         last = float((st.arrival_ns + st.e2e_ns)[done].max()) / NS if done.any() else start
         duration = max(last - start, 1e-12)
         everyone = np.ones(len(st.arrival_ns), dtype=bool)
-        s = {"scheduler": spec.platform.scheduler, "router": spec.platform.routing,
-             "gpus": spec.num_gpus, "duration": duration}
+        s = {
+            "scheduler": spec.platform.scheduler,
+            "router": spec.platform.routing,
+            "gpus": spec.num_gpus,
+            "duration": duration,
+        }
         s.update(self._block(everyone, st.itl, st.instances, duration))
         s["peak_gpus_in_use"] = int(st.peak_gpus)
         s["migrated_tokens"] = int(st.migrated_tokens)
@@ -161,8 +212,11 @@ class ServerlessResult:
         s["models"] = {}
         for i, name in enumerate(st.models):
             rows = [r for r in st.instances if r["model"] == name]
-            block = {"admission": spec.admission(name), "max_instances": spec.max_instances(name),
-                     "kv_capacity": {g.name: spec.kv_capacity(name, g) for g in spec.nodes if spec.fits(name, g)}}
+            block = {
+                "admission": spec.admission(name),
+                "max_instances": spec.max_instances(name),
+                "kv_capacity": {g.name: spec.kv_capacity(name, g) for g in spec.nodes if spec.fits(name, g)},
+            }
             block.update(self._block(st.req_model == i, st.model_itl[name], rows, duration))
             s["models"][name] = block
         return s
@@ -177,38 +231,75 @@ class ServerlessResult:
         _write(out / "instances.csv", self._write_instances)
         return out
 
-    def _write_requests(self, f) -> None:
+    def _write_requests(self, f, block: int = 1 << 15) -> None:
+        """requests.csv, `block` rows at a time (the text of 1M rows at once would take
+        over 1 GB of scratch memory; a block of 32k rows takes about 30 MB)."""
         st = self.stats
         n = len(st.arrival_ns)
         f.write(",".join(REQUEST_COLUMNS) + "\n")
-        if not n:
-            return
-        e2e, ttft = st.e2e_ns, st.ttft_ns
-        tpot = np.full(n, -1, dtype=np.int64)
-        ok = (e2e >= 0) & (ttft >= 0) & (st.output > 1)
-        tpot[ok] = (e2e[ok] - ttft[ok]) // (st.output[ok] - 1)
-        cols = [np.arange(n).astype(str), self.model.astype(str), np.where(st.instance >= 0, st.instance, -1)
-                .astype(str), _secs(st.arrival_ns), st.prompt.astype(str), st.output.astype(str),
-                _secs(st.queue_ns), _secs(ttft), _secs(tpot), _secs(e2e), st.preemptions.astype(str),
-                st.migrations.astype(str), st.cold.astype(str), (e2e >= 0).astype(int).astype(str)]
-        cols[2] = np.where(st.instance >= 0, cols[2], "")
-        rows = cols[0].astype(object)
-        for c in cols[1:]:
-            rows = rows + "," + np.asarray(c, dtype=object)
-        f.write("\n".join(rows.tolist()) + "\n")
+        names = np.asarray(st.models, dtype=object)
+        for lo in range(0, n, block):
+            sl = slice(lo, min(n, lo + block))
+            e2e, ttft, out = st.e2e_ns[sl], st.ttft_ns[sl], st.output[sl]
+            tpot = np.full(len(e2e), -1, dtype=np.int64)
+            ok = (e2e >= 0) & (ttft >= 0) & (out > 1)
+            tpot[ok] = (e2e[ok] - ttft[ok]) // (out[ok] - 1)
+            inst = st.instance[sl]
+            cols = [
+                np.arange(sl.start, sl.stop).astype(str),
+                names[st.req_model[sl]].astype(str),
+                np.where(inst >= 0, inst.astype(str), ""),
+                _secs(st.arrival_ns[sl]),
+                st.prompt[sl].astype(str),
+                out.astype(str),
+                _secs(st.queue_ns[sl]),
+                _secs(ttft),
+                _secs(tpot),
+                _secs(e2e),
+                st.preemptions[sl].astype(str),
+                st.migrations[sl].astype(str),
+                st.cold[sl].astype(str),
+                (e2e >= 0).astype(int).astype(str),
+            ]
+            rows = cols[0].astype(object)
+            for c in cols[1:]:
+                rows = rows + "," + np.asarray(c, dtype=object)
+            f.write("\n".join(rows.tolist()) + "\n")
 
     def _write_instances(self, f) -> None:
         f.write(",".join(INSTANCE_COLUMNS) + "\n")
         for r in self.stats.instances:
+
             def s(ns):
                 return "" if ns < 0 else f"{ns / NS:.9f}"
+
             cold = r["ready_ns"] - r["created_ns"] if r["ready_ns"] >= 0 else -1
             gpu = r["stop_ns"] - r["gpu_from_ns"] if r["gpu_from_ns"] >= 0 else -1
             itl = "" if r["itl_mean_ns"] is None else f"{r['itl_mean_ns'] / 1e6:.6f}"
-            vals = [r["instance"], r["model"], r["node"], r["gpu"], s(r["created_ns"]), s(r["gpu_from_ns"]),
-                    s(r["load_start_ns"]), s(r["loaded_ns"]), s(r["ready_ns"]), s(r["stop_ns"]), r["tier"], s(cold),
-                    r["stop_reason"], r["routed"], r["completed"], r["migrated_out"], r["steps"],
-                    s(r["busy_ns"]), s(gpu), itl, r["admission"], "" if r["kv_capacity"] is None else r["kv_capacity"]]
+            vals = [
+                r["instance"],
+                r["model"],
+                r["node"],
+                r["gpu"],
+                s(r["created_ns"]),
+                s(r["gpu_from_ns"]),
+                s(r["load_start_ns"]),
+                s(r["loaded_ns"]),
+                s(r["ready_ns"]),
+                s(r["stop_ns"]),
+                r["tier"],
+                s(cold),
+                r["stop_reason"],
+                r["routed"],
+                r["completed"],
+                r["migrated_out"],
+                r["steps"],
+                s(r["busy_ns"]),
+                s(gpu),
+                itl,
+                r["admission"],
+                "" if r["kv_capacity"] is None else r["kv_capacity"],
+            ]
             f.write(",".join(str(v) for v in vals) + "\n")
 
 
@@ -227,10 +318,18 @@ def _write(path: Path, writer) -> None:
     os.replace(tmp, path)
 
 
-def simulate_serverless(config, out_dir: str | os.PathLike | None = None, *, scheduler: str | None = None,
-                        fast: bool = True, max_time_s: float | None = None, scale: float | None = None,
-                        num_requests: int | None = None, seed: int | None = None,
-                        progress=None) -> ServerlessResult:
+def simulate_serverless(
+    config,
+    out_dir: str | os.PathLike | None = None,
+    *,
+    scheduler: str | None = None,
+    fast: bool = True,
+    max_time_s: float | None = None,
+    scale: float | None = None,
+    num_requests: int | None = None,
+    seed: int | None = None,
+    progress=None,
+) -> ServerlessResult:
     """Simulate a serverless platform (a `ServerlessSpec`, a mapping, or a YAML path); with
     `out_dir`, also write its files. `scheduler` replaces the platform scheduler (fcfs,
     round-robin, priority, dynamicbatch, twp, serverlessllm), `scale` multiplies every
