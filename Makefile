@@ -21,6 +21,8 @@ run: install
 	$(BIN)/llmsched plot results
 
 test: install-test
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/python -m pytest
 
 clean:

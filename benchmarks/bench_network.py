@@ -60,20 +60,72 @@ def _peak_rss_mb() -> float:
 def agent_workflow() -> dict:
     """Five calls per job: plan, three parallel workers (a 2-replica pool), answer."""
     s = {"policy": "sarathi", "b_max": 512, "cost_model": "paper"}
-    return {"servers": {"planner": dict(s), "workers": {**s, "replicas": 2, "router": "jsq"}, "writer": dict(s)},
-            "jobs": {"agent": {"arrival": {"process": "poisson", "rate": 1.0}, "route": [
-                {"call": {"server": "planner", "prompt": "geometric:300", "output": "geometric:60", "class": "plan"}},
-                {"delay": "exponential:0.5"},
-                {"fork": [
-                    [{"call": {"server": "workers", "prompt": "geometric:100", "output": "geometric:50",
-                               "context": True, "class": "search"}}],
-                    [{"call": {"server": "workers", "prompt": "geometric:100", "output": "geometric:50",
-                               "context": True, "class": "code"}}],
-                    [{"call": {"server": "workers", "prompt": "geometric:50", "output": "geometric:30",
-                               "context": True, "class": "check"}}]]},
-                {"delay": "exponential:0.2"},
-                {"call": {"server": "writer", "prompt": "const:50", "output": "geometric:150", "context": True,
-                          "class": "answer"}}]}}}
+    return {
+        "servers": {"planner": dict(s), "workers": {**s, "replicas": 2, "router": "jsq"}, "writer": dict(s)},
+        "jobs": {
+            "agent": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [
+                    {
+                        "call": {
+                            "server": "planner",
+                            "prompt": "geometric:300",
+                            "output": "geometric:60",
+                            "class": "plan",
+                        }
+                    },
+                    {"delay": "exponential:0.5"},
+                    {
+                        "fork": [
+                            [
+                                {
+                                    "call": {
+                                        "server": "workers",
+                                        "prompt": "geometric:100",
+                                        "output": "geometric:50",
+                                        "context": True,
+                                        "class": "search",
+                                    }
+                                }
+                            ],
+                            [
+                                {
+                                    "call": {
+                                        "server": "workers",
+                                        "prompt": "geometric:100",
+                                        "output": "geometric:50",
+                                        "context": True,
+                                        "class": "code",
+                                    }
+                                }
+                            ],
+                            [
+                                {
+                                    "call": {
+                                        "server": "workers",
+                                        "prompt": "geometric:50",
+                                        "output": "geometric:30",
+                                        "context": True,
+                                        "class": "check",
+                                    }
+                                }
+                            ],
+                        ]
+                    },
+                    {"delay": "exponential:0.2"},
+                    {
+                        "call": {
+                            "server": "writer",
+                            "prompt": "const:50",
+                            "output": "geometric:150",
+                            "context": True,
+                            "class": "answer",
+                        }
+                    },
+                ],
+            }
+        },
+    }
 
 
 def child(case: str, n: int, load: float, workload: str, seed: int, out: str) -> dict:
@@ -88,14 +140,24 @@ def child(case: str, n: int, load: float, workload: str, seed: int, out: str) ->
 
         rate = load * traffic(cluster_network(1, "jsq", prompt=prompt, output=output)).critical_scale
         t0 = time.perf_counter()
-        r = llmsched.simulate(policy="sarathi", b_max=512, cost_model="paper", arrival="poisson", rate=rate,
-                              prompt=prompt, output=output, num_requests=n, seed=seed)
+        r = llmsched.simulate(
+            policy="sarathi",
+            b_max=512,
+            cost_model="paper",
+            arrival="poisson",
+            rate=rate,
+            prompt=prompt,
+            output=output,
+            num_requests=n,
+            seed=seed,
+        )
         t1 = time.perf_counter()
         r.write(out)
         s = r.summary
         t2 = time.perf_counter()
-        res.update(requests=n, calls=n, rate=rate, steps=s["steps"], verdict=s.get("verdict"),
-                   p99_e2el_ms=s.get("p99_e2el_ms"))
+        res.update(
+            requests=n, calls=n, rate=rate, steps=s["steps"], verdict=s.get("verdict"), p99_e2el_ms=s.get("p99_e2el_ms")
+        )
     else:
         from llmsched.sim.network_result import simulate_network
 
@@ -110,23 +172,44 @@ def child(case: str, n: int, load: float, workload: str, seed: int, out: str) ->
         r.write(out)
         s = r.summary
         t2 = time.perf_counter()
-        res.update(requests=n, calls=s["num_calls"], rate=scale, steps=s["steps"], verdict=s["verdict"],
-                   p99_job_latency_ms=s.get("p99_job_latency_ms"), bottleneck=s.get("bottleneck"))
+        res.update(
+            requests=n,
+            calls=s["num_calls"],
+            rate=scale,
+            steps=s["steps"],
+            verdict=s["verdict"],
+            p99_job_latency_ms=s.get("p99_job_latency_ms"),
+            bottleneck=s.get("bottleneck"),
+        )
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    res.update(sim_s=t1 - t0, write_s=t2 - t1, wall_s=t2 - t0, child_total_s=time.perf_counter() - t_start,
-               cpu_s=ru.ru_utime + ru.ru_stime, peak_rss_mb=_peak_rss_mb(),
-               out_mb=sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs) / 2**20)
+    res.update(
+        sim_s=t1 - t0,
+        write_s=t2 - t1,
+        wall_s=t2 - t0,
+        child_total_s=time.perf_counter() - t_start,
+        cpu_s=ru.ru_utime + ru.ru_stime,
+        peak_rss_mb=_peak_rss_mb(),
+        out_mb=sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs) / 2**20,
+    )
     return res
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
-    ap.add_argument("--scale", type=float, default=1.0,
-                    help="multiply the sizes (1M requests for single/cluster, 100k jobs for agent)")
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply the sizes (1M requests for single/cluster, 100k jobs for agent)",
+    )
     ap.add_argument("--load", type=float, default=0.9)
-    ap.add_argument("--workload", choices=tuple(WORKLOADS), default="synthetic",
-                    help="lengths of the single and cluster cases (default: synthetic, geometric 200 / 101)")
+    ap.add_argument(
+        "--workload",
+        choices=tuple(WORKLOADS),
+        default="synthetic",
+        help="lengths of the single and cluster cases (default: synthetic, geometric 200 / 101)",
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", help="write the outputs under this folder (default: a temporary folder, removed)")
     ap.add_argument("--json", help="also write the results to this JSON file")
@@ -143,18 +226,35 @@ def main() -> None:
         for case in args.cases:
             n = max(100, int(round((100_000 if case == "agent" else 1_000_000) * args.scale)))
             out = os.path.join(base, case)
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--n", str(n), "--load", str(args.load),
-                   "--workload", args.workload, "--seed", str(args.seed), "--out", out]
+            cmd = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--child",
+                case,
+                "--n",
+                str(n),
+                "--load",
+                str(args.load),
+                "--workload",
+                args.workload,
+                "--seed",
+                str(args.seed),
+                "--out",
+                out,
+            ]
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
             res = json.loads(proc.stdout.strip().splitlines()[-1])
             res["process_wall_s"] = time.perf_counter() - t0
             results.append(res)
             what = "jobs" if case == "agent" else "requests"
-            print(f"{case:<8} {n:>9,} {what:<8} {res['calls']:>9,} calls  wall {res['wall_s']:8.2f} s "
-                  f"(sim {res['sim_s']:.2f} + write {res['write_s']:.2f})  cpu {res['cpu_s']:8.2f} s  "
-                  f"process {res['process_wall_s']:8.2f} s  peak RSS {res['peak_rss_mb']:6.0f} MB  "
-                  f"{res['steps']:,} steps  verdict {res['verdict']}", flush=True)
+            print(
+                f"{case:<8} {n:>9,} {what:<8} {res['calls']:>9,} calls  wall {res['wall_s']:8.2f} s "
+                f"(sim {res['sim_s']:.2f} + write {res['write_s']:.2f})  cpu {res['cpu_s']:8.2f} s  "
+                f"process {res['process_wall_s']:8.2f} s  peak RSS {res['peak_rss_mb']:6.0f} MB  "
+                f"{res['steps']:,} steps  verdict {res['verdict']}",
+                flush=True,
+            )
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

@@ -2,7 +2,8 @@
 simulator's prediction for the same workload, policy and cost model.
 
 The workload keeps about `--streams` requests in flight (default 256): Poisson arrivals
-at the rate that, in the simulator, gives that mean concurrency (Little's law). The server runs in a subprocess, the client in this process.
+at the rate that, in the simulator, gives that mean concurrency (Little's law). The server runs in a
+subprocess, the client in this process.
 
 Printed: mean ITL (bench vs simulator, % added), p99 TTFT (ms added), and more; targets:
 <= 5% on mean ITL, <= 10 ms on p99 TTFT.
@@ -86,9 +87,28 @@ def free_port() -> int:
 
 
 def start_server(args, port: int) -> subprocess.Popen:
-    prof = ["-m", "cProfile", "-o", os.environ["LLMSCHED_PROFILE_SERVER"]] if os.environ.get("LLMSCHED_PROFILE_SERVER") else []
-    cmd = [sys.executable, *prof, "-m", "llmsched", "serve", "--backend", "sim", "--port", str(port),
-           "--scheduler", args.scheduler, "--b-max", str(args.b_max), "--cost-model", args.cost_model]
+    prof = (
+        ["-m", "cProfile", "-o", os.environ["LLMSCHED_PROFILE_SERVER"]]
+        if os.environ.get("LLMSCHED_PROFILE_SERVER")
+        else []
+    )
+    cmd = [
+        sys.executable,
+        *prof,
+        "-m",
+        "llmsched",
+        "serve",
+        "--backend",
+        "sim",
+        "--port",
+        str(port),
+        "--scheduler",
+        args.scheduler,
+        "--b-max",
+        str(args.b_max),
+        "--cost-model",
+        args.cost_model,
+    ]
     if args.kv_capacity:
         cmd += ["--kv-capacity", str(args.kv_capacity)]
     if getattr(args, "tokenizer", None):
@@ -123,8 +143,17 @@ def scrape(base: str) -> dict:
 
     out = {}
     for line in httpx.get(base + "/metrics").text.splitlines():
-        if line.startswith(("llmsched:virtual", "llmsched:engine_steps", "llmsched:time_to_first_token_seconds_",
-                            "llmsched:inter_token_latency_seconds_")) and "_bucket" not in line:
+        if (
+            line.startswith(
+                (
+                    "llmsched:virtual",
+                    "llmsched:engine_steps",
+                    "llmsched:time_to_first_token_seconds_",
+                    "llmsched:inter_token_latency_seconds_",
+                )
+            )
+            and "_bucket" not in line
+        ):
             k, v = line.rsplit(" ", 1)
             out[k.split("{")[0]] = float(v)
     return out
@@ -172,14 +201,26 @@ def make_tokenizer(out_dir: str, vocab_size: int = 2048) -> str:
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<unk>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(corpus(), trainer)
     os.makedirs(out_dir, exist_ok=True)
     tok.save(os.path.join(out_dir, "tokenizer.json"))
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
-        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-                   "unk_token": "<unk>", "model_max_length": 32768}, f)
+        json.dump(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "model_max_length": 32768,
+            },
+            f,
+        )
     return out_dir
 
 
@@ -201,36 +242,89 @@ def run_vllm(args) -> int:
     inp, out = (lo + hi) // 2, (olo + ohi) // 2
     ratio = (hi - lo) / (hi + lo) if hi > lo else 0.0
     try:
-        cmd = [args.vllm, "bench", "serve", "--backend", "openai", "--base-url", base,
-               "--endpoint", "/v1/completions", "--model", "llmsched-sim", "--tokenizer", tok,
-               "--dataset-name", "random", "--random-input-len", str(inp), "--random-output-len", str(out),
-               "--random-range-ratio", f"{ratio:.3f}", "--num-prompts", str(args.num_prompts),
-               "--request-rate", str(args.request_rate), "--ignore-eos", "--seed", str(args.seed),
-               "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-               "--save-result", "--result-dir", work, "--result-filename", "vllm.json", "--disable-tqdm"]
+        cmd = [
+            args.vllm,
+            "bench",
+            "serve",
+            "--backend",
+            "openai",
+            "--base-url",
+            base,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            "llmsched-sim",
+            "--tokenizer",
+            tok,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(inp),
+            "--random-output-len",
+            str(out),
+            "--random-range-ratio",
+            f"{ratio:.3f}",
+            "--num-prompts",
+            str(args.num_prompts),
+            "--request-rate",
+            str(args.request_rate),
+            "--ignore-eos",
+            "--seed",
+            str(args.seed),
+            "--percentile-metrics",
+            "ttft,tpot,itl,e2el",
+            "--metric-percentiles",
+            "50,99",
+            "--save-result",
+            "--result-dir",
+            work,
+            "--result-filename",
+            "vllm.json",
+            "--disable-tqdm",
+        ]
         env = {**os.environ, "PYTHONPATH": shim, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         print("$", " ".join(cmd))
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
         text = r.stdout + r.stderr
         start = text.find("============ Serving Benchmark Result")
         end = text.find("==================================================", start + 40)
-        print(text[start:end + 50] if start >= 0 else text[-4000:])
+        print(text[start : end + 50] if start >= 0 else text[-4000:])
         if r.returncode != 0:
             print(f"vllm bench serve exited with {r.returncode}")
             return 1
         with open(os.path.join(work, "vllm.json")) as f:
             v = json.load(f)
-        cfg = BenchConfig(base_url=base, num_prompts=args.num_prompts, input_len=inp, output_len=out,
-                          random_range_ratio=ratio, request_rate=args.request_rate, seed=args.seed,
-                          quiet=True, metric_percentiles=[50, 99])
+        cfg = BenchConfig(
+            base_url=base,
+            num_prompts=args.num_prompts,
+            input_len=inp,
+            output_len=out,
+            random_range_ratio=ratio,
+            request_rate=args.request_rate,
+            seed=args.seed,
+            quiet=True,
+            metric_percentiles=[50, 99],
+        )
         mine = run_bench(cfg)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     print(f"{'':22} {'vllm bench serve':>17} {'llmsched bench':>15}")
-    for k in ("completed", "total_input_tokens", "total_output_tokens", "request_throughput",
-              "output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
-              "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms"):
+    for k in (
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "output_throughput",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "mean_itl_ms",
+        "median_itl_ms",
+        "p99_itl_ms",
+        "mean_e2el_ms",
+    ):
         print(f"{k:22} {v.get(k, float('nan')):>17.2f} {mine[k]:>15.2f}")
     return 0
 
@@ -239,10 +333,18 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--streams", type=int, default=256, help="requests in flight (default: 256)")
     p.add_argument("--num-prompts", type=int, default=1024)
-    p.add_argument("--input-len", type=lambda s: tuple(int(x) for x in s.split(",")), default=(128, 1024),
-                   help="LO,HI prompt tokens (uniform; default 128,1024)")
-    p.add_argument("--output-len", type=lambda s: tuple(int(x) for x in s.split(",")), default=(64, 256),
-                   help="LO,HI output tokens (uniform; default 64,256)")
+    p.add_argument(
+        "--input-len",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        default=(128, 1024),
+        help="LO,HI prompt tokens (uniform; default 128,1024)",
+    )
+    p.add_argument(
+        "--output-len",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        default=(64, 256),
+        help="LO,HI output tokens (uniform; default 64,256)",
+    )
     p.add_argument("--scheduler", default="sarathi")
     p.add_argument("--b-max", type=int, default=512)
     p.add_argument("--kv-capacity", type=int, default=None)
@@ -250,8 +352,12 @@ def main() -> int:
     p.add_argument("--endpoint", default="/v1/completions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the figures here")
-    p.add_argument("--vllm", default=None, metavar="PATH",
-                   help="run `PATH bench serve` (vLLM's client) against the sim server instead")
+    p.add_argument(
+        "--vllm",
+        default=None,
+        metavar="PATH",
+        help="run `PATH bench serve` (vLLM's client) against the sim server instead",
+    )
     p.add_argument("--request-rate", type=float, default=20.0, help="--vllm mode: requests per second")
     args = p.parse_args()
     args.tokenizer = None
@@ -264,8 +370,9 @@ def main() -> int:
     base = f"http://127.0.0.1:{port}"
     proc = start_server(args, port)
     try:
-        cfg = BenchConfig(base_url=base, endpoint=args.endpoint, num_prompts=len(wl), quiet=True,
-                          metric_percentiles=[50, 90, 99])
+        cfg = BenchConfig(
+            base_url=base, endpoint=args.endpoint, num_prompts=len(wl), quiet=True, metric_percentiles=[50, 90, 99]
+        )
         t0 = time.time()
         cpu0, scpu0 = os.times(), proc_cpu(proc.pid)
         res = run_bench(cfg, wl)
@@ -287,52 +394,90 @@ def main() -> int:
     ttft_sent[order] = sim_sent["ttft_s"]
     sim_sent["ttft_s"] = ttft_sent
 
-    print(f"workload: {len(wl)} requests, {args.streams} in flight on average (Poisson, {rate:.1f} req/s), "
-          f"prompt {args.input_len}, output {args.output_len}; {args.scheduler} b_max={args.b_max}, "
-          f"cost model {args.cost_model}")
-    print(f"completed {res['completed']}, failed {res['failed']}; duration {res['duration']:.2f} s "
-          f"(simulator {sim['duration']:.2f} s); output {res['output_throughput']:.0f} tok/s "
-          f"(simulator {sim['output_throughput']:.0f})")
+    print(
+        f"workload: {len(wl)} requests, {args.streams} in flight on average (Poisson, {rate:.1f} req/s), "
+        f"prompt {args.input_len}, output {args.output_len}; {args.scheduler} b_max={args.b_max}, "
+        f"cost model {args.cost_model}"
+    )
+    print(
+        f"completed {res['completed']}, failed {res['failed']}; duration {res['duration']:.2f} s "
+        f"(simulator {sim['duration']:.2f} s); output {res['output_throughput']:.0f} tok/s "
+        f"(simulator {sim['output_throughput']:.0f})"
+    )
     print(f"{'':18} {'bench':>9} {'sim, as planned':>16} {'sim, as sent':>13}   added (vs as sent)")
     figures = {}
-    for key, label in (("mean_itl_ms", "mean ITL (ms)"), ("median_itl_ms", "median ITL (ms)"),
-                       ("p99_itl_ms", "p99 ITL (ms)"), ("mean_tpot_ms", "mean TPOT (ms)"),
-                       ("mean_ttft_ms", "mean TTFT (ms)"), ("median_ttft_ms", "median TTFT (ms)"),
-                       ("p99_ttft_ms", "p99 TTFT (ms)"), ("mean_e2el_ms", "mean E2EL (ms)")):
+    for key, label in (
+        ("mean_itl_ms", "mean ITL (ms)"),
+        ("median_itl_ms", "median ITL (ms)"),
+        ("p99_itl_ms", "p99 ITL (ms)"),
+        ("mean_tpot_ms", "mean TPOT (ms)"),
+        ("mean_ttft_ms", "mean TTFT (ms)"),
+        ("median_ttft_ms", "median TTFT (ms)"),
+        ("p99_ttft_ms", "p99 TTFT (ms)"),
+        ("mean_e2el_ms", "mean E2EL (ms)"),
+    ):
         b, s0, s1 = res[key], sim[key], sim_sent[key]
-        figures[key] = {"bench": b, "sim_planned": s0, "sim_sent": s1, "added_ms": b - s1,
-                        "added_pct": 100 * (b - s1) / s1}
+        figures[key] = {
+            "bench": b,
+            "sim_planned": s0,
+            "sim_sent": s1,
+            "added_ms": b - s1,
+            "added_pct": 100 * (b - s1) / s1,
+        }
         print(f"{label:18} {b:>9.2f} {s0:>16.2f} {s1:>13.2f}   {b - s1:+.2f} ms ({100 * (b - s1) / s1:+.1f}%)")
     lag = server.get("llmsched:virtual_lag_seconds_total", 0.0)
     late = server.get("llmsched:virtual_late_steps_total", 0.0)
     worst = server.get("llmsched:virtual_max_late_seconds", 0.0)
     steps = server.get("llmsched:engine_steps_total", 0.0)
-    print(f"server: {steps:.0f} steps, {late:.0f} ended late (worst {worst * 1e3:.1f} ms), schedule pushed back "
-          f"{lag * 1e3:.1f} ms; load average {os.getloadavg()[0]:.2f}; "
-          f"CPU: server {server['cpu_s']:.1f} s, client {client_cpu:.1f} s over {wall:.1f} s")
+    print(
+        f"server: {steps:.0f} steps, {late:.0f} ended late (worst {worst * 1e3:.1f} ms), schedule pushed back "
+        f"{lag * 1e3:.1f} ms; load average {os.getloadavg()[0]:.2f}; "
+        f"CPU: server {server['cpu_s']:.1f} s, client {client_cpu:.1f} s over {wall:.1f} s"
+    )
     lateness = np.array([r.queue_time for r in results]) * 1e3
-    print(f"client send lateness vs the planned times (ms): mean {lateness.mean():.2f}, "
-          f"p99 {np.percentile(lateness, 99):.2f}, max {lateness.max():.2f}")
+    print(
+        f"client send lateness vs the planned times (ms): mean {lateness.mean():.2f}, "
+        f"p99 {np.percentile(lateness, 99):.2f}, max {lateness.max():.2f}"
+    )
     d = np.array([r.ttft for r in results]) * 1e3 - sim_sent["ttft_s"] * 1e3
     figures["ttft_added_per_request_ms"] = {p: float(np.percentile(d, p)) for p in (50, 90, 99)}
-    print("TTFT added per request (bench - simulator as sent, ms): median {:.2f}, p90 {:.2f}, p99 {:.2f}".format(
-        *figures["ttft_added_per_request_ms"].values()))
+    print(
+        "TTFT added per request (bench - simulator as sent, ms): median {:.2f}, p90 {:.2f}, p99 {:.2f}".format(
+            *figures["ttft_added_per_request_ms"].values()
+        )
+    )
     n_ttft = server.get("llmsched:time_to_first_token_seconds_count", 0)
     if n_ttft:
         srv_ttft = 1e3 * server["llmsched:time_to_first_token_seconds_sum"] / n_ttft
-        srv_itl = 1e3 * server["llmsched:inter_token_latency_seconds_sum"] / max(
-            server["llmsched:inter_token_latency_seconds_count"], 1)
-        print(f"server-side (arrival at the handler to the token's hand-over): mean TTFT {srv_ttft:.2f} ms, "
-              f"mean ITL {srv_itl:.2f} ms")
+        srv_itl = (
+            1e3
+            * server["llmsched:inter_token_latency_seconds_sum"]
+            / max(server["llmsched:inter_token_latency_seconds_count"], 1)
+        )
+        print(
+            f"server-side (arrival at the handler to the token's hand-over): mean TTFT {srv_ttft:.2f} ms, "
+            f"mean ITL {srv_itl:.2f} ms"
+        )
     itl_pct = figures["mean_itl_ms"]["added_pct"]
     ttft_ms = figures["p99_ttft_ms"]["added_ms"]
-    print(f"HTTP layer adds {itl_pct:+.2f}% to mean ITL (target <= 5%) and {ttft_ms:+.2f} ms to p99 TTFT "
-          f"(target <= 10 ms)")
+    print(
+        f"HTTP layer adds {itl_pct:+.2f}% to mean ITL (target <= 5%) and {ttft_ms:+.2f} ms to p99 TTFT "
+        f"(target <= 10 ms)"
+    )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": {k: v for k, v in vars(args).items()}, "rate": rate, "figures": figures,
-                   "load_average": os.getloadavg(),
-                       "server": server}, f, indent=2, default=str)
+            json.dump(
+                {
+                    "args": {k: v for k, v in vars(args).items()},
+                    "rate": rate,
+                    "figures": figures,
+                    "load_average": os.getloadavg(),
+                    "server": server,
+                },
+                f,
+                indent=2,
+                default=str,
+            )
     return 0
 
 

@@ -46,8 +46,12 @@ def table(path: str) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backends", nargs="+", default=["local1", "local", "ray"],
-                    help="local1 = one worker (inline), local = process pool, ray = local Ray")
+    ap.add_argument(
+        "--backends",
+        nargs="+",
+        default=["local1", "local", "ray"],
+        help="local1 = one worker (inline), local = process pool, ray = local Ray",
+    )
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--rates", type=int, default=20)
@@ -57,8 +61,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     g = grid(a.rates)
     n_points = len(g["policy"]) * len(g["load"]) * len(g["seed"])
-    fixed = dict(cost_model="paper", b_max=512, prompt="geometric:200", output="geometric:101",
-                 num_requests=a.requests)
+    fixed = dict(cost_model="paper", b_max=512, prompt="geometric:200", output="geometric:101", num_requests=a.requests)
     if a.max_time_factor:
         # arrival span of the slowest point: n / (lowest rate); a per-point cap would need
         # a per-point value, so cap at F times the longest span (bounds only the drains)
@@ -76,11 +79,19 @@ def main(argv=None) -> int:
         assert res.ran == n_points, (res.ran, n_points)
         # the wall time of the simulations alone (no pool or Ray start-up): sum of per-point wall_s
         sim = sum(r.get("wall_s") or 0 for r in res.rows)
-        results[b] = {"wall_s": wall, "points": n_points, "workers": workers, "sum_point_wall_s": sim,
-                      "errors": res.errors}
+        results[b] = {
+            "wall_s": wall,
+            "points": n_points,
+            "workers": workers,
+            "sum_point_wall_s": sim,
+            "errors": res.errors,
+        }
         tables[b] = table(os.path.join(out, "results.csv"))
-        print(f"{b:7s} workers={workers}: {n_points} points in {wall:6.1f} s "
-              f"(sum of per-point simulation times {sim:6.1f} s)", flush=True)
+        print(
+            f"{b:7s} workers={workers}: {n_points} points in {wall:6.1f} s "
+            f"(sum of per-point simulation times {sim:6.1f} s)",
+            flush=True,
+        )
     base = results.get("local1", {}).get("wall_s")
     if base:
         for b, r in results.items():

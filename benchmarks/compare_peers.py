@@ -100,11 +100,11 @@ def _cpu_s() -> float:
 
 def _read_rows(path: str) -> list[tuple[float, int, int]]:
     with open(path, newline="") as fh:
-        return [(float(r["arrival_s"]), int(r["prompt_tokens"]), int(r["output_tokens"]))
-                for r in csv.DictReader(fh)]
+        return [(float(r["arrival_s"]), int(r["prompt_tokens"]), int(r["output_tokens"])) for r in csv.DictReader(fh)]
 
 
 # ----------------------------------------------------------------------------- children
+
 
 def child_llmsched(a) -> dict:
     import llmsched
@@ -123,11 +123,22 @@ def child_llmsched(a) -> dict:
     out = Path(a.workdir) / f"llmsched_out_{Path(a.trace).stem}"
     r.write(out)
     t3, c3 = time.perf_counter(), time.process_time()
-    return {"version": llmsched.__version__, "load_s": t1 - t0, "sim_s": t2 - t1, "sim_cpu_s": c2 - c1,
-            "out_s": t3 - t2, "out_cpu_s": c3 - c2, "loop_s": r.wall_s, "base_rss_mb": base,
-            "completed": s["completed"], "steps": s["steps"], "mean_ttft_ms": s["mean_ttft_ms"],
-            "mean_e2e_ms": s["mean_e2el_ms"], "preemptions": int(r.stats.preemptions.sum()),
-            "notes": f"cost_model={a.cost}; outputs in {out}"}
+    return {
+        "version": llmsched.__version__,
+        "load_s": t1 - t0,
+        "sim_s": t2 - t1,
+        "sim_cpu_s": c2 - c1,
+        "out_s": t3 - t2,
+        "out_cpu_s": c3 - c2,
+        "loop_s": r.wall_s,
+        "base_rss_mb": base,
+        "completed": s["completed"],
+        "steps": s["steps"],
+        "mean_ttft_ms": s["mean_ttft_ms"],
+        "mean_e2e_ms": s["mean_e2el_ms"],
+        "preemptions": int(r.stats.preemptions.sum()),
+        "notes": f"cost_model={a.cost}; outputs in {out}",
+    }
 
 
 def _sched_sim_h200():
@@ -137,11 +148,23 @@ def _sched_sim_h200():
     # efficiency and launch overhead are those of sched-sim's own H100 preset, the model
     # geometry that of its A100 Llama-3-8B preset. sched-sim ships no H200 preset.
     return HardwareProfile(
-        name="H200 SXM (141GB) - Llama-3-8B", vram_gb=141.0, memory_bandwidth_gb_s=4800.0,
-        fp16_tflops=989.0, tensor_core_efficiency=0.55, kernel_launch_overhead_ms=0.03,
-        pcie_bandwidth_gb_s=128.0, network_bandwidth_gbps=400.0,
-        model_name="Meta-Llama-3-8B-Instruct", parameter_count_billions=8.03, num_layers=32,
-        hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, dtype_bytes=2)
+        name="H200 SXM (141GB) - Llama-3-8B",
+        vram_gb=141.0,
+        memory_bandwidth_gb_s=4800.0,
+        fp16_tflops=989.0,
+        tensor_core_efficiency=0.55,
+        kernel_launch_overhead_ms=0.03,
+        pcie_bandwidth_gb_s=128.0,
+        network_bandwidth_gbps=400.0,
+        model_name="Meta-Llama-3-8B-Instruct",
+        parameter_count_billions=8.03,
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        dtype_bytes=2,
+    )
 
 
 class _PaperLatency:
@@ -184,8 +207,10 @@ def child_sched_sim(a) -> dict:
     if a.cost == "paper":
         sched.latency_model = _PaperLatency(a.paper_c_ms / 1e3, a.paper_a_ms / 1e3, a.paper_b0)
     t0 = time.perf_counter()
-    reqs = [Request(request_id=str(i), arrived_at=t, prompt_tokens=p, output_tokens=max(0, o - 1))
-            for i, (t, p, o) in enumerate(_read_rows(a.trace))]
+    reqs = [
+        Request(request_id=str(i), arrived_at=t, prompt_tokens=p, output_tokens=max(0, o - 1))
+        for i, (t, p, o) in enumerate(_read_rows(a.trace))
+    ]
     sim = Simulator(hw, sched)
     sim.submit_workload(reqs)
     t1, c1 = time.perf_counter(), time.process_time()
@@ -197,12 +222,21 @@ def child_sched_sim(a) -> dict:
     export_metrics_json(m, out)
     t3, c3 = time.perf_counter(), time.process_time()
     model = "paper t(b) via latency-model adapter" if a.cost == "paper" else "its roofline model, H200 profile"
-    return {"version": version("sched-sim"), "load_s": t1 - t0, "sim_s": t2 - t1, "sim_cpu_s": c2 - c1,
-            "out_s": t3 - t2, "out_cpu_s": c3 - c2, "base_rss_mb": base,
-            "completed": m.completed_requests, "steps": m.total_iterations,
-            "mean_ttft_ms": m.ttft_ms.mean, "mean_e2e_ms": m.e2e_ms.mean,
-            "preemptions": m.preempted_requests_count,
-            "notes": f"{model}; KV {sched.block_manager.total_gpu_blocks} x 16-token blocks"}
+    return {
+        "version": version("sched-sim"),
+        "load_s": t1 - t0,
+        "sim_s": t2 - t1,
+        "sim_cpu_s": c2 - c1,
+        "out_s": t3 - t2,
+        "out_cpu_s": c3 - c2,
+        "base_rss_mb": base,
+        "completed": m.completed_requests,
+        "steps": m.total_iterations,
+        "mean_ttft_ms": m.ttft_ms.mean,
+        "mean_e2e_ms": m.e2e_ms.mean,
+        "preemptions": m.preempted_requests_count,
+        "notes": f"{model}; KV {sched.block_manager.total_gpu_blocks} x 16-token blocks",
+    }
 
 
 _SERQ_PROGRAM = """\
@@ -265,17 +299,20 @@ def child_pyserq(a) -> dict:
             fh.write("session,turn,new,out,think\n")
             fh.writelines(f"{i},0,{p},{o},{t!r}\n" for i, (t, p, o) in enumerate(rows))
     program = _SERQ_PROGRAM.format(
-        b_max=a.b_max, c_s=a.paper_c_ms / 1e3, a_s=a.paper_a_ms / 1e3, b0=a.paper_b0, order=order,
+        b_max=a.b_max,
+        c_s=a.paper_c_ms / 1e3,
+        a_s=a.paper_a_ms / 1e3,
+        b0=a.paper_b0,
+        order=order,
         order_note="Sarathi: decodes first" if order_name == "decode-first" else "serQ's default order",
         gate_decl="  stage gate : delay;\n" if arrivals == "trace" else "",
         params="new, out, think" if arrivals == "trace" else "new, out",
-        server_body=_SERQ_TRACE_SERVER if arrivals == "trace" else "    sarathi (new, out);\n")
+        server_body=_SERQ_TRACE_SERVER if arrivals == "trace" else "    sarathi (new, out);\n",
+    )
     if arrivals == "trace":
-        workload = (f"workload {{\n  arrive batch({n});\n  trace \"{corpus}\" ordered;\n"
-                    f"  send (new, out, think);\n}}\n")
+        workload = f'workload {{\n  arrive batch({n});\n  trace "{corpus}" ordered;\n  send (new, out, think);\n}}\n'
     else:
-        workload = (f"workload {{\n  arrive poisson({a.rate!r});\n  trace \"{corpus}\" ordered;\n"
-                    f"  send (new, out);\n}}\n")
+        workload = f'workload {{\n  arrive poisson({a.rate!r});\n  trace "{corpus}" ordered;\n  send (new, out);\n}}\n'
     (work / f"{tag}.sq").write_text(program)
     (work / f"{tag}.workload.sq").write_text(workload)
     span = max(t for t, _, _ in rows)
@@ -283,8 +320,9 @@ def child_pyserq(a) -> dict:
     base = _rss_mb()
     t0 = time.perf_counter()
     kw = {"arrivals": n} if arrivals == "native" else {}
-    prog = pyserq.compile(str(work / f"{tag}.sq"), workload=str(work / f"{tag}.workload.sq"),
-                          horizon=horizon, seed=1, **kw)
+    prog = pyserq.compile(
+        str(work / f"{tag}.sq"), workload=str(work / f"{tag}.workload.sq"), horizon=horizon, seed=1, **kw
+    )
     t1, c1 = time.perf_counter(), time.process_time()
     r = pyserq.run(prog)
     t2, c2 = time.perf_counter(), time.process_time()
@@ -299,11 +337,21 @@ def child_pyserq(a) -> dict:
     else:
         mean_ttft, mean_e2e = ttft.mean, resp.mean
     eng = r.stage("sarathi")
-    return {"version": pyserq.__version__, "load_s": t1 - t0, "sim_s": t2 - t1, "sim_cpu_s": c2 - c1,
-            "out_s": t3 - t2, "out_cpu_s": c3 - c2, "base_rss_mb": base,
-            "completed": resp.count, "steps": eng.iterations,
-            "mean_ttft_ms": mean_ttft * 1e3, "mean_e2e_ms": mean_e2e * 1e3, "preemptions": 0,
-            "notes": f"order={order_name}, arrivals={arrivals}; program {tag}.sq"}
+    return {
+        "version": pyserq.__version__,
+        "load_s": t1 - t0,
+        "sim_s": t2 - t1,
+        "sim_cpu_s": c2 - c1,
+        "out_s": t3 - t2,
+        "out_cpu_s": c3 - c2,
+        "base_rss_mb": base,
+        "completed": resp.count,
+        "steps": eng.iterations,
+        "mean_ttft_ms": mean_ttft * 1e3,
+        "mean_e2e_ms": mean_e2e * 1e3,
+        "preemptions": 0,
+        "notes": f"order={order_name}, arrivals={arrivals}; program {tag}.sq",
+    }
 
 
 CHILDREN = {"llmsched": child_llmsched, "sched-sim": child_sched_sim, "pyserq": child_pyserq}
@@ -318,13 +366,13 @@ def run_child(a) -> None:
 
 # ----------------------------------------------------------------------------- parent
 
+
 def peer_version(python: str, peer: str) -> str | None:
     """The peer's installed version under `python`, or None when it is not installed."""
     if not python or not Path(python).exists():
         return None
     mod = {"sched-sim": "sched_sim", "pyserq": "pyserq"}[peer]
-    code = (f"import importlib.metadata as m, {mod}\n"
-            f"print(m.version({peer!r}))")
+    code = f"import importlib.metadata as m, {mod}\nprint(m.version({peer!r}))"
     try:
         p = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
@@ -352,20 +400,30 @@ def make_traces(scenarios, sizes, load, b_max, seed, workdir: Path) -> dict:
     for sc in scenarios:
         cost, prompt, output, sc_load = SCENARIOS[sc]
         sc_load = load if load is not None else sc_load
-        probe = make_trace(WorkloadSpec(arrival="poisson", rate=1.0, prompt=prompt, output=output,
-                                        num_requests=200_000, seed=seed))
+        probe = make_trace(
+            WorkloadSpec(arrival="poisson", rate=1.0, prompt=prompt, output=output, num_requests=200_000, seed=seed)
+        )
         rep = capacity(cost, b_max, float(np.mean(probe.prompt)), float(np.mean(probe.output)))
         rate = sc_load * rep.critical_rate
-        full = make_trace(WorkloadSpec(arrival="poisson", rate=rate, prompt=prompt, output=output,
-                                       num_requests=max(sizes), seed=seed))
+        full = make_trace(
+            WorkloadSpec(arrival="poisson", rate=rate, prompt=prompt, output=output, num_requests=max(sizes), seed=seed)
+        )
         files = {}
         for n in sizes:
             path = workdir / f"{sc}_{n}.csv"
             full.head(n).to_csv(path)
             files[n] = str(path)
-        out[sc] = {"cost": cost, "prompt": prompt, "output": output, "load": sc_load,
-                   "rate": rate, "critical_rate": rep.critical_rate, "files": files,
-                   "mean_prompt": float(np.mean(full.prompt)), "mean_output": float(np.mean(full.output))}
+        out[sc] = {
+            "cost": cost,
+            "prompt": prompt,
+            "output": output,
+            "load": sc_load,
+            "rate": rate,
+            "critical_rate": rep.critical_rate,
+            "files": files,
+            "mean_prompt": float(np.mean(full.prompt)),
+            "mean_output": float(np.mean(full.output)),
+        }
     return out
 
 
@@ -373,10 +431,28 @@ def _child_cmd(python, sim, trace, sc, args, workdir, variant=None):
     from llmsched.core.cost import PaperCostModel
 
     paper = PaperCostModel()
-    cmd = [python, str(Path(__file__).resolve()), "--child", sim, "--trace", trace,
-           "--cost", sc["cost"], "--b-max", str(args.b_max), "--rate", repr(sc["rate"]),
-           "--workdir", str(workdir), "--paper-c-ms", repr(paper.c * 1e3),
-           "--paper-a-ms", repr(paper.a * 1e3), "--paper-b0", str(paper.b0)]
+    cmd = [
+        python,
+        str(Path(__file__).resolve()),
+        "--child",
+        sim,
+        "--trace",
+        trace,
+        "--cost",
+        sc["cost"],
+        "--b-max",
+        str(args.b_max),
+        "--rate",
+        repr(sc["rate"]),
+        "--workdir",
+        str(workdir),
+        "--paper-c-ms",
+        repr(paper.c * 1e3),
+        "--paper-a-ms",
+        repr(paper.a * 1e3),
+        "--paper-b0",
+        str(paper.b0),
+    ]
     if variant:
         cmd += ["--variant", variant]
     return cmd
@@ -406,9 +482,11 @@ def _fmt(v, spec):
 
 
 def print_table(rows) -> None:
-    head = (f"{'scenario':<8} {'simulator':<30} {'N':>7} {'sim s':>8} {'out s':>7} {'sim+out':>8} "
-            f"{'cpu s':>8} {'req/s':>8} {'req/cpu-s':>9} {'RSS MB':>7} {'steps':>9} {'TTFT ms':>9} "
-            f"{'E2E ms':>9}  status")
+    head = (
+        f"{'scenario':<8} {'simulator':<30} {'N':>7} {'sim s':>8} {'out s':>7} {'sim+out':>8} "
+        f"{'cpu s':>8} {'req/s':>8} {'req/cpu-s':>9} {'RSS MB':>7} {'steps':>9} {'TTFT ms':>9} "
+        f"{'E2E ms':>9}  status"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -417,13 +495,15 @@ def print_table(rows) -> None:
         def v(key):
             return r.get(key) if ok else None
 
-        print(f"{r['scenario']:<8} {r['label']:<30} {r['n']:>7} "
-              f"{_fmt(v('sim_s'), '8.2f')} {_fmt(v('out_s'), '7.2f')} {_fmt(v('run_s'), '8.2f')} "
-              f"{_fmt(v('run_cpu_s'), '8.2f')} "
-              f"{_fmt(v('req_per_s'), '8,.0f')} {_fmt(v('req_per_cpu_s'), '9,.0f')} "
-              f"{_fmt(v('peak_rss_mb'), '7.0f')} "
-              f"{_fmt(v('steps'), '9,d')} {_fmt(v('mean_ttft_ms'), '9.1f')} "
-              f"{_fmt(v('mean_e2e_ms'), '9.1f')}  {r['status']}")
+        print(
+            f"{r['scenario']:<8} {r['label']:<30} {r['n']:>7} "
+            f"{_fmt(v('sim_s'), '8.2f')} {_fmt(v('out_s'), '7.2f')} {_fmt(v('run_s'), '8.2f')} "
+            f"{_fmt(v('run_cpu_s'), '8.2f')} "
+            f"{_fmt(v('req_per_s'), '8,.0f')} {_fmt(v('req_per_cpu_s'), '9,.0f')} "
+            f"{_fmt(v('peak_rss_mb'), '7.0f')} "
+            f"{_fmt(v('steps'), '9,d')} {_fmt(v('mean_ttft_ms'), '9.1f')} "
+            f"{_fmt(v('mean_e2e_ms'), '9.1f')}  {r['status']}"
+        )
 
 
 def print_ratios(rows) -> None:
@@ -434,9 +514,11 @@ def print_ratios(rows) -> None:
         me = ours.get((r["scenario"], r["n"]))
         if r["simulator"] == "llmsched" or me is None or r.get("status") != "ok":
             continue
-        lines.append(f"  {r['scenario']:<8} N={r['n']:<7} llmsched vs {r['label']:<30} "
-                     f"{r['run_s'] / me['run_s']:6.1f}x faster (sim+out wall), "
-                     f"{r['run_cpu_s'] / me['run_cpu_s']:6.1f}x (CPU)")
+        lines.append(
+            f"  {r['scenario']:<8} N={r['n']:<7} llmsched vs {r['label']:<30} "
+            f"{r['run_s'] / me['run_s']:6.1f}x faster (sim+out wall), "
+            f"{r['run_cpu_s'] / me['run_cpu_s']:6.1f}x (CPU)"
+        )
     if lines:
         print("\nllmsched's speed-up, simulation plus outputs:")
         print("\n".join(lines))
@@ -447,13 +529,24 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
     ap.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS))
-    ap.add_argument("--peer-python", default=os.environ.get("LLMSCHED_PEER_PYTHON")
-                    or (DEFAULT_PEER_PYTHON if Path(DEFAULT_PEER_PYTHON).exists() else sys.executable),
-                    help="interpreter whose site-packages hold the peers (default: %(default)s)")
-    ap.add_argument("--pyserq-variants", nargs="+", default=list(PYSERQ_VARIANTS),
-                    choices=PYSERQ_VARIANTS, help="ORDER:ARRIVALS runs of pyserq (see the module doc)")
-    ap.add_argument("--load", type=float, help="offered load as a share of capacity, for every scenario "
-                                               "(default: 0.85 for const, 0.9 for the others)")
+    ap.add_argument(
+        "--peer-python",
+        default=os.environ.get("LLMSCHED_PEER_PYTHON")
+        or (DEFAULT_PEER_PYTHON if Path(DEFAULT_PEER_PYTHON).exists() else sys.executable),
+        help="interpreter whose site-packages hold the peers (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--pyserq-variants",
+        nargs="+",
+        default=list(PYSERQ_VARIANTS),
+        choices=PYSERQ_VARIANTS,
+        help="ORDER:ARRIVALS runs of pyserq (see the module doc)",
+    )
+    ap.add_argument(
+        "--load",
+        type=float,
+        help="offered load as a share of capacity, for every scenario (default: 0.85 for const, 0.9 for the others)",
+    )
     ap.add_argument("--b-max", type=int, default=512)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workdir", help="where traces, serQ programs and the JSON go (default: a new temp dir)")
@@ -477,6 +570,7 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     versions = {"llmsched": None}
     import llmsched
+
     versions["llmsched"] = llmsched.__version__
     for peer in args.peers:
         versions[peer] = peer_version(args.peer_python, peer)
@@ -484,9 +578,11 @@ def main() -> None:
     print("versions: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in versions.items()))
     traces = make_traces(args.scenarios, sorted(set(args.sizes)), args.load, args.b_max, args.seed, workdir)
     for sc, t in traces.items():
-        print(f"scenario {sc}: cost {t['cost']}, rate {t['rate']:.4f} req/s "
-              f"({t['load']:.0%} of {t['critical_rate']:.4f}), mean prompt {t['mean_prompt']:.1f}, "
-              f"mean output {t['mean_output']:.1f}; traces in {workdir}")
+        print(
+            f"scenario {sc}: cost {t['cost']}, rate {t['rate']:.4f} req/s "
+            f"({t['load']:.0%} of {t['critical_rate']:.4f}), mean prompt {t['mean_prompt']:.1f}, "
+            f"mean output {t['mean_output']:.1f}; traces in {workdir}"
+        )
     print(flush=True)
 
     plan = []  # (scenario, simulator, label, variant)
@@ -520,16 +616,28 @@ def main() -> None:
                     if row["completed"] != n:
                         row["status"] = f"ok, only {row['completed']} of {n} finished"
             rows.append(row)
-            print(f"  done: {label} {sc} N={n}: {row['status']}"
-                  + (f", {row['sim_s']:.2f} s + {row['out_s']:.2f} s outputs, {row['peak_rss_mb']:.0f} MB"
-                     if row.get("run_s") else ""),
-                  flush=True)
+            print(
+                f"  done: {label} {sc} N={n}: {row['status']}"
+                + (
+                    f", {row['sim_s']:.2f} s + {row['out_s']:.2f} s outputs, {row['peak_rss_mb']:.0f} MB"
+                    if row.get("run_s")
+                    else ""
+                ),
+                flush=True,
+            )
     print()
     print_table(rows)
     print_ratios(rows)
-    result = {"command": " ".join([sys.executable, *sys.argv]), "versions": versions,
-              "peer_python": args.peer_python, "load": args.load, "b_max": args.b_max, "seed": args.seed,
-              "scenarios": traces, "rows": rows}
+    result = {
+        "command": " ".join([sys.executable, *sys.argv]),
+        "versions": versions,
+        "peer_python": args.peer_python,
+        "load": args.load,
+        "b_max": args.b_max,
+        "seed": args.seed,
+        "scenarios": traces,
+        "rows": rows,
+    }
     jpath = Path(args.json) if args.json else workdir / "compare_peers.json"
     jpath.write_text(json.dumps(result, indent=2))
     print(f"\nJSON: {jpath}")

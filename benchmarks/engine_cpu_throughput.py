@@ -55,12 +55,23 @@ if __name__ == "__main__":
 
 def make_model(folder: str) -> str:
     from llmsched.engine.tiny import make_tiny_model
-    return str(make_tiny_model(folder, hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4,
-                               intermediate_size=768, max_position_embeddings=4096))
+
+    return str(
+        make_tiny_model(
+            folder,
+            hidden_size=256,
+            num_layers=4,
+            num_heads=8,
+            num_kv_heads=4,
+            intermediate_size=768,
+            max_position_embeddings=4096,
+        )
+    )
 
 
 def prompts_for(vocab: int, n: int, length: int, seed: int = 0) -> list[list[int]]:
     import numpy as np
+
     rng = np.random.default_rng(seed)
     return [rng.integers(3, vocab, length).tolist() for _ in range(n)]
 
@@ -68,10 +79,12 @@ def prompts_for(vocab: int, n: int, length: int, seed: int = 0) -> list[list[int
 def summarize(runs: list[dict], prompt_tokens: int) -> dict:
     rates = [r["output_tokens"] / r["seconds"] for r in runs]
     best = max(range(len(runs)), key=lambda i: rates[i])
-    return {"runs": runs, "output_tok_per_s_median": statistics.median(rates),
-            "output_tok_per_s_best": rates[best],
-            "total_tok_per_s_median": statistics.median((r["output_tokens"] + prompt_tokens) / r["seconds"]
-                                                        for r in runs)}
+    return {
+        "runs": runs,
+        "output_tok_per_s_median": statistics.median(rates),
+        "output_tok_per_s_best": rates[best],
+        "total_tok_per_s_median": statistics.median((r["output_tokens"] + prompt_tokens) / r["seconds"] for r in runs),
+    }
 
 
 def run_ours(model: str, prompts, args) -> dict:
@@ -79,8 +92,15 @@ def run_ours(model: str, prompts, args) -> dict:
 
     from llmsched.core.engine_api import SamplingParams
     from llmsched.engine import LLM
-    llm = LLM(model, scheduler=args.scheduler, b_max=args.b_max, max_num_seqs=args.num_prompts,
-              max_model_len=args.prompt_len + args.output_len + 16, num_threads=args.threads)
+
+    llm = LLM(
+        model,
+        scheduler=args.scheduler,
+        b_max=args.b_max,
+        max_num_seqs=args.num_prompts,
+        max_model_len=args.prompt_len + args.output_len + 16,
+        num_threads=args.threads,
+    )
     sp = SamplingParams(max_tokens=args.output_len, temperature=0, ignore_eos=True)
     llm.generate(prompts[:4], sp)
     runs = []
@@ -88,8 +108,7 @@ def run_ours(model: str, prompts, args) -> dict:
         t = time.perf_counter()
         out = llm.generate(prompts, sp)
         dt = time.perf_counter() - t
-        runs.append({"seconds": dt, "output_tokens": sum(len(o.token_ids) for o in out),
-                     "steps": llm.engine.steps})
+        runs.append({"seconds": dt, "output_tokens": sum(len(o.token_ids) for o in out), "steps": llm.engine.steps})
     res = summarize(runs, sum(map(len, prompts)))
     res.update(threads=torch.get_num_threads(), torch=torch.__version__, scheduler=args.scheduler)
     return res
@@ -98,26 +117,43 @@ def run_ours(model: str, prompts, args) -> dict:
 def run_vllm(model: str, prompts, args) -> dict:
     if not os.path.exists(args.vllm_python):
         return {"error": f"no vLLM interpreter at {args.vllm_python}"}
-    cfg = {"model": model, "prompts": prompts, "output_len": args.output_len, "b_max": args.b_max,
-           "max_num_seqs": args.num_prompts, "max_model_len": args.prompt_len + args.output_len + 16,
-           "repeats": args.repeats, "enforce_eager": not args.vllm_compile, "memory_utilization": 0.3}
+    cfg = {
+        "model": model,
+        "prompts": prompts,
+        "output_len": args.output_len,
+        "b_max": args.b_max,
+        "max_num_seqs": args.num_prompts,
+        "max_model_len": args.prompt_len + args.output_len + 16,
+        "repeats": args.repeats,
+        "enforce_eager": not args.vllm_compile,
+        "memory_utilization": 0.3,
+    }
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(args.vllm_kv_gb), TOKENIZERS_PARALLELISM="false")
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(VLLM_SCRIPT)
         script = f.name
     try:
-        p = subprocess.run([args.vllm_python, script, json.dumps(cfg)], capture_output=True, text=True,
-                           env=env, timeout=args.vllm_timeout)
+        p = subprocess.run(
+            [args.vllm_python, script, json.dumps(cfg)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=args.vllm_timeout,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"vLLM did not finish within {args.vllm_timeout} s"}
     finally:
         os.unlink(script)
     for line in p.stdout.splitlines():
         if line.startswith("VLLM_JSON "):
-            data = json.loads(line[len("VLLM_JSON "):])
+            data = json.loads(line[len("VLLM_JSON ") :])
             res = summarize(data["runs"], sum(map(len, prompts)))
-            res.update(vllm=data["vllm"], torch=data["torch"], driver_torch_threads=data["threads"],
-                       enforce_eager=cfg["enforce_eager"])
+            res.update(
+                vllm=data["vllm"],
+                torch=data["torch"],
+                driver_torch_threads=data["threads"],
+                enforce_eager=cfg["enforce_eager"],
+            )
             return res
     tail = [x for x in (p.stderr or "").splitlines() if "Error" in x or "error" in x][-3:]
     return {"error": f"vLLM exited with code {p.returncode}: " + " | ".join(tail)}
@@ -147,23 +183,34 @@ def main(argv=None) -> int:
         tmp = tempfile.mkdtemp(prefix="llmsched-bench-")
         model = make_model(os.path.join(tmp, "model"))
     from llmsched.engine.loader import read_config
+
     vocab = read_config(model).vocab_size
     prompts = prompts_for(vocab, args.num_prompts, args.prompt_len)
-    result = {"model": model, "num_prompts": args.num_prompts, "prompt_len": args.prompt_len,
-              "output_len": args.output_len, "b_max": args.b_max, "cpu_count": os.cpu_count(),
-              "ours": run_ours(model, prompts, args)}
-    print(f"llmsched: {result['ours']['output_tok_per_s_median']:.0f} output tok/s "
-          f"({result['ours']['threads']} threads)", file=sys.stderr)
+    result = {
+        "model": model,
+        "num_prompts": args.num_prompts,
+        "prompt_len": args.prompt_len,
+        "output_len": args.output_len,
+        "b_max": args.b_max,
+        "cpu_count": os.cpu_count(),
+        "ours": run_ours(model, prompts, args),
+    }
+    print(
+        f"llmsched: {result['ours']['output_tok_per_s_median']:.0f} output tok/s ({result['ours']['threads']} threads)",
+        file=sys.stderr,
+    )
     if not args.no_vllm:
         result["vllm"] = run_vllm(model, prompts, args)
         v = result["vllm"]
         if "error" in v:
             print(f"vLLM: {v['error']}", file=sys.stderr)
         else:
-            result["ratio_ours_over_vllm"] = (result["ours"]["output_tok_per_s_median"]
-                                              / v["output_tok_per_s_median"])
-            print(f"vLLM {v['vllm']}: {v['output_tok_per_s_median']:.0f} output tok/s; ratio "
-                  f"{result['ratio_ours_over_vllm']:.2f}", file=sys.stderr)
+            result["ratio_ours_over_vllm"] = result["ours"]["output_tok_per_s_median"] / v["output_tok_per_s_median"]
+            print(
+                f"vLLM {v['vllm']}: {v['output_tok_per_s_median']:.0f} output tok/s; ratio "
+                f"{result['ratio_ours_over_vllm']:.2f}",
+                file=sys.stderr,
+            )
     text = json.dumps(result, indent=2)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -38,17 +38,39 @@ SHAREGPT_FIT = {"prompt": (7.007, 1.626), "output": (5.769, 1.001)}
 
 def llama3_8b():
     from llmsched.engine.loader import ModelConfig
-    return ModelConfig(arch="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
-                       num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-5,
-                       rope_theta=500000.0, max_position_embeddings=8192, sliding_windows=[None] * 32,
-                       eos_token_ids=[128001])
+
+    return ModelConfig(
+        arch="llama",
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        max_position_embeddings=8192,
+        sliding_windows=[None] * 32,
+        eos_token_ids=[128001],
+    )
 
 
 def tiny():
     from llmsched.engine.loader import ModelConfig
-    return ModelConfig(arch="llama", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
-                       num_heads=4, num_kv_heads=2, head_dim=16, max_position_embeddings=1024,
-                       sliding_windows=[None] * 2)
+
+    return ModelConfig(
+        arch="llama",
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+        sliding_windows=[None] * 2,
+    )
 
 
 def timed(fn, sync, reps=5, warmup=2) -> float:
@@ -68,15 +90,14 @@ def hardware(torch, dev, dtype, small: bool, sync) -> dict:
     n = (64 << 20) if small else (4 << 30)
     a = torch.empty(n, dtype=torch.uint8, device=dev)
     b = torch.empty_like(a)
-    t = timed(lambda: b.copy_(a), sync)
+    t = timed(lambda: b.copy_(a), sync)  # noqa: F821 - `del a, b` below confuses the linter
     bw = 2 * n / t
     del a, b
     m, k, nn = (256, 256, 512) if small else (8192, 4096, 14336)
     x = torch.randn(m, k, device=dev, dtype=dtype)
     w = torch.randn(nn, k, device=dev, dtype=dtype)
     t = timed(lambda: torch.nn.functional.linear(x, w), sync)
-    return {"copy_bandwidth_GBps": bw / 1e9, "matmul_TFLOPs": 2 * m * k * nn / t / 1e12,
-            "matmul_shape": [m, k, nn]}
+    return {"copy_bandwidth_GBps": bw / 1e9, "matmul_TFLOPs": 2 * m * k * nn / t / 1e12, "matmul_shape": [m, k, nn]}
 
 
 class FakeSeq:
@@ -88,12 +109,14 @@ class FakeSeq:
 
 def decode_sweep(engine, batches, ctx, bw, sync) -> list[dict]:
     from llmsched.core.engine_api import SamplingParams
+
     r, cfg = engine.runner, engine.config
     bs = r.block_size
     nblk = -(-ctx // bs)
     greedy = SamplingParams(temperature=0)
-    weight_bytes = (cfg.num_params() - (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)) \
-        * r.dtype_bytes
+    weight_bytes = (
+        cfg.num_params() - (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)
+    ) * r.dtype_bytes
     out = []
     for b in batches:
         if b > r.max_num_seqs or b * nblk > r.num_blocks:
@@ -102,8 +125,16 @@ def decode_sweep(engine, batches, ctx, bw, sync) -> list[dict]:
         t = timed(lambda: r.execute(seqs, [], [greedy] * b, [None] * b), sync, reps=10, warmup=3)
         kv = b * ctx * cfg.kv_bytes_per_token(r.dtype_bytes)
         roof = (weight_bytes + kv) / bw
-        out.append({"batch": b, "context": ctx, "step_ms": t * 1e3, "roofline_ms": roof * 1e3,
-                    "roofline_fraction": roof / t, "tokens_per_s": b / t})
+        out.append(
+            {
+                "batch": b,
+                "context": ctx,
+                "step_ms": t * 1e3,
+                "roofline_ms": roof * 1e3,
+                "roofline_fraction": roof / t,
+                "tokens_per_s": b / t,
+            }
+        )
     return out
 
 
@@ -117,14 +148,22 @@ def prefill_sweep(engine, chunks, tflops, sync) -> list[dict]:
         seq = FakeSeq([1] * c, list(range(-(-c // bs))))
         t = timed(lambda: r.execute([], [(seq, 0, c, False)], [], []), sync, reps=5, warmup=2)
         flops = 2 * cfg.num_params() * c + 2 * cfg.num_layers * cfg.q_size * c * c  # weights + causal attn
-        out.append({"tokens": c, "ms": t * 1e3, "tokens_per_s": c / t, "TFLOPs": flops / t / 1e12,
-                    "matmul_fraction": flops / t / 1e12 / tflops})
+        out.append(
+            {
+                "tokens": c,
+                "ms": t * 1e3,
+                "tokens_per_s": c / t,
+                "TFLOPs": flops / t / 1e12,
+                "matmul_fraction": flops / t / 1e12 / tflops,
+            }
+        )
     return out
 
 
 def overhead(engine, n_running: int, ctx: int, steps: int = 20) -> dict:
     """Host time per step with n_running requests decoding (planning, state, emission)."""
     from llmsched.core.engine_api import SamplingParams
+
     vocab = engine.config.vocab_size
     p = SamplingParams(max_tokens=steps + 8, temperature=0, ignore_eos=True)
     for i in range(n_running):
@@ -144,14 +183,20 @@ def overhead(engine, n_running: int, ctx: int, steps: int = 20) -> dict:
     for i in range(n_running):
         engine.abort_request(f"ovh-{i}")
     med = statistics.median
-    return {"running": n_running, "context": ctx, "step_ms": med(step_t) * 1e3,
-            "forward_ms": med(fwd_t) * 1e3, "host_outside_forward_ms": med(host_t) * 1e3,
-            "plan_ms": med(plan_t) * 1e3,
-            "host_share": med(host_t) / med(step_t)}
+    return {
+        "running": n_running,
+        "context": ctx,
+        "step_ms": med(step_t) * 1e3,
+        "forward_ms": med(fwd_t) * 1e3,
+        "host_outside_forward_ms": med(host_t) * 1e3,
+        "plan_ms": med(plan_t) * 1e3,
+        "host_share": med(host_t) / med(step_t),
+    }
 
 
 def sharegpt_trace(n: int, rate: float, max_len: int, seed: int = 0):
     from types import SimpleNamespace
+
     rng = np.random.default_rng(seed)
     path = Path(__file__).resolve().parent.parent / SHAREGPT
     source = "lognormal fit of ShareGPT"
@@ -172,13 +217,20 @@ def sharegpt_trace(n: int, rate: float, max_len: int, seed: int = 0):
 
 
 def sim_vs_real(engine, out_dir: Path, trace, source: str, small: bool) -> dict:
-    from llmsched.engine.profiler import profile_engine, write_profile
     from llmsched.analysis.validate import compare, simulate
+    from llmsched.engine.profiler import profile_engine, write_profile
     from llmsched.engine.replay import replay
+
     grid = None
     if small:
-        grid = dict(tokens=[1, 8, 32, 64, 128], batches=[1, 4, 16], contexts=[16, 64, 256],
-                    chunks=[16, 64, 128], chunk_contexts=[0, 128], lm_tokens=[1, 16])
+        grid = dict(
+            tokens=[1, 8, 32, 64, 128],
+            batches=[1, 4, 16],
+            contexts=[16, 64, 256],
+            chunks=[16, 64, 128],
+            chunk_contexts=[0, 128],
+            lm_tokens=[1, 16],
+        )
     t = time.perf_counter()
     rows = profile_engine(engine, grid=grid, reps=3, warmup=1)
     prof = write_profile(rows, out_dir / "gpu_engine_profile.csv")
@@ -190,12 +242,19 @@ def sim_vs_real(engine, out_dir: Path, trace, source: str, small: bool) -> dict:
     replay_s = time.perf_counter() - t
     sim = simulate(trace, engine, "sarathi", spec)
     errs = compare(real, sim)
-    return {"trace_source": source, "requests": len(trace.arrival_s),
-            "mean_prompt": float(np.mean(trace.prompt)), "mean_output": float(np.mean(trace.output)),
-            "rate_per_s": float(len(trace.arrival_s) / max(trace.arrival_s[-1], 1e-9)),
-            "profile_seconds": profile_s, "replay_seconds": replay_s, "cost_model": spec,
-            "ttft_p50_error": errs["ttft_p50"]["rel_error"], "itl_p50_error": errs["itl_p50"]["rel_error"],
-            "errors": errs}
+    return {
+        "trace_source": source,
+        "requests": len(trace.arrival_s),
+        "mean_prompt": float(np.mean(trace.prompt)),
+        "mean_output": float(np.mean(trace.output)),
+        "rate_per_s": float(len(trace.arrival_s) / max(trace.arrival_s[-1], 1e-9)),
+        "profile_seconds": profile_s,
+        "replay_seconds": replay_s,
+        "cost_model": spec,
+        "ttft_p50_error": errs["ttft_p50"]["rel_error"],
+        "itl_p50_error": errs["itl_p50"]["rel_error"],
+        "errors": errs,
+    }
 
 
 def main(argv=None) -> int:
@@ -211,6 +270,7 @@ def main(argv=None) -> int:
     import torch
 
     from llmsched.engine.engine import LLMEngine
+
     t_start = time.perf_counter()
     dev = args.device or ("cuda" if torch.cuda.is_available() and not args.small else "cpu")
     small = args.small
@@ -220,9 +280,13 @@ def main(argv=None) -> int:
     cuda = dev.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     dtype = torch.bfloat16 if cuda else torch.float32
-    res: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
-                 "small": small, "model": "tiny" if small else "llama-3-8b (random weights)",
-                 "params": cfg.num_params()}
+    res: dict = {
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+        "small": small,
+        "model": "tiny" if small else "llama-3-8b (random weights)",
+        "params": cfg.num_params(),
+    }
 
     def save():
         res["elapsed_s"] = time.perf_counter() - t_start
@@ -234,22 +298,36 @@ def main(argv=None) -> int:
     res["hardware"] = hardware(torch, dev, dtype, small, sync)
     log(f"hardware: {res['hardware']}")
     save()
-    engine = LLMEngine(cfg, device=dev, dtype=dtype, b_max=256 if small else 8192,
-                       max_num_seqs=16 if small else 256, max_model_len=512 if small else 8192,
-                       gpu_memory_utilization=0.85, kv_cache_gb=0.05 if small else None)
+    engine = LLMEngine(
+        cfg,
+        device=dev,
+        dtype=dtype,
+        b_max=256 if small else 8192,
+        max_num_seqs=16 if small else 256,
+        max_model_len=512 if small else 8192,
+        gpu_memory_utilization=0.85,
+        kv_cache_gb=0.05 if small else None,
+    )
     r = engine.runner
-    res["engine"] = {"kv_blocks": r.num_blocks, "kv_cache_GB": r.kv_cache_bytes / 1e9,
-                     "kv_capacity_tokens": engine.kv_capacity, "cuda_graphs": r.graphs is not None,
-                     "dtype": str(r.dtype)}
+    res["engine"] = {
+        "kv_blocks": r.num_blocks,
+        "kv_cache_GB": r.kv_cache_bytes / 1e9,
+        "kv_capacity_tokens": engine.kv_capacity,
+        "cuda_graphs": r.graphs is not None,
+        "dtype": str(r.dtype),
+    }
     log(f"engine: {res['engine']}")
     bw = res["hardware"]["copy_bandwidth_GBps"] * 1e9
     batches = [1, 2, 4, 8, 16] if small else [1, 2, 4, 8, 16, 32, 64, 128, 256]
     res["decode"] = decode_sweep(engine, batches, 64 if small else 512, bw, sync)
-    log("decode: " + ", ".join(f"b{d['batch']} {d['step_ms']:.2f}ms ({d['roofline_fraction']:.0%})"
-                               for d in res["decode"]))
+    log(
+        "decode: "
+        + ", ".join(f"b{d['batch']} {d['step_ms']:.2f}ms ({d['roofline_fraction']:.0%})" for d in res["decode"])
+    )
     save()
-    res["prefill"] = prefill_sweep(engine, [64, 128] if small else [512, 1024, 2048, 4096, 8192],
-                                   res["hardware"]["matmul_TFLOPs"], sync)
+    res["prefill"] = prefill_sweep(
+        engine, [64, 128] if small else [512, 1024, 2048, 4096, 8192], res["hardware"]["matmul_TFLOPs"], sync
+    )
     log("prefill: " + ", ".join(f"{p['tokens']} tok {p['TFLOPs']:.0f} TFLOP/s" for p in res["prefill"]))
     save()
     res["overhead"] = overhead(engine, 16 if small else 256, 32 if small else 256)

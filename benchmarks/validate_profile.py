@@ -51,20 +51,26 @@ def main(argv=None) -> int:
             return 2
         rows = validate_steps(model)
         d = model.describe()
-        print(f"\n## {spec}  (layers {d['layers']}, mode {d['mode']}, overlap {d['overlap']:g}, "
-              f"monotone {int(d['monotone'])})\n")
+        print(
+            f"\n## {spec}  (layers {d['layers']}, mode {d['mode']}, overlap {d['overlap']:g}, "
+            f"monotone {int(d['monotone'])})\n"
+        )
         if not rows:
             print("(no step.csv rows to validate against)")
             continue
         print("| prefill chunk | chunk context | decodes | decode context | measured ms | predicted ms | error |")
         print("|---:|---:|---:|---:|---:|---:|---:|")
         for r in rows:
-            print(f"| {r['prefill_chunk']} | {r['prefill_context']} | {r['decodes']} | {r['decode_context']} | "
-                  f"{r['measured_ms']:.2f} | {r['predicted_ms']:.2f} | {r['rel_error']:+.1%} |")
+            print(
+                f"| {r['prefill_chunk']} | {r['prefill_context']} | {r['decodes']} | {r['decode_context']} | "
+                f"{r['measured_ms']:.2f} | {r['predicted_ms']:.2f} | {r['rel_error']:+.1%} |"
+            )
         mae, mre, xre, bias = summary(rows)
         totals.append((spec, mae, mre, xre, bias))
-        print(f"\nmean abs error {mae:.2f} ms, mean abs rel error {mre:.1%}, max abs rel error {xre:.1%}, "
-              f"mean rel error (bias) {bias:+.1%}")
+        print(
+            f"\nmean abs error {mae:.2f} ms, mean abs rel error {mre:.1%}, max abs rel error {xre:.1%}, "
+            f"mean rel error (bias) {bias:+.1%}"
+        )
         if not args.no_variants:
             base = spec.split(",")[0]
             print("\n| variant | mean abs ms | mean abs rel | max abs rel | bias |")

@@ -15,11 +15,11 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import zlib
 import json
 import math
 import sys
 import time
+import zlib
 
 import numpy as np
 
@@ -37,7 +37,7 @@ def synthetic_backlog(rng, rho, steps=4000, every=10, capacity=CAPACITY, work=WO
     s = np.cumsum(arrivals - capacity * dt)
     w = s - np.minimum(0.0, np.minimum.accumulate(s))  # Lindley recursion, W_0 = 0
     t = dt * np.arange(1, steps + 1)
-    return t[every - 1::every], w[every - 1::every]
+    return t[every - 1 :: every], w[every - 1 :: every]
 
 
 def white_noise(rng, samples=400, duration=600.0, level=5000.0, sd=500.0):
@@ -52,9 +52,15 @@ def trend(rng, slope, samples=400, duration=600.0, sd=500.0):
 
 CASES = [
     # (name, generator(rng) -> (t, w), truly unstable: True / False / None for "either")
-    *[(f"queue rho={rho} T={steps * DT:.0f}s", (lambda rng, rho=rho, steps=steps: synthetic_backlog(rng, rho, steps)),
-       None if rho == 1.0 else rho > 1.0)
-      for steps in (1000, 4000, 16000) for rho in (0.5, 0.85, 0.95, 1.0, 1.05, 1.15, 1.5)],
+    *[
+        (
+            f"queue rho={rho} T={steps * DT:.0f}s",
+            (lambda rng, rho=rho, steps=steps: synthetic_backlog(rng, rho, steps)),
+            None if rho == 1.0 else rho > 1.0,
+        )
+        for steps in (1000, 4000, 16000)
+        for rho in (0.5, 0.85, 0.95, 1.0, 1.05, 1.15, 1.5)
+    ],
     ("white noise", white_noise, False),
     ("trend 0.05 C + noise", lambda rng: trend(rng, 0.05 * CAPACITY), True),
     ("trend 0.005 C + noise (below h)", lambda rng: trend(rng, 0.005 * CAPACITY), False),
@@ -75,11 +81,18 @@ def measure(runs: int, seed: int, methods=("hac", "batch")) -> list[dict]:
                 counts[stability_verdict(t, w, capacity=CAPACITY, method=method).verdict] += 1
             share = {k: v / runs for k, v in counts.items()}
             false = None if truth is None else (share["stable"] if truth else share["unstable"])
-            rows.append({"case": name, "method": method, "runs": runs, "stable_fraction": share["stable"],
-                         "unstable_fraction": share["unstable"],
-                         "inconclusive_fraction": share["inconclusive"],
-                         "truth": None if truth is None else ("unstable" if truth else "stable"),
-                         "false_verdict_rate": false})
+            rows.append(
+                {
+                    "case": name,
+                    "method": method,
+                    "runs": runs,
+                    "stable_fraction": share["stable"],
+                    "unstable_fraction": share["unstable"],
+                    "inconclusive_fraction": share["inconclusive"],
+                    "truth": None if truth is None else ("unstable" if truth else "stable"),
+                    "false_verdict_rate": false,
+                }
+            )
     return rows
 
 
@@ -107,6 +120,7 @@ def fixed_b_table(n=400, reps=40000, seed=7, chunk=4000):
     out = {}
     for alpha in (0.10, 0.05, 0.01):
         from scipy.stats import norm
+
         row = [float(norm.ppf(1 - alpha / 2))]
         for b in stats_by_b:
             row.append(float(np.quantile(np.concatenate(stats_by_b[b]), 1 - alpha)))
@@ -130,17 +144,29 @@ def main(argv=None):
         return 0
     t0 = time.time()
     rows = measure(a.runs, a.seed)
-    print(f"{'case':40s} {'method':6s} {'stable':>7s} {'inconcl.':>8s} {'unstable':>8s} {'truth':>9s} "
-          f"{'false rate':>10s}")
+    print(
+        f"{'case':40s} {'method':6s} {'stable':>7s} {'inconcl.':>8s} {'unstable':>8s} {'truth':>9s} {'false rate':>10s}"
+    )
     for r in rows:
         fr = "-" if r["false_verdict_rate"] is None else f"{r['false_verdict_rate']:.3f}"
-        print(f"{r['case']:40s} {r['method']:6s} {r['stable_fraction']:7.3f} {r['inconclusive_fraction']:8.3f} "
-              f"{r['unstable_fraction']:8.3f} {str(r['truth']):>9s} {fr:>10s}")
+        print(
+            f"{r['case']:40s} {r['method']:6s} {r['stable_fraction']:7.3f} {r['inconclusive_fraction']:8.3f} "
+            f"{r['unstable_fraction']:8.3f} {str(r['truth']):>9s} {fr:>10s}"
+        )
     print(f"({a.runs} runs per case, {time.time() - t0:.1f} s)")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"runs": a.runs, "seed": a.seed, "capacity_tokens_per_s": CAPACITY,
-                       "work_per_request": WORK, "rows": rows}, fh, indent=2)
+            json.dump(
+                {
+                    "runs": a.runs,
+                    "seed": a.seed,
+                    "capacity_tokens_per_s": CAPACITY,
+                    "work_per_request": WORK,
+                    "rows": rows,
+                },
+                fh,
+                indent=2,
+            )
     return 0
 
 

@@ -30,14 +30,31 @@ def one(args):
     from llmsched.api import simulate  # noqa: PLC0415
 
     lam = capacity(COST, B_MAX, 200.0, 101.0).critical_rate
-    r = simulate(policy=policy, cost_model=COST, b_max=B_MAX, rate=load * lam, num_requests=n,
-                 prompt=PROMPT, output=OUTPUT, seed=seed)
+    r = simulate(
+        policy=policy,
+        cost_model=COST,
+        b_max=B_MAX,
+        rate=load * lam,
+        num_requests=n,
+        prompt=PROMPT,
+        output=OUTPUT,
+        seed=seed,
+    )
     s = r.summary
-    return dict(policy=policy, load=load, requests=n, seed=seed, stable=s.get("stable"),
-                verdict=s.get("verdict"), reason=s.get("verdict_reason"),
-                growth=s.get("backlog_growth_tokens_per_s"), ci=s.get("backlog_growth_ci"),
-                conclusive=s.get("verdict_conclusive"), utilisation=s.get("utilisation"),
-                span_s=float(r.arrival_s.max() - r.arrival_s.min()))
+    return dict(
+        policy=policy,
+        load=load,
+        requests=n,
+        seed=seed,
+        stable=s.get("stable"),
+        verdict=s.get("verdict"),
+        reason=s.get("verdict_reason"),
+        growth=s.get("backlog_growth_tokens_per_s"),
+        ci=s.get("backlog_growth_ci"),
+        conclusive=s.get("verdict_conclusive"),
+        utilisation=s.get("utilisation"),
+        span_s=float(r.arrival_s.max() - r.arrival_s.min()),
+    )
 
 
 def main(argv=None) -> int:
@@ -49,8 +66,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", help="write every run's verdict here")
     a = ap.parse_args(argv)
-    jobs = [(p, load, n, s) for p in a.policies for n in a.requests for load in a.loads
-            for s in range(a.seeds)]
+    jobs = [(p, load, n, s) for p in a.policies for n in a.requests for load in a.loads for s in range(a.seeds)]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(a.workers) as ex:
         runs = list(ex.map(one, jobs, chunksize=4))
@@ -67,9 +83,11 @@ def main(argv=None) -> int:
                 unsure = sum(r["verdict"] == "inconclusive" for r in rs)
                 cells.append(f"{wrong / len(rs):.2f} / {unsure / len(rs):.2f}")
             print(f"| {p} | {n} | " + " | ".join(cells) + " |")
-    print("(per cell: false-verdict rate / inconclusive rate. False: called unstable below the "
-          "bound, or stable above it; arrival span = requests / rate, e.g. 5000 requests at "
-          "rho = 0.85 last 528 s)")
+    print(
+        "(per cell: false-verdict rate / inconclusive rate. False: called unstable below the "
+        "bound, or stable above it; arrival span = requests / rate, e.g. 5000 requests at "
+        "rho = 0.85 last 528 s)"
+    )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(runs, f, indent=1)

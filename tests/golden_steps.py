@@ -24,9 +24,20 @@ def simulator_steps(policy: str, kv_capacity: int | None) -> str:
     import llmsched
 
     with tempfile.TemporaryDirectory() as d:
-        llmsched.simulate(policy=policy, b_max=256, kv_capacity=kv_capacity, cost_model="paper",
-                          rate=4.0, prompt="geometric:120", output="geometric:60", num_requests=150,
-                          seed=3, record_steps=True, verdict=False, out_dir=d)
+        llmsched.simulate(
+            policy=policy,
+            b_max=256,
+            kv_capacity=kv_capacity,
+            cost_model="paper",
+            rate=4.0,
+            prompt="geometric:120",
+            output="geometric:60",
+            num_requests=150,
+            seed=3,
+            record_steps=True,
+            verdict=False,
+            out_dir=d,
+        )
         return (Path(d) / "steps.csv").read_text() + (Path(d) / "requests.csv").read_text()
 
 
@@ -39,9 +50,12 @@ def virtual_steps(policy: str) -> str:
     lines = []
     for i in range(30):
         ve.advance_to(i * 0.05)
-        params = SamplingParams(max_tokens=5 + (i * 7) % 40, min_tokens=i % 3,
-                                stop=["tok tok tok tok tok"] if i % 4 == 1 else [],
-                                stop_token_ids=[0] if i % 9 == 2 else [])
+        params = SamplingParams(
+            max_tokens=5 + (i * 7) % 40,
+            min_tokens=i % 3,
+            stop=["tok tok tok tok tok"] if i % 4 == 1 else [],
+            stop_token_ids=[0] if i % 9 == 2 else [],
+        )
         ve.add_request(f"r{i}", range(3 + (i * 13) % 90), params, arrival_time=i * 0.05)
         for o in ve.step():
             lines.append(f"{ve.state.now} {o.request_id} {o.new_text!r} {o.finish_reason} {o.stop_reason}")
@@ -61,15 +75,26 @@ def engine_steps(policy: str, model_dir: str) -> str:
     params = [SamplingParams(max_tokens=4 + (5 * i) % 17, temperature=0) for i in range(8)]
     outs = llm.generate(prompts, params)
     log = [(p, d, n) for _, _, p, d, n in llm.engine.step_log]
-    return json.dumps({"steps": log, "tokens": [o.token_ids for o in outs],
-                       "preemptions": [o.preemptions for o in outs]})
+    return json.dumps(
+        {"steps": log, "tokens": [o.token_ids for o in outs], "preemptions": [o.preemptions for o in outs]}
+    )
 
 
 def make_model(path: str) -> str:
     from llmsched.engine import make_tiny_model
 
-    return str(make_tiny_model(path, vocab_size=256, hidden_size=32, num_layers=2, num_heads=2,
-                               num_kv_heads=1, intermediate_size=64, seed=0))
+    return str(
+        make_tiny_model(
+            path,
+            vocab_size=256,
+            hidden_size=32,
+            num_layers=2,
+            num_heads=2,
+            num_kv_heads=1,
+            intermediate_size=64,
+            seed=0,
+        )
+    )
 
 
 def golden() -> dict:

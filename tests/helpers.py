@@ -36,8 +36,17 @@ def run(rows_or_trace, policy="sarathi", cost="const:10", fast=True, admission="
     steps = []
     for line in buf.getvalue().splitlines():
         step, start, dur, pf, dec, k, entries = line.split(",")
-        steps.append(dict(step=int(step), start=float(start), duration=float(dur), prefill=int(pf),
-                          decode=int(dec), batch=int(k), entries=entries))
+        steps.append(
+            dict(
+                step=int(step),
+                start=float(start),
+                duration=float(dur),
+                prefill=int(pf),
+                decode=int(dec),
+                batch=int(k),
+                entries=entries,
+            )
+        )
     return res, steps
 
 

@@ -2,18 +2,17 @@
 
 import pytest
 
-from llmsched.theory import capacity
 from llmsched.api import simulate
 from llmsched.core.errors import ConfigError
 from llmsched.policies import Adaptive, make_batch_policy, make_scheduler
+from llmsched.theory import capacity
 
 # paper model, b_max 512, k_max 16, prompts 1024 and outputs 128 tokens: inside the
 # region at 85% of its critical rate, Sarathi-Serve at full budget is unstable (slow full
 # steps while decode is capped at 16 tokens per step), the adaptive policy is not. 15,000
 # requests: shorter runs of the adaptive policy can drift slowly over the judged half,
 # which the verdict calls inconclusive rather than stable.
-CASE = dict(cost_model="paper", b_max=512, k_max=16, prompt="const:1024", output="const:128",
-            num_requests=15000)
+CASE = dict(cost_model="paper", b_max=512, k_max=16, prompt="const:1024", output="const:128", num_requests=15000)
 
 
 def test_options_inline_and_keyword():
@@ -47,8 +46,7 @@ def test_adaptive_stable_where_full_budget_sarathi_is_not(seed):
 
 def test_adaptive_respects_limits_and_uses_small_steps():
     lam = capacity("paper", 512, 1024, 128, k_max=16).critical_rate
-    res = simulate(policy="adaptive:cost=paper", rate=0.8 * lam, record_steps=False,
-                   **{**CASE, "num_requests": 600})
+    res = simulate(policy="adaptive:cost=paper", rate=0.8 * lam, record_steps=False, **{**CASE, "num_requests": 600})
     s = res.summary
     assert s["max_batch_size"] <= 16 and s["completed"] == 600
     loads = res.stats.load_hist
@@ -58,9 +56,11 @@ def test_adaptive_respects_limits_and_uses_small_steps():
 
 def test_adaptive_without_cap_is_stable_like_sarathi():
     lam = capacity("paper", 256, 100, 51).critical_rate
-    kw = dict(cost_model="paper", b_max=256, prompt="geometric:100", output="geometric:51",
-              num_requests=2000, rate=0.85 * lam)
+    kw = dict(
+        cost_model="paper", b_max=256, prompt="geometric:100", output="geometric:51", num_requests=2000, rate=0.85 * lam
+    )
     ada = simulate(policy="adaptive:cost=paper", **kw).summary
     assert ada["stable"] is True
-    assert ada["mean_token_load"] == pytest.approx(simulate(policy="sarathi", **kw).summary["mean_token_load"],
-                                                   rel=0.05)
+    assert ada["mean_token_load"] == pytest.approx(
+        simulate(policy="sarathi", **kw).summary["mean_token_load"], rel=0.05
+    )

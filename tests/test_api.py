@@ -2,17 +2,24 @@
 
 import numpy as np
 import pytest
+from helpers import trace
 
 import llmsched
 from llmsched.core import ConfigError
 from llmsched.policies import AdmissionPolicy, register_admission_policy
 
-from helpers import trace
-
 
 def test_simulate_from_keywords_returns_a_result(tmp_path):
-    r = llmsched.simulate(policy="orca", b_max=256, cost_model="paper", rate=4, prompt="const:100",
-                          output="const:20", num_requests=200, out_dir=tmp_path / "r")
+    r = llmsched.simulate(
+        policy="orca",
+        b_max=256,
+        cost_model="paper",
+        rate=4,
+        prompt="const:100",
+        output="const:20",
+        num_requests=200,
+        out_dir=tmp_path / "r",
+    )
     s = r.summary
     assert s["completed"] == 200 and s["total_output_tokens"] == 4000
     assert s["total_input_tokens"] == 20000
@@ -23,8 +30,7 @@ def test_simulate_from_keywords_returns_a_result(tmp_path):
 
 
 def test_same_seed_same_result_and_seed_changes_it():
-    kw = dict(cost_model="paper", b_max=256, rate=6, prompt="geometric:80", output="geometric:20",
-              num_requests=300)
+    kw = dict(cost_model="paper", b_max=256, rate=6, prompt="geometric:80", output="geometric:20", num_requests=300)
     a, b = llmsched.simulate(seed=3, **kw), llmsched.simulate(seed=3, **kw)
     c = llmsched.simulate(seed=4, **kw)
     assert np.array_equal(a.stats.e2e_ns, b.stats.e2e_ns)
@@ -39,8 +45,9 @@ def test_bad_options_raise_config_error():
 
 
 def test_max_time_leaves_requests_unfinished_but_not_lost():
-    r = llmsched.simulate(cost_model="paper", b_max=128, rate=50, prompt="const:200", output="const:50",
-                          num_requests=500, max_time_s=5.0)
+    r = llmsched.simulate(
+        cost_model="paper", b_max=128, rate=50, prompt="const:200", output="const:50", num_requests=500, max_time_s=5.0
+    )
     s = r.summary
     assert s["unfinished"] > 0 and s["completed"] + s["unfinished"] == 500
     assert s["sim_end_s"] <= 5.0 + 0.2
@@ -71,8 +78,7 @@ def test_closed_loop_policy_gets_durations_and_emitted_tokens():
     made = []
     register_admission_policy("recorder", lambda **kw: made.append(Recorder(**kw)) or made[-1])
     tr = trace([(0.0, 10, 5), (0.0, 10, 3), (0.01, 300, 2)])
-    r = llmsched.simulate(trace=tr, admission="recorder", b_max=512, cost_model="paper",
-                          record_steps=True)
+    r = llmsched.simulate(trace=tr, admission="recorder", b_max=512, cost_model="paper", record_steps=True)
     rec = made[-1]
     rows = r.steps_path.read_text().splitlines()[1:]
     assert len(rec.durations) == len(rows) == r.summary["steps"]
@@ -86,8 +92,14 @@ def test_closed_loop_policy_gets_durations_and_emitted_tokens():
 
 
 def test_bunched_arrivals_keep_the_time_series_bounded():
-    r = llmsched.simulate(arrival="deterministic", rate=1e9, prompt="geometric:1000", output="geometric:300",
-                          num_requests=5000, cost_model="paper")
+    r = llmsched.simulate(
+        arrival="deterministic",
+        rate=1e9,
+        prompt="geometric:1000",
+        output="geometric:300",
+        num_requests=5000,
+        cost_model="paper",
+    )
     t = r.timeseries["time_s"]
     assert 1000 < len(t) <= 4096
     gaps = np.diff(t)
@@ -96,6 +108,13 @@ def test_bunched_arrivals_keep_the_time_series_bounded():
 
 
 def test_equal_gaps_have_zero_itl_spread():
-    r = llmsched.simulate(policy="fastertransformer", cost_model="paper", b_max=128, rate=2,
-                          prompt="const:100", output="const:50", num_requests=50)
+    r = llmsched.simulate(
+        policy="fastertransformer",
+        cost_model="paper",
+        b_max=128,
+        rate=2,
+        prompt="const:100",
+        output="const:50",
+        num_requests=50,
+    )
     assert r.summary["std_itl_ms"] == 0 and r.summary["itl_cv"] == 0

@@ -3,10 +3,16 @@ import math
 
 import pytest
 
-from llmsched.theory import (capacity, peak_token_capacity, representative_step_time,
-                             step_time_at_budget, token_capacity, work_per_request)
 from llmsched.core.cost import CostModel, make_cost_model
 from llmsched.core.errors import ConfigError
+from llmsched.theory import (
+    capacity,
+    peak_token_capacity,
+    representative_step_time,
+    step_time_at_budget,
+    token_capacity,
+    work_per_request,
+)
 
 
 def test_paper_token_capacity_by_hand():
@@ -86,8 +92,13 @@ class CtxModel(CostModel):
     name = "ctx"
 
     def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
-        return (0.005 + 2e-5 * (prefill_tokens + decode_tokens) + 1e-8 * decode_context
-                + sum(1e-9 * c * (c / 2 + ctx) for c, ctx in chunks) + 1e-6 * sampled)
+        return (
+            0.005
+            + 2e-5 * (prefill_tokens + decode_tokens)
+            + 1e-8 * decode_context
+            + sum(1e-9 * c * (c / 2 + ctx) for c, ctx in chunks)
+            + 1e-6 * sampled
+        )
 
 
 def test_context_dependent_model_uses_workload_mix():
@@ -95,8 +106,7 @@ def test_context_dependent_model_uses_workload_mix():
     # mix 500 : 199 of 1024 tokens -> x = round(1024 * 500 / 699) = 732, y = 292
     t = step_time_at_budget(cost, 1024, 500, 200)
     assert t == pytest.approx(representative_step_time(cost, 732, 292, 500, 200))
-    expected = (0.005 + 2e-5 * 1024 + 1e-8 * 292 * 600 + 1e-9 * (500 * 250) + 1e-9 * 232 * (116 + 134)
-                + 1e-6 * (292 + 1))
+    expected = 0.005 + 2e-5 * 1024 + 1e-8 * 292 * 600 + 1e-9 * (500 * 250) + 1e-9 * 232 * (116 + 134) + 1e-6 * (292 + 1)
     assert t == pytest.approx(expected)
     assert token_capacity(cost, 1024, 500, 200) == pytest.approx(1024 / t)
     r = capacity(cost, 1024, 500, 200, k_max=64)
@@ -123,6 +133,7 @@ def test_profile_model():
     assert r.token_capacity == pytest.approx(2048 / step_time_at_budget(cost, 2048, 1024, 256))
     assert 0 < r.critical_rate < math.inf and r.region_exact is False
     from llmsched.theory import stability_region, workload_point
+
     reg = stability_region(cost, 2048, 256, mean_prompt=1024, mean_output=256)
     lam = reg.critical_rate(1024, 256)
     assert lam == pytest.approx(r.critical_rate)

@@ -6,9 +6,9 @@ import pytest
 
 from llmsched.cli import main
 
-T512 = 0.01128 + 4 * 0.03547   # t(512) of the paper model: 153.16 ms
-T128 = 0.01128 + 0.03547       # t(128): 46.75 ms
-C = 512 / T512                 # theorem 2's token capacity, tokens/s
+T512 = 0.01128 + 4 * 0.03547  # t(512) of the paper model: 153.16 ms
+T128 = 0.01128 + 0.03547  # t(128): 46.75 ms
+C = 512 / T512  # theorem 2's token capacity, tokens/s
 
 
 def run_json(capsys, *argv):
@@ -17,14 +17,25 @@ def run_json(capsys, *argv):
 
 
 def test_theorem2_numbers_by_hand(capsys):
-    r = run_json(capsys, "--cost-model", "paper", "--b-max", "512", "--mean-prompt", "200",
-                 "--mean-output", "101", "--rate", "10")
+    r = run_json(
+        capsys,
+        "--cost-model",
+        "paper",
+        "--b-max",
+        "512",
+        "--mean-prompt",
+        "200",
+        "--mean-output",
+        "101",
+        "--rate",
+        "10",
+    )
     c = r["capacity"]
     assert c["step_time_at_b_max_s"] == pytest.approx(T512)
     assert c["token_capacity"] == pytest.approx(C)
     assert c["work_per_request"] == 300
-    assert c["critical_rate"] == pytest.approx(C / 300)          # 11.143 req/s
-    assert r["utilisation"] == pytest.approx(10 * 300 / C)        # 89.7 %
+    assert c["critical_rate"] == pytest.approx(C / 300)  # 11.143 req/s
+    assert r["utilisation"] == pytest.approx(10 * 300 / C)  # 89.7 %
     assert r["inside"] is True
     assert r["scale"] == pytest.approx(C / 300 / 10)
     assert c["predicted_growth_tokens_per_s"] == 0
@@ -32,8 +43,7 @@ def test_theorem2_numbers_by_hand(capsys):
 
 
 def test_outside_the_bound(capsys):
-    r = run_json(capsys, "--cost-model", "paper", "--mean-prompt", "200", "--mean-output", "101",
-                 "--rate", "12")
+    r = run_json(capsys, "--cost-model", "paper", "--mean-prompt", "200", "--mean-output", "101", "--rate", "12")
     assert r["inside"] is False and r["scale"] < 1
     assert r["capacity"]["predicted_growth_tokens_per_s"] == pytest.approx(12 * 300 - C)
 
@@ -44,15 +54,43 @@ def test_k_max_region_by_hand(capsys, tmp_path):
     # gives lambda = 16 / (t(128) (100 + 200/113))
     lam = 16 / (T128 * (100 + 200 / 113))
     png = tmp_path / "region.png"
-    r = run_json(capsys, "--cost-model", "paper", "--b-max", "512", "--k-max", "16",
-                 "--mean-prompt", "200", "--mean-output", "101", "--rate", "3", "--plot", str(png))
+    r = run_json(
+        capsys,
+        "--cost-model",
+        "paper",
+        "--b-max",
+        "512",
+        "--k-max",
+        "16",
+        "--mean-prompt",
+        "200",
+        "--mean-output",
+        "101",
+        "--rate",
+        "3",
+        "--plot",
+        str(png),
+    )
     assert r["capacity"]["critical_rate"] == pytest.approx(lam, rel=1e-9)
     assert r["inside"] is True and r["scale"] == pytest.approx(lam / 3)
     shapes = {(v["prefill_tokens"], v["decode_tokens"]) for v in r["region"]["vertices"]}
     assert {(512, 0), (497, 15), (113, 15), (0, 16)} <= shapes
     assert png.stat().st_size > 1000 and r["plot"] == str(png)
-    out = run_json(capsys, "--cost-model", "paper", "--b-max", "512", "--k-max", "16",
-                   "--mean-prompt", "200", "--mean-output", "101", "--rate", "3.5")
+    out = run_json(
+        capsys,
+        "--cost-model",
+        "paper",
+        "--b-max",
+        "512",
+        "--k-max",
+        "16",
+        "--mean-prompt",
+        "200",
+        "--mean-output",
+        "101",
+        "--rate",
+        "3.5",
+    )
     assert out["inside"] is False and out["margin"] < 0
 
 
@@ -61,29 +99,36 @@ def test_means_by_sampling_laws(capsys):
     assert r["capacity"]["mean_prompt"] == 200 and r["capacity"]["mean_output"] == 101
     assert r["capacity"]["critical_rate"] == pytest.approx(C / 300)
     assert "rate" not in r
-    g = run_json(capsys, "--cost-model", "paper", "--prompt", "geometric:200", "--output", "geometric:101",
-                 "--samples", "50000")
+    g = run_json(
+        capsys, "--cost-model", "paper", "--prompt", "geometric:200", "--output", "geometric:101", "--samples", "50000"
+    )
     assert g["capacity"]["mean_prompt"] == pytest.approx(200, rel=0.03)
     assert g["means_source"].startswith("sampled")
 
 
 def test_text_output(capsys):
-    assert main(["capacity", "--cost-model", "paper", "--mean-prompt", "200", "--mean-output", "101",
-                 "--rate", "10"]) == 0
+    assert (
+        main(["capacity", "--cost-model", "paper", "--mean-prompt", "200", "--mean-output", "101", "--rate", "10"]) == 0
+    )
     out = capsys.readouterr().out
     assert "11.143 req/s" in out and "3,342.9 tokens/s" in out and "89.7%" in out
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["--cost-model", "nope", "--mean-prompt", "1", "--mean-output", "1"], "unknown cost model"),
-    (["--cost-model", "paper", "--mean-prompt", "-5", "--mean-output", "10"], "mean prompt"),
-    (["--cost-model", "paper", "--mean-prompt", "5", "--mean-output", "10", "--rate", "-1"], "rate"),
-    (["--cost-model", "paper", "--prompt", "bogus:1"], "length law"),
-    (["--cost-model", "paper", "--mean-prompt", "5", "--mean-output", "10", "--plot", "/nonexistent/x.png"],
-     "does not exist"),
-    (["--cost-model", "paper", "--lengths", "sharegpt", "--prompt", "const:3"], "not both"),
-    (["--cost-model", "paper", "--find-counterexample"], "k-max"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--cost-model", "nope", "--mean-prompt", "1", "--mean-output", "1"], "unknown cost model"),
+        (["--cost-model", "paper", "--mean-prompt", "-5", "--mean-output", "10"], "mean prompt"),
+        (["--cost-model", "paper", "--mean-prompt", "5", "--mean-output", "10", "--rate", "-1"], "rate"),
+        (["--cost-model", "paper", "--prompt", "bogus:1"], "length law"),
+        (
+            ["--cost-model", "paper", "--mean-prompt", "5", "--mean-output", "10", "--plot", "/nonexistent/x.png"],
+            "does not exist",
+        ),
+        (["--cost-model", "paper", "--lengths", "sharegpt", "--prompt", "const:3"], "not both"),
+        (["--cost-model", "paper", "--find-counterexample"], "k-max"),
+    ],
+)
 def test_errors_are_one_line_exit_2(capsys, argv, msg):
     assert main(["capacity", *argv]) == 2
     err = capsys.readouterr().err.strip()

@@ -4,30 +4,56 @@ import csv
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from llmsched.cli import main
 
-SMALL = ["--num-requests", "300", "--cost-model", "paper", "--b-max", "256", "--rate", "5",
-         "--prompt", "uniform:10,200", "--output", "geometric:20"]
+SMALL = [
+    "--num-requests",
+    "300",
+    "--cost-model",
+    "paper",
+    "--b-max",
+    "256",
+    "--rate",
+    "5",
+    "--prompt",
+    "uniform:10,200",
+    "--output",
+    "geometric:20",
+]
 
 
 def test_simulate_writes_outputs_and_plots(tmp_path, capsys):
     out = tmp_path / "res"
     assert main(["simulate", *SMALL, "--out", str(out), "--steps", "--quiet"]) == 0
     names = {p.name for p in out.iterdir()}
-    assert {"summary.json", "config.json", "requests.csv", "timeseries.csv", "steps.csv",
-            "itl_histogram.csv", "load_histogram.csv", "batch_histogram.csv"} <= names
+    assert {
+        "summary.json",
+        "config.json",
+        "requests.csv",
+        "timeseries.csv",
+        "steps.csv",
+        "itl_histogram.csv",
+        "load_histogram.csv",
+        "batch_histogram.csv",
+    } <= names
     summary = json.loads((out / "summary.json").read_text())
     assert summary["completed"] == 300
     config = json.loads((out / "config.json").read_text())
     assert config["policy"] == "sarathi" and config["workload"]["num_requests"] == 300
     with open(out / "steps.csv") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["step", "start_s", "duration_s", "prefill_tokens", "decode_tokens",
-                             "batch_size", "entries"]
+    assert list(rows[0]) == [
+        "step",
+        "start_s",
+        "duration_s",
+        "prefill_tokens",
+        "decode_tokens",
+        "batch_size",
+        "entries",
+    ]
     assert len(rows) == summary["steps"]
     for row in rows[:50]:
         toks = 0
@@ -45,8 +71,10 @@ def test_simulate_writes_outputs_and_plots(tmp_path, capsys):
 
 def test_simulate_json_and_config_file(tmp_path, capsys):
     cfg = tmp_path / "run.yaml"
-    cfg.write_text("policy: orca\nb_max: 128\ncost_model: paper\nworkload:\n  arrival: poisson\n"
-                   "  rate: 3\n  prompt: const:50\n  output: const:10\n  num_requests: 100\n")
+    cfg.write_text(
+        "policy: orca\nb_max: 128\ncost_model: paper\nworkload:\n  arrival: poisson\n"
+        "  rate: 3\n  prompt: const:50\n  output: const:10\n  num_requests: 100\n"
+    )
     assert main(["simulate", "--config", str(cfg), "--out", "", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["completed"] == 100 and summary["total_output_tokens"] == 1000
@@ -91,15 +119,30 @@ def test_bad_input_is_one_line_exit_2(tmp_path, extra, message):
     assert not out.exists()  # nothing half-written
 
 
-@pytest.mark.parametrize("line", ["b_max: true", "max_time_s: true", "fast: 'false'", "verdict: no_please",
-                                  "record_steps: 'no'", "admission: 5", "policy_options: 5",
-                                  "admission_options: [1]", "k_max: 2.5"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "b_max: true",
+        "max_time_s: true",
+        "fast: 'false'",
+        "verdict: no_please",
+        "record_steps: 'no'",
+        "admission: 5",
+        "policy_options: 5",
+        "admission_options: [1]",
+        "k_max: 2.5",
+    ],
+)
 def test_config_values_of_the_wrong_type(tmp_path, line):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"cost_model: paper\n{line}\nworkload:\n  rate: 5\n  prompt: const:10\n"
-                   "  output: const:5\n  num_requests: 20\n")
-    proc = subprocess.run([sys.executable, "-m", "llmsched.cli", "simulate", "--config", str(cfg), "--out", ""],
-                          capture_output=True, text=True)
+    cfg.write_text(
+        f"cost_model: paper\n{line}\nworkload:\n  rate: 5\n  prompt: const:10\n  output: const:5\n  num_requests: 20\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmsched.cli", "simulate", "--config", str(cfg), "--out", ""],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert line.split(":")[0] in proc.stderr
 
@@ -112,8 +155,11 @@ def test_malformed_trace_and_config(tmp_path):
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("polcy: sarathi\n")
     for extra in (["--trace", str(bad)], ["--config", str(yaml)], ["--config", str(unknown)]):
-        proc = subprocess.run([sys.executable, "-m", "llmsched.cli", "simulate", "--out", "",
-                               "--cost-model", "paper", *extra], capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "llmsched.cli", "simulate", "--out", "", "--cost-model", "paper", *extra],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 

@@ -11,13 +11,35 @@ EX = "examples"
 
 
 def test_simulate_cluster_from_flags(tmp_path, capsys):
-    rc = main(["simulate", "--cost-model", "paper", "--replicas", "3", "--router", "round-robin", "--rate", "20",
-               "--prompt", "geometric:100", "--output", "geometric:20", "--num-requests", "300",
-               "--out", str(tmp_path), "--json"])
+    rc = main(
+        [
+            "simulate",
+            "--cost-model",
+            "paper",
+            "--replicas",
+            "3",
+            "--router",
+            "round-robin",
+            "--rate",
+            "20",
+            "--prompt",
+            "geometric:100",
+            "--output",
+            "geometric:20",
+            "--num-requests",
+            "300",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ]
+    )
     assert rc == 0
     s = json.loads(capsys.readouterr().out)
     assert s["completed_jobs"] == 300 and set(s["servers"]["cluster"]["replicas"]) == {
-        "cluster[0]", "cluster[1]", "cluster[2]"}
+        "cluster[0]",
+        "cluster[1]",
+        "cluster[2]",
+    }
     # round-robin: each replica gets every third call
     calls = [r["num_requests"] for r in s["servers"]["cluster"]["replicas"].values()]
     assert calls == [100, 100, 100]
@@ -25,8 +47,10 @@ def test_simulate_cluster_from_flags(tmp_path, capsys):
 
 
 def test_simulate_network_file_and_capacity(capsys):
-    assert main(["simulate", "--network", f"{EX}/networks/tandem.yaml", "--num-requests", "200", "--out", "",
-                 "--json"]) == 0
+    assert (
+        main(["simulate", "--network", f"{EX}/networks/tandem.yaml", "--num-requests", "200", "--out", "", "--json"])
+        == 0
+    )
     s = json.loads(capsys.readouterr().out)
     assert s["num_jobs"] == 200 and s["num_calls"] == 400 and s["verdict"] in ("stable", "inconclusive")
     assert main(["capacity", "--network", f"{EX}/networks/tandem.yaml", "--json"]) == 0
@@ -35,22 +59,40 @@ def test_simulate_network_file_and_capacity(capsys):
 
 
 def test_simulate_serverless(capsys):
-    assert main(["simulate", "--serverless", f"{EX}/serverless/small.yaml", "--num-requests", "200",
-                 "--platform-scheduler", "fcfs", "--out", "", "--json"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--serverless",
+                f"{EX}/serverless/small.yaml",
+                "--num-requests",
+                "200",
+                "--platform-scheduler",
+                "fcfs",
+                "--out",
+                "",
+                "--json",
+            ]
+        )
+        == 0
+    )
     s = json.loads(capsys.readouterr().out)
     assert s["scheduler"] == "fcfs" and s["completed"] == 200 and s["cold_starts"] >= 1
 
 
-@pytest.mark.parametrize("args,message", [
-    (["simulate", "--network", f"{EX}/networks/tandem.yaml", "--rate", "3"], "--rate does not apply"),
-    (["simulate", "--router", "jsq"], "give --replicas"),
-    (["simulate", "--replicas", "2", "--router", "fastest"], "unknown router"),
-    (["simulate", "--network", "/no/such.yaml"], "does not exist"),
-    (["simulate", "--serverless", f"{EX}/serverless/small.yaml", "--rate", "3"], "--rate does not apply"),
-    (["simulate", "--serverless", f"{EX}/serverless/small.yaml", "--platform-scheduler", "nope"], "nope"),
-    (["simulate", "--platform-scheduler", "twp"], "is for --serverless"),
-    (["capacity", "--network", f"{EX}/networks/tandem.yaml", "--b-max", "256"], "does not apply"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["simulate", "--network", f"{EX}/networks/tandem.yaml", "--rate", "3"], "--rate does not apply"),
+        (["simulate", "--router", "jsq"], "give --replicas"),
+        (["simulate", "--replicas", "2", "--router", "fastest"], "unknown router"),
+        (["simulate", "--network", "/no/such.yaml"], "does not exist"),
+        (["simulate", "--serverless", f"{EX}/serverless/small.yaml", "--rate", "3"], "--rate does not apply"),
+        (["simulate", "--serverless", f"{EX}/serverless/small.yaml", "--platform-scheduler", "nope"], "nope"),
+        (["simulate", "--platform-scheduler", "twp"], "is for --serverless"),
+        (["capacity", "--network", f"{EX}/networks/tandem.yaml", "--b-max", "256"], "does not apply"),
+    ],
+)
 def test_bad_network_input_is_one_line_exit_2(args, message, capsys):
     assert main([*args, "--out", ""] if args[0] == "simulate" else args) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -68,8 +110,18 @@ def test_reproduce_network_experiments_are_wired(tmp_path, capsys):
 
 def test_json_alone_writes_nothing_and_a_rerun_leaves_no_stale_steps(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    small = ["--cost-model", "paper", "--rate", "5", "--num-requests", "50", "--prompt", "const:20",
-             "--output", "const:5"]
+    small = [
+        "--cost-model",
+        "paper",
+        "--rate",
+        "5",
+        "--num-requests",
+        "50",
+        "--prompt",
+        "const:20",
+        "--output",
+        "const:5",
+    ]
     assert main(["simulate", *small, "--json"]) == 0
     assert not (tmp_path / "results").exists()
     out = tmp_path / "run"
@@ -86,8 +138,21 @@ def test_yaml_configs_merge_reproduce_and_suggest(tmp_path, capsys):
 
     # the shipped example runs (shortened), and a run's own config.json reproduces it
     out = tmp_path / "a"
-    assert main(["simulate", "--config", "examples/configs/simulate.yaml", "--num-requests", "300",
-                 "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--config",
+                "examples/configs/simulate.yaml",
+                "--num-requests",
+                "300",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     first = json.loads(capsys.readouterr().out)
     assert set(first["tags"]) == {"chat", "summarise"}
     cfg = json.loads((out / "config.json").read_text())
@@ -97,8 +162,9 @@ def test_yaml_configs_merge_reproduce_and_suggest(tmp_path, capsys):
     for key in ("completed", "mean_ttft_ms", "p99_itl_ms", "steps"):
         assert again[key] == first[key]
     # a workload section fills in the defaults key by key, as --rate does
-    (tmp_path / "w.yaml").write_text(yaml.safe_dump({"cost_model": "paper", "workload": {"rate": 5,
-                                                                                           "num_requests": 60}}))
+    (tmp_path / "w.yaml").write_text(
+        yaml.safe_dump({"cost_model": "paper", "workload": {"rate": 5, "num_requests": 60}})
+    )
     assert main(["simulate", "--config", str(tmp_path / "w.yaml"), "--out", "", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["completed"] == 60
     # typos get a suggestion, in one line

@@ -67,20 +67,25 @@ def test_documented_command_parses(doc, command):
     argv = shlex.split(command)[1:]
     try:
         build_parser().parse_args(argv)
-    except SystemExit as e:                      # argparse's way of refusing a command
+    except SystemExit as e:  # argparse's way of refusing a command
         pytest.fail(f"{doc}: `{command}` is refused by the command line (exit {e.code})")
 
 
-RUNNABLE = [(d, c) for d, c in COMMANDS
-            if c.split()[1] in ("simulate", "capacity") and "--find-counterexample" not in c
-            and "/tmp/tiny" not in c and "profile:/" not in c]
+RUNNABLE = [
+    (d, c)
+    for d, c in COMMANDS
+    if c.split()[1] in ("simulate", "capacity")
+    and "--find-counterexample" not in c
+    and "/tmp/tiny" not in c
+    and "profile:/" not in c
+]
 
 
 @pytest.mark.parametrize("doc,command", RUNNABLE, ids=[f"{d}:{c[:60]}" for d, c in RUNNABLE])
 def test_documented_simulate_and_capacity_commands_run(doc, command, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     argv = shlex.split(command)[1:]
-    for i, a in enumerate(argv):                 # write into a temporary folder, not the checkout
+    for i, a in enumerate(argv):  # write into a temporary folder, not the checkout
         if a in ("--out", "--plot") and i + 1 < len(argv):
             argv[i + 1] = str(tmp_path / Path(argv[i + 1]).name)
     if argv[0] == "simulate":

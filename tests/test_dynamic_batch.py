@@ -4,6 +4,7 @@ and the simulator end to end."""
 from __future__ import annotations
 
 import pytest
+from helpers import trace
 
 import llmsched
 from llmsched.core import ConfigError, StepFeedback, StepPlan, make_cost_model
@@ -12,8 +13,6 @@ from llmsched.core.request import Request
 from llmsched.core.state import ServerState
 from llmsched.policies import ADMISSION_POLICIES, DynamicBatch, make_admission_policy, make_scheduler
 from llmsched.sim.simulator import simulate_trace
-
-from helpers import trace
 
 
 def _fb(start, duration, decode=1):
@@ -42,17 +41,17 @@ def test_aimd_on_a_hand_sequence():
     for _ in range(60):
         p.observe(st, _fb(t, 0.005))
         t += 0.005
-    assert p.cap == 40                                  # c_max
+    assert p.cap == 40  # c_max
 
 
 def test_ewma_smooths_single_slow_steps():
     p, st = _policy(alpha=0.25)
     t = 0.0
-    for ms in (10, 10, 10, 46):         # l = 10, 10, 10, 19: below the target
+    for ms in (10, 10, 10, 46):  # l = 10, 10, 10, 19: below the target
         p.observe(st, _fb(t, ms / 1e3))
         t += ms / 1e3
     assert p.cap == 20
-    p.observe(st, _fb(t, 0.030))        # l = 21.75 > 20
+    p.observe(st, _fb(t, 0.030))  # l = 21.75 > 20
     assert p.cap == 10
 
 
@@ -61,33 +60,35 @@ def test_default_target_is_one_and_a_half_batch_one_decode_steps():
     p.bind_cost_model(make_cost_model("paper"))
     p._resolve(ServerState(Constraints(b_max=512)))
     assert p.itl_target() == pytest.approx(1.5 * 0.04675)
-    assert p.C_max == 512 and p.cap == 512              # starts uncapped
+    assert p.C_max == 512 and p.cap == 512  # starts uncapped
     q = DynamicBatch()
     q._resolve(ServerState(Constraints(b_max=512, k_max=32)))
-    assert q.C_max == 32 and q.itl_target() is None    # no cost model: measured
+    assert q.C_max == 32 and q.itl_target() is None  # no cost model: measured
     q.observe(ServerState(Constraints(b_max=512, k_max=32)), _fb(0.0, 0.008))
     assert q.itl_target() == pytest.approx(0.012)
 
 
 def test_cap_bounds_admissions_but_never_pauses_running_requests():
-    sched = make_scheduler("sarathi", admission="dynamicbatch", b_max=64,
-                           admission_options=dict(c0=3, itl_target_ms=1000))
+    sched = make_scheduler(
+        "sarathi", admission="dynamicbatch", b_max=64, admission_options=dict(c0=3, itl_target_ms=1000)
+    )
     st = sched.new_state()
     for i in range(5):
         st.add(Request(i, 0, 4, 5))
     plan = sched.plan(st)
     assert [(r.id, n) for r, n in plan.prefill] == [(0, 4), (1, 4), (2, 4)]
     st.begin_step(plan, 0)
-    st.end_step(plan, 10 ** 7)
-    sched.admission.cap = 1.0                            # the cap drops below the running set
+    st.end_step(plan, 10**7)
+    sched.admission.cap = 1.0  # the cap drops below the running set
     plan = sched.plan(st)
-    assert plan.decode == 3 and plan.prefill == []       # all three still decode, none joins
+    assert plan.decode == 3 and plan.prefill == []  # all three still decode, none joins
     assert sched.admission.batch_limit(st) == 3
 
 
 def test_idle_server_admits_the_head_even_at_the_smallest_cap():
-    sched = make_scheduler("sarathi", admission="dynamicbatch", b_max=16,
-                           admission_options=dict(c0=1, c_min=1, itl_target_ms=1))
+    sched = make_scheduler(
+        "sarathi", admission="dynamicbatch", b_max=16, admission_options=dict(c0=1, c_min=1, itl_target_ms=1)
+    )
     st = sched.new_state()
     st.add(Request(0, 0, 40, 3))
     plan = sched.plan(st)
@@ -97,10 +98,14 @@ def test_idle_server_admits_the_head_even_at_the_smallest_cap():
 def test_registered_and_bad_options():
     assert ADMISSION_POLICIES["dynamicbatch"] is DynamicBatch
     assert isinstance(make_admission_policy("dynamic-batch"), DynamicBatch)
-    for opts, match in [({"cap": 3}, "unknown option 'cap'"), ({"c_min": 0}, "c_min must be"),
-                        ({"beta": 0}, "beta must be"), ({"delta": -1}, "delta must be"),
-                        ({"c_min": 9, "c_max": 3}, "must not exceed"),
-                        ({"itl_target_ms": "fast"}, "itl_target_ms must be a number")]:
+    for opts, match in [
+        ({"cap": 3}, "unknown option 'cap'"),
+        ({"c_min": 0}, "c_min must be"),
+        ({"beta": 0}, "beta must be"),
+        ({"delta": -1}, "delta must be"),
+        ({"c_min": 9, "c_max": 3}, "must not exceed"),
+        ({"itl_target_ms": "fast"}, "itl_target_ms must be a number"),
+    ]:
         with pytest.raises(ConfigError, match=match):
             make_admission_policy("dynamicbatch", **opts)
 
@@ -122,12 +127,19 @@ def test_simulation_loses_nothing_and_respects_the_cap():
     sched.plan = checked
     stats = simulate_trace(trace(rows), sched, make_cost_model("paper:c=5,a=3,b0=32"))
     assert stats.unfinished == 0 and (stats.e2e_ns >= 0).all()
-    assert min(caps) < 256 and len(set(caps)) > 5       # the cap moved
+    assert min(caps) < 256 and len(set(caps)) > 5  # the cap moved
 
 
 def test_end_to_end_through_the_api():
-    r = llmsched.simulate(admission="dynamicbatch", admission_options={"itl_target_ms": 100},
-                          cost_model="paper", rate=4, prompt="geometric:100", output="geometric:50",
-                          num_requests=300, seed=2)
+    r = llmsched.simulate(
+        admission="dynamicbatch",
+        admission_options={"itl_target_ms": 100},
+        cost_model="paper",
+        rate=4,
+        prompt="geometric:100",
+        output="geometric:50",
+        num_requests=300,
+        seed=2,
+    )
     assert r.summary["completed"] == 300
     assert r.config["scheduler"]["admission"]["itl_target_ms"] == 100

@@ -5,9 +5,8 @@ tests/data/golden/steps.json, made by tests/golden_steps.py at commit ed59e4c)."
 import json
 from pathlib import Path
 
-import pytest
-
 import golden_steps as g
+import pytest
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "golden" / "steps.json").read_text())
 

@@ -9,20 +9,25 @@ from llmsched.sim.histogram import GapHistogram
 @pytest.mark.parametrize("distinct", [50, 4096, 4097, 20000])
 def test_add_counts_equals_single_adds(distinct):
     rng = np.random.default_rng(distinct)
-    values = rng.integers(1, 10 ** 9, distinct)
+    values = rng.integers(1, 10**9, distinct)
     items = [(int(v), int(w)) for v, w in zip(rng.choice(values, 30000), rng.integers(0, 5, 30000))]
     one = GapHistogram()
     for v, w in items:
         one.add(v, w)
     batched = GapHistogram()
-    for lo in range(0, len(items), 7000):   # uneven batches, repeated values within a batch
+    for lo in range(0, len(items), 7000):  # uneven batches, repeated values within a batch
         counts = {}
-        for v, w in items[lo:lo + 7000]:
+        for v, w in items[lo : lo + 7000]:
             counts[v] = counts.get(v, 0) + w
         batched.add_counts(counts)
     assert batched.exact == one.exact
-    assert (batched.count, batched.total, batched.total_sq, batched.min, batched.max) == \
-           (one.count, one.total, one.total_sq, one.min, one.max)
+    assert (batched.count, batched.total, batched.total_sq, batched.min, batched.max) == (
+        one.count,
+        one.total,
+        one.total_sq,
+        one.min,
+        one.max,
+    )
     assert batched.counts() == one.counts()
     assert batched.percentiles((1, 50, 90, 99.9)) == one.percentiles((1, 50, 90, 99.9))
 

@@ -19,7 +19,7 @@ LAYERS = [
     {"analysis", "plots"},
     {"server"},
     {"cli"},
-    {"__main__", "__init__"},   # the package's front door: `import llmsched`, `python -m llmsched`
+    {"__main__", "__init__"},  # the package's front door: `import llmsched`, `python -m llmsched`
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 
@@ -46,7 +46,7 @@ def _imports():
                     target = node.module or ""
                 if node.module:
                     targets = [target]
-                else:   # `from .. import x`: x is a module or a name of the package
+                else:  # `from .. import x`: x is a module or a name of the package
                     targets = [f"{target}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -54,7 +54,7 @@ def _imports():
                 if target == "llmsched" or target.startswith("llmsched."):
                     unit = _unit(target)
                     if unit.startswith("__") and unit != "__main__":
-                        unit = "__init__"    # llmsched.__version__ and the like
+                        unit = "__init__"  # llmsched.__version__ and the like
                     yield _unit(module), unit, path.relative_to(SRC.parent), node.lineno
 
 
@@ -64,8 +64,11 @@ def test_every_package_has_a_layer():
 
 
 def test_imports_point_down():
-    upward = [f"{path}:{line}: {src} imports {dst}" for src, dst, path, line in _imports()
-              if src != dst and LEVEL[dst] >= LEVEL[src]]
+    upward = [
+        f"{path}:{line}: {src} imports {dst}"
+        for src, dst, path, line in _imports()
+        if src != dst and LEVEL[dst] >= LEVEL[src]
+    ]
     assert not upward, "imports that do not point down:\n" + "\n".join(upward)
 
 

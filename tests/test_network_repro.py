@@ -22,7 +22,7 @@ def _files_ok(res: dict, names: list[str]) -> None:
     for p in res["files"]:
         with open(p, "rb") as f:
             head = f.read(8)
-        assert head    # written, not empty
+        assert head  # written, not empty
         if p.endswith(".png"):
             assert head.startswith(b"\x89PNG")
     json.dumps(res, default=str)
@@ -32,8 +32,7 @@ def test_clusters_quick_jsq_beats_random_and_light_load_is_stable(tmp_path):
     res = rn.reproduce_clusters(out_dir=tmp_path, quick=True)
     _files_ok(res, ["clusters_p99.png", "clusters_ttft.png", "table.csv", "table.json"])
     rows = res["rows"]
-    assert {(r["router"], r["load"]) for r in rows} == {("random", 0.5), ("random", 0.9), ("jsq", 0.5),
-                                                         ("jsq", 0.9)}
+    assert {(r["router"], r["load"]) for r in rows} == {("random", 0.5), ("random", 0.9), ("jsq", 0.5), ("jsq", 0.9)}
     at = {(r["router"], r["load"]): r for r in rows}
     # tail latency: JSQ below random at 90% of the pool's capacity (seed 0)
     assert at[("jsq", 0.9)]["p99_job_latency_ms"] < at[("random", 0.9)]["p99_job_latency_ms"]
@@ -59,7 +58,7 @@ def test_agents_quick_dag_stable_at_90_unstable_at_110_and_under_fastertransform
     assert set(at) == {("sarathi", 0.9), ("sarathi", 1.1), ("fastertransformer", 0.9)}
     assert at[("sarathi", 0.9)]["verdict"] == "stable"
     assert at[("sarathi", 1.1)]["verdict"] == "unstable"
-    assert "writer:unstable" in at[("sarathi", 1.1)]["server_verdicts"]     # the bottleneck
+    assert "writer:unstable" in at[("sarathi", 1.1)]["server_verdicts"]  # the bottleneck
     assert at[("fastertransformer", 0.9)]["verdict"] == "unstable"
     assert at[("fastertransformer", 0.9)]["network_backlog_verdict"] == "unstable"
     s = res["summary"]["dag"]
@@ -97,7 +96,8 @@ def test_rybko_stolyar_network_offers_each_server_the_load():
         assert rep.server("s2").utilisation == pytest.approx(load)
         # exiting classes: 2 * load * long / (short + long)
         assert rep.class_load("s1", "B.2").offered_tokens_per_s / rep.server("s1").capacity == pytest.approx(
-            load * 1024 / 1152)
+            load * 1024 / 1152
+        )
     assert rn.rybko_stolyar_network("entry")["servers"]["s1"]["priority"] == ["A.1"]
     with pytest.raises(ConfigError, match="unknown Rybko-Stolyar order"):
         rn.rybko_stolyar_network("sideways")
@@ -106,12 +106,21 @@ def test_rybko_stolyar_network_offers_each_server_the_load():
 def test_network_backlog_counts_calls_still_to_come():
     """The network's unfinished work: the servers' backlogs plus, for every job in the
     network, the work of each call not yet delivered, checked against a direct count."""
-    net = {"servers": {"s1": {"policy": "sarathi"}, "s2": {"policy": "sarathi"}},
-           "jobs": {"j": {"arrival": {"process": "poisson", "rate": 4.0}, "route": [
-               {"call": {"server": "s1", "prompt": "geometric:200", "output": "geometric:20"}},
-               {"delay": "exponential:0.3"},
-               {"call": {"server": "s2", "prompt": "geometric:100", "output": "geometric:30", "context": True}}]}},
-           "num_jobs": 300, "seed": 3}
+    net = {
+        "servers": {"s1": {"policy": "sarathi"}, "s2": {"policy": "sarathi"}},
+        "jobs": {
+            "j": {
+                "arrival": {"process": "poisson", "rate": 4.0},
+                "route": [
+                    {"call": {"server": "s1", "prompt": "geometric:200", "output": "geometric:20"}},
+                    {"delay": "exponential:0.3"},
+                    {"call": {"server": "s2", "prompt": "geometric:100", "output": "geometric:30", "context": True}},
+                ],
+            }
+        },
+        "num_jobs": 300,
+        "seed": 3,
+    }
     res = simulate_network(net)
     nb = rn.network_backlog(res)
     st = res.stats

@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from llmsched.policies import make_scheduler
 from llmsched.core import ConfigError, make_cost_model
+from llmsched.policies import make_scheduler
 from llmsched.sim.network import run_network
 from llmsched.sim.network_result import simulate_network
 from llmsched.sim.simulator import simulate_trace
@@ -31,9 +31,13 @@ def networks(draw):
     n_servers = draw(st.integers(1, 3))
     servers = {}
     for i in range(n_servers):
-        s = {"policy": draw(st.sampled_from(POLICIES)), "b_max": draw(st.sampled_from([32, 64, 128])),
-             "cost_model": draw(st.sampled_from(["paper", "linear:c=5,a=0.05", "const:10"])),
-             "replicas": draw(st.integers(1, 3)), "router": draw(st.sampled_from(ROUTERS))}
+        s = {
+            "policy": draw(st.sampled_from(POLICIES)),
+            "b_max": draw(st.sampled_from([32, 64, 128])),
+            "cost_model": draw(st.sampled_from(["paper", "linear:c=5,a=0.05", "const:10"])),
+            "replicas": draw(st.integers(1, 3)),
+            "router": draw(st.sampled_from(ROUTERS)),
+        }
         if draw(st.booleans()):
             s["kv_capacity"] = draw(st.sampled_from([400, 1000]))
         if draw(st.booleans()):
@@ -41,10 +45,14 @@ def networks(draw):
         servers[f"s{i}"] = s
 
     def call():
-        return {"call": {"server": f"s{draw(st.integers(0, n_servers - 1))}",
-                         "prompt": f"uniform:1,{draw(st.integers(2, 80))}",
-                         "output": f"uniform:1,{draw(st.integers(2, 30))}",
-                         "context": draw(st.booleans())}}
+        return {
+            "call": {
+                "server": f"s{draw(st.integers(0, n_servers - 1))}",
+                "prompt": f"uniform:1,{draw(st.integers(2, 80))}",
+                "output": f"uniform:1,{draw(st.integers(2, 30))}",
+                "context": draw(st.booleans()),
+            }
+        }
 
     def route(depth):
         nodes = [call()]
@@ -65,21 +73,42 @@ def networks(draw):
                 nodes.append({"loop": loop})
         return nodes
 
-    jobs = {f"j{k}": {"arrival": {"process": draw(st.sampled_from(["poisson", "gamma"])), "rate": draw(
-        st.sampled_from([0.5, 2.0, 8.0])), **({"cv": 3.0} if draw(st.booleans()) else {})},
-        "route": route(0)} for k in range(draw(st.integers(1, 2)))}
+    jobs = {
+        f"j{k}": {
+            "arrival": {
+                "process": draw(st.sampled_from(["poisson", "gamma"])),
+                "rate": draw(st.sampled_from([0.5, 2.0, 8.0])),
+                **({"cv": 3.0} if draw(st.booleans()) else {}),
+            },
+            "route": route(0),
+        }
+        for k in range(draw(st.integers(1, 2)))
+    }
     for jd in jobs.values():
         if jd["arrival"]["process"] == "poisson":
             jd["arrival"].pop("cv", None)
-    return {"servers": servers, "jobs": jobs, "num_jobs": draw(st.integers(5, 40)),
-            "seed": draw(st.integers(0, 100)), "control": draw(st.sampled_from(["none", "backpressure"]))}
+    return {
+        "servers": servers,
+        "jobs": jobs,
+        "num_jobs": draw(st.integers(5, 40)),
+        "seed": draw(st.integers(0, 100)),
+        "control": draw(st.sampled_from(["none", "backpressure"])),
+    }
 
 
 def _fingerprint(stats):
-    reps = [(r["name"], r["sim"].steps, r["sim"].busy, dict(r["sim"].batch_hist), r["sim"].itl.count,
-             r["sim"].itl.total) for r in stats.replicas]
-    return (bytes(stats.job_finish), bytes(stats.call_e2e), bytes(stats.call_ttft), bytes(stats.call_queue),
-            bytes(stats.call_replica), reps)
+    reps = [
+        (r["name"], r["sim"].steps, r["sim"].busy, dict(r["sim"].batch_hist), r["sim"].itl.count, r["sim"].itl.total)
+        for r in stats.replicas
+    ]
+    return (
+        bytes(stats.job_finish),
+        bytes(stats.call_e2e),
+        bytes(stats.call_ttft),
+        bytes(stats.call_queue),
+        bytes(stats.call_replica),
+        reps,
+    )
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -87,7 +116,7 @@ def _fingerprint(stats):
 def test_fast_path_equals_step_by_step_on_random_networks(d):
     try:
         fast = run_network(NetworkSpec.from_dict(d), fast=True)
-    except ConfigError as e:      # a resent context outgrew a server's KV cache: refused, not stuck
+    except ConfigError as e:  # a resent context outgrew a server's KV cache: refused, not stuck
         assert "could never complete" in str(e)
         assume(False)
     exact = run_network(NetworkSpec.from_dict(d), fast=False)
@@ -99,35 +128,85 @@ def test_fast_path_equals_step_by_step_on_random_networks(d):
 
 
 def test_one_server_network_equals_the_single_server_simulator():
-    d = {"servers": {"gpu": {"policy": "sarathi", "b_max": 256, "kv_capacity": 3000, "cost_model": "paper"}},
-         "jobs": {"chat": {"arrival": {"process": "poisson", "rate": 3.0},
-                           "route": [{"call": {"server": "gpu", "prompt": "geometric:150",
-                                               "output": "geometric:60"}}]}},
-         "num_jobs": 400, "seed": 5}
+    d = {
+        "servers": {"gpu": {"policy": "sarathi", "b_max": 256, "kv_capacity": 3000, "cost_model": "paper"}},
+        "jobs": {
+            "chat": {
+                "arrival": {"process": "poisson", "rate": 3.0},
+                "route": [{"call": {"server": "gpu", "prompt": "geometric:150", "output": "geometric:60"}}],
+            }
+        },
+        "num_jobs": 400,
+        "seed": 5,
+    }
     stats = run_network(NetworkSpec.from_dict(d))
     arrival = _a(stats.call_arrival)
     tr = Trace(arrival / 1e9, _a(stats.call_prompt), _a(stats.call_output))
     sched = make_scheduler("sarathi", b_max=256, kv_capacity=3000)
     ref = simulate_trace(tr, sched, make_cost_model("paper"))
     # the simulator rounds arrival seconds back to ns: compare on its own clock
-    assert np.array_equal(np.asarray(ref.e2e_ns) + np.round(tr.arrival_s * 1e9).astype(np.int64),
-                          _a(stats.call_e2e) + arrival)
+    assert np.array_equal(
+        np.asarray(ref.e2e_ns) + np.round(tr.arrival_s * 1e9).astype(np.int64), _a(stats.call_e2e) + arrival
+    )
     assert np.array_equal(np.asarray(ref.ttft_ns), _a(stats.call_ttft))
     assert ref.steps == stats.replicas[0]["sim"].steps
 
 
 def test_routes_run_in_order_and_joins_wait_for_every_branch():
-    d = {"servers": {"a": {"b_max": 128}, "b": {"b_max": 128, "replicas": 2, "router": "round-robin"}},
-         "jobs": {"j": {"arrival": {"process": "poisson", "rate": 2.0}, "route": [
-             {"call": {"server": "a", "prompt": "const:40", "output": "const:5", "class": "first"}},
-             {"fork": [[{"call": {"server": "b", "prompt": "uniform:1,100", "output": "uniform:1,20",
-                                  "class": "left"}}],
-                       [{"call": {"server": "a", "prompt": "const:10", "output": "uniform:1,30", "class": "right"}},
-                        {"loop": {"times": 2, "body": [{"call": {"server": "b", "prompt": "const:5",
-                                                                  "output": "const:3", "context": True,
-                                                                  "class": "again"}}]}}]]},
-             {"call": {"server": "a", "prompt": "const:5", "output": "const:5", "class": "last"}}]}},
-         "num_jobs": 60, "seed": 3}
+    d = {
+        "servers": {"a": {"b_max": 128}, "b": {"b_max": 128, "replicas": 2, "router": "round-robin"}},
+        "jobs": {
+            "j": {
+                "arrival": {"process": "poisson", "rate": 2.0},
+                "route": [
+                    {"call": {"server": "a", "prompt": "const:40", "output": "const:5", "class": "first"}},
+                    {
+                        "fork": [
+                            [
+                                {
+                                    "call": {
+                                        "server": "b",
+                                        "prompt": "uniform:1,100",
+                                        "output": "uniform:1,20",
+                                        "class": "left",
+                                    }
+                                }
+                            ],
+                            [
+                                {
+                                    "call": {
+                                        "server": "a",
+                                        "prompt": "const:10",
+                                        "output": "uniform:1,30",
+                                        "class": "right",
+                                    }
+                                },
+                                {
+                                    "loop": {
+                                        "times": 2,
+                                        "body": [
+                                            {
+                                                "call": {
+                                                    "server": "b",
+                                                    "prompt": "const:5",
+                                                    "output": "const:3",
+                                                    "context": True,
+                                                    "class": "again",
+                                                }
+                                            }
+                                        ],
+                                    }
+                                },
+                            ],
+                        ]
+                    },
+                    {"call": {"server": "a", "prompt": "const:5", "output": "const:5", "class": "last"}},
+                ],
+            }
+        },
+        "num_jobs": 60,
+        "seed": 3,
+    }
     stats = run_network(NetworkSpec.from_dict(d))
     arr, e2e = _a(stats.call_arrival), _a(stats.call_e2e)
     calls = defaultdict(dict)
@@ -135,18 +214,18 @@ def test_routes_run_in_order_and_joins_wait_for_every_branch():
         calls[job].setdefault(cls, []).append(cid)
     for job, by in calls.items():
         assert {k: len(v) for k, v in by.items()} == {"first": 1, "left": 1, "right": 1, "again": 2, "last": 1}
-        end = lambda c: arr[c] + e2e[c]                       # noqa: E731
+        end = lambda c: arr[c] + e2e[c]  # noqa: E731
         first, left, right, last = by["first"][0], by["left"][0], by["right"][0], by["last"][0]
         a1, a2 = by["again"]
         assert arr[left] == end(first) and arr[right] == end(first)
         assert arr[a1] == end(right) and arr[a2] == end(a1)
-        assert arr[last] == max(end(left), end(a2))          # the join waits for both branches
+        assert arr[last] == max(end(left), end(a2))  # the join waits for both branches
         assert _a(stats.job_finish)[job] == end(last)
         # the loop resends the branch's context: right's prompt and output, then again's
         p = _a(stats.call_prompt)
         o = _a(stats.call_output)
         assert p[a1] == 5 + 40 + 5 + 10 + o[right]
-        assert p[a2] == p[a1] + 3 + 5          # a1 added its 5 new prompt tokens and 3 outputs
+        assert p[a2] == p[a1] + 3 + 5  # a1 added its 5 new prompt tokens and 3 outputs
 
 
 def test_results_and_files(tmp_path):

@@ -101,21 +101,43 @@ def test_parse_the_issue_example():
 def test_server_defaults_and_scheduler_fields():
     d = spec_with(lambda d: d["servers"].update(s3={}))
     s3 = NetworkSpec.from_dict(d).servers["s3"]
-    assert (s3.policy, s3.admission, s3.b_max, s3.k_max, s3.kv_capacity, s3.max_running) == \
-        ("sarathi", "fcfs", 512, None, None, None)
+    assert (s3.policy, s3.admission, s3.b_max, s3.k_max, s3.kv_capacity, s3.max_running) == (
+        "sarathi",
+        "fcfs",
+        512,
+        None,
+        None,
+        None,
+    )
     assert (s3.cost_model, s3.replicas, s3.router, s3.router_options, s3.priority) == ("paper", 1, "jsq", {}, [])
-    s = ServerSpec("x", policy="orca", b_max=256, k_max=16, kv_capacity=4096, max_running=8,
-                   policy_options={"a": 1}, admission="spf").validate()
-    assert s.scheduler_fields() == {"policy": "orca", "admission": "spf", "b_max": 256, "k_max": 16,
-                                    "kv_capacity": 4096, "max_running": 8, "policy_options": {"a": 1},
-                                    "admission_options": {}}
+    s = ServerSpec(
+        "x",
+        policy="orca",
+        b_max=256,
+        k_max=16,
+        kv_capacity=4096,
+        max_running=8,
+        policy_options={"a": 1},
+        admission="spf",
+    ).validate()
+    assert s.scheduler_fields() == {
+        "policy": "orca",
+        "admission": "spf",
+        "b_max": 256,
+        "k_max": 16,
+        "kv_capacity": 4096,
+        "max_running": 8,
+        "policy_options": {"a": 1},
+        "admission_options": {},
+    }
 
 
 def test_explicit_class_names_and_shared_classes():
     def edit(d):
         route(d)[0]["call"]["class"] = "plan"
-        route(d)[3]["loop"]["body"][0]["call"]["class"] = "plan"   # a class may span servers
+        route(d)[3]["loop"]["body"][0]["call"]["class"] = "plan"  # a class may span servers
         d["servers"]["s1"]["priority"] = ["plan"]
+
     net = NetworkSpec.from_dict(spec_with(edit))
     assert net.call_classes() == ["plan", "A.2", "A.3"]
     assert net.class_servers()["plan"] == {"s1", "s2"}
@@ -123,10 +145,15 @@ def test_explicit_class_names_and_shared_classes():
 
 def test_arrival_processes():
     def edit(d):
-        d["jobs"]["B"] = {"arrival": {"process": "gamma", "rate": 2, "cv": 3},
-                          "route": [{"call": {"server": "s1", "prompt": 10, "output": 2}}]}
-        d["jobs"]["C"] = {"arrival": {"process": "deterministic", "rate": 0.5},
-                          "route": {"call": {"server": "s2", "prompt": 10, "output": 2}}}  # one node
+        d["jobs"]["B"] = {
+            "arrival": {"process": "gamma", "rate": 2, "cv": 3},
+            "route": [{"call": {"server": "s1", "prompt": 10, "output": 2}}],
+        }
+        d["jobs"]["C"] = {
+            "arrival": {"process": "deterministic", "rate": 0.5},
+            "route": {"call": {"server": "s2", "prompt": 10, "output": 2}},
+        }  # one node
+
     net = NetworkSpec.from_dict(spec_with(edit))
     a, b, c = (j.arrival for j in net.jobs)
     assert isinstance(a, Poisson)
@@ -137,8 +164,15 @@ def test_arrival_processes():
 
 def test_fork_branch_written_as_one_node_and_fork_mapping_form():
     def edit(d):
-        route(d)[2] = {"fork": {"branches": [{"call": {"server": "s2", "prompt": 5, "output": 1}},
-                                             [{"delay": 1}, {"call": {"server": "s1", "prompt": 5, "output": 1}}]]}}
+        route(d)[2] = {
+            "fork": {
+                "branches": [
+                    {"call": {"server": "s2", "prompt": 5, "output": 1}},
+                    [{"delay": 1}, {"call": {"server": "s1", "prompt": 5, "output": 1}}],
+                ]
+            }
+        }
+
     fork = NetworkSpec.from_dict(spec_with(edit)).jobs[0].route[2]
     assert [len(b) for b in fork.branches] == [1, 2]
     assert fork.branches[1][0].law == DelayLaw("const", 1.0)
@@ -146,9 +180,16 @@ def test_fork_branch_written_as_one_node_and_fork_mapping_form():
 
 def test_loop_times_and_nested():
     def edit(d):
-        route(d)[3] = {"loop": {"times": 3, "body": [
-            {"call": {"server": "s1", "prompt": 5, "output": 2}},
-            {"loop": {"repeat_prob": 0.5, "body": [{"call": {"server": "s2", "prompt": 5, "output": 2}}]}}]}}
+        route(d)[3] = {
+            "loop": {
+                "times": 3,
+                "body": [
+                    {"call": {"server": "s1", "prompt": 5, "output": 2}},
+                    {"loop": {"repeat_prob": 0.5, "body": [{"call": {"server": "s2", "prompt": 5, "output": 2}}]}},
+                ],
+            }
+        }
+
     loop = NetworkSpec.from_dict(spec_with(edit)).jobs[0].route[3]
     assert loop.times == 3 and loop.repeat_prob is None
     assert isinstance(loop.body[1], Loop) and loop.body[1].repeat_prob == 0.5
@@ -156,8 +197,15 @@ def test_loop_times_and_nested():
 
 def test_python_construction_validates_and_names_classes():
     servers = {"g": ServerSpec("g", replicas=4, router="power-of-two", router_options={"d": 3})}
-    job = JobType("chat", Poisson(2.0), [Call("g", "geometric:100", 20), Delay("const:1"),
-                                         Loop([Call("g", Constant(5), Constant(5), context=True)], times=2)])
+    job = JobType(
+        "chat",
+        Poisson(2.0),
+        [
+            Call("g", "geometric:100", 20),
+            Delay("const:1"),
+            Loop([Call("g", Constant(5), Constant(5), context=True)], times=2),
+        ],
+    )
     net = NetworkSpec(servers, [job], num_jobs=100)
     assert net.call_classes() == ["chat.1", "chat.2"]
     assert job.route[0].prompt == Geometric(100) and job.route[0].output == Constant(20)
@@ -196,12 +244,21 @@ def test_delay_laws():
         assert parse_delay_law(parse_delay_law(s).to_str()) == parse_delay_law(s)
 
 
-@pytest.mark.parametrize("bad, words", [
-    ("exponential:-1", "mean must be > 0"), ("exponential:0", "mean must be > 0"),
-    ("const:-1", ">= 0"), ("uniform:3,1", "0 <= lo <= hi"), ("uniform:1", "two values"),
-    ("gauss:1", "unknown delay law"), ("expnential:1", "did you mean 'exponential'"),
-    ("const:abc", "must be a number"), ("const:nan", "finite"), (None, "delay must be a law"),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ("exponential:-1", "mean must be > 0"),
+        ("exponential:0", "mean must be > 0"),
+        ("const:-1", ">= 0"),
+        ("uniform:3,1", "0 <= lo <= hi"),
+        ("uniform:1", "two values"),
+        ("gauss:1", "unknown delay law"),
+        ("expnential:1", "did you mean 'exponential'"),
+        ("const:abc", "must be a number"),
+        ("const:nan", "finite"),
+        (None, "delay must be a law"),
+    ],
+)
 def test_bad_delay_laws(bad, words):
     msg = error_of(spec_with(lambda d: route(d).__setitem__(1, {"delay": bad})))
     assert msg.startswith("jobs.A.route[1].delay: "), msg
@@ -209,95 +266,179 @@ def test_bad_delay_laws(bad, words):
 
 
 # ------------------------------------------------------------------------- validation
-@pytest.mark.parametrize("edit, where, words", [
-    # unknown servers
-    (lambda d: route(d)[0]["call"].update(server="s11"), "jobs.A.route[0].call",
-     "unknown server 's11' (did you mean 's1'?); servers: s1, s2"),
-    (lambda d: route(d)[2]["fork"][0][0]["call"].update(server="gpu"), "jobs.A.route[2].fork[0][0].call",
-     "unknown server 'gpu'"),
-    # unknown keys, with suggestions
-    (lambda d: d.update(sever=1), "", "unknown key 'sever' in the network's top level (did you mean 'servers'?)"),
-    (lambda d: d["servers"]["s1"].update(polcy="orca"), "servers.s1", "unknown key 'polcy' in server 's1' (did you mean 'policy'?)"),
-    (lambda d: route(d)[0]["call"].update(promt=5), "jobs.A.route[0].call", "unknown key 'promt' in a call (did you mean 'prompt'?)"),
-    (lambda d: d["jobs"]["A"].update(rout=[]), "jobs.A", "unknown key 'rout' in job type 'A' (did you mean 'route'?)"),
-    (lambda d: d["jobs"]["A"]["arrival"].update(rte=1), "jobs.A.arrival", "(did you mean 'rate'?)"),
-    (lambda d: route(d)[3]["loop"].update(repeat=0.1), "jobs.A.route[3].loop", "unknown key 'repeat' in a loop (did you mean 'repeat_prob'?)"),
-    (lambda d: route(d).__setitem__(1, {"dealy": 1}), "jobs.A.route[1]", "unknown node 'dealy' (did you mean 'delay'?)"),
-    (lambda d: route(d).__setitem__(1, {"delay": 1, "call": {}}), "jobs.A.route[1]", "mapping with one key"),
-    # loops
-    (lambda d: route(d)[3]["loop"].pop("repeat_prob"), "jobs.A.route[3].loop", "give exactly one of times"),
-    (lambda d: route(d)[3]["loop"].update(times=2), "jobs.A.route[3].loop", "give exactly one of times"),
-    (lambda d: route(d)[3]["loop"].update(repeat_prob=1.0), "jobs.A.route[3].loop",
-     "repeat_prob must be in [0, 1), got 1 (a cycle without exit"),
-    (lambda d: route(d)[3]["loop"].update(repeat_prob=1.5), "jobs.A.route[3].loop", "a cycle without exit"),
-    (lambda d: route(d)[3]["loop"].update(repeat_prob=-0.1), "jobs.A.route[3].loop", "repeat_prob must be in [0, 1), got -0.1"),
-    (lambda d: route(d)[3]["loop"].update(repeat_prob="x"), "jobs.A.route[3].loop", "repeat_prob must be a number"),
-    (lambda d: route(d)[3].update(loop={"times": 0, "body": [{"delay": 1}]}), "jobs.A.route[3].loop", "times must be a whole number >= 1"),
-    (lambda d: route(d)[3].update(loop={"times": 2.5, "body": [{"delay": 1}]}), "jobs.A.route[3].loop", "times must be a whole number"),
-    (lambda d: route(d)[3]["loop"].update(body=[]), "jobs.A.route[3].loop", "the loop body is empty"),
-    (lambda d: route(d)[3]["loop"]["body"][0]["call"].update(server="zz"), "jobs.A.route[3].loop.body[0].call", "unknown server 'zz'"),
-    # routers, weights, replicas
-    (lambda d: d["servers"]["s1"].update(router="jsqq"), "servers.s1", "unknown router 'jsqq' (did you mean 'jsq'?)"),
-    (lambda d: d["servers"]["s1"].update(replicas=0), "servers.s1", "replicas must be a whole number >= 1, got 0"),
-    (lambda d: d["servers"]["s1"].update(replicas=-2), "servers.s1", "replicas must be a whole number >= 1"),
-    (lambda d: d["servers"]["s1"].update(replicas=2, router="random", router_options={"weights": [1, 2, 3]}),
-     "servers.s1.router_options", "weights must have one entry per replica (2), got 3"),
-    (lambda d: d["servers"]["s1"].update(replicas=2, router="random", router_options={"weights": [1, -2]}),
-     "servers.s1.router_options", "weights must be >= 0"),
-    (lambda d: d["servers"]["s1"].update(replicas=2, router="random", router_options={"weights": [0, 0]}),
-     "servers.s1.router_options", "weights are all zero"),
-    (lambda d: d["servers"]["s1"].update(replicas=2, router="random", router_options={"weights": "1,1"}),
-     "servers.s1.router_options", "weights must be a list"),
-    (lambda d: d["servers"]["s1"].update(replicas=2, router="random", router_options={"wieghts": [1, 1]}),
-     "servers.s1.router_options", "unknown option 'wieghts' for router random (did you mean 'weights'?)"),
-    (lambda d: d["servers"]["s1"].update(router_options={"d": 2}), "servers.s1.router_options",
-     "router jsq takes no options"),
-    (lambda d: d["servers"]["s1"].update(router="power-of-two", router_options={"d": 0}),
-     "servers.s1.router_options", "d (replicas sampled by power-of-two) must be a whole number >= 1"),
-    # other server fields
-    (lambda d: d["servers"]["s1"].update(b_max=0), "servers.s1", "b_max must be a whole number >= 1"),
-    (lambda d: d["servers"]["s1"].update(k_max="many"), "servers.s1", "k_max must be a whole number"),
-    (lambda d: d["servers"]["s1"].update(cost_model="papr"), "servers.s1.cost_model", "unknown cost model 'papr'"),
-    (lambda d: d["servers"]["s1"].update(cost_model="paper:c=-1"), "servers.s1.cost_model", "c >= 0"),
-    (lambda d: d["servers"]["s1"].update(policy=""), "servers.s1", "policy must be a non-empty string"),
-    (lambda d: d["servers"]["s1"].update(policy_options=[1]), "servers.s1", "policy_options must be a mapping"),
-    (lambda d: d["servers"].update(s1=[1]), "servers.s1", "server 's1' must be a mapping"),
-    # priorities
-    (lambda d: d["servers"]["s1"].update(priority=["A.9"]), "servers.s1.priority", "unknown call class 'A.9'"),
-    (lambda d: d["servers"]["s1"].update(priority=["A2"]), "servers.s1.priority", "(did you mean 'A.2'?)"),
-    (lambda d: d["servers"]["s1"].update(priority=["A.2"]), "servers.s1.priority",
-     "call class 'A.2' never visits server s1 (it runs on s2)"),
-    (lambda d: d["servers"]["s1"].update(priority=["A.1", "A.1"]), "servers.s1.priority", "listed twice"),
-    (lambda d: d["servers"]["s1"].update(priority="A.1"), "servers.s1", "priority must be a list"),
-    # routes and forks
-    (lambda d: d["jobs"]["A"].update(route=[]), "jobs.A.route", "the route is empty"),
-    (lambda d: d["jobs"]["A"].update(route=None), "jobs.A", "missing 'route'"),
-    (lambda d: d["jobs"]["A"].update(route=[{"delay": 1}]), "jobs.A.route", "the route has no call"),
-    (lambda d: route(d)[2]["fork"].append([]), "jobs.A.route[2].fork[2]", "empty fork branch"),
-    (lambda d: route(d).__setitem__(2, {"fork": []}), "jobs.A.route[2].fork", "non-empty list of branches"),
-    (lambda d: route(d).__setitem__(2, {"fork": {"branch": []}}), "jobs.A.route[2].fork", "unknown key 'branch'"),
-    # arrivals
-    (lambda d: d["jobs"]["A"]["arrival"].update(rate=0), "jobs.A.arrival", "positive number"),
-    (lambda d: d["jobs"]["A"]["arrival"].update(rate=-1), "jobs.A.arrival", "positive number"),
-    (lambda d: d["jobs"]["A"]["arrival"].update(rate="fast"), "jobs.A.arrival", "must be a number"),
-    (lambda d: d["jobs"]["A"]["arrival"].pop("rate"), "jobs.A.arrival", "missing 'rate'"),
-    (lambda d: d["jobs"]["A"]["arrival"].update(process="weibull"), "jobs.A.arrival", "unknown arrival process 'weibull'"),
-    (lambda d: d["jobs"]["A"]["arrival"].update(cv=2), "jobs.A.arrival", "cv=2 applies to gamma arrivals only"),
-    (lambda d: d["jobs"]["A"].pop("arrival"), "jobs.A", "missing 'arrival'"),
-    # length laws and call fields
-    (lambda d: route(d)[0]["call"].update(prompt="geometric:0"), "jobs.A.route[0].call.prompt", "geometric mean"),
-    (lambda d: route(d)[0]["call"].update(output="foo:3"), "jobs.A.route[0].call.output", "unknown length law 'foo:3'"),
-    (lambda d: route(d)[0]["call"].update(prompt=0), "jobs.A.route[0].call.prompt", ">= 1"),
-    (lambda d: route(d)[0]["call"].pop("output"), "jobs.A.route[0].call", "missing 'output'"),
-    (lambda d: route(d)[0]["call"].update(context="yes"), "jobs.A.route[0].call", "context must be true or false"),
-    # top level
-    (lambda d: d.pop("servers"), "", "the network needs a 'servers' section"),
-    (lambda d: d.update(jobs={}), "jobs", "at least one job type"),
-    (lambda d: d.update(servers={}), "servers", "at least one server"),
-    (lambda d: d.update(num_jobs=0), "num_jobs", "num_jobs must be a whole number >= 1"),
-    (lambda d: d.update(duration_s=-5), "duration_s", "must be > 0"),
-    (lambda d: d.update(seed=-1), "seed", "seed must be a whole number >= 0"),
-])
+@pytest.mark.parametrize(
+    "edit, where, words",
+    [
+        # unknown servers
+        (
+            lambda d: route(d)[0]["call"].update(server="s11"),
+            "jobs.A.route[0].call",
+            "unknown server 's11' (did you mean 's1'?); servers: s1, s2",
+        ),
+        (
+            lambda d: route(d)[2]["fork"][0][0]["call"].update(server="gpu"),
+            "jobs.A.route[2].fork[0][0].call",
+            "unknown server 'gpu'",
+        ),
+        # unknown keys, with suggestions
+        (lambda d: d.update(sever=1), "", "unknown key 'sever' in the network's top level (did you mean 'servers'?)"),
+        (
+            lambda d: d["servers"]["s1"].update(polcy="orca"),
+            "servers.s1",
+            "unknown key 'polcy' in server 's1' (did you mean 'policy'?)",
+        ),
+        (
+            lambda d: route(d)[0]["call"].update(promt=5),
+            "jobs.A.route[0].call",
+            "unknown key 'promt' in a call (did you mean 'prompt'?)",
+        ),
+        (
+            lambda d: d["jobs"]["A"].update(rout=[]),
+            "jobs.A",
+            "unknown key 'rout' in job type 'A' (did you mean 'route'?)",
+        ),
+        (lambda d: d["jobs"]["A"]["arrival"].update(rte=1), "jobs.A.arrival", "(did you mean 'rate'?)"),
+        (
+            lambda d: route(d)[3]["loop"].update(repeat=0.1),
+            "jobs.A.route[3].loop",
+            "unknown key 'repeat' in a loop (did you mean 'repeat_prob'?)",
+        ),
+        (
+            lambda d: route(d).__setitem__(1, {"dealy": 1}),
+            "jobs.A.route[1]",
+            "unknown node 'dealy' (did you mean 'delay'?)",
+        ),
+        (lambda d: route(d).__setitem__(1, {"delay": 1, "call": {}}), "jobs.A.route[1]", "mapping with one key"),
+        # loops
+        (lambda d: route(d)[3]["loop"].pop("repeat_prob"), "jobs.A.route[3].loop", "give exactly one of times"),
+        (lambda d: route(d)[3]["loop"].update(times=2), "jobs.A.route[3].loop", "give exactly one of times"),
+        (
+            lambda d: route(d)[3]["loop"].update(repeat_prob=1.0),
+            "jobs.A.route[3].loop",
+            "repeat_prob must be in [0, 1), got 1 (a cycle without exit",
+        ),
+        (lambda d: route(d)[3]["loop"].update(repeat_prob=1.5), "jobs.A.route[3].loop", "a cycle without exit"),
+        (
+            lambda d: route(d)[3]["loop"].update(repeat_prob=-0.1),
+            "jobs.A.route[3].loop",
+            "repeat_prob must be in [0, 1), got -0.1",
+        ),
+        (lambda d: route(d)[3]["loop"].update(repeat_prob="x"), "jobs.A.route[3].loop", "repeat_prob must be a number"),
+        (
+            lambda d: route(d)[3].update(loop={"times": 0, "body": [{"delay": 1}]}),
+            "jobs.A.route[3].loop",
+            "times must be a whole number >= 1",
+        ),
+        (
+            lambda d: route(d)[3].update(loop={"times": 2.5, "body": [{"delay": 1}]}),
+            "jobs.A.route[3].loop",
+            "times must be a whole number",
+        ),
+        (lambda d: route(d)[3]["loop"].update(body=[]), "jobs.A.route[3].loop", "the loop body is empty"),
+        (
+            lambda d: route(d)[3]["loop"]["body"][0]["call"].update(server="zz"),
+            "jobs.A.route[3].loop.body[0].call",
+            "unknown server 'zz'",
+        ),
+        # routers, weights, replicas
+        (
+            lambda d: d["servers"]["s1"].update(router="jsqq"),
+            "servers.s1",
+            "unknown router 'jsqq' (did you mean 'jsq'?)",
+        ),
+        (lambda d: d["servers"]["s1"].update(replicas=0), "servers.s1", "replicas must be a whole number >= 1, got 0"),
+        (lambda d: d["servers"]["s1"].update(replicas=-2), "servers.s1", "replicas must be a whole number >= 1"),
+        (
+            lambda d: d["servers"]["s1"].update(replicas=2, router="random", router_options={"weights": [1, 2, 3]}),
+            "servers.s1.router_options",
+            "weights must have one entry per replica (2), got 3",
+        ),
+        (
+            lambda d: d["servers"]["s1"].update(replicas=2, router="random", router_options={"weights": [1, -2]}),
+            "servers.s1.router_options",
+            "weights must be >= 0",
+        ),
+        (
+            lambda d: d["servers"]["s1"].update(replicas=2, router="random", router_options={"weights": [0, 0]}),
+            "servers.s1.router_options",
+            "weights are all zero",
+        ),
+        (
+            lambda d: d["servers"]["s1"].update(replicas=2, router="random", router_options={"weights": "1,1"}),
+            "servers.s1.router_options",
+            "weights must be a list",
+        ),
+        (
+            lambda d: d["servers"]["s1"].update(replicas=2, router="random", router_options={"wieghts": [1, 1]}),
+            "servers.s1.router_options",
+            "unknown option 'wieghts' for router random (did you mean 'weights'?)",
+        ),
+        (
+            lambda d: d["servers"]["s1"].update(router_options={"d": 2}),
+            "servers.s1.router_options",
+            "router jsq takes no options",
+        ),
+        (
+            lambda d: d["servers"]["s1"].update(router="power-of-two", router_options={"d": 0}),
+            "servers.s1.router_options",
+            "d (replicas sampled by power-of-two) must be a whole number >= 1",
+        ),
+        # other server fields
+        (lambda d: d["servers"]["s1"].update(b_max=0), "servers.s1", "b_max must be a whole number >= 1"),
+        (lambda d: d["servers"]["s1"].update(k_max="many"), "servers.s1", "k_max must be a whole number"),
+        (lambda d: d["servers"]["s1"].update(cost_model="papr"), "servers.s1.cost_model", "unknown cost model 'papr'"),
+        (lambda d: d["servers"]["s1"].update(cost_model="paper:c=-1"), "servers.s1.cost_model", "c >= 0"),
+        (lambda d: d["servers"]["s1"].update(policy=""), "servers.s1", "policy must be a non-empty string"),
+        (lambda d: d["servers"]["s1"].update(policy_options=[1]), "servers.s1", "policy_options must be a mapping"),
+        (lambda d: d["servers"].update(s1=[1]), "servers.s1", "server 's1' must be a mapping"),
+        # priorities
+        (lambda d: d["servers"]["s1"].update(priority=["A.9"]), "servers.s1.priority", "unknown call class 'A.9'"),
+        (lambda d: d["servers"]["s1"].update(priority=["A2"]), "servers.s1.priority", "(did you mean 'A.2'?)"),
+        (
+            lambda d: d["servers"]["s1"].update(priority=["A.2"]),
+            "servers.s1.priority",
+            "call class 'A.2' never visits server s1 (it runs on s2)",
+        ),
+        (lambda d: d["servers"]["s1"].update(priority=["A.1", "A.1"]), "servers.s1.priority", "listed twice"),
+        (lambda d: d["servers"]["s1"].update(priority="A.1"), "servers.s1", "priority must be a list"),
+        # routes and forks
+        (lambda d: d["jobs"]["A"].update(route=[]), "jobs.A.route", "the route is empty"),
+        (lambda d: d["jobs"]["A"].update(route=None), "jobs.A", "missing 'route'"),
+        (lambda d: d["jobs"]["A"].update(route=[{"delay": 1}]), "jobs.A.route", "the route has no call"),
+        (lambda d: route(d)[2]["fork"].append([]), "jobs.A.route[2].fork[2]", "empty fork branch"),
+        (lambda d: route(d).__setitem__(2, {"fork": []}), "jobs.A.route[2].fork", "non-empty list of branches"),
+        (lambda d: route(d).__setitem__(2, {"fork": {"branch": []}}), "jobs.A.route[2].fork", "unknown key 'branch'"),
+        # arrivals
+        (lambda d: d["jobs"]["A"]["arrival"].update(rate=0), "jobs.A.arrival", "positive number"),
+        (lambda d: d["jobs"]["A"]["arrival"].update(rate=-1), "jobs.A.arrival", "positive number"),
+        (lambda d: d["jobs"]["A"]["arrival"].update(rate="fast"), "jobs.A.arrival", "must be a number"),
+        (lambda d: d["jobs"]["A"]["arrival"].pop("rate"), "jobs.A.arrival", "missing 'rate'"),
+        (
+            lambda d: d["jobs"]["A"]["arrival"].update(process="weibull"),
+            "jobs.A.arrival",
+            "unknown arrival process 'weibull'",
+        ),
+        (lambda d: d["jobs"]["A"]["arrival"].update(cv=2), "jobs.A.arrival", "cv=2 applies to gamma arrivals only"),
+        (lambda d: d["jobs"]["A"].pop("arrival"), "jobs.A", "missing 'arrival'"),
+        # length laws and call fields
+        (lambda d: route(d)[0]["call"].update(prompt="geometric:0"), "jobs.A.route[0].call.prompt", "geometric mean"),
+        (
+            lambda d: route(d)[0]["call"].update(output="foo:3"),
+            "jobs.A.route[0].call.output",
+            "unknown length law 'foo:3'",
+        ),
+        (lambda d: route(d)[0]["call"].update(prompt=0), "jobs.A.route[0].call.prompt", ">= 1"),
+        (lambda d: route(d)[0]["call"].pop("output"), "jobs.A.route[0].call", "missing 'output'"),
+        (lambda d: route(d)[0]["call"].update(context="yes"), "jobs.A.route[0].call", "context must be true or false"),
+        # top level
+        (lambda d: d.pop("servers"), "", "the network needs a 'servers' section"),
+        (lambda d: d.update(jobs={}), "jobs", "at least one job type"),
+        (lambda d: d.update(servers={}), "servers", "at least one server"),
+        (lambda d: d.update(num_jobs=0), "num_jobs", "num_jobs must be a whole number >= 1"),
+        (lambda d: d.update(duration_s=-5), "duration_s", "must be > 0"),
+        (lambda d: d.update(seed=-1), "seed", "seed must be a whole number >= 0"),
+    ],
+)
 def test_validation_errors_name_the_place(edit, where, words):
     msg = error_of(spec_with(edit))
     if where:
@@ -359,15 +500,20 @@ def test_example_shapes():
 # ------------------------------------------------------------------------- scaled
 def test_scaled_multiplies_every_rate():
     def edit(d):
-        d["jobs"]["B"] = {"arrival": {"process": "gamma", "rate": 2, "cv": 3},
-                          "route": [{"call": {"server": "s1", "prompt": 10, "output": 2}}]}
-        d["jobs"]["C"] = {"arrival": {"process": "deterministic", "rate": 0.5},
-                          "route": [{"call": {"server": "s2", "prompt": 10, "output": 2}}]}
+        d["jobs"]["B"] = {
+            "arrival": {"process": "gamma", "rate": 2, "cv": 3},
+            "route": [{"call": {"server": "s1", "prompt": 10, "output": 2}}],
+        }
+        d["jobs"]["C"] = {
+            "arrival": {"process": "deterministic", "rate": 0.5},
+            "route": [{"call": {"server": "s2", "prompt": 10, "output": 2}}],
+        }
+
     net = NetworkSpec.from_dict(spec_with(edit))
     half = net.scaled(0.5)
     assert [j.arrival.rate for j in half.jobs] == [0.5, 1.0, 0.25]
     assert half.job("B").arrival.cv == 3 and isinstance(half.job("C").arrival, Deterministic)
-    assert [j.arrival.rate for j in net.jobs] == [1.0, 2.0, 0.5]       # the original is unchanged
+    assert [j.arrival.rate for j in net.jobs] == [1.0, 2.0, 0.5]  # the original is unchanged
     assert half.call_classes() == net.call_classes()
     assert half.num_jobs == net.num_jobs and half.seed == net.seed
     for bad in (0, -1, float("nan"), "x"):

@@ -34,8 +34,8 @@ from llmsched.workload.network import (
 )
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "networks"
-T512 = 0.01128 + 4 * 0.03547          # paper model: t(512) = c + a * ceil(512 / 128)
-C512 = 512 / T512                     # theorem 2: tokens/s of one replica at b_max = 512
+T512 = 0.01128 + 4 * 0.03547  # paper model: t(512) = c + a * ceil(512 / 128)
+C512 = 512 / T512  # theorem 2: tokens/s of one replica at b_max = 512
 
 
 def call(server, prompt, output, context=False, cls=""):
@@ -68,8 +68,9 @@ def test_tandem():
     assert rep.critical_scale == pytest.approx(C512 / 218)
     assert rep.critical_rates["A"] == pytest.approx(2 * C512 / 218)
     j = rep.job("A")
-    assert (j.calls_per_job, j.work_per_job, j.prefill_tokens_per_job, j.decode_tokens_per_job) == \
-        pytest.approx((2, 109 + 69, 150, 28))
+    assert (j.calls_per_job, j.work_per_job, j.prefill_tokens_per_job, j.decode_tokens_per_job) == pytest.approx(
+        (2, 109 + 69, 150, 28)
+    )
     assert rep.feedforward and rep.cycle is None and rep.stable is True
     # at the critical scale the bottleneck is exactly at capacity
     at = traffic(net.scaled(rep.critical_scale))
@@ -80,10 +81,11 @@ def test_tandem():
 def test_fork_join_with_context():
     # fork: branch 1 one call at s1; branch 2 two calls at s2, the second resending the
     # branch's context; after the join a call at s3 resends everything.
-    route = [Fork([[call("s1", 100, 10)],
-                   [call("s2", 200, 30), call("s2", 10, 10, context=True)]]),
-             Delay(DelayLaw("const", 1.0)),
-             call("s3", 5, 5, context=True)]
+    route = [
+        Fork([[call("s1", 100, 10)], [call("s2", 200, 30), call("s2", 10, 10, context=True)]]),
+        Delay(DelayLaw("const", 1.0)),
+        call("s3", 5, 5, context=True),
+    ]
     rep = traffic(network({"F": route}, rates={"F": 1.5}))
     assert offered(rep, "s1") == pytest.approx(1.5 * 109)
     assert offered(rep, "s2") == pytest.approx(1.5 * (229 + (230 + 10 + 10 - 1)))
@@ -112,8 +114,13 @@ def test_loop_with_exit_probability(p):
     assert plain.job("L").visits == {"L.1": pytest.approx(en)}
     assert offered(plain, "s1") == pytest.approx(2 * en * 13)
     # with context: entered with c0 = 110 after a first call; pass i resends c0 + i * 14
-    ctx = traffic(network({"L": [call("s2", 100, 10), Loop([call("s1", 10, 4, context=True)], repeat_prob=p)]},
-                          servers=("s1", "s2"), rates={"L": 2.0}))
+    ctx = traffic(
+        network(
+            {"L": [call("s2", 100, 10), Loop([call("s1", 10, 4, context=True)], repeat_prob=p)]},
+            servers=("s1", "s2"),
+            rates={"L": 2.0},
+        )
+    )
     expected_context_sum = 110 * en + 14 * _pairs_series(p)
     assert offered(ctx, "s1") == pytest.approx(2 * (expected_context_sum + en * 13))
     assert ctx.class_load("s1", "L.2").mean_context == pytest.approx(expected_context_sum / en)
@@ -122,8 +129,18 @@ def test_loop_with_exit_probability(p):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7])
 def test_fixed_times_loop(n):
-    rep = traffic(network({"L": [call("s2", 100, 10), Loop([call("s1", 10, 4, context=True)], times=n),
-                                 call("s2", 1, 1, context=True)]}, servers=("s1", "s2")))
+    rep = traffic(
+        network(
+            {
+                "L": [
+                    call("s2", 100, 10),
+                    Loop([call("s1", 10, 4, context=True)], times=n),
+                    call("s2", 1, 1, context=True),
+                ]
+            },
+            servers=("s1", "s2"),
+        )
+    )
     hand_context = sum(110 + i * 14 for i in range(n))
     assert offered(rep, "s1") == pytest.approx(hand_context + n * 13)
     assert rep.server("s1").visit_rate == pytest.approx(n)
@@ -152,7 +169,7 @@ def test_length_law_means_are_used():
     net = network({"A": [Call("s1", Geometric(200, max=300), Uniform(1, 9))]}, servers=("s1",))
     rep = traffic(net)
     q = 1 - 1 / 200
-    assert offered(rep, "s1") == pytest.approx((1 - q ** 300) / (1 - q) + 5 - 1)
+    assert offered(rep, "s1") == pytest.approx((1 - q**300) / (1 - q) + 5 - 1)
 
 
 def test_lognormal_mean_of_the_rounded_clipped_law():
@@ -160,7 +177,7 @@ def test_lognormal_mean_of_the_rounded_clipped_law():
     s = law.log_sigma
     mu = math.log(3) - s * s / 2
 
-    def cdf(x):       # P(X <= x), X lognormal(mu, s)
+    def cdf(x):  # P(X <= x), X lognormal(mu, s)
         return 0.5 * math.erfc(-(math.log(x) - mu) / (s * math.sqrt(2)))
 
     # E[clip(rint(X), 1, 40)] as the sum of k P(rint(X) = k)
@@ -194,19 +211,35 @@ def _walk(route, ctx, rng, records):
 
 
 def _nested_fixed():
-    inner = Loop([call("s2", 3, 2, context=True), Fork([[call("s1", 1, 1, context=True)],
-                                                        [call("s3", 2, 3), call("s3", 1, 2, context=True)]])], times=3)
-    return [call("s1", 20, 5), Loop([call("s2", 7, 3, context=True), inner, call("s1", 2, 2, context=True)], times=2),
-            Fork([[Loop([call("s2", 4, 4, context=True)], times=2)], [call("s3", 9, 1, context=True)]]),
-            call("s1", 1, 1, context=True)]
+    inner = Loop(
+        [
+            call("s2", 3, 2, context=True),
+            Fork([[call("s1", 1, 1, context=True)], [call("s3", 2, 3), call("s3", 1, 2, context=True)]]),
+        ],
+        times=3,
+    )
+    return [
+        call("s1", 20, 5),
+        Loop([call("s2", 7, 3, context=True), inner, call("s1", 2, 2, context=True)], times=2),
+        Fork([[Loop([call("s2", 4, 4, context=True)], times=2)], [call("s3", 9, 1, context=True)]]),
+        call("s1", 1, 1, context=True),
+    ]
 
 
 def _nested_random():
     inner = Loop([call("s2", 3, 2, context=True), call("s1", 1, 1, context=True)], repeat_prob=0.5)
-    return [call("s1", 20, 5), Loop([call("s2", 7, 3, context=True), inner,
-                                     Fork([[call("s3", 2, 2, context=True)], [Loop([call("s1", 1, 3, context=True)], times=2)]])],
-                                    repeat_prob=0.3),
-            call("s3", 1, 1, context=True)]
+    return [
+        call("s1", 20, 5),
+        Loop(
+            [
+                call("s2", 7, 3, context=True),
+                inner,
+                Fork([[call("s3", 2, 2, context=True)], [Loop([call("s1", 1, 3, context=True)], times=2)]]),
+            ],
+            repeat_prob=0.3,
+        ),
+        call("s3", 1, 1, context=True),
+    ]
 
 
 def _loads_by_walking(route, n, seed=0):
@@ -223,7 +256,7 @@ def _loads_by_walking(route, n, seed=0):
 def test_nested_fixed_loops_and_forks_exactly():
     route = _nested_fixed()
     rep = traffic(network({"N": route}))
-    walked = _loads_by_walking(route, 1)       # deterministic: one execution is the mean
+    walked = _loads_by_walking(route, 1)  # deterministic: one execution is the mean
     for s in ("s1", "s2", "s3"):
         assert offered(rep, s) == pytest.approx(walked[s], rel=1e-12)
 
@@ -239,18 +272,27 @@ def test_nested_random_loops_against_execution():
 def test_route_moments():
     m = route_moments([call("s1", 10, 5), Loop([call("s1", 1, 1, context=True, cls="x")], times=2)])
     assert m["context_added"] == pytest.approx(15 + 4)
-    assert m["classes"][("s1", "x")] == {"visits": 2.0, "context_visits": 2.0, "context_sum": 15 + 17,
-                                         "prompt_new": 2.0, "output": 2.0}
+    assert m["classes"][("s1", "x")] == {
+        "visits": 2.0,
+        "context_visits": 2.0,
+        "context_sum": 15 + 17,
+        "prompt_new": 2.0,
+        "output": 2.0,
+    }
 
 
 # ------------------------------------------------------------------------- capacity
 def test_replicas_and_random_weights():
-    rep = traffic(network({"A": [call("s1", 100, 10)]}, servers=("s1",),
-                          s1={"replicas": 4, "router": "round-robin"}))
+    rep = traffic(network({"A": [call("s1", 100, 10)]}, servers=("s1",), s1={"replicas": 4, "router": "round-robin"}))
     assert rep.server("s1").token_capacity == pytest.approx(4 * C512)
     assert rep.server("s1").busiest_replica_share == pytest.approx(0.25)
-    w = traffic(network({"A": [call("s1", 100, 10)]}, servers=("s1",),
-                        s1={"replicas": 2, "router": "random", "router_options": {"weights": [1, 3]}}))
+    w = traffic(
+        network(
+            {"A": [call("s1", 100, 10)]},
+            servers=("s1",),
+            s1={"replicas": 2, "router": "random", "router_options": {"weights": [1, 3]}},
+        )
+    )
     s = w.server("s1")
     assert s.busiest_replica_share == pytest.approx(0.75)
     assert s.token_capacity == pytest.approx(C512 / 0.75)
@@ -260,8 +302,7 @@ def test_replicas_and_random_weights():
 @pytest.mark.parametrize("k_max", [4, 16])
 def test_k_max_region_matches_single_server_capacity(k_max):
     rate = 1.5
-    rep = traffic(network({"A": [call("s1", 200, 101)]}, servers=("s1",), rates={"A": rate},
-                          s1={"k_max": k_max}))
+    rep = traffic(network({"A": [call("s1", 200, 101)]}, servers=("s1",), rates={"A": rate}, s1={"k_max": k_max}))
     ref = capacity("paper", 512, 200, 101, k_max=k_max, rate=rate)
     s = rep.server("s1")
     assert s.utilisation == pytest.approx(ref.utilisation, rel=1e-6)
@@ -279,8 +320,14 @@ def test_k_max_with_replicas_scales_the_region():
 
 def test_context_dependent_cost_model_matches_single_server_capacity():
     rate = 4.0
-    rep = traffic(network({"A": [call("s1", 1000, 200)]}, servers=("s1",), rates={"A": rate},
-                          s1={"cost_model": "profile", "b_max": 1024}))
+    rep = traffic(
+        network(
+            {"A": [call("s1", 1000, 200)]},
+            servers=("s1",),
+            rates={"A": rate},
+            s1={"cost_model": "profile", "b_max": 1024},
+        )
+    )
     ref = capacity("profile", 1024, 1000, 200, rate=rate)
     assert rep.server("s1").utilisation == pytest.approx(ref.utilisation, rel=1e-9)
     assert rep.server("s1").step_time_at_b_max_s == pytest.approx(ref.step_time_at_b_max_s)
@@ -297,8 +344,9 @@ def test_idle_server_and_json():
 
 
 def test_paper_max_variant_note():
-    rep = traffic(network({"A": [call("s1", 10, 2)]}, servers=("s1",),
-                          s1={"cost_model": "paper:c=1,a=1,b0=128,variant=max"}))
+    rep = traffic(
+        network({"A": [call("s1", 10, 2)]}, servers=("s1",), s1={"cost_model": "paper:c=1,a=1,b0=128,variant=max"})
+    )
     assert any("not monotone" in n for n in rep.notes)
 
 
@@ -311,7 +359,7 @@ def test_rybko_stolyar_is_cyclic():
     # each server: a short call of one type and a long call of the other
     assert offered(rep, "s1") == pytest.approx(3.6 * ((64 + 32 - 1) + (512 + 128 - 1)))
     long_load = 2 * 3.6 * (512 + 128 - 1) / C512
-    assert long_load > 1 > rep.max_utilisation     # the virtual station is overloaded
+    assert long_load > 1 > rep.max_utilisation  # the virtual station is overloaded
 
 
 def test_cycle_detection():
@@ -320,10 +368,12 @@ def test_cycle_detection():
     assert not traffic(network({"A": [Loop([call("s1", 5, 5), call("s2", 1, 1)], times=2)]})).feedforward
     assert traffic(network({"A": [Loop([call("s1", 5, 5), call("s2", 1, 1)], times=1)]})).feedforward
     # s1 -> (s2 | a branch without calls) -> s1
-    assert not traffic(network({"A": [call("s1", 5, 5), Fork([[call("s2", 1, 1)], [Delay(DelayLaw("const", 1))]]),
-                                      call("s1", 1, 1)]})).feedforward
-    assert traffic(network({"A": [call("s1", 5, 5), Fork([[call("s2", 1, 1)], [Delay(DelayLaw("const", 1))]]),
-                                  call("s3", 1, 1)]})).feedforward
+    assert not traffic(
+        network({"A": [call("s1", 5, 5), Fork([[call("s2", 1, 1)], [Delay(DelayLaw("const", 1))]]), call("s1", 1, 1)]})
+    ).feedforward
+    assert traffic(
+        network({"A": [call("s1", 5, 5), Fork([[call("s2", 1, 1)], [Delay(DelayLaw("const", 1))]]), call("s3", 1, 1)]})
+    ).feedforward
     overloaded = traffic(network({"A": [call("s1", 100, 10)]}, servers=("s1",), rates={"A": 100.0}))
     assert overloaded.stable is False and overloaded.verdict.startswith("unstable")
 

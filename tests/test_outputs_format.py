@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 import llmsched
 from llmsched.sim.histogram import GapHistogram
@@ -18,30 +17,68 @@ from llmsched.sim.simulator import NS, RunStats
 
 def reference_requests_csv(r: SimResult) -> bytes:
     """requests.csv as the row-by-row writer formats it: csv.writer, f"{x:.9f}", '' for NaN."""
+
     def fmt(x):
         return "" if math.isnan(x) else f"{x:.9f}"
 
     buf = io.StringIO(newline="")
     w = csv.writer(buf)
-    w.writerow(["id", "tag", "arrival_s", "prompt_tokens", "output_tokens", "queue_s", "ttft_s",
-                "tpot_s", "e2e_s", "preemptions", "finished"])
+    w.writerow(
+        [
+            "id",
+            "tag",
+            "arrival_s",
+            "prompt_tokens",
+            "output_tokens",
+            "queue_s",
+            "ttft_s",
+            "tpot_s",
+            "e2e_s",
+            "preemptions",
+            "finished",
+        ]
+    )
     ttft, tpot, e2e, queue = r.ttft_s, r.tpot_s, r.e2e_s, r.queue_s
     done = r.stats.e2e_ns >= 0
     for i in range(len(r.prompt)):
         tag = r.tag[i] if r.tag is not None else ""
-        w.writerow([i, tag, f"{r.arrival_s[i]:.9f}", int(r.prompt[i]), int(r.output[i]), fmt(queue[i]),
-                    fmt(ttft[i]), fmt(tpot[i]), fmt(e2e[i]), int(r.stats.preemptions[i]), int(done[i])])
+        w.writerow(
+            [
+                i,
+                tag,
+                f"{r.arrival_s[i]:.9f}",
+                int(r.prompt[i]),
+                int(r.output[i]),
+                fmt(queue[i]),
+                fmt(ttft[i]),
+                fmt(tpot[i]),
+                fmt(e2e[i]),
+                int(r.stats.preemptions[i]),
+                int(done[i]),
+            ]
+        )
     return buf.getvalue().encode()
 
 
 def make_result(arrival, ttft_ns, e2e_ns, queue_ns, prompt, output, preempt, tag=None) -> SimResult:
     n = len(arrival)
-    stats = RunStats(n=n, ttft_ns=np.asarray(ttft_ns, dtype=np.int64), e2e_ns=np.asarray(e2e_ns, dtype=np.int64),
-                     queue_ns=np.asarray(queue_ns, dtype=np.int64), preemptions=np.asarray(preempt, dtype=np.int32),
-                     itl=GapHistogram(), load_hist=[0] * 9, batch_hist={}, steps=0, busy_ns=0, end_ns=0,
-                     timeseries={"time_s": []}, unfinished=0)
+    stats = RunStats(
+        n=n,
+        ttft_ns=np.asarray(ttft_ns, dtype=np.int64),
+        e2e_ns=np.asarray(e2e_ns, dtype=np.int64),
+        queue_ns=np.asarray(queue_ns, dtype=np.int64),
+        preemptions=np.asarray(preempt, dtype=np.int32),
+        itl=GapHistogram(),
+        load_hist=[0] * 9,
+        batch_hist={},
+        steps=0,
+        busy_ns=0,
+        end_ns=0,
+        timeseries={"time_s": []},
+        unfinished=0,
+    )
     res = SimResult({}, stats, np.asarray(arrival, dtype=np.float64), np.asarray(prompt), np.asarray(output), tag)
-    res._summary = {}   # this test checks requests.csv only: no summary of the empty run
+    res._summary = {}  # this test checks requests.csv only: no summary of the empty run
     return res
 
 
@@ -51,9 +88,18 @@ def written(r: SimResult, tmp_path) -> bytes:
 
 
 def test_simulated_requests_csv_matches_row_by_row_formatting(tmp_path):
-    r = llmsched.simulate(policy="sarathi", b_max=256, cost_model="paper", rate=6, num_requests=400,
-                          prompt="uniform:10,300", output="geometric:30", kv_capacity=3000, max_time_s=40,
-                          verdict=False)
+    r = llmsched.simulate(
+        policy="sarathi",
+        b_max=256,
+        cost_model="paper",
+        rate=6,
+        num_requests=400,
+        prompt="uniform:10,300",
+        output="geometric:30",
+        kv_capacity=3000,
+        max_time_s=40,
+        verdict=False,
+    )
     assert (r.stats.e2e_ns < 0).any() and (r.stats.preemptions > 0).any()  # unfinished and preempted rows
     assert written(r, tmp_path) == reference_requests_csv(r)
 
@@ -63,19 +109,21 @@ def test_hard_values_match_row_by_row_formatting(tmp_path):
     n = 3000
     # ties at the ninth decimal (odd multiples of 2**-10), values next to them, huge and tiny
     # times, random floats, zero, and values that round up to the next integer
-    arrival = np.concatenate([
-        np.arange(1, 2 * 200, 2) / 1024.0,
-        np.nextafter(np.arange(1, 2 * 100, 2) / 1024.0, 0),
-        np.nextafter(np.arange(1, 2 * 100, 2) / 1024.0, 10),
-        [0.0, 0.9999999999, 0.99999999949, 0.9999999995, 1e-10, 5e-10, 4e8, 9.99e8 + 0.1234567895],
-        np.sort(rng.uniform(0, 1e6, n - 408)),
-    ])
-    ttft = rng.integers(0, 10 ** 16, n)
+    arrival = np.concatenate(
+        [
+            np.arange(1, 2 * 200, 2) / 1024.0,
+            np.nextafter(np.arange(1, 2 * 100, 2) / 1024.0, 0),
+            np.nextafter(np.arange(1, 2 * 100, 2) / 1024.0, 10),
+            [0.0, 0.9999999999, 0.99999999949, 0.9999999995, 1e-10, 5e-10, 4e8, 9.99e8 + 0.1234567895],
+            np.sort(rng.uniform(0, 1e6, n - 408)),
+        ]
+    )
+    ttft = rng.integers(0, 10**16, n)
     ttft[::7] = -1
-    e2e = ttft + rng.integers(0, 10 ** 12, n)
+    e2e = ttft + rng.integers(0, 10**12, n)
     e2e[::5] = -1
     queue = np.where(rng.random(n) < 0.1, -1, rng.integers(0, NS * 4096, n))
-    prompt = rng.integers(1, 10 ** 9, n)
+    prompt = rng.integers(1, 10**9, n)
     output = rng.integers(1, 3, n)
     preempt = rng.integers(0, 12, n)
     tags = np.array(["", "chat", "a,b", 'say "hi"', " lead", "line\nbreak", "é"])[rng.integers(0, 7, n)]

@@ -4,7 +4,6 @@ Requests are (arrival_s, prompt, output). Entries list a step's work in plan ord
 `ID:pN` is N prefill tokens of request ID, `ID:d` one decode token."""
 
 import pytest
-
 from helpers import entries, run
 
 # A: 6-token prompt, 3 outputs; B: 2-token prompt, 2 outputs; C arrives at 15 ms, 4-token prompt, 1 output.

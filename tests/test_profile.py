@@ -41,8 +41,13 @@ def tiny_folder(path: Path, layers: int | None = 2, models=("m",)) -> Path:
     lin, lm, dec, pre, step = [], [], [], [], []
     for i, m in enumerate(models):
         k = i + 1
-        lin += [[m, 1, "eager", 2.0 * k], [m, 100, "eager", 3.0 * k], [m, 200, "eager", 5.0 * k],
-                [m, 1, "graph", 1.0 * k], [m, 100, "graph", 2.0 * k]]
+        lin += [
+            [m, 1, "eager", 2.0 * k],
+            [m, 100, "eager", 3.0 * k],
+            [m, 200, "eager", 5.0 * k],
+            [m, 1, "graph", 1.0 * k],
+            [m, 100, "graph", 2.0 * k],
+        ]
         lm += [[m, 1, 0.1 * k], [m, 100, 0.3 * k]]
         dec += [[m, b, c, (0.01 + 1e-5 * b * c / 100) * k] for b in (1, 10) for c in (100, 1000)]
         pre += [[m, c, x, (0.02 + 1e-4 * c + 1e-5 * x) * k] for c in (10, 100) for x in (0, 1000)]
@@ -51,14 +56,14 @@ def tiny_folder(path: Path, layers: int | None = 2, models=("m",)) -> Path:
     write_csv(path / "lm_head.csv", ["model", "tokens", "ms"], lm)
     write_csv(path / "decode_attn.csv", ["model", "batch", "context", "ms"], dec)
     write_csv(path / "prefill_attn.csv", ["model", "chunk", "context", "ms"], pre)
-    write_csv(path / "step.csv", ["model", "prefill_chunk", "prefill_context", "decodes", "decode_context", "ms"],
-              step)
+    write_csv(path / "step.csv", ["model", "prefill_chunk", "prefill_context", "decodes", "decode_context", "ms"], step)
     if layers is not None:
         (path / "profile.json").write_text(json.dumps({"models": {m: {"layers": layers} for m in models}}))
     return path
 
 
 # --- shipped profiles and make_cost_model ----------------------------------------------------
+
 
 def test_shipped_profiles_and_make_cost_model():
     assert shipped_profiles() == ["h200-llama-3-8b", "h200-llama-3.2-1b"]
@@ -75,16 +80,23 @@ def test_shipped_profiles_and_make_cost_model():
 
 # --- exact composition at grid points ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("model,layers", [("llama-3-8b", 32), ("llama-3.2-1b", 16)])
 def test_grid_points_compose_exactly(model, layers):
     raw = load_profile(f"h200-{model},mode=eager,monotone=0,overlap=0")
     # a prefill-only step: 2048-token chunk, no context, one sampled token
-    want = (ms("linear.csv", model, tokens=2048, mode="eager") + layers * ms("prefill_attn.csv", model, chunk=2048,
-            context=0) + ms("lm_head.csv", model, tokens=1))
+    want = (
+        ms("linear.csv", model, tokens=2048, mode="eager")
+        + layers * ms("prefill_attn.csv", model, chunk=2048, context=0)
+        + ms("lm_head.csv", model, tokens=1)
+    )
     assert raw.step_time(2048, 0, 0, [(2048, 0)], 1) * 1e3 == pytest.approx(want, rel=1e-12)
     # a decode-only step: 64 sequences at 4096 context each
-    want = (ms("linear.csv", model, tokens=64, mode="eager") + layers * ms("decode_attn.csv", model, batch=64,
-            context=4096) + ms("lm_head.csv", model, tokens=64))
+    want = (
+        ms("linear.csv", model, tokens=64, mode="eager")
+        + layers * ms("decode_attn.csv", model, batch=64, context=4096)
+        + ms("lm_head.csv", model, tokens=64)
+    )
     assert raw.step_time(0, 64, 64 * 4096, [], 64) * 1e3 == pytest.approx(want, rel=1e-12)
     # in auto mode the decode-only step takes the CUDA-graph row
     auto = load_profile(f"h200-{model},mode=auto,monotone=0,overlap=0")
@@ -93,7 +105,7 @@ def test_grid_points_compose_exactly(model, layers):
 
 
 def test_default_composition_subtracts_the_launch_floor():
-    d = load_profile("h200-llama-3-8b")            # auto, monotone, overlap 1
+    d = load_profile("h200-llama-3-8b")  # auto, monotone, overlap 1
     k = load_profile("h200-llama-3-8b,overlap=0")  # same, floor kept
     fd, fp = d.floors["decode_attn"], d.floors["prefill_attn"]
     assert 0.0005 < fd < 0.002 and 0.001 < fp < 0.003  # ~0.04 / ~0.06 ms per layer x 32 layers
@@ -102,24 +114,30 @@ def test_default_composition_subtracts_the_launch_floor():
     # monotone cleaning leaves clean measurements alone: 2048-token eager row, 128 x 8192 decode cell
     assert d.linear_time(2048) * 1e3 == pytest.approx(ms("linear.csv", "llama-3-8b", tokens=2048, mode="eager"))
     assert (d.decode_attention_time(128, 8192) + fd) * 1e3 == pytest.approx(
-        32 * ms("decode_attn.csv", "llama-3-8b", batch=128, context=8192))
+        32 * ms("decode_attn.csv", "llama-3-8b", batch=128, context=8192)
+    )
 
 
 def test_interpolation_and_extrapolation():
     m = load_profile("h200-llama-3-8b,mode=eager,monotone=0,overlap=0")
-    a, b = ms("linear.csv", "llama-3-8b", tokens=2048, mode="eager"), ms("linear.csv", "llama-3-8b", tokens=2560,
-                                                                          mode="eager")
+    a, b = (
+        ms("linear.csv", "llama-3-8b", tokens=2048, mode="eager"),
+        ms("linear.csv", "llama-3-8b", tokens=2560, mode="eager"),
+    )
     assert m.linear_time(2304) * 1e3 == pytest.approx((a + b) / 2)
     # above the table: linear in tokens along the secant over its upper half (4096..8192)
-    hi, mid = ms("linear.csv", "llama-3-8b", tokens=8192, mode="eager"), ms("linear.csv", "llama-3-8b", tokens=4096,
-                                                                              mode="eager")
+    hi, mid = (
+        ms("linear.csv", "llama-3-8b", tokens=8192, mode="eager"),
+        ms("linear.csv", "llama-3-8b", tokens=4096, mode="eager"),
+    )
     assert m.linear_time(12288) * 1e3 == pytest.approx(hi + (hi - mid))
     # decode attention beyond the measured batch and context grows linearly
     assert m.decode_attention_time(1024, 4096) > 1.9 * m.decode_attention_time(512, 4096)
     assert m.decode_attention_time(64, 65536) > 1.9 * m.decode_attention_time(64, 32768)
     # prefill attention beyond the largest chunk grows with attention work (quadratic at context 0)
     assert m.prefill_attention_time(16384, 0) == pytest.approx(
-        m.prefill_attention_time(8192, 0) * (16384 * 16385) / (8192 * 8193))
+        m.prefill_attention_time(8192, 0) * (16384 * 16385) / (8192 * 8193)
+    )
     # float token counts are accepted
     assert m.step_time(100.0, 0, 0, [(100.0, 0)], 1) == pytest.approx(m.step_time(100, 0, 0, [(100, 0)], 1))
     assert m.step_time(0, 0, 0, [], 0) == 0.0
@@ -127,8 +145,10 @@ def test_interpolation_and_extrapolation():
 
 # --- monotone in tokens ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec", ["h200-llama-3-8b", "h200-llama-3.2-1b", "h200-llama-3.2-1b,mode=graph",
-                                  "h200-llama-3-8b,mode=eager"])
+
+@pytest.mark.parametrize(
+    "spec", ["h200-llama-3-8b", "h200-llama-3.2-1b", "h200-llama-3.2-1b,mode=graph", "h200-llama-3-8b,mode=eager"]
+)
 def test_monotone_in_tokens(spec):
     m = load_profile(spec)
     seq = [m.step_time(b, 0, 0, [(b, 0)], 1) for b in range(1, 12000, 7)]
@@ -145,10 +165,14 @@ def test_monotone_in_tokens(spec):
 
 # --- validation against whole measured steps -----------------------------------------------------
 
-@pytest.mark.parametrize("spec,mean_bound,max_bound", [
-    ("h200-llama-3-8b,mode=eager", 0.06, 0.20),     # measured 4.4% mean, 15.1% max
-    ("h200-llama-3.2-1b,mode=eager", 0.26, 0.60),   # measured 23.1% mean, 56.5% max (CPU-bound steps)
-])
+
+@pytest.mark.parametrize(
+    "spec,mean_bound,max_bound",
+    [
+        ("h200-llama-3-8b,mode=eager", 0.06, 0.20),  # measured 4.4% mean, 15.1% max
+        ("h200-llama-3.2-1b,mode=eager", 0.26, 0.60),  # measured 23.1% mean, 56.5% max (CPU-bound steps)
+    ],
+)
 def test_validation_error_bounds(spec, mean_bound, max_bound):
     rows = validate_steps(load_profile(spec))
     assert len(rows) == 11
@@ -172,6 +196,7 @@ def test_step_time_is_fast():
 
 # --- user profiles -------------------------------------------------------------------------------
 
+
 def test_user_folder_round_trip(tmp_path):
     folder = tiny_folder(tmp_path / "p")
     m = load_profile(str(folder))
@@ -193,7 +218,8 @@ def test_user_folder_round_trip(tmp_path):
         write_csv(bare / f"{name}.csv", rows[0][1:], [r[1:] for r in rows[1:]])
     b = load_profile(f"{bare},layers=2,mode=eager,monotone=0,overlap=0")
     assert b.step_time(100, 10, 10 * 1000, [(100, 0)], 11) == pytest.approx(
-        raw.step_time(100, 10, 10 * 1000, [(100, 0)], 11))
+        raw.step_time(100, 10, 10 * 1000, [(100, 0)], 11)
+    )
     assert validate_steps(b) == []
 
 
@@ -210,8 +236,21 @@ def test_user_folder_with_several_models(tmp_path):
 
 def test_combined_csv_matches_the_shipped_folder(tmp_path):
     path = tmp_path / "combined.csv"
-    cols = ["table", "model", "mode", "tokens", "batch", "chunk", "context", "prefill_chunk", "prefill_context",
-            "decodes", "decode_context", "ms", "layers"]
+    cols = [
+        "table",
+        "model",
+        "mode",
+        "tokens",
+        "batch",
+        "chunk",
+        "context",
+        "prefill_chunk",
+        "prefill_context",
+        "decodes",
+        "decode_context",
+        "ms",
+        "layers",
+    ]
     out = []
     for name in ("linear", "lm_head", "decode_attn", "prefill_attn", "step"):
         for r in table(f"{name}.csv", "llama-3.2-1b"):
@@ -220,14 +259,20 @@ def test_combined_csv_matches_the_shipped_folder(tmp_path):
     c = load_profile(str(path))
     s = load_profile("h200-llama-3.2-1b")
     assert c.layers == 16
-    for args in [(0, 1, 1024, [], 1), (512, 64, 64 * 2000, [(512, 1024)], 65), (9000, 0, 0, [(9000, 0)], 1),
-                 (0, 700, 700 * 5000, [], 700)]:
+    for args in [
+        (0, 1, 1024, [], 1),
+        (512, 64, 64 * 2000, [(512, 1024)], 65),
+        (9000, 0, 0, [(9000, 0)], 1),
+        (0, 700, 700 * 5000, [], 700),
+    ]:
         assert c.step_time(*args) == pytest.approx(s.step_time(*args), rel=1e-12)
     assert [r["predicted_ms"] for r in validate_steps(c)] == pytest.approx(
-        [r["predicted_ms"] for r in validate_steps(s)])
+        [r["predicted_ms"] for r in validate_steps(s)]
+    )
 
 
 # --- bad input --------------------------------------------------------------------------------------
+
 
 def test_unknown_profile_and_options(tmp_path):
     with pytest.raises(ConfigError, match="unknown profile 'h200-llama-70b'"):
@@ -253,20 +298,42 @@ def test_missing_file(tmp_path):
         load_profile(str(folder))
 
 
-@pytest.mark.parametrize("name,header,rows,match", [
-    ("linear.csv", ["model", "tokens", "mode"], [["m", 1, "eager"]], r"linear\.csv: .*lacks column\(s\) ms"),
-    ("decode_attn.csv", ["model", "batch", "ms"], [["m", 1, 0.1]], r"decode_attn\.csv: .*lacks column\(s\) context"),
-    ("prefill_attn.csv", ["model", "chunk", "context", "ms"], [["m", 64, 0, "fast"]],
-     r"prefill_attn\.csv line 2: column 'ms' holds 'fast', which is not a number"),
-    ("lm_head.csv", ["model", "tokens", "ms"], [["m", "x", 0.1]], r"lm_head\.csv line 2: column 'tokens'"),
-    ("lm_head.csv", ["model", "tokens", "ms"], [["m", 0, 0.1]], r"'tokens' must be a positive number"),
-    ("decode_attn.csv", ["model", "batch", "context", "ms"], [["m", 1, 128, -1]], r"'ms' must be a non-negative"),
-    ("decode_attn.csv", ["model", "batch", "context", "ms"], [["m", 1, 128, "nan"]], r"'ms' must be a non-negative"),
-    ("lm_head.csv", ["model", "tokens", "ms"], [], r"lm_head\.csv: the lm_head table has no rows"),
-    ("linear.csv", ["model", "tokens", "mode", "ms"], [["m", 1, "turbo", 1.0]], r"mode must be eager or graph"),
-    ("linear.csv", ["model", "tokens", "mode", "ms"], [["m", 1, "graph", 1.0]], r"linear table has no eager rows"),
-    ("step.csv", ["model", "prefill_chunk", "ms"], [["m", 1, 1.0]], r"step\.csv: .*lacks column\(s\) prefill_context"),
-])
+@pytest.mark.parametrize(
+    "name,header,rows,match",
+    [
+        ("linear.csv", ["model", "tokens", "mode"], [["m", 1, "eager"]], r"linear\.csv: .*lacks column\(s\) ms"),
+        (
+            "decode_attn.csv",
+            ["model", "batch", "ms"],
+            [["m", 1, 0.1]],
+            r"decode_attn\.csv: .*lacks column\(s\) context",
+        ),
+        (
+            "prefill_attn.csv",
+            ["model", "chunk", "context", "ms"],
+            [["m", 64, 0, "fast"]],
+            r"prefill_attn\.csv line 2: column 'ms' holds 'fast', which is not a number",
+        ),
+        ("lm_head.csv", ["model", "tokens", "ms"], [["m", "x", 0.1]], r"lm_head\.csv line 2: column 'tokens'"),
+        ("lm_head.csv", ["model", "tokens", "ms"], [["m", 0, 0.1]], r"'tokens' must be a positive number"),
+        ("decode_attn.csv", ["model", "batch", "context", "ms"], [["m", 1, 128, -1]], r"'ms' must be a non-negative"),
+        (
+            "decode_attn.csv",
+            ["model", "batch", "context", "ms"],
+            [["m", 1, 128, "nan"]],
+            r"'ms' must be a non-negative",
+        ),
+        ("lm_head.csv", ["model", "tokens", "ms"], [], r"lm_head\.csv: the lm_head table has no rows"),
+        ("linear.csv", ["model", "tokens", "mode", "ms"], [["m", 1, "turbo", 1.0]], r"mode must be eager or graph"),
+        ("linear.csv", ["model", "tokens", "mode", "ms"], [["m", 1, "graph", 1.0]], r"linear table has no eager rows"),
+        (
+            "step.csv",
+            ["model", "prefill_chunk", "ms"],
+            [["m", 1, 1.0]],
+            r"step\.csv: .*lacks column\(s\) prefill_context",
+        ),
+    ],
+)
 def test_bad_table(tmp_path, name, header, rows, match):
     folder = tiny_folder(tmp_path / "p")
     write_csv(folder / name, header, rows)
@@ -311,8 +378,12 @@ def test_bad_combined_csv(tmp_path):
     with pytest.raises(ConfigError, match=r"c\.csv: decode_attn table lacks column\(s\) batch, context"):
         load_profile(str(path))
     cols = ["table", "tokens", "batch", "chunk", "context", "ms", "layers"]
-    rows = [["linear", 1, "", "", "", 1.0, 2], ["lm_head", 1, "", "", "", 0.1, 3],
-            ["decode_attn", "", 1, "", 128, 0.01, ""], ["prefill_attn", "", "", 64, 0, 0.02, ""]]
+    rows = [
+        ["linear", 1, "", "", "", 1.0, 2],
+        ["lm_head", 1, "", "", "", 0.1, 3],
+        ["decode_attn", "", 1, "", 128, 0.01, ""],
+        ["prefill_attn", "", "", 64, 0, 0.02, ""],
+    ]
     write_csv(path, cols, rows)
     with pytest.raises(ConfigError, match=r"c\.csv: the layers column disagrees"):
         load_profile(str(path))

@@ -6,10 +6,10 @@ import io
 from collections import Counter
 
 import numpy as np
+from helpers import trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import trace
 from llmsched.core import CostModel, make_cost_model
 from llmsched.policies import BATCH_POLICIES, make_scheduler
 from llmsched.sim.result import SimResult
@@ -22,8 +22,13 @@ class ContextCost(CostModel):
     name = "test-context"
 
     def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
-        return 1e-3 + 1e-5 * (prefill_tokens + decode_tokens) + 1e-6 * decode_context \
-            + 1e-8 * sum(c * ctx for c, ctx in chunks) + 1e-4 * sampled
+        return (
+            1e-3
+            + 1e-5 * (prefill_tokens + decode_tokens)
+            + 1e-6 * decode_context
+            + 1e-8 * sum(c * ctx for c, ctx in chunks)
+            + 1e-4 * sampled
+        )
 
 
 def checked(scheduler, violations):
@@ -50,8 +55,11 @@ def checked(scheduler, violations):
             if n <= 0 or n > r.prefill_target - r.prefilled:
                 violations.append(f"bad chunk {n} for {r}")
         if batch.work_conserving and unlimited:
-            demand = (sum(r.prefill_target - r.prefilled for r in state.prefilling)
-                      + state.n_decoding + sum(r.prefill_target for r in state.waiting))
+            demand = (
+                sum(r.prefill_target - r.prefilled for r in state.prefilling)
+                + state.n_decoding
+                + sum(r.prefill_target for r in state.waiting)
+            )
             if b != min(state.b_max, demand):
                 violations.append(f"{batch.name} not work-conserving: b={b}, demand={demand}")
         return p

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from llmsched.analysis.figures import plot_region
-from llmsched.theory import (convex_hull, feasible_shape, stability_region, token_capacity,
-                             workload_point)
-from llmsched.core.cost import CostModel, make_cost_model
+from llmsched.core.cost import CostModel
+from llmsched.theory import convex_hull, feasible_shape, stability_region, token_capacity, workload_point
 
 
 class TableModel(CostModel):
     """Load-only model with an irregular (non-monotone b/t) table, b = 1..8."""
+
     name = "table"
     load_only = True
     T = {1: 1.0, 2: 1.1, 3: 1.2, 4: 2.5, 5: 2.6, 6: 2.7, 7: 4.0, 8: 4.1}
@@ -27,6 +27,7 @@ class TableModel(CostModel):
 
 class TinyCtx(CostModel):
     """Context-dependent: decode tokens cost more than prefill tokens."""
+
     name = "tinyctx"
 
     def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
@@ -35,6 +36,7 @@ class TinyCtx(CostModel):
 
 def brute_points(cost, b_max, k_max, pmax=None, means=(None, None)):
     from llmsched.theory import representative_step_time
+
     pts = []
     for x in range(b_max + 1):
         for y in range(b_max + 1):
@@ -111,12 +113,12 @@ def test_dense_random_combinations_never_beat_lp():
 
 
 def test_feasibility_rule():
-    assert feasible_shape(0, 3, 8, 3)          # pure decode, 3 requests
-    assert not feasible_shape(1, 3, 8, 3)      # + one prefill request = 4 > 3
+    assert feasible_shape(0, 3, 8, 3)  # pure decode, 3 requests
+    assert not feasible_shape(1, 3, 8, 3)  # + one prefill request = 4 > 3
     assert feasible_shape(5, 2, 8, 3)
     assert not feasible_shape(5, 2, 8, 3, max_prefill_per_request=2)  # 3 prefill requests
     assert feasible_shape(4, 1, 8, 3, max_prefill_per_request=2)
-    assert not feasible_shape(6, 3, 8, None)   # over the budget
+    assert not feasible_shape(6, 3, 8, None)  # over the budget
     assert not feasible_shape(0, 0, 8, None)
     assert feasible_shape(0, 8, 8, None)
 

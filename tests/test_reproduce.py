@@ -26,20 +26,47 @@ def test_reproduce_stability_quick(tmp_path):
 
 
 def test_reproduce_cli_no_search(tmp_path, capsys):
-    assert main(["reproduce", "stability", "--quick", "--no-search", "--workers", "1",
-                 "--policies", "fastertransformer,sarathi", "--out", str(tmp_path), "--json"]) == 0
+    assert (
+        main(
+            [
+                "reproduce",
+                "stability",
+                "--quick",
+                "--no-search",
+                "--workers",
+                "1",
+                "--policies",
+                "fastertransformer,sarathi",
+                "--out",
+                str(tmp_path),
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert [r["stable_at_load"] for r in out["rows"]] == [False, True]
     assert main(["reproduce", "stability", "--load", "-1", "--out", str(tmp_path)]) == 2
 
 
 def test_counterexample_search_confirms_one():
-    res = find_counterexample("paper", 512, 16, load=0.85, candidates=[("const:200", "const:101"),
-                                                                       ("const:1024", "const:128")],
-                              num_requests=2500, seeds=(0,), workers=1)
+    res = find_counterexample(
+        "paper",
+        512,
+        16,
+        load=0.85,
+        candidates=[("const:200", "const:101"), ("const:1024", "const:128")],
+        num_requests=2500,
+        seeds=(0,),
+        workers=1,
+    )
     assert res["found"]
-    assert res["workload"] == {"prompt": "const:1024", "output": "const:128", "mean_prompt": 1024.0,
-                               "mean_output": 128.0}
+    assert res["workload"] == {
+        "prompt": "const:1024",
+        "output": "const:128",
+        "mean_prompt": 1024.0,
+        "mean_output": 128.0,
+    }
     assert res["scale"] > 1.15 and res["margin"] > 0.15
     assert res["sarathi"][0]["stable"] is False and res["adaptive"][0]["stable"] is True
     first = res["tried"][0]

@@ -40,17 +40,19 @@ def test_stop_string_across_pieces_is_cut_and_held_back_text_is_flushed():
 
 
 def test_min_tokens_masks_stop_ids_and_delays_stop_strings():
-    seq = Sequence("a", 1, SamplingParams(max_tokens=6, min_tokens=2, stop_token_ids=[5], stop=["q"]),
-                   eos_ids=frozenset({2}))
+    seq = Sequence(
+        "a", 1, SamplingParams(max_tokens=6, min_tokens=2, stop_token_ids=[5], stop=["q"]), eos_ids=frozenset({2})
+    )
     assert seq.banned_ids() == {5, 2}
-    out = seq.accept(5, False, lambda final, drop: "q")     # token 1: no stop condition applies yet
+    out = seq.accept(5, False, lambda final, drop: "q")  # token 1: no stop condition applies yet
     assert not out.finished and seq.banned_ids() == {5, 2}
-    out = seq.accept(9, False, lambda final, drop: "q")     # token 2: stop strings apply from here
+    out = seq.accept(9, False, lambda final, drop: "q")  # token 2: stop strings apply from here
     assert out.finished and out.stop_reason == "q" and seq.banned_ids() is None
 
 
 def test_engine_and_virtual_gpu_run_the_one_step_loop():
-    from llmsched.engine.engine import LLMEngine, Sequence as EngineSequence
+    from llmsched.engine.engine import LLMEngine
+    from llmsched.engine.engine import Sequence as EngineSequence
 
     assert LLMEngine.step is StepDriver.step and VirtualEngine.step is StepDriver.step
     assert issubclass(EngineSequence, Sequence)

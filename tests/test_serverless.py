@@ -34,9 +34,20 @@ def base(**platform) -> dict:
     """One node, one 80 GB GPU, DRAM 20 GB/s, SSD 5 GB/s, remote 2 GB/s; model `m` of 10 GB
     whose steps take 10 ms; no init time."""
     return {
-        "cluster": {"remote_bandwidth_gbps": 2.0,
-                    "nodes": [{"count": 1, "gpus": 1, "gpu_memory_gb": 80, "dram_gb": 50, "dram_bandwidth_gbps": 20,
-                               "ssd_gb": 100, "ssd_bandwidth_gbps": 5}]},
+        "cluster": {
+            "remote_bandwidth_gbps": 2.0,
+            "nodes": [
+                {
+                    "count": 1,
+                    "gpus": 1,
+                    "gpu_memory_gb": 80,
+                    "dram_gb": 50,
+                    "dram_bandwidth_gbps": 20,
+                    "ssd_gb": 100,
+                    "ssd_bandwidth_gbps": 5,
+                }
+            ],
+        },
         "models": {"m": {"weights_gb": 10, "cost_model": "const:10"}},
         "workload": {"rate": 1, "num_requests": 1},
         "platform": {"init_s": 0, "keep_alive_s": "never", **platform},
@@ -48,10 +59,13 @@ def run(cfg: dict, rows, fast: bool = True):
     spec = load_serverless(cfg)
     names = list(spec.models)
     rows = sorted(rows, key=lambda r: r[0])
-    reqs = ServerlessRequests(np.array([r[0] for r in rows], dtype=float),
-                              np.array([r[2] for r in rows], dtype=np.int64),
-                              np.array([r[3] for r in rows], dtype=np.int64),
-                              np.array([names.index(r[1]) for r in rows], dtype=np.int64), names)
+    reqs = ServerlessRequests(
+        np.array([r[0] for r in rows], dtype=float),
+        np.array([r[2] for r in rows], dtype=np.int64),
+        np.array([r[3] for r in rows], dtype=np.int64),
+        np.array([names.index(r[1]) for r in rows], dtype=np.int64),
+        names,
+    )
     return run_serverless(spec, fast=fast, requests=reqs)
 
 
@@ -72,7 +86,7 @@ def test_cold_start_is_init_plus_size_over_the_bandwidth_of_the_tier_holding_the
     if tier != "remote":
         node[tier] = ["m"]
     if tier == "dram":
-        node["ssd"] = ["m"]          # the fastest tier holding it counts
+        node["ssd"] = ["m"]  # the fastest tier holding it counts
     speedup = 2.0 if scheduler == "serverlessllm" else 1.0
     s = run(cfg, [(1.0, "m", 10, 1)])
     i = inst(s, 0)
@@ -134,9 +148,9 @@ def test_keep_alive_expires_and_the_model_scales_to_zero():
     a, b = s.instances
     finish0 = s.e2e_ns[0]
     assert a["stop_reason"] == "keep-alive" and a["stop_ns"] == finish0 + ns(5)
-    assert b["created_ns"] == ns(100) and b["tier"] == "dram"     # the first load filled the cache
+    assert b["created_ns"] == ns(100) and b["tier"] == "dram"  # the first load filled the cache
     assert b["stop_ns"] == ns(100) + s.e2e_ns[1] + ns(5)
-    res = simulate_serverless(cfg)     # GPU-seconds: the time instances hold the GPU, loading included
+    res = simulate_serverless(cfg)  # GPU-seconds: the time instances hold the GPU, loading included
     rows = res.instances
     assert res.summary["gpu_seconds"] == pytest.approx(sum(r["stop_ns"] - r["gpu_from_ns"] for r in rows) / NS)
     # kept alive: one instance serves both, and holds its GPU to the end
@@ -173,10 +187,10 @@ def two_nodes(**platform) -> dict:
 def test_scale_out_stops_at_the_free_gpus_and_never_takes_an_idle_instance():
     cfg = two_nodes(scale_out_tokens=0, max_instances=8)
     s = run(cfg, [(0.01 * k, "m", 100, 200) for k in range(10)])
-    assert len(s.instances) == 2                              # two GPUs
+    assert len(s.instances) == 2  # two GPUs
     cfg["models"]["n"] = {"weights_gb": 10, "cost_model": "const:10", "max_instances": 1}
     s = run(cfg, [(0.0, "n", 10, 1)] + [(20.0 + 0.01 * k, "m", 100, 200) for k in range(10)])
-    assert [i["model"] for i in s.instances] == ["n", "m"]    # n's idle instance keeps its GPU
+    assert [i["model"] for i in s.instances] == ["n", "m"]  # n's idle instance keeps its GPU
     assert s.instances[0]["stop_reason"] == "end"
 
 
@@ -212,16 +226,21 @@ def _check_gpus(spec, s):
         if r["stop_reason"] == "reclaimed":
             new = [q for q in s.instances if q["gpu"] == r["gpu"] and q["created_ns"] == r["stop_ns"]]
             assert len(new) == 1
-            others = [q for q in s.instances if q["model"] == new[0]["model"] and q is not new[0]
-                      and q["created_ns"] <= r["stop_ns"] < q["stop_ns"]]
+            others = [
+                q
+                for q in s.instances
+                if q["model"] == new[0]["model"] and q is not new[0] and q["created_ns"] <= r["stop_ns"] < q["stop_ns"]
+            ]
             assert not others
 
 
 # ---- ServerlessLLM -------------------------------------------------------------------------------------
 def test_serverlessllm_starts_where_the_checkpoint_is_closest_fcfs_takes_the_first_free_gpu():
     cfg = two_nodes(init_s=0.5)
-    cfg["cluster"]["nodes"] = [dict(cfg["cluster"]["nodes"][0], count=1, name="a"),
-                               dict(cfg["cluster"]["nodes"][0], count=1, name="b", dram=["m"])]
+    cfg["cluster"]["nodes"] = [
+        dict(cfg["cluster"]["nodes"][0], count=1, name="a"),
+        dict(cfg["cluster"]["nodes"][0], count=1, name="b", dram=["m"]),
+    ]
     s = run(cfg, [(0.0, "m", 10, 1)])
     assert s.instances[0]["gpu"] == "a/gpu0" and s.instances[0]["tier"] == "remote"
     cfg["platform"]["scheduler"] = "serverlessllm"
@@ -243,8 +262,10 @@ def migration_case(scheduler: str):
     arrives at t = 1.005 s when no GPU is free."""
     cfg = two_nodes(scheduler=scheduler, scale_out_tokens=0)
     cfg["cluster"]["remote_bandwidth_gbps"] = 10
-    cfg["models"] = {"a": {"weights_gb": 10, "cost_model": "const:10"},
-                     "b": {"weights_gb": 10, "cost_model": "const:10"}}
+    cfg["models"] = {
+        "a": {"weights_gb": 10, "cost_model": "const:10"},
+        "b": {"weights_gb": 10, "cost_model": "const:10"},
+    }
     return run(cfg, [(0.0, "a", 100, 1000), (0.1, "a", 100, 1000), (1.005, "b", 10, 5)])
 
 
@@ -262,7 +283,7 @@ def test_serverlessllm_live_migration_frees_a_gpu_and_conserves_tokens():
     assert (s.e2e_ns >= 0).all() and list(s.tokens) == [1000, 1000, 5]
     # every token once: each token after the first is one inter-token gap
     assert s.itl.count == int((s.output - 1).sum())
-    assert s.itl.max >= ns(0.01 * 151 + 0.1)               # the migrated request's pause
+    assert s.itl.max >= ns(0.01 * 151 + 0.1)  # the migrated request's pause
     assert s.migrated_tokens == 151
     # without ServerlessLLM, b waits for an instance of a to finish
     s = migration_case("fcfs")
@@ -317,7 +338,7 @@ def test_dynamicbatch_caps_the_batch_size():
     assert i["admission"] == "dynamicbatch" and i["max_batch_size"] == 4
     start = s.arrival_ns + s.queue_ns
     finish = s.arrival_ns + s.e2e_ns
-    assert (start[4:] >= np.sort(finish)[:26]).all()       # a fifth joins only when one has left
+    assert (start[4:] >= np.sort(finish)[:26]).all()  # a fifth joins only when one has left
 
 
 def test_twp_paces_the_token_load_with_its_window():
@@ -332,7 +353,7 @@ def test_admission_options_may_be_flat_or_keyed_by_policy():
     cfg["models"]["m"]["admission_options"] = {"c0": 2, "c_max": 2}
     s = run(cfg, [(0.0, "m", 10, 20)] * 6)
     assert s.instances[0]["max_batch_size"] == 2
-    cfg["models"]["m"]["admission_options"] = {"twp": {"h_min": 16}}   # another policy's: unused
+    cfg["models"]["m"]["admission_options"] = {"twp": {"h_min": 16}}  # another policy's: unused
     s = run(cfg, [(0.0, "m", 10, 20)] * 6)
     assert s.instances[0]["max_batch_size"] == 6
 
@@ -361,29 +382,48 @@ def platforms(draw):
     n_models = draw(st.integers(1, 3))
     groups = []
     for g in range(draw(st.integers(1, 2))):
-        groups.append({"name": f"g{g}", "count": draw(st.integers(1, 2)), "gpus": draw(st.integers(1, 2)),
-                       "gpu_memory_gb": draw(st.sampled_from([40, 80])), "dram_gb": draw(st.sampled_from([0, 20, 50])),
-                       "dram_bandwidth_gbps": 20, "ssd_gb": draw(st.sampled_from([0, 30, 200])),
-                       "ssd_bandwidth_gbps": 5})
+        groups.append(
+            {
+                "name": f"g{g}",
+                "count": draw(st.integers(1, 2)),
+                "gpus": draw(st.integers(1, 2)),
+                "gpu_memory_gb": draw(st.sampled_from([40, 80])),
+                "dram_gb": draw(st.sampled_from([0, 20, 50])),
+                "dram_bandwidth_gbps": 20,
+                "ssd_gb": draw(st.sampled_from([0, 30, 200])),
+                "ssd_bandwidth_gbps": 5,
+            }
+        )
     models = {}
     for i in range(n_models):
-        models[f"m{i}"] = {"weights_gb": draw(st.sampled_from([2, 10, 30])),
-                           "cost_model": draw(st.sampled_from(["paper", "linear:c=5,a=0.05", "const:10"])),
-                           "b_max": draw(st.sampled_from([32, 128, 512])),
-                           "kv_capacity": draw(st.sampled_from([None, 1200]))}
+        models[f"m{i}"] = {
+            "weights_gb": draw(st.sampled_from([2, 10, 30])),
+            "cost_model": draw(st.sampled_from(["paper", "linear:c=5,a=0.05", "const:10"])),
+            "b_max": draw(st.sampled_from([32, 128, 512])),
+            "kv_capacity": draw(st.sampled_from([None, 1200])),
+        }
         if draw(st.booleans()):
             models[f"m{i}"]["k_max"] = draw(st.integers(2, 8))
     return {
         "cluster": {"remote_bandwidth_gbps": draw(st.sampled_from([2, 10])), "nodes": groups},
         "models": models,
-        "workload": {"arrival": "gamma", "cv": draw(st.sampled_from([1, 3])), "rate": draw(st.sampled_from([2, 8, 20])),
-                     "popularity": draw(st.sampled_from(["uniform", "zipf:1.5"])), "num_requests": 120,
-                     "prompt": "uniform:1,300", "output": "uniform:1,200", "seed": draw(st.integers(0, 50))},
-        "platform": {"scheduler": draw(st.sampled_from(PLATFORM_SCHEDULERS)),
-                     "keep_alive_s": draw(st.sampled_from([0, 0.5, 3, "never"])),
-                     "scale_out_tokens": draw(st.sampled_from([0, 500, 5000])),
-                     "init_s": draw(st.sampled_from([0, 0.3])),
-                     "serverlessllm": {"alpha_s_per_token": draw(st.sampled_from([0.0001, 0.01]))}},
+        "workload": {
+            "arrival": "gamma",
+            "cv": draw(st.sampled_from([1, 3])),
+            "rate": draw(st.sampled_from([2, 8, 20])),
+            "popularity": draw(st.sampled_from(["uniform", "zipf:1.5"])),
+            "num_requests": 120,
+            "prompt": "uniform:1,300",
+            "output": "uniform:1,200",
+            "seed": draw(st.integers(0, 50)),
+        },
+        "platform": {
+            "scheduler": draw(st.sampled_from(PLATFORM_SCHEDULERS)),
+            "keep_alive_s": draw(st.sampled_from([0, 0.5, 3, "never"])),
+            "scale_out_tokens": draw(st.sampled_from([0, 500, 5000])),
+            "init_s": draw(st.sampled_from([0, 0.3])),
+            "serverlessllm": {"alpha_s_per_token": draw(st.sampled_from([0.0001, 0.01]))},
+        },
     }
 
 
@@ -393,10 +433,10 @@ def test_no_request_lost_or_duplicated_and_fast_equals_step_by_step(cfg):
     spec = load_serverless(cfg)
     fast = run_serverless(spec)
     n = len(fast.arrival_ns)
-    assert (fast.e2e_ns >= 0).all()                                   # every request finished ...
-    assert sum(r["completed"] for r in fast.instances) == n          # ... exactly once
-    assert (fast.tokens == fast.output).all()                         # with all its tokens
-    assert fast.itl.count == int((fast.output - 1).sum())             # none emitted twice
+    assert (fast.e2e_ns >= 0).all()  # every request finished ...
+    assert sum(r["completed"] for r in fast.instances) == n  # ... exactly once
+    assert (fast.tokens == fast.output).all()  # with all its tokens
+    assert fast.itl.count == int((fast.output - 1).sum())  # none emitted twice
     assert all(r["stop_ns"] >= 0 for r in fast.instances)
     _check_gpus(spec, fast)
     exact = run_serverless(spec, fast=False)
@@ -412,8 +452,16 @@ def test_busy_platform_with_migrations_loses_nothing():
     cfg = two_nodes(scheduler="serverlessllm", scale_out_tokens=200, keep_alive_s=0.5)
     cfg["cluster"]["nodes"][0]["gpus"] = 2
     cfg["models"] = {f"m{i}": {"weights_gb": 5, "cost_model": "paper", "b_max": 256} for i in range(5)}
-    cfg["workload"] = {"arrival": "gamma", "cv": 3, "rate": 30, "popularity": "zipf:0.8", "num_requests": 600,
-                       "prompt": "uniform:1,400", "output": "uniform:1,300", "seed": 3}
+    cfg["workload"] = {
+        "arrival": "gamma",
+        "cv": 3,
+        "rate": 30,
+        "popularity": "zipf:0.8",
+        "num_requests": 600,
+        "prompt": "uniform:1,400",
+        "output": "uniform:1,300",
+        "seed": 3,
+    }
     cfg["platform"]["serverlessllm"] = {"alpha_s_per_token": 0.0005}
     spec = load_serverless(cfg)
     s = run_serverless(spec)
@@ -433,8 +481,12 @@ def test_popularity_splits_the_total_rate():
     reqs = make_serverless_requests(load_serverless(cfg))
     share = np.bincount(reqs.model, minlength=3) / len(reqs)
     assert share == pytest.approx(np.array([1, 1 / 2, 1 / 3]) / (1 + 1 / 2 + 1 / 3), abs=0.02)
-    cfg["workload"] = {"rate": 10, "popularity": {"a": 1, "c": 3}, "num_requests": 4000,
-                       "models": {"b": {"share": 0}, "c": {"prompt": "const:77"}}}
+    cfg["workload"] = {
+        "rate": 10,
+        "popularity": {"a": 1, "c": 3},
+        "num_requests": 4000,
+        "models": {"b": {"share": 0}, "c": {"prompt": "const:77"}},
+    }
     reqs = make_serverless_requests(load_serverless(cfg))
     share = np.bincount(reqs.model, minlength=3) / len(reqs)
     assert share == pytest.approx([0.25, 0, 0.75], abs=0.03)
@@ -458,7 +510,9 @@ def test_a_trace_with_a_model_column(tmp_path):
     cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}
     cfg["workload"] = {"trace": str(p)}
     reqs = make_serverless_requests(load_serverless(cfg))
-    assert list(reqs.arrival_s) == [0.1, 0.5, 2.0] and list(reqs.model) == [0, 1, 1] and list(reqs.prompt) == [20, 10, 5]
+    assert (
+        list(reqs.arrival_s) == [0.1, 0.5, 2.0] and list(reqs.model) == [0, 1, 1] and list(reqs.prompt) == [20, 10, 5]
+    )
     res = simulate_serverless(cfg)
     assert res.summary["completed"] == 3
     p.write_text("arrival_s,prompt_tokens,output_tokens,model\n0.5,10,2,zz\n")
@@ -468,7 +522,7 @@ def test_a_trace_with_a_model_column(tmp_path):
 
 def test_kv_capacity_from_bytes_per_token_and_requests_that_cannot_fit():
     cfg = base()
-    cfg["models"]["m"].update(kv_bytes_per_token=1e6)     # (0.9 x 80 - 10) GB / 1 MB = 62,000 tokens
+    cfg["models"]["m"].update(kv_bytes_per_token=1e6)  # (0.9 x 80 - 10) GB / 1 MB = 62,000 tokens
     spec = load_serverless(cfg)
     assert spec.kv_capacity("m", spec.nodes[0]) == 62000
     cfg["models"]["m"].update(kv_bytes_per_token=None, kv_capacity=100)
@@ -480,13 +534,18 @@ BAD = [
     (lambda c: c["cluster"]["nodes"][0].update(ssd=["nope"]), "cluster.nodes[0].ssd[0]: unknown model 'nope'"),
     (lambda c: c["workload"].update(models={"zz": {"share": 1}}), "workload.models.zz: unknown model 'zz'"),
     (lambda c: c["workload"].update(popularity={"q": 1}), "workload.popularity.q: unknown model 'q'"),
-    (lambda c: c["cluster"]["nodes"][0].update(ssd_bandwidth_gbps=-1),
-     "cluster.nodes[0].ssd_bandwidth_gbps: must be a number > 0, got -1"),
+    (
+        lambda c: c["cluster"]["nodes"][0].update(ssd_bandwidth_gbps=-1),
+        "cluster.nodes[0].ssd_bandwidth_gbps: must be a number > 0, got -1",
+    ),
     (lambda c: c["cluster"].update(remote_bandwidth_gbps=-2), "cluster.remote_bandwidth_gbps: must be a number > 0"),
     (lambda c: c["models"]["m"].update(weights_gb=200), "models.m: no GPU is large enough: 200 GB"),
     (lambda c: c["platform"].update(scheduler="fifo"), "platform.scheduler: unknown scheduler 'fifo'"),
     (lambda c: c["platform"].update(router="random"), "platform.router: unknown router 'random'"),
-    (lambda c: c["platform"].update(scheduler="round-robin", router="least-loaded"), "platform.router: the round-robin"),
+    (
+        lambda c: c["platform"].update(scheduler="round-robin", router="least-loaded"),
+        "platform.router: the round-robin",
+    ),
     (lambda c: c["platform"].update(keep_alive_s=-1), "platform.keep_alive_s: must be a number >= 0"),
     (lambda c: c["models"]["m"].update(cost_model="nope"), "models.m.cost_model: unknown cost model"),
     (lambda c: c["models"]["m"].update(wieghts=3), "models.m: unknown key 'wieghts'"),
@@ -524,8 +583,10 @@ def test_bad_yaml_file_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="is not valid YAML") as e:
         load_serverless(str(p))
     assert "\n" not in str(e.value)
-    p.write_text("cluster:\n  nodes: [{gpus: 1, gpu_memory_gb: 24}]\nmodels:\n  big: {weights_gb: 40}\n"
-                 "workload: {rate: 1, num_requests: 1}\n")
+    p.write_text(
+        "cluster:\n  nodes: [{gpus: 1, gpu_memory_gb: 24}]\nmodels:\n  big: {weights_gb: 40}\n"
+        "workload: {rate: 1, num_requests: 1}\n"
+    )
     with pytest.raises(ConfigError, match="^p.yaml: models.big: no GPU is large enough") as e:
         load_serverless(str(p))
     with pytest.raises(ConfigError, match="does not exist"):
@@ -540,8 +601,19 @@ def test_the_example_runs_under_every_scheduler(scheduler):
     assert s["scheduler"] == scheduler and s["completed"] == 60 and s["cold_starts"] >= 3
     assert set(s["models"]) == {"llama-3-8b", "llama-3.2-1b", "codellama-34b"}
     assert sum(m["completed"] for m in s["models"].values()) == 60
-    for key in ("request_throughput", "p50_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms",
-                "itl_cv", "p99_e2el_ms", "cold_start_time_s", "gpu_seconds", "instances_used"):
+    for key in (
+        "request_throughput",
+        "p50_ttft_ms",
+        "p95_ttft_ms",
+        "p99_ttft_ms",
+        "mean_itl_ms",
+        "p99_itl_ms",
+        "itl_cv",
+        "p99_e2el_ms",
+        "cold_start_time_s",
+        "gpu_seconds",
+        "instances_used",
+    ):
         assert s[key] is not None and s[key] >= 0, key
 
 
@@ -566,7 +638,7 @@ def test_files(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["completed"] == 40 and summary["gpu_seconds"] > 0
     config = json.loads((tmp_path / "config.json").read_text())
-    again = simulate_serverless(config)          # config.json reproduces the run
+    again = simulate_serverless(config)  # config.json reproduces the run
     assert np.array_equal(again.stats.e2e_ns, res.stats.e2e_ns)
     with open(tmp_path / "requests.csv") as f:
         rows = list(csv.DictReader(f))

@@ -23,8 +23,16 @@ def read_rows(path):
 
 
 def test_parse_grid_forms():
-    g = parse_grid(["policy=sarathi,orca,vllm", "rate=1:20:20", "seed=0,1", "b_max=256,512",
-                    "cost_model=paper:c=11,a=35|linear:c=10,a=0.1", "k-max=none,16"])
+    g = parse_grid(
+        [
+            "policy=sarathi,orca,vllm",
+            "rate=1:20:20",
+            "seed=0,1",
+            "b_max=256,512",
+            "cost_model=paper:c=11,a=35|linear:c=10,a=0.1",
+            "k-max=none,16",
+        ]
+    )
     assert g["policy"] == ["sarathi", "orca", "vllm"]
     assert len(g["rate"]) == 20 and g["rate"][0] == 1.0 and g["rate"][-1] == 20.0
     assert g["seed"] == [0, 1] and g["b_max"] == [256, 512]
@@ -36,33 +44,39 @@ def test_parse_grid_forms():
     assert parse_slo(["p99_itl_ms=100", "median_ttft_ms=2e3"]) == {"p99_itl_ms": 100.0, "median_ttft_ms": 2000.0}
 
 
-@pytest.mark.parametrize("spec, msg", [
-    (["rate"], "KEY=VALUES"),
-    (["colour=red"], "unknown grid key"),
-    (["rate="], "no values"),
-    (["rate=1,,2"], "empty value"),
-    (["rate=1:5:0"], "whole number >= 1"),
-    (["rate=1:5:1"], "1 point"),
-    (["b_max=100:200:4"], "non-integer"),
-    (["rate=1,2", "load=0.5"], "not both"),
-    (["seed=1", "seed=2"], "twice"),
-    (["load=-1"], "positive"),
-])
+@pytest.mark.parametrize(
+    "spec, msg",
+    [
+        (["rate"], "KEY=VALUES"),
+        (["colour=red"], "unknown grid key"),
+        (["rate="], "no values"),
+        (["rate=1,,2"], "empty value"),
+        (["rate=1:5:0"], "whole number >= 1"),
+        (["rate=1:5:1"], "1 point"),
+        (["b_max=100:200:4"], "non-integer"),
+        (["rate=1,2", "load=0.5"], "not both"),
+        (["seed=1", "seed=2"], "twice"),
+        (["load=-1"], "positive"),
+    ],
+)
 def test_bad_grid_specs(spec, msg):
     with pytest.raises(ConfigError, match=msg):
         parse_grid(spec)
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["--grid", "rate"], "KEY=VALUES"),
-    (["--grid", "nope=1,2"], "unknown grid key"),
-    (["--grid", "rate=a:b:c"], None),
-    (["--grid", "policy=nosuch", "--rate", "5"], "unknown batch policy"),
-    (["--grid", "rate=1,2", "--search", "max-stable-rate"], "do not put rate"),
-    (["--grid", "policy=sarathi", "--slo", "p99_itl_ms=10"], "--search"),
-    (["--grid", "policy=sarathi", "--search", "max-stable-rate", "--slo", "p42_foo=1"], "unknown SLO"),
-    ([], "at least one --grid"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--grid", "rate"], "KEY=VALUES"),
+        (["--grid", "nope=1,2"], "unknown grid key"),
+        (["--grid", "rate=a:b:c"], None),
+        (["--grid", "policy=nosuch", "--rate", "5"], "unknown batch policy"),
+        (["--grid", "rate=1,2", "--search", "max-stable-rate"], "do not put rate"),
+        (["--grid", "policy=sarathi", "--slo", "p99_itl_ms=10"], "--search"),
+        (["--grid", "policy=sarathi", "--search", "max-stable-rate", "--slo", "p42_foo=1"], "unknown SLO"),
+        ([], "at least one --grid"),
+    ],
+)
 def test_cli_errors(tmp_path, capsys, argv, msg):
     code = main(["sweep", "--out", str(tmp_path / "s"), "--workers", "1", "--cost-model", "paper", *argv])
     assert code == 2
@@ -94,8 +108,20 @@ def test_resume_skips_finished_points(tmp_path, monkeypatch):
     assert (r3.ran, r3.skipped) == (2, 4)
     # the table: one row per point, grid columns, config columns and metrics
     row = rows1[0]
-    for col in ("key", "policy", "load", "rate", "b_max", "cost_model", "prompt", "stable",
-                "p99_ttft_ms", "total_token_throughput", "backlog_growth_ci_low", "critical_rate"):
+    for col in (
+        "key",
+        "policy",
+        "load",
+        "rate",
+        "b_max",
+        "cost_model",
+        "prompt",
+        "stable",
+        "p99_ttft_ms",
+        "total_token_throughput",
+        "backlog_growth_ci_low",
+        "critical_rate",
+    ):
         assert col in row, col
     import pyarrow.parquet as pq
 
@@ -118,9 +144,16 @@ def test_ray_backend_gives_the_local_table(tmp_path):
 
 def test_search_max_stable_rate_and_slo(tmp_path):
     # probes of 3,000 requests: shorter ones are inconclusive near lambda* (too short)
-    res = max_stable_rate(policies=["sarathi", "fastertransformer"], seeds=[0], tol=0.1,
-                          slo={"p99_ttft_ms": 2000}, out_dir=tmp_path, workers=1, progress=False,
-                          **{**FIXED, "num_requests": 3000})
+    res = max_stable_rate(
+        policies=["sarathi", "fastertransformer"],
+        seeds=[0],
+        tol=0.1,
+        slo={"p99_ttft_ms": 2000},
+        out_dir=tmp_path,
+        workers=1,
+        progress=False,
+        **{**FIXED, "num_requests": 3000},
+    )
     by = {r["policy"]: r for r in res}
     lam = by["sarathi"]["critical_rate"]
     assert 0.8 * lam <= by["sarathi"]["max_stable_rate"] <= 1.15 * lam
@@ -134,9 +167,28 @@ def test_search_max_stable_rate_and_slo(tmp_path):
 
 
 def test_cli_sweep_json(tmp_path, capsys):
-    argv = ["sweep", "--out", str(tmp_path), "--workers", "1", "--json", "--cost-model", "paper",
-            "--b-max", "128", "--prompt", "geometric:40", "--output", "geometric:21", "--num-requests", "300",
-            "--grid", "policy=sarathi,orca", "--grid", "rate=10,30"]
+    argv = [
+        "sweep",
+        "--out",
+        str(tmp_path),
+        "--workers",
+        "1",
+        "--json",
+        "--cost-model",
+        "paper",
+        "--b-max",
+        "128",
+        "--prompt",
+        "geometric:40",
+        "--output",
+        "geometric:21",
+        "--num-requests",
+        "300",
+        "--grid",
+        "policy=sarathi,orca",
+        "--grid",
+        "rate=10,30",
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["points"] == 4 and out["ran"] == 4

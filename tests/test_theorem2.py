@@ -20,8 +20,11 @@ CAPACITY = B_MAX / (0.01128 + 0.03547)
 
 def workload(load, n, seed=0):
     lam = load * CAPACITY / 89.0
-    return make_trace(WorkloadSpec(arrival="poisson", rate=lam, prompt="geometric:60", output="geometric:30",
-                                   num_requests=n, seed=seed))
+    return make_trace(
+        WorkloadSpec(
+            arrival="poisson", rate=lam, prompt="geometric:60", output="geometric:30", num_requests=n, seed=seed
+        )
+    )
 
 
 def backlog_slope(result, t_from, t_to):

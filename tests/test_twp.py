@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import trace
 
 import llmsched
 from llmsched.core import ConfigError, StepFeedback, StepPlan, make_cost_model
@@ -16,8 +17,6 @@ from llmsched.core.state import ServerState
 from llmsched.policies import ADMISSION_POLICIES, TWP, list_policies, make_admission_policy, make_scheduler
 from llmsched.sim.simulator import simulate_trace
 from llmsched.workload import WorkloadSpec, make_trace
-
-from helpers import trace
 
 
 def _resolved(policy: TWP, b_max=512, k_max=None):
@@ -44,23 +43,23 @@ def test_paper_model_knee_and_defaults():
     p.bind_cost_model(make_cost_model("paper"))
     _resolved(p)
     assert p.l_min_s == pytest.approx(0.04675)
-    assert p.B_0 == 128                  # 82.22 > 1.2 * 46.75 = 56.1
+    assert p.B_0 == 128  # 82.22 > 1.2 * 46.75 = 56.1
     assert p.itl_target() == pytest.approx(1.5 * 0.04675)
-    assert p.B_max == 128                # decode of 129..256 takes 82.22 > L* = 70.1 ms
+    assert p.B_max == 128  # decode of 129..256 takes 82.22 > L* = 70.1 ms
     assert p.W_0 == 128 and p.H_min == 128 and p.H_max == 512
-    assert p.window == 128 and p.delta_tokens == 8   # H_0 = H_min, delta = b_max / 64
+    assert p.window == 128 and p.delta_tokens == 8  # H_0 = H_min, delta = b_max / 64
 
 
 def test_small_paper_model_by_hand():
     # c = 10, a = 5, b0 = 16: t(1..16) = 15 ms, t(17..32) = 20, t(33..48) = 25, t(49..64) = 30
     p = _resolved(TWP(cost="paper:c=10,a=5,b0=16"), b_max=128)
     assert p.l_min_s == pytest.approx(0.015)
-    assert p.B_0 == 16                   # 20 > 1.2 * 15 = 18
-    assert p.B_max == 32                 # L* = 22.5 ms: t(32) = 20, t(33) = 25
+    assert p.B_0 == 16  # 20 > 1.2 * 15 = 18
+    assert p.B_max == 32  # L* = 22.5 ms: t(32) = 20, t(33) = 25
     assert p.W_0 == 16 and p.H_min == 32 and p.H_max == 128 and p.delta_tokens == 2
     q = _resolved(TWP(cost="paper:c=10,a=5,b0=16", itl_target_ms=30, eps=0.5), b_max=128)
-    assert q.B_0 == 32                   # 20 <= 1.5 * 15 = 22.5 < 25
-    assert q.B_max == 64                 # t(64) = 30 <= 30
+    assert q.B_0 == 32  # 20 <= 1.5 * 15 = 22.5 < 25
+    assert q.B_max == 64  # t(64) = 30 <= 30
     assert q.H_min == 64
 
 
@@ -87,7 +86,7 @@ def test_context_dependent_model_uses_decode_shape():
 def test_explicit_measurements_use_the_roofline():
     p = _resolved(TWP(l_min_ms=10, b0=16))
     assert p.l_min_s == pytest.approx(0.010)
-    assert p.B_max == 24                 # floor(16 * 15 / 10)
+    assert p.B_max == 24  # floor(16 * 15 / 10)
     assert p.W_0 == 16 and p.H_min == 24
 
 
@@ -108,7 +107,7 @@ def test_window_shrinks_when_itl_exceeds_target_down_to_h_min():
     st = _state()
     t = 0.0
     for expected in (32, 16, 16):
-        p.observe(st, _fb(t, 0.025))     # 25 ms > 20 ms
+        p.observe(st, _fb(t, 0.025))  # 25 ms > 20 ms
         t += 0.025
         assert p.window == expected
     assert p.token_limit(st) == 16
@@ -118,9 +117,9 @@ def test_window_grows_with_queue_depth_up_to_h_max():
     grow = {}
     for q in (0, 10, 50):
         p = _hand_policy()
-        p.observe(_state(waiting=q), _fb(0.0, 0.010))   # 10 ms <= 20 ms
+        p.observe(_state(waiting=q), _fb(0.0, 0.010))  # 10 ms <= 20 ms
         grow[q] = p.window - 64
-    assert grow[0] == pytest.approx(4)                  # delta * (1 + ln 1)
+    assert grow[0] == pytest.approx(4)  # delta * (1 + ln 1)
     assert grow[10] == pytest.approx(4 * (1 + math.log(11)))
     assert grow[0] < grow[10] < grow[50]
     p = _hand_policy()
@@ -135,27 +134,27 @@ def test_window_grows_with_queue_depth_up_to_h_max():
 def test_ewma_decides_not_the_last_sample():
     p = _hand_policy(alpha=0.5, itl_target_ms=25)
     st = _state()
-    p.observe(st, _fb(0.0, 0.010))       # l = 10: grow to 68
-    p.observe(st, _fb(0.010, 0.030))     # l = 20: grow to 72
+    p.observe(st, _fb(0.0, 0.010))  # l = 10: grow to 68
+    p.observe(st, _fb(0.010, 0.030))  # l = 20: grow to 72
     assert p.window == 72 and p.l_ewma == pytest.approx(0.020)
-    p.observe(st, _fb(0.040, 0.040))     # l = 30 > 25: shrink
+    p.observe(st, _fb(0.040, 0.040))  # l = 30 > 25: shrink
     assert p.window == 36 and p.l_ewma == pytest.approx(0.030)
 
 
 def test_itl_sample_is_the_gap_since_the_previous_token():
     p = _hand_policy()
     st = _state()
-    p.observe(st, _fb(1.000, 0.010))                    # no previous step: its duration
+    p.observe(st, _fb(1.000, 0.010))  # no previous step: its duration
     assert p.l_ewma == pytest.approx(0.010)
-    p.observe(st, _fb(1.013, 0.010))                    # 3 ms of host time in between
+    p.observe(st, _fb(1.013, 0.010))  # 3 ms of host time in between
     assert p.l_ewma == pytest.approx(0.013)
-    p.observe(st, _fb(1.023, 0.004, decode=0))          # a prefill-only step: no sample
+    p.observe(st, _fb(1.023, 0.004, decode=0))  # a prefill-only step: no sample
     assert p.l_ewma == pytest.approx(0.013)
-    p.observe(st, _fb(5.000, 0.010))                    # after a step that emitted nothing
+    p.observe(st, _fb(5.000, 0.010))  # after a step that emitted nothing
     assert p.l_ewma == pytest.approx(0.010)
     r = Request(0, 0, 5, 5)
     p.observe(st, _fb(6.000, 0.010, decode=0, first_tokens=[r]))
-    p.observe(st, _fb(6.012, 0.010))                    # its next token: 2 ms host + 10 ms
+    p.observe(st, _fb(6.012, 0.010))  # its next token: 2 ms host + 10 ms
     assert p.l_ewma == pytest.approx(0.012)
 
 
@@ -163,7 +162,7 @@ def test_window_never_pauses_active_decoders():
     p = _hand_policy(h_min=4, h0=4)
     st = ServerState(Constraints(b_max=128))
     assert p.token_limit(st) == 4
-    st._dec = [object()] * 9             # nine active decoders (read through n_decoding)
+    st._dec = [object()] * 9  # nine active decoders (read through n_decoding)
     assert p.token_limit(st) == 9
 
 
@@ -174,8 +173,9 @@ def _plan(sched, state):
 
 
 def test_admission_stops_at_b_max():
-    sched = make_scheduler("sarathi", admission="twp", b_max=64,
-                           admission_options=dict(cost="paper", max_active=2, h_min=64))
+    sched = make_scheduler(
+        "sarathi", admission="twp", b_max=64, admission_options=dict(cost="paper", max_active=2, h_min=64)
+    )
     st = sched.new_state()
     for i in range(4):
         st.add(Request(i, 0, 4, 3))
@@ -188,15 +188,15 @@ def test_admission_stops_when_the_active_work_cannot_drain_within_the_horizon():
     opts = dict(cost="paper", h_min=64, h_max=64, horizon_steps=1, max_active=100)
     sched = make_scheduler("sarathi", admission="twp", b_max=64, admission_options=opts)
     st = sched.new_state()
-    for i, (p, o) in enumerate([(10, 11), (10, 31), (4, 1), (20, 10)]):   # work 20, 40, 4, 29
+    for i, (p, o) in enumerate([(10, 11), (10, 31), (4, 1), (20, 10)]):  # work 20, 40, 4, 29
         st.add(Request(i, 0, p, o))
     chunks, plan = _plan(sched, st)
-    assert chunks == [(0, 10), (1, 10), (2, 4)]          # 20 + 40 + 4 = 64; + 29 > 64
+    assert chunks == [(0, 10), (1, 10), (2, 4)]  # 20 + 40 + 4 = 64; + 29 > 64
     k_at_admission = None
     for step in range(1, 10):
-        st.begin_step(plan, step * 10 ** 7)
-        st.end_step(plan, (step + 1) * 10 ** 7)
-        k = st.outstanding_tokens                         # 40, then 2 decode tokens a step
+        st.begin_step(plan, step * 10**7)
+        st.end_step(plan, (step + 1) * 10**7)
+        k = st.outstanding_tokens  # 40, then 2 decode tokens a step
         chunks, plan = _plan(sched, st)
         if chunks:
             k_at_admission = k
@@ -209,15 +209,16 @@ def test_an_idle_server_takes_the_head_whatever_its_size():
     opts = dict(cost="paper", h_min=64, h_max=64, horizon_steps=2, max_active=100)
     sched = make_scheduler("sarathi", admission="twp", b_max=64, admission_options=opts)
     st = sched.new_state()
-    st.add(Request(0, 0, 10, 100))                       # work 109 (horizon: 2 * 64 = 128)
-    st.add(Request(1, 0, 15, 10))                        # work 24: 109 + 24 > 128, waits
+    st.add(Request(0, 0, 10, 100))  # work 109 (horizon: 2 * 64 = 128)
+    st.add(Request(1, 0, 15, 10))  # work 24: 109 + 24 > 128, waits
     chunks, _ = _plan(sched, st)
     assert chunks == [(0, 10)]
 
 
 def test_waiting_request_with_nothing_running_is_always_admitted():
-    sched = make_scheduler("sarathi", admission="twp", b_max=32,
-                           admission_options=dict(cost="paper", horizon_steps=0.001, max_active=1))
+    sched = make_scheduler(
+        "sarathi", admission="twp", b_max=32, admission_options=dict(cost="paper", horizon_steps=0.001, max_active=1)
+    )
     st = sched.new_state()
     st.add(Request(0, 0, 500, 500))
     chunks, _ = _plan(sched, st)
@@ -231,19 +232,22 @@ def test_registered_and_listed():
     assert ("admission", "twp") in [(k, n) for k, n, _ in list_policies()]
 
 
-@pytest.mark.parametrize("opts, match", [
-    ({"foo": 1}, "unknown option 'foo'"),
-    ({"beta": 1.0}, "beta must be a number > 0 and < 1"),
-    ({"beta": "abc"}, "beta must be a number"),
-    ({"alpha": 0}, "alpha must be"),
-    ({"h_min": 0}, "h_min must be an integer >= 1"),
-    ({"h_min": 2.5}, "h_min must be an integer"),
-    ({"max_active": True}, "max_active must be an integer"),
-    ({"h_min": 100, "h_max": 10}, "must not exceed"),
-    ({"itl_target_ms": -1}, "itl_target_ms must be a number > 0"),
-    ({"horizon_steps": float("inf")}, "horizon_steps"),
-    ({"cost": "nope"}, "twp: cost: unknown cost model"),
-])
+@pytest.mark.parametrize(
+    "opts, match",
+    [
+        ({"foo": 1}, "unknown option 'foo'"),
+        ({"beta": 1.0}, "beta must be a number > 0 and < 1"),
+        ({"beta": "abc"}, "beta must be a number"),
+        ({"alpha": 0}, "alpha must be"),
+        ({"h_min": 0}, "h_min must be an integer >= 1"),
+        ({"h_min": 2.5}, "h_min must be an integer"),
+        ({"max_active": True}, "max_active must be an integer"),
+        ({"h_min": 100, "h_max": 10}, "must not exceed"),
+        ({"itl_target_ms": -1}, "itl_target_ms must be a number > 0"),
+        ({"horizon_steps": float("inf")}, "horizon_steps"),
+        ({"cost": "nope"}, "twp: cost: unknown cost model"),
+    ],
+)
 def test_bad_options_are_config_errors(opts, match):
     with pytest.raises(ConfigError, match=match):
         make_admission_policy("twp", **opts)
@@ -251,11 +255,30 @@ def test_bad_options_are_config_errors(opts, match):
 
 def test_cli_options_reach_the_policy_and_errors_exit_2(tmp_path, capsys):
     from llmsched.cli import main
-    args = ["simulate", "--admission", "twp", "--admission-option", "itl_target_ms=40",
-            "--cost-model", "paper", "--num-requests", "50", "--rate", "5", "--prompt", "const:50",
-            "--output", "const:20", "--out", str(tmp_path / "o"), "--json"]
+
+    args = [
+        "simulate",
+        "--admission",
+        "twp",
+        "--admission-option",
+        "itl_target_ms=40",
+        "--cost-model",
+        "paper",
+        "--num-requests",
+        "50",
+        "--rate",
+        "5",
+        "--prompt",
+        "const:50",
+        "--output",
+        "const:20",
+        "--out",
+        str(tmp_path / "o"),
+        "--json",
+    ]
     assert main(args) == 0
     import json
+
     cfg = json.loads((tmp_path / "o" / "config.json").read_text())
     adm = cfg["scheduler"]["admission"]
     assert adm["name"] == "twp" and adm["itl_target_ms"] == 40 and adm["resolved"]["B_0"] == 128
@@ -265,8 +288,16 @@ def test_cli_options_reach_the_policy_and_errors_exit_2(tmp_path, capsys):
 
 
 # ---- the simulator, end to end ----------------------------------------------------------
-BURSTY = dict(cost_model="paper", arrival="gamma", cv=4, rate=6, prompt="geometric:200",
-              output="geometric:100", num_requests=1500, seed=3)
+BURSTY = dict(
+    cost_model="paper",
+    arrival="gamma",
+    cv=4,
+    rate=6,
+    prompt="geometric:200",
+    output="geometric:100",
+    num_requests=1500,
+    seed=3,
+)
 
 
 def _spy(sched):
@@ -296,11 +327,11 @@ def test_simulation_loses_nothing_and_every_step_stays_in_the_window():
     twp = sched.admission
     assert stats.steps == len(seen)
     for load, limit, running, window, decoding in seen:
-        assert decoding <= twp.B_max <= window == limit   # decoders always fit the window
+        assert decoding <= twp.B_max <= window == limit  # decoders always fit the window
         assert load <= window
         assert running <= twp.B_max
     windows = {w for _, _, _, w, _ in seen}
-    assert min(windows) == twp.H_min and max(windows) > twp.H_min   # it moved
+    assert min(windows) == twp.H_min and max(windows) > twp.H_min  # it moved
 
 
 def test_twp_lowers_itl_tail_and_spread_against_fcfs_under_bursts():
@@ -347,10 +378,14 @@ def _replay(sched, requests, feedback):
         p = sched.plan(st)
         plans.append((p.decode, tuple((r.id, n) for r, n in p.prefill), tuple(r.id for r in p.preempt)))
         st.begin_step(p, int(round(start * 1e9)))
-        served = st.decoders[:p.decode]
+        served = st.decoders[: p.decode]
         st.end_step(p, int(round((start + duration) * 1e9)))
-        sched.observe(st, StepFeedback(start, duration, p, st.finished, st.first_tokens, lambda s=served: s,
-                                       [r for r, _ in st.resumed]))
+        sched.observe(
+            st,
+            StepFeedback(
+                start, duration, p, st.finished, st.first_tokens, lambda s=served: s, [r for r, _ in st.resumed]
+            ),
+        )
     assert st.is_idle()
     return plans
 
@@ -358,16 +393,18 @@ def _replay(sched, requests, feedback):
 def test_two_instances_make_the_same_plans_for_the_same_feedback():
     rows = [(0.0, 300, 40), (0.0, 50, 60), (0.0, 700, 10), (0.0, 20, 90), (0.0, 120, 30)] * 4
     t = trace([(0.0, p, o) for _, p, o in rows])
-    a = make_scheduler("sarathi", admission="twp", b_max=256, kv_capacity=3000,
-                       admission_options=dict(cost="paper:c=5,a=3,b0=32"))
+    a = make_scheduler(
+        "sarathi", admission="twp", b_max=256, kv_capacity=3000, admission_options=dict(cost="paper:c=5,a=3,b0=32")
+    )
     plans, feedback = _recording(a)
     stats = simulate_trace(t, a, make_cost_model("linear:c=4,a=0.05"), fast=True)
     assert stats.unfinished == 0 and len(plans) == len(feedback) == stats.steps
-    b = make_scheduler("sarathi", admission="twp", b_max=256, kv_capacity=3000,
-                       admission_options=dict(cost="paper:c=5,a=3,b0=32"))
+    b = make_scheduler(
+        "sarathi", admission="twp", b_max=256, kv_capacity=3000, admission_options=dict(cost="paper:c=5,a=3,b0=32")
+    )
     reqs = [Request(i, 0, p, o) for i, (_, p, o) in enumerate(rows)]
     assert _replay(b, reqs, feedback) == plans
-    assert len({d for d, _, _ in plans}) > 3        # not a trivial schedule
+    assert len({d for d, _, _ in plans}) > 3  # not a trivial schedule
 
 
 def test_virtual_gpu_runs_the_same_steps_as_the_simulator():
@@ -376,8 +413,7 @@ def test_virtual_gpu_runs_the_same_steps_as_the_simulator():
 
     rng = np.random.default_rng(4)
     n = 120
-    t = trace(list(zip(np.cumsum(rng.exponential(0.01, n)), rng.integers(1, 600, n),
-                       rng.integers(1, 120, n))))
+    t = trace(list(zip(np.cumsum(rng.exponential(0.01, n)), rng.integers(1, 600, n), rng.integers(1, 120, n))))
     mk = lambda: make_scheduler("sarathi", admission="twp", b_max=256, kv_capacity=6000)  # noqa: E731
     ref = mk()
     ref.bind_cost_model(make_cost_model("paper"))
@@ -392,8 +428,12 @@ def test_virtual_gpu_runs_the_same_steps_as_the_simulator():
         if not ve.has_unfinished_requests():
             ve.advance_to(t.arrival_s[i])
         while i < n and int(round(t.arrival_s[i] * 1e9)) <= ve.now_ns():
-            ve.add_request(str(i), range(int(t.prompt[i])), SamplingParams(max_tokens=int(t.output[i])),
-                           arrival_time=float(t.arrival_s[i]))
+            ve.add_request(
+                str(i),
+                range(int(t.prompt[i])),
+                SamplingParams(max_tokens=int(t.output[i])),
+                arrival_time=float(t.arrival_s[i]),
+            )
             i += 1
         ve.step()
     assert plans == ref_plans
@@ -406,26 +446,38 @@ def test_engine_runs_twp_and_its_plans_replay_from_its_feedback():
     from llmsched.engine.engine import LLMEngine
     from llmsched.engine.loader import ModelConfig
 
-    cfg = ModelConfig(arch="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
-                      num_heads=2, num_kv_heads=1, head_dim=16, max_position_embeddings=256)
+    cfg = ModelConfig(
+        arch="llama",
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=16,
+        max_position_embeddings=256,
+    )
     # no cost model in the engine: l_min and B_0 are measured from its own steps
-    eng = LLMEngine(cfg, scheduler="sarathi", admission="twp", b_max=64, max_num_seqs=8,
-                    num_blocks=64, block_size=16, num_threads=1)
+    eng = LLMEngine(
+        cfg, scheduler="sarathi", admission="twp", b_max=64, max_num_seqs=8, num_blocks=64, block_size=16, num_threads=1
+    )
     plans, feedback = _recording(eng.scheduler)
     lens = [(30, 6), (5, 12), (70, 4), (12, 9), (3, 15), (44, 7), (9, 10), (25, 5), (60, 8), (2, 11)]
     for i, (p, o) in enumerate(lens):
-        eng.add_request(str(i), [(7 * i + j) % 60 + 1 for j in range(p)],
-                        SamplingParams(max_tokens=o, temperature=0, ignore_eos=True))
+        eng.add_request(
+            str(i),
+            [(7 * i + j) % 60 + 1 for j in range(p)],
+            SamplingParams(max_tokens=o, temperature=0, ignore_eos=True),
+        )
     produced = {}
     while eng.has_unfinished_requests():
         for o in eng.step():
             produced[o.request_id] = o.output_tokens
     assert produced == {str(i): o for i, (_, o) in enumerate(lens)}
-    twp = eng.scheduler.admission.inner             # under the engine's max_num_seqs cap
+    twp = eng.scheduler.admission.inner  # under the engine's max_num_seqs cap
     assert isinstance(twp, TWP) and twp.measured and twp._seen_l_min is not None
     assert len(plans) == len(feedback)
     # the same policy, fed the engine's step times, makes the engine's plans
-    again = make_scheduler("sarathi", admission="twp", b_max=64, kv_capacity=eng.kv_capacity,
-                           max_running=8)
+    again = make_scheduler("sarathi", admission="twp", b_max=64, kv_capacity=eng.kv_capacity, max_running=8)
     reqs = [Request(i, 0, p, o) for i, (p, o) in enumerate(lens)]
     assert _replay(again, reqs, feedback) == plans

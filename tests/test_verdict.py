@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from llmsched.theory import fixed_b_critical_value, predicted_growth, stability_verdict
 from llmsched.core.errors import ConfigError
+from llmsched.theory import fixed_b_critical_value, predicted_growth, stability_verdict
 
 DT = 0.15316
 CAP = 512 / DT  # paper model, b_max = 512
@@ -17,7 +17,7 @@ def reflected_walk(rng, rho, steps=4000, every=10):
     s = np.cumsum(rng.gamma(n.astype(float), WORK) - CAP * DT)
     w = s - np.minimum(0.0, np.minimum.accumulate(s))
     t = DT * np.arange(1, steps + 1)
-    return t[every - 1::every], w[every - 1::every]
+    return t[every - 1 :: every], w[every - 1 :: every]
 
 
 @pytest.mark.parametrize("method", ["hac", "batch"])
@@ -36,8 +36,13 @@ def test_overloaded_queue_is_unstable(method):
     rng = np.random.default_rng(12)
     growth = 0.15 * CAP
     for _ in range(20):
-        v = stability_verdict(*reflected_walk(rng, 1.15), capacity=CAP, method=method,
-                              arrival_rate=1.15 * CAP / WORK, work_per_request=WORK)
+        v = stability_verdict(
+            *reflected_walk(rng, 1.15),
+            capacity=CAP,
+            method=method,
+            arrival_rate=1.15 * CAP / WORK,
+            work_per_request=WORK,
+        )
         assert not v.stable and v.ci_low > 0
         assert v.backlog_growth_tokens_per_s == pytest.approx(growth, rel=0.35)
         assert v.predicted_growth_tokens_per_s == pytest.approx(growth)

@@ -7,8 +7,8 @@ lambda* = 45.6 req/s), the fast path, and enough requests for many relaxation ti
 
 import pytest
 
-from llmsched.theory import capacity
 from llmsched.api import simulate
+from llmsched.theory import capacity
 
 KW = dict(cost_model="paper", b_max=128, prompt="geometric:40", output="geometric:21", num_requests=6000)
 LAM = capacity("paper", 128, 40.0, 21.0).critical_rate

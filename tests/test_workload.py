@@ -3,25 +3,35 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import FULL_TRACES, TRACES
 
 from llmsched.core.errors import ConfigError
 from llmsched.workload import (
-    Constant, Deterministic, Empirical, Gamma, Geometric, Lognormal, Poisson, Trace, Uniform,
-    WorkloadSpec, load_trace, make_trace, parse_length_law, read_azure_csv, read_trace,
+    Constant,
+    Deterministic,
+    Empirical,
+    Gamma,
+    Geometric,
+    Lognormal,
+    Poisson,
+    Trace,
+    Uniform,
+    WorkloadSpec,
+    load_trace,
+    make_trace,
+    parse_length_law,
+    read_azure_csv,
+    read_trace,
     resolve_dataset,
 )
 from llmsched.workload import datasets as ds
 
-from helpers import FULL_TRACES, TRACES
-
 AZURE = TRACES / "azure_conv_2023" / "AzureLLMInferenceTrace_conv.csv"
 SHAREGPT = TRACES / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 ARXIV = TRACES / "arxiv_lengths" / "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"
-
 
 
 def _rows(path):
@@ -90,8 +100,14 @@ def test_num_requests_and_duration_whichever_first():
 
 # ------------------------------------------------------------------------- determinism
 def _spec(**kw):
-    d = dict(arrival="poisson", rate=5.0, prompt="lognormal:mean=800,sigma=1",
-             output="geometric:200", num_requests=5000, seed=7)
+    d = dict(
+        arrival="poisson",
+        rate=5.0,
+        prompt="lognormal:mean=800,sigma=1",
+        output="geometric:200",
+        num_requests=5000,
+        seed=7,
+    )
     d.update(kw)
     return WorkloadSpec(**d)
 
@@ -172,8 +188,11 @@ def test_trace_lengths_overridden_by_law_and_vice_versa():
     assert np.array_equal(tr.output, whole.output[:500])
     assert np.array_equal(tr.arrival_s, whole.arrival_s[:500])
     # arrivals from a process, lengths replayed in trace order
-    tr2 = make_trace(WorkloadSpec(arrival="poisson", rate=2, num_requests=500,
-                                  prompt="replay:azure-conv", output="replay:azure-conv"))
+    tr2 = make_trace(
+        WorkloadSpec(
+            arrival="poisson", rate=2, num_requests=500, prompt="replay:azure-conv", output="replay:azure-conv"
+        )
+    )
     assert np.array_equal(tr2.prompt, whole.prompt[:500])
     assert np.array_equal(tr2.output, whole.output[:500])
 
@@ -196,9 +215,17 @@ def test_simple_length_laws():
     assert clip.max() == 3000 and clip.min() >= 1
 
 
-@pytest.mark.parametrize("text", ["const:512", "uniform:16,2048", "geometric:mean=256",
-                                  "geometric:mean=256,max=4096", "lognormal:mean=1000,sigma=1",
-                                  "lognormal:mean=1000,cv=1.5,max=8192"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "const:512",
+        "uniform:16,2048",
+        "geometric:mean=256",
+        "geometric:mean=256,max=4096",
+        "lognormal:mean=1000,sigma=1",
+        "lognormal:mean=1000,cv=1.5,max=8192",
+    ],
+)
 def test_law_string_round_trip(text):
     law = parse_length_law(text)
     assert law.to_str() == text
@@ -213,8 +240,9 @@ def test_law_mapping_and_alt_forms():
 
 def test_empirical_sharegpt_means():
     fp, fo = _file_columns(SHAREGPT, 0, 1)
-    tr = make_trace(WorkloadSpec(arrival="poisson", rate=1, num_requests=60_000,
-                                 prompt="sharegpt", output="sharegpt", seed=3))
+    tr = make_trace(
+        WorkloadSpec(arrival="poisson", rate=1, num_requests=60_000, prompt="sharegpt", output="sharegpt", seed=3)
+    )
     # 6 standard errors
     assert abs(tr.prompt.mean() - fp.mean()) < 6 * fp.std() / np.sqrt(60_000)
     assert abs(tr.output.mean() - np.maximum(fo, 1).mean()) < 6 * fo.std() / np.sqrt(60_000)
@@ -226,24 +254,29 @@ def test_empirical_sharegpt_means():
 def test_joint_sampling_keeps_pairs():
     fp, fo = _file_columns(ARXIV, 0, 1)
     pairs = set(zip(fp.astype(int).tolist(), np.maximum(fo, 1).astype(int).tolist()))
-    tr = make_trace(WorkloadSpec(arrival="poisson", rate=1, num_requests=20_000,
-                                 prompt="arxiv", output="arxiv"))
+    tr = make_trace(WorkloadSpec(arrival="poisson", rate=1, num_requests=20_000, prompt="arxiv", output="arxiv"))
     assert all(p in pairs for p in zip(tr.prompt.tolist(), tr.output.tolist()))
-    file_corr = np.corrcoef(fp, fo)[0, 1]          # about -0.46
+    file_corr = np.corrcoef(fp, fo)[0, 1]  # about -0.46
     assert abs(np.corrcoef(tr.prompt, tr.output)[0, 1] - file_corr) < 0.05
     # different files: independent draws, no correlation
-    ind = make_trace(WorkloadSpec(arrival="poisson", rate=1, num_requests=20_000,
-                                  prompt="arxiv", output=f"empirical:{SHAREGPT}"))
+    ind = make_trace(
+        WorkloadSpec(arrival="poisson", rate=1, num_requests=20_000, prompt="arxiv", output=f"empirical:{SHAREGPT}")
+    )
     assert abs(np.corrcoef(ind.prompt, ind.output)[0, 1]) < 0.05
 
 
 # ------------------------------------------------------------------------- classes
 def test_class_mix():
-    spec = WorkloadSpec.from_dict({
-        "arrival": "poisson", "rate": 10, "num_requests": 20_000, "prompt": "const:100",
-        "output": "const:10",
-        "classes": [{"tag": "chat", "share": 0.7},
-                    {"tag": "summ", "share": 0.3, "prompt": "uniform:1000,2000"}]})
+    spec = WorkloadSpec.from_dict(
+        {
+            "arrival": "poisson",
+            "rate": 10,
+            "num_requests": 20_000,
+            "prompt": "const:100",
+            "output": "const:10",
+            "classes": [{"tag": "chat", "share": 0.7}, {"tag": "summ", "share": 0.3, "prompt": "uniform:1000,2000"}],
+        }
+    )
     tr = make_trace(spec)
     chat = tr.tag == "chat"
     assert abs(chat.mean() - 0.7) < 0.02
@@ -275,10 +308,14 @@ def test_plain_csv_unsorted_rows_are_sorted(tmp_path):
 
 
 def test_spec_dict_round_trip():
-    spec = WorkloadSpec(arrival="gamma:rate=3,cv=2", prompt="uniform:10,20",
-                        output="geometric:5", duration_s=50, seed=11,
-                        classes=[{"tag": "a", "share": 1}, {"tag": "b", "share": 2,
-                                                            "output": "const:9"}])
+    spec = WorkloadSpec(
+        arrival="gamma:rate=3,cv=2",
+        prompt="uniform:10,20",
+        output="geometric:5",
+        duration_s=50,
+        seed=11,
+        classes=[{"tag": "a", "share": 1}, {"tag": "b", "share": 2, "output": "const:9"}],
+    )
     d = spec.to_dict()
     assert d["arrival"] == "gamma" and d["rate"] == 3 and d["cv"] == 2
     again = WorkloadSpec.from_dict(d)
@@ -288,8 +325,11 @@ def test_spec_dict_round_trip():
 
 def test_million_requests_cheap():
     t0 = time.perf_counter()
-    tr = make_trace(WorkloadSpec(arrival="poisson", rate=100, num_requests=1_000_000,
-                                 prompt="geometric:500", output="uniform:1,100"))
+    tr = make_trace(
+        WorkloadSpec(
+            arrival="poisson", rate=100, num_requests=1_000_000, prompt="geometric:500", output="uniform:1,100"
+        )
+    )
     assert time.perf_counter() - t0 < 3.0
     assert len(tr) == 1_000_000
     assert tr.arrival_s.nbytes + tr.prompt.nbytes + tr.output.nbytes == 24_000_000
@@ -337,41 +377,44 @@ def _bad(**kw):
     return lambda: make_trace(WorkloadSpec.from_dict(d))
 
 
-@pytest.mark.parametrize("fn, pattern", [
-    (_bad(rate=0), r"rate \(requests per second\) must be a positive"),
-    (_bad(rate=-3), r"rate \(requests per second\) must be a positive"),
-    (_bad(rate="fast"), "rate .*must be a number"),
-    (_bad(arrival="gamma", cv=0), "cv .* must be a positive"),
-    (_bad(arrival="gamma", cv=-1), "cv .* must be a positive"),
-    (_bad(cv=2), "applies to gamma arrivals only"),
-    (_bad(arrival="weibull"), "unknown arrival process 'weibull'"),
-    (_bad(prompt="foo:3"), "unknown length law 'foo:3'"),
-    (_bad(prompt="const:-5"), "const length must be >= 1"),
-    (_bad(output="const:0"), "const length must be >= 1"),
-    (_bad(prompt="uniform:10,5"), "needs lo <= hi"),
-    (_bad(prompt="uniform:-1,5"), "uniform lo must be >= 1"),
-    (_bad(prompt="geometric:0.5"), "geometric mean must be >= 1"),
-    (_bad(prompt="lognormal:mean=100"), "exactly one of sigma= or cv="),
-    (_bad(prompt="lognormal:mean=100,sigma=1,cv=1"), "exactly one of sigma= or cv="),
-    (_bad(prompt="lognormal:mean=100,sigma=0"), "lognormal sigma must be > 0"),
-    (_bad(prompt="lognormal:mean=100,sigma=1,foo=2"), "unknown parameter 'foo'"),
-    (_bad(prompt="empirical:/no/such/file.csv"), "file /no/such/file.csv does not exist"),
-    (_bad(prompt=None), "need a prompt length law"),
-    (_bad(num_requests=None), "need num_requests or duration_s"),
-    (_bad(num_requests=0), "num_requests must be a whole number >= 1"),
-    (_bad(num_requests=2.5), "num_requests must be a whole number >= 1"),
-    (_bad(duration_s=-1), "duration_s must be a positive"),
-    (_bad(seed=-1), "seed must be a whole number >= 0"),
-    (_bad(arrival="deterministic", rate=1, num_requests=None, duration_s=0.5), "workload is empty"),
-    (_bad(arrival="trace:/no/such/trace.csv"), "does not exist"),
-    (_bad(time_scale=0, arrival="trace:azure-conv"), "time_scale must be a positive"),
-    (_bad(bogus=1), "unknown workload key 'bogus'"),
-    (_bad(classes=[{"tag": "a", "share": 0}]), "share of class 'a' must be a positive"),
-    (_bad(classes=[{"tag": "a"}, {"tag": "a"}]), "class tag 'a' is used twice"),
-    (lambda: Trace([1.0, 0.5], [1, 1], [1, 1]), "non-decreasing"),
-    (lambda: Trace([0.0], [0], [1]), "prompt lengths must be >= 1"),
-    (lambda: Trace([0.0, 1.0], [1], [1, 1]), "differ in length"),
-])
+@pytest.mark.parametrize(
+    "fn, pattern",
+    [
+        (_bad(rate=0), r"rate \(requests per second\) must be a positive"),
+        (_bad(rate=-3), r"rate \(requests per second\) must be a positive"),
+        (_bad(rate="fast"), "rate .*must be a number"),
+        (_bad(arrival="gamma", cv=0), "cv .* must be a positive"),
+        (_bad(arrival="gamma", cv=-1), "cv .* must be a positive"),
+        (_bad(cv=2), "applies to gamma arrivals only"),
+        (_bad(arrival="weibull"), "unknown arrival process 'weibull'"),
+        (_bad(prompt="foo:3"), "unknown length law 'foo:3'"),
+        (_bad(prompt="const:-5"), "const length must be >= 1"),
+        (_bad(output="const:0"), "const length must be >= 1"),
+        (_bad(prompt="uniform:10,5"), "needs lo <= hi"),
+        (_bad(prompt="uniform:-1,5"), "uniform lo must be >= 1"),
+        (_bad(prompt="geometric:0.5"), "geometric mean must be >= 1"),
+        (_bad(prompt="lognormal:mean=100"), "exactly one of sigma= or cv="),
+        (_bad(prompt="lognormal:mean=100,sigma=1,cv=1"), "exactly one of sigma= or cv="),
+        (_bad(prompt="lognormal:mean=100,sigma=0"), "lognormal sigma must be > 0"),
+        (_bad(prompt="lognormal:mean=100,sigma=1,foo=2"), "unknown parameter 'foo'"),
+        (_bad(prompt="empirical:/no/such/file.csv"), "file /no/such/file.csv does not exist"),
+        (_bad(prompt=None), "need a prompt length law"),
+        (_bad(num_requests=None), "need num_requests or duration_s"),
+        (_bad(num_requests=0), "num_requests must be a whole number >= 1"),
+        (_bad(num_requests=2.5), "num_requests must be a whole number >= 1"),
+        (_bad(duration_s=-1), "duration_s must be a positive"),
+        (_bad(seed=-1), "seed must be a whole number >= 0"),
+        (_bad(arrival="deterministic", rate=1, num_requests=None, duration_s=0.5), "workload is empty"),
+        (_bad(arrival="trace:/no/such/trace.csv"), "does not exist"),
+        (_bad(time_scale=0, arrival="trace:azure-conv"), "time_scale must be a positive"),
+        (_bad(bogus=1), "unknown workload key 'bogus'"),
+        (_bad(classes=[{"tag": "a", "share": 0}]), "share of class 'a' must be a positive"),
+        (_bad(classes=[{"tag": "a"}, {"tag": "a"}]), "class tag 'a' is used twice"),
+        (lambda: Trace([1.0, 0.5], [1, 1], [1, 1]), "non-decreasing"),
+        (lambda: Trace([0.0], [0], [1]), "prompt lengths must be >= 1"),
+        (lambda: Trace([0.0, 1.0], [1], [1, 1]), "differ in length"),
+    ],
+)
 def test_bad_inputs_raise_config_error(fn, pattern):
     with pytest.raises(ConfigError, match=pattern) as info:
         fn()
@@ -379,19 +422,24 @@ def test_bad_inputs_raise_config_error(fn, pattern):
     assert "\n" not in msg and "Traceback" not in msg
 
 
-@pytest.mark.parametrize("text, pattern", [
-    ("", "is empty"),
-    ("arrival_s,prompt_tokens,output_tokens\n", "has no data rows"),
-    ("arrival_s,prompt_tokens\n0,1\n", "is not a trace.*needs arrival_s"),
-    ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,abc,2\n", "line 3 column 'prompt_tokens'.*'abc'"),
-    ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,2\n", "line 3 has 2 field"),
-    ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,-4,2\n", "line 3 column 'prompt_tokens'.*below"),
-    ("arrival_s,prompt_tokens,output_tokens\n0,1,2.5\n", "line 2 column 'output_tokens'.*whole number"),
-    ("arrival_s,prompt_tokens,output_tokens\n-1,1,2\n", "line 2 column 'arrival_s'"),
-    ("a,b\n1,2\n", "is not a trace"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,4\nyesterday,3,4\n",
-     "line 3 column 'TIMESTAMP'"),
-])
+@pytest.mark.parametrize(
+    "text, pattern",
+    [
+        ("", "is empty"),
+        ("arrival_s,prompt_tokens,output_tokens\n", "has no data rows"),
+        ("arrival_s,prompt_tokens\n0,1\n", "is not a trace.*needs arrival_s"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,abc,2\n", "line 3 column 'prompt_tokens'.*'abc'"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,2\n", "line 3 has 2 field"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,-4,2\n", "line 3 column 'prompt_tokens'.*below"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,1,2.5\n", "line 2 column 'output_tokens'.*whole number"),
+        ("arrival_s,prompt_tokens,output_tokens\n-1,1,2\n", "line 2 column 'arrival_s'"),
+        ("a,b\n1,2\n", "is not a trace"),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,4\nyesterday,3,4\n",
+            "line 3 column 'TIMESTAMP'",
+        ),
+    ],
+)
 def test_malformed_trace_files(tmp_path, text, pattern):
     p = _write(tmp_path, "bad.csv", text)
     with pytest.raises(ConfigError, match=pattern) as info:

@@ -14,10 +14,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -25,10 +26,10 @@ from .core.cost import make_cost_model
 from .core.errors import ConfigError
 from .core.version import __version__
 from .policies.spec import SchedulerSpec
+from .sim.network_result import NetworkResult, simulate_network  # noqa: F401 - part of the API
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, simulate_trace
 from .theory import INCONCLUSIVE, capacity, stability_verdict
-from .sim.network_result import NetworkResult, simulate_network  # noqa: F401 - part of the API
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.network import NetworkSpec
 
@@ -67,7 +68,7 @@ class SimConfig:
     verdict: bool = True
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SimConfig":
+    def from_dict(cls, d: dict[str, Any]) -> SimConfig:
         """A configuration from a mapping: a YAML file's, or a run's own `config.json` (its
         output-only keys are ignored). A `workload` section fills in the default workload
         key by key, as the flags do (a trace replay drops the synthetic defaults)."""
@@ -96,7 +97,7 @@ class SimConfig:
         return cfg
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike) -> "SimConfig":
+    def from_yaml(cls, path: str | os.PathLike) -> SimConfig:
         import yaml  # noqa: PLC0415
 
         p = Path(path)
@@ -145,8 +146,11 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
     if wl_over:
         if "trace" in wl_over or str(wl_over.get("arrival", "")).startswith(("trace", "azure")):
             # replaying a trace: the default synthetic laws and count do not apply
-            base = {k: v for k, v in cfg.workload.items() if cfg.workload is not DEFAULT_WORKLOAD
-                    and not (k in DEFAULT_WORKLOAD and v == DEFAULT_WORKLOAD[k])}
+            base = {
+                k: v
+                for k, v in cfg.workload.items()
+                if cfg.workload is not DEFAULT_WORKLOAD and not (k in DEFAULT_WORKLOAD and v == DEFAULT_WORKLOAD[k])
+            }
             cfg.workload = {**base, **wl_over}
         else:
             cfg.workload = {**cfg.workload, **wl_over}
@@ -160,15 +164,17 @@ def provenance() -> dict:
     commit = None
     src = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5)
+        out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
         if out.returncode == 0:
             commit = out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         pass
-    return {"llmsched_version": __version__, "git_commit": commit,
-            "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command_line": list(sys.argv)}
+    return {
+        "llmsched_version": __version__,
+        "git_commit": commit,
+        "time_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command_line": list(sys.argv),
+    }
 
 
 def _check_types(cfg: SimConfig) -> None:
@@ -190,8 +196,7 @@ def _check_types(cfg: SimConfig) -> None:
         setattr(cfg, name, int(v))
     for name in ("max_time_s", "sample_interval_s"):
         v = getattr(cfg, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                              or not math.isfinite(v) or v <= 0):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
             raise ConfigError(f"{name} must be a positive number, got {v!r}")
     for name in ("fast", "verdict", "record_steps"):
         if not isinstance(getattr(cfg, name), bool):
@@ -204,9 +209,14 @@ def _check_types(cfg: SimConfig) -> None:
             raise ConfigError(f"{name} must be a mapping of option names to values, got {getattr(cfg, name)!r}")
 
 
-def simulate(config: SimConfig | dict | str | os.PathLike | None = None, *, trace: Trace | None = None,
-             out_dir: str | os.PathLike | None = None,
-             progress: Callable[[int, int], None] | None = None, **overrides) -> SimResult:
+def simulate(
+    config: SimConfig | dict | str | os.PathLike | None = None,
+    *,
+    trace: Trace | None = None,
+    out_dir: str | os.PathLike | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    **overrides,
+) -> SimResult:
     """Run one simulation and return its `SimResult`; with `out_dir`, also write its files.
 
     Examples: `simulate(policy="orca", rate=10, num_requests=1000, cost_model="paper")`,
@@ -236,9 +246,16 @@ def simulate(config: SimConfig | dict | str | os.PathLike | None = None, *, trac
         steps_file.write(STEPS_HEADER)
     t0 = time.perf_counter()
     try:
-        stats = simulate_trace(trace, scheduler, cost, fast=cfg.fast, max_time_s=cfg.max_time_s,
-                               sample_interval_s=cfg.sample_interval_s, steps_file=steps_file,
-                               progress=progress)
+        stats = simulate_trace(
+            trace,
+            scheduler,
+            cost,
+            fast=cfg.fast,
+            max_time_s=cfg.max_time_s,
+            sample_interval_s=cfg.sample_interval_s,
+            steps_file=steps_file,
+            progress=progress,
+        )
     except BaseException:
         if steps_file is not None:
             steps_file.close()
@@ -247,10 +264,22 @@ def simulate(config: SimConfig | dict | str | os.PathLike | None = None, *, trac
     wall = time.perf_counter() - t0
     if steps_file is not None:
         steps_file.close()
-    config_out = {**cfg.to_dict(), "workload": workload_desc, "cost_model_resolved": cost.describe(),
-                  "scheduler": scheduler.describe(), "provenance": provenance()}
-    result = SimResult(config_out, stats, np.asarray(trace.arrival_s), np.asarray(trace.prompt),
-                       np.asarray(trace.output), getattr(trace, "tag", None), wall_s=wall)
+    config_out = {
+        **cfg.to_dict(),
+        "workload": workload_desc,
+        "cost_model_resolved": cost.describe(),
+        "scheduler": scheduler.describe(),
+        "provenance": provenance(),
+    }
+    result = SimResult(
+        config_out,
+        stats,
+        np.asarray(trace.arrival_s),
+        np.asarray(trace.prompt),
+        np.asarray(trace.output),
+        getattr(trace, "tag", None),
+        wall_s=wall,
+    )
     result.steps_path = steps_tmp
     if cfg.verdict:
         result.stability = _stability_fields(result, cost, cfg)
@@ -269,8 +298,9 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
     rate = (n - 1) / span if span > 0 else None
     try:
-        rep = capacity(cost, cfg.b_max, float(result.prompt.mean()), float(result.output.mean()),
-                       k_max=cfg.k_max, rate=rate)
+        rep = capacity(
+            cost, cfg.b_max, float(result.prompt.mean()), float(result.output.mean()), k_max=cfg.k_max, rate=rate
+        )
     except ConfigError:
         return out
     out["token_capacity"] = rep.token_capacity
@@ -282,8 +312,12 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     t, w = ts["time_s"], ts["backlog_tokens"]
     keep = t <= float(arrivals.max())  # judge while requests arrive, not while the queue drains
     try:
-        v = stability_verdict(t[keep], w[keep], capacity=rep.effective_capacity,
-                              predicted_growth_tokens_per_s=rep.predicted_growth_tokens_per_s)
+        v = stability_verdict(
+            t[keep],
+            w[keep],
+            capacity=rep.effective_capacity,
+            predicted_growth_tokens_per_s=rep.predicted_growth_tokens_per_s,
+        )
     except ConfigError as e:  # too few samples to judge
         out.update(stable=None, verdict=INCONCLUSIVE, verdict_reason=f"too short: {e}")
         return out
@@ -297,16 +331,19 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     return out
 
 
-def cluster_network(config: SimConfig | dict | str | os.PathLike | None = None, *, replicas: int,
-                    router: str = "jsq", **overrides) -> NetworkSpec:
+def cluster_network(
+    config: SimConfig | dict | str | os.PathLike | None = None, *, replicas: int, router: str = "jsq", **overrides
+) -> NetworkSpec:
     """The network of one server with `replicas` copies of the configured scheduler and
     cost model behind `router`, fed by the configured synthetic workload (each workload
     class becomes a job type with its share of the rate)."""
     cfg = build_config(config, **overrides)
     spec = WorkloadSpec.from_dict(cfg.workload)
     if spec.arrival not in ("poisson", "gamma", "deterministic"):
-        raise ConfigError("--replicas takes a synthetic workload (poisson, gamma or deterministic arrivals); "
-                          "a trace replay needs one server (or describe the cluster in a --network file)")
+        raise ConfigError(
+            "--replicas takes a synthetic workload (poisson, gamma or deterministic arrivals); "
+            "a trace replay needs one server (or describe the cluster in a --network file)"
+        )
     arrival = {"process": spec.arrival, "rate": spec.rate}
     if spec.cv is not None and spec.arrival == "gamma":
         arrival["cv"] = spec.cv
@@ -314,13 +351,27 @@ def cluster_network(config: SimConfig | dict | str | os.PathLike | None = None, 
     total = sum(c.share for c in spec.classes) if spec.classes else 1.0
     jobs = {}
     for c in classes:
-        prompt = (c.prompt if c is not None and c.prompt is not None else spec.prompt)
-        output = (c.output if c is not None and c.output is not None else spec.output)
+        prompt = c.prompt if c is not None and c.prompt is not None else spec.prompt
+        output = c.output if c is not None and c.output is not None else spec.output
         name = c.tag if c is not None else "request"
-        jobs[name] = {"arrival": {**arrival, "rate": spec.rate * (c.share / total if c is not None else 1.0)},
-                      "route": [{"call": {"server": "cluster", "prompt": prompt.to_str(),
-                                          "output": output.to_str(), "class": name}}]}
-    server = {**{k: v for k, v in cfg.scheduler_spec().to_dict().items()}, "cost_model": cfg.cost_model,
-              "replicas": replicas, "router": router}
-    return NetworkSpec.from_dict({"servers": {"cluster": server}, "jobs": jobs, "num_jobs": spec.num_requests,
-                                  "duration_s": spec.duration_s, "seed": spec.seed})
+        jobs[name] = {
+            "arrival": {**arrival, "rate": spec.rate * (c.share / total if c is not None else 1.0)},
+            "route": [
+                {"call": {"server": "cluster", "prompt": prompt.to_str(), "output": output.to_str(), "class": name}}
+            ],
+        }
+    server = {
+        **{k: v for k, v in cfg.scheduler_spec().to_dict().items()},
+        "cost_model": cfg.cost_model,
+        "replicas": replicas,
+        "router": router,
+    }
+    return NetworkSpec.from_dict(
+        {
+            "servers": {"cluster": server},
+            "jobs": jobs,
+            "num_jobs": spec.num_requests,
+            "duration_s": spec.duration_s,
+            "seed": spec.seed,
+        }
+    )

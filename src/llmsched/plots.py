@@ -81,7 +81,11 @@ def plot_dir(folder: str | Path) -> list[Path]:
 
     load = _read_csv(d / "load_histogram.csv")
     fig, ax = _figure()
-    ax.bar(load["token_load"], load["steps"], width=max(1.0, float(np.ptp(load["token_load"])) / 100 if len(load["token_load"]) else 1))
+    ax.bar(
+        load["token_load"],
+        load["steps"],
+        width=max(1.0, float(np.ptp(load["token_load"])) / 100 if len(load["token_load"]) else 1),
+    )
     ax.set_xlabel("token load b of a step")
     ax.set_ylabel("steps")
     ax.set_title("Token-load histogram")

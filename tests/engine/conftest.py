@@ -4,11 +4,9 @@ saved with safetensors, plus Hugging Face greedy reference outputs."""
 from __future__ import annotations
 
 import pytest
-
-import torch
 import safetensors  # noqa: F401
 import tokenizers  # noqa: F401
-
+import torch
 from engine_helpers import MAX_TOKENS, build_hf_model, hf_greedy, prompts  # noqa: E402
 
 # One intra-op thread: the tiny models gain nothing from more, and on a shared 2-core
@@ -32,6 +30,8 @@ def hf_models(tmp_path_factory):
 def tiny_model(tmp_path_factory):
     """A `make-tiny-model` folder (llama, with tokenizer)."""
     from llmsched.engine.tiny import make_tiny_model
+
     # std 0.15: logits spread enough that float rounding never flips a greedy choice
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", num_layers=2, hidden_size=64,
-                           intermediate_size=128, std=0.15)
+    return make_tiny_model(
+        tmp_path_factory.mktemp("tiny") / "model", num_layers=2, hidden_size=64, intermediate_size=128, std=0.15
+    )

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from llmsched.core.errors import ConfigError
 from llmsched.cli import build_parser as _parser
 from llmsched.cli import main
+from llmsched.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("cmd", ["generate", "make-tiny-model", "profile", "validate"])
@@ -21,17 +21,54 @@ def test_help(cmd, capsys):
 
 def test_make_tiny_model_and_generate(tmp_path, capsys):
     out = tmp_path / "m"
-    assert main(["make-tiny-model", str(out), "--layers", "1", "--hidden-size", "32", "--heads", "2",
-                 "--kv-heads", "1", "--intermediate-size", "64", "--arch", "qwen2"]) == 0
+    assert (
+        main(
+            [
+                "make-tiny-model",
+                str(out),
+                "--layers",
+                "1",
+                "--hidden-size",
+                "32",
+                "--heads",
+                "2",
+                "--kv-heads",
+                "1",
+                "--intermediate-size",
+                "64",
+                "--arch",
+                "qwen2",
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
     capsys.readouterr()
-    assert main(["generate", "--model", str(out), "--prompt", "Hello", "--prompt-ids", "1,5,9",
-                 "--max-tokens", "4", "--json", "--threads", "1"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                str(out),
+                "--prompt",
+                "Hello",
+                "--prompt-ids",
+                "1,5,9",
+                "--max-tokens",
+                "4",
+                "--json",
+                "--threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert len(lines) == 2 and all(1 <= len(x["token_ids"]) <= 4 for x in lines)
     assert lines[0]["finish_reason"] in ("length", "stop")
-    args = _parser().parse_args(["generate", "--model", str(out), "--prompt", "Hi", "--max-tokens", "3",
-                                 "--temperature", "0.7", "--seed", "3"])
+    args = _parser().parse_args(
+        ["generate", "--model", str(out), "--prompt", "Hi", "--max-tokens", "3", "--temperature", "0.7", "--seed", "3"]
+    )
     assert args.func(args) == 0
     assert "finish_reason" in capsys.readouterr().out
 
@@ -50,24 +87,92 @@ def test_errors_exit_2(tmp_path, capsys, tiny_model):
 
 def test_profile_and_validate_commands(tmp_path, tiny_model, capsys, monkeypatch):
     import llmsched.engine.profiler as prof
-    monkeypatch.setattr(prof, "CPU_GRID", dict(tokens=[1, 16], batches=[1, 2], contexts=[16], chunks=[16],
-                                               chunk_contexts=[0], lm_tokens=[1, 2]))
+
+    monkeypatch.setattr(
+        prof,
+        "CPU_GRID",
+        dict(tokens=[1, 16], batches=[1, 2], contexts=[16], chunks=[16], chunk_contexts=[0], lm_tokens=[1, 2]),
+    )
     out = tmp_path / "p.csv"
-    assert main(["profile", "--model", str(tiny_model), "--out", str(out), "--reps", "1", "--warmup", "0",
-                 "--quiet", "--max-num-seqs", "4", "--max-model-len", "128", "--tables-s", "0",
-                 "--calibrate-s", "0.5"]) == 0
+    assert (
+        main(
+            [
+                "profile",
+                "--model",
+                str(tiny_model),
+                "--out",
+                str(out),
+                "--reps",
+                "1",
+                "--warmup",
+                "0",
+                "--quiet",
+                "--max-num-seqs",
+                "4",
+                "--max-model-len",
+                "128",
+                "--tables-s",
+                "0",
+                "--calibrate-s",
+                "0.5",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "profile:" in text and "calibrated on" in text and out.is_file()
-    assert main(["profile", "--model", str(tiny_model), "--out", str(out), "--reps", "1", "--warmup", "0",
-                 "--quiet", "--max-num-seqs", "4", "--max-model-len", "128", "--tables-s", "0",
-                 "--calibrate-s", "0", "--equal-contexts"]) == 0
+    assert (
+        main(
+            [
+                "profile",
+                "--model",
+                str(tiny_model),
+                "--out",
+                str(out),
+                "--reps",
+                "1",
+                "--warmup",
+                "0",
+                "--quiet",
+                "--max-num-seqs",
+                "4",
+                "--max-model-len",
+                "128",
+                "--tables-s",
+                "0",
+                "--calibrate-s",
+                "0",
+                "--equal-contexts",
+            ]
+        )
+        == 0
+    )
     assert "calibrated on" not in capsys.readouterr().out
     assert main(["profile", "--model", str(tiny_model), "--out", str(out), "--calibrate-s", "-1"]) == 2
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,12,4\n0.005,20,3\n")
     js = tmp_path / "v.json"
-    assert main(["validate", "--model", str(tiny_model), "--trace", str(trace), "--profile", str(out),
-                 "--policies", "sarathi,vllm", "--json", str(js), "--quiet", "--max-num-seqs", "4"]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--model",
+                str(tiny_model),
+                "--trace",
+                str(trace),
+                "--profile",
+                str(out),
+                "--policies",
+                "sarathi,vllm",
+                "--json",
+                str(js),
+                "--quiet",
+                "--max-num-seqs",
+                "4",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "sarathi" in text and "ttft" in text
     res = json.loads(js.read_text())

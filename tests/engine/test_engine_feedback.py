@@ -14,7 +14,7 @@ class _Counting(AdmissionPolicy):
     closed_loop = True
 
     def __init__(self):
-        self.tokens = collections.Counter()   # request -> tokens reported emitted
+        self.tokens = collections.Counter()  # request -> tokens reported emitted
         self.resumed = 0
 
     def observe(self, state, feedback) -> None:
@@ -25,19 +25,29 @@ class _Counting(AdmissionPolicy):
 
 def test_closed_loop_policy_sees_every_emitted_token_under_preemption(tiny_model):
     from llmsched.engine.engine import LLMEngine
+
     register_admission_policy("test-counting", _Counting)
     try:
         # 4 + 8 blocks of 16: a 128-token cache, 4 x (12 + 40) tokens of work -> preemptions
-        eng = LLMEngine(tiny_model, scheduler="vllm", admission="test-counting", b_max=128,
-                        max_num_seqs=4, num_blocks=12, block_size=16, max_model_len=512)
+        eng = LLMEngine(
+            tiny_model,
+            scheduler="vllm",
+            admission="test-counting",
+            b_max=128,
+            max_num_seqs=4,
+            num_blocks=12,
+            block_size=16,
+            max_model_len=512,
+        )
     finally:
         ADMISSION_POLICIES.pop("test-counting", None)
     policy = eng.scheduler.admission
-    policy = getattr(policy, "inner", policy)      # under the engine's max_num_seqs cap
+    policy = getattr(policy, "inner", policy)  # under the engine's max_num_seqs cap
     assert isinstance(policy, _Counting)
     for i in range(4):
-        eng.add_request(str(i), list(range(3 + i, 15 + i)), SamplingParams(max_tokens=40, temperature=0,
-                                                                           ignore_eos=True))
+        eng.add_request(
+            str(i), list(range(3 + i, 15 + i)), SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+        )
     produced = collections.Counter()
     while eng.has_unfinished_requests():
         for o in eng.step():

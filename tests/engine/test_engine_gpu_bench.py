@@ -14,8 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_gpu_engine_small_runs_on_cpu(tmp_path):
     out = tmp_path / "g.json"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_engine.py"), "--small", "--out", str(out)],
-                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_engine.py"), "--small", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads(out.read_text())
     assert res["small"] and res["device"] == "cpu"

@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import pytest
+from engine_helpers import MAX_TOKENS
 
 from llmsched.core.engine_api import SamplingParams
 
-from engine_helpers import MAX_TOKENS
-
 CASES = [
     # (policy, engine options)
-    ("sarathi", dict(b_max=8)),                       # chunked prefill, mixed steps
+    ("sarathi", dict(b_max=8)),  # chunked prefill, mixed steps
     ("orca", dict(b_max=16)),
-    ("vllm", dict(b_max=64)),                         # whole prompts, prefill-only steps
+    ("vllm", dict(b_max=64)),  # whole prompts, prefill-only steps
     ("fastertransformer", dict(b_max=32)),
     ("kfcfs", dict(b_max=12, k_max=3)),
-    ("sarathi", dict(b_max=512)),                     # everything in one step
+    ("sarathi", dict(b_max=512)),  # everything in one step
 ]
 
 
 def _run(path, prompts, policy, **opts):
     from llmsched.engine import LLM
+
     llm = LLM(path, scheduler=policy, **opts)
     params = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in MAX_TOKENS]
     return llm, llm.generate(prompts, params)

@@ -37,20 +37,33 @@ def test_token_capacity_guards_rounding():
 def reference(tiny_model):
     """Greedy outputs with a roomy cache, to compare the cramped runs with."""
     from llmsched.engine import LLM
+
     return LLM(tiny_model, b_max=512, max_model_len=512, max_num_seqs=16)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lens=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size=1, max_size=6),
-       b_max=st.integers(1, 48), policy=st.sampled_from(["sarathi", "orca", "vllm", "fastertransformer", "kfcfs"]),
-       seqs=st.integers(1, 4), spare=st.integers(1, 6))
+@given(
+    lens=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size=1, max_size=6),
+    b_max=st.integers(1, 48),
+    policy=st.sampled_from(["sarathi", "orca", "vllm", "fastertransformer", "kfcfs"]),
+    seqs=st.integers(1, 4),
+    spare=st.integers(1, 6),
+)
 def test_no_block_leaks_and_same_tokens(tiny_model, reference, lens, b_max, policy, seqs, spare):
     from llmsched.engine import LLM
+
     longest = max(p + o - 1 for p, o in lens)
     bs = 4
     blocks = seqs + -(-longest // bs) + spare - 1
-    llm = LLM(tiny_model, scheduler=policy, b_max=b_max, block_size=bs, max_num_seqs=seqs,
-              num_blocks=blocks, max_model_len=512)
+    llm = LLM(
+        tiny_model,
+        scheduler=policy,
+        b_max=b_max,
+        block_size=bs,
+        max_num_seqs=seqs,
+        num_blocks=blocks,
+        max_model_len=512,
+    )
     prompts = [[(7 * i + 3 * j) % 300 + 2 for j in range(p)] for i, (p, _) in enumerate(lens)]
     params = [SamplingParams(max_tokens=o, temperature=0, ignore_eos=True) for _, o in lens]
     outs = llm.generate(prompts, params)
@@ -64,6 +77,7 @@ def test_no_block_leaks_and_same_tokens(tiny_model, reference, lens, b_max, poli
 
 def test_preemption_happens_under_tiny_cache(tiny_model, reference):
     from llmsched.engine import LLM
+
     prompts = [[5 + i] * 30 for i in range(4)]
     params = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
     llm = LLM(tiny_model, b_max=64, block_size=4, max_num_seqs=4, num_blocks=4 + 13 + 2, max_model_len=512)
@@ -76,6 +90,7 @@ def test_preemption_happens_under_tiny_cache(tiny_model, reference):
 
 def test_prompt_that_can_never_fit_is_refused(tiny_model):
     from llmsched.engine import LLM
+
     llm = LLM(tiny_model, block_size=4, max_num_seqs=2, num_blocks=10, max_model_len=512)
     assert llm.engine.kv_capacity == 32
     with pytest.raises(ConfigError, match="could never complete"):
@@ -90,12 +105,14 @@ def test_prompt_that_can_never_fit_is_refused(tiny_model):
 
 def test_cache_too_small_for_max_num_seqs(tiny_model):
     from llmsched.engine import LLM
+
     with pytest.raises(ConfigError, match="max_num_seqs"):
         LLM(tiny_model, block_size=4, max_num_seqs=8, num_blocks=8, max_model_len=512)
 
 
 def test_abort_frees_blocks(tiny_model):
     from llmsched.engine.engine import LLMEngine
+
     eng = LLMEngine(tiny_model, b_max=8, max_num_seqs=4, max_model_len=512)
     p = SamplingParams(max_tokens=50, temperature=0, ignore_eos=True)
     eng.add_request("a", [4] * 20, p)
@@ -105,7 +122,7 @@ def test_abort_frees_blocks(tiny_model):
         eng.step()
     assert eng.allocator.num_used > 0
     eng.abort_request("a")
-    eng.abort_request("c")   # maybe still waiting
+    eng.abort_request("c")  # maybe still waiting
     eng.abort_request("zzz")  # unknown: ignored
     while eng.has_unfinished_requests():
         outs = eng.step()
@@ -134,6 +151,7 @@ def test_decode_graph_buckets_match_eager(tiny_model, reference):
             class Replay:
                 def replay(self_inner):
                     out.copy_(model(self.ids[:bsz], self.pos[:bsz], meta()))
+
             return Replay(), out
 
     llm = LLM(tiny_model, b_max=64, block_size=4, max_num_seqs=6, max_model_len=512)

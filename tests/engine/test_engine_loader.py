@@ -12,10 +12,11 @@ from llmsched.core.errors import ConfigError
 
 
 def test_tiny_model_loads_and_matches_hf(tiny_model):
-    import transformers
     import torch
+    import transformers
 
     from llmsched.engine import LLM
+
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         assert (tiny_model / name).is_file()
     llm = LLM(tiny_model, b_max=16, max_model_len=512, max_num_seqs=4)
@@ -26,9 +27,16 @@ def test_tiny_model_loads_and_matches_hf(tiny_model):
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32).eval()
     with torch.no_grad():
         x = torch.tensor([ids])  # BOS is id 0: give the mask, or generate takes it for padding
-        ref = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=10, min_new_tokens=10,
-                          do_sample=False, eos_token_id=None, pad_token_id=0)
-    assert out.token_ids == ref[0, len(ids):].tolist()
+        ref = hf.generate(
+            x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=10,
+            min_new_tokens=10,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    assert out.token_ids == ref[0, len(ids) :].tolist()
     tok = transformers.AutoTokenizer.from_pretrained(str(tiny_model))
     assert tok("Hello world")["input_ids"] == ids
 
@@ -36,13 +44,16 @@ def test_tiny_model_loads_and_matches_hf(tiny_model):
 def test_sharded_checkpoint_loads(tmp_path, hf_models):
     path, prompts, ref = hf_models["llama"]
     from engine_helpers import MAX_TOKENS, build_hf_model
+
     sharded = tmp_path / "sharded"
     model = build_hf_model("llama", tmp_path / "unused")
     model.save_pretrained(str(sharded), safe_serialization=True, max_shard_size="100KB")
     assert (sharded / "model.safetensors.index.json").is_file()
     from llmsched.engine import LLM
-    outs = LLM(sharded, b_max=32).generate(prompts, [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
-                                                     for n in MAX_TOKENS])
+
+    outs = LLM(sharded, b_max=32).generate(
+        prompts, [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in MAX_TOKENS]
+    )
     assert [o.token_ids for o in outs] == ref
 
 
@@ -64,6 +75,7 @@ def _edit_config(folder, **changes):
 def test_loading_errors_are_clear(tmp_path, tiny_model):
     from llmsched.engine import LLM
     from llmsched.engine.loader import read_config
+
     with pytest.raises(ConfigError, match="does not exist"):
         LLM(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
@@ -109,6 +121,7 @@ def test_loading_errors_are_clear(tmp_path, tiny_model):
 
 def test_text_prompts_need_a_tokenizer(tmp_path, tiny_model):
     from llmsched.engine import LLM
+
     folder = _copy(tiny_model, tmp_path / "notok")
     (folder / "tokenizer.json").unlink()
     llm = LLM(folder, max_model_len=256, max_num_seqs=2)
@@ -117,6 +130,6 @@ def test_text_prompts_need_a_tokenizer(tmp_path, tiny_model):
     out = llm.generate([[1, 5, 7]], SamplingParams(max_tokens=3, temperature=0))[0]
     assert len(out.token_ids) <= 3 and out.text == ""
     with pytest.raises(ConfigError, match="outside the vocabulary"):
-        llm.generate([[1, 10 ** 6]])
+        llm.generate([[1, 10**6]])
     with pytest.raises(ConfigError, match="prompt is empty"):
         llm.generate([[]])

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-SMALL_GRID = dict(tokens=[1, 8, 32, 64], batches=[1, 4], contexts=[16, 64], chunks=[16, 32],
-                  chunk_contexts=[0, 32], lm_tokens=[1, 8])
+SMALL_GRID = dict(
+    tokens=[1, 8, 32, 64], batches=[1, 4], contexts=[16, 64], chunks=[16, 32], chunk_contexts=[0, 32], lm_tokens=[1, 8]
+)
 
 
 def test_profile_round_trip(tiny_model, tmp_path):
@@ -19,8 +20,18 @@ def test_profile_round_trip(tiny_model, tmp_path):
     from llmsched.sim.result import SimResult
     from llmsched.sim.simulator import simulate_trace
 
-    s = profile(tiny_model, tmp_path / "prof.csv", max_num_seqs=8, max_model_len=256, b_max=64,
-                grid=SMALL_GRID, reps=1, warmup=0, min_s=0, calibrate_s=0.6)
+    s = profile(
+        tiny_model,
+        tmp_path / "prof.csv",
+        max_num_seqs=8,
+        max_model_len=256,
+        b_max=64,
+        grid=SMALL_GRID,
+        reps=1,
+        warmup=0,
+        min_s=0,
+        calibrate_s=0.6,
+    )
     assert s["layers"] == 2 and s["cost_model"].endswith(",overlap=0")
     # the calibration run: a real-time replay of a synthetic workload, fitted sanely
     cal = s["calibration"]
@@ -31,8 +42,9 @@ def test_profile_round_trip(tiny_model, tmp_path):
     assert model.layers == 2
     assert model.step_time(32, 4, 4 * 50, [(32, 0)], 5) > model.step_time(0, 1, 10, [], 1) > 0
     assert len(validate_steps(model)) >= 3
-    tr = SimpleNamespace(arrival_s=np.array([0.0, 0.01, 0.02]), prompt=np.array([20, 40, 9]),
-                         output=np.array([5, 3, 8]), tag=None)
+    tr = SimpleNamespace(
+        arrival_s=np.array([0.0, 0.01, 0.02]), prompt=np.array([20, 40, 9]), output=np.array([5, 3, 8]), tag=None
+    )
     stats = simulate_trace(tr, make_scheduler("sarathi", b_max=32), model)
     res = SimResult({}, stats, tr.arrival_s, tr.prompt, tr.output, None)
     assert res.summary["completed"] == 3 and res.summary["mean_ttft_ms"] > 0
@@ -40,6 +52,7 @@ def test_profile_round_trip(tiny_model, tmp_path):
 
 def test_validate_reports_errors(tiny_model, tmp_path):
     from llmsched.analysis.validate import METRICS, STATS, validate
+
     trace = tmp_path / "trace.csv"
     rows = ["arrival_s,prompt_tokens,output_tokens"]
     rng = np.random.default_rng(0)
@@ -48,8 +61,7 @@ def test_validate_reports_errors(tiny_model, tmp_path):
         t += float(rng.exponential(0.01))
         rows.append(f"{t:.4f},{int(rng.integers(4, 40))},{int(rng.integers(2, 10))}")
     trace.write_text("\n".join(rows) + "\n")
-    res = validate(tiny_model, trace, "sarathi,orca", b_max=32, max_num_seqs=8, reps=1, tables_s=0,
-                   calibrate_s=0.5)
+    res = validate(tiny_model, trace, "sarathi,orca", b_max=32, max_num_seqs=8, reps=1, tables_s=0, calibrate_s=0.5)
     assert set(res["policies"]) == {"sarathi", "orca"}
     for pol in res["policies"].values():
         st = pol["steps"]
@@ -61,8 +73,9 @@ def test_validate_reports_errors(tiny_model, tmp_path):
 
 
 def test_validate_rejects_bad_input(tiny_model, tmp_path):
-    from llmsched.core.errors import ConfigError
     from llmsched.analysis.validate import validate
+    from llmsched.core.errors import ConfigError
+
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n")
     with pytest.raises(ConfigError, match="unknown batch policy"):
@@ -115,8 +128,12 @@ def test_replay_starts_steps_at_arrivals(tiny_model):
     from llmsched.engine.replay import replay, step_ratios
 
     eng = LLMEngine(tiny_model, b_max=64, max_num_seqs=4, max_model_len=256)
-    tr = SimpleNamespace(arrival_s=np.array([0.0, 0.08, 0.16, 0.16]), prompt=np.array([12, 20, 9, 9]),
-                         output=np.array([3, 2, 4, 4]), tag=None)
+    tr = SimpleNamespace(
+        arrival_s=np.array([0.0, 0.08, 0.16, 0.16]),
+        prompt=np.array([12, 20, 9, 9]),
+        output=np.array([3, 2, 4, 4]),
+        tag=None,
+    )
     steps = []
     real = replay(eng, tr, steps=steps)
     assert len(real["ttft"]) == 4 and np.all(real["ttft"] > 0)

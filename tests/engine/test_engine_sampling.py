@@ -11,6 +11,7 @@ from llmsched.core.errors import ConfigError
 @pytest.fixture(scope="module")
 def llm(tiny_model):
     from llmsched.engine import LLM
+
     return LLM(tiny_model, b_max=64, max_num_seqs=8, max_model_len=512)
 
 
@@ -38,13 +39,17 @@ def test_sampler_respects_top_k():
     import torch
 
     from llmsched.engine.sampler import sample
+
     logits = torch.tensor([[0.0, 5.0, 4.9, -1.0, 4.8]] * 200)
     params = [SamplingParams(temperature=1.0, top_k=2)] * 200
     gens = [torch.Generator().manual_seed(i) for i in range(200)]
     toks = sample(logits, params, gens)
     assert set(toks) == {1, 2}
-    mixed = sample(logits[:2], [SamplingParams(temperature=0), SamplingParams(temperature=1.0, top_p=0.3)],
-                   [None, torch.Generator().manual_seed(0)])
+    mixed = sample(
+        logits[:2],
+        [SamplingParams(temperature=0), SamplingParams(temperature=1.0, top_p=0.3)],
+        [None, torch.Generator().manual_seed(0)],
+    )
     assert mixed[0] == 1 and mixed[1] == 1
 
 
@@ -55,9 +60,9 @@ def test_stop_strings_cut_text(llm):
     stop = text[3:6]
     o = llm.generate(PROMPTS[0], SamplingParams(max_tokens=24, temperature=0, ignore_eos=True, stop=[stop]))[0]
     assert o.finish_reason == "stop" and o.stop_reason == stop
-    assert o.text == text[:text.find(stop)]
+    assert o.text == text[: text.find(stop)]
     assert stop not in o.text
-    assert base.token_ids[:len(o.token_ids)] == o.token_ids and len(o.token_ids) < len(base.token_ids)
+    assert base.token_ids[: len(o.token_ids)] == o.token_ids and len(o.token_ids) < len(base.token_ids)
 
 
 def test_stop_token_ids_and_eos(llm):
@@ -66,7 +71,7 @@ def test_stop_token_ids_and_eos(llm):
     first = base.token_ids.index(tok)
     o = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, stop_token_ids=[tok]))[0]
     assert o.finish_reason == "stop" and o.stop_reason == tok
-    assert o.token_ids == base.token_ids[:first + 1]
+    assert o.token_ids == base.token_ids[: first + 1]
     # the same token as EOS: stops unless ignore_eos
     eng = llm.engine
     saved = eng.eos_ids
@@ -76,18 +81,20 @@ def test_stop_token_ids_and_eos(llm):
         i = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))[0]
     finally:
         eng.eos_ids = saved
-    assert e.finish_reason == "stop" and e.token_ids == base.token_ids[:first + 1]
+    assert e.finish_reason == "stop" and e.token_ids == base.token_ids[: first + 1]
     assert i.token_ids == base.token_ids and i.finish_reason == "length"
 
 
 def test_streamed_pieces_add_up(tiny_model):
     from llmsched.engine.engine import LLMEngine
+
     eng = LLMEngine(tiny_model, b_max=16, max_num_seqs=4, max_model_len=512)
     tok = eng.tokenizer
     stop = None
     for rid, prompt in enumerate(PROMPTS):
-        eng.add_request(str(rid), tok.encode(prompt), SamplingParams(max_tokens=15, temperature=0, ignore_eos=True,
-                                                                     stop=["zzzz"]))
+        eng.add_request(
+            str(rid), tok.encode(prompt), SamplingParams(max_tokens=15, temperature=0, ignore_eos=True, stop=["zzzz"])
+        )
     pieces: dict[str, list] = {}
     done = {}
     while eng.has_unfinished_requests():
@@ -113,11 +120,11 @@ def test_bad_sampling_params_are_refused():
     with pytest.raises(ConfigError):
         SamplingParams(max_tokens=0)
     with pytest.raises(ConfigError, match="seed"):
-        SamplingParams(seed=10 ** 23)          # torch.manual_seed would overflow
+        SamplingParams(seed=10**23)  # torch.manual_seed would overflow
     with pytest.raises(ConfigError, match="seed"):
-        SamplingParams(seed=-(2 ** 63) - 1)
-    SamplingParams(seed=2 ** 63 - 1)
-    SamplingParams(seed=-(2 ** 63))
+        SamplingParams(seed=-(2**63) - 1)
+    SamplingParams(seed=2**63 - 1)
+    SamplingParams(seed=-(2**63))
     with pytest.raises(ConfigError, match="min_tokens"):
         SamplingParams(max_tokens=4, min_tokens=5)
     with pytest.raises(ConfigError, match="min_tokens"):
@@ -132,9 +139,14 @@ def test_tiny_temperature_is_greedy_and_spares_the_batch(llm):
     g = llm.generate(PROMPTS, SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))
     # logits / 1e-40 overflow float32: it used to make torch.multinomial raise, failing
     # every request of the step; a greedy neighbour shares the batch here
-    mixed = llm.generate(PROMPTS, [SamplingParams(max_tokens=10, temperature=0, ignore_eos=True),
-                                   SamplingParams(max_tokens=10, temperature=1e-40, ignore_eos=True),
-                                   SamplingParams(max_tokens=10, temperature=1e-30, seed=1, ignore_eos=True)])
+    mixed = llm.generate(
+        PROMPTS,
+        [
+            SamplingParams(max_tokens=10, temperature=0, ignore_eos=True),
+            SamplingParams(max_tokens=10, temperature=1e-40, ignore_eos=True),
+            SamplingParams(max_tokens=10, temperature=1e-30, seed=1, ignore_eos=True),
+        ],
+    )
     assert [o.token_ids for o in mixed] == [o.token_ids for o in g]
     seeded = llm.generate(PROMPTS[0], SamplingParams(max_tokens=10, temperature=1e-5, seed=3, ignore_eos=True))
     assert len(seeded[0].token_ids) == 10
@@ -144,8 +156,16 @@ def test_sampler_bad_row_does_not_fail_the_others():
     import torch
 
     from llmsched.engine.sampler import sample
-    logits = torch.tensor([[0.0, 5.0, 4.9, -1.0], [float("nan")] * 4, [float("-inf")] * 4,
-                           [0.0, float("inf"), 1.0, 2.0], [1.0, 0.0, 9.0, 0.0]])
+
+    logits = torch.tensor(
+        [
+            [0.0, 5.0, 4.9, -1.0],
+            [float("nan")] * 4,
+            [float("-inf")] * 4,
+            [0.0, float("inf"), 1.0, 2.0],
+            [1.0, 0.0, 9.0, 0.0],
+        ]
+    )
     params = [SamplingParams(temperature=1.0, top_k=2)] * 4 + [SamplingParams(temperature=0)]
     gens = [torch.Generator().manual_seed(i) for i in range(4)] + [None]
     toks = sample(logits, params, gens)
@@ -166,8 +186,7 @@ def test_min_tokens(llm):
     # the first greedy token as a stop token: without min_tokens it ends the request at once
     o = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, stop_token_ids=[first]))[0]
     assert o.token_ids == [first] and o.finish_reason == "stop" and o.stop_reason == first
-    o = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, stop_token_ids=[first],
-                                                min_tokens=4))[0]
+    o = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, stop_token_ids=[first], min_tokens=4))[0]
     assert len(o.token_ids) >= 5 and first not in o.token_ids[:4]
     assert o.token_ids[0] != first
     # the same token as EOS: masked too (unless ignore_eos, where EOS does not stop anyway)
@@ -175,8 +194,7 @@ def test_min_tokens(llm):
     eng.eos_ids = frozenset([first])
     try:
         e = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, min_tokens=6))[0]
-        i = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, min_tokens=6,
-                                                    ignore_eos=True))[0]
+        i = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, min_tokens=6, ignore_eos=True))[0]
     finally:
         eng.eos_ids = saved
     assert len(e.token_ids) >= 6 and first not in e.token_ids[:6]
@@ -187,14 +205,16 @@ def test_min_tokens(llm):
     assert stop
     o = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, stop=[stop]))[0]
     assert o.finish_reason == "stop" and len(o.token_ids) < 4
-    o = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, stop=[stop],
-                                                min_tokens=8))[0]
-    assert len(o.token_ids) >= 8 and o.token_ids == base.token_ids[:len(o.token_ids)]
+    o = llm.generate(
+        PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, stop=[stop], min_tokens=8)
+    )[0]
+    assert len(o.token_ids) >= 8 and o.token_ids == base.token_ids[: len(o.token_ids)]
     assert o.text.startswith(stop)
 
 
 def test_step_outputs_carry_stop_reason(tiny_model):
     from llmsched.engine.engine import LLMEngine
+
     eng = LLMEngine(tiny_model, b_max=16, max_num_seqs=4, max_model_len=512)
     tok = eng.tokenizer
     ref = LLMEngine(tiny_model, b_max=16, max_num_seqs=4, max_model_len=512)
@@ -203,10 +223,10 @@ def test_step_outputs_carry_stop_reason(tiny_model):
     while ref.has_unfinished_requests():
         ids += [t for o in ref.step() for t in o.new_token_ids]
     text = tok.decode(ids)
-    eng.add_request("id", tok.encode(PROMPTS[0]), SamplingParams(max_tokens=12, temperature=0,
-                                                                 stop_token_ids=[ids[3]]))
-    eng.add_request("str", tok.encode(PROMPTS[0]), SamplingParams(max_tokens=12, temperature=0,
-                                                                  ignore_eos=True, stop=[text[4:7]]))
+    eng.add_request("id", tok.encode(PROMPTS[0]), SamplingParams(max_tokens=12, temperature=0, stop_token_ids=[ids[3]]))
+    eng.add_request(
+        "str", tok.encode(PROMPTS[0]), SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, stop=[text[4:7]])
+    )
     eng.add_request("len", tok.encode(PROMPTS[0]), SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
     last = {}
     while eng.has_unfinished_requests():

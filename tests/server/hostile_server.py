@@ -47,13 +47,19 @@ def main() -> None:
     a = p.parse_args()
     if a.model:
         import torch
+
         torch.set_num_threads(1)
-        backend = make_engine_backend(a.model, SchedulerOptions(b_max=512, max_running=64),
-                                      max_model_len=a.max_model_len, num_blocks=2048, block_size=16, seed=0)
+        backend = make_engine_backend(
+            a.model,
+            SchedulerOptions(b_max=512, max_running=64),
+            max_model_len=a.max_model_len,
+            num_blocks=2048,
+            block_size=16,
+            seed=0,
+        )
         backend.core = PaddedCore(backend.core, a.step_ms / 1e3)
     else:
-        backend = make_sim_backend(SchedulerOptions(b_max=2048), f"const:{a.step_ms:g}",
-                                   max_model_len=a.max_model_len)
+        backend = make_sim_backend(SchedulerOptions(b_max=2048), f"const:{a.step_ms:g}", max_model_len=a.max_model_len)
     serve(backend, ServerConfig(port=a.port, read_timeout=a.read_timeout, max_body_bytes=a.max_body_bytes))
 
 

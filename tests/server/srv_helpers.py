@@ -61,13 +61,17 @@ def parse_sse(raw: bytes) -> list:
     events = []
     for block in text.split("\n\n")[:-1]:
         assert block.startswith("data: "), block
-        data = block[len("data: "):]
+        data = block[len("data: ") :]
         events.append("[DONE]" if data == "[DONE]" else json.loads(data))
     return events
 
 
 def post(base: str, path: str, body, **kw) -> httpx.Response:
     content = body if isinstance(body, (bytes, str)) else json.dumps(body)
-    return httpx.post(base + path, content=content, headers={"content-type": "application/json",
-                                                             **kw.pop("headers", {})},
-                      timeout=30, **kw)
+    return httpx.post(
+        base + path,
+        content=content,
+        headers={"content-type": "application/json", **kw.pop("headers", {})},
+        timeout=30,
+        **kw,
+    )

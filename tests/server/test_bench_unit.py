@@ -9,22 +9,39 @@ import math
 import numpy as np
 import pytest
 
-from llmsched.core.errors import ConfigError
 from llmsched.cli import server as server_cli
-from llmsched.server.bench import (BenchConfig, RequestResult, Workload, build_payloads,
-                                   calculate_metrics, make_workload, parse_goodput, parse_percentiles)
+from llmsched.core.errors import ConfigError
+from llmsched.server.bench import (
+    BenchConfig,
+    RequestResult,
+    Workload,
+    build_payloads,
+    calculate_metrics,
+    make_workload,
+    parse_goodput,
+    parse_percentiles,
+)
 
 
 def _r(ttft, itl, out, start=0.0, prompt=10, ok=True):
-    return RequestResult(success=ok, prompt_len=prompt, output_tokens=out, ttft=ttft, itl=list(itl),
-                         latency=ttft + sum(itl), start_time=start)
+    return RequestResult(
+        success=ok,
+        prompt_len=prompt,
+        output_tokens=out,
+        ttft=ttft,
+        itl=list(itl),
+        latency=ttft + sum(itl),
+        start_time=start,
+    )
 
 
 def test_metrics_by_hand():
-    rs = [_r(0.1, [0.02, 0.04], 3, start=0.0),      # tpot (0.16 - 0.1) / 2 = 0.03
-          _r(0.3, [], 1, start=0.5, prompt=20),     # one token: no tpot, tpot 0 for goodput
-          _r(0.2, [0.05], 2, start=1.0),            # tpot 0.05
-          _r(0, [], 0, ok=False)]
+    rs = [
+        _r(0.1, [0.02, 0.04], 3, start=0.0),  # tpot (0.16 - 0.1) / 2 = 0.03
+        _r(0.3, [], 1, start=0.5, prompt=20),  # one token: no tpot, tpot 0 for goodput
+        _r(0.2, [0.05], 2, start=1.0),  # tpot 0.05
+        _r(0, [], 0, ok=False),
+    ]
     m = calculate_metrics(rs, 2.0, [50, 99.9], {"ttft": 250, "tpot": 40})
     assert m["completed"] == 3 and m["failed"] == 1
     assert m["total_input_tokens"] == 40 and m["total_output_tokens"] == 6
@@ -35,24 +52,23 @@ def test_metrics_by_hand():
     assert m["mean_ttft_ms"] == pytest.approx(200.0)
     assert m["median_ttft_ms"] == pytest.approx(200.0)
     assert m["std_ttft_ms"] == pytest.approx(np.std([100, 300, 200]))
-    assert m["mean_tpot_ms"] == pytest.approx(40.0)       # over requests with > 1 token
+    assert m["mean_tpot_ms"] == pytest.approx(40.0)  # over requests with > 1 token
     assert m["mean_itl_ms"] == pytest.approx((20 + 40 + 50) / 3)
     assert m["mean_e2el_ms"] == pytest.approx((160 + 300 + 250) / 3)
     assert m["p50_itl_ms"] == pytest.approx(40.0)
     assert m["p99.9_e2el_ms"] == pytest.approx(np.percentile([160, 300, 250], 99.9))
     assert m["max_concurrent_requests"] == 1
-    assert m["max_output_tokens_per_s"] == 4.0     # tokens at 0.1, 0.12, 0.16, 0.8 s; then 1.2, 1.25
+    assert m["max_output_tokens_per_s"] == 4.0  # tokens at 0.1, 0.12, 0.16, 0.8 s; then 1.2, 1.25
 
 
 def test_metrics_without_goodput_and_all_failed():
     m = calculate_metrics([_r(0, [], 0, ok=False)], 1.0, [99])
     assert m["completed"] == 0 and m["request_goodput"] is None
-    assert m["mean_ttft_ms"] == 0.0 and m["p99_itl_ms"] == 0.0      # vLLM reports 0 then
+    assert m["mean_ttft_ms"] == 0.0 and m["p99_itl_ms"] == 0.0  # vLLM reports 0 then
 
 
 def test_overlap_concurrency():
-    rs = [_r(0.1, [0.1] * 5, 6, start=0.0), _r(0.1, [0.1] * 5, 6, start=0.2),
-          _r(0.1, [0.1] * 5, 6, start=0.3)]
+    rs = [_r(0.1, [0.1] * 5, 6, start=0.0), _r(0.1, [0.1] * 5, 6, start=0.2), _r(0.1, [0.1] * 5, 6, start=0.3)]
     assert calculate_metrics(rs, 1.0, [99])["max_concurrent_requests"] == 3
 
 
@@ -69,25 +85,25 @@ def test_goodput_and_percentile_parsing():
 
 
 def test_random_workload_and_arrivals():
-    cfg = BenchConfig(num_prompts=2000, input_len=100, output_len=10, random_range_ratio=0.5,
-                      request_rate=50, burstiness=4.0, seed=3)
+    cfg = BenchConfig(
+        num_prompts=2000, input_len=100, output_len=10, random_range_ratio=0.5, request_rate=50, burstiness=4.0, seed=3
+    )
     wl = make_workload(cfg)
     assert len(wl) == 2000
     assert wl.prompt.min() >= 50 and wl.prompt.max() <= 150
     assert wl.output.min() >= 5 and wl.output.max() <= 15
     gaps = np.diff(wl.arrival_s)
     assert wl.arrival_s[0] == 0 and gaps.mean() == pytest.approx(1 / 50, rel=0.05)
-    assert gaps.std() / gaps.mean() == pytest.approx(0.5, rel=0.1)    # gamma shape 4: cv 1/2
+    assert gaps.std() / gaps.mean() == pytest.approx(0.5, rel=0.1)  # gamma shape 4: cv 1/2
     fixed = make_workload(BenchConfig(num_prompts=5, input_len=7, output_len=3))
     assert fixed.prompt.tolist() == [7] * 5 and fixed.output.tolist() == [3] * 5
-    assert fixed.arrival_s.tolist() == [0.0] * 5                      # rate inf: all at once
+    assert fixed.arrival_s.tolist() == [0.0] * 5  # rate inf: all at once
 
 
 def test_length_datasets_and_trace():
     sg = make_workload(BenchConfig(dataset_name="sharegpt", num_prompts=50, seed=1))
     assert len(sg) == 50 and sg.prompt.min() >= 1
-    tr = make_workload(BenchConfig(dataset_name="trace", dataset_path="azure-conv", num_prompts=30,
-                                   time_scale=2.0))
+    tr = make_workload(BenchConfig(dataset_name="trace", dataset_path="azure-conv", num_prompts=30, time_scale=2.0))
     assert len(tr) == 30 and tr.arrival_s[0] == 0.0 and (np.diff(tr.arrival_s) >= 0).all()
     with pytest.raises(ConfigError):
         make_workload(BenchConfig(dataset_name="trace"))
@@ -109,9 +125,14 @@ def test_payloads_give_the_intended_token_counts():
 
 
 def test_config_errors():
-    for kw in ({"endpoint": "/v1/embeddings"}, {"request_rate": 0}, {"burstiness": 0},
-               {"random_range_ratio": 1.0}, {"token_id_range": (5, 5)},
-               {"endpoint": "/v1/chat/completions", "prompt_format": "ids"}):
+    for kw in (
+        {"endpoint": "/v1/embeddings"},
+        {"request_rate": 0},
+        {"burstiness": 0},
+        {"random_range_ratio": 1.0},
+        {"token_id_range": (5, 5)},
+        {"endpoint": "/v1/chat/completions", "prompt_format": "ids"},
+    ):
         with pytest.raises(ConfigError):
             BenchConfig(**kw)
 
@@ -152,14 +173,17 @@ def test_cli_bad_input_is_config_error():
         BenchConfig.from_args(p.parse_args(["bench", "--token-id-range", "abc"]))
     ok = BenchConfig.from_args(p.parse_args(["bench", "--request-rate", "inf", "--port", "1234"]))
     assert math.isinf(ok.request_rate) and ok.base_url == "http://127.0.0.1:1234"
-    b = server_cli.build_backend(p.parse_args(["serve", "--scheduler", "orca", "--b-max", "128",
-                                               "--kv-capacity", "1000", "--cost-model", "const:5"]))
+    b = server_cli.build_backend(
+        p.parse_args(
+            ["serve", "--scheduler", "orca", "--b-max", "128", "--kv-capacity", "1000", "--cost-model", "const:5"]
+        )
+    )
     assert b.kind == "sim" and b.max_model_len == 1001 and b.kv_capacity == 1000
 
 
 def test_bench_main_reports_unreachable_server():
     p = _parser()
     args = p.parse_args(["bench", "--port", "1", "--num-prompts", "1", "--quiet", "--model", "m"])
-    with pytest.raises(Exception) as e:   # ConfigError from the warm-up: cannot connect
+    with pytest.raises(Exception) as e:  # ConfigError from the warm-up: cannot connect
         server_cli.bench_main(args)
     assert isinstance(e.value, ConfigError)

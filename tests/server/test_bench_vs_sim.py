@@ -35,7 +35,7 @@ from llmsched.sim.result import SimResult
 from llmsched.sim.simulator import simulate_trace
 from llmsched.workload import Trace
 
-COST = "linear:c=20,a=0.1"      # 20 ms + 0.1 ms per token: 45.6 ms at b = 256
+COST = "linear:c=20,a=0.1"  # 20 ms + 0.1 ms per token: 45.6 ms at b = 256
 POLICY, B_MAX = "sarathi", 256
 
 
@@ -54,10 +54,27 @@ def sim_server():
     import httpx
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llmsched", "serve", "--backend", "sim",
-                             "--scheduler", POLICY, "--b-max", str(B_MAX), "--cost-model", COST,
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llmsched",
+            "serve",
+            "--backend",
+            "sim",
+            "--scheduler",
+            POLICY,
+            "--b-max",
+            str(B_MAX),
+            "--cost-model",
+            COST,
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     base = f"http://127.0.0.1:{port}"
 
     def up():
@@ -94,10 +111,19 @@ def _close(measured, predicted, rel, abs_ms):
 def test_bench_agrees_with_simulator(sim_server, endpoint):
     rng = np.random.default_rng(5)
     n = 40
-    wl = Workload(arrival_s=np.concatenate([[0.0], np.cumsum(rng.exponential(1 / 12, n - 1))]),
-                  prompt=rng.integers(20, 400, n), output=rng.integers(8, 40, n))
-    cfg = BenchConfig(base_url=sim_server, endpoint=endpoint, num_prompts=n, quiet=True,
-                      metric_percentiles=[50, 90, 99], goodput={"ttft": 200, "tpot": 60})
+    wl = Workload(
+        arrival_s=np.concatenate([[0.0], np.cumsum(rng.exponential(1 / 12, n - 1))]),
+        prompt=rng.integers(20, 400, n),
+        output=rng.integers(8, 40, n),
+    )
+    cfg = BenchConfig(
+        base_url=sim_server,
+        endpoint=endpoint,
+        num_prompts=n,
+        quiet=True,
+        metric_percentiles=[50, 90, 99],
+        goodput={"ttft": 200, "tpot": 60},
+    )
     for _attempt in range(3):
         lag0 = _lag(sim_server)
         res = run_bench(cfg, wl)

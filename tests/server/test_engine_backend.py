@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
-from srv_helpers import engine_of, parse_sse, post, running_server, wait_for
-
-import torch  # noqa: F401
 import safetensors  # noqa: F401
 import tokenizers  # noqa: F401
+import torch  # noqa: F401
+from srv_helpers import engine_of, parse_sse, post, running_server, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -17,8 +15,14 @@ def engine_server(tmp_path_factory):
     from llmsched.server.backends import SchedulerOptions, make_engine_backend
 
     model_dir = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    backend = make_engine_backend(str(model_dir), SchedulerOptions(b_max=256, max_running=16),
-                                  max_model_len=512, num_blocks=128, block_size=16, seed=0)
+    backend = make_engine_backend(
+        str(model_dir),
+        SchedulerOptions(b_max=256, max_running=16),
+        max_model_len=512,
+        num_blocks=128,
+        block_size=16,
+        seed=0,
+    )
     with running_server(backend) as (base, srv):
         yield base, srv, backend
 
@@ -26,38 +30,54 @@ def engine_server(tmp_path_factory):
 def test_engine_completions(engine_server):
     base, srv, backend = engine_server
     name = backend.model_name
-    r = post(base, "/v1/completions", {"model": name, "prompt": "hello world", "max_tokens": 5,
-                                       "ignore_eos": True})
+    r = post(base, "/v1/completions", {"model": name, "prompt": "hello world", "max_tokens": 5, "ignore_eos": True})
     b = r.json()
     assert r.status_code == 200, b
     assert b["usage"]["completion_tokens"] == 5 and b["choices"][0]["finish_reason"] == "length"
     assert b["usage"]["prompt_tokens"] == len(backend.tokenizer.encode("hello world"))
-    r = post(base, "/v1/completions", {"model": name, "prompt": [5, 6, 7, 8], "max_tokens": 4,
-                                       "ignore_eos": True, "stream": True,
-                                       "stream_options": {"include_usage": True}})
+    r = post(
+        base,
+        "/v1/completions",
+        {
+            "model": name,
+            "prompt": [5, 6, 7, 8],
+            "max_tokens": 4,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     ev = parse_sse(r.content)
     assert ev[-1] == "[DONE]" and ev[-2]["usage"]["completion_tokens"] == 4
     assert ev[-2]["usage"]["prompt_tokens"] == 4
     assert ev[-3]["choices"][0]["finish_reason"] == "length"
-    r = post(base, "/v1/chat/completions", {"model": name, "max_tokens": 3, "ignore_eos": True,
-                                            "messages": [{"role": "user", "content": "hi"}], "stream": True})
+    r = post(
+        base,
+        "/v1/chat/completions",
+        {
+            "model": name,
+            "max_tokens": 3,
+            "ignore_eos": True,
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+        },
+    )
     ev = parse_sse(r.content)
     assert ev[0]["choices"][0]["delta"]["role"] == "assistant" and ev[-1] == "[DONE]"
     # prompt + completion beyond max_model_len (512)
     r = post(base, "/v1/completions", {"model": name, "prompt": [1] * 500, "max_tokens": 20})
     assert r.status_code == 400
     # a token id outside the vocabulary is the client's error: the engine refuses it at add time
-    r = post(base, "/v1/completions", {"model": name, "prompt": [10 ** 6], "max_tokens": 2})
+    r = post(base, "/v1/completions", {"model": name, "prompt": [10**6], "max_tokens": 2})
     assert r.status_code == 400 and "vocabulary" in r.json()["error"]["message"]
     # streaming too: refused before the stream starts (the backend knows the vocabulary)
-    r = post(base, "/v1/completions", {"model": name, "prompt": [5, 10 ** 6], "max_tokens": 2, "stream": True})
+    r = post(base, "/v1/completions", {"model": name, "prompt": [5, 10**6], "max_tokens": 2, "stream": True})
     assert r.status_code == 400 and "vocabulary" in r.json()["error"]["message"]
     assert r.json()["error"]["param"] == "prompt"
-    r = post(base, "/v1/completions", {"model": name, "prompt": [backend.vocab_size], "max_tokens": 2,
-                                       "stream": True})
+    r = post(base, "/v1/completions", {"model": name, "prompt": [backend.vocab_size], "max_tokens": 2, "stream": True})
     assert r.status_code == 400
     # /detokenize: ids the tokenizer cannot take are the client's error, not a 500
-    for toks in ([5, -1], [5, 2 ** 70], [backend.vocab_size]):
+    for toks in ([5, -1], [5, 2**70], [backend.vocab_size]):
         r = post(base, "/detokenize", {"tokens": toks})
         assert r.status_code == 400 and r.json()["error"]["param"] == "tokens", (toks, r.text)
     assert post(base, "/detokenize", {"tokens": [5, 6]}).status_code == 200
@@ -65,21 +85,27 @@ def test_engine_completions(engine_server):
 
 def test_engine_tiny_temperature_does_not_fail_the_batch(engine_server):
     import threading
+
     base, srv, backend = engine_server
     name = backend.model_name
     res = {}
 
     def victim():
-        res["v"] = post(base, "/v1/completions", {"model": name, "prompt": "hello", "max_tokens": 40,
-                                                  "ignore_eos": True, "temperature": 0, "stream": True})
+        res["v"] = post(
+            base,
+            "/v1/completions",
+            {"model": name, "prompt": "hello", "max_tokens": 40, "ignore_eos": True, "temperature": 0, "stream": True},
+        )
 
     t = threading.Thread(target=victim)
     t.start()
     eng = engine_of(srv)
     assert wait_for(lambda: eng.streams and eng.queued_requests == 0, timeout=10)
-    bodies = [{"model": name, "prompt": "hi", "max_tokens": 3, "temperature": 1e-40},
-              {"model": name, "prompt": "hi", "max_tokens": 3, "temperature": 1e-30, "seed": 7},
-              {"model": name, "prompt": "hi", "max_tokens": 3, "temperature": 1.5, "seed": 2 ** 63 - 1}]
+    bodies = [
+        {"model": name, "prompt": "hi", "max_tokens": 3, "temperature": 1e-40},
+        {"model": name, "prompt": "hi", "max_tokens": 3, "temperature": 1e-30, "seed": 7},
+        {"model": name, "prompt": "hi", "max_tokens": 3, "temperature": 1.5, "seed": 2**63 - 1},
+    ]
     for body in bodies:
         r = post(base, "/v1/completions", body)
         assert r.status_code == 200, r.text
@@ -90,16 +116,30 @@ def test_engine_tiny_temperature_does_not_fail_the_batch(engine_server):
     assert eng.healthy
     # stop_reason reaches the body: the stop token id (every id is one here)
     every = list(range(backend.vocab_size))
-    r = post(base, "/v1/completions", {"model": name, "prompt": "hi", "max_tokens": 8, "temperature": 0,
-                                       "stop_token_ids": every})
+    r = post(
+        base,
+        "/v1/completions",
+        {"model": name, "prompt": "hi", "max_tokens": 8, "temperature": 0, "stop_token_ids": every},
+    )
     c = r.json()["choices"][0]
     assert c["finish_reason"] == "stop" and c["stop_reason"] in every and c["text"] == ""
     assert r.json()["usage"]["completion_tokens"] == 1
     # min_tokens masks them all for 2 tokens: those rows have no distribution left, yet
     # the request (sampled or greedy) goes on and stops at its third token
     for temp in (0, 1.0):
-        r = post(base, "/v1/completions", {"model": name, "prompt": "hi", "max_tokens": 8, "temperature": temp,
-                                           "seed": 1, "stop_token_ids": every, "min_tokens": 2})
+        r = post(
+            base,
+            "/v1/completions",
+            {
+                "model": name,
+                "prompt": "hi",
+                "max_tokens": 8,
+                "temperature": temp,
+                "seed": 1,
+                "stop_token_ids": every,
+                "min_tokens": 2,
+            },
+        )
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["completion_tokens"] == 3 and r.json()["choices"][0]["stop_reason"] in every
     assert eng.healthy

@@ -39,8 +39,8 @@ from llmsched.server.http_client import HTTPClient
 
 HERE = Path(__file__).parent
 STREAMS = 32
-MAX_TOKENS = 300                   # 12 s of 40 ms steps: longer than the attack
-READ_TIMEOUT = 3.0                 # the servers' --read-timeout
+MAX_TOKENS = 300  # 12 s of 40 ms steps: longer than the attack
+READ_TIMEOUT = 3.0  # the servers' --read-timeout
 MiB = 1 << 20
 # The server reads at most --max-body-bytes of one body (by default what the largest
 # servable request needs: 2.75 MiB for the sim's 32k context, 2.4 MiB for the engine's
@@ -48,8 +48,8 @@ MiB = 1 << 20
 # working memory for the burst. The bug this guards against grew the server by 800 MB on
 # one 50 MB body.
 MEMORY_BOUND = 128 * MiB
-TOO_BIG = 10_000_000               # the 10 MB prompt
-HUGE = 50_000_000                  # the 50 MB /tokenize body
+TOO_BIG = 10_000_000  # the 10 MB prompt
+HUGE = 50_000_000  # the 50 MB /tokenize body
 
 
 def _rss(pid: int, key: str = "VmRSS") -> int:
@@ -69,7 +69,7 @@ def _read_all(sock, timeout=60.0) -> bytes:
             if not b:
                 return out
             out += b
-    except (ConnectionResetError, socket.timeout):
+    except (TimeoutError, ConnectionResetError):
         return out
 
 
@@ -96,8 +96,10 @@ def _send(port: int, head: bytes, body_parts, results: dict, key: str) -> None:
 
 def _post_head(path: str, length: int | None) -> bytes:
     te = f"content-length: {length}" if length is not None else "transfer-encoding: chunked"
-    return (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-            f"connection: close\r\n{te}\r\n\r\n").encode()
+    return (
+        f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        f"connection: close\r\n{te}\r\n\r\n"
+    ).encode()
 
 
 def _attacks(port: int, model: str, limits: dict, burst: int) -> tuple[list, dict]:
@@ -109,25 +111,26 @@ def _attacks(port: int, model: str, limits: dict, burst: int) -> tuple[list, dic
     fill = limits["max_body_bytes"] - 100
     full_prompt = json.dumps({"model": model, "prompt": "w" * fill, "max_tokens": 4}).encode()
     assert len(full_prompt) <= limits["max_body_bytes"]
-    big_chat = json.dumps({"model": model, "max_tokens": 4, "messages": [
-        {"role": "user", "content": "y" * TOO_BIG}]}).encode()
+    big_chat = json.dumps(
+        {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "y" * TOO_BIG}]}
+    ).encode()
     huge = b'{"prompt": "' + b"z" * (HUGE - 14) + b'"}'
     assert len(huge) == HUGE
     block = 1 << 20
     # text just under the bound: real words, so the tokenizer does real work
-    words = ("the server tokenizes this prompt off the event loop while streams decode ").encode()
-    near = (words * (text_bound // len(words) + 1))[:text_bound - 16].decode()
+    words = b"the server tokenizes this prompt off the event loop while streams decode "
+    near = (words * (text_bound // len(words) + 1))[: text_bound - 16].decode()
     near_body = json.dumps({"model": model, "prompt": near}).encode()
 
     def chunks(data: bytes):
         for i in range(0, len(data), block):
-            piece = data[i:i + block]
+            piece = data[i : i + block]
             yield b"%x\r\n%s\r\n" % (len(piece), piece)
         yield b"0\r\n\r\n"
 
     def pieces(data: bytes):
         for i in range(0, len(data), block):
-            yield data[i:i + block]
+            yield data[i : i + block]
 
     jobs = [
         ("prompt_10MB", _post_head("/v1/completions", len(big_prompt)), pieces(big_prompt)),
@@ -138,10 +141,10 @@ def _attacks(port: int, model: str, limits: dict, burst: int) -> tuple[list, dic
         ("stalled_body", _post_head("/v1/completions", 1000), [b'{"model": "'[:10]]),
         ("stalled_headers", b"POST /tokenize HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-", []),
     ]
-    jobs += [(f"tokenize_near_bound_{i}", _post_head("/tokenize", len(near_body)), [near_body])
-             for i in range(burst)]
-    threads = [threading.Thread(target=_send, args=(port, head, body, results, key), daemon=True)
-               for key, head, body in jobs]
+    jobs += [(f"tokenize_near_bound_{i}", _post_head("/tokenize", len(near_body)), [near_body]) for i in range(burst)]
+    threads = [
+        threading.Thread(target=_send, args=(port, head, body, results, key), daemon=True) for key, head, body in jobs
+    ]
     return threads, results
 
 
@@ -158,20 +161,29 @@ async def _stream(client: HTTPClient, body: bytes, out: list) -> None:
         if n:
             seen += n
             out.append((t, n))
-    assert seen >= MAX_TOKENS + 1, seen          # every token, then [DONE]
+    assert seen >= MAX_TOKENS + 1, seen  # every token, then [DONE]
 
 
 def _run_streams(base: str, model: str, times: list, first: threading.Event, done: dict) -> None:
     async def main():
         client = HTTPClient(base)
-        body = json.dumps({"model": model, "prompt": [1, 2, 3], "max_tokens": MAX_TOKENS, "stream": True,
-                           "ignore_eos": True, "temperature": 0}).encode()
+        body = json.dumps(
+            {
+                "model": model,
+                "prompt": [1, 2, 3],
+                "max_tokens": MAX_TOKENS,
+                "stream": True,
+                "ignore_eos": True,
+                "temperature": 0,
+            }
+        ).encode()
         tasks = [asyncio.ensure_future(_stream(client, body, times[i])) for i in range(STREAMS)]
 
         async def watch():
             while not all(len(t) >= 20 for t in times):
                 await asyncio.sleep(0.01)
             first.set()
+
         w = asyncio.ensure_future(watch())
         try:
             await asyncio.gather(*tasks)
@@ -179,6 +191,7 @@ def _run_streams(base: str, model: str, times: list, first: threading.Event, don
             w.cancel()
             done["end"] = time.monotonic()
             await client.aclose()
+
     try:
         asyncio.run(main())
     except BaseException as e:  # noqa: BLE001 - reported by the test
@@ -188,10 +201,22 @@ def _run_streams(base: str, model: str, times: list, first: threading.Event, don
 
 def _hostile_run(args: list, model: str, name: str, burst: int, max_model_len: int) -> dict:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(HERE / "hostile_server.py"), "--port", str(port),
-                             "--read-timeout", str(READ_TIMEOUT), "--max-model-len", str(max_model_len),
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "hostile_server.py"),
+            "--port",
+            str(port),
+            "--read-timeout",
+            str(READ_TIMEOUT),
+            "--max-model-len",
+            str(max_model_len),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         assert wait_for(lambda: _up(base), timeout=120), "the server did not start"
@@ -203,7 +228,7 @@ def _hostile_run(args: list, model: str, name: str, burst: int, max_model_len: i
         streams.start()
         assert first.wait(60) and "error" not in done, done
         rss0 = _rss(proc.pid)
-        hwm0 = _rss(proc.pid, "VmHWM")        # the peak so far (start-up included)
+        hwm0 = _rss(proc.pid, "VmHWM")  # the peak so far (start-up included)
         peak = [rss0]
         stop = threading.Event()
 
@@ -211,6 +236,7 @@ def _hostile_run(args: list, model: str, name: str, burst: int, max_model_len: i
             while not stop.is_set():
                 peak[0] = max(peak[0], _rss(proc.pid))
                 time.sleep(0.01)
+
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         t_attack = time.monotonic()
@@ -224,8 +250,10 @@ def _hostile_run(args: list, model: str, name: str, burst: int, max_model_len: i
         sampler.join()
         hwm = _rss(proc.pid, "VmHWM")
         assert "error" not in done, done
-        assert t_attacked < done["end"], ("the attack outlasted the streams",
-                                          {k: (v[0], round(v[2], 2)) for k, v in results.items()})
+        assert t_attacked < done["end"], (
+            "the attack outlasted the streams",
+            {k: (v[0], round(v[2], 2)) for k, v in results.items()},
+        )
     finally:
         proc.terminate()
         try:
@@ -238,7 +266,7 @@ def _hostile_run(args: list, model: str, name: str, burst: int, max_model_len: i
     all_gaps = []
     for ev in times:
         stamps = [t for t, _ in ev]
-        gaps = [b - a for a, b in zip(stamps[1:], stamps[2:])]      # after the first token
+        gaps = [b - a for a, b in zip(stamps[1:], stamps[2:])]  # after the first token
         normal = statistics.median(gaps)
         worst.append((max(gaps) / normal, max(gaps), normal))
         all_gaps.extend(gaps)
@@ -246,10 +274,12 @@ def _hostile_run(args: list, model: str, name: str, burst: int, max_model_len: i
     top = max(peak[0], hwm if hwm > hwm0 else 0)
     growth = top - rss0
     ratio, gap, normal = max(worst)
-    print(f"{name}: {STREAMS} streams, median ITL {statistics.median(all_gaps) * 1e3:.1f} ms, "
-          f"worst gap {gap * 1e3:.1f} ms = {ratio:.2f}x its stream's median ({normal * 1e3:.1f} ms); "
-          f"p99 gap {sorted(all_gaps)[int(0.99 * len(all_gaps))] * 1e3:.1f} ms; attack {t_attacked - t_attack:.1f} s; "
-          f"RSS {rss0 / MiB:.0f} MiB before, peak {top / MiB:.0f} MiB (+{growth / MiB:.0f} MiB)")
+    print(
+        f"{name}: {STREAMS} streams, median ITL {statistics.median(all_gaps) * 1e3:.1f} ms, "
+        f"worst gap {gap * 1e3:.1f} ms = {ratio:.2f}x its stream's median ({normal * 1e3:.1f} ms); "
+        f"p99 gap {sorted(all_gaps)[int(0.99 * len(all_gaps))] * 1e3:.1f} ms; attack {t_attacked - t_attack:.1f} s; "
+        f"RSS {rss0 / MiB:.0f} MiB before, peak {top / MiB:.0f} MiB (+{growth / MiB:.0f} MiB)"
+    )
     assert ratio <= 10, f"a stream stalled: a {gap * 1e3:.0f} ms gap, {ratio:.1f}x its median"
     # ---- what each hostile request got
     codes = {k: v[0] for k, v in results.items()}
@@ -278,6 +308,7 @@ def test_hostile_clients_do_not_stall_the_virtual_gpu():
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from llmsched.engine import make_tiny_model
+
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
@@ -285,5 +316,4 @@ def test_hostile_clients_do_not_stall_the_engine(tiny_model):
     # a long context, so that a text just under the bound (10 bytes per token for the tiny
     # model's tokenizer: 160 KB) takes its slow BPE most of a second: on the event loop,
     # each would stall every stream that long
-    _hostile_run(["--model", str(tiny_model)], Path(tiny_model).name, "engine", burst=3,
-                 max_model_len=16384)
+    _hostile_run(["--model", str(tiny_model)], Path(tiny_model).name, "engine", burst=3, max_model_len=16384)

@@ -29,8 +29,17 @@ def auth_server():
 # ---- streaming ------------------------------------------------------------------------
 def test_completion_stream_events(server):
     base, _ = server
-    r = post(base, "/v1/completions", {"model": MODEL, "prompt": [1, 2, 3, 4, 5], "max_tokens": 4,
-                                       "stream": True, "stream_options": {"include_usage": True}})
+    r = post(
+        base,
+        "/v1/completions",
+        {
+            "model": MODEL,
+            "prompt": [1, 2, 3, 4, 5],
+            "max_tokens": 4,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
     ev = parse_sse(r.content)
@@ -51,9 +60,17 @@ def test_completion_stream_events(server):
 
 def test_chat_stream_events(server):
     base, _ = server
-    r = post(base, "/v1/chat/completions", {
-        "model": MODEL, "messages": [{"role": "user", "content": "x" * 40}], "max_tokens": 3,
-        "stream": True, "stream_options": {"include_usage": True}})
+    r = post(
+        base,
+        "/v1/chat/completions",
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "x" * 40}],
+            "max_tokens": 3,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert r.status_code == 200
     ev = parse_sse(r.content)
     assert [type(e) for e in ev].count(str) == 1 and ev[-1] == "[DONE]"
@@ -73,8 +90,11 @@ def test_chat_stream_events(server):
 
 def test_stream_without_usage_has_no_usage_chunk(server):
     base, _ = server
-    r = post(base, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                                            "max_tokens": 2, "stream": True})
+    r = post(
+        base,
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True},
+    )
     ev = parse_sse(r.content)
     assert len(ev) == 4 and ev[-1] == "[DONE]"
     assert all("usage" not in e for e in ev[:-1])
@@ -93,26 +113,40 @@ def test_stop_string_ends_with_stop(server):
 
 def test_stop_reason_and_min_tokens_in_bodies_and_streams(server):
     base, _ = server
-    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 5, "stop": "tok tok",
-                                       "stream": True})
+    r = post(
+        base, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 5, "stop": "tok tok", "stream": True}
+    )
     ev = parse_sse(r.content)
     assert ev[-1] == "[DONE]" and "".join(e["choices"][0]["text"] for e in ev[:-1]) == " "
     assert [e["choices"][0]["stop_reason"] for e in ev[:-1]] == [None, "tok tok"]
     assert ev[-2]["choices"][0]["finish_reason"] == "stop"
-    r = post(base, "/v1/chat/completions", {"model": MODEL, "max_tokens": 5, "stop_token_ids": [0],
-                                            "messages": [{"role": "user", "content": "hi"}]})
+    r = post(
+        base,
+        "/v1/chat/completions",
+        {"model": MODEL, "max_tokens": 5, "stop_token_ids": [0], "messages": [{"role": "user", "content": "hi"}]},
+    )
     c = r.json()["choices"][0]
     assert c["finish_reason"] == "stop" and c["stop_reason"] == 0 and c["message"]["content"] == ""
-    r = post(base, "/v1/chat/completions", {"model": MODEL, "max_tokens": 5, "stop_token_ids": [0],
-                                            "min_tokens": 2, "stream": True,
-                                            "messages": [{"role": "user", "content": "hi"}]})
+    r = post(
+        base,
+        "/v1/chat/completions",
+        {
+            "model": MODEL,
+            "max_tokens": 5,
+            "stop_token_ids": [0],
+            "min_tokens": 2,
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    )
     ev = parse_sse(r.content)
     toks = ev[1:-1]
     assert [e["choices"][0]["stop_reason"] for e in toks] == [None, None, 0]
     assert "".join(e["choices"][0]["delta"]["content"] for e in toks) == " tok tok"
     # length and plain completions: null
-    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 3, "min_tokens": 3,
-                                       "stop": ["tok"]})
+    r = post(
+        base, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 3, "min_tokens": 3, "stop": ["tok"]}
+    )
     c = r.json()["choices"][0]
     assert r.status_code == 200 and c["finish_reason"] == "stop" and c["stop_reason"] == "tok"
     assert c["text"] == " tok tok " and r.json()["usage"]["completion_tokens"] == 3
@@ -134,33 +168,51 @@ def test_completion_non_stream(server):
 
 def test_chat_non_stream(server):
     base, _ = server
-    r = post(base, "/v1/chat/completions", {"model": MODEL, "max_completion_tokens": 2, "messages": [
-        {"role": "system", "content": "abcd"}, {"role": "user", "content": [{"type": "text", "text": "efgh"}]}]})
+    r = post(
+        base,
+        "/v1/chat/completions",
+        {
+            "model": MODEL,
+            "max_completion_tokens": 2,
+            "messages": [
+                {"role": "system", "content": "abcd"},
+                {"role": "user", "content": [{"type": "text", "text": "efgh"}]},
+            ],
+        },
+    )
     b = r.json()
     assert b["object"] == "chat.completion"
     assert b["choices"][0]["message"] == {"role": "assistant", "content": " tok tok"}
-    assert b["usage"]["prompt_tokens"] == 3          # "abcd\nefgh": 9 bytes -> 3 tokens
+    assert b["usage"]["prompt_tokens"] == 3  # "abcd\nefgh": 9 bytes -> 3 tokens
 
 
 # ---- the official client ----------------------------------------------------------------
 def test_openai_client(server):
     import openai
+
     base, _ = server
     client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
     models = client.models.list()
     assert [m.id for m in models.data] == [MODEL]
     c = client.completions.create(model=MODEL, prompt="Say hi", max_tokens=5)
     assert c.choices[0].finish_reason == "length" and c.usage.completion_tokens == 5
-    chunks = list(client.completions.create(model=MODEL, prompt=[1, 2, 3], max_tokens=4, stream=True,
-                                            stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model=MODEL, prompt=[1, 2, 3], max_tokens=4, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == " tok" * 4
     assert chunks[-1].usage.completion_tokens == 4
-    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
-                                          max_tokens=3)
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3)
     assert chat.choices[0].message.role == "assistant"
     assert chat.choices[0].message.content == " tok tok tok"
-    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
-                                            max_tokens=3, stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=3,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     parts = list(stream)
     assert parts[0].choices[0].delta.role == "assistant"
     assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == " tok tok tok"
@@ -178,15 +230,22 @@ def test_openai_client(server):
 
 
 def test_async_openai_client(server):
-    import openai
     import asyncio
+
+    import openai
 
     base, _ = server
 
     async def main():
         client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
-        outs = await asyncio.gather(*[client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=5) for _ in range(20)])
+        outs = await asyncio.gather(
+            *[
+                client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=5
+                )
+                for _ in range(20)
+            ]
+        )
         await client.close()
         return outs
 
@@ -207,9 +266,10 @@ def test_auth(auth_server):
     assert httpx.get(base + "/v1/models").status_code == 401
     ok = post(base, "/v1/completions", body, headers={"authorization": "Bearer sekret"})
     assert ok.status_code == 200
-    assert httpx.get(base + "/health").status_code == 200       # open, as in vLLM
+    assert httpx.get(base + "/health").status_code == 200  # open, as in vLLM
     assert httpx.get(base + "/metrics").status_code == 200
     import openai
+
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=base + "/v1", api_key="bad", max_retries=0).models.list()
     assert openai.OpenAI(base_url=base + "/v1", api_key="sekret").models.list().data[0].id == MODEL
@@ -232,25 +292,25 @@ BAD = [
     ("/v1/completions", {"model": MODEL, "prompt": "x", "temperature": -1}, "temperature"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "top_p": 0}, "top_p"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "stream": "yes"}, "stream"),
-    ("/v1/completions", {"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}},
-     "stream_options"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "n": 2}, "n"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "stop": 7}, "stop"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "echo": True}, "echo"),
     # beyond int64: torch.manual_seed overflowed in the engine (a 500)
-    ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": 10 ** 23}, "seed"),
-    ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": 2 ** 63}, "seed"),
-    ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": -(10 ** 20)}, "seed"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": 10**23}, "seed"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": 2**63}, "seed"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": -(10**20)}, "seed"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 3, "min_tokens": 4}, "min_tokens"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "min_tokens": -1}, "min_tokens"),
     ("/v1/chat/completions", {"model": MODEL}, "messages"),
     ("/v1/chat/completions", {"model": MODEL, "messages": "hi"}, "messages"),
-    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]},
-     "messages[0].role"),
-    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": 5}]},
-     "messages[0].content"),
-    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
-                              "max_completion_tokens": 0}, "max_completion_tokens"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    (
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0},
+        "max_completion_tokens",
+    ),
 ]
 
 
@@ -279,8 +339,11 @@ def test_prompt_too_long_is_400(server):
     r = post(base, "/v1/completions", {"model": MODEL, "prompt": list(range(4000)), "max_tokens": 200})
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "context_length_exceeded"
-    r = post(base, "/v1/chat/completions", {"model": MODEL, "max_tokens": 10,
-                                            "messages": [{"role": "user", "content": "x" * 40000}]})
+    r = post(
+        base,
+        "/v1/chat/completions",
+        {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "x" * 40000}]},
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
 
 
@@ -301,10 +364,16 @@ def test_health_models_version_metrics(server):
     assert v["backend"] == "sim" and v["scheduler"]["batch_policy"] == "sarathi"
     post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 5})
     text = httpx.get(base + "/metrics").text
-    for name in ("llmsched:num_requests_running", "llmsched:num_requests_waiting",
-                 "llmsched:kv_cache_usage_perc", "llmsched:prompt_tokens_total",
-                 "llmsched:generation_tokens_total", "llmsched:time_to_first_token_seconds_bucket",
-                 "llmsched:inter_token_latency_seconds_count", "llmsched:e2e_request_latency_seconds_sum"):
+    for name in (
+        "llmsched:num_requests_running",
+        "llmsched:num_requests_waiting",
+        "llmsched:kv_cache_usage_perc",
+        "llmsched:prompt_tokens_total",
+        "llmsched:generation_tokens_total",
+        "llmsched:time_to_first_token_seconds_bucket",
+        "llmsched:inter_token_latency_seconds_count",
+        "llmsched:e2e_request_latency_seconds_sum",
+    ):
         assert name in text
     values = {}
     for line in text.splitlines():

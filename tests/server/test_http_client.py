@@ -24,9 +24,12 @@ def _feed_all(raw: bytes, cuts):
     return r
 
 
-BODY = [b"data: {\"a\": 1}\n\n", b"data: [DONE]\n\n"]
-CHUNKED = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-           + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in BODY) + b"0\r\n\r\n")
+BODY = [b'data: {"a": 1}\n\n', b"data: [DONE]\n\n"]
+CHUNKED = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in BODY)
+    + b"0\r\n\r\n"
+)
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])

@@ -17,8 +17,7 @@ from llmsched.server.app import ServerConfig
 from llmsched.server.backends import SchedulerOptions, make_sim_backend
 
 MODEL = "llmsched-sim"
-LIMITS = ServerConfig(max_body_bytes=1_000_000, max_header_bytes=4096, read_timeout=1.0,
-                      api_key="sekret")
+LIMITS = ServerConfig(max_body_bytes=1_000_000, max_header_bytes=4096, read_timeout=1.0, api_key="sekret")
 AUTH = {"authorization": "Bearer sekret"}
 
 
@@ -43,7 +42,7 @@ def _read_all(sock: socket.socket, timeout: float = 20.0) -> bytes:
             if not b:
                 break
             out += b
-    except ConnectionResetError:   # the server closed with our unread upload in its buffer
+    except ConnectionResetError:  # the server closed with our unread upload in its buffer
         pass
     return out
 
@@ -75,8 +74,10 @@ def _json_error(raw: bytes, status: int, code: str) -> dict:
 
 
 def _head(path: str, extra: str = "") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer sekret\r\n"
-            f"content-type: application/json\r\n{extra}\r\n").encode()
+    return (
+        f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer sekret\r\n"
+        f"content-type: application/json\r\n{extra}\r\n"
+    ).encode()
 
 
 # ---- item 3: body size and body read time ---------------------------------------------
@@ -124,14 +125,14 @@ def test_slow_dribble_body_is_cut_at_the_read_timeout(server):
         s.sendall(_head("/tokenize", "content-length: 100\r\n"))
         got = b""
         s.settimeout(0.2)
-        for _ in range(100):          # one byte every 0.2 s would take 20 s: never finishes
+        for _ in range(100):  # one byte every 0.2 s would take 20 s: never finishes
             try:
                 s.sendall(b" ")
             except (BrokenPipeError, ConnectionResetError):
                 break
             try:
                 got += s.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except ConnectionResetError:
                 break
@@ -165,14 +166,17 @@ def test_stalled_headers_get_408_and_idle_connections_are_closed(server):
     base, _ = server
     raw = _raw(base, b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-le")
     _json_error(raw, 408, "request_timeout")
-    with socket.create_connection(("127.0.0.1", _port(base))) as s:   # never sends a byte
-        assert _read_all(s) == b""                                    # closed, not held
+    with socket.create_connection(("127.0.0.1", _port(base))) as s:  # never sends a byte
+        assert _read_all(s) == b""  # closed, not held
 
 
 def test_malformed_http_is_a_json_400(server):
     base, _ = server
-    for junk in (b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\r\nbad header line\r\n\r\n",
-                 b"POST /tokenize HTTP/1.1\r\ncontent-length: nope\r\n\r\n"):
+    for junk in (
+        b"GARBAGE\r\n\r\n",
+        b"GET / HTTP/1.1\r\nbad header line\r\n\r\n",
+        b"POST /tokenize HTTP/1.1\r\ncontent-length: nope\r\n\r\n",
+    ):
         raw = _raw(base, junk)
         h = _json_error(raw, 400, "invalid_http_request")
         assert h["connection"] == "close"
@@ -181,22 +185,35 @@ def test_malformed_http_is_a_json_400(server):
 # ---- item 1 (sim backend): text refused before tokenizing ------------------------------
 def test_text_over_the_byte_bound_is_refused_before_tokenizing(server):
     base, _ = server
+
     # max_model_len 1000, 4 bytes per token: text over 4000 bytes cannot fit
     def comp(prompt, **kw):
-        return post(base, "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 1, **kw},
-                    headers=AUTH)
-    assert comp("x" * 3996).status_code == 200                 # 999 tokens + 1
-    for prompt in ("x" * 4001, "é" * 2001, "x" * 900_000):      # 4001, 4002 and 900000 bytes
+        return post(base, "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 1, **kw}, headers=AUTH)
+
+    assert comp("x" * 3996).status_code == 200  # 999 tokens + 1
+    for prompt in ("x" * 4001, "é" * 2001, "x" * 900_000):  # 4001, 4002 and 900000 bytes
         r = comp(prompt)
         err = r.json()["error"]
         assert r.status_code == 400 and err["code"] == "context_length_exceeded", r.text
         assert "bytes of text" in err["message"] and err["param"] == "prompt"
-    r = post(base, "/v1/chat/completions", {"model": MODEL, "max_tokens": 1, "messages": [
-        {"role": "user", "content": "x" * 3000}, {"role": "user", "content": "y" * 1001}]}, headers=AUTH)
+    r = post(
+        base,
+        "/v1/chat/completions",
+        {
+            "model": MODEL,
+            "max_tokens": 1,
+            "messages": [{"role": "user", "content": "x" * 3000}, {"role": "user", "content": "y" * 1001}],
+        },
+        headers=AUTH,
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
     assert "bytes of text" in r.json()["error"]["message"]
-    r = post(base, "/v1/chat/completions", {"model": MODEL, "max_tokens": 1, "messages": [
-        {"role": "user", "content": ""}] * 5000}, headers=AUTH)
+    r = post(
+        base,
+        "/v1/chat/completions",
+        {"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": ""}] * 5000},
+        headers=AUTH,
+    )
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     # token ids: the list's length is checked before its items
     r = comp(list(range(1001)) + ["junk"] * 100_000)
@@ -213,8 +230,12 @@ def test_text_over_the_byte_bound_is_refused_before_tokenizing(server):
 def test_large_bodies_within_limits_are_served(server):
     base, _ = server
     # above the size that is parsed off the event loop, below the body limit
-    r = post(base, "/v1/completions", {"model": MODEL, "prompt": list(range(1, 990)), "max_tokens": 2,
-                                       "pad": "p" * 200_000}, headers=AUTH)
+    r = post(
+        base,
+        "/v1/completions",
+        {"model": MODEL, "prompt": list(range(1, 990)), "max_tokens": 2, "pad": "p" * 200_000},
+        headers=AUTH,
+    )
     assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 989
     r = post(base, "/tokenize", {"prompt": "ab" * 1500, "pad": "p" * 200_000}, headers=AUTH)
     assert r.status_code == 200 and r.json()["count"] == 750
@@ -249,7 +270,7 @@ HOSTILE = [
     ("/tokenize", {"prompt": ["x"]}),
     ("/detokenize", {"tokens": [1.5]}),
     ("/detokenize", {"tokens": [True]}),
-    ("/detokenize", {"tokens": [2 ** 70]}),
+    ("/detokenize", {"tokens": [2**70]}),
     ("/detokenize", {"tokens": None}),
     ("/v1/completions", {"model": [], "prompt": "x"}),
     ("/v1/completions", {"model": MODEL, "prompt": [[1, 2], [3]]}),
@@ -272,13 +293,14 @@ def test_client_input_never_gets_a_5xx_or_exception_text(server, path, body):
     assert 400 <= r.status_code < 500, r.text
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"}
-    assert len(r.content) < 2000                          # a long value is not echoed back
-    for word in ("Traceback", "Error:", "TypeError", "ValueError", "unhashable", "File \""):
+    assert len(r.content) < 2000  # a long value is not echoed back
+    for word in ("Traceback", "Error:", "TypeError", "ValueError", "unhashable", 'File "'):
         assert word not in err["message"], err["message"]
 
 
-@pytest.mark.parametrize("raw", [b"[" * 5000 + b"]" * 5000, b'{"a": "\\ud800"}', b"\xff" * 10,
-                                 b'{"model": "' + b"\\u00e9" * 1000 + b'"}'])
+@pytest.mark.parametrize(
+    "raw", [b"[" * 5000 + b"]" * 5000, b'{"a": "\\ud800"}', b"\xff" * 10, b'{"model": "' + b"\\u00e9" * 1000 + b'"}']
+)
 def test_odd_json_is_a_4xx(server, raw):
     base, _ = server
     for path in ("/v1/completions", "/tokenize", "/detokenize"):
@@ -289,10 +311,15 @@ def test_odd_json_is_a_4xx(server, raw):
 
 def test_trailing_slash_is_a_404_not_a_redirect_to_the_clients_host(server):
     base, _ = server
-    for method, path in (("POST", "/v1/completions/"), ("POST", "/tokenize/"), ("GET", "/v1/models/"),
-                         ("GET", "/health/")):
-        r = httpx.request(method, base + path, headers={"host": "evil.example", **AUTH},
-                          content=b"{}", follow_redirects=False)
+    for method, path in (
+        ("POST", "/v1/completions/"),
+        ("POST", "/tokenize/"),
+        ("GET", "/v1/models/"),
+        ("GET", "/health/"),
+    ):
+        r = httpx.request(
+            method, base + path, headers={"host": "evil.example", **AUTH}, content=b"{}", follow_redirects=False
+        )
         assert r.status_code == 404, (path, r.status_code)
         assert "location" not in r.headers and "evil" not in r.text
         assert r.json()["error"]["code"] in ("not_found", "model_not_found")
@@ -301,10 +328,13 @@ def test_trailing_slash_is_a_404_not_a_redirect_to_the_clients_host(server):
 # ---- item 5: 404 for an unknown model; GET /v1/models/{id} ------------------------------
 def test_unknown_model_is_404_and_models_retrieve(server):
     import openai
+
     base, _ = server
-    for path, body in (("/v1/completions", {"model": "gpt-4", "prompt": "x"}),
-                       ("/v1/chat/completions", {"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]}),
-                       ("/tokenize", {"model": "gpt-4", "prompt": "x"})):
+    for path, body in (
+        ("/v1/completions", {"model": "gpt-4", "prompt": "x"}),
+        ("/v1/chat/completions", {"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]}),
+        ("/tokenize", {"model": "gpt-4", "prompt": "x"}),
+    ):
         r = post(base, path, body, headers=AUTH)
         err = r.json()["error"]
         assert r.status_code == 404 and err["code"] == "model_not_found" and err["param"] == "model"
@@ -323,8 +353,14 @@ def test_unknown_model_is_404_and_models_retrieve(server):
 
 def test_limits_are_validated():
     from llmsched.core.errors import ConfigError
-    for bad in ({"max_body_bytes": 0}, {"max_header_bytes": -1}, {"read_timeout": 0},
-                {"read_timeout": float("nan")}, {"max_body_bytes": 1.5}):
+
+    for bad in (
+        {"max_body_bytes": 0},
+        {"max_header_bytes": -1},
+        {"read_timeout": 0},
+        {"read_timeout": float("nan")},
+        {"max_body_bytes": 1.5},
+    ):
         with pytest.raises(ConfigError):
             ServerConfig(**bad)
 
@@ -333,13 +369,12 @@ def test_cli_limit_options():
     import argparse
 
     from llmsched.cli.server import add_serve_parser, limit_config
+
     p = argparse.ArgumentParser()
     add_serve_parser(p.add_subparsers())
     args = p.parse_args(["serve"])
-    assert limit_config(args) == {"max_body_bytes": None, "max_header_bytes": 65536,
-                                  "read_timeout": 30.0}
-    args = p.parse_args(["serve", "--max-body-bytes", "1000", "--max-header-bytes", "2000",
-                         "--read-timeout", "2.5"])
+    assert limit_config(args) == {"max_body_bytes": None, "max_header_bytes": 65536, "read_timeout": 30.0}
+    args = p.parse_args(["serve", "--max-body-bytes", "1000", "--max-header-bytes", "2000", "--read-timeout", "2.5"])
     cfg = ServerConfig(**limit_config(args))
     assert (cfg.max_body_bytes, cfg.max_header_bytes, cfg.read_timeout) == (1000, 2000, 2.5)
 
@@ -363,14 +398,14 @@ def test_many_stalled_uploads_do_not_block_the_server(server):
 
 def test_default_body_limit_is_what_the_largest_servable_request_needs():
     from llmsched.server.app import MAX_BODY_CAP, default_max_body_bytes
+
     backend = make_sim_backend(SchedulerOptions(b_max=256), "const:2", max_model_len=1000)
     with running_server(backend, ServerConfig()) as (base, srv):
         # 4000 bytes of text (escaped: up to 6 bytes a byte), or 1000 ids, plus 1 MiB
         limit = 6 * 4000 + 32 * 1000 + (1 << 20)
         assert srv.config.app.max_body_bytes == limit
         assert httpx.get(base + "/version").json()["limits"]["max_body_bytes"] == limit
-        raw = _raw(base, b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n"
-                   % (limit + 1))
+        raw = _raw(base, b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % (limit + 1))
         _json_error(raw, 413, "request_too_large")
         # a prompt escaped as \u00e9 (6 bytes of JSON per 2 bytes of text) at the text bound
         body = json.dumps({"model": MODEL, "prompt": "é" * 1998, "max_tokens": 1}).encode()

@@ -50,15 +50,20 @@ def test_overload_10x_is_bounded_and_accounted():
                     if stream:
                         b = json.loads(body)
                         b["stream"] = True
-                        async with c.stream("POST", base + "/v1/completions", content=json.dumps(b),
-                                            headers={"content-type": "application/json"}) as r:
+                        async with c.stream(
+                            "POST",
+                            base + "/v1/completions",
+                            content=json.dumps(b),
+                            headers={"content-type": "application/json"},
+                        ) as r:
                             raw = await r.aread()
                             if r.status_code == 200:
                                 ev = parse_sse(raw)
                                 assert ev[-1] == "[DONE]" and ev[-2]["choices"][0]["finish_reason"] == "length"
                             return r.status_code
-                    r = await c.post(base + "/v1/completions", content=body,
-                                     headers={"content-type": "application/json"})
+                    r = await c.post(
+                        base + "/v1/completions", content=body, headers={"content-type": "application/json"}
+                    )
                     if r.status_code == 200:
                         assert r.json()["usage"]["completion_tokens"] == 10
                     else:
@@ -86,7 +91,7 @@ def test_overload_10x_is_bounded_and_accounted():
         ok = statuses.count(200)
         # at most capacity x the time it took got through (a loaded client sends late and
         # takes longer: the bound follows), plus what the queue and the KV cache held
-        capacity = 800 / 49                           # requests per second
+        capacity = 800 / 49  # requests per second
         assert 25 <= ok <= capacity * seen["elapsed"] + 8 + 1200 // 41, (ok, seen["elapsed"])
         assert statuses.count(429) >= 100
         m = srv.config.app.state.metrics
@@ -120,8 +125,11 @@ def test_disconnect_mid_stream_frees_kv():
     with running_server(cost="const:5", b_max=64, kv_capacity=4000) as (base, srv):
         eng = engine_of(srv)
         with httpx.Client(timeout=10) as c:
-            with c.stream("POST", base + "/v1/completions", json={
-                    "model": MODEL, "prompt": list(range(200)), "max_tokens": 2000, "stream": True}) as r:
+            with c.stream(
+                "POST",
+                base + "/v1/completions",
+                json={"model": MODEL, "prompt": list(range(200)), "max_tokens": 2000, "stream": True},
+            ) as r:
                 assert r.status_code == 200
                 it = r.iter_raw()
                 got = b""
@@ -141,8 +149,11 @@ def test_disconnect_while_waiting_non_stream_frees_kv():
     with running_server(cost="const:5", b_max=64, kv_capacity=4000) as (base, srv):
         eng = engine_of(srv)
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(base + "/v1/completions", json={"model": MODEL, "prompt": "x" * 400, "max_tokens": 2000},
-                       timeout=httpx.Timeout(10, read=0.3))
+            httpx.post(
+                base + "/v1/completions",
+                json={"model": MODEL, "prompt": "x" * 400, "max_tokens": 2000},
+                timeout=httpx.Timeout(10, read=0.3),
+            )
         assert wait_for(lambda: _free_kv(eng), timeout=3), eng.snapshot
         assert srv.config.app.state.metrics.finished["abort"] == 1
 
@@ -181,9 +192,25 @@ def _streams_started(base, n, max_tokens, results):
 def test_graceful_shutdown_drains():
     port = _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "llmsched", "serve", "--backend", "sim",
-                             "--cost-model", "const:10", "--port", str(port), "--drain-timeout", "20"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llmsched",
+            "serve",
+            "--backend",
+            "sim",
+            "--cost-model",
+            "const:10",
+            "--port",
+            str(port),
+            "--drain-timeout",
+            "20",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         assert wait_for(lambda: _up(base), timeout=20), "server did not start"
@@ -257,8 +284,9 @@ def test_engine_failure_ends_requests_with_explicit_errors():
         r1 = {}
 
         def stream():
-            r1["r"] = post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 200,
-                                                     "stream": True})
+            r1["r"] = post(
+                base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 200, "stream": True}
+            )
 
         t = threading.Thread(target=stream)
         t.start()
@@ -281,15 +309,16 @@ def test_drain_timeout_ends_requests_with_shutting_down_errors():
         res = {}
 
         def call(key, stream):
-            res[key] = post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 500,
-                                                      "stream": stream})
+            res[key] = post(
+                base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 500, "stream": stream}
+            )
 
         threads = [threading.Thread(target=call, args=(k, k == "stream")) for k in ("plain", "stream")]
         for t in threads:
             t.start()
         eng = engine_of(srv)
         assert wait_for(lambda: len(eng.streams) == 2 and eng.queued_requests == 0, timeout=10)
-        srv.begin_drain()            # what SIGTERM does; 500 tokens take 10 s, the drain 0.3 s
+        srv.begin_drain()  # what SIGTERM does; 500 tokens take 10 s, the drain 0.3 s
         for t in threads:
             t.join(20)
         r = res["plain"]

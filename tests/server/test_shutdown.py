@@ -20,21 +20,38 @@ MODEL = "llmsched-sim"
 def test_second_sigterm_ends_streams_with_errors_and_exits_143():
     port = _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "llmsched", "serve", "--backend", "sim",
-                             "--cost-model", "const:10", "--port", str(port), "--drain-timeout", "60",
-                             "--log-level", "info"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llmsched",
+            "serve",
+            "--backend",
+            "sim",
+            "--cost-model",
+            "const:10",
+            "--port",
+            str(port),
+            "--drain-timeout",
+            "60",
+            "--log-level",
+            "info",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     stalled = None
     try:
         assert wait_for(lambda: _up(base), timeout=20), "server did not start"
         results = {}
-        threads = _streams_started(base, 6, 3000, results)       # 30 s of tokens each
+        threads = _streams_started(base, 6, 3000, results)  # 30 s of tokens each
         # and an upload that never finishes: it must not hold the exit up
         stalled = socket.create_connection(("127.0.0.1", port))
         stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{")
         proc.send_signal(signal.SIGTERM)
-        assert wait_for(lambda: _health(base) == 503, timeout=10)    # draining
+        assert wait_for(lambda: _health(base) == 503, timeout=10)  # draining
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 128 + signal.SIGTERM
         for t in threads:
@@ -44,7 +61,7 @@ def test_second_sigterm_ends_streams_with_errors_and_exits_143():
             assert status == 200 and ev[-1] == "[DONE]"
             err = ev[-2]["error"]
             assert err["code"] == "server_shutting_down" and err["type"] == "service_unavailable"
-            assert 1 <= len(ev) - 2 < 3000            # cut short, after some tokens
+            assert 1 <= len(ev) - 2 < 3000  # cut short, after some tokens
         out = proc.stdout.read().decode()
         assert "Traceback" not in out and "ERROR" not in out, out
         assert "second signal" in out
@@ -58,8 +75,11 @@ def test_second_sigterm_ends_streams_with_errors_and_exits_143():
 
 def test_first_sigterm_without_requests_exits_0():
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llmsched", "serve", "--backend", "sim",
-                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmsched", "serve", "--backend", "sim", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         assert wait_for(lambda: _up(base), timeout=20), "server did not start"

@@ -17,8 +17,12 @@ from llmsched.sim.virtual import VirtualEngine
 
 def _trace(n=150, seed=1):
     rng = np.random.default_rng(seed)
-    return SimpleNamespace(arrival_s=np.cumsum(rng.exponential(0.02, n)), prompt=rng.integers(1, 600, n),
-                           output=rng.integers(1, 120, n), tag=None)
+    return SimpleNamespace(
+        arrival_s=np.cumsum(rng.exponential(0.02, n)),
+        prompt=rng.integers(1, 600, n),
+        output=rng.integers(1, 120, n),
+        tag=None,
+    )
 
 
 def _replay(ve: VirtualEngine, t):
@@ -31,8 +35,9 @@ def _replay(ve: VirtualEngine, t):
         if not ve.has_unfinished_requests():
             ve.advance_to(arr[i])
         while i < n and int(round(arr[i] * 1e9)) <= ve.now_ns():
-            ve.add_request(str(i), range(int(t.prompt[i])), SamplingParams(max_tokens=int(t.output[i])),
-                           arrival_time=float(arr[i]))
+            ve.add_request(
+                str(i), range(int(t.prompt[i])), SamplingParams(max_tokens=int(t.output[i])), arrival_time=float(arr[i])
+            )
             i += 1
         for o in ve.step():
             k = int(o.request_id)
@@ -97,9 +102,10 @@ class _FakeClock:
 @pytest.mark.parametrize("max_debt, lag, late", [(0.05, 0.0, 2), (0.0, 0.03, 0), (0.01, 0.02, 0)])
 def test_catches_up_after_a_host_hiccup(max_debt, lag, late):
     fc = _FakeClock()
-    fc.hiccup_at = {3: 0.03}          # the host wakes 30 ms late after the 3rd step
-    ve = VirtualEngine(make_scheduler("sarathi", b_max=64), "const:10", clock=fc.clock, sleep=fc.sleep,
-                       max_debt_s=max_debt)
+    fc.hiccup_at = {3: 0.03}  # the host wakes 30 ms late after the 3rd step
+    ve = VirtualEngine(
+        make_scheduler("sarathi", b_max=64), "const:10", clock=fc.clock, sleep=fc.sleep, max_debt_s=max_debt
+    )
     ve.add_request("a", range(8), SamplingParams(max_tokens=10))
     t0 = fc.t
     ends = []
@@ -130,8 +136,8 @@ def test_abort_frees_kv_and_stop_conditions():
     b = [o for o in outs if o.request_id == "b"]
     assert b[0].finished and b[0].finish_reason == "stop" and b[0].output_tokens == 3
     ve.abort_request("a")
-    ve.abort_request("a")       # idempotent
-    ve.abort_request("zzz")     # unknown: ignored
+    ve.abort_request("a")  # idempotent
+    ve.abort_request("zzz")  # unknown: ignored
     s = ve.stats()
     assert s["kv_used_tokens"] == 0 and s["running"] == 0 and not ve.has_unfinished_requests()
     assert ve.step() == []
@@ -157,13 +163,13 @@ def test_abort_of_the_last_request_leaves_the_gpu_idle():
     for _ in range(3):
         ve.step()
     ve.abort_request("a")
-    ve.advance_to(10.0)             # idle for ~10 s: the next arrival is not late
+    ve.advance_to(10.0)  # idle for ~10 s: the next arrival is not late
     ve.add_request("b", range(10), SamplingParams(max_tokens=5))
     while ve.has_unfinished_requests():
         ve.step()
     s = ve.stats()
     assert s["lag_s"] == 0 and s["late_steps"] == 0
-    assert ve.now_ns() == 10 * 10 ** 9 + 5 * 10 ** 6   # 5 steps of 1 ms from t = 10 s
+    assert ve.now_ns() == 10 * 10**9 + 5 * 10**6  # 5 steps of 1 ms from t = 10 s
     # an abort that leaves work keeps the schedule back to back
     ve.add_request("c", range(10), SamplingParams(max_tokens=50))
     ve.add_request("d", range(10), SamplingParams(max_tokens=50))
@@ -171,7 +177,7 @@ def test_abort_of_the_last_request_leaves_the_gpu_idle():
     ve.abort_request("c")
     t = ve.now_ns()
     ve.step()
-    assert ve.now_ns() == t + 10 ** 6 and ve.stats()["lag_s"] == 0
+    assert ve.now_ns() == t + 10**6 and ve.stats()["lag_s"] == 0
 
 
 def _run_one(**params):
@@ -206,9 +212,9 @@ def test_stop_strings_cut_text_as_the_engine_does():
 def test_min_tokens_delays_stop_conditions():
     outs = _run_one(max_tokens=8, stop=["tok tok"], min_tokens=4)
     assert outs[-1].output_tokens == 4 and outs[-1].stop_reason == "tok tok"
-    assert "".join(o.new_text for o in outs) == " tok tok "     # the match token 4 completes
+    assert "".join(o.new_text for o in outs) == " tok tok "  # the match token 4 completes
     outs = _run_one(max_tokens=8, stop_token_ids=[0], min_tokens=3)
-    assert outs[-1].output_tokens == 4 and outs[-1].stop_reason == 0   # ids 1-3 cannot be a stop token
+    assert outs[-1].output_tokens == 4 and outs[-1].stop_reason == 0  # ids 1-3 cannot be a stop token
     assert "".join(o.new_text for o in outs) == " tok" * 3
     outs = _run_one(max_tokens=5, stop_token_ids=[0], min_tokens=5)
     assert outs[-1].output_tokens == 5 and outs[-1].finish_reason == "length"

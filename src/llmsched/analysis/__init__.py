@@ -14,18 +14,46 @@ are imported on first use.
 """
 
 from ..core.lazy import lazy_getattr
-from ..theory import (CapacityReport, StabilityRegion, Verdict, capacity, predicted_growth,
-                      stability_region, stability_verdict, token_capacity, work_per_request,
-                      workload_means, workload_point)
+from ..theory import (
+    CapacityReport,
+    StabilityRegion,
+    Verdict,
+    capacity,
+    predicted_growth,
+    stability_region,
+    stability_verdict,
+    token_capacity,
+    work_per_request,
+    workload_means,
+    workload_point,
+)
 
 _EXPORTS = {
     "plot_region": "figures",
-    "run_sweep": "sweep", "max_stable_rate": "sweep", "SweepResult": "sweep",
-    "reproduce_stability": "reproduce", "find_counterexample": "counterexample",
+    "run_sweep": "sweep",
+    "max_stable_rate": "sweep",
+    "SweepResult": "sweep",
+    "reproduce_stability": "reproduce",
+    "find_counterexample": "counterexample",
 }
 
-__all__ = ["CapacityReport", "StabilityRegion", "Verdict", "capacity", "predicted_growth",
-           "stability_region", "stability_verdict", "token_capacity", "work_per_request",
-           "workload_means", "workload_point", "plot_region", "run_sweep", "max_stable_rate",
-           "SweepResult", "reproduce_stability", "find_counterexample"]
+__all__ = [
+    "CapacityReport",
+    "StabilityRegion",
+    "Verdict",
+    "capacity",
+    "predicted_growth",
+    "stability_region",
+    "stability_verdict",
+    "token_capacity",
+    "work_per_request",
+    "workload_means",
+    "workload_point",
+    "plot_region",
+    "run_sweep",
+    "max_stable_rate",
+    "SweepResult",
+    "reproduce_stability",
+    "find_counterexample",
+]
 __getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -10,11 +10,23 @@ imports it (tests/test_theorem2.py and two benchmarks still do).
 import sys
 import types
 
-from ..theory.bounds import (CapacityReport, capacity, peak_token_capacity,  # noqa: F401
-                             step_time_at_budget, token_capacity, work_per_request)
+from ..theory.bounds import (  # noqa: F401
+    CapacityReport,
+    capacity,
+    peak_token_capacity,
+    step_time_at_budget,
+    token_capacity,
+    work_per_request,
+)
 
-__all__ = ["CapacityReport", "capacity", "token_capacity", "work_per_request", "step_time_at_budget",
-           "peak_token_capacity"]
+__all__ = [
+    "CapacityReport",
+    "capacity",
+    "token_capacity",
+    "work_per_request",
+    "step_time_at_budget",
+    "peak_token_capacity",
+]
 
 
 class _CallableModule(types.ModuleType):

@@ -13,9 +13,16 @@ from ..workload import WorkloadSpec, make_trace
 from .figures import plot_region
 
 
-def capacity_report(config=None, *, mean_prompt: float | None = None, mean_output: float | None = None,
-                    rate: float | None = None, samples: int | None = None, plot: str | None = None,
-                    **overrides) -> dict:
+def capacity_report(
+    config=None,
+    *,
+    mean_prompt: float | None = None,
+    mean_output: float | None = None,
+    rate: float | None = None,
+    samples: int | None = None,
+    plot: str | None = None,
+    **overrides,
+) -> dict:
     """What `llmsched capacity` prints, as a dict: theorem 2's numbers, and with `k_max`
     the 2-D region (LP), whether the workload point is inside and by what factor the
     rate could be scaled (`scale` = lambda* / rate; inside iff scale > 1)."""
@@ -24,7 +31,9 @@ def capacity_report(config=None, *, mean_prompt: float | None = None, mean_outpu
     if mean_prompt is None or mean_output is None:
         n = DEFAULT_SAMPLES if samples is None else samples
         mp, mo = workload_means(cfg.workload, n)
-        is_trace = bool(cfg.workload.get("trace")) or str(cfg.workload.get("arrival", "")).startswith(("trace", "azure"))
+        is_trace = bool(cfg.workload.get("trace")) or str(cfg.workload.get("arrival", "")).startswith(
+            ("trace", "azure")
+        )
         source = "trace" if is_trace else f"sampled ({n:,} draws)"
         mean_prompt = mp if mean_prompt is None else mean_prompt
         mean_output = mo if mean_output is None else mean_output
@@ -38,18 +47,23 @@ def capacity_report(config=None, *, mean_prompt: float | None = None, mean_outpu
     if rate is not None and not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
         raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
     rep = capacity(cfg.cost_model, cfg.b_max, float(mean_prompt), float(mean_output), k_max=cfg.k_max, rate=rate)
-    out = {"cost_model": cfg.cost_model, "b_max": cfg.b_max, "k_max": cfg.k_max, "means_source": source,
-           "capacity": rep.to_dict()}
+    out = {
+        "cost_model": cfg.cost_model,
+        "b_max": cfg.b_max,
+        "k_max": cfg.k_max,
+        "means_source": source,
+        "capacity": rep.to_dict(),
+    }
     region = None
     if cfg.k_max is not None or plot:
-        region = stability_region(cfg.cost_model, cfg.b_max, cfg.k_max, mean_prompt=float(mean_prompt),
-                                  mean_output=float(mean_output))
+        region = stability_region(
+            cfg.cost_model, cfg.b_max, cfg.k_max, mean_prompt=float(mean_prompt), mean_output=float(mean_output)
+        )
         if cfg.k_max is not None:
             out["region"] = region.to_dict()
     if rate is not None:
         scale = rep.critical_rate / rate if rate > 0 else math.inf
-        out.update(rate=rate, utilisation=rep.utilisation, inside=bool(scale > 1.0), scale=scale,
-                   margin=scale - 1.0)
+        out.update(rate=rate, utilisation=rep.utilisation, inside=bool(scale > 1.0), scale=scale, margin=scale - 1.0)
     if plot:
         p = Path(plot)
         if not p.parent.exists():

@@ -15,7 +15,7 @@ unstable on every seed and the adaptive policy (`policies.adaptive`) stable on e
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..api import SimConfig
 from ..core.cost import make_cost_model
@@ -41,33 +41,58 @@ def _verdicts(recs) -> list[dict]:
     out = []
     for r in recs:
         s = r["summary"]
-        out.append({"seed": r["config"]["workload"].get("seed"), "stable": s.get("stable"),
-                    "verdict": s.get("verdict"), "verdict_reason": s.get("verdict_reason"),
-                    "backlog_growth_tokens_per_s": s.get("backlog_growth_tokens_per_s"),
-                    "backlog_growth_ci": s.get("backlog_growth_ci"), "error": s.get("error")})
+        out.append(
+            {
+                "seed": r["config"]["workload"].get("seed"),
+                "stable": s.get("stable"),
+                "verdict": s.get("verdict"),
+                "verdict_reason": s.get("verdict_reason"),
+                "backlog_growth_tokens_per_s": s.get("backlog_growth_tokens_per_s"),
+                "backlog_growth_ci": s.get("backlog_growth_ci"),
+                "error": s.get("error"),
+            }
+        )
     return out
 
 
-def find_counterexample(cost_model: str = "paper", b_max: int = 512, k_max: int | None = 16, *,
-                        load: float = 0.85, policy: str = "sarathi",
-                        candidates: Iterable[tuple[str, str]] | None = None,
-                        num_requests: int = 4000, seeds: Sequence[int] = (0, 1), first_only: bool = True,
-                        workers: int | None = None, backend: str = "local", address: str | None = None,
-                        progress=None) -> dict:
+def find_counterexample(
+    cost_model: str = "paper",
+    b_max: int = 512,
+    k_max: int | None = 16,
+    *,
+    load: float = 0.85,
+    policy: str = "sarathi",
+    candidates: Iterable[tuple[str, str]] | None = None,
+    num_requests: int = 4000,
+    seeds: Sequence[int] = (0, 1),
+    first_only: bool = True,
+    workers: int | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    progress=None,
+) -> dict:
     """Search (see the module docstring). Returns {"found", "workload", "rate",
     "critical_rate", "scale", "margin", "sarathi" (the policy's verdicts per seed),
     "adaptive", "tried": [...], "confirmed": [...]}."""
     if k_max is None:
-        raise ConfigError("a counterexample needs a batch-size cap --k-max: without one, theorem 2 "
-                          "makes every work-conserving K-FCFS policy stable inside the region")
+        raise ConfigError(
+            "a counterexample needs a batch-size cap --k-max: without one, theorem 2 "
+            "makes every work-conserving K-FCFS policy stable inside the region"
+        )
     if not (isinstance(load, (int, float)) and 0 < load < 1):
         raise ConfigError(f"load must be in (0, 1) (a point strictly inside the region), got {load!r}")
     if not seeds:
         raise ConfigError("give at least one seed")
     cost = make_cost_model(cost_model)
     cands = list(candidates) if candidates is not None else default_candidates(b_max, k_max)
-    base = {"cost_model": cost_model, "b_max": b_max, "k_max": k_max, "num_requests": num_requests,
-            "arrival": "poisson", "rate": 1.0}
+    base = {
+        "cost_model": cost_model,
+        "b_max": b_max,
+        "k_max": k_max,
+        "num_requests": num_requests,
+        "arrival": "poisson",
+        "rate": 1.0,
+    }
     default_wl = SimConfig().workload
     tried, confirmed = [], []
     bar = Progress(bool(progress), "counterexample search")
@@ -78,9 +103,15 @@ def find_counterexample(cost_model: str = "paper", b_max: int = 512, k_max: int 
                 cfg = resolve_point(None, {**base, "prompt": prompt, "output": output}, {})
                 mp, mo = workload_means({**default_wl, **cfg.workload})
                 rep = capacity(cost, b_max, mp, mo, k_max=k_max)
-                entry = {"prompt": prompt, "output": output, "mean_prompt": mp, "mean_output": mo,
-                         "critical_rate": rep.critical_rate,
-                         "critical_rate_token_bound": rep.critical_rate_token_bound, "binding": rep.binding}
+                entry = {
+                    "prompt": prompt,
+                    "output": output,
+                    "mean_prompt": mp,
+                    "mean_output": mo,
+                    "critical_rate": rep.critical_rate,
+                    "critical_rate_token_bound": rep.critical_rate_token_bound,
+                    "binding": rep.binding,
+                }
                 tried.append(entry)
                 if "batch-size cap" not in rep.binding:
                     entry["skipped"] = "the cap does not bind (theorem 2's bound does)"
@@ -89,8 +120,12 @@ def find_counterexample(cost_model: str = "paper", b_max: int = 512, k_max: int 
                 entry["rate"] = rate
 
                 def run(pol):
-                    cfgs = [resolve_point(None, {**base, "prompt": prompt, "output": output},
-                                          {"policy": pol, "rate": rate, "seed": s}) for s in seeds]
+                    cfgs = [
+                        resolve_point(
+                            None, {**base, "prompt": prompt, "output": output}, {"policy": pol, "rate": rate, "seed": s}
+                        )
+                        for s in seeds
+                    ]
                     return _verdicts(runner.run(cfgs))
 
                 entry["sarathi"] = run(policy)
@@ -107,16 +142,34 @@ def find_counterexample(cost_model: str = "paper", b_max: int = 512, k_max: int 
                     break
     finally:
         bar.close()
-    out = {"found": bool(confirmed), "cost_model": cost_model, "b_max": b_max, "k_max": k_max,
-           "load": load, "policy": policy, "num_requests": num_requests, "seeds": list(seeds),
-           "tried": tried, "confirmed": confirmed}
+    out = {
+        "found": bool(confirmed),
+        "cost_model": cost_model,
+        "b_max": b_max,
+        "k_max": k_max,
+        "load": load,
+        "policy": policy,
+        "num_requests": num_requests,
+        "seeds": list(seeds),
+        "tried": tried,
+        "confirmed": confirmed,
+    }
     if confirmed:
         c = confirmed[0]
         scale = c["critical_rate"] / c["rate"]
-        out.update(workload={"prompt": c["prompt"], "output": c["output"], "mean_prompt": c["mean_prompt"],
-                             "mean_output": c["mean_output"]},
-                   rate=c["rate"], critical_rate=c["critical_rate"],
-                   critical_rate_token_bound=c["critical_rate_token_bound"], scale=scale,
-                   margin=scale - 1.0 if math.isfinite(scale) else None,
-                   sarathi=c["sarathi"], adaptive=c["adaptive"])
+        out.update(
+            workload={
+                "prompt": c["prompt"],
+                "output": c["output"],
+                "mean_prompt": c["mean_prompt"],
+                "mean_output": c["mean_output"],
+            },
+            rate=c["rate"],
+            critical_rate=c["critical_rate"],
+            critical_rate_token_bound=c["critical_rate_token_bound"],
+            scale=scale,
+            margin=scale - 1.0 if math.isfinite(scale) else None,
+            sarathi=c["sarathi"],
+            adaptive=c["adaptive"],
+        )
     return out

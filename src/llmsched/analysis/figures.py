@@ -10,8 +10,8 @@ matplotlib is imported inside the functions that draw, so importing this module 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -39,9 +39,14 @@ def save_figure(fig, path: Path) -> str:
     return str(path)
 
 
-def plot_region(region: StabilityRegion, point: tuple[float, float] | None = None,
-                path: str = "region.png", *, title: str | None = None,
-                point_label: str = "workload") -> str:
+def plot_region(
+    region: StabilityRegion,
+    point: tuple[float, float] | None = None,
+    path: str = "region.png",
+    *,
+    title: str | None = None,
+    point_label: str = "workload",
+) -> str:
     """Draw the region (tokens/s) and, if given, the workload point with its ray to the
     boundary (the critical scale). Writes a PNG (Agg, no display needed); returns path."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
@@ -59,14 +64,21 @@ def plot_region(region: StabilityRegion, point: tuple[float, float] | None = Non
     for (vx, vy), (x, y, _t) in zip(v, region.vertex_shapes):
         if vx == 0.0 and vy == 0.0:
             continue
-        ax.annotate(f"({int(x)},{int(y)})", (vx, vy), textcoords="offset points", xytext=(4, 4),
-                    fontsize=7, color="tab:blue")
+        ax.annotate(
+            f"({int(x)},{int(y)})", (vx, vy), textcoords="offset points", xytext=(4, 4), fontsize=7, color="tab:blue"
+        )
     if point is not None:
         p, d = float(point[0]), float(point[1])
         s = region.max_scale(p, d)
         inside = s >= 1.0
-        ax.plot([p], [d], "o" if inside else "x", color="tab:green" if inside else "tab:red",
-                ms=8, label=f"{point_label} ({'inside' if inside else 'outside'}, scale limit {s:.3g})")
+        ax.plot(
+            [p],
+            [d],
+            "o" if inside else "x",
+            color="tab:green" if inside else "tab:red",
+            ms=8,
+            label=f"{point_label} ({'inside' if inside else 'outside'}, scale limit {s:.3g})",
+        )
         if math.isfinite(s) and s > 0:
             ax.plot([0, s * p], [0, s * d], "--", color="gray", lw=1)
             ax.plot([s * p], [s * d], "s", color="gray", ms=5)
@@ -133,8 +145,7 @@ def _empirical_max_stable(rows: list[dict]) -> float | None:
     return best
 
 
-def plot_sweep(rows: list[dict], out_dir, grid_keys: Sequence[str],
-               search: list[dict] | None = None) -> list[str]:
+def plot_sweep(rows: list[dict], out_dir, grid_keys: Sequence[str], search: list[dict] | None = None) -> list[str]:
     """A sweep's figures in `out_dir`: `throughput.png` (served vs offered tokens/s) and
     `latency.png` (p99 TTFT and ITL) against the offered load, one line per group of the
     grid (`grid_keys` without rate, load and seed), and `max_stable_rate.png` (each
@@ -187,8 +198,9 @@ def plot_sweep(rows: list[dict], out_dir, grid_keys: Sequence[str],
     if search is not None:
         gkeys = [k for k in grid_keys if k not in NON_GROUP_KEYS]
         for s in search:
-            bars.append((group_label(s, gkeys), s.get("max_stable_rate"), s.get("critical_rate"),
-                         s.get("max_slo_rate")))
+            bars.append(
+                (group_label(s, gkeys), s.get("max_stable_rate"), s.get("critical_rate"), s.get("max_slo_rate"))
+            )
     else:
         for label, rs in groups.items():
             lam = [r.get("critical_rate") for r in rs if r.get("critical_rate")]
@@ -198,8 +210,13 @@ def plot_sweep(rows: list[dict], out_dir, grid_keys: Sequence[str],
         xs = list(range(len(bars)))
         ax.bar(xs, [b[1] or 0.0 for b in bars], color="tab:blue", alpha=0.8, label="empirical max stable rate")
         if any(b[3] is not None for b in bars):
-            ax.bar([x + 0.25 for x in xs], [b[3] or 0.0 for b in bars], width=0.35, color="tab:orange",
-                   label="max rate meeting SLOs")
+            ax.bar(
+                [x + 0.25 for x in xs],
+                [b[3] or 0.0 for b in bars],
+                width=0.35,
+                color="tab:orange",
+                label="max rate meeting SLOs",
+            )
         for x, b in zip(xs, bars):
             if b[2]:
                 ax.plot([x - 0.45, x + 0.45], [b[2], b[2]], "k--", lw=1.5)

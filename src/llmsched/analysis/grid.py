@@ -16,15 +16,23 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import fields
-from typing import Iterable
 
 from ..api import SimConfig
 from ..core.errors import ConfigError
 from ..workload import WorkloadSpec
 
-__all__ = ["parse_grid", "parse_values", "expand_grid", "parse_slo", "grid_keys", "option_keys",
-           "NON_GROUP_KEYS", "SLO_METRIC"]
+__all__ = [
+    "parse_grid",
+    "parse_values",
+    "expand_grid",
+    "parse_slo",
+    "grid_keys",
+    "option_keys",
+    "NON_GROUP_KEYS",
+    "SLO_METRIC",
+]
 
 #: Grid keys that vary within a group of points (a policy, a b_max, ...): a search runs
 #: every seed at each rate of a group, and figures draw one line per group.
@@ -111,7 +119,9 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
     else:
         for item in items:
             if not isinstance(item, str) or "=" not in item:
-                raise ConfigError(f"grid spec must be KEY=VALUES (e.g. rate=1:20:20 or policy=sarathi,orca), got {item!r}")
+                raise ConfigError(
+                    f"grid spec must be KEY=VALUES (e.g. rate=1:20:20 or policy=sarathi,orca), got {item!r}"
+                )
             k, v = item.split("=", 1)
             k = k.strip().replace("-", "_")
             if not k:
@@ -156,8 +166,9 @@ def parse_slo(items: Iterable[str] | dict | None) -> dict[str, float]:
     out = {}
     for k, v in pairs:
         if not SLO_METRIC.match(k):
-            raise ConfigError(f"unknown SLO metric {k!r} (use e.g. p99_itl_ms, median_ttft_ms, p99_tpot_ms, "
-                              "mean_e2el_ms, itl_cv)")
+            raise ConfigError(
+                f"unknown SLO metric {k!r} (use e.g. p99_itl_ms, median_ttft_ms, p99_tpot_ms, mean_e2el_ms, itl_cv)"
+            )
         try:
             f = float(v)
         except (TypeError, ValueError):

@@ -24,8 +24,8 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -44,10 +44,10 @@ __all__ = ["reproduce_stability", "PRESETS", "POLICIES"]
 
 POLICIES = ("fastertransformer", "vllm", "orca", "sarathi", "kfcfs")
 PRESETS = {
-    "synthetic": dict(cost_model="paper", b_max=512, arrival="poisson", prompt="geometric:200",
-                      output="geometric:101"),
-    "sharegpt": dict(cost_model="profile:h200-llama-3-8b", b_max=2048, arrival="poisson",
-                     prompt="sharegpt", output="sharegpt"),
+    "synthetic": dict(cost_model="paper", b_max=512, arrival="poisson", prompt="geometric:200", output="geometric:101"),
+    "sharegpt": dict(
+        cost_model="profile:h200-llama-3-8b", b_max=2048, arrival="poisson", prompt="sharegpt", output="sharegpt"
+    ),
     "azure": dict(cost_model="profile:h200-llama-3-8b", b_max=2048, arrival="azure-conv"),
 }
 # (requests in the queue runs, requests per search probe, seeds, tolerance)
@@ -68,26 +68,40 @@ def queue_run(cfg_dict: dict) -> dict:
     t = ts["time_s"]
     step = max(1, len(t) // 1500)
     keep = slice(None, None, step)
-    return {"summary": to_jsonable(res.summary),
-            "time_s": t[keep].tolist(),
-            "in_system": (ts["waiting_requests"] + ts["running_requests"])[keep].tolist(),
-            "waiting": ts["waiting_requests"][keep].tolist(),
-            "backlog_tokens": ts["backlog_tokens"][keep].tolist(),
-            "arrival_end_s": float(np.max(res.arrival_s))}
+    return {
+        "summary": to_jsonable(res.summary),
+        "time_s": t[keep].tolist(),
+        "in_system": (ts["waiting_requests"] + ts["running_requests"])[keep].tolist(),
+        "waiting": ts["waiting_requests"][keep].tolist(),
+        "backlog_tokens": ts["backlog_tokens"][keep].tolist(),
+        "arrival_end_s": float(np.max(res.arrival_s)),
+    }
 
 
 def _policy_info(name: str) -> tuple[str, bool]:
-    cls = make_batch_policy(name)   # ConfigError for an unknown name (aliases are fine)
+    cls = make_batch_policy(name)  # ConfigError for an unknown name (aliases are fine)
     return cls.name, bool(cls.work_conserving)
 
 
-def reproduce_stability(workload: str = "synthetic", *, cost_model: str | None = None,
-                        b_max: int | None = None, load: float = 0.9, num_requests: int | None = None,
-                        search_requests: int | None = None, seeds: Sequence[int] | None = None,
-                        tol: float | None = None, quick: bool = False, search: bool = True,
-                        policies: Sequence[str] = POLICIES, out_dir="reproduce-stability",
-                        backend: str = "local", workers: int | None = None, address: str | None = None,
-                        progress: bool | None = None) -> dict:
+def reproduce_stability(
+    workload: str = "synthetic",
+    *,
+    cost_model: str | None = None,
+    b_max: int | None = None,
+    load: float = 0.9,
+    num_requests: int | None = None,
+    search_requests: int | None = None,
+    seeds: Sequence[int] | None = None,
+    tol: float | None = None,
+    quick: bool = False,
+    search: bool = True,
+    policies: Sequence[str] = POLICIES,
+    out_dir="reproduce-stability",
+    backend: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    progress: bool | None = None,
+) -> dict:
     """Run the experiment (see the module docstring); returns {"rows": table rows,
     "critical_rate", "files", "config", "wall_s"}."""
     t0 = time.perf_counter()
@@ -120,8 +134,11 @@ def reproduce_stability(workload: str = "synthetic", *, cost_model: str | None =
     jobs = []
     for p in policies:
         _policy_info(p.partition(":")[0])
-        c = resolve_point(None, base, {"policy": p, "rate": rate, "num_requests": n_queue,
-                                       "seed": seeds[0], "max_time_s": span * 1.001 + 1e-3})
+        c = resolve_point(
+            None,
+            base,
+            {"policy": p, "rate": rate, "num_requests": n_queue, "seed": seeds[0], "max_time_s": span * 1.001 + 1e-3},
+        )
         jobs.append((p, c.to_dict()))
     queue: dict[str, dict] = {}
     with Backend(backend, workers, address) as be:
@@ -131,34 +148,59 @@ def reproduce_stability(workload: str = "synthetic", *, cost_model: str | None =
 
     found = {}
     if search:
-        res = max_stable_rate(None, policies=policies, seeds=seeds, tol=tol, out_dir=out / "search",
-                              backend=backend, workers=workers, address=address, progress=progress,
-                              num_requests=n_search, **base)
+        res = max_stable_rate(
+            None,
+            policies=policies,
+            seeds=seeds,
+            tol=tol,
+            out_dir=out / "search",
+            backend=backend,
+            workers=workers,
+            address=address,
+            progress=progress,
+            num_requests=n_search,
+            **base,
+        )
         found = {r["policy"]: r for r in res}
     rows = []
     for p in policies:
         name, wc = _policy_info(p.partition(":")[0])
         s = queue[p]["summary"]
         f = found.get(p, {})
-        rows.append({
-            "policy": name, "work_conserving": wc, "load": load, "rate": rate,
-            "stable_at_load": s.get("stable"), "verdict_at_load": s.get("verdict"),
-            "verdict_reason": s.get("verdict_reason"),
-            "backlog_growth_tokens_per_s": s.get("backlog_growth_tokens_per_s"),
-            "in_system_at_end": queue[p]["in_system"][-1] if queue[p]["in_system"] else None,
-            "critical_rate": lam, "max_stable_rate": f.get("max_stable_rate"),
-            "max_stable_load": f.get("max_stable_load"), "unstable_rate": f.get("unstable_rate"),
-        })
-    meta = {"workload": workload, "cost_model": cfg0.cost_model, "b_max": cfg0.b_max,
-            "workload_config": {k: v for k, v in cfg0.workload.items() if v is not None and k != "rate"},
-            "load": load, "rate": rate,
-            "queue_requests": n_queue, "search_requests": n_search, "seeds": list(seeds), "tol": tol,
-            "token_capacity": queue[policies[0]]["summary"].get("token_capacity")}
+        rows.append(
+            {
+                "policy": name,
+                "work_conserving": wc,
+                "load": load,
+                "rate": rate,
+                "stable_at_load": s.get("stable"),
+                "verdict_at_load": s.get("verdict"),
+                "verdict_reason": s.get("verdict_reason"),
+                "backlog_growth_tokens_per_s": s.get("backlog_growth_tokens_per_s"),
+                "in_system_at_end": queue[p]["in_system"][-1] if queue[p]["in_system"] else None,
+                "critical_rate": lam,
+                "max_stable_rate": f.get("max_stable_rate"),
+                "max_stable_load": f.get("max_stable_load"),
+                "unstable_rate": f.get("unstable_rate"),
+            }
+        )
+    meta = {
+        "workload": workload,
+        "cost_model": cfg0.cost_model,
+        "b_max": cfg0.b_max,
+        "workload_config": {k: v for k, v in cfg0.workload.items() if v is not None and k != "rate"},
+        "load": load,
+        "rate": rate,
+        "queue_requests": n_queue,
+        "search_requests": n_search,
+        "seeds": list(seeds),
+        "tol": tol,
+        "token_capacity": queue[policies[0]]["summary"].get("token_capacity"),
+    }
     files += write_table(rows, out, "table")[:1]
     (out / "table.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=str))
     files.append(str(out / "table.json"))
-    return {"rows": rows, "critical_rate": lam, "files": files, "config": meta,
-            "wall_s": time.perf_counter() - t0}
+    return {"rows": rows, "critical_rate": lam, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
 
 
 def _plot_queue(queue: dict, policies, path: Path, load: float, lam: float, workload: str, cfg) -> str:
@@ -178,8 +220,9 @@ def _plot_queue(queue: dict, policies, path: Path, load: float, lam: float, work
         ax.set_yscale("symlog", linthresh=10)
         ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"{workload}: load {load:g} of lambda* = {lam:.3g} req/s "
-                 f"({cfg.cost_model}, b_max {cfg.b_max})", fontsize=9)
+    fig.suptitle(
+        f"{workload}: load {load:g} of lambda* = {lam:.3g} req/s ({cfg.cost_model}, b_max {cfg.b_max})", fontsize=9
+    )
     return save_figure(fig, path)
 
 

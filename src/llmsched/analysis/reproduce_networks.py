@@ -40,8 +40,8 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -56,9 +56,21 @@ from .figures import new_figure, save_figure
 from .runner import Backend
 from .tables import write_table
 
-__all__ = ["reproduce_clusters", "reproduce_agents", "reproduce_rybko_stolyar", "cluster_network",
-           "agent_dag_network", "fork_join_network", "rybko_stolyar_network", "network_backlog",
-           "run_network_point", "ROUTERS", "CLUSTER_WORKLOADS", "RS_ORDERS", "backpressure_available"]
+__all__ = [
+    "reproduce_clusters",
+    "reproduce_agents",
+    "reproduce_rybko_stolyar",
+    "cluster_network",
+    "agent_dag_network",
+    "fork_join_network",
+    "rybko_stolyar_network",
+    "network_backlog",
+    "run_network_point",
+    "ROUTERS",
+    "CLUSTER_WORKLOADS",
+    "RS_ORDERS",
+    "backpressure_available",
+]
 
 ROUTERS = ("random", "round-robin", "power-of-two", "jsq", "least-tokens")
 
@@ -71,7 +83,7 @@ CLUSTER_WORKLOADS = {
     "synthetic": ("geometric:200", "geometric:101"),
 }
 
-SERIES_POINTS = 1500          # time-series points kept per run for figures and CSV
+SERIES_POINTS = 1500  # time-series points kept per run for figures and CSV
 _BACKPRESSURE = "backpressure"
 
 
@@ -86,13 +98,27 @@ def _server(policy: str, b_max: int, cost_model: str, **kw) -> dict:
     return {"policy": policy, "b_max": b_max, "cost_model": cost_model, **kw}
 
 
-def cluster_network(replicas: int, router: str, *, prompt: str = "geometric:400", output: str = "geometric:20",
-                    policy: str = "sarathi", b_max: int = 512, cost_model: str = "paper") -> dict:
+def cluster_network(
+    replicas: int,
+    router: str,
+    *,
+    prompt: str = "geometric:400",
+    output: str = "geometric:20",
+    policy: str = "sarathi",
+    b_max: int = 512,
+    cost_model: str = "paper",
+) -> dict:
     """One server of `replicas` replicas behind `router`; one job type making one call
     (Poisson, 1 job/s: scale it)."""
-    return {"servers": {"pool": _server(policy, b_max, cost_model, replicas=replicas, router=router)},
-            "jobs": {"chat": {"arrival": {"process": "poisson", "rate": 1.0},
-                              "route": [{"call": {"server": "pool", "prompt": prompt, "output": output}}]}}}
+    return {
+        "servers": {"pool": _server(policy, b_max, cost_model, replicas=replicas, router=router)},
+        "jobs": {
+            "chat": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [{"call": {"server": "pool", "prompt": prompt, "output": output}}],
+            }
+        },
+    }
 
 
 def agent_dag_network(policy: str = "sarathi", *, b_max: int = 512, cost_model: str = "paper") -> dict:
@@ -100,42 +126,98 @@ def agent_dag_network(policy: str = "sarathi", *, b_max: int = 512, cost_model: 
     a planner call, a tool delay (exponential, mean 0.5 s), two worker calls in parallel
     on a 2-replica JSQ pool that resend the plan, and an answer call that resends
     everything (1 job/s: scale it)."""
-    return {"servers": {"planner": _server(policy, b_max, cost_model),
-                        "workers": _server(policy, b_max, cost_model, replicas=2, router="jsq"),
-                        "writer": _server(policy, b_max, cost_model)},
-            "jobs": {"agent": {"arrival": {"process": "poisson", "rate": 1.0}, "route": [
-                {"call": {"server": "planner", "prompt": "geometric:300", "output": "geometric:100", "class": "plan"}},
-                {"delay": "exponential:0.5"},
-                {"fork": [
-                    [{"call": {"server": "workers", "prompt": "geometric:200", "output": "geometric:150",
-                               "context": True, "class": "search"}}],
-                    [{"call": {"server": "workers", "prompt": "geometric:100", "output": "geometric:80",
-                               "context": True, "class": "code"}}]]},
-                {"call": {"server": "writer", "prompt": "const:50", "output": "geometric:250", "context": True,
-                          "class": "answer"}}]}}}
+    return {
+        "servers": {
+            "planner": _server(policy, b_max, cost_model),
+            "workers": _server(policy, b_max, cost_model, replicas=2, router="jsq"),
+            "writer": _server(policy, b_max, cost_model),
+        },
+        "jobs": {
+            "agent": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [
+                    {
+                        "call": {
+                            "server": "planner",
+                            "prompt": "geometric:300",
+                            "output": "geometric:100",
+                            "class": "plan",
+                        }
+                    },
+                    {"delay": "exponential:0.5"},
+                    {
+                        "fork": [
+                            [
+                                {
+                                    "call": {
+                                        "server": "workers",
+                                        "prompt": "geometric:200",
+                                        "output": "geometric:150",
+                                        "context": True,
+                                        "class": "search",
+                                    }
+                                }
+                            ],
+                            [
+                                {
+                                    "call": {
+                                        "server": "workers",
+                                        "prompt": "geometric:100",
+                                        "output": "geometric:80",
+                                        "context": True,
+                                        "class": "code",
+                                    }
+                                }
+                            ],
+                        ]
+                    },
+                    {
+                        "call": {
+                            "server": "writer",
+                            "prompt": "const:50",
+                            "output": "geometric:250",
+                            "context": True,
+                            "class": "answer",
+                        }
+                    },
+                ],
+            }
+        },
+    }
 
 
 def fork_join_network(policy: str = "sarathi", *, b_max: int = 512, cost_model: str = "paper") -> dict:
     """Fork-join (after `examples/networks/fork_join.yaml`, with Poisson arrivals and one
     policy everywhere): three parallel calls on servers a, b, c; the join waits for all
     three; a merge call resends their prompts and outputs (1 job/s: scale it)."""
-    return {"servers": {k: _server(policy, b_max, cost_model) for k in ("a", "b", "c", "merge")},
-            "jobs": {"split": {"arrival": {"process": "poisson", "rate": 1.0}, "route": [
-                {"fork": [
-                    [{"call": {"server": "a", "prompt": "geometric:400", "output": "geometric:100"}}],
-                    [{"call": {"server": "b", "prompt": "geometric:400", "output": "geometric:100"}}],
-                    [{"call": {"server": "c", "prompt": "geometric:200", "output": "geometric:50"}}]]},
-                {"call": {"server": "merge", "prompt": "const:100", "output": "geometric:200", "context": True}}]}}}
+    return {
+        "servers": {k: _server(policy, b_max, cost_model) for k in ("a", "b", "c", "merge")},
+        "jobs": {
+            "split": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [
+                    {
+                        "fork": [
+                            [{"call": {"server": "a", "prompt": "geometric:400", "output": "geometric:100"}}],
+                            [{"call": {"server": "b", "prompt": "geometric:400", "output": "geometric:100"}}],
+                            [{"call": {"server": "c", "prompt": "geometric:200", "output": "geometric:50"}}],
+                        ]
+                    },
+                    {"call": {"server": "merge", "prompt": "const:100", "output": "geometric:200", "context": True}},
+                ],
+            }
+        },
+    }
 
 
 WORKFLOWS = {"dag": agent_dag_network, "fork-join": fork_join_network}
 
 #: Rybko-Stolyar orders: the priority lists of s1 and s2 (or the network control).
 RS_ORDERS = {
-    "exit": {"s1": ["B.2"], "s2": ["A.2"]},       # priority to the class leaving through the server
-    "entry": {"s1": ["A.1"], "s2": ["B.1"]},      # priority to the class entering the network there
+    "exit": {"s1": ["B.2"], "s2": ["A.2"]},  # priority to the class leaving through the server
+    "entry": {"s1": ["A.1"], "s2": ["B.1"]},  # priority to the class entering the network there
     "fcfs": {"s1": [], "s2": []},
-    _BACKPRESSURE: {"s1": [], "s2": []},           # max-weight control, no static priority
+    _BACKPRESSURE: {"s1": [], "s2": []},  # max-weight control, no static priority
 }
 RS_LABELS = {
     "exit": "priority to the exiting classes (s1: B.2, s2: A.2)",
@@ -145,8 +227,16 @@ RS_LABELS = {
 }
 
 
-def rybko_stolyar_network(order: str = "exit", *, load: float = 0.85, short: int = 128, long: int = 1024,
-                          output: int = 1, b_max: int = 512, cost_model: str = "paper") -> dict:
+def rybko_stolyar_network(
+    order: str = "exit",
+    *,
+    load: float = 0.85,
+    short: int = 128,
+    long: int = 1024,
+    output: int = 1,
+    b_max: int = 512,
+    cost_model: str = "paper",
+) -> dict:
     """Two servers s1, s2 (Sarathi), two job types with reverse routes: A makes a short
     call (`short` prompt tokens) at s1, then a long call (`long`) at s2; B a short call at
     s2, then a long one at s1; every call has `output` output tokens (1: prefill only).
@@ -160,11 +250,19 @@ def rybko_stolyar_network(order: str = "exit", *, load: float = 0.85, short: int
     if not (isinstance(load, (int, float)) and load > 0):
         raise ConfigError(f"load must be a positive fraction of a server's capacity, got {load!r}")
     prio = RS_ORDERS[order]
-    d = {"servers": {s: _server("sarathi", b_max, cost_model, priority=list(prio[s])) for s in ("s1", "s2")},
-         "jobs": {name: {"arrival": {"process": "poisson", "rate": 1.0}, "route": [
-             {"call": {"server": first, "prompt": f"const:{short}", "output": f"const:{output}"}},
-             {"call": {"server": second, "prompt": f"const:{long}", "output": f"const:{output}"}}]}
-             for name, first, second in (("A", "s1", "s2"), ("B", "s2", "s1"))}}
+    d = {
+        "servers": {s: _server("sarathi", b_max, cost_model, priority=list(prio[s])) for s in ("s1", "s2")},
+        "jobs": {
+            name: {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [
+                    {"call": {"server": first, "prompt": f"const:{short}", "output": f"const:{output}"}},
+                    {"call": {"server": second, "prompt": f"const:{long}", "output": f"const:{output}"}},
+                ],
+            }
+            for name, first, second in (("A", "s1", "s2"), ("B", "s2", "s1"))
+        },
+    }
     if order == _BACKPRESSURE:
         d["control"] = _BACKPRESSURE
     rate = load / traffic(d).max_utilisation
@@ -198,7 +296,8 @@ def network_backlog(result) -> dict:
     at most a step or two; the replicas' own series do not see the buffer). The network's:
     the servers', plus the work (prompt + output - 1) of every call a job in the network
     has still to make (counted from the job's arrival to the call's delivery). Every
-    call's length is known from the run, so this is exact up to that release. The verdict judges the network's work while jobs arrive, with the threshold at
+    call's length is known from the run, so this is exact up to that release. The verdict judges
+    the network's work while jobs arrive, with the threshold at
     2% of the bottleneck's capacity (an overloaded bottleneck at load rho adds
     (rho - 1) times its capacity a second, as one server would). Returns {"time_s", "servers": {name: array}, "network":
     array, "verdict": {...}}."""
@@ -222,18 +321,24 @@ def network_backlog(result) -> dict:
         where = np.asarray(st.call_server, dtype=object)
         for name in servers:
             sel = where == name
-            servers[name] = servers[name] + _step_count(np.concatenate([call_at[sel], start[sel]]),
-                                                        np.concatenate([work[sel], -work[sel]]), grid)
+            servers[name] = servers[name] + _step_count(
+                np.concatenate([call_at[sel], start[sel]]), np.concatenate([work[sel], -work[sel]]), grid
+            )
     total = sum(servers.values()) + pending
     last = float(_a(st.job_arrival).max()) / NS
     keep = grid <= last
     cap = result.traffic.server(result.traffic.bottleneck).capacity if result.traffic is not None else None
     try:
         v = stability_verdict(grid[keep], total[keep], capacity=cap)
-        verdict = {"verdict": v.verdict, "stable": v.stable, "reason": v.reason,
-                   "backlog_growth_tokens_per_s": v.backlog_growth_tokens_per_s,
-                   "backlog_growth_ci": [v.ci_low, v.ci_high], "threshold_tokens_per_s": v.threshold_tokens_per_s,
-                   "mean_backlog_tokens": v.mean_backlog_tokens}
+        verdict = {
+            "verdict": v.verdict,
+            "stable": v.stable,
+            "reason": v.reason,
+            "backlog_growth_tokens_per_s": v.backlog_growth_tokens_per_s,
+            "backlog_growth_ci": [v.ci_low, v.ci_high],
+            "threshold_tokens_per_s": v.threshold_tokens_per_s,
+            "mean_backlog_tokens": v.mean_backlog_tokens,
+        }
     except ConfigError as e:
         verdict = {"verdict": INCONCLUSIVE, "stable": None, "reason": f"too short: {e}"}
     return {"time_s": grid, "servers": servers, "network": total, "verdict": verdict, "arrival_end_s": last}
@@ -258,27 +363,39 @@ def run_network_point(arg: dict) -> dict:
         growth = [r.get("backlog_growth_tokens_per_s") for r in reps.values()]
         growth = [g for g in growth if g is not None]
         servers[name] = {
-            "verdict": srv["verdict"], "utilisation": srv.get("utilisation"),
+            "verdict": srv["verdict"],
+            "utilisation": srv.get("utilisation"),
             "replica_verdicts": [r.get("verdict") for r in reps.values()],
             "backlog_growth_tokens_per_s": sum(growth) if growth else None,
-            "p99_ttft_ms": srv.get("p99_ttft_ms"), "mean_ttft_ms": srv.get("mean_ttft_ms"),
+            "p99_ttft_ms": srv.get("p99_ttft_ms"),
+            "mean_ttft_ms": srv.get("mean_ttft_ms"),
             "p99_e2el_ms": srv.get("p99_e2el_ms"),
             "peak_backlog_tokens": float(np.max(nb["servers"][name])) if len(nb["time_s"]) else 0.0,
         }
     out = {
-        "num_jobs": s["num_jobs"], "completed_jobs": s["completed_jobs"], "duration_s": s["duration"],
+        "num_jobs": s["num_jobs"],
+        "completed_jobs": s["completed_jobs"],
+        "duration_s": s["duration"],
         "arrival_end_s": nb["arrival_end_s"],
-        "mean_job_latency_ms": s.get("mean_job_latency_ms"), "p50_job_latency_ms": s.get("p50_job_latency_ms"),
-        "p90_job_latency_ms": s.get("p90_job_latency_ms"), "p99_job_latency_ms": s.get("p99_job_latency_ms"),
-        "verdict": s["verdict"], "servers": servers, "network": nb["verdict"],
-        "bottleneck": s.get("bottleneck"), "max_utilisation": s.get("max_utilisation"),
-        "critical_scale": s.get("critical_scale"), "wall_s": time.perf_counter() - t0,
+        "mean_job_latency_ms": s.get("mean_job_latency_ms"),
+        "p50_job_latency_ms": s.get("p50_job_latency_ms"),
+        "p90_job_latency_ms": s.get("p90_job_latency_ms"),
+        "p99_job_latency_ms": s.get("p99_job_latency_ms"),
+        "verdict": s["verdict"],
+        "servers": servers,
+        "network": nb["verdict"],
+        "bottleneck": s.get("bottleneck"),
+        "max_utilisation": s.get("max_utilisation"),
+        "critical_scale": s.get("critical_scale"),
+        "wall_s": time.perf_counter() - t0,
     }
     if arg.get("series"):
         keep = nb["time_s"] <= nb["arrival_end_s"] * 1.02
-        out["series"] = {"time_s": _thin(nb["time_s"][keep]),
-                         "servers": {k: _thin(v[keep]) for k, v in nb["servers"].items()},
-                         "network": _thin(nb["network"][keep])}
+        out["series"] = {
+            "time_s": _thin(nb["time_s"][keep]),
+            "servers": {k: _thin(v[keep]) for k, v in nb["servers"].items()},
+            "network": _thin(nb["network"][keep]),
+        }
     return to_jsonable(out)
 
 
@@ -333,12 +450,23 @@ _MARK = {STABLE: "o", INCONCLUSIVE: "s", UNSTABLE: "x"}
 
 
 # ------------------------------------------------------------------------------ clusters
-def reproduce_clusters(*, out_dir="reproduce-clusters", quick: bool = False,
-                       replicas: Sequence[int] | None = None, routers: Sequence[str] | None = None,
-                       loads: Sequence[float] | None = None, num_jobs: int | None = None,
-                       seeds: Sequence[int] | None = None, workload: str = "prefill-heavy",
-                       policy: str = "sarathi", b_max: int = 512, cost_model: str = "paper",
-                       backend: str = "local", workers: int | None = None, address: str | None = None) -> dict:
+def reproduce_clusters(
+    *,
+    out_dir="reproduce-clusters",
+    quick: bool = False,
+    replicas: Sequence[int] | None = None,
+    routers: Sequence[str] | None = None,
+    loads: Sequence[float] | None = None,
+    num_jobs: int | None = None,
+    seeds: Sequence[int] | None = None,
+    workload: str = "prefill-heavy",
+    policy: str = "sarathi",
+    b_max: int = 512,
+    cost_model: str = "paper",
+    backend: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+) -> dict:
     """Routers on a pool of replicas (see the module docstring). `num_jobs`: jobs per
     replica (so that every replica sees as many calls whatever the pool's size; default
     5000, quick 1000). Full: replicas 4, 8, 16; loads 0.5 to 0.98; all five routers; seed
@@ -364,37 +492,72 @@ def reproduce_clusters(*, out_dir="reproduce-clusters", quick: bool = False,
     jobs, caps = [], {}
     for n in replicas:
         for router in routers:
-            net = cluster_network(n, router, prompt=prompt, output=output, policy=policy, b_max=b_max,
-                                  cost_model=cost_model)
+            net = cluster_network(
+                n, router, prompt=prompt, output=output, policy=policy, b_max=b_max, cost_model=cost_model
+            )
             rep = traffic(net)
             caps[n] = (rep.critical_scale, rep.server("pool").token_capacity)
             for load in loads:
                 for seed in seeds:
-                    jobs.append(((n, router, load, seed), {"network": net, "scale": load * rep.critical_scale,
-                                                           "num_jobs": per_replica * n, "seed": seed}))
+                    jobs.append(
+                        (
+                            (n, router, load, seed),
+                            {
+                                "network": net,
+                                "scale": load * rep.critical_scale,
+                                "num_jobs": per_replica * n,
+                                "seed": seed,
+                            },
+                        )
+                    )
     res = _run_all(jobs, backend, 1 if (quick and workers is None) else workers, address)
     rows = []
     for (n, router, load, seed), _arg in jobs:
         r = res[(n, router, load, seed)]
         pool = r["servers"]["pool"]
-        rows.append({
-            "replicas": n, "router": router, "load": load, "seed": seed, "rate": load * caps[n][0],
-            "jobs": r["num_jobs"], "mean_job_latency_ms": r["mean_job_latency_ms"],
-            "p50_job_latency_ms": r["p50_job_latency_ms"], "p90_job_latency_ms": r["p90_job_latency_ms"],
-            "p99_job_latency_ms": r["p99_job_latency_ms"], "p99_ttft_ms": pool["p99_ttft_ms"],
-            "verdict": r["verdict"], "replica_verdicts": _counts(pool["replica_verdicts"]),
-            "pool_backlog_verdict": r["network"]["verdict"],
-            "pool_backlog_growth_tokens_per_s": r["network"].get("backlog_growth_tokens_per_s"),
-            "utilisation": pool["utilisation"], "wall_s": r["wall_s"]})
+        rows.append(
+            {
+                "replicas": n,
+                "router": router,
+                "load": load,
+                "seed": seed,
+                "rate": load * caps[n][0],
+                "jobs": r["num_jobs"],
+                "mean_job_latency_ms": r["mean_job_latency_ms"],
+                "p50_job_latency_ms": r["p50_job_latency_ms"],
+                "p90_job_latency_ms": r["p90_job_latency_ms"],
+                "p99_job_latency_ms": r["p99_job_latency_ms"],
+                "p99_ttft_ms": pool["p99_ttft_ms"],
+                "verdict": r["verdict"],
+                "replica_verdicts": _counts(pool["replica_verdicts"]),
+                "pool_backlog_verdict": r["network"]["verdict"],
+                "pool_backlog_growth_tokens_per_s": r["network"].get("backlog_growth_tokens_per_s"),
+                "utilisation": pool["utilisation"],
+                "wall_s": r["wall_s"],
+            }
+        )
     summary = _cluster_summary(rows, replicas, routers, loads)
-    meta = {"workload": workload, "prompt": prompt, "output": output, "policy": policy, "b_max": b_max,
-            "cost_model": cost_model, "replicas": replicas, "routers": routers, "loads": loads,
-            "jobs_per_replica": per_replica, "seeds": list(seeds),
-            "critical_rate": {str(n): c[0] for n, c in caps.items()},
-            "pool_token_capacity": {str(n): c[1] for n, c in caps.items()}}
-    files = [_plot_clusters(rows, replicas, routers, "p99_job_latency_ms", "p99 job latency (ms)",
-                            out / "clusters_p99.png", meta),
-             _plot_clusters(rows, replicas, routers, "p99_ttft_ms", "p99 TTFT (ms)", out / "clusters_ttft.png", meta)]
+    meta = {
+        "workload": workload,
+        "prompt": prompt,
+        "output": output,
+        "policy": policy,
+        "b_max": b_max,
+        "cost_model": cost_model,
+        "replicas": replicas,
+        "routers": routers,
+        "loads": loads,
+        "jobs_per_replica": per_replica,
+        "seeds": list(seeds),
+        "critical_rate": {str(n): c[0] for n, c in caps.items()},
+        "pool_token_capacity": {str(n): c[1] for n, c in caps.items()},
+    }
+    files = [
+        _plot_clusters(
+            rows, replicas, routers, "p99_job_latency_ms", "p99 job latency (ms)", out / "clusters_p99.png", meta
+        ),
+        _plot_clusters(rows, replicas, routers, "p99_ttft_ms", "p99 TTFT (ms)", out / "clusters_ttft.png", meta),
+    ]
     files += _finish(out, rows, {**meta, "summary": summary})
     return {"rows": rows, "summary": summary, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
 
@@ -416,9 +579,14 @@ def _cluster_summary(rows: list[dict], replicas, routers, loads) -> dict:
             p99 = {rt: _mean(r["p99_job_latency_ms"] for r in sel if r["router"] == rt) for rt in routers}
             ttft = {rt: _mean(r["p99_ttft_ms"] for r in sel if r["router"] == rt) for rt in routers}
             known = {k: v for k, v in p99.items() if v is not None}
-            entry = {"replicas": n, "load": load, "p99_job_latency_ms": p99, "p99_ttft_ms": ttft,
-                     "best_router": min(known, key=known.get) if known else None,
-                     "verdicts": {rt: [r["verdict"] for r in sel if r["router"] == rt] for rt in routers}}
+            entry = {
+                "replicas": n,
+                "load": load,
+                "p99_job_latency_ms": p99,
+                "p99_ttft_ms": ttft,
+                "best_router": min(known, key=known.get) if known else None,
+                "verdicts": {rt: [r["verdict"] for r in sel if r["router"] == rt] for rt in routers},
+            }
             if p99.get("jsq") and p99.get("random"):
                 entry["jsq_vs_random_p99"] = p99["jsq"] / p99["random"]
             table.append(entry)
@@ -435,12 +603,13 @@ def _plot_clusters(rows, replicas, routers, metric: str, ylabel: str, path: Path
                     pts.setdefault(r["load"], []).append(r)
             xs = sorted(pts)
             ys = [_mean(r[metric] for r in pts[x]) for x in xs]
-            line, = ax.plot(xs, ys, "-", lw=1.3, label=rt)
+            (line,) = ax.plot(xs, ys, "-", lw=1.3, label=rt)
             for x, y in zip(xs, ys):
                 vs = {r["verdict"] for r in pts[x]}
                 v = UNSTABLE if UNSTABLE in vs else (INCONCLUSIVE if INCONCLUSIVE in vs else STABLE)
-                ax.plot([x], [y], _MARK[v], color=line.get_color(), ms=5,
-                        mfc=line.get_color() if v == STABLE else "none")
+                ax.plot(
+                    [x], [y], _MARK[v], color=line.get_color(), ms=5, mfc=line.get_color() if v == STABLE else "none"
+                )
         ax.set_yscale("log")
         ax.set_xlabel("offered load (fraction of the pool's capacity)")
         ax.set_ylabel(ylabel)
@@ -450,19 +619,32 @@ def _plot_clusters(rows, replicas, routers, metric: str, ylabel: str, path: Path
     axes[0].plot([], [], "ks", ms=5, mfc="none", label="inconclusive")
     axes[0].plot([], [], "kx", ms=5, label="unstable (some replica)")
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"{meta['policy']} replicas ({meta['cost_model']}, b_max {meta['b_max']}), "
-                 f"{meta['workload']} workload (prompt {meta['prompt']}, output {meta['output']}), "
-                 f"{meta['jobs_per_replica']} jobs per replica", fontsize=8)
+    fig.suptitle(
+        f"{meta['policy']} replicas ({meta['cost_model']}, b_max {meta['b_max']}), "
+        f"{meta['workload']} workload (prompt {meta['prompt']}, output {meta['output']}), "
+        f"{meta['jobs_per_replica']} jobs per replica",
+        fontsize=8,
+    )
     return save_figure(fig, path)
 
 
 # -------------------------------------------------------------------------------- agents
-def reproduce_agents(*, out_dir="reproduce-agents", quick: bool = False,
-                     workflows: Sequence[str] | None = None, loads: Sequence[float] | None = None,
-                     ft_loads: Sequence[float] | None = None, plot_load: float = 0.9,
-                     num_jobs: int | None = None, seeds: Sequence[int] | None = None,
-                     b_max: int = 512, cost_model: str = "paper", backend: str = "local",
-                     workers: int | None = None, address: str | None = None) -> dict:
+def reproduce_agents(
+    *,
+    out_dir="reproduce-agents",
+    quick: bool = False,
+    workflows: Sequence[str] | None = None,
+    loads: Sequence[float] | None = None,
+    ft_loads: Sequence[float] | None = None,
+    plot_load: float = 0.9,
+    num_jobs: int | None = None,
+    seeds: Sequence[int] | None = None,
+    b_max: int = 512,
+    cost_model: str = "paper",
+    backend: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+) -> dict:
     """Agent workflows under Sarathi and FasterTransformer (see the module docstring).
     Loads are fractions of the bottleneck's capacity (`scale = load * critical_scale` of
     the traffic equations). `loads`: Sarathi's (default 0.9 and 1.1); `ft_loads`:
@@ -477,8 +659,9 @@ def reproduce_agents(*, out_dir="reproduce-agents", quick: bool = False,
             raise ConfigError(f"unknown workflow {w!r} (known: {', '.join(WORKFLOWS)})")
     plot_load = _check_loads([plot_load], "plot_load")[0]
     loads = sorted(set(_check_loads(loads or (0.9, 1.1))) | {plot_load})
-    ft_loads = sorted(set(_check_loads(ft_loads or ((0.9,) if quick else (0.02, 0.05, 0.1, 0.3, 0.6, 0.9)),
-                                       "ft_loads")) | {plot_load})
+    ft_loads = sorted(
+        set(_check_loads(ft_loads or ((0.9,) if quick else (0.02, 0.05, 0.1, 0.3, 0.6, 0.9)), "ft_loads")) | {plot_load}
+    )
     n_jobs = int(num_jobs or (2000 if quick else 10000))
     seeds = _check_seeds(seeds if seeds is not None else (0,))
     out = Path(out_dir)
@@ -487,49 +670,96 @@ def reproduce_agents(*, out_dir="reproduce-agents", quick: bool = False,
     jobs, info = [], {}
     for w in workflows:
         base = traffic(WORKFLOWS[w]("sarathi", b_max=b_max, cost_model=cost_model))
-        info[w] = {"bottleneck": base.bottleneck, "critical_scale": base.critical_scale,
-                   "utilisation_at_scale_1": {s.name: s.utilisation for s in base.servers}}
+        info[w] = {
+            "bottleneck": base.bottleneck,
+            "critical_scale": base.critical_scale,
+            "utilisation_at_scale_1": {s.name: s.utilisation for s in base.servers},
+        }
         for policy, grid in (("sarathi", loads), ("fastertransformer", ft_loads)):
             net = WORKFLOWS[w](policy, b_max=b_max, cost_model=cost_model)
             for load in grid:
                 for seed in seeds:
-                    jobs.append(((w, policy, load, seed), {
-                        "network": net, "scale": load * base.critical_scale, "num_jobs": n_jobs, "seed": seed,
-                        "series": load == plot_load and seed == seeds[0]}))
+                    jobs.append(
+                        (
+                            (w, policy, load, seed),
+                            {
+                                "network": net,
+                                "scale": load * base.critical_scale,
+                                "num_jobs": n_jobs,
+                                "seed": seed,
+                                "series": load == plot_load and seed == seeds[0],
+                            },
+                        )
+                    )
     res = _run_all(jobs, backend, 1 if (quick and workers is None) else workers, address)
     rows = []
     for (w, policy, load, seed), _arg in jobs:
         r = res[(w, policy, load, seed)]
         srv = r["servers"]
-        rows.append({
-            "workflow": w, "policy": policy, "load": load, "seed": seed, "scale": load * info[w]["critical_scale"],
-            "bottleneck": info[w]["bottleneck"], "jobs": r["num_jobs"], "verdict": r["verdict"],
-            "network_backlog_verdict": r["network"]["verdict"],
-            "network_backlog_growth_tokens_per_s": r["network"].get("backlog_growth_tokens_per_s"),
-            "server_verdicts": " ".join(f"{k}:{v['verdict']}" for k, v in srv.items()),
-            "server_utilisation": " ".join(f"{k}:{v['utilisation']:.3f}" for k, v in srv.items()),
-            "server_backlog_growth_tokens_per_s": " ".join(
-                f"{k}:{v['backlog_growth_tokens_per_s']:.1f}" for k, v in srv.items()
-                if v["backlog_growth_tokens_per_s"] is not None),
-            "mean_job_latency_ms": r["mean_job_latency_ms"], "p99_job_latency_ms": r["p99_job_latency_ms"],
-            "wall_s": r["wall_s"]})
+        rows.append(
+            {
+                "workflow": w,
+                "policy": policy,
+                "load": load,
+                "seed": seed,
+                "scale": load * info[w]["critical_scale"],
+                "bottleneck": info[w]["bottleneck"],
+                "jobs": r["num_jobs"],
+                "verdict": r["verdict"],
+                "network_backlog_verdict": r["network"]["verdict"],
+                "network_backlog_growth_tokens_per_s": r["network"].get("backlog_growth_tokens_per_s"),
+                "server_verdicts": " ".join(f"{k}:{v['verdict']}" for k, v in srv.items()),
+                "server_utilisation": " ".join(f"{k}:{v['utilisation']:.3f}" for k, v in srv.items()),
+                "server_backlog_growth_tokens_per_s": " ".join(
+                    f"{k}:{v['backlog_growth_tokens_per_s']:.1f}"
+                    for k, v in srv.items()
+                    if v["backlog_growth_tokens_per_s"] is not None
+                ),
+                "mean_job_latency_ms": r["mean_job_latency_ms"],
+                "p99_job_latency_ms": r["p99_job_latency_ms"],
+                "wall_s": r["wall_s"],
+            }
+        )
     summary = {}
     for w in workflows:
+
         def verdicts(policy, w=w):
-            return {ld: sorted({r["verdict"] for r in rows if r["workflow"] == w and r["policy"] == policy
-                                and r["load"] == ld}) for ld in (loads if policy == "sarathi" else ft_loads)}
+            return {
+                ld: sorted(
+                    {r["verdict"] for r in rows if r["workflow"] == w and r["policy"] == policy and r["load"] == ld}
+                )
+                for ld in (loads if policy == "sarathi" else ft_loads)
+            }
+
         ft = verdicts("fastertransformer")
         stable_ft = [ld for ld, vs in ft.items() if vs == [STABLE]]
         unstable_ft = [ld for ld, vs in ft.items() if UNSTABLE in vs]
-        summary[w] = {**info[w], "sarathi": verdicts("sarathi"), "fastertransformer": ft,
-                      "ft_largest_stable_load": max(stable_ft) if stable_ft else None,
-                      "ft_smallest_unstable_load": min(unstable_ft) if unstable_ft else None}
-    meta = {"workflows": workflows, "b_max": b_max, "cost_model": cost_model, "loads": loads, "ft_loads": ft_loads,
-            "plot_load": plot_load, "num_jobs": n_jobs, "seeds": list(seeds)}
-    series = [(f"{w}/{p}@{plot_load:g}", res[(w, p, plot_load, seeds[0])]) for w in workflows
-              for p in ("sarathi", "fastertransformer")]
-    files = [_plot_agents(series, workflows, plot_load, out / "agents_backlog.png"),
-             _series_csv(out / "agents_backlog.csv", series)]
+        summary[w] = {
+            **info[w],
+            "sarathi": verdicts("sarathi"),
+            "fastertransformer": ft,
+            "ft_largest_stable_load": max(stable_ft) if stable_ft else None,
+            "ft_smallest_unstable_load": min(unstable_ft) if unstable_ft else None,
+        }
+    meta = {
+        "workflows": workflows,
+        "b_max": b_max,
+        "cost_model": cost_model,
+        "loads": loads,
+        "ft_loads": ft_loads,
+        "plot_load": plot_load,
+        "num_jobs": n_jobs,
+        "seeds": list(seeds),
+    }
+    series = [
+        (f"{w}/{p}@{plot_load:g}", res[(w, p, plot_load, seeds[0])])
+        for w in workflows
+        for p in ("sarathi", "fastertransformer")
+    ]
+    files = [
+        _plot_agents(series, workflows, plot_load, out / "agents_backlog.png"),
+        _series_csv(out / "agents_backlog.csv", series),
+    ]
     files += _finish(out, rows, {**meta, "summary": summary})
     return {"rows": rows, "summary": summary, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
 
@@ -549,8 +779,9 @@ def _backlog_panel(ax, r: dict, title: str, log: bool) -> None:
     for name, w in ser["servers"].items():
         v = r["servers"][name]["verdict"]
         ax.plot(t, [max(x, 0.0) for x in w], lw=1.1, label=f"{name} (simulator's verdict: {v})")
-    ax.plot(t, ser["network"], "k--", lw=0.9,
-            label=f"network, incl. calls to come (verdict: {r['network']['verdict']})")
+    ax.plot(
+        t, ser["network"], "k--", lw=0.9, label=f"network, incl. calls to come (verdict: {r['network']['verdict']})"
+    )
     if log:
         ax.set_yscale("symlog", linthresh=1000)
     ax.set_xlabel("time (s)")
@@ -565,18 +796,29 @@ def _plot_agents(series: list, workflows, load: float, path: Path) -> str:
     for i, w in enumerate(workflows):
         for j, p in enumerate(("sarathi", "fastertransformer")):
             r = dict(series)[f"{w}/{p}@{load:g}"]
-            _backlog_panel(axes[i][j], r, f"{w}, {p}, {load:g} of the bottleneck's capacity: {r['verdict']}",
-                           log=True)
+            _backlog_panel(axes[i][j], r, f"{w}, {p}, {load:g} of the bottleneck's capacity: {r['verdict']}", log=True)
     return save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------ Rybko-Stolyar
-def reproduce_rybko_stolyar(*, out_dir="reproduce-rybko-stolyar", quick: bool = False,
-                            orders: Sequence[str] | None = None, load: float = 0.85, short: int = 128,
-                            long: int = 1024, output: int = 1, num_jobs: int | None = None,
-                            seeds: Sequence[int] | None = None, scan_loads: Sequence[float] | None = None,
-                            b_max: int = 512, cost_model: str = "paper", backend: str = "local",
-                            workers: int | None = None, address: str | None = None) -> dict:
+def reproduce_rybko_stolyar(
+    *,
+    out_dir="reproduce-rybko-stolyar",
+    quick: bool = False,
+    orders: Sequence[str] | None = None,
+    load: float = 0.85,
+    short: int = 128,
+    long: int = 1024,
+    output: int = 1,
+    num_jobs: int | None = None,
+    seeds: Sequence[int] | None = None,
+    scan_loads: Sequence[float] | None = None,
+    b_max: int = 512,
+    cost_model: str = "paper",
+    backend: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+) -> dict:
     """The Rybko-Stolyar network under each order (see the module docstring and
     `rybko_stolyar_network`). `orders`: default `exit`, `entry` and, when the simulator
     offers it, `backpressure`. `load`: each server's offered load (default 0.85; with
@@ -596,27 +838,49 @@ def reproduce_rybko_stolyar(*, out_dir="reproduce-rybko-stolyar", quick: bool = 
     out.mkdir(parents=True, exist_ok=True)
     nets, theory = {}, {}
     for o in orders:
-        net = rybko_stolyar_network(o, load=load, short=short, long=long, output=output, b_max=b_max,
-                                    cost_model=cost_model)
+        net = rybko_stolyar_network(
+            o, load=load, short=short, long=long, output=output, b_max=b_max, cost_model=cost_model
+        )
         nets[o] = net
         rep = traffic(net)
         s1, s2 = rep.server("s1"), rep.server("s2")
-        exit_load = (rep.class_load("s1", "B.2").offered_tokens_per_s / s1.capacity
-                     + rep.class_load("s2", "A.2").offered_tokens_per_s / s2.capacity)
-        theory[o] = {"rate_per_job_type": net["jobs"]["A"]["arrival"]["rate"],
-                     "utilisation": {"s1": s1.utilisation, "s2": s2.utilisation},
-                     "exiting_classes_load": exit_load, "entering_classes_load": (
-                         rep.class_load("s1", "A.1").offered_tokens_per_s / s1.capacity
-                         + rep.class_load("s2", "B.1").offered_tokens_per_s / s2.capacity),
-                     "traffic_verdict": rep.verdict, "cycle": rep.cycle}
+        exit_load = (
+            rep.class_load("s1", "B.2").offered_tokens_per_s / s1.capacity
+            + rep.class_load("s2", "A.2").offered_tokens_per_s / s2.capacity
+        )
+        theory[o] = {
+            "rate_per_job_type": net["jobs"]["A"]["arrival"]["rate"],
+            "utilisation": {"s1": s1.utilisation, "s2": s2.utilisation},
+            "exiting_classes_load": exit_load,
+            "entering_classes_load": (
+                rep.class_load("s1", "A.1").offered_tokens_per_s / s1.capacity
+                + rep.class_load("s2", "B.1").offered_tokens_per_s / s2.capacity
+            ),
+            "traffic_verdict": rep.verdict,
+            "cycle": rep.cycle,
+        }
     if scan_loads is None:
         scan_loads = () if quick else (0.5, 0.6, 0.7, 0.8)
     scan_loads = [x for x in (_check_loads(scan_loads, "scan_loads") if len(scan_loads) else []) if x != load]
-    jobs = [((o, seed), {"network": nets[o], "num_jobs": n_jobs, "seed": seed, "series": seed == seeds[0]})
-            for o in orders for seed in seeds]
-    jobs += [((o, "scan", x), {"network": rybko_stolyar_network(o, load=x, short=short, long=long, output=output,
-                                                                b_max=b_max, cost_model=cost_model),
-                               "num_jobs": n_jobs, "seed": seeds[0]}) for o in orders for x in scan_loads]
+    jobs = [
+        ((o, seed), {"network": nets[o], "num_jobs": n_jobs, "seed": seed, "series": seed == seeds[0]})
+        for o in orders
+        for seed in seeds
+    ]
+    jobs += [
+        (
+            (o, "scan", x),
+            {
+                "network": rybko_stolyar_network(
+                    o, load=x, short=short, long=long, output=output, b_max=b_max, cost_model=cost_model
+                ),
+                "num_jobs": n_jobs,
+                "seed": seeds[0],
+            },
+        )
+        for o in orders
+        for x in scan_loads
+    ]
     res = _run_all(jobs, backend, 1 if (quick and workers is None) else workers, address)
     rows = []
     for key, _arg in jobs:
@@ -625,56 +889,99 @@ def reproduce_rybko_stolyar(*, out_dir="reproduce-rybko-stolyar", quick: bool = 
         o, seed = key
         r = res[(o, seed)]
         srv = r["servers"]
-        rows.append({
-            "order": o, "seed": seed, "priority_s1": " ".join(RS_ORDERS[o]["s1"]),
-            "priority_s2": " ".join(RS_ORDERS[o]["s2"]), "control": _BACKPRESSURE if o == _BACKPRESSURE else "none",
-            "utilisation_s1": theory[o]["utilisation"]["s1"], "utilisation_s2": theory[o]["utilisation"]["s2"],
-            "exiting_classes_load": theory[o]["exiting_classes_load"], "jobs": r["num_jobs"],
-            "network_backlog_verdict": r["network"]["verdict"],
-            "network_backlog_growth_tokens_per_s": r["network"].get("backlog_growth_tokens_per_s"),
-            "network_backlog_growth_ci": r["network"].get("backlog_growth_ci"),
-            "verdict": r["verdict"], "verdict_s1": srv["s1"]["verdict"], "verdict_s2": srv["s2"]["verdict"],
-            "backlog_growth_s1_tokens_per_s": srv["s1"]["backlog_growth_tokens_per_s"],
-            "backlog_growth_s2_tokens_per_s": srv["s2"]["backlog_growth_tokens_per_s"],
-            "peak_backlog_s1_tokens": srv["s1"]["peak_backlog_tokens"],
-            "peak_backlog_s2_tokens": srv["s2"]["peak_backlog_tokens"],
-            "mean_job_latency_ms": r["mean_job_latency_ms"], "p99_job_latency_ms": r["p99_job_latency_ms"],
-            "wall_s": r["wall_s"]})
+        rows.append(
+            {
+                "order": o,
+                "seed": seed,
+                "priority_s1": " ".join(RS_ORDERS[o]["s1"]),
+                "priority_s2": " ".join(RS_ORDERS[o]["s2"]),
+                "control": _BACKPRESSURE if o == _BACKPRESSURE else "none",
+                "utilisation_s1": theory[o]["utilisation"]["s1"],
+                "utilisation_s2": theory[o]["utilisation"]["s2"],
+                "exiting_classes_load": theory[o]["exiting_classes_load"],
+                "jobs": r["num_jobs"],
+                "network_backlog_verdict": r["network"]["verdict"],
+                "network_backlog_growth_tokens_per_s": r["network"].get("backlog_growth_tokens_per_s"),
+                "network_backlog_growth_ci": r["network"].get("backlog_growth_ci"),
+                "verdict": r["verdict"],
+                "verdict_s1": srv["s1"]["verdict"],
+                "verdict_s2": srv["s2"]["verdict"],
+                "backlog_growth_s1_tokens_per_s": srv["s1"]["backlog_growth_tokens_per_s"],
+                "backlog_growth_s2_tokens_per_s": srv["s2"]["backlog_growth_tokens_per_s"],
+                "peak_backlog_s1_tokens": srv["s1"]["peak_backlog_tokens"],
+                "peak_backlog_s2_tokens": srv["s2"]["peak_backlog_tokens"],
+                "mean_job_latency_ms": r["mean_job_latency_ms"],
+                "p99_job_latency_ms": r["p99_job_latency_ms"],
+                "wall_s": r["wall_s"],
+            }
+        )
     scan = []
     for o in orders:
         for x in sorted(set(scan_loads) | {load}):
             r = res[(o, "scan", x)] if x != load else res[(o, seeds[0])]
-            scan.append({"order": o, "load": x, "exiting_classes_load": 2 * x * long / (short + long),
-                         "network_backlog_verdict": r["network"]["verdict"],
-                         "network_backlog_growth_tokens_per_s": r["network"].get("backlog_growth_tokens_per_s"),
-                         "verdict": r["verdict"], "p99_job_latency_ms": r["p99_job_latency_ms"]})
+            scan.append(
+                {
+                    "order": o,
+                    "load": x,
+                    "exiting_classes_load": 2 * x * long / (short + long),
+                    "network_backlog_verdict": r["network"]["verdict"],
+                    "network_backlog_growth_tokens_per_s": r["network"].get("backlog_growth_tokens_per_s"),
+                    "verdict": r["verdict"],
+                    "p99_job_latency_ms": r["p99_job_latency_ms"],
+                }
+            )
     peaks = {o: _peaks(res[(o, seeds[0])]) for o in orders}
-    summary = {o: {**theory[o], "network_backlog_verdicts": [r["network_backlog_verdict"] for r in rows
-                                                             if r["order"] == o],
-                   "simulator_verdicts": [r["verdict"] for r in rows if r["order"] == o],
-                   "backlog_peaks_by_decile": peaks[o],
-                   "by_load": {s["load"]: s["network_backlog_verdict"] for s in scan if s["order"] == o}}
-               for o in orders}
-    meta = {"orders": orders, "load": load, "short": short, "long": long, "output": output, "num_jobs": n_jobs,
-            "seeds": list(seeds), "scan_loads": scan_loads, "b_max": b_max, "cost_model": cost_model,
-            "backpressure_available": backpressure_available()}
+    summary = {
+        o: {
+            **theory[o],
+            "network_backlog_verdicts": [r["network_backlog_verdict"] for r in rows if r["order"] == o],
+            "simulator_verdicts": [r["verdict"] for r in rows if r["order"] == o],
+            "backlog_peaks_by_decile": peaks[o],
+            "by_load": {s["load"]: s["network_backlog_verdict"] for s in scan if s["order"] == o},
+        }
+        for o in orders
+    }
+    meta = {
+        "orders": orders,
+        "load": load,
+        "short": short,
+        "long": long,
+        "output": output,
+        "num_jobs": n_jobs,
+        "seeds": list(seeds),
+        "scan_loads": scan_loads,
+        "b_max": b_max,
+        "cost_model": cost_model,
+        "backpressure_available": backpressure_available(),
+    }
     series = [(o, res[(o, seeds[0])]) for o in orders]
-    files = [_plot_rs(series, out / "rybko_stolyar_backlog.png", meta),
-             _series_csv(out / "rybko_stolyar_backlog.csv", series)]
+    files = [
+        _plot_rs(series, out / "rybko_stolyar_backlog.png", meta),
+        _series_csv(out / "rybko_stolyar_backlog.csv", series),
+    ]
     if scan_loads:
         files.append(_plot_rs_scan(scan, orders, out / "rybko_stolyar_loads.png", meta))
         files += write_table(scan, out, "loads")[:1]
     files += _finish(out, rows, {**meta, "summary": summary})
-    return {"rows": rows, "scan": scan, "summary": summary, "files": files, "config": meta,
-            "wall_s": time.perf_counter() - t0}
+    return {
+        "rows": rows,
+        "scan": scan,
+        "summary": summary,
+        "files": files,
+        "config": meta,
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def _plot_rs_scan(scan: list, orders, path: Path, meta: dict) -> str:
     fig, (ax,) = new_figure()
     for o in orders:
-        pts = sorted((s["load"], s["network_backlog_growth_tokens_per_s"], s["network_backlog_verdict"])
-                     for s in scan if s["order"] == o and s["network_backlog_growth_tokens_per_s"] is not None)
-        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", lw=1.3, label=RS_LABELS[o])
+        pts = sorted(
+            (s["load"], s["network_backlog_growth_tokens_per_s"], s["network_backlog_verdict"])
+            for s in scan
+            if s["order"] == o and s["network_backlog_growth_tokens_per_s"] is not None
+        )
+        (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", lw=1.3, label=RS_LABELS[o])
         for x, y, v in pts:
             ax.plot([x], [y], _MARK[v], color=line.get_color(), ms=6, mfc=line.get_color() if v == STABLE else "none")
     edge = (meta["short"] + meta["long"]) / (2 * meta["long"])
@@ -699,8 +1006,9 @@ def _peaks(r: dict, parts: int = 10) -> dict:
     for name, w in ser["servers"].items():
         w = np.asarray(w)
         n = len(w)
-        out[name] = [float(w[i * n // parts:(i + 1) * n // parts].max()) if n >= parts else None
-                     for i in range(parts)]
+        out[name] = [
+            float(w[i * n // parts : (i + 1) * n // parts].max()) if n >= parts else None for i in range(parts)
+        ]
     return out
 
 
@@ -708,7 +1016,10 @@ def _plot_rs(series: list, path: Path, meta: dict) -> str:
     fig, axes = _grid_figure(1, len(series), width=5.2 * len(series), height=4.2)
     for ax, (o, r) in zip(axes[0], series):
         _backlog_panel(ax, r, f"{RS_LABELS[o]}: {r['network']['verdict']}", log=False)
-    fig.suptitle(f"Rybko-Stolyar: each server offered {meta['load']:g} of its capacity; calls of "
-                 f"{meta['short']} / {meta['long']} prompt tokens, {meta['output']} output token(s); "
-                 f"{meta['num_jobs']} jobs", fontsize=8)
+    fig.suptitle(
+        f"Rybko-Stolyar: each server offered {meta['load']:g} of its capacity; calls of "
+        f"{meta['short']} / {meta['long']} prompt tokens, {meta['output']} output token(s); "
+        f"{meta['num_jobs']} jobs",
+        fontsize=8,
+    )
     return save_figure(fig, path)

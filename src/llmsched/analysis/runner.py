@@ -15,9 +15,10 @@ import json
 import multiprocessing
 import os
 import sys
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
@@ -150,13 +151,17 @@ class Progress:
         if not show:
             return
         from rich.console import Console  # noqa: PLC0415
-        from rich.progress import (BarColumn, MofNCompleteColumn, TextColumn,  # noqa: PLC0415
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: PLC0415
         from rich.progress import Progress as Bar  # noqa: PLC0415
 
-        self.bar = Bar(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                       MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                       console=Console(stderr=True))
+        self.bar = Bar(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        )
         self.task = self.bar.add_task(description, total=0)
         self.bar.start()
 
@@ -179,8 +184,9 @@ class Runner:
     points, run the others on the backend with `point_fn` (default `run_point`), store
     them. `run(cfgs)` returns one record {"key", "config", "summary"} per config."""
 
-    def __init__(self, backend: Backend, store: Store, progress: Progress,
-                 point_fn: Callable[[dict], dict] = run_point):
+    def __init__(
+        self, backend: Backend, store: Store, progress: Progress, point_fn: Callable[[dict], dict] = run_point
+    ):
         self.backend, self.store, self.progress = backend, store, progress
         self.point_fn = point_fn
         self.ran = 0

@@ -16,8 +16,9 @@ group, all seeds, on the runner (probes are ordinary points: cached and resumabl
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .grid import NON_GROUP_KEYS, expand_grid
 from .points import check_point, critical_rate_of, resolve_point
@@ -106,9 +107,12 @@ class Group:
     slo: Bracket | None = None
 
 
-def bisect(brackets: list[Bracket], tol_rates: list[float],
-           probe: Callable[[list[tuple[int, float]]], list[list[dict]]],
-           passes: Callable[[list[dict]], bool]) -> None:
+def bisect(
+    brackets: list[Bracket],
+    tol_rates: list[float],
+    probe: Callable[[list[tuple[int, float]]], list[list[dict]]],
+    passes: Callable[[list[dict]], bool],
+) -> None:
     """Narrow every bracket at once: each round probes one rate per unfinished bracket
     (`probe([(index, rate), ...])` returns each probe's run records) and records whether
     it `passes`."""
@@ -184,10 +188,15 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
     table = []
     for g in groups:
         lam = g.critical_rate
-        row = {**g.params, "policy_name": str(g.params.get("policy", "")).partition(":")[0] or None,
-               "critical_rate": lam, "max_stable_rate": g.stable.lo,
-               "max_stable_load": g.stable.lo / lam if lam else None,
-               "unstable_rate": g.stable.hi, "probes": g.stable.probes}
+        row = {
+            **g.params,
+            "policy_name": str(g.params.get("policy", "")).partition(":")[0] or None,
+            "critical_rate": lam,
+            "max_stable_rate": g.stable.lo,
+            "max_stable_load": g.stable.lo / lam if lam else None,
+            "unstable_rate": g.stable.hi,
+            "probes": g.stable.probes,
+        }
         if settings.slo:
             row["max_slo_rate"] = g.slo.lo
             row["max_slo_load"] = g.slo.lo / lam if lam else None

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from ..core.errors import ConfigError
 from .figures import plot_sweep
@@ -36,11 +36,26 @@ from .runner import Backend, Progress, Runner, Store
 from .search import SearchSettings, search_groups, search_rates
 from .tables import point_row, write_search, write_table
 
-__all__ = ["parse_grid", "parse_values", "expand_grid", "resolve_point", "point_key", "run_sweep",
-           "max_stable_rate", "SweepResult", "grid_keys", "parse_slo",
-           # from the part modules, for code that imported them from here
-           "run_point", "critical_rate_of", "write_table", "write_search", "plot_sweep", "KEY_VERSION",
-           "NON_GROUP_KEYS"]
+__all__ = [
+    "parse_grid",
+    "parse_values",
+    "expand_grid",
+    "resolve_point",
+    "point_key",
+    "run_sweep",
+    "max_stable_rate",
+    "SweepResult",
+    "grid_keys",
+    "parse_slo",
+    # from the part modules, for code that imported them from here
+    "run_point",
+    "critical_rate_of",
+    "write_table",
+    "write_search",
+    "plot_sweep",
+    "KEY_VERSION",
+    "NON_GROUP_KEYS",
+]
 
 SEARCHES = ("max-stable-rate",)
 
@@ -61,11 +76,22 @@ class SweepResult:
     wall_s: float = 0.0
 
 
-def run_sweep(config=None, grid: dict | Iterable[str] | None = None, *, out_dir=None,
-              backend: str = "local", workers: int | None = None, address: str | None = None,
-              search: str | None = None, slo: dict | Iterable[str] | None = None, tol: float = 0.02,
-              search_hi: float = 1.25, plots: bool = True, progress: bool | None = None,
-              **fixed) -> SweepResult:
+def run_sweep(
+    config=None,
+    grid: dict | Iterable[str] | None = None,
+    *,
+    out_dir=None,
+    backend: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    search: str | None = None,
+    slo: dict | Iterable[str] | None = None,
+    tol: float = 0.02,
+    search_hi: float = 1.25,
+    plots: bool = True,
+    progress: bool | None = None,
+    **fixed,
+) -> SweepResult:
     """Run a grid of simulations (see the module docstring). `config`: base configuration
     (SimConfig, dict or YAML path); `fixed`: option values for every point; `grid`: a
     mapping key -> values or a list of `KEY=VALUES` specs.
@@ -122,8 +148,14 @@ def run_sweep(config=None, grid: dict | Iterable[str] | None = None, *, out_dir=
                 table = None
     finally:
         bar.close()
-    result = SweepResult(rows=rows, ran=runner.ran, skipped=runner.skipped, errors=runner.errors,
-                         search=table, out_dir=None if out_dir is None else str(out_dir))
+    result = SweepResult(
+        rows=rows,
+        ran=runner.ran,
+        skipped=runner.skipped,
+        errors=runner.errors,
+        search=table,
+        out_dir=None if out_dir is None else str(out_dir),
+    )
     if out_dir is not None:
         result.files += write_table(result.rows, out_dir)
         if result.search is not None:
@@ -134,11 +166,23 @@ def run_sweep(config=None, grid: dict | Iterable[str] | None = None, *, out_dir=
     return result
 
 
-def max_stable_rate(config=None, *, policies: Sequence[str] | None = None, seeds: Sequence[int] = (0,),
-                    tol: float = 0.02, slo: dict | Iterable[str] | None = None, out_dir=None,
-                    backend: str = "local", workers: int | None = None, address: str | None = None,
-                    search_hi: float = 1.25, progress: bool | None = None, grid: dict | None = None,
-                    plots: bool = False, **fixed) -> list[dict]:
+def max_stable_rate(
+    config=None,
+    *,
+    policies: Sequence[str] | None = None,
+    seeds: Sequence[int] = (0,),
+    tol: float = 0.02,
+    slo: dict | Iterable[str] | None = None,
+    out_dir=None,
+    backend: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    search_hi: float = 1.25,
+    progress: bool | None = None,
+    grid: dict | None = None,
+    plots: bool = False,
+    **fixed,
+) -> list[dict]:
     """Each policy's empirical maximum stable rate (and, with `slo`, the maximum rate
     meeting the SLOs) by bisection on the rate using the runs' stability verdicts; one
     dict per policy (and per combination of other `grid` keys) with `critical_rate`
@@ -148,7 +192,19 @@ def max_stable_rate(config=None, *, policies: Sequence[str] | None = None, seeds
     if policies is not None:
         g["policy"] = list(policies)
     g["seed"] = list(seeds)
-    res = run_sweep(config, g, out_dir=out_dir, backend=backend, workers=workers, address=address,
-                    search="max-stable-rate", slo=slo, tol=tol, search_hi=search_hi, progress=progress,
-                    plots=plots, **fixed)
+    res = run_sweep(
+        config,
+        g,
+        out_dir=out_dir,
+        backend=backend,
+        workers=workers,
+        address=address,
+        search="max-stable-rate",
+        slo=slo,
+        tol=tol,
+        search_hi=search_hi,
+        progress=progress,
+        plots=plots,
+        **fixed,
+    )
     return res.search

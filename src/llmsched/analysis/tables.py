@@ -7,8 +7,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 __all__ = ["point_row", "group_label", "write_table", "write_search", "atomic_write"]
 

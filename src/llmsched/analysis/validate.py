@@ -53,12 +53,14 @@ def _stats_ms(values) -> dict:
 
 def simulate(trace, engine, policy: str, cost_spec):
 
-    sched = make_scheduler(policy, b_max=engine.b_max, k_max=engine.k_max, kv_capacity=engine.kv_capacity,
-                           max_running=engine.max_num_seqs)
+    sched = make_scheduler(
+        policy, b_max=engine.b_max, k_max=engine.k_max, kv_capacity=engine.kv_capacity, max_running=engine.max_num_seqs
+    )
     # the exact step-by-step path: validation should not depend on the fast path's shortcuts
     stats = simulate_trace(trace, sched, make_cost_model(cost_spec), fast=False)
-    return SimResult({"policy": policy}, stats, np.asarray(trace.arrival_s), np.asarray(trace.prompt),
-                     np.asarray(trace.output), None)
+    return SimResult(
+        {"policy": policy}, stats, np.asarray(trace.arrival_s), np.asarray(trace.prompt), np.asarray(trace.output), None
+    )
 
 
 def compare(real: dict, sim) -> dict:
@@ -74,12 +76,28 @@ def compare(real: dict, sim) -> dict:
     return out
 
 
-def validate(model, trace, policies=("sarathi",), *, profile: str | None = None, device: str = "cpu",
-             dtype=None, b_max: int = 256, k_max: int | None = None, max_num_seqs: int = 64,
-             block_size: int = 16, kv_cache_gb: float | None = None, max_model_len: int | None = None,
-             seed: int = 0, reps: int = 3, progress=None, engine=None,
-             num_threads: int | None = None, tables_s: float | None = None,
-             calibrate_s: float = 2.5) -> dict:
+def validate(
+    model,
+    trace,
+    policies=("sarathi",),
+    *,
+    profile: str | None = None,
+    device: str = "cpu",
+    dtype=None,
+    b_max: int = 256,
+    k_max: int | None = None,
+    max_num_seqs: int = 64,
+    block_size: int = 16,
+    kv_cache_gb: float | None = None,
+    max_model_len: int | None = None,
+    seed: int = 0,
+    reps: int = 3,
+    progress=None,
+    engine=None,
+    num_threads: int | None = None,
+    tables_s: float | None = None,
+    calibrate_s: float = 2.5,
+) -> dict:
     """Real engine vs simulator per policy. `trace`: a path or a trace object (numpy
     arrays `arrival_s`, `prompt`, `output`). `profile`: a cost-model spec or CSV path;
     default: measure one now with this engine (`reps`, `tables_s` and `calibrate_s` as
@@ -98,14 +116,31 @@ def validate(model, trace, policies=("sarathi",), *, profile: str | None = None,
     if engine is None:
         if max_model_len is None and not str(device).startswith("cuda"):
             max_model_len = int(min(4096, max(2048, (trace.prompt + trace.output).max())))
-        engine = LLMEngine(model, device=device, dtype=dtype, b_max=b_max, k_max=k_max,
-                           max_num_seqs=max_num_seqs, block_size=block_size, kv_cache_gb=kv_cache_gb,
-                           max_model_len=max_model_len, seed=seed, num_threads=num_threads)
+        engine = LLMEngine(
+            model,
+            device=device,
+            dtype=dtype,
+            b_max=b_max,
+            k_max=k_max,
+            max_num_seqs=max_num_seqs,
+            block_size=block_size,
+            kv_cache_gb=kv_cache_gb,
+            max_model_len=max_model_len,
+            seed=seed,
+            num_threads=num_threads,
+        )
     check_trace(trace, engine)
     if profile is None:
         say("measuring the engine's profile")
-        rows = profile_engine(engine, reps=reps, warmup=1, min_s=tables_s, calibrate=calibrate_s > 0,
-                              calibrate_s=calibrate_s or 1.0, progress=say)
+        rows = profile_engine(
+            engine,
+            reps=reps,
+            warmup=1,
+            min_s=tables_s,
+            calibrate=calibrate_s > 0,
+            calibrate_s=calibrate_s or 1.0,
+            progress=say,
+        )
         path = write_profile(rows, tempfile.mkdtemp(prefix="llmsched-validate-") + "/profile.csv")
         cost_spec = f"profile:{path}" + ("" if engine.runner.cuda else ",overlap=0")
     elif ":" in profile.split(",")[0] and not profile.startswith("/"):
@@ -122,11 +157,21 @@ def validate(model, trace, policies=("sarathi",), *, profile: str | None = None,
         steps: list = []
         real = replay(engine, trace, seed=seed, steps=steps)
         sim = simulate(trace, engine, policy, cost)
-        results[policy] = {"errors": compare(real, sim), "real_duration_s": real["duration_s"],
-                           "sim_duration_s": sim.summary["duration"],
-                           "sim_preemptions": sim.summary["preemptions"],
-                           "steps": {"sim": int(sim.stats.steps), **step_ratios(steps, cost)}}
-    return {"model": str(model), "trace_requests": int(len(trace.arrival_s)), "cost_model": cost_spec,
-            "device": str(engine.runner.device), "b_max": engine.b_max, "k_max": engine.k_max,
-            "max_num_seqs": engine.max_num_seqs, "kv_capacity_tokens": engine.kv_capacity,
-            "policies": results}
+        results[policy] = {
+            "errors": compare(real, sim),
+            "real_duration_s": real["duration_s"],
+            "sim_duration_s": sim.summary["duration"],
+            "sim_preemptions": sim.summary["preemptions"],
+            "steps": {"sim": int(sim.stats.steps), **step_ratios(steps, cost)},
+        }
+    return {
+        "model": str(model),
+        "trace_requests": int(len(trace.arrival_s)),
+        "cost_model": cost_spec,
+        "device": str(engine.runner.device),
+        "b_max": engine.b_max,
+        "k_max": engine.k_max,
+        "max_num_seqs": engine.max_num_seqs,
+        "kv_capacity_tokens": engine.kv_capacity,
+        "policies": results,
+    }

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
-from ..core.version import __version__
 from ..core.errors import ConfigError
+from ..core.version import __version__
 from . import analysis, engine, server, simulate
 from .common import Parser
 
@@ -20,8 +20,9 @@ COMMAND_MODULES = (simulate, analysis, engine, server)
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="llmsched", description="Simulate, analyse and serve LLM inference "
-                                                  "under token-level batch schedulers.")
+    parser = Parser(
+        prog="llmsched", description="Simulate, analyse and serve LLM inference under token-level batch schedulers."
+    )
     parser.add_argument("--version", action="version", version=f"llmsched {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
     for module in COMMAND_MODULES:

@@ -14,9 +14,16 @@ import sys
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from .common import (
+    add_cost_model_arg,
+    add_parallel_args,
+    add_scheduler_args,
+    add_workload_args,
+    positive_int,
+    print_table,
+    sim_overrides,
+)
 from .engine import add_engine_args, engine_setup
-from .common import (add_cost_model_arg, add_parallel_args, add_scheduler_args, add_workload_args,
-                     positive_int, print_table, sim_overrides)
 
 __all__ = ["register", "cmd_capacity", "cmd_sweep", "cmd_reproduce", "cmd_validate"]
 
@@ -53,6 +60,7 @@ def _print_rows(title: str, rows: list[dict], cols: list[tuple[str, str, str]]) 
 # ---------------------------------------------------------------------------------------
 # capacity
 
+
 def cmd_capacity(args) -> int:
     from ..analysis.capacity_report import capacity_report, rep_law  # noqa: PLC0415
 
@@ -67,8 +75,15 @@ def cmd_capacity(args) -> int:
         raise ConfigError(f"--samples must be >= 1, got {samples}")
     if args.network:
         return _network_capacity(args, over)
-    rep = capacity_report(args.config, mean_prompt=args.mean_prompt, mean_output=args.mean_output,
-                          rate=rate, samples=samples, plot=args.plot, **over)
+    rep = capacity_report(
+        args.config,
+        mean_prompt=args.mean_prompt,
+        mean_output=args.mean_output,
+        rate=rate,
+        samples=samples,
+        plot=args.plot,
+        **over,
+    )
     if args.find_counterexample:
         from ..analysis.counterexample import find_counterexample  # noqa: PLC0415
 
@@ -76,12 +91,18 @@ def cmd_capacity(args) -> int:
         if args.prompt or args.output or args.lengths:
             cands = [(over["prompt"] or rep_law(rep, "prompt"), over["output"] or rep_law(rep, "output"))]
         rep["counterexample"] = find_counterexample(
-            rep["cost_model"], rep["b_max"], rep["k_max"], load=args.load,
-            policy=(args.policy or "sarathi"), candidates=cands,
-            num_requests=args.num_requests or 4000, seeds=_seeds(args.seeds), workers=args.workers,
-            progress=(not args.json) and sys.stderr.isatty())
+            rep["cost_model"],
+            rep["b_max"],
+            rep["k_max"],
+            load=args.load,
+            policy=(args.policy or "sarathi"),
+            candidates=cands,
+            num_requests=args.num_requests or 4000,
+            seeds=_seeds(args.seeds),
+            workers=args.workers,
+            progress=(not args.json) and sys.stderr.isatty(),
+        )
     if args.json:
-
         print(json.dumps(to_jsonable(rep), indent=2, default=str))
         return 0
     _print_capacity(rep)
@@ -89,8 +110,7 @@ def cmd_capacity(args) -> int:
 
 
 def _network_capacity(args, over: dict) -> int:
-    from ..theory.network import (network_capacity_report, network_capacity_rows,  # noqa: PLC0415
-                                  network_server_rows)
+    from ..theory.network import network_capacity_report, network_capacity_rows, network_server_rows  # noqa: PLC0415
 
     given = [k for k, v in over.items() if v is not None and k not in ("fast", "record_steps")]
     if given or args.config or args.mean_prompt or args.mean_output or args.lengths:
@@ -144,18 +164,29 @@ def _print_capacity(rep: dict) -> None:
         ("critical rate lambda*", f"{c['critical_rate']:,.3f} req/s ({c['binding']})"),
     ]
     if c["peak_token_capacity"] > c["token_capacity"] * (1 + 1e-9):
-        rows.append(("note: peak b / t(b)", f"{c['peak_token_capacity']:,.1f} tokens/s at b = {c['peak_load']} "
-                                            "(t(b)/b not monotone: theorem 2's assumption fails)"))
+        rows.append(
+            (
+                "note: peak b / t(b)",
+                f"{c['peak_token_capacity']:,.1f} tokens/s at b = {c['peak_load']} "
+                "(t(b)/b not monotone: theorem 2's assumption fails)",
+            )
+        )
     if "region" in rep:
-        verts = ", ".join(f"({v['prefill_tokens']},{v['decode_tokens']})" for v in rep["region"]["vertices"]
-                          if v["prefill_tokens"] + v["decode_tokens"] > 0)
+        verts = ", ".join(
+            f"({v['prefill_tokens']},{v['decode_tokens']})"
+            for v in rep["region"]["vertices"]
+            if v["prefill_tokens"] + v["decode_tokens"] > 0
+        )
         rows.append(("region vertices: step shapes (prefill, decode)", verts))
     if rep.get("rate") is not None:
         rows += [
             ("arrival rate", f"{rep['rate']:,.3f} req/s ({c['offered_tokens_per_s']:,.1f} tokens/s)"),
             ("utilisation rate / lambda*", f"{rep['utilisation']:.1%}"),
-            ("inside the stability region", f"{'yes' if rep['inside'] else 'NO'} (rate can be scaled by "
-                                            f"{rep['scale']:.4g}, margin {rep['margin']:+.1%})"),
+            (
+                "inside the stability region",
+                f"{'yes' if rep['inside'] else 'NO'} (rate can be scaled by "
+                f"{rep['scale']:.4g}, margin {rep['margin']:+.1%})",
+            ),
             ("fluid backlog growth (work-conserving)", f"{c['predicted_growth_tokens_per_s']:,.1f} tokens/s"),
         ]
     if rep.get("plot"):
@@ -164,24 +195,35 @@ def _print_capacity(rep: dict) -> None:
     ce = rep.get("counterexample")
     if ce is not None:
         if not ce["found"]:
-            print(f"no counterexample confirmed among {len(ce['tried'])} candidate workloads "
-                  f"(load {ce['load']:g} of lambda*)")
+            print(
+                f"no counterexample confirmed among {len(ce['tried'])} candidate workloads "
+                f"(load {ce['load']:g} of lambda*)"
+            )
             return
         fmt = lambda vs: ", ".join(  # noqa: E731
-            f"seed {v['seed']}: {'stable' if v['stable'] else 'UNSTABLE'} ({_num(v['backlog_growth_tokens_per_s'], ',.0f')} tok/s)"
-            for v in vs)
-        print_table("counterexample: inside the region, unstable at full budget", [
-            ("workload", f"prompt {ce['workload']['prompt']}, output {ce['workload']['output']}, Poisson"),
-            ("rate / lambda* (region)", f"{ce['rate']:.4g} / {ce['critical_rate']:.4g} req/s "
-                                        f"(theorem 2 alone: {ce['critical_rate_token_bound']:.4g})"),
-            ("region margin (largest scale factor)", f"{ce['scale']:.4g} ({ce['margin']:+.1%})"),
-            (f"{ce['policy']} (b_max {ce['b_max']}, k_max {ce['k_max']})", fmt(ce["sarathi"])),
-            ("adaptive", fmt(ce["adaptive"])),
-        ])
+            f"seed {v['seed']}: {v.get('verdict') or ('stable' if v['stable'] else 'unstable')} "
+            f"({_num(v['backlog_growth_tokens_per_s'], ',.0f')} tok/s)"
+            for v in vs
+        )
+        print_table(
+            "counterexample: inside the region, unstable at full budget",
+            [
+                ("workload", f"prompt {ce['workload']['prompt']}, output {ce['workload']['output']}, Poisson"),
+                (
+                    "rate / lambda* (region)",
+                    f"{ce['rate']:.4g} / {ce['critical_rate']:.4g} req/s "
+                    f"(theorem 2 alone: {ce['critical_rate_token_bound']:.4g})",
+                ),
+                ("region margin (largest scale factor)", f"{ce['scale']:.4g} ({ce['margin']:+.1%})"),
+                (f"{ce['policy']} (b_max {ce['b_max']}, k_max {ce['k_max']})", fmt(ce["sarathi"])),
+                ("adaptive", fmt(ce["adaptive"])),
+            ],
+        )
 
 
 # ---------------------------------------------------------------------------------------
 # sweep
+
 
 def cmd_sweep(args) -> int:
     from ..analysis.sweep import run_sweep  # noqa: PLC0415
@@ -189,36 +231,79 @@ def cmd_sweep(args) -> int:
     if not args.grid and not args.search:
         raise ConfigError("give at least one --grid KEY=VALUES (or --search max-stable-rate)")
     fixed = sim_overrides(args)
-    res = run_sweep(args.config, args.grid, out_dir=args.out, backend=args.backend, workers=args.workers,
-                    address=args.address, search=args.search, slo=args.slo, tol=args.tol,
-                    search_hi=args.search_hi, plots=not args.no_plots,
-                    progress=False if args.quiet else args.progress,
-                    **fixed)
+    res = run_sweep(
+        args.config,
+        args.grid,
+        out_dir=args.out,
+        backend=args.backend,
+        workers=args.workers,
+        address=args.address,
+        search=args.search,
+        slo=args.slo,
+        tol=args.tol,
+        search_hi=args.search_hi,
+        plots=not args.no_plots,
+        progress=False if args.quiet else args.progress,
+        **fixed,
+    )
     if args.json:
-
-        print(json.dumps(to_jsonable({"points": len(res.rows), "ran": res.ran, "skipped": res.skipped,
-                                    "errors": res.errors, "wall_s": res.wall_s, "files": res.files,
-                                    "search": res.search}), indent=2))
+        print(
+            json.dumps(
+                to_jsonable(
+                    {
+                        "points": len(res.rows),
+                        "ran": res.ran,
+                        "skipped": res.skipped,
+                        "errors": res.errors,
+                        "wall_s": res.wall_s,
+                        "files": res.files,
+                        "search": res.search,
+                    }
+                ),
+                indent=2,
+            )
+        )
         return 0
     if args.quiet:
         return 0
     if res.search is not None:
-        cols = [(k, k, "s") for k in (res.search[0] if res.search else {}) if k not in (
-            "policy_name", "critical_rate", "max_stable_rate", "max_stable_load", "unstable_rate", "probes",
-            "max_slo_rate", "max_slo_load", "slo")]
-        cols += [("critical_rate", "lambda* (theory)", ",.3f"), ("max_stable_rate", "max stable rate", ",.3f"),
-                 ("max_stable_load", "/ lambda*", ".3f"), ("unstable_rate", "first unstable", ",.3f")]
+        cols = [
+            (k, k, "s")
+            for k in (res.search[0] if res.search else {})
+            if k
+            not in (
+                "policy_name",
+                "critical_rate",
+                "max_stable_rate",
+                "max_stable_load",
+                "unstable_rate",
+                "probes",
+                "max_slo_rate",
+                "max_slo_load",
+                "slo",
+            )
+        ]
+        cols += [
+            ("critical_rate", "lambda* (theory)", ",.3f"),
+            ("max_stable_rate", "max stable rate", ",.3f"),
+            ("max_stable_load", "/ lambda*", ".3f"),
+            ("unstable_rate", "first unstable", ",.3f"),
+        ]
         if res.search and "max_slo_rate" in res.search[0]:
             cols += [("max_slo_rate", "max rate meeting SLOs", ",.3f"), ("max_slo_load", "/ lambda*", ".3f")]
         _print_rows("maximum stable rate (bisection on the stability verdict)", res.search, cols)
         for row in res.search:
             if (row.get("max_stable_rate") or 0) > (row.get("critical_rate") or float("inf")):
-                print(f"note: {row.get('policy', 'a policy')}'s max stable rate is above theorem 2's bound, "
-                      f"which no policy can sustain: the runs are too short to resolve loads this close "
-                      f"to capacity; use more requests (--num-requests)")
-    print(f"{len(res.rows)} points: {res.ran} simulated, {res.skipped} already done"
-          + (f", {res.errors} failed (see the error column)" if res.errors else "")
-          + f"; {res.wall_s:.1f} s")
+                print(
+                    f"note: {row.get('policy', 'a policy')}'s max stable rate is above theorem 2's bound, "
+                    f"which no policy can sustain: the runs are too short to resolve loads this close "
+                    f"to capacity; use more requests (--num-requests)"
+                )
+    print(
+        f"{len(res.rows)} points: {res.ran} simulated, {res.skipped} already done"
+        + (f", {res.errors} failed (see the error column)" if res.errors else "")
+        + f"; {res.wall_s:.1f} s"
+    )
     if res.files:
         print(f"written to {args.out}/: " + ", ".join(os.path.basename(f) for f in res.files))
     return 0
@@ -241,25 +326,43 @@ def cmd_reproduce(args) -> int:
     args.load = 0.9 if args.load is None else args.load
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
     kw = {} if policies is None else {"policies": policies}
-    res = reproduce_stability(args.workload, cost_model=args.cost_model, b_max=args.b_max, load=args.load,
-                              num_requests=args.num_requests, search_requests=args.search_requests,
-                              seeds=None if args.seeds is None else _seeds(args.seeds), tol=args.tol,
-                              quick=args.quick, search=not args.no_search, out_dir=out,
-                              backend=args.backend, workers=args.workers, address=args.address,
-                              progress=args.progress, **kw)
+    res = reproduce_stability(
+        args.workload,
+        cost_model=args.cost_model,
+        b_max=args.b_max,
+        load=args.load,
+        num_requests=args.num_requests,
+        search_requests=args.search_requests,
+        seeds=None if args.seeds is None else _seeds(args.seeds),
+        tol=args.tol,
+        quick=args.quick,
+        search=not args.no_search,
+        out_dir=out,
+        backend=args.backend,
+        workers=args.workers,
+        address=args.address,
+        progress=args.progress,
+        **kw,
+    )
     if args.json:
-
         print(json.dumps(to_jsonable(res), indent=2, default=str))
         return 0
     m = res["config"]
-    _print_rows(f"reproduce stability: {m['workload']} ({m['cost_model']}, b_max {m['b_max']}), "
-                f"lambda* = {res['critical_rate']:.3f} req/s", res["rows"], [
-                    ("policy", "policy", "s"), ("work_conserving", "work-conserving", "s"),
-                    ("stable_at_load", f"stable at load {args.load:g}", "s"),
-                    ("backlog_growth_tokens_per_s", "backlog growth tok/s", ",.0f"),
-                    ("in_system_at_end", "in system at end", ",.0f"),
-                    ("max_stable_rate", "max stable rate", ",.3f"), ("max_stable_load", "/ lambda*", ".3f"),
-                    ("critical_rate", "lambda* (theory)", ",.3f")])
+    _print_rows(
+        f"reproduce stability: {m['workload']} ({m['cost_model']}, b_max {m['b_max']}), "
+        f"lambda* = {res['critical_rate']:.3f} req/s",
+        res["rows"],
+        [
+            ("policy", "policy", "s"),
+            ("work_conserving", "work-conserving", "s"),
+            ("stable_at_load", f"stable at load {args.load:g}", "s"),
+            ("backlog_growth_tokens_per_s", "backlog growth tok/s", ",.0f"),
+            ("in_system_at_end", "in system at end", ",.0f"),
+            ("max_stable_rate", "max stable rate", ",.3f"),
+            ("max_stable_load", "/ lambda*", ".3f"),
+            ("critical_rate", "lambda* (theory)", ",.3f"),
+        ],
+    )
     print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
     return 0
 
@@ -270,9 +373,12 @@ def _reproduce_other(args, out: str) -> int:
     given = [k for k in STABILITY_ONLY if getattr(args, k) not in (None, False)]
     if given:
         raise ConfigError(f"--{given[0].replace('_', '-')} is an option of `reproduce stability`")
-    fn = {"clusters": reproduce_networks.reproduce_clusters, "agents": reproduce_networks.reproduce_agents,
-          "rybko-stolyar": reproduce_networks.reproduce_rybko_stolyar,
-          "twp": reproduce_twp.reproduce_twp}[args.experiment]
+    fn = {
+        "clusters": reproduce_networks.reproduce_clusters,
+        "agents": reproduce_networks.reproduce_agents,
+        "rybko-stolyar": reproduce_networks.reproduce_rybko_stolyar,
+        "twp": reproduce_twp.reproduce_twp,
+    }[args.experiment]
     kw = dict(out_dir=out, quick=args.quick, backend=args.backend, workers=args.workers, address=args.address)
     if args.seeds is not None:
         kw["seeds"] = _seeds(args.seeds)
@@ -282,8 +388,10 @@ def _reproduce_other(args, out: str) -> int:
     if args.json:
         print(json.dumps(to_jsonable(res), indent=2, default=str))
         return 0
-    rows = [(str(k), v if isinstance(v, str) else json.dumps(to_jsonable(v), default=str))
-            for k, v in (res.get("summary") or {}).items()]
+    rows = [
+        (str(k), v if isinstance(v, str) else json.dumps(to_jsonable(v), default=str))
+        for k, v in (res.get("summary") or {}).items()
+    ]
     print_table(f"reproduce {args.experiment}", rows, ("finding", "measured"))
     print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
     return 0
@@ -292,14 +400,18 @@ def _reproduce_other(args, out: str) -> int:
 # ---------------------------------------------------------------------------------------
 # registration
 
+
 def register(sub) -> None:
     # capacity ------------------------------------------------------------------------
-    p = sub.add_parser("capacity", help="theorem 2's capacity, critical rate and the k_max region",
-                       description="Token capacity b_max/t(b_max), the critical arrival rate lambda*, the "
-                                   "utilisation at a rate and, with --k-max, the two-dimensional stability "
-                                   "region (LP). Workload means come from --mean-prompt/--mean-output or are "
-                                   "estimated by sampling the --prompt/--output laws (or --lengths FILE, or "
-                                   "a --trace).")
+    p = sub.add_parser(
+        "capacity",
+        help="theorem 2's capacity, critical rate and the k_max region",
+        description="Token capacity b_max/t(b_max), the critical arrival rate lambda*, the "
+        "utilisation at a rate and, with --k-max, the two-dimensional stability "
+        "region (LP). Workload means come from --mean-prompt/--mean-output or are "
+        "estimated by sampling the --prompt/--output laws (or --lengths FILE, or "
+        "a --trace).",
+    )
     p.add_argument("--config", help="YAML configuration (as for simulate)")
     add_scheduler_args(p)
     add_cost_model_arg(p)
@@ -307,31 +419,44 @@ def register(sub) -> None:
     g = p.add_argument_group("capacity")
     g.add_argument("--mean-prompt", type=float, help="mean prompt length in tokens (instead of sampling)")
     g.add_argument("--mean-output", type=float, help="mean output length in tokens (instead of sampling)")
-    g.add_argument("--lengths", metavar="FILE", help="a CSV of prompt and output lengths (or a dataset name: "
-                                                     "sharegpt, arxiv, azure-conv)")
+    g.add_argument(
+        "--lengths",
+        metavar="FILE",
+        help="a CSV of prompt and output lengths (or a dataset name: sharegpt, arxiv, azure-conv)",
+    )
     g.add_argument("--samples", type=int, help="draws used to estimate the means (default 200000)")
     g.add_argument("--plot", metavar="FILE.png", help="draw the stability region and the workload point")
-    g.add_argument("--network", metavar="FILE", help="a YAML network (docs/networks.md): every server's "
-                                                    "offered load against its capacity, the bottleneck and "
-                                                    "the largest common scaling of the arrival rates")
+    g.add_argument(
+        "--network",
+        metavar="FILE",
+        help="a YAML network (docs/networks.md): every server's "
+        "offered load against its capacity, the bottleneck and "
+        "the largest common scaling of the arrival rates",
+    )
     g.add_argument("--json", action="store_true", help="print the report as JSON")
     g = p.add_argument_group("counterexample search")
-    g.add_argument("--find-counterexample", action="store_true",
-                   help="search for workloads inside the region where the policy (default sarathi) at full "
-                        "budget is unstable, confirmed by simulation (needs --k-max)")
+    g.add_argument(
+        "--find-counterexample",
+        action="store_true",
+        help="search for workloads inside the region where the policy (default sarathi) at full "
+        "budget is unstable, confirmed by simulation (needs --k-max)",
+    )
     g.add_argument("--load", type=float, default=0.85, help="rate / lambda* of the candidates (default 0.85)")
     g.add_argument("--seeds", help="seeds of the confirming runs (default 0,1)")
     g.add_argument("--workers", type=int, help="parallel simulations (default: all CPU cores)")
     p.set_defaults(func=cmd_capacity)
 
     # sweep ---------------------------------------------------------------------------
-    p = sub.add_parser("sweep", help="a grid of simulations in parallel (resumable), or a rate search",
-                       description="Run a grid of simulations: --grid KEY=VALUES (a,b,c or LO:HI:N; use | "
-                                   "between values that hold commas) over any simulate option, plus load "
-                                   "(rate as a fraction of lambda*); every other flag is a fixed value. Each "
-                                   "finished point is stored under --out, keyed by a hash of its "
-                                   "configuration, so a rerun skips it. Writes results.csv, "
-                                   "results.parquet and figures.")
+    p = sub.add_parser(
+        "sweep",
+        help="a grid of simulations in parallel (resumable), or a rate search",
+        description="Run a grid of simulations: --grid KEY=VALUES (a,b,c or LO:HI:N; use | "
+        "between values that hold commas) over any simulate option, plus load "
+        "(rate as a fraction of lambda*); every other flag is a fixed value. Each "
+        "finished point is stored under --out, keyed by a hash of its "
+        "configuration, so a rerun skips it. Writes results.csv, "
+        "results.parquet and figures.",
+    )
     p.add_argument("--config", help="YAML configuration: the base of every point")
     add_scheduler_args(p)
     add_cost_model_arg(p)
@@ -341,13 +466,24 @@ def register(sub) -> None:
     g.add_argument("--sample-interval", type=float, dest="sample_interval_s", help="time-series sampling interval (s)")
     g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
     g = p.add_argument_group("sweep")
-    g.add_argument("--grid", action="append", metavar="KEY=VALUES",
-                   help="e.g. policy=sarathi,orca,vllm  rate=1:20:20  seed=0,1  b_max=256,512  load=0.5:1.2:8")
+    g.add_argument(
+        "--grid",
+        action="append",
+        metavar="KEY=VALUES",
+        help="e.g. policy=sarathi,orca,vllm  rate=1:20:20  seed=0,1  b_max=256,512  load=0.5:1.2:8",
+    )
     g.add_argument("--out", default="sweep", help="output folder (default sweep)")
-    g.add_argument("--search", choices=["max-stable-rate"],
-                   help="bisect the rate for each group of the grid to find its maximum stable rate")
-    g.add_argument("--slo", action="append", metavar="METRIC=LIMIT",
-                   help="with --search: also the largest rate meeting it, e.g. p99_itl_ms=200 median_ttft_ms=2000")
+    g.add_argument(
+        "--search",
+        choices=["max-stable-rate"],
+        help="bisect the rate for each group of the grid to find its maximum stable rate",
+    )
+    g.add_argument(
+        "--slo",
+        action="append",
+        metavar="METRIC=LIMIT",
+        help="with --search: also the largest rate meeting it, e.g. p99_itl_ms=200 median_ttft_ms=2000",
+    )
     g.add_argument("--tol", type=float, default=0.02, help="search tolerance, fraction of lambda* (default 0.02)")
     g.add_argument("--search-hi", type=float, default=1.25, help="upper end of the search, in lambda* (default 1.25)")
     g.add_argument("--no-plots", action="store_true", help="do not draw figures")
@@ -357,24 +493,31 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
     # reproduce -----------------------------------------------------------------------
-    p = sub.add_parser("reproduce", help="reproduce a paper experiment (stability, clusters, agents, "
-                                         "rybko-stolyar, twp)",
-                       description="stability: at a load below theorem 2's bound, FasterTransformer and vanilla "
-                                   "vLLM queues grow while Orca, Sarathi-Serve and K-FCFS stay bounded; and "
-                                   "each policy's empirical maximum stable rate against the bound. clusters: "
-                                   "routers on 4-16 replicas from 50% to 98% of capacity. agents: a DAG and a "
-                                   "fork-join workflow under Sarathi and FasterTransformer. rybko-stolyar: the "
-                                   "cyclic network under both priority orders and back-pressure. twp: paper 2's "
-                                   "Table III on serverless workloads, with TWP's ablation (docs/networks.md, "
-                                   "docs/twp.md).")
+    p = sub.add_parser(
+        "reproduce",
+        help="reproduce a paper experiment (stability, clusters, agents, rybko-stolyar, twp)",
+        description="stability: at a load below theorem 2's bound, FasterTransformer and vanilla "
+        "vLLM queues grow while Orca, Sarathi-Serve and K-FCFS stay bounded; and "
+        "each policy's empirical maximum stable rate against the bound. clusters: "
+        "routers on 4-16 replicas from 50% to 98% of capacity. agents: a DAG and a "
+        "fork-join workflow under Sarathi and FasterTransformer. rybko-stolyar: the "
+        "cyclic network under both priority orders and back-pressure. twp: paper 2's "
+        "Table III on serverless workloads, with TWP's ablation (docs/networks.md, "
+        "docs/twp.md).",
+    )
     p.add_argument("experiment", choices=EXPERIMENTS)
-    p.add_argument("--workload", choices=["synthetic", "sharegpt", "azure"], default=None,
-                   help="synthetic (paper cost model, default), sharegpt or azure (H200 profile)")
+    p.add_argument(
+        "--workload",
+        choices=["synthetic", "sharegpt", "azure"],
+        default=None,
+        help="synthetic (paper cost model, default), sharegpt or azure (H200 profile)",
+    )
     p.add_argument("--cost-model", help="override the workload's cost model")
     p.add_argument("--b-max", type=int, help="override the token budget")
     p.add_argument("--load", type=float, default=None, help="load of the queue runs, rate / lambda* (default 0.9)")
-    p.add_argument("--num-requests", type=int, help="requests per queue run (and per search probe); "
-                                                    "networks: jobs per run")
+    p.add_argument(
+        "--num-requests", type=int, help="requests per queue run (and per search probe); networks: jobs per run"
+    )
     p.add_argument("--search-requests", type=int, help="requests per search probe")
     p.add_argument("--seeds", help="seeds of the search probes, e.g. 0,1")
     p.add_argument("--tol", type=float, help="search tolerance, fraction of lambda*")
@@ -395,8 +538,10 @@ def render_validation(result: dict) -> None:
 
     from ..analysis.validate import METRICS, STATS  # noqa: PLC0415
 
-    t = Table(title=f"sim vs real ({result['trace_requests']} requests, {result['device']}); "
-                    f"cells: real ms / sim ms (sim error)")
+    t = Table(
+        title=f"sim vs real ({result['trace_requests']} requests, {result['device']}); "
+        f"cells: real ms / sim ms (sim error)"
+    )
     t.add_column("policy")
     t.add_column("metric")
     for st in STATS:
@@ -407,6 +552,7 @@ def render_validation(result: dict) -> None:
             return "-"
         err = "-" if e["rel_error"] is None else f"{e['rel_error'] * 100:+.0f}%"
         return f"{e['real_ms']:.1f} / {e['sim_ms']:.1f} ({err})"
+
     for policy, res in result["policies"].items():
         for m in METRICS:
             t.add_row(policy, m, *(cell(res["errors"][f"{m}_{st}"]) for st in STATS))
@@ -419,10 +565,13 @@ def render_validation(result: dict) -> None:
 
         def ratio(v):
             return "-" if v is None else f"{v:.2f}"
+
         lag = "-" if st.get("idle_start_lag_ms") is None else f"{st['idle_start_lag_ms']:.2f} ms"
-        con.print(f"{policy}: {st['real']} real steps, {st['sim']} simulated; real / modelled step time "
-                  f"(median): {ratio(st['busy_ratio'])} back to back, {ratio(st['after_idle_ratio'])} "
-                  f"first after idle ({st['after_idle_steps']} steps, started {lag} after the arrival)")
+        con.print(
+            f"{policy}: {st['real']} real steps, {st['sim']} simulated; real / modelled step time "
+            f"(median): {ratio(st['busy_ratio'])} back to back, {ratio(st['after_idle_ratio'])} "
+            f"first after idle ({st['after_idle_steps']} steps, started {lag} after the arrival)"
+        )
 
 
 def cmd_validate(args) -> int:
@@ -435,8 +584,18 @@ def cmd_validate(args) -> int:
         raise ConfigError(f"--calibrate-s must be >= 0, got {args.calibrate_s}")
     if args.tables_s is not None and args.tables_s < 0:
         raise ConfigError(f"--tables-s must be >= 0, got {args.tables_s}")
-    res = validate(args.model, args.trace, args.policies, profile=args.profile, seed=args.seed,
-                   reps=args.reps, progress=say, tables_s=args.tables_s, calibrate_s=args.calibrate_s, **opts)
+    res = validate(
+        args.model,
+        args.trace,
+        args.policies,
+        profile=args.profile,
+        seed=args.seed,
+        reps=args.reps,
+        progress=say,
+        tables_s=args.tables_s,
+        calibrate_s=args.calibrate_s,
+        **opts,
+    )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=2)
@@ -446,22 +605,38 @@ def cmd_validate(args) -> int:
         render_validation(res)
     return 0
 
+
 def _register_validate(sub) -> None:
 
-    p = sub.add_parser("validate", help="compare the simulator with the real engine on a trace",
-                              description="Replay a trace through the engine in real time and through the "
-                                          "simulator (timed by the engine's profile); report the error of "
-                                          "TTFT, ITL and E2E (mean, p50, p99) per policy.")
+    p = sub.add_parser(
+        "validate",
+        help="compare the simulator with the real engine on a trace",
+        description="Replay a trace through the engine in real time and through the "
+        "simulator (timed by the engine's profile); report the error of "
+        "TTFT, ITL and E2E (mean, p50, p99) per policy.",
+    )
     p.add_argument("--model", required=True, help="model folder")
     p.add_argument("--trace", required=True, help="CSV arrival_s,prompt_tokens,output_tokens (or an Azure trace)")
     p.add_argument("--policies", default="sarathi", help="comma-separated batch policies (default: sarathi)")
     p.add_argument("--profile", default=None, help="profile CSV of this engine (default: measure one first)")
-    p.add_argument("--reps", type=positive_int, default=3,
-                   help="without --profile: interleaved passes over the grid, at least (default: 3)")
-    p.add_argument("--tables-s", type=float, default=None,
-                   help="without --profile: seconds of table passes (default: 3 on CPU, 10 on CUDA)")
-    p.add_argument("--calibrate-s", type=float, default=2.5,
-                   help="without --profile: length of the calibration run, 0 for none (default: 2.5)")
+    p.add_argument(
+        "--reps",
+        type=positive_int,
+        default=3,
+        help="without --profile: interleaved passes over the grid, at least (default: 3)",
+    )
+    p.add_argument(
+        "--tables-s",
+        type=float,
+        default=None,
+        help="without --profile: seconds of table passes (default: 3 on CPU, 10 on CUDA)",
+    )
+    p.add_argument(
+        "--calibrate-s",
+        type=float,
+        default=2.5,
+        help="without --profile: length of the calibration run, 0 for none (default: 2.5)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random prompt token ids")
     p.add_argument("--json", default=None, help="also write the result as JSON to this file")
     p.add_argument("--print-json", action="store_true", help="print JSON instead of a table")

@@ -60,24 +60,48 @@ def add_scheduler_args(p: argparse.ArgumentParser, *, defaults: bool = False) ->
     stay None so that a config file's values stand."""
     d = DEFAULTS
     g = p.add_argument_group("scheduler")
-    g.add_argument("--policy", "--scheduler", dest="policy", default=d.policy if defaults else None,
-                   help=f"batch policy (see `llmsched schedulers`; default {d.policy})")
-    g.add_argument("--admission", default=d.admission if defaults else None,
-                   help=f"admission policy: fcfs, spf, twp, dynamicbatch (default {d.admission})")
-    g.add_argument("--admission-option", "--admission-opt", dest="admission_option", action="append",
-                   metavar="KEY=VALUE", help="an option of the admission policy (repeatable)")
-    g.add_argument("--b-max", "--max-num-batched-tokens", dest="b_max", type=positive_int,
-                   default=d.b_max if defaults else None, help=f"token budget per step (default {d.b_max})")
+    g.add_argument(
+        "--policy",
+        "--scheduler",
+        dest="policy",
+        default=d.policy if defaults else None,
+        help=f"batch policy (see `llmsched schedulers`; default {d.policy})",
+    )
+    g.add_argument(
+        "--admission",
+        default=d.admission if defaults else None,
+        help=f"admission policy: fcfs, spf, twp, dynamicbatch (default {d.admission})",
+    )
+    g.add_argument(
+        "--admission-option",
+        "--admission-opt",
+        dest="admission_option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an option of the admission policy (repeatable)",
+    )
+    g.add_argument(
+        "--b-max",
+        "--max-num-batched-tokens",
+        dest="b_max",
+        type=positive_int,
+        default=d.b_max if defaults else None,
+        help=f"token budget per step (default {d.b_max})",
+    )
     g.add_argument("--k-max", type=positive_int, help="cap on requests per step (default: none)")
     g.add_argument("--kv-capacity", type=positive_int, help="KV-cache capacity in tokens (default: unlimited)")
-    g.add_argument("--max-running", "--max-num-seqs", dest="max_running", type=positive_int,
-                   help="cap on running requests (default: none; the engine: 64 on CPU, 256 on CUDA)")
+    g.add_argument(
+        "--max-running",
+        "--max-num-seqs",
+        dest="max_running",
+        type=positive_int,
+        help="cap on running requests (default: none; the engine: 64 on CPU, 256 on CUDA)",
+    )
 
 
 def scheduler_options(args) -> dict:
     """The scheduler options given on the command line (None where not given)."""
-    out = {k: getattr(args, k, None) for k in ("policy", "admission", "b_max", "k_max", "kv_capacity",
-                                              "max_running")}
+    out = {k: getattr(args, k, None) for k in ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running")}
     if getattr(args, "admission_option", None):
         out["admission_options"] = key_values(args.admission_option, "--admission-option")
     return out
@@ -89,9 +113,12 @@ def scheduler_spec(args) -> SchedulerSpec:
 
 
 def add_cost_model_arg(p, default: str | None = None) -> None:
-    p.add_argument("--cost-model", default=default,
-                   help="paper[:c=,a=,b0=,variant=], linear:c=,a=, const:MS, profile[:NAME|PATH] "
-                        "(default profile:h200-llama-3-8b)")
+    p.add_argument(
+        "--cost-model",
+        default=default,
+        help="paper[:c=,a=,b0=,variant=], linear:c=,a=, const:MS, profile[:NAME|PATH] "
+        "(default profile:h200-llama-3-8b)",
+    )
 
 
 def add_workload_args(p: argparse.ArgumentParser) -> None:
@@ -101,9 +128,12 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rate", type=float, help="arrival rate in requests/s (default 16; for a trace: rescale to it)")
     g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals)")
     g.add_argument("--time-scale", type=float, help="multiply a trace's rate by K")
-    g.add_argument("--prompt", help="prompt length law: const:N, uniform:LO,HI, geometric:MEAN, "
-                                    "lognormal:mean=M,sigma=S, empirical:PATH[:COL], sharegpt, arxiv "
-                                    "(default lognormal:mean=1024,sigma=1.0,max=8192)")
+    g.add_argument(
+        "--prompt",
+        help="prompt length law: const:N, uniform:LO,HI, geometric:MEAN, "
+        "lognormal:mean=M,sigma=S, empirical:PATH[:COL], sharegpt, arxiv "
+        "(default lognormal:mean=1024,sigma=1.0,max=8192)",
+    )
     g.add_argument("--output", help="output length law, the same forms (default geometric:mean=256,max=2048)")
     g.add_argument("--num-requests", type=int, help="stop after N requests (default 5000)")
     g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds")
@@ -112,8 +142,21 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
 
 def sim_overrides(args) -> dict:
     """simulate()'s keyword overrides from the command line (None: not given)."""
-    keys = ["cost_model", "arrival", "trace", "rate", "cv", "time_scale", "prompt", "output", "num_requests",
-            "duration_s", "seed", "max_time_s", "sample_interval_s"]
+    keys = [
+        "cost_model",
+        "arrival",
+        "trace",
+        "rate",
+        "cv",
+        "time_scale",
+        "prompt",
+        "output",
+        "num_requests",
+        "duration_s",
+        "seed",
+        "max_time_s",
+        "sample_interval_s",
+    ]
     out = {k: getattr(args, k, None) for k in keys}
     out.update(scheduler_options(args))
     if getattr(args, "exact", False):
@@ -125,11 +168,14 @@ def sim_overrides(args) -> dict:
 
 def add_parallel_args(g) -> None:
     g.add_argument("--workers", type=int, help="parallel simulations (default: all CPU cores)")
-    g.add_argument("--backend", choices=["local", "ray"], default="local",
-                   help="local process pool (default) or Ray")
+    g.add_argument("--backend", choices=["local", "ray"], default="local", help="local process pool (default) or Ray")
     g.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
-    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr (default: when stderr is a terminal)")
+    g.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: when stderr is a terminal)",
+    )
 
 
 def print_table(title: str, rows: list[tuple[str, str]], head: tuple[str, str] = ("quantity", "value")) -> None:
@@ -144,5 +190,16 @@ def print_table(title: str, rows: list[tuple[str, str]], head: tuple[str, str] =
     Console().print(t)
 
 
-__all__ = ["Parser", "positive_int", "key_values", "add_scheduler_args", "scheduler_options", "scheduler_spec",
-           "add_cost_model_arg", "add_workload_args", "sim_overrides", "add_parallel_args", "print_table"]
+__all__ = [
+    "Parser",
+    "positive_int",
+    "key_values",
+    "add_scheduler_args",
+    "scheduler_options",
+    "scheduler_spec",
+    "add_cost_model_arg",
+    "add_workload_args",
+    "sim_overrides",
+    "add_parallel_args",
+    "print_table",
+]

@@ -18,16 +18,28 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     add_scheduler_args(p, defaults=True)
     g = p.add_argument_group("engine")
     g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    g.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, "
-                                                 "bfloat16 on CUDA)")
+    g.add_argument(
+        "--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on CUDA)"
+    )
     g.add_argument("--block-size", type=positive_int, default=16, help="KV cache block size in tokens (default: 16)")
-    g.add_argument("--kv-cache-gb", type=float, default=None,
-                   help="KV cache size on CPU in GiB (default: 1, capped at what --max-running can use)")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                   help="share of GPU memory the engine may use, KV cache included (default: 0.9)")
-    g.add_argument("--max-model-len", type=positive_int, default=None,
-                   help="longest sequence, prompt + output (default: the model's; profile and validate: "
-                        "2048 on CPU)")
+    g.add_argument(
+        "--kv-cache-gb",
+        type=float,
+        default=None,
+        help="KV cache size on CPU in GiB (default: 1, capped at what --max-running can use)",
+    )
+    g.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="share of GPU memory the engine may use, KV cache included (default: 0.9)",
+    )
+    g.add_argument(
+        "--max-model-len",
+        type=positive_int,
+        default=None,
+        help="longest sequence, prompt + output (default: the model's; profile and validate: 2048 on CPU)",
+    )
     g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     g.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: all cores but one)")
 
@@ -35,14 +47,23 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 def engine_setup(args) -> dict:
     """The engine's keyword options from the command line (the device's defaults where not given)."""
     if getattr(args, "kv_capacity", None) is not None:
-        raise ConfigError("--kv-capacity is the simulator's; the engine sizes its KV cache from "
-                          "--kv-cache-gb or --num-blocks")
+        raise ConfigError(
+            "--kv-capacity is the simulator's; the engine sizes its KV cache from --kv-cache-gb or --num-blocks"
+        )
     cuda = str(args.device).startswith("cuda")
     mns = args.max_running or (256 if cuda else 64)
     mml = args.max_model_len or (None if cuda else 2048)
-    return dict(device=args.device, dtype=args.dtype, b_max=args.b_max, k_max=args.k_max,
-                max_num_seqs=mns, block_size=args.block_size, kv_cache_gb=args.kv_cache_gb,
-                max_model_len=mml, num_threads=args.threads)
+    return dict(
+        device=args.device,
+        dtype=args.dtype,
+        b_max=args.b_max,
+        k_max=args.k_max,
+        max_num_seqs=mns,
+        block_size=args.block_size,
+        kv_cache_gb=args.kv_cache_gb,
+        max_model_len=mml,
+        num_threads=args.threads,
+    )
 
 
 # ---- generate ----------------------------------------------------------------------------
@@ -50,14 +71,26 @@ def cmd_generate(args) -> int:
     from ..core.engine_api import SamplingParams  # noqa: PLC0415
     from ..engine import LLM  # noqa: PLC0415 - torch
 
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                            top_k=args.top_k, seed=args.seed, stop=list(args.stop or []),
-                            stop_token_ids=list(args.stop_token_id or []), ignore_eos=args.ignore_eos)
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+        stop=list(args.stop or []),
+        stop_token_ids=list(args.stop_token_id or []),
+        ignore_eos=args.ignore_eos,
+    )
     opts = engine_setup(args)
     opts["max_model_len"] = args.max_model_len  # the model's own unless given
     spec = scheduler_spec(args).replace(max_running=opts["max_num_seqs"])
-    llm = LLM(args.model, scheduler=spec, gpu_memory_utilization=args.gpu_memory_utilization,
-              enforce_eager=args.enforce_eager, **opts)
+    llm = LLM(
+        args.model,
+        scheduler=spec,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enforce_eager=args.enforce_eager,
+        **opts,
+    )
     prompts = list(args.prompt or [])
     for ids in args.prompt_ids or []:
         try:
@@ -69,16 +102,29 @@ def cmd_generate(args) -> int:
     outs = llm.generate(prompts, params)
     for prompt, o in zip(prompts, outs):
         if args.json:
-            print(json.dumps({"prompt": prompt, "text": o.text, "token_ids": o.token_ids,
-                              "finish_reason": o.finish_reason, "ttft_s": o.ttft, "e2e_s": o.e2e,
-                              "itl_s": o.itl, "preemptions": o.preemptions}))
+            print(
+                json.dumps(
+                    {
+                        "prompt": prompt,
+                        "text": o.text,
+                        "token_ids": o.token_ids,
+                        "finish_reason": o.finish_reason,
+                        "ttft_s": o.ttft,
+                        "e2e_s": o.e2e,
+                        "itl_s": o.itl,
+                        "preemptions": o.preemptions,
+                    }
+                )
+            )
         else:
             shown = prompt if isinstance(prompt, str) else f"<{len(prompt)} token ids>"
             print(f"--- prompt: {shown!r}")
             print(o.text)
             mean_itl = sum(o.itl) / len(o.itl) * 1e3 if o.itl else float("nan")
-            print(f"[{len(o.token_ids)} tokens, finish_reason={o.finish_reason}, ttft={o.ttft * 1e3:.1f} ms, "
-                  f"mean itl={mean_itl:.2f} ms, e2e={o.e2e * 1e3:.1f} ms]")
+            print(
+                f"[{len(o.token_ids)} tokens, finish_reason={o.finish_reason}, ttft={o.ttft * 1e3:.1f} ms, "
+                f"mean itl={mean_itl:.2f} ms, e2e={o.e2e * 1e3:.1f} ms]"
+            )
     return 0
 
 
@@ -86,11 +132,19 @@ def cmd_generate(args) -> int:
 def cmd_make_tiny_model(args) -> int:
     from ..engine.tiny import make_tiny_model  # noqa: PLC0415
 
-    out = make_tiny_model(args.dir, arch=args.arch, vocab_size=args.vocab_size, hidden_size=args.hidden_size,
-                          num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads,
-                          intermediate_size=args.intermediate_size,
-                          max_position_embeddings=args.max_position_embeddings,
-                          tie_word_embeddings=args.tie_word_embeddings, seed=args.seed)
+    out = make_tiny_model(
+        args.dir,
+        arch=args.arch,
+        vocab_size=args.vocab_size,
+        hidden_size=args.hidden_size,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        num_kv_heads=args.kv_heads,
+        intermediate_size=args.intermediate_size,
+        max_position_embeddings=args.max_position_embeddings,
+        tie_word_embeddings=args.tie_word_embeddings,
+        seed=args.seed,
+    )
     print(f"wrote a tiny {args.arch} model to {out}")
     return 0
 
@@ -106,15 +160,29 @@ def cmd_profile(args) -> int:
         raise ConfigError(f"--calibrate-s must be >= 0, got {args.calibrate_s}")
     if args.tables_s is not None and args.tables_s < 0:
         raise ConfigError(f"--tables-s must be >= 0, got {args.tables_s}")
-    s = profile(args.model, args.out, reps=args.reps, warmup=args.warmup, enforce_eager=args.enforce_eager,
-                progress=say, calibrate=args.calibrate_s > 0, calibrate_s=args.calibrate_s or 1.0,
-                min_s=args.tables_s, spread=not args.equal_contexts, **opts)
-    print(f"wrote {s['rows']} rows to {s['path']} ({s['device']}, {s['dtype']}, {s['layers']} layers, "
-          f"{s['seconds']:.1f} s)")
+    s = profile(
+        args.model,
+        args.out,
+        reps=args.reps,
+        warmup=args.warmup,
+        enforce_eager=args.enforce_eager,
+        progress=say,
+        calibrate=args.calibrate_s > 0,
+        calibrate_s=args.calibrate_s or 1.0,
+        min_s=args.tables_s,
+        spread=not args.equal_contexts,
+        **opts,
+    )
+    print(
+        f"wrote {s['rows']} rows to {s['path']} ({s['device']}, {s['dtype']}, {s['layers']} layers, "
+        f"{s['seconds']:.1f} s)"
+    )
     cal = s.get("calibration") or {}
     if cal.get("steps"):
-        print(f"calibrated on {cal['steps']} real steps: x{cal['scale']:.3f}, host {cal['fixed_s'] * 1e3:.3f} ms "
-              f"+ {cal['per_row_s'] * 1e6:.1f} us per sampled row")
+        print(
+            f"calibrated on {cal['steps']} real steps: x{cal['scale']:.3f}, host {cal['fixed_s'] * 1e3:.3f} ms "
+            f"+ {cal['per_row_s'] * 1e6:.1f} us per sampled row"
+        )
     print(f"simulate with: --cost-model {s['cost_model']}")
     return 0
 
@@ -123,9 +191,11 @@ def register(subparsers) -> None:
     """Add the engine subcommands to an argparse subparsers object."""
     fmt = argparse.ArgumentDefaultsHelpFormatter
 
-    p = subparsers.add_parser("generate", help="generate text with the PyTorch engine",
-                              description="Generate with a local Hugging Face-format model; every step "
-                                          "runs the plan of a llmsched policy.")
+    p = subparsers.add_parser(
+        "generate",
+        help="generate text with the PyTorch engine",
+        description="Generate with a local Hugging Face-format model; every step runs the plan of a llmsched policy.",
+    )
     p.add_argument("--model", required=True, help="model folder (config.json, *.safetensors, tokenizer.json)")
     p.add_argument("--prompt", action="append", help="a text prompt (repeat for several)")
     p.add_argument("--prompt-ids", action="append", help="a prompt as token ids, e.g. '1,5,9' (repeatable)")
@@ -141,10 +211,13 @@ def register(subparsers) -> None:
     add_engine_args(p)
     p.set_defaults(func=cmd_generate)
 
-    p = subparsers.add_parser("make-tiny-model", help="write a small random model with a trained tokenizer",
-                              description="Write a small random Llama-family model (config.json, "
-                                          "model.safetensors, tokenizer.json) for demos and tests.",
-                              formatter_class=fmt)
+    p = subparsers.add_parser(
+        "make-tiny-model",
+        help="write a small random model with a trained tokenizer",
+        description="Write a small random Llama-family model (config.json, "
+        "model.safetensors, tokenizer.json) for demos and tests.",
+        formatter_class=fmt,
+    )
     p.add_argument("dir", help="output folder")
     p.add_argument("--arch", default="llama", choices=["llama", "qwen2", "mistral"])
     p.add_argument("--vocab-size", type=positive_int, default=512, help="BPE vocabulary target")
@@ -158,24 +231,39 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_make_tiny_model)
 
-    p = subparsers.add_parser("profile", help="measure this machine's step-time tables for simulate",
-                              description="Measure linear, attention and LM-head times of the engine on "
-                                          "this machine and write a profile CSV that "
-                                          "`simulate --cost-model profile:PATH` reads.")
+    p = subparsers.add_parser(
+        "profile",
+        help="measure this machine's step-time tables for simulate",
+        description="Measure linear, attention and LM-head times of the engine on "
+        "this machine and write a profile CSV that "
+        "`simulate --cost-model profile:PATH` reads.",
+    )
     p.add_argument("--model", required=True, help="model folder")
     p.add_argument("--out", required=True, help="output CSV file (a folder gets profile.csv)")
-    p.add_argument("--reps", type=positive_int, default=3,
-                   help="interleaved passes over the grid, at least (default: 3)")
+    p.add_argument(
+        "--reps", type=positive_int, default=3, help="interleaved passes over the grid, at least (default: 3)"
+    )
     p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default: 1)")
-    p.add_argument("--tables-s", type=float, default=None,
-                   help="keep making passes until this many seconds after the first, the calibration run "
-                        "included (default: 3 on CPU, 10 on CUDA)")
-    p.add_argument("--calibrate-s", type=float, default=2.5,
-                   help="length of the real-time calibration run that fits the step-time scale and the "
-                        "host time per step; 0: none (default: 2.5)")
-    p.add_argument("--equal-contexts", action="store_true",
-                   help="time decode batches with equal contexts (default: contexts spread over 0..2x the "
-                        "mean, as in serving; the engine pads a batch to its longest context)")
+    p.add_argument(
+        "--tables-s",
+        type=float,
+        default=None,
+        help="keep making passes until this many seconds after the first, the calibration run "
+        "included (default: 3 on CPU, 10 on CUDA)",
+    )
+    p.add_argument(
+        "--calibrate-s",
+        type=float,
+        default=2.5,
+        help="length of the real-time calibration run that fits the step-time scale and the "
+        "host time per step; 0: none (default: 2.5)",
+    )
+    p.add_argument(
+        "--equal-contexts",
+        action="store_true",
+        help="time decode batches with equal contexts (default: contexts spread over 0..2x the "
+        "mean, as in serving; the engine pads a batch to its longest context)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     add_engine_args(p)
     p.set_defaults(func=cmd_profile)

@@ -17,54 +17,94 @@ from .common import add_scheduler_args, positive_int, scheduler_spec
 # ---- request limits (issue #13): --max-body-bytes, --max-header-bytes, --read-timeout ----
 def add_limit_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("request limits")
-    g.add_argument("--max-body-bytes", type=positive_int, default=None,
-                   help="largest request body in bytes; larger ones get 413 without being read "
-                        "(default: what the largest request the context can serve needs as JSON, "
-                        "6 x the text bound + 32 B per token + 1 MiB, at most 16 MiB; see /version)")
-    g.add_argument("--max-header-bytes", type=positive_int, default=64 * 1024,
-                   help="largest request line + headers in bytes; larger get 431 (default: 65536)")
-    g.add_argument("--read-timeout", type=float, default=30.0,
-                   help="seconds a client has to send a request's headers, and then its body; "
-                        "slower ones get 408 and are disconnected (default: 30)")
+    g.add_argument(
+        "--max-body-bytes",
+        type=positive_int,
+        default=None,
+        help="largest request body in bytes; larger ones get 413 without being read "
+        "(default: what the largest request the context can serve needs as JSON, "
+        "6 x the text bound + 32 B per token + 1 MiB, at most 16 MiB; see /version)",
+    )
+    g.add_argument(
+        "--max-header-bytes",
+        type=positive_int,
+        default=64 * 1024,
+        help="largest request line + headers in bytes; larger get 431 (default: 65536)",
+    )
+    g.add_argument(
+        "--read-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a client has to send a request's headers, and then its body; "
+        "slower ones get 408 and are disconnected (default: 30)",
+    )
 
 
 def limit_config(args) -> dict:
     """The ServerConfig fields of add_limit_args' options."""
-    return {"max_body_bytes": args.max_body_bytes, "max_header_bytes": args.max_header_bytes,
-            "read_timeout": args.read_timeout}
+    return {
+        "max_body_bytes": args.max_body_bytes,
+        "max_header_bytes": args.max_header_bytes,
+        "read_timeout": args.read_timeout,
+    }
+
+
 # ---- end of request limits ----
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "serve", help="serve an OpenAI-compatible API on the engine or a virtual GPU",
+        "serve",
+        help="serve an OpenAI-compatible API on the engine or a virtual GPU",
         description="Serve /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics. "
-                    "--model DIR runs the PyTorch engine; --backend sim runs a virtual GPU that "
-                    "executes the policy's plans in real time, timed by a cost model.")
-    p.add_argument("--backend", choices=("sim", "engine"), default=None,
-                   help="sim: virtual GPU; engine: the PyTorch engine (default: engine with --model, else sim)")
+        "--model DIR runs the PyTorch engine; --backend sim runs a virtual GPU that "
+        "executes the policy's plans in real time, timed by a cost model.",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("sim", "engine"),
+        default=None,
+        help="sim: virtual GPU; engine: the PyTorch engine (default: engine with --model, else sim)",
+    )
     p.add_argument("model_dir", nargs="?", metavar="MODEL", help="model folder, as `vllm serve MODEL` takes it")
     p.add_argument("--model", default=None, help="model folder (Hugging Face format) for the engine backend")
-    p.add_argument("--served-model-name", default=None,
-                   help="model name clients use (default: the folder name, or llmsched-sim)")
-    p.add_argument("--tokenizer", default=None,
-                   help="folder with tokenizer.json to count prompt tokens (sim default: 4 UTF-8 bytes per token)")
+    p.add_argument(
+        "--served-model-name", default=None, help="model name clients use (default: the folder name, or llmsched-sim)"
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="folder with tokenizer.json to count prompt tokens (sim default: 4 UTF-8 bytes per token)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    p.add_argument("--api-key", default=None,
-                   help="require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize (default: "
-                        "$LLMSCHED_API_KEY if set; /health, /metrics and /version stay open)")
-    p.add_argument("--max-model-len", type=positive_int, default=None,
-                   help="longest prompt + completion (sim default: 32768, or the KV capacity + 1; "
-                        "engine default: the model's)")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize (default: "
+        "$LLMSCHED_API_KEY if set; /health, /metrics and /version stay open)",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=positive_int,
+        default=None,
+        help="longest prompt + completion (sim default: 32768, or the KV capacity + 1; engine default: the model's)",
+    )
     add_scheduler_args(p, defaults=True)
     g = p.add_argument_group("virtual GPU (--backend sim)")
-    g.add_argument("--cost-model", default=None,
-                   help="step cost model: paper[:c=..,a=..,b0=..], linear:c=..,a=.., const:MS, "
-                        "profile[:NAME|PATH] (default: profile:h200-llama-3-8b, as the simulator)")
-    g.add_argument("--sim-max-debt-ms", type=float, default=50.0,
-                   help="how far (ms) the virtual GPU may fall behind the cost model's schedule and "
-                        "still catch up (host hiccups); 0: never catch up (default: 50)")
+    g.add_argument(
+        "--cost-model",
+        default=None,
+        help="step cost model: paper[:c=..,a=..,b0=..], linear:c=..,a=.., const:MS, "
+        "profile[:NAME|PATH] (default: profile:h200-llama-3-8b, as the simulator)",
+    )
+    g.add_argument(
+        "--sim-max-debt-ms",
+        type=float,
+        default=50.0,
+        help="how far (ms) the virtual GPU may fall behind the cost model's schedule and "
+        "still catch up (host hiccups); 0: never catch up (default: 50)",
+    )
     g = p.add_argument_group("engine (--model)")
     g.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
     g.add_argument("--dtype", default=None, help="model dtype, e.g. float32, bfloat16")
@@ -73,18 +113,37 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--block-size", type=positive_int, default=None, help="KV-cache block size in tokens")
     g.add_argument("--seed", type=int, default=None, help="sampling seed")
     g = p.add_argument_group("overload and shutdown")
-    g.add_argument("--max-queued-requests", type=positive_int, default=None,
-                   help="refuse (429) a request when this many accepted requests have no first token yet")
-    g.add_argument("--max-queued-tokens", type=positive_int, default=None,
-                   help="refuse (429) a request when the queued prompt tokens would exceed this")
-    g.add_argument("--default-max-tokens", type=positive_int, default=None,
-                   help="max_tokens when a request gives none (default: 16 for completions, the "
-                        "context left for chat)")
-    g.add_argument("--drain-timeout", type=float, default=30.0,
-                   help="on SIGINT/SIGTERM, seconds to let running requests finish (default: 30)")
+    g.add_argument(
+        "--max-queued-requests",
+        type=positive_int,
+        default=None,
+        help="refuse (429) a request when this many accepted requests have no first token yet",
+    )
+    g.add_argument(
+        "--max-queued-tokens",
+        type=positive_int,
+        default=None,
+        help="refuse (429) a request when the queued prompt tokens would exceed this",
+    )
+    g.add_argument(
+        "--default-max-tokens",
+        type=positive_int,
+        default=None,
+        help="max_tokens when a request gives none (default: 16 for completions, the context left for chat)",
+    )
+    g.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="on SIGINT/SIGTERM, seconds to let running requests finish (default: 30)",
+    )
     add_limit_args(p)
-    p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
-                   help="log level (default: warning)")
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=("debug", "info", "warning", "error"),
+        help="log level (default: warning)",
+    )
     p.set_defaults(func=serve_main)
     return p
 
@@ -98,8 +157,11 @@ def build_backend(args):
         args.model = args.model_dir
     backend = args.backend or ("engine" if args.model else "sim")
     opts = scheduler_spec(args)
-    engine_only = [f"--{k.replace('_', '-')}" for k in ("device", "dtype", "kv_cache_gb", "num_blocks", "block_size",
-                                                       "seed") if getattr(args, k) is not None]
+    engine_only = [
+        f"--{k.replace('_', '-')}"
+        for k in ("device", "dtype", "kv_cache_gb", "num_blocks", "block_size", "seed")
+        if getattr(args, k) is not None
+    ]
     if backend == "sim" and engine_only:
         raise ConfigError(f"{engine_only[0]} is an engine option; the sim backend (a virtual GPU) does not use it")
     if backend == "engine" and args.cost_model is not None:
@@ -107,33 +169,54 @@ def build_backend(args):
     if backend == "engine":
         if not args.model:
             raise ConfigError("the engine backend needs --model DIR (or use --backend sim)")
-        return make_engine_backend(args.model, opts, served_model_name=args.served_model_name,
-                                   tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
-                                   kv_cache_gb=args.kv_cache_gb, num_blocks=args.num_blocks,
-                                   block_size=args.block_size, seed=args.seed,
-                                   max_model_len=args.max_model_len)
+        return make_engine_backend(
+            args.model,
+            opts,
+            served_model_name=args.served_model_name,
+            tokenizer=args.tokenizer,
+            device=args.device,
+            dtype=args.dtype,
+            kv_cache_gb=args.kv_cache_gb,
+            num_blocks=args.num_blocks,
+            block_size=args.block_size,
+            seed=args.seed,
+            max_model_len=args.max_model_len,
+        )
     if args.model:
         raise ConfigError("--model is for the engine backend; the sim backend takes --served-model-name")
     if not args.sim_max_debt_ms >= 0:
         raise ConfigError(f"--sim-max-debt-ms must be >= 0, got {args.sim_max_debt_ms}")
-    return make_sim_backend(opts, args.cost_model or "profile:h200-llama-3-8b", max_model_len=args.max_model_len,
-                            tokenizer=args.tokenizer, served_model_name=args.served_model_name,
-                            max_debt_s=args.sim_max_debt_ms / 1e3)
+    return make_sim_backend(
+        opts,
+        args.cost_model or "profile:h200-llama-3-8b",
+        max_model_len=args.max_model_len,
+        tokenizer=args.tokenizer,
+        served_model_name=args.served_model_name,
+        max_debt_s=args.sim_max_debt_ms / 1e3,
+    )
 
 
 def serve_main(args) -> int:
     from ..server.app import ServerConfig  # noqa: PLC0415
     from ..server.serve import serve  # noqa: PLC0415
 
-    cfg = ServerConfig(host=args.host, port=args.port,
-                       api_key=args.api_key or os.environ.get("LLMSCHED_API_KEY") or None,
-                       max_queued_requests=args.max_queued_requests,
-                       max_queued_tokens=args.max_queued_tokens,
-                       default_max_tokens=args.default_max_tokens, drain_timeout=args.drain_timeout,
-                       log_level=args.log_level, **limit_config(args))
+    cfg = ServerConfig(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key or os.environ.get("LLMSCHED_API_KEY") or None,
+        max_queued_requests=args.max_queued_requests,
+        max_queued_tokens=args.max_queued_tokens,
+        default_max_tokens=args.default_max_tokens,
+        drain_timeout=args.drain_timeout,
+        log_level=args.log_level,
+        **limit_config(args),
+    )
     backend = build_backend(args)
-    print(f"llmsched serve: {backend.kind} backend, model {backend.model_name!r}, "
-          f"http://{cfg.host}:{cfg.port}/v1", file=sys.stderr, flush=True)
+    print(
+        f"llmsched serve: {backend.kind} backend, model {backend.model_name!r}, http://{cfg.host}:{cfg.port}/v1",
+        file=sys.stderr,
+        flush=True,
+    )
     serve(backend, cfg)
     return 0
 
@@ -141,62 +224,123 @@ def serve_main(args) -> int:
 # ---- bench -----------------------------------------------------------------------------
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "bench", help="load-test an OpenAI-compatible endpoint (metrics of vllm bench serve)",
+        "bench",
+        help="load-test an OpenAI-compatible endpoint (metrics of vllm bench serve)",
         description="Send a workload to /v1/completions or /v1/chat/completions and report TTFT, "
-                    "TPOT, ITL, E2EL, throughput and goodput, defined as in `vllm bench serve`.")
+        "TPOT, ITL, E2EL, throughput and goodput, defined as in `vllm bench serve`.",
+    )
     p.add_argument("--base-url", default=None, help="server URL (default: http://HOST:PORT)")
     p.add_argument("--host", default="127.0.0.1", help="server host (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="server port (default: 8000)")
-    p.add_argument("--endpoint", default="/v1/completions",
-                   choices=("/v1/completions", "/v1/chat/completions"), help="API endpoint")
+    p.add_argument(
+        "--endpoint",
+        default="/v1/completions",
+        choices=("/v1/completions", "/v1/chat/completions"),
+        help="API endpoint",
+    )
     p.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
     p.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY if set)")
     g = p.add_argument_group("workload")
-    g.add_argument("--dataset-name", default="random", choices=("random", "sharegpt", "arxiv", "trace"),
-                   help="random lengths; ShareGPT/arXiv length files; or a trace replayed with its "
-                        "timestamps (Azure or plain CSV) (default: random)")
-    g.add_argument("--dataset-path", default=None,
-                   help="length CSV or trace file (default for sharegpt/arxiv: the shared copy; "
-                        "trace: required, or the name azure-conv)")
+    g.add_argument(
+        "--dataset-name",
+        default="random",
+        choices=("random", "sharegpt", "arxiv", "trace"),
+        help="random lengths; ShareGPT/arXiv length files; or a trace replayed with its "
+        "timestamps (Azure or plain CSV) (default: random)",
+    )
+    g.add_argument(
+        "--dataset-path",
+        default=None,
+        help="length CSV or trace file (default for sharegpt/arxiv: the shared copy; "
+        "trace: required, or the name azure-conv)",
+    )
     g.add_argument("--num-prompts", type=positive_int, default=1000, help="requests to send (default: 1000)")
-    g.add_argument("--input-len", "--random-input-len", dest="input_len", type=positive_int, default=1024,
-                   help="random: prompt tokens (default: 1024)")
-    g.add_argument("--output-len", "--random-output-len", dest="output_len", type=positive_int, default=128,
-                   help="random: output tokens (default: 128)")
-    g.add_argument("--random-range-ratio", type=float, default=0.0,
-                   help="random: lengths uniform in [L*(1-r), L*(1+r)] (default: 0, fixed)")
-    g.add_argument("--sharegpt-output-len", type=positive_int, default=None,
-                   help="sharegpt/arxiv/trace: override every output length")
-    g.add_argument("--time-scale", type=float, default=1.0,
-                   help="trace: divide the trace's arrival times by this (default: 1)")
-    g.add_argument("--request-rate", type=float, default=math.inf,
-                   help="requests per second; inf sends all at once (trace: default its own timestamps)")
-    g.add_argument("--burstiness", type=float, default=1.0,
-                   help="gamma shape of the inter-arrival times: 1 Poisson, <1 burstier, >1 smoother")
-    g.add_argument("--max-concurrency", type=positive_int, default=None,
-                   help="at most this many requests in flight")
+    g.add_argument(
+        "--input-len",
+        "--random-input-len",
+        dest="input_len",
+        type=positive_int,
+        default=1024,
+        help="random: prompt tokens (default: 1024)",
+    )
+    g.add_argument(
+        "--output-len",
+        "--random-output-len",
+        dest="output_len",
+        type=positive_int,
+        default=128,
+        help="random: output tokens (default: 128)",
+    )
+    g.add_argument(
+        "--random-range-ratio",
+        type=float,
+        default=0.0,
+        help="random: lengths uniform in [L*(1-r), L*(1+r)] (default: 0, fixed)",
+    )
+    g.add_argument(
+        "--sharegpt-output-len",
+        type=positive_int,
+        default=None,
+        help="sharegpt/arxiv/trace: override every output length",
+    )
+    g.add_argument(
+        "--time-scale", type=float, default=1.0, help="trace: divide the trace's arrival times by this (default: 1)"
+    )
+    g.add_argument(
+        "--request-rate",
+        type=float,
+        default=math.inf,
+        help="requests per second; inf sends all at once (trace: default its own timestamps)",
+    )
+    g.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help="gamma shape of the inter-arrival times: 1 Poisson, <1 burstier, >1 smoother",
+    )
+    g.add_argument("--max-concurrency", type=positive_int, default=None, help="at most this many requests in flight")
     g.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    g.add_argument("--prompt-format", choices=("auto", "ids", "text"), default="auto",
-                   help="completions prompts as token-id lists (auto) or text (4 bytes per token)")
-    g.add_argument("--token-id-range", default="1,100",
-                   help="LO,HI: token ids of id prompts are drawn from [LO, HI) (default: 1,100)")
-    g.add_argument("--num-warmups", type=int, default=1,
-                   help="unmeasured requests sent first, one at a time (default: 1)")
-    g.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
-                   help="do not send ignore_eos: true")
+    g.add_argument(
+        "--prompt-format",
+        choices=("auto", "ids", "text"),
+        default="auto",
+        help="completions prompts as token-id lists (auto) or text (4 bytes per token)",
+    )
+    g.add_argument(
+        "--token-id-range",
+        default="1,100",
+        help="LO,HI: token ids of id prompts are drawn from [LO, HI) (default: 1,100)",
+    )
+    g.add_argument(
+        "--num-warmups", type=int, default=1, help="unmeasured requests sent first, one at a time (default: 1)"
+    )
+    g.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="do not send ignore_eos: true")
     g = p.add_argument_group("metrics")
-    g.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
-                   help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (milliseconds)")
-    g.add_argument("--percentile-metrics", default="ttft,tpot,itl",
-                   help="metrics to report percentiles of: ttft,tpot,itl,e2el (default: ttft,tpot,itl)")
+    g.add_argument(
+        "--goodput",
+        nargs="+",
+        default=None,
+        metavar="KEY:MS",
+        help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (milliseconds)",
+    )
+    g.add_argument(
+        "--percentile-metrics",
+        default="ttft,tpot,itl",
+        help="metrics to report percentiles of: ttft,tpot,itl,e2el (default: ttft,tpot,itl)",
+    )
     g.add_argument("--metric-percentiles", default="99", help="percentiles, e.g. 50,90,99 (default: 99)")
     g.add_argument("--result-file", default=None, help="write the results as JSON here")
-    g.add_argument("--save-detailed", action="store_true",
-                   help="include per-request values (ttfts, itls, ...) in the result file")
+    g.add_argument(
+        "--save-detailed", action="store_true", help="include per-request values (ttfts, itls, ...) in the result file"
+    )
     g.add_argument("--timeout", type=float, default=6 * 3600, help="per-request timeout in seconds")
     g.add_argument("--quiet", action="store_true", help="no progress line")
-    g.add_argument("--http-client", choices=("raw", "httpx"), default="raw",
-                   help="raw: a minimal asyncio HTTP/1.1 client (default; cheap per token); httpx")
+    g.add_argument(
+        "--http-client",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="raw: a minimal asyncio HTTP/1.1 client (default; cheap per token); httpx",
+    )
     p.set_defaults(func=bench_main)
     return p
 

@@ -11,8 +11,7 @@ import sys
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..theory import describe_verdict
-from .common import (add_cost_model_arg, add_scheduler_args, add_workload_args, positive_int,
-                     print_table, sim_overrides)
+from .common import add_cost_model_arg, add_scheduler_args, add_workload_args, positive_int, print_table, sim_overrides
 
 
 def cmd_simulate(args) -> int:
@@ -52,26 +51,42 @@ def _simulate_network(args) -> int:
         raise ConfigError("--steps is for one server; a network writes calls.csv and per-replica outputs")
     if args.network:
         if args.replicas or args.router:
-            raise ConfigError("--replicas/--router describe a cluster from the flags; a --network file "
-                              "declares replicas and routers per server")
-        given = {k: v for k, v in sim_overrides(args).items() if v is not None and k not in (
-            "seed", "max_time_s", "sample_interval_s", "fast", "num_requests")}
+            raise ConfigError(
+                "--replicas/--router describe a cluster from the flags; a --network file "
+                "declares replicas and routers per server"
+            )
+        given = {
+            k: v
+            for k, v in sim_overrides(args).items()
+            if v is not None and k not in ("seed", "max_time_s", "sample_interval_s", "fast", "num_requests")
+        }
         if given or args.config:
-            raise ConfigError(f"--network FILE declares servers and workload; --{next(iter(given), 'config').replace('_', '-')} "
-                              "does not apply (use --scale, --num-requests for the number of jobs, --seed)")
+            raise ConfigError(
+                f"--network FILE declares servers and workload; --{next(iter(given), 'config').replace('_', '-')} "
+                "does not apply (use --scale, --num-requests for the number of jobs, --seed)"
+            )
         network = args.network
         num_jobs = args.num_requests
     else:
         if args.scale is not None:
             raise ConfigError("--scale multiplies a --network file's arrival rates; use --rate for a cluster")
-        network = cluster_network(args.config, replicas=args.replicas, router=args.router or "jsq",
-                                  **sim_overrides(args))
+        network = cluster_network(
+            args.config, replicas=args.replicas, router=args.router or "jsq", **sim_overrides(args)
+        )
         num_jobs = None
     progress, close = _progress_bar(args)
     try:
-        res = simulate_network(network, out_dir=args.out or None, fast=not args.exact, max_time_s=args.max_time_s,
-                               sample_interval_s=args.sample_interval_s, scale=args.scale, num_jobs=num_jobs,
-                               seed=args.seed if args.network else None, progress=progress)
+        res = simulate_network(
+            network,
+            out_dir=args.out or None,
+            fast=not args.exact,
+            max_time_s=args.max_time_s,
+            sample_interval_s=args.sample_interval_s,
+            scale=args.scale,
+            num_jobs=num_jobs,
+            seed=args.seed if args.network else None,
+            progress=progress,
+        )
     finally:
         close()
     if args.json:
@@ -87,22 +102,38 @@ def _simulate_serverless(args) -> int:
     from ..sim.serverless_result import simulate_serverless  # noqa: PLC0415
 
     if args.network or args.replicas or args.router or args.steps:
-        raise ConfigError("--serverless FILE declares the whole platform; --network, --replicas, --router and "
-                          "--steps do not apply")
-    given = {k: v for k, v in sim_overrides(args).items() if v is not None and k not in (
-        "seed", "max_time_s", "fast", "num_requests", "admission", "sample_interval_s")}
+        raise ConfigError(
+            "--serverless FILE declares the whole platform; --network, --replicas, --router and --steps do not apply"
+        )
+    given = {
+        k: v
+        for k, v in sim_overrides(args).items()
+        if v is not None and k not in ("seed", "max_time_s", "fast", "num_requests", "admission", "sample_interval_s")
+    }
     if given or args.config:
-        raise ConfigError(f"--serverless FILE declares models, cluster and workload; "
-                          f"--{next(iter(given), 'config').replace('_', '-')} does not apply (use --platform-scheduler, "
-                          "--scale, --num-requests, --seed)")
+        raise ConfigError(
+            f"--serverless FILE declares models, cluster and workload; "
+            f"--{next(iter(given), 'config').replace('_', '-')} does not apply (use --platform-scheduler, "
+            "--scale, --num-requests, --seed)"
+        )
     if args.admission:
-        raise ConfigError("--serverless: the platform scheduler sets each model's admission; use "
-                          "--platform-scheduler fcfs|round-robin|priority|dynamicbatch|twp|serverlessllm")
+        raise ConfigError(
+            "--serverless: the platform scheduler sets each model's admission; use "
+            "--platform-scheduler fcfs|round-robin|priority|dynamicbatch|twp|serverlessllm"
+        )
     progress, close = _progress_bar(args)
     try:
-        res = simulate_serverless(args.serverless, args.out or None, scheduler=args.platform_scheduler,
-                                  fast=not args.exact, max_time_s=args.max_time_s, scale=args.scale,
-                                  num_requests=args.num_requests, seed=args.seed, progress=progress)
+        res = simulate_serverless(
+            args.serverless,
+            args.out or None,
+            scheduler=args.platform_scheduler,
+            fast=not args.exact,
+            max_time_s=args.max_time_s,
+            scale=args.scale,
+            num_requests=args.num_requests,
+            seed=args.seed,
+            progress=progress,
+        )
     finally:
         close()
     if args.json:
@@ -121,18 +152,23 @@ def print_serverless_summary(res) -> None:
         v = s.get(key)
         return "-" if v is None else f"{v:,.1f} ms"
 
-    rows = [("scheduler / GPUs", f"{s['scheduler']} / {s['gpus']}"),
-            ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}"),
-            ("request throughput", f"{s['request_throughput']:,.2f} req/s"),
-            ("TTFT p50 / p95 / p99", f"{ms('p50_ttft_ms')} / {ms('p95_ttft_ms')} / {ms('p99_ttft_ms')}"),
-            ("ITL mean / p99, CV", f"{ms('mean_itl_ms')} / {ms('p99_itl_ms')}, "
-                                   f"{'-' if s.get('itl_cv') is None else format(s['itl_cv'], '.3f')}"),
-            ("E2E latency p99", ms("p99_e2el_ms")),
-            ("cold starts (total time)", f"{s['cold_starts']:,} ({s['cold_start_time_s']:,.1f} s)"),
-            ("GPU-seconds (busy share)", f"{s['gpu_seconds']:,.0f} ({s['gpu_busy_fraction']:.1%})"),
-            ("instances used / peak", f"{s['instances_used']} / {s['peak_instances']}"),
-            ("migrations", f"{s['migrations']:,}"),
-            ("simulation wall time", f"{s['wall_s']:.2f} s")]
+    rows = [
+        ("scheduler / GPUs", f"{s['scheduler']} / {s['gpus']}"),
+        ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}"),
+        ("request throughput", f"{s['request_throughput']:,.2f} req/s"),
+        ("TTFT p50 / p95 / p99", f"{ms('p50_ttft_ms')} / {ms('p95_ttft_ms')} / {ms('p99_ttft_ms')}"),
+        (
+            "ITL mean / p99, CV",
+            f"{ms('mean_itl_ms')} / {ms('p99_itl_ms')}, "
+            f"{'-' if s.get('itl_cv') is None else format(s['itl_cv'], '.3f')}",
+        ),
+        ("E2E latency p99", ms("p99_e2el_ms")),
+        ("cold starts (total time)", f"{s['cold_starts']:,} ({s['cold_start_time_s']:,.1f} s)"),
+        ("GPU-seconds (busy share)", f"{s['gpu_seconds']:,.0f} ({s['gpu_busy_fraction']:.1%})"),
+        ("instances used / peak", f"{s['instances_used']} / {s['peak_instances']}"),
+        ("migrations", f"{s['migrations']:,}"),
+        ("simulation wall time", f"{s['wall_s']:.2f} s"),
+    ]
     print_table("llmsched serverless", rows, ("metric", "value"))
 
 
@@ -142,18 +178,30 @@ def print_network_summary(res) -> None:
     def ms(v):
         return "-" if v is None else f"{v:,.1f} ms"
 
-    rows = [("jobs completed", f"{s['completed_jobs']:,} / {s['num_jobs']:,} ({s['num_calls']:,} calls)"),
-            ("job throughput", f"{s['job_throughput']:,.3f} jobs/s"),
-            ("job latency mean / p50 / p99", f"{ms(s['mean_job_latency_ms'])} / {ms(s['p50_job_latency_ms'])} / "
-                                             f"{ms(s['p99_job_latency_ms'])}")]
+    rows = [
+        ("jobs completed", f"{s['completed_jobs']:,} / {s['num_jobs']:,} ({s['num_calls']:,} calls)"),
+        ("job throughput", f"{s['job_throughput']:,.3f} jobs/s"),
+        (
+            "job latency mean / p50 / p99",
+            f"{ms(s['mean_job_latency_ms'])} / {ms(s['p50_job_latency_ms'])} / {ms(s['p99_job_latency_ms'])}",
+        ),
+    ]
     for name, srv in s["servers"].items():
         util = srv.get("utilisation")
         load = "" if util is None else f"load {util:.1%} of capacity, "
-        rows.append((f"server {name} ({len(srv['replicas'])} replica(s))",
-                     f"{load}{srv['calls']:,} calls, TTFT p99 {ms(srv['p99_ttft_ms'])}, {srv['verdict']}"))
+        rows.append(
+            (
+                f"server {name} ({len(srv['replicas'])} replica(s))",
+                f"{load}{srv['calls']:,} calls, TTFT p99 {ms(srv['p99_ttft_ms'])}, {srv['verdict']}",
+            )
+        )
     if s.get("bottleneck"):
-        rows.append(("bottleneck (traffic equations)", f"{s['bottleneck']} at {s['max_utilisation']:.1%}; rates "
-                                                       f"could scale by {s['critical_scale']:.3g}"))
+        rows.append(
+            (
+                "bottleneck (traffic equations)",
+                f"{s['bottleneck']} at {s['max_utilisation']:.1%}; rates could scale by {s['critical_scale']:.3g}",
+            )
+        )
     rows.append(("network verdict", s["verdict"]))
     rows.append(("simulation wall time", f"{s['wall_s']:.2f} s"))
     print_table("llmsched network", rows, ("metric", "value"))
@@ -166,8 +214,14 @@ def _progress_bar(args):
     from rich.console import Console  # noqa: PLC0415
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn  # noqa: PLC0415
 
-    bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+    bar = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    )
     task = bar.add_task("simulating", total=None)
     bar.start()
 
@@ -188,9 +242,12 @@ def print_summary(result) -> None:
         v = s.get(key)
         return "-" if v is None else f"{v:,.1f} ms"
 
-    t = Table(title=f"llmsched: {c['scheduler']['batch_policy']} "
-                    f"(admission {c['scheduler']['admission']['name']}, b_max {c['b_max']}, "
-                    f"cost {c['cost_model']})", show_header=True)
+    t = Table(
+        title=f"llmsched: {c['scheduler']['batch_policy']} "
+        f"(admission {c['scheduler']['admission']['name']}, b_max {c['b_max']}, "
+        f"cost {c['cost_model']})",
+        show_header=True,
+    )
     t.add_column("metric")
     t.add_column("value", justify="right")
     rows = [
@@ -216,7 +273,9 @@ def print_summary(result) -> None:
     verdict = describe_verdict(s)
     if verdict is not None:
         rows.append(("stability (backlog growth, 95% CI)", verdict))
-    rows.append(("simulation wall time", f"{s['wall_s']:.2f} s ({s['num_requests'] / max(s['wall_s'], 1e-9):,.0f} req/s)"))
+    rows.append(
+        ("simulation wall time", f"{s['wall_s']:.2f} s ({s['num_requests'] / max(s['wall_s'], 1e-9):,.0f} req/s)")
+    )
     for k, v in rows:
         t.add_row(k, v)
     Console().print(t)
@@ -248,10 +307,13 @@ def cmd_plot(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("simulate", help="simulate a workload on a server, a cluster or a network",
-                       description="Simulate a workload under a batch policy and write its results. "
-                                   "--replicas N puts N copies of the server behind a --router; "
-                                   "--network FILE simulates a YAML network of servers and job routes.")
+    p = sub.add_parser(
+        "simulate",
+        help="simulate a workload on a server, a cluster or a network",
+        description="Simulate a workload under a batch policy and write its results. "
+        "--replicas N puts N copies of the server behind a --router; "
+        "--network FILE simulates a YAML network of servers and job routes.",
+    )
     p.add_argument("--config", help="YAML file with any of the options (flags override it)")
     add_scheduler_args(p)
     add_cost_model_arg(p)
@@ -262,28 +324,45 @@ def register(sub) -> None:
     g.add_argument("--network", metavar="FILE", help="a YAML network of servers and job routes (docs/networks.md)")
     g.add_argument("--scale", type=float, help="--network, --serverless: multiply every arrival rate by K")
     g = p.add_argument_group("serverless platforms")
-    g.add_argument("--serverless", metavar="FILE", help="a YAML serverless platform: GPU nodes, models with cold "
-                                                        "starts, workload (docs/serverless.md)")
-    g.add_argument("--platform-scheduler", help="--serverless: fcfs, round-robin, priority, dynamicbatch, twp or "
-                                                "serverlessllm (default: the file's)")
+    g.add_argument(
+        "--serverless",
+        metavar="FILE",
+        help="a YAML serverless platform: GPU nodes, models with cold starts, workload (docs/serverless.md)",
+    )
+    g.add_argument(
+        "--platform-scheduler",
+        help="--serverless: fcfs, round-robin, priority, dynamicbatch, twp or serverlessllm (default: the file's)",
+    )
     g = p.add_argument_group("run and output")
     g.add_argument("--max-time", type=float, dest="max_time_s", help="stop the simulation at this time (s)")
-    g.add_argument("--sample-interval", type=float, dest="sample_interval_s",
-                   help="time-series sampling interval in s (default: span / 1000)")
+    g.add_argument(
+        "--sample-interval",
+        type=float,
+        dest="sample_interval_s",
+        help="time-series sampling interval in s (default: span / 1000)",
+    )
     g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
     g.add_argument("--steps", action="store_true", help="also write steps.csv (one row per step)")
     g.add_argument("--out", default=None, help="output folder (default results, or none with --json; '' for none)")
-    g.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (and write files "
-                                                        "only with --out)")
-    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr (default: when stderr is a terminal)")
+    g.add_argument(
+        "--json", action="store_true", help="print the summary as JSON on stdout (and write files only with --out)"
+    )
+    g.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: when stderr is a terminal)",
+    )
     g.add_argument("--quiet", action="store_true", help="print nothing")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("schedulers", help="list the policies", description="List batch and admission policies.")
     p.set_defaults(func=cmd_schedulers)
 
-    p = sub.add_parser("plot", help="draw figures of a results folder",
-                       description="Draw queue.png, ttft_cdf.png, itl_cdf.png, token_load.png in DIR.")
+    p = sub.add_parser(
+        "plot",
+        help="draw figures of a results folder",
+        description="Draw queue.png, ttft_cdf.png, itl_cdf.png, token_load.png in DIR.",
+    )
     p.add_argument("dir", help="a folder written by `llmsched simulate --out`")
     p.set_defaults(func=cmd_plot)

@@ -8,7 +8,20 @@ from .request import DECODE, DONE, PREFILL, WAITING, Request
 from .state import UNLIMITED, ServerState, WaitingQueue
 
 __all__ = [
-    "Constraints", "CostModel", "LinearCostModel", "PaperCostModel", "make_cost_model",
-    "ConfigError", "StepFeedback", "StepPlan", "DECODE", "DONE", "PREFILL", "WAITING",
-    "Request", "UNLIMITED", "ServerState", "WaitingQueue",
+    "Constraints",
+    "CostModel",
+    "LinearCostModel",
+    "PaperCostModel",
+    "make_cost_model",
+    "ConfigError",
+    "StepFeedback",
+    "StepPlan",
+    "DECODE",
+    "DONE",
+    "PREFILL",
+    "WAITING",
+    "Request",
+    "UNLIMITED",
+    "ServerState",
+    "WaitingQueue",
 ]

@@ -13,7 +13,7 @@ Models whose time depends on the load b alone set `load_only = True` and also an
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from .errors import ConfigError
 from .request import NS
@@ -23,8 +23,14 @@ class CostModel:
     name = "cost"
     load_only = False
 
-    def step_time(self, prefill_tokens: int, decode_tokens: int, decode_context: int,
-                  chunks: Sequence[tuple[int, int]], sampled: int) -> float:
+    def step_time(
+        self,
+        prefill_tokens: int,
+        decode_tokens: int,
+        decode_context: int,
+        chunks: Sequence[tuple[int, int]],
+        sampled: int,
+    ) -> float:
         raise NotImplementedError
 
     def load_time(self, b: int) -> float:
@@ -65,8 +71,7 @@ class PaperCostModel(CostModel):
         return self.load_time(prefill_tokens + decode_tokens)
 
     def describe(self):
-        return {"name": self.name, "c_ms": self.c * 1e3, "a_ms": self.a * 1e3, "b0": self.b0,
-                "variant": self.variant}
+        return {"name": self.name, "c_ms": self.c * 1e3, "a_ms": self.a * 1e3, "b0": self.b0, "variant": self.variant}
 
 
 class LinearCostModel(CostModel):
@@ -109,12 +114,20 @@ class StepTimer:
             d = self._by_load[b] = self._check(self.cost.load_time(b), b)
         return d
 
-    def step_ns(self, prefill_tokens: int, decode_tokens: int, decode_context: int,
-                chunks: Sequence[tuple[int, int]], sampled: int) -> int:
+    def step_ns(
+        self,
+        prefill_tokens: int,
+        decode_tokens: int,
+        decode_context: int,
+        chunks: Sequence[tuple[int, int]],
+        sampled: int,
+    ) -> int:
         if self.load_only:
             return self.load_ns(prefill_tokens + decode_tokens)
-        return self._check(self.cost.step_time(prefill_tokens, decode_tokens, decode_context, chunks,
-                                               sampled), prefill_tokens + decode_tokens)
+        return self._check(
+            self.cost.step_time(prefill_tokens, decode_tokens, decode_context, chunks, sampled),
+            prefill_tokens + decode_tokens,
+        )
 
     @staticmethod
     def _check(seconds: float, b: int) -> int:
@@ -160,8 +173,9 @@ def make_cost_model(spec: str | CostModel) -> CostModel:
     kind = kind.strip().lower()
     if kind == "paper":
         p = _floats(_parse_params(rest, spec), spec, {"c": float, "a": float, "b0": int, "variant": str})
-        return PaperCostModel(c_ms=p.get("c", 11.28), a_ms=p.get("a", 35.47), b0=p.get("b0", 128),
-                              variant=p.get("variant", "ceil"))
+        return PaperCostModel(
+            c_ms=p.get("c", 11.28), a_ms=p.get("a", 35.47), b0=p.get("b0", 128), variant=p.get("variant", "ceil")
+        )
     if kind == "linear":
         p = _floats(_parse_params(rest, spec), spec, {"c": float, "a": float})
         return LinearCostModel(c_ms=p.get("c", 10.0), a_ms=p.get("a", 0.0))
@@ -173,5 +187,6 @@ def make_cost_model(spec: str | CostModel) -> CostModel:
         return LinearCostModel(c_ms=ms, a_ms=0.0)
     if kind == "profile":
         from .profile import load_profile  # noqa: PLC0415 (tables are read only when asked for)
+
         return load_profile(rest or "h200-llama-3-8b")
     raise ConfigError(f"unknown cost model {kind!r} (known: paper, linear, const, profile)")

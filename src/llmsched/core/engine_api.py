@@ -27,22 +27,27 @@ class SamplingParams:
     max_tokens: int = 16
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1                 # -1: no top-k
+    top_k: int = -1  # -1: no top-k
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
-    min_tokens: int = 0             # EOS / stop token ids / stop strings cannot end it before
+    min_tokens: int = 0  # EOS / stop token ids / stop strings cannot end it before
 
     def __post_init__(self):
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ConfigError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) \
-                or not 0 <= self.min_tokens <= self.max_tokens:
-            raise ConfigError(f"min_tokens must be an integer in 0..max_tokens ({self.max_tokens}), "
-                              f"got {self.min_tokens!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
-                                      or not INT64_MIN <= self.seed <= INT64_MAX):
+        if (
+            isinstance(self.min_tokens, bool)
+            or not isinstance(self.min_tokens, int)
+            or not 0 <= self.min_tokens <= self.max_tokens
+        ):
+            raise ConfigError(
+                f"min_tokens must be an integer in 0..max_tokens ({self.max_tokens}), got {self.min_tokens!r}"
+            )
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int) or not INT64_MIN <= self.seed <= INT64_MAX
+        ):
             raise ConfigError(f"seed must be an integer in {INT64_MIN}..{INT64_MAX}, got {self.seed!r}")
         if not (isinstance(self.temperature, (int, float)) and 0 <= self.temperature < math.inf):
             raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature}")
@@ -59,8 +64,7 @@ class SamplingParams:
         return self.temperature < SAMPLING_EPS
 
 
-def check_request_size(prompt_tokens: int, max_tokens: int, max_model_len: int | None,
-                       kv_capacity: int | None) -> None:
+def check_request_size(prompt_tokens: int, max_tokens: int, max_model_len: int | None, kv_capacity: int | None) -> None:
     """Raise ConfigError if a request of this size can never be served."""
     if prompt_tokens < 1:
         raise ConfigError("the prompt is empty; at least 1 token is needed")
@@ -68,12 +72,14 @@ def check_request_size(prompt_tokens: int, max_tokens: int, max_model_len: int |
         raise ConfigError(
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
             f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} in the "
-            "completion). Please reduce the length of the prompt or completion.")
+            "completion). Please reduce the length of the prompt or completion."
+        )
     if kv_capacity is not None and prompt_tokens + max_tokens - 1 > kv_capacity:
         raise ConfigError(
             f"The request needs {prompt_tokens + max_tokens - 1} KV-cache tokens ({prompt_tokens} "
             f"prompt + {max_tokens} completion - 1) but the KV cache holds {kv_capacity}: it could "
-            "never complete. Please reduce the length of the prompt or completion.")
+            "never complete. Please reduce the length of the prompt or completion."
+        )
 
 
 def find_stop(text: str, new_chars: int, stops) -> tuple[int, str] | None:
@@ -98,17 +104,18 @@ class RequestOutput:
     new_token_ids: list[int]
     new_text: str = ""
     finished: bool = False
-    finish_reason: str | None = None   # "stop", "length", "abort", "error"
+    finish_reason: str | None = None  # "stop", "length", "abort", "error"
     prompt_tokens: int = 0
-    output_tokens: int = 0             # emitted so far, including new ones
+    output_tokens: int = 0  # emitted so far, including new ones
     error: str | None = None
     stop_reason: int | str | None = None  # the stop string or stop token id that ended it
-                                          # (None: EOS, length, or not finished)
+    # (None: EOS, length, or not finished)
 
 
 class EngineCore(Protocol):
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    arrival_time: float | None = None) -> None:
+    def add_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, arrival_time: float | None = None
+    ) -> None:
         """Queue a request; raises ConfigError if it can never be served (too long...)."""
 
     def abort_request(self, request_id: str) -> None:

@@ -4,13 +4,14 @@ extras (torch, FastAPI) or heavy dependencies (scipy) costs nothing until it is 
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import ConfigError
 
 
-def lazy_getattr(package: str, exports: dict[str, str], extras: tuple[str, ...] = (),
-                 hint: str = "") -> Callable[[str], object]:
+def lazy_getattr(
+    package: str, exports: dict[str, str], extras: tuple[str, ...] = (), hint: str = ""
+) -> Callable[[str], object]:
     """A module `__getattr__` for `package`: `exports` maps a name to the submodule that
     defines it. A missing module named in `extras` becomes a ConfigError with `hint`."""
 

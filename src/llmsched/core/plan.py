@@ -23,9 +23,14 @@ class StepPlan:
 
     __slots__ = ("decode", "prefill", "preempt", "decode_first", "decode_room")
 
-    def __init__(self, decode: int = 0, prefill: list[tuple[Request, int]] | None = None,
-                 preempt: list[Request] | None = None, decode_first: bool = True,
-                 decode_room: int | None = None):
+    def __init__(
+        self,
+        decode: int = 0,
+        prefill: list[tuple[Request, int]] | None = None,
+        preempt: list[Request] | None = None,
+        decode_first: bool = True,
+        decode_room: int | None = None,
+    ):
         self.decode = decode
         self.prefill = prefill if prefill is not None else []
         self.preempt = preempt if preempt is not None else []
@@ -60,15 +65,23 @@ class StepFeedback:
 
     __slots__ = ("start", "duration", "plan", "finished", "first_tokens", "resumed", "_decoded")
 
-    def __init__(self, start: float, duration: float, plan: StepPlan, finished: list[Request],
-                 first_tokens: list[Request], decoded, resumed: list[Request] = ()):
-        self.start = start            # seconds
-        self.duration = duration      # seconds, observed or predicted
+    def __init__(
+        self,
+        start: float,
+        duration: float,
+        plan: StepPlan,
+        finished: list[Request],
+        first_tokens: list[Request],
+        decoded,
+        resumed: list[Request] = (),
+    ):
+        self.start = start  # seconds
+        self.duration = duration  # seconds, observed or predicted
         self.plan = plan
-        self.finished = finished      # requests that completed in this step
+        self.finished = finished  # requests that completed in this step
         self.first_tokens = first_tokens  # requests whose first prefill completed (token 1)
-        self.resumed = resumed        # requests whose recompute after a preemption completed
-        self._decoded = decoded       # callable -> the decoders served by the step
+        self.resumed = resumed  # requests whose recompute after a preemption completed
+        self._decoded = decoded  # callable -> the decoders served by the step
 
     @property
     def decode_tokens(self) -> int:

@@ -105,8 +105,8 @@ import csv
 import json
 import math
 from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from .cost import CostModel
 from .errors import ConfigError
@@ -127,13 +127,27 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
 REQUIRED_TABLES = ("linear", "lm_head", "decode_attn", "prefill_attn")
 # columns that are sizes (> 0) rather than contexts (>= 0)
 _SIZES = {"tokens", "batch", "chunk"}
-COMBINED_COLUMNS = ("table", "model", "mode", "tokens", "batch", "chunk", "context", "prefill_chunk",
-                    "prefill_context", "decodes", "decode_context", "ms", "layers")
+COMBINED_COLUMNS = (
+    "table",
+    "model",
+    "mode",
+    "tokens",
+    "batch",
+    "chunk",
+    "context",
+    "prefill_chunk",
+    "prefill_context",
+    "decodes",
+    "decode_context",
+    "ms",
+    "layers",
+)
 
 
 # ---------------------------------------------------------------------------------------
 # numerics: isotonic fits, piecewise-linear segments
 # ---------------------------------------------------------------------------------------
+
 
 def _isotonic(ys: Sequence[float]) -> list[float]:
     """Least-squares non-decreasing fit (pool adjacent violators)."""
@@ -242,8 +256,7 @@ class _Surface:
                 return list(V[-1])
             if self.tail == "work":  # attention work c * (ctx + (c + 1) / 2)
                 rm = R[-1]
-                return [v * (r * (x + (r + 1) / 2)) / (rm * (x + (rm + 1) / 2))
-                        for x, v in zip(self.cols, V[-1])]
+                return [v * (r * (x + (r + 1) / 2)) / (rm * (x + (rm + 1) / 2)) for x, v in zip(self.cols, V[-1])]
             j = _anchor(R)
             return [vm + max(0.0, (vm - vj) / (R[-1] - R[j])) * (r - R[-1]) for vm, vj in zip(V[-1], V[j])]
         i = bisect_right(R, r)
@@ -298,6 +311,7 @@ def _grid(points: Iterable[tuple[float, float, float]], monotone: bool) -> tuple
 # the cost model
 # ---------------------------------------------------------------------------------------
 
+
 class ProfileCostModel(CostModel):
     """Step time composed from measured tables (see the module docstring).
 
@@ -310,8 +324,16 @@ class ProfileCostModel(CostModel):
     name = "profile"
     load_only = False
 
-    def __init__(self, tables: dict, layers: int, mode: str = "auto", monotone: bool = True,
-                 overlap: float = 1.0, label: str = "profile", source: str = ""):
+    def __init__(
+        self,
+        tables: dict,
+        layers: int,
+        mode: str = "auto",
+        monotone: bool = True,
+        overlap: float = 1.0,
+        label: str = "profile",
+        source: str = "",
+    ):
         if mode not in MODES:
             raise ConfigError(f"profile mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not 0.0 <= overlap <= 1.0:
@@ -355,8 +377,10 @@ class ProfileCostModel(CostModel):
         eager_d = self._eager.dense
         if graph and mode != "eager":
             g = self._graph.dense
-            merged = [g[k] if k < len(g) else eager_d[k] if k < len(eager_d) else self._eager(k)
-                      for k in range(max(len(g), len(eager_d)))]
+            merged = [
+                g[k] if k < len(g) else eager_d[k] if k < len(eager_d) else self._eager(k)
+                for k in range(max(len(g), len(eager_d)))
+            ]
             if monotone:  # no drop where the graph rows end and the eager rows take over
                 merged = _cummax(merged)
             self._glin = merged
@@ -420,9 +444,17 @@ class ProfileCostModel(CostModel):
         return t
 
     def describe(self) -> dict:
-        return {"name": self.name, "profile": self.label, "source": self.source, "layers": self.layers,
-                "mode": self.mode, "monotone": self.monotone, "overlap": self.overlap,
-                "graph_max_tokens": self.graph_max, "tokens_measured": int(self._eager.xs[-1])}
+        return {
+            "name": self.name,
+            "profile": self.label,
+            "source": self.source,
+            "layers": self.layers,
+            "mode": self.mode,
+            "monotone": self.monotone,
+            "overlap": self.overlap,
+            "graph_max_tokens": self.graph_max,
+            "tokens_measured": int(self._eager.xs[-1]),
+        }
 
 
 def validate_steps(model: ProfileCostModel) -> list[dict]:
@@ -431,14 +463,24 @@ def validate_steps(model: ProfileCostModel) -> list[dict]:
     for c, cctx, nd, dctx, ms in model.steps:
         c, nd = int(c), int(nd)
         pred = model.step_time(c, nd, nd * dctx, [(c, cctx)] if c else [], nd + (1 if c else 0)) * 1e3
-        out.append({"prefill_chunk": c, "prefill_context": cctx, "decodes": nd, "decode_context": dctx,
-                    "measured_ms": ms, "predicted_ms": pred, "rel_error": pred / ms - 1 if ms else math.nan})
+        out.append(
+            {
+                "prefill_chunk": c,
+                "prefill_context": cctx,
+                "decodes": nd,
+                "decode_context": dctx,
+                "measured_ms": ms,
+                "predicted_ms": pred,
+                "rel_error": pred / ms - 1 if ms else math.nan,
+            }
+        )
     return out
 
 
 # ---------------------------------------------------------------------------------------
 # loading
 # ---------------------------------------------------------------------------------------
+
 
 def _num(v: str, col: str, where: str) -> float:
     try:
@@ -457,8 +499,10 @@ def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
             reader = csv.DictReader(f)
             header = [h.strip() for h in (reader.fieldnames or [])]
             reader.fieldnames = header
-            rows = [(k + 2, {key: (val or "").strip() for key, val in r.items() if key is not None})
-                    for k, r in enumerate(reader)]
+            rows = [
+                (k + 2, {key: (val or "").strip() for key, val in r.items() if key is not None})
+                for k, r in enumerate(reader)
+            ]
     except FileNotFoundError:
         raise ConfigError(f"profile file {path} does not exist") from None
     except (OSError, UnicodeDecodeError, csv.Error) as e:
@@ -473,13 +517,17 @@ def _table_rows(table: str, header: Sequence[str], rows, where: str, model: str 
     keys = TABLES[table][1]
     missing = [c for c in keys + ("ms",) if c not in header]
     if missing:
-        raise ConfigError(f"profile file {where}: {table} table lacks column(s) {', '.join(missing)} "
-                          f"(found: {', '.join(h for h in header if h) or 'none'})")
+        raise ConfigError(
+            f"profile file {where}: {table} table lacks column(s) {', '.join(missing)} "
+            f"(found: {', '.join(h for h in header if h) or 'none'})"
+        )
     if model is not None and "model" in header:
         rows = [(n, r) for n, r in rows if r.get("model", "") == model]
     if not rows:
-        raise ConfigError(f"profile file {where}: the {table} table has no rows"
-                          + (f" for model {model!r}" if model is not None and "model" in header else ""))
+        raise ConfigError(
+            f"profile file {where}: the {table} table has no rows"
+            + (f" for model {model!r}" if model is not None and "model" in header else "")
+        )
     acc: dict[tuple, list[float]] = {}
     for n, r in rows:
         at = f"{where} line {n}"
@@ -502,8 +550,9 @@ def _models_in(header, rows) -> list[str]:
 def _pick_model(models_seen: list[str], model: str | None, where: str) -> str | None:
     if model is None:
         if len(models_seen) > 1:
-            raise ConfigError(f"profile {where} holds several models ({', '.join(models_seen)}); "
-                              f"choose one with {where}#MODEL")
+            raise ConfigError(
+                f"profile {where} holds several models ({', '.join(models_seen)}); choose one with {where}#MODEL"
+            )
         return models_seen[0] if models_seen else None
     if models_seen and model not in models_seen:
         raise ConfigError(f"profile {where} has no model {model!r} (models: {', '.join(models_seen)})")
@@ -519,7 +568,7 @@ def _read_meta(folder: Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"profile file {p} is not valid JSON: {e}") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("models", {}), dict):
-        raise ConfigError(f"profile file {p} must hold a JSON object with an optional \"models\" object")
+        raise ConfigError(f'profile file {p} must hold a JSON object with an optional "models" object')
     return meta
 
 
@@ -579,12 +628,15 @@ def _load_combined(path: Path, model: str | None) -> tuple[dict, str | None, int
     if not header:
         raise ConfigError(f"profile file {path} is empty")
     if "table" not in header:
-        raise ConfigError(f"profile file {path}: a combined profile CSV needs a 'table' column "
-                          f"(found: {', '.join(h for h in header if h) or 'none'})")
+        raise ConfigError(
+            f"profile file {path}: a combined profile CSV needs a 'table' column "
+            f"(found: {', '.join(h for h in header if h) or 'none'})"
+        )
     for n, r in rows:
         if r.get("table", "") not in TABLES:
-            raise ConfigError(f"profile file {path} line {n}: unknown table {r.get('table', '')!r} "
-                              f"(known: {', '.join(TABLES)})")
+            raise ConfigError(
+                f"profile file {path} line {n}: unknown table {r.get('table', '')!r} (known: {', '.join(TABLES)})"
+            )
     model = _pick_model(_models_in(header, rows), model, str(path))
     parsed = {}
     for table in TABLES:
@@ -594,11 +646,15 @@ def _load_combined(path: Path, model: str | None) -> tuple[dict, str | None, int
         parsed[table] = _table_rows(table, header, sub, str(path), model)
     layers = None
     if "layers" in header:
-        vals = {r["layers"] for _, r in rows
-                if r.get("layers") and (model is None or "model" not in header or r.get("model") == model)}
+        vals = {
+            r["layers"]
+            for _, r in rows
+            if r.get("layers") and (model is None or "model" not in header or r.get("model") == model)
+        }
         if len(vals) > 1:
-            raise ConfigError(f"profile file {path}: the layers column disagrees with itself "
-                              f"({', '.join(sorted(vals))})")
+            raise ConfigError(
+                f"profile file {path}: the layers column disagrees with itself ({', '.join(sorted(vals))})"
+            )
         if vals:
             v = vals.pop()
             try:
@@ -683,17 +739,28 @@ def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
             tables, model, layers = _load_combined(path, model)
             where = str(path)
         else:
-            raise ConfigError(f"unknown profile {source!r}: not a shipped profile "
-                              f"({', '.join(shipped) or 'none'}) nor an existing file or folder")
+            raise ConfigError(
+                f"unknown profile {source!r}: not a shipped profile "
+                f"({', '.join(shipped) or 'none'}) nor an existing file or folder"
+            )
         label = source
     layers = opts.get("layers", layers)
     if layers is None:
         layers = _known_layers(model)
     if layers is None:
-        raise ConfigError(f"profile {label}: the layer count of model {model or '(unnamed)'} is unknown; "
-                          f"give it in {where} (\"layers\") or as the option ,layers=N")
-    m = ProfileCostModel(tables, layers, mode=opts.get("mode", "auto"), monotone=opts.get("monotone", True),
-                         overlap=opts.get("overlap", 1.0), label=label, source=str(where))
+        raise ConfigError(
+            f"profile {label}: the layer count of model {model or '(unnamed)'} is unknown; "
+            f'give it in {where} ("layers") or as the option ,layers=N'
+        )
+    m = ProfileCostModel(
+        tables,
+        layers,
+        mode=opts.get("mode", "auto"),
+        monotone=opts.get("monotone", True),
+        overlap=opts.get("overlap", 1.0),
+        label=label,
+        source=str(where),
+    )
     if key is not None:
         _CACHE[key] = m
     return m

@@ -48,8 +48,8 @@ vertices (scipy HiGHS; scipy is imported when the first LP runs, not with this m
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -57,8 +57,12 @@ from .cost import CostModel, make_cost_model
 from .errors import ConfigError
 
 __all__ = [
-    "StabilityRegion", "stability_region", "feasible_shape", "representative_step_time",
-    "workload_point", "convex_hull",
+    "StabilityRegion",
+    "stability_region",
+    "feasible_shape",
+    "representative_step_time",
+    "workload_point",
+    "convex_hull",
 ]
 
 #: Above this many candidate shapes a context-dependent model is sampled on a grid.
@@ -72,9 +76,11 @@ def _check_limits(b_max, k_max, max_prefill_per_request):
     if k_max is not None and (not isinstance(k_max, (int, np.integer)) or k_max <= 0):
         raise ConfigError(f"k_max must be a positive integer or None, got {k_max!r}")
     if max_prefill_per_request is not None and (
-            not isinstance(max_prefill_per_request, (int, np.integer)) or max_prefill_per_request <= 0):
-        raise ConfigError(f"max_prefill_per_request must be a positive integer or None, "
-                          f"got {max_prefill_per_request!r}")
+        not isinstance(max_prefill_per_request, (int, np.integer)) or max_prefill_per_request <= 0
+    ):
+        raise ConfigError(
+            f"max_prefill_per_request must be a positive integer or None, got {max_prefill_per_request!r}"
+        )
 
 
 def _prefill_requests(x, max_prefill_per_request):
@@ -85,8 +91,7 @@ def _prefill_requests(x, max_prefill_per_request):
     return -(-x // int(max_prefill_per_request))  # ceil division for x >= 0
 
 
-def feasible_shape(x, y, b_max: int, k_max: int | None = None,
-                   max_prefill_per_request: int | None = None):
+def feasible_shape(x, y, b_max: int, k_max: int | None = None, max_prefill_per_request: int | None = None):
     """Whether a step with x prefill and y decode tokens is allowed (vectorised; see the
     module docstring for the rule)."""
     x = np.asarray(x, dtype=np.int64)
@@ -99,15 +104,19 @@ def feasible_shape(x, y, b_max: int, k_max: int | None = None,
 
 def _check_means(mean_prompt, mean_output):
     if mean_prompt is None or mean_output is None:
-        raise ConfigError("a context-dependent cost model needs the workload's mean prompt and "
-                          "output lengths to pick representative contexts")
+        raise ConfigError(
+            "a context-dependent cost model needs the workload's mean prompt and "
+            "output lengths to pick representative contexts"
+        )
     if not mean_prompt > 0 or not mean_output >= 1:
-        raise ConfigError(f"mean prompt must be > 0 and mean output >= 1 tokens, got "
-                          f"{mean_prompt!r} and {mean_output!r}")
+        raise ConfigError(
+            f"mean prompt must be > 0 and mean output >= 1 tokens, got {mean_prompt!r} and {mean_output!r}"
+        )
 
 
-def representative_step_time(cost: CostModel, x: int, y: int, mean_prompt: float | None = None,
-                             mean_output: float | None = None) -> float:
+def representative_step_time(
+    cost: CostModel, x: int, y: int, mean_prompt: float | None = None, mean_output: float | None = None
+) -> float:
     """Step time of a shape (x prefill, y decode tokens) with representative contexts.
 
     For a load-only model this is `cost.load_time(x + y)`. Otherwise, with `P` the mean
@@ -144,6 +153,7 @@ def workload_point(rate: float, mean_prompt: float, mean_output: float) -> tuple
 # ---------------------------------------------------------------------------------------
 # convex hull (Andrew's monotone chain; robust to collinear and duplicate points)
 
+
 def convex_hull(points: np.ndarray) -> np.ndarray:
     """Vertices of the convex hull of 2-D points, counter-clockwise, without collinear
     points. Works for degenerate inputs (one point, collinear points)."""
@@ -174,6 +184,7 @@ def convex_hull(points: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------
 # the region
+
 
 @dataclass
 class StabilityRegion:
@@ -232,8 +243,9 @@ class StabilityRegion:
         a_eq[1, 1:] = v[:, 1]
         a_ub = np.ones((1, n + 1))
         a_ub[0, 0] = 0.0
-        res = linprog(c, A_ub=a_ub, b_ub=[1.0], A_eq=a_eq, b_eq=[0.0, 0.0],
-                      bounds=[(0, None)] * (n + 1), method="highs")
+        res = linprog(
+            c, A_ub=a_ub, b_ub=[1.0], A_eq=a_eq, b_eq=[0.0, 0.0], bounds=[(0, None)] * (n + 1), method="highs"
+        )
         if res.status != 0:
             raise RuntimeError(f"max_scale LP failed: {res.message}")
         return float(res.x[0]) * self._scale / norm
@@ -263,17 +275,25 @@ class StabilityRegion:
 
     def to_dict(self) -> dict:
         return {
-            "b_max": int(self.b_max), "k_max": None if self.k_max is None else int(self.k_max),
+            "b_max": int(self.b_max),
+            "k_max": None if self.k_max is None else int(self.k_max),
             "max_prefill_per_request": self.max_prefill_per_request,
-            "exact": bool(self.exact), "method": self.method, "cost": dict(self.cost),
-            "mean_prompt": self.mean_prompt, "mean_output": self.mean_output,
+            "exact": bool(self.exact),
+            "method": self.method,
+            "cost": dict(self.cost),
+            "mean_prompt": self.mean_prompt,
+            "mean_output": self.mean_output,
             "max_throughput_tokens_per_s": self.max_throughput,
             "max_prefill_tokens_per_s": self.max_prefill_rate,
             "max_decode_tokens_per_s": self.max_decode_rate,
             "vertices": [
-                {"prefill_tokens_per_s": float(v[0]), "decode_tokens_per_s": float(v[1]),
-                 "prefill_tokens": int(s[0]), "decode_tokens": int(s[1]),
-                 "step_time_s": None if not math.isfinite(s[2]) else float(s[2])}
+                {
+                    "prefill_tokens_per_s": float(v[0]),
+                    "decode_tokens_per_s": float(v[1]),
+                    "prefill_tokens": int(s[0]),
+                    "decode_tokens": int(s[1]),
+                    "step_time_s": None if not math.isfinite(s[2]) else float(s[2]),
+                }
                 for v, s in zip(self.vertices, self.vertex_shapes)
             ],
         }
@@ -345,17 +365,25 @@ def _general_candidates(cost, b_max, k_max, pmax, mean_prompt, mean_output, grid
     ys = np.concatenate(ys_l)
     ok = feasible_shape(xs, ys, b_max, k_max, pmax)
     xs, ys = xs[ok], ys[ok]
-    ts = np.array([representative_step_time(cost, x, y, mean_prompt, mean_output)
-                   for x, y in zip(xs.tolist(), ys.tolist())], dtype=float)
+    ts = np.array(
+        [representative_step_time(cost, x, y, mean_prompt, mean_output) for x, y in zip(xs.tolist(), ys.tolist())],
+        dtype=float,
+    )
     if not np.all(np.isfinite(ts)) or np.any(ts <= 0):
         raise ConfigError(f"cost model {cost.name!r} gave a non-positive or non-finite step time")
     return xs, ys, ts, exact
 
 
-def stability_region(cost: CostModel | str, b_max: int, k_max: int | None = None, *,
-                     mean_prompt: float | None = None, mean_output: float | None = None,
-                     max_prefill_per_request: int | None = None,
-                     grid: int | None = None) -> StabilityRegion:
+def stability_region(
+    cost: CostModel | str,
+    b_max: int,
+    k_max: int | None = None,
+    *,
+    mean_prompt: float | None = None,
+    mean_output: float | None = None,
+    max_prefill_per_request: int | None = None,
+    grid: int | None = None,
+) -> StabilityRegion:
     """The stability region of one server (see the module docstring for the rules).
 
     `mean_prompt`, `mean_output` are needed only for context-dependent cost models;
@@ -370,10 +398,12 @@ def stability_region(cost: CostModel | str, b_max: int, k_max: int | None = None
         xs, ys, ts = _load_only_candidates(cost, b_max, k_max, pmax)
         exact, method = True, "load-only: exact segment end points per load b"
     else:
-        xs, ys, ts, exact = _general_candidates(cost, b_max, k_max, pmax, mean_prompt,
-                                                mean_output, grid)
-        method = ("context-dependent: all shapes, representative contexts" if exact else
-                  "context-dependent: grid-sampled shapes, representative contexts (inner approximation)")
+        xs, ys, ts, exact = _general_candidates(cost, b_max, k_max, pmax, mean_prompt, mean_output, grid)
+        method = (
+            "context-dependent: all shapes, representative contexts"
+            if exact
+            else "context-dependent: grid-sampled shapes, representative contexts (inner approximation)"
+        )
     pts = np.column_stack([xs / ts, ys / ts])
     shapes = np.column_stack([xs, ys, ts]).astype(float)
     hull = convex_hull(np.vstack([pts, [[0.0, 0.0]]]))
@@ -386,8 +416,16 @@ def stability_region(cost: CostModel | str, b_max: int, k_max: int | None = None
         i = int(np.argmin(np.abs(pts - v).sum(axis=1)))
         vshapes.append(tuple(shapes[i]))
     return StabilityRegion(
-        b_max=b_max, k_max=k_max, vertices=hull, vertex_shapes=np.array(vshapes, dtype=float),
-        points=pts, shapes=shapes, exact=exact, method=method, cost=cost.describe(),
+        b_max=b_max,
+        k_max=k_max,
+        vertices=hull,
+        vertex_shapes=np.array(vshapes, dtype=float),
+        points=pts,
+        shapes=shapes,
+        exact=exact,
+        method=method,
+        cost=cost.describe(),
         max_prefill_per_request=pmax,
         mean_prompt=None if cost.load_only else mean_prompt,
-        mean_output=None if cost.load_only else mean_output)
+        mean_output=None if cost.load_only else mean_output,
+    )

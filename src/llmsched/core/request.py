@@ -21,35 +21,53 @@ class Request:
     `ServerState` for decoders it serves every step (see `ServerState.emitted`)."""
 
     __slots__ = (
-        "id", "index", "arrival", "prompt", "output", "tag", "key",
-        "phase", "prefill_target", "prefilled", "emitted", "kv",
-        "first_scheduled", "first_token", "last_emit", "finish", "preemptions",
-        "active", "round0", "act_seq", "payload",
+        "id",
+        "index",
+        "arrival",
+        "prompt",
+        "output",
+        "tag",
+        "key",
+        "phase",
+        "prefill_target",
+        "prefilled",
+        "emitted",
+        "kv",
+        "first_scheduled",
+        "first_token",
+        "last_emit",
+        "finish",
+        "preemptions",
+        "active",
+        "round0",
+        "act_seq",
+        "payload",
     )
 
-    def __init__(self, id: int, arrival: int, prompt: int, output: int, tag: str = "",
-                 index: int | None = None, payload=None):
+    def __init__(
+        self, id: int, arrival: int, prompt: int, output: int, tag: str = "", index: int | None = None, payload=None
+    ):
         self.id = id
         self.index = id if index is None else index
-        self.arrival = arrival          # ns
+        self.arrival = arrival  # ns
         self.prompt = prompt
-        self.output = output            # requested output tokens, >= 1
+        self.output = output  # requested output tokens, >= 1
         self.tag = tag
-        self.key = (arrival, id)        # decode order and tie-break: arrival, then id
+        self.key = (arrival, id)  # decode order and tie-break: arrival, then id
         self.phase = WAITING
-        self.prefill_target = prompt    # prompt, or prompt + emitted after a preemption
-        self.prefilled = 0              # prefill tokens computed in the current residency
-        self.emitted = 0                # output tokens emitted (lazy while an active decoder)
-        self.kv = 0                     # KV footprint in tokens (lazy while an active decoder)
+        self.prefill_target = prompt  # prompt, or prompt + emitted after a preemption
+        self.prefilled = 0  # prefill tokens computed in the current residency
+        self.emitted = 0  # output tokens emitted (lazy while an active decoder)
+        self.kv = 0  # KV footprint in tokens (lazy while an active decoder)
         self.first_scheduled = -1
         self.first_token = -1
         self.last_emit = -1
         self.finish = -1
         self.preemptions = 0
-        self.active = False             # a decoder served in the current step
-        self.round0 = 0                 # decode round when it became active
-        self.act_seq = 0                # activation number, validates completion-heap entries
-        self.payload = payload          # engine/server data (token ids, sampling params)
+        self.active = False  # a decoder served in the current step
+        self.round0 = 0  # decode round when it became active
+        self.act_seq = 0  # activation number, validates completion-heap entries
+        self.payload = payload  # engine/server data (token ids, sampling params)
 
     @property
     def remaining_prefill(self) -> int:
@@ -61,5 +79,7 @@ class Request:
         return self.prompt + self.output - 1
 
     def __repr__(self) -> str:
-        return (f"Request(id={self.id}, phase={PHASE_NAMES[self.phase]}, prompt={self.prompt}, "
-                f"output={self.output}, prefilled={self.prefilled}/{self.prefill_target})")
+        return (
+            f"Request(id={self.id}, phase={PHASE_NAMES[self.phase]}, prompt={self.prompt}, "
+            f"output={self.output}, prefilled={self.prefilled}/{self.prefill_target})"
+        )

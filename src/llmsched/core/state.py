@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections import deque
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from .constraints import Constraints
 from .plan import StepPlan
@@ -65,7 +65,7 @@ class WaitingQueue:
     def __iter__(self) -> Iterator[Request]:
         """In admission order, lazily (a heap is walked in O(k log k) for k items)."""
         if not self._preempted and self._fifo is not None:
-            return iter(self._fifo)   # the common case, without a generator
+            return iter(self._fifo)  # the common case, without a generator
         return self._walk()
 
     def _walk(self) -> Iterator[Request]:
@@ -112,27 +112,27 @@ class ServerState:
         self.b_max = constraints.b_max
         self.k_max = constraints.k_max if constraints.k_max else UNLIMITED
         self.kv_capacity = constraints.kv_capacity if constraints.kv_capacity else UNLIMITED
-        self.now = 0                                  # ns, the current step boundary
+        self.now = 0  # ns, the current step boundary
         self.waiting = WaitingQueue(waiting_key)
-        self.prefilling: list[Request] = []           # running, in prefill; admission order
+        self.prefilling: list[Request] = []  # running, in prefill; admission order
         # with class priorities (a network server's `priority`), running prefills are kept in
         # key order too, so a higher class's chunks go first even after a lower one was admitted
         self.prefill_by_key = False
-        self.running: dict[int, Request] = {}         # all running; admission order, newest last
-        self._dec: list[Request] = []                 # decoders in decode order
+        self.running: dict[int, Request] = {}  # all running; admission order, newest last
+        self._dec: list[Request] = []  # decoders in decode order
         self._dec_keys: list[tuple] = []
-        self._m = 0                                   # decoders [0, _m) are active
-        self._round = 0                               # steps taken by active decoders
+        self._m = 0  # decoders [0, _m) are active
+        self._round = 0  # steps taken by active decoders
         self._heap: list[tuple[int, int, Request]] = []  # (finish round, act_seq, decoder)
         self._act = 0
-        self._kv_off = 0                              # sum(kv - round0) over active decoders
+        self._kv_off = 0  # sum(kv - round0) over active decoders
         self.kv_used = 0
-        self.backlog_tokens = 0                       # work left of every request in the system
-        self.waiting_tokens = 0                       # of that, work of waiting requests
-        self.pending_prefill = 0                      # prefill tokens not computed yet
-        self.newly_active: list[Request] = []         # decoders resumed by the last begin_step
-        self.finished: list[Request] = []             # requests done in the last end_step
-        self.first_tokens: list[Request] = []         # prefills completed in the last end_step
+        self.backlog_tokens = 0  # work left of every request in the system
+        self.waiting_tokens = 0  # of that, work of waiting requests
+        self.pending_prefill = 0  # prefill tokens not computed yet
+        self.newly_active: list[Request] = []  # decoders resumed by the last begin_step
+        self.finished: list[Request] = []  # requests done in the last end_step
+        self.first_tokens: list[Request] = []  # prefills completed in the last end_step
         self.resumed: list[tuple[Request, int]] = []  # recomputes completed: (request, gap ns)
 
     # ---- read-only view for policies -------------------------------------------------
@@ -182,10 +182,10 @@ class ServerState:
         """A new arrival joins the waiting queue."""
         fifo = self.waiting._fifo
         if fifo is not None:
-            fifo.append(r)            # WaitingQueue.push, inline
+            fifo.append(r)  # WaitingQueue.push, inline
         else:
             self.waiting.push(r)
-        w = r.prefill_target - r.prefilled + r.output - r.emitted - 1   # work(r)
+        w = r.prefill_target - r.prefilled + r.output - r.emitted - 1  # work(r)
         self.backlog_tokens += w
         self.waiting_tokens += w
         self.pending_prefill += r.prefill_target
@@ -253,7 +253,7 @@ class ServerState:
         heap = self._heap
         while heap and heap[0][0] <= rnd:
             fr, seq, r = heapq.heappop(heap)
-            if r.active and r.act_seq == seq:   # an active decoder has all its tokens
+            if r.active and r.act_seq == seq:  # an active decoder has all its tokens
                 # _remove_decoder(r, end) and _retire(r, end), inline
                 done = rnd - r.round0
                 self._kv_off -= r.kv - r.round0
@@ -327,10 +327,10 @@ class ServerState:
         w = self.waiting
         fifo = w._fifo
         if fifo and fifo[0] is r and not w._preempted:
-            fifo.popleft()            # WaitingQueue.remove of its head, inline
+            fifo.popleft()  # WaitingQueue.remove of its head, inline
         else:
             w.remove(r)
-        self.waiting_tokens -= r.prefill_target - r.prefilled + r.output - r.emitted - 1   # work(r)
+        self.waiting_tokens -= r.prefill_target - r.prefilled + r.output - r.emitted - 1  # work(r)
         r.phase = PREFILL
         r.prefilled = 0
         r.kv = r.prefill_target
@@ -367,7 +367,7 @@ class ServerState:
         r.phase = DECODE
         keys = self._dec_keys
         key = r.key
-        if not keys or keys[-1] < key:    # the newest decoder: at the end
+        if not keys or keys[-1] < key:  # the newest decoder: at the end
             pos = len(keys)
             self._dec.append(r)
             keys.append(key)

@@ -10,10 +10,15 @@ from __future__ import annotations
 from ..core.lazy import lazy_getattr
 
 _LAZY = {
-    "LLM": "engine", "LLMEngine": "engine", "Completion": "engine",
-    "ModelConfig": "loader", "read_config": "loader",
-    "make_tiny_model": "tiny", "profile_engine": "profiler", "replay": "replay",
+    "LLM": "engine",
+    "LLMEngine": "engine",
+    "Completion": "engine",
+    "ModelConfig": "loader",
+    "read_config": "loader",
+    "make_tiny_model": "tiny",
+    "profile_engine": "profiler",
+    "replay": "replay",
 }
 
 __all__ = list(_LAZY)
-__getattr__ = lazy_getattr(__name__, _LAZY, ('torch', 'safetensors', 'tokenizers'), 'engine')
+__getattr__ = lazy_getattr(__name__, _LAZY, ("torch", "safetensors", "tokenizers"), "engine")

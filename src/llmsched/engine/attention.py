@@ -29,25 +29,33 @@ class PrefillChunk:
     __slots__ = ("start", "n", "ctx_start", "blocks")
 
     def __init__(self, start: int, n: int, ctx_start: int, blocks):
-        self.start = start          # index of the chunk's first token in the packed batch
-        self.n = n                  # tokens in the chunk
+        self.start = start  # index of the chunk's first token in the packed batch
+        self.n = n  # tokens in the chunk
         self.ctx_start = ctx_start  # cached tokens of the sequence before the chunk
-        self.blocks = blocks        # LongTensor of the sequence's block ids (None if ctx_start == 0)
+        self.blocks = blocks  # LongTensor of the sequence's block ids (None if ctx_start == 0)
 
 
 class AttnMeta:
     """Everything attention needs about one packed step, shared by all layers."""
 
-    def __init__(self, slot_mapping, n_decode: int = 0, block_tables=None, context_lens=None,
-                 prefills: list[PrefillChunk] | None = None, block_size: int = 16,
-                 skip: bool = False, decode_groups: int = 1):
-        self.slot_mapping = slot_mapping   # [T] long
+    def __init__(
+        self,
+        slot_mapping,
+        n_decode: int = 0,
+        block_tables=None,
+        context_lens=None,
+        prefills: list[PrefillChunk] | None = None,
+        block_size: int = 16,
+        skip: bool = False,
+        decode_groups: int = 1,
+    ):
+        self.slot_mapping = slot_mapping  # [T] long
         self.n_decode = n_decode
-        self.block_tables = block_tables   # [n_decode, max_blocks] long
-        self.context_lens = context_lens   # [n_decode] long, tokens incl. the new one
+        self.block_tables = block_tables  # [n_decode, max_blocks] long
+        self.context_lens = context_lens  # [n_decode] long, tokens incl. the new one
         self.prefills = prefills or []
         self.block_size = block_size
-        self.skip = skip                   # profiling: no attention (the linear part alone)
+        self.skip = skip  # profiling: no attention (the linear part alone)
         self.decode_groups = decode_groups  # split the decode batch to bound gather memory
         self._masks: dict = {}
 
@@ -112,24 +120,29 @@ def paged_attention(q, k, v, k_cache, v_cache, meta: AttnMeta, scale: float, win
         for s in range(0, b, step):
             e = min(b, s + step)
             bt = meta.block_tables[s:e]
-            kk = k_cache[:, bt].view(kvh, e - s, -1, d).transpose(0, 1)   # [B, KVH, C, D]
+            kk = k_cache[:, bt].view(kvh, e - s, -1, d).transpose(0, 1)  # [B, KVH, C, D]
             vv = v_cache[:, bt].view(kvh, e - s, -1, d).transpose(0, 1)
-            qq = q[s:e].view(e - s, kvh, g, d)                          # [B, KVH, G, D]
+            qq = q[s:e].view(e - s, kvh, g, d)  # [B, KVH, G, D]
             o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask[s:e], scale=scale)
             out[s:e] = o.reshape(e - s, h, d)
     for i, ch in enumerate(meta.prefills):
         s, n = ch.start, ch.n
         mask = meta.prefill_mask(i, window, q.device, q.shape[1] // kvh)
         if mask is None:  # [1, heads, n, D] against the chunk's own K/V
-            o = F.scaled_dot_product_attention(q[s:s + n].transpose(0, 1)[None], k[s:s + n].transpose(0, 1)[None],
-                                               v[s:s + n].transpose(0, 1)[None], is_causal=True,
-                                               scale=scale, enable_gqa=True)
-            out[s:s + n] = o[0].transpose(0, 1)
+            o = F.scaled_dot_product_attention(
+                q[s : s + n].transpose(0, 1)[None],
+                k[s : s + n].transpose(0, 1)[None],
+                v[s : s + n].transpose(0, 1)[None],
+                is_causal=True,
+                scale=scale,
+                enable_gqa=True,
+            )
+            out[s : s + n] = o[0].transpose(0, 1)
             continue
         ctx = ch.ctx_start + n
         kk = k_cache[:, ch.blocks].view(kvh, -1, d)[None, :, :ctx]  # [1, KVH, ctx, D]
         vv = v_cache[:, ch.blocks].view(kvh, -1, d)[None, :, :ctx]
-        qq, g = _fold(q[s:s + n], kvh)
+        qq, g = _fold(q[s : s + n], kvh)
         o = F.scaled_dot_product_attention(qq[None], kk, vv, attn_mask=mask, scale=scale)
-        out[s:s + n] = _unfold(o[0], n, g)
+        out[s : s + n] = _unfold(o[0], n, g)
     return out

@@ -35,19 +35,18 @@ class Sequence(_Sequence):
 
     __slots__ = ("token_ids", "generator", "blocks", "detok", "arrival", "token_times")
 
-    def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, arrival: float,
-                 eos_ids: frozenset):
+    def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, arrival: float, eos_ids: frozenset):
         super().__init__(request_id, len(prompt), params, eos_ids)
         self.token_ids = list(prompt)
         self.generator = None
         self.blocks: list[int] = []
         self.detok = None
-        self.arrival = arrival        # engine clock, seconds
+        self.arrival = arrival  # engine clock, seconds
         self.token_times: list[float] = []
 
     @property
     def output_ids(self) -> list[int]:
-        return self.token_ids[self.prompt_len:]
+        return self.token_ids[self.prompt_len :]
 
 
 class ModelExecutor:
@@ -72,11 +71,16 @@ class ModelExecutor:
             alloc.ensure(s.blocks, first + n)
             chunks.append((s, first, n, last))
         seqs = [r.payload for r in batch.samplers]
-        banned = [s.banned_ids() for s in seqs]   # min_tokens: no EOS / stop id before it
+        banned = [s.banned_ids() for s in seqs]  # min_tokens: no EOS / stop id before it
         tf = time.perf_counter_ns()
-        tokens = self.runner.execute(dec_seqs, chunks, [s.params for s in seqs], [s.generator for s in seqs],
-                                     banned=banned if any(b is not None for b in banned) else None)
-        t1 = time.perf_counter_ns()       # tokens are host ints: the device is synced
+        tokens = self.runner.execute(
+            dec_seqs,
+            chunks,
+            [s.params for s in seqs],
+            [s.generator for s in seqs],
+            banned=banned if any(b is not None for b in banned) else None,
+        )
+        t1 = time.perf_counter_ns()  # tokens are host ints: the device is synced
         self.forward_s = (t1 - tf) / 1e9
         return max(t1 - self.perf0, batch.start_ns + 1), tokens
 
@@ -111,21 +115,40 @@ class LLMEngine(StepDriver):
     `admission_options`), or a whole `SchedulerSpec` (its `max_running`, if set, is
     `max_num_seqs`); the KV capacity is always the engine's."""
 
-    def __init__(self, model, *, scheduler: str | SchedulerSpec = "sarathi", admission: str = "fcfs",
-                 b_max: int = 512,
-                 k_max: int | None = None, kv_cache_gb: float | None = None, device: str = "cpu",
-                 dtype=None, max_num_seqs: int = 256, block_size: int = 16,
-                 max_model_len: int | None = None, gpu_memory_utilization: float = 0.9,
-                 enforce_eager: bool = False, seed: int = 0, num_blocks: int | None = None,
-                 admission_options: dict | None = None, num_threads: int | None = None):
+    def __init__(
+        self,
+        model,
+        *,
+        scheduler: str | SchedulerSpec = "sarathi",
+        admission: str = "fcfs",
+        b_max: int = 512,
+        k_max: int | None = None,
+        kv_cache_gb: float | None = None,
+        device: str = "cpu",
+        dtype=None,
+        max_num_seqs: int = 256,
+        block_size: int = 16,
+        max_model_len: int | None = None,
+        gpu_memory_utilization: float = 0.9,
+        enforce_eager: bool = False,
+        seed: int = 0,
+        num_blocks: int | None = None,
+        admission_options: dict | None = None,
+        num_threads: int | None = None,
+    ):
         from .runner import ModelRunner, set_cpu_threads  # noqa: PLC0415 - torch only from here on
 
         if isinstance(scheduler, SchedulerSpec):
             spec = scheduler
             max_num_seqs = spec.max_running or max_num_seqs
         else:
-            spec = SchedulerSpec(policy=scheduler, admission=admission, b_max=b_max, k_max=k_max,
-                                 admission_options=admission_options or {})
+            spec = SchedulerSpec(
+                policy=scheduler,
+                admission=admission,
+                b_max=b_max,
+                k_max=k_max,
+                admission_options=admission_options or {},
+            )
         b_max = spec.b_max
         for name, v in (("b_max", b_max), ("max_num_seqs", max_num_seqs), ("block_size", block_size)):
             if not isinstance(v, int) or v <= 0:
@@ -144,11 +167,21 @@ class LLMEngine(StepDriver):
         self.max_model_len = max_model_len
         if not str(device).startswith("cuda"):
             set_cpu_threads(num_threads)
-        self.runner = ModelRunner(cfg, model_dir, device=device, dtype=dtype, block_size=block_size,
-                                  max_num_seqs=max_num_seqs, b_max=b_max, max_model_len=max_model_len,
-                                  kv_cache_gb=kv_cache_gb, num_blocks=num_blocks,
-                                  gpu_memory_utilization=gpu_memory_utilization,
-                                  enforce_eager=enforce_eager, seed=seed)
+        self.runner = ModelRunner(
+            cfg,
+            model_dir,
+            device=device,
+            dtype=dtype,
+            block_size=block_size,
+            max_num_seqs=max_num_seqs,
+            b_max=b_max,
+            max_model_len=max_model_len,
+            kv_cache_gb=kv_cache_gb,
+            num_blocks=num_blocks,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager,
+            seed=seed,
+        )
         self.allocator = BlockAllocator(self.runner.num_blocks, block_size)
         self.kv_capacity = token_capacity(self.runner.num_blocks, block_size, max_num_seqs)
         self.spec = spec.replace(kv_capacity=self.kv_capacity, max_running=max_num_seqs)
@@ -184,8 +217,9 @@ class LLMEngine(StepDriver):
         return self.busy_ns / NS
 
     # ---- EngineCore ------------------------------------------------------------------
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    arrival_time: float | None = None) -> None:
+    def add_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, arrival_time: float | None = None
+    ) -> None:
         """Queue a request. `arrival_time`: `time.time()` seconds (default: now)."""
         if request_id in self._requests:
             raise ConfigError(f"request id {request_id!r} is already in use")
@@ -197,8 +231,7 @@ class LLMEngine(StepDriver):
         vocab = self.config.vocab_size
         for t in prompt:
             if not isinstance(t, int) or not 0 <= t < vocab:
-                raise ConfigError(f"request {request_id!r}: token id {t!r} is outside the vocabulary "
-                                  f"(0..{vocab - 1})")
+                raise ConfigError(f"request {request_id!r}: token id {t!r} is outside the vocabulary (0..{vocab - 1})")
         if params.stop and self.tokenizer is None:
             raise ConfigError("stop strings need a tokenizer, and this model has none")
         now = self.now()
@@ -216,10 +249,15 @@ class LLMEngine(StepDriver):
         self.allocator.free(r.payload.blocks)
 
     def stats(self) -> dict:
-        return {**self.counters(), "kv_blocks_used": self.allocator.num_used,
-                "kv_blocks_total": self.allocator.num_blocks, "block_size": self.allocator.block_size,
-                "last_step_ms": self.last_step_s * 1e3, "device": str(self.runner.device),
-                "dtype": str(self.runner.dtype).replace("torch.", "")}
+        return {
+            **self.counters(),
+            "kv_blocks_used": self.allocator.num_used,
+            "kv_blocks_total": self.allocator.num_blocks,
+            "block_size": self.allocator.block_size,
+            "last_step_ms": self.last_step_s * 1e3,
+            "device": str(self.runner.device),
+            "dtype": str(self.runner.dtype).replace("torch.", ""),
+        }
 
     # ---- the step (the loop itself is StepDriver.step) ------------------------------
     def _begin(self) -> tuple[StepPlan, int] | None:
@@ -248,19 +286,31 @@ class LLMEngine(StepDriver):
         self.last_forward_s = self.executor.forward_s
         if self.step_log is not None:
             plan = batch.plan
-            self.step_log.append((batch.start_ns / 1e9, self.last_step_s, plan.prefill_tokens, plan.decode,
-                                  len(plan.prefill)))
+            self.step_log.append(
+                (batch.start_ns / 1e9, self.last_step_s, plan.prefill_tokens, plan.decode, len(plan.prefill))
+            )
         # host work of the step outside the forward pass (planning, state, stop checks)
         self.last_overhead_s = (time.perf_counter_ns() - self._t0) / 1e9 - self.last_forward_s
 
     # ---- helpers -----------------------------------------------------------------------
-    def set_scheduler(self, scheduler: str = "sarathi", admission: str = "fcfs", b_max: int | None = None,
-                      k_max: int | None = None, admission_options: dict | None = None) -> None:
+    def set_scheduler(
+        self,
+        scheduler: str = "sarathi",
+        admission: str = "fcfs",
+        b_max: int | None = None,
+        k_max: int | None = None,
+        admission_options: dict | None = None,
+    ) -> None:
         """Swap the policy (only while idle); the model and the KV cache stay."""
         if not self.state.is_idle():
             raise RuntimeError("the scheduler can only change while no request is in the engine")
-        self.spec = self.spec.replace(policy=scheduler, admission=admission, b_max=b_max or self.b_max,
-                                      k_max=k_max, admission_options=admission_options or {})
+        self.spec = self.spec.replace(
+            policy=scheduler,
+            admission=admission,
+            b_max=b_max or self.b_max,
+            k_max=k_max,
+            admission_options=admission_options or {},
+        )
         self.scheduler = self.spec.build()
         self.state = self.scheduler.new_state()
 
@@ -275,31 +325,53 @@ class LLMEngine(StepDriver):
 
 def _completion(s: Sequence) -> Completion:
     times = s.token_times
-    return Completion(request_id=s.request_id, prompt_token_ids=s.token_ids[:s.prompt_len], text=s.text,
-                      token_ids=s.output_ids, finish_reason=s.finish_reason, stop_reason=s.stop_reason,
-                      ttft=times[0] - s.arrival if times else float("nan"),
-                      itl=[b - a for a, b in zip(times, times[1:])],
-                      e2e=times[-1] - s.arrival if times else float("nan"),
-                      preemptions=s.req.preemptions if s.req is not None else 0)
+    return Completion(
+        request_id=s.request_id,
+        prompt_token_ids=s.token_ids[: s.prompt_len],
+        text=s.text,
+        token_ids=s.output_ids,
+        finish_reason=s.finish_reason,
+        stop_reason=s.stop_reason,
+        ttft=times[0] - s.arrival if times else float("nan"),
+        itl=[b - a for a, b in zip(times, times[1:])],
+        e2e=times[-1] - s.arrival if times else float("nan"),
+        preemptions=s.req.preemptions if s.req is not None else 0,
+    )
 
 
 class LLM:
     """Offline batch generation: `LLM(model_dir).generate(prompts, params)`."""
 
-    def __init__(self, model, scheduler: str = "sarathi", b_max: int = 512, k_max: int | None = None,
-                 kv_cache_gb: float | None = None, device: str = "cpu", dtype=None,
-                 max_num_seqs: int = 256, **engine_options):
-        self.engine = LLMEngine(model, scheduler=scheduler, b_max=b_max, k_max=k_max,
-                                kv_cache_gb=kv_cache_gb, device=device, dtype=dtype,
-                                max_num_seqs=max_num_seqs, **engine_options)
+    def __init__(
+        self,
+        model,
+        scheduler: str = "sarathi",
+        b_max: int = 512,
+        k_max: int | None = None,
+        kv_cache_gb: float | None = None,
+        device: str = "cpu",
+        dtype=None,
+        max_num_seqs: int = 256,
+        **engine_options,
+    ):
+        self.engine = LLMEngine(
+            model,
+            scheduler=scheduler,
+            b_max=b_max,
+            k_max=k_max,
+            kv_cache_gb=kv_cache_gb,
+            device=device,
+            dtype=dtype,
+            max_num_seqs=max_num_seqs,
+            **engine_options,
+        )
         self.tokenizer = self.engine.tokenizer
         self._n = 0
 
     def encode(self, prompt) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
-                raise ConfigError("text prompts need a tokenizer.json in the model folder; "
-                                  "pass token id lists instead")
+                raise ConfigError("text prompts need a tokenizer.json in the model folder; pass token id lists instead")
             return self.tokenizer.encode(prompt)
         if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt):
             return list(prompt)

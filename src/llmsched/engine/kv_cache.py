@@ -22,8 +22,9 @@ class BlockAllocator:
 
     def __init__(self, num_blocks: int, block_size: int):
         if num_blocks < 1 or block_size < 1:
-            raise ConfigError(f"the KV cache needs at least one block of at least one token, "
-                              f"got {num_blocks} blocks of {block_size}")
+            raise ConfigError(
+                f"the KV cache needs at least one block of at least one token, got {num_blocks} blocks of {block_size}"
+            )
         self.num_blocks = num_blocks
         self.block_size = block_size
         self._free = list(range(num_blocks - 1, -1, -1))  # pop() hands out low ids first
@@ -45,8 +46,10 @@ class BlockAllocator:
         if need <= 0:
             return
         if need > len(self._free):
-            raise RuntimeError(f"KV cache out of blocks: need {need}, {len(self._free)} free "
-                               f"(the scheduler's KV capacity is inconsistent with the cache)")
+            raise RuntimeError(
+                f"KV cache out of blocks: need {need}, {len(self._free)} free "
+                f"(the scheduler's KV capacity is inconsistent with the cache)"
+            )
         for _ in range(need):
             table.append(self._free.pop())
 
@@ -66,5 +69,6 @@ def token_capacity(num_blocks: int, block_size: int, max_num_seqs: int) -> int:
     if cap <= 0:
         raise ConfigError(
             f"the KV cache holds {num_blocks} blocks of {block_size} tokens, not enough for "
-            f"max_num_seqs={max_num_seqs} sequences; give it more memory or lower max_num_seqs")
+            f"max_num_seqs={max_num_seqs} sequences; give it more memory or lower max_num_seqs"
+        )
     return cap

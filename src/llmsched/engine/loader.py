@@ -14,8 +14,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 
-ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
-                 "MistralForCausalLM": "mistral"}
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}
 ROPE_TYPES = ("default", "llama3", "linear")
 
 
@@ -115,8 +114,7 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
             arch = mt
         else:
             got = ", ".join(map(str, archs)) if archs else f"model_type {mt!r}"
-            raise ConfigError(f"{path}: unsupported architecture {got} (supported: "
-                              f"{', '.join(ARCHITECTURES)})")
+            raise ConfigError(f"{path}: unsupported architecture {got} (supported: {', '.join(ARCHITECTURES)})")
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise ConfigError(f"{path}: hidden_act {act!r} is not supported (only silu)")
@@ -125,13 +123,16 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     kv_heads = _int(cfg, "num_key_value_heads", path, heads)
     layers = _int(cfg, "num_hidden_layers", path)
     if heads % kv_heads:
-        raise ConfigError(f"{path}: num_attention_heads ({heads}) must be a multiple of "
-                          f"num_key_value_heads ({kv_heads})")
+        raise ConfigError(
+            f"{path}: num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})"
+        )
     head_dim = cfg.get("head_dim")
     if head_dim is None:
         if hidden % heads:
-            raise ConfigError(f"{path}: hidden_size ({hidden}) is not a multiple of "
-                              f"num_attention_heads ({heads}) and no head_dim is given")
+            raise ConfigError(
+                f"{path}: hidden_size ({hidden}) is not a multiple of "
+                f"num_attention_heads ({heads}) and no head_dim is given"
+            )
         head_dim = hidden // heads
     head_dim = _int({"head_dim": head_dim}, "head_dim", path)
     if head_dim % 2:
@@ -150,8 +151,9 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     if scaling is not None:
         kind = scaling.get("rope_type", scaling.get("type", "default"))
         if kind not in ROPE_TYPES:
-            raise ConfigError(f"{path}: rope scaling type {kind!r} is not supported "
-                              f"(supported: {', '.join(ROPE_TYPES)})")
+            raise ConfigError(
+                f"{path}: rope scaling type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})"
+            )
         scaling["rope_type"] = kind
         if kind == "default":
             scaling = None
@@ -183,17 +185,27 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         raise ConfigError(f"{path}: rms_norm_eps must be a small positive number, got {eps!r}")
     bos = cfg.get("bos_token_id")
     return ModelConfig(
-        arch=arch, vocab_size=_int(cfg, "vocab_size", path), hidden_size=hidden,
-        intermediate_size=_int(cfg, "intermediate_size", path), num_layers=layers,
-        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, rms_norm_eps=float(eps),
-        rope_theta=float(theta), rope_scaling=scaling,
+        arch=arch,
+        vocab_size=_int(cfg, "vocab_size", path),
+        hidden_size=hidden,
+        intermediate_size=_int(cfg, "intermediate_size", path),
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        rms_norm_eps=float(eps),
+        rope_theta=float(theta),
+        rope_scaling=scaling,
         max_position_embeddings=_int(cfg, "max_position_embeddings", path, 2048),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        qkv_bias=arch == "qwen2" or bias, o_bias=bias and arch != "qwen2",
-        mlp_bias=bool(cfg.get("mlp_bias", False)), sliding_windows=windows,
+        qkv_bias=arch == "qwen2" or bias,
+        o_bias=bias and arch != "qwen2",
+        mlp_bias=bool(cfg.get("mlp_bias", False)),
+        sliding_windows=windows,
         bos_token_id=bos if isinstance(bos, int) else None,
         eos_token_ids=_token_ids(cfg.get("eos_token_id")),
-        torch_dtype=cfg.get("torch_dtype") or cfg.get("dtype"))
+        torch_dtype=cfg.get("torch_dtype") or cfg.get("dtype"),
+    )
 
 
 def read_config(model_dir) -> ModelConfig:
@@ -227,8 +239,13 @@ def weight_files(model_dir) -> list[Path]:
 
 
 # HF weight name -> (our parameter name, shard index) for fused projections
-_FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
-          "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+_FUSED = {
+    "q_proj": ("qkv_proj", 0),
+    "k_proj": ("qkv_proj", 1),
+    "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
+}
 
 
 def load_weights(model, model_dir, device: str = "cpu") -> None:
@@ -262,7 +279,7 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
             for hf_name in f.keys():
                 if "rotary_emb" in hf_name:
                     continue
-                name = hf_name[len("model."):] if hf_name.startswith("model.") else hf_name
+                name = hf_name[len("model.") :] if hf_name.startswith("model.") else hf_name
                 parts = name.split(".")
                 shard = None
                 if len(parts) == 5 and parts[0] == "layers":  # layers.i.self_attn.q_proj.weight
@@ -276,8 +293,9 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
                 if name == "lm_head.weight" and cfg.tie_word_embeddings:
                     continue
                 if name not in params:
-                    raise ConfigError(f"{path.name}: unexpected weight {hf_name!r} for a {cfg.arch} model "
-                                      f"with this config")
+                    raise ConfigError(
+                        f"{path.name}: unexpected weight {hf_name!r} for a {cfg.arch} model with this config"
+                    )
                 t = f.get_tensor(hf_name)
                 dst = params[name].data
                 if shard is not None:
@@ -285,15 +303,19 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
                     off, size = offsets[kind][shard]
                     dst = dst.narrow(0, off, size)
                 if tuple(t.shape) != tuple(dst.shape):
-                    raise ConfigError(f"{path.name}: weight {hf_name!r} has shape {tuple(t.shape)}, "
-                                      f"the config implies {tuple(dst.shape)}")
+                    raise ConfigError(
+                        f"{path.name}: weight {hf_name!r} has shape {tuple(t.shape)}, "
+                        f"the config implies {tuple(dst.shape)}"
+                    )
                 with torch.no_grad():
                     dst.copy_(t.to(device=dst.device, dtype=dst.dtype))
                 loaded.add((name, shard))
     missing = sorted(_hf_name(n, s) for n, s in expected - loaded)
     if missing:
-        raise ConfigError(f"model folder {model_dir} lacks weight {missing[0]!r}"
-                          + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+        raise ConfigError(
+            f"model folder {model_dir} lacks weight {missing[0]!r}"
+            + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+        )
 
 
 def _hf_name(name: str, shard) -> str:

@@ -22,8 +22,7 @@ class Linear(nn.Module):
     def __init__(self, n_in: int, n_out: int, bias: bool, dtype, device):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(n_out, n_in, dtype=dtype, device=device), requires_grad=False)
-        self.bias = (nn.Parameter(torch.empty(n_out, dtype=dtype, device=device), requires_grad=False)
-                     if bias else None)
+        self.bias = nn.Parameter(torch.empty(n_out, dtype=dtype, device=device), requires_grad=False) if bias else None
 
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
@@ -58,14 +57,14 @@ class DecoderLayer(nn.Module):
         self.q_size, self.kv_size = cfg.q_size, cfg.kv_size
         self.inter = cfg.intermediate_size
         self.window = window
-        self.scale = cfg.head_dim ** -0.5
+        self.scale = cfg.head_dim**-0.5
         self.input_layernorm = RMSNorm(h, cfg.rms_norm_eps, dtype, device)
         self.qkv_proj = Linear(h, cfg.q_size + 2 * cfg.kv_size, cfg.qkv_bias, dtype, device)
         self.o_proj = Linear(cfg.q_size, h, cfg.o_bias, dtype, device)
         self.post_attention_layernorm = RMSNorm(h, cfg.rms_norm_eps, dtype, device)
         self.gate_up_proj = Linear(h, 2 * cfg.intermediate_size, cfg.mlp_bias, dtype, device)
         self.down_proj = Linear(cfg.intermediate_size, h, cfg.mlp_bias, dtype, device)
-        self.k_cache = self.v_cache = None   # set by the runner: [kv_heads, blocks, block_size, head_dim]
+        self.k_cache = self.v_cache = None  # set by the runner: [kv_heads, blocks, block_size, head_dim]
 
     def forward(self, x, residual, cos, sin, meta: AttnMeta):
         if residual is None:
@@ -91,12 +90,18 @@ class CausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig, dtype=torch.float32, device="cpu"):
         super().__init__()
         self.config = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device,
-                                         _weight=torch.empty(cfg.vocab_size, cfg.hidden_size, dtype=dtype,
-                                                             device=device))
+        self.embed_tokens = nn.Embedding(
+            cfg.vocab_size,
+            cfg.hidden_size,
+            dtype=dtype,
+            device=device,
+            _weight=torch.empty(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device),
+        )
         self.embed_tokens.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, cfg.sliding_windows[i] if cfg.sliding_windows else None,
-                                                 dtype, device) for i in range(cfg.num_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg, cfg.sliding_windows[i] if cfg.sliding_windows else None, dtype, device)
+            for i in range(cfg.num_layers)
+        )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
         if cfg.tie_word_embeddings:
             self.lm_head = None

@@ -55,22 +55,42 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..core.errors import ConfigError
-from ..core.engine_api import SamplingParams
 from ..core.cost import make_cost_model
+from ..core.engine_api import SamplingParams
+from ..core.errors import ConfigError
 
-COLUMNS = ("table", "model", "mode", "tokens", "batch", "chunk", "context", "prefill_chunk",
-           "prefill_context", "decodes", "decode_context", "ms", "layers")
+COLUMNS = (
+    "table",
+    "model",
+    "mode",
+    "tokens",
+    "batch",
+    "chunk",
+    "context",
+    "prefill_chunk",
+    "prefill_context",
+    "decodes",
+    "decode_context",
+    "ms",
+    "layers",
+)
 
-CPU_GRID = dict(tokens=[1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512],
-                batches=[1, 2, 4, 8, 16, 32, 64], contexts=[16, 64, 128, 256, 512],
-                chunks=[16, 32, 64, 128, 256], chunk_contexts=[0, 128, 512],
-                lm_tokens=[1, 2, 4, 8, 16, 32, 64, 256])
-CUDA_GRID = dict(tokens=[1, 2, 4, 8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
-                         4096, 6144, 8192],
-                 batches=[1, 2, 4, 8, 16, 32, 64, 128, 256], contexts=[128, 512, 1024, 2048, 4096, 8192],
-                 chunks=[64, 128, 256, 512, 1024, 2048], chunk_contexts=[0, 1024, 4096],
-                 lm_tokens=[1, 8, 32, 64, 128, 256, 512, 1024])
+CPU_GRID = dict(
+    tokens=[1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512],
+    batches=[1, 2, 4, 8, 16, 32, 64],
+    contexts=[16, 64, 128, 256, 512],
+    chunks=[16, 32, 64, 128, 256],
+    chunk_contexts=[0, 128, 512],
+    lm_tokens=[1, 2, 4, 8, 16, 32, 64, 256],
+)
+CUDA_GRID = dict(
+    tokens=[1, 2, 4, 8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192],
+    batches=[1, 2, 4, 8, 16, 32, 64, 128, 256],
+    contexts=[128, 512, 1024, 2048, 4096, 8192],
+    chunks=[64, 128, 256, 512, 1024, 2048],
+    chunk_contexts=[0, 1024, 4096],
+    lm_tokens=[1, 8, 32, 64, 128, 256, 512, 1024],
+)
 
 
 class _Seq:
@@ -168,8 +188,16 @@ def measure_overhead(engine, requests: int = 16, prompt: int = 24) -> tuple[floa
     return fit_host(xs[1:], ys[1:])
 
 
-def calibration_trace(engine, cost, *, target_s: float = 2.5, utilization: float = 0.7, seed: int = 0,
-                      min_requests: int = 6, max_requests: int = 64):
+def calibration_trace(
+    engine,
+    cost,
+    *,
+    target_s: float = 2.5,
+    utilization: float = 0.7,
+    seed: int = 0,
+    min_requests: int = 6,
+    max_requests: int = 64,
+):
     """A synthetic workload for the calibration run: Poisson arrivals, prompts uniform in
     [8, P] and outputs uniform in [4, O] tokens (P = 256 and O = 48 where the engine's
     length and KV limits allow), at the rate that would keep the engine busy
@@ -182,14 +210,19 @@ def calibration_trace(engine, cost, *, target_s: float = 2.5, utilization: float
     p_max = max(1, min(256, limit - o_max))
     p_lo, o_lo = min(8, p_max), min(4, o_max)
     p_mean, o_mean = (p_lo + p_max) / 2, (o_lo + o_max) / 2
-    per_request = (cost.step_time(int(p_mean), 0, 0, [(int(p_mean), 0)], 1)
-                   + o_mean * cost.step_time(0, 1, int(p_mean + o_mean / 2), [], 1))
+    per_request = cost.step_time(int(p_mean), 0, 0, [(int(p_mean), 0)], 1) + o_mean * cost.step_time(
+        0, 1, int(p_mean + o_mean / 2), [], 1
+    )
     rate = utilization / max(per_request, 1e-6)
     n = int(min(max_requests, max(min_requests, round(rate * target_s))))
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(1.0 / rate, n))
-    return SimpleNamespace(arrival_s=arrival - arrival[0], prompt=rng.integers(p_lo, p_max + 1, n),
-                           output=rng.integers(o_lo, o_max + 1, n), tag=None)
+    return SimpleNamespace(
+        arrival_s=arrival - arrival[0],
+        prompt=rng.integers(p_lo, p_max + 1, n),
+        output=rng.integers(o_lo, o_max + 1, n),
+        tag=None,
+    )
 
 
 def fit_calibration(steps, cost) -> dict:
@@ -216,15 +249,33 @@ def fit_calibration(steps, cost) -> dict:
             host.append(max(0.0, s.cycle_s - s.forward_s))
     fixed, per_row = fit_host(rows, host)
     cold = ~busy & ok
-    return {"scale": scale, "fixed_s": fixed, "per_row_s": per_row, "steps": len(steps),
-            "busy_steps": int(sel.sum()), "after_idle_steps": int(cold.sum()),
-            "after_idle_ratio": float(np.median(fwd[cold] / pred[cold]) / scale) if cold.any() else None}
+    return {
+        "scale": scale,
+        "fixed_s": fixed,
+        "per_row_s": per_row,
+        "steps": len(steps),
+        "busy_steps": int(sel.sum()),
+        "after_idle_steps": int(cold.sum()),
+        "after_idle_ratio": float(np.median(fwd[cold] / pred[cold]) / scale) if cold.any() else None,
+    }
 
 
-def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None = None,
-                   model_name: str = "engine", progress=None, calibrate: bool = True,
-                   calibrate_s: float = 2.5, min_s: float | None = None, max_passes: int = 25,
-                   spread: bool = True, seed: int = 0, info: dict | None = None) -> list[dict]:
+def profile_engine(
+    engine,
+    *,
+    reps: int = 3,
+    warmup: int = 1,
+    grid: dict | None = None,
+    model_name: str = "engine",
+    progress=None,
+    calibrate: bool = True,
+    calibrate_s: float = 2.5,
+    min_s: float | None = None,
+    max_passes: int = 25,
+    spread: bool = True,
+    seed: int = 0,
+    info: dict | None = None,
+) -> list[dict]:
     """Measure the tables on a ready, idle `LLMEngine`; returns CSV rows as dicts.
 
     Every table entry is timed through the engine's real step path
@@ -247,8 +298,8 @@ def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None 
     dict, receives the pass count and the calibration results."""
     import torch  # noqa: PLC0415
 
-    from .sampler import sample  # noqa: PLC0415
     from .replay import replay  # noqa: PLC0415
+    from .sampler import sample  # noqa: PLC0415
 
     if engine.has_unfinished_requests():
         raise RuntimeError("profile an idle engine")
@@ -285,8 +336,12 @@ def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None 
         return out
 
     def chunk(c, ctx, samples, first_block=0):
-        return (_Seq([j % vocab for j in range(c + ctx)], _blocks(first_block, -(-(c + ctx) // bs), nb)),
-                ctx, c, samples)
+        return (
+            _Seq([j % vocab for j in range(c + ctx)], _blocks(first_block, -(-(c + ctx) // bs), nb)),
+            ctx,
+            c,
+            samples,
+        )
 
     def step_call(decs, chunks, skip=False):
         params = [greedy] * (len(decs) + sum(1 for ch in chunks if ch[3]))
@@ -299,6 +354,7 @@ def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None 
         def lm():
             with torch.inference_mode():
                 return sample(r.model.logits(hidden), [greedy] * n, [None] * n)
+
         return lm
 
     # ---- the steps the tables need -----------------------------------------------------------
@@ -306,14 +362,29 @@ def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None 
         top = max(contexts(b, c))
         return top <= r.max_model_len and b * -(-top // bs) * bs <= min(cap_tokens, r.workspace_tokens)
 
-    dec_points = [(b, c) for b in sorted(set(g["batches"])) if b <= r.max_num_seqs
-                  for c in sorted(set(g["contexts"])) if fits(b, c)]
-    pre_points = [(c, x) for c in sorted(set(g["chunks"])) for x in sorted(set(g["chunk_contexts"]))
-                  if c + x <= min(r.max_model_len, cap_tokens)]
-    step_points = [p for p in ((64, 0, 0, 0), (16, 64, 4, 64), (0, 0, 16, 256), (128, 0, 8, 128),
-                               (0, 0, 1, 64), (32, 256, 32, 64))
-                   if not (p[2] > r.max_num_seqs or max(p[0] + p[1], p[3]) > r.max_model_len
-                           or p[2] * p[3] + p[0] + p[1] > cap_tokens or (p[2] and not fits(p[2], p[3])))]
+    dec_points = [
+        (b, c)
+        for b in sorted(set(g["batches"]))
+        if b <= r.max_num_seqs
+        for c in sorted(set(g["contexts"]))
+        if fits(b, c)
+    ]
+    pre_points = [
+        (c, x)
+        for c in sorted(set(g["chunks"]))
+        for x in sorted(set(g["chunk_contexts"]))
+        if c + x <= min(r.max_model_len, cap_tokens)
+    ]
+    step_points = [
+        p
+        for p in ((64, 0, 0, 0), (16, 64, 4, 64), (0, 0, 16, 256), (128, 0, 8, 128), (0, 0, 1, 64), (32, 256, 32, 64))
+        if not (
+            p[2] > r.max_num_seqs
+            or max(p[0] + p[1], p[3]) > r.max_model_len
+            or p[2] * p[3] + p[0] + p[1] > cap_tokens
+            or (p[2] and not fits(p[2], p[3]))
+        )
+    ]
     lin_out = sorted(b for b in set(g["tokens"]) if b <= min(r.max_model_len, cap_tokens))
     lin_sizes = set(lin_out) | {b for b, _ in dec_points} | {c for c, _ in pre_points}
     lm_sizes = set(g["lm_tokens"]) | {b for b, _ in dec_points}
@@ -357,6 +428,7 @@ def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None 
             d = {"table": table, "model": model_name, "ms": f"{v:.5f}", "layers": L}
             d.update(kw)
             rows.append(d)
+
         for b in lin_out:
             row("linear", scale * lin[b] + fixed_ms, mode="eager", tokens=b)
         for n in sorted(set(g["lm_tokens"])):
@@ -369,8 +441,14 @@ def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None 
             row("linear", scale * v + fixed_ms, mode="graph", tokens=b)
         for (c, cctx, nd, dctx), v in steps.items():
             sampled = nd + (1 if c else 0)
-            row("step", scale * v + fixed_ms + sampled * row_ms, prefill_chunk=c, prefill_context=cctx,
-                decodes=nd, decode_context=dctx)
+            row(
+                "step",
+                scale * v + fixed_ms + sampled * row_ms,
+                prefill_chunk=c,
+                prefill_context=cctx,
+                decodes=nd,
+                decode_context=dctx,
+            )
         return rows
 
     def cost_of(rows):
@@ -397,21 +475,28 @@ def profile_engine(engine, *, reps: int = 3, warmup: int = 1, grid: dict | None 
     ms = bench.medians()
     info["passes"] = bench.passes
     info["seconds"] = time.perf_counter() - t_start
-    say(f"{len(ms)} steps timed in {bench.passes} passes" + (f" and a {len(cal_steps)}-step calibration run"
-                                                            if segments else "") + f" ({info['seconds']:.1f} s)")
+    say(
+        f"{len(ms)} steps timed in {bench.passes} passes"
+        + (f" and a {len(cal_steps)}-step calibration run" if segments else "")
+        + f" ({info['seconds']:.1f} s)"
+    )
     if segments:
         cal = fit_calibration(cal_steps, cost_of(rows_for(ms, 1.0, 0.0, 0.0)))
         scale, fixed_s, per_row_s = cal["scale"], cal["fixed_s"], cal["per_row_s"]
         cold = "-" if cal["after_idle_ratio"] is None else f"{cal['after_idle_ratio']:.2f} x"
-        say(f"calibration: real steps take {scale:.3f} x the table time, + {fixed_s * 1e3:.3f} ms + "
+        say(
+            f"calibration: real steps take {scale:.3f} x the table time, + {fixed_s * 1e3:.3f} ms + "
             f"{per_row_s * 1e6:.1f} us per sampled row of host time; the first step after an idle "
-            f"wait takes {cold} longer (not modelled)")
+            f"wait takes {cold} longer (not modelled)"
+        )
     else:
         scale = 1.0
         fixed_s, per_row_s = measure_overhead(engine)
         cal = {"scale": 1.0, "fixed_s": fixed_s, "per_row_s": per_row_s}
-        say(f"host time per step: {fixed_s * 1e3:.3f} ms + {per_row_s * 1e6:.1f} us per sampled row "
-            f"(closed batch, no calibration run)")
+        say(
+            f"host time per step: {fixed_s * 1e3:.3f} ms + {per_row_s * 1e6:.1f} us per sampled row "
+            f"(closed batch, no calibration run)"
+        )
     info["calibration"] = cal
     return rows_for(ms, scale, fixed_s * 1e3, per_row_s * 1e3)
 
@@ -431,12 +516,28 @@ def write_profile(rows: list[dict], out) -> Path:
     return out
 
 
-def profile(model, out, *, device: str = "cpu", dtype=None, max_num_seqs: int | None = None,
-            b_max: int = 512, block_size: int = 16, kv_cache_gb: float | None = None,
-            max_model_len: int | None = None, enforce_eager: bool = False, reps: int = 3,
-            warmup: int = 1, grid: dict | None = None, progress=None, num_threads: int | None = None,
-            calibrate: bool = True, calibrate_s: float = 2.5, min_s: float | None = None,
-            spread: bool = True) -> dict:
+def profile(
+    model,
+    out,
+    *,
+    device: str = "cpu",
+    dtype=None,
+    max_num_seqs: int | None = None,
+    b_max: int = 512,
+    block_size: int = 16,
+    kv_cache_gb: float | None = None,
+    max_model_len: int | None = None,
+    enforce_eager: bool = False,
+    reps: int = 3,
+    warmup: int = 1,
+    grid: dict | None = None,
+    progress=None,
+    num_threads: int | None = None,
+    calibrate: bool = True,
+    calibrate_s: float = 2.5,
+    min_s: float | None = None,
+    spread: bool = True,
+) -> dict:
     """Build an engine for `model` (folder or ModelConfig), measure, write `out` (a CSV
     file; a folder gets `profile.csv`). Returns a summary dict."""
     from .engine import LLMEngine  # noqa: PLC0415
@@ -452,16 +553,43 @@ def profile(model, out, *, device: str = "cpu", dtype=None, max_num_seqs: int | 
         max_num_seqs = 256 if dev.startswith("cuda") else 64
     if max_model_len is None and not dev.startswith("cuda"):
         max_model_len = 2048
-    engine = LLMEngine(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, b_max=b_max,
-                       block_size=block_size, kv_cache_gb=kv_cache_gb, max_model_len=max_model_len,
-                       enforce_eager=enforce_eager, num_threads=num_threads)
+    engine = LLMEngine(
+        model,
+        device=device,
+        dtype=dtype,
+        max_num_seqs=max_num_seqs,
+        b_max=b_max,
+        block_size=block_size,
+        kv_cache_gb=kv_cache_gb,
+        max_model_len=max_model_len,
+        enforce_eager=enforce_eager,
+        num_threads=num_threads,
+    )
     name = "engine" if isinstance(model, ModelConfig) else (Path(model).resolve().name or "engine")
     info: dict = {}
-    rows = profile_engine(engine, reps=reps, warmup=warmup, grid=grid, model_name=name, progress=progress,
-                          calibrate=calibrate, calibrate_s=calibrate_s, min_s=min_s, spread=spread, info=info)
+    rows = profile_engine(
+        engine,
+        reps=reps,
+        warmup=warmup,
+        grid=grid,
+        model_name=name,
+        progress=progress,
+        calibrate=calibrate,
+        calibrate_s=calibrate_s,
+        min_s=min_s,
+        spread=spread,
+        info=info,
+    )
     path = write_profile(rows, out)
-    return {"path": str(path), "model": name, "layers": engine.config.num_layers,
-            "device": str(engine.runner.device), "dtype": str(engine.runner.dtype).replace("torch.", ""),
-            "rows": len(rows), "seconds": time.perf_counter() - t0, "passes": info.get("passes"),
-            "calibration": info.get("calibration"),
-            "cost_model": f"profile:{path}" + ("" if engine.runner.cuda else ",overlap=0")}
+    return {
+        "path": str(path),
+        "model": name,
+        "layers": engine.config.num_layers,
+        "device": str(engine.runner.device),
+        "dtype": str(engine.runner.dtype).replace("torch.", ""),
+        "rows": len(rows),
+        "seconds": time.perf_counter() - t0,
+        "passes": info.get("passes"),
+        "calibration": info.get("calibration"),
+        "cost_model": f"profile:{path}" + ("" if engine.runner.cuda else ",overlap=0"),
+    }

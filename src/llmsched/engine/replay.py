@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from ..core.errors import ConfigError
 from ..core.engine_api import SamplingParams
+from ..core.errors import ConfigError
 
 
 def check_trace(trace, engine) -> None:
@@ -23,13 +23,15 @@ def check_trace(trace, engine) -> None:
     bad = np.nonzero(need > engine.max_model_len)[0]
     if len(bad):
         i = int(bad[0])
-        raise ConfigError(f"trace request {i} needs {int(need[i])} tokens, more than the model's max "
-                          f"length {engine.max_model_len}")
+        raise ConfigError(
+            f"trace request {i} needs {int(need[i])} tokens, more than the model's max length {engine.max_model_len}"
+        )
     bad = np.nonzero(need - 1 > engine.kv_capacity)[0]
     if len(bad):
         i = int(bad[0])
-        raise ConfigError(f"trace request {i} needs {int(need[i]) - 1} KV tokens, more than the KV "
-                          f"cache holds ({engine.kv_capacity})")
+        raise ConfigError(
+            f"trace request {i} needs {int(need[i]) - 1} KV tokens, more than the KV cache holds ({engine.kv_capacity})"
+        )
 
 
 def replay(engine, trace, seed: int = 0, start_delay_s: float = 0.02, steps: list | None = None) -> dict:
@@ -74,8 +76,7 @@ def replay(engine, trace, seed: int = 0, start_delay_s: float = 0.02, steps: lis
                 last = None
             engine.step()
             if steps is not None and engine.last_plan is not None and not engine.last_plan.is_empty():
-                last = StepRecord(t_call, idle, engine.last_step_args, engine.last_forward_s,
-                                  engine.last_step_s)
+                last = StepRecord(t_call, idle, engine.last_step_args, engine.last_forward_s, engine.last_step_s)
                 if idle:
                     last.lag_s = None if woke is None else t_call - woke
                     last.idle_s = None if t_done is None else t_call - t_done
@@ -91,8 +92,7 @@ def replay(engine, trace, seed: int = 0, start_delay_s: float = 0.02, steps: lis
     ttft = np.array([s.token_times[0] - s.arrival for s in seqs])
     e2e = np.array([s.token_times[-1] - s.arrival for s in seqs])
     itl = np.concatenate([np.diff(s.token_times) for s in seqs]) if seqs else np.zeros(0)
-    return {"ttft": ttft, "e2e": e2e, "itl": itl,
-            "duration_s": float(max(s.token_times[-1] for s in seqs) - t0)}
+    return {"ttft": ttft, "e2e": e2e, "itl": itl, "duration_s": float(max(s.token_times[-1] for s in seqs) - t0)}
 
 
 class StepRecord:
@@ -121,10 +121,14 @@ def step_ratios(steps: list, cost) -> dict:
     busy = [s.cycle_s / cost.step_time(*s.args) for s in steps if s.cycle_s is not None and not s.after_idle]
     cold = [s.cycle_s / cost.step_time(*s.args) for s in steps if s.cycle_s is not None and s.after_idle]
     lags = [s.lag_s for s in steps if s.lag_s is not None]
-    return {"real": len(steps), "busy_steps": len(busy),
-            "busy_ratio": float(np.median(busy)) if busy else None,
-            "after_idle_steps": len(cold), "after_idle_ratio": float(np.median(cold)) if cold else None,
-            "idle_start_lag_ms": float(np.median(lags) * 1e3) if lags else None}
+    return {
+        "real": len(steps),
+        "busy_steps": len(busy),
+        "busy_ratio": float(np.median(busy)) if busy else None,
+        "after_idle_steps": len(cold),
+        "after_idle_ratio": float(np.median(cold)) if cold else None,
+        "idle_start_lag_ms": float(np.median(lags) * 1e3) if lags else None,
+    }
 
 
 def warm_up(engine, requests: int = 4) -> None:
@@ -136,7 +140,10 @@ def warm_up(engine, requests: int = 4) -> None:
     prompt = max(1, min(64, engine.max_model_len // 2, engine.b_max, engine.kv_capacity // 2))
     out = max(1, min(8, engine.max_model_len - prompt, engine.kv_capacity + 1 - prompt))
     for i in range(requests):
-        engine.add_request(f"warmup-{i}", [(5 * i + j) % vocab for j in range(prompt)],
-                           SamplingParams(max_tokens=out, temperature=0, ignore_eos=True))
+        engine.add_request(
+            f"warmup-{i}",
+            [(5 * i + j) % vocab for j in range(prompt)],
+            SamplingParams(max_tokens=out, temperature=0, ignore_eos=True),
+        )
     while engine.has_unfinished_requests():
         engine.step()

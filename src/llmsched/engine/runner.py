@@ -20,9 +20,16 @@ from .sampler import sample
 
 log = logging.getLogger(__name__)
 
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
 
 
 def set_cpu_threads(n: int | None) -> int:
@@ -58,9 +65,24 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
 
 
 class ModelRunner:
-    def __init__(self, cfg: ModelConfig, model_dir=None, *, device="cpu", dtype=None, block_size=16,
-                 max_num_seqs=256, b_max=512, max_model_len=2048, kv_cache_gb=None, num_blocks=None,
-                 gpu_memory_utilization=0.9, enforce_eager=False, seed=0, workspace_tokens=None):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        model_dir=None,
+        *,
+        device="cpu",
+        dtype=None,
+        block_size=16,
+        max_num_seqs=256,
+        b_max=512,
+        max_model_len=2048,
+        kv_cache_gb=None,
+        num_blocks=None,
+        gpu_memory_utilization=0.9,
+        enforce_eager=False,
+        seed=0,
+        workspace_tokens=None,
+    ):
         self.cfg = cfg
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -85,8 +107,10 @@ class ModelRunner:
         if num_blocks is None:
             num_blocks = self._cuda_blocks(gpu_memory_utilization) if self.cuda else self._cpu_blocks(kv_cache_gb)
         if num_blocks < 1:
-            raise ConfigError("no memory is left for the KV cache; lower max_num_seqs or b_max, "
-                              "or raise the memory given to the cache")
+            raise ConfigError(
+                "no memory is left for the KV cache; lower max_num_seqs or b_max, "
+                "or raise the memory given to the cache"
+            )
         self.num_blocks = num_blocks
         self._allocate_cache(num_blocks)
         self.graphs = DecodeGraphs(self) if self.cuda and not enforce_eager else None
@@ -124,11 +148,18 @@ class ModelRunner:
         """A full prefill step and a widest decode step against block 0 (memory profile, warm-up)."""
         n = max(1, min(self.b_max, self.max_model_len))
         blocks = self._tensor([0] * -(-n // self.block_size))
-        self.forward_raw([0] * n, list(range(n)), [0] * n, 0, None, None,
-                         [PrefillChunk(0, n, 0, blocks)], sample_rows=min(n, self.max_num_seqs))
+        self.forward_raw(
+            [0] * n,
+            list(range(n)),
+            [0] * n,
+            0,
+            None,
+            None,
+            [PrefillChunk(0, n, 0, blocks)],
+            sample_rows=min(n, self.max_num_seqs),
+        )
         b = self.max_num_seqs
-        blocks = max(1, min(-(-self.max_model_len // self.block_size),
-                            self.workspace_tokens // (b * self.block_size)))
+        blocks = max(1, min(-(-self.max_model_len // self.block_size), self.workspace_tokens // (b * self.block_size)))
         self.forward_raw([0] * b, [0] * b, [0] * b, b, [[0] * blocks] * b, [1] * b, [], sample_rows=b)
 
     def _allocate_cache(self, num_blocks: int) -> None:
@@ -155,8 +186,19 @@ class ModelRunner:
         return t.to(self.device, non_blocking=True) if self.cuda else t
 
     @torch.inference_mode()
-    def forward_raw(self, ids, positions, slots, n_decode, block_tables, context_lens, prefills,
-                    sample_rows=None, sample_index=None, skip_attention=False):
+    def forward_raw(
+        self,
+        ids,
+        positions,
+        slots,
+        n_decode,
+        block_tables,
+        context_lens,
+        prefills,
+        sample_rows=None,
+        sample_index=None,
+        skip_attention=False,
+    ):
         """Forward pass of packed tokens; returns float32 logits of the sampled rows
         (`sample_index`, or the last `sample_rows` rows)."""
         graph_hidden = None
@@ -173,20 +215,35 @@ class ModelRunner:
                 bt = self._tensor(rows)
                 ctx = self._tensor(context_lens)
                 groups = max(1, math.ceil(n_decode * width * self.block_size / self.workspace_tokens))
-            meta = AttnMeta(self._tensor(slots), n_decode, bt, ctx, prefills, self.block_size,
-                            skip=skip_attention, decode_groups=groups)
+            meta = AttnMeta(
+                self._tensor(slots),
+                n_decode,
+                bt,
+                ctx,
+                prefills,
+                self.block_size,
+                skip=skip_attention,
+                decode_groups=groups,
+            )
             hidden = self.model(self._tensor(ids), self._tensor(positions), meta)
         if sample_index is None:
             n = hidden.shape[0] if sample_rows is None else sample_rows
-            rows = hidden[hidden.shape[0] - n:]
+            rows = hidden[hidden.shape[0] - n :]
         elif len(sample_index) == hidden.shape[0]:
             rows = hidden
         else:
             rows = hidden[self._tensor(sample_index)]
         return self.model.logits(rows)
 
-    def execute(self, decoders: list, chunks: list, params: list, generators: list,
-                skip_attention: bool = False, banned: list | None = None) -> list[int]:
+    def execute(
+        self,
+        decoders: list,
+        chunks: list,
+        params: list,
+        generators: list,
+        skip_attention: bool = False,
+        banned: list | None = None,
+    ) -> list[int]:
         """decoders: sequences (`token_ids`, `blocks`) that each decode their last token;
         chunks: `(sequence, start, n, samples)` prefill chunks. Returns the sampled token
         of each decoder, then of each chunk that completes its prompt, in that order.
@@ -206,7 +263,7 @@ class ModelRunner:
         sample_index = list(range(t))
         prefills = []
         for s, start, n, samples in chunks:
-            ids.extend(s.token_ids[start:start + n])
+            ids.extend(s.token_ids[start : start + n])
             pos.extend(range(start, start + n))
             blocks = s.blocks
             slots.extend([blocks[p // bs] * bs + p % bs for p in range(start, start + n)])
@@ -216,12 +273,22 @@ class ModelRunner:
             if samples:
                 sample_index.append(t - 1)
         if not sample_index:
-            self.forward_raw(ids, pos, slots, len(decoders), tables, ctx, prefills, sample_index=[],
-                             skip_attention=skip_attention)
+            self.forward_raw(
+                ids, pos, slots, len(decoders), tables, ctx, prefills, sample_index=[], skip_attention=skip_attention
+            )
             self.synchronize()
             return []
-        logits = self.forward_raw(ids, pos, slots, len(decoders), tables, ctx, prefills,
-                                  sample_index=sample_index, skip_attention=skip_attention)
+        logits = self.forward_raw(
+            ids,
+            pos,
+            slots,
+            len(decoders),
+            tables,
+            ctx,
+            prefills,
+            sample_index=sample_index,
+            skip_attention=skip_attention,
+        )
         return sample(logits, params, generators, banned)
 
     def synchronize(self) -> None:

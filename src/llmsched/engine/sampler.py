@@ -54,10 +54,10 @@ def sample(logits, params: list, generators: list, banned: list | None = None) -
         srt = srt.masked_fill(torch.arange(v, device=dev)[None, :] >= kt, float("-inf"))
     if any(p < 1.0 for p in ps):
         probs = srt.softmax(dim=-1)
-        before = probs.cumsum(dim=-1) - probs          # mass of the better tokens
+        before = probs.cumsum(dim=-1) - probs  # mass of the better tokens
         pt = torch.tensor(ps, dtype=torch.float32, device=dev)[:, None]
         drop = before >= pt
-        drop[:, 0] = False                              # always keep the best token
+        drop[:, 0] = False  # always keep the best token
         srt = srt.masked_fill(drop, float("-inf"))
     probs = srt.softmax(dim=-1)
     # a row that is not a distribution (NaN/inf logits, all masked) takes its best token
@@ -68,7 +68,7 @@ def sample(logits, params: list, generators: list, banned: list | None = None) -
         probs = torch.where(ok[:, None], probs, onehot)
         idx = torch.where(ok[:, None], idx, out[rows][:, None].expand_as(idx))
     picks: list = [None] * len(rows)
-    uniform = []                                       # rows drawing from a random.Random
+    uniform = []  # rows drawing from a random.Random
     for j, i in enumerate(rows):
         g = generators[i]
         if g is None or isinstance(g, torch.Generator):

@@ -10,8 +10,11 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from .loader import parse_config
 
-ARCHS = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
-         "mistral": ("MistralForCausalLM", "mistral")}
+ARCHS = {
+    "llama": ("LlamaForCausalLM", "llama"),
+    "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+    "mistral": ("MistralForCausalLM", "mistral"),
+}
 
 # A short built-in training text for the tokenizer (written for this project).
 TEXT = """\
@@ -37,30 +40,54 @@ def train_tokenizer(vocab_size: int = 512):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[BOS, EOS], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[BOS, EOS],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     lines = TEXT.splitlines()
     tok.train_from_iterator(lines * 4, trainer)
-    tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B",
-                                                       special_tokens=[(BOS, tok.token_to_id(BOS))])
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, tok.token_to_id(BOS))]
+    )
     return tok
 
 
-def tiny_config(arch: str = "llama", vocab_size: int = 512, hidden_size: int = 128, num_layers: int = 4,
-                num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 384,
-                max_position_embeddings: int = 4096, tie_word_embeddings: bool = False,
-                bos_token_id: int = 0, eos_token_id: int = 1) -> dict:
+def tiny_config(
+    arch: str = "llama",
+    vocab_size: int = 512,
+    hidden_size: int = 128,
+    num_layers: int = 4,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 384,
+    max_position_embeddings: int = 4096,
+    tie_word_embeddings: bool = False,
+    bos_token_id: int = 0,
+    eos_token_id: int = 1,
+) -> dict:
     if arch not in ARCHS:
         raise ConfigError(f"unknown architecture {arch!r} (known: {', '.join(ARCHS)})")
     cls, mt = ARCHS[arch]
     cfg = {
-        "architectures": [cls], "model_type": mt, "vocab_size": vocab_size,
-        "hidden_size": hidden_size, "intermediate_size": intermediate_size,
-        "num_hidden_layers": num_layers, "num_attention_heads": num_heads,
-        "num_key_value_heads": num_kv_heads, "head_dim": hidden_size // num_heads,
-        "hidden_act": "silu", "max_position_embeddings": max_position_embeddings,
-        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": tie_word_embeddings,
-        "bos_token_id": bos_token_id, "eos_token_id": eos_token_id, "torch_dtype": "float32",
+        "architectures": [cls],
+        "model_type": mt,
+        "vocab_size": vocab_size,
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads,
+        "head_dim": hidden_size // num_heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": max_position_embeddings,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": tie_word_embeddings,
+        "bos_token_id": bos_token_id,
+        "eos_token_id": eos_token_id,
+        "torch_dtype": "float32",
     }
     if arch == "llama":
         cfg.update(attention_bias=False, mlp_bias=False)
@@ -71,32 +98,58 @@ def tiny_config(arch: str = "llama", vocab_size: int = 512, hidden_size: int = 1
     return cfg
 
 
-def make_tiny_model(out_dir, arch: str = "llama", vocab_size: int = 512, hidden_size: int = 128,
-                    num_layers: int = 4, num_heads: int = 4, num_kv_heads: int = 2,
-                    intermediate_size: int = 384, max_position_embeddings: int = 4096,
-                    tie_word_embeddings: bool = False, seed: int = 0, std: float = 0.05) -> Path:
+def make_tiny_model(
+    out_dir,
+    arch: str = "llama",
+    vocab_size: int = 512,
+    hidden_size: int = 128,
+    num_layers: int = 4,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 384,
+    max_position_embeddings: int = 4096,
+    tie_word_embeddings: bool = False,
+    seed: int = 0,
+    std: float = 0.05,
+) -> Path:
     """Write a random model and a trained tokenizer into `out_dir`; returns the folder."""
     import torch  # noqa: PLC0415
     from safetensors.torch import save_file  # noqa: PLC0415
 
     from .model import CausalLM  # noqa: PLC0415
 
-    for name, v in (("hidden_size", hidden_size), ("num_layers", num_layers), ("num_heads", num_heads),
-                    ("num_kv_heads", num_kv_heads), ("intermediate_size", intermediate_size)):
+    for name, v in (
+        ("hidden_size", hidden_size),
+        ("num_layers", num_layers),
+        ("num_heads", num_heads),
+        ("num_kv_heads", num_kv_heads),
+        ("intermediate_size", intermediate_size),
+    ):
         if not isinstance(v, int) or v <= 0:
             raise ConfigError(f"{name} must be a positive integer, got {v!r}")
     if hidden_size % num_heads or num_heads % num_kv_heads or (hidden_size // num_heads) % 2:
-        raise ConfigError("hidden_size must split into an even head size, and num_heads must be a "
-                          "multiple of num_kv_heads")
+        raise ConfigError(
+            "hidden_size must split into an even head size, and num_heads must be a multiple of num_kv_heads"
+        )
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out} exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     tok = train_tokenizer(vocab_size)
     vocab = tok.get_vocab_size()
-    cfg_dict = tiny_config(arch, vocab, hidden_size, num_layers, num_heads, num_kv_heads,
-                           intermediate_size, max_position_embeddings, tie_word_embeddings,
-                           tok.token_to_id(BOS), tok.token_to_id(EOS))
+    cfg_dict = tiny_config(
+        arch,
+        vocab,
+        hidden_size,
+        num_layers,
+        num_heads,
+        num_kv_heads,
+        intermediate_size,
+        max_position_embeddings,
+        tie_word_embeddings,
+        tok.token_to_id(BOS),
+        tok.token_to_id(EOS),
+    )
     cfg = parse_config(cfg_dict)
     model = CausalLM(cfg, torch.float32, "cpu")
     model.init_random(seed, std)
@@ -125,10 +178,22 @@ def make_tiny_model(out_dir, arch: str = "llama", vocab_size: int = 512, hidden_
             tensors[f"{pre}.{kind}.{leaf}"] = p.detach().clone()
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(cfg_dict, indent=2) + "\n")
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": cfg_dict["bos_token_id"], "eos_token_id": cfg_dict["eos_token_id"]}, indent=2) + "\n")
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": cfg_dict["bos_token_id"], "eos_token_id": cfg_dict["eos_token_id"]}, indent=2)
+        + "\n"
+    )
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
-         "model_max_length": max_position_embeddings, "clean_up_tokenization_spaces": False}, indent=2) + "\n")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": BOS,
+                "eos_token": EOS,
+                "model_max_length": max_position_embeddings,
+                "clean_up_tokenization_spaces": False,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return out

@@ -12,12 +12,13 @@ class Tokenizer:
         self.tok = tok
 
     @classmethod
-    def from_dir(cls, model_dir) -> "Tokenizer | None":
+    def from_dir(cls, model_dir) -> Tokenizer | None:
         """The folder's tokenizer.json, or None if it has none."""
         path = Path(model_dir) / "tokenizer.json"
         if not path.is_file():
             return None
         from tokenizers import Tokenizer as HFTokenizer  # noqa: PLC0415
+
         try:
             return cls(HFTokenizer.from_file(str(path)))
         except Exception as e:  # the tokenizers library raises bare Exceptions
@@ -51,9 +52,9 @@ class Detokenizer:
     def step(self, ids: list[int], final: bool = False) -> str:
         if self.read >= len(ids):
             return ""
-        before = self.tok.decode(ids[self.prefix:self.read])
-        full = self.tok.decode(ids[self.prefix:])
+        before = self.tok.decode(ids[self.prefix : self.read])
+        full = self.tok.decode(ids[self.prefix :])
         if len(full) <= len(before) or (full.endswith("\ufffd") and not final):
             return ""
         self.prefix, self.read = self.read, len(ids)
-        return full[len(before):]
+        return full[len(before) :]

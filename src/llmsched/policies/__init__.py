@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..core.constraints import Constraints
 from ..core.errors import ConfigError
@@ -25,8 +26,7 @@ BATCH_POLICIES: dict[str, type[BatchPolicy]] = {
     "kfcfs": KFCFS,
     "adaptive": Adaptive,
 }
-BATCH_ALIASES = {"ft": "fastertransformer", "vanilla-vllm": "vllm", "sarathi-serve": "sarathi",
-                 "k-fcfs": "kfcfs"}
+BATCH_ALIASES = {"ft": "fastertransformer", "vanilla-vllm": "vllm", "sarathi-serve": "sarathi", "k-fcfs": "kfcfs"}
 
 # name -> factory(**options) returning an AdmissionPolicy
 ADMISSION_POLICIES: dict[str, Callable[..., AdmissionPolicy]] = {
@@ -35,8 +35,12 @@ ADMISSION_POLICIES: dict[str, Callable[..., AdmissionPolicy]] = {
     "twp": TWP,
     "dynamicbatch": DynamicBatch,
 }
-ADMISSION_ALIASES = {"shortest-prompt-first": "spf", "priority": "spf",
-                     "token-window-pacing": "twp", "dynamic-batch": "dynamicbatch"}
+ADMISSION_ALIASES = {
+    "shortest-prompt-first": "spf",
+    "priority": "spf",
+    "token-window-pacing": "twp",
+    "dynamic-batch": "dynamicbatch",
+}
 
 
 def register_batch_policy(cls: type[BatchPolicy]) -> type[BatchPolicy]:
@@ -72,8 +76,10 @@ def _policy_options(cls, text: str, spec: str) -> dict:
         elif last is not None:
             out[last] += "," + part
         else:
-            raise ConfigError(f"batch policy {spec!r}: expected key=value with key one of "
-                              f"{', '.join(names) or '(none: this policy takes no options)'}, got {part!r}")
+            raise ConfigError(
+                f"batch policy {spec!r}: expected key=value with key one of "
+                f"{', '.join(names) or '(none: this policy takes no options)'}, got {part!r}"
+            )
     for k, v in out.items():
         try:
             out[k] = json.loads(v)
@@ -97,8 +103,7 @@ def make_batch_policy(name: str, **options: Any) -> BatchPolicy:
         raise ConfigError(f"batch policy {name!r}: {e}") from None
 
 
-def make_admission_policy(name: str = "fcfs", max_running: int | None = None,
-                          **options: Any) -> AdmissionPolicy:
+def make_admission_policy(name: str = "fcfs", max_running: int | None = None, **options: Any) -> AdmissionPolicy:
     factory = _lookup(name, ADMISSION_POLICIES, ADMISSION_ALIASES, "admission policy")
     try:
         policy = factory(**options)
@@ -109,15 +114,23 @@ def make_admission_policy(name: str = "fcfs", max_running: int | None = None,
     return policy
 
 
-def make_scheduler(policy: str = "sarathi", admission: str = "fcfs", b_max: int = 512,
-                   k_max: int | None = None, kv_capacity: int | None = None,
-                   max_running: int | None = None, admission_options: dict | None = None,
-                   policy_options: dict | None = None) -> Scheduler:
+def make_scheduler(
+    policy: str = "sarathi",
+    admission: str = "fcfs",
+    b_max: int = 512,
+    k_max: int | None = None,
+    kv_capacity: int | None = None,
+    max_running: int | None = None,
+    admission_options: dict | None = None,
+    policy_options: dict | None = None,
+) -> Scheduler:
     """Build a scheduler from names, e.g. `make_scheduler("sarathi", b_max=512)`."""
     constraints = Constraints(b_max=b_max, k_max=k_max, kv_capacity=kv_capacity)
-    return Scheduler(make_batch_policy(policy, **(policy_options or {})),
-                     make_admission_policy(admission, max_running, **(admission_options or {})),
-                     constraints)
+    return Scheduler(
+        make_batch_policy(policy, **(policy_options or {})),
+        make_admission_policy(admission, max_running, **(admission_options or {})),
+        constraints,
+    )
 
 
 def list_policies() -> list[tuple[str, str, str]]:
@@ -129,9 +142,27 @@ def list_policies() -> list[tuple[str, str, str]]:
 
 
 __all__ = [
-    "AdmissionPolicy", "BatchPolicy", "Planner", "Scheduler", "BATCH_POLICIES",
-    "ADMISSION_POLICIES", "make_batch_policy", "make_admission_policy", "make_scheduler",
-    "list_policies", "register_batch_policy", "register_admission_policy",
-    "FasterTransformer", "VanillaVLLM", "Orca", "Sarathi", "KFCFS", "Adaptive", "FCFS",
-    "ShortestPromptFirst", "RunningCap", "TWP", "DynamicBatch",
+    "AdmissionPolicy",
+    "BatchPolicy",
+    "Planner",
+    "Scheduler",
+    "BATCH_POLICIES",
+    "ADMISSION_POLICIES",
+    "make_batch_policy",
+    "make_admission_policy",
+    "make_scheduler",
+    "list_policies",
+    "register_batch_policy",
+    "register_admission_policy",
+    "FasterTransformer",
+    "VanillaVLLM",
+    "Orca",
+    "Sarathi",
+    "KFCFS",
+    "Adaptive",
+    "FCFS",
+    "ShortestPromptFirst",
+    "RunningCap",
+    "TWP",
+    "DynamicBatch",
 ]

@@ -56,8 +56,10 @@ from .base import BatchPolicy, Planner
 
 class Adaptive(BatchPolicy):
     name = "adaptive"
-    summary = ("max-weight over the stability region's vertex steps: picks each step's load "
-               "and prefill/decode mix from the queues (stable inside the k_max region)")
+    summary = (
+        "max-weight over the stability region's vertex steps: picks each step's load "
+        "and prefill/decode mix from the queues (stable inside the k_max region)"
+    )
     work_conserving = False
     repeatable = False
     option_names = ("cost", "mean_prompt", "mean_output")
@@ -176,35 +178,52 @@ class Adaptive(BatchPolicy):
         q_d = (state.backlog_tokens - q_p) - (state.waiting_tokens - waiting_pf) - pre_dec
         if q_d < 0:
             q_d = 0
+        import os as _os
+        _mode = _os.environ.get("ADA_MODE", "")
+        if _mode == "bp":
+            c = float(_os.environ["ADA_C"])
+            wp, wd = q_p - c * q_d, q_d
+        elif _mode == "tot":
+            wp, wd = q_p, state.backlog_tokens - q_p
+        else:
+            wp, wd = q_p, q_d * float(_os.environ.get("ADA_WD", "1"))
         best = None
-        best_score = -1.0
+        best_score = -1e300
+        n_rems = len(rems)
         for load, yv in self._cands:
             lvl = min(load, tokens)
-            y = min(yv, n_dec, lvl, slots)
-            budget, s = lvl - y, slots - y
-            x = used = 0
-            for rem in rems:
-                if budget <= 0 or used >= s:
+            # realise the vertex with y_v decodes; if the prefill requests its other slots
+            # allow cannot fill the load (a prompt's last chunk is short), give a decode
+            # slot to the next prompt instead, one at a time, until the load is filled
+            y1 = min(yv, n_dec, lvl, slots)
+            while True:
+                budget, s = lvl - y1, slots - y1
+                x = used = 0
+                for rem in rems:
+                    if budget <= 0 or used >= s:
+                        break
+                    c = rem if rem < budget else budget
+                    x += c
+                    budget -= c
+                    used += 1
+                y = y1
+                y2 = min(n_dec - y1, budget, s - used)
+                if y2 > 0:
+                    y += y2
+                if x + y > 0:
+                    score = (wp * x + wd * y) / self._t(x, y)
+                    if score > best_score * (1 + 1e-12):
+                        best, best_score = (load, y1), score
+                if y1 == 0 or x + y >= lvl or used < s or used >= n_rems:
                     break
-                c = rem if rem < budget else budget
-                x += c
-                budget -= c
-                used += 1
-            y2 = min(n_dec - y, budget, s - used)
-            if y2 > 0:
-                y += y2
-            if x + y == 0:
-                continue
-            score = (q_p * x + q_d * y) / self._t(x, y)
-            if score > best_score * (1 + 1e-12):
-                best, best_score = (load, yv), score
+                y1 -= 1
         if best is None:  # nothing realisable: behave like Sarathi-Serve
             best = (tokens, tokens)
         self.chosen[best] = self.chosen.get(best, 0) + 1
-        load, yv = best
+        load, y1 = best
         if load < p.tokens:
             p.tokens = load
-        p.take_decodes(yv)
+        p.take_decodes(y1)
         p.take_running_prefills()
         p.admit_waiting()
         p.take_decodes()

@@ -49,8 +49,7 @@ class RunningCap(AdmissionPolicy):
         return self.inner.batch_limit(state)
 
     def may_admit(self, state: ServerState, r: Request, planner: Planner) -> bool:
-        return (state.n_running + planner.n_admitted < self.max_running
-                and self.inner.may_admit(state, r, planner))
+        return state.n_running + planner.n_admitted < self.max_running and self.inner.may_admit(state, r, planner)
 
     def observe(self, state, feedback) -> None:
         self.inner.observe(state, feedback)

@@ -10,7 +10,7 @@ engine call both the same way.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..core.constraints import Constraints
 from ..core.plan import StepFeedback, StepPlan
@@ -37,7 +37,7 @@ class AdmissionPolicy:
         """An extra cap on the step's batch size (below k_max)."""
         return UNLIMITED
 
-    def may_admit(self, state: ServerState, r: Request, planner: "Planner") -> bool:
+    def may_admit(self, state: ServerState, r: Request, planner: Planner) -> bool:
         """Whether the head of the waiting queue may join the running set now."""
         return True
 
@@ -58,8 +58,21 @@ class Planner:
     step could serve, preempting the newest running requests if needed, and keeps that
     room reserved so admissions cannot take it."""
 
-    __slots__ = ("state", "admission", "tokens", "slots", "kv", "decodable", "decode",
-                 "prefill", "preempt", "n_admitted", "admitted_tokens", "decode_room", "_victims")
+    __slots__ = (
+        "state",
+        "admission",
+        "tokens",
+        "slots",
+        "kv",
+        "decodable",
+        "decode",
+        "prefill",
+        "preempt",
+        "n_admitted",
+        "admitted_tokens",
+        "decode_room",
+        "_victims",
+    )
 
     def __init__(self, state: ServerState, admission: AdmissionPolicy):
         self.state = state
@@ -165,8 +178,9 @@ class BatchPolicy:
 class Scheduler:
     """A batch policy with an admission policy, under the server's constraints."""
 
-    def __init__(self, batch: BatchPolicy, admission: AdmissionPolicy | None = None,
-                 constraints: Constraints | None = None):
+    def __init__(
+        self, batch: BatchPolicy, admission: AdmissionPolicy | None = None, constraints: Constraints | None = None
+    ):
         self.batch = batch
         self.admission = admission or AdmissionPolicy()
         self.constraints = constraints or Constraints()
@@ -196,8 +210,13 @@ class Scheduler:
 
     def describe(self) -> dict:
         c = self.constraints
-        return {"batch_policy": self.batch.name, "admission": self.admission.describe(),
-                "b_max": c.b_max, "k_max": c.k_max, "kv_capacity_tokens": c.kv_capacity}
+        return {
+            "batch_policy": self.batch.name,
+            "admission": self.admission.describe(),
+            "b_max": c.b_max,
+            "k_max": c.k_max,
+            "kv_capacity_tokens": c.kv_capacity,
+        }
 
 
 __all__ = ["AdmissionPolicy", "Planner", "BatchPolicy", "Scheduler", "PREFILL", "DECODE"]

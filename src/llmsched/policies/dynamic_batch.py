@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
-from ..core.errors import ConfigError
 from ..core.cost import make_cost_model
+from ..core.errors import ConfigError
 from ..core.request import Request
 from ..core.state import ServerState
 from .base import AdmissionPolicy, Planner
@@ -43,19 +43,28 @@ class DynamicBatch(AdmissionPolicy):
     """
 
     name = "dynamicbatch"
-    summary = ("DynamicBatch: AIMD cap on the batch size when the ITL exceeds a static target "
-               "(no token-level feedback)")
+    summary = "DynamicBatch: AIMD cap on the batch size when the ITL exceeds a static target (no token-level feedback)"
     closed_loop = True
-    OPTIONS = ("itl_target_ms", "alpha", "beta", "delta", "c_min", "c_max", "c0", "l_min_ms",
-               "cost", "context")
+    OPTIONS = ("itl_target_ms", "alpha", "beta", "delta", "c_min", "c_max", "c0", "l_min_ms", "cost", "context")
 
-    def __init__(self, *, itl_target_ms: float | None = None, alpha: float = 0.2, beta: float = 0.5,
-                 delta: float = 1, c_min: int = 1, c_max: int | None = None, c0: int | None = None,
-                 l_min_ms: float | None = None, cost=None, context: int = 1024, **unknown):
+    def __init__(
+        self,
+        *,
+        itl_target_ms: float | None = None,
+        alpha: float = 0.2,
+        beta: float = 0.5,
+        delta: float = 1,
+        c_min: int = 1,
+        c_max: int | None = None,
+        c0: int | None = None,
+        l_min_ms: float | None = None,
+        cost=None,
+        context: int = 1024,
+        **unknown,
+    ):
         p = self.name
         if unknown:
-            raise ConfigError(f"{p}: unknown option {min(unknown)!r} "
-                              f"(known: {', '.join(self.OPTIONS)})")
+            raise ConfigError(f"{p}: unknown option {min(unknown)!r} (known: {', '.join(self.OPTIONS)})")
         self.itl_target_ms = check_number(p, "itl_target_ms", itl_target_ms, lo=0, lo_open=True)
         self.alpha = check_number(p, "alpha", alpha, lo=0, lo_open=True, hi=1, none=False)
         self.beta = check_number(p, "beta", beta, lo=0, lo_open=True, hi=1, hi_open=True, none=False)
@@ -100,8 +109,10 @@ class DynamicBatch(AdmissionPolicy):
         elif model is not None:
             self.l_min_s = decode_step_time(model, 1, self.context)
             if not (self.l_min_s > 0 and math.isfinite(self.l_min_s)):
-                raise ConfigError(f"{self.name}: the cost model's decode step time at batch 1 is "
-                                  f"{self.l_min_s!r}; give l_min_ms or itl_target_ms")
+                raise ConfigError(
+                    f"{self.name}: the cost model's decode step time at batch 1 is "
+                    f"{self.l_min_s!r}; give l_min_ms or itl_target_ms"
+                )
         else:
             self.l_min_s = None
         self.C_max = self.c_max if self.c_max is not None else min(state.b_max, state.k_max)

@@ -34,7 +34,7 @@ class SchedulerSpec:
         return tuple(f.name for f in fields(cls))
 
     @classmethod
-    def from_mapping(cls, d: Any) -> "SchedulerSpec":
+    def from_mapping(cls, d: Any) -> SchedulerSpec:
         """The spec's fields found in `d` (a dict or an object with these attributes);
         other keys are ignored."""
         get = d.get if isinstance(d, dict) else (lambda k, default=None: getattr(d, k, default))
@@ -45,7 +45,7 @@ class SchedulerSpec:
                 setattr(spec, name, v)
         return spec
 
-    def replace(self, **changes) -> "SchedulerSpec":
+    def replace(self, **changes) -> SchedulerSpec:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -58,9 +58,11 @@ class SchedulerSpec:
         for name in ("policy_options", "admission_options"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be a mapping of option names to values")
-        return Scheduler(make_batch_policy(self.policy, **self.policy_options),
-                         make_admission_policy(self.admission, self.max_running, **self.admission_options),
-                         constraints)
+        return Scheduler(
+            make_batch_policy(self.policy, **self.policy_options),
+            make_admission_policy(self.admission, self.max_running, **self.admission_options),
+            constraints,
+        )
 
 
 __all__ = ["SchedulerSpec"]

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import math
 
-from ..core.errors import ConfigError
 from ..core.cost import make_cost_model
+from ..core.errors import ConfigError
 from ..core.request import Request
 from ..core.state import UNLIMITED, ServerState
 from .base import AdmissionPolicy, Planner
@@ -41,9 +41,18 @@ from .base import AdmissionPolicy, Planner
 __all__ = ["TWP", "ItlMeter", "decode_step_time", "check_number"]
 
 
-def check_number(policy: str, name: str, v, *, integer: bool = False, lo: float | None = None,
-                 lo_open: bool = False, hi: float | None = None, hi_open: bool = False,
-                 none: bool = True):
+def check_number(
+    policy: str,
+    name: str,
+    v,
+    *,
+    integer: bool = False,
+    lo: float | None = None,
+    lo_open: bool = False,
+    hi: float | None = None,
+    hi_open: bool = False,
+    none: bool = True,
+):
     """Validate one option value; returns it (an int when `integer`) or raises ConfigError."""
     if v is None:
         if none:
@@ -145,21 +154,50 @@ class TWP(AdmissionPolicy):
     """
 
     name = "twp"
-    summary = ("Token Window Pacing: an ITL-feedback token window bounds each step's load; "
-               "FCFS admission while the active work drains within a horizon")
+    summary = (
+        "Token Window Pacing: an ITL-feedback token window bounds each step's load; "
+        "FCFS admission while the active work drains within a horizon"
+    )
     closed_loop = True
-    OPTIONS = ("eps", "itl_target_ms", "alpha", "beta", "delta", "max_active", "h_min", "h_max",
-               "h0", "horizon_steps", "l_min_ms", "b0", "cost", "context")
+    OPTIONS = (
+        "eps",
+        "itl_target_ms",
+        "alpha",
+        "beta",
+        "delta",
+        "max_active",
+        "h_min",
+        "h_max",
+        "h0",
+        "horizon_steps",
+        "l_min_ms",
+        "b0",
+        "cost",
+        "context",
+    )
 
-    def __init__(self, *, eps: float = 0.2, itl_target_ms: float | None = None, alpha: float = 0.2,
-                 beta: float = 0.5, delta: float | None = None, max_active: int | None = None,
-                 h_min: int | None = None, h_max: int | None = None, h0: int | None = None,
-                 horizon_steps: float = 256, l_min_ms: float | None = None, b0: int | None = None,
-                 cost=None, context: int = 1024, **unknown):
+    def __init__(
+        self,
+        *,
+        eps: float = 0.2,
+        itl_target_ms: float | None = None,
+        alpha: float = 0.2,
+        beta: float = 0.5,
+        delta: float | None = None,
+        max_active: int | None = None,
+        h_min: int | None = None,
+        h_max: int | None = None,
+        h0: int | None = None,
+        horizon_steps: float = 256,
+        l_min_ms: float | None = None,
+        b0: int | None = None,
+        cost=None,
+        context: int = 1024,
+        **unknown,
+    ):
         p = self.name
         if unknown:
-            raise ConfigError(f"{p}: unknown option {min(unknown)!r} "
-                              f"(known: {', '.join(self.OPTIONS)})")
+            raise ConfigError(f"{p}: unknown option {min(unknown)!r} (known: {', '.join(self.OPTIONS)})")
         self.eps = check_number(p, "eps", eps, lo=0, none=False)
         self.itl_target_ms = check_number(p, "itl_target_ms", itl_target_ms, lo=0, lo_open=True)
         self.alpha = check_number(p, "alpha", alpha, lo=0, lo_open=True, hi=1, none=False)
@@ -169,8 +207,7 @@ class TWP(AdmissionPolicy):
         self.h_min = check_number(p, "h_min", h_min, integer=True, lo=1)
         self.h_max = check_number(p, "h_max", h_max, integer=True, lo=1)
         self.h0 = check_number(p, "h0", h0, integer=True, lo=1)
-        self.horizon_steps = check_number(p, "horizon_steps", horizon_steps, lo=0, lo_open=True,
-                                          none=False)
+        self.horizon_steps = check_number(p, "horizon_steps", horizon_steps, lo=0, lo_open=True, none=False)
         self.l_min_ms = check_number(p, "l_min_ms", l_min_ms, lo=0, lo_open=True)
         self.b0 = check_number(p, "b0", b0, integer=True, lo=1)
         self.context = check_number(p, "context", context, integer=True, lo=0, none=False)
@@ -185,11 +222,11 @@ class TWP(AdmissionPolicy):
                 self.cost = make_cost_model(cost)
             except ConfigError as e:
                 raise ConfigError(f"{p}: cost: {e}") from None
-        self._bound = None            # the driver's cost model
-        self._key = None              # (b_max, k_max) the derived values were computed for
+        self._bound = None  # the driver's cost model
+        self._key = None  # (b_max, k_max) the derived values were computed for
         self.meter = ItlMeter()
-        self.l_ewma: float | None = None     # seconds
-        self.window: float | None = None     # H_t
+        self.l_ewma: float | None = None  # seconds
+        self.window: float | None = None  # H_t
         self._admitted_work = 0
         # measured (no cost model): shortest decode step, loads' fastest steps, their knee
         self._seen_l_min: float | None = None
@@ -197,14 +234,14 @@ class TWP(AdmissionPolicy):
         self._seen_knee = 1
         # derived (by _resolve)
         self.measured = False
-        self.l_min_s: float | None = None    # seconds
+        self.l_min_s: float | None = None  # seconds
         self.B_0: int | None = None
         self.W_0: int | None = None
         self.B_max = UNLIMITED
         self.H_min = 1
         self.H_max = 1
         self.delta_tokens = 1.0
-        self._target: float | None = None   # L* in seconds (itl_target() when not measured)
+        self._target: float | None = None  # L* in seconds (itl_target() when not measured)
 
     # ---- derived constants -----------------------------------------------------------
     def bind_cost_model(self, cost) -> None:
@@ -227,30 +264,31 @@ class TWP(AdmissionPolicy):
         elif model is not None:
             self.l_min_s = decode_step_time(model, 1, self.context)
             if not (self.l_min_s > 0 and math.isfinite(self.l_min_s)):
-                raise ConfigError(f"{self.name}: the cost model's decode step time at batch 1 is "
-                                  f"{self.l_min_s!r}; give l_min_ms")
+                raise ConfigError(
+                    f"{self.name}: the cost model's decode step time at batch 1 is {self.l_min_s!r}; give l_min_ms"
+                )
         else:
             self.l_min_s = None
         if self.b0 is not None:
             self.B_0 = self.b0
         elif model is not None:
             l_min = self.l_min_s
-            self.B_0 = self._last_within(lambda n: decode_step_time(model, n, self.context),
-                                         (1 + self.eps) * l_min, cap, model.load_only)
+            self.B_0 = self._last_within(
+                lambda n: decode_step_time(model, n, self.context), (1 + self.eps) * l_min, cap, model.load_only
+            )
         else:
             self.B_0 = None
         if self.l_min_s is None or self.B_0 is None:
-            self.measured = True       # l_min and/or B_0 come from the feedback
+            self.measured = True  # l_min and/or B_0 come from the feedback
         target = self._target = self.itl_target()
         if self.max_active is not None:
             self.B_max = self.max_active
         elif self.measured:
-            self.B_max = state.k_max   # UNLIMITED without k_max
+            self.B_max = state.k_max  # UNLIMITED without k_max
         elif model is not None:
-            within = self._last_within(lambda n: decode_step_time(model, n, self.context), target,
-                                       cap, model.load_only)
+            within = self._last_within(lambda n: decode_step_time(model, n, self.context), target, cap, model.load_only)
             self.B_max = min(max(self.B_0, within), cap)
-        else:                           # l_min and B_0 given: the roofline
+        else:  # l_min and B_0 given: the roofline
             self.B_max = min(max(self.B_0, int(self.B_0 * target / self.l_min_s)), cap)
         if model is not None:
             t1 = model.load_time(1)
@@ -278,7 +316,7 @@ class TWP(AdmissionPolicy):
     @staticmethod
     def _last_within(time_of, bound: float, cap: int, monotone: bool) -> int:
         """Largest n <= cap with time_of(m) <= bound for every m in 1..n (at least 1)."""
-        if monotone:                    # a load-only model: bisect
+        if monotone:  # a load-only model: bisect
             lo, hi = 1, cap
             while lo < hi:
                 mid = (lo + hi + 1) // 2
@@ -333,7 +371,7 @@ class TWP(AdmissionPolicy):
             self._resolve(state)
         if planner.n_admitted == 0:
             self._admitted_work = 0
-            if state.n_running == 0:    # liveness: an idle server always takes the head
+            if state.n_running == 0:  # liveness: an idle server always takes the head
                 self._admitted_work = state.work(r)
                 return True
         if state.n_running + planner.n_admitted >= self.B_max:
@@ -376,7 +414,7 @@ class TWP(AdmissionPolicy):
             window = window + self.delta_tokens * (1 + math.log1p(q)) if q else window + self.delta_tokens
             if window > self.H_max:
                 window = float(self.H_max)
-        if window < self.H_min:        # H_min grew (measured knee)
+        if window < self.H_min:  # H_min grew (measured knee)
             window = float(self.H_min)
         self.window = window
 
@@ -394,6 +432,10 @@ class TWP(AdmissionPolicy):
                 "itl_target_ms": None if target is None else target * 1e3,
                 "B_0": self.B_0 if self.B_0 is not None else (self._seen_knee if self.measured else None),
                 "B_max": None if self.B_max >= UNLIMITED else self.B_max,
-                "W_0": self.W_0, "H_min": self.H_min, "H_max": self.H_max,
-                "delta_tokens": self.delta_tokens, "measured": self.measured}
+                "W_0": self.W_0,
+                "H_min": self.H_min,
+                "H_max": self.H_max,
+                "delta_tokens": self.delta_tokens,
+                "measured": self.measured,
+            }
         return d

@@ -26,24 +26,43 @@ from ..core.state import ServerState
 from ..policies.base import Scheduler
 from .output import PieceFn, Sequence
 
+
 class StepBatch:
     """One planned step as an executor receives it."""
 
-    __slots__ = ("plan", "start_ns", "prefill_tokens", "decode_context", "chunks", "sampled",
-                 "decoders", "prefill", "samplers")
+    __slots__ = (
+        "plan",
+        "start_ns",
+        "prefill_tokens",
+        "decode_context",
+        "chunks",
+        "sampled",
+        "decoders",
+        "prefill",
+        "samplers",
+    )
 
-    def __init__(self, plan: StepPlan, start_ns: int, prefill_tokens: int, decode_context: int,
-                 chunks: list[tuple[int, int]], sampled: int, decoders: list[Request],
-                 prefill: list[tuple[Request, int, int, bool]], samplers: list[Request]):
+    def __init__(
+        self,
+        plan: StepPlan,
+        start_ns: int,
+        prefill_tokens: int,
+        decode_context: int,
+        chunks: list[tuple[int, int]],
+        sampled: int,
+        decoders: list[Request],
+        prefill: list[tuple[Request, int, int, bool]],
+        samplers: list[Request],
+    ):
         self.plan = plan
         self.start_ns = start_ns
-        self.prefill_tokens = prefill_tokens    # cost-model view: tokens, context, chunks
+        self.prefill_tokens = prefill_tokens  # cost-model view: tokens, context, chunks
         self.decode_context = decode_context
         self.chunks = chunks
         self.sampled = sampled
-        self.decoders = decoders                # served decoders, in decode order
-        self.prefill = prefill                  # (request, first position, tokens, completes prompt)
-        self.samplers = samplers                # requests that emit a token: decoders, then completed prompts
+        self.decoders = decoders  # served decoders, in decode order
+        self.prefill = prefill  # (request, first position, tokens, completes prompt)
+        self.samplers = samplers  # requests that emit a token: decoders, then completed prompts
 
     @property
     def cost_args(self) -> tuple:
@@ -154,7 +173,7 @@ class StepDriver:
         for r in plan.preempt:
             self._release(r)
         self.preemptions += len(plan.preempt)
-        decoders = st.decoders[:plan.decode]
+        decoders = st.decoders[: plan.decode]
         prefill = []
         samplers = list(decoders)
         for r, n in plan.prefill:
@@ -175,21 +194,29 @@ class StepDriver:
         self.last_step_s = d / NS
         if self.scheduler.closed_loop:
             finished = st.finished + stopped if stopped else st.finished
-            self.scheduler.observe(st, StepFeedback(start / NS, d / NS, plan, finished,
-                                                    st.first_tokens, lambda: decoders,
-                                                    resumed=[r for r, _ in st.resumed]))
+            self.scheduler.observe(
+                st,
+                StepFeedback(
+                    start / NS,
+                    d / NS,
+                    plan,
+                    finished,
+                    st.first_tokens,
+                    lambda: decoders,
+                    resumed=[r for r, _ in st.resumed],
+                ),
+            )
         self._after_step(end)
         return outputs
 
-    def _emit(self, samplers: list[Request], tokens: list[int],
-              end: int) -> tuple[list[RequestOutput], list[Request]]:
+    def _emit(self, samplers: list[Request], tokens: list[int], end: int) -> tuple[list[RequestOutput], list[Request]]:
         st = self.state
         t_end = end / NS
         outputs = []
         stopped = []
         for r, tok in zip(samplers, tokens):
             seq = r.payload
-            if seq.finished:              # aborted while its step ran
+            if seq.finished:  # aborted while its step ran
                 continue
             if seq.n_out == 0:
                 self.prompt_tokens_total += r.prompt
@@ -211,19 +238,28 @@ class StepDriver:
         st = self.state
         kv = self.scheduler.constraints.kv_capacity
         return {
-            "waiting": len(st.waiting), "running": st.n_running, "decoding": st.n_decoding,
-            "kv_used_tokens": st.kv_used, "kv_capacity_tokens": kv,
-            "kv_usage": (st.kv_used / kv) if kv else 0.0, "backlog_tokens": st.backlog_tokens,
-            "unfinished": len(self._requests), "steps": self.steps, "busy_s": self.busy_ns / NS,
-            "preemptions": self.preemptions, "prompt_tokens_total": self.prompt_tokens_total,
+            "waiting": len(st.waiting),
+            "running": st.n_running,
+            "decoding": st.n_decoding,
+            "kv_used_tokens": st.kv_used,
+            "kv_capacity_tokens": kv,
+            "kv_usage": (st.kv_used / kv) if kv else 0.0,
+            "backlog_tokens": st.backlog_tokens,
+            "unfinished": len(self._requests),
+            "steps": self.steps,
+            "busy_s": self.busy_ns / NS,
+            "preemptions": self.preemptions,
+            "prompt_tokens_total": self.prompt_tokens_total,
             "generation_tokens_total": self.generation_tokens_total,
-            "finished_total": self.finished_total, "aborted_total": self.aborted_total,
+            "finished_total": self.finished_total,
+            "aborted_total": self.aborted_total,
             "scheduler": self.scheduler.name,
         }
 
 
-def new_sequence(request_id: str, prompt_len: int, params: SamplingParams,
-                 eos_ids: frozenset = frozenset()) -> Sequence:
+def new_sequence(
+    request_id: str, prompt_len: int, params: SamplingParams, eos_ids: frozenset = frozenset()
+) -> Sequence:
     if not isinstance(params, SamplingParams):
         raise ConfigError("params must be a llmsched SamplingParams")
     return Sequence(request_id, prompt_len, params, eos_ids)

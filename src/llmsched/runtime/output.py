@@ -13,7 +13,7 @@ held back until they cannot start a stop string.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..core.engine_api import RequestOutput, SamplingParams, find_stop
 from ..core.request import Request
@@ -27,18 +27,30 @@ class Sequence:
     """Driver-side data of one request (the `payload` of its `Request`): the sampling
     parameters, the text so far and the stop state."""
 
-    __slots__ = ("request_id", "params", "req", "prompt_len", "n_out", "text", "sent", "hold",
-                 "stops", "stop_ids", "eos_ids", "finish_reason", "stop_reason")
+    __slots__ = (
+        "request_id",
+        "params",
+        "req",
+        "prompt_len",
+        "n_out",
+        "text",
+        "sent",
+        "hold",
+        "stops",
+        "stop_ids",
+        "eos_ids",
+        "finish_reason",
+        "stop_reason",
+    )
 
-    def __init__(self, request_id: str, prompt_len: int, params: SamplingParams,
-                 eos_ids: frozenset = frozenset()):
+    def __init__(self, request_id: str, prompt_len: int, params: SamplingParams, eos_ids: frozenset = frozenset()):
         self.request_id = request_id
         self.params = params
         self.req: Request | None = None
         self.prompt_len = prompt_len
         self.n_out = 0
         self.text = ""
-        self.sent = 0                 # characters of `text` already returned
+        self.sent = 0  # characters of `text` already returned
         self.stops = [s for s in params.stop if s]
         self.hold = max((len(s) for s in self.stops), default=1) - 1
         self.stop_ids = frozenset(params.stop_token_ids)
@@ -89,12 +101,18 @@ class Sequence:
             upto = len(self.text)
         else:
             upto = max(self.sent, len(self.text) - self.hold)
-        new_text = self.text[self.sent:upto]
+        new_text = self.text[self.sent : upto]
         self.sent = upto
-        return RequestOutput(request_id=self.request_id, new_token_ids=[tok], new_text=new_text,
-                             finished=reason is not None, finish_reason=reason,
-                             prompt_tokens=self.prompt_len, output_tokens=self.n_out,
-                             stop_reason=self.stop_reason if reason == "stop" else None)
+        return RequestOutput(
+            request_id=self.request_id,
+            new_token_ids=[tok],
+            new_text=new_text,
+            finished=reason is not None,
+            finish_reason=reason,
+            prompt_tokens=self.prompt_len,
+            output_tokens=self.n_out,
+            stop_reason=self.stop_reason if reason == "stop" else None,
+        )
 
 
 __all__ = ["Sequence", "PieceFn"]

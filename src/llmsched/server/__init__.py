@@ -9,13 +9,20 @@ from __future__ import annotations
 from ..core.lazy import lazy_getattr
 
 _LAZY = {
-    "build_app": "app", "ServerConfig": "app",
-    "serve": "serve", "make_server": "serve", "GracefulServer": "serve",
-    "Backend": "backends", "SchedulerOptions": "backends",
-    "make_sim_backend": "backends", "make_engine_backend": "backends",
+    "build_app": "app",
+    "ServerConfig": "app",
+    "serve": "serve",
+    "make_server": "serve",
+    "GracefulServer": "serve",
+    "Backend": "backends",
+    "SchedulerOptions": "backends",
+    "make_sim_backend": "backends",
+    "make_engine_backend": "backends",
     "AsyncEngine": "async_engine",
-    "BenchConfig": "bench", "run_bench": "bench", "calculate_metrics": "bench",
+    "BenchConfig": "bench",
+    "run_bench": "bench",
+    "calculate_metrics": "bench",
 }
 
 __all__ = list(_LAZY)
-__getattr__ = lazy_getattr(__name__, _LAZY, ('fastapi', 'uvicorn', 'httpx', 'starlette'), 'server')
+__getattr__ = lazy_getattr(__name__, _LAZY, ("fastapi", "uvicorn", "httpx", "starlette"), "server")

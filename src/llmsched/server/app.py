@@ -39,19 +39,32 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..core.version import __version__
 from ..core.errors import ConfigError
+from ..core.version import __version__
 from .async_engine import AsyncEngine, Draining, EngineDead, Overloaded, RequestStream
 from .backends import Backend
 from .metrics import ServerMetrics
-from .protocol import (APIError, ChunkWriter, bad_request, chat_body, completion_body, dumps,
-                       parse_body, parse_chat, parse_completion, sampling_params)
+from .protocol import (
+    APIError,
+    ChunkWriter,
+    bad_request,
+    chat_body,
+    completion_body,
+    dumps,
+    parse_body,
+    parse_chat,
+    parse_completion,
+    sampling_params,
+)
 from .tokenizer import utf8_len
 
 log = logging.getLogger("llmsched.server")
 
-SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-               (b"x-accel-buffering", b"no")]
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 
 
 @dataclass
@@ -61,13 +74,13 @@ class ServerConfig:
     api_key: str | None = None
     max_queued_requests: int | None = None
     max_queued_tokens: int | None = None
-    default_max_tokens: int | None = None   # None: 16 for completions, the room left for chat
+    default_max_tokens: int | None = None  # None: 16 for completions, the room left for chat
     drain_timeout: float = 30.0
     log_level: str = "warning"
-    switch_interval: float = 0.001          # sys.setswitchinterval while serving
-    max_body_bytes: int | None = None       # larger bodies: 413, not read (None: derived)
-    max_header_bytes: int = 64 * 1024       # request line + headers; larger: 431
-    read_timeout: float = 30.0              # for the headers, then for the body: else 408
+    switch_interval: float = 0.001  # sys.setswitchinterval while serving
+    max_body_bytes: int | None = None  # larger bodies: 413, not read (None: derived)
+    max_header_bytes: int = 64 * 1024  # request line + headers; larger: 431
+    read_timeout: float = 30.0  # for the headers, then for the body: else 408
 
     def __post_init__(self):
         for name in ("max_queued_requests", "max_queued_tokens", "default_max_tokens"):
@@ -100,7 +113,7 @@ class ServerConfig:
 BIG_BODY = 64 * 1024
 INLINE_TEXT_CHARS = 1024
 TOKENIZE_THREADS = max(1, min(4, (os.cpu_count() or 2) // 2))
-TOKENIZE_NICE = 5        # tokenizing threads yield the CPU to the event loop and the engine
+TOKENIZE_NICE = 5  # tokenizing threads yield the CPU to the event loop and the engine
 
 
 def _lower_priority() -> None:
@@ -146,34 +159,45 @@ def body_bytes(data) -> bytes:
 
 
 def error_response(e: APIError, headers: dict | None = None) -> Response:
-    return Response(dumps(e.body()), status_code=e.status, media_type="application/json",
-                    headers=headers)
+    return Response(dumps(e.body()), status_code=e.status, media_type="application/json", headers=headers)
 
 
 def internal_error_response() -> Response:
     """A 500 that says nothing about the exception (the log has it)."""
-    return error_response(APIError(500, "internal error; the server log has the details",
-                                   "internal_server_error"))
+    return error_response(APIError(500, "internal error; the server log has the details", "internal_server_error"))
 
 
 def _overloaded() -> Response:
-    return error_response(APIError(429, "The server is overloaded: its request queue is full. "
-                                   "Retry later.", "rate_limit_error", None, "rate_limit_exceeded"),
-                          {"retry-after": "1"})
+    return error_response(
+        APIError(
+            429,
+            "The server is overloaded: its request queue is full. Retry later.",
+            "rate_limit_error",
+            None,
+            "rate_limit_exceeded",
+        ),
+        {"retry-after": "1"},
+    )
 
 
 def output_error(o) -> APIError:
     """The APIError of an engine output that ended with an error (`AsyncEngine` sets its
     HTTP status, and its OpenAI error type and code where they are not the defaults)."""
     status = getattr(o, "status", 500)
-    etype = getattr(o, "error_type", None) or ("internal_server_error" if status >= 500
-                                               else "invalid_request_error")
+    etype = getattr(o, "error_type", None) or ("internal_server_error" if status >= 500 else "invalid_request_error")
     return APIError(status, o.error or "internal error", etype, None, getattr(o, "error_code", None))
 
 
 def _draining() -> Response:
-    return error_response(APIError(503, "The server is shutting down and accepts no new requests.",
-                                   "service_unavailable", None, "server_shutting_down"))
+    return error_response(
+        APIError(
+            503,
+            "The server is shutting down and accepts no new requests.",
+            "service_unavailable",
+            None,
+            "server_shutting_down",
+        )
+    )
 
 
 def _clip(text: str, limit: int = 100) -> str:
@@ -198,11 +222,16 @@ def _auth_failure(scope, expected: bytes) -> Response | None:
             break
     if hmac.compare_digest(got, expected):
         return None
-    msg = ("Incorrect API key provided." if got else
-           "You didn't provide an API key. Pass it as 'Authorization: Bearer KEY'.")
+    msg = (
+        "Incorrect API key provided."
+        if got
+        else "You didn't provide an API key. Pass it as 'Authorization: Bearer KEY'."
+    )
     # refused before its body is read: close rather than read and discard that body
-    return error_response(APIError(401, msg, "invalid_request_error", None, "invalid_api_key"),
-                          {"www-authenticate": "Bearer", "connection": "close"})
+    return error_response(
+        APIError(401, msg, "invalid_request_error", None, "invalid_api_key"),
+        {"www-authenticate": "Bearer", "connection": "close"},
+    )
 
 
 class _ClientGone(Exception):
@@ -247,13 +276,23 @@ async def _read_body(scope, receive, limit: int, timeout: float):
                 elif msg["type"] == "http.disconnect":
                     raise _ClientGone()
     except TimeoutError:
-        raise APIError(408, f"the request body did not arrive within {timeout:g} s",
-                       "invalid_request_error", None, "request_timeout") from None
+        raise APIError(
+            408,
+            f"the request body did not arrive within {timeout:g} s",
+            "invalid_request_error",
+            None,
+            "request_timeout",
+        ) from None
 
 
 def _too_large(limit: int) -> APIError:
-    return APIError(413, f"the request body is larger than this server accepts ({limit} bytes)",
-                    "invalid_request_error", None, "request_too_large")
+    return APIError(
+        413,
+        f"the request body is larger than this server accepts ({limit} bytes)",
+        "invalid_request_error",
+        None,
+        "request_too_large",
+    )
 
 
 def _replay(body, receive):
@@ -265,6 +304,7 @@ def _replay(body, receive):
         if pending:
             return {"type": "http.request", "body": body_bytes(pending.pop()), "more_body": False}
         return await receive()
+
     return replay
 
 
@@ -301,7 +341,7 @@ class LLMSchedApp(FastAPI):
             body = await _read_body(scope, receive, self.max_body_bytes, self.read_timeout)
         except _ClientGone:
             return
-        except APIError as e:     # 413 or 408: the rest of the body is not read; close
+        except APIError as e:  # 413 or 408: the rest of the body is not read; close
             if self.metrics is not None:
                 key = "body_too_large" if e.status == 413 else "read_timeout"
                 self.metrics.rejected[key] = self.metrics.rejected.get(key, 0) + 1
@@ -315,7 +355,7 @@ class LLMSchedApp(FastAPI):
                 except Exception:  # noqa: BLE001 - a 500, never a dropped connection
                     log.exception("unhandled error")
                     resp = internal_error_response()
-                del body                  # not kept for as long as a stream lasts
+                del body  # not kept for as long as a stream lasts
                 await resp(scope, receive, send)
                 return
         scope["llmsched.body"] = body
@@ -335,8 +375,15 @@ async def _watch_disconnect(receive, engine: AsyncEngine, s: RequestStream) -> N
 class SSEResponse:
     """A token stream as Server-Sent Events."""
 
-    def __init__(self, engine: AsyncEngine, s: RequestStream, w: ChunkWriter, chat: bool,
-                 include_usage: bool, continuous_usage: bool):
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        s: RequestStream,
+        w: ChunkWriter,
+        chat: bool,
+        include_usage: bool,
+        continuous_usage: bool,
+    ):
         self.engine, self.s, self.w = engine, s, w
         self.chat, self.include_usage, self.continuous = chat, include_usage, continuous_usage
 
@@ -379,8 +426,11 @@ class SSEResponse:
                 n_out = o.output_tokens or (n_out + len(o.new_token_ids))
                 usage = None
                 if self.continuous:
-                    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_out,
-                             "total_tokens": prompt_tokens + n_out}
+                    usage = {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": n_out,
+                        "total_tokens": prompt_tokens + n_out,
+                    }
                 if o.finished:
                     parts.append(w.token(o.new_text, o.finish_reason, usage, o.stop_reason))
                 else:
@@ -395,8 +445,9 @@ class SSEResponse:
                 yield "".join(parts).encode()
 
 
-async def _collect(engine: AsyncEngine, s: RequestStream, receive, chat: bool, rid: str,
-                   created: int, model: str) -> Response:
+async def _collect(
+    engine: AsyncEngine, s: RequestStream, receive, chat: bool, rid: str, created: int, model: str
+) -> Response:
     watch = asyncio.ensure_future(_watch_disconnect(receive, engine, s))
     texts = []
     n_out = 0
@@ -405,7 +456,7 @@ async def _collect(engine: AsyncEngine, s: RequestStream, receive, chat: bool, r
         while True:
             for o in await s.get():
                 if o.finish_reason == "abort":
-                    return Response(status_code=499)   # nobody is listening any more
+                    return Response(status_code=499)  # nobody is listening any more
                 if o.finish_reason == "error":
                     return error_response(output_error(o))
                 texts.append(o.new_text)
@@ -414,8 +465,16 @@ async def _collect(engine: AsyncEngine, s: RequestStream, receive, chat: bool, r
                     prompt_tokens = o.prompt_tokens
                 if o.finished:
                     make = chat_body if chat else completion_body
-                    body = make(rid, created, model, "".join(texts), o.finish_reason or "stop",
-                                prompt_tokens, n_out, o.stop_reason)
+                    body = make(
+                        rid,
+                        created,
+                        model,
+                        "".join(texts),
+                        o.finish_reason or "stop",
+                        prompt_tokens,
+                        n_out,
+                        o.stop_reason,
+                    )
                     return Response(dumps(body), media_type="application/json")
     finally:
         watch.cancel()
@@ -423,14 +482,13 @@ async def _collect(engine: AsyncEngine, s: RequestStream, receive, chat: bool, r
             engine.abort(s.rid)
 
 
-
-
 def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     """The FastAPI application serving `backend`."""
     cfg = cfg or ServerConfig()
     metrics = ServerMetrics(backend.model_name)
-    engine = AsyncEngine(backend.core, metrics, max_queued_requests=cfg.max_queued_requests,
-                         max_queued_tokens=cfg.max_queued_tokens)
+    engine = AsyncEngine(
+        backend.core, metrics, max_queued_requests=cfg.max_queued_requests, max_queued_tokens=cfg.max_queued_tokens
+    )
     tok = backend.tokenizer
     tok_cheap = bool(getattr(tok, "cheap", False))
     names = {backend.model_name, backend.root}
@@ -439,8 +497,9 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     max_ids = backend.max_model_len
     max_messages = text_limit + 1 if text_limit is not None else None
     parse_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmsched-parse")
-    tok_pool = ThreadPoolExecutor(max_workers=TOKENIZE_THREADS, thread_name_prefix="llmsched-tokenize",
-                                  initializer=_lower_priority)
+    tok_pool = ThreadPoolExecutor(
+        max_workers=TOKENIZE_THREADS, thread_name_prefix="llmsched-tokenize", initializer=_lower_priority
+    )
 
     @asynccontextmanager
     async def lifespan(app):
@@ -458,8 +517,9 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             tok_pool.shutdown(wait=False, cancel_futures=True)
             gc.unfreeze()
 
-    app = LLMSchedApp(title="llmsched", version=__version__, lifespan=lifespan,
-                      docs_url=None, redoc_url=None, openapi_url=None)
+    app = LLMSchedApp(
+        title="llmsched", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     # a trailing slash is a 404, not a redirect to a URL built from the client's Host header
     app.router.redirect_slashes = False
     app.state.engine = engine
@@ -477,8 +537,13 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         return await asyncio.get_running_loop().run_in_executor(tok_pool, fn, *args)
 
     def model_not_found(model: str) -> APIError:
-        return APIError(404, f"The model `{_clip(model)}` does not exist (this server serves "
-                        f"`{backend.model_name}`).", "invalid_request_error", "model", "model_not_found")
+        return APIError(
+            404,
+            f"The model `{_clip(model)}` does not exist (this server serves `{backend.model_name}`).",
+            "invalid_request_error",
+            "model",
+            "model_not_found",
+        )
 
     def check_text(text: str, param: str) -> None:
         """Refuse, before tokenizing, a text too long to fit the context whatever its tokens."""
@@ -486,10 +551,13 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             return
         if len(text) > text_limit or utf8_len(text) > text_limit:
             what = "prompt" if param == "prompt" else "conversation"
-            raise bad_request(f"the {what} is more than {text_limit} bytes of text, which cannot fit "
-                              f"the model's context of {backend.max_model_len} tokens (this server "
-                              f"counts at most {tok.bytes_per_token} bytes per token)", param,
-                              "context_length_exceeded")
+            raise bad_request(
+                f"the {what} is more than {text_limit} bytes of text, which cannot fit "
+                f"the model's context of {backend.max_model_len} tokens (this server "
+                f"counts at most {tok.bytes_per_token} bytes per token)",
+                param,
+                "context_length_exceeded",
+            )
 
     def encode(text: str, param: str):
         try:
@@ -536,7 +604,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             ids = encode(text, param)
         else:
             ids = await tokenize_off(encode, text, param)
-        check_ids(ids, param)     # min() and max(): C loops over at most max_model_len ids
+        check_ids(ids, param)  # min() and max(): C loops over at most max_model_len ids
         return req, ids
 
     async def generate(data: bytes, receive, chat: bool):
@@ -545,9 +613,12 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             param = "messages" if chat else "prompt"
             n = len(ids)
             if cfg.max_queued_tokens is not None and n > cfg.max_queued_tokens:
-                raise bad_request(f"the prompt has {n} tokens, more than the server's whole queue "
-                                  f"holds (--max-queued-tokens {cfg.max_queued_tokens})", param,
-                                  "context_length_exceeded")
+                raise bad_request(
+                    f"the prompt has {n} tokens, more than the server's whole queue "
+                    f"holds (--max-queued-tokens {cfg.max_queued_tokens})",
+                    param,
+                    "context_length_exceeded",
+                )
             max_tokens = req.max_tokens
             if max_tokens is None:
                 if cfg.default_max_tokens is not None:
@@ -597,9 +668,16 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         app.api_key_header = f"Bearer {cfg.api_key}".encode()
 
     def card() -> dict:
-        return {"id": backend.model_name, "object": "model", "created": started, "owned_by": "llmsched",
-                "root": backend.root, "parent": None, "max_model_len": backend.max_model_len,
-                "permission": []}
+        return {
+            "id": backend.model_name,
+            "object": "model",
+            "created": started,
+            "owned_by": "llmsched",
+            "root": backend.root,
+            "parent": None,
+            "max_model_len": backend.max_model_len,
+            "permission": [],
+        }
 
     async def models(request: Request):
         return Response(dumps({"object": "list", "data": [card()]}), media_type="application/json")
@@ -657,8 +735,10 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                 ids = await tokenize_off(encode_list, text, param)
         except APIError as e:
             return error_response(e)
-        return Response(dumps({"count": len(ids), "max_model_len": backend.max_model_len, "tokens": ids}),
-                        media_type="application/json")
+        return Response(
+            dumps({"count": len(ids), "max_model_len": backend.max_model_len, "tokens": ids}),
+            media_type="application/json",
+        )
 
     def parse_detokenize(data) -> list:
         body = parse_body(body_bytes(data))
@@ -666,8 +746,11 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         if not isinstance(toks, list):
             raise bad_request("'tokens' must be an array of integers", "tokens")
         if max_ids is not None and len(toks) > max_ids:
-            raise bad_request(f"'tokens' holds {len(toks)} ids, more than the model's context "
-                              f"({max_ids} tokens)", "tokens", "context_length_exceeded")
+            raise bad_request(
+                f"'tokens' holds {len(toks)} ids, more than the model's context ({max_ids} tokens)",
+                "tokens",
+                "context_length_exceeded",
+            )
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
             raise bad_request("'tokens' must be an array of integers", "tokens")
         if toks and min(toks) < 0:
@@ -702,12 +785,17 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             return error_response(e)
         return Response(dumps({"prompt": text}), media_type="application/json")
 
-    limits = {"max_body_bytes": app.max_body_bytes, "max_text_bytes": text_limit,
-              "max_header_bytes": cfg.max_header_bytes, "read_timeout_s": cfg.read_timeout}
+    limits = {
+        "max_body_bytes": app.max_body_bytes,
+        "max_text_bytes": text_limit,
+        "max_header_bytes": cfg.max_header_bytes,
+        "read_timeout_s": cfg.read_timeout,
+    }
 
     async def version(request: Request):
-        return Response(dumps({"version": __version__, **backend.info, "limits": limits}),
-                        media_type="application/json")
+        return Response(
+            dumps({"version": __version__, **backend.info, "limits": limits}), media_type="application/json"
+        )
 
     app.add_route("/v1/completions", completions, methods=["POST"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
@@ -723,11 +811,15 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     async def http_error(request: Request, exc: StarletteHTTPException):
         path = _clip(request.url.path)
         if exc.status_code == 404:
-            e = APIError(404, f"Not found: {request.method} {path}", "invalid_request_error",
-                         None, "not_found")
+            e = APIError(404, f"Not found: {request.method} {path}", "invalid_request_error", None, "not_found")
         elif exc.status_code == 405:
-            e = APIError(405, f"Method {request.method} is not allowed on {path}",
-                         "invalid_request_error", None, "method_not_allowed")
+            e = APIError(
+                405,
+                f"Method {request.method} is not allowed on {path}",
+                "invalid_request_error",
+                None,
+                "method_not_allowed",
+            )
         else:
             etype = "internal_server_error" if exc.status_code >= 500 else "invalid_request_error"
             e = APIError(exc.status_code, _clip(str(exc.detail), 200), etype)

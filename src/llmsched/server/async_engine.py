@@ -24,7 +24,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..core.engine_api import EngineCore, RequestOutput, SamplingParams
 from ..core.errors import ConfigError
@@ -54,8 +54,18 @@ class EngineDead(RuntimeError):
 class RequestStream:
     """The outputs of one request, produced on the loop, consumed by its handler."""
 
-    __slots__ = ("rid", "prompt_tokens", "arrival", "first_at", "last_at", "queued", "_buf",
-                 "_waiter", "finished", "_loop")
+    __slots__ = (
+        "rid",
+        "prompt_tokens",
+        "arrival",
+        "first_at",
+        "last_at",
+        "queued",
+        "_buf",
+        "_waiter",
+        "finished",
+        "_loop",
+    )
 
     def __init__(self, rid: str, prompt_tokens: int, arrival: float, loop):
         self.rid = rid
@@ -89,8 +99,14 @@ class RequestStream:
 
 
 class AsyncEngine:
-    def __init__(self, core: EngineCore, metrics: ServerMetrics, *,
-                 max_queued_requests: int | None = None, max_queued_tokens: int | None = None):
+    def __init__(
+        self,
+        core: EngineCore,
+        metrics: ServerMetrics,
+        *,
+        max_queued_requests: int | None = None,
+        max_queued_tokens: int | None = None,
+    ):
         self.core = core
         self.metrics = metrics
         self.max_queued_requests = max_queued_requests
@@ -137,16 +153,21 @@ class AsyncEngine:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             for rid in list(self.streams):
-                self.fail(rid, "the server shut down before the request completed", 503,
-                          "service_unavailable", "server_shutting_down")
+                self.fail(
+                    rid,
+                    "the server shut down before the request completed",
+                    503,
+                    "service_unavailable",
+                    "server_shutting_down",
+                )
             return False
 
     # ---- requests (event loop) ---------------------------------------------------------
     def new_id(self, prefix: str) -> str:
         self._seq += 1
-        return f"{prefix}-{self._seq:x}{time.monotonic_ns() & 0xffffff:06x}"
+        return f"{prefix}-{self._seq:x}{time.monotonic_ns() & 0xFFFFFF:06x}"
 
     def submit(self, rid: str, prompt_ids: Sequence[int], params: SamplingParams) -> RequestStream:
         """Accept a request (raises Draining or Overloaded) and queue it for the engine."""
@@ -157,8 +178,7 @@ class AsyncEngine:
             raise EngineDead(ENGINE_DEAD)
         n = len(prompt_ids)
         mq, mt = self.max_queued_requests, self.max_queued_tokens
-        if (mq is not None and self.queued_requests >= mq) or \
-                (mt is not None and self.queued_tokens + n > mt):
+        if (mq is not None and self.queued_requests >= mq) or (mt is not None and self.queued_tokens + n > mt):
             self.metrics.rejected["overloaded"] += 1
             raise Overloaded()
         now = time.monotonic()
@@ -186,8 +206,9 @@ class AsyncEngine:
         self._inbox.append(("abort", rid))
         self._wake.set()
 
-    def fail(self, rid: str, message: str, status: int = 500, error_type: str | None = None,
-             code: str | None = None) -> None:
+    def fail(
+        self, rid: str, message: str, status: int = 500, error_type: str | None = None, code: str | None = None
+    ) -> None:
         s = self.streams.get(rid)
         if s is None:
             return
@@ -313,7 +334,7 @@ class AsyncEngine:
             if outs or snap != self.snapshot:
                 self._post(outs, snap)
             if not outs and time.perf_counter() - t0 < 5e-5:
-                wake.wait(0.001)   # nothing runnable now: do not spin
+                wake.wait(0.001)  # nothing runnable now: do not spin
 
     def _fail_all(self, message: str, dead: bool = False) -> None:
         """Fail every request in flight; `message` (the exception) is for the log only."""
@@ -324,10 +345,11 @@ class AsyncEngine:
                 self.fail(rid, STEP_FAILED)
 
 
-def _error_output(rid: str, message: str, status: int, error_type: str | None = None,
-                  code: str | None = None) -> RequestOutput:
+def _error_output(
+    rid: str, message: str, status: int, error_type: str | None = None, code: str | None = None
+) -> RequestOutput:
     o = RequestOutput(rid, [], finished=True, finish_reason="error", error=message)
-    o.status = status   # HTTP status for a response not started yet
-    o.error_type = error_type   # OpenAI error type (None: from the status)
+    o.status = status  # HTTP status for a response not started yet
+    o.error_type = error_type  # OpenAI error type (None: from the status)
     o.error_code = code
     return o

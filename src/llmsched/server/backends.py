@@ -26,15 +26,15 @@ SchedulerOptions = SchedulerSpec
 
 @dataclass
 class Backend:
-    kind: str                       # "sim" or "engine"
+    kind: str  # "sim" or "engine"
     core: EngineCore
-    tokenizer: Any                  # chat_text(messages), encode(text), decode(ids), bytes_per_token
+    tokenizer: Any  # chat_text(messages), encode(text), decode(ids), bytes_per_token
     model_name: str
     root: str
     max_model_len: int | None
     kv_capacity: int | None
     info: dict
-    vocab_size: int | None = None   # token ids must be below it (None: any id is fine)
+    vocab_size: int | None = None  # token ids must be below it (None: any id is fine)
 
     def check(self, prompt_tokens: int, max_tokens: int) -> None:
         """ConfigError if a request of this size can never be served."""
@@ -44,7 +44,7 @@ class Backend:
         """ConfigError if a token id is negative or outside the model's vocabulary."""
         if self.vocab_size is None or isinstance(ids, range) or not ids:
             return
-        if min(ids) >= 0 and max(ids) < self.vocab_size:    # C loops: cheap for long prompts
+        if min(ids) >= 0 and max(ids) < self.vocab_size:  # C loops: cheap for long prompts
             return
         bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
         if bad is not None:
@@ -69,10 +69,16 @@ class Backend:
         return room
 
 
-def make_sim_backend(opts: SchedulerOptions | None = None, cost_model: str = "profile:h200-llama-3-8b", *,
-                     max_model_len: int | None = None, tokenizer: str | None = None,
-                     served_model_name: str | None = None, realtime: bool = True,
-                     max_debt_s: float = 0.05) -> Backend:
+def make_sim_backend(
+    opts: SchedulerOptions | None = None,
+    cost_model: str = "profile:h200-llama-3-8b",
+    *,
+    max_model_len: int | None = None,
+    tokenizer: str | None = None,
+    served_model_name: str | None = None,
+    realtime: bool = True,
+    max_debt_s: float = 0.05,
+) -> Backend:
     """A virtual GPU running `opts`' policy, timed by `cost_model` (a spec string)."""
     from ..sim.virtual import VirtualEngine  # noqa: PLC0415
 
@@ -82,12 +88,16 @@ def make_sim_backend(opts: SchedulerOptions | None = None, cost_model: str = "pr
         max_model_len = DEFAULT_SIM_MAX_MODEL_LEN
         if opts.kv_capacity is not None:
             max_model_len = min(max_model_len, opts.kv_capacity + 1)
-    core = VirtualEngine(sched, cost_model, max_model_len=max_model_len, realtime=realtime,
-                         max_debt_s=max_debt_s)
+    core = VirtualEngine(sched, cost_model, max_model_len=max_model_len, realtime=realtime, max_debt_s=max_debt_s)
     tok = HFTokenizer(tokenizer) if tokenizer else ByteRuleTokenizer()
     name = served_model_name or "llmsched-sim"
-    info = {"backend": "sim", "scheduler": sched.describe(), "cost_model": core.cost.describe(),
-            "tokenizer": tok.name, "max_model_len": max_model_len}
+    info = {
+        "backend": "sim",
+        "scheduler": sched.describe(),
+        "cost_model": core.cost.describe(),
+        "tokenizer": tok.name,
+        "max_model_len": max_model_len,
+    }
     return Backend("sim", core, tok, name, name, max_model_len, opts.kv_capacity, info)
 
 
@@ -134,9 +144,14 @@ class _NoTokenizer:
     encode = encode_chat = decode = chat_text = _fail
 
 
-def make_engine_backend(model: str, opts: SchedulerOptions | None = None, *,
-                        served_model_name: str | None = None, tokenizer: str | None = None,
-                        **engine_kwargs) -> Backend:
+def make_engine_backend(
+    model: str,
+    opts: SchedulerOptions | None = None,
+    *,
+    served_model_name: str | None = None,
+    tokenizer: str | None = None,
+    **engine_kwargs,
+) -> Backend:
     """`llmsched.engine.LLMEngine` on the model folder `model`."""
     if not Path(model).exists():
         raise ConfigError(f"model folder {model} does not exist")
@@ -144,8 +159,10 @@ def make_engine_backend(model: str, opts: SchedulerOptions | None = None, *,
 
     opts = opts or SchedulerOptions()
     if opts.kv_capacity is not None:
-        raise ConfigError("--kv-capacity is for the sim backend; the engine sizes its KV cache "
-                          "from memory (--kv-cache-gb, --num-blocks)")
+        raise ConfigError(
+            "--kv-capacity is for the sim backend; the engine sizes its KV cache "
+            "from memory (--kv-cache-gb, --num-blocks)"
+        )
     kwargs = {k: v for k, v in engine_kwargs.items() if v is not None}
     core = _engine.LLMEngine(model, scheduler=opts, **kwargs)
     if tokenizer:
@@ -155,9 +172,21 @@ def make_engine_backend(model: str, opts: SchedulerOptions | None = None, *,
     else:
         tok = _NoTokenizer()
     name = served_model_name or Path(model).name
-    info = {"backend": "engine", "model": str(model), "scheduler": core.scheduler.describe(),
-            "max_model_len": getattr(core, "max_model_len", None)}
+    info = {
+        "backend": "engine",
+        "model": str(model),
+        "scheduler": core.scheduler.describe(),
+        "max_model_len": getattr(core, "max_model_len", None),
+    }
     cfg = getattr(core, "config", None)
-    return Backend("engine", core, tok, name, str(model), getattr(core, "max_model_len", None),
-                   getattr(core, "kv_capacity", None), info,
-                   vocab_size=getattr(cfg, "vocab_size", None))
+    return Backend(
+        "engine",
+        core,
+        tok,
+        name,
+        str(model),
+        getattr(core, "max_model_len", None),
+        getattr(core, "kv_capacity", None),
+        info,
+        vocab_size=getattr(cfg, "vocab_size", None),
+    )

@@ -173,7 +173,7 @@ class BenchConfig:
         return self.endpoint.endswith("/chat/completions")
 
     @classmethod
-    def from_args(cls, a) -> "BenchConfig":
+    def from_args(cls, a) -> BenchConfig:
         import os  # noqa: PLC0415
 
         base = a.base_url or f"http://{a.host}:{a.port}"
@@ -181,18 +181,36 @@ class BenchConfig:
             lo, hi = (int(x) for x in str(a.token_id_range).split(","))
         except ValueError:
             raise ConfigError(f"--token-id-range must be LO,HI, got {a.token_id_range!r}") from None
-        return cls(base_url=base.rstrip("/"), endpoint=a.endpoint, model=a.model,
-                   api_key=a.api_key or os.environ.get("OPENAI_API_KEY") or None,
-                   dataset_name=a.dataset_name, dataset_path=a.dataset_path, num_prompts=a.num_prompts,
-                   input_len=a.input_len, output_len=a.output_len,
-                   random_range_ratio=a.random_range_ratio, sharegpt_output_len=a.sharegpt_output_len,
-                   time_scale=a.time_scale, request_rate=a.request_rate, burstiness=a.burstiness,
-                   max_concurrency=a.max_concurrency, seed=a.seed, prompt_format=a.prompt_format,
-                   token_id_range=(lo, hi), ignore_eos=a.ignore_eos, goodput=parse_goodput(a.goodput),
-                   percentile_metrics=parse_metric_names(a.percentile_metrics),
-                   metric_percentiles=parse_percentiles(a.metric_percentiles),
-                   result_file=a.result_file, save_detailed=a.save_detailed, timeout=a.timeout,
-                   quiet=a.quiet, num_warmups=a.num_warmups, http_client=a.http_client)
+        return cls(
+            base_url=base.rstrip("/"),
+            endpoint=a.endpoint,
+            model=a.model,
+            api_key=a.api_key or os.environ.get("OPENAI_API_KEY") or None,
+            dataset_name=a.dataset_name,
+            dataset_path=a.dataset_path,
+            num_prompts=a.num_prompts,
+            input_len=a.input_len,
+            output_len=a.output_len,
+            random_range_ratio=a.random_range_ratio,
+            sharegpt_output_len=a.sharegpt_output_len,
+            time_scale=a.time_scale,
+            request_rate=a.request_rate,
+            burstiness=a.burstiness,
+            max_concurrency=a.max_concurrency,
+            seed=a.seed,
+            prompt_format=a.prompt_format,
+            token_id_range=(lo, hi),
+            ignore_eos=a.ignore_eos,
+            goodput=parse_goodput(a.goodput),
+            percentile_metrics=parse_metric_names(a.percentile_metrics),
+            metric_percentiles=parse_percentiles(a.metric_percentiles),
+            result_file=a.result_file,
+            save_detailed=a.save_detailed,
+            timeout=a.timeout,
+            quiet=a.quiet,
+            num_warmups=a.num_warmups,
+            http_client=a.http_client,
+        )
 
 
 # ---- workload --------------------------------------------------------------------------
@@ -226,24 +244,36 @@ def make_workload(cfg: BenchConfig) -> Workload:
     n = cfg.num_prompts
     name = cfg.dataset_name
     if name == "random":
+
         def law(length: int) -> str:
             r = cfg.random_range_ratio
             lo, hi = max(1, int(length * (1 - r))), max(1, int(length * (1 + r)))
             return f"const:{length}" if lo == hi else f"uniform:{lo},{hi}"
-        t = make_trace(WorkloadSpec(arrival="deterministic", rate=1.0, prompt=law(cfg.input_len),
-                                    output=law(cfg.output_len), num_requests=n, seed=cfg.seed))
+
+        t = make_trace(
+            WorkloadSpec(
+                arrival="deterministic",
+                rate=1.0,
+                prompt=law(cfg.input_len),
+                output=law(cfg.output_len),
+                num_requests=n,
+                seed=cfg.seed,
+            )
+        )
         return Workload(_arrivals(cfg, n), t.prompt, t.output)
     if name in ("sharegpt", "arxiv"):
         src = cfg.dataset_path or name
         out = f"const:{cfg.sharegpt_output_len}" if cfg.sharegpt_output_len else f"empirical:{src}"
-        t = make_trace(WorkloadSpec(arrival="deterministic", rate=1.0, prompt=f"empirical:{src}",
-                                    output=out, num_requests=n, seed=cfg.seed))
+        t = make_trace(
+            WorkloadSpec(
+                arrival="deterministic", rate=1.0, prompt=f"empirical:{src}", output=out, num_requests=n, seed=cfg.seed
+            )
+        )
         return Workload(_arrivals(cfg, n), t.prompt, t.output)
     if name == "trace":
         if not cfg.dataset_path:
             raise ConfigError("--dataset-name trace needs --dataset-path FILE (Azure or plain CSV, or azure-conv)")
-        spec = dict(arrival="trace", trace=cfg.dataset_path, time_scale=cfg.time_scale, num_requests=n,
-                    seed=cfg.seed)
+        spec = dict(arrival="trace", trace=cfg.dataset_path, time_scale=cfg.time_scale, num_requests=n, seed=cfg.seed)
         if cfg.sharegpt_output_len:
             spec["output"] = f"const:{cfg.sharegpt_output_len}"
         t = make_trace(WorkloadSpec(**spec))
@@ -254,7 +284,7 @@ def make_workload(cfg: BenchConfig) -> Workload:
     raise ConfigError(f"unknown dataset {name!r} (known: random, sharegpt, arxiv, trace)")
 
 
-TEXT_UNIT = "tok "   # 4 UTF-8 bytes: one token under the sim backend's rule
+TEXT_UNIT = "tok "  # 4 UTF-8 bytes: one token under the sim backend's rule
 
 
 def build_payloads(cfg: BenchConfig, wl: Workload, model: str) -> list[bytes]:
@@ -264,8 +294,11 @@ def build_payloads(cfg: BenchConfig, wl: Workload, model: str) -> list[bytes]:
     ids_mode = not cfg.chat and cfg.prompt_format in ("auto", "ids")
     for p, o in zip(wl.prompt.tolist(), wl.output.tolist()):
         if cfg.chat:
-            body = {"model": model, "messages": [{"role": "user", "content": TEXT_UNIT * p}],
-                    "max_completion_tokens": o}
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": TEXT_UNIT * p}],
+                "max_completion_tokens": o,
+            }
         else:
             prompt = rng.integers(lo, hi, size=p).tolist() if ids_mode else TEXT_UNIT * p
             body = {"model": model, "prompt": prompt, "max_tokens": o}
@@ -292,8 +325,7 @@ class RequestResult:
     status: int = 0
 
 
-async def send_request(client, path: str, headers: dict, payload: bytes, prompt_len: int,
-                       chat: bool) -> RequestResult:
+async def send_request(client, path: str, headers: dict, payload: bytes, prompt_len: int, chat: bool) -> RequestResult:
     """POST one streaming request and time its token events (see the module docstring)."""
     res = RequestResult(prompt_len=prompt_len)
     st = time.perf_counter()
@@ -317,7 +349,7 @@ async def send_request(client, path: str, headers: dict, payload: bytes, prompt_
                     if i < 0:
                         break
                     event = buf[:i].strip()
-                    buf = buf[i + 2:]
+                    buf = buf[i + 2 :]
                     if not event or event.startswith(b":"):
                         continue
                     if event.startswith(b"data:"):
@@ -332,7 +364,7 @@ async def send_request(client, path: str, headers: dict, payload: bytes, prompt_
                         if chat:
                             d = c.get("delta") or {}
                             if not d.get("content") and c.get("finish_reason") is None and "role" in d:
-                                continue   # the role chunk: not a token
+                                continue  # the role chunk: not a token
                         if not first:
                             first = True
                             res.ttft = now - st
@@ -404,16 +436,19 @@ class HttpxClient:
         import httpx  # noqa: PLC0415
 
         self.base = base_url
-        self.c = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=60.0),
-                                   limits=httpx.Limits(max_connections=connections + 8,
-                                                       max_keepalive_connections=connections + 8))
+        self.c = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=60.0),
+            limits=httpx.Limits(max_connections=connections + 8, max_keepalive_connections=connections + 8),
+        )
 
     @contextlib.asynccontextmanager
     async def stream(self, method: str, path: str, body: bytes, headers: dict):
         async with self.c.stream(method, self.base + path, content=body, headers=headers) as r:
+
             async def pieces():
                 async for data in r.aiter_raw():
                     yield time.perf_counter(), data
+
             yield r.status_code, pieces, r.aread
 
     async def get_json(self, path: str, headers: dict):
@@ -458,7 +493,7 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
     try:
         try:
             model = cfg.model or await _first_model(client, cfg.base_url, headers)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             raise ConfigError(f"cannot reach {cfg.base_url}: {e}") from None
         except ConfigError:
             raise
@@ -492,10 +527,12 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
 
         progress = None
         if not cfg.quiet and sys.stderr.isatty():
+
             async def report():
                 while True:
                     await asyncio.sleep(1.0)
                     print(f"\r{done}/{n} requests done", end="", file=sys.stderr, flush=True)
+
             progress = asyncio.ensure_future(report())
         t0 = time.perf_counter()
         tasks = []
@@ -524,8 +561,9 @@ def _dist(name: str, values: list[float], percentiles: list[float], out: dict) -
         out[f"p{word}_{name}_ms"] = float(np.percentile(arr, p) * MS)
 
 
-def calculate_metrics(results: list[RequestResult], duration: float, percentiles: list[float],
-                      goodput: dict[str, float] | None = None) -> dict:
+def calculate_metrics(
+    results: list[RequestResult], duration: float, percentiles: list[float], goodput: dict[str, float] | None = None
+) -> dict:
     """Summary metrics, defined as `vllm bench serve` defines them (module docstring)."""
     ok = [r for r in results if r.success]
     ttfts = [r.ttft for r in ok]
@@ -571,7 +609,7 @@ def calculate_metrics(results: list[RequestResult], duration: float, percentiles
             for g in r.itl:
                 t += g
                 times.append(t)
-            idx = ((np.asarray(times) - t_min)).astype(np.int64)
+            idx = (np.asarray(times) - t_min).astype(np.int64)
             idx = idx[(idx >= 0) & (idx < len(buckets))]
             np.add.at(buckets, idx, 1)
             events.append((r.start_time, 1))
@@ -614,16 +652,18 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
     errors = [r.error for r in results if not r.success]
     out["errors_sample"] = errors[:10]
     if cfg.save_detailed:
-        out.update({
-            "input_lens": [r.prompt_len for r in results],
-            "output_lens": [r.output_tokens for r in results],
-            "ttfts": [r.ttft for r in results],
-            "itls": [r.itl for r in results],
-            "latencies": [r.latency for r in results],
-            "start_times": [r.start_time - info["t0"] for r in results],
-            "queue_times": [r.queue_time for r in results],
-            "errors": [r.error for r in results],
-        })
+        out.update(
+            {
+                "input_lens": [r.prompt_len for r in results],
+                "output_lens": [r.output_tokens for r in results],
+                "ttfts": [r.ttft for r in results],
+                "itls": [r.itl for r in results],
+                "latencies": [r.latency for r in results],
+                "start_times": [r.start_time - info["t0"] for r in results],
+                "queue_times": [r.queue_time for r in results],
+                "errors": [r.error for r in results],
+            }
+        )
     out["_results"] = results
     if cfg.result_file:
         with open(cfg.result_file, "w") as f:
@@ -640,8 +680,12 @@ def _run(coro):
     return uvloop.run(coro)
 
 
-HEADERS = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
-           "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency")}
+HEADERS = {
+    "ttft": ("TTFT", "Time to First Token"),
+    "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
+    "itl": ("ITL", "Inter-token Latency"),
+    "e2el": ("E2EL", "End-to-end Latency"),
+}
 
 
 def print_table(res: dict, cfg: BenchConfig, file=None) -> None:
@@ -683,6 +727,17 @@ def print_table(res: dict, cfg: BenchConfig, file=None) -> None:
         Console(file=file or sys.stderr).print(f"first errors: {errs[:3]}")
 
 
-__all__ = ["BenchConfig", "Workload", "RequestResult", "make_workload", "build_payloads",
-           "send_request", "benchmark", "calculate_metrics", "run_bench", "print_table",
-           "parse_goodput", "parse_percentiles"]
+__all__ = [
+    "BenchConfig",
+    "Workload",
+    "RequestResult",
+    "make_workload",
+    "build_payloads",
+    "send_request",
+    "benchmark",
+    "calculate_metrics",
+    "run_bench",
+    "print_table",
+    "parse_goodput",
+    "parse_percentiles",
+]

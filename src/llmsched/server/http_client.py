@@ -31,7 +31,7 @@ class HTTPClientError(Exception):
 class Response:
     """One response, fed by its connection's protocol."""
 
-    def __init__(self, conn: "_Conn"):
+    def __init__(self, conn: _Conn):
         self._conn = conn
         self.status = 0
         self.headers: dict[str, str] = {}
@@ -41,9 +41,9 @@ class Response:
         self._waiter: asyncio.Future | None = None
         self._done = False
         self._error: Exception | None = None
-        self._mode = "eof"          # "chunked", "length" or "eof"
-        self._left = 0              # length mode: bytes left; chunked: bytes left of the chunk
-        self._state = 0             # chunked: 0 size line, 1 data, 2 CRLF, 3 trailer
+        self._mode = "eof"  # "chunked", "length" or "eof"
+        self._left = 0  # length mode: bytes left; chunked: bytes left of the chunk
+        self._state = 0  # chunked: 0 size line, 1 data, 2 CRLF, 3 trailer
         self._buf = b""
         self._reuse = True
 
@@ -59,7 +59,7 @@ class Response:
             i = self._head.find(b"\r\n\r\n")
             if i < 0:
                 return
-            head, data = self._head[:i], self._head[i + 4:]
+            head, data = self._head[:i], self._head[i + 4 :]
             self._head = b""
             try:
                 self._parse_head(head)
@@ -100,7 +100,7 @@ class Response:
 
     def _decode(self, data: bytes) -> bytes:
         if self._mode == "length":
-            piece = data[:self._left]
+            piece = data[: self._left]
             self._left -= len(piece)
             if self._left <= 0:
                 self._done = True
@@ -115,7 +115,7 @@ class Response:
                 if not buf:
                     break
                 take = buf[:left]
-                buf = buf[len(take):]
+                buf = buf[len(take) :]
                 left -= len(take)
                 out.append(take)
                 if left:
@@ -131,7 +131,7 @@ class Response:
                 if i < 0:
                     break
                 size = int(buf[:i].split(b";", 1)[0], 16)
-                buf = buf[i + 2:]
+                buf = buf[i + 2 :]
                 if size == 0:
                     state = 3
                 else:
@@ -141,8 +141,8 @@ class Response:
                 i = buf.find(b"\r\n")
                 if i < 0:
                     break
-                line, buf = buf[:i], buf[i + 2:]
-                if not line:              # end of the trailers: the response is complete
+                line, buf = buf[:i], buf[i + 2 :]
+                if not line:  # end of the trailers: the response is complete
                     self._done = True
                     if buf:
                         self._reuse = False
@@ -208,7 +208,7 @@ class Response:
 
 
 class _Conn(asyncio.Protocol):
-    def __init__(self, pool: "HTTPClient", loop):
+    def __init__(self, pool: HTTPClient, loop):
         self.pool = pool
         self.loop = loop
         self.transport = None
@@ -261,8 +261,11 @@ class HTTPClient:
 
     async def request(self, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> Response:
         """Send a request; returns once the status and headers are in."""
-        head = [f"{method} {self.prefix}{path} HTTP/1.1".encode(), b"host: " + self.host_header,
-                b"content-length: " + str(len(body)).encode()]
+        head = [
+            f"{method} {self.prefix}{path} HTTP/1.1".encode(),
+            b"host: " + self.host_header,
+            b"content-length: " + str(len(body)).encode(),
+        ]
         for k, v in (headers or {}).items():
             head.append(f"{k}: {v}".encode())
         raw = b"\r\n".join(head) + b"\r\n\r\n" + body
@@ -283,7 +286,7 @@ class HTTPClient:
             except (ConnectionError, HTTPClientError):
                 conn.resp = None
                 conn.close()
-                if not reused or attempt:     # a kept-alive connection may have been closed: retry once
+                if not reused or attempt:  # a kept-alive connection may have been closed: retry once
                     raise
         raise HTTPClientError("unreachable")
 

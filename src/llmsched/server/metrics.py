@@ -13,7 +13,8 @@ Names follow vLLM's (`vllm:num_requests_running` ...) with the prefix `llmsched:
 | llmsched:prompt_tokens_total | counter | prompt tokens of requests that got a first token |
 | llmsched:generation_tokens_total | counter | tokens generated |
 | llmsched:request_success_total{finished_reason} | counter | requests finished (stop, length, abort, error) |
-| llmsched:request_rejected_total{reason} | counter | requests refused (overloaded: 429, draining: 503, body_too_large: 413, read_timeout: 408) |
+| llmsched:request_rejected_total{reason} | counter | requests refused (overloaded: 429, draining: 503,
+  body_too_large: 413, read_timeout: 408) |
 | llmsched:num_preemptions_total | counter | preemptions (from the engine's stats, if it reports them) |
 | llmsched:time_to_first_token_seconds | histogram | arrival at the server to first token dispatched |
 | llmsched:inter_token_latency_seconds | histogram | gap between two tokens of a request |
@@ -27,12 +28,74 @@ from bisect import bisect_left
 
 PREFIX = "llmsched:"
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class Histogram:
@@ -77,8 +140,7 @@ class ServerMetrics:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0}
-        self.rejected: dict[str, int] = {"overloaded": 0, "draining": 0, "body_too_large": 0,
-                                         "read_timeout": 0}
+        self.rejected: dict[str, int] = {"overloaded": 0, "draining": 0, "body_too_large": 0, "read_timeout": 0}
         self.max_queued_requests_seen = 0
         self.max_queued_tokens_seen = 0
 
@@ -93,26 +155,34 @@ class ServerMetrics:
             lines.append(f"{p}{name}{{{labels}}} {value}")
 
         s = engine_stats or {}
-        metric("num_requests_running", "gauge", "Number of requests running in the engine.",
-               s.get("running", 0))
-        metric("num_requests_waiting", "gauge", "Number of requests waiting in the engine's queue.",
-               s.get("waiting", 0))
-        metric("num_requests_queued", "gauge",
-               "Accepted requests without a first token yet (bounded by --max-queued-requests).",
-               queued_requests)
-        metric("num_queued_prompt_tokens", "gauge",
-               "Prompt tokens of the queued requests (bounded by --max-queued-tokens).", queued_tokens)
+        metric("num_requests_running", "gauge", "Number of requests running in the engine.", s.get("running", 0))
+        metric(
+            "num_requests_waiting", "gauge", "Number of requests waiting in the engine's queue.", s.get("waiting", 0)
+        )
+        metric(
+            "num_requests_queued",
+            "gauge",
+            "Accepted requests without a first token yet (bounded by --max-queued-requests).",
+            queued_requests,
+        )
+        metric(
+            "num_queued_prompt_tokens",
+            "gauge",
+            "Prompt tokens of the queued requests (bounded by --max-queued-tokens).",
+            queued_tokens,
+        )
         cap = s.get("kv_capacity_tokens")
         used = s.get("kv_used_tokens", 0)
-        metric("kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-               (used / cap) if cap else s.get("kv_usage", 0.0))
+        metric(
+            "kv_cache_usage_perc",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            (used / cap) if cap else s.get("kv_usage", 0.0),
+        )
         metric("kv_cache_used_tokens", "gauge", "KV-cache slots (tokens) in use.", used)
-        metric("prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-               self.prompt_tokens)
-        metric("generation_tokens_total", "counter", "Number of generation tokens processed.",
-               self.generation_tokens)
-        metric("num_preemptions_total", "counter", "Cumulative number of preemptions.",
-               s.get("preemptions", 0))
+        metric("prompt_tokens_total", "counter", "Number of prefill tokens processed.", self.prompt_tokens)
+        metric("generation_tokens_total", "counter", "Number of generation tokens processed.", self.generation_tokens)
+        metric("num_preemptions_total", "counter", "Cumulative number of preemptions.", s.get("preemptions", 0))
         lines.append(f"# HELP {p}request_success_total Count of finished requests by finish reason.")
         lines.append(f"# TYPE {p}request_success_total counter")
         for reason, c in self.finished.items():
@@ -122,22 +192,32 @@ class ServerMetrics:
         for reason, c in self.rejected.items():
             lines.append(f'{p}request_rejected_total{{{L},reason="{reason}"}} {c}')
         for name, h, help_ in (
-                ("time_to_first_token_seconds", self.ttft, "Histogram of time to first token in seconds."),
-                ("inter_token_latency_seconds", self.itl, "Histogram of inter-token latency in seconds."),
-                ("e2e_request_latency_seconds", self.e2e, "Histogram of end to end request latency in seconds.")):
+            ("time_to_first_token_seconds", self.ttft, "Histogram of time to first token in seconds."),
+            ("inter_token_latency_seconds", self.itl, "Histogram of inter-token latency in seconds."),
+            ("e2e_request_latency_seconds", self.e2e, "Histogram of end to end request latency in seconds."),
+        ):
             lines.append(f"# HELP {p}{name} {help_}")
             lines.append(f"# TYPE {p}{name} histogram")
             lines.extend(h.render(p + name, L))
         if "steps" in s:
             metric("engine_steps_total", "counter", "Engine steps executed.", s["steps"])
         if "late_steps" in s:
-            metric("virtual_late_steps_total", "counter",
-                   "Virtual-GPU steps that ended after their predicted time (host too slow).",
-                   s["late_steps"])
-            metric("virtual_lag_seconds_total", "counter",
-                   "Time the virtual GPU's schedule was pushed back by a host slower than the cost model.",
-                   s.get("lag_s", 0.0))
-            metric("virtual_max_late_seconds", "gauge",
-                   "Worst lateness of a virtual-GPU step (caught up if under the debt limit).",
-                   s.get("max_late_s", 0.0))
+            metric(
+                "virtual_late_steps_total",
+                "counter",
+                "Virtual-GPU steps that ended after their predicted time (host too slow).",
+                s["late_steps"],
+            )
+            metric(
+                "virtual_lag_seconds_total",
+                "counter",
+                "Time the virtual GPU's schedule was pushed back by a host slower than the cost model.",
+                s.get("lag_s", 0.0),
+            )
+            metric(
+                "virtual_max_late_seconds",
+                "gauge",
+                "Worst lateness of a virtual-GPU step (caught up if under the debt limit).",
+                s.get("max_late_s", 0.0),
+            )
         return "\n".join(lines) + "\n"

@@ -37,8 +37,14 @@ except ImportError:  # pragma: no cover - depends on the environment
 class APIError(Exception):
     """An error returned to the client as an OpenAI-style JSON body."""
 
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -47,8 +53,7 @@ class APIError(Exception):
         self.code = code
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -67,8 +72,15 @@ def _show(v, limit: int = 80) -> str:
 
 
 def _type_name(v) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
-            dict: "object", type(None): "null"}.get(type(v), type(v).__name__)
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+        type(None): "null",
+    }.get(type(v), type(v).__name__)
 
 
 def _int(body: dict, key: str, default, minimum: int | None = None):
@@ -83,8 +95,7 @@ def _int(body: dict, key: str, default, minimum: int | None = None):
     return v
 
 
-def _float(body: dict, key: str, default, lo: float | None = None, hi: float | None = None,
-           lo_open: bool = False):
+def _float(body: dict, key: str, default, lo: float | None = None, hi: float | None = None, lo_open: bool = False):
     v = body.get(key, default)
     if v is None:
         return default
@@ -133,13 +144,13 @@ def _int_list(body: dict, key: str) -> list[int]:
 class ParsedRequest:
     """A validated completion or chat request."""
 
-    kind: str                          # "completion" or "chat"
+    kind: str  # "completion" or "chat"
     model: str
-    prompt_text: str | None            # the prompt as text (None if token ids were given)
-    prompt_ids: list[int] | None       # token ids given by the client
+    prompt_text: str | None  # the prompt as text (None if token ids were given)
+    prompt_ids: list[int] | None  # token ids given by the client
     messages: list[dict] | None
-    max_tokens: int | None             # None: the server's default
-    params: SamplingParams | None      # filled once max_tokens is known
+    max_tokens: int | None  # None: the server's default
+    params: SamplingParams | None  # filled once max_tokens is known
     stream: bool
     include_usage: bool
     continuous_usage: bool
@@ -198,13 +209,22 @@ def _common(body: dict, kind: str) -> dict:
     _float(body, "repetition_penalty", 1.0, 0.0, lo_open=True)
     seed = _int(body, "seed", None)
     if seed is not None and not INT64_MIN <= seed <= INT64_MAX:
-        raise bad_request(f"'seed' must be a 64-bit signed integer ({INT64_MIN}..{INT64_MAX}), "
-                          f"got {seed}", "seed")
+        raise bad_request(f"'seed' must be a 64-bit signed integer ({INT64_MIN}..{INT64_MAX}), got {seed}", "seed")
     min_tokens = _int(body, "min_tokens", 0, 0)
-    return dict(model=model, stream=stream, include_usage=include_usage, continuous=continuous,
-                temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, min_tokens=min_tokens,
-                stop=_stop(body), stop_token_ids=_int_list(body, "stop_token_ids"),
-                ignore_eos=_bool(body, "ignore_eos", False))
+    return dict(
+        model=model,
+        stream=stream,
+        include_usage=include_usage,
+        continuous=continuous,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        min_tokens=min_tokens,
+        stop=_stop(body),
+        stop_token_ids=_int_list(body, "stop_token_ids"),
+        ignore_eos=_bool(body, "ignore_eos", False),
+    )
 
 
 def _max_tokens(body: dict, *keys: str) -> int | None:
@@ -215,8 +235,11 @@ def _max_tokens(body: dict, *keys: str) -> int | None:
 
 
 def _too_many_ids(n: int, limit: int) -> APIError:
-    return bad_request(f"the prompt has {n} token ids, more than the model's context "
-                       f"({limit} tokens)", "prompt", "context_length_exceeded")
+    return bad_request(
+        f"the prompt has {n} token ids, more than the model's context ({limit} tokens)",
+        "prompt",
+        "context_length_exceeded",
+    )
 
 
 def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedRequest:
@@ -240,18 +263,18 @@ def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedReq
             ids = p
         elif len(p) == 1 and isinstance(p[0], str):
             text = p[0]
-        elif len(p) == 1 and isinstance(p[0], list) and all(
-                isinstance(x, int) and not isinstance(x, bool) for x in p[0]):
+        elif (
+            len(p) == 1 and isinstance(p[0], list) and all(isinstance(x, int) and not isinstance(x, bool) for x in p[0])
+        ):
             ids = p[0]
         elif all(isinstance(x, (str, list)) for x in p):
-            raise bad_request("several prompts in one request are not supported; send one "
-                              "request per prompt", "prompt")
+            raise bad_request("several prompts in one request are not supported; send one request per prompt", "prompt")
         else:
-            raise bad_request("'prompt' must be a string, an array of token ids, or an array "
-                              "holding one of those", "prompt")
+            raise bad_request(
+                "'prompt' must be a string, an array of token ids, or an array holding one of those", "prompt"
+            )
     else:
-        raise bad_request(f"'prompt' must be a string or an array of token ids, got {_type_name(p)}",
-                          "prompt")
+        raise bad_request(f"'prompt' must be a string or an array of token ids, got {_type_name(p)}", "prompt")
     if ids is not None and (not ids or min(ids) < 0):
         raise bad_request("'prompt' token ids must be non-negative integers, at least one", "prompt")
     return _finish(c, "completion", text, ids, None, _max_tokens(body, "max_tokens"), body)
@@ -267,8 +290,9 @@ def parse_chat(body: dict, max_messages: int | None = None) -> ParsedRequest:
     if not isinstance(msgs, list) or not msgs:
         raise bad_request("'messages' must be a non-empty array", "messages")
     if max_messages is not None and len(msgs) > max_messages:
-        raise bad_request(f"{len(msgs)} messages are more than the model's context can hold",
-                          "messages", "context_length_exceeded")
+        raise bad_request(
+            f"{len(msgs)} messages are more than the model's context can hold", "messages", "context_length_exceeded"
+        )
     clean = []
     for i, m in enumerate(msgs):
         where = f"messages[{i}]"
@@ -276,45 +300,63 @@ def parse_chat(body: dict, max_messages: int | None = None) -> ParsedRequest:
             raise bad_request(f"'{where}' must be an object", where)
         role = m.get("role")
         if role not in ("system", "user", "assistant", "tool", "developer", "function"):
-            raise bad_request(f"'{where}.role' must be one of system, user, assistant, tool, "
-                              f"developer; got {_show(role)}", f"{where}.role")
+            raise bad_request(
+                f"'{where}.role' must be one of system, user, assistant, tool, developer; got {_show(role)}",
+                f"{where}.role",
+            )
         content = m.get("content")
         if content is None:
             content = ""
         elif isinstance(content, list):
             parts = []
             for j, part in enumerate(content):
-                if not isinstance(part, dict) or part.get("type") != "text" \
-                        or not isinstance(part.get("text"), str):
-                    raise bad_request(f"'{where}.content[{j}]' must be a text part "
-                                      "({\"type\": \"text\", \"text\": ...}); other parts are not "
-                                      "supported", f"{where}.content")
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise bad_request(
+                        f"'{where}.content[{j}]' must be a text part "
+                        '({"type": "text", "text": ...}); other parts are not '
+                        "supported",
+                        f"{where}.content",
+                    )
                 parts.append(part["text"])
             content = "\n".join(parts)
         elif not isinstance(content, str):
-            raise bad_request(f"'{where}.content' must be a string or an array of text parts",
-                              f"{where}.content")
+            raise bad_request(f"'{where}.content' must be a string or an array of text parts", f"{where}.content")
         clean.append({"role": role, "content": content})
     mt = _max_tokens(body, "max_completion_tokens", "max_tokens")
     return _finish(c, "chat", None, None, clean, mt, body)
 
 
 def _finish(c: dict, kind: str, text, ids, messages, max_tokens, body) -> ParsedRequest:
-    return ParsedRequest(kind=kind, model=c["model"], prompt_text=text, prompt_ids=ids,
-                         messages=messages, max_tokens=max_tokens, params=None,
-                         stream=c["stream"], include_usage=c["include_usage"],
-                         continuous_usage=c["continuous"], raw=c)
+    return ParsedRequest(
+        kind=kind,
+        model=c["model"],
+        prompt_text=text,
+        prompt_ids=ids,
+        messages=messages,
+        max_tokens=max_tokens,
+        params=None,
+        stream=c["stream"],
+        include_usage=c["include_usage"],
+        continuous_usage=c["continuous"],
+        raw=c,
+    )
 
 
 def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
     c = req.raw
     if c["min_tokens"] > max_tokens:
-        raise bad_request(f"'min_tokens' ({c['min_tokens']}) must be at most max_tokens ({max_tokens})",
-                          "min_tokens")
-    return SamplingParams(max_tokens=max_tokens, temperature=c["temperature"], top_p=c["top_p"],
-                          top_k=c["top_k"], seed=c["seed"], stop=c["stop"],
-                          stop_token_ids=c["stop_token_ids"], ignore_eos=c["ignore_eos"],
-                          min_tokens=c["min_tokens"])
+        raise bad_request(f"'min_tokens' ({c['min_tokens']}) must be at most max_tokens ({max_tokens})", "min_tokens")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=c["temperature"],
+        top_p=c["top_p"],
+        top_k=c["top_k"],
+        seed=c["seed"],
+        stop=c["stop"],
+        stop_token_ids=c["stop_token_ids"],
+        ignore_eos=c["ignore_eos"],
+        min_tokens=c["min_tokens"],
+    )
 
 
 # ---- SSE framing --------------------------------------------------------------------
@@ -329,31 +371,67 @@ class ChunkWriter:
     def __init__(self, rid: str, created: int, model: str, chat: bool, include_usage: bool):
         obj = "chat.completion.chunk" if chat else "text_completion"
         self._id, self._created, self._model, self._object = rid, created, model, obj
-        self.head = (f'data: {{"id":{dumps(rid)},"object":"{obj}","created":{created},'
-                     f'"model":{dumps(model)},"choices":[{{"index":0,')
+        self.head = (
+            f'data: {{"id":{dumps(rid)},"object":"{obj}","created":{created},'
+            f'"model":{dumps(model)},"choices":[{{"index":0,'
+        )
         self.chat = chat
         self.usage_null = ',"usage":null' if include_usage else ""
 
     def role(self) -> str:
-        return (self.head + '"delta":{"role":"assistant","content":""},"logprobs":null,'
-                '"finish_reason":null}]' + self.usage_null + "}\n\n")
+        return (
+            self.head + '"delta":{"role":"assistant","content":""},"logprobs":null,'
+            '"finish_reason":null}]' + self.usage_null + "}\n\n"
+        )
 
-    def token(self, text: str, finish_reason: str | None = None, usage: dict | None = None,
-              stop_reason: int | str | None = None) -> str:
+    def token(
+        self,
+        text: str,
+        finish_reason: str | None = None,
+        usage: dict | None = None,
+        stop_reason: int | str | None = None,
+    ) -> str:
         fr = "null" if finish_reason is None else f'"{finish_reason}"'
         u = self.usage_null if usage is None else ',"usage":' + dumps(usage)
         sr = "null" if stop_reason is None else dumps(stop_reason)
         if self.chat:
-            return (self.head + '"delta":{"content":' + dumps(text) + '},"logprobs":null,'
-                    '"finish_reason":' + fr + ',"stop_reason":' + sr + "}]" + u + "}\n\n")
-        return (self.head + '"text":' + dumps(text) + ',"logprobs":null,"finish_reason":' + fr
-                + ',"stop_reason":' + sr + "}]" + u + "}\n\n")
+            return (
+                self.head + '"delta":{"content":' + dumps(text) + '},"logprobs":null,'
+                '"finish_reason":' + fr + ',"stop_reason":' + sr + "}]" + u + "}\n\n"
+            )
+        return (
+            self.head
+            + '"text":'
+            + dumps(text)
+            + ',"logprobs":null,"finish_reason":'
+            + fr
+            + ',"stop_reason":'
+            + sr
+            + "}]"
+            + u
+            + "}\n\n"
+        )
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
-        u = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-             "total_tokens": prompt_tokens + completion_tokens}
-        return "data: " + dumps({"id": self._id, "object": self._object, "created": self._created,
-                                 "model": self._model, "choices": [], "usage": u}) + "\n\n"
+        u = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        return (
+            "data: "
+            + dumps(
+                {
+                    "id": self._id,
+                    "object": self._object,
+                    "created": self._created,
+                    "model": self._model,
+                    "choices": [],
+                    "usage": u,
+                }
+            )
+            + "\n\n"
+        )
 
     @staticmethod
     def error(err: APIError) -> str:
@@ -363,24 +441,58 @@ class ChunkWriter:
 
 
 def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
-def completion_body(rid: str, created: int, model: str, text: str, finish_reason: str,
-                    prompt_tokens: int, completion_tokens: int,
-                    stop_reason: int | str | None = None) -> dict:
-    return {"id": rid, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None,
-                         "finish_reason": finish_reason, "stop_reason": stop_reason}],
-            "usage": usage_dict(prompt_tokens, completion_tokens)}
+def completion_body(
+    rid: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    stop_reason: int | str | None = None,
+) -> dict:
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": stop_reason}
+        ],
+        "usage": usage_dict(prompt_tokens, completion_tokens),
+    }
 
 
-def chat_body(rid: str, created: int, model: str, text: str, finish_reason: str,
-              prompt_tokens: int, completion_tokens: int,
-              stop_reason: int | str | None = None) -> dict:
-    return {"id": rid, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "logprobs": None, "finish_reason": finish_reason,
-                         "stop_reason": stop_reason}],
-            "usage": usage_dict(prompt_tokens, completion_tokens)}
+def chat_body(
+    rid: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    stop_reason: int | str | None = None,
+) -> dict:
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": stop_reason,
+            }
+        ],
+        "usage": usage_dict(prompt_tokens, completion_tokens),
+    }

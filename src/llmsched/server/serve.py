@@ -36,9 +36,11 @@ log = logging.getLogger("llmsched.server")
 
 try:  # uvicorn[standard] brings httptools; uvicorn alone runs h11
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _BaseProtocol
+
     _HTTPTOOLS = True
 except ImportError:  # pragma: no cover - depends on the environment
     from uvicorn.protocols.http.h11_impl import H11Protocol as _BaseProtocol
+
     _HTTPTOOLS = False
 
 _PHRASES = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
@@ -47,8 +49,10 @@ _PHRASES = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header 
 def _raw_error(status: int, message: str, code: str) -> bytes:
     """A complete HTTP/1.1 error response (JSON body, connection closed) as bytes."""
     body = dumps(APIError(status, message, "invalid_request_error", None, code).body()).encode()
-    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n" % (status, _PHRASES[status], len(body))) + body
+    return (
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n" % (status, _PHRASES[status], len(body))
+    ) + body
 
 
 class _Rejected(Exception):
@@ -76,9 +80,9 @@ class GuardedHttpProtocol(_JSON400Mixin, _BaseProtocol):
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
-        self._hdr_bytes = 0          # bytes received since the current message's headers began
-        self._in_body = False        # between a message's headers and its end
-        self._started = False        # a message has begun since the last one ended
+        self._hdr_bytes = 0  # bytes received since the current message's headers began
+        self._in_body = False  # between a message's headers and its end
+        self._started = False  # a message has begun since the last one ended
         self._rejected = False
         self._hdr_timer = self.loop.call_later(self.read_timeout, self._header_timeout)
 
@@ -104,9 +108,8 @@ class GuardedHttpProtocol(_JSON400Mixin, _BaseProtocol):
         if self._rejected or self.transport.is_closing() or self._in_body:
             return
         if self._started:
-            self._reject(408, f"the request headers did not arrive within {self.read_timeout:g} s",
-                         "request_timeout")
-        else:                       # a connection that never sent a request: just close it
+            self._reject(408, f"the request headers did not arrive within {self.read_timeout:g} s", "request_timeout")
+        else:  # a connection that never sent a request: just close it
             self._rejected = True
             self.transport.close()
 
@@ -116,8 +119,7 @@ class GuardedHttpProtocol(_JSON400Mixin, _BaseProtocol):
         if not self._in_body:
             self._hdr_bytes += len(data)
         super().data_received(data)
-        if (self._started and not self._in_body and self._hdr_bytes > self.max_header_bytes
-                and not self._rejected):
+        if self._started and not self._in_body and self._hdr_bytes > self.max_header_bytes and not self._rejected:
             self._reject_headers()
 
     def on_message_begin(self) -> None:
@@ -131,14 +133,17 @@ class GuardedHttpProtocol(_JSON400Mixin, _BaseProtocol):
         self._in_body = True
         self._hdr_bytes = 0
         size = len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers)
-        if size > self.max_header_bytes:   # all of it came in one read
+        if size > self.max_header_bytes:  # all of it came in one read
             self._reject_headers()
-            raise _Rejected()               # stop parsing this connection's data
+            raise _Rejected()  # stop parsing this connection's data
         super().on_headers_complete()
 
     def _reject_headers(self) -> None:
-        self._reject(431, f"the request line and headers are larger than this server accepts "
-                          f"({self.max_header_bytes} bytes)", "request_header_fields_too_large")
+        self._reject(
+            431,
+            f"the request line and headers are larger than this server accepts ({self.max_header_bytes} bytes)",
+            "request_header_fields_too_large",
+        )
 
     def on_message_complete(self) -> None:
         self._in_body = False
@@ -156,8 +161,11 @@ def protocol_class(cfg: ServerConfig) -> type:
     """The HTTP protocol class for uvicorn, with `cfg`'s limits."""
     if not _HTTPTOOLS:  # pragma: no cover - depends on the environment
         return _GuardedH11Protocol
-    return type("GuardedHttpProtocol", (GuardedHttpProtocol,),
-                {"max_header_bytes": cfg.max_header_bytes, "read_timeout": cfg.read_timeout})
+    return type(
+        "GuardedHttpProtocol",
+        (GuardedHttpProtocol,),
+        {"max_header_bytes": cfg.max_header_bytes, "read_timeout": cfg.read_timeout},
+    )
 
 
 class GracefulServer(uvicorn.Server):
@@ -167,7 +175,7 @@ class GracefulServer(uvicorn.Server):
         self.drain_timeout = drain_timeout
         self._draining = False
         self._stopping = False
-        self.exit_code = 0          # 128 + signal number after a second signal
+        self.exit_code = 0  # 128 + signal number after a second signal
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ready = threading.Event()
 
@@ -195,7 +203,7 @@ class GracefulServer(uvicorn.Server):
         """End every running request with an error, let the handlers write it, close the
         remaining connections and exit (thread-safe). Called again, exits at once."""
         if self._stopping or self._loop is None or self._loop.is_closed():
-            self.should_exit = self.force_exit = True     # a third signal: no more waiting
+            self.should_exit = self.force_exit = True  # a third signal: no more waiting
             return
         self._stopping = True
         self.exit_code = 128 + int(sig)
@@ -209,8 +217,13 @@ class GracefulServer(uvicorn.Server):
         log.warning("second signal: ending %d running request(s) now", len(eng.streams))
         eng.draining = True
         for rid in list(eng.streams):
-            eng.fail(rid, "the server was stopped before the request completed", 503,
-                     "service_unavailable", "server_shutting_down")
+            eng.fail(
+                rid,
+                "the server was stopped before the request completed",
+                503,
+                "service_unavailable",
+                "server_shutting_down",
+            )
         # the handlers write their error responses and end (a moment at most) ...
         me = asyncio.current_task()
         tasks = [t for t in self.server_state.tasks if t is not me and not t.done()]
@@ -248,19 +261,28 @@ class GracefulServer(uvicorn.Server):
 
 def make_server(backend: Backend, cfg: ServerConfig) -> GracefulServer:
     app = build_app(backend, cfg)
-    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
-                            access_log=False, lifespan="on", backlog=4096,
-                            timeout_keep_alive=30, http=protocol_class(cfg),
-                            h11_max_incomplete_event_size=cfg.max_header_bytes,
-                            timeout_graceful_shutdown=int(cfg.drain_timeout) + 5)
+    config = uvicorn.Config(
+        app,
+        host=cfg.host,
+        port=cfg.port,
+        log_level=cfg.log_level,
+        access_log=False,
+        lifespan="on",
+        backlog=4096,
+        timeout_keep_alive=30,
+        http=protocol_class(cfg),
+        h11_max_incomplete_event_size=cfg.max_header_bytes,
+        timeout_graceful_shutdown=int(cfg.drain_timeout) + 5,
+    )
     return GracefulServer(config, app.state.engine, cfg.drain_timeout)
 
 
 def serve(backend: Backend, cfg: ServerConfig, sock: socket.socket | None = None) -> None:
     """Serve until SIGINT/SIGTERM (blocking). Returns after a drain; raises SystemExit(128 +
     signal) when a second signal cut the drain short."""
-    logging.basicConfig(level=getattr(logging, cfg.log_level.upper(), logging.WARNING),
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, cfg.log_level.upper(), logging.WARNING), format="%(levelname)s %(name)s: %(message)s"
+    )
     server = make_server(backend, cfg)
     old = sys.getswitchinterval()
     if cfg.switch_interval:

@@ -32,13 +32,13 @@ so a long text tokenized in a worker thread does not hold up the event loop.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..core.errors import ConfigError
 
 BYTES_PER_TOKEN = 4
-MAX_BYTES_PER_TOKEN = 16     # cap on a tokenizer's bytes_per_token (see the module docstring)
+MAX_BYTES_PER_TOKEN = 16  # cap on a tokenizer's bytes_per_token (see the module docstring)
 
 
 def chat_lines(messages: list[dict]) -> str:
@@ -54,7 +54,7 @@ def bytes_per_token_bound(hf_tokenizer) -> int:
     except Exception:  # noqa: BLE001 - not a tokenizers.Tokenizer: the generous cap
         return MAX_BYTES_PER_TOKEN
     if getattr(hf_tokenizer, "normalizer", None) is not None:
-        longest *= 4      # a normalizer may shorten the text (NFC composes up to 3 bytes into 1)
+        longest *= 4  # a normalizer may shorten the text (NFC composes up to 3 bytes into 1)
     return max(1, min(longest, MAX_BYTES_PER_TOKEN))
 
 
@@ -108,7 +108,7 @@ class HFTokenizer:
 
     def encode(self, text: str) -> list[int]:
         tok = self._tok
-        if hasattr(tok, "encode_batch"):      # releases the GIL (encode does not)
+        if hasattr(tok, "encode_batch"):  # releases the GIL (encode does not)
             return tok.encode_batch([text], add_special_tokens=False)[0].ids
         enc = tok.encode(text, add_special_tokens=False) if hasattr(tok, "encode") else None
         ids = enc.ids if hasattr(enc, "ids") else list(enc)
@@ -122,6 +122,6 @@ class HFTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         tok = self._tok
-        if hasattr(tok, "decode_batch"):      # releases the GIL
+        if hasattr(tok, "decode_batch"):  # releases the GIL
             return tok.decode_batch([list(ids)])[0]
         return tok.decode(list(ids))

@@ -13,8 +13,7 @@ import math
 
 
 class GapHistogram:
-    __slots__ = ("_exact", "_buckets", "_exact_limit", "_inv_log", "_log", "count", "total",
-                 "total_sq", "min", "max")
+    __slots__ = ("_exact", "_buckets", "_exact_limit", "_inv_log", "_log", "count", "total", "total_sq", "min", "max")
 
     def __init__(self, rel_error: float = 0.005, exact_limit: int = 4096):
         self._exact: dict[int, int] | None = {}
@@ -23,7 +22,7 @@ class GapHistogram:
         self._log = math.log1p(2 * rel_error)
         self._inv_log = 1.0 / self._log
         self.count = 0
-        self.total = 0          # integers: exact sums of integer values
+        self.total = 0  # integers: exact sums of integer values
         self.total_sq = 0
         self.min = math.inf
         self.max = 0

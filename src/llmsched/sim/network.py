@@ -17,10 +17,10 @@ replicas plan their next steps, so a call that arrives at a boundary joins that 
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from array import array
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -35,18 +35,18 @@ from .server import ServerSim, SimulationStuck, TimeSeries
 # event kinds, in the order they run at one instant (plans last)
 _JOB, _DELIVER, _RESUME, _END, _PLAN = 0, 1, 2, 3, 4
 ROUTERS = ("random", "round-robin", "jsq", "least-tokens", "power-of-two")
-_BLOCK = 4096                         # length samples drawn at once per call node
+_BLOCK = 4096  # length samples drawn at once per call node
 
 
 class _Replica:
     __slots__ = ("sim", "pool", "index", "version", "planned", "name", "order")
 
-    def __init__(self, sim: ServerSim, pool: "_Pool", index: int):
+    def __init__(self, sim: ServerSim, pool: _Pool, index: int):
         self.sim = sim
         self.pool = pool
         self.index = index
         self.version = 0
-        self.planned = False          # a plan event is queued
+        self.planned = False  # a plan event is queued
         self.name = f"{pool.name}[{index}]" if pool.spec.replicas > 1 else pool.name
 
     def unfinished(self) -> int:
@@ -91,7 +91,7 @@ class _Pool:
         self.weights = None if w is None else np.asarray(w, dtype=float) / float(np.sum(w))
         # back-pressure: calls wait here by class until a replica takes them
         self.buffers: dict[str, deque] = {}
-        self.buffered: dict[str, int] = {}      # queued tokens of work by class
+        self.buffered: dict[str, int] = {}  # queued tokens of work by class
 
     def route(self, t: int) -> _Replica:
         reps = self.replicas
@@ -129,13 +129,13 @@ class _Thread:
 
     __slots__ = ("job", "frames", "context", "parent", "waiting", "added")
 
-    def __init__(self, job: _Job, nodes: list, context: int, parent: "_Thread | None"):
+    def __init__(self, job: _Job, nodes: list, context: int, parent: _Thread | None):
         self.job = job
         self.frames = [[nodes, 0, None, 1]]
-        self.context = context        # tokens of the job's context on this path
+        self.context = context  # tokens of the job's context on this path
         self.parent = parent
-        self.waiting = 0              # branches of a fork not yet joined
-        self.added = 0                # context this path added (returned to the fork's parent)
+        self.waiting = 0  # branches of a fork not yet joined
+        self.added = 0  # context this path added (returned to the fork's parent)
 
 
 @dataclass
@@ -222,7 +222,7 @@ def successors(spec: NetworkSpec) -> dict[str, set]:
                 first = set().union(*(walk(b, first) for b in node.branches))
             elif isinstance(node, Loop):
                 once = walk(node.body, first)
-                first = walk(node.body, first | once)   # a pass may follow a pass
+                first = walk(node.body, first | once)  # a pass may follow a pass
         return first
 
     for job in spec.jobs:
@@ -236,17 +236,22 @@ def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> Ser
         return None
     inner = scheduler.admission.waiting_key()
     if inner is None:
-        key = lambda r: r.key                      # noqa: E731 - (rank, arrival, id)
+        key = lambda r: r.key  # noqa: E731 - (rank, arrival, id)
     else:
-        key = lambda r: (r.key[0], *inner(r))      # noqa: E731
+        key = lambda r: (r.key[0], *inner(r))  # noqa: E731
     state = ServerState(scheduler.constraints, key)
     state.prefill_by_key = True
     return state
 
 
-def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | None = None,
-                     sample_interval_s: float | None = None,
-                     progress: Callable[[int, int], None] | None = None) -> NetworkStats:
+def run_network(
+    spec: NetworkSpec,
+    *,
+    fast: bool = True,
+    max_time_s: float | None = None,
+    sample_interval_s: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> NetworkStats:
     """Run the jobs of `spec` through its servers; returns per-call, per-job and per-replica
     measurements."""
     max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
@@ -279,8 +284,7 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
             sched = SchedulerSpec(**sspec.scheduler_fields()).build()
             sched.bind_cost_model(cost)
             series = TimeSeries(job_times[0], interval, not sample_interval_s)
-            sim = ServerSim(sched, cost, fast=fast, series=series,
-                            state=_priority_state(sspec, sched, classes))
+            sim = ServerSim(sched, cost, fast=fast, series=series, state=_priority_state(sspec, sched, classes))
             rep = _Replica(sim, pool, k)
             rep.order = len(replicas)
             pool.replicas.append(rep)
@@ -310,7 +314,7 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
     c_queue, c_ttft, c_e2e, c_pre = array("q"), array("q"), array("q"), array("q")
     c_class: list[str] = []
     c_server: list[str] = []
-    threads: dict[int, tuple[_Thread, int]] = {}   # call id -> (waiting thread, context in its prompt)
+    threads: dict[int, tuple[_Thread, int]] = {}  # call id -> (waiting thread, context in its prompt)
     rep_index = {id(r): i for i, r in enumerate(replicas)}
     j_type, j_arr, j_fin, j_calls = array("q"), array("q"), array("q"), array("q")
     jobs: list[_Job] = []
@@ -335,9 +339,11 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
         server = call.server
         kv = kv_limit[server]
         if kv is not None and p + o - 1 > kv:
-            raise ConfigError(f"a call of class {call.cls!r} (job {thread.job.id}) needs {p + o - 1} KV tokens "
-                              f"({p} prompt + {o} output - 1) but server {server!r} holds {kv}: it could never "
-                              "complete (raise kv_capacity, or bound the context its route resends)")
+            raise ConfigError(
+                f"a call of class {call.cls!r} (job {thread.job.id}) needs {p + o - 1} KV tokens "
+                f"({p} prompt + {o} output - 1) but server {server!r} holds {kv}: it could never "
+                "complete (raise kv_capacity, or bound the context its route resends)"
+            )
         r = Request(cid, t, p, o, call.cls)
         r.index = thread.job.id
         ranks = rank[server]
@@ -364,8 +370,9 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
             frame = thread.frames[-1]
             nodes, pos, loop, npass = frame
             if pos >= len(nodes):
-                if loop is not None and (npass < loop.times if loop.times is not None
-                                         else loop_rng.random() < loop.repeat_prob):
+                if loop is not None and (
+                    npass < loop.times if loop.times is not None else loop_rng.random() < loop.repeat_prob
+                ):
                     frame[1] = 0
                     frame[3] = npass + 1
                     continue
@@ -415,14 +422,14 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
         c_queue[cid] = r.first_scheduled - r.arrival
         c_pre[cid] = r.preemptions
         thread, resent = threads.pop(cid)
-        grown = r.prompt - resent + r.output      # new prompt tokens and the output join the context
+        grown = r.prompt - resent + r.output  # new prompt tokens and the output join the context
         thread.context += grown
         thread.added += grown
         advance(thread, t)
 
     backpressure = spec.control == "backpressure"
     succ = successors(spec)
-    queued: dict[tuple[str, str], int] = {}         # (server, class) -> tokens buffered
+    queued: dict[tuple[str, str], int] = {}  # (server, class) -> tokens buffered
     class_at = spec.class_servers()
 
     def weight(server: str, cls: str) -> int:
@@ -488,12 +495,12 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
             if backpressure and rep.pool.buffered:
                 release(rep, t)
                 if rep.pool.buffered:
-                    limit = t + 1      # decide again at the next step boundary
+                    limit = t + 1  # decide again at the next step boundary
             if sim.is_idle():
                 continue
             end = sim.begin(t, limit)
             if end is None:
-                continue              # nothing the policy runs now: wait for a delivery
+                continue  # nothing the policy runs now: wait for a delivery
             rep.version += 1
             push(end, _END, rep, rep.version, rep.order)
         elif kind == _DELIVER and backpressure:
@@ -502,7 +509,7 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
             pool.buffers.setdefault(cls, deque()).append(b)
             pool.buffered[cls] = pool.buffered.get(cls, 0) + b.prompt + b.output - 1
             queued[(pool.name, cls)] = pool.buffered[cls]
-            for rep in pool.replicas:          # a step boundary decides what runs next
+            for rep in pool.replicas:  # a step boundary decides what runs next
                 sim = rep.sim
                 if sim.busy_until > t:
                     rep.version += 1
@@ -542,20 +549,33 @@ def run_network(spec: NetworkSpec, *, fast: bool = True, max_time_s: float | Non
 
     stuck = [rep.name for rep in replicas if not rep.sim.is_idle()]
     if stuck and max_time == UNLIMITED:
-        raise SimulationStuck(f"the scheduler of {stuck[0]} planned no work with requests waiting and no more "
-                              "arrivals")
+        raise SimulationStuck(f"the scheduler of {stuck[0]} planned no work with requests waiting and no more arrivals")
     for rep in replicas:
         steps_total += rep.sim.steps
     if progress is not None:
         progress(done_jobs, n)
     return NetworkStats(
-        spec=spec, call_job=c_job, call_class=c_class, call_server=c_server, call_replica=c_rep,
-        call_arrival=c_arr, call_prompt=c_prompt, call_output=c_out, call_queue=c_queue, call_ttft=c_ttft,
-        call_e2e=c_e2e, call_preempt=c_pre, job_type=j_type, job_arrival=j_arr, job_finish=j_fin,
-        job_calls=j_calls, job_type_names=[jt.name for jt in spec.jobs],
-        replicas=[{"name": rep.name, "server": rep.pool.name, "index": rep.index, "sim": rep.sim}
-                  for rep in replicas],
-        end_ns=now, steps=steps_total)
+        spec=spec,
+        call_job=c_job,
+        call_class=c_class,
+        call_server=c_server,
+        call_replica=c_rep,
+        call_arrival=c_arr,
+        call_prompt=c_prompt,
+        call_output=c_out,
+        call_queue=c_queue,
+        call_ttft=c_ttft,
+        call_e2e=c_e2e,
+        call_preempt=c_pre,
+        job_type=j_type,
+        job_arrival=j_arr,
+        job_finish=j_fin,
+        job_calls=j_calls,
+        job_type_names=[jt.name for jt in spec.jobs],
+        replicas=[{"name": rep.name, "server": rep.pool.name, "index": rep.index, "sim": rep.sim} for rep in replicas],
+        end_ns=now,
+        steps=steps_total,
+    )
 
 
 __all__ = ["run_network", "NetworkStats", "ROUTERS"]

@@ -100,12 +100,29 @@ class NetworkResult:
             for i, rep in enumerate(st.replicas):
                 sim = rep["sim"]
                 sel = np.flatnonzero(rep_of == i)
-                stats = RunStats(n=len(sel), ttft_ns=ttft[sel], e2e_ns=e2e[sel], queue_ns=queue[sel],
-                                 preemptions=pre[sel].astype(np.int32), itl=sim.itl, load_hist=sim.load_hist,
-                                 batch_hist=sim.batch_hist, steps=sim.steps, busy_ns=sim.busy, end_ns=st.end_ns,
-                                 timeseries=sim.series.cols, unfinished=int((e2e[sel] < 0).sum()))
-                res = SimResult({"replica": rep["name"], "server": rep["server"]}, stats, arrival[sel] / NS,
-                                prompt[sel], output[sel], classes[sel])
+                stats = RunStats(
+                    n=len(sel),
+                    ttft_ns=ttft[sel],
+                    e2e_ns=e2e[sel],
+                    queue_ns=queue[sel],
+                    preemptions=pre[sel].astype(np.int32),
+                    itl=sim.itl,
+                    load_hist=sim.load_hist,
+                    batch_hist=sim.batch_hist,
+                    steps=sim.steps,
+                    busy_ns=sim.busy,
+                    end_ns=st.end_ns,
+                    timeseries=sim.series.cols,
+                    unfinished=int((e2e[sel] < 0).sum()),
+                )
+                res = SimResult(
+                    {"replica": rep["name"], "server": rep["server"]},
+                    stats,
+                    arrival[sel] / NS,
+                    prompt[sel],
+                    output[sel],
+                    classes[sel],
+                )
                 res.stability = self._replica_verdict(res, rep["server"])
                 out.append(res)
             self._replicas = out
@@ -117,14 +134,18 @@ class NetworkResult:
         ts = res.timeseries
         t, w = ts["time_s"], ts["backlog_tokens"]
         last = float(self.job_arrival_ns.max()) / NS
-        keep = t <= last      # judge while jobs arrive, not while the queues drain
+        keep = t <= last  # judge while jobs arrive, not while the queues drain
         try:
             v = stability_verdict(t[keep], w[keep], capacity=cap if cap and cap > 0 else None)
         except ConfigError as e:
             return {"stable": None, "verdict": INCONCLUSIVE, "verdict_reason": f"too short: {e}"}
-        return {"stable": v.stable, "verdict": v.verdict, "verdict_reason": v.reason,
-                "backlog_growth_tokens_per_s": v.backlog_growth_tokens_per_s,
-                "backlog_growth_ci": [v.ci_low, v.ci_high]}
+        return {
+            "stable": v.stable,
+            "verdict": v.verdict,
+            "verdict_reason": v.reason,
+            "backlog_growth_tokens_per_s": v.backlog_growth_tokens_per_s,
+            "backlog_growth_ci": [v.ci_low, v.ci_high],
+        }
 
     # ---- summary ---------------------------------------------------------------------
     @property
@@ -142,24 +163,51 @@ class NetworkResult:
         end = float(fin[done].max()) / NS if done.any() else start
         duration = max(end - start, 1e-12)
         types = _a(st.job_type)
-        s = {"num_jobs": int(len(arr)), "completed_jobs": int(done.sum()), "unfinished_jobs": int((~done).sum()),
-             "duration": duration, "job_throughput": float(done.sum()) / duration,
-             "num_calls": int(len(st.call_arrival)), "steps": int(st.steps), "wall_s": self.wall_s}
+        s = {
+            "num_jobs": int(len(arr)),
+            "completed_jobs": int(done.sum()),
+            "unfinished_jobs": int((~done).sum()),
+            "duration": duration,
+            "job_throughput": float(done.sum()) / duration,
+            "num_calls": int(len(st.call_arrival)),
+            "steps": int(st.steps),
+            "wall_s": self.wall_s,
+        }
         s.update(_latency_stats("job_latency", lat))
         s["mean_calls_per_job"] = float(_a(st.job_calls)[done].mean()) if done.any() else None
         s["job_types"] = {}
         for ti, name in enumerate(st.job_type_names):
             sel = (types == ti) & done
-            s["job_types"][name] = {"jobs": int((types == ti).sum()), "completed": int(sel.sum()),
-                                    **_latency_stats("job_latency", (fin - arr)[sel])}
+            s["job_types"][name] = {
+                "jobs": int((types == ti).sum()),
+                "completed": int(sel.sum()),
+                **_latency_stats("job_latency", (fin - arr)[sel]),
+            }
         servers = {}
         for res, rep in zip(self.replicas(), st.replicas):
             srv = servers.setdefault(rep["server"], {"replicas": {}})
             rs = res.summary
-            srv["replicas"][rep["name"]] = {k: rs.get(k) for k in (
-                "num_requests", "completed", "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms",
-                "itl_cv", "mean_e2el_ms", "p99_e2el_ms", "busy_fraction", "preemptions", "stable", "verdict",
-                "verdict_reason", "backlog_growth_tokens_per_s", "backlog_growth_ci")}
+            srv["replicas"][rep["name"]] = {
+                k: rs.get(k)
+                for k in (
+                    "num_requests",
+                    "completed",
+                    "mean_ttft_ms",
+                    "p99_ttft_ms",
+                    "mean_itl_ms",
+                    "p99_itl_ms",
+                    "itl_cv",
+                    "mean_e2el_ms",
+                    "p99_e2el_ms",
+                    "busy_fraction",
+                    "preemptions",
+                    "stable",
+                    "verdict",
+                    "verdict_reason",
+                    "backlog_growth_tokens_per_s",
+                    "backlog_growth_ci",
+                )
+            }
         for name, srv in servers.items():
             calls = np.asarray(st.call_server, dtype=object) == name
             e2e = _a(st.call_e2e)[calls]
@@ -173,8 +221,11 @@ class NetworkResult:
             srv["stable"] = {STABLE: True, UNSTABLE: False}.get(srv["verdict"])
             if self.traffic is not None:
                 load = self.traffic.server(name)
-                srv.update(offered_tokens_per_s=load.offered_tokens_per_s, capacity_tokens_per_s=load.capacity,
-                           utilisation=load.utilisation)
+                srv.update(
+                    offered_tokens_per_s=load.offered_tokens_per_s,
+                    capacity_tokens_per_s=load.capacity,
+                    utilisation=load.utilisation,
+                )
         s["servers"] = servers
         classes = np.asarray(st.call_class, dtype=object)
         e2e_all, ttft_all = _a(st.call_e2e), _a(st.call_ttft)
@@ -182,9 +233,12 @@ class NetworkResult:
         for cls in st.spec.call_classes():
             sel = classes == cls
             ok = sel & (e2e_all >= 0)
-            s["classes"][cls] = {"calls": int(sel.sum()), "completed": int(ok.sum()),
-                                 **_latency_stats("ttft", ttft_all[ok & (ttft_all >= 0)]),
-                                 **_latency_stats("e2el", e2e_all[ok])}
+            s["classes"][cls] = {
+                "calls": int(sel.sum()),
+                "completed": int(ok.sum()),
+                **_latency_stats("ttft", ttft_all[ok & (ttft_all >= 0)]),
+                **_latency_stats("e2el", e2e_all[ok]),
+            }
         if self.traffic is not None:
             s["bottleneck"] = self.traffic.bottleneck
             s["max_utilisation"] = self.traffic.max_utilisation
@@ -205,23 +259,50 @@ class NetworkResult:
         done = fin >= 0
         lat = np.where(done, fin - arr, -1)
         names = np.asarray(st.job_type_names, dtype=object)[_a(st.job_type)] if len(arr) else np.zeros(0, object)
-        _write(out / "jobs.csv", lambda f: _csv(f, "job,type,arrival_s,finish_s,latency_s,calls,finished", [
-            np.arange(len(arr)).astype(str), names.astype(str), _secs(arr), _secs(fin), _secs(lat),
-            _a(st.job_calls).astype(str), done.astype(int).astype(str)]))
+        _write(
+            out / "jobs.csv",
+            lambda f: _csv(
+                f,
+                "job,type,arrival_s,finish_s,latency_s,calls,finished",
+                [
+                    np.arange(len(arr)).astype(str),
+                    names.astype(str),
+                    _secs(arr),
+                    _secs(fin),
+                    _secs(lat),
+                    _a(st.job_calls).astype(str),
+                    done.astype(int).astype(str),
+                ],
+            ),
+        )
         e2e = _a(st.call_e2e)
         reps = np.asarray([r["name"] for r in st.replicas], dtype=object)
         rep_idx = _a(st.call_replica)
-        _write(out / "calls.csv", lambda f: _csv(
-            f, "call,job,class,server,replica,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,e2e_s,"
-               "preemptions,finished", [
-                np.arange(len(e2e)).astype(str), _a(st.call_job).astype(str),
-                np.asarray(st.call_class, dtype=str), np.asarray(st.call_server, dtype=str),
-                np.where(rep_idx >= 0, reps[np.maximum(rep_idx, 0)] if len(reps) else "", "").astype(str),
-                _secs(_a(st.call_arrival)), _a(st.call_prompt).astype(str), _a(st.call_output).astype(str),
-                _secs(_a(st.call_queue)), _secs(_a(st.call_ttft)), _secs(e2e), _a(st.call_preempt).astype(str),
-                (e2e >= 0).astype(int).astype(str)]))
+        _write(
+            out / "calls.csv",
+            lambda f: _csv(
+                f,
+                "call,job,class,server,replica,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,e2e_s,"
+                "preemptions,finished",
+                [
+                    np.arange(len(e2e)).astype(str),
+                    _a(st.call_job).astype(str),
+                    np.asarray(st.call_class, dtype=str),
+                    np.asarray(st.call_server, dtype=str),
+                    np.where(rep_idx >= 0, reps[np.maximum(rep_idx, 0)] if len(reps) else "", "").astype(str),
+                    _secs(_a(st.call_arrival)),
+                    _a(st.call_prompt).astype(str),
+                    _a(st.call_output).astype(str),
+                    _secs(_a(st.call_queue)),
+                    _secs(_a(st.call_ttft)),
+                    _secs(e2e),
+                    _a(st.call_preempt).astype(str),
+                    (e2e >= 0).astype(int).astype(str),
+                ],
+            ),
+        )
         servers = out / "servers"
-        if servers.is_dir():      # a rerun into the same folder: no replica of an older run stays behind
+        if servers.is_dir():  # a rerun into the same folder: no replica of an older run stays behind
             for old in servers.iterdir():
                 if old.is_dir() and (old / "summary.json").is_file():
                     shutil.rmtree(old)
@@ -258,10 +339,18 @@ def _write(path: Path, writer) -> None:
 __all__ = ["NetworkResult", "simulate_network"]
 
 
-def simulate_network(network, *, out_dir: str | os.PathLike | None = None, fast: bool = True,
-                     max_time_s: float | None = None, sample_interval_s: float | None = None,
-                     scale: float | None = None, num_jobs: int | None = None, seed: int | None = None,
-                     progress=None) -> NetworkResult:
+def simulate_network(
+    network,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    fast: bool = True,
+    max_time_s: float | None = None,
+    sample_interval_s: float | None = None,
+    scale: float | None = None,
+    num_jobs: int | None = None,
+    seed: int | None = None,
+    progress=None,
+) -> NetworkResult:
     """Simulate a network (a `NetworkSpec`, a dict, or a YAML path); with `out_dir`, also
     write its files. `scale` multiplies every arrival rate; `num_jobs` and `seed` override
     the file's."""
@@ -277,8 +366,7 @@ def simulate_network(network, *, out_dir: str | os.PathLike | None = None, fast:
     if spec.num_jobs is None and spec.duration_s is None:
         raise ConfigError("give num_jobs or duration_s to stop the job arrivals")
     t0 = time.perf_counter()
-    stats = run_network(spec, fast=fast, max_time_s=max_time_s, sample_interval_s=sample_interval_s,
-                        progress=progress)
+    stats = run_network(spec, fast=fast, max_time_s=max_time_s, sample_interval_s=sample_interval_s, progress=progress)
     wall = time.perf_counter() - t0
     result = NetworkResult(stats, traffic(spec), spec.to_dict(), wall_s=wall)
     if out_dir is not None:

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.jsonio import to_jsonable
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
-from ..core.jsonio import to_jsonable
 
 PERCENTILES = (90, 95, 99)
-STALE_FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")   # `llmsched plot` draws them
+STALE_FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")  # `llmsched plot` draws them
 
 
 def _stats(name: str, values_ms: np.ndarray) -> dict:
@@ -148,26 +148,44 @@ class SimResult:
         s["sim_end_s"] = st.end_ns / NS
         s["busy_fraction"] = st.busy_ns / max(st.end_ns - start * NS, 1)
         s["preemptions"] = int(st.preemptions.sum())
-        s["offered_token_rate"] = float((self.prompt + self.output - 1).sum() /
-                                        max(float(self.arrival_s.max()) - start, 1e-12)) if len(self.prompt) > 1 else None
+        s["offered_token_rate"] = (
+            float((self.prompt + self.output - 1).sum() / max(float(self.arrival_s.max()) - start, 1e-12))
+            if len(self.prompt) > 1
+            else None
+        )
         s["wall_s"] = self.wall_s
         s.update(self.stability)
         if self.tag is not None and len(self.tag):
             tags = np.asarray(self.tag, dtype=object)
             names = sorted(set(tags.tolist()))
-            if len(names) > 1:      # a multi-class workload: each class's own latencies
+            if len(names) > 1:  # a multi-class workload: each class's own latencies
                 ttft, e2e = self.ttft_s, self.e2e_s
                 s["tags"] = {}
                 for name in names:
                     sel = (tags == name) & done
-                    s["tags"][str(name)] = {"num_requests": int((tags == name).sum()), "completed": int(sel.sum()),
-                                            **_stats("ttft", ttft[sel] * 1e3), **_stats("e2el", e2e[sel] * 1e3),
-                                            **_stats("tpot", tpot[sel & ~np.isnan(tpot)] * 1e3)}
+                    s["tags"][str(name)] = {
+                        "num_requests": int((tags == name).sum()),
+                        "completed": int(sel.sum()),
+                        **_stats("ttft", ttft[sel] * 1e3),
+                        **_stats("e2el", e2e[sel] * 1e3),
+                        **_stats("tpot", tpot[sel & ~np.isnan(tpot)] * 1e3),
+                    }
         return s
 
     # ---- tables and files ------------------------------------------------------------
-    REQUEST_COLUMNS = ("id", "tag", "arrival_s", "prompt_tokens", "output_tokens", "queue_s", "ttft_s",
-                       "tpot_s", "e2e_s", "preemptions", "finished")
+    REQUEST_COLUMNS = (
+        "id",
+        "tag",
+        "arrival_s",
+        "prompt_tokens",
+        "output_tokens",
+        "queue_s",
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "preemptions",
+        "finished",
+    )
 
     def request_rows(self):
         """Rows of requests.csv as Python values (strings for the times, '' where not reached)."""
@@ -177,9 +195,19 @@ class SimResult:
         prompt, output = self.prompt.tolist(), self.output.tolist()
         tags = self.tag.tolist() if self.tag is not None else [""] * len(prompt)
         for i, a in enumerate(self.arrival_s.tolist()):
-            yield (i, tags[i], f"{a:.9f}", int(prompt[i]), int(output[i]),
-                   _fmt(queue[i]), _fmt(ttft[i]), _fmt(tpot[i]), _fmt(e2e[i]),
-                   int(preempts[i]), int(finished[i]))
+            yield (
+                i,
+                tags[i],
+                f"{a:.9f}",
+                int(prompt[i]),
+                int(output[i]),
+                _fmt(queue[i]),
+                _fmt(ttft[i]),
+                _fmt(tpot[i]),
+                _fmt(e2e[i]),
+                int(preempts[i]),
+                int(finished[i]),
+            )
 
     def write(self, out_dir: str | os.PathLike, steps_tmp: Path | None = None) -> Path:
         """Write summary.json, config.json, requests.csv, timeseries.csv, histograms and,
@@ -235,13 +263,22 @@ class SimResult:
             out = output[lo:hi]
             finished = e2e_ns >= 0
             ttft, e2e = _seconds(st.ttft_ns[lo:hi]), _seconds(e2e_ns)
-            ints = [np.arange(lo, hi, dtype=np.int64), prompt[lo:hi].astype(np.int64), out.astype(np.int64),
-                    np.asarray(st.preemptions[lo:hi]).astype(np.int64), finished.astype(np.int64)]
+            ints = [
+                np.arange(lo, hi, dtype=np.int64),
+                prompt[lo:hi].astype(np.int64),
+                out.astype(np.int64),
+                np.asarray(st.preemptions[lo:hi]).astype(np.int64),
+                finished.astype(np.int64),
+            ]
             if any(len(v) and v.min() < 0 for v in ints) or not np.isfinite(arrival[lo:hi]).all():
                 raise _NotFormattable
-            fixed = [_fixed9(arrival[lo:hi], blank_nan=False), _fixed9(_seconds(st.queue_ns[lo:hi]), blank_nan=True),
-                     _fixed9(ttft, blank_nan=True), _fixed9(_tpot(finished, out, e2e, ttft), blank_nan=True),
-                     _fixed9(e2e, blank_nan=True)]
+            fixed = [
+                _fixed9(arrival[lo:hi], blank_nan=False),
+                _fixed9(_seconds(st.queue_ns[lo:hi]), blank_nan=True),
+                _fixed9(ttft, blank_nan=True),
+                _fixed9(_tpot(finished, out, e2e, ttft), blank_nan=True),
+                _fixed9(e2e, blank_nan=True),
+            ]
             if any(x is None for x in fixed):
                 raise _NotFormattable
             rid, p, o, pre, fin = (_IntField(v) for v in ints)
@@ -266,7 +303,6 @@ class SimResult:
         for b, c in enumerate(self.stats.load_hist):
             if c:
                 w.writerow([b, c])
-
 
     def _write_batch(self, f) -> None:
         w = csv.writer(f)
@@ -299,11 +335,12 @@ def _fmt(x: float) -> str:
 # side by side, and the masked bytes read in row order are the CSV text. The output is
 # byte for byte what `csv.writer` with f"{x:.9f}" writes (tests/test_outputs_format.py).
 
+
 class _NotFormattable(Exception):
     pass
 
 
-_CHUNK = 1 << 14     # rows per block: about 10 MB of scratch arrays
+_CHUNK = 1 << 14  # rows per block: about 10 MB of scratch arrays
 _TRIPLES = np.frombuffer("".join(f"{k:03d}" for k in range(1000)).encode(), dtype=np.uint8).reshape(1000, 3)
 
 
@@ -313,7 +350,7 @@ class _IntField:
     def __init__(self, v: np.ndarray):
         self.v = v
 
-    def __getitem__(self, s: slice) -> "_IntField":
+    def __getitem__(self, s: slice) -> _IntField:
         return _IntField(self.v[s])
 
     def bytes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -325,11 +362,11 @@ def _digit_block(v: np.ndarray, w: int) -> np.ndarray:
     groups = -(-w // 3)
     out = np.empty((len(v), 3 * groups), dtype=np.uint8)
     rest = v
-    for g in range(groups - 1, 0, -1):   # three digits at a time, from a table
+    for g in range(groups - 1, 0, -1):  # three digits at a time, from a table
         rest, low = np.divmod(rest, 1000)
-        out[:, 3 * g:3 * g + 3] = _TRIPLES[low]
+        out[:, 3 * g : 3 * g + 3] = _TRIPLES[low]
     out[:, :3] = _TRIPLES[rest]
-    return out[:, 3 * groups - w:]
+    return out[:, 3 * groups - w :]
 
 
 def _digits(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -338,7 +375,7 @@ def _digits(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     w = len(str(int(v.max()))) if len(v) else 1
     ndig = np.ones(len(v), dtype=np.int64)
     for k in range(1, w):
-        ndig += v >= 10 ** k
+        ndig += v >= 10**k
     return _digit_block(v, w), np.arange(w) >= (w - ndig)[:, None]
 
 
@@ -349,7 +386,7 @@ class _FixedField:
     def __init__(self, ip: np.ndarray, frac: np.ndarray, blank: np.ndarray | None):
         self.ip, self.frac, self.blank = ip, frac, blank
 
-    def __getitem__(self, s: slice) -> "_FixedField":
+    def __getitem__(self, s: slice) -> _FixedField:
         return _FixedField(self.ip[s], self.frac[s], None if self.blank is None else self.blank[s])
 
     def bytes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -358,7 +395,7 @@ class _FixedField:
         out = np.empty((n, w + 10), dtype=np.uint8)
         out[:, :w] = ip
         out[:, w] = ord(".")
-        out[:, w + 1:] = _digit_block(self.frac, 9)
+        out[:, w + 1 :] = _digit_block(self.frac, 9)
         mask = np.ones((n, w + 10), dtype=bool)
         mask[:, :w] = ipmask
         if self.blank is not None:
@@ -376,16 +413,16 @@ def _fixed9(x: np.ndarray, blank_nan: bool) -> _FixedField | None:
         x = np.where(nan, 0.0, x)
     elif nan.any():
         return None
-    if len(x) and not (x.min() >= 0 and x.max() < 2.0 ** 53):
+    if len(x) and not (x.min() >= 0 and x.max() < 2.0**53):
         return None
     ipf = np.floor(x)
-    p = (x - ipf) * 1e9    # x - floor(x) is exact; the product is within 6e-8 of the true value
+    p = (x - ipf) * 1e9  # x - floor(x) is exact; the product is within 6e-8 of the true value
     q = np.floor(p)
     d = p - q
     ip = ipf.astype(np.int64)
     frac = q.astype(np.int64) + (d > 0.5)
     near_tie = np.abs(d - 0.5) < 1e-6
-    if near_tie.any():     # rounding too close to call in binary: ask Python, as the old code did
+    if near_tie.any():  # rounding too close to call in binary: ask Python, as the old code did
         for i in np.flatnonzero(near_tie):
             a, b = f"{x[i]:.9f}".split(".")
             ip[i], frac[i] = int(a), int(b)
@@ -402,7 +439,7 @@ class _StrField:
     def __init__(self, table: np.ndarray, lengths: np.ndarray, codes: np.ndarray):
         self.table, self.lengths, self.codes = table, lengths, codes
 
-    def __getitem__(self, s: slice) -> "_StrField":
+    def __getitem__(self, s: slice) -> _StrField:
         return _StrField(self.table, self.lengths, self.codes[s])
 
     def bytes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -420,12 +457,12 @@ def _tag_field(tag, n: int) -> _StrField:
     encoded = []
     for v in values:
         buf = io.StringIO()
-        csv.writer(buf).writerow([v, ""])   # csv's quoting of `v` as one field of a row
+        csv.writer(buf).writerow([v, ""])  # csv's quoting of `v` as one field of a row
         encoded.append(buf.getvalue()[:-3].encode("utf-8"))
     w = max(1, max(len(e) for e in encoded))
     table = np.zeros((len(encoded), w), dtype=np.uint8)
     for k, e in enumerate(encoded):
-        table[k, :len(e)] = np.frombuffer(e, dtype=np.uint8)
+        table[k, : len(e)] = np.frombuffer(e, dtype=np.uint8)
     return _StrField(table, np.array([len(e) for e in encoded], dtype=np.int64), codes)
 
 
@@ -442,8 +479,8 @@ def _format_rows(fields: list) -> str:
             out[:, c] = ord(",")
             c += 1
         w = m.shape[1]
-        out[:, c:c + w] = m
-        mask[:, c:c + w] = k
+        out[:, c : c + w] = m
+        mask[:, c : c + w] = k
         c += w
     out[:, c] = ord("\r")
     out[:, c + 1] = ord("\n")

@@ -21,9 +21,17 @@ from ..policies.base import Scheduler
 from .histogram import GapHistogram
 
 MAX_SAMPLES = 4096  # time-series length bound with the automatic sampling interval
-GAP_BATCH = 4096    # distinct inter-token gaps counted before they go to the histogram
-SERIES = ("time_s", "waiting_requests", "waiting_prefill_tokens", "running_requests", "decoding_requests",
-          "token_load", "backlog_tokens", "kv_used_tokens")
+GAP_BATCH = 4096  # distinct inter-token gaps counted before they go to the histogram
+SERIES = (
+    "time_s",
+    "waiting_requests",
+    "waiting_prefill_tokens",
+    "running_requests",
+    "decoding_requests",
+    "token_load",
+    "backlog_tokens",
+    "kv_used_tokens",
+)
 
 
 class SimulationStuck(RuntimeError):
@@ -85,15 +93,23 @@ class TimeSeries:
 class ServerSim:
     """A server of the simulator: its state, scheduler, step timing and metrics."""
 
-    def __init__(self, scheduler: Scheduler, cost: CostModel, *, fast: bool = True,
-                 series: TimeSeries | None = None, steps_file: TextIO | None = None, state=None):
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        cost: CostModel,
+        *,
+        fast: bool = True,
+        series: TimeSeries | None = None,
+        steps_file: TextIO | None = None,
+        state=None,
+    ):
         self.scheduler = scheduler
         self.state = state if state is not None else scheduler.new_state()
         self.plan_step = scheduler.plan
         self.repeatable = fast and scheduler.repeatable
         self.closed_loop = scheduler.closed_loop
         self.timer = StepTimer(cost)
-        self._load_ns = self.timer._by_load     # the timer's cache, read inline on the hot path
+        self._load_ns = self.timer._by_load  # the timer's cache, read inline on the hot path
         self.load_only = cost.load_only
         self.step_time = cost.step_time
         self.kv_capacity = self.state.kv_capacity
@@ -108,7 +124,7 @@ class ServerSim:
         self.steps = 0
         self.busy = 0
         self.now = 0
-        self.busy_until = -1        # end of the current batch; -1: no batch in progress
+        self.busy_until = -1  # end of the current batch; -1: no batch in progress
         # the current batch: (plan, start, steps, duration or durations, prefill tokens,
         # decoders that resumed with it)
         self._batch: tuple | None = None
@@ -145,8 +161,9 @@ class ServerSim:
         m = plan.decode
         if not m and not prefill:
             if plan.preempt or st.running:
-                raise SimulationStuck(f"the scheduler planned no work at t={now / NS:.6f}s "
-                                      f"with {st.n_running} requests running")
+                raise SimulationStuck(
+                    f"the scheduler planned no work at t={now / NS:.6f}s with {st.n_running} requests running"
+                )
             return None
         admits = False
         for r, _ in prefill:
@@ -223,7 +240,7 @@ class ServerSim:
         for j, d in enumerate(durs):
             end += d
             if end >= t:
-                del durs[j + 1:]
+                del durs[j + 1 :]
                 break
         self._batch = (plan, start, len(durs), durs, pf, new)
         self.busy_until = end
@@ -278,8 +295,12 @@ class ServerSim:
             self._itl.add_counts(gaps)
             gaps.clear()
         if self.closed_loop:
-            self.scheduler.observe(st, StepFeedback(now / NS, total / NS, plan, st.finished, st.first_tokens,
-                                                    lambda: served, [r for r, _ in st.resumed]))
+            self.scheduler.observe(
+                st,
+                StepFeedback(
+                    now / NS, total / NS, plan, st.finished, st.first_tokens, lambda: served, [r for r, _ in st.resumed]
+                ),
+            )
         self.now = end
         self.busy_until = -1
         self._batch = None
@@ -293,7 +314,7 @@ class ServerSim:
 
 
 def write_steps(f: TextIO, first_index: int, start: int, durs, count: int, plan, state) -> None:
-    decodes = " ".join(f"{r.id}:d" for r in state.decoders[:plan.decode])
+    decodes = " ".join(f"{r.id}:d" for r in state.decoders[: plan.decode])
     prefills = " ".join(f"{r.id}:p{c}" for r, c in plan.prefill)
     parts = [decodes, prefills] if plan.decode_first else [prefills, decodes]
     entries = " ".join(p for p in parts if p)

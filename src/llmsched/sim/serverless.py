@@ -125,11 +125,13 @@ class _Node:
         self.name = name
         self.gpus: list[_Gpu] = []
         # checkpoint caches: name -> size (GB), least recently used first
-        self.tiers = {"dram": OrderedDict((m, 0.0) for m in group.dram),
-                      "ssd": OrderedDict((m, 0.0) for m in group.ssd)}
-        self.queue: deque = deque()     # instances waiting for this node's loader
-        self.current = None             # the instance whose checkpoint is being loaded
-        self.busy_until = 0             # end of the current load
+        self.tiers = {
+            "dram": OrderedDict((m, 0.0) for m in group.dram),
+            "ssd": OrderedDict((m, 0.0) for m in group.ssd),
+        }
+        self.queue: deque = deque()  # instances waiting for this node's loader
+        self.current = None  # the instance whose checkpoint is being loaded
+        self.busy_until = 0  # end of the current load
 
 
 class _Gpu:
@@ -139,8 +141,8 @@ class _Gpu:
         self.order = order
         self.node = node
         self.index = index
-        self.holder = None              # the instance on it
-        self.reserved = None            # the instance it goes to when a migration frees it
+        self.holder = None  # the instance on it
+        self.reserved = None  # the instance it goes to when a migration frees it
 
     @property
     def name(self) -> str:
@@ -157,9 +159,9 @@ class _Model:
         self.max_instances = spec.max_instances(name)
         ka = spec.keep_alive_s(name)
         self.keep_alive = None if math.isinf(ka) else round(ka * NS)
-        self.live: list[_Instance] = []   # loading and ready instances, in creation order
+        self.live: list[_Instance] = []  # loading and ready instances, in creation order
         self.instances: list[_Instance] = []
-        self.pending: deque = deque()     # (request, recompute) waiting for an instance
+        self.pending: deque = deque()  # (request, recompute) waiting for an instance
         self.rr = 0
         self.itl = GapHistogram()
         self.sinks = (self.itl, hist_all)
@@ -167,9 +169,15 @@ class _Model:
 
     def scheduler_spec(self, kv: int | None) -> SchedulerSpec:
         m = self.spec
-        return SchedulerSpec(policy=m.policy, admission=self.admission, b_max=m.b_max, k_max=m.k_max,
-                             kv_capacity=kv, policy_options=dict(m.policy_options),
-                             admission_options=m.options_for(self.admission))
+        return SchedulerSpec(
+            policy=m.policy,
+            admission=self.admission,
+            b_max=m.b_max,
+            k_max=m.k_max,
+            kv_capacity=kv,
+            policy_options=dict(m.policy_options),
+            admission_options=m.options_for(self.admission),
+        )
 
 
 class _Instance:
@@ -205,9 +213,9 @@ class _Instance:
         self.version = 0
         self.planned = False
         self.idle_ver = 0
-        self.idle_since = -1            # >= 0 while idle and ready
+        self.idle_since = -1  # >= 0 while idle and ready
         self.created = t
-        self.gpu_from = -1              # holds its GPU from here (GPU-seconds)
+        self.gpu_from = -1  # holds its GPU from here (GPU-seconds)
         self.load_start = self.loaded_at = self.ready_at = self.stop_at = -1
         self.tier = ""
         self.stop_reason = ""
@@ -226,14 +234,14 @@ class ServerlessStats:
     arrival_ns: np.ndarray
     prompt: np.ndarray
     output: np.ndarray
-    instance: np.ndarray          # instance that finished it (last one it was on), -1: none
+    instance: np.ndarray  # instance that finished it (last one it was on), -1: none
     queue_ns: np.ndarray
     ttft_ns: np.ndarray
     e2e_ns: np.ndarray
-    tokens: np.ndarray            # output tokens it received (at its finish)
+    tokens: np.ndarray  # output tokens it received (at its finish)
     preemptions: np.ndarray
     migrations: np.ndarray
-    cold: np.ndarray              # 1: it waited for a cold start
+    cold: np.ndarray  # 1: it waited for a cold start
     instances: list[dict] = field(default_factory=list)
     model_itl: dict = field(default_factory=dict)
     itl: GapHistogram | None = None
@@ -273,7 +281,7 @@ class _Runtime:
         for i, name in enumerate(spec.models):
             cost = make_cost_model(spec.models[name].cost_model)
             m = _Model(i, name, spec, cost, self.hist)
-            for g in spec.nodes:     # the scheduler of each kind of instance builds (one clear error)
+            for g in spec.nodes:  # the scheduler of each kind of instance builds (one clear error)
                 if spec.fits(name, g):
                     try:
                         m.scheduler_spec(spec.kv_capacity(name, g)).build()
@@ -338,7 +346,7 @@ class _Runtime:
 
     def add_to(self, inst: _Instance, r: Request, t: int, recompute: bool) -> None:
         sim = inst.sim
-        inst.idle_ver += 1            # cancels a keep-alive expiry
+        inst.idle_ver += 1  # cancels a keep-alive expiry
         inst.idle_since = -1
         inst.routed += 1
         if inst.state == LOADING:
@@ -429,8 +437,9 @@ class _Runtime:
             return "free", min(free, key=lambda g: (self.startup_estimate(model, g.node, t, t), g.order))
         if not from_zero:
             return None
-        idle = [i for m in self.models for i in m.live
-                if i.state == READY and i.idle_since >= 0 and self.fits(model, i.gpu)]
+        idle = [
+            i for m in self.models for i in m.live if i.state == READY and i.idle_since >= 0 and self.fits(model, i.gpu)
+        ]
         if idle:
             if not self.sllm:
                 return "reclaim", min(idle, key=lambda i: (i.idle_since, i.id))
@@ -462,7 +471,7 @@ class _Runtime:
             plan, start, count, durs, _, _ = batch
             done = _steps_done(start, count, durs, t)
             if done:
-                served = {r.id for r in st.decoders[:plan.decode]}
+                served = {r.id for r in st.decoders[: plan.decode]}
                 if done == count:
                     completing = {r.id for r, c in plan.prefill if r.prefilled + c * count == r.prefill_target}
         longest = 0
@@ -547,7 +556,7 @@ class _Runtime:
             held[name] = size
 
     def stop(self, inst: _Instance, t: int, reason: str) -> None:
-        _ = inst.sim.itl      # flushes its last gaps to the histograms
+        _ = inst.sim.itl  # flushes its last gaps to the histograms
         inst.state = STOPPED
         inst.stop_at = t
         inst.stop_reason = reason
@@ -638,7 +647,7 @@ class _Runtime:
                 break
             t, kind, _, _, a, b = pop(events)
             if t > max_time:
-                now = max_time      # a time limit: what happens later is not simulated
+                now = max_time  # a time limit: what happens later is not simulated
                 break
             now = t
             if kind == _END:
@@ -659,7 +668,7 @@ class _Runtime:
                     self.migrate(inst, t)
                     continue
                 if (not events or events[0][0] > t) and (ai >= n or arr[ai] > t):
-                    self.plan(inst, t)      # nothing else happens at t: plan now
+                    self.plan(inst, t)  # nothing else happens at t: plan now
                 else:
                     inst.planned = True
                     self.push(t, _PLAN, inst.id, inst)
@@ -706,8 +715,10 @@ class _Runtime:
         unfinished = [inst for inst in self.instances if inst.state != STOPPED and not inst.sim.is_idle()]
         if max_time == UNLIMITED:
             if unfinished:
-                raise SimulationStuck(f"instance {unfinished[0].id} of model {unfinished[0].model.name} "
-                                      "planned no work with requests waiting and no more arrivals")
+                raise SimulationStuck(
+                    f"instance {unfinished[0].id} of model {unfinished[0].model.name} "
+                    "planned no work with requests waiting and no more arrivals"
+                )
             left = [m.name for m in models if m.pending]
             if left:
                 raise SimulationStuck(f"model {left[0]} has requests but never got a GPU")
@@ -729,24 +740,56 @@ class _Runtime:
         for inst in self.instances:
             sim = inst.sim
             h = sim.own_itl
-            rows.append({
-                "instance": inst.id, "model": inst.model.name, "node": inst.gpu.node.name, "gpu": inst.gpu.name,
-                "created_ns": inst.created, "gpu_from_ns": inst.gpu_from, "load_start_ns": inst.load_start,
-                "loaded_ns": inst.loaded_at, "ready_ns": inst.ready_at, "stop_ns": inst.stop_at,
-                "tier": inst.tier, "stop_reason": inst.stop_reason, "routed": inst.routed,
-                "completed": inst.completed, "migrated_out": inst.migrated_out, "steps": sim.steps,
-                "busy_ns": sim.busy, "itl_count": h.count,
-                "max_token_load": max((b for b, c in enumerate(sim.load_hist) if c), default=0),
-                "max_batch_size": max(sim.batch_hist, default=0), "itl_mean_ns": h.mean if h.count else None,
-                "admission": sim.scheduler.admission.name, "kv_capacity": sim.state.constraints.kv_capacity})
+            rows.append(
+                {
+                    "instance": inst.id,
+                    "model": inst.model.name,
+                    "node": inst.gpu.node.name,
+                    "gpu": inst.gpu.name,
+                    "created_ns": inst.created,
+                    "gpu_from_ns": inst.gpu_from,
+                    "load_start_ns": inst.load_start,
+                    "loaded_ns": inst.loaded_at,
+                    "ready_ns": inst.ready_at,
+                    "stop_ns": inst.stop_at,
+                    "tier": inst.tier,
+                    "stop_reason": inst.stop_reason,
+                    "routed": inst.routed,
+                    "completed": inst.completed,
+                    "migrated_out": inst.migrated_out,
+                    "steps": sim.steps,
+                    "busy_ns": sim.busy,
+                    "itl_count": h.count,
+                    "max_token_load": max((b for b, c in enumerate(sim.load_hist) if c), default=0),
+                    "max_batch_size": max(sim.batch_hist, default=0),
+                    "itl_mean_ns": h.mean if h.count else None,
+                    "admission": sim.scheduler.admission.name,
+                    "kv_capacity": sim.state.constraints.kv_capacity,
+                }
+            )
         return ServerlessStats(
-            spec=self.spec, models=[m.name for m in models], req_model=reqs.model.astype(np.int64),
-            arrival_ns=np.asarray(arr, dtype=np.int64), prompt=reqs.prompt.astype(np.int64),
-            output=reqs.output.astype(np.int64), instance=_np(self.where), queue_ns=_np(queue), ttft_ns=_np(ttft),
-            e2e_ns=_np(e2e), tokens=_np(tokens), preemptions=_np(pre), migrations=_np(self.migrations), cold=_np(self.cold),
-            instances=rows, model_itl={m.name: m.itl for m in models}, itl=self.hist, end_ns=now,
-            steps=sum(i.sim.steps for i in self.instances), migrated_tokens=self.migrated_tokens,
-            peak_gpus=self.peak_gpus)
+            spec=self.spec,
+            models=[m.name for m in models],
+            req_model=reqs.model.astype(np.int64),
+            arrival_ns=np.asarray(arr, dtype=np.int64),
+            prompt=reqs.prompt.astype(np.int64),
+            output=reqs.output.astype(np.int64),
+            instance=_np(self.where),
+            queue_ns=_np(queue),
+            ttft_ns=_np(ttft),
+            e2e_ns=_np(e2e),
+            tokens=_np(tokens),
+            preemptions=_np(pre),
+            migrations=_np(self.migrations),
+            cold=_np(self.cold),
+            instances=rows,
+            model_itl={m.name: m.itl for m in models},
+            itl=self.hist,
+            end_ns=now,
+            steps=sum(i.sim.steps for i in self.instances),
+            migrated_tokens=self.migrated_tokens,
+            peak_gpus=self.peak_gpus,
+        )
 
     def plan(self, inst: _Instance, t: int) -> None:
         sim = inst.sim
@@ -760,7 +803,7 @@ class _Runtime:
             return
         end = sim.begin(t, self.max_time)
         if end is None:
-            return            # nothing the policy runs now: wait for a request
+            return  # nothing the policy runs now: wait for a request
         inst.version += 1
         self.push(end, _END, inst.id, inst, inst.version)
 
@@ -801,13 +844,21 @@ def check_requests(spec: ServerlessSpec, reqs) -> None:
         bad = np.flatnonzero((reqs.model == i) & (need > cap))
         if len(bad):
             j = int(bad[0])
-            raise ConfigError(f"request {j} of model {name} needs {int(need[j])} KV tokens ({int(reqs.prompt[j])} "
-                              f"prompt + {int(reqs.output[j])} output - 1) but an instance holds {cap}: it could "
-                              "never complete (raise kv_capacity, lower kv_bytes_per_token or cap the lengths)")
+            raise ConfigError(
+                f"request {j} of model {name} needs {int(need[j])} KV tokens ({int(reqs.prompt[j])} "
+                f"prompt + {int(reqs.output[j])} output - 1) but an instance holds {cap}: it could "
+                "never complete (raise kv_capacity, lower kv_bytes_per_token or cap the lengths)"
+            )
 
 
-def run_serverless(spec: ServerlessSpec, *, fast: bool = True, max_time_s: float | None = None,
-                   requests=None, progress: Callable[[int, int], None] | None = None) -> ServerlessStats:
+def run_serverless(
+    spec: ServerlessSpec,
+    *,
+    fast: bool = True,
+    max_time_s: float | None = None,
+    requests=None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ServerlessStats:
     """Run the workload of `spec` (or `requests`, a `ServerlessRequests`) through its platform."""
     reqs = make_serverless_requests(spec) if requests is None else requests
     check_requests(spec, reqs)

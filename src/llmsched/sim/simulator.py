@@ -12,8 +12,9 @@ metrics and the same `steps.csv`.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import TextIO
 
 import numpy as np
 
@@ -45,8 +46,8 @@ class RunStats:
     unfinished: int
 
 
-MAX_TOKENS = 1 << 31        # per request: prompt + output
-MAX_ARRIVAL_S = 1e9         # about 31 years: integer nanoseconds stay far from overflow
+MAX_TOKENS = 1 << 31  # per request: prompt + output
+MAX_ARRIVAL_S = 1e9  # about 31 years: integer nanoseconds stay far from overflow
 
 
 def validate_requests(prompt: np.ndarray, output: np.ndarray, kv_capacity: int | None) -> None:
@@ -55,25 +56,39 @@ def validate_requests(prompt: np.ndarray, output: np.ndarray, kv_capacity: int |
     big = np.asarray(prompt, dtype=np.float64) + np.asarray(output, dtype=np.float64) >= MAX_TOKENS
     if big.any():
         i = int(np.argmax(big))
-        raise ConfigError(f"request {i} asks for {int(prompt[i])} prompt + {int(output[i])} output tokens; "
-                          f"the simulator supports fewer than {MAX_TOKENS} per request")
+        raise ConfigError(
+            f"request {i} asks for {int(prompt[i])} prompt + {int(output[i])} output tokens; "
+            f"the simulator supports fewer than {MAX_TOKENS} per request"
+        )
     if (prompt < 1).any():
-        raise ConfigError(f"request {int(np.argmax(prompt < 1))} has a prompt of {int(prompt.min())} tokens; prompts need at least 1")
+        raise ConfigError(
+            f"request {int(np.argmax(prompt < 1))} has a prompt of {int(prompt.min())} tokens; prompts need at least 1"
+        )
     if (output < 1).any():
-        raise ConfigError(f"request {int(np.argmax(output < 1))} asks for {int(output.min())} output tokens; at least 1 is needed")
+        raise ConfigError(
+            f"request {int(np.argmax(output < 1))} asks for {int(output.min())} output tokens; at least 1 is needed"
+        )
     if kv_capacity:
         need = prompt + output - 1
         if (need > kv_capacity).any():
             i = int(np.argmax(need > kv_capacity))
             raise ConfigError(
                 f"request {i} needs {int(need[i])} KV tokens (prompt {int(prompt[i])} + output "
-                f"{int(output[i])} - 1) but the KV capacity is {kv_capacity}: it can never complete")
+                f"{int(output[i])} - 1) but the KV capacity is {kv_capacity}: it can never complete"
+            )
 
 
-def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool = True,
-                   max_time_s: float | None = None, sample_interval_s: float | None = None,
-                   steps_file: TextIO | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> RunStats:
+def simulate_trace(
+    trace,
+    scheduler: Scheduler,
+    cost: CostModel,
+    *,
+    fast: bool = True,
+    max_time_s: float | None = None,
+    sample_interval_s: float | None = None,
+    steps_file: TextIO | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunStats:
     """Run `trace` (arrays arrival_s, prompt, output) through `scheduler` timed by `cost`."""
     arrival_s = np.asarray(trace.arrival_s, dtype=np.float64)
     prompt_arr = np.asarray(trace.prompt, dtype=np.int64)
@@ -81,10 +96,13 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
     validate_requests(prompt_arr, output_arr, scheduler.constraints.kv_capacity)
     if (np.diff(arrival_s) < 0).any():
         raise ConfigError("arrival times must be non-decreasing")
-    if len(arrival_s) and not (np.isfinite(arrival_s).all() and arrival_s.min() >= 0
-                               and arrival_s.max() < MAX_ARRIVAL_S):
-        raise ConfigError(f"arrival times must be finite, >= 0 and below {MAX_ARRIVAL_S:g} s "
-                          f"(got {arrival_s.min():g} .. {arrival_s.max():g} s)")
+    if len(arrival_s) and not (
+        np.isfinite(arrival_s).all() and arrival_s.min() >= 0 and arrival_s.max() < MAX_ARRIVAL_S
+    ):
+        raise ConfigError(
+            f"arrival times must be finite, >= 0 and below {MAX_ARRIVAL_S:g} s "
+            f"(got {arrival_s.min():g} .. {arrival_s.max():g} s)"
+        )
     n = len(arrival_s)
     arr = np.round(arrival_s * NS).astype(np.int64).tolist()
     prompts = prompt_arr.tolist()
@@ -141,7 +159,8 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
                 continue
             raise SimulationStuck(
                 f"the scheduler planned no work at t={now / NS:.6f}s with {len(state.waiting)} waiting "
-                f"and {state.n_running} running requests, and no more arrivals")
+                f"and {state.n_running} running requests, and no more arrivals"
+            )
         for r in end_batch():
             x = r.id
             a = r.arrival
@@ -165,10 +184,21 @@ def simulate_trace(trace, scheduler: Scheduler, cost: CostModel, *, fast: bool =
         preempts[x] = r.preemptions
     if progress is not None:
         progress(done, n)
-    return RunStats(n=n, ttft_ns=_np(ttft, np.int64), e2e_ns=_np(e2e, np.int64), queue_ns=_np(queue, np.int64),
-                    preemptions=_np(preempts, np.int32), itl=server.itl, load_hist=server.load_hist,
-                    batch_hist=server.batch_hist, steps=server.steps, busy_ns=server.busy, end_ns=now,
-                    timeseries=series.cols, unfinished=n - done)
+    return RunStats(
+        n=n,
+        ttft_ns=_np(ttft, np.int64),
+        e2e_ns=_np(e2e, np.int64),
+        queue_ns=_np(queue, np.int64),
+        preemptions=_np(preempts, np.int32),
+        itl=server.itl,
+        load_hist=server.load_hist,
+        batch_hist=server.batch_hist,
+        steps=server.steps,
+        busy_ns=server.busy,
+        end_ns=now,
+        timeseries=series.cols,
+        unfinished=n - done,
+    )
 
 
 def _np(a: array, dtype) -> np.ndarray:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..core.cost import CostModel, StepTimer, make_cost_model
 from ..core.engine_api import SamplingParams, check_request_size
@@ -72,11 +72,19 @@ class VirtualEngine(StepDriver):
     `time.time()` seconds, as for the real engine (virtual seconds when not `realtime`).
     """
 
-    def __init__(self, scheduler: Scheduler, cost: CostModel | str = "paper", *,
-                 max_model_len: int | None = None, realtime: bool = True,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep,
-                 token_id: int = 0, token_text: str = " tok", max_debt_s: float = 0.05):
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        cost: CostModel | str = "paper",
+        *,
+        max_model_len: int | None = None,
+        realtime: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        token_id: int = 0,
+        token_text: str = " tok",
+        max_debt_s: float = 0.05,
+    ):
         if max_model_len is not None and (not isinstance(max_model_len, int) or max_model_len < 2):
             raise ConfigError(f"max_model_len must be an integer >= 2, got {max_model_len!r}")
         super().__init__(scheduler)
@@ -91,11 +99,11 @@ class VirtualEngine(StepDriver):
         self._wall0 = time.time()
         self.token_id = token_id
         self.token_text = token_text
-        self._vnow = 0                 # virtual clock (ns) when not realtime
-        self._free_at = -1             # scheduled end of the last step (ns)
-        self._busy = False             # whether work was left after the last step
+        self._vnow = 0  # virtual clock (ns) when not realtime
+        self._free_at = -1  # scheduled end of the last step (ns)
+        self._busy = False  # whether work was left after the last step
         self._last_arrival = 0
-        self._pending: deque[Request] = deque()   # added, not yet at a step boundary
+        self._pending: deque[Request] = deque()  # added, not yet at a step boundary
         self.max_debt_ns = int(max_debt_s * NS)
         self.lag_ns = 0
         self.late_steps = 0
@@ -127,17 +135,22 @@ class VirtualEngine(StepDriver):
         """Raise ConfigError if a request of this size can never be served."""
         check_request_size(prompt_tokens, max_tokens, self.max_model_len, self.kv_capacity)
 
-    def add_request(self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams,
-                    arrival_time: float | None = None) -> None:
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams,
+        arrival_time: float | None = None,
+    ) -> None:
         n = len(prompt_token_ids)
         self.check_request(n, params.max_tokens)
         now = self.now_ns()
         arrival = now if arrival_time is None else min(now, self._to_ns(arrival_time))
-        if arrival < self._last_arrival:     # keep the decode order = arrival order
+        if arrival < self._last_arrival:  # keep the decode order = arrival order
             arrival = self._last_arrival
         r = self._register(Seq(request_id, n, params), arrival)
         self._last_arrival = arrival
-        self._pending.append(r)          # joins the state at the first step starting after it
+        self._pending.append(r)  # joins the state at the first step starting after it
 
     def abort_request(self, request_id: str) -> None:
         super().abort_request(request_id)
@@ -177,7 +190,7 @@ class VirtualEngine(StepDriver):
             if pending and pending[0].arrival <= now:
                 start = pending[0].arrival
                 continue
-            self._busy = False               # nothing the policy can run now
+            self._busy = False  # nothing the policy can run now
             return None
 
     def _piece(self, seq: Seq, tok: int) -> PieceFn:
@@ -199,9 +212,18 @@ class VirtualEngine(StepDriver):
             self._vnow = end
 
     def stats(self) -> dict:
-        return {**self.counters(), "late_steps": self.late_steps, "lag_s": self.lag_ns / NS,
-                "max_late_s": self.max_late_ns / NS}
+        return {
+            **self.counters(),
+            "late_steps": self.late_steps,
+            "lag_s": self.lag_ns / NS,
+            "max_late_s": self.max_late_ns / NS,
+        }
 
     def describe(self) -> dict:
-        return {"backend": "sim", "scheduler": self.scheduler.describe(), "cost_model": self.cost.describe(),
-                "max_model_len": self.max_model_len, "realtime": self.realtime}
+        return {
+            "backend": "sim",
+            "scheduler": self.scheduler.describe(),
+            "cost_model": self.cost.describe(),
+            "max_model_len": self.max_model_len,
+            "realtime": self.realtime,
+        }

@@ -14,20 +14,52 @@ agents"); `docs/stability.md` explains all of it. Importing this package costs n
 it when they run) and not matplotlib (figures live in `llmsched.analysis.figures`).
 """
 
-from ..core.region import (StabilityRegion, convex_hull, feasible_shape, representative_step_time,
-                           stability_region, workload_point)
-from .bounds import (CapacityReport, capacity, peak_token_capacity, step_time_at_budget,
-                     token_capacity, work_per_request)
+from ..core.region import (
+    StabilityRegion,
+    convex_hull,
+    feasible_shape,
+    representative_step_time,
+    stability_region,
+    workload_point,
+)
+from .bounds import CapacityReport, capacity, peak_token_capacity, step_time_at_budget, token_capacity, work_per_request
 from .means import DEFAULT_SAMPLES, workload_means
-from .verdict import (INCONCLUSIVE, STABLE, UNSTABLE, Verdict, batch_slope, describe_verdict,
-                      fixed_b_critical_value, hac_slope, predicted_growth, stability_verdict)
+from .verdict import (
+    INCONCLUSIVE,
+    STABLE,
+    UNSTABLE,
+    Verdict,
+    batch_slope,
+    describe_verdict,
+    fixed_b_critical_value,
+    hac_slope,
+    predicted_growth,
+    stability_verdict,
+)
 
 __all__ = [
-    "CapacityReport", "capacity", "token_capacity", "work_per_request", "step_time_at_budget",
+    "CapacityReport",
+    "capacity",
+    "token_capacity",
+    "work_per_request",
+    "step_time_at_budget",
     "peak_token_capacity",
-    "StabilityRegion", "stability_region", "feasible_shape", "representative_step_time",
-    "workload_point", "convex_hull",
-    "Verdict", "stability_verdict", "predicted_growth", "hac_slope", "batch_slope",
-    "fixed_b_critical_value", "describe_verdict", "STABLE", "UNSTABLE", "INCONCLUSIVE",
-    "workload_means", "DEFAULT_SAMPLES",
+    "StabilityRegion",
+    "stability_region",
+    "feasible_shape",
+    "representative_step_time",
+    "workload_point",
+    "convex_hull",
+    "Verdict",
+    "stability_verdict",
+    "predicted_growth",
+    "hac_slope",
+    "batch_slope",
+    "fixed_b_critical_value",
+    "describe_verdict",
+    "STABLE",
+    "UNSTABLE",
+    "INCONCLUSIVE",
+    "workload_means",
+    "DEFAULT_SAMPLES",
 ]

@@ -3,7 +3,8 @@
 Theorem 2 is from paper 1 ("Throughput-optimal scheduling for LLM inference and AI
 agents"); `docs/stability.md` derives the numbers below and checks them by simulation.
 
-Accounting (README "The model"; docs/stability.md "Work and capacity"): a request with `o` output tokens needs its prompt's
+Accounting (README "The model"; docs/stability.md "Work and capacity"): a request with `o` output
+tokens needs its prompt's
 prefill tokens plus `o - 1` decode tokens of work (the step that computes the last
 prompt token also emits output token 1), so the work per request is
 `mean_prompt + mean_output - 1` tokens.
@@ -36,16 +37,23 @@ from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError
 from ..core.region import representative_step_time, stability_region
 
-__all__ = ["CapacityReport", "capacity", "token_capacity", "work_per_request", "step_time_at_budget",
-           "peak_token_capacity"]
+__all__ = [
+    "CapacityReport",
+    "capacity",
+    "token_capacity",
+    "work_per_request",
+    "step_time_at_budget",
+    "peak_token_capacity",
+]
 
 
 def work_per_request(mean_prompt: float, mean_output: float) -> float:
     """Tokens of work per request: prompt + output - 1 (the step that computes the last
     prompt token also emits output token 1; docs/stability.md "Work and capacity")."""
     if not mean_prompt > 0 or not mean_output >= 1:
-        raise ConfigError(f"mean prompt must be > 0 and mean output >= 1 tokens, got "
-                          f"{mean_prompt!r} and {mean_output!r}")
+        raise ConfigError(
+            f"mean prompt must be > 0 and mean output >= 1 tokens, got {mean_prompt!r} and {mean_output!r}"
+        )
     return float(mean_prompt) + float(mean_output) - 1.0
 
 
@@ -62,8 +70,9 @@ def _require_cost_model(cost) -> None:
         raise TypeError(f"expected a CostModel, got {cost!r}: build one with make_cost_model(spec)")
 
 
-def step_time_at_budget(cost: CostModel, b: int, mean_prompt: float | None = None,
-                        mean_output: float | None = None) -> float:
+def step_time_at_budget(
+    cost: CostModel, b: int, mean_prompt: float | None = None, mean_output: float | None = None
+) -> float:
     """t(b) in seconds: `cost.load_time(b)` for a load-only model (or when no mean
     lengths are given); for a context-dependent model with mean lengths, the time of a
     b-token step mixing prefill and decode in the workload's proportion with
@@ -75,8 +84,9 @@ def step_time_at_budget(cost: CostModel, b: int, mean_prompt: float | None = Non
     return representative_step_time(cost, x, y, mean_prompt, mean_output)
 
 
-def token_capacity(cost: CostModel | str, b_max: int, mean_prompt: float | None = None,
-                   mean_output: float | None = None) -> float:
+def token_capacity(
+    cost: CostModel | str, b_max: int, mean_prompt: float | None = None, mean_output: float | None = None
+) -> float:
     """Theorem 2's bound b_max / t(b_max), tokens per second. `cost`: a CostModel or a
     spec string."""
     cost = make_cost_model(cost)
@@ -88,8 +98,9 @@ def token_capacity(cost: CostModel | str, b_max: int, mean_prompt: float | None 
     return b_max / t
 
 
-def peak_token_capacity(cost: CostModel, b_max: int, mean_prompt: float | None = None,
-                        mean_output: float | None = None) -> tuple[float, int]:
+def peak_token_capacity(
+    cost: CostModel, b_max: int, mean_prompt: float | None = None, mean_output: float | None = None
+) -> tuple[float, int]:
     """max over loads b <= b_max of b / t(b), and the smallest b attaining it. Theorem 2
     assumes t(b) / b never increases with b, so that this equals `token_capacity`; for
     cost models where it does not (e.g. the paper's `max` variant with c < a * b0) a
@@ -149,9 +160,16 @@ class CapacityReport:
         return d
 
 
-def capacity(cost: CostModel | str, b_max: int, mean_prompt: float, mean_output: float,
-             k_max: int | None = None, rate: float | None = None, *,
-             max_prefill_per_request: int | None = None) -> CapacityReport:
+def capacity(
+    cost: CostModel | str,
+    b_max: int,
+    mean_prompt: float,
+    mean_output: float,
+    k_max: int | None = None,
+    rate: float | None = None,
+    *,
+    max_prefill_per_request: int | None = None,
+) -> CapacityReport:
     """Capacity report (see the module docstring). `cost`: a CostModel or a spec string
     (`"paper"`, `"profile:h200-llama-3-8b"`, ...). `rate` in requests/s is optional."""
     cost = make_cost_model(cost)
@@ -169,8 +187,14 @@ def capacity(cost: CostModel | str, b_max: int, mean_prompt: float, mean_output:
     if k_max is None:
         lam, binding = lam_bound, "token budget (theorem 2)"
     else:
-        region = stability_region(cost, b_max, k_max, mean_prompt=mean_prompt, mean_output=mean_output,
-                                  max_prefill_per_request=max_prefill_per_request)
+        region = stability_region(
+            cost,
+            b_max,
+            k_max,
+            mean_prompt=mean_prompt,
+            mean_output=mean_output,
+            max_prefill_per_request=max_prefill_per_request,
+        )
         lam = region.max_scale(mean_prompt, mean_output - 1.0)
         region_exact = region.exact
         if lam > lam_bound * (1 + 1e-9):
@@ -186,10 +210,25 @@ def capacity(cost: CostModel | str, b_max: int, mean_prompt: float, mean_output:
         util = rate / lam if lam > 0 else math.inf
         growth = max(0.0, offered - eff)
     return CapacityReport(
-        cost=cost.describe(), b_max=b_max, k_max=k_max, mean_prompt=float(mean_prompt),
-        mean_output=float(mean_output), work_per_request=work,
-        prefill_tokens_per_request=float(mean_prompt), decode_tokens_per_request=float(mean_output) - 1.0,
-        step_time_at_b_max_s=t_bmax, token_capacity=cap, peak_token_capacity=peak, peak_load=peak_b,
-        critical_rate_token_bound=lam_bound, critical_rate=lam, effective_capacity=eff,
-        binding=binding, rate=None if rate is None else float(rate), utilisation=util,
-        offered_tokens_per_s=offered, predicted_growth_tokens_per_s=growth, region_exact=region_exact)
+        cost=cost.describe(),
+        b_max=b_max,
+        k_max=k_max,
+        mean_prompt=float(mean_prompt),
+        mean_output=float(mean_output),
+        work_per_request=work,
+        prefill_tokens_per_request=float(mean_prompt),
+        decode_tokens_per_request=float(mean_output) - 1.0,
+        step_time_at_b_max_s=t_bmax,
+        token_capacity=cap,
+        peak_token_capacity=peak,
+        peak_load=peak_b,
+        critical_rate_token_bound=lam_bound,
+        critical_rate=lam,
+        effective_capacity=eff,
+        binding=binding,
+        rate=None if rate is None else float(rate),
+        utilisation=util,
+        offered_tokens_per_s=offered,
+        predicted_growth_tokens_per_s=growth,
+        region_exact=region_exact,
+    )

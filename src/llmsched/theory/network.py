@@ -125,6 +125,7 @@ def _lognormal_rounded_mean(law: Lognormal) -> float:
             la = math.log(a)
             partial = math.exp(mu + 0.5 * s * s) * float(ndtr((la - mu - s * s) / s))
             return partial + a * float(ndtr(-(la - mu) / s))
+
         total += emin(float(upper)) - emin(float(last))
     return total
 
@@ -136,7 +137,7 @@ class _Frag:
     __slots__ = ("d", "stats")
 
     def __init__(self):
-        self.stats: dict[tuple[str, str], np.ndarray] = {}   # key -> [v, vc, sc, p, o]
+        self.stats: dict[tuple[str, str], np.ndarray] = {}  # key -> [v, vc, sc, p, o]
         self.d = 0.0
 
     def add(self, other: _Frag, shift: float = 0.0, scale: float = 1.0, pairs: float = 0.0) -> None:
@@ -144,8 +145,9 @@ class _Frag:
         expectation with `pairs` = E[N(N-1)/2]."""
         for key, st in other.stats.items():
             v, vc, sc, p, o = st
-            new = np.array([scale * v, scale * vc, scale * sc + pairs * vc * other.d + scale * vc * shift,
-                            scale * p, scale * o])
+            new = np.array(
+                [scale * v, scale * vc, scale * sc + pairs * vc * other.d + scale * vc * shift, scale * p, scale * o]
+            )
             cur = self.stats.get(key)
             self.stats[key] = new if cur is None else cur + new
         self.d += scale * other.d
@@ -190,8 +192,7 @@ def route_moments(route) -> dict:
     (sums over the visits of one job; context_sum over the visits of context calls)."""
     f = _fragment(route)
     names = ("visits", "context_visits", "context_sum", "prompt_new", "output")
-    return {"context_added": f.d,
-            "classes": {k: dict(zip(names, (float(x) for x in st))) for k, st in f.stats.items()}}
+    return {"context_added": f.d, "classes": {k: dict(zip(names, (float(x) for x in st))) for k, st in f.stats.items()}}
 
 
 # -------------------------------------------------------------------------- report types
@@ -335,31 +336,52 @@ def traffic(spec) -> TrafficReport:
             calls += v
             pre += p + sc
             dec += o - v
-            acc = per_class.setdefault((server, cls), {"jobs": [], "visits_per_job": {}, "rate": 0.0,
-                                                       "ctx": 0.0, "prefill": 0.0, "output": 0.0})
+            acc = per_class.setdefault(
+                (server, cls),
+                {"jobs": [], "visits_per_job": {}, "rate": 0.0, "ctx": 0.0, "prefill": 0.0, "output": 0.0},
+            )
             acc["jobs"].append(job.name)
             acc["visits_per_job"][job.name] = float(v)
             acc["rate"] += rate * v
             acc["ctx"] += rate * sc
             acc["prefill"] += rate * (p + sc)
             acc["output"] += rate * o
-        jobs.append(JobLoad(name=job.name, rate=rate, calls_per_job=float(calls), visits=visits,
-                            prefill_tokens_per_job=float(pre), decode_tokens_per_job=float(dec),
-                            work_per_job=float(pre + dec), context_added_per_job=float(frag.d)))
+        jobs.append(
+            JobLoad(
+                name=job.name,
+                rate=rate,
+                calls_per_job=float(calls),
+                visits=visits,
+                prefill_tokens_per_job=float(pre),
+                decode_tokens_per_job=float(dec),
+                work_per_job=float(pre + dec),
+                context_added_per_job=float(frag.d),
+            )
+        )
     classes = []
     for (server, cls), a in per_class.items():
         r = a["rate"]
         decode = a["output"] - r
-        classes.append(ClassLoad(
-            server=server, cls=cls, jobs=a["jobs"], visits_per_job=a["visits_per_job"], visit_rate=r,
-            mean_context=a["ctx"] / r, mean_prompt=a["prefill"] / r, mean_output=a["output"] / r,
-            work_per_visit=(a["prefill"] + decode) / r, prefill_tokens_per_s=a["prefill"],
-            decode_tokens_per_s=decode, offered_tokens_per_s=a["prefill"] + decode))
+        classes.append(
+            ClassLoad(
+                server=server,
+                cls=cls,
+                jobs=a["jobs"],
+                visits_per_job=a["visits_per_job"],
+                visit_rate=r,
+                mean_context=a["ctx"] / r,
+                mean_prompt=a["prefill"] / r,
+                mean_output=a["output"] / r,
+                work_per_visit=(a["prefill"] + decode) / r,
+                prefill_tokens_per_s=a["prefill"],
+                decode_tokens_per_s=decode,
+                offered_tokens_per_s=a["prefill"] + decode,
+            )
+        )
     order = {c: i for i, c in enumerate(spec.call_classes())}
     servers_order = {s: i for i, s in enumerate(spec.servers)}
     classes.sort(key=lambda c: (servers_order[c.server], order.get(c.cls, 0)))
-    servers = [_server_load(s, [c for c in classes if c.server == name])
-               for name, s in spec.servers.items()]
+    servers = [_server_load(s, [c for c in classes if c.server == name]) for name, s in spec.servers.items()]
     worst = max(servers, key=lambda s: s.utilisation)
     max_util = worst.utilisation
     scale = 1.0 / max_util if max_util > 0 else math.inf
@@ -368,32 +390,57 @@ def traffic(spec) -> TrafficReport:
     cycle = _server_cycle(spec)
     notes = []
     if max_util >= 1.0:
-        stable, verdict = False, (f"unstable: server {worst.name} is offered {max_util:.1%} of its "
-                                  f"capacity (every policy's backlog grows there)")
+        stable, verdict = (
+            False,
+            (
+                f"unstable: server {worst.name} is offered {max_util:.1%} of its "
+                f"capacity (every policy's backlog grows there)"
+            ),
+        )
     elif cycle is None:
-        stable, verdict = True, ("stable under work-conserving policies: every server is below "
-                                 "capacity and the routes are feed-forward")
+        stable, verdict = (
+            True,
+            ("stable under work-conserving policies: every server is below capacity and the routes are feed-forward"),
+        )
     else:
-        stable, verdict = None, (f"every server is below capacity, but routes cycle through servers "
-                                 f"({' -> '.join(cycle)}): stability depends on the policies and "
-                                 "priorities (Rybko-Stolyar); check by simulation")
+        stable, verdict = (
+            None,
+            (
+                f"every server is below capacity, but routes cycle through servers "
+                f"({' -> '.join(cycle)}): stability depends on the policies and "
+                "priorities (Rybko-Stolyar); check by simulation"
+            ),
+        )
     for s in servers:
         if s.peak_token_capacity is not None and s.peak_token_capacity > s.replica_token_capacity * (1 + 1e-9):
-            notes.append(f"server {s.name}: t(b)/b is not monotone (peak b/t(b) "
-                         f"{s.peak_token_capacity:,.1f} tokens/s > b_max/t(b_max)); theorem 2's "
-                         "capacity is not the largest a policy can reach")
+            notes.append(
+                f"server {s.name}: t(b)/b is not monotone (peak b/t(b) "
+                f"{s.peak_token_capacity:,.1f} tokens/s > b_max/t(b_max)); theorem 2's "
+                "capacity is not the largest a policy can reach"
+            )
     for name, s in spec.servers.items():
         if s.kv_capacity is not None:
-            notes.append(f"server {name}: kv_capacity is not part of the capacity (calls longer than it "
-                         "never complete; preemptions add recompute work)")
-    if any(isinstance(c.prompt, Lognormal) or isinstance(c.output, Lognormal)
-           for j in spec.jobs for c in j.calls()):
+            notes.append(
+                f"server {name}: kv_capacity is not part of the capacity (calls longer than it "
+                "never complete; preemptions add recompute work)"
+            )
+    if any(isinstance(c.prompt, Lognormal) or isinstance(c.output, Lognormal) for j in spec.jobs for c in j.calls()):
         notes.append("lognormal lengths: means of the rounded, clipped laws (exact up to 1e-6 tokens)")
     return TrafficReport(
-        servers=servers, classes=classes, jobs=jobs, bottleneck=worst.name, max_utilisation=max_util,
-        critical_scale=scale, critical_rates={j.name: j.critical_rate for j in jobs},
+        servers=servers,
+        classes=classes,
+        jobs=jobs,
+        bottleneck=worst.name,
+        max_utilisation=max_util,
+        critical_scale=scale,
+        critical_rates={j.name: j.critical_rate for j in jobs},
         offered_tokens_per_s=float(sum(s.offered_tokens_per_s for s in servers)),
-        feedforward=cycle is None, cycle=cycle, stable=stable, verdict=verdict, notes=notes)
+        feedforward=cycle is None,
+        cycle=cycle,
+        stable=stable,
+        verdict=verdict,
+        notes=notes,
+    )
 
 
 def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
@@ -430,12 +477,29 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
         else:
             binding = "batch-size cap (2-D region)"
     return ServerLoad(
-        name=s.name, replicas=s.replicas, router=s.router, busiest_replica_share=share, b_max=s.b_max,
-        k_max=s.k_max, cost_model=s.cost_model, visit_rate=rate, prefill_tokens_per_s=pre,
-        decode_tokens_per_s=dec, offered_tokens_per_s=offered, mean_prompt=mp, mean_output=mo,
-        step_time_at_b_max_s=t_bmax, replica_token_capacity=replica_cap, token_capacity=pool_cap,
-        capacity=cap, utilisation=util, max_scale=(1.0 / util if util > 0 else math.inf),
-        binding=binding, region_exact=region_exact, peak_token_capacity=peak)
+        name=s.name,
+        replicas=s.replicas,
+        router=s.router,
+        busiest_replica_share=share,
+        b_max=s.b_max,
+        k_max=s.k_max,
+        cost_model=s.cost_model,
+        visit_rate=rate,
+        prefill_tokens_per_s=pre,
+        decode_tokens_per_s=dec,
+        offered_tokens_per_s=offered,
+        mean_prompt=mp,
+        mean_output=mo,
+        step_time_at_b_max_s=t_bmax,
+        replica_token_capacity=replica_cap,
+        token_capacity=pool_cap,
+        capacity=cap,
+        utilisation=util,
+        max_scale=(1.0 / util if util > 0 else math.inf),
+        binding=binding,
+        region_exact=region_exact,
+        peak_token_capacity=peak,
+    )
 
 
 # -------------------------------------------------------------------------- cycles
@@ -497,7 +561,7 @@ def _server_cycle(spec: NetworkSpec) -> list | None:
         stack.append(u)
         for w in graph[u]:
             if state.get(w) == 1:
-                return stack[stack.index(w):] + [w]
+                return stack[stack.index(w) :] + [w]
             if w not in state:
                 found = visit(w)
                 if found:
@@ -531,14 +595,33 @@ def _num(v, fmt: str = ",.1f") -> str:
 def network_server_rows(rep: dict) -> list[tuple[str, ...]]:
     """A print-ready table of a report dict (`TrafficReport.to_dict()` or
     `network_capacity_report`): a header row, then one row per server."""
-    rows = [("server", "replicas", "router", "calls/s", "offered tok/s", "capacity tok/s",
-             "utilisation", "max scale", "binding")]
+    rows = [
+        (
+            "server",
+            "replicas",
+            "router",
+            "calls/s",
+            "offered tok/s",
+            "capacity tok/s",
+            "utilisation",
+            "max scale",
+            "binding",
+        )
+    ]
     for s in rep["servers"]:
-        rows.append((
-            s["name"] + ("  <- bottleneck" if s["name"] == rep["bottleneck"] else ""),
-            str(s["replicas"]), s["router"], _num(s["visit_rate"], ",.3f"),
-            _num(s["offered_tokens_per_s"]), _num(s["capacity"]),
-            _num(s["utilisation"], ".1%"), _num(s["max_scale"], ".4g"), s["binding"]))
+        rows.append(
+            (
+                s["name"] + ("  <- bottleneck" if s["name"] == rep["bottleneck"] else ""),
+                str(s["replicas"]),
+                s["router"],
+                _num(s["visit_rate"], ",.3f"),
+                _num(s["offered_tokens_per_s"]),
+                _num(s["capacity"]),
+                _num(s["utilisation"], ".1%"),
+                _num(s["max_scale"], ".4g"),
+                s["binding"],
+            )
+        )
     return rows
 
 
@@ -553,11 +636,21 @@ def network_capacity_rows(rep: dict) -> list[tuple[str, str]]:
         ("routes", "feed-forward" if rep["feedforward"] else f"cyclic ({' -> '.join(rep['cycle'])})"),
     ]
     for j in rep["jobs"]:
-        rows.append((f"job {j['name']}: rate / critical rate",
-                     f"{_num(j['rate'], ',.4g')} / {_num(j['critical_rate'], ',.4g')} jobs/s"))
-        rows.append((f"job {j['name']}: calls, work per job",
-                     (f"{_num(j['calls_per_job'], ',.3g')} calls, {_num(j['work_per_job'])} tokens "
-                      f"({_num(j['prefill_tokens_per_job'])} prefill + {_num(j['decode_tokens_per_job'])} decode)")))
+        rows.append(
+            (
+                f"job {j['name']}: rate / critical rate",
+                f"{_num(j['rate'], ',.4g')} / {_num(j['critical_rate'], ',.4g')} jobs/s",
+            )
+        )
+        rows.append(
+            (
+                f"job {j['name']}: calls, work per job",
+                (
+                    f"{_num(j['calls_per_job'], ',.3g')} calls, {_num(j['work_per_job'])} tokens "
+                    f"({_num(j['prefill_tokens_per_job'])} prefill + {_num(j['decode_tokens_per_job'])} decode)"
+                ),
+            )
+        )
     for n in rep.get("notes", []):
         rows.append(("note", n))
     return rows

@@ -56,9 +56,20 @@ import numpy as np
 
 from ..core.errors import ConfigError
 
-__all__ = ["Verdict", "stability_verdict", "predicted_growth", "hac_slope", "batch_slope",
-           "fixed_b_critical_value", "FIXED_B_GRID", "FIXED_B_CV", "STABLE", "UNSTABLE",
-           "INCONCLUSIVE", "describe_verdict"]
+__all__ = [
+    "Verdict",
+    "stability_verdict",
+    "predicted_growth",
+    "hac_slope",
+    "batch_slope",
+    "fixed_b_critical_value",
+    "FIXED_B_GRID",
+    "FIXED_B_CV",
+    "STABLE",
+    "UNSTABLE",
+    "INCONCLUSIVE",
+    "describe_verdict",
+]
 
 STABLE, UNSTABLE, INCONCLUSIVE = "stable", "unstable", "inconclusive"
 
@@ -91,6 +102,7 @@ def predicted_growth(rate: float, work: float, capacity: float) -> float:
 
 # ---------------------------------------------------------------------------------------
 # estimators
+
 
 def _ols(t: np.ndarray, w: np.ndarray):
     tc = t - t.mean()
@@ -152,8 +164,9 @@ def batch_slope(t, w, alpha: float = 0.05, groups: int = 8):
     t = np.asarray(t, dtype=float)
     w = np.asarray(w, dtype=float)
     if groups < 2 or len(t) < 3 * groups:
-        raise ConfigError(f"batch method needs groups >= 2 and >= 3 samples per group "
-                          f"({len(t)} samples, {groups} groups)")
+        raise ConfigError(
+            f"batch method needs groups >= 2 and >= 3 samples per group ({len(t)} samples, {groups} groups)"
+        )
     slopes = np.array([_ols(tb, wb)[0] for tb, wb in zip(np.array_split(t, groups), np.array_split(w, groups))])
     se = float(slopes.std(ddof=1)) / math.sqrt(groups)
     return float(slopes.mean()), se, float(stats.t.ppf(1 - alpha / 2, groups - 1)), groups
@@ -161,6 +174,7 @@ def batch_slope(t, w, alpha: float = 0.05, groups: int = 8):
 
 # ---------------------------------------------------------------------------------------
 # the verdict
+
 
 @dataclass
 class Verdict:
@@ -206,8 +220,10 @@ def _decide(g: float, lo: float, hi: float, h: float) -> tuple[str, str]:
     if g > h and lo > 0:
         return UNSTABLE, f"the backlog grows faster than {limit}, and the growth's interval excludes 0"
     if lo > 0:
-        return INCONCLUSIVE, (f"the backlog grows (the growth's interval excludes 0), though not faster "
-                              f"than {limit}: a slow drift or a warm-up not over; run longer")
+        return INCONCLUSIVE, (
+            f"the backlog grows (the growth's interval excludes 0), though not faster "
+            f"than {limit}: a slow drift or a warm-up not over; run longer"
+        )
     if hi >= h and h > 0:
         return INCONCLUSIVE, f"too short: the growth's interval holds both 0 and {limit}; run longer"
     return STABLE, f"the growth's interval holds 0 and lies below {limit}"
@@ -227,12 +243,22 @@ def describe_verdict(summary: dict) -> str | None:
     return f"{'UNSTABLE' if verdict == UNSTABLE else 'stable'}{nums}"
 
 
-def stability_verdict(times, unfinished_tokens, *, capacity: float | None = None,
-                      eps: float = 0.02, threshold: float | None = None, alpha: float = 0.05,
-                      method: str = "hac", tail_fraction: float = 0.5, groups: int = 8,
-                      b_min: float = 0.3, predicted_growth_tokens_per_s: float | None = None,
-                      arrival_rate: float | None = None,
-                      work_per_request: float | None = None) -> Verdict:
+def stability_verdict(
+    times,
+    unfinished_tokens,
+    *,
+    capacity: float | None = None,
+    eps: float = 0.02,
+    threshold: float | None = None,
+    alpha: float = 0.05,
+    method: str = "hac",
+    tail_fraction: float = 0.5,
+    groups: int = 8,
+    b_min: float = 0.3,
+    predicted_growth_tokens_per_s: float | None = None,
+    arrival_rate: float | None = None,
+    work_per_request: float | None = None,
+) -> Verdict:
     """Stable, unstable or inconclusive, from the unfinished-work series (see the module
     docstring).
 
@@ -261,8 +287,7 @@ def stability_verdict(times, unfinished_tokens, *, capacity: float | None = None
     keep = t >= start
     tt, ww = t[keep], w[keep]
     if len(tt) < 16:
-        raise ConfigError(f"need at least 16 samples in the tail, got {len(tt)}; sample the "
-                          f"backlog more often")
+        raise ConfigError(f"need at least 16 samples in the tail, got {len(tt)}; sample the backlog more often")
     if method == "hac":
         g, se, cv, b = hac_slope(tt, ww, alpha, b_min)
         desc = f"OLS slope, Newey-West/Bartlett SE, bandwidth b={b:.3f}, fixed-b critical value {cv:.3f}"
@@ -285,10 +310,22 @@ def stability_verdict(times, unfinished_tokens, *, capacity: float | None = None
     if predicted_growth_tokens_per_s is None and None not in (arrival_rate, work_per_request, capacity):
         predicted_growth_tokens_per_s = predicted_growth(arrival_rate, work_per_request, capacity)
     return Verdict(
-        verdict=verdict, reason=reason, backlog_growth_tokens_per_s=g, ci_low=lo, ci_high=hi,
-        method=method, threshold_tokens_per_s=h, threshold_rule=rule, alpha=alpha,
-        conclusive=conclusive, samples_used=int(len(tt)), tail_start_s=float(tt[0]),
-        tail_end_s=float(tt[-1]), capacity_tokens_per_s=capacity,
+        verdict=verdict,
+        reason=reason,
+        backlog_growth_tokens_per_s=g,
+        ci_low=lo,
+        ci_high=hi,
+        method=method,
+        threshold_tokens_per_s=h,
+        threshold_rule=rule,
+        alpha=alpha,
+        conclusive=conclusive,
+        samples_used=int(len(tt)),
+        tail_start_s=float(tt[0]),
+        tail_end_s=float(tt[-1]),
+        capacity_tokens_per_s=capacity,
         relative_growth=None if capacity is None else g / capacity,
         predicted_growth_tokens_per_s=predicted_growth_tokens_per_s,
-        mean_backlog_tokens=float(ww.mean()), detail=desc)
+        mean_backlog_tokens=float(ww.mean()),
+        detail=desc,
+    )

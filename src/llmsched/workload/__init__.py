@@ -12,15 +12,34 @@ Bad input raises `llmsched.core.errors.ConfigError` with one sentence.
 from ..core.errors import ConfigError
 from .arrivals import ArrivalProcess, Deterministic, Gamma, Poisson, make_arrival_process
 from .datasets import DATASETS, resolve_dataset, traces_dirs
-from .lengths import (Constant, Empirical, Geometric, LengthLaw, Lognormal, Uniform,
-                      parse_length_law, sample_pair)
+from .lengths import Constant, Empirical, Geometric, LengthLaw, Lognormal, Uniform, parse_length_law, sample_pair
 from .spec import WorkloadClass, WorkloadSpec, load_trace, make_trace
 from .trace import Trace, read_azure_csv, read_plain_csv, read_trace
 
 __all__ = [
-    "ConfigError", "Trace", "read_trace", "read_plain_csv", "read_azure_csv", "load_trace",
-    "ArrivalProcess", "Poisson", "Gamma", "Deterministic", "make_arrival_process",
-    "LengthLaw", "Constant", "Uniform", "Geometric", "Lognormal", "Empirical",
-    "parse_length_law", "sample_pair", "DATASETS", "resolve_dataset", "traces_dirs",
-    "WorkloadSpec", "WorkloadClass", "make_trace",
+    "ConfigError",
+    "Trace",
+    "read_trace",
+    "read_plain_csv",
+    "read_azure_csv",
+    "load_trace",
+    "ArrivalProcess",
+    "Poisson",
+    "Gamma",
+    "Deterministic",
+    "make_arrival_process",
+    "LengthLaw",
+    "Constant",
+    "Uniform",
+    "Geometric",
+    "Lognormal",
+    "Empirical",
+    "parse_length_law",
+    "sample_pair",
+    "DATASETS",
+    "resolve_dataset",
+    "traces_dirs",
+    "WorkloadSpec",
+    "WorkloadClass",
+    "make_trace",
 ]

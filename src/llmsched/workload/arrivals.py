@@ -18,8 +18,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 
-__all__ = ["ArrivalProcess", "Poisson", "Gamma", "Deterministic", "make_arrival_process",
-           "MAX_REQUESTS"]
+__all__ = ["ArrivalProcess", "Poisson", "Gamma", "Deterministic", "make_arrival_process", "MAX_REQUESTS"]
 
 MAX_REQUESTS = 20_000_000  # guard against a typo that asks for billions of requests
 
@@ -52,8 +51,7 @@ class ArrivalProcess:
     def gaps(self, rng: np.random.Generator, n: int) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
-    def times(self, rng: np.random.Generator, n: int | None = None,
-              duration_s: float | None = None) -> np.ndarray:
+    def times(self, rng: np.random.Generator, n: int | None = None, duration_s: float | None = None) -> np.ndarray:
         """Arrival times: the first `n`, or all up to `duration_s` (inclusive), or the
         first n within duration_s when both are given."""
         if n is None and duration_s is None:
@@ -64,8 +62,10 @@ class ArrivalProcess:
             return np.cumsum(self.gaps(rng, n))
         expect = self.rate * duration_s
         if n is None and expect > MAX_REQUESTS:
-            raise ConfigError(f"duration_s={duration_s} at rate {self.rate} gives about "
-                              f"{expect:,.0f} requests, over the limit of {MAX_REQUESTS:,}")
+            raise ConfigError(
+                f"duration_s={duration_s} at rate {self.rate} gives about "
+                f"{expect:,.0f} requests, over the limit of {MAX_REQUESTS:,}"
+            )
         cap = MAX_REQUESTS if n is None else n
         # Draw in blocks so the result is the same prefix of one gap sequence however the
         # blocks fall (draws of numpy's generators are sequential).
@@ -80,8 +80,9 @@ class ArrivalProcess:
             if k < m:
                 break
             if n is None and total >= cap:
-                raise ConfigError(f"duration_s={duration_s} at rate {self.rate} gives over "
-                                  f"{MAX_REQUESTS:,} requests, the limit")
+                raise ConfigError(
+                    f"duration_s={duration_s} at rate {self.rate} gives over {MAX_REQUESTS:,} requests, the limit"
+                )
             t0 = float(t[-1])
             block = max(block, 1024)
         return np.concatenate(parts) if parts else np.zeros(0)
@@ -144,8 +145,7 @@ class Deterministic(ArrivalProcess):
                 k -= 1
             m = min(m, k)
         if m > MAX_REQUESTS:
-            raise ConfigError(f"the workload would hold {m:,} requests, over the limit of "
-                              f"{MAX_REQUESTS:,}")
+            raise ConfigError(f"the workload would hold {m:,} requests, over the limit of {MAX_REQUESTS:,}")
         return np.arange(1, int(m) + 1, dtype=np.float64) / self.rate
 
     def to_dict(self):
@@ -163,11 +163,13 @@ def make_arrival_process(kind: str, rate, cv=None) -> ArrivalProcess:
     if k in ("deterministic", "constant", "uniform-spacing"):
         _no_cv(k, cv)
         return Deterministic(rate)
-    raise ConfigError(f"unknown arrival process '{kind}' (known: poisson, gamma, "
-                      "deterministic, trace:PATH, azure-conv)")
+    raise ConfigError(
+        f"unknown arrival process '{kind}' (known: poisson, gamma, deterministic, trace:PATH, azure-conv)"
+    )
 
 
 def _no_cv(kind, cv):
     if cv is not None and float(check_cv(cv)) != 1.0:
-        raise ConfigError(f"cv={cv} applies to gamma arrivals only, not to {kind} "
-                          "(use arrival 'gamma' for bursty traffic)")
+        raise ConfigError(
+            f"cv={cv} applies to gamma arrivals only, not to {kind} (use arrival 'gamma' for bursty traffic)"
+        )

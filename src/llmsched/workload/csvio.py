@@ -20,7 +20,7 @@ __all__ = ["read_header", "read_columns", "line_of_row", "as_lengths"]
 
 
 def _open_text(path: Path):
-    return open(path, "r", encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
 
 
 def read_header(path: str | os.PathLike) -> list[str]:
@@ -64,8 +64,7 @@ def _locate_error(p: Path, header: list[str], cols: dict[str, int], kinds: dict[
     for line, fields in _data_rows(p):
         for name, idx in cols.items():
             if idx >= len(fields):
-                return (f"line {line} has {len(fields)} field(s) but column '{name}' is "
-                        f"field {idx + 1} of the header")
+                return f"line {line} has {len(fields)} field(s) but column '{name}' is field {idx + 1} of the header"
             value = fields[idx].strip()
             kind = kinds[name]
             if kind == "float":
@@ -77,13 +76,16 @@ def _locate_error(p: Path, header: list[str], cols: dict[str, int], kinds: dict[
                 try:
                     np.datetime64(value, "ns")
                 except ValueError:
-                    return (f"line {line} column '{name}': cannot read {value!r} as a "
-                            "timestamp like 2023-11-16 18:15:46.6805900")
+                    return (
+                        f"line {line} column '{name}': cannot read {value!r} as a "
+                        "timestamp like 2023-11-16 18:15:46.6805900"
+                    )
     return ""
 
 
-def read_columns(path: str | os.PathLike, wanted: dict[str, str],
-                 optional: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+def read_columns(
+    path: str | os.PathLike, wanted: dict[str, str], optional: dict[str, str] | None = None
+) -> dict[str, np.ndarray]:
     """Read named columns of a CSV file with a header line.
 
     `wanted` / `optional` map a column name to its kind: "float" (float64 array), "str"
@@ -102,24 +104,40 @@ def read_columns(path: str | os.PathLike, wanted: dict[str, str],
             cols[name] = header.index(name)
             kinds[name] = kind
         elif name in wanted:
-            raise ConfigError(f"file {p} has no column '{name}' (its header is: "
-                              f"{','.join(header)})")
+            raise ConfigError(f"file {p} has no column '{name}' (its header is: {','.join(header)})")
     out: dict[str, np.ndarray] = {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "input contained no data"
             num = [n for n in cols if kinds[n] == "float"]
             if num:
-                arr = np.loadtxt(p, delimiter=",", skiprows=1, comments=None, quotechar='"',
-                                 usecols=[cols[n] for n in num], ndmin=2, dtype=np.float64,
-                                 encoding="utf-8-sig")
+                arr = np.loadtxt(
+                    p,
+                    delimiter=",",
+                    skiprows=1,
+                    comments=None,
+                    quotechar='"',
+                    usecols=[cols[n] for n in num],
+                    ndmin=2,
+                    dtype=np.float64,
+                    encoding="utf-8-sig",
+                )
                 for j, n in enumerate(num):
                     out[n] = np.ascontiguousarray(arr[:, j])
             for n in cols:
                 if kinds[n] == "float":
                     continue
-                s = np.loadtxt(p, delimiter=",", skiprows=1, comments=None, quotechar='"',
-                               usecols=[cols[n]], ndmin=1, dtype=str, encoding="utf-8-sig")
+                s = np.loadtxt(
+                    p,
+                    delimiter=",",
+                    skiprows=1,
+                    comments=None,
+                    quotechar='"',
+                    usecols=[cols[n]],
+                    ndmin=1,
+                    dtype=str,
+                    encoding="utf-8-sig",
+                )
                 s = np.char.strip(s) if s.size else s
                 out[n] = s.astype("datetime64[ns]") if kinds[n] == "datetime" else s
     except (ValueError, IndexError) as exc:
@@ -133,8 +151,9 @@ def read_columns(path: str | os.PathLike, wanted: dict[str, str],
 MAX_LENGTH = 1 << 30  # tokens per request field
 
 
-def as_lengths(values: np.ndarray, path: str | os.PathLike, column: str,
-               minimum: int = 1, clip_low: bool = False) -> np.ndarray:
+def as_lengths(
+    values: np.ndarray, path: str | os.PathLike, column: str, minimum: int = 1, clip_low: bool = False
+) -> np.ndarray:
     """Check that a float column holds whole numbers >= `minimum` and return int64.
 
     With `clip_low`, non-negative values below `minimum` are raised to it instead of
@@ -144,19 +163,25 @@ def as_lengths(values: np.ndarray, path: str | os.PathLike, column: str,
     bad = ~np.isfinite(v) | (v != np.floor(v))
     if bad.any():
         i = int(np.argmax(bad))
-        raise ConfigError(f"file {path} line {line_of_row(path, i)} column '{column}': "
-                          f"{float(v[i])!r} is not a whole number of tokens")
+        raise ConfigError(
+            f"file {path} line {line_of_row(path, i)} column '{column}': "
+            f"{float(v[i])!r} is not a whole number of tokens"
+        )
     floor = 0 if clip_low else minimum
     low = v < floor
     if low.any():
         i = int(np.argmax(low))
-        raise ConfigError(f"file {path} line {line_of_row(path, i)} column '{column}': "
-                          f"{int(v[i])} tokens is below the minimum of {floor}")
+        raise ConfigError(
+            f"file {path} line {line_of_row(path, i)} column '{column}': "
+            f"{int(v[i])} tokens is below the minimum of {floor}"
+        )
     high = v > MAX_LENGTH
     if high.any():
         i = int(np.argmax(high))
-        raise ConfigError(f"file {path} line {line_of_row(path, i)} column '{column}': "
-                          f"{float(v[i]):g} tokens is above the maximum of {MAX_LENGTH}")
+        raise ConfigError(
+            f"file {path} line {line_of_row(path, i)} column '{column}': "
+            f"{float(v[i]):g} tokens is above the maximum of {MAX_LENGTH}"
+        )
     out = v.astype(np.int64)
     if clip_low:
         np.maximum(out, minimum, out=out)

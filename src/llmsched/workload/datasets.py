@@ -16,12 +16,17 @@ __all__ = ["DATASETS", "traces_dirs", "resolve_dataset", "resolve_path", "is_dat
 
 # name -> (path relative to the traces folder, prompt column, output column)
 DATASETS: dict[str, tuple[str, str, str]] = {
-    "sharegpt": ("sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
-                 "num_prefill_tokens", "num_decode_tokens"),
-    "arxiv": ("arxiv_lengths/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
-              "num_prefill_tokens", "num_decode_tokens"),
-    "azure-conv": ("azure_conv_2023/AzureLLMInferenceTrace_conv.csv",
-                   "ContextTokens", "GeneratedTokens"),
+    "sharegpt": (
+        "sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+        "num_prefill_tokens",
+        "num_decode_tokens",
+    ),
+    "arxiv": (
+        "arxiv_lengths/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+        "num_prefill_tokens",
+        "num_decode_tokens",
+    ),
+    "azure-conv": ("azure_conv_2023/AzureLLMInferenceTrace_conv.csv", "ContextTokens", "GeneratedTokens"),
 }
 
 ENV_VAR = "LLMSCHED_TRACES"
@@ -59,9 +64,11 @@ def resolve_dataset(name: str) -> Path:
         if p.is_file():
             return p.resolve()
         tried.append(str(p))
-    raise ConfigError(f"dataset '{name}' not found: looked for {rel} under "
-                      f"${ENV_VAR}, ./../shared/traces and <repo>/../shared/traces "
-                      f"({'; '.join(tried)})")
+    raise ConfigError(
+        f"dataset '{name}' not found: looked for {rel} under "
+        f"${ENV_VAR}, ./../shared/traces and <repo>/../shared/traces "
+        f"({'; '.join(tried)})"
+    )
 
 
 def resolve_path(path: str | os.PathLike) -> Path:

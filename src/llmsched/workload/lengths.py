@@ -38,11 +38,19 @@ from ..core.errors import ConfigError
 from .csvio import MAX_LENGTH, as_lengths, read_columns, read_header
 from .datasets import DATASETS, is_dataset, resolve_path
 
-__all__ = ["LengthLaw", "Constant", "Uniform", "Geometric", "Lognormal", "Empirical",
-           "parse_length_law", "sample_pair", "LAW_NAMES"]
+__all__ = [
+    "LengthLaw",
+    "Constant",
+    "Uniform",
+    "Geometric",
+    "Lognormal",
+    "Empirical",
+    "parse_length_law",
+    "sample_pair",
+    "LAW_NAMES",
+]
 
-LAW_NAMES = ("const", "uniform", "geometric", "lognormal", "empirical", "replay",
-             *DATASETS)
+LAW_NAMES = ("const", "uniform", "geometric", "lognormal", "empirical", "replay", *DATASETS)
 
 PROMPT_COLUMNS = ("num_prefill_tokens", "ContextTokens", "prompt_tokens")
 OUTPUT_COLUMNS = ("num_decode_tokens", "GeneratedTokens", "output_tokens")
@@ -51,8 +59,6 @@ OUTPUT_COLUMNS = ("num_decode_tokens", "GeneratedTokens", "output_tokens")
 def _fmt(x: float) -> str:
     x = float(x)
     return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
-
-
 
 
 def _pos_int(value, what: str, minimum: int = 1) -> int:
@@ -139,6 +145,7 @@ class Uniform(LengthLaw):
 @dataclass(frozen=True)
 class Geometric(LengthLaw):
     """P(k) = p (1-p)^(k-1), k >= 1, p = 1/mean; optional clip at max."""
+
     mean: float
     max: int | None = None
 
@@ -159,8 +166,8 @@ class Geometric(LengthLaw):
     def expected(self):
         if self.max is None:
             return self.mean
-        q = 1.0 - 1.0 / self.mean         # E[min(X, M)] = sum_{k<M} q^k
-        return (1.0 - q ** self.max) / (1.0 - q) if q > 0 else 1.0
+        q = 1.0 - 1.0 / self.mean  # E[min(X, M)] = sum_{k<M} q^k
+        return (1.0 - q**self.max) / (1.0 - q) if q > 0 else 1.0
 
     def to_str(self):
         s = f"geometric:mean={_fmt(self.mean)}"
@@ -170,6 +177,7 @@ class Geometric(LengthLaw):
 @dataclass(frozen=True)
 class Lognormal(LengthLaw):
     """exp(N(mu, sigma^2)) with mu = ln(mean) - sigma^2/2, rounded, >= 1, optional max."""
+
     mean: float
     sigma: float | None = None
     cv: float | None = None
@@ -178,8 +186,7 @@ class Lognormal(LengthLaw):
     def __post_init__(self):
         object.__setattr__(self, "mean", _pos_float(self.mean, "lognormal mean"))
         if (self.sigma is None) == (self.cv is None):
-            raise ConfigError("lognormal needs exactly one of sigma= or cv= "
-                              "(e.g. lognormal:mean=1000,sigma=1.0)")
+            raise ConfigError("lognormal needs exactly one of sigma= or cv= (e.g. lognormal:mean=1000,sigma=1.0)")
         if self.sigma is not None:
             object.__setattr__(self, "sigma", _pos_float(self.sigma, "lognormal sigma"))
         else:
@@ -189,13 +196,13 @@ class Lognormal(LengthLaw):
 
     @property
     def log_sigma(self) -> float:
-        return self.sigma if self.sigma is not None else math.sqrt(math.log1p(self.cv ** 2))
+        return self.sigma if self.sigma is not None else math.sqrt(math.log1p(self.cv**2))
 
     def sample(self, rng, n):
         s = self.log_sigma
         mu = math.log(self.mean) - 0.5 * s * s
         x = np.minimum(np.rint(rng.lognormal(mu, s, size=n)), MAX_LENGTH)
-        np.clip(x, 1, self.max if self.max is not None else 2 ** 62, out=x)
+        np.clip(x, 1, self.max if self.max is not None else 2**62, out=x)
         return x.astype(np.int64)
 
     def expected(self):
@@ -217,6 +224,7 @@ class Empirical(LengthLaw):
 
     `source` is what the user gave (a path or a dataset name); `column` None means the
     default column for `role` ("prompt" or "output")."""
+
     source: str
     column: str | None = None
     sequential: bool = False
@@ -226,7 +234,7 @@ class Empirical(LengthLaw):
     def __post_init__(self):
         object.__setattr__(self, "path", resolve_path(self.source))
 
-    def with_role(self, role: str) -> "Empirical":
+    def with_role(self, role: str) -> Empirical:
         return Empirical(self.source, self.column, self.sequential, role)
 
     @property
@@ -234,19 +242,19 @@ class Empirical(LengthLaw):
         header = read_header(self.path)
         if self.column is not None:
             if self.column not in header:
-                raise ConfigError(f"file {self.path} has no column '{self.column}' (its "
-                                  f"header is: {','.join(header)})")
+                raise ConfigError(f"file {self.path} has no column '{self.column}' (its header is: {','.join(header)})")
             return self.column
-        names = PROMPT_COLUMNS if self.role == "prompt" else (
-            OUTPUT_COLUMNS if self.role == "output" else ())
+        names = PROMPT_COLUMNS if self.role == "prompt" else (OUTPUT_COLUMNS if self.role == "output" else ())
         for c in names:
             if c in header:
                 return c
         if len(header) == 1:
             return header[0]
-        raise ConfigError(f"say which column of {self.path} to use for "
-                          f"{self.role or 'lengths'}, e.g. empirical:{self.source}:"
-                          f"{header[0]} (columns: {','.join(header)})")
+        raise ConfigError(
+            f"say which column of {self.path} to use for "
+            f"{self.role or 'lengths'}, e.g. empirical:{self.source}:"
+            f"{header[0]} (columns: {','.join(header)})"
+        )
 
     def values(self) -> np.ndarray:
         """The column as int64 >= 1 (cached per file version; read-only)."""
@@ -278,20 +286,23 @@ class Empirical(LengthLaw):
         return float(self.values().mean())
 
     def to_str(self):
-        if not self.sequential and self.column is None and is_dataset(self.source) \
-                and not Path(self.source).is_file():
+        if not self.sequential and self.column is None and is_dataset(self.source) and not Path(self.source).is_file():
             return self.source
         s = f"{'replay' if self.sequential else 'empirical'}:{self.source}"
         return s + (f":{self.column}" if self.column is not None else "")
 
 
-def sample_pair(prompt: LengthLaw, output: LengthLaw, rng_prompt: np.random.Generator,
-                rng_output: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+def sample_pair(
+    prompt: LengthLaw, output: LengthLaw, rng_prompt: np.random.Generator, rng_output: np.random.Generator, n: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Draw n prompt and n output lengths. Two empirical laws on the same file (and mode)
     read the same rows (joint sampling, from `rng_prompt`); otherwise independent."""
-    if (isinstance(prompt, Empirical) and isinstance(output, Empirical)
-            and prompt.sequential == output.sequential
-            and prompt.path.resolve() == output.path.resolve()):
+    if (
+        isinstance(prompt, Empirical)
+        and isinstance(output, Empirical)
+        and prompt.sequential == output.sequential
+        and prompt.path.resolve() == output.path.resolve()
+    ):
         pv, ov = prompt.values(), output.values()
         idx = prompt.indices(rng_prompt, n, pv.shape[0])
         return pv[idx], ov[idx]
@@ -310,8 +321,7 @@ def _split_args(text: str, law: str, positional: tuple[str, ...], keys: tuple[st
             k, v = (s.strip() for s in a.split("=", 1))
             k = k.lower()
             if k not in keys:
-                raise ConfigError(f"unknown parameter '{k}' in length law '{law}:{text}' "
-                                  f"(allowed: {', '.join(keys)})")
+                raise ConfigError(f"unknown parameter '{k}' in length law '{law}:{text}' (allowed: {', '.join(keys)})")
             if k in out:
                 raise ConfigError(f"parameter '{k}' given twice in length law '{law}:{text}'")
             out[k] = v
@@ -319,8 +329,7 @@ def _split_args(text: str, law: str, positional: tuple[str, ...], keys: tuple[st
             if pos >= len(positional):
                 raise ConfigError(f"too many values in length law '{law}:{text}'")
             if positional[pos] in out:
-                raise ConfigError(f"parameter '{positional[pos]}' given twice in length law "
-                                  f"'{law}:{text}'")
+                raise ConfigError(f"parameter '{positional[pos]}' given twice in length law '{law}:{text}'")
             out[positional[pos]] = a
             pos += 1
     return out
@@ -357,20 +366,22 @@ def _from_string(spec: str) -> LengthLaw:
         return Geometric(_need(a, "mean", s, "geometric:256"), a.get("max"))
     if law == "lognormal":
         a = _split_args(rest, law, ("mean",), ("mean", "sigma", "cv", "max"))
-        return Lognormal(_need(a, "mean", s, "lognormal:mean=1000,sigma=1.0"),
-                         a.get("sigma"), a.get("cv"), a.get("max"))
+        return Lognormal(
+            _need(a, "mean", s, "lognormal:mean=1000,sigma=1.0"), a.get("sigma"), a.get("cv"), a.get("max")
+        )
     if law in ("empirical", "replay"):
         if not rest.strip():
             raise ConfigError(f"length law '{s}' needs a file: {law}:PATH[:COLUMN]")
         return _empirical_from(rest.strip(), sequential=(law == "replay"))
-    raise ConfigError(f"unknown length law '{s}' (known: const:N, uniform:LO,HI, geometric:MEAN, "
-                      "lognormal:mean=M,sigma=S|cv=C, empirical:PATH[:COLUMN], "
-                      f"replay:PATH[:COLUMN], {', '.join(DATASETS)})")
+    raise ConfigError(
+        f"unknown length law '{s}' (known: const:N, uniform:LO,HI, geometric:MEAN, "
+        "lognormal:mean=M,sigma=S|cv=C, empirical:PATH[:COLUMN], "
+        f"replay:PATH[:COLUMN], {', '.join(DATASETS)})"
+    )
 
 
 def _empirical_from(rest: str, sequential: bool, column: str | None = None) -> Empirical:
-    if column is None and not Path(os.path.expanduser(rest)).is_file() and not is_dataset(rest) \
-            and ":" in rest:
+    if column is None and not Path(os.path.expanduser(rest)).is_file() and not is_dataset(rest) and ":" in rest:
         path, col = rest.rsplit(":", 1)
         if col.strip() and (Path(os.path.expanduser(path)).is_file() or is_dataset(path)):
             return Empirical(path.strip(), col.strip(), sequential)

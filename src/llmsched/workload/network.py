@@ -77,8 +77,16 @@ __all__ = [
 #: Routers a server with replicas may use.
 ROUTERS = ("random", "round-robin", "jsq", "least-tokens", "power-of-two")
 
-_SCHEDULER_FIELDS = ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running",
-                     "policy_options", "admission_options")
+_SCHEDULER_FIELDS = (
+    "policy",
+    "admission",
+    "b_max",
+    "k_max",
+    "kv_capacity",
+    "max_running",
+    "policy_options",
+    "admission_options",
+)
 _SERVER_KEYS = _SCHEDULER_FIELDS + ("cost_model", "replicas", "router", "router_options", "priority")
 _TOP_KEYS = ("servers", "jobs", "num_jobs", "duration_s", "seed", "control")
 CONTROLS = ("none", "backpressure")
@@ -120,8 +128,7 @@ def _suggest(name: str, known) -> str:
 def _check_keys(d: dict, allowed, where: str, what: str) -> None:
     for k in d:
         if k not in allowed:
-            raise _at(where, f"unknown key '{k}' in {what}{_suggest(k, allowed)}; "
-                             f"known: {', '.join(allowed)}")
+            raise _at(where, f"unknown key '{k}' in {what}{_suggest(k, allowed)}; known: {', '.join(allowed)}")
 
 
 def _mapping(value, where: str, what: str) -> dict:
@@ -191,8 +198,10 @@ class DelayLaw:
         kind = str(self.kind).strip().lower()
         kind = {"constant": "const", "fixed": "const", "exp": "exponential"}.get(kind, kind)
         if kind not in ("const", "exponential", "uniform"):
-            raise ConfigError(f"unknown delay law '{self.kind}'{_suggest(kind, ('const', 'exponential', 'uniform'))} "
-                              "(known: const:S, exponential:MEAN, uniform:LO,HI; seconds)")
+            raise ConfigError(
+                f"unknown delay law '{self.kind}'{_suggest(kind, ('const', 'exponential', 'uniform'))} "
+                "(known: const:S, exponential:MEAN, uniform:LO,HI; seconds)"
+            )
         object.__setattr__(self, "kind", kind)
         if kind == "uniform":
             lo = _number(self.lo, "", "uniform delay lo")
@@ -238,13 +247,15 @@ def parse_delay_law(spec) -> DelayLaw:
     if isinstance(spec, DelayLaw):
         return spec
     if isinstance(spec, bool) or spec is None:
-        raise ConfigError(f"delay must be a law such as const:0.5, exponential:2 or uniform:1,3 "
-                          f"(seconds), got {_show(spec)}")
+        raise ConfigError(
+            f"delay must be a law such as const:0.5, exponential:2 or uniform:1,3 (seconds), got {_show(spec)}"
+        )
     if isinstance(spec, (int, float, np.integer, np.floating)):
         return DelayLaw("const", float(spec))
     if not isinstance(spec, str) or not spec.strip():
-        raise ConfigError(f"delay must be a law such as const:0.5, exponential:2 or uniform:1,3 "
-                          f"(seconds), got {_show(spec)}")
+        raise ConfigError(
+            f"delay must be a law such as const:0.5, exponential:2 or uniform:1,3 (seconds), got {_show(spec)}"
+        )
     s = spec.strip()
     try:
         return DelayLaw("const", float(s))
@@ -256,8 +267,9 @@ def parse_delay_law(spec) -> DelayLaw:
     if kind_l == "uniform":
         if len(args) != 2:
             raise ConfigError(f"delay law '{s}' needs two values: uniform:LO,HI (seconds)")
-        return DelayLaw("uniform", lo=_number(args[0], "", f"delay law '{s}': lo"),
-                        hi=_number(args[1], "", f"delay law '{s}': hi"))
+        return DelayLaw(
+            "uniform", lo=_number(args[0], "", f"delay law '{s}': lo"), hi=_number(args[1], "", f"delay law '{s}': hi")
+        )
     if kind_l in ("const", "constant", "fixed", "exponential", "exp"):
         if len(args) != 1:
             raise ConfigError(f"delay law '{s}' needs one value, e.g. {kind_l}:0.5 (seconds)")
@@ -350,8 +362,7 @@ class ServerSpec:
     def scheduler_fields(self) -> dict:
         """The eight `SchedulerSpec` fields (policy, admission, b_max, k_max, kv_capacity,
         max_running, policy_options, admission_options) as a dict."""
-        return {k: (dict(getattr(self, k)) if k.endswith("_options") else getattr(self, k))
-                for k in _SCHEDULER_FIELDS}
+        return {k: (dict(getattr(self, k)) if k.endswith("_options") else getattr(self, k)) for k in _SCHEDULER_FIELDS}
 
     def routing_weights(self) -> list[float]:
         """Share of this server's calls each replica receives in the long run under a
@@ -370,8 +381,10 @@ class ServerSpec:
         for k in ("policy", "admission"):
             v = getattr(self, k)
             if not isinstance(v, str) or not v.strip():
-                raise _at(where, f"{k} must be a non-empty string such as "
-                                 f"{'sarathi' if k == 'policy' else 'fcfs'}, got {_show(v)}")
+                raise _at(
+                    where,
+                    f"{k} must be a non-empty string such as {'sarathi' if k == 'policy' else 'fcfs'}, got {_show(v)}",
+                )
             setattr(self, k, v.strip())
         self.b_max = _whole(self.b_max, where, "b_max")
         self.k_max = _whole(self.k_max, where, "k_max", optional=True)
@@ -384,8 +397,11 @@ class ServerSpec:
             elif not isinstance(v, dict):
                 raise _at(where, f"{k} must be a mapping of option names to values, got {_show(v)}")
         if not isinstance(self.cost_model, str) or not self.cost_model.strip():
-            raise _at(where, f"cost_model must be a spec string such as paper or "
-                             f"\"paper:c=11.28,a=35.47,b0=128\", got {_show(self.cost_model)}")
+            raise _at(
+                where,
+                f"cost_model must be a spec string such as paper or "
+                f'"paper:c=11.28,a=35.47,b0=128", got {_show(self.cost_model)}',
+            )
         self.cost_model = self.cost_model.strip()
         with _Located(f"{where}.cost_model"):
             make_cost_model(self.cost_model)
@@ -393,8 +409,12 @@ class ServerSpec:
         if not isinstance(self.router, str):
             raise _at(where, f"router must be one of {', '.join(ROUTERS)}, got {_show(self.router)}")
         r = self.router.strip().lower().replace("_", "-")
-        r = {"round_robin": "round-robin", "roundrobin": "round-robin", "power-of-d": "power-of-two",
-             "least_tokens": "least-tokens"}.get(r, r)
+        r = {
+            "round_robin": "round-robin",
+            "roundrobin": "round-robin",
+            "power-of-d": "power-of-two",
+            "least_tokens": "least-tokens",
+        }.get(r, r)
         if r not in ROUTERS:
             raise _at(where, f"unknown router '{self.router}'{_suggest(r, ROUTERS)}; known: {', '.join(ROUTERS)}")
         self.router = r
@@ -486,8 +506,7 @@ class NetworkSpec:
         try:
             data = yaml.safe_load(p.read_text())
         except yaml.YAMLError as e:
-            raise ConfigError(f"network file {str(path)!r} is not valid YAML: "
-                              f"{' '.join(str(e).split())}") from None
+            raise ConfigError(f"network file {str(path)!r} is not valid YAML: {' '.join(str(e).split())}") from None
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"network file {str(path)!r} cannot be read: {e}") from None
         if data is None:
@@ -518,8 +537,14 @@ class NetworkSpec:
         if not jobs_raw:
             raise ConfigError("jobs: the network needs at least one job type")
         jobs = [_parse_job(name, jd) for name, jd in jobs_raw.items()]
-        return cls(servers=servers, jobs=jobs, num_jobs=d.get("num_jobs"),
-                   duration_s=d.get("duration_s"), seed=d.get("seed", 0), control=d.get("control", "none"))
+        return cls(
+            servers=servers,
+            jobs=jobs,
+            num_jobs=d.get("num_jobs"),
+            duration_s=d.get("duration_s"),
+            seed=d.get("seed", 0),
+            control=d.get("control", "none"),
+        )
 
     # -------------------------------------------------------------- validation
     def validate(self) -> None:
@@ -572,8 +597,11 @@ class NetworkSpec:
             if isinstance(node, Call):
                 at = f"{at}.call"
                 if not isinstance(node.server, str) or node.server not in self.servers:
-                    raise _at(at, f"unknown server '{node.server}'{_suggest(node.server, self.servers)}; "
-                                  f"servers: {', '.join(self.servers)}")
+                    raise _at(
+                        at,
+                        f"unknown server '{node.server}'{_suggest(node.server, self.servers)}; "
+                        f"servers: {', '.join(self.servers)}",
+                    )
                 for role in ("prompt", "output"):
                     with _Located(f"{at}.{role}"):
                         setattr(node, role, parse_length_law(getattr(node, role), role))
@@ -600,8 +628,11 @@ class NetworkSpec:
             elif isinstance(node, Loop):
                 at = f"{at}.loop"
                 if (node.times is None) == (node.repeat_prob is None):
-                    raise _at(at, "give exactly one of times (fixed passes) or repeat_prob "
-                                  "(repeat after each pass with that probability)")
+                    raise _at(
+                        at,
+                        "give exactly one of times (fixed passes) or repeat_prob "
+                        "(repeat after each pass with that probability)",
+                    )
                 if node.times is not None:
                     node.times = _whole(node.times, at, "times")
                     if node.times > _MAX_LOOP_TIMES:
@@ -609,8 +640,11 @@ class NetworkSpec:
                 else:
                     p = _number(node.repeat_prob, at, "repeat_prob")
                     if not 0.0 <= p < 1.0:
-                        raise _at(at, f"repeat_prob must be in [0, 1), got {p:g}"
-                                      + (" (a cycle without exit: the loop would never end)" if p >= 1 else ""))
+                        raise _at(
+                            at,
+                            f"repeat_prob must be in [0, 1), got {p:g}"
+                            + (" (a cycle without exit: the loop would never end)" if p >= 1 else ""),
+                        )
                     node.repeat_prob = p
                 if not isinstance(node.body, (list, tuple)) or not node.body:
                     raise _at(at, "the loop body is empty: it needs at least one node")
@@ -626,8 +660,10 @@ class NetworkSpec:
                 if c not in visits:
                     raise _at(f"servers.{key}.priority", f"unknown call class '{c}'{_suggest(c, visits)}")
                 if key not in visits[c]:
-                    raise _at(f"servers.{key}.priority", f"call class '{c}' never visits server {key} "
-                                                         f"(it runs on {', '.join(sorted(visits[c]))})")
+                    raise _at(
+                        f"servers.{key}.priority",
+                        f"call class '{c}' never visits server {key} (it runs on {', '.join(sorted(visits[c]))})",
+                    )
 
     # -------------------------------------------------------------- queries
     def call_classes(self) -> list[str]:
@@ -662,15 +698,24 @@ class NetworkSpec:
         if not f > 0:
             raise ConfigError(f"scale factor must be > 0, got {f:g}")
         jobs = [JobType(j.name, _scaled_arrival(j.arrival, f), j.route) for j in self.jobs]
-        return NetworkSpec(servers=dict(self.servers), jobs=jobs, num_jobs=self.num_jobs,
-                           duration_s=self.duration_s, seed=self.seed, control=self.control)
+        return NetworkSpec(
+            servers=dict(self.servers),
+            jobs=jobs,
+            num_jobs=self.num_jobs,
+            duration_s=self.duration_s,
+            seed=self.seed,
+            control=self.control,
+        )
 
     def to_dict(self) -> dict:
         """The YAML form (from_dict(to_dict()) gives an equal network)."""
-        out: dict = {"servers": {k: {kk: vv for kk, vv in s.to_dict().items() if kk != "name"}
-                                 for k, s in self.servers.items()},
-                     "jobs": {j.name: {"arrival": _arrival_dict(j.arrival),
-                                       "route": [_node_dict(n) for n in j.route]} for j in self.jobs}}
+        out: dict = {
+            "servers": {k: {kk: vv for kk, vv in s.to_dict().items() if kk != "name"} for k, s in self.servers.items()},
+            "jobs": {
+                j.name: {"arrival": _arrival_dict(j.arrival), "route": [_node_dict(n) for n in j.route]}
+                for j in self.jobs
+            },
+        }
         if self.num_jobs is not None:
             out["num_jobs"] = self.num_jobs
         if self.duration_s is not None:
@@ -704,7 +749,7 @@ def _parse_job(name, jd) -> JobType:
         raise _at(where, "missing 'route' (a list of call, delay, fork and loop nodes)")
     arrival = _parse_arrival(jd["arrival"], f"{where}.arrival")
     route = jd["route"]
-    if isinstance(route, dict):   # a single node
+    if isinstance(route, dict):  # a single node
         route = [route]
     return JobType(name=name, arrival=arrival, route=_parse_route(route, f"{where}.route"))
 
@@ -734,9 +779,8 @@ def _parse_route(route, where: str) -> list:
 
 def _parse_node(n, where: str) -> Node:
     if not isinstance(n, dict) or len(n) != 1:
-        raise _at(where, f"each route node must be a mapping with one key ({', '.join(_NODE_KINDS)}), "
-                         f"got {_show(n)}")
-    (kind, value), = n.items()
+        raise _at(where, f"each route node must be a mapping with one key ({', '.join(_NODE_KINDS)}), got {_show(n)}")
+    ((kind, value),) = n.items()
     if kind not in _NODE_KINDS:
         raise _at(where, f"unknown node '{kind}'{_suggest(kind, _NODE_KINDS)}; known: {', '.join(_NODE_KINDS)}")
     at = f"{where}.{kind}"
@@ -758,8 +802,7 @@ def _parse_node(n, where: str) -> Node:
         cls = c.get("class")
         if cls is not None:
             cls = _name(cls, at, "class")
-        return Call(server=c["server"], prompt=laws["prompt"], output=laws["output"], context=ctx,
-                    cls=cls or "")
+        return Call(server=c["server"], prompt=laws["prompt"], output=laws["output"], context=ctx, cls=cls or "")
     if kind == "delay":
         with _Located(at):
             return Delay(parse_delay_law(value))
@@ -772,7 +815,7 @@ def _parse_node(n, where: str) -> Node:
             raise _at(at, "a fork needs a non-empty list of branches, each a list of nodes")
         out = []
         for j, b in enumerate(branches):
-            if isinstance(b, dict):   # a one-node branch written without brackets
+            if isinstance(b, dict):  # a one-node branch written without brackets
                 b = [b]
             if not isinstance(b, (list, tuple)) or not b:
                 raise _at(f"{at}[{j}]", "empty fork branch: each branch needs at least one node")
@@ -781,15 +824,15 @@ def _parse_node(n, where: str) -> Node:
     lp = _mapping(value, at, "a loop")
     _check_keys(lp, _LOOP_KEYS, at, "a loop")
     if ("times" in lp) == ("repeat_prob" in lp):
-        raise _at(at, "give exactly one of times (fixed passes) or repeat_prob "
-                      "(repeat after each pass with that probability)")
+        raise _at(
+            at, "give exactly one of times (fixed passes) or repeat_prob (repeat after each pass with that probability)"
+        )
     if "body" not in lp or lp["body"] in (None, []):
         raise _at(at, "the loop body is empty: it needs at least one node")
     body = lp["body"]
     if isinstance(body, dict):
         body = [body]
-    return Loop(body=_parse_route(body, f"{at}.body"), times=lp.get("times"),
-                repeat_prob=lp.get("repeat_prob"))
+    return Loop(body=_parse_route(body, f"{at}.body"), times=lp.get("times"), repeat_prob=lp.get("repeat_prob"))
 
 
 # ------------------------------------------------------------------------------ output
@@ -826,4 +869,3 @@ def _node_dict(n) -> dict:
     else:
         d["repeat_prob"] = n.repeat_prob
     return {"loop": d}
-

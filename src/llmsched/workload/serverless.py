@@ -58,32 +58,96 @@ __all__ = [
 ]
 
 #: Platform policies (paper 2, Table II) and the admission policy each gives every instance.
-SCHEDULER_ADMISSION = {"fcfs": "fcfs", "round-robin": "fcfs", "priority": "spf",
-                       "dynamicbatch": "dynamicbatch", "twp": "twp", "serverlessllm": "fcfs"}
+SCHEDULER_ADMISSION = {
+    "fcfs": "fcfs",
+    "round-robin": "fcfs",
+    "priority": "spf",
+    "dynamicbatch": "dynamicbatch",
+    "twp": "twp",
+    "serverlessllm": "fcfs",
+}
 PLATFORM_SCHEDULERS = tuple(SCHEDULER_ADMISSION)
-_SCHEDULER_ALIASES = {"rr": "round-robin", "round_robin": "round-robin", "roundrobin": "round-robin",
-                      "spf": "priority", "dynamic-batch": "dynamicbatch", "dynamic_batch": "dynamicbatch",
-                      "token-window-pacing": "twp", "serverless-llm": "serverlessllm", "sllm": "serverlessllm"}
+_SCHEDULER_ALIASES = {
+    "rr": "round-robin",
+    "round_robin": "round-robin",
+    "roundrobin": "round-robin",
+    "spf": "priority",
+    "dynamic-batch": "dynamicbatch",
+    "dynamic_batch": "dynamicbatch",
+    "token-window-pacing": "twp",
+    "serverless-llm": "serverlessllm",
+    "sllm": "serverlessllm",
+}
 ROUTERS = ("least-loaded", "round-robin")
 TIERS = ("dram", "ssd", "remote")
 # admission policy names (and aliases) a keyed `admission_options` mapping may use
-_ADMISSION_NAMES = ("fcfs", "spf", "twp", "dynamicbatch", "priority", "shortest-prompt-first",
-                    "token-window-pacing", "dynamic-batch")
+_ADMISSION_NAMES = (
+    "fcfs",
+    "spf",
+    "twp",
+    "dynamicbatch",
+    "priority",
+    "shortest-prompt-first",
+    "token-window-pacing",
+    "dynamic-batch",
+)
 
 DEFAULT_PROMPT = "lognormal:mean=1024,sigma=1.0,max=8192"
 DEFAULT_OUTPUT = "geometric:mean=256,max=2048"
 
 _TOP_KEYS = ("cluster", "models", "workload", "platform")
 _CLUSTER_KEYS = ("remote_bandwidth_gbps", "nodes")
-_NODE_KEYS = ("name", "count", "gpus", "gpu_memory_gb", "dram_gb", "dram_bandwidth_gbps", "ssd_gb",
-              "ssd_bandwidth_gbps", "dram", "ssd")
-_MODEL_KEYS = ("weights_gb", "kv_bytes_per_token", "kv_capacity", "cost_model", "policy", "admission",
-               "b_max", "k_max", "policy_options", "admission_options", "max_instances", "keep_alive_s")
-_WORKLOAD_KEYS = ("arrival", "rate", "cv", "popularity", "prompt", "output", "trace", "time_scale",
-                  "num_requests", "duration_s", "seed", "models")
+_NODE_KEYS = (
+    "name",
+    "count",
+    "gpus",
+    "gpu_memory_gb",
+    "dram_gb",
+    "dram_bandwidth_gbps",
+    "ssd_gb",
+    "ssd_bandwidth_gbps",
+    "dram",
+    "ssd",
+)
+_MODEL_KEYS = (
+    "weights_gb",
+    "kv_bytes_per_token",
+    "kv_capacity",
+    "cost_model",
+    "policy",
+    "admission",
+    "b_max",
+    "k_max",
+    "policy_options",
+    "admission_options",
+    "max_instances",
+    "keep_alive_s",
+)
+_WORKLOAD_KEYS = (
+    "arrival",
+    "rate",
+    "cv",
+    "popularity",
+    "prompt",
+    "output",
+    "trace",
+    "time_scale",
+    "num_requests",
+    "duration_s",
+    "seed",
+    "models",
+)
 _TRAFFIC_KEYS = ("share", "rate", "arrival", "cv", "prompt", "output")
-_PLATFORM_KEYS = ("scheduler", "router", "init_s", "keep_alive_s", "scale_out_tokens", "max_instances",
-                  "gpu_memory_utilization", "serverlessllm")
+_PLATFORM_KEYS = (
+    "scheduler",
+    "router",
+    "init_s",
+    "keep_alive_s",
+    "scale_out_tokens",
+    "max_instances",
+    "gpu_memory_utilization",
+    "serverlessllm",
+)
 _SLLM_KEYS = ("load_speedup", "migration", "alpha_s_per_token", "beta_s")
 
 
@@ -212,9 +276,18 @@ class NodeGroup:
         return self
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "count": self.count, "gpus": self.gpus, "gpu_memory_gb": self.gpu_memory_gb,
-                "dram_gb": self.dram_gb, "dram_bandwidth_gbps": self.dram_bandwidth_gbps, "ssd_gb": self.ssd_gb,
-                "ssd_bandwidth_gbps": self.ssd_bandwidth_gbps, "dram": list(self.dram), "ssd": list(self.ssd)}
+        return {
+            "name": self.name,
+            "count": self.count,
+            "gpus": self.gpus,
+            "gpu_memory_gb": self.gpu_memory_gb,
+            "dram_gb": self.dram_gb,
+            "dram_bandwidth_gbps": self.dram_bandwidth_gbps,
+            "ssd_gb": self.ssd_gb,
+            "ssd_bandwidth_gbps": self.ssd_bandwidth_gbps,
+            "dram": list(self.dram),
+            "ssd": list(self.ssd),
+        }
 
 
 # ------------------------------------------------------------------------------- models
@@ -250,8 +323,10 @@ class ModelSpec:
             self.kv_bytes_per_token = _num(self.kv_bytes_per_token, f"{where}.kv_bytes_per_token", lo_open=True)
         self.kv_capacity = _whole(self.kv_capacity, f"{where}.kv_capacity", optional=True)
         if not isinstance(self.cost_model, str) or not self.cost_model.strip():
-            raise _at(f"{where}.cost_model", f"must be a cost model spec such as paper or "
-                                             f"profile:h200-llama-3-8b, got {_show(self.cost_model)}")
+            raise _at(
+                f"{where}.cost_model",
+                f"must be a cost model spec such as paper or profile:h200-llama-3-8b, got {_show(self.cost_model)}",
+            )
         self.cost_model = self.cost_model.strip()
         try:
             make_cost_model(self.cost_model)
@@ -276,19 +351,31 @@ class ModelSpec:
         """The admission options that apply when the instances run `admission`."""
         opts = self.admission_options
         if opts and all(k in _ADMISSION_NAMES and isinstance(v, dict) for k, v in opts.items()):
-            alias = {"priority": "spf", "shortest-prompt-first": "spf", "token-window-pacing": "twp",
-                     "dynamic-batch": "dynamicbatch"}
+            alias = {
+                "priority": "spf",
+                "shortest-prompt-first": "spf",
+                "token-window-pacing": "twp",
+                "dynamic-batch": "dynamicbatch",
+            }
             keyed = {alias.get(k, k): v for k, v in opts.items()}
             return dict(keyed.get(alias.get(admission, admission), {}))
         return dict(opts)
 
     def to_dict(self) -> dict:
-        return {"weights_gb": self.weights_gb, "kv_bytes_per_token": self.kv_bytes_per_token,
-                "kv_capacity": self.kv_capacity, "cost_model": self.cost_model, "policy": self.policy,
-                "admission": self.admission, "b_max": self.b_max, "k_max": self.k_max,
-                "policy_options": dict(self.policy_options), "admission_options": dict(self.admission_options),
-                "max_instances": self.max_instances,
-                "keep_alive_s": _inf_out(self.keep_alive_s)}
+        return {
+            "weights_gb": self.weights_gb,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_capacity": self.kv_capacity,
+            "cost_model": self.cost_model,
+            "policy": self.policy,
+            "admission": self.admission,
+            "b_max": self.b_max,
+            "k_max": self.k_max,
+            "policy_options": dict(self.policy_options),
+            "admission_options": dict(self.admission_options),
+            "max_instances": self.max_instances,
+            "keep_alive_s": _inf_out(self.keep_alive_s),
+        }
 
 
 def _inf_out(x):
@@ -310,9 +397,14 @@ class ModelTraffic:
     output: Any = None
 
     def to_dict(self) -> dict:
-        return {"share": self.share, "rate": self.rate, "arrival": self.arrival, "cv": self.cv,
-                "prompt": None if self.prompt is None else self.prompt.to_str(),
-                "output": None if self.output is None else self.output.to_str()}
+        return {
+            "share": self.share,
+            "rate": self.rate,
+            "arrival": self.arrival,
+            "cv": self.cv,
+            "prompt": None if self.prompt is None else self.prompt.to_str(),
+            "output": None if self.output is None else self.output.to_str(),
+        }
 
 
 @dataclass
@@ -350,10 +442,20 @@ class ServerlessWorkload:
 
     def to_dict(self) -> dict:
         pop = self.popularity if isinstance(self.popularity, str) else dict(self.popularity)
-        return {"arrival": self.arrival, "rate": self.rate, "cv": self.cv, "popularity": pop,
-                "prompt": self.prompt.to_str(), "output": self.output.to_str(), "trace": self.trace,
-                "time_scale": self.time_scale, "num_requests": self.num_requests, "duration_s": self.duration_s,
-                "seed": self.seed, "models": {m: t.to_dict() for m, t in self.models.items()}}
+        return {
+            "arrival": self.arrival,
+            "rate": self.rate,
+            "cv": self.cv,
+            "popularity": pop,
+            "prompt": self.prompt.to_str(),
+            "output": self.output.to_str(),
+            "trace": self.trace,
+            "time_scale": self.time_scale,
+            "num_requests": self.num_requests,
+            "duration_s": self.duration_s,
+            "seed": self.seed,
+            "models": {m: t.to_dict() for m, t in self.models.items()},
+        }
 
 
 # ----------------------------------------------------------------------------- platform
@@ -363,8 +465,10 @@ def _scheduler_key(s, where: str) -> str:
     key = s.strip().lower()
     key = _SCHEDULER_ALIASES.get(key, key)
     if key not in SCHEDULER_ADMISSION:
-        raise _at(where, f"unknown scheduler '{s}'{_suggest(key, PLATFORM_SCHEDULERS)}; "
-                         f"known: {', '.join(PLATFORM_SCHEDULERS)}")
+        raise _at(
+            where,
+            f"unknown scheduler '{s}'{_suggest(key, PLATFORM_SCHEDULERS)}; known: {', '.join(PLATFORM_SCHEDULERS)}",
+        )
     return key
 
 
@@ -408,14 +512,23 @@ class PlatformSpec:
             if not isinstance(self.router, str):
                 raise _at(f"{where}.router", f"must be one of {', '.join(ROUTERS)}, got {_show(self.router)}")
             r = self.router.strip().lower().replace("_", "-")
-            r = {"rr": "round-robin", "roundrobin": "round-robin", "least-tokens": "least-loaded",
-                 "leastloaded": "least-loaded"}.get(r, r)
+            r = {
+                "rr": "round-robin",
+                "roundrobin": "round-robin",
+                "least-tokens": "least-loaded",
+                "leastloaded": "least-loaded",
+            }.get(r, r)
             if r not in ROUTERS:
-                raise _at(f"{where}.router", f"unknown router '{self.router}'{_suggest(r, ROUTERS)}; "
-                                             f"known: {', '.join(ROUTERS)}")
+                raise _at(
+                    f"{where}.router",
+                    f"unknown router '{self.router}'{_suggest(r, ROUTERS)}; known: {', '.join(ROUTERS)}",
+                )
             if key == "round-robin" and r != "round-robin":
-                raise _at(f"{where}.router", f"the round-robin scheduler routes in rotation; router {r} "
-                                             "contradicts it (drop router, or choose another scheduler)")
+                raise _at(
+                    f"{where}.router",
+                    f"the round-robin scheduler routes in rotation; router {r} "
+                    "contradicts it (drop router, or choose another scheduler)",
+                )
             self.router = r
         self.init_s = _num(self.init_s, f"{where}.init_s")
         self.keep_alive_s = _num(self.keep_alive_s, f"{where}.keep_alive_s", inf_ok=True)
@@ -446,11 +559,21 @@ class PlatformSpec:
         return SCHEDULER_ADMISSION[self.scheduler]
 
     def to_dict(self) -> dict:
-        return {"scheduler": self.scheduler, "router": self.routing, "init_s": self.init_s,
-                "keep_alive_s": _inf_out(self.keep_alive_s), "scale_out_tokens": self.scale_out_tokens,
-                "max_instances": self.max_instances, "gpu_memory_utilization": self.gpu_memory_utilization,
-                "serverlessllm": {"load_speedup": self.load_speedup, "migration": self.migration,
-                                  "alpha_s_per_token": self.migration_alpha_s, "beta_s": self.migration_beta_s}}
+        return {
+            "scheduler": self.scheduler,
+            "router": self.routing,
+            "init_s": self.init_s,
+            "keep_alive_s": _inf_out(self.keep_alive_s),
+            "scale_out_tokens": self.scale_out_tokens,
+            "max_instances": self.max_instances,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "serverlessllm": {
+                "load_speedup": self.load_speedup,
+                "migration": self.migration,
+                "alpha_s_per_token": self.migration_alpha_s,
+                "beta_s": self.migration_beta_s,
+            },
+        }
 
 
 # -------------------------------------------------------------------------------- spec
@@ -527,27 +650,38 @@ class ServerlessSpec:
                 for j, m in enumerate(getattr(g, tier)):
                     where = f"cluster.nodes[{i}].{tier}[{j}]"
                     if m not in self.models:
-                        raise _at(where, f"unknown model '{m}'{_suggest(m, self.models)}; "
-                                         f"known: {', '.join(self.models)}")
+                        raise _at(
+                            where, f"unknown model '{m}'{_suggest(m, self.models)}; known: {', '.join(self.models)}"
+                        )
                 total = sum(self.models[m].weights_gb for m in getattr(g, tier))
                 if total > getattr(g, f"{tier}_gb") + 1e-9:
-                    raise _at(f"cluster.nodes[{i}].{tier}", f"the listed checkpoints take {total:g} GB, more than "
-                                                            f"{tier}_gb = {getattr(g, f'{tier}_gb'):g}")
+                    raise _at(
+                        f"cluster.nodes[{i}].{tier}",
+                        f"the listed checkpoints take {total:g} GB, more than {tier}_gb = {getattr(g, f'{tier}_gb'):g}",
+                    )
         for name, m in self.models.items():
             if not any(self.fits(name, g) for g in self.nodes):
                 biggest = max(g.gpu_memory_gb for g in self.nodes)
                 u = self.platform.gpu_memory_utilization
-                raise _at(f"models.{name}", f"no GPU is large enough: {m.weights_gb:g} GB of weights "
-                                            f"(plus KV cache) but the largest GPU offers {u:g} x {biggest:g} GB")
+                raise _at(
+                    f"models.{name}",
+                    f"no GPU is large enough: {m.weights_gb:g} GB of weights "
+                    f"(plus KV cache) but the largest GPU offers {u:g} x {biggest:g} GB",
+                )
         self.workload = _validate_workload(self.workload, self.models)
         return self
 
     # ---- forms ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"cluster": {"remote_bandwidth_gbps": self.remote_bandwidth_gbps,
-                            "nodes": [g.to_dict() for g in self.nodes]},
-                "models": {n: m.to_dict() for n, m in self.models.items()},
-                "workload": self.workload.to_dict(), "platform": self.platform.to_dict()}
+        return {
+            "cluster": {
+                "remote_bandwidth_gbps": self.remote_bandwidth_gbps,
+                "nodes": [g.to_dict() for g in self.nodes],
+            },
+            "models": {n: m.to_dict() for n, m in self.models.items()},
+            "workload": self.workload.to_dict(),
+            "platform": self.platform.to_dict(),
+        }
 
     @classmethod
     def from_dict(cls, d) -> ServerlessSpec:
@@ -591,12 +725,26 @@ class ServerlessSpec:
         _keys(pd, _PLATFORM_KEYS, "platform")
         sl = _mapping(pd.pop("serverlessllm", None) or {}, "platform.serverlessllm", "serverlessllm")
         _keys(sl, _SLLM_KEYS, "platform.serverlessllm")
-        platform = PlatformSpec(**pd, **{k: v for k, v in (
-            ("load_speedup", sl.get("load_speedup")), ("migration", sl.get("migration")),
-            ("migration_alpha_s", sl.get("alpha_s_per_token")), ("migration_beta_s", sl.get("beta_s")))
-            if v is not None})
-        spec = cls(nodes=nodes, models=models, workload=workload, platform=platform,
-                   remote_bandwidth_gbps=cluster.get("remote_bandwidth_gbps", 1.0))
+        platform = PlatformSpec(
+            **pd,
+            **{
+                k: v
+                for k, v in (
+                    ("load_speedup", sl.get("load_speedup")),
+                    ("migration", sl.get("migration")),
+                    ("migration_alpha_s", sl.get("alpha_s_per_token")),
+                    ("migration_beta_s", sl.get("beta_s")),
+                )
+                if v is not None
+            },
+        )
+        spec = cls(
+            nodes=nodes,
+            models=models,
+            workload=workload,
+            platform=platform,
+            remote_bandwidth_gbps=cluster.get("remote_bandwidth_gbps", 1.0),
+        )
         return spec.validate()
 
     @classmethod
@@ -615,8 +763,14 @@ class ServerlessSpec:
         except ConfigError as e:
             raise ConfigError(f"{p.name}: {e}") from None
 
-    def replaced(self, *, scheduler: str | None = None, scale: float | None = None,
-                 num_requests: int | None = None, seed: int | None = None) -> ServerlessSpec:
+    def replaced(
+        self,
+        *,
+        scheduler: str | None = None,
+        scale: float | None = None,
+        num_requests: int | None = None,
+        seed: int | None = None,
+    ) -> ServerlessSpec:
         """A copy with another platform scheduler, every arrival rate times `scale`, or
         another request count or seed."""
         spec = ServerlessSpec.from_dict(self.to_dict())
@@ -693,23 +847,30 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
         if w.rate is not None or w.trace is not None:
             for k in ("rate", "arrival", "cv"):
                 if getattr(t, k) is not None:
-                    raise _at(f"{at}.{k}", f"a model's own {k} needs per-model rates (no workload.rate or trace); "
-                                           "with a total rate give the model a share instead")
+                    raise _at(
+                        f"{at}.{k}",
+                        f"a model's own {k} needs per-model rates (no workload.rate or trace); "
+                        "with a total rate give the model a share instead",
+                    )
         elif t.share is not None:
-            raise _at(f"{at}.share", "a share splits workload.rate, which is not given (give workload.rate, or "
-                                     "a rate per model)")
+            raise _at(
+                f"{at}.share",
+                "a share splits workload.rate, which is not given (give workload.rate, or a rate per model)",
+            )
     if w.trace is None:
         if w.rate is None:
             own = [m for m, t in w.models.items() if t.rate is not None]
             if not own:
-                raise _at(where, "needs a total rate (with popularity), a rate per model under "
-                                 "workload.models, or a trace")
+                raise _at(
+                    where, "needs a total rate (with popularity), a rate per model under workload.models, or a trace"
+                )
         else:
             _check_process(w.arrival, w.rate, w.cv, where)
         for m, t in w.models.items():
             if t.rate is not None:
-                _check_process(t.arrival or w.arrival, t.rate, t.cv if t.cv is not None else w.cv,
-                               f"{where}.models.{m}")
+                _check_process(
+                    t.arrival or w.arrival, t.rate, t.cv if t.cv is not None else w.cv, f"{where}.models.{m}"
+                )
         if w.num_requests is None and w.duration_s is None:
             raise _at(where, "needs num_requests or duration_s to know when to stop")
     elif w.cv is not None:
@@ -802,7 +963,7 @@ def make_serverless_requests(spec: ServerlessSpec) -> ServerlessRequests:
         merged = np.concatenate(parts)
         merged = merged[np.lexsort((merged[:, 1], merged[:, 0]))]
         if w.num_requests is not None:
-            merged = merged[:w.num_requests]
+            merged = merged[: w.num_requests]
         arrival, model = merged[:, 0].copy(), merged[:, 1].astype(np.int64)
         prompt = output = None
     n = len(arrival)
@@ -820,8 +981,13 @@ def make_serverless_requests(spec: ServerlessSpec) -> ServerlessRequests:
             plaw = t.prompt if t is not None and t.prompt is not None else w.prompt
             olaw = t.output if t is not None and t.output is not None else w.output
             prompt[idx], output[idx] = sample_pair(plaw, olaw, _rng(w.seed, 2, i), _rng(w.seed, 3, i), len(idx))
-    return ServerlessRequests(np.asarray(arrival, dtype=np.float64), np.asarray(prompt, dtype=np.int64),
-                              np.asarray(output, dtype=np.int64), model, names)
+    return ServerlessRequests(
+        np.asarray(arrival, dtype=np.float64),
+        np.asarray(prompt, dtype=np.int64),
+        np.asarray(output, dtype=np.int64),
+        model,
+        names,
+    )
 
 
 def _trace_requests(spec: ServerlessSpec):
@@ -833,8 +999,9 @@ def _trace_requests(spec: ServerlessSpec):
         fmt = trace_format(path)
         model = None
         if fmt == "plain":
-            cols = read_columns(path, {"arrival_s": "float", "prompt_tokens": "float", "output_tokens": "float"},
-                                {"model": "str"})
+            cols = read_columns(
+                path, {"arrival_s": "float", "prompt_tokens": "float", "output_tokens": "float"}, {"model": "str"}
+            )
             arrival = cols["arrival_s"]
             if not len(arrival):
                 raise ConfigError(f"trace file {path} has no data rows")
@@ -849,8 +1016,9 @@ def _trace_requests(spec: ServerlessSpec):
                 for j, lab in enumerate(labels.tolist()):
                     k = index.get(lab)
                     if k is None:
-                        raise ConfigError(f"row {j + 1} names unknown model '{lab}'{_suggest(lab, names)}; "
-                                          f"known: {', '.join(names)}")
+                        raise ConfigError(
+                            f"row {j + 1} names unknown model '{lab}'{_suggest(lab, names)}; known: {', '.join(names)}"
+                        )
                     model[j] = k
             order = np.argsort(arrival, kind="stable")
             arrival, prompt, output = arrival[order], prompt[order], output[order]

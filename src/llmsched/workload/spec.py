@@ -82,6 +82,7 @@ def _opt_count(value, what: str) -> int | None:
 @dataclass
 class WorkloadClass:
     """One request class of a mix: a tag, a share and (optionally) its own length laws."""
+
     tag: str
     share: float = 1.0
     prompt: LengthLaw | str | None = None
@@ -100,22 +101,23 @@ class WorkloadClass:
             self.output = parse_length_law(self.output, "output")
 
     def to_dict(self) -> dict:
-        return {"tag": self.tag, "share": self.share,
-                "prompt": None if self.prompt is None else self.prompt.to_str(),
-                "output": None if self.output is None else self.output.to_str()}
+        return {
+            "tag": self.tag,
+            "share": self.share,
+            "prompt": None if self.prompt is None else self.prompt.to_str(),
+            "output": None if self.output is None else self.output.to_str(),
+        }
 
     @classmethod
-    def from_dict(cls, d) -> "WorkloadClass":
+    def from_dict(cls, d) -> WorkloadClass:
         if isinstance(d, WorkloadClass):
             return d
         if not isinstance(d, dict):
-            raise ConfigError(f"each class must be a mapping with tag, share, prompt, output; "
-                              f"got {d!r}")
+            raise ConfigError(f"each class must be a mapping with tag, share, prompt, output; got {d!r}")
         known = {"tag", "share", "prompt", "output"}
         extra = sorted(set(d) - known)
         if extra:
-            raise ConfigError(f"unknown key '{extra[0]}' in workload class "
-                              f"(known: {', '.join(sorted(known))})")
+            raise ConfigError(f"unknown key '{extra[0]}' in workload class (known: {', '.join(sorted(known))})")
         if "tag" not in d:
             raise ConfigError("each workload class needs a 'tag'")
         return cls(d["tag"], d.get("share", 1.0), d.get("prompt"), d.get("output"))
@@ -128,6 +130,7 @@ class WorkloadSpec:
     Construction validates and normalises (ConfigError on bad input): `arrival` becomes
     one of poisson, gamma, deterministic, trace (with the path in `trace`); `prompt` /
     `output` become `LengthLaw` objects; `classes` a list of `WorkloadClass`."""
+
     arrival: str | None = None
     rate: float | None = None
     cv: float | None = None
@@ -143,8 +146,7 @@ class WorkloadSpec:
     def __post_init__(self):
         self.rate = _opt_float(self.rate, "arrival rate (requests per second)")
         self.cv = _opt_float(self.cv, "cv (coefficient of variation of inter-arrival times)")
-        self.time_scale = _opt_float(1.0 if self.time_scale is None else self.time_scale,
-                                     "time_scale")
+        self.time_scale = _opt_float(1.0 if self.time_scale is None else self.time_scale, "time_scale")
         self.num_requests = _opt_count(self.num_requests, "num_requests")
         self.duration_s = _opt_float(self.duration_s, "duration_s")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
@@ -164,8 +166,7 @@ class WorkloadSpec:
             self.output = parse_length_law(self.output, "output")
         if self.classes is not None:
             if isinstance(self.classes, (str, bytes)) or not hasattr(self.classes, "__iter__"):
-                raise ConfigError("classes must be a list of mappings with tag, share, "
-                                  "prompt, output")
+                raise ConfigError("classes must be a list of mappings with tag, share, prompt, output")
             self.classes = [WorkloadClass.from_dict(c) for c in self.classes]
             if not self.classes:
                 self.classes = None
@@ -183,8 +184,9 @@ class WorkloadSpec:
             self.arrival = "trace" if self.trace is not None else "poisson"
             return
         if not isinstance(a, str) or not a.strip():
-            raise ConfigError(f"arrival must be a string such as poisson, gamma, "
-                              f"deterministic, trace:PATH or azure-conv; got {a!r}")
+            raise ConfigError(
+                f"arrival must be a string such as poisson, gamma, deterministic, trace:PATH or azure-conv; got {a!r}"
+            )
         a = a.strip()
         kind, _, rest = a.partition(":")
         kind = kind.strip().lower()
@@ -194,17 +196,16 @@ class WorkloadSpec:
         if kind == "trace":
             if rest.strip():
                 if self.trace is not None and str(self.trace) != rest.strip():
-                    raise ConfigError(f"two trace files given: arrival '{a}' and trace "
-                                      f"'{self.trace}'")
+                    raise ConfigError(f"two trace files given: arrival '{a}' and trace '{self.trace}'")
                 self.trace = rest.strip()
             if self.trace is None:
-                raise ConfigError("trace arrivals need a file: arrival trace:PATH "
-                                  "(or azure-conv)")
+                raise ConfigError("trace arrivals need a file: arrival trace:PATH (or azure-conv)")
             self.arrival = "trace"
             return
         if kind not in SYNTHETIC_ARRIVALS:
-            raise ConfigError(f"unknown arrival process '{a}' (known: poisson, gamma, "
-                              "deterministic, trace:PATH, azure-conv)")
+            raise ConfigError(
+                f"unknown arrival process '{a}' (known: poisson, gamma, deterministic, trace:PATH, azure-conv)"
+            )
         if rest.strip():
             self._inline_arrival_params(a, kind, rest)
         self.arrival = kind
@@ -215,8 +216,7 @@ class WorkloadSpec:
             k, eq, v = part.partition("=")
             k, v = (k.strip().lower(), v.strip()) if eq else ("rate" if i == 0 else "", k.strip())
             if k not in keys:
-                raise ConfigError(f"cannot read '{part}' in arrival '{text}' "
-                                  f"(allowed: {', '.join(keys)})")
+                raise ConfigError(f"cannot read '{part}' in arrival '{text}' (allowed: {', '.join(keys)})")
             val = _opt_float(v, f"{k} in arrival '{text}'")
             old = getattr(self, k)
             if old is not None and old != val:
@@ -225,44 +225,51 @@ class WorkloadSpec:
 
     def _check_complete(self):
         if self.trace is not None and self.arrival != "trace":
-            raise ConfigError(f"a trace file is given but arrival is '{self.arrival}' "
-                              "(use arrival trace, or drop trace)")
+            raise ConfigError(
+                f"a trace file is given but arrival is '{self.arrival}' (use arrival trace, or drop trace)"
+            )
         if self.arrival == "trace":
             resolve_path(self.trace)
             if self.cv is not None:
                 raise ConfigError("cv applies to gamma arrivals only, not to trace replay")
             if self.rate is not None and self.time_scale != 1.0:
-                raise ConfigError("give either rate (rescale the trace to this mean rate) "
-                                  "or time_scale for trace replay, not both")
+                raise ConfigError(
+                    "give either rate (rescale the trace to this mean rate) or time_scale for trace replay, not both"
+                )
             return
-        make_arrival_process(self.arrival, self.rate if self.rate is not None else 1.0,
-                             self.cv)
+        make_arrival_process(self.arrival, self.rate if self.rate is not None else 1.0, self.cv)
         if self.rate is None:
             raise ConfigError(f"{self.arrival} arrivals need a rate (requests per second)")
         if self.num_requests is None and self.duration_s is None:
-            raise ConfigError(f"{self.arrival} arrivals need num_requests or duration_s "
-                              "to know when to stop")
+            raise ConfigError(f"{self.arrival} arrivals need num_requests or duration_s to know when to stop")
         for role in ("prompt", "output"):
             if getattr(self, role) is None and (
-                    not self.classes or any(getattr(c, role) is None for c in self.classes)):
-                raise ConfigError(f"{self.arrival} arrivals need a {role} length law "
-                                  f"(e.g. {role} lognormal:mean=1000,sigma=1 or sharegpt)")
+                not self.classes or any(getattr(c, role) is None for c in self.classes)
+            ):
+                raise ConfigError(
+                    f"{self.arrival} arrivals need a {role} length law "
+                    f"(e.g. {role} lognormal:mean=1000,sigma=1 or sharegpt)"
+                )
 
     # ------------------------------------------------------------------ dict form
     def to_dict(self) -> dict:
         """Plain-data form (strings and numbers), accepted back by `from_dict`."""
         return {
-            "arrival": self.arrival, "rate": self.rate, "cv": self.cv, "trace": self.trace,
+            "arrival": self.arrival,
+            "rate": self.rate,
+            "cv": self.cv,
+            "trace": self.trace,
             "time_scale": self.time_scale,
             "prompt": None if self.prompt is None else self.prompt.to_str(),
             "output": None if self.output is None else self.output.to_str(),
-            "num_requests": self.num_requests, "duration_s": self.duration_s,
+            "num_requests": self.num_requests,
+            "duration_s": self.duration_s,
             "seed": self.seed,
             "classes": None if self.classes is None else [c.to_dict() for c in self.classes],
         }
 
     @classmethod
-    def from_dict(cls, d) -> "WorkloadSpec":
+    def from_dict(cls, d) -> WorkloadSpec:
         """From a mapping (e.g. a YAML `workload:` section). Unknown keys are errors.
         `arrival` may also be a mapping such as {process: gamma, rate: 5, cv: 2}."""
         if d is None:
@@ -279,8 +286,9 @@ class WorkloadSpec:
                     arr["trace"] = arr.pop(k)
             for k, v in arr.items():
                 if k not in ("rate", "cv", "trace", "time_scale"):
-                    raise ConfigError(f"unknown key '{k}' in workload arrival (known: process, "
-                                      "rate, cv, trace, time_scale)")
+                    raise ConfigError(
+                        f"unknown key '{k}' in workload arrival (known: process, rate, cv, trace, time_scale)"
+                    )
                 if d.get(k) is not None and d[k] != v:
                     raise ConfigError(f"workload {k} given twice with different values")
                 d[k] = v
@@ -291,11 +299,14 @@ class WorkloadSpec:
                 raise ConfigError(f"unknown workload key '{k}' (known: {', '.join(known)})")
         return cls(**d)
 
-    def checked(self) -> "WorkloadSpec":
+    def checked(self) -> WorkloadSpec:
         """A re-validated copy (fields may have been changed after construction)."""
-        return replace(self, classes=None if self.classes is None else
-                       [c if isinstance(c, WorkloadClass) else WorkloadClass.from_dict(c)
-                        for c in self.classes])
+        return replace(
+            self,
+            classes=None
+            if self.classes is None
+            else [c if isinstance(c, WorkloadClass) else WorkloadClass.from_dict(c) for c in self.classes],
+        )
 
 
 # ---------------------------------------------------------------------------- traces
@@ -336,8 +347,9 @@ def make_trace(spec: WorkloadSpec | dict) -> Trace:
         if spec.rate is not None:
             r = base.mean_rate
             if not (r > 0):
-                raise ConfigError(f"cannot rescale trace {spec.trace} to a rate: it needs at "
-                                  "least two requests at different times")
+                raise ConfigError(
+                    f"cannot rescale trace {spec.trace} to a rate: it needs at least two requests at different times"
+                )
             k = spec.rate / r
         arrival = base.arrival_s / k
         n = len(arrival)
@@ -347,11 +359,11 @@ def make_trace(spec: WorkloadSpec | dict) -> Trace:
             n = min(n, int(np.searchsorted(arrival, spec.duration_s, side="right")))
         arrival = arrival[:n]
     else:
-        proc = make_arrival_process(spec.arrival, check_rate(spec.rate),
-                                    None if spec.cv is None else check_cv(spec.cv))
+        proc = make_arrival_process(spec.arrival, check_rate(spec.rate), None if spec.cv is None else check_cv(spec.cv))
         k = spec.time_scale  # duration_s is in the scaled clock
-        arrival = proc.times(_rng(spec.seed, _ARRIVALS), spec.num_requests,
-                             None if spec.duration_s is None else spec.duration_s * k)
+        arrival = proc.times(
+            _rng(spec.seed, _ARRIVALS), spec.num_requests, None if spec.duration_s is None else spec.duration_s * k
+        )
         if k != 1.0:
             arrival = arrival / k
         n = len(arrival)
@@ -359,8 +371,7 @@ def make_trace(spec: WorkloadSpec | dict) -> Trace:
         what = f"duration_s={spec.duration_s}" if spec.duration_s is not None else "the trace"
         raise ConfigError(f"the workload is empty: no request arrives within {what}")
     if n > MAX_REQUESTS:
-        raise ConfigError(f"the workload would hold {n:,} requests, over the limit of "
-                          f"{MAX_REQUESTS:,}")
+        raise ConfigError(f"the workload would hold {n:,} requests, over the limit of {MAX_REQUESTS:,}")
 
     prompt = np.empty(n, dtype=np.int64)
     output = np.empty(n, dtype=np.int64)
@@ -369,10 +380,15 @@ def make_trace(spec: WorkloadSpec | dict) -> Trace:
         cls = _rng(spec.seed, _CLASSES).choice(len(shares), size=n, p=shares / shares.sum())
         tags = np.array([c.tag for c in spec.classes])
         tag = tags[cls]
-        groups = [(j, np.flatnonzero(cls == j),
-                   spec.prompt if c.prompt is None else c.prompt,
-                   spec.output if c.output is None else c.output)
-                  for j, c in enumerate(spec.classes)]
+        groups = [
+            (
+                j,
+                np.flatnonzero(cls == j),
+                spec.prompt if c.prompt is None else c.prompt,
+                spec.output if c.output is None else c.output,
+            )
+            for j, c in enumerate(spec.classes)
+        ]
     else:
         tag = None if base is None or base.tag is None else base.tag[:n].copy()
         groups = [(0, slice(0, n), spec.prompt, spec.output)]
