@@ -4,37 +4,31 @@
 >>> r = llmsched.simulate(policy="sarathi", b_max=512, cost_model="paper",
 ...                       rate=10, num_requests=1000)
 >>> r.summary["p99_ttft_ms"]
+
+Names are imported on first use, so that `import llmsched.cli` (every command's start)
+does not pay for numpy and the simulator before a command needs them.
 """
 
-from .api import SimConfig, cluster_network, simulate, simulate_network
-from .core import ConfigError, Constraints, StepPlan, make_cost_model
+from .core.lazy import lazy_getattr
 from .core.version import __version__
-from .policies import list_policies, make_scheduler
-from .sim.result import SimResult
-from .workload import Trace, WorkloadSpec, make_trace
 
-__all__ = [
-    "simulate",
-    "simulate_network",
-    "cluster_network",
-    "SimConfig",
-    "SimResult",
-    "ConfigError",
-    "Constraints",
-    "StepPlan",
-    "make_cost_model",
-    "make_scheduler",
-    "list_policies",
-    "Trace",
-    "WorkloadSpec",
-    "make_trace",
-    "__version__",
-]
+_EXPORTS = {
+    "simulate": "api",
+    "simulate_network": "api",
+    "cluster_network": "api",
+    "SimConfig": "api",
+    "SimResult": "sim.result",
+    "ConfigError": "core",
+    "Constraints": "core",
+    "StepPlan": "core",
+    "make_cost_model": "core",
+    "make_scheduler": "policies",
+    "list_policies": "policies",
+    "Trace": "workload",
+    "WorkloadSpec": "workload",
+    "make_trace": "workload",
+    "LLM": "engine",
+}
 
-
-def __getattr__(name):
-    if name == "LLM":  # the engine needs torch: import it only when asked for
-        from .engine import LLM  # noqa: PLC0415
-
-        return LLM
-    raise AttributeError(name)
+__all__ = [*(name for name in _EXPORTS if name != "LLM"), "__version__"]
+__getattr__ = lazy_getattr(__name__, _EXPORTS, ("torch", "safetensors", "tokenizers"), "engine")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,12 +26,13 @@ from .core.cost import make_cost_model
 from .core.errors import ConfigError
 from .core.version import __version__
 from .policies.spec import SchedulerSpec
-from .sim.network_result import NetworkResult, simulate_network  # noqa: F401 - part of the API
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, simulate_trace
 from .theory import INCONCLUSIVE, capacity, stability_verdict
 from .workload import Trace, WorkloadSpec, make_trace
-from .workload.network import NetworkSpec
+
+if TYPE_CHECKING:
+    from .workload.network import NetworkSpec
 
 _WORKLOAD_KEYS = {f.name for f in fields(WorkloadSpec)}
 # what a run writes into its config.json beside its options (accepted back, then ignored)
@@ -331,12 +332,23 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     return out
 
 
+def simulate_network(network, **options):
+    """Simulate a network of servers and job routes (a `NetworkSpec`, a mapping or a YAML
+    path); see `llmsched.sim.network_result.simulate_network` for the options."""
+    # the network modules load only when asked for: single-server runs start faster
+    from .sim.network_result import simulate_network as run  # noqa: PLC0415
+
+    return run(network, **options)
+
+
 def cluster_network(
     config: SimConfig | dict | str | os.PathLike | None = None, *, replicas: int, router: str = "jsq", **overrides
 ) -> NetworkSpec:
     """The network of one server with `replicas` copies of the configured scheduler and
     cost model behind `router`, fed by the configured synthetic workload (each workload
     class becomes a job type with its share of the rate)."""
+    from .workload.network import NetworkSpec  # noqa: PLC0415 - see simulate_network
+
     cfg = build_config(config, **overrides)
     spec = WorkloadSpec.from_dict(cfg.workload)
     if spec.arrival not in ("poisson", "gamma", "deterministic"):

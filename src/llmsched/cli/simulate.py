@@ -10,7 +10,6 @@ import sys
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..theory import describe_verdict
 from .common import add_cost_model_arg, add_scheduler_args, add_workload_args, positive_int, print_table, sim_overrides
 
 
@@ -270,6 +269,8 @@ def print_summary(result) -> None:
         rows.append(("critical rate lambda* (theorem 2)", f"{s['critical_rate']:,.2f} req/s"))
     if s.get("utilisation") is not None:
         rows.append(("utilisation (offered / lambda*)", f"{s['utilisation']:.1%}"))
+    from ..theory import describe_verdict  # noqa: PLC0415 - numpy: only once there is a result
+
     verdict = describe_verdict(s)
     if verdict is not None:
         rows.append(("stability (backlog growth, 95% CI)", verdict))

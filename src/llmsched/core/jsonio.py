@@ -1,10 +1,9 @@
-"""JSON-ready values: numpy scalars and arrays to Python, NaN and infinities to null."""
+"""JSON-ready values: numpy scalars and arrays to Python, NaN and infinities to null.
+No numpy import: numpy values are recognised by their `tolist()`."""
 
 from __future__ import annotations
 
 import math
-
-import numpy as np
 
 
 def to_jsonable(obj):
@@ -14,10 +13,11 @@ def to_jsonable(obj):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, (np.floating, float)):
-        return None if math.isnan(obj) or math.isinf(obj) else float(obj)
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if isinstance(obj, (str, int, bool)) or obj is None:
+        return obj
+    tolist = getattr(obj, "tolist", None)  # a numpy array or scalar
+    if tolist is not None:
+        return to_jsonable(tolist())
     return obj
