@@ -1,5 +1,6 @@
 """The adaptive (max-weight over the region's vertex steps) batch policy."""
 
+import numpy as np
 import pytest
 
 from llmsched.api import simulate
@@ -64,3 +65,24 @@ def test_adaptive_without_cap_is_stable_like_sarathi():
     assert ada["mean_token_load"] == pytest.approx(
         simulate(policy="sarathi", **kw).summary["mean_token_load"], rel=0.05
     )
+
+
+def test_adaptive_decode_backlog_does_not_grow_at_095_of_the_region():
+    """Issue #12 item 2, shortened: at 0.95 of the region's lambda* the decoding-request
+    count must level off. The old rule realised each vertex with its y_v decodes, so a
+    prompt's short last chunk left most of a (113, 15) step's prefill budget unused
+    (e.g. (7, 15)); full prefill steps then won the max-weight comparison and the decoders
+    piled up: over the second half of the arrivals their count rose by 190-320 per 1,000 s
+    (seeds 0-2, 12,000 requests; the fixed rule: -45 to +50, still warming up)."""
+    lam = capacity("paper", 512, 1024, 128, k_max=16).critical_rate
+    res = simulate(policy="adaptive:cost=paper", rate=0.95 * lam, seed=0, **{**CASE, "num_requests": 12000})
+    s = res.summary
+    assert s["verdict"] != "unstable" and s["completed"] == 12000
+    ts = res.timeseries
+    t, dec = ts["time_s"], ts["decoding_requests"]
+    end = float(res.arrival_s.max())
+    half = (t >= end / 2) & (t <= end)
+    assert half.sum() >= 50
+    slope_per_1000s = 1000 * np.polyfit(t[half], dec[half], 1)[0]
+    assert slope_per_1000s < 120, slope_per_1000s
+    assert dec[half].mean() < 500  # the old rule: 1,150-1,400 decoders on average

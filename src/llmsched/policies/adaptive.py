@@ -21,9 +21,13 @@ Rule (our design):
    `y_v` decode tokens first, then prefill chunks FCFS (running prefills, then the
    waiting queue, as Sarathi-Serve does) up to the load `l_v`, then more decode tokens
    if budget and batch slots are left (so a vertex never idles budget it could fill at
-   the same load). A realised shape `(x, y)` scores `(Q_p * x + Q_d * y) / t(x, y)`: the
-   queue-weighted service rate.
-3. The best-scoring vertex is the step. Ties go to the larger load.
+   the same load). If the prefill requests that fit in the slots left cannot fill the
+   load (a prompt's last chunk is short), the vertex is also realised with one decode
+   fewer, then two, ..., until the load is filled: a slot goes to the next prompt
+   instead of leaving the step's prefill budget unused. A realised shape `(x, y)` scores
+   `(Q_p * x + Q_d * y) / t(x, y)`: the queue-weighted service rate.
+3. The best-scoring realisation is the step. Ties go to the larger load, then to more
+   decodes.
 
 This is the max-weight (Tassiulas-Ephremides) rule on the vertices of the region: when
 the decode queue is long relative to prefill it runs decode-heavy steps at the load
@@ -49,7 +53,6 @@ from __future__ import annotations
 
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.region import representative_step_time, stability_region
 from ..core.state import UNLIMITED
 from .base import BatchPolicy, Planner
 
@@ -80,7 +83,7 @@ class Adaptive(BatchPolicy):
         self._sum_o = 0
         self._n = 0
         self._next_refit = 1
-        self.chosen: dict[tuple[int, int], int] = {}  # (load, y_v) -> steps (diagnostics)
+        self.chosen: dict[tuple[int, int], int] = {}  # (load, decodes first) -> steps (diagnostics)
 
     def bind_cost_model(self, cost) -> None:
         if self.cost_spec is None:  # an explicit `cost` option wins
@@ -107,6 +110,8 @@ class Adaptive(BatchPolicy):
                 self._n += 1
 
     def _setup(self, state) -> None:
+        # numpy (the region's LP) only once an adaptive server plans: the registry imports every policy
+        from ..core.region import representative_step_time, stability_region  # noqa: PLC0415
 
         k_max = None if state.k_max >= UNLIMITED else int(state.k_max)
         if self.cost.load_only:
@@ -178,17 +183,8 @@ class Adaptive(BatchPolicy):
         q_d = (state.backlog_tokens - q_p) - (state.waiting_tokens - waiting_pf) - pre_dec
         if q_d < 0:
             q_d = 0
-        import os as _os
-        _mode = _os.environ.get("ADA_MODE", "")
-        if _mode == "bp":
-            c = float(_os.environ["ADA_C"])
-            wp, wd = q_p - c * q_d, q_d
-        elif _mode == "tot":
-            wp, wd = q_p, state.backlog_tokens - q_p
-        else:
-            wp, wd = q_p, q_d * float(_os.environ.get("ADA_WD", "1"))
         best = None
-        best_score = -1e300
+        best_score = -1.0
         n_rems = len(rems)
         for load, yv in self._cands:
             lvl = min(load, tokens)
@@ -211,7 +207,7 @@ class Adaptive(BatchPolicy):
                 if y2 > 0:
                     y += y2
                 if x + y > 0:
-                    score = (wp * x + wd * y) / self._t(x, y)
+                    score = (q_p * x + q_d * y) / self._t(x, y)
                     if score > best_score * (1 + 1e-12):
                         best, best_score = (load, y1), score
                 if y1 == 0 or x + y >= lvl or used < s or used >= n_rems:
