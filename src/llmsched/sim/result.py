@@ -459,7 +459,7 @@ def _tag_field(tag, n: int) -> _StrField:
         buf = io.StringIO()
         csv.writer(buf).writerow([v, ""])  # csv's quoting of `v` as one field of a row
         encoded.append(buf.getvalue()[:-3].encode("utf-8"))
-    w = max(1, max(len(e) for e in encoded))
+    w = max(1, max((len(e) for e in encoded), default=0))
     table = np.zeros((len(encoded), w), dtype=np.uint8)
     for k, e in enumerate(encoded):
         table[k, : len(e)] = np.frombuffer(e, dtype=np.uint8)
