@@ -148,3 +148,17 @@ def test_bad_arguments_are_refused(tmp_path):
         rn.reproduce_agents(out_dir=tmp_path, quick=True, loads=[0])
     with pytest.raises(ConfigError, match="at least one seed"):
         rn.reproduce_rybko_stolyar(out_dir=tmp_path, quick=True, seeds=[])
+
+
+def test_backpressure_is_stable_where_exit_priority_is_not():
+    """Rybko-Stolyar at 0.85 of each server's capacity, the exiting classes needing 1.5 of
+    one server: exit priority piles work up, max-pressure keeps the network's work bounded."""
+    verdicts = {}
+    for order in ("exit", "backpressure"):
+        d = rn.rybko_stolyar_network(order, load=0.85)
+        d["num_jobs"] = 12000
+        res = simulate_network(d)
+        verdicts[order] = (rn.network_backlog(res)["verdict"]["verdict"], res.summary["p99_job_latency_ms"])
+    assert verdicts["exit"][0] == "unstable"
+    assert verdicts["backpressure"][0] == "stable"
+    assert verdicts["backpressure"][1] < verdicts["exit"][1] / 20

@@ -22,7 +22,7 @@ runs a reduced version in seconds (tests).
   call at s1 then a long call at s2; B: the reverse), prefill-only calls (one output
   token). Priority at each server to the class that leaves the network through it
   (s1: B.2, s2: A.2) against the reverse priorities (s1: A.1, s2: B.1), and, when the
-  network simulator offers it, back-pressure (max-weight) control. Figure
+  network simulator offers it, back-pressure (max-pressure) control. Figure
   `rybko_stolyar_backlog.png`: unfinished work at s1 and s2 over time per order.
 
 Verdicts. The simulator judges each replica on its own backlog; a server is unstable if
@@ -88,7 +88,7 @@ _BACKPRESSURE = "backpressure"
 
 
 def backpressure_available() -> bool:
-    """Whether the network simulator offers back-pressure (max-weight) control
+    """Whether the network simulator offers back-pressure (max-pressure) control
     (`control: backpressure` in the network file)."""
     return _BACKPRESSURE in getattr(_network_spec, "CONTROLS", ())
 
@@ -217,13 +217,13 @@ RS_ORDERS = {
     "exit": {"s1": ["B.2"], "s2": ["A.2"]},  # priority to the class leaving through the server
     "entry": {"s1": ["A.1"], "s2": ["B.1"]},  # priority to the class entering the network there
     "fcfs": {"s1": [], "s2": []},
-    _BACKPRESSURE: {"s1": [], "s2": []},  # max-weight control, no static priority
+    _BACKPRESSURE: {"s1": [], "s2": []},  # max-pressure control, no static priority
 }
 RS_LABELS = {
     "exit": "priority to the exiting classes (s1: B.2, s2: A.2)",
     "entry": "priority to the entering classes (s1: A.1, s2: B.1)",
     "fcfs": "no priority (FCFS)",
-    _BACKPRESSURE: "back-pressure (max-weight)",
+    _BACKPRESSURE: "back-pressure (max-pressure)",
 }
 
 

@@ -429,19 +429,22 @@ def run_network(
 
     backpressure = spec.control == "backpressure"
     succ = successors(spec)
-    queued: dict[tuple[str, str], int] = {}  # (server, class) -> tokens buffered
+    queued: dict[tuple[str, str], int] = {}  # (server, class) -> calls buffered
+    class_work: dict[str, list[int]] = {}  # class -> [work of its calls so far, calls]
     class_at = spec.class_servers()
 
-    def weight(server: str, cls: str) -> int:
-        """Max-weight's queue differential: this class's queued tokens here minus the
-        largest queue its calls feed next."""
+    def weight(server: str, cls: str) -> float:
+        """Max-pressure's weight: this class's queued calls here minus the largest queue of
+        calls it feeds next, times the class's service rate (calls per token of work), so a
+        short call that feeds another server counts as much as the work it unblocks."""
         down = 0
         for nxt in succ[cls]:
             for other in class_at[nxt]:
                 q = queued.get((other, nxt), 0)
                 if q > down:
                     down = q
-        return queued.get((server, cls), 0) - down
+        total, calls = class_work[cls]
+        return (queued.get((server, cls), 0) - down) * calls / total
 
     def release(rep: _Replica, t: int) -> None:
         """Hand the replica the queued calls of the class of largest weight, about one
@@ -463,7 +466,7 @@ def run_network(
         if not buf:
             del pool.buffered[cls]
             del pool.buffers[cls]
-        queued[(pool.name, cls)] = pool.buffered.get(cls, 0)
+        queued[(pool.name, cls)] = len(buf)
 
     for i in range(n):
         push(job_times[i], _JOB, job_types[i], i)
@@ -506,9 +509,14 @@ def run_network(
         elif kind == _DELIVER and backpressure:
             pool = a
             cls = b.tag
-            pool.buffers.setdefault(cls, deque()).append(b)
-            pool.buffered[cls] = pool.buffered.get(cls, 0) + b.prompt + b.output - 1
-            queued[(pool.name, cls)] = pool.buffered[cls]
+            buf = pool.buffers.setdefault(cls, deque())
+            buf.append(b)
+            work = b.prompt + b.output - 1
+            pool.buffered[cls] = pool.buffered.get(cls, 0) + work
+            queued[(pool.name, cls)] = len(buf)
+            seen = class_work.setdefault(cls, [0, 0])
+            seen[0] += work
+            seen[1] += 1
             for rep in pool.replicas:  # a step boundary decides what runs next
                 sim = rep.sim
                 if sim.busy_until > t:
