@@ -317,7 +317,6 @@ def run_network(
     threads: dict[int, tuple[_Thread, int]] = {}  # call id -> (waiting thread, context in its prompt)
     rep_index = {id(r): i for i, r in enumerate(replicas)}
     j_type, j_arr, j_fin, j_calls = array("q"), array("q"), array("q"), array("q")
-    jobs: list[_Job] = []
 
     events: list[tuple] = []
     seq = 0
@@ -468,8 +467,9 @@ def run_network(
             del pool.buffers[cls]
         queued[(pool.name, cls)] = len(buf)
 
-    for i in range(n):
-        push(job_times[i], _JOB, job_types[i], i)
+    # job arrivals enter the queue one at a time (the next one when this one is taken), so the
+    # queue holds what is in flight, not the whole workload
+    push(job_times[0], _JOB, job_types[0], 0)
 
     next_progress = progress_every = max(1, n // 200)
     steps_total = 0
@@ -544,8 +544,9 @@ def run_network(
         elif kind == _RESUME:
             advance(a, t)
         else:  # _JOB
+            if b + 1 < n:
+                push(job_times[b + 1], _JOB, job_types[b + 1], b + 1)
             job = _Job(b, a, t)
-            jobs.append(job)
             j_type.append(a)
             j_arr.append(t)
             j_fin.append(-1)

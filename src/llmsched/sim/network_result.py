@@ -258,26 +258,41 @@ class NetworkResult:
         arr, fin = self.job_arrival_ns, self.job_finish_ns
         done = fin >= 0
         lat = np.where(done, fin - arr, -1)
-        names = np.asarray(st.job_type_names, dtype=object)[_a(st.job_type)] if len(arr) else np.zeros(0, object)
+        n_jobs = len(arr)
+        type_names = np.asarray(st.job_type_names, dtype=object)
+        types, calls_per_job = _a(st.job_type), _a(st.job_calls)
+
+        def col(values, fmt=None):
+            """A column of `values` (an array), formatted block by block."""
+            return (lambda lo, hi: fmt(values[lo:hi]) if fmt else values[lo:hi].astype(str)), len(values)
+
         _write(
             out / "jobs.csv",
             lambda f: _csv(
                 f,
                 "job,type,arrival_s,finish_s,latency_s,calls,finished",
                 [
-                    np.arange(len(arr)).astype(str),
-                    names.astype(str),
-                    _secs(arr),
-                    _secs(fin),
-                    _secs(lat),
-                    _a(st.job_calls).astype(str),
-                    done.astype(int).astype(str),
+                    (lambda lo, hi: np.arange(lo, hi).astype(str), n_jobs),
+                    (lambda lo, hi: type_names[types[lo:hi]].astype(str), n_jobs),
+                    col(arr, _secs),
+                    col(fin, _secs),
+                    col(lat, _secs),
+                    col(calls_per_job),
+                    col(done.astype(int)),
                 ],
             ),
         )
         e2e = _a(st.call_e2e)
-        reps = np.asarray([r["name"] for r in st.replicas], dtype=object)
+        n_calls = len(e2e)
+        reps = np.asarray([r["name"] for r in st.replicas] or [""], dtype=object)
         rep_idx = _a(st.call_replica)
+        classes = np.asarray(st.call_class, dtype=object)
+        servers_of = np.asarray(st.call_server, dtype=object)
+
+        def replica_names(lo, hi):
+            idx = rep_idx[lo:hi]
+            return np.where(idx >= 0, reps[np.maximum(idx, 0)], "").astype(str)
+
         _write(
             out / "calls.csv",
             lambda f: _csv(
@@ -285,19 +300,19 @@ class NetworkResult:
                 "call,job,class,server,replica,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,e2e_s,"
                 "preemptions,finished",
                 [
-                    np.arange(len(e2e)).astype(str),
-                    _a(st.call_job).astype(str),
-                    np.asarray(st.call_class, dtype=str),
-                    np.asarray(st.call_server, dtype=str),
-                    np.where(rep_idx >= 0, reps[np.maximum(rep_idx, 0)] if len(reps) else "", "").astype(str),
-                    _secs(_a(st.call_arrival)),
-                    _a(st.call_prompt).astype(str),
-                    _a(st.call_output).astype(str),
-                    _secs(_a(st.call_queue)),
-                    _secs(_a(st.call_ttft)),
-                    _secs(e2e),
-                    _a(st.call_preempt).astype(str),
-                    (e2e >= 0).astype(int).astype(str),
+                    (lambda lo, hi: np.arange(lo, hi).astype(str), n_calls),
+                    col(_a(st.call_job)),
+                    (lambda lo, hi: classes[lo:hi].astype(str), n_calls),
+                    (lambda lo, hi: servers_of[lo:hi].astype(str), n_calls),
+                    (replica_names, n_calls),
+                    col(_a(st.call_arrival), _secs),
+                    col(_a(st.call_prompt)),
+                    col(_a(st.call_output)),
+                    col(_a(st.call_queue), _secs),
+                    col(_a(st.call_ttft), _secs),
+                    col(e2e, _secs),
+                    col(_a(st.call_preempt)),
+                    col((e2e >= 0).astype(int)),
                 ],
             ),
         )
@@ -318,15 +333,20 @@ def _secs(ns: np.ndarray) -> np.ndarray:
     return np.where(ns >= 0, text, "")
 
 
+CSV_BLOCK = 32768  # rows formatted at a time: memory stays flat however many rows
+
+
 def _csv(f, header: str, cols: list) -> None:
+    """Columns (each a callable giving the strings of rows [lo, hi)) as CSV, a block at a time."""
     f.write(header + "\n")
-    if not len(cols[0]):
-        return
-    rows = cols[0].astype(object)
-    for c in cols[1:]:
-        rows = rows + "," + np.asarray(c, dtype=object)
-    f.write("\n".join(rows.tolist()))
-    f.write("\n")
+    n = cols[0][1]
+    for lo in range(0, n, CSV_BLOCK):
+        hi = min(n, lo + CSV_BLOCK)
+        rows = np.asarray(cols[0][0](lo, hi), dtype=object)
+        for make, _ in cols[1:]:
+            rows = rows + "," + np.asarray(make(lo, hi), dtype=object)
+        f.write("\n".join(rows.tolist()))
+        f.write("\n")
 
 
 def _write(path: Path, writer) -> None:
