@@ -39,7 +39,7 @@ _BLOCK = 4096  # length samples drawn at once per call node
 
 
 class _Replica:
-    __slots__ = ("sim", "pool", "index", "version", "planned", "name", "order")
+    __slots__ = ("sim", "pool", "index", "version", "planned", "name", "order", "calls")
 
     def __init__(self, sim: ServerSim, pool: _Pool, index: int):
         self.sim = sim
@@ -47,11 +47,13 @@ class _Replica:
         self.index = index
         self.version = 0
         self.planned = False  # a plan event is queued
+        self.calls = 0  # calls given to it and not finished
         self.name = f"{pool.name}[{index}]" if pool.spec.replicas > 1 else pool.name
 
     def unfinished(self) -> int:
-        st = self.sim.state
-        return len(st.waiting) + st.n_running
+        """Calls at the replica, waiting or running (kept as a count: JSQ asks every replica
+        on every delivery)."""
+        return self.calls
 
     def unfinished_tokens(self, t: int) -> int:
         """Work left of its requests at `t` (steps of the current batch done by `t` count)."""
@@ -462,6 +464,7 @@ def run_network(
             budget -= r.prompt
             c_rep[r.id] = rep_index[id(rep)]
             sim.add(r)
+            rep.calls += 1
         if not buf:
             del pool.buffered[cls]
             del pool.buffers[cls]
@@ -483,7 +486,9 @@ def run_network(
             rep = a
             if b != rep.version:
                 continue
-            for r in rep.sim.end():
+            finished = rep.sim.end()
+            rep.calls -= len(finished)
+            for r in finished:
                 c_rep[r.id] = rep_index[id(rep)]
                 call_done(r, t)
             rep.planned = True
@@ -534,6 +539,7 @@ def run_network(
             if sim.busy_until < 0 and sim.now < t:
                 sim.idle_until(t)
             sim.add(b)
+            rep.calls += 1
             if sim.busy_until > t:
                 end = sim.truncate(t)
                 rep.version += 1
