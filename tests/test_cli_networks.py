@@ -174,3 +174,38 @@ def test_yaml_configs_merge_reproduce_and_suggest(tmp_path, capsys):
     (tmp_path / "t2.yaml").write_text("workload: {rte: 3}\n")
     assert main(["simulate", "--config", str(tmp_path / "t2.yaml"), "--out", ""]) == 2
     assert "did you mean 'rate'" in capsys.readouterr().err
+
+
+def test_slo_goodput_and_twp_target(capsys):
+    base = [
+        "simulate",
+        "--cost-model",
+        "paper",
+        "--rate",
+        "6",
+        "--prompt",
+        "geometric:200",
+        "--output",
+        "geometric:100",
+        "--num-requests",
+        "800",
+        "--out",
+        "",
+        "--json",
+    ]
+    assert main([*base, "--admission", "twp", "--slo", "itl_p99_ms=80", "--slo", "ttft_ms=3000"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["slo"] == {"itl_ms": 80.0, "ttft_ms": 3000.0} and 0 < s["goodput_share"] <= 1
+    assert s["goodput"] <= s["request_throughput"] + 1e-9
+    # a limit nobody meets gives no goodput; a generous one counts every request
+    assert main([*base, "--slo", "ttft_ms=0.001"]) == 0
+    assert json.loads(capsys.readouterr().out)["goodput"] == 0
+    assert main([*base, "--slo", "e2el_ms=1e9"]) == 0
+    assert json.loads(capsys.readouterr().out)["goodput_share"] == 1.0
+    # TWP takes the objective as its ITL target
+    import llmsched
+
+    r = llmsched.simulate(
+        cost_model="paper", admission="twp", slo={"itl_p99_ms": 80}, rate=2, num_requests=50, verdict=False
+    )
+    assert r.config["admission_options"] == {} and r.summary["slo"] == {"itl_ms": 80.0}

@@ -67,6 +67,7 @@ class SimConfig:
     sample_interval_s: float | None = None
     record_steps: bool = False
     verdict: bool = True
+    slo: dict = field(default_factory=dict)  # per-request limits in ms: ttft_ms, tpot_ms, itl_ms, e2el_ms
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SimConfig:
@@ -159,6 +160,32 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
     return cfg
 
 
+SLO_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
+SLO_ALIASES = {"itl_p99_ms": "itl_ms", "ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "e2el_ms"}
+
+
+def check_slo(slo) -> dict:
+    """Per-request service-level objectives in ms (as `vllm bench serve --goodput`): a
+    request meets them when its TTFT, its TPOT (its mean inter-token latency; `itl_ms`
+    and `itl_p99_ms` name the same per-request limit) and its end-to-end latency are
+    within the limits given."""
+    if slo is None:
+        return {}
+    if not isinstance(slo, dict):
+        raise ConfigError("slo must be a mapping like {ttft_ms: 2000, itl_ms: 50}")
+    out = {}
+    for k, v in slo.items():
+        key = SLO_ALIASES.get(str(k), str(k))
+        if key not in SLO_KEYS:
+            close = difflib.get_close_matches(str(k), [*SLO_KEYS, *SLO_ALIASES], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(SLO_KEYS)})"
+            raise ConfigError(f"unknown SLO {k!r}{hint}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ConfigError(f"SLO {k} must be a positive number of milliseconds, got {v!r}")
+        out[key] = float(v)
+    return out
+
+
 def provenance() -> dict:
     """Who made a run and how: llmsched's version and git commit (when it runs from a git
     checkout), the UTC time and the command line."""
@@ -226,7 +253,12 @@ def simulate(
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
         overrides["trace"], trace = str(trace), None
     cfg = build_config(config, **overrides)
-    scheduler = cfg.scheduler_spec().build()
+    slo = check_slo(cfg.slo)
+    spec = cfg.scheduler_spec()
+    if "itl_ms" in slo and spec.admission == "twp" and "itl_target_ms" not in spec.admission_options:
+        # TWP paces to the user's ITL objective
+        spec = spec.replace(admission_options={**spec.admission_options, "itl_target_ms": slo["itl_ms"]})
+    scheduler = spec.build()
     cost = make_cost_model(cfg.cost_model)
     scheduler.bind_cost_model(cost)
     if trace is None:
@@ -282,6 +314,7 @@ def simulate(
         wall_s=wall,
     )
     result.steps_path = steps_tmp
+    result.slo = slo
     if cfg.verdict:
         result.stability = _stability_fields(result, cost, cfg)
     if out_dir is not None:

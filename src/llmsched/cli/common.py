@@ -159,6 +159,8 @@ def sim_overrides(args) -> dict:
     ]
     out = {k: getattr(args, k, None) for k in keys}
     out.update(scheduler_options(args))
+    if getattr(args, "request_slo", None):  # simulate's per-request objectives (sweep's --slo is a search's)
+        out["slo"] = key_values(args.request_slo, "--slo")
     if getattr(args, "exact", False):
         out["fast"] = False
     if getattr(args, "steps", False):

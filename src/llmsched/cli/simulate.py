@@ -259,6 +259,11 @@ def print_summary(result) -> None:
         ("TPOT mean / p99", f"{ms('mean_tpot_ms')} / {ms('p99_tpot_ms')}"),
         ("ITL mean / p50 / p99", f"{ms('mean_itl_ms')} / {ms('median_itl_ms')} / {ms('p99_itl_ms')}"),
         ("ITL CV", "-" if s.get("itl_cv") is None else f"{s['itl_cv']:.3f}"),
+        *(
+            [("goodput (requests meeting every SLO)", f"{s['goodput']:,.2f} req/s ({s['goodput_share']:.1%})")]
+            if "goodput" in s
+            else []
+        ),
         ("E2E latency mean / p99", f"{ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}"),
         ("steps", f"{s['steps']:,}"),
         ("mean token load / full-budget steps", f"{s['mean_token_load']:,.1f} / {s['full_budget_step_share']:.1%}"),
@@ -335,6 +340,14 @@ def register(sub) -> None:
         help="--serverless: fcfs, round-robin, priority, dynamicbatch, twp or serverlessllm (default: the file's)",
     )
     g = p.add_argument_group("run and output")
+    g.add_argument(
+        "--slo",
+        action="append",
+        metavar="METRIC=MS",
+        dest="request_slo",
+        help="a per-request objective for goodput (repeatable): ttft_ms, tpot_ms, itl_ms (alias "
+        "itl_p99_ms: also TWP's ITL target), e2el_ms",
+    )
     g.add_argument("--max-time", type=float, dest="max_time_s", help="stop the simulation at this time (s)")
     g.add_argument(
         "--sample-interval",

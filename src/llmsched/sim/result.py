@@ -67,6 +67,8 @@ class SimResult:
     # summary fields computed by the caller from the run: theorem 2's capacity and the
     # stability verdict (`llmsched.simulate`), or a network replica's verdict
     stability: dict = field(default_factory=dict)
+    # per-request objectives in ms (ttft_ms, tpot_ms, itl_ms, e2el_ms): the summary reports goodput
+    slo: dict = field(default_factory=dict)
     _summary: dict | None = field(default=None, init=False, repr=False)
 
     # ---- per-request values (seconds; NaN where not reached) -------------------------
@@ -155,6 +157,17 @@ class SimResult:
         )
         s["wall_s"] = self.wall_s
         s.update(self.stability)
+        if self.slo:
+            ok = done.copy()
+            for key, values in (("ttft_ms", self.ttft_s), ("e2el_ms", self.e2e_s)):
+                if key in self.slo:
+                    ok &= values * 1e3 <= self.slo[key]
+            for key in ("tpot_ms", "itl_ms"):  # a request's mean inter-token latency is its TPOT
+                if key in self.slo:
+                    ok &= np.nan_to_num(tpot, nan=0.0) * 1e3 <= self.slo[key]
+            s["slo"] = dict(self.slo)
+            s["goodput"] = float(ok.sum()) / duration
+            s["goodput_share"] = float(ok.sum()) / max(int(done.sum()), 1)
         if self.tag is not None and len(self.tag):
             tags = np.asarray(self.tag, dtype=object)
             names = sorted(set(tags.tolist()))
