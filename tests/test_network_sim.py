@@ -266,3 +266,12 @@ def test_priorities_keep_the_fast_path_exact_and_serve_the_priority_class_first(
     cls = np.asarray(fast.call_class)
     queue = _a(fast.call_queue)
     assert queue[cls == "B.2"].mean() < queue[cls == "A.1"].mean()
+
+
+def test_a_cyclic_network_is_judged_on_its_total_work():
+    """Rybko-Stolyar with exit priorities: each server's own backlog has no steady slope (it
+    swings to the other server), the network's total work grows: the network is unstable."""
+    res = simulate_network("examples/networks/rybko_stolyar.yaml", num_jobs=8000)
+    s = res.summary
+    assert s["network_work_verdict"]["verdict"] == "unstable"
+    assert s["verdict"] == "unstable"

@@ -47,9 +47,8 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.request import NS
-from ..sim.network_result import simulate_network
-from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
+from ..sim.network_result import network_backlog, simulate_network
+from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
 from ..theory.network import traffic
 from ..workload import network as _network_spec
 from .figures import new_figure, save_figure
@@ -274,74 +273,6 @@ def rybko_stolyar_network(
 # ------------------------------------------------------------------------------ one run
 def _a(col) -> np.ndarray:
     return np.frombuffer(col, dtype=np.int64) if len(col) else np.zeros(0, dtype=np.int64)
-
-
-def _step_count(t_events: np.ndarray, w_events: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """Sum of the `w_events` at times <= each grid time."""
-    if len(t_events) == 0:
-        return np.zeros(len(grid))
-    order = np.argsort(t_events, kind="stable")
-    cum = np.cumsum(w_events[order])
-    idx = np.searchsorted(t_events[order], grid, side="right") - 1
-    return np.where(idx >= 0, cum[np.maximum(idx, 0)], 0.0)
-
-
-def network_backlog(result) -> dict:
-    """Unfinished work over time, per server and for the whole network, with a verdict on
-    the network's.
-
-    Per server: the sum of its replicas' backlogs (remaining prefill + decode tokens of the
-    calls at the replica) and, under back-pressure, the work of the calls waiting in its
-    buffer (counted from delivery to the call's first step, which its release precedes by
-    at most a step or two; the replicas' own series do not see the buffer). The network's:
-    the servers', plus the work (prompt + output - 1) of every call a job in the network
-    has still to make (counted from the job's arrival to the call's delivery). Every
-    call's length is known from the run, so this is exact up to that release. The verdict judges
-    the network's work while jobs arrive, with the threshold at
-    2% of the bottleneck's capacity (an overloaded bottleneck at load rho adds
-    (rho - 1) times its capacity a second, as one server would). Returns {"time_s", "servers": {name: array}, "network":
-    array, "verdict": {...}}."""
-    st = result.stats
-    reps = result.replicas()
-    series = [r.timeseries for r in reps]
-    longest = max(series, key=lambda s: len(s["time_s"]))
-    grid = np.asarray(longest["time_s"], dtype=float)
-    servers: dict[str, np.ndarray] = {}
-    for rep, ts in zip(st.replicas, series):
-        w = np.interp(grid, np.asarray(ts["time_s"], dtype=float), np.asarray(ts["backlog_tokens"], dtype=float))
-        servers[rep["server"]] = servers.get(rep["server"], 0.0) + w
-    work = (_a(st.call_prompt) + _a(st.call_output) - 1).astype(float)
-    call_at = _a(st.call_arrival) / NS
-    job_at = _a(st.job_arrival)[_a(st.call_job)] / NS
-    pending = _step_count(np.concatenate([job_at, call_at]), np.concatenate([work, -work]), grid)
-    if getattr(st.spec, "control", "none") == _BACKPRESSURE:
-        # a call waits in its server's buffer from delivery until a replica takes it
-        queue = _a(st.call_queue)
-        start = np.where(queue >= 0, _a(st.call_arrival) + queue, np.iinfo(np.int64).max) / NS
-        where = np.asarray(st.call_server, dtype=object)
-        for name in servers:
-            sel = where == name
-            servers[name] = servers[name] + _step_count(
-                np.concatenate([call_at[sel], start[sel]]), np.concatenate([work[sel], -work[sel]]), grid
-            )
-    total = sum(servers.values()) + pending
-    last = float(_a(st.job_arrival).max()) / NS
-    keep = grid <= last
-    cap = result.traffic.server(result.traffic.bottleneck).capacity if result.traffic is not None else None
-    try:
-        v = stability_verdict(grid[keep], total[keep], capacity=cap)
-        verdict = {
-            "verdict": v.verdict,
-            "stable": v.stable,
-            "reason": v.reason,
-            "backlog_growth_tokens_per_s": v.backlog_growth_tokens_per_s,
-            "backlog_growth_ci": [v.ci_low, v.ci_high],
-            "threshold_tokens_per_s": v.threshold_tokens_per_s,
-            "mean_backlog_tokens": v.mean_backlog_tokens,
-        }
-    except ConfigError as e:
-        verdict = {"verdict": INCONCLUSIVE, "stable": None, "reason": f"too short: {e}"}
-    return {"time_s": grid, "servers": servers, "network": total, "verdict": verdict, "arrival_end_s": last}
 
 
 def _thin(x: np.ndarray, n: int = SERIES_POINTS) -> list:
