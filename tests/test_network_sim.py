@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -45,12 +46,14 @@ def networks(draw):
         servers[f"s{i}"] = s
 
     def call():
+        context = draw(st.booleans())
         return {
             "call": {
                 "server": f"s{draw(st.integers(0, n_servers - 1))}",
                 "prompt": f"uniform:1,{draw(st.integers(2, 80))}",
                 "output": f"uniform:1,{draw(st.integers(2, 30))}",
-                "context": draw(st.booleans()),
+                "context": context,
+                "cached": context and draw(st.booleans()),
             }
         }
 
@@ -61,7 +64,9 @@ def networks(draw):
             if kind == "call":
                 nodes.append(call())
             elif kind == "delay":
-                nodes.append({"delay": f"exponential:{draw(st.sampled_from([0.01, 0.2]))}"})
+                nodes.append(
+                    {"delay": draw(st.sampled_from(["exponential:0.01", "exponential:0.2", "per_token:0.001"]))}
+                )
             elif kind == "fork":
                 nodes.append({"fork": [route(depth + 1) for _ in range(draw(st.integers(2, 3)))]})
             else:
@@ -275,3 +280,40 @@ def test_a_cyclic_network_is_judged_on_its_total_work():
     s = res.summary
     assert s["network_work_verdict"]["verdict"] == "unstable"
     assert s["verdict"] == "unstable"
+
+
+def test_disaggregated_prefill_and_decode():
+    """A prefill server hands each request's KV cache to a decode server after a transfer
+    delay per token; the decode server computes only the new tokens, and the traffic
+    equations charge it only those."""
+    from llmsched.theory.network import traffic
+
+    spec = NetworkSpec.from_yaml("examples/networks/disaggregated.yaml")
+    d = spec.to_dict()
+    d["num_jobs"] = 600
+    spec = NetworkSpec.from_dict(d)
+    stats = run_network(spec)
+    cls = np.asarray(stats.call_class)
+    arr, e2e, prompt, out = (_a(c) for c in (stats.call_arrival, stats.call_e2e, stats.call_prompt, stats.call_output))
+    pre, dec = np.flatnonzero(cls == "prefill"), np.flatnonzero(cls == "decode")
+    assert len(pre) == len(dec) == 600
+    # per job: the decode call resends prompt + first token, plus one new token, after 20 us a token
+    by_job = {int(j): i for i, j in zip(pre, _a(stats.call_job)[pre])}
+    for i in dec:
+        j = by_job[int(_a(stats.call_job)[i])]
+        context = prompt[j] + out[j]
+        assert prompt[i] == context + 1
+        assert arr[i] == arr[j] + e2e[j] + round(0.00002 * context * 1e9)
+    # the decode replicas computed 1 prefill token and output - 1 decode tokens a call, not the context
+    work = sum(sum(b * n for b, n in enumerate(r["sim"].load_hist)) for r in stats.replicas if r["server"] == "decode")
+    assert work == int(out[dec].sum())
+    rep = traffic(spec)
+    assert rep.server("decode").offered_tokens_per_s == pytest.approx(4.0 * 200, rel=1e-6)
+    assert rep.server("prefill").offered_tokens_per_s == pytest.approx(4.0 * 800, rel=1e-6)
+
+
+def test_cached_needs_context():
+    d = NetworkSpec.from_yaml("examples/networks/disaggregated.yaml").to_dict()
+    d["jobs"]["chat"]["route"][2]["call"]["context"] = False
+    with pytest.raises(ConfigError, match="cached: true needs context: true"):
+        NetworkSpec.from_dict(d)

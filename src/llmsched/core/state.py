@@ -188,7 +188,8 @@ class ServerState:
         w = r.prefill_target - r.prefilled + r.output - r.emitted - 1  # work(r)
         self.backlog_tokens += w
         self.waiting_tokens += w
-        self.pending_prefill += r.prefill_target
+        # a request may arrive with part of its prompt's KV computed elsewhere (`prefilled`)
+        self.pending_prefill += r.prefill_target - r.prefilled
 
     def begin_step(self, plan: StepPlan, now: int) -> tuple[int, int, list[tuple[int, int]], int]:
         """Apply preemptions, admissions and the served decode prefix.
@@ -307,7 +308,7 @@ class ServerState:
             w = self.work(r)
             self.waiting_tokens -= w
             self.backlog_tokens -= w
-            self.pending_prefill -= r.prefill_target
+            self.pending_prefill -= r.prefill_target - r.prefilled
             r.phase = DONE
             r.finish = end
             return
@@ -331,8 +332,7 @@ class ServerState:
         else:
             w.remove(r)
         self.waiting_tokens -= r.prefill_target - r.prefilled + r.output - r.emitted - 1  # work(r)
-        r.phase = PREFILL
-        r.prefilled = 0
+        r.phase = PREFILL  # `prefilled` is 0, or the tokens whose KV arrived with the request
         r.kv = r.prefill_target
         self.kv_used += r.kv
         self.running[r.id] = r

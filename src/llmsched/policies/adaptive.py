@@ -174,8 +174,8 @@ class Adaptive(BatchPolicy):
                 acc += rem
         if acc < cap and len(rems) < slots:
             for r in state.waiting:
-                rems.append(r.prefill_target)
-                acc += r.prefill_target
+                rems.append(r.prefill_target - r.prefilled)
+                acc += r.prefill_target - r.prefilled
                 if acc >= cap or len(rems) >= slots:
                     break
         q_p = state.pending_prefill

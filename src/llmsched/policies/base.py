@@ -135,8 +135,9 @@ class Planner:
         policy allow. `whole`: only if its whole prefill fits in the step."""
         if self.tokens <= 0 or self.slots <= 0 or self.kv < r.prefill_target:
             return False
-        n = min(r.prefill_target, self.tokens)
-        if whole and n < r.prefill_target:
+        left = r.prefill_target - r.prefilled  # a prompt may arrive with part of its KV computed
+        n = min(left, self.tokens)
+        if whole and n < left:
             return False
         if not self.admission.may_admit(self.state, r, self):
             return False

@@ -346,6 +346,8 @@ def run_network(
                 "complete (raise kv_capacity, or bound the context its route resends)"
             )
         r = Request(cid, t, p, o, call.cls)
+        if call.cached:  # the resent context's KV arrives computed: only the rest is prefilled
+            r.prefilled = min(thread.context, p - 1)
         r.index = thread.job.id
         ranks = rank[server]
         if ranks:
@@ -388,7 +390,10 @@ def run_network(
                 deliver(t, thread, node)
                 return
             if isinstance(node, Delay):
-                push(t + delay_ns(node), _RESUME, thread)
+                if node.law.kind == "per_token":  # a KV transfer: time per token of context
+                    push(t + round(node.law.mean * thread.context * NS), _RESUME, thread)
+                else:
+                    push(t + delay_ns(node), _RESUME, thread)
                 return
             if isinstance(node, Loop):
                 thread.frames.append([node.body, 0, node, 1])

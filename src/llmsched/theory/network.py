@@ -165,7 +165,9 @@ def _node(node) -> _Frag:
     f = _Frag()
     if isinstance(node, Call):
         p, o = law_mean(node.prompt), law_mean(node.output)
-        f.stats[(node.server, node.cls)] = np.array([1.0, 1.0 if node.context else 0.0, 0.0, p, o])
+        # a cached context is in the KV cache already: it is not work here
+        resent = node.context and not node.cached
+        f.stats[(node.server, node.cls)] = np.array([1.0, 1.0 if resent else 0.0, 0.0, p, o])
         f.d = p + o
     elif isinstance(node, Delay):
         pass

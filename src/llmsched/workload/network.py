@@ -92,7 +92,7 @@ _TOP_KEYS = ("servers", "jobs", "num_jobs", "duration_s", "seed", "control")
 CONTROLS = ("none", "backpressure")
 _JOB_KEYS = ("arrival", "route")
 _ARRIVAL_KEYS = ("process", "rate", "cv")
-_CALL_KEYS = ("server", "prompt", "output", "context", "class")
+_CALL_KEYS = ("server", "prompt", "output", "context", "cached", "class")
 _LOOP_KEYS = ("body", "times", "repeat_prob")
 _NODE_KINDS = ("call", "delay", "fork", "loop")
 _MAX_LOOP_TIMES = 1_000_000
@@ -185,9 +185,11 @@ def _name(value, where: str, what: str) -> str:
 class DelayLaw:
     """Think or tool time in seconds between calls.
 
-    `const` (every delay `mean` seconds; 0 allowed), `exponential` (mean `mean` > 0) or
-    `uniform` (between `lo` and `hi`, 0 <= lo <= hi; `mean` is set to their midpoint).
-    String forms: `const:S` (or a bare number S), `exponential:MEAN`, `uniform:LO,HI`."""
+    `const` (every delay `mean` seconds; 0 allowed), `exponential` (mean `mean` > 0),
+    `uniform` (between `lo` and `hi`, 0 <= lo <= hi; `mean` is set to their midpoint) or
+    `per_token` (`mean` seconds per token of the job's context at that point: a KV-cache
+    transfer between a prefill and a decode server). String forms: `const:S` (or a bare
+    number S), `exponential:MEAN`, `uniform:LO,HI`, `per_token:S`."""
 
     kind: str
     mean: float = 0.0
@@ -197,10 +199,10 @@ class DelayLaw:
     def __post_init__(self):
         kind = str(self.kind).strip().lower()
         kind = {"constant": "const", "fixed": "const", "exp": "exponential"}.get(kind, kind)
-        if kind not in ("const", "exponential", "uniform"):
+        if kind not in ("const", "exponential", "uniform", "per_token"):
             raise ConfigError(
-                f"unknown delay law '{self.kind}'{_suggest(kind, ('const', 'exponential', 'uniform'))} "
-                "(known: const:S, exponential:MEAN, uniform:LO,HI; seconds)"
+                f"unknown delay law '{self.kind}'{_suggest(kind, ('const', 'exponential', 'uniform', 'per_token'))} "
+                "(known: const:S, exponential:MEAN, uniform:LO,HI, per_token:S; seconds)"
             )
         object.__setattr__(self, "kind", kind)
         if kind == "uniform":
@@ -215,7 +217,7 @@ class DelayLaw:
         if self.lo is not None or self.hi is not None:
             raise ConfigError(f"a {kind} delay takes a mean only, not lo/hi")
         m = _number(self.mean, "", f"{kind} delay")
-        if kind == "const" and m < 0:
+        if kind in ("const", "per_token") and m < 0:
             raise ConfigError(f"const delay must be >= 0 seconds, got {m:g}")
         if kind == "exponential" and m <= 0:
             raise ConfigError(f"exponential delay mean must be > 0 seconds, got {m:g}")
@@ -223,7 +225,7 @@ class DelayLaw:
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """n delays in seconds (float64)."""
-        if self.kind == "const":
+        if self.kind in ("const", "per_token"):  # per_token: seconds per context token
             return np.full(n, self.mean, dtype=np.float64)
         if self.kind == "exponential":
             return rng.exponential(self.mean, n)
@@ -270,7 +272,7 @@ def parse_delay_law(spec) -> DelayLaw:
         return DelayLaw(
             "uniform", lo=_number(args[0], "", f"delay law '{s}': lo"), hi=_number(args[1], "", f"delay law '{s}': hi")
         )
-    if kind_l in ("const", "constant", "fixed", "exponential", "exp"):
+    if kind_l in ("const", "constant", "fixed", "exponential", "exp", "per_token"):
         if len(args) != 1:
             raise ConfigError(f"delay law '{s}' needs one value, e.g. {kind_l}:0.5 (seconds)")
         return DelayLaw(kind_l, _number(args[0], "", f"delay law '{s}'"))
@@ -281,7 +283,10 @@ def parse_delay_law(spec) -> DelayLaw:
 @dataclass
 class Call:
     """One LLM call at `server`: `prompt` new prompt tokens and `output` output tokens.
-    With `context=True` the prompt also holds the job's context so far (module doc).
+    With `context=True` the prompt also holds the job's context so far (module doc); with
+    `cached=True` too, that context arrives with its KV cache already computed (another
+    server prefilled it: disaggregated prefill and decode), so only the new prompt tokens
+    are prefilled here, while the whole prompt occupies the KV cache.
     `cls`: the call's class name ("" until the network assigns `"{job}.{i}"`)."""
 
     server: str
@@ -289,6 +294,7 @@ class Call:
     output: LengthLaw
     context: bool = False
     cls: str = ""
+    cached: bool = False
 
 
 @dataclass
@@ -800,10 +806,17 @@ def _parse_node(n, where: str) -> Node:
         ctx = c.get("context", False)
         if not isinstance(ctx, bool):
             raise _at(at, f"context must be true or false, got {_show(ctx)}")
+        cached = c.get("cached", False)
+        if not isinstance(cached, bool):
+            raise _at(at, f"cached must be true or false, got {_show(cached)}")
+        if cached and not ctx:
+            raise _at(at, "cached: true needs context: true (it says the resent context's KV cache arrives ready)")
         cls = c.get("class")
         if cls is not None:
             cls = _name(cls, at, "class")
-        return Call(server=c["server"], prompt=laws["prompt"], output=laws["output"], context=ctx, cls=cls or "")
+        return Call(
+            server=c["server"], prompt=laws["prompt"], output=laws["output"], context=ctx, cls=cls or "", cached=cached
+        )
     if kind == "delay":
         with _Located(at):
             return Delay(parse_delay_law(value))
@@ -857,6 +870,8 @@ def _node_dict(n) -> dict:
         d = {"server": n.server, "prompt": n.prompt.to_str(), "output": n.output.to_str()}
         if n.context:
             d["context"] = True
+        if n.cached:
+            d["cached"] = True
         if n.cls:
             d["class"] = n.cls
         return {"call": d}
