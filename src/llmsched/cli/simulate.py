@@ -33,13 +33,30 @@ def cmd_simulate(args) -> int:
         result = simulate(args.config, out_dir=args.out or None, progress=progress, **sim_overrides(args))
     finally:
         close()
+    return _report(args, result, print_summary)
+
+
+# options of a run that a network or serverless file leaves to the command line
+RUN_OPTIONS = ("seed", "max_time_s", "sample_interval_s", "fast", "num_requests")
+
+
+def _report(args, result, printer) -> int:
+    """The summary as JSON (`--json`) or as a table, and where the files went."""
     if args.json:
         print(json.dumps(to_jsonable(result.summary), indent=2))
     elif not args.quiet:
-        print_summary(result)
+        printer(result)
         if args.out:
             print(f"results written to {args.out}/")
     return 0
+
+
+def _refuse_flags(args, keep: tuple[str, ...], what: str, instead: str) -> None:
+    """One line naming the first simulate flag that a declared file (`what`) makes moot."""
+    given = [k for k, v in sim_overrides(args).items() if v is not None and k not in keep]
+    if given or args.config:
+        flag = given[0].replace("_", "-") if given else "config"
+        raise ConfigError(f"{what}; --{flag} does not apply ({instead})")
 
 
 def _simulate_network(args) -> int:
@@ -54,16 +71,12 @@ def _simulate_network(args) -> int:
                 "--replicas/--router describe a cluster from the flags; a --network file "
                 "declares replicas and routers per server"
             )
-        given = {
-            k: v
-            for k, v in sim_overrides(args).items()
-            if v is not None and k not in ("seed", "max_time_s", "sample_interval_s", "fast", "num_requests")
-        }
-        if given or args.config:
-            raise ConfigError(
-                f"--network FILE declares servers and workload; --{next(iter(given), 'config').replace('_', '-')} "
-                "does not apply (use --scale, --num-requests for the number of jobs, --seed)"
-            )
+        _refuse_flags(
+            args,
+            RUN_OPTIONS,
+            "--network FILE declares servers and workload",
+            "use --scale, --num-requests for the number of jobs, --seed",
+        )
         network = args.network
         num_jobs = args.num_requests
     else:
@@ -88,13 +101,7 @@ def _simulate_network(args) -> int:
         )
     finally:
         close()
-    if args.json:
-        print(json.dumps(to_jsonable(res.summary), indent=2))
-    elif not args.quiet:
-        print_network_summary(res)
-        if args.out:
-            print(f"results written to {args.out}/")
-    return 0
+    return _report(args, res, print_network_summary)
 
 
 def _simulate_serverless(args) -> int:
@@ -104,17 +111,12 @@ def _simulate_serverless(args) -> int:
         raise ConfigError(
             "--serverless FILE declares the whole platform; --network, --replicas, --router and --steps do not apply"
         )
-    given = {
-        k: v
-        for k, v in sim_overrides(args).items()
-        if v is not None and k not in ("seed", "max_time_s", "fast", "num_requests", "admission", "sample_interval_s")
-    }
-    if given or args.config:
-        raise ConfigError(
-            f"--serverless FILE declares models, cluster and workload; "
-            f"--{next(iter(given), 'config').replace('_', '-')} does not apply (use --platform-scheduler, "
-            "--scale, --num-requests, --seed)"
-        )
+    _refuse_flags(
+        args,
+        (*RUN_OPTIONS, "admission"),
+        "--serverless FILE declares models, cluster and workload",
+        "use --platform-scheduler, --scale, --num-requests, --seed",
+    )
     if args.admission:
         raise ConfigError(
             "--serverless: the platform scheduler sets each model's admission; use "
@@ -135,13 +137,7 @@ def _simulate_serverless(args) -> int:
         )
     finally:
         close()
-    if args.json:
-        print(json.dumps(to_jsonable(res.summary), indent=2))
-    elif not args.quiet:
-        print_serverless_summary(res)
-        if args.out:
-            print(f"results written to {args.out}/")
-    return 0
+    return _report(args, res, print_serverless_summary)
 
 
 def print_serverless_summary(res) -> None:
