@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..core.engine_api import RequestOutput, SamplingParams
+from ..core.engine_api import RequestOutput
 from ..core.errors import ConfigError
 from ..core.plan import StepFeedback, StepPlan
 from ..core.request import DONE, NS, Request
@@ -255,14 +255,6 @@ class StepDriver:
             "aborted_total": self.aborted_total,
             "scheduler": self.scheduler.name,
         }
-
-
-def new_sequence(
-    request_id: str, prompt_len: int, params: SamplingParams, eos_ids: frozenset = frozenset()
-) -> Sequence:
-    if not isinstance(params, SamplingParams):
-        raise ConfigError("params must be a llmsched SamplingParams")
-    return Sequence(request_id, prompt_len, params, eos_ids)
 
 
 __all__ = ["StepDriver", "StepBatch", "Executor", "NS"]
