@@ -7,7 +7,6 @@ next to its results so any figure can be regenerated.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import subprocess
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .core.cost import make_cost_model
-from .core.errors import ConfigError
+from .core.errors import ConfigError, unknown_name
 from .core.version import __version__
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
@@ -80,9 +79,7 @@ class SimConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(known))})"
-            raise ConfigError(f"unknown configuration option {unknown[0]!r}{hint}")
+            raise unknown_name("configuration option", unknown[0], known)
         cfg = cls(**{k: v for k, v in d.items() if k != "workload"})
         if "workload" in d and d["workload"] is not None:
             wl = d["workload"]
@@ -90,9 +87,7 @@ class SimConfig:
                 raise ConfigError("'workload' must be a mapping (arrival, rate, prompt, output, ...)")
             unknown = sorted(set(wl) - _WORKLOAD_KEYS)
             if unknown:
-                close = difflib.get_close_matches(unknown[0], sorted(_WORKLOAD_KEYS), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(_WORKLOAD_KEYS))})"
-                raise ConfigError(f"unknown workload option {unknown[0]!r}{hint}")
+                raise unknown_name("workload option", unknown[0], _WORKLOAD_KEYS)
             given = {k: v for k, v in wl.items() if v is not None}
             replay = bool(given.get("trace")) or str(given.get("arrival", "")).startswith(("trace", "azure"))
             cfg.workload = given if replay else {**DEFAULT_WORKLOAD, **given}
@@ -177,9 +172,7 @@ def check_slo(slo) -> dict:
     for k, v in slo.items():
         key = SLO_ALIASES.get(str(k), str(k))
         if key not in SLO_KEYS:
-            close = difflib.get_close_matches(str(k), [*SLO_KEYS, *SLO_ALIASES], n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(SLO_KEYS)})"
-            raise ConfigError(f"unknown SLO {k!r}{hint}")
+            raise unknown_name("SLO", k, [*SLO_KEYS, *SLO_ALIASES])
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise ConfigError(f"SLO {k} must be a positive number of milliseconds, got {v!r}")
         out[key] = float(v)

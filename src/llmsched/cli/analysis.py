@@ -20,6 +20,7 @@ from .common import (
     add_scheduler_args,
     add_workload_args,
     positive_int,
+    print_grid,
     print_table,
     sim_overrides,
 )
@@ -120,23 +121,9 @@ def _network_capacity(args, over: dict) -> int:
     if args.json:
         print(json.dumps(to_jsonable(rep), indent=2, default=str))
         return 0
-    _print_grid(f"llmsched capacity: {args.network}", network_server_rows(rep))
+    print_grid(f"llmsched capacity: {args.network}", network_server_rows(rep))
     print_table("network", network_capacity_rows(rep))
     return 0
-
-
-def _print_grid(title: str, rows: list[tuple[str, ...]]) -> None:
-    """A table whose first row is the header."""
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-
-    t = Table(title=title)
-    for i, head in enumerate(rows[0]):
-        t.add_column(head, justify="left" if i == 0 else "right", no_wrap=True)
-    for row in rows[1:]:
-        t.add_row(*row)
-    # wider than 80 columns: when piped, print whole rows rather than cut the cells
-    Console(width=None if sys.stdout.isatty() else 200).print(t)
 
 
 def _seeds(text: str | None) -> list[int]:

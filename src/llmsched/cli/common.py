@@ -192,6 +192,19 @@ def print_table(title: str, rows: list[tuple[str, str]], head: tuple[str, str] =
     Console().print(t)
 
 
+def print_grid(title: str, rows: list[tuple[str, ...]]) -> None:
+    """A table whose first row is the header; when piped, whole rows rather than cut cells."""
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    t = Table(title=title)
+    for i, head in enumerate(rows[0]):
+        t.add_column(head, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in rows[1:]:
+        t.add_row(*row)
+    Console(width=None if sys.stdout.isatty() else 200).print(t)
+
+
 __all__ = [
     "Parser",
     "positive_int",
@@ -204,4 +217,5 @@ __all__ = [
     "sim_overrides",
     "add_parallel_args",
     "print_table",
+    "print_grid",
 ]

@@ -3,3 +3,14 @@
 
 class ConfigError(ValueError):
     """Invalid input (an option, a file, a workload) named in one sentence."""
+
+
+def unknown_name(what: str, name, known) -> ConfigError:
+    """The one-line error for a name that is not among `known`, with a suggestion when one
+    is close ("did you mean ...?") and the known names otherwise."""
+    import difflib  # noqa: PLC0415 - only on the error path
+
+    known = sorted(known)
+    close = difflib.get_close_matches(str(name), known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+    return ConfigError(f"unknown {what} {name!r}{hint}")

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.constraints import Constraints
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, unknown_name
 from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
 from .base import AdmissionPolicy, BatchPolicy, Planner, Scheduler
@@ -55,7 +55,7 @@ def register_admission_policy(name: str, factory: Callable[..., AdmissionPolicy]
 def _lookup(name: str, table: dict, aliases: dict, what: str):
     key = aliases.get(name.lower(), name.lower())
     if key not in table:
-        raise ConfigError(f"unknown {what} {name!r} (known: {', '.join(sorted(table))})")
+        raise unknown_name(what, name, table)
     return table[key]
 
 
