@@ -42,6 +42,7 @@ class Request:
         "round0",
         "act_seq",
         "payload",
+        "blocks",
     )
 
     def __init__(
@@ -68,6 +69,9 @@ class Request:
         self.round0 = 0  # decode round when it became active
         self.act_seq = 0  # activation number, validates completion-heap entries
         self.payload = payload  # engine/server data (token ids, sampling params)
+        # Prefix caching: one id per full block of the prompt (the cache's block size), each
+        # identifying the block's content and everything before it; None = nothing shareable.
+        self.blocks: tuple[int, ...] | None = None
 
     @property
     def remaining_prefill(self) -> int:
