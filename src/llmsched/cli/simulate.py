@@ -11,6 +11,7 @@ import sys
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from .common import add_cost_model_arg, add_scheduler_args, add_workload_args, positive_int, print_table, sim_overrides
+from .table import render_table
 
 
 def cmd_simulate(args) -> int:
@@ -227,9 +228,6 @@ def _progress_bar(args):
 
 
 def print_summary(result) -> None:
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-
     s = result.summary
     c = result.config
 
@@ -237,14 +235,11 @@ def print_summary(result) -> None:
         v = s.get(key)
         return "-" if v is None else f"{v:,.1f} ms"
 
-    t = Table(
-        title=f"llmsched: {c['scheduler']['batch_policy']} "
+    title = (
+        f"llmsched: {c['scheduler']['batch_policy']} "
         f"(admission {c['scheduler']['admission']['name']}, b_max {c['b_max']}, "
-        f"cost {c['cost_model']})",
-        show_header=True,
+        f"cost {c['cost_model']})"
     )
-    t.add_column("metric")
-    t.add_column("value", justify="right")
     rows = [
         ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}"),
         ("duration", f"{s['duration']:,.1f} s"),
@@ -278,9 +273,7 @@ def print_summary(result) -> None:
     rows.append(
         ("simulation wall time", f"{s['wall_s']:.2f} s ({s['num_requests'] / max(s['wall_s'], 1e-9):,.0f} req/s)")
     )
-    for k, v in rows:
-        t.add_row(k, v)
-    Console().print(t)
+    print(render_table(title, ("metric", "value"), rows, (False, True)))
 
 
 # ---- other commands ----------------------------------------------------------------------
