@@ -44,6 +44,22 @@ class AdmissionPolicy:
     def observe(self, state: ServerState, feedback: StepFeedback) -> None:
         pass
 
+    # A closed-loop policy that can tell, from the durations of the coming steps, for how
+    # many of them a plan stays the same while nothing waits (TWP) sets this, so that the
+    # simulator may still repeat plans (`repeat_steps`, then `observe_repeats`).
+    repeats = False
+
+    def repeat_steps(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> int:
+        """How many of the steps (back to back from `start_ns`, of these durations, none
+        finishing, starting or resuming a request, nothing waiting) `plan` would be planned
+        for in a row, at least 1. Changes nothing."""
+        return 1
+
+    def observe_repeats(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> None:
+        """The feedback of such steps: exactly what `observe` would have learned from each
+        of them in turn."""
+        raise NotImplementedError
+
     def bind_cost_model(self, cost) -> None:
         """The driver's step cost model, for policies that reason about step times."""
 
@@ -187,6 +203,7 @@ class Scheduler:
         self.constraints = constraints or Constraints()
         self.repeatable = batch.repeatable and not self.admission.closed_loop
         self.closed_loop = self.admission.closed_loop
+        self.repeats_closed_loop = batch.repeatable and self.closed_loop and self.admission.repeats
 
     def new_state(self) -> ServerState:
         return ServerState(self.constraints, self.admission.waiting_key())
@@ -196,6 +213,12 @@ class Scheduler:
 
     def observe(self, state: ServerState, feedback: StepFeedback) -> None:
         self.admission.observe(state, feedback)
+
+    def repeat_steps(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> int:
+        return self.admission.repeat_steps(state, plan, start_ns, durations_ns)
+
+    def observe_repeats(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> None:
+        self.admission.observe_repeats(state, plan, start_ns, durations_ns)
 
     def bind_cost_model(self, cost) -> None:
         """Tell the policies which cost model times the steps (the simulator's, the

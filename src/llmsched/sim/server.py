@@ -108,6 +108,8 @@ class ServerSim:
         self.plan_step = scheduler.plan
         self.repeatable = fast and scheduler.repeatable
         self.closed_loop = scheduler.closed_loop
+        # closed-loop policies (TWP) that say how long a plan lasts may repeat it too
+        self.repeats_closed_loop = fast and scheduler.repeats_closed_loop
         self.timer = StepTimer(cost)
         self._load_ns = self.timer._by_load  # the timer's cache, read inline on the hot path
         self.load_only = cost.load_only
@@ -172,7 +174,10 @@ class ServerSim:
                 break
         pf, dctx, chunks, sampled = st.begin_step(plan, now)
         count = 1
-        if self.repeatable and not admits and not plan.preempt:
+        closed = False
+        if (self.repeatable or (closed := self.repeats_closed_loop and not st.waiting)) and not (
+            admits or plan.preempt
+        ):
             count = st.next_completion_round() if m else UNLIMITED
             for r, c in prefill:
                 k = (r.prefill_target - r.prefilled) // c
@@ -192,10 +197,14 @@ class ServerSim:
                 k = -(-(limit - now) // d)  # steps starting before the limit
                 if k < count:
                     count = k
+            if closed and count > 1:
+                count = self.scheduler.repeat_steps(st, plan, now, [d] * count)
             self._batch = (plan, now, count, d, pf, st.newly_active)
             end = now + d * count
         else:
             durs = self._durations(plan, now, (pf, m, dctx, chunks, sampled), count, limit)
+            if closed and len(durs) > 1:
+                del durs[self.scheduler.repeat_steps(st, plan, now, durs) :]
             self._batch = (plan, now, len(durs), durs, pf, st.newly_active)
             end = now + sum(durs)
         self.busy_until = end
@@ -295,10 +304,21 @@ class ServerSim:
             self._itl.add_counts(gaps)
             gaps.clear()
         if self.closed_loop:
+            last = now
+            if count > 1:  # the steps before the last one, replayed (the fast path of TWP)
+                repeated = [durs] * (count - 1) if isinstance(durs, int) else durs[:-1]
+                self.scheduler.observe_repeats(st, plan, now, repeated)
+                last = end - (durs if isinstance(durs, int) else durs[-1])
             self.scheduler.observe(
                 st,
                 StepFeedback(
-                    now / NS, total / NS, plan, st.finished, st.first_tokens, lambda: served, [r for r, _ in st.resumed]
+                    last / NS,
+                    (end - last) / NS,
+                    plan,
+                    st.finished,
+                    st.first_tokens,
+                    lambda: served,
+                    [r for r, _ in st.resumed],
                 ),
             )
         self.now = end
