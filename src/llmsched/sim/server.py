@@ -148,6 +148,30 @@ class ServerSim:
     def add(self, r: Request) -> None:
         self.state.add(r)
 
+    def steps_done(self, t: int) -> int:
+        """Steps of the batch in progress that ended by `t` (0 without one)."""
+        batch = self._batch
+        if batch is None or t <= batch[1]:
+            return 0
+        _, start, count, durs, _, _ = batch
+        if isinstance(durs, int):
+            return min(count, (t - start) // durs)
+        done, end = 0, start
+        for d in durs:
+            end += d
+            if end > t:
+                break
+            done += 1
+        return done
+
+    def unfinished(self, t: int) -> int:
+        """Tokens left of the server's requests at `t`, the steps done by `t` of the batch in
+        progress counted as done (routers and autoscalers weigh servers by it)."""
+        batch = self._batch
+        if batch is None or t <= batch[1]:
+            return self.state.backlog_tokens
+        return self.state.backlog_tokens - self.steps_done(t) * (batch[0].decode + batch[4])
+
     def is_idle(self) -> bool:
         st = self.state
         return not st.running and not st.waiting
