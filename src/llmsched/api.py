@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -179,17 +177,45 @@ def check_slo(slo) -> dict:
     return out
 
 
+def git_commit(start: Path) -> str | None:
+    """The commit checked out in the git work tree holding `start`, read from `.git` (no git
+    process: a run's start-up matters), or None outside one."""
+    try:
+        for d in (start, *start.parents):
+            dot = d / ".git"
+            if dot.is_dir():
+                gitdir = dot
+            elif dot.is_file():  # a linked work tree: "gitdir: PATH"
+                text = dot.read_text().strip()
+                if not text.startswith("gitdir:"):
+                    return None
+                gitdir = (d / text[len("gitdir:") :].strip()).resolve()
+            else:
+                continue
+            head = (gitdir / "HEAD").read_text().strip()
+            if not head.startswith("ref:"):
+                return head or None  # a detached head
+            ref = head[len("ref:") :].strip()
+            common = gitdir
+            if (gitdir / "commondir").is_file():
+                common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+            for base in (gitdir, common):
+                if (base / ref).is_file():
+                    return (base / ref).read_text().strip() or None
+            if (common / "packed-refs").is_file():
+                for line in (common / "packed-refs").read_text().splitlines():
+                    if line.endswith(" " + ref):
+                        return line.split()[0]
+            return None
+    except OSError:
+        return None
+    return None
+
+
 def provenance() -> dict:
     """Who made a run and how: llmsched's version and git commit (when it runs from a git
     checkout), the UTC time and the command line."""
-    commit = None
-    src = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        if out.returncode == 0:
-            commit = out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        pass
+    commit = git_commit(Path(__file__).resolve().parent)
     return {
         "llmsched_version": __version__,
         "git_commit": commit,
@@ -266,6 +292,8 @@ def simulate(
         folder = Path(out_dir) if out_dir is not None else None
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
+        import tempfile  # noqa: PLC0415 - start-up: only runs that record their steps need it
+
         fd, name = tempfile.mkstemp(prefix=".steps-", suffix=".csv.tmp", dir=folder)
         steps_tmp = Path(name)
         steps_file = os.fdopen(fd, "w", buffering=1 << 20)
