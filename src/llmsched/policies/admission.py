@@ -39,6 +39,7 @@ class RunningCap(AdmissionPolicy):
         self.name = f"{inner.name}+cap{max_running}"
         self.closed_loop = inner.closed_loop
         self.repeats = inner.repeats
+        self.reads_emitted = inner.reads_emitted
 
     def waiting_key(self):
         return self.inner.waiting_key()

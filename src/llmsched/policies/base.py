@@ -24,6 +24,7 @@ class AdmissionPolicy:
     name = "fcfs"
     summary = "admit waiting requests in arrival order"
     closed_loop = False  # True: needs `observe` after every step
+    reads_emitted = True  # False: never calls `feedback.emitted()` (drivers skip recording it)
 
     def waiting_key(self) -> Callable[[Request], tuple] | None:
         """Order of the waiting queue (None: arrival order)."""
@@ -204,6 +205,7 @@ class Scheduler:
         self.repeatable = batch.repeatable and not self.admission.closed_loop
         self.closed_loop = self.admission.closed_loop
         self.repeats_closed_loop = batch.repeatable and self.closed_loop and self.admission.repeats
+        self.reads_emitted = self.admission.reads_emitted
 
     def new_state(self) -> ServerState:
         return ServerState(self.constraints, self.admission.waiting_key())

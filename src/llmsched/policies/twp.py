@@ -159,6 +159,7 @@ class TWP(AdmissionPolicy):
         "FCFS admission while the active work drains within a horizon"
     )
     closed_loop = True
+    reads_emitted = False
     OPTIONS = (
         "eps",
         "itl_target_ms",

@@ -110,6 +110,7 @@ class ServerSim:
         self.closed_loop = scheduler.closed_loop
         # closed-loop policies (TWP) that say how long a plan lasts may repeat it too
         self.repeats_closed_loop = fast and scheduler.repeats_closed_loop
+        self.reads_emitted = self.closed_loop and scheduler.reads_emitted
         self.timer = StepTimer(cost)
         self._load_ns = self.timer._by_load  # the timer's cache, read inline on the hot path
         self.load_only = cost.load_only
@@ -320,7 +321,7 @@ class ServerSim:
             series.span(st, now, durs, count, b, pf)
         if self.steps_file is not None:
             write_steps(self.steps_file, self.steps - count, now, durs, count, plan, st)
-        served = st.decoders[:m] if self.closed_loop else None
+        served = st.decoders[:m] if self.reads_emitted else None
         st.end_step(plan, end, count)
         for _, g in st.resumed:
             gaps[g] = gap(g, 0) + 1
@@ -341,7 +342,7 @@ class ServerSim:
                     plan,
                     st.finished,
                     st.first_tokens,
-                    lambda: served,
+                    (lambda: served) if served is not None else _not_recorded,
                     [r for r, _ in st.resumed],
                 ),
             )
@@ -355,6 +356,10 @@ class ServerSim:
         if self.series is not None:
             self.series.idle(self.state, t)
         self.now = t
+
+
+def _not_recorded():
+    raise RuntimeError("this policy set reads_emitted = False: the simulator did not record the emitted tokens")
 
 
 def write_steps(f: TextIO, first_index: int, start: int, durs, count: int, plan, state) -> None:
