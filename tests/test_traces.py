@@ -143,8 +143,12 @@ def test_mooncake_bad_rows_name_the_line(tmp_path, line, pattern):
     assert str(p) in str(info.value) and "\n" not in str(info.value)
 
 
-def test_mooncake_big_fast_and_exact(tmp_path):
-    """Many rows in Mooncake's layout: read by the one-pass parser, same ids as row by row."""
+def test_mooncake_big_fast_and_exact(tmp_path, monkeypatch):
+    """Many rows in Mooncake's layout: read by the fast parser (the line-by-line one is
+    not called), with the sharing structure of the hash ids."""
+    import llmsched.workload.trace as trace_mod
+
+    monkeypatch.setattr(trace_mod, "_mooncake_slow", lambda *a: pytest.fail("slow path used"))
     rng = np.random.default_rng(1)
     n = 3000
     rows = []
@@ -219,7 +223,7 @@ def test_plain_csv_with_block_ids():
     "rows, pattern",
     [
         ("0.0,100,5,11 x 13\n", "line 2 column 'block_ids@32'.*'11 x 13'"),
-        ("0.0,100,5,11 12 13 14\n", "line 2 column 'block_ids@32': 4 block ids for a 100-token prompt"),
+        ("0.0,100,5,11 12 13 14 15\n", "line 2 column 'block_ids@32': 5 block ids for a 100-token prompt"),
         ("0.0,100,5,1.5\n", "line 2 column 'block_ids@32'"),
     ],
 )
@@ -256,12 +260,17 @@ def test_trace_operations_keep_block_ids(tmp_path):
     reqs = list(t.requests())
     assert [r.blocks for r in reqs] == b
     assert [r.blocks for r in t.requests(block_size=32)] == t.with_block_size(32).blocks()
+    # re-blocked a few requests at a time, as when stored at the source's 512-token blocks
+    src = read_trace(MOONCAKE, block_size=None)
+    assert list(src.iter_blocks(16, chunk=2)) == b == src.blocks(16)
     assert all(r.blocks is None for r in read_trace(AZURE24).requests())
 
 
 def test_trace_rejects_inconsistent_block_ids():
-    with pytest.raises(ConfigError, match="request 0 has 3 block ids but its 40-token prompt holds only 2"):
-        Trace([0.0], [40], [1], block_ids=[1, 2, 3], block_ptr=[0, 3])
+    with pytest.raises(
+        ConfigError, match="request 0 has 4 block ids but its 40-token prompt holds only 3 blocks of 16"
+    ):
+        Trace([0.0], [40], [1], block_ids=[1, 2, 3, 4], block_ptr=[0, 4])
     with pytest.raises(ConfigError, match="block_ptr must have 3 offsets"):
         Trace([0.0, 1.0], [40, 40], [1, 1], block_ids=[1], block_ptr=[0, 1])
     with pytest.raises(ConfigError, match="both block_ids and block_ptr"):
@@ -311,3 +320,31 @@ def test_reblock_and_take_rows_hand_cases():
     assert out.tolist() == [20, 50] and optr.tolist() == [0, 1, 1, 2]
     sub, sptr = take_rows(ids, ptr, np.array([2, 0]))
     assert sub.tolist() == [40, 50, 10, 20, 30] and sptr.tolist() == [0, 2, 5]
+
+
+# ------------------------------------------------------------------ command line
+def test_cli_reads_every_format_and_filters(tmp_path):
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "llmsched.cli", "simulate", "--cost-model", "paper", "--out", "", "--json", *args],
+            capture_output=True,
+            text=True,
+        )
+
+    proc = run("--trace", str(BURSTGPT), "--trace-model", "ChatGPT")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["num_requests"] == 3
+    # the dropped failed row is reported on one line
+    assert proc.stderr.strip() == (
+        f"llmsched simulate: warning: trace {BURSTGPT}: dropped 1 failed request(s) with 0 response tokens"
+    )
+    proc = run("--trace", str(MOONCAKE))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["num_requests"] == 5
+    bad = _write(tmp_path, "bad.txt", "hello\n")
+    for args in (["--trace", str(bad)], ["--trace", str(MOONCAKE), "--trace-log-type", "API log"]):
+        proc = run(*args)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Mooncake JSON lines" in run("--trace", str(bad)).stderr

@@ -162,3 +162,17 @@ def take_rows(ids: np.ndarray, ptr: np.ndarray, rows: np.ndarray) -> tuple[np.nd
     row = np.repeat(np.arange(rows.shape[0]), counts)
     j = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
     return np.asarray(ids)[ptr[:-1][rows][row] + j], new_ptr
+
+
+def cap_rows(ids: np.ndarray, ptr: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's first min(len, cap[row]) ids, as new (ids, ptr)."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    counts = np.diff(ptr)
+    keep = np.minimum(counts, np.asarray(cap, dtype=np.int64))
+    if np.array_equal(keep, counts):
+        return np.asarray(ids), ptr
+    new_ptr = np.zeros(len(keep) + 1, dtype=np.int64)
+    np.cumsum(keep, out=new_ptr[1:])
+    row = np.repeat(np.arange(len(keep)), keep)
+    j = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
+    return np.asarray(ids)[ptr[:-1][row] + j], new_ptr

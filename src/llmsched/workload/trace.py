@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +25,8 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.request import Request
-from .blocks import DEFAULT_BLOCK_SIZE, as_tuples, chain_ragged, check_block_size, reblock, take_rows
-from .csvio import as_lengths, line_of_row, read_columns, read_header
+from .blocks import DEFAULT_BLOCK_SIZE, as_tuples, cap_rows, chain_ragged, check_block_size, reblock, take_rows
+from .csvio import MAX_LENGTH, as_lengths, line_of_row, read_columns, read_header
 
 __all__ = [
     "Trace",
@@ -116,12 +115,13 @@ class Trace:
         counts = np.diff(ptr)
         if n and counts.min() < 0:
             raise ConfigError("trace block_ptr offsets must be non-decreasing")
-        over = counts > self.prompt // self.block_size
+        # the last id may be a partial block's (kept for re-blocking, never handed out)
+        over = counts > -(-self.prompt // self.block_size)
         if over.any():
             i = int(np.argmax(over))
             raise ConfigError(
                 f"request {i} has {int(counts[i])} block ids but its {int(self.prompt[i])}-token prompt "
-                f"holds only {int(self.prompt[i]) // self.block_size} full {self.block_size}-token blocks"
+                f"holds only {-(-int(self.prompt[i]) // self.block_size)} blocks of {self.block_size} tokens"
             )
 
     @property
@@ -191,7 +191,7 @@ class Trace:
         prompt = _as_int_array(prompt, "prompt")
         if t.block_ids is None or prompt.shape[0] != len(t):
             return t._with(prompt=prompt)
-        ids, ptr = reblock(t.block_ids, t.block_ptr, prompt, t.block_size, t.block_size)
+        ids, ptr = cap_rows(t.block_ids, t.block_ptr, -(-prompt // t.block_size))
         return t._with(prompt=prompt, block_ids=ids, block_ptr=ptr)
 
     def with_tags(self, tag) -> Trace:
@@ -213,11 +213,26 @@ class Trace:
         ids, ptr = reblock(self.block_ids, self.block_ptr, self.prompt, self.block_size, block_size)
         return self._with(block_ids=ids, block_ptr=ptr, block_size=block_size)
 
-    def blocks(self) -> list:
-        """Per-request tuples of block ids (None where a request has none), or all None."""
+    def blocks(self, block_size: int | None = None) -> list:
+        """Per-request tuples of block ids (None where a request has none), at the trace's
+        block size or `block_size`."""
+        return list(self.iter_blocks(block_size))
+
+    def iter_blocks(self, block_size: int | None = None, chunk: int = 4096):
+        """Yield each request's block ids (a tuple, or None), at `block_size` tokens per
+        block (default: the trace's own). Re-blocking is done `chunk` requests at a time,
+        so a big trace can be stored at its source block size (Mooncake: 512 tokens) and
+        fed at the cache's 16 without ever holding all the finer ids."""
+        n = len(self)
         if self.block_ids is None:
-            return [None] * len(self)
-        return as_tuples(self.block_ids, self.block_ptr)
+            yield from (None for _ in range(n))
+            return
+        b = self.block_size if block_size is None else check_block_size(block_size)
+        for start in range(0, n, chunk):
+            part = self.slice(start, start + chunk)
+            # also at the same size: drops a partial last block's id
+            ids, ptr = reblock(part.block_ids, part.block_ptr, part.prompt, self.block_size, b)
+            yield from as_tuples(ids, ptr)
 
     def copy(self) -> Trace:
         return self._with(
@@ -264,16 +279,13 @@ class Trace:
         """Yield `llmsched.core.Request` objects (arrival in integer ns), one at a time,
         with `Request.blocks` set from the block ids (at `block_size` tokens per block if
         given, else at the trace's own block size)."""
-        t = self if block_size is None else self.with_block_size(block_size)
-        ns = t.arrival_ns().tolist()
-        prompt = t.prompt.tolist()
-        output = t.output.tolist()
-        tags = t.tag.tolist() if t.tag is not None else None
-        blocks = t.blocks() if t.block_ids is not None else None
-        for i in range(len(t)):
+        ns = self.arrival_ns().tolist()
+        prompt = self.prompt.tolist()
+        output = self.output.tolist()
+        tags = self.tag.tolist() if self.tag is not None else None
+        for i, blocks in enumerate(self.iter_blocks(block_size)):
             r = Request(start_id + i, ns[i], prompt[i], output[i], tags[i] if tags is not None else "")
-            if blocks is not None:
-                r.blocks = blocks[i]
+            r.blocks = blocks
             yield r
 
     def __eq__(self, other) -> bool:
@@ -434,12 +446,12 @@ def read_plain_csv(path: str | os.PathLike, block_size: int | None = None) -> Tr
         name, size = bcol
         ids, ptr = _parse_id_lists(cols[name], path, f"column {name!r}", sep=" ")
         counts = np.diff(ptr)
-        over = counts > prompt // size
+        over = counts > -(-prompt // size)
         if over.any():
             i = int(np.argmax(over))
             raise ConfigError(
                 f"file {path} line {line_of_row(path, i)} column '{name}': {int(counts[i])} block ids for a "
-                f"{int(prompt[i])}-token prompt (at most {int(prompt[i]) // size} full {size}-token blocks)"
+                f"{int(prompt[i])}-token prompt (at most {-(-int(prompt[i]) // size)} blocks of {size} tokens)"
             )
     t = Trace(*_sorted(arrival, prompt, output, cols.get("tag"), ids, ptr), block_size=size)
     return t if block_size is None else t.with_block_size(block_size)
@@ -452,10 +464,10 @@ def _parse_id_lists(texts, path, column: str, sep: str, rows_to_lines=None) -> t
     counts = np.fromiter((t.count(sep) + 1 if t else 0 for t in texts), dtype=np.int64, count=len(texts))
     ptr = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
-    ids = _ints(sep.join(t for t in texts if t), sep, int(ptr[-1]))
+    ids = _numbers(sep.join(t for t in texts if t), np.int64, sep, int(ptr[-1]))
     if ids is None:
         for i, t in enumerate(texts):
-            if t and _ints(t, sep, int(counts[i])) is None:
+            if t and _numbers(t, np.int64, sep, int(counts[i])) is None:
                 line = rows_to_lines(i) if rows_to_lines else line_of_row(path, i)
                 raise ConfigError(
                     f"file {path} line {line} {column}: cannot read {t[:60]!r} as integer block ids "
@@ -466,21 +478,6 @@ def _parse_id_lists(texts, path, column: str, sep: str, rows_to_lines=None) -> t
 
 
 _INT64_LIMITS = (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
-
-
-def _ints(text: str, sep: str, expected: int) -> np.ndarray | None:
-    """Exactly `expected` integers separated by `sep`, or None if the text is anything else."""
-    with warnings.catch_warnings():
-        # numpy reports text it cannot parse ('1.5', 'x', '1,,2') as a DeprecationWarning
-        warnings.simplefilter("error", DeprecationWarning)
-        try:
-            out = np.fromstring(text, dtype=np.int64, sep=sep)
-        except (ValueError, DeprecationWarning):
-            return None
-    # numpy saturates out-of-range values at the int64 limits instead of failing
-    if out.shape[0] != expected or (out.size and (out.min() == _INT64_LIMITS[0] or out.max() == _INT64_LIMITS[1])):
-        return None
-    return out
 
 
 def read_azure_csv(path: str | os.PathLike) -> Trace:
@@ -500,13 +497,12 @@ def read_azure_csv(path: str | os.PathLike) -> Trace:
     return Trace(*_sorted(arrival, prompt, output, None))
 
 
-# Mooncake's own layout, one request a line; anything else (other key order, extra keys,
-# spread over lines) falls back to json.loads line by line, which also finds bad lines.
-_MOONCAKE_LINE = re.compile(
-    r'^[ \t]*\{[ \t]*"timestamp"[ \t]*:[ \t]*([^,\n]*?)[ \t]*,[ \t]*"input_length"[ \t]*:[ \t]*([^,\n]*?)[ \t]*,'
-    r'[ \t]*"output_length"[ \t]*:[ \t]*([^,\n]*?)[ \t]*,[ \t]*"hash_ids"[ \t]*:[ \t]*\[([^\]\n]*)\][ \t]*\}[ \t\r]*$',
-    re.MULTILINE,
-)
+# Mooncake's own layout, one request a line: read with a few passes of C-speed bytes and
+# numpy operations. Anything else (other key order, extra keys, a bad value) falls back to
+# json.loads line by line, which also names the bad line.
+_MOONCAKE_HEAD = b'{"timestamp":,"input_length":,"output_length":,"hash_ids":'
+_NUMBER_BYTES = b"0123456789.-"
+_TO_SPACE = bytes(c if c in _NUMBER_BYTES else ord(" ") for c in range(256))
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 MOONCAKE_BLOCK_SIZE = 512  # tokens per hash_ids entry in Mooncake's traces
 
@@ -518,70 +514,106 @@ def read_mooncake_jsonl(
     `hash_ids` (ids of the prompt's `source_block_size`-token blocks, 512 in Mooncake's
     traces, the last one possibly partial). The ids are chained (so equal ids at a
     position mean equal prefixes even if a trace's ids were per-block content hashes) and
-    mapped to `block_size`-token cache blocks (None: keep the source size)."""
+    mapped to `block_size`-token cache blocks (None: kept at the source size, the partial
+    last block's id included, for `Trace.iter_blocks` to re-block a chunk at a time)."""
     p = Path(path)
     source_block_size = check_block_size(source_block_size, "the trace's block size")
     try:
-        text = p.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
+        raw = p.read_bytes()
+    except OSError as exc:
         raise ConfigError(f"cannot read file {p}: {exc}") from None
-    lines = text.splitlines()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    lines = raw.split(b"\n")
     nonblank = [i for i, line in enumerate(lines) if line.strip()]
     if not nonblank:
         raise ConfigError(f"trace file {p} has no data rows")
-    found = _MOONCAKE_LINE.findall(text)
-    if len(found) == len(nonblank):
-        ts_s, inp_s, out_s, ids_s = zip(*found)
-    else:
-        ts_s, inp_s, out_s, ids_s = _mooncake_slow(p, lines, nonblank)
+    rows = [lines[i] for i in nonblank]
+    del lines
+    parsed = _mooncake_fast(rows) or _mooncake_slow(p, rows, nonblank)
+    ts, inp, out, ids, ptr = parsed
 
     def line(i: int) -> int:
         return nonblank[i] + 1
 
-    cols = {}
-    for key, vals in (("timestamp", ts_s), ("input_length", inp_s), ("output_length", out_s)):
-        v = _floats(vals)
-        if v is None:
-            for i, s in enumerate(vals):
-                if _floats([s]) is None:
-                    raise ConfigError(f"file {p} line {line(i)} key '{key}': cannot read {s[:40]!r} as a number")
+    for key, v in (("timestamp", ts), ("input_length", inp), ("output_length", out)):
         bad = ~np.isfinite(v) | (v < 0)
         if key != "timestamp":
-            bad |= v != np.floor(v)
+            bad |= (v != np.floor(v)) | (v > MAX_LENGTH)
         if bad.any():
             i = int(np.argmax(bad))
             what = "a time >= 0 in ms" if key == "timestamp" else "a whole number of tokens >= 0"
-            raise ConfigError(f"file {p} line {line(i)} key '{key}': {vals[i]!r} is not {what}")
-        cols[key] = v
-    ids, ptr = _parse_id_lists(ids_s, p, "key 'hash_ids'", ",", rows_to_lines=line)
-    arrival = (cols["timestamp"] - cols["timestamp"].min()) / 1000.0
+            raise ConfigError(f"file {p} line {line(i)} key '{key}': {float(v[i])!r} is not {what}")
+    arrival = (ts - ts.min()) / 1000.0
     # as in the Azure trace, a 0-token prompt or output counts as 1 token
-    prompt = np.maximum(cols["input_length"], 1).astype(np.int64)
-    output = np.maximum(cols["output_length"], 1).astype(np.int64)
+    prompt = np.maximum(inp, 1).astype(np.int64)
+    output = np.maximum(out, 1).astype(np.int64)
+    # ids past the prompt's last (possibly partial) block describe nothing: dropped
+    ids, ptr = cap_rows(ids, ptr, -(-prompt // source_block_size))
     arrival, prompt, output, _, ids, ptr = _sorted(arrival, prompt, output, None, ids, ptr)
     chained = chain_ragged(ids, ptr)
-    target = source_block_size if block_size is None else check_block_size(block_size)
-    bids, bptr = reblock(chained, ptr, prompt, source_block_size, target)
-    return Trace(arrival, prompt, output, None, bids, bptr, target)
+    t = Trace(arrival, prompt, output, None, chained, ptr, source_block_size)
+    return t if block_size is None else t.with_block_size(block_size)
 
 
-def _floats(vals) -> np.ndarray | None:
+def _mooncake_fast(rows: list[bytes]):
+    """(timestamps, input lengths, output lengths, ids, ptr) of rows in Mooncake's exact
+    layout, or None if any row is laid out otherwise."""
+    heads, lists, tails = [], [], []
+    for row in rows:
+        head, sep, rest = row.partition(b"[")
+        lst, sep2, tail = rest.partition(b"]")
+        if not sep2:
+            return None
+        heads.append(head)
+        lists.append(lst)
+        tails.append(tail)
+    n = len(rows)
+    # the keys in this order and nothing but numbers and spaces between them
+    if b"".join(heads).translate(None, b"0123456789.- \t") != _MOONCAKE_HEAD * n:
+        return None
+    if b"".join(tails).translate(None, b" \t\r") != b"}" * n:
+        return None
+    body = b",".join(x for x in lists if x.strip())
+    if body.translate(None, b"0123456789-, \t"):
+        return None
+    scalars = _numbers(b" ".join(heads).translate(_TO_SPACE), np.float64, " ", 3 * n)
+    counts = np.fromiter((x.count(b",") + 1 if x.strip() else 0 for x in lists), dtype=np.int64, count=n)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    ids = _numbers(body, np.int64, ",", int(ptr[-1]))
+    if scalars is None or ids is None:
+        return None
+    scalars = scalars.reshape(n, 3)
+    return scalars[:, 0].copy(), scalars[:, 1].copy(), scalars[:, 2].copy(), ids, ptr
+
+
+def _numbers(text: str | bytes, dtype, sep: str, expected: int) -> np.ndarray | None:
+    """Exactly `expected` numbers separated by `sep`, or None if the text is anything else."""
+    if expected == 0:
+        return np.zeros(0, dtype=dtype) if not text.strip() else None
     with warnings.catch_warnings():
+        # numpy reports text it cannot parse ('1.5' as int, 'x', '1,,2') as a DeprecationWarning
         warnings.simplefilter("error", DeprecationWarning)
         try:
-            out = np.fromstring(",".join(vals), dtype=np.float64, sep=",")
+            out = np.fromstring(text, dtype=dtype, sep=sep)
         except (ValueError, DeprecationWarning):
             return None
-    return out if out.shape[0] == len(vals) else None
+    if out.shape[0] != expected:
+        return None
+    # numpy saturates out-of-range integers at the int64 limits instead of failing
+    if dtype == np.int64 and out.size and (out.min() == _INT64_LIMITS[0] or out.max() == _INT64_LIMITS[1]):
+        return None
+    return out
 
 
-def _mooncake_slow(p: Path, lines: list[str], nonblank: list[int]):
-    """(timestamps, input lengths, output lengths, id lists) as strings, one JSON object a
-    line, any key order; ConfigError naming the first bad line."""
+def _mooncake_slow(p: Path, rows: list[bytes], nonblank: list[int]):
+    """As `_mooncake_fast` for any key order and extra keys, one JSON object a line;
+    ConfigError naming the first bad line."""
     ts, inp, out, ids = [], [], [], []
-    for i in nonblank:
+    for row, i in zip(rows, nonblank):
         try:
-            obj = json.loads(lines[i])
+            obj = json.loads(row)
         except ValueError as exc:
             raise ConfigError(f"file {p} line {i + 1} is not a JSON object: {exc}") from None
         if not isinstance(obj, dict):
@@ -595,12 +627,18 @@ def _mooncake_slow(p: Path, lines: list[str], nonblank: list[int]):
             v = obj[key]
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ConfigError(f"file {p} line {i + 1} key '{key}': {v!r} is not a number")
-            dest.append(repr(v))
+            dest.append(float(v))
         h = obj["hash_ids"]
-        if not isinstance(h, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in h):
-            raise ConfigError(f"file {p} line {i + 1} key 'hash_ids' must be a list of integers")
-        ids.append(",".join(map(str, h)))
-    return ts, inp, out, ids
+        if not isinstance(h, list) or any(
+            isinstance(x, bool) or not isinstance(x, int) or not _INT64_LIMITS[0] < x < _INT64_LIMITS[1] for x in h
+        ):
+            raise ConfigError(f"file {p} line {i + 1} key 'hash_ids' must be a list of 64-bit integers")
+        ids.append(h)
+    counts = np.array([len(h) for h in ids], dtype=np.int64)
+    ptr = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    flat = np.fromiter((x for h in ids for x in h), dtype=np.int64, count=int(ptr[-1]))
+    return np.array(ts), np.array(inp), np.array(out), flat, ptr
 
 
 def read_burstgpt_csv(
