@@ -153,26 +153,29 @@ def as_tuples(ids: np.ndarray, ptr: np.ndarray) -> list:
     return [tuple(flat[a:b]) if b > a else None for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+def prefix_rows(
+    ids: np.ndarray, ptr: np.ndarray, rows: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """New row r = the first min(counts[r], len) ids of old row rows[r], as (ids, ptr)."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    rows = np.asarray(rows, dtype=np.int64)
+    keep = np.minimum(np.diff(ptr)[rows], np.asarray(counts, dtype=np.int64))
+    new_ptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(keep, out=new_ptr[1:])
+    row = np.repeat(np.arange(rows.shape[0]), keep)
+    j = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
+    return np.asarray(ids)[ptr[:-1][rows][row] + j], new_ptr
+
+
 def take_rows(ids: np.ndarray, ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The ragged rows `rows` (an index array, in that order) as new (ids, ptr)."""
     rows = np.asarray(rows, dtype=np.int64)
-    counts = np.diff(ptr)[rows]
-    new_ptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts, out=new_ptr[1:])
-    row = np.repeat(np.arange(rows.shape[0]), counts)
-    j = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
-    return np.asarray(ids)[ptr[:-1][rows][row] + j], new_ptr
+    return prefix_rows(ids, ptr, rows, np.diff(np.asarray(ptr))[rows])
 
 
 def cap_rows(ids: np.ndarray, ptr: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's first min(len, cap[row]) ids, as new (ids, ptr)."""
     ptr = np.asarray(ptr, dtype=np.int64)
-    counts = np.diff(ptr)
-    keep = np.minimum(counts, np.asarray(cap, dtype=np.int64))
-    if np.array_equal(keep, counts):
+    if np.array_equal(np.minimum(np.diff(ptr), cap), np.diff(ptr)):
         return np.asarray(ids), ptr
-    new_ptr = np.zeros(len(keep) + 1, dtype=np.int64)
-    np.cumsum(keep, out=new_ptr[1:])
-    row = np.repeat(np.arange(len(keep)), keep)
-    j = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
-    return np.asarray(ids)[ptr[:-1][row] + j], new_ptr
+    return prefix_rows(ids, ptr, np.arange(ptr.shape[0] - 1), cap)
