@@ -2,7 +2,7 @@
 
 A request's `blocks` hold one id per FULL block of its prompt at the cache's block size
 (`DEFAULT_BLOCK_SIZE` tokens unless told), each id standing for the block's content and
-everything before it (a chained hash), so two requests share a cached prefix exactly as
+everything before it (a prefix hash, `chain_ragged`), so two requests share a cached prefix exactly as
 far as their leading ids agree. A trace keeps them ragged: a flat int64 array `ids` and
 offsets `ptr` (n + 1 entries; request i owns ids[ptr[i]:ptr[i + 1]]).
 
@@ -78,30 +78,47 @@ def chain(prev, value) -> np.ndarray:
 
 
 def chain_ragged(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
-    """Chained ids of ragged rows of per-block content values (int64 in, int64 out):
-    out[k] = chain(out[k - 1], values[k]) within a row, starting from a fixed root.
+    """Prefix ids of ragged rows of per-block content values (int64 in, int64 out): id k
+    of a row stands for the row's values 0..k, so two rows' ids agree exactly as far as
+    their values do (up to 64-bit collisions).
 
-    One numpy pass per block position, over the rows that are that long (rows sorted by
-    length once), so the work is proportional to the number of ids."""
+    The prefix hash is polynomial, H_k = P * H_(k-1) + x_k (mod 2**64) with x = mix(value),
+    which unrolls to P**k * sum_(i <= k) x_i * P**-i (P odd, so invertible): one cumulative
+    sum over the whole array instead of one step per block position. The id is mix(H_k)
+    with the position folded in."""
     values = np.asarray(values, dtype=np.int64)
     ptr = np.asarray(ptr, dtype=np.int64)
-    out = np.empty(values.shape[0], dtype=np.uint64)
+    total = values.shape[0]
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
     counts = np.diff(ptr)
-    if values.shape[0] == 0:
-        return out.view(np.int64)
-    order = np.argsort(-counts, kind="stable")
-    starts = ptr[:-1][order]
-    desc = counts[order]
-    # rows_longer[p] = how many rows have more than p blocks
-    maxlen = int(desc[0])
-    rows_longer = np.searchsorted(-desc, -np.arange(maxlen), side="left")
-    prev = np.full(int(rows_longer[0]), _ROOT, dtype=np.uint64)
-    for p in range(maxlen):
-        m = int(rows_longer[p])
-        idx = starts[:m] + p
-        prev = chain(prev[:m], values[idx])
-        out[idx] = prev
-    return out.view(np.int64)
+    row = np.repeat(np.arange(counts.shape[0]), counts)
+    k = np.arange(total, dtype=np.int64) - ptr[:-1][row]
+    pw, inv = _powers(int(counts.max()))
+    with np.errstate(over="ignore"):
+        cs = np.cumsum(mix(values.view(np.uint64) + _GOLDEN) * inv[k], dtype=np.uint64)
+        # the sum within the row: minus what the rows before added (wrapping arithmetic)
+        before = np.concatenate((np.zeros(1, dtype=np.uint64), cs))[ptr[:-1]][row]
+        h = (cs - before) * pw[k]
+        return mix(h + k.astype(np.uint64) * _GOLDEN + _ROOT).view(np.int64)
+
+
+_POWERS: tuple[np.ndarray, np.ndarray] = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """P**k and P**-k mod 2**64 for k < n (cached, grown as needed)."""
+    global _POWERS
+    pw, inv = _POWERS
+    if pw.shape[0] < n:
+        m = max(n, 2 * pw.shape[0])
+        p = int(_M1)  # odd, so invertible modulo 2**64
+        p_inv = pow(p, -1, 1 << 64)
+        with np.errstate(over="ignore"):
+            pw = np.cumprod(np.full(m, p, dtype=np.uint64), dtype=np.uint64) * np.uint64(pow(p, -1, 1 << 64))
+            inv = np.cumprod(np.full(m, p_inv, dtype=np.uint64), dtype=np.uint64) * np.uint64(p)
+        _POWERS = (pw, inv)
+    return pw, inv
 
 
 def reblock(

@@ -57,8 +57,14 @@ def stream_blocks(
     k = np.arange(int(sptr[-1]), dtype=np.int64) - sptr[:-1][owner]
     cls = np.asarray(conv_class, dtype=np.int64)[owner]
     shared = k < (np.asarray(system, dtype=np.int64) // block_size)[cls]
-    values = np.where(shared, _content(_SHARED_SALT, seed, cls, k), _content(_OWN_SALT, seed, owner, k))
+    values = np.empty(k.shape[0], dtype=np.int64)
+    values[shared] = _content(_SHARED_SALT, seed, cls[shared], k[shared])
+    own = ~shared
+    values[own] = _content(_OWN_SALT, seed, owner[own], k[own])
+    del owner, cls, k, shared, own
     chained = chain_ragged(values, sptr)
+    if conv.shape[0] == m and np.array_equal(conv, np.arange(m)):
+        return chained, sptr  # one request per conversation: its stream is its prompt
     return prefix_rows(chained, sptr, conv, prompt // block_size)
 
 
