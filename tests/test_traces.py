@@ -373,3 +373,15 @@ def test_chain_ragged_is_the_prefix_recurrence():
             h = (h * p + m(int(values[a + k]) + int(B._GOLDEN))) & mask
             want = m(h + k * int(B._GOLDEN) + int(B._ROOT))
             assert int(np.int64(ids[a + k]).view(np.uint64)) == want
+
+
+def test_python_api_takes_the_trace_options():
+    import llmsched
+
+    with pytest.warns(TraceWarning):
+        r = llmsched.simulate(trace=str(BURSTGPT), trace_model="ChatGPT", cost_model="paper", verdict=False)
+    assert r.summary["num_requests"] == 3 and r.config["workload"]["trace_model"] == "ChatGPT"
+    r = llmsched.simulate(
+        cost_model="paper", rate=2, num_requests=50, system_prompt=64, turns=2, think_time_s=1.0, verdict=False
+    )
+    assert r.summary["num_requests"] == 50 and r.config["workload"]["turns"] == "const:2"

@@ -22,6 +22,13 @@ not depend on how many requests are made.
 Classes: `classes=[{"tag": "chat", "share": 0.7, "prompt": ..., "output": ...}, ...]`
 assigns each request a class at random with probability share / sum of shares; a class's
 laws default to the workload's `prompt` / `output` (or, for a trace, its own lengths).
+
+Shared prefixes (synthetic arrivals only; `workload.conversations`, docs/workloads.md):
+`system_prompt` N tokens (also per class) start every request of the class, on top of the
+prompt law; `turns` (a length law) with `think_time_s` makes multi-turn conversations, one
+per arrival of the process, turn k + 1 arriving an exponential think time after turn k
+arrives and resending turns 1..k. `trace_model` / `trace_log_type` filter a BurstGPT trace.
+`make_trace(spec, block_size)` gives the requests block ids at that block size.
 """
 
 from __future__ import annotations

@@ -1,16 +1,25 @@
 """`Trace`: the requests a simulation or a load-test client replays, as flat numpy arrays.
 
 Columns (all of length n): `arrival_s` float64 seconds (non-decreasing, >= 0), `prompt`
-int64 prompt tokens (>= 1), `output` int64 requested output tokens (>= 1) and `tag`
-(numpy str array, or None). A million requests take about 24 MB (plus the tags).
+int64 prompt tokens (>= 1), `output` int64 requested output tokens (>= 1), `tag` (numpy
+str array, or None) and optional prefix-cache block ids (`block_ids`, `block_ptr`,
+`block_size`; see `workload.blocks`). A million requests take about 24 MB (plus the tags
+and ids).
 
-File formats read here:
-- plain: header `arrival_s,prompt_tokens,output_tokens[,tag]` (any column order; extra
-  columns are ignored). Written by `Trace.to_csv`.
-- Azure LLM inference trace: header `TIMESTAMP,ContextTokens,GeneratedTokens`,
-  TIMESTAMP a wall-clock string such as `2023-11-16 18:15:46.6805900`;
-  arrival_s = seconds since the earliest row; 0-token entries count as 1 token.
-Rows out of time order are sorted (stably) by arrival time when a file is read.
+File formats, told apart by the first line (`trace_format`; docs/workloads.md):
+- plain: header `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]` (any column
+  order; extra columns are ignored). Written by `Trace.to_csv`.
+- Azure LLM inference trace (2023 and 2024 releases): header
+  `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP a wall-clock string such as
+  `2023-11-16 18:15:46.6805900` (a UTC offset is allowed); arrival_s = seconds since the
+  earliest row; 0-token entries count as 1 token.
+- BurstGPT: header `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`
+  (Timestamp in seconds); filters by model and log type; failed rows (0 response tokens)
+  are dropped and counted in a `TraceWarning`.
+- Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`
+  (ids of 512-token blocks), which become block ids.
+Rows out of time order are sorted (stably) by arrival time when a file is read; a bad row
+is a ConfigError naming the file, its line and the column or key.
 """
 
 from __future__ import annotations
