@@ -136,6 +136,8 @@ def test_mooncake_slow_path_equals_fast(tmp_path):
         ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1.5]}', "line 2 key 'hash_ids'"),
         ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1,,2]}', "line 2"),
         ("[1, 2, 3]", "line 2 is not a JSON object"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1, , 2]}', "line 2 is not a JSON"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1, 2,]}', "line 2 is not a JSON"),
     ],
 )
 def test_mooncake_bad_rows_name_the_line(tmp_path, line, pattern):
@@ -353,7 +355,7 @@ def test_cli_reads_every_format_and_filters(tmp_path):
     assert "Mooncake JSON lines" in run("--trace", str(bad)).stderr
 
 
-def test_chain_ragged_is_the_prefix_recurrence():
+def test_chain_ragged_is_the_prefix_recurrence(monkeypatch):
     """The vectorised hash equals its definition computed step by step:
     H_k = P * H_(k-1) + mix(value_k) mod 2**64, id_k = mix(H_k + k * G + root)."""
     from llmsched.workload import blocks as B
@@ -373,6 +375,9 @@ def test_chain_ragged_is_the_prefix_recurrence():
             h = (h * p + m(int(values[a + k]) + int(B._GOLDEN))) & mask
             want = m(h + k * int(B._GOLDEN) + int(B._ROOT))
             assert int(np.int64(ids[a + k]).view(np.uint64)) == want
+    # hashed a few ids at a time: the same ids (rows never straddle chunks)
+    monkeypatch.setattr(B, "_CHUNK", 8)
+    assert np.array_equal(B.chain_ragged(values, ptr), ids)
 
 
 def test_python_api_takes_the_trace_options():

@@ -83,24 +83,55 @@ def chain_ragged(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     their values do (up to 64-bit collisions).
 
     The prefix hash is polynomial, H_k = P * H_(k-1) + x_k (mod 2**64) with x = mix(value),
-    which unrolls to P**k * sum_(i <= k) x_i * P**-i (P odd, so invertible): one cumulative
-    sum over the whole array instead of one step per block position. The id is mix(H_k)
-    with the position folded in."""
+    which unrolls to P**k * sum_(i <= k) x_i * P**-i (P odd, so invertible): a cumulative
+    sum instead of one step per block position. The id is mix(H_k) with the position
+    folded in. Rows are hashed about a million ids at a time, so the temporaries stay
+    small (memory traffic, not arithmetic, is the cost)."""
     values = np.asarray(values, dtype=np.int64)
     ptr = np.asarray(ptr, dtype=np.int64)
-    total = values.shape[0]
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
+    out = np.empty(values.shape[0], dtype=np.int64)
+    if values.shape[0] == 0:
+        return out
     counts = np.diff(ptr)
-    row = np.repeat(np.arange(counts.shape[0]), counts)
-    k = np.arange(total, dtype=np.int64) - ptr[:-1][row]
     pw, inv = _powers(int(counts.max()))
+    # chunk boundaries on row boundaries, every ~CHUNK ids
+    cuts = np.unique(np.searchsorted(ptr, np.arange(0, int(ptr[-1]), _CHUNK), side="right") - 1)
+    cuts = np.append(cuts, ptr.shape[0] - 1)
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        lo, hi = int(ptr[a]), int(ptr[b])
+        if hi == lo:
+            continue
+        sub = ptr[a : b + 1] - lo
+        row = np.repeat(np.arange(b - a), np.diff(sub))
+        k = np.arange(hi - lo, dtype=np.int64)
+        k -= sub[:-1][row]
+        with np.errstate(over="ignore"):
+            x = values[lo:hi].astype(np.uint64)
+            x += _GOLDEN
+            _mix_inplace(x)
+            x *= inv[k]
+            np.cumsum(x, out=x)
+            # the sum within the row: minus what the rows before added (wrapping arithmetic)
+            first = sub[:-1][row]
+            x -= np.where(first > 0, x[np.maximum(first - 1, 0)], np.uint64(0))
+            x *= pw[k]
+            x += k.astype(np.uint64) * _GOLDEN + _ROOT
+            _mix_inplace(x)
+        out[lo:hi] = x.view(np.int64)
+    return out
+
+
+_CHUNK = 1 << 20
+
+
+def _mix_inplace(x: np.ndarray) -> None:
+    """`mix` on a uint64 array, in place."""
     with np.errstate(over="ignore"):
-        cs = np.cumsum(mix(values.view(np.uint64) + _GOLDEN) * inv[k], dtype=np.uint64)
-        # the sum within the row: minus what the rows before added (wrapping arithmetic)
-        before = np.concatenate((np.zeros(1, dtype=np.uint64), cs))[ptr[:-1]][row]
-        h = (cs - before) * pw[k]
-        return mix(h + k.astype(np.uint64) * _GOLDEN + _ROOT).view(np.int64)
+        x ^= x >> np.uint64(30)
+        x *= _M1
+        x ^= x >> np.uint64(27)
+        x *= _M2
+        x ^= x >> np.uint64(31)
 
 
 _POWERS: tuple[np.ndarray, np.ndarray] = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))

@@ -28,8 +28,7 @@ import json
 import os
 import warnings
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import itemgetter
+from itertools import compress
 from pathlib import Path
 
 import numpy as np
@@ -579,37 +578,34 @@ def read_mooncake_jsonl(
 
 def _mooncake_fast(rows: list[bytes]):
     """(timestamps, input lengths, output lengths, ids, ptr) of rows in Mooncake's exact
-    layout, or None if any row is laid out otherwise. Every per-row step is a C-level
-    `map`; the numbers are parsed by numpy in two calls."""
+    layout, or None if any row is laid out otherwise."""
+    heads, lists, tails = [], [], []
+    for row in rows:
+        head, sep, rest = row.partition(b"[")
+        lst, sep2, tail = rest.partition(b"]")
+        if not sep2:
+            return None
+        heads.append(head)
+        lists.append(lst)
+        tails.append(tail)
     n = len(rows)
-    first = list(map(bytes.partition, rows, repeat(b"[")))
-    heads = list(map(itemgetter(0), first))
-    second = list(map(bytes.partition, map(itemgetter(2), first), repeat(b"]")))
-    del first
-    if b"".join(map(itemgetter(1), second)) != b"]" * n:
-        return None
-    lists = list(map(itemgetter(0), second))
     # the keys in this order and nothing but numbers and spaces between them
     if b"".join(heads).translate(None, b"0123456789.- \t") != _MOONCAKE_HEAD * n:
         return None
-    if b"".join(map(itemgetter(2), second)).translate(None, b" \t\r") != b"}" * n:
+    if b"".join(tails).translate(None, b" \t\r") != b"}" * n:
         return None
-    del second
-    # ids per row: commas + 1, or 0 for an empty list (a list of only spaces fails below)
-    body = b";".join(lists)
-    if body.translate(None, b"0123456789-, \t;"):
+    body = b",".join(filter(None, lists))
+    if body.translate(None, b"0123456789-, \t"):
         return None
-    arr = np.frombuffer(body, dtype=np.uint8)
-    ends = np.append(np.flatnonzero(arr == ord(";")), arr.shape[0])
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    commas = np.flatnonzero(arr == ord(","))
-    counts = np.searchsorted(commas, ends) - np.searchsorted(commas, starts) + 1
-    counts[ends == starts] = 0
-    del arr, commas
+    # numpy would read an empty field ('1, ,2', a list of only spaces) as 0: leave those to json
+    compact = body.translate(None, b" \t")
+    if b",," in compact or compact[:1] == b"," or compact[-1:] == b"," or (body and not compact):
+        return None
+    scalars = _numbers(b" ".join(heads).translate(_TO_SPACE), np.float64, " ", 3 * n)
+    counts = np.fromiter((x.count(b",") + 1 if x else 0 for x in lists), dtype=np.int64, count=n)
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
-    ids = _numbers(b",".join(filter(None, lists)), np.int64, ",", int(ptr[-1]))
-    scalars = _numbers(b" ".join(heads).translate(_TO_SPACE), np.float64, " ", 3 * n)
+    ids = _numbers(body, np.int64, ",", int(ptr[-1]))
     if scalars is None or ids is None:
         return None
     scalars = scalars.reshape(n, 3)
