@@ -124,7 +124,13 @@ def add_cost_model_arg(p, default: str | None = None) -> None:
 def add_workload_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload")
     g.add_argument("--arrival", help="poisson (default), gamma, deterministic, trace:PATH, azure-conv")
-    g.add_argument("--trace", help="replay a trace CSV (Azure format or arrival_s,prompt_tokens,output_tokens)")
+    g.add_argument(
+        "--trace",
+        help="replay a trace file: plain CSV (arrival_s,prompt_tokens,output_tokens), Azure CSV, "
+        "BurstGPT CSV or Mooncake JSON lines (told apart by the first line)",
+    )
+    g.add_argument("--trace-model", help="BurstGPT: keep only rows of these models (e.g. ChatGPT or ChatGPT,GPT-4)")
+    g.add_argument("--trace-log-type", help="BurstGPT: keep only rows of this log type (Conversation log, API log)")
     g.add_argument("--rate", type=float, help="arrival rate in requests/s (default 16; for a trace: rescale to it)")
     g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals)")
     g.add_argument("--time-scale", type=float, help="multiply a trace's rate by K")
@@ -138,6 +144,15 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-requests", type=int, help="stop after N requests (default 5000)")
     g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds")
     g.add_argument("--seed", type=int, help="random seed (default 0)")
+    g.add_argument(
+        "--system-prompt",
+        type=int,
+        help="every request starts with the same N tokens (shared prefix; prompt = N + law)",
+    )
+    g.add_argument("--turns", help="multi-turn conversations: turns per conversation, a length law (e.g. geometric:4)")
+    g.add_argument(
+        "--think-time", type=float, dest="think_time_s", help="mean seconds from a turn's arrival to the next turn's"
+    )
 
 
 def sim_overrides(args) -> dict:
@@ -154,6 +169,11 @@ def sim_overrides(args) -> dict:
         "num_requests",
         "duration_s",
         "seed",
+        "trace_model",
+        "trace_log_type",
+        "system_prompt",
+        "turns",
+        "think_time_s",
         "max_time_s",
         "sample_interval_s",
     ]
