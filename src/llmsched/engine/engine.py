@@ -33,7 +33,7 @@ class Sequence(_Sequence):
     """Engine-side data of one request: its tokens, KV blocks, sampler and timings, on top
     of the driver's text and stop state."""
 
-    __slots__ = ("token_ids", "generator", "blocks", "detok", "arrival", "token_times")
+    __slots__ = ("token_ids", "generator", "blocks", "detok", "arrival", "token_times", "logprob")
 
     def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, arrival: float, eos_ids: frozenset):
         super().__init__(request_id, len(prompt), params, eos_ids)
@@ -43,6 +43,14 @@ class Sequence(_Sequence):
         self.detok = None
         self.arrival = arrival  # engine clock, seconds
         self.token_times: list[float] = []
+        self.logprob = None  # the last sampled token's logprobs (SamplingParams.logprobs)
+
+    def accept(self, tok, length_done, piece):
+        out = super().accept(tok, length_done, piece)
+        if self.logprob is not None:
+            out.logprobs = [self.logprob]
+            self.logprob = None
+        return out
 
     @property
     def output_ids(self) -> list[int]:
@@ -72,15 +80,26 @@ class ModelExecutor:
             chunks.append((s, first, n, last))
         seqs = [r.payload for r in batch.samplers]
         banned = [s.banned_ids() for s in seqs]  # min_tokens: no EOS / stop id before it
+        params = [s.params for s in seqs]
+        history = None  # penalties: the tokens so far
+        if any(p.penalized for p in params):
+            history = [(s.token_ids, s.prompt_len) if s.params.penalized else None for s in seqs]
+        want_lp = any(p.logprobs is not None for p in params)
+        lps: list | None = [] if want_lp else None
         tf = time.perf_counter_ns()
         tokens = self.runner.execute(
             dec_seqs,
             chunks,
-            [s.params for s in seqs],
+            params,
             [s.generator for s in seqs],
             banned=banned if any(b is not None for b in banned) else None,
+            history=history,
+            logprobs_out=lps,
         )
         t1 = time.perf_counter_ns()  # tokens are host ints: the device is synced
+        if lps:
+            for s, lp in zip(seqs, lps):
+                s.logprob = lp
         self.forward_s = (t1 - tf) / 1e9
         return max(t1 - self.perf0, batch.start_ns + 1), tokens
 
