@@ -330,3 +330,45 @@ def test_sampler_adjust_by_hand():
     tok_lp, top = lps[0]
     assert tok_lp == pytest.approx(raw[4].item())  # the raw distribution, before the bias
     assert [i for i, _ in top] == [3, 0] and top[0][1] == pytest.approx(raw[3].item())
+
+
+# ---- llmsched bench against the engine: prompt lengths and vLLM's result file ----------
+VLLM_RESULT_FIELDS = (
+    "date endpoint_type backend label model_id tokenizer_id num_prompts request_rate burstiness max_concurrency "
+    "duration completed failed total_input_tokens total_output_tokens request_throughput request_goodput "
+    "output_throughput total_token_throughput max_output_tokens_per_s max_concurrent_requests "
+    "mean_ttft_ms median_ttft_ms std_ttft_ms p99_ttft_ms mean_tpot_ms median_tpot_ms std_tpot_ms p99_tpot_ms "
+    "mean_itl_ms median_itl_ms std_itl_ms p99_itl_ms input_lens output_lens ttfts itls generated_texts errors"
+).split()
+
+
+def test_bench_chat_prompts_have_the_intended_length(engine_server, tmp_path, capsys):
+    import json
+
+    from llmsched.cli import main
+
+    base, _, backend = engine_server
+    tok = backend.tokenizer
+    # the old prompt unit: a real tokenizer splits "tok " in two (~2x the tokens asked for)
+    assert len(tok.encode("tok " * 40, add_special_tokens=False)) > 60
+    argv = ["bench", "--base-url", base, "--backend", "openai-chat", "--dataset-name", "random"]
+    argv += ["--random-input-len", "40", "--random-output-len", "3", "--num-prompts", "4", "--ignore-eos"]
+    argv += ["--save-result", "--result-dir", str(tmp_path / "res"), "--label", "t", "--save-detailed"]
+    argv += ["--disable-tqdm", "--metadata", "run=a"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "per 1 s, as vLLM" in out and "instantaneous" in out
+    files = list((tmp_path / "res").glob("t-infqps-*.json"))
+    assert len(files) == 1, files
+    data = json.loads(files[0].read_text())
+    missing = [k for k in VLLM_RESULT_FIELDS if k not in data]
+    assert not missing, missing
+    assert data["backend"] == "openai-chat" and data["run"] == "a" and data["completed"] == 4
+    assert data["output_lens"] == [3] * 4 and all(t for t in data["generated_texts"])
+    unit = data["text_unit"]
+    assert data["text_unit_exact"] and len(tok.encode(unit * 40, add_special_tokens=False)) == 40
+    # what the server counted: the 40-token content plus the chat rendering and BOS
+    whole = post(base, "/tokenize", {"messages": [{"role": "user", "content": unit * 40}]}).json()["count"]
+    empty = post(base, "/tokenize", {"messages": [{"role": "user", "content": ""}]}).json()["count"]
+    assert data["input_lens"] == [whole] * 4
+    assert 40 <= whole <= 40 + empty + 1
