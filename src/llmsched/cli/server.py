@@ -144,6 +144,12 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         choices=("debug", "info", "warning", "error"),
         help="log level (default: warning)",
     )
+    p.add_argument(
+        "--metrics-prefix",
+        choices=("llmsched", "vllm"),
+        default="llmsched",
+        help="prefix of the /metrics names: llmsched (default) or vllm, for dashboards made for vLLM",
+    )
     p.set_defaults(func=serve_main)
     return p
 
@@ -209,6 +215,7 @@ def serve_main(args) -> int:
         default_max_tokens=args.default_max_tokens,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
+        metrics_prefix=args.metrics_prefix,
         **limit_config(args),
     )
     backend = build_backend(args)

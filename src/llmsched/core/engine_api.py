@@ -137,6 +137,9 @@ class RequestOutput:
     # with SamplingParams.logprobs: per new token, (its logprob, [(token id, logprob), ...]
     # the top `logprobs` of the model's distribution)
     logprobs: list | None = None
+    # on a request's last output: (arrival, first scheduled, first token, finish), seconds
+    # on the engine's clock (the phases of vLLM's queue / prefill / decode / inference times)
+    timings: tuple | None = None
 
 
 class EngineCore(Protocol):

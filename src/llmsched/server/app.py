@@ -87,6 +87,7 @@ class ServerConfig:
     max_body_bytes: int | None = None  # larger bodies: 413, not read (None: derived)
     max_header_bytes: int = 64 * 1024  # request line + headers; larger: 431
     read_timeout: float = 30.0  # for the headers, then for the body: else 408
+    metrics_prefix: str = "llmsched"  # or "vllm": /metrics names as vLLM's
 
     def __post_init__(self):
         for name in ("max_queued_requests", "max_queued_tokens", "default_max_tokens"):
@@ -103,6 +104,8 @@ class ServerConfig:
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
+        if self.metrics_prefix not in ("llmsched", "vllm"):
+            raise ConfigError(f"metrics prefix must be llmsched or vllm, got {self.metrics_prefix!r}")
         if not (isinstance(self.read_timeout, (int, float)) and 0 < self.read_timeout < float("inf")):
             raise ConfigError(f"read timeout must be a positive number of seconds, got {self.read_timeout!r}")
 
@@ -586,7 +589,7 @@ async def _collect(
 def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     """The FastAPI application serving `backend`."""
     cfg = cfg or ServerConfig()
-    metrics = ServerMetrics(backend.model_name)
+    metrics = ServerMetrics(backend.model_name, cfg.metrics_prefix, backend.max_model_len)
     engine = AsyncEngine(
         backend.core, metrics, max_queued_requests=cfg.max_queued_requests, max_queued_tokens=cfg.max_queued_tokens
     )
