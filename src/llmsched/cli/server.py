@@ -253,6 +253,12 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
     p.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY if set)")
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="accepted as vllm bench serve takes it, and not needed: prompt lengths are set with "
+        "the server's /tokenize (a note says so)",
+    )
     g = p.add_argument_group("workload")
     g.add_argument(
         "--dataset-name",
@@ -383,6 +389,11 @@ def bench_main(args) -> int:
     from ..server.bench import BenchConfig, print_table, run_bench  # noqa: PLC0415
 
     cfg = BenchConfig.from_args(args)
+    if args.tokenizer:
+        print(
+            "note: --tokenizer is not used: llmsched bench sizes its prompts with the server's /tokenize",
+            file=sys.stderr,
+        )
     result = run_bench(cfg)
     print_table(result, cfg)
     return 0
