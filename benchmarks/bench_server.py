@@ -168,6 +168,9 @@ import importlib.metadata as _md
 import sys
 
 sys.modules["torchvision"] = None
+# - the client needs none of vLLM's C kernels, and the generic `vllm._C` is an AVX-512 build
+#   that dies with SIGILL on an AVX2-only CPU: make its import fail (vLLM then warns)
+sys.modules["vllm._C"] = None
 _version = _md.version
 
 

@@ -338,7 +338,8 @@ VLLM_RESULT_FIELDS = (
     "duration completed failed total_input_tokens total_output_tokens request_throughput request_goodput "
     "output_throughput total_token_throughput max_output_tokens_per_s max_concurrent_requests "
     "mean_ttft_ms median_ttft_ms std_ttft_ms p99_ttft_ms mean_tpot_ms median_tpot_ms std_tpot_ms p99_tpot_ms "
-    "mean_itl_ms median_itl_ms std_itl_ms p99_itl_ms input_lens output_lens ttfts itls generated_texts errors"
+    "mean_itl_ms median_itl_ms std_itl_ms p99_itl_ms latencies queue_times rtfx "
+    "input_lens output_lens ttfts itls generated_texts errors start_times"
 ).split()
 
 

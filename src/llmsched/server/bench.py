@@ -783,6 +783,11 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
         "burstiness": cfg.burstiness,
         "max_concurrency": cfg.max_concurrency,
         **m,
+        # vLLM (0.32) writes these per-request lists whatever --save-detailed says, and the
+        # inverse real-time factor of its speech benchmarks (0 for text)
+        "latencies": [r.latency for r in results],
+        "queue_times": [r.queue_time for r in results],
+        "rtfx": 0.0,
         "base_url": cfg.base_url,
         "endpoint": cfg.endpoint,
         "dataset_name": cfg.dataset_name,
@@ -803,9 +808,7 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
                 "itls": [r.itl for r in results],
                 "generated_texts": [r.text or "" for r in results],
                 "errors": [r.error for r in results],
-                "latencies": [r.latency for r in results],
                 "start_times": [r.start_time - info["t0"] for r in results],
-                "queue_times": [r.queue_time for r in results],
             }
         )
     out["_results"] = results
