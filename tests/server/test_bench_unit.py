@@ -218,3 +218,14 @@ def test_bench_main_reports_unreachable_server():
     with pytest.raises(Exception) as e:  # ConfigError from the warm-up: cannot connect
         server_cli.bench_main(args)
     assert isinstance(e.value, ConfigError)
+
+
+def test_cli_contradicting_backend_is_one_line_exit_2(capsys):
+    from llmsched.cli import main
+
+    rc = main(["bench", "--backend", "openai-chat", "--endpoint", "/v1/completions", "--port", "1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "openai-chat" in err
+    rc = main(["bench", "--metadata", "novalue", "--port", "1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "KEY=VALUE" in err
