@@ -62,9 +62,10 @@ def test_completion_logprobs_with_the_client(engine_server, client):
         assert lp.token_logprobs[i] == pytest.approx(max(top.values()), abs=1e-5)
         assert lp.token_logprobs[i] < 0
     assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(6)]
-    # the tokens are the completion's own
-    ids = post(base, "/tokenize", {"prompt": ch.text, "add_special_tokens": False}).json()["tokens"]
-    assert "".join(lp.tokens) == ch.text or len(ids) <= 6
+    # the tokens are the completion's own: its text, token by token (a byte-level token
+    # that is part of a character shows as U+FFFD on its own)
+    if not any("\ufffd" in t for t in lp.tokens):
+        assert "".join(lp.tokens) == ch.text
     # logprobs=0: the sampled token's logprob and no alternatives
     c0 = client.completions.create(model=name, prompt="hello world", max_tokens=3, temperature=0, logprobs=0)
     assert c0.choices[0].logprobs.top_logprobs == [{}, {}, {}]
@@ -209,6 +210,7 @@ def test_logit_bias_and_penalties(engine_server):
     # a +100 bias makes token 42 win every step; logprobs stay the raw model's
     b = _complete(base, logit_bias={"42": 100}, logprobs=1, **kw)["choices"][0]
     assert b["text"] == tok.decode([42] * 12)
+    assert b["logprobs"]["tokens"] == [tok.decode([42])] * 12
     assert b["logprobs"]["token_logprobs"][0] < max(b["logprobs"]["top_logprobs"][0].values()) or plain[
         "text"
     ].startswith(tok.decode([42]))
