@@ -33,7 +33,7 @@ class Sequence(_Sequence):
     """Engine-side data of one request: its tokens, KV blocks, sampler and timings, on top
     of the driver's text and stop state."""
 
-    __slots__ = ("token_ids", "generator", "blocks", "detok", "arrival", "token_times", "logprob")
+    __slots__ = ("token_ids", "generator", "blocks", "detok", "arrival", "token_times")
 
     def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, arrival: float, eos_ids: frozenset):
         super().__init__(request_id, len(prompt), params, eos_ids)
@@ -43,14 +43,6 @@ class Sequence(_Sequence):
         self.detok = None
         self.arrival = arrival  # engine clock, seconds
         self.token_times: list[float] = []
-        self.logprob = None  # the last sampled token's logprobs (SamplingParams.logprobs)
-
-    def accept(self, tok, length_done, piece):
-        out = super().accept(tok, length_done, piece)
-        if self.logprob is not None:
-            out.logprobs = [self.logprob]
-            self.logprob = None
-        return out
 
     @property
     def output_ids(self) -> list[int]:
