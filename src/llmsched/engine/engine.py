@@ -72,15 +72,26 @@ class ModelExecutor:
             chunks.append((s, first, n, last))
         seqs = [r.payload for r in batch.samplers]
         banned = [s.banned_ids() for s in seqs]  # min_tokens: no EOS / stop id before it
+        params = [s.params for s in seqs]
+        history = None  # penalties: the tokens so far
+        if any(p.penalized for p in params):
+            history = [(s.token_ids, s.prompt_len) if s.params.penalized else None for s in seqs]
+        want_lp = any(p.logprobs is not None for p in params)
+        lps: list | None = [] if want_lp else None
         tf = time.perf_counter_ns()
         tokens = self.runner.execute(
             dec_seqs,
             chunks,
-            [s.params for s in seqs],
+            params,
             [s.generator for s in seqs],
             banned=banned if any(b is not None for b in banned) else None,
+            history=history,
+            logprobs_out=lps,
         )
         t1 = time.perf_counter_ns()  # tokens are host ints: the device is synced
+        if lps:
+            for s, lp in zip(seqs, lps):
+                s.logprob = lp
         self.forward_s = (t1 - tf) / 1e9
         return max(t1 - self.perf0, batch.start_ns + 1), tokens
 

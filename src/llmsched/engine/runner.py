@@ -243,12 +243,14 @@ class ModelRunner:
         generators: list,
         skip_attention: bool = False,
         banned: list | None = None,
+        history: list | None = None,
+        logprobs_out: list | None = None,
     ) -> list[int]:
         """decoders: sequences (`token_ids`, `blocks`) that each decode their last token;
         chunks: `(sequence, start, n, samples)` prefill chunks. Returns the sampled token
         of each decoder, then of each chunk that completes its prompt, in that order.
         `skip_attention` (profiling): run everything but attention. `banned`: per sampled
-        row, token ids it may not draw (see `sampler.sample`)."""
+        row, token ids it may not draw; `history`, `logprobs_out`: see `sampler.sample`."""
         bs = self.block_size
         ids, pos, slots, tables, ctx = [], [], [], [], []
         for s in decoders:
@@ -289,7 +291,7 @@ class ModelRunner:
             sample_index=sample_index,
             skip_attention=skip_attention,
         )
-        return sample(logits, params, generators, banned)
+        return sample(logits, params, generators, banned, history, logprobs_out)
 
     def synchronize(self) -> None:
         if self.cuda:

@@ -223,6 +223,7 @@ class StepDriver:
             self._on_token(seq, tok, t_end)
             out = seq.accept(tok, r.phase == DONE, self._piece(seq, tok))
             if out.finished:
+                out.timings = (r.arrival / NS, r.first_scheduled / NS, r.first_token / NS, t_end)
                 if r.phase != DONE:
                     st.finish(r, end)
                     stopped.append(r)
