@@ -59,6 +59,8 @@ class SimConfig:
     k_max: int | None = None
     kv_capacity: int | None = None
     max_running: int | None = None
+    prefix_caching: bool = False  # reuse the KV of cached prompt prefixes (docs/prefix-caching.md)
+    block_size: int = 16  # tokens per KV block, the prefix cache's unit
     cost_model: str = "profile:h200-llama-3-8b"
     workload: dict = field(default_factory=lambda: dict(DEFAULT_WORKLOAD))
     fast: bool = True
@@ -219,7 +221,10 @@ def _check_types(cfg: SimConfig) -> None:
         v = getattr(cfg, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
             raise ConfigError(f"{name} must be a positive number, got {v!r}")
-    for name in ("fast", "verdict", "record_steps"):
+    if isinstance(cfg.block_size, bool) or not isinstance(cfg.block_size, (int, np.integer)) or cfg.block_size < 1:
+        raise ConfigError(f"block_size must be a positive integer, got {cfg.block_size!r}")
+    cfg.block_size = int(cfg.block_size)
+    for name in ("fast", "verdict", "record_steps", "prefix_caching"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name} must be true or false, got {getattr(cfg, name)!r}")
     for name in ("policy", "admission", "cost_model"):

@@ -12,6 +12,17 @@ KV cache (token granularity, vLLM V0 style): admission reserves the whole prefil
 request; each decode token then takes one more slot. When the decoders of a step do not
 fit, the policy preempts the newest running request, which frees its slots and returns to
 the head of the waiting queue to be recomputed (prefill of prompt + tokens emitted so far).
+
+Prefix caching (`Constraints.prefix_block_size`; off by default, and then nothing below
+applies): full prompt blocks a request has computed go into a `PrefixCache`. On
+admission a request reuses the longest cached prefix of its `blocks` (at most
+prefill_target - 1 tokens: the last prompt token is always computed, as it samples the
+first output token): `prefilled` starts there, and those tokens are neither computed nor
+charged in a step's token load. `kv_used` then counts each request's private slots
+(`r.kv`) plus every cached block some running request holds, once however many hold it;
+cached blocks no one holds count as free space and are evicted (least recently released
+first) as soon as the slots are needed. A waiting request's `prefilled` stays 0 until it
+is admitted: the planner asks `admission_need` what admitting it would take.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from collections.abc import Callable, Iterator
 
 from .constraints import Constraints
 from .plan import StepPlan
+from .prefix_cache import Block, PrefixCache
 from .request import DECODE, DONE, PREFILL, WAITING, Request
 
 UNLIMITED = 1 << 62
@@ -134,6 +146,10 @@ class ServerState:
         self.finished: list[Request] = []  # requests done in the last end_step
         self.first_tokens: list[Request] = []  # prefills completed in the last end_step
         self.resumed: list[tuple[Request, int]] = []  # recomputes completed: (request, gap ns)
+        bs = constraints.prefix_block_size
+        self.prefix: PrefixCache | None = PrefixCache(bs) if bs else None
+        # the engine's hook: block `j` of request `r`'s prompt is computed and now cached
+        self.on_cached: Callable[[Request, int, Block], None] | None = None
 
     # ---- read-only view for policies -------------------------------------------------
     @property
@@ -163,7 +179,8 @@ class ServerState:
         return bisect_left(self._dec_keys, key)
 
     def footprint(self, r: Request) -> int:
-        """KV slots held by a running request."""
+        """KV slots held by a running request (with prefix caching, its private ones: the
+        cached blocks it holds may stay cached after it leaves)."""
         return r.kv + self._round - r.round0 if r.active else r.kv
 
     def emitted(self, r: Request) -> int:
@@ -171,6 +188,21 @@ class ServerState:
 
     def is_idle(self) -> bool:
         return not self.running and not self.waiting
+
+    def admission_need(self, r: Request) -> tuple[int, int]:
+        """(prefill tokens already done, KV slots admission takes) of a waiting request.
+        With prefix caching: its longest cached prefix, of which the blocks that running
+        requests hold already take no new slots. Changes nothing."""
+        pc = self.prefix
+        if pc is None or r.blocks is None or r.prefilled:
+            return r.prefilled, r.prefill_target
+        bs = pc.block_size
+        n, held = pc.match(r.blocks, (r.prefill_target - 1) // bs)
+        return n * bs, r.prefill_target - held * bs
+
+    def prefix_stats(self) -> dict | None:
+        """Prefix-cache hit rates, prefill tokens saved, evictions (None when off)."""
+        return None if self.prefix is None else self.prefix.stats()
 
     @staticmethod
     def work(r: Request) -> int:
@@ -225,6 +257,8 @@ class ServerState:
             prefill += n
             if p + n == r.prefill_target:
                 sampled += 1
+        if self.prefix is not None:
+            self._fit(m)  # free cached blocks give way to this step's decode tokens
         return prefill, self._kv_off + m * self._round, chunks, sampled
 
     def end_step(self, plan: StepPlan, end: int, steps: int = 1) -> None:
@@ -235,6 +269,11 @@ class ServerState:
         m = plan.decode
         rnd = self._round = self._round + steps
         self.kv_used += steps * m
+        pc = self.prefix
+        if pc is not None and steps > 1:
+            # the decode tokens of repeated steps evict what each step's start would have,
+            # before anything this batch frees (as the step-by-step path does)
+            self._fit(0)
         self.finished = finished = []
         self.first_tokens = firsts = []
         self.resumed = resumed = []
@@ -243,6 +282,8 @@ class ServerState:
         for r, n in plan.prefill:
             r.prefilled += steps * n
             prefill += n
+            if pc is not None and r.blocks is not None:
+                self._cache_blocks(r)
             if r.prefilled == r.prefill_target:
                 if completed is None:
                     completed = [r]
@@ -270,6 +311,8 @@ class ServerState:
                 if pos < self._m:
                     self._m -= 1
                 self.kv_used -= kv
+                if r.cached is not None:
+                    self._release_blocks(r)
                 del self.running[r.id]
                 r.phase = DONE
                 r.finish = end
@@ -334,6 +377,8 @@ class ServerState:
         self.waiting_tokens -= r.prefill_target - r.prefilled + r.output - r.emitted - 1  # work(r)
         r.phase = PREFILL  # `prefilled` is 0, or the tokens whose KV arrived with the request
         r.kv = r.prefill_target
+        if self.prefix is not None:
+            self._reuse(r)
         self.kv_used += r.kv
         self.running[r.id] = r
         if self.prefill_by_key:
@@ -347,11 +392,15 @@ class ServerState:
         if r.phase == DECODE:
             self._remove_decoder(r, now)
             processed = r.kv
+            if r.cached is not None:  # its cached blocks were computed too
+                processed += self.prefix.block_size * len(r.cached)
         else:
             self.prefilling.remove(r)
             processed = r.prefilled
             self.pending_prefill -= r.prefill_target - r.prefilled
         self.kv_used -= r.kv
+        if r.cached is not None:
+            self._release_blocks(r)
         del self.running[r.id]
         self.backlog_tokens += processed
         r.phase = WAITING
@@ -390,6 +439,8 @@ class ServerState:
 
     def _retire(self, r: Request, end: int) -> None:
         self.kv_used -= r.kv
+        if r.cached is not None:
+            self._release_blocks(r)
         del self.running[r.id]
         r.phase = DONE
         r.finish = end
@@ -411,3 +462,72 @@ class ServerState:
         r.active = False
         if done:
             r.last_emit = now
+
+    # ---- prefix caching ---------------------------------------------------------------
+    def _reuse(self, r: Request) -> None:
+        """Admission with prefix caching: hold the longest cached prefix (as
+        `admission_need` found it) and charge only the rest as private slots."""
+        pc = self.prefix
+        bs = pc.block_size
+        r.cached = held = []
+        n = 0
+        if r.blocks is not None:
+            pc.queried_blocks += len(r.blocks)
+            if not r.prefilled:  # KV that arrived with the request is its own
+                n, _ = pc.match(r.blocks, (r.prefill_target - 1) // bs)
+                for k in r.blocks[:n]:
+                    b = pc.acquire(k)
+                    if b.ref == 1:  # was free: now it takes slots again
+                        self.kv_used += bs
+                    held.append(b)
+        pc.queried_tokens += r.prefill_target
+        r.next_block = n
+        if n:
+            hit = n * bs
+            pc.hit_blocks += n
+            pc.hit_tokens += hit
+            r.prefilled = hit
+            r.kv -= hit
+            self.backlog_tokens -= hit
+            self.pending_prefill -= hit
+
+    def _cache_blocks(self, r: Request) -> None:
+        """Cache the prompt blocks `r` has finished computing. A block already cached (by
+        a request that computed the same prefix alongside) stays `r`'s private copy."""
+        pc = self.prefix
+        bs = pc.block_size
+        blocks = r.blocks
+        j = r.next_block
+        upto = min(len(blocks), r.prefilled // bs)
+        while j < upto:
+            b = pc.insert(blocks[j])
+            if b is not None:
+                r.cached.append(b)
+                r.kv -= bs  # its slots move to the cache: kv_used is unchanged
+                if self.on_cached is not None:
+                    self.on_cached(r, j, b)
+            j += 1
+        r.next_block = j
+
+    def _release_blocks(self, r: Request) -> None:
+        pc = self.prefix
+        bs = pc.block_size
+        for b in reversed(r.cached):  # deepest first, so a prefix's tail is evicted before its head
+            if pc.release(b):
+                self.kv_used -= bs
+        r.cached = None
+        r.next_block = 0
+
+    def _fit(self, extra: int) -> None:
+        """Evict free cached blocks until they, the used slots and `extra` more fit."""
+        pc = self.prefix
+        if pc.n_free:
+            bs = pc.block_size
+            over = self.kv_used + extra + pc.n_free * bs - self.kv_capacity
+            if over > 0:
+                pc.evict(-(-over // bs))
+
+    @property
+    def kv_cached_free(self) -> int:
+        """Slots of cached blocks no running request holds (free space, kept until needed)."""
+        return 0 if self.prefix is None else self.prefix.n_free * self.prefix.block_size

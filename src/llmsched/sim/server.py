@@ -38,16 +38,21 @@ class SimulationStuck(RuntimeError):
     """The scheduler planned an empty step while requests wait and none will arrive."""
 
 
+# with prefix caching: cumulative prompt tokens reused, cumulative blocks evicted, and the
+# slots of cached blocks no running request holds (free space that still holds KV)
+PREFIX_SERIES = ("prefix_hit_tokens", "prefix_evictions", "kv_cached_free_tokens")
+
+
 class TimeSeries:
     """Queue state sampled every `interval` ns from `first`. With the automatic interval
     memory stays bounded: past MAX_SAMPLES samples every other one is dropped and the
-    interval doubles."""
+    interval doubles. `prefix`: add the PREFIX_SERIES columns."""
 
-    def __init__(self, first: int, interval: int, auto: bool):
+    def __init__(self, first: int, interval: int, auto: bool, prefix: bool = False):
         self.first = self.next = first
         self.interval = interval
         self.auto = auto
-        self.cols: dict[str, list] = {k: [] for k in SERIES}
+        self.cols: dict[str, list] = {k: [] for k in (SERIES + PREFIX_SERIES if prefix else SERIES)}
 
     def _advance(self) -> None:
         self.next += self.interval
@@ -67,6 +72,17 @@ class TimeSeries:
         c["token_load"].append(b)
         c["backlog_tokens"].append(state.backlog_tokens - j * b)
         c["kv_used_tokens"].append(state.kv_used + j * (b - pf))
+        pc = state.prefix
+        if pc is not None and "prefix_hit_tokens" in c:
+            # inside a batch of repeated steps the step-by-step path evicts at each step's
+            # start, for that step's decode tokens: count those evictions already
+            bs = pc.block_size
+            free = pc.n_free
+            over = state.kv_used + (j + 1) * (b - pf) + free * bs - state.kv_capacity
+            ev = min(free, -(-over // bs)) if over > 0 else 0
+            c["prefix_hit_tokens"].append(pc.hit_tokens)
+            c["prefix_evictions"].append(pc.evictions + ev)
+            c["kv_cached_free_tokens"].append((free - ev) * bs)
 
     def span(self, state, start: int, durations, count: int, b: int, pf: int) -> None:
         """Record the samples that fall in `count` repeated steps from `start` (the state
@@ -183,6 +199,16 @@ class ServerSim:
                 k = (self.kv_capacity - st.kv_used - plan.decode_room) // m + 1
                 if k < count:
                     count = k
+            pc = st.prefix
+            if pc is not None and st.waiting:
+                # a newly cached block may let a waiting request in: stop where one is cached
+                bs = pc.block_size
+                for r, c in prefill:
+                    bl = r.blocks
+                    if bl is not None and r.next_block < len(bl):
+                        k = -(-((r.next_block + 1) * bs - r.prefilled) // c)
+                        if k < count:
+                            count = k
         if self.load_only:
             b = pf + m
             d = self._load_ns.get(b)
