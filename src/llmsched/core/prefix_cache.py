@@ -17,6 +17,8 @@ least recently released first. `ServerState` does the KV accounting on top of it
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -136,4 +138,21 @@ class PrefixCache:
         }
 
 
-__all__ = ["Block", "PrefixCache"]
+def token_block_ids(tokens: Sequence[int], block_size: int) -> tuple[int, ...] | None:
+    """`Request.blocks` of a prompt given as token ids: one id per full block, a 64-bit
+    BLAKE2b digest of the previous block's id and the block's tokens (so equal ids mean
+    equal prefixes, up to a 2**-64 chance per pair). None if the prompt has no full block."""
+    n = len(tokens) // block_size
+    if not n:
+        return None
+    data = array("q", tokens[: n * block_size]).tobytes()
+    step = 8 * block_size
+    out = []
+    prev = b""
+    for i in range(n):
+        prev = hashlib.blake2b(prev + data[i * step : (i + 1) * step], digest_size=8).digest()
+        out.append(int.from_bytes(prev, "little", signed=True))
+    return tuple(out)
+
+
+__all__ = ["Block", "PrefixCache", "token_block_ids"]
