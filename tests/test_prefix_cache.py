@@ -168,7 +168,8 @@ def audit(scheduler, problems):
         held = Counter()
         private = 0
         for r in state.running.values():
-            private += state.footprint(r)
+            sole = sum(1 for b in r.cached or () if b.ref == 1)
+            private += state.footprint(r) - bs * sole  # footprint: private + blocks only r holds
             for b in r.cached or ():
                 held[b.key] += 1
         referenced = [b for b in pc._blocks.values() if b.ref]

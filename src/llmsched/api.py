@@ -329,12 +329,24 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     n = len(arrivals)
     span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
     rate = (n - 1) / span if span > 0 else None
+    # with prefix caching, the measured cached prompt tokens per request are not work
+    pc = result.stats.prefix
+    cached = pc["hit_tokens"] / n if pc is not None and n else 0.0
+    cached = min(cached, max(0.0, float(result.prompt.mean()) - 1.0))  # hits again after preemptions
     try:
         rep = capacity(
-            cost, cfg.b_max, float(result.prompt.mean()), float(result.output.mean()), k_max=cfg.k_max, rate=rate
+            cost,
+            cfg.b_max,
+            float(result.prompt.mean()),
+            float(result.output.mean()),
+            k_max=cfg.k_max,
+            rate=rate,
+            cached_prompt=cached,
         )
     except ConfigError:
         return out
+    if pc is not None:
+        out["cached_prompt_tokens_per_request"] = cached
     out["token_capacity"] = rep.token_capacity
     out["critical_rate"] = rep.critical_rate
     out["offered_rate"] = rate
@@ -403,8 +415,12 @@ def cluster_network(
                 {"call": {"server": "cluster", "prompt": prompt.to_str(), "output": output.to_str(), "class": name}}
             ],
         }
+    sched = cfg.scheduler_spec().to_dict()
+    if sched.pop("prefix_caching"):
+        raise ConfigError("--prefix-caching is for one server: the network simulator does not model it (yet)")
+    sched.pop("block_size")
     server = {
-        **{k: v for k, v in cfg.scheduler_spec().to_dict().items()},
+        **sched,
         "cost_model": cfg.cost_model,
         "replicas": replicas,
         "router": router,

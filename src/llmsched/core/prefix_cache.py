@@ -67,9 +67,9 @@ class PrefixCache:
     def get(self, key: int) -> Block | None:
         return self._blocks.get(key)
 
-    def match(self, keys: Sequence[int], limit: int) -> tuple[int, int]:
+    def match(self, keys: Sequence[int], limit: int, freed: set | frozenset = frozenset()) -> tuple[int, int]:
         """How many leading `keys` (at most `limit`) are cached, and how many of those are
-        held by a running request. Changes nothing."""
+        held by a running request (not counting those in `freed`). Changes nothing."""
         blocks = self._blocks
         n = held = 0
         for k in keys:
@@ -79,7 +79,7 @@ class PrefixCache:
             if b is None:
                 break
             n += 1
-            if b.ref:
+            if b.ref and k not in freed:
                 held += 1
         return n, held
 

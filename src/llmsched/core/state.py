@@ -179,9 +179,12 @@ class ServerState:
         return bisect_left(self._dec_keys, key)
 
     def footprint(self, r: Request) -> int:
-        """KV slots held by a running request (with prefix caching, its private ones: the
-        cached blocks it holds may stay cached after it leaves)."""
-        return r.kv + self._round - r.round0 if r.active else r.kv
+        """KV slots a running request holds: what preempting it frees (with prefix caching,
+        its private slots and the cached blocks no one else holds, which become free)."""
+        kv = r.kv + self._round - r.round0 if r.active else r.kv
+        if r.cached:
+            kv += self.prefix.block_size * sum(1 for b in r.cached if b.ref == 1)
+        return kv
 
     def emitted(self, r: Request) -> int:
         return r.emitted + self._round - r.round0 if r.active else r.emitted
@@ -189,15 +192,17 @@ class ServerState:
     def is_idle(self) -> bool:
         return not self.running and not self.waiting
 
-    def admission_need(self, r: Request) -> tuple[int, int]:
+    def admission_need(self, r: Request, freed: set | frozenset = frozenset()) -> tuple[int, int]:
         """(prefill tokens already done, KV slots admission takes) of a waiting request.
         With prefix caching: its longest cached prefix, of which the blocks that running
-        requests hold already take no new slots. Changes nothing."""
+        requests hold already take no new slots, except those in `freed` (ids of blocks
+        whose only holder the plan preempts: `footprint` counted them as freed). Changes
+        nothing."""
         pc = self.prefix
         if pc is None or r.blocks is None or r.prefilled:
             return r.prefilled, r.prefill_target
         bs = pc.block_size
-        n, held = pc.match(r.blocks, (r.prefill_target - 1) // bs)
+        n, held = pc.match(r.blocks, (r.prefill_target - 1) // bs, freed)
         return n * bs, r.prefill_target - held * bs
 
     def prefix_stats(self) -> dict | None:

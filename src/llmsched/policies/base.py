@@ -72,6 +72,7 @@ class Planner:
         "admitted_tokens",
         "decode_room",
         "_victims",
+        "_freed",
     )
 
     def __init__(self, state: ServerState, admission: AdmissionPolicy):
@@ -85,6 +86,7 @@ class Planner:
         self.n_admitted = 0
         self.admitted_tokens = 0
         self._victims: set[int] = set()
+        self._freed: set[int] = set()  # prefix caching: cached blocks only the victims hold
         self.decodable = state.n_decoding
         kv = state.kv_free
         need = min(self.decodable, self.tokens, self.slots)
@@ -93,6 +95,8 @@ class Planner:
                 self.preempt.append(victim)
                 self._victims.add(victim.id)
                 kv += state.footprint(victim)
+                if victim.cached:
+                    self._freed.update(b.key for b in victim.cached if b.ref == 1)
                 if victim.phase == DECODE:
                     self.decodable -= 1
                 need = min(self.decodable, self.tokens, self.slots)
@@ -136,7 +140,7 @@ class Planner:
         if self.state.prefix is None:
             done, need = r.prefilled, r.prefill_target  # a prompt may arrive with part of its KV computed
         else:
-            done, need = self.state.admission_need(r)  # its cached prefix is not computed again
+            done, need = self.state.admission_need(r, self._freed)  # its cached prefix is not computed again
         if self.tokens <= 0 or self.slots <= 0 or self.kv < need:
             return False
         left = r.prefill_target - done
@@ -156,7 +160,7 @@ class Planner:
     def prefill_left(self, r: Request) -> int:
         """Prefill tokens `r` still needs (for a waiting request, net of its cached prefix)."""
         if r.phase == WAITING and self.state.prefix is not None:
-            return r.prefill_target - self.state.admission_need(r)[0]
+            return r.prefill_target - self.state.admission_need(r, self._freed)[0]
         return r.prefill_target - r.prefilled
 
     def admit_waiting(self, whole: bool = False) -> None:

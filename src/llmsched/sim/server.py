@@ -199,16 +199,10 @@ class ServerSim:
                 k = (self.kv_capacity - st.kv_used - plan.decode_room) // m + 1
                 if k < count:
                     count = k
-            pc = st.prefix
-            if pc is not None and st.waiting:
-                # a newly cached block may let a waiting request in: stop where one is cached
-                bs = pc.block_size
-                for r, c in prefill:
-                    bl = r.blocks
-                    if bl is not None and r.next_block < len(bl):
-                        k = -(-((r.next_block + 1) * bs - r.prefilled) // c)
-                        if k < count:
-                            count = k
+            if st.prefix is not None and prefill:
+                k = self._next_useful_block(prefill)
+                if k < count:
+                    count = k
         if self.load_only:
             b = pf + m
             d = self._load_ns.get(b)
@@ -226,6 +220,29 @@ class ServerSim:
             end = now + sum(durs)
         self.busy_until = end
         return end
+
+    def _next_useful_block(self, prefill) -> int:
+        """Prefix caching: steps until a prefill of this plan caches a block of the prompt
+        at the head of the waiting queue (UNLIMITED if none will). A plan that admits
+        nothing stopped at that head, and only blocks of its prompt entering the cache can
+        lower what its admission takes (evicting free blocks lowers neither its KV need
+        nor, as it was refused, changes the plan), so the plan repeats until then."""
+        head = self.state.waiting.first()
+        if head is None or head.blocks is None or head.prefilled:
+            return UNLIMITED
+        hb = head.blocks
+        bs = self.state.prefix.block_size
+        limit = min(len(hb), (head.prefill_target - 1) // bs)
+        best = UNLIMITED
+        for r, c in prefill:
+            bl = r.blocks
+            j = r.next_block
+            # ids are chained: r shares a later block with the head only if it shares block j
+            if bl is not None and j < len(bl) and j < limit and bl[j] == hb[j]:
+                k = -(-((j + 1) * bs - r.prefilled) // c)
+                if k < best:
+                    best = k
+        return best
 
     def _durations(self, plan: StepPlan, start: int, cost_args: tuple, count: int, limit: int) -> list[int]:
         """Durations of the batch's steps, those starting before `limit` (at least one)."""
