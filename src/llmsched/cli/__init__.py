@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from ..core.errors import ConfigError
@@ -34,7 +35,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            default_show = warnings.showwarning
+
+            def show(message, category, filename, lineno, file=None, line=None):
+                # what the library warns a user about (e.g. rows a trace reader dropped): one line
+                if issubclass(category, UserWarning):
+                    print(f"llmsched {args.command}: warning: {message}", file=sys.stderr)
+                else:
+                    default_show(message, category, filename, lineno, file, line)
+
+            warnings.showwarning = show
+            return int(args.func(args) or 0)
     except ConfigError as e:
         print(f"llmsched {args.command}: error: {e}", file=sys.stderr)
         return 2

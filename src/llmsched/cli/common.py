@@ -141,7 +141,13 @@ def add_cost_model_arg(p, default: str | None = None) -> None:
 def add_workload_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload")
     g.add_argument("--arrival", help="poisson (default), gamma, deterministic, trace:PATH, azure-conv")
-    g.add_argument("--trace", help="replay a trace CSV (Azure format or arrival_s,prompt_tokens,output_tokens)")
+    g.add_argument(
+        "--trace",
+        help="replay a trace file: plain CSV (arrival_s,prompt_tokens,output_tokens), Azure CSV, "
+        "BurstGPT CSV or Mooncake JSON lines (told apart by the first line)",
+    )
+    g.add_argument("--trace-model", help="BurstGPT: keep only rows of these models (e.g. ChatGPT or ChatGPT,GPT-4)")
+    g.add_argument("--trace-log-type", help="BurstGPT: keep only rows of this log type (Conversation log, API log)")
     g.add_argument("--rate", type=float, help="arrival rate in requests/s (default 16; for a trace: rescale to it)")
     g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals)")
     g.add_argument("--time-scale", type=float, help="multiply a trace's rate by K")
@@ -171,6 +177,8 @@ def sim_overrides(args) -> dict:
         "num_requests",
         "duration_s",
         "seed",
+        "trace_model",
+        "trace_log_type",
         "max_time_s",
         "sample_interval_s",
     ]

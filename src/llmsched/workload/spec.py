@@ -34,9 +34,10 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from .arrivals import MAX_REQUESTS, check_cv, check_rate, make_arrival_process
+from .blocks import DEFAULT_BLOCK_SIZE, check_block_size, reblock
 from .datasets import is_dataset, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
-from .trace import Trace, read_trace
+from .trace import FORMATS, Trace, read_trace, trace_format
 
 __all__ = ["WorkloadSpec", "WorkloadClass", "make_trace", "load_trace", "SYNTHETIC_ARRIVALS"]
 
@@ -142,6 +143,8 @@ class WorkloadSpec:
     duration_s: float | None = None
     seed: int = 0
     classes: list | None = None
+    trace_model: str | None = None
+    trace_log_type: str | None = None
 
     def __post_init__(self):
         self.rate = _opt_float(self.rate, "arrival rate (requests per second)")
@@ -160,6 +163,13 @@ class WorkloadSpec:
         if self.seed < 0:
             raise ConfigError(f"seed must be a whole number >= 0, got {self.seed}")
         self._normalise_arrival()
+        for name in ("trace_model", "trace_log_type"):
+            v = getattr(self, name)
+            if isinstance(v, (list, tuple)):
+                v = ",".join(str(x) for x in v)
+            if v is not None and (not isinstance(v, str) or not v.strip()):
+                raise ConfigError(f"{name} must be a name (or names separated by commas), got {v!r}")
+            setattr(self, name, None if v is None else v.strip())
         if self.prompt is not None:
             self.prompt = parse_length_law(self.prompt, "prompt")
         if self.output is not None:
@@ -224,6 +234,8 @@ class WorkloadSpec:
             setattr(self, k, val)
 
     def _check_complete(self):
+        if self.arrival != "trace" and (self.trace_model is not None or self.trace_log_type is not None):
+            raise ConfigError("trace_model and trace_log_type apply to trace replay only")
         if self.trace is not None and self.arrival != "trace":
             raise ConfigError(
                 f"a trace file is given but arrival is '{self.arrival}' (use arrival trace, or drop trace)"
@@ -232,6 +244,12 @@ class WorkloadSpec:
             resolve_path(self.trace)
             if self.cv is not None:
                 raise ConfigError("cv applies to gamma arrivals only, not to trace replay")
+            if self.trace_model is not None or self.trace_log_type is not None:
+                fmt = trace_format(resolve_path(self.trace))
+                if fmt != "burstgpt":
+                    raise ConfigError(
+                        f"trace_model and trace_log_type filter BurstGPT traces only; {self.trace} is {FORMATS[fmt]}"
+                    )
             if self.rate is not None and self.time_scale != 1.0:
                 raise ConfigError(
                     "give either rate (rescale the trace to this mean rate) or time_scale for trace replay, not both"
@@ -266,6 +284,8 @@ class WorkloadSpec:
             "duration_s": self.duration_s,
             "seed": self.seed,
             "classes": None if self.classes is None else [c.to_dict() for c in self.classes],
+            "trace_model": self.trace_model,
+            "trace_log_type": self.trace_log_type,
         }
 
     @classmethod
@@ -313,16 +333,22 @@ class WorkloadSpec:
 _TRACE_CACHE: dict[tuple, Trace] = {}
 
 
-def load_trace(path: str | os.PathLike) -> Trace:
-    """Read a trace file (plain or Azure CSV) or a named dataset; cached per file version.
-    The cached arrays are read-only; `make_trace` returns fresh arrays."""
+def load_trace(
+    path: str | os.PathLike,
+    block_size: int | None = DEFAULT_BLOCK_SIZE,
+    model: str | None = None,
+    log_type: str | None = None,
+) -> Trace:
+    """Read a trace file (any format of `trace.FORMATS`) or a named dataset; cached per
+    file version and options. The cached arrays are read-only; `make_trace` returns fresh
+    arrays."""
     p = resolve_path(path)
     st = p.stat()
-    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size, block_size, model, log_type)
     t = _TRACE_CACHE.get(key)
     if t is None:
-        t = read_trace(p)
-        for a in (t.arrival_s, t.prompt, t.output, t.tag):
+        t = read_trace(p, block_size, model=model, log_type=log_type)
+        for a in (t.arrival_s, t.prompt, t.output, t.tag, t.block_ids, t.block_ptr):
             if a is not None:
                 a.setflags(write=False)
         if len(_TRACE_CACHE) >= 4:
@@ -331,8 +357,11 @@ def load_trace(path: str | os.PathLike) -> Trace:
     return t
 
 
-def make_trace(spec: WorkloadSpec | dict) -> Trace:
-    """Build the requests a workload spec describes (deterministic for `spec.seed`)."""
+def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE) -> Trace:
+    """Build the requests a workload spec describes (deterministic for `spec.seed`), with
+    prefix-cache block ids for `block_size`-token blocks where the workload has them (a
+    trace's own ids, a shared system prompt, multi-turn conversations)."""
+    block_size = check_block_size(block_size)
     if isinstance(spec, dict):
         spec = WorkloadSpec.from_dict(spec)
     elif isinstance(spec, WorkloadSpec):
@@ -342,7 +371,7 @@ def make_trace(spec: WorkloadSpec | dict) -> Trace:
 
     base: Trace | None = None
     if spec.arrival == "trace":
-        base = load_trace(spec.trace)
+        base = load_trace(spec.trace, block_size, spec.trace_model, spec.trace_log_type)
         k = spec.time_scale
         if spec.rate is not None:
             r = base.mean_rate
@@ -403,4 +432,10 @@ def make_trace(spec: WorkloadSpec | dict) -> Trace:
         # a trace supplies whatever no law overrides (checked by WorkloadSpec)
         prompt[idx] = plaw.sample(rp, m) if plaw is not None else base.prompt[:n][idx]
         output[idx] = olaw.sample(ro, m) if olaw is not None else base.output[:n][idx]
-    return Trace(np.array(arrival, dtype=np.float64), prompt, output, tag)
+    out = Trace(np.array(arrival, dtype=np.float64), prompt, output, tag, block_size=block_size)
+    if base is not None and base.block_ids is not None:
+        # the trace's ids, cut to the (possibly redrawn) prompts' full blocks
+        head = base.slice(0, n)
+        ids, ptr = reblock(head.block_ids, head.block_ptr, prompt, block_size, block_size)
+        out = out.with_blocks(ids, ptr, block_size)
+    return out
