@@ -261,7 +261,7 @@ def simulate(
     scheduler.bind_cost_model(cost)
     if trace is None:
         spec = WorkloadSpec.from_dict(cfg.workload)
-        trace = make_trace(spec)
+        trace = make_trace(spec, cfg.block_size)  # block ids (where it has them) at the cache's block size
         workload_desc = spec.to_dict()
     else:
         workload_desc = {"trace": "given by the caller", **trace.describe()} if hasattr(trace, "describe") else {}

@@ -299,7 +299,7 @@ def cmd_sweep(args) -> int:
 # ---------------------------------------------------------------------------------------
 # reproduce
 
-EXPERIMENTS = ("stability", "clusters", "agents", "rybko-stolyar", "twp")
+EXPERIMENTS = ("stability", "clusters", "agents", "rybko-stolyar", "twp", "prefix-caching")
 STABILITY_ONLY = ("workload", "cost_model", "b_max", "load", "search_requests", "tol", "policies", "no_search")
 
 
@@ -307,6 +307,10 @@ def cmd_reproduce(args) -> int:
     from ..analysis.reproduce import reproduce_stability  # noqa: PLC0415
 
     out = args.out or f"reproduce-{args.experiment}"
+    if args.experiment == "prefix-caching":
+        return _reproduce_prefix(args, out)
+    if args.trace is not None:
+        raise ConfigError("--trace is an option of `reproduce prefix-caching`")
     if args.experiment != "stability":
         return _reproduce_other(args, out)
     args.workload = args.workload or "synthetic"
@@ -350,6 +354,49 @@ def cmd_reproduce(args) -> int:
             ("critical_rate", "lambda* (theory)", ",.3f"),
         ],
     )
+    print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
+    return 0
+
+
+def _reproduce_prefix(args, out: str) -> int:
+    from ..analysis.reproduce_prefix import reproduce_prefix_caching  # noqa: PLC0415
+
+    if args.trace is None:
+        raise ConfigError("reproduce prefix-caching needs --trace PATH (Mooncake JSON lines with hash_ids)")
+    given = [
+        k for k in ("workload", "search_requests", "tol", "policies", "seeds") if getattr(args, k) not in (None, False)
+    ]
+    if given or args.no_search:
+        what = given[0].replace("_", "-") if given else "no-search"
+        raise ConfigError(f"--{what} is not an option of `reproduce prefix-caching`")
+    kw = {}
+    if args.cost_model:
+        kw["cost_model"] = args.cost_model
+    if args.b_max:
+        kw["b_max"] = args.b_max
+    if args.load is not None:
+        kw["loads"] = (args.load,)
+    if args.kv_capacities:
+        try:
+            kw["kv_capacities"] = tuple(int(x) for x in args.kv_capacities.split(","))
+        except ValueError:
+            raise ConfigError(
+                f"--kv-capacities must be comma-separated whole numbers, got {args.kv_capacities!r}"
+            ) from None
+    if args.block_size:
+        kw["block_size"] = args.block_size
+    res = reproduce_prefix_caching(
+        args.trace,
+        out_dir=out,
+        num_requests=args.num_requests,
+        quick=args.quick,
+        progress=not args.json and args.progress,
+        **kw,
+    )
+    if args.json:
+        print(json.dumps(to_jsonable(res), indent=2, default=str))
+        return 0
+    print_table("reproduce prefix-caching", [(k, str(v)) for k, v in res["summary"].items()], ("finding", "measured"))
     print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
     return 0
 
@@ -511,6 +558,11 @@ def register(sub) -> None:
     p.add_argument("--policies", help="comma-separated (default fastertransformer,vllm,orca,sarathi,kfcfs)")
     p.add_argument("--no-search", action="store_true", help="only the queue runs")
     p.add_argument("--quick", action="store_true", help="small runs (seconds), for tests")
+    p.add_argument("--trace", help="prefix-caching: the trace (Mooncake JSON lines with hash_ids)")
+    p.add_argument(
+        "--kv-capacities", help="prefix-caching: KV capacities in tokens, comma-separated (default 250000,1000000)"
+    )
+    p.add_argument("--block-size", type=int, help="prefix-caching: cache block size in tokens (default 512)")
     p.add_argument("--out", default=None, help="output folder (default reproduce-EXPERIMENT)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_parallel_args(p)

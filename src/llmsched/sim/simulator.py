@@ -145,7 +145,7 @@ def simulate_trace(
             while i < n and arr[i] <= now:
                 r = Request(i, arr[i], prompts[i], outputs[i], tags[i] if tags else "")
                 if blocks is not None:
-                    r.blocks = blocks[i]
+                    r.blocks = next(blocks)
                 add(r)
                 i += 1
             next_arrival = arr[i] if i < n else UNLIMITED
@@ -208,19 +208,14 @@ def simulate_trace(
     )
 
 
-def trace_blocks(trace, block_size: int) -> list | None:
-    """Per-request `Request.blocks` of a trace at the cache's block size (None when the
-    trace carries no block ids): a trace's own ids are re-cut to `block_size`."""
-    ids = getattr(trace, "block_ids", None)
-    if ids is None:
-        return getattr(trace, "blocks", None)  # a list of tuples already (tests, callers)
-    from ..workload.blocks import as_tuples, reblock  # noqa: PLC0415 - only traces with block ids
-
-    ptr = trace.block_ptr
-    src = getattr(trace, "block_size", block_size)
-    if src != block_size:
-        ids, ptr = reblock(ids, ptr, trace.prompt, src, block_size)
-    return as_tuples(ids, ptr)
+def trace_blocks(trace, block_size: int):
+    """An iterator over the requests' `Request.blocks` at the cache's block size, or None
+    when the trace has no block ids: a `workload.Trace`'s own ids re-cut to `block_size`
+    (a chunk of requests at a time), or a `blocks` list given at that size (tests)."""
+    if getattr(trace, "block_ids", None) is not None and hasattr(trace, "iter_blocks"):
+        return trace.iter_blocks(block_size)
+    blocks = getattr(trace, "blocks", None)
+    return iter(blocks) if isinstance(blocks, (list, tuple)) else None
 
 
 def _np(a: array, dtype) -> np.ndarray:
