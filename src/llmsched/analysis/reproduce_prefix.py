@@ -178,7 +178,8 @@ def summary(res: dict) -> dict:
             pair = {r["prefix_caching"]: r for r in rows if r["kv_capacity"] == kv and r["load"] == load}
             a, b = pair[False], pair[True]
             out[f"kv {kv:,} load {load:g}"] = (
-                f"hit {b['token_hit_rate']:.1%}; TTFT {a['mean_ttft_ms'] / 1e3:,.2f} -> {b['mean_ttft_ms'] / 1e3:,.2f} s; "
+                f"hit {b['token_hit_rate']:.1%}; "
+                f"TTFT {a['mean_ttft_ms'] / 1e3:,.2f} -> {b['mean_ttft_ms'] / 1e3:,.2f} s; "
                 f"{a['request_throughput']:.3f} -> {b['request_throughput']:.3f} req/s; "
                 f"{a['verdict']} -> {b['verdict']}; gain (theory, measured hits) {b['capacity_gain_theory']:.2f}"
             )
