@@ -36,7 +36,7 @@ from .tables import write_table
 __all__ = ["reproduce_prefix_caching", "ideal_cached_tokens"]
 
 LOADS = (0.6, 0.9, 1.3)
-KV_CAPACITIES = (250_000, 1_000_000)
+KV_CAPACITIES = (1_000_000, 8_000_000)
 QUICK_REQUESTS = 400
 
 

@@ -560,7 +560,7 @@ def register(sub) -> None:
     p.add_argument("--quick", action="store_true", help="small runs (seconds), for tests")
     p.add_argument("--trace", help="prefix-caching: the trace (Mooncake JSON lines with hash_ids)")
     p.add_argument(
-        "--kv-capacities", help="prefix-caching: KV capacities in tokens, comma-separated (default 250000,1000000)"
+        "--kv-capacities", help="prefix-caching: KV capacities in tokens, comma-separated (default 1000000,8000000)"
     )
     p.add_argument("--block-size", type=int, help="prefix-caching: cache block size in tokens (default 512)")
     p.add_argument("--out", default=None, help="output folder (default reproduce-EXPERIMENT)")

@@ -5,7 +5,7 @@ A prompt is a chain of `block_size`-token blocks; `Request.blocks` gives one id 
 block, each id standing for the block's content and everything before it, so two prompts
 share exactly as many leading blocks as they have leading ids in common.
 
-`PrefixCache` maps ids to `Block`s. A block enters the cache only once a request has
+`PrefixCache` keeps the cached block ids. A block enters the cache only once a request has
 computed all its tokens (`insert`), so a request never reuses KV that is still being
 written; two requests that compute the same new prefix at the same time each keep a
 private copy, and the first to finish a block is the one that gets cached. A block is
@@ -23,29 +23,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 
-class Block:
-    """One cached block: its id, how many running requests hold it, and the driver's data
-    (the engine's physical block number)."""
-
-    __slots__ = ("key", "ref", "data")
-
-    def __init__(self, key: int, data=None):
-        self.key = key
-        self.ref = 0
-        self.data = data
-
-    def __repr__(self) -> str:
-        return f"Block(key={self.key}, ref={self.ref}, data={self.data})"
-
-
 class PrefixCache:
-    """Cached blocks by id, with an LRU list of the free ones (see the module doc)."""
+    """Cached blocks by id: how many running requests hold each, and an LRU list of the
+    free ones (see the module doc). Blocks are plain ids (no object per block: a cache
+    holds millions of them), and the per-request operations work on lists of ids."""
 
     def __init__(self, block_size: int):
         self.block_size = block_size
-        self._blocks: dict[int, Block] = {}
-        self._free: OrderedDict[int, Block] = OrderedDict()  # least recently released first
-        self.on_evict: Callable[[Block], None] | None = None  # the engine frees the block's memory
+        self._ref: dict[int, int] = {}  # cached id -> running requests holding it
+        self._free: OrderedDict[int, None] = OrderedDict()  # ref 0, least recently released first
+        self.on_evict: Callable[[int], None] | None = None  # the engine frees the block's memory
+        self.version = 0  # changes whenever a match could: lets callers reuse one
         # counters since creation (admissions, not lookups: a plan may look twice)
         self.queried_tokens = 0
         self.hit_tokens = 0
@@ -54,70 +42,90 @@ class PrefixCache:
         self.evictions = 0
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        return len(self._ref)
 
     def __contains__(self, key: int) -> bool:
-        return key in self._blocks
+        return key in self._ref
 
     @property
     def n_free(self) -> int:
         """Cached blocks no running request holds (evictable)."""
         return len(self._free)
 
-    def get(self, key: int) -> Block | None:
-        return self._blocks.get(key)
+    def refs(self, key: int) -> int:
+        """Running requests holding a cached block (-1: not cached)."""
+        return self._ref.get(key, -1)
 
     def match(self, keys: Sequence[int], limit: int, freed: set | frozenset = frozenset()) -> tuple[int, int]:
         """How many leading `keys` (at most `limit`) are cached, and how many of those are
         held by a running request (not counting those in `freed`). Changes nothing."""
-        blocks = self._blocks
+        ref = self._ref.get
         n = held = 0
         for k in keys:
             if n >= limit:
                 break
-            b = blocks.get(k)
-            if b is None:
+            c = ref(k)
+            if c is None:
                 break
             n += 1
-            if b.ref and k not in freed:
+            if c and k not in freed:
                 held += 1
         return n, held
 
-    def acquire(self, key: int) -> Block:
-        """Hold a cached block (a hit); it can no longer be evicted."""
-        b = self._blocks[key]
-        if not b.ref:
-            del self._free[key]
-        b.ref += 1
-        return b
+    def acquire(self, keys: Sequence[int]) -> int:
+        """Hold cached blocks (hits): they can no longer be evicted. Returns how many were
+        free (they take KV slots again)."""
+        ref = self._ref
+        free = self._free
+        was_free = 0
+        for k in keys:
+            c = ref[k]
+            if not c:
+                del free[k]
+                was_free += 1
+            ref[k] = c + 1
+        self.version += 1
+        return was_free
 
-    def insert(self, key: int, data=None) -> Block | None:
-        """Cache a block that a request has just computed, held by that request; None if
-        the id is cached already (the request keeps its own copy)."""
-        if key in self._blocks:
-            return None
-        b = self._blocks[key] = Block(key, data)
-        b.ref = 1
-        return b
-
-    def release(self, b: Block) -> bool:
-        """A request lets go of `b`; True if no one holds it any more (it is now free)."""
-        b.ref -= 1
-        if b.ref:
+    def insert(self, key: int) -> bool:
+        """Cache a block a request has just computed, held by that request; False if the id
+        is cached already (the request keeps its own copy)."""
+        ref = self._ref
+        if key in ref:
             return False
-        self._free[b.key] = b
+        ref[key] = 1
+        self.version += 1
         return True
+
+    def release(self, keys: Sequence[int]) -> int:
+        """A request lets go of `keys`, in this order (the first released is the first
+        evicted); returns how many no one holds any more (they are now free)."""
+        ref = self._ref
+        free = self._free
+        freed = 0
+        for k in keys:
+            c = ref[k] - 1
+            ref[k] = c
+            if not c:
+                free[k] = None
+                freed += 1
+        self.version += 1
+        return freed
 
     def evict(self, n: int) -> int:
         """Drop up to `n` free blocks, least recently released first; returns how many."""
         free = self._free
+        ref = self._ref
         n = min(n, len(free))
+        pop = free.popitem
+        hook = self.on_evict
         for _ in range(n):
-            key, b = free.popitem(last=False)
-            del self._blocks[key]
-            if self.on_evict is not None:
-                self.on_evict(b)
+            key = pop(last=False)[0]
+            del ref[key]
+            if hook is not None:
+                hook(key)
         self.evictions += n
+        self.version += 1
         return n
 
     def stats(self) -> dict:
@@ -133,7 +141,7 @@ class PrefixCache:
             "block_hit_rate": self.hit_blocks / qb if qb else 0.0,
             "prefill_tokens_saved": self.hit_tokens,
             "evictions": self.evictions,
-            "cached_blocks": len(self._blocks),
+            "cached_blocks": len(self._ref),
             "free_cached_blocks": len(self._free),
         }
 
@@ -155,4 +163,4 @@ def token_block_ids(tokens: Sequence[int], block_size: int) -> tuple[int, ...] |
     return tuple(out)
 
 
-__all__ = ["Block", "PrefixCache", "token_block_ids"]
+__all__ = ["PrefixCache", "token_block_ids"]

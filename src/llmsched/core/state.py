@@ -19,7 +19,8 @@ admission a request reuses the longest cached prefix of its `blocks` (at most
 prefill_target - 1 tokens: the last prompt token is always computed, as it samples the
 first output token): `prefilled` starts there, and those tokens are neither computed nor
 charged in a step's token load. `kv_used` then counts each request's private slots
-(`r.kv`) plus every cached block some running request holds, once however many hold it;
+(its context `r.kv` less the cached blocks it holds) plus every cached block some running
+request holds, once however many hold it;
 cached blocks no one holds count as free space and are evicted (least recently released
 first) as soon as the slots are needed. A waiting request's `prefilled` stays 0 until it
 is admitted: the planner asks `admission_need` what admitting it would take.
@@ -34,7 +35,7 @@ from collections.abc import Callable, Iterator
 
 from .constraints import Constraints
 from .plan import StepPlan
-from .prefix_cache import Block, PrefixCache
+from .prefix_cache import PrefixCache
 from .request import DECODE, DONE, PREFILL, WAITING, Request
 
 UNLIMITED = 1 << 62
@@ -149,7 +150,8 @@ class ServerState:
         bs = constraints.prefix_block_size
         self.prefix: PrefixCache | None = PrefixCache(bs) if bs else None
         # the engine's hook: block `j` of request `r`'s prompt is computed and now cached
-        self.on_cached: Callable[[Request, int, Block], None] | None = None
+        self.on_cached: Callable[[Request, int], None] | None = None
+        self._match_memo: tuple = (None, -1, None)  # (request, cache version, match) of the last lookup
 
     # ---- read-only view for policies -------------------------------------------------
     @property
@@ -183,7 +185,8 @@ class ServerState:
         its private slots and the cached blocks no one else holds, which become free)."""
         kv = r.kv + self._round - r.round0 if r.active else r.kv
         if r.cached:
-            kv += self.prefix.block_size * sum(1 for b in r.cached if b.ref == 1)
+            ref = self.prefix._ref
+            kv -= self.prefix.block_size * sum(1 for k in r.cached if ref[k] != 1)
         return kv
 
     def emitted(self, r: Request) -> int:
@@ -202,7 +205,13 @@ class ServerState:
         if pc is None or r.blocks is None or r.prefilled:
             return r.prefilled, r.prefill_target
         bs = pc.block_size
-        n, held = pc.match(r.blocks, (r.prefill_target - 1) // bs, freed)
+        memo = self._match_memo
+        if memo[0] is r and memo[1] == pc.version and not freed:  # a refused head, asked again
+            n, held = memo[2]
+        else:
+            n, held = pc.match(r.blocks, (r.prefill_target - 1) // bs, freed)
+            if not freed:
+                self._match_memo = (r, pc.version, (n, held))
         return n * bs, r.prefill_target - held * bs
 
     def prefix_stats(self) -> dict | None:
@@ -381,10 +390,8 @@ class ServerState:
             w.remove(r)
         self.waiting_tokens -= r.prefill_target - r.prefilled + r.output - r.emitted - 1  # work(r)
         r.phase = PREFILL  # `prefilled` is 0, or the tokens whose KV arrived with the request
-        r.kv = r.prefill_target
-        if self.prefix is not None:
-            self._reuse(r)
-        self.kv_used += r.kv
+        r.kv = r.prefill_target  # with prefix caching too: `kv` is its context, shared or not
+        self.kv_used += r.kv if self.prefix is None else self._reuse(r)
         self.running[r.id] = r
         if self.prefill_by_key:
             insort(self.prefilling, r, key=_key)
@@ -397,8 +404,6 @@ class ServerState:
         if r.phase == DECODE:
             self._remove_decoder(r, now)
             processed = r.kv
-            if r.cached is not None:  # its cached blocks were computed too
-                processed += self.prefix.block_size * len(r.cached)
         else:
             self.prefilling.remove(r)
             processed = r.prefilled
@@ -469,57 +474,61 @@ class ServerState:
             r.last_emit = now
 
     # ---- prefix caching ---------------------------------------------------------------
-    def _reuse(self, r: Request) -> None:
+    def _reuse(self, r: Request) -> int:
         """Admission with prefix caching: hold the longest cached prefix (as
-        `admission_need` found it) and charge only the rest as private slots."""
+        `admission_need` found it); returns the slots admission takes: the rest of the
+        prompt, private, and the reused blocks that were free."""
         pc = self.prefix
         bs = pc.block_size
-        r.cached = held = []
         n = 0
         if r.blocks is not None:
             pc.queried_blocks += len(r.blocks)
             if not r.prefilled:  # KV that arrived with the request is its own
                 n, _ = pc.match(r.blocks, (r.prefill_target - 1) // bs)
-                for k in r.blocks[:n]:
-                    b = pc.acquire(k)
-                    if b.ref == 1:  # was free: now it takes slots again
-                        self.kv_used += bs
-                    held.append(b)
         pc.queried_tokens += r.prefill_target
         r.next_block = n
-        if n:
-            hit = n * bs
-            pc.hit_blocks += n
-            pc.hit_tokens += hit
-            r.prefilled = hit
-            r.kv -= hit
-            self.backlog_tokens -= hit
-            self.pending_prefill -= hit
+        if not n:
+            r.cached = []
+            return r.kv
+        r.cached = held = list(r.blocks[:n])
+        hit = n * bs
+        pc.hit_blocks += n
+        pc.hit_tokens += hit
+        r.prefilled = hit
+        self.backlog_tokens -= hit
+        self.pending_prefill -= hit
+        return r.kv - hit + bs * pc.acquire(held)
 
     def _cache_blocks(self, r: Request) -> None:
         """Cache the prompt blocks `r` has finished computing. A block already cached (by
         a request that computed the same prefix alongside) stays `r`'s private copy."""
-        pc = self.prefix
-        bs = pc.block_size
         blocks = r.blocks
         j = r.next_block
+        bs = self.prefix.block_size
         upto = min(len(blocks), r.prefilled // bs)
-        while j < upto:
-            b = pc.insert(blocks[j])
-            if b is not None:
-                r.cached.append(b)
-                r.kv -= bs  # its slots move to the cache: kv_used is unchanged
-                if self.on_cached is not None:
-                    self.on_cached(r, j, b)
-            j += 1
-        r.next_block = j
+        if j >= upto:
+            return
+        ref = self.prefix._ref
+        held = r.cached
+        hook = self.on_cached
+        n0 = len(held)
+        for i in range(j, upto):
+            k = blocks[i]
+            if k not in ref:  # PrefixCache.insert, inline: this loop runs once per block
+                ref[k] = 1
+                held.append(k)
+                if hook is not None:
+                    hook(r, i)
+        if len(held) > n0:  # their slots move from private to the cache: kv_used is unchanged
+            self.prefix.version += 1
+        r.next_block = upto
 
     def _release_blocks(self, r: Request) -> None:
+        """After `kv_used -= r.kv`: its cached blocks were not private, and those no one
+        holds any more become free."""
         pc = self.prefix
-        bs = pc.block_size
-        for b in reversed(r.cached):  # deepest first, so a prefix's tail is evicted before its head
-            if pc.release(b):
-                self.kv_used -= bs
+        freed = pc.release(r.cached[::-1])  # deepest first: a prefix's tail is evicted before its head
+        self.kv_used += pc.block_size * (len(r.cached) - freed)
         r.cached = None
         r.next_block = 0
 

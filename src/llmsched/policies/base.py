@@ -96,7 +96,8 @@ class Planner:
                 self._victims.add(victim.id)
                 kv += state.footprint(victim)
                 if victim.cached:
-                    self._freed.update(b.key for b in victim.cached if b.ref == 1)
+                    ref = state.prefix._ref
+                    self._freed.update(k for k in victim.cached if ref[k] == 1)
                 if victim.phase == DECODE:
                     self.decodable -= 1
                 need = min(self.decodable, self.tokens, self.slots)
