@@ -274,3 +274,40 @@ def test_nothing_shared_means_the_same_steps_as_caching_off(data):
     assert on[1] == off[1]
     assert np.array_equal(on[0].e2e_ns, off[0].e2e_ns) and np.array_equal(on[0].ttft_ns, off[0].ttft_ns)
     assert on[0].prefix["hit_tokens"] == 0
+
+
+def test_theorem2_without_the_cached_work():
+    from llmsched.theory import capacity
+
+    off = capacity("paper", 512, 1000.0, 100.0)
+    on = capacity("paper", 512, 1000.0, 100.0, cached_prompt=600.0)
+    assert on.work_per_request == 1000 - 600 + 100 - 1
+    assert on.critical_rate == pytest.approx(off.critical_rate * off.work_per_request / on.work_per_request)
+    with pytest.raises(ConfigError, match="cached prompt"):
+        capacity("paper", 512, 1000.0, 100.0, cached_prompt=1000.0)
+
+
+def test_simulate_cli_with_a_mooncake_trace(tmp_path, capsys):
+    import json
+
+    from llmsched.cli import main
+
+    row = {"input_length": 1200, "output_length": 20}
+    rows = [{"timestamp": 250 * i, **row, "hash_ids": [7, 8, 100 + i]} for i in range(60)]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    args = ["simulate", "--trace", str(path), "--cost-model", "paper", "--block-size", "512", "--out", str(out)]
+    assert main([*args, "--prefix-caching", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    pc = s["prefix_cache"]
+    # every request after the first reuses the two shared 512-token blocks
+    assert pc["hit_tokens"] == 59 * 1024 and pc["block_size"] == 512
+    assert s["cached_prompt_tokens_per_request"] == pytest.approx(59 * 1024 / 60)
+    header = (out / "timeseries.csv").read_text().splitlines()[0].split(",")
+    assert {"prefix_hit_tokens", "prefix_evictions", "kv_cached_free_tokens"} <= set(header)
+    assert main([*args, "--json"]) == 0
+    assert "prefix_cache" not in json.loads(capsys.readouterr().out)
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--prefix-caching", "--block-size", "0"])
+    assert e.value.code == 2
