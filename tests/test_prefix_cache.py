@@ -311,3 +311,18 @@ def test_simulate_cli_with_a_mooncake_trace(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main([*args, "--prefix-caching", "--block-size", "0"])
     assert e.value.code == 2
+
+
+def test_capacity_cli_with_an_expected_cached_fraction(capsys):
+    import json
+
+    from llmsched.cli import main
+
+    args = ["capacity", "--cost-model", "paper", "--mean-prompt", "1000", "--mean-output", "100", "--json"]
+    assert main(args) == 0
+    off = json.loads(capsys.readouterr().out)["capacity"]
+    assert main([*args, "--cached-fraction", "0.6"]) == 0
+    on = json.loads(capsys.readouterr().out)["capacity"]
+    assert on["cached_prompt_per_request"] == pytest.approx(600.0)
+    assert on["critical_rate"] == pytest.approx(off["critical_rate"] * 1099 / 499)
+    assert main([*args, "--cached-fraction", "1"]) == 2

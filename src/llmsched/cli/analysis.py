@@ -83,6 +83,7 @@ def cmd_capacity(args) -> int:
         rate=rate,
         samples=samples,
         plot=args.plot,
+        cached_fraction=args.cached_fraction,
         **over,
     )
     if args.find_counterexample:
@@ -147,6 +148,11 @@ def _print_capacity(rep: dict) -> None:
         ("token capacity b_max / t(b_max)", f"{c['token_capacity']:,.1f} tokens/s"),
         ("mean prompt / output", f"{c['mean_prompt']:,.1f} / {c['mean_output']:,.1f} tokens ({rep['means_source']})"),
         ("work per request (prompt + output - 1)", f"{c['work_per_request']:,.1f} tokens"),
+        *(
+            [("  of the prompt, cached (not work)", f"{c['cached_prompt_per_request']:,.1f} tokens")]
+            if c.get("cached_prompt_per_request")
+            else []
+        ),
         ("theorem 2 bound C / w", f"{c['critical_rate_token_bound']:,.3f} req/s"),
         ("critical rate lambda*", f"{c['critical_rate']:,.3f} req/s ({c['binding']})"),
     ]
@@ -453,6 +459,12 @@ def register(sub) -> None:
     g = p.add_argument_group("capacity")
     g.add_argument("--mean-prompt", type=float, help="mean prompt length in tokens (instead of sampling)")
     g.add_argument("--mean-output", type=float, help="mean output length in tokens (instead of sampling)")
+    g.add_argument(
+        "--cached-fraction",
+        type=float,
+        default=0.0,
+        help="expected share of prompt tokens served by a prefix cache (not work; default 0)",
+    )
     g.add_argument(
         "--lengths",
         metavar="FILE",
