@@ -510,14 +510,18 @@ class ServerState:
             return
         ref = self.prefix._ref
         held = r.cached
-        hook = self.on_cached
         n0 = len(held)
-        for i in range(j, upto):
-            k = blocks[i]
-            if k not in ref:  # PrefixCache.insert, inline: this loop runs once per block
-                ref[k] = 1
-                held.append(k)
-                if hook is not None:
+        hook = self.on_cached
+        if hook is None:  # PrefixCache.insert in bulk (a long prompt is hundreds of blocks)
+            new = [k for k in blocks[j:upto] if k not in ref]
+            ref.update(dict.fromkeys(new, 1))
+            held.extend(new)
+        else:
+            for i in range(j, upto):
+                k = blocks[i]
+                if k not in ref:
+                    ref[k] = 1
+                    held.append(k)
                     hook(r, i)
         if len(held) > n0:  # their slots move from private to the cache: kv_used is unchanged
             self.prefix.version += 1
