@@ -75,6 +75,9 @@ def test_mooncake_fields_and_order():
     assert t.prompt.tolist() == [r[1] for r in MOONCAKE_ROWS]
     assert t.output.tolist() == [r[2] for r in MOONCAKE_ROWS]
     assert t.block_size == 512
+    # 10 full blocks, 5 distinct ids (0,1 shared by three requests, 3 by two): an unbounded cache hits 5
+    d = t.describe()
+    assert d["full_blocks"] == 10 and d["block_reuse"] == 0.5
     # at the trace's own 512-token blocks: one id per full block, the partial last one dropped
     blocks = t.blocks()
     assert [len(b or ()) for b in blocks] == [r[1] // 512 for r in MOONCAKE_ROWS]
@@ -133,6 +136,8 @@ def test_mooncake_slow_path_equals_fast(tmp_path):
         ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1.5]}', "line 2 key 'hash_ids'"),
         ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1,,2]}', "line 2"),
         ("[1, 2, 3]", "line 2 is not a JSON object"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1, , 2]}', "line 2 is not a JSON"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1, 2,]}', "line 2 is not a JSON"),
     ],
 )
 def test_mooncake_bad_rows_name_the_line(tmp_path, line, pattern):
@@ -348,3 +353,40 @@ def test_cli_reads_every_format_and_filters(tmp_path):
         proc = run(*args)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Mooncake JSON lines" in run("--trace", str(bad)).stderr
+
+
+def test_chain_ragged_is_the_prefix_recurrence(monkeypatch):
+    """The vectorised hash equals its definition computed step by step:
+    H_k = P * H_(k-1) + mix(value_k) mod 2**64, id_k = mix(H_k + k * G + root)."""
+    from llmsched.workload import blocks as B
+
+    p, mask = int(B._M1), (1 << 64) - 1
+    rng = np.random.default_rng(0)
+    values = rng.integers(-(2**62), 2**62, size=60)
+    ptr = np.array([0, 7, 7, 40, 60])
+    ids = B.chain_ragged(values, ptr)
+
+    def m(x: int) -> int:
+        return int(B.mix(np.array([x & mask], dtype=np.uint64))[0])
+
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        h = 0
+        for k in range(b - a):
+            h = (h * p + m(int(values[a + k]) + int(B._GOLDEN))) & mask
+            want = m(h + k * int(B._GOLDEN) + int(B._ROOT))
+            assert int(np.int64(ids[a + k]).view(np.uint64)) == want
+    # hashed a few ids at a time: the same ids (rows never straddle chunks)
+    monkeypatch.setattr(B, "_CHUNK", 8)
+    assert np.array_equal(B.chain_ragged(values, ptr), ids)
+
+
+def test_python_api_takes_the_trace_options():
+    import llmsched
+
+    with pytest.warns(TraceWarning):
+        r = llmsched.simulate(trace=str(BURSTGPT), trace_model="ChatGPT", cost_model="paper", verdict=False)
+    assert r.summary["num_requests"] == 3 and r.config["workload"]["trace_model"] == "ChatGPT"
+    r = llmsched.simulate(
+        cost_model="paper", rate=2, num_requests=50, system_prompt=64, turns=2, think_time_s=1.0, verdict=False
+    )
+    assert r.summary["num_requests"] == 50 and r.config["workload"]["turns"] == "const:2"

@@ -161,6 +161,15 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-requests", type=int, help="stop after N requests (default 5000)")
     g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds")
     g.add_argument("--seed", type=int, help="random seed (default 0)")
+    g.add_argument(
+        "--system-prompt",
+        type=int,
+        help="every request starts with the same N tokens (shared prefix; prompt = N + law)",
+    )
+    g.add_argument("--turns", help="multi-turn conversations: turns per conversation, a length law (e.g. geometric:4)")
+    g.add_argument(
+        "--think-time", type=float, dest="think_time_s", help="mean seconds from a turn's arrival to the next turn's"
+    )
 
 
 def sim_overrides(args) -> dict:
@@ -179,6 +188,9 @@ def sim_overrides(args) -> dict:
         "seed",
         "trace_model",
         "trace_log_type",
+        "system_prompt",
+        "turns",
+        "think_time_s",
         "max_time_s",
         "sample_interval_s",
     ]

@@ -2,7 +2,7 @@
 
 A request's `blocks` hold one id per FULL block of its prompt at the cache's block size
 (`DEFAULT_BLOCK_SIZE` tokens unless told), each id standing for the block's content and
-everything before it (a chained hash), so two requests share a cached prefix exactly as
+everything before it (a prefix hash, `chain_ragged`), so two requests share a cached prefix exactly as
 far as their leading ids agree. A trace keeps them ragged: a flat int64 array `ids` and
 offsets `ptr` (n + 1 entries; request i owns ids[ptr[i]:ptr[i + 1]]).
 
@@ -78,30 +78,78 @@ def chain(prev, value) -> np.ndarray:
 
 
 def chain_ragged(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
-    """Chained ids of ragged rows of per-block content values (int64 in, int64 out):
-    out[k] = chain(out[k - 1], values[k]) within a row, starting from a fixed root.
+    """Prefix ids of ragged rows of per-block content values (int64 in, int64 out): id k
+    of a row stands for the row's values 0..k, so two rows' ids agree exactly as far as
+    their values do (up to 64-bit collisions).
 
-    One numpy pass per block position, over the rows that are that long (rows sorted by
-    length once), so the work is proportional to the number of ids."""
+    The prefix hash is polynomial, H_k = P * H_(k-1) + x_k (mod 2**64) with x = mix(value),
+    which unrolls to P**k * sum_(i <= k) x_i * P**-i (P odd, so invertible): a cumulative
+    sum instead of one step per block position. The id is mix(H_k) with the position
+    folded in. Rows are hashed about a million ids at a time, so the temporaries stay
+    small (memory traffic, not arithmetic, is the cost)."""
     values = np.asarray(values, dtype=np.int64)
     ptr = np.asarray(ptr, dtype=np.int64)
-    out = np.empty(values.shape[0], dtype=np.uint64)
-    counts = np.diff(ptr)
+    out = np.empty(values.shape[0], dtype=np.int64)
     if values.shape[0] == 0:
-        return out.view(np.int64)
-    order = np.argsort(-counts, kind="stable")
-    starts = ptr[:-1][order]
-    desc = counts[order]
-    # rows_longer[p] = how many rows have more than p blocks
-    maxlen = int(desc[0])
-    rows_longer = np.searchsorted(-desc, -np.arange(maxlen), side="left")
-    prev = np.full(int(rows_longer[0]), _ROOT, dtype=np.uint64)
-    for p in range(maxlen):
-        m = int(rows_longer[p])
-        idx = starts[:m] + p
-        prev = chain(prev[:m], values[idx])
-        out[idx] = prev
-    return out.view(np.int64)
+        return out
+    counts = np.diff(ptr)
+    pw, inv = _powers(int(counts.max()))
+    # chunk boundaries on row boundaries, every ~CHUNK ids
+    cuts = np.unique(np.searchsorted(ptr, np.arange(0, int(ptr[-1]), _CHUNK), side="right") - 1)
+    cuts = np.append(cuts, ptr.shape[0] - 1)
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        lo, hi = int(ptr[a]), int(ptr[b])
+        if hi == lo:
+            continue
+        sub = ptr[a : b + 1] - lo
+        row = np.repeat(np.arange(b - a), np.diff(sub))
+        k = np.arange(hi - lo, dtype=np.int64)
+        k -= sub[:-1][row]
+        with np.errstate(over="ignore"):
+            x = values[lo:hi].astype(np.uint64)
+            x += _GOLDEN
+            _mix_inplace(x)
+            x *= inv[k]
+            np.cumsum(x, out=x)
+            # the sum within the row: minus what the rows before added (wrapping arithmetic)
+            first = sub[:-1][row]
+            x -= np.where(first > 0, x[np.maximum(first - 1, 0)], np.uint64(0))
+            x *= pw[k]
+            x += k.astype(np.uint64) * _GOLDEN + _ROOT
+            _mix_inplace(x)
+        out[lo:hi] = x.view(np.int64)
+    return out
+
+
+_CHUNK = 1 << 20
+
+
+def _mix_inplace(x: np.ndarray) -> None:
+    """`mix` on a uint64 array, in place."""
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= _M1
+        x ^= x >> np.uint64(27)
+        x *= _M2
+        x ^= x >> np.uint64(31)
+
+
+_POWERS: tuple[np.ndarray, np.ndarray] = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """P**k and P**-k mod 2**64 for k < n (cached, grown as needed)."""
+    global _POWERS
+    pw, inv = _POWERS
+    if pw.shape[0] < n:
+        m = max(n, 2 * pw.shape[0])
+        p = int(_M1)  # odd, so invertible modulo 2**64
+        p_inv = pow(p, -1, 1 << 64)
+        with np.errstate(over="ignore"):
+            pw = np.cumprod(np.full(m, p, dtype=np.uint64), dtype=np.uint64) * np.uint64(pow(p, -1, 1 << 64))
+            inv = np.cumprod(np.full(m, p_inv, dtype=np.uint64), dtype=np.uint64) * np.uint64(p)
+        _POWERS = (pw, inv)
+    return pw, inv
 
 
 def reblock(
@@ -153,26 +201,29 @@ def as_tuples(ids: np.ndarray, ptr: np.ndarray) -> list:
     return [tuple(flat[a:b]) if b > a else None for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+def prefix_rows(
+    ids: np.ndarray, ptr: np.ndarray, rows: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """New row r = the first min(counts[r], len) ids of old row rows[r], as (ids, ptr)."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    rows = np.asarray(rows, dtype=np.int64)
+    keep = np.minimum(np.diff(ptr)[rows], np.asarray(counts, dtype=np.int64))
+    new_ptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(keep, out=new_ptr[1:])
+    row = np.repeat(np.arange(rows.shape[0]), keep)
+    j = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
+    return np.asarray(ids)[ptr[:-1][rows][row] + j], new_ptr
+
+
 def take_rows(ids: np.ndarray, ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The ragged rows `rows` (an index array, in that order) as new (ids, ptr)."""
     rows = np.asarray(rows, dtype=np.int64)
-    counts = np.diff(ptr)[rows]
-    new_ptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts, out=new_ptr[1:])
-    row = np.repeat(np.arange(rows.shape[0]), counts)
-    j = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
-    return np.asarray(ids)[ptr[:-1][rows][row] + j], new_ptr
+    return prefix_rows(ids, ptr, rows, np.diff(np.asarray(ptr))[rows])
 
 
 def cap_rows(ids: np.ndarray, ptr: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's first min(len, cap[row]) ids, as new (ids, ptr)."""
     ptr = np.asarray(ptr, dtype=np.int64)
-    counts = np.diff(ptr)
-    keep = np.minimum(counts, np.asarray(cap, dtype=np.int64))
-    if np.array_equal(keep, counts):
+    if np.array_equal(np.minimum(np.diff(ptr), cap), np.diff(ptr)):
         return np.asarray(ids), ptr
-    new_ptr = np.zeros(len(keep) + 1, dtype=np.int64)
-    np.cumsum(keep, out=new_ptr[1:])
-    row = np.repeat(np.arange(len(keep)), keep)
-    j = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
-    return np.asarray(ids)[ptr[:-1][row] + j], new_ptr
+    return prefix_rows(ids, ptr, np.arange(ptr.shape[0] - 1), cap)

@@ -1,16 +1,25 @@
 """`Trace`: the requests a simulation or a load-test client replays, as flat numpy arrays.
 
 Columns (all of length n): `arrival_s` float64 seconds (non-decreasing, >= 0), `prompt`
-int64 prompt tokens (>= 1), `output` int64 requested output tokens (>= 1) and `tag`
-(numpy str array, or None). A million requests take about 24 MB (plus the tags).
+int64 prompt tokens (>= 1), `output` int64 requested output tokens (>= 1), `tag` (numpy
+str array, or None) and optional prefix-cache block ids (`block_ids`, `block_ptr`,
+`block_size`; see `workload.blocks`). A million requests take about 24 MB (plus the tags
+and ids).
 
-File formats read here:
-- plain: header `arrival_s,prompt_tokens,output_tokens[,tag]` (any column order; extra
-  columns are ignored). Written by `Trace.to_csv`.
-- Azure LLM inference trace: header `TIMESTAMP,ContextTokens,GeneratedTokens`,
-  TIMESTAMP a wall-clock string such as `2023-11-16 18:15:46.6805900`;
-  arrival_s = seconds since the earliest row; 0-token entries count as 1 token.
-Rows out of time order are sorted (stably) by arrival time when a file is read.
+File formats, told apart by the first line (`trace_format`; docs/workloads.md):
+- plain: header `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]` (any column
+  order; extra columns are ignored). Written by `Trace.to_csv`.
+- Azure LLM inference trace (2023 and 2024 releases): header
+  `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP a wall-clock string such as
+  `2023-11-16 18:15:46.6805900` (a UTC offset is allowed); arrival_s = seconds since the
+  earliest row; 0-token entries count as 1 token.
+- BurstGPT: header `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`
+  (Timestamp in seconds); filters by model and log type; failed rows (0 response tokens)
+  are dropped and counted in a `TraceWarning`.
+- Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`
+  (ids of 512-token blocks), which become block ids.
+Rows out of time order are sorted (stably) by arrival time when a file is read; a bad row
+is a ConfigError naming the file, its line and the column or key.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import json
 import os
 import warnings
 from dataclasses import dataclass
+from itertools import compress
 from pathlib import Path
 
 import numpy as np
@@ -270,9 +280,12 @@ class Trace:
             tags, counts = np.unique(self.tag, return_counts=True)
             d["tags"] = {str(t): int(c) for t, c in zip(tags, counts)}
         if self.block_ids is not None:
+            ids, _ = reblock(self.block_ids, self.block_ptr, self.prompt, self.block_size, self.block_size)
+            distinct = int(np.unique(ids).shape[0])
             d["block_size"] = self.block_size
-            d["block_ids"] = int(self.block_ids.shape[0])
-            d["distinct_block_ids"] = int(np.unique(self.block_ids).shape[0])
+            d["full_blocks"] = int(ids.shape[0])
+            # the block hit rate of an unbounded cache: blocks whose id came before
+            d["block_reuse"] = 1.0 - distinct / ids.shape[0] if ids.shape[0] else 0.0
         return d
 
     def requests(self, start_id: int = 0, block_size: int | None = None):
@@ -525,11 +538,18 @@ def read_mooncake_jsonl(
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     lines = raw.split(b"\n")
-    nonblank = [i for i, line in enumerate(lines) if line.strip()]
-    if not nonblank:
-        raise ConfigError(f"trace file {p} has no data rows")
-    rows = [lines[i] for i in nonblank]
+    del raw
+    # blank lines are skipped (C-level passes: a million lines take well under a second)
+    filled = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) > 0
+    nonblank = np.flatnonzero(filled).tolist()
+    rows = list(compress(lines, filled.tolist()))
     del lines
+    spaces = list(map(bytes.isspace, rows))
+    if any(spaces):
+        keep = [not x for x in spaces]
+        rows, nonblank = list(compress(rows, keep)), list(compress(nonblank, keep))
+    if not rows:
+        raise ConfigError(f"trace file {p} has no data rows")
     parsed = _mooncake_fast(rows) or _mooncake_slow(p, rows, nonblank)
     ts, inp, out, ids, ptr = parsed
 
@@ -574,11 +594,15 @@ def _mooncake_fast(rows: list[bytes]):
         return None
     if b"".join(tails).translate(None, b" \t\r") != b"}" * n:
         return None
-    body = b",".join(x for x in lists if x.strip())
+    body = b",".join(filter(None, lists))
     if body.translate(None, b"0123456789-, \t"):
         return None
+    # numpy would read an empty field ('1, ,2', a list of only spaces) as 0: leave those to json
+    compact = body.translate(None, b" \t")
+    if b",," in compact or compact[:1] == b"," or compact[-1:] == b"," or (body and not compact):
+        return None
     scalars = _numbers(b" ".join(heads).translate(_TO_SPACE), np.float64, " ", 3 * n)
-    counts = np.fromiter((x.count(b",") + 1 if x.strip() else 0 for x in lists), dtype=np.int64, count=n)
+    counts = np.fromiter((x.count(b",") + 1 if x else 0 for x in lists), dtype=np.int64, count=n)
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     ids = _numbers(body, np.int64, ",", int(ptr[-1]))
