@@ -166,7 +166,11 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         type=int,
         help="every request starts with the same N tokens (shared prefix; prompt = N + law)",
     )
-    g.add_argument("--turns", help="multi-turn conversations: turns per conversation, a length law (e.g. geometric:4)")
+    g.add_argument(
+        "--turns",
+        help="multi-turn conversations: turns per conversation, a length law (e.g. geometric:4); "
+        "--rate is then new conversations per second",
+    )
     g.add_argument(
         "--think-time", type=float, dest="think_time_s", help="mean seconds from a turn's arrival to the next turn's"
     )

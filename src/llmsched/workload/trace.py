@@ -510,9 +510,10 @@ def read_azure_csv(path: str | os.PathLike) -> Trace:
     return Trace(*_sorted(arrival, prompt, output, None))
 
 
-# Mooncake's own layout, one request a line: read with a few passes of C-speed bytes and
-# numpy operations. Anything else (other key order, extra keys, a bad value) falls back to
-# json.loads line by line, which also names the bad line.
+# Mooncake's own layout, one request a line: each line split once at its brackets, then
+# checked by bytes.translate and parsed by numpy (two calls for the whole file). Anything
+# else (other key order, extra keys, a bad value) falls back to json.loads line by line,
+# which also names the bad line.
 _MOONCAKE_HEAD = b'{"timestamp":,"input_length":,"output_length":,"hash_ids":'
 _NUMBER_BYTES = b"0123456789.-"
 _TO_SPACE = bytes(c if c in _NUMBER_BYTES else ord(" ") for c in range(256))
