@@ -326,3 +326,14 @@ def test_capacity_cli_with_an_expected_cached_fraction(capsys):
     assert on["cached_prompt_per_request"] == pytest.approx(600.0)
     assert on["critical_rate"] == pytest.approx(off["critical_rate"] * 1099 / 499)
     assert main([*args, "--cached-fraction", "1"]) == 2
+
+
+def test_serve_sim_backend_with_prefix_caching():
+    from llmsched.cli import build_parser
+    from llmsched.cli.server import build_backend
+
+    args = build_parser().parse_args(["serve", "--backend", "sim", "--enable-prefix-caching", "--block-size", "32"])
+    backend = build_backend(args)
+    assert backend.core.state.prefix is not None and backend.core.state.prefix.block_size == 32
+    args = build_parser().parse_args(["serve", "--backend", "sim"])
+    assert build_backend(args).core.state.prefix is None
