@@ -57,6 +57,8 @@ class SimConfig:
     k_max: int | None = None
     kv_capacity: int | None = None
     max_running: int | None = None
+    prefix_caching: bool = False  # reuse the KV of cached prompt prefixes (docs/prefix-caching.md)
+    block_size: int = 16  # tokens per KV block, the prefix cache's unit
     cost_model: str = "profile:h200-llama-3-8b"
     workload: dict = field(default_factory=lambda: dict(DEFAULT_WORKLOAD))
     fast: bool = True
@@ -245,7 +247,10 @@ def _check_types(cfg: SimConfig) -> None:
         v = getattr(cfg, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
             raise ConfigError(f"{name} must be a positive number, got {v!r}")
-    for name in ("fast", "verdict", "record_steps"):
+    if isinstance(cfg.block_size, bool) or not isinstance(cfg.block_size, (int, np.integer)) or cfg.block_size < 1:
+        raise ConfigError(f"block_size must be a positive integer, got {cfg.block_size!r}")
+    cfg.block_size = int(cfg.block_size)
+    for name in ("fast", "verdict", "record_steps", "prefix_caching"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name} must be true or false, got {getattr(cfg, name)!r}")
     for name in ("policy", "admission", "cost_model"):
@@ -282,7 +287,7 @@ def simulate(
     scheduler.bind_cost_model(cost)
     if trace is None:
         spec = WorkloadSpec.from_dict(cfg.workload)
-        trace = make_trace(spec)
+        trace = make_trace(spec, cfg.block_size)  # block ids (where it has them) at the cache's block size
         workload_desc = spec.to_dict()
     else:
         workload_desc = {"trace": "given by the caller", **trace.describe()} if hasattr(trace, "describe") else {}
@@ -352,12 +357,24 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     n = len(arrivals)
     span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
     rate = (n - 1) / span if span > 0 else None
+    # with prefix caching, the measured cached prompt tokens per request are not work
+    pc = result.stats.prefix
+    cached = pc["hit_tokens"] / n if pc is not None and n else 0.0
+    cached = min(cached, max(0.0, float(result.prompt.mean()) - 1.0))  # hits again after preemptions
     try:
         rep = capacity(
-            cost, cfg.b_max, float(result.prompt.mean()), float(result.output.mean()), k_max=cfg.k_max, rate=rate
+            cost,
+            cfg.b_max,
+            float(result.prompt.mean()),
+            float(result.output.mean()),
+            k_max=cfg.k_max,
+            rate=rate,
+            cached_prompt=cached,
         )
     except ConfigError:
         return out
+    if pc is not None:
+        out["cached_prompt_tokens_per_request"] = cached
     out["token_capacity"] = rep.token_capacity
     out["critical_rate"] = rep.critical_rate
     out["offered_rate"] = rate
@@ -426,8 +443,12 @@ def cluster_network(
                 {"call": {"server": "cluster", "prompt": prompt.to_str(), "output": output.to_str(), "class": name}}
             ],
         }
+    sched = cfg.scheduler_spec().to_dict()
+    if sched.pop("prefix_caching"):
+        raise ConfigError("--prefix-caching is for one server: the network simulator does not model it (yet)")
+    sched.pop("block_size")
     server = {
-        **{k: v for k, v in cfg.scheduler_spec().to_dict().items()},
+        **sched,
         "cost_model": cfg.cost_model,
         "replicas": replicas,
         "router": router,

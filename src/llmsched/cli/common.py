@@ -54,10 +54,11 @@ def key_values(items: list[str] | None, what: str = "KEY=VALUE") -> dict:
     return out
 
 
-def add_scheduler_args(p: argparse.ArgumentParser, *, defaults: bool = False) -> None:
+def add_scheduler_args(p: argparse.ArgumentParser, *, defaults: bool = False, block_size: bool = True) -> None:
     """The scheduler's options, the same for simulate, sweep, capacity, serve and the engine
     commands. `defaults`: fill in SchedulerSpec's defaults (serve); otherwise unset options
-    stay None so that a config file's values stand."""
+    stay None so that a config file's values stand. `block_size`: add `--block-size`
+    (False where the command has its own, the KV cache's, under the same name)."""
     d = DEFAULTS
     g = p.add_argument_group("scheduler")
     g.add_argument(
@@ -97,11 +98,27 @@ def add_scheduler_args(p: argparse.ArgumentParser, *, defaults: bool = False) ->
         type=positive_int,
         help="cap on running requests (default: none; the engine: 64 on CPU, 256 on CUDA)",
     )
+    g.add_argument(
+        "--prefix-caching",
+        "--enable-prefix-caching",
+        dest="prefix_caching",
+        action="store_true",
+        default=None,
+        help="reuse the KV cache of shared prompt prefixes (see docs/prefix-caching.md)",
+    )
+    if block_size:
+        g.add_argument(
+            "--block-size",
+            type=positive_int,
+            default=d.block_size if defaults else None,
+            help=f"KV block size in tokens, the prefix cache's unit (default {d.block_size})",
+        )
 
 
 def scheduler_options(args) -> dict:
     """The scheduler options given on the command line (None where not given)."""
-    out = {k: getattr(args, k, None) for k in ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running")}
+    keys = ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running", "prefix_caching", "block_size")
+    out = {k: getattr(args, k, None) for k in keys}
     if getattr(args, "admission_option", None):
         out["admission_options"] = key_values(args.admission_option, "--admission-option")
     return out

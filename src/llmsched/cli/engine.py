@@ -15,7 +15,7 @@ from .common import add_scheduler_args, positive_int, scheduler_spec
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     """The scheduler's options (cli.common) and the engine's own."""
-    add_scheduler_args(p, defaults=True)
+    add_scheduler_args(p, defaults=True, block_size=False)
     g = p.add_argument_group("engine")
     g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     g.add_argument(

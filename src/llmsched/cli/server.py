@@ -90,7 +90,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         default=None,
         help="longest prompt + completion (sim default: 32768, or the KV capacity + 1; engine default: the model's)",
     )
-    add_scheduler_args(p, defaults=True)
+    add_scheduler_args(p, defaults=True, block_size=False)
     g = p.add_argument_group("virtual GPU (--backend sim)")
     g.add_argument(
         "--cost-model",
@@ -166,7 +166,7 @@ def build_backend(args):
     engine_only = [
         f"--{k.replace('_', '-')}"
         for k in ("device", "dtype", "kv_cache_gb", "num_blocks", "block_size", "seed")
-        if getattr(args, k) is not None
+        if getattr(args, k) is not None and not (k == "block_size" and args.prefix_caching)
     ]
     if backend == "sim" and engine_only:
         raise ConfigError(f"{engine_only[0]} is an engine option; the sim backend (a virtual GPU) does not use it")

@@ -261,6 +261,15 @@ def print_summary(result) -> None:
         ("mean batch size", f"{s['mean_batch_size']:,.1f}"),
         ("preemptions", f"{s['preemptions']:,}"),
     ]
+    pc = s.get("prefix_cache")
+    if pc is not None:
+        rows.append(
+            (
+                "prefix cache hits: tokens / blocks",
+                f"{pc['token_hit_rate']:.1%} / {pc['block_hit_rate']:.1%} "
+                f"({pc['prefill_tokens_saved']:,} prefill tokens saved, {pc['evictions']:,} evictions)",
+            )
+        )
     if s.get("critical_rate") is not None:
         rows.append(("critical rate lambda* (theorem 2)", f"{s['critical_rate']:,.2f} req/s"))
     if s.get("utilisation") is not None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ..core.constraints import Constraints
 from ..core.plan import StepFeedback, StepPlan
-from ..core.request import DECODE, PREFILL, Request
+from ..core.request import DECODE, PREFILL, WAITING, Request
 from ..core.state import UNLIMITED, ServerState
 
 
@@ -89,6 +89,7 @@ class Planner:
         "admitted_tokens",
         "decode_room",
         "_victims",
+        "_freed",
     )
 
     def __init__(self, state: ServerState, admission: AdmissionPolicy):
@@ -102,6 +103,7 @@ class Planner:
         self.n_admitted = 0
         self.admitted_tokens = 0
         self._victims: set[int] = set()
+        self._freed: set[int] = set()  # prefix caching: cached blocks only the victims hold
         self.decodable = state.n_decoding
         kv = state.kv_free
         need = min(self.decodable, self.tokens, self.slots)
@@ -110,6 +112,9 @@ class Planner:
                 self.preempt.append(victim)
                 self._victims.add(victim.id)
                 kv += state.footprint(victim)
+                if victim.cached:
+                    ref = state.prefix._ref
+                    self._freed.update(k for k in victim.cached if ref[k] == 1)
                 if victim.phase == DECODE:
                     self.decodable -= 1
                 need = min(self.decodable, self.tokens, self.slots)
@@ -150,9 +155,13 @@ class Planner:
     def admit(self, r: Request, whole: bool = False) -> bool:
         """Admit waiting request `r` with a first chunk, if budget, KV and the admission
         policy allow. `whole`: only if its whole prefill fits in the step."""
-        if self.tokens <= 0 or self.slots <= 0 or self.kv < r.prefill_target:
+        if self.state.prefix is None:
+            done, need = r.prefilled, r.prefill_target  # a prompt may arrive with part of its KV computed
+        else:
+            done, need = self.state.admission_need(r, self._freed)  # its cached prefix is not computed again
+        if self.tokens <= 0 or self.slots <= 0 or self.kv < need:
             return False
-        left = r.prefill_target - r.prefilled  # a prompt may arrive with part of its KV computed
+        left = r.prefill_target - done
         n = min(left, self.tokens)
         if whole and n < left:
             return False
@@ -161,10 +170,16 @@ class Planner:
         self.prefill.append((r, n))
         self.tokens -= n
         self.slots -= 1
-        self.kv -= r.prefill_target
+        self.kv -= need
         self.n_admitted += 1
         self.admitted_tokens += r.prefill_target
         return True
+
+    def prefill_left(self, r: Request) -> int:
+        """Prefill tokens `r` still needs (for a waiting request, net of its cached prefix)."""
+        if r.phase == WAITING and self.state.prefix is not None:
+            return r.prefill_target - self.state.admission_need(r, self._freed)[0]
+        return r.prefill_target - r.prefilled
 
     def admit_waiting(self, whole: bool = False) -> None:
         """Admit from the head of the waiting queue until one does not fit (no overtaking)."""
@@ -236,13 +251,16 @@ class Scheduler:
 
     def describe(self) -> dict:
         c = self.constraints
-        return {
+        d = {
             "batch_policy": self.batch.name,
             "admission": self.admission.describe(),
             "b_max": c.b_max,
             "k_max": c.k_max,
             "kv_capacity_tokens": c.kv_capacity,
         }
+        if c.prefix_block_size:
+            d["prefix_caching_block_size"] = c.prefix_block_size
+        return d
 
 
 __all__ = ["AdmissionPolicy", "Planner", "BatchPolicy", "Scheduler", "PREFILL", "DECODE"]

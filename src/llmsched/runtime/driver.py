@@ -238,7 +238,7 @@ class StepDriver:
     def counters(self) -> dict:
         st = self.state
         kv = self.scheduler.constraints.kv_capacity
-        return {
+        out = {
             "waiting": len(st.waiting),
             "running": st.n_running,
             "decoding": st.n_decoding,
@@ -256,6 +256,9 @@ class StepDriver:
             "aborted_total": self.aborted_total,
             "scheduler": self.scheduler.name,
         }
+        if st.prefix is not None:  # hit rates, prefill tokens saved, evictions (for /metrics)
+            out["prefix_cache"] = st.prefix_stats()
+        return out
 
 
 __all__ = ["StepDriver", "StepBatch", "Executor", "NS"]

@@ -177,6 +177,8 @@ class SimResult:
         s["sim_end_s"] = st.end_ns / NS
         s["busy_fraction"] = st.busy_ns / max(st.end_ns - start * NS, 1)
         s["preemptions"] = int(st.preemptions.sum())
+        if st.prefix is not None:
+            s["prefix_cache"] = dict(st.prefix)
         s["offered_token_rate"] = (
             float((self.prompt + self.output - 1).sum() / max(float(self.arrival_s.max()) - start, 1e-12))
             if len(self.prompt) > 1

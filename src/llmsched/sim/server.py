@@ -38,16 +38,21 @@ class SimulationStuck(RuntimeError):
     """The scheduler planned an empty step while requests wait and none will arrive."""
 
 
+# with prefix caching: cumulative prompt tokens reused, cumulative blocks evicted, and the
+# slots of cached blocks no running request holds (free space that still holds KV)
+PREFIX_SERIES = ("prefix_hit_tokens", "prefix_evictions", "kv_cached_free_tokens")
+
+
 class TimeSeries:
     """Queue state sampled every `interval` ns from `first`. With the automatic interval
     memory stays bounded: past MAX_SAMPLES samples every other one is dropped and the
-    interval doubles."""
+    interval doubles. `prefix`: add the PREFIX_SERIES columns."""
 
-    def __init__(self, first: int, interval: int, auto: bool):
+    def __init__(self, first: int, interval: int, auto: bool, prefix: bool = False):
         self.first = self.next = first
         self.interval = interval
         self.auto = auto
-        self.cols: dict[str, list] = {k: [] for k in SERIES}
+        self.cols: dict[str, list] = {k: [] for k in (SERIES + PREFIX_SERIES if prefix else SERIES)}
 
     def _advance(self) -> None:
         self.next += self.interval
@@ -67,6 +72,17 @@ class TimeSeries:
         c["token_load"].append(b)
         c["backlog_tokens"].append(state.backlog_tokens - j * b)
         c["kv_used_tokens"].append(state.kv_used + j * (b - pf))
+        pc = state.prefix
+        if pc is not None and "prefix_hit_tokens" in c:
+            # inside a batch of repeated steps the step-by-step path evicts at each step's
+            # start, for that step's decode tokens: count those evictions already
+            bs = pc.block_size
+            free = pc.n_free
+            over = state.kv_used + (j + 1) * (b - pf) + free * bs - state.kv_capacity
+            ev = min(free, -(-over // bs)) if over > 0 else 0
+            c["prefix_hit_tokens"].append(pc.hit_tokens)
+            c["prefix_evictions"].append(pc.evictions + ev)
+            c["kv_cached_free_tokens"].append((free - ev) * bs)
 
     def span(self, state, start: int, durations, count: int, b: int, pf: int) -> None:
         """Record the samples that fall in `count` repeated steps from `start` (the state
@@ -213,6 +229,10 @@ class ServerSim:
                 k = (self.kv_capacity - st.kv_used - plan.decode_room) // m + 1
                 if k < count:
                     count = k
+            if st.prefix is not None and prefill:
+                k = self._next_useful_block(prefill)
+                if k < count:
+                    count = k
         if self.load_only:
             b = pf + m
             d = self._load_ns.get(b)
@@ -234,6 +254,29 @@ class ServerSim:
             end = now + sum(durs)
         self.busy_until = end
         return end
+
+    def _next_useful_block(self, prefill) -> int:
+        """Prefix caching: steps until a prefill of this plan caches a block of the prompt
+        at the head of the waiting queue (UNLIMITED if none will). A plan that admits
+        nothing stopped at that head, and only blocks of its prompt entering the cache can
+        lower what its admission takes (evicting free blocks lowers neither its KV need
+        nor, as it was refused, changes the plan), so the plan repeats until then."""
+        head = self.state.waiting.first()
+        if head is None or head.blocks is None or head.prefilled:
+            return UNLIMITED
+        hb = head.blocks
+        bs = self.state.prefix.block_size
+        limit = min(len(hb), (head.prefill_target - 1) // bs)
+        best = UNLIMITED
+        for r, c in prefill:
+            bl = r.blocks
+            j = r.next_block
+            # ids are chained: r shares a later block with the head only if it shares block j
+            if bl is not None and j < len(bl) and j < limit and bl[j] == hb[j]:
+                k = -(-((j + 1) * bs - r.prefilled) // c)
+                if k < best:
+                    best = k
+        return best
 
     def _durations(self, plan: StepPlan, start: int, cost_args: tuple, count: int, limit: int) -> list[int]:
         """Durations of the batch's steps, those starting before `limit` (at least one)."""
