@@ -55,6 +55,7 @@ class AttnMeta:
         decode_groups: int = 1,
         kernel=None,
         threads: int = 1,
+        fused=None,
     ):
         self.slot_mapping = slot_mapping  # [T] long
         self.n_decode = n_decode
@@ -66,6 +67,7 @@ class AttnMeta:
         self.decode_groups = decode_groups  # split the decode batch to bound gather memory
         self.kernel = kernel  # cpu_kernel's compiled decode attention, or None (torch)
         self.threads = threads  # the kernel's threads
+        self.fused = fused  # cpu_kernel's element-wise ops for the model, or None (torch)
         self._masks: dict = {}
 
     def decode_mask(self, window: int | None):
@@ -127,7 +129,7 @@ def paged_attention(q, k, v, k_cache, v_cache, meta: AttnMeta, scale: float, win
     kvh, d = k.shape[1], k.shape[2]
     k_cache.view(kvh, -1, d).index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
     v_cache.view(kvh, -1, d).index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, even for a strided q
     b = meta.n_decode
     if b and meta.kernel is not None:
         bt, lens = meta.block_tables, meta.context_lens

@@ -1,4 +1,6 @@
-"""Decode attention that reads the paged KV cache in place, for float32 on the CPU.
+"""Compiled CPU kernels for float32: decode attention that reads the paged KV cache in
+place, and the fused element-wise ops around the matmuls (RMSNorm with the residual add,
+rotary embedding in place, SiLU-and-multiply).
 
 The pure-torch decode path gathers every decoder's blocks into a fresh tensor once per
 layer (`k_cache[:, block_table]`) before SDPA reads them: on the CPU that copy cost more
@@ -6,7 +8,9 @@ than the attention itself. This module compiles a small C function (no torch hea
 it builds in well under a second) that walks each decoder's block table and reads its K/V
 rows where they lie, only the positions inside its context (and sliding window): values
 left in a block by an earlier owner are never read. It is called through `ctypes` with
-the tensors' data pointers; `ctypes` releases the GIL during the call.
+the tensors' data pointers; `ctypes` releases the GIL during the call. The element-wise
+kernels replace 5-8 small torch ops each: on a decode step of a small model the per-op
+overhead of those ops cost about as much as the attention.
 
 The shared library is built once per source, compiler flags and CPU, and cached under
 `$LLMSCHED_CACHE_DIR` (default `$XDG_CACHE_HOME/llmsched` or `~/.cache/llmsched`).
@@ -25,6 +29,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import torch
+
 from ..core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -36,9 +42,11 @@ SOURCE = r"""
 #include <stdint.h>
 #include <stdlib.h>
 #include <pthread.h>
+#include <string.h>
 
 typedef struct {
     const float *q, *kc, *vc;
+    int64_t qs; /* row stride of q in floats */
     const int64_t *bt, *lens;
     float *out;
     int64_t H, KVH, D, NB, BS, W, window, start, end;
@@ -54,7 +62,7 @@ static inline void prefetch_block(const float *p, int64_t n) {
    Cephes' single-precision polynomial (about 1 ulp); NaN stays NaN, x < -87 gives 0. */
 static inline float exp_neg(float x) {
     const float xc = x < -87.0f ? -87.0f : x;
-    const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
     const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -63,9 +71,10 @@ static inline float exp_neg(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } e;
-    e.i = ((int32_t)n + 127) << 23;
-    return x < -87.0f ? 0.0f : p * e.f;
+    const int32_t bits = ((int32_t)n + 127) << 23;
+    float e;
+    memcpy(&e, &bits, sizeof e);
+    return x < -87.0f ? 0.0f : p * e;
 }
 
 /* One (decoder b, kv head h) pair: its G query heads against K/V rows lo..len-1, read in
@@ -81,33 +90,35 @@ static inline __attribute__((always_inline)) void pair(const job_t *j, int64_t b
     const float *kh = j->kc + h * j->NB * bsd, *vh = j->vc + h * j->NB * bsd;
     const int64_t b0 = lo / BS, b1 = (len + BS - 1) / BS;
     const float scale = j->scale;
-    for (int64_t g = 0; g < G; g++) {
-        const float *qg = j->q + (b * j->H + h * G + g) * D;
-        float *o = j->out + (b * j->H + h * G + g) * D;
-        for (int64_t blk = b0; blk < b1; blk++) {
-            if (g == 0) {
-                if (blk + 1 < b1) prefetch_block(kh + row[blk + 1] * bsd, bsd);
-                prefetch_block(vh + row[blk] * bsd, bsd);
-            }
-            const int64_t base = blk * BS;
-            const int64_t t0 = lo > base ? lo - base : 0, t1 = len - base < BS ? len - base : BS;
-            const float *kb = kh + row[blk] * bsd;
-            for (int64_t t = t0; t < t1; t++) {
-                const float *k = kb + t * D;
+    /* scores of all G query heads, row by row: each K row is loaded once */
+    for (int64_t blk = b0; blk < b1; blk++) {
+        if (blk + 1 < b1) prefetch_block(kh + row[blk + 1] * bsd, bsd);
+        prefetch_block(vh + row[blk] * bsd, bsd);
+        const int64_t base = blk * BS;
+        const int64_t t0 = lo > base ? lo - base : 0, t1 = len - base < BS ? len - base : BS;
+        const float *kb = kh + row[blk] * bsd;
+        for (int64_t t = t0; t < t1; t++) {
+            const float *k = kb + t * D;
+            for (int64_t g = 0; g < G; g++) {
+                const float *qg = j->q + b * j->qs + (h * G + g) * D;
                 float x = 0.0f;
 #pragma omp simd reduction(+:x)
                 for (int64_t i = 0; i < D; i++) x += qg[i] * k[i];
-                s[base + t - lo] = x * scale;
+                s[g * maxc + base + t - lo] = x * scale;
             }
         }
+    }
+    for (int64_t g = 0; g < G; g++) {
+        float *o = j->out + (b * j->H + h * G + g) * D;
+        float *sg = s + g * maxc;
         float m = -INFINITY;
 #pragma omp simd reduction(max:m)
-        for (int64_t i = 0; i < n; i++) m = s[i] > m ? s[i] : m;
+        for (int64_t i = 0; i < n; i++) m = sg[i] > m ? sg[i] : m;
         float tot = 0.0f;
 #pragma omp simd reduction(+:tot)
         for (int64_t i = 0; i < n; i++) {
-            s[i] = exp_neg(s[i] - m);
-            tot += s[i];
+            sg[i] = exp_neg(sg[i] - m);
+            tot += sg[i];
         }
         float a[D];
         for (int64_t i = 0; i < D; i++) a[i] = 0.0f;
@@ -116,7 +127,7 @@ static inline __attribute__((always_inline)) void pair(const job_t *j, int64_t b
             const int64_t t0 = lo > base ? lo - base : 0, t1 = len - base < BS ? len - base : BS;
             const float *vb = vh + row[blk] * bsd;
             for (int64_t t = t0; t < t1; t++) {
-                const float e = s[base + t - lo], *v = vb + t * D;
+                const float e = sg[base + t - lo], *v = vb + t * D;
 #pragma omp simd
                 for (int64_t i = 0; i < D; i++) a[i] += e * v[i];
             }
@@ -130,7 +141,7 @@ static inline __attribute__((always_inline)) void pair(const job_t *j, int64_t b
 static void *run(void *arg) {
     job_t *j = (job_t *)arg;
     const int64_t D = j->D;
-    float *s = (float *)malloc(sizeof(float) * (size_t)(j->W * j->BS));
+    float *s = (float *)malloc(sizeof(float) * (size_t)(j->W * j->BS * (j->H / j->KVH)));
     if (!s) { j->status = 1; return NULL; }
     for (int64_t w = j->start; w < j->end; w++) {
         const int64_t b = w / j->KVH, h = w % j->KVH;
@@ -145,9 +156,9 @@ static void *run(void *arg) {
     return NULL;
 }
 
-/* q, out: [B, H, D] (row b of q at b * H * D); kc, vc: [KVH, NB, BS, D]; bt: [B, W];
+/* q: [B, H, D] rows qs floats apart; out: [B, H, D] contiguous; kc, vc: [KVH, NB, BS, D]; bt: [B, W];
    lens: [B]. Work items (decoder, kv head) are split over `threads` threads. 0: done. */
-int paged_decode(const float *q, const float *kc, const float *vc, const int64_t *bt,
+int paged_decode(const float *q, int64_t qs, const float *kc, const float *vc, const int64_t *bt,
                  const int64_t *lens, float *out, int64_t B, int64_t H, int64_t KVH, int64_t D,
                  int64_t NB, int64_t BS, int64_t W, float scale, int64_t window, int64_t threads) {
     const int64_t items = B * KVH;
@@ -158,7 +169,7 @@ int paged_decode(const float *q, const float *kc, const float *vc, const int64_t
     pthread_t tids[64];
     int started[64] = {0};
     for (int64_t t = 0; t < threads; t++) {
-        job_t j = {q, kc, vc, bt, lens, out, H, KVH, D, NB, BS, W, window,
+        job_t j = {q, kc, vc, qs, bt, lens, out, H, KVH, D, NB, BS, W, window,
                    items * t / threads, items * (t + 1) / threads, scale, 0};
         jobs[t] = j;
     }
@@ -171,6 +182,77 @@ int paged_decode(const float *q, const float *kc, const float *vc, const int64_t
         status |= jobs[t].status;
     }
     return status;
+}
+
+/* HF's RMSNorm in float32: h = x (+ res, written to res_out); out = w * (h / sqrt(mean(h^2) + eps)) */
+void rms_norm(const float *x, const float *res, float *res_out, const float *w, float *out,
+              int64_t rows, int64_t n, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n, *h = res_out ? res_out + r * n : NULL;
+        float ss = 0.0f;
+        if (res) {
+            const float *rr = res + r * n;
+#pragma omp simd reduction(+:ss)
+            for (int64_t i = 0; i < n; i++) { const float v = xr[i] + rr[i]; h[i] = v; ss += v * v; }
+            xr = h;
+        } else {
+#pragma omp simd reduction(+:ss)
+            for (int64_t i = 0; i < n; i++) ss += xr[i] * xr[i];
+        }
+        const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = w[i] * (xr[i] * inv);
+    }
+}
+
+/* rotate-half rotary embedding in place on `heads` heads of each of T rows (rows `stride`
+   floats apart); cos, sin: [T, D] (both halves equal, as HF builds them) */
+void rotary(float *x, int64_t T, int64_t heads, int64_t D, int64_t stride, const float *cos_,
+            const float *sin_) {
+    const int64_t half = D / 2;
+    for (int64_t t = 0; t < T; t++) {
+        const float *c = cos_ + t * D, *s = sin_ + t * D;
+        for (int64_t hd = 0; hd < heads; hd++) {
+            float *a = x + t * stride + hd * D, *b = a + half;
+#pragma omp simd
+            for (int64_t i = 0; i < half; i++) {
+                const float x1 = a[i], x2 = b[i];
+                const float y1 = x1 * c[i] + (-x2) * s[i];
+                const float y2 = x2 * c[i + half] + x1 * s[i + half];
+                a[i] = y1;
+                b[i] = y2;
+            }
+        }
+    }
+}
+
+/* out[t, i] = silu(gu[t, i]) * gu[t, I + i] */
+void silu_mul(const float *gu, float *out, int64_t T, int64_t I) {
+    for (int64_t t = 0; t < T; t++) {
+        const float *g = gu + t * 2 * I, *u = g + I;
+        float *o = out + t * I;
+#pragma omp simd
+        for (int64_t i = 0; i < I; i++) {
+            const float x = g[i];
+            const float xn = -x > 87.0f ? 87.0f : -x;
+            /* exp(xn) for xn <= 87 */
+            const float n = (xn * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+            const float r = (xn - n * 0.693359375f) + n * 2.12194440e-4f;
+            float p = 1.9875691500e-4f;
+            p = p * r + 1.3981999507e-3f;
+            p = p * r + 8.3334519073e-3f;
+            p = p * r + 4.1665795894e-2f;
+            p = p * r + 1.6666665459e-1f;
+            p = p * r + 5.0000001201e-1f;
+            p = p * r * r + r + 1.0f;
+            const int32_t bits = ((int32_t)n + 127) << 23;
+            float e;
+            memcpy(&e, &bits, sizeof e);
+            const float ex = xn < -87.0f ? 0.0f : p * e;
+            o[i] = (x / (1.0f + ex)) * u[i];
+        }
+    }
 }
 """
 
@@ -203,7 +285,7 @@ def _cpu_fingerprint() -> str:
 def _build(cc: str, flags: list[str], target: Path) -> bool:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src = Path(tmp) / "paged_decode.c"
+        src = Path(tmp) / "cpu_kernels.c"
         src.write_text(SOURCE)
         out = Path(tmp) / target.name
         p = subprocess.run([cc, *flags, "-o", str(out), str(src), "-lm", "-lpthread"], capture_output=True, timeout=120)
@@ -214,25 +296,60 @@ def _build(cc: str, flags: list[str], target: Path) -> bool:
     return True
 
 
-def _load():
+class Kernels:
+    """The compiled functions, called with tensors (float32, CPU; checked by the caller)."""
+
+    def __init__(self, lib):
+        i64, ptr, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
+        self.paged_decode = lib.paged_decode
+        self.paged_decode.restype = ctypes.c_int
+        self.paged_decode.argtypes = [ptr, i64, ptr, ptr, ptr, ptr, ptr] + [i64] * 7 + [f32, i64, i64]
+        self._rms = lib.rms_norm
+        self._rms.restype = None
+        self._rms.argtypes = [ptr] * 5 + [i64, i64, f32]
+        self._rot = lib.rotary
+        self._rot.restype = None
+        self._rot.argtypes = [ptr, i64, i64, i64, i64, ptr, ptr]
+        self._silu = lib.silu_mul
+        self._silu.restype = None
+        self._silu.argtypes = [ptr, ptr, i64, i64]
+
+    def rms_norm(self, x, residual, weight, eps: float):
+        """HF RMSNorm of x (+ residual: then also returns x + residual, written into x)."""
+        rows, n = x.shape
+        out = torch.empty_like(x)
+        if residual is None:
+            self._rms(x.data_ptr(), None, None, weight.data_ptr(), out.data_ptr(), rows, n, eps)
+            return out
+        self._rms(x.data_ptr(), residual.data_ptr(), x.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, n, eps)
+        return out, x
+
+    def rotary(self, x, heads: int, head_dim: int, cos, sin) -> None:
+        """In place on the first `heads` heads of every row of the 2-D `x`; cos, sin: [T, D]."""
+        self._rot(x.data_ptr(), x.shape[0], heads, head_dim, x.stride(0), cos.data_ptr(), sin.data_ptr())
+
+    def silu_mul(self, gate_up):
+        t, i2 = gate_up.shape
+        out = gate_up.new_empty((t, i2 // 2))
+        self._silu(gate_up.data_ptr(), out.data_ptr(), t, i2 // 2)
+        return out
+
+
+def _load() -> Kernels:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         raise OSError("no C compiler found (cc, gcc or clang)")
     for flags in (_FLAGS + ["-march=native"], _FLAGS):
         key = hashlib.sha256("\0".join([SOURCE, cc, *flags, _cpu_fingerprint()]).encode()).hexdigest()[:16]
-        target = _cache_dir() / "kernels" / f"paged_decode-{key}.so"
+        target = _cache_dir() / "kernels" / f"cpu_kernels-{key}.so"
         if target.is_file() or _build(cc, flags, target):
-            lib = ctypes.CDLL(str(target))
-            fn = lib.paged_decode
-            fn.restype = ctypes.c_int
-            fn.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 7 + [ctypes.c_float] + [ctypes.c_int64] * 2
-            return fn
+            return Kernels(ctypes.CDLL(str(target)))
     raise OSError(f"{cc} could not build it")
 
 
-def decode_kernel():
-    """The compiled `paged_decode` function, or None (pure-torch attention). Built or
-    loaded once per process."""
+def decode_kernel() -> Kernels | None:
+    """The compiled kernels, or None (pure-torch attention and element-wise ops). Built or
+    loaded once per process; `LLMSCHED_CPU_ATTENTION` (auto, c, torch) decides."""
     global _lib, _tried
     mode = os.environ.get(ENV, "auto").lower()
     if mode not in ("auto", "c", "torch"):
@@ -245,20 +362,22 @@ def decode_kernel():
             _lib = _load()
         except (OSError, subprocess.SubprocessError) as e:
             if mode == "c":
-                raise ConfigError(f"{ENV}=c but the CPU attention kernel cannot be built: {e}") from None
-            log.warning("CPU attention kernel unavailable (%s); using pure-torch attention", e)
+                raise ConfigError(f"{ENV}=c but the CPU kernels cannot be built: {e}") from None
+            log.warning("CPU kernels unavailable (%s); using pure-torch attention", e)
     if _lib is None and mode == "c":
-        raise ConfigError(f"{ENV}=c but the CPU attention kernel could not be built")
+        raise ConfigError(f"{ENV}=c but the CPU kernels could not be built")
     return _lib
 
 
-def run_decode(fn, q, k_cache, v_cache, block_tables, context_lens, out, scale: float, window, threads: int) -> None:
-    """Decode attention of the first B rows of `q` [T, H, D] into the first B rows of
-    `out` (both contiguous float32); B = rows of `block_tables` [B, W] (int64)."""
+def run_decode(kern: Kernels, q, k_cache, v_cache, block_tables, context_lens, out, scale: float, window, threads):
+    """Decode attention of the first B rows of `q` [T, H, D] (rows may be strided, heads
+    and head_dim contiguous) into the first B rows of `out` (contiguous); B = rows of
+    `block_tables` [B, W] (int64); caches [KVH, blocks, block_size, D] contiguous."""
     kvh, nb, bs, d = k_cache.shape
     b, h = block_tables.shape[0], q.shape[1]
-    rc = fn(
+    rc = kern.paged_decode(
         q.data_ptr(),
+        q.stride(0),
         k_cache.data_ptr(),
         v_cache.data_ptr(),
         block_tables.data_ptr(),

@@ -231,6 +231,7 @@ class ModelRunner:
                 decode_groups=groups,
                 kernel=kernel,
                 threads=torch.get_num_threads(),
+                fused=self.decode_kernel,
             )
             hidden = self.model(self._tensor(ids), self._tensor(positions), meta)
         if sample_index is None:
