@@ -44,6 +44,32 @@ SOURCE = r"""
 #include <pthread.h>
 #include <string.h>
 
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+static inline v8f load8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
+static inline void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+static inline v8f splat(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
+static inline v8f vsel(v8i m, v8f a, v8f b) { return (v8f)((m & (v8i)a) | (~m & (v8i)b)); }
+
+/* exp of 8 floats: 2^n * p(r), Cephes' single-precision polynomial (about 1 ulp); inputs
+   below -87 give 0, above 87 are clamped to 87; NaN stays NaN */
+static inline v8f exp8(v8f x) {
+    const v8i lo = x < splat(-87.0f), hi = x > splat(87.0f);
+    const v8f xc = vsel(lo, splat(-87.0f), vsel(hi, splat(87.0f), x));
+    const v8f n = (xc * splat(1.44269504088896341f) + splat(12582912.0f)) - splat(12582912.0f);
+    const v8f r = (xc - n * splat(0.693359375f)) + n * splat(2.12194440e-4f);
+    v8f p = splat(1.9875691500e-4f);
+    p = p * r + splat(1.3981999507e-3f);
+    p = p * r + splat(8.3334519073e-3f);
+    p = p * r + splat(4.1665795894e-2f);
+    p = p * r + splat(1.6666665459e-1f);
+    p = p * r + splat(5.0000001201e-1f);
+    p = p * r * r + r + splat(1.0f);
+    const v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
+    return vsel(lo, splat(0.0f), p * (v8f)e);
+}
+
 typedef struct {
     const float *q, *kc, *vc;
     int64_t qs; /* row stride of q in floats */
@@ -115,11 +141,18 @@ static inline __attribute__((always_inline)) void pair(const job_t *j, int64_t b
 #pragma omp simd reduction(max:m)
         for (int64_t i = 0; i < n; i++) m = sg[i] > m ? sg[i] : m;
         float tot = 0.0f;
-#pragma omp simd reduction(+:tot)
-        for (int64_t i = 0; i < n; i++) {
+        int64_t i0 = 0;
+        v8f acc8 = splat(0.0f);
+        for (; i0 + 8 <= n; i0 += 8) {
+            const v8f e8 = exp8(load8(sg + i0) - splat(m));
+            store8(sg + i0, e8);
+            acc8 += e8;
+        }
+        for (int64_t i = i0; i < n; i++) {
             sg[i] = exp_neg(sg[i] - m);
             tot += sg[i];
         }
+        tot += ((acc8[0] + acc8[4]) + (acc8[1] + acc8[5])) + ((acc8[2] + acc8[6]) + (acc8[3] + acc8[7]));
         float a[D];
         for (int64_t i = 0; i < D; i++) a[i] = 0.0f;
         for (int64_t blk = b0; blk < b1; blk++) {
@@ -227,36 +260,25 @@ void rotary(float *x, int64_t T, int64_t heads, int64_t D, int64_t stride, const
     }
 }
 
-/* out[t, i] = silu(gu[t, i]) * gu[t, I + i] */
+/* out[t, i] = silu(gu[t, i]) * gu[t, I + i], silu(x) = x / (1 + exp(-x)) as torch computes it */
 void silu_mul(const float *gu, float *out, int64_t T, int64_t I) {
     for (int64_t t = 0; t < T; t++) {
         const float *g = gu + t * 2 * I, *u = g + I;
         float *o = out + t * I;
-#pragma omp simd
-        for (int64_t i = 0; i < I; i++) {
+        int64_t i = 0;
+        for (; i + 8 <= I; i += 8) {
+            const v8f x = load8(g + i);
+            store8(o + i, (x / (splat(1.0f) + exp8(-x))) * load8(u + i));
+        }
+        for (; i < I; i++) {
             const float x = g[i];
-            const float xn = -x > 87.0f ? 87.0f : -x;
-            /* exp(xn) for xn <= 87 */
-            const float n = (xn * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-            const float r = (xn - n * 0.693359375f) + n * 2.12194440e-4f;
-            float p = 1.9875691500e-4f;
-            p = p * r + 1.3981999507e-3f;
-            p = p * r + 8.3334519073e-3f;
-            p = p * r + 4.1665795894e-2f;
-            p = p * r + 1.6666665459e-1f;
-            p = p * r + 5.0000001201e-1f;
-            p = p * r * r + r + 1.0f;
-            const int32_t bits = ((int32_t)n + 127) << 23;
-            float e;
-            memcpy(&e, &bits, sizeof e);
-            const float ex = xn < -87.0f ? 0.0f : p * e;
-            o[i] = (x / (1.0f + ex)) * u[i];
+            o[i] = (x / (1.0f + expf(-x))) * u[i];
         }
     }
 }
 """
 
-_FLAGS = ["-O3", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno"]
+_FLAGS = ["-O3", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno", "-Wno-psabi"]
 _lib = None
 _tried = False
 
