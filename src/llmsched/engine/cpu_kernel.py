@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 ENV = "LLMSCHED_CPU_ATTENTION"
 
 SOURCE = r"""
+#define PF 1 /* prefetch distance, in blocks */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -116,10 +117,12 @@ static inline __attribute__((always_inline)) void pair(const job_t *j, int64_t b
     const float *kh = j->kc + h * j->NB * bsd, *vh = j->vc + h * j->NB * bsd;
     const int64_t b0 = lo / BS, b1 = (len + BS - 1) / BS;
     const float scale = j->scale;
+    for (int64_t p = b0; p < b0 + PF && p < b1; p++) prefetch_block(kh + row[p] * bsd, bsd);
+    for (int64_t p = b0; p < b0 + PF - 1 && p < b1; p++) prefetch_block(vh + row[p] * bsd, bsd);
     /* scores of all G query heads, row by row: each K row is loaded once */
     for (int64_t blk = b0; blk < b1; blk++) {
-        if (blk + 1 < b1) prefetch_block(kh + row[blk + 1] * bsd, bsd);
-        prefetch_block(vh + row[blk] * bsd, bsd);
+        if (blk + PF < b1) prefetch_block(kh + row[blk + PF] * bsd, bsd);
+        if (blk + PF - 1 < b1) prefetch_block(vh + row[blk + PF - 1] * bsd, bsd);
         const int64_t base = blk * BS;
         const int64_t t0 = lo > base ? lo - base : 0, t1 = len - base < BS ? len - base : BS;
         const float *kb = kh + row[blk] * bsd;
