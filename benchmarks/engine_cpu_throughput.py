@@ -8,7 +8,13 @@ one: what vLLM's CPU backend binds by default). vLLM runs in its own virtualenv
 (--vllm-python), as a subprocess that stays up: both engines are loaded and warmed up
 first, then their timed runs alternate (ours, vLLM, then vLLM, ours, ...), so that both
 see the same load of a shared machine; `ratio_per_pair` compares the runs made back to
-back. The load average before and after is recorded.
+back. The load average before and after is recorded, and each run's CPU seconds (ours:
+this process; vLLM: its process and children, via psutil).
+
+vLLM binds its model worker to one core and keeps the other cores for its front-end
+process, so on a shared machine it also gets more CPU time than our one process (its
+second process overlaps the host work with the compute). `--cpus 1` pins both engines,
+vLLM's whole process tree included, to the same CPU list, for a same-hardware comparison.
 
     python benchmarks/engine_cpu_throughput.py --vllm-python VENV/bin/python --out results/engine_cpu.json
     python benchmarks/engine_cpu_throughput.py --model DIR --num-prompts 64 --no-vllm
@@ -171,6 +177,9 @@ class VllmWorker:
             f.write(VLLM_SCRIPT)
         self.stderr = open(os.path.join(self.dir, "stderr.txt"), "w+")
         self.timeout = args.vllm_timeout
+        cpus = parse_cpus(args.cpus)
+        if cpus:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = args.cpus
         self.proc = subprocess.Popen(
             [args.vllm_python, script, json.dumps(cfg)],
             stdin=subprocess.PIPE,
@@ -178,6 +187,7 @@ class VllmWorker:
             stderr=self.stderr,
             text=True,
             env=env,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
         line = self._line("VLLM_READY ")
         if line is not None:
@@ -227,6 +237,16 @@ class VllmWorker:
         self.proc = None
 
 
+def parse_cpus(text: str | None) -> set[int]:
+    """'1' or '0,2-3' -> {cpu ids}; None -> empty (no pinning)."""
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        if part.strip():
+            a, _, b = part.partition("-")
+            out.update(range(int(a), int(b or a) + 1))
+    return out
+
+
 def measure(model: str, args) -> dict:
     import torch
 
@@ -234,6 +254,8 @@ def measure(model: str, args) -> dict:
 
     prompts = prompts_for(read_config(model).vocab_size, args.num_prompts, args.prompt_len)
     load0 = os.getloadavg()
+    if args.cpus:
+        os.sched_setaffinity(0, parse_cpus(args.cpus))
     ours = Ours(model, prompts, args)
     vllm = None if args.no_vllm else VllmWorker(model, prompts, args)
     ours_runs, vllm_runs = [], []
@@ -257,6 +279,7 @@ def measure(model: str, args) -> dict:
         "output_len": args.output_len,
         "b_max": args.b_max,
         "cpu_count": os.cpu_count(),
+        "cpus": args.cpus,
         "loadavg_before": load0,
         "loadavg_after": os.getloadavg(),
         "ours": dict(
@@ -316,6 +339,7 @@ def main(argv=None) -> int:
     ap.add_argument("--vllm-kv-gb", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE (GiB, integer)")
     ap.add_argument("--vllm-compile", action="store_true", help="let vLLM use torch.compile (default: eager)")
     ap.add_argument("--vllm-timeout", type=int, default=1200, help="seconds vLLM may take to start or for one run")
+    ap.add_argument("--cpus", help="pin both engines to these CPUs, e.g. 1 or 0,2-3 (default: no pinning)")
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--out", help="write the result JSON here")
     args = ap.parse_args(argv)
