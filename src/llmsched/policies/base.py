@@ -207,6 +207,10 @@ class BatchPolicy:
     def bind_cost_model(self, cost) -> None:
         """The driver's step cost model, for policies that reason about step times."""
 
+    def bind_constraints(self, constraints) -> None:
+        """The server's constraints, once the scheduler is built: a policy that
+        precomputes something per server does it here, not on the first step."""
+
 
 class Scheduler:
     """A batch policy with an admission policy, under the server's constraints."""
@@ -217,6 +221,7 @@ class Scheduler:
         self.batch = batch
         self.admission = admission or AdmissionPolicy()
         self.constraints = constraints or Constraints()
+        batch.bind_constraints(self.constraints)
         self.repeatable = batch.repeatable and not self.admission.closed_loop
         self.closed_loop = self.admission.closed_loop
         self.repeats_closed_loop = batch.repeatable and self.closed_loop and self.admission.repeats
