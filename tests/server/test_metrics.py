@@ -84,3 +84,23 @@ def test_metrics_prefix_flag(capsys):
     with pytest.raises(SystemExit) as e:  # argparse: one line, exit 2
         main(["serve", "--backend", "sim", "--metrics-prefix", "sglang"])
     assert e.value.code == 2 and "--metrics-prefix" in capsys.readouterr().err
+
+
+def test_prefix_cache_counters():
+    """Two requests with the same 40-token prompt, 16-token blocks: the second finds the
+    first's two full blocks cached (32 tokens; the last prompt token is always computed)."""
+    with running_server(prefix_caching=True, block_size=16) as (base, srv):
+        eng = srv.config.app.state.engine
+        for _ in range(2):
+            r = post(base, "/v1/completions", {"model": MODEL, "prompt": list(range(1, 41)), "max_tokens": 2})
+            assert r.status_code == 200
+            assert wait_for(lambda: not eng.streams)
+        v = _values(httpx.get(base + "/metrics").text)
+        lab = '{model_name="llmsched-sim"}'
+        assert v[f"llmsched:prefix_cache_queries_total{lab}"] == 80
+        assert v[f"llmsched:prefix_cache_hits_total{lab}"] == 32
+        assert v[f"llmsched:prefix_cache_queried_blocks_total{lab}"] == 4
+        assert v[f"llmsched:prefix_cache_hit_blocks_total{lab}"] == 2
+        assert v[f"llmsched:prefix_cache_evictions_total{lab}"] == 0
+    with running_server() as (base, _):  # caching off: no prefix-cache metrics
+        assert "prefix_cache" not in httpx.get(base + "/metrics").text

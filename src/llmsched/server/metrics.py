@@ -17,6 +17,12 @@ Names follow vLLM's (`vllm:num_requests_running` ...) with the prefix `llmsched:
 | llmsched:request_rejected_total{reason} | counter | requests refused (overloaded: 429, draining: 503,
   body_too_large: 413, read_timeout: 408) |
 | llmsched:num_preemptions_total | counter | preemptions (from the engine's stats, if it reports them) |
+| llmsched:prefix_cache_queries_total | counter | prefix caching on: prompt tokens looked up (vLLM's name too) |
+| llmsched:prefix_cache_hits_total | counter | prompt tokens served from the cache |
+| llmsched:prefix_cache_queried_blocks_total | counter | prompt blocks looked up |
+| llmsched:prefix_cache_hit_blocks_total | counter | prompt blocks served from the cache |
+| llmsched:prefix_cache_evictions_total | counter | cached blocks evicted to make room |
+| llmsched:prefix_cache_blocks | gauge | blocks the prefix cache holds |
 | llmsched:time_to_first_token_seconds | histogram | arrival at the server to first token dispatched |
 | llmsched:inter_token_latency_seconds | histogram | gap between two tokens of a request |
 | llmsched:e2e_request_latency_seconds | histogram | arrival to last token |
@@ -278,6 +284,22 @@ class ServerMetrics:
             lines.append(f"# HELP {p}{name} {help_}")
             lines.append(f"# TYPE {p}{name} histogram")
             lines.extend(h.render(p + name, L))
+        pc = s.get("prefix_cache")
+        if pc:  # with --enable-prefix-caching
+            for name, kind, help_, value in (
+                (
+                    "prefix_cache_queries_total",
+                    "counter",
+                    "Prompt tokens looked up in the prefix cache.",
+                    "queried_tokens",
+                ),
+                ("prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", "hit_tokens"),
+                ("prefix_cache_queried_blocks_total", "counter", "Prompt blocks looked up.", "queried_blocks"),
+                ("prefix_cache_hit_blocks_total", "counter", "Prompt blocks served from the cache.", "hit_blocks"),
+                ("prefix_cache_evictions_total", "counter", "Cached blocks evicted to make room.", "evictions"),
+                ("prefix_cache_blocks", "gauge", "Blocks held by the prefix cache (in use or free).", "cached_blocks"),
+            ):
+                metric(name, kind, help_, pc.get(value, 0))
         if "steps" in s:
             metric("engine_steps_total", "counter", "Engine steps executed.", s["steps"])
         if "late_steps" in s:
