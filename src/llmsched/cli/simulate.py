@@ -20,6 +20,14 @@ def cmd_simulate(args) -> int:
         args.out = "" if args.json else "results"
     if args.steps and not args.out:
         raise ConfigError("--steps writes steps.csv into the output folder: give --out DIR")
+    if args.parquet:
+        if not args.out:
+            raise ConfigError("--parquet writes requests.parquet into the output folder: give --out DIR")
+        if args.serverless or args.network or args.replicas:
+            raise ConfigError("--parquet is for one server; a network or serverless run writes CSV files")
+        from ..sim.result import require_pyarrow  # noqa: PLC0415
+
+        require_pyarrow("--parquet")  # before the run, not after it
     if args.serverless:
         return _simulate_serverless(args)
     if args.platform_scheduler:
@@ -33,6 +41,8 @@ def cmd_simulate(args) -> int:
         result = simulate(args.config, out_dir=args.out or None, progress=progress, **sim_overrides(args))
     finally:
         close()
+    if args.parquet:
+        result.write_parquet(args.out)
     return _report(args, result, print_summary)
 
 
@@ -246,7 +256,11 @@ def print_summary(result) -> None:
     t.add_column("metric")
     t.add_column("value", justify="right")
     rows = [
-        ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}"),
+        (
+            ("requests completed / arrived / in the trace", f"{s['completed']:,} / {arrived:,} / {s['num_requests']:,}")
+            if (arrived := s.get("arrived", s["num_requests"])) < s["num_requests"]
+            else ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}")
+        ),
         ("duration", f"{s['duration']:,.1f} s"),
         ("request throughput", f"{s['request_throughput']:,.2f} req/s"),
         ("output token throughput", f"{s['output_throughput']:,.0f} tok/s"),
@@ -353,6 +367,12 @@ def register(sub) -> None:
     )
     g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
     g.add_argument("--steps", action="store_true", help="also write steps.csv (one row per step)")
+    g.add_argument(
+        "--parquet",
+        action="store_true",
+        help="also write requests.parquet, timeseries.parquet (and steps.parquet with --steps): typed "
+        "columns for pandas/polars; needs pyarrow (pip install 'llmsched[analysis]')",
+    )
     g.add_argument("--out", default=None, help="output folder (default results, or none with --json; '' for none)")
     g.add_argument(
         "--json", action="store_true", help="print the summary as JSON on stdout (and write files only with --out)"
