@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, InputWarning
 from ..core.version import __version__
 from . import analysis, engine, server, simulate
 from .common import Parser
@@ -30,11 +31,26 @@ def build_parser() -> Parser:
     return parser
 
 
+def _one_line_warnings(command: str, show):
+    """An implausible input (InputWarning) as one line on stderr; other warnings as before."""
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, InputWarning):
+            print(f"llmsched {command}: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default", InputWarning)
+            warnings.showwarning = _one_line_warnings(args.command, warnings.showwarning)
+            return int(args.func(args) or 0)
     except ConfigError as e:
         print(f"llmsched {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -124,10 +124,12 @@ def add_cost_model_arg(p, default: str | None = None) -> None:
 def add_workload_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload")
     g.add_argument("--arrival", help="poisson (default), gamma, deterministic, trace:PATH, azure-conv")
-    g.add_argument("--trace", help="replay a trace CSV (Azure format or arrival_s,prompt_tokens,output_tokens)")
+    g.add_argument(
+        "--trace", help="replay a trace CSV (Azure format or arrival_s,prompt_tokens,output_tokens; default: none)"
+    )
     g.add_argument("--rate", type=float, help="arrival rate in requests/s (default 16; for a trace: rescale to it)")
-    g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals)")
-    g.add_argument("--time-scale", type=float, help="multiply a trace's rate by K")
+    g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals; default 1)")
+    g.add_argument("--time-scale", type=float, help="multiply a trace's rate by K (default 1)")
     g.add_argument(
         "--prompt",
         help="prompt length law: const:N, uniform:LO,HI, geometric:MEAN, "
@@ -136,7 +138,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--output", help="output length law, the same forms (default geometric:mean=256,max=2048)")
     g.add_argument("--num-requests", type=int, help="stop after N requests (default 5000)")
-    g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds")
+    g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds (default: none)")
     g.add_argument("--seed", type=int, help="random seed (default 0)")
 
 

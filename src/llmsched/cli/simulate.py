@@ -358,7 +358,12 @@ def register(sub) -> None:
         help="a per-request objective for goodput (repeatable): ttft_ms, tpot_ms, itl_ms (alias "
         "itl_p99_ms: also TWP's ITL target), e2el_ms",
     )
-    g.add_argument("--max-time", type=float, dest="max_time_s", help="stop the simulation at this time (s)")
+    g.add_argument(
+        "--max-time",
+        type=float,
+        dest="max_time_s",
+        help="stop the simulation at this time (s; default: when every request has finished)",
+    )
     g.add_argument(
         "--sample-interval",
         type=float,
