@@ -182,8 +182,18 @@ def add_parallel_args(g) -> None:
     )
 
 
-def print_table(title: str, rows: list[tuple[str, str]], head: tuple[str, str] = ("quantity", "value")) -> None:
+PIPE_WIDTH = 10_000  # piped output: no wrapping, no cut headers; a table takes its natural width
+
+
+def console():
+    """rich's Console for tables on stdout: the terminal's width on a terminal; when piped,
+    wide enough for any table (rich would otherwise wrap and cut at 80 columns)."""
     from rich.console import Console  # noqa: PLC0415 - rich costs start-up time
+
+    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH)
+
+
+def print_table(title: str, rows: list[tuple[str, str]], head: tuple[str, str] = ("quantity", "value")) -> None:
     from rich.table import Table  # noqa: PLC0415
 
     t = Table(title=title)
@@ -191,12 +201,11 @@ def print_table(title: str, rows: list[tuple[str, str]], head: tuple[str, str] =
     t.add_column(head[1], justify="right")
     for k, v in rows:
         t.add_row(k, v)
-    Console().print(t)
+    console().print(t)
 
 
 def print_grid(title: str, rows: list[tuple[str, ...]]) -> None:
     """A table whose first row is the header; when piped, whole rows rather than cut cells."""
-    from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
     t = Table(title=title)
@@ -204,7 +213,7 @@ def print_grid(title: str, rows: list[tuple[str, ...]]) -> None:
         t.add_column(head, justify="left" if i == 0 else "right", no_wrap=True)
     for row in rows[1:]:
         t.add_row(*row)
-    Console(width=None if sys.stdout.isatty() else 200).print(t)
+    console().print(t)
 
 
 __all__ = [
@@ -218,6 +227,7 @@ __all__ = [
     "add_workload_args",
     "sim_overrides",
     "add_parallel_args",
+    "console",
     "print_table",
     "print_grid",
 ]

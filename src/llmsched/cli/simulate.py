@@ -10,7 +10,15 @@ import sys
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from .common import add_cost_model_arg, add_scheduler_args, add_workload_args, positive_int, print_table, sim_overrides
+from .common import (
+    add_cost_model_arg,
+    add_scheduler_args,
+    add_workload_args,
+    console,
+    positive_int,
+    print_table,
+    sim_overrides,
+)
 
 
 def cmd_simulate(args) -> int:
@@ -237,7 +245,6 @@ def _progress_bar(args):
 
 
 def print_summary(result) -> None:
-    from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
     s = result.summary
@@ -294,12 +301,11 @@ def print_summary(result) -> None:
     )
     for k, v in rows:
         t.add_row(k, v)
-    Console().print(t)
+    console().print(t)
 
 
 # ---- other commands ----------------------------------------------------------------------
 def cmd_schedulers(args) -> int:
-    from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
     from ..policies import list_policies  # noqa: PLC0415
@@ -310,7 +316,7 @@ def cmd_schedulers(args) -> int:
     t.add_column("rule")
     for kind, name, summary in list_policies():
         t.add_row(kind, name, summary)
-    Console().print(t)
+    console().print(t)
     return 0
 
 
