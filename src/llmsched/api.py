@@ -330,8 +330,6 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
     """Warn (one line each, the run goes on) about inputs that are valid but probably not
     meant: a step under 0.1 ms, a replayed trace under 0.01 req/s, a profile cost model
     used far past its measured grid."""
-    from .core.profile import ProfileCostModel  # noqa: PLC0415
-
     one = min(cost.load_time(1), cost.step_time(0, 1, 1, [], 1))
     if one < MIN_STEP_S:
         warn(
@@ -347,7 +345,7 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
                 f"the trace's mean arrival rate is {rate:.3g} req/s, under {MIN_TRACE_RATE} req/s: are its arrival "
                 "times in seconds? (--time-scale K or --rate R rescales a trace)"
             )
-    if isinstance(cost, ProfileCostModel):
+    if hasattr(cost, "extrapolation"):  # a measured profile (no import of core.profile for the others)
         need = np.asarray(trace.prompt, dtype=np.int64) + np.asarray(trace.output, dtype=np.int64) - 1
         batch = min(x for x in (cfg.b_max, cfg.k_max, cfg.max_running, len(need)) if x)
         far = cost.extrapolation(cfg.b_max, batch, int(need.max()) if len(need) else 0)
