@@ -193,7 +193,7 @@ def plot_sweep(
     groups = _groups(rows, grid_keys)
     files = []
     if name is None:
-        name = run_name(rows or search or [], skip=[*grid_keys, *(["num_requests"] if search else [])])
+        name = run_name(rows or search or [], skip=grid_keys)
     uses_load = all(_x_of(rs)[1] for rs in groups.values()) if groups else False
     xlabel = "offered load (rate / critical rate lambda*)" if uses_load else "offered rate (requests/s)"
     styles = group_styles(list(groups))
@@ -258,7 +258,7 @@ def plot_sweep(
 
 def _plot_max_stable(bars: list[tuple], path: Path, name: str, searched: bool) -> str:
     """One bar per group in its policy's colour, its value written above it ("none" where
-    no rate was judged stable), lambda* as a dashed line over each bar."""
+    no rate qualified), lambda* as a dashed line over each bar."""
     fig, (ax,) = new_figure(width=max(6.0, 1.2 * len(bars) + 2.5))
     xs = list(range(len(bars)))
     slo = any(b[3] is not None for b in bars)
@@ -269,7 +269,7 @@ def _plot_max_stable(bars: list[tuple], path: Path, name: str, searched: bool) -
 
     def bar(x, v, color, hatch=None):
         ax.bar(x, v or 0.0, width=w, color=color, alpha=0.85, hatch=hatch, edgecolor="white" if hatch else None)
-        label = "none" if v is None else f"{v:.3g}"
+        label = "none" if not v else f"{v:.3g}"  # None, or 0: no probed rate qualified
         box = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1}
         ax.text(x, (v or 0.0) + pad, label, ha="center", va="bottom", fontsize=8, bbox=box)
 
