@@ -16,8 +16,16 @@ from llmsched.policies import list_policies
 
 
 def test_every_policy_has_its_own_colour():
-    names = [name for _, name, _ in list_policies()]
-    assert set(names) <= set(POLICY_COLORS)  # every registered batch and admission policy
+    from llmsched.policies import ADMISSION_POLICIES, BATCH_POLICIES
+
+    shipped = [
+        n
+        for reg in (BATCH_POLICIES, ADMISSION_POLICIES)
+        for n, f in reg.items()
+        if f.__module__.startswith("llmsched.")
+    ]
+    assert {"sarathi", "adaptive", "twp"} <= set(shipped) <= {name for _, name, _ in list_policies()}
+    assert set(shipped) <= set(POLICY_COLORS)  # every shipped batch and admission policy (tests register others)
     colours = list(POLICY_COLORS.values()) + list(OTHER_COLORS)
     assert len(set(c.lower() for c in colours)) == len(colours)  # no two names share a colour
     assert policy_of("sarathi") == policy_of("sarathi (stable)") == policy_of("sarathi, b_max=256") == "sarathi"
