@@ -58,6 +58,13 @@ def test_a_profile_far_past_its_grid_warns(capsys):
     assert code == 0 and json.loads(out)["completed"] == 3
     assert len(warnings_of(err)) == 1
     assert "extrapolated far past its grid" in err and "context up to 70,004 (measured up to 32,768)" in err
+    # a decode batch past the grid only where a cap allows it (b_max alone bounds it loosely)
+    code, out, err = run(capsys, *BASE, "--b-max", "2048")
+    assert code == 0 and err == ""
+    code, out, err = run(capsys, *BASE, "--b-max", "2048", "--k-max", "2048")
+    assert code == 0 and err == ""  # 60 requests: at most 60 decode together, inside the grid
+    code, out, err = run(capsys, *BASE, "--num-requests", "1500", "--b-max", "2048", "--max-running", "1200")
+    assert "decode batch up to 1,200 (measured up to 512)" in err
     cost = make_cost_model("profile")
     assert cost.extrapolation(512, 256, 10_000) == []
     far = cost.extrapolation(20_000, 2_000, 10_000)

@@ -347,7 +347,9 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
             )
     if hasattr(cost, "extrapolation"):  # a measured profile (no import of core.profile for the others)
         need = np.asarray(trace.prompt, dtype=np.int64) + np.asarray(trace.output, dtype=np.int64) - 1
-        batch = min(x for x in (cfg.b_max, cfg.k_max, cfg.max_running, len(need)) if x)
+        # the decode batch only where a cap sets it: without one, b_max bounds it far above what runs
+        caps = [x for x in (cfg.k_max, cfg.max_running) if x]
+        batch = min([*caps, cfg.b_max, len(need)]) if caps else 0
         far = cost.extrapolation(cfg.b_max, batch, int(need.max()) if len(need) else 0)
         if far:
             warn(f"profile {cost.label!r} is extrapolated far past its grid: {'; '.join(far)}")

@@ -420,7 +420,8 @@ class ProfileCostModel(CostModel):
 
     def extrapolation(self, b_max: int, max_batch: int, max_context: int, factor: float = 2.0) -> list[str]:
         """The sizes a run can reach that lie more than `factor` times past the largest
-        measured ones (token load, decode batch, context), as phrases; [] when none."""
+        measured ones (token load, decode batch, prefill chunk, context), as phrases; []
+        when none. A size of 0 is not checked."""
         out = []
         for what, need, have in (
             ("token load (b_max)", b_max, self._eager.xs[-1]),
