@@ -168,6 +168,9 @@ import importlib.metadata as _md
 import sys
 
 sys.modules["torchvision"] = None
+# - the client needs none of vLLM's C kernels, and the generic `vllm._C` is an AVX-512 build
+#   that dies with SIGILL on an AVX2-only CPU: make its import fail (vLLM then warns)
+sys.modules["vllm._C"] = None
 _version = _md.version
 
 
@@ -294,18 +297,21 @@ def run_vllm(args) -> int:
             return 1
         with open(os.path.join(work, "vllm.json")) as f:
             v = json.load(f)
-        cfg = BenchConfig(
-            base_url=base,
-            num_prompts=args.num_prompts,
-            input_len=inp,
-            output_len=out,
-            random_range_ratio=ratio,
-            request_rate=args.request_rate,
-            seed=args.seed,
-            quiet=True,
-            metric_percentiles=[50, 99],
+        # `llmsched bench` with exactly the flags vLLM's client was given
+        ours = [sys.executable, "-m", "llmsched", "bench", *cmd[3:]]
+        ours[ours.index("vllm.json")] = "llmsched.json"
+        print("$", " ".join(ours[1:]))
+        r = subprocess.run(
+            ours, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}, capture_output=True, text=True
         )
-        mine = run_bench(cfg)
+        if r.returncode != 0:
+            print(r.stdout[-3000:] + r.stderr[-3000:])
+            print(f"llmsched bench exited with {r.returncode}")
+            return 1
+        with open(os.path.join(work, "llmsched.json")) as f:
+            mine = json.load(f)
+        missing = sorted(set(v) - set(mine))
+        print(f"fields of vLLM's result file missing from ours: {missing or 'none'}")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)

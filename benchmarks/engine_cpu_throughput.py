@@ -5,13 +5,23 @@ decoding with ignore_eos (so every request produces exactly --output-len tokens)
 same token budget per step (b_max = vLLM's max_num_batched_tokens), the same running
 cap (max_num_seqs) and, by default, the same number of compute threads (all cores but
 one: what vLLM's CPU backend binds by default). vLLM runs in its own virtualenv
-(--vllm-python), as a subprocess.
+(--vllm-python), as a subprocess that stays up: both engines are loaded and warmed up
+first, then their timed runs alternate (ours, vLLM, then vLLM, ours, ...), so that both
+see the same load of a shared machine; `ratio_per_pair` compares the runs made back to
+back. The load average before and after is recorded, and each run's CPU seconds (ours:
+this process; vLLM: its process and children, via psutil).
 
-    python benchmarks/engine_cpu_throughput.py --out results/engine_cpu.json
+vLLM binds its model worker to one core and keeps the other cores for its front-end
+process, so on a shared machine it also gets more CPU time than our one process (its
+second process overlaps the host work with the compute). `--cpus 1` pins both engines,
+vLLM's whole process tree included, to the same CPU list, for a same-hardware comparison.
+
+    python benchmarks/engine_cpu_throughput.py --vllm-python VENV/bin/python --out results/engine_cpu.json
     python benchmarks/engine_cpu_throughput.py --model DIR --num-prompts 64 --no-vllm
 
 Without --model a small Llama-shaped random model is written to a temporary folder
-(hidden 256, 4 layers, 8 heads / 4 KV heads, MLP 768, byte-level BPE tokenizer).
+(hidden 256, 4 layers, 8 heads / 4 KV heads, MLP 768, byte-level BPE tokenizer), removed
+at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,15 +50,30 @@ def main():
     prompts = [{"prompt_token_ids": p} for p in cfg["prompts"]]
     sp = SamplingParams(max_tokens=cfg["output_len"], temperature=0, ignore_eos=True)
     llm.generate(prompts[:4], sp, use_tqdm=False)
-    runs = []
-    for _ in range(cfg["repeats"]):
-        t = time.perf_counter()
-        out = llm.generate(prompts, sp, use_tqdm=False)
-        dt = time.perf_counter() - t
-        runs.append({"seconds": dt, "output_tokens": sum(len(o.outputs[0].token_ids) for o in out)})
     import vllm, torch
-    print("VLLM_JSON " + json.dumps({"runs": runs, "vllm": vllm.__version__, "torch": torch.__version__,
-                                     "threads": torch.get_num_threads()}))
+    print("VLLM_READY " + json.dumps({"vllm": vllm.__version__, "torch": torch.__version__,
+                                      "threads": torch.get_num_threads()}), flush=True)
+    import psutil
+    me = psutil.Process()
+
+    def cpu():  # CPU seconds of this process and its children (vLLM's engine core)
+        total = 0.0
+        for p in [me] + me.children(recursive=True):
+            try:
+                c = p.cpu_times()
+                total += c.user + c.system
+            except psutil.Error:
+                pass
+        return total
+
+    for line in sys.stdin:  # one timed run per "run" line
+        if line.strip() != "run":
+            break
+        c, t = cpu(), time.perf_counter()
+        out = llm.generate(prompts, sp, use_tqdm=False)
+        dt, dc = time.perf_counter() - t, cpu() - c
+        n = sum(len(o.outputs[0].token_ids) for o in out)
+        print("VLLM_RUN " + json.dumps({"seconds": dt, "cpu_seconds": dc, "output_tokens": n}), flush=True)
 
 if __name__ == "__main__":
     main()
@@ -84,79 +111,218 @@ def summarize(runs: list[dict], prompt_tokens: int) -> dict:
         "output_tok_per_s_median": statistics.median(rates),
         "output_tok_per_s_best": rates[best],
         "total_tok_per_s_median": statistics.median((r["output_tokens"] + prompt_tokens) / r["seconds"] for r in runs),
+        # output tokens per CPU second of the engine's processes: less sensitive to the
+        # load of a shared machine than wall-clock throughput (vLLM runs two processes)
+        "output_tok_per_cpu_s_median": statistics.median(r["output_tokens"] / r["cpu_seconds"] for r in runs),
     }
 
 
-def run_ours(model: str, prompts, args) -> dict:
-    import torch
+class Ours:
+    """The llmsched engine in this process, loaded and warmed up once."""
 
-    from llmsched.core.engine_api import SamplingParams
-    from llmsched.engine import LLM
+    def __init__(self, model: str, prompts, args):
+        from llmsched.core.engine_api import SamplingParams
+        from llmsched.engine import LLM
 
-    llm = LLM(
-        model,
-        scheduler=args.scheduler,
-        b_max=args.b_max,
-        max_num_seqs=args.num_prompts,
-        max_model_len=args.prompt_len + args.output_len + 16,
-        num_threads=args.threads,
-    )
-    sp = SamplingParams(max_tokens=args.output_len, temperature=0, ignore_eos=True)
-    llm.generate(prompts[:4], sp)
-    runs = []
-    for _ in range(args.repeats):
-        t = time.perf_counter()
-        out = llm.generate(prompts, sp)
-        dt = time.perf_counter() - t
-        runs.append({"seconds": dt, "output_tokens": sum(len(o.token_ids) for o in out), "steps": llm.engine.steps})
-    res = summarize(runs, sum(map(len, prompts)))
-    res.update(threads=torch.get_num_threads(), torch=torch.__version__, scheduler=args.scheduler)
-    return res
+        self.llm = LLM(
+            model,
+            scheduler=args.scheduler,
+            b_max=args.b_max,
+            max_num_seqs=args.num_prompts,
+            max_model_len=args.prompt_len + args.output_len + 16,
+            num_threads=args.threads,
+        )
+        self.prompts = prompts
+        self.sp = SamplingParams(max_tokens=args.output_len, temperature=0, ignore_eos=True)
+        self.llm.generate(prompts[:4], self.sp)
+
+    def run(self) -> dict:
+        steps0 = self.llm.engine.steps
+        c, t = time.process_time(), time.perf_counter()
+        out = self.llm.generate(self.prompts, self.sp)
+        dt, dc = time.perf_counter() - t, time.process_time() - c
+        return {
+            "seconds": dt,
+            "cpu_seconds": dc,
+            "output_tokens": sum(len(o.token_ids) for o in out),
+            "steps": self.llm.engine.steps - steps0,
+        }
 
 
-def run_vllm(model: str, prompts, args) -> dict:
-    if not os.path.exists(args.vllm_python):
-        return {"error": f"no vLLM interpreter at {args.vllm_python}"}
-    cfg = {
-        "model": model,
-        "prompts": prompts,
-        "output_len": args.output_len,
-        "b_max": args.b_max,
-        "max_num_seqs": args.num_prompts,
-        "max_model_len": args.prompt_len + args.output_len + 16,
-        "repeats": args.repeats,
-        "enforce_eager": not args.vllm_compile,
-        "memory_utilization": 0.3,
-    }
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(args.vllm_kv_gb), TOKENIZERS_PARALLELISM="false")
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(VLLM_SCRIPT)
-        script = f.name
-    try:
-        p = subprocess.run(
+class VllmWorker:
+    """vLLM's offline LLM in a subprocess of its own virtualenv; one timed run per `run()`."""
+
+    def __init__(self, model: str, prompts, args):
+        self.error = None
+        self.proc = None
+        self.info: dict = {}
+        self.enforce_eager = not args.vllm_compile
+        if not os.path.exists(args.vllm_python):
+            self.error = f"no vLLM interpreter at {args.vllm_python}"
+            return
+        cfg = {
+            "model": model,
+            "prompts": prompts,
+            "output_len": args.output_len,
+            "b_max": args.b_max,
+            "max_num_seqs": args.num_prompts,
+            "max_model_len": args.prompt_len + args.output_len + 16,
+            "enforce_eager": self.enforce_eager,
+            "memory_utilization": 0.3,
+        }
+        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(args.vllm_kv_gb), TOKENIZERS_PARALLELISM="false")
+        self.dir = tempfile.mkdtemp(prefix="llmsched-vllm-")
+        script = os.path.join(self.dir, "run_vllm.py")
+        with open(script, "w") as f:
+            f.write(VLLM_SCRIPT)
+        self.stderr = open(os.path.join(self.dir, "stderr.txt"), "w+")
+        self.timeout = args.vllm_timeout
+        cpus = parse_cpus(args.cpus)
+        if cpus:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = args.cpus
+        self.proc = subprocess.Popen(
             [args.vllm_python, script, json.dumps(cfg)],
-            capture_output=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
             text=True,
             env=env,
-            timeout=args.vllm_timeout,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
-    except subprocess.TimeoutExpired:
-        return {"error": f"vLLM did not finish within {args.vllm_timeout} s"}
+        line = self._line("VLLM_READY ")
+        if line is not None:
+            self.info = json.loads(line)
+
+    def _line(self, prefix: str):
+        """The rest of the next stdout line that starts with `prefix`; None (and
+        `self.error`) if vLLM exits or stays silent for --vllm-timeout seconds."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+                self.error = f"vLLM gave no answer within {self.timeout} s"
+                self.close()
+                return None
+            line = self.proc.stdout.readline()
+            if not line:
+                self.proc.wait()
+                self.stderr.seek(0)
+                tail = [x for x in self.stderr.read().splitlines() if "Error" in x or "error" in x][-3:]
+                self.error = f"vLLM exited with code {self.proc.returncode}: " + " | ".join(tail)
+                self.close()
+                return None
+            if line.startswith(prefix):
+                return line[len(prefix) :]
+
+    def run(self) -> dict | None:
+        if self.error:
+            return None
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        line = self._line("VLLM_RUN ")
+        return None if line is None else json.loads(line)
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.proc = None
+
+
+def parse_cpus(text: str | None) -> set[int]:
+    """'1' or '0,2-3' -> {cpu ids}; None -> empty (no pinning)."""
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        if part.strip():
+            a, _, b = part.partition("-")
+            out.update(range(int(a), int(b or a) + 1))
+    return out
+
+
+def measure(model: str, args) -> dict:
+    import torch
+
+    from llmsched.engine.loader import read_config
+
+    prompts = prompts_for(read_config(model).vocab_size, args.num_prompts, args.prompt_len)
+    load0 = os.getloadavg()
+    if args.cpus:
+        os.sched_setaffinity(0, parse_cpus(args.cpus))
+    ours = Ours(model, prompts, args)
+    vllm = None if args.no_vllm else VllmWorker(model, prompts, args)
+    ours_runs, vllm_runs = [], []
+    try:
+        for i in range(args.repeats):  # alternate who goes first: ours, vLLM, vLLM, ours, ...
+            for who in ("ours", "vllm") if i % 2 == 0 else ("vllm", "ours"):
+                if who == "ours":
+                    ours_runs.append(ours.run())
+                elif vllm is not None:
+                    r = vllm.run()
+                    if r is not None:
+                        vllm_runs.append(r)
     finally:
-        os.unlink(script)
-    for line in p.stdout.splitlines():
-        if line.startswith("VLLM_JSON "):
-            data = json.loads(line[len("VLLM_JSON ") :])
-            res = summarize(data["runs"], sum(map(len, prompts)))
-            res.update(
-                vllm=data["vllm"],
-                torch=data["torch"],
-                driver_torch_threads=data["threads"],
-                enforce_eager=cfg["enforce_eager"],
-            )
-            return res
-    tail = [x for x in (p.stderr or "").splitlines() if "Error" in x or "error" in x][-3:]
-    return {"error": f"vLLM exited with code {p.returncode}: " + " | ".join(tail)}
+        if vllm is not None:
+            vllm.close()
+    n_prompt = sum(map(len, prompts))
+    result = {
+        "model": args.model or "generated (hidden 256, 4 layers, 8/4 heads, MLP 768)",
+        "num_prompts": args.num_prompts,
+        "prompt_len": args.prompt_len,
+        "output_len": args.output_len,
+        "b_max": args.b_max,
+        "cpu_count": os.cpu_count(),
+        "cpus": args.cpus,
+        "loadavg_before": load0,
+        "loadavg_after": os.getloadavg(),
+        "ours": dict(
+            summarize(ours_runs, n_prompt),
+            threads=torch.get_num_threads(),
+            torch=torch.__version__,
+            scheduler=args.scheduler,
+            attention="c-kernel" if ours.llm.engine.runner.decode_kernel is not None else "torch",
+        ),
+    }
+    print(
+        f"llmsched: {result['ours']['output_tok_per_s_median']:.0f} output tok/s "
+        f"({result['ours']['threads']} threads, {result['ours']['attention']} decode attention)",
+        file=sys.stderr,
+    )
+    if vllm is None:
+        return result
+    if not vllm_runs:
+        result["vllm"] = {"error": vllm.error or "no vLLM run finished"}
+        print(f"vLLM: {result['vllm']['error']}", file=sys.stderr)
+        return result
+    v = result["vllm"] = dict(
+        summarize(vllm_runs, n_prompt),
+        vllm=vllm.info.get("vllm"),
+        torch=vllm.info.get("torch"),
+        driver_torch_threads=vllm.info.get("threads"),
+        enforce_eager=vllm.enforce_eager,
+        error=vllm.error,
+    )
+    rate = [r["output_tokens"] / r["seconds"] for r in ours_runs]
+    result["ratio_per_pair"] = [a / (w["output_tokens"] / w["seconds"]) for a, w in zip(rate, vllm_runs)]
+    result["ratio_ours_over_vllm"] = result["ours"]["output_tok_per_s_median"] / v["output_tok_per_s_median"]
+    result["cpu_ratio_ours_over_vllm"] = (
+        result["ours"]["output_tok_per_cpu_s_median"] / v["output_tok_per_cpu_s_median"]
+    )
+    print(
+        f"vLLM {v['vllm']}: {v['output_tok_per_s_median']:.0f} output tok/s; ratio of medians "
+        f"{result['ratio_ours_over_vllm']:.2f}; per pair "
+        + ", ".join(f"{x:.2f}" for x in result["ratio_per_pair"])
+        + f"; per CPU second {result['cpu_ratio_ours_over_vllm']:.2f}",
+        file=sys.stderr,
+    )
+    return result
 
 
 def main(argv=None) -> int:
@@ -168,49 +334,26 @@ def main(argv=None) -> int:
     ap.add_argument("--b-max", type=int, default=2048, help="token budget per step (both engines)")
     ap.add_argument("--scheduler", default="sarathi", help="llmsched policy (vLLM V1 schedules like sarathi)")
     ap.add_argument("--threads", type=int, default=None, help="our torch threads (default: cores - 1)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs of each engine, alternating")
     ap.add_argument("--vllm-python", default="/tmp/vllm-venv/bin/python")
     ap.add_argument("--vllm-kv-gb", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE (GiB, integer)")
     ap.add_argument("--vllm-compile", action="store_true", help="let vLLM use torch.compile (default: eager)")
-    ap.add_argument("--vllm-timeout", type=int, default=1200)
+    ap.add_argument("--vllm-timeout", type=int, default=1200, help="seconds vLLM may take to start or for one run")
+    ap.add_argument("--cpus", help="pin both engines to these CPUs, e.g. 1 or 0,2-3 (default: no pinning)")
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--out", help="write the result JSON here")
     args = ap.parse_args(argv)
 
     tmp = None
     model = args.model
-    if model is None:
-        tmp = tempfile.mkdtemp(prefix="llmsched-bench-")
-        model = make_model(os.path.join(tmp, "model"))
-    from llmsched.engine.loader import read_config
-
-    vocab = read_config(model).vocab_size
-    prompts = prompts_for(vocab, args.num_prompts, args.prompt_len)
-    result = {
-        "model": model,
-        "num_prompts": args.num_prompts,
-        "prompt_len": args.prompt_len,
-        "output_len": args.output_len,
-        "b_max": args.b_max,
-        "cpu_count": os.cpu_count(),
-        "ours": run_ours(model, prompts, args),
-    }
-    print(
-        f"llmsched: {result['ours']['output_tok_per_s_median']:.0f} output tok/s ({result['ours']['threads']} threads)",
-        file=sys.stderr,
-    )
-    if not args.no_vllm:
-        result["vllm"] = run_vllm(model, prompts, args)
-        v = result["vllm"]
-        if "error" in v:
-            print(f"vLLM: {v['error']}", file=sys.stderr)
-        else:
-            result["ratio_ours_over_vllm"] = result["ours"]["output_tok_per_s_median"] / v["output_tok_per_s_median"]
-            print(
-                f"vLLM {v['vllm']}: {v['output_tok_per_s_median']:.0f} output tok/s; ratio "
-                f"{result['ratio_ours_over_vllm']:.2f}",
-                file=sys.stderr,
-            )
+    try:
+        if model is None:
+            tmp = tempfile.mkdtemp(prefix="llmsched-bench-")
+            model = make_model(os.path.join(tmp, "model"))
+        result = measure(model, args)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     text = json.dumps(result, indent=2)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -86,3 +86,28 @@ def test_adaptive_decode_backlog_does_not_grow_at_095_of_the_region():
     slope_per_1000s = 1000 * np.polyfit(t[half], dec[half], 1)[0]
     assert slope_per_1000s < 120, slope_per_1000s
     assert dec[half].mean() < 500  # the old rule: 1,150-1,400 decoders on average
+
+
+def test_region_is_computed_when_the_scheduler_is_built(monkeypatch):
+    """Not on the first step, whose request would wait for the LP (issue 11 item 6)."""
+    import llmsched.core.region as region
+    from llmsched.core.cost import make_cost_model
+    from llmsched.core.request import Request
+
+    solved = []
+    real = region.stability_region
+    monkeypatch.setattr(region, "stability_region", lambda *a, **k: solved.append(a[1:3]) or real(*a, **k))
+    sched = make_scheduler("adaptive", b_max=512, k_max=16)
+    assert solved == [(512, 16)] and sched.batch._cands  # at construction
+    sched.bind_cost_model(make_cost_model("linear:c=5,a=0.1"))  # a driver's own model: solved again, now
+    assert solved == [(512, 16)] * 2
+    cands = list(sched.batch._cands)
+    state = sched.new_state()
+    for i in range(3):
+        state.add(Request(i, 0, 700, 20))
+    for step in range(4):
+        plan = sched.plan(state)
+        assert plan.prefill or plan.decode
+        state.begin_step(plan, step)
+        state.end_step(plan, step + 1)
+    assert solved == [(512, 16)] * 2 and sched.batch._cands == cands  # no LP on a step

@@ -118,3 +118,26 @@ def test_equal_gaps_have_zero_itl_spread():
         num_requests=50,
     )
     assert r.summary["std_itl_ms"] == 0 and r.summary["itl_cv"] == 0
+
+
+def test_provenance_reads_the_git_commit_without_git(tmp_path):
+    import subprocess
+    from pathlib import Path
+
+    from llmsched.api import git_commit
+
+    src = Path(llmsched.__file__).resolve().parent
+    out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True)
+    want = out.stdout.strip() if out.returncode == 0 else None
+    assert git_commit(src) == want
+    assert git_commit(tmp_path) is None
+    # a linked work tree and packed refs
+    (tmp_path / "main" / ".git" / "worktrees" / "wt").mkdir(parents=True)
+    common = tmp_path / "main" / ".git"
+    (common / "packed-refs").write_text("# pack-refs\n" + "ab" * 20 + " refs/heads/side\n")
+    wt = common / "worktrees" / "wt"
+    (wt / "HEAD").write_text("ref: refs/heads/side\n")
+    (wt / "commondir").write_text("../..\n")
+    (tmp_path / "wt").mkdir()
+    (tmp_path / "wt" / ".git").write_text(f"gitdir: {wt}\n")
+    assert git_commit(tmp_path / "wt") == "ab" * 20

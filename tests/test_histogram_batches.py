@@ -36,3 +36,22 @@ def test_zero_weights_are_not_values():
     h = GapHistogram()
     h.add_counts({5: 0, 7: 2})
     assert h.counts() == [(7, 2)] and h.min == 7 and h.count == 2
+
+
+def test_merge_equals_adding_every_value():
+    rng = np.random.default_rng(7)
+    for sizes in ((10, 20), (3000, 3000), (10, 9000), (9000, 10), (0, 50)):
+        parts = [rng.integers(1, 10**6, n) for n in sizes]
+        one = GapHistogram(exact_limit=4096)
+        for p in parts:
+            for v in p.tolist():
+                one.add(v)
+        merged = GapHistogram(exact_limit=4096)
+        for p in parts:
+            h = GapHistogram(exact_limit=4096)
+            for v in p.tolist():
+                h.add(v)
+            merged.merge(h)
+        assert merged.count == one.count and merged.total == one.total and merged.total_sq == one.total_sq
+        assert (merged.min, merged.max, merged.exact) == (one.min, one.max, one.exact)
+        assert merged.percentiles((1, 50, 90, 99.9)) == one.percentiles((1, 50, 90, 99.9))

@@ -83,7 +83,7 @@ def configs(draw, tr):
     need = int(max(tr.prompt + tr.output - 1))
     return dict(
         policy=draw(st.sampled_from(sorted(BATCH_POLICIES))),
-        admission=draw(st.sampled_from(["fcfs", "spf"])),
+        admission=draw(st.sampled_from(["fcfs", "spf", "twp"])),
         b_max=draw(st.integers(1, 64)),
         k_max=draw(st.one_of(st.none(), st.integers(1, 8))),
         kv_capacity=draw(st.one_of(st.none(), st.integers(need, need + 80))),

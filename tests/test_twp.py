@@ -3,6 +3,7 @@ the same decisions in the simulator, the virtual GPU and the PyTorch engine."""
 
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
@@ -322,7 +323,7 @@ def test_simulation_loses_nothing_and_every_step_stays_in_the_window():
     sched = make_scheduler("sarathi", admission="twp")
     sched.bind_cost_model(make_cost_model("paper"))
     seen = _spy(sched)
-    stats = simulate_trace(t, sched, make_cost_model("paper"))
+    stats = simulate_trace(t, sched, make_cost_model("paper"), fast=False)  # a plan per step
     assert stats.unfinished == 0 and (stats.e2e_ns >= 0).all()
     twp = sched.admission
     assert stats.steps == len(seen)
@@ -332,6 +333,27 @@ def test_simulation_loses_nothing_and_every_step_stays_in_the_window():
         assert running <= twp.B_max
     windows = {w for _, _, _, w, _ in seen}
     assert min(windows) == twp.H_min and max(windows) > twp.H_min  # it moved
+
+
+@pytest.mark.parametrize("cost", ["paper", "profile"])
+def test_fast_path_repeats_pure_decode_steps_and_changes_nothing(cost):
+    """TWP may repeat a plan without prefill while nothing waits (its feedback replayed
+    step by step): the steps, their times and every metric equal the step-by-step run."""
+    t = make_trace(WorkloadSpec.from_dict({k: v for k, v in BURSTY.items() if k != "cost_model"}))
+    runs = {}
+    for fast in (False, True):
+        sched = make_scheduler("sarathi", admission="twp")
+        plans = []
+        plan = sched.plan
+        sched.plan = lambda state: plans.append(1) or plan(state)
+        buf = io.StringIO()
+        stats = simulate_trace(t, sched, make_cost_model(cost), fast=fast, steps_file=buf)
+        runs[fast] = (stats, buf.getvalue(), len(plans), sched.admission.window, sched.admission.l_ewma)
+    (exact, exact_steps, exact_plans, *exact_end), (fast, fast_steps, fast_plans, *fast_end) = runs[False], runs[True]
+    assert exact_plans == exact.steps and fast_plans < 0.8 * exact_plans  # it did skip steps
+    assert fast_steps == exact_steps and fast_end == exact_end
+    assert np.array_equal(fast.ttft_ns, exact.ttft_ns) and np.array_equal(fast.e2e_ns, exact.e2e_ns)
+    assert fast.steps == exact.steps
 
 
 def test_twp_lowers_itl_tail_and_spread_against_fcfs_under_bursts():
@@ -397,7 +419,7 @@ def test_two_instances_make_the_same_plans_for_the_same_feedback():
         "sarathi", admission="twp", b_max=256, kv_capacity=3000, admission_options=dict(cost="paper:c=5,a=3,b0=32")
     )
     plans, feedback = _recording(a)
-    stats = simulate_trace(t, a, make_cost_model("linear:c=4,a=0.05"), fast=True)
+    stats = simulate_trace(t, a, make_cost_model("linear:c=4,a=0.05"), fast=False)  # a plan per step
     assert stats.unfinished == 0 and len(plans) == len(feedback) == stats.steps
     b = make_scheduler(
         "sarathi", admission="twp", b_max=256, kv_capacity=3000, admission_options=dict(cost="paper:c=5,a=3,b0=32")
@@ -418,7 +440,7 @@ def test_virtual_gpu_runs_the_same_steps_as_the_simulator():
     ref = mk()
     ref.bind_cost_model(make_cost_model("paper"))
     ref_plans, ref_fb = _recording(ref)
-    stats = simulate_trace(t, ref, make_cost_model("paper"), fast=True)
+    stats = simulate_trace(t, ref, make_cost_model("paper"), fast=False)  # a plan per step
     assert stats.unfinished == 0
     sched = mk()
     ve = VirtualEngine(sched, "paper", realtime=False)

@@ -427,7 +427,10 @@ def test_bad_inputs_raise_config_error(fn, pattern):
     [
         ("", "is empty"),
         ("arrival_s,prompt_tokens,output_tokens\n", "has no data rows"),
-        ("arrival_s,prompt_tokens\n0,1\n", "is not a trace.*needs arrival_s"),
+        (
+            "arrival_s,prompt_tokens\n0,1\n",
+            r"first line: arrival_s,prompt_tokens\) is not a trace in a known format: plain CSV \(arrival_s",
+        ),
         ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,abc,2\n", "line 3 column 'prompt_tokens'.*'abc'"),
         ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,2\n", "line 3 has 2 field"),
         ("arrival_s,prompt_tokens,output_tokens\n0,1,2\n1,-4,2\n", "line 3 column 'prompt_tokens'.*below"),

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -59,6 +57,8 @@ class SimConfig:
     k_max: int | None = None
     kv_capacity: int | None = None
     max_running: int | None = None
+    prefix_caching: bool = False  # reuse the KV of cached prompt prefixes (docs/prefix-caching.md)
+    block_size: int = 16  # tokens per KV block, the prefix cache's unit
     cost_model: str = "profile:h200-llama-3-8b"
     workload: dict = field(default_factory=lambda: dict(DEFAULT_WORKLOAD))
     fast: bool = True
@@ -179,17 +179,45 @@ def check_slo(slo) -> dict:
     return out
 
 
+def git_commit(start: Path) -> str | None:
+    """The commit checked out in the git work tree holding `start`, read from `.git` (no git
+    process: a run's start-up matters), or None outside one."""
+    try:
+        for d in (start, *start.parents):
+            dot = d / ".git"
+            if dot.is_dir():
+                gitdir = dot
+            elif dot.is_file():  # a linked work tree: "gitdir: PATH"
+                text = dot.read_text().strip()
+                if not text.startswith("gitdir:"):
+                    return None
+                gitdir = (d / text[len("gitdir:") :].strip()).resolve()
+            else:
+                continue
+            head = (gitdir / "HEAD").read_text().strip()
+            if not head.startswith("ref:"):
+                return head or None  # a detached head
+            ref = head[len("ref:") :].strip()
+            common = gitdir
+            if (gitdir / "commondir").is_file():
+                common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+            for base in (gitdir, common):
+                if (base / ref).is_file():
+                    return (base / ref).read_text().strip() or None
+            if (common / "packed-refs").is_file():
+                for line in (common / "packed-refs").read_text().splitlines():
+                    if line.endswith(" " + ref):
+                        return line.split()[0]
+            return None
+    except OSError:
+        return None
+    return None
+
+
 def provenance() -> dict:
     """Who made a run and how: llmsched's version and git commit (when it runs from a git
     checkout), the UTC time and the command line."""
-    commit = None
-    src = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        if out.returncode == 0:
-            commit = out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        pass
+    commit = git_commit(Path(__file__).resolve().parent)
     return {
         "llmsched_version": __version__,
         "git_commit": commit,
@@ -219,7 +247,10 @@ def _check_types(cfg: SimConfig) -> None:
         v = getattr(cfg, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
             raise ConfigError(f"{name} must be a positive number, got {v!r}")
-    for name in ("fast", "verdict", "record_steps"):
+    if isinstance(cfg.block_size, bool) or not isinstance(cfg.block_size, (int, np.integer)) or cfg.block_size < 1:
+        raise ConfigError(f"block_size must be a positive integer, got {cfg.block_size!r}")
+    cfg.block_size = int(cfg.block_size)
+    for name in ("fast", "verdict", "record_steps", "prefix_caching"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name} must be true or false, got {getattr(cfg, name)!r}")
     for name in ("policy", "admission", "cost_model"):
@@ -256,7 +287,7 @@ def simulate(
     scheduler.bind_cost_model(cost)
     if trace is None:
         spec = WorkloadSpec.from_dict(cfg.workload)
-        trace = make_trace(spec)
+        trace = make_trace(spec, cfg.block_size)  # block ids (where it has them) at the cache's block size
         workload_desc = spec.to_dict()
     else:
         workload_desc = {"trace": "given by the caller", **trace.describe()} if hasattr(trace, "describe") else {}
@@ -271,6 +302,8 @@ def simulate(
         folder = Path(out_dir) if out_dir is not None else None
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
+        import tempfile  # noqa: PLC0415 - start-up: only runs that record their steps need it
+
         fd, name = tempfile.mkstemp(prefix=".steps-", suffix=".csv.tmp", dir=folder)
         steps_tmp = Path(name)
         steps_file = os.fdopen(fd, "w", buffering=1 << 20)
@@ -362,12 +395,24 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     n = len(arrivals)
     span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
     rate = (n - 1) / span if span > 0 else None
+    # with prefix caching, the measured cached prompt tokens per request are not work
+    pc = result.stats.prefix
+    cached = pc["hit_tokens"] / n if pc is not None and n else 0.0
+    cached = min(cached, max(0.0, float(result.prompt.mean()) - 1.0))  # hits again after preemptions
     try:
         rep = capacity(
-            cost, cfg.b_max, float(result.prompt.mean()), float(result.output.mean()), k_max=cfg.k_max, rate=rate
+            cost,
+            cfg.b_max,
+            float(result.prompt.mean()),
+            float(result.output.mean()),
+            k_max=cfg.k_max,
+            rate=rate,
+            cached_prompt=cached,
         )
     except ConfigError:
         return out
+    if pc is not None:
+        out["cached_prompt_tokens_per_request"] = cached
     out["token_capacity"] = rep.token_capacity
     out["critical_rate"] = rep.critical_rate
     out["offered_rate"] = rate
@@ -436,8 +481,12 @@ def cluster_network(
                 {"call": {"server": "cluster", "prompt": prompt.to_str(), "output": output.to_str(), "class": name}}
             ],
         }
+    sched = cfg.scheduler_spec().to_dict()
+    if sched.pop("prefix_caching"):
+        raise ConfigError("--prefix-caching is for one server: the network simulator does not model it (yet)")
+    sched.pop("block_size")
     server = {
-        **{k: v for k, v in cfg.scheduler_spec().to_dict().items()},
+        **sched,
         "cost_model": cfg.cost_model,
         "replicas": replicas,
         "router": router,

@@ -177,3 +177,29 @@ def test_profile_and_validate_commands(tmp_path, tiny_model, capsys, monkeypatch
     assert "sarathi" in text and "ttft" in text
     res = json.loads(js.read_text())
     assert set(res["policies"]) == {"sarathi", "vllm"}
+
+
+@pytest.mark.parametrize(
+    "argv, expect",
+    [
+        (["generate", "--model", "m", "--prompt", "x"], None),
+        (["profile", "--model", "m", "--out", "p.csv"], 2048),
+        (["validate", "--model", "m", "--trace", "t.csv"], 2048),
+    ],
+)
+def test_max_model_len_default_is_what_help_says(argv, expect, capsys):
+    """The CPU default of --max-model-len that --help states is the one the command uses."""
+    from llmsched.cli.engine import engine_setup
+
+    with pytest.raises(SystemExit):
+        _parser().parse_args([argv[0], "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    said = text[text.index("--max-model-len MAX_MODEL_LEN longest") :].split(")")[0]
+    opts = engine_setup(_parser().parse_args(argv))
+    assert opts["max_model_len"] == expect
+    if expect is None:  # the engine then takes the model's max_position_embeddings
+        assert said.endswith("(default: the model's max_position_embeddings") and "CPU" not in said
+    else:
+        assert f"default: {expect} on CPU" in said
+    cuda = engine_setup(_parser().parse_args([*argv, "--device", "cuda"]))
+    assert cuda["max_model_len"] is None

@@ -57,7 +57,9 @@ def test_metrics_by_hand():
     assert m["mean_e2el_ms"] == pytest.approx((160 + 300 + 250) / 3)
     assert m["p50_itl_ms"] == pytest.approx(40.0)
     assert m["p99.9_e2el_ms"] == pytest.approx(np.percentile([160, 300, 250], 99.9))
-    assert m["max_concurrent_requests"] == 1
+    # vLLM's peak concurrency counts the requests active at some time of each second:
+    # [0, 0.16] and [0.5, 0.8] share second 0; at no instant are two in flight
+    assert m["max_concurrent_requests"] == 2 and m["max_concurrent_requests_instant"] == 1
     assert m["max_output_tokens_per_s"] == 4.0  # tokens at 0.1, 0.12, 0.16, 0.8 s; then 1.2, 1.25
 
 
@@ -69,7 +71,12 @@ def test_metrics_without_goodput_and_all_failed():
 
 def test_overlap_concurrency():
     rs = [_r(0.1, [0.1] * 5, 6, start=0.0), _r(0.1, [0.1] * 5, 6, start=0.2), _r(0.1, [0.1] * 5, 6, start=0.3)]
-    assert calculate_metrics(rs, 1.0, [99])["max_concurrent_requests"] == 3
+    m = calculate_metrics(rs, 1.0, [99])
+    assert m["max_concurrent_requests"] == 3 and m["max_concurrent_requests_instant"] == 3
+    # back to back: one at a time, but five in the same second
+    rs = [_r(0.05, [0.05], 2, start=0.15 * i) for i in range(5)]
+    m = calculate_metrics(rs, 1.0, [99])
+    assert m["max_concurrent_requests_instant"] == 1 and m["max_concurrent_requests"] == 5
 
 
 def test_goodput_and_percentile_parsing():
@@ -132,6 +139,8 @@ def test_config_errors():
         {"random_range_ratio": 1.0},
         {"token_id_range": (5, 5)},
         {"endpoint": "/v1/chat/completions", "prompt_format": "ids"},
+        {"backend": "tgi"},
+        {"backend": "openai-chat", "endpoint": "/v1/completions"},
     ):
         with pytest.raises(ConfigError):
             BenchConfig(**kw)
@@ -171,8 +180,30 @@ def test_cli_bad_input_is_config_error():
         BenchConfig.from_args(p.parse_args(["bench", "--percentile-metrics", "ttft,foo"]))
     with pytest.raises(ConfigError):
         BenchConfig.from_args(p.parse_args(["bench", "--token-id-range", "abc"]))
+    with pytest.raises(ConfigError):
+        BenchConfig.from_args(p.parse_args(["bench", "--metadata", "novalue"]))
+    with pytest.raises(ConfigError):
+        BenchConfig.from_args(p.parse_args(["bench", "--extra-body", "[1]"]))
     ok = BenchConfig.from_args(p.parse_args(["bench", "--request-rate", "inf", "--port", "1234"]))
     assert math.isinf(ok.request_rate) and ok.base_url == "http://127.0.0.1:1234"
+    assert ok.endpoint == "/v1/completions" and ok.ignore_eos and ok.temperature == 0.0
+    # what `vllm bench serve` users type
+    v = BenchConfig.from_args(
+        p.parse_args(
+            ["bench", "--backend", "openai-chat", "--ignore-eos", "--save-result", "--result-dir", "out"]
+            + ["--max-concurrency", "8", "--request-rate", "20", "--label", "run", "--metadata", "tp=1"]
+            + ["--disable-tqdm", "--extra-body", '{"top_p": 0.9}']
+        )
+    )
+    assert v.endpoint == "/v1/chat/completions" and v.chat and v.ignore_eos and v.quiet
+    assert v.metadata == {"tp": "1"} and v.extra_body == {"top_p": 0.9}
+    assert v.result_path("org/llama", "20260101-000000") == "out/run-20.0qps-concurrency8-llama-20260101-000000.json"
+    v.label = None
+    v.result_filename = "r.json"
+    assert v.result_path("m", "d") == "out/r.json"
+    assert BenchConfig().result_path("m", "d") is None  # nothing asked: no file
+    d = BenchConfig(save_result=True).result_path("m", "20260101-000000")
+    assert d == "openai-inf-qps-m-20260101-000000.json".replace("-inf-qps", "-infqps")
     b = server_cli.build_backend(
         p.parse_args(
             ["serve", "--scheduler", "orca", "--b-max", "128", "--kv-capacity", "1000", "--cost-model", "const:5"]
@@ -187,3 +218,14 @@ def test_bench_main_reports_unreachable_server():
     with pytest.raises(Exception) as e:  # ConfigError from the warm-up: cannot connect
         server_cli.bench_main(args)
     assert isinstance(e.value, ConfigError)
+
+
+def test_cli_contradicting_backend_is_one_line_exit_2(capsys):
+    from llmsched.cli import main
+
+    rc = main(["bench", "--backend", "openai-chat", "--endpoint", "/v1/completions", "--port", "1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "openai-chat" in err
+    rc = main(["bench", "--metadata", "novalue", "--port", "1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "KEY=VALUE" in err

@@ -10,7 +10,9 @@ import pytest
 
 from llmsched.core import ConfigError, make_cost_model
 from llmsched.core.engine_api import SamplingParams
+from llmsched.core.prefix_cache import token_block_ids
 from llmsched.policies import make_scheduler
+from llmsched.policies.spec import SchedulerSpec
 from llmsched.sim.simulator import simulate_trace
 from llmsched.sim.virtual import VirtualEngine
 
@@ -64,6 +66,22 @@ def test_matches_simulator_step_by_step(policy, kv):
     assert s["kv_used_tokens"] == 0 and s["running"] == 0 and s["unfinished"] == 0
     assert s["preemptions"] == int(ref.preemptions.sum())
     assert s["generation_tokens_total"] == int(t.output.sum())
+
+
+@pytest.mark.parametrize("policy", ["sarathi", "vllm"])
+@pytest.mark.parametrize("kv", [None, 3000])
+def test_matches_simulator_with_prefix_caching(policy, kv):
+    # the replay's prompts are range(n): every two share their shorter one's full blocks
+    t = _trace()
+    t.blocks = [token_block_ids(range(int(p)), 16) for p in t.prompt]
+    spec = SchedulerSpec(policy=policy, b_max=256, kv_capacity=kv, prefix_caching=True, block_size=16)
+    ref = simulate_trace(t, spec.build(), make_cost_model("paper"), fast=True)
+    ve = VirtualEngine(spec.build(), "paper", realtime=False)
+    ttft, e2e = _replay(ve, t)
+    assert np.array_equal(ttft, ref.ttft_ns) and np.array_equal(e2e, ref.e2e_ns)
+    s = ve.stats()
+    assert s["prefix_cache"] == ref.prefix and ref.prefix["token_hit_rate"] > 0.5
+    assert s["kv_used_tokens"] == 0 and s["running"] == 0
 
 
 def test_realtime_clock_follows_cost_model():

@@ -21,11 +21,14 @@ def capacity_report(
     rate: float | None = None,
     samples: int | None = None,
     plot: str | None = None,
+    cached_fraction: float = 0.0,
     **overrides,
 ) -> dict:
     """What `llmsched capacity` prints, as a dict: theorem 2's numbers, and with `k_max`
     the 2-D region (LP), whether the workload point is inside and by what factor the
-    rate could be scaled (`scale` = lambda* / rate; inside iff scale > 1)."""
+    rate could be scaled (`scale` = lambda* / rate; inside iff scale > 1).
+    `cached_fraction`: the expected share of prompt tokens a prefix cache serves (not
+    work: theorem 2 with the uncached prompt)."""
     cfg = build_config(config, **overrides)
     source = "given"
     if mean_prompt is None or mean_output is None:
@@ -46,7 +49,17 @@ def capacity_report(
             raise ConfigError(f"{what} must be a number, got {v!r}")
     if rate is not None and not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
         raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
-    rep = capacity(cfg.cost_model, cfg.b_max, float(mean_prompt), float(mean_output), k_max=cfg.k_max, rate=rate)
+    if not (isinstance(cached_fraction, (int, float)) and 0 <= cached_fraction < 1):
+        raise ConfigError(f"the cached fraction must be a number in [0, 1), got {cached_fraction!r}")
+    rep = capacity(
+        cfg.cost_model,
+        cfg.b_max,
+        float(mean_prompt),
+        float(mean_output),
+        k_max=cfg.k_max,
+        rate=rate,
+        cached_prompt=float(cached_fraction) * float(mean_prompt),
+    )
     out = {
         "cost_model": cfg.cost_model,
         "b_max": cfg.b_max,

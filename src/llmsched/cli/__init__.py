@@ -31,25 +31,23 @@ def build_parser() -> Parser:
     return parser
 
 
-def _one_line_warnings(command: str, show):
-    """An implausible input (InputWarning) as one line on stderr; other warnings as before."""
-
-    def showwarning(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, InputWarning):
-            print(f"llmsched {command}: warning: {message}", file=sys.stderr)
-        else:
-            show(message, category, filename, lineno, file, line)
-
-    return showwarning
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("default", InputWarning)
-            warnings.showwarning = _one_line_warnings(args.command, warnings.showwarning)
+            warnings.simplefilter("default", InputWarning)  # shown on every run, not once per process
+            default_show = warnings.showwarning
+
+            def show(message, category, filename, lineno, file=None, line=None):
+                # what the library warns a user about (rows a trace reader dropped, an
+                # implausible input: InputWarning): one line
+                if issubclass(category, UserWarning):
+                    print(f"llmsched {args.command}: warning: {message}", file=sys.stderr)
+                else:
+                    default_show(message, category, filename, lineno, file, line)
+
+            warnings.showwarning = show
             return int(args.func(args) or 0)
     except ConfigError as e:
         print(f"llmsched {args.command}: error: {e}", file=sys.stderr)

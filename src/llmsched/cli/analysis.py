@@ -83,6 +83,7 @@ def cmd_capacity(args) -> int:
         rate=rate,
         samples=samples,
         plot=args.plot,
+        cached_fraction=args.cached_fraction,
         **over,
     )
     if args.find_counterexample:
@@ -147,6 +148,11 @@ def _print_capacity(rep: dict) -> None:
         ("token capacity b_max / t(b_max)", f"{c['token_capacity']:,.1f} tokens/s"),
         ("mean prompt / output", f"{c['mean_prompt']:,.1f} / {c['mean_output']:,.1f} tokens ({rep['means_source']})"),
         ("work per request (prompt + output - 1)", f"{c['work_per_request']:,.1f} tokens"),
+        *(
+            [("  of the prompt, cached (not work)", f"{c['cached_prompt_per_request']:,.1f} tokens")]
+            if c.get("cached_prompt_per_request")
+            else []
+        ),
         ("theorem 2 bound C / w", f"{c['critical_rate_token_bound']:,.3f} req/s"),
         ("critical rate lambda*", f"{c['critical_rate']:,.3f} req/s ({c['binding']})"),
     ]
@@ -299,7 +305,7 @@ def cmd_sweep(args) -> int:
 # ---------------------------------------------------------------------------------------
 # reproduce
 
-EXPERIMENTS = ("stability", "clusters", "agents", "rybko-stolyar", "twp")
+EXPERIMENTS = ("stability", "clusters", "agents", "rybko-stolyar", "twp", "prefix-caching")
 STABILITY_ONLY = ("workload", "cost_model", "b_max", "load", "search_requests", "tol", "policies", "no_search")
 
 
@@ -307,6 +313,10 @@ def cmd_reproduce(args) -> int:
     from ..analysis.reproduce import reproduce_stability  # noqa: PLC0415
 
     out = args.out or f"reproduce-{args.experiment}"
+    if args.experiment == "prefix-caching":
+        return _reproduce_prefix(args, out)
+    if args.trace is not None:
+        raise ConfigError("--trace is an option of `reproduce prefix-caching`")
     if args.experiment != "stability":
         return _reproduce_other(args, out)
     args.workload = args.workload or "synthetic"
@@ -350,6 +360,49 @@ def cmd_reproduce(args) -> int:
             ("critical_rate", "lambda* (theory)", ",.3f"),
         ],
     )
+    print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
+    return 0
+
+
+def _reproduce_prefix(args, out: str) -> int:
+    from ..analysis.reproduce_prefix import reproduce_prefix_caching  # noqa: PLC0415
+
+    if args.trace is None:
+        raise ConfigError("reproduce prefix-caching needs --trace PATH (Mooncake JSON lines with hash_ids)")
+    given = [
+        k for k in ("workload", "search_requests", "tol", "policies", "seeds") if getattr(args, k) not in (None, False)
+    ]
+    if given or args.no_search:
+        what = given[0].replace("_", "-") if given else "no-search"
+        raise ConfigError(f"--{what} is not an option of `reproduce prefix-caching`")
+    kw = {}
+    if args.cost_model:
+        kw["cost_model"] = args.cost_model
+    if args.b_max:
+        kw["b_max"] = args.b_max
+    if args.load is not None:
+        kw["loads"] = (args.load,)
+    if args.kv_capacities:
+        try:
+            kw["kv_capacities"] = tuple(int(x) for x in args.kv_capacities.split(","))
+        except ValueError:
+            raise ConfigError(
+                f"--kv-capacities must be comma-separated whole numbers, got {args.kv_capacities!r}"
+            ) from None
+    if args.block_size:
+        kw["block_size"] = args.block_size
+    res = reproduce_prefix_caching(
+        args.trace,
+        out_dir=out,
+        num_requests=args.num_requests,
+        quick=args.quick,
+        progress=not args.json and args.progress,
+        **kw,
+    )
+    if args.json:
+        print(json.dumps(to_jsonable(res), indent=2, default=str))
+        return 0
+    print_table("reproduce prefix-caching", [(k, str(v)) for k, v in res["summary"].items()], ("finding", "measured"))
     print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
     return 0
 
@@ -406,6 +459,12 @@ def register(sub) -> None:
     g = p.add_argument_group("capacity")
     g.add_argument("--mean-prompt", type=float, help="mean prompt length in tokens (instead of sampling)")
     g.add_argument("--mean-output", type=float, help="mean output length in tokens (instead of sampling)")
+    g.add_argument(
+        "--cached-fraction",
+        type=float,
+        default=0.0,
+        help="expected share of prompt tokens served by a prefix cache (not work; default 0)",
+    )
     g.add_argument(
         "--lengths",
         metavar="FILE",
@@ -511,6 +570,11 @@ def register(sub) -> None:
     p.add_argument("--policies", help="comma-separated (default fastertransformer,vllm,orca,sarathi,kfcfs)")
     p.add_argument("--no-search", action="store_true", help="only the queue runs")
     p.add_argument("--quick", action="store_true", help="small runs (seconds), for tests")
+    p.add_argument("--trace", help="prefix-caching: the trace (Mooncake JSON lines with hash_ids)")
+    p.add_argument(
+        "--kv-capacities", help="prefix-caching: KV capacities in tokens, comma-separated (default 1000000,8000000)"
+    )
+    p.add_argument("--block-size", type=int, help="prefix-caching: cache block size in tokens (default 512)")
     p.add_argument("--out", default=None, help="output folder (default reproduce-EXPERIMENT)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_parallel_args(p)

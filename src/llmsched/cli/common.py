@@ -54,10 +54,11 @@ def key_values(items: list[str] | None, what: str = "KEY=VALUE") -> dict:
     return out
 
 
-def add_scheduler_args(p: argparse.ArgumentParser, *, defaults: bool = False) -> None:
+def add_scheduler_args(p: argparse.ArgumentParser, *, defaults: bool = False, block_size: bool = True) -> None:
     """The scheduler's options, the same for simulate, sweep, capacity, serve and the engine
     commands. `defaults`: fill in SchedulerSpec's defaults (serve); otherwise unset options
-    stay None so that a config file's values stand."""
+    stay None so that a config file's values stand. `block_size`: add `--block-size`
+    (False where the command has its own, the KV cache's, under the same name)."""
     d = DEFAULTS
     g = p.add_argument_group("scheduler")
     g.add_argument(
@@ -97,11 +98,27 @@ def add_scheduler_args(p: argparse.ArgumentParser, *, defaults: bool = False) ->
         type=positive_int,
         help="cap on running requests (default: none; the engine: 64 on CPU, 256 on CUDA)",
     )
+    g.add_argument(
+        "--prefix-caching",
+        "--enable-prefix-caching",
+        dest="prefix_caching",
+        action="store_true",
+        default=None,
+        help="reuse the KV cache of shared prompt prefixes (see docs/prefix-caching.md)",
+    )
+    if block_size:
+        g.add_argument(
+            "--block-size",
+            type=positive_int,
+            default=d.block_size if defaults else None,
+            help=f"KV block size in tokens, the prefix cache's unit (default {d.block_size})",
+        )
 
 
 def scheduler_options(args) -> dict:
     """The scheduler options given on the command line (None where not given)."""
-    out = {k: getattr(args, k, None) for k in ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running")}
+    keys = ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running", "prefix_caching", "block_size")
+    out = {k: getattr(args, k, None) for k in keys}
     if getattr(args, "admission_option", None):
         out["admission_options"] = key_values(args.admission_option, "--admission-option")
     return out
@@ -125,8 +142,12 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload")
     g.add_argument("--arrival", help="poisson (default), gamma, deterministic, trace:PATH, azure-conv")
     g.add_argument(
-        "--trace", help="replay a trace CSV (Azure format or arrival_s,prompt_tokens,output_tokens; default: none)"
+        "--trace",
+        help="replay a trace file: plain CSV (arrival_s,prompt_tokens,output_tokens), Azure CSV, "
+        "BurstGPT CSV or Mooncake JSON lines (told apart by the first line; default: none)",
     )
+    g.add_argument("--trace-model", help="BurstGPT: keep only rows of these models (e.g. ChatGPT or ChatGPT,GPT-4)")
+    g.add_argument("--trace-log-type", help="BurstGPT: keep only rows of this log type (Conversation log, API log)")
     g.add_argument("--rate", type=float, help="arrival rate in requests/s (default 16; for a trace: rescale to it)")
     g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals; default 1)")
     g.add_argument("--time-scale", type=float, help="multiply a trace's rate by K (default 1)")
@@ -140,6 +161,19 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-requests", type=int, help="stop after N requests (default 5000)")
     g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds (default: none)")
     g.add_argument("--seed", type=int, help="random seed (default 0)")
+    g.add_argument(
+        "--system-prompt",
+        type=int,
+        help="every request starts with the same N tokens (shared prefix; prompt = N + law)",
+    )
+    g.add_argument(
+        "--turns",
+        help="multi-turn conversations: turns per conversation, a length law (e.g. geometric:4); "
+        "--rate is then new conversations per second",
+    )
+    g.add_argument(
+        "--think-time", type=float, dest="think_time_s", help="mean seconds from a turn's arrival to the next turn's"
+    )
 
 
 def sim_overrides(args) -> dict:
@@ -156,6 +190,11 @@ def sim_overrides(args) -> dict:
         "num_requests",
         "duration_s",
         "seed",
+        "trace_model",
+        "trace_log_type",
+        "system_prompt",
+        "turns",
+        "think_time_s",
         "max_time_s",
         "sample_interval_s",
     ]

@@ -13,9 +13,17 @@ from ..core.errors import ConfigError
 from .common import add_scheduler_args, positive_int, scheduler_spec
 
 
-def add_engine_args(p: argparse.ArgumentParser) -> None:
-    """The scheduler's options (cli.common) and the engine's own."""
-    add_scheduler_args(p, defaults=True)
+def add_engine_args(p: argparse.ArgumentParser, cpu_max_model_len: int | None = 2048) -> None:
+    """The scheduler's options (cli.common) and the engine's own. `cpu_max_model_len`: the
+    command's --max-model-len on CPU when not given (None: the model's, as on CUDA); the
+    help states it and `engine_setup` applies it (one place for both)."""
+    add_scheduler_args(p, defaults=True, block_size=False)
+    p.set_defaults(cpu_max_model_len=cpu_max_model_len)
+    mml_default = (
+        "the model's max_position_embeddings"
+        if cpu_max_model_len is None
+        else f"{cpu_max_model_len} on CPU, the model's max_position_embeddings on CUDA"
+    )
     g = p.add_argument_group("engine")
     g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     g.add_argument(
@@ -38,7 +46,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "--max-model-len",
         type=positive_int,
         default=None,
-        help="longest sequence, prompt + output (default: the model's; profile and validate: 2048 on CPU)",
+        help=f"longest sequence, prompt + output (default: {mml_default})",
     )
     g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     g.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: all cores but one)")
@@ -52,7 +60,7 @@ def engine_setup(args) -> dict:
         )
     cuda = str(args.device).startswith("cuda")
     mns = args.max_running or (256 if cuda else 64)
-    mml = args.max_model_len or (None if cuda else 2048)
+    mml = args.max_model_len or (None if cuda else getattr(args, "cpu_max_model_len", 2048))
     return dict(
         device=args.device,
         dtype=args.dtype,
@@ -82,7 +90,6 @@ def cmd_generate(args) -> int:
         ignore_eos=args.ignore_eos,
     )
     opts = engine_setup(args)
-    opts["max_model_len"] = args.max_model_len  # the model's own unless given
     spec = scheduler_spec(args).replace(max_running=opts["max_num_seqs"])
     llm = LLM(
         args.model,
@@ -208,7 +215,7 @@ def register(subparsers) -> None:
     p.add_argument("--stop-token-id", type=int, action="append", help="stop token id (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS")
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
-    add_engine_args(p)
+    add_engine_args(p, cpu_max_model_len=None)
     p.set_defaults(func=cmd_generate)
 
     p = subparsers.add_parser(

@@ -90,7 +90,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         default=None,
         help="longest prompt + completion (sim default: 32768, or the KV capacity + 1; engine default: the model's)",
     )
-    add_scheduler_args(p, defaults=True)
+    add_scheduler_args(p, defaults=True, block_size=False)
     g = p.add_argument_group("virtual GPU (--backend sim)")
     g.add_argument(
         "--cost-model",
@@ -144,6 +144,12 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         choices=("debug", "info", "warning", "error"),
         help="log level (default: warning)",
     )
+    p.add_argument(
+        "--metrics-prefix",
+        choices=("llmsched", "vllm"),
+        default="llmsched",
+        help="prefix of the /metrics names: llmsched (default) or vllm, for dashboards made for vLLM",
+    )
     p.set_defaults(func=serve_main)
     return p
 
@@ -160,7 +166,7 @@ def build_backend(args):
     engine_only = [
         f"--{k.replace('_', '-')}"
         for k in ("device", "dtype", "kv_cache_gb", "num_blocks", "block_size", "seed")
-        if getattr(args, k) is not None
+        if getattr(args, k) is not None and not (k == "block_size" and args.prefix_caching)
     ]
     if backend == "sim" and engine_only:
         raise ConfigError(f"{engine_only[0]} is an engine option; the sim backend (a virtual GPU) does not use it")
@@ -209,6 +215,7 @@ def serve_main(args) -> int:
         default_max_tokens=args.default_max_tokens,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
+        metrics_prefix=args.metrics_prefix,
         **limit_config(args),
     )
     backend = build_backend(args)
@@ -234,12 +241,24 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="server port (default: 8000)")
     p.add_argument(
         "--endpoint",
-        default="/v1/completions",
+        default=None,
         choices=("/v1/completions", "/v1/chat/completions"),
-        help="API endpoint",
+        help="API endpoint (default: the --backend's, /v1/completions)",
+    )
+    p.add_argument(
+        "--backend",
+        default=None,
+        choices=("openai", "openai-chat"),
+        help="as vllm bench serve: openai (/v1/completions) or openai-chat (/v1/chat/completions)",
     )
     p.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
     p.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY if set)")
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="accepted as vllm bench serve takes it, and not needed: prompt lengths are set with "
+        "the server's /tokenize (a note says so)",
+    )
     g = p.add_argument_group("workload")
     g.add_argument(
         "--dataset-name",
@@ -314,7 +333,16 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument(
         "--num-warmups", type=int, default=1, help="unmeasured requests sent first, one at a time (default: 1)"
     )
+    g.add_argument(
+        "--ignore-eos", dest="ignore_eos", action="store_true", default=True, help="send ignore_eos: true (the default)"
+    )
     g.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="do not send ignore_eos: true")
+    g.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature sent (default: 0, greedy, as vLLM's)"
+    )
+    g.add_argument("--top-p", type=float, default=None, help="top_p sent (default: none)")
+    g.add_argument("--top-k", type=int, default=None, help="top_k sent (default: none)")
+    g.add_argument("--extra-body", default=None, help="a JSON object merged into every request body")
     g = p.add_argument_group("metrics")
     g.add_argument(
         "--goodput",
@@ -331,10 +359,22 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--metric-percentiles", default="99", help="percentiles, e.g. 50,90,99 (default: 99)")
     g.add_argument("--result-file", default=None, help="write the results as JSON here")
     g.add_argument(
+        "--save-result",
+        action="store_true",
+        help="write the results as JSON, named as vllm bench serve names them "
+        "({label}-{rate}qps[-concurrencyN]-{model}-{date}.json)",
+    )
+    g.add_argument("--result-dir", default=None, help="folder for --save-result (default: the current one)")
+    g.add_argument("--result-filename", default=None, help="file name for --save-result")
+    g.add_argument("--append-result", action="store_true", help="append the result to the file (one JSON a line)")
+    g.add_argument("--label", default=None, help="result label (default: the backend, openai or openai-chat)")
+    g.add_argument("--metadata", nargs="*", default=None, metavar="KEY=VALUE", help="saved in the result file")
+    g.add_argument(
         "--save-detailed", action="store_true", help="include per-request values (ttfts, itls, ...) in the result file"
     )
     g.add_argument("--timeout", type=float, default=6 * 3600, help="per-request timeout in seconds")
     g.add_argument("--quiet", action="store_true", help="no progress line")
+    g.add_argument("--disable-tqdm", action="store_true", help="the same as --quiet (vllm bench serve's name)")
     g.add_argument(
         "--http-client",
         choices=("raw", "httpx"),
@@ -349,6 +389,11 @@ def bench_main(args) -> int:
     from ..server.bench import BenchConfig, print_table, run_bench  # noqa: PLC0415
 
     cfg = BenchConfig.from_args(args)
+    if args.tokenizer:
+        print(
+            "note: --tokenizer is not used: llmsched bench sizes its prompts with the server's /tokenize",
+            file=sys.stderr,
+        )
     result = run_bench(cfg)
     print_table(result, cfg)
     return 0

@@ -19,6 +19,7 @@ from .common import (
     print_table,
     sim_overrides,
 )
+from .table import render_table
 
 
 def cmd_simulate(args) -> int:
@@ -245,8 +246,6 @@ def _progress_bar(args):
 
 
 def print_summary(result) -> None:
-    from rich.table import Table  # noqa: PLC0415
-
     s = result.summary
     c = result.config
 
@@ -254,14 +253,11 @@ def print_summary(result) -> None:
         v = s.get(key)
         return "-" if v is None else f"{v:,.1f} ms"
 
-    t = Table(
-        title=f"llmsched: {c['scheduler']['batch_policy']} "
+    title = (
+        f"llmsched: {c['scheduler']['batch_policy']} "
         f"(admission {c['scheduler']['admission']['name']}, b_max {c['b_max']}, "
-        f"cost {c['cost_model']})",
-        show_header=True,
+        f"cost {c['cost_model']})"
     )
-    t.add_column("metric")
-    t.add_column("value", justify="right")
     rows = [
         (
             ("requests completed / arrived / in the trace", f"{s['completed']:,} / {arrived:,} / {s['num_requests']:,}")
@@ -287,6 +283,15 @@ def print_summary(result) -> None:
         ("mean batch size", f"{s['mean_batch_size']:,.1f}"),
         ("preemptions", f"{s['preemptions']:,}"),
     ]
+    pc = s.get("prefix_cache")
+    if pc is not None:
+        rows.append(
+            (
+                "prefix cache hits: tokens / blocks",
+                f"{pc['token_hit_rate']:.1%} / {pc['block_hit_rate']:.1%} "
+                f"({pc['prefill_tokens_saved']:,} prefill tokens saved, {pc['evictions']:,} evictions)",
+            )
+        )
     if s.get("critical_rate") is not None:
         rows.append(("critical rate lambda* (theorem 2)", f"{s['critical_rate']:,.2f} req/s"))
     if s.get("utilisation") is not None:
@@ -299,9 +304,7 @@ def print_summary(result) -> None:
     rows.append(
         ("simulation wall time", f"{s['wall_s']:.2f} s ({s['num_requests'] / max(s['wall_s'], 1e-9):,.0f} req/s)")
     )
-    for k, v in rows:
-        t.add_row(k, v)
-    console().print(t)
+    print(render_table(title, ("metric", "value"), rows, (False, True)))
 
 
 # ---- other commands ----------------------------------------------------------------------

@@ -10,11 +10,13 @@ from .errors import ConfigError
 @dataclass(frozen=True)
 class Constraints:
     """`b_max`: token budget per step; `k_max`: cap on distinct requests per step (None:
-    no cap); `kv_capacity`: KV-cache slots in tokens (None: unlimited)."""
+    no cap); `kv_capacity`: KV-cache slots in tokens (None: unlimited);
+    `prefix_block_size`: prefix caching with blocks of that many tokens (None: off)."""
 
     b_max: int = 512
     k_max: int | None = None
     kv_capacity: int | None = None
+    prefix_block_size: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.b_max, int) or self.b_max <= 0:
@@ -23,3 +25,6 @@ class Constraints:
             raise ConfigError(f"k_max must be a positive integer, got {self.k_max!r}")
         if self.kv_capacity is not None and (not isinstance(self.kv_capacity, int) or self.kv_capacity <= 0):
             raise ConfigError(f"kv_capacity must be a positive integer, got {self.kv_capacity!r}")
+        b = self.prefix_block_size
+        if b is not None and (not isinstance(b, int) or isinstance(b, bool) or b <= 0):
+            raise ConfigError(f"the prefix-cache block size must be a positive integer, got {b!r}")

@@ -33,6 +33,20 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     min_tokens: int = 0  # EOS / stop token ids / stop strings cannot end it before
+    # OpenAI / vLLM semantics: presence and frequency penalties are subtracted from the logit
+    # of every token already generated (once / per occurrence); a repetition penalty > 1
+    # divides positive and multiplies negative logits of prompt and generated tokens;
+    # logit_bias adds to a token id's logit before sampling
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] | None = None
+    logprobs: int | None = None  # return the sampled token's logprob and this many top ones
+
+    @property
+    def penalized(self) -> bool:
+        """Penalties that need the request's token history."""
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
 
     def __post_init__(self):
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -57,6 +71,16 @@ class SamplingParams:
             raise ConfigError(f"top_k must be -1 (off) or a positive integer, got {self.top_k}")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        for name in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ConfigError(f"{name} must be a finite number, got {v!r}")
+        if not self.repetition_penalty > 0:
+            raise ConfigError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.logprobs is not None and (
+            isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int) or self.logprobs < 0
+        ):
+            raise ConfigError(f"logprobs must be a non-negative integer or None, got {self.logprobs!r}")
 
     @property
     def greedy(self) -> bool:
@@ -110,6 +134,12 @@ class RequestOutput:
     error: str | None = None
     stop_reason: int | str | None = None  # the stop string or stop token id that ended it
     # (None: EOS, length, or not finished)
+    # with SamplingParams.logprobs: per new token, (its logprob, [(token id, logprob), ...]
+    # the top `logprobs` of the model's distribution)
+    logprobs: list | None = None
+    # on a request's last output: (arrival, first scheduled, first token, finish), seconds
+    # on the engine's clock (the phases of vLLM's queue / prefill / decode / inference times)
+    timings: tuple | None = None
 
 
 class EngineCore(Protocol):

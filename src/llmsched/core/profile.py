@@ -218,12 +218,23 @@ class _Curve:
     def __init__(self, xs: list[float], ys: list[float]):
         self.xs, self.ys = xs, ys
         self.a, self.s = _segments(xs, ys)
-        n = int(math.floor(xs[-1]))
-        dense = [0.0]
-        for k in range(1, n + 1):
-            dense.append(self._eval(k))
-        self.dense = dense
+        self.dense = self._dense(int(math.floor(xs[-1])))
         self.tail_a, self.tail_s = self.a[-1], self.s[-1]
+
+    def _dense(self, n: int) -> list[float]:
+        """`_eval(k)` for k = 0..n (0 at 0), built a segment at a time: start-up time."""
+        xs, ys, a, s = self.xs, self.ys, self.a, self.s
+        dense = [0.0]
+        for i in range(len(xs) + 1):
+            # integers k with bisect_right(xs, k) == i: xs[i - 1] <= k < xs[i]
+            hi = min(n + 1, math.ceil(xs[i])) if i < len(xs) else n + 1
+            if hi > len(dense):
+                ai, si = a[i], s[i]
+                dense.extend([ai + si * k for k in range(len(dense), hi)])
+        for x, y in zip(xs[:-1], ys[:-1]):  # as `_eval`: exact at grid points but the last
+            if x == int(x) and 1 <= x <= n:
+                dense[int(x)] = y
+        return dense
 
     def _eval(self, x: float) -> float:
         i = bisect_right(self.xs, x)

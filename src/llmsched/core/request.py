@@ -43,6 +43,8 @@ class Request:
         "act_seq",
         "payload",
         "blocks",
+        "cached",
+        "next_block",
     )
 
     def __init__(
@@ -72,6 +74,8 @@ class Request:
         # Prefix caching: one id per full block of the prompt (the cache's block size), each
         # identifying the block's content and everything before it; None = nothing shareable.
         self.blocks: tuple[int, ...] | None = None
+        self.cached: list | None = None  # the prefix cache's blocks it holds (core.prefix_cache.Block)
+        self.next_block = 0  # index in `blocks` of the next block to cache once computed
 
     @property
     def remaining_prefill(self) -> int:

@@ -12,6 +12,18 @@ KV cache (token granularity, vLLM V0 style): admission reserves the whole prefil
 request; each decode token then takes one more slot. When the decoders of a step do not
 fit, the policy preempts the newest running request, which frees its slots and returns to
 the head of the waiting queue to be recomputed (prefill of prompt + tokens emitted so far).
+
+Prefix caching (`Constraints.prefix_block_size`; off by default, and then nothing below
+applies): full prompt blocks a request has computed go into a `PrefixCache`. On
+admission a request reuses the longest cached prefix of its `blocks` (at most
+prefill_target - 1 tokens: the last prompt token is always computed, as it samples the
+first output token): `prefilled` starts there, and those tokens are neither computed nor
+charged in a step's token load. `kv_used` then counts each request's private slots
+(its context `r.kv` less the cached blocks it holds) plus every cached block some running
+request holds, once however many hold it;
+cached blocks no one holds count as free space and are evicted (least recently released
+first) as soon as the slots are needed. A waiting request's `prefilled` stays 0 until it
+is admitted: the planner asks `admission_need` what admitting it would take.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from collections.abc import Callable, Iterator
 
 from .constraints import Constraints
 from .plan import StepPlan
+from .prefix_cache import PrefixCache
 from .request import DECODE, DONE, PREFILL, WAITING, Request
 
 UNLIMITED = 1 << 62
@@ -134,6 +147,11 @@ class ServerState:
         self.finished: list[Request] = []  # requests done in the last end_step
         self.first_tokens: list[Request] = []  # prefills completed in the last end_step
         self.resumed: list[tuple[Request, int]] = []  # recomputes completed: (request, gap ns)
+        bs = constraints.prefix_block_size
+        self.prefix: PrefixCache | None = PrefixCache(bs) if bs else None
+        # the engine's hook: block `j` of request `r`'s prompt is computed and now cached
+        self.on_cached: Callable[[Request, int], None] | None = None
+        self._match_memo: tuple = (None, -1, None)  # (request, cache version, match) of the last lookup
 
     # ---- read-only view for policies -------------------------------------------------
     @property
@@ -163,14 +181,42 @@ class ServerState:
         return bisect_left(self._dec_keys, key)
 
     def footprint(self, r: Request) -> int:
-        """KV slots held by a running request."""
-        return r.kv + self._round - r.round0 if r.active else r.kv
+        """KV slots a running request holds: what preempting it frees (with prefix caching,
+        its private slots and the cached blocks no one else holds, which become free)."""
+        kv = r.kv + self._round - r.round0 if r.active else r.kv
+        if r.cached:
+            ref = self.prefix._ref
+            kv -= self.prefix.block_size * sum(1 for k in r.cached if ref[k] != 1)
+        return kv
 
     def emitted(self, r: Request) -> int:
         return r.emitted + self._round - r.round0 if r.active else r.emitted
 
     def is_idle(self) -> bool:
         return not self.running and not self.waiting
+
+    def admission_need(self, r: Request, freed: set | frozenset = frozenset()) -> tuple[int, int]:
+        """(prefill tokens already done, KV slots admission takes) of a waiting request.
+        With prefix caching: its longest cached prefix, of which the blocks that running
+        requests hold already take no new slots, except those in `freed` (ids of blocks
+        whose only holder the plan preempts: `footprint` counted them as freed). Changes
+        nothing."""
+        pc = self.prefix
+        if pc is None or r.blocks is None or r.prefilled:
+            return r.prefilled, r.prefill_target
+        bs = pc.block_size
+        memo = self._match_memo
+        if memo[0] is r and memo[1] == pc.version and not freed:  # a refused head, asked again
+            n, held = memo[2]
+        else:
+            n, held = pc.match(r.blocks, (r.prefill_target - 1) // bs, freed)
+            if not freed:
+                self._match_memo = (r, pc.version, (n, held))
+        return n * bs, r.prefill_target - held * bs
+
+    def prefix_stats(self) -> dict | None:
+        """Prefix-cache hit rates, prefill tokens saved, evictions (None when off)."""
+        return None if self.prefix is None else self.prefix.stats()
 
     @staticmethod
     def work(r: Request) -> int:
@@ -225,6 +271,8 @@ class ServerState:
             prefill += n
             if p + n == r.prefill_target:
                 sampled += 1
+        if self.prefix is not None:
+            self._fit(m)  # free cached blocks give way to this step's decode tokens
         return prefill, self._kv_off + m * self._round, chunks, sampled
 
     def end_step(self, plan: StepPlan, end: int, steps: int = 1) -> None:
@@ -235,6 +283,11 @@ class ServerState:
         m = plan.decode
         rnd = self._round = self._round + steps
         self.kv_used += steps * m
+        pc = self.prefix
+        if pc is not None and steps > 1:
+            # the decode tokens of repeated steps evict what each step's start would have,
+            # before anything this batch frees (as the step-by-step path does)
+            self._fit(0)
         self.finished = finished = []
         self.first_tokens = firsts = []
         self.resumed = resumed = []
@@ -243,6 +296,8 @@ class ServerState:
         for r, n in plan.prefill:
             r.prefilled += steps * n
             prefill += n
+            if pc is not None and r.blocks is not None:
+                self._cache_blocks(r)
             if r.prefilled == r.prefill_target:
                 if completed is None:
                     completed = [r]
@@ -270,6 +325,8 @@ class ServerState:
                 if pos < self._m:
                     self._m -= 1
                 self.kv_used -= kv
+                if r.cached is not None:
+                    self._release_blocks(r)
                 del self.running[r.id]
                 r.phase = DONE
                 r.finish = end
@@ -333,8 +390,8 @@ class ServerState:
             w.remove(r)
         self.waiting_tokens -= r.prefill_target - r.prefilled + r.output - r.emitted - 1  # work(r)
         r.phase = PREFILL  # `prefilled` is 0, or the tokens whose KV arrived with the request
-        r.kv = r.prefill_target
-        self.kv_used += r.kv
+        r.kv = r.prefill_target  # with prefix caching too: `kv` is its context, shared or not
+        self.kv_used += r.kv if self.prefix is None else self._reuse(r)
         self.running[r.id] = r
         if self.prefill_by_key:
             insort(self.prefilling, r, key=_key)
@@ -352,6 +409,8 @@ class ServerState:
             processed = r.prefilled
             self.pending_prefill -= r.prefill_target - r.prefilled
         self.kv_used -= r.kv
+        if r.cached is not None:
+            self._release_blocks(r)
         del self.running[r.id]
         self.backlog_tokens += processed
         r.phase = WAITING
@@ -390,6 +449,8 @@ class ServerState:
 
     def _retire(self, r: Request, end: int) -> None:
         self.kv_used -= r.kv
+        if r.cached is not None:
+            self._release_blocks(r)
         del self.running[r.id]
         r.phase = DONE
         r.finish = end
@@ -411,3 +472,80 @@ class ServerState:
         r.active = False
         if done:
             r.last_emit = now
+
+    # ---- prefix caching ---------------------------------------------------------------
+    def _reuse(self, r: Request) -> int:
+        """Admission with prefix caching: hold the longest cached prefix (as
+        `admission_need` found it); returns the slots admission takes: the rest of the
+        prompt, private, and the reused blocks that were free."""
+        pc = self.prefix
+        bs = pc.block_size
+        n = 0
+        if r.blocks is not None:
+            pc.queried_blocks += len(r.blocks)
+            if not r.prefilled:  # KV that arrived with the request is its own
+                n, _ = pc.match(r.blocks, (r.prefill_target - 1) // bs)
+        pc.queried_tokens += r.prefill_target
+        r.next_block = n
+        if not n:
+            r.cached = []
+            return r.kv
+        r.cached = held = list(r.blocks[:n])
+        hit = n * bs
+        pc.hit_blocks += n
+        pc.hit_tokens += hit
+        r.prefilled = hit
+        self.backlog_tokens -= hit
+        self.pending_prefill -= hit
+        return r.kv - hit + bs * pc.acquire(held)
+
+    def _cache_blocks(self, r: Request) -> None:
+        """Cache the prompt blocks `r` has finished computing. A block already cached (by
+        a request that computed the same prefix alongside) stays `r`'s private copy."""
+        blocks = r.blocks
+        j = r.next_block
+        bs = self.prefix.block_size
+        upto = min(len(blocks), r.prefilled // bs)
+        if j >= upto:
+            return
+        ref = self.prefix._ref
+        held = r.cached
+        n0 = len(held)
+        hook = self.on_cached
+        if hook is None:  # PrefixCache.insert in bulk (a long prompt is hundreds of blocks)
+            new = [k for k in blocks[j:upto] if k not in ref]
+            ref.update(dict.fromkeys(new, 1))
+            held.extend(new)
+        else:
+            for i in range(j, upto):
+                k = blocks[i]
+                if k not in ref:
+                    ref[k] = 1
+                    held.append(k)
+                    hook(r, i)
+        if len(held) > n0:  # their slots move from private to the cache: kv_used is unchanged
+            self.prefix.version += 1
+        r.next_block = upto
+
+    def _release_blocks(self, r: Request) -> None:
+        """After `kv_used -= r.kv`: its cached blocks were not private, and those no one
+        holds any more become free."""
+        pc = self.prefix
+        freed = pc.release(r.cached[::-1])  # deepest first: a prefix's tail is evicted before its head
+        self.kv_used += pc.block_size * (len(r.cached) - freed)
+        r.cached = None
+        r.next_block = 0
+
+    def _fit(self, extra: int) -> None:
+        """Evict free cached blocks until they, the used slots and `extra` more fit."""
+        pc = self.prefix
+        if pc.n_free:
+            bs = pc.block_size
+            over = self.kv_used + extra + pc.n_free * bs - self.kv_capacity
+            if over > 0:
+                pc.evict(-(-over // bs))
+
+    @property
+    def kv_cached_free(self) -> int:
+        """Slots of cached blocks no running request holds (free space, kept until needed)."""
+        return 0 if self.prefix is None else self.prefix.n_free * self.prefix.block_size

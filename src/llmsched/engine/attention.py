@@ -7,11 +7,14 @@ decoding sequence), then the prefill chunks back to back. Each layer
    `[kv_heads, num_blocks, block_size, head_dim]`, so that a gather of blocks comes out
    with contiguous `[context, head_dim]` rows per (sequence, head), which SDPA reads
    without another copy;
-2. decode tokens: one batched call. Each decoder's blocks are gathered
-   (`k_cache[:, block_table]` viewed as `[B, kv_heads, blocks * block_size, head_dim]`)
-   and a boolean mask hides the positions past its context. Grouped-query attention folds
-   the `heads / kv_heads` query heads of a KV head into the query-length axis, so no K/V
-   is repeated and any SDPA backend applies.
+2. decode tokens: one batched call. On the CPU in float32, a small compiled kernel
+   (`cpu_kernel`) reads each decoder's K/V rows in place, only those inside its context.
+   Otherwise each decoder's blocks are gathered (`k_cache[:, block_table]` viewed as
+   `[B, kv_heads, blocks * block_size, head_dim]`), the gathered positions past its
+   context are zeroed (a block keeps whatever its previous owner wrote, NaN included,
+   and a masked NaN still poisons SDPA's output: NaN * 0 is NaN) and a boolean mask hides
+   them. Grouped-query attention folds the `heads / kv_heads` query heads of a KV head
+   into the query-length axis, so no K/V is repeated and any SDPA backend applies.
 3. prefill chunks: one SDPA call per chunk. A chunk that starts a sequence attends to its
    own fresh K/V with `is_causal`; a later chunk (chunked prefill, recompute) gathers its
    sequence's blocks and uses a bottom-right causal mask.
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from .cpu_kernel import run_decode
 
 
 class PrefillChunk:
@@ -48,6 +53,9 @@ class AttnMeta:
         block_size: int = 16,
         skip: bool = False,
         decode_groups: int = 1,
+        kernel=None,
+        threads: int = 1,
+        fused=None,
     ):
         self.slot_mapping = slot_mapping  # [T] long
         self.n_decode = n_decode
@@ -57,6 +65,9 @@ class AttnMeta:
         self.block_size = block_size
         self.skip = skip  # profiling: no attention (the linear part alone)
         self.decode_groups = decode_groups  # split the decode batch to bound gather memory
+        self.kernel = kernel  # cpu_kernel's compiled decode attention, or None (torch)
+        self.threads = threads  # the kernel's threads
+        self.fused = fused  # cpu_kernel's element-wise ops for the model, or None (torch)
         self._masks: dict = {}
 
     def decode_mask(self, window: int | None):
@@ -71,6 +82,14 @@ class AttnMeta:
             if window is not None:
                 m = m & (pos[None, :] >= lens - window)
             m = self._masks[key] = m[:, None, None, :]
+        return m
+
+    def decode_stale(self, window: int | None):
+        """[B, 1, C, 1] bool: the gathered positions a decoder must not see (to zero)."""
+        key = ("s", window)
+        m = self._masks.get(key)
+        if m is None:
+            m = self._masks[key] = ~self.decode_mask(window).transpose(-1, -2)
         return m
 
     def prefill_mask(self, i: int, window: int | None, device, groups: int):
@@ -110,18 +129,24 @@ def paged_attention(q, k, v, k_cache, v_cache, meta: AttnMeta, scale: float, win
     kvh, d = k.shape[1], k.shape[2]
     k_cache.view(kvh, -1, d).index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
     v_cache.view(kvh, -1, d).index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, even for a strided q
     b = meta.n_decode
-    if b:
+    if b and meta.kernel is not None:
+        bt, lens = meta.block_tables, meta.context_lens
+        run_decode(meta.kernel, q, k_cache, v_cache, bt, lens, out, scale, window, meta.threads)
+    elif b:
         h = q.shape[1]
         g = h // kvh
         mask = meta.decode_mask(window)
+        stale = meta.decode_stale(window)
         step = -(-b // meta.decode_groups)
         for s in range(0, b, step):
             e = min(b, s + step)
             bt = meta.block_tables[s:e]
             kk = k_cache[:, bt].view(kvh, e - s, -1, d).transpose(0, 1)  # [B, KVH, C, D]
             vv = v_cache[:, bt].view(kvh, e - s, -1, d).transpose(0, 1)
+            kk.masked_fill_(stale[s:e], 0)  # stale values: NaN/inf must not reach SDPA
+            vv.masked_fill_(stale[s:e], 0)
             qq = q[s:e].view(e - s, kvh, g, d)  # [B, KVH, G, D]
             o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask[s:e], scale=scale)
             out[s:e] = o.reshape(e - s, h, d)

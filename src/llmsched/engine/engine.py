@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from ..core.engine_api import SamplingParams, check_request_size
 from ..core.errors import ConfigError
 from ..core.plan import StepPlan
+from ..core.prefix_cache import token_block_ids
 from ..core.request import Request
 from ..policies.spec import SchedulerSpec
 from ..runtime.driver import NS, StepBatch, StepDriver
@@ -33,13 +34,14 @@ class Sequence(_Sequence):
     """Engine-side data of one request: its tokens, KV blocks, sampler and timings, on top
     of the driver's text and stop state."""
 
-    __slots__ = ("token_ids", "generator", "blocks", "detok", "arrival", "token_times")
+    __slots__ = ("token_ids", "generator", "blocks", "shared", "detok", "arrival", "token_times")
 
     def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, arrival: float, eos_ids: frozenset):
         super().__init__(request_id, len(prompt), params, eos_ids)
         self.token_ids = list(prompt)
         self.generator = None
-        self.blocks: list[int] = []
+        self.blocks: list[int] = []  # block table: physical block of positions i*bs .. (i+1)*bs - 1
+        self.shared: set[int] = set()  # table indices whose block belongs to the prefix cache
         self.detok = None
         self.arrival = arrival  # engine clock, seconds
         self.token_times: list[float] = []
@@ -52,11 +54,12 @@ class Sequence(_Sequence):
 class ModelExecutor:
     """Executes a step on the model: KV blocks on demand, one packed forward pass."""
 
-    def __init__(self, runner, allocator: BlockAllocator, perf0: int):
+    def __init__(self, runner, allocator: BlockAllocator, perf0: int, cached_blocks: dict[int, int] | None = None):
         self.runner = runner
         self.allocator = allocator
         self.perf0 = perf0
         self.forward_s = 0.0
+        self.cached_blocks = cached_blocks  # prefix caching: cached block id -> physical block
 
     def execute(self, batch: StepBatch) -> tuple[int, list[int]]:
         alloc = self.allocator
@@ -68,19 +71,34 @@ class ModelExecutor:
         chunks = []
         for r, first, n, last in batch.prefill:
             s = r.payload
+            if not s.blocks and r.cached:  # admitted on a cached prefix: its blocks head the table
+                phys = self.cached_blocks
+                s.blocks = [phys[k] for k in r.cached]
+                s.shared = set(range(len(s.blocks)))
             alloc.ensure(s.blocks, first + n)
             chunks.append((s, first, n, last))
         seqs = [r.payload for r in batch.samplers]
         banned = [s.banned_ids() for s in seqs]  # min_tokens: no EOS / stop id before it
+        params = [s.params for s in seqs]
+        history = None  # penalties: the tokens so far
+        if any(p.penalized for p in params):
+            history = [(s.token_ids, s.prompt_len) if s.params.penalized else None for s in seqs]
+        want_lp = any(p.logprobs is not None for p in params)
+        lps: list | None = [] if want_lp else None
         tf = time.perf_counter_ns()
         tokens = self.runner.execute(
             dec_seqs,
             chunks,
-            [s.params for s in seqs],
+            params,
             [s.generator for s in seqs],
             banned=banned if any(b is not None for b in banned) else None,
+            history=history,
+            logprobs_out=lps,
         )
         t1 = time.perf_counter_ns()  # tokens are host ints: the device is synced
+        if lps:
+            for s, lp in zip(seqs, lps):
+                s.logprob = lp
         self.forward_s = (t1 - tf) / 1e9
         return max(t1 - self.perf0, batch.start_ns + 1), tokens
 
@@ -113,7 +131,9 @@ class LLMEngine(StepDriver):
 
     `scheduler`: a batch policy name (with `admission`, `b_max`, `k_max`,
     `admission_options`), or a whole `SchedulerSpec` (its `max_running`, if set, is
-    `max_num_seqs`); the KV capacity is always the engine's."""
+    `max_num_seqs`); the KV capacity is always the engine's. `prefix_caching` (or the
+    spec's): reuse the KV blocks of computed prompt prefixes, shared between sequences
+    (see `kv_cache`); block ids come from the prompt's token ids."""
 
     def __init__(
         self,
@@ -135,6 +155,7 @@ class LLMEngine(StepDriver):
         num_blocks: int | None = None,
         admission_options: dict | None = None,
         num_threads: int | None = None,
+        prefix_caching: bool = False,
     ):
         from .runner import ModelRunner, set_cpu_threads  # noqa: PLC0415 - torch only from here on
 
@@ -148,6 +169,7 @@ class LLMEngine(StepDriver):
                 b_max=b_max,
                 k_max=k_max,
                 admission_options=admission_options or {},
+                prefix_caching=prefix_caching,
             )
         b_max = spec.b_max
         for name, v in (("b_max", b_max), ("max_num_seqs", max_num_seqs), ("block_size", block_size)):
@@ -184,15 +206,17 @@ class LLMEngine(StepDriver):
         )
         self.allocator = BlockAllocator(self.runner.num_blocks, block_size)
         self.kv_capacity = token_capacity(self.runner.num_blocks, block_size, max_num_seqs)
-        self.spec = spec.replace(kv_capacity=self.kv_capacity, max_running=max_num_seqs)
+        self.spec = spec.replace(kv_capacity=self.kv_capacity, max_running=max_num_seqs, block_size=block_size)
         super().__init__(self.spec.build())
+        self._cached_blocks: dict[int, int] = {}  # prefix cache: block id -> physical block
+        self._hook_prefix_cache()
         self.max_num_seqs = max_num_seqs
         self.eos_ids = frozenset(cfg.eos_token_ids)
         self._rng = random.Random(seed)
         self._perf0 = time.perf_counter_ns()
         self._wall0 = time.time()
         self._t0 = 0
-        self.executor = ModelExecutor(self.runner, self.allocator, self._perf0)
+        self.executor = ModelExecutor(self.runner, self.allocator, self._perf0, self._cached_blocks)
         self.last_forward_s = 0.0
         self.last_overhead_s = 0.0
         self.last_sampled = 0
@@ -243,10 +267,39 @@ class LLMEngine(StepDriver):
             seq.generator = random.Random(seed & 0xFFFF_FFFF_FFFF_FFFF)
         if self.tokenizer is not None:
             seq.detok = Detokenizer(self.tokenizer, n)
-        self.state.add(self._register(seq, int(arrival * 1e9)))
+        r = self._register(seq, int(arrival * 1e9))
+        pc = self.state.prefix
+        if pc is not None:
+            r.blocks = token_block_ids(prompt, pc.block_size)
+        self.state.add(r)
 
     def _release(self, r: Request) -> None:
-        self.allocator.free(r.payload.blocks)
+        s = r.payload
+        if s.shared:  # the prefix cache's blocks stay (it frees them when it evicts them)
+            own = [b for i, b in enumerate(s.blocks) if i not in s.shared]
+            s.blocks.clear()
+            s.shared = set()
+            self.allocator.free(own)
+        else:
+            self.allocator.free(s.blocks)
+
+    # ---- prefix caching ----------------------------------------------------------------
+    def _hook_prefix_cache(self) -> None:
+        """Give a new state's prefix cache the physical side of its blocks."""
+        pc = self.state.prefix
+        if pc is None:
+            return
+        self.state.on_cached = self._on_cached
+        pc.on_evict = self._on_evict
+
+    def _on_cached(self, r: Request, j: int) -> None:
+        """Block j of r's prompt is computed and now the cache's: it stays in r's table."""
+        s = r.payload
+        self._cached_blocks[r.blocks[j]] = s.blocks[j]
+        s.shared.add(j)
+
+    def _on_evict(self, key: int) -> None:
+        self.allocator.free_block(self._cached_blocks.pop(key))
 
     def stats(self) -> dict:
         return {
@@ -312,7 +365,11 @@ class LLMEngine(StepDriver):
             admission_options=admission_options or {},
         )
         self.scheduler = self.spec.build()
+        pc = self.state.prefix
+        if pc is not None:  # the old cache's blocks go back to the pool
+            pc.evict(pc.n_free)
         self.state = self.scheduler.new_state()
+        self._hook_prefix_cache()
 
     @property
     def b_max(self) -> int:

@@ -9,6 +9,14 @@ Sizing against the scheduler: the policy's `ServerState` counts KV in tokens. Wi
 `num_blocks` blocks and at most `max_num_seqs` running sequences, a token capacity of
 `(num_blocks - max_num_seqs) * block_size` can never overflow the blocks, since a
 running sequence wastes less than one block to rounding.
+
+Prefix caching (`LLMEngine(..., prefix_caching=True)`): a full prompt block, once
+computed, belongs to the scheduler's prefix cache (`core.prefix_cache`), which counts it
+once in the token capacity however many sequences' tables hold it; the engine maps each
+cached block id to its physical block, puts the physical blocks of a reused prefix at the
+head of a new sequence's table (no copy), frees only a sequence's own blocks when it
+leaves, and frees a cached block's memory when the cache evicts it. The bound above still
+holds: cached blocks are whole, and a sequence's own blocks waste less than one.
 """
 
 from __future__ import annotations
@@ -56,6 +64,10 @@ class BlockAllocator:
     def free(self, table: list[int]) -> None:
         self._free.extend(reversed(table))
         table.clear()
+
+    def free_block(self, block: int) -> None:
+        """Return one block (a prefix-cache block the cache evicted)."""
+        self._free.append(block)
 
     def slots(self, table: list[int], start: int, end: int) -> list[int]:
         """Cache slots (block * block_size + offset) of positions `start .. end - 1`."""

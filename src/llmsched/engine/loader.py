@@ -8,11 +8,14 @@ window). Everything a user can get wrong raises `ConfigError` with one sentence.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}
 ROPE_TYPES = ("default", "llama3", "linear")
@@ -120,7 +123,8 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         raise ConfigError(f"{path}: hidden_act {act!r} is not supported (only silu)")
     hidden = _int(cfg, "hidden_size", path)
     heads = _int(cfg, "num_attention_heads", path)
-    kv_heads = _int(cfg, "num_key_value_heads", path, heads)
+    # null or absent: one KV head per attention head, as transformers reads it
+    kv_heads = heads if cfg.get("num_key_value_heads") is None else _int(cfg, "num_key_value_heads", path)
     layers = _int(cfg, "num_hidden_layers", path)
     if heads % kv_heads:
         raise ConfigError(
@@ -138,31 +142,35 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     if head_dim % 2:
         raise ConfigError(f"{path}: head_dim must be even for rotary embeddings, got {head_dim}")
 
-    # rope: transformers >= 5 writes rope_parameters, older versions rope_theta + rope_scaling
-    rp = cfg.get("rope_parameters")
-    if isinstance(rp, dict) and "rope_theta" in rp:
-        theta = rp.get("rope_theta")
-        scaling = dict(rp)
-    else:
-        theta = cfg.get("rope_theta", 10000.0)
-        scaling = dict(cfg["rope_scaling"]) if isinstance(cfg.get("rope_scaling"), dict) else None
-    if not isinstance(theta, (int, float)) or theta <= 0:
+    # rope, merged as transformers 5 does: the legacy `rope_scaling` dict if set, else
+    # `rope_parameters`; a top-level `rope_theta` fills in a missing one (default 10000);
+    # llama3 scaling without `original_max_position_embeddings` takes max_position_embeddings
+    max_pos = _int(cfg, "max_position_embeddings", path, 2048)
+    rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+    for key, v in (("rope_scaling", rs), ("rope_parameters", rp)):
+        if v is not None and not isinstance(v, dict):
+            raise ConfigError(f"{path}: {key} must be a JSON object, got {v!r}")
+    scaling = dict(rs or rp or {})
+    if scaling.get("rope_theta") is None:
+        top = cfg.get("rope_theta")
+        scaling["rope_theta"] = 10000.0 if top is None else top
+    theta = scaling.pop("rope_theta")
+    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or theta <= 0:
         raise ConfigError(f"{path}: rope_theta must be a positive number, got {theta!r}")
-    if scaling is not None:
-        kind = scaling.get("rope_type", scaling.get("type", "default"))
-        if kind not in ROPE_TYPES:
-            raise ConfigError(
-                f"{path}: rope scaling type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})"
-            )
-        scaling["rope_type"] = kind
-        if kind == "default":
-            scaling = None
-        elif kind == "llama3":
-            for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
-                if not isinstance(scaling.get(k), (int, float)):
-                    raise ConfigError(f"{path}: llama3 rope scaling needs a number {k!r}")
-        elif not isinstance(scaling.get("factor"), (int, float)) or scaling["factor"] <= 0:
-            raise ConfigError(f"{path}: linear rope scaling needs a positive 'factor'")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise ConfigError(f"{path}: rope scaling type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+    scaling["rope_type"] = kind
+    if kind == "default":
+        scaling = None
+    elif kind == "llama3":
+        if scaling.get("original_max_position_embeddings") is None:
+            scaling["original_max_position_embeddings"] = max_pos
+        for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+            if not isinstance(scaling.get(k), (int, float)):
+                raise ConfigError(f"{path}: llama3 rope scaling needs a number {k!r}")
+    elif not isinstance(scaling.get("factor"), (int, float)) or scaling["factor"] <= 0:
+        raise ConfigError(f"{path}: linear rope scaling needs a positive 'factor'")
 
     # sliding windows, per layer
     window = cfg.get("sliding_window")
@@ -196,7 +204,7 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         rms_norm_eps=float(eps),
         rope_theta=float(theta),
         rope_scaling=scaling,
-        max_position_embeddings=_int(cfg, "max_position_embeddings", path, 2048),
+        max_position_embeddings=max_pos,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=arch == "qwen2" or bias,
         o_bias=bias and arch != "qwen2",
@@ -214,7 +222,11 @@ def read_config(model_dir) -> ModelConfig:
     cfg = parse_config(_read_json(p / "config.json", "model config"), p / "config.json")
     gen = p / "generation_config.json"
     if gen.is_file():
-        eos = _token_ids(_read_json(gen, "generation config").get("eos_token_id"))
+        try:  # transformers too loads a model whose generation config is broken
+            eos = _token_ids(_read_json(gen, "generation config").get("eos_token_id"))
+        except ConfigError as e:
+            log.warning("%s; ignoring it (EOS ids from config.json)", e)
+            eos = []
         if eos:
             cfg.eos_token_ids = eos
     return cfg
@@ -232,7 +244,11 @@ def weight_files(model_dir) -> list[Path]:
         if missing:
             raise ConfigError(f"{index} names shard {missing[0]}, which is not in {p}")
         return [p / f for f in files]
-    files = sorted(p.glob("*.safetensors"))
+    # the model's own weights: model.safetensors, else every *.safetensors but adapters
+    # (a PEFT adapter_model.safetensors beside them is not part of the base model)
+    if (p / "model.safetensors").is_file():
+        return [p / "model.safetensors"]
+    files = sorted(f for f in p.glob("*.safetensors") if not f.name.startswith("adapter_"))
     if not files:
         raise ConfigError(f"model folder {p} has no *.safetensors weights")
     return files

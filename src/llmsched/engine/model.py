@@ -67,6 +67,9 @@ class DecoderLayer(nn.Module):
         self.k_cache = self.v_cache = None  # set by the runner: [kv_heads, blocks, block_size, head_dim]
 
     def forward(self, x, residual, cos, sin, meta: AttnMeta):
+        if meta.fused is not None:
+            return self._forward_fused(x, residual, cos, sin, meta)
+        cos, sin = cos[:, None, :], sin[:, None, :]
         if residual is None:
             residual = x
             h = self.input_layernorm(x)
@@ -82,6 +85,26 @@ class DecoderLayer(nn.Module):
         h, residual = self.post_attention_layernorm(h, residual)
         gate, up = self.gate_up_proj(h).split([self.inter, self.inter], dim=-1)
         return self.down_proj(F.silu(gate) * up), residual
+
+    def _forward_fused(self, x, residual, cos, sin, meta: AttnMeta):
+        """The same layer with cpu_kernel's fused element-wise ops (CPU, float32)."""
+        k = meta.fused
+        norm = self.input_layernorm
+        if residual is None:
+            residual, h = x, k.rms_norm(x, None, norm.weight, norm.eps)
+        else:
+            h, residual = k.rms_norm(x, residual, norm.weight, norm.eps)
+        t = h.shape[0]
+        qkv = self.qkv_proj(h)
+        k.rotary(qkv, self.n_heads + self.n_kv, self.head_dim, cos, sin)  # q and k, in place
+        q = qkv[:, : self.q_size].view(t, self.n_heads, self.head_dim)
+        kk = qkv[:, self.q_size : self.q_size + self.kv_size].view(t, self.n_kv, self.head_dim)
+        v = qkv[:, self.q_size + self.kv_size :].view(t, self.n_kv, self.head_dim)
+        o = paged_attention(q, kk, v, self.k_cache, self.v_cache, meta, self.scale, self.window)
+        h = self.o_proj(o.reshape(t, self.q_size))
+        norm = self.post_attention_layernorm
+        h, residual = k.rms_norm(h, residual, norm.weight, norm.eps)
+        return self.down_proj(k.silu_mul(self.gate_up_proj(h))), residual
 
 
 class CausalLM(nn.Module):
@@ -118,12 +141,15 @@ class CausalLM(nn.Module):
         x = self.embed_tokens(input_ids)
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos = emb.cos().to(x.dtype)[:, None, :]
-        sin = emb.sin().to(x.dtype)[:, None, :]
+        cos = emb.cos().to(x.dtype)  # [T, head_dim]
+        sin = emb.sin().to(x.dtype)
         residual = None
         for layer in self.layers:
             x, residual = layer(x, residual, cos, sin, meta)
-        x, _ = self.norm(x, residual)
+        if meta.fused is not None:
+            x, _ = meta.fused.rms_norm(x, residual, self.norm.weight, self.norm.eps)
+        else:
+            x, _ = self.norm(x, residual)
         return x
 
     def logits(self, hidden):

@@ -14,6 +14,7 @@ import torch
 
 from ..core.errors import ConfigError
 from .attention import AttnMeta, PrefillChunk
+from .cpu_kernel import decode_kernel
 from .loader import ModelConfig, load_weights
 from .model import CausalLM
 from .sampler import sample
@@ -95,6 +96,8 @@ class ModelRunner:
         self.workspace_tokens = workspace_tokens or (1 << 21 if self.cuda else 1 << 18)
         self.windows = any(w is not None for w in cfg.sliding_windows)
         self.graphs = None  # decode CUDA graphs, made once the cache exists
+        # CPU float32: decode attention reads the paged cache in place (cpu_kernel)
+        self.decode_kernel = decode_kernel() if self.device.type == "cpu" and self.dtype == torch.float32 else None
         torch.manual_seed(seed)
         self.model = CausalLM(cfg, self.dtype, self.device)
         if model_dir is not None:
@@ -209,12 +212,14 @@ class ModelRunner:
         else:
             bt = ctx = None
             groups = 1
+            kernel = None if skip_attention else self.decode_kernel
             if n_decode:
                 width = max(len(b) for b in block_tables)
                 rows = [b + [self.scratch_block] * (width - len(b)) for b in block_tables]
                 bt = self._tensor(rows)
                 ctx = self._tensor(context_lens)
-                groups = max(1, math.ceil(n_decode * width * self.block_size / self.workspace_tokens))
+                if kernel is None:  # the torch path gathers: bound the gathered tensor
+                    groups = max(1, math.ceil(n_decode * width * self.block_size / self.workspace_tokens))
             meta = AttnMeta(
                 self._tensor(slots),
                 n_decode,
@@ -224,6 +229,9 @@ class ModelRunner:
                 self.block_size,
                 skip=skip_attention,
                 decode_groups=groups,
+                kernel=kernel,
+                threads=torch.get_num_threads(),
+                fused=self.decode_kernel,
             )
             hidden = self.model(self._tensor(ids), self._tensor(positions), meta)
         if sample_index is None:
@@ -243,12 +251,14 @@ class ModelRunner:
         generators: list,
         skip_attention: bool = False,
         banned: list | None = None,
+        history: list | None = None,
+        logprobs_out: list | None = None,
     ) -> list[int]:
         """decoders: sequences (`token_ids`, `blocks`) that each decode their last token;
         chunks: `(sequence, start, n, samples)` prefill chunks. Returns the sampled token
         of each decoder, then of each chunk that completes its prompt, in that order.
         `skip_attention` (profiling): run everything but attention. `banned`: per sampled
-        row, token ids it may not draw (see `sampler.sample`)."""
+        row, token ids it may not draw; `history`, `logprobs_out`: see `sampler.sample`."""
         bs = self.block_size
         ids, pos, slots, tables, ctx = [], [], [], [], []
         for s in decoders:
@@ -289,7 +299,7 @@ class ModelRunner:
             sample_index=sample_index,
             skip_attention=skip_attention,
         )
-        return sample(logits, params, generators, banned)
+        return sample(logits, params, generators, banned, history, logprobs_out)
 
     def synchronize(self) -> None:
         if self.cuda:

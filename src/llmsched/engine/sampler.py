@@ -10,21 +10,103 @@ cumulative distribution (float64), the same choice on any device.
 
 A row's sampling trouble stays in its row: a row whose probabilities are not a usable
 distribution (NaN or inf logits, everything masked) takes its best token instead of
-making `torch.multinomial` raise for the whole batch."""
+making `torch.multinomial` raise for the whole batch.
+
+Before any of that, the logits of a row are adjusted as its request asks (OpenAI / vLLM
+semantics): `logit_bias` is added; a `repetition_penalty` r divides the positive and
+multiplies the negative logits of every token of the prompt and the output by r;
+`frequency_penalty` is subtracted once per occurrence of a token in the output and
+`presence_penalty` once for any occurrence. Logprobs (`SamplingParams.logprobs`) are those
+of the model's raw distribution (log-softmax of its logits before any of these
+adjustments, temperature, top-k or top-p), as vLLM returns by default."""
 
 from __future__ import annotations
 
 import torch
 
 
-def sample(logits, params: list, generators: list, banned: list | None = None) -> list[int]:
+def adjust(logits, params: list, history: list | None):
+    """The logits with each row's logit bias and penalties applied (the input itself if no
+    row has any). history: per row, (token ids of prompt + output, prompt length) or None."""
+    rows = [
+        i
+        for i, p in enumerate(params)
+        if getattr(p, "logit_bias", None) or (history is not None and history[i] is not None and p.penalized)
+    ]
+    if not rows:
+        return logits
+    logits = logits.clone()
+    dev = logits.device
+    v = logits.shape[1]
+    for i in rows:
+        p = params[i]
+        row = logits[i]
+        if history is not None and history[i] is not None and p.penalized:
+            ids, prompt_len = history[i]
+            if p.repetition_penalty != 1.0 and ids:
+                seen = torch.zeros(v, dtype=torch.bool, device=dev)
+                seen[torch.tensor([t for t in ids if 0 <= t < v], dtype=torch.long, device=dev)] = True
+                r = p.repetition_penalty
+                row[seen] = torch.where(row[seen] > 0, row[seen] / r, row[seen] * r)
+            out = [t for t in ids[prompt_len:] if 0 <= t < v]
+            if out and (p.frequency_penalty or p.presence_penalty):
+                counts = torch.bincount(torch.tensor(out, dtype=torch.long, device=dev), minlength=v).to(row.dtype)
+                row -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(row.dtype)
+        bias = getattr(p, "logit_bias", None)
+        if bias:
+            ids = [t for t in bias if 0 <= t < v]
+            if ids:
+                row[torch.tensor(ids, dtype=torch.long, device=dev)] += torch.tensor(
+                    [float(bias[t]) for t in ids], dtype=row.dtype, device=dev
+                )
+    return logits
+
+
+def top_logprobs(logits, params: list, tokens: list[int]) -> list:
+    """Per row: None, or (the logprob of its sampled token, [(id, logprob)] of the
+    `params.logprobs` most likely tokens, best first) under the raw distribution."""
+    want = [i for i, p in enumerate(params) if getattr(p, "logprobs", None) is not None]
+    res: list = [None] * len(params)
+    if not want:
+        return res
+    lp = torch.log_softmax(logits[want].float(), dim=-1)
+    k = min(max(params[i].logprobs for i in want), lp.shape[1])
+    top_v, top_i = lp.topk(k, dim=-1) if k > 0 else (None, None)
+    picked = lp.gather(1, torch.tensor([[tokens[i]] for i in want], device=lp.device)).squeeze(1).tolist()
+    tv = top_v.tolist() if k > 0 else None
+    ti = top_i.tolist() if k > 0 else None
+    for j, i in enumerate(want):
+        kk = min(params[i].logprobs, k)
+        res[i] = (picked[j], list(zip(ti[j][:kk], tv[j][:kk])) if kk else [])
+    return res
+
+
+def sample(
+    logits,
+    params: list,
+    generators: list,
+    banned: list | None = None,
+    history: list | None = None,
+    logprobs_out: list | None = None,
+) -> list[int]:
     """logits: float32 `[S, V]`; params: SamplingParams per row; generators: per row, a
     `random.Random` or a `torch.Generator` (None for greedy rows); banned: per row, token
     ids that may not be drawn (None or empty: none), e.g. EOS and stop token ids before
-    `min_tokens`. Returns one token id per row."""
+    `min_tokens`; history: per row, (prompt + output token ids, prompt length) for the
+    penalties, or None. `logprobs_out`, if a list, is extended with one entry per row (see
+    `top_logprobs`). Returns one token id per row."""
     n = logits.shape[0]
     if n == 0:
         return []
+    raw = logits
+    tokens = _sample(adjust(logits, params, history), params, generators, banned)
+    if logprobs_out is not None:
+        logprobs_out.extend(top_logprobs(raw, params, tokens))
+    return tokens
+
+
+def _sample(logits, params: list, generators: list, banned: list | None) -> list[int]:
+    n = logits.shape[0]
     dev = logits.device
     v = logits.shape[1]
     if banned is not None and any(banned):

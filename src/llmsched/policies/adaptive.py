@@ -12,7 +12,10 @@ Rule (our design):
 
 1. Once per server (b_max, k_max), compute the stability region (`llmsched.core.region`)
    of the run's cost model and keep its vertex shapes `(x_v, y_v)`: x prefill and y decode
-   tokens at load `l_v = x_v + y_v`.
+   tokens at load `l_v = x_v + y_v`. This happens when the scheduler is built (and again
+   when a driver binds its cost model), not on the first step, whose request would wait
+   for it (importing the LP solver and solving took about 0.4 s). A context-dependent
+   cost model is refitted as the workload means move (1, 2, 4, ... requests seen).
    For a load-only cost model a vertex's load is raised to the largest load with the
    same step time (e.g. `(0, k_max)` to load `b0` under `t(b) = c + a ceil(b / b0)`).
 2. Every step, with `Q_p` = prefill tokens not yet computed (waiting and running
@@ -83,12 +86,20 @@ class Adaptive(BatchPolicy):
         self._sum_o = 0
         self._n = 0
         self._next_refit = 1
+        self._server: tuple[int, int | None] | None = None  # (b_max, k_max) once bound
         self.chosen: dict[tuple[int, int], int] = {}  # (load, decodes first) -> steps (diagnostics)
+
+    def bind_constraints(self, constraints) -> None:
+        """The server's b_max and k_max, when the scheduler is built: the region now."""
+        self._server = (constraints.b_max, constraints.k_max or None)
+        self._compute(*self._server)
 
     def bind_cost_model(self, cost) -> None:
         if self.cost_spec is None:  # an explicit `cost` option wins
             self.cost = cost
             self._key = None
+            if self._server is not None:
+                self._compute(*self._server)
 
     # ---- the region's vertices ------------------------------------------------------
     def _means(self):
@@ -110,28 +121,34 @@ class Adaptive(BatchPolicy):
                 self._n += 1
 
     def _setup(self, state) -> None:
-        # numpy (the region's LP) only once an adaptive server plans: the registry imports every policy
+        """Before a step: the region for this state's server (a no-op when it is known)."""
+        if not self.cost.load_only:
+            self._observe_arrivals(state)
+        self._compute(state.b_max, None if state.k_max >= UNLIMITED else int(state.k_max))
+
+    def _compute(self, b_max: int, k_max: int | None) -> None:
+        # numpy (the region's LP) only once an adaptive scheduler is built: the registry
+        # imports every policy module
         from ..core.region import representative_step_time, stability_region  # noqa: PLC0415
 
-        k_max = None if state.k_max >= UNLIMITED else int(state.k_max)
         if self.cost.load_only:
-            key = (state.b_max, k_max)
+            key = (b_max, k_max)
             if key == self._key:
                 return
-            region = stability_region(self.cost, state.b_max, k_max)
+            region = stability_region(self.cost, b_max, k_max)
             self._time = lambda x, y: self.cost.load_time(x + y)
         else:
-            self._observe_arrivals(state)
-            if self._key is not None and self._n < self._next_refit and self._key[:2] == (state.b_max, k_max):
+            if self._key is not None and self._n < self._next_refit and self._key[:2] == (b_max, k_max):
                 return
             mp, mo = self._means()
             if mp is None:
                 mp, mo = 1024.0, 256.0  # until a request is seen
-            self._next_refit = max(1, self._n) * 2 if self._n < 4096 else UNLIMITED
-            key = (state.b_max, k_max, round(mp), round(mo))
+            # refit at 1, 2, 4, ... requests seen (the first as soon as one is)
+            self._next_refit = max(1, self._n * 2) if self._n < 4096 else UNLIMITED
+            key = (b_max, k_max, round(mp), round(mo))
             if key == self._key:
                 return
-            region = stability_region(self.cost, state.b_max, k_max, mean_prompt=mp, mean_output=mo)
+            region = stability_region(self.cost, b_max, k_max, mean_prompt=mp, mean_output=mo)
             cost = self.cost
             self._time = lambda x, y: representative_step_time(cost, x, y, mp, mo)
         cands = set()
@@ -140,7 +157,7 @@ class Adaptive(BatchPolicy):
                 load = int(x + y)
                 if self.cost.load_only:  # same step time up to a larger load: use it too
                     t0 = self.cost.load_time(load) * (1 + 1e-12)
-                    while load < state.b_max and self.cost.load_time(load + 1) <= t0:
+                    while load < b_max and self.cost.load_time(load + 1) <= t0:
                         load += 1
                 cands.add((load, int(y)))
         self._cands = sorted(cands, key=lambda c: (-c[0], -c[1]))

@@ -38,6 +38,8 @@ class RunningCap(AdmissionPolicy):
         self.max_running = max_running
         self.name = f"{inner.name}+cap{max_running}"
         self.closed_loop = inner.closed_loop
+        self.repeats = inner.repeats
+        self.reads_emitted = inner.reads_emitted
 
     def waiting_key(self):
         return self.inner.waiting_key()
@@ -53,6 +55,12 @@ class RunningCap(AdmissionPolicy):
 
     def observe(self, state, feedback) -> None:
         self.inner.observe(state, feedback)
+
+    def repeat_steps(self, state, plan, start_ns, durations_ns) -> int:
+        return self.inner.repeat_steps(state, plan, start_ns, durations_ns)
+
+    def observe_repeats(self, state, plan, start_ns, durations_ns) -> None:
+        self.inner.observe_repeats(state, plan, start_ns, durations_ns)
 
     def bind_cost_model(self, cost) -> None:
         self.inner.bind_cost_model(cost)

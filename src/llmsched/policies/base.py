@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ..core.constraints import Constraints
 from ..core.plan import StepFeedback, StepPlan
-from ..core.request import DECODE, PREFILL, Request
+from ..core.request import DECODE, PREFILL, WAITING, Request
 from ..core.state import UNLIMITED, ServerState
 
 
@@ -24,6 +24,7 @@ class AdmissionPolicy:
     name = "fcfs"
     summary = "admit waiting requests in arrival order"
     closed_loop = False  # True: needs `observe` after every step
+    reads_emitted = True  # False: never calls `feedback.emitted()` (drivers skip recording it)
 
     def waiting_key(self) -> Callable[[Request], tuple] | None:
         """Order of the waiting queue (None: arrival order)."""
@@ -43,6 +44,22 @@ class AdmissionPolicy:
 
     def observe(self, state: ServerState, feedback: StepFeedback) -> None:
         pass
+
+    # A closed-loop policy that can tell, from the durations of the coming steps, for how
+    # many of them a plan stays the same while nothing waits (TWP) sets this, so that the
+    # simulator may still repeat plans (`repeat_steps`, then `observe_repeats`).
+    repeats = False
+
+    def repeat_steps(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> int:
+        """How many of the steps (back to back from `start_ns`, of these durations, none
+        finishing, starting or resuming a request, nothing waiting) `plan` would be planned
+        for in a row, at least 1. Changes nothing."""
+        return 1
+
+    def observe_repeats(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> None:
+        """The feedback of such steps: exactly what `observe` would have learned from each
+        of them in turn."""
+        raise NotImplementedError
 
     def bind_cost_model(self, cost) -> None:
         """The driver's step cost model, for policies that reason about step times."""
@@ -72,6 +89,7 @@ class Planner:
         "admitted_tokens",
         "decode_room",
         "_victims",
+        "_freed",
     )
 
     def __init__(self, state: ServerState, admission: AdmissionPolicy):
@@ -85,6 +103,7 @@ class Planner:
         self.n_admitted = 0
         self.admitted_tokens = 0
         self._victims: set[int] = set()
+        self._freed: set[int] = set()  # prefix caching: cached blocks only the victims hold
         self.decodable = state.n_decoding
         kv = state.kv_free
         need = min(self.decodable, self.tokens, self.slots)
@@ -93,6 +112,9 @@ class Planner:
                 self.preempt.append(victim)
                 self._victims.add(victim.id)
                 kv += state.footprint(victim)
+                if victim.cached:
+                    ref = state.prefix._ref
+                    self._freed.update(k for k in victim.cached if ref[k] == 1)
                 if victim.phase == DECODE:
                     self.decodable -= 1
                 need = min(self.decodable, self.tokens, self.slots)
@@ -133,9 +155,13 @@ class Planner:
     def admit(self, r: Request, whole: bool = False) -> bool:
         """Admit waiting request `r` with a first chunk, if budget, KV and the admission
         policy allow. `whole`: only if its whole prefill fits in the step."""
-        if self.tokens <= 0 or self.slots <= 0 or self.kv < r.prefill_target:
+        if self.state.prefix is None:
+            done, need = r.prefilled, r.prefill_target  # a prompt may arrive with part of its KV computed
+        else:
+            done, need = self.state.admission_need(r, self._freed)  # its cached prefix is not computed again
+        if self.tokens <= 0 or self.slots <= 0 or self.kv < need:
             return False
-        left = r.prefill_target - r.prefilled  # a prompt may arrive with part of its KV computed
+        left = r.prefill_target - done
         n = min(left, self.tokens)
         if whole and n < left:
             return False
@@ -144,10 +170,16 @@ class Planner:
         self.prefill.append((r, n))
         self.tokens -= n
         self.slots -= 1
-        self.kv -= r.prefill_target
+        self.kv -= need
         self.n_admitted += 1
         self.admitted_tokens += r.prefill_target
         return True
+
+    def prefill_left(self, r: Request) -> int:
+        """Prefill tokens `r` still needs (for a waiting request, net of its cached prefix)."""
+        if r.phase == WAITING and self.state.prefix is not None:
+            return r.prefill_target - self.state.admission_need(r, self._freed)[0]
+        return r.prefill_target - r.prefilled
 
     def admit_waiting(self, whole: bool = False) -> None:
         """Admit from the head of the waiting queue until one does not fit (no overtaking)."""
@@ -175,6 +207,10 @@ class BatchPolicy:
     def bind_cost_model(self, cost) -> None:
         """The driver's step cost model, for policies that reason about step times."""
 
+    def bind_constraints(self, constraints) -> None:
+        """The server's constraints, once the scheduler is built: a policy that
+        precomputes something per server does it here, not on the first step."""
+
 
 class Scheduler:
     """A batch policy with an admission policy, under the server's constraints."""
@@ -185,8 +221,11 @@ class Scheduler:
         self.batch = batch
         self.admission = admission or AdmissionPolicy()
         self.constraints = constraints or Constraints()
+        batch.bind_constraints(self.constraints)
         self.repeatable = batch.repeatable and not self.admission.closed_loop
         self.closed_loop = self.admission.closed_loop
+        self.repeats_closed_loop = batch.repeatable and self.closed_loop and self.admission.repeats
+        self.reads_emitted = self.admission.reads_emitted
 
     def new_state(self) -> ServerState:
         return ServerState(self.constraints, self.admission.waiting_key())
@@ -196,6 +235,12 @@ class Scheduler:
 
     def observe(self, state: ServerState, feedback: StepFeedback) -> None:
         self.admission.observe(state, feedback)
+
+    def repeat_steps(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> int:
+        return self.admission.repeat_steps(state, plan, start_ns, durations_ns)
+
+    def observe_repeats(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> None:
+        self.admission.observe_repeats(state, plan, start_ns, durations_ns)
 
     def bind_cost_model(self, cost) -> None:
         """Tell the policies which cost model times the steps (the simulator's, the
@@ -211,13 +256,16 @@ class Scheduler:
 
     def describe(self) -> dict:
         c = self.constraints
-        return {
+        d = {
             "batch_policy": self.batch.name,
             "admission": self.admission.describe(),
             "b_max": c.b_max,
             "k_max": c.k_max,
             "kv_capacity_tokens": c.kv_capacity,
         }
+        if c.prefix_block_size:
+            d["prefix_caching_block_size"] = c.prefix_block_size
+        return d
 
 
 __all__ = ["AdmissionPolicy", "Planner", "BatchPolicy", "Scheduler", "PREFILL", "DECODE"]

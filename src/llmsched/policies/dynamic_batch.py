@@ -45,6 +45,7 @@ class DynamicBatch(AdmissionPolicy):
     name = "dynamicbatch"
     summary = "DynamicBatch: AIMD cap on the batch size when the ITL exceeds a static target (no token-level feedback)"
     closed_loop = True
+    reads_emitted = False
     OPTIONS = ("itl_target_ms", "alpha", "beta", "delta", "c_min", "c_max", "c0", "l_min_ms", "cost", "context")
 
     def __init__(

@@ -18,7 +18,8 @@ class SchedulerSpec:
     `adaptive:cost=paper`); `admission`: an admission policy name (`fcfs`, `spf`, `twp`,
     ...); `b_max`: token budget per step; `k_max`: requests per step (None: no cap);
     `kv_capacity`: KV-cache tokens (None: unlimited); `max_running`: running requests
-    (vLLM's `max_num_seqs`; None: no cap)."""
+    (vLLM's `max_num_seqs`; None: no cap); `prefix_caching`: reuse the KV of cached prompt
+    prefixes (vLLM's `--enable-prefix-caching`), in blocks of `block_size` tokens."""
 
     policy: str = "sarathi"
     admission: str = "fcfs"
@@ -28,6 +29,8 @@ class SchedulerSpec:
     max_running: int | None = None
     policy_options: dict = field(default_factory=dict)
     admission_options: dict = field(default_factory=dict)
+    prefix_caching: bool = False
+    block_size: int = 16
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -54,7 +57,17 @@ class SchedulerSpec:
     def build(self) -> Scheduler:
         from . import make_admission_policy, make_batch_policy  # the registry imports this module
 
-        constraints = Constraints(b_max=self.b_max, k_max=self.k_max, kv_capacity=self.kv_capacity)
+        b = self.block_size
+        if not isinstance(b, int) or isinstance(b, bool) or b <= 0:
+            raise ConfigError(f"block_size must be a positive integer, got {b!r}")
+        if not isinstance(self.prefix_caching, bool):
+            raise ConfigError(f"prefix_caching must be true or false, got {self.prefix_caching!r}")
+        constraints = Constraints(
+            b_max=self.b_max,
+            k_max=self.k_max,
+            kv_capacity=self.kv_capacity,
+            prefix_block_size=b if self.prefix_caching else None,
+        )
         for name in ("policy_options", "admission_options"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be a mapping of option names to values")

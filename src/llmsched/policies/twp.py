@@ -34,7 +34,7 @@ import math
 
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.request import Request
+from ..core.request import NS, Request
 from ..core.state import UNLIMITED, ServerState
 from .base import AdmissionPolicy, Planner
 
@@ -159,6 +159,7 @@ class TWP(AdmissionPolicy):
         "FCFS admission while the active work drains within a horizon"
     )
     closed_loop = True
+    reads_emitted = False
     OPTIONS = (
         "eps",
         "itl_target_ms",
@@ -337,15 +338,14 @@ class TWP(AdmissionPolicy):
         l_min = self.l_min_s if self.l_min_s is not None else self._seen_l_min
         return None if l_min is None else 1.5 * l_min
 
-    def _measure(self, feedback) -> None:
-        """Measured mode: the shortest decode step (l_min) and the load knee (B_0)."""
-        d = feedback.duration
-        b = feedback.plan.tokens
+    def _measure(self, d: float, b: int, decoded: bool) -> None:
+        """Measured mode: the shortest decode step (l_min) and the load knee (B_0), from a
+        step of `d` seconds at token load `b`."""
         if b <= 0:
             return
         if b not in self._seen_load or d < self._seen_load[b]:
             self._seen_load[b] = d
-        if feedback.plan.decode > 0 and (self._seen_l_min is None or d < self._seen_l_min):
+        if decoded and (self._seen_l_min is None or d < self._seen_l_min):
             self._seen_l_min = d
             bound = (1 + self.eps) * d
             self._seen_knee = max([1] + [n for n, t in self._seen_load.items() if t <= bound])
@@ -386,37 +386,86 @@ class TWP(AdmissionPolicy):
         key = self._key
         if key is None or key[0] != state.b_max or key[1] != state.k_max:
             self._resolve(state)
-        if self.measured:
-            self._measure(feedback)
-            target = self.itl_target()
-        else:
-            target = self._target
-        # the ITL sample: ItlMeter.sample, inlined
-        meter = self.meter
-        d = feedback.duration
-        end = feedback.start + d
         decoded = feedback.plan.decode > 0
-        ewma = self.l_ewma
+        if self.measured:
+            self._measure(feedback.duration, feedback.plan.tokens, decoded)
+        self._advance(
+            feedback.start,
+            feedback.duration,
+            decoded,
+            bool(feedback.first_tokens) or bool(feedback.resumed),
+            len(state.waiting),
+        )
+
+    # While nothing waits, the window can change a plan only through its token limit.
+    repeats = True
+
+    def repeat_steps(self, state: ServerState, plan, start_ns: int, durations_ns) -> int:
+        if not plan.prefill and not state.prefilling:
+            return len(durations_ns)  # every active decoder, whatever the window
+        if self.measured:
+            return 1
+        n, b_max = state.n_decoding, state.b_max
+        w = int(self.window)
+        first = min(w if w >= n else n, b_max)
+        decoded = plan.decode > 0
+        ewma, window, prev_end, prev_emitted = self.l_ewma, self.window, self.meter.prev_end, self.meter.prev_emitted
+        t = start_ns
+        for j in range(len(durations_ns) - 1):  # the window after step j plans step j + 1
+            d = durations_ns[j]
+            ewma, window, prev_end, prev_emitted = self._next(
+                ewma, window, prev_end, prev_emitted, t / NS, d / NS, decoded, False, 0
+            )
+            w = int(window)
+            if min(w if w >= n else n, b_max) != first:
+                return j + 1
+            t += d
+        return len(durations_ns)
+
+    def observe_repeats(self, state: ServerState, plan, start_ns: int, durations_ns) -> None:
+        key = self._key
+        if key is None or key[0] != state.b_max or key[1] != state.k_max:
+            self._resolve(state)
+        decoded = plan.decode > 0
+        b = plan.tokens
+        meter = self.meter
+        t = start_ns
+        for d in durations_ns:
+            seconds = d / NS
+            if self.measured:
+                self._measure(seconds, b, decoded)
+            self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = self._next(
+                self.l_ewma, self.window, meter.prev_end, meter.prev_emitted, t / NS, seconds, decoded, False, 0
+            )
+            t += d
+
+    def _advance(self, start: float, d: float, decoded: bool, first_or_resumed: bool, q: int) -> None:
+        meter = self.meter
+        self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = self._next(
+            self.l_ewma, self.window, meter.prev_end, meter.prev_emitted, start, d, decoded, first_or_resumed, q
+        )
+
+    def _next(self, ewma, window, prev_end, prev_emitted, start, d, decoded, first_or_resumed, q):
+        """One step's feedback: the ITL sample (the rule of `ItlMeter.sample`, inlined) and
+        the window's update, with `q` requests waiting after the step. Pure: returns the new
+        (ITL EWMA, window, meter's previous end, meter's previous step emitted)."""
+        target = self.itl_target() if self.measured else self._target
+        end = start + d
         if decoded:
-            prev = meter.prev_end
-            if meter.prev_emitted and prev is not None and end - prev > d:
-                d = end - prev
-            ewma = self.l_ewma = d if ewma is None else self.alpha * d + (1 - self.alpha) * ewma
-        meter.prev_emitted = decoded or bool(feedback.first_tokens) or bool(feedback.resumed)
-        meter.prev_end = end
-        window = self.window
+            if prev_emitted and prev_end is not None and end - prev_end > d:
+                d = end - prev_end
+            ewma = d if ewma is None else self.alpha * d + (1 - self.alpha) * ewma
         if ewma is not None and target is not None and ewma > target:
             window = self.beta * window
             if window < self.H_min:
                 window = float(self.H_min)
         else:
-            q = len(state.waiting)
             window = window + self.delta_tokens * (1 + math.log1p(q)) if q else window + self.delta_tokens
             if window > self.H_max:
                 window = float(self.H_max)
         if window < self.H_min:  # H_min grew (measured knee)
             window = float(self.H_min)
-        self.window = window
+        return ewma, window, end, decoded or first_or_resumed
 
     def describe(self) -> dict:
         d = {"name": self.name}

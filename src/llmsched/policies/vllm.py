@@ -19,7 +19,7 @@ class VanillaVLLM(BatchPolicy):
     def build(self, p: Planner):
         p.take_running_prefills()  # only a prompt longer than b_max is ever left half done
         head = p.state.waiting.first()
-        if not p.prefill and head is not None and head.prefill_target - head.prefilled > p.tokens:
+        if not p.prefill and head is not None and p.prefill_left(head) > p.tokens:
             p.admit(head)  # too long to fit whole: starts alone, chunked
         else:
             p.admit_waiting(whole=True)

@@ -223,6 +223,7 @@ class StepDriver:
             self._on_token(seq, tok, t_end)
             out = seq.accept(tok, r.phase == DONE, self._piece(seq, tok))
             if out.finished:
+                out.timings = (r.arrival / NS, r.first_scheduled / NS, r.first_token / NS, t_end)
                 if r.phase != DONE:
                     st.finish(r, end)
                     stopped.append(r)
@@ -237,7 +238,7 @@ class StepDriver:
     def counters(self) -> dict:
         st = self.state
         kv = self.scheduler.constraints.kv_capacity
-        return {
+        out = {
             "waiting": len(st.waiting),
             "running": st.n_running,
             "decoding": st.n_decoding,
@@ -255,6 +256,9 @@ class StepDriver:
             "aborted_total": self.aborted_total,
             "scheduler": self.scheduler.name,
         }
+        if st.prefix is not None:  # hit rates, prefill tokens saved, evictions (for /metrics)
+            out["prefix_cache"] = st.prefix_stats()
+        return out
 
 
 __all__ = ["StepDriver", "StepBatch", "Executor", "NS"]

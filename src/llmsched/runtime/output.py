@@ -41,6 +41,7 @@ class Sequence:
         "eos_ids",
         "finish_reason",
         "stop_reason",
+        "logprob",
     )
 
     def __init__(self, request_id: str, prompt_len: int, params: SamplingParams, eos_ids: frozenset = frozenset()):
@@ -57,6 +58,7 @@ class Sequence:
         self.eos_ids = frozenset() if params.ignore_eos else eos_ids
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
+        self.logprob = None  # the next token's logprobs, set by an executor (SamplingParams.logprobs)
 
     @property
     def finished(self) -> bool:
@@ -103,6 +105,9 @@ class Sequence:
             upto = max(self.sent, len(self.text) - self.hold)
         new_text = self.text[self.sent : upto]
         self.sent = upto
+        lp = self.logprob
+        if lp is not None:
+            self.logprob = None
         return RequestOutput(
             request_id=self.request_id,
             new_token_ids=[tok],
@@ -112,6 +117,7 @@ class Sequence:
             prompt_tokens=self.prompt_len,
             output_tokens=self.n_out,
             stop_reason=self.stop_reason if reason == "stop" else None,
+            logprobs=None if lp is None else [lp],
         )
 
 

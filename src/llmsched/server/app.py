@@ -24,6 +24,7 @@ with `stream_options.include_usage` a final event has `usage` and empty `choices
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import hmac
 import logging
@@ -39,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..core.engine_api import INT64_MIN
 from ..core.errors import ConfigError
 from ..core.version import __version__
 from .async_engine import AsyncEngine, Draining, EngineDead, Overloaded, RequestStream
@@ -48,13 +50,17 @@ from .protocol import (
     APIError,
     ChunkWriter,
     bad_request,
-    chat_body,
-    completion_body,
+    chat_choice,
+    chat_logprobs,
+    completion_choice,
+    completion_logprobs,
     dumps,
     parse_body,
     parse_chat,
     parse_completion,
+    response_body,
     sampling_params,
+    usage_dict,
 )
 from .tokenizer import utf8_len
 
@@ -81,6 +87,7 @@ class ServerConfig:
     max_body_bytes: int | None = None  # larger bodies: 413, not read (None: derived)
     max_header_bytes: int = 64 * 1024  # request line + headers; larger: 431
     read_timeout: float = 30.0  # for the headers, then for the body: else 408
+    metrics_prefix: str = "llmsched"  # or "vllm": /metrics names as vLLM's
 
     def __post_init__(self):
         for name in ("max_queued_requests", "max_queued_tokens", "default_max_tokens"):
@@ -97,6 +104,8 @@ class ServerConfig:
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
+        if self.metrics_prefix not in ("llmsched", "vllm"):
+            raise ConfigError(f"metrics prefix must be llmsched or vllm, got {self.metrics_prefix!r}")
         if not (isinstance(self.read_timeout, (int, float)) and 0 < self.read_timeout < float("inf")):
             raise ConfigError(f"read timeout must be a positive number of seconds, got {self.read_timeout!r}")
 
@@ -362,130 +371,225 @@ class LLMSchedApp(FastAPI):
         await super().__call__(scope, _replay(body, receive), send)
 
 
-async def _watch_disconnect(receive, engine: AsyncEngine, s: RequestStream) -> None:
-    """Abort the request when the client goes away (the body is already read)."""
+async def _watch_disconnect(receive, engine: AsyncEngine, streams: list[RequestStream]) -> None:
+    """Abort the requests when the client goes away (the body is already read)."""
     while True:
         msg = await receive()
         if msg["type"] == "http.disconnect":
-            if not s.finished:
-                engine.abort(s.rid)
+            for s in streams:
+                if not s.finished:
+                    engine.abort(s.rid)
             return
 
 
+class Choice:
+    """One choice of a response: its request's stream and what was returned of it so far."""
+
+    __slots__ = ("index", "s", "prompt_tokens", "echo", "first", "n_out", "offset", "texts", "lps")
+
+    def __init__(self, index: int, s: RequestStream, echo: str = ""):
+        self.index = index
+        self.s = s
+        self.prompt_tokens = s.prompt_tokens
+        self.echo = echo  # text returned before the first token (completions' `echo`)
+        self.first = True
+        self.n_out = 0
+        self.offset = 0  # text offset of the next token (completions' logprobs)
+        self.texts: list[str] = []
+        self.lps: list = []  # (token id, logprob, top) per token, with logprobs
+
+
+def _lp_entries(o) -> list:
+    """(token id, logprob, top) of the new tokens of an output that carries logprobs."""
+    return [(t, lp[0], lp[1]) for t, lp in zip(o.new_token_ids, o.logprobs) if lp is not None]
+
+
 class SSEResponse:
-    """A token stream as Server-Sent Events."""
+    """The token streams of a response's choices as Server-Sent Events."""
 
     def __init__(
         self,
         engine: AsyncEngine,
-        s: RequestStream,
+        choices: list[Choice],
         w: ChunkWriter,
         chat: bool,
         include_usage: bool,
         continuous_usage: bool,
+        token_text=None,
+        prompt_tokens: int | None = None,
     ):
-        self.engine, self.s, self.w = engine, s, w
+        self.engine, self.choices, self.w = engine, choices, w
         self.chat, self.include_usage, self.continuous = chat, include_usage, continuous_usage
+        self.token_text = token_text  # id -> text, for logprobs (None: no logprobs)
+        self.prompt_tokens = prompt_tokens  # usage: every prompt once (None: the one choice's)
 
     async def __call__(self, scope, receive, send) -> None:
-        s = self.s
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        watch = asyncio.ensure_future(_watch_disconnect(receive, self.engine, s))
+        streams = [c.s for c in self.choices]
+        watch = asyncio.ensure_future(_watch_disconnect(receive, self.engine, streams))
         try:
-            async for chunk in self._events():
+            events = self._events() if len(self.choices) == 1 else self._merged()
+            async for chunk in events:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             watch.cancel()
-            if not s.finished:
-                self.engine.abort(s.rid)
+            for s in streams:
+                if not s.finished:
+                    self.engine.abort(s.rid)
+
+    def _format(self, c: Choice, outs, parts: list) -> str | None:
+        """Append the events of `outs` to `parts`; returns "done", "abort", "error" or None."""
+        w = self.w
+        for o in outs:
+            if o.finish_reason == "abort":
+                return "abort"
+            if o.finish_reason == "error":
+                parts.append(w.error(output_error(o)))
+                return "error"
+            text = o.new_text
+            if c.first:
+                c.first = False
+                if self.chat:
+                    parts.append(w.role(c.index))
+                if c.echo:
+                    text = c.echo + text
+                    c.offset = len(c.echo)
+            if o.prompt_tokens:
+                c.prompt_tokens = o.prompt_tokens
+            c.n_out = o.output_tokens or (c.n_out + len(o.new_token_ids))
+            usage = None
+            if self.continuous:
+                usage = usage_dict(c.prompt_tokens, c.n_out)
+            lp = None
+            if self.token_text is not None and o.logprobs:
+                entries = _lp_entries(o)
+                if self.chat:
+                    lp = chat_logprobs(entries, self.token_text)
+                else:
+                    lp = completion_logprobs(entries, self.token_text, c.offset)
+                    c.offset += sum(len(t) for t in lp["tokens"])
+            if o.finished:
+                parts.append(w.token(text, o.finish_reason, usage, o.stop_reason, c.index, lp))
+                return "done"
+            parts.append(w.token(text, None, usage, None, c.index, lp))
+        return None
+
+    def _tail(self) -> str:
+        parts = []
+        if self.include_usage:
+            pt = self.prompt_tokens if self.prompt_tokens is not None else self.choices[0].prompt_tokens
+            parts.append(self.w.usage(pt, sum(c.n_out for c in self.choices)))
+        parts.append(self.w.DONE)
+        return "".join(parts)
 
     async def _events(self):
-        s, w = self.s, self.w
-        chat = self.chat
-        first = True
-        n_out = 0
-        prompt_tokens = s.prompt_tokens
+        c = self.choices[0]
+        s = c.s
         while True:
             outs = await s.get()
-            parts = []
-            for o in outs:
-                if o.finish_reason == "abort":
-                    return
-                if o.finish_reason == "error":
-                    parts.append(w.error(output_error(o)))
-                    parts.append(w.DONE)
-                    yield "".join(parts).encode()
-                    return
-                if first:
-                    first = False
-                    if chat:
-                        parts.append(w.role())
-                if o.prompt_tokens:
-                    prompt_tokens = o.prompt_tokens
-                n_out = o.output_tokens or (n_out + len(o.new_token_ids))
-                usage = None
-                if self.continuous:
-                    usage = {
-                        "prompt_tokens": prompt_tokens,
-                        "completion_tokens": n_out,
-                        "total_tokens": prompt_tokens + n_out,
-                    }
-                if o.finished:
-                    parts.append(w.token(o.new_text, o.finish_reason, usage, o.stop_reason))
-                else:
-                    parts.append(w.token(o.new_text, None, usage))
-                if o.finished:
-                    if self.include_usage:
-                        parts.append(w.usage(prompt_tokens, n_out))
-                    parts.append(w.DONE)
-                    yield "".join(parts).encode()
-                    return
+            parts: list[str] = []
+            end = self._format(c, outs, parts)
+            if end == "abort":
+                return
+            if end is not None:
+                parts.append(self._tail() if end == "done" else self.w.DONE)
+                yield "".join(parts).encode()
+                return
             if parts:
                 yield "".join(parts).encode()
 
+    async def _merged(self):
+        """Several choices: their events interleaved as their tokens come."""
+        pending = {asyncio.ensure_future(c.s.get()): c for c in self.choices}
+        try:
+            while pending:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                parts: list[str] = []
+                for fut in done:
+                    c = pending.pop(fut)
+                    end = self._format(c, fut.result(), parts)
+                    if end == "abort":
+                        return
+                    if end == "error":
+                        parts.append(self.w.DONE)
+                        yield "".join(parts).encode()
+                        return
+                    if end is None:
+                        pending[asyncio.ensure_future(c.s.get())] = c
+                if not pending:
+                    parts.append(self._tail())
+                if parts:
+                    yield "".join(parts).encode()
+        finally:
+            for fut in pending:
+                fut.cancel()
+
 
 async def _collect(
-    engine: AsyncEngine, s: RequestStream, receive, chat: bool, rid: str, created: int, model: str
+    engine: AsyncEngine,
+    choices: list[Choice],
+    receive,
+    chat: bool,
+    rid: str,
+    created: int,
+    model: str,
+    token_text=None,
+    prompt_tokens: int | None = None,
 ) -> Response:
-    watch = asyncio.ensure_future(_watch_disconnect(receive, engine, s))
-    texts = []
-    n_out = 0
-    prompt_tokens = s.prompt_tokens
-    try:
+    streams = [c.s for c in choices]
+    watch = asyncio.ensure_future(_watch_disconnect(receive, engine, streams))
+
+    async def one(c: Choice):
         while True:
-            for o in await s.get():
+            for o in await c.s.get():
                 if o.finish_reason == "abort":
-                    return Response(status_code=499)  # nobody is listening any more
+                    return None
                 if o.finish_reason == "error":
-                    return error_response(output_error(o))
-                texts.append(o.new_text)
-                n_out = o.output_tokens or (n_out + len(o.new_token_ids))
+                    return output_error(o)
+                c.texts.append(o.new_text)
+                if token_text is not None and o.logprobs:
+                    c.lps.extend(_lp_entries(o))
+                c.n_out = o.output_tokens or (c.n_out + len(o.new_token_ids))
                 if o.prompt_tokens:
-                    prompt_tokens = o.prompt_tokens
+                    c.prompt_tokens = o.prompt_tokens
                 if o.finished:
-                    make = chat_body if chat else completion_body
-                    body = make(
-                        rid,
-                        created,
-                        model,
-                        "".join(texts),
-                        o.finish_reason or "stop",
-                        prompt_tokens,
-                        n_out,
-                        o.stop_reason,
-                    )
-                    return Response(dumps(body), media_type="application/json")
+                    return o
+
+    try:
+        if len(choices) == 1:
+            ends = [await one(choices[0])]
+        else:
+            ends = await asyncio.gather(*(one(c) for c in choices))
+        bodies = []
+        for c, o in zip(choices, ends):
+            if o is None:
+                return Response(status_code=499)  # nobody is listening any more
+            if isinstance(o, APIError):
+                return error_response(o)
+            text = c.echo + "".join(c.texts)
+            lp = None
+            if token_text is not None:
+                if chat:
+                    lp = chat_logprobs(c.lps, token_text)
+                else:
+                    lp = completion_logprobs(c.lps, token_text, len(c.echo))
+            make = chat_choice if chat else completion_choice
+            bodies.append(make(c.index, text, o.finish_reason or "stop", o.stop_reason, lp))
+        pt = prompt_tokens if prompt_tokens is not None else choices[0].prompt_tokens
+        body = response_body(chat, rid, created, model, bodies, pt, sum(c.n_out for c in choices))
+        return Response(dumps(body), media_type="application/json")
     finally:
         watch.cancel()
-        if not s.finished:
-            engine.abort(s.rid)
+        for s in streams:
+            if not s.finished:
+                engine.abort(s.rid)
 
 
 def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     """The FastAPI application serving `backend`."""
     cfg = cfg or ServerConfig()
-    metrics = ServerMetrics(backend.model_name)
+    metrics = ServerMetrics(backend.model_name, cfg.metrics_prefix, backend.max_model_len)
     engine = AsyncEngine(
         backend.core, metrics, max_queued_requests=cfg.max_queued_requests, max_queued_tokens=cfg.max_queued_tokens
     )
@@ -575,81 +679,141 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             raise bad_request(str(e), param) from None
 
     def parse_generation(data, chat: bool):
-        """(request, text to tokenize or None for a token-id prompt); every check before
-        tokenizing."""
+        """(request, per prompt: the text to tokenize, or None for a token-id prompt); every
+        check before tokenizing."""
         body = parse_body(body_bytes(data))
         req = parse_chat(body, max_messages) if chat else parse_completion(body, max_ids)
         if req.model not in names:
             raise model_not_found(req.model)
-        if req.prompt_ids is not None:
-            return req, None
         param = "messages" if chat else "prompt"
-        try:
-            text = tok.chat_text(req.messages) if chat else req.prompt_text
-        except ConfigError as e:
-            raise bad_request(str(e), param) from None
-        check_text(text, param)
-        return req, text
+        if chat:
+            try:
+                texts = [tok.chat_text(req.messages)]
+            except ConfigError as e:
+                raise bad_request(str(e), param) from None
+        else:
+            texts = [p if isinstance(p, str) else None for p in req.all_prompts]
+        for text in texts:
+            if text is not None:
+                check_text(text, param)
+        return req, texts
 
     async def prepare(data: bytes, chat: bool):
-        """The parsed request and its prompt token ids, off the event loop where costly."""
+        """The parsed request and each prompt's token ids, off the event loop where costly."""
         if body_size(data) > BIG_BODY:
-            req, text = await parse_off(parse_generation, data, chat)
+            req, texts = await parse_off(parse_generation, data, chat)
         else:
-            req, text = parse_generation(data, chat)
+            req, texts = parse_generation(data, chat)
         param = "messages" if chat else "prompt"
-        if text is None:
-            ids = req.prompt_ids
-        elif tok_cheap or len(text) <= INLINE_TEXT_CHARS:
-            ids = encode(text, param)
-        else:
-            ids = await tokenize_off(encode, text, param)
-        check_ids(ids, param)  # min() and max(): C loops over at most max_model_len ids
-        return req, ids
+        all_ids = []
+        for text, p in zip(texts, req.all_prompts):
+            if text is None:
+                ids = p
+            elif tok_cheap or len(text) <= INLINE_TEXT_CHARS:
+                ids = encode(text, param)
+            else:
+                ids = await tokenize_off(encode, text, param)
+            check_ids(ids, param)  # min() and max(): C loops over at most max_model_len ids
+            all_ids.append(ids)
+        return req, texts, all_ids
+
+    token_texts: dict[int, str] = {}
+
+    def token_text(t: int) -> str:
+        """A token's text for logprobs (cached: at most one entry per vocabulary id)."""
+        v = token_texts.get(t)
+        if v is None:
+            try:
+                v = tok.decode([t])
+            except Exception:  # noqa: BLE001 - an id the tokenizer cannot show
+                v = ""
+            token_texts[t] = v
+        return v
+
+    async def echo_text(text, ids) -> str:
+        if text is not None:
+            return text
+        if tok_cheap or len(ids) <= INLINE_TEXT_CHARS:
+            return decode(ids)
+        return await tokenize_off(decode, ids)
 
     async def generate(data: bytes, receive, chat: bool):
+        streams: list = []
         try:
-            req, ids = await prepare(data, chat)
+            req, texts, all_ids = await prepare(data, chat)
             param = "messages" if chat else "prompt"
-            n = len(ids)
-            if cfg.max_queued_tokens is not None and n > cfg.max_queued_tokens:
-                raise bad_request(
-                    f"the prompt has {n} tokens, more than the server's whole queue "
-                    f"holds (--max-queued-tokens {cfg.max_queued_tokens})",
-                    param,
-                    "context_length_exceeded",
-                )
+            c = req.raw
+            if not backend.logits:
+                for key, asked in (("logprobs", req.logprobs is not None), ("logit_bias", bool(c["logit_bias"]))):
+                    if asked:
+                        raise bad_request(
+                            f"'{key}' needs the model's logits, and the {backend.kind} backend has none "
+                            "(serve a model to use it)",
+                            key,
+                        )
+            if c["logit_bias"]:
+                try:
+                    backend.check_token_ids(list(c["logit_bias"]))
+                except ConfigError as e:
+                    raise bad_request(str(e), "logit_bias") from None
             max_tokens = req.max_tokens
-            if max_tokens is None:
-                if cfg.default_max_tokens is not None:
-                    max_tokens = cfg.default_max_tokens
-                elif chat:
-                    max_tokens = max(1, backend.room(n))
-                else:
-                    max_tokens = 16
-            try:
-                backend.check(n, max_tokens)
-            except ConfigError as e:
-                raise bad_request(str(e), param, "context_length_exceeded") from None
+            for ids in all_ids:
+                n = len(ids)
+                if cfg.max_queued_tokens is not None and n > cfg.max_queued_tokens:
+                    raise bad_request(
+                        f"the prompt has {n} tokens, more than the server's whole queue "
+                        f"holds (--max-queued-tokens {cfg.max_queued_tokens})",
+                        param,
+                        "context_length_exceeded",
+                    )
+                if max_tokens is None:
+                    if cfg.default_max_tokens is not None:
+                        max_tokens = cfg.default_max_tokens
+                    elif chat:
+                        max_tokens = max(1, backend.room(n))
+                    else:
+                        max_tokens = 16
+                try:
+                    backend.check(n, max_tokens)
+                except ConfigError as e:
+                    raise bad_request(str(e), param, "context_length_exceeded") from None
             try:
                 params = sampling_params(req, max_tokens)
             except ConfigError as e:
                 raise bad_request(str(e)) from None
+            echoes = [await echo_text(t, ids) for t, ids in zip(texts, all_ids)] if req.echo else None
             rid = engine.new_id("chatcmpl" if chat else "cmpl")
-            s = engine.submit(rid, ids, params)
-        except APIError as e:
-            return error_response(e)
-        except Overloaded:
-            return _overloaded()
-        except Draining:
-            return _draining()
-        except EngineDead as e:
+            k = 0
+            single = len(all_ids) * req.n == 1
+            choices = []
+            for i, ids in enumerate(all_ids):
+                for j in range(req.n):
+                    p = params
+                    if j and params.seed is not None:  # choice j of a seeded request: seed + j
+                        p = dataclasses.replace(params, seed=((params.seed + j - INT64_MIN) % (1 << 64)) + INT64_MIN)
+                    s = engine.submit(rid if single else f"{rid}-{k}", ids, p)
+                    streams.append(s)
+                    choices.append(Choice(k, s, echoes[i] if echoes else ""))
+                    k += 1
+        except (APIError, Overloaded, Draining, EngineDead) as e:
+            for s in streams:
+                engine.abort(s.rid)
+            if isinstance(e, APIError):
+                return error_response(e)
+            if isinstance(e, Overloaded):
+                return _overloaded()
+            if isinstance(e, Draining):
+                return _draining()
             return error_response(APIError(503, str(e), "service_unavailable", None, "engine_failed"))
         created = int(time.time())
+        lp_text = token_text if req.logprobs is not None else None
+        prompt_tokens = None if single else sum(len(ids) for ids in all_ids)
         if req.stream:
             w = ChunkWriter(rid, created, req.model, chat, req.include_usage)
-            return SSEResponse(engine, s, w, chat, req.include_usage, req.continuous_usage)
-        return await _collect(engine, s, receive, chat, rid, created, req.model)
+            return SSEResponse(
+                engine, choices, w, chat, req.include_usage, req.continuous_usage, lp_text, prompt_tokens
+            )
+        return await _collect(engine, choices, receive, chat, rid, created, req.model, lp_text, prompt_tokens)
 
     async def completions_fast(data: bytes, receive):
         return await generate(data, receive, False)
@@ -698,6 +862,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     def parse_tokenize(data):
+        """(text, param, add_special_tokens: None for the generation routes' choice)."""
         body = parse_body(body_bytes(data))
         model = body.get("model")
         if model is not None:
@@ -705,6 +870,9 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                 raise bad_request("'model' must be a string", "model")
             if model not in names:
                 raise model_not_found(model)
+        special = body.get("add_special_tokens")
+        if special is not None and not isinstance(special, bool):
+            raise bad_request("'add_special_tokens' must be a boolean", "add_special_tokens")
         if "messages" in body:
             param = "messages"
             req = parse_chat({**body, "model": backend.model_name}, max_messages)
@@ -717,22 +885,30 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         else:
             raise bad_request("give 'prompt' (a string) or 'messages'", "prompt")
         check_text(text, param)
-        return text, param
+        return text, param, special
 
-    def encode_list(text: str, param: str) -> list:
-        return list(encode(text, param))
+    def encode_list(text: str, param: str, special: bool | None = None) -> list:
+        if special is None:  # as the generation routes count it
+            return list(encode(text, param))
+        try:
+            return list(tok.encode(text, add_special_tokens=special))
+        except ConfigError as e:
+            raise bad_request(str(e), param) from None
+        except Exception:  # noqa: BLE001 - the client's text: a 400 that names no internals
+            log.warning("the tokenizer failed on a %d-character %s", len(text), param, exc_info=True)
+            raise bad_request(f"the {param} cannot be tokenized", param) from None
 
     async def tokenize(request: Request):
         data = await _body_of(request)
         try:
             if body_size(data) > BIG_BODY:
-                text, param = await parse_off(parse_tokenize, data)
+                text, param, special = await parse_off(parse_tokenize, data)
             else:
-                text, param = parse_tokenize(data)
+                text, param, special = parse_tokenize(data)
             if tok_cheap or len(text) <= INLINE_TEXT_CHARS:
-                ids = encode_list(text, param)
+                ids = encode_list(text, param, special)
             else:
-                ids = await tokenize_off(encode_list, text, param)
+                ids = await tokenize_off(encode_list, text, param, special)
         except APIError as e:
             return error_response(e)
         return Response(

@@ -228,7 +228,7 @@ class AsyncEngine:
         if not self.streams:
             self._idle.set()
 
-    def _dispatch(self, outs: list[RequestOutput], snapshot: dict | None) -> None:
+    def _dispatch(self, outs: list[RequestOutput], snapshot: dict | None, iterations: list | None = None) -> None:
         """On the loop: route a step's outputs to their streams.
 
         First tokens are handed over before the others: the streams then write in that
@@ -237,6 +237,10 @@ class AsyncEngine:
         if snapshot is not None:
             self.snapshot = snapshot
         now = time.monotonic()
+        if iterations:
+            obs = self.metrics.iteration_tokens.observe
+            for n in iterations:
+                obs(n)
         streams = self.streams
         m = self.metrics
         itl = m.itl.observe
@@ -259,6 +263,7 @@ class AsyncEngine:
             s._put(o)
             if o.finished:
                 m.e2e.observe(now - s.arrival)
+                m.request_finished(s.prompt_tokens, o.output_tokens, now - s.arrival, now - s.arrival, o.timings)
                 self._end(s, o.finish_reason or "stop")
         for s, o in later:
             ntok = len(o.new_token_ids)
@@ -270,13 +275,17 @@ class AsyncEngine:
             if o.finished:
                 if o.finish_reason != "error" and s.first_at:
                     m.e2e.observe(now - s.arrival)
+                    if o.finish_reason in ("stop", "length"):
+                        m.request_finished(
+                            s.prompt_tokens, o.output_tokens, now - s.arrival, s.first_at - s.arrival, o.timings
+                        )
                 self._end(s, o.finish_reason or "stop")
         m.generation_tokens += gen
 
     # ---- driver thread -----------------------------------------------------------------
-    def _post(self, outs: list[RequestOutput], snapshot: dict | None) -> None:
+    def _post(self, outs: list[RequestOutput], snapshot: dict | None, iterations: list | None = None) -> None:
         try:
-            self._loop.call_soon_threadsafe(self._dispatch, outs, snapshot)
+            self._loop.call_soon_threadsafe(self._dispatch, outs, snapshot, iterations)
         except RuntimeError:  # the loop is closed: the server is gone
             self._stop = True
 
@@ -296,6 +305,8 @@ class AsyncEngine:
         core = self.core
         inbox = self._inbox
         wake = self._wake
+        last_batch = getattr(core, "last_batch", None)
+        iterations: list[int] = []  # tokens of each step since the last post
         while not self._stop:
             wake.clear()
             errors: list[RequestOutput] = []
@@ -330,9 +341,14 @@ class AsyncEngine:
                 self._loop.call_soon_threadsafe(self._fail_all, self.last_error)
                 time.sleep(0.01)
                 continue
+            b = getattr(core, "last_batch", None)
+            if b is not None and b is not last_batch:  # a step ran: its tokens
+                last_batch = b
+                iterations.append(b.plan.tokens)
             snap = core.stats()
             if outs or snap != self.snapshot:
-                self._post(outs, snap)
+                self._post(outs, snap, iterations or None)
+                iterations = []
             if not outs and time.perf_counter() - t0 < 5e-5:
                 wake.wait(0.001)  # nothing runnable now: do not spin
 

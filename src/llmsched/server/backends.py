@@ -35,6 +35,7 @@ class Backend:
     kv_capacity: int | None
     info: dict
     vocab_size: int | None = None  # token ids must be below it (None: any id is fine)
+    logits: bool = False  # the model has logits: logprobs and logit_bias can be served
 
     def check(self, prompt_tokens: int, max_tokens: int) -> None:
         """ConfigError if a request of this size can never be served."""
@@ -116,9 +117,12 @@ class _EngineTokenizer:
         self.name = "model"
         self.bytes_per_token = bytes_per_token_bound(self._hf)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if self._hf is not None:
-            return self._hf.encode_batch([text], add_special_tokens=True)[0].ids
+            return self._hf.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+        raw = getattr(self._tok, "tok", None)
+        if not add_special_tokens and raw is not None:
+            return raw.encode(text, add_special_tokens=False).ids
         return self._tok.encode(text)
 
     def chat_text(self, messages: list[dict]) -> str:
@@ -138,7 +142,7 @@ class _NoTokenizer:
     cheap = True
     bytes_per_token = None
 
-    def _fail(self, *_):
+    def _fail(self, *_, **__):
         raise ConfigError("this model has no tokenizer: send the prompt as token ids to /v1/completions")
 
     encode = encode_chat = decode = chat_text = _fail
@@ -189,4 +193,5 @@ def make_engine_backend(
         getattr(core, "kv_capacity", None),
         info,
         vocab_size=getattr(cfg, "vocab_size", None),
+        logits=True,
     )

@@ -114,10 +114,14 @@ def parse_metric_names(text: str) -> list[str]:
     return names
 
 
+BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+
+
 @dataclass
 class BenchConfig:
     base_url: str = "http://127.0.0.1:8000"
-    endpoint: str = "/v1/completions"
+    endpoint: str | None = None  # None: the backend's (/v1/completions for openai)
+    backend: str | None = None  # vLLM's --backend: openai or openai-chat (None: from the endpoint)
     model: str | None = None
     api_key: str | None = None
     dataset_name: str = "random"
@@ -144,8 +148,29 @@ class BenchConfig:
     quiet: bool = False
     num_warmups: int = 1
     http_client: str = "raw"
+    # vLLM's result-file options: --save-result writes `result_path()` (--result-dir,
+    # --result-filename, --label, --metadata KEY=VALUE, --append-result)
+    save_result: bool = False
+    result_dir: str | None = None
+    result_filename: str | None = None
+    append_result: bool = False
+    label: str | None = None
+    metadata: dict = field(default_factory=dict)
+    # sampling: vLLM's client sends temperature 0 (greedy) unless told otherwise
+    temperature: float | None = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    extra_body: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ConfigError(f"--backend must be openai or openai-chat, got {self.backend!r}")
+        if self.endpoint is None:
+            self.endpoint = BACKENDS[self.backend or "openai"]
+        if self.backend is not None and self.endpoint != BACKENDS[self.backend]:
+            raise ConfigError(
+                f"--backend {self.backend} sends to {BACKENDS[self.backend]}, not --endpoint {self.endpoint}"
+            )
         if self.endpoint not in ("/v1/completions", "/v1/chat/completions"):
             raise ConfigError(f"--endpoint must be /v1/completions or /v1/chat/completions, got {self.endpoint!r}")
         if not (self.request_rate > 0):
@@ -172,6 +197,27 @@ class BenchConfig:
     def chat(self) -> bool:
         return self.endpoint.endswith("/chat/completions")
 
+    @property
+    def backend_name(self) -> str:
+        return "openai-chat" if self.chat else "openai"
+
+    def result_path(self, model_id: str, date: str) -> str | None:
+        """Where the result JSON goes: `--result-file`, or with `--save-result` vLLM's name
+        `{label}-{rate}qps[-concurrency{N}]-{model}-{date}.json` (or `--result-filename`)
+        in `--result-dir` (default: the current directory)."""
+        import os  # noqa: PLC0415
+
+        if self.result_file:
+            return self.result_file
+        if not (self.save_result or self.append_result):
+            return None
+        name = self.result_filename
+        if not name:
+            conc = f"-concurrency{self.max_concurrency}" if self.max_concurrency is not None else ""
+            label = self.label or self.backend_name
+            name = f"{label}-{float(self.request_rate)}qps{conc}-{model_id.split('/')[-1]}-{date}.json"
+        return os.path.join(self.result_dir, name) if self.result_dir else name
+
     @classmethod
     def from_args(cls, a) -> BenchConfig:
         import os  # noqa: PLC0415
@@ -181,9 +227,34 @@ class BenchConfig:
             lo, hi = (int(x) for x in str(a.token_id_range).split(","))
         except ValueError:
             raise ConfigError(f"--token-id-range must be LO,HI, got {a.token_id_range!r}") from None
+        metadata = {}
+        for item in a.metadata or []:
+            if "=" not in item:
+                raise ConfigError(f"--metadata expects KEY=VALUE, got {item!r}")
+            k, v = item.split("=", 1)
+            metadata[k.strip()] = v.strip()
+        extra = {}
+        if a.extra_body:
+            try:
+                extra = json.loads(a.extra_body)
+            except ValueError:
+                raise ConfigError("--extra-body must be a JSON object") from None
+            if not isinstance(extra, dict):
+                raise ConfigError("--extra-body must be a JSON object")
         return cls(
             base_url=base.rstrip("/"),
             endpoint=a.endpoint,
+            backend=a.backend,
+            save_result=a.save_result,
+            result_dir=a.result_dir,
+            result_filename=a.result_filename,
+            append_result=a.append_result,
+            label=a.label,
+            metadata=metadata,
+            temperature=a.temperature,
+            top_p=a.top_p,
+            top_k=a.top_k,
+            extra_body=extra,
             model=a.model,
             api_key=a.api_key or os.environ.get("OPENAI_API_KEY") or None,
             dataset_name=a.dataset_name,
@@ -207,7 +278,7 @@ class BenchConfig:
             result_file=a.result_file,
             save_detailed=a.save_detailed,
             timeout=a.timeout,
-            quiet=a.quiet,
+            quiet=a.quiet or a.disable_tqdm,
             num_warmups=a.num_warmups,
             http_client=a.http_client,
         )
@@ -285,27 +356,64 @@ def make_workload(cfg: BenchConfig) -> Workload:
 
 
 TEXT_UNIT = "tok "  # 4 UTF-8 bytes: one token under the sim backend's rule
+# words tried, in order, as the unit of text prompts: the first that the server's /tokenize
+# counts as exactly one token per repetition is used (byte-level BPEs split "tok " in two)
+TEXT_UNITS = (TEXT_UNIT, " the", " a", " and", " of", " x", " I")
+CALIBRATION_REPEATS = 64
 
 
-def build_payloads(cfg: BenchConfig, wl: Workload, model: str) -> list[bytes]:
+async def find_text_unit(client, headers: dict, model: str) -> tuple[str, bool]:
+    """The text unit of text prompts: the first of TEXT_UNITS that the server tokenizes as
+    one token per repetition (POST /tokenize, without special tokens). Returns (unit,
+    exact); (TEXT_UNIT, False) if the server has no /tokenize or no unit qualifies."""
+    for unit in TEXT_UNITS:
+        counts = []
+        for k in (CALIBRATION_REPEATS, CALIBRATION_REPEATS + 1):
+            body = json.dumps({"model": model, "prompt": unit * k, "add_special_tokens": False}).encode()
+            try:
+                async with client.stream("POST", "/tokenize", body, headers) as (status, _, read_all):
+                    data = await read_all()
+            except Exception:  # noqa: BLE001 - no /tokenize: lengths are approximate
+                return TEXT_UNIT, False
+            if status != 200:
+                return TEXT_UNIT, False
+            try:
+                counts.append(int(json.loads(data)["count"]))
+            except (ValueError, KeyError, TypeError):
+                return TEXT_UNIT, False
+        if counts == [CALIBRATION_REPEATS, CALIBRATION_REPEATS + 1]:
+            return unit, True
+    return TEXT_UNIT, False
+
+
+def build_payloads(cfg: BenchConfig, wl: Workload, model: str, unit: str = TEXT_UNIT) -> list[bytes]:
+    """One request body per request. Text prompts (chat, `--prompt-format text`) are `unit`
+    repeated as many times as the prompt has tokens (see `find_text_unit`)."""
     rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(11,)))
     lo, hi = cfg.token_id_range
     out = []
     ids_mode = not cfg.chat and cfg.prompt_format in ("auto", "ids")
+    sampling = {}
+    for key in ("temperature", "top_p", "top_k"):
+        v = getattr(cfg, key)
+        if v is not None:
+            sampling[key] = v
     for p, o in zip(wl.prompt.tolist(), wl.output.tolist()):
         if cfg.chat:
             body = {
                 "model": model,
-                "messages": [{"role": "user", "content": TEXT_UNIT * p}],
+                "messages": [{"role": "user", "content": unit * p}],
                 "max_completion_tokens": o,
             }
         else:
-            prompt = rng.integers(lo, hi, size=p).tolist() if ids_mode else TEXT_UNIT * p
+            prompt = rng.integers(lo, hi, size=p).tolist() if ids_mode else unit * p
             body = {"model": model, "prompt": prompt, "max_tokens": o}
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         if cfg.ignore_eos:
             body["ignore_eos"] = True
+        body.update(sampling)
+        body.update(cfg.extra_body)
         out.append(json.dumps(body, separators=(",", ":")).encode())
     return out
 
@@ -323,11 +431,16 @@ class RequestResult:
     queue_time: float = 0.0
     error: str = ""
     status: int = 0
+    text: str | None = None  # the generated text (kept with --save-detailed)
 
 
-async def send_request(client, path: str, headers: dict, payload: bytes, prompt_len: int, chat: bool) -> RequestResult:
-    """POST one streaming request and time its token events (see the module docstring)."""
+async def send_request(
+    client, path: str, headers: dict, payload: bytes, prompt_len: int, chat: bool, keep_text: bool = False
+) -> RequestResult:
+    """POST one streaming request and time its token events (see the module docstring);
+    `keep_text`: also collect the generated text."""
     res = RequestResult(prompt_len=prompt_len)
+    pieces: list[str] | None = [] if keep_text else None
     st = time.perf_counter()
     res.start_time = st
     last = st
@@ -365,6 +478,10 @@ async def send_request(client, path: str, headers: dict, payload: bytes, prompt_
                             d = c.get("delta") or {}
                             if not d.get("content") and c.get("finish_reason") is None and "role" in d:
                                 continue  # the role chunk: not a token
+                            if pieces is not None:
+                                pieces.append(d.get("content") or "")
+                        elif pieces is not None:
+                            pieces.append(c.get("text") or "")
                         if not first:
                             first = True
                             res.ttft = now - st
@@ -390,6 +507,8 @@ async def send_request(client, path: str, headers: dict, payload: bytes, prompt_
         res.error = "Never received a valid chunk to calculate TTFT."
         return res
     res.success = True
+    if pieces is not None:
+        res.text = "".join(pieces)
     res.latency = last - st
     res.output_tokens = usage_tokens if usage_tokens is not None else n_events
     return res
@@ -499,12 +618,21 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
             raise
         except Exception as e:  # noqa: BLE001 - httpx errors, bad JSON
             raise ConfigError(f"cannot list the models of {cfg.base_url}: {e}") from None
-        payloads = build_payloads(cfg, wl, model)
+        unit, exact = TEXT_UNIT, True
+        if cfg.chat or cfg.prompt_format == "text":
+            unit, exact = await find_text_unit(client, headers, model)
+            if not exact and not cfg.quiet:
+                print(
+                    "warning: the server's /tokenize gave no one-token word; text prompts are "
+                    f"{TEXT_UNIT!r} repeated and may not have the intended token counts",
+                    file=sys.stderr,
+                )
+        payloads = build_payloads(cfg, wl, model, unit)
         url = cfg.endpoint
         if cfg.num_warmups:
             # not measured: warms the client, the connection and the server's code paths
             # (a cold first request would delay the server's whole first busy period)
-            warm = build_payloads(cfg, Workload(np.zeros(1), np.array([8]), np.array([2])), model)[0]
+            warm = build_payloads(cfg, Workload(np.zeros(1), np.array([8]), np.array([2])), model, unit)[0]
             for _ in range(cfg.num_warmups):
                 w = await send_request(client, url, headers, warm, 8, cfg.chat)
                 if not w.success:
@@ -517,10 +645,10 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
         async def one(i: int, scheduled: float) -> RequestResult:
             nonlocal done
             if sem is None:
-                r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat)
+                r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
             else:
                 async with sem:
-                    r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat)
+                    r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
             r.queue_time = r.start_time - scheduled
             done += 1
             return r
@@ -548,7 +676,7 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
             print(f"\r{n}/{n} requests done", file=sys.stderr, flush=True)
     finally:
         await client.aclose()
-    return list(results), duration, {"model_id": model, "t0": t0}
+    return list(results), duration, {"model_id": model, "t0": t0, "text_unit": unit, "text_unit_exact": exact}
 
 
 def _dist(name: str, values: list[float], percentiles: list[float], out: dict) -> None:
@@ -597,11 +725,13 @@ def calculate_metrics(
         "output_throughput": total_out / dur,
         "total_token_throughput": (total_in + total_out) / dur,
     }
-    peak_tps, peak_conc = 0.0, 0
+    peak_tps, peak_conc, peak_instant = 0.0, 0, 0
     if ok:
         t_min = min(r.start_time for r in ok)
         t_max = max(r.start_time + r.latency for r in ok)
-        buckets = np.zeros(int(math.ceil(t_max - t_min)) + 1)
+        nb = int(math.ceil(t_max - t_min)) + 1
+        buckets = np.zeros(nb)
+        active = np.zeros(nb + 1)  # requests active at some time of each second (a difference array)
         events = []
         for r in ok:
             t = r.start_time + r.ttft
@@ -612,16 +742,22 @@ def calculate_metrics(
             idx = (np.asarray(times) - t_min).astype(np.int64)
             idx = idx[(idx >= 0) & (idx < len(buckets))]
             np.add.at(buckets, idx, 1)
-            events.append((r.start_time, 1))
+            first_s = int(r.start_time - t_min)
+            last_s = min(int(r.start_time + r.latency - t_min), nb - 1)
+            active[first_s] += 1
+            active[last_s + 1] -= 1
             events.append((r.start_time + r.latency, -1))
-        events.sort()
+            events.append((r.start_time, 1))
+        events.sort()  # at equal times an end (-1) comes before a start
         c = 0
         for _, d in events:
             c += d
-            peak_conc = max(peak_conc, c)
+            peak_instant = max(peak_instant, c)
         peak_tps = float(buckets.max())
+        peak_conc = int(np.cumsum(active)[:nb].max())
     m["max_output_tokens_per_s"] = peak_tps
-    m["max_concurrent_requests"] = peak_conc
+    m["max_concurrent_requests"] = peak_conc  # vLLM's: per one-second bucket
+    m["max_concurrent_requests_instant"] = peak_instant
     for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
         _dist(name, vals, percentiles, m)
     return m
@@ -632,22 +768,34 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
     wl = wl if wl is not None else make_workload(cfg)
     results, duration, info = _run(benchmark(cfg, wl))
     m = calculate_metrics(results, duration, cfg.metric_percentiles, cfg.goodput)
+    date = datetime.now().strftime("%Y%m%d-%H%M%S")
+    # vLLM's result-file fields first (vllm/benchmarks/serve.py), then ours
     out = {
-        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
-        "backend": "openai-chat" if cfg.chat else "openai",
-        "endpoint_type": "openai-chat" if cfg.chat else "openai",
-        "base_url": cfg.base_url,
-        "endpoint": cfg.endpoint,
+        "date": date,
+        "endpoint_type": cfg.backend_name,
+        "backend": cfg.backend_name,
+        "label": cfg.label,
         "model_id": info["model_id"],
-        "dataset_name": cfg.dataset_name,
+        "tokenizer_id": None,  # the prompts are sized by the server's own /tokenize
         "num_prompts": len(wl),
+        **cfg.metadata,
         "request_rate": "inf" if math.isinf(cfg.request_rate) else cfg.request_rate,
         "burstiness": cfg.burstiness,
         "max_concurrency": cfg.max_concurrency,
+        **m,
+        # vLLM (0.32) writes these per-request lists whatever --save-detailed says, and the
+        # inverse real-time factor of its speech benchmarks (0 for text)
+        "latencies": [r.latency for r in results],
+        "queue_times": [r.queue_time for r in results],
+        "rtfx": 0.0,
+        "base_url": cfg.base_url,
+        "endpoint": cfg.endpoint,
+        "dataset_name": cfg.dataset_name,
         "goodput_config": cfg.goodput or None,
         "percentile_metrics": cfg.percentile_metrics,
         "metric_percentiles": cfg.metric_percentiles,
-        **m,
+        "text_unit": info["text_unit"] if (cfg.chat or cfg.prompt_format == "text") else None,
+        "text_unit_exact": info["text_unit_exact"],
     }
     errors = [r.error for r in results if not r.success]
     out["errors_sample"] = errors[:10]
@@ -658,16 +806,28 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
                 "output_lens": [r.output_tokens for r in results],
                 "ttfts": [r.ttft for r in results],
                 "itls": [r.itl for r in results],
-                "latencies": [r.latency for r in results],
-                "start_times": [r.start_time - info["t0"] for r in results],
-                "queue_times": [r.queue_time for r in results],
+                "generated_texts": [r.text or "" for r in results],
                 "errors": [r.error for r in results],
+                "start_times": [r.start_time - info["t0"] for r in results],
             }
         )
     out["_results"] = results
-    if cfg.result_file:
-        with open(cfg.result_file, "w") as f:
-            json.dump({k: v for k, v in out.items() if k != "_results"}, f, indent=2)
+    path = cfg.result_path(info["model_id"], date)
+    if path:
+        import os  # noqa: PLC0415
+
+        if cfg.result_dir and not cfg.result_file:
+            os.makedirs(cfg.result_dir, exist_ok=True)
+        data = {k: v for k, v in out.items() if k != "_results"}
+        if cfg.append_result and not cfg.result_file:
+            with open(path, "a+", encoding="utf-8") as f:
+                if f.tell():
+                    f.write("\n")
+                json.dump(data, f)
+        else:
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=2)
+        out["result_path"] = path
     return out
 
 
@@ -710,7 +870,8 @@ def print_table(res: dict, cfg: BenchConfig, file=None) -> None:
         t.add_row("Request goodput (req/s)", f"{res['request_goodput']:.2f}")
     t.add_row("Output token throughput (tok/s)", f"{res['output_throughput']:.2f}")
     t.add_row("Peak output token throughput (tok/s)", f"{res['max_output_tokens_per_s']:.2f}")
-    t.add_row("Peak concurrent requests", str(res["max_concurrent_requests"]))
+    t.add_row("Peak concurrent requests (per 1 s, as vLLM)", str(res["max_concurrent_requests"]))
+    t.add_row("Peak concurrent requests (instantaneous)", str(res["max_concurrent_requests_instant"]))
     t.add_row("Total token throughput (tok/s)", f"{res['total_token_throughput']:.2f}")
     for name in cfg.percentile_metrics:
         short, long = HEADERS[name]
@@ -722,6 +883,8 @@ def print_table(res: dict, cfg: BenchConfig, file=None) -> None:
             word = str(int(p)) if int(p) == p else str(p)
             t.add_row(f"P{word} {short} (ms)", f"{res[f'p{word}_{name}_ms']:.2f}")
     Console(file=file).print(t)
+    if res.get("result_path"):
+        Console(file=file).print(f"result written to {res['result_path']}")
     errs = res.get("errors_sample") or []
     if errs:
         Console(file=file or sys.stderr).print(f"first errors: {errs[:3]}")

@@ -3,8 +3,10 @@
 Requests are parsed from the raw JSON body by hand (no pydantic on the hot path) so that
 every mistake becomes an OpenAI-style error naming the offending parameter:
 `{"error": {"message", "type", "param", "code"}}`. Unknown fields are ignored, as vLLM
-does. What is not supported (n > 1, several prompts in one request, logprobs, echo) is a
-400 that says so.
+does. Fields we accept work (`n`, several prompts, `echo`, `logprobs`, `logit_bias`, the
+penalties; see docs/serving.md for what the sim backend does with them); what is not
+supported (JSON mode `response_format`, `tools`/`tool_choice`/`functions`, `suffix`,
+`best_of` other than `n`, `echo` with `logprobs`) is a 400 that says so.
 """
 
 from __future__ import annotations
@@ -118,6 +120,14 @@ def _bool(body: dict, key: str, default: bool) -> bool:
     return v
 
 
+# Limits on what one request may ask for: every stop string is looked for after every token
+# (on the engine's thread, which serves everyone), every choice is a request.
+MAX_STOP = 1024
+MAX_N = 128
+MAX_CHOICES = 1024  # prompts x n
+MAX_LOGPROBS = 20  # vLLM's default max_logprobs
+
+
 def _stop(body: dict) -> list[str]:
     v = body.get("stop")
     if v is None:
@@ -125,10 +135,55 @@ def _stop(body: dict) -> list[str]:
     if isinstance(v, str):
         return [v] if v else []
     if isinstance(v, list) and all(isinstance(s, str) for s in v):
-        if len(v) > 4:
-            raise bad_request("'stop' may hold at most 4 sequences", "stop")
+        if len(v) > MAX_STOP:
+            raise bad_request(f"'stop' may hold at most {MAX_STOP} strings, got {len(v)}", "stop")
         return [s for s in v if s]
     raise bad_request("'stop' must be a string or an array of strings", "stop")
+
+
+def _logit_bias(body: dict) -> dict[int, float] | None:
+    v = body.get("logit_bias")
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise bad_request("'logit_bias' must be an object mapping token ids to numbers", "logit_bias")
+    out = {}
+    if len(v) > 1024:
+        raise bad_request(f"'logit_bias' may hold at most 1024 token ids, got {len(v)}", "logit_bias")
+    for k, b in v.items():
+        k2 = k.strip()
+        if not (k2.isascii() and k2.isdigit() and len(k2) <= 18):
+            raise bad_request(f"'logit_bias' keys must be non-negative token ids, got {_show(k)}", "logit_bias")
+        t = int(k2)
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not -100 <= b <= 100:
+            raise bad_request(f"'logit_bias' values must be numbers in -100..100, got {_show(b)}", "logit_bias")
+        out[t] = float(b)
+    return out or None
+
+
+def _refuse_unsupported(body: dict, kind: str) -> None:
+    """400 for fields that would change the output in a way this server cannot honour."""
+    rf = body.get("response_format")
+    if rf is not None:
+        if not isinstance(rf, dict) or rf.get("type") not in ("text", None):
+            raise bad_request(
+                "'response_format' (JSON mode / structured output) is not supported by this server; "
+                'only {"type": "text"}',
+                "response_format",
+            )
+    for key in ("tools", "functions"):
+        if body.get(key):
+            raise bad_request(f"'{key}' (tool / function calling) is not supported by this server", key)
+    for key in ("tool_choice", "function_call"):
+        v = body.get(key)
+        if v is not None and v != "none":
+            raise bad_request(f"'{key}' (tool / function calling) is not supported by this server", key)
+    if body.get("guided_json") is not None or body.get("guided_regex") is not None:
+        raise bad_request("guided decoding is not supported by this server", "guided_json")
+    if kind == "completion":
+        suffix = body.get("suffix")
+        if suffix is not None and suffix != "":
+            raise bad_request("'suffix' (insertion) is not supported by this server", "suffix")
 
 
 def _int_list(body: dict, key: str) -> list[int]:
@@ -146,8 +201,8 @@ class ParsedRequest:
 
     kind: str  # "completion" or "chat"
     model: str
-    prompt_text: str | None  # the prompt as text (None if token ids were given)
-    prompt_ids: list[int] | None  # token ids given by the client
+    prompt_text: str | None  # the (first) prompt as text (None if token ids were given)
+    prompt_ids: list[int] | None  # token ids given by the client (first prompt)
     messages: list[dict] | None
     max_tokens: int | None  # None: the server's default
     params: SamplingParams | None  # filled once max_tokens is known
@@ -155,6 +210,16 @@ class ParsedRequest:
     include_usage: bool
     continuous_usage: bool
     raw: dict
+    prompts: list | None = None  # completions: every prompt, a str or a list of token ids
+    n: int = 1
+    echo: bool = False
+    logprobs: int | None = None  # top logprobs per token (None: no logprobs)
+
+    @property
+    def all_prompts(self) -> list:
+        if self.prompts is not None:
+            return self.prompts
+        return [self.prompt_ids if self.prompt_ids is not None else self.prompt_text]
 
 
 def parse_body(data: bytes) -> dict:
@@ -175,20 +240,37 @@ def _common(body: dict, kind: str) -> dict:
         raise bad_request("you must provide a model parameter", "model")
     if not isinstance(model, str):
         raise bad_request(f"'model' must be a string, got {_type_name(model)}", "model")
+    _refuse_unsupported(body, kind)
     n = _int(body, "n", 1, 1)
-    if n != 1:
-        raise bad_request("only n=1 is supported", "n")
+    if n > MAX_N:
+        raise bad_request(f"'n' must be at most {MAX_N}, got {n}", "n")
+    echo = False
     if kind == "completion":
-        if _int(body, "best_of", 1, 1) != 1:
-            raise bad_request("only best_of=1 is supported", "best_of")
-        if _bool(body, "echo", False):
-            raise bad_request("echo is not supported", "echo")
+        best_of = _int(body, "best_of", None, 1)
+        if best_of is not None and best_of != n:
+            raise bad_request("'best_of' is only supported equal to n (every choice is returned)", "best_of")
+        echo = _bool(body, "echo", False)
         lp = body.get("logprobs")
-        if lp is not None and lp is not False:
-            raise bad_request("logprobs are not supported", "logprobs")
+        if lp is None or lp is False:
+            logprobs = None
+        else:
+            logprobs = _int(body, "logprobs", None, 0)
+        if logprobs is not None and echo:
+            raise bad_request(
+                "'echo' with 'logprobs' would need the prompt's logprobs, which this server does not compute",
+                "echo",
+            )
     else:
-        if _bool(body, "logprobs", False):
-            raise bad_request("logprobs are not supported", "logprobs")
+        logprobs = 0 if _bool(body, "logprobs", False) else None
+        top = _int(body, "top_logprobs", None, 0)
+        if top is not None:
+            if logprobs is None and top > 0:
+                raise bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+            if logprobs is not None:
+                logprobs = top
+    if logprobs is not None and logprobs > MAX_LOGPROBS:
+        param = "logprobs" if kind == "completion" else "top_logprobs"
+        raise bad_request(f"'{param}' must be at most {MAX_LOGPROBS}, got {logprobs}", param)
     stream = _bool(body, "stream", False)
     so = body.get("stream_options")
     include_usage = continuous = False
@@ -204,9 +286,9 @@ def _common(body: dict, kind: str) -> dict:
     top_k = _int(body, "top_k", -1)
     if top_k == 0 or top_k < -1:
         raise bad_request("'top_k' must be -1 (off) or a positive integer", "top_k")
-    for key in ("presence_penalty", "frequency_penalty"):
-        _float(body, key, 0.0, -2.0, 2.0)
-    _float(body, "repetition_penalty", 1.0, 0.0, lo_open=True)
+    presence = _float(body, "presence_penalty", 0.0, -2.0, 2.0)
+    frequency = _float(body, "frequency_penalty", 0.0, -2.0, 2.0)
+    repetition = _float(body, "repetition_penalty", 1.0, 0.0, lo_open=True)
     seed = _int(body, "seed", None)
     if seed is not None and not INT64_MIN <= seed <= INT64_MAX:
         raise bad_request(f"'seed' must be a 64-bit signed integer ({INT64_MIN}..{INT64_MAX}), got {seed}", "seed")
@@ -224,6 +306,13 @@ def _common(body: dict, kind: str) -> dict:
         stop=_stop(body),
         stop_token_ids=_int_list(body, "stop_token_ids"),
         ignore_eos=_bool(body, "ignore_eos", False),
+        presence_penalty=presence,
+        frequency_penalty=frequency,
+        repetition_penalty=repetition,
+        logit_bias=_logit_bias(body),
+        n=n,
+        echo=echo,
+        logprobs=logprobs,
     )
 
 
@@ -242,42 +331,57 @@ def _too_many_ids(n: int, limit: int) -> APIError:
     )
 
 
+def _is_ids(x) -> bool:
+    return isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+
+
 def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedRequest:
     """A completion request; a token-id prompt longer than `max_prompt_ids` is refused
-    before its ids are looked at."""
+    before its ids are looked at. `prompt` is a string, an array of token ids, or an array
+    of several of those (one choice per prompt, as OpenAI and vLLM take it)."""
     c = _common(body, "completion")
     if "prompt" not in body:
         raise bad_request("you must provide a prompt parameter", "prompt")
     p = body["prompt"]
-    text = ids = None
     if isinstance(p, str):
-        text = p
+        prompts = [p]
     elif isinstance(p, list):
         if not p:
             raise bad_request("'prompt' must not be empty", "prompt")
-        if max_prompt_ids is not None:
-            for q in (p, p[0]):
-                if isinstance(q, list) and len(q) > max_prompt_ids and isinstance(q[0], int):
-                    raise _too_many_ids(len(q), max_prompt_ids)
-        if all(isinstance(x, int) and not isinstance(x, bool) for x in p):
-            ids = p
-        elif len(p) == 1 and isinstance(p[0], str):
-            text = p[0]
-        elif (
-            len(p) == 1 and isinstance(p[0], list) and all(isinstance(x, int) and not isinstance(x, bool) for x in p[0])
-        ):
-            ids = p[0]
-        elif all(isinstance(x, (str, list)) for x in p):
-            raise bad_request("several prompts in one request are not supported; send one request per prompt", "prompt")
+        if isinstance(p[0], int) and not isinstance(p[0], bool):
+            prompts = [p]  # one prompt of token ids
         else:
+            prompts = p
+        if len(prompts) * c["n"] > MAX_CHOICES:
             raise bad_request(
-                "'prompt' must be a string, an array of token ids, or an array holding one of those", "prompt"
+                f"{len(prompts)} prompts x n={c['n']} are more than the {MAX_CHOICES} choices one request may ask for",
+                "prompt",
             )
+        for q in prompts:
+            if isinstance(q, str):
+                continue
+            if not isinstance(q, list):
+                raise bad_request(
+                    "'prompt' must be a string, an array of token ids, or an array of strings or of token-id arrays",
+                    "prompt",
+                )
+            if max_prompt_ids is not None and len(q) > max_prompt_ids and q and isinstance(q[0], int):
+                raise _too_many_ids(len(q), max_prompt_ids)
+            if not _is_ids(q):
+                raise bad_request(
+                    "'prompt' must be a string, an array of token ids, or an array of strings or of token-id arrays",
+                    "prompt",
+                )
+            if not q or min(q) < 0:
+                raise bad_request("'prompt' token ids must be non-negative integers, at least one", "prompt")
     else:
         raise bad_request(f"'prompt' must be a string or an array of token ids, got {_type_name(p)}", "prompt")
-    if ids is not None and (not ids or min(ids) < 0):
-        raise bad_request("'prompt' token ids must be non-negative integers, at least one", "prompt")
-    return _finish(c, "completion", text, ids, None, _max_tokens(body, "max_tokens"), body)
+    first = prompts[0]
+    text = first if isinstance(first, str) else None
+    ids = first if not isinstance(first, str) else None
+    req = _finish(c, "completion", text, ids, None, _max_tokens(body, "max_tokens"), body)
+    req.prompts = prompts
+    return req
 
 
 def parse_chat(body: dict, max_messages: int | None = None) -> ParsedRequest:
@@ -339,6 +443,9 @@ def _finish(c: dict, kind: str, text, ids, messages, max_tokens, body) -> Parsed
         include_usage=c["include_usage"],
         continuous_usage=c["continuous"],
         raw=c,
+        n=c["n"],
+        echo=c["echo"],
+        logprobs=c["logprobs"],
     )
 
 
@@ -356,6 +463,11 @@ def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
         stop_token_ids=c["stop_token_ids"],
         ignore_eos=c["ignore_eos"],
         min_tokens=c["min_tokens"],
+        presence_penalty=c["presence_penalty"],
+        frequency_penalty=c["frequency_penalty"],
+        repetition_penalty=c["repetition_penalty"],
+        logit_bias=c["logit_bias"],
+        logprobs=c["logprobs"],
     )
 
 
@@ -363,24 +475,31 @@ def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
 class ChunkWriter:
     """Builds the `data: {json}\\n\\n` events of one streamed response.
 
-    The constant part of every chunk (id, object, created, model) is serialized once;
-    each token then costs one string escape and a concatenation."""
+    The constant part of every chunk (id, object, created, model, the choice's index) is
+    serialized once; each token then costs one string escape and a concatenation."""
 
-    __slots__ = ("head", "chat", "usage_null", "_id", "_created", "_model", "_object")
+    __slots__ = ("_heads", "_prefix", "chat", "usage_null", "_id", "_created", "_model", "_object")
 
     def __init__(self, rid: str, created: int, model: str, chat: bool, include_usage: bool):
         obj = "chat.completion.chunk" if chat else "text_completion"
         self._id, self._created, self._model, self._object = rid, created, model, obj
-        self.head = (
+        self._prefix = (
             f'data: {{"id":{dumps(rid)},"object":"{obj}","created":{created},'
-            f'"model":{dumps(model)},"choices":[{{"index":0,'
+            f'"model":{dumps(model)},"choices":[{{"index":'
         )
+        self._heads: dict[int, str] = {}
         self.chat = chat
         self.usage_null = ',"usage":null' if include_usage else ""
 
-    def role(self) -> str:
+    def head(self, index: int = 0) -> str:
+        h = self._heads.get(index)
+        if h is None:
+            h = self._heads[index] = f"{self._prefix}{index},"
+        return h
+
+    def role(self, index: int = 0) -> str:
         return (
-            self.head + '"delta":{"role":"assistant","content":""},"logprobs":null,'
+            self.head(index) + '"delta":{"role":"assistant","content":""},"logprobs":null,'
             '"finish_reason":null}]' + self.usage_null + "}\n\n"
         )
 
@@ -390,20 +509,25 @@ class ChunkWriter:
         finish_reason: str | None = None,
         usage: dict | None = None,
         stop_reason: int | str | None = None,
+        index: int = 0,
+        logprobs: dict | None = None,
     ) -> str:
         fr = "null" if finish_reason is None else f'"{finish_reason}"'
         u = self.usage_null if usage is None else ',"usage":' + dumps(usage)
         sr = "null" if stop_reason is None else dumps(stop_reason)
+        lp = "null" if logprobs is None else dumps(logprobs)
         if self.chat:
             return (
-                self.head + '"delta":{"content":' + dumps(text) + '},"logprobs":null,'
+                self.head(index) + '"delta":{"content":' + dumps(text) + '},"logprobs":' + lp + ","
                 '"finish_reason":' + fr + ',"stop_reason":' + sr + "}]" + u + "}\n\n"
             )
         return (
-            self.head
+            self.head(index)
             + '"text":'
             + dumps(text)
-            + ',"logprobs":null,"finish_reason":'
+            + ',"logprobs":'
+            + lp
+            + ',"finish_reason":'
             + fr
             + ',"stop_reason":'
             + sr
@@ -413,11 +537,6 @@ class ChunkWriter:
         )
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
-        u = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        }
         return (
             "data: "
             + dumps(
@@ -427,7 +546,7 @@ class ChunkWriter:
                     "created": self._created,
                     "model": self._model,
                     "choices": [],
-                    "usage": u,
+                    "usage": usage_dict(prompt_tokens, completion_tokens),
                 }
             )
             + "\n\n"
@@ -448,51 +567,70 @@ def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict:
     }
 
 
-def completion_body(
-    rid: str,
-    created: int,
-    model: str,
-    text: str,
-    finish_reason: str,
-    prompt_tokens: int,
-    completion_tokens: int,
-    stop_reason: int | str | None = None,
+# ---- logprobs -----------------------------------------------------------------------
+def completion_logprobs(entries: list, token_text, offset: int = 0) -> dict:
+    """The completions API's `logprobs` object for `entries` (per token: (token id, its
+    logprob, [(id, logprob)] top)); `token_text(id)` is a token's text; `offset`: the
+    text offset of the first token."""
+    tokens, lps, tops, offs = [], [], [], []
+    for tok, lp, top in entries:
+        t = token_text(tok)
+        tokens.append(t)
+        lps.append(lp)
+        d = {}
+        for i, v in top:
+            d.setdefault(token_text(i), v)
+        tops.append(d)
+        offs.append(offset)
+        offset += len(t)
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs}
+
+
+def chat_logprobs(entries: list, token_text) -> dict:
+    """The chat API's `logprobs` object: `{"content": [{token, logprob, bytes, top_logprobs}]}`."""
+
+    def item(i, v):
+        t = token_text(i)
+        return {"token": t, "logprob": v, "bytes": list(t.encode("utf-8", "surrogatepass"))}
+
+    content = []
+    for tok, lp, top in entries:
+        d = item(tok, lp)
+        d["top_logprobs"] = [item(i, v) for i, v in top]
+        content.append(d)
+    return {"content": content}
+
+
+def completion_choice(
+    index: int, text: str, finish_reason: str, stop_reason=None, logprobs: dict | None = None
 ) -> dict:
     return {
-        "id": rid,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": stop_reason}
-        ],
-        "usage": usage_dict(prompt_tokens, completion_tokens),
+        "index": index,
+        "text": text,
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+        "stop_reason": stop_reason,
     }
 
 
-def chat_body(
-    rid: str,
-    created: int,
-    model: str,
-    text: str,
-    finish_reason: str,
-    prompt_tokens: int,
-    completion_tokens: int,
-    stop_reason: int | str | None = None,
+def chat_choice(index: int, text: str, finish_reason: str, stop_reason=None, logprobs: dict | None = None) -> dict:
+    return {
+        "index": index,
+        "message": {"role": "assistant", "content": text},
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+        "stop_reason": stop_reason,
+    }
+
+
+def response_body(
+    chat: bool, rid: str, created: int, model: str, choices: list, prompt_tokens: int, completion_tokens: int
 ) -> dict:
     return {
         "id": rid,
-        "object": "chat.completion",
+        "object": "chat.completion" if chat else "text_completion",
         "created": created,
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": stop_reason,
-            }
-        ],
+        "choices": choices,
         "usage": usage_dict(prompt_tokens, completion_tokens),
     }

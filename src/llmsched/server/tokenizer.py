@@ -68,7 +68,7 @@ class ByteRuleTokenizer:
     bytes_per_token = BYTES_PER_TOKEN
     cheap = True
 
-    def encode(self, text: str) -> Sequence[int]:
+    def encode(self, text: str, add_special_tokens: bool = False) -> Sequence[int]:
         n = max(1, math.ceil(utf8_len(text) / BYTES_PER_TOKEN))
         return range(n)
 
@@ -106,11 +106,13 @@ class HFTokenizer:
         self.name = str(f)
         self.bytes_per_token = bytes_per_token_bound(self._tok)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """The text's ids; special tokens (BOS) only if asked (the server counts prompts
+        without them on the sim backend)."""
         tok = self._tok
         if hasattr(tok, "encode_batch"):  # releases the GIL (encode does not)
-            return tok.encode_batch([text], add_special_tokens=False)[0].ids
-        enc = tok.encode(text, add_special_tokens=False) if hasattr(tok, "encode") else None
+            return tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+        enc = tok.encode(text, add_special_tokens=add_special_tokens) if hasattr(tok, "encode") else None
         ids = enc.ids if hasattr(enc, "ids") else list(enc)
         return ids
 

@@ -78,6 +78,25 @@ class GapHistogram:
         if exact is not None and len(exact) > self._exact_limit:
             self._fold()
 
+    def merge(self, other: GapHistogram) -> None:
+        """Add every value of `other`: the same as adding them one by one (the result never
+        depends on the order of additions)."""
+        if not other.count:
+            return
+        if other._exact is not None:
+            self.add_counts(other._exact)
+            return
+        if self._exact is not None:
+            self._fold()
+        buckets = self._buckets
+        for k, w in other._buckets.items():
+            buckets[k] = buckets.get(k, 0) + w
+        self.count += other.count
+        self.total += other.total
+        self.total_sq += other.total_sq
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+
     def _fold(self) -> None:
         for value, w in self._exact.items():
             k = int(math.log(value) * self._inv_log)

@@ -57,23 +57,7 @@ class _Replica:
 
     def unfinished_tokens(self, t: int) -> int:
         """Work left of its requests at `t` (steps of the current batch done by `t` count)."""
-        sim = self.sim
-        left = sim.state.backlog_tokens
-        batch = sim.batch
-        if batch is not None:
-            plan, start, count, durs, _, _ = batch
-            if t > start:
-                if isinstance(durs, int):
-                    done = min(count, (t - start) // durs)
-                else:
-                    done, end = 0, start
-                    for d in durs:
-                        end += d
-                        if end > t:
-                            break
-                        done += 1
-                left -= done * plan.tokens
-        return left
+        return self.sim.unfinished(t)
 
 
 class _Pool:

@@ -38,16 +38,21 @@ class SimulationStuck(RuntimeError):
     """The scheduler planned an empty step while requests wait and none will arrive."""
 
 
+# with prefix caching: cumulative prompt tokens reused, cumulative blocks evicted, and the
+# slots of cached blocks no running request holds (free space that still holds KV)
+PREFIX_SERIES = ("prefix_hit_tokens", "prefix_evictions", "kv_cached_free_tokens")
+
+
 class TimeSeries:
     """Queue state sampled every `interval` ns from `first`. With the automatic interval
     memory stays bounded: past MAX_SAMPLES samples every other one is dropped and the
-    interval doubles."""
+    interval doubles. `prefix`: add the PREFIX_SERIES columns."""
 
-    def __init__(self, first: int, interval: int, auto: bool):
+    def __init__(self, first: int, interval: int, auto: bool, prefix: bool = False):
         self.first = self.next = first
         self.interval = interval
         self.auto = auto
-        self.cols: dict[str, list] = {k: [] for k in SERIES}
+        self.cols: dict[str, list] = {k: [] for k in (SERIES + PREFIX_SERIES if prefix else SERIES)}
 
     def _advance(self) -> None:
         self.next += self.interval
@@ -67,6 +72,17 @@ class TimeSeries:
         c["token_load"].append(b)
         c["backlog_tokens"].append(state.backlog_tokens - j * b)
         c["kv_used_tokens"].append(state.kv_used + j * (b - pf))
+        pc = state.prefix
+        if pc is not None and "prefix_hit_tokens" in c:
+            # inside a batch of repeated steps the step-by-step path evicts at each step's
+            # start, for that step's decode tokens: count those evictions already
+            bs = pc.block_size
+            free = pc.n_free
+            over = state.kv_used + (j + 1) * (b - pf) + free * bs - state.kv_capacity
+            ev = min(free, -(-over // bs)) if over > 0 else 0
+            c["prefix_hit_tokens"].append(pc.hit_tokens)
+            c["prefix_evictions"].append(pc.evictions + ev)
+            c["kv_cached_free_tokens"].append((free - ev) * bs)
 
     def span(self, state, start: int, durations, count: int, b: int, pf: int) -> None:
         """Record the samples that fall in `count` repeated steps from `start` (the state
@@ -108,6 +124,9 @@ class ServerSim:
         self.plan_step = scheduler.plan
         self.repeatable = fast and scheduler.repeatable
         self.closed_loop = scheduler.closed_loop
+        # closed-loop policies (TWP) that say how long a plan lasts may repeat it too
+        self.repeats_closed_loop = fast and scheduler.repeats_closed_loop
+        self.reads_emitted = self.closed_loop and scheduler.reads_emitted
         self.timer = StepTimer(cost)
         self._load_ns = self.timer._by_load  # the timer's cache, read inline on the hot path
         self.load_only = cost.load_only
@@ -146,6 +165,30 @@ class ServerSim:
     def add(self, r: Request) -> None:
         self.state.add(r)
 
+    def steps_done(self, t: int) -> int:
+        """Steps of the batch in progress that ended by `t` (0 without one)."""
+        batch = self._batch
+        if batch is None or t <= batch[1]:
+            return 0
+        _, start, count, durs, _, _ = batch
+        if isinstance(durs, int):
+            return min(count, (t - start) // durs)
+        done, end = 0, start
+        for d in durs:
+            end += d
+            if end > t:
+                break
+            done += 1
+        return done
+
+    def unfinished(self, t: int) -> int:
+        """Tokens left of the server's requests at `t`, the steps done by `t` of the batch in
+        progress counted as done (routers and autoscalers weigh servers by it)."""
+        batch = self._batch
+        if batch is None or t <= batch[1]:
+            return self.state.backlog_tokens
+        return self.state.backlog_tokens - self.steps_done(t) * (batch[0].decode + batch[4])
+
     def is_idle(self) -> bool:
         st = self.state
         return not st.running and not st.waiting
@@ -172,7 +215,10 @@ class ServerSim:
                 break
         pf, dctx, chunks, sampled = st.begin_step(plan, now)
         count = 1
-        if self.repeatable and not admits and not plan.preempt:
+        closed = False
+        if (self.repeatable or (closed := self.repeats_closed_loop and not st.waiting)) and not (
+            admits or plan.preempt
+        ):
             count = st.next_completion_round() if m else UNLIMITED
             for r, c in prefill:
                 k = (r.prefill_target - r.prefilled) // c
@@ -181,6 +227,10 @@ class ServerSim:
             if m and self.kv_capacity < UNLIMITED:
                 # the plan repeats while the planner finds its decode room free
                 k = (self.kv_capacity - st.kv_used - plan.decode_room) // m + 1
+                if k < count:
+                    count = k
+            if st.prefix is not None and prefill:
+                k = self._next_useful_block(prefill)
                 if k < count:
                     count = k
         if self.load_only:
@@ -192,14 +242,41 @@ class ServerSim:
                 k = -(-(limit - now) // d)  # steps starting before the limit
                 if k < count:
                     count = k
+            if closed and count > 1:
+                count = self.scheduler.repeat_steps(st, plan, now, [d] * count)
             self._batch = (plan, now, count, d, pf, st.newly_active)
             end = now + d * count
         else:
             durs = self._durations(plan, now, (pf, m, dctx, chunks, sampled), count, limit)
+            if closed and len(durs) > 1:
+                del durs[self.scheduler.repeat_steps(st, plan, now, durs) :]
             self._batch = (plan, now, len(durs), durs, pf, st.newly_active)
             end = now + sum(durs)
         self.busy_until = end
         return end
+
+    def _next_useful_block(self, prefill) -> int:
+        """Prefix caching: steps until a prefill of this plan caches a block of the prompt
+        at the head of the waiting queue (UNLIMITED if none will). A plan that admits
+        nothing stopped at that head, and only blocks of its prompt entering the cache can
+        lower what its admission takes (evicting free blocks lowers neither its KV need
+        nor, as it was refused, changes the plan), so the plan repeats until then."""
+        head = self.state.waiting.first()
+        if head is None or head.blocks is None or head.prefilled:
+            return UNLIMITED
+        hb = head.blocks
+        bs = self.state.prefix.block_size
+        limit = min(len(hb), (head.prefill_target - 1) // bs)
+        best = UNLIMITED
+        for r, c in prefill:
+            bl = r.blocks
+            j = r.next_block
+            # ids are chained: r shares a later block with the head only if it shares block j
+            if bl is not None and j < len(bl) and j < limit and bl[j] == hb[j]:
+                k = -(-((j + 1) * bs - r.prefilled) // c)
+                if k < best:
+                    best = k
+        return best
 
     def _durations(self, plan: StepPlan, start: int, cost_args: tuple, count: int, limit: int) -> list[int]:
         """Durations of the batch's steps, those starting before `limit` (at least one)."""
@@ -287,7 +364,7 @@ class ServerSim:
             series.span(st, now, durs, count, b, pf)
         if self.steps_file is not None:
             write_steps(self.steps_file, self.steps - count, now, durs, count, plan, st)
-        served = st.decoders[:m] if self.closed_loop else None
+        served = st.decoders[:m] if self.reads_emitted else None
         st.end_step(plan, end, count)
         for _, g in st.resumed:
             gaps[g] = gap(g, 0) + 1
@@ -295,10 +372,21 @@ class ServerSim:
             self._itl.add_counts(gaps)
             gaps.clear()
         if self.closed_loop:
+            last = now
+            if count > 1:  # the steps before the last one, replayed (the fast path of TWP)
+                repeated = [durs] * (count - 1) if isinstance(durs, int) else durs[:-1]
+                self.scheduler.observe_repeats(st, plan, now, repeated)
+                last = end - (durs if isinstance(durs, int) else durs[-1])
             self.scheduler.observe(
                 st,
                 StepFeedback(
-                    now / NS, total / NS, plan, st.finished, st.first_tokens, lambda: served, [r for r, _ in st.resumed]
+                    last / NS,
+                    (end - last) / NS,
+                    plan,
+                    st.finished,
+                    st.first_tokens,
+                    (lambda: served) if served is not None else _not_recorded,
+                    [r for r, _ in st.resumed],
                 ),
             )
         self.now = end
@@ -311,6 +399,10 @@ class ServerSim:
         if self.series is not None:
             self.series.idle(self.state, t)
         self.now = t
+
+
+def _not_recorded():
+    raise RuntimeError("this policy set reads_emitted = False: the simulator did not record the emitted tokens")
 
 
 def write_steps(f: TextIO, first_index: int, start: int, durs, count: int, plan, state) -> None:

@@ -91,28 +91,48 @@ class _State(ServerState):
         self.pending_prefill += r.prefill_target
 
 
-class _Tee:
-    """Hands inter-token gap counts to several histograms."""
+class _GapTotals:
+    """An instance's own inter-token gaps: their count and sum (its mean ITL), cheap to keep."""
 
-    __slots__ = ("sinks",)
+    __slots__ = ("count", "total")
 
-    def __init__(self, sinks):
-        self.sinks = sinks
+    def __init__(self):
+        self.count = 0
+        self.total = 0
 
     def add_counts(self, counts: dict) -> None:
-        for h in self.sinks:
-            h.add_counts(counts)
+        for value, w in counts.items():
+            self.count += w
+            self.total += value * w
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else math.nan
+
+
+class _Tee:
+    """Hands inter-token gap counts to the instance's totals and its model's histogram."""
+
+    __slots__ = ("totals", "model")
+
+    def __init__(self, totals: _GapTotals, model: GapHistogram):
+        self.totals, self.model = totals, model
+
+    def add_counts(self, counts: dict) -> None:
+        self.totals.add_counts(counts)
+        self.model.add_counts(counts)
 
 
 class _InstanceSim(ServerSim):
-    """A ServerSim whose inter-token gaps also go to its model's and the platform's
-    histograms. Hook to add to sim/server.py: an `itl=` argument (any object with
-    `add_counts`) instead of replacing `_itl` here."""
+    """A ServerSim whose inter-token gaps go to its model's histogram (the platform's is
+    their merge, at the end), keeping only their count and sum of its own. Hook to add to
+    sim/server.py: an `itl=` argument (any object with `add_counts`) instead of replacing
+    `_itl` here."""
 
-    def __init__(self, scheduler, cost, *, fast: bool, state: ServerState, sinks):
+    def __init__(self, scheduler, cost, *, fast: bool, state: ServerState, model_itl: GapHistogram):
         super().__init__(scheduler, cost, fast=fast, state=state)
-        self.own_itl = self._itl
-        self._itl = _Tee((self.own_itl, *sinks))
+        self.own_itl = _GapTotals()
+        self._itl = _Tee(self.own_itl, model_itl)
 
 
 # ---- the platform's parts -------------------------------------------------------------------
@@ -150,7 +170,7 @@ class _Gpu:
 
 
 class _Model:
-    def __init__(self, index: int, name: str, spec: ServerlessSpec, cost, hist_all: GapHistogram):
+    def __init__(self, index: int, name: str, spec: ServerlessSpec, cost):
         self.index = index
         self.name = name
         self.spec = spec.models[name]
@@ -164,7 +184,6 @@ class _Model:
         self.pending: deque = deque()  # (request, recompute) waiting for an instance
         self.rr = 0
         self.itl = GapHistogram()
-        self.sinks = (self.itl, hist_all)
         self.waiting_for_gpu = False
 
     def scheduler_spec(self, kv: int | None) -> SchedulerSpec:
@@ -276,11 +295,10 @@ class _Runtime:
                     node.gpus.append(gpu)
                     self.gpus.append(gpu)
                 self.nodes.append(node)
-        self.hist = GapHistogram()
         self.models: list[_Model] = []
         for i, name in enumerate(spec.models):
             cost = make_cost_model(spec.models[name].cost_model)
-            m = _Model(i, name, spec, cost, self.hist)
+            m = _Model(i, name, spec, cost)
             for g in spec.nodes:  # the scheduler of each kind of instance builds (one clear error)
                 if spec.fits(name, g):
                     try:
@@ -312,14 +330,7 @@ class _Runtime:
     @staticmethod
     def unfinished(inst: _Instance, t: int) -> int:
         """Tokens left of the instance's requests at `t` (steps of its batch done by `t` count)."""
-        sim = inst.sim
-        left = sim.state.backlog_tokens
-        batch = sim.batch
-        if batch is not None:
-            plan, start, count, durs, _, _ = batch
-            if t > start:
-                left -= _steps_done(start, count, durs, t) * plan.tokens
-        return left
+        return inst.sim.unfinished(t)
 
     def route(self, model: _Model, t: int) -> _Instance | None:
         ready = [i for i in model.live if i.state == READY]
@@ -373,10 +384,16 @@ class _Runtime:
         live = model.live
         if not live or len(live) >= model.max_instances:
             return
+        bound = self.threshold * len(live)
+        work = 0
+        for i in live:
+            work += i.sim.state.backlog_tokens
+        if work <= bound:
+            return  # unfinished work is at most the backlog: no need to count finished steps
         work = 0
         for i in live:
             work += self.unfinished(i, t)
-        if work > self.threshold * len(live):
+        if work > bound:
             choice = self.place(model, t, from_zero=False)
             if choice is not None:
                 self.start(model, choice, t)
@@ -468,8 +485,8 @@ class _Runtime:
         completing: set[int] = set()
         done = 0
         if batch is not None and t > batch[1]:
-            plan, start, count, durs, _, _ = batch
-            done = _steps_done(start, count, durs, t)
+            plan, count = batch[0], batch[2]
+            done = inst.sim.steps_done(t)
             if done:
                 served = {r.id for r in st.decoders[: plan.decode]}
                 if done == count:
@@ -496,7 +513,7 @@ class _Runtime:
         sched = model.scheduler_spec(kv).build()
         sched.bind_cost_model(model.cost)
         state = _State(sched.constraints, sched.admission.waiting_key())
-        sim = _InstanceSim(sched, model.cost, fast=self.fast, state=state, sinks=model.sinks)
+        sim = _InstanceSim(sched, model.cost, fast=self.fast, state=state, model_itl=model.itl)
         sim.now = t
         inst = _Instance(len(self.instances), model, gpu, sim, t)
         self.instances.append(inst)
@@ -767,6 +784,9 @@ class _Runtime:
                     "kv_capacity": sim.state.constraints.kv_capacity,
                 }
             )
+        platform_itl = GapHistogram()
+        for m in models:
+            platform_itl.merge(m.itl)
         return ServerlessStats(
             spec=self.spec,
             models=[m.name for m in models],
@@ -784,7 +804,7 @@ class _Runtime:
             cold=_np(self.cold),
             instances=rows,
             model_itl={m.name: m.itl for m in models},
-            itl=self.hist,
+            itl=platform_itl,
             end_ns=now,
             steps=sum(i.sim.steps for i in self.instances),
             migrated_tokens=self.migrated_tokens,
@@ -814,19 +834,6 @@ class _Runtime:
         if ka is not None:
             self.push(t + ka, _EXPIRE, inst.id, inst, inst.idle_ver)
         self.serve_waiting_models(t)
-
-
-def _steps_done(start: int, count: int, durs, t: int) -> int:
-    """Steps of a batch that started at `start` finished by `t`."""
-    if isinstance(durs, int):
-        return min(count, (t - start) // durs)
-    done, end = 0, start
-    for d in durs:
-        end += d
-        if end > t:
-            break
-        done += 1
-    return done
 
 
 def _np(a: array) -> np.ndarray:

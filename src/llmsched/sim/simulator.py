@@ -44,6 +44,7 @@ class RunStats:
     end_ns: int
     timeseries: dict[str, list]
     unfinished: int
+    prefix: dict | None = None  # prefix-cache counters (ServerState.prefix_stats), None when off
 
 
 MAX_TOKENS = 1 << 31  # per request: prompt + output
@@ -108,6 +109,8 @@ def simulate_trace(
     prompts = prompt_arr.tolist()
     outputs = output_arr.tolist()
     tags = trace.tag.tolist() if getattr(trace, "tag", None) is not None else None
+    pc = scheduler.constraints.prefix_block_size
+    blocks = trace_blocks(trace, pc) if pc else None
 
     max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
     span = (arr[-1] - arr[0]) if n else 0
@@ -117,7 +120,7 @@ def simulate_trace(
             raise ConfigError(f"the sampling interval must be at least 1 microsecond, got {sample_interval_s} s")
     else:
         interval = max(span // 1000, NS // 100)
-    series = TimeSeries(arr[0] if n else 0, interval, not sample_interval_s)
+    series = TimeSeries(arr[0] if n else 0, interval, not sample_interval_s, prefix=bool(pc))
     server = ServerSim(scheduler, cost, fast=fast, series=series, steps_file=steps_file)
     state = server.state
     begin, end_batch = server.begin, server.end
@@ -140,7 +143,10 @@ def simulate_trace(
     while True:
         if next_arrival <= now:
             while i < n and arr[i] <= now:
-                add(Request(i, arr[i], prompts[i], outputs[i], tags[i] if tags else ""))
+                r = Request(i, arr[i], prompts[i], outputs[i], tags[i] if tags else "")
+                if blocks is not None:
+                    r.blocks = next(blocks)
+                add(r)
                 i += 1
             next_arrival = arr[i] if i < n else UNLIMITED
         if not running and not state.waiting:
@@ -198,11 +204,22 @@ def simulate_trace(
         end_ns=now,
         timeseries=series.cols,
         unfinished=n - done,
+        prefix=state.prefix_stats(),
     )
+
+
+def trace_blocks(trace, block_size: int):
+    """An iterator over the requests' `Request.blocks` at the cache's block size, or None
+    when the trace has no block ids: a `workload.Trace`'s own ids re-cut to `block_size`
+    (a chunk of requests at a time), or a `blocks` list given at that size (tests)."""
+    if getattr(trace, "block_ids", None) is not None and hasattr(trace, "iter_blocks"):
+        return trace.iter_blocks(block_size)
+    blocks = getattr(trace, "blocks", None)
+    return iter(blocks) if isinstance(blocks, (list, tuple)) else None
 
 
 def _np(a: array, dtype) -> np.ndarray:
     return np.frombuffer(a, dtype=a.typecode).astype(dtype) if len(a) else np.zeros(0, dtype=dtype)
 
 
-__all__ = ["simulate_trace", "RunStats", "SimulationStuck", "STEPS_HEADER", "validate_requests", "NS"]
+__all__ = ["simulate_trace", "trace_blocks", "RunStats", "SimulationStuck", "STEPS_HEADER", "validate_requests", "NS"]

@@ -41,6 +41,7 @@ from ..core.cost import CostModel, StepTimer, make_cost_model
 from ..core.engine_api import SamplingParams, check_request_size
 from ..core.errors import ConfigError
 from ..core.plan import StepPlan
+from ..core.prefix_cache import token_block_ids
 from ..core.request import Request
 from ..policies.base import Scheduler
 from ..runtime.driver import NS, StepBatch, StepDriver
@@ -149,6 +150,9 @@ class VirtualEngine(StepDriver):
         if arrival < self._last_arrival:  # keep the decode order = arrival order
             arrival = self._last_arrival
         r = self._register(Seq(request_id, n, params), arrival)
+        pc = self.state.prefix
+        if pc is not None:  # prefix caching: the prompt's blocks from its token ids
+            r.blocks = token_block_ids(list(prompt_token_ids), pc.block_size)
         self._last_arrival = arrival
         self._pending.append(r)  # joins the state at the first step starting after it
 

@@ -23,6 +23,11 @@ prefill and decode tokens in the workload's proportion `mean_prompt : mean_outpu
 Without mean lengths, `token_capacity` uses `cost.load_time(b_max)` (a prefill-only step
 with no cached context).
 
+Prefix caching: prompt tokens served from the cache are never computed, so with a mean
+of `cached_prompt` cached tokens per request the work is `mean_prompt - cached_prompt +
+mean_output - 1` (uncached prompt + output - 1) and `capacity(..., cached_prompt=...)`
+scales lambda* up accordingly; steps keep the full prompt as attention context.
+
 Cost models: `capacity` and `token_capacity` are entry points and take a `CostModel` or a
 spec string (`make_cost_model` runs once there); the helpers they call
 (`step_time_at_budget`, `peak_token_capacity`) take a `CostModel`.
@@ -47,20 +52,26 @@ __all__ = [
 ]
 
 
-def work_per_request(mean_prompt: float, mean_output: float) -> float:
+def work_per_request(mean_prompt: float, mean_output: float, cached_prompt: float = 0.0) -> float:
     """Tokens of work per request: prompt + output - 1 (the step that computes the last
-    prompt token also emits output token 1; docs/stability.md "Work and capacity")."""
+    prompt token also emits output token 1; docs/stability.md "Work and capacity"), less
+    the prompt tokens a prefix cache serves (`cached_prompt`, a mean per request)."""
     if not mean_prompt > 0 or not mean_output >= 1:
         raise ConfigError(
             f"mean prompt must be > 0 and mean output >= 1 tokens, got {mean_prompt!r} and {mean_output!r}"
         )
-    return float(mean_prompt) + float(mean_output) - 1.0
+    if not 0 <= cached_prompt < mean_prompt:
+        raise ConfigError(
+            f"cached prompt tokens per request must be >= 0 and below the mean prompt ({mean_prompt:g}), "
+            f"got {cached_prompt!r}"
+        )
+    return float(mean_prompt) - float(cached_prompt) + float(mean_output) - 1.0
 
 
-def _mixed_shape(b: int, mean_prompt: float, mean_output: float) -> tuple[int, int]:
+def _mixed_shape(b: int, mean_prompt: float, mean_output: float, cached_prompt: float = 0.0) -> tuple[int, int]:
     """A b-token step holding prefill : decode tokens in the workload's proportion."""
-    w = work_per_request(mean_prompt, mean_output)
-    x = int(round(b * mean_prompt / w))
+    w = work_per_request(mean_prompt, mean_output, cached_prompt)
+    x = int(round(b * (mean_prompt - cached_prompt) / w))
     x = min(b, max(0, x))
     return x, b - x
 
@@ -71,7 +82,11 @@ def _require_cost_model(cost) -> None:
 
 
 def step_time_at_budget(
-    cost: CostModel, b: int, mean_prompt: float | None = None, mean_output: float | None = None
+    cost: CostModel,
+    b: int,
+    mean_prompt: float | None = None,
+    mean_output: float | None = None,
+    cached_prompt: float = 0.0,
 ) -> float:
     """t(b) in seconds: `cost.load_time(b)` for a load-only model (or when no mean
     lengths are given); for a context-dependent model with mean lengths, the time of a
@@ -80,7 +95,7 @@ def step_time_at_budget(
     _require_cost_model(cost)
     if cost.load_only or mean_prompt is None or mean_output is None:
         return float(cost.load_time(int(b)))
-    x, y = _mixed_shape(int(b), mean_prompt, mean_output)
+    x, y = _mixed_shape(int(b), mean_prompt, mean_output, cached_prompt)
     return representative_step_time(cost, x, y, mean_prompt, mean_output)
 
 
@@ -99,7 +114,11 @@ def token_capacity(
 
 
 def peak_token_capacity(
-    cost: CostModel, b_max: int, mean_prompt: float | None = None, mean_output: float | None = None
+    cost: CostModel,
+    b_max: int,
+    mean_prompt: float | None = None,
+    mean_output: float | None = None,
+    cached_prompt: float = 0.0,
 ) -> tuple[float, int]:
     """max over loads b <= b_max of b / t(b), and the smallest b attaining it. Theorem 2
     assumes t(b) / b never increases with b, so that this equals `token_capacity`; for
@@ -108,7 +127,7 @@ def peak_token_capacity(
     _require_cost_model(cost)
     best, arg = -1.0, 0
     for b in range(1, b_max + 1):
-        r = b / step_time_at_budget(cost, b, mean_prompt, mean_output)
+        r = b / step_time_at_budget(cost, b, mean_prompt, mean_output, cached_prompt)
         if r > best * (1 + 1e-12):
             best, arg = r, b
     return best, arg
@@ -151,6 +170,7 @@ class CapacityReport:
     offered_tokens_per_s: float | None = None
     predicted_growth_tokens_per_s: float | None = None
     region_exact: bool | None = None
+    cached_prompt_per_request: float = 0.0  # prompt tokens a prefix cache serves, mean
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -169,16 +189,18 @@ def capacity(
     rate: float | None = None,
     *,
     max_prefill_per_request: int | None = None,
+    cached_prompt: float = 0.0,
 ) -> CapacityReport:
     """Capacity report (see the module docstring). `cost`: a CostModel or a spec string
-    (`"paper"`, `"profile:h200-llama-3-8b"`, ...). `rate` in requests/s is optional."""
+    (`"paper"`, `"profile:h200-llama-3-8b"`, ...). `rate` in requests/s is optional.
+    `cached_prompt`: mean prompt tokens per request served by a prefix cache (not work)."""
     cost = make_cost_model(cost)
     if not isinstance(b_max, int) or b_max <= 0:
         raise ConfigError(f"b_max must be a positive integer, got {b_max!r}")
     if rate is not None and (not math.isfinite(rate) or rate < 0):
         raise ConfigError(f"arrival rate must be a finite number >= 0, got {rate!r}")
-    work = work_per_request(mean_prompt, mean_output)
-    means = (None, None) if cost.load_only else (mean_prompt, mean_output)
+    work = work_per_request(mean_prompt, mean_output, cached_prompt)
+    means = (None, None, 0.0) if cost.load_only else (mean_prompt, mean_output, cached_prompt)
     t_bmax = step_time_at_budget(cost, b_max, *means)
     cap = b_max / t_bmax
     peak, peak_b = peak_token_capacity(cost, b_max, *means)
@@ -195,7 +217,7 @@ def capacity(
             mean_output=mean_output,
             max_prefill_per_request=max_prefill_per_request,
         )
-        lam = region.max_scale(mean_prompt, mean_output - 1.0)
+        lam = region.max_scale(mean_prompt - cached_prompt, mean_output - 1.0)
         region_exact = region.exact
         if lam > lam_bound * (1 + 1e-9):
             binding = "2-D region (steps below b_max serve faster than t(b_max) allows)"
@@ -216,7 +238,7 @@ def capacity(
         mean_prompt=float(mean_prompt),
         mean_output=float(mean_output),
         work_per_request=work,
-        prefill_tokens_per_request=float(mean_prompt),
+        prefill_tokens_per_request=float(mean_prompt) - float(cached_prompt),
         decode_tokens_per_request=float(mean_output) - 1.0,
         step_time_at_b_max_s=t_bmax,
         token_capacity=cap,
@@ -231,4 +253,5 @@ def capacity(
         offered_tokens_per_s=offered,
         predicted_growth_tokens_per_s=growth,
         region_exact=region_exact,
+        cached_prompt_per_request=float(cached_prompt),
     )

@@ -2,7 +2,9 @@
 
 - `Trace`: requests as numpy arrays (arrival_s, prompt, output, tag); CSV in and out.
 - Arrival processes: `Poisson`, `Gamma` (burstiness cv), `Deterministic`; trace replay of
-  plain or Azure CSV files (`read_trace`, `load_trace`).
+  plain, Azure or BurstGPT CSV files and Mooncake JSON lines (`read_trace`, `load_trace`).
+- Prefix-cache block ids (`Request.blocks`): from a trace's own ids, or from synthetic
+  shared system prompts and multi-turn conversations (`blocks`, `conversations`).
 - Length laws: `Constant`, `Uniform`, `Geometric`, `Lognormal`, `Empirical`
   (`parse_length_law` reads the command-line forms).
 - `WorkloadSpec` + `make_trace(spec)`: the spec layer used by the CLI and Python API.
@@ -14,14 +16,27 @@ from .arrivals import ArrivalProcess, Deterministic, Gamma, Poisson, make_arriva
 from .datasets import DATASETS, resolve_dataset, traces_dirs
 from .lengths import Constant, Empirical, Geometric, LengthLaw, Lognormal, Uniform, parse_length_law, sample_pair
 from .spec import WorkloadClass, WorkloadSpec, load_trace, make_trace
-from .trace import Trace, read_azure_csv, read_plain_csv, read_trace
+from .trace import (
+    FORMATS,
+    Trace,
+    TraceWarning,
+    read_azure_csv,
+    read_burstgpt_csv,
+    read_mooncake_jsonl,
+    read_plain_csv,
+    read_trace,
+)
 
 __all__ = [
     "ConfigError",
     "Trace",
+    "TraceWarning",
+    "FORMATS",
     "read_trace",
     "read_plain_csv",
     "read_azure_csv",
+    "read_burstgpt_csv",
+    "read_mooncake_jsonl",
     "load_trace",
     "ArrivalProcess",
     "Poisson",

@@ -22,6 +22,13 @@ not depend on how many requests are made.
 Classes: `classes=[{"tag": "chat", "share": 0.7, "prompt": ..., "output": ...}, ...]`
 assigns each request a class at random with probability share / sum of shares; a class's
 laws default to the workload's `prompt` / `output` (or, for a trace, its own lengths).
+
+Shared prefixes (synthetic arrivals only; `workload.conversations`, docs/workloads.md):
+`system_prompt` N tokens (also per class) start every request of the class, on top of the
+prompt law; `turns` (a length law) with `think_time_s` makes multi-turn conversations, one
+per arrival of the process, turn k + 1 arriving an exponential think time after turn k
+arrives and resending turns 1..k. `trace_model` / `trace_log_type` filter a BurstGPT trace.
+`make_trace(spec, block_size)` gives the requests block ids at that block size.
 """
 
 from __future__ import annotations
@@ -34,9 +41,12 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from .arrivals import MAX_REQUESTS, check_cv, check_rate, make_arrival_process
+from .blocks import DEFAULT_BLOCK_SIZE, check_block_size, reblock
+from .conversations import conversation_turns, stream_blocks
+from .csvio import MAX_LENGTH
 from .datasets import is_dataset, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
-from .trace import Trace, read_trace
+from .trace import FORMATS, Trace, read_trace, trace_format
 
 __all__ = ["WorkloadSpec", "WorkloadClass", "make_trace", "load_trace", "SYNTHETIC_ARRIVALS"]
 
@@ -44,7 +54,7 @@ SYNTHETIC_ARRIVALS = ("poisson", "gamma", "deterministic")
 _ARRIVAL_ALIASES = {"exponential": "poisson", "constant": "deterministic", "replay": "trace"}
 
 # Stream roles for numpy SeedSequence spawn keys.
-_ARRIVALS, _CLASSES, _PROMPT, _OUTPUT = 0, 1, 2, 3
+_ARRIVALS, _CLASSES, _PROMPT, _OUTPUT, _TURNS, _THINK = 0, 1, 2, 3, 4, 5
 
 
 def _rng(seed: int, *key: int) -> np.random.Generator:
@@ -63,6 +73,21 @@ def _opt_float(value, what: str, positive: bool = True) -> float | None:
     if not math.isfinite(f) or (positive and f <= 0):
         raise ConfigError(f"{what} must be a positive number, got {value!r}")
     return f
+
+
+def _opt_tokens(value, what: str) -> int | None:
+    """A whole number of tokens >= 0 (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"{what} must be a whole number of tokens >= 0, got {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a whole number of tokens >= 0, got {value!r}") from None
+    if not math.isfinite(f) or f != math.floor(f) or not 0 <= f <= MAX_LENGTH:
+        raise ConfigError(f"{what} must be a whole number of tokens in 0..{MAX_LENGTH}, got {value!r}")
+    return int(f)
 
 
 def _opt_count(value, what: str) -> int | None:
@@ -87,6 +112,7 @@ class WorkloadClass:
     share: float = 1.0
     prompt: LengthLaw | str | None = None
     output: LengthLaw | str | None = None
+    system_prompt: int | None = None  # tokens every request of the class starts with
 
     def __post_init__(self):
         if not isinstance(self.tag, str) or not self.tag.strip():
@@ -99,6 +125,7 @@ class WorkloadClass:
             self.prompt = parse_length_law(self.prompt, "prompt")
         if self.output is not None:
             self.output = parse_length_law(self.output, "output")
+        self.system_prompt = _opt_tokens(self.system_prompt, f"system_prompt of class '{self.tag}'")
 
     def to_dict(self) -> dict:
         return {
@@ -106,6 +133,7 @@ class WorkloadClass:
             "share": self.share,
             "prompt": None if self.prompt is None else self.prompt.to_str(),
             "output": None if self.output is None else self.output.to_str(),
+            "system_prompt": self.system_prompt,
         }
 
     @classmethod
@@ -114,13 +142,13 @@ class WorkloadClass:
             return d
         if not isinstance(d, dict):
             raise ConfigError(f"each class must be a mapping with tag, share, prompt, output; got {d!r}")
-        known = {"tag", "share", "prompt", "output"}
+        known = {"tag", "share", "prompt", "output", "system_prompt"}
         extra = sorted(set(d) - known)
         if extra:
             raise ConfigError(f"unknown key '{extra[0]}' in workload class (known: {', '.join(sorted(known))})")
         if "tag" not in d:
             raise ConfigError("each workload class needs a 'tag'")
-        return cls(d["tag"], d.get("share", 1.0), d.get("prompt"), d.get("output"))
+        return cls(d["tag"], d.get("share", 1.0), d.get("prompt"), d.get("output"), d.get("system_prompt"))
 
 
 @dataclass
@@ -142,6 +170,11 @@ class WorkloadSpec:
     duration_s: float | None = None
     seed: int = 0
     classes: list | None = None
+    trace_model: str | None = None
+    trace_log_type: str | None = None
+    system_prompt: int | None = None
+    turns: LengthLaw | str | int | None = None
+    think_time_s: float | None = None
 
     def __post_init__(self):
         self.rate = _opt_float(self.rate, "arrival rate (requests per second)")
@@ -160,10 +193,21 @@ class WorkloadSpec:
         if self.seed < 0:
             raise ConfigError(f"seed must be a whole number >= 0, got {self.seed}")
         self._normalise_arrival()
+        for name in ("trace_model", "trace_log_type"):
+            v = getattr(self, name)
+            if isinstance(v, (list, tuple)):
+                v = ",".join(str(x) for x in v)
+            if v is not None and (not isinstance(v, str) or not v.strip()):
+                raise ConfigError(f"{name} must be a name (or names separated by commas), got {v!r}")
+            setattr(self, name, None if v is None else v.strip())
         if self.prompt is not None:
             self.prompt = parse_length_law(self.prompt, "prompt")
         if self.output is not None:
             self.output = parse_length_law(self.output, "output")
+        self.system_prompt = _opt_tokens(self.system_prompt, "system_prompt")
+        if self.turns is not None:
+            self.turns = parse_length_law(self.turns, "turns")
+        self.think_time_s = _opt_float(self.think_time_s, "think_time_s")
         if self.classes is not None:
             if isinstance(self.classes, (str, bytes)) or not hasattr(self.classes, "__iter__"):
                 raise ConfigError("classes must be a list of mappings with tag, share, prompt, output")
@@ -224,6 +268,17 @@ class WorkloadSpec:
             setattr(self, k, val)
 
     def _check_complete(self):
+        shared = bool(self.system_prompt) or any(c.system_prompt for c in self.classes or ())
+        if self.arrival == "trace" and (shared or self.turns is not None):
+            raise ConfigError("system_prompt and turns describe synthetic requests; a trace replays its own prompts")
+        if self.turns is not None and self.think_time_s is None:
+            raise ConfigError(
+                "multi-turn conversations need think_time_s (--think-time): mean seconds from a turn to the next"
+            )
+        if self.think_time_s is not None and self.turns is None:
+            raise ConfigError("think_time_s applies to multi-turn conversations only (give turns)")
+        if self.arrival != "trace" and (self.trace_model is not None or self.trace_log_type is not None):
+            raise ConfigError("trace_model and trace_log_type apply to trace replay only")
         if self.trace is not None and self.arrival != "trace":
             raise ConfigError(
                 f"a trace file is given but arrival is '{self.arrival}' (use arrival trace, or drop trace)"
@@ -232,6 +287,12 @@ class WorkloadSpec:
             resolve_path(self.trace)
             if self.cv is not None:
                 raise ConfigError("cv applies to gamma arrivals only, not to trace replay")
+            if self.trace_model is not None or self.trace_log_type is not None:
+                fmt = trace_format(resolve_path(self.trace))
+                if fmt != "burstgpt":
+                    raise ConfigError(
+                        f"trace_model and trace_log_type filter BurstGPT traces only; {self.trace} is {FORMATS[fmt]}"
+                    )
             if self.rate is not None and self.time_scale != 1.0:
                 raise ConfigError(
                     "give either rate (rescale the trace to this mean rate) or time_scale for trace replay, not both"
@@ -266,6 +327,11 @@ class WorkloadSpec:
             "duration_s": self.duration_s,
             "seed": self.seed,
             "classes": None if self.classes is None else [c.to_dict() for c in self.classes],
+            "trace_model": self.trace_model,
+            "trace_log_type": self.trace_log_type,
+            "system_prompt": self.system_prompt,
+            "turns": None if self.turns is None else self.turns.to_str(),
+            "think_time_s": self.think_time_s,
         }
 
     @classmethod
@@ -313,16 +379,22 @@ class WorkloadSpec:
 _TRACE_CACHE: dict[tuple, Trace] = {}
 
 
-def load_trace(path: str | os.PathLike) -> Trace:
-    """Read a trace file (plain or Azure CSV) or a named dataset; cached per file version.
-    The cached arrays are read-only; `make_trace` returns fresh arrays."""
+def load_trace(
+    path: str | os.PathLike,
+    block_size: int | None = DEFAULT_BLOCK_SIZE,
+    model: str | None = None,
+    log_type: str | None = None,
+) -> Trace:
+    """Read a trace file (any format of `trace.FORMATS`) or a named dataset; cached per
+    file version and options. The cached arrays are read-only; `make_trace` returns fresh
+    arrays."""
     p = resolve_path(path)
     st = p.stat()
-    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size, block_size, model, log_type)
     t = _TRACE_CACHE.get(key)
     if t is None:
-        t = read_trace(p)
-        for a in (t.arrival_s, t.prompt, t.output, t.tag):
+        t = read_trace(p, block_size, model=model, log_type=log_type)
+        for a in (t.arrival_s, t.prompt, t.output, t.tag, t.block_ids, t.block_ptr):
             if a is not None:
                 a.setflags(write=False)
         if len(_TRACE_CACHE) >= 4:
@@ -331,8 +403,11 @@ def load_trace(path: str | os.PathLike) -> Trace:
     return t
 
 
-def make_trace(spec: WorkloadSpec | dict) -> Trace:
-    """Build the requests a workload spec describes (deterministic for `spec.seed`)."""
+def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE) -> Trace:
+    """Build the requests a workload spec describes (deterministic for `spec.seed`), with
+    prefix-cache block ids for `block_size`-token blocks where the workload has them (a
+    trace's own ids, a shared system prompt, multi-turn conversations)."""
+    block_size = check_block_size(block_size)
     if isinstance(spec, dict):
         spec = WorkloadSpec.from_dict(spec)
     elif isinstance(spec, WorkloadSpec):
@@ -342,7 +417,7 @@ def make_trace(spec: WorkloadSpec | dict) -> Trace:
 
     base: Trace | None = None
     if spec.arrival == "trace":
-        base = load_trace(spec.trace)
+        base = load_trace(spec.trace, block_size, spec.trace_model, spec.trace_log_type)
         k = spec.time_scale
         if spec.rate is not None:
             r = base.mean_rate
@@ -373,13 +448,53 @@ def make_trace(spec: WorkloadSpec | dict) -> Trace:
     if n > MAX_REQUESTS:
         raise ConfigError(f"the workload would hold {n:,} requests, over the limit of {MAX_REQUESTS:,}")
 
+    cls = _classes(spec, n)
+    if spec.turns is not None:
+        return _conversations(spec, arrival, cls, k, block_size)
+    prompt, output = _lengths(spec, cls, n, base)
+    if spec.classes:
+        tag = np.array([c.tag for c in spec.classes])[cls]
+    else:
+        tag = None if base is None or base.tag is None else base.tag[:n].copy()
+    system = _system_prompts(spec)
+    if system.any():
+        prompt += system[cls]
+    out = Trace(np.array(arrival, dtype=np.float64), prompt, output, tag, block_size=block_size)
+    if system.any():
+        # each request a conversation of one turn
+        ids, ptr = stream_blocks(np.arange(n), prompt, cls, system, spec.seed, block_size)
+        out = out.with_blocks(ids, ptr, block_size)
+    elif base is not None and base.block_ids is not None:
+        # the trace's ids, cut to the (possibly redrawn) prompts' full blocks
+        head = base.slice(0, n)
+        ids, ptr = reblock(head.block_ids, head.block_ptr, prompt, block_size, block_size)
+        out = out.with_blocks(ids, ptr, block_size)
+    return out
+
+
+def _classes(spec: WorkloadSpec, n: int) -> np.ndarray:
+    """Each request's (or conversation's) class index, drawn by share."""
+    if not spec.classes:
+        return np.zeros(n, dtype=np.int64)
+    shares = np.array([c.share for c in spec.classes], dtype=np.float64)
+    return _rng(spec.seed, _CLASSES).choice(len(shares), size=n, p=shares / shares.sum())
+
+
+def _system_prompts(spec: WorkloadSpec) -> np.ndarray:
+    """System-prompt tokens per class (a class's own, else the workload's, else 0)."""
+    default = spec.system_prompt or 0
+    classes = spec.classes or [None]
+    return np.array(
+        [default if c is None or c.system_prompt is None else c.system_prompt for c in classes], dtype=np.int64
+    )
+
+
+def _lengths(spec: WorkloadSpec, cls: np.ndarray, n: int, base: Trace | None) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output lengths of n requests of classes `cls`, one random stream per
+    class and role (a trace supplies whatever no law overrides)."""
     prompt = np.empty(n, dtype=np.int64)
     output = np.empty(n, dtype=np.int64)
     if spec.classes:
-        shares = np.array([c.share for c in spec.classes], dtype=np.float64)
-        cls = _rng(spec.seed, _CLASSES).choice(len(shares), size=n, p=shares / shares.sum())
-        tags = np.array([c.tag for c in spec.classes])
-        tag = tags[cls]
         groups = [
             (
                 j,
@@ -390,7 +505,6 @@ def make_trace(spec: WorkloadSpec | dict) -> Trace:
             for j, c in enumerate(spec.classes)
         ]
     else:
-        tag = None if base is None or base.tag is None else base.tag[:n].copy()
         groups = [(0, slice(0, n), spec.prompt, spec.output)]
     for j, idx, plaw, olaw in groups:
         m = len(range(n)[idx]) if isinstance(idx, slice) else len(idx)
@@ -400,7 +514,54 @@ def make_trace(spec: WorkloadSpec | dict) -> Trace:
         if plaw is not None and olaw is not None:
             prompt[idx], output[idx] = sample_pair(plaw, olaw, rp, ro, m)
             continue
-        # a trace supplies whatever no law overrides (checked by WorkloadSpec)
+        # checked by WorkloadSpec: a missing law only happens with a trace
         prompt[idx] = plaw.sample(rp, m) if plaw is not None else base.prompt[:n][idx]
         output[idx] = olaw.sample(ro, m) if olaw is not None else base.output[:n][idx]
-    return Trace(np.array(arrival, dtype=np.float64), prompt, output, tag)
+    return prompt, output
+
+
+def _conversations(spec: WorkloadSpec, starts: np.ndarray, conv_cls: np.ndarray, k: float, block_size: int) -> Trace:
+    """Multi-turn conversations starting at `starts` (one per arrival of the process).
+
+    Turn counts follow `spec.turns`; turn t + 1 arrives an exponential think time (mean
+    `think_time_s`, divided by time_scale like every time) after turn t *arrives*: an
+    open-loop trace cannot know when turn t finishes. Each turn draws its new text from
+    the prompt law and its output from the output law; its prompt is the class's system
+    prompt, all earlier turns' new text and outputs, then its new text. Requests are in
+    arrival order; num_requests keeps the first ones, duration_s those arriving by then
+    (the first turns of num_requests conversations always cover the first num_requests
+    arrivals, since a later conversation starts after all of them)."""
+    m = len(starts)
+    turns = spec.turns.sample(_rng(spec.seed, _TURNS), m)
+    total = int(turns.sum())
+    if total > 4 * MAX_REQUESTS:
+        raise ConfigError(f"the conversations would hold {total:,} requests, over the limit of {MAX_REQUESTS:,}")
+    think = _rng(spec.seed, _THINK).exponential(spec.think_time_s, total - m)
+    conv, _, offset = conversation_turns(turns, think)
+    arrival = starts[conv] + offset / k
+    cls = conv_cls[conv]
+    new_text, output = _lengths(spec, cls, total, None)
+    # prompt of turn t = system + text and outputs of turns < t + its own text
+    done = np.cumsum(new_text + output)
+    first = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(turns, out=first[1:])
+    before = np.concatenate(([0], done))[first[:-1]][conv]  # what earlier conversations added
+    system = _system_prompts(spec)
+    prompt = system[cls] + done - before - output
+    if int(prompt.max()) > MAX_LENGTH:
+        raise ConfigError(
+            f"a conversation's prompt grows to {int(prompt.max()):,} tokens, over {MAX_LENGTH:,}: "
+            "use fewer turns or shorter lengths"
+        )
+    order = np.argsort(arrival, kind="stable")
+    keep = order.shape[0]
+    if spec.num_requests is not None:
+        keep = min(keep, spec.num_requests)
+    order = order[:keep]
+    if spec.duration_s is not None:
+        order = order[arrival[order] <= spec.duration_s]
+    if order.shape[0] > MAX_REQUESTS:
+        raise ConfigError(f"the workload would hold {order.shape[0]:,} requests, over the limit of {MAX_REQUESTS:,}")
+    tag = np.array([c.tag for c in spec.classes])[cls[order]] if spec.classes else None
+    ids, ptr = stream_blocks(conv[order], prompt[order], conv_cls, system, spec.seed, block_size)
+    return Trace(arrival[order], prompt[order], output[order], tag, ids, ptr, block_size)

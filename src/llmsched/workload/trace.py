@@ -1,33 +1,59 @@
 """`Trace`: the requests a simulation or a load-test client replays, as flat numpy arrays.
 
 Columns (all of length n): `arrival_s` float64 seconds (non-decreasing, >= 0), `prompt`
-int64 prompt tokens (>= 1), `output` int64 requested output tokens (>= 1) and `tag`
-(numpy str array, or None). A million requests take about 24 MB (plus the tags).
+int64 prompt tokens (>= 1), `output` int64 requested output tokens (>= 1), `tag` (numpy
+str array, or None) and optional prefix-cache block ids (`block_ids`, `block_ptr`,
+`block_size`; see `workload.blocks`). A million requests take about 24 MB (plus the tags
+and ids).
 
-File formats read here:
-- plain: header `arrival_s,prompt_tokens,output_tokens[,tag]` (any column order; extra
-  columns are ignored). Written by `Trace.to_csv`.
-- Azure LLM inference trace: header `TIMESTAMP,ContextTokens,GeneratedTokens`,
-  TIMESTAMP a wall-clock string such as `2023-11-16 18:15:46.6805900`;
-  arrival_s = seconds since the earliest row; 0-token entries count as 1 token.
-Rows out of time order are sorted (stably) by arrival time when a file is read.
+File formats, told apart by the first line (`trace_format`; docs/workloads.md):
+- plain: header `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]` (any column
+  order; extra columns are ignored). Written by `Trace.to_csv`.
+- Azure LLM inference trace (2023 and 2024 releases): header
+  `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP a wall-clock string such as
+  `2023-11-16 18:15:46.6805900` (a UTC offset is allowed); arrival_s = seconds since the
+  earliest row; 0-token entries count as 1 token.
+- BurstGPT: header `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`
+  (Timestamp in seconds); filters by model and log type; failed rows (0 response tokens)
+  are dropped and counted in a `TraceWarning`.
+- Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`
+  (ids of 512-token blocks), which become block ids.
+Rows out of time order are sorted (stably) by arrival time when a file is read; a bad row
+is a ConfigError naming the file, its line and the column or key.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import warnings
 from dataclasses import dataclass
+from itertools import compress
+from pathlib import Path
 
 import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.request import Request
-from .csvio import as_lengths, line_of_row, read_columns, read_header
+from .blocks import DEFAULT_BLOCK_SIZE, as_tuples, cap_rows, chain_ragged, check_block_size, reblock, take_rows
+from .csvio import MAX_LENGTH, as_lengths, line_of_row, read_columns, read_header
 
-__all__ = ["Trace", "read_trace", "read_plain_csv", "read_azure_csv", "trace_format"]
+__all__ = [
+    "Trace",
+    "TraceWarning",
+    "FORMATS",
+    "read_trace",
+    "read_plain_csv",
+    "read_azure_csv",
+    "read_burstgpt_csv",
+    "read_mooncake_jsonl",
+    "trace_format",
+]
 
 PLAIN_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Log Type")
+BLOCKS_COLUMN = "block_ids@"  # + the block size: block_ids@16
 
 
 @dataclass(eq=False)
@@ -38,6 +64,11 @@ class Trace:
     prompt: np.ndarray
     output: np.ndarray
     tag: np.ndarray | None = None
+    # prefix-cache block ids, ragged (see workload.blocks): request i owns
+    # block_ids[block_ptr[i]:block_ptr[i + 1]], ids of its full `block_size`-token blocks
+    block_ids: np.ndarray | None = None
+    block_ptr: np.ndarray | None = None
+    block_size: int = DEFAULT_BLOCK_SIZE
 
     def __post_init__(self) -> None:
         self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64).reshape(-1)
@@ -55,6 +86,7 @@ class Trace:
                 self.tag = self.tag.astype(str)
             if self.tag.shape[0] != n:
                 raise ConfigError(f"trace tag column has {self.tag.shape[0]} entries for {n} requests")
+        self._check_blocks(n)
         if n:
             a = self.arrival_s
             if not np.all(np.isfinite(a)):
@@ -71,6 +103,54 @@ class Trace:
                     i = int(np.argmin(col))
                     raise ConfigError(f"trace {name} lengths must be >= 1 token (request {i} has {int(col[i])})")
 
+    def _check_blocks(self, n: int) -> None:
+        self.block_size = check_block_size(self.block_size)
+        if (self.block_ids is None) != (self.block_ptr is None):
+            raise ConfigError("trace block ids need both block_ids and block_ptr (or neither)")
+        if self.block_ids is None:
+            return
+        self.block_ids = np.asarray(self.block_ids).reshape(-1)
+        self.block_ptr = np.asarray(self.block_ptr).reshape(-1)
+        for name in ("block_ids", "block_ptr"):
+            a = getattr(self, name)
+            if a.size and a.dtype.kind not in "iu":
+                raise ConfigError(f"trace {name} must be integers, got dtype {a.dtype}")
+            setattr(self, name, a.astype(np.int64, copy=False))
+        ptr = self.block_ptr
+        if ptr.shape[0] != n + 1 or ptr[0] != 0 or ptr[-1] != self.block_ids.shape[0]:
+            raise ConfigError(
+                f"trace block_ptr must have {n + 1} offsets from 0 to {self.block_ids.shape[0]}, "
+                f"got {ptr.shape[0]} offsets"
+            )
+        counts = np.diff(ptr)
+        if n and counts.min() < 0:
+            raise ConfigError("trace block_ptr offsets must be non-decreasing")
+        # the last id may be a partial block's (kept for re-blocking, never handed out)
+        over = counts > -(-self.prompt // self.block_size)
+        if over.any():
+            i = int(np.argmax(over))
+            raise ConfigError(
+                f"request {i} has {int(counts[i])} block ids but its {int(self.prompt[i])}-token prompt "
+                f"holds only {-(-int(self.prompt[i]) // self.block_size)} blocks of {self.block_size} tokens"
+            )
+
+    @property
+    def has_blocks(self) -> bool:
+        return self.block_ids is not None
+
+    def _with(self, **changes) -> Trace:
+        d = {
+            "arrival_s": self.arrival_s,
+            "prompt": self.prompt,
+            "output": self.output,
+            "tag": self.tag,
+            "block_ids": self.block_ids,
+            "block_ptr": self.block_ptr,
+            "block_size": self.block_size,
+        }
+        d.update(changes)
+        return Trace(**d)
+
     # ------------------------------------------------------------------ basics
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -81,8 +161,21 @@ class Trace:
 
     def slice(self, start: int = 0, stop: int | None = None) -> Trace:
         """Requests start..stop-1 (Python slice semantics; arrival times kept as they are)."""
+        start, stop, _ = slice(start, stop).indices(len(self))
+        stop = max(start, stop)
         s = slice(start, stop)
-        return Trace(self.arrival_s[s], self.prompt[s], self.output[s], None if self.tag is None else self.tag[s])
+        ids = ptr = None
+        if self.block_ids is not None:
+            ptr = self.block_ptr[start : stop + 1] - self.block_ptr[start]
+            ids = self.block_ids[self.block_ptr[start] : self.block_ptr[stop]]
+        return self._with(
+            arrival_s=self.arrival_s[s],
+            prompt=self.prompt[s],
+            output=self.output[s],
+            tag=None if self.tag is None else self.tag[s],
+            block_ids=ids,
+            block_ptr=ptr,
+        )
 
     def head(self, n: int) -> Trace:
         """The first n requests."""
@@ -97,23 +190,68 @@ class Trace:
         k = float(k)
         if not (np.isfinite(k) and k > 0):
             raise ConfigError(f"time_scale must be a positive number, got {k}")
-        return Trace(self.arrival_s / k, self.prompt, self.output, self.tag)
+        return self._with(arrival_s=self.arrival_s / k)
 
     def with_lengths(self, prompt=None, output=None) -> Trace:
-        """Same arrivals with prompt and/or output lengths replaced."""
-        return Trace(
-            self.arrival_s,
-            self.prompt if prompt is None else prompt,
-            self.output if output is None else output,
-            self.tag,
-        )
+        """Same arrivals with prompt and/or output lengths replaced (block ids beyond a
+        new prompt's full blocks are dropped)."""
+        t = self._with(output=self.output if output is None else output)
+        if prompt is None:
+            return t
+        prompt = _as_int_array(prompt, "prompt")
+        if t.block_ids is None or prompt.shape[0] != len(t):
+            return t._with(prompt=prompt)
+        ids, ptr = cap_rows(t.block_ids, t.block_ptr, -(-prompt // t.block_size))
+        return t._with(prompt=prompt, block_ids=ids, block_ptr=ptr)
 
     def with_tags(self, tag) -> Trace:
-        return Trace(self.arrival_s, self.prompt, self.output, tag)
+        return self._with(tag=tag)
+
+    def with_blocks(self, block_ids, block_ptr, block_size: int = DEFAULT_BLOCK_SIZE) -> Trace:
+        """The same requests with these block ids (None, None: without any)."""
+        return self._with(block_ids=block_ids, block_ptr=block_ptr, block_size=block_size)
+
+    def with_block_size(self, block_size: int) -> Trace:
+        """Block ids for cache blocks of `block_size` tokens (`workload.blocks.reblock`:
+        one size must divide the other). Going coarser and back loses sharing below the
+        coarse size; a trace without block ids just records the size."""
+        block_size = check_block_size(block_size)
+        if block_size == self.block_size:
+            return self
+        if self.block_ids is None:
+            return self._with(block_size=block_size)
+        ids, ptr = reblock(self.block_ids, self.block_ptr, self.prompt, self.block_size, block_size)
+        return self._with(block_ids=ids, block_ptr=ptr, block_size=block_size)
+
+    def blocks(self, block_size: int | None = None) -> list:
+        """Per-request tuples of block ids (None where a request has none), at the trace's
+        block size or `block_size`."""
+        return list(self.iter_blocks(block_size))
+
+    def iter_blocks(self, block_size: int | None = None, chunk: int = 4096):
+        """Yield each request's block ids (a tuple, or None), at `block_size` tokens per
+        block (default: the trace's own). Re-blocking is done `chunk` requests at a time,
+        so a big trace can be stored at its source block size (Mooncake: 512 tokens) and
+        fed at the cache's 16 without ever holding all the finer ids."""
+        n = len(self)
+        if self.block_ids is None:
+            yield from (None for _ in range(n))
+            return
+        b = self.block_size if block_size is None else check_block_size(block_size)
+        for start in range(0, n, chunk):
+            part = self.slice(start, start + chunk)
+            # also at the same size: drops a partial last block's id
+            ids, ptr = reblock(part.block_ids, part.block_ptr, part.prompt, self.block_size, b)
+            yield from as_tuples(ids, ptr)
 
     def copy(self) -> Trace:
-        return Trace(
-            self.arrival_s.copy(), self.prompt.copy(), self.output.copy(), None if self.tag is None else self.tag.copy()
+        return self._with(
+            arrival_s=self.arrival_s.copy(),
+            prompt=self.prompt.copy(),
+            output=self.output.copy(),
+            tag=None if self.tag is None else self.tag.copy(),
+            block_ids=None if self.block_ids is None else self.block_ids.copy(),
+            block_ptr=None if self.block_ptr is None else self.block_ptr.copy(),
         )
 
     def arrival_ns(self) -> np.ndarray:
@@ -141,21 +279,38 @@ class Trace:
         if self.tag is not None:
             tags, counts = np.unique(self.tag, return_counts=True)
             d["tags"] = {str(t): int(c) for t, c in zip(tags, counts)}
+        if self.block_ids is not None:
+            ids, _ = reblock(self.block_ids, self.block_ptr, self.prompt, self.block_size, self.block_size)
+            distinct = int(np.unique(ids).shape[0])
+            d["block_size"] = self.block_size
+            d["full_blocks"] = int(ids.shape[0])
+            # the block hit rate of an unbounded cache: blocks whose id came before
+            d["block_reuse"] = 1.0 - distinct / ids.shape[0] if ids.shape[0] else 0.0
         return d
 
-    def requests(self, start_id: int = 0):
-        """Yield `llmsched.core.Request` objects (arrival in integer ns), one at a time."""
+    def requests(self, start_id: int = 0, block_size: int | None = None):
+        """Yield `llmsched.core.Request` objects (arrival in integer ns), one at a time,
+        with `Request.blocks` set from the block ids (at `block_size` tokens per block if
+        given, else at the trace's own block size)."""
         ns = self.arrival_ns().tolist()
         prompt = self.prompt.tolist()
         output = self.output.tolist()
         tags = self.tag.tolist() if self.tag is not None else None
-        for i in range(len(self)):
-            yield Request(start_id + i, ns[i], prompt[i], output[i], tags[i] if tags is not None else "")
+        for i, blocks in enumerate(self.iter_blocks(block_size)):
+            r = Request(start_id + i, ns[i], prompt[i], output[i], tags[i] if tags is not None else "")
+            r.blocks = blocks
+            yield r
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, Trace):
             return NotImplemented
-        if (self.tag is None) != (other.tag is None):
+        if (self.tag is None) != (other.tag is None) or (self.block_ids is None) != (other.block_ids is None):
+            return False
+        if self.block_ids is not None and not (
+            self.block_size == other.block_size
+            and np.array_equal(self.block_ptr, other.block_ptr)
+            and np.array_equal(self.block_ids, other.block_ids)
+        ):
             return False
         return (
             np.array_equal(self.arrival_s, other.arrival_s)
@@ -167,12 +322,15 @@ class Trace:
     def __repr__(self) -> str:
         return (
             f"Trace(n={len(self)}, span_s={self.span_s:.3f}, "
-            f"tags={'none' if self.tag is None else len(np.unique(self.tag))})"
+            f"tags={'none' if self.tag is None else len(np.unique(self.tag))}"
+            + ("" if self.block_ids is None else f", block_size={self.block_size}")
+            + ")"
         )
 
     # ------------------------------------------------------------------ files
     def to_csv(self, path: str | os.PathLike) -> None:
-        """Write `arrival_s,prompt_tokens,output_tokens[,tag]`; arrival times round-trip exactly."""
+        """Write `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]`; everything
+        round-trips exactly (arrival times too)."""
         cols = [map(repr, self.arrival_s.tolist()), map(str, self.prompt.tolist()), map(str, self.output.tolist())]
         header = ",".join(PLAIN_COLUMNS)
         if self.tag is not None:
@@ -184,6 +342,10 @@ class Trace:
                 raise ConfigError("trace tags must not contain commas, quotes or newlines to be written as CSV")
             cols.append(self.tag.tolist())
             header += ",tag"
+        if self.block_ids is not None:
+            # space-separated ids in one column whose name carries the block size
+            cols.append(" ".join(map(str, b)) if b else "" for b in self.blocks())
+            header += f",{BLOCKS_COLUMN}{self.block_size}"
         try:
             with open(path, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(header + "\n")
@@ -199,7 +361,7 @@ class Trace:
 
     @classmethod
     def from_csv(cls, path: str | os.PathLike) -> Trace:
-        """Read a plain `arrival_s,prompt_tokens,output_tokens[,tag]` CSV file."""
+        """Read a plain `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]` CSV file."""
         return read_plain_csv(path)
 
 
@@ -218,32 +380,68 @@ def _as_int_array(x, name: str) -> np.ndarray:
     return a.astype(np.int64)
 
 
-def _sorted(arrival, prompt, output, tag):
+def _sorted(arrival, prompt, output, tag, ids=None, ptr=None):
+    """Rows in (stable) arrival order."""
     if arrival.size > 1 and np.any(arrival[1:] < arrival[:-1]):
         order = np.argsort(arrival, kind="stable")
         arrival, prompt, output = arrival[order], prompt[order], output[order]
         tag = None if tag is None else tag[order]
-    return arrival, prompt, output, tag
+        if ids is not None:
+            ids, ptr = take_rows(ids, ptr, order)
+    return arrival, prompt, output, tag, ids, ptr
+
+
+# ---------------------------------------------------------------------------- formats
+FORMATS = {
+    "plain": "plain CSV (arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B])",
+    "azure": "Azure CSV (TIMESTAMP,ContextTokens,GeneratedTokens)",
+    "burstgpt": "BurstGPT CSV (Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type)",
+    "mooncake": "Mooncake JSON lines (timestamp,input_length,output_length,hash_ids)",
+}
 
 
 def trace_format(path: str | os.PathLike) -> str:
-    """'plain' or 'azure' from a file's header; ConfigError for anything else."""
-    header = read_header(path)
+    """'plain', 'azure', 'burstgpt' or 'mooncake' from a file's first line; ConfigError
+    (one line naming the formats) for anything else."""
+    p = Path(path)
+    if p.is_file():
+        try:
+            with open(p, "rb") as fh:
+                first = fh.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n")
+        except OSError as exc:
+            raise ConfigError(f"cannot read file {p}: {exc}") from None
+        if first.startswith(b"{"):
+            return "mooncake"
+    header = read_header(p)
     if all(c in header for c in PLAIN_COLUMNS):
         return "plain"
     if all(c in header for c in AZURE_COLUMNS):
         return "azure"
+    if all(c in header for c in BURSTGPT_COLUMNS):
+        return "burstgpt"
     raise ConfigError(
-        f"file {path} is not a trace: its header ({','.join(header)}) needs "
-        f"{','.join(PLAIN_COLUMNS)} or {','.join(AZURE_COLUMNS)}"
+        f"file {p} (first line: {','.join(header)[:120]}) is not a trace in a known format: "
+        + "; ".join(FORMATS.values())
     )
 
 
-def read_plain_csv(path: str | os.PathLike) -> Trace:
-    """Read `arrival_s,prompt_tokens,output_tokens[,tag]`."""
-    cols = read_columns(
-        path, {"arrival_s": "float", "prompt_tokens": "float", "output_tokens": "float"}, {"tag": "str"}
-    )
+def _blocks_column(header: list[str]) -> tuple[str, int] | None:
+    cols = [c for c in header if c.startswith(BLOCKS_COLUMN)]
+    if not cols:
+        return None
+    if len(cols) > 1:
+        raise ConfigError(f"a trace file has one {BLOCKS_COLUMN}B column at most, found {', '.join(cols)}")
+    return cols[0], check_block_size(cols[0][len(BLOCKS_COLUMN) :] or None, f"the block size in column '{cols[0]}'")
+
+
+def read_plain_csv(path: str | os.PathLike, block_size: int | None = None) -> Trace:
+    """Read `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]` (block ids
+    mapped to `block_size`-token blocks when given)."""
+    bcol = _blocks_column(read_header(path))
+    optional = {"tag": "str"}
+    if bcol:
+        optional[bcol[0]] = "str"
+    cols = read_columns(path, {"arrival_s": "float", "prompt_tokens": "float", "output_tokens": "float"}, optional)
     arrival = cols["arrival_s"]
     if arrival.size == 0:
         raise ConfigError(f"trace file {path} has no data rows")
@@ -255,7 +453,44 @@ def read_plain_csv(path: str | os.PathLike) -> Trace:
         )
     prompt = as_lengths(cols["prompt_tokens"], path, "prompt_tokens")
     output = as_lengths(cols["output_tokens"], path, "output_tokens")
-    return Trace(*_sorted(arrival, prompt, output, cols.get("tag")))
+    ids = ptr = None
+    size = DEFAULT_BLOCK_SIZE
+    if bcol:
+        name, size = bcol
+        ids, ptr = _parse_id_lists(cols[name], path, f"column {name!r}", sep=" ")
+        counts = np.diff(ptr)
+        over = counts > -(-prompt // size)
+        if over.any():
+            i = int(np.argmax(over))
+            raise ConfigError(
+                f"file {path} line {line_of_row(path, i)} column '{name}': {int(counts[i])} block ids for a "
+                f"{int(prompt[i])}-token prompt (at most {-(-int(prompt[i]) // size)} blocks of {size} tokens)"
+            )
+    t = Trace(*_sorted(arrival, prompt, output, cols.get("tag"), ids, ptr), block_size=size)
+    return t if block_size is None else t.with_block_size(block_size)
+
+
+def _parse_id_lists(texts, path, column: str, sep: str, rows_to_lines=None) -> tuple[np.ndarray, np.ndarray]:
+    """Ragged int64 ids from per-row strings of `sep`-separated integers (C speed: one
+    join and one numpy parse); ConfigError naming the line of a bad row."""
+    texts = [t.strip() for t in (texts.tolist() if isinstance(texts, np.ndarray) else texts)]
+    counts = np.fromiter((t.count(sep) + 1 if t else 0 for t in texts), dtype=np.int64, count=len(texts))
+    ptr = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    ids = _numbers(sep.join(t for t in texts if t), np.int64, sep, int(ptr[-1]))
+    if ids is None:
+        for i, t in enumerate(texts):
+            if t and _numbers(t, np.int64, sep, int(counts[i])) is None:
+                line = rows_to_lines(i) if rows_to_lines else line_of_row(path, i)
+                raise ConfigError(
+                    f"file {path} line {line} {column}: cannot read {t[:60]!r} as integer block ids "
+                    f"separated by {'spaces' if sep == ' ' else repr(sep)}"
+                )
+        raise ConfigError(f"file {path} {column}: malformed block ids")
+    return ids, ptr
+
+
+_INT64_LIMITS = (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
 
 
 def read_azure_csv(path: str | os.PathLike) -> Trace:
@@ -275,7 +510,249 @@ def read_azure_csv(path: str | os.PathLike) -> Trace:
     return Trace(*_sorted(arrival, prompt, output, None))
 
 
-def read_trace(path: str | os.PathLike) -> Trace:
-    """Read a trace file in either format (told apart by the header)."""
+# Mooncake's own layout, one request a line: each line split once at its brackets, then
+# checked by bytes.translate and parsed by numpy (two calls for the whole file). Anything
+# else (other key order, extra keys, a bad value) falls back to json.loads line by line,
+# which also names the bad line.
+_MOONCAKE_HEAD = b'{"timestamp":,"input_length":,"output_length":,"hash_ids":'
+_NUMBER_BYTES = b"0123456789.-"
+_TO_SPACE = bytes(c if c in _NUMBER_BYTES else ord(" ") for c in range(256))
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+MOONCAKE_BLOCK_SIZE = 512  # tokens per hash_ids entry in Mooncake's traces
+
+
+def read_mooncake_jsonl(
+    path: str | os.PathLike, block_size: int | None = DEFAULT_BLOCK_SIZE, source_block_size: int = MOONCAKE_BLOCK_SIZE
+) -> Trace:
+    """Read Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`,
+    `hash_ids` (ids of the prompt's `source_block_size`-token blocks, 512 in Mooncake's
+    traces, the last one possibly partial). The ids are chained (so equal ids at a
+    position mean equal prefixes even if a trace's ids were per-block content hashes) and
+    mapped to `block_size`-token cache blocks (None: kept at the source size, the partial
+    last block's id included, for `Trace.iter_blocks` to re-block a chunk at a time)."""
+    p = Path(path)
+    source_block_size = check_block_size(source_block_size, "the trace's block size")
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read file {p}: {exc}") from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    lines = raw.split(b"\n")
+    del raw
+    # blank lines are skipped (C-level passes: a million lines take well under a second)
+    filled = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) > 0
+    nonblank = np.flatnonzero(filled).tolist()
+    rows = list(compress(lines, filled.tolist()))
+    del lines
+    spaces = list(map(bytes.isspace, rows))
+    if any(spaces):
+        keep = [not x for x in spaces]
+        rows, nonblank = list(compress(rows, keep)), list(compress(nonblank, keep))
+    if not rows:
+        raise ConfigError(f"trace file {p} has no data rows")
+    parsed = _mooncake_fast(rows) or _mooncake_slow(p, rows, nonblank)
+    ts, inp, out, ids, ptr = parsed
+
+    def line(i: int) -> int:
+        return nonblank[i] + 1
+
+    for key, v in (("timestamp", ts), ("input_length", inp), ("output_length", out)):
+        bad = ~np.isfinite(v) | (v < 0)
+        if key != "timestamp":
+            bad |= (v != np.floor(v)) | (v > MAX_LENGTH)
+        if bad.any():
+            i = int(np.argmax(bad))
+            what = "a time >= 0 in ms" if key == "timestamp" else "a whole number of tokens >= 0"
+            raise ConfigError(f"file {p} line {line(i)} key '{key}': {float(v[i])!r} is not {what}")
+    arrival = (ts - ts.min()) / 1000.0
+    # as in the Azure trace, a 0-token prompt or output counts as 1 token
+    prompt = np.maximum(inp, 1).astype(np.int64)
+    output = np.maximum(out, 1).astype(np.int64)
+    # ids past the prompt's last (possibly partial) block describe nothing: dropped
+    ids, ptr = cap_rows(ids, ptr, -(-prompt // source_block_size))
+    arrival, prompt, output, _, ids, ptr = _sorted(arrival, prompt, output, None, ids, ptr)
+    chained = chain_ragged(ids, ptr)
+    t = Trace(arrival, prompt, output, None, chained, ptr, source_block_size)
+    return t if block_size is None else t.with_block_size(block_size)
+
+
+def _mooncake_fast(rows: list[bytes]):
+    """(timestamps, input lengths, output lengths, ids, ptr) of rows in Mooncake's exact
+    layout, or None if any row is laid out otherwise."""
+    heads, lists, tails = [], [], []
+    for row in rows:
+        head, sep, rest = row.partition(b"[")
+        lst, sep2, tail = rest.partition(b"]")
+        if not sep2:
+            return None
+        heads.append(head)
+        lists.append(lst)
+        tails.append(tail)
+    n = len(rows)
+    # the keys in this order and nothing but numbers and spaces between them
+    if b"".join(heads).translate(None, b"0123456789.- \t") != _MOONCAKE_HEAD * n:
+        return None
+    if b"".join(tails).translate(None, b" \t\r") != b"}" * n:
+        return None
+    body = b",".join(filter(None, lists))
+    if body.translate(None, b"0123456789-, \t"):
+        return None
+    # numpy would read an empty field ('1, ,2', a list of only spaces) as 0: leave those to json
+    compact = body.translate(None, b" \t")
+    if b",," in compact or compact[:1] == b"," or compact[-1:] == b"," or (body and not compact):
+        return None
+    scalars = _numbers(b" ".join(heads).translate(_TO_SPACE), np.float64, " ", 3 * n)
+    counts = np.fromiter((x.count(b",") + 1 if x else 0 for x in lists), dtype=np.int64, count=n)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    ids = _numbers(body, np.int64, ",", int(ptr[-1]))
+    if scalars is None or ids is None:
+        return None
+    scalars = scalars.reshape(n, 3)
+    return scalars[:, 0].copy(), scalars[:, 1].copy(), scalars[:, 2].copy(), ids, ptr
+
+
+def _numbers(text: str | bytes, dtype, sep: str, expected: int) -> np.ndarray | None:
+    """Exactly `expected` numbers separated by `sep`, or None if the text is anything else."""
+    if expected == 0:
+        return np.zeros(0, dtype=dtype) if not text.strip() else None
+    with warnings.catch_warnings():
+        # numpy reports text it cannot parse ('1.5' as int, 'x', '1,,2') as a DeprecationWarning
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            out = np.fromstring(text, dtype=dtype, sep=sep)
+        except (ValueError, DeprecationWarning):
+            return None
+    if out.shape[0] != expected:
+        return None
+    # numpy saturates out-of-range integers at the int64 limits instead of failing
+    if dtype == np.int64 and out.size and (out.min() == _INT64_LIMITS[0] or out.max() == _INT64_LIMITS[1]):
+        return None
+    return out
+
+
+def _mooncake_slow(p: Path, rows: list[bytes], nonblank: list[int]):
+    """As `_mooncake_fast` for any key order and extra keys, one JSON object a line;
+    ConfigError naming the first bad line."""
+    ts, inp, out, ids = [], [], [], []
+    for row, i in zip(rows, nonblank):
+        try:
+            obj = json.loads(row)
+        except ValueError as exc:
+            raise ConfigError(f"file {p} line {i + 1} is not a JSON object: {exc}") from None
+        if not isinstance(obj, dict):
+            raise ConfigError(f"file {p} line {i + 1} is not a JSON object")
+        missing = [k for k in MOONCAKE_KEYS if k not in obj]
+        if missing:
+            raise ConfigError(
+                f"file {p} line {i + 1} has no '{missing[0]}' (Mooncake rows need {', '.join(MOONCAKE_KEYS)})"
+            )
+        for key, dest in (("timestamp", ts), ("input_length", inp), ("output_length", out)):
+            v = obj[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"file {p} line {i + 1} key '{key}': {v!r} is not a number")
+            dest.append(float(v))
+        h = obj["hash_ids"]
+        if not isinstance(h, list) or any(
+            isinstance(x, bool) or not isinstance(x, int) or not _INT64_LIMITS[0] < x < _INT64_LIMITS[1] for x in h
+        ):
+            raise ConfigError(f"file {p} line {i + 1} key 'hash_ids' must be a list of 64-bit integers")
+        ids.append(h)
+    counts = np.array([len(h) for h in ids], dtype=np.int64)
+    ptr = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    flat = np.fromiter((x for h in ids for x in h), dtype=np.int64, count=int(ptr[-1]))
+    return np.array(ts), np.array(inp), np.array(out), flat, ptr
+
+
+def read_burstgpt_csv(
+    path: str | os.PathLike, model: str | list | None = None, log_type: str | list | None = None
+) -> Trace:
+    """Read a BurstGPT CSV (`Timestamp,Model,Request tokens,Response tokens,Total
+    tokens,Log Type`; Timestamp in seconds). `model` / `log_type` keep only rows whose
+    Model / Log Type is one of the given names (case-insensitive; a comma-separated string
+    or a list). Rows with 0 response tokens are failed requests: they are dropped, and
+    their count is reported as a `TraceWarning`. A 0-token request counts as 1 token."""
+    cols = read_columns(
+        path,
+        {
+            "Timestamp": "float",
+            "Request tokens": "float",
+            "Response tokens": "float",
+            "Model": "str",
+            "Log Type": "str",
+        },
+    )
+    ts = cols["Timestamp"]
+    if ts.size == 0:
+        raise ConfigError(f"trace file {path} has no data rows")
+    bad = ~np.isfinite(ts) | (ts < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(
+            f"file {path} line {line_of_row(path, i)} column 'Timestamp': {float(ts[i])!r} is not a time >= 0"
+        )
+    prompt = as_lengths(cols["Request tokens"], path, "Request tokens", clip_low=True)
+    response = as_lengths(cols["Response tokens"], path, "Response tokens", minimum=0)
+    keep = np.ones(ts.shape[0], dtype=bool)
+    for column, wanted in (("Model", model), ("Log Type", log_type)):
+        names = _names(wanted)
+        if names is None:
+            continue
+        have = np.char.lower(cols[column])
+        keep &= np.isin(have, [n.lower() for n in names])
+        if not np.isin([n.lower() for n in names], have).all():
+            known = ", ".join(sorted(set(cols[column].tolist())))
+            missing = [n for n in names if n.lower() not in set(have.tolist())]
+            raise ConfigError(f"trace {path} has no rows with {column} '{missing[0]}' (it has: {known})")
+    failed = keep & (response == 0)
+    if failed.any():
+        warnings.warn(
+            f"trace {path}: dropped {int(failed.sum())} failed request(s) with 0 response tokens",
+            TraceWarning,
+            stacklevel=2,
+        )
+    keep &= ~failed
+    if not keep.any():
+        raise ConfigError(f"trace {path} has no requests left after filtering")
+    arrival = ts[keep] - ts[keep].min()
+    return Trace(*_sorted(arrival, prompt[keep], response[keep], None))
+
+
+def _names(x) -> list[str] | None:
+    if x is None:
+        return None
+    if isinstance(x, str):
+        x = x.split(",")
+    names = [str(n).strip() for n in x if str(n).strip()]
+    return names or None
+
+
+class TraceWarning(UserWarning):
+    """Something a trace reader dropped or changed (e.g. BurstGPT's failed requests)."""
+
+
+def read_trace(
+    path: str | os.PathLike,
+    block_size: int | None = DEFAULT_BLOCK_SIZE,
+    *,
+    model: str | list | None = None,
+    log_type: str | list | None = None,
+) -> Trace:
+    """Read a trace file in any of the formats (told apart by the first line, see
+    `FORMATS`); block ids (Mooncake, or a plain CSV's block_ids@B column) are mapped to
+    `block_size`-token cache blocks (None: kept as the file has them). `model` and
+    `log_type` filter BurstGPT rows (an error for other formats)."""
     fmt = trace_format(path)
-    return read_azure_csv(path) if fmt == "azure" else read_plain_csv(path)
+    if fmt != "burstgpt" and (model is not None or log_type is not None):
+        raise ConfigError(f"trace model and log type filters apply to BurstGPT traces only; {path} is {FORMATS[fmt]}")
+    if fmt == "mooncake":
+        return read_mooncake_jsonl(path, block_size)
+    if fmt == "burstgpt":
+        t = read_burstgpt_csv(path, model, log_type)
+    elif fmt == "azure":
+        t = read_azure_csv(path)
+    else:
+        t = read_plain_csv(path)
+    return t if block_size is None else t.with_block_size(block_size)

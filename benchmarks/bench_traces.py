@@ -1,0 +1,117 @@
+"""How long reading traces and building prefix-sharing workloads takes (docs/workloads.md).
+
+Each case runs in a fresh process (no cache shared between them), `--repeat` times; the
+median wall time is printed with the peak memory of that process. The generated files
+(a 1M-row plain CSV, a 1M-row Mooncake-layout JSON lines file made of the shared
+sample's rows repeated with shifted timestamps and ids) are written to `--dir` once.
+
+    python benchmarks/bench_traces.py                      # every case, 3 runs each
+    python benchmarks/bench_traces.py --cases azure,mooncake-sample --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from llmsched.workload import resolve_dataset, traces_dirs
+
+AZURE = resolve_dataset("azure-conv")  # the shared traces folder, found as for --trace azure-conv
+MOONCAKE = next(
+    (p for d in traces_dirs() if (p := d / "mooncake_synthetic" / "synthetic_trace.jsonl").is_file()),
+    AZURE.parents[1] / "mooncake_synthetic" / "synthetic_trace.jsonl",
+)
+N = 1_000_000
+
+
+def _make_files(folder: Path) -> dict[str, Path]:
+    from llmsched.workload import WorkloadSpec, make_trace  # noqa: PLC0415
+
+    folder.mkdir(parents=True, exist_ok=True)
+    plain = folder / "plain_1m.csv"
+    if not plain.is_file():
+        spec = WorkloadSpec(arrival="poisson", rate=100, num_requests=N, prompt="geometric:500", output="geometric:200")
+        make_trace(spec).to_csv(plain)
+    moon = folder / "mooncake_1m.jsonl"
+    if not moon.is_file():
+        rows = [json.loads(line) for line in MOONCAKE.read_text().splitlines() if line.strip()]
+        span = rows[-1]["timestamp"] + 1
+        with open(moon, "w") as fh:
+            for i in range(N):
+                r, c = rows[i % len(rows)], i // len(rows)
+                ids = [h + c * 10_000_000 for h in r["hash_ids"]]
+                fh.write(
+                    json.dumps(
+                        {
+                            "timestamp": r["timestamp"] + c * span,
+                            "input_length": r["input_length"],
+                            "output_length": r["output_length"],
+                            "hash_ids": ids,
+                        }
+                    )
+                    + "\n"
+                )
+    return {"plain": plain, "mooncake": moon}
+
+
+def _cases(files: dict[str, Path]) -> dict[str, str]:
+    """name -> Python statement run in a fresh process (its wall time is measured)."""
+    synth = "arrival='poisson', rate=100, num_requests=1_000_000, prompt='geometric:500', output='geometric:200'"
+    # with block ids (16 tokens): 100,000 requests hold about 9M ids already
+    small = synth.replace("1_000_000", "100_000")
+    return {
+        "azure": f"read_trace({str(AZURE)!r})",
+        "mooncake-sample": f"read_trace({str(MOONCAKE)!r})",
+        "mooncake-sample-512": f"read_trace({str(MOONCAKE)!r}, block_size=None)",
+        "plain-1m": f"read_trace({str(files['plain'])!r})",
+        "mooncake-1m-512": f"read_trace({str(files['mooncake'])!r}, block_size=None)",
+        "synthetic-1m": f"make_trace(WorkloadSpec({synth}))",
+        "system-prompt-100k": f"make_trace(WorkloadSpec({small}, system_prompt=1000))",
+        "turns-100k": f"make_trace(WorkloadSpec({small}, turns='geometric:4', think_time_s=30))",
+    }
+
+
+def _child(stmt: str) -> None:
+    from llmsched.workload import WorkloadSpec, make_trace, read_trace  # noqa: F401, PLC0415
+
+    t0 = time.perf_counter()
+    t = eval(stmt)  # noqa: S307 - our own statements
+    dt = time.perf_counter() - t0
+    ids = 0 if t.block_ids is None else int(t.block_ids.shape[0])
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    print(json.dumps({"s": dt, "requests": len(t), "ids": ids, "block_size": t.block_size, "peak_gb": peak}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", help="comma-separated case names (default: all)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default="/tmp/llmsched-bench-traces", help="where the generated files go")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        _child(args.child)
+        return
+    cases = _cases(_make_files(Path(args.dir)))
+    names = args.cases.split(",") if args.cases else list(cases)
+    print(f"{'case':22s} {'requests':>10s} {'block ids':>12s} {'block':>5s} {'median s':>9s} {'peak GB':>8s}")
+    for name in names:
+        runs = []
+        for _ in range(args.repeat):
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", cases[name]], capture_output=True, text=True, check=True
+            )
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        r = runs[-1]
+        med = statistics.median(x["s"] for x in runs)
+        print(f"{name:22s} {r['requests']:>10,} {r['ids']:>12,} {r['block_size']:>5} {med:>9.2f} {r['peak_gb']:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()

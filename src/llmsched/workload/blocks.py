@@ -1,0 +1,229 @@
+"""Prompt block ids for prefix caching, computed on whole traces with numpy.
+
+A request's `blocks` hold one id per FULL block of its prompt at the cache's block size
+(`DEFAULT_BLOCK_SIZE` tokens unless told), each id standing for the block's content and
+everything before it (a prefix hash, `chain_ragged`), so two requests share a cached prefix exactly as
+far as their leading ids agree. A trace keeps them ragged: a flat int64 array `ids` and
+offsets `ptr` (n + 1 entries; request i owns ids[ptr[i]:ptr[i + 1]]).
+
+Hashing is 64-bit splitmix64 mixing on uint64 arrays: not cryptographic, but two
+different prefixes collide with probability about 2**-64 per pair, and every id is a
+pure function of its inputs, so the same trace, seed and block size give the same ids.
+
+Changing the block size (`reblock`): from source blocks of S tokens to cache blocks of b,
+- b divides S: source block i becomes S/b ids chain(c_i, j), j = 0..S/b-1, where c_i is
+  the chained source id (it already stands for everything up to the end of block i);
+- S divides b: cache block m is source blocks m*b/S .. (m+1)*b/S - 1, and its id is the
+  chained id of the last of them (which stands for the whole cache block and its prefix);
+- anything else is refused (a cache block would straddle a source boundary, whose
+  content the source ids do not describe).
+Either way a request keeps at most prompt // b ids (a partial last block has none) and no
+more than its source ids cover.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "check_block_size",
+    "mix",
+    "chain",
+    "chain_ragged",
+    "reblock",
+    "take_rows",
+    "as_tuples",
+]
+
+DEFAULT_BLOCK_SIZE = 16  # tokens per KV block (vLLM's default)
+MAX_BLOCK_SIZE = 1 << 20
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_ROOT = np.uint64(0x2545F4914F6CDD1D)  # the "empty prefix" every chain starts from
+
+
+def check_block_size(b, what: str = "block size") -> int:
+    """A block size as an int in 1..2**20 tokens (ConfigError otherwise)."""
+    if isinstance(b, bool):
+        raise ConfigError(f"{what} must be a whole number of tokens >= 1, got {b!r}")
+    try:
+        v = int(b)
+        ok = v == float(b)
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok or not 1 <= v <= MAX_BLOCK_SIZE:
+        raise ConfigError(f"{what} must be a whole number of tokens in 1..{MAX_BLOCK_SIZE}, got {b!r}")
+    return v
+
+
+def mix(x) -> np.ndarray:
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    x = np.asarray(x, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+        return x ^ (x >> np.uint64(31))
+
+
+def chain(prev, value) -> np.ndarray:
+    """The id of a block with content `value` after a prefix whose id is `prev` (uint64)."""
+    prev = np.asarray(prev, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return mix(prev * _GOLDEN + mix(np.asarray(value).astype(np.uint64) + _GOLDEN))
+
+
+def chain_ragged(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """Prefix ids of ragged rows of per-block content values (int64 in, int64 out): id k
+    of a row stands for the row's values 0..k, so two rows' ids agree exactly as far as
+    their values do (up to 64-bit collisions).
+
+    The prefix hash is polynomial, H_k = P * H_(k-1) + x_k (mod 2**64) with x = mix(value),
+    which unrolls to P**k * sum_(i <= k) x_i * P**-i (P odd, so invertible): a cumulative
+    sum instead of one step per block position. The id is mix(H_k) with the position
+    folded in. Rows are hashed about a million ids at a time, so the temporaries stay
+    small (memory traffic, not arithmetic, is the cost)."""
+    values = np.asarray(values, dtype=np.int64)
+    ptr = np.asarray(ptr, dtype=np.int64)
+    out = np.empty(values.shape[0], dtype=np.int64)
+    if values.shape[0] == 0:
+        return out
+    counts = np.diff(ptr)
+    pw, inv = _powers(int(counts.max()))
+    # chunk boundaries on row boundaries, every ~CHUNK ids
+    cuts = np.unique(np.searchsorted(ptr, np.arange(0, int(ptr[-1]), _CHUNK), side="right") - 1)
+    cuts = np.append(cuts, ptr.shape[0] - 1)
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        lo, hi = int(ptr[a]), int(ptr[b])
+        if hi == lo:
+            continue
+        sub = ptr[a : b + 1] - lo
+        row = np.repeat(np.arange(b - a), np.diff(sub))
+        k = np.arange(hi - lo, dtype=np.int64)
+        k -= sub[:-1][row]
+        with np.errstate(over="ignore"):
+            x = values[lo:hi].astype(np.uint64)
+            x += _GOLDEN
+            _mix_inplace(x)
+            x *= inv[k]
+            np.cumsum(x, out=x)
+            # the sum within the row: minus what the rows before added (wrapping arithmetic)
+            first = sub[:-1][row]
+            x -= np.where(first > 0, x[np.maximum(first - 1, 0)], np.uint64(0))
+            x *= pw[k]
+            x += k.astype(np.uint64) * _GOLDEN + _ROOT
+            _mix_inplace(x)
+        out[lo:hi] = x.view(np.int64)
+    return out
+
+
+_CHUNK = 1 << 20
+
+
+def _mix_inplace(x: np.ndarray) -> None:
+    """`mix` on a uint64 array, in place."""
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= _M1
+        x ^= x >> np.uint64(27)
+        x *= _M2
+        x ^= x >> np.uint64(31)
+
+
+_POWERS: tuple[np.ndarray, np.ndarray] = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """P**k and P**-k mod 2**64 for k < n (cached, grown as needed)."""
+    global _POWERS
+    pw, inv = _POWERS
+    if pw.shape[0] < n:
+        m = max(n, 2 * pw.shape[0])
+        p = int(_M1)  # odd, so invertible modulo 2**64
+        p_inv = pow(p, -1, 1 << 64)
+        with np.errstate(over="ignore"):
+            pw = np.cumprod(np.full(m, p, dtype=np.uint64), dtype=np.uint64) * np.uint64(pow(p, -1, 1 << 64))
+            inv = np.cumprod(np.full(m, p_inv, dtype=np.uint64), dtype=np.uint64) * np.uint64(p)
+        _POWERS = (pw, inv)
+    return pw, inv
+
+
+def reblock(
+    ids: np.ndarray, ptr: np.ndarray, prompt: np.ndarray, source: int, target: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Chained ids for `source`-token blocks -> ids for `target`-token blocks (see module
+    doc), keeping at most prompt // target per request. Returns (ids, ptr)."""
+    source = check_block_size(source, "the trace's block size")
+    target = check_block_size(target)
+    ids = np.asarray(ids, dtype=np.int64)
+    ptr = np.asarray(ptr, dtype=np.int64)
+    prompt = np.asarray(prompt, dtype=np.int64)
+    counts = np.diff(ptr)
+    if target <= source:
+        if source % target:
+            raise ConfigError(
+                f"cannot map the trace's {source}-token blocks onto {target}-token cache blocks: "
+                f"one size must divide the other"
+            )
+        r = source // target
+        keep = np.minimum(counts * r, prompt // target)
+        new_ptr = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(keep, out=new_ptr[1:])
+        total = int(new_ptr[-1])
+        # position j of request i comes from source block j // r of that request
+        row = np.repeat(np.arange(len(keep)), keep)
+        j = np.arange(total, dtype=np.int64) - new_ptr[:-1][row]
+        src = ids[ptr[:-1][row] + j // r]
+        out = src if r == 1 else chain(src, j % r).view(np.int64)
+        return np.ascontiguousarray(out, dtype=np.int64), new_ptr
+    if target % source:
+        raise ConfigError(
+            f"cannot map the trace's {source}-token blocks onto {target}-token cache blocks: "
+            f"one size must divide the other"
+        )
+    r = target // source
+    keep = np.minimum(counts // r, prompt // target)
+    new_ptr = np.zeros(len(keep) + 1, dtype=np.int64)
+    np.cumsum(keep, out=new_ptr[1:])
+    row = np.repeat(np.arange(len(keep)), keep)
+    m = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
+    return ids[ptr[:-1][row] + (m + 1) * r - 1].copy(), new_ptr
+
+
+def as_tuples(ids: np.ndarray, ptr: np.ndarray) -> list:
+    """Per-request tuples of ids (None for a request with none), for `Request.blocks`."""
+    flat = np.asarray(ids).tolist()
+    bounds = np.asarray(ptr).tolist()
+    return [tuple(flat[a:b]) if b > a else None for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def prefix_rows(
+    ids: np.ndarray, ptr: np.ndarray, rows: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """New row r = the first min(counts[r], len) ids of old row rows[r], as (ids, ptr)."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    rows = np.asarray(rows, dtype=np.int64)
+    keep = np.minimum(np.diff(ptr)[rows], np.asarray(counts, dtype=np.int64))
+    new_ptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(keep, out=new_ptr[1:])
+    row = np.repeat(np.arange(rows.shape[0]), keep)
+    j = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
+    return np.asarray(ids)[ptr[:-1][rows][row] + j], new_ptr
+
+
+def take_rows(ids: np.ndarray, ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ragged rows `rows` (an index array, in that order) as new (ids, ptr)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return prefix_rows(ids, ptr, rows, np.diff(np.asarray(ptr))[rows])
+
+
+def cap_rows(ids: np.ndarray, ptr: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's first min(len, cap[row]) ids, as new (ids, ptr)."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    if np.array_equal(np.minimum(np.diff(ptr), cap), np.diff(ptr)):
+        return np.asarray(ids), ptr
+    return prefix_rows(ids, ptr, np.arange(ptr.shape[0] - 1), cap)

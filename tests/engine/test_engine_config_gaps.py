@@ -1,0 +1,143 @@
+"""Model folders that Hugging Face loads the engine loads too, read the same way (issue 11
+item 6): rope parameters merged as transformers merges them, `num_key_value_heads: null`,
+a corrupt generation_config.json, a stray adapter file."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import pytest
+import torch
+
+from llmsched.core.engine_api import SamplingParams
+from llmsched.core.errors import ConfigError
+
+BASE = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 1,
+    "intermediate_size": 96,
+    "vocab_size": 128,
+    "max_position_embeddings": 4096,
+}
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+ROPE_CASES = {
+    # rope_theta only at the top level: transformers puts it into rope_parameters
+    "theta-top-level": {"rope_theta": 500000.0, "rope_parameters": dict(LLAMA3, original_max_position_embeddings=1024)},
+    # no original_max_position_embeddings: transformers takes max_position_embeddings
+    "no-original-max": {"rope_parameters": dict(LLAMA3, rope_theta=500000.0)},
+    "both-missing": {"rope_theta": 250000.0, "rope_parameters": dict(LLAMA3)},
+    # rope_parameters' own theta wins over the top-level one
+    "theta-in-params-wins": {"rope_theta": 1000.0, "rope_parameters": dict(LLAMA3, rope_theta=500000.0)},
+    # the legacy rope_scaling dict wins over rope_parameters
+    "legacy-scaling-wins": {
+        "rope_theta": 5000.0,
+        "rope_scaling": {"type": "linear", "factor": 2.0},
+        "rope_parameters": dict(LLAMA3, rope_theta=500000.0),
+    },
+    "linear-default-theta": {"rope_parameters": {"rope_type": "linear", "factor": 2.0}},
+    "plain": {"rope_theta": 20000.0},
+}
+
+
+def _hf_inv_freq(cfg: dict, tmp_path):
+    import transformers
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    hf_cfg = transformers.AutoConfig.from_pretrained(str(tmp_path))
+    return LlamaRotaryEmbedding(config=hf_cfg).inv_freq.float()
+
+
+@pytest.mark.parametrize("case", sorted(ROPE_CASES))
+def test_rope_parameters_merge_like_transformers(case, tmp_path):
+    from llmsched.engine.loader import parse_config, rope_inv_freq
+
+    cfg = dict(BASE, **ROPE_CASES[case])
+    ours = rope_inv_freq(parse_config(json.loads(json.dumps(cfg))))
+    ref = _hf_inv_freq(cfg, tmp_path)
+    assert ours.shape == ref.shape
+    torch.testing.assert_close(ours, ref, rtol=1e-6, atol=0)
+    if "llama3" in json.dumps(cfg) and "legacy" not in case:
+        plain = rope_inv_freq(parse_config(dict(BASE, rope_theta=parse_config(cfg).rope_theta)))
+        assert not torch.allclose(ours, plain)  # the scaling was applied, not dropped
+
+
+def test_llama3_original_max_defaults_to_max_position_embeddings():
+    from llmsched.engine.loader import parse_config
+
+    cfg = parse_config(dict(BASE, rope_theta=500000.0, rope_parameters=dict(LLAMA3), max_position_embeddings=2048))
+    assert cfg.rope_theta == 500000.0
+    assert cfg.rope_scaling["rope_type"] == "llama3"
+    assert cfg.rope_scaling["original_max_position_embeddings"] == 2048
+    with pytest.raises(ConfigError, match="rope_parameters must be a JSON object"):
+        parse_config(dict(BASE, rope_parameters=[1, 2]))
+    with pytest.raises(ConfigError, match="rope_theta must be a positive number"):
+        parse_config(dict(BASE, rope_theta=-1.0))
+
+
+@pytest.fixture(scope="module")
+def mha_model(tmp_path_factory):
+    """A make-tiny-model folder with as many KV heads as attention heads."""
+    from llmsched.engine.tiny import make_tiny_model
+
+    return make_tiny_model(
+        tmp_path_factory.mktemp("mha") / "model",
+        num_layers=1,
+        hidden_size=32,
+        num_heads=2,
+        num_kv_heads=2,
+        intermediate_size=64,
+        std=0.15,
+    )
+
+
+def _generate(folder, prompts=([1, 5, 9, 11], [3, 4])):
+    from llmsched.engine import LLM
+
+    llm = LLM(folder, max_model_len=64, max_num_seqs=2, b_max=32)
+    sp = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    return [o.token_ids for o in llm.generate(list(prompts), sp)]
+
+
+def test_null_kv_heads_means_one_per_attention_head(tmp_path, mha_model):
+    from llmsched.engine.loader import read_config
+
+    folder = shutil.copytree(mha_model, tmp_path / "null-kv")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["num_key_value_heads"] = None
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert read_config(folder).num_kv_heads == cfg["num_attention_heads"]
+    assert _generate(folder) == _generate(mha_model)
+
+
+def test_corrupt_generation_config_warns_and_loads(tmp_path, mha_model, caplog):
+    from llmsched.engine.loader import read_config
+
+    folder = shutil.copytree(mha_model, tmp_path / "bad-gen")
+    (folder / "generation_config.json").write_text('{"eos_token_id": [2, ')
+    with caplog.at_level(logging.WARNING, logger="llmsched.engine.loader"):
+        cfg = read_config(folder)
+    assert "generation config" in caplog.text and "not valid JSON" in caplog.text
+    assert cfg.eos_token_ids == read_config(mha_model).eos_token_ids  # from config.json
+    assert _generate(folder) == _generate(mha_model)
+
+
+def test_stray_adapter_file_is_ignored(tmp_path, mha_model):
+    from safetensors.torch import save_file
+
+    folder = shutil.copytree(mha_model, tmp_path / "adapter")
+    save_file(
+        {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(4, 32)},
+        str(folder / "adapter_model.safetensors"),
+    )
+    assert _generate(folder) == _generate(mha_model)
+    # without model.safetensors (other weight file names), adapters are still skipped
+    (folder / "model.safetensors").rename(folder / "weights.safetensors")
+    assert _generate(folder) == _generate(mha_model)

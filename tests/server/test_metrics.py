@@ -1,0 +1,86 @@
+"""/metrics: the histograms a vLLM dashboard plots (queue, prefill, decode and inference
+time, prompt and generation length, iteration tokens), process metrics, and the `vllm:`
+prefix, over real HTTP on loopback (the sim backend: 5 ms steps)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from srv_helpers import post, running_server, wait_for
+
+from llmsched.server.app import ServerConfig
+
+MODEL = "llmsched-sim"
+
+
+def _values(text: str) -> dict:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def test_request_histograms_and_process_metrics():
+    with running_server() as (base, srv):
+        for _ in range(3):
+            r = post(base, "/v1/completions", {"model": MODEL, "prompt": [1] * 8, "max_tokens": 5})
+            assert r.status_code == 200
+        eng = srv.config.app.state.engine
+        assert wait_for(lambda: not eng.streams)
+        v = _values(httpx.get(base + "/metrics").text)
+        lab = '{model_name="llmsched-sim"}'
+        h = "llmsched:request_"
+        assert v[f"{h}prompt_tokens_count{lab}"] == 3 and v[f"{h}prompt_tokens_sum{lab}"] == 24
+        assert v[f"{h}generation_tokens_count{lab}"] == 3 and v[f"{h}generation_tokens_sum{lab}"] == 15
+        for phase in ("queue", "prefill", "decode", "inference"):
+            assert v[f"{h}{phase}_time_seconds_count{lab}"] == 3, phase
+        # one request at a time: a 5 ms prefill step, then 4 decode steps of 5 ms
+        assert 3 * 0.004 <= v[f"{h}prefill_time_seconds_sum{lab}"] <= 3 * 0.2
+        assert 3 * 0.016 <= v[f"{h}decode_time_seconds_sum{lab}"] <= 3 * 0.5
+        assert v[f"{h}inference_time_seconds_sum{lab}"] == pytest.approx(
+            v[f"{h}prefill_time_seconds_sum{lab}"] + v[f"{h}decode_time_seconds_sum{lab}"]
+        )
+        assert v[f"{h}time_per_output_token_seconds_count{lab}"] == 3
+        # every step's tokens: 8 prompt tokens + 4 decode tokens per request
+        assert v[f"llmsched:iteration_tokens_total_sum{lab}"] == 3 * (8 + 4)
+        assert v[f"llmsched:iteration_tokens_total_count{lab}"] == 3 * 5
+        b = [x for k, x in v.items() if k.startswith("llmsched:iteration_tokens_total_bucket")]
+        assert b == sorted(b) and b[-1] == 15
+        assert v["process_resident_memory_bytes"] > 10e6
+        assert v["process_virtual_memory_bytes"] >= v["process_resident_memory_bytes"]
+        assert v["process_cpu_seconds_total"] > 0 and v["process_open_fds"] > 3
+        assert v["process_start_time_seconds"] > 1.6e9
+
+
+def test_aborted_requests_are_not_in_the_request_histograms():
+    with running_server() as (base, srv):
+        body = {"model": MODEL, "prompt": "x", "max_tokens": 400, "stream": True}
+        eng = srv.config.app.state.engine
+        with httpx.stream("POST", base + "/v1/completions", json=body, timeout=30) as r:
+            for _ in r.iter_bytes():
+                break
+        assert wait_for(lambda: not eng.streams)
+        v = _values(httpx.get(base + "/metrics").text)
+        assert v['llmsched:request_generation_tokens_count{model_name="llmsched-sim"}'] == 0
+        assert v['llmsched:request_success_total{model_name="llmsched-sim",finished_reason="abort"}'] == 1
+
+
+def test_vllm_prefix():
+    with running_server(cfg=ServerConfig(metrics_prefix="vllm")) as (base, _):
+        post(base, "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 2})
+        text = httpx.get(base + "/metrics").text
+        assert "vllm:request_queue_time_seconds_count" in text and "vllm:num_requests_running" in text
+        assert "llmsched:" not in text
+
+
+def test_metrics_prefix_flag(capsys):
+    from llmsched.cli import main
+    from llmsched.core.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        ServerConfig(metrics_prefix="sglang")
+    with pytest.raises(SystemExit) as e:  # argparse: one line, exit 2
+        main(["serve", "--backend", "sim", "--metrics-prefix", "sglang"])
+    assert e.value.code == 2 and "--metrics-prefix" in capsys.readouterr().err

@@ -1,0 +1,339 @@
+"""Prefix caching in the shared KV accounting: hand cases and properties."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmsched.core import ConfigError, make_cost_model
+from llmsched.core.prefix_cache import PrefixCache
+from llmsched.policies import BATCH_POLICIES
+from llmsched.policies.spec import SchedulerSpec
+from llmsched.sim.result import SimResult
+from llmsched.sim.simulator import simulate_trace
+
+BS = 16
+
+
+def trace(rows, blocks):
+    a, p, o = zip(*rows)
+    return SimpleNamespace(
+        arrival_s=np.array(a, float), prompt=np.array(p), output=np.array(o), tag=None, blocks=list(blocks)
+    )
+
+
+def run(rows, blocks, fast=True, cost="const:10", **spec):
+    spec = {"policy": "sarathi", "b_max": 512, "prefix_caching": True, "block_size": BS, **spec}
+    sched = SchedulerSpec(**spec).build()
+    buf = io.StringIO()
+    tr = trace(rows, blocks)
+    stats = simulate_trace(tr, sched, make_cost_model(cost), fast=fast, steps_file=buf)
+    return stats, prefills(buf.getvalue())
+
+
+def prefills(steps_csv: str) -> dict[int, list[int]]:
+    """Prefill chunks per request id, in step order."""
+    out: dict[int, list[int]] = {}
+    for line in steps_csv.splitlines():
+        for e in line.split(",")[6].split():
+            rid, work = e.split(":")
+            if work != "d":
+                out.setdefault(int(rid), []).append(int(work[1:]))
+    return out
+
+
+# ---- the cache alone ---------------------------------------------------------------------
+def test_cache_match_acquire_release_evict_order():
+    pc = PrefixCache(BS)
+    assert all(pc.insert(k) for k in (1, 2, 3))
+    assert not pc.insert(2)  # cached already: the caller keeps its own copy
+    assert pc.match((1, 2, 3, 4), 10) == (3, 3)
+    assert pc.match((1, 2, 3), 2) == (2, 2)  # the limit
+    assert pc.match((1, 9, 3), 10) == (1, 1)  # divergence: the chain stops at the first miss
+    assert pc.match((1, 2, 3), 10, freed={2}) == (3, 2)
+    assert pc.release([3, 2, 1]) == 3  # deepest first, as ServerState releases
+    assert pc.n_free == 3 and pc.match((1, 2, 3), 10) == (3, 0)  # free blocks still hit
+    assert pc.acquire([1]) == 1 and pc.refs(1) == 1 and pc.n_free == 2
+    assert pc.release([1]) == 1  # 1 is now the most recently released
+    evicted = []
+    pc.on_evict = evicted.append
+    assert pc.evict(2) == 2 and evicted == [3, 2]
+    assert pc.evict(5) == 1 and evicted == [3, 2, 1] and len(pc) == 0
+    assert pc.evictions == 3 and pc.refs(1) == -1
+
+
+def test_referenced_blocks_are_never_evicted():
+    pc = PrefixCache(BS)
+    pc.insert(7)
+    pc.insert(7 + 1)
+    pc.acquire([7])  # two holders
+    assert pc.evict(2) == 0 and 7 in pc
+    assert pc.release([7]) == 0 and pc.release([7, 8]) == 2
+    assert pc.evict(1) == 1 and 7 not in pc and 8 in pc
+
+
+# ---- hit accounting in the simulator -----------------------------------------------------
+def test_shared_prefix_is_not_computed_again():
+    # B arrives after A finished: it reuses A's two full blocks and computes 8 tokens
+    stats, pf = run([(0.0, 40, 2), (1.0, 40, 2)], [(1, 2), (1, 2)])
+    assert pf[0] == [40] and pf[1] == [8]
+    p = stats.prefix
+    assert p["hit_tokens"] == 32 and p["hit_blocks"] == 2 and p["queried_blocks"] == 4
+    assert p["queried_tokens"] == 80 and p["token_hit_rate"] == pytest.approx(32 / 80)
+
+
+def test_divergence_mid_block_reuses_only_the_common_blocks():
+    # B's second block differs (its content diverges somewhere inside it): one block reused
+    stats, pf = run([(0.0, 40, 2), (1.0, 40, 2)], [(1, 2), (1, 3)])
+    assert pf[1] == [24] and stats.prefix["hit_blocks"] == 1
+
+
+def test_the_last_prompt_token_is_always_computed():
+    # a 32-token prompt is two full blocks; reusing both would leave nothing to compute,
+    # so only the first is reused and the last block is computed again
+    stats, pf = run([(0.0, 32, 2), (1.0, 32, 2)], [(1, 2), (1, 2)])
+    assert pf[1] == [16] and stats.prefix["hit_tokens"] == 16
+    # a partial last block (40 = 2 full blocks + 8) is never cached: both full blocks hit
+    stats, pf = run([(0.0, 40, 2), (1.0, 41, 2)], [(1, 2), (1, 2)])
+    assert pf[1] == [9]
+
+
+def test_caching_off_computes_everything():
+    stats, pf = run([(0.0, 40, 2), (1.0, 40, 2)], [(1, 2), (1, 2)], prefix_caching=False)
+    assert pf[1] == [40] and stats.prefix is None
+
+
+def test_blocks_still_being_computed_are_not_reused():
+    # A (40 tokens) is computed in chunks of 24; B with the same prompt arrives meanwhile.
+    # After A's first chunk only block 1 is complete and cached: B reuses 16 tokens, not 32,
+    # although A finishes block 2 in the very step B starts
+    stats, pf = run([(0.0, 40, 1), (0.001, 40, 1)], [(1, 2), (1, 2)], b_max=24)
+    assert pf[0] == [24, 16]
+    assert pf[1] == [8, 16] and stats.prefix["hit_tokens"] == 16
+    # admitted in the same step, neither reuses the other's blocks
+    stats, pf = run([(0.0, 40, 1), (0.0, 40, 1)], [(1, 2), (1, 2)])
+    assert pf == {0: [40], 1: [40]} and stats.prefix["hit_tokens"] == 0
+
+
+def test_eviction_order_lru_and_deepest_first():
+    # capacity 100. A (blocks 1, 2) then C (blocks 5, 6) run alone and leave four free cached
+    # blocks, released deepest first: LRU order 2, 1, 6, 5. D has no blocks and needs 80
+    # private slots: 80 + 64 cached is 44 over, so three blocks go (2, 1, 6). Then E with A's
+    # prompt finds nothing and F with C's prompt hits block 5 only
+    rows = [(0.0, 40, 1), (1.0, 40, 1), (2.0, 80, 1), (3.0, 40, 1), (4.0, 40, 1)]
+    blocks = [(1, 2), (5, 6), None, (1, 2), (5, 6)]
+    stats, pf = run(rows, blocks, kv_capacity=100)
+    assert stats.prefix["evictions"] == 3
+    assert pf[3] == [40] and pf[4] == [24]
+    # D needs 50: 14 over, one block goes, A's deeper block 2; E reuses block 1, F both
+    rows[2] = (2.0, 50, 1)
+    stats, pf = run(rows, blocks, kv_capacity=100)
+    assert stats.prefix["evictions"] == 1
+    assert pf[3] == [24] and pf[4] == [8]
+
+
+def test_shared_blocks_count_once_against_the_capacity():
+    # A leaves a cached 64-token prefix. B and C share it, each needing 91 slots (72 + 20 - 1);
+    # with capacity 120 both run at once (64 shared + 2 x 27 private), without caching C
+    # waits for B
+    rows = [(0.0, 72, 1), (0.5, 72, 20), (0.5, 72, 20)]
+    blocks = [(1, 2, 3, 4)] * 3
+    on, pf = run(rows, blocks, kv_capacity=120)
+    off, _ = run(rows, blocks, kv_capacity=120, prefix_caching=False)
+    assert pf[1] == [8] and pf[2] == [8]
+    assert on.preemptions.sum() == 0
+    assert off.queue_ns[2] >= off.e2e_ns[1]  # without caching C starts when B ends
+    assert on.queue_ns[2] < off.queue_ns[2]
+    assert on.e2e_ns[2] < off.e2e_ns[2]
+
+
+def test_bad_block_size_is_a_config_error():
+    with pytest.raises(ConfigError, match="block_size"):
+        SchedulerSpec(prefix_caching=True, block_size=0).build()
+
+
+# ---- properties ----------------------------------------------------------------------------
+def audit(scheduler, problems):
+    """Check the KV accounting at every step boundary (before each plan)."""
+    inner = scheduler.plan
+    cap = scheduler.constraints.kv_capacity
+
+    def plan(state):
+        pc = state.prefix
+        bs = pc.block_size
+        held = Counter()
+        private = 0
+        for r in state.running.values():
+            sole = sum(1 for k in r.cached or () if pc.refs(k) == 1)
+            private += state.footprint(r) - bs * sole  # footprint: private + blocks only r holds
+            for k in r.cached or ():
+                held[k] += 1
+        referenced = {k: c for k, c in pc._ref.items() if c}
+        if held != Counter(referenced):
+            problems.append("reference counts differ from the requests holding the blocks")
+        if state.kv_used != private + bs * len(referenced):
+            problems.append(f"kv_used {state.kv_used} != private {private} + referenced {len(referenced)} blocks")
+        if set(pc._free) != set(pc._ref) - set(referenced):
+            problems.append("free list differs from the unreferenced blocks")
+        if cap and state.kv_used + bs * pc.n_free > cap:
+            problems.append(f"KV over capacity: {state.kv_used} used + {bs * pc.n_free} cached > {cap}")
+        return inner(state)
+
+    scheduler.plan = plan
+    return scheduler
+
+
+@st.composite
+def cached_workloads(draw):
+    n = draw(st.integers(1, 25))
+    bs = draw(st.sampled_from([4, 8, 16]))
+    rows, blocks = [], []
+    t = 0.0
+    for _ in range(n):
+        t += draw(st.sampled_from([0.0, 0.001, 0.005, 0.02, 0.1]))
+        p = draw(st.integers(1, 60))
+        o = draw(st.integers(1, 20))
+        family = draw(st.integers(0, 3))  # prompts of a family share leading blocks
+        shared = draw(st.integers(0, 8))
+        ids = tuple((family, j) if j < shared else (family, j, len(rows)) for j in range(p // bs))
+        rows.append((t, p, o))
+        blocks.append(tuple(hash(x) for x in ids) or None)
+    return rows, blocks, bs
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_accounting_never_exceeds_capacity_never_leaks_and_fast_equals_exact(data):
+    rows, blocks, bs = data.draw(cached_workloads())
+    need = max(p + o - 1 for _, p, o in rows)
+    spec = SchedulerSpec(
+        policy=data.draw(st.sampled_from(sorted(BATCH_POLICIES))),
+        admission=data.draw(st.sampled_from(["fcfs", "spf"])),
+        b_max=data.draw(st.integers(1, 64)),
+        k_max=data.draw(st.one_of(st.none(), st.integers(1, 8))),
+        kv_capacity=data.draw(st.one_of(st.none(), st.integers(need, need + 80))),
+        max_running=data.draw(st.one_of(st.none(), st.integers(1, 6))),
+        prefix_caching=True,
+        block_size=bs,
+    )
+    cost = data.draw(st.sampled_from([make_cost_model("const:10"), make_cost_model("paper:c=1,a=3,b0=4")]))
+    tr = trace(rows, blocks)
+    out = {}
+    for fast in (False, True):
+        problems: list[str] = []
+        sched = audit(spec.build(), problems)
+        buf = io.StringIO()
+        stats = simulate_trace(tr, sched, cost, fast=fast, steps_file=buf)
+        assert problems == []
+        res = SimResult({}, stats, tr.arrival_s, tr.prompt, tr.output, None)
+        out[fast] = (res, buf.getvalue())
+    (exact, exact_steps), (fast, fast_steps) = out[False], out[True]
+    assert exact.summary["completed"] == len(rows)
+    # no leak: everything that is left is free cached blocks, and the hits are consistent
+    p = exact.stats.prefix
+    assert p["cached_blocks"] == p["free_cached_blocks"]
+    if exact.summary["preemptions"] == 0:
+        computed = sum(sum(v) for v in prefills(exact_steps).values())
+        assert computed + p["hit_tokens"] == sum(r[1] for r in rows)
+        assert p["hit_tokens"] == bs * p["hit_blocks"]
+    # the fast path gives the same steps, times and metrics with caching on
+    assert fast_steps == exact_steps
+    assert np.array_equal(fast.stats.ttft_ns, exact.stats.ttft_ns)
+    sf, se = dict(fast.summary), dict(exact.summary)
+    sf.pop("wall_s"), se.pop("wall_s")
+    assert sf == se
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_nothing_shared_means_the_same_steps_as_caching_off(data):
+    # every block unique: caching finds nothing to reuse, and its accounting (contexts,
+    # KV, preemptions, evictions of blocks no one will use) must not change a single step
+    rows, blocks, bs = data.draw(cached_workloads())
+    blocks = [None if b is None else tuple(hash((i, k)) for k in b) for i, b in enumerate(blocks)]
+    need = max(p + o - 1 for _, p, o in rows)
+    base = dict(
+        policy=data.draw(st.sampled_from(sorted(BATCH_POLICIES))),
+        b_max=data.draw(st.integers(1, 64)),
+        kv_capacity=data.draw(st.one_of(st.none(), st.integers(need, need + 80))),
+        block_size=bs,
+    )
+    cost = "paper:c=1,a=3,b0=4"
+    on = run(rows, blocks, cost=cost, prefix_caching=True, **base)
+    off = run(rows, blocks, cost=cost, prefix_caching=False, **base)
+    if off[0].preemptions.sum():
+        # a preempted request reuses its own blocks when it comes back, so the runs part
+        assert on[0].unfinished == 0
+        return
+    assert on[1] == off[1]
+    assert np.array_equal(on[0].e2e_ns, off[0].e2e_ns) and np.array_equal(on[0].ttft_ns, off[0].ttft_ns)
+    assert on[0].prefix["hit_tokens"] == 0
+
+
+def test_theorem2_without_the_cached_work():
+    from llmsched.theory import capacity
+
+    off = capacity("paper", 512, 1000.0, 100.0)
+    on = capacity("paper", 512, 1000.0, 100.0, cached_prompt=600.0)
+    assert on.work_per_request == 1000 - 600 + 100 - 1
+    assert on.critical_rate == pytest.approx(off.critical_rate * off.work_per_request / on.work_per_request)
+    with pytest.raises(ConfigError, match="cached prompt"):
+        capacity("paper", 512, 1000.0, 100.0, cached_prompt=1000.0)
+
+
+def test_simulate_cli_with_a_mooncake_trace(tmp_path, capsys):
+    import json
+
+    from llmsched.cli import main
+
+    row = {"input_length": 1200, "output_length": 20}
+    rows = [{"timestamp": 250 * i, **row, "hash_ids": [7, 8, 100 + i]} for i in range(60)]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    args = ["simulate", "--trace", str(path), "--cost-model", "paper", "--block-size", "512", "--out", str(out)]
+    assert main([*args, "--prefix-caching", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    pc = s["prefix_cache"]
+    # every request after the first reuses the two shared 512-token blocks
+    assert pc["hit_tokens"] == 59 * 1024 and pc["block_size"] == 512
+    assert s["cached_prompt_tokens_per_request"] == pytest.approx(59 * 1024 / 60)
+    header = (out / "timeseries.csv").read_text().splitlines()[0].split(",")
+    assert {"prefix_hit_tokens", "prefix_evictions", "kv_cached_free_tokens"} <= set(header)
+    assert main([*args, "--json"]) == 0
+    assert "prefix_cache" not in json.loads(capsys.readouterr().out)
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--prefix-caching", "--block-size", "0"])
+    assert e.value.code == 2
+
+
+def test_capacity_cli_with_an_expected_cached_fraction(capsys):
+    import json
+
+    from llmsched.cli import main
+
+    args = ["capacity", "--cost-model", "paper", "--mean-prompt", "1000", "--mean-output", "100", "--json"]
+    assert main(args) == 0
+    off = json.loads(capsys.readouterr().out)["capacity"]
+    assert main([*args, "--cached-fraction", "0.6"]) == 0
+    on = json.loads(capsys.readouterr().out)["capacity"]
+    assert on["cached_prompt_per_request"] == pytest.approx(600.0)
+    assert on["critical_rate"] == pytest.approx(off["critical_rate"] * 1099 / 499)
+    assert main([*args, "--cached-fraction", "1"]) == 2
+
+
+def test_serve_sim_backend_with_prefix_caching():
+    from llmsched.cli import build_parser
+    from llmsched.cli.server import build_backend
+
+    args = build_parser().parse_args(["serve", "--backend", "sim", "--enable-prefix-caching", "--block-size", "32"])
+    backend = build_backend(args)
+    assert backend.core.state.prefix is not None and backend.core.state.prefix.block_size == 32
+    args = build_parser().parse_args(["serve", "--backend", "sim"])
+    assert build_backend(args).core.state.prefix is None

@@ -1,0 +1,392 @@
+"""Trace formats (plain, Azure, BurstGPT, Mooncake) and prefix-cache block ids on traces."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmsched.core.errors import ConfigError
+from llmsched.workload import Trace, WorkloadSpec, make_trace, read_trace
+from llmsched.workload.blocks import chain_ragged, reblock, take_rows
+from llmsched.workload.trace import TraceWarning, read_burstgpt_csv, read_mooncake_jsonl, trace_format
+
+FIX = Path(__file__).resolve().parent / "data" / "traces" / "formats"
+MOONCAKE = FIX / "mooncake.jsonl"
+BURSTGPT = FIX / "burstgpt.csv"
+AZURE24 = FIX / "azure_2024.csv"
+PLAIN_BLOCKS = FIX / "plain_blocks.csv"
+
+# the fixture's rows in arrival order: (arrival_s, input_length, output, hash_ids)
+MOONCAKE_ROWS = [
+    (0.0, 1100, 10, [0, 1, 2]),
+    (0.1, 600, 1, [4, 5]),
+    (0.25, 1536, 5, [0, 1, 3]),
+    (1.0, 300, 1, [6]),  # output_length 0 counts as 1
+    (1.5005, 2048, 7, [0, 1, 3, 7]),
+]
+
+
+def _common(a, b) -> int:
+    """Length of the common leading run of two id sequences."""
+    a, b = a or (), b or ()
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# ------------------------------------------------------------------ detection
+@pytest.mark.parametrize(
+    "path, fmt", [(MOONCAKE, "mooncake"), (BURSTGPT, "burstgpt"), (AZURE24, "azure"), (PLAIN_BLOCKS, "plain")]
+)
+def test_each_fixture_is_recognised(path, fmt):
+    assert trace_format(path) == fmt
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceWarning)
+        assert len(read_trace(path)) >= 3
+
+
+def test_unknown_format_names_the_formats(tmp_path):
+    p = _write(tmp_path, "x.csv", "when,what\n1,2\n")
+    with pytest.raises(ConfigError) as info:
+        read_trace(p)
+    msg = str(info.value)
+    assert "\n" not in msg and "when,what" in msg
+    for name in ("plain CSV", "Azure CSV", "BurstGPT CSV", "Mooncake JSON lines"):
+        assert name in msg
+
+
+# ------------------------------------------------------------------ Mooncake
+def test_mooncake_fields_and_order():
+    t = read_mooncake_jsonl(MOONCAKE, block_size=None)
+    assert t.arrival_s.tolist() == [r[0] for r in MOONCAKE_ROWS]
+    assert t.prompt.tolist() == [r[1] for r in MOONCAKE_ROWS]
+    assert t.output.tolist() == [r[2] for r in MOONCAKE_ROWS]
+    assert t.block_size == 512
+    # 10 full blocks, 5 distinct ids (0,1 shared by three requests, 3 by two): an unbounded cache hits 5
+    d = t.describe()
+    assert d["full_blocks"] == 10 and d["block_reuse"] == 0.5
+    # at the trace's own 512-token blocks: one id per full block, the partial last one dropped
+    blocks = t.blocks()
+    assert [len(b or ()) for b in blocks] == [r[1] // 512 for r in MOONCAKE_ROWS]
+    # two requests share exactly as many leading ids as their hash_ids agree on (within full blocks)
+    for i, ri in enumerate(MOONCAKE_ROWS):
+        for j, rj in enumerate(MOONCAKE_ROWS):
+            want = min(_common(ri[3], rj[3]), ri[1] // 512, rj[1] // 512)
+            assert _common(blocks[i], blocks[j]) == want, (i, j)
+
+
+def test_mooncake_at_cache_block_sizes():
+    t16 = read_trace(MOONCAKE)  # the default cache block size
+    assert t16.block_size == 16
+    assert [len(b or ()) for b in t16.blocks()] == [r[1] // 16 for r in MOONCAKE_ROWS]
+    b = t16.blocks()
+    # rows 0 and 2 share hash ids 0, 1 = 1024 tokens = 64 blocks of 16, then differ
+    assert _common(b[0], b[2]) == 64
+    # rows 2 and 4 share 3 full 512-token blocks = 96 blocks of 16 (all of row 2's)
+    assert _common(b[2], b[4]) == 96 == len(b[2])
+    # row 3: 300 tokens in one partial source block still gives its 18 full 16-token blocks
+    assert len(b[3]) == 18 and _common(b[3], b[0]) == 0
+    # ids are distinct within a request (a chained hash never repeats along a prefix)
+    assert all(len(set(x)) == len(x) for x in b if x)
+    t1024 = read_trace(MOONCAKE, block_size=1024)
+    b = t1024.blocks()
+    assert [len(x or ()) for x in b] == [1, 0, 1, 0, 2]
+    assert b[0] == b[2] and b[4][0] == b[0][0]
+    # the id of a 1024-token block is the chained id of its last 512-token block
+    t512 = read_trace(MOONCAKE, block_size=512)
+    assert b[4] == (t512.blocks()[4][1], t512.blocks()[4][3])
+    with pytest.raises(ConfigError, match="512-token blocks onto 48-token.*divide"):
+        read_trace(MOONCAKE, block_size=48)
+    with pytest.raises(ConfigError, match="block size must be a whole number"):
+        read_trace(MOONCAKE, block_size=0)
+
+
+def test_mooncake_slow_path_equals_fast(tmp_path):
+    # other key order and an extra key: not Mooncake's own layout, read by json line by line
+    lines = []
+    for line in MOONCAKE.read_text().splitlines():
+        if line.strip():
+            d = json.loads(line)
+            lines.append(json.dumps({"hash_ids": d["hash_ids"], "note": "x", **{k: d[k] for k in list(d)[:3]}}))
+    p = _write(tmp_path, "other.jsonl", "\n".join(lines) + "\n")
+    assert read_trace(p) == read_trace(MOONCAKE)
+
+
+@pytest.mark.parametrize(
+    "line, pattern",
+    [
+        ('{"timestamp": 5, "input_length": 10, "output_length": 2', "line 2 is not a JSON object"),
+        ('{"timestamp": 5, "input_length": 10, "hash_ids": []}', "line 2 has no 'output_length'"),
+        ('{"timestamp": 5, "input_length": -10, "output_length": 2, "hash_ids": []}', "line 2 key 'input_length'"),
+        ('{"timestamp": 5, "input_length": 10.5, "output_length": 2, "hash_ids": []}', "line 2 key 'input_length'"),
+        ('{"timestamp": "soon", "input_length": 10, "output_length": 2, "hash_ids": []}', "line 2 key 'timestamp'"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1.5]}', "line 2 key 'hash_ids'"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1,,2]}', "line 2"),
+        ("[1, 2, 3]", "line 2 is not a JSON object"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1, , 2]}', "line 2 is not a JSON"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1, 2,]}', "line 2 is not a JSON"),
+    ],
+)
+def test_mooncake_bad_rows_name_the_line(tmp_path, line, pattern):
+    good = '{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]}'
+    p = _write(tmp_path, "bad.jsonl", f"{good}\n{line}\n{good}\n")
+    with pytest.raises(ConfigError, match=pattern) as info:
+        read_trace(p)
+    assert str(p) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_mooncake_big_fast_and_exact(tmp_path, monkeypatch):
+    """Many rows in Mooncake's layout: read by the fast parser (the line-by-line one is
+    not called), with the sharing structure of the hash ids."""
+    import llmsched.workload.trace as trace_mod
+
+    monkeypatch.setattr(trace_mod, "_mooncake_slow", lambda *a: pytest.fail("slow path used"))
+    rng = np.random.default_rng(1)
+    n = 3000
+    rows = []
+    for i in range(n):
+        k = int(rng.integers(1, 6))
+        shared = int(rng.integers(0, 3))
+        ids = list(range(shared)) + [1000 + 10 * i + j for j in range(k)]
+        rows.append({"timestamp": i * 7, "input_length": 512 * len(ids) - 5, "output_length": 3, "hash_ids": ids})
+    fast = _write(tmp_path, "fast.jsonl", "\n".join(json.dumps(r) for r in rows))
+    t = read_trace(fast, block_size=512)
+    b = t.blocks()
+    for i in range(0, n, 97):
+        for j in range(0, n, 89):
+            want = min(_common(rows[i]["hash_ids"], rows[j]["hash_ids"]), len(rows[i]["hash_ids"]) - 1)
+            want = min(want, len(rows[j]["hash_ids"]) - 1)
+            assert _common(b[i], b[j]) == want
+
+
+# ------------------------------------------------------------------ BurstGPT
+def test_burstgpt_reads_filters_and_counts_failures():
+    with pytest.warns(TraceWarning, match="dropped 2 failed request"):
+        t = read_burstgpt_csv(BURSTGPT)
+    # failed rows (6 s and 8.5 s) dropped; arrival = Timestamp - first kept; 0 request tokens -> 1
+    assert t.arrival_s.tolist() == [0.0, 2.0, 3.0, 4.5]
+    assert t.prompt.tolist() == [100, 1, 50, 300] and t.output.tolist() == [20, 30, 5, 40]
+    with pytest.warns(TraceWarning, match="dropped 1 failed"):
+        chat = read_trace(BURSTGPT, model="chatgpt")
+    assert chat.prompt.tolist() == [100, 1, 50]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no failed row among these: no warning
+        api = read_trace(BURSTGPT, model="GPT-4", log_type="API log")
+    assert api.prompt.tolist() == [300] and api.arrival_s.tolist() == [0.0]
+    with pytest.warns(TraceWarning):
+        both = read_trace(BURSTGPT, log_type=["Conversation log", "API log"])
+    assert len(both) == 4
+    with pytest.raises(ConfigError, match="no rows with Model 'llama'.*ChatGPT, GPT-4"):
+        read_trace(BURSTGPT, model="llama")
+    with pytest.raises(ConfigError, match="BurstGPT traces only"):
+        read_trace(MOONCAKE, model="ChatGPT")
+
+
+def test_burstgpt_bad_row_names_the_line(tmp_path):
+    head = BURSTGPT.read_text().splitlines()[0]
+    p = _write(tmp_path, "b.csv", f"{head}\n1,ChatGPT,10,2,12,API log\n2,ChatGPT,ten,2,12,API log\n")
+    with pytest.raises(ConfigError, match="line 3 column 'Request tokens'.*'ten'"):
+        read_trace(p)
+    p = _write(tmp_path, "c.csv", f"{head}\n1,ChatGPT,10,2,12,API log\n2,ChatGPT,10,-2,8,API log\n")
+    with pytest.raises(ConfigError, match="line 3 column 'Response tokens'"):
+        read_trace(p)
+
+
+# ------------------------------------------------------------------ Azure 2024 and plain
+def test_azure_2024_timestamps_with_offsets():
+    t = read_trace(AZURE24)
+    assert np.allclose(t.arrival_s, [0.0, 0.49007, 0.99007])
+    assert t.prompt.tolist() == [4808, 1, 3180] and t.output.tolist() == [10, 3, 8]
+    assert t.block_ids is None and all(b is None for b in t.blocks())
+
+
+def test_plain_csv_with_block_ids():
+    t = read_trace(PLAIN_BLOCKS, block_size=None)
+    assert t.block_size == 32 and t.blocks() == [(11, 12, 13), (11, 12), None]
+    t64 = read_trace(PLAIN_BLOCKS, block_size=64)
+    assert t64.blocks() == [(12,), (12,), None]
+    t16 = read_trace(PLAIN_BLOCKS)
+    b = t16.blocks()
+    assert [len(x or ()) for x in b] == [6, 4, 0]
+    assert b[0][:4] == b[1]
+
+
+@pytest.mark.parametrize(
+    "rows, pattern",
+    [
+        ("0.0,100,5,11 x 13\n", "line 2 column 'block_ids@32'.*'11 x 13'"),
+        ("0.0,100,5,11 12 13 14 15\n", "line 2 column 'block_ids@32': 5 block ids for a 100-token prompt"),
+        ("0.0,100,5,1.5\n", "line 2 column 'block_ids@32'"),
+    ],
+)
+def test_plain_csv_bad_block_ids(tmp_path, rows, pattern):
+    p = _write(tmp_path, "p.csv", "arrival_s,prompt_tokens,output_tokens,block_ids@32\n" + rows)
+    with pytest.raises(ConfigError, match=pattern):
+        read_trace(p)
+    p = _write(tmp_path, "q.csv", "arrival_s,prompt_tokens,output_tokens,block_ids@0\n0,1,1,\n")
+    with pytest.raises(ConfigError, match="block size in column 'block_ids@0'"):
+        read_trace(p)
+
+
+# ------------------------------------------------------------------ Trace with block ids
+def test_trace_operations_keep_block_ids(tmp_path):
+    t = read_trace(MOONCAKE)
+    b = t.blocks()
+    assert t.slice(1, 3).blocks() == b[1:3] and t.head(2).blocks() == b[:2]
+    assert t.slice(3).blocks() == b[3:] and t.slice(-2).blocks() == b[-2:] and t.slice(4, 2).blocks() == []
+    assert t.time_scaled(2).blocks() == b and t.until(0.3).blocks() == b[:3]
+    c = t.copy()
+    assert c == t and c.block_ids is not t.block_ids
+    c.block_ids[0] += 1
+    assert c != t
+    assert t != t.with_blocks(None, None)
+    # fewer prompt tokens: ids beyond the new prompts' full blocks are dropped
+    short = t.with_lengths(prompt=np.full(len(t), 40))
+    assert short.blocks() == [x[:2] for x in b]
+    # a CSV round trip keeps everything
+    p = tmp_path / "t.csv"
+    t.to_csv(p)
+    assert p.read_text().splitlines()[0] == "arrival_s,prompt_tokens,output_tokens,block_ids@16"
+    assert Trace.from_csv(p) == t and read_trace(p) == t
+    # requests carry the ids, at the trace's block size or another one
+    reqs = list(t.requests())
+    assert [r.blocks for r in reqs] == b
+    assert [r.blocks for r in t.requests(block_size=32)] == t.with_block_size(32).blocks()
+    # re-blocked a few requests at a time, as when stored at the source's 512-token blocks
+    src = read_trace(MOONCAKE, block_size=None)
+    assert list(src.iter_blocks(16, chunk=2)) == b == src.blocks(16)
+    assert all(r.blocks is None for r in read_trace(AZURE24).requests())
+
+
+def test_trace_rejects_inconsistent_block_ids():
+    with pytest.raises(
+        ConfigError, match="request 0 has 4 block ids but its 40-token prompt holds only 3 blocks of 16"
+    ):
+        Trace([0.0], [40], [1], block_ids=[1, 2, 3, 4], block_ptr=[0, 4])
+    with pytest.raises(ConfigError, match="block_ptr must have 3 offsets"):
+        Trace([0.0, 1.0], [40, 40], [1, 1], block_ids=[1], block_ptr=[0, 1])
+    with pytest.raises(ConfigError, match="both block_ids and block_ptr"):
+        Trace([0.0], [40], [1], block_ids=[1])
+
+
+def test_make_trace_replays_block_ids():
+    full = read_trace(MOONCAKE)
+    t = make_trace(WorkloadSpec(arrival=f"trace:{MOONCAKE}", num_requests=3))
+    assert t == full.head(3)
+    t32 = make_trace(WorkloadSpec(arrival=f"trace:{MOONCAKE}"), block_size=32)
+    assert t32 == read_trace(MOONCAKE, block_size=32)
+    # lengths redrawn from a law: the trace's ids cut to the new prompts' full blocks
+    r = make_trace(WorkloadSpec(arrival=f"trace:{MOONCAKE}", prompt="const:100"))
+    assert r.blocks() == [x[:6] for x in full.blocks()]
+    with pytest.raises(ConfigError, match="BurstGPT traces only"):
+        WorkloadSpec(arrival=f"trace:{MOONCAKE}", trace_model="GPT-4")
+    with pytest.warns(TraceWarning):
+        g = make_trace(WorkloadSpec(arrival=f"trace:{BURSTGPT}", trace_model="GPT-4"))
+    assert g.prompt.tolist() == [300]
+
+
+# ------------------------------------------------------------------ the hashing
+def test_chained_ids_follow_prefixes():
+    values = np.array([1, 2, 3, 1, 2, 4, 1, 2, 3, 5, 9, 2, 3], dtype=np.int64)
+    ptr = np.array([0, 3, 6, 10, 13])
+    ids = chain_ragged(values, ptr)
+    rows = [tuple(ids[a:b].tolist()) for a, b in zip(ptr[:-1], ptr[1:])]
+    assert rows[0] == rows[2][:3]  # the same prefix: the same ids
+    assert rows[0][:2] == rows[1][:2] and rows[0][2] != rows[1][2]  # diverge at block 3
+    # the same block content after a different prefix gets a different id
+    assert rows[3][1:] != rows[0][1:] and not set(rows[3]) & set(rows[0])
+    # deterministic, and a row's ids do not depend on the other rows
+    assert np.array_equal(chain_ragged(values, ptr), ids)
+    assert chain_ragged(values[3:6], [0, 3]).tolist() == list(rows[1])
+
+
+def test_reblock_and_take_rows_hand_cases():
+    ids = np.array([10, 20, 30, 40, 50], dtype=np.int64)
+    ptr = np.array([0, 3, 3, 5])
+    # 32 -> 16: two ids per source id, capped at prompt // 16
+    out, optr = reblock(ids, ptr, np.array([100, 5, 33]), 32, 16)
+    assert np.diff(optr).tolist() == [6, 0, 2]
+    assert out[0] != out[1] and len(set(out.tolist())) == 8
+    # 32 -> 64: the id of every second source block; a lone or partial pair gives none
+    out, optr = reblock(ids, ptr, np.array([128, 64, 64]), 32, 64)
+    assert out.tolist() == [20, 50] and optr.tolist() == [0, 1, 1, 2]
+    sub, sptr = take_rows(ids, ptr, np.array([2, 0]))
+    assert sub.tolist() == [40, 50, 10, 20, 30] and sptr.tolist() == [0, 2, 5]
+
+
+# ------------------------------------------------------------------ command line
+def test_cli_reads_every_format_and_filters(tmp_path):
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "llmsched.cli", "simulate", "--cost-model", "paper", "--out", "", "--json", *args],
+            capture_output=True,
+            text=True,
+        )
+
+    proc = run("--trace", str(BURSTGPT), "--trace-model", "ChatGPT")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["num_requests"] == 3
+    # the dropped failed row is reported on one line
+    assert proc.stderr.strip() == (
+        f"llmsched simulate: warning: trace {BURSTGPT}: dropped 1 failed request(s) with 0 response tokens"
+    )
+    proc = run("--trace", str(MOONCAKE))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["num_requests"] == 5
+    bad = _write(tmp_path, "bad.txt", "hello\n")
+    for args in (["--trace", str(bad)], ["--trace", str(MOONCAKE), "--trace-log-type", "API log"]):
+        proc = run(*args)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Mooncake JSON lines" in run("--trace", str(bad)).stderr
+
+
+def test_chain_ragged_is_the_prefix_recurrence(monkeypatch):
+    """The vectorised hash equals its definition computed step by step:
+    H_k = P * H_(k-1) + mix(value_k) mod 2**64, id_k = mix(H_k + k * G + root)."""
+    from llmsched.workload import blocks as B
+
+    p, mask = int(B._M1), (1 << 64) - 1
+    rng = np.random.default_rng(0)
+    values = rng.integers(-(2**62), 2**62, size=60)
+    ptr = np.array([0, 7, 7, 40, 60])
+    ids = B.chain_ragged(values, ptr)
+
+    def m(x: int) -> int:
+        return int(B.mix(np.array([x & mask], dtype=np.uint64))[0])
+
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        h = 0
+        for k in range(b - a):
+            h = (h * p + m(int(values[a + k]) + int(B._GOLDEN))) & mask
+            want = m(h + k * int(B._GOLDEN) + int(B._ROOT))
+            assert int(np.int64(ids[a + k]).view(np.uint64)) == want
+    # hashed a few ids at a time: the same ids (rows never straddle chunks)
+    monkeypatch.setattr(B, "_CHUNK", 8)
+    assert np.array_equal(B.chain_ragged(values, ptr), ids)
+
+
+def test_python_api_takes_the_trace_options():
+    import llmsched
+
+    with pytest.warns(TraceWarning):
+        r = llmsched.simulate(trace=str(BURSTGPT), trace_model="ChatGPT", cost_model="paper", verdict=False)
+    assert r.summary["num_requests"] == 3 and r.config["workload"]["trace_model"] == "ChatGPT"
+    r = llmsched.simulate(
+        cost_model="paper", rate=2, num_requests=50, system_prompt=64, turns=2, think_time_s=1.0, verdict=False
+    )
+    assert r.summary["num_requests"] == 50 and r.config["workload"]["turns"] == "const:2"
