@@ -35,6 +35,7 @@ def reference_requests_csv(r: SimResult) -> bytes:
             "tpot_s",
             "e2e_s",
             "preemptions",
+            "arrived",
             "finished",
         ]
     )
@@ -54,6 +55,7 @@ def reference_requests_csv(r: SimResult) -> bytes:
                 fmt(tpot[i]),
                 fmt(e2e[i]),
                 int(r.stats.preemptions[i]),
+                int(np.round(r.arrival_s[i] * NS) <= r.stats.end_ns),  # reached the server before the stop
                 int(done[i]),
             ]
         )

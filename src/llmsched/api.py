@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .core.cost import make_cost_model
-from .core.errors import ConfigError, unknown_name
+from .core.errors import ConfigError, unknown_name, warn
 from .core.version import __version__
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
@@ -291,6 +291,11 @@ def simulate(
         workload_desc = spec.to_dict()
     else:
         workload_desc = {"trace": "given by the caller", **trace.describe()} if hasattr(trace, "describe") else {}
+        if overrides.get("rate") is not None:
+            warn(f"rate={overrides['rate']} is ignored: the caller's trace sets the arrival times")
+    replay = workload_desc.get("arrival", "trace") == "trace"  # a trace's own clock, not rescaled
+    replay = replay and workload_desc.get("rate") is None and workload_desc.get("time_scale", 1.0) == 1.0
+    warn_implausible(cost, cfg, trace, replay=replay)
     steps_tmp = None
     steps_file = None
     if cfg.record_steps:
@@ -348,6 +353,39 @@ def simulate(
         if steps_tmp is not None:
             result.steps_path = Path(out_dir) / "steps.csv"
     return result
+
+
+MIN_STEP_S = 1e-4  # a step faster than 0.1 ms is no GPU's: probably seconds given as ms
+MIN_TRACE_RATE = 0.01  # req/s: a replayed trace slower than this probably has its times in ms
+
+
+def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
+    """Warn (one line each, the run goes on) about inputs that are valid but probably not
+    meant: a step under 0.1 ms, a replayed trace under 0.01 req/s, a profile cost model
+    used far past its measured grid."""
+    one = min(cost.load_time(1), cost.step_time(0, 1, 1, [], 1))
+    if one < MIN_STEP_S:
+        warn(
+            f"the cost model {cfg.cost_model!r} times a one-token step at {one * 1e3:.3g} ms, under 0.1 ms: "
+            "are its times in milliseconds?"
+        )
+    arrival = np.asarray(trace.arrival_s, dtype=np.float64)
+    if replay and len(arrival) > 1:
+        span = float(arrival[-1] - arrival[0])
+        rate = (len(arrival) - 1) / span if span > 0 else math.inf
+        if rate < MIN_TRACE_RATE:
+            warn(
+                f"the trace's mean arrival rate is {rate:.3g} req/s, under {MIN_TRACE_RATE} req/s: are its arrival "
+                "times in seconds? (--time-scale K or --rate R rescales a trace)"
+            )
+    if hasattr(cost, "extrapolation"):  # a measured profile (no import of core.profile for the others)
+        need = np.asarray(trace.prompt, dtype=np.int64) + np.asarray(trace.output, dtype=np.int64) - 1
+        # the decode batch only where a cap sets it: without one, b_max bounds it far above what runs
+        caps = [x for x in (cfg.k_max, cfg.max_running) if x]
+        batch = min([*caps, cfg.b_max, len(need)]) if caps else 0
+        far = cost.extrapolation(cfg.b_max, batch, int(need.max()) if len(need) else 0)
+        if far:
+            warn(f"profile {cost.label!r} is extrapolated far past its grid: {'; '.join(far)}")
 
 
 def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
 
 from .core.errors import ConfigError
+from .core.palette import color_of
 
 
 def _read_csv(path: Path) -> dict[str, np.ndarray]:
@@ -35,20 +37,51 @@ def _figure():
     return fig, fig.add_subplot(1, 1, 1)
 
 
-def _cdf(ax, values: np.ndarray, weights: np.ndarray | None = None, label: str | None = None):
+def _cdf(ax, values: np.ndarray, weights: np.ndarray | None = None, label: str | None = None, color=None):
     order = np.argsort(values)
     v = values[order]
     w = np.ones_like(v) if weights is None else weights[order]
     c = np.cumsum(w)
-    ax.plot(v, c / c[-1], label=label)
+    ax.plot(v, c / c[-1], label=label, color=color)
+
+
+def run_title(folder: Path) -> str:
+    """The run a folder holds, for figure titles: `sarathi, b_max 512, paper, poisson 5
+    req/s, 2,000 requests` (from its config.json; the folder's name without one)."""
+    try:
+        c = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return folder.resolve().name
+    parts = [str(c.get("policy", "?"))]
+    if c.get("admission") not in (None, "fcfs"):
+        parts[0] += f" + {c['admission']}"
+    parts.append(f"b_max {c.get('b_max')}")
+    if c.get("k_max"):
+        parts.append(f"k_max {c['k_max']}")
+    parts.append(str(c.get("cost_model", "")).removeprefix("profile:"))
+    w = c.get("workload") or {}
+    if w.get("trace"):
+        parts.append(f"trace {Path(str(w['trace'])).name}")
+    elif w.get("rate") is not None:
+        parts.append(f"{w.get('arrival', 'poisson')} {w['rate']:g} req/s")
+    if w.get("num_requests"):
+        parts.append(f"{int(w['num_requests']):,} requests")
+    return ", ".join(parts)
 
 
 def plot_dir(folder: str | Path) -> list[Path]:
-    """Draw queue.png, ttft_cdf.png, itl_cdf.png and token_load.png into `folder`."""
+    """Draw queue.png, ttft_cdf.png, itl_cdf.png and token_load.png into `folder`; every
+    title names the run (`run_title`)."""
     d = Path(folder)
     if not d.is_dir():
         raise ConfigError(f"{folder} is not a folder")
     out = []
+    name = run_title(d)
+    try:
+        policy = json.loads((d / "config.json").read_text()).get("policy", "")
+    except (OSError, ValueError):
+        policy = ""
+    color = color_of(policy)
 
     ts = _read_csv(d / "timeseries.csv")
     fig, ax = _figure()
@@ -56,27 +89,31 @@ def plot_dir(folder: str | Path) -> list[Path]:
     ax.plot(ts["time_s"], ts["running_requests"], label="running")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("requests")
-    ax.set_title("Queue length over time")
+    ax.set_title(f"Queue length over time\n{name}", fontsize=10)
     ax.legend()
     out.append(_save(fig, d / "queue.png"))
 
     req = _read_csv(d / "requests.csv")
-    ttft = req["ttft_s"][~np.isnan(req["ttft_s"])] * 1e3
+    done = req["finished"] == 1 if "finished" in req else ~np.isnan(req["e2e_s"])
+    ttft = req["ttft_s"][done] * 1e3
     fig, ax = _figure()
     if len(ttft):
-        _cdf(ax, ttft)
+        _cdf(ax, ttft, color=color)
     ax.set_xlabel("TTFT (ms)")
-    ax.set_ylabel("fraction of requests")
-    ax.set_title("Time to first token, CDF")
+    ax.set_ylabel("fraction of finished requests")
+    ax.set_title(
+        f"Time to first token, CDF of the {int(done.sum()):,} finished requests (of {len(done):,})\n{name}",
+        fontsize=10,
+    )
     out.append(_save(fig, d / "ttft_cdf.png"))
 
     itl = _read_csv(d / "itl_histogram.csv")
     fig, ax = _figure()
     if len(itl["itl_ms"]):
-        _cdf(ax, itl["itl_ms"], itl["count"])
+        _cdf(ax, itl["itl_ms"], itl["count"], color=color)
     ax.set_xlabel("inter-token latency (ms)")
     ax.set_ylabel("fraction of gaps")
-    ax.set_title("Inter-token latency, CDF")
+    ax.set_title(f"Inter-token latency, CDF of every gap (unfinished requests' tokens included)\n{name}", fontsize=10)
     out.append(_save(fig, d / "itl_cdf.png"))
 
     load = _read_csv(d / "load_histogram.csv")
@@ -85,10 +122,11 @@ def plot_dir(folder: str | Path) -> list[Path]:
         load["token_load"],
         load["steps"],
         width=max(1.0, float(np.ptp(load["token_load"])) / 100 if len(load["token_load"]) else 1),
+        color=color,
     )
     ax.set_xlabel("token load b of a step")
     ax.set_ylabel("steps")
-    ax.set_title("Token-load histogram")
+    ax.set_title(f"Token-load histogram\n{name}", fontsize=10)
     out.append(_save(fig, d / "token_load.png"))
     return out
 
@@ -96,6 +134,6 @@ def plot_dir(folder: str | Path) -> list[Path]:
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp)
+    fig.savefig(tmp, bbox_inches="tight", pad_inches=0.1)  # the image holds every title and label
     tmp.replace(path)
     return path

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.palette import group_styles
 from ..theory import StabilityRegion
 from .grid import NON_GROUP_KEYS
 from .tables import atomic_write, group_label
 
-__all__ = ["new_figure", "save_figure", "plot_region", "plot_sweep"]
+__all__ = ["new_figure", "save_figure", "plot_region", "plot_sweep", "run_name"]
 
 
 def new_figure(n: int = 1, width: float = 7.0):
@@ -35,8 +36,37 @@ def new_figure(n: int = 1, width: float = 7.0):
 def save_figure(fig, path: Path) -> str:
     """Lay out and write `fig` as a PNG at `path` (whole or not at all); returns the path."""
     fig.tight_layout()
-    atomic_write(Path(path), lambda p: fig.savefig(p, format="png"))
+    # bbox "tight": the saved image grows to hold every title, label and legend (nothing clipped)
+    atomic_write(Path(path), lambda p: fig.savefig(p, format="png", bbox_inches="tight", pad_inches=0.1))
     return str(path)
+
+
+RUN_KEYS = (("cost_model", "{}"), ("b_max", "b_max {}"), ("k_max", "k_max {}"), ("prompt", "prompt {}"))
+RUN_KEYS += (("output", "output {}"), ("num_requests", "{:,} requests"))
+
+
+def run_name(rows: list[dict], skip: Sequence[str] = ()) -> str:
+    """What the rows of a sweep share, for figure titles: `paper, b_max 512, prompt
+    geometric:200, output geometric:101, 2,000 requests` (keys that vary are left out)."""
+    parts = []
+    for key, fmt in RUN_KEYS:
+        vals = {r.get(key) for r in rows if r.get(key) not in (None, "")}
+        if key in skip or len(vals) != 1:
+            continue
+        v = vals.pop()
+        if key == "num_requests":
+            try:
+                v = int(float(v))
+            except (TypeError, ValueError):
+                continue
+        parts.append(fmt.format(v))
+    return ", ".join(parts)
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap  # noqa: PLC0415
+
+    return "\n".join(textwrap.wrap(text, width)) if text else ""
 
 
 def plot_region(
@@ -145,23 +175,34 @@ def _empirical_max_stable(rows: list[dict]) -> float | None:
     return best
 
 
-def plot_sweep(rows: list[dict], out_dir, grid_keys: Sequence[str], search: list[dict] | None = None) -> list[str]:
+def plot_sweep(
+    rows: list[dict],
+    out_dir,
+    grid_keys: Sequence[str],
+    search: list[dict] | None = None,
+    name: str | None = None,
+) -> list[str]:
     """A sweep's figures in `out_dir`: `throughput.png` (served vs offered tokens/s) and
     `latency.png` (p99 TTFT and ITL) against the offered load, one line per group of the
-    grid (`grid_keys` without rate, load and seed), and `max_stable_rate.png` (each
-    group's empirical maximum stable rate, from the grid or from a `search` table, against
-    lambda*). Returns the paths written."""
+    grid (`grid_keys` without rate, load and seed; each policy in its colour of
+    `llmsched.core.palette`), and `max_stable_rate.png` (each group's empirical maximum
+    stable rate, from the grid or from a `search` table, against lambda*; "none" where no
+    rate was stable). Titles name the run (`name`, else what the rows share). Returns the
+    paths written."""
     out = Path(out_dir)
     groups = _groups(rows, grid_keys)
     files = []
+    if name is None:
+        name = run_name(rows or search or [], skip=grid_keys)
     uses_load = all(_x_of(rs)[1] for rs in groups.values()) if groups else False
     xlabel = "offered load (rate / critical rate lambda*)" if uses_load else "offered rate (requests/s)"
+    styles = group_styles(list(groups))
     if rows and search is None:
         fig, (ax,) = new_figure()
-        for i, (label, rs) in enumerate(groups.items()):
+        for i, ((label, rs), st) in enumerate(zip(groups.items(), styles)):
             xs, ys = _by_x(rs, "total_token_throughput")
             if xs:
-                ax.plot(xs, ys, "o-", ms=3, label=label)
+                ax.plot(xs, ys, ms=3, label=label, **st)
             if i == len(groups) - 1:
                 xs, ys = _by_x(rs, "offered_token_rate")
                 if xs:
@@ -173,25 +214,30 @@ def plot_sweep(rows: list[dict], out_dir, grid_keys: Sequence[str], search: list
             ax.axvline(1.0, color="gray", ls=":", lw=1)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("served tokens/s (prompt + output)")
-        ax.set_title("Throughput vs offered load")
+        ax.set_title(_wrap(f"Throughput vs offered load: {name}" if name else "Throughput vs offered load", 70))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         files.append(save_figure(fig, out / "throughput.png"))
 
         fig, axes = new_figure(2)
-        for ax, metric, title in ((axes[0], "p99_ttft_ms", "p99 TTFT"), (axes[1], "p99_itl_ms", "p99 ITL")):
-            for label, rs in groups.items():
+        for ax, metric, title, what in (
+            (axes[0], "p99_ttft_ms", "p99 TTFT", "finished requests"),
+            (axes[1], "p99_itl_ms", "p99 ITL", "every gap"),
+        ):
+            for (label, rs), st in zip(groups.items(), styles):
                 xs, ys = _by_x(rs, metric)
                 if xs:
-                    ax.plot(xs, ys, "o-", ms=3, label=label)
+                    ax.plot(xs, ys, ms=3, label=label, **st)
             ax.set_yscale("log")
             if uses_load:
                 ax.axvline(1.0, color="gray", ls=":", lw=1)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(f"{title} (ms)")
-            ax.set_title(f"{title} vs offered load")
+            ax.set_title(f"{title} ({what}) vs offered load", fontsize=10)
             ax.grid(alpha=0.3, which="both")
         axes[0].legend(fontsize=7)
+        if name:
+            fig.suptitle(_wrap(f"Latency vs offered load: {name}", 110), fontsize=10)
         files.append(save_figure(fig, out / "latency.png"))
 
     bars = []
@@ -206,28 +252,48 @@ def plot_sweep(rows: list[dict], out_dir, grid_keys: Sequence[str], search: list
             lam = [r.get("critical_rate") for r in rs if r.get("critical_rate")]
             bars.append((label, _empirical_max_stable(rs), lam[0] if lam else None, None))
     if bars:
-        fig, (ax,) = new_figure(width=max(5.0, 1.1 * len(bars) + 2))
-        xs = list(range(len(bars)))
-        ax.bar(xs, [b[1] or 0.0 for b in bars], color="tab:blue", alpha=0.8, label="empirical max stable rate")
-        if any(b[3] is not None for b in bars):
-            ax.bar(
-                [x + 0.25 for x in xs],
-                [b[3] or 0.0 for b in bars],
-                width=0.35,
-                color="tab:orange",
-                label="max rate meeting SLOs",
-            )
-        for x, b in zip(xs, bars):
-            if b[2]:
-                ax.plot([x - 0.45, x + 0.45], [b[2], b[2]], "k--", lw=1.5)
-        ax.plot([], [], "k--", label="lambda* (theorem 2; with k_max the 2-D region)")
-        ax.set_xticks(xs)
-        ax.set_xticklabels([b[0] for b in bars], rotation=20, ha="right", fontsize=8)
-        ax.set_ylabel("arrival rate (requests/s)")
-        ax.set_title("Empirical maximum stable rate vs the theoretical critical rate")
-        top = max([b[1] or 0.0 for b in bars] + [b[2] or 0.0 for b in bars] + [1e-9])
-        ax.set_ylim(0, top * 1.3)
-        ax.legend(fontsize=7, loc="upper right")
-        ax.grid(alpha=0.3, axis="y")
-        files.append(save_figure(fig, out / "max_stable_rate.png"))
+        files.append(_plot_max_stable(bars, out / "max_stable_rate.png", name, search is not None))
     return files
+
+
+def _plot_max_stable(bars: list[tuple], path: Path, name: str, searched: bool) -> str:
+    """One bar per group in its policy's colour, its value written above it ("none" where
+    no rate qualified), lambda* as a dashed line over each bar."""
+    fig, (ax,) = new_figure(width=max(6.0, 1.2 * len(bars) + 2.5))
+    xs = list(range(len(bars)))
+    slo = any(b[3] is not None for b in bars)
+    w = 0.4 if slo else 0.7
+    styles = group_styles([b[0] for b in bars])
+    top = max([b[1] or 0.0 for b in bars] + [b[2] or 0.0 for b in bars] + [b[3] or 0.0 for b in bars] + [1e-9])
+    pad = 0.015 * top
+
+    def bar(x, v, color, hatch=None):
+        ax.bar(x, v or 0.0, width=w, color=color, alpha=0.85, hatch=hatch, edgecolor="white" if hatch else None)
+        label = "none" if not v else f"{v:.3g}"  # None, or 0: no probed rate qualified
+        box = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1}
+        ax.text(x, (v or 0.0) + pad, label, ha="center", va="bottom", fontsize=8, bbox=box)
+
+    for x, b, st in zip(xs, bars, styles):
+        bar(x - (w / 2 if slo else 0), b[1], st["color"])
+        if slo:
+            bar(x + w / 2, b[3], st["color"], hatch="//")
+        if b[2]:
+            ax.plot([x - 0.45, x + 0.45], [b[2], b[2]], "k--", lw=1.5)
+    from matplotlib.lines import Line2D  # noqa: PLC0415
+    from matplotlib.patches import Patch  # noqa: PLC0415
+
+    handles = [Patch(facecolor="darkgray", label="max stable rate" + (" (bisection)" if searched else " (grid)"))]
+    if slo:
+        handles.append(Patch(facecolor="darkgray", hatch="//", edgecolor="white", label="max rate meeting the SLOs"))
+    handles.append(Line2D([], [], color="k", ls="--", label="lambda* (theorem 2; with k_max the 2-D region)"))
+    ax.set_xticks(xs)
+    ax.set_xticklabels(
+        [b[0] for b in bars], rotation=20 if len(bars) > 3 else 0, ha="right" if len(bars) > 3 else "center"
+    )
+    ax.set_ylabel("arrival rate (requests/s)")
+    title = "Empirical maximum stable rate vs the critical rate lambda*"
+    ax.set_title(_wrap(f"{title}: {name}" if name else title, 60), fontsize=10)
+    ax.set_ylim(0, top * 1.35)
+    ax.legend(handles=handles, fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3, axis="y")
+    return save_figure(fig, path)

@@ -32,6 +32,7 @@ import numpy as np
 from ..api import simulate
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.palette import color_of
 from ..policies import make_batch_policy
 from ..workload import WorkloadSpec, make_trace
 from .figures import new_figure, save_figure
@@ -211,8 +212,9 @@ def _plot_queue(queue: dict, policies, path: Path, load: float, lam: float, work
         s = q["summary"]
         label = f"{p.partition(':')[0]} ({s.get('verdict') or 'no verdict'})"
         ls = styles[i % len(styles)]
-        axes[0].plot(q["time_s"], q["in_system"], ls=ls, lw=1.2, label=label)
-        axes[1].plot(q["time_s"], [max(v, 0) for v in q["backlog_tokens"]], ls=ls, lw=1.2, label=label)
+        c = color_of(p, i)
+        axes[0].plot(q["time_s"], q["in_system"], ls=ls, lw=1.2, label=label, color=c)
+        axes[1].plot(q["time_s"], [max(v, 0) for v in q["backlog_tokens"]], ls=ls, lw=1.2, label=label, color=c)
     axes[0].set_ylabel("requests in the system")
     axes[1].set_ylabel("unfinished work (tokens)")
     for ax in axes:

@@ -47,6 +47,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.palette import color_of
 from ..sim.network_result import network_backlog, simulate_network
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
 from ..theory.network import traffic
@@ -534,7 +535,7 @@ def _plot_clusters(rows, replicas, routers, metric: str, ylabel: str, path: Path
                     pts.setdefault(r["load"], []).append(r)
             xs = sorted(pts)
             ys = [_mean(r[metric] for r in pts[x]) for x in xs]
-            (line,) = ax.plot(xs, ys, "-", lw=1.3, label=rt)
+            (line,) = ax.plot(xs, ys, "-", lw=1.3, label=rt, color=color_of(rt))
             for x, y in zip(xs, ys):
                 vs = {r["verdict"] for r in pts[x]}
                 v = UNSTABLE if UNSTABLE in vs else (INCONCLUSIVE if INCONCLUSIVE in vs else STABLE)

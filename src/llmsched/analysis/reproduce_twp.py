@@ -55,6 +55,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.palette import color_of
 from ..core.request import NS
 from ..theory import capacity
 from ..workload.serverless import (
@@ -761,10 +762,17 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
             for s in schedulers:
                 cdf = _pick_seed(results, "main", w, x, seeds, s)["itl_cdf_ms"]
                 if cdf:
-                    ax.plot(cdf, np.asarray(CDF_QS) / 100.0, lw=1.2, label=LABELS[s], ls="-" if s == "twp" else "--")
+                    ax.plot(
+                        cdf,
+                        np.asarray(CDF_QS) / 100.0,
+                        lw=1.2,
+                        label=LABELS[s],
+                        ls="-" if s == "twp" else "--",
+                        color=color_of(s),
+                    )
             ax.set_xscale("log")
             ax.set_xlabel("inter-token gap (ms)")
-            ax.set_ylabel("CDF")
+            ax.set_ylabel("fraction of gaps (every token,\nunfinished requests included)", fontsize=7)
             ax.set_title(f"{w}, {load_names[x]} load", fontsize=9)
             ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=7)
@@ -795,7 +803,7 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
             if stats:
                 ax.bxp(stats, showfliers=False)
             ax.tick_params(axis="x", labelrotation=45, labelsize=7)
-            ax.set_ylabel("request's mean inter-token gap (ms)\nbox 25-75%, whiskers 5-95%", fontsize=7)
+            ax.set_ylabel("finished request's mean inter-token gap (ms)\nbox 25-75%, whiskers 5-95%", fontsize=7)
             ax.set_title(f"{w}, {load_names[x]} load", fontsize=9)
             ax.grid(alpha=0.3, axis="y")
     files.append(save_figure(fig, out / "tpot_box.png"))
@@ -819,7 +827,9 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
                     or 0
                     for x in loads
                 ]
-                ax.bar(lx + (j - (len(schedulers) - 1) / 2) * width, vals, width=width, label=LABELS[s])
+                ax.bar(
+                    lx + (j - (len(schedulers) - 1) / 2) * width, vals, width=width, label=LABELS[s], color=color_of(s)
+                )
             ax.set_xticks(lx)
             ax.set_xticklabels([load_names[x] for x in loads])
             ax.set_ylabel(ylabel)
@@ -856,7 +866,7 @@ def _plot_stability(stab_rows, path: Path) -> str:
             pts = sorted((r for r in sel if r["admission"] == adm), key=lambda r: r["load"])
             xs = [r["load"] for r in pts]
             ys = [(r["request_throughput"] or 0) / (r["critical_rate"] or 1) for r in pts]
-            (line,) = ax.plot(xs, ys, lw=1.0, label=adm)
+            (line,) = ax.plot(xs, ys, lw=1.0, label=adm, color=color_of(adm))
             for xx, yy, r in zip(xs, ys, pts):
                 ax.plot([xx], [yy], marks.get(r["verdict"], "^"), color=line.get_color(), ms=6, fillstyle="none")
         ax.plot(

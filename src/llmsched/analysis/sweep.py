@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, warn
 from .figures import plot_sweep
 from .grid import NON_GROUP_KEYS, expand_grid, grid_keys, parse_grid, parse_slo, parse_values
 from .points import KEY_VERSION, check_point, critical_rate_of, point_key, resolve_point, run_point
@@ -123,6 +123,9 @@ def run_sweep(
         raise ConfigError(f"unknown option {bad[0]!r}")
     if search and ("rate" in fixed or "load" in fixed):
         raise ConfigError("the search finds the rate: do not fix a rate or load")
+    if "rate" in fixed and ("rate" in g or "load" in g):
+        key = "rate" if "rate" in g else "load"
+        warn(f"rate={fixed['rate']} is ignored: the grid's {key!r} sets each point's rate")
     show = sys.stderr.isatty() if progress is None else bool(progress)
 
     # every configuration is resolved and checked before the first run

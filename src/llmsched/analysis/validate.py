@@ -84,7 +84,7 @@ def validate(
     profile: str | None = None,
     device: str = "cpu",
     dtype=None,
-    b_max: int = 256,
+    b_max: int = 512,
     k_max: int | None = None,
     max_num_seqs: int = 64,
     block_size: int = 16,

@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, InputWarning
 from ..core.version import __version__
 from . import analysis, engine, server, simulate
 from .common import Parser
@@ -36,10 +36,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         with warnings.catch_warnings():
+            warnings.simplefilter("default", InputWarning)  # shown on every run, not once per process
             default_show = warnings.showwarning
 
             def show(message, category, filename, lineno, file=None, line=None):
-                # what the library warns a user about (e.g. rows a trace reader dropped): one line
+                # what the library warns a user about (rows a trace reader dropped, an
+                # implausible input: InputWarning): one line
                 if issubclass(category, UserWarning):
                     print(f"llmsched {args.command}: warning: {message}", file=sys.stderr)
                 else:

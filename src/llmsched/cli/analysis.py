@@ -19,6 +19,7 @@ from .common import (
     add_parallel_args,
     add_scheduler_args,
     add_workload_args,
+    console,
     positive_int,
     print_grid,
     print_table,
@@ -36,7 +37,6 @@ def _num(x, fmt: str = ",.2f") -> str:
 
 
 def _print_rows(title: str, rows: list[dict], cols: list[tuple[str, str, str]]) -> None:
-    from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
     t = Table(title=title)
@@ -55,7 +55,7 @@ def _print_rows(title: str, rows: list[dict], cols: list[tuple[str, str, str]]) 
             else:
                 cells.append(_num(v, f))
         t.add_row(*cells)
-    Console().print(t)
+    console().print(t)
 
 
 # ---------------------------------------------------------------------------------------
@@ -584,7 +584,6 @@ def register(sub) -> None:
 
 # ---- validate ------------------------------------------------------------------------------
 def render_validation(result: dict) -> None:
-    from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
     from ..analysis.validate import METRICS, STATS  # noqa: PLC0415
@@ -607,7 +606,7 @@ def render_validation(result: dict) -> None:
     for policy, res in result["policies"].items():
         for m in METRICS:
             t.add_row(policy, m, *(cell(res["errors"][f"{m}_{st}"]) for st in STATS))
-    con = Console()
+    con = console()
     con.print(t)
     for policy, res in result["policies"].items():
         st = res.get("steps")

@@ -144,13 +144,13 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--trace",
         help="replay a trace file: plain CSV (arrival_s,prompt_tokens,output_tokens), Azure CSV, "
-        "BurstGPT CSV or Mooncake JSON lines (told apart by the first line)",
+        "BurstGPT CSV or Mooncake JSON lines (told apart by the first line; default: none)",
     )
     g.add_argument("--trace-model", help="BurstGPT: keep only rows of these models (e.g. ChatGPT or ChatGPT,GPT-4)")
     g.add_argument("--trace-log-type", help="BurstGPT: keep only rows of this log type (Conversation log, API log)")
     g.add_argument("--rate", type=float, help="arrival rate in requests/s (default 16; for a trace: rescale to it)")
-    g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals)")
-    g.add_argument("--time-scale", type=float, help="multiply a trace's rate by K")
+    g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals; default 1)")
+    g.add_argument("--time-scale", type=float, help="multiply a trace's rate by K (default 1)")
     g.add_argument(
         "--prompt",
         help="prompt length law: const:N, uniform:LO,HI, geometric:MEAN, "
@@ -159,7 +159,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--output", help="output length law, the same forms (default geometric:mean=256,max=2048)")
     g.add_argument("--num-requests", type=int, help="stop after N requests (default 5000)")
-    g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds")
+    g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds (default: none)")
     g.add_argument("--seed", type=int, help="random seed (default 0)")
     g.add_argument(
         "--system-prompt",
@@ -221,8 +221,18 @@ def add_parallel_args(g) -> None:
     )
 
 
-def print_table(title: str, rows: list[tuple[str, str]], head: tuple[str, str] = ("quantity", "value")) -> None:
+PIPE_WIDTH = 10_000  # piped output: no wrapping, no cut headers; a table takes its natural width
+
+
+def console():
+    """rich's Console for tables on stdout: the terminal's width on a terminal; when piped,
+    wide enough for any table (rich would otherwise wrap and cut at 80 columns)."""
     from rich.console import Console  # noqa: PLC0415 - rich costs start-up time
+
+    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH)
+
+
+def print_table(title: str, rows: list[tuple[str, str]], head: tuple[str, str] = ("quantity", "value")) -> None:
     from rich.table import Table  # noqa: PLC0415
 
     t = Table(title=title)
@@ -230,12 +240,11 @@ def print_table(title: str, rows: list[tuple[str, str]], head: tuple[str, str] =
     t.add_column(head[1], justify="right")
     for k, v in rows:
         t.add_row(k, v)
-    Console().print(t)
+    console().print(t)
 
 
 def print_grid(title: str, rows: list[tuple[str, ...]]) -> None:
     """A table whose first row is the header; when piped, whole rows rather than cut cells."""
-    from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
     t = Table(title=title)
@@ -243,7 +252,7 @@ def print_grid(title: str, rows: list[tuple[str, ...]]) -> None:
         t.add_column(head, justify="left" if i == 0 else "right", no_wrap=True)
     for row in rows[1:]:
         t.add_row(*row)
-    Console(width=None if sys.stdout.isatty() else 200).print(t)
+    console().print(t)
 
 
 __all__ = [
@@ -257,6 +266,7 @@ __all__ = [
     "add_workload_args",
     "sim_overrides",
     "add_parallel_args",
+    "console",
     "print_table",
     "print_grid",
 ]

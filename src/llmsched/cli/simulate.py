@@ -10,7 +10,15 @@ import sys
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from .common import add_cost_model_arg, add_scheduler_args, add_workload_args, positive_int, print_table, sim_overrides
+from .common import (
+    add_cost_model_arg,
+    add_scheduler_args,
+    add_workload_args,
+    console,
+    positive_int,
+    print_table,
+    sim_overrides,
+)
 from .table import render_table
 
 
@@ -21,6 +29,14 @@ def cmd_simulate(args) -> int:
         args.out = "" if args.json else "results"
     if args.steps and not args.out:
         raise ConfigError("--steps writes steps.csv into the output folder: give --out DIR")
+    if args.parquet:
+        if not args.out:
+            raise ConfigError("--parquet writes requests.parquet into the output folder: give --out DIR")
+        if args.serverless or args.network or args.replicas:
+            raise ConfigError("--parquet is for one server; a network or serverless run writes CSV files")
+        from ..sim.result import require_pyarrow  # noqa: PLC0415
+
+        require_pyarrow("--parquet")  # before the run, not after it
     if args.serverless:
         return _simulate_serverless(args)
     if args.platform_scheduler:
@@ -34,6 +50,8 @@ def cmd_simulate(args) -> int:
         result = simulate(args.config, out_dir=args.out or None, progress=progress, **sim_overrides(args))
     finally:
         close()
+    if args.parquet:
+        result.write_parquet(args.out)
     return _report(args, result, print_summary)
 
 
@@ -241,7 +259,11 @@ def print_summary(result) -> None:
         f"cost {c['cost_model']})"
     )
     rows = [
-        ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}"),
+        (
+            ("requests completed / arrived / in the trace", f"{s['completed']:,} / {arrived:,} / {s['num_requests']:,}")
+            if (arrived := s.get("arrived", s["num_requests"])) < s["num_requests"]
+            else ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}")
+        ),
         ("duration", f"{s['duration']:,.1f} s"),
         ("request throughput", f"{s['request_throughput']:,.2f} req/s"),
         ("output token throughput", f"{s['output_throughput']:,.0f} tok/s"),
@@ -287,7 +309,6 @@ def print_summary(result) -> None:
 
 # ---- other commands ----------------------------------------------------------------------
 def cmd_schedulers(args) -> int:
-    from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
     from ..policies import list_policies  # noqa: PLC0415
@@ -298,7 +319,7 @@ def cmd_schedulers(args) -> int:
     t.add_column("rule")
     for kind, name, summary in list_policies():
         t.add_row(kind, name, summary)
-    Console().print(t)
+    console().print(t)
     return 0
 
 
@@ -346,7 +367,12 @@ def register(sub) -> None:
         help="a per-request objective for goodput (repeatable): ttft_ms, tpot_ms, itl_ms (alias "
         "itl_p99_ms: also TWP's ITL target), e2el_ms",
     )
-    g.add_argument("--max-time", type=float, dest="max_time_s", help="stop the simulation at this time (s)")
+    g.add_argument(
+        "--max-time",
+        type=float,
+        dest="max_time_s",
+        help="stop the simulation at this time (s; default: when every request has finished)",
+    )
     g.add_argument(
         "--sample-interval",
         type=float,
@@ -355,6 +381,12 @@ def register(sub) -> None:
     )
     g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
     g.add_argument("--steps", action="store_true", help="also write steps.csv (one row per step)")
+    g.add_argument(
+        "--parquet",
+        action="store_true",
+        help="also write requests.parquet, timeseries.parquet (and steps.parquet with --steps): typed "
+        "columns for pandas/polars; needs pyarrow (pip install 'llmsched[analysis]')",
+    )
     g.add_argument("--out", default=None, help="output folder (default results, or none with --json; '' for none)")
     g.add_argument(
         "--json", action="store_true", help="print the summary as JSON on stdout (and write files only with --out)"

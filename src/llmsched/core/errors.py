@@ -14,3 +14,16 @@ def unknown_name(what: str, name, known) -> ConfigError:
     close = difflib.get_close_matches(str(name), known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
     return ConfigError(f"unknown {what} {name!r}{hint}")
+
+
+class InputWarning(UserWarning):
+    """An input that is valid but probably not what the user meant (units off by 1000, a
+    profile far outside its measurements, an option that has no effect). The command line
+    prints it as one line on stderr and the run continues."""
+
+
+def warn(message: str) -> None:
+    """Warn about an implausible input (`InputWarning`, one sentence); the run goes on."""
+    import warnings  # noqa: PLC0415
+
+    warnings.warn(message, InputWarning, stacklevel=3)

@@ -429,6 +429,21 @@ class ProfileCostModel(CostModel):
     def lm_head_time(self, sampled) -> float:
         return self._lm(sampled)
 
+    def extrapolation(self, b_max: int, max_batch: int, max_context: int, factor: float = 2.0) -> list[str]:
+        """The sizes a run can reach that lie more than `factor` times past the largest
+        measured ones (token load, decode batch, prefill chunk, context), as phrases; []
+        when none. A size of 0 is not checked."""
+        out = []
+        for what, need, have in (
+            ("token load (b_max)", b_max, self._eager.xs[-1]),
+            ("decode batch", max_batch, self._dec.rows[-1]),
+            ("prefill chunk", b_max, self._pre.rows[-1]),
+            ("context", max_context, max(self._dec.cols[-1], self._pre.cols[-1])),
+        ):
+            if need > factor * have:
+                out.append(f"{what} up to {int(need):,} (measured up to {int(have):,})")
+        return out
+
     # -- the CostModel interface ------------------------------------------------------------
     def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
         b = prefill_tokens + decode_tokens

@@ -146,6 +146,18 @@ class GapHistogram:
         """(value, weight) pairs: exact values, or bucket midpoints."""
         return self._points()
 
+    def bins(self) -> list[tuple[float, float, float, int]]:
+        """(value, lower, upper, weight) rows: an exact value is its own bin (lower = upper
+        = value); a logarithmic bucket holds the values in [lower, upper), and `value` is its
+        midpoint (clipped to the observed min and max) as in `counts`."""
+        if self._exact is not None:
+            return [(v, v, v, w) for v, w in sorted(self._exact.items())]
+        log = self._log
+        return [
+            (min(max(math.exp((k + 0.5) * log), self.min), self.max), math.exp(k * log), math.exp((k + 1) * log), w)
+            for k, w in sorted(self._buckets.items())
+        ]
+
 
 def _value_at_rank(points: list[tuple[float, int]], rank: int) -> float:
     seen = 0

@@ -17,12 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
 
 PERCENTILES = (90, 95, 99)
 STALE_FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")  # `llmsched plot` draws them
+PARQUET_TABLES = ("requests", "timeseries", "steps")  # `write_parquet` writes TABLE.parquet
 
 
 def _median(values: np.ndarray) -> float:
@@ -96,6 +98,8 @@ class SimResult:
     stability: dict = field(default_factory=dict)
     # per-request objectives in ms (ttft_ms, tpot_ms, itl_ms, e2el_ms): the summary reports goodput
     slo: dict = field(default_factory=dict)
+    # the run's steps.csv when steps were recorded (`record_steps`)
+    steps_path: Path | None = None
     _summary: dict | None = field(default=None, init=False, repr=False)
 
     # ---- per-request values (seconds; NaN where not reached) -------------------------
@@ -105,6 +109,12 @@ class SimResult:
     @property
     def finished(self) -> np.ndarray:
         return self.stats.e2e_ns >= 0
+
+    @property
+    def arrived(self) -> np.ndarray:
+        """True for the requests that arrived before the simulation stopped; False for
+        those of the trace after a `max_time_s` stop (they never reached the server)."""
+        return _arrived(self.arrival_s, self.stats.end_ns)
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -149,6 +159,7 @@ class SimResult:
             "num_requests": int(st.n),
             "completed": int(done.sum()),
             "unfinished": int(st.unfinished),
+            "arrived": int(self.arrived.sum()),
             "duration": duration,
             "total_input_tokens": n_in,
             "total_output_tokens": n_out,
@@ -226,6 +237,7 @@ class SimResult:
         "tpot_s",
         "e2e_s",
         "preemptions",
+        "arrived",
         "finished",
     )
 
@@ -233,6 +245,7 @@ class SimResult:
         """Rows of requests.csv as Python values (strings for the times, '' where not reached)."""
         ttft, tpot, e2e, queue = self.ttft_s, self.tpot_s, self.e2e_s, self.queue_s
         finished = self.finished.tolist()
+        arrived = self.arrived.tolist()
         preempts = self.stats.preemptions.tolist()
         prompt, output = self.prompt.tolist(), self.output.tolist()
         tags = self.tag.tolist() if self.tag is not None else [""] * len(prompt)
@@ -248,8 +261,81 @@ class SimResult:
                 _fmt(tpot[i]),
                 _fmt(e2e[i]),
                 int(preempts[i]),
+                int(arrived[i]),
                 int(finished[i]),
             )
+
+    def request_columns(self) -> dict[str, np.ndarray]:
+        """requests.csv as typed columns: integers, seconds as floats (NaN where not
+        reached), `arrived` and `finished` as booleans."""
+        n = len(self.prompt)
+        return {
+            "id": np.arange(n, dtype=np.int64),
+            "tag": np.asarray(self.tag, dtype=object) if self.tag is not None else np.full(n, "", dtype=object),
+            "arrival_s": np.asarray(self.arrival_s, dtype=np.float64),
+            "prompt_tokens": np.asarray(self.prompt, dtype=np.int64),
+            "output_tokens": np.asarray(self.output, dtype=np.int64),
+            "queue_s": self.queue_s,
+            "ttft_s": self.ttft_s,
+            "tpot_s": self.tpot_s,
+            "e2e_s": self.e2e_s,
+            "preemptions": np.asarray(self.stats.preemptions, dtype=np.int64),
+            "arrived": self.arrived,
+            "finished": self.finished,
+        }
+
+    def itl_columns(self) -> dict[str, np.ndarray]:
+        """itl_histogram.csv as columns (ms): the value (an exact gap or a bucket's
+        midpoint), the bin's lower and upper edges, the number of gaps."""
+        rows = self.stats.itl.bins()
+        v, lo, hi, c = (np.array(x) for x in zip(*rows)) if rows else ([], [], [], [])
+        return {
+            "itl_ms": np.asarray(v, dtype=np.float64) / 1e6,
+            "lower_ms": np.asarray(lo, dtype=np.float64) / 1e6,
+            "upper_ms": np.asarray(hi, dtype=np.float64) / 1e6,
+            "count": np.asarray(c, dtype=np.int64),
+        }
+
+    def to_pandas(self) -> dict:
+        """The run's tables as pandas DataFrames: `requests` (one row per request, typed;
+        `arrived` and `finished` flags), `timeseries`, `itl_histogram` and, when steps
+        were recorded, `steps`. Needs pandas (`pip install 'llmsched[analysis]'`)."""
+        try:
+            import pandas as pd  # noqa: PLC0415 - optional, and slow to import
+        except ImportError:
+            raise ConfigError(
+                "SimResult.to_pandas() needs pandas, which is not installed: pip install 'llmsched[analysis]'"
+            ) from None
+        out = {
+            "requests": pd.DataFrame(self.request_columns()),
+            "timeseries": pd.DataFrame(self.timeseries),
+            "itl_histogram": pd.DataFrame(self.itl_columns()),
+        }
+        if self.steps_path is not None and Path(self.steps_path).is_file():
+            out["steps"] = pd.read_csv(self.steps_path, dtype={"entries": str}, keep_default_na=False)
+        return out
+
+    def write_parquet(self, out_dir: str | os.PathLike) -> list[Path]:
+        """Write requests.parquet, timeseries.parquet and, when steps were recorded,
+        steps.parquet into `out_dir` (typed columns; the CSV files stay). Needs pyarrow."""
+        pa, pq, pacsv = require_pyarrow("--parquet")
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        tables = {
+            "requests": pa.table({k: pa.array(v) for k, v in self.request_columns().items()}),
+            "timeseries": pa.table({k: pa.array(v) for k, v in self.timeseries.items()}),
+        }
+        if self.steps_path is not None and Path(self.steps_path).is_file():
+            tables["steps"] = pacsv.read_csv(
+                self.steps_path, convert_options=pacsv.ConvertOptions(column_types={"entries": pa.string()})
+            )
+        written = []
+        for name, table in tables.items():
+            tmp = out / f".{name}.parquet.tmp"
+            pq.write_table(table, tmp)
+            os.replace(tmp, out / f"{name}.parquet")
+            written.append(out / f"{name}.parquet")
+        return written
 
     def write(self, out_dir: str | os.PathLike, steps_tmp: Path | None = None) -> Path:
         """Write summary.json, config.json, requests.csv, timeseries.csv, histograms and,
@@ -257,7 +343,8 @@ class SimResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         # a rerun into the same folder: nothing of an older run stays beside the new files
-        stale = list(STALE_FIGURES) + ([] if steps_tmp is not None else ["steps.csv"])
+        stale = [*STALE_FIGURES, *(f"{t}.parquet" for t in PARQUET_TABLES)]
+        stale += [] if steps_tmp is not None else ["steps.csv"]
         for name in stale:
             (out / name).unlink(missing_ok=True)
         files: dict[str, callable] = {
@@ -299,6 +386,7 @@ class SimResult:
         prompt, output = np.asarray(self.prompt), np.asarray(self.output)
         arrival = np.asarray(self.arrival_s, dtype=np.float64)
         tags = _tag_field(self.tag, n)
+        arrived_all = self.arrived
         for lo in range(0, n, _CHUNK):
             hi = min(n, lo + _CHUNK)
             e2e_ns = st.e2e_ns[lo:hi]
@@ -310,6 +398,7 @@ class SimResult:
                 prompt[lo:hi].astype(np.int64),
                 out.astype(np.int64),
                 np.asarray(st.preemptions[lo:hi]).astype(np.int64),
+                arrived_all[lo:hi].astype(np.int64),
                 finished.astype(np.int64),
             ]
             if any(len(v) and v.min() < 0 for v in ints) or not np.isfinite(arrival[lo:hi]).all():
@@ -323,8 +412,8 @@ class SimResult:
             ]
             if any(x is None for x in fixed):
                 raise _NotFormattable
-            rid, p, o, pre, fin = (_IntField(v) for v in ints)
-            yield [rid, tags[lo:hi], fixed[0], p, o, *fixed[1:], pre, fin]
+            rid, p, o, pre, arr, fin = (_IntField(v) for v in ints)
+            yield [rid, tags[lo:hi], fixed[0], p, o, *fixed[1:], pre, arr, fin]
 
     def _write_timeseries(self, f) -> None:
         ts = self.stats.timeseries
@@ -335,9 +424,9 @@ class SimResult:
 
     def _write_itl(self, f) -> None:
         w = csv.writer(f)
-        w.writerow(["itl_ms", "count"])
-        for v, c in self.stats.itl.counts():
-            w.writerow([f"{v / 1e6:.6f}", c])
+        w.writerow(["itl_ms", "lower_ms", "upper_ms", "count"])
+        for v, lo, hi, c in self.stats.itl.bins():
+            w.writerow([f"{v / 1e6:.6f}", f"{lo / 1e6:.6f}", f"{hi / 1e6:.6f}", c])
 
     def _write_load(self, f) -> None:
         w = csv.writer(f)
@@ -350,6 +439,23 @@ class SimResult:
         w = csv.writer(f)
         w.writerow(["batch_size", "steps"])
         w.writerows(sorted(self.stats.batch_hist.items()))
+
+
+def require_pyarrow(what: str):
+    """pyarrow's table, Parquet and CSV modules, or a one-line ConfigError naming `what`."""
+    try:
+        import pyarrow as pa  # noqa: PLC0415 - optional, and slow to import
+        import pyarrow.csv as pacsv  # noqa: PLC0415
+        import pyarrow.parquet as pq  # noqa: PLC0415
+    except ImportError:
+        raise ConfigError(f"{what} needs pyarrow, which is not installed: pip install 'llmsched[analysis]'") from None
+    return pa, pq, pacsv
+
+
+def _arrived(arrival_s: np.ndarray, end_ns: int) -> np.ndarray:
+    """The simulator's own test: a request joins the queue once the clock (integer ns)
+    reaches its arrival; the clock stops at `end_ns`."""
+    return np.round(np.asarray(arrival_s, dtype=np.float64) * NS) <= end_ns
 
 
 def _seconds(ns: np.ndarray) -> np.ndarray:

@@ -1,0 +1,138 @@
+"""Figures (issue 12, item 10): one colour per policy everywhere, titles that name the run,
+"none" for a missing bar, nothing clipped, CDFs that say what they cover; and tables that
+keep whole headers and cells when piped."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import llmsched
+from llmsched.analysis import figures
+from llmsched.analysis.sweep import run_sweep
+from llmsched.core.palette import OTHER_COLORS, POLICY_COLORS, color_of, group_styles, policy_of
+from llmsched.policies import list_policies
+
+
+def test_every_policy_has_its_own_colour():
+    from llmsched.policies import ADMISSION_POLICIES, BATCH_POLICIES
+
+    shipped = [
+        n
+        for reg in (BATCH_POLICIES, ADMISSION_POLICIES)
+        for n, f in reg.items()
+        if f.__module__.startswith("llmsched.")
+    ]
+    assert {"sarathi", "adaptive", "twp"} <= set(shipped) <= {name for _, name, _ in list_policies()}
+    assert set(shipped) <= set(POLICY_COLORS)  # every shipped batch and admission policy (tests register others)
+    colours = list(POLICY_COLORS.values()) + list(OTHER_COLORS)
+    assert len(set(c.lower() for c in colours)) == len(colours)  # no two names share a colour
+    assert policy_of("sarathi") == policy_of("sarathi (stable)") == policy_of("sarathi, b_max=256") == "sarathi"
+    assert policy_of("b_max=512, policy=vllm") == "vllm" and policy_of("adaptive:cost=paper") == "adaptive"
+    assert policy_of("b_max=512") is None and color_of("b_max=512", 2) == OTHER_COLORS[2]
+    st = group_styles(["sarathi, b_max=256", "sarathi, b_max=512", "orca, b_max=256"])
+    assert st[0]["color"] == st[1]["color"] == POLICY_COLORS["sarathi"] and st[2]["color"] == POLICY_COLORS["orca"]
+    assert st[0]["linestyle"] != st[1]["linestyle"]  # the same policy twice: told apart by the line
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """Every figure a function saves, with the size of the PNG written."""
+    saved = []
+    real = figures.save_figure
+
+    def save(fig, path):
+        out = real(fig, path)
+        from matplotlib.image import imread
+
+        saved.append((path.name, fig, imread(out).shape))
+        return out
+
+    monkeypatch.setattr(figures, "save_figure", save)
+    return saved
+
+
+def _hex(rgba) -> str:
+    return "#" + "".join(f"{round(c * 255):02x}" for c in rgba[:3])
+
+
+def test_max_stable_rate_figure(tmp_path, captured):
+    run_sweep(
+        None,
+        ["policy=fastertransformer,sarathi,orca", "load=0.4,0.8"],
+        out_dir=tmp_path,
+        workers=1,
+        progress=False,
+        cost_model="paper",
+        prompt="geometric:200",
+        output="geometric:101",
+        num_requests=600,
+    )
+    figs = {name: (fig, shape) for name, fig, shape in captured}
+    assert set(figs) == {"throughput.png", "latency.png", "max_stable_rate.png"}
+    fig, shape = figs["max_stable_rate.png"]
+    ax = fig.axes[0]
+    title = ax.get_title()
+    assert "paper" in title and "b_max 512" in title and "600 requests" in title  # names the run
+    texts = [t.get_text() for t in ax.texts]
+    assert texts[0] == "none" and all(float(t) > 0 for t in texts[1:])  # FT is unstable from 0.4 on
+    bars = [p for p in ax.patches if p.get_width() > 0]
+    order = ("fastertransformer", "sarathi", "orca")
+    assert [_hex(p.get_facecolor()) for p in bars] == [POLICY_COLORS[p] for p in order]
+    # nothing clipped: the PNG holds the title and the tick labels
+    renderer = fig.canvas.get_renderer()
+    need = max(ax.title.get_window_extent(renderer).width, ax.get_tightbbox(renderer).width)
+    assert shape[1] >= need - 2
+    # the same colours in the line figures
+    lat, _ = figs["latency.png"]
+    lines = [ln for ln in lat.axes[0].get_lines() if ln.get_label() in ("sarathi", "orca", "fastertransformer")]
+    assert {ln.get_label(): ln.get_color() for ln in lines} == {
+        p: POLICY_COLORS[p] for p in ("fastertransformer", "sarathi", "orca")
+    }
+    assert "finished requests" in lat.axes[0].get_title() and "every gap" in lat.axes[1].get_title()
+
+
+def test_plot_dir_titles_name_the_run_and_the_cdfs_say_what_they_cover(tmp_path, monkeypatch):
+    from llmsched import plots
+
+    llmsched.simulate(
+        policy="orca",
+        cost_model="paper",
+        rate=10,
+        prompt="geometric:200",
+        output="geometric:100",
+        num_requests=800,
+        max_time_s=50,
+        out_dir=tmp_path,
+    )
+    seen = {}
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault(path.name, fig) and real(fig, path))
+    plots.plot_dir(tmp_path)
+    assert set(seen) == {"queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png"}
+    for fig in seen.values():
+        assert "orca, b_max 512, paper, poisson 10 req/s, 800 requests" in fig.axes[0].get_title()
+    ttft = seen["ttft_cdf.png"].axes[0]
+    done = int(np.sum(np.genfromtxt(tmp_path / "requests.csv", delimiter=",", names=True)["finished"]))
+    assert 0 < done < 800
+    assert f"the {done:,} finished requests (of 800)" in ttft.get_title()
+    assert ttft.get_ylabel() == "fraction of finished requests"
+    assert ttft.get_lines()[0].get_color() == POLICY_COLORS["orca"]
+    assert "unfinished requests' tokens included" in seen["itl_cdf.png"].axes[0].get_title()
+
+
+def test_piped_tables_keep_whole_headers_and_cells(tmp_path):
+    cmd = [sys.executable, "-m", "llmsched", "capacity", "--cost-model", "paper", "--b-max", "512", "--k-max", "16"]
+    cmd += ["--mean-prompt", "200", "--mean-output", "101", "--rate", "3"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout  # stdout is a pipe
+    assert "work per request (prompt + output - 1)" in out  # one cell, not wrapped over two lines
+    assert "(512,0), (497,15), (113,15), (0,16)" in out
+    assert "…" not in out
+    out = subprocess.run(
+        [sys.executable, "-m", "llmsched", "schedulers"], capture_output=True, text=True, check=True
+    ).stdout
+    lines = [ln for ln in out.splitlines() if "│" in ln]
+    names = {ln.split("│")[2].strip() for ln in lines}
+    assert {"fastertransformer", "vllm", "orca", "sarathi", "kfcfs", "adaptive"} <= names  # one row per policy
+    assert max(len(ln) for ln in out.splitlines()) > 80

@@ -1,0 +1,96 @@
+"""Implausible inputs: one warning line on stderr, and the run goes on (issue 12, item 9)."""
+
+import json
+
+import numpy as np
+import pytest
+
+import llmsched
+from llmsched.cli import main
+from llmsched.core.cost import make_cost_model
+from llmsched.core.errors import InputWarning
+from llmsched.workload import Trace
+
+BASE = ["--rate", "5", "--num-requests", "60", "--prompt", "const:100", "--output", "const:10", "--json"]
+
+
+def run(capsys, *argv):
+    code = main(["simulate", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def warnings_of(err: str) -> list[str]:
+    return [line for line in err.splitlines() if ": warning: " in line]
+
+
+def test_a_plausible_run_warns_nothing(capsys):
+    code, out, err = run(capsys, *BASE, "--cost-model", "const:1")
+    assert code == 0 and err == ""
+    code, out, err = run(capsys, *BASE)  # the default H200 profile, inside its grid
+    assert code == 0 and err == ""
+
+
+def test_a_step_under_a_tenth_of_a_millisecond_warns_once(capsys):
+    code, out, err = run(capsys, *BASE, "--cost-model", "const:0.01")
+    assert code == 0 and json.loads(out)["completed"] == 60  # the run went on
+    assert err.splitlines() == warnings_of(err) and len(warnings_of(err)) == 1
+    assert "llmsched simulate: warning:" in err and "0.01 ms, under 0.1 ms" in err
+    code, out, err = run(capsys, *BASE, "--cost-model", "linear:c=0.02,a=0.00001")
+    assert code == 0 and "under 0.1 ms" in err
+
+
+def test_a_trace_slower_than_a_hundredth_of_a_request_per_second_warns(tmp_path, capsys):
+    trace = tmp_path / "ms.csv"  # times written in milliseconds
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n200,10,5\n400,12,5\n600,9,4\n")
+    code, out, err = run(capsys, "--trace", str(trace), "--cost-model", "paper", "--json")
+    assert code == 0 and json.loads(out)["completed"] == 4
+    assert len(warnings_of(err)) == 1 and "0.005 req/s" in err and "in seconds" in err
+    # rescaled on purpose: no warning
+    code, out, err = run(capsys, "--trace", str(trace), "--cost-model", "paper", "--json", "--time-scale", "1000")
+    assert code == 0 and err == ""
+
+
+def test_a_profile_far_past_its_grid_warns(capsys):
+    code, out, err = run(
+        capsys, "--rate", "0.5", "--num-requests", "3", "--prompt", "const:70000", "--output", "const:5", "--json"
+    )
+    assert code == 0 and json.loads(out)["completed"] == 3
+    assert len(warnings_of(err)) == 1
+    assert "extrapolated far past its grid" in err and "context up to 70,004 (measured up to 32,768)" in err
+    # a decode batch past the grid only where a cap allows it (b_max alone bounds it loosely)
+    code, out, err = run(capsys, *BASE, "--b-max", "2048")
+    assert code == 0 and err == ""
+    code, out, err = run(capsys, *BASE, "--b-max", "2048", "--k-max", "2048")
+    assert code == 0 and err == ""  # 60 requests: at most 60 decode together, inside the grid
+    code, out, err = run(capsys, *BASE, "--num-requests", "1500", "--b-max", "2048", "--max-running", "1200")
+    assert "decode batch up to 1,200 (measured up to 512)" in err
+    cost = make_cost_model("profile")
+    assert cost.extrapolation(512, 256, 10_000) == []
+    far = cost.extrapolation(20_000, 2_000, 10_000)
+    assert [f.split(" up to")[0] for f in far] == ["token load (b_max)", "decode batch", "prefill chunk"]
+
+
+def test_an_ignored_rate_warns(tmp_path, capsys):
+    argv = ["sweep", "--cost-model", "paper", "--prompt", "const:100", "--output", "const:10"]
+    argv += ["--num-requests", "50", "--rate", "3", "--grid", "load=0.5", "--out", str(tmp_path / "s"), "--quiet"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    expected = "llmsched sweep: warning: rate=3.0 is ignored: the grid's 'load' sets each point's rate"
+    assert warnings_of(err) == [expected]
+    trace = Trace(np.array([0.0, 0.5, 1.0]), np.array([10, 20, 30]), np.array([5, 5, 5]), None)
+    with pytest.warns(InputWarning, match="rate=5 is ignored: the caller's trace"):
+        r = llmsched.simulate(trace=trace, rate=5, cost_model="paper")
+    assert r.summary["completed"] == 3
+
+
+def test_validate_and_simulate_share_the_b_max_default():
+    import inspect
+
+    from llmsched.analysis.validate import validate
+    from llmsched.cli import build_parser
+    from llmsched.policies.spec import SchedulerSpec
+
+    assert inspect.signature(validate).parameters["b_max"].default == SchedulerSpec().b_max == 512
+    args = build_parser().parse_args(["validate", "--model", "m", "--trace", "t.csv"])
+    assert args.b_max == 512

@@ -1,0 +1,155 @@
+"""Outputs ready for analysis: the `arrived` flag of `--max-time` runs, the ITL
+histogram's bucket edges, `SimResult.to_pandas()` and `simulate --parquet`."""
+
+import csv
+import json
+import math
+import random
+import sys
+
+import numpy as np
+import pytest
+
+import llmsched
+from llmsched.cli import main
+from llmsched.core.errors import ConfigError
+from llmsched.sim.histogram import GapHistogram
+
+SMALL = dict(cost_model="paper", b_max=256, rate=5, prompt="uniform:10,200", output="geometric:20", num_requests=300)
+FLAGS = ["--cost-model", "paper", "--b-max", "256", "--rate", "5", "--prompt", "uniform:10,200"]
+FLAGS += ["--output", "geometric:20", "--num-requests", "300"]
+
+
+def _read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_max_time_run_tells_arrived_from_never_arrived(tmp_path):
+    r = llmsched.simulate(**SMALL, max_time_s=20.0, out_dir=tmp_path)
+    rows = _read(tmp_path / "requests.csv")
+    end = r.summary["sim_end_s"]
+    arrived = [row["arrived"] == "1" for row in rows]
+    # the simulator's own rule: a request arrived once the clock reached its arrival time
+    assert arrived == [float(row["arrival_s"]) <= end + 1e-9 for row in rows]
+    assert 0 < sum(arrived) < len(rows)  # the stop cut the trace
+    assert r.summary["arrived"] == sum(arrived)
+    for row, a in zip(rows, arrived):
+        if row["finished"] == "1":
+            assert a and row["e2e_s"] != ""
+        if not a:  # never reached the server: no time of any kind
+            assert row["queue_s"] == row["ttft_s"] == row["e2e_s"] == "" and row["finished"] == "0"
+    # unfinished = arrived but still in the system + never arrived
+    in_system = sum(1 for row, a in zip(rows, arrived) if a and row["finished"] == "0")
+    assert in_system > 0
+    assert r.summary["unfinished"] == in_system + (len(rows) - sum(arrived))
+
+
+def test_a_whole_run_has_every_request_arrived(tmp_path):
+    r = llmsched.simulate(**SMALL, out_dir=tmp_path)
+    rows = _read(tmp_path / "requests.csv")
+    assert all(row["arrived"] == "1" and row["finished"] == "1" for row in rows)
+    assert r.summary["arrived"] == r.summary["completed"] == 300
+
+
+def test_histogram_bins_hold_their_values():
+    rng = random.Random(3)
+    values = [int(rng.lognormvariate(16, 0.7)) + 1 for _ in range(20000)]  # > 4096 distinct: buckets
+    h = GapHistogram()
+    for v in values:
+        h.add(v)
+    assert not h.exact
+    bins = h.bins()
+    assert sum(w for *_, w in bins) == len(values)
+    assert [(v, w) for v, _, _, w in bins] == h.counts()
+    for v, lo, hi, _ in bins:
+        assert lo < hi and math.isclose(hi / lo, 1.01, rel_tol=1e-9)
+    uppers = [hi for _, _, hi, _ in bins]
+    for x in values:  # each value falls in exactly one bin's [lower, upper)
+        k = np.searchsorted(uppers, x, side="right")
+        assert bins[k][1] <= x * (1 + 1e-12) and x < bins[k][2] * (1 + 1e-12)
+    exact = GapHistogram()
+    exact.add(5, 2)
+    exact.add(7)
+    assert exact.bins() == [(5, 5, 5, 2), (7, 7, 7, 1)]
+
+
+def test_itl_histogram_csv_has_bucket_edges(tmp_path):
+    # the H200 profile gives many distinct step times: bucketed percentiles
+    r = llmsched.simulate(rate=12, prompt="uniform:10,2000", output="geometric:40", num_requests=1500, out_dir=tmp_path)
+    rows = _read(tmp_path / "itl_histogram.csv")
+    assert list(rows[0]) == ["itl_ms", "lower_ms", "upper_ms", "count"]
+    assert sum(int(row["count"]) for row in rows) == r.summary["itl_count"]
+    lo = np.array([float(row["lower_ms"]) for row in rows])
+    hi = np.array([float(row["upper_ms"]) for row in rows])
+    mid = np.array([float(row["itl_ms"]) for row in rows])
+    if r.summary["itl_percentiles_exact"]:
+        assert (lo == mid).all() and (hi == mid).all()
+    else:
+        assert (lo < hi).all() and (lo <= mid + 1e-6).all() and (mid <= hi + 1e-6).all()
+        assert (lo[1:] >= hi[:-1] - 1e-6).all()  # bins do not overlap
+        assert lo[0] <= r.summary["median_itl_ms"] <= hi[-1]
+        assert hi[-1] >= r.summary["max_itl_ms"] - 1e-6
+
+
+def test_to_pandas_tables_match_the_files(tmp_path):
+    import pandas as pd
+
+    r = llmsched.simulate(**SMALL, max_time_s=30.0, record_steps=True, out_dir=tmp_path)
+    t = r.to_pandas()
+    assert set(t) == {"requests", "timeseries", "itl_histogram", "steps"}
+    req = t["requests"]
+    csv_req = pd.read_csv(tmp_path / "requests.csv", keep_default_na=True)
+    assert list(req.columns) == list(csv_req.columns)
+    assert len(req) == 300 and req["arrived"].dtype == bool and req["finished"].dtype == bool
+    assert req["arrived"].sum() == r.summary["arrived"] and req["finished"].sum() == r.summary["completed"]
+    for col in ("arrival_s", "ttft_s", "e2e_s", "tpot_s", "queue_s"):
+        np.testing.assert_allclose(req[col].to_numpy(), csv_req[col].to_numpy(), atol=1e-9, equal_nan=True)
+    assert (req["arrived"].astype(int) == csv_req["arrived"]).all()
+    steps = t["steps"]
+    assert len(steps) == r.summary["steps"]
+    assert int((steps["prefill_tokens"] + steps["decode_tokens"]).max()) <= 256
+    assert len(t["timeseries"]) == len(_read(tmp_path / "timeseries.csv"))
+    assert t["itl_histogram"]["count"].sum() == r.summary["itl_count"]
+    # without recorded steps, no steps table
+    assert "steps" not in llmsched.simulate(**SMALL).to_pandas()
+
+
+def test_to_pandas_without_pandas_is_one_clear_error(monkeypatch):
+    r = llmsched.simulate(**SMALL)
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas raises ImportError
+    with pytest.raises(ConfigError, match=r"needs pandas.*llmsched\[analysis\]"):
+        r.to_pandas()
+
+
+def test_simulate_parquet_writes_typed_tables(tmp_path):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res"
+    assert main(["simulate", *FLAGS, "--max-time", "30", "--steps", "--parquet", "--out", str(out), "--quiet"]) == 0
+    req = pq.read_table(out / "requests.parquet").to_pydict()
+    rows = _read(out / "requests.csv")
+    assert req["id"] == [int(row["id"]) for row in rows]
+    assert req["arrived"] == [row["arrived"] == "1" for row in rows]
+    assert req["finished"] == [row["finished"] == "1" for row in rows]
+    ttft = [float(row["ttft_s"]) if row["ttft_s"] else None for row in rows]
+    assert [None if x is None or math.isnan(x) else round(x, 9) for x in req["ttft_s"]] == ttft
+    steps = pq.read_table(out / "steps.parquet")
+    assert steps.num_rows == json.loads((out / "summary.json").read_text())["steps"]
+    assert steps.column_names[-1] == "entries" and str(steps.schema.field("entries").type) == "string"
+    assert pq.read_table(out / "timeseries.parquet").num_rows == len(_read(out / "timeseries.csv"))
+    # a rerun without --parquet leaves no stale Parquet file behind
+    assert main(["simulate", *FLAGS, "--out", str(out), "--quiet"]) == 0
+    assert not list(out.glob("*.parquet"))
+
+
+def test_parquet_errors_are_one_line(tmp_path, capsys, monkeypatch):
+    assert main(["simulate", *FLAGS, "--parquet", "--json"]) == 2
+    assert "--parquet writes requests.parquet into the output folder" in capsys.readouterr().err
+    assert main(["simulate", "--replicas", "2", *FLAGS, "--parquet", "--out", str(tmp_path / "n")]) == 2
+    assert "--parquet is for one server" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    assert main(["simulate", *FLAGS, "--parquet", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "--parquet needs pyarrow" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()  # refused before the run
