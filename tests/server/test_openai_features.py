@@ -267,6 +267,43 @@ def test_echo_logprobs_loglikelihood_mode_with_the_client(engine_server, client)
     assert b["usage"]["completion_tokens"] == 0
 
 
+def test_echo_logprobs_with_prefix_caching_and_chunks(engine_server, client):
+    """`--enable-prefix-caching`, prompts chunked (b_max 16): a prompt cached by a plain
+    request is scored all the same (no cached block reused for it), equal to the scores
+    of the server without caching that takes the prompt in one step."""
+    import openai
+
+    from llmsched.server.backends import SchedulerOptions, make_engine_backend
+
+    ref_backend = engine_server[2]
+    backend = make_engine_backend(
+        ref_backend.root,
+        SchedulerOptions(b_max=16, max_running=4, prefix_caching=True, block_size=4),
+        max_model_len=512,
+        num_blocks=128,
+        block_size=4,
+        seed=0,
+    )
+    name = ref_backend.model_name
+    ids = [(7 * i + 3) % 200 + 5 for i in range(45)]  # 45 tokens: 3 chunks, 11 full blocks
+    ref = client.completions.create(model=name, prompt=ids, max_tokens=0, echo=True, logprobs=2).choices[0].logprobs
+    with running_server(backend) as (base, _):
+        pc = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        pc.completions.create(model=name, prompt=ids, max_tokens=1)  # caches the prompt
+        stats = backend.core.state.prefix_stats()
+        assert stats["cached_blocks"] >= 11
+        hits = stats["hit_tokens"]
+        got = pc.completions.create(model=name, prompt=ids, max_tokens=0, echo=True, logprobs=2).choices[0].logprobs
+        assert backend.core.state.prefix_stats()["hit_tokens"] == hits
+        pc.completions.create(model=name, prompt=ids, max_tokens=1)
+        assert backend.core.state.prefix_stats()["hit_tokens"] > hits  # the cache still serves
+    assert len(got.token_logprobs) == len(ids) == len(ref.token_logprobs)
+    assert got.token_logprobs[0] is None and got.tokens == ref.tokens
+    assert got.token_logprobs[1:] == pytest.approx(ref.token_logprobs[1:], abs=1e-4)
+    for a, b in zip(got.top_logprobs[1:], ref.top_logprobs[1:]):
+        assert sorted(a.values()) == pytest.approx(sorted(b.values()), abs=1e-4)
+
+
 def test_max_tokens_zero_rules(engine_server):
     base, _, backend = engine_server
     name = backend.model_name
