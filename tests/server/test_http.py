@@ -335,7 +335,8 @@ BAD = [
     ("/v1/completions", {"model": MODEL, "prompt": "x", "logit_bias": {"5": 101}}, "logit_bias"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "logit_bias": [5]}, "logit_bias"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "logprobs": 21}, "logprobs"),
-    ("/v1/completions", {"model": MODEL, "prompt": "x", "logprobs": 1, "echo": True}, "echo"),
+    # the prompt's logprobs (echo) need logits too
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "logprobs": 1, "echo": True}, "logprobs"),
     (
         "/v1/chat/completions",
         {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2},

@@ -201,6 +201,130 @@ def test_prompt_lists_and_echo(engine_server):
     assert ev[0]["choices"][0]["text"].startswith("alpha beta")
 
 
+def test_echo_logprobs_loglikelihood_mode_with_the_client(engine_server, client):
+    """lm-evaluation-harness's loglikelihood request: echo, logprobs=k, max_tokens 0 or 1;
+    it reads `token_logprobs` over the prompt."""
+    name = engine_server[2].model_name
+    tok = engine_server[2].tokenizer
+    # a greedy continuation and its logprobs, then the same tokens scored as a prompt: the
+    # prompt logprobs of the continuation equal the decode-time ones
+    base_ids = tok.encode("the quick brown fox")
+    g = client.completions.create(
+        model=name, prompt=base_ids, max_tokens=5, temperature=0, logprobs=2, extra_body={"ignore_eos": True}
+    )
+    gen_lps = g.choices[0].logprobs.token_logprobs
+    assert len(gen_lps) == 5
+    full = client.completions.create(
+        model=name, prompt=base_ids, max_tokens=5, temperature=0, echo=True, logprobs=2, extra_body={"ignore_eos": True}
+    )
+    lp = full.choices[0].logprobs
+    n = len(base_ids)
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n + 5
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.token_logprobs[n:] == pytest.approx(gen_lps, abs=1e-5)  # the generated part as before
+    assert all(v < 0 for v in lp.token_logprobs[1:])
+    for i in range(1, n + 5):
+        top = lp.top_logprobs[i]
+        assert 1 <= len(top) <= 2 and max(top.values()) >= lp.token_logprobs[i] - 1e-5
+    assert lp.tokens[:n] == [tok.decode([t]) for t in base_ids]
+    assert lp.text_offset[:n] == [sum(len(t) for t in lp.tokens[:i]) for i in range(n)]
+    assert lp.text_offset[n] == len(tok.decode(base_ids))  # the output's offsets follow the echo
+    assert full.choices[0].text == tok.decode(base_ids) + g.choices[0].text
+    # max_tokens 0: the prompt scored, nothing generated; each prompt logprob equals the
+    # raw logprob of that token sampled after the tokens before it (forced by logit_bias)
+    sc = client.completions.create(model=name, prompt=base_ids, max_tokens=0, echo=True, logprobs=1)
+    for j in range(1, n):
+        forced = client.completions.create(
+            model=name, prompt=base_ids[:j], max_tokens=1, logprobs=0, logit_bias={str(base_ids[j]): 100}
+        )
+        assert forced.choices[0].logprobs.token_logprobs[0] == pytest.approx(lp.token_logprobs[j], abs=1e-4)
+    ch = sc.choices[0]
+    slp = ch.logprobs
+    assert ch.finish_reason == "length" and sc.usage.completion_tokens == 0
+    assert sc.usage.prompt_tokens == n and ch.text == tok.decode(base_ids)
+    assert len(slp.tokens) == n and slp.token_logprobs[0] is None and slp.top_logprobs[0] is None
+    assert slp.token_logprobs[1:] == pytest.approx(lp.token_logprobs[1:n], abs=1e-5)
+    assert slp.text_offset == lp.text_offset[:n]
+    # logprobs=0: no alternatives (the first token's stay null)
+    sc0 = client.completions.create(model=name, prompt=base_ids, max_tokens=0, echo=True, logprobs=0)
+    assert sc0.choices[0].logprobs.top_logprobs == [None] + [{}] * (n - 1)
+    # max_tokens 1 (the harness's other spelling): prompt then one token
+    one = client.completions.create(model=name, prompt=base_ids, max_tokens=1, echo=True, logprobs=1, temperature=0)
+    assert len(one.choices[0].logprobs.tokens) == n + 1 and one.usage.completion_tokens == 1
+    # streamed: the first chunk carries the echo and the prompt's logprobs
+    chunks = list(
+        client.completions.create(model=name, prompt=base_ids, max_tokens=0, echo=True, logprobs=1, stream=True)
+    )
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    got = [v for c in chunks if c.choices and c.choices[0].logprobs for v in c.choices[0].logprobs.token_logprobs]
+    assert text == tok.decode(base_ids) and got[0] is None
+    assert got[1:] == pytest.approx(lp.token_logprobs[1:n], abs=1e-5)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    # max_tokens 0 with echo and no logprobs: the prompt alone; n > 1 and lists work too
+    b = _complete(engine_server[0], model=name, prompt=["alpha", "beta"], n=2, max_tokens=0, echo=True)
+    assert [c["text"] for c in b["choices"]] == ["alpha", "alpha", "beta", "beta"]
+    assert all(c["logprobs"] is None and c["finish_reason"] == "length" for c in b["choices"])
+    assert b["usage"]["completion_tokens"] == 0
+
+
+def test_echo_logprobs_with_prefix_caching_and_chunks(engine_server, client):
+    """`--enable-prefix-caching`, prompts chunked (b_max 16): a prompt cached by a plain
+    request is scored all the same (no cached block reused for it), equal to the scores
+    of the server without caching that takes the prompt in one step."""
+    import openai
+
+    from llmsched.server.backends import SchedulerOptions, make_engine_backend
+
+    ref_backend = engine_server[2]
+    backend = make_engine_backend(
+        ref_backend.root,
+        SchedulerOptions(b_max=16, max_running=4, prefix_caching=True, block_size=4),
+        max_model_len=512,
+        num_blocks=128,
+        block_size=4,
+        seed=0,
+    )
+    name = ref_backend.model_name
+    ids = [(7 * i + 3) % 200 + 5 for i in range(45)]  # 45 tokens: 3 chunks, 11 full blocks
+    ref = client.completions.create(model=name, prompt=ids, max_tokens=0, echo=True, logprobs=2).choices[0].logprobs
+    with running_server(backend) as (base, _):
+        pc = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        pc.completions.create(model=name, prompt=ids, max_tokens=1)  # caches the prompt
+        stats = backend.core.state.prefix_stats()
+        assert stats["cached_blocks"] >= 11
+        hits = stats["hit_tokens"]
+        got = pc.completions.create(model=name, prompt=ids, max_tokens=0, echo=True, logprobs=2).choices[0].logprobs
+        assert backend.core.state.prefix_stats()["hit_tokens"] == hits
+        pc.completions.create(model=name, prompt=ids, max_tokens=1)
+        assert backend.core.state.prefix_stats()["hit_tokens"] > hits  # the cache still serves
+    assert len(got.token_logprobs) == len(ids) == len(ref.token_logprobs)
+    assert got.token_logprobs[0] is None and got.tokens == ref.tokens
+    assert got.token_logprobs[1:] == pytest.approx(ref.token_logprobs[1:], abs=1e-4)
+    for a, b in zip(got.top_logprobs[1:], ref.top_logprobs[1:]):
+        assert sorted(a.values()) == pytest.approx(sorted(b.values()), abs=1e-4)
+
+
+def test_max_tokens_zero_rules(engine_server):
+    base, _, backend = engine_server
+    name = backend.model_name
+    for body, param, words in (
+        ({"prompt": "x", "max_tokens": 0}, "max_tokens", "echo"),
+        ({"prompt": "x", "max_tokens": 0, "logprobs": 1}, "max_tokens", "echo"),
+        ({"prompt": "x", "max_tokens": -1, "echo": True}, "max_tokens", "at least 0"),
+        ({"prompt": "x", "max_tokens": 0, "echo": True, "min_tokens": 1}, "min_tokens", "at most"),
+        ({"prompt": "x", "max_tokens": 0, "echo": True, "logprobs": 21}, "logprobs", "at most 20"),
+    ):
+        r = post(base, "/v1/completions", {"model": name, **body})
+        assert r.status_code == 400, (body, r.text)
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["param"] == param and words in err["message"]
+    # chat keeps max_tokens >= 1
+    r = post(
+        base, "/v1/chat/completions", {"model": name, "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+
+
 def test_logit_bias_and_penalties(engine_server):
     base, _, backend = engine_server
     name = backend.model_name
@@ -269,6 +393,13 @@ def test_sim_backend_n_lists_echo_and_refusals(sim_server):
     with pytest.raises(openai.BadRequestError) as ei:
         client.completions.create(model="llmsched-sim", prompt="x", max_tokens=2, logprobs=1)
     assert "logits" in ei.value.message and ei.value.param == "logprobs"
+    # the prompt's logprobs (echo) need logits too; max_tokens 0 with echo: the prompt alone
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.completions.create(model="llmsched-sim", prompt="x", max_tokens=0, echo=True, logprobs=1)
+    assert "logits" in ei.value.message and ei.value.param == "logprobs"
+    c = client.completions.create(model="llmsched-sim", prompt="abcd", max_tokens=0, echo=True)
+    assert c.choices[0].text == "abcd" and c.choices[0].finish_reason == "length"
+    assert c.usage.completion_tokens == 0 and c.choices[0].logprobs is None
     with pytest.raises(openai.BadRequestError) as ei:
         client.chat.completions.create(
             model="llmsched-sim",

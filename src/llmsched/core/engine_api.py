@@ -42,6 +42,10 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] | None = None
     logprobs: int | None = None  # return the sampled token's logprob and this many top ones
+    # return every prompt token's logprob given the tokens before it (the first: None) and
+    # this many top alternatives, computed during the prompt's prefill (see RequestOutput);
+    # with prefix caching such a request computes its whole prompt (reuses no cached block)
+    prompt_logprobs: int | None = None
 
     @property
     def penalized(self) -> bool:
@@ -81,6 +85,9 @@ class SamplingParams:
             isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int) or self.logprobs < 0
         ):
             raise ConfigError(f"logprobs must be a non-negative integer or None, got {self.logprobs!r}")
+        plp = self.prompt_logprobs
+        if plp is not None and (isinstance(plp, bool) or not isinstance(plp, int) or plp < 0):
+            raise ConfigError(f"prompt_logprobs must be a non-negative integer or None, got {plp!r}")
 
     @property
     def greedy(self) -> bool:
@@ -137,6 +144,10 @@ class RequestOutput:
     # with SamplingParams.logprobs: per new token, (its logprob, [(token id, logprob), ...]
     # the top `logprobs` of the model's distribution)
     logprobs: list | None = None
+    # with SamplingParams.prompt_logprobs, on the request's first output only: per prompt
+    # token, None (the first token) or (its logprob given the tokens before it, [(token id,
+    # logprob), ...] the top `prompt_logprobs` there)
+    prompt_logprobs: list | None = None
     # on a request's last output: (arrival, first scheduled, first token, finish), seconds
     # on the engine's clock (the phases of vLLM's queue / prefill / decode / inference times)
     timings: tuple | None = None

@@ -44,6 +44,7 @@ class Request:
         "payload",
         "blocks",
         "cached",
+        "reuse_prefix",
         "next_block",
     )
 
@@ -76,6 +77,9 @@ class Request:
         self.blocks: tuple[int, ...] | None = None
         self.cached: list | None = None  # the prefix cache's blocks it holds (core.prefix_cache.Block)
         self.next_block = 0  # index in `blocks` of the next block to cache once computed
+        # False: admission reuses no cached block (the whole prompt is computed: its prompt
+        # logprobs are wanted); what it computes is still cached for others
+        self.reuse_prefix = True
 
     @property
     def remaining_prefill(self) -> int:

@@ -202,7 +202,7 @@ class ServerState:
         whose only holder the plan preempts: `footprint` counted them as freed). Changes
         nothing."""
         pc = self.prefix
-        if pc is None or r.blocks is None or r.prefilled:
+        if pc is None or r.blocks is None or r.prefilled or not r.reuse_prefix:
             return r.prefilled, r.prefill_target
         bs = pc.block_size
         memo = self._match_memo
@@ -483,7 +483,7 @@ class ServerState:
         n = 0
         if r.blocks is not None:
             pc.queried_blocks += len(r.blocks)
-            if not r.prefilled:  # KV that arrived with the request is its own
+            if not r.prefilled and r.reuse_prefix:  # KV that arrived with the request is its own
                 n, _ = pc.match(r.blocks, (r.prefill_target - 1) // bs)
         pc.queried_tokens += r.prefill_target
         r.next_block = n

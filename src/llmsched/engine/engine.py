@@ -34,7 +34,7 @@ class Sequence(_Sequence):
     """Engine-side data of one request: its tokens, KV blocks, sampler and timings, on top
     of the driver's text and stop state."""
 
-    __slots__ = ("token_ids", "generator", "blocks", "shared", "detok", "arrival", "token_times")
+    __slots__ = ("token_ids", "generator", "blocks", "shared", "detok", "arrival", "token_times", "plp_done")
 
     def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, arrival: float, eos_ids: frozenset):
         super().__init__(request_id, len(prompt), params, eos_ids)
@@ -45,6 +45,7 @@ class Sequence(_Sequence):
         self.detok = None
         self.arrival = arrival  # engine clock, seconds
         self.token_times: list[float] = []
+        self.plp_done = 0  # prompt logprobs: positions whose next-token logprobs are computed
 
     @property
     def output_ids(self) -> list[int]:
@@ -69,6 +70,7 @@ class ModelExecutor:
             alloc.ensure(s.blocks, len(s.token_ids))
             dec_seqs.append(s)
         chunks = []
+        rows_wanted = []  # per chunk: None or (lo, hi, k), see ModelRunner.execute
         for r, first, n, last in batch.prefill:
             s = r.payload
             if not s.blocks and r.cached:  # admitted on a cached prefix: its blocks head the table
@@ -76,7 +78,15 @@ class ModelExecutor:
                 s.blocks = [phys[k] for k in r.cached]
                 s.shared = set(range(len(s.blocks)))
             alloc.ensure(s.blocks, first + n)
+            k = s.params.prompt_logprobs
+            want = None
+            # the rows of prompt positions p < prompt_len - 1 give token p + 1's logprob; a
+            # recomputed prompt (after a preemption) has them already
+            if k is not None and first <= s.plp_done < min(first + n, s.prompt_len - 1):
+                want = (s.plp_done, min(first + n, s.prompt_len - 1), k)
+            rows_wanted.append(want)
             chunks.append((s, first, n, last))
+        prompt_rows = rows_wanted if any(w is not None for w in rows_wanted) else None
         seqs = [r.payload for r in batch.samplers]
         banned = [s.banned_ids() for s in seqs]  # min_tokens: no EOS / stop id before it
         params = [s.params for s in seqs]
@@ -85,6 +95,7 @@ class ModelExecutor:
             history = [(s.token_ids, s.prompt_len) if s.params.penalized else None for s in seqs]
         want_lp = any(p.logprobs is not None for p in params)
         lps: list | None = [] if want_lp else None
+        plps: list | None = [] if prompt_rows is not None else None
         tf = time.perf_counter_ns()
         tokens = self.runner.execute(
             dec_seqs,
@@ -94,8 +105,15 @@ class ModelExecutor:
             banned=banned if any(b is not None for b in banned) else None,
             history=history,
             logprobs_out=lps,
+            prompt_rows=prompt_rows,
+            prompt_out=plps,
         )
         t1 = time.perf_counter_ns()  # tokens are host ints: the device is synced
+        if plps:
+            for (s, _, _, _), rows, got in zip(chunks, prompt_rows, plps):
+                if got is not None:
+                    s.prompt_lps.extend(got)
+                    s.plp_done = rows[1]
         if lps:
             for s, lp in zip(seqs, lps):
                 s.logprob = lp
@@ -113,6 +131,7 @@ class Completion:
     token_ids: list[int]
     finish_reason: str | None
     stop_reason: object = None
+    prompt_logprobs: list | None = None  # see RequestOutput.prompt_logprobs
     ttft: float = float("nan")
     itl: list[float] = field(default_factory=list)
     e2e: float = float("nan")
@@ -267,10 +286,14 @@ class LLMEngine(StepDriver):
             seq.generator = random.Random(seed & 0xFFFF_FFFF_FFFF_FFFF)
         if self.tokenizer is not None:
             seq.detok = Detokenizer(self.tokenizer, n)
+        if params.prompt_logprobs is not None:
+            seq.prompt_lps = [None]  # the first token has no logprob
         r = self._register(seq, int(arrival * 1e9))
         pc = self.state.prefix
         if pc is not None:
             r.blocks = token_block_ids(prompt, pc.block_size)
+            # the prompt logprobs need every prompt row computed: no cached prefix
+            r.reuse_prefix = params.prompt_logprobs is None
         self.state.add(r)
 
     def _release(self, r: Request) -> None:
@@ -389,6 +412,7 @@ def _completion(s: Sequence) -> Completion:
         token_ids=s.output_ids,
         finish_reason=s.finish_reason,
         stop_reason=s.stop_reason,
+        prompt_logprobs=s.prompt_lps,
         ttft=times[0] - s.arrival if times else float("nan"),
         itl=[b - a for a, b in zip(times, times[1:])],
         e2e=times[-1] - s.arrival if times else float("nan"),

@@ -201,9 +201,12 @@ class ModelRunner:
         sample_rows=None,
         sample_index=None,
         skip_attention=False,
+        extra_index=None,
+        extra_out=None,
     ):
         """Forward pass of packed tokens; returns float32 logits of the sampled rows
-        (`sample_index`, or the last `sample_rows` rows)."""
+        (`sample_index`, or the last `sample_rows` rows). `extra_index`: more rows whose
+        final hidden states are appended to the list `extra_out` (prompt logprobs)."""
         graph_hidden = None
         if self.graphs is not None and not prefills and n_decode and not skip_attention:
             graph_hidden = self.graphs.run(ids, positions, slots, block_tables, context_lens)
@@ -234,6 +237,8 @@ class ModelRunner:
                 fused=self.decode_kernel,
             )
             hidden = self.model(self._tensor(ids), self._tensor(positions), meta)
+        if extra_index:
+            extra_out.append(hidden[self._tensor(extra_index)])
         if sample_index is None:
             n = hidden.shape[0] if sample_rows is None else sample_rows
             rows = hidden[hidden.shape[0] - n :]
@@ -253,12 +258,18 @@ class ModelRunner:
         banned: list | None = None,
         history: list | None = None,
         logprobs_out: list | None = None,
+        prompt_rows: list | None = None,
+        prompt_out: list | None = None,
     ) -> list[int]:
         """decoders: sequences (`token_ids`, `blocks`) that each decode their last token;
         chunks: `(sequence, start, n, samples)` prefill chunks. Returns the sampled token
         of each decoder, then of each chunk that completes its prompt, in that order.
         `skip_attention` (profiling): run everything but attention. `banned`: per sampled
-        row, token ids it may not draw; `history`, `logprobs_out`: see `sampler.sample`."""
+        row, token ids it may not draw; `history`, `logprobs_out`: see `sampler.sample`.
+        `prompt_rows`: per chunk, None or `(lo, hi, k)`: positions lo..hi-1 of the chunk's
+        sequence (inside the chunk) whose next-token logprobs are wanted with `k` top ones;
+        `prompt_out` then gets, per chunk, None or the list of `(logprob of the token at
+        p + 1, [(id, logprob)] top k)` for p in lo..hi-1. Only those rows pay for logits."""
         bs = self.block_size
         ids, pos, slots, tables, ctx = [], [], [], [], []
         for s in decoders:
@@ -272,7 +283,14 @@ class ModelRunner:
         t = len(decoders)
         sample_index = list(range(t))
         prefills = []
-        for s, start, n, samples in chunks:
+        extra: list[int] = []  # rows whose logits the prompt logprobs need
+        extra_spans = []  # per chunk with prompt rows: (chunk index, sequence, lo, hi, k)
+        for ci, (s, start, n, samples) in enumerate(chunks):
+            pr = prompt_rows[ci] if prompt_rows is not None else None
+            if pr is not None:
+                lo, hi, k = pr
+                extra.extend(range(t + lo - start, t + hi - start))
+                extra_spans.append((ci, s, lo, hi, k))
             ids.extend(s.token_ids[start : start + n])
             pos.extend(range(start, start + n))
             blocks = s.blocks
@@ -282,10 +300,23 @@ class ModelRunner:
             t += n
             if samples:
                 sample_index.append(t - 1)
+        hidden_out: list = []
         if not sample_index:
             self.forward_raw(
-                ids, pos, slots, len(decoders), tables, ctx, prefills, sample_index=[], skip_attention=skip_attention
+                ids,
+                pos,
+                slots,
+                len(decoders),
+                tables,
+                ctx,
+                prefills,
+                sample_index=[],
+                skip_attention=skip_attention,
+                extra_index=extra,
+                extra_out=hidden_out,
             )
+            if extra:
+                self._prompt_logprobs(hidden_out[0], extra_spans, len(chunks), prompt_out)
             self.synchronize()
             return []
         logits = self.forward_raw(
@@ -298,8 +329,40 @@ class ModelRunner:
             prefills,
             sample_index=sample_index,
             skip_attention=skip_attention,
+            extra_index=extra,
+            extra_out=hidden_out,
         )
+        if extra:
+            self._prompt_logprobs(hidden_out[0], extra_spans, len(chunks), prompt_out)
         return sample(logits, params, generators, banned, history, logprobs_out)
+
+    PROMPT_LOGITS_ROWS = 256  # rows of prompt-logprob logits computed at once (bounds memory)
+
+    @torch.inference_mode()
+    def _prompt_logprobs(self, hidden, spans, n_chunks: int, out: list) -> None:
+        """Fill `out` (one entry per chunk) from the final hidden states of the prompt
+        rows (`spans` in row order): per position p, the log-softmax of the logits gathered
+        at the prompt token p + 1, and the top k."""
+        res: list = [None] * n_chunks
+        row = 0
+        for ci, s, lo, hi, k in spans:
+            toks = s.token_ids
+            entries = []
+            for a in range(lo, hi, self.PROMPT_LOGITS_ROWS):
+                b = min(hi, a + self.PROMPT_LOGITS_ROWS)
+                lp = torch.log_softmax(self.model.logits(hidden[row + a - lo : row + b - lo]).float(), dim=-1)
+                nxt = self._tensor(toks[a + 1 : b + 1])
+                picked = lp.gather(1, nxt[:, None]).squeeze(1).tolist()
+                kk = min(k, lp.shape[1])
+                if kk > 0:
+                    tv, ti = lp.topk(kk, dim=-1)
+                    tops = [list(zip(i_, v_)) for i_, v_ in zip(ti.tolist(), tv.tolist())]
+                else:
+                    tops = [[] for _ in picked]
+                entries.extend(zip(picked, tops))
+            row += hi - lo
+            res[ci] = entries
+        out.extend(res)
 
     def synchronize(self) -> None:
         if self.cuda:

@@ -42,6 +42,7 @@ class Sequence:
         "finish_reason",
         "stop_reason",
         "logprob",
+        "prompt_lps",
     )
 
     def __init__(self, request_id: str, prompt_len: int, params: SamplingParams, eos_ids: frozenset = frozenset()):
@@ -59,6 +60,9 @@ class Sequence:
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
         self.logprob = None  # the next token's logprobs, set by an executor (SamplingParams.logprobs)
+        # SamplingParams.prompt_logprobs: per prompt token so far, None (the first) or
+        # (logprob, top), filled by an executor during prefill; returned with the first token
+        self.prompt_lps: list | None = None
 
     @property
     def finished(self) -> bool:
@@ -108,6 +112,7 @@ class Sequence:
         lp = self.logprob
         if lp is not None:
             self.logprob = None
+        plp = self.prompt_lps if self.n_out == 1 else None
         return RequestOutput(
             request_id=self.request_id,
             new_token_ids=[tok],
@@ -118,6 +123,7 @@ class Sequence:
             output_tokens=self.n_out,
             stop_reason=self.stop_reason if reason == "stop" else None,
             logprobs=None if lp is None else [lp],
+            prompt_logprobs=plp,
         )
 
 

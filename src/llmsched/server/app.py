@@ -55,9 +55,11 @@ from .protocol import (
     completion_choice,
     completion_logprobs,
     dumps,
+    join_logprobs,
     parse_body,
     parse_chat,
     parse_completion,
+    prompt_entries,
     response_body,
     sampling_params,
     usage_dict,
@@ -385,9 +387,22 @@ async def _watch_disconnect(receive, engine: AsyncEngine, streams: list[RequestS
 class Choice:
     """One choice of a response: its request's stream and what was returned of it so far."""
 
-    __slots__ = ("index", "s", "prompt_tokens", "echo", "first", "n_out", "offset", "texts", "lps")
+    __slots__ = (
+        "index",
+        "s",
+        "prompt_tokens",
+        "echo",
+        "first",
+        "n_out",
+        "offset",
+        "texts",
+        "lps",
+        "ids",
+        "drop",
+        "plp",
+    )
 
-    def __init__(self, index: int, s: RequestStream, echo: str = ""):
+    def __init__(self, index: int, s: RequestStream, echo: str = "", ids=None, drop: bool = False):
         self.index = index
         self.s = s
         self.prompt_tokens = s.prompt_tokens
@@ -397,6 +412,14 @@ class Choice:
         self.offset = 0  # text offset of the next token (completions' logprobs)
         self.texts: list[str] = []
         self.lps: list = []  # (token id, logprob, top) per token, with logprobs
+        self.ids = ids  # echo with logprobs: the prompt's token ids (its logprobs come back)
+        self.drop = drop  # max_tokens 0: the one token the engine samples is not returned
+        self.plp: list | None = None  # the prompt's logprob entries, once they came
+
+    def take_prompt(self, o) -> None:
+        """Keep the prompt logprobs an output carries (echo with logprobs)."""
+        if self.ids is not None and o.prompt_logprobs is not None:
+            self.plp = prompt_entries(self.ids, o.prompt_logprobs)
 
 
 def _lp_entries(o) -> list:
@@ -447,7 +470,9 @@ class SSEResponse:
             if o.finish_reason == "error":
                 parts.append(w.error(output_error(o)))
                 return "error"
-            text = o.new_text
+            text = "" if c.drop else o.new_text
+            c.take_prompt(o)
+            plp = c.plp if c.first else None
             if c.first:
                 c.first = False
                 if self.chat:
@@ -457,20 +482,26 @@ class SSEResponse:
                     c.offset = len(c.echo)
             if o.prompt_tokens:
                 c.prompt_tokens = o.prompt_tokens
-            c.n_out = o.output_tokens or (c.n_out + len(o.new_token_ids))
+            if not c.drop:
+                c.n_out = o.output_tokens or (c.n_out + len(o.new_token_ids))
             usage = None
             if self.continuous:
                 usage = usage_dict(c.prompt_tokens, c.n_out)
             lp = None
-            if self.token_text is not None and o.logprobs:
-                entries = _lp_entries(o)
+            if self.token_text is not None and (o.logprobs or plp is not None):
+                entries = [] if c.drop or not o.logprobs else _lp_entries(o)
                 if self.chat:
                     lp = chat_logprobs(entries, self.token_text)
                 else:
                     lp = completion_logprobs(entries, self.token_text, c.offset)
                     c.offset += sum(len(t) for t in lp["tokens"])
+                    if plp is not None:
+                        lp = join_logprobs(completion_logprobs(plp, self.token_text), lp)
             if o.finished:
-                parts.append(w.token(text, o.finish_reason, usage, o.stop_reason, c.index, lp))
+                if c.drop:
+                    parts.append(w.token(text, "length", usage, None, c.index, lp))
+                else:
+                    parts.append(w.token(text, o.finish_reason, usage, o.stop_reason, c.index, lp))
                 return "done"
             parts.append(w.token(text, None, usage, None, c.index, lp))
         return None
@@ -547,6 +578,11 @@ async def _collect(
                     return None
                 if o.finish_reason == "error":
                     return output_error(o)
+                c.take_prompt(o)
+                if c.drop:  # max_tokens 0: nothing generated is returned
+                    if o.finished:
+                        return o
+                    continue
                 c.texts.append(o.new_text)
                 if token_text is not None and o.logprobs:
                     c.lps.extend(_lp_entries(o))
@@ -574,8 +610,13 @@ async def _collect(
                     lp = chat_logprobs(c.lps, token_text)
                 else:
                     lp = completion_logprobs(c.lps, token_text, len(c.echo))
+                    if c.plp is not None:
+                        lp = join_logprobs(completion_logprobs(c.plp, token_text), lp)
             make = chat_choice if chat else completion_choice
-            bodies.append(make(c.index, text, o.finish_reason or "stop", o.stop_reason, lp))
+            if c.drop:
+                bodies.append(make(c.index, text, "length", None, lp))
+            else:
+                bodies.append(make(c.index, text, o.finish_reason or "stop", o.stop_reason, lp))
         pt = prompt_tokens if prompt_tokens is not None else choices[0].prompt_tokens
         body = response_body(chat, rid, created, model, bodies, pt, sum(c.n_out for c in choices))
         return Response(dumps(body), media_type="application/json")
@@ -774,7 +815,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                     else:
                         max_tokens = 16
                 try:
-                    backend.check(n, max_tokens)
+                    backend.check(n, max(1, max_tokens))  # max_tokens 0: the engine samples one
                 except ConfigError as e:
                     raise bad_request(str(e), param, "context_length_exceeded") from None
             try:
@@ -793,7 +834,8 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                         p = dataclasses.replace(params, seed=((params.seed + j - INT64_MIN) % (1 << 64)) + INT64_MIN)
                     s = engine.submit(rid if single else f"{rid}-{k}", ids, p)
                     streams.append(s)
-                    choices.append(Choice(k, s, echoes[i] if echoes else ""))
+                    echo_ids = ids if req.echo and req.logprobs is not None else None
+                    choices.append(Choice(k, s, echoes[i] if echoes else "", echo_ids, req.score_only))
                     k += 1
         except (APIError, Overloaded, Draining, EngineDead) as e:
             for s in streams:

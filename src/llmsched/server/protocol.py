@@ -3,10 +3,11 @@
 Requests are parsed from the raw JSON body by hand (no pydantic on the hot path) so that
 every mistake becomes an OpenAI-style error naming the offending parameter:
 `{"error": {"message", "type", "param", "code"}}`. Unknown fields are ignored, as vLLM
-does. Fields we accept work (`n`, several prompts, `echo`, `logprobs`, `logit_bias`, the
-penalties; see docs/serving.md for what the sim backend does with them); what is not
-supported (JSON mode `response_format`, `tools`/`tool_choice`/`functions`, `suffix`,
-`best_of` other than `n`, `echo` with `logprobs`) is a 400 that says so.
+does. Fields we accept work (`n`, several prompts, `echo`, `logprobs` (with `echo`: the
+prompt's too), `max_tokens: 0` with `echo`, `logit_bias`, the penalties; see
+docs/serving.md for what the sim backend does with them); what is not supported (JSON mode
+`response_format`, `tools`/`tool_choice`/`functions`, `suffix`, `best_of` other than `n`)
+is a 400 that says so.
 """
 
 from __future__ import annotations
@@ -214,6 +215,9 @@ class ParsedRequest:
     n: int = 1
     echo: bool = False
     logprobs: int | None = None  # top logprobs per token (None: no logprobs)
+    # completions' `max_tokens: 0` (with `echo`): the prompt (and its logprobs) only; the
+    # engine still samples the one token that ends the prefill, and it is not returned
+    score_only: bool = False
 
     @property
     def all_prompts(self) -> list:
@@ -255,11 +259,6 @@ def _common(body: dict, kind: str) -> dict:
             logprobs = None
         else:
             logprobs = _int(body, "logprobs", None, 0)
-        if logprobs is not None and echo:
-            raise bad_request(
-                "'echo' with 'logprobs' would need the prompt's logprobs, which this server does not compute",
-                "echo",
-            )
     else:
         logprobs = 0 if _bool(body, "logprobs", False) else None
         top = _int(body, "top_logprobs", None, 0)
@@ -316,10 +315,10 @@ def _common(body: dict, kind: str) -> dict:
     )
 
 
-def _max_tokens(body: dict, *keys: str) -> int | None:
+def _max_tokens(body: dict, *keys: str, minimum: int = 1) -> int | None:
     for key in keys:
         if body.get(key) is not None:
-            return _int(body, key, None, 1)
+            return _int(body, key, None, minimum)
     return None
 
 
@@ -379,8 +378,17 @@ def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedReq
     first = prompts[0]
     text = first if isinstance(first, str) else None
     ids = first if not isinstance(first, str) else None
-    req = _finish(c, "completion", text, ids, None, _max_tokens(body, "max_tokens"), body)
+    max_tokens = _max_tokens(body, "max_tokens", minimum=0)
+    if max_tokens == 0 and not c["echo"]:
+        raise bad_request(
+            "'max_tokens' 0 is only allowed with 'echo': true (it returns the prompt, and its "
+            "logprobs with 'logprobs', and generates nothing)",
+            "max_tokens",
+        )
+    req = _finish(c, "completion", text, ids, None, max_tokens, body)
     req.prompts = prompts
+    if max_tokens == 0:
+        req.score_only = True
     return req
 
 
@@ -454,7 +462,7 @@ def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
     if c["min_tokens"] > max_tokens:
         raise bad_request(f"'min_tokens' ({c['min_tokens']}) must be at most max_tokens ({max_tokens})", "min_tokens")
     return SamplingParams(
-        max_tokens=max_tokens,
+        max_tokens=max(1, max_tokens),  # 0 (score_only): the prefill's token is dropped
         temperature=c["temperature"],
         top_p=c["top_p"],
         top_k=c["top_k"],
@@ -468,6 +476,7 @@ def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
         repetition_penalty=c["repetition_penalty"],
         logit_bias=c["logit_bias"],
         logprobs=c["logprobs"],
+        prompt_logprobs=c["logprobs"] if req.echo else None,
     )
 
 
@@ -570,20 +579,33 @@ def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict:
 # ---- logprobs -----------------------------------------------------------------------
 def completion_logprobs(entries: list, token_text, offset: int = 0) -> dict:
     """The completions API's `logprobs` object for `entries` (per token: (token id, its
-    logprob, [(id, logprob)] top)); `token_text(id)` is a token's text; `offset`: the
-    text offset of the first token."""
+    logprob, [(id, logprob)] top), or (token id, None, None) for a prompt's first token);
+    `token_text(id)` is a token's text; `offset`: the text offset of the first token."""
     tokens, lps, tops, offs = [], [], [], []
     for tok, lp, top in entries:
         t = token_text(tok)
         tokens.append(t)
         lps.append(lp)
-        d = {}
-        for i, v in top:
-            d.setdefault(token_text(i), v)
-        tops.append(d)
+        if top is None:  # a prompt's first token: no logprob, no alternatives
+            tops.append(None)
+        else:
+            d = {}
+            for i, v in top:
+                d.setdefault(token_text(i), v)
+            tops.append(d)
         offs.append(offset)
         offset += len(t)
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs}
+
+
+def join_logprobs(a: dict, b: dict) -> dict:
+    """Two completions `logprobs` objects one after the other (echo: prompt, then output)."""
+    return {k: a[k] + b[k] for k in a}
+
+
+def prompt_entries(ids: list[int], plps: list) -> list:
+    """`completion_logprobs` entries of a prompt: its ids and `RequestOutput.prompt_logprobs`."""
+    return [(t, None, None) if e is None else (t, e[0], e[1]) for t, e in zip(ids, plps)]
 
 
 def chat_logprobs(entries: list, token_text) -> dict:
