@@ -40,6 +40,26 @@ def running_server(backend=None, cfg: ServerConfig | None = None, **sim):
         sock.close()
 
 
+@contextlib.contextmanager
+def tiny_engine_server(folder, *, max_model_len: int = 512, num_blocks: int = 128):
+    """The engine backend on a tiny model written to `folder`, served in a thread. Yields
+    (base_url, server, backend)."""
+    from llmsched.engine import make_tiny_model
+    from llmsched.server.backends import make_engine_backend
+
+    model_dir = make_tiny_model(folder / "model")
+    backend = make_engine_backend(
+        str(model_dir),
+        SchedulerOptions(b_max=256, max_running=16),
+        max_model_len=max_model_len,
+        num_blocks=num_blocks,
+        block_size=16,
+        seed=0,
+    )
+    with running_server(backend) as (base, srv):
+        yield base, srv, backend
+
+
 def engine_of(server):
     return server.config.app.state.engine
 

@@ -6,25 +6,13 @@ import pytest
 import safetensors  # noqa: F401
 import tokenizers  # noqa: F401
 import torch  # noqa: F401
-from srv_helpers import engine_of, parse_sse, post, running_server, wait_for
+from srv_helpers import engine_of, parse_sse, post, tiny_engine_server, wait_for
 
 
 @pytest.fixture(scope="module")
 def engine_server(tmp_path_factory):
-    from llmsched.engine import make_tiny_model
-    from llmsched.server.backends import SchedulerOptions, make_engine_backend
-
-    model_dir = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    backend = make_engine_backend(
-        str(model_dir),
-        SchedulerOptions(b_max=256, max_running=16),
-        max_model_len=512,
-        num_blocks=128,
-        block_size=16,
-        seed=0,
-    )
-    with running_server(backend) as (base, srv):
-        yield base, srv, backend
+    with tiny_engine_server(tmp_path_factory.mktemp("tiny")) as served:
+        yield served
 
 
 def test_engine_completions(engine_server):

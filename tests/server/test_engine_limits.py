@@ -10,27 +10,15 @@ import random
 import pytest
 import tokenizers  # noqa: F401
 import torch  # noqa: F401
-from srv_helpers import post, running_server
+from srv_helpers import post, tiny_engine_server
 
 MAX_MODEL_LEN = 2048
 
 
 @pytest.fixture(scope="module")
 def engine_server(tmp_path_factory):
-    from llmsched.engine import make_tiny_model
-    from llmsched.server.backends import SchedulerOptions, make_engine_backend
-
-    model_dir = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    backend = make_engine_backend(
-        str(model_dir),
-        SchedulerOptions(b_max=256, max_running=16),
-        max_model_len=MAX_MODEL_LEN,
-        num_blocks=512,
-        block_size=16,
-        seed=0,
-    )
-    with running_server(backend) as (base, srv):
-        yield base, srv, backend
+    with tiny_engine_server(tmp_path_factory.mktemp("tiny"), max_model_len=MAX_MODEL_LEN, num_blocks=512) as served:
+        yield served
 
 
 def _text(base, name, **kw):

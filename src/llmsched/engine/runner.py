@@ -301,24 +301,6 @@ class ModelRunner:
             if samples:
                 sample_index.append(t - 1)
         hidden_out: list = []
-        if not sample_index:
-            self.forward_raw(
-                ids,
-                pos,
-                slots,
-                len(decoders),
-                tables,
-                ctx,
-                prefills,
-                sample_index=[],
-                skip_attention=skip_attention,
-                extra_index=extra,
-                extra_out=hidden_out,
-            )
-            if extra:
-                self._prompt_logprobs(hidden_out[0], extra_spans, len(chunks), prompt_out)
-            self.synchronize()
-            return []
         logits = self.forward_raw(
             ids,
             pos,
@@ -334,6 +316,9 @@ class ModelRunner:
         )
         if extra:
             self._prompt_logprobs(hidden_out[0], extra_spans, len(chunks), prompt_out)
+        if not sample_index:
+            self.synchronize()
+            return []
         return sample(logits, params, generators, banned, history, logprobs_out)
 
     PROMPT_LOGITS_ROWS = 256  # rows of prompt-logprob logits computed at once (bounds memory)
