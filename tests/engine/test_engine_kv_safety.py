@@ -85,7 +85,7 @@ def test_decode_kernel_equals_torch_attention(window):
     slots = tables[torch.arange(5), (lens - 1) // bs] * bs + (lens - 1) % bs
     outs = []
     for kernel in (None, fn):
-        meta = AttnMeta(slots, 5, tables, lens, [], bs, kernel=kernel)
+        meta = AttnMeta(slots, 5, tables, lens, [], bs, fused=kernel)
         outs.append(paged_attention(q, k, v, kc.clone(), vc.clone(), meta, d**-0.5, window))
     assert torch.isfinite(outs[0]).all() and torch.isfinite(outs[1]).all()
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)

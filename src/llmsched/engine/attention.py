@@ -53,7 +53,6 @@ class AttnMeta:
         block_size: int = 16,
         skip: bool = False,
         decode_groups: int = 1,
-        kernel=None,
         threads: int = 1,
         fused=None,
     ):
@@ -65,9 +64,10 @@ class AttnMeta:
         self.block_size = block_size
         self.skip = skip  # profiling: no attention (the linear part alone)
         self.decode_groups = decode_groups  # split the decode batch to bound gather memory
-        self.kernel = kernel  # cpu_kernel's compiled decode attention, or None (torch)
         self.threads = threads  # the kernel's threads
-        self.fused = fused  # cpu_kernel's element-wise ops for the model, or None (torch)
+        # cpu_kernel's compiled kernels (decode attention and the model's element-wise ops),
+        # or None (torch)
+        self.fused = fused
         self._masks: dict = {}
 
     def decode_mask(self, window: int | None):
@@ -131,9 +131,9 @@ def paged_attention(q, k, v, k_cache, v_cache, meta: AttnMeta, scale: float, win
     v_cache.view(kvh, -1, d).index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, even for a strided q
     b = meta.n_decode
-    if b and meta.kernel is not None:
+    if b and meta.fused is not None:
         bt, lens = meta.block_tables, meta.context_lens
-        run_decode(meta.kernel, q, k_cache, v_cache, bt, lens, out, scale, window, meta.threads)
+        run_decode(meta.fused, q, k_cache, v_cache, bt, lens, out, scale, window, meta.threads)
     elif b:
         h = q.shape[1]
         g = h // kvh

@@ -17,7 +17,7 @@ from .attention import AttnMeta, PrefillChunk
 from .cpu_kernel import decode_kernel
 from .loader import ModelConfig, load_weights
 from .model import CausalLM
-from .sampler import sample
+from .sampler import logprob_entries, sample
 
 log = logging.getLogger(__name__)
 
@@ -215,13 +215,12 @@ class ModelRunner:
         else:
             bt = ctx = None
             groups = 1
-            kernel = None if skip_attention else self.decode_kernel
             if n_decode:
                 width = max(len(b) for b in block_tables)
                 rows = [b + [self.scratch_block] * (width - len(b)) for b in block_tables]
                 bt = self._tensor(rows)
                 ctx = self._tensor(context_lens)
-                if kernel is None:  # the torch path gathers: bound the gathered tensor
+                if self.decode_kernel is None:  # the torch path gathers: bound the gathered tensor
                     groups = max(1, math.ceil(n_decode * width * self.block_size / self.workspace_tokens))
             meta = AttnMeta(
                 self._tensor(slots),
@@ -232,7 +231,6 @@ class ModelRunner:
                 self.block_size,
                 skip=skip_attention,
                 decode_groups=groups,
-                kernel=kernel,
                 threads=torch.get_num_threads(),
                 fused=self.decode_kernel,
             )
@@ -335,16 +333,8 @@ class ModelRunner:
             entries = []
             for a in range(lo, hi, self.PROMPT_LOGITS_ROWS):
                 b = min(hi, a + self.PROMPT_LOGITS_ROWS)
-                lp = torch.log_softmax(self.model.logits(hidden[row + a - lo : row + b - lo]).float(), dim=-1)
-                nxt = self._tensor(toks[a + 1 : b + 1])
-                picked = lp.gather(1, nxt[:, None]).squeeze(1).tolist()
-                kk = min(k, lp.shape[1])
-                if kk > 0:
-                    tv, ti = lp.topk(kk, dim=-1)
-                    tops = [list(zip(i_, v_)) for i_, v_ in zip(ti.tolist(), tv.tolist())]
-                else:
-                    tops = [[] for _ in picked]
-                entries.extend(zip(picked, tops))
+                logits = self.model.logits(hidden[row + a - lo : row + b - lo])
+                entries.extend(logprob_entries(logits, self._tensor(toks[a + 1 : b + 1]), [k] * (b - a)))
             row += hi - lo
             res[ci] = entries
         out.extend(res)

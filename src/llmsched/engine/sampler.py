@@ -62,22 +62,32 @@ def adjust(logits, params: list, history: list | None):
     return logits
 
 
+def logprob_entries(logits, targets, ks: list[int]) -> list[tuple[float, list]]:
+    """Per row of `logits`: (the log-probability of `targets[row]`, [(id, logprob)] of the
+    `ks[row]` most likely tokens, best first) under the raw distribution."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    picked = lp.gather(1, targets[:, None]).squeeze(1).tolist()
+    k = min(max(ks), lp.shape[1])
+    if k <= 0:
+        return [(p, []) for p in picked]
+    top_v, top_i = lp.topk(k, dim=-1)
+    tv, ti = top_v.tolist(), top_i.tolist()
+    out = []
+    for j, p in enumerate(picked):
+        kk = min(ks[j], k)
+        out.append((p, list(zip(ti[j][:kk], tv[j][:kk])) if kk else []))
+    return out
+
+
 def top_logprobs(logits, params: list, tokens: list[int]) -> list:
     """Per row: None, or (the logprob of its sampled token, [(id, logprob)] of the
     `params.logprobs` most likely tokens, best first) under the raw distribution."""
     want = [i for i, p in enumerate(params) if getattr(p, "logprobs", None) is not None]
     res: list = [None] * len(params)
-    if not want:
-        return res
-    lp = torch.log_softmax(logits[want].float(), dim=-1)
-    k = min(max(params[i].logprobs for i in want), lp.shape[1])
-    top_v, top_i = lp.topk(k, dim=-1) if k > 0 else (None, None)
-    picked = lp.gather(1, torch.tensor([[tokens[i]] for i in want], device=lp.device)).squeeze(1).tolist()
-    tv = top_v.tolist() if k > 0 else None
-    ti = top_i.tolist() if k > 0 else None
-    for j, i in enumerate(want):
-        kk = min(params[i].logprobs, k)
-        res[i] = (picked[j], list(zip(ti[j][:kk], tv[j][:kk])) if kk else [])
+    if want:
+        targets = torch.tensor([tokens[i] for i in want], device=logits.device)
+        for i, e in zip(want, logprob_entries(logits[want], targets, [params[i].logprobs for i in want])):
+            res[i] = e
     return res
 
 
