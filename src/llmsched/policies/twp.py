@@ -389,7 +389,12 @@ class TWP(AdmissionPolicy):
         decoded = feedback.plan.decode > 0
         if self.measured:
             self._measure(feedback.duration, feedback.plan.tokens, decoded)
-        self._advance(
+        meter = self.meter
+        self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = self._next(
+            self.l_ewma,
+            self.window,
+            meter.prev_end,
+            meter.prev_emitted,
             feedback.start,
             feedback.duration,
             decoded,
@@ -439,12 +444,6 @@ class TWP(AdmissionPolicy):
             )
             t += d
 
-    def _advance(self, start: float, d: float, decoded: bool, first_or_resumed: bool, q: int) -> None:
-        meter = self.meter
-        self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = self._next(
-            self.l_ewma, self.window, meter.prev_end, meter.prev_emitted, start, d, decoded, first_or_resumed, q
-        )
-
     def _next(self, ewma, window, prev_end, prev_emitted, start, d, decoded, first_or_resumed, q):
         """One step's feedback: the ITL sample (the rule of `ItlMeter.sample`, inlined) and
         the window's update, with `q` requests waiting after the step. Pure: returns the new
@@ -457,13 +456,11 @@ class TWP(AdmissionPolicy):
             ewma = d if ewma is None else self.alpha * d + (1 - self.alpha) * ewma
         if ewma is not None and target is not None and ewma > target:
             window = self.beta * window
-            if window < self.H_min:
-                window = float(self.H_min)
         else:
             window = window + self.delta_tokens * (1 + math.log1p(q)) if q else window + self.delta_tokens
             if window > self.H_max:
                 window = float(self.H_max)
-        if window < self.H_min:  # H_min grew (measured knee)
+        if window < self.H_min:  # a cut below it, or H_min grew (measured knee)
             window = float(self.H_min)
         return ewma, window, end, decoded or first_or_resumed
 

@@ -77,7 +77,6 @@ class _Pool:
         self.weights = None if w is None else np.asarray(w, dtype=float) / float(np.sum(w))
         # back-pressure: calls wait here by class until a replica takes them
         self.buffers: dict[str, deque] = {}
-        self.buffered: dict[str, int] = {}  # queued tokens of work by class
 
     def route(self, t: int) -> _Replica:
         reps = self.replicas
@@ -443,19 +442,16 @@ def run_network(
         if sim.state.waiting:
             return
         pool = rep.pool
-        cls = max(sorted(pool.buffered), key=lambda c: weight(pool.name, c))
+        cls = max(sorted(pool.buffers), key=lambda c: weight(pool.name, c))
         buf = pool.buffers[cls]
         budget = sim.state.b_max
         while buf and budget > 0:
             r = buf.popleft()
-            work = r.prompt + r.output - 1
-            pool.buffered[cls] -= work
             budget -= r.prompt
             c_rep[r.id] = rep_index[id(rep)]
             sim.add(r)
             rep.calls += 1
         if not buf:
-            del pool.buffered[cls]
             del pool.buffers[cls]
         queued[(pool.name, cls)] = len(buf)
 
@@ -489,9 +485,9 @@ def run_network(
             if sim.busy_until >= 0:
                 continue
             limit = max_time
-            if backpressure and rep.pool.buffered:
+            if backpressure and rep.pool.buffers:
                 release(rep, t)
-                if rep.pool.buffered:
+                if rep.pool.buffers:
                     limit = t + 1  # decide again at the next step boundary
             if sim.is_idle():
                 continue
@@ -506,7 +502,6 @@ def run_network(
             buf = pool.buffers.setdefault(cls, deque())
             buf.append(b)
             work = b.prompt + b.output - 1
-            pool.buffered[cls] = pool.buffered.get(cls, 0) + work
             queued[(pool.name, cls)] = len(buf)
             seen = class_work.setdefault(cls, [0, 0])
             seen[0] += work

@@ -405,6 +405,7 @@ class NetworkResult:
 
 def _secs(ns: np.ndarray) -> np.ndarray:
     """Nanoseconds as seconds with 9 decimals; negative (not reached) as empty."""
+    ns = np.asarray(ns, dtype=np.int64)
     whole, frac = np.divmod(np.abs(ns), NS)
     text = np.char.add(np.char.add(whole.astype(str), "."), np.char.zfill(frac.astype(str), 9))
     return np.where(ns >= 0, text, "")

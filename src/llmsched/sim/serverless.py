@@ -55,6 +55,7 @@ from ..policies.spec import SchedulerSpec
 from ..workload.serverless import ServerlessSpec, make_serverless_requests
 from .histogram import GapHistogram
 from .server import ServerSim, SimulationStuck
+from .simulator import _np
 
 # event kinds, in the order they run at one instant (plans last)
 _FREE, _LOADED, _READY, _LAND, _ARRIVE, _END, _EXPIRE, _PLAN = range(8)
@@ -327,11 +328,6 @@ class _Runtime:
         heapq.heappush(self.events, (t, kind, tie, self.seq, a, b))
 
     # ---- work and routing --------------------------------------------------------------------
-    @staticmethod
-    def unfinished(inst: _Instance, t: int) -> int:
-        """Tokens left of the instance's requests at `t` (steps of its batch done by `t` count)."""
-        return inst.sim.unfinished(t)
-
     def route(self, model: _Model, t: int) -> _Instance | None:
         ready = [i for i in model.live if i.state == READY]
         cands = ready or model.live
@@ -343,7 +339,7 @@ class _Runtime:
             inst = cands[model.rr % len(cands)]
             model.rr += 1
             return inst
-        return min(cands, key=lambda i: (self.unfinished(i, t), i.id))
+        return min(cands, key=lambda i: (i.sim.unfinished(t), i.id))
 
     def deliver(self, r: Request, model: _Model, t: int, recompute: bool) -> None:
         inst = self.route(model, t)
@@ -392,7 +388,7 @@ class _Runtime:
             return  # unfinished work is at most the backlog: no need to count finished steps
         work = 0
         for i in live:
-            work += self.unfinished(i, t)
+            work += i.sim.unfinished(t)
         if work > bound:
             choice = self.place(model, t, from_zero=False)
             if choice is not None:
@@ -794,14 +790,14 @@ class _Runtime:
             arrival_ns=np.asarray(arr, dtype=np.int64),
             prompt=reqs.prompt.astype(np.int64),
             output=reqs.output.astype(np.int64),
-            instance=_np(self.where),
-            queue_ns=_np(queue),
-            ttft_ns=_np(ttft),
-            e2e_ns=_np(e2e),
-            tokens=_np(tokens),
-            preemptions=_np(pre),
-            migrations=_np(self.migrations),
-            cold=_np(self.cold),
+            instance=_np(self.where, np.int64),
+            queue_ns=_np(queue, np.int64),
+            ttft_ns=_np(ttft, np.int64),
+            e2e_ns=_np(e2e, np.int64),
+            tokens=_np(tokens, np.int64),
+            preemptions=_np(pre, np.int64),
+            migrations=_np(self.migrations, np.int64),
+            cold=_np(self.cold, np.int64),
             instances=rows,
             model_itl={m.name: m.itl for m in models},
             itl=platform_itl,
@@ -834,10 +830,6 @@ class _Runtime:
         if ka is not None:
             self.push(t + ka, _EXPIRE, inst.id, inst, inst.idle_ver)
         self.serve_waiting_models(t)
-
-
-def _np(a: array) -> np.ndarray:
-    return np.frombuffer(a, dtype=a.typecode).astype(np.int64) if len(a) else np.zeros(0, dtype=np.int64)
 
 
 def check_requests(spec: ServerlessSpec, reqs) -> None:

@@ -30,6 +30,8 @@ from ..core.jsonio import to_jsonable
 from ..core.request import NS
 from ..workload.serverless import ServerlessSpec, load_serverless
 from .histogram import GapHistogram
+from .network_result import _secs, _write
+from .result import _seconds
 from .serverless import ServerlessStats, run_serverless
 
 REQUEST_COLUMNS = (
@@ -117,9 +119,7 @@ class ServerlessResult:
 
     # ---- per request (seconds; NaN where not reached) ----------------------------------
     def _s(self, ns: np.ndarray) -> np.ndarray:
-        out = ns.astype(np.float64) / NS
-        out[ns < 0] = np.nan
-        return out
+        return _seconds(ns)
 
     @property
     def finished(self) -> np.ndarray:
@@ -301,21 +301,6 @@ class ServerlessResult:
                 "" if r["kv_capacity"] is None else r["kv_capacity"],
             ]
             f.write(",".join(str(v) for v in vals) + "\n")
-
-
-def _secs(ns: np.ndarray) -> np.ndarray:
-    """Nanoseconds as seconds with 9 decimals; negative (not reached) as empty."""
-    ns = np.asarray(ns, dtype=np.int64)
-    whole, frac = np.divmod(np.abs(ns), NS)
-    text = np.char.add(np.char.add(whole.astype(str), "."), np.char.zfill(frac.astype(str), 9))
-    return np.where(ns >= 0, text, "")
-
-
-def _write(path: Path, writer) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer(f)
-    os.replace(tmp, path)
 
 
 def simulate_serverless(
