@@ -538,14 +538,12 @@ class ServerState:
 
     def _fit(self, extra: int) -> None:
         """Evict free cached blocks until they, the used slots and `extra` more fit."""
-        pc = self.prefix
-        if pc.n_free:
-            bs = pc.block_size
-            over = self.kv_used + extra + pc.n_free * bs - self.kv_capacity
-            if over > 0:
-                pc.evict(-(-over // bs))
+        n = self.blocks_to_evict(extra)
+        if n:
+            self.prefix.evict(n)
 
-    @property
-    def kv_cached_free(self) -> int:
-        """Slots of cached blocks no running request holds (free space, kept until needed)."""
-        return 0 if self.prefix is None else self.prefix.n_free * self.prefix.block_size
+    def blocks_to_evict(self, extra: int) -> int:
+        """Free cached blocks that must go so that they, the used slots and `extra` more fit."""
+        pc = self.prefix
+        over = self.kv_used + extra + pc.n_free * pc.block_size - self.kv_capacity
+        return min(pc.n_free, -(-over // pc.block_size)) if over > 0 else 0

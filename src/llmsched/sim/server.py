@@ -52,6 +52,7 @@ class TimeSeries:
         self.first = self.next = first
         self.interval = interval
         self.auto = auto
+        self.prefix = prefix
         self.cols: dict[str, list] = {k: [] for k in (SERIES + PREFIX_SERIES if prefix else SERIES)}
 
     def _advance(self) -> None:
@@ -72,17 +73,14 @@ class TimeSeries:
         c["token_load"].append(b)
         c["backlog_tokens"].append(state.backlog_tokens - j * b)
         c["kv_used_tokens"].append(state.kv_used + j * (b - pf))
-        pc = state.prefix
-        if pc is not None and "prefix_hit_tokens" in c:
+        if self.prefix:
             # inside a batch of repeated steps the step-by-step path evicts at each step's
             # start, for that step's decode tokens: count those evictions already
-            bs = pc.block_size
-            free = pc.n_free
-            over = state.kv_used + (j + 1) * (b - pf) + free * bs - state.kv_capacity
-            ev = min(free, -(-over // bs)) if over > 0 else 0
+            pc = state.prefix
+            ev = state.blocks_to_evict((j + 1) * (b - pf))
             c["prefix_hit_tokens"].append(pc.hit_tokens)
             c["prefix_evictions"].append(pc.evictions + ev)
-            c["kv_cached_free_tokens"].append((free - ev) * bs)
+            c["kv_cached_free_tokens"].append((pc.n_free - ev) * pc.block_size)
 
     def span(self, state, start: int, durations, count: int, b: int, pf: int) -> None:
         """Record the samples that fall in `count` repeated steps from `start` (the state
