@@ -23,7 +23,6 @@ Sizes are GB (10^9 bytes), bandwidths GB/s, times seconds.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -38,7 +37,8 @@ from .arrivals import MAX_REQUESTS, make_arrival_process
 from .csvio import as_lengths, read_columns
 from .datasets import resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
-from .spec import load_trace
+from .network import _at, _mapping, _show, _suggest
+from .spec import _rng, load_trace
 from .trace import trace_format
 
 __all__ = [
@@ -152,27 +152,6 @@ _SLLM_KEYS = ("load_speedup", "migration", "alpha_s_per_token", "beta_s")
 
 
 # ------------------------------------------------------------------------------ helpers
-def _at(where: str, message: str) -> ConfigError:
-    return ConfigError(f"{where}: {message}" if where else message)
-
-
-def _show(value) -> str:
-    s = repr(value)
-    return s if len(s) <= 60 else s[:57] + "..."
-
-
-def _suggest(name, known) -> str:
-    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _mapping(value, where: str, what: str) -> dict:
-    if not isinstance(value, dict):
-        raise _at(where, f"{what} must be a mapping, got {_show(value)}")
-    for k in value:
-        if not isinstance(k, str):
-            raise _at(where, f"keys of {what} must be strings, got {k!r}")
-    return value
 
 
 def _keys(d: dict, allowed, where: str) -> None:
@@ -228,10 +207,6 @@ def _law(value, where: str, role: str) -> LengthLaw:
         return parse_length_law(value, role)
     except ConfigError as e:
         raise _at(where, str(e)) from None
-
-
-def _rng(seed: int, *key: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
 # ------------------------------------------------------------------------------ cluster
