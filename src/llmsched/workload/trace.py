@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, InputWarning
 from ..core.request import Request
 from .blocks import DEFAULT_BLOCK_SIZE, as_tuples, cap_rows, chain_ragged, check_block_size, reblock, take_rows
 from .csvio import MAX_LENGTH, as_lengths, line_of_row, read_columns, read_header
@@ -434,9 +434,8 @@ def _blocks_column(header: list[str]) -> tuple[str, int] | None:
     return cols[0], check_block_size(cols[0][len(BLOCKS_COLUMN) :] or None, f"the block size in column '{cols[0]}'")
 
 
-def read_plain_csv(path: str | os.PathLike, block_size: int | None = None) -> Trace:
-    """Read `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]` (block ids
-    mapped to `block_size`-token blocks when given)."""
+def read_plain_csv(path: str | os.PathLike) -> Trace:
+    """Read `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]`."""
     bcol = _blocks_column(read_header(path))
     optional = {"tag": "str"}
     if bcol:
@@ -466,8 +465,7 @@ def read_plain_csv(path: str | os.PathLike, block_size: int | None = None) -> Tr
                 f"file {path} line {line_of_row(path, i)} column '{name}': {int(counts[i])} block ids for a "
                 f"{int(prompt[i])}-token prompt (at most {-(-int(prompt[i]) // size)} blocks of {size} tokens)"
             )
-    t = Trace(*_sorted(arrival, prompt, output, cols.get("tag"), ids, ptr), block_size=size)
-    return t if block_size is None else t.with_block_size(block_size)
+    return Trace(*_sorted(arrival, prompt, output, cols.get("tag"), ids, ptr), block_size=size)
 
 
 def _parse_id_lists(texts, path, column: str, sep: str, rows_to_lines=None) -> tuple[np.ndarray, np.ndarray]:
@@ -729,7 +727,7 @@ def _names(x) -> list[str] | None:
     return names or None
 
 
-class TraceWarning(UserWarning):
+class TraceWarning(InputWarning):
     """Something a trace reader dropped or changed (e.g. BurstGPT's failed requests)."""
 
 
