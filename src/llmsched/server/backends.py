@@ -120,10 +120,7 @@ class _EngineTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if self._hf is not None:
             return self._hf.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
-        raw = getattr(self._tok, "tok", None)
-        if not add_special_tokens and raw is not None:
-            return raw.encode(text, add_special_tokens=False).ids
-        return self._tok.encode(text)
+        return self._tok.encode(text, add_special_tokens)
 
     def chat_text(self, messages: list[dict]) -> str:
         return chat_lines(messages)
