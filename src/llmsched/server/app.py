@@ -51,11 +51,9 @@ from .protocol import (
     ChunkWriter,
     bad_request,
     chat_choice,
-    chat_logprobs,
     completion_choice,
-    completion_logprobs,
     dumps,
-    join_logprobs,
+    logprobs_object,
     parse_body,
     parse_chat,
     parse_completion,
@@ -490,13 +488,8 @@ class SSEResponse:
             lp = None
             if self.token_text is not None and (o.logprobs or plp is not None):
                 entries = [] if c.drop or not o.logprobs else _lp_entries(o)
-                if self.chat:
-                    lp = chat_logprobs(entries, self.token_text)
-                else:
-                    lp = completion_logprobs(entries, self.token_text, c.offset)
-                    c.offset += sum(len(t) for t in lp["tokens"])
-                    if plp is not None:
-                        lp = join_logprobs(completion_logprobs(plp, self.token_text), lp)
+                lp = logprobs_object(entries, self.token_text, self.chat, c.offset, plp)
+                c.offset += sum(len(self.token_text(t)) for t, _, _ in entries)
             if o.finished:
                 if c.drop:
                     parts.append(w.token(text, "length", usage, None, c.index, lp))
@@ -606,12 +599,7 @@ async def _collect(
             text = c.echo + "".join(c.texts)
             lp = None
             if token_text is not None:
-                if chat:
-                    lp = chat_logprobs(c.lps, token_text)
-                else:
-                    lp = completion_logprobs(c.lps, token_text, len(c.echo))
-                    if c.plp is not None:
-                        lp = join_logprobs(completion_logprobs(c.plp, token_text), lp)
+                lp = logprobs_object(c.lps, token_text, chat, len(c.echo), c.plp)
             make = chat_choice if chat else completion_choice
             if c.drop:
                 bodies.append(make(c.index, text, "length", None, lp))
@@ -675,10 +663,17 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     app.read_timeout = cfg.read_timeout
     app.metrics = metrics
 
-    async def parse_off(fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(parse_pool, fn, *args)
+    async def parse(fn, data, *args):
+        """fn(data, *args): inline, or in the parse thread for a body larger than BIG_BODY."""
+        if body_size(data) <= BIG_BODY:
+            return fn(data, *args)
+        return await asyncio.get_running_loop().run_in_executor(parse_pool, fn, data, *args)
 
-    async def tokenize_off(fn, *args):
+    async def tokenize_text(fn, size: int, *args):
+        """fn(*args) on `size` characters or ids: inline when cheap, else in the tokenizer
+        threads (a long text would stall every stream on the event loop)."""
+        if tok_cheap or size <= INLINE_TEXT_CHARS:
+            return fn(*args)
         return await asyncio.get_running_loop().run_in_executor(tok_pool, fn, *args)
 
     def model_not_found(model: str) -> APIError:
@@ -741,19 +736,11 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
 
     async def prepare(data: bytes, chat: bool):
         """The parsed request and each prompt's token ids, off the event loop where costly."""
-        if body_size(data) > BIG_BODY:
-            req, texts = await parse_off(parse_generation, data, chat)
-        else:
-            req, texts = parse_generation(data, chat)
+        req, texts = await parse(parse_generation, data, chat)
         param = "messages" if chat else "prompt"
         all_ids = []
         for text, p in zip(texts, req.all_prompts):
-            if text is None:
-                ids = p
-            elif tok_cheap or len(text) <= INLINE_TEXT_CHARS:
-                ids = encode(text, param)
-            else:
-                ids = await tokenize_off(encode, text, param)
+            ids = p if text is None else await tokenize_text(encode, len(text), text, param)
             check_ids(ids, param)  # min() and max(): C loops over at most max_model_len ids
             all_ids.append(ids)
         return req, texts, all_ids
@@ -774,9 +761,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     async def echo_text(text, ids) -> str:
         if text is not None:
             return text
-        if tok_cheap or len(ids) <= INLINE_TEXT_CHARS:
-            return decode(ids)
-        return await tokenize_off(decode, ids)
+        return await tokenize_text(decode, len(ids), ids)
 
     async def generate(data: bytes, receive, chat: bool):
         streams: list = []
@@ -943,14 +928,8 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     async def tokenize(request: Request):
         data = await _body_of(request)
         try:
-            if body_size(data) > BIG_BODY:
-                text, param, special = await parse_off(parse_tokenize, data)
-            else:
-                text, param, special = parse_tokenize(data)
-            if tok_cheap or len(text) <= INLINE_TEXT_CHARS:
-                ids = encode_list(text, param, special)
-            else:
-                ids = await tokenize_off(encode_list, text, param, special)
+            text, param, special = await parse(parse_tokenize, data)
+            ids = await tokenize_text(encode_list, len(text), text, param, special)
         except APIError as e:
             return error_response(e)
         return Response(
@@ -991,14 +970,8 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     async def detokenize(request: Request):
         data = await _body_of(request)
         try:
-            if body_size(data) > BIG_BODY:
-                toks = await parse_off(parse_detokenize, data)
-            else:
-                toks = parse_detokenize(data)
-            if tok_cheap or len(toks) <= INLINE_TEXT_CHARS:
-                text = decode(toks)
-            else:
-                text = await tokenize_off(decode, toks)
+            toks = await parse(parse_detokenize, data)
+            text = await tokenize_text(decode, len(toks), toks)
         except APIError as e:
             return error_response(e)
         return Response(dumps({"prompt": text}), media_type="application/json")

@@ -603,6 +603,17 @@ def join_logprobs(a: dict, b: dict) -> dict:
     return {k: a[k] + b[k] for k in a}
 
 
+def logprobs_object(entries: list, token_text, chat: bool, offset: int = 0, prompt: list | None = None) -> dict:
+    """A choice's `logprobs`: the chat API's, or the completions API's with `offset` the text
+    offset of the first entry and, for echo, the `prompt`'s entries (offset 0) first."""
+    if chat:
+        return chat_logprobs(entries, token_text)
+    lp = completion_logprobs(entries, token_text, offset)
+    if prompt is not None:
+        lp = join_logprobs(completion_logprobs(prompt, token_text), lp)
+    return lp
+
+
 def prompt_entries(ids: list[int], plps: list) -> list:
     """`completion_logprobs` entries of a prompt: its ids and `RequestOutput.prompt_logprobs`."""
     return [(t, None, None) if e is None else (t, e[0], e[1]) for t, e in zip(ids, plps)]
