@@ -337,3 +337,26 @@ def test_serve_sim_backend_with_prefix_caching():
     assert backend.core.state.prefix is not None and backend.core.state.prefix.block_size == 32
     args = build_parser().parse_args(["serve", "--backend", "sim"])
     assert build_backend(args).core.state.prefix is None
+
+
+def test_adaptive_sees_a_waiting_prompt_net_of_its_cached_prefix():
+    from llmsched.core.request import Request
+    from llmsched.policies.adaptive import Adaptive
+    from llmsched.policies.base import Planner
+
+    sched = SchedulerSpec(policy="adaptive", b_max=512, prefix_caching=True, block_size=BS).build()
+    st = sched.new_state()
+    a = Request(0, 0, 40, 1)
+    a.blocks = (1, 2)
+    st.add(a)
+    t = 0
+    while not st.is_idle():  # A computes its prompt (caching blocks 1 and 2) and finishes
+        plan = sched.plan(st)
+        st.begin_step(plan, t)
+        t += 10
+        st.end_step(plan, t)
+    b = Request(1, t, 40, 4)
+    b.blocks = (1, 2)
+    st.add(b)
+    rems, _, _ = Adaptive.prefill_on_offer(Planner(st, sched.admission), 512)
+    assert rems == [8]  # 40 prompt tokens, 32 of them cached: what admitting B computes

@@ -46,6 +46,9 @@ Options (`make_batch_policy("adaptive:cost=paper")`, or keyword arguments):
 - `mean_prompt`, `mean_output`: workload means, used only by context-dependent cost
   models (representative contexts); otherwise estimated from the requests seen.
 
+With prefix caching, a waiting prompt's chunk on offer is net of its cached prefix (what
+admitting it would compute); `Q_p` still counts waiting prompts whole.
+
 Caveats: the region assumes one request can supply a step's whole prefill chunk
 (`max_prefill_per_request` None); with prompts shorter than a vertex's `x_v` the vertex
 is realised with fewer prefill tokens. `Q_d` uses the requests' output lengths as the
@@ -172,16 +175,16 @@ class Adaptive(BatchPolicy):
         return t
 
     # ---- one step -------------------------------------------------------------------
-    def build(self, p: Planner):
+    @staticmethod
+    def prefill_on_offer(p: Planner, cap: int) -> tuple[list[int], int, int]:
+        """The prefill chunks a step could take, in the order the planner takes them
+        (running prefills, then the waiting queue; a waiting prompt net of its cached
+        prefix), until `cap` tokens or the planner's slots; with the running prefills'
+        prefill and decode tokens still owed."""
         state = p.state
-        self._setup(state)
-        tokens, slots = p.tokens, p.slots
-        n_dec = p.decodable
-        # prefill on offer, in the order the planner takes it: running prefills, then waiting
-        cap = max(c[0] for c in self._cands) if self._cands else tokens
+        slots = p.slots
         rems = []
-        acc = 0
-        pre_pf = pre_dec = 0
+        acc = pre_pf = pre_dec = 0
         for r in state.prefilling:
             rem = r.prefill_target - r.prefilled
             pre_pf += rem
@@ -191,10 +194,20 @@ class Adaptive(BatchPolicy):
                 acc += rem
         if acc < cap and len(rems) < slots:
             for r in state.waiting:
-                rems.append(r.prefill_target - r.prefilled)
-                acc += r.prefill_target - r.prefilled
+                rem = p.prefill_left(r)
+                rems.append(rem)
+                acc += rem
                 if acc >= cap or len(rems) >= slots:
                     break
+        return rems, pre_pf, pre_dec
+
+    def build(self, p: Planner):
+        state = p.state
+        self._setup(state)
+        tokens, slots = p.tokens, p.slots
+        n_dec = p.decodable
+        cap = max(c[0] for c in self._cands) if self._cands else tokens
+        rems, pre_pf, pre_dec = self.prefill_on_offer(p, cap)
         q_p = state.pending_prefill
         waiting_pf = q_p - pre_pf
         q_d = (state.backlog_tokens - q_p) - (state.waiting_tokens - waiting_pf) - pre_dec
