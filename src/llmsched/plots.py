@@ -45,12 +45,20 @@ def _cdf(ax, values: np.ndarray, weights: np.ndarray | None = None, label: str |
     ax.plot(v, c / c[-1], label=label, color=color)
 
 
-def run_title(folder: Path) -> str:
-    """The run a folder holds, for figure titles: `sarathi, b_max 512, paper, poisson 5
-    req/s, 2,000 requests` (from its config.json; the folder's name without one)."""
+def _config(folder: Path) -> dict | None:
+    """The run's config.json, or None without a readable one."""
     try:
-        c = json.loads((folder / "config.json").read_text())
+        return json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
+        return None
+
+
+def run_title(folder: Path, config: dict | None = None) -> str:
+    """The run a folder holds, for figure titles: `sarathi, b_max 512, paper, poisson 5
+    req/s, 2,000 requests` (from its config.json, or `config` if given; the folder's name
+    without one)."""
+    c = config if config is not None else _config(folder)
+    if c is None:
         return folder.resolve().name
     parts = [str(c.get("policy", "?"))]
     if c.get("admission") not in (None, "fcfs"):
@@ -76,12 +84,9 @@ def plot_dir(folder: str | Path) -> list[Path]:
     if not d.is_dir():
         raise ConfigError(f"{folder} is not a folder")
     out = []
-    name = run_title(d)
-    try:
-        policy = json.loads((d / "config.json").read_text()).get("policy", "")
-    except (OSError, ValueError):
-        policy = ""
-    color = color_of(policy)
+    config = _config(d)
+    name = run_title(d, config)
+    color = color_of((config or {}).get("policy", ""))
 
     ts = _read_csv(d / "timeseries.csv")
     fig, ax = _figure()
