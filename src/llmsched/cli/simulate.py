@@ -209,6 +209,15 @@ def print_network_summary(res) -> None:
                 f"{load}{srv['calls']:,} calls, TTFT p99 {ms(srv['p99_ttft_ms'])}, {srv['verdict']}",
             )
         )
+        pc = srv.get("prefix_cache")
+        if pc is not None:
+            rows.append(
+                (
+                    f"  {name} prefix cache hits: tokens / blocks",
+                    f"{pc['token_hit_rate']:.1%} / {pc['block_hit_rate']:.1%} "
+                    f"({pc['prefill_tokens_saved']:,} prefill tokens saved, {pc['evictions']:,} evictions)",
+                )
+            )
     if s.get("bottleneck"):
         rows.append(
             (
