@@ -11,7 +11,7 @@ import pytest
 from llmsched.api import cluster_network
 from llmsched.cli import main
 from llmsched.core.errors import ConfigError
-from llmsched.sim.network import _ROOT, _chain, _mix, _Stream
+from llmsched.sim.network import _GOLDEN, _MASK, _ROOT, _chain, _mix, _Stream, _SystemPrompt
 from llmsched.sim.network_result import simulate_network
 from llmsched.theory.network import traffic
 from llmsched.workload.blocks import chain, mix
@@ -54,7 +54,7 @@ def test_chaining_is_the_workloads_rule():
 
 
 def test_stream_blocks_cover_full_blocks_and_grow_as_prefixes():
-    s = _Stream(first=11, length=0, writer=22)
+    s = _Stream(_SystemPrompt(11, 0), writer=22)
     assert s.blocks(BS, 15) is None  # no full block
     s.append(100)  # call 1's prompt
     first = s.blocks(BS, 100)
@@ -65,27 +65,37 @@ def test_stream_blocks_cover_full_blocks_and_grow_as_prefixes():
     assert len(second) == 170 // BS and second[: len(first)] == first
     assert len(set(second)) == len(second)
     # a stream computed in one go gives the same ids as one computed as it grew
-    fresh = _Stream(first=11, length=0, writer=22)
+    fresh = _Stream(_SystemPrompt(11, 0), writer=22)
     fresh.append(170)
     assert fresh.blocks(BS, 170) == second
     # another writer (another job) shares nothing; each id stands for its whole prefix
-    other = _Stream(first=11, length=0, writer=23)
+    other = _Stream(_SystemPrompt(11, 0), writer=23)
     other.append(170)
     assert not set(other.blocks(BS, 170)) & set(second)
-    assert first[0] == _chain(_ROOT, _mix(22))
+    # block k's content is (writer + k * golden), chained from the root
+    expected, prev = [], _ROOT
+    for k in range(len(second)):
+        prev = _chain(prev, (22 + k * _GOLDEN) & _MASK)
+        expected.append(prev)
+    assert list(second) == expected
 
 
 def test_system_prompt_blocks_are_shared_up_to_the_block_it_straddles():
-    a = _Stream(first=7, length=40, writer=100)  # 40 system tokens: 2 full blocks
-    b = _Stream(first=7, length=40, writer=200)
+    system = _SystemPrompt(7, 40)  # 40 system tokens: 2 full blocks
+    a, b = _Stream(system, writer=100), _Stream(system, writer=200)
     a.append(30)
     b.append(30)
     ia, ib = a.blocks(BS, 70), b.blocks(BS, 70)
     assert ia[:2] == ib[:2] and ia[2] != ib[2]  # block 2 holds system and own tokens
+    assert list(ia[:2]) == system.ids(BS)
+    # a stream asked first for a prefix of the system prompt continues it consistently
+    c = _Stream(system, writer=100)
+    c.append(30)
+    assert c.blocks(BS, 16) == ia[:1] and c.blocks(BS, 70) == ia
 
 
 def test_fork_branches_share_the_base_and_diverge():
-    base = _Stream(first=7, length=0, writer=1)
+    base = _Stream(_SystemPrompt(7, 0), writer=1)
     base.append(48)
     left, right = base.fork(2), base.fork(3)
     left.append(20)

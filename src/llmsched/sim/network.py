@@ -117,38 +117,93 @@ _OWN_SALT = 0x0C0FFEE000000012
 def _mix(x: int) -> int:
     """`workload.blocks.mix` (splitmix64's finaliser) on one int in [0, 2**64)."""
     x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & _MASK
+    x = (x * _M1) & _MASK
     x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & _MASK
+    x = (x * _M2) & _MASK
     return x ^ (x >> 31)
+
+
+_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
 def _chain(prev: int, value: int) -> int:
     """`workload.blocks.chain` on ints: the id of a block of content `value` after the prefix
-    whose id is `prev` (one call per block; the workload's numpy version works on arrays)."""
+    whose id is `prev` (`_extend_ids` inlines it; the workload's numpy version works on
+    whole arrays)."""
     return _mix((prev * _GOLDEN + _mix((value + _GOLDEN) & _MASK)) & _MASK)
 
 
+def _extend_ids(ids: list, starts: list, writers: list, block_size: int, full: int) -> None:
+    """Append to `ids` the chained ids of blocks len(ids) .. full - 1 of a stream of
+    segments (`starts[i]`: first token written by `writers[i]`). Block k's content is
+    `writer + k * golden`, its writer that of its last token; the id is
+    `_chain(previous id, content)`, inlined (a long prompt has hundreds of blocks)."""
+    k = len(ids)
+    prev = ids[-1] if ids else _ROOT
+    seg = bisect_right(starts, (k + 1) * block_size - 1) - 1
+    last_seg = len(starts) - 1
+    m, g, m1, m2 = _MASK, _GOLDEN, _M1, _M2
+    while k < full:
+        last = (k + 1) * block_size - 1
+        while seg < last_seg and starts[seg + 1] <= last:
+            seg += 1
+        x = (writers[seg] + k * g + g) & m
+        x ^= x >> 30
+        x = (x * m1) & m
+        x ^= x >> 27
+        x = (x * m2) & m
+        x ^= x >> 31
+        x = (prev * g + x) & m
+        x ^= x >> 30
+        x = (x * m1) & m
+        x ^= x >> 27
+        x = (x * m2) & m
+        prev = x ^ (x >> 31)
+        ids.append(prev)
+        k += 1
+
+
+class _SystemPrompt:
+    """A job type's system prompt: `tokens` written by `writer`, the same for every job of
+    the type; its full blocks' ids are computed once per block size."""
+
+    __slots__ = ("writer", "tokens", "_ids")
+
+    def __init__(self, writer: int, tokens: int):
+        self.writer = writer
+        self.tokens = tokens
+        self._ids: dict[int, list[int]] = {}
+
+    def ids(self, block_size: int) -> list[int]:
+        ids = self._ids.get(block_size)
+        if ids is None:
+            ids = self._ids[block_size] = []
+            _extend_ids(ids, [0], [self.writer], block_size, self.tokens // block_size)
+        return ids
+
+
 class _Stream:
-    """The tokens one path of a job has built, for block ids: segments of tokens, each
-    written by one *writer* (a 64-bit key: the job type's system prompt, or one path of
+    """The tokens one path of a job has built, for block ids: the job type's system prompt,
+    then segments of tokens, each written by one *writer* (a 64-bit key for one path of
     one job). A block's content is (its last token's writer, its index): a block that
     straddles two writers holds the later one's tokens, so it differs from every other
-    path's block, and ids chain the contents (`_chain`), so an id stands for its block
-    and everything before it. Ids of full blocks are computed once per block size."""
+    path's block, and ids chain the contents, so an id stands for its block and everything
+    before it (`_extend_ids`). Ids of full blocks are computed once per block size."""
 
-    __slots__ = ("starts", "writers", "length", "writer", "ids")
+    __slots__ = ("system", "starts", "writers", "length", "writer", "ids")
 
-    def __init__(self, first: int, length: int, writer: int):
+    def __init__(self, system: _SystemPrompt, writer: int):
+        self.system = system
         self.starts = [0]
-        self.writers = [first]
-        self.length = length  # tokens so far (the first segment's)
+        self.writers = [system.writer]
+        self.length = system.tokens  # tokens so far
         self.writer = writer  # who writes what `append` adds
         self.ids: dict[int, list[int]] = {}  # block size -> ids of the full blocks so far
 
     def fork(self, writer: int) -> _Stream:
         """A copy that `writer` continues (a fork's branch)."""
         s = _Stream.__new__(_Stream)
+        s.system = self.system
         s.starts = self.starts[:]
         s.writers = self.writers[:]
         s.length = self.length
@@ -173,21 +228,10 @@ class _Stream:
         if not full:
             return None
         ids = self.ids.get(block_size)
-        if ids is None:
-            ids = self.ids[block_size] = []
-        k = len(ids)
-        if k < full:
-            starts, writers = self.starts, self.writers
-            prev = ids[-1] if ids else _ROOT
-            seg = bisect_right(starts, (k + 1) * block_size - 1) - 1
-            last_seg = len(starts) - 1
-            while k < full:
-                last = (k + 1) * block_size - 1
-                while seg < last_seg and starts[seg + 1] <= last:
-                    seg += 1
-                prev = _chain(prev, _mix((writers[seg] + k * _GOLDEN) & _MASK))
-                ids.append(prev)
-                k += 1
+        if ids is None:  # blocks inside the system prompt: the job type's ids
+            ids = self.ids[block_size] = self.system.ids(block_size)[:full]
+        if len(ids) < full:
+            _extend_ids(ids, self.starts, self.writers, block_size, full)
         return tuple(ids[:full])
 
 
@@ -388,7 +432,9 @@ def run_network(
     system = [jt.system_prompt for jt in spec.jobs]
     own_base = _mix((_OWN_SALT + spec.seed) & _MASK)
     shared_base = _mix((_SHARED_SALT + spec.seed) & _MASK)
-    system_writer = [_mix((shared_base + ti * _GOLDEN) & _MASK) for ti in range(len(spec.jobs))]
+    system_prompts = [
+        _SystemPrompt(_mix((shared_base + ti * _GOLDEN) & _MASK), jt.system_prompt) for ti, jt in enumerate(spec.jobs)
+    ]
 
     streams: dict[int, _LengthStream] = {}
     delays: dict[int, _DelayStream] = {}
@@ -453,7 +499,7 @@ def run_network(
                     r.blocks = stream.blocks(bs, p)
             else:  # the system prompt, then tokens of its own
                 if bs:
-                    alone = _Stream(system_writer[job.type], system[job.type], job.new_writer())
+                    alone = _Stream(system_prompts[job.type], job.new_writer())
                     alone.append(new)
                     r.blocks = alone.blocks(bs, p)
                 stream.append(new)
@@ -680,12 +726,12 @@ def run_network(
         else:  # _JOB
             if b + 1 < n:
                 push(job_times[b + 1], _JOB, job_types[b + 1], b + 1)
-            job = _Job(b, a, t, _mix((own_base + b * _GOLDEN) & _MASK))
+            job = _Job(b, a, t, _mix((own_base + b * _GOLDEN) & _MASK) if track_streams else 0)
             j_type.append(a)
             j_arr.append(t)
             j_fin.append(-1)
             j_calls.append(0)
-            stream = _Stream(system_writer[a], system[a], job.new_writer()) if track_streams else None
+            stream = _Stream(system_prompts[a], job.new_writer()) if track_streams else None
             advance(_Thread(job, spec.jobs[a].route, 0, None, stream), t)
         if progress is not None and done_jobs >= next_progress:
             progress(done_jobs, n)
