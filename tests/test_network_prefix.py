@@ -119,6 +119,11 @@ def test_context_grow_second_call_reuses_the_first_calls_full_blocks():
     assert tokens_computed(off) == (100 + 19) + (170 + 9)
     assert tokens_computed(on) == tokens_computed(off) - 96
     assert "prefix_cache" not in off.summary["servers"]["s"]
+    # the summary puts the measured savings against the traffic equations' load
+    srv = on.summary["servers"]["s"]
+    assert srv["prefix_saved_work_share"] == pytest.approx(96 / 298)
+    assert srv["utilisation_net_of_hits"] == pytest.approx(srv["utilisation"] * (1 - 96 / 298))
+    assert "utilisation_net_of_hits" not in off.summary["servers"]["s"]
 
 
 def test_per_call_context_true_gives_the_same_ids_as_grow():

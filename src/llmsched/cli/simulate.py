@@ -203,6 +203,8 @@ def print_network_summary(res) -> None:
     for name, srv in s["servers"].items():
         util = srv.get("utilisation")
         load = "" if util is None else f"load {util:.1%} of capacity, "
+        if srv.get("utilisation_net_of_hits") is not None:
+            load = f"load {util:.1%} of capacity ({srv['utilisation_net_of_hits']:.1%} net of cache hits), "
         rows.append(
             (
                 f"server {name} ({len(srv['replicas'])} replica(s))",

@@ -324,6 +324,14 @@ class NetworkResult:
                     capacity_tokens_per_s=load.capacity,
                     utilisation=load.utilisation,
                 )
+            if "prefix_cache" in srv:
+                # the traffic equations count every prompt token as work; the run measured
+                # the share of this server's work its caches saved
+                work = int((_a(st.call_prompt)[calls] + _a(st.call_output)[calls] - 1).sum())
+                share = min(1.0, srv["prefix_cache"]["hit_tokens"] / work) if work else 0.0
+                srv["prefix_saved_work_share"] = share
+                if self.traffic is not None:
+                    srv["utilisation_net_of_hits"] = srv["utilisation"] * (1.0 - share)
         s["servers"] = servers
         caches = [srv["prefix_cache"] for srv in servers.values() if "prefix_cache" in srv]
         if caches:
