@@ -345,3 +345,30 @@ def test_cli_replicas_refuses_turns(capsys):
     rc = main(["simulate", "--replicas", "2", "--turns", "geometric:3", "--think-time", "5", "--rate", "1"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "--turns is for one server" in err and "\n" not in err
+
+
+def test_disaggregated_with_a_system_prompt_hands_over_its_kv_too():
+    """The decode call's handed-over KV holds the system prompt and the context: it waits
+    their transfer and computes none of them; the prefill server's cache serves the
+    system prompt to every job but the first."""
+    d = NetworkSpec.from_yaml("examples/networks/disaggregated.yaml").to_dict()
+    d["num_jobs"] = 200
+    d["jobs"]["chat"]["system_prompt"] = 256
+    for s in d["servers"].values():
+        s["prefix_caching"] = True
+    res = simulate_network(d)
+    st = res.stats
+    cls = np.asarray(st.call_class)
+    arr, e2e, prompt, out = (
+        np.frombuffer(c, dtype=np.int64) for c in (st.call_arrival, st.call_e2e, st.call_prompt, st.call_output)
+    )
+    job = np.frombuffer(st.call_job, dtype=np.int64)
+    pre, dec = np.flatnonzero(cls == "prefill"), np.flatnonzero(cls == "decode")
+    first = {int(job[i]): i for i in pre}
+    for i in dec:
+        j = first[int(job[i])]
+        assert prompt[j] == 256 + (prompt[i] - 256 - out[j] - 1)  # the same system prompt heads both
+        assert arr[i] == arr[j] + e2e[j] + round(0.00002 * (prompt[j] + out[j]) * 1e9)
+    work = sum(tokens_computed(res, k) for k, r in enumerate(st.replicas) if r["server"] == "decode")
+    assert work == int(out[dec].sum())  # one prefill token and output - 1 decode tokens a call
+    assert cache(res, "prefill")["hit_tokens"] == 199 * 256

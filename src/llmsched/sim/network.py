@@ -545,8 +545,9 @@ def run_network(
                 deliver(t, thread, node)
                 return
             if isinstance(node, Delay):
-                if node.law.kind == "per_token":  # a KV transfer: time per token of context
-                    push(t + round(node.law.mean * thread.context * NS), _RESUME, thread)
+                if node.law.kind == "per_token":  # a KV transfer: the system prompt's and the context's
+                    kv = system[thread.job.type] + thread.context
+                    push(t + round(node.law.mean * kv * NS), _RESUME, thread)
                 else:
                     push(t + delay_ns(node), _RESUME, thread)
                 return

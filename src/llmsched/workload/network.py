@@ -198,8 +198,9 @@ class DelayLaw:
 
     `const` (every delay `mean` seconds; 0 allowed), `exponential` (mean `mean` > 0),
     `uniform` (between `lo` and `hi`, 0 <= lo <= hi; `mean` is set to their midpoint) or
-    `per_token` (`mean` seconds per token of the job's context at that point: a KV-cache
-    transfer between a prefill and a decode server). String forms: `const:S` (or a bare
+    `per_token` (`mean` seconds per token of the job's context at that point, its system
+    prompt included: a KV-cache transfer between a prefill and a decode server). String
+    forms: `const:S` (or a bare
     number S), `exponential:MEAN`, `uniform:LO,HI`, `per_token:S`."""
 
     kind: str
