@@ -455,7 +455,8 @@ def cluster_network(
 ) -> NetworkSpec:
     """The network of one server with `replicas` copies of the configured scheduler and
     cost model behind `router`, fed by the configured synthetic workload (each workload
-    class becomes a job type with its share of the rate)."""
+    class becomes a job type with its share of the rate and its system prompt). With
+    prefix caching each replica keeps its own cache."""
     from .workload.network import NetworkSpec  # noqa: PLC0415 - see simulate_network
 
     cfg = build_config(config, **overrides)
@@ -464,6 +465,11 @@ def cluster_network(
         raise ConfigError(
             "--replicas takes a synthetic workload (poisson, gamma or deterministic arrivals); "
             "a trace replay needs one server (or describe the cluster in a --network file)"
+        )
+    if spec.turns is not None:
+        raise ConfigError(
+            "--turns is for one server: describe multi-turn jobs in a --network file "
+            "(a loop of calls with context: grow, docs/networks.md)"
         )
     arrival = {"process": spec.arrival, "rate": spec.rate}
     if spec.cv is not None and spec.arrival == "gamma":
@@ -475,16 +481,17 @@ def cluster_network(
         prompt = c.prompt if c is not None and c.prompt is not None else spec.prompt
         output = c.output if c is not None and c.output is not None else spec.output
         name = c.tag if c is not None else "request"
+        system = c.system_prompt if c is not None and c.system_prompt is not None else spec.system_prompt
         jobs[name] = {
             "arrival": {**arrival, "rate": spec.rate * (c.share / total if c is not None else 1.0)},
+            "system_prompt": system or 0,
             "route": [
                 {"call": {"server": "cluster", "prompt": prompt.to_str(), "output": output.to_str(), "class": name}}
             ],
         }
     sched = cfg.scheduler_spec().to_dict()
-    if sched.pop("prefix_caching"):
-        raise ConfigError("--prefix-caching is for one server: the network simulator does not model it (yet)")
-    sched.pop("block_size")
+    if not sched["prefix_caching"]:
+        del sched["prefix_caching"], sched["block_size"]
     server = {
         **sched,
         "cost_model": cfg.cost_model,

@@ -203,12 +203,23 @@ def print_network_summary(res) -> None:
     for name, srv in s["servers"].items():
         util = srv.get("utilisation")
         load = "" if util is None else f"load {util:.1%} of capacity, "
+        if srv.get("utilisation_net_of_hits") is not None:
+            load = f"load {util:.1%} of capacity ({srv['utilisation_net_of_hits']:.1%} net of cache hits), "
         rows.append(
             (
                 f"server {name} ({len(srv['replicas'])} replica(s))",
                 f"{load}{srv['calls']:,} calls, TTFT p99 {ms(srv['p99_ttft_ms'])}, {srv['verdict']}",
             )
         )
+        pc = srv.get("prefix_cache")
+        if pc is not None:
+            rows.append(
+                (
+                    f"  {name} prefix cache hits: tokens / blocks",
+                    f"{pc['token_hit_rate']:.1%} / {pc['block_hit_rate']:.1%} "
+                    f"({pc['prefill_tokens_saved']:,} prefill tokens saved, {pc['evictions']:,} evictions)",
+                )
+            )
     if s.get("bottleneck"):
         rows.append(
             (

@@ -12,12 +12,20 @@ exact: a property test holds it equal to the step-by-step path.
 
 Events at the same instant: every delivery, delay end and batch end first, then the
 replicas plan their next steps, so a call that arrives at a boundary joins that step.
+
+Prefix caching (a server's `prefix_caching`): each replica's own `ServerState` keeps its
+cache; the calls carry block ids (`Request.blocks`) built from the job's token stream
+(`_Stream`): the job type's system prompt, then every call's new prompt and output in
+route order. A call that resends the context has the stream so far plus its new prompt
+as its prompt, so its leading blocks are those of the earlier calls' prompts and outputs;
+a call that does not resend it is the system prompt and its own new tokens.
 """
 
 from __future__ import annotations
 
 import heapq
 from array import array
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -97,30 +105,171 @@ class _Pool:
         return min((reps[int(i)] for i in sorted(picks)), key=_Replica.unfinished)
 
 
-class _Job:
-    __slots__ = ("id", "type", "arrival", "calls", "finish")
+# ------------------------------------------------------------------ prefix-cache block ids
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_ROOT = 0x2545F4914F6CDD1D  # the id "before" a stream's first block
+# separate hash domains for a job type's shared system prompt and a job's own tokens
+_SHARED_SALT = 0x5EED5EED00000011
+_OWN_SALT = 0x0C0FFEE000000012
 
-    def __init__(self, id: int, type: int, arrival: int):
+
+def _mix(x: int) -> int:
+    """`workload.blocks.mix` (splitmix64's finaliser) on one int in [0, 2**64)."""
+    x ^= x >> 30
+    x = (x * _M1) & _MASK
+    x ^= x >> 27
+    x = (x * _M2) & _MASK
+    return x ^ (x >> 31)
+
+
+_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def _chain(prev: int, value: int) -> int:
+    """`workload.blocks.chain` on ints: the id of a block of content `value` after the prefix
+    whose id is `prev` (`_extend_ids` inlines it; the workload's numpy version works on
+    whole arrays)."""
+    return _mix((prev * _GOLDEN + _mix((value + _GOLDEN) & _MASK)) & _MASK)
+
+
+def _extend_ids(ids: list, starts: list, writers: list, block_size: int, full: int) -> None:
+    """Append to `ids` the chained ids of blocks len(ids) .. full - 1 of a stream of
+    segments (`starts[i]`: first token written by `writers[i]`). Block k's content is
+    `writer + k * golden`, its writer that of its last token; the id is
+    `_chain(previous id, content)`, inlined (a long prompt has hundreds of blocks)."""
+    k = len(ids)
+    prev = ids[-1] if ids else _ROOT
+    seg = bisect_right(starts, (k + 1) * block_size - 1) - 1
+    last_seg = len(starts) - 1
+    m, g, m1, m2 = _MASK, _GOLDEN, _M1, _M2
+    while k < full:
+        last = (k + 1) * block_size - 1
+        while seg < last_seg and starts[seg + 1] <= last:
+            seg += 1
+        x = (writers[seg] + k * g + g) & m
+        x ^= x >> 30
+        x = (x * m1) & m
+        x ^= x >> 27
+        x = (x * m2) & m
+        x ^= x >> 31
+        x = (prev * g + x) & m
+        x ^= x >> 30
+        x = (x * m1) & m
+        x ^= x >> 27
+        x = (x * m2) & m
+        prev = x ^ (x >> 31)
+        ids.append(prev)
+        k += 1
+
+
+class _SystemPrompt:
+    """A job type's system prompt: `tokens` written by `writer`, the same for every job of
+    the type; its full blocks' ids are computed once per block size."""
+
+    __slots__ = ("writer", "tokens", "_ids")
+
+    def __init__(self, writer: int, tokens: int):
+        self.writer = writer
+        self.tokens = tokens
+        self._ids: dict[int, list[int]] = {}
+
+    def ids(self, block_size: int) -> list[int]:
+        ids = self._ids.get(block_size)
+        if ids is None:
+            ids = self._ids[block_size] = []
+            _extend_ids(ids, [0], [self.writer], block_size, self.tokens // block_size)
+        return ids
+
+
+class _Stream:
+    """The tokens one path of a job has built, for block ids: the job type's system prompt,
+    then segments of tokens, each written by one *writer* (a 64-bit key for one path of
+    one job). A block's content is (its last token's writer, its index): a block that
+    straddles two writers holds the later one's tokens, so it differs from every other
+    path's block, and ids chain the contents, so an id stands for its block and everything
+    before it (`_extend_ids`). Ids of full blocks are computed once per block size."""
+
+    __slots__ = ("system", "starts", "writers", "length", "writer", "ids")
+
+    def __init__(self, system: _SystemPrompt, writer: int):
+        self.system = system
+        self.starts = [0]
+        self.writers = [system.writer]
+        self.length = system.tokens  # tokens so far
+        self.writer = writer  # who writes what `append` adds
+        self.ids: dict[int, list[int]] = {}  # block size -> ids of the full blocks so far
+
+    def fork(self, writer: int) -> _Stream:
+        """A copy that `writer` continues (a fork's branch)."""
+        s = _Stream.__new__(_Stream)
+        s.system = self.system
+        s.starts = self.starts[:]
+        s.writers = self.writers[:]
+        s.length = self.length
+        s.writer = writer
+        s.ids = {b: ids[:] for b, ids in self.ids.items()}
+        return s
+
+    def append(self, n: int) -> None:
+        if n <= 0:
+            return
+        if self.writers[-1] != self.writer:
+            if self.starts[-1] == self.length:  # an empty segment (a system prompt of 0 tokens)
+                self.writers[-1] = self.writer
+            else:
+                self.starts.append(self.length)
+                self.writers.append(self.writer)
+        self.length += n
+
+    def blocks(self, block_size: int, tokens: int) -> tuple[int, ...] | None:
+        """Ids of the full blocks of the stream's first `tokens` tokens (None: no full block)."""
+        full = tokens // block_size
+        if not full:
+            return None
+        ids = self.ids.get(block_size)
+        if ids is None:  # blocks inside the system prompt: the job type's ids
+            ids = self.ids[block_size] = self.system.ids(block_size)[:full]
+        if len(ids) < full:
+            _extend_ids(ids, self.starts, self.writers, block_size, full)
+        return tuple(ids[:full])
+
+
+class _Job:
+    __slots__ = ("id", "type", "arrival", "calls", "finish", "writers", "own")
+
+    def __init__(self, id: int, type: int, arrival: int, own: int = 0):
         self.id = id
         self.type = type
         self.arrival = arrival
         self.calls = 0
         self.finish = -1
+        self.own = own  # the key its writers derive from (prefix caching)
+        self.writers = 0
+
+    def new_writer(self) -> int:
+        """A key for tokens only this job writes (one per path, join and lone prompt)."""
+        self.writers += 1
+        return _mix((self.own + self.writers * _GOLDEN) & _MASK)
 
 
 class _Thread:
     """One path of a job's route: a stack of (nodes, position, loop node, pass) frames, the
-    context its calls resend, and the fork it joins when done."""
+    context its calls resend, and the fork it joins when done. With prefix caching, its
+    token stream (`_Stream`) and, while it waits at a fork, its branches' streams."""
 
-    __slots__ = ("job", "frames", "context", "parent", "waiting", "added")
+    __slots__ = ("job", "frames", "context", "parent", "waiting", "added", "stream", "branch", "joined")
 
-    def __init__(self, job: _Job, nodes: list, context: int, parent: _Thread | None):
+    def __init__(self, job: _Job, nodes: list, context: int, parent: _Thread | None, stream=None, branch: int = 0):
         self.job = job
         self.frames = [[nodes, 0, None, 1]]
         self.context = context  # tokens of the job's context on this path
         self.parent = parent
         self.waiting = 0  # branches of a fork not yet joined
         self.added = 0  # context this path added (returned to the fork's parent)
+        self.stream = stream
+        self.branch = branch  # its index among its fork's branches
+        self.joined: list | None = None  # the branches' finished threads, in branch order
 
 
 @dataclass
@@ -268,7 +417,7 @@ def run_network(
         for k in range(sspec.replicas):
             sched = SchedulerSpec(**sspec.scheduler_fields()).build()
             sched.bind_cost_model(cost)
-            series = TimeSeries(job_times[0], interval, not sample_interval_s)
+            series = TimeSeries(job_times[0], interval, not sample_interval_s, prefix=sspec.prefix_caching)
             sim = ServerSim(sched, cost, fast=fast, series=series, state=_priority_state(sspec, sched, classes))
             rep = _Replica(sim, pool, k)
             rep.order = len(replicas)
@@ -277,6 +426,15 @@ def run_network(
         pools[name] = pool
     rank = {name: {c: i for i, c in enumerate(s.priority)} for name, s in spec.servers.items()}
     kv_limit = {name: s.kv_capacity for name, s in spec.servers.items()}
+    # prefix caching: the block size of each server that caches (0: it does not)
+    cache_block = {name: s.block_size if s.prefix_caching else 0 for name, s in spec.servers.items()}
+    track_streams = any(cache_block.values())
+    system = [jt.system_prompt for jt in spec.jobs]
+    own_base = _mix((_OWN_SALT + spec.seed) & _MASK)
+    shared_base = _mix((_SHARED_SALT + spec.seed) & _MASK)
+    system_prompts = [
+        _SystemPrompt(_mix((shared_base + ti * _GOLDEN) & _MASK), jt.system_prompt) for ti, jt in enumerate(spec.jobs)
+    ]
 
     streams: dict[int, _LengthStream] = {}
     delays: dict[int, _DelayStream] = {}
@@ -316,9 +474,10 @@ def run_network(
         heapq.heappush(events, (t, kind, tie, seq, a, b))
 
     def deliver(t: int, thread: _Thread, call: Call) -> None:
-        p, o = lengths(call)
-        if call.context:
-            p += thread.context
+        new, o = lengths(call)
+        job = thread.job
+        head = system[job.type] + (thread.context if call.context else 0)  # before the new tokens
+        p = head + new
         cid = len(c_arr)
         server = call.server
         kv = kv_limit[server]
@@ -330,7 +489,20 @@ def run_network(
             )
         r = Request(cid, t, p, o, call.cls)
         if call.cached:  # the resent context's KV arrives computed: only the rest is prefilled
-            r.prefilled = min(thread.context, p - 1)
+            r.prefilled = min(head, p - 1)
+        stream = thread.stream
+        if stream is not None:
+            bs = cache_block[server]
+            if call.context or not thread.context:  # the prompt is the stream so far + its new tokens
+                stream.append(new)
+                if bs:
+                    r.blocks = stream.blocks(bs, p)
+            else:  # the system prompt, then tokens of its own
+                if bs:
+                    alone = _Stream(system_prompts[job.type], job.new_writer())
+                    alone.append(new)
+                    r.blocks = alone.blocks(bs, p)
+                stream.append(new)
         r.index = thread.job.id
         ranks = rank[server]
         if ranks:
@@ -346,7 +518,7 @@ def run_network(
         c_class.append(call.cls)
         c_server.append(server)
         thread.job.calls += 1
-        threads[cid] = (thread, thread.context if call.context else 0)
+        threads[cid] = (thread, new)
         push(t, _DELIVER, pools[server], r)
 
     def advance(thread: _Thread, t: int) -> None:
@@ -373,8 +545,9 @@ def run_network(
                 deliver(t, thread, node)
                 return
             if isinstance(node, Delay):
-                if node.law.kind == "per_token":  # a KV transfer: time per token of context
-                    push(t + round(node.law.mean * thread.context * NS), _RESUME, thread)
+                if node.law.kind == "per_token":  # a KV transfer: the system prompt's and the context's
+                    kv = system[thread.job.type] + thread.context
+                    push(t + round(node.law.mean * kv * NS), _RESUME, thread)
                 else:
                     push(t + delay_ns(node), _RESUME, thread)
                 return
@@ -383,8 +556,12 @@ def run_network(
                 continue
             if isinstance(node, Fork):
                 thread.waiting = len(node.branches)
-                for branch in node.branches:
-                    advance(_Thread(thread.job, branch, thread.context, thread), t)
+                stream = thread.stream
+                if stream is not None:
+                    thread.joined = [None] * len(node.branches)
+                for i, branch in enumerate(node.branches):
+                    fork = None if stream is None else stream.fork(thread.job.new_writer())
+                    advance(_Thread(thread.job, branch, thread.context, thread, fork, i), t)
                 return
             raise TypeError(f"unknown route node {node!r}")  # pragma: no cover
 
@@ -401,7 +578,19 @@ def run_network(
         parent.context += thread.added
         parent.added += thread.added
         parent.waiting -= 1
+        if parent.joined is not None:
+            parent.joined[thread.branch] = thread
         if parent.waiting == 0:
+            if parent.joined is not None:
+                # the context after the join: the first branch's stream, then what the
+                # others added, in branch order
+                first, *rest = parent.joined
+                stream = first.stream
+                stream.writer = parent.job.new_writer()
+                for other in rest:
+                    stream.append(other.added)
+                parent.stream = stream
+                parent.joined = None
             advance(parent, t)
 
     def call_done(r: Request, t: int) -> None:
@@ -410,10 +599,12 @@ def run_network(
         c_e2e[cid] = r.finish - r.arrival
         c_queue[cid] = r.first_scheduled - r.arrival
         c_pre[cid] = r.preemptions
-        thread, resent = threads.pop(cid)
-        grown = r.prompt - resent + r.output  # new prompt tokens and the output join the context
+        thread, new = threads.pop(cid)
+        grown = new + r.output  # new prompt tokens and the output join the context
         thread.context += grown
         thread.added += grown
+        if thread.stream is not None:
+            thread.stream.append(r.output)
         advance(thread, t)
 
     backpressure = spec.control == "backpressure"
@@ -536,12 +727,13 @@ def run_network(
         else:  # _JOB
             if b + 1 < n:
                 push(job_times[b + 1], _JOB, job_types[b + 1], b + 1)
-            job = _Job(b, a, t)
+            job = _Job(b, a, t, _mix((own_base + b * _GOLDEN) & _MASK) if track_streams else 0)
             j_type.append(a)
             j_arr.append(t)
             j_fin.append(-1)
             j_calls.append(0)
-            advance(_Thread(job, spec.jobs[a].route, 0, None), t)
+            stream = _Stream(system_prompts[a], job.new_writer()) if track_streams else None
+            advance(_Thread(job, spec.jobs[a].route, 0, None, stream), t)
         if progress is not None and done_jobs >= next_progress:
             progress(done_jobs, n)
             next_progress = done_jobs + progress_every

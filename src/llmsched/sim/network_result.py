@@ -4,7 +4,8 @@ a stability verdict per replica, per server and for the whole network, and the f
 `write(out)` lays out:
 - `summary.json`: jobs (count, throughput, latency mean/p50/p90/p99/max, per job type),
   every server (offered load against capacity from the traffic equations, call metrics,
-  verdict) and the network's verdict;
+  verdict; with prefix caching its `prefix_cache` hits and evictions, per replica and
+  summed) and the network's verdict (and `prefix_cache` over every caching server);
 - `config.json`: the network as parsed (reproduces the run);
 - `jobs.csv`: one row per job: `job,type,arrival_s,finish_s,latency_s,calls,finished`;
 - `calls.csv`: one row per LLM call: `call,job,class,server,replica,arrival_s,prompt_tokens,
@@ -48,6 +49,29 @@ def _latency_stats(prefix: str, ns: np.ndarray) -> dict:
     for p, v in zip(LATENCY_PERCENTILES, np.percentile(ms, LATENCY_PERCENTILES)):
         out[f"p{p}_{prefix}_ms"] = float(v)
     out[f"max_{prefix}_ms"] = float(ms.max())
+    return out
+
+
+_PREFIX_COUNTS = (
+    "queried_tokens",
+    "hit_tokens",
+    "queried_blocks",
+    "hit_blocks",
+    "prefill_tokens_saved",
+    "evictions",
+    "cached_blocks",
+    "free_cached_blocks",
+)
+
+
+def merge_prefix_stats(caches: list[dict]) -> dict:
+    """Prefix-cache counters of several replicas (`PrefixCache.stats()`) added up, with the
+    hit rates of the sums; `block_size` is kept when they agree (None otherwise)."""
+    out: dict = {k: sum(int(c[k]) for c in caches) for k in _PREFIX_COUNTS}
+    sizes = {c["block_size"] for c in caches}
+    out["block_size"] = sizes.pop() if len(sizes) == 1 else None
+    out["token_hit_rate"] = out["hit_tokens"] / out["queried_tokens"] if out["queried_tokens"] else 0.0
+    out["block_hit_rate"] = out["hit_blocks"] / out["queried_blocks"] if out["queried_blocks"] else 0.0
     return out
 
 
@@ -182,6 +206,7 @@ class NetworkResult:
                     end_ns=st.end_ns,
                     timeseries=sim.series.cols,
                     unfinished=int((e2e[sel] < 0).sum()),
+                    prefix=sim.state.prefix_stats(),
                 )
                 res = SimResult(
                     {"replica": rep["name"], "server": rep["server"]},
@@ -276,6 +301,8 @@ class NetworkResult:
                     "backlog_growth_ci",
                 )
             }
+            if rs.get("prefix_cache") is not None:
+                srv["replicas"][rep["name"]]["prefix_cache"] = rs["prefix_cache"]
         for name, srv in servers.items():
             calls = np.asarray(st.call_server, dtype=object) == name
             e2e = _a(st.call_e2e)[calls]
@@ -285,6 +312,9 @@ class NetworkResult:
             srv["completed_calls"] = int(ok.sum())
             srv.update(_latency_stats("ttft", ttft[ok & (ttft >= 0)]))
             srv.update(_latency_stats("e2el", e2e[ok]))
+            caches = [r["prefix_cache"] for r in srv["replicas"].values() if "prefix_cache" in r]
+            if caches:
+                srv["prefix_cache"] = merge_prefix_stats(caches)
             srv["verdict"] = _combine([r["verdict"] for r in srv["replicas"].values()])
             srv["stable"] = {STABLE: True, UNSTABLE: False}.get(srv["verdict"])
             if self.traffic is not None:
@@ -294,7 +324,18 @@ class NetworkResult:
                     capacity_tokens_per_s=load.capacity,
                     utilisation=load.utilisation,
                 )
+            if "prefix_cache" in srv:
+                # the traffic equations count every prompt token as work; the run measured
+                # the share of this server's work its caches saved
+                work = int((_a(st.call_prompt)[calls] + _a(st.call_output)[calls] - 1).sum())
+                share = min(1.0, srv["prefix_cache"]["hit_tokens"] / work) if work else 0.0
+                srv["prefix_saved_work_share"] = share
+                if self.traffic is not None:
+                    srv["utilisation_net_of_hits"] = srv["utilisation"] * (1.0 - share)
         s["servers"] = servers
+        caches = [srv["prefix_cache"] for srv in servers.values() if "prefix_cache" in srv]
+        if caches:
+            s["prefix_cache"] = merge_prefix_stats(caches)
         classes = np.asarray(st.call_class, dtype=object)
         e2e_all, ttft_all = _a(st.call_e2e), _a(st.call_ttft)
         s["classes"] = {}
@@ -434,7 +475,7 @@ def _write(path: Path, writer) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["NetworkResult", "simulate_network"]
+__all__ = ["NetworkResult", "merge_prefix_stats", "simulate_network"]
 
 
 def simulate_network(

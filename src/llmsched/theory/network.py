@@ -12,7 +12,11 @@ on {1, 2, ...}). The visit rate of (server, class) is `lambda` times its visits.
 Work. A call with prompt P (new tokens) and output O needs `P + O - 1` tokens of work
 (README "The model"); with `context: true` its prompt also holds the context C the job
 has accumulated on its execution path (the new prompts and outputs of the earlier calls
-on that path), recomputed in full (no prefix caching), so its work is `C + P + O - 1`.
+on that path), recomputed in full, so its work is `C + P + O - 1`; a job type's
+`system_prompt: S` adds S to every call's prompt and work (not to the context). Prefix
+caching is not counted: a cache hit saves prefill that these equations still count, so
+with `prefix_caching` on a server's utilisation here is an upper bound (the simulator
+measures the hits; the report says so in `notes`).
 
 Context, exactly. Every route fragment F is summarised, for an entering context of 0, by
 - per (server, class): expected visits `v`, visits of context calls `vc`, the expected
@@ -153,29 +157,33 @@ class _Frag:
         self.d += scale * other.d
 
 
-def _fragment(route) -> _Frag:
+def _fragment(route, system: int = 0) -> _Frag:
+    """`system`: the job type's system-prompt tokens, at the head of every call's prompt."""
     out = _Frag()
     for node in route:
-        f = _node(node)
+        f = _node(node, system)
         out.add(f, shift=out.d)
     return out
 
 
-def _node(node) -> _Frag:
+def _node(node, system: int = 0) -> _Frag:
     f = _Frag()
     if isinstance(node, Call):
         p, o = law_mean(node.prompt), law_mean(node.output)
         # a cached context is in the KV cache already: it is not work here
         resent = node.context and not node.cached
-        f.stats[(node.server, node.cls)] = np.array([1.0, 1.0 if resent else 0.0, 0.0, p, o])
+        # the system prompt is prefilled with every call (a handed-over KV cache holds it
+        # too), but it is not part of the context the call adds
+        own = p + (0 if node.cached else system)
+        f.stats[(node.server, node.cls)] = np.array([1.0, 1.0 if resent else 0.0, 0.0, own, o])
         f.d = p + o
     elif isinstance(node, Delay):
         pass
     elif isinstance(node, Fork):
         for branch in node.branches:
-            f.add(_fragment(branch))
+            f.add(_fragment(branch, system))
     elif isinstance(node, Loop):
-        body = _fragment(node.body)
+        body = _fragment(node.body, system)
         if node.times is not None:
             n = float(node.times)
             en, pairs = n, n * (n - 1.0) / 2.0
@@ -188,11 +196,12 @@ def _node(node) -> _Frag:
     return f
 
 
-def route_moments(route) -> dict:
+def route_moments(route, system_prompt: int = 0) -> dict:
     """Per-job expected moments of a route: `{"context_added": d, "classes": {(server,
     class): {"visits", "context_visits", "context_sum", "prompt_new", "output"}}}`
-    (sums over the visits of one job; context_sum over the visits of context calls)."""
-    f = _fragment(route)
+    (sums over the visits of one job; context_sum over the visits of context calls;
+    prompt_new includes the job type's `system_prompt` where it is prefilled)."""
+    f = _fragment(route, system_prompt)
     names = ("visits", "context_visits", "context_sum", "prompt_new", "output")
     return {"context_added": f.d, "classes": {k: dict(zip(names, (float(x) for x in st))) for k, st in f.stats.items()}}
 
@@ -329,7 +338,7 @@ def traffic(spec) -> TrafficReport:
     per_class: dict[tuple[str, str], dict] = {}
     jobs: list[JobLoad] = []
     for job in spec.jobs:
-        frag = _fragment(job.route)
+        frag = _fragment(job.route, job.system_prompt)
         rate = float(job.arrival.rate)
         visits: dict[str, float] = {}
         pre = dec = calls = 0.0
@@ -425,6 +434,12 @@ def traffic(spec) -> TrafficReport:
             notes.append(
                 f"server {name}: kv_capacity is not part of the capacity (calls longer than it "
                 "never complete; preemptions add recompute work)"
+            )
+    for name, s in spec.servers.items():
+        if s.prefix_caching:
+            notes.append(
+                f"server {name}: prefix caching is on; every prompt token counts as work here (hits "
+                "save prefill), so its utilisation is an upper bound (the simulator measures the hits)"
             )
     if any(isinstance(c.prompt, Lognormal) or isinstance(c.output, Lognormal) for j in spec.jobs for c in j.calls()):
         notes.append("lognormal lengths: means of the rounded, clipped laws (exact up to 1e-6 tokens)")

@@ -24,7 +24,12 @@ calls already made on that path, of each call's new prompt tokens plus its outpu
 tokens. A call with `context: true` resends it: its prompt is the context so far plus
 `prompt` new tokens. A fork's branches each start from the context at the fork; after
 the join the context is the fork's context plus every branch's additions. Each pass of a
-loop starts from the context the previous pass left.
+loop starts from the context the previous pass left. A job type with `context: grow`
+resends it on every call; with `system_prompt: N` every call of the type starts with the
+same N tokens (not part of the context), so its prompt is N + resent context + new tokens.
+With prefix caching (`ServerSpec.prefix_caching`) these prompts carry block ids
+(`sim.network`): a call's leading blocks are those of the job's earlier prompts and outputs
+it resends, and the system prompt's blocks are shared by every job of the type.
 
 Call classes: every call has a class name (`cls`), by default `"{job}.{i}"` with `i`
 counting the job's calls from 1 in document order (depth first: a fork's branches in
@@ -56,6 +61,7 @@ from .arrivals import (
     Poisson,
     make_arrival_process,
 )
+from .blocks import DEFAULT_BLOCK_SIZE, check_block_size
 from .lengths import LengthLaw, parse_length_law
 
 __all__ = [
@@ -64,6 +70,7 @@ __all__ = [
     "Delay",
     "DelayLaw",
     "Fork",
+    "JOB_CONTEXTS",
     "JobType",
     "Loop",
     "NetworkSpec",
@@ -87,10 +94,14 @@ _SCHEDULER_FIELDS = (
     "policy_options",
     "admission_options",
 )
-_SERVER_KEYS = _SCHEDULER_FIELDS + ("cost_model", "replicas", "router", "router_options", "priority")
+_PREFIX_FIELDS = ("prefix_caching", "block_size")
+_SERVER_KEYS = _SCHEDULER_FIELDS + _PREFIX_FIELDS + ("cost_model", "replicas", "router", "router_options", "priority")
 _TOP_KEYS = ("servers", "jobs", "num_jobs", "duration_s", "seed", "control")
 CONTROLS = ("none", "backpressure")
-_JOB_KEYS = ("arrival", "route")
+_JOB_KEYS = ("arrival", "route", "system_prompt", "context")
+#: A job type's `context`: "per-call" (each call's own `context` flag says whether it resends
+#: the job's context) or "grow" (every call resends it: an agent's conversation that grows)
+JOB_CONTEXTS = ("per-call", "grow")
 _ARRIVAL_KEYS = ("process", "rate", "cv")
 _CALL_KEYS = ("server", "prompt", "output", "context", "cached", "class")
 _LOOP_KEYS = ("body", "times", "repeat_prob")
@@ -187,8 +198,9 @@ class DelayLaw:
 
     `const` (every delay `mean` seconds; 0 allowed), `exponential` (mean `mean` > 0),
     `uniform` (between `lo` and `hi`, 0 <= lo <= hi; `mean` is set to their midpoint) or
-    `per_token` (`mean` seconds per token of the job's context at that point: a KV-cache
-    transfer between a prefill and a decode server). String forms: `const:S` (or a bare
+    `per_token` (`mean` seconds per token of the job's context at that point, its system
+    prompt included: a KV-cache transfer between a prefill and a decode server). String
+    forms: `const:S` (or a bare
     number S), `exponential:MEAN`, `uniform:LO,HI`, `per_token:S`."""
 
     kind: str
@@ -348,7 +360,9 @@ class ServerSpec:
     all zero; default equal); for `power-of-two`, `d` (replicas sampled, integer >= 1,
     default 2; at most `replicas` are sampled). Other routers take no options.
     `priority`: call classes served first at this server, highest first; classes not
-    listed come after them, in FCFS order."""
+    listed come after them, in FCFS order.
+    `prefix_caching`, `block_size`: every replica keeps its own prefix cache (its own
+    KV accounting, as separate vLLM instances do) in blocks of `block_size` tokens."""
 
     name: str
     policy: str = "sarathi"
@@ -364,11 +378,17 @@ class ServerSpec:
     router: str = "jsq"
     router_options: dict = field(default_factory=dict)
     priority: list = field(default_factory=list)
+    prefix_caching: bool = False
+    block_size: int = DEFAULT_BLOCK_SIZE
 
     def scheduler_fields(self) -> dict:
-        """The eight `SchedulerSpec` fields (policy, admission, b_max, k_max, kv_capacity,
-        max_running, policy_options, admission_options) as a dict."""
-        return {k: (dict(getattr(self, k)) if k.endswith("_options") else getattr(self, k)) for k in _SCHEDULER_FIELDS}
+        """The `SchedulerSpec` fields as a dict: policy, admission, b_max, k_max,
+        kv_capacity, max_running, policy_options, admission_options, and with prefix
+        caching on, prefix_caching and block_size."""
+        d = {k: (dict(getattr(self, k)) if k.endswith("_options") else getattr(self, k)) for k in _SCHEDULER_FIELDS}
+        if self.prefix_caching:
+            d.update(prefix_caching=True, block_size=self.block_size)
+        return d
 
     def routing_weights(self) -> list[float]:
         """Share of this server's calls each replica receives in the long run under a
@@ -434,6 +454,10 @@ class ServerSpec:
         if dup:
             raise _at(f"{where}.priority", f"class '{dup[0]}' is listed twice")
         self.priority = prio
+        if not isinstance(self.prefix_caching, bool):
+            raise _at(where, f"prefix_caching must be true or false, got {_show(self.prefix_caching)}")
+        with _Located(where):
+            self.block_size = check_block_size(self.block_size, "block_size")
         return self
 
     def _validate_router_options(self, where: str) -> None:
@@ -459,7 +483,7 @@ class ServerSpec:
             opts["d"] = _whole(opts["d"], at, "d (replicas sampled by power-of-two)")
 
     def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in _SERVER_KEYS}
+        d = {k: getattr(self, k) for k in _SERVER_KEYS if k not in _PREFIX_FIELDS or self.prefix_caching}
         for k in ("policy_options", "admission_options", "router_options"):
             d[k] = dict(d[k])
         d["priority"] = list(self.priority)
@@ -469,11 +493,18 @@ class ServerSpec:
 # ------------------------------------------------------------------------------ jobs
 @dataclass
 class JobType:
-    """Jobs of one type: their arrival process (`rate` jobs per second) and route."""
+    """Jobs of one type: their arrival process (`rate` jobs per second) and route.
+
+    `system_prompt`: tokens every call of the type starts with, the same for every job of
+    the type (its blocks are shared by all of them), before the resent context and the
+    call's new prompt. `context`: "per-call" (each call's `context` flag decides) or
+    "grow" (every call resends the job's context, as if each had `context: true`)."""
 
     name: str
     arrival: ArrivalProcess
     route: list
+    system_prompt: int = 0
+    context: str = "per-call"
 
     def calls(self) -> list[Call]:
         return list(iter_calls(self.route))
@@ -587,6 +618,11 @@ class NetworkSpec:
             self._check_route(job.route, f"{where}.route")
             if not job.calls():
                 raise _at(f"{where}.route", "the route has no call: a job type needs at least one call")
+            job.system_prompt = _whole(job.system_prompt, where, "system_prompt (tokens)", minimum=0)
+            job.context = _job_context(job.context, where)
+            if job.context == "grow":
+                for call in job.calls():
+                    call.context = True
             for counter, call in enumerate(job.calls(), start=1):
                 if not call.cls:
                     call.cls = f"{job.name}.{counter}"
@@ -704,7 +740,7 @@ class NetworkSpec:
         f = _number(factor, "", "scale factor")
         if not f > 0:
             raise ConfigError(f"scale factor must be > 0, got {f:g}")
-        jobs = [JobType(j.name, _scaled_arrival(j.arrival, f), j.route) for j in self.jobs]
+        jobs = [JobType(j.name, _scaled_arrival(j.arrival, f), j.route, j.system_prompt, j.context) for j in self.jobs]
         return NetworkSpec(
             servers=dict(self.servers),
             jobs=jobs,
@@ -718,10 +754,7 @@ class NetworkSpec:
         """The YAML form (from_dict(to_dict()) gives an equal network)."""
         out: dict = {
             "servers": {k: {kk: vv for kk, vv in s.to_dict().items() if kk != "name"} for k, s in self.servers.items()},
-            "jobs": {
-                j.name: {"arrival": _arrival_dict(j.arrival), "route": [_node_dict(n) for n in j.route]}
-                for j in self.jobs
-            },
+            "jobs": {j.name: _job_dict(j) for j in self.jobs},
         }
         if self.num_jobs is not None:
             out["num_jobs"] = self.num_jobs
@@ -745,6 +778,16 @@ def load_network(spec) -> NetworkSpec:
 
 
 # ------------------------------------------------------------------------------ parsing
+def _job_context(value, where: str) -> str:
+    if value not in JOB_CONTEXTS:
+        raise _at(
+            where,
+            f"unknown context {_show(value)}{_suggest(str(value), JOB_CONTEXTS)}; known: {', '.join(JOB_CONTEXTS)} "
+            "(grow: every call resends the job's context)",
+        )
+    return value
+
+
 def _parse_job(name, jd) -> JobType:
     where = f"jobs.{name}"
     name = _name(name, "jobs", "job type name")
@@ -755,10 +798,17 @@ def _parse_job(name, jd) -> JobType:
     if "route" not in jd or jd["route"] is None:
         raise _at(where, "missing 'route' (a list of call, delay, fork and loop nodes)")
     arrival = _parse_arrival(jd["arrival"], f"{where}.arrival")
+    context = _job_context(jd.get("context", "per-call"), where)
     route = jd["route"]
     if isinstance(route, dict):  # a single node
         route = [route]
-    return JobType(name=name, arrival=arrival, route=_parse_route(route, f"{where}.route"))
+    return JobType(
+        name=name,
+        arrival=arrival,
+        route=_parse_route(route, f"{where}.route", grow=context == "grow"),
+        system_prompt=jd.get("system_prompt", 0),
+        context=context,
+    )
 
 
 def _parse_arrival(a, where: str) -> ArrivalProcess:
@@ -776,15 +826,16 @@ def _parse_arrival(a, where: str) -> ArrivalProcess:
         return make_arrival_process(process, rate, a.get("cv"))
 
 
-def _parse_route(route, where: str) -> list:
+def _parse_route(route, where: str, grow: bool = False) -> list:
+    """`grow`: the job type's context is "grow" (a call may not turn it off)."""
     if not isinstance(route, (list, tuple)):
         raise _at(where, f"must be a list of nodes (call, delay, fork, loop), got {_show(route)}")
     if not route:
         raise _at(where, "the route is empty: it needs at least one node")
-    return [_parse_node(n, f"{where}[{i}]") for i, n in enumerate(route)]
+    return [_parse_node(n, f"{where}[{i}]", grow) for i, n in enumerate(route)]
 
 
-def _parse_node(n, where: str) -> Node:
+def _parse_node(n, where: str, grow: bool = False) -> Node:
     if not isinstance(n, dict) or len(n) != 1:
         raise _at(where, f"each route node must be a mapping with one key ({', '.join(_NODE_KINDS)}), got {_show(n)}")
     ((kind, value),) = n.items()
@@ -803,9 +854,11 @@ def _parse_node(n, where: str) -> Node:
         for role in ("prompt", "output"):
             with _Located(f"{at}.{role}"):
                 laws[role] = parse_length_law(c[role], role)
-        ctx = c.get("context", False)
+        ctx = c.get("context", grow)
         if not isinstance(ctx, bool):
             raise _at(at, f"context must be true or false, got {_show(ctx)}")
+        if grow and not ctx:
+            raise _at(at, "context: false in a job type whose context is grow (every call resends the context)")
         cached = c.get("cached", False)
         if not isinstance(cached, bool):
             raise _at(at, f"cached must be true or false, got {_show(cached)}")
@@ -833,7 +886,7 @@ def _parse_node(n, where: str) -> Node:
                 b = [b]
             if not isinstance(b, (list, tuple)) or not b:
                 raise _at(f"{at}[{j}]", "empty fork branch: each branch needs at least one node")
-            out.append(_parse_route(b, f"{at}[{j}]"))
+            out.append(_parse_route(b, f"{at}[{j}]", grow))
         return Fork(out)
     lp = _mapping(value, at, "a loop")
     _check_keys(lp, _LOOP_KEYS, at, "a loop")
@@ -846,7 +899,7 @@ def _parse_node(n, where: str) -> Node:
     body = lp["body"]
     if isinstance(body, dict):
         body = [body]
-    return Loop(body=_parse_route(body, f"{at}.body"), times=lp.get("times"), repeat_prob=lp.get("repeat_prob"))
+    return Loop(body=_parse_route(body, f"{at}.body", grow), times=lp.get("times"), repeat_prob=lp.get("repeat_prob"))
 
 
 # ------------------------------------------------------------------------------ output
@@ -856,6 +909,16 @@ def _scaled_arrival(a: ArrivalProcess, f: float) -> ArrivalProcess:
     if not isinstance(a, (Poisson, Gamma, Deterministic)):
         raise ConfigError(f"cannot scale the rate of arrival process {_show(a)}")
     return replace(a, rate=a.rate * f)
+
+
+def _job_dict(j: JobType) -> dict:
+    d: dict = {"arrival": _arrival_dict(j.arrival)}
+    if j.system_prompt:
+        d["system_prompt"] = j.system_prompt
+    if j.context != "per-call":
+        d["context"] = j.context
+    d["route"] = [_node_dict(n) for n in j.route]
+    return d
 
 
 def _arrival_dict(a: ArrivalProcess) -> dict:
