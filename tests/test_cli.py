@@ -154,7 +154,15 @@ def test_malformed_trace_and_config(tmp_path):
     yaml.write_text("policy: [unclosed\n")
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("polcy: sarathi\n")
-    for extra in (["--trace", str(bad)], ["--config", str(yaml)], ["--config", str(unknown)]):
+    # a run's config.json describes its scheduler in `scheduler`; a user's file has no such option
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("scheduler:\n  policy: orca\n")
+    for extra in (
+        ["--trace", str(bad)],
+        ["--config", str(yaml)],
+        ["--config", str(unknown)],
+        ["--config", str(nested)],
+    ):
         proc = subprocess.run(
             [sys.executable, "-m", "llmsched.cli", "simulate", "--out", "", "--cost-model", "paper", *extra],
             capture_output=True,
