@@ -41,6 +41,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from bisect import insort
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ from .simulator import _np
 # event kinds, in the order they run at one instant (plans last)
 _FREE, _LOADED, _READY, _LAND, _ARRIVE, _END, _EXPIRE, _PLAN = range(8)
 LOADING, READY, DRAINING, STOPPED = "loading", "ready", "draining", "stopped"
+FIRST_STEPS = 4  # steps of a batch an instance times at first (then twice as many each time)
 
 
 # ---- hooks on the single-server classes ---------------------------------------------------
@@ -132,11 +134,17 @@ class _InstanceSim(ServerSim):
 
     def __init__(self, scheduler, cost, *, fast: bool, state: ServerState, model_itl: GapHistogram):
         super().__init__(scheduler, cost, fast=fast, state=state)
+        # an arrival cuts most batches within a few steps: time them a few at a time
+        self.first_steps = FIRST_STEPS
         self.own_itl = _GapTotals()
         self._itl = _Tee(self.own_itl, model_itl)
 
 
 # ---- the platform's parts -------------------------------------------------------------------
+def _instance_id(inst) -> int:
+    return inst.id
+
+
 class _Node:
     __slots__ = ("busy_until", "current", "gpus", "group", "index", "name", "queue", "tiers")
 
@@ -181,6 +189,7 @@ class _Model:
         ka = spec.keep_alive_s(name)
         self.keep_alive = None if math.isinf(ka) else round(ka * NS)
         self.live: list[_Instance] = []  # loading and ready instances, in creation order
+        self.ready: list[_Instance] = []  # of those, the ready ones (in creation order too)
         self.instances: list[_Instance] = []
         self.pending: deque = deque()  # (request, recompute) waiting for an instance
         self.rr = 0
@@ -312,6 +321,7 @@ class _Runtime:
             for tier in node.tiers.values():
                 for name in tier:
                     tier[name] = self.weights[name]
+        self.n_gpus = len(self.gpus)
         self.instances: list[_Instance] = []
         self.events: list[tuple] = []
         self.seq = 0
@@ -329,17 +339,25 @@ class _Runtime:
 
     # ---- work and routing --------------------------------------------------------------------
     def route(self, model: _Model, t: int) -> _Instance | None:
-        ready = [i for i in model.live if i.state == READY]
-        cands = ready or model.live
-        if not cands:
-            return None
-        if len(cands) == 1:
-            return cands[0]
+        cands = model.ready or model.live
+        if len(cands) <= 1:
+            return cands[0] if cands else None
         if self.round_robin:
             inst = cands[model.rr % len(cands)]
             model.rr += 1
             return inst
-        return min(cands, key=lambda i: (i.sim.unfinished(t), i.id))
+        # the least unfinished work (`ServerSim.unfinished`, inline), then the oldest
+        best = None
+        least = 0
+        for i in cands:
+            sim = i.sim
+            work = sim.state.backlog_tokens
+            batch = sim._batch
+            if batch is not None and t > batch[1]:
+                work -= sim.steps_done(t) * (batch[0].decode + batch[4])
+            if best is None or work < least:
+                best, least = i, work
+        return best
 
     def deliver(self, r: Request, model: _Model, t: int, recompute: bool) -> None:
         inst = self.route(model, t)
@@ -367,19 +385,22 @@ class _Runtime:
         self.where[r.id] = inst.id
         if inst.state != READY:
             return
-        if sim.busy_until > t:
+        busy_until = sim.busy_until
+        if busy_until > t:
             end = sim.truncate(t)
             inst.version += 1
             self.push(end, _END, inst.id, inst, inst.version)
-        elif sim.busy_until < 0 and not inst.planned:
+        elif busy_until == t:
+            sim.truncate(t)  # it joins at the batch's end: the batch goes no further
+        elif busy_until < 0 and not inst.planned:
             inst.planned = True
             self.push(t, _PLAN, inst.id, inst)
 
     # ---- scaling -----------------------------------------------------------------------------
     def scale_out(self, model: _Model, t: int) -> None:
         live = model.live
-        if not live or len(live) >= model.max_instances:
-            return
+        if not live or len(live) >= model.max_instances or self.gpus_in_use >= self.n_gpus:
+            return  # (with every GPU held, `place` finds none free)
         bound = self.threshold * len(live)
         work = 0
         for i in live:
@@ -450,9 +471,7 @@ class _Runtime:
             return "free", min(free, key=lambda g: (self.startup_estimate(model, g.node, t, t), g.order))
         if not from_zero:
             return None
-        idle = [
-            i for m in self.models for i in m.live if i.state == READY and i.idle_since >= 0 and self.fits(model, i.gpu)
-        ]
+        idle = [i for m in self.models for i in m.ready if i.idle_since >= 0 and self.fits(model, i.gpu)]
         if idle:
             if not self.sllm:
                 return "reclaim", min(idle, key=lambda i: (i.idle_since, i.id))
@@ -461,7 +480,7 @@ class _Runtime:
             return None
         best = None
         for m in self.models:
-            ready = [i for i in m.live if i.state == READY]
+            ready = m.ready
             if len(ready) < 2:
                 continue
             for i in ready:
@@ -576,6 +595,8 @@ class _Runtime:
         inst.idle_ver += 1
         if inst in inst.model.live:
             inst.model.live.remove(inst)
+        if inst in inst.model.ready:
+            inst.model.ready.remove(inst)
         gpu = inst.gpu
         if gpu.holder is inst:
             gpu.holder = None
@@ -585,6 +606,7 @@ class _Runtime:
     def begin_migration(self, victim: _Instance, t: int) -> None:
         victim.state = DRAINING
         victim.model.live.remove(victim)
+        victim.model.ready.remove(victim)
         victim.idle_ver += 1
         sim = victim.sim
         if sim.busy_until > t:
@@ -593,7 +615,8 @@ class _Runtime:
             self.push(end, _END, victim.id, victim, victim.version)
         elif sim.busy_until < 0:
             self.migrate(victim, t)
-        # busy_until == t: its batch end at t migrates it
+        else:  # busy_until == t: its batch end at t migrates it (the batch goes no further)
+            sim.truncate(t)
 
     def migrate(self, victim: _Instance, t: int) -> None:
         """At a step boundary: waiting requests move to the model's other instances now,
@@ -643,8 +666,15 @@ class _Runtime:
         next_progress = progress_every if progress is not None else UNLIMITED
         now = arr[0] if n else 0
         ai = 0
+        push = self.push
+        deliver = self.deliver
+        scale_out = self.scale_out
         while True:
-            if ai < n and (not events or (arr[ai], _ARRIVE, ai) < events[0][:3]):
+            # the next arrival goes before the queue's head unless that is earlier, or at the
+            # same instant of a kind that runs first (no arrival is ever queued)
+            if ai < n and (
+                not events or arr[ai] < events[0][0] or (arr[ai] == events[0][0] and events[0][1] > _ARRIVE)
+            ):
                 t = arr[ai]
                 if t >= max_time:
                     ai = n
@@ -653,8 +683,8 @@ class _Runtime:
                 m = models[mids[ai]]
                 r = Request(ai, t, prompts[ai], outputs[ai], m.name)
                 ai += 1
-                self.deliver(r, m, t, False)
-                self.scale_out(m, t)
+                deliver(r, m, t, False)
+                scale_out(m, t)
                 continue
             if not events:
                 break
@@ -667,7 +697,11 @@ class _Runtime:
                 inst = a
                 if b != inst.version:
                     continue
-                for r in inst.sim.end():
+                sim = inst.sim
+                if sim.extendable:  # nothing joined: the batch goes on, timed further
+                    push(sim.extend(), _END, inst.id, inst, b)
+                    continue
+                for r in sim.end():
                     x = r.id
                     if r.first_token >= 0:
                         ttft[x] = r.first_token - r.arrival
@@ -684,7 +718,7 @@ class _Runtime:
                     self.plan(inst, t)  # nothing else happens at t: plan now
                 else:
                     inst.planned = True
-                    self.push(t, _PLAN, inst.id, inst)
+                    push(t, _PLAN, inst.id, inst)
                 if done >= next_progress:
                     progress(done, n)
                     next_progress = done + progress_every
@@ -702,6 +736,7 @@ class _Runtime:
                 inst = a
                 inst.state = READY
                 inst.ready_at = t
+                insort(inst.model.ready, inst, key=_instance_id)
                 if inst.sim.is_idle():
                     self.go_idle(inst, t)
                 else:
