@@ -39,7 +39,9 @@ The platform (docs/serverless.md):
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
+import operator
 from array import array
 from bisect import insort
 from collections import OrderedDict, deque
@@ -104,9 +106,8 @@ class _GapTotals:
         self.total = 0
 
     def add_counts(self, counts: dict) -> None:
-        for value, w in counts.items():
-            self.count += w
-            self.total += value * w
+        self.count += sum(counts.values())
+        self.total += sum(map(operator.mul, counts, counts.values()))
 
     @property
     def mean(self) -> float:
@@ -324,7 +325,7 @@ class _Runtime:
         self.n_gpus = len(self.gpus)
         self.instances: list[_Instance] = []
         self.events: list[tuple] = []
-        self.seq = 0
+        self.seq = itertools.count(1)  # queue order of events at one instant of one kind and tie
         self.waiting_models: list[_Model] = []
         self.gpus_in_use = 0
         self.peak_gpus = 0
@@ -334,8 +335,7 @@ class _Runtime:
     def push(self, t: int, kind: int, tie: int, a, b=None) -> None:
         """Events at one instant run by kind, then by `tie` (an instance's or a request's
         number, so the order does not depend on when they were queued), then in queue order."""
-        self.seq += 1
-        heapq.heappush(self.events, (t, kind, tie, self.seq, a, b))
+        heapq.heappush(self.events, (t, kind, tie, next(self.seq), a, b))
 
     # ---- work and routing --------------------------------------------------------------------
     def route(self, model: _Model, t: int) -> _Instance | None:
@@ -354,7 +354,10 @@ class _Runtime:
             work = sim.state.backlog_tokens
             batch = sim._batch
             if batch is not None and t > batch[1]:
-                work -= sim.steps_done(t) * (batch[0].decode + batch[4])
+                if t >= sim.busy_until:
+                    work -= batch[2] * (batch[0].decode + batch[4])
+                elif batch[2] > 1:
+                    work -= sim.steps_done(t) * (batch[0].decode + batch[4])
             if best is None or work < least:
                 best, least = i, work
         return best
@@ -660,13 +663,14 @@ class _Runtime:
         models = self.models
         events = self.events
         pop = heapq.heappop
+        heappush = heapq.heappush
+        seq = self.seq
         max_time = self.max_time
         done = 0
         progress_every = max(1, n // 200)
         next_progress = progress_every if progress is not None else UNLIMITED
         now = arr[0] if n else 0
         ai = 0
-        push = self.push
         deliver = self.deliver
         scale_out = self.scale_out
         while True:
@@ -699,29 +703,41 @@ class _Runtime:
                     continue
                 sim = inst.sim
                 if sim.extendable:  # nothing joined: the batch goes on, timed further
-                    push(sim.extend(), _END, inst.id, inst, b)
+                    heappush(events, (sim.extend(), _END, inst.id, next(seq), inst, b))
                     continue
-                for r in sim.end():
-                    x = r.id
-                    if r.first_token >= 0:
-                        ttft[x] = r.first_token - r.arrival
-                    e2e[x] = r.finish - r.arrival
-                    queue[x] = r.first_scheduled - r.arrival
-                    pre[x] = r.preemptions
-                    tokens[x] = r.emitted
-                    inst.completed += 1
-                    done += 1
-                if inst.state == DRAINING:
-                    self.migrate(inst, t)
+                finished = sim.end()
+                if finished:
+                    for r in finished:
+                        x = r.id
+                        if r.first_token >= 0:
+                            ttft[x] = r.first_token - r.arrival
+                        e2e[x] = r.finish - r.arrival
+                        queue[x] = r.first_scheduled - r.arrival
+                        pre[x] = r.preemptions
+                        tokens[x] = r.emitted
+                    inst.completed += len(finished)
+                    done += len(finished)
+                    if done >= next_progress:
+                        progress(done, n)
+                        next_progress = done + progress_every
+                if inst.state != READY:
+                    if inst.state == DRAINING:
+                        self.migrate(inst, t)
                     continue
-                if (not events or events[0][0] > t) and (ai >= n or arr[ai] > t):
-                    self.plan(inst, t)  # nothing else happens at t: plan now
-                else:
-                    inst.planned = True
-                    push(t, _PLAN, inst.id, inst)
-                if done >= next_progress:
-                    progress(done, n)
-                    next_progress = done + progress_every
+                if (events and events[0][0] <= t) or (ai < n and arr[ai] <= t):
+                    inst.planned = True  # plan after what else happens at t
+                    heappush(events, (t, _PLAN, inst.id, next(seq), inst, None))
+                    continue
+                # nothing else happens at t: plan now (`plan`, inline)
+                st = sim.state
+                if st.running or st.waiting:
+                    if t < max_time:
+                        end = sim.begin(t, max_time)
+                        if end is not None:
+                            inst.version = b = b + 1
+                            heappush(events, (end, _END, inst.id, next(seq), inst, b))
+                elif inst.idle_since < 0:
+                    self.go_idle(inst, t)
             elif kind == _PLAN:
                 a.planned = False
                 self.plan(a, t)
