@@ -298,6 +298,13 @@ class ServerSim:
         pf, m, dctx, chunks, rems, _, limit = self._timing
         step_ns = self.timer.step_ns
         j = len(durs)
+        if not chunks:
+            while j < upto and t < limit:
+                d = step_ns(0, m, dctx + j * m, [], m)
+                durs.append(d)
+                t += d
+                j += 1
+            return t
         while j < upto and t < limit:
             s = m
             for (c, _), rem in zip(chunks, rems):
@@ -350,23 +357,20 @@ class ServerSim:
         plan, now, count, durs, pf, new = self._batch
         m = plan.decode
         b = pf + m
-        if isinstance(durs, int):
-            first = durs
-            total = durs * count
-        else:
-            first = durs[0]
-            total = sum(durs)
-        end = now + total
+        end = self.busy_until
+        total = end - now
         self.steps += count
         self.busy += total
         self.load_hist[b] += count
         k = m + len(plan.prefill)
-        self.batch_hist[k] = self.batch_hist.get(k, 0) + count
+        batch_hist = self.batch_hist
+        batch_hist[k] = batch_hist.get(k, 0) + count
         gaps = self._gaps
         gap = gaps.get
         if m:
             # every served decoder emits one token per step; a decoder that resumes after
             # a pause emits its first one after a longer gap
+            first = durs if isinstance(durs, int) else durs[0]
             w = m - len(new)
             if new:
                 t1 = now + first
