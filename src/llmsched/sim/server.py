@@ -7,6 +7,11 @@ a request arrives at `t` during it (it joins at the first boundary at or after `
 `end()` applies the batch to the state and its metrics and returns the requests that
 finished. The single-server simulator calls begin/end in a loop with the next arrival
 as the limit; the network simulator runs many `ServerSim`s on one event queue.
+
+A driver whose batches arrivals usually cut early (the serverless runtime) lowers
+`first_steps`: `begin` then times only the first steps of the batch, and while the batch
+is `extendable` the driver calls `extend()` at `busy_until` to time more (a cut ends it),
+so that no step an arrival cuts off is timed; the batches are the same either way.
 """
 
 from __future__ import annotations
@@ -330,7 +335,7 @@ class ServerSim:
 
     def truncate(self, t: int) -> int:
         """A request arrived at `t` during the batch: keep only the steps that start
-        before `t`; returns the batch's (new) end."""
+        before `t` (and time no more: it is not `extendable`); returns the batch's (new) end."""
         self.extendable = False
         if self.busy_until <= t:
             return self.busy_until

@@ -384,7 +384,7 @@ class _Runtime:
         if recompute:
             sim.state.add_recompute(r)
         else:
-            sim.add(r)
+            sim.state.add(r)
         self.where[r.id] = inst.id
         if inst.state != READY:
             return
@@ -671,27 +671,34 @@ class _Runtime:
         next_progress = progress_every if progress is not None else UNLIMITED
         now = arr[0] if n else 0
         ai = 0
+        arr.append(UNLIMITED)  # after the last arrival: none
+        next_arrival = arr[0]
         deliver = self.deliver
         scale_out = self.scale_out
         while True:
             # the next arrival goes before the queue's head unless that is earlier, or at the
             # same instant of a kind that runs first (no arrival is ever queued)
-            if ai < n and (
-                not events or arr[ai] < events[0][0] or (arr[ai] == events[0][0] and events[0][1] > _ARRIVE)
-            ):
-                t = arr[ai]
+            if events:
+                head = events[0]
+                arrives = next_arrival < head[0] or (next_arrival == head[0] and head[1] > _ARRIVE)
+            elif next_arrival < UNLIMITED:
+                arrives = True
+            else:
+                break
+            if arrives:
+                t = next_arrival
                 if t >= max_time:
                     ai = n
+                    next_arrival = UNLIMITED
                     continue
                 now = t
                 m = models[mids[ai]]
                 r = Request(ai, t, prompts[ai], outputs[ai], m.name)
                 ai += 1
+                next_arrival = arr[ai]
                 deliver(r, m, t, False)
                 scale_out(m, t)
                 continue
-            if not events:
-                break
             t, kind, _, _, a, b = pop(events)
             if t > max_time:
                 now = max_time  # a time limit: what happens later is not simulated
@@ -724,7 +731,7 @@ class _Runtime:
                     if inst.state == DRAINING:
                         self.migrate(inst, t)
                     continue
-                if (events and events[0][0] <= t) or (ai < n and arr[ai] <= t):
+                if (events and events[0][0] <= t) or next_arrival <= t:
                     inst.planned = True  # plan after what else happens at t
                     heappush(events, (t, _PLAN, inst.id, next(seq), inst, None))
                     continue
@@ -776,6 +783,7 @@ class _Runtime:
                 else:  # pragma: no cover - a migration always frees a GPU for someone
                     self.serve_waiting_models(t)
 
+        del arr[n:]
         unfinished = [inst for inst in self.instances if inst.state != STOPPED and not inst.sim.is_idle()]
         if max_time == UNLIMITED:
             if unfinished:
