@@ -31,7 +31,8 @@ Cases:
     python benchmarks/bench_serverless.py --cases overhead --overhead-requests 20000
 
 Reported per run: `wall_s` (simulation + summary + files, inside the child), its parts
-(`sim_s`, `write_s`), `cpu_s` (the child's user + system time, imports included),
+(`sim_s`, `write_s`), `cpu_s` (the child's user + system time, imports included; the
+platform case also per simulated step, `cpu_us_per_step`),
 `process_wall_s` (the child seen by the parent), `peak_rss_mb` (VmHWM), steps, requests.
 """
 
@@ -157,6 +158,7 @@ def child_platform(trace_path: str, n: int, load: float, scheduler: str, out: st
         "wall_s": t2 - t0,
         "setup_s": t0 - t_start,
         "cpu_s": ru.ru_utime + ru.ru_stime,
+        "cpu_us_per_step": (ru.ru_utime + ru.ru_stime) / max(1, s["steps"]) * 1e6,
         "peak_rss_mb": _peak_rss_mb(),
     }
 
@@ -271,7 +273,7 @@ def main() -> None:
                 f"{res['rate']:.1f} req/s = {args.load:g} x {res['capacity_rps']:.1f})  wall {res['wall_s']:7.1f} s "
                 f"(sim {res['sim_s']:.1f} + write {res['write_s']:.1f})  cpu {res['cpu_s']:7.1f} s  "
                 f"process {res['process_wall_s']:7.1f} s  peak RSS {res['peak_rss_mb']:6.0f} MB  "
-                f"{res['steps']:,} steps",
+                f"{res['steps']:,} steps ({res['cpu_us_per_step']:.1f} us of CPU each)",
                 flush=True,
             )
         if "overhead" in args.cases:

@@ -377,6 +377,11 @@ def test_round_robin_routes_in_rotation_least_loaded_to_the_least_work():
 
 
 # ---- no request lost or duplicated; fast == step by step -------------------------------------------
+# load-only models time a batch at once; the profile's step times depend on the context,
+# so its batches are timed a few steps at a time (`ServerSim.extend`)
+COST_MODELS = ["paper", "linear:c=5,a=0.05", "const:10", "profile:h200-llama-3.2-1b"]
+
+
 @st.composite
 def platforms(draw):
     n_models = draw(st.integers(1, 3))
@@ -398,7 +403,7 @@ def platforms(draw):
     for i in range(n_models):
         models[f"m{i}"] = {
             "weights_gb": draw(st.sampled_from([2, 10, 30])),
-            "cost_model": draw(st.sampled_from(["paper", "linear:c=5,a=0.05", "const:10"])),
+            "cost_model": draw(st.sampled_from(COST_MODELS)),
             "b_max": draw(st.sampled_from([32, 128, 512])),
             "kv_capacity": draw(st.sampled_from([None, 1200])),
         }

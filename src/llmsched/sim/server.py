@@ -7,6 +7,11 @@ a request arrives at `t` during it (it joins at the first boundary at or after `
 `end()` applies the batch to the state and its metrics and returns the requests that
 finished. The single-server simulator calls begin/end in a loop with the next arrival
 as the limit; the network simulator runs many `ServerSim`s on one event queue.
+
+A driver whose batches arrivals usually cut early (the serverless runtime) lowers
+`first_steps`: `begin` then times only the first steps of the batch, and while the batch
+is `extendable` the driver calls `extend()` at `busy_until` to time more (a cut ends it),
+so that no step an arrival cuts off is timed; the batches are the same either way.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from ..core.cost import CostModel, StepTimer
-from ..core.plan import StepFeedback, StepPlan
+from ..core.plan import StepFeedback
 from ..core.request import NS, WAITING, Request
 from ..core.state import UNLIMITED
 from ..policies.base import Scheduler
@@ -145,6 +150,14 @@ class ServerSim:
         # the current batch: (plan, start, steps, duration or durations, prefill tokens,
         # decoders that resumed with it)
         self._batch: tuple | None = None
+        # Steps whose durations `begin` computes at first (the rest on `extend`). A driver
+        # whose batches are usually cut by arrivals lowers it, so that it does not time
+        # steps a cut drops; with the default every step is timed at once.
+        self.first_steps = UNLIMITED
+        # True while the batch may go on past `busy_until` with the same plan (`extend`):
+        # steps remain that the plan repeats for, none was cut, the limit is not reached
+        self.extendable = False
+        self._timing: tuple = ()  # what `extend` times further steps with
 
     @property
     def itl(self) -> GapHistogram:
@@ -245,11 +258,19 @@ class ServerSim:
             self._batch = (plan, now, count, d, pf, st.newly_active)
             end = now + d * count
         else:
-            durs = self._durations(plan, now, (pf, m, dctx, chunks, sampled), count, limit)
-            if closed and len(durs) > 1:
-                del durs[self.scheduler.repeat_steps(st, plan, now, durs) :]
+            d = self.timer.step_ns(pf, m, dctx, chunks, sampled)
+            durs = [d]
+            end = now + d
+            if count > 1 and end < limit:
+                rems = [r.prefill_target - r.prefilled for r, _ in prefill]
+                self._timing = (pf, m, dctx, chunks, rems, count, limit)
+                end = self._time_steps(durs, end, count if closed else min(count, self.first_steps))
+                if closed and len(durs) > 1:
+                    del durs[self.scheduler.repeat_steps(st, plan, now, durs) :]
+                    end = now + sum(durs)
+                else:
+                    self.extendable = len(durs) < count and end < limit
             self._batch = (plan, now, len(durs), durs, pf, st.newly_active)
-            end = now + sum(durs)
         self.busy_until = end
         return end
 
@@ -276,32 +297,46 @@ class ServerSim:
                     best = k
         return best
 
-    def _durations(self, plan: StepPlan, start: int, cost_args: tuple, count: int, limit: int) -> list[int]:
-        """Durations of the batch's steps, those starting before `limit` (at least one)."""
-        pf, m, dctx, chunks, sampled = cost_args
+    def _time_steps(self, durs: list[int], t: int, upto: int) -> int:
+        """Append the durations of the batch's steps len(durs), ... that start before its
+        limit, up to step `upto` (excluded); returns the end of the last."""
+        pf, m, dctx, chunks, rems, _, limit = self._timing
         step_ns = self.timer.step_ns
-        durs = []
-        t = start
-        rems = [r.prefill_target - r.prefilled for r, _ in plan.prefill] if count > 1 else None
-        j = 0
-        while True:
-            if j == 0:
-                d = step_ns(pf, m, dctx, chunks, sampled)
-            else:
-                s = m
-                for (c, _), rem in zip(chunks, rems):
-                    if rem - j * c == c:
-                        s += 1
-                d = step_ns(pf, m, dctx + j * m, [(c, ctx + j * c) for c, ctx in chunks], s)
+        j = len(durs)
+        if not chunks:
+            while j < upto and t < limit:
+                d = step_ns(0, m, dctx + j * m, [], m)
+                durs.append(d)
+                t += d
+                j += 1
+            return t
+        while j < upto and t < limit:
+            s = m
+            for (c, _), rem in zip(chunks, rems):
+                if rem - j * c == c:  # the chunk that completes its prefill samples a token
+                    s += 1
+            d = step_ns(pf, m, dctx + j * m, [(c, ctx + j * c) for c, ctx in chunks], s)
             durs.append(d)
             t += d
             j += 1
-            if j >= count or t >= limit:
-                return durs
+        return t
+
+    def extend(self) -> int:
+        """Time more steps of an `extendable` batch (as many again as it has, those that
+        start before its limit); returns its new end. Nothing about the batch changes but
+        how far it is known: a driver calls this at `busy_until` when nothing joined."""
+        plan, start, _, durs, pf, new = self._batch
+        count = self._timing[5]
+        end = self._time_steps(durs, self.busy_until, min(count, 2 * len(durs)))
+        self.extendable = len(durs) < count and end < self._timing[6]
+        self._batch = (plan, start, len(durs), durs, pf, new)
+        self.busy_until = end
+        return end
 
     def truncate(self, t: int) -> int:
         """A request arrived at `t` during the batch: keep only the steps that start
-        before `t`; returns the batch's (new) end."""
+        before `t` (and time no more: it is not `extendable`); returns the batch's (new) end."""
+        self.extendable = False
         if self.busy_until <= t:
             return self.busy_until
         plan, start, count, durs, pf, new = self._batch
@@ -327,23 +362,20 @@ class ServerSim:
         plan, now, count, durs, pf, new = self._batch
         m = plan.decode
         b = pf + m
-        if isinstance(durs, int):
-            first = durs
-            total = durs * count
-        else:
-            first = durs[0]
-            total = sum(durs)
-        end = now + total
+        end = self.busy_until
+        total = end - now
         self.steps += count
         self.busy += total
         self.load_hist[b] += count
         k = m + len(plan.prefill)
-        self.batch_hist[k] = self.batch_hist.get(k, 0) + count
+        batch_hist = self.batch_hist
+        batch_hist[k] = batch_hist.get(k, 0) + count
         gaps = self._gaps
         gap = gaps.get
         if m:
             # every served decoder emits one token per step; a decoder that resumes after
             # a pause emits its first one after a longer gap
+            first = durs if isinstance(durs, int) else durs[0]
             w = m - len(new)
             if new:
                 t1 = now + first
@@ -390,6 +422,7 @@ class ServerSim:
         self.now = end
         self.busy_until = -1
         self._batch = None
+        self.extendable = False
         return st.finished
 
     def idle_until(self, t: int) -> None:

@@ -39,8 +39,11 @@ The platform (docs/serverless.md):
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
+import operator
 from array import array
+from bisect import insort
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +63,7 @@ from .simulator import _np
 # event kinds, in the order they run at one instant (plans last)
 _FREE, _LOADED, _READY, _LAND, _ARRIVE, _END, _EXPIRE, _PLAN = range(8)
 LOADING, READY, DRAINING, STOPPED = "loading", "ready", "draining", "stopped"
+FIRST_STEPS = 4  # steps of a batch an instance times at first (then twice as many each time)
 
 
 # ---- hooks on the single-server classes ---------------------------------------------------
@@ -102,9 +106,8 @@ class _GapTotals:
         self.total = 0
 
     def add_counts(self, counts: dict) -> None:
-        for value, w in counts.items():
-            self.count += w
-            self.total += value * w
+        self.count += sum(counts.values())
+        self.total += sum(map(operator.mul, counts, counts.values()))
 
     @property
     def mean(self) -> float:
@@ -132,11 +135,17 @@ class _InstanceSim(ServerSim):
 
     def __init__(self, scheduler, cost, *, fast: bool, state: ServerState, model_itl: GapHistogram):
         super().__init__(scheduler, cost, fast=fast, state=state)
+        # an arrival cuts most batches within a few steps: time them a few at a time
+        self.first_steps = FIRST_STEPS
         self.own_itl = _GapTotals()
         self._itl = _Tee(self.own_itl, model_itl)
 
 
 # ---- the platform's parts -------------------------------------------------------------------
+def _instance_id(inst) -> int:
+    return inst.id
+
+
 class _Node:
     __slots__ = ("busy_until", "current", "gpus", "group", "index", "name", "queue", "tiers")
 
@@ -181,6 +190,7 @@ class _Model:
         ka = spec.keep_alive_s(name)
         self.keep_alive = None if math.isinf(ka) else round(ka * NS)
         self.live: list[_Instance] = []  # loading and ready instances, in creation order
+        self.ready: list[_Instance] = []  # of those, the ready ones (in creation order too)
         self.instances: list[_Instance] = []
         self.pending: deque = deque()  # (request, recompute) waiting for an instance
         self.rr = 0
@@ -312,9 +322,10 @@ class _Runtime:
             for tier in node.tiers.values():
                 for name in tier:
                     tier[name] = self.weights[name]
+        self.n_gpus = len(self.gpus)
         self.instances: list[_Instance] = []
         self.events: list[tuple] = []
-        self.seq = 0
+        self.seq = itertools.count(1)  # queue order of events at one instant of one kind and tie
         self.waiting_models: list[_Model] = []
         self.gpus_in_use = 0
         self.peak_gpus = 0
@@ -324,22 +335,32 @@ class _Runtime:
     def push(self, t: int, kind: int, tie: int, a, b=None) -> None:
         """Events at one instant run by kind, then by `tie` (an instance's or a request's
         number, so the order does not depend on when they were queued), then in queue order."""
-        self.seq += 1
-        heapq.heappush(self.events, (t, kind, tie, self.seq, a, b))
+        heapq.heappush(self.events, (t, kind, tie, next(self.seq), a, b))
 
     # ---- work and routing --------------------------------------------------------------------
     def route(self, model: _Model, t: int) -> _Instance | None:
-        ready = [i for i in model.live if i.state == READY]
-        cands = ready or model.live
-        if not cands:
-            return None
-        if len(cands) == 1:
-            return cands[0]
+        cands = model.ready or model.live
+        if len(cands) <= 1:
+            return cands[0] if cands else None
         if self.round_robin:
             inst = cands[model.rr % len(cands)]
             model.rr += 1
             return inst
-        return min(cands, key=lambda i: (i.sim.unfinished(t), i.id))
+        # the least unfinished work (`ServerSim.unfinished`, inline), then the oldest
+        best = None
+        least = 0
+        for i in cands:
+            sim = i.sim
+            work = sim.state.backlog_tokens
+            batch = sim._batch
+            if batch is not None and t > batch[1]:
+                if t >= sim.busy_until:
+                    work -= batch[2] * (batch[0].decode + batch[4])
+                elif batch[2] > 1:
+                    work -= sim.steps_done(t) * (batch[0].decode + batch[4])
+            if best is None or work < least:
+                best, least = i, work
+        return best
 
     def deliver(self, r: Request, model: _Model, t: int, recompute: bool) -> None:
         inst = self.route(model, t)
@@ -363,23 +384,26 @@ class _Runtime:
         if recompute:
             sim.state.add_recompute(r)
         else:
-            sim.add(r)
+            sim.state.add(r)
         self.where[r.id] = inst.id
         if inst.state != READY:
             return
-        if sim.busy_until > t:
+        busy_until = sim.busy_until
+        if busy_until > t:
             end = sim.truncate(t)
             inst.version += 1
             self.push(end, _END, inst.id, inst, inst.version)
-        elif sim.busy_until < 0 and not inst.planned:
+        elif busy_until == t:
+            sim.truncate(t)  # it joins at the batch's end: the batch goes no further
+        elif busy_until < 0 and not inst.planned:
             inst.planned = True
             self.push(t, _PLAN, inst.id, inst)
 
     # ---- scaling -----------------------------------------------------------------------------
     def scale_out(self, model: _Model, t: int) -> None:
         live = model.live
-        if not live or len(live) >= model.max_instances:
-            return
+        if not live or len(live) >= model.max_instances or self.gpus_in_use >= self.n_gpus:
+            return  # (with every GPU held, `place` finds none free)
         bound = self.threshold * len(live)
         work = 0
         for i in live:
@@ -450,9 +474,7 @@ class _Runtime:
             return "free", min(free, key=lambda g: (self.startup_estimate(model, g.node, t, t), g.order))
         if not from_zero:
             return None
-        idle = [
-            i for m in self.models for i in m.live if i.state == READY and i.idle_since >= 0 and self.fits(model, i.gpu)
-        ]
+        idle = [i for m in self.models for i in m.ready if i.idle_since >= 0 and self.fits(model, i.gpu)]
         if idle:
             if not self.sllm:
                 return "reclaim", min(idle, key=lambda i: (i.idle_since, i.id))
@@ -461,7 +483,7 @@ class _Runtime:
             return None
         best = None
         for m in self.models:
-            ready = [i for i in m.live if i.state == READY]
+            ready = m.ready
             if len(ready) < 2:
                 continue
             for i in ready:
@@ -576,6 +598,8 @@ class _Runtime:
         inst.idle_ver += 1
         if inst in inst.model.live:
             inst.model.live.remove(inst)
+        if inst in inst.model.ready:
+            inst.model.ready.remove(inst)
         gpu = inst.gpu
         if gpu.holder is inst:
             gpu.holder = None
@@ -585,6 +609,7 @@ class _Runtime:
     def begin_migration(self, victim: _Instance, t: int) -> None:
         victim.state = DRAINING
         victim.model.live.remove(victim)
+        victim.model.ready.remove(victim)
         victim.idle_ver += 1
         sim = victim.sim
         if sim.busy_until > t:
@@ -593,7 +618,8 @@ class _Runtime:
             self.push(end, _END, victim.id, victim, victim.version)
         elif sim.busy_until < 0:
             self.migrate(victim, t)
-        # busy_until == t: its batch end at t migrates it
+        else:  # busy_until == t: its batch end at t migrates it (the batch goes no further)
+            sim.truncate(t)
 
     def migrate(self, victim: _Instance, t: int) -> None:
         """At a step boundary: waiting requests move to the model's other instances now,
@@ -637,27 +663,42 @@ class _Runtime:
         models = self.models
         events = self.events
         pop = heapq.heappop
+        heappush = heapq.heappush
+        seq = self.seq
         max_time = self.max_time
         done = 0
         progress_every = max(1, n // 200)
         next_progress = progress_every if progress is not None else UNLIMITED
         now = arr[0] if n else 0
         ai = 0
+        arr.append(UNLIMITED)  # after the last arrival: none
+        next_arrival = arr[0]
+        deliver = self.deliver
+        scale_out = self.scale_out
         while True:
-            if ai < n and (not events or (arr[ai], _ARRIVE, ai) < events[0][:3]):
-                t = arr[ai]
+            # the next arrival goes before the queue's head unless that is earlier, or at the
+            # same instant of a kind that runs first (no arrival is ever queued)
+            if events:
+                head = events[0]
+                arrives = next_arrival < head[0] or (next_arrival == head[0] and head[1] > _ARRIVE)
+            elif next_arrival < UNLIMITED:
+                arrives = True
+            else:
+                break
+            if arrives:
+                t = next_arrival
                 if t >= max_time:
                     ai = n
+                    next_arrival = UNLIMITED
                     continue
                 now = t
                 m = models[mids[ai]]
                 r = Request(ai, t, prompts[ai], outputs[ai], m.name)
                 ai += 1
-                self.deliver(r, m, t, False)
-                self.scale_out(m, t)
+                next_arrival = arr[ai]
+                deliver(r, m, t, False)
+                scale_out(m, t)
                 continue
-            if not events:
-                break
             t, kind, _, _, a, b = pop(events)
             if t > max_time:
                 now = max_time  # a time limit: what happens later is not simulated
@@ -667,27 +708,43 @@ class _Runtime:
                 inst = a
                 if b != inst.version:
                     continue
-                for r in inst.sim.end():
-                    x = r.id
-                    if r.first_token >= 0:
-                        ttft[x] = r.first_token - r.arrival
-                    e2e[x] = r.finish - r.arrival
-                    queue[x] = r.first_scheduled - r.arrival
-                    pre[x] = r.preemptions
-                    tokens[x] = r.emitted
-                    inst.completed += 1
-                    done += 1
-                if inst.state == DRAINING:
-                    self.migrate(inst, t)
+                sim = inst.sim
+                if sim.extendable:  # nothing joined: the batch goes on, timed further
+                    heappush(events, (sim.extend(), _END, inst.id, next(seq), inst, b))
                     continue
-                if (not events or events[0][0] > t) and (ai >= n or arr[ai] > t):
-                    self.plan(inst, t)  # nothing else happens at t: plan now
-                else:
-                    inst.planned = True
-                    self.push(t, _PLAN, inst.id, inst)
-                if done >= next_progress:
-                    progress(done, n)
-                    next_progress = done + progress_every
+                finished = sim.end()
+                if finished:
+                    for r in finished:
+                        x = r.id
+                        if r.first_token >= 0:
+                            ttft[x] = r.first_token - r.arrival
+                        e2e[x] = r.finish - r.arrival
+                        queue[x] = r.first_scheduled - r.arrival
+                        pre[x] = r.preemptions
+                        tokens[x] = r.emitted
+                    inst.completed += len(finished)
+                    done += len(finished)
+                    if done >= next_progress:
+                        progress(done, n)
+                        next_progress = done + progress_every
+                if inst.state != READY:
+                    if inst.state == DRAINING:
+                        self.migrate(inst, t)
+                    continue
+                if (events and events[0][0] <= t) or next_arrival <= t:
+                    inst.planned = True  # plan after what else happens at t
+                    heappush(events, (t, _PLAN, inst.id, next(seq), inst, None))
+                    continue
+                # nothing else happens at t: plan now (`plan`, inline)
+                st = sim.state
+                if st.running or st.waiting:
+                    if t < max_time:
+                        end = sim.begin(t, max_time)
+                        if end is not None:
+                            inst.version = b = b + 1
+                            heappush(events, (end, _END, inst.id, next(seq), inst, b))
+                elif inst.idle_since < 0:
+                    self.go_idle(inst, t)
             elif kind == _PLAN:
                 a.planned = False
                 self.plan(a, t)
@@ -702,6 +759,7 @@ class _Runtime:
                 inst = a
                 inst.state = READY
                 inst.ready_at = t
+                insort(inst.model.ready, inst, key=_instance_id)
                 if inst.sim.is_idle():
                     self.go_idle(inst, t)
                 else:
@@ -725,6 +783,7 @@ class _Runtime:
                 else:  # pragma: no cover - a migration always frees a GPU for someone
                     self.serve_waiting_models(t)
 
+        del arr[n:]
         unfinished = [inst for inst in self.instances if inst.state != STOPPED and not inst.sim.is_idle()]
         if max_time == UNLIMITED:
             if unfinished:
