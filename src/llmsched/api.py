@@ -71,8 +71,9 @@ class SimConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SimConfig:
         """A configuration from a mapping: a YAML file's, or a run's own `config.json` (known
-        by its `provenance`; its output-only keys are ignored, elsewhere they are unknown). A `workload` section fills in the default workload
-        key by key, as the flags do (a trace replay drops the synthetic defaults)."""
+        by its `provenance`; its output-only keys are ignored, elsewhere they are unknown). A
+        `workload` section fills in the default workload key by key, as the flags do (a trace
+        replay drops the synthetic defaults)."""
         if not isinstance(d, dict):
             raise ConfigError("a configuration must be a mapping of option names to values")
         if "provenance" in d:  # a run's own config.json: drop what describes the run's outputs
