@@ -214,9 +214,7 @@ class ServerSim:
         pf, dctx, chunks, sampled = st.begin_step(plan, now)
         count = 1
         closed = False
-        if (self.repeatable or (closed := self.repeats_closed_loop and not st.waiting)) and not (
-            admits or plan.preempt
-        ):
+        if (self.repeatable or (closed := self.repeats_closed_loop)) and not (admits or plan.preempt):
             count = st.next_completion_round() if m else UNLIMITED
             for r, c in prefill:
                 k = (r.prefill_target - r.prefilled) // c
