@@ -444,7 +444,13 @@ class TWP(AdmissionPolicy):
             return 1
         n, b_max = state.n_decoding, state.b_max
         w = int(self.window)
-        limit = min(w if w >= n else n, b_max)
+        # the windows that give the plan's token limit min(max(int(H), n), b_max): lo <= H < hi
+        if n >= b_max or w >= b_max:
+            lo, hi = (0 if n >= b_max else b_max), UNLIMITED
+        elif w <= n:
+            lo, hi = 0, n + 1
+        else:
+            lo, hi = w, w + 1
         # The plan admits nothing, so it refused the head of the queue. A refusal by the
         # horizon test may turn into an admission as the active work drains (by the step's
         # load every step) or the window grows: the plan lasts until then. Every other
@@ -465,7 +471,7 @@ class TWP(AdmissionPolicy):
         t = start_ns
         cut = count
         for j in range(count - 1):  # the window after step j plans step j + 1
-            before = (ewma, window, prev_end)
+            before_ewma, before_window, before_end = ewma, window, prev_end
             d_ns = durations_ns[j]
             start = t / NS  # the feedback of step j: the rule of `_next`, inline
             d = d_ns / NS
@@ -484,10 +490,9 @@ class TWP(AdmissionPolicy):
                 window = h_min
             prev_end = end
             t += d_ns
-            w = int(window)
-            if min(w if w >= n else n, b_max) != limit or (drains and need - (j + 1) * load <= horizon * w):
+            if window < lo or window >= hi or (drains and need - (j + 1) * load <= horizon * int(window)):
                 cut = j + 1
-                ewma, window, prev_end = before
+                ewma, window, prev_end = before_ewma, before_window, before_end
                 break
             prev_emitted = decoded
         # the feedback of the steps before the last one, for `observe_repeats`

@@ -382,7 +382,7 @@ class ServerSim:
                     st.finished,
                     st.first_tokens,
                     (lambda: served) if served is not None else _not_recorded,
-                    [r for r, _ in st.resumed],
+                    [r for r, _ in st.resumed] if st.resumed else [],
                 ),
             )
         self.now = end
