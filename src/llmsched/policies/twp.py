@@ -455,49 +455,17 @@ class TWP(AdmissionPolicy):
         # horizon test may turn into an admission as the active work drains (by the step's
         # load every step) or the window grows: the plan lasts until then. Every other
         # refusal (budget, KV, B_max) stands while the token limit does.
-        horizon = self.horizon_steps
-        need = load = 0
-        drains = False
+        need = None
         if q and state.n_running < self.B_max:
             need = state.outstanding_tokens + state.work(waiting.first())
-            drains = need > horizon * w
-            load = plan.tokens
-        ewma, window, prev_end = self.l_ewma, self.window, self.meter.prev_end
-        prev_emitted = self.meter.prev_emitted
-        decoded = plan.decode > 0
-        target, alpha, keep = self._target, self.alpha, 1 - self.alpha
-        beta, h_min, h_max = self.beta, float(self.H_min), float(self.H_max)
-        growth = self.delta_tokens * (1 + math.log1p(q)) if q else self.delta_tokens
-        t = start_ns
-        cut = count
-        for j in range(count - 1):  # the window after step j plans step j + 1
-            before_ewma, before_window, before_end = ewma, window, prev_end
-            d_ns = durations_ns[j]
-            start = t / NS  # the feedback of step j: the rule of `_next`, inline
-            d = d_ns / NS
-            end = start + d
-            if decoded:
-                if prev_emitted and prev_end is not None and end - prev_end > d:
-                    d = end - prev_end
-                ewma = d if ewma is None else alpha * d + keep * ewma
-            if ewma is not None and target is not None and ewma > target:
-                window = beta * window
-            else:
-                window = window + growth
-                if window > h_max:
-                    window = h_max
-            if window < h_min:
-                window = h_min
-            prev_end = end
-            t += d_ns
-            if window < lo or window >= hi or (drains and need - (j + 1) * load <= horizon * int(window)):
-                cut = j + 1
-                ewma, window, prev_end = before_ewma, before_window, before_end
-                break
-            prev_emitted = decoded
+            if need <= self.horizon_steps * w:
+                need = None
+        steps, after = self._replay(start_ns, durations_ns, count - 1, plan.decode > 0, q, lo, hi, need, plan.tokens)
+        if after is None:  # the window after step `steps - 1` changes the plan
+            return steps
         # the feedback of the steps before the last one, for `observe_repeats`
-        self._repeated = (plan, start_ns, q, (cut - 1, ewma, window, prev_end, prev_emitted))
-        return cut
+        self._repeated = (plan, start_ns, q, (steps, *after))
+        return count
 
     def observe_repeats(self, state: ServerState, plan, start_ns: int, durations_ns) -> None:
         key = self._key
@@ -515,8 +483,8 @@ class TWP(AdmissionPolicy):
                 _, self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = known
                 return
         decoded = plan.decode > 0
-        t = start_ns
         if self.measured:
+            t = start_ns
             b = plan.tokens
             for d in durations_ns:
                 seconds = d / NS
@@ -526,11 +494,27 @@ class TWP(AdmissionPolicy):
                 )
                 t += d
             return
-        ewma, window, prev_end, prev_emitted = self.l_ewma, self.window, meter.prev_end, meter.prev_emitted
+        _, after = self._replay(start_ns, durations_ns, steps, decoded, q)
+        self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = after
+
+    def _replay(self, start_ns, durations_ns, steps, decoded, q, lo=0, hi=UNLIMITED, need=None, load=0):
+        """The feedback of the first `steps` of back-to-back steps of these durations that
+        emit no first token, the rule of `_next` (same arithmetic), with `q` requests
+        waiting; not in measured mode. Stops after the step whose window leaves
+        `lo <= H < hi` or lets a head of `need` tokens of work (active work included) pass
+        the horizon test once `load` tokens a step have drained. Returns (steps applied,
+        the new (ITL EWMA, window, meter's previous end, meter's previous step emitted)),
+        or (steps applied, None) when it stopped. Changes nothing."""
+        ewma, window, prev_end, prev_emitted = self.l_ewma, self.window, self.meter.prev_end, self.meter.prev_emitted
         target, alpha, keep = self._target, self.alpha, 1 - self.alpha
         beta, h_min, h_max = self.beta, float(self.H_min), float(self.H_max)
+        horizon = self.horizon_steps
         growth = self.delta_tokens * (1 + math.log1p(q)) if q else self.delta_tokens
-        for d_ns in durations_ns:  # each step's feedback: the rule of `_next`, inline
+        t = start_ns
+        i = 0
+        steady = decoded and target is not None
+        while i < steps and not (steady and prev_emitted and prev_end is not None and ewma is not None):
+            d_ns = durations_ns[i]
             start = t / NS
             d = d_ns / NS
             end = start + d
@@ -548,7 +532,34 @@ class TWP(AdmissionPolicy):
                 window = h_min
             prev_end, prev_emitted = end, decoded
             t += d_ns
-        self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = ewma, window, prev_end, prev_emitted
+            i += 1
+            if window < lo or window >= hi or (need is not None and need - i * load <= horizon * int(window)):
+                return i, None
+        # The steady state: every step decodes right after one that emitted. A window at
+        # its floor while the ITL is over target (or at its ceiling while under) stays put.
+        while i < steps:
+            d_ns = durations_ns[i]
+            d = d_ns / NS
+            end = t / NS + d
+            t += d_ns
+            gap = end - prev_end
+            ewma = alpha * (gap if gap > d else d) + keep * ewma
+            prev_end = end
+            if ewma > target:
+                if window != h_min:
+                    window = beta * window
+                    if window < h_min:
+                        window = h_min
+            elif window != h_max:
+                window = window + growth
+                if window > h_max:
+                    window = h_max
+                if window < h_min:
+                    window = h_min
+            i += 1
+            if window < lo or window >= hi or (need is not None and need - i * load <= horizon * int(window)):
+                return i, None
+        return i, (ewma, window, prev_end, prev_emitted)
 
     def _next(self, ewma, window, prev_end, prev_emitted, start, d, decoded, first_or_resumed, q):
         """One step's feedback: the ITL sample (the rule of `ItlMeter.sample`, inlined) and
