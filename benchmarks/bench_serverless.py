@@ -28,7 +28,10 @@ Cases:
   batch, and TWP's against FCFS's. TWP's schedule is not FCFS's (a smaller token budget
   under load: more steps carry prefill, so more plans), and the simulator's cost is
   mostly per batch: per batch separates TWP's own cost from its schedule's. Target: TWP
-  under 5% per step above FCFS.
+  under 5% per step above FCFS. `twp-schedule` replays TWP's decisions (recorded in one
+  more untimed run) with an admission policy that computes nothing (it still takes the
+  simulator's closed-loop feedback, like `fcfs-hook`): against `fcfs` it is the cost of
+  TWP's schedule, and `twp` against it TWP's own computation.
 
     python benchmarks/bench_serverless.py                          # both cases, full size
     python benchmarks/bench_serverless.py --scale 0.1              # 100k requests / 10k
@@ -52,7 +55,14 @@ import tempfile
 import time
 
 CASES = ("platform", "overhead")
-OVERHEAD_RUNS = (("fcfs", True), ("twp", True), ("fcfs", False), ("fcfs-hook", False), ("twp", False))
+OVERHEAD_RUNS = (
+    ("fcfs", True),
+    ("twp", True),
+    ("twp-schedule", True),
+    ("fcfs", False),
+    ("fcfs-hook", False),
+    ("twp", False),
+)
 
 
 def _peak_rss_mb() -> float:
@@ -165,6 +175,37 @@ def child_platform(trace_path: str, n: int, load: float, scheduler: str, out: st
     }
 
 
+def schedule_replay(decisions: dict):
+    """An admission policy that replays TWP's recorded decisions (its schedule) and computes
+    nothing: the simulator's cost of TWP's schedule, without TWP's own."""
+    from llmsched.policies.base import AdmissionPolicy
+
+    class ScheduleReplay(AdmissionPolicy):
+        name = "twp-schedule"
+        closed_loop = True
+        repeats = True
+        reads_emitted = False
+
+        def __init__(self):
+            self._limit = iter(decisions["token_limit"]).__next__
+            self._admit = iter(decisions["may_admit"]).__next__
+            self._repeat = iter(decisions["repeat_steps"]).__next__
+
+        def token_limit(self, state):
+            return self._limit()
+
+        def may_admit(self, state, r, planner):
+            return self._admit()
+
+        def repeat_steps(self, state, plan, start_ns, durations_ns):
+            return self._repeat()
+
+        def observe_repeats(self, state, plan, start_ns, durations_ns):
+            pass
+
+    return ScheduleReplay()
+
+
 def child_overhead(n: int, load: float, seed: int, repeat: int) -> dict:
     """The single-server batch loop (`simulate_trace`: the steps, without the summary and
     files, which cost the same for every admission policy) under each of `OVERHEAD_RUNS`,
@@ -175,6 +216,7 @@ def child_overhead(n: int, load: float, seed: int, repeat: int) -> dict:
     from llmsched.analysis.points import resolve_point
     from llmsched.core import make_cost_model
     from llmsched.policies import make_scheduler
+    from llmsched.policies.base import Scheduler
     from llmsched.sim.simulator import simulate_trace
     from llmsched.workload import WorkloadSpec, make_trace
 
@@ -182,13 +224,33 @@ def child_overhead(n: int, load: float, seed: int, repeat: int) -> dict:
     trace = make_trace(WorkloadSpec.from_dict(cfg.workload))
     cost = make_cost_model(cfg.cost_model)
 
+    # TWP's decisions in order (token limits, admissions, repeat counts), recorded in an
+    # untimed run, for `twp-schedule`
+    decisions: dict[str, list] = {"token_limit": [], "may_admit": [], "repeat_steps": []}
+
     def scheduler(admission: str):
-        sched = make_scheduler(cfg.policy, admission="twp" if admission == "twp" else "fcfs", b_max=cfg.b_max)
+        if admission == "twp-schedule":
+            batch = make_scheduler(cfg.policy, b_max=cfg.b_max)
+            sched = Scheduler(batch.batch, schedule_replay(decisions), batch.constraints)
+        else:
+            sched = make_scheduler(cfg.policy, admission="twp" if admission == "twp" else "fcfs", b_max=cfg.b_max)
         if admission == "fcfs-hook":
             sched.closed_loop, sched.repeatable = True, False
             sched.admission.observe = lambda state, feedback: None
         sched.bind_cost_model(cost)
         return sched
+
+    recorder = scheduler("twp")
+    for name in decisions:
+        owner = recorder if name == "repeat_steps" else recorder.admission
+        decide = getattr(owner, name)
+
+        def recorded(*args, decide=decide, seen=decisions[name]):
+            seen.append(decide(*args))
+            return seen[-1]
+
+        setattr(owner, name, recorded)
+    twp_steps = simulate_trace(trace, recorder, cost).steps
 
     # the batches (plans) each run makes, counted once in an untimed run: TWP's schedule
     # differs from FCFS's, and the simulator's cost is mostly per batch, not per step
@@ -212,6 +274,8 @@ def child_overhead(n: int, load: float, seed: int, repeat: int) -> dict:
             t0, c0 = time.perf_counter(), time.process_time()
             stats = simulate_trace(trace, sched, cost, fast=fast)
             t1, c1 = time.perf_counter(), time.process_time()
+            if admission == "twp-schedule" and stats.steps != twp_steps:
+                raise RuntimeError("the replayed schedule is not TWP's")
             key = f"{admission}{'' if fast else ' step by step'}"
             res = {
                 "case": "overhead",
@@ -328,6 +392,8 @@ def main() -> None:
                 )
             for twp_key, key in (
                 ("twp", "fcfs"),
+                ("twp-schedule", "fcfs"),
+                ("twp", "twp-schedule"),
                 ("twp step by step", "fcfs step by step"),
                 ("twp step by step", "fcfs-hook step by step"),
             ):
