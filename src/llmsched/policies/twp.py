@@ -377,10 +377,10 @@ class TWP(AdmissionPolicy):
                 return True
         if state.n_running + planner.n_admitted >= self.B_max:
             return False
-        work = state.outstanding_tokens + self._admitted_work + state.work(r)
-        if work > self.horizon_steps * int(self.window):
+        work = state.work(r)
+        if state.outstanding_tokens + self._admitted_work + work > self.horizon_steps * int(self.window):
             return False
-        self._admitted_work += state.work(r)
+        self._admitted_work += work
         return True
 
     def observe(self, state: ServerState, feedback) -> None:
@@ -456,11 +456,14 @@ class TWP(AdmissionPolicy):
         # load every step) or the window grows: the plan lasts until then. Every other
         # refusal (budget, KV, B_max) stands while the token limit does.
         need = None
+        load = 0
         if q and state.n_running < self.B_max:
             need = state.outstanding_tokens + state.work(waiting.first())
             if need <= self.horizon_steps * w:
                 need = None
-        steps, after = self._replay(start_ns, durations_ns, count - 1, plan.decode > 0, q, lo, hi, need, plan.tokens)
+            else:
+                load = plan.tokens
+        steps, after = self._replay(start_ns, durations_ns, count - 1, plan.decode > 0, q, lo, hi, need, load)
         if after is None:  # the window after step `steps - 1` changes the plan
             return steps
         # the feedback of the steps before the last one, for `observe_repeats`
