@@ -18,13 +18,20 @@ Cases:
   `--overhead-load` of the critical rate; default 0.5, where TWP keeps up), five runs of
   the batch loop (`simulate_trace`; not the summary and files, which cost the same for
   every admission policy): `fcfs` and `twp` as a user runs them (the fast path: TWP
-  repeats plans without prefill while nothing waits, replaying its feedback step by
+  repeats a plan while its window leaves it unchanged, replaying its feedback step by
   step); and step by step (`fast=False`): `fcfs`, `fcfs-hook` (FCFS marked closed-loop
   with an `observe` that does nothing: the simulator's own cost of feeding a closed-loop
   policy after every step) and `twp`. The five run interleaved `--repeat` times in one
   process on the same trace, and the least CPU time per step of each counts (on a shared
-  machine the CPU time is steadier than the wall time). Reported: wall and CPU time per
-  step, and TWP's CPU time per step against FCFS's. Target: TWP under 5% above FCFS.
+  machine the CPU time is steadier than the wall time). Reported: steps, batches (plans,
+  counted in one more untimed run of each), wall and CPU time in all, per step and per
+  batch, and TWP's against FCFS's. TWP's schedule is not FCFS's (a smaller token budget
+  under load: more steps carry prefill, so more plans), and the simulator's cost is
+  mostly per batch: per batch separates TWP's own cost from its schedule's. Target: TWP
+  under 5% per step above FCFS. `twp-schedule` replays TWP's decisions (recorded in one
+  more untimed run) with an admission policy that computes nothing (it still takes the
+  simulator's closed-loop feedback, like `fcfs-hook`): against `fcfs` it is the cost of
+  TWP's schedule, and `twp` against it TWP's own computation.
 
     python benchmarks/bench_serverless.py                          # both cases, full size
     python benchmarks/bench_serverless.py --scale 0.1              # 100k requests / 10k
@@ -49,7 +56,14 @@ import tempfile
 import time
 
 CASES = ("platform", "overhead")
-OVERHEAD_RUNS = (("fcfs", True), ("twp", True), ("fcfs", False), ("fcfs-hook", False), ("twp", False))
+OVERHEAD_RUNS = (
+    ("fcfs", True),
+    ("twp", True),
+    ("twp-schedule", True),
+    ("fcfs", False),
+    ("fcfs-hook", False),
+    ("twp", False),
+)
 
 
 def _peak_rss_mb() -> float:
@@ -163,6 +177,37 @@ def child_platform(trace_path: str, n: int, load: float, scheduler: str, out: st
     }
 
 
+def schedule_replay(decisions: dict):
+    """An admission policy that replays TWP's recorded decisions (its schedule) and computes
+    nothing: the simulator's cost of TWP's schedule, without TWP's own."""
+    from llmsched.policies.base import AdmissionPolicy
+
+    class ScheduleReplay(AdmissionPolicy):
+        name = "twp-schedule"
+        closed_loop = True
+        repeats = True
+        reads_emitted = False
+
+        def __init__(self):
+            self._limit = iter(decisions["token_limit"]).__next__
+            self._admit = iter(decisions["may_admit"]).__next__
+            self._repeat = iter(decisions["repeat_steps"]).__next__
+
+        def token_limit(self, state):
+            return self._limit()
+
+        def may_admit(self, state, r, planner):
+            return self._admit()
+
+        def repeat_steps(self, state, plan, start_ns, durations_ns):
+            return self._repeat()
+
+        def observe_repeats(self, state, plan, start_ns, durations_ns):
+            pass
+
+    return ScheduleReplay()
+
+
 def child_overhead(n: int, load: float, seed: int, repeat: int) -> dict:
     """The single-server batch loop (`simulate_trace`: the steps, without the summary and
     files, which cost the same for every admission policy) under each of `OVERHEAD_RUNS`,
@@ -173,23 +218,66 @@ def child_overhead(n: int, load: float, seed: int, repeat: int) -> dict:
     from llmsched.analysis.points import resolve_point
     from llmsched.core import make_cost_model
     from llmsched.policies import make_scheduler
+    from llmsched.policies.base import Scheduler
     from llmsched.sim.simulator import simulate_trace
     from llmsched.workload import WorkloadSpec, make_trace
 
     cfg = resolve_point(None, {"arrival": "azure-conv", "num_requests": n, "seed": seed, "load": load}, {})
     trace = make_trace(WorkloadSpec.from_dict(cfg.workload))
     cost = make_cost_model(cfg.cost_model)
+
+    # TWP's decisions in order (token limits, admissions, repeat counts), recorded in an
+    # untimed run, for `twp-schedule`
+    decisions: dict[str, list] = {"token_limit": [], "may_admit": [], "repeat_steps": []}
+
+    def scheduler(admission: str):
+        if admission == "twp-schedule":
+            batch = make_scheduler(cfg.policy, b_max=cfg.b_max)
+            sched = Scheduler(batch.batch, schedule_replay(decisions), batch.constraints)
+        else:
+            sched = make_scheduler(cfg.policy, admission="twp" if admission == "twp" else "fcfs", b_max=cfg.b_max)
+        if admission == "fcfs-hook":
+            sched.closed_loop, sched.repeatable = True, False
+            sched.admission.observe = lambda state, feedback: None
+        sched.bind_cost_model(cost)
+        return sched
+
+    recorder = scheduler("twp")
+    for name in decisions:
+        owner = recorder if name == "repeat_steps" else recorder.admission
+        decide = getattr(owner, name)
+
+        def recorded(*args, decide=decide, seen=decisions[name]):
+            seen.append(decide(*args))
+            return seen[-1]
+
+        setattr(owner, name, recorded)
+    twp_steps = simulate_trace(trace, recorder, cost).steps
+
+    # the batches (plans) each run makes, counted once in an untimed run: TWP's schedule
+    # differs from FCFS's, and the simulator's cost is mostly per batch, not per step
+    batches = {}
+    for admission, fast in OVERHEAD_RUNS:
+        sched = scheduler(admission)
+        plans = [0]
+        plan = sched.plan
+
+        def counted(state, plan=plan, plans=plans):
+            plans[0] += 1
+            return plan(state)
+
+        sched.plan = counted
+        simulate_trace(trace, sched, cost, fast=fast)
+        batches[admission, fast] = plans[0]
     best: dict = {}
     for _ in range(max(1, repeat)):
         for admission, fast in OVERHEAD_RUNS:
-            sched = make_scheduler(cfg.policy, admission="twp" if admission == "twp" else "fcfs", b_max=cfg.b_max)
-            if admission == "fcfs-hook":
-                sched.closed_loop, sched.repeatable = True, False
-                sched.admission.observe = lambda state, feedback: None
-            sched.bind_cost_model(cost)
+            sched = scheduler(admission)
             t0, c0 = time.perf_counter(), time.process_time()
             stats = simulate_trace(trace, sched, cost, fast=fast)
             t1, c1 = time.perf_counter(), time.process_time()
+            if admission == "twp-schedule" and stats.steps != twp_steps:
+                raise RuntimeError("the replayed schedule is not TWP's")
             key = f"{admission}{'' if fast else ' step by step'}"
             res = {
                 "case": "overhead",
@@ -197,9 +285,12 @@ def child_overhead(n: int, load: float, seed: int, repeat: int) -> dict:
                 "requests": n,
                 "load": load,
                 "steps": stats.steps,
+                "batches": batches[admission, fast],
                 "wall_s": t1 - t0,
+                "cpu_s": c1 - c0,
                 "us_per_step": (t1 - t0) / stats.steps * 1e6,
                 "cpu_us_per_step": (c1 - c0) / stats.steps * 1e6,
+                "cpu_us_per_batch": (c1 - c0) / batches[admission, fast] * 1e6,
             }
             if key not in best or res["cpu_us_per_step"] < best[key]["cpu_us_per_step"]:
                 best[key] = res
@@ -296,17 +387,27 @@ def main() -> None:
                 results.append(res)
                 print(
                     f"overhead {key:<22} {res['requests']:,} requests  {res['steps']:>9,} steps  "
-                    f"wall {res['wall_s']:6.2f} s  {res['us_per_step']:6.2f} us/step  "
-                    f"cpu {res['cpu_us_per_step']:6.2f} us/step",
+                    f"{res['batches']:>9,} batches  wall {res['wall_s']:6.2f} s  {res['us_per_step']:6.2f} us/step  "
+                    f"cpu {res['cpu_s']:6.2f} s  {res['cpu_us_per_step']:6.2f} us/step  "
+                    f"{res['cpu_us_per_batch']:6.2f} us/batch",
                     flush=True,
                 )
             for twp_key, key in (
                 ("twp", "fcfs"),
+                ("twp-schedule", "fcfs"),
+                ("twp", "twp-schedule"),
                 ("twp step by step", "fcfs step by step"),
                 ("twp step by step", "fcfs-hook step by step"),
             ):
-                twp = best[twp_key]["cpu_us_per_step"]
-                print(f"{twp_key} CPU per step vs {key}: {100 * (twp / best[key]['cpu_us_per_step'] - 1):+.1f}%")
+                a, b = best[twp_key], best[key]
+
+                def more(k, a=a, b=b):
+                    return f"{100 * (a[k] / b[k] - 1):+.1f}%"
+
+                print(
+                    f"{twp_key} vs {key}: CPU per step {more('cpu_us_per_step')}, in all {more('cpu_s')}, "
+                    f"per batch {more('cpu_us_per_batch')} ({more('batches')} batches)"
+                )
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

@@ -335,25 +335,85 @@ def test_simulation_loses_nothing_and_every_step_stays_in_the_window():
     assert min(windows) == twp.H_min and max(windows) > twp.H_min  # it moved
 
 
-@pytest.mark.parametrize("cost", ["paper", "profile"])
-def test_fast_path_repeats_pure_decode_steps_and_changes_nothing(cost):
-    """TWP may repeat a plan without prefill while nothing waits (its feedback replayed
-    step by step): the steps, their times and every metric equal the step-by-step run."""
-    t = make_trace(WorkloadSpec.from_dict({k: v for k, v in BURSTY.items() if k != "cost_model"}))
+def _fast_and_exact(t, cost, bound=True, admission_options=None, **limits):
+    """Run `t` step by step and on the fast path; returns, for each, (stats, steps.csv,
+    plans made, final window, final ITL EWMA)."""
     runs = {}
     for fast in (False, True):
-        sched = make_scheduler("sarathi", admission="twp")
+        sched = make_scheduler("sarathi", admission="twp", admission_options=admission_options, **limits)
+        if bound:  # as the simulator's users run it; unbound, TWP measures l_min and B_0
+            sched.bind_cost_model(make_cost_model(cost))
         plans = []
         plan = sched.plan
-        sched.plan = lambda state: plans.append(1) or plan(state)
+        sched.plan = lambda state, plan=plan, plans=plans: plans.append(1) or plan(state)
         buf = io.StringIO()
         stats = simulate_trace(t, sched, make_cost_model(cost), fast=fast, steps_file=buf)
         runs[fast] = (stats, buf.getvalue(), len(plans), sched.admission.window, sched.admission.l_ewma)
-    (exact, exact_steps, exact_plans, *exact_end), (fast, fast_steps, fast_plans, *fast_end) = runs[False], runs[True]
+    return runs[False], runs[True]
+
+
+@pytest.mark.parametrize("bound", [True, False], ids=["cost-model", "measured"])
+@pytest.mark.parametrize("cost", ["paper", "profile"])
+def test_fast_path_repeats_plans_and_changes_nothing(cost, bound):
+    """TWP repeats a plan while its window leaves it unchanged (its feedback replayed step
+    by step), with or without a queue: the steps, their times, the window and every
+    metric equal the step-by-step run."""
+    t = make_trace(WorkloadSpec.from_dict({k: v for k, v in BURSTY.items() if k != "cost_model"}))
+    exact_run, fast_run = _fast_and_exact(t, cost, bound)
+    (exact, exact_steps, exact_plans, *exact_end), (fast, fast_steps, fast_plans, *fast_end) = exact_run, fast_run
     assert exact_plans == exact.steps and fast_plans < 0.8 * exact_plans  # it did skip steps
     assert fast_steps == exact_steps and fast_end == exact_end
     assert np.array_equal(fast.ttft_ns, exact.ttft_ns) and np.array_equal(fast.e2e_ns, exact.e2e_ns)
     assert fast.steps == exact.steps
+
+
+def test_fast_path_ends_a_repeat_when_the_drained_work_lets_the_head_in():
+    """With a fixed 64-token window and a 10-step horizon, the second request waits until
+    the first one's remaining decode work has drained under 640 - its own work: while it
+    waits the plan repeats, and the batch must end at the step where it gets in."""
+    t = trace([(0.0, 10, 400), (0.0, 10, 400), (0.05, 10, 40)])
+    opts = {"h_min": 64, "h_max": 64, "horizon_steps": 10}
+    (exact, exact_steps, exact_plans, *exact_end), (fast, fast_steps, fast_plans, *fast_end) = _fast_and_exact(
+        t, "paper", admission_options=opts
+    )
+    joined = np.round(t.arrival_s * 1e9).astype(np.int64) + exact.queue_ns
+    assert exact.queue_ns[1] > 0 and joined[1] < exact.e2e_ns[0]  # it joined while the first decoded
+    assert fast_steps == exact_steps and fast_end == exact_end
+    assert np.array_equal(fast.queue_ns, exact.queue_ns) and np.array_equal(fast.e2e_ns, exact.e2e_ns)
+    assert fast_plans < exact_plans / 10  # the waits were repeated, not planned step by step
+
+
+@pytest.mark.parametrize("opts", [{}, {"horizon_steps": 8, "delta": 2}])
+def test_serverless_fast_path_equals_step_by_step_with_arrivals_during_repeats(opts):
+    """On the serverless platform a request joins the queue during a batch (which the
+    arrival then cuts): the steps repeated before it saw the queue as it was when the batch
+    began, in the fast path as step by step."""
+    from llmsched.sim.serverless import run_serverless
+    from llmsched.workload.serverless import load_serverless
+
+    node = {"count": 1, "gpus": 1, "gpu_memory_gb": 80, "dram_gb": 50, "dram_bandwidth_gbps": 20}
+    cfg = {
+        "cluster": {"remote_bandwidth_gbps": 2.0, "nodes": [{**node, "ssd_gb": 100, "ssd_bandwidth_gbps": 5}]},
+        "models": {
+            "m": {"weights_gb": 10, "cost_model": "linear:c=5,a=0.05", "b_max": 256, "admission_options": {"twp": opts}}
+        },
+        "workload": {
+            "arrival": "gamma",
+            "cv": 3,
+            "rate": 6,
+            "num_requests": 600,
+            "prompt": "geometric:300",
+            "output": "geometric:100",
+            "seed": 1,
+        },
+        "platform": {"scheduler": "twp", "init_s": 0, "keep_alive_s": "never"},
+    }
+    spec = load_serverless(cfg)
+    fast, exact = run_serverless(spec), run_serverless(spec, fast=False)
+    for k in ("ttft_ns", "e2e_ns", "queue_ns"):
+        assert np.array_equal(getattr(fast, k), getattr(exact, k)), k
+    assert fast.instances == exact.instances and fast.end_ns == exact.end_ns
+    assert fast.instances[0]["steps"] > 5000
 
 
 def test_twp_lowers_itl_tail_and_spread_against_fcfs_under_bursts():

@@ -46,19 +46,23 @@ class AdmissionPolicy:
         pass
 
     # A closed-loop policy that can tell, from the durations of the coming steps, for how
-    # many of them a plan stays the same while nothing waits (TWP) sets this, so that the
-    # simulator may still repeat plans (`repeat_steps`, then `observe_repeats`).
+    # many of them a plan stays the same (TWP) sets this, so that the simulator may still
+    # repeat plans (`repeat_steps`, then `observe_repeats`).
     repeats = False
 
     def repeat_steps(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> int:
         """How many of the steps (back to back from `start_ns`, of these durations, none
-        finishing, starting or resuming a request, nothing waiting) `plan` would be planned
-        for in a row, at least 1. Changes nothing."""
+        finishing, starting or resuming a request, no request arriving, and `plan` admitting
+        and preempting none) `plan` would be planned for in a row, at least 1. The batch
+        policy would repeat the plan with an open-loop admission policy; what is left to
+        decide is whether this policy's limits and admission tests would change it."""
         return 1
 
     def observe_repeats(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> None:
-        """The feedback of such steps: exactly what `observe` would have learned from each
-        of them in turn."""
+        """The feedback of the first of those steps (the batch may have been cut short by an
+        arrival since): exactly what `observe` would have learned from each of them in turn,
+        with the waiting queue as it was when they ran. Called after `state` has applied
+        the whole batch."""
         raise NotImplementedError
 
     def bind_cost_model(self, cost) -> None:

@@ -229,6 +229,7 @@ class TWP(AdmissionPolicy):
         self.l_ewma: float | None = None  # seconds
         self.window: float | None = None  # H_t
         self._admitted_work = 0
+        self._repeated = None  # (plan, start, queue, feedback state) of the last repeat_steps
         # measured (no cost model): shortest decode step, loads' fastest steps, their knee
         self._seen_l_min: float | None = None
         self._seen_load: dict[int, float] = {}
@@ -376,73 +377,192 @@ class TWP(AdmissionPolicy):
                 return True
         if state.n_running + planner.n_admitted >= self.B_max:
             return False
-        work = state.outstanding_tokens + self._admitted_work + state.work(r)
-        if work > self.horizon_steps * int(self.window):
+        work = state.work(r)
+        if state.outstanding_tokens + self._admitted_work + work > self.horizon_steps * int(self.window):
             return False
-        self._admitted_work += state.work(r)
+        self._admitted_work += work
         return True
 
     def observe(self, state: ServerState, feedback) -> None:
         key = self._key
         if key is None or key[0] != state.b_max or key[1] != state.k_max:
             self._resolve(state)
-        decoded = feedback.plan.decode > 0
-        if self.measured:
-            self._measure(feedback.duration, feedback.plan.tokens, decoded)
+        plan = feedback.plan
+        decoded = plan.decode > 0
         meter = self.meter
-        self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = self._next(
-            self.l_ewma,
-            self.window,
-            meter.prev_end,
-            meter.prev_emitted,
-            feedback.start,
-            feedback.duration,
-            decoded,
-            bool(feedback.first_tokens) or bool(feedback.resumed),
-            len(state.waiting),
-        )
+        emitted = decoded or bool(feedback.first_tokens) or bool(feedback.resumed)
+        if self.measured:
+            self._measure(feedback.duration, plan.tokens, decoded)
+            self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = self._next(
+                self.l_ewma,
+                self.window,
+                meter.prev_end,
+                meter.prev_emitted,
+                feedback.start,
+                feedback.duration,
+                decoded,
+                emitted,
+                len(state.waiting),
+            )
+            return
+        # the rule of `_next`, inline (this runs after every batch of steps)
+        d = feedback.duration
+        end = feedback.start + d
+        ewma = self.l_ewma
+        if decoded:
+            prev_end = meter.prev_end
+            if meter.prev_emitted and prev_end is not None and end - prev_end > d:
+                d = end - prev_end
+            ewma = self.l_ewma = d if ewma is None else self.alpha * d + (1 - self.alpha) * ewma
+        meter.prev_end = end
+        meter.prev_emitted = emitted
+        target = self._target
+        if ewma is not None and target is not None and ewma > target:
+            window = self.beta * self.window
+        else:
+            q = len(state.waiting)
+            window = self.window + self.delta_tokens * (1 + math.log1p(q)) if q else self.window + self.delta_tokens
+            if window > self.H_max:
+                window = float(self.H_max)
+        if window < self.H_min:
+            window = float(self.H_min)
+        self.window = window
 
-    # While nothing waits, the window can change a plan only through its token limit.
+    # The window changes a plan only through its token limit and, while requests wait,
+    # through the horizon test of the head of the queue: TWP tells the simulator how long a
+    # plan lasts, so that it repeats plans too.
     repeats = True
 
     def repeat_steps(self, state: ServerState, plan, start_ns: int, durations_ns) -> int:
-        if not plan.prefill and not state.prefilling:
-            return len(durations_ns)  # every active decoder, whatever the window
+        waiting = state.waiting
+        q = len(waiting)
+        count = len(durations_ns)
+        self._repeated = (plan, start_ns, q, None)
+        if not q and not plan.prefill and not state.prefilling:
+            return count  # every active decoder, whatever the window
         if self.measured:
             return 1
         n, b_max = state.n_decoding, state.b_max
         w = int(self.window)
-        first = min(w if w >= n else n, b_max)
-        decoded = plan.decode > 0
-        ewma, window, prev_end, prev_emitted = self.l_ewma, self.window, self.meter.prev_end, self.meter.prev_emitted
-        t = start_ns
-        for j in range(len(durations_ns) - 1):  # the window after step j plans step j + 1
-            d = durations_ns[j]
-            ewma, window, prev_end, prev_emitted = self._next(
-                ewma, window, prev_end, prev_emitted, t / NS, d / NS, decoded, False, 0
-            )
-            w = int(window)
-            if min(w if w >= n else n, b_max) != first:
-                return j + 1
-            t += d
-        return len(durations_ns)
+        # the windows that give the plan's token limit min(max(int(H), n), b_max): lo <= H < hi
+        if n >= b_max or w >= b_max:
+            lo, hi = (0 if n >= b_max else b_max), UNLIMITED
+        elif w <= n:
+            lo, hi = 0, n + 1
+        else:
+            lo, hi = w, w + 1
+        # The plan admits nothing, so it refused the head of the queue. A refusal by the
+        # horizon test may turn into an admission as the active work drains (by the step's
+        # load every step) or the window grows: the plan lasts until then. Every other
+        # refusal (budget, KV, B_max) stands while the token limit does.
+        need = None
+        load = 0
+        if q and state.n_running < self.B_max:
+            need = state.outstanding_tokens + state.work(waiting.first())
+            if need <= self.horizon_steps * w:
+                need = None
+            else:
+                load = plan.tokens
+        steps, after = self._replay(start_ns, durations_ns, count - 1, plan.decode > 0, q, lo, hi, need, load)
+        if after is None:  # the window after step `steps - 1` changes the plan
+            return steps
+        # the feedback of the steps before the last one, for `observe_repeats`
+        self._repeated = (plan, start_ns, q, (steps, *after))
+        return count
 
     def observe_repeats(self, state: ServerState, plan, start_ns: int, durations_ns) -> None:
         key = self._key
         if key is None or key[0] != state.b_max or key[1] != state.k_max:
             self._resolve(state)
-        decoded = plan.decode > 0
-        b = plan.tokens
         meter = self.meter
-        t = start_ns
-        for d in durations_ns:
-            seconds = d / NS
-            if self.measured:
+        steps = len(durations_ns)
+        q = len(state.waiting)
+        repeated = self._repeated
+        self._repeated = None
+        if repeated is not None and repeated[0] is plan and repeated[1] == start_ns:
+            q = repeated[2]  # the queue while the steps ran (arrivals end a batch)
+            known = repeated[3]
+            if known is not None and known[0] == steps:  # repeat_steps computed it
+                _, self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = known
+                return
+        decoded = plan.decode > 0
+        if self.measured:
+            t = start_ns
+            b = plan.tokens
+            for d in durations_ns:
+                seconds = d / NS
                 self._measure(seconds, b, decoded)
-            self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = self._next(
-                self.l_ewma, self.window, meter.prev_end, meter.prev_emitted, t / NS, seconds, decoded, False, 0
-            )
-            t += d
+                self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = self._next(
+                    self.l_ewma, self.window, meter.prev_end, meter.prev_emitted, t / NS, seconds, decoded, False, q
+                )
+                t += d
+            return
+        _, after = self._replay(start_ns, durations_ns, steps, decoded, q)
+        self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = after
+
+    def _replay(self, start_ns, durations_ns, steps, decoded, q, lo=0, hi=UNLIMITED, need=None, load=0):
+        """The feedback of the first `steps` of back-to-back steps of these durations that
+        emit no first token, the rule of `_next` (same arithmetic), with `q` requests
+        waiting; not in measured mode. Stops after the step whose window leaves
+        `lo <= H < hi` or lets a head of `need` tokens of work (active work included) pass
+        the horizon test once `load` tokens a step have drained. Returns (steps applied,
+        the new (ITL EWMA, window, meter's previous end, meter's previous step emitted)),
+        or (steps applied, None) when it stopped. Changes nothing."""
+        ewma, window, prev_end, prev_emitted = self.l_ewma, self.window, self.meter.prev_end, self.meter.prev_emitted
+        target, alpha, keep = self._target, self.alpha, 1 - self.alpha
+        beta, h_min, h_max = self.beta, float(self.H_min), float(self.H_max)
+        horizon = self.horizon_steps
+        growth = self.delta_tokens * (1 + math.log1p(q)) if q else self.delta_tokens
+        t = start_ns
+        i = 0
+        steady = decoded and target is not None
+        while i < steps and not (steady and prev_emitted and prev_end is not None and ewma is not None):
+            d_ns = durations_ns[i]
+            start = t / NS
+            d = d_ns / NS
+            end = start + d
+            if decoded:
+                if prev_emitted and prev_end is not None and end - prev_end > d:
+                    d = end - prev_end
+                ewma = d if ewma is None else alpha * d + keep * ewma
+            if ewma is not None and target is not None and ewma > target:
+                window = beta * window
+            else:
+                window = window + growth
+                if window > h_max:
+                    window = h_max
+            if window < h_min:
+                window = h_min
+            prev_end, prev_emitted = end, decoded
+            t += d_ns
+            i += 1
+            if window < lo or window >= hi or (need is not None and need - i * load <= horizon * int(window)):
+                return i, None
+        # The steady state: every step decodes right after one that emitted. A window at
+        # its floor while the ITL is over target (or at its ceiling while under) stays put.
+        while i < steps:
+            d_ns = durations_ns[i]
+            d = d_ns / NS
+            end = t / NS + d
+            t += d_ns
+            gap = end - prev_end
+            ewma = alpha * (gap if gap > d else d) + keep * ewma
+            prev_end = end
+            if ewma > target:
+                if window != h_min:
+                    window = beta * window
+                    if window < h_min:
+                        window = h_min
+            elif window != h_max:
+                window = window + growth
+                if window > h_max:
+                    window = h_max
+                if window < h_min:
+                    window = h_min
+            i += 1
+            if window < lo or window >= hi or (need is not None and need - i * load <= horizon * int(window)):
+                return i, None
+        return i, (ewma, window, prev_end, prev_emitted)
 
     def _next(self, ewma, window, prev_end, prev_emitted, start, d, decoded, first_or_resumed, q):
         """One step's feedback: the ITL sample (the rule of `ItlMeter.sample`, inlined) and

@@ -227,9 +227,7 @@ class ServerSim:
         pf, dctx, chunks, sampled = st.begin_step(plan, now)
         count = 1
         closed = False
-        if (self.repeatable or (closed := self.repeats_closed_loop and not st.waiting)) and not (
-            admits or plan.preempt
-        ):
+        if (self.repeatable or (closed := self.repeats_closed_loop)) and not (admits or plan.preempt):
             count = st.next_completion_round() if m else UNLIMITED
             for r, c in prefill:
                 k = (r.prefill_target - r.prefilled) // c
@@ -416,7 +414,7 @@ class ServerSim:
                     st.finished,
                     st.first_tokens,
                     (lambda: served) if served is not None else _not_recorded,
-                    [r for r, _ in st.resumed],
+                    [r for r, _ in st.resumed] if st.resumed else [],
                 ),
             )
         self.now = end
