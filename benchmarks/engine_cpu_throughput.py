@@ -18,6 +18,7 @@ vLLM's whole process tree included, to the same CPU list, for a same-hardware co
 
     python benchmarks/engine_cpu_throughput.py --vllm-python VENV/bin/python --out results/engine_cpu.json
     python benchmarks/engine_cpu_throughput.py --model DIR --num-prompts 64 --no-vllm
+    python benchmarks/engine_cpu_throughput.py --prefix-caching --shared-prefix 96   # both with caching on
 
 Without --model a small Llama-shaped random model is written to a temporary folder
 (hidden 256, 4 layers, 8 heads / 4 KV heads, MLP 768, byte-level BPE tokenizer), removed
@@ -45,11 +46,11 @@ def main():
     from vllm import LLM, SamplingParams
     llm = LLM(model=cfg["model"], dtype="float32", max_model_len=cfg["max_model_len"],
               max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["b_max"],
-              enforce_eager=cfg["enforce_eager"], enable_prefix_caching=False,
-              gpu_memory_utilization=cfg["memory_utilization"], seed=0)
-    prompts = [{"prompt_token_ids": p} for p in cfg["prompts"]]
+              enforce_eager=cfg["enforce_eager"], enable_prefix_caching=cfg["prefix_caching"],
+              block_size=cfg["block_size"], gpu_memory_utilization=cfg["memory_utilization"], seed=0)
+    sets = [[{"prompt_token_ids": p} for p in ps] for ps in cfg["prompt_sets"]]
     sp = SamplingParams(max_tokens=cfg["output_len"], temperature=0, ignore_eos=True)
-    llm.generate(prompts[:4], sp, use_tqdm=False)
+    llm.generate(sets[0][:4], sp, use_tqdm=False)
     import vllm, torch
     print("VLLM_READY " + json.dumps({"vllm": vllm.__version__, "torch": torch.__version__,
                                       "threads": torch.get_num_threads()}), flush=True)
@@ -66,11 +67,12 @@ def main():
                 pass
         return total
 
-    for line in sys.stdin:  # one timed run per "run" line
-        if line.strip() != "run":
+    for line in sys.stdin:  # one timed run per "run I" line, on prompt set I
+        word, _, i = line.partition(" ")
+        if word != "run":
             break
         c, t = cpu(), time.perf_counter()
-        out = llm.generate(prompts, sp, use_tqdm=False)
+        out = llm.generate(sets[int(i)], sp, use_tqdm=False)
         dt, dc = time.perf_counter() - t, cpu() - c
         n = sum(len(o.outputs[0].token_ids) for o in out)
         print("VLLM_RUN " + json.dumps({"seconds": dt, "cpu_seconds": dc, "output_tokens": n}), flush=True)
@@ -96,11 +98,27 @@ def make_model(folder: str) -> str:
     )
 
 
-def prompts_for(vocab: int, n: int, length: int, seed: int = 0) -> list[list[int]]:
+def prompts_for(vocab: int, n: int, length: int, seed: int = 0, shared: list[int] | None = None) -> list[list[int]]:
+    """n random prompts of `length` tokens; with `shared`, each starts with those tokens."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    return [rng.integers(3, vocab, length).tolist() for _ in range(n)]
+    head = list(shared or [])
+    return [head + rng.integers(3, vocab, length - len(head)).tolist() for _ in range(n)]
+
+
+def prompt_sets(vocab: int, args) -> list[list[list[int]]]:
+    """One prompt set per timed run, plus the warm-up's (set 0). Without prefix caching
+    every run takes the same prompts. With it, each set has new random tokens after a
+    `--shared-prefix` common to all sets, so a run reuses that prefix, not the prompts of
+    the run before it (every prompt would then be a whole-prompt hit)."""
+    import numpy as np
+
+    if not args.prefix_caching:
+        ps = prompts_for(vocab, args.num_prompts, args.prompt_len)
+        return [ps] * (args.repeats + 1)
+    shared = np.random.default_rng(12345).integers(3, vocab, args.shared_prefix).tolist()
+    return [prompts_for(vocab, args.num_prompts, args.prompt_len, seed, shared) for seed in range(args.repeats + 1)]
 
 
 def summarize(runs: list[dict], prompt_tokens: int) -> dict:
@@ -120,7 +138,7 @@ def summarize(runs: list[dict], prompt_tokens: int) -> dict:
 class Ours:
     """The llmsched engine in this process, loaded and warmed up once."""
 
-    def __init__(self, model: str, prompts, args):
+    def __init__(self, model: str, sets, args):
         from llmsched.core.engine_api import SamplingParams
         from llmsched.engine import LLM
 
@@ -131,15 +149,17 @@ class Ours:
             max_num_seqs=args.num_prompts,
             max_model_len=args.prompt_len + args.output_len + 16,
             num_threads=args.threads,
+            prefix_caching=args.prefix_caching,
+            block_size=args.block_size,
         )
-        self.prompts = prompts
+        self.sets = sets
         self.sp = SamplingParams(max_tokens=args.output_len, temperature=0, ignore_eos=True)
-        self.llm.generate(prompts[:4], self.sp)
+        self.llm.generate(sets[0][:4], self.sp)
 
-    def run(self) -> dict:
+    def run(self, i: int) -> dict:
         steps0 = self.llm.engine.steps
         c, t = time.process_time(), time.perf_counter()
-        out = self.llm.generate(self.prompts, self.sp)
+        out = self.llm.generate(self.sets[i], self.sp)
         dt, dc = time.perf_counter() - t, time.process_time() - c
         return {
             "seconds": dt,
@@ -152,7 +172,7 @@ class Ours:
 class VllmWorker:
     """vLLM's offline LLM in a subprocess of its own virtualenv; one timed run per `run()`."""
 
-    def __init__(self, model: str, prompts, args):
+    def __init__(self, model: str, sets, args):
         self.error = None
         self.proc = None
         self.info: dict = {}
@@ -162,7 +182,9 @@ class VllmWorker:
             return
         cfg = {
             "model": model,
-            "prompts": prompts,
+            "prompt_sets": sets,
+            "prefix_caching": args.prefix_caching,
+            "block_size": args.block_size,
             "output_len": args.output_len,
             "b_max": args.b_max,
             "max_num_seqs": args.num_prompts,
@@ -214,10 +236,10 @@ class VllmWorker:
             if line.startswith(prefix):
                 return line[len(prefix) :]
 
-    def run(self) -> dict | None:
+    def run(self, i: int) -> dict | None:
         if self.error:
             return None
-        self.proc.stdin.write("run\n")
+        self.proc.stdin.write(f"run {i}\n")
         self.proc.stdin.flush()
         line = self._line("VLLM_RUN ")
         return None if line is None else json.loads(line)
@@ -252,32 +274,35 @@ def measure(model: str, args) -> dict:
 
     from llmsched.engine.loader import read_config
 
-    prompts = prompts_for(read_config(model).vocab_size, args.num_prompts, args.prompt_len)
+    sets = prompt_sets(read_config(model).vocab_size, args)
     load0 = os.getloadavg()
     if args.cpus:
         os.sched_setaffinity(0, parse_cpus(args.cpus))
-    ours = Ours(model, prompts, args)
-    vllm = None if args.no_vllm else VllmWorker(model, prompts, args)
+    ours = Ours(model, sets, args)
+    vllm = None if args.no_vllm else VllmWorker(model, sets, args)
     ours_runs, vllm_runs = [], []
     try:
         for i in range(args.repeats):  # alternate who goes first: ours, vLLM, vLLM, ours, ...
             for who in ("ours", "vllm") if i % 2 == 0 else ("vllm", "ours"):
                 if who == "ours":
-                    ours_runs.append(ours.run())
+                    ours_runs.append(ours.run(i + 1))
                 elif vllm is not None:
-                    r = vllm.run()
+                    r = vllm.run(i + 1)
                     if r is not None:
                         vllm_runs.append(r)
     finally:
         if vllm is not None:
             vllm.close()
-    n_prompt = sum(map(len, prompts))
+    n_prompt = sum(map(len, sets[1]))
     result = {
         "model": args.model or "generated (hidden 256, 4 layers, 8/4 heads, MLP 768)",
         "num_prompts": args.num_prompts,
         "prompt_len": args.prompt_len,
         "output_len": args.output_len,
         "b_max": args.b_max,
+        "prefix_caching": args.prefix_caching,
+        "shared_prefix": args.shared_prefix if args.prefix_caching else 0,
+        "block_size": args.block_size,
         "cpu_count": os.cpu_count(),
         "cpus": args.cpus,
         "loadavg_before": load0,
@@ -288,6 +313,7 @@ def measure(model: str, args) -> dict:
             torch=torch.__version__,
             scheduler=args.scheduler,
             attention="c-kernel" if ours.llm.engine.runner.decode_kernel is not None else "torch",
+            prefix_cache=ours.llm.engine.state.prefix_stats(),
         ),
     }
     print(
@@ -340,9 +366,18 @@ def main(argv=None) -> int:
     ap.add_argument("--vllm-compile", action="store_true", help="let vLLM use torch.compile (default: eager)")
     ap.add_argument("--vllm-timeout", type=int, default=1200, help="seconds vLLM may take to start or for one run")
     ap.add_argument("--cpus", help="pin both engines to these CPUs, e.g. 1 or 0,2-3 (default: no pinning)")
+    ap.add_argument("--prefix-caching", action="store_true", help="both engines with prefix caching on")
+    ap.add_argument(
+        "--shared-prefix", type=int, default=96, help="with --prefix-caching: tokens every prompt starts with"
+    )
+    ap.add_argument(
+        "--block-size", type=int, default=32, help="KV block size in tokens, both engines (vLLM CPU: a multiple of 32)"
+    )
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--out", help="write the result JSON here")
     args = ap.parse_args(argv)
+    if args.prefix_caching and not 0 <= args.shared_prefix < args.prompt_len:
+        ap.error(f"--shared-prefix must be in [0, --prompt-len), got {args.shared_prefix}")
 
     tmp = None
     model = args.model
