@@ -229,5 +229,15 @@ def test_simulate_loads_numpy_with_one_blas_thread():
     assert run(OPENBLAS_NUM_THREADS="2") == ["2", "2"]  # the user's own count stands
 
 
+def test_simulate_imports_with_the_collector_paused_then_on():
+    code = (
+        "import gc, sys; from llmsched.cli.simulate import import_simulator; import_simulator(); "
+        "print(gc.isenabled(), gc.get_freeze_count() > 10_000, 'llmsched.api' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True", "True"]
+
+
 def test_plot_on_missing_folder_is_an_error(tmp_path):
     assert main(["plot", str(tmp_path / "nothing")]) == 2

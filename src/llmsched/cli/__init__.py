@@ -7,6 +7,7 @@ optional extra (torch, FastAPI) import it only when they run.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import warnings
@@ -35,7 +36,19 @@ def build_parser(command: str | None = None) -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Run the command in `argv`, or with none the process's own command line (the
+    `llmsched` script, `python -m llmsched`), which then ends with the command."""
+    if argv is None:
+        try:
+            return _main(sys.argv[1:])
+        finally:
+            # the process exits next: exempt its objects from the full collections that
+            # interpreter shutdown runs (measured: 30 ms of a 1,000-request simulate)
+            gc.freeze()
+    return _main(list(argv))
+
+
+def _main(argv: list[str]) -> int:
     # the top-level parser has no option that takes a value: a command comes first
     parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)

