@@ -10,7 +10,10 @@ Percentiles interpolate between ranks like `numpy.percentile` (method 'linear').
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from operator import mul
+
+MONOTONE_LIMIT = 1 << 40  # values (ns: 18 minutes) below which bucket runs are found by bisection
 
 
 class GapHistogram:
@@ -79,13 +82,31 @@ class GapHistogram:
             self._fold()
 
     def _add_to_buckets(self, counts: dict[int, int]) -> None:
+        """Bucket k = int(log(value) / log(ratio)) of each value, a run of values at a time.
+        Below MONOTONE_LIMIT the logs of consecutive integers lie over 100 ulps apart, so
+        the index never decreases as the value grows: sorted, the values of one bucket are
+        a run, which ends about exp((k + 1) * log(ratio)), and a few logs a bucket find
+        it (a run cut short is only continued by the next pass)."""
         buckets = self._buckets
         get = buckets.get
         inv_log = self._inv_log
         log = math.log
-        for value, w in counts.items():
-            k = int(log(value) * inv_log)
-            buckets[k] = get(k, 0) + w
+        values = sorted(counts)
+        if values and values[-1] >= MONOTONE_LIMIT:
+            for value in values:
+                k = int(log(value) * inv_log)
+                buckets[k] = get(k, 0) + counts[value]
+            return
+        weight = counts.__getitem__
+        n = len(values)
+        i = 0
+        while i < n:
+            k = int(log(values[i]) * inv_log)
+            j = bisect_left(values, math.exp((k + 1) * self._log), i + 1)
+            while j > i + 1 and int(log(values[j - 1]) * inv_log) > k:
+                j -= 1
+            buckets[k] = get(k, 0) + sum(map(weight, values[i:j]))
+            i = j
 
     def merge(self, other: GapHistogram) -> None:
         """Add every value of `other`: the same as adding them one by one (the result never
