@@ -239,5 +239,29 @@ def test_simulate_imports_with_the_collector_paused_then_on():
     assert proc.stdout.split() == ["True", "True", "True"]
 
 
+@pytest.mark.parametrize("columns", ["50", "100", "", "junk"])
+def test_help_is_laid_out_as_argparse_does(monkeypatch, columns):
+    import argparse
+
+    from llmsched.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", columns)
+    ours = build_parser("simulate")._subparsers._group_actions[0].choices["simulate"]
+    assert ours.formatter_class is not argparse.HelpFormatter
+    text = ours.format_help()
+    ours.formatter_class = argparse.HelpFormatter
+    assert text == ours.format_help()
+
+
+def test_a_simulate_run_imports_no_shutil():
+    code = (
+        "import sys; from llmsched.cli import main; "
+        "main(['simulate', '--num-requests', '20', '--quiet', '--out', '']); print('shutil' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False"]
+
+
 def test_plot_on_missing_folder_is_an_error(tmp_path):
     assert main(["plot", str(tmp_path / "nothing")]) == 2
