@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -183,6 +184,91 @@ def test_help_everywhere():
     for cmd in ([], ["simulate"], ["schedulers"], ["plot"]):
         proc = subprocess.run([sys.executable, "-m", "llmsched.cli", *cmd, "--help"], capture_output=True, text=True)
         assert proc.returncode == 0 and "usage:" in proc.stdout
+
+
+def _commands(parser) -> set[str]:
+    return set(parser._subparsers._group_actions[0].choices)
+
+
+def test_a_command_parser_holds_its_module_commands_only():
+    from llmsched.cli import COMMAND_MODULES, build_parser
+
+    every = _commands(build_parser())
+    assert every == {c for m in COMMAND_MODULES for c in m.COMMANDS}
+    for module in COMMAND_MODULES:
+        for command in module.COMMANDS:
+            assert _commands(build_parser(command)) == set(module.COMMANDS)
+    for other in (None, "--help", "--version", "simulat"):
+        assert _commands(build_parser(other)) == every
+
+
+def test_a_command_parses_alike_alone_and_among_all():
+    from llmsched.cli import build_parser
+
+    argv = ["simulate", "--policy", "orca", "--b-max", "256", "--slo", "ttft_ms=500", "--no-progress"]
+    alone, full = build_parser("simulate").parse_args(argv), build_parser().parse_args(argv)
+    assert vars(alone) == vars(full) and alone.policy == "orca" and alone.request_slo == ["ttft_ms=500"]
+
+
+def test_a_typo_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["simulat"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'simulat'" in err and "'serve'" in err and "'capacity'" in err
+
+
+def test_simulate_loads_numpy_with_one_blas_thread():
+    # OpenBLAS starts its threads as numpy loads; the process's threads show it (Linux)
+    code = (
+        "import os; from llmsched.cli.simulate import import_numpy_with_one_blas_thread as f; f(); "
+        "print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'))"
+    )
+    from llmsched.cli.simulate import BLAS_THREAD_VARIABLES
+
+    env = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARIABLES}
+
+    def run(**extra):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **extra})
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert run() == ["1", "None"]  # one thread, and the environment as it was
+    assert run(OPENBLAS_NUM_THREADS="2") == ["2", "2"]  # the user's own count stands
+
+
+def test_simulate_imports_with_the_collector_paused_then_on():
+    code = (
+        "import gc, sys; from llmsched.cli.simulate import import_simulator; import_simulator(); "
+        "print(gc.isenabled(), gc.get_freeze_count() > 10_000, 'llmsched.api' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True", "True"]
+
+
+@pytest.mark.parametrize("columns", ["50", "100", "", "junk"])
+def test_help_is_laid_out_as_argparse_does(monkeypatch, columns):
+    import argparse
+
+    from llmsched.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", columns)
+    ours = build_parser("simulate")._subparsers._group_actions[0].choices["simulate"]
+    assert ours.formatter_class is not argparse.HelpFormatter
+    text = ours.format_help()
+    ours.formatter_class = argparse.HelpFormatter
+    assert text == ours.format_help()
+
+
+def test_a_simulate_run_imports_no_shutil():
+    code = (
+        "import sys; from llmsched.cli import main; "
+        "main(['simulate', '--num-requests', '20', '--quiet', '--out', '']); print('shutil' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False"]
 
 
 def test_plot_on_missing_folder_is_an_error(tmp_path):

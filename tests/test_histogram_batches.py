@@ -1,5 +1,7 @@
 """GapHistogram.add_counts (the simulator's batched inter-token gaps) equals one add() per value."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -55,3 +57,23 @@ def test_merge_equals_adding_every_value():
         assert merged.count == one.count and merged.total == one.total and merged.total_sq == one.total_sq
         assert (merged.min, merged.max, merged.exact) == (one.min, one.max, one.exact)
         assert merged.percentiles((1, 50, 90, 99.9)) == one.percentiles((1, 50, 90, 99.9))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        range(1, 300_000),  # every integer: every bucket edge up to 0.3 ms
+        range(10**9 - 50_000, 10**9 + 50_000, 3),
+        [1, 2, 3, 10**6, 2**40 - 1],
+        [5, 2**40, 2**40 + 1, 10**15, 10**18],  # past MONOTONE_LIMIT: one log per value
+    ],
+)
+def test_buckets_by_runs_equal_one_log_per_value(values):
+    h = GapHistogram(exact_limit=0)
+    counts = {v: 1 + v % 3 for v in values}
+    h.add_counts(counts)
+    expected = {}
+    for v, w in counts.items():
+        k = int(math.log(v) * h._inv_log)
+        expected[k] = expected.get(k, 0) + w
+    assert h._buckets == expected

@@ -7,6 +7,7 @@ optional extra (torch, FastAPI) import it only when they run.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import warnings
@@ -20,19 +21,36 @@ from .common import Parser
 COMMAND_MODULES = (simulate, analysis, engine, server)
 
 
-def build_parser() -> Parser:
+def build_parser(command: str | None = None) -> Parser:
+    """The parser of every command; given a `command`, of only the commands its module
+    defines. A run parses one command, and building the others' three hundred options
+    costs start-up time. Any other `command` (none, a typo, --help) gets every command."""
     parser = Parser(
         prog="llmsched", description="Simulate, analyse and serve LLM inference under token-level batch schedulers."
     )
     parser.add_argument("--version", action="version", version=f"llmsched {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
-    for module in COMMAND_MODULES:
+    for module in [m for m in COMMAND_MODULES if command in m.COMMANDS] or COMMAND_MODULES:
         module.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    """Run the command in `argv`, or with none the process's own command line (the
+    `llmsched` script, `python -m llmsched`), which then ends with the command."""
+    if argv is None:
+        try:
+            return _main(sys.argv[1:])
+        finally:
+            # the process exits next: exempt its objects from the full collections that
+            # interpreter shutdown runs (measured: 30 ms of a 1,000-request simulate)
+            gc.freeze()
+    return _main(list(argv))
+
+
+def _main(argv: list[str]) -> int:
+    # the top-level parser has no option that takes a value: a command comes first
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     try:
         with warnings.catch_warnings():

@@ -441,6 +441,9 @@ def _reproduce_other(args, out: str) -> int:
 # registration
 
 
+COMMANDS = ("capacity", "sweep", "reproduce", "validate")  # what `register` adds
+
+
 def register(sub) -> None:
     # capacity ------------------------------------------------------------------------
     p = sub.add_parser(

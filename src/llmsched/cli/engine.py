@@ -194,6 +194,9 @@ def cmd_profile(args) -> int:
     return 0
 
 
+COMMANDS = ("generate", "make-tiny-model", "profile")  # what `register` adds
+
+
 def register(subparsers) -> None:
     """Add the engine subcommands to an argparse subparsers object."""
     fmt = argparse.ArgumentDefaultsHelpFormatter

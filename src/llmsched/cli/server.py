@@ -399,6 +399,9 @@ def bench_main(args) -> int:
     return 0
 
 
+COMMANDS = ("serve", "bench")  # what `register` adds
+
+
 def register(subparsers) -> None:
     """Add `serve` and `bench` to the main CLI's subparsers."""
     add_serve_parser(subparsers)

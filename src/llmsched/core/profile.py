@@ -106,6 +106,7 @@ import json
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from itertools import accumulate
 from pathlib import Path
 
 from .cost import CostModel
@@ -165,11 +166,8 @@ def _isotonic(ys: Sequence[float]) -> list[float]:
 
 
 def _cummax(ys: Sequence[float]) -> list[float]:
-    out, m = [], -math.inf
-    for y in ys:
-        m = y if y > m else m
-        out.append(m)
-    return out
+    """Running maximum (`max` keeps the earlier of equal values)."""
+    return list(accumulate(ys, max, initial=-math.inf))[1:]
 
 
 def _anchor(xs: Sequence[float]) -> int:
@@ -181,26 +179,39 @@ def _anchor(xs: Sequence[float]) -> int:
     return j if 0 <= j < n - 1 else n - 2
 
 
-def _tail_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    if len(xs) < 2:
-        return 0.0
-    j = _anchor(xs)
-    return max(0.0, (ys[-1] - ys[j]) / (xs[-1] - xs[j]))
+class _Axis:
+    """Breakpoints xs and what `segments` needs of them alone, computed once: a surface
+    builds segments over the same context axis for every batch or chunk size it meets."""
+
+    __slots__ = ("xs", "steps", "tail")
+
+    def __init__(self, xs: Sequence[float]):
+        self.xs = xs
+        self.steps = [(x0, x1 - x0) for x0, x1 in zip(xs, xs[1:])]
+        j = _anchor(xs)
+        self.tail = (j, xs[-1] - xs[j]) if len(xs) >= 2 else None
+
+    def segments(self, ys: Sequence[float]) -> tuple[list[float], list[float]]:
+        """Intercepts A and slopes S with f(x) = A[i] + S[i] * x for i = bisect_right(xs, x):
+        flat below xs[0], linear between points, above xs[-1] the secant from the anchor
+        (`_anchor`) to the last point, never with a negative slope."""
+        a, s = [ys[0]], [0.0]
+        for (x0, dx), y0, y1 in zip(self.steps, ys, ys[1:]):
+            k = (y1 - y0) / dx
+            a.append(y0 - k * x0)
+            s.append(k)
+        if self.tail is None:
+            k = 0.0
+        else:
+            j, dx = self.tail
+            k = max(0.0, (ys[-1] - ys[j]) / dx)
+        a.append(ys[-1] - k * self.xs[-1])
+        s.append(k)
+        return a, s
 
 
 def _segments(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
-    """Intercepts A and slopes S with f(x) = A[i] + S[i] * x for i = bisect_right(xs, x):
-    flat below xs[0], linear between points, the tail secant above xs[-1]."""
-    n = len(xs)
-    a, s = [ys[0]], [0.0]
-    for i in range(1, n):
-        k = (ys[i] - ys[i - 1]) / (xs[i] - xs[i - 1])
-        a.append(ys[i - 1] - k * xs[i - 1])
-        s.append(k)
-    k = _tail_slope(xs, ys)
-    a.append(ys[-1] - k * xs[-1])
-    s.append(k)
-    return a, s
+    return _Axis(xs).segments(ys)
 
 
 def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
@@ -257,6 +268,7 @@ class _Surface:
     def __init__(self, rows: list[float], cols: list[float], vals: list[list[float]], tail: str):
         self.rows, self.cols, self.vals, self.tail = rows, cols, vals, tail
         self.cache: dict = {}
+        self._axis = _Axis(cols)
 
     def values(self, r: float) -> list[float]:
         R, V = self.rows, self.vals
@@ -280,7 +292,7 @@ class _Surface:
     def row(self, r):
         seg = self.cache.get(r)
         if seg is None:
-            seg = self.cache[r] = _segments(self.cols, self.values(r))
+            seg = self.cache[r] = self._axis.segments(self.values(r))
         return seg
 
     def __call__(self, r: float, x: float) -> float:
@@ -388,10 +400,7 @@ class ProfileCostModel(CostModel):
         eager_d = self._eager.dense
         if graph and mode != "eager":
             g = self._graph.dense
-            merged = [
-                g[k] if k < len(g) else eager_d[k] if k < len(eager_d) else self._eager(k)
-                for k in range(max(len(g), len(eager_d)))
-            ]
+            merged = g + eager_d[len(g) :]
             if monotone:  # no drop where the graph rows end and the eager rows take over
                 merged = _cummax(merged)
             self._glin = merged

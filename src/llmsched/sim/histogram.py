@@ -10,6 +10,10 @@ Percentiles interpolate between ranks like `numpy.percentile` (method 'linear').
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from operator import mul
+
+MONOTONE_LIMIT = 1 << 40  # values (ns: 18 minutes) below which bucket runs are found by bisection
 
 
 class GapHistogram:
@@ -50,33 +54,59 @@ class GapHistogram:
     def add_counts(self, counts: dict[int, int]) -> None:
         """Add `weight` copies of every `value` in `counts` ({value: weight}); the same as
         calling `add(value, weight)` for each, in any order."""
-        count = total = total_sq = 0
-        lo, hi = self.min, self.max
+        if counts and min(counts.values()) <= 0:
+            counts = {v: w for v, w in counts.items() if w > 0}
+        if not counts:
+            return
+        # integer sums, so the order of additions is free: the builtins add a batch in C
+        values, weights = counts.keys(), counts.values()
+        self.count += sum(weights)
+        self.total += sum(map(mul, values, weights))
+        self.total_sq += sum(map(mul, map(mul, values, values), weights))
+        lo, hi = min(values), max(values)
+        if lo < self.min:
+            self.min = lo
+        if hi > self.max:
+            self.max = hi
         exact = self._exact
+        if exact is None:
+            self._add_to_buckets(counts)
+            return
+        if exact:
+            get = exact.get
+            for value, w in counts.items():
+                exact[value] = get(value, 0) + w
+        else:
+            exact.update(counts)
+        if len(exact) > self._exact_limit:
+            self._fold()
+
+    def _add_to_buckets(self, counts: dict[int, int]) -> None:
+        """Bucket k = int(log(value) / log(ratio)) of each value, a run of values at a time.
+        Below MONOTONE_LIMIT the logs of consecutive integers lie over 100 ulps apart, so
+        the index never decreases as the value grows: sorted, the values of one bucket are
+        a run, which ends about exp((k + 1) * log(ratio)), and a few logs a bucket find
+        it (a run cut short is only continued by the next pass)."""
         buckets = self._buckets
+        get = buckets.get
         inv_log = self._inv_log
         log = math.log
-        for value, w in counts.items():
-            if w <= 0:
-                continue
-            count += w
-            total += value * w
-            total_sq += value * value * w
-            if value < lo:
-                lo = value
-            if value > hi:
-                hi = value
-            if exact is not None:
-                exact[value] = exact.get(value, 0) + w
-            else:
+        values = sorted(counts)
+        if values and values[-1] >= MONOTONE_LIMIT:
+            for value in values:
                 k = int(log(value) * inv_log)
-                buckets[k] = buckets.get(k, 0) + w
-        self.count += count
-        self.total += total
-        self.total_sq += total_sq
-        self.min, self.max = lo, hi
-        if exact is not None and len(exact) > self._exact_limit:
-            self._fold()
+                buckets[k] = get(k, 0) + counts[value]
+            return
+        weight = counts.__getitem__
+        n = len(values)
+        i = 0
+        while i < n:
+            k = int(log(values[i]) * inv_log)
+            j = bisect_left(values, math.exp((k + 1) * self._log), i + 1)
+            while j > i + 1 and int(log(values[j - 1]) * inv_log) > k:
+                j -= 1
+            buckets[k] = get(k, 0) + sum(map(weight, values[i:j]))
+            i = j
 
     def merge(self, other: GapHistogram) -> None:
         """Add every value of `other`: the same as adding them one by one (the result never
@@ -98,9 +128,7 @@ class GapHistogram:
         self.max = max(self.max, other.max)
 
     def _fold(self) -> None:
-        for value, w in self._exact.items():
-            k = int(math.log(value) * self._inv_log)
-            self._buckets[k] = self._buckets.get(k, 0) + w
+        self._add_to_buckets(self._exact)
         self._exact = None
 
     @property
