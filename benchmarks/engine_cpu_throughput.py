@@ -42,7 +42,8 @@ VLLM_SCRIPT = r"""
 import json, sys, time
 
 def main():
-    cfg = json.loads(sys.argv[1])
+    with open(sys.argv[1]) as f:  # a file: the prompt sets are too long for a command line
+        cfg = json.load(f)
     from vllm import LLM, SamplingParams
     llm = LLM(model=cfg["model"], dtype="float32", max_model_len=cfg["max_model_len"],
               max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["b_max"],
@@ -197,13 +198,16 @@ class VllmWorker:
         script = os.path.join(self.dir, "run_vllm.py")
         with open(script, "w") as f:
             f.write(VLLM_SCRIPT)
+        cfg_file = os.path.join(self.dir, "config.json")
+        with open(cfg_file, "w") as f:
+            json.dump(cfg, f)
         self.stderr = open(os.path.join(self.dir, "stderr.txt"), "w+")
         self.timeout = args.vllm_timeout
         cpus = parse_cpus(args.cpus)
         if cpus:
             env["VLLM_CPU_OMP_THREADS_BIND"] = args.cpus
         self.proc = subprocess.Popen(
-            [args.vllm_python, script, json.dumps(cfg)],
+            [args.vllm_python, script, cfg_file],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
