@@ -32,6 +32,7 @@ import heapq
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Iterator
+from functools import partial
 
 from .constraints import Constraints
 from .plan import StepPlan
@@ -185,8 +186,7 @@ class ServerState:
         its private slots and the cached blocks no one else holds, which become free)."""
         kv = r.kv + self._round - r.round0 if r.active else r.kv
         if r.cached:
-            ref = self.prefix._ref
-            kv -= self.prefix.block_size * sum(1 for k in r.cached if ref[k] != 1)
+            kv -= self.prefix.block_size * self.prefix.shared_blocks(r.cached)
         return kv
 
     def emitted(self, r: Request) -> int:
@@ -490,49 +490,33 @@ class ServerState:
         if not n:
             r.cached = []
             return r.kv
-        r.cached = held = list(r.blocks[:n])
+        r.cached, was_free = pc.acquire(r.blocks, n)
         hit = n * bs
         pc.hit_blocks += n
         pc.hit_tokens += hit
         r.prefilled = hit
         self.backlog_tokens -= hit
         self.pending_prefill -= hit
-        return r.kv - hit + bs * pc.acquire(held)
+        return r.kv - hit + bs * was_free
 
     def _cache_blocks(self, r: Request) -> None:
         """Cache the prompt blocks `r` has finished computing. A block already cached (by
-        a request that computed the same prefix alongside) stays `r`'s private copy."""
+        a request that computed the same prefix alongside) stays `r`'s private copy;
+        moving the others to the cache leaves kv_used unchanged (their slots were r's)."""
         blocks = r.blocks
         j = r.next_block
-        bs = self.prefix.block_size
-        upto = min(len(blocks), r.prefilled // bs)
+        upto = min(len(blocks), r.prefilled // self.prefix.block_size)
         if j >= upto:
             return
-        ref = self.prefix._ref
-        held = r.cached
-        n0 = len(held)
         hook = self.on_cached
-        if hook is None:  # PrefixCache.insert in bulk (a long prompt is hundreds of blocks)
-            new = [k for k in blocks[j:upto] if k not in ref]
-            ref.update(dict.fromkeys(new, 1))
-            held.extend(new)
-        else:
-            for i in range(j, upto):
-                k = blocks[i]
-                if k not in ref:
-                    ref[k] = 1
-                    held.append(k)
-                    hook(r, i)
-        if len(held) > n0:  # their slots move from private to the cache: kv_used is unchanged
-            self.prefix.version += 1
+        self.prefix.insert(blocks, j, upto, r.cached, None if hook is None else partial(hook, r))
         r.next_block = upto
 
     def _release_blocks(self, r: Request) -> None:
         """After `kv_used -= r.kv`: its cached blocks were not private, and those no one
         holds any more become free."""
-        pc = self.prefix
-        freed = pc.release(r.cached[::-1])  # deepest first: a prefix's tail is evicted before its head
-        self.kv_used += pc.block_size * (len(r.cached) - freed)
+        held, freed = self.prefix.release(r.cached)
+        self.kv_used += self.prefix.block_size * (held - freed)
         r.cached = None
         r.next_block = 0
 
