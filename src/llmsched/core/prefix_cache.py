@@ -53,6 +53,14 @@ class _Run:
         self.next: _Run | None = None
 
 
+def _unsplit(held: list) -> bool:
+    """Whether each run of a holding still ends where the holding does (no piece split off)."""
+    for i in range(0, len(held), 2):
+        if held[i].hi != held[i + 1]:
+            return False
+    return True
+
+
 def _common_end(a: Sequence[int], b: Sequence[int], lo: int, hi: int) -> int:
     """The first position in lo..hi-1 where two chains that agree at `lo` differ (`hi` if
     none). Prefix ids agree up to some position and differ from there on, so a binary
@@ -80,9 +88,10 @@ class PrefixCache:
         self._lru = _Run((), 0, 0, 0)  # sentinel: next = least recently released
         self._lru.prev = self._lru.next = self._lru
         self._n_cached = 0
-        self._n_free = 0
+        self.n_free = 0  # cached blocks no running request holds (evictable); read-only outside
         self.on_evict: Callable[[int], None] | None = None  # the engine frees the block's memory
         self.version = 0  # changes whenever a match could: lets callers reuse one
+        self.layout = 0  # changes whenever the set of cached blocks does (a match's length could)
         # counters since creation (admissions, not lookups: a plan may look twice)
         self.queried_tokens = 0
         self.hit_tokens = 0
@@ -92,11 +101,6 @@ class PrefixCache:
 
     def __len__(self) -> int:
         return self._n_cached
-
-    @property
-    def n_free(self) -> int:
-        """Cached blocks no running request holds (evictable)."""
-        return self._n_free
 
     # ---- the per-request operations ---------------------------------------------------
     def _run_at(self, keys: Sequence[int], pos: int) -> _Run | None:
@@ -114,6 +118,8 @@ class PrefixCache:
         """How many leading `keys` (at most `limit`) are cached, and how many of those are
         held by a running request (not counting those of the runs in `freed`: see
         `sole_held`). Changes nothing."""
+        if limit <= 0 or keys[0] not in self._head:  # the usual miss, without a walk
+            return 0, 0
         limit = min(limit, len(keys))
         pos = held = 0
         while pos < limit:
@@ -143,7 +149,7 @@ class PrefixCache:
             run.ref += 1
             held += (run, end)
             pos = end
-        self._n_free -= was_free
+        self.n_free -= was_free
         self.version += 1
         return held, was_free
 
@@ -155,6 +161,16 @@ class PrefixCache:
         `on_insert(position)` for each; a block cached already stays the request's
         private copy. Returns how many were cached."""
         head = self._head
+        if held and held[-1] == start and on_insert is None:
+            last = held[-2]
+            # the usual case: the request's own run goes on, and none of the blocks is cached
+            if last.hi == start and last.keys is keys and last.ref == 1 and last.tail is None:
+                if head.keys().isdisjoint(keys[start:end]):
+                    last.hi = held[-1] = end
+                    self._n_cached += end - start
+                    self.version += 1
+                    self.layout += 1
+                    return end - start
         pos = start
         held_to = held[-1] if held else 0
         if held_to < start:
@@ -194,6 +210,7 @@ class PrefixCache:
         if added:
             self._n_cached += added
             self.version += 1
+            self.layout += 1
         return added
 
     def release(self, held: list) -> tuple[int, int]:
@@ -202,7 +219,7 @@ class PrefixCache:
         be evicted)."""
         n = freed = 0
         lru = self._lru
-        for run in reversed(list(self.pieces(held))):
+        for run in reversed(held[::2] if _unsplit(held) else list(self.pieces(held))):  # deepest first
             n += run.hi - run.lo
             run.ref -= 1
             if not run.ref:  # to the most recently released end
@@ -211,7 +228,7 @@ class PrefixCache:
                 run.next = lru
                 last.next = lru.prev = run
                 freed += run.hi - run.lo
-        self._n_free += freed
+        self.n_free += freed
         self.version += 1
         return n, freed
 
@@ -220,6 +237,15 @@ class PrefixCache:
         end); returns how many."""
         lru = self._lru
         on_evict = self.on_evict
+        run = lru.next
+        if on_evict is None and run.hi - run.lo > n > 0:  # the usual case: the oldest run's deep end
+            run.hi -= n
+            self.n_free -= n
+            self._n_cached -= n
+            self.evictions += n
+            self.version += 1
+            self.layout += 1
+            return n
         done = 0
         while done < n:
             run = lru.next
@@ -236,10 +262,11 @@ class PrefixCache:
                 del self._head[run.keys[run.lo]]
                 run.tail = None
         if done:
-            self._n_free -= done
+            self.n_free -= done
             self._n_cached -= done
             self.evictions += done
             self.version += 1
+            self.layout += 1
         return done
 
     # ---- holdings ------------------------------------------------------------------------
@@ -320,7 +347,7 @@ class PrefixCache:
             "prefill_tokens_saved": self.hit_tokens,
             "evictions": self.evictions,
             "cached_blocks": self._n_cached,
-            "free_cached_blocks": self._n_free,
+            "free_cached_blocks": self.n_free,
         }
 
 

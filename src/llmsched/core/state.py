@@ -152,7 +152,9 @@ class ServerState:
         self.prefix: PrefixCache | None = PrefixCache(bs) if bs else None
         # the engine's hook: block `j` of request `r`'s prompt is computed and now cached
         self.on_cached: Callable[[Request, int], None] | None = None
-        self._match_memo: tuple = (None, -1, None)  # (request, cache version, match) of the last lookup
+        # the last lookup: (request, its limit, cache layout, blocks cached, cache version, of
+        # those held by others); the length holds while the layout does, the count while nothing changes
+        self._match_memo: tuple = (None, -1, -1, 0, -1, 0)
 
     # ---- read-only view for policies -------------------------------------------------
     @property
@@ -206,12 +208,12 @@ class ServerState:
             return r.prefilled, r.prefill_target
         bs = pc.block_size
         memo = self._match_memo
-        if memo[0] is r and memo[1] == pc.version and not freed:  # a refused head, asked again
-            n, held = memo[2]
+        if memo[0] is r and memo[4] == pc.version and memo[1] == r.prefill_target and not freed:
+            n, held = memo[3], memo[5]  # a refused head, asked again
         else:
             n, held = pc.match(r.blocks, (r.prefill_target - 1) // bs, freed)
             if not freed:
-                self._match_memo = (r, pc.version, (n, held))
+                self._match_memo = (r, r.prefill_target, pc.layout, n, pc.version, held)
         return n * bs, r.prefill_target - held * bs
 
     def prefix_stats(self) -> dict | None:
@@ -271,8 +273,11 @@ class ServerState:
             prefill += n
             if p + n == r.prefill_target:
                 sampled += 1
-        if self.prefix is not None:
-            self._fit(m)  # free cached blocks give way to this step's decode tokens
+        pc = self.prefix
+        if pc is not None and pc.n_free:  # free cached blocks give way to this step's decode tokens
+            over = self.kv_used + m + pc.n_free * pc.block_size - self.kv_capacity
+            if over > 0:  # _fit(m), inline
+                pc.evict(-(-over // pc.block_size))
         return prefill, self._kv_off + m * self._round, chunks, sampled
 
     def end_step(self, plan: StepPlan, end: int, steps: int = 1) -> None:
@@ -484,7 +489,11 @@ class ServerState:
         if r.blocks is not None:
             pc.queried_blocks += len(r.blocks)
             if not r.prefilled and r.reuse_prefix:  # KV that arrived with the request is its own
-                n, _ = pc.match(r.blocks, (r.prefill_target - 1) // bs)
+                memo = self._match_memo
+                if memo[0] is r and memo[2] == pc.layout and memo[1] == r.prefill_target:
+                    n = memo[3]  # as the plan found it (holders may have changed since, not the blocks)
+                else:
+                    n, _ = pc.match(r.blocks, (r.prefill_target - 1) // bs)
         pc.queried_tokens += r.prefill_target
         r.next_block = n
         if not n:
@@ -505,12 +514,13 @@ class ServerState:
         moving the others to the cache leaves kv_used unchanged (their slots were r's)."""
         blocks = r.blocks
         j = r.next_block
-        upto = min(len(blocks), r.prefilled // self.prefix.block_size)
-        if j >= upto:
-            return
-        hook = self.on_cached
-        self.prefix.insert(blocks, j, upto, r.cached, None if hook is None else partial(hook, r))
-        r.next_block = upto
+        upto = r.prefilled // self.prefix.block_size
+        if upto > len(blocks):
+            upto = len(blocks)
+        if j < upto:
+            hook = self.on_cached
+            self.prefix.insert(blocks, j, upto, r.cached, None if hook is None else partial(hook, r))
+            r.next_block = upto
 
     def _release_blocks(self, r: Request) -> None:
         """After `kv_used -= r.kv`: its cached blocks were not private, and those no one
