@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator, Sequence
 
 
@@ -85,6 +86,11 @@ class PrefixCache:
     def __init__(self, block_size: int):
         self.block_size = block_size
         self._head: dict[int, _Run] = {}  # id of a run's first block -> run
+        # positions where runs start: how many, and the distinct ones in order. Hashing a
+        # request's new ids to look for runs that start among them costs more than the rest
+        # of an insert; usually no run starts at those positions at all, on any chain
+        self._start_count: dict[int, int] = {}
+        self._start_positions: list[int] = []
         self._lru = _Run((), 0, 0, 0)  # sentinel: next = least recently released
         self._lru.prev = self._lru.next = self._lru
         self._n_cached = 0
@@ -165,7 +171,7 @@ class PrefixCache:
             last = held[-2]
             # the usual case: the request's own run goes on, and none of the blocks is cached
             if last.hi == start and last.keys is keys and last.ref == 1 and last.tail is None:
-                if head.keys().isdisjoint(keys[start:end]):
+                if not self._starts_within(start, end) or head.keys().isdisjoint(keys[start:end]):
                     last.hi = held[-1] = end
                     self._n_cached += end - start
                     self.version += 1
@@ -190,7 +196,7 @@ class PrefixCache:
                 continue
             # not cached, nor (no run covers pos - 1 beyond it) any block up to the next run start
             stop = end
-            if not head.keys().isdisjoint(keys[pos + 1 : end]):
+            if self._starts_within(pos + 1, end) and not head.keys().isdisjoint(keys[pos + 1 : end]):
                 stop = next(p for p in range(pos + 1, end) if keys[p] in head)
             last = held[-2] if held and held[-1] == pos else None
             while last is not None and last.hi < pos:  # the piece that ends at pos
@@ -201,6 +207,7 @@ class PrefixCache:
             else:
                 run = _Run(keys, pos, stop, 1)
                 head[keys[pos]] = run
+                self._add_start(pos)
                 held += (run, stop)
             if on_insert is not None:
                 for p in range(pos, stop):
@@ -260,6 +267,7 @@ class PrefixCache:
             if run.hi == run.lo:
                 self._unlink(run)
                 del self._head[run.keys[run.lo]]
+                self._drop_start(run.lo)
                 run.tail = None
         if done:
             self.n_free -= done
@@ -300,11 +308,35 @@ class PrefixCache:
         run.hi = at
         run.tail = piece
         self._head[run.keys[at]] = piece
+        self._add_start(at)
         if not run.ref:
             before = run.prev
             piece.prev = before
             piece.next = run
             before.next = run.prev = piece
+
+    def _add_start(self, pos: int) -> None:
+        count = self._start_count
+        if pos in count:
+            count[pos] += 1
+        else:
+            count[pos] = 1
+            insort(self._start_positions, pos)
+
+    def _drop_start(self, pos: int) -> None:
+        count = self._start_count
+        if count[pos] > 1:
+            count[pos] -= 1
+        else:
+            del count[pos]
+            positions = self._start_positions
+            del positions[bisect_left(positions, pos)]
+
+    def _starts_within(self, lo: int, hi: int) -> bool:
+        """Whether a run (of any chain) starts at a position in lo..hi-1."""
+        positions = self._start_positions
+        i = bisect_left(positions, lo)
+        return i < len(positions) and positions[i] < hi
 
     @staticmethod
     def _unlink(run: _Run) -> None:
@@ -325,6 +357,31 @@ class PrefixCache:
             out.extend(run.keys[p] for p in range(run.hi - 1, run.lo - 1, -1))
             run = run.next
         return out
+
+    def check(self) -> list[str]:
+        """What is inconsistent in the runs, the LRU list and the counters (tests)."""
+        problems = []
+        runs = list(self._head.values())
+        ids = [run.keys[p] for run in runs for p in range(run.lo, run.hi)]
+        if any(run.hi <= run.lo or self._head.get(run.keys[run.lo]) is not run for run in runs):
+            problems.append("a run is empty or not found by its first id")
+        if len(set(ids)) != len(ids) or len(ids) != self._n_cached:
+            problems.append(f"{len(ids)} ids in the runs ({len(set(ids))} distinct), {self._n_cached} counted")
+        free = []
+        run = self._lru.next
+        while run is not self._lru and len(free) <= len(runs):
+            free.append(run)
+            run = run.next
+        if {id(r) for r in free} != {id(r) for r in runs if not r.ref} or len(free) != sum(not r.ref for r in runs):
+            problems.append("the LRU list is not the runs no one holds")
+        if sum(r.hi - r.lo for r in free) != self.n_free:
+            problems.append("n_free differs from the free runs")
+        starts: dict[int, int] = {}
+        for r in runs:
+            starts[r.lo] = starts.get(r.lo, 0) + 1
+        if starts != self._start_count or sorted(starts) != self._start_positions:
+            problems.append("the index of start positions differs from the runs")
+        return problems
 
     def __contains__(self, key: int) -> bool:
         return key in self.blocks()
