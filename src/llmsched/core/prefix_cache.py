@@ -124,15 +124,21 @@ class PrefixCache:
         """How many leading `keys` (at most `limit`) are cached, and how many of those are
         held by a running request (not counting those of the runs in `freed`: see
         `sole_held`). Changes nothing."""
-        if limit <= 0 or keys[0] not in self._head:  # the usual miss, without a walk
+        head = self._head
+        if limit <= 0 or keys[0] not in head:  # the usual miss, without a walk
             return 0, 0
         limit = min(limit, len(keys))
         pos = held = 0
         while pos < limit:
-            run = self._run_at(keys, pos)
+            run = head.get(keys[pos])
             if run is None:
                 break
-            end = _common_end(run.keys, keys, pos, min(run.hi, limit))
+            if run.lo != pos:
+                self._run_at(keys, pos)  # raises
+            end = run.hi if run.hi < limit else limit
+            rk = run.keys
+            if rk is not keys and rk[end - 1] != keys[end - 1]:
+                end = _common_end(rk, keys, pos, end)
             if run.ref and run not in freed:
                 held += end - pos
             pos = end  # the run's end, or where the prompt branches off it (another run may start there)
@@ -142,11 +148,15 @@ class PrefixCache:
         """Hold the first `n` blocks of `keys` (a hit: `match` found them cached): they can
         no longer be evicted. Returns the holding and how many of them were free (they
         take KV slots again)."""
+        head = self._head
         held: list = []
         was_free = pos = 0
         while pos < n:
-            run = self._run_at(keys, pos)
-            end = _common_end(run.keys, keys, pos, min(run.hi, n))
+            run = head[keys[pos]]
+            end = run.hi if run.hi < n else n
+            rk = run.keys
+            if rk is not keys and rk[end - 1] != keys[end - 1]:
+                end = _common_end(rk, keys, pos, end)
             if end < run.hi:
                 self._split(run, end)
             if not run.ref:
@@ -226,7 +236,11 @@ class PrefixCache:
         be evicted)."""
         n = freed = 0
         lru = self._lru
-        for run in reversed(held[::2] if _unsplit(held) else list(self.pieces(held))):  # deepest first
+        if len(held) == 2 and held[0].hi == held[1]:  # a single run
+            runs = held[:1]
+        else:  # deepest first
+            runs = held[-2::-2] if _unsplit(held) else reversed(list(self.pieces(held)))
+        for run in runs:
             n += run.hi - run.lo
             run.ref -= 1
             if not run.ref:  # to the most recently released end

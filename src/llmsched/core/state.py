@@ -289,7 +289,7 @@ class ServerState:
         rnd = self._round = self._round + steps
         self.kv_used += steps * m
         pc = self.prefix
-        if pc is not None and steps > 1:
+        if pc is not None and steps > 1 and pc.n_free:
             # the decode tokens of repeated steps evict what each step's start would have,
             # before anything this batch frees (as the step-by-step path does)
             self._fit(0)
@@ -301,7 +301,7 @@ class ServerState:
         for r, n in plan.prefill:
             r.prefilled += steps * n
             prefill += n
-            if pc is not None and r.blocks is not None:
+            if pc is not None and r.blocks is not None and r.next_block < len(r.blocks):
                 self._cache_blocks(r)
             if r.prefilled == r.prefill_target:
                 if completed is None:
