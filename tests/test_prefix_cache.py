@@ -177,6 +177,30 @@ def test_a_block_cached_after_a_gap_stays_a_private_copy():
     assert pc2.insert(chain, 2, 3, late) == 0 and late == []
 
 
+def test_a_prefix_computed_alongside_is_cached_from_where_the_prompts_branch():
+    # y shares x's first five blocks but computed them itself while x's run was cached:
+    # y caches only its own blocks 5..7, a run that starts where it branches off x's
+    pc = PrefixCache(BS)
+    x = tuple(range(10, 20))
+    y = x[:5] + (30, 31, 32)
+    held_x: list = []
+    held_y: list = []
+    pc.insert(x, 0, 10, held_x)
+    assert pc.insert(y, 0, 8, held_y) == 3 and held_ids(held_y) == [30, 31, 32]
+    assert pc.match(y, 8) == (8, 8)
+    # a third request with y's prompt holds x's first five blocks and y's three: x's run
+    # is cut where y branches off it
+    held_z, was_free = pc.acquire(y, 8)
+    assert was_free == 0 and held_ids(held_z) == list(y)
+    assert [pc.refs(k) for k in y] == [2] * 5 + [2] * 3 and pc.refs(x[5]) == 1
+    assert pc.check() == []
+    assert pc.release(held_x) == (10, 5) and pc.free_order() == list(x[9:4:-1])
+    assert pc.release(held_z) == (8, 5) and pc.release(held_y) == (3, 3)
+    assert pc.free_order() == [*x[9:4:-1], *x[4::-1], 32, 31, 30]
+    assert pc.match(x, 10) == (10, 0) and pc.match(y, 8) == (8, 0)
+    assert pc.check() == []
+
+
 def test_ids_that_are_not_prefix_ids_are_refused():
     # 5 starts a cached chain at position 0; another prompt has it at position 1
     pc = PrefixCache(BS)

@@ -181,7 +181,7 @@ class PrefixCache:
             last = held[-2]
             # the usual case: the request's own run goes on, and none of the blocks is cached
             if last.hi == start and last.keys is keys and last.ref == 1 and last.tail is None:
-                if not self._starts_within(start, end) or head.keys().isdisjoint(keys[start:end]):
+                if self._next_run_start(keys, start, end) == end:
                     last.hi = held[-1] = end
                     self._n_cached += end - start
                     self.version += 1
@@ -192,7 +192,9 @@ class PrefixCache:
         if held_to < start:
             # the request holds none of held_to..start-1 (private copies): a run starting
             # there may cover `start` too; the last run start before `start` decides
-            for p in range(start - 1, held_to - 1, -1):
+            positions = self._start_positions
+            lo = bisect_left(positions, held_to)
+            for p in reversed(positions[lo : bisect_left(positions, start, lo)]):
                 run = self._run_at(keys, p)
                 if run is not None:
                     if run.hi > start:
@@ -205,9 +207,7 @@ class PrefixCache:
                 pos = _common_end(run.keys, keys, pos, min(run.hi, end))
                 continue
             # not cached, nor (no run covers pos - 1 beyond it) any block up to the next run start
-            stop = end
-            if self._starts_within(pos + 1, end) and not head.keys().isdisjoint(keys[pos + 1 : end]):
-                stop = next(p for p in range(pos + 1, end) if keys[p] in head)
+            stop = self._next_run_start(keys, pos + 1, end)
             last = held[-2] if held and held[-1] == pos else None
             while last is not None and last.hi < pos:  # the piece that ends at pos
                 last = last.tail
@@ -346,11 +346,22 @@ class PrefixCache:
             positions = self._start_positions
             del positions[bisect_left(positions, pos)]
 
-    def _starts_within(self, lo: int, hi: int) -> bool:
-        """Whether a run (of any chain) starts at a position in lo..hi-1."""
+    def _next_run_start(self, keys: Sequence[int], lo: int, hi: int) -> int:
+        """The first position in lo..hi-1 where a run starts on chain `keys` (`hi` if none).
+        Only positions where some run starts are looked up; when there are many, the ids
+        are (in C)."""
         positions = self._start_positions
         i = bisect_left(positions, lo)
-        return i < len(positions) and positions[i] < hi
+        j = bisect_left(positions, hi, i)
+        head = self._head
+        if j - i <= 8:
+            for p in positions[i:j]:
+                if keys[p] in head:
+                    return p
+            return hi
+        if head.keys().isdisjoint(keys[lo:hi]):
+            return hi
+        return next(p for p in range(lo, hi) if keys[p] in head)
 
     @staticmethod
     def _unlink(run: _Run) -> None:
