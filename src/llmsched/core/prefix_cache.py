@@ -181,7 +181,9 @@ class PrefixCache:
             last = held[-2]
             # the usual case: the request's own run goes on, and none of the blocks is cached
             if last.hi == start and last.keys is keys and last.ref == 1 and last.tail is None:
-                if self._next_run_start(keys, start, end) == end:
+                positions = self._start_positions  # no run starts among them (usually at no such position)
+                i = bisect_left(positions, start)
+                if i == len(positions) or positions[i] >= end or self._next_run_start(keys, start, end) == end:
                     last.hi = held[-1] = end
                     self._n_cached += end - start
                     self.version += 1

@@ -301,8 +301,8 @@ class ServerState:
         for r, n in plan.prefill:
             r.prefilled += steps * n
             prefill += n
-            if pc is not None and r.blocks is not None and r.next_block < len(r.blocks):
-                self._cache_blocks(r)
+            if pc is not None and r.blocks is not None and r.next_block < r.prefilled // pc.block_size:
+                self._cache_blocks(r)  # it completed blocks: cache them
             if r.prefilled == r.prefill_target:
                 if completed is None:
                     completed = [r]
