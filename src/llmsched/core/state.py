@@ -276,7 +276,7 @@ class ServerState:
         pc = self.prefix
         if pc is not None and pc.n_free:  # free cached blocks give way to this step's decode tokens
             over = self.kv_used + m + pc.n_free * pc.block_size - self.kv_capacity
-            if over > 0:  # _fit(m), inline
+            if over > 0:  # blocks_to_evict(m), inline
                 pc.evict(-(-over // pc.block_size))
         return prefill, self._kv_off + m * self._round, chunks, sampled
 
@@ -291,8 +291,10 @@ class ServerState:
         pc = self.prefix
         if pc is not None and steps > 1 and pc.n_free:
             # the decode tokens of repeated steps evict what each step's start would have,
-            # before anything this batch frees (as the step-by-step path does)
-            self._fit(0)
+            # before anything this batch frees (as the step-by-step path does): blocks_to_evict(0)
+            over = self.kv_used + pc.n_free * pc.block_size - self.kv_capacity
+            if over > 0:
+                pc.evict(-(-over // pc.block_size))
         self.finished = finished = []
         self.first_tokens = firsts = []
         self.resumed = resumed = []
@@ -529,12 +531,6 @@ class ServerState:
         self.kv_used += self.prefix.block_size * (held - freed)
         r.cached = None
         r.next_block = 0
-
-    def _fit(self, extra: int) -> None:
-        """Evict free cached blocks until they, the used slots and `extra` more fit."""
-        n = self.blocks_to_evict(extra)
-        if n:
-            self.prefix.evict(n)
 
     def blocks_to_evict(self, extra: int) -> int:
         """Free cached blocks that must go so that they, the used slots and `extra` more fit."""
