@@ -6,9 +6,10 @@ at most 8192); geometric outputs (mean 128, at most 2048). Block ids are chained
 `--block-size` tokens: a family's system blocks are shared, the rest are the request's
 own. Sarathi-Serve, b_max 512, the H200 Llama-3-8B profile, a KV capacity of
 `--kv-capacity` tokens, at `--load` x theorem 2's lambda* without caching. Each mode runs
-`--repeat` times in this process; the best wall time counts. `--families 0`: no prompt
-shares a block (caching on finds nothing to reuse and takes the very same steps as off:
-its pure bookkeeping cost).
+`--repeat` times in this process; the best wall time counts, and the best CPU time
+(user + system of this process: less sensitive to other jobs on a shared machine).
+`--families 0`: no prompt shares a block (caching on finds nothing to reuse and takes the
+very same steps as off: its pure bookkeeping cost).
 
 With sharing, caching on also simulates a different, lighter run (less prefill, so more
 and smaller steps), so the wall time per simulated step is reported beside the wall time.
@@ -16,8 +17,8 @@ and smaller steps), so the wall time per simulated step is reported beside the w
     python benchmarks/bench_prefix.py                       # 20k requests, 16-token blocks
     python benchmarks/bench_prefix.py --block-size 512 --requests 50000
 
-Prints one JSON line: wall seconds off and on, their ratio (the goal: at most 1.5),
-steps, and the hit rate.
+Prints one JSON line: wall and CPU seconds off and on, their ratios (the goal: at most
+1.5), steps, and the hit rate.
 """
 
 from __future__ import annotations
@@ -57,12 +58,14 @@ def workload(n: int, families: int, system: int, user: float, block: int, load: 
     return tr
 
 
-def run(tr, cost, on: bool, block: int, kv: int) -> tuple[float, object]:
+def run(tr, cost, on: bool, block: int, kv: int) -> tuple[float, float, object]:
+    """(wall s, CPU s of this process, stats) of one simulation."""
     sched = SchedulerSpec(policy="sarathi", b_max=512, kv_capacity=kv, prefix_caching=on, block_size=block).build()
     sched.bind_cost_model(cost)
     t = time.perf_counter()
+    c = time.process_time()
     stats = simulate_trace(tr, sched, cost)
-    return time.perf_counter() - t, stats
+    return time.perf_counter() - t, time.process_time() - c, stats
 
 
 def main() -> None:
@@ -79,11 +82,13 @@ def main() -> None:
     cost = make_cost_model("profile:h200-llama-3-8b")
     tr = workload(a.requests, a.families, a.system, a.user, a.block_size, a.load, cost)
     best = {}
+    cpu = {}
     stats = {}
     for _ in range(a.repeat):
         for on in (False, True):  # alternate, so that a busy machine slows both alike
-            w, s = run(tr, cost, on, a.block_size, a.kv_capacity)
+            w, c, s = run(tr, cost, on, a.block_size, a.kv_capacity)
             best[on] = min(best.get(on, w), w)
+            cpu[on] = min(cpu.get(on, c), c)
             stats[on] = s
     pc = stats[True].prefix
     print(
@@ -95,6 +100,9 @@ def main() -> None:
                 "wall_on_s": round(best[True], 3),
                 "ratio_on_off": round(best[True] / best[False], 3),
                 "ratio_per_step": round(best[True] / stats[True].steps / (best[False] / stats[False].steps), 3),
+                "cpu_off_s": round(cpu[False], 3),
+                "cpu_on_s": round(cpu[True], 3),
+                "cpu_ratio_on_off": round(cpu[True] / cpu[False], 3),
                 "steps_off": stats[False].steps,
                 "steps_on": stats[True].steps,
                 "token_hit_rate": round(pc["token_hit_rate"], 4),

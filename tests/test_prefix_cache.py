@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections import Counter
+from collections import Counter, OrderedDict
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmsched.core import ConfigError, make_cost_model
-from llmsched.core.prefix_cache import PrefixCache
+from llmsched.core.prefix_cache import PrefixCache, held_ids
 from llmsched.policies import BATCH_POLICIES
 from llmsched.policies.spec import SchedulerSpec
 from llmsched.sim.result import SimResult
@@ -51,16 +51,23 @@ def prefills(steps_csv: str) -> dict[int, list[int]]:
 # ---- the cache alone ---------------------------------------------------------------------
 def test_cache_match_acquire_release_evict_order():
     pc = PrefixCache(BS)
-    assert all(pc.insert(k) for k in (1, 2, 3))
-    assert not pc.insert(2)  # cached already: the caller keeps its own copy
+    a = (1, 2, 3)
+    held_a: list = []
+    assert pc.insert(a, 0, 3, held_a) == 3 and held_ids(held_a) == [1, 2, 3]
+    other: list = []
+    assert pc.insert((1, 2), 1, 2, other) == 0 and other == []  # cached already: the caller keeps its own copy
     assert pc.match((1, 2, 3, 4), 10) == (3, 3)
     assert pc.match((1, 2, 3), 2) == (2, 2)  # the limit
-    assert pc.match((1, 9, 3), 10) == (1, 1)  # divergence: the chain stops at the first miss
-    assert pc.match((1, 2, 3), 10, freed={2}) == (3, 2)
-    assert pc.release([3, 2, 1]) == 3  # deepest first, as ServerState releases
+    assert pc.match((1, 9, 10), 10) == (1, 1)  # divergence: the chain stops at the first miss
+    assert pc.match((1, 2, 3), 10, freed=set(pc.sole_held(held_a))) == (3, 0)
+    assert pc.release(held_a) == (3, 3)
     assert pc.n_free == 3 and pc.match((1, 2, 3), 10) == (3, 0)  # free blocks still hit
-    assert pc.acquire([1]) == 1 and pc.refs(1) == 1 and pc.n_free == 2
-    assert pc.release([1]) == 1  # 1 is now the most recently released
+    assert pc.free_order() == [3, 2, 1]  # deepest first
+    held_b, was_free = pc.acquire((1, 2, 3), 1)
+    assert was_free == 1 and pc.refs(1) == 1 and pc.n_free == 2
+    assert pc.match((1, 2, 3), 10, freed=set(pc.sole_held(held_b))) == (3, 0)
+    assert pc.release(held_b) == (1, 1)  # 1 is now the most recently released
+    assert pc.free_order() == [3, 2, 1]
     evicted = []
     pc.on_evict = evicted.append
     assert pc.evict(2) == 2 and evicted == [3, 2]
@@ -70,12 +77,251 @@ def test_cache_match_acquire_release_evict_order():
 
 def test_referenced_blocks_are_never_evicted():
     pc = PrefixCache(BS)
-    pc.insert(7)
-    pc.insert(7 + 1)
-    pc.acquire([7])  # two holders
+    held_a: list = []
+    held_b: list = []
+    pc.insert((7,), 0, 1, held_a)
+    pc.insert((8,), 0, 1, held_b)
+    held_c, _ = pc.acquire((7,), 1)  # two holders
     assert pc.evict(2) == 0 and 7 in pc
-    assert pc.release([7]) == 0 and pc.release([7, 8]) == 2
+    assert pc.release(held_c) == (1, 0) and pc.release(held_a) == (1, 1) and pc.release(held_b) == (1, 1)
     assert pc.evict(1) == 1 and 7 not in pc and 8 in pc
+
+
+def test_a_hit_into_the_middle_of_a_run_splits_it():
+    pc = PrefixCache(BS)
+    a = tuple(range(100, 110))  # one request's ten blocks: one run
+    held_a: list = []
+    pc.insert(a, 0, 4, held_a)
+    pc.insert(a, 4, 10, held_a)  # its next chunk extends its run
+    assert len(held_a) == 2 and held_ids(held_a) == list(a)
+    b = a[:6] + (200, 201)  # shares six blocks, then branches off
+    assert pc.match(b, 8) == (6, 6)
+    held_b, was_free = pc.acquire(b, 6)
+    assert was_free == 0
+    assert pc.refs(a[5]) == 2 and pc.refs(a[6]) == 1  # the run is cut where b's hit ends
+    # a's holding now reaches the piece beyond the cut; b's own blocks branch off at 6
+    assert held_ids(held_a) == list(a) and held_ids(held_b) == list(a[:6])
+    assert pc.insert(b, 6, 8, held_b) == 2 and held_ids(held_b) == list(b)
+    assert pc.match(b, 8) == (8, 8) and pc.match(a, 10) == (10, 10)
+    # a preemption of a frees only what a alone holds: its blocks after the cut
+    assert pc.match(a, 10, freed=set(pc.sole_held(held_a))) == (10, 6)
+    assert pc.release(held_a) == (10, 4)
+    assert pc.free_order() == list(a[9:5:-1])
+    assert pc.release(held_b) == (8, 8)
+    assert pc.free_order() == [*a[9:5:-1], 201, 200, *a[5::-1]]
+
+
+def test_a_free_run_split_keeps_its_tail_first_in_the_lru():
+    pc = PrefixCache(BS)
+    a = (1, 2, 3, 4, 5)
+    held_a: list = []
+    pc.insert(a, 0, 5, held_a)
+    pc.release(held_a)
+    held_c: list = []
+    pc.insert((9,), 0, 1, held_c)
+    pc.release(held_c)
+    assert pc.free_order() == [5, 4, 3, 2, 1, 9]
+    held_b, was_free = pc.acquire(a, 2)  # the head of a free run is taken again
+    assert was_free == 2 and pc.free_order() == [5, 4, 3, 9]
+    pc.release(held_b)
+    assert pc.free_order() == [5, 4, 3, 9, 2, 1]
+
+
+def test_eviction_trims_a_run_from_its_deep_end():
+    pc = PrefixCache(BS)
+    a = (1, 2, 3, 4, 5, 6)
+    held_a: list = []
+    pc.insert(a, 0, 6, held_a)
+    pc.release(held_a)
+    assert pc.evict(2) == 2 and pc.free_order() == [4, 3, 2, 1]
+    assert pc.match(a, 6) == (4, 0)
+    # a prompt that computes the evicted tail again caches it as a new run after the old one
+    held_b, _ = pc.acquire(a, 4)
+    assert pc.insert(a, 4, 6, held_b) == 2 and pc.match(a, 6) == (6, 6)
+    assert pc.release(held_b) == (6, 6) and pc.free_order() == [6, 5, 4, 3, 2, 1]
+    assert pc.evict(6) == 6 and len(pc) == 0 and pc.n_free == 0
+
+
+def test_a_block_cached_after_a_gap_stays_a_private_copy():
+    # a holds the first block, b (the same prefix, running alongside) caches the next two;
+    # a's run is evicted, so 2 and 3 are cached after a gap: a prompt that computes 1..4
+    # caches 1 and 4 and keeps its own copies of 2 and 3
+    pc = PrefixCache(BS)
+    chain = (1, 2, 3, 4)
+    held_a: list = []
+    pc.insert(chain, 0, 1, held_a)
+    held_b, _ = pc.acquire(chain, 1)
+    pc.insert(chain, 1, 3, held_b)
+    pc.release(held_a)
+    pc.release(held_b)
+    held_d, _ = pc.acquire(chain, 3)  # holds 1..3 again,
+    pc.release(held_d)  # then lets them go: free order 3, 2, 1
+    assert pc.free_order() == [3, 2, 1]
+    held_e, _ = pc.acquire(chain, 1)
+    held_f, _ = pc.acquire(chain, 3)
+    pc.release(held_e)
+    pc.release(held_f)  # free order: nothing (1 went first), then 3, 2, 1
+    assert pc.evict(1) == 1 and pc.match(chain, 4) == (2, 0)
+    pc2 = PrefixCache(BS)
+    mid: list = []
+    first: list = []
+    pc2.insert(chain, 0, 1, first)
+    pc2.insert(chain, 1, 3, mid)  # another holder's run starts at position 1
+    pc2.release(first)
+    assert pc2.evict(1) == 1 and pc2.match(chain, 4) == (0, 0)  # a gap at position 0
+    own: list = []
+    assert pc2.insert(chain, 0, 4, own) == 2 and held_ids(own) == [1, 4]
+    assert pc2.refs(2) == 1 and pc2.refs(4) == 1 and pc2.match(chain, 4) == (4, 4)
+    # a request that went through the gap privately: the run at 1..2 still covers its 2
+    late: list = []
+    assert pc2.insert(chain, 2, 3, late) == 0 and late == []
+
+
+def test_a_prefix_computed_alongside_is_cached_from_where_the_prompts_branch():
+    # y shares x's first five blocks but computed them itself while x's run was cached:
+    # y caches only its own blocks 5..7, a run that starts where it branches off x's
+    pc = PrefixCache(BS)
+    x = tuple(range(10, 20))
+    y = x[:5] + (30, 31, 32)
+    held_x: list = []
+    held_y: list = []
+    pc.insert(x, 0, 10, held_x)
+    assert pc.insert(y, 0, 8, held_y) == 3 and held_ids(held_y) == [30, 31, 32]
+    assert pc.match(y, 8) == (8, 8)
+    # a third request with y's prompt holds x's first five blocks and y's three: x's run
+    # is cut where y branches off it
+    held_z, was_free = pc.acquire(y, 8)
+    assert was_free == 0 and held_ids(held_z) == list(y)
+    assert [pc.refs(k) for k in y] == [2] * 5 + [2] * 3 and pc.refs(x[5]) == 1
+    assert pc.check() == []
+    assert pc.release(held_x) == (10, 5) and pc.free_order() == list(x[9:4:-1])
+    assert pc.release(held_z) == (8, 5) and pc.release(held_y) == (3, 3)
+    assert pc.free_order() == [*x[9:4:-1], *x[4::-1], 32, 31, 30]
+    assert pc.match(x, 10) == (10, 0) and pc.match(y, 8) == (8, 0)
+    assert pc.check() == []
+
+
+def test_ids_that_are_not_prefix_ids_are_refused():
+    # 5 starts a cached chain at position 0; another prompt has it at position 1
+    pc = PrefixCache(BS)
+    pc.insert((5, 6), 0, 2, [])
+    pc.insert((1,), 0, 1, [])
+    with pytest.raises(ValueError, match="prefix ids"):
+        pc.match((1, 5), 2)
+
+
+class BlockByBlock:
+    """The cache's rules one block id at a time (a dict of holders and an LRU of the free
+    ids): what the runs must reproduce exactly."""
+
+    def __init__(self):
+        self.ref: dict[int, int] = {}
+        self.free: OrderedDict[int, None] = OrderedDict()
+
+    def match(self, keys, limit, freed=frozenset()):
+        n = 0
+        while n < min(limit, len(keys)) and keys[n] in self.ref:
+            n += 1
+        return n, sum(1 for k in keys[:n] if self.ref[k] and k not in freed)
+
+    def acquire(self, keys):
+        was_free = 0
+        for k in keys:
+            if not self.ref[k]:
+                del self.free[k]
+                was_free += 1
+            self.ref[k] += 1
+        return was_free
+
+    def insert(self, keys):
+        new = [k for k in keys if k not in self.ref]
+        self.ref.update(dict.fromkeys(new, 1))
+        return new
+
+    def release(self, keys):
+        freed = 0
+        for k in keys:
+            self.ref[k] -= 1
+            if not self.ref[k]:
+                self.free[k] = None
+                freed += 1
+        return freed
+
+    def evict(self, n):
+        out = list(self.free)[:n]
+        for k in out:
+            del self.free[k]
+            del self.ref[k]
+        return out
+
+
+@st.composite
+def chain_sets(draw):
+    """Prompts as chains of prefix ids: each branches off an earlier one (or starts anew)."""
+    ids: dict[tuple, int] = {}
+    chains = []
+    for _ in range(draw(st.integers(1, 8))):
+        base = draw(st.sampled_from(chains)) if chains and draw(st.booleans()) else ()
+        keep = draw(st.integers(0, len(base)))
+        path = list(base[:keep])
+        path += [(len(chains), j) for j in range(draw(st.integers(0 if keep else 1, 12)))]
+        prefix: tuple = ()
+        out = []
+        for step in path:
+            prefix = (*prefix, step)
+            out.append(ids.setdefault(prefix, len(ids) + 1000))
+        chains.append(tuple(out))
+    return chains
+
+
+@settings(max_examples=300, deadline=None)
+@given(chains=chain_sets(), data=st.data())
+def test_runs_follow_the_block_by_block_rules(chains, data):
+    # requests run, cache their blocks a chunk at a time, hit, branch, leave and are
+    # evicted in any order; every answer, the holders of every block and the eviction
+    # order must be those of the block-by-block rules
+    pc, ref = PrefixCache(BS), BlockByBlock()
+    evicted: list = []
+    pc.on_evict = evicted.append
+    running = []  # [chain, holding, its ids, next block to compute]
+    for _ in range(data.draw(st.integers(1, 40))):
+        op = data.draw(st.sampled_from(["admit", "admit", "compute", "compute", "leave", "evict"]))
+        if op == "admit":
+            keys = data.draw(st.sampled_from(chains))
+            limit = data.draw(st.integers(0, len(keys)))
+            n, held_n = pc.match(keys, limit)
+            assert (n, held_n) == ref.match(keys, limit)
+            holding, was_free = pc.acquire(keys, n) if n else ([], 0)
+            assert was_free == ref.acquire(keys[:n])
+            running.append([keys, holding, list(keys[:n]), n])
+        elif op == "compute" and running:
+            req = data.draw(st.sampled_from(running))
+            keys, holding, ids, j = req
+            if j < len(keys):
+                upto = data.draw(st.integers(j + 1, len(keys)))
+                new = ref.insert(keys[j:upto])
+                assert pc.insert(keys, j, upto, holding) == len(new)
+                ids += new
+                req[3] = upto
+                assert held_ids(holding) == ids
+        elif op == "leave" and running:
+            req = running.pop(data.draw(st.integers(0, len(running) - 1)))
+            assert pc.release(req[1]) == (len(req[2]), ref.release(req[2][::-1]))
+        elif op == "evict":
+            k = data.draw(st.integers(0, 6))
+            evicted.clear()
+            assert pc.evict(k) == len(evicted)
+            assert evicted == ref.evict(k)
+        # a preemption's view: the blocks only some running request holds
+        if running:
+            keys, holding, ids, _ = running[-1]
+            sole = set(pc.sole_held(holding))
+            sole_ids = {k for k in ids if ref.ref[k] == 1}
+            other = data.draw(st.sampled_from(chains))
+            assert pc.match(other, len(other), sole) == ref.match(other, len(other), sole_ids)
+        assert pc.blocks() == ref.ref
+        assert pc.free_order() == list(ref.free)
+        assert pc.check() == []
 
 
 # ---- hit accounting in the simulator -----------------------------------------------------
@@ -169,18 +415,21 @@ def audit(scheduler, problems):
         bs = pc.block_size
         held = Counter()
         private = 0
+        refs = pc.blocks()
         for r in state.running.values():
-            sole = sum(1 for k in r.cached or () if pc.refs(k) == 1)
+            ids = held_ids(r.cached) if r.cached else []
+            sole = sum(1 for k in ids if refs[k] == 1)
             private += state.footprint(r) - bs * sole  # footprint: private + blocks only r holds
-            for k in r.cached or ():
-                held[k] += 1
-        referenced = {k: c for k, c in pc._ref.items() if c}
+            held.update(ids)
+        referenced = {k: c for k, c in refs.items() if c}
         if held != Counter(referenced):
             problems.append("reference counts differ from the requests holding the blocks")
         if state.kv_used != private + bs * len(referenced):
             problems.append(f"kv_used {state.kv_used} != private {private} + referenced {len(referenced)} blocks")
-        if set(pc._free) != set(pc._ref) - set(referenced):
+        free = pc.free_order()
+        if len(free) != pc.n_free or set(free) != set(refs) - set(referenced):
             problems.append("free list differs from the unreferenced blocks")
+        problems.extend(pc.check())
         if cap and state.kv_used + bs * pc.n_free > cap:
             problems.append(f"KV over capacity: {state.kv_used} used + {bs * pc.n_free} cached > {cap}")
         return inner(state)

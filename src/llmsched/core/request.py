@@ -75,7 +75,7 @@ class Request:
         # Prefix caching: one id per full block of the prompt (the cache's block size), each
         # identifying the block's content and everything before it; None = nothing shareable.
         self.blocks: tuple[int, ...] | None = None
-        self.cached: list | None = None  # ids of the prefix cache's blocks it holds
+        self.cached: list | None = None  # the prefix cache's blocks it holds (a PrefixCache holding)
         self.next_block = 0  # index in `blocks` of the next block to cache once computed
         # False: admission reuses no cached block (the whole prompt is computed: its prompt
         # logprobs are wanted); what it computes is still cached for others

@@ -32,6 +32,7 @@ import heapq
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Iterator
+from functools import partial
 
 from .constraints import Constraints
 from .plan import StepPlan
@@ -151,7 +152,9 @@ class ServerState:
         self.prefix: PrefixCache | None = PrefixCache(bs) if bs else None
         # the engine's hook: block `j` of request `r`'s prompt is computed and now cached
         self.on_cached: Callable[[Request, int], None] | None = None
-        self._match_memo: tuple = (None, -1, None)  # (request, cache version, match) of the last lookup
+        # the last lookup: (request, its limit, cache layout, blocks cached, cache version, of
+        # those held by others); the length holds while the layout does, the count while nothing changes
+        self._match_memo: tuple = (None, -1, -1, 0, -1, 0)
 
     # ---- read-only view for policies -------------------------------------------------
     @property
@@ -185,8 +188,7 @@ class ServerState:
         its private slots and the cached blocks no one else holds, which become free)."""
         kv = r.kv + self._round - r.round0 if r.active else r.kv
         if r.cached:
-            ref = self.prefix._ref
-            kv -= self.prefix.block_size * sum(1 for k in r.cached if ref[k] != 1)
+            kv -= self.prefix.block_size * self.prefix.shared_blocks(r.cached)
         return kv
 
     def emitted(self, r: Request) -> int:
@@ -206,12 +208,12 @@ class ServerState:
             return r.prefilled, r.prefill_target
         bs = pc.block_size
         memo = self._match_memo
-        if memo[0] is r and memo[1] == pc.version and not freed:  # a refused head, asked again
-            n, held = memo[2]
+        if memo[0] is r and memo[4] == pc.version and memo[1] == r.prefill_target and not freed:
+            n, held = memo[3], memo[5]  # a refused head, asked again
         else:
             n, held = pc.match(r.blocks, (r.prefill_target - 1) // bs, freed)
             if not freed:
-                self._match_memo = (r, pc.version, (n, held))
+                self._match_memo = (r, r.prefill_target, pc.layout, n, pc.version, held)
         return n * bs, r.prefill_target - held * bs
 
     def prefix_stats(self) -> dict | None:
@@ -271,8 +273,11 @@ class ServerState:
             prefill += n
             if p + n == r.prefill_target:
                 sampled += 1
-        if self.prefix is not None:
-            self._fit(m)  # free cached blocks give way to this step's decode tokens
+        pc = self.prefix
+        if pc is not None and pc.n_free:  # free cached blocks give way to this step's decode tokens
+            over = self.kv_used + m + pc.n_free * pc.block_size - self.kv_capacity
+            if over > 0:  # blocks_to_evict(m), inline
+                pc.evict(-(-over // pc.block_size))
         return prefill, self._kv_off + m * self._round, chunks, sampled
 
     def end_step(self, plan: StepPlan, end: int, steps: int = 1) -> None:
@@ -284,10 +289,12 @@ class ServerState:
         rnd = self._round = self._round + steps
         self.kv_used += steps * m
         pc = self.prefix
-        if pc is not None and steps > 1:
+        if pc is not None and steps > 1 and pc.n_free:
             # the decode tokens of repeated steps evict what each step's start would have,
-            # before anything this batch frees (as the step-by-step path does)
-            self._fit(0)
+            # before anything this batch frees (as the step-by-step path does): blocks_to_evict(0)
+            over = self.kv_used + pc.n_free * pc.block_size - self.kv_capacity
+            if over > 0:
+                pc.evict(-(-over // pc.block_size))
         self.finished = finished = []
         self.first_tokens = firsts = []
         self.resumed = resumed = []
@@ -296,8 +303,8 @@ class ServerState:
         for r, n in plan.prefill:
             r.prefilled += steps * n
             prefill += n
-            if pc is not None and r.blocks is not None:
-                self._cache_blocks(r)
+            if pc is not None and r.blocks is not None and r.next_block < r.prefilled // pc.block_size:
+                self._cache_blocks(r)  # it completed blocks: cache them
             if r.prefilled == r.prefill_target:
                 if completed is None:
                     completed = [r]
@@ -484,63 +491,46 @@ class ServerState:
         if r.blocks is not None:
             pc.queried_blocks += len(r.blocks)
             if not r.prefilled and r.reuse_prefix:  # KV that arrived with the request is its own
-                n, _ = pc.match(r.blocks, (r.prefill_target - 1) // bs)
+                memo = self._match_memo
+                if memo[0] is r and memo[2] == pc.layout and memo[1] == r.prefill_target:
+                    n = memo[3]  # as the plan found it (holders may have changed since, not the blocks)
+                else:
+                    n, _ = pc.match(r.blocks, (r.prefill_target - 1) // bs)
         pc.queried_tokens += r.prefill_target
         r.next_block = n
         if not n:
             r.cached = []
             return r.kv
-        r.cached = held = list(r.blocks[:n])
+        r.cached, was_free = pc.acquire(r.blocks, n)
         hit = n * bs
         pc.hit_blocks += n
         pc.hit_tokens += hit
         r.prefilled = hit
         self.backlog_tokens -= hit
         self.pending_prefill -= hit
-        return r.kv - hit + bs * pc.acquire(held)
+        return r.kv - hit + bs * was_free
 
     def _cache_blocks(self, r: Request) -> None:
         """Cache the prompt blocks `r` has finished computing. A block already cached (by
-        a request that computed the same prefix alongside) stays `r`'s private copy."""
+        a request that computed the same prefix alongside) stays `r`'s private copy;
+        moving the others to the cache leaves kv_used unchanged (their slots were r's)."""
         blocks = r.blocks
         j = r.next_block
-        bs = self.prefix.block_size
-        upto = min(len(blocks), r.prefilled // bs)
-        if j >= upto:
-            return
-        ref = self.prefix._ref
-        held = r.cached
-        n0 = len(held)
-        hook = self.on_cached
-        if hook is None:  # PrefixCache.insert in bulk (a long prompt is hundreds of blocks)
-            new = [k for k in blocks[j:upto] if k not in ref]
-            ref.update(dict.fromkeys(new, 1))
-            held.extend(new)
-        else:
-            for i in range(j, upto):
-                k = blocks[i]
-                if k not in ref:
-                    ref[k] = 1
-                    held.append(k)
-                    hook(r, i)
-        if len(held) > n0:  # their slots move from private to the cache: kv_used is unchanged
-            self.prefix.version += 1
-        r.next_block = upto
+        upto = r.prefilled // self.prefix.block_size
+        if upto > len(blocks):
+            upto = len(blocks)
+        if j < upto:
+            hook = self.on_cached
+            self.prefix.insert(blocks, j, upto, r.cached, None if hook is None else partial(hook, r))
+            r.next_block = upto
 
     def _release_blocks(self, r: Request) -> None:
         """After `kv_used -= r.kv`: its cached blocks were not private, and those no one
         holds any more become free."""
-        pc = self.prefix
-        freed = pc.release(r.cached[::-1])  # deepest first: a prefix's tail is evicted before its head
-        self.kv_used += pc.block_size * (len(r.cached) - freed)
+        held, freed = self.prefix.release(r.cached)
+        self.kv_used += self.prefix.block_size * (held - freed)
         r.cached = None
         r.next_block = 0
-
-    def _fit(self, extra: int) -> None:
-        """Evict free cached blocks until they, the used slots and `extra` more fit."""
-        n = self.blocks_to_evict(extra)
-        if n:
-            self.prefix.evict(n)
 
     def blocks_to_evict(self, extra: int) -> int:
         """Free cached blocks that must go so that they, the used slots and `extra` more fit."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from ..core.engine_api import SamplingParams, check_request_size
 from ..core.errors import ConfigError
 from ..core.plan import StepPlan
-from ..core.prefix_cache import token_block_ids
+from ..core.prefix_cache import held_ids, token_block_ids
 from ..core.request import Request
 from ..policies.spec import SchedulerSpec
 from ..runtime.driver import NS, StepBatch, StepDriver
@@ -75,7 +75,7 @@ class ModelExecutor:
             s = r.payload
             if not s.blocks and r.cached:  # admitted on a cached prefix: its blocks head the table
                 phys = self.cached_blocks
-                s.blocks = [phys[k] for k in r.cached]
+                s.blocks = [phys[k] for k in held_ids(r.cached)]
                 s.shared = set(range(len(s.blocks)))
             alloc.ensure(s.blocks, first + n)
             k = s.params.prompt_logprobs

@@ -107,7 +107,7 @@ class Planner:
         self.n_admitted = 0
         self.admitted_tokens = 0
         self._victims: set[int] = set()
-        self._freed: set[int] = set()  # prefix caching: cached blocks only the victims hold
+        self._freed: set = set()  # prefix caching: cached runs only the victims hold
         self.decodable = state.n_decoding
         kv = state.kv_free
         need = min(self.decodable, self.tokens, self.slots)
@@ -117,8 +117,7 @@ class Planner:
                 self._victims.add(victim.id)
                 kv += state.footprint(victim)
                 if victim.cached:
-                    ref = state.prefix._ref
-                    self._freed.update(k for k in victim.cached if ref[k] == 1)
+                    self._freed.update(state.prefix.sole_held(victim.cached))
                 if victim.phase == DECODE:
                     self.decodable -= 1
                 need = min(self.decodable, self.tokens, self.slots)
