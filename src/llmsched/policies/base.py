@@ -139,9 +139,12 @@ class Planner:
         self.admitted_tokens = 0
         self._victims: set[int] | frozenset = _NOBODY
         self._freed: set[int] | frozenset = _NOBODY  # prefix caching: cached blocks only the victims hold
-        self.decodable = decodable = state.n_decoding
-        kv = state.kv_free
-        need = min(decodable, tokens, slots)
+        self.decodable = need = len(state.decoders)
+        if tokens < need:
+            need = tokens
+        if slots < need:
+            need = slots
+        kv = state.kv_capacity - state.kv_used
         if kv < need:
             kv = self._preempt_for_decodes(kv, need)
             need = min(self.decodable, tokens, slots)
@@ -170,13 +173,20 @@ class Planner:
 
     def take_decodes(self, limit: int = UNLIMITED) -> int:
         """Serve up to `limit` more decoders (in decode order); returns how many."""
-        n = min(self.decodable - self.decode, self.tokens, self.slots, limit)
-        if n > 0:
-            self.decode += n
-            self.tokens -= n
-            self.slots -= n
-            return n
-        return 0
+        n = self.decodable - self.decode
+        tokens, slots = self.tokens, self.slots
+        if tokens < n:
+            n = tokens
+        if slots < n:
+            n = slots
+        if limit < n:
+            n = limit
+        if n <= 0:
+            return 0
+        self.decode += n
+        self.tokens = tokens - n
+        self.slots = slots - n
+        return n
 
     def take_prefill(self, r: Request, whole: bool = False) -> bool:
         """Give a running request in prefill a chunk (all of it if `whole`)."""
@@ -184,7 +194,7 @@ class Planner:
         if tokens <= 0 or self.slots <= 0 or r.id in self._victims:
             return False
         left = r.prefill_target - r.prefilled
-        n = left if left < tokens else tokens
+        n = tokens if tokens < left else left
         if whole and n < left:
             return False
         self.prefill.append((r, n))
@@ -194,8 +204,11 @@ class Planner:
 
     def take_running_prefills(self, whole: bool = False) -> None:
         """Prefill chunks for running requests, oldest admitted first."""
+        prefilling = self.state.prefilling
+        if not prefilling:
+            return
         take_prefill = self.take_prefill
-        for r in self.state.prefilling:
+        for r in prefilling:
             if self.tokens <= 0 or self.slots <= 0:
                 return
             take_prefill(r, whole)
@@ -212,7 +225,7 @@ class Planner:
         if tokens <= 0 or self.slots <= 0 or self.kv < need:
             return False
         left = r.prefill_target - done
-        n = left if left < tokens else tokens
+        n = tokens if tokens < left else left
         if whole and n < left:
             return False
         may_admit = self._may_admit
@@ -234,6 +247,8 @@ class Planner:
 
     def admit_waiting(self, whole: bool = False) -> None:
         """Admit from the head of the waiting queue until one does not fit (no overtaking)."""
+        if self.tokens <= 0 or self.slots <= 0:
+            return  # no room: the head would be refused (under load, most steps)
         admit = self.admit
         for r in self.state.waiting:
             if not admit(r, whole):
