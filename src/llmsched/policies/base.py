@@ -76,21 +76,18 @@ _NOBODY = frozenset()
 
 
 class AdmissionHooks:
-    """The admission policy's per-step methods that do something: an inherited default
-    (no limit, admit anyone) is None, so the planner neither calls it nor builds its
-    arguments. Found once per scheduler, as a policy's methods do not change."""
+    """Which of the admission policy's per-step methods its class overrides: the planner
+    neither calls an inherited default (no limit, admit anyone) nor builds its arguments.
+    Found once per scheduler, from the class; an override is still looked up on the
+    instance at every call (a wrapper set on the instance is called)."""
 
     __slots__ = ("token_limit", "batch_limit", "may_admit")
 
     def __init__(self, admission: AdmissionPolicy):
-        self.token_limit = _overridden(admission.token_limit, AdmissionPolicy.token_limit)
-        self.batch_limit = _overridden(admission.batch_limit, AdmissionPolicy.batch_limit)
-        self.may_admit = _overridden(admission.may_admit, AdmissionPolicy.may_admit)
-
-
-def _overridden(method, default):
-    """`method` (bound), or None if it is the base class's `default`."""
-    return None if getattr(method, "__func__", None) is default else method
+        cls = type(admission)
+        self.token_limit = cls.token_limit is not AdmissionPolicy.token_limit
+        self.batch_limit = cls.batch_limit is not AdmissionPolicy.batch_limit
+        self.may_admit = cls.may_admit is not AdmissionPolicy.may_admit
 
 
 class Planner:
@@ -125,11 +122,11 @@ class Planner:
         self.admission = admission
         self._may_admit = hooks.may_admit
         tokens = state.b_max
-        if hooks.token_limit is not None:
-            tokens = min(tokens, hooks.token_limit(state))
+        if hooks.token_limit:
+            tokens = min(tokens, admission.token_limit(state))
         slots = state.k_max
-        if hooks.batch_limit is not None:
-            slots = min(slots, hooks.batch_limit(state))
+        if hooks.batch_limit:
+            slots = min(slots, admission.batch_limit(state))
         self.tokens = tokens
         self.slots = slots
         self.decode = 0
@@ -228,8 +225,7 @@ class Planner:
         n = tokens if tokens < left else left
         if whole and n < left:
             return False
-        may_admit = self._may_admit
-        if may_admit is not None and not may_admit(state, r, self):
+        if self._may_admit and not self.admission.may_admit(state, r, self):
             return False
         self.prefill.append((r, n))
         self.tokens = tokens - n
