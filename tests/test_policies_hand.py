@@ -103,3 +103,39 @@ def test_shortest_prompt_first_admission_order():
     rows = [(0.0, 8, 1), (0.0, 3, 1), (0.0, 5, 1)]
     _, steps = run(rows, "sarathi", admission="spf", b_max=4)
     assert entries(steps) == ["1:p3 2:p1", "2:p4", "0:p4", "0:p4"]
+
+
+def test_planner_calls_only_the_admission_methods_a_policy_overrides():
+    from llmsched.core.constraints import Constraints
+    from llmsched.core.request import Request
+    from llmsched.policies.admission import FCFS
+    from llmsched.policies.base import AdmissionPolicy, Scheduler
+    from llmsched.policies.sarathi import Sarathi
+
+    class ThreeTokens(AdmissionPolicy):
+        def token_limit(self, state):
+            return 3
+
+    class OneAtATime(AdmissionPolicy):
+        def may_admit(self, state, r, planner):
+            return planner.n_admitted == 0
+
+    def first_plan(admission):
+        sched = Scheduler(Sarathi(), admission, Constraints(b_max=8))
+        st = sched.new_state()
+        for i in range(3):
+            st.add(Request(i, 0, 2, 1))
+        return sched, st, [(r.id, n) for r, n in sched.plan(st).prefill]
+
+    # overrides cap the budget, or refuse the second admission
+    assert first_plan(ThreeTokens())[2] == [(0, 2), (1, 1)]
+    assert first_plan(OneAtATime())[2] == [(0, 2)]
+    # a wrapper set on the instance after the scheduler was built is the one called
+    sched, st, _ = first_plan(OneAtATime())
+    calls = []
+    inner = sched.admission.may_admit
+    sched.admission.may_admit = lambda state, r, planner: calls.append(r.id) or inner(state, r, planner)
+    assert [(r.id, n) for r, n in sched.plan(st).prefill] == [(0, 2)]
+    assert calls == [0, 1]
+    # inherited defaults: no cap, everyone admitted while the budget lasts
+    assert first_plan(FCFS())[2] == [(0, 2), (1, 2), (2, 2)]

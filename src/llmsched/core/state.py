@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 
 from .constraints import Constraints
@@ -144,7 +144,7 @@ class ServerState:
         self.backlog_tokens = 0  # work left of every request in the system
         self.waiting_tokens = 0  # of that, work of waiting requests
         self.pending_prefill = 0  # prefill tokens not computed yet
-        self.newly_active: list[Request] = []  # decoders resumed by the last begin_step
+        self.newly_active: Sequence[Request] = ()  # decoders resumed by the last begin_step
         self.finished: list[Request] = []  # requests done in the last end_step
         self.first_tokens: list[Request] = []  # prefills completed in the last end_step
         self.resumed: list[tuple[Request, int]] = []  # recomputes completed: (request, gap ns)
@@ -250,26 +250,30 @@ class ServerState:
             for r in plan.preempt:
                 self._preempt(r, now)
         m = plan.decode
-        new = self.newly_active = []
         cur = self._m
-        if cur != m:
+        if cur == m:
+            self.newly_active = ()  # most batches serve the decoders the last one did
+        else:
+            new = self.newly_active = []
+            dec = self._dec
             while cur < m:
-                r = self._dec[cur]
+                r = dec[cur]
                 self._activate(r)
                 new.append(r)
                 cur += 1
             while cur > m:
                 cur -= 1
-                self._pause(self._dec[cur], now)
+                self._pause(dec[cur], now)
             self._m = cur
         prefill = 0
         sampled = m
         chunks = []
+        add_chunk = chunks.append
         for r, n in plan.prefill:
             if r.phase == WAITING:
                 self._admit(r, now)
             p = r.prefilled
-            chunks.append((n, p))
+            add_chunk((n, p))
             prefill += n
             if p + n == r.prefill_target:
                 sampled += 1

@@ -72,6 +72,24 @@ class AdmissionPolicy:
         return {"name": self.name}
 
 
+_NOBODY = frozenset()
+
+
+class AdmissionHooks:
+    """Which of the admission policy's per-step methods its class overrides: the planner
+    neither calls an inherited default (no limit, admit anyone) nor builds its arguments.
+    Found once per scheduler, from the class; an override is still looked up on the
+    instance at every call (a wrapper set on the instance is called)."""
+
+    __slots__ = ("token_limit", "batch_limit", "may_admit")
+
+    def __init__(self, admission: AdmissionPolicy):
+        cls = type(admission)
+        self.token_limit = cls.token_limit is not AdmissionPolicy.token_limit
+        self.batch_limit = cls.batch_limit is not AdmissionPolicy.batch_limit
+        self.may_admit = cls.may_admit is not AdmissionPolicy.may_admit
+
+
 class Planner:
     """Budget bookkeeping while a batch policy builds one plan.
 
@@ -92,86 +110,124 @@ class Planner:
         "n_admitted",
         "admitted_tokens",
         "decode_room",
+        "_may_admit",
         "_victims",
         "_freed",
     )
 
-    def __init__(self, state: ServerState, admission: AdmissionPolicy):
+    def __init__(self, state: ServerState, admission: AdmissionPolicy, hooks: AdmissionHooks | None = None):
+        if hooks is None:
+            hooks = AdmissionHooks(admission)
         self.state = state
         self.admission = admission
-        self.tokens = min(state.b_max, admission.token_limit(state))
-        self.slots = min(state.k_max, admission.batch_limit(state))
+        self._may_admit = hooks.may_admit
+        tokens = state.b_max
+        if hooks.token_limit:
+            tokens = min(tokens, admission.token_limit(state))
+        slots = state.k_max
+        if hooks.batch_limit:
+            slots = min(slots, admission.batch_limit(state))
+        self.tokens = tokens
+        self.slots = slots
         self.decode = 0
         self.prefill: list[tuple[Request, int]] = []
         self.preempt: list[Request] = []
         self.n_admitted = 0
         self.admitted_tokens = 0
-        self._victims: set[int] = set()
-        self._freed: set = set()  # prefix caching: cached runs only the victims hold
-        self.decodable = state.n_decoding
-        kv = state.kv_free
-        need = min(self.decodable, self.tokens, self.slots)
+        self._victims: set[int] | frozenset = _NOBODY
+        self._freed: set[int] | frozenset = _NOBODY  # prefix caching: cached runs only the victims hold
+        self.decodable = need = len(state.decoders)
+        if tokens < need:
+            need = tokens
+        if slots < need:
+            need = slots
+        kv = state.kv_capacity - state.kv_used
         if kv < need:
-            for victim in reversed(list(state.running.values())):
-                self.preempt.append(victim)
-                self._victims.add(victim.id)
-                kv += state.footprint(victim)
-                if victim.cached:
-                    self._freed.update(state.prefix.sole_held(victim.cached))
-                if victim.phase == DECODE:
-                    self.decodable -= 1
-                need = min(self.decodable, self.tokens, self.slots)
-                if kv >= need:
-                    break
+            kv = self._preempt_for_decodes(kv, need)
+            need = min(self.decodable, tokens, slots)
         self.kv = kv - need
         self.decode_room = need
 
+    def _preempt_for_decodes(self, kv: int, need: int) -> int:
+        """Preempt the newest running requests until `kv` free slots cover the decode room;
+        returns the free slots then."""
+        state = self.state
+        self._victims = set()
+        self._freed = set()
+        for victim in reversed(list(state.running.values())):
+            self.preempt.append(victim)
+            self._victims.add(victim.id)
+            kv += state.footprint(victim)
+            if victim.cached:
+                self._freed.update(state.prefix.sole_held(victim.cached))
+            if victim.phase == DECODE:
+                self.decodable -= 1
+            need = min(self.decodable, self.tokens, self.slots)
+            if kv >= need:
+                break
+        return kv
+
     def take_decodes(self, limit: int = UNLIMITED) -> int:
         """Serve up to `limit` more decoders (in decode order); returns how many."""
-        n = min(self.decodable - self.decode, self.tokens, self.slots, limit)
-        if n > 0:
-            self.decode += n
-            self.tokens -= n
-            self.slots -= n
-            return n
-        return 0
+        n = self.decodable - self.decode
+        tokens, slots = self.tokens, self.slots
+        if tokens < n:
+            n = tokens
+        if slots < n:
+            n = slots
+        if limit < n:
+            n = limit
+        if n <= 0:
+            return 0
+        self.decode += n
+        self.tokens = tokens - n
+        self.slots = slots - n
+        return n
 
     def take_prefill(self, r: Request, whole: bool = False) -> bool:
         """Give a running request in prefill a chunk (all of it if `whole`)."""
-        if self.tokens <= 0 or self.slots <= 0 or r.id in self._victims:
+        tokens = self.tokens
+        if tokens <= 0 or self.slots <= 0 or r.id in self._victims:
             return False
-        n = min(r.prefill_target - r.prefilled, self.tokens)
-        if whole and n < r.prefill_target - r.prefilled:
+        left = r.prefill_target - r.prefilled
+        n = tokens if tokens < left else left
+        if whole and n < left:
             return False
         self.prefill.append((r, n))
-        self.tokens -= n
+        self.tokens = tokens - n
         self.slots -= 1
         return True
 
     def take_running_prefills(self, whole: bool = False) -> None:
         """Prefill chunks for running requests, oldest admitted first."""
-        for r in self.state.prefilling:
+        prefilling = self.state.prefilling
+        if not prefilling:
+            return
+        take_prefill = self.take_prefill
+        for r in prefilling:
             if self.tokens <= 0 or self.slots <= 0:
                 return
-            self.take_prefill(r, whole)
+            take_prefill(r, whole)
 
     def admit(self, r: Request, whole: bool = False) -> bool:
         """Admit waiting request `r` with a first chunk, if budget, KV and the admission
         policy allow. `whole`: only if its whole prefill fits in the step."""
-        if self.state.prefix is None:
+        state = self.state
+        if state.prefix is None:
             done, need = r.prefilled, r.prefill_target  # a prompt may arrive with part of its KV computed
         else:
-            done, need = self.state.admission_need(r, self._freed)  # its cached prefix is not computed again
-        if self.tokens <= 0 or self.slots <= 0 or self.kv < need:
+            done, need = state.admission_need(r, self._freed)  # its cached prefix is not computed again
+        tokens = self.tokens
+        if tokens <= 0 or self.slots <= 0 or self.kv < need:
             return False
         left = r.prefill_target - done
-        n = min(left, self.tokens)
+        n = tokens if tokens < left else left
         if whole and n < left:
             return False
-        if not self.admission.may_admit(self.state, r, self):
+        if self._may_admit and not self.admission.may_admit(state, r, self):
             return False
         self.prefill.append((r, n))
-        self.tokens -= n
+        self.tokens = tokens - n
         self.slots -= 1
         self.kv -= need
         self.n_admitted += 1
@@ -186,8 +242,11 @@ class Planner:
 
     def admit_waiting(self, whole: bool = False) -> None:
         """Admit from the head of the waiting queue until one does not fit (no overtaking)."""
+        if self.tokens <= 0 or self.slots <= 0:
+            return  # no room: the head would be refused (under load, most steps)
+        admit = self.admit
         for r in self.state.waiting:
-            if not self.admit(r, whole):
+            if not admit(r, whole):
                 return
 
     def plan(self, decode_first: bool = True) -> StepPlan:
@@ -229,12 +288,13 @@ class Scheduler:
         self.closed_loop = self.admission.closed_loop
         self.repeats_closed_loop = batch.repeatable and self.closed_loop and self.admission.repeats
         self.reads_emitted = self.admission.reads_emitted
+        self._hooks = AdmissionHooks(self.admission)
 
     def new_state(self) -> ServerState:
         return ServerState(self.constraints, self.admission.waiting_key())
 
     def plan(self, state: ServerState) -> StepPlan:
-        return self.batch.build(Planner(state, self.admission))
+        return self.batch.build(Planner(state, self.admission, self._hooks))
 
     def observe(self, state: ServerState, feedback: StepFeedback) -> None:
         self.admission.observe(state, feedback)
@@ -271,4 +331,4 @@ class Scheduler:
         return d
 
 
-__all__ = ["AdmissionPolicy", "Planner", "BatchPolicy", "Scheduler", "PREFILL", "DECODE"]
+__all__ = ["AdmissionPolicy", "AdmissionHooks", "Planner", "BatchPolicy", "Scheduler", "PREFILL", "DECODE"]
