@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from llmsched.core import ConfigError, make_cost_model
 from llmsched.core.prefix_cache import PrefixCache, held_ids
-from llmsched.policies import BATCH_POLICIES
+from llmsched.policies import ADMISSION_POLICIES, BATCH_POLICIES
 from llmsched.policies.spec import SchedulerSpec
 from llmsched.sim.result import SimResult
 from llmsched.sim.simulator import simulate_trace
@@ -463,7 +463,7 @@ def test_accounting_never_exceeds_capacity_never_leaks_and_fast_equals_exact(dat
     need = max(p + o - 1 for _, p, o in rows)
     spec = SchedulerSpec(
         policy=data.draw(st.sampled_from(sorted(BATCH_POLICIES))),
-        admission=data.draw(st.sampled_from(["fcfs", "spf"])),
+        admission=data.draw(st.sampled_from(sorted(ADMISSION_POLICIES))),
         b_max=data.draw(st.integers(1, 64)),
         k_max=data.draw(st.one_of(st.none(), st.integers(1, 8))),
         kv_capacity=data.draw(st.one_of(st.none(), st.integers(need, need + 80))),
