@@ -13,9 +13,9 @@ from llmsched.core.request import NS, Request
 from llmsched.core.state import UNLIMITED
 from llmsched.policies import make_scheduler
 from llmsched.sim import serverless
+from llmsched.sim.csv_rows import IntField, format_rows, names_field, seconds_field
 from llmsched.sim.server import ServerSim
 from llmsched.sim.serverless import run_serverless
-from llmsched.sim.serverless_result import _csv_block, _int_text, _secs_text, _text_table
 from llmsched.workload.serverless import ServerlessRequests, load_serverless
 
 PROFILE = "profile:h200-llama-3.2-1b"  # step times depend on the context: one per step
@@ -119,30 +119,29 @@ def test_the_platform_gives_the_same_results_whether_instances_time_steps_lazily
 
 
 # ---- requests.csv's text ----------------------------------------------------------------------------
-def _text(matrix: np.ndarray) -> list[str]:
-    return _csv_block([matrix]).splitlines()
+def _text(field) -> list[str]:
+    return format_rows([field], "\n").splitlines()
 
 
 def test_integers_as_python_writes_them():
     v = np.array([0, 7, 9, 10, 99, 100, 123456, 10**12 + 5, -1, -40, 2**62], dtype=np.int64)
-    assert _text(_int_text(v)) == [str(x) for x in v.tolist()]
+    assert _text(IntField(v)) == [str(x) for x in v.tolist()]
     shown = v >= 0
-    assert _text(_int_text(v, shown)) == [str(x) if x >= 0 else "" for x in v.tolist()]
+    assert _text(IntField(v, shown)) == [str(x) if x >= 0 else "" for x in v.tolist()]
 
 
 def test_seconds_with_nine_decimals_and_unreached_as_empty():
     v = np.array([0, 1, NS - 1, NS, 12 * NS + 345, 2254 * NS + 999_999_999, -1, 10**14], dtype=np.int64)
     expected = [f"{x // NS}.{x % NS:09d}" if x >= 0 else "" for x in v.tolist()]
-    assert _text(_secs_text(v)) == expected
+    assert _text(seconds_field(v)) == expected
 
 
 def test_rows_join_fields_with_commas_and_any_model_name():
     names = ["llama-8b-a", "modèle-ü", "", "x"]
-    table = _text_table(names)
     which = np.array([1, 0, 2, 3, 1])
     ids = np.arange(5, dtype=np.int64)
     secs = np.array([-1, 5, NS, 3 * NS + 1, 0], dtype=np.int64)
-    text = _csv_block([_int_text(ids), table[which], _secs_text(secs)])
+    text = format_rows([IntField(ids), names_field(names, which), seconds_field(secs)], "\n")
     assert text == "".join(f"{i},{names[w]},{s}\n" for i, w, s in zip(ids, which, [_py(x) for x in secs]))
 
 

@@ -8,7 +8,6 @@ total_token_throughput, mean/median/std/pNN of ttft, tpot, itl and e2el in ms).
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 import os
@@ -19,6 +18,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from .csv_rows import CHUNK, IntField, NotFormattable, fixed9, format_rows, tag_field
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
 
@@ -370,25 +370,25 @@ class SimResult:
         f.write(header)
         try:
             for fields in self._request_blocks():
-                f.write(_format_rows(fields))
-        except _NotFormattable:  # a value the vectorised formatter does not cover: row by row
+                f.write(format_rows(fields))
+        except NotFormattable:  # a value the vectorised formatter does not cover: row by row
             f.seek(0)
             f.truncate()
             f.write(header)
             csv.writer(f).writerows(self.request_rows())
 
     def _request_blocks(self):
-        """requests.csv's fields for `_format_rows`, a block of rows at a time (bounded
-        scratch memory). Raises _NotFormattable for a value that needs the row-by-row
+        """requests.csv's fields for `format_rows`, a block of rows at a time (bounded
+        scratch memory). Raises NotFormattable for a value that needs the row-by-row
         writer: a negative or non-finite arrival or time, a negative count."""
         st = self.stats
         n = len(self.prompt)
         prompt, output = np.asarray(self.prompt), np.asarray(self.output)
         arrival = np.asarray(self.arrival_s, dtype=np.float64)
-        tags = _tag_field(self.tag, n)
+        tags = tag_field(self.tag, n)
         arrived_all = self.arrived
-        for lo in range(0, n, _CHUNK):
-            hi = min(n, lo + _CHUNK)
+        for lo in range(0, n, CHUNK):
+            hi = min(n, lo + CHUNK)
             e2e_ns = st.e2e_ns[lo:hi]
             out = output[lo:hi]
             finished = e2e_ns >= 0
@@ -402,17 +402,17 @@ class SimResult:
                 finished.astype(np.int64),
             ]
             if any(len(v) and v.min() < 0 for v in ints) or not np.isfinite(arrival[lo:hi]).all():
-                raise _NotFormattable
+                raise NotFormattable
             fixed = [
-                _fixed9(arrival[lo:hi], blank_nan=False),
-                _fixed9(_seconds(st.queue_ns[lo:hi]), blank_nan=True),
-                _fixed9(ttft, blank_nan=True),
-                _fixed9(_tpot(finished, out, e2e, ttft), blank_nan=True),
-                _fixed9(e2e, blank_nan=True),
+                fixed9(arrival[lo:hi], blank_nan=False),
+                fixed9(_seconds(st.queue_ns[lo:hi]), blank_nan=True),
+                fixed9(ttft, blank_nan=True),
+                fixed9(_tpot(finished, out, e2e, ttft), blank_nan=True),
+                fixed9(e2e, blank_nan=True),
             ]
             if any(x is None for x in fixed):
-                raise _NotFormattable
-            rid, p, o, pre, arr, fin = (_IntField(v) for v in ints)
+                raise NotFormattable
+            rid, p, o, pre, arr, fin = (IntField(v) for v in ints)
             yield [rid, tags[lo:hi], fixed[0], p, o, *fixed[1:], pre, arr, fin]
 
     def _write_timeseries(self, f) -> None:
@@ -474,162 +474,3 @@ def _tpot(finished: np.ndarray, output: np.ndarray, e2e_s: np.ndarray, ttft_s: n
 
 def _fmt(x: float) -> str:
     return "" if math.isnan(x) else f"{x:.9f}"
-
-
-# ---- vectorised CSV formatting ------------------------------------------------------------
-# requests.csv holds one row per request, so it is formatted a block of rows at a time with
-# numpy: every field becomes an (n, width) matrix of ASCII bytes with a mask of the bytes
-# it uses (numbers right-aligned, strings left-aligned), the fields and separators are laid
-# side by side, and the masked bytes read in row order are the CSV text. The output is
-# byte for byte what `csv.writer` with f"{x:.9f}" writes (tests/test_outputs_format.py).
-
-
-class _NotFormattable(Exception):
-    pass
-
-
-_CHUNK = 1 << 14  # rows per block: about 10 MB of scratch arrays
-_TRIPLES = np.frombuffer("".join(f"{k:03d}" for k in range(1000)).encode(), dtype=np.uint8).reshape(1000, 3)
-
-
-class _IntField:
-    """Non-negative integers in decimal."""
-
-    def __init__(self, v: np.ndarray):
-        self.v = v
-
-    def __getitem__(self, s: slice) -> _IntField:
-        return _IntField(self.v[s])
-
-    def bytes(self) -> tuple[np.ndarray, np.ndarray]:
-        return _digits(self.v)
-
-
-def _digit_block(v: np.ndarray, w: int) -> np.ndarray:
-    """(n, w) ASCII digits of non-negative int64 `v` < 10**w, with leading zeros."""
-    groups = -(-w // 3)
-    out = np.empty((len(v), 3 * groups), dtype=np.uint8)
-    rest = v
-    for g in range(groups - 1, 0, -1):  # three digits at a time, from a table
-        rest, low = np.divmod(rest, 1000)
-        out[:, 3 * g : 3 * g + 3] = _TRIPLES[low]
-    out[:, :3] = _TRIPLES[rest]
-    return out[:, 3 * groups - w :]
-
-
-def _digits(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(n, w) ASCII digits of non-negative int64 `v`, right-aligned, and the mask of the
-    digits each value uses (no leading zeros, at least one digit)."""
-    w = len(str(int(v.max()))) if len(v) else 1
-    ndig = np.ones(len(v), dtype=np.int64)
-    for k in range(1, w):
-        ndig += v >= 10**k
-    return _digit_block(v, w), np.arange(w) >= (w - ndig)[:, None]
-
-
-class _FixedField:
-    """Numbers as f"{x:.9f}" (non-negative), blank where `blank` is set: integer part
-    `ip` and nine decimals `frac`."""
-
-    def __init__(self, ip: np.ndarray, frac: np.ndarray, blank: np.ndarray | None):
-        self.ip, self.frac, self.blank = ip, frac, blank
-
-    def __getitem__(self, s: slice) -> _FixedField:
-        return _FixedField(self.ip[s], self.frac[s], None if self.blank is None else self.blank[s])
-
-    def bytes(self) -> tuple[np.ndarray, np.ndarray]:
-        ip, ipmask = _digits(self.ip)
-        n, w = ip.shape
-        out = np.empty((n, w + 10), dtype=np.uint8)
-        out[:, :w] = ip
-        out[:, w] = ord(".")
-        out[:, w + 1 :] = _digit_block(self.frac, 9)
-        mask = np.ones((n, w + 10), dtype=bool)
-        mask[:, :w] = ipmask
-        if self.blank is not None:
-            mask[self.blank] = False
-        return out, mask
-
-
-def _fixed9(x: np.ndarray, blank_nan: bool) -> _FixedField | None:
-    """`x` rounded to nine decimals exactly as f"{x:.9f}" rounds it (correctly rounded,
-    ties to even), as integers; None if some value is negative, infinite or too large."""
-    x = np.asarray(x, dtype=np.float64)
-    nan = np.isnan(x)
-    blank = nan if blank_nan and nan.any() else None
-    if blank is not None:
-        x = np.where(nan, 0.0, x)
-    elif nan.any():
-        return None
-    if len(x) and not (x.min() >= 0 and x.max() < 2.0**53):
-        return None
-    ipf = np.floor(x)
-    p = (x - ipf) * 1e9  # x - floor(x) is exact; the product is within 6e-8 of the true value
-    q = np.floor(p)
-    d = p - q
-    ip = ipf.astype(np.int64)
-    frac = q.astype(np.int64) + (d > 0.5)
-    near_tie = np.abs(d - 0.5) < 1e-6
-    if near_tie.any():  # rounding too close to call in binary: ask Python, as the old code did
-        for i in np.flatnonzero(near_tie):
-            a, b = f"{x[i]:.9f}".split(".")
-            ip[i], frac[i] = int(a), int(b)
-    carry = frac >= 1_000_000_000
-    if carry.any():
-        ip[carry] += 1
-        frac[carry] -= 1_000_000_000
-    return _FixedField(ip, frac, blank)
-
-
-class _StrField:
-    """Strings, already CSV-quoted, as codes into a table of encoded values."""
-
-    def __init__(self, table: np.ndarray, lengths: np.ndarray, codes: np.ndarray):
-        self.table, self.lengths, self.codes = table, lengths, codes
-
-    def __getitem__(self, s: slice) -> _StrField:
-        return _StrField(self.table, self.lengths, self.codes[s])
-
-    def bytes(self) -> tuple[np.ndarray, np.ndarray]:
-        w = self.table.shape[1]
-        return self.table[self.codes], np.arange(w) < self.lengths[self.codes][:, None]
-
-
-def _tag_field(tag, n: int) -> _StrField:
-    if tag is None:
-        values, codes = [""], np.zeros(n, dtype=np.int64)
-    else:
-        values, codes = np.unique(np.asarray(tag).astype(str), return_inverse=True)
-        values = values.tolist()
-        codes = codes.reshape(-1)
-    encoded = []
-    for v in values:
-        buf = io.StringIO()
-        csv.writer(buf).writerow([v, ""])  # csv's quoting of `v` as one field of a row
-        encoded.append(buf.getvalue()[:-3].encode("utf-8"))
-    w = max(1, max((len(e) for e in encoded), default=0))
-    table = np.zeros((len(encoded), w), dtype=np.uint8)
-    for k, e in enumerate(encoded):
-        table[k, : len(e)] = np.frombuffer(e, dtype=np.uint8)
-    return _StrField(table, np.array([len(e) for e in encoded], dtype=np.int64), codes)
-
-
-def _format_rows(fields: list) -> str:
-    """CSV text of the rows of `fields` (comma-separated, CRLF line ends, as csv.writer)."""
-    parts = [fld.bytes() for fld in fields]
-    n = len(parts[0][0])
-    width = sum(m.shape[1] for m, _ in parts) + len(parts) + 1
-    out = np.empty((n, width), dtype=np.uint8)
-    mask = np.ones((n, width), dtype=bool)
-    c = 0
-    for j, (m, k) in enumerate(parts):
-        if j:
-            out[:, c] = ord(",")
-            c += 1
-        w = m.shape[1]
-        out[:, c : c + w] = m
-        mask[:, c : c + w] = k
-        c += w
-    out[:, c] = ord("\r")
-    out[:, c + 1] = ord("\n")
-    return out[mask].tobytes().decode("utf-8")

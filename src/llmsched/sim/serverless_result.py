@@ -29,6 +29,7 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.request import NS
 from ..workload.serverless import ServerlessSpec, load_serverless
+from .csv_rows import IntField, format_rows, names_field, seconds_field
 from .histogram import GapHistogram
 from .network_result import _write
 from .result import _seconds
@@ -106,80 +107,6 @@ def _peak(intervals: list[tuple[int, int]]) -> int:
         cur += d
         peak = max(peak, cur)
     return peak
-
-
-# ---- requests.csv as byte matrices: a row per request, a field's bytes right-aligned in
-# its columns, padded with byte 0xFF (dropped when written: it never occurs in UTF-8 text)
-_PAD = 0xFF
-
-
-def _digits(v: np.ndarray) -> np.ndarray:
-    """Decimal digits of the non-negative integers `v`, one row each, leading zeros as padding."""
-    width = len(str(int(v.max()))) if len(v) else 1
-    out = np.empty((len(v), width), dtype=np.uint8)
-    x = v
-    for k in range(width - 1, -1, -1):
-        x, d = np.divmod(x, 10)
-        out[:, k] = d
-    out += ord("0")
-    lead = np.ones(len(v), dtype=np.int64)  # digits of each value
-    for p in range(1, width):
-        lead += v >= 10**p
-    out[np.arange(width) < (width - lead)[:, None]] = _PAD
-    return out
-
-
-def _int_text(v: np.ndarray, shown: np.ndarray | None = None) -> np.ndarray:
-    """Integers as decimal text (str(int)); where `shown` is False, empty."""
-    v = np.asarray(v, dtype=np.int64)
-    neg = v < 0
-    out = _digits(np.abs(v))
-    if neg.any():
-        sign = np.where(neg, ord("-"), _PAD).astype(np.uint8)[:, None]
-        out = np.concatenate([sign, out], axis=1)
-    if shown is not None:
-        out[~shown] = _PAD
-    return out
-
-
-def _secs_text(ns: np.ndarray) -> np.ndarray:
-    """Nanoseconds as seconds with 9 decimals; negative (not reached) as empty (as
-    `network_result._secs` writes them)."""
-    ns = np.asarray(ns, dtype=np.int64)
-    reached = ns >= 0
-    whole, frac = np.divmod(np.where(reached, ns, 0), NS)
-    digits = np.empty((len(ns), 9), dtype=np.uint8)
-    for k in range(8, -1, -1):
-        frac, d = np.divmod(frac, 10)
-        digits[:, k] = d
-    digits += ord("0")
-    dot = np.full((len(ns), 1), ord("."), dtype=np.uint8)
-    out = np.concatenate([_digits(whole), dot, digits], axis=1)
-    out[~reached] = _PAD
-    return out
-
-
-def _text_table(names: list[str]) -> np.ndarray:
-    """One row of UTF-8 bytes per name (padded), to index by a column of name numbers."""
-    raw = [name.encode() for name in names]
-    width = max((len(b) for b in raw), default=1) or 1
-    table = np.full((max(len(raw), 1), width), _PAD, dtype=np.uint8)
-    for i, b in enumerate(raw):
-        table[i, width - len(b) :] = np.frombuffer(b, dtype=np.uint8)
-    return table
-
-
-def _csv_block(fields: list[np.ndarray]) -> str:
-    """CSV text of the rows of `fields` (byte matrices of equal height)."""
-    n = len(fields[0])
-    comma = np.full((n, 1), ord(","), dtype=np.uint8)
-    parts = []
-    for field in fields:
-        parts.append(field)
-        parts.append(comma)
-    parts[-1] = np.full((n, 1), ord("\n"), dtype=np.uint8)
-    flat = np.concatenate(parts, axis=1).ravel()
-    return flat[flat != _PAD].tobytes().decode()
 
 
 class ServerlessResult:
@@ -307,11 +234,10 @@ class ServerlessResult:
 
     def _write_requests(self, f, block: int = 1 << 16) -> None:
         """requests.csv, `block` rows at a time (memory stays flat: about 10 MB a block),
-        each block's text built as one byte matrix (`_csv_block`)."""
+        each block's text built as one byte matrix (`csv_rows.format_rows`)."""
         st = self.stats
         n = len(st.arrival_ns)
         f.write(",".join(REQUEST_COLUMNS) + "\n")
-        names = _text_table(st.models)
         for lo in range(0, n, block):
             sl = slice(lo, min(n, lo + block))
             e2e, ttft, out = st.e2e_ns[sl], st.ttft_ns[sl], st.output[sl]
@@ -320,22 +246,22 @@ class ServerlessResult:
             tpot[ok] = (e2e[ok] - ttft[ok]) // (out[ok] - 1)
             inst = st.instance[sl]
             fields = [
-                _int_text(np.arange(sl.start, sl.stop)),
-                names[st.req_model[sl]],
-                _int_text(inst, inst >= 0),
-                _secs_text(st.arrival_ns[sl]),
-                _int_text(st.prompt[sl]),
-                _int_text(out),
-                _secs_text(st.queue_ns[sl]),
-                _secs_text(ttft),
-                _secs_text(tpot),
-                _secs_text(e2e),
-                _int_text(st.preemptions[sl]),
-                _int_text(st.migrations[sl]),
-                _int_text(st.cold[sl]),
-                _int_text((e2e >= 0).astype(np.int64)),
+                IntField(np.arange(sl.start, sl.stop)),
+                names_field(st.models, st.req_model[sl]),
+                IntField(inst, inst >= 0),
+                seconds_field(st.arrival_ns[sl]),
+                IntField(st.prompt[sl]),
+                IntField(out),
+                seconds_field(st.queue_ns[sl]),
+                seconds_field(ttft),
+                seconds_field(tpot),
+                seconds_field(e2e),
+                IntField(st.preemptions[sl]),
+                IntField(st.migrations[sl]),
+                IntField(st.cold[sl]),
+                IntField((e2e >= 0).astype(np.int64)),
             ]
-            f.write(_csv_block(fields))
+            f.write(format_rows(fields, "\n"))
 
     def _write_instances(self, f) -> None:
         f.write(",".join(INSTANCE_COLUMNS) + "\n")
