@@ -30,6 +30,7 @@ from ..core.request import NS
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
 from ..theory.network import traffic
 from ..workload.network import load_network
+from .csv_rows import CHUNK, IntField, format_rows, names_field, seconds_field
 from .network import NetworkStats, run_network
 from .result import SimResult
 from .simulator import RunStats
@@ -376,61 +377,54 @@ class NetworkResult:
         arr, fin = self.job_arrival_ns, self.job_finish_ns
         done = fin >= 0
         lat = np.where(done, fin - arr, -1)
-        n_jobs = len(arr)
-        type_names = np.asarray(st.job_type_names, dtype=object)
+        type_names = list(st.job_type_names)
         types, calls_per_job = _a(st.job_type), _a(st.job_calls)
-
-        def col(values, fmt=None):
-            """A column of `values` (an array), formatted block by block."""
-            return (lambda lo, hi: fmt(values[lo:hi]) if fmt else values[lo:hi].astype(str)), len(values)
-
         _write(
             out / "jobs.csv",
             lambda f: _csv(
                 f,
                 "job,type,arrival_s,finish_s,latency_s,calls,finished",
-                [
-                    (lambda lo, hi: np.arange(lo, hi).astype(str), n_jobs),
-                    (lambda lo, hi: type_names[types[lo:hi]].astype(str), n_jobs),
-                    col(arr, _secs),
-                    col(fin, _secs),
-                    col(lat, _secs),
-                    col(calls_per_job),
-                    col(done.astype(int)),
+                len(arr),
+                lambda lo, hi: [
+                    IntField(np.arange(lo, hi)),
+                    names_field(type_names, types[lo:hi]),
+                    seconds_field(arr[lo:hi]),
+                    seconds_field(fin[lo:hi]),
+                    seconds_field(lat[lo:hi]),
+                    IntField(calls_per_job[lo:hi]),
+                    IntField(done[lo:hi].astype(np.int64)),
                 ],
             ),
         )
         e2e = _a(st.call_e2e)
-        n_calls = len(e2e)
-        reps = np.asarray([r["name"] for r in st.replicas] or [""], dtype=object)
+        reps = [r["name"] for r in st.replicas] + [""]  # the last: a call no replica took
         rep_idx = _a(st.call_replica)
-        classes = np.asarray(st.call_class, dtype=object)
-        servers_of = np.asarray(st.call_server, dtype=object)
-
-        def replica_names(lo, hi):
-            idx = rep_idx[lo:hi]
-            return np.where(idx >= 0, reps[np.maximum(idx, 0)], "").astype(str)
-
+        rep_codes = np.where(rep_idx >= 0, rep_idx, len(reps) - 1)
+        classes, class_codes = _codes(st.call_class)
+        servers_of, server_codes = _codes(st.call_server)
+        job, arrival, prompt, output = _a(st.call_job), _a(st.call_arrival), _a(st.call_prompt), _a(st.call_output)
+        queue, ttft, preempt = _a(st.call_queue), _a(st.call_ttft), _a(st.call_preempt)
         _write(
             out / "calls.csv",
             lambda f: _csv(
                 f,
                 "call,job,class,server,replica,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,e2e_s,"
                 "preemptions,finished",
-                [
-                    (lambda lo, hi: np.arange(lo, hi).astype(str), n_calls),
-                    col(_a(st.call_job)),
-                    (lambda lo, hi: classes[lo:hi].astype(str), n_calls),
-                    (lambda lo, hi: servers_of[lo:hi].astype(str), n_calls),
-                    (replica_names, n_calls),
-                    col(_a(st.call_arrival), _secs),
-                    col(_a(st.call_prompt)),
-                    col(_a(st.call_output)),
-                    col(_a(st.call_queue), _secs),
-                    col(_a(st.call_ttft), _secs),
-                    col(e2e, _secs),
-                    col(_a(st.call_preempt)),
-                    col((e2e >= 0).astype(int)),
+                len(e2e),
+                lambda lo, hi: [
+                    IntField(np.arange(lo, hi)),
+                    IntField(job[lo:hi]),
+                    names_field(classes, class_codes[lo:hi]),
+                    names_field(servers_of, server_codes[lo:hi]),
+                    names_field(reps, rep_codes[lo:hi]),
+                    seconds_field(arrival[lo:hi]),
+                    IntField(prompt[lo:hi]),
+                    IntField(output[lo:hi]),
+                    seconds_field(queue[lo:hi]),
+                    seconds_field(ttft[lo:hi]),
+                    seconds_field(e2e[lo:hi]),
+                    IntField(preempt[lo:hi]),
+                    IntField((e2e[lo:hi] >= 0).astype(np.int64)),
                 ],
             ),
         )
@@ -444,28 +438,18 @@ class NetworkResult:
         return out
 
 
-def _secs(ns: np.ndarray) -> np.ndarray:
-    """Nanoseconds as seconds with 9 decimals; negative (not reached) as empty."""
-    ns = np.asarray(ns, dtype=np.int64)
-    whole, frac = np.divmod(np.abs(ns), NS)
-    text = np.char.add(np.char.add(whole.astype(str), "."), np.char.zfill(frac.astype(str), 9))
-    return np.where(ns >= 0, text, "")
+def _codes(values) -> tuple[list[str], np.ndarray]:
+    """The distinct strings of `values` and each value's index among them."""
+    names, codes = np.unique(np.asarray(values, dtype=str), return_inverse=True)
+    return names.tolist(), codes.reshape(-1)
 
 
-CSV_BLOCK = 32768  # rows formatted at a time: memory stays flat however many rows
-
-
-def _csv(f, header: str, cols: list) -> None:
-    """Columns (each a callable giving the strings of rows [lo, hi)) as CSV, a block at a time."""
+def _csv(f, header: str, n: int, fields) -> None:
+    """CSV of `n` rows, `fields(lo, hi)` giving the `csv_rows` fields of rows [lo, hi), a
+    block at a time: memory stays flat however many rows."""
     f.write(header + "\n")
-    n = cols[0][1]
-    for lo in range(0, n, CSV_BLOCK):
-        hi = min(n, lo + CSV_BLOCK)
-        rows = np.asarray(cols[0][0](lo, hi), dtype=object)
-        for make, _ in cols[1:]:
-            rows = rows + "," + np.asarray(make(lo, hi), dtype=object)
-        f.write("\n".join(rows.tolist()))
-        f.write("\n")
+    for lo in range(0, n, CHUNK):
+        f.write(format_rows(fields(lo, min(n, lo + CHUNK)), "\n"))
 
 
 def _write(path: Path, writer) -> None:
