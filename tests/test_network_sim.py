@@ -317,3 +317,11 @@ def test_cached_needs_context():
     d["jobs"]["chat"]["route"][2]["call"]["context"] = False
     with pytest.raises(ConfigError, match="cached: true needs context: true"):
         NetworkSpec.from_dict(d)
+
+
+def test_a_replica_that_never_stepped_holds_no_backlog(tmp_path):
+    # stopped after 5 s, one of agent_dag's replicas has run no step: no time series
+    res = simulate_network("examples/networks/agent_dag.yaml", num_jobs=800, max_time_s=5, out_dir=tmp_path)
+    assert min(len(r.timeseries["time_s"]) for r in res.replicas()) == 0
+    assert res.summary["verdict"] in ("stable", "unstable", "inconclusive")
+    assert (tmp_path / "calls.csv").read_text().count("\n") == res.summary["num_calls"] + 1

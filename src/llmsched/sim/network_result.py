@@ -116,7 +116,10 @@ def network_backlog(result) -> dict:
     grid = np.asarray(longest["time_s"], dtype=float)
     servers: dict[str, np.ndarray] = {}
     for rep, ts in zip(st.replicas, series):
-        w = np.interp(grid, np.asarray(ts["time_s"], dtype=float), np.asarray(ts["backlog_tokens"], dtype=float))
+        if len(ts["time_s"]):
+            w = np.interp(grid, np.asarray(ts["time_s"], dtype=float), np.asarray(ts["backlog_tokens"], dtype=float))
+        else:  # a replica that never ran a step before the run stopped holds no backlog
+            w = np.zeros(len(grid))
         servers[rep["server"]] = servers.get(rep["server"], 0.0) + w
     work = (_a(st.call_prompt) + _a(st.call_output) - 1).astype(float)
     call_at = _a(st.call_arrival) / NS
