@@ -182,8 +182,12 @@ class ServerSim:
         if batch is None or t <= batch[1]:
             return 0
         _, start, count, durs, _, _ = batch
+        if t >= self.busy_until:
+            return count
         if isinstance(durs, int):
-            return min(count, (t - start) // durs)
+            return (t - start) // durs
+        if count == 1:
+            return 0
         done, end = 0, start
         for d in durs:
             end += d

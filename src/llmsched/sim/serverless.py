@@ -346,18 +346,11 @@ class _Runtime:
             inst = cands[model.rr % len(cands)]
             model.rr += 1
             return inst
-        # the least unfinished work (`ServerSim.unfinished`, inline), then the oldest
+        # the least unfinished work, then the oldest
         best = None
         least = 0
         for i in cands:
-            sim = i.sim
-            work = sim.state.backlog_tokens
-            batch = sim._batch
-            if batch is not None and t > batch[1]:
-                if t >= sim.busy_until:
-                    work -= batch[2] * (batch[0].decode + batch[4])
-                elif batch[2] > 1:
-                    work -= sim.steps_done(t) * (batch[0].decode + batch[4])
+            work = i.sim.unfinished(t)
             if best is None or work < least:
                 best, least = i, work
         return best
