@@ -489,7 +489,8 @@ class SSEResponse:
             if self.token_text is not None and (o.logprobs or plp is not None):
                 entries = [] if c.drop or not o.logprobs else _lp_entries(o)
                 lp = logprobs_object(entries, self.token_text, self.chat, c.offset, plp)
-                c.offset += sum(len(self.token_text(t)) for t, _, _ in entries)
+                if entries and not self.chat:  # the next token's offset: after this chunk's last
+                    c.offset = lp["text_offset"][-1] + len(lp["tokens"][-1])
             if o.finished:
                 if c.drop:
                     parts.append(w.token(text, "length", usage, None, c.index, lp))
