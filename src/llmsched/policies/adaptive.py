@@ -63,6 +63,14 @@ from ..core.state import UNLIMITED
 from .base import BatchPolicy, Planner
 
 
+def _region():
+    """core.region, imported when a region is first computed: it brings numpy (the LP), and
+    the policy registry imports every policy module."""
+    from ..core import region  # noqa: PLC0415
+
+    return region
+
+
 class Adaptive(BatchPolicy):
     name = "adaptive"
     summary = (
@@ -130,15 +138,12 @@ class Adaptive(BatchPolicy):
         self._compute(state.b_max, None if state.k_max >= UNLIMITED else int(state.k_max))
 
     def _compute(self, b_max: int, k_max: int | None) -> None:
-        # numpy (the region's LP) only once an adaptive scheduler is built: the registry
-        # imports every policy module
-        from ..core.region import representative_step_time, stability_region  # noqa: PLC0415
-
+        """The region's vertex shapes for this server, unless known (called every step)."""
         if self.cost.load_only:
             key = (b_max, k_max)
             if key == self._key:
                 return
-            region = stability_region(self.cost, b_max, k_max)
+            region = _region().stability_region(self.cost, b_max, k_max)
             self._time = lambda x, y: self.cost.load_time(x + y)
         else:
             if self._key is not None and self._n < self._next_refit and self._key[:2] == (b_max, k_max):
@@ -151,9 +156,10 @@ class Adaptive(BatchPolicy):
             key = (b_max, k_max, round(mp), round(mo))
             if key == self._key:
                 return
-            region = stability_region(self.cost, b_max, k_max, mean_prompt=mp, mean_output=mo)
+            region = _region().stability_region(self.cost, b_max, k_max, mean_prompt=mp, mean_output=mo)
             cost = self.cost
-            self._time = lambda x, y: representative_step_time(cost, x, y, mp, mo)
+            step_time = _region().representative_step_time
+            self._time = lambda x, y: step_time(cost, x, y, mp, mo)
         cands = set()
         for x, y, _t in region.vertex_shapes:
             if x + y >= 1:
