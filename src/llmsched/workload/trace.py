@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress
 from pathlib import Path
 
@@ -139,17 +139,7 @@ class Trace:
         return self.block_ids is not None
 
     def _with(self, **changes) -> Trace:
-        d = {
-            "arrival_s": self.arrival_s,
-            "prompt": self.prompt,
-            "output": self.output,
-            "tag": self.tag,
-            "block_ids": self.block_ids,
-            "block_ptr": self.block_ptr,
-            "block_size": self.block_size,
-        }
-        d.update(changes)
-        return Trace(**d)
+        return replace(self, **changes)
 
     # ------------------------------------------------------------------ basics
     def __len__(self) -> int:
