@@ -728,16 +728,7 @@ class _Runtime:
                     inst.planned = True  # plan after what else happens at t
                     heappush(events, (t, _PLAN, inst.id, next(seq), inst, None))
                     continue
-                # nothing else happens at t: plan now (`plan`, inline)
-                st = sim.state
-                if st.running or st.waiting:
-                    if t < max_time:
-                        end = sim.begin(t, max_time)
-                        if end is not None:
-                            inst.version = b = b + 1
-                            heappush(events, (end, _END, inst.id, next(seq), inst, b))
-                elif inst.idle_since < 0:
-                    self.go_idle(inst, t)
+                self.plan(inst, t)  # nothing else happens at t: plan now
             elif kind == _PLAN:
                 a.planned = False
                 self.plan(a, t)
