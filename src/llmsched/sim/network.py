@@ -37,6 +37,7 @@ from ..core.errors import ConfigError
 from ..core.request import NS, Request
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
+from ..workload.blocks import INT_CONSTANTS
 from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, ServerSpec
 from .server import ServerSim, SimulationStuck, TimeSeries
 
@@ -107,8 +108,7 @@ class _Pool:
 
 # ------------------------------------------------------------------ prefix-cache block ids
 _MASK = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-_ROOT = 0x2545F4914F6CDD1D  # the id "before" a stream's first block
+_GOLDEN, _ROOT, _M1, _M2 = INT_CONSTANTS  # `workload.blocks`' (_ROOT: the id before a stream's first block)
 # separate hash domains for a job type's shared system prompt and a job's own tokens
 _SHARED_SALT = 0x5EED5EED00000011
 _OWN_SALT = 0x0C0FFEE000000012
@@ -121,9 +121,6 @@ def _mix(x: int) -> int:
     x ^= x >> 27
     x = (x * _M2) & _MASK
     return x ^ (x >> 31)
-
-
-_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
 def _chain(prev: int, value: int) -> int:

@@ -45,6 +45,8 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _ROOT = np.uint64(0x2545F4914F6CDD1D)  # the "empty prefix" every chain starts from
+# golden, root, m1, m2 as Python ints, for code that chains one id at a time
+INT_CONSTANTS = (int(_GOLDEN), int(_ROOT), int(_M1), int(_M2))
 
 
 def check_block_size(b, what: str = "block size") -> int:
