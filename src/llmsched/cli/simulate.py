@@ -225,6 +225,15 @@ def print_serverless_summary(res) -> None:
     print_table("llmsched serverless", rows, ("metric", "value"))
 
 
+def prefix_cache_row(pc: dict, label: str = "") -> tuple[str, str]:
+    """The summary table's row of a prefix cache's stats (`PrefixCache.stats`)."""
+    return (
+        f"{label}prefix cache hits: tokens / blocks",
+        f"{pc['token_hit_rate']:.1%} / {pc['block_hit_rate']:.1%} "
+        f"({pc['prefill_tokens_saved']:,} prefill tokens saved, {pc['evictions']:,} evictions)",
+    )
+
+
 def print_network_summary(res) -> None:
     s = res.summary
 
@@ -250,15 +259,8 @@ def print_network_summary(res) -> None:
                 f"{load}{srv['calls']:,} calls, TTFT p99 {ms(srv['p99_ttft_ms'])}, {srv['verdict']}",
             )
         )
-        pc = srv.get("prefix_cache")
-        if pc is not None:
-            rows.append(
-                (
-                    f"  {name} prefix cache hits: tokens / blocks",
-                    f"{pc['token_hit_rate']:.1%} / {pc['block_hit_rate']:.1%} "
-                    f"({pc['prefill_tokens_saved']:,} prefill tokens saved, {pc['evictions']:,} evictions)",
-                )
-            )
+        if srv.get("prefix_cache") is not None:
+            rows.append(prefix_cache_row(srv["prefix_cache"], f"  {name} "))
     if s.get("bottleneck"):
         rows.append(
             (
@@ -333,15 +335,8 @@ def print_summary(result) -> None:
         ("mean batch size", f"{s['mean_batch_size']:,.1f}"),
         ("preemptions", f"{s['preemptions']:,}"),
     ]
-    pc = s.get("prefix_cache")
-    if pc is not None:
-        rows.append(
-            (
-                "prefix cache hits: tokens / blocks",
-                f"{pc['token_hit_rate']:.1%} / {pc['block_hit_rate']:.1%} "
-                f"({pc['prefill_tokens_saved']:,} prefill tokens saved, {pc['evictions']:,} evictions)",
-            )
-        )
+    if s.get("prefix_cache") is not None:
+        rows.append(prefix_cache_row(s["prefix_cache"]))
     if s.get("critical_rate") is not None:
         rows.append(("critical rate lambda* (theorem 2)", f"{s['critical_rate']:,.2f} req/s"))
     if s.get("utilisation") is not None:
