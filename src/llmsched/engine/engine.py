@@ -34,7 +34,7 @@ class Sequence(_Sequence):
     """Engine-side data of one request: its tokens, KV blocks, sampler and timings, on top
     of the driver's text and stop state."""
 
-    __slots__ = ("token_ids", "generator", "blocks", "shared", "detok", "arrival", "token_times", "plp_done")
+    __slots__ = ("token_ids", "generator", "blocks", "shared", "detok", "arrival", "token_times")
 
     def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, arrival: float, eos_ids: frozenset):
         super().__init__(request_id, len(prompt), params, eos_ids)
@@ -45,7 +45,6 @@ class Sequence(_Sequence):
         self.detok = None
         self.arrival = arrival  # engine clock, seconds
         self.token_times: list[float] = []
-        self.plp_done = 0  # prompt logprobs: positions whose next-token logprobs are computed
 
     @property
     def output_ids(self) -> list[int]:
@@ -82,8 +81,10 @@ class ModelExecutor:
             want = None
             # the rows of prompt positions p < prompt_len - 1 give token p + 1's logprob; a
             # recomputed prompt (after a preemption) has them already
-            if k is not None and first <= s.plp_done < min(first + n, s.prompt_len - 1):
-                want = (s.plp_done, min(first + n, s.prompt_len - 1), k)
+            if k is not None:
+                done = len(s.prompt_lps) - 1  # positions whose next token's logprob is known
+                if first <= done < min(first + n, s.prompt_len - 1):
+                    want = (done, min(first + n, s.prompt_len - 1), k)
             rows_wanted.append(want)
             chunks.append((s, first, n, last))
         prompt_rows = rows_wanted if any(w is not None for w in rows_wanted) else None
@@ -113,7 +114,6 @@ class ModelExecutor:
             for (s, _, _, _), rows, got in zip(chunks, prompt_rows, plps):
                 if got is not None:
                     s.prompt_lps.extend(got)
-                    s.plp_done = rows[1]
         if lps:
             for s, lp in zip(seqs, lps):
                 s.logprob = lp
