@@ -141,10 +141,9 @@ def _nanoseconds(step_time):
     """`step_time` (seconds) as integer nanoseconds, rounded as `StepTimer._check` does."""
 
     def step_ns(prefill_tokens, decode_tokens, decode_context, chunks, sampled) -> int:
-        d = int(round(step_time(prefill_tokens, decode_tokens, decode_context, chunks, sampled) * NS))
-        if d <= 0:
-            raise ConfigError(f"the cost model gives a non-positive step time at load {prefill_tokens + decode_tokens}")
-        return d
+        seconds = step_time(prefill_tokens, decode_tokens, decode_context, chunks, sampled)
+        d = int(round(seconds * NS))
+        return d if d > 0 else StepTimer._check(seconds, prefill_tokens + decode_tokens)  # raises
 
     return step_ns
 
