@@ -19,9 +19,12 @@ class StepPlan:
     - `decode_room`: the KV slots the plan needed free for decode tokens, below which it
       would have preempted (the planner reserves one per decoder the step could serve,
       which may be more than `decode`); None means `decode`.
+    - `ignores_waiting`: the policy built the plan without reading the waiting queue (the
+      budget was spent first), so requests that arrive while it repeats leave it unchanged:
+      a driver need not cut a batch of its steps at an arrival.
     """
 
-    __slots__ = ("decode", "prefill", "preempt", "decode_first", "decode_room")
+    __slots__ = ("decode", "prefill", "preempt", "decode_first", "decode_room", "ignores_waiting")
 
     def __init__(
         self,
@@ -36,6 +39,7 @@ class StepPlan:
         self.preempt = preempt if preempt is not None else []
         self.decode_first = decode_first
         self.decode_room = decode if decode_room is None else decode_room
+        self.ignores_waiting = False
 
     @property
     def prefill_tokens(self) -> int:

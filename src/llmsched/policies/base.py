@@ -110,6 +110,7 @@ class Planner:
         "n_admitted",
         "admitted_tokens",
         "decode_room",
+        "saw_waiting",
         "_may_admit",
         "_victims",
         "_freed",
@@ -134,6 +135,7 @@ class Planner:
         self.preempt: list[Request] = []
         self.n_admitted = 0
         self.admitted_tokens = 0
+        self.saw_waiting = False  # whether the policy read the waiting queue (admit, admit_waiting)
         self._victims: set[int] | frozenset = _NOBODY
         self._freed: set[int] | frozenset = _NOBODY  # prefix caching: cached runs only the victims hold
         self.decodable = need = len(state.decoders)
@@ -212,6 +214,7 @@ class Planner:
     def admit(self, r: Request, whole: bool = False) -> bool:
         """Admit waiting request `r` with a first chunk, if budget, KV and the admission
         policy allow. `whole`: only if its whole prefill fits in the step."""
+        self.saw_waiting = True
         state = self.state
         if state.prefix is None:
             done, need = r.prefilled, r.prefill_target  # a prompt may arrive with part of its KV computed
@@ -244,6 +247,7 @@ class Planner:
         """Admit from the head of the waiting queue until one does not fit (no overtaking)."""
         if self.tokens <= 0 or self.slots <= 0:
             return  # no room: the head would be refused (under load, most steps)
+        self.saw_waiting = True
         admit = self.admit
         for r in self.state.waiting:
             if not admit(r, whole):
@@ -262,6 +266,9 @@ class BatchPolicy:
     # Given the same requests with only token counts changed (no arrival, completion,
     # admission or chunk boundary), the plan repeats: the simulator may skip ahead.
     repeatable = True
+    # `build` reads the waiting queue only through `Planner.admit` and `admit_waiting`, so
+    # a plan built without them ignores the queue (`StepPlan.ignores_waiting`).
+    waiting_via_planner = False
 
     def build(self, p: Planner) -> StepPlan:
         raise NotImplementedError
@@ -288,13 +295,22 @@ class Scheduler:
         self.closed_loop = self.admission.closed_loop
         self.repeats_closed_loop = batch.repeatable and self.closed_loop and self.admission.repeats
         self.reads_emitted = self.admission.reads_emitted
-        self._hooks = AdmissionHooks(self.admission)
+        self._hooks = hooks = AdmissionHooks(self.admission)
+        # plans may ignore the waiting queue: the batch policy reads it only through the
+        # planner and the admission policy sets no limit (a limit may depend on the queue)
+        self._marks_blind = (
+            batch.waiting_via_planner and not self.closed_loop and not hooks.token_limit and not hooks.batch_limit
+        )
 
     def new_state(self) -> ServerState:
         return ServerState(self.constraints, self.admission.waiting_key())
 
     def plan(self, state: ServerState) -> StepPlan:
-        return self.batch.build(Planner(state, self.admission, self._hooks))
+        p = Planner(state, self.admission, self._hooks)
+        plan = self.batch.build(p)
+        if self._marks_blind and not p.saw_waiting:
+            plan.ignores_waiting = True
+        return plan
 
     def observe(self, state: ServerState, feedback: StepFeedback) -> None:
         self.admission.observe(state, feedback)

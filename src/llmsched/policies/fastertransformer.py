@@ -12,6 +12,7 @@ from .base import BatchPolicy, Planner
 class FasterTransformer(BatchPolicy):
     name = "fastertransformer"
     summary = "decode-only steps while any request decodes; prefill (chunked by b_max) only when none does"
+    waiting_via_planner = True
 
     def build(self, p: Planner):
         if p.take_decodes():

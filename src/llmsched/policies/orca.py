@@ -12,6 +12,7 @@ class Orca(BatchPolicy):
     name = "orca"
     summary = "prefill chunks first (FCFS), then one decode token per decoder in mixed steps (work-conserving)"
     work_conserving = True
+    waiting_via_planner = True
 
     def build(self, p: Planner):
         p.take_running_prefills()

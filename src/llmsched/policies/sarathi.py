@@ -13,6 +13,7 @@ class Sarathi(BatchPolicy):
     name = "sarathi"
     summary = "decode tokens first, then prefill chunks FCFS filling the budget (work-conserving)"
     work_conserving = True
+    waiting_via_planner = True
 
     def build(self, p: Planner):
         p.take_decodes()

@@ -1,12 +1,14 @@
 """One simulated server, advanced a batch of identical steps at a time.
 
-`ServerSim.begin(now, limit)` plans the step at boundary `now` and, on the fast path,
-how many identical steps follow it (up to the next completion, chunk boundary or KV
-limit, and only steps starting before `limit`); `truncate(t)` shortens that batch when
-a request arrives at `t` during it (it joins at the first boundary at or after `t`);
-`end()` applies the batch to the state and its metrics and returns the requests that
-finished. The single-server simulator calls begin/end in a loop with the next arrival
-as the limit; the network simulator runs many `ServerSim`s on one event queue.
+`ServerSim.begin(now, limit, arrival)` plans the step at boundary `now` and, on the fast
+path, how many identical steps follow it (up to the next completion, chunk boundary or
+KV limit, and only steps starting before `limit` and the next `arrival`); `truncate(t)`
+shortens that batch when a request arrives at `t` during it (it joins at the first
+boundary at or after `t`); `end()` applies the batch to the state and its metrics and
+returns the requests that finished. A plan built without reading the waiting queue
+(`StepPlan.ignores_waiting`: the budget was spent before any admission) is the same
+whoever arrives, so its batch runs past arrivals. The single-server simulator calls
+begin/end in a loop; the network simulator runs many `ServerSim`s on one event queue.
 
 A driver whose batches arrivals usually cut early (the serverless runtime) lowers
 `first_steps`: `begin` then times only the first steps of the batch, and while the batch
@@ -68,15 +70,16 @@ class TimeSeries:
             self.interval *= 2
             self.next = self.first + -(-(self.next - self.first) // self.interval) * self.interval
 
-    def _record(self, state, t: int, j: int, b: int, pf: int) -> None:
+    def _record(self, state, t: int, j: int, b: int, pf: int, joined: tuple[int, int, int] = (0, 0, 0)) -> None:
         c = self.cols
+        n, prompt, work = joined  # requests that joined the queue during the batch
         c["time_s"].append(t / NS)
-        c["waiting_requests"].append(len(state.waiting))
-        c["waiting_prefill_tokens"].append(state.pending_prefill - j * pf)
+        c["waiting_requests"].append(len(state.waiting) + n)
+        c["waiting_prefill_tokens"].append(state.pending_prefill - j * pf + prompt)
         c["running_requests"].append(state.n_running)
         c["decoding_requests"].append(state.n_decoding)
         c["token_load"].append(b)
-        c["backlog_tokens"].append(state.backlog_tokens - j * b)
+        c["backlog_tokens"].append(state.backlog_tokens - j * b + work)
         c["kv_used_tokens"].append(state.kv_used + j * (b - pf))
         if self.prefix:
             # inside a batch of repeated steps the step-by-step path evicts at each step's
@@ -87,9 +90,12 @@ class TimeSeries:
             c["prefix_evictions"].append(pc.evictions + ev)
             c["kv_cached_free_tokens"].append((pc.n_free - ev) * pc.block_size)
 
-    def span(self, state, start: int, durations, count: int, b: int, pf: int) -> None:
+    def span(self, state, start: int, durations, count: int, b: int, pf: int, late=None) -> None:
         """Record the samples that fall in `count` repeated steps from `start` (the state
-        is the one at the start of the first step)."""
+        is the one at the start of the first step; `late` as in `ServerSim.end`)."""
+        if late:
+            self._span_late(state, start, durations, count, b, pf, late)
+            return
         if isinstance(durations, int):
             end = start + durations * count
             while self.next < end:
@@ -101,6 +107,20 @@ class TimeSeries:
             t += d
             while self.next < t:
                 self._record(state, self.next, j, b, pf)
+                self._advance()
+
+    def _span_late(self, state, start: int, durations, count: int, b: int, pf: int, late) -> None:
+        """`span` with requests arriving during the batch: a sample in step j counts those
+        that arrived by the step's start (they would have joined there)."""
+        t = start
+        k = n = prompt = work = 0
+        for j in range(count):
+            while k < len(late) and late[k][0] <= t:
+                n, prompt, work = n + 1, prompt + late[k][1], work + late[k][2]
+                k += 1
+            t += durations if isinstance(durations, int) else durations[j]
+            while self.next < t:
+                self._record(state, self.next, j, b, pf, (n, prompt, work))
                 self._advance()
 
     def idle(self, state, until: int) -> None:
@@ -209,12 +229,15 @@ class ServerSim:
         return not st.running and not st.waiting
 
     # ---- a batch -----------------------------------------------------------------------
-    def begin(self, now: int, limit: int = UNLIMITED) -> int | None:
+    def begin(self, now: int, limit: int = UNLIMITED, arrival: int = UNLIMITED) -> int | None:
         """Plan at boundary `now` a batch of identical steps, those that start before
-        `limit` (at least one); returns its end, or None if the plan is empty."""
+        `limit` (at least one) and, unless the plan ignores the waiting queue, before the
+        next `arrival`; returns its end, or None if the plan is empty."""
         st = self.state
         self.now = now
         plan = self.plan_step(st)
+        if arrival < limit and not plan.ignores_waiting:
+            limit = arrival
         prefill = plan.prefill
         m = plan.decode
         if not m and not prefill:
@@ -358,8 +381,11 @@ class ServerSim:
         self.busy_until = end
         return end
 
-    def end(self) -> list[Request]:
-        """Apply the current batch; returns the requests it finished (`state.finished`)."""
+    def end(self, late: list[tuple[int, int, int]] | None = None) -> list[Request]:
+        """Apply the current batch; returns the requests it finished (`state.finished`).
+        `late`: (arrival, prompt tokens, work) of requests that arrived during a batch whose
+        plan ignores the waiting queue, not yet added to the state (the time series counts
+        each from the first boundary at or after its arrival, as if it had cut the batch)."""
         st = self.state
         plan, now, count, durs, pf, new = self._batch
         m = plan.decode
@@ -393,7 +419,7 @@ class ServerSim:
             gaps[first] = gap(first, 0) + w
         series = self.series
         if series is not None and series.next < end:
-            series.span(st, now, durs, count, b, pf)
+            series.span(st, now, durs, count, b, pf, late)
         if self.steps_file is not None:
             write_steps(self.steps_file, self.steps - count, now, durs, count, plan, st)
         served = st.decoders[:m] if self.reads_emitted else None

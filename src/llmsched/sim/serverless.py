@@ -382,6 +382,8 @@ class _Runtime:
         if inst.state != READY:
             return
         busy_until = sim.busy_until
+        if busy_until >= t and sim.batch[0].ignores_waiting:
+            return  # the batch's plan never read the queue: it goes on unchanged
         if busy_until > t:
             end = sim.truncate(t)
             inst.version += 1

@@ -5,8 +5,10 @@ waiting queue, and the server (`sim.server.ServerSim`, which the network simulat
 many of) plans a step, times it and advances its state. The fast path: when the plan is
 one the scheduler would repeat (no admission, preemption, arrival, completion or chunk
 boundary before the next step), all the identical steps up to the next event are applied
-at once. Times are integer nanoseconds, so both paths give the same clock, the same
-metrics and the same `steps.csv`.
+at once; a plan that never read the waiting queue runs on past arrivals (they join at its
+end, and the time series counts each from the boundary it would have joined at). Times
+are integer nanoseconds, so both paths give the same clock, the same metrics and the
+same `steps.csv`.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ def simulate_trace(
             continue
         if now >= max_time:
             break
-        end = begin(now, next_arrival if max_time > next_arrival else max_time)
+        end = begin(now, max_time, next_arrival)
         if end is None:
             if i < n:
                 server.idle_until(next_arrival)
@@ -167,7 +169,14 @@ def simulate_trace(
                 f"the scheduler planned no work at t={now / NS:.6f}s with {len(state.waiting)} waiting "
                 f"and {state.n_running} running requests, and no more arrivals"
             )
-        for r in end_batch():
+        late = None
+        if next_arrival < end and series.next < end:  # the plan ignored the queue: arrivals joined
+            late = []
+            j = i
+            while j < n and arr[j] < end:
+                late.append((arr[j], prompts[j], prompts[j] + outputs[j] - 1))
+                j += 1
+        for r in end_batch(late):
             x = r.id
             a = r.arrival
             if r.first_token >= 0:
