@@ -19,12 +19,23 @@ class StepPlan:
     - `decode_room`: the KV slots the plan needed free for decode tokens, below which it
       would have preempted (the planner reserves one per decoder the step could serve,
       which may be more than `decode`); None means `decode`.
-    - `ignores_waiting`: the policy built the plan without reading the waiting queue (the
-      budget was spent first), so requests that arrive while it repeats leave it unchanged:
-      a driver need not cut a batch of its steps at an arrival.
+    - `ignores_waiting`: requests that arrive after the plan's first step begins leave it
+      unchanged (the policy built it without reading the waiting queue, as the budget was
+      spent first, or `repeats_admission`): a driver need not cut its batch at an arrival.
+    - `repeats_admission`: the plan admits one request whose chunk spends the rest of the
+      budget and not its whole prompt; the plan of the next step is the same (that request
+      then a running prefill) and reads no queue, so the plan repeats despite admitting.
     """
 
-    __slots__ = ("decode", "prefill", "preempt", "decode_first", "decode_room", "ignores_waiting")
+    __slots__ = (
+        "decode",
+        "prefill",
+        "preempt",
+        "decode_first",
+        "decode_room",
+        "ignores_waiting",
+        "repeats_admission",
+    )
 
     def __init__(
         self,
@@ -40,6 +51,7 @@ class StepPlan:
         self.decode_first = decode_first
         self.decode_room = decode if decode_room is None else decode_room
         self.ignores_waiting = False
+        self.repeats_admission = False
 
     @property
     def prefill_tokens(self) -> int:

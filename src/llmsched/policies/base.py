@@ -111,6 +111,7 @@ class Planner:
         "admitted_tokens",
         "decode_room",
         "saw_waiting",
+        "short_admission",
         "_may_admit",
         "_victims",
         "_freed",
@@ -136,6 +137,7 @@ class Planner:
         self.n_admitted = 0
         self.admitted_tokens = 0
         self.saw_waiting = False  # whether the policy read the waiting queue (admit, admit_waiting)
+        self.short_admission = False  # whether the last admission's chunk left part of its prompt
         self._victims: set[int] | frozenset = _NOBODY
         self._freed: set[int] | frozenset = _NOBODY  # prefix caching: cached runs only the victims hold
         self.decodable = need = len(state.decoders)
@@ -233,6 +235,7 @@ class Planner:
         self.tokens = tokens - n
         self.slots -= 1
         self.kv -= need
+        self.short_admission = n < left
         self.n_admitted += 1
         self.admitted_tokens += r.prefill_target
         return True
@@ -308,8 +311,13 @@ class Scheduler:
     def plan(self, state: ServerState) -> StepPlan:
         p = Planner(state, self.admission, self._hooks)
         plan = self.batch.build(p)
-        if self._marks_blind and not p.saw_waiting:
-            plan.ignores_waiting = True
+        if self._marks_blind:
+            if not p.saw_waiting:
+                plan.ignores_waiting = True
+            elif p.n_admitted == 1 and p.short_admission:
+                # the admitted prompt took the rest of the budget: as a running prefill it
+                # takes the same chunk next step, and the queue is not read
+                plan.ignores_waiting = plan.repeats_admission = True
         return plan
 
     def observe(self, state: ServerState, feedback: StepFeedback) -> None:

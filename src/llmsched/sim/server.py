@@ -247,10 +247,11 @@ class ServerSim:
                 )
             return None
         admits = False
-        for r, _ in prefill:
-            if r.phase == WAITING:
-                admits = True
-                break
+        if not plan.repeats_admission:
+            for r, _ in prefill:
+                if r.phase == WAITING:
+                    admits = True
+                    break
         pf, dctx, chunks, sampled = st.begin_step(plan, now)
         count = 1
         closed = False
