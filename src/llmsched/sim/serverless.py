@@ -41,7 +41,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import operator
 from array import array
 from bisect import insort
 from collections import OrderedDict, deque
@@ -96,35 +95,24 @@ class _State(ServerState):
         self.pending_prefill += r.prefill_target
 
 
-class _GapTotals:
-    """An instance's own inter-token gaps: their count and sum (its mean ITL), cheap to keep."""
+class _InstanceGaps:
+    """An instance's inter-token gaps: they go to its model's histogram (the platform's is
+    their merge, at the end), and the instance keeps only their count and sum (its mean
+    ITL), read off the histogram's exact integer sums."""
 
-    __slots__ = ("count", "total")
+    __slots__ = ("count", "total", "model")
 
-    def __init__(self):
+    def __init__(self, model: GapHistogram):
         self.count = 0
         self.total = 0
+        self.model = model
 
     def add_counts(self, counts: dict) -> None:
-        self.count += sum(counts.values())
-        self.total += sum(map(operator.mul, counts, counts.values()))
-
-    @property
-    def mean(self) -> float:
-        return self.total / self.count if self.count else math.nan
-
-
-class _Tee:
-    """Hands inter-token gap counts to the instance's totals and its model's histogram."""
-
-    __slots__ = ("totals", "model")
-
-    def __init__(self, totals: _GapTotals, model: GapHistogram):
-        self.totals, self.model = totals, model
-
-    def add_counts(self, counts: dict) -> None:
-        self.totals.add_counts(counts)
-        self.model.add_counts(counts)
+        model = self.model
+        count, total = model.count, model.total
+        model.add_counts(counts)
+        self.count += model.count - count
+        self.total += model.total - total
 
 
 class _InstanceSim(ServerSim):
@@ -137,8 +125,7 @@ class _InstanceSim(ServerSim):
         super().__init__(scheduler, cost, fast=fast, state=state)
         # an arrival cuts most batches within a few steps: time them a few at a time
         self.first_steps = FIRST_STEPS
-        self.own_itl = _GapTotals()
-        self._itl = _Tee(self.own_itl, model_itl)
+        self.own_itl = self._itl = _InstanceGaps(model_itl)
 
 
 # ---- the platform's parts -------------------------------------------------------------------
@@ -820,7 +807,7 @@ class _Runtime:
                     "itl_count": h.count,
                     "max_token_load": max((b for b, c in enumerate(sim.load_hist) if c), default=0),
                     "max_batch_size": max(sim.batch_hist, default=0),
-                    "itl_mean_ns": h.mean if h.count else None,
+                    "itl_mean_ns": h.total / h.count if h.count else None,
                     "admission": sim.scheduler.admission.name,
                     "kv_capacity": sim.state.constraints.kv_capacity,
                 }
