@@ -222,7 +222,16 @@ class ServerSim:
         batch = self._batch
         if batch is None or t <= batch[1]:
             return self.state.backlog_tokens
-        return self.state.backlog_tokens - self.steps_done(t) * (batch[0].decode + batch[4])
+        plan, start, count, durs, pf, _ = batch
+        if t >= self.busy_until:  # the rule of steps_done, inline (routers call this per arrival)
+            done = count
+        elif isinstance(durs, int):
+            done = (t - start) // durs
+        elif count == 1:
+            return self.state.backlog_tokens
+        else:
+            done = self.steps_done(t)
+        return self.state.backlog_tokens - done * (plan.decode + pf)
 
     def is_idle(self) -> bool:
         st = self.state
