@@ -175,3 +175,31 @@ def test_serverless_instances_run_past_arrivals_unchanged(monkeypatch):
     assert marked.steps == cut.steps
     assert marked.end_ns == cut.end_ns
     assert (marked.itl.count, marked.itl.total, marked.itl.total_sq) == (cut.itl.count, cut.itl.total, cut.itl.total_sq)
+
+
+def test_an_admission_that_spends_the_budget_on_part_of_its_prompt_repeats():
+    plan = plan_of("sarathi", waiting=[1000, 10], b_max=64)
+    assert [n for _, n in plan.prefill] == [64]
+    assert plan.repeats_admission and plan.ignores_waiting
+    # the whole prompt fits: its prefill completes, the next plan differs
+    assert not plan_of("sarathi", waiting=[40, 10], b_max=64).repeats_admission
+    # two admissions: the second is not the running prefill of the next step alone
+    assert not plan_of("sarathi", waiting=[30, 1000], b_max=64).repeats_admission
+    # an admission policy whose limits move with the queue: no
+    assert not plan_of("sarathi", admission="dynamicbatch", waiting=[1000], b_max=64).repeats_admission
+
+
+def test_an_admitted_prompt_runs_its_chunks_in_one_batch():
+    # 640 prompt tokens at 64 a step: one batch of 10 steps (the admission, then 9 chunks)
+    sched = make_scheduler("sarathi", b_max=64)
+    plans = []
+    inner = sched.plan
+
+    def recorded(state):
+        plans.append(inner(state))
+        return plans[-1]
+
+    sched.plan = recorded
+    stats = simulate_trace(trace([(0.0, 640, 1)]), sched, make_cost_model("paper:c=1,a=2,b0=16"))
+    assert stats.steps == 10
+    assert len(plans) == 1
