@@ -304,6 +304,9 @@ class Scheduler:
         self._marks_blind = (
             batch.waiting_via_planner and not self.closed_loop and not hooks.token_limit and not hooks.batch_limit
         )
+        # a closed-loop policy that repeats plans (TWP) tells from the coming steps how long
+        # an admission's plan lasts, its token limit moving with the feedback
+        self._marks_admission = batch.waiting_via_planner and self.repeats_closed_loop and not hooks.batch_limit
 
     def new_state(self) -> ServerState:
         return ServerState(self.constraints, self.admission.waiting_key())
@@ -318,6 +321,8 @@ class Scheduler:
                 # the admitted prompt took the rest of the budget: as a running prefill it
                 # takes the same chunk next step, and the queue is not read
                 plan.ignores_waiting = plan.repeats_admission = True
+        elif self._marks_admission and p.n_admitted == 1 and p.short_admission:
+            plan.repeats_admission = True  # (arrivals still cut it: the queue moves the limit)
         return plan
 
     def observe(self, state: ServerState, feedback: StepFeedback) -> None:
