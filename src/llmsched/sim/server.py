@@ -303,25 +303,7 @@ class ServerSim:
         """Append the durations of the batch's steps len(durs), ... that start before its
         limit, up to step `upto` (excluded); returns the end of the last."""
         pf, m, dctx, chunks, rems, _, limit = self._timing
-        step_ns = self.timer.step_ns
-        j = len(durs)
-        if not chunks:
-            while j < upto and t < limit:
-                d = step_ns(0, m, dctx + j * m, [], m)
-                durs.append(d)
-                t += d
-                j += 1
-            return t
-        while j < upto and t < limit:
-            s = m
-            for (c, _), rem in zip(chunks, rems):
-                if rem - j * c == c:  # the chunk that completes its prefill samples a token
-                    s += 1
-            d = step_ns(pf, m, dctx + j * m, [(c, ctx + j * c) for c, ctx in chunks], s)
-            durs.append(d)
-            t += d
-            j += 1
-        return t
+        return self.timer.time_steps(durs, t, limit, upto, pf, m, dctx, chunks, rems)
 
     def extend(self) -> int:
         """Time more steps of an `extendable` batch (as many again as it has, those that
