@@ -4,14 +4,19 @@ without them (or overriding `step_time`) go through `step_time`."""
 
 from __future__ import annotations
 
+import io
 import random
 
+import numpy as np
 import pytest
+from helpers import trace
 
 from llmsched.core.cost import CostModel, LinearCostModel, StepTimer
 from llmsched.core.errors import ConfigError
 from llmsched.core.profile import ProfileCostModel, load_profile, shipped_profiles
 from llmsched.core.request import NS
+from llmsched.policies import make_scheduler
+from llmsched.sim.simulator import simulate_trace
 
 SPECS = [name + opts for name in shipped_profiles() for opts in ("", ",mode=eager", ",mode=graph,overlap=0")]
 
@@ -180,3 +185,35 @@ def test_a_non_positive_step_time_raises(model):
         timer.time_steps([], 0, 2**62, 3, 0, 4, 40, [], [])
     with pytest.raises(ConfigError, match="non-positive step time at load 12"):
         timer.time_steps([], 0, 2**62, 3, 8, 4, 40, [(8, 0)], [64])
+
+
+class Delegate(CostModel):
+    """The profile model's `step_time` behind a plain CostModel: the generic path."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
+        return self.inner.step_time(prefill_tokens, decode_tokens, decode_context, chunks, sampled)
+
+
+@pytest.mark.parametrize(
+    "policy,admission,limits",
+    [("sarathi", "fcfs", {"b_max": 256}), ("orca", "fcfs", {}), ("sarathi", "twp", {"kv_capacity": 60000})],
+)
+def test_simulations_time_steps_the_same_with_and_without_the_fast_paths(policy, admission, limits):
+    rng = np.random.default_rng(7)
+    n = 400
+    arrivals = np.sort(rng.uniform(0, 40, n))
+    rows = list(zip(arrivals, rng.integers(1, 3000, n), rng.integers(1, 400, n)))
+    model = load_profile("h200-llama-3.2-1b")
+    out = []
+    for cost in (model, Delegate(model)):
+        for fast in (True, False):
+            buf = io.StringIO()
+            sched = make_scheduler(policy, admission=admission, **limits)
+            sched.bind_cost_model(cost)
+            simulate_trace(trace(rows), sched, cost, fast=fast, steps_file=buf)
+            out.append(buf.getvalue())
+    assert out[0] == out[2] and out[1] == out[3]
+    assert out[0].count("\n") > 1000
