@@ -37,6 +37,18 @@ class CostModel:
         """Step time at token load b with context-free shape (theory uses it as t(b))."""
         return self.step_time(b, 0, 0, [(b, 0)] if b else [], 1 if b else 0)
 
+    def step_ns_function(self):
+        """An optional fast path for `StepTimer.step_ns`: a function of `step_time`'s
+        arguments giving exactly `int(round(step_time(...) * NS))` (raising through
+        `StepTimer._check` when that is not positive), or None (the default: the timer
+        wraps `step_time`). A model that overrides `step_time` must not inherit a parent's."""
+        return None
+
+    def steps_ns_function(self):
+        """An optional fast path for `StepTimer.time_steps` (same arguments, same
+        durations), or None (the default: the timer calls `step_ns` per step)."""
+        return None
+
     def describe(self) -> dict:
         return {"name": self.name}
 
@@ -102,15 +114,36 @@ class StepTimer:
 
     `step_ns(prefill_tokens, decode_tokens, decode_context, chunks, sampled)` is the
     step's time: a function made for the model once, as the simulator calls it every
-    step (a method testing `load_only` and calling a checker took a third of its time)."""
+    step (a method testing `load_only` and calling a checker took a third of its time).
+    A model may give its own (`CostModel.step_ns_function`), which saves the call of
+    `step_time` inside it.
 
-    __slots__ = ("cost", "load_only", "_by_load", "step_ns")
+    `time_steps(durs, t, limit, upto, prefill_tokens, decode_tokens, decode_context,
+    chunks, remaining)` times the repeated steps of one plan: it appends to `durs` the
+    durations of steps j = len(durs), len(durs) + 1, ... while j < upto and the step
+    starts before `limit` (`t`, the end of the steps in `durs`, is the start of step
+    len(durs)), and returns the end of the last. Step j of the plan is
+    `step_ns(prefill_tokens, decode_tokens, decode_context + j * decode_tokens,
+    [(c, ctx + j * c) for c, ctx in chunks], sampled_j)`, where sampled_j counts the
+    decode tokens and the chunks whose prefill that step completes (`remaining` holds each
+    chunk's prefill tokens left before step 0: chunk c completes in step j if
+    `remaining - j * c == c`). A model may give its own (`CostModel.steps_ns_function`)
+    that looks the plan's constant parts up once."""
+
+    __slots__ = ("cost", "load_only", "_by_load", "step_ns", "time_steps")
 
     def __init__(self, cost: CostModel):
         self.cost = cost
         self.load_only = cost.load_only
         self._by_load: dict[int, int] = {}
-        self.step_ns = self._load_step_ns if cost.load_only else _nanoseconds(cost.step_time)
+        if cost.load_only:
+            self.step_ns = self._load_step_ns
+            self.time_steps = steps_by_step(self.step_ns)
+            return
+        fast = getattr(cost, "step_ns_function", None)
+        self.step_ns = (fast and fast()) or _nanoseconds(cost.step_time)
+        fast = getattr(cost, "steps_ns_function", None)
+        self.time_steps = (fast and fast()) or steps_by_step(self.step_ns)
 
     def load_ns(self, b: int) -> int:
         """Step time at load b of a load-only model."""
@@ -146,6 +179,43 @@ def _nanoseconds(step_time):
         return d if d > 0 else StepTimer._check(seconds, prefill_tokens + decode_tokens)  # raises
 
     return step_ns
+
+
+def steps_by_step(step_ns):
+    """`StepTimer.time_steps` for the step function `step_ns`, calling it for every step."""
+
+    def time_steps(
+        durs: list[int],
+        t: int,
+        limit: int,
+        upto: int,
+        prefill_tokens: int,
+        decode_tokens: int,
+        decode_context: int,
+        chunks: Sequence[tuple[int, int]],
+        remaining: Sequence[int],
+    ) -> int:
+        m = decode_tokens
+        j = len(durs)
+        if not chunks:
+            while j < upto and t < limit:
+                d = step_ns(0, m, decode_context + j * m, [], m)
+                durs.append(d)
+                t += d
+                j += 1
+            return t
+        while j < upto and t < limit:
+            s = m
+            for (c, _), rem in zip(chunks, remaining):
+                if rem - j * c == c:  # the chunk that completes its prefill samples a token
+                    s += 1
+            d = step_ns(prefill_tokens, m, decode_context + j * m, [(c, ctx + j * c) for c, ctx in chunks], s)
+            durs.append(d)
+            t += d
+            j += 1
+        return t
+
+    return time_steps
 
 
 def _parse_params(text: str, spec: str) -> dict[str, str]:

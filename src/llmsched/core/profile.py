@@ -109,8 +109,9 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from pathlib import Path
 
-from .cost import CostModel
+from .cost import CostModel, StepTimer, steps_by_step
 from .errors import ConfigError
+from .request import NS
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
 DEFAULT_PROFILE = "h200-llama-3-8b"
@@ -477,6 +478,187 @@ class ProfileCostModel(CostModel):
             except (IndexError, TypeError):
                 t += self._lm(sampled)
         return t
+
+    # -- integer-ns fast paths (StepTimer) ---------------------------------------------------
+    # Both compute `step_time`'s float with the same additions in the same order, so every
+    # duration is `int(round(step_time(...) * NS))` bit for bit (`round` of a float is an int).
+    def _own_step_time(self) -> bool:
+        """Whether `step_time` is this class's (a subclass that overrides it gets no fast path)."""
+        return type(self).step_time is ProfileCostModel.step_time
+
+    def step_ns_function(self):
+        if not self._own_step_time():
+            return None
+        lin, glin, linear_time = self._lin, self._glin, self.linear_time
+        dcache, drow, dx = self._dcache, self._drow, self._dx
+        pcache, prow, px = self._pcache, self._prow, self._px
+        lmd, lm, check = self._lmd, self._lm, StepTimer._check
+
+        def step_ns(prefill_tokens, decode_tokens, decode_context, chunks, sampled) -> int:
+            b = prefill_tokens + decode_tokens
+            try:
+                t = lin[b] if prefill_tokens else glin[b]
+            except (IndexError, TypeError):
+                t = linear_time(b, not prefill_tokens) if b > 0 else 0.0
+            if decode_tokens:
+                seg = dcache.get(decode_tokens) or drow(decode_tokens)
+                x = decode_context / decode_tokens
+                i = bisect_right(dx, x)
+                t += seg[0][i] + seg[1][i] * x
+            if chunks:
+                for c, x in chunks:
+                    seg = pcache.get(c) or prow(c)
+                    i = bisect_right(px, x)
+                    t += seg[0][i] + seg[1][i] * x
+            if sampled:
+                try:
+                    t += lmd[sampled]
+                except (IndexError, TypeError):
+                    t += lm(sampled)
+            d = round(t * NS)
+            return d if d > 0 else check(t, b)  # check raises
+
+        return step_ns
+
+    def steps_ns_function(self):
+        if not self._own_step_time():
+            return None
+        lin, glin, linear_time = self._lin, self._glin, self.linear_time
+        dcache, drow, dx = self._dcache, self._drow, self._dx
+        pcache, prow, px = self._pcache, self._prow, self._px
+        lmd, lm, check = self._lmd, self._lm, StepTimer._check
+        n_dx, inf = len(dx), math.inf
+        generic = steps_by_step(self.step_ns_function())
+        # decode batch m -> the constant parts of its decode-only steps: linear time,
+        # decode-attention segments, LM head time (a batch is timed in a few calls, often)
+        decode_parts: dict[int, tuple] = {}
+
+        def lm_time(s):
+            try:
+                return lmd[s]
+            except (IndexError, TypeError):
+                return lm(s)
+
+        def linear(b, pf):
+            try:
+                return lin[b] if pf else glin[b]
+            except (IndexError, TypeError):
+                return linear_time(b, not pf) if b > 0 else 0.0
+
+        def time_steps(durs, t, limit, upto, pf, m, dctx, chunks, rems) -> int:
+            if chunks:
+                return time_chunked(durs, t, limit, upto, pf, m, dctx, chunks, rems)
+            parts = decode_parts.get(m)
+            if parts is None:
+                if not m:  # an empty plan (none is repeated)
+                    return generic(durs, t, limit, upto, pf, m, dctx, chunks, rems)
+                parts = decode_parts[m] = (linear(m, 0), *(dcache.get(m) or drow(m)), lm_time(m))
+            j = len(durs)
+            if j >= upto or t >= limit:
+                return t
+            # decode only: step j reads context dctx + j * m and samples m tokens. Its mean
+            # context only grows: its segment changes only once it reaches the next breakpoint.
+            t0, da, ds, t2 = parts
+            num = dctx + j * m
+            x = num / m
+            i = bisect_right(dx, x)
+            nxt = dx[i] if i < n_dx else inf
+            a = da[i]
+            s = ds[i]
+            append = durs.append
+            while True:
+                if x >= nxt:
+                    i = bisect_right(dx, x)
+                    nxt = dx[i] if i < n_dx else inf
+                    a = da[i]
+                    s = ds[i]
+                tt = t0 + (a + s * x) + t2  # step_time's order: linear, decode attention, LM head
+                d = round(tt * NS)
+                if d <= 0:
+                    check(tt, m)  # raises
+                append(d)
+                t += d
+                j += 1
+                if j >= upto or t >= limit:
+                    return t
+                num += m
+                x = num / m
+
+        def time_chunked(durs, t, limit, upto, pf, m, dctx, chunks, rems) -> int:
+            j = len(durs)
+            if j >= upto or t >= limit:
+                return t
+            # each chunk's segments looked up once, its context grows by c a step; a chunk
+            # samples a token in the step that completes its prefill (rem - j * c == c)
+            if len(chunks) == 1 and chunks[0][0] > 0:  # most plans: one chunk
+                ((c, ctx),) = chunks
+                pa, ps = pcache.get(c) or prow(c)
+                k, r = divmod(rems[0] - c, c)
+                last = -1 if r else k  # the step that completes the prefill
+                b = pf + m
+                t0 = linear(b, pf)
+                if m:
+                    da, ds = dcache.get(m) or drow(m)
+                    t2 = lm_time(m)
+                while j < upto and t < limit:
+                    tt = t0  # step_time's order: linear, decode attention, chunk, LM head
+                    if m:
+                        x = (dctx + j * m) / m
+                        i = bisect_right(dx, x)
+                        tt += da[i] + ds[i] * x
+                    x = ctx + j * c
+                    i = bisect_right(px, x)
+                    tt += pa[i] + ps[i] * x
+                    if j == last:
+                        tt += lm_time(m + 1)
+                    elif m:
+                        tt += t2
+                    d = round(tt * NS)
+                    if d <= 0:
+                        check(tt, b)  # raises
+                    durs.append(d)
+                    t += d
+                    j += 1
+                return t
+            rows = []
+            done: dict[int, int] = {}
+            for (c, ctx), rem in zip(chunks, rems):
+                if c <= 0:  # (no such chunks)
+                    return generic(durs, t, limit, upto, pf, m, dctx, chunks, rems)
+                pa, ps = pcache.get(c) or prow(c)
+                rows.append((c, ctx, pa, ps))
+                k, r = divmod(rem - c, c)
+                if not r:
+                    done[k] = done.get(k, 0) + 1
+            b = pf + m
+            t0 = linear(b, pf)
+            if m:
+                da, ds = dcache.get(m) or drow(m)
+                t2 = lm_time(m)
+            while j < upto and t < limit:
+                tt = t0  # step_time's order: linear, decode attention, chunks, LM head
+                if m:
+                    x = (dctx + j * m) / m
+                    i = bisect_right(dx, x)
+                    tt += da[i] + ds[i] * x
+                for c, ctx, pa, ps in rows:
+                    x = ctx + j * c
+                    i = bisect_right(px, x)
+                    tt += pa[i] + ps[i] * x
+                k = done.get(j)
+                if k is not None:
+                    tt += lm_time(m + k)
+                elif m:
+                    tt += t2
+                d = round(tt * NS)
+                if d <= 0:
+                    check(tt, b)  # raises
+                durs.append(d)
+                t += d
+                j += 1
+            return t
+
+        return time_steps
 
     def describe(self) -> dict:
         return {

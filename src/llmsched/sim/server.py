@@ -292,20 +292,24 @@ class ServerSim:
                 count = self.scheduler.repeat_steps(st, plan, now, [d] * count)
             self._batch = (plan, now, count, d, pf, st.newly_active)
             end = now + d * count
+        elif count > 1 and now < limit:
+            # a repeated plan: its first steps timed in one call (step 0 of the repetition
+            # is the step planned: its chunks, contexts and sampled rows are begin_step's)
+            rems = [r.prefill_target - r.prefilled for r, _ in prefill] if prefill else ()
+            self._timing = (pf, m, dctx, chunks, rems, count, limit)
+            durs = []
+            upto = count if closed else min(count, self.first_steps)
+            end = self.timer.time_steps(durs, now, limit, upto if upto > 1 else 1, pf, m, dctx, chunks, rems)
+            if closed and len(durs) > 1:
+                del durs[self.scheduler.repeat_steps(st, plan, now, durs) :]
+                end = now + sum(durs)
+            else:
+                self.extendable = len(durs) < count and end < limit
+            self._batch = (plan, now, len(durs), durs, pf, st.newly_active)
         else:
             d = self.timer.step_ns(pf, m, dctx, chunks, sampled)
-            durs = [d]
             end = now + d
-            if count > 1 and end < limit:
-                rems = [r.prefill_target - r.prefilled for r, _ in prefill]
-                self._timing = (pf, m, dctx, chunks, rems, count, limit)
-                end = self._time_steps(durs, end, count if closed else min(count, self.first_steps))
-                if closed and len(durs) > 1:
-                    del durs[self.scheduler.repeat_steps(st, plan, now, durs) :]
-                    end = now + sum(durs)
-                else:
-                    self.extendable = len(durs) < count and end < limit
-            self._batch = (plan, now, len(durs), durs, pf, st.newly_active)
+            self._batch = (plan, now, 1, [d], pf, st.newly_active)
         self.busy_until = end
         return end
 
@@ -336,25 +340,7 @@ class ServerSim:
         """Append the durations of the batch's steps len(durs), ... that start before its
         limit, up to step `upto` (excluded); returns the end of the last."""
         pf, m, dctx, chunks, rems, _, limit = self._timing
-        step_ns = self.timer.step_ns
-        j = len(durs)
-        if not chunks:
-            while j < upto and t < limit:
-                d = step_ns(0, m, dctx + j * m, [], m)
-                durs.append(d)
-                t += d
-                j += 1
-            return t
-        while j < upto and t < limit:
-            s = m
-            for (c, _), rem in zip(chunks, rems):
-                if rem - j * c == c:  # the chunk that completes its prefill samples a token
-                    s += 1
-            d = step_ns(pf, m, dctx + j * m, [(c, ctx + j * c) for c, ctx in chunks], s)
-            durs.append(d)
-            t += d
-            j += 1
-        return t
+        return self.timer.time_steps(durs, t, limit, upto, pf, m, dctx, chunks, rems)
 
     def extend(self) -> int:
         """Time more steps of an `extendable` batch (as many again as it has, those that
