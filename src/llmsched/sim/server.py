@@ -298,7 +298,8 @@ class ServerSim:
             rems = [r.prefill_target - r.prefilled for r, _ in prefill] if prefill else ()
             self._timing = (pf, m, dctx, chunks, rems, count, limit)
             durs = []
-            upto = count if closed else min(count, self.first_steps)
+            # (arrivals do not cut a plan that ignores the queue: it is timed whole)
+            upto = count if closed or plan.ignores_waiting else min(count, self.first_steps)
             end = self.timer.time_steps(durs, now, limit, upto if upto > 1 else 1, pf, m, dctx, chunks, rems)
             if closed and len(durs) > 1:
                 del durs[self.scheduler.repeat_steps(st, plan, now, durs) :]
