@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ..core.constraints import Constraints
 from ..core.plan import StepFeedback, StepPlan
-from ..core.request import DECODE, PREFILL, WAITING, Request
+from ..core.request import DECODE, NS, PREFILL, WAITING, Request
 from ..core.state import UNLIMITED, ServerState
 
 
@@ -65,11 +65,58 @@ class AdmissionPolicy:
         the whole batch."""
         raise NotImplementedError
 
+    def observe_batch(
+        self,
+        state: ServerState,
+        plan: StepPlan,
+        start_ns: int,
+        durations_ns,
+        count: int,
+        end_ns: int,
+        finished: list[Request],
+        first_tokens: list[Request],
+        resumed: list[Request],
+        served: list[Request] | None,
+    ) -> None:
+        """The feedback of a batch of `count` steps of `plan` back to back from `start_ns`
+        (a driver that repeats plans: the simulator), after `state` has applied it:
+        `durations_ns` is each step's duration (an int when they are all equal) or their
+        list, the last one ends at `end_ns`; `finished`, `first_tokens` and `resumed` are
+        the last step's (the steps before it finish, start and resume no request, see
+        `repeat_steps`), `served` the decoders each step served (None when the driver did
+        not record them: `reads_emitted` is False). Default: `observe_repeats` for the
+        steps before the last one, then `observe` for the last one; a policy may compute
+        the same more cheaply."""
+        last = start_ns
+        if count > 1:
+            if isinstance(durations_ns, int):
+                self.observe_repeats(state, plan, start_ns, [durations_ns] * (count - 1))
+                last = end_ns - durations_ns
+            else:
+                self.observe_repeats(state, plan, start_ns, durations_ns[:-1])
+                last = end_ns - durations_ns[-1]
+        self.observe(
+            state,
+            StepFeedback(
+                last / NS,
+                (end_ns - last) / NS,
+                plan,
+                finished,
+                first_tokens,
+                (lambda: served) if served is not None else _not_recorded,
+                resumed,
+            ),
+        )
+
     def bind_cost_model(self, cost) -> None:
         """The driver's step cost model, for policies that reason about step times."""
 
     def describe(self) -> dict:
         return {"name": self.name}
+
+
+def _not_recorded():
+    raise RuntimeError("this policy set reads_emitted = False: the simulator did not record the emitted tokens")
 
 
 _NOBODY = frozenset()
@@ -304,6 +351,23 @@ class Scheduler:
 
     def observe_repeats(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> None:
         self.admission.observe_repeats(state, plan, start_ns, durations_ns)
+
+    def observe_batch(
+        self,
+        state: ServerState,
+        plan: StepPlan,
+        start_ns: int,
+        durations_ns,
+        count: int,
+        end_ns: int,
+        finished: list[Request],
+        first_tokens: list[Request],
+        resumed: list[Request],
+        served: list[Request] | None,
+    ) -> None:
+        self.admission.observe_batch(
+            state, plan, start_ns, durations_ns, count, end_ns, finished, first_tokens, resumed, served
+        )
 
     def bind_cost_model(self, cost) -> None:
         """Tell the policies which cost model times the steps (the simulator's, the

@@ -24,8 +24,9 @@ The observed ITL of a step is the gap its decoders saw since their previous toke
 of this step minus the end of the previous one when that step emitted tokens (back to back,
 this is the step's duration plus any host time between the steps), else the step's own
 duration. Idle time while nothing runs is never counted (no decoder waits through it).
-Everything is computed from `StepFeedback` and the state: no wall clock, so the simulator,
-the virtual GPU and the engine take the same decisions given the same feedback.
+Everything is computed from `StepFeedback` and the state (the simulator hands the same
+quantities to `observe_batch`, one call per batch of repeated steps): no wall clock, so the
+simulator, the virtual GPU and the engine take the same decisions given the same feedback.
 """
 
 from __future__ import annotations
@@ -355,9 +356,10 @@ class TWP(AdmissionPolicy):
         self._set_h_min()
 
     # ---- the policy ------------------------------------------------------------------
-    # The three calls below run at every step: each checks the cached constants inline
-    # (`_key`) instead of calling `_resolve`, and `observe` samples the ITL inline (the
-    # rule of `ItlMeter.sample`, same arithmetic), to keep TWP's cost per step small.
+    # The three calls below run at every step (and `observe_batch` after every batch of
+    # steps in the simulator): each checks the cached constants inline (`_key`) instead of
+    # calling `_resolve`, and `observe` samples the ITL inline (the rule of
+    # `ItlMeter.sample`, same arithmetic), to keep TWP's cost per step small.
     def token_limit(self, state: ServerState) -> int:
         key = self._key
         if key is None or key[0] != state.b_max or key[1] != state.k_max:
@@ -499,6 +501,71 @@ class TWP(AdmissionPolicy):
             return
         _, after = self._replay(start_ns, durations_ns, steps, decoded, q)
         self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = after
+
+    def observe_batch(
+        self, state, plan, start_ns, durations_ns, count, end_ns, finished, first_tokens, resumed, served
+    ) -> None:
+        # `observe_repeats` then `observe` (the default) in one call, without building the
+        # last step's `StepFeedback`: the simulator calls this after every batch of steps
+        key = self._key
+        if key is None or key[0] != state.b_max or key[1] != state.k_max:
+            self._resolve(state)
+        if self.measured:
+            AdmissionPolicy.observe_batch(
+                self, state, plan, start_ns, durations_ns, count, end_ns, finished, first_tokens, resumed, served
+            )
+            return
+        decoded = plan.decode > 0
+        meter = self.meter
+        if count > 1:
+            # the steps before the last one (`observe_repeats`)
+            repeated = self._repeated
+            self._repeated = None
+            if repeated is not None and repeated[0] is plan and repeated[1] == start_ns:
+                known = repeated[3]
+                if known is not None and known[0] == count - 1:  # repeat_steps computed it
+                    _, ewma, window, prev_end, prev_emitted = known
+                else:
+                    ewma, window, prev_end, prev_emitted = self._replay_batch(
+                        start_ns, durations_ns, count, decoded, repeated[2]
+                    )
+            else:
+                ewma, window, prev_end, prev_emitted = self._replay_batch(
+                    start_ns, durations_ns, count, decoded, len(state.waiting)
+                )
+            last = end_ns - (durations_ns if durations_ns.__class__ is int else durations_ns[-1])
+        else:
+            ewma, window, prev_end, prev_emitted = self.l_ewma, self.window, meter.prev_end, meter.prev_emitted
+            last = start_ns
+        # the last step (`observe`, same arithmetic)
+        start = last / NS
+        d = (end_ns - last) / NS
+        end = start + d
+        if decoded:
+            if prev_emitted and prev_end is not None and end - prev_end > d:
+                d = end - prev_end
+            ewma = d if ewma is None else self.alpha * d + (1 - self.alpha) * ewma
+        target = self._target
+        if ewma is not None and target is not None and ewma > target:
+            window = self.beta * window
+        else:
+            q = len(state.waiting)
+            window = window + self.delta_tokens * (1 + math.log1p(q)) if q else window + self.delta_tokens
+            if window > self.H_max:
+                window = float(self.H_max)
+        if window < self.H_min:
+            window = float(self.H_min)
+        self.l_ewma = ewma
+        self.window = window
+        meter.prev_end = end
+        meter.prev_emitted = decoded or bool(first_tokens) or bool(resumed)
+
+    def _replay_batch(self, start_ns, durations_ns, count, decoded, q):
+        """`_replay` of the first `count - 1` of `count` steps (`durations_ns`: their list,
+        or the duration of each); returns the feedback state after them."""
+        if durations_ns.__class__ is int:
+            durations_ns = [durations_ns] * (count - 1)
+        return self._replay(start_ns, durations_ns, count - 1, decoded, q)[1]
 
     def _replay(self, start_ns, durations_ns, steps, decoded, q, lo=0, hi=UNLIMITED, need=None, load=0):
         """The feedback of the first `steps` of back-to-back steps of these durations that
