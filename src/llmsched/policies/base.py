@@ -5,7 +5,8 @@ A `Scheduler` pairs a batch policy (what one step computes) with an admission po
 limits). `plan(state)` reads a `ServerState` and returns a `StepPlan`; it changes
 nothing. After the step, `observe(state, feedback)` reports the observed duration and
 the tokens emitted, which closed-loop admission policies use. The simulator and the
-engine call both the same way.
+engine call both the same way (the simulator through `observe_batch`, one call per batch
+of repeated steps, which by default calls `observe_repeats` and `observe`).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class AdmissionPolicy:
 
     # A closed-loop policy that can tell, from the durations of the coming steps, for how
     # many of them a plan stays the same (TWP) sets this, so that the simulator may still
-    # repeat plans (`repeat_steps`, then `observe_repeats`).
+    # repeat plans (`repeat_steps`, then `observe_batch`, by default `observe_repeats` and
+    # `observe`).
     repeats = False
 
     def repeat_steps(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> int:
