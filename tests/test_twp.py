@@ -13,9 +13,10 @@ from helpers import trace
 import llmsched
 from llmsched.core import ConfigError, StepFeedback, StepPlan, make_cost_model
 from llmsched.core.constraints import Constraints
-from llmsched.core.request import Request
+from llmsched.core.request import NS, Request
 from llmsched.core.state import ServerState
 from llmsched.policies import ADMISSION_POLICIES, TWP, list_policies, make_admission_policy, make_scheduler
+from llmsched.policies.base import AdmissionPolicy, Scheduler
 from llmsched.sim.simulator import simulate_trace
 from llmsched.workload import WorkloadSpec, make_trace
 
@@ -367,6 +368,33 @@ def test_fast_path_repeats_plans_and_changes_nothing(cost, bound):
     assert fast.steps == exact.steps
 
 
+class _TWPByStep(TWP):
+    """TWP fed through the default `observe_batch`: `observe_repeats`, then `observe` with
+    the last step's `StepFeedback` (what the virtual GPU and the engine call)."""
+
+    observe_batch = AdmissionPolicy.observe_batch
+
+
+@pytest.mark.parametrize("bound", [True, False], ids=["cost-model", "measured"])
+@pytest.mark.parametrize("cost", ["paper", "profile"])
+def test_observe_batch_equals_observe_repeats_then_observe(cost, bound):
+    """TWP's `observe_batch` (one call per batch, no `StepFeedback`) learns exactly what
+    `observe_repeats` and `observe` learn from the same batches."""
+    t = make_trace(WorkloadSpec.from_dict({k: v for k, v in BURSTY.items() if k != "cost_model"}))
+    runs = []
+    for admission in (TWP(), _TWPByStep()):
+        ref = make_scheduler("sarathi")
+        sched = Scheduler(ref.batch, admission, ref.constraints)
+        if bound:
+            sched.bind_cost_model(make_cost_model(cost))
+        buf = io.StringIO()
+        stats = simulate_trace(t, sched, make_cost_model(cost), steps_file=buf)
+        runs.append((buf.getvalue(), admission.window, admission.l_ewma, admission.meter.prev_end, stats))
+    (steps, *end, stats), (by_step, *by_step_end, by_step_stats) = runs
+    assert steps == by_step and end == by_step_end
+    assert np.array_equal(stats.ttft_ns, by_step_stats.ttft_ns) and np.array_equal(stats.e2e_ns, by_step_stats.e2e_ns)
+
+
 def test_fast_path_ends_a_repeat_when_the_drained_work_lets_the_head_in():
     """With a fixed 64-token window and a 10-step horizon, the second request waits until
     the first one's remaining decode work has drained under 640 - its own work: while it
@@ -432,9 +460,11 @@ def test_twp_lowers_itl_tail_and_spread_against_fcfs_under_bursts():
 
 # ---- same decisions in every driver -----------------------------------------------------
 def _recording(sched):
-    """Record each plan's shape and each feedback the scheduler observes."""
+    """Record each plan's shape and each feedback the scheduler observes: `observe` (the
+    virtual GPU, the engine) or `observe_batch` (the simulator, here step by step: one step
+    a batch, whose `StepFeedback` would have this start and duration)."""
     plans, feedback = [], []
-    plan, observe = sched.plan, sched.observe
+    plan, observe, observe_batch = sched.plan, sched.observe, sched.observe_batch
 
     def rec_plan(state):
         p = plan(state)
@@ -446,7 +476,12 @@ def _recording(sched):
         feedback.append((fb.start, fb.duration))
         observe(state, fb)
 
-    sched.plan, sched.observe = rec_plan, rec_observe
+    def rec_observe_batch(state, p, start_ns, durations_ns, count, end_ns, *rest):
+        assert count == 1
+        feedback.append((start_ns / NS, (end_ns - start_ns) / NS))
+        observe_batch(state, p, start_ns, durations_ns, count, end_ns, *rest)
+
+    sched.plan, sched.observe, sched.observe_batch = rec_plan, rec_observe, rec_observe_batch
     return plans, feedback
 
 

@@ -5,7 +5,8 @@ A `Scheduler` pairs a batch policy (what one step computes) with an admission po
 limits). `plan(state)` reads a `ServerState` and returns a `StepPlan`; it changes
 nothing. After the step, `observe(state, feedback)` reports the observed duration and
 the tokens emitted, which closed-loop admission policies use. The simulator and the
-engine call both the same way.
+engine call both the same way (the simulator through `observe_batch`, one call per batch
+of repeated steps, which by default calls `observe_repeats` and `observe`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 from ..core.constraints import Constraints
 from ..core.plan import StepFeedback, StepPlan
-from ..core.request import DECODE, PREFILL, WAITING, Request
+from ..core.request import DECODE, NS, PREFILL, WAITING, Request
 from ..core.state import UNLIMITED, ServerState
 
 
@@ -47,7 +48,8 @@ class AdmissionPolicy:
 
     # A closed-loop policy that can tell, from the durations of the coming steps, for how
     # many of them a plan stays the same (TWP) sets this, so that the simulator may still
-    # repeat plans (`repeat_steps`, then `observe_repeats`).
+    # repeat plans (`repeat_steps`, then `observe_batch`, by default `observe_repeats` and
+    # `observe`).
     repeats = False
 
     def repeat_steps(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> int:
@@ -65,11 +67,58 @@ class AdmissionPolicy:
         the whole batch."""
         raise NotImplementedError
 
+    def observe_batch(
+        self,
+        state: ServerState,
+        plan: StepPlan,
+        start_ns: int,
+        durations_ns,
+        count: int,
+        end_ns: int,
+        finished: list[Request],
+        first_tokens: list[Request],
+        resumed: list[Request],
+        served: list[Request] | None,
+    ) -> None:
+        """The feedback of a batch of `count` steps of `plan` back to back from `start_ns`
+        (a driver that repeats plans: the simulator), after `state` has applied it:
+        `durations_ns` is each step's duration (an int when they are all equal) or their
+        list, the last one ends at `end_ns`; `finished`, `first_tokens` and `resumed` are
+        the last step's (the steps before it finish, start and resume no request, see
+        `repeat_steps`), `served` the decoders each step served (None when the driver did
+        not record them: `reads_emitted` is False). Default: `observe_repeats` for the
+        steps before the last one, then `observe` for the last one; a policy may compute
+        the same more cheaply."""
+        last = start_ns
+        if count > 1:
+            if isinstance(durations_ns, int):
+                self.observe_repeats(state, plan, start_ns, [durations_ns] * (count - 1))
+                last = end_ns - durations_ns
+            else:
+                self.observe_repeats(state, plan, start_ns, durations_ns[:-1])
+                last = end_ns - durations_ns[-1]
+        self.observe(
+            state,
+            StepFeedback(
+                last / NS,
+                (end_ns - last) / NS,
+                plan,
+                finished,
+                first_tokens,
+                (lambda: served) if served is not None else _not_recorded,
+                resumed,
+            ),
+        )
+
     def bind_cost_model(self, cost) -> None:
         """The driver's step cost model, for policies that reason about step times."""
 
     def describe(self) -> dict:
         return {"name": self.name}
+
+
+def _not_recorded():
+    raise RuntimeError("this policy set reads_emitted = False: the simulator did not record the emitted tokens")
 
 
 _NOBODY = frozenset()
@@ -333,6 +382,23 @@ class Scheduler:
 
     def observe_repeats(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> None:
         self.admission.observe_repeats(state, plan, start_ns, durations_ns)
+
+    def observe_batch(
+        self,
+        state: ServerState,
+        plan: StepPlan,
+        start_ns: int,
+        durations_ns,
+        count: int,
+        end_ns: int,
+        finished: list[Request],
+        first_tokens: list[Request],
+        resumed: list[Request],
+        served: list[Request] | None,
+    ) -> None:
+        self.admission.observe_batch(
+            state, plan, start_ns, durations_ns, count, end_ns, finished, first_tokens, resumed, served
+        )
 
     def bind_cost_model(self, cost) -> None:
         """Tell the policies which cost model times the steps (the simulator's, the

@@ -24,8 +24,9 @@ The observed ITL of a step is the gap its decoders saw since their previous toke
 of this step minus the end of the previous one when that step emitted tokens (back to back,
 this is the step's duration plus any host time between the steps), else the step's own
 duration. Idle time while nothing runs is never counted (no decoder waits through it).
-Everything is computed from `StepFeedback` and the state: no wall clock, so the simulator,
-the virtual GPU and the engine take the same decisions given the same feedback.
+Everything is computed from `StepFeedback` and the state (the simulator hands the same
+quantities to `observe_batch`, one call per batch of repeated steps): no wall clock, so the
+simulator, the virtual GPU and the engine take the same decisions given the same feedback.
 """
 
 from __future__ import annotations
@@ -225,6 +226,7 @@ class TWP(AdmissionPolicy):
                 raise ConfigError(f"{p}: cost: {e}") from None
         self._bound = None  # the driver's cost model
         self._key = None  # (b_max, k_max) the derived values were computed for
+        self._state = None  # the state last resolved for (a state's b_max and k_max never change)
         self.meter = ItlMeter()
         self.l_ewma: float | None = None  # seconds
         self.window: float | None = None  # H_t
@@ -248,11 +250,12 @@ class TWP(AdmissionPolicy):
     # ---- derived constants -----------------------------------------------------------
     def bind_cost_model(self, cost) -> None:
         self._bound = cost
-        self._key = None
+        self._key = self._state = None
 
     def _resolve(self, state: ServerState) -> None:
         key = (state.b_max, state.k_max)
         if key == self._key:
+            self._state = state
             return
         self._key = key
         b_max = state.b_max
@@ -303,6 +306,7 @@ class TWP(AdmissionPolicy):
             self.window = float(min(max(h0, self.H_min), self.H_max))
         else:
             self.window = float(min(max(self.window, self.H_min), self.H_max))
+        self._state = state
 
     def _set_h_min(self) -> None:
         if self.h_min is not None:
@@ -355,37 +359,40 @@ class TWP(AdmissionPolicy):
         self._set_h_min()
 
     # ---- the policy ------------------------------------------------------------------
-    # The three calls below run at every step: each checks the cached constants inline
-    # (`_key`) instead of calling `_resolve`, and `observe` samples the ITL inline (the
-    # rule of `ItlMeter.sample`, same arithmetic), to keep TWP's cost per step small.
+    # The three calls below run at every step (and `observe_batch` after every batch of
+    # steps in the simulator): each calls `_resolve` only for a state it was not resolved
+    # for (instead of comparing `_key` with the state's limits), and `observe` samples the
+    # ITL inline (the rule of `ItlMeter.sample`, same arithmetic), to keep TWP's cost per
+    # step small.
     def token_limit(self, state: ServerState) -> int:
-        key = self._key
-        if key is None or key[0] != state.b_max or key[1] != state.k_max:
+        if state is not self._state:
             self._resolve(state)
         w = int(self.window)
         n = state.n_decoding
         return w if w >= n else n  # noqa: FURB136 (max() costs a call per step)
 
     def may_admit(self, state: ServerState, r: Request, planner: Planner) -> bool:
-        key = self._key
-        if key is None or key[0] != state.b_max or key[1] != state.k_max:
+        if state is not self._state:
             self._resolve(state)
         if planner.n_admitted == 0:
             self._admitted_work = 0
-            if state.n_running == 0:  # liveness: an idle server always takes the head
+            if not state.running:  # liveness: an idle server always takes the head
                 self._admitted_work = state.work(r)
                 return True
-        if state.n_running + planner.n_admitted >= self.B_max:
+        # (`len(state.running)` is `n_running`, `backlog_tokens - waiting_tokens` is
+        # `outstanding_tokens`, without a property call: this runs at every admission)
+        if len(state.running) + planner.n_admitted >= self.B_max:
             return False
         work = state.work(r)
-        if state.outstanding_tokens + self._admitted_work + work > self.horizon_steps * int(self.window):
+        if state.backlog_tokens - state.waiting_tokens + self._admitted_work + work > self.horizon_steps * int(
+            self.window
+        ):
             return False
         self._admitted_work += work
         return True
 
     def observe(self, state: ServerState, feedback) -> None:
-        key = self._key
-        if key is None or key[0] != state.b_max or key[1] != state.k_max:
+        if state is not self._state:
             self._resolve(state)
         plan = feedback.plan
         decoded = plan.decode > 0
@@ -457,8 +464,8 @@ class TWP(AdmissionPolicy):
         # refusal (budget, KV, B_max) stands while the token limit does.
         need = None
         load = 0
-        if q and state.n_running < self.B_max:
-            need = state.outstanding_tokens + state.work(waiting.first())
+        if q and len(state.running) < self.B_max:  # n_running, outstanding_tokens, inline
+            need = state.backlog_tokens - state.waiting_tokens + state.work(waiting.first())
             if need <= self.horizon_steps * w:
                 need = None
             else:
@@ -471,8 +478,7 @@ class TWP(AdmissionPolicy):
         return count
 
     def observe_repeats(self, state: ServerState, plan, start_ns: int, durations_ns) -> None:
-        key = self._key
-        if key is None or key[0] != state.b_max or key[1] != state.k_max:
+        if state is not self._state:
             self._resolve(state)
         meter = self.meter
         steps = len(durations_ns)
@@ -499,6 +505,66 @@ class TWP(AdmissionPolicy):
             return
         _, after = self._replay(start_ns, durations_ns, steps, decoded, q)
         self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = after
+
+    def observe_batch(
+        self, state, plan, start_ns, durations_ns, count, end_ns, finished, first_tokens, resumed, served
+    ) -> None:
+        # `observe_repeats` then `observe` (the default) in one call, without building the
+        # last step's `StepFeedback`: the simulator calls this after every batch of steps
+        if state is not self._state:
+            self._resolve(state)
+        if self.measured:
+            AdmissionPolicy.observe_batch(
+                self, state, plan, start_ns, durations_ns, count, end_ns, finished, first_tokens, resumed, served
+            )
+            return
+        decoded = plan.decode > 0
+        meter = self.meter
+        if count > 1:
+            # the steps before the last one (`observe_repeats`)
+            repeated = self._repeated
+            self._repeated = None
+            known = None
+            if repeated is not None and repeated[0] is plan and repeated[1] == start_ns:
+                known = repeated[3]
+                q = repeated[2]  # the queue while the steps ran (arrivals end a batch)
+            else:
+                q = len(state.waiting)
+            if durations_ns.__class__ is int:
+                last = end_ns - durations_ns
+                if known is None or known[0] != count - 1:
+                    durations_ns = [durations_ns] * (count - 1)
+            else:
+                last = end_ns - durations_ns[-1]
+            if known is not None and known[0] == count - 1:  # repeat_steps computed it
+                _, ewma, window, prev_end, prev_emitted = known
+            else:
+                ewma, window, prev_end, prev_emitted = self._replay(start_ns, durations_ns, count - 1, decoded, q)[1]
+        else:
+            ewma, window, prev_end, prev_emitted = self.l_ewma, self.window, meter.prev_end, meter.prev_emitted
+            last = start_ns
+        # the last step (`observe`, same arithmetic)
+        start = last / NS
+        d = (end_ns - last) / NS
+        end = start + d
+        if decoded:
+            if prev_emitted and prev_end is not None and end - prev_end > d:
+                d = end - prev_end
+            ewma = d if ewma is None else self.alpha * d + (1 - self.alpha) * ewma
+        target = self._target
+        if ewma is not None and target is not None and ewma > target:
+            window = self.beta * window
+        else:
+            q = len(state.waiting)
+            window = window + self.delta_tokens * (1 + math.log1p(q)) if q else window + self.delta_tokens
+            if window > self.H_max:
+                window = float(self.H_max)
+        if window < self.H_min:
+            window = float(self.H_min)
+        self.l_ewma = ewma
+        self.window = window
+        meter.prev_end = end
+        meter.prev_emitted = decoded or bool(first_tokens) or bool(resumed)
 
     def _replay(self, start_ns, durations_ns, steps, decoded, q, lo=0, hi=UNLIMITED, need=None, load=0):
         """The feedback of the first `steps` of back-to-back steps of these durations that
@@ -540,10 +606,12 @@ class TWP(AdmissionPolicy):
                 return i, None
         # The steady state: every step decodes right after one that emitted. A window at
         # its floor while the ITL is over target (or at its ceiling while under) stays put.
-        while i < steps:
-            d_ns = durations_ns[i]
-            d = d_ns / NS
-            end = t / NS + d
+        # The window starts within [lo, hi) (the plan's) and each step moves it one way: a
+        # cut can only leave it below `lo`, a rise at or above `hi`.
+        ns = NS
+        for i, d_ns in enumerate(durations_ns[i:steps], i + 1):  # noqa: B020 (i: the steps applied)
+            d = d_ns / ns
+            end = t / ns + d
             t += d_ns
             gap = end - prev_end
             ewma = alpha * (gap if gap > d else d) + keep * ewma
@@ -553,14 +621,15 @@ class TWP(AdmissionPolicy):
                     window = beta * window
                     if window < h_min:
                         window = h_min
+                    if window < lo:
+                        return i, None
             elif window != h_max:
                 window = window + growth
                 if window > h_max:
                     window = h_max
-                if window < h_min:
-                    window = h_min
-            i += 1
-            if window < lo or window >= hi or (need is not None and need - i * load <= horizon * int(window)):
+                if window >= hi:
+                    return i, None
+            if need is not None and need - i * load <= horizon * int(window):
                 return i, None
         return i, (ewma, window, prev_end, prev_emitted)
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import TextIO
 
 from ..core.cost import CostModel, StepTimer
-from ..core.plan import StepFeedback
 from ..core.request import NS, WAITING, Request
 from ..core.state import UNLIMITED
 from ..policies.base import Scheduler
@@ -427,22 +426,17 @@ class ServerSim:
             self._itl.add_counts(gaps)
             gaps.clear()
         if self.closed_loop:
-            last = now
-            if count > 1:  # the steps before the last one, replayed (the fast path of TWP)
-                repeated = [durs] * (count - 1) if isinstance(durs, int) else durs[:-1]
-                self.scheduler.observe_repeats(st, plan, now, repeated)
-                last = end - (durs if isinstance(durs, int) else durs[-1])
-            self.scheduler.observe(
+            self.scheduler.observe_batch(
                 st,
-                StepFeedback(
-                    last / NS,
-                    (end - last) / NS,
-                    plan,
-                    st.finished,
-                    st.first_tokens,
-                    (lambda: served) if served is not None else _not_recorded,
-                    [r for r, _ in st.resumed] if st.resumed else [],
-                ),
+                plan,
+                now,
+                durs,
+                count,
+                end,
+                st.finished,
+                st.first_tokens,
+                [r for r, _ in st.resumed] if st.resumed else [],
+                served,
             )
         self.now = end
         self.busy_until = -1
@@ -455,10 +449,6 @@ class ServerSim:
         if self.series is not None:
             self.series.idle(self.state, t)
         self.now = t
-
-
-def _not_recorded():
-    raise RuntimeError("this policy set reads_emitted = False: the simulator did not record the emitted tokens")
 
 
 def write_steps(f: TextIO, first_index: int, start: int, durs, count: int, plan, state) -> None:
