@@ -29,9 +29,9 @@ Cases:
   under load: more steps carry prefill, so more plans), and the simulator's cost is
   mostly per batch: per batch separates TWP's own cost from its schedule's. Target: TWP
   under 5% per step above FCFS. `twp-schedule` replays TWP's decisions (recorded in one
-  more untimed run) with an admission policy that computes nothing (it still takes the
-  simulator's closed-loop feedback, like `fcfs-hook`): against `fcfs` it is the cost of
-  TWP's schedule, and `twp` against it TWP's own computation.
+  more untimed run) with an admission policy that computes nothing (the simulator still
+  calls its `observe_batch` once per batch, which does nothing): against `fcfs` it is the
+  cost of TWP's schedule, and `twp` against it TWP's own computation.
 
     python benchmarks/bench_serverless.py                          # both cases, full size
     python benchmarks/bench_serverless.py --scale 0.1              # 100k requests / 10k
@@ -204,6 +204,9 @@ def schedule_replay(decisions: dict):
 
         def observe_repeats(self, state, plan, start_ns, durations_ns):
             pass
+
+        def observe_batch(self, state, plan, *batch):
+            pass  # the simulator's feedback call, and nothing computed from it
 
     return ScheduleReplay()
 

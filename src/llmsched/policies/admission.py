@@ -62,6 +62,9 @@ class RunningCap(AdmissionPolicy):
     def observe_repeats(self, state, plan, start_ns, durations_ns) -> None:
         self.inner.observe_repeats(state, plan, start_ns, durations_ns)
 
+    def observe_batch(self, state, plan, *batch) -> None:
+        self.inner.observe_batch(state, plan, *batch)
+
     def bind_cost_model(self, cost) -> None:
         self.inner.bind_cost_model(cost)
 

@@ -55,9 +55,11 @@ class AdmissionPolicy:
     def repeat_steps(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> int:
         """How many of the steps (back to back from `start_ns`, of these durations, none
         finishing, starting or resuming a request, no request arriving, and `plan` admitting
-        and preempting none) `plan` would be planned for in a row, at least 1. The batch
-        policy would repeat the plan with an open-loop admission policy; what is left to
-        decide is whether this policy's limits and admission tests would change it."""
+        and preempting none, or admitting only as `StepPlan.repeats_admission` says: one
+        request whose chunk spent the budget, a running prefill from the next step on)
+        `plan` would be planned for in a row, at least 1. The batch policy would repeat the
+        plan with an open-loop admission policy; what is left to decide is whether this
+        policy's limits and admission tests would change it."""
         return 1
 
     def observe_repeats(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> None:
