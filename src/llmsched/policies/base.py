@@ -385,22 +385,9 @@ class Scheduler:
     def observe_repeats(self, state: ServerState, plan: StepPlan, start_ns: int, durations_ns) -> None:
         self.admission.observe_repeats(state, plan, start_ns, durations_ns)
 
-    def observe_batch(
-        self,
-        state: ServerState,
-        plan: StepPlan,
-        start_ns: int,
-        durations_ns,
-        count: int,
-        end_ns: int,
-        finished: list[Request],
-        first_tokens: list[Request],
-        resumed: list[Request],
-        served: list[Request] | None,
-    ) -> None:
-        self.admission.observe_batch(
-            state, plan, start_ns, durations_ns, count, end_ns, finished, first_tokens, resumed, served
-        )
+    def observe_batch(self, state: ServerState, plan: StepPlan, *batch) -> None:
+        """`AdmissionPolicy.observe_batch` (the same arguments)."""
+        self.admission.observe_batch(state, plan, *batch)
 
     def bind_cost_model(self, cost) -> None:
         """Tell the policies which cost model times the steps (the simulator's, the
