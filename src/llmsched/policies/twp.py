@@ -361,9 +361,8 @@ class TWP(AdmissionPolicy):
     # ---- the policy ------------------------------------------------------------------
     # The three calls below run at every step (and `observe_batch` after every batch of
     # steps in the simulator): each calls `_resolve` only for a state it was not resolved
-    # for (instead of comparing `_key` with the state's limits), and `observe` samples the
-    # ITL inline (the rule of `ItlMeter.sample`, same arithmetic), to keep TWP's cost per
-    # step small.
+    # for (instead of comparing `_key` with the state's limits), to keep TWP's cost per step
+    # small. The window's rule is `_next` (one step) and `_replay` (a run of steps).
     def token_limit(self, state: ServerState) -> int:
         if state is not self._state:
             self._resolve(state)
@@ -400,40 +399,17 @@ class TWP(AdmissionPolicy):
         emitted = decoded or bool(feedback.first_tokens) or bool(feedback.resumed)
         if self.measured:
             self._measure(feedback.duration, plan.tokens, decoded)
-            self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = self._next(
-                self.l_ewma,
-                self.window,
-                meter.prev_end,
-                meter.prev_emitted,
-                feedback.start,
-                feedback.duration,
-                decoded,
-                emitted,
-                len(state.waiting),
-            )
-            return
-        # the rule of `_next`, inline (this runs after every batch of steps)
-        d = feedback.duration
-        end = feedback.start + d
-        ewma = self.l_ewma
-        if decoded:
-            prev_end = meter.prev_end
-            if meter.prev_emitted and prev_end is not None and end - prev_end > d:
-                d = end - prev_end
-            ewma = self.l_ewma = d if ewma is None else self.alpha * d + (1 - self.alpha) * ewma
-        meter.prev_end = end
-        meter.prev_emitted = emitted
-        target = self._target
-        if ewma is not None and target is not None and ewma > target:
-            window = self.beta * self.window
-        else:
-            q = len(state.waiting)
-            window = self.window + self.delta_tokens * (1 + math.log1p(q)) if q else self.window + self.delta_tokens
-            if window > self.H_max:
-                window = float(self.H_max)
-        if window < self.H_min:
-            window = float(self.H_min)
-        self.window = window
+        self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = self._next(
+            self.l_ewma,
+            self.window,
+            meter.prev_end,
+            meter.prev_emitted,
+            feedback.start,
+            feedback.duration,
+            decoded,
+            emitted,
+            len(state.waiting),
+        )
 
     # The window changes a plan only through its token limit and, while requests wait,
     # through the horizon test of the head of the queue: TWP tells the simulator how long a
@@ -543,28 +519,18 @@ class TWP(AdmissionPolicy):
         else:
             ewma, window, prev_end, prev_emitted = self.l_ewma, self.window, meter.prev_end, meter.prev_emitted
             last = start_ns
-        # the last step (`observe`, same arithmetic)
-        start = last / NS
-        d = (end_ns - last) / NS
-        end = start + d
-        if decoded:
-            if prev_emitted and prev_end is not None and end - prev_end > d:
-                d = end - prev_end
-            ewma = d if ewma is None else self.alpha * d + (1 - self.alpha) * ewma
-        target = self._target
-        if ewma is not None and target is not None and ewma > target:
-            window = self.beta * window
-        else:
-            q = len(state.waiting)
-            window = window + self.delta_tokens * (1 + math.log1p(q)) if q else window + self.delta_tokens
-            if window > self.H_max:
-                window = float(self.H_max)
-        if window < self.H_min:
-            window = float(self.H_min)
-        self.l_ewma = ewma
-        self.window = window
-        meter.prev_end = end
-        meter.prev_emitted = decoded or bool(first_tokens) or bool(resumed)
+        # the last step, as `observe` takes it
+        self.l_ewma, self.window, meter.prev_end, meter.prev_emitted = self._next(
+            ewma,
+            window,
+            prev_end,
+            prev_emitted,
+            last / NS,
+            (end_ns - last) / NS,
+            decoded,
+            decoded or bool(first_tokens) or bool(resumed),
+            len(state.waiting),
+        )
 
     def _replay(self, start_ns, durations_ns, steps, decoded, q, lo=0, hi=UNLIMITED, need=None, load=0):
         """The feedback of the first `steps` of back-to-back steps of these durations that
