@@ -279,9 +279,9 @@ class ServerState:
                 sampled += 1
         pc = self.prefix
         if pc is not None and pc.n_free:  # free cached blocks give way to this step's decode tokens
-            over = self.kv_used + m + pc.n_free * pc.block_size - self.kv_capacity
-            if over > 0:  # blocks_to_evict(m), inline
-                pc.evict(-(-over // pc.block_size))
+            k = self.blocks_to_evict(m)
+            if k:
+                pc.evict(k)
         return prefill, self._kv_off + m * self._round, chunks, sampled
 
     def end_step(self, plan: StepPlan, end: int, steps: int = 1) -> None:
@@ -295,10 +295,10 @@ class ServerState:
         pc = self.prefix
         if pc is not None and steps > 1 and pc.n_free:
             # the decode tokens of repeated steps evict what each step's start would have,
-            # before anything this batch frees (as the step-by-step path does): blocks_to_evict(0)
-            over = self.kv_used + pc.n_free * pc.block_size - self.kv_capacity
-            if over > 0:
-                pc.evict(-(-over // pc.block_size))
+            # before anything this batch frees (as the step-by-step path does)
+            k = self.blocks_to_evict(0)
+            if k:
+                pc.evict(k)
         self.finished = finished = []
         self.first_tokens = firsts = []
         self.resumed = resumed = []
