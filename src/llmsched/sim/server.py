@@ -221,16 +221,7 @@ class ServerSim:
         batch = self._batch
         if batch is None or t <= batch[1]:
             return self.state.backlog_tokens
-        plan, start, count, durs, pf, _ = batch
-        if t >= self.busy_until:  # the rule of steps_done, inline (routers call this per arrival)
-            done = count
-        elif isinstance(durs, int):
-            done = (t - start) // durs
-        elif count == 1:
-            return self.state.backlog_tokens
-        else:
-            done = self.steps_done(t)
-        return self.state.backlog_tokens - done * (plan.decode + pf)
+        return self.state.backlog_tokens - self.steps_done(t) * (batch[0].decode + batch[4])
 
     def is_idle(self) -> bool:
         st = self.state
@@ -299,7 +290,7 @@ class ServerSim:
             durs = []
             # (arrivals do not cut a plan that ignores the queue: it is timed whole)
             upto = count if closed or plan.ignores_waiting else min(count, self.first_steps)
-            end = self.timer.time_steps(durs, now, limit, upto if upto > 1 else 1, pf, m, dctx, chunks, rems)
+            end = self._time_steps(durs, now, upto if upto > 1 else 1)
             if closed and len(durs) > 1:
                 del durs[self.scheduler.repeat_steps(st, plan, now, durs) :]
                 end = now + sum(durs)
