@@ -111,7 +111,7 @@ class ModelExecutor:
         )
         t1 = time.perf_counter_ns()  # tokens are host ints: the device is synced
         if plps:
-            for (s, _, _, _), rows, got in zip(chunks, prompt_rows, plps):
+            for (s, *_), got in zip(chunks, plps):
                 if got is not None:
                     s.prompt_lps.extend(got)
         if lps:
