@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 
 import numpy as np
 
@@ -195,3 +196,20 @@ def format_rows(fields: list, line_end: str = "\r\n") -> str:
         c += w
     out[:, c:] = np.frombuffer(line_end.encode(), dtype=np.uint8)
     return out[mask].tobytes().decode("utf-8")
+
+
+def write_csv(f, header: str, n: int, fields, block: int = CHUNK) -> None:
+    """CSV of `n` rows, `fields(lo, hi)` giving the fields of rows [lo, hi), `block` rows
+    at a time: memory stays flat however many rows (the text does not depend on `block`)."""
+    f.write(header + "\n")
+    for lo in range(0, n, block):
+        f.write(format_rows(fields(lo, min(n, lo + block)), "\n"))
+
+
+def write_file(path, writer) -> None:
+    """`writer(f)` into `path` through a temporary file, replaced at the end (a reader
+    never sees half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer(f)
+    os.replace(tmp, path)

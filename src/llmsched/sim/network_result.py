@@ -30,7 +30,7 @@ from ..core.request import NS
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
 from ..theory.network import traffic
 from ..workload.network import load_network
-from .csv_rows import CHUNK, IntField, format_rows, names_field, seconds_field
+from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .network import NetworkStats, run_network
 from .result import SimResult
 from .simulator import RunStats
@@ -375,16 +375,16 @@ class NetworkResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         st = self.stats
-        _write(out / "summary.json", lambda f: json.dump(to_jsonable(self.summary), f, indent=2))
-        _write(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))
+        write_file(out / "summary.json", lambda f: json.dump(to_jsonable(self.summary), f, indent=2))
+        write_file(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))
         arr, fin = self.job_arrival_ns, self.job_finish_ns
         done = fin >= 0
         lat = np.where(done, fin - arr, -1)
         type_names = list(st.job_type_names)
         types, calls_per_job = _a(st.job_type), _a(st.job_calls)
-        _write(
+        write_file(
             out / "jobs.csv",
-            lambda f: _csv(
+            lambda f: write_csv(
                 f,
                 "job,type,arrival_s,finish_s,latency_s,calls,finished",
                 len(arr),
@@ -407,9 +407,9 @@ class NetworkResult:
         servers_of, server_codes = _codes(st.call_server)
         job, arrival, prompt, output = _a(st.call_job), _a(st.call_arrival), _a(st.call_prompt), _a(st.call_output)
         queue, ttft, preempt = _a(st.call_queue), _a(st.call_ttft), _a(st.call_preempt)
-        _write(
+        write_file(
             out / "calls.csv",
-            lambda f: _csv(
+            lambda f: write_csv(
                 f,
                 "call,job,class,server,replica,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,e2e_s,"
                 "preemptions,finished",
@@ -445,21 +445,6 @@ def _codes(values) -> tuple[list[str], np.ndarray]:
     """The distinct strings of `values` and each value's index among them."""
     names, codes = np.unique(np.asarray(values, dtype=str), return_inverse=True)
     return names.tolist(), codes.reshape(-1)
-
-
-def _csv(f, header: str, n: int, fields) -> None:
-    """CSV of `n` rows, `fields(lo, hi)` giving the `csv_rows` fields of rows [lo, hi), a
-    block at a time: memory stays flat however many rows."""
-    f.write(header + "\n")
-    for lo in range(0, n, CHUNK):
-        f.write(format_rows(fields(lo, min(n, lo + CHUNK)), "\n"))
-
-
-def _write(path: Path, writer) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer(f)
-    os.replace(tmp, path)
 
 
 __all__ = ["NetworkResult", "merge_prefix_stats", "simulate_network"]

@@ -29,9 +29,8 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.request import NS
 from ..workload.serverless import ServerlessSpec, load_serverless
-from .csv_rows import IntField, format_rows, names_field, seconds_field
+from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .histogram import GapHistogram
-from .network_result import _write
 from .result import _seconds
 from .serverless import ServerlessStats, run_serverless
 
@@ -226,27 +225,26 @@ class ServerlessResult:
     def write(self, out_dir: str | os.PathLike) -> Path:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        _write(out / "summary.json", lambda f: json.dump(to_jsonable(self.summary), f, indent=2))
-        _write(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))
-        _write(out / "requests.csv", self._write_requests)
-        _write(out / "instances.csv", self._write_instances)
+        write_file(out / "summary.json", lambda f: json.dump(to_jsonable(self.summary), f, indent=2))
+        write_file(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))
+        write_file(out / "requests.csv", self._write_requests)
+        write_file(out / "instances.csv", self._write_instances)
         return out
 
-    def _write_requests(self, f, block: int = 1 << 16) -> None:
-        """requests.csv, `block` rows at a time (memory stays flat: about 10 MB a block),
-        each block's text built as one byte matrix (`csv_rows.format_rows`)."""
+    def _write_requests(self, f) -> None:
+        """requests.csv, 64k rows at a time (memory stays flat), each block's text built
+        as one byte matrix (`csv_rows.format_rows`)."""
         st = self.stats
-        n = len(st.arrival_ns)
-        f.write(",".join(REQUEST_COLUMNS) + "\n")
-        for lo in range(0, n, block):
-            sl = slice(lo, min(n, lo + block))
+
+        def fields(lo: int, hi: int) -> list:
+            sl = slice(lo, hi)
             e2e, ttft, out = st.e2e_ns[sl], st.ttft_ns[sl], st.output[sl]
             tpot = np.full(len(e2e), -1, dtype=np.int64)
             ok = (e2e >= 0) & (ttft >= 0) & (out > 1)
             tpot[ok] = (e2e[ok] - ttft[ok]) // (out[ok] - 1)
             inst = st.instance[sl]
-            fields = [
-                IntField(np.arange(sl.start, sl.stop)),
+            return [
+                IntField(np.arange(lo, hi)),
                 names_field(st.models, st.req_model[sl]),
                 IntField(inst, inst >= 0),
                 seconds_field(st.arrival_ns[sl]),
@@ -261,7 +259,8 @@ class ServerlessResult:
                 IntField(st.cold[sl]),
                 IntField((e2e >= 0).astype(np.int64)),
             ]
-            f.write(format_rows(fields, "\n"))
+
+        write_csv(f, ",".join(REQUEST_COLUMNS), len(st.arrival_ns), fields, block=1 << 16)
 
     def _write_instances(self, f) -> None:
         f.write(",".join(INSTANCE_COLUMNS) + "\n")
