@@ -151,11 +151,7 @@ def tag_field(tag, n: int) -> StrField:
         buf = io.StringIO()
         csv.writer(buf).writerow([v, ""])  # csv's quoting of `v` as one field of a row
         encoded.append(buf.getvalue()[:-3].encode("utf-8"))
-    w = max(1, max((len(e) for e in encoded), default=0))
-    table = np.zeros((len(encoded), w), dtype=np.uint8)
-    for k, e in enumerate(encoded):
-        table[k, : len(e)] = np.frombuffer(e, dtype=np.uint8)
-    return StrField(table, np.array([len(e) for e in encoded], dtype=np.int64), codes)
+    return _str_field(encoded, codes)
 
 
 def seconds_field(ns: np.ndarray) -> FixedField:
@@ -169,8 +165,12 @@ def seconds_field(ns: np.ndarray) -> FixedField:
 
 def names_field(names: list[str], codes: np.ndarray) -> StrField:
     """Strings written as they are (no CSV quoting), as `codes` into `names`."""
-    encoded = [name.encode("utf-8") for name in names] or [b""]
-    w = max(1, max(len(e) for e in encoded))
+    return _str_field([name.encode("utf-8") for name in names] or [b""], codes)
+
+
+def _str_field(encoded: list[bytes], codes: np.ndarray) -> StrField:
+    """The field of `codes` into the byte strings `encoded` (a table of them, zero-padded)."""
+    w = max(1, max((len(e) for e in encoded), default=0))
     table = np.zeros((len(encoded), w), dtype=np.uint8)
     for k, e in enumerate(encoded):
         table[k, : len(e)] = np.frombuffer(e, dtype=np.uint8)
