@@ -231,9 +231,9 @@ class ServerlessResult:
         write_file(out / "instances.csv", self._write_instances)
         return out
 
-    def _write_requests(self, f) -> None:
-        """requests.csv, 64k rows at a time (memory stays flat), each block's text built
-        as one byte matrix (`csv_rows.format_rows`)."""
+    def _write_requests(self, f, block: int = 1 << 16) -> None:
+        """requests.csv, `block` rows at a time (memory stays flat), each block's text
+        built as one byte matrix (`csv_rows.format_rows`)."""
         st = self.stats
 
         def fields(lo: int, hi: int) -> list:
@@ -260,7 +260,7 @@ class ServerlessResult:
                 IntField((e2e >= 0).astype(np.int64)),
             ]
 
-        write_csv(f, ",".join(REQUEST_COLUMNS), len(st.arrival_ns), fields, block=1 << 16)
+        write_csv(f, ",".join(REQUEST_COLUMNS), len(st.arrival_ns), fields, block)
 
     def _write_instances(self, f) -> None:
         f.write(",".join(INSTANCE_COLUMNS) + "\n")
