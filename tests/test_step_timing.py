@@ -1,5 +1,5 @@
-"""Step timing in integer ns: the profile model's fast paths (`step_ns_function`,
-`steps_ns_function`) give exactly `int(round(step_time(...) * NS))`, step by step; models
+"""Step timing in integer ns: the profile model's fast paths (`step_timing`: `step_ns`
+and `time_steps`) give exactly `int(round(step_time(...) * NS))`, step by step; models
 without them (or overriding `step_time`) go through `step_time`."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def random_shape(rng: random.Random):
 def test_step_ns_is_step_time_rounded(spec):
     model = load_profile(spec)
     timer = StepTimer(model)
-    assert "ProfileCostModel.step_ns_function" in timer.step_ns.__qualname__  # the fast path
+    assert "ProfileCostModel.step_timing.<locals>.step_ns" == timer.step_ns.__qualname__  # the fast path
     rng = random.Random(spec)
     for _ in range(3000):
         pf, m, dctx, chunks = random_shape(rng)
@@ -69,7 +69,7 @@ def test_step_ns_is_step_time_rounded(spec):
 def test_time_steps_equals_step_by_step_step_time(spec):
     model = load_profile(spec)
     timer = StepTimer(model)
-    assert "ProfileCostModel.steps_ns_function" in timer.time_steps.__qualname__  # the fast path
+    assert "ProfileCostModel.step_timing.<locals>.time_steps" == timer.time_steps.__qualname__  # the fast path
     rng = random.Random("batch " + spec)
     for _ in range(600):
         pf, m, dctx, chunks = random_shape(rng)
@@ -118,7 +118,7 @@ def test_a_model_overriding_step_time_is_timed_through_it():
     base = load_profile("h200-llama-3-8b")
     model = Doubled.__new__(Doubled)
     model.__dict__.update(base.__dict__)
-    assert model.step_ns_function() is None and model.steps_ns_function() is None
+    assert model.step_timing() is None
     timer = StepTimer(model)
     args = (128, 16, 16 * 3000, [(128, 500)], 17)
     assert timer.step_ns(*args) == reference_ns(model, *args)

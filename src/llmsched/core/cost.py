@@ -37,16 +37,14 @@ class CostModel:
         """Step time at token load b with context-free shape (theory uses it as t(b))."""
         return self.step_time(b, 0, 0, [(b, 0)] if b else [], 1 if b else 0)
 
-    def step_ns_function(self):
-        """An optional fast path for `StepTimer.step_ns`: a function of `step_time`'s
-        arguments giving exactly `int(round(step_time(...) * NS))` (raising through
-        `StepTimer._check` when that is not positive), or None (the default: the timer
-        wraps `step_time`). A model that overrides `step_time` must not inherit a parent's."""
-        return None
-
-    def steps_ns_function(self):
-        """An optional fast path for `StepTimer.time_steps` (same arguments, same
-        durations), or None (the default: the timer calls `step_ns` per step)."""
+    def step_timing(self):
+        """Optional fast paths for `StepTimer`: a pair (`step_ns`, `time_steps`), or None
+        (the default: the timer wraps `step_time`). `step_ns` takes `step_time`'s arguments
+        and gives exactly `int(round(step_time(...) * NS))` (raising through
+        `StepTimer._check` when that is not positive); `time_steps` is
+        `StepTimer.time_steps` (same arguments, same durations), or None (the timer then
+        calls `step_ns` per step). A model that overrides `step_time` must not inherit a
+        parent's."""
         return None
 
     def describe(self) -> dict:
@@ -115,7 +113,7 @@ class StepTimer:
     `step_ns(prefill_tokens, decode_tokens, decode_context, chunks, sampled)` is the
     step's time: a function made for the model once, as the simulator calls it every
     step (a method testing `load_only` and calling a checker took a third of its time).
-    A model may give its own (`CostModel.step_ns_function`), which saves the call of
+    A model may give its own (`CostModel.step_timing`), which saves the call of
     `step_time` inside it.
 
     `time_steps(durs, t, limit, upto, prefill_tokens, decode_tokens, decode_context,
@@ -127,7 +125,7 @@ class StepTimer:
     [(c, ctx + j * c) for c, ctx in chunks], sampled_j)`, where sampled_j counts the
     decode tokens and the chunks whose prefill that step completes (`remaining` holds each
     chunk's prefill tokens left before step 0: chunk c completes in step j if
-    `remaining - j * c == c`). A model may give its own (`CostModel.steps_ns_function`)
+    `remaining - j * c == c`). A model may give its own (`CostModel.step_timing`)
     that looks the plan's constant parts up once."""
 
     __slots__ = ("cost", "load_only", "_by_load", "step_ns", "time_steps")
@@ -140,10 +138,10 @@ class StepTimer:
             self.step_ns = self._load_step_ns
             self.time_steps = steps_by_step(self.step_ns)
             return
-        fast = getattr(cost, "step_ns_function", None)
-        self.step_ns = (fast and fast()) or _nanoseconds(cost.step_time)
-        fast = getattr(cost, "steps_ns_function", None)
-        self.time_steps = (fast and fast()) or steps_by_step(self.step_ns)
+        timing = getattr(cost, "step_timing", None)
+        step_ns, time_steps = (timing and timing()) or (None, None)
+        self.step_ns = step_ns or _nanoseconds(cost.step_time)
+        self.time_steps = time_steps or steps_by_step(self.step_ns)
 
     def load_ns(self, b: int) -> int:
         """Step time at load b of a load-only model."""

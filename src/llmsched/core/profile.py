@@ -486,7 +486,7 @@ class ProfileCostModel(CostModel):
         """Whether `step_time` is this class's (a subclass that overrides it gets no fast path)."""
         return type(self).step_time is ProfileCostModel.step_time
 
-    def step_ns_function(self):
+    def step_timing(self):
         if not self._own_step_time():
             return None
         lin, glin, linear_time = self._lin, self._glin, self.linear_time
@@ -518,17 +518,8 @@ class ProfileCostModel(CostModel):
             d = round(t * NS)
             return d if d > 0 else check(t, b)  # check raises
 
-        return step_ns
-
-    def steps_ns_function(self):
-        if not self._own_step_time():
-            return None
-        lin, glin, linear_time = self._lin, self._glin, self.linear_time
-        dcache, drow, dx = self._dcache, self._drow, self._dx
-        pcache, prow, px = self._pcache, self._prow, self._px
-        lmd, lm, check = self._lmd, self._lm, StepTimer._check
         n_dx, inf = len(dx), math.inf
-        generic = steps_by_step(self.step_ns_function())
+        generic = steps_by_step(step_ns)
         # decode batch m -> the constant parts of its decode-only steps: linear time,
         # decode-attention segments, LM head time (a batch is timed in a few calls, often)
         decode_parts: dict[int, tuple] = {}
@@ -660,7 +651,7 @@ class ProfileCostModel(CostModel):
                 j += 1
             return t
 
-        return time_steps
+        return step_ns, time_steps
 
     def describe(self) -> dict:
         return {
