@@ -11,8 +11,9 @@ import pytest
 from llmsched.api import cluster_network
 from llmsched.cli import main
 from llmsched.core.errors import ConfigError
+from llmsched.core.prefix_cache import PrefixCache
 from llmsched.sim.network import _GOLDEN, _MASK, _ROOT, _chain, _mix, _Stream, _SystemPrompt
-from llmsched.sim.network_result import simulate_network
+from llmsched.sim.network_result import merge_prefix_stats, simulate_network
 from llmsched.theory.network import traffic
 from llmsched.workload.blocks import chain, mix
 from llmsched.workload.network import NetworkSpec
@@ -265,6 +266,20 @@ def test_calls_csv_and_config_round_trip(tmp_path):
     )
     off = NetworkSpec.from_dict(network([call(1, 1)], caching=False, context="per-call")).to_dict()
     assert "prefix_caching" not in off["servers"]["s"] and "context" not in off["jobs"]["A"]
+
+
+def test_merged_prefix_stats_take_the_rates_of_the_sums():
+    a, b = PrefixCache(16).stats(), PrefixCache(16).stats()
+    a.update(queried_tokens=80, hit_tokens=32, queried_blocks=5, hit_blocks=2)
+    b.update(queried_tokens=20, hit_tokens=20, queried_blocks=1, hit_blocks=1)
+    m = merge_prefix_stats([a, b])
+    assert list(m) == [
+        "queried_tokens", "hit_tokens", "queried_blocks", "hit_blocks", "prefill_tokens_saved", "evictions",
+        "cached_blocks", "free_cached_blocks", "block_size", "token_hit_rate", "block_hit_rate",
+    ]  # fmt: skip
+    assert m["token_hit_rate"] == 52 / 100 and m["block_hit_rate"] == 3 / 6 and m["block_size"] == 16
+    none = merge_prefix_stats([PrefixCache(16).stats(), PrefixCache(32).stats()])
+    assert none["token_hit_rate"] == none["block_hit_rate"] == 0.0 and none["block_size"] is None
 
 
 # ------------------------------------------------------------------------------ bad input

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from collections import Counter, OrderedDict
 from types import SimpleNamespace
 
@@ -11,7 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import llmsched
 from llmsched.core import ConfigError, make_cost_model
+from llmsched.core.constraints import Constraints, check_prefix_block_size
 from llmsched.core.prefix_cache import PrefixCache, held_ids
 from llmsched.policies import ADMISSION_POLICIES, BATCH_POLICIES
 from llmsched.policies.spec import SchedulerSpec
@@ -402,6 +405,32 @@ def test_shared_blocks_count_once_against_the_capacity():
 def test_bad_block_size_is_a_config_error():
     with pytest.raises(ConfigError, match="block_size"):
         SchedulerSpec(prefix_caching=True, block_size=0).build()
+
+
+@pytest.mark.parametrize("bad", [0, -16, True, 16.0, "16"])
+def test_block_size_rule_is_the_same_everywhere(bad):
+    # one rule (core.constraints.check_prefix_block_size), each caller's name for the value
+    expected = f"must be a positive integer, got {bad!r}"
+    with pytest.raises(ConfigError, match=f"^the prefix-cache block size {re.escape(expected)}$"):
+        Constraints(prefix_block_size=bad)
+    for build in (
+        lambda: SchedulerSpec(block_size=bad).build(),  # checked with prefix caching off too
+        lambda: llmsched.simulate(block_size=bad, num_requests=10),
+    ):
+        with pytest.raises(ConfigError, match=f"^block_size {re.escape(expected)}$"):
+            build()
+
+
+def test_block_size_rule_accepts_positive_ints():
+    assert check_prefix_block_size(16) == 16
+    assert Constraints(prefix_block_size=1).prefix_block_size == 1
+    assert Constraints().prefix_block_size is None  # off
+    assert SchedulerSpec(prefix_caching=True, block_size=32).build().constraints.prefix_block_size == 32
+    # the API takes a numpy integer as the int it is (a spec or Constraints does not)
+    r = llmsched.simulate(
+        block_size=np.int64(32), prefix_caching=True, cost_model="paper", num_requests=5, prompt="const:64"
+    )
+    assert r.summary["prefix_cache"]["block_size"] == 32
 
 
 # ---- properties ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .core.constraints import check_prefix_block_size
 from .core.cost import make_cost_model
 from .core.errors import ConfigError, unknown_name, warn
 from .core.version import __version__
@@ -249,9 +250,9 @@ def _check_types(cfg: SimConfig) -> None:
         v = getattr(cfg, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
             raise ConfigError(f"{name} must be a positive number, got {v!r}")
-    if isinstance(cfg.block_size, bool) or not isinstance(cfg.block_size, (int, np.integer)) or cfg.block_size < 1:
-        raise ConfigError(f"block_size must be a positive integer, got {cfg.block_size!r}")
-    cfg.block_size = int(cfg.block_size)
+    if isinstance(cfg.block_size, np.integer):  # a numpy integer is an integer here
+        cfg.block_size = int(cfg.block_size)
+    cfg.block_size = check_prefix_block_size(cfg.block_size)
     for name in ("fast", "verdict", "record_steps", "prefix_caching"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name} must be true or false, got {getattr(cfg, name)!r}")

@@ -366,6 +366,25 @@ def sim_server():
         yield base, srv
 
 
+def test_max_tokens_zero_ends_at_its_length_whatever_stopped_the_engine(sim_server):
+    """max_tokens 0: the one token the engine samples is dropped, and so is the reason it
+    stopped (here a stop string that matches it): "length", no stop_reason, streamed or not."""
+    base, _ = sim_server
+    body = {"model": "llmsched-sim", "prompt": "abcd", "echo": True, "stop": [" tok"]}
+    r = post(base, "/v1/completions", {**body, "max_tokens": 1}).json()  # the token, its stop
+    assert r["choices"][0]["finish_reason"] == "stop" and r["choices"][0]["stop_reason"] == " tok"
+    r = post(base, "/v1/completions", {**body, "max_tokens": 0}).json()
+    ch = r["choices"][0]
+    assert (ch["text"], ch["finish_reason"], ch["stop_reason"]) == ("abcd", "length", None)
+    assert r["usage"]["completion_tokens"] == 0
+    body.update(max_tokens=0, stream=True, stream_options={"include_usage": True})
+    ev = parse_sse(post(base, "/v1/completions", body).content)
+    chunks = [e for e in ev[:-1] if e["choices"]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == "abcd"
+    assert (chunks[-1]["choices"][0]["finish_reason"], chunks[-1]["choices"][0]["stop_reason"]) == ("length", None)
+    assert ev[-2]["usage"]["completion_tokens"] == 0 and ev[-1] == "[DONE]"
+
+
 def test_sim_backend_n_lists_echo_and_refusals(sim_server):
     import openai
 

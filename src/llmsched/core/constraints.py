@@ -7,6 +7,14 @@ from dataclasses import dataclass
 from .errors import ConfigError
 
 
+def check_prefix_block_size(b: object, what: str = "block_size") -> int:
+    """The rule for a prefix-cache block size: a positive int (not a bool); returns it, or
+    raises a ConfigError naming `what`."""
+    if not isinstance(b, int) or isinstance(b, bool) or b <= 0:
+        raise ConfigError(f"{what} must be a positive integer, got {b!r}")
+    return b
+
+
 @dataclass(frozen=True)
 class Constraints:
     """`b_max`: token budget per step; `k_max`: cap on distinct requests per step (None:
@@ -25,6 +33,5 @@ class Constraints:
             raise ConfigError(f"k_max must be a positive integer, got {self.k_max!r}")
         if self.kv_capacity is not None and (not isinstance(self.kv_capacity, int) or self.kv_capacity <= 0):
             raise ConfigError(f"kv_capacity must be a positive integer, got {self.kv_capacity!r}")
-        b = self.prefix_block_size
-        if b is not None and (not isinstance(b, int) or isinstance(b, bool) or b <= 0):
-            raise ConfigError(f"the prefix-cache block size must be a positive integer, got {b!r}")
+        if self.prefix_block_size is not None:
+            check_prefix_block_size(self.prefix_block_size, "the prefix-cache block size")

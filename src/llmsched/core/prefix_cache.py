@@ -424,15 +424,21 @@ class PrefixCache:
             "block_size": self.block_size,
             "queried_tokens": qt,
             "hit_tokens": self.hit_tokens,
-            "token_hit_rate": self.hit_tokens / qt if qt else 0.0,
+            "token_hit_rate": hit_rate(self.hit_tokens, qt),
             "queried_blocks": qb,
             "hit_blocks": self.hit_blocks,
-            "block_hit_rate": self.hit_blocks / qb if qb else 0.0,
+            "block_hit_rate": hit_rate(self.hit_blocks, qb),
             "prefill_tokens_saved": self.hit_tokens,
             "evictions": self.evictions,
             "cached_blocks": self._n_cached,
             "free_cached_blocks": self.n_free,
         }
+
+
+def hit_rate(hits: int, queried: int) -> float:
+    """The share of the queried tokens (or blocks) that were cached: `PrefixCache.stats()`'s
+    and, from summed counts, a network's (0.0 when none were queried)."""
+    return hits / queried if queried else 0.0
 
 
 def held_ids(held: list) -> list[int]:
@@ -457,4 +463,4 @@ def token_block_ids(tokens: Sequence[int], block_size: int) -> tuple[int, ...] |
     return tuple(out)
 
 
-__all__ = ["PrefixCache", "held_ids", "token_block_ids"]
+__all__ = ["PrefixCache", "held_ids", "hit_rate", "token_block_ids"]

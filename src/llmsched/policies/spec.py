@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from ..core.constraints import Constraints
+from ..core.constraints import Constraints, check_prefix_block_size
 from ..core.errors import ConfigError
 from .base import Scheduler
 
@@ -57,9 +57,7 @@ class SchedulerSpec:
     def build(self) -> Scheduler:
         from . import make_admission_policy, make_batch_policy  # the registry imports this module
 
-        b = self.block_size
-        if not isinstance(b, int) or isinstance(b, bool) or b <= 0:
-            raise ConfigError(f"block_size must be a positive integer, got {b!r}")
+        b = check_prefix_block_size(self.block_size)
         if not isinstance(self.prefix_caching, bool):
             raise ConfigError(f"prefix_caching must be true or false, got {self.prefix_caching!r}")
         constraints = Constraints(

@@ -414,6 +414,11 @@ class Choice:
         self.drop = drop  # max_tokens 0: the one token the engine samples is not returned
         self.plp: list | None = None  # the prompt's logprob entries, once they came
 
+    def ending(self, o) -> tuple[str | None, str | int | None]:
+        """(finish_reason, stop_reason) of the choice's last output: max_tokens 0 (`drop`)
+        ends at its length, whatever stopped the token the engine sampled."""
+        return ("length", None) if self.drop else (o.finish_reason, o.stop_reason)
+
     def take_prompt(self, o) -> None:
         """Keep the prompt logprobs an output carries (echo with logprobs)."""
         if self.ids is not None and o.prompt_logprobs is not None:
@@ -492,10 +497,8 @@ class SSEResponse:
                 if entries and not self.chat:  # the next token's offset: after this chunk's last
                     c.offset = lp["text_offset"][-1] + len(lp["tokens"][-1])
             if o.finished:
-                if c.drop:
-                    parts.append(w.token(text, "length", usage, None, c.index, lp))
-                else:
-                    parts.append(w.token(text, o.finish_reason, usage, o.stop_reason, c.index, lp))
+                reason, stop = c.ending(o)
+                parts.append(w.token(text, reason, usage, stop, c.index, lp))
                 return "done"
             parts.append(w.token(text, None, usage, None, c.index, lp))
         return None
@@ -602,10 +605,8 @@ async def _collect(
             if token_text is not None:
                 lp = logprobs_object(c.lps, token_text, chat, len(c.echo), c.plp)
             make = chat_choice if chat else completion_choice
-            if c.drop:
-                bodies.append(make(c.index, text, "length", None, lp))
-            else:
-                bodies.append(make(c.index, text, o.finish_reason or "stop", o.stop_reason, lp))
+            reason, stop = c.ending(o)
+            bodies.append(make(c.index, text, reason or "stop", stop, lp))
         pt = prompt_tokens if prompt_tokens is not None else choices[0].prompt_tokens
         body = response_body(chat, rid, created, model, bodies, pt, sum(c.n_out for c in choices))
         return Response(dumps(body), media_type="application/json")

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.prefix_cache import hit_rate
 from ..core.request import NS
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
 from ..theory.network import traffic
@@ -71,8 +72,8 @@ def merge_prefix_stats(caches: list[dict]) -> dict:
     out: dict = {k: sum(int(c[k]) for c in caches) for k in _PREFIX_COUNTS}
     sizes = {c["block_size"] for c in caches}
     out["block_size"] = sizes.pop() if len(sizes) == 1 else None
-    out["token_hit_rate"] = out["hit_tokens"] / out["queried_tokens"] if out["queried_tokens"] else 0.0
-    out["block_hit_rate"] = out["hit_blocks"] / out["queried_blocks"] if out["queried_blocks"] else 0.0
+    out["token_hit_rate"] = hit_rate(out["hit_tokens"], out["queried_tokens"])
+    out["block_hit_rate"] = hit_rate(out["hit_blocks"], out["queried_blocks"])
     return out
 
 
