@@ -6,7 +6,9 @@ One event queue orders job arrivals, call deliveries, delays and the batch ends 
 replica. Each replica is a `ServerSim` (the single-server simulator's batch logic, fast
 path included): between two events that concern it, a replica advances a whole batch of
 identical steps at once; a call delivered during a batch shortens the batch to the steps
-that started before it and is held by the replica (`_Replica.held`) until the batch ends:
+that started before it (unless the batch's plan never read the waiting queue,
+`StepPlan.ignores_waiting`: it is the same whoever arrives, and runs on) and is held by the
+replica (`_Replica.held`) until the batch ends:
 it joins the state at the next step boundary, as an arrival does in the single-server
 simulator, and the time series counts it from there (`ServerSim.end(late=...)`), on both
 paths alike. Routers count a held call at once (`_Replica.calls`, `unfinished_tokens`).
@@ -744,7 +746,9 @@ def run_network(
             if sim.busy_until >= t:  # a batch in progress (its end may be now): b joins at its end
                 rep.held.append(b)
                 rep.held_work += ServerState.work(b)
-                if sim.busy_until > t:
+                # a plan that never read the waiting queue is the same whoever arrives: its
+                # batch goes on (the time series counts b from the boundary after t)
+                if sim.busy_until > t and not sim.batch[0].ignores_waiting:
                     end = sim.truncate(t)
                     rep.version += 1
                     push(end, _END, rep, rep.version, rep.order)
