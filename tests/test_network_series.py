@@ -147,3 +147,43 @@ def test_a_call_delivered_mid_step_counts_from_the_next_boundary():
     assert after.sum() == 10
     assert (running[after] == 2).all() and (waiting[after] == 0).all()
     assert (backlog[after] == (work - 16 - 50) + work).all()
+
+
+def test_a_batch_that_never_read_the_queue_runs_past_a_delivery(monkeypatch):
+    """With a budget of one token, a decoding call's plan spends it before admission and
+    never reads the waiting queue (`StepPlan.ignores_waiting`): a call delivered mid-step
+    does not cut its batch. The series still counts that call from the next boundary on,
+    waiting until the first call finishes, as the step-by-step path does."""
+    from llmsched.sim.server import ServerSim
+
+    cuts = []
+    truncate = ServerSim.truncate
+    monkeypatch.setattr(ServerSim, "truncate", lambda self, t: cuts.append(t) or truncate(self, t))
+    d = {
+        "servers": {"s": {"policy": "sarathi", "b_max": 1, "cost_model": "const:10"}},
+        "jobs": {
+            "j": {
+                "arrival": {"process": "deterministic", "rate": 1 / 0.505},
+                "route": [{"call": {"server": "s", "prompt": "const:1", "output": "const:100"}}],
+            }
+        },
+        "num_jobs": 2,
+        "seed": 0,
+    }
+    fast = run_network(NetworkSpec.from_dict(d), fast=True, sample_interval_s=0.001)
+    assert cuts == []
+    exact = run_network(NetworkSpec.from_dict(d), fast=False, sample_interval_s=0.001)
+    assert _results(fast) == _results(exact)
+    assert fast.replicas[0]["sim"].series.cols == exact.replicas[0]["sim"].series.cols
+    arr = np.frombuffer(fast.call_arrival, dtype=np.int64)
+    c = fast.replicas[0]["sim"].series.cols
+    t = np.round((np.asarray(c["time_s"]) - arr[0] / 1e9) * 1000).astype(int)
+    waiting, backlog = np.asarray(c["waiting_requests"]), np.asarray(c["backlog_tokens"])
+    # the first call: 1 prefill step, then 99 decode steps (ends at 1000 ms)
+    before = (t >= 0) & (t < 510)
+    assert (waiting[before] == 0).all()
+    assert (backlog[before] == 100 - t[before] // 10).all()
+    during = (t >= 510) & (t < 1000)
+    assert during.sum() == 490
+    assert (waiting[during] == 1).all()
+    assert (backlog[during] == 100 - t[during] // 10 + 100).all()
