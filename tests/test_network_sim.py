@@ -103,7 +103,15 @@ def networks(draw):
 
 def _fingerprint(stats):
     reps = [
-        (r["name"], r["sim"].steps, r["sim"].busy, dict(r["sim"].batch_hist), r["sim"].itl.count, r["sim"].itl.total)
+        (
+            r["name"],
+            r["sim"].steps,
+            r["sim"].busy,
+            dict(r["sim"].batch_hist),
+            r["sim"].itl.count,
+            r["sim"].itl.total,
+            r["sim"].series.cols,  # the time series too: a delivery joins at the next boundary on both paths
+        )
         for r in stats.replicas
     ]
     return (

@@ -6,9 +6,14 @@ One event queue orders job arrivals, call deliveries, delays and the batch ends 
 replica. Each replica is a `ServerSim` (the single-server simulator's batch logic, fast
 path included): between two events that concern it, a replica advances a whole batch of
 identical steps at once; a call delivered during a batch shortens the batch to the steps
-that started before it (it joins at the next step boundary, as an arrival does in the
-single-server simulator). Servers interact only at call boundaries, so the fast path stays
-exact: a property test holds it equal to the step-by-step path.
+that started before it (unless the batch's plan never read the waiting queue,
+`StepPlan.ignores_waiting`: it is the same whoever arrives, and runs on) and is held by the
+replica (`_Replica.held`) until the batch ends:
+it joins the state at the next step boundary, as an arrival does in the single-server
+simulator, and the time series counts it from there (`ServerSim.end(late=...)`), on both
+paths alike. Routers count a held call at once (`_Replica.calls`, `unfinished_tokens`).
+Servers interact only at call boundaries, so the fast path stays exact: a property test
+holds it equal to the step-by-step path, time series included.
 
 Events at the same instant: every delivery, delay end and batch end first, then the
 replicas plan their next steps, so a call that arrives at a boundary joins that step.
@@ -48,7 +53,7 @@ _BLOCK = 4096  # length samples drawn at once per call node
 
 
 class _Replica:
-    __slots__ = ("sim", "pool", "index", "version", "planned", "name", "order", "calls")
+    __slots__ = ("sim", "pool", "index", "version", "planned", "name", "order", "calls", "held", "held_work")
 
     def __init__(self, sim: ServerSim, pool: _Pool, index: int):
         self.sim = sim
@@ -56,8 +61,13 @@ class _Replica:
         self.index = index
         self.version = 0
         self.planned = False  # a plan event is queued
-        self.calls = 0  # calls given to it and not finished
+        self.calls = 0  # calls given to it and not finished (held ones included)
         self.name = f"{pool.name}[{index}]" if pool.spec.replicas > 1 else pool.name
+        # calls delivered during the batch in progress, in delivery order: they join the
+        # state when it ends (`_END`), as arrivals during a batch do in the single-server
+        # simulator, so that no sample of the batch's time series counts them too early
+        self.held: list[Request] = []
+        self.held_work = 0  # their work (`ServerState.work`), for `unfinished_tokens`
 
     def unfinished(self) -> int:
         """Calls at the replica, waiting or running (kept as a count: JSQ asks every replica
@@ -65,8 +75,23 @@ class _Replica:
         return self.calls
 
     def unfinished_tokens(self, t: int) -> int:
-        """Work left of its requests at `t` (steps of the current batch done by `t` count)."""
-        return self.sim.unfinished(t)
+        """Work left of its requests at `t` (steps of the current batch done by `t` count;
+        held calls count in full)."""
+        return self.sim.unfinished(t) + self.held_work
+
+    def late(self) -> list[tuple[int, int, int]] | None:
+        """The held calls as `ServerSim.end`'s `late` tuples (arrival, prefill tokens, work,
+        as the state would count them once added), or None when none arrived by the start
+        of the batch's last step: then no sample of the batch counts any of them (a
+        delivery cuts the batch to the steps that start before it)."""
+        held = self.held
+        sim = self.sim
+        durs = sim.batch[3]
+        last = sim.busy_until - (durs if isinstance(durs, int) else durs[-1])
+        if held[0].arrival > last:
+            return None
+        work = ServerState.work
+        return [(r.arrival, r.prefill_target - r.prefilled, work(r)) for r in held]
 
 
 class _Pool:
@@ -659,7 +684,16 @@ def run_network(
             rep = a
             if b != rep.version:
                 continue
-            finished = rep.sim.end()
+            sim = rep.sim
+            held = rep.held
+            if held:  # calls delivered during the batch join at its end
+                finished = sim.end(rep.late())
+                for r in held:
+                    sim.add(r)
+                rep.held = []
+                rep.held_work = 0
+            else:
+                finished = sim.end()
             rep.calls -= len(finished)
             for r in finished:
                 c_rep[r.id] = rep_index[id(rep)]
@@ -708,17 +742,23 @@ def run_network(
             rep = a.route(t)
             sim = rep.sim
             c_rep[b.id] = rep_index[id(rep)]
-            if sim.busy_until < 0 and sim.now < t:
-                sim.idle_until(t)
-            sim.add(b)
             rep.calls += 1
-            if sim.busy_until > t:
-                end = sim.truncate(t)
-                rep.version += 1
-                push(end, _END, rep, rep.version, rep.order)
-            elif sim.busy_until < 0 and not rep.planned:
-                rep.planned = True
-                push(t, _PLAN, rep, None, rep.order)
+            if sim.busy_until >= t:  # a batch in progress (its end may be now): b joins at its end
+                rep.held.append(b)
+                rep.held_work += ServerState.work(b)
+                # a plan that never read the waiting queue is the same whoever arrives: its
+                # batch goes on (the time series counts b from the boundary after t)
+                if sim.busy_until > t and not sim.batch[0].ignores_waiting:
+                    end = sim.truncate(t)
+                    rep.version += 1
+                    push(end, _END, rep, rep.version, rep.order)
+            else:
+                if sim.busy_until < 0 and sim.now < t:
+                    sim.idle_until(t)
+                sim.add(b)
+                if not rep.planned:
+                    rep.planned = True
+                    push(t, _PLAN, rep, None, rep.order)
         elif kind == _RESUME:
             advance(a, t)
         else:  # _JOB
