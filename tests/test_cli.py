@@ -94,6 +94,7 @@ BAD = [
     (["--kv-capacity", "0"], "--kv-capacity: expected a positive integer"),
     (["--max-running", "0"], "--max-running/--max-num-seqs: expected a positive integer"),
     (["--b-max", "abc"], "expected a positive integer, got 'abc'"),
+    (["--b-max", "100000000000000000000"], "b_max must be at most 1,048,576 tokens per step"),
     (["--cost-model", "warp"], "unknown cost model"),
     (["--trace", "/no/such/trace.csv"], "does not exist"),
     (["--prompt", "zipf:3"], "unknown length law"),

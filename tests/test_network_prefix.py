@@ -37,8 +37,7 @@ def network(route, *, caching=True, jobs=1, rate=0.05, system=0, context="grow",
 
 def tokens_computed(res, replica=0) -> int:
     """Token processings (prefill + decode) the replica's steps carried."""
-    loads = np.asarray(res.stats.replicas[replica]["sim"].load_hist, dtype=np.int64)
-    return int((loads * np.arange(len(loads))).sum())
+    return sum(b * c for b, c in res.stats.replicas[replica]["sim"].load_hist.items())
 
 
 def cache(res, server="s") -> dict:

@@ -187,3 +187,43 @@ def test_a_batch_that_never_read_the_queue_runs_past_a_delivery(monkeypatch):
     assert during.sum() == 490
     assert (waiting[during] == 1).all()
     assert (backlog[during] == 100 - t[during] // 10 + 100).all()
+
+
+def test_a_cached_call_on_a_prefix_caching_server_keeps_fast_equal_to_exact():
+    # A call whose resent context arrives computed (`cached: true`) may already hold the
+    # block the head of the queue waits for: the plan lasts one step (it once made a batch
+    # of no steps, counting a resumed decoder's gap twice).
+    def call(server, prompt, context, cached, cls):
+        spec = {"server": server, "prompt": prompt, "output": "uniform:1,2", "context": context, "cached": cached}
+        return {"call": {**spec, "class": cls}}
+
+    d = {
+        "servers": {
+            "s0": {
+                **{"policy": "sarathi", "b_max": 32, "cost_model": "paper", "replicas": 1, "router": "random"},
+                **{"prefix_caching": True, "block_size": 4},
+            }
+        },
+        "jobs": {
+            "j0": {
+                "arrival": {"process": "poisson", "rate": 0.5},
+                "route": [
+                    call("s0", "uniform:1,2", False, False, "c0"),
+                    call("s0", "uniform:1,2", False, False, "c1"),
+                    {
+                        "fork": [
+                            [call("s0", "uniform:1,51", True, True, "c2")],
+                            [call("s0", "uniform:1,2", True, False, "c3")],
+                        ]
+                    },
+                ],
+            }
+        },
+        "num_jobs": 5,
+        "seed": 0,
+    }
+    fast = _same_both_ways(d)
+    exact = run_network(NetworkSpec.from_dict(d), fast=False)
+    (a,), (b,) = fast.replicas, exact.replicas
+    assert (a["sim"].itl.count, a["sim"].itl.total) == (b["sim"].itl.count, b["sim"].itl.total)
+    assert a["sim"].itl.count > 0

@@ -313,7 +313,7 @@ def test_disaggregated_prefill_and_decode():
         assert prompt[i] == context + 1
         assert arr[i] == arr[j] + e2e[j] + round(0.00002 * context * 1e9)
     # the decode replicas computed 1 prefill token and output - 1 decode tokens a call, not the context
-    work = sum(sum(b * n for b, n in enumerate(r["sim"].load_hist)) for r in stats.replicas if r["server"] == "decode")
+    work = sum(sum(b * n for b, n in r["sim"].load_hist.items()) for r in stats.replicas if r["server"] == "decode")
     assert work == int(out[dec].sum())
     rep = traffic(spec)
     assert rep.server("decode").offered_tokens_per_s == pytest.approx(4.0 * 200, rel=1e-6)

@@ -71,7 +71,7 @@ def make_result(arrival, ttft_ns, e2e_ns, queue_ns, prompt, output, preempt, tag
         queue_ns=np.asarray(queue_ns, dtype=np.int64),
         preemptions=np.asarray(preempt, dtype=np.int32),
         itl=GapHistogram(),
-        load_hist=[0] * 9,
+        load_hist={},
         batch_hist={},
         steps=0,
         busy_ns=0,

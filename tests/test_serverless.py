@@ -562,6 +562,14 @@ BAD = [
     (lambda c: c["cluster"]["nodes"][0].update(dram=["m"], dram_gb=5), "cluster.nodes[0].dram: the listed checkpoints"),
     (lambda c: c["models"]["m"].update(kv_capacity=10, kv_bytes_per_token=5), "models.m: give kv_bytes_per_token or"),
     (lambda c: c["platform"].update(serverlessllm={"load_speedup": 0}), "platform.serverlessllm.load_speedup: must be"),
+    # sizes and times that no clock or memory could hold: one line, not a hang or an overflow
+    (lambda c: c["cluster"]["nodes"][0].update(count=1e30), "cluster.nodes[0].count: must be at most 65,536"),
+    (lambda c: c["platform"].update(keep_alive_s=1e30), "platform.keep_alive_s: must be at most 1e+09"),
+    (lambda c: c["platform"].update(init_s=1e30), "platform.init_s: must be at most 1e+09"),
+    (
+        lambda c: c["cluster"]["nodes"][0].update(ssd_bandwidth_gbps=1e-300),
+        "models.m: loading 10 GB at 1e-300 GB/s (cluster.nodes[0]) takes 1e+301 s, more than 1e+09 s",
+    ),
 ]
 
 
@@ -573,6 +581,14 @@ def test_bad_spec_is_one_clear_config_error(mutate, message):
         load_serverless(cfg)
     text = str(e.value)
     assert message in text and "\n" not in text
+
+
+def test_a_token_budget_past_the_limit_names_the_model():
+    cfg = base()
+    cfg["models"]["m"]["b_max"] = 10**30  # once an overflow (a histogram of b_max + 1 counts)
+    with pytest.raises(ConfigError, match="^models.m: b_max must be at most 1,048,576 tokens per step") as e:
+        simulate_serverless(cfg)
+    assert "\n" not in str(e.value)
 
 
 def test_bad_scheduler_options_name_the_model():

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+from ..core.constraints import MAX_B_MAX
 from ..core.errors import ConfigError
 from ..policies.spec import SchedulerSpec
 
@@ -116,7 +117,7 @@ def add_scheduler_args(p: argparse.ArgumentParser, *, defaults: bool = False, bl
         dest="b_max",
         type=positive_int,
         default=d.b_max if defaults else None,
-        help=f"token budget per step (default {d.b_max})",
+        help=f"token budget per step (default {d.b_max}; at most {MAX_B_MAX:,})",
     )
     g.add_argument("--k-max", type=positive_int, help="cap on requests per step (default: none)")
     g.add_argument("--kv-capacity", type=positive_int, help="KV-cache capacity in tokens (default: unlimited)")

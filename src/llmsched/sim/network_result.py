@@ -205,6 +205,7 @@ class NetworkResult:
                     preemptions=pre[sel].astype(np.int32),
                     itl=sim.itl,
                     load_hist=sim.load_hist,
+                    b_max=sim.state.b_max,
                     batch_hist=sim.batch_hist,
                     steps=sim.steps,
                     busy_ns=sim.busy,

@@ -176,12 +176,10 @@ class SimResult:
         s["itl_cv"] = st.itl.std / st.itl.mean if st.itl.count else None
         s["itl_count"] = int(st.itl.count)
         s["itl_percentiles_exact"] = st.itl.exact
-        loads = np.asarray(st.load_hist, dtype=np.float64)
         steps = max(st.steps, 1)
-        b_max = len(loads) - 1
         s["steps"] = int(st.steps)
-        s["mean_token_load"] = float((loads * np.arange(len(loads))).sum() / steps)
-        s["full_budget_step_share"] = float(loads[b_max] / steps) if st.steps else 0.0
+        s["mean_token_load"] = sum(b * c for b, c in st.load_hist.items()) / steps
+        s["full_budget_step_share"] = st.load_hist.get(st.b_max, 0) / steps if st.steps else 0.0
         s["mean_batch_size"] = float(sum(k * c for k, c in st.batch_hist.items()) / steps)
         s["max_batch_size"] = int(max(st.batch_hist, default=0))
         s["busy_time_s"] = st.busy_ns / NS
@@ -431,9 +429,8 @@ class SimResult:
     def _write_load(self, f) -> None:
         w = csv.writer(f)
         w.writerow(["token_load", "steps"])
-        for b, c in enumerate(self.stats.load_hist):
-            if c:
-                w.writerow([b, c])
+        for b, c in sorted(self.stats.load_hist.items()):
+            w.writerow([b, c])
 
     def _write_batch(self, f) -> None:
         w = csv.writer(f)

@@ -160,7 +160,7 @@ class ServerSim:
         # inter-token gaps counted in a plain dict (value -> weight) and handed to the
         # histogram in batches; its result does not depend on the order of its additions
         self._gaps: dict[int, int] = {}
-        self.load_hist = [0] * (self.state.b_max + 1)
+        self.load_hist: dict[int, int] = {}  # token load -> steps (a budget may be huge)
         self.batch_hist: dict[int, int] = {}
         self.steps = 0
         self.busy = 0
@@ -309,7 +309,8 @@ class ServerSim:
         at the head of the waiting queue (UNLIMITED if none will). A plan that admits
         nothing stopped at that head, and only blocks of its prompt entering the cache can
         lower what its admission takes (evicting free blocks lowers neither its KV need
-        nor, as it was refused, changes the plan), so the plan repeats until then."""
+        nor, as it was refused, changes the plan), so the plan repeats until then (at least
+        one step)."""
         head = self.state.waiting.first()
         if head is None or head.blocks is None or head.prefilled:
             return UNLIMITED
@@ -322,7 +323,9 @@ class ServerSim:
             j = r.next_block
             # ids are chained: r shares a later block with the head only if it shares block j
             if bl is not None and j < len(bl) and j < limit and bl[j] == hb[j]:
-                k = -(-((j + 1) * bs - r.prefilled) // c)
+                # (a call that arrived with part of its prompt computed may hold block j
+                # already: it enters the cache at this step's end)
+                k = max(1, -(-((j + 1) * bs - r.prefilled) // c))
                 if k < best:
                     best = k
         return best
@@ -381,7 +384,8 @@ class ServerSim:
         total = end - now
         self.steps += count
         self.busy += total
-        self.load_hist[b] += count
+        load_hist = self.load_hist
+        load_hist[b] = load_hist.get(b, 0) + count
         k = m + len(plan.prefill)
         batch_hist = self.batch_hist
         batch_hist[k] = batch_hist.get(k, 0) + count

@@ -805,7 +805,7 @@ class _Runtime:
                     "steps": sim.steps,
                     "busy_ns": sim.busy,
                     "itl_count": h.count,
-                    "max_token_load": max((b for b, c in enumerate(sim.load_hist) if c), default=0),
+                    "max_token_load": max(sim.load_hist, default=0),
                     "max_batch_size": max(sim.batch_hist, default=0),
                     "itl_mean_ns": h.total / h.count if h.count else None,
                     "admission": sim.scheduler.admission.name,

@@ -39,13 +39,14 @@ class RunStats:
     queue_ns: np.ndarray
     preemptions: np.ndarray
     itl: GapHistogram
-    load_hist: list[int]
+    load_hist: dict[int, int]  # token load -> steps
     batch_hist: dict[int, int]
     steps: int
     busy_ns: int
     end_ns: int
     timeseries: dict[str, list]
     unfinished: int
+    b_max: int = 0  # the server's token budget (0: unknown)
     prefix: dict | None = None  # prefix-cache counters (ServerState.prefix_stats), None when off
 
 
@@ -207,6 +208,7 @@ def simulate_trace(
         preemptions=_np(preempts, np.int32),
         itl=server.itl,
         load_hist=server.load_hist,
+        b_max=state.b_max,
         batch_hist=server.batch_hist,
         steps=server.steps,
         busy_ns=server.busy,

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ..core.constraints import check_b_max
 from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError
 from ..core.region import representative_step_time, stability_region
@@ -105,8 +106,7 @@ def token_capacity(
     """Theorem 2's bound b_max / t(b_max), tokens per second. `cost`: a CostModel or a
     spec string."""
     cost = make_cost_model(cost)
-    if not isinstance(b_max, int) or b_max <= 0:
-        raise ConfigError(f"b_max must be a positive integer, got {b_max!r}")
+    check_b_max(b_max)
     t = step_time_at_budget(cost, b_max, mean_prompt, mean_output)
     if not t > 0 or not math.isfinite(t):
         raise ConfigError(f"step time at b_max={b_max} must be positive and finite, got {t!r}")
@@ -195,8 +195,7 @@ def capacity(
     (`"paper"`, `"profile:h200-llama-3-8b"`, ...). `rate` in requests/s is optional.
     `cached_prompt`: mean prompt tokens per request served by a prefix cache (not work)."""
     cost = make_cost_model(cost)
-    if not isinstance(b_max, int) or b_max <= 0:
-        raise ConfigError(f"b_max must be a positive integer, got {b_max!r}")
+    check_b_max(b_max)
     if rate is not None and (not math.isfinite(rate) or rate < 0):
         raise ConfigError(f"arrival rate must be a finite number >= 0, got {rate!r}")
     work = work_per_request(mean_prompt, mean_output, cached_prompt)

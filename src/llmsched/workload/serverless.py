@@ -160,8 +160,15 @@ def _keys(d: dict, allowed, where: str) -> None:
             raise _at(where, f"unknown key '{k}'{_suggest(k, allowed)}; known: {', '.join(allowed)}")
 
 
-def _num(value, where: str, *, lo: float = 0.0, lo_open: bool = False, inf_ok: bool = False) -> float:
-    """A finite number >= lo (> lo with lo_open); `inf_ok` also accepts inf / never."""
+MAX_S = 1e9  # the longest duration (about 31 years): integer nanoseconds stay far from overflow
+MAX_NODES = 1 << 16  # nodes of one kind
+MAX_GPUS_PER_NODE = 1 << 10
+
+
+def _num(
+    value, where: str, *, lo: float = 0.0, lo_open: bool = False, inf_ok: bool = False, hi: float | None = None
+) -> float:
+    """A finite number >= lo (> lo with lo_open) and <= hi; `inf_ok` also accepts inf / never."""
     if inf_ok and isinstance(value, str) and value.strip().lower() in ("inf", "never", "forever"):
         return math.inf
     f = math.nan
@@ -175,10 +182,12 @@ def _num(value, where: str, *, lo: float = 0.0, lo_open: bool = False, inf_ok: b
         cmp = ">" if lo_open else ">="
         extra = " (or never)" if inf_ok else ""
         raise _at(where, f"must be a number {cmp} {lo:g}{extra}, got {_show(value)}")
+    if hi is not None and f > hi and not math.isinf(f):
+        raise _at(where, f"must be at most {hi:g}, got {_show(value)}")
     return f
 
 
-def _whole(value, where: str, minimum: int = 1, optional: bool = False) -> int | None:
+def _whole(value, where: str, minimum: int = 1, optional: bool = False, maximum: int | None = None) -> int | None:
     if value is None and optional:
         return None
     ok = not isinstance(value, bool) and value is not None
@@ -190,6 +199,8 @@ def _whole(value, where: str, minimum: int = 1, optional: bool = False) -> int |
             ok = False
     if not ok:
         raise _at(where, f"must be a whole number >= {minimum}, got {_show(value)}")
+    if maximum is not None and float(value) > maximum:
+        raise _at(where, f"must be at most {maximum:,}, got {_show(value)}")
     return int(float(value))
 
 
@@ -230,8 +241,8 @@ class NodeGroup:
 
     def validate(self, where: str) -> NodeGroup:
         self.name = _name(self.name, f"{where}.name")
-        self.count = _whole(self.count, f"{where}.count")
-        self.gpus = _whole(self.gpus, f"{where}.gpus")
+        self.count = _whole(self.count, f"{where}.count", maximum=MAX_NODES)
+        self.gpus = _whole(self.gpus, f"{where}.gpus", maximum=MAX_GPUS_PER_NODE)
         self.gpu_memory_gb = _num(self.gpu_memory_gb, f"{where}.gpu_memory_gb", lo_open=True)
         for tier in ("dram", "ssd"):
             size = _num(getattr(self, f"{tier}_gb"), f"{where}.{tier}_gb")
@@ -319,7 +330,7 @@ class ModelSpec:
             setattr(self, k, dict(_mapping(v, f"{where}.{k}", k)))
         self.max_instances = _whole(self.max_instances, f"{where}.max_instances", optional=True)
         if self.keep_alive_s is not None:
-            self.keep_alive_s = _num(self.keep_alive_s, f"{where}.keep_alive_s", inf_ok=True)
+            self.keep_alive_s = _num(self.keep_alive_s, f"{where}.keep_alive_s", inf_ok=True, hi=MAX_S)
         return self
 
     def options_for(self, admission: str) -> dict:
@@ -505,8 +516,8 @@ class PlatformSpec:
                     "contradicts it (drop router, or choose another scheduler)",
                 )
             self.router = r
-        self.init_s = _num(self.init_s, f"{where}.init_s")
-        self.keep_alive_s = _num(self.keep_alive_s, f"{where}.keep_alive_s", inf_ok=True)
+        self.init_s = _num(self.init_s, f"{where}.init_s", hi=MAX_S)
+        self.keep_alive_s = _num(self.keep_alive_s, f"{where}.keep_alive_s", inf_ok=True, hi=MAX_S)
         self.scale_out_tokens = _num(self.scale_out_tokens, f"{where}.scale_out_tokens")
         self.max_instances = _whole(self.max_instances, f"{where}.max_instances", optional=True)
         u = _num(self.gpu_memory_utilization, f"{where}.gpu_memory_utilization", lo_open=True)
@@ -517,8 +528,8 @@ class PlatformSpec:
         self.load_speedup = _num(self.load_speedup, f"{sl}.load_speedup", lo_open=True)
         if not isinstance(self.migration, bool):
             raise _at(f"{sl}.migration", f"must be true or false, got {_show(self.migration)}")
-        self.migration_alpha_s = _num(self.migration_alpha_s, f"{sl}.alpha_s_per_token")
-        self.migration_beta_s = _num(self.migration_beta_s, f"{sl}.beta_s")
+        self.migration_alpha_s = _num(self.migration_alpha_s, f"{sl}.alpha_s_per_token", hi=MAX_S)
+        self.migration_beta_s = _num(self.migration_beta_s, f"{sl}.beta_s", hi=MAX_S)
         return self
 
     @property
@@ -643,6 +654,15 @@ class ServerlessSpec:
                     f"no GPU is large enough: {m.weights_gb:g} GB of weights "
                     f"(plus KV cache) but the largest GPU offers {u:g} x {biggest:g} GB",
                 )
+            speedup = self.platform.load_speedup if self.platform.scheduler == "serverlessllm" else 1.0
+            for i, g in enumerate(self.nodes):  # the slowest load stays a time we can clock
+                slowest = min(self.remote_bandwidth_gbps, g.dram_bandwidth_gbps, g.ssd_bandwidth_gbps) * speedup
+                if self.fits(name, g) and m.weights_gb / slowest > MAX_S:
+                    raise _at(
+                        f"models.{name}",
+                        f"loading {m.weights_gb:g} GB at {slowest:g} GB/s (cluster.nodes[{i}]) takes "
+                        f"{m.weights_gb / slowest:g} s, more than {MAX_S:g} s",
+                    )
         self.workload = _validate_workload(self.workload, self.models)
         return self
 
@@ -797,7 +817,7 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
     if w.num_requests is not None and w.num_requests > MAX_REQUESTS:
         raise _at(f"{where}.num_requests", f"at most {MAX_REQUESTS:,}, got {w.num_requests:,}")
     if w.duration_s is not None:
-        w.duration_s = _num(w.duration_s, f"{where}.duration_s", lo_open=True)
+        w.duration_s = _num(w.duration_s, f"{where}.duration_s", lo_open=True, hi=MAX_S)
     w.seed = _whole(w.seed, f"{where}.seed", minimum=0)
     w.prompt = _law(w.prompt, f"{where}.prompt", "prompt")
     w.output = _law(w.output, f"{where}.output", "output")
