@@ -107,6 +107,16 @@ BAD = [
     (["--prompt", "0"], "must be >= 1"),
     (["--rate", "1e-12"], "arrival times must be"),
     (["--steps", "--out", ""], "give --out"),
+    # values no clock holds: a crash, a silent run of no completed request, or a hang
+    (["--arrival", "gamma", "--cv", "1e-300"], "cv (coefficient of variation) must be between 0.001 and 1000"),
+    (["--arrival", "deterministic", "--rate", "1e-300"], "arrival times must be below 1e+09 s"),
+    (["--rate", "1e-320"], "arrival times must be below 1e+09 s"),
+    (["--cost-model", "const:1e300"], "const cost model times must be at most 1e+06 ms"),
+    (["--cost-model", "paper:a=1e300"], "paper cost model times must be at most 1e+06 ms"),
+    (["--cost-model", "linear:c=1e300,a=1"], "linear cost model times must be at most 1e+06 ms"),
+    (["--cost-model", "paper:c=0,a=0"], "one-token step at 0 ms"),
+    (["--cost-model", "const:1e-300"], "one-token step at 1e-300 ms"),
+    (["--replicas", "1000000000000000000000000000000"], "replicas must be at most 4,096"),
 ]
 
 

@@ -21,6 +21,11 @@ from ..core.errors import ConfigError
 __all__ = ["ArrivalProcess", "Poisson", "Gamma", "Deterministic", "make_arrival_process", "MAX_REQUESTS"]
 
 MAX_REQUESTS = 20_000_000  # guard against a typo that asks for billions of requests
+#: Arrival times stay below this (seconds, about 31 years): the simulators clock integer
+#: nanoseconds, far below their 2**62 ns sentinel.
+MAX_ARRIVAL_S = 1e9
+#: The range of a gamma process's cv: shape 1/cv^2 stays a number numpy can draw with.
+MIN_CV, MAX_CV = 1e-3, 1e3
 
 
 def check_rate(rate) -> float:
@@ -40,7 +45,19 @@ def check_cv(cv) -> float:
         raise ConfigError(f"cv (coefficient of variation) must be a number, got {cv!r}") from None
     if not (math.isfinite(c) and c > 0):
         raise ConfigError(f"cv (coefficient of variation) must be > 0, got {cv!r}")
+    if not MIN_CV <= c <= MAX_CV:
+        raise ConfigError(f"cv (coefficient of variation) must be between {MIN_CV:g} and {MAX_CV:g}, got {cv!r}")
     return c
+
+
+def _check_times(t: np.ndarray, rate: float) -> np.ndarray:
+    """`t` if its last (largest) arrival time is a finite number below MAX_ARRIVAL_S."""
+    if len(t) and not (math.isfinite(t[-1]) and t[-1] < MAX_ARRIVAL_S):
+        raise ConfigError(
+            f"arrival times must be below {MAX_ARRIVAL_S:g} s: at rate {rate:g}/s arrival {len(t):,} "
+            f"comes at {t[-1]:g} s (raise the rate or ask for fewer arrivals)"
+        )
+    return t
 
 
 class ArrivalProcess:
@@ -59,7 +76,7 @@ class ArrivalProcess:
         if duration_s is None:
             if n > MAX_REQUESTS:
                 raise ConfigError(f"num_requests={n} exceeds the limit of {MAX_REQUESTS:,}")
-            return np.cumsum(self.gaps(rng, n))
+            return _check_times(np.cumsum(self.gaps(rng, n)), self.rate)
         expect = self.rate * duration_s
         if n is None and expect > MAX_REQUESTS:
             raise ConfigError(
@@ -85,7 +102,7 @@ class ArrivalProcess:
                 )
             t0 = float(t[-1])
             block = max(block, 1024)
-        return np.concatenate(parts) if parts else np.zeros(0)
+        return _check_times(np.concatenate(parts) if parts else np.zeros(0), self.rate)
 
     def to_dict(self) -> dict:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -146,7 +163,7 @@ class Deterministic(ArrivalProcess):
             m = min(m, k)
         if m > MAX_REQUESTS:
             raise ConfigError(f"the workload would hold {m:,} requests, over the limit of {MAX_REQUESTS:,}")
-        return np.arange(1, int(m) + 1, dtype=np.float64) / self.rate
+        return _check_times(np.arange(1, int(m) + 1, dtype=np.float64) / self.rate, self.rate)
 
     def to_dict(self):
         return {"arrival": "deterministic", "rate": self.rate}
