@@ -117,6 +117,7 @@ BAD = [
     (["--cost-model", "paper:c=0,a=0"], "one-token step at 0 ms"),
     (["--cost-model", "const:1e-300"], "one-token step at 1e-300 ms"),
     (["--replicas", "1000000000000000000000000000000"], "replicas must be at most 4,096"),
+    (["--turns", "geometric:3", "--think-time", "1e30"], "think_time_s must be at most 1e+09"),
 ]
 
 
