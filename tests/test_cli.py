@@ -118,6 +118,9 @@ BAD = [
     (["--cost-model", "const:1e-300"], "one-token step at 1e-300 ms"),
     (["--replicas", "1000000000000000000000000000000"], "replicas must be at most 4,096"),
     (["--turns", "geometric:3", "--think-time", "1e30"], "think_time_s must be at most 1e+09"),
+    (["--k-max", "1000000000000000000000000000000"], "--k-max: expected a positive integer of at most 1,048,576"),
+    (["--max-running", "10000000000"], "--max-num-seqs: expected a positive integer of at most 1,048,576"),
+    (["--kv-capacity", "1000000000000000000000000000000"], "--kv-capacity: expected a positive integer of at most"),
 ]
 
 
@@ -285,3 +288,11 @@ def test_a_simulate_run_imports_no_shutil():
 
 def test_plot_on_missing_folder_is_an_error(tmp_path):
     assert main(["plot", str(tmp_path / "nothing")]) == 2
+
+
+def test_flag_caps_are_the_network_caps():
+    from llmsched.cli import common
+    from llmsched.workload import network
+
+    assert common.MAX_REQUESTS_PER_STEP == network.MAX_REQUESTS_PER_STEP
+    assert common.MAX_KV_TOKENS == network.MAX_KV_TOKENS
