@@ -462,6 +462,11 @@ def test_bad_delay_laws(bad, words):
             "jobs.A.arrival",
             "cv (coefficient of variation) must be between 0.001 and 1000",
         ),
+        (
+            lambda d: d["jobs"]["A"]["arrival"].update(cv=True),
+            "jobs.A.arrival",
+            "cv (coefficient of variation) must be a number, got True",
+        ),
     ],
 )
 def test_validation_errors_name_the_place(edit, where, words):

@@ -29,6 +29,8 @@ MIN_CV, MAX_CV = 1e-3, 1e3
 
 
 def check_rate(rate) -> float:
+    if isinstance(rate, bool):
+        raise ConfigError(f"arrival rate must be a number of requests per second, got {rate!r}")
     try:
         r = float(rate)
     except (TypeError, ValueError):
@@ -39,6 +41,8 @@ def check_rate(rate) -> float:
 
 
 def check_cv(cv) -> float:
+    if isinstance(cv, bool):  # float(True) is 1.0: `cv: true` was read as cv 1
+        raise ConfigError(f"cv (coefficient of variation) must be a number, got {cv!r}")
     try:
         c = float(cv)
     except (TypeError, ValueError):
