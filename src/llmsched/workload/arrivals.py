@@ -87,7 +87,9 @@ class ArrivalProcess:
                 f"duration_s={duration_s} at rate {self.rate} gives about "
                 f"{expect:,.0f} requests, over the limit of {MAX_REQUESTS:,}"
             )
-        cap = MAX_REQUESTS if n is None else n
+        # at most MAX_REQUESTS whatever n is (num_requests 1e12 with a duration tried to
+        # allocate its whole block of gaps: 119 GiB)
+        cap = MAX_REQUESTS if n is None else min(n, MAX_REQUESTS)
         # Draw in blocks so the result is the same prefix of one gap sequence however the
         # blocks fall (draws of numpy's generators are sequential).
         block = int(min(cap, expect + 6 * math.sqrt(expect) + 16))
@@ -100,7 +102,7 @@ class ArrivalProcess:
             total += k
             if k < m:
                 break
-            if n is None and total >= cap:
+            if (n is None or n > MAX_REQUESTS) and total >= cap:
                 raise ConfigError(
                     f"duration_s={duration_s} at rate {self.rate} gives over {MAX_REQUESTS:,} requests, the limit"
                 )
