@@ -127,6 +127,10 @@ def test_text_output(capsys):
         ),
         (["--cost-model", "paper", "--lengths", "sharegpt", "--prompt", "const:3"], "not both"),
         (["--cost-model", "paper", "--find-counterexample"], "k-max"),
+        # means no request has: the report came out, silent and meaningless
+        (["--cost-model", "paper", "--mean-prompt", "1e-300"], "--mean-prompt: the mean prompt must be a number of"),
+        (["--cost-model", "paper", "--mean-output", "0.5"], "--mean-output: the mean output must be a number of"),
+        (["--cost-model", "paper", "--mean-prompt", "1e30"], "from 1 to 1,073,741,824, got 1e+30"),
     ],
 )
 def test_errors_are_one_line_exit_2(capsys, argv, msg):

@@ -107,6 +107,21 @@ BAD = [
     (["--prompt", "0"], "must be >= 1"),
     (["--rate", "1e-12"], "arrival times must be"),
     (["--steps", "--out", ""], "give --out"),
+    # values no clock holds: a crash, a silent run of no completed request, or a hang
+    (["--arrival", "gamma", "--cv", "1e-300"], "cv (coefficient of variation) must be between 0.001 and 1000"),
+    (["--arrival", "deterministic", "--rate", "1e-300"], "arrival times must be below 1e+09 s"),
+    (["--rate", "1e-320"], "arrival times must be below 1e+09 s"),
+    (["--cost-model", "const:1e300"], "const cost model times must be at most 1e+06 ms"),
+    (["--cost-model", "paper:a=1e300"], "paper cost model times must be at most 1e+06 ms"),
+    (["--cost-model", "linear:c=1e300,a=1"], "linear cost model times must be at most 1e+06 ms"),
+    (["--cost-model", "paper:c=0,a=0"], "one-token step at 0 ms"),
+    (["--cost-model", "const:1e-300"], "one-token step at 1e-300 ms"),
+    (["--replicas", "1000000000000000000000000000000"], "replicas must be at most 4,096"),
+    (["--turns", "geometric:3", "--think-time", "1e30"], "think_time_s must be at most 1e+09"),
+    (["--duration", "1e9", "--num-requests", "1000000000000"], "gives over 20,000,000 requests, the limit"),
+    (["--k-max", "1000000000000000000000000000000"], "--k-max: expected a positive integer of at most 1,048,576"),
+    (["--max-running", "10000000000"], "--max-num-seqs: expected a positive integer of at most 1,048,576"),
+    (["--kv-capacity", "1000000000000000000000000000000"], "--kv-capacity: expected a positive integer of at most"),
 ]
 
 
@@ -274,3 +289,11 @@ def test_a_simulate_run_imports_no_shutil():
 
 def test_plot_on_missing_folder_is_an_error(tmp_path):
     assert main(["plot", str(tmp_path / "nothing")]) == 2
+
+
+def test_flag_caps_are_the_network_caps():
+    from llmsched.cli import common
+    from llmsched.workload import network
+
+    assert common.MAX_REQUESTS_PER_STEP == network.MAX_REQUESTS_PER_STEP
+    assert common.MAX_KV_TOKENS == network.MAX_KV_TOKENS

@@ -209,3 +209,16 @@ def test_slo_goodput_and_twp_target(capsys):
         cost_model="paper", admission="twp", slo={"itl_p99_ms": 80}, rate=2, num_requests=50, verdict=False
     )
     assert r.config["admission_options"] == {} and r.summary["slo"] == {"itl_ms": 80.0}
+
+
+def test_network_arrivals_past_the_clock_are_one_line_exit_2(tmp_path, capsys):
+    """A rate of 1e-300 jobs/s puts the arrivals past any clock: it crashed the network
+    simulator (a TypeError after an int64 overflow)."""
+    f = tmp_path / "slow.yaml"
+    f.write_text(
+        "servers:\n  s: {cost_model: paper}\njobs:\n  A:\n    arrival: {process: poisson, rate: 1e-300}\n"
+        "    route:\n      - call: {server: s, prompt: const:10, output: const:5}\nnum_jobs: 5\n"
+    )
+    assert main(["simulate", "--network", str(f), "--out", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "arrival times must be below 1e+09 s" in err[0], err

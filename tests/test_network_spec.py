@@ -257,6 +257,13 @@ def test_delay_laws():
         ("const:abc", "must be a number"),
         ("const:nan", "finite"),
         (None, "delay must be a law"),
+        # delays no clock holds (they crashed the simulator past its time sentinel)
+        ("const:1e30", "const delay must be at most 1e+09 seconds"),
+        (1e30, "const delay must be at most 1e+09 seconds"),
+        ("exponential:1e30", "exponential delay must be at most 1e+09 seconds"),
+        ("uniform:0,1e30", "uniform delay hi must be at most 1e+09 seconds"),
+        ("per_token:1e30", "per_token delay must be at most 1 seconds per token"),
+        ("per_token:-1", "per_token delay must be >= 0"),
     ],
 )
 def test_bad_delay_laws(bad, words):
@@ -437,6 +444,29 @@ def test_bad_delay_laws(bad, words):
         (lambda d: d.update(num_jobs=0), "num_jobs", "num_jobs must be a whole number >= 1"),
         (lambda d: d.update(duration_s=-5), "duration_s", "must be > 0"),
         (lambda d: d.update(seed=-1), "seed", "seed must be a whole number >= 0"),
+        # values no simulation can hold (they hung or crashed with an overflow)
+        (lambda d: d.update(duration_s=1e30), "duration_s", "must be at most 1e+09 seconds"),
+        (lambda d: d["servers"]["s1"].update(replicas=1e30), "servers.s1", "replicas must be at most 4,096"),
+        (lambda d: d["servers"]["s1"].update(replicas=10**30), "servers.s1", "replicas must be at most 4,096"),
+        (lambda d: d["servers"]["s1"].update(k_max=10**30), "servers.s1", "k_max must be at most 1,048,576"),
+        (lambda d: d["servers"]["s1"].update(max_running=1e30), "servers.s1", "max_running must be at most"),
+        (lambda d: d["servers"]["s1"].update(kv_capacity=1e30), "servers.s1", "kv_capacity must be at most"),
+        (lambda d: d["jobs"]["A"].update(system_prompt=1e30), "jobs.A", "system_prompt (tokens) must be at most"),
+        (
+            lambda d: route(d)[3]["loop"].update(repeat_prob=0.999999999),
+            "jobs.A.route[3].loop",
+            "repeat_prob must be at most 0.999999",
+        ),
+        (
+            lambda d: d["jobs"]["A"].update(arrival={"process": "gamma", "rate": 1, "cv": 1e-300}),
+            "jobs.A.arrival",
+            "cv (coefficient of variation) must be between 0.001 and 1000",
+        ),
+        (
+            lambda d: d["jobs"]["A"]["arrival"].update(cv=True),
+            "jobs.A.arrival",
+            "cv (coefficient of variation) must be a number, got True",
+        ),
     ],
 )
 def test_validation_errors_name_the_place(edit, where, words):

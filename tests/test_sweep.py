@@ -194,3 +194,24 @@ def test_cli_sweep_json(tmp_path, capsys):
     assert out["points"] == 4 and out["ran"] == 4
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["ran"] == 0
+
+
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        # a bisection to 1e-300 of lambda* and a search from inf ran for ever
+        (["--tol", "1e-300"], "--tol: the tolerance must be a number from 0.001 to below 1, got '1e-300'"),
+        (["--tol", "nan"], "--tol: the tolerance must be"),
+        (["--search-hi", "inf"], "--search-hi: the search's upper end must be a number from 0.001 to 100, got 'inf'"),
+    ],
+)
+def test_search_settings_that_never_end(tmp_path, capsys, argv, msg):
+    with pytest.raises(SystemExit) as e:
+        main(
+            ["sweep", "--out", str(tmp_path / "s"), "--workers", "1", "--cost-model", "paper", "--num-requests", "30"]
+            + ["--grid", "seed=0", "--search", "max-stable-rate", *argv]
+        )
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and msg in err[0], err
+    assert not (tmp_path / "s").exists()

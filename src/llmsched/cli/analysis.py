@@ -27,6 +27,35 @@ from .common import (
 )
 from .engine import add_engine_args, engine_setup
 
+#: The finest search tolerance (a fraction of lambda*): a bisection to 1e-300 runs about
+#: a thousand rounds of simulations (it hung); 0.001 takes about ten.
+MIN_TOL = 1e-3
+#: The largest --mean-prompt / --mean-output (tokens: a request field's limit, as in csvio).
+MAX_MEAN_TOKENS = 1 << 30
+#: The largest first upper end of a rate search, in lambda* (inf hung).
+MAX_SEARCH_HI = 100.0
+
+
+def _bounded_float(name: str, lo: float, hi: float, hi_open: bool):
+    import argparse  # noqa: PLC0415
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not (lo <= v < hi if hi_open else lo <= v <= hi):
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a number from {lo:g} to {'below ' if hi_open else ''}{hi:g}, got {text!r}"
+            )
+        return v
+
+    return parse
+
+
+_tolerance = _bounded_float("the tolerance", MIN_TOL, 1.0, hi_open=True)
+_search_hi = _bounded_float("the search's upper end", 1e-3, MAX_SEARCH_HI, hi_open=False)
+
 __all__ = ["register", "cmd_capacity", "cmd_sweep", "cmd_reproduce", "cmd_validate"]
 
 
@@ -71,6 +100,12 @@ def cmd_capacity(args) -> int:
         if args.prompt or args.output:
             raise ConfigError("give --lengths FILE or --prompt/--output, not both")
         over["prompt"] = over["output"] = f"empirical:{args.lengths}"
+    for role, v in (("prompt", args.mean_prompt), ("output", args.mean_output)):
+        # a request has at least one token (a mean of 1e-300 gave a silent, meaningless report)
+        if v is not None and not 1 <= v <= MAX_MEAN_TOKENS:
+            raise ConfigError(
+                f"--mean-{role}: the mean {role} must be a number of tokens from 1 to {MAX_MEAN_TOKENS:,}, got {v:g}"
+            )
     samples = args.samples
     if samples is not None and samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {samples}")
@@ -533,8 +568,18 @@ def register(sub) -> None:
         metavar="METRIC=LIMIT",
         help="with --search: also the largest rate meeting it, e.g. p99_itl_ms=200 median_ttft_ms=2000",
     )
-    g.add_argument("--tol", type=float, default=0.02, help="search tolerance, fraction of lambda* (default 0.02)")
-    g.add_argument("--search-hi", type=float, default=1.25, help="upper end of the search, in lambda* (default 1.25)")
+    g.add_argument(
+        "--tol",
+        type=_tolerance,
+        default=0.02,
+        help=f"search tolerance, fraction of lambda* (default 0.02; {MIN_TOL:g} to < 1)",
+    )
+    g.add_argument(
+        "--search-hi",
+        type=_search_hi,
+        default=1.25,
+        help=f"upper end of the search, in lambda* (default 1.25; at most {MAX_SEARCH_HI:g})",
+    )
     g.add_argument("--no-plots", action="store_true", help="do not draw figures")
     g.add_argument("--json", action="store_true", help="print a JSON summary")
     g.add_argument("--quiet", action="store_true", help="print nothing")
@@ -569,7 +614,7 @@ def register(sub) -> None:
     )
     p.add_argument("--search-requests", type=int, help="requests per search probe")
     p.add_argument("--seeds", help="seeds of the search probes, e.g. 0,1")
-    p.add_argument("--tol", type=float, help="search tolerance, fraction of lambda*")
+    p.add_argument("--tol", type=_tolerance, help=f"search tolerance, fraction of lambda* ({MIN_TOL:g} to < 1)")
     p.add_argument("--policies", help="comma-separated (default fastertransformer,vllm,orca,sarathi,kfcfs)")
     p.add_argument("--no-search", action="store_true", help="only the queue runs")
     p.add_argument("--quick", action="store_true", help="small runs (seconds), for tests")

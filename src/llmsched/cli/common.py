@@ -67,6 +67,25 @@ def positive_int(text: str) -> int:
     return v
 
 
+#: The caps of --k-max / --max-running and --kv-capacity: those of a network server
+#: (`workload.network`, which loads numpy: this module must not, see `simulate`).
+MAX_REQUESTS_PER_STEP = 1 << 20
+MAX_KV_TOKENS = 1 << 40
+
+
+def positive_int_at_most(maximum: int):
+    """An argparse type: a positive integer of at most `maximum` (a cap of 1e30 requests per
+    step crashed the capacity region with an overflow)."""
+
+    def parse(text: str) -> int:
+        v = positive_int(text)
+        if v > maximum:
+            raise argparse.ArgumentTypeError(f"expected a positive integer of at most {maximum:,}, got {text!r}")
+        return v
+
+    return parse
+
+
 def key_values(items: list[str] | None, what: str = "KEY=VALUE") -> dict:
     """`KEY=VALUE` options as a dict: a value is JSON if it parses (numbers, true, null,
     lists), then true/false/none in any case, else the text. Dashes in keys become
@@ -119,13 +138,21 @@ def add_scheduler_args(p: argparse.ArgumentParser, *, defaults: bool = False, bl
         default=d.b_max if defaults else None,
         help=f"token budget per step (default {d.b_max}; at most {MAX_B_MAX:,})",
     )
-    g.add_argument("--k-max", type=positive_int, help="cap on requests per step (default: none)")
-    g.add_argument("--kv-capacity", type=positive_int, help="KV-cache capacity in tokens (default: unlimited)")
+    g.add_argument(
+        "--k-max",
+        type=positive_int_at_most(MAX_REQUESTS_PER_STEP),
+        help=f"cap on requests per step (default: none; at most {MAX_REQUESTS_PER_STEP:,})",
+    )
+    g.add_argument(
+        "--kv-capacity",
+        type=positive_int_at_most(MAX_KV_TOKENS),
+        help=f"KV-cache capacity in tokens (default: unlimited; at most {MAX_KV_TOKENS:,})",
+    )
     g.add_argument(
         "--max-running",
         "--max-num-seqs",
         dest="max_running",
-        type=positive_int,
+        type=positive_int_at_most(MAX_REQUESTS_PER_STEP),
         help="cap on running requests (default: none; the engine: 64 on CPU, 256 on CUDA)",
     )
     g.add_argument(

@@ -51,6 +51,27 @@ class CostModel:
         return {"name": self.name}
 
 
+#: The largest c and a of a paper, linear or const model (ms): a step of over 1,000 s is
+#: no GPU's, and clocks of such steps soon pass what the simulator can hold.
+MAX_STEP_MS = 1e6
+#: The shortest one-token step (ms): the simulator clocks whole nanoseconds, and a step
+#: that rounds to 0 ns would make time stand still.
+MIN_STEP_MS = 1e-6
+
+
+def _check_scale(kind: str, c_ms: float, a_ms: float, one_ms: float) -> None:
+    """c and a at most MAX_STEP_MS; a one-token step (`one_ms`) at least MIN_STEP_MS."""
+    if c_ms > MAX_STEP_MS or a_ms > MAX_STEP_MS:
+        what = f"{c_ms:g} ms" if kind == "const" else f"c={c_ms:g}, a={a_ms:g}"
+        raise ConfigError(f"{kind} cost model times must be at most {MAX_STEP_MS:g} ms, got {what}")
+    if one_ms < MIN_STEP_MS:
+        what = f"{c_ms:g} ms" if kind == "const" else f"c={c_ms:g}, a={a_ms:g}"
+        raise ConfigError(
+            f"{kind} cost model times a one-token step at {one_ms:g} ms, under {MIN_STEP_MS:g} ms "
+            f"(1 ns, the simulator's clock tick), got {what}"
+        )
+
+
 class PaperCostModel(CostModel):
     """t(b) = c + a * ceil(b / b0) (paper 1), or c + a * max(0, b - b0) (`variant="max"`).
     Defaults: CodeLlama-34B on one A100 (c = 11.28 ms, a = 35.47 ms, b0 = 128)."""
@@ -71,6 +92,7 @@ class PaperCostModel(CostModel):
         self.a = a_ms / 1e3
         self.b0 = b0
         self.variant = variant
+        _check_scale("paper", c_ms, a_ms, self.load_time(1) * 1e3)
 
     def load_time(self, b: int) -> float:
         if self.variant == "ceil":
@@ -93,6 +115,7 @@ class LinearCostModel(CostModel):
     def __init__(self, c_ms: float = 10.0, a_ms: float = 0.0):
         if not (math.isfinite(c_ms) and math.isfinite(a_ms)) or c_ms < 0 or a_ms < 0 or c_ms + a_ms <= 0:
             raise ConfigError(f"linear cost model needs c >= 0, a >= 0, not both 0; got c={c_ms}, a={a_ms}")
+        _check_scale("const" if a_ms == 0 else "linear", c_ms, a_ms, c_ms + a_ms)
         self.c = c_ms / 1e3
         self.a = a_ms / 1e3
 

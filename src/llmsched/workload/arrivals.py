@@ -21,9 +21,16 @@ from ..core.errors import ConfigError
 __all__ = ["ArrivalProcess", "Poisson", "Gamma", "Deterministic", "make_arrival_process", "MAX_REQUESTS"]
 
 MAX_REQUESTS = 20_000_000  # guard against a typo that asks for billions of requests
+#: Arrival times stay below this (seconds, about 31 years): the simulators clock integer
+#: nanoseconds, far below their 2**62 ns sentinel.
+MAX_ARRIVAL_S = 1e9
+#: The range of a gamma process's cv: shape 1/cv^2 stays a number numpy can draw with.
+MIN_CV, MAX_CV = 1e-3, 1e3
 
 
 def check_rate(rate) -> float:
+    if isinstance(rate, bool):
+        raise ConfigError(f"arrival rate must be a number of requests per second, got {rate!r}")
     try:
         r = float(rate)
     except (TypeError, ValueError):
@@ -34,13 +41,27 @@ def check_rate(rate) -> float:
 
 
 def check_cv(cv) -> float:
+    if isinstance(cv, bool):  # float(True) is 1.0: `cv: true` was read as cv 1
+        raise ConfigError(f"cv (coefficient of variation) must be a number, got {cv!r}")
     try:
         c = float(cv)
     except (TypeError, ValueError):
         raise ConfigError(f"cv (coefficient of variation) must be a number, got {cv!r}") from None
     if not (math.isfinite(c) and c > 0):
         raise ConfigError(f"cv (coefficient of variation) must be > 0, got {cv!r}")
+    if not MIN_CV <= c <= MAX_CV:
+        raise ConfigError(f"cv (coefficient of variation) must be between {MIN_CV:g} and {MAX_CV:g}, got {cv!r}")
     return c
+
+
+def _check_times(t: np.ndarray, rate: float) -> np.ndarray:
+    """`t` if its last (largest) arrival time is a finite number below MAX_ARRIVAL_S."""
+    if len(t) and not (math.isfinite(t[-1]) and t[-1] < MAX_ARRIVAL_S):
+        raise ConfigError(
+            f"arrival times must be below {MAX_ARRIVAL_S:g} s: at rate {rate:g}/s arrival {len(t):,} "
+            f"comes at {t[-1]:g} s (raise the rate or ask for fewer arrivals)"
+        )
+    return t
 
 
 class ArrivalProcess:
@@ -59,14 +80,16 @@ class ArrivalProcess:
         if duration_s is None:
             if n > MAX_REQUESTS:
                 raise ConfigError(f"num_requests={n} exceeds the limit of {MAX_REQUESTS:,}")
-            return np.cumsum(self.gaps(rng, n))
+            return _check_times(np.cumsum(self.gaps(rng, n)), self.rate)
         expect = self.rate * duration_s
         if n is None and expect > MAX_REQUESTS:
             raise ConfigError(
                 f"duration_s={duration_s} at rate {self.rate} gives about "
                 f"{expect:,.0f} requests, over the limit of {MAX_REQUESTS:,}"
             )
-        cap = MAX_REQUESTS if n is None else n
+        # at most MAX_REQUESTS whatever n is (num_requests 1e12 with a duration tried to
+        # allocate its whole block of gaps: 119 GiB)
+        cap = MAX_REQUESTS if n is None else min(n, MAX_REQUESTS)
         # Draw in blocks so the result is the same prefix of one gap sequence however the
         # blocks fall (draws of numpy's generators are sequential).
         block = int(min(cap, expect + 6 * math.sqrt(expect) + 16))
@@ -79,13 +102,13 @@ class ArrivalProcess:
             total += k
             if k < m:
                 break
-            if n is None and total >= cap:
+            if (n is None or n > MAX_REQUESTS) and total >= cap:
                 raise ConfigError(
                     f"duration_s={duration_s} at rate {self.rate} gives over {MAX_REQUESTS:,} requests, the limit"
                 )
             t0 = float(t[-1])
             block = max(block, 1024)
-        return np.concatenate(parts) if parts else np.zeros(0)
+        return _check_times(np.concatenate(parts) if parts else np.zeros(0), self.rate)
 
     def to_dict(self) -> dict:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -146,7 +169,7 @@ class Deterministic(ArrivalProcess):
             m = min(m, k)
         if m > MAX_REQUESTS:
             raise ConfigError(f"the workload would hold {m:,} requests, over the limit of {MAX_REQUESTS:,}")
-        return np.arange(1, int(m) + 1, dtype=np.float64) / self.rate
+        return _check_times(np.arange(1, int(m) + 1, dtype=np.float64) / self.rate, self.rate)
 
     def to_dict(self):
         return {"arrival": "deterministic", "rate": self.rate}

@@ -62,6 +62,7 @@ from .arrivals import (
     make_arrival_process,
 )
 from .blocks import DEFAULT_BLOCK_SIZE, check_block_size
+from .csvio import MAX_LENGTH
 from .lengths import LengthLaw, parse_length_law
 
 __all__ = [
@@ -107,6 +108,18 @@ _CALL_KEYS = ("server", "prompt", "output", "context", "cached", "class")
 _LOOP_KEYS = ("body", "times", "repeat_prob")
 _NODE_KINDS = ("call", "delay", "fork", "loop")
 _MAX_LOOP_TIMES = 1_000_000
+#: The longest time a network takes (seconds; about 31 years): a delay's mean or bound and
+#: `duration_s` are at most this, so event times in integer nanoseconds stay far below the
+#: simulator's sentinel (2**62 ns, about 146 years).
+MAX_S = 1e9
+#: The longest KV-transfer delay per context token (seconds; a real transfer takes ~1e-5).
+MAX_PER_TOKEN_S = 1.0
+#: Replicas in one server's pool (every replica builds its own scheduler).
+MAX_REPLICAS = 1 << 12
+#: Requests per step (k_max) and running requests (max_running): at most a step's tokens.
+MAX_REQUESTS_PER_STEP = 1 << 20
+#: KV-cache capacity in tokens (a trillion: far past any GPU's).
+MAX_KV_TOKENS = 1 << 40
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -156,7 +169,9 @@ def _show(value) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
-def _whole(value, where: str, what: str, minimum: int = 1, optional: bool = False) -> int | None:
+def _whole(
+    value, where: str, what: str, minimum: int = 1, optional: bool = False, maximum: int | None = None
+) -> int | None:
     if value is None and optional:
         return None
     if isinstance(value, bool) or value is None:
@@ -167,6 +182,8 @@ def _whole(value, where: str, what: str, minimum: int = 1, optional: bool = Fals
         raise _at(where, f"{what} must be a whole number >= {minimum}, got {_show(value)}") from None
     if not math.isfinite(f) or f != math.floor(f) or f < minimum:
         raise _at(where, f"{what} must be a whole number >= {minimum}, got {_show(value)}")
+    if maximum is not None and f > maximum:
+        raise _at(where, f"{what} must be at most {maximum:,}, got {_show(value)}")
     return int(f)
 
 
@@ -222,6 +239,8 @@ class DelayLaw:
             hi = _number(self.hi, "", "uniform delay hi")
             if lo < 0 or hi < lo:
                 raise ConfigError(f"uniform delay needs 0 <= lo <= hi seconds, got uniform:{lo:g},{hi:g}")
+            if hi > MAX_S:
+                raise ConfigError(f"uniform delay hi must be at most {MAX_S:g} seconds, got {hi:g}")
             object.__setattr__(self, "lo", lo)
             object.__setattr__(self, "hi", hi)
             object.__setattr__(self, "mean", (lo + hi) / 2.0)
@@ -230,9 +249,13 @@ class DelayLaw:
             raise ConfigError(f"a {kind} delay takes a mean only, not lo/hi")
         m = _number(self.mean, "", f"{kind} delay")
         if kind in ("const", "per_token") and m < 0:
-            raise ConfigError(f"const delay must be >= 0 seconds, got {m:g}")
+            raise ConfigError(f"{kind} delay must be >= 0 seconds, got {m:g}")
         if kind == "exponential" and m <= 0:
             raise ConfigError(f"exponential delay mean must be > 0 seconds, got {m:g}")
+        if kind == "per_token" and m > MAX_PER_TOKEN_S:
+            raise ConfigError(f"per_token delay must be at most {MAX_PER_TOKEN_S:g} seconds per token, got {m:g}")
+        if m > MAX_S:
+            raise ConfigError(f"{kind} delay must be at most {MAX_S:g} seconds, got {m:g}")
         object.__setattr__(self, "mean", m)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -413,9 +436,9 @@ class ServerSpec:
                 )
             setattr(self, k, v.strip())
         self.b_max = _whole(self.b_max, where, "b_max")
-        self.k_max = _whole(self.k_max, where, "k_max", optional=True)
-        self.kv_capacity = _whole(self.kv_capacity, where, "kv_capacity", optional=True)
-        self.max_running = _whole(self.max_running, where, "max_running", optional=True)
+        self.k_max = _whole(self.k_max, where, "k_max", optional=True, maximum=MAX_REQUESTS_PER_STEP)
+        self.kv_capacity = _whole(self.kv_capacity, where, "kv_capacity", optional=True, maximum=MAX_KV_TOKENS)
+        self.max_running = _whole(self.max_running, where, "max_running", optional=True, maximum=MAX_REQUESTS_PER_STEP)
         for k in ("policy_options", "admission_options", "router_options"):
             v = getattr(self, k)
             if v is None:
@@ -431,7 +454,7 @@ class ServerSpec:
         self.cost_model = self.cost_model.strip()
         with _Located(f"{where}.cost_model"):
             make_cost_model(self.cost_model)
-        self.replicas = _whole(self.replicas, where, "replicas")
+        self.replicas = _whole(self.replicas, where, "replicas", maximum=MAX_REPLICAS)
         if not isinstance(self.router, str):
             raise _at(where, f"router must be one of {', '.join(ROUTERS)}, got {_show(self.router)}")
         r = self.router.strip().lower().replace("_", "-")
@@ -618,7 +641,9 @@ class NetworkSpec:
             self._check_route(job.route, f"{where}.route")
             if not job.calls():
                 raise _at(f"{where}.route", "the route has no call: a job type needs at least one call")
-            job.system_prompt = _whole(job.system_prompt, where, "system_prompt (tokens)", minimum=0)
+            job.system_prompt = _whole(
+                job.system_prompt, where, "system_prompt (tokens)", minimum=0, maximum=MAX_LENGTH
+            )
             job.context = _job_context(job.context, where)
             if job.context == "grow":
                 for call in job.calls():
@@ -632,6 +657,8 @@ class NetworkSpec:
             self.duration_s = _number(self.duration_s, "duration_s", "duration_s")
             if self.duration_s <= 0:
                 raise ConfigError(f"duration_s: must be > 0 seconds, got {self.duration_s:g}")
+            if self.duration_s > MAX_S:
+                raise ConfigError(f"duration_s: must be at most {MAX_S:g} seconds, got {self.duration_s:g}")
         self.seed = _whole(0 if self.seed is None else self.seed, "seed", "seed", minimum=0)
 
     def _check_route(self, route: list, where: str) -> None:
@@ -687,6 +714,12 @@ class NetworkSpec:
                             at,
                             f"repeat_prob must be in [0, 1), got {p:g}"
                             + (" (a cycle without exit: the loop would never end)" if p >= 1 else ""),
+                        )
+                    if 1.0 / (1.0 - p) > _MAX_LOOP_TIMES:
+                        raise _at(
+                            at,
+                            f"repeat_prob must be at most {1 - 1 / _MAX_LOOP_TIMES:g} "
+                            f"(a mean of {_MAX_LOOP_TIMES:,} passes, as for times), got {p!r}",
                         )
                     node.repeat_prob = p
                 if not isinstance(node.body, (list, tuple)) or not node.body:

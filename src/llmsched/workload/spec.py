@@ -40,7 +40,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from ..core.errors import ConfigError
-from .arrivals import MAX_REQUESTS, check_cv, check_rate, make_arrival_process
+from .arrivals import MAX_ARRIVAL_S, MAX_REQUESTS, check_cv, check_rate, make_arrival_process
 from .blocks import DEFAULT_BLOCK_SIZE, check_block_size, reblock
 from .conversations import conversation_turns, stream_blocks
 from .csvio import MAX_LENGTH
@@ -61,7 +61,7 @@ def _rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
-def _opt_float(value, what: str, positive: bool = True) -> float | None:
+def _opt_float(value, what: str, positive: bool = True, hi: float | None = None) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool):
@@ -72,6 +72,8 @@ def _opt_float(value, what: str, positive: bool = True) -> float | None:
         raise ConfigError(f"{what} must be a number, got {value!r}") from None
     if not math.isfinite(f) or (positive and f <= 0):
         raise ConfigError(f"{what} must be a positive number, got {value!r}")
+    if hi is not None and f > hi:
+        raise ConfigError(f"{what} must be at most {hi:g}, got {value!r}")
     return f
 
 
@@ -207,7 +209,8 @@ class WorkloadSpec:
         self.system_prompt = _opt_tokens(self.system_prompt, "system_prompt")
         if self.turns is not None:
             self.turns = parse_length_law(self.turns, "turns")
-        self.think_time_s = _opt_float(self.think_time_s, "think_time_s")
+        # a turn past the arrival clock's end (MAX_ARRIVAL_S) was silently never simulated
+        self.think_time_s = _opt_float(self.think_time_s, "think_time_s", hi=MAX_ARRIVAL_S)
         if self.classes is not None:
             if isinstance(self.classes, (str, bytes)) or not hasattr(self.classes, "__iter__"):
                 raise ConfigError("classes must be a list of mappings with tag, share, prompt, output")
