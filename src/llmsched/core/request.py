@@ -11,6 +11,9 @@ add up exactly the same clock.
 from __future__ import annotations
 
 NS = 1_000_000_000  # nanoseconds per second: every clock of the project counts integer ns
+# The longest time any input may span (seconds; about 31 years): clocks in integer ns stay
+# far below the simulators' 2**62 ns sentinel (every spec's times are bounded by it)
+MAX_SECONDS = 1e9
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 PHASE_NAMES = ("waiting", "prefill", "decode", "done")

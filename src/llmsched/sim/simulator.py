@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core.cost import CostModel
 from ..core.errors import ConfigError
-from ..core.request import NS, Request
+from ..core.request import MAX_SECONDS, NS, Request
 from ..core.state import UNLIMITED
 from ..policies.base import Scheduler
 from .histogram import GapHistogram
@@ -51,7 +51,7 @@ class RunStats:
 
 
 MAX_TOKENS = 1 << 31  # per request: prompt + output
-MAX_ARRIVAL_S = 1e9  # about 31 years: integer nanoseconds stay far from overflow
+MAX_ARRIVAL_S = MAX_SECONDS
 
 
 def validate_requests(prompt: np.ndarray, output: np.ndarray, kv_capacity: int | None) -> None:

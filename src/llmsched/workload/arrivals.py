@@ -17,13 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.request import MAX_SECONDS
 
 __all__ = ["ArrivalProcess", "Poisson", "Gamma", "Deterministic", "make_arrival_process", "MAX_REQUESTS"]
 
 MAX_REQUESTS = 20_000_000  # guard against a typo that asks for billions of requests
-#: Arrival times stay below this (seconds, about 31 years): the simulators clock integer
-#: nanoseconds, far below their 2**62 ns sentinel.
-MAX_ARRIVAL_S = 1e9
+MAX_ARRIVAL_S = MAX_SECONDS  # arrival times stay below it
 #: The range of a gamma process's cv: shape 1/cv^2 stays a number numpy can draw with.
 MIN_CV, MAX_CV = 1e-3, 1e3
 
