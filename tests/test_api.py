@@ -141,3 +141,19 @@ def test_provenance_reads_the_git_commit_without_git(tmp_path):
     (tmp_path / "wt").mkdir()
     (tmp_path / "wt" / ".git").write_text(f"gitdir: {wt}\n")
     assert git_commit(tmp_path / "wt") == "ab" * 20
+
+
+@pytest.mark.parametrize(
+    "option,message",
+    [
+        ({"b_max": 10**30}, "b_max must be at most 1,048,576 tokens per step"),
+        ({"k_max": 10**30}, "k_max must be at most 1,048,576"),
+        ({"kv_capacity": 10**30}, "kv_capacity must be at most 1,099,511,627,776"),
+    ],
+)
+def test_limits_past_any_server_are_one_line_errors(option, message):
+    # the server's constraints hold the caps, whatever the entry point (a config file's
+    # k_max of 1e30 once crashed the capacity region with an overflow)
+    with pytest.raises(ConfigError, match=message) as e:
+        llmsched.simulate(num_requests=5, rate=1, **option)
+    assert "\n" not in str(e.value)

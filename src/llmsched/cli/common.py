@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from ..core.constraints import MAX_B_MAX
+from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.errors import ConfigError
 from ..policies.spec import SchedulerSpec
 
@@ -65,12 +65,6 @@ def positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return v
-
-
-#: The caps of --k-max / --max-running and --kv-capacity: those of a network server
-#: (`workload.network`, which loads numpy: this module must not, see `simulate`).
-MAX_REQUESTS_PER_STEP = 1 << 20
-MAX_KV_TOKENS = 1 << 40
 
 
 def positive_int_at_most(maximum: int):

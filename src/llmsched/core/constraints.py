@@ -9,6 +9,10 @@ from .errors import ConfigError
 # The largest token budget per step: far past any GPU's (a step's shape and the theory's
 # representative step grow with it), and small enough that every count of a step stays exact.
 MAX_B_MAX = 1 << 20
+# Requests per step (k_max) and running requests (max_running): at most a step's tokens.
+MAX_REQUESTS_PER_STEP = 1 << 20
+# KV-cache capacity in tokens (a trillion: far past any GPU's).
+MAX_KV_TOKENS = 1 << 40
 
 
 def check_b_max(b: object) -> int:
@@ -42,9 +46,11 @@ class Constraints:
 
     def __post_init__(self):
         check_b_max(self.b_max)
-        if self.k_max is not None and (not isinstance(self.k_max, int) or self.k_max <= 0):
-            raise ConfigError(f"k_max must be a positive integer, got {self.k_max!r}")
-        if self.kv_capacity is not None and (not isinstance(self.kv_capacity, int) or self.kv_capacity <= 0):
-            raise ConfigError(f"kv_capacity must be a positive integer, got {self.kv_capacity!r}")
+        for name, cap in (("k_max", MAX_REQUESTS_PER_STEP), ("kv_capacity", MAX_KV_TOKENS)):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v <= 0):
+                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+            if v is not None and v > cap:
+                raise ConfigError(f"{name} must be at most {cap:,}, got {v:,}")
         if self.prefix_block_size is not None:
             check_prefix_block_size(self.prefix_block_size, "the prefix-cache block size")

@@ -52,8 +52,10 @@ from typing import Any
 
 import numpy as np
 
+from ..core.constraints import MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
+from ..core.request import MAX_SECONDS
 from .arrivals import (
     ArrivalProcess,
     Deterministic,
@@ -108,18 +110,11 @@ _CALL_KEYS = ("server", "prompt", "output", "context", "cached", "class")
 _LOOP_KEYS = ("body", "times", "repeat_prob")
 _NODE_KINDS = ("call", "delay", "fork", "loop")
 _MAX_LOOP_TIMES = 1_000_000
-#: The longest time a network takes (seconds; about 31 years): a delay's mean or bound and
-#: `duration_s` are at most this, so event times in integer nanoseconds stay far below the
-#: simulator's sentinel (2**62 ns, about 146 years).
-MAX_S = 1e9
+MAX_S = MAX_SECONDS  # a delay's mean or bound, duration_s
 #: The longest KV-transfer delay per context token (seconds; a real transfer takes ~1e-5).
 MAX_PER_TOKEN_S = 1.0
 #: Replicas in one server's pool (every replica builds its own scheduler).
 MAX_REPLICAS = 1 << 12
-#: Requests per step (k_max) and running requests (max_running): at most a step's tokens.
-MAX_REQUESTS_PER_STEP = 1 << 20
-#: KV-cache capacity in tokens (a trillion: far past any GPU's).
-MAX_KV_TOKENS = 1 << 40
 
 
 # ------------------------------------------------------------------------------ helpers

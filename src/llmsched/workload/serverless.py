@@ -33,6 +33,7 @@ import numpy as np
 
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
+from ..core.request import MAX_SECONDS
 from .arrivals import MAX_REQUESTS, make_arrival_process
 from .csvio import as_lengths, read_columns
 from .datasets import resolve_path
@@ -160,7 +161,7 @@ def _keys(d: dict, allowed, where: str) -> None:
             raise _at(where, f"unknown key '{k}'{_suggest(k, allowed)}; known: {', '.join(allowed)}")
 
 
-MAX_S = 1e9  # the longest duration (about 31 years): integer nanoseconds stay far from overflow
+MAX_S = MAX_SECONDS  # the longest duration
 MAX_NODES = 1 << 16  # nodes of one kind
 MAX_GPUS_PER_NODE = 1 << 10
 
