@@ -583,6 +583,15 @@ def test_bad_spec_is_one_clear_config_error(mutate, message):
     assert message in text and "\n" not in text
 
 
+def test_a_slow_tier_that_cannot_hold_the_checkpoint_is_never_a_load_source():
+    cfg = base()
+    cfg["cluster"]["nodes"][0].update(ssd_gb=0, ssd_bandwidth_gbps=1e-300)  # no SSD to load from
+    load_serverless(cfg)  # no "loading ... takes" error: the remote store and DRAM serve it
+    cfg["cluster"]["nodes"][0].update(ssd_gb=100)
+    with pytest.raises(ConfigError, match="loading 10 GB at 1e-300 GB/s"):
+        load_serverless(cfg)
+
+
 def test_a_token_budget_past_the_limit_names_the_model():
     cfg = base()
     cfg["models"]["m"]["b_max"] = 10**30  # once an overflow (a histogram of b_max + 1 counts)

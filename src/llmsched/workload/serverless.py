@@ -657,7 +657,13 @@ class ServerlessSpec:
                 )
             speedup = self.platform.load_speedup if self.platform.scheduler == "serverlessllm" else 1.0
             for i, g in enumerate(self.nodes):  # the slowest load stays a time we can clock
-                slowest = min(self.remote_bandwidth_gbps, g.dram_bandwidth_gbps, g.ssd_bandwidth_gbps) * speedup
+                # (of the tiers that can hold the checkpoint: the remote store always)
+                tiers = [
+                    (g.dram_gb, g.dram_bandwidth_gbps),
+                    (g.ssd_gb, g.ssd_bandwidth_gbps),
+                    (m.weights_gb, self.remote_bandwidth_gbps),
+                ]
+                slowest = min(bw for size, bw in tiers if size >= m.weights_gb) * speedup
                 if self.fits(name, g) and m.weights_gb / slowest > MAX_S:
                     raise _at(
                         f"models.{name}",
