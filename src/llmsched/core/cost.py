@@ -61,11 +61,10 @@ MIN_STEP_MS = 1e-6
 
 def _check_scale(kind: str, c_ms: float, a_ms: float, one_ms: float) -> None:
     """c and a at most MAX_STEP_MS; a one-token step (`one_ms`) at least MIN_STEP_MS."""
+    what = f"{c_ms:g} ms" if kind == "const" else f"c={c_ms:g}, a={a_ms:g}"
     if c_ms > MAX_STEP_MS or a_ms > MAX_STEP_MS:
-        what = f"{c_ms:g} ms" if kind == "const" else f"c={c_ms:g}, a={a_ms:g}"
         raise ConfigError(f"{kind} cost model times must be at most {MAX_STEP_MS:g} ms, got {what}")
     if one_ms < MIN_STEP_MS:
-        what = f"{c_ms:g} ms" if kind == "const" else f"c={c_ms:g}, a={a_ms:g}"
         raise ConfigError(
             f"{kind} cost model times a one-token step at {one_ms:g} ms, under {MIN_STEP_MS:g} ms "
             f"(1 ns, the simulator's clock tick), got {what}"
