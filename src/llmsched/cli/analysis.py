@@ -19,6 +19,7 @@ from .common import (
     add_parallel_args,
     add_scheduler_args,
     add_workload_args,
+    bounded_float,
     console,
     positive_int,
     print_grid,
@@ -36,25 +37,8 @@ MAX_MEAN_TOKENS = 1 << 30
 MAX_SEARCH_HI = 100.0
 
 
-def _bounded_float(name: str, lo: float, hi: float, hi_open: bool):
-    import argparse  # noqa: PLC0415
-
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            v = math.nan
-        if not (lo <= v < hi if hi_open else lo <= v <= hi):
-            raise argparse.ArgumentTypeError(
-                f"{name} must be a number from {lo:g} to {'below ' if hi_open else ''}{hi:g}, got {text!r}"
-            )
-        return v
-
-    return parse
-
-
-_tolerance = _bounded_float("the tolerance", MIN_TOL, 1.0, hi_open=True)
-_search_hi = _bounded_float("the search's upper end", 1e-3, MAX_SEARCH_HI, hi_open=False)
+_tolerance = bounded_float("the tolerance", MIN_TOL, 1.0, hi_open=True)
+_search_hi = bounded_float("the search's upper end", 1e-3, MAX_SEARCH_HI, hi_open=False)
 
 __all__ = ["register", "cmd_capacity", "cmd_sweep", "cmd_reproduce", "cmd_validate"]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -75,6 +76,23 @@ def positive_int_at_most(maximum: int):
         v = positive_int(text)
         if v > maximum:
             raise argparse.ArgumentTypeError(f"expected a positive integer of at most {maximum:,}, got {text!r}")
+        return v
+
+    return parse
+
+
+def bounded_float(name: str, lo: float, hi: float, hi_open: bool):
+    """An argparse type: a number from `lo` to `hi` (below `hi` with `hi_open`)."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not (lo <= v < hi if hi_open else lo <= v <= hi):
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a number from {lo:g} to {'below ' if hi_open else ''}{hi:g}, got {text!r}"
+            )
         return v
 
     return parse
