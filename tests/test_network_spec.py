@@ -392,6 +392,7 @@ def test_bad_delay_laws(bad, words):
         ),
         # other server fields
         (lambda d: d["servers"]["s1"].update(b_max=0), "servers.s1", "b_max must be a whole number >= 1"),
+        (lambda d: d["servers"]["s1"].update(b_max=1 << 21), "servers.s1", "b_max must be at most 1,048,576"),
         (lambda d: d["servers"]["s1"].update(k_max="many"), "servers.s1", "k_max must be a whole number"),
         (lambda d: d["servers"]["s1"].update(cost_model="papr"), "servers.s1.cost_model", "unknown cost model 'papr'"),
         (lambda d: d["servers"]["s1"].update(cost_model="paper:c=-1"), "servers.s1.cost_model", "c >= 0"),

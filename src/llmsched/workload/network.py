@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.constraints import MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
+from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
@@ -430,7 +430,7 @@ class ServerSpec:
                     f"{k} must be a non-empty string such as {'sarathi' if k == 'policy' else 'fcfs'}, got {_show(v)}",
                 )
             setattr(self, k, v.strip())
-        self.b_max = _whole(self.b_max, where, "b_max")
+        self.b_max = _whole(self.b_max, where, "b_max", maximum=MAX_B_MAX)
         self.k_max = _whole(self.k_max, where, "k_max", optional=True, maximum=MAX_REQUESTS_PER_STEP)
         self.kv_capacity = _whole(self.kv_capacity, where, "kv_capacity", optional=True, maximum=MAX_KV_TOKENS)
         self.max_running = _whole(self.max_running, where, "max_running", optional=True, maximum=MAX_REQUESTS_PER_STEP)
