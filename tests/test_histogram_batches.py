@@ -77,3 +77,56 @@ def test_buckets_by_runs_equal_one_log_per_value(values):
         k = int(math.log(v) * h._inv_log)
         expected[k] = expected.get(k, 0) + w
     assert h._buckets == expected
+
+
+def _one_by_one(values, weights, **kw):
+    h = GapHistogram(**kw)
+    for v, w in zip(values, weights):
+        h.add(v, w)
+    return h
+
+
+def _same(a: GapHistogram, b: GapHistogram) -> None:
+    assert a.exact == b.exact
+    assert (a.count, a.total, a.total_sq, a.min, a.max) == (b.count, b.total, b.total_sq, b.min, b.max)
+    assert a.counts() == b.counts()
+    assert a._buckets == b._buckets
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        list(range(1, 300_000)),  # every integer: every bucket edge up to 0.3 ms
+        list(range(10**9 - 50_000, 10**9 + 50_000, 3)),  # around 1 s
+        [5, 2**31 - 1, 2**31, 2**40, 10**15, 10**18],  # past the int64-limb and bisection limits
+    ],
+)
+def test_add_arrays_equals_one_add_per_value(values):
+    """The simulator's gap rows (numpy buckets, no sort) against one `add` per value, in
+    bucket mode and while exact, with repeated values, zero weights and rows past LIMB."""
+    rng = np.random.default_rng(len(values))
+    rows = rng.choice(values, 2 * len(values)).tolist()
+    weights = rng.integers(0, 300, len(rows)).tolist()
+    for exact_limit in (0, 4096, 10**7):
+        batched = GapHistogram(exact_limit=exact_limit)
+        for lo in range(0, len(rows), 70_000):  # uneven batches, some above LIMB rows
+            batched.add_arrays(rows[lo : lo + 70_000], weights[lo : lo + 70_000])
+        _same(batched, _one_by_one(rows, weights, exact_limit=exact_limit))
+
+
+def test_add_arrays_exact_sums_past_int64():
+    """Sums of v * v * w far beyond int64 stay exact (the limbs), huge weights too."""
+    values = [2**31 - 1, 2**31 - 2, 123_456_789] * 30_000
+    weights = [2**31 - 1, 5, 2**40] * 30_000
+    h = GapHistogram(exact_limit=0)
+    h.add_arrays(values, weights)
+    _same(h, _one_by_one(values, weights, exact_limit=0))
+    assert h.total_sq == sum(v * v * w for v, w in zip(values, weights))
+
+
+def test_add_arrays_zero_weights_are_not_values():
+    h = GapHistogram(exact_limit=0)
+    h.add_arrays([3, 9, 5], [0, 2, 0])
+    assert (h.count, h.min, h.max) == (2, 9, 9)
+    h.add_arrays([1], [0])
+    assert (h.count, h.min) == (2, 9)

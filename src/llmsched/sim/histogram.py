@@ -13,7 +13,11 @@ import math
 from bisect import bisect_left
 from operator import mul
 
+import numpy as np
+
 MONOTONE_LIMIT = 1 << 40  # values (ns: 18 minutes) below which bucket runs are found by bisection
+SMALL = 1 << 31  # values and weights below it: their exact sums are taken in int64 limbs
+LIMB = 1 << 16  # rows summed at once in int64 (each term below 2^47: no overflow)
 
 
 class GapHistogram:
@@ -61,8 +65,9 @@ class GapHistogram:
         # integer sums, so the order of additions is free: the builtins add a batch in C
         values, weights = counts.keys(), counts.values()
         self.count += sum(weights)
-        self.total += sum(map(mul, values, weights))
-        self.total_sq += sum(map(mul, map(mul, values, values), weights))
+        products = list(map(mul, values, weights))
+        self.total += sum(products)
+        self.total_sq += sum(map(mul, products, values))
         lo, hi = min(values), max(values)
         if lo < self.min:
             self.min = lo
@@ -80,6 +85,54 @@ class GapHistogram:
             exact.update(counts)
         if len(exact) > self._exact_limit:
             self._fold()
+
+    def add_arrays(self, values, weights) -> None:
+        """Add `weights[i]` copies of `values[i]` for every i (sequences of ints of one
+        length, weights >= 0; a value may repeat): the same as `add_counts` of their sums
+        by value, in numpy (the simulator hands its gaps over in large batches). Buckets
+        need no sort: each row's index from numpy's log, but a row whose index lies within
+        1e-9 of an integer (where numpy's log and `math.log` could part) takes `math.log`'s."""
+        v = np.fromiter(values, dtype=np.int64, count=len(values))
+        w = np.fromiter(weights, dtype=np.int64, count=len(weights))
+        keep = w > 0
+        if not keep.all():
+            v, w = v[keep], w[keep]
+        if len(v) > LIMB:
+            for start in range(0, len(v), LIMB):
+                self.add_arrays(v[start : start + LIMB], w[start : start + LIMB])
+            return
+        if not len(v):
+            return
+        lo, hi = int(v.min()), int(v.max())
+        if hi >= SMALL or int(w.max()) >= SMALL or self._exact is not None:
+            # rare (long gaps, huge weights, huge batches) or still exact: by value
+            order = np.argsort(v, kind="stable")
+            v = v[order]
+            starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1])))
+            counts = dict(zip(v[starts].tolist(), np.add.reduceat(w[order], starts).tolist()))
+            self.add_counts(counts)
+            return
+        self.count += int(w.sum())
+        total, total_sq = _exact_sums(v, w)
+        self.total += total
+        self.total_sq += total_sq
+        if lo < self.min:
+            self.min = lo
+        if hi > self.max:
+            self.max = hi
+        x = np.log(v) * self._inv_log
+        k = np.floor(x)
+        near = np.flatnonzero((x - k < 1e-9) | (k + 1 - x < 1e-9))
+        k = k.astype(np.int64)
+        if len(near):
+            log, inv_log = math.log, self._inv_log
+            k[near] = [int(log(value) * inv_log) for value in v[near].tolist()]
+        k0 = int(k.min())
+        sums = np.bincount(k - k0, weights=w)  # float64: exact, each sum below 2^47
+        buckets = self._buckets
+        get = buckets.get
+        for i in np.flatnonzero(sums).tolist():
+            buckets[k0 + i] = get(k0 + i, 0) + int(sums[i])
 
     def _add_to_buckets(self, counts: dict[int, int]) -> None:
         """Bucket k = int(log(value) / log(ratio)) of each value, a run of values at a time.
@@ -185,6 +238,19 @@ class GapHistogram:
             (min(max(math.exp((k + 0.5) * log), self.min), self.max), math.exp(k * log), math.exp((k + 1) * log), w)
             for k, w in sorted(self._buckets.items())
         ]
+
+
+def _exact_sums(v: np.ndarray, w: np.ndarray) -> tuple[int, int]:
+    """(sum of v * w, sum of v * v * w) as exact integers, for at most LIMB rows of int64
+    values and weights in [0, SMALL): each product p = v * w is below 2^62; cut into 16-bit
+    limbs, whose products with v are below 2^47, it sums in int64 without overflow."""
+    p = v * w
+    total = total_sq = 0
+    for shift in (0, 16, 32, 48):
+        limb = (p >> shift) & 0xFFFF
+        total += int(limb.sum()) << shift
+        total_sq += int(np.dot(limb, v)) << shift
+    return total, total_sq
 
 
 def _value_at_rank(points: list[tuple[float, int]], rank: int) -> float:

@@ -18,6 +18,7 @@ so that no step an arrival cuts off is timed; the batches are the same either wa
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import TextIO
 
 from ..core.cost import CostModel, StepTimer
@@ -27,7 +28,7 @@ from ..policies.base import Scheduler
 from .histogram import GapHistogram
 
 MAX_SAMPLES = 4096  # time-series length bound with the automatic sampling interval
-GAP_BATCH = 4096  # distinct inter-token gaps counted before they go to the histogram
+GAP_BATCH = 1 << 15  # inter-token gap rows gathered before they go to the histogram
 SERIES = (
     "time_s",
     "waiting_requests",
@@ -157,11 +158,16 @@ class ServerSim:
         self.series = series
         self.steps_file = steps_file
         self._itl = GapHistogram()
-        # inter-token gaps counted in a plain dict (value -> weight) and handed to the
-        # histogram in batches; its result does not depend on the order of its additions
-        self._gaps: dict[int, int] = {}
+        # inter-token gaps gathered as (value, weight) rows and handed to the histogram in
+        # batches; its result does not depend on the order of its additions
+        self._gap_values = []
+        self._gap_weights = []
         self.load_hist: dict[int, int] = {}  # token load -> steps (a budget may be huge)
         self.batch_hist: dict[int, int] = {}
+        # False: count only the largest load and batch size (`max_load`, `max_batch`), not
+        # the histograms (a serverless instance reports no more)
+        self.histograms = True
+        self.max_load = self.max_batch = 0
         self.steps = 0
         self.busy = 0
         self.now = 0
@@ -181,9 +187,10 @@ class ServerSim:
     @property
     def itl(self) -> GapHistogram:
         """Every inter-token gap so far (ns)."""
-        if self._gaps:
-            self._itl.add_counts(self._gaps)
-            self._gaps.clear()
+        if self._gap_values:
+            self._itl.add_arrays(self._gap_values, self._gap_weights)
+            self._gap_values = []
+            self._gap_weights = []
         return self._itl
 
     @property
@@ -384,30 +391,37 @@ class ServerSim:
         total = end - now
         self.steps += count
         self.busy += total
-        load_hist = self.load_hist
-        load_hist[b] = load_hist.get(b, 0) + count
         k = m + len(plan.prefill)
-        batch_hist = self.batch_hist
-        batch_hist[k] = batch_hist.get(k, 0) + count
-        gaps = self._gaps
-        gap = gaps.get
+        if self.histograms:
+            load_hist = self.load_hist
+            load_hist[b] = load_hist.get(b, 0) + count
+            batch_hist = self.batch_hist
+            batch_hist[k] = batch_hist.get(k, 0) + count
+        else:
+            if b > self.max_load:
+                self.max_load = b
+            if k > self.max_batch:
+                self.max_batch = k
+        values = self._gap_values
+        weights = self._gap_weights
         if m:
             # every served decoder emits one token per step; a decoder that resumes after
             # a pause emits its first one after a longer gap
-            first = durs if isinstance(durs, int) else durs[0]
-            w = m - len(new)
+            if isinstance(durs, int):
+                values.append(durs)
+                weights.append(m * count - len(new))
+                first = durs
+            else:
+                values += durs
+                first = durs[0]
+                weights.append(m - len(new))
+                if count > 1:
+                    weights += repeat(m, count - 1)
             if new:
                 t1 = now + first
                 for r in new:
-                    g = t1 - r.last_emit
-                    gaps[g] = gap(g, 0) + 1
-            if count > 1:
-                if isinstance(durs, int):
-                    w += m * (count - 1)
-                else:
-                    for g in durs[1:]:
-                        gaps[g] = gap(g, 0) + m
-            gaps[first] = gap(first, 0) + w
+                    values.append(t1 - r.last_emit)
+                    weights.append(1)
         series = self.series
         if series is not None and series.next < end:
             series.span(st, now, durs, count, b, pf, late)
@@ -415,11 +429,14 @@ class ServerSim:
             write_steps(self.steps_file, self.steps - count, now, durs, count, plan, st)
         served = st.decoders[:m] if self.reads_emitted else None
         st.end_step(plan, end, count)
-        for _, g in st.resumed:
-            gaps[g] = gap(g, 0) + 1
-        if len(gaps) > GAP_BATCH:
-            self._itl.add_counts(gaps)
-            gaps.clear()
+        if st.resumed:
+            for _, g in st.resumed:
+                values.append(g)
+                weights.append(1)
+        if len(values) > GAP_BATCH:
+            self._itl.add_arrays(values, weights)
+            self._gap_values = []
+            self._gap_weights = []
         if self.closed_loop:
             self.scheduler.observe_batch(
                 st,

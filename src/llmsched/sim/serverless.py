@@ -62,7 +62,7 @@ from .simulator import _np
 # event kinds, in the order they run at one instant (plans last)
 _FREE, _LOADED, _READY, _LAND, _ARRIVE, _END, _EXPIRE, _PLAN = range(8)
 LOADING, READY, DRAINING, STOPPED = "loading", "ready", "draining", "stopped"
-FIRST_STEPS = 4  # steps of a batch an instance times at first (then twice as many each time)
+FIRST_STEPS = 16  # steps of a batch an instance times at first (then twice as many each time)
 
 
 # ---- hooks on the single-server classes ---------------------------------------------------
@@ -114,6 +114,13 @@ class _InstanceGaps:
         self.count += model.count - count
         self.total += model.total - total
 
+    def add_arrays(self, values, weights) -> None:
+        model = self.model
+        count, total = model.count, model.total
+        model.add_arrays(values, weights)
+        self.count += model.count - count
+        self.total += model.total - total
+
 
 class _InstanceSim(ServerSim):
     """A ServerSim whose inter-token gaps go to its model's histogram (the platform's is
@@ -125,6 +132,7 @@ class _InstanceSim(ServerSim):
         super().__init__(scheduler, cost, fast=fast, state=state)
         # an arrival cuts most batches within a few steps: time them a few at a time
         self.first_steps = FIRST_STEPS
+        self.histograms = False
         self.own_itl = self._itl = _InstanceGaps(model_itl)
 
 
@@ -333,11 +341,16 @@ class _Runtime:
             inst = cands[model.rr % len(cands)]
             model.rr += 1
             return inst
-        # the least unfinished work, then the oldest
+        # the least unfinished work, then the oldest (ServerSim.unfinished, inline: an
+        # arrival weighs every instance of its model)
         best = None
         least = 0
         for i in cands:
-            work = i.sim.unfinished(t)
+            sim = i.sim
+            work = sim.state.backlog_tokens
+            batch = sim._batch
+            if batch is not None and t > batch[1]:
+                work -= sim.steps_done(t) * (batch[0].decode + batch[4])
             if best is None or work < least:
                 best, least = i, work
         return best
@@ -805,8 +818,8 @@ class _Runtime:
                     "steps": sim.steps,
                     "busy_ns": sim.busy,
                     "itl_count": h.count,
-                    "max_token_load": max(sim.load_hist, default=0),
-                    "max_batch_size": max(sim.batch_hist, default=0),
+                    "max_token_load": sim.max_load,
+                    "max_batch_size": sim.max_batch,
                     "itl_mean_ns": h.total / h.count if h.count else None,
                     "admission": sim.scheduler.admission.name,
                     "kv_capacity": sim.state.constraints.kv_capacity,
