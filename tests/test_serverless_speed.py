@@ -197,3 +197,38 @@ def test_a_request_arriving_exactly_where_a_batch_is_timed_to_joins_there(monkey
         assert np.array_equal(lazy.ttft_ns, other.ttft_ns) and np.array_equal(lazy.e2e_ns, other.e2e_ns)
         assert lazy.instances == other.instances
     assert lazy.queue_ns[1] == 0  # it was admitted at its arrival: a boundary
+
+
+def test_steps_done_at_any_time_of_a_batch():
+    """`steps_done` (routers ask it at every arrival, and it walks on from its last answer)
+    counts the steps that ended by `t`, whether asked forward, backward, after `extend` or
+    after `truncate`."""
+    sim = _server(first_steps=4)
+    t = 0
+    while True:  # a batch of many decode steps, its first four timed
+        end = sim.begin(t)
+        if sim.batch[2] > 1 and sim.extendable:
+            break
+        sim.end()
+        t = end
+
+    def brute(at):
+        _, start, count, durs, _, _ = sim.batch
+        ends = np.cumsum([start, *durs])[1:]
+        return int((ends <= at).sum())
+
+    start = sim.batch[1]
+    times = [start + k * 997_000 for k in range(200)]
+    for at in times[:30] + times[5:1:-1]:
+        assert sim.steps_done(at) == brute(at)
+    sim.extend()
+    sim.extend()
+    assert sim.batch[2] > 8
+    for at in times:
+        assert sim.steps_done(at) == brute(at)
+    assert sim.steps_done(sim.busy_until) == sim.batch[2]
+    cut = start + sum(sim.batch[3][:5]) + 1  # an arrival inside step 6: five steps remain done
+    sim.truncate(cut)
+    assert sim.batch[2] == 6
+    for at in times:
+        assert sim.steps_done(at) == brute(at)

@@ -28,7 +28,7 @@ from ..policies.base import Scheduler
 from .histogram import GapHistogram
 
 MAX_SAMPLES = 4096  # time-series length bound with the automatic sampling interval
-GAP_BATCH = 1 << 15  # inter-token gap rows gathered before they go to the histogram
+GAP_BATCH = 1 << 13  # inter-token gap rows gathered before they go to the histogram
 SERIES = (
     "time_s",
     "waiting_requests",
@@ -183,6 +183,7 @@ class ServerSim:
         # steps remain that the plan repeats for, none was cut, the limit is not reached
         self.extendable = False
         self._timing: tuple = ()  # what `extend` times further steps with
+        self._walked: tuple = (None, 0, 0)  # steps_done's last answer: (durations, steps, their end)
 
     @property
     def itl(self) -> GapHistogram:
@@ -214,12 +215,17 @@ class ServerSim:
             return (t - start) // durs
         if count == 1:
             return 0
-        done, end = 0, start
-        for d in durs:
-            end += d
-            if end > t:
+        # routers ask at every arrival, later each time: the walk goes on from the last answer
+        walked, done, end = self._walked
+        if walked is not durs or done > count or end > t:
+            done, end = 0, start
+        while done < count:
+            e = end + durs[done]
+            if e > t:
                 break
+            end = e
             done += 1
+        self._walked = (durs, done, end)
         return done
 
     def unfinished(self, t: int) -> int:
