@@ -107,13 +107,6 @@ class _InstanceGaps:
         self.total = 0
         self.model = model
 
-    def add_counts(self, counts: dict) -> None:
-        model = self.model
-        count, total = model.count, model.total
-        model.add_counts(counts)
-        self.count += model.count - count
-        self.total += model.total - total
-
     def add_arrays(self, values, weights) -> None:
         model = self.model
         count, total = model.count, model.total
@@ -125,7 +118,7 @@ class _InstanceGaps:
 class _InstanceSim(ServerSim):
     """A ServerSim whose inter-token gaps go to its model's histogram (the platform's is
     their merge, at the end), keeping only their count and sum of its own. Hook to add to
-    sim/server.py: an `itl=` argument (any object with `add_counts`) instead of replacing
+    sim/server.py: an `itl=` argument (any object with `add_arrays`) instead of replacing
     `_itl` here."""
 
     def __init__(self, scheduler, cost, *, fast: bool, state: ServerState, model_itl: GapHistogram):
