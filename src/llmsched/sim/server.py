@@ -164,10 +164,6 @@ class ServerSim:
         self._gap_weights = []
         self.load_hist: dict[int, int] = {}  # token load -> steps (a budget may be huge)
         self.batch_hist: dict[int, int] = {}
-        # False: count only the largest load and batch size (`max_load`, `max_batch`), not
-        # the histograms (a serverless instance reports no more)
-        self.histograms = True
-        self.max_load = self.max_batch = 0
         self.steps = 0
         self.busy = 0
         self.now = 0
@@ -397,17 +393,11 @@ class ServerSim:
         total = end - now
         self.steps += count
         self.busy += total
+        load_hist = self.load_hist
+        load_hist[b] = load_hist.get(b, 0) + count
         k = m + len(plan.prefill)
-        if self.histograms:
-            load_hist = self.load_hist
-            load_hist[b] = load_hist.get(b, 0) + count
-            batch_hist = self.batch_hist
-            batch_hist[k] = batch_hist.get(k, 0) + count
-        else:
-            if b > self.max_load:
-                self.max_load = b
-            if k > self.max_batch:
-                self.max_batch = k
+        batch_hist = self.batch_hist
+        batch_hist[k] = batch_hist.get(k, 0) + count
         values = self._gap_values
         weights = self._gap_weights
         if m:

@@ -125,7 +125,6 @@ class _InstanceSim(ServerSim):
         super().__init__(scheduler, cost, fast=fast, state=state)
         # an arrival cuts most batches within a few steps: time them a few at a time
         self.first_steps = FIRST_STEPS
-        self.histograms = False
         self.own_itl = self._itl = _InstanceGaps(model_itl)
 
 
@@ -334,16 +333,11 @@ class _Runtime:
             inst = cands[model.rr % len(cands)]
             model.rr += 1
             return inst
-        # the least unfinished work, then the oldest (ServerSim.unfinished, inline: an
-        # arrival weighs every instance of its model)
+        # the least unfinished work, then the oldest
         best = None
         least = 0
         for i in cands:
-            sim = i.sim
-            work = sim.state.backlog_tokens
-            batch = sim._batch
-            if batch is not None and t > batch[1]:
-                work -= sim.steps_done(t) * (batch[0].decode + batch[4])
+            work = i.sim.unfinished(t)
             if best is None or work < least:
                 best, least = i, work
         return best
@@ -811,8 +805,8 @@ class _Runtime:
                     "steps": sim.steps,
                     "busy_ns": sim.busy,
                     "itl_count": h.count,
-                    "max_token_load": sim.max_load,
-                    "max_batch_size": sim.max_batch,
+                    "max_token_load": max(sim.load_hist, default=0),
+                    "max_batch_size": max(sim.batch_hist, default=0),
                     "itl_mean_ns": h.total / h.count if h.count else None,
                     "admission": sim.scheduler.admission.name,
                     "kv_capacity": sim.state.constraints.kv_capacity,
