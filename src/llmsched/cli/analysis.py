@@ -31,8 +31,6 @@ from .engine import add_engine_args, engine_setup
 #: The finest search tolerance (a fraction of lambda*): a bisection to 1e-300 runs about
 #: a thousand rounds of simulations (it hung); 0.001 takes about ten.
 MIN_TOL = 1e-3
-#: The largest --mean-prompt / --mean-output (tokens: a request field's limit, as in csvio).
-MAX_MEAN_TOKENS = 1 << 30
 #: The largest first upper end of a rate search, in lambda* (inf hung).
 MAX_SEARCH_HI = 100.0
 
@@ -84,11 +82,13 @@ def cmd_capacity(args) -> int:
         if args.prompt or args.output:
             raise ConfigError("give --lengths FILE or --prompt/--output, not both")
         over["prompt"] = over["output"] = f"empirical:{args.lengths}"
+    from ..workload.csvio import MAX_LENGTH  # noqa: PLC0415 (numpy loads after the CLI sets its threads)
+
     for role, v in (("prompt", args.mean_prompt), ("output", args.mean_output)):
         # a request has at least one token (a mean of 1e-300 gave a silent, meaningless report)
-        if v is not None and not 1 <= v <= MAX_MEAN_TOKENS:
+        if v is not None and not 1 <= v <= MAX_LENGTH:
             raise ConfigError(
-                f"--mean-{role}: the mean {role} must be a number of tokens from 1 to {MAX_MEAN_TOKENS:,}, got {v:g}"
+                f"--mean-{role}: the mean {role} must be a number of tokens from 1 to {MAX_LENGTH:,}, got {v:g}"
             )
     samples = args.samples
     if samples is not None and samples < 1:

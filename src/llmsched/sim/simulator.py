@@ -51,7 +51,6 @@ class RunStats:
 
 
 MAX_TOKENS = 1 << 31  # per request: prompt + output
-MAX_ARRIVAL_S = MAX_SECONDS
 
 
 def validate_requests(prompt: np.ndarray, output: np.ndarray, kv_capacity: int | None) -> None:
@@ -100,11 +99,9 @@ def simulate_trace(
     validate_requests(prompt_arr, output_arr, scheduler.constraints.kv_capacity)
     if (np.diff(arrival_s) < 0).any():
         raise ConfigError("arrival times must be non-decreasing")
-    if len(arrival_s) and not (
-        np.isfinite(arrival_s).all() and arrival_s.min() >= 0 and arrival_s.max() < MAX_ARRIVAL_S
-    ):
+    if len(arrival_s) and not (np.isfinite(arrival_s).all() and arrival_s.min() >= 0 and arrival_s.max() < MAX_SECONDS):
         raise ConfigError(
-            f"arrival times must be finite, >= 0 and below {MAX_ARRIVAL_S:g} s "
+            f"arrival times must be finite, >= 0 and below {MAX_SECONDS:g} s "
             f"(got {arrival_s.min():g} .. {arrival_s.max():g} s)"
         )
     n = len(arrival_s)

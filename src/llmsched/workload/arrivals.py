@@ -22,7 +22,6 @@ from ..core.request import MAX_SECONDS
 __all__ = ["ArrivalProcess", "Poisson", "Gamma", "Deterministic", "make_arrival_process", "MAX_REQUESTS"]
 
 MAX_REQUESTS = 20_000_000  # guard against a typo that asks for billions of requests
-MAX_ARRIVAL_S = MAX_SECONDS  # arrival times stay below it
 #: The range of a gamma process's cv: shape 1/cv^2 stays a number numpy can draw with.
 MIN_CV, MAX_CV = 1e-3, 1e3
 
@@ -54,10 +53,10 @@ def check_cv(cv) -> float:
 
 
 def _check_times(t: np.ndarray, rate: float) -> np.ndarray:
-    """`t` if its last (largest) arrival time is a finite number below MAX_ARRIVAL_S."""
-    if len(t) and not (math.isfinite(t[-1]) and t[-1] < MAX_ARRIVAL_S):
+    """`t` if its last (largest) arrival time is a finite number below MAX_SECONDS."""
+    if len(t) and not (math.isfinite(t[-1]) and t[-1] < MAX_SECONDS):
         raise ConfigError(
-            f"arrival times must be below {MAX_ARRIVAL_S:g} s: at rate {rate:g}/s arrival {len(t):,} "
+            f"arrival times must be below {MAX_SECONDS:g} s: at rate {rate:g}/s arrival {len(t):,} "
             f"comes at {t[-1]:g} s (raise the rate or ask for fewer arrivals)"
         )
     return t

@@ -110,7 +110,6 @@ _CALL_KEYS = ("server", "prompt", "output", "context", "cached", "class")
 _LOOP_KEYS = ("body", "times", "repeat_prob")
 _NODE_KINDS = ("call", "delay", "fork", "loop")
 _MAX_LOOP_TIMES = 1_000_000
-MAX_S = MAX_SECONDS  # a delay's mean or bound, duration_s
 #: The longest KV-transfer delay per context token (seconds; a real transfer takes ~1e-5).
 MAX_PER_TOKEN_S = 1.0
 #: Replicas in one server's pool (every replica builds its own scheduler).
@@ -234,8 +233,8 @@ class DelayLaw:
             hi = _number(self.hi, "", "uniform delay hi")
             if lo < 0 or hi < lo:
                 raise ConfigError(f"uniform delay needs 0 <= lo <= hi seconds, got uniform:{lo:g},{hi:g}")
-            if hi > MAX_S:
-                raise ConfigError(f"uniform delay hi must be at most {MAX_S:g} seconds, got {hi:g}")
+            if hi > MAX_SECONDS:
+                raise ConfigError(f"uniform delay hi must be at most {MAX_SECONDS:g} seconds, got {hi:g}")
             object.__setattr__(self, "lo", lo)
             object.__setattr__(self, "hi", hi)
             object.__setattr__(self, "mean", (lo + hi) / 2.0)
@@ -249,8 +248,8 @@ class DelayLaw:
             raise ConfigError(f"exponential delay mean must be > 0 seconds, got {m:g}")
         if kind == "per_token" and m > MAX_PER_TOKEN_S:
             raise ConfigError(f"per_token delay must be at most {MAX_PER_TOKEN_S:g} seconds per token, got {m:g}")
-        if m > MAX_S:
-            raise ConfigError(f"{kind} delay must be at most {MAX_S:g} seconds, got {m:g}")
+        if m > MAX_SECONDS:
+            raise ConfigError(f"{kind} delay must be at most {MAX_SECONDS:g} seconds, got {m:g}")
         object.__setattr__(self, "mean", m)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -652,8 +651,8 @@ class NetworkSpec:
             self.duration_s = _number(self.duration_s, "duration_s", "duration_s")
             if self.duration_s <= 0:
                 raise ConfigError(f"duration_s: must be > 0 seconds, got {self.duration_s:g}")
-            if self.duration_s > MAX_S:
-                raise ConfigError(f"duration_s: must be at most {MAX_S:g} seconds, got {self.duration_s:g}")
+            if self.duration_s > MAX_SECONDS:
+                raise ConfigError(f"duration_s: must be at most {MAX_SECONDS:g} seconds, got {self.duration_s:g}")
         self.seed = _whole(0 if self.seed is None else self.seed, "seed", "seed", minimum=0)
 
     def _check_route(self, route: list, where: str) -> None:

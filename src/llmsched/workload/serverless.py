@@ -161,7 +161,6 @@ def _keys(d: dict, allowed, where: str) -> None:
             raise _at(where, f"unknown key '{k}'{_suggest(k, allowed)}; known: {', '.join(allowed)}")
 
 
-MAX_S = MAX_SECONDS  # the longest duration
 MAX_NODES = 1 << 16  # nodes of one kind
 MAX_GPUS_PER_NODE = 1 << 10
 
@@ -331,7 +330,7 @@ class ModelSpec:
             setattr(self, k, dict(_mapping(v, f"{where}.{k}", k)))
         self.max_instances = _whole(self.max_instances, f"{where}.max_instances", optional=True)
         if self.keep_alive_s is not None:
-            self.keep_alive_s = _num(self.keep_alive_s, f"{where}.keep_alive_s", inf_ok=True, hi=MAX_S)
+            self.keep_alive_s = _num(self.keep_alive_s, f"{where}.keep_alive_s", inf_ok=True, hi=MAX_SECONDS)
         return self
 
     def options_for(self, admission: str) -> dict:
@@ -517,8 +516,8 @@ class PlatformSpec:
                     "contradicts it (drop router, or choose another scheduler)",
                 )
             self.router = r
-        self.init_s = _num(self.init_s, f"{where}.init_s", hi=MAX_S)
-        self.keep_alive_s = _num(self.keep_alive_s, f"{where}.keep_alive_s", inf_ok=True, hi=MAX_S)
+        self.init_s = _num(self.init_s, f"{where}.init_s", hi=MAX_SECONDS)
+        self.keep_alive_s = _num(self.keep_alive_s, f"{where}.keep_alive_s", inf_ok=True, hi=MAX_SECONDS)
         self.scale_out_tokens = _num(self.scale_out_tokens, f"{where}.scale_out_tokens")
         self.max_instances = _whole(self.max_instances, f"{where}.max_instances", optional=True)
         u = _num(self.gpu_memory_utilization, f"{where}.gpu_memory_utilization", lo_open=True)
@@ -529,8 +528,8 @@ class PlatformSpec:
         self.load_speedup = _num(self.load_speedup, f"{sl}.load_speedup", lo_open=True)
         if not isinstance(self.migration, bool):
             raise _at(f"{sl}.migration", f"must be true or false, got {_show(self.migration)}")
-        self.migration_alpha_s = _num(self.migration_alpha_s, f"{sl}.alpha_s_per_token", hi=MAX_S)
-        self.migration_beta_s = _num(self.migration_beta_s, f"{sl}.beta_s", hi=MAX_S)
+        self.migration_alpha_s = _num(self.migration_alpha_s, f"{sl}.alpha_s_per_token", hi=MAX_SECONDS)
+        self.migration_beta_s = _num(self.migration_beta_s, f"{sl}.beta_s", hi=MAX_SECONDS)
         return self
 
     @property
@@ -664,11 +663,11 @@ class ServerlessSpec:
                     (m.weights_gb, self.remote_bandwidth_gbps),
                 ]
                 slowest = min(bw for size, bw in tiers if size >= m.weights_gb) * speedup
-                if self.fits(name, g) and m.weights_gb / slowest > MAX_S:
+                if self.fits(name, g) and m.weights_gb / slowest > MAX_SECONDS:
                     raise _at(
                         f"models.{name}",
                         f"loading {m.weights_gb:g} GB at {slowest:g} GB/s (cluster.nodes[{i}]) takes "
-                        f"{m.weights_gb / slowest:g} s, more than {MAX_S:g} s",
+                        f"{m.weights_gb / slowest:g} s, more than {MAX_SECONDS:g} s",
                     )
         self.workload = _validate_workload(self.workload, self.models)
         return self
@@ -824,7 +823,7 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
     if w.num_requests is not None and w.num_requests > MAX_REQUESTS:
         raise _at(f"{where}.num_requests", f"at most {MAX_REQUESTS:,}, got {w.num_requests:,}")
     if w.duration_s is not None:
-        w.duration_s = _num(w.duration_s, f"{where}.duration_s", lo_open=True, hi=MAX_S)
+        w.duration_s = _num(w.duration_s, f"{where}.duration_s", lo_open=True, hi=MAX_SECONDS)
     w.seed = _whole(w.seed, f"{where}.seed", minimum=0)
     w.prompt = _law(w.prompt, f"{where}.prompt", "prompt")
     w.output = _law(w.output, f"{where}.output", "output")

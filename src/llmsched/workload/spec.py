@@ -40,7 +40,8 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from ..core.errors import ConfigError
-from .arrivals import MAX_ARRIVAL_S, MAX_REQUESTS, check_cv, check_rate, make_arrival_process
+from ..core.request import MAX_SECONDS
+from .arrivals import MAX_REQUESTS, check_cv, check_rate, make_arrival_process
 from .blocks import DEFAULT_BLOCK_SIZE, check_block_size, reblock
 from .conversations import conversation_turns, stream_blocks
 from .csvio import MAX_LENGTH
@@ -209,8 +210,8 @@ class WorkloadSpec:
         self.system_prompt = _opt_tokens(self.system_prompt, "system_prompt")
         if self.turns is not None:
             self.turns = parse_length_law(self.turns, "turns")
-        # a turn past the arrival clock's end (MAX_ARRIVAL_S) was silently never simulated
-        self.think_time_s = _opt_float(self.think_time_s, "think_time_s", hi=MAX_ARRIVAL_S)
+        # a turn past the arrival clock's end (MAX_SECONDS) was silently never simulated
+        self.think_time_s = _opt_float(self.think_time_s, "think_time_s", hi=MAX_SECONDS)
         if self.classes is not None:
             if isinstance(self.classes, (str, bytes)) or not hasattr(self.classes, "__iter__"):
                 raise ConfigError("classes must be a list of mappings with tag, share, prompt, output")
