@@ -9,9 +9,12 @@ import copy
 import csv
 import itertools
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -291,6 +294,56 @@ def test_serverlessllm_live_migration_frees_a_gpu_and_conserves_tokens():
     first_done = min(s.e2e_ns[0], s.e2e_ns[1] + ns(0.1))
     assert s.instances[2]["created_ns"] == first_done == s.instances[2]["gpu_from_ns"]
     assert s.ttft_ns[2] > first_done - ns(1.005)
+
+
+def test_a_migration_past_the_clock_is_a_clear_error(tmp_path):
+    """alpha_s_per_token is bounded, alpha * tokens is not: a migration that would land past
+    the simulator's clock is refused with one line (it used to spin the event loop forever)."""
+    cfg = two_nodes(scheduler="serverlessllm", scale_out_tokens=0)
+    cfg["cluster"]["remote_bandwidth_gbps"] = 10
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}
+    cfg["platform"]["serverlessllm"] = {"alpha_s_per_token": 1e8}
+    rows = [(0.0, "a", 100, 1000), (0.1, "a", 100, 1000), (1.005, "b", 10, 5)]
+    with pytest.raises(ConfigError, match=r"migrating a request of 151 tokens takes 1\.51e\+10 s .*past the"):
+        run(cfg, rows)
+    cfg["platform"]["serverlessllm"] = {"alpha_s_per_token": 1e6}  # lands by 1.6e8 s: runs
+    assert list(run(cfg, rows).tokens) == [1000, 1000, 5]
+    crowded = yaml.safe_load(open("examples/serverless/crowded.yaml"))  # migrates within 600 requests
+    crowded["platform"]["serverlessllm"]["alpha_s_per_token"] = 1e9
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(crowded))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmsched",
+            "simulate",
+            "--serverless",
+            str(path),
+            "--num-requests",
+            "600",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "past the simulator's clock" in proc.stderr
+    assert not (out / "summary.json").exists()
+
+
+def test_an_event_past_the_clock_is_a_clear_error():
+    """Each load is within the clock, five queued on one node are not."""
+    cfg = base()
+    cfg["cluster"]["nodes"][0]["gpus"] = 5
+    cfg["cluster"]["remote_bandwidth_gbps"] = 1e-9  # a 1 GB checkpoint loads in 1e9 s
+    cfg["models"] = {k: {"weights_gb": 1, "cost_model": "const:10"} for k in "abcde"}
+    with pytest.raises(ConfigError, match=r"an event falls at 5e\+09 s of simulated time, past the simulator's"):
+        run(cfg, [(0.0, k, 10, 2) for k in "abcde"])
+    assert (run(cfg, [(0.0, k, 10, 2) for k in "abcd"]).e2e_ns > 0).all()
 
 
 def test_migration_needs_a_sibling_instance():

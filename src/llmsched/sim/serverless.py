@@ -322,6 +322,13 @@ class _Runtime:
     def push(self, t: int, kind: int, tie: int, a, b=None) -> None:
         """Events at one instant run by kind, then by `tie` (an instance's or a request's
         number, so the order does not depend on when they were queued), then in queue order."""
+        if t >= UNLIMITED:
+            # the loop's clock ends there (it marks "no more arrivals"): a later event would
+            # never run and the loop would spin on the end marker
+            raise ConfigError(
+                f"serverless: an event falls at {t / NS:.4g} s of simulated time, past the simulator's clock "
+                f"({UNLIMITED / NS:.4g} s); shorten the platform's times (keep_alive_s, init_s, bandwidths)"
+            )
         heapq.heappush(self.events, (t, kind, tie, next(self.seq), a, b))
 
     # ---- work and routing --------------------------------------------------------------------
@@ -616,6 +623,12 @@ class _Runtime:
             st.take(r, t)
             tokens = r.prompt + r.emitted
             land = t + self.migration_ns(tokens)
+            if land >= UNLIMITED:
+                raise ConfigError(
+                    f"platform.serverlessllm: migrating a request of {tokens:,} tokens takes "
+                    f"{(land - t) / NS:.4g} s (alpha_s_per_token * tokens + beta_s), past the simulator's clock "
+                    f"({UNLIMITED / NS:.4g} s); lower alpha_s_per_token or beta_s"
+                )
             self.migrations[r.id] += 1
             self.migrated_tokens += tokens
             victim.migrated_out += 1
