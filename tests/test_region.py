@@ -181,3 +181,37 @@ def test_plot_region(tmp_path):
     out = plot_region(reg, workload_point(3.0, 200, 101), tmp_path / "r.png")
     data = (tmp_path / "r.png").read_bytes()
     assert out.endswith("r.png") and data[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_representative_step_of_many_whole_prompts_adds_them_up_at_once():
+    """A large budget holds many whole prompts: a profile times the identical chunks as
+    one product, the same step time as listing every chunk (to rounding), and a model that
+    does not declare itself additive (no `chunk_time`) still gets every chunk listed."""
+    from llmsched.core.cost import make_cost_model
+    from llmsched.core.region import representative_step_time
+
+    prof = make_cost_model("profile")
+    for x, y, mp, mo in (
+        (0, 64, 1000.0, 200.0),
+        (999, 0, 1000.0, 200.0),
+        (1000, 3, 1000.0, 200.0),
+        (65_000, 300, 1000.0, 200.0),
+        (200_000, 5, 64.0, 300.0),
+    ):
+        p = max(1, round(mp))
+        full, rem = divmod(x, p)
+        listed = [(p, 0)] * full + ([(rem, (p - rem) // 2)] if rem else [])
+        want = prof.step_time(x, y, y * round(mp + mo / 2), listed, y + round(x / mp))
+        assert representative_step_time(prof, x, y, mp, mo) == pytest.approx(want, rel=1e-12, abs=0)
+    assert prof.chunk_time(1000, 0) > 0
+
+    class Listing(CostModel):
+        seen: list = []
+
+        def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
+            self.seen.append(len(chunks))
+            return 1e-3 * (1 + prefill_tokens + decode_tokens) + 1e-9 * len(chunks)
+
+    m = Listing()
+    representative_step_time(m, 5000, 10, 1000.0, 200.0)
+    assert m.seen == [5]

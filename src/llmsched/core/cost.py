@@ -37,6 +37,13 @@ class CostModel:
         """Step time at token load b with context-free shape (theory uses it as t(b))."""
         return self.step_time(b, 0, 0, [(b, 0)] if b else [], 1 if b else 0)
 
+    def chunk_time(self, chunk: int, context: int) -> float | None:
+        """Seconds one prefill chunk of `chunk` tokens after `context` cached tokens adds to
+        a step's time, for a model whose step time is a sum over its chunks (plus terms of
+        the step's token load); None (the default) for a model that is not. Theory uses it
+        to time steps of many whole prompts without listing them."""
+        return None
+
     def step_timing(self):
         """Optional fast paths for `StepTimer`: a pair (`step_ns`, `time_steps`), or None
         (the default: the timer wraps `step_time`). `step_ns` takes `step_time`'s arguments

@@ -436,6 +436,16 @@ class ProfileCostModel(CostModel):
         """Seconds of prefill attention for one chunk, all layers."""
         return self._pre(chunk, context)
 
+    def chunk_time(self, chunk, context) -> float | None:
+        """What `step_time` adds for one prefill chunk (its attention; the chunk's tokens
+        count in the linear part through `prefill_tokens`). None if `step_time` is a
+        subclass's own."""
+        if not self._own_step_time():
+            return None
+        seg = self._pcache.get(chunk) or self._prow(chunk)
+        i = bisect_right(self._px, context)
+        return seg[0][i] + seg[1][i] * context
+
     def lm_head_time(self, sampled) -> float:
         return self._lm(sampled)
 

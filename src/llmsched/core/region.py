@@ -137,11 +137,16 @@ def representative_step_time(
     p = max(1, int(round(mean_prompt)))
     ctx = int(round(mean_prompt + mean_output / 2.0))
     full, rem = divmod(x, p)
-    chunks = [(p, 0)] * full
-    if rem:
-        chunks.append((rem, (p - rem) // 2))
     sampled = y + int(round(x / mean_prompt))
-    return float(cost.step_time(x, y, y * ctx, chunks, sampled))
+    tail = [(rem, (p - rem) // 2)] if rem else []
+    # a step of many whole prompts (a large budget): a model whose time adds up over its
+    # chunks times the identical ones at once (scanning every load up to a budget of 2^20
+    # tokens listed each prompt: minutes)
+    chunk_time = getattr(cost, "chunk_time", None)
+    whole = chunk_time(p, 0) if full > 1 and chunk_time is not None else None
+    if whole is not None:
+        return float(cost.step_time(x, y, y * ctx, [(p, 0)] + tail, sampled)) + (full - 1) * whole
+    return float(cost.step_time(x, y, y * ctx, [(p, 0)] * full + tail, sampled))
 
 
 def workload_point(rate: float, mean_prompt: float, mean_output: float) -> tuple[float, float]:
