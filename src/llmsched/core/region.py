@@ -133,20 +133,32 @@ def representative_step_time(
     x, y = int(x), int(y)
     if cost.load_only:
         return float(cost.load_time(x + y))
+    return representative_timer(cost, mean_prompt, mean_output)(x, y)
+
+
+def representative_timer(cost: CostModel, mean_prompt: float | None, mean_output: float | None):
+    """`representative_step_time` of a context-dependent model as a function of (x, y), its
+    constants computed once (theory scans every load up to a budget with it)."""
     _check_means(mean_prompt, mean_output)
     p = max(1, int(round(mean_prompt)))
     ctx = int(round(mean_prompt + mean_output / 2.0))
-    full, rem = divmod(x, p)
-    sampled = y + int(round(x / mean_prompt))
-    tail = [(rem, (p - rem) // 2)] if rem else []
+    step_time = cost.step_time
     # a step of many whole prompts (a large budget): a model whose time adds up over its
     # chunks times the identical ones at once (scanning every load up to a budget of 2^20
     # tokens listed each prompt: minutes)
     chunk_time = getattr(cost, "chunk_time", None)
-    whole = chunk_time(p, 0) if full > 1 and chunk_time is not None else None
-    if whole is not None:
-        return float(cost.step_time(x, y, y * ctx, [(p, 0)] + tail, sampled)) + (full - 1) * whole
-    return float(cost.step_time(x, y, y * ctx, [(p, 0)] * full + tail, sampled))
+    whole = chunk_time(p, 0) if chunk_time is not None else None
+    first = [(p, 0)]
+
+    def time_of(x: int, y: int) -> float:
+        full, rem = divmod(x, p)
+        sampled = y + int(round(x / mean_prompt))
+        tail = [(rem, (p - rem) // 2)] if rem else []
+        if full > 1 and whole is not None:
+            return float(step_time(x, y, y * ctx, first + tail, sampled)) + (full - 1) * whole
+        return float(step_time(x, y, y * ctx, first * full + tail, sampled))
+
+    return time_of
 
 
 def workload_point(rate: float, mean_prompt: float, mean_output: float) -> tuple[float, float]:

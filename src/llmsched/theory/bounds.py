@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from ..core.constraints import check_b_max
 from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError
-from ..core.region import representative_step_time, stability_region
+from ..core.region import representative_step_time, representative_timer, stability_region
 
 __all__ = [
     "CapacityReport",
@@ -126,8 +126,20 @@ def peak_token_capacity(
     policy running smaller steps serves more, and this is the real bound."""
     _require_cost_model(cost)
     best, arg = -1.0, 0
+    if cost.load_only or mean_prompt is None or mean_output is None:
+        for b in range(1, b_max + 1):
+            r = b / step_time_at_budget(cost, b, mean_prompt, mean_output, cached_prompt)
+            if r > best * (1 + 1e-12):
+                best, arg = r, b
+        return best, arg
+    # `step_time_at_budget` of every load, its constants computed once
+    w = work_per_request(mean_prompt, mean_output, cached_prompt)
+    uncached = mean_prompt - cached_prompt
+    time_of = representative_timer(cost, mean_prompt, mean_output)
     for b in range(1, b_max + 1):
-        r = b / step_time_at_budget(cost, b, mean_prompt, mean_output, cached_prompt)
+        x = int(round(b * uncached / w))  # _mixed_shape's
+        x = b if x > b else (0 if x < 0 else x)
+        r = b / time_of(x, b - x)
         if r > best * (1 + 1e-12):
             best, arg = r, b
     return best, arg
