@@ -32,6 +32,23 @@ def quick(tmp_path_factory):
     return out, res
 
 
+def test_the_command_line_prints_table_3_and_twp_against_the_baselines(quick, capsys):
+    """`llmsched reproduce twp` prints every row of Table III and one comparison row per
+    workload and load (it used to print an empty findings table)."""
+    from llmsched.cli.analysis import _print_twp
+
+    _, res = quick
+    _print_twp(res)
+    text = capsys.readouterr().out
+    assert "Table III" in text and "TWP req/s vs ServerlessLLM" in text
+    for r in res["table3"]:
+        assert any(r["workload"] in line and r["scheduler"] in line for line in text.splitlines())
+    twp = next(r for r in res["table3"] if r["scheduler"] == "TWP")
+    assert f"{twp['throughput_rps']:.2f}" in text and f"{twp['itl_cv']:.3f}" in text
+    c = res["claims"][0]
+    assert f"{c['throughput_rps_vs_serverlessllm']:+.1%}" in text
+
+
 def _finite(x):
     return isinstance(x, (int, float)) and math.isfinite(x)
 

@@ -447,13 +447,55 @@ def _reproduce_other(args, out: str) -> int:
     if args.json:
         print(json.dumps(to_jsonable(res), indent=2, default=str))
         return 0
-    rows = [
-        (str(k), v if isinstance(v, str) else json.dumps(to_jsonable(v), default=str))
-        for k, v in (res.get("summary") or {}).items()
-    ]
-    print_table(f"reproduce {args.experiment}", rows, ("finding", "measured"))
+    if args.experiment == "twp":
+        _print_twp(res)
+    else:
+        rows = [
+            (str(k), v if isinstance(v, str) else json.dumps(to_jsonable(v), default=str))
+            for k, v in (res.get("summary") or {}).items()
+        ]
+        print_table(f"reproduce {args.experiment}", rows, ("finding", "measured"))
     print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
     return 0
+
+
+def _print_twp(res: dict) -> None:
+    """Paper 2's Table III as measured, and TWP against ServerlessLLM and the best of FCFS,
+    Round-Robin and Priority (docs/twp.md reads them against the paper's claims)."""
+
+    def num(v, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    rows = [
+        ("workload", "load", "scheduler", "req/s", "p99 latency s", "p99 TTFT s", "mean ITL ms", "p99 ITL ms", "ITL CV")
+    ]
+    for r in res["table3"]:
+        p99 = r["p99_latency_ms"]
+        ttft = r["p99_ttft_ms"]
+        rows.append(
+            (
+                r["workload"],
+                r["load"],
+                r["scheduler"],
+                num(r["throughput_rps"], ".2f"),
+                num(None if p99 is None else p99 / 1e3, ".2f"),
+                num(None if ttft is None else ttft / 1e3, ".2f"),
+                num(r["mean_itl_ms"], ".2f"),
+                num(r["p99_itl_ms"], ".2f"),
+                num(r["itl_cv"], ".3f"),
+            )
+        )
+    print_grid("reproduce twp: Table III (paper 2)", rows)
+    pairs = (("serverlessllm", "ServerlessLLM"), ("best_conventional", "best conventional"))
+    rows = [("workload", "load", *(f"TWP {what} vs {name}" for _, name in pairs for what in ("req/s", "p99 ITL")))]
+    for c in res["claims"]:
+        cells = []
+        for key, _ in pairs:
+            for metric in ("throughput_rps", "p99_itl_ms"):
+                v = c.get(f"{metric}_vs_{key}")
+                cells.append("-" if v is None else f"{v:+.1%}")
+        rows.append((c["workload"], c["load"], *cells))
+    print_grid("TWP against the baselines (relative difference)", rows)
 
 
 # ---------------------------------------------------------------------------------------
