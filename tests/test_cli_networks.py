@@ -222,3 +222,31 @@ def test_network_arrivals_past_the_clock_are_one_line_exit_2(tmp_path, capsys):
     assert main(["simulate", "--network", str(f), "--out", ""]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "arrival times must be below 1e+09 s" in err[0], err
+
+
+def test_reproduce_findings_print_one_row_per_finding():
+    """`reproduce clusters|agents|rybko-stolyar` print their summary's findings one per row
+    (they printed whole JSON objects in one cell)."""
+    from llmsched.cli.analysis import _finding_rows
+
+    summary = {
+        "dag": {"bottleneck": "writer", "critical_scale": 2.7200239022100408, "utilisation": {"s1": 0.85}},
+        "verdicts": ["stable", "unstable"],
+        "peaks": [33408.0, 128.0],
+        "by_load": [{"load": 0.5, "best": "jsq"}, {"load": 0.9, "best": None}],
+        "empty": [],
+        "ok": True,
+    }
+    assert list(_finding_rows("", summary)) == [
+        ("dag.bottleneck", "writer"),
+        ("dag.critical_scale", "2.72"),
+        ("dag.utilisation.s1", "0.85"),
+        ("verdicts", "stable, unstable"),
+        ("peaks", "33,408, 128"),
+        ("by_load[0].load", "0.5"),
+        ("by_load[0].best", "jsq"),
+        ("by_load[1].load", "0.9"),
+        ("by_load[1].best", "None"),
+        ("empty", "(none)"),
+        ("ok", "True"),
+    ]

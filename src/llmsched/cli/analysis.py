@@ -450,13 +450,35 @@ def _reproduce_other(args, out: str) -> int:
     if args.experiment == "twp":
         _print_twp(res)
     else:
-        rows = [
-            (str(k), v if isinstance(v, str) else json.dumps(to_jsonable(v), default=str))
-            for k, v in (res.get("summary") or {}).items()
-        ]
+        rows = list(_finding_rows("", to_jsonable(res.get("summary") or {})))
         print_table(f"reproduce {args.experiment}", rows, ("finding", "measured"))
     print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
     return 0
+
+
+def _finding_value(v) -> str:
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return str(v)
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
+        return f"{v:,.0f}"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _finding_rows(path: str, v):
+    """A result's summary as (dotted path, value) rows: nested findings one per row, lists
+    of plain values on one row."""
+    if isinstance(v, dict):
+        for k, x in v.items():
+            yield from _finding_rows(f"{path}.{k}" if path else str(k), x)
+    elif isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v):
+        for i, x in enumerate(v):
+            yield from _finding_rows(f"{path}[{i}]", x)
+    elif isinstance(v, list):
+        yield path, ", ".join(_finding_value(x) for x in v) if v else "(none)"
+    else:
+        yield path, _finding_value(v)
 
 
 def _print_twp(res: dict) -> None:
