@@ -139,3 +139,18 @@ def test_profile_model():
     assert lam == pytest.approx(r.critical_rate)
     assert reg.contains(*workload_point(0.99 * lam, 1024, 256))
     assert not reg.contains(*workload_point(1.01 * lam, 1024, 256))
+
+
+def test_capacity_without_the_peak_scan_gives_the_same_rates():
+    """`simulate` asks for the rates only (`peak=False`): the scan of every load up to
+    b_max, slow at large budgets, is skipped and nothing else changes."""
+    from llmsched.theory import capacity as cap
+
+    for cost, b_max, k_max in (("paper", 512, None), ("profile", 4096, None), ("profile", 2048, 32)):
+        full = cap(cost, b_max, 900.0, 180.0, k_max=k_max, rate=3.0)
+        quick = cap(cost, b_max, 900.0, 180.0, k_max=k_max, rate=3.0, peak=False)
+        assert quick.peak_token_capacity is None and quick.peak_load is None
+        assert full.peak_token_capacity >= full.token_capacity * (1 - 1e-12) and 1 <= full.peak_load <= b_max
+        a, b = full.to_dict(), quick.to_dict()
+        for k in ("token_capacity", "critical_rate", "effective_capacity", "utilisation", "binding"):
+            assert a[k] == b[k], k

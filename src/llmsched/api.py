@@ -411,6 +411,7 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
             k_max=cfg.k_max,
             rate=rate,
             cached_prompt=cached,
+            peak=False,  # not reported here, and its scan of every load is slow at large budgets
         )
     except ConfigError:
         return out

@@ -171,8 +171,8 @@ class CapacityReport:
     decode_tokens_per_request: float
     step_time_at_b_max_s: float
     token_capacity: float
-    peak_token_capacity: float
-    peak_load: int
+    peak_token_capacity: float | None  # None when not asked for (`capacity(..., peak=False)`)
+    peak_load: int | None
     critical_rate_token_bound: float
     critical_rate: float
     effective_capacity: float
@@ -202,10 +202,13 @@ def capacity(
     *,
     max_prefill_per_request: int | None = None,
     cached_prompt: float = 0.0,
+    peak: bool = True,
 ) -> CapacityReport:
     """Capacity report (see the module docstring). `cost`: a CostModel or a spec string
     (`"paper"`, `"profile:h200-llama-3-8b"`, ...). `rate` in requests/s is optional.
-    `cached_prompt`: mean prompt tokens per request served by a prefix cache (not work)."""
+    `cached_prompt`: mean prompt tokens per request served by a prefix cache (not work).
+    `peak=False` leaves `peak_token_capacity` and `peak_load` None: their scan times every
+    load up to `b_max`, which a caller that needs only the rates need not wait for."""
     cost = make_cost_model(cost)
     check_b_max(b_max)
     if rate is not None and (not math.isfinite(rate) or rate < 0):
@@ -214,7 +217,7 @@ def capacity(
     means = (None, None, 0.0) if cost.load_only else (mean_prompt, mean_output, cached_prompt)
     t_bmax = step_time_at_budget(cost, b_max, *means)
     cap = b_max / t_bmax
-    peak, peak_b = peak_token_capacity(cost, b_max, *means)
+    peak, peak_b = peak_token_capacity(cost, b_max, *means) if peak else (None, None)
     lam_bound = cap / work
     region_exact = None
     if k_max is None:
