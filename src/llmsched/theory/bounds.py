@@ -125,21 +125,24 @@ def peak_token_capacity(
     cost models where it does not (e.g. the paper's `max` variant with c < a * b0) a
     policy running smaller steps serves more, and this is the real bound."""
     _require_cost_model(cost)
-    best, arg = -1.0, 0
     if cost.load_only or mean_prompt is None or mean_output is None:
-        for b in range(1, b_max + 1):
-            r = b / step_time_at_budget(cost, b, mean_prompt, mean_output, cached_prompt)
-            if r > best * (1 + 1e-12):
-                best, arg = r, b
-        return best, arg
-    # `step_time_at_budget` of every load, its constants computed once
-    w = work_per_request(mean_prompt, mean_output, cached_prompt)
-    uncached = mean_prompt - cached_prompt
-    time_of = representative_timer(cost, mean_prompt, mean_output)
+
+        def t(b: int) -> float:
+            return step_time_at_budget(cost, b, mean_prompt, mean_output, cached_prompt)
+
+    else:  # `step_time_at_budget` with the workload's constants computed once
+        w = work_per_request(mean_prompt, mean_output, cached_prompt)
+        uncached = mean_prompt - cached_prompt
+        time_of = representative_timer(cost, mean_prompt, mean_output)
+
+        def t(b: int) -> float:
+            x = int(round(b * uncached / w))  # _mixed_shape's shape
+            x = b if x > b else (0 if x < 0 else x)
+            return time_of(x, b - x)
+
+    best, arg = -1.0, 0
     for b in range(1, b_max + 1):
-        x = int(round(b * uncached / w))  # _mixed_shape's
-        x = b if x > b else (0 if x < 0 else x)
-        r = b / time_of(x, b - x)
+        r = b / t(b)
         if r > best * (1 + 1e-12):
             best, arg = r, b
     return best, arg
@@ -217,7 +220,7 @@ def capacity(
     means = (None, None, 0.0) if cost.load_only else (mean_prompt, mean_output, cached_prompt)
     t_bmax = step_time_at_budget(cost, b_max, *means)
     cap = b_max / t_bmax
-    peak, peak_b = peak_token_capacity(cost, b_max, *means) if peak else (None, None)
+    peak_rate, peak_b = peak_token_capacity(cost, b_max, *means) if peak else (None, None)
     lam_bound = cap / work
     region_exact = None
     if k_max is None:
@@ -256,7 +259,7 @@ def capacity(
         decode_tokens_per_request=float(mean_output) - 1.0,
         step_time_at_b_max_s=t_bmax,
         token_capacity=cap,
-        peak_token_capacity=peak,
+        peak_token_capacity=peak_rate,
         peak_load=peak_b,
         critical_rate_token_bound=lam_bound,
         critical_rate=lam,
