@@ -61,6 +61,7 @@ __all__ = [
     "stability_region",
     "feasible_shape",
     "representative_step_time",
+    "representative_timer",
     "workload_point",
     "convex_hull",
 ]
@@ -130,24 +131,14 @@ def representative_step_time(
       tokens (the middle of a prompt being chunked);
     - `sampled = y + round(x / P)`: in steady state x / P prompts complete per step.
     """
-    x, y = int(x), int(y)
-    if cost.load_only:
-        return float(cost.load_time(x + y))
-    global _last_timer
-    model, means, time_of = _last_timer
-    if model is not cost or means != (mean_prompt, mean_output):
-        time_of = representative_timer(cost, mean_prompt, mean_output)
-        _last_timer = (cost, (mean_prompt, mean_output), time_of)
-    return time_of(x, y)
-
-
-# the last (model, means, timer): the region asks for many shapes of one workload in a row
-_last_timer: tuple = (None, None, None)
+    return representative_timer(cost, mean_prompt, mean_output)(x, y)
 
 
 def representative_timer(cost: CostModel, mean_prompt: float | None, mean_output: float | None):
-    """`representative_step_time` of a context-dependent model as a function of (x, y), its
-    constants computed once (theory scans every load up to a budget with it)."""
+    """`representative_step_time` as a function of (x, y), its constants computed once: a
+    caller timing many shapes of one workload (the region, the peak scan) builds it once."""
+    if cost.load_only:
+        return lambda x, y: float(cost.load_time(int(x) + int(y)))
     _check_means(mean_prompt, mean_output)
     p = max(1, int(round(mean_prompt)))
     ctx = int(round(mean_prompt + mean_output / 2.0))
@@ -159,7 +150,8 @@ def representative_timer(cost: CostModel, mean_prompt: float | None, mean_output
     whole = chunk_time(p, 0) if chunk_time is not None else None
     first = [(p, 0)]
 
-    def time_of(x: int, y: int) -> float:
+    def time_of(x, y) -> float:
+        x, y = int(x), int(y)
         full, rem = divmod(x, p)
         sampled = y + int(round(x / mean_prompt))
         tail = [(rem, (p - rem) // 2)] if rem else []
@@ -391,10 +383,8 @@ def _general_candidates(cost, b_max, k_max, pmax, mean_prompt, mean_output, grid
     ys = np.concatenate(ys_l)
     ok = feasible_shape(xs, ys, b_max, k_max, pmax)
     xs, ys = xs[ok], ys[ok]
-    ts = np.array(
-        [representative_step_time(cost, x, y, mean_prompt, mean_output) for x, y in zip(xs.tolist(), ys.tolist())],
-        dtype=float,
-    )
+    time_of = representative_timer(cost, mean_prompt, mean_output)
+    ts = np.array([time_of(x, y) for x, y in zip(xs.tolist(), ys.tolist())], dtype=float)
     if not np.all(np.isfinite(ts)) or np.any(ts <= 0):
         raise ConfigError(f"cost model {cost.name!r} gave a non-positive or non-finite step time")
     return xs, ys, ts, exact

@@ -157,9 +157,7 @@ class Adaptive(BatchPolicy):
             if key == self._key:
                 return
             region = _region().stability_region(self.cost, b_max, k_max, mean_prompt=mp, mean_output=mo)
-            cost = self.cost
-            step_time = _region().representative_step_time
-            self._time = lambda x, y: step_time(cost, x, y, mp, mo)
+            self._time = _region().representative_timer(self.cost, mp, mo)
         cands = set()
         for x, y, _t in region.vertex_shapes:
             if x + y >= 1:

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from ..core.constraints import check_b_max
 from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError
-from ..core.region import representative_step_time, representative_timer, stability_region
+from ..core.region import representative_timer, stability_region
 
 __all__ = [
     "CapacityReport",
@@ -69,14 +69,6 @@ def work_per_request(mean_prompt: float, mean_output: float, cached_prompt: floa
     return float(mean_prompt) - float(cached_prompt) + float(mean_output) - 1.0
 
 
-def _mixed_shape(b: int, mean_prompt: float, mean_output: float, cached_prompt: float = 0.0) -> tuple[int, int]:
-    """A b-token step holding prefill : decode tokens in the workload's proportion."""
-    w = work_per_request(mean_prompt, mean_output, cached_prompt)
-    x = int(round(b * (mean_prompt - cached_prompt) / w))
-    x = min(b, max(0, x))
-    return x, b - x
-
-
 def _require_cost_model(cost) -> None:
     if not isinstance(cost, CostModel):
         raise TypeError(f"expected a CostModel, got {cost!r}: build one with make_cost_model(spec)")
@@ -94,10 +86,25 @@ def step_time_at_budget(
     b-token step mixing prefill and decode in the workload's proportion with
     representative contexts."""
     _require_cost_model(cost)
+    return _budget_timer(cost, mean_prompt, mean_output, cached_prompt)(b)
+
+
+def _budget_timer(cost: CostModel, mean_prompt, mean_output, cached_prompt: float = 0.0):
+    """`step_time_at_budget` as a function of b, the workload's constants computed once: a
+    b-token step holds prefill : decode tokens in the workload's proportion."""
     if cost.load_only or mean_prompt is None or mean_output is None:
-        return float(cost.load_time(int(b)))
-    x, y = _mixed_shape(int(b), mean_prompt, mean_output, cached_prompt)
-    return representative_step_time(cost, x, y, mean_prompt, mean_output)
+        return lambda b: float(cost.load_time(int(b)))
+    w = work_per_request(mean_prompt, mean_output, cached_prompt)
+    uncached = mean_prompt - cached_prompt
+    time_of = representative_timer(cost, mean_prompt, mean_output)
+
+    def t(b) -> float:
+        b = int(b)
+        x = int(round(b * uncached / w))
+        x = b if x > b else (0 if x < 0 else x)
+        return time_of(x, b - x)
+
+    return t
 
 
 def token_capacity(
@@ -125,21 +132,7 @@ def peak_token_capacity(
     cost models where it does not (e.g. the paper's `max` variant with c < a * b0) a
     policy running smaller steps serves more, and this is the real bound."""
     _require_cost_model(cost)
-    if cost.load_only or mean_prompt is None or mean_output is None:
-
-        def t(b: int) -> float:
-            return step_time_at_budget(cost, b, mean_prompt, mean_output, cached_prompt)
-
-    else:  # `step_time_at_budget` with the workload's constants computed once
-        w = work_per_request(mean_prompt, mean_output, cached_prompt)
-        uncached = mean_prompt - cached_prompt
-        time_of = representative_timer(cost, mean_prompt, mean_output)
-
-        def t(b: int) -> float:
-            x = int(round(b * uncached / w))  # _mixed_shape's shape
-            x = b if x > b else (0 if x < 0 else x)
-            return time_of(x, b - x)
-
+    t = _budget_timer(cost, mean_prompt, mean_output, cached_prompt)
     best, arg = -1.0, 0
     for b in range(1, b_max + 1):
         r = b / t(b)
