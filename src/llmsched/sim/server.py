@@ -185,10 +185,13 @@ class ServerSim:
     def itl(self) -> GapHistogram:
         """Every inter-token gap so far (ns)."""
         if self._gap_values:
-            self._itl.add_arrays(self._gap_values, self._gap_weights)
-            self._gap_values = []
-            self._gap_weights = []
+            self._flush_gaps()
         return self._itl
+
+    def _flush_gaps(self) -> None:
+        self._itl.add_arrays(self._gap_values, self._gap_weights)
+        self._gap_values = []
+        self._gap_weights = []
 
     @property
     def batch(self) -> tuple | None:
@@ -430,9 +433,7 @@ class ServerSim:
                 values.append(g)
                 weights.append(1)
         if len(values) > GAP_BATCH:
-            self._itl.add_arrays(values, weights)
-            self._gap_values = []
-            self._gap_weights = []
+            self._flush_gaps()
         if self.closed_loop:
             self.scheduler.observe_batch(
                 st,
