@@ -22,6 +22,7 @@ import numpy as np
 from .core.constraints import check_prefix_block_size
 from .core.cost import make_cost_model
 from .core.errors import ConfigError, unknown_name, warn
+from .core.paths import check_out_dir
 from .core.version import __version__
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
@@ -277,6 +278,8 @@ def simulate(
     Examples: `simulate(policy="orca", rate=10, num_requests=1000, cost_model="paper")`,
     `simulate("run.yaml", out_dir="results")`, `simulate(trace=my_trace, b_max=256)`.
     """
+    if out_dir is not None:
+        check_out_dir(out_dir)  # before the run, not after it
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
         overrides["trace"], trace = str(trace), None
     cfg = build_config(config, **overrides)

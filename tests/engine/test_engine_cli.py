@@ -179,6 +179,25 @@ def test_profile_and_validate_commands(tmp_path, tiny_model, capsys, monkeypatch
     assert set(res["policies"]) == {"sarathi", "vllm"}
 
 
+def test_validate_measures_a_profile_and_leaves_nothing_behind(tiny_model, tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,12,4\n0.005,20,3\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["validate", "--model", str(tiny_model), "--trace", str(trace), "--policy", "orca", "--json", "-"]
+    argv += ["--quiet", "--reps", "1", "--tables-s", "0", "--calibrate-s", "0", "--max-num-seqs", "4"]
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res["policies"]) == {"orca"}  # --policy names the one to validate
+    assert res["cost_model"].startswith("profile measured by this run")
+    assert list(scratch.iterdir()) == []  # the measured profile is not left in the temp folder
+    assert not (tmp_path / "-").exists()  # `--json -` prints, it writes no file named "-"
+
+
 @pytest.mark.parametrize(
     "argv, expect",
     [

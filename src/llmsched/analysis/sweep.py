@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..core.errors import ConfigError, warn
+from ..core.paths import check_out_dir
 from .figures import plot_sweep
 from .grid import NON_GROUP_KEYS, expand_grid, grid_keys, parse_grid, parse_slo, parse_values
 from .points import KEY_VERSION, check_point, critical_rate_of, point_key, resolve_point, run_point
@@ -103,6 +104,8 @@ def run_sweep(
     that is stable and meets every limit on every seed (`llmsched.analysis.search`).
     """
     t0 = time.perf_counter()
+    if out_dir is not None:
+        check_out_dir(out_dir)  # before the runs, not after them
     g = parse_grid(grid)
     slo_d = parse_slo(slo)
     if search == "none":

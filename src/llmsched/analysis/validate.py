@@ -19,6 +19,7 @@ whether an error comes from the step times or from elsewhere (queueing, batching
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -51,13 +52,13 @@ def _stats_ms(values) -> dict:
     return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99))}
 
 
-def simulate(trace, engine, policy: str, cost_spec):
+def simulate(trace, engine, policy: str, cost):
 
     sched = make_scheduler(
         policy, b_max=engine.b_max, k_max=engine.k_max, kv_capacity=engine.kv_capacity, max_running=engine.max_num_seqs
     )
     # the exact step-by-step path: validation should not depend on the fast path's shortcuts
-    stats = simulate_trace(trace, sched, make_cost_model(cost_spec), fast=False)
+    stats = simulate_trace(trace, sched, cost, fast=False)
     return SimResult(
         {"policy": policy}, stats, np.asarray(trace.arrival_s), np.asarray(trace.prompt), np.asarray(trace.output), None
     )
@@ -141,13 +142,17 @@ def validate(
             calibrate_s=calibrate_s or 1.0,
             progress=say,
         )
-        path = write_profile(rows, tempfile.mkdtemp(prefix="llmsched-validate-") + "/profile.csv")
-        cost_spec = f"profile:{path}" + ("" if engine.runner.cuda else ",overlap=0")
-    elif ":" in profile.split(",")[0] and not profile.startswith("/"):
-        cost_spec = profile
+        # read once, then removed: the run leaves nothing behind (`llmsched profile` keeps one)
+        with tempfile.TemporaryDirectory(prefix="llmsched-validate-") as tmp:
+            path = write_profile(rows, Path(tmp) / "profile.csv")
+            cost = make_cost_model(f"profile:{path}" + ("" if engine.runner.cuda else ",overlap=0"))
+        cost_spec = "profile measured by this run" + ("" if engine.runner.cuda else ",overlap=0")
     else:
-        cost_spec = f"profile:{profile}" + ("" if engine.runner.cuda else ",overlap=0")
-    cost = make_cost_model(cost_spec)
+        if ":" in profile.split(",")[0] and not profile.startswith("/"):
+            cost_spec = profile
+        else:
+            cost_spec = f"profile:{profile}" + ("" if engine.runner.cuda else ",overlap=0")
+        cost = make_cost_model(cost_spec)
     if engine.steps == 0:
         warm_up(engine)
     results = {}

@@ -14,7 +14,9 @@ import sys
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.paths import check_out_dir, check_out_file
 from .common import (
+    DEFAULTS,
     add_cost_model_arg,
     add_parallel_args,
     add_scheduler_args,
@@ -332,6 +334,7 @@ def cmd_reproduce(args) -> int:
     from ..analysis.reproduce import reproduce_stability  # noqa: PLC0415
 
     out = args.out or f"reproduce-{args.experiment}"
+    check_out_dir(out, "--out")
     if args.experiment == "prefix-caching":
         return _reproduce_prefix(args, out)
     if args.trace is not None:
@@ -723,6 +726,11 @@ def render_validation(result: dict) -> None:
 def cmd_validate(args) -> int:
     from ..analysis.validate import validate  # noqa: PLC0415
 
+    policies = _validate_policies(args)
+    if args.json and args.json != "-":
+        check_out_file(args.json, "--json")  # before the replay, not after it
+    if args.seed < 0:
+        raise ConfigError(f"--seed must be >= 0, got {args.seed}")
     opts = engine_setup(args)
     opts["max_model_len"] = args.max_model_len  # default: from the trace
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
@@ -733,7 +741,7 @@ def cmd_validate(args) -> int:
     res = validate(
         args.model,
         args.trace,
-        args.policies,
+        policies,
         profile=args.profile,
         seed=args.seed,
         reps=args.reps,
@@ -742,7 +750,7 @@ def cmd_validate(args) -> int:
         calibrate_s=args.calibrate_s,
         **opts,
     )
-    if args.json:
+    if args.json and args.json != "-":
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=2)
     if args.json == "-" or args.print_json:
@@ -750,6 +758,21 @@ def cmd_validate(args) -> int:
     else:
         render_validation(res)
     return 0
+
+
+def _validate_policies(args) -> str:
+    """The batch policies to validate: `--policies`, or the one `--policy` names. The
+    engine runs FCFS admission without a prefix cache here: the flags that would change
+    that are refused, not ignored."""
+    if args.admission != DEFAULTS.admission or args.admission_option:
+        raise ConfigError("validate compares batch policies under FCFS admission; --admission does not apply")
+    if args.prefix_caching:
+        raise ConfigError("validate runs the engine without a prefix cache; --prefix-caching does not apply")
+    if args.policies is None:
+        return args.policy
+    if args.policy != DEFAULTS.policy:
+        raise ConfigError("give the policies to validate once: --policies A,B or --policy A")
+    return args.policies
 
 
 def _register_validate(sub) -> None:
@@ -763,7 +786,7 @@ def _register_validate(sub) -> None:
     )
     p.add_argument("--model", required=True, help="model folder")
     p.add_argument("--trace", required=True, help="CSV arrival_s,prompt_tokens,output_tokens (or an Azure trace)")
-    p.add_argument("--policies", default="sarathi", help="comma-separated batch policies (default: sarathi)")
+    p.add_argument("--policies", default=None, help="comma-separated batch policies (default: --policy's, sarathi)")
     p.add_argument("--profile", default=None, help="profile CSV of this engine (default: measure one first)")
     p.add_argument(
         "--reps",
@@ -784,7 +807,7 @@ def _register_validate(sub) -> None:
         help="without --profile: length of the calibration run, 0 for none (default: 2.5)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random prompt token ids")
-    p.add_argument("--json", default=None, help="also write the result as JSON to this file")
+    p.add_argument("--json", default=None, help="also write the result as JSON to this file ('-': print it)")
     p.add_argument("--print-json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     add_engine_args(p)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from ..core.errors import ConfigError
+from ..core.paths import check_out_dir, check_out_file
 from .common import add_scheduler_args, positive_int, scheduler_spec
 
 
@@ -55,9 +57,7 @@ def add_engine_args(p: argparse.ArgumentParser, cpu_max_model_len: int | None = 
 def engine_setup(args) -> dict:
     """The engine's keyword options from the command line (the device's defaults where not given)."""
     if getattr(args, "kv_capacity", None) is not None:
-        raise ConfigError(
-            "--kv-capacity is the simulator's; the engine sizes its KV cache from --kv-cache-gb or --num-blocks"
-        )
+        raise ConfigError("--kv-capacity is the simulator's; the engine sizes its KV cache from --kv-cache-gb")
     cuda = str(args.device).startswith("cuda")
     mns = args.max_running or (256 if cuda else 64)
     mml = args.max_model_len or (None if cuda else getattr(args, "cpu_max_model_len", 2048))
@@ -160,6 +160,10 @@ def cmd_make_tiny_model(args) -> int:
 def cmd_profile(args) -> int:
     from ..engine.profiler import profile  # noqa: PLC0415
 
+    if os.path.isdir(args.out):
+        check_out_dir(args.out, "--out")
+    else:
+        check_out_file(args.out, "--out", make_parents=True)  # before the measurement, not after it
     opts = engine_setup(args)
     opts.pop("k_max")
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.paths import check_out_dir
 from ..core.prefix_cache import hit_rate
 from ..core.request import NS
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
@@ -467,6 +468,8 @@ def simulate_network(
     """Simulate a network (a `NetworkSpec`, a dict, or a YAML path); with `out_dir`, also
     write its files. `scale` multiplies every arrival rate; `num_jobs` and `seed` override
     the file's."""
+    if out_dir is not None:
+        check_out_dir(out_dir)  # before the run, not after it
     spec = load_network(network)
     if scale is not None:
         if not (isinstance(scale, (int, float)) and scale > 0):

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.paths import check_out_dir
 from ..core.request import NS
 from ..workload.serverless import ServerlessSpec, load_serverless
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
@@ -315,6 +316,8 @@ def simulate_serverless(
     `out_dir`, also write its files. `scheduler` replaces the platform scheduler (fcfs,
     round-robin, priority, dynamicbatch, twp, serverlessllm), `scale` multiplies every
     arrival rate, `num_requests` and `seed` override the workload's."""
+    if out_dir is not None:
+        check_out_dir(out_dir)  # before the run, not after it
     spec = load_serverless(config)
     if any(v is not None for v in (scheduler, scale, num_requests, seed)):
         spec = spec.replaced(scheduler=scheduler, scale=scale, num_requests=num_requests, seed=seed)

@@ -1,0 +1,81 @@
+"""An output path that cannot be written is one line and exit code 2 before the run starts,
+not a traceback after it (the run's work lost)."""
+
+import os
+
+import pytest
+
+from llmsched.cli import main
+from llmsched.core.errors import ConfigError
+from llmsched.core.paths import check_out_dir, check_out_file
+
+RUN = ["--cost-model", "paper", "--num-requests", "20", "--rate", "2", "--quiet"]
+SERVERLESS = os.path.join(os.path.dirname(__file__), "..", "examples", "serverless", "small.yaml")
+
+
+def _one_line_error(capsys, argv, *words):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", *RUN, "--out", "{f}"],
+        ["simulate", *RUN, "--out", "{f}/sub"],
+        ["simulate", *RUN, "--steps", "--out", "{f}/sub"],
+        ["simulate", *RUN, "--replicas", "2", "--out", "{f}"],
+        ["simulate", "--serverless", SERVERLESS, "--num-requests", "20", "--out", "{f}"],
+        ["sweep", *RUN, "--grid", "rate=1,2", "--out", "{f}"],
+        ["reproduce", "stability", "--quick", "--out", "{f}/x"],
+    ],
+)
+def test_an_output_folder_that_is_a_file(tmp_path, capsys, argv):
+    f = tmp_path / "afile"
+    f.write_text("keep me\n")
+    argv = [a.replace("{f}", str(f)) for a in argv]
+    _one_line_error(capsys, argv, "afile", "is a file, not a folder")
+    assert f.read_text() == "keep me\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing written beside it
+
+
+def test_the_checks(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    f = tmp_path / "f"
+    f.write_text("")
+    check_out_dir(d)
+    check_out_dir(d / "new" / "deeper")  # made by the writer
+    check_out_file(d / "x.json")
+    check_out_file(d / "new" / "x.csv", make_parents=True)
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        check_out_dir(f)
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        check_out_dir(f / "sub")
+    with pytest.raises(ConfigError, match="is a folder, not a file"):
+        check_out_file(d)
+    with pytest.raises(ConfigError, match="does not exist"):
+        check_out_file(d / "new" / "x.json")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        check_out_file(f / "x.json", make_parents=True)
+    if os.geteuid() != 0:  # root may write anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        with pytest.raises(ConfigError, match="not writable"):
+            check_out_dir(ro / "out")
+
+
+def test_validate_refuses_what_it_would_ignore(tmp_path, capsys):
+    # checked before the model loads: no model is needed to get the error
+    base = ["validate", "--model", str(tmp_path / "none"), "--trace", str(tmp_path / "none.csv")]
+    _one_line_error(capsys, [*base, "--policy", "orca", "--policies", "sarathi"], "--policies")
+    _one_line_error(capsys, [*base, "--admission", "twp"], "--admission")
+    _one_line_error(capsys, [*base, "--prefix-caching"], "--prefix-caching")
+    _one_line_error(capsys, [*base, "--seed", "-1"], "--seed")
+    _one_line_error(capsys, [*base, "--json", str(tmp_path)], "is a folder, not a file")
+    _one_line_error(capsys, [*base, "--json", str(tmp_path / "no" / "x.json")], "does not exist")
