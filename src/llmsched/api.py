@@ -23,6 +23,7 @@ from .core.constraints import check_prefix_block_size
 from .core.cost import make_cost_model
 from .core.errors import ConfigError, unknown_name, warn
 from .core.paths import check_out_dir
+from .core.request import check_seconds
 from .core.version import __version__
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
@@ -234,7 +235,7 @@ def _check_types(cfg: SimConfig) -> None:
     """Every option has the type it needs (YAML makes it easy to write `b_max: true`)."""
     for name in ("b_max", "k_max", "kv_capacity", "max_running"):
         v = getattr(cfg, name)
-        if v is None:
+        if v is None and name != "b_max":  # the others may be unset (no cap)
             continue
         if isinstance(v, bool):
             raise ConfigError(f"{name} must be a positive integer, got {v!r}")
@@ -248,9 +249,7 @@ def _check_types(cfg: SimConfig) -> None:
             v = int(fv)
         setattr(cfg, name, int(v))
     for name in ("max_time_s", "sample_interval_s"):
-        v = getattr(cfg, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
-            raise ConfigError(f"{name} must be a positive number, got {v!r}")
+        check_seconds(name, getattr(cfg, name))
     if isinstance(cfg.block_size, np.integer):  # a numpy integer is an integer here
         cfg.block_size = int(cfg.block_size)
     cfg.block_size = check_prefix_block_size(cfg.block_size)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..api import build_config
 from ..core.errors import ConfigError
+from ..core.paths import check_out_file
 from ..theory import DEFAULT_SAMPLES, capacity, stability_region, workload_means
 from ..workload import WorkloadSpec, make_trace
 from .figures import plot_region
@@ -29,6 +30,7 @@ def capacity_report(
     rate could be scaled (`scale` = lambda* / rate; inside iff scale > 1).
     `cached_fraction`: the expected share of prompt tokens a prefix cache serves (not
     work: theorem 2 with the uncached prompt)."""
+    plot_file = plot_path(plot) if plot else None  # before the work, not after it
     cfg = build_config(config, **overrides)
     source = "given"
     if mean_prompt is None or mean_output is None:
@@ -77,15 +79,27 @@ def capacity_report(
     if rate is not None:
         scale = rep.critical_rate / rate if rate > 0 else math.inf
         out.update(rate=rate, utilisation=rep.utilisation, inside=bool(scale > 1.0), scale=scale, margin=scale - 1.0)
-    if plot:
-        p = Path(plot)
-        if not p.parent.exists():
-            raise ConfigError(f"cannot write the plot: folder {str(p.parent)!r} does not exist")
+    if plot_file is not None:
         r = rate if rate is not None else rep.critical_rate
         point = (r * rep.prefill_tokens_per_request, r * rep.decode_tokens_per_request)
         label = "workload" if rate is not None else "workload at lambda*"
-        out["plot"] = plot_region(region, point, str(p), point_label=label)
+        out["plot"] = plot_region(region, point, str(plot_file), point_label=label)
     return out
+
+
+PLOT_FORMATS = (".png", ".pdf", ".svg")
+
+
+def plot_path(plot) -> Path:
+    """Where the region's plot goes: a PNG unless the name ends in .pdf or .svg (a name
+    without a suffix gets .png, so that the path reported is the file written)."""
+    p = Path(plot)
+    if not p.suffix:
+        p = p.with_name(p.name + ".png")
+    if p.suffix.lower() not in PLOT_FORMATS:
+        raise ConfigError(f"--plot {str(plot)!r}: the plot is written as {', '.join(PLOT_FORMATS)}, not {p.suffix}")
+    check_out_file(p, "--plot")
+    return p
 
 
 def rep_law(rep: dict, role: str) -> str:

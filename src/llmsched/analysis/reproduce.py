@@ -111,8 +111,8 @@ def reproduce_stability(
     if not (isinstance(load, (int, float)) and 0 < load < 10):
         raise ConfigError(f"load must be a positive fraction of the critical rate, got {load!r}")
     n_queue, n_search, d_seeds, d_tol = QUICK if quick else SIZES[workload]
-    n_queue = num_requests or n_queue
-    n_search = search_requests or (num_requests if num_requests else n_search)
+    n_queue = n_queue if num_requests is None else num_requests
+    n_search = search_requests if search_requests is not None else (n_search if num_requests is None else num_requests)
     seeds = tuple(d_seeds if seeds is None else seeds)
     if not seeds:
         raise ConfigError("give at least one seed")

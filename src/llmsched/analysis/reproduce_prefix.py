@@ -79,7 +79,7 @@ def reproduce_prefix_caching(
     trace = read_trace(trace_path, block_size=None)
     if not trace.has_blocks:
         raise ConfigError(f"{trace_path} carries no prompt block ids (a Mooncake trace with hash_ids does)")
-    n = num_requests or (QUICK_REQUESTS if quick else len(trace))
+    n = (QUICK_REQUESTS if quick else len(trace)) if num_requests is None else num_requests
     if n < 2:
         raise ConfigError(f"the reproduction needs at least 2 requests, got {n}")
     trace = trace.head(n)

@@ -358,7 +358,7 @@ def reproduce_twp(
     if not loads or any(not (0 < x < 10) for x in loads):
         raise ConfigError(f"loads must be positive fractions of the platform's capacity, got {loads!r}")
     n_req, n_stab = SIZES["quick" if quick else "full"]
-    n_req = int(num_requests or n_req)
+    n_req = n_req if num_requests is None else num_requests
     n_stab = int(stability_requests or n_stab)
     seeds = [int(s) for s in ((0,) if seeds is None else seeds)]
     if not seeds:

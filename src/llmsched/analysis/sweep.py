@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..core.errors import ConfigError, warn
 from ..core.paths import check_out_dir
@@ -168,8 +169,23 @@ def run_sweep(
             result.files += write_search(result.search, out_dir)
         if plots:
             result.files += plot_sweep(result.rows, out_dir, list(g), result.search)
+        _remove_stale(out_dir, result.files)
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+# what a sweep may write beside results.csv (the points/ store is kept: it resumes a sweep)
+SWEEP_OUTPUTS = ("results.parquet", "search.csv", "search.json", "throughput.png", "latency.png", "max_stable_rate.png")
+
+
+def _remove_stale(out_dir, written: list[str]) -> None:
+    """A rerun into the same folder leaves no file of an earlier sweep that this one did
+    not write (plots of another grid, a search table of a sweep without a search)."""
+    out = Path(out_dir)
+    kept = {Path(f).name for f in written}
+    for name in SWEEP_OUTPUTS:
+        if name not in kept:
+            (out / name).unlink(missing_ok=True)
 
 
 def max_stable_rate(

@@ -23,6 +23,7 @@ from .common import (
     add_workload_args,
     bounded_float,
     console,
+    flag_of,
     positive_int,
     print_grid,
     print_table,
@@ -75,11 +76,24 @@ def _print_rows(title: str, rows: list[dict], cols: list[tuple[str, str, str]]) 
 # capacity
 
 
+# scheduler options the bounds do not depend on: refused rather than ignored
+CAPACITY_IGNORES = ("admission", "admission_options", "kv_capacity", "max_running", "prefix_caching")
+
+
 def cmd_capacity(args) -> int:
     from ..analysis.capacity_report import capacity_report, rep_law  # noqa: PLC0415
 
     over = sim_overrides(args)
     rate = over.pop("rate", None)
+    for key in CAPACITY_IGNORES:
+        if over.get(key) is not None:
+            instead = "simulate with it"
+            if key == "prefix_caching":
+                instead = "--cached-fraction gives a prefix cache's share"
+            raise ConfigError(
+                "capacity's bounds do not model admission, a running cap or the KV cache; "
+                f"{flag_of(key)} does not apply ({instead})"
+            )
     if args.lengths:
         if args.prompt or args.output:
             raise ConfigError("give --lengths FILE or --prompt/--output, not both")
@@ -120,7 +134,7 @@ def cmd_capacity(args) -> int:
             load=args.load,
             policy=(args.policy or "sarathi"),
             candidates=cands,
-            num_requests=args.num_requests or 4000,
+            num_requests=4000 if args.num_requests is None else args.num_requests,
             seeds=_seeds(args.seeds),
             workers=args.workers,
             progress=(not args.json) and sys.stderr.isatty(),
@@ -137,7 +151,7 @@ def _network_capacity(args, over: dict) -> int:
 
     given = [k for k, v in over.items() if v is not None and k not in ("fast", "record_steps")]
     if given or args.config or args.mean_prompt or args.mean_output or args.lengths:
-        what = given[0].replace("_", "-") if given else "config"
+        what = flag_of(given[0])[2:] if given else "config"
         raise ConfigError(f"--network FILE declares its servers and workload; --{what} does not apply")
     rep = network_capacity_report(args.network)
     if args.json:
@@ -337,8 +351,9 @@ def cmd_reproduce(args) -> int:
     check_out_dir(out, "--out")
     if args.experiment == "prefix-caching":
         return _reproduce_prefix(args, out)
-    if args.trace is not None:
-        raise ConfigError("--trace is an option of `reproduce prefix-caching`")
+    for flag in ("trace", "kv_capacities", "block_size"):
+        if getattr(args, flag) is not None:
+            raise ConfigError(f"--{flag.replace('_', '-')} is an option of `reproduce prefix-caching`")
     if args.experiment != "stability":
         return _reproduce_other(args, out)
     args.workload = args.workload or "synthetic"
@@ -382,6 +397,17 @@ def cmd_reproduce(args) -> int:
             ("critical_rate", "lambda* (theory)", ",.3f"),
         ],
     )
+    short = [
+        r["policy"]
+        for r in res["rows"]
+        if r.get("stable_at_load") is True and (r.get("max_stable_load") or math.inf) < args.load
+    ]
+    if short:
+        print(
+            f"note: {', '.join(short)} stable at load {args.load:g} in the queue runs ({m['queue_requests']:,} "
+            f"requests) but not in the search: its probes ({m['search_requests']:,} requests) count an "
+            "inconclusive verdict as unstable; give more --search-requests"
+        )
     print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
     return 0
 
@@ -640,15 +666,16 @@ def register(sub) -> None:
     # reproduce -----------------------------------------------------------------------
     p = sub.add_parser(
         "reproduce",
-        help="reproduce a paper experiment (stability, clusters, agents, rybko-stolyar, twp)",
+        help="reproduce a paper experiment (stability, clusters, agents, rybko-stolyar, twp, prefix-caching)",
         description="stability: at a load below theorem 2's bound, FasterTransformer and vanilla "
         "vLLM queues grow while Orca, Sarathi-Serve and K-FCFS stay bounded; and "
         "each policy's empirical maximum stable rate against the bound. clusters: "
         "routers on 4-16 replicas from 50% to 98% of capacity. agents: a DAG and a "
         "fork-join workflow under Sarathi and FasterTransformer. rybko-stolyar: the "
         "cyclic network under both priority orders and back-pressure. twp: paper 2's "
-        "Table III on serverless workloads, with TWP's ablation (docs/networks.md, "
-        "docs/twp.md).",
+        "Table III on serverless workloads, with TWP's ablation. prefix-caching: a Mooncake "
+        "trace with and without the prefix cache (docs/networks.md, docs/twp.md, "
+        "docs/prefix-caching.md).",
     )
     p.add_argument("experiment", choices=EXPERIMENTS)
     p.add_argument(
@@ -658,12 +685,14 @@ def register(sub) -> None:
         help="synthetic (paper cost model, default), sharegpt or azure (H200 profile)",
     )
     p.add_argument("--cost-model", help="override the workload's cost model")
-    p.add_argument("--b-max", type=int, help="override the token budget")
+    p.add_argument("--b-max", type=positive_int, help="override the token budget")
     p.add_argument("--load", type=float, default=None, help="load of the queue runs, rate / lambda* (default 0.9)")
     p.add_argument(
-        "--num-requests", type=int, help="requests per queue run (and per search probe); networks: jobs per run"
+        "--num-requests",
+        type=positive_int,
+        help="requests per queue run (and per search probe); networks: jobs per run",
     )
-    p.add_argument("--search-requests", type=int, help="requests per search probe")
+    p.add_argument("--search-requests", type=positive_int, help="requests per search probe")
     p.add_argument("--seeds", help="seeds of the search probes, e.g. 0,1")
     p.add_argument("--tol", type=_tolerance, help=f"search tolerance, fraction of lambda* ({MIN_TOL:g} to < 1)")
     p.add_argument("--policies", help="comma-separated (default fastertransformer,vllm,orca,sarathi,kfcfs)")
@@ -673,7 +702,7 @@ def register(sub) -> None:
     p.add_argument(
         "--kv-capacities", help="prefix-caching: KV capacities in tokens, comma-separated (default 1000000,8000000)"
     )
-    p.add_argument("--block-size", type=int, help="prefix-caching: cache block size in tokens (default 512)")
+    p.add_argument("--block-size", type=positive_int, help="prefix-caching: cache block size in tokens (default 512)")
     p.add_argument("--out", default=None, help="output folder (default reproduce-EXPERIMENT)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_parallel_args(p)

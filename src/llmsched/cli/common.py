@@ -108,6 +108,8 @@ def key_values(items: list[str] | None, what: str = "KEY=VALUE") -> dict:
             raise ConfigError(f"{what} expects KEY=VALUE, got {item!r}")
         k, v = item.split("=", 1)
         k = k.strip().replace("-", "_")
+        if k in out:
+            raise ConfigError(f"{what}: {k} is given twice")
         try:
             out[k] = json.loads(v)
         except json.JSONDecodeError:
@@ -219,7 +221,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--trace-log-type", help="BurstGPT: keep only rows of this log type (Conversation log, API log)")
     g.add_argument("--rate", type=float, help="arrival rate in requests/s (default 16; for a trace: rescale to it)")
     g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals; default 1)")
-    g.add_argument("--time-scale", type=float, help="multiply a trace's rate by K (default 1)")
+    g.add_argument("--time-scale", type=float, help="multiply the arrival rate by K, a trace's included (default 1)")
     g.add_argument(
         "--prompt",
         help="prompt length law: const:N, uniform:LO,HI, geometric:MEAN, "
@@ -243,6 +245,24 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--think-time", type=float, dest="think_time_s", help="mean seconds from a turn's arrival to the next turn's"
     )
+
+
+# simulate()'s keys whose command-line flag is spelled otherwise
+FLAG_OF_KEY = {
+    "duration_s": "--duration",
+    "think_time_s": "--think-time",
+    "max_time_s": "--max-time",
+    "sample_interval_s": "--sample-interval",
+    "slo": "--slo",
+    "fast": "--exact",
+    "record_steps": "--steps",
+    "admission_options": "--admission-option",
+}
+
+
+def flag_of(key: str) -> str:
+    """The command-line flag that sets simulate()'s `key`."""
+    return FLAG_OF_KEY.get(key, "--" + key.replace("_", "-"))
 
 
 def sim_overrides(args) -> dict:

@@ -17,6 +17,7 @@ from .common import (
     add_scheduler_args,
     add_workload_args,
     console,
+    flag_of,
     positive_int,
     print_table,
     sim_overrides,
@@ -84,6 +85,10 @@ def cmd_simulate(args) -> int:
         return _simulate_network(args)
     if args.router:
         raise ConfigError("--router routes among replicas: give --replicas N (or a --network file)")
+    if args.scale is not None:
+        raise ConfigError(
+            "--scale multiplies a --network or --serverless file's arrival rates; use --rate or --time-scale"
+        )
     progress, close = _progress_bar(args)
     try:
         result = simulate(args.config, out_dir=args.out or None, progress=progress, **sim_overrides(args))
@@ -113,8 +118,8 @@ def _refuse_flags(args, keep: tuple[str, ...], what: str, instead: str) -> None:
     """One line naming the first simulate flag that a declared file (`what`) makes moot."""
     given = [k for k, v in sim_overrides(args).items() if v is not None and k not in keep]
     if given or args.config:
-        flag = given[0].replace("_", "-") if given else "config"
-        raise ConfigError(f"{what}; --{flag} does not apply ({instead})")
+        flag = flag_of(given[0]) if given else "--config"
+        raise ConfigError(f"{what}; {flag} does not apply ({instead})")
 
 
 def _simulate_network(args) -> int:

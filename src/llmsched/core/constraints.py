@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from .errors import ConfigError, count_text
 
 # The largest token budget per step: far past any GPU's (a step's shape and the theory's
 # representative step grow with it), and small enough that every count of a step stays exact.
@@ -21,7 +21,7 @@ def check_b_max(b: object) -> int:
     if not isinstance(b, int) or isinstance(b, bool) or b <= 0:
         raise ConfigError(f"b_max must be a positive integer, got {b!r}")
     if b > MAX_B_MAX:
-        raise ConfigError(f"b_max must be at most {MAX_B_MAX:,} tokens per step, got {b:,}")
+        raise ConfigError(f"b_max must be at most {MAX_B_MAX:,} tokens per step, got {count_text(b)}")
     return b
 
 
@@ -51,6 +51,6 @@ class Constraints:
             if v is not None and (not isinstance(v, int) or v <= 0):
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
             if v is not None and v > cap:
-                raise ConfigError(f"{name} must be at most {cap:,}, got {v:,}")
+                raise ConfigError(f"{name} must be at most {cap:,}, got {count_text(v)}")
         if self.prefix_block_size is not None:
             check_prefix_block_size(self.prefix_block_size, "the prefix-cache block size")

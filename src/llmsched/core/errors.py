@@ -5,6 +5,12 @@ class ConfigError(ValueError):
     """Invalid input (an option, a file, a workload) named in one sentence."""
 
 
+def count_text(n: int) -> str:
+    """A whole number for a message: with thousands separators, or in e-notation past 1e15
+    (`b_max: 1e300` read as an int would print three hundred digits)."""
+    return f"{n:,}" if abs(n) < 10**15 else f"{float(n):.3g}"
+
+
 def unknown_name(what: str, name, known) -> ConfigError:
     """The one-line error for a name that is not among `known`, with a suggestion when one
     is close ("did you mean ...?") and the known names otherwise."""

@@ -22,7 +22,7 @@ def _check_folder(given, folder: Path, what: str) -> None:
     """`folder` (or the place it will be made in) can hold new files."""
     base = _first_existing(folder)
     if not base.is_dir():
-        if base == folder.absolute():
+        if base == Path(given).absolute():
             raise ConfigError(f"{what} {str(given)!r} is a file, not a folder")
         raise ConfigError(f"{what} {str(given)!r}: {base} is a file, not a folder")
     if not os.access(base, os.W_OK | os.X_OK):

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.request import NS, Request
+from ..core.request import NS, Request, check_seconds
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
 from ..workload.blocks import INT_CONSTANTS
@@ -410,6 +410,8 @@ def run_network(
 ) -> NetworkStats:
     """Run the jobs of `spec` through its servers; returns per-call, per-job and per-replica
     measurements."""
+    check_seconds("max_time_s", max_time_s)
+    check_seconds("sample_interval_s", sample_interval_s)
     max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
     # job arrivals: every job type's own process, merged
     arrivals = []

@@ -51,7 +51,7 @@ import numpy as np
 
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.request import NS, WAITING, Request
+from ..core.request import NS, WAITING, Request, check_seconds
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
 from ..workload.serverless import ServerlessSpec, make_serverless_requests
@@ -904,6 +904,7 @@ def run_serverless(
     progress: Callable[[int, int], None] | None = None,
 ) -> ServerlessStats:
     """Run the workload of `spec` (or `requests`, a `ServerlessRequests`) through its platform."""
+    check_seconds("max_time_s", max_time_s)
     reqs = make_serverless_requests(spec) if requests is None else requests
     check_requests(spec, reqs)
     max_time = UNLIMITED if max_time_s is None else round(max_time_s * NS)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core.cost import CostModel
 from ..core.errors import ConfigError
-from ..core.request import MAX_SECONDS, NS, Request
+from ..core.request import MAX_SECONDS, NS, Request, check_seconds
 from ..core.state import UNLIMITED
 from ..policies.base import Scheduler
 from .histogram import GapHistogram
@@ -112,6 +112,8 @@ def simulate_trace(
     pc = scheduler.constraints.prefix_block_size
     blocks = trace_blocks(trace, pc) if pc else None
 
+    check_seconds("max_time_s", max_time_s)
+    check_seconds("sample_interval_s", sample_interval_s)
     max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
     span = (arr[-1] - arr[0]) if n else 0
     if sample_interval_s:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, count_text
 from ..core.request import MAX_SECONDS
 
 __all__ = ["ArrivalProcess", "Poisson", "Gamma", "Deterministic", "make_arrival_process", "MAX_REQUESTS"]
@@ -77,7 +77,7 @@ class ArrivalProcess:
             raise ConfigError("give num_requests or duration_s to stop the arrivals")
         if duration_s is None:
             if n > MAX_REQUESTS:
-                raise ConfigError(f"num_requests={n} exceeds the limit of {MAX_REQUESTS:,}")
+                raise ConfigError(f"num_requests={count_text(n)} exceeds the limit of {MAX_REQUESTS:,}")
             return _check_times(np.cumsum(self.gaps(rng, n)), self.rate)
         expect = self.rate * duration_s
         if n is None and expect > MAX_REQUESTS:

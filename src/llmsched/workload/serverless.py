@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.constraints import MAX_KV_TOKENS
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
@@ -163,6 +164,7 @@ def _keys(d: dict, allowed, where: str) -> None:
 
 MAX_NODES = 1 << 16  # nodes of one kind
 MAX_GPUS_PER_NODE = 1 << 10
+MAX_GPU_MEMORY_GB = 1e6  # per GPU: far above any GPU, and its KV tokens stay finite
 
 
 def _num(
@@ -243,7 +245,7 @@ class NodeGroup:
         self.name = _name(self.name, f"{where}.name")
         self.count = _whole(self.count, f"{where}.count", maximum=MAX_NODES)
         self.gpus = _whole(self.gpus, f"{where}.gpus", maximum=MAX_GPUS_PER_NODE)
-        self.gpu_memory_gb = _num(self.gpu_memory_gb, f"{where}.gpu_memory_gb", lo_open=True)
+        self.gpu_memory_gb = _num(self.gpu_memory_gb, f"{where}.gpu_memory_gb", lo_open=True, hi=MAX_GPU_MEMORY_GB)
         for tier in ("dram", "ssd"):
             size = _num(getattr(self, f"{tier}_gb"), f"{where}.{tier}_gb")
             bw = _num(getattr(self, f"{tier}_bandwidth_gbps"), f"{where}.{tier}_bandwidth_gbps", lo_open=True)
@@ -583,7 +585,9 @@ class ServerlessSpec:
         if m.kv_bytes_per_token is None:
             return None
         free = self.platform.gpu_memory_utilization * group.gpu_memory_gb - m.weights_gb
-        return math.floor(free * 1e9 / m.kv_bytes_per_token + 1e-9)
+        tokens = free * 1e9 / m.kv_bytes_per_token + 1e-9
+        # past MAX_KV_TOKENS (a trillion tokens) the cache is as good as unlimited
+        return MAX_KV_TOKENS if tokens >= MAX_KV_TOKENS else math.floor(tokens)
 
     def fits(self, model: str, group: NodeGroup) -> bool:
         """Whether one GPU of `group` holds the model: weights within the usable memory,
@@ -903,7 +907,8 @@ def _shares(w: ServerlessWorkload, models: dict) -> np.ndarray:
             weights = np.ones(len(names))
         elif kind == "zipf":
             s = _num(rest.strip() or "1", f"{where} (zipf exponent)")
-            weights = 1.0 / np.arange(1, len(names) + 1, dtype=np.float64) ** s
+            with np.errstate(over="ignore"):  # a huge exponent: the tail's weights are 0
+                weights = 1.0 / np.arange(1, len(names) + 1, dtype=np.float64) ** s
         else:
             raise _at(where, f"must be uniform, zipf:S or a mapping model -> weight, got {_show(pop)}")
     elif isinstance(pop, dict):

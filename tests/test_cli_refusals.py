@@ -1,0 +1,147 @@
+"""Options a command would ignore or mishandle are refused with one line and exit code 2
+(a zero that silently became the default, a flag that does not apply, a number past the
+clock), and what a run writes matches what it reports."""
+
+import os
+import warnings
+
+import pytest
+
+from llmsched.cli import main
+from llmsched.core.errors import count_text
+from llmsched.workload.serverless import _shares, load_serverless
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+SERVERLESS = os.path.join(EXAMPLES, "serverless", "small.yaml")
+RUN = ["--cost-model", "paper", "--num-requests", "20", "--rate", "2", "--out", ""]
+
+
+def _one_line_error(capsys, argv, *words):
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse's own errors
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["reproduce", "stability", "--quick", "--num-requests", "0"], ["--num-requests"]),
+        (["reproduce", "stability", "--quick", "--search-requests", "0"], ["--search-requests"]),
+        (["reproduce", "twp", "--quick", "--num-requests", "0"], ["--num-requests"]),
+        (["reproduce", "prefix-caching", "--quick", "--block-size", "0"], ["--block-size"]),
+        (["reproduce", "stability", "--quick", "--kv-capacities", "100"], ["--kv-capacities", "prefix-caching"]),
+        (["reproduce", "clusters", "--quick", "--block-size", "4"], ["--block-size", "prefix-caching"]),
+        (["simulate", *RUN, "--max-time", "1e300"], ["max_time_s", "1e+09"]),
+        (["simulate", *RUN, "--max-time", "nan"], ["max_time_s"]),
+        (["simulate", *RUN, "--sample-interval", "1e300"], ["sample_interval_s"]),
+        (["simulate", *RUN, "--replicas", "2", "--max-time", "inf"], ["max_time_s"]),
+        (["simulate", "--serverless", SERVERLESS, "--max-time", "1e300", "--out", ""], ["max_time_s"]),
+        (["simulate", "--serverless", SERVERLESS, "--duration", "10", "--out", ""], ["--duration does not apply"]),
+        (["simulate", *RUN, "--scale", "2"], ["--scale", "--rate"]),
+        (["simulate", *RUN, "--slo", "ttft_ms=100", "--slo", "ttft_ms=200"], ["ttft_ms is given twice"]),
+        (
+            ["capacity", "--cost-model", "paper", "--mean-prompt", "1000", "--mean-output", "200"]
+            + ["--kv-capacity", "100"],
+            ["--kv-capacity does not apply"],
+        ),
+        (
+            ["capacity", "--cost-model", "paper", "--mean-prompt", "100", "--mean-output", "20", "--admission", "twp"],
+            ["--admission does not apply"],
+        ),
+        (
+            ["capacity", "--cost-model", "paper", "--k-max", "16", "--mean-prompt", "200", "--mean-output", "101"]
+            + ["--plot", "region.xyz"],
+            [".png, .pdf, .svg"],
+        ),
+    ],
+)
+def test_refused(capsys, tmp_path, monkeypatch, argv, words):
+    monkeypatch.chdir(tmp_path)
+    _one_line_error(capsys, argv, *words)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("b_max: null\n", ["b_max must be a positive integer, got None"]),
+        ("b_max: 1.0e+300\n", ["got 1e+300"]),  # not three hundred digits
+        ("max_time_s: 1.0e+300\n", ["max_time_s"]),
+        ("workload:\n  num_requests: 1.0e+300\n", ["num_requests=1e+300"]),
+    ],
+)
+def test_config_values(capsys, tmp_path, text, words):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cost_model: paper\n" + text)
+    err = _one_line_error(capsys, ["simulate", "--config", str(cfg), "--out", ""], *words)
+    assert len(err) < 200
+
+
+def test_serverless_memory_past_any_gpu(capsys, tmp_path):
+    text = open(SERVERLESS).read()
+    for gb in ("1.0e+300", "2.0e+6"):
+        f = tmp_path / "g.yaml"
+        f.write_text(text.replace("gpu_memory_gb: 80", f"gpu_memory_gb: {gb}"))
+        assert f"gpu_memory_gb: {gb}" in f.read_text()
+        _one_line_error(capsys, ["simulate", "--serverless", str(f), "--out", ""], "gpu_memory_gb", "at most")
+    # within the bound, the KV cache it leaves is capped where it is as good as unlimited
+    f.write_text(text.replace("gpu_memory_gb: 80", "gpu_memory_gb: 1.0e+6").replace("131072", "1.0e-9"))
+    spec = load_serverless(str(f))
+    group = spec.nodes[0]
+    assert spec.kv_capacity("llama-3-8b", group) == 1 << 40
+
+
+def test_zipf_with_a_huge_exponent_warns_nothing(tmp_path):
+    f = tmp_path / "z.yaml"
+    text = open(SERVERLESS).read()
+    assert "popularity: zipf:1.2" in text
+    f.write_text(text.replace("popularity: zipf:1.2", "popularity: zipf:1e308"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spec = load_serverless(str(f))
+        shares = _shares(spec.workload, spec.models)
+    assert shares.tolist() == [1.0, 0.0, 0.0]  # all traffic to the first model
+
+
+def test_plot_name_without_suffix_is_the_png_written(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["capacity", "--cost-model", "paper", "--k-max", "16", "--mean-prompt", "200", "--mean-output", "101"]
+    assert main([*argv, "--plot", "region"]) == 0
+    assert "region.png" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["region.png"]
+    assert main([*argv, "--plot", "r.svg"]) == 0
+    assert (tmp_path / "r.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_a_sweep_rerun_leaves_no_stale_outputs(tmp_path):
+    out = tmp_path / "sw"
+    base = ["sweep", "--cost-model", "paper", "--num-requests", "60", "--out", str(out)]
+    assert main([*base, "--grid", "rate=1,2"]) == 0
+    assert (out / "throughput.png").exists() and (out / "latency.png").exists()
+    assert main([*base, "--grid", "rate=1", "--no-plots"]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert "results.csv" in names and "points" in names
+    assert not names & {"throughput.png", "latency.png", "max_stable_rate.png", "search.csv", "search.json"}
+
+
+def test_count_text():
+    assert count_text(1_048_576) == "1,048,576"
+    assert count_text(int(1e300)) == "1e+300"
+
+
+def test_reproduce_stability_says_why_the_search_disagrees(tmp_path, capsys):
+    import json
+
+    assert main(["reproduce", "stability", "--quick", "--policies", "sarathi,vllm", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = json.loads((tmp_path / "table.json").read_text())["rows"]
+    short = [r["policy"] for r in rows if r["stable_at_load"] is True and r["max_stable_load"] < 0.9]
+    assert short  # quick probes are too short for loads near 0.9
+    assert f"note: {', '.join(short)} stable at load 0.9" in out and "--search-requests" in out
