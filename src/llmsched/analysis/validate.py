@@ -53,12 +53,12 @@ def _stats_ms(values) -> dict:
 
 
 def simulate(trace, engine, policy: str, cost):
-
+    """The simulator's run of `trace` with `engine`'s limits; `cost`: a cost model or spec."""
     sched = make_scheduler(
         policy, b_max=engine.b_max, k_max=engine.k_max, kv_capacity=engine.kv_capacity, max_running=engine.max_num_seqs
     )
     # the exact step-by-step path: validation should not depend on the fast path's shortcuts
-    stats = simulate_trace(trace, sched, cost, fast=False)
+    stats = simulate_trace(trace, sched, make_cost_model(cost), fast=False)
     return SimResult(
         {"policy": policy}, stats, np.asarray(trace.arrival_s), np.asarray(trace.prompt), np.asarray(trace.output), None
     )
