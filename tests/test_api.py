@@ -157,3 +157,30 @@ def test_limits_past_any_server_are_one_line_errors(option, message):
     with pytest.raises(ConfigError, match=message) as e:
         llmsched.simulate(num_requests=5, rate=1, **option)
     assert "\n" not in str(e.value)
+
+
+def test_recorded_steps_follow_the_result_and_leave_no_temporary_file(tmp_path, monkeypatch):
+    import gc
+    import tempfile
+
+    import llmsched
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    kw = dict(cost_model="paper", rate=5, prompt="geometric:50", output="geometric:20", num_requests=30)
+    r = llmsched.simulate(record_steps=True, **kw)
+    rows = r.to_pandas()["steps"]
+    assert len(rows) == r.summary["steps"]
+    r.write(tmp_path / "a")
+    assert (tmp_path / "a" / "steps.csv").is_file()
+    assert list(scratch.iterdir()) == []  # moved, not copied
+    r.write(tmp_path / "b")  # a second folder gets its own copy
+    assert (tmp_path / "b" / "steps.csv").read_text() == (tmp_path / "a" / "steps.csv").read_text()
+    assert len((tmp_path / "a" / "steps.csv").read_text().splitlines()) == len(rows) + 1
+    # a result never written takes its temporary steps with it
+    r2 = llmsched.simulate(record_steps=True, **kw)
+    assert len(list(scratch.iterdir())) == 1
+    del r2
+    gc.collect()
+    assert list(scratch.iterdir()) == []

@@ -145,3 +145,53 @@ def test_reproduce_stability_says_why_the_search_disagrees(tmp_path, capsys):
     short = [r["policy"] for r in rows if r["stable_at_load"] is True and r["max_stable_load"] < 0.9]
     assert short  # quick probes are too short for loads near 0.9
     assert f"note: {', '.join(short)} stable at load 0.9" in out and "--search-requests" in out
+
+
+NETWORK = os.path.join(EXAMPLES, "networks", "tandem.yaml")
+
+
+@pytest.mark.parametrize(
+    "extra, flag",
+    [
+        (["--rate", "5"], "--rate"),
+        (["--plot", "x.png"], "--plot"),
+        (["--cached-fraction", "0.5"], "--cached-fraction"),
+        (["--find-counterexample"], "--find-counterexample"),
+        (["--samples", "10"], "--samples"),
+        (["--mean-prompt", "100"], "--mean-prompt"),
+        (["--lengths", "sharegpt"], "--lengths"),
+    ],
+)
+def test_capacity_of_a_network_names_the_flag_that_does_not_apply(capsys, tmp_path, monkeypatch, extra, flag):
+    monkeypatch.chdir(tmp_path)
+    _one_line_error(capsys, ["capacity", "--network", NETWORK, *extra], f"{flag} does not apply")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_counterexample_options_need_the_search(capsys):
+    base = ["capacity", "--cost-model", "paper", "--mean-prompt", "100", "--mean-output", "20"]
+    for extra in (["--load", "0.5"], ["--seeds", "0,1"], ["--workers", "2"]):
+        _one_line_error(capsys, [*base, *extra], f"{extra[0]} is an option of --find-counterexample")
+
+
+def test_a_cluster_takes_the_run_options_of_its_config(tmp_path, capsys):
+    import csv
+    import json
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "cost_model: paper\nmax_time_s: 20\nfast: false\n"
+        "workload:\n  rate: 10\n  prompt: geometric:200\n  output: geometric:100\n  num_requests: 300\n"
+    )
+    assert main(["simulate", "--config", str(cfg), "--replicas", "2", "--out", str(tmp_path / "a"), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["duration"] <= 20.0  # stopped by the config's max_time_s
+    last = {}
+    for k in (1, 2):
+        argv = ["simulate", "--cost-model", "paper", "--replicas", "2", "--rate", "10", "--num-requests", "100"]
+        argv += ["--prompt", "geometric:200", "--output", "geometric:100", "--time-scale", str(k)]
+        assert main([*argv, "--out", str(tmp_path / f"t{k}"), "--quiet"]) == 0
+        with open(tmp_path / f"t{k}" / "jobs.csv") as f:
+            last[k] = max(float(r["arrival_s"]) for r in csv.DictReader(f))
+    assert last[2] == pytest.approx(last[1] / 2, rel=1e-6)  # twice as fast
+    _one_line_error(capsys, ["simulate", *RUN, "--replicas", "2", "--slo", "ttft_ms=100"], "slo", "one server")

@@ -349,14 +349,13 @@ def simulate(
         getattr(trace, "tag", None),
         wall_s=wall,
     )
-    result.steps_path = steps_tmp
+    if steps_tmp is not None:
+        result.own_steps(steps_tmp)
     result.slo = slo
     if cfg.verdict:
         result.stability = _stability_fields(result, cost, cfg)
     if out_dir is not None:
-        result.write(out_dir, steps_tmp)
-        if steps_tmp is not None:
-            result.steps_path = Path(out_dir) / "steps.csv"
+        result.write(out_dir)
     return result
 
 
@@ -462,10 +461,16 @@ def cluster_network(
     """The network of one server with `replicas` copies of the configured scheduler and
     cost model behind `router`, fed by the configured synthetic workload (each workload
     class becomes a job type with its share of the rate and its system prompt). With
-    prefix caching each replica keeps its own cache."""
+    prefix caching each replica keeps its own cache. The run's own options (`max_time_s`,
+    `sample_interval_s`, `fast`) are `simulate_network`'s; per-request SLOs and recorded
+    steps are for one server and refused."""
     from .workload.network import NetworkSpec  # noqa: PLC0415 - see simulate_network
 
     cfg = build_config(config, **overrides)
+    if cfg.slo:
+        raise ConfigError("slo (goodput against per-request limits) is for one server; a cluster reports no goodput")
+    if cfg.record_steps:
+        raise ConfigError("record_steps is for one server; a cluster writes calls.csv and per-replica outputs")
     spec = WorkloadSpec.from_dict(cfg.workload)
     if spec.arrival not in ("poisson", "gamma", "deterministic"):
         raise ConfigError(
@@ -477,7 +482,8 @@ def cluster_network(
             "--turns is for one server: describe multi-turn jobs in a --network file "
             "(a loop of calls with context: grow, docs/networks.md)"
         )
-    arrival = {"process": spec.arrival, "rate": spec.rate}
+    rate = spec.rate * spec.time_scale  # time_scale k: arrivals k times as fast
+    arrival = {"process": spec.arrival, "rate": rate}
     if spec.cv is not None and spec.arrival == "gamma":
         arrival["cv"] = spec.cv
     classes = spec.classes or [None]
@@ -489,7 +495,7 @@ def cluster_network(
         name = c.tag if c is not None else "request"
         system = c.system_prompt if c is not None and c.system_prompt is not None else spec.system_prompt
         jobs[name] = {
-            "arrival": {**arrival, "rate": spec.rate * (c.share / total if c is not None else 1.0)},
+            "arrival": {**arrival, "rate": rate * (c.share / total if c is not None else 1.0)},
             "system_prompt": system or 0,
             "route": [
                 {"call": {"server": "cluster", "prompt": prompt.to_str(), "output": output.to_str(), "class": name}}

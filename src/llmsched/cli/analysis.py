@@ -85,6 +85,12 @@ def cmd_capacity(args) -> int:
 
     over = sim_overrides(args)
     rate = over.pop("rate", None)
+    if not args.find_counterexample:
+        for flag, v in (("--load", args.load), ("--seeds", args.seeds), ("--workers", args.workers)):
+            if v is not None:
+                raise ConfigError(f"{flag} is an option of --find-counterexample")
+    if args.network:
+        return _network_capacity(args, over, rate)
     for key in CAPACITY_IGNORES:
         if over.get(key) is not None:
             instead = "simulate with it"
@@ -109,8 +115,6 @@ def cmd_capacity(args) -> int:
     samples = args.samples
     if samples is not None and samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {samples}")
-    if args.network:
-        return _network_capacity(args, over)
     rep = capacity_report(
         args.config,
         mean_prompt=args.mean_prompt,
@@ -131,7 +135,7 @@ def cmd_capacity(args) -> int:
             rep["cost_model"],
             rep["b_max"],
             rep["k_max"],
-            load=args.load,
+            load=0.85 if args.load is None else args.load,
             policy=(args.policy or "sarathi"),
             candidates=cands,
             num_requests=4000 if args.num_requests is None else args.num_requests,
@@ -146,13 +150,25 @@ def cmd_capacity(args) -> int:
     return 0
 
 
-def _network_capacity(args, over: dict) -> int:
+def _network_capacity(args, over: dict, rate) -> int:
     from ..theory.network import network_capacity_report, network_capacity_rows, network_server_rows  # noqa: PLC0415
 
-    given = [k for k, v in over.items() if v is not None and k not in ("fast", "record_steps")]
-    if given or args.config or args.mean_prompt or args.mean_output or args.lengths:
-        what = flag_of(given[0])[2:] if given else "config"
-        raise ConfigError(f"--network FILE declares its servers and workload; --{what} does not apply")
+    given = [flag_of(k) for k, v in over.items() if v is not None and k not in ("fast", "record_steps")]
+    for flag, v in (
+        ("--rate", rate),
+        ("--config", args.config),
+        ("--mean-prompt", args.mean_prompt),
+        ("--mean-output", args.mean_output),
+        ("--lengths", args.lengths),
+        ("--samples", args.samples),
+        ("--cached-fraction", args.cached_fraction or None),
+        ("--plot", args.plot),
+        ("--find-counterexample", args.find_counterexample or None),
+    ):
+        if v is not None:
+            given.append(flag)
+    if given:
+        raise ConfigError(f"--network FILE declares its servers and workload; {given[0]} does not apply")
     rep = network_capacity_report(args.network)
     if args.json:
         print(json.dumps(to_jsonable(rep), indent=2, default=str))
@@ -602,7 +618,7 @@ def register(sub) -> None:
         help="search for workloads inside the region where the policy (default sarathi) at full "
         "budget is unstable, confirmed by simulation (needs --k-max)",
     )
-    g.add_argument("--load", type=float, default=0.85, help="rate / lambda* of the candidates (default 0.85)")
+    g.add_argument("--load", type=float, default=None, help="rate / lambda* of the candidates (default 0.85)")
     g.add_argument("--seeds", help="seeds of the confirming runs (default 0,1)")
     g.add_argument("--workers", type=int, help="parallel simulations (default: all CPU cores)")
     p.set_defaults(func=cmd_capacity)

@@ -123,7 +123,7 @@ def _refuse_flags(args, keep: tuple[str, ...], what: str, instead: str) -> None:
 
 
 def _simulate_network(args) -> int:
-    from ..api import cluster_network  # noqa: PLC0415
+    from ..api import build_config, cluster_network  # noqa: PLC0415
     from ..sim.network_result import simulate_network  # noqa: PLC0415
 
     if args.steps:
@@ -142,21 +142,23 @@ def _simulate_network(args) -> int:
         )
         network = args.network
         num_jobs = args.num_requests
+        max_time_s, sample_interval_s, fast = args.max_time_s, args.sample_interval_s, not args.exact
     else:
         if args.scale is not None:
             raise ConfigError("--scale multiplies a --network file's arrival rates; use --rate for a cluster")
-        network = cluster_network(
-            args.config, replicas=args.replicas, router=args.router or "jsq", **sim_overrides(args)
-        )
+        # a --config file's run options hold for the cluster as for one server
+        cfg = build_config(args.config, **sim_overrides(args))
+        network = cluster_network(cfg, replicas=args.replicas, router=args.router or "jsq")
         num_jobs = None
+        max_time_s, sample_interval_s, fast = cfg.max_time_s, cfg.sample_interval_s, cfg.fast
     progress, close = _progress_bar(args)
     try:
         res = simulate_network(
             network,
             out_dir=args.out or None,
-            fast=not args.exact,
-            max_time_s=args.max_time_s,
-            sample_interval_s=args.sample_interval_s,
+            fast=fast,
+            max_time_s=max_time_s,
+            sample_interval_s=sample_interval_s,
             scale=args.scale,
             num_jobs=num_jobs,
             seed=args.seed if args.network else None,

@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import os
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,6 +102,14 @@ class SimResult:
     # the run's steps.csv when steps were recorded (`record_steps`)
     steps_path: Path | None = None
     _summary: dict | None = field(default=None, init=False, repr=False)
+    _steps_temporary: bool = field(default=False, init=False, repr=False)
+
+    def own_steps(self, path: Path) -> None:
+        """`path`: the run's recorded steps in a temporary file, which `write` moves into
+        its folder; removed with the result if never written."""
+        self.steps_path = Path(path)
+        self._steps_temporary = True
+        weakref.finalize(self, Path(path).unlink, missing_ok=True)
 
     # ---- per-request values (seconds; NaN where not reached) -------------------------
     def _s(self, ns: np.ndarray) -> np.ndarray:
@@ -335,14 +344,15 @@ class SimResult:
             written.append(out / f"{name}.parquet")
         return written
 
-    def write(self, out_dir: str | os.PathLike, steps_tmp: Path | None = None) -> Path:
+    def write(self, out_dir: str | os.PathLike) -> Path:
         """Write summary.json, config.json, requests.csv, timeseries.csv, histograms and,
         if recorded, steps.csv into `out_dir`. Files appear whole or not at all."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        steps = self.steps_path if self.steps_path is not None and Path(self.steps_path).is_file() else None
         # a rerun into the same folder: nothing of an older run stays beside the new files
         stale = [*STALE_FIGURES, *(f"{t}.parquet" for t in PARQUET_TABLES)]
-        stale += [] if steps_tmp is not None else ["steps.csv"]
+        stale += [] if steps is not None else ["steps.csv"]
         for name in stale:
             (out / name).unlink(missing_ok=True)
         files: dict[str, callable] = {
@@ -359,8 +369,18 @@ class SimResult:
             with open(tmp, "w", newline="") as f:
                 writer(f)
             os.replace(tmp, out / name)
-        if steps_tmp is not None:
-            os.replace(steps_tmp, out / "steps.csv")
+        dest = out / "steps.csv"
+        if steps is not None and not (dest.exists() and os.path.samefile(steps, dest)):
+            import shutil  # noqa: PLC0415 - start-up: only runs that record steps need it
+
+            if self._steps_temporary:  # the run's own file: moved (it may sit on another file system)
+                shutil.move(steps, dest)
+                self._steps_temporary = False
+            else:  # written before, into another folder: both keep it
+                tmp = out / ".steps.csv.tmp"
+                shutil.copyfile(steps, tmp)
+                os.replace(tmp, dest)
+            self.steps_path = dest
         return out
 
     def _write_requests(self, f) -> None:
