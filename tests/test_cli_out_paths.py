@@ -79,3 +79,20 @@ def test_validate_refuses_what_it_would_ignore(tmp_path, capsys):
     _one_line_error(capsys, [*base, "--seed", "-1"], "--seed")
     _one_line_error(capsys, [*base, "--json", str(tmp_path)], "is a folder, not a file")
     _one_line_error(capsys, [*base, "--json", str(tmp_path / "no" / "x.json")], "does not exist")
+
+
+def test_a_folder_holding_another_kind_of_run(tmp_path, capsys):
+    net, single, platform = tmp_path / "net", tmp_path / "single", tmp_path / "platform"
+    assert main(["simulate", *RUN, "--replicas", "2", "--out", str(net)]) == 0
+    assert main(["simulate", *RUN, "--out", str(single)]) == 0
+    serverless = ["simulate", "--serverless", SERVERLESS, "--num-requests", "20", "--quiet"]
+    assert main([*serverless, "--out", str(platform)]) == 0
+    before = {d: sorted(p.name for p in d.iterdir()) for d in (net, single, platform)}
+    _one_line_error(capsys, ["simulate", *RUN, "--out", str(net)], "holds the outputs of a network run")
+    _one_line_error(capsys, ["simulate", *RUN, "--out", str(platform)], "holds the outputs of a serverless run")
+    argv = ["simulate", "--serverless", SERVERLESS, "--num-requests", "20", "--out", str(single)]
+    _one_line_error(capsys, argv, "holds the outputs of a single-server run")
+    assert {d: sorted(p.name for p in d.iterdir()) for d in (net, single, platform)} == before
+    assert main(["simulate", *RUN, "--out", str(single)]) == 0  # its own kind: replaced
+    # `plot` on a network's folder points at a replica's
+    _one_line_error(capsys, ["plot", str(net)], "holds a network's run", str(net / "servers"))

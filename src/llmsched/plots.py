@@ -83,6 +83,10 @@ def plot_dir(folder: str | Path) -> list[Path]:
     d = Path(folder)
     if not d.is_dir():
         raise ConfigError(f"{folder} is not a folder")
+    if (d / "calls.csv").is_file() and (d / "servers").is_dir():
+        replicas = sorted(p.name for p in (d / "servers").iterdir() if (p / "timeseries.csv").is_file())
+        where = f": plot a replica's folder, e.g. {d / 'servers' / replicas[0]}" if replicas else ""
+        raise ConfigError(f"{folder} holds a network's run (calls.csv, jobs.csv, servers/){where}")
     out = []
     config = _config(d)
     name = run_title(d, config)

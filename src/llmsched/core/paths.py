@@ -29,9 +29,29 @@ def _check_folder(given, folder: Path, what: str) -> None:
         raise ConfigError(f"{what} {str(given)!r}: {base} is not writable")
 
 
-def check_out_dir(path, what: str = "output folder") -> None:
-    """Raise ConfigError unless `path` is a folder that can be written, or can be made."""
+# a file only one kind of run writes at the top of its folder
+RUN_MARKERS = (("network", "calls.csv"), ("serverless", "instances.csv"), ("single-server", "timeseries.csv"))
+
+
+def run_kind(folder) -> str | None:
+    """The kind of run whose outputs `folder` holds (network, serverless, single-server),
+    or None."""
+    for kind, marker in RUN_MARKERS:
+        if (Path(folder) / marker).is_file():
+            return kind
+    return None
+
+
+def check_out_dir(path, what: str = "output folder", *, kind: str | None = None) -> None:
+    """Raise ConfigError unless `path` is a folder that can be written, or can be made;
+    with `kind` (a run's, as in RUN_MARKERS), also if it holds another kind's outputs (a
+    rerun replaces its own kind's files, but another kind's would stay beside them)."""
     _check_folder(path, Path(path), what)
+    held = run_kind(path) if Path(path).is_dir() else None
+    if kind is not None and held is not None and held != kind:
+        raise ConfigError(
+            f"{what} {str(path)!r} holds the outputs of a {held} run; write this {kind} run into another folder"
+        )
 
 
 def check_out_file(path, what: str = "output file", *, make_parents: bool = False) -> None:
@@ -48,4 +68,4 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
     _check_folder(path, parent, what)
 
 
-__all__ = ["check_out_dir", "check_out_file"]
+__all__ = ["RUN_MARKERS", "check_out_dir", "check_out_file", "run_kind"]

@@ -316,7 +316,7 @@ def simulate_serverless(
     round-robin, priority, dynamicbatch, twp, serverlessllm), `scale` multiplies every
     arrival rate, `num_requests` and `seed` override the workload's."""
     if out_dir is not None:
-        check_out_dir(out_dir)  # before the run, not after it
+        check_out_dir(out_dir, kind="serverless")  # before the run, not after it
     spec = load_serverless(config)
     if any(v is not None for v in (scheduler, scale, num_requests, seed)):
         spec = spec.replaced(scheduler=scheduler, scale=scale, num_requests=num_requests, seed=seed)
