@@ -82,17 +82,19 @@ def test_validate_refuses_what_it_would_ignore(tmp_path, capsys):
 
 
 def test_a_folder_holding_another_kind_of_run(tmp_path, capsys):
-    net, single, platform = tmp_path / "net", tmp_path / "single", tmp_path / "platform"
-    assert main(["simulate", *RUN, "--replicas", "2", "--out", str(net)]) == 0
-    assert main(["simulate", *RUN, "--out", str(single)]) == 0
-    serverless = ["simulate", "--serverless", SERVERLESS, "--num-requests", "20", "--quiet"]
-    assert main([*serverless, "--out", str(platform)]) == 0
-    before = {d: sorted(p.name for p in d.iterdir()) for d in (net, single, platform)}
-    _one_line_error(capsys, ["simulate", *RUN, "--out", str(net)], "holds the outputs of a network run")
-    _one_line_error(capsys, ["simulate", *RUN, "--out", str(platform)], "holds the outputs of a serverless run")
-    argv = ["simulate", "--serverless", SERVERLESS, "--num-requests", "20", "--out", str(single)]
-    _one_line_error(capsys, argv, "holds the outputs of a single-server run")
-    assert {d: sorted(p.name for p in d.iterdir()) for d in (net, single, platform)} == before
-    assert main(["simulate", *RUN, "--out", str(single)]) == 0  # its own kind: replaced
+    out = tmp_path / "out"
+    serverless = ["simulate", "--serverless", SERVERLESS, "--num-requests", "20", "--quiet", "--out", str(out)]
+    single = ["simulate", *RUN, "--out", str(out)]
+    assert main(["simulate", *RUN, "--replicas", "2", "--out", str(tmp_path / "net")]) == 0
+    net_files = {p.name for p in (tmp_path / "net").iterdir()}
+    assert main(single) == 0
+    single_files = {p.name for p in out.iterdir()}
+    assert main(serverless) == 0
+    serverless_files = {p.name for p in out.iterdir()}
+    assert "timeseries.csv" not in serverless_files and "instances.csv" in serverless_files
+    assert main(["simulate", *RUN, "--replicas", "2", "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} == net_files  # no serverless file left beside
+    assert main(single) == 0
+    assert {p.name for p in out.iterdir()} == single_files  # no calls.csv, jobs.csv or servers/ left
     # `plot` on a network's folder points at a replica's
-    _one_line_error(capsys, ["plot", str(net)], "holds a network's run", str(net / "servers"))
+    _one_line_error(capsys, ["plot", str(tmp_path / "net")], "holds a network's run", str(tmp_path / "net" / "servers"))

@@ -278,7 +278,7 @@ def simulate(
     `simulate("run.yaml", out_dir="results")`, `simulate(trace=my_trace, b_max=256)`.
     """
     if out_dir is not None:
-        check_out_dir(out_dir, kind="single-server")  # before the run, not after it
+        check_out_dir(out_dir)  # before the run, not after it
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
         overrides["trace"], trace = str(trace), None
     cfg = build_config(config, **overrides)

@@ -42,16 +42,9 @@ def run_kind(folder) -> str | None:
     return None
 
 
-def check_out_dir(path, what: str = "output folder", *, kind: str | None = None) -> None:
-    """Raise ConfigError unless `path` is a folder that can be written, or can be made;
-    with `kind` (a run's, as in RUN_MARKERS), also if it holds another kind's outputs (a
-    rerun replaces its own kind's files, but another kind's would stay beside them)."""
+def check_out_dir(path, what: str = "output folder") -> None:
+    """Raise ConfigError unless `path` is a folder that can be written, or can be made."""
     _check_folder(path, Path(path), what)
-    held = run_kind(path) if Path(path).is_dir() else None
-    if kind is not None and held is not None and held != kind:
-        raise ConfigError(
-            f"{what} {str(path)!r} holds the outputs of a {held} run; write this {kind} run into another folder"
-        )
 
 
 def check_out_file(path, what: str = "output file", *, make_parents: bool = False) -> None:

@@ -34,7 +34,7 @@ from ..theory.network import traffic
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .network import NetworkStats, run_network
-from .result import SimResult
+from .result import SimResult, clear_other_run
 from .simulator import RunStats
 
 LATENCY_PERCENTILES = (50, 90, 99)
@@ -377,6 +377,7 @@ class NetworkResult:
     def write(self, out_dir: str | os.PathLike) -> Path:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        clear_other_run(out, "network")
         st = self.stats
         write_file(out / "summary.json", lambda f: json.dump(to_jsonable(self.summary), f, indent=2))
         write_file(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))

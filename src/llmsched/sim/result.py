@@ -19,6 +19,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.paths import run_kind
 from .csv_rows import CHUNK, IntField, NotFormattable, fixed9, format_rows, tag_field
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
@@ -26,6 +27,37 @@ from .simulator import NS, RunStats
 PERCENTILES = (90, 95, 99)
 STALE_FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")  # `llmsched plot` draws them
 PARQUET_TABLES = ("requests", "timeseries", "steps")  # `write_parquet` writes TABLE.parquet
+# what each kind of run writes besides summary.json and config.json (which any run replaces)
+RUN_OUTPUTS = {
+    "single-server": (
+        "requests.csv",
+        "timeseries.csv",
+        "itl_histogram.csv",
+        "load_histogram.csv",
+        "batch_histogram.csv",
+        "steps.csv",
+        *(f"{t}.parquet" for t in PARQUET_TABLES),
+        *STALE_FIGURES,
+    ),
+    "network": ("calls.csv", "jobs.csv", "servers"),
+    "serverless": ("requests.csv", "instances.csv"),
+}
+
+
+def clear_other_run(out: Path, kind: str) -> None:
+    """Before a `kind` run writes into `out`: remove the outputs of a run of another kind
+    held there (a rerun replaces its own files; another kind's would stay beside them)."""
+    held = run_kind(out)
+    if held is None or held == kind:
+        return
+    for name in RUN_OUTPUTS[held]:
+        p = out / name
+        if p.is_dir():
+            import shutil  # noqa: PLC0415 - start-up: only a network's folder needs it
+
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def _median(values: np.ndarray) -> float:
@@ -349,6 +381,7 @@ class SimResult:
         if recorded, steps.csv into `out_dir`. Files appear whole or not at all."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        clear_other_run(out, "single-server")
         steps = self.steps_path if self.steps_path is not None and Path(self.steps_path).is_file() else None
         # a rerun into the same folder: nothing of an older run stays beside the new files
         stale = [*STALE_FIGURES, *(f"{t}.parquet" for t in PARQUET_TABLES)]

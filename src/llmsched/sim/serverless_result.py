@@ -31,7 +31,7 @@ from ..core.request import NS, check_seconds
 from ..workload.serverless import ServerlessSpec, load_serverless
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .histogram import GapHistogram
-from .result import _seconds
+from .result import _seconds, clear_other_run
 from .serverless import ServerlessStats, run_serverless
 
 REQUEST_COLUMNS = (
@@ -225,6 +225,7 @@ class ServerlessResult:
     def write(self, out_dir: str | os.PathLike) -> Path:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        clear_other_run(out, "serverless")
         write_file(out / "summary.json", lambda f: json.dump(to_jsonable(self.summary), f, indent=2))
         write_file(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))
         write_file(out / "requests.csv", self._write_requests)
@@ -316,7 +317,7 @@ def simulate_serverless(
     round-robin, priority, dynamicbatch, twp, serverlessllm), `scale` multiplies every
     arrival rate, `num_requests` and `seed` override the workload's."""
     if out_dir is not None:
-        check_out_dir(out_dir, kind="serverless")  # before the run, not after it
+        check_out_dir(out_dir)  # before the run, not after it
     spec = load_serverless(config)
     if any(v is not None for v in (scheduler, scale, num_requests, seed)):
         spec = spec.replaced(scheduler=scheduler, scale=scale, num_requests=num_requests, seed=seed)
