@@ -222,3 +222,37 @@ def test_max_model_len_default_is_what_help_says(argv, expect, capsys):
         assert f"default: {expect} on CPU" in said
     cuda = engine_setup(_parser().parse_args([*argv, "--device", "cuda"]))
     assert cuda["max_model_len"] is None
+
+
+TINY_ARGS = ["--layers", "1", "--hidden-size", "16", "--heads", "2", "--kv-heads", "1", "--intermediate-size", "32"]
+
+
+def test_make_tiny_model_refuses_a_folder_with_files(tmp_path, capsys):
+    """A folder that holds files (a real model, say) is not overwritten without --force."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("mine")
+    assert main(["make-tiny-model", str(folder), *TINY_ARGS]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not empty" in err and "--force" in err
+    assert (folder / "config.json").read_text() == "mine"
+    assert not (folder / "model.safetensors").exists()
+    assert main(["make-tiny-model", str(folder), *TINY_ARGS, "--force"]) == 0
+    assert json.loads((folder / "config.json").read_text())["hidden_size"] == 16
+    # an empty folder (e.g. made by mktemp) is fine
+    (tmp_path / "empty").mkdir()
+    assert main(["make-tiny-model", str(tmp_path / "empty"), *TINY_ARGS]) == 0
+
+
+def test_make_tiny_model_files_get_the_umask_mode(tmp_path):
+    """model.safetensors is as readable as the other files (safetensors writes 0600)."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        assert main(["make-tiny-model", str(tmp_path / "m"), *TINY_ARGS]) == 0
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "m").iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"] == 0o644, modes

@@ -151,6 +151,7 @@ def cmd_make_tiny_model(args) -> int:
         max_position_embeddings=args.max_position_embeddings,
         tie_word_embeddings=args.tie_word_embeddings,
         seed=args.seed,
+        overwrite=args.force,
     )
     print(f"wrote a tiny {args.arch} model to {out}")
     return 0
@@ -243,6 +244,9 @@ def register(subparsers) -> None:
     p.add_argument("--max-position-embeddings", type=positive_int, default=4096)
     p.add_argument("--tie-word-embeddings", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--force", action="store_true", help="write into a folder that is not empty, replacing its model files"
+    )
     p.set_defaults(func=cmd_make_tiny_model)
 
     p = subparsers.add_parser(
