@@ -18,11 +18,12 @@ def _first_existing(p: Path) -> Path:
     return p
 
 
-def _check_folder(given, folder: Path, what: str) -> None:
-    """`folder` (or the place it will be made in) can hold new files."""
+def _check_folder(given, folder: Path, what: str, given_is_folder: bool = True) -> None:
+    """`folder` (or the place it will be made in) can hold new files. `given_is_folder`:
+    `given` names `folder` itself (not a file in it), so "`given` is a file" is true."""
     base = _first_existing(folder)
     if not base.is_dir():
-        if base == folder.absolute():
+        if given_is_folder and base == folder.absolute():
             raise ConfigError(f"{what} {str(given)!r} is a file, not a folder")
         raise ConfigError(f"{what} {str(given)!r}: {base} is a file, not a folder")
     if not os.access(base, os.W_OK | os.X_OK):
@@ -45,7 +46,7 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
     parent = p.absolute().parent
     if not make_parents and not parent.exists():
         raise ConfigError(f"{what} {str(path)!r}: folder {str(parent)!r} does not exist")
-    _check_folder(path, parent, what)
+    _check_folder(path, parent, what, given_is_folder=False)
 
 
 __all__ = ["check_out_dir", "check_out_file"]
