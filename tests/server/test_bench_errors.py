@@ -4,12 +4,16 @@ the run, named timeouts, and a non-zero exit when every request failed."""
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import socket
 
 import pytest
+from srv_helpers import running_server
 
 from llmsched.cli import main
 from llmsched.core.errors import ConfigError, InputWarning
+from llmsched.server.app import ServerConfig
 from llmsched.server.bench import BenchConfig, HttpxClient, RawClient, run_bench, send_request
 
 SMALL = ["--num-prompts", "2", "--input-len", "8", "--output-len", "2", "--quiet"]
@@ -108,3 +112,28 @@ def test_listing_models_times_out_with_a_named_timeout(silent_port, capsys):
         "cannot reach",
         "timed out after 0.3 s (--timeout)",
     )
+
+
+def test_a_rejected_api_key_is_not_a_missing_one(capsys):
+    with running_server(cfg=ServerConfig(api_key="sekret"), cost="const:1") as (base, _):
+        _one_line_error(capsys, ["bench", "--base-url", base, "--api-key", "wrong", *SMALL], "rejected the API key")
+        err = _one_line_error(capsys, ["bench", "--base-url", base, *SMALL], "wants an API key")
+        assert "rejected" not in err
+        assert main(["bench", "--base-url", base, "--api-key", "sekret", *SMALL]) == 0
+
+
+def test_every_request_failed_exits_1_and_keeps_the_result(tmp_path, capsys):
+    """Prompts longer than the context: the run is a failure (exit 1, one line naming the
+    first error), and the result file still records it."""
+    out = tmp_path / "r.json"
+    with running_server(cost="const:1", kv_capacity=1000) as (base, _):
+        argv = ["bench", "--base-url", base, "--num-prompts", "3", "--input-len", "2000", "--output-len", "2"]
+        assert main([*argv, "--quiet", "--result-file", str(out)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("llmsched bench: error: all 3 requests failed; the first: HTTP 400")
+        assert "context" in err[-1]
+        saved = json.loads(out.read_text())
+        assert saved["completed"] == 0 and saved["failed"] == 3
+        # one request that works: exit 0, as vllm bench serve
+        assert main(["bench", "--base-url", base, *SMALL]) == 0
+    assert math.isfinite(saved["duration"])

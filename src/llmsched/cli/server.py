@@ -396,6 +396,15 @@ def bench_main(args) -> int:
         )
     result = run_bench(cfg)
     print_table(result, cfg)
+    if result["num_prompts"] and not result["completed"]:
+        # a run of failures is not a benchmark: scripts and CI must see it (the table and the
+        # result file are still written, with the errors)
+        first = next((r.error for r in result["_results"] if r.error), "")
+        print(
+            f"llmsched bench: error: all {result['num_prompts']} requests failed; the first: {first[:200]}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

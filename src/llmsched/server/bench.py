@@ -651,6 +651,8 @@ def _error_text(status: int, body: bytes) -> str:
 # ---- the run ---------------------------------------------------------------------------
 async def _first_model(client, base_url: str, headers: dict) -> str:
     status, body = await client.get_json("/v1/models", headers)
+    if status == 401 and "authorization" in headers:
+        raise ConfigError(f"{base_url} rejected the API key (HTTP 401): check --api-key (or $OPENAI_API_KEY)")
     if status == 401:
         raise ConfigError(f"{base_url} wants an API key: give --api-key (or set $OPENAI_API_KEY)")
     if status != 200:
