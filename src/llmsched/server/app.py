@@ -96,8 +96,9 @@ class ServerConfig:
                 raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
         if not (isinstance(self.port, int) and 0 <= self.port < 65536):
             raise ConfigError(f"port must be in 0..65535, got {self.port!r}")
-        if self.drain_timeout < 0:
-            raise ConfigError(f"drain timeout must be >= 0 seconds, got {self.drain_timeout}")
+        if not (isinstance(self.drain_timeout, (int, float)) and 0 <= self.drain_timeout < float("inf")):
+            # a drain needs an end (uvicorn's graceful-shutdown limit is derived from it)
+            raise ConfigError(f"drain timeout must be a finite number of seconds >= 0, got {self.drain_timeout!r}")
         for name in ("max_body_bytes", "max_header_bytes"):
             v = getattr(self, name)
             if v is None and name == "max_body_bytes":

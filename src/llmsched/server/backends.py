@@ -165,6 +165,9 @@ def make_engine_backend(
             "from memory (--kv-cache-gb, --num-blocks)"
         )
     kwargs = {k: v for k, v in engine_kwargs.items() if v is not None}
+    if opts.max_running is None:  # the engine commands' documented default (cli.engine.engine_setup)
+        cuda = str(kwargs.get("device") or "cpu").startswith("cuda")
+        opts = opts.replace(max_running=256 if cuda else 64)
     core = _engine.LLMEngine(model, scheduler=opts, **kwargs)
     if tokenizer:
         tok = HFTokenizer(tokenizer)
