@@ -256,3 +256,11 @@ def test_make_tiny_model_files_get_the_umask_mode(tmp_path):
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "m").iterdir()}
     assert modes["model.safetensors"] == modes["config.json"] == 0o644, modes
+
+
+@pytest.mark.parametrize("stop, words", [("", "non-empty"), ("x" * 257, "256 characters")])
+def test_generate_refuses_an_empty_or_overlong_stop_string(capsys, stop, words):
+    """Refused before the model is loaded (the folder does not even exist)."""
+    assert main(["generate", "--model", "/no/such/model", "--prompt", "x", "--stop", "a", "--stop", stop]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "stop" in err and words in err, err

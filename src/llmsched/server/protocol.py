@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from ..core.engine_api import INT64_MAX, INT64_MIN, SamplingParams
+from ..core.engine_api import INT64_MAX, INT64_MIN, MAX_STOP_CHARS, SamplingParams
 
 try:  # orjson is optional: it makes the SSE hot path a little cheaper
     import orjson as _orjson
@@ -134,12 +134,19 @@ def _stop(body: dict) -> list[str]:
     if v is None:
         return []
     if isinstance(v, str):
-        return [v] if v else []
-    if isinstance(v, list) and all(isinstance(s, str) for s in v):
-        if len(v) > MAX_STOP:
-            raise bad_request(f"'stop' may hold at most {MAX_STOP} strings, got {len(v)}", "stop")
-        return [s for s in v if s]
-    raise bad_request("'stop' must be a string or an array of strings", "stop")
+        v = [v]
+    if not (isinstance(v, list) and all(isinstance(s, str) for s in v)):
+        raise bad_request("'stop' must be a string or an array of strings", "stop")
+    if len(v) > MAX_STOP:
+        raise bad_request(f"'stop' may hold at most {MAX_STOP} strings, got {len(v)}", "stop")
+    for s in v:
+        if not s:  # it would match everywhere (vLLM refuses it too)
+            raise bad_request("'stop' cannot contain an empty string", "stop")
+        if len(s) > MAX_STOP_CHARS:
+            raise bad_request(
+                f"'stop' strings may be at most {MAX_STOP_CHARS} characters long, got one of {len(s)}", "stop"
+            )
+    return v
 
 
 def _logit_bias(body: dict) -> dict[int, float] | None:
@@ -303,6 +310,7 @@ def _common(body: dict, kind: str) -> dict:
         seed=seed,
         min_tokens=min_tokens,
         stop=_stop(body),
+        include_stop_str_in_output=_bool(body, "include_stop_str_in_output", False),
         stop_token_ids=_int_list(body, "stop_token_ids"),
         ignore_eos=_bool(body, "ignore_eos", False),
         presence_penalty=presence,
@@ -468,6 +476,7 @@ def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
         top_k=c["top_k"],
         seed=c["seed"],
         stop=c["stop"],
+        include_stop_str_in_output=c["include_stop_str_in_output"],
         stop_token_ids=c["stop_token_ids"],
         ignore_eos=c["ignore_eos"],
         min_tokens=c["min_tokens"],
