@@ -264,3 +264,37 @@ def test_generate_refuses_an_empty_or_overlong_stop_string(capsys, stop, words):
     assert main(["generate", "--model", "/no/such/model", "--prompt", "x", "--stop", "a", "--stop", stop]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "stop" in err and words in err, err
+
+
+def test_max_model_len_beyond_the_models_positions_is_refused(tiny_model, capsys):
+    """A --max-model-len the model's positions do not cover is one line naming both
+    numbers (vLLM refuses it too), for generate and serve."""
+    argv = ["generate", "--model", str(tiny_model), "--prompt", "x", "--max-tokens", "1", "--max-model-len", "8192"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "8192" in err and "4096" in err and "--max-model-len" in err, err
+    argv = ["serve", "--model", str(tiny_model), "--max-model-len", "8192", "--port", "0", "--num-blocks", "64"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "8192" in err and "4096" in err, err
+
+
+def test_a_default_max_model_len_is_lowered_to_the_models(tmp_path):
+    """The CPU default of profile and validate (2048) on a model of 512 positions: the
+    model's 512, not an error; the same number given by the user is refused."""
+    from llmsched.core.engine_api import DefaultMaxModelLen
+    from llmsched.engine import LLMEngine
+    from llmsched.engine.tiny import make_tiny_model
+
+    small = make_tiny_model(
+        tmp_path / "m", hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, max_position_embeddings=512
+    )
+    eng = LLMEngine(small, max_model_len=DefaultMaxModelLen(2048), max_num_seqs=2, num_blocks=16)
+    assert eng.max_model_len == 512 and type(eng.max_model_len) is int
+    assert LLMEngine(small, max_num_seqs=2, num_blocks=16).max_model_len == 512
+    with pytest.raises(ConfigError, match="2048 is more than the model's longest sequence, 512"):
+        LLMEngine(small, max_model_len=2048, max_num_seqs=2, num_blocks=16)
+    from llmsched.cli.engine import engine_setup
+
+    args = _parser().parse_args(["profile", "--model", str(small), "--out", str(tmp_path / "p.csv")])
+    assert LLMEngine(small, **{**engine_setup(args), "kv_cache_gb": None, "num_threads": 1}).max_model_len == 512

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 
+from ..core.engine_api import DefaultMaxModelLen
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_out_file
 from .common import add_scheduler_args, positive_int, scheduler_spec
@@ -60,7 +61,12 @@ def engine_setup(args) -> dict:
         raise ConfigError("--kv-capacity is the simulator's; the engine sizes its KV cache from --kv-cache-gb")
     cuda = str(args.device).startswith("cuda")
     mns = args.max_running or (256 if cuda else 64)
-    mml = args.max_model_len or (None if cuda else getattr(args, "cpu_max_model_len", 2048))
+    mml = args.max_model_len
+    if mml is None and not cuda:
+        mml = getattr(args, "cpu_max_model_len", 2048)
+        # the command's default, lowered to the model's longest sequence; a --max-model-len
+        # beyond it is refused
+        mml = None if mml is None else DefaultMaxModelLen(mml)
     return dict(
         device=args.device,
         dtype=args.dtype,

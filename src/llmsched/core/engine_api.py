@@ -107,6 +107,12 @@ class SamplingParams:
         return self.temperature < SAMPLING_EPS
 
 
+class DefaultMaxModelLen(int):
+    """A max_model_len that a command chose as its default (2048 on CPU), not the user:
+    the engine lowers it to the model's longest sequence instead of refusing it, as it
+    refuses a user's max_model_len beyond what the model's positions cover."""
+
+
 def check_request_size(prompt_tokens: int, max_tokens: int, max_model_len: int | None, kv_capacity: int | None) -> None:
     """Raise ConfigError if a request of this size can never be served."""
     if prompt_tokens < 1:
