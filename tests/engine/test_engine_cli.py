@@ -298,3 +298,32 @@ def test_a_default_max_model_len_is_lowered_to_the_models(tmp_path):
 
     args = _parser().parse_args(["profile", "--model", str(small), "--out", str(tmp_path / "p.csv")])
     assert LLMEngine(small, **{**engine_setup(args), "kv_cache_gb": None, "num_threads": 1}).max_model_len == 512
+
+
+@pytest.mark.parametrize("ids", ["1,,2", "1,2,", ",1", "1, ,2", "1,x"])
+def test_generate_refuses_prompt_ids_with_an_empty_or_bad_element(capsys, ids):
+    """'1,,2' is a typo, not the prompt [1, 2]; refused before the model is loaded."""
+    assert main(["generate", "--model", "/no/such/model", "--prompt-ids", ids]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--prompt-ids" in err and repr(ids) in err, err
+
+
+def test_parse_prompt_ids():
+    from llmsched.cli.engine import parse_prompt_ids
+
+    assert parse_prompt_ids("1,5,9") == parse_prompt_ids(" 1, 5 ,9 ") == parse_prompt_ids("1 5 9") == [1, 5, 9]
+
+
+@pytest.mark.parametrize("option", ["--calibrate-s", "--tables-s"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_profile_and_validate_refuse_non_finite_seconds(tmp_path, capsys, option, value):
+    """--calibrate-s nan ran with no calibration, silently; inf never ends."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n")
+    for argv in (
+        ["profile", "--model", "/no/such/model", "--out", str(tmp_path / "p.csv")],
+        ["validate", "--model", "/no/such/model", "--trace", str(trace)],
+    ):
+        assert main([*argv, f"{option}={value}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{option} must be a finite number >= 0" in err, err

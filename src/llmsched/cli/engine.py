@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 
 from ..core.engine_api import DefaultMaxModelLen
@@ -81,6 +83,19 @@ def engine_setup(args) -> dict:
 
 
 # ---- generate ----------------------------------------------------------------------------
+def parse_prompt_ids(text: str) -> list[int]:
+    """`--prompt-ids`: token ids separated by commas (or spaces). Every element must be an
+    integer: '1,,2' or a trailing comma is a typo, not a shorter prompt."""
+    ids = []
+    for part in re.split(r"\s*,\s*|\s+", text.strip()):
+        try:
+            ids.append(int(part))
+        except ValueError:
+            what = "an empty element" if not part else repr(part)
+            raise ConfigError(f"--prompt-ids takes integers separated by commas, got {text!r} ({what})") from None
+    return ids
+
+
 def cmd_generate(args) -> int:
     from ..core.engine_api import SamplingParams  # noqa: PLC0415
     from ..engine import LLM  # noqa: PLC0415 - torch
@@ -95,6 +110,11 @@ def cmd_generate(args) -> int:
         stop_token_ids=list(args.stop_token_id or []),
         ignore_eos=args.ignore_eos,
     )
+    # the prompts are checked before the model is loaded
+    prompts = list(args.prompt or [])
+    prompts += [parse_prompt_ids(ids) for ids in args.prompt_ids or []]
+    if not prompts:
+        raise ConfigError("give at least one --prompt (or --prompt-ids)")
     opts = engine_setup(args)
     spec = scheduler_spec(args).replace(max_running=opts["max_num_seqs"])
     llm = LLM(
@@ -104,14 +124,6 @@ def cmd_generate(args) -> int:
         enforce_eager=args.enforce_eager,
         **opts,
     )
-    prompts = list(args.prompt or [])
-    for ids in args.prompt_ids or []:
-        try:
-            prompts.append([int(t) for t in ids.replace(",", " ").split()])
-        except ValueError:
-            raise ConfigError(f"--prompt-ids takes integers separated by commas, got {ids!r}") from None
-    if not prompts:
-        raise ConfigError("give at least one --prompt (or --prompt-ids)")
     outs = llm.generate(prompts, params)
     for prompt, o in zip(prompts, outs):
         if args.json:
@@ -174,10 +186,10 @@ def cmd_profile(args) -> int:
     opts = engine_setup(args)
     opts.pop("k_max")
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
-    if args.calibrate_s < 0:
-        raise ConfigError(f"--calibrate-s must be >= 0, got {args.calibrate_s}")
-    if args.tables_s is not None and args.tables_s < 0:
-        raise ConfigError(f"--tables-s must be >= 0, got {args.tables_s}")
+    if not (math.isfinite(args.calibrate_s) and args.calibrate_s >= 0):  # nan: no calibration, silently
+        raise ConfigError(f"--calibrate-s must be a finite number >= 0, got {args.calibrate_s}")
+    if args.tables_s is not None and not (math.isfinite(args.tables_s) and args.tables_s >= 0):
+        raise ConfigError(f"--tables-s must be a finite number >= 0, got {args.tables_s}")
     s = profile(
         args.model,
         args.out,
