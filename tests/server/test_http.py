@@ -4,6 +4,7 @@ openai client, auth, errors."""
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import pytest
@@ -507,3 +508,33 @@ def test_include_stop_str_in_output(server, stream):
         assert text_of(path, {**body, "include_stop_str_in_output": True}) == (" tok tok", "stop", 0)
     r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hi", "include_stop_str_in_output": "yes"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "include_stop_str_in_output"
+
+
+@pytest.mark.parametrize("huge", [1e100, 10**100, 2**64])
+@pytest.mark.parametrize("field", ["max_tokens", "n", "min_tokens", "top_k"])
+def test_a_huge_integer_is_400_naming_its_field_clipped(server, huge, field):
+    """A 100-digit number is not echoed back whole, and the error names the field."""
+    base, _ = server
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hi", field: huge})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == field, r.text
+    assert len(err["message"]) < 160 and not re.search(r"\d{30}", err["message"]), err["message"]
+
+
+def test_max_tokens_beyond_the_context_names_max_tokens(server):
+    """The prompt fits, the completion asked for does not: the field to change is the
+    one that gave max_tokens (as vLLM says); a prompt too long is the prompt's."""
+    base, _ = server
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    for path, body, param in (
+        ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 5000}, "max_tokens"),
+        ("/v1/completions", {"model": MODEL, "prompt": list(range(4000)), "max_tokens": 200}, "max_tokens"),
+        ("/v1/chat/completions", {**chat, "max_completion_tokens": 5000}, "max_completion_tokens"),
+        ("/v1/chat/completions", {**chat, "max_tokens": 5000}, "max_tokens"),
+        ("/v1/completions", {"model": MODEL, "prompt": [1] * 4097, "max_tokens": 1}, "prompt"),
+        ("/v1/completions", {"model": MODEL, "prompt": "x" * 4 * 4097}, "prompt"),
+    ):
+        r = post(base, path, body)
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["code"] == "context_length_exceeded", r.text
+        assert err["param"] == param, (body.keys(), err)

@@ -805,7 +805,11 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                 try:
                     backend.check(n, max(1, max_tokens))  # max_tokens 0: the engine samples one
                 except ConfigError as e:
-                    raise bad_request(str(e), param, "context_length_exceeded") from None
+                    # the prompt fits, the completion asked for does not: the client's
+                    # max_tokens is the field to change (as vLLM says)
+                    too_many = req.max_tokens is not None and backend.room(n) >= 1
+                    where = req.max_tokens_param if too_many else param
+                    raise bad_request(str(e), where, "context_length_exceeded") from None
             try:
                 params = sampling_params(req, max_tokens)
             except ConfigError as e:

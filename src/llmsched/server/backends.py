@@ -49,7 +49,8 @@ class Backend:
             return
         bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
         if bad is not None:
-            raise ConfigError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
+            shown = str(bad) if len(str(bad)) <= 24 else str(bad)[:20] + "..."  # never a client's 100 digits
+            raise ConfigError(f"token id {shown} is outside the vocabulary (0..{self.vocab_size - 1})")
 
     @property
     def max_text_bytes(self) -> int | None:

@@ -92,6 +92,9 @@ def _int(body: dict, key: str, default, minimum: int | None = None):
         return default
     if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
         raise bad_request(f"'{key}' must be an integer, got {_type_name(v)} {_show(v)}", key)
+    if not INT64_MIN <= v <= INT64_MAX:
+        # no field means anything beyond 64 bits; and later messages would echo all its digits
+        raise bad_request(f"'{key}' must be a 64-bit integer, got {_show(v)}", key)
     v = int(v)
     if minimum is not None and v < minimum:
         raise bad_request(f"'{key}' must be at least {minimum}, got {v}", key)
@@ -213,6 +216,7 @@ class ParsedRequest:
     prompt_ids: list[int] | None  # token ids given by the client (first prompt)
     messages: list[dict] | None
     max_tokens: int | None  # None: the server's default
+    max_tokens_param: str  # the field that gave max_tokens (chat: max_completion_tokens or max_tokens)
     params: SamplingParams | None  # filled once max_tokens is known
     stream: bool
     include_usage: bool
@@ -323,11 +327,12 @@ def _common(body: dict, kind: str) -> dict:
     )
 
 
-def _max_tokens(body: dict, *keys: str, minimum: int = 1) -> int | None:
+def _max_tokens(body: dict, *keys: str, minimum: int = 1) -> tuple[int | None, str]:
+    """(the value, the field it came from) of the first of `keys` given; (None, keys[0])."""
     for key in keys:
         if body.get(key) is not None:
-            return _int(body, key, None, minimum)
-    return None
+            return _int(body, key, None, minimum), key
+    return None, keys[0]
 
 
 def _too_many_ids(n: int, limit: int) -> APIError:
@@ -386,14 +391,14 @@ def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedReq
     first = prompts[0]
     text = first if isinstance(first, str) else None
     ids = first if not isinstance(first, str) else None
-    max_tokens = _max_tokens(body, "max_tokens", minimum=0)
+    max_tokens, key = _max_tokens(body, "max_tokens", minimum=0)
     if max_tokens == 0 and not c["echo"]:
         raise bad_request(
             "'max_tokens' 0 is only allowed with 'echo': true (it returns the prompt, and its "
             "logprobs with 'logprobs', and generates nothing)",
             "max_tokens",
         )
-    req = _finish(c, "completion", text, ids, None, max_tokens, body)
+    req = _finish(c, "completion", text, ids, None, (max_tokens, key), body)
     req.prompts = prompts
     if max_tokens == 0:
         req.score_only = True
@@ -442,18 +447,18 @@ def parse_chat(body: dict, max_messages: int | None = None) -> ParsedRequest:
         elif not isinstance(content, str):
             raise bad_request(f"'{where}.content' must be a string or an array of text parts", f"{where}.content")
         clean.append({"role": role, "content": content})
-    mt = _max_tokens(body, "max_completion_tokens", "max_tokens")
-    return _finish(c, "chat", None, None, clean, mt, body)
+    return _finish(c, "chat", None, None, clean, _max_tokens(body, "max_completion_tokens", "max_tokens"), body)
 
 
-def _finish(c: dict, kind: str, text, ids, messages, max_tokens, body) -> ParsedRequest:
+def _finish(c: dict, kind: str, text, ids, messages, max_tokens: tuple, body) -> ParsedRequest:
     return ParsedRequest(
         kind=kind,
         model=c["model"],
         prompt_text=text,
         prompt_ids=ids,
         messages=messages,
-        max_tokens=max_tokens,
+        max_tokens=max_tokens[0],
+        max_tokens_param=max_tokens[1],
         params=None,
         stream=c["stream"],
         include_usage=c["include_usage"],
