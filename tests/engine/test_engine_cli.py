@@ -222,3 +222,108 @@ def test_max_model_len_default_is_what_help_says(argv, expect, capsys):
         assert f"default: {expect} on CPU" in said
     cuda = engine_setup(_parser().parse_args([*argv, "--device", "cuda"]))
     assert cuda["max_model_len"] is None
+
+
+TINY_ARGS = ["--layers", "1", "--hidden-size", "16", "--heads", "2", "--kv-heads", "1", "--intermediate-size", "32"]
+
+
+def test_make_tiny_model_refuses_a_folder_with_files(tmp_path, capsys):
+    """A folder that holds files (a real model, say) is not overwritten without --force."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("mine")
+    assert main(["make-tiny-model", str(folder), *TINY_ARGS]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not empty" in err and "--force" in err
+    assert (folder / "config.json").read_text() == "mine"
+    assert not (folder / "model.safetensors").exists()
+    assert main(["make-tiny-model", str(folder), *TINY_ARGS, "--force"]) == 0
+    assert json.loads((folder / "config.json").read_text())["hidden_size"] == 16
+    # an empty folder (e.g. made by mktemp) is fine
+    (tmp_path / "empty").mkdir()
+    assert main(["make-tiny-model", str(tmp_path / "empty"), *TINY_ARGS]) == 0
+
+
+def test_make_tiny_model_files_get_the_umask_mode(tmp_path):
+    """model.safetensors is as readable as the other files (safetensors writes 0600)."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        assert main(["make-tiny-model", str(tmp_path / "m"), *TINY_ARGS]) == 0
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "m").iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"] == 0o644, modes
+
+
+@pytest.mark.parametrize("stop, words", [("", "non-empty"), ("x" * 257, "256 characters")])
+def test_generate_refuses_an_empty_or_overlong_stop_string(capsys, stop, words):
+    """Refused before the model is loaded (the folder does not even exist)."""
+    assert main(["generate", "--model", "/no/such/model", "--prompt", "x", "--stop", "a", "--stop", stop]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "stop" in err and words in err, err
+
+
+def test_max_model_len_beyond_the_models_positions_is_refused(tiny_model, capsys):
+    """A --max-model-len the model's positions do not cover is one line naming both
+    numbers (vLLM refuses it too), for generate and serve."""
+    argv = ["generate", "--model", str(tiny_model), "--prompt", "x", "--max-tokens", "1", "--max-model-len", "8192"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "8192" in err and "4096" in err and "--max-model-len" in err, err
+    argv = ["serve", "--model", str(tiny_model), "--max-model-len", "8192", "--port", "0", "--num-blocks", "64"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "8192" in err and "4096" in err, err
+
+
+def test_a_default_max_model_len_is_lowered_to_the_models(tmp_path):
+    """The CPU default of profile and validate (2048) on a model of 512 positions: the
+    model's 512, not an error; the same number given by the user is refused."""
+    from llmsched.core.engine_api import DefaultMaxModelLen
+    from llmsched.engine import LLMEngine
+    from llmsched.engine.tiny import make_tiny_model
+
+    small = make_tiny_model(
+        tmp_path / "m", hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, max_position_embeddings=512
+    )
+    eng = LLMEngine(small, max_model_len=DefaultMaxModelLen(2048), max_num_seqs=2, num_blocks=16)
+    assert eng.max_model_len == 512 and type(eng.max_model_len) is int
+    assert LLMEngine(small, max_num_seqs=2, num_blocks=16).max_model_len == 512
+    with pytest.raises(ConfigError, match="2048 is more than the model's longest sequence, 512"):
+        LLMEngine(small, max_model_len=2048, max_num_seqs=2, num_blocks=16)
+    from llmsched.cli.engine import engine_setup
+
+    args = _parser().parse_args(["profile", "--model", str(small), "--out", str(tmp_path / "p.csv")])
+    assert LLMEngine(small, **{**engine_setup(args), "kv_cache_gb": None, "num_threads": 1}).max_model_len == 512
+
+
+@pytest.mark.parametrize("ids", ["1,,2", "1,2,", ",1", "1, ,2", "1,x"])
+def test_generate_refuses_prompt_ids_with_an_empty_or_bad_element(capsys, ids):
+    """'1,,2' is a typo, not the prompt [1, 2]; refused before the model is loaded."""
+    assert main(["generate", "--model", "/no/such/model", "--prompt-ids", ids]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--prompt-ids" in err and repr(ids) in err, err
+
+
+def test_parse_prompt_ids():
+    from llmsched.cli.engine import parse_prompt_ids
+
+    assert parse_prompt_ids("1,5,9") == parse_prompt_ids(" 1, 5 ,9 ") == parse_prompt_ids("1 5 9") == [1, 5, 9]
+
+
+@pytest.mark.parametrize("option", ["--calibrate-s", "--tables-s"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_profile_and_validate_refuse_non_finite_seconds(tmp_path, capsys, option, value):
+    """--calibrate-s nan ran with no calibration, silently; inf never ends."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n")
+    for argv in (
+        ["profile", "--model", "/no/such/model", "--out", str(tmp_path / "p.csv")],
+        ["validate", "--model", "/no/such/model", "--trace", str(trace)],
+    ):
+        assert main([*argv, f"{option}={value}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{option} must be a finite number >= 0" in err, err

@@ -131,3 +131,32 @@ def test_engine_tiny_temperature_does_not_fail_the_batch(engine_server):
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["completion_tokens"] == 3 and r.json()["choices"][0]["stop_reason"] in every
     assert eng.healthy
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_engine_include_stop_str_in_output(engine_server, stream):
+    """On the engine: a stop string ends the text before it, or with
+    include_stop_str_in_output after it (vLLM's extension), streamed or not."""
+    base, _, backend = engine_server
+    name = backend.model_name
+    body = {"model": name, "prompt": "hello world", "max_tokens": 12, "ignore_eos": True, "temperature": 0}
+
+    def text_of(**extra):
+        r = post(base, "/v1/completions", {**body, "stream": stream, **extra})
+        assert r.status_code == 200, r.text
+        if not stream:
+            c = r.json()["choices"][0]
+            return c["text"], c["finish_reason"], c["stop_reason"]
+        ev = [e for e in parse_sse(r.content)[:-1] if e["choices"]]
+        return (
+            "".join(e["choices"][0]["text"] for e in ev),
+            ev[-1]["choices"][0]["finish_reason"],
+            ev[-1]["choices"][0]["stop_reason"],
+        )
+
+    full, reason, _ = text_of()
+    assert reason == "length" and len(full) >= 4, full
+    stop = full[len(full) // 2 : len(full) // 2 + 2]
+    at = full.find(stop)
+    assert text_of(stop=[stop]) == (full[:at], "stop", stop)
+    assert text_of(stop=[stop], include_stop_str_in_output=True) == (full[: at + len(stop)], "stop", stop)

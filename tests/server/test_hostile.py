@@ -309,7 +309,8 @@ def test_hostile_clients_do_not_stall_the_virtual_gpu():
 def tiny_model(tmp_path_factory):
     from llmsched.engine import make_tiny_model
 
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    # positions for the test's long context (the engine refuses a max_model_len beyond them)
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", max_position_embeddings=16384)
 
 
 def test_hostile_clients_do_not_stall_the_engine(tiny_model):

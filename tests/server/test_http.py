@@ -4,6 +4,7 @@ openai client, auth, errors."""
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import pytest
@@ -456,3 +457,84 @@ def test_tokenize_detokenize(server):
     assert post(base, "/detokenize", {"tokens": "no"}).status_code == 400
     r = post(base, "/detokenize", {"tokens": [5, -1]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "tokens"
+
+
+@pytest.mark.parametrize(
+    "path, extra",
+    [
+        ("/v1/completions", {"prompt": "hi"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+    ],
+)
+@pytest.mark.parametrize("stop", ["", ["", "x"], ["x", "y" * 257]])
+def test_empty_or_overlong_stop_string_is_400(server, path, extra, stop):
+    """An empty stop string would match everywhere (vLLM refuses it); a very long one makes
+    every token of every stream slower. Neither is silently dropped."""
+    base, _ = server
+    r = post(base, path, {"model": MODEL, "max_tokens": 3, "stop": stop, **extra})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "stop", r.text
+    assert ("empty string" if "" in ([stop] if isinstance(stop, str) else stop) else "256 characters") in err["message"]
+    # the longest allowed is served
+    r = post(base, path, {"model": MODEL, "max_tokens": 3, "stop": ["y" * 256], **extra})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_include_stop_str_in_output(server, stream):
+    """vLLM's include_stop_str_in_output: the text keeps the stop string (or the stop
+    token's text) that ended it, streamed or not, completions and chat."""
+    base, _ = server
+
+    def text_of(path, body):
+        r = post(base, path, {"model": MODEL, "max_tokens": 6, "stream": stream, **body})
+        assert r.status_code == 200, r.text
+        if not stream:
+            c = r.json()["choices"][0]
+            return c.get("text", (c.get("message") or {}).get("content")), c["finish_reason"], c["stop_reason"]
+        ev = [e for e in parse_sse(r.content)[:-1] if e["choices"]]
+        pieces = [e["choices"][0].get("text", e["choices"][0].get("delta", {}).get("content") or "") for e in ev]
+        return "".join(pieces), ev[-1]["choices"][0]["finish_reason"], ev[-1]["choices"][0]["stop_reason"]
+
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    for path, prompt in (("/v1/completions", {"prompt": "hi"}), ("/v1/chat/completions", chat)):
+        body = {**prompt, "stop": ["k t"]}
+        assert text_of(path, body) == (" to", "stop", "k t")
+        assert text_of(path, {**body, "include_stop_str_in_output": True}) == (" tok t", "stop", "k t")
+        assert text_of(path, {**body, "include_stop_str_in_output": False}) == (" to", "stop", "k t")
+        # a stop token id: its text is kept too (as vLLM does)
+        body = {**prompt, "stop_token_ids": [0], "min_tokens": 1}
+        assert text_of(path, body) == (" tok", "stop", 0)
+        assert text_of(path, {**body, "include_stop_str_in_output": True}) == (" tok tok", "stop", 0)
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hi", "include_stop_str_in_output": "yes"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "include_stop_str_in_output"
+
+
+@pytest.mark.parametrize("huge", [1e100, 10**100, 2**64])
+@pytest.mark.parametrize("field", ["max_tokens", "n", "min_tokens", "top_k"])
+def test_a_huge_integer_is_400_naming_its_field_clipped(server, huge, field):
+    """A 100-digit number is not echoed back whole, and the error names the field."""
+    base, _ = server
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hi", field: huge})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == field, r.text
+    assert len(err["message"]) < 160 and not re.search(r"\d{30}", err["message"]), err["message"]
+
+
+def test_max_tokens_beyond_the_context_names_max_tokens(server):
+    """The prompt fits, the completion asked for does not: the field to change is the
+    one that gave max_tokens (as vLLM says); a prompt too long is the prompt's."""
+    base, _ = server
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    for path, body, param in (
+        ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 5000}, "max_tokens"),
+        ("/v1/completions", {"model": MODEL, "prompt": list(range(4000)), "max_tokens": 200}, "max_tokens"),
+        ("/v1/chat/completions", {**chat, "max_completion_tokens": 5000}, "max_completion_tokens"),
+        ("/v1/chat/completions", {**chat, "max_tokens": 5000}, "max_tokens"),
+        ("/v1/completions", {"model": MODEL, "prompt": [1] * 4097, "max_tokens": 1}, "prompt"),
+        ("/v1/completions", {"model": MODEL, "prompt": "x" * 4 * 4097}, "prompt"),
+    ):
+        r = post(base, path, body)
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["code"] == "context_length_exceeded", r.text
+        assert err["param"] == param, (body.keys(), err)

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.cost import make_cost_model
+from ..core.engine_api import DefaultMaxModelLen
 from ..core.errors import ConfigError
 from ..engine.profiler import profile_engine, write_profile
 from ..engine.replay import check_trace, replay, step_ratios, warm_up
@@ -116,7 +117,8 @@ def validate(
         make_batch_policy(p)  # unknown names fail before any work
     if engine is None:
         if max_model_len is None and not str(device).startswith("cuda"):
-            max_model_len = int(min(4096, max(2048, (trace.prompt + trace.output).max())))
+            # a default, not the user's: the engine lowers it to the model's longest
+            max_model_len = DefaultMaxModelLen(min(4096, max(2048, (trace.prompt + trace.output).max())))
         engine = LLMEngine(
             model,
             device=device,

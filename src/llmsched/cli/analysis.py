@@ -779,10 +779,10 @@ def cmd_validate(args) -> int:
     opts = engine_setup(args)
     opts["max_model_len"] = args.max_model_len  # default: from the trace
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
-    if args.calibrate_s < 0:
-        raise ConfigError(f"--calibrate-s must be >= 0, got {args.calibrate_s}")
-    if args.tables_s is not None and args.tables_s < 0:
-        raise ConfigError(f"--tables-s must be >= 0, got {args.tables_s}")
+    if not (math.isfinite(args.calibrate_s) and args.calibrate_s >= 0):  # nan: no calibration, silently
+        raise ConfigError(f"--calibrate-s must be a finite number >= 0, got {args.calibrate_s}")
+    if args.tables_s is not None and not (math.isfinite(args.tables_s) and args.tables_s >= 0):
+        raise ConfigError(f"--tables-s must be a finite number >= 0, got {args.tables_s}")
     res = validate(
         args.model,
         args.trace,

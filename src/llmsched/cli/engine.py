@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 
+from ..core.engine_api import DefaultMaxModelLen
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_out_file
 from .common import add_scheduler_args, positive_int, scheduler_spec
@@ -60,7 +63,12 @@ def engine_setup(args) -> dict:
         raise ConfigError("--kv-capacity is the simulator's; the engine sizes its KV cache from --kv-cache-gb")
     cuda = str(args.device).startswith("cuda")
     mns = args.max_running or (256 if cuda else 64)
-    mml = args.max_model_len or (None if cuda else getattr(args, "cpu_max_model_len", 2048))
+    mml = args.max_model_len
+    if mml is None and not cuda:
+        mml = getattr(args, "cpu_max_model_len", 2048)
+        # the command's default, lowered to the model's longest sequence; a --max-model-len
+        # beyond it is refused
+        mml = None if mml is None else DefaultMaxModelLen(mml)
     return dict(
         device=args.device,
         dtype=args.dtype,
@@ -75,6 +83,19 @@ def engine_setup(args) -> dict:
 
 
 # ---- generate ----------------------------------------------------------------------------
+def parse_prompt_ids(text: str) -> list[int]:
+    """`--prompt-ids`: token ids separated by commas (or spaces). Every element must be an
+    integer: '1,,2' or a trailing comma is a typo, not a shorter prompt."""
+    ids = []
+    for part in re.split(r"\s*,\s*|\s+", text.strip()):
+        try:
+            ids.append(int(part))
+        except ValueError:
+            what = "an empty element" if not part else repr(part)
+            raise ConfigError(f"--prompt-ids takes integers separated by commas, got {text!r} ({what})") from None
+    return ids
+
+
 def cmd_generate(args) -> int:
     from ..core.engine_api import SamplingParams  # noqa: PLC0415
     from ..engine import LLM  # noqa: PLC0415 - torch
@@ -89,6 +110,11 @@ def cmd_generate(args) -> int:
         stop_token_ids=list(args.stop_token_id or []),
         ignore_eos=args.ignore_eos,
     )
+    # the prompts are checked before the model is loaded
+    prompts = list(args.prompt or [])
+    prompts += [parse_prompt_ids(ids) for ids in args.prompt_ids or []]
+    if not prompts:
+        raise ConfigError("give at least one --prompt (or --prompt-ids)")
     opts = engine_setup(args)
     spec = scheduler_spec(args).replace(max_running=opts["max_num_seqs"])
     llm = LLM(
@@ -98,14 +124,6 @@ def cmd_generate(args) -> int:
         enforce_eager=args.enforce_eager,
         **opts,
     )
-    prompts = list(args.prompt or [])
-    for ids in args.prompt_ids or []:
-        try:
-            prompts.append([int(t) for t in ids.replace(",", " ").split()])
-        except ValueError:
-            raise ConfigError(f"--prompt-ids takes integers separated by commas, got {ids!r}") from None
-    if not prompts:
-        raise ConfigError("give at least one --prompt (or --prompt-ids)")
     outs = llm.generate(prompts, params)
     for prompt, o in zip(prompts, outs):
         if args.json:
@@ -151,6 +169,7 @@ def cmd_make_tiny_model(args) -> int:
         max_position_embeddings=args.max_position_embeddings,
         tie_word_embeddings=args.tie_word_embeddings,
         seed=args.seed,
+        overwrite=args.force,
     )
     print(f"wrote a tiny {args.arch} model to {out}")
     return 0
@@ -167,10 +186,10 @@ def cmd_profile(args) -> int:
     opts = engine_setup(args)
     opts.pop("k_max")
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
-    if args.calibrate_s < 0:
-        raise ConfigError(f"--calibrate-s must be >= 0, got {args.calibrate_s}")
-    if args.tables_s is not None and args.tables_s < 0:
-        raise ConfigError(f"--tables-s must be >= 0, got {args.tables_s}")
+    if not (math.isfinite(args.calibrate_s) and args.calibrate_s >= 0):  # nan: no calibration, silently
+        raise ConfigError(f"--calibrate-s must be a finite number >= 0, got {args.calibrate_s}")
+    if args.tables_s is not None and not (math.isfinite(args.tables_s) and args.tables_s >= 0):
+        raise ConfigError(f"--tables-s must be a finite number >= 0, got {args.tables_s}")
     s = profile(
         args.model,
         args.out,
@@ -243,6 +262,9 @@ def register(subparsers) -> None:
     p.add_argument("--max-position-embeddings", type=positive_int, default=4096)
     p.add_argument("--tie-word-embeddings", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--force", action="store_true", help="write into a folder that is not empty, replacing its model files"
+    )
     p.set_defaults(func=cmd_make_tiny_model)
 
     p = subparsers.add_parser(

@@ -204,7 +204,7 @@ def build_backend(args):
 
 def serve_main(args) -> int:
     from ..server.app import ServerConfig  # noqa: PLC0415
-    from ..server.serve import serve  # noqa: PLC0415
+    from ..server.serve import bind_socket, serve  # noqa: PLC0415
 
     cfg = ServerConfig(
         host=args.host,
@@ -218,13 +218,20 @@ def serve_main(args) -> int:
         metrics_prefix=args.metrics_prefix,
         **limit_config(args),
     )
-    backend = build_backend(args)
+    # bound first: a bad --host or a busy --port is found before a model is loaded
+    sock = bind_socket(cfg.host, cfg.port)
+    try:
+        backend = build_backend(args)
+    except BaseException:
+        sock.close()
+        raise
+    port = sock.getsockname()[1]  # --port 0: the one the system chose
     print(
-        f"llmsched serve: {backend.kind} backend, model {backend.model_name!r}, http://{cfg.host}:{cfg.port}/v1",
+        f"llmsched serve: {backend.kind} backend, model {backend.model_name!r}, http://{cfg.host}:{port}/v1",
         file=sys.stderr,
         flush=True,
     )
-    serve(backend, cfg)
+    serve(backend, cfg, sock)
     return 0
 
 
@@ -396,6 +403,15 @@ def bench_main(args) -> int:
         )
     result = run_bench(cfg)
     print_table(result, cfg)
+    if result["num_prompts"] and not result["completed"]:
+        # a run of failures is not a benchmark: scripts and CI must see it (the table and the
+        # result file are still written, with the errors)
+        first = next((r.error for r in result["_results"] if r.error), "")
+        print(
+            f"llmsched bench: error: all {result['num_prompts']} requests failed; the first: {first[:200]}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -18,6 +18,10 @@ from .errors import ConfigError
 # overflows float32 (inf - inf = NaN probabilities)
 SAMPLING_EPS = 1e-5
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+# the longest stop string: every stop string is looked for after every token, on the
+# engine's thread that serves every request, and a stream holds back len(longest) - 1
+# characters; real stop strings ("\n\nUser:", "</answer>") are far shorter
+MAX_STOP_CHARS = 256
 
 
 @dataclass
@@ -31,6 +35,9 @@ class SamplingParams:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
+    # vLLM's extension: the text returned keeps the stop string (or stop token's text) that
+    # ended the request, instead of ending before it
+    include_stop_str_in_output: bool = False
     ignore_eos: bool = False
     min_tokens: int = 0  # EOS / stop token ids / stop strings cannot end it before
     # OpenAI / vLLM semantics: presence and frequency penalties are subtracted from the logit
@@ -75,6 +82,11 @@ class SamplingParams:
             raise ConfigError(f"top_k must be -1 (off) or a positive integer, got {self.top_k}")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        for s in self.stop:
+            if not isinstance(s, str) or not s:
+                raise ConfigError(f"stop strings must be non-empty strings, got {s!r}")  # vLLM refuses "" too
+            if len(s) > MAX_STOP_CHARS:
+                raise ConfigError(f"a stop string may be at most {MAX_STOP_CHARS} characters, got one of {len(s)}")
         for name in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
@@ -93,6 +105,12 @@ class SamplingParams:
     def greedy(self) -> bool:
         """Argmax sampling: temperature 0, or below `SAMPLING_EPS` (as vLLM)."""
         return self.temperature < SAMPLING_EPS
+
+
+class DefaultMaxModelLen(int):
+    """A max_model_len that a command chose as its default (2048 on CPU), not the user:
+    the engine lowers it to the model's longest sequence instead of refusing it, as it
+    refuses a user's max_model_len beyond what the model's positions cover."""
 
 
 def check_request_size(prompt_tokens: int, max_tokens: int, max_model_len: int | None, kv_capacity: int | None) -> None:

@@ -16,7 +16,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from ..core.engine_api import SamplingParams, check_request_size
+from ..core.engine_api import DefaultMaxModelLen, SamplingParams, check_request_size
 from ..core.errors import ConfigError
 from ..core.plan import StepPlan
 from ..core.prefix_cache import held_ids, token_block_ids
@@ -201,11 +201,20 @@ class LLMEngine(StepDriver):
             model_dir = model
             self.tokenizer = Tokenizer.from_dir(model)
         cfg = self.config
+        longest = cfg.max_len
         if max_model_len is None:
-            max_model_len = cfg.max_position_embeddings
+            max_model_len = longest
         if not isinstance(max_model_len, int) or max_model_len <= 0:
             raise ConfigError(f"max_model_len must be a positive integer, got {max_model_len!r}")
-        self.max_model_len = max_model_len
+        if max_model_len > longest:
+            if not isinstance(max_model_len, DefaultMaxModelLen):
+                # positions beyond the model's were never trained (vLLM refuses them too)
+                raise ConfigError(
+                    f"max_model_len (--max-model-len) {max_model_len} is more than the model's longest "
+                    f"sequence, {longest} (max_position_embeddings in its config.json)"
+                )
+            max_model_len = longest
+        max_model_len = self.max_model_len = int(max_model_len)
         if not str(device).startswith("cuda"):
             set_cpu_threads(num_threads)
         self.runner = ModelRunner(

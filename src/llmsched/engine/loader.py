@@ -45,6 +45,16 @@ class ModelConfig:
     torch_dtype: str | None = None
 
     @property
+    def max_len(self) -> int:
+        """The longest sequence the model's positions cover: max_position_embeddings, times
+        the factor of linear rope scaling (as vLLM derives its max_model_len; llama3's
+        max_position_embeddings is already the scaled length)."""
+        s = self.rope_scaling
+        if s and s.get("rope_type") == "linear":
+            return int(self.max_position_embeddings * s["factor"])
+        return self.max_position_embeddings
+
+    @property
     def q_size(self) -> int:
         return self.num_heads * self.head_dim
 

@@ -56,7 +56,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..core.cost import make_cost_model
-from ..core.engine_api import SamplingParams
+from ..core.engine_api import DefaultMaxModelLen, SamplingParams
 from ..core.errors import ConfigError
 
 COLUMNS = (
@@ -552,7 +552,7 @@ def profile(
     if max_num_seqs is None:
         max_num_seqs = 256 if dev.startswith("cuda") else 64
     if max_model_len is None and not dev.startswith("cuda"):
-        max_model_len = 2048
+        max_model_len = DefaultMaxModelLen(2048)  # at most the model's
     engine = LLMEngine(
         model,
         device=device,

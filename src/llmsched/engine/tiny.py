@@ -111,10 +111,13 @@ def make_tiny_model(
     tie_word_embeddings: bool = False,
     seed: int = 0,
     std: float = 0.05,
+    overwrite: bool = False,
 ) -> Path:
-    """Write a random model and a trained tokenizer into `out_dir`; returns the folder."""
+    """Write a random model and a trained tokenizer into `out_dir`; returns the folder.
+    `out_dir` must not exist or be empty, unless `overwrite` (its model files are then
+    replaced): a typo must not destroy a real model's weights."""
     import torch  # noqa: PLC0415
-    from safetensors.torch import save_file  # noqa: PLC0415
+    from safetensors.torch import save  # noqa: PLC0415
 
     from .model import CausalLM  # noqa: PLC0415
 
@@ -134,6 +137,10 @@ def make_tiny_model(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out} exists and is not a folder")
+    if out.is_dir() and not overwrite and any(out.iterdir()):
+        raise ConfigError(
+            f"{out} exists and is not empty: give another folder, or --force to overwrite its model files"
+        )
     out.mkdir(parents=True, exist_ok=True)
     tok = train_tokenizer(vocab_size)
     vocab = tok.get_vocab_size()
@@ -176,7 +183,9 @@ def make_tiny_model(
             tensors[f"{pre}.mlp.down_proj.{leaf}"] = p.detach().clone()
         else:
             tensors[f"{pre}.{kind}.{leaf}"] = p.detach().clone()
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    # serialized in memory and written like the other files: safetensors' save_file creates
+    # the file with mode 0600, not the umask's (a model others cannot read)
+    (out / "model.safetensors").write_bytes(save(tensors, metadata={"format": "pt"}))
     (out / "config.json").write_text(json.dumps(cfg_dict, indent=2) + "\n")
     (out / "generation_config.json").write_text(
         json.dumps({"bos_token_id": cfg_dict["bos_token_id"], "eos_token_id": cfg_dict["eos_token_id"]}, indent=2)

@@ -5,10 +5,13 @@ A token ends a request when (as in vLLM and the OpenAI API):
   reason "stop"; the token's text is not returned (`stop_reason` is the id, None for EOS);
 - its text completes one of the `stop` strings: "stop", the text is cut before the string
   (`stop_reason` is the string);
+- with `include_stop_str_in_output` (vLLM's extension), the stop string, or the stop
+  token's text, is kept: the text is cut after it;
 - it is the last of `max_tokens`: "length".
 No stop condition applies before `min_tokens` tokens (a stop id cannot even be drawn among
 the first `min_tokens`). While streaming, the last `len(longest stop) - 1` characters are
-held back until they cannot start a stop string.
+held back until they cannot start a stop string (not with `include_stop_str_in_output`:
+the text is then never cut before what was sent).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ class Sequence:
         self.text = ""
         self.sent = 0  # characters of `text` already returned
         self.stops = [s for s in params.stop if s]
-        self.hold = max((len(s) for s in self.stops), default=1) - 1
+        self.hold = 0 if params.include_stop_str_in_output else max((len(s) for s in self.stops), default=1) - 1
         self.stop_ids = frozenset(params.stop_token_ids)
         self.eos_ids = frozenset() if params.ignore_eos else eos_ids
         self.finish_reason: str | None = None
@@ -97,11 +100,13 @@ class Sequence:
                         found = find_stop(self.text, len(new), self.stops)
                         if found is not None:
                             cut, self.stop_reason = found
+                            if self.params.include_stop_str_in_output:
+                                cut += len(self.stop_reason)
                             self.text = self.text[:cut]
                             self.sent = min(self.sent, cut)
                             reason = "stop"
             elif reason is not None:
-                self.text += piece(True, True)
+                self.text += piece(True, not self.params.include_stop_str_in_output)
         if reason is not None:
             self.finish_reason = reason
             upto = len(self.text)

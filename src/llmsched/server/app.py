@@ -96,8 +96,9 @@ class ServerConfig:
                 raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
         if not (isinstance(self.port, int) and 0 <= self.port < 65536):
             raise ConfigError(f"port must be in 0..65535, got {self.port!r}")
-        if self.drain_timeout < 0:
-            raise ConfigError(f"drain timeout must be >= 0 seconds, got {self.drain_timeout}")
+        if not (isinstance(self.drain_timeout, (int, float)) and 0 <= self.drain_timeout < float("inf")):
+            # a drain needs an end (uvicorn's graceful-shutdown limit is derived from it)
+            raise ConfigError(f"drain timeout must be a finite number of seconds >= 0, got {self.drain_timeout!r}")
         for name in ("max_body_bytes", "max_header_bytes"):
             v = getattr(self, name)
             if v is None and name == "max_body_bytes":
@@ -804,7 +805,11 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                 try:
                     backend.check(n, max(1, max_tokens))  # max_tokens 0: the engine samples one
                 except ConfigError as e:
-                    raise bad_request(str(e), param, "context_length_exceeded") from None
+                    # the prompt fits, the completion asked for does not: the client's
+                    # max_tokens is the field to change (as vLLM says)
+                    too_many = req.max_tokens is not None and backend.room(n) >= 1
+                    where = req.max_tokens_param if too_many else param
+                    raise bad_request(str(e), where, "context_length_exceeded") from None
             try:
                 params = sampling_params(req, max_tokens)
             except ConfigError as e:

@@ -49,7 +49,8 @@ class Backend:
             return
         bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
         if bad is not None:
-            raise ConfigError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
+            shown = str(bad) if len(str(bad)) <= 24 else str(bad)[:20] + "..."  # never a client's 100 digits
+            raise ConfigError(f"token id {shown} is outside the vocabulary (0..{self.vocab_size - 1})")
 
     @property
     def max_text_bytes(self) -> int | None:
@@ -165,6 +166,9 @@ def make_engine_backend(
             "from memory (--kv-cache-gb, --num-blocks)"
         )
     kwargs = {k: v for k, v in engine_kwargs.items() if v is not None}
+    if opts.max_running is None:  # the engine commands' documented default (cli.engine.engine_setup)
+        cuda = str(kwargs.get("device") or "cpu").startswith("cuda")
+        opts = opts.replace(max_running=256 if cuda else 64)
     core = _engine.LLMEngine(model, scheduler=opts, **kwargs)
     if tokenizer:
         tok = HFTokenizer(tokenizer)

@@ -60,7 +60,8 @@ from datetime import datetime
 
 import numpy as np
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, warn
+from ..core.paths import check_out_dir, check_out_file
 from ..workload import WorkloadSpec, make_trace
 
 MS = 1000.0
@@ -163,6 +164,9 @@ class BenchConfig:
     extra_body: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        self.base_url = _check_base_url(self.base_url)
+        if not (isinstance(self.timeout, (int, float)) and 0 < self.timeout < math.inf):
+            raise ConfigError(f"--timeout must be a positive, finite number of seconds, got {self.timeout}")
         if self.backend is not None and self.backend not in BACKENDS:
             raise ConfigError(f"--backend must be openai or openai-chat, got {self.backend!r}")
         if self.endpoint is None:
@@ -197,6 +201,22 @@ class BenchConfig:
     def chat(self) -> bool:
         return self.endpoint.endswith("/chat/completions")
 
+    def check_result_path(self) -> None:
+        """ConfigError unless the result file can be written where `result_path` puts it:
+        checked before the run, which an unwritable path would otherwise lose at its end."""
+        import os  # noqa: PLC0415
+
+        if self.result_file:
+            check_out_file(self.result_file, "--result-file")
+        elif self.save_result or self.append_result:
+            if self.result_dir:
+                check_out_dir(self.result_dir, "--result-dir")
+            else:
+                check_out_dir(".", "the current folder (where --save-result writes)")
+            if self.result_filename:
+                path = os.path.join(self.result_dir or ".", self.result_filename)
+                check_out_file(path, "--result-filename", make_parents=True)
+
     @property
     def backend_name(self) -> str:
         return "openai-chat" if self.chat else "openai"
@@ -222,6 +242,8 @@ class BenchConfig:
     def from_args(cls, a) -> BenchConfig:
         import os  # noqa: PLC0415
 
+        if a.base_url is None and not 0 < a.port < 65536:
+            raise ConfigError(f"--port must be in 1..65535, got {a.port}")
         base = a.base_url or f"http://{a.host}:{a.port}"
         try:
             lo, hi = (int(x) for x in str(a.token_id_range).split(","))
@@ -242,7 +264,7 @@ class BenchConfig:
             if not isinstance(extra, dict):
                 raise ConfigError("--extra-body must be a JSON object")
         return cls(
-            base_url=base.rstrip("/"),
+            base_url=base,
             endpoint=a.endpoint,
             backend=a.backend,
             save_result=a.save_result,
@@ -282,6 +304,29 @@ class BenchConfig:
             num_warmups=a.num_warmups,
             http_client=a.http_client,
         )
+
+
+def _check_base_url(url) -> str:
+    """The server URL, checked: http(s), a host, a valid port. A trailing /v1 (the OpenAI
+    clients' base URL) is dropped with a warning: the endpoints already start with /v1, and
+    `vllm bench serve` too takes the URL without it."""
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    shown = repr(str(url)[:100])
+    u = urlsplit(str(url))
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ConfigError(f"--base-url must be an http:// or https:// URL such as http://127.0.0.1:8000, got {shown}")
+    try:
+        u.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError:
+        raise ConfigError(f"--base-url {shown}: the port must be a number in 1..65535") from None
+    if u.port == 0:
+        raise ConfigError(f"--base-url {shown}: the port must be a number in 1..65535")
+    url = str(url).rstrip("/")
+    if u.path.rstrip("/").endswith("/v1"):
+        url = url[: -len("/v1")]
+        warn(f"--base-url ends in /v1, which the endpoints already start with: using {url}")
+    return url
 
 
 # ---- workload --------------------------------------------------------------------------
@@ -500,6 +545,9 @@ async def send_request(
                             res.prompt_len = u["prompt_tokens"]
                 if done:
                     break
+    except TimeoutError:  # the clients raise it when --timeout runs out (its text is empty)
+        res.error = _timeout_text(client)
+        return res
     except Exception as e:  # noqa: BLE001 - a failed request is a result, not a crash
         res.error = f"{type(e).__name__}: {e}"
         return res
@@ -512,6 +560,11 @@ async def send_request(
     res.latency = last - st
     res.output_tokens = usage_tokens if usage_tokens is not None else n_events
     return res
+
+
+def _timeout_text(client) -> str:
+    timeout = getattr(client, "timeout", None)
+    return f"timed out after {timeout:g} s (--timeout)" if timeout is not None else "timed out"
 
 
 try:
@@ -555,6 +608,7 @@ class HttpxClient:
         import httpx  # noqa: PLC0415
 
         self.base = base_url
+        self.timeout = timeout
         self.c = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=60.0),
             limits=httpx.Limits(max_connections=connections + 8, max_keepalive_connections=connections + 8),
@@ -562,13 +616,21 @@ class HttpxClient:
 
     @contextlib.asynccontextmanager
     async def stream(self, method: str, path: str, body: bytes, headers: dict):
-        async with self.c.stream(method, self.base + path, content=body, headers=headers) as r:
+        import httpx  # noqa: PLC0415
 
-            async def pieces():
-                async for data in r.aiter_raw():
-                    yield time.perf_counter(), data
+        # --timeout bounds the whole request, as on the raw client (httpx's own timeout
+        # bounds each read); httpx's timeouts become TimeoutError, as asyncio's are
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with self.c.stream(method, self.base + path, content=body, headers=headers) as r:
 
-            yield r.status_code, pieces, r.aread
+                    async def pieces():
+                        async for data in r.aiter_raw():
+                            yield time.perf_counter(), data
+
+                    yield r.status_code, pieces, r.aread
+        except httpx.TimeoutException as e:
+            raise TimeoutError(str(e)) from e
 
     async def get_json(self, path: str, headers: dict):
         r = await self.c.get(self.base + path, headers=headers)
@@ -589,6 +651,8 @@ def _error_text(status: int, body: bytes) -> str:
 # ---- the run ---------------------------------------------------------------------------
 async def _first_model(client, base_url: str, headers: dict) -> str:
     status, body = await client.get_json("/v1/models", headers)
+    if status == 401 and "authorization" in headers:
+        raise ConfigError(f"{base_url} rejected the API key (HTTP 401): check --api-key (or $OPENAI_API_KEY)")
     if status == 401:
         raise ConfigError(f"{base_url} wants an API key: give --api-key (or set $OPENAI_API_KEY)")
     if status != 200:
@@ -612,7 +676,9 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
     try:
         try:
             model = cfg.model or await _first_model(client, cfg.base_url, headers)
-        except (TimeoutError, OSError) as e:
+        except TimeoutError:
+            raise ConfigError(f"cannot reach {cfg.base_url}: {_timeout_text(client)}") from None
+        except OSError as e:
             raise ConfigError(f"cannot reach {cfg.base_url}: {e}") from None
         except ConfigError:
             raise
@@ -765,6 +831,7 @@ def calculate_metrics(
 
 def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
     """Run a benchmark and return (and, with `result_file`, write) its result dict."""
+    cfg.check_result_path()
     wl = wl if wl is not None else make_workload(cfg)
     results, duration, info = _run(benchmark(cfg, wl))
     m = calculate_metrics(results, duration, cfg.metric_percentiles, cfg.goodput)

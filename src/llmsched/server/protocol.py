@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from ..core.engine_api import INT64_MAX, INT64_MIN, SamplingParams
+from ..core.engine_api import INT64_MAX, INT64_MIN, MAX_STOP_CHARS, SamplingParams
 
 try:  # orjson is optional: it makes the SSE hot path a little cheaper
     import orjson as _orjson
@@ -92,6 +92,9 @@ def _int(body: dict, key: str, default, minimum: int | None = None):
         return default
     if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
         raise bad_request(f"'{key}' must be an integer, got {_type_name(v)} {_show(v)}", key)
+    if not INT64_MIN <= v <= INT64_MAX:
+        # no field means anything beyond 64 bits; and later messages would echo all its digits
+        raise bad_request(f"'{key}' must be a 64-bit integer, got {_show(v)}", key)
     v = int(v)
     if minimum is not None and v < minimum:
         raise bad_request(f"'{key}' must be at least {minimum}, got {v}", key)
@@ -134,12 +137,19 @@ def _stop(body: dict) -> list[str]:
     if v is None:
         return []
     if isinstance(v, str):
-        return [v] if v else []
-    if isinstance(v, list) and all(isinstance(s, str) for s in v):
-        if len(v) > MAX_STOP:
-            raise bad_request(f"'stop' may hold at most {MAX_STOP} strings, got {len(v)}", "stop")
-        return [s for s in v if s]
-    raise bad_request("'stop' must be a string or an array of strings", "stop")
+        v = [v]
+    if not (isinstance(v, list) and all(isinstance(s, str) for s in v)):
+        raise bad_request("'stop' must be a string or an array of strings", "stop")
+    if len(v) > MAX_STOP:
+        raise bad_request(f"'stop' may hold at most {MAX_STOP} strings, got {len(v)}", "stop")
+    for s in v:
+        if not s:  # it would match everywhere (vLLM refuses it too)
+            raise bad_request("'stop' cannot contain an empty string", "stop")
+        if len(s) > MAX_STOP_CHARS:
+            raise bad_request(
+                f"'stop' strings may be at most {MAX_STOP_CHARS} characters long, got one of {len(s)}", "stop"
+            )
+    return v
 
 
 def _logit_bias(body: dict) -> dict[int, float] | None:
@@ -206,6 +216,7 @@ class ParsedRequest:
     prompt_ids: list[int] | None  # token ids given by the client (first prompt)
     messages: list[dict] | None
     max_tokens: int | None  # None: the server's default
+    max_tokens_param: str  # the field that gave max_tokens (chat: max_completion_tokens or max_tokens)
     params: SamplingParams | None  # filled once max_tokens is known
     stream: bool
     include_usage: bool
@@ -303,6 +314,7 @@ def _common(body: dict, kind: str) -> dict:
         seed=seed,
         min_tokens=min_tokens,
         stop=_stop(body),
+        include_stop_str_in_output=_bool(body, "include_stop_str_in_output", False),
         stop_token_ids=_int_list(body, "stop_token_ids"),
         ignore_eos=_bool(body, "ignore_eos", False),
         presence_penalty=presence,
@@ -315,11 +327,12 @@ def _common(body: dict, kind: str) -> dict:
     )
 
 
-def _max_tokens(body: dict, *keys: str, minimum: int = 1) -> int | None:
+def _max_tokens(body: dict, *keys: str, minimum: int = 1) -> tuple[int | None, str]:
+    """(the value, the field it came from) of the first of `keys` given; (None, keys[0])."""
     for key in keys:
         if body.get(key) is not None:
-            return _int(body, key, None, minimum)
-    return None
+            return _int(body, key, None, minimum), key
+    return None, keys[0]
 
 
 def _too_many_ids(n: int, limit: int) -> APIError:
@@ -378,14 +391,14 @@ def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedReq
     first = prompts[0]
     text = first if isinstance(first, str) else None
     ids = first if not isinstance(first, str) else None
-    max_tokens = _max_tokens(body, "max_tokens", minimum=0)
+    max_tokens, key = _max_tokens(body, "max_tokens", minimum=0)
     if max_tokens == 0 and not c["echo"]:
         raise bad_request(
             "'max_tokens' 0 is only allowed with 'echo': true (it returns the prompt, and its "
             "logprobs with 'logprobs', and generates nothing)",
             "max_tokens",
         )
-    req = _finish(c, "completion", text, ids, None, max_tokens, body)
+    req = _finish(c, "completion", text, ids, None, (max_tokens, key), body)
     req.prompts = prompts
     if max_tokens == 0:
         req.score_only = True
@@ -434,18 +447,18 @@ def parse_chat(body: dict, max_messages: int | None = None) -> ParsedRequest:
         elif not isinstance(content, str):
             raise bad_request(f"'{where}.content' must be a string or an array of text parts", f"{where}.content")
         clean.append({"role": role, "content": content})
-    mt = _max_tokens(body, "max_completion_tokens", "max_tokens")
-    return _finish(c, "chat", None, None, clean, mt, body)
+    return _finish(c, "chat", None, None, clean, _max_tokens(body, "max_completion_tokens", "max_tokens"), body)
 
 
-def _finish(c: dict, kind: str, text, ids, messages, max_tokens, body) -> ParsedRequest:
+def _finish(c: dict, kind: str, text, ids, messages, max_tokens: tuple, body) -> ParsedRequest:
     return ParsedRequest(
         kind=kind,
         model=c["model"],
         prompt_text=text,
         prompt_ids=ids,
         messages=messages,
-        max_tokens=max_tokens,
+        max_tokens=max_tokens[0],
+        max_tokens_param=max_tokens[1],
         params=None,
         stream=c["stream"],
         include_usage=c["include_usage"],
@@ -468,6 +481,7 @@ def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
         top_k=c["top_k"],
         seed=c["seed"],
         stop=c["stop"],
+        include_stop_str_in_output=c["include_stop_str_in_output"],
         stop_token_ids=c["stop_token_ids"],
         ignore_eos=c["ignore_eos"],
         min_tokens=c["min_tokens"],

@@ -1,0 +1,139 @@
+"""`llmsched bench` on bad input and failed runs: one-line errors (exit 2) found before
+the run, named timeouts, and a non-zero exit when every request failed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import socket
+
+import pytest
+from srv_helpers import running_server
+
+from llmsched.cli import main
+from llmsched.core.errors import ConfigError, InputWarning
+from llmsched.server.app import ServerConfig
+from llmsched.server.bench import BenchConfig, HttpxClient, RawClient, run_bench, send_request
+
+SMALL = ["--num-prompts", "2", "--input-len", "8", "--output-len", "2", "--quiet"]
+
+
+def _one_line_error(capsys, argv, *words, rc=2):
+    assert main(argv) == rc
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("llmsched bench: error:"), err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "url, words",
+    [
+        ("notaurl", ["--base-url", "http://"]),
+        ("ftp://host/x", ["--base-url", "http://"]),
+        ("http://", ["--base-url", "http://"]),
+        ("http://127.0.0.1:99999", ["--base-url", "port"]),
+        ("http://127.0.0.1:notaport", ["--base-url", "port"]),
+        ("http://127.0.0.1:0", ["--base-url", "port"]),
+    ],
+)
+def test_bad_base_url_is_one_line(capsys, url, words):
+    _one_line_error(capsys, ["bench", "--base-url", url, *SMALL], *words)
+
+
+def test_bad_port_is_one_line(capsys):
+    _one_line_error(capsys, ["bench", "--port", "99999", *SMALL], "--port", "99999")
+
+
+def test_base_url_with_v1_is_taken_without_it():
+    """The OpenAI clients' base URL ends in /v1; the bench's endpoints already start with it."""
+    for url in ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/"):
+        with pytest.warns(InputWarning, match="/v1"):
+            cfg = BenchConfig(base_url=url)
+        assert cfg.base_url == "http://127.0.0.1:8000"
+    assert BenchConfig(base_url="http://h:1/proxy/").base_url == "http://h:1/proxy"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_timeout_must_be_positive_and_finite(capsys, value):
+    _one_line_error(capsys, ["bench", "--timeout", value, "--port", "1", *SMALL], "--timeout", value)
+
+
+def test_unwritable_result_paths_are_refused_before_the_run(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    # port 1: nothing listens there, so an error about the server would mean the run began
+    base = ["bench", "--port", "1", *SMALL]
+    _one_line_error(capsys, [*base, "--result-file", str(afile / "r.json")], "--result-file", "not a folder")
+    _one_line_error(capsys, [*base, "--result-file", str(tmp_path)], "--result-file", "is a folder")
+    _one_line_error(capsys, [*base, "--save-result", "--result-dir", str(afile)], "--result-dir", "not a folder")
+    _one_line_error(
+        capsys,
+        [*base, "--save-result", "--result-dir", str(tmp_path), "--result-filename", "afile/r.json"],
+        "--result-filename",
+    )
+    with pytest.raises(ConfigError, match="--result-file"):
+        run_bench(BenchConfig(base_url="http://127.0.0.1:1", result_file=str(afile / "r.json"), num_prompts=1))
+    assert afile.read_text() == "x"
+
+
+@pytest.fixture
+def silent_port():
+    """A port that accepts connections and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.mark.parametrize("client_kind", ["raw", "httpx"])
+def test_a_timed_out_request_names_the_timeout(silent_port, client_kind):
+    base = f"http://127.0.0.1:{silent_port}"
+
+    async def one():
+        client = RawClient(base, 0.3) if client_kind == "raw" else HttpxClient(base, 0.3, 1)
+        try:
+            return await send_request(client, "/v1/completions", {}, b"{}", 1, False)
+        finally:
+            await client.aclose()
+
+    r = asyncio.run(one())
+    assert not r.success and r.error == "timed out after 0.3 s (--timeout)"
+
+
+def test_listing_models_times_out_with_a_named_timeout(silent_port, capsys):
+    _one_line_error(
+        capsys,
+        ["bench", "--port", str(silent_port), "--timeout", "0.3", *SMALL],
+        "cannot reach",
+        "timed out after 0.3 s (--timeout)",
+    )
+
+
+def test_a_rejected_api_key_is_not_a_missing_one(capsys):
+    with running_server(cfg=ServerConfig(api_key="sekret"), cost="const:1") as (base, _):
+        _one_line_error(capsys, ["bench", "--base-url", base, "--api-key", "wrong", *SMALL], "rejected the API key")
+        err = _one_line_error(capsys, ["bench", "--base-url", base, *SMALL], "wants an API key")
+        assert "rejected" not in err
+        assert main(["bench", "--base-url", base, "--api-key", "sekret", *SMALL]) == 0
+
+
+def test_every_request_failed_exits_1_and_keeps_the_result(tmp_path, capsys):
+    """Prompts longer than the context: the run is a failure (exit 1, one line naming the
+    first error), and the result file still records it."""
+    out = tmp_path / "r.json"
+    with running_server(cost="const:1", kv_capacity=1000) as (base, _):
+        argv = ["bench", "--base-url", base, "--num-prompts", "3", "--input-len", "2000", "--output-len", "2"]
+        assert main([*argv, "--quiet", "--result-file", str(out)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("llmsched bench: error: all 3 requests failed; the first: HTTP 400")
+        assert "context" in err[-1]
+        saved = json.loads(out.read_text())
+        assert saved["completed"] == 0 and saved["failed"] == 3
+        # one request that works: exit 0, as vllm bench serve
+        assert main(["bench", "--base-url", base, *SMALL]) == 0
+    assert math.isfinite(saved["duration"])

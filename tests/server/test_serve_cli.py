@@ -1,0 +1,62 @@
+"""`llmsched serve`'s command line: one-line errors (exit code 2) for what cannot be
+served, found before a model is loaded, and the engine's documented defaults."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from llmsched.cli import build_parser, main
+from llmsched.cli import server as server_cli
+from llmsched.core.errors import ConfigError
+from llmsched.server.app import ServerConfig
+
+
+def _one_line_error(capsys, argv, *words):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("llmsched serve: error:"), err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_drain_timeout_must_be_finite_and_not_negative(capsys, value):
+    _one_line_error(capsys, ["serve", "--backend", "sim", "--drain-timeout", value], "drain timeout", value)
+    with pytest.raises(ConfigError, match="drain timeout"):
+        ServerConfig(drain_timeout=float(value))
+    assert ServerConfig(drain_timeout=0).drain_timeout == 0
+
+
+def test_an_address_that_cannot_be_bound_is_one_line(capsys):
+    _one_line_error(capsys, ["serve", "--backend", "sim", "--host", "999.1.1.1", "--port", "0"], "--host", "999.1.1.1")
+
+
+def test_a_port_in_use_is_one_line(capsys):
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    try:
+        _one_line_error(capsys, ["serve", "--backend", "sim", "--port", str(port)], f"--port {port}", "in use")
+    finally:
+        busy.close()
+
+
+def test_engine_max_running_default_is_the_documented_one(tmp_path, capsys):
+    """serve --model on CPU caps running requests at 64, as its help and `generate` say
+    (it was the engine's own 256)."""
+    from llmsched.engine import make_tiny_model
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert "the engine: 64 on CPU, 256 on CUDA" in " ".join(capsys.readouterr().out.split())
+    model = make_tiny_model(tmp_path / "m", hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1)
+    argv = ["serve", "--model", str(model), "--num-blocks", "128", "--max-model-len", "256"]
+    parser = build_parser("serve")
+    backend = server_cli.build_backend(parser.parse_args(argv))
+    assert backend.core.spec.max_running == 64
+    backend = server_cli.build_backend(parser.parse_args([*argv, "--max-running", "8"]))
+    assert backend.core.spec.max_running == 8
