@@ -52,3 +52,20 @@ def run(rows_or_trace, policy="sarathi", cost="const:10", fast=True, admission="
 
 def entries(steps):
     return [s["entries"] for s in steps]
+
+
+def one_line_error(capsys, argv, *words) -> str:
+    """Run the CLI's `main(argv)`: it must end with exit code 2 and one line on stderr (no
+    traceback) holding every one of `words`; returns the line."""
+    from llmsched.cli import main  # noqa: PLC0415
+
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse's own errors
+        rc = e.code
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err
+    return err

@@ -4,6 +4,7 @@ not a traceback after it (the run's work lost)."""
 import os
 
 import pytest
+from helpers import one_line_error
 
 from llmsched.cli import main
 from llmsched.core.errors import ConfigError
@@ -11,15 +12,6 @@ from llmsched.core.paths import check_out_dir, check_out_file
 
 RUN = ["--cost-model", "paper", "--num-requests", "20", "--rate", "2", "--quiet"]
 SERVERLESS = os.path.join(os.path.dirname(__file__), "..", "examples", "serverless", "small.yaml")
-
-
-def _one_line_error(capsys, argv, *words):
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    for w in words:
-        assert w in err, err
-    return err
 
 
 @pytest.mark.parametrize(
@@ -38,7 +30,7 @@ def test_an_output_folder_that_is_a_file(tmp_path, capsys, argv):
     f = tmp_path / "afile"
     f.write_text("keep me\n")
     argv = [a.replace("{f}", str(f)) for a in argv]
-    _one_line_error(capsys, argv, "afile", "is a file, not a folder")
+    one_line_error(capsys, argv, "afile", "is a file, not a folder")
     assert f.read_text() == "keep me\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing written beside it
 
@@ -73,12 +65,12 @@ def test_the_checks(tmp_path):
 def test_validate_refuses_what_it_would_ignore(tmp_path, capsys):
     # checked before the model loads: no model is needed to get the error
     base = ["validate", "--model", str(tmp_path / "none"), "--trace", str(tmp_path / "none.csv")]
-    _one_line_error(capsys, [*base, "--policy", "orca", "--policies", "sarathi"], "--policies")
-    _one_line_error(capsys, [*base, "--admission", "twp"], "--admission")
-    _one_line_error(capsys, [*base, "--prefix-caching"], "--prefix-caching")
-    _one_line_error(capsys, [*base, "--seed", "-1"], "--seed")
-    _one_line_error(capsys, [*base, "--json", str(tmp_path)], "is a folder, not a file")
-    _one_line_error(capsys, [*base, "--json", str(tmp_path / "no" / "x.json")], "does not exist")
+    one_line_error(capsys, [*base, "--policy", "orca", "--policies", "sarathi"], "--policies")
+    one_line_error(capsys, [*base, "--admission", "twp"], "--admission")
+    one_line_error(capsys, [*base, "--prefix-caching"], "--prefix-caching")
+    one_line_error(capsys, [*base, "--seed", "-1"], "--seed")
+    one_line_error(capsys, [*base, "--json", str(tmp_path)], "is a folder, not a file")
+    one_line_error(capsys, [*base, "--json", str(tmp_path / "no" / "x.json")], "does not exist")
 
 
 def test_a_folder_holding_another_kind_of_run(tmp_path, capsys):
@@ -97,4 +89,4 @@ def test_a_folder_holding_another_kind_of_run(tmp_path, capsys):
     assert main(single) == 0
     assert {p.name for p in out.iterdir()} == single_files  # no calls.csv, jobs.csv or servers/ left
     # `plot` on a network's folder points at a replica's
-    _one_line_error(capsys, ["plot", str(tmp_path / "net")], "holds a network's run", str(tmp_path / "net" / "servers"))
+    one_line_error(capsys, ["plot", str(tmp_path / "net")], "holds a network's run", str(tmp_path / "net" / "servers"))

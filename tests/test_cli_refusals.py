@@ -6,6 +6,7 @@ import os
 import warnings
 
 import pytest
+from helpers import one_line_error
 
 from llmsched.cli import main
 from llmsched.core.errors import count_text
@@ -14,19 +15,6 @@ from llmsched.workload.serverless import _shares, load_serverless
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 SERVERLESS = os.path.join(EXAMPLES, "serverless", "small.yaml")
 RUN = ["--cost-model", "paper", "--num-requests", "20", "--rate", "2", "--out", ""]
-
-
-def _one_line_error(capsys, argv, *words):
-    try:
-        rc = main(argv)
-    except SystemExit as e:  # argparse's own errors
-        rc = e.code
-    assert rc == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    for w in words:
-        assert w in err, err
-    return err
 
 
 @pytest.mark.parametrize(
@@ -64,7 +52,7 @@ def _one_line_error(capsys, argv, *words):
 )
 def test_refused(capsys, tmp_path, monkeypatch, argv, words):
     monkeypatch.chdir(tmp_path)
-    _one_line_error(capsys, argv, *words)
+    one_line_error(capsys, argv, *words)
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
@@ -80,7 +68,7 @@ def test_refused(capsys, tmp_path, monkeypatch, argv, words):
 def test_config_values(capsys, tmp_path, text, words):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("cost_model: paper\n" + text)
-    err = _one_line_error(capsys, ["simulate", "--config", str(cfg), "--out", ""], *words)
+    err = one_line_error(capsys, ["simulate", "--config", str(cfg), "--out", ""], *words)
     assert len(err) < 200
 
 
@@ -90,7 +78,7 @@ def test_serverless_memory_past_any_gpu(capsys, tmp_path):
         f = tmp_path / "g.yaml"
         f.write_text(text.replace("gpu_memory_gb: 80", f"gpu_memory_gb: {gb}"))
         assert f"gpu_memory_gb: {gb}" in f.read_text()
-        _one_line_error(capsys, ["simulate", "--serverless", str(f), "--out", ""], "gpu_memory_gb", "at most")
+        one_line_error(capsys, ["simulate", "--serverless", str(f), "--out", ""], "gpu_memory_gb", "at most")
     # within the bound, the KV cache it leaves is capped where it is as good as unlimited
     f.write_text(text.replace("gpu_memory_gb: 80", "gpu_memory_gb: 1.0e+6").replace("131072", "1.0e-9"))
     spec = load_serverless(str(f))
@@ -164,14 +152,14 @@ NETWORK = os.path.join(EXAMPLES, "networks", "tandem.yaml")
 )
 def test_capacity_of_a_network_names_the_flag_that_does_not_apply(capsys, tmp_path, monkeypatch, extra, flag):
     monkeypatch.chdir(tmp_path)
-    _one_line_error(capsys, ["capacity", "--network", NETWORK, *extra], f"{flag} does not apply")
+    one_line_error(capsys, ["capacity", "--network", NETWORK, *extra], f"{flag} does not apply")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_counterexample_options_need_the_search(capsys):
     base = ["capacity", "--cost-model", "paper", "--mean-prompt", "100", "--mean-output", "20"]
     for extra in (["--load", "0.5"], ["--seeds", "0,1"], ["--workers", "2"]):
-        _one_line_error(capsys, [*base, *extra], f"{extra[0]} is an option of --find-counterexample")
+        one_line_error(capsys, [*base, *extra], f"{extra[0]} is an option of --find-counterexample")
 
 
 def test_a_cluster_takes_the_run_options_of_its_config(tmp_path, capsys):
@@ -194,4 +182,4 @@ def test_a_cluster_takes_the_run_options_of_its_config(tmp_path, capsys):
         with open(tmp_path / f"t{k}" / "jobs.csv") as f:
             last[k] = max(float(r["arrival_s"]) for r in csv.DictReader(f))
     assert last[2] == pytest.approx(last[1] / 2, rel=1e-6)  # twice as fast
-    _one_line_error(capsys, ["simulate", *RUN, "--replicas", "2", "--slo", "ttft_ms=100"], "slo", "one server")
+    one_line_error(capsys, ["simulate", *RUN, "--replicas", "2", "--slo", "ttft_ms=100"], "slo", "one server")
