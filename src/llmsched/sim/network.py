@@ -43,6 +43,7 @@ from ..core.request import NS, Request, check_seconds
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
 from ..workload.blocks import INT_CONSTANTS
+from ..workload.lengths import sample_pair
 from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, ServerSpec
 from .server import ServerSim, SimulationStuck, TimeSeries
 
@@ -335,8 +336,12 @@ class _LengthStream:
 
     def next(self) -> tuple[int, int]:
         if self.pos >= _BLOCK:
-            self.prompts = np.asarray(self.call.prompt.sample(self.rng, _BLOCK), dtype=np.int64).tolist()
-            self.outputs = np.asarray(self.call.output.sample(self.rng, _BLOCK), dtype=np.int64).tolist()
+            # `sample_pair`, as one server's workload does: a prompt and an output law on the
+            # same file (sharegpt, arxiv) read the same rows, which keeps each row's pair and
+            # the file's correlation; other laws are drawn one after the other from `rng`
+            prompts, outputs = sample_pair(self.call.prompt, self.call.output, self.rng, self.rng, _BLOCK)
+            self.prompts = np.asarray(prompts, dtype=np.int64).tolist()
+            self.outputs = np.asarray(outputs, dtype=np.int64).tolist()
             self.pos = 0
         i = self.pos
         self.pos += 1
