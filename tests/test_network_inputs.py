@@ -4,9 +4,12 @@ runs stopped by `max_time_s`, back-pressure with routers, and the files' consist
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from helpers import TRACES
 
+from llmsched.core import ConfigError
 from llmsched.sim.network import run_network
+from llmsched.sim.network_result import simulate_network
 from llmsched.workload import WorkloadSpec, make_trace
 from llmsched.workload.network import NetworkSpec
 
@@ -49,3 +52,40 @@ def test_a_call_on_one_dataset_draws_prompt_and_output_from_the_same_row():
     net_corr = np.corrcoef(p, o)[0, 1]
     assert file_corr < -0.3 and one_corr < -0.3 and net_corr < -0.3
     assert abs(net_corr - file_corr) < 0.1
+
+
+TANDEM = "examples/networks/tandem.yaml"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_jobs": -1}, "num_jobs must be a whole number >= 1, got -1"),
+        ({"num_jobs": 1.5}, "num_jobs must be a whole number >= 1, got 1.5"),
+        ({"num_jobs": "many"}, "num_jobs must be a whole number >= 1, got 'many'"),
+        ({"num_jobs": True}, "num_jobs must be a whole number >= 1, got True"),
+        ({"seed": -1}, "seed must be a whole number >= 0, got -1"),
+        ({"seed": 1.5}, "seed must be a whole number >= 0, got 1.5"),
+        ({"seed": "x"}, "seed must be a whole number >= 0, got 'x'"),
+        ({"fast": "no"}, "fast must be true or false, got 'no'"),
+        ({"fast": 0}, "fast must be true or false, got 0"),
+    ],
+)
+def test_simulate_network_refuses_bad_run_options_in_one_line(options, message):
+    # numpy raised its own ValueError / TypeError on these; fast="no" ran the fast path
+    with pytest.raises(ConfigError) as err:
+        simulate_network(TANDEM, **{"num_jobs": 20, **options})
+    assert str(err.value) == message
+
+
+def test_run_options_that_are_whole_numbers_in_another_type_are_taken():
+    # as the file's num_jobs and seed are (and one server's seed): "100" and 3.0 are whole numbers
+    res = simulate_network(TANDEM, num_jobs="30", seed=3.0)
+    assert res.summary["num_jobs"] == 30 and res.config["seed"] == 3
+
+
+def test_simulate_network_leaves_the_callers_spec_unchanged():
+    spec = NetworkSpec.from_yaml(TANDEM)
+    res = simulate_network(spec, num_jobs=25, seed=4)
+    assert (spec.num_jobs, spec.seed) == (20000, 0)
+    assert (res.summary["num_jobs"], res.config["seed"]) == (25, 4)

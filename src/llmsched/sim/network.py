@@ -367,6 +367,13 @@ class _DelayStream:
         return self.values[self.pos - 1]
 
 
+def check_flag(name: str, value) -> None:
+    """A true/false option must be a bool: `fast="no"` is a truthy string, and was taken as
+    true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+
+
 def successors(spec: NetworkSpec) -> dict[str, set]:
     """For each call class, the classes whose calls can come right after one of its calls
     (empty: the job leaves the network after it)."""
@@ -415,6 +422,7 @@ def run_network(
 ) -> NetworkStats:
     """Run the jobs of `spec` through its servers; returns per-call, per-job and per-replica
     measurements."""
+    check_flag("fast", fast)
     check_seconds("max_time_s", max_time_s)
     check_seconds("sample_interval_s", sample_interval_s)
     max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))

@@ -33,7 +33,7 @@ from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
 from ..theory.network import traffic
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
-from .network import NetworkStats, run_network
+from .network import NetworkStats, check_flag, run_network
 from .result import SimResult
 from .simulator import RunStats
 
@@ -470,15 +470,14 @@ def simulate_network(
     the file's."""
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
+    check_flag("fast", fast)
     spec = load_network(network)
     if scale is not None:
         if not (isinstance(scale, (int, float)) and scale > 0):
             raise ConfigError(f"scale must be a positive number, got {scale!r}")
         spec = spec.scaled(scale)
-    if num_jobs is not None:
-        spec.num_jobs = num_jobs
-    if seed is not None:
-        spec.seed = seed
+    if num_jobs is not None or seed is not None:
+        spec = spec.with_run(num_jobs=num_jobs, seed=seed)  # checked; the caller's spec unchanged
     if spec.num_jobs is None and spec.duration_s is None:
         raise ConfigError("give num_jobs or duration_s to stop the job arrivals")
     t0 = time.perf_counter()

@@ -777,6 +777,15 @@ class NetworkSpec:
             control=self.control,
         )
 
+    def with_run(self, *, num_jobs=None, seed=None) -> NetworkSpec:
+        """A copy that simulates `num_jobs` jobs and uses `seed` (None: keep this spec's),
+        checked as the file's are, with one-line errors naming the argument (numpy would
+        raise its own errors on a negative or fractional count or seed). This spec is not
+        changed; routes and servers are shared (treat specs as read-only)."""
+        n = self.num_jobs if num_jobs is None else _whole(num_jobs, "", "num_jobs")
+        s = self.seed if seed is None else _whole(seed, "", "seed", minimum=0)
+        return replace(self, servers=dict(self.servers), jobs=list(self.jobs), num_jobs=n, seed=s)
+
     def to_dict(self) -> dict:
         """The YAML form (from_dict(to_dict()) gives an equal network)."""
         out: dict = {
