@@ -3,13 +3,16 @@ runs stopped by `max_time_s`, back-pressure with routers, and the files' consist
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers import TRACES
 
+from llmsched.cli import main
 from llmsched.core import ConfigError
 from llmsched.sim.network import run_network
-from llmsched.sim.network_result import simulate_network
+from llmsched.sim.network_result import network_backlog, simulate_network
 from llmsched.workload import WorkloadSpec, make_trace
 from llmsched.workload.network import NetworkSpec
 
@@ -89,3 +92,55 @@ def test_simulate_network_leaves_the_callers_spec_unchanged():
     res = simulate_network(spec, num_jobs=25, seed=4)
     assert (spec.num_jobs, spec.seed) == (20000, 0)
     assert (res.summary["num_jobs"], res.config["seed"]) == (25, 4)
+
+
+def _no_nan(text: str):
+    """json.loads that fails on NaN / Infinity (JSON has neither)."""
+
+    def refuse(name):
+        raise AssertionError(f"{name} in a summary")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    "network",
+    [
+        TANDEM,
+        _cluster("geometric:100", "geometric:20", 50),
+        {**_cluster("geometric:100", "geometric:20", 50).to_dict(), "control": "backpressure"},
+    ],
+    ids=["tandem", "cluster", "backpressure"],
+)
+def test_a_run_stopped_before_the_first_job_arrives_writes_an_empty_result(network, tmp_path):
+    # it raised numpy's "zero-size array to reduction operation minimum"; one server writes a
+    # summary with nothing completed, and so does a network now
+    first = simulate_network(network, num_jobs=50).job_arrival_ns.min() / 1e9
+    stop = first / 2
+    res = simulate_network(network, num_jobs=50, max_time_s=stop, out_dir=tmp_path)
+    s = _no_nan((tmp_path / "summary.json").read_text())
+    assert (s["num_jobs"], s["completed_jobs"], s["unfinished_jobs"], s["num_calls"], s["steps"]) == (0, 0, 0, 0, 0)
+    assert s["job_throughput"] == 0.0 and s["mean_job_latency_ms"] is None
+    assert s["verdict"] == "inconclusive" and s["network_work_verdict"]["verdict"] == "inconclusive"
+    for srv in s["servers"].values():
+        assert (srv["calls"], srv["completed_calls"]) == (0, 0)
+    assert (tmp_path / "jobs.csv").read_text().count("\n") == 1  # the header only
+    assert (tmp_path / "calls.csv").read_text().count("\n") == 1
+    for rep in res.stats.replicas:
+        folder = tmp_path / "servers" / rep["name"]
+        assert _no_nan((folder / "summary.json").read_text())["completed"] == 0
+        assert (folder / "requests.csv").is_file() and (folder / "timeseries.csv").is_file()
+    assert network_backlog(res)["arrival_end_s"] is None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--network", TANDEM, "--max-time", "0.2"],
+        ["--replicas", "2", "--cost-model", "paper", "--max-time", "0.01"],
+    ],
+)
+def test_the_command_line_writes_a_run_stopped_before_the_first_arrival(args, tmp_path, capsys):
+    assert main(["simulate", *args, "--out", str(tmp_path), "--quiet"]) == 0
+    s = _no_nan((tmp_path / "summary.json").read_text())
+    assert (s["num_jobs"], s["completed_jobs"]) == (0, 0)

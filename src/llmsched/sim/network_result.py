@@ -86,6 +86,13 @@ def _combine(verdicts: list) -> str:
     return INCONCLUSIVE
 
 
+def _last_arrival_s(job_arrival_ns: np.ndarray) -> float:
+    """When the last job arrived (seconds), the end of the window the verdicts judge; -inf
+    when none did (a max_time_s before the first arrival): no sample is judged, the
+    verdicts are inconclusive."""
+    return float(job_arrival_ns.max()) / NS if len(job_arrival_ns) else -np.inf
+
+
 def _step_count(t_events: np.ndarray, w_events: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """Sum of the `w_events` at times <= each grid time."""
     if len(t_events) == 0:
@@ -110,7 +117,8 @@ def network_backlog(result) -> dict:
     the network's work while jobs arrive, with the threshold at
     2% of the bottleneck's capacity (an overloaded bottleneck at load rho adds
     (rho - 1) times its capacity a second, as one server would). Returns {"time_s", "servers": {name: array}, "network":
-    array, "verdict": {...}}."""
+    array, "verdict": {...}, "arrival_end_s"} (`arrival_end_s`: the last job's arrival, None
+    when no job arrived before max_time_s; the verdict is then inconclusive)."""
     st = result.stats
     reps = result.replicas()
     series = [r.timeseries for r in reps]
@@ -138,7 +146,7 @@ def network_backlog(result) -> dict:
                 np.concatenate([call_at[sel], start[sel]]), np.concatenate([work[sel], -work[sel]]), grid
             )
     total = sum(servers.values()) + pending
-    last = float(_a(st.job_arrival).max()) / NS
+    last = _last_arrival_s(_a(st.job_arrival))
     keep = grid <= last
     cap = result.traffic.server(result.traffic.bottleneck).capacity if result.traffic is not None else None
     try:
@@ -154,7 +162,13 @@ def network_backlog(result) -> dict:
         }
     except ConfigError as e:
         verdict = {"verdict": INCONCLUSIVE, "stable": None, "reason": f"too short: {e}"}
-    return {"time_s": grid, "servers": servers, "network": total, "verdict": verdict, "arrival_end_s": last}
+    return {
+        "time_s": grid,
+        "servers": servers,
+        "network": total,
+        "verdict": verdict,
+        "arrival_end_s": last if np.isfinite(last) else None,
+    }
 
 
 class NetworkResult:
@@ -233,7 +247,7 @@ class NetworkResult:
         cap = load.replica_token_capacity if load is not None else None
         ts = res.timeseries
         t, w = ts["time_s"], ts["backlog_tokens"]
-        last = float(self.job_arrival_ns.max()) / NS
+        last = _last_arrival_s(self.job_arrival_ns)
         keep = t <= last  # judge while jobs arrive, not while the queues drain
         try:
             v = stability_verdict(t[keep], w[keep], capacity=cap if cap and cap > 0 else None)
@@ -259,7 +273,7 @@ class NetworkResult:
         arr, fin = self.job_arrival_ns, self.job_finish_ns
         done = fin >= 0
         lat = (fin - arr)[done]
-        start = float(arr.min()) / NS
+        start = float(arr.min()) / NS if len(arr) else 0.0  # no job arrived before max_time_s
         end = float(fin[done].max()) / NS if done.any() else start
         duration = max(end - start, 1e-12)
         types = _a(st.job_type)
