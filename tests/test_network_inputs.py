@@ -13,6 +13,7 @@ from llmsched.cli import main
 from llmsched.core import ConfigError
 from llmsched.sim.network import run_network
 from llmsched.sim.network_result import network_backlog, simulate_network
+from llmsched.theory.network import traffic
 from llmsched.workload import WorkloadSpec, make_trace
 from llmsched.workload.network import NetworkSpec
 
@@ -144,3 +145,28 @@ def test_the_command_line_writes_a_run_stopped_before_the_first_arrival(args, tm
     assert main(["simulate", *args, "--out", str(tmp_path), "--quiet"]) == 0
     s = _no_nan((tmp_path / "summary.json").read_text())
     assert (s["num_jobs"], s["completed_jobs"]) == (0, 0)
+
+
+def _backpressure_pool(router: str, **options) -> NetworkSpec:
+    d = _cluster("geometric:100", "geometric:50", 3000, replicas=3, router=router, **options).to_dict()
+    d["control"] = "backpressure"
+    d["jobs"]["A"]["arrival"]["rate"] = 1.0
+    return NetworkSpec.from_dict(d)
+
+
+def test_backpressure_routes_by_the_servers_router_and_weights():
+    # back-pressure buffered calls at the pool and let any free replica take them: the
+    # weight-0 replica got a third of the calls, while `capacity` counted the weights
+    spec = _backpressure_pool("random", router_options={"weights": [1, 0, 2]})
+    st = run_network(spec)
+    counts = np.bincount(_a(st.call_replica), minlength=3)
+    assert counts.sum() == 3000 and counts[1] == 0
+    share = counts.max() / counts.sum()
+    assert abs(share - 2 / 3) < 0.03
+    assert traffic(spec).server("s").busiest_replica_share == 2 / 3  # what the capacity report uses
+    assert (_a(st.call_e2e) >= 0).all()  # every call still ran
+
+
+def test_backpressure_round_robin_deals_the_calls_in_turn():
+    st = run_network(_backpressure_pool("round-robin"))
+    assert (_a(st.call_replica) == np.arange(3000) % 3).all()

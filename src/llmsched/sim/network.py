@@ -54,7 +54,20 @@ _BLOCK = 4096  # length samples drawn at once per call node
 
 
 class _Replica:
-    __slots__ = ("sim", "pool", "index", "version", "planned", "name", "order", "calls", "held", "held_work")
+    __slots__ = (
+        "sim",
+        "pool",
+        "index",
+        "version",
+        "planned",
+        "name",
+        "order",
+        "calls",
+        "held",
+        "held_work",
+        "buffers",
+        "buffered_work",
+    )
 
     def __init__(self, sim: ServerSim, pool: _Pool, index: int):
         self.sim = sim
@@ -69,6 +82,10 @@ class _Replica:
         # simulator, so that no sample of the batch's time series counts them too early
         self.held: list[Request] = []
         self.held_work = 0  # their work (`ServerState.work`), for `unfinished_tokens`
+        # back-pressure: the calls the router gave this replica, by class, until it takes them
+        # at a step boundary (max-pressure picks the class); their work, for least-tokens
+        self.buffers: dict[str, deque] = {}
+        self.buffered_work = 0
 
     def unfinished(self) -> int:
         """Calls at the replica, waiting or running (kept as a count: JSQ asks every replica
@@ -77,8 +94,8 @@ class _Replica:
 
     def unfinished_tokens(self, t: int) -> int:
         """Work left of its requests at `t` (steps of the current batch done by `t` count;
-        held calls count in full)."""
-        return self.sim.unfinished(t) + self.held_work
+        held and back-pressure-buffered calls count in full)."""
+        return self.sim.unfinished(t) + self.held_work + self.buffered_work
 
     def late(self) -> list[tuple[int, int, int]] | None:
         """The held calls as `ServerSim.end`'s `late` tuples (arrival, prefill tokens, work,
@@ -110,8 +127,6 @@ class _Pool:
         self.d = int(opts.get("d", 2))
         w = opts.get("weights")
         self.weights = None if w is None else np.asarray(w, dtype=float) / float(np.sum(w))
-        # back-pressure: calls wait here by class until a replica takes them
-        self.buffers: dict[str, deque] = {}
 
     def route(self, t: int) -> _Replica:
         reps = self.replicas
@@ -646,42 +661,45 @@ def run_network(
 
     backpressure = spec.control == "backpressure"
     succ = successors(spec)
-    queued: dict[tuple[str, str], int] = {}  # (server, class) -> calls buffered
+    queued: dict[tuple[int, str], int] = {}  # (replica's order, class) -> calls in its buffer
     class_work: dict[str, list[int]] = {}  # class -> [work of its calls so far, calls]
-    class_at = spec.class_servers()
+    # the replicas a class's calls can be routed to (a server of one replica: the server)
+    class_replicas = {
+        cls: [r.order for name in sorted(servers) for r in pools[name].replicas]
+        for cls, servers in spec.class_servers().items()
+    }
 
-    def weight(server: str, cls: str) -> float:
-        """Max-pressure's weight: this class's queued calls here minus the largest queue of
-        calls it feeds next, times the class's service rate (calls per token of work), so a
-        short call that feeds another server counts as much as the work it unblocks."""
+    def weight(rep: _Replica, cls: str) -> float:
+        """Max-pressure's weight: this class's queued calls at this replica minus the largest
+        queue (at any replica) of calls it feeds next, times the class's service rate (calls
+        per token of work), so a short call that feeds another server counts as much as the
+        work it unblocks."""
         down = 0
         for nxt in succ[cls]:
-            for other in class_at[nxt]:
+            for other in class_replicas[nxt]:
                 q = queued.get((other, nxt), 0)
                 if q > down:
                     down = q
         total, calls = class_work[cls]
-        return (queued.get((server, cls), 0) - down) * calls / total
+        return (queued.get((rep.order, cls), 0) - down) * calls / total
 
     def release(rep: _Replica, t: int) -> None:
-        """Hand the replica the queued calls of the class of largest weight, about one
+        """Hand the replica the calls of its buffer's class of largest weight, about one
         step's budget of prompt tokens, when it has nothing waiting."""
         sim = rep.sim
         if sim.state.waiting:
             return
-        pool = rep.pool
-        cls = max(sorted(pool.buffers), key=lambda c: weight(pool.name, c))
-        buf = pool.buffers[cls]
+        cls = max(sorted(rep.buffers), key=lambda c: weight(rep, c))
+        buf = rep.buffers[cls]
         budget = sim.state.b_max
         while buf and budget > 0:
             r = buf.popleft()
             budget -= r.prompt
-            c_rep[r.id] = rep_index[id(rep)]
+            rep.buffered_work -= ServerState.work(r)
             sim.add(r)
-            rep.calls += 1
         if not buf:
-            del pool.buffers[cls]
-        queued[(pool.name, cls)] = len(buf)
+            del rep.buffers[cls]
+        queued[(rep.order, cls)] = len(buf)
 
     # job arrivals enter the queue one at a time (the next one when this one is taken), so the
     # queue holds what is in flight, not the whole workload
@@ -722,9 +740,9 @@ def run_network(
             if sim.busy_until >= 0:
                 continue
             limit = max_time
-            if backpressure and rep.pool.buffers:
+            if backpressure and rep.buffers:
                 release(rep, t)
-                if rep.pool.buffers:
+                if rep.buffers:
                     limit = t + 1  # decide again at the next step boundary
             if sim.is_idle():
                 continue
@@ -734,25 +752,28 @@ def run_network(
             rep.version += 1
             push(end, _END, rep, rep.version, rep.order)
         elif kind == _DELIVER and backpressure:
-            pool = a
+            # the server's router picks the replica, as without control; the call waits in
+            # that replica's buffer until max-pressure has the replica take its class
+            rep = a.route(t)
+            c_rep[b.id] = rep_index[id(rep)]
+            rep.calls += 1
+            rep.buffered_work += ServerState.work(b)
             cls = b.tag
-            buf = pool.buffers.setdefault(cls, deque())
+            buf = rep.buffers.setdefault(cls, deque())
             buf.append(b)
-            work = b.prompt + b.output - 1
-            queued[(pool.name, cls)] = len(buf)
+            queued[(rep.order, cls)] = len(buf)
             seen = class_work.setdefault(cls, [0, 0])
-            seen[0] += work
+            seen[0] += b.prompt + b.output - 1
             seen[1] += 1
-            for rep in pool.replicas:  # a step boundary decides what runs next
-                sim = rep.sim
-                if sim.busy_until > t:
-                    rep.version += 1
-                    push(sim.truncate(t), _END, rep, rep.version, rep.order)
-                elif sim.busy_until < 0 and not rep.planned:
-                    if sim.now < t:
-                        sim.idle_until(t)
-                    rep.planned = True
-                    push(t, _PLAN, rep, None, rep.order)
+            sim = rep.sim  # a step boundary decides what runs next
+            if sim.busy_until > t:
+                rep.version += 1
+                push(sim.truncate(t), _END, rep, rep.version, rep.order)
+            elif sim.busy_until < 0 and not rep.planned:
+                if sim.now < t:
+                    sim.idle_until(t)
+                rep.planned = True
+                push(t, _PLAN, rep, None, rep.order)
         elif kind == _DELIVER:
             rep = a.route(t)
             sim = rep.sim

@@ -536,9 +536,11 @@ class NetworkSpec:
     traffic equations; a simulation needs one). Construction validates everything and
     assigns default class names to calls without one (`Call.cls` is set in place).
     `control`: "none" (each server serves its calls by its own policy and priority
-    list), or "backpressure" (max-pressure: at each step boundary a server takes new work
-    from the class whose queued calls exceed those of the class it feeds by the most,
-    weighed by its service rate in calls per token of work)."""
+    list), or "backpressure" (max-pressure: each server's router picks a call's replica on
+    delivery, the call waits in that replica's buffer for its class, and at each step
+    boundary a replica takes new work from the class whose buffered calls exceed the
+    largest buffer of a class it feeds by the most, weighed by its service rate in calls
+    per token of work)."""
 
     servers: dict
     jobs: list
