@@ -274,13 +274,12 @@ class _Stream:
 
 
 class _Job:
-    __slots__ = ("id", "type", "arrival", "calls", "finish", "writers", "own")
+    __slots__ = ("id", "type", "arrival", "finish", "writers", "own")
 
     def __init__(self, id: int, type: int, arrival: int, own: int = 0):
         self.id = id
         self.type = type
         self.arrival = arrival
-        self.calls = 0
         self.finish = -1
         self.own = own  # the key its writers derive from (prefix caching)
         self.writers = 0
@@ -331,7 +330,7 @@ class NetworkStats:
     job_type: array
     job_arrival: array
     job_finish: array
-    job_calls: array
+    job_calls: array  # calls each job has made (delivered) so far, finished or not
     job_type_names: list[str]
     # per replica
     replicas: list[dict] = field(default_factory=list)
@@ -569,7 +568,9 @@ def run_network(
         c_pre.append(0)
         c_class.append(call.cls)
         c_server.append(server)
-        thread.job.calls += 1
+        # counted at delivery, not when the job finishes: a job still in the network when
+        # max_time_s stops the run has made these calls too (calls.csv lists them)
+        j_calls[job.id] += 1
         threads[cid] = (thread, new)
         push(t, _DELIVER, pools[server], r)
 
@@ -625,7 +626,6 @@ def run_network(
             job = thread.job
             job.finish = t
             j_fin[job.id] = t
-            j_calls[job.id] = job.calls
             return
         parent.context += thread.added
         parent.added += thread.added

@@ -7,7 +7,9 @@ a stability verdict per replica, per server and for the whole network, and the f
   verdict; with prefix caching its `prefix_cache` hits and evictions, per replica and
   summed) and the network's verdict (and `prefix_cache` over every caching server);
 - `config.json`: the network as parsed (reproduces the run);
-- `jobs.csv`: one row per job: `job,type,arrival_s,finish_s,latency_s,calls,finished`;
+- `jobs.csv`: one row per job: `job,type,arrival_s,finish_s,latency_s,calls,finished`
+  (`calls`: the calls the job has made, its rows in calls.csv, also for a job still
+  unfinished when max_time_s stopped the run);
 - `calls.csv`: one row per LLM call: `call,job,class,server,replica,arrival_s,prompt_tokens,
   output_tokens,queue_s,ttft_s,e2e_s,preemptions,finished`;
 - `servers/<replica>/`: the single-server files of each replica (summary.json,
