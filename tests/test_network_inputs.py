@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from helpers import TRACES
 
+from llmsched.analysis import reproduce_networks as rn
 from llmsched.cli import main
 from llmsched.core import ConfigError
 from llmsched.sim.network import run_network
@@ -181,3 +182,21 @@ def test_jobs_csv_counts_the_calls_of_unfinished_jobs_as_calls_csv_lists_them(tm
     assert (jobs["calls"] == listed).all()
     unfinished = jobs["finished"] == 0
     assert unfinished.sum() > 10 and (jobs["calls"][unfinished] > 0).all()
+
+
+@pytest.mark.parametrize("experiment", ["clusters", "agents", "rybko-stolyar"])
+def test_reproduce_refuses_a_repeated_seed_before_running(experiment, tmp_path, capsys):
+    # --seeds 0,0 ran every cell twice: duplicate rows in table.csv
+    out = tmp_path / "out"
+    assert main(["reproduce", experiment, "--quick", "--seeds", "0,0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("seed 0 is given twice: each seed runs every cell once, list it once")
+    assert len(err.splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("seeds", "message"), [([1, 2, 1], "seed 1 is given twice"), ([-1], "got -1"), ([0.5], "got 0.5")]
+)
+def test_reproduce_functions_refuse_bad_seeds(seeds, message, tmp_path):
+    with pytest.raises(ConfigError, match=message):
+        rn.reproduce_rybko_stolyar(out_dir=tmp_path, quick=True, seeds=seeds)
