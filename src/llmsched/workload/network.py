@@ -558,6 +558,8 @@ class NetworkSpec:
         import yaml
 
         p = Path(path)
+        if p.is_dir():  # "does not exist" would send the user looking for a missing path
+            raise ConfigError(f"network file {str(path)!r} is a folder, not a file: give the network's YAML file")
         if not p.is_file():
             raise ConfigError(f"network file {str(path)!r} does not exist")
         try:
