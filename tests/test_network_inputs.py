@@ -15,7 +15,7 @@ from llmsched.core import ConfigError
 from llmsched.sim.network import run_network
 from llmsched.sim.network_result import network_backlog, simulate_network
 from llmsched.theory.network import traffic
-from llmsched.workload import WorkloadSpec, make_trace
+from llmsched.workload import WorkloadSpec, make_trace, parse_length_law
 from llmsched.workload.network import NetworkSpec
 
 ARXIV = TRACES / "arxiv_lengths" / "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"
@@ -210,3 +210,23 @@ def test_a_folder_given_as_the_network_file_is_called_a_folder(tmp_path, capsys)
     assert "is a folder, not a file" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="does not exist"):  # a missing path still says so
         NetworkSpec.from_yaml(tmp_path / "missing.yaml")
+
+
+def test_a_replay_law_reads_the_files_rows_in_order_past_the_first_block():
+    # the network draws lengths 4,096 at a time; a replay law restarted at row 0 each block
+    values = parse_length_law("replay:sharegpt", "prompt").values()
+    d = {
+        "servers": {"s": {"cost_model": "const:1"}},
+        "jobs": {
+            "A": {
+                "arrival": {"process": "poisson", "rate": 0.01},
+                "route": [{"call": {"server": "s", "prompt": "replay:sharegpt", "output": "replay:sharegpt"}}],
+            }
+        },
+        "num_jobs": 9000,
+    }
+    st = run_network(NetworkSpec.from_dict(d))
+    rows = np.arange(9000) % len(values)
+    assert (_a(st.call_prompt) == values[rows]).all()
+    outputs = parse_length_law("replay:sharegpt", "output").values()
+    assert (_a(st.call_output) == outputs[rows]).all()
