@@ -347,10 +347,21 @@ def _check_loads(loads, what: str = "loads") -> list[float]:
 
 
 def _check_seeds(seeds) -> tuple[int, ...]:
-    seeds = tuple(int(s) for s in seeds)
-    if not seeds:
+    """The seeds, each a whole number >= 0 and given once: a repeated seed would run every
+    cell of the experiment again (duplicate rows in table.csv, averages counting it twice)."""
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (Sequence, set, frozenset, np.ndarray)):
+        raise ConfigError(f"seeds must be a list of whole numbers >= 0, got {seeds!r}")
+    out: list[int] = []
+    for s in seeds:
+        whole = isinstance(s, (int, np.integer)) or (isinstance(s, (float, np.floating)) and float(s).is_integer())
+        if isinstance(s, (bool, np.bool_)) or not whole or s < 0:
+            raise ConfigError(f"seeds must be whole numbers >= 0, got {s!r}")
+        if int(s) in out:
+            raise ConfigError(f"seed {int(s)} is given twice: each seed runs every cell once, list it once")
+        out.append(int(s))
+    if not out:
         raise ConfigError("give at least one seed")
-    return seeds
+    return tuple(out)
 
 
 def _counts(verdicts: Sequence[str]) -> str:

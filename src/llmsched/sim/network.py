@@ -43,6 +43,7 @@ from ..core.request import NS, Request, check_seconds
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
 from ..workload.blocks import INT_CONSTANTS
+from ..workload.lengths import Empirical, sample_pair
 from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, ServerSpec
 from .server import ServerSim, SimulationStuck, TimeSeries
 
@@ -53,7 +54,20 @@ _BLOCK = 4096  # length samples drawn at once per call node
 
 
 class _Replica:
-    __slots__ = ("sim", "pool", "index", "version", "planned", "name", "order", "calls", "held", "held_work")
+    __slots__ = (
+        "sim",
+        "pool",
+        "index",
+        "version",
+        "planned",
+        "name",
+        "order",
+        "calls",
+        "held",
+        "held_work",
+        "buffers",
+        "buffered_work",
+    )
 
     def __init__(self, sim: ServerSim, pool: _Pool, index: int):
         self.sim = sim
@@ -68,6 +82,10 @@ class _Replica:
         # simulator, so that no sample of the batch's time series counts them too early
         self.held: list[Request] = []
         self.held_work = 0  # their work (`ServerState.work`), for `unfinished_tokens`
+        # back-pressure: the calls the router gave this replica, by class, until it takes them
+        # at a step boundary (max-pressure picks the class); their work, for least-tokens
+        self.buffers: dict[str, deque] = {}
+        self.buffered_work = 0
 
     def unfinished(self) -> int:
         """Calls at the replica, waiting or running (kept as a count: JSQ asks every replica
@@ -76,8 +94,8 @@ class _Replica:
 
     def unfinished_tokens(self, t: int) -> int:
         """Work left of its requests at `t` (steps of the current batch done by `t` count;
-        held calls count in full)."""
-        return self.sim.unfinished(t) + self.held_work
+        held and back-pressure-buffered calls count in full)."""
+        return self.sim.unfinished(t) + self.held_work + self.buffered_work
 
     def late(self) -> list[tuple[int, int, int]] | None:
         """The held calls as `ServerSim.end`'s `late` tuples (arrival, prefill tokens, work,
@@ -109,8 +127,6 @@ class _Pool:
         self.d = int(opts.get("d", 2))
         w = opts.get("weights")
         self.weights = None if w is None else np.asarray(w, dtype=float) / float(np.sum(w))
-        # back-pressure: calls wait here by class until a replica takes them
-        self.buffers: dict[str, deque] = {}
 
     def route(self, t: int) -> _Replica:
         reps = self.replicas
@@ -258,13 +274,12 @@ class _Stream:
 
 
 class _Job:
-    __slots__ = ("id", "type", "arrival", "calls", "finish", "writers", "own")
+    __slots__ = ("id", "type", "arrival", "finish", "writers", "own")
 
     def __init__(self, id: int, type: int, arrival: int, own: int = 0):
         self.id = id
         self.type = type
         self.arrival = arrival
-        self.calls = 0
         self.finish = -1
         self.own = own  # the key its writers derive from (prefix caching)
         self.writers = 0
@@ -315,7 +330,7 @@ class NetworkStats:
     job_type: array
     job_arrival: array
     job_finish: array
-    job_calls: array
+    job_calls: array  # calls each job has made (delivered) so far, finished or not
     job_type_names: list[str]
     # per replica
     replicas: list[dict] = field(default_factory=list)
@@ -323,20 +338,37 @@ class NetworkStats:
     steps: int = 0
 
 
+def _replayed(law, block, start: int) -> np.ndarray:
+    """A block of lengths as int64; a `replay:` law's continue the file's rows from `start`
+    (the law reads rows 0, 1, ... for every block it is asked for, draws no random numbers,
+    and a network draws 4,096 lengths at a time: each block would replay the file's first
+    rows again)."""
+    if isinstance(law, Empirical) and law.sequential and start:
+        values = law.values()
+        return values[(start + np.arange(len(block), dtype=np.int64)) % values.shape[0]]
+    return np.asarray(block, dtype=np.int64)
+
+
 class _LengthStream:
     """Lengths of one call node, drawn in blocks."""
 
-    __slots__ = ("call", "rng", "prompts", "outputs", "pos")
+    __slots__ = ("call", "rng", "prompts", "outputs", "pos", "drawn")
 
     def __init__(self, call: Call, rng: np.random.Generator):
         self.call = call
         self.rng = rng
         self.pos = _BLOCK
+        self.drawn = 0  # lengths drawn so far (blocks before the current one)
 
     def next(self) -> tuple[int, int]:
         if self.pos >= _BLOCK:
-            self.prompts = np.asarray(self.call.prompt.sample(self.rng, _BLOCK), dtype=np.int64).tolist()
-            self.outputs = np.asarray(self.call.output.sample(self.rng, _BLOCK), dtype=np.int64).tolist()
+            # `sample_pair`, as one server's workload does: a prompt and an output law on the
+            # same file (sharegpt, arxiv) read the same rows, which keeps each row's pair and
+            # the file's correlation; other laws are drawn one after the other from `rng`
+            prompts, outputs = sample_pair(self.call.prompt, self.call.output, self.rng, self.rng, _BLOCK)
+            self.prompts = _replayed(self.call.prompt, prompts, self.drawn).tolist()
+            self.outputs = _replayed(self.call.output, outputs, self.drawn).tolist()
+            self.drawn += _BLOCK
             self.pos = 0
         i = self.pos
         self.pos += 1
@@ -360,6 +392,13 @@ class _DelayStream:
             self.pos = 0
         self.pos += 1
         return self.values[self.pos - 1]
+
+
+def check_flag(name: str, value) -> None:
+    """A true/false option must be a bool: `fast="no"` is a truthy string, and was taken as
+    true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
 
 
 def successors(spec: NetworkSpec) -> dict[str, set]:
@@ -410,6 +449,7 @@ def run_network(
 ) -> NetworkStats:
     """Run the jobs of `spec` through its servers; returns per-call, per-job and per-replica
     measurements."""
+    check_flag("fast", fast)
     check_seconds("max_time_s", max_time_s)
     check_seconds("sample_interval_s", sample_interval_s)
     max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
@@ -541,7 +581,9 @@ def run_network(
         c_pre.append(0)
         c_class.append(call.cls)
         c_server.append(server)
-        thread.job.calls += 1
+        # counted at delivery, not when the job finishes: a job still in the network when
+        # max_time_s stops the run has made these calls too (calls.csv lists them)
+        j_calls[job.id] += 1
         threads[cid] = (thread, new)
         push(t, _DELIVER, pools[server], r)
 
@@ -597,7 +639,6 @@ def run_network(
             job = thread.job
             job.finish = t
             j_fin[job.id] = t
-            j_calls[job.id] = job.calls
             return
         parent.context += thread.added
         parent.added += thread.added
@@ -633,42 +674,45 @@ def run_network(
 
     backpressure = spec.control == "backpressure"
     succ = successors(spec)
-    queued: dict[tuple[str, str], int] = {}  # (server, class) -> calls buffered
+    queued: dict[tuple[int, str], int] = {}  # (replica's order, class) -> calls in its buffer
     class_work: dict[str, list[int]] = {}  # class -> [work of its calls so far, calls]
-    class_at = spec.class_servers()
+    # the replicas a class's calls can be routed to (a server of one replica: the server)
+    class_replicas = {
+        cls: [r.order for name in sorted(servers) for r in pools[name].replicas]
+        for cls, servers in spec.class_servers().items()
+    }
 
-    def weight(server: str, cls: str) -> float:
-        """Max-pressure's weight: this class's queued calls here minus the largest queue of
-        calls it feeds next, times the class's service rate (calls per token of work), so a
-        short call that feeds another server counts as much as the work it unblocks."""
+    def weight(rep: _Replica, cls: str) -> float:
+        """Max-pressure's weight: this class's queued calls at this replica minus the largest
+        queue (at any replica) of calls it feeds next, times the class's service rate (calls
+        per token of work), so a short call that feeds another server counts as much as the
+        work it unblocks."""
         down = 0
         for nxt in succ[cls]:
-            for other in class_at[nxt]:
+            for other in class_replicas[nxt]:
                 q = queued.get((other, nxt), 0)
                 if q > down:
                     down = q
         total, calls = class_work[cls]
-        return (queued.get((server, cls), 0) - down) * calls / total
+        return (queued.get((rep.order, cls), 0) - down) * calls / total
 
     def release(rep: _Replica, t: int) -> None:
-        """Hand the replica the queued calls of the class of largest weight, about one
+        """Hand the replica the calls of its buffer's class of largest weight, about one
         step's budget of prompt tokens, when it has nothing waiting."""
         sim = rep.sim
         if sim.state.waiting:
             return
-        pool = rep.pool
-        cls = max(sorted(pool.buffers), key=lambda c: weight(pool.name, c))
-        buf = pool.buffers[cls]
+        cls = max(sorted(rep.buffers), key=lambda c: weight(rep, c))
+        buf = rep.buffers[cls]
         budget = sim.state.b_max
         while buf and budget > 0:
             r = buf.popleft()
             budget -= r.prompt
-            c_rep[r.id] = rep_index[id(rep)]
+            rep.buffered_work -= ServerState.work(r)
             sim.add(r)
-            rep.calls += 1
         if not buf:
-            del pool.buffers[cls]
-        queued[(pool.name, cls)] = len(buf)
+            del rep.buffers[cls]
+        queued[(rep.order, cls)] = len(buf)
 
     # job arrivals enter the queue one at a time (the next one when this one is taken), so the
     # queue holds what is in flight, not the whole workload
@@ -709,9 +753,9 @@ def run_network(
             if sim.busy_until >= 0:
                 continue
             limit = max_time
-            if backpressure and rep.pool.buffers:
+            if backpressure and rep.buffers:
                 release(rep, t)
-                if rep.pool.buffers:
+                if rep.buffers:
                     limit = t + 1  # decide again at the next step boundary
             if sim.is_idle():
                 continue
@@ -721,25 +765,28 @@ def run_network(
             rep.version += 1
             push(end, _END, rep, rep.version, rep.order)
         elif kind == _DELIVER and backpressure:
-            pool = a
+            # the server's router picks the replica, as without control; the call waits in
+            # that replica's buffer until max-pressure has the replica take its class
+            rep = a.route(t)
+            c_rep[b.id] = rep_index[id(rep)]
+            rep.calls += 1
+            rep.buffered_work += ServerState.work(b)
             cls = b.tag
-            buf = pool.buffers.setdefault(cls, deque())
+            buf = rep.buffers.setdefault(cls, deque())
             buf.append(b)
-            work = b.prompt + b.output - 1
-            queued[(pool.name, cls)] = len(buf)
+            queued[(rep.order, cls)] = len(buf)
             seen = class_work.setdefault(cls, [0, 0])
-            seen[0] += work
+            seen[0] += b.prompt + b.output - 1
             seen[1] += 1
-            for rep in pool.replicas:  # a step boundary decides what runs next
-                sim = rep.sim
-                if sim.busy_until > t:
-                    rep.version += 1
-                    push(sim.truncate(t), _END, rep, rep.version, rep.order)
-                elif sim.busy_until < 0 and not rep.planned:
-                    if sim.now < t:
-                        sim.idle_until(t)
-                    rep.planned = True
-                    push(t, _PLAN, rep, None, rep.order)
+            sim = rep.sim  # a step boundary decides what runs next
+            if sim.busy_until > t:
+                rep.version += 1
+                push(sim.truncate(t), _END, rep, rep.version, rep.order)
+            elif sim.busy_until < 0 and not rep.planned:
+                if sim.now < t:
+                    sim.idle_until(t)
+                rep.planned = True
+                push(t, _PLAN, rep, None, rep.order)
         elif kind == _DELIVER:
             rep = a.route(t)
             sim = rep.sim

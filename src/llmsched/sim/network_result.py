@@ -7,7 +7,9 @@ a stability verdict per replica, per server and for the whole network, and the f
   verdict; with prefix caching its `prefix_cache` hits and evictions, per replica and
   summed) and the network's verdict (and `prefix_cache` over every caching server);
 - `config.json`: the network as parsed (reproduces the run);
-- `jobs.csv`: one row per job: `job,type,arrival_s,finish_s,latency_s,calls,finished`;
+- `jobs.csv`: one row per job: `job,type,arrival_s,finish_s,latency_s,calls,finished`
+  (`calls`: the calls the job has made, its rows in calls.csv, also for a job still
+  unfinished when max_time_s stopped the run);
 - `calls.csv`: one row per LLM call: `call,job,class,server,replica,arrival_s,prompt_tokens,
   output_tokens,queue_s,ttft_s,e2e_s,preemptions,finished`;
 - `servers/<replica>/`: the single-server files of each replica (summary.json,
@@ -33,7 +35,7 @@ from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
 from ..theory.network import traffic
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
-from .network import NetworkStats, run_network
+from .network import NetworkStats, check_flag, run_network
 from .result import SimResult, clear_other_run
 from .simulator import RunStats
 
@@ -86,6 +88,13 @@ def _combine(verdicts: list) -> str:
     return INCONCLUSIVE
 
 
+def _last_arrival_s(job_arrival_ns: np.ndarray) -> float:
+    """When the last job arrived (seconds), the end of the window the verdicts judge; -inf
+    when none did (a max_time_s before the first arrival): no sample is judged, the
+    verdicts are inconclusive."""
+    return float(job_arrival_ns.max()) / NS if len(job_arrival_ns) else -np.inf
+
+
 def _step_count(t_events: np.ndarray, w_events: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """Sum of the `w_events` at times <= each grid time."""
     if len(t_events) == 0:
@@ -110,7 +119,8 @@ def network_backlog(result) -> dict:
     the network's work while jobs arrive, with the threshold at
     2% of the bottleneck's capacity (an overloaded bottleneck at load rho adds
     (rho - 1) times its capacity a second, as one server would). Returns {"time_s", "servers": {name: array}, "network":
-    array, "verdict": {...}}."""
+    array, "verdict": {...}, "arrival_end_s"} (`arrival_end_s`: the last job's arrival, None
+    when no job arrived before max_time_s; the verdict is then inconclusive)."""
     st = result.stats
     reps = result.replicas()
     series = [r.timeseries for r in reps]
@@ -138,7 +148,7 @@ def network_backlog(result) -> dict:
                 np.concatenate([call_at[sel], start[sel]]), np.concatenate([work[sel], -work[sel]]), grid
             )
     total = sum(servers.values()) + pending
-    last = float(_a(st.job_arrival).max()) / NS
+    last = _last_arrival_s(_a(st.job_arrival))
     keep = grid <= last
     cap = result.traffic.server(result.traffic.bottleneck).capacity if result.traffic is not None else None
     try:
@@ -154,7 +164,13 @@ def network_backlog(result) -> dict:
         }
     except ConfigError as e:
         verdict = {"verdict": INCONCLUSIVE, "stable": None, "reason": f"too short: {e}"}
-    return {"time_s": grid, "servers": servers, "network": total, "verdict": verdict, "arrival_end_s": last}
+    return {
+        "time_s": grid,
+        "servers": servers,
+        "network": total,
+        "verdict": verdict,
+        "arrival_end_s": last if np.isfinite(last) else None,
+    }
 
 
 class NetworkResult:
@@ -233,7 +249,7 @@ class NetworkResult:
         cap = load.replica_token_capacity if load is not None else None
         ts = res.timeseries
         t, w = ts["time_s"], ts["backlog_tokens"]
-        last = float(self.job_arrival_ns.max()) / NS
+        last = _last_arrival_s(self.job_arrival_ns)
         keep = t <= last  # judge while jobs arrive, not while the queues drain
         try:
             v = stability_verdict(t[keep], w[keep], capacity=cap if cap and cap > 0 else None)
@@ -259,7 +275,7 @@ class NetworkResult:
         arr, fin = self.job_arrival_ns, self.job_finish_ns
         done = fin >= 0
         lat = (fin - arr)[done]
-        start = float(arr.min()) / NS
+        start = float(arr.min()) / NS if len(arr) else 0.0  # no job arrived before max_time_s
         end = float(fin[done].max()) / NS if done.any() else start
         duration = max(end - start, 1e-12)
         types = _a(st.job_type)
@@ -471,15 +487,14 @@ def simulate_network(
     the file's."""
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
+    check_flag("fast", fast)
     spec = load_network(network)
     if scale is not None:
         if not (isinstance(scale, (int, float)) and scale > 0):
             raise ConfigError(f"scale must be a positive number, got {scale!r}")
         spec = spec.scaled(scale)
-    if num_jobs is not None:
-        spec.num_jobs = num_jobs
-    if seed is not None:
-        spec.seed = seed
+    if num_jobs is not None or seed is not None:
+        spec = spec.with_run(num_jobs=num_jobs, seed=seed)  # checked; the caller's spec unchanged
     if spec.num_jobs is None and spec.duration_s is None:
         raise ConfigError("give num_jobs or duration_s to stop the job arrivals")
     t0 = time.perf_counter()

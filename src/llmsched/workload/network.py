@@ -536,9 +536,11 @@ class NetworkSpec:
     traffic equations; a simulation needs one). Construction validates everything and
     assigns default class names to calls without one (`Call.cls` is set in place).
     `control`: "none" (each server serves its calls by its own policy and priority
-    list), or "backpressure" (max-pressure: at each step boundary a server takes new work
-    from the class whose queued calls exceed those of the class it feeds by the most,
-    weighed by its service rate in calls per token of work)."""
+    list), or "backpressure" (max-pressure: each server's router picks a call's replica on
+    delivery, the call waits in that replica's buffer for its class, and at each step
+    boundary a replica takes new work from the class whose buffered calls exceed the
+    largest buffer of a class it feeds by the most, weighed by its service rate in calls
+    per token of work)."""
 
     servers: dict
     jobs: list
@@ -556,6 +558,8 @@ class NetworkSpec:
         import yaml
 
         p = Path(path)
+        if p.is_dir():  # "does not exist" would send the user looking for a missing path
+            raise ConfigError(f"network file {str(path)!r} is a folder, not a file: give the network's YAML file")
         if not p.is_file():
             raise ConfigError(f"network file {str(path)!r} does not exist")
         try:
@@ -776,6 +780,15 @@ class NetworkSpec:
             seed=self.seed,
             control=self.control,
         )
+
+    def with_run(self, *, num_jobs=None, seed=None) -> NetworkSpec:
+        """A copy that simulates `num_jobs` jobs and uses `seed` (None: keep this spec's),
+        checked as the file's are, with one-line errors naming the argument (numpy would
+        raise its own errors on a negative or fractional count or seed). This spec is not
+        changed; routes and servers are shared (treat specs as read-only)."""
+        n = self.num_jobs if num_jobs is None else _whole(num_jobs, "", "num_jobs")
+        s = self.seed if seed is None else _whole(seed, "", "seed", minimum=0)
+        return replace(self, servers=dict(self.servers), jobs=list(self.jobs), num_jobs=n, seed=s)
 
     def to_dict(self) -> dict:
         """The YAML form (from_dict(to_dict()) gives an equal network)."""

@@ -1,0 +1,232 @@
+"""Network runs: the workload a network's calls draw, the inputs `simulate_network` refuses,
+runs stopped by `max_time_s`, back-pressure with routers, and the files' consistency."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import TRACES
+
+from llmsched.analysis import reproduce_networks as rn
+from llmsched.cli import main
+from llmsched.core import ConfigError
+from llmsched.sim.network import run_network
+from llmsched.sim.network_result import network_backlog, simulate_network
+from llmsched.theory.network import traffic
+from llmsched.workload import WorkloadSpec, make_trace, parse_length_law
+from llmsched.workload.network import NetworkSpec
+
+ARXIV = TRACES / "arxiv_lengths" / "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"
+
+
+def _a(col):
+    return np.frombuffer(col, dtype=np.int64) if len(col) else np.zeros(0, dtype=np.int64)
+
+
+def _cluster(prompt: str, output: str, num_jobs: int, **server) -> NetworkSpec:
+    srv = {"policy": "sarathi", "b_max": 512, "cost_model": "paper", "replicas": 2, "router": "jsq", **server}
+    return NetworkSpec.from_dict(
+        {
+            "servers": {"s": srv},
+            "jobs": {
+                "A": {
+                    "arrival": {"process": "poisson", "rate": 0.5},
+                    "route": [{"call": {"server": "s", "prompt": prompt, "output": output}}],
+                }
+            },
+            "num_jobs": num_jobs,
+        }
+    )
+
+
+def test_a_call_on_one_dataset_draws_prompt_and_output_from_the_same_row():
+    # the README: prompt and output are "sampled jointly when prompt and output come from the
+    # same file"; a network's calls drew them independently (22 of 2,000 pairs existed)
+    rows = np.loadtxt(ARXIV, delimiter=",", skiprows=1, usecols=(0, 1))
+    prompts, outputs = np.maximum(rows[:, 0], 1).astype(int), np.maximum(rows[:, 1], 1).astype(int)
+    pairs = set(zip(prompts.tolist(), outputs.tolist()))
+    st = run_network(_cluster("arxiv", "arxiv", 3000))
+    p, o = _a(st.call_prompt), _a(st.call_output)
+    assert len(p) == 3000
+    assert all(pair in pairs for pair in zip(p.tolist(), o.tolist()))
+    one = make_trace(WorkloadSpec(arrival="poisson", rate=1, num_requests=3000, prompt="arxiv", output="arxiv"))
+    file_corr = np.corrcoef(prompts, outputs)[0, 1]  # about -0.46
+    one_corr = np.corrcoef(one.prompt, one.output)[0, 1]
+    net_corr = np.corrcoef(p, o)[0, 1]
+    assert file_corr < -0.3 and one_corr < -0.3 and net_corr < -0.3
+    assert abs(net_corr - file_corr) < 0.1
+
+
+TANDEM = "examples/networks/tandem.yaml"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_jobs": -1}, "num_jobs must be a whole number >= 1, got -1"),
+        ({"num_jobs": 1.5}, "num_jobs must be a whole number >= 1, got 1.5"),
+        ({"num_jobs": "many"}, "num_jobs must be a whole number >= 1, got 'many'"),
+        ({"num_jobs": True}, "num_jobs must be a whole number >= 1, got True"),
+        ({"seed": -1}, "seed must be a whole number >= 0, got -1"),
+        ({"seed": 1.5}, "seed must be a whole number >= 0, got 1.5"),
+        ({"seed": "x"}, "seed must be a whole number >= 0, got 'x'"),
+        ({"fast": "no"}, "fast must be true or false, got 'no'"),
+        ({"fast": 0}, "fast must be true or false, got 0"),
+    ],
+)
+def test_simulate_network_refuses_bad_run_options_in_one_line(options, message):
+    # numpy raised its own ValueError / TypeError on these; fast="no" ran the fast path
+    with pytest.raises(ConfigError) as err:
+        simulate_network(TANDEM, **{"num_jobs": 20, **options})
+    assert str(err.value) == message
+
+
+def test_run_options_that_are_whole_numbers_in_another_type_are_taken():
+    # as the file's num_jobs and seed are (and one server's seed): "100" and 3.0 are whole numbers
+    res = simulate_network(TANDEM, num_jobs="30", seed=3.0)
+    assert res.summary["num_jobs"] == 30 and res.config["seed"] == 3
+
+
+def test_simulate_network_leaves_the_callers_spec_unchanged():
+    spec = NetworkSpec.from_yaml(TANDEM)
+    res = simulate_network(spec, num_jobs=25, seed=4)
+    assert (spec.num_jobs, spec.seed) == (20000, 0)
+    assert (res.summary["num_jobs"], res.config["seed"]) == (25, 4)
+
+
+def _no_nan(text: str):
+    """json.loads that fails on NaN / Infinity (JSON has neither)."""
+
+    def refuse(name):
+        raise AssertionError(f"{name} in a summary")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    "network",
+    [
+        TANDEM,
+        _cluster("geometric:100", "geometric:20", 50),
+        {**_cluster("geometric:100", "geometric:20", 50).to_dict(), "control": "backpressure"},
+    ],
+    ids=["tandem", "cluster", "backpressure"],
+)
+def test_a_run_stopped_before_the_first_job_arrives_writes_an_empty_result(network, tmp_path):
+    # it raised numpy's "zero-size array to reduction operation minimum"; one server writes a
+    # summary with nothing completed, and so does a network now
+    first = simulate_network(network, num_jobs=50).job_arrival_ns.min() / 1e9
+    stop = first / 2
+    res = simulate_network(network, num_jobs=50, max_time_s=stop, out_dir=tmp_path)
+    s = _no_nan((tmp_path / "summary.json").read_text())
+    assert (s["num_jobs"], s["completed_jobs"], s["unfinished_jobs"], s["num_calls"], s["steps"]) == (0, 0, 0, 0, 0)
+    assert s["job_throughput"] == 0.0 and s["mean_job_latency_ms"] is None
+    assert s["verdict"] == "inconclusive" and s["network_work_verdict"]["verdict"] == "inconclusive"
+    for srv in s["servers"].values():
+        assert (srv["calls"], srv["completed_calls"]) == (0, 0)
+    assert (tmp_path / "jobs.csv").read_text().count("\n") == 1  # the header only
+    assert (tmp_path / "calls.csv").read_text().count("\n") == 1
+    for rep in res.stats.replicas:
+        folder = tmp_path / "servers" / rep["name"]
+        assert _no_nan((folder / "summary.json").read_text())["completed"] == 0
+        assert (folder / "requests.csv").is_file() and (folder / "timeseries.csv").is_file()
+    assert network_backlog(res)["arrival_end_s"] is None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--network", TANDEM, "--max-time", "0.2"],
+        ["--replicas", "2", "--cost-model", "paper", "--max-time", "0.01"],
+    ],
+)
+def test_the_command_line_writes_a_run_stopped_before_the_first_arrival(args, tmp_path, capsys):
+    assert main(["simulate", *args, "--out", str(tmp_path), "--quiet"]) == 0
+    s = _no_nan((tmp_path / "summary.json").read_text())
+    assert (s["num_jobs"], s["completed_jobs"]) == (0, 0)
+
+
+def _backpressure_pool(router: str, **options) -> NetworkSpec:
+    d = _cluster("geometric:100", "geometric:50", 3000, replicas=3, router=router, **options).to_dict()
+    d["control"] = "backpressure"
+    d["jobs"]["A"]["arrival"]["rate"] = 1.0
+    return NetworkSpec.from_dict(d)
+
+
+def test_backpressure_routes_by_the_servers_router_and_weights():
+    # back-pressure buffered calls at the pool and let any free replica take them: the
+    # weight-0 replica got a third of the calls, while `capacity` counted the weights
+    spec = _backpressure_pool("random", router_options={"weights": [1, 0, 2]})
+    st = run_network(spec)
+    counts = np.bincount(_a(st.call_replica), minlength=3)
+    assert counts.sum() == 3000 and counts[1] == 0
+    share = counts.max() / counts.sum()
+    assert abs(share - 2 / 3) < 0.03
+    assert traffic(spec).server("s").busiest_replica_share == 2 / 3  # what the capacity report uses
+    assert (_a(st.call_e2e) >= 0).all()  # every call still ran
+
+
+def test_backpressure_round_robin_deals_the_calls_in_turn():
+    st = run_network(_backpressure_pool("round-robin"))
+    assert (_a(st.call_replica) == np.arange(3000) % 3).all()
+
+
+def test_jobs_csv_counts_the_calls_of_unfinished_jobs_as_calls_csv_lists_them(tmp_path):
+    # `calls` was set when a job finished only: 30 of 54 jobs of this run said 0
+    simulate_network(TANDEM, num_jobs=300, max_time_s=20, out_dir=tmp_path)
+    jobs = np.genfromtxt(tmp_path / "jobs.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
+    calls = np.genfromtxt(tmp_path / "calls.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
+    listed = np.bincount(calls["job"], minlength=len(jobs))
+    assert (jobs["calls"] == listed).all()
+    unfinished = jobs["finished"] == 0
+    assert unfinished.sum() > 10 and (jobs["calls"][unfinished] > 0).all()
+
+
+@pytest.mark.parametrize("experiment", ["clusters", "agents", "rybko-stolyar"])
+def test_reproduce_refuses_a_repeated_seed_before_running(experiment, tmp_path, capsys):
+    # --seeds 0,0 ran every cell twice: duplicate rows in table.csv
+    out = tmp_path / "out"
+    assert main(["reproduce", experiment, "--quick", "--seeds", "0,0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("seed 0 is given twice: each seed runs every cell once, list it once")
+    assert len(err.splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("seeds", "message"), [([1, 2, 1], "seed 1 is given twice"), ([-1], "got -1"), ([0.5], "got 0.5")]
+)
+def test_reproduce_functions_refuse_bad_seeds(seeds, message, tmp_path):
+    with pytest.raises(ConfigError, match=message):
+        rn.reproduce_rybko_stolyar(out_dir=tmp_path, quick=True, seeds=seeds)
+
+
+def test_a_folder_given_as_the_network_file_is_called_a_folder(tmp_path, capsys):
+    with pytest.raises(ConfigError) as err:
+        NetworkSpec.from_yaml(tmp_path)
+    assert str(err.value) == f"network file {str(tmp_path)!r} is a folder, not a file: give the network's YAML file"
+    assert main(["capacity", "--network", str(tmp_path)]) == 2
+    assert "is a folder, not a file" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="does not exist"):  # a missing path still says so
+        NetworkSpec.from_yaml(tmp_path / "missing.yaml")
+
+
+def test_a_replay_law_reads_the_files_rows_in_order_past_the_first_block():
+    # the network draws lengths 4,096 at a time; a replay law restarted at row 0 each block
+    values = parse_length_law("replay:sharegpt", "prompt").values()
+    d = {
+        "servers": {"s": {"cost_model": "const:1"}},
+        "jobs": {
+            "A": {
+                "arrival": {"process": "poisson", "rate": 0.01},
+                "route": [{"call": {"server": "s", "prompt": "replay:sharegpt", "output": "replay:sharegpt"}}],
+            }
+        },
+        "num_jobs": 9000,
+    }
+    st = run_network(NetworkSpec.from_dict(d))
+    rows = np.arange(9000) % len(values)
+    assert (_a(st.call_prompt) == values[rows]).all()
+    outputs = parse_length_law("replay:sharegpt", "output").values()
+    assert (_a(st.call_output) == outputs[rows]).all()
