@@ -30,3 +30,27 @@ def test_non_work_conserving_unstable_where_sarathi_is_stable():
     ft = simulate(policy="fastertransformer", rate=0.6 * LAM, seed=0, **KW).summary
     assert sar["stable"] is True
     assert ft["stable"] is False and ft["backlog_growth_tokens_per_s"] > 0.1 * sar["token_capacity"]
+
+
+def test_a_short_run_of_a_stable_queue_is_not_called_unstable():
+    """Seed 20 of this 44%-load workload grows 123 tokens/s over its judged 49 s (interval
+    wholly above the threshold of 67): before the short-window guard it was called unstable."""
+    from llmsched.api import simulate
+
+    kw = dict(cost_model="paper", rate=3, prompt="geometric:300", output="geometric:200", seed=20)
+    s = simulate(num_requests=300, **kw).summary
+    assert s["utilisation"] < 0.5
+    lo, hi = s["backlog_growth_ci"]
+    assert lo > s["verdict_threshold_tokens_per_s"]  # the interval alone would call it unstable
+    assert s["verdict"] == "inconclusive" and s["stable"] is None and not s["verdict_conclusive"]
+    assert s["verdict_reason"].startswith("too short to call unstable")
+    # run longer and the same queue is judged stable
+    assert simulate(num_requests=3000, **kw).summary["verdict"] == "stable"
+
+
+def test_a_short_run_of_a_strongly_overloaded_queue_is_still_unstable():
+    from llmsched.api import simulate
+
+    s = simulate(cost_model="paper", rate=30, prompt="geometric:200", output="geometric:101", num_requests=600).summary
+    assert s["utilisation"] > 2
+    assert s["verdict"] == "unstable" and s["stable"] is False
