@@ -277,12 +277,12 @@ def test_help_is_laid_out_as_argparse_does(monkeypatch, columns):
     assert text == ours.format_help()
 
 
-def test_a_simulate_run_imports_no_shutil():
+def test_a_simulate_run_imports_no_shutil(tmp_path):
     code = (
         "import sys; from llmsched.cli import main; "
-        "main(['simulate', '--num-requests', '20', '--quiet', '--out', '']); print('shutil' in sys.modules)"
+        "main(['simulate', '--num-requests', '20', '--quiet', '--out', sys.argv[1]]); print('shutil' in sys.modules)"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False"]
 

@@ -54,6 +54,10 @@ def test_the_checks(tmp_path):
         check_out_file(d / "new" / "x.json")
     with pytest.raises(ConfigError, match="is a file, not a folder"):
         check_out_file(f / "x.json", make_parents=True)
+    if os.path.isdir("/proc"):  # not writable even by root (os.access says it is)
+        with pytest.raises(ConfigError, match="cannot write in /proc"):
+            check_out_dir("/proc/llmsched-out")
+    assert not any(p.name.startswith(".llmsched-probe") for p in d.iterdir())  # the probe is gone
     if os.geteuid() != 0:  # root may write anywhere
         ro = tmp_path / "ro"
         ro.mkdir()

@@ -183,3 +183,30 @@ def test_a_cluster_takes_the_run_options_of_its_config(tmp_path, capsys):
             last[k] = max(float(r["arrival_s"]) for r in csv.DictReader(f))
     assert last[2] == pytest.approx(last[1] / 2, rel=1e-6)  # twice as fast
     one_line_error(capsys, ["simulate", *RUN, "--replicas", "2", "--slo", "ttft_ms=100"], "slo", "one server")
+
+
+def test_a_resumed_sweep_reruns_a_point_whose_trace_changed(tmp_path):
+    import csv
+
+    trace, out = tmp_path / "t.csv", tmp_path / "sw"
+    argv = ["sweep", "--trace", str(trace), "--cost-model", "paper", "--grid", "seed=0", "--out", str(out), "--quiet"]
+    for prompt in (100, 5000):
+        trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{t},{prompt},5\n" for t in (0, 0.5, 1)))
+        assert main(argv) == 0
+        with open(out / "results.csv") as f:
+            assert [int(float(r["total_input_tokens"])) for r in csv.DictReader(f)] == [3 * prompt]
+
+
+def test_a_sweep_with_failed_points_exits_1(tmp_path, capsys):
+    argv = ["sweep", "--cost-model", "paper", "--num-requests", "50", "--grid", "kv_capacity=10,100000"]
+    assert main([*argv, "--out", str(tmp_path / "sw"), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "1 of 2 points failed" in err and "KV capacity is 10" in err
+    assert (tmp_path / "sw" / "results.csv").is_file()  # the rest is kept
+
+
+def test_search_options_need_the_search(capsys):
+    base = ["sweep", *RUN[:4], "--grid", "rate=1"]
+    one_line_error(capsys, [*base, "--tol", "0.1"], "--tol is an option of --search")
+    one_line_error(capsys, [*base, "--search-hi", "2"], "--search-hi is an option of --search")
+    one_line_error(capsys, [*base, "--address", "1.2.3.4:6379"], "--backend ray")

@@ -63,6 +63,13 @@ def run_name(rows: list[dict], skip: Sequence[str] = ()) -> str:
     return ", ".join(parts)
 
 
+def _legend(ax) -> None:
+    """A legend, if anything drawn has a label (a sweep whose points all failed has none,
+    and matplotlib would warn)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
 def _wrap(text: str, width: int) -> str:
     import textwrap  # noqa: PLC0415
 
@@ -216,7 +223,7 @@ def plot_sweep(
         ax.set_ylabel("served tokens/s (prompt + output)")
         ax.set_title(_wrap(f"Throughput vs offered load: {name}" if name else "Throughput vs offered load", 70))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _legend(ax)
         files.append(save_figure(fig, out / "throughput.png"))
 
         fig, axes = new_figure(2)
@@ -235,7 +242,7 @@ def plot_sweep(
             ax.set_ylabel(f"{title} (ms)")
             ax.set_title(f"{title} ({what}) vs offered load", fontsize=10)
             ax.grid(alpha=0.3, which="both")
-        axes[0].legend(fontsize=7)
+        _legend(axes[0])
         if name:
             fig.suptitle(_wrap(f"Latency vs offered load: {name}", 110), fontsize=10)
         files.append(save_figure(fig, out / "latency.png"))

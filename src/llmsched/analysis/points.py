@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from functools import lru_cache
 
@@ -73,10 +74,40 @@ def resolve_point(config=None, fixed: dict | None = None, params: dict | None = 
     return cfg
 
 
+def _strings(obj):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _strings(v)
+
+
+def file_stamps(d: dict) -> list:
+    """(path, size, modification time) of every file a configuration names (a trace,
+    `empirical:PATH[:COL]`, `profile:PATH`): a point's result depends on their contents."""
+    stamps = set()
+    for s in _strings(d):
+        rest = s.split(":", 1)[1] if ":" in s else s
+        for cand in {s, rest, rest.rsplit(":", 1)[0]}:
+            if cand and os.path.isfile(cand):
+                st = os.stat(cand)
+                stamps.add((os.path.abspath(cand), st.st_size, st.st_mtime_ns))
+    return sorted(stamps)
+
+
 def point_key(cfg) -> str:
-    """Hash of a point's full configuration (what its result depends on)."""
+    """Hash of a point's full configuration (what its result depends on), and of the size
+    and modification time of the files it names: a resumed sweep reruns a point whose
+    trace or length file changed."""
     d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
-    text = json.dumps({"v": KEY_VERSION, "config": d}, sort_keys=True, default=str)
+    key = {"v": KEY_VERSION, "config": d}
+    files = file_stamps(d)
+    if files:  # (no key changes for configurations without files)
+        key["files"] = files
+    text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 

@@ -175,7 +175,15 @@ def run_sweep(
 
 
 # what a sweep may write beside results.csv (the points/ store is kept: it resumes a sweep)
-SWEEP_OUTPUTS = ("results.parquet", "search.csv", "search.json", "throughput.png", "latency.png", "max_stable_rate.png")
+SWEEP_OUTPUTS = (
+    "results.parquet",
+    "search.csv",
+    "search.parquet",
+    "search.json",
+    "throughput.png",
+    "latency.png",
+    "max_stable_rate.png",
+)
 
 
 def _remove_stale(out_dir, written: list[str]) -> None:

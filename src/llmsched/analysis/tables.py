@@ -125,8 +125,9 @@ def write_table(rows: list[dict], out_dir, name: str = "results") -> list[str]:
 
 
 def write_search(search: list[dict], out_dir) -> list[str]:
-    """`search.csv` and `search.json`: one row per group of a rate search."""
+    """`search.csv` (and, with pyarrow, `search.parquet`) and `search.json`: one row per
+    group of a rate search."""
     out = Path(out_dir)
-    paths = write_table(search, out, "search")[:1]
+    paths = write_table(search, out, "search")
     atomic_write(out / "search.json", lambda p: p.write_text(json.dumps(search, indent=2, default=str)))
     return paths + [str(out / "search.json")]

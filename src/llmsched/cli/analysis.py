@@ -274,6 +274,12 @@ def cmd_sweep(args) -> int:
 
     if not args.grid and not args.search:
         raise ConfigError("give at least one --grid KEY=VALUES (or --search max-stable-rate)")
+    if not args.search:
+        for flag, v in (("--tol", args.tol), ("--search-hi", args.search_hi)):
+            if v is not None:
+                raise ConfigError(f"{flag} is an option of --search max-stable-rate")
+    if args.backend != "ray" and args.address:
+        raise ConfigError("--address is a Ray cluster's: give --backend ray")
     fixed = sim_overrides(args)
     res = run_sweep(
         args.config,
@@ -284,8 +290,8 @@ def cmd_sweep(args) -> int:
         address=args.address,
         search=args.search,
         slo=args.slo,
-        tol=args.tol,
-        search_hi=args.search_hi,
+        tol=0.02 if args.tol is None else args.tol,
+        search_hi=1.25 if args.search_hi is None else args.search_hi,
         plots=not args.no_plots,
         progress=False if args.quiet else args.progress,
         **fixed,
@@ -307,9 +313,9 @@ def cmd_sweep(args) -> int:
                 indent=2,
             )
         )
-        return 0
+        return _sweep_status(res)
     if args.quiet:
-        return 0
+        return _sweep_status(res)
     if res.search is not None:
         cols = [
             (k, k, "s")
@@ -350,7 +356,21 @@ def cmd_sweep(args) -> int:
     )
     if res.files:
         print(f"written to {args.out}/: " + ", ".join(os.path.basename(f) for f in res.files))
-    return 0
+    return _sweep_status(res)
+
+
+def _sweep_status(res) -> int:
+    """1, with one line on stderr, when points failed: the table and files hold the rest,
+    but a failed point is no result (a search over failed probes reads them as unstable)."""
+    if not res.errors:
+        return 0
+    first = next((r["error"] for r in res.rows if r.get("error")), "")
+    print(
+        f"llmsched sweep: error: {res.errors} of {len(res.rows)} points failed (the error column of results.csv); "
+        f"the first: {first}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -664,13 +684,13 @@ def register(sub) -> None:
     g.add_argument(
         "--tol",
         type=_tolerance,
-        default=0.02,
+        default=None,
         help=f"search tolerance, fraction of lambda* (default 0.02; {MIN_TOL:g} to < 1)",
     )
     g.add_argument(
         "--search-hi",
         type=_search_hi,
-        default=1.25,
+        default=None,
         help=f"upper end of the search, in lambda* (default 1.25; at most {MAX_SEARCH_HI:g})",
     )
     g.add_argument("--no-plots", action="store_true", help="do not draw figures")

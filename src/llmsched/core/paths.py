@@ -27,6 +27,14 @@ def _check_folder(given, folder: Path, what: str) -> None:
         raise ConfigError(f"{what} {str(given)!r}: {base} is a file, not a folder")
     if not os.access(base, os.W_OK | os.X_OK):
         raise ConfigError(f"{what} {str(given)!r}: {base} is not writable")
+    # os.access says yes to root everywhere (/sys, /proc): make and drop a file to be sure
+    # (not tempfile: it imports shutil, a start-up cost of every run)
+    probe = base / f".llmsched-probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, 0o600))
+    except OSError as e:
+        raise ConfigError(f"{what} {str(given)!r}: cannot write in {base} ({e.strerror})") from None
+    probe.unlink(missing_ok=True)
 
 
 # a file only one kind of run writes at the top of its folder
