@@ -43,7 +43,7 @@ from ..core.request import NS, Request, check_seconds
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
 from ..workload.blocks import INT_CONSTANTS
-from ..workload.lengths import Empirical, sample_pair
+from ..workload.lengths import sample_pair
 from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, ServerSpec
 from .server import ServerSim, SimulationStuck, TimeSeries
 
@@ -338,17 +338,6 @@ class NetworkStats:
     steps: int = 0
 
 
-def _replayed(law, block, start: int) -> np.ndarray:
-    """A block of lengths as int64; a `replay:` law's continue the file's rows from `start`
-    (the law reads rows 0, 1, ... for every block it is asked for, draws no random numbers,
-    and a network draws 4,096 lengths at a time: each block would replay the file's first
-    rows again)."""
-    if isinstance(law, Empirical) and law.sequential and start:
-        values = law.values()
-        return values[(start + np.arange(len(block), dtype=np.int64)) % values.shape[0]]
-    return np.asarray(block, dtype=np.int64)
-
-
 class _LengthStream:
     """Lengths of one call node, drawn in blocks."""
 
@@ -364,10 +353,12 @@ class _LengthStream:
         if self.pos >= _BLOCK:
             # `sample_pair`, as one server's workload does: a prompt and an output law on the
             # same file (sharegpt, arxiv) read the same rows, which keeps each row's pair and
-            # the file's correlation; other laws are drawn one after the other from `rng`
-            prompts, outputs = sample_pair(self.call.prompt, self.call.output, self.rng, self.rng, _BLOCK)
-            self.prompts = _replayed(self.call.prompt, prompts, self.drawn).tolist()
-            self.outputs = _replayed(self.call.output, outputs, self.drawn).tolist()
+            # the file's correlation; other laws are drawn one after the other from `rng`; a
+            # `replay:` law continues the file where the last block stopped
+            c = self.call
+            prompts, outputs = sample_pair(c.prompt, c.output, self.rng, self.rng, _BLOCK, self.drawn)
+            self.prompts = np.asarray(prompts, dtype=np.int64).tolist()
+            self.outputs = np.asarray(outputs, dtype=np.int64).tolist()
             self.drawn += _BLOCK
             self.pos = 0
         i = self.pos

@@ -273,14 +273,16 @@ class Empirical(LengthLaw):
             _EMPIRICAL_CACHE[key] = v
         return v
 
-    def indices(self, rng, n: int, size: int) -> np.ndarray:
+    def indices(self, rng, n: int, size: int, start: int = 0) -> np.ndarray:
+        """Rows of n draws; `start`: in file order, the draws already made (a caller drawing
+        in blocks continues the file instead of replaying its first rows)."""
         if self.sequential:
-            return np.arange(n, dtype=np.int64) % size
+            return (start + np.arange(n, dtype=np.int64)) % size
         return rng.integers(0, size, size=n, dtype=np.int64)
 
-    def sample(self, rng, n):
+    def sample(self, rng, n, start: int = 0):
         v = self.values()
-        return v[self.indices(rng, n, v.shape[0])]
+        return v[self.indices(rng, n, v.shape[0], start)]
 
     def expected(self):
         return float(self.values().mean())
@@ -293,10 +295,17 @@ class Empirical(LengthLaw):
 
 
 def sample_pair(
-    prompt: LengthLaw, output: LengthLaw, rng_prompt: np.random.Generator, rng_output: np.random.Generator, n: int
+    prompt: LengthLaw,
+    output: LengthLaw,
+    rng_prompt: np.random.Generator,
+    rng_output: np.random.Generator,
+    n: int,
+    start: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw n prompt and n output lengths. Two empirical laws on the same file (and mode)
-    read the same rows (joint sampling, from `rng_prompt`); otherwise independent."""
+    read the same rows (joint sampling, from `rng_prompt`); otherwise independent.
+    `start`: the draws made before, for a caller drawing in blocks (a `replay:` law
+    continues the file from there)."""
     if (
         isinstance(prompt, Empirical)
         and isinstance(output, Empirical)
@@ -304,9 +313,13 @@ def sample_pair(
         and prompt.path.resolve() == output.path.resolve()
     ):
         pv, ov = prompt.values(), output.values()
-        idx = prompt.indices(rng_prompt, n, pv.shape[0])
+        idx = prompt.indices(rng_prompt, n, pv.shape[0], start)
         return pv[idx], ov[idx]
-    return prompt.sample(rng_prompt, n), output.sample(rng_output, n)
+    return _draw(prompt, rng_prompt, n, start), _draw(output, rng_output, n, start)
+
+
+def _draw(law: LengthLaw, rng, n: int, start: int) -> np.ndarray:
+    return law.sample(rng, n, start) if isinstance(law, Empirical) else law.sample(rng, n)
 
 
 # ---------------------------------------------------------------------------- parsing
