@@ -110,3 +110,17 @@ def test_report_fields_and_errors():
         stability_verdict(t, np.zeros(100), method="nope")
     with pytest.raises(ConfigError):
         stability_verdict(t, np.zeros(100), capacity=0)
+
+
+def test_a_short_window_needs_faster_growth_to_be_called_unstable():
+    import numpy as np
+
+    from llmsched.theory import stability_verdict
+
+    t = np.linspace(0, 50, 400)
+    w = 30.0 * t + np.random.default_rng(0).normal(0, 5, t.size)  # 30 tokens/s against h = 20
+    assert stability_verdict(t, w, capacity=1000).verdict == "unstable"
+    v = stability_verdict(t, w, capacity=1000, decode_time_s=10.0)  # 25 judged s < 20 x 10 s
+    assert v.verdict == "inconclusive" and v.stable is None and not v.conclusive
+    assert v.reason.startswith("too short to call unstable")
+    assert stability_verdict(t, w, capacity=1000, decode_time_s=1.0).verdict == "unstable"  # 25 s >= 20 x 1 s

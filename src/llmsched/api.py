@@ -28,7 +28,7 @@ from .core.version import __version__
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, simulate_trace
-from .theory import INCONCLUSIVE, STABLE, UNSTABLE, capacity, stability_verdict
+from .theory import INCONCLUSIVE, capacity, stability_verdict
 from .workload import Trace, WorkloadSpec, make_trace
 
 if TYPE_CHECKING:
@@ -392,12 +392,6 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
             warn(f"profile {cost.label!r} is extrapolated far past its grid: {'; '.join(far)}")
 
 
-# over a judged window shorter than this many request decode times, an unstable verdict
-# needs the growth threshold raised in proportion: a stable queue's upswing over a short
-# window can pass for growth
-MIN_LIFETIMES_FOR_UNSTABLE = 20
-
-
 def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     """Theorem 2's capacity for this workload and the run's stability verdict."""
     out: dict[str, Any] = {}
@@ -432,39 +426,27 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     ts = result.timeseries
     t, w = ts["time_s"], ts["backlog_tokens"]
     keep = t <= float(arrivals.max())  # judge while requests arrive, not while the queue drains
+    # a request's decode if every step served it: the run's mean step time (bounded by the
+    # budget, whatever the backlog) times its decode steps
+    st = result.stats
+    decode_time = st.busy_ns / NS / st.steps * max(0.0, float(result.output.mean()) - 1.0) if st.steps else None
     try:
         v = stability_verdict(
             t[keep],
             w[keep],
             capacity=rep.effective_capacity,
             predicted_growth_tokens_per_s=rep.predicted_growth_tokens_per_s,
+            decode_time_s=decode_time,
         )
     except ConfigError as e:  # too few samples to judge
         out.update(stable=None, verdict=INCONCLUSIVE, verdict_reason=f"too short: {e}")
         return out
-    verdict, reason = v.verdict, v.reason
-    window = v.tail_end_s - v.tail_start_s
-    # a request's decode if every step served it: the run's mean step time (bounded by the
-    # budget, whatever the backlog) times its decode steps
-    st = result.stats
-    lifetime = st.busy_ns / NS / st.steps * max(0.0, float(result.output.mean()) - 1.0) if st.steps else 0.0
-    # a stable queue's upswing over a short window passes for growth (measured: docs/stability.md):
-    # over fewer than MIN_LIFETIMES_FOR_UNSTABLE decode times the growth must be as much faster
-    short = MIN_LIFETIMES_FOR_UNSTABLE * lifetime / window if window > 0 else math.inf
-    needed = v.threshold_tokens_per_s * short
-    if verdict == UNSTABLE and short > 1 and not v.backlog_growth_tokens_per_s > needed:
-        verdict = INCONCLUSIVE
-        reason = (
-            f"too short to call unstable: the judged {window:.0f} s hold fewer than "
-            f"{MIN_LIFETIMES_FOR_UNSTABLE} request decode times ({lifetime:.1f} s each), and its growth "
-            f"({v.backlog_growth_tokens_per_s:.0f} tokens/s) is below the {needed:.0f} tokens/s that needs; run longer"
-        )
-    out["stable"] = {STABLE: True, UNSTABLE: False}.get(verdict)  # None when inconclusive
-    out["verdict"] = verdict
-    out["verdict_reason"] = reason
+    out["stable"] = v.stable  # True, False, or None when inconclusive
+    out["verdict"] = v.verdict
+    out["verdict_reason"] = v.reason
     out["backlog_growth_tokens_per_s"] = v.backlog_growth_tokens_per_s
     out["backlog_growth_ci"] = [v.ci_low, v.ci_high]
-    out["verdict_conclusive"] = bool(v.conclusive) and verdict != INCONCLUSIVE
+    out["verdict_conclusive"] = bool(v.conclusive)
     out["verdict_threshold_tokens_per_s"] = v.threshold_tokens_per_s
     return out
 

@@ -72,6 +72,9 @@ __all__ = [
 ]
 
 STABLE, UNSTABLE, INCONCLUSIVE = "stable", "unstable", "inconclusive"
+# over a judged window shorter than this many request decode times, an unstable verdict
+# needs the growth threshold raised in proportion (`stability_verdict`'s decode_time_s)
+MIN_DECODE_TIMES = 20
 
 # Fixed-b critical values of |t| for the OLS slope on a linear trend (with intercept),
 # Bartlett kernel, bandwidth M = b * n, two-sided levels 90/95/99 %. Monte Carlo with
@@ -258,9 +261,14 @@ def stability_verdict(
     predicted_growth_tokens_per_s: float | None = None,
     arrival_rate: float | None = None,
     work_per_request: float | None = None,
+    decode_time_s: float | None = None,
 ) -> Verdict:
     """Stable, unstable or inconclusive, from the unfinished-work series (see the module
     docstring).
+
+    `decode_time_s`: how long a request decodes; over a judged window shorter than
+    MIN_DECODE_TIMES of them, `unstable` needs the growth above h raised in proportion (a
+    stable queue's upswing over a short window passes for growth: docs/stability.md).
 
     `capacity`: token capacity b_max / t(b_max) in tokens/s (sets h = eps * capacity);
     `threshold`: an explicit h in tokens/s (overrides eps * capacity). The fluid
@@ -307,6 +315,15 @@ def stability_verdict(
         h, rule = 0.0, "0 (no capacity given: significance only)"
     verdict, reason = _decide(g, lo, hi, h)
     conclusive = lo > h or hi < h
+    window = float(tt[-1] - tt[0])
+    short = MIN_DECODE_TIMES * decode_time_s / window if decode_time_s and window > 0 else 0.0
+    if verdict == UNSTABLE and short > 1 and not g > h * short:
+        verdict, conclusive = INCONCLUSIVE, False
+        reason = (
+            f"too short to call unstable: the judged {window:.0f} s hold fewer than "
+            f"{MIN_DECODE_TIMES} request decode times ({decode_time_s:.1f} s each), and its growth "
+            f"({g:.0f} tokens/s) is below the {h * short:.0f} tokens/s that needs; run longer"
+        )
     if predicted_growth_tokens_per_s is None and None not in (arrival_rate, work_per_request, capacity):
         predicted_growth_tokens_per_s = predicted_growth(arrival_rate, work_per_request, capacity)
     return Verdict(
