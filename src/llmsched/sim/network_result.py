@@ -35,7 +35,7 @@ from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
 from ..theory.network import traffic
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
-from .network import NetworkStats, check_flag, run_network
+from .network import NetworkStats, run_network
 from .result import SimResult, clear_other_run
 from .simulator import RunStats
 
@@ -487,7 +487,6 @@ def simulate_network(
     the file's."""
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
-    check_flag("fast", fast)
     spec = load_network(network)
     if scale is not None:
         if not (isinstance(scale, (int, float)) and scale > 0):

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir
-from ..core.request import NS, check_seconds
+from ..core.request import NS
 from ..workload.serverless import ServerlessSpec, load_serverless
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .histogram import GapHistogram
@@ -321,7 +321,6 @@ def simulate_serverless(
     spec = load_serverless(config)
     if any(v is not None for v in (scheduler, scale, num_requests, seed)):
         spec = spec.replaced(scheduler=scheduler, scale=scale, num_requests=num_requests, seed=seed)
-    check_seconds("max_time_s", max_time_s)  # before the requests are drawn
     t0 = time.perf_counter()
     stats = run_serverless(spec, fast=fast, max_time_s=max_time_s, progress=progress)
     wall = time.perf_counter() - t0
