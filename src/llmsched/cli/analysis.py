@@ -24,12 +24,13 @@ from .common import (
     bounded_float,
     console,
     flag_of,
+    only_with,
     positive_int,
     print_grid,
     print_table,
     sim_overrides,
 )
-from .engine import add_engine_args, engine_setup
+from .engine import add_engine_args, check_measurement_times, engine_setup
 
 #: The finest search tolerance (a fraction of lambda*): a bisection to 1e-300 runs about
 #: a thousand rounds of simulations (it hung); 0.001 takes about ten.
@@ -86,9 +87,7 @@ def cmd_capacity(args) -> int:
     over = sim_overrides(args)
     rate = over.pop("rate", None)
     if not args.find_counterexample:
-        for flag, v in (("--load", args.load), ("--seeds", args.seeds), ("--workers", args.workers)):
-            if v is not None:
-                raise ConfigError(f"{flag} is an option of --find-counterexample")
+        only_with(args, ("load", "seeds", "workers"), "--find-counterexample")
     if args.network:
         return _network_capacity(args, over, rate)
     for key in CAPACITY_IGNORES:
@@ -275,9 +274,7 @@ def cmd_sweep(args) -> int:
     if not args.grid and not args.search:
         raise ConfigError("give at least one --grid KEY=VALUES (or --search max-stable-rate)")
     if not args.search:
-        for flag, v in (("--tol", args.tol), ("--search-hi", args.search_hi)):
-            if v is not None:
-                raise ConfigError(f"{flag} is an option of --search max-stable-rate")
+        only_with(args, ("tol", "search_hi"), "--search max-stable-rate")
     if args.backend != "ray" and args.address:
         raise ConfigError("--address is a Ray cluster's: give --backend ray")
     fixed = sim_overrides(args)
@@ -387,9 +384,7 @@ def cmd_reproduce(args) -> int:
     check_out_dir(out, "--out")
     if args.experiment == "prefix-caching":
         return _reproduce_prefix(args, out)
-    for flag in ("trace", "kv_capacities", "block_size"):
-        if getattr(args, flag) is not None:
-            raise ConfigError(f"--{flag.replace('_', '-')} is an option of `reproduce prefix-caching`")
+    only_with(args, ("trace", "kv_capacities", "block_size"), "`reproduce prefix-caching`")
     if args.experiment != "stability":
         return _reproduce_other(args, out)
     args.workload = args.workload or "synthetic"
@@ -494,9 +489,7 @@ def _reproduce_prefix(args, out: str) -> int:
 def _reproduce_other(args, out: str) -> int:
     from ..analysis import reproduce_networks, reproduce_twp  # noqa: PLC0415
 
-    given = [k for k in STABILITY_ONLY if getattr(args, k) not in (None, False)]
-    if given:
-        raise ConfigError(f"--{given[0].replace('_', '-')} is an option of `reproduce stability`")
+    only_with(args, STABILITY_ONLY, "`reproduce stability`")
     fn = {
         "clusters": reproduce_networks.reproduce_clusters,
         "agents": reproduce_networks.reproduce_agents,
@@ -799,10 +792,7 @@ def cmd_validate(args) -> int:
     opts = engine_setup(args)
     opts["max_model_len"] = args.max_model_len  # default: from the trace
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
-    if not (math.isfinite(args.calibrate_s) and args.calibrate_s >= 0):  # nan: no calibration, silently
-        raise ConfigError(f"--calibrate-s must be a finite number >= 0, got {args.calibrate_s}")
-    if args.tables_s is not None and not (math.isfinite(args.tables_s) and args.tables_s >= 0):
-        raise ConfigError(f"--tables-s must be a finite number >= 0, got {args.tables_s}")
+    check_measurement_times(args)
     res = validate(
         args.model,
         args.trace,

@@ -265,6 +265,14 @@ def flag_of(key: str) -> str:
     return FLAG_OF_KEY.get(key, "--" + key.replace("_", "-"))
 
 
+def only_with(args, keys, owner: str) -> None:
+    """One line naming the first of these options (argparse dests) that was given, though
+    it is an option of `owner` only (a flag at its default is not given)."""
+    for key in keys:
+        if getattr(args, key) not in (None, False):
+            raise ConfigError(f"{flag_of(key)} is an option of {owner}")
+
+
 def sim_overrides(args) -> dict:
     """simulate()'s keyword overrides from the command line (None: not given)."""
     keys = [

@@ -176,6 +176,15 @@ def cmd_make_tiny_model(args) -> int:
 
 
 # ---- profile -------------------------------------------------------------------------------
+def check_measurement_times(args) -> None:
+    """profile's and validate's --calibrate-s and --tables-s: finite and >= 0 (nan ran with
+    no calibration, silently)."""
+    if not (math.isfinite(args.calibrate_s) and args.calibrate_s >= 0):
+        raise ConfigError(f"--calibrate-s must be a finite number >= 0, got {args.calibrate_s}")
+    if args.tables_s is not None and not (math.isfinite(args.tables_s) and args.tables_s >= 0):
+        raise ConfigError(f"--tables-s must be a finite number >= 0, got {args.tables_s}")
+
+
 def cmd_profile(args) -> int:
     from ..engine.profiler import profile  # noqa: PLC0415
 
@@ -186,10 +195,7 @@ def cmd_profile(args) -> int:
     opts = engine_setup(args)
     opts.pop("k_max")
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
-    if not (math.isfinite(args.calibrate_s) and args.calibrate_s >= 0):  # nan: no calibration, silently
-        raise ConfigError(f"--calibrate-s must be a finite number >= 0, got {args.calibrate_s}")
-    if args.tables_s is not None and not (math.isfinite(args.tables_s) and args.tables_s >= 0):
-        raise ConfigError(f"--tables-s must be a finite number >= 0, got {args.tables_s}")
+    check_measurement_times(args)
     s = profile(
         args.model,
         args.out,
