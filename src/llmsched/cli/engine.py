@@ -12,7 +12,7 @@ import os
 import re
 import sys
 
-from ..core.engine_api import DefaultMaxModelLen
+from ..core.engine_api import DefaultMaxModelLen, default_max_running
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_out_file
 from .common import add_scheduler_args, positive_int, scheduler_spec
@@ -62,7 +62,7 @@ def engine_setup(args) -> dict:
     if getattr(args, "kv_capacity", None) is not None:
         raise ConfigError("--kv-capacity is the simulator's; the engine sizes its KV cache from --kv-cache-gb")
     cuda = str(args.device).startswith("cuda")
-    mns = args.max_running or (256 if cuda else 64)
+    mns = args.max_running or default_max_running(args.device)
     mml = args.max_model_len
     if mml is None and not cuda:
         mml = getattr(args, "cpu_max_model_len", 2048)

@@ -107,6 +107,11 @@ class SamplingParams:
         return self.temperature < SAMPLING_EPS
 
 
+def default_max_running(device) -> int:
+    """The engine's cap on running requests when none is given: 256 on CUDA, 64 on CPU."""
+    return 256 if str(device or "cpu").startswith("cuda") else 64
+
+
 class DefaultMaxModelLen(int):
     """A max_model_len that a command chose as its default (2048 on CPU), not the user:
     the engine lowers it to the model's longest sequence instead of refusing it, as it

@@ -56,7 +56,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..core.cost import make_cost_model
-from ..core.engine_api import DefaultMaxModelLen, SamplingParams
+from ..core.engine_api import DefaultMaxModelLen, SamplingParams, default_max_running
 from ..core.errors import ConfigError
 
 COLUMNS = (
@@ -550,7 +550,7 @@ def profile(
     t0 = time.perf_counter()
     dev = str(device)
     if max_num_seqs is None:
-        max_num_seqs = 256 if dev.startswith("cuda") else 64
+        max_num_seqs = default_max_running(dev)
     if max_model_len is None and not dev.startswith("cuda"):
         max_model_len = DefaultMaxModelLen(2048)  # at most the model's
     engine = LLMEngine(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.engine_api import EngineCore, check_request_size
+from ..core.engine_api import EngineCore, check_request_size, default_max_running
 from ..core.errors import ConfigError
 from ..policies.spec import SchedulerSpec
 from .tokenizer import ByteRuleTokenizer, HFTokenizer, bytes_per_token_bound, chat_lines
@@ -166,9 +166,8 @@ def make_engine_backend(
             "from memory (--kv-cache-gb, --num-blocks)"
         )
     kwargs = {k: v for k, v in engine_kwargs.items() if v is not None}
-    if opts.max_running is None:  # the engine commands' documented default (cli.engine.engine_setup)
-        cuda = str(kwargs.get("device") or "cpu").startswith("cuda")
-        opts = opts.replace(max_running=256 if cuda else 64)
+    if opts.max_running is None:
+        opts = opts.replace(max_running=default_max_running(kwargs.get("device")))
     core = _engine.LLMEngine(model, scheduler=opts, **kwargs)
     if tokenizer:
         tok = HFTokenizer(tokenizer)
