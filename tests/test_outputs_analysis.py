@@ -45,6 +45,19 @@ def test_max_time_run_tells_arrived_from_never_arrived(tmp_path):
     assert r.summary["unfinished"] == in_system + (len(rows) - sum(arrived))
 
 
+@pytest.mark.parametrize("max_time, arrived", [(2.5, 2), (0.5, 0), (3.0, 3)])
+def test_an_idle_server_stops_at_max_time_before_the_next_arrival(tmp_path, max_time, arrived):
+    # one request a second, each done in 94 ms: the server idles until the next arrival,
+    # and must not jump (and let that request arrive) past the stop
+    kw = dict(cost_model="paper", arrival="deterministic", rate=1, prompt="const:10", output="const:2")
+    r = llmsched.simulate(**kw, num_requests=10, max_time_s=max_time, out_dir=tmp_path)
+    rows = _read(tmp_path / "requests.csv")
+    assert r.summary["arrived"] == sum(row["arrived"] == "1" for row in rows) == arrived
+    assert all(float(row["arrival_s"]) <= max_time for row in rows if row["arrived"] == "1")
+    assert r.summary["sim_end_s"] <= max_time + 0.1  # the clock ran to the stop (or the step across it)
+    assert r.summary["unfinished"] == 10 - r.summary["completed"]
+
+
 def test_a_whole_run_has_every_request_arrived(tmp_path):
     r = llmsched.simulate(**SMALL, out_dir=tmp_path)
     rows = _read(tmp_path / "requests.csv")

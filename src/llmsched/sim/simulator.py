@@ -134,7 +134,7 @@ def simulate_trace(
     preempts = array("i", [0]) * n
 
     i = 0
-    now = arr[0] if n else 0
+    now = min(arr[0], max_time) if n else 0
     next_arrival = arr[0] if n else UNLIMITED
     done = 0
     progress_every = max(1, n // 200)
@@ -154,6 +154,10 @@ def simulate_trace(
         if not running and not state.waiting:
             if i >= n:
                 break
+            if next_arrival > max_time:  # the stop comes first: later requests never arrive
+                now = max(now, max_time)
+                server.idle_until(now)
+                break
             server.idle_until(next_arrival)
             now = next_arrival
             continue
@@ -162,6 +166,10 @@ def simulate_trace(
         end = begin(now, max_time, next_arrival)
         if end is None:
             if i < n:
+                if next_arrival > max_time:
+                    now = max(now, max_time)
+                    server.idle_until(now)
+                    break
                 server.idle_until(next_arrival)
                 now = next_arrival
                 continue
