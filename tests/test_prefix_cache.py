@@ -565,6 +565,20 @@ def test_theorem2_without_the_cached_work():
         capacity("paper", 512, 1000.0, 100.0, cached_prompt=1000.0)
 
 
+def test_preempted_requests_hitting_their_own_blocks_again_are_not_counted_as_saved_work():
+    # a 256-token shared system prompt is all a request can find cached; under KV pressure
+    # preempted requests re-hit their own prompt blocks on re-admission, which only saves
+    # the recomputation: theorem 2's work per request must not shrink by those hits
+    kw = dict(cost_model="paper", rate=8, system_prompt=256, prompt="geometric:100", output="geometric:100")
+    kw.update(num_requests=600, prefix_caching=True)
+    free = llmsched.simulate(**kw).summary
+    tight = llmsched.simulate(**kw, kv_capacity=2000).summary
+    assert tight["preemptions"] > 0 and tight["prefix_cache"]["hit_tokens"] > 600 * 256  # re-hits happened
+    assert tight["cached_prompt_tokens_per_request"] <= 256
+    assert tight["prefix_cache"]["first_admission_hit_tokens"] <= 600 * 256
+    assert tight["critical_rate"] == pytest.approx(free["critical_rate"], rel=0.02)
+
+
 def test_simulate_cli_with_a_mooncake_trace(tmp_path, capsys):
     import json
 

@@ -399,10 +399,10 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     n = len(arrivals)
     span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
     rate = (n - 1) / span if span > 0 else None
-    # with prefix caching, the measured cached prompt tokens per request are not work
+    # with prefix caching, the prompt tokens a request finds cached when first admitted are
+    # not work (hits again after a preemption only save the recomputation, no part of it)
     pc = result.stats.prefix
-    cached = pc["hit_tokens"] / n if pc is not None and n else 0.0
-    cached = min(cached, max(0.0, float(result.prompt.mean()) - 1.0))  # hits again after preemptions
+    cached = pc["first_admission_hit_tokens"] / n if pc is not None and n else 0.0
     try:
         rep = capacity(
             cost,

@@ -101,6 +101,7 @@ class PrefixCache:
         # counters since creation (admissions, not lookups: a plan may look twice)
         self.queried_tokens = 0
         self.hit_tokens = 0
+        self.first_hit_tokens = 0  # hits at a request's first admission (not re-admissions after preemption)
         self.queried_blocks = 0
         self.hit_blocks = 0
         self.evictions = 0
@@ -429,6 +430,7 @@ class PrefixCache:
             "hit_blocks": self.hit_blocks,
             "block_hit_rate": hit_rate(self.hit_blocks, qb),
             "prefill_tokens_saved": self.hit_tokens,
+            "first_admission_hit_tokens": self.first_hit_tokens,
             "evictions": self.evictions,
             "cached_blocks": self._n_cached,
             "free_cached_blocks": self.n_free,

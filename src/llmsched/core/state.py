@@ -509,6 +509,8 @@ class ServerState:
         hit = n * bs
         pc.hit_blocks += n
         pc.hit_tokens += hit
+        if not r.preemptions:
+            pc.first_hit_tokens += hit
         r.prefilled = hit
         self.backlog_tokens -= hit
         self.pending_prefill -= hit
