@@ -291,6 +291,40 @@ def test_plot_on_missing_folder_is_an_error(tmp_path):
     assert main(["plot", str(tmp_path / "nothing")]) == 2
 
 
+def test_plot_on_a_damaged_folder_is_one_line_and_redraws_nothing(tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    assert main(["simulate", *SMALL, "--quiet", "--out", str(run)]) == 0
+    text = (run / "timeseries.csv").read_text()
+    damages = {
+        "requests.csv": (run / "requests.csv").read_text()[:700],  # cut mid-row
+        "timeseries.csv": "\n".join(",".join(line.split(",")[:3]) for line in text.splitlines()),  # columns lost
+        "itl_histogram.csv": "itl_ms,count\nfast,3\n",  # not numbers
+    }
+    for i, (name, content) in enumerate(damages.items()):
+        bad = tmp_path / f"bad{i}"
+        shutil.copytree(run, bad)
+        (bad / name).write_text(content)
+        capsys.readouterr()
+        assert main(["plot", str(bad)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and name in err
+        assert not list(bad.glob("*.png"))  # checked before drawing: no figure half redrawn
+    odd = tmp_path / "odd-config"
+    shutil.copytree(run, odd)
+    for config in ("[1, 2]", '{"workload": {"rate": "x", "num_requests": "many"}}'):
+        (odd / "config.json").write_text(config)
+        assert main(["plot", str(odd)]) == 0  # a title without the run's details, not a traceback
+    platform = tmp_path / "platform"  # what `simulate --serverless --out` writes
+    platform.mkdir()
+    for name in ("summary.json", "config.json", "requests.csv", "instances.csv"):
+        (platform / name).write_text("x\n")
+    capsys.readouterr()
+    assert main(["plot", str(platform)]) == 2
+    assert "serverless platform's run" in capsys.readouterr().err
+
+
 def test_flag_caps_are_the_network_caps():
     from llmsched.cli import common
     from llmsched.workload import network

@@ -12,20 +12,35 @@ from .core.errors import ConfigError
 from .core.palette import color_of
 
 
-def _read_csv(path: Path) -> dict[str, np.ndarray]:
+def _read_csv(path: Path, need: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The columns of a results CSV, the `need`ed ones numeric; a missing, cut or foreign
+    file is a ConfigError naming it (checked before any figure is drawn)."""
     if not path.is_file():
         raise ConfigError(f"{path} is missing: is this a `llmsched simulate --out` folder?")
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"{path} cannot be read: {e}") from None
     if not rows:
         raise ConfigError(f"{path} is empty")
     head, body = rows[0], rows[1:]
+    missing = [c for c in need if c not in head]
+    if missing:
+        raise ConfigError(f"{path} has no column {', '.join(missing)}: not a file `llmsched simulate --out` wrote")
+    for k, r in enumerate(body, 2):
+        if len(r) != len(head):
+            raise ConfigError(
+                f"{path} line {k} has {len(r)} fields, the header {len(head)}: the file is cut or damaged"
+            )
     cols: dict[str, np.ndarray] = {}
     for j, name in enumerate(head):
         vals = [r[j] for r in body]
         try:
             cols[name] = np.array([float(v) if v != "" else np.nan for v in vals])
         except ValueError:
+            if name in need:
+                raise ConfigError(f"{path} column {name} holds a value that is not a number") from None
             cols[name] = np.array(vals)
     return cols
 
@@ -46,11 +61,12 @@ def _cdf(ax, values: np.ndarray, weights: np.ndarray | None = None, label: str |
 
 
 def _config(folder: Path) -> dict | None:
-    """The run's config.json, or None without a readable one."""
+    """The run's config.json, or None without a readable one (a mapping)."""
     try:
-        return json.loads((folder / "config.json").read_text())
+        c = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
         return None
+    return c if isinstance(c, dict) else None
 
 
 def run_title(folder: Path, config: dict | None = None) -> str:
@@ -67,13 +83,14 @@ def run_title(folder: Path, config: dict | None = None) -> str:
     if c.get("k_max"):
         parts.append(f"k_max {c['k_max']}")
     parts.append(str(c.get("cost_model", "")).removeprefix("profile:"))
-    w = c.get("workload") or {}
+    w = c.get("workload")
+    w = w if isinstance(w, dict) else {}
     if w.get("trace"):
         parts.append(f"trace {Path(str(w['trace'])).name}")
-    elif w.get("rate") is not None:
+    elif isinstance(w.get("rate"), (int, float)):
         parts.append(f"{w.get('arrival', 'poisson')} {w['rate']:g} req/s")
-    if w.get("num_requests"):
-        parts.append(f"{int(w['num_requests']):,} requests")
+    if isinstance(w.get("num_requests"), int) and w["num_requests"] > 0:
+        parts.append(f"{w['num_requests']:,} requests")
     return ", ".join(parts)
 
 
@@ -87,12 +104,21 @@ def plot_dir(folder: str | Path) -> list[Path]:
         replicas = sorted(p.name for p in (d / "servers").iterdir() if (p / "timeseries.csv").is_file())
         where = f": plot a replica's folder, e.g. {d / 'servers' / replicas[0]}" if replicas else ""
         raise ConfigError(f"{folder} holds a network's run (calls.csv, jobs.csv, servers/){where}")
+    if (d / "instances.csv").is_file() and not (d / "timeseries.csv").is_file():
+        raise ConfigError(
+            f"{folder} holds a serverless platform's run (instances.csv, requests.csv): "
+            "`llmsched plot` draws one server's run (`llmsched simulate --out`)"
+        )
+    # every file is read and checked first: a damaged one must not leave half the figures redrawn
+    ts = _read_csv(d / "timeseries.csv", ("time_s", "waiting_requests", "running_requests"))
+    req = _read_csv(d / "requests.csv", ("ttft_s", "e2e_s"))
+    itl = _read_csv(d / "itl_histogram.csv", ("itl_ms", "count"))
+    load = _read_csv(d / "load_histogram.csv", ("token_load", "steps"))
     out = []
     config = _config(d)
     name = run_title(d, config)
-    color = color_of((config or {}).get("policy", ""))
+    color = color_of(str((config or {}).get("policy", "")))
 
-    ts = _read_csv(d / "timeseries.csv")
     fig, ax = _figure()
     ax.plot(ts["time_s"], ts["waiting_requests"], label="waiting")
     ax.plot(ts["time_s"], ts["running_requests"], label="running")
@@ -102,7 +128,6 @@ def plot_dir(folder: str | Path) -> list[Path]:
     ax.legend()
     out.append(_save(fig, d / "queue.png"))
 
-    req = _read_csv(d / "requests.csv")
     done = req["finished"] == 1 if "finished" in req else ~np.isnan(req["e2e_s"])
     ttft = req["ttft_s"][done] * 1e3
     fig, ax = _figure()
@@ -116,7 +141,6 @@ def plot_dir(folder: str | Path) -> list[Path]:
     )
     out.append(_save(fig, d / "ttft_cdf.png"))
 
-    itl = _read_csv(d / "itl_histogram.csv")
     fig, ax = _figure()
     if len(itl["itl_ms"]):
         _cdf(ax, itl["itl_ms"], itl["count"], color=color)
@@ -125,7 +149,6 @@ def plot_dir(folder: str | Path) -> list[Path]:
     ax.set_title(f"Inter-token latency, CDF of every gap (unfinished requests' tokens included)\n{name}", fontsize=10)
     out.append(_save(fig, d / "itl_cdf.png"))
 
-    load = _read_csv(d / "load_histogram.csv")
     fig, ax = _figure()
     ax.bar(
         load["token_load"],
