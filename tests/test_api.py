@@ -42,6 +42,9 @@ def test_bad_options_raise_config_error():
         llmsched.simulate(polcy="sarathi")
     with pytest.raises(ConfigError, match="b_max"):
         llmsched.simulate(b_max=-5, num_requests=10)
+    for workload in ("x", ["rate", 5]):
+        with pytest.raises(ConfigError, match="workload must be a mapping"):
+            llmsched.simulate(cost_model="paper", num_requests=10, workload=workload)
 
 
 def test_max_time_leaves_requests_unfinished_but_not_lost():

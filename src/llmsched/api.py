@@ -140,6 +140,8 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
         if k in _CONFIG_KEYS and k != "workload":
             setattr(cfg, k, v)
         elif k == "workload":
+            if not isinstance(v, dict):
+                raise ConfigError(f"workload must be a mapping (arrival, rate, prompt, output, ...), got {v!r:.60}")
             cfg.workload = dict(v)
         elif k in _WORKLOAD_KEYS:
             wl_over[k] = v
