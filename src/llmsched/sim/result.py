@@ -192,8 +192,13 @@ class SimResult:
         st = self.stats
         done = self.finished
         start = float(self.arrival_s.min()) if len(self.arrival_s) else 0.0
-        last = float(np.max(self.arrival_s[done] + self.e2e_s[done])) if done.any() else start
-        duration = max(last - start, 1e-12)
+        # first arrival to last completion; with none completed (a max_time_s stop), the
+        # time simulated since the first arrival: a placeholder epsilon made it look like a
+        # run of no length with absurd rates
+        if done.any():
+            duration = float(np.max(self.arrival_s[done] + self.e2e_s[done])) - start
+        else:
+            duration = max(st.end_ns / NS - start, 0.0)
         n_in = int(self.prompt[done].sum())
         n_out = int(self.output[done].sum())
         s = {
@@ -204,9 +209,9 @@ class SimResult:
             "duration": duration,
             "total_input_tokens": n_in,
             "total_output_tokens": n_out,
-            "request_throughput": float(done.sum()) / duration,
-            "output_throughput": n_out / duration,
-            "total_token_throughput": (n_in + n_out) / duration,
+            "request_throughput": _per_second(int(done.sum()), duration),
+            "output_throughput": _per_second(n_out, duration),
+            "total_token_throughput": _per_second(n_in + n_out, duration),
         }
         s.update(_stats("ttft", self.ttft_s[done] * 1e3))
         tpot = self.tpot_s
@@ -229,11 +234,9 @@ class SimResult:
         s["preemptions"] = int(st.preemptions.sum())
         if st.prefix is not None:
             s["prefix_cache"] = dict(st.prefix)
-        s["offered_token_rate"] = (
-            float((self.prompt + self.output - 1).sum() / max(float(self.arrival_s.max()) - start, 1e-12))
-            if len(self.prompt) > 1
-            else None
-        )
+        # None, not an epsilon's absurd figure, when every request arrives at once
+        span = float(self.arrival_s.max()) - start if len(self.prompt) > 1 else 0.0
+        s["offered_token_rate"] = float((self.prompt + self.output - 1).sum() / span) if span > 0 else None
         s["wall_s"] = self.wall_s
         s.update(self.stability)
         if self.slo:
@@ -245,7 +248,7 @@ class SimResult:
                 if key in self.slo:
                     ok &= np.nan_to_num(tpot, nan=0.0) * 1e3 <= self.slo[key]
             s["slo"] = dict(self.slo)
-            s["goodput"] = float(ok.sum()) / duration
+            s["goodput"] = _per_second(int(ok.sum()), duration)
             s["goodput_share"] = float(ok.sum()) / max(int(done.sum()), 1)
         if self.tag is not None and len(self.tag):
             tags = np.asarray(self.tag, dtype=object)
@@ -500,6 +503,14 @@ def require_pyarrow(what: str):
     except ImportError:
         raise ConfigError(f"{what} needs pyarrow, which is not installed: pip install 'llmsched[analysis]'") from None
     return pa, pq, pacsv
+
+
+def _per_second(count: int, duration: float) -> float | None:
+    """count / duration; 0 when nothing was counted (also over no time: no completion is
+    a throughput of 0), None for a count over no time (no rate to report)."""
+    if duration > 0:
+        return float(count) / duration
+    return 0.0 if count == 0 else None
 
 
 def _arrived(arrival_s: np.ndarray, end_ns: int) -> np.ndarray:

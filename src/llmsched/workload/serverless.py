@@ -41,7 +41,7 @@ from .datasets import resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
 from .network import _at, _mapping, _show, _suggest
 from .spec import _rng, load_trace
-from .trace import trace_format
+from .trace import replay_cut, trace_format
 
 __all__ = [
     "PLATFORM_SCHEDULERS",
@@ -409,8 +409,9 @@ class ServerlessWorkload:
       processes are merged.
     - Trace: `trace` is a CSV file `arrival_s,prompt_tokens,output_tokens[,model]` (a
       `model` column names each request's model; without it, or for an Azure trace or
-      `azure-conv`, models are assigned by popularity); `rate` rescales the trace to that
-      mean rate, or `time_scale` divides its times.
+      `azure-conv`, models are assigned by popularity); `rate` rescales the replayed part
+      (after the cut) to that mean rate, (n - 1) / (t_last - t_first) over its n requests
+      (`trace.replay_cut`), or `time_scale` divides its times.
     Stopping: `num_requests` and/or `duration_s` (a trace without either is replayed whole).
     Lengths: `prompt` / `output` length laws (`llmsched.workload.lengths`), per model in
     `models.<m>`; a trace keeps its own lengths."""
@@ -1035,19 +1036,14 @@ def _trace_requests(spec: ServerlessSpec):
             arrival, prompt, output = t.arrival_s.copy(), t.prompt.copy(), t.output.copy()
     except ConfigError as e:
         raise _at(where, str(e)) from None
-    k = w.time_scale
-    if w.rate is not None:
-        span = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
-        if not span > 0:
-            raise _at(where, "cannot rescale to a rate: the trace needs two requests at different times")
-        k = w.rate / ((len(arrival) - 1) / span)
-    arrival = arrival / k
-    n = len(arrival)
-    if w.num_requests is not None:
-        n = min(n, w.num_requests)
-    if w.duration_s is not None:
-        n = min(n, int(np.searchsorted(arrival, w.duration_s, side="right")))
-    arrival, prompt, output = arrival[:n], prompt[:n], output[:n]
+    # the same rule as one server's trace replay: with a rate, the replayed part runs at it
+    try:
+        k, n = replay_cut(
+            arrival, rate=w.rate, time_scale=w.time_scale, num_requests=w.num_requests, duration_s=w.duration_s
+        )
+    except ConfigError as e:
+        raise _at(where, str(e)) from None
+    arrival, prompt, output = arrival[:n] / k, prompt[:n], output[:n]
     if model is None:
         model = _rng(w.seed, 1).choice(len(names), size=n, p=_shares(w, spec.models))
     else:

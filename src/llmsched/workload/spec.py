@@ -7,7 +7,8 @@ Arrivals (`arrival`):
     trace:PATH | trace (with `trace`)    replay a trace file (plain or Azure CSV)
     azure-conv                           replay the named Azure conversation trace
 For a trace, `time_scale` k divides arrival times (k times the rate); alternatively `rate`
-rescales the trace to that mean rate. Lengths come from the trace unless `prompt` /
+rescales the replayed part (after the cut below) to that mean rate, (n - 1) / (t_last -
+t_first) over its n requests (`trace.replay_cut`). Lengths come from the trace unless `prompt` /
 `output` give a length law (each may be overridden alone).
 
 Stopping: `num_requests` and/or `duration_s` (arrivals at or before duration_s, in the
@@ -47,7 +48,7 @@ from .conversations import conversation_turns, stream_blocks
 from .csvio import MAX_LENGTH
 from .datasets import is_dataset, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
-from .trace import FORMATS, Trace, read_trace, trace_format
+from .trace import FORMATS, Trace, read_trace, replay_cut, trace_format
 
 __all__ = ["WorkloadSpec", "WorkloadClass", "make_trace", "load_trace", "SYNTHETIC_ARRIVALS"]
 
@@ -422,21 +423,18 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE) 
     base: Trace | None = None
     if spec.arrival == "trace":
         base = load_trace(spec.trace, block_size, spec.trace_model, spec.trace_log_type)
-        k = spec.time_scale
-        if spec.rate is not None:
-            r = base.mean_rate
-            if not (r > 0):
-                raise ConfigError(
-                    f"cannot rescale trace {spec.trace} to a rate: it needs at least two requests at different times"
-                )
-            k = spec.rate / r
-        arrival = base.arrival_s / k
-        n = len(arrival)
-        if spec.num_requests is not None:
-            n = min(n, spec.num_requests)
-        if spec.duration_s is not None:
-            n = min(n, int(np.searchsorted(arrival, spec.duration_s, side="right")))
-        arrival = arrival[:n]
+        # with a rate, the replayed part (not the whole trace) runs at that mean rate
+        try:
+            k, n = replay_cut(
+                base.arrival_s,
+                rate=spec.rate,
+                time_scale=spec.time_scale,
+                num_requests=spec.num_requests,
+                duration_s=spec.duration_s,
+            )
+        except ConfigError as e:
+            raise ConfigError(f"trace {spec.trace}: {e}") from None
+        arrival = base.arrival_s[:n] / k
     else:
         proc = make_arrival_process(spec.arrival, check_rate(spec.rate), None if spec.cv is None else check_cv(spec.cv))
         k = spec.time_scale  # duration_s is in the scaled clock

@@ -43,6 +43,7 @@ __all__ = [
     "TraceWarning",
     "FORMATS",
     "read_trace",
+    "replay_cut",
     "read_plain_csv",
     "read_azure_csv",
     "read_burstgpt_csv",
@@ -744,3 +745,64 @@ def read_trace(
     else:
         t = read_plain_csv(path)
     return t if block_size is None else t.with_block_size(block_size)
+
+
+def replay_cut(
+    arrival,
+    *,
+    rate: float | None = None,
+    time_scale: float = 1.0,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+) -> tuple[float, int]:
+    """How to replay a trace with (sorted) arrival times `arrival`: (k, n), replay its
+    first n requests at times arrival[:n] / k.
+
+    Without `rate`: k = time_scale (k times as fast); n keeps the first num_requests, then
+    those arriving at or before duration_s in the scaled clock.
+
+    With `rate` R: the replayed part itself has mean rate R, measured as `Trace.mean_rate`
+    measures it: (n - 1) / (t_last - t_first), its n - 1 gaps over the span from its first
+    to its last arrival. (Scaling by the whole trace's rate and then cutting would not do:
+    a trace's rate drifts, so its head runs faster or slower than asked.) Hence:
+    - neither num_requests nor duration_s: the whole trace, k = R / its mean rate;
+    - num_requests N: the first N requests, k = R / their mean rate;
+    - duration_s D (and at most N requests): the longest head whose arrivals, scaled to
+      mean rate R by that head's own rate, all come at or before D (R to rounding). For a
+      trace starting at 0 (Azure) that is floor(R * D) + 1 requests, the last at
+      (n - 1) / R; a trace starting later keeps its (scaled) offset.
+    A rate needs two requests at different times: fewer is a ConfigError."""
+    arrival = np.asarray(arrival, dtype=np.float64)
+    cap = len(arrival) if num_requests is None else min(len(arrival), int(num_requests))
+    if rate is None:
+        k = float(time_scale)
+        n = cap
+        if duration_s is not None:
+            n = min(n, int(np.searchsorted(arrival / k, duration_s, side="right")))
+        return k, n
+    a = arrival[:cap]
+    span = a - a[0] if cap else a  # span of the head ending at each request
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = float(rate) * span / np.arange(cap)  # k of each head: R / ((n - 1) / span)
+        ok = span > 0
+        if duration_s is not None:
+            # relative slack: (n - 1) / R can round just above D when R * D is whole
+            ok &= a / k <= duration_s * (1 + 1e-9)
+    if duration_s is None:
+        if cap < 2 or not ok[-1]:
+            raise ConfigError(
+                f"cannot rescale the trace to {rate:g} req/s: its first {cap:,} requests need two at "
+                "different times to have a rate"
+            )
+        return float(k[-1]), cap
+    heads = np.flatnonzero(ok)
+    if not heads.size:
+        raise ConfigError(
+            f"cannot rescale the trace to {rate:g} req/s within duration_s={duration_s:g}: at that rate "
+            "fewer than two of its requests (at different times) arrive by then (give a longer duration_s)"
+        )
+    i = int(heads[-1])
+    k_i = float(k[i])
+    while a[i] / k_i > duration_s:  # the slack's rounding: a hair faster keeps every arrival by D
+        k_i = float(np.nextafter(k_i, np.inf))
+    return k_i, i + 1

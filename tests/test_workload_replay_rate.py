@@ -1,0 +1,136 @@
+"""`rate` on a trace that num_requests or duration_s cut: the replayed part itself runs at
+that mean rate, (n - 1) / (t_last - t_first), for one server (`make_trace`), the CLI's
+summary, a serverless platform and a sweep's `load`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llmsched.analysis.points import critical_rate_of, resolve_point
+from llmsched.api import simulate
+from llmsched.core.errors import ConfigError
+from llmsched.workload import Trace, WorkloadSpec, make_trace
+from llmsched.workload.serverless import load_serverless, make_serverless_requests
+from llmsched.workload.trace import replay_cut
+
+# 41 requests: 20 gaps of 1 s, then 20 of 0.1 s. The whole trace's mean rate is 40 / 22
+# req/s; its first 11 requests run at 1 req/s.
+DRIFT = np.concatenate([np.arange(21.0), 20.0 + 0.1 * np.arange(1, 21)])
+
+
+def _write(path, arrival) -> str:
+    Trace(arrival, np.full(len(arrival), 10), np.full(len(arrival), 2)).to_csv(path)
+    return str(path)
+
+
+@pytest.fixture
+def drift(tmp_path) -> str:
+    return _write(tmp_path / "drift.csv", DRIFT)
+
+
+def test_num_requests_cut_runs_at_the_rate(drift):
+    tr = make_trace(WorkloadSpec(trace=drift, rate=2.0, num_requests=11))
+    # the whole trace's rate (1.82/s) would have replayed this head at 1.1 req/s
+    assert len(tr) == 11 and tr.mean_rate == pytest.approx(2.0)
+    assert np.allclose(tr.arrival_s, DRIFT[:11] / 2.0)  # the same requests, only faster
+
+
+def test_duration_cut_runs_at_the_rate(drift):
+    tr = make_trace(WorkloadSpec(trace=drift, rate=2.0, duration_s=5.0))
+    # a trace starting at 0: floor(R * D) + 1 requests, the last at (n - 1) / R = D
+    assert len(tr) == 11 and tr.mean_rate == pytest.approx(2.0)
+    assert tr.arrival_s[-1] <= 5.0
+    assert np.allclose(tr.arrival_s, np.arange(11) / 2.0)
+
+
+def test_both_cuts_the_earlier_wins(drift):
+    a = make_trace(WorkloadSpec(trace=drift, rate=2.0, duration_s=5.0, num_requests=6))
+    assert len(a) == 6 and a.mean_rate == pytest.approx(2.0)
+    b = make_trace(WorkloadSpec(trace=drift, rate=2.0, duration_s=5.0, num_requests=30))
+    assert len(b) == 11 and b.mean_rate == pytest.approx(2.0)
+
+
+def test_whole_trace_and_time_scale_unchanged(drift):
+    whole = make_trace(WorkloadSpec(trace=drift, rate=4.0))
+    assert len(whole) == len(DRIFT) and np.allclose(whole.arrival_s, DRIFT / (4.0 / (40 / 22)))
+    # time_scale divides the times, then cuts in the scaled clock, as before
+    ts = make_trace(WorkloadSpec(trace=drift, time_scale=2.0, duration_s=5.0))
+    assert np.array_equal(ts.arrival_s, DRIFT[DRIFT / 2.0 <= 5.0] / 2.0)
+
+
+@pytest.mark.parametrize("rate", [0.3, 1.0, 2.5, 7.0])
+@pytest.mark.parametrize("duration_s", [3.0, 10.0, 40.0])
+def test_duration_cut_of_an_irregular_trace_starting_late(tmp_path, rate, duration_s):
+    """A trace whose first request comes at 3 s (kept, scaled) and whose rate drifts: the
+    replayed head has mean rate R, arrives by D, and is the longest such head."""
+    gaps = np.random.default_rng(1).exponential(np.linspace(0.2, 2.0, 400))
+    arrival = 3.0 + np.concatenate([[0.0], np.cumsum(gaps)])
+    path = _write(tmp_path / "late.csv", arrival)
+    try:
+        tr = make_trace(WorkloadSpec(trace=path, rate=rate, duration_s=duration_s))
+    except ConfigError as e:
+        assert "fewer than two" in str(e)
+        return
+    n = len(tr)
+    assert tr.mean_rate == pytest.approx(rate, rel=1e-9)
+    assert tr.arrival_s[-1] <= duration_s
+    assert np.allclose(tr.arrival_s, arrival[:n] * (tr.arrival_s[-1] / arrival[n - 1]))
+    if n < len(arrival):  # one more request, at its own head's rate, would come after D
+        k = rate * (arrival[n] - arrival[0]) / n
+        assert arrival[n] / k > duration_s
+
+
+def test_replay_cut_rounding_keeps_every_arrival_by_the_duration():
+    arrival = np.arange(50.0)
+    for rate, d in [(0.1, 30.0), (3.0, 7.0), (2.0, 10.0), (0.7, 10.0)]:
+        k, n = replay_cut(arrival, rate=rate, duration_s=d)
+        assert n == math.floor(rate * d + 1e-9) + 1
+        assert arrival[n - 1] / k <= d
+        assert (n - 1) / (arrival[n - 1] / k) == pytest.approx(rate, rel=1e-12)
+
+
+def test_no_rate_from_fewer_than_two_requests(drift):
+    with pytest.raises(ConfigError, match="need two at different times"):
+        make_trace(WorkloadSpec(trace=drift, rate=2.0, num_requests=1))
+    with pytest.raises(ConfigError, match=r"within duration_s=0\.4: .*fewer than two"):
+        make_trace(WorkloadSpec(trace=drift, rate=2.0, duration_s=0.4))
+
+
+def test_summary_offered_rate_is_the_asked_rate(drift):
+    res = simulate(arrival=f"trace:{drift}", rate=2.0, num_requests=11, cost_model="const:10")
+    assert res.summary["offered_rate"] == pytest.approx(2.0)
+    res = simulate(arrival=f"trace:{drift}", rate=2.0, duration_s=5.0, cost_model="const:10")
+    assert res.summary["num_requests"] == 11 and res.summary["offered_rate"] == pytest.approx(2.0)
+
+
+def _serverless(workload: dict) -> dict:
+    return {
+        "cluster": {
+            "remote_bandwidth_gbps": 2.0,
+            "nodes": [{"count": 1, "gpus": 1, "gpu_memory_gb": 80, "dram_gb": 50, "ssd_gb": 100}],
+        },
+        "models": {"m": {"weights_gb": 10, "cost_model": "const:10"}},
+        "workload": workload,
+        "platform": {"init_s": 0, "keep_alive_s": "never"},
+    }
+
+
+def test_serverless_trace_follows_the_same_rule(drift):
+    for cut, n in (({"num_requests": 11}, 11), ({"duration_s": 5.0}, 11), ({"num_requests": 6}, 6)):
+        reqs = make_serverless_requests(load_serverless(_serverless({"trace": drift, "rate": 2.0, **cut})))
+        assert len(reqs) == n
+        assert (n - 1) / (reqs.arrival_s[-1] - reqs.arrival_s[0]) == pytest.approx(2.0)
+    with pytest.raises(ConfigError, match="workload.trace: .*need two at different times"):
+        make_serverless_requests(load_serverless(_serverless({"trace": drift, "rate": 2.0, "num_requests": 1})))
+
+
+def test_sweep_load_is_the_replayed_rate_over_lambda_star(drift):
+    """A sweep sets rate = load x lambda*: the trace it replays then runs at that rate."""
+    config = {"cost_model": "paper", "b_max": 512, "workload": {"trace": drift, "num_requests": 11}}
+    cfg = resolve_point(config, params={"load": 0.5})
+    lam = critical_rate_of(cfg)
+    assert cfg.workload["rate"] == pytest.approx(0.5 * lam)
+    assert make_trace(cfg.workload).mean_rate == pytest.approx(0.5 * lam)
