@@ -31,11 +31,11 @@ def test_no_completion_reports_the_simulated_span(tmp_path):
         assert s[key] == 0.0
 
 
-def test_a_stop_at_the_first_arrival_is_a_run_of_no_length(tmp_path):
+def test_a_stop_before_the_first_arrival_is_a_run_of_no_length(tmp_path):
     res = simulate(**LONG, max_time_s=0.5, slo={"ttft_ms": 1000}, out_dir=tmp_path)
     s = json.loads((tmp_path / "summary.json").read_text())
-    assert s["completed"] == 0 and s["steps"] == 0
-    assert s["sim_end_s"] == pytest.approx(_first_arrival(res))
+    assert s["completed"] == 0 and s["steps"] == 0 and s["arrived"] == 0
+    assert s["sim_end_s"] == 0.5 < _first_arrival(res)  # the clock stopped before anyone came
     assert s["duration"] == 0.0
     for key in (*RATES, "goodput"):
         assert s[key] == 0.0  # nothing completed: no throughput, not 0 / 1e-12
