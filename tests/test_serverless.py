@@ -716,6 +716,15 @@ def test_a_time_limit_stops_the_run_and_the_gpu_bill_there():
     assert s["gpu_seconds"] <= 20 * s["gpus"]
 
 
+def test_a_time_limit_before_any_completion_reports_the_time_simulated():
+    res = simulate_serverless(EXAMPLE, scheduler="fcfs", num_requests=50, max_time_s=3)
+    s = res.summary
+    assert s["completed"] == 0 and s["sim_end_s"] == 3.0
+    first = float(res.stats.arrival_ns.min()) / NS
+    assert s["duration"] == pytest.approx(3.0 - first)  # not a 1e-12 placeholder
+    assert s["request_throughput"] == s["output_throughput"] == 0.0
+
+
 def test_files(tmp_path):
     res = simulate_serverless(EXAMPLE, out_dir=tmp_path, scheduler="serverlessllm", num_requests=40, seed=2)
     summary = json.loads((tmp_path / "summary.json").read_text())

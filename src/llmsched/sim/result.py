@@ -209,9 +209,9 @@ class SimResult:
             "duration": duration,
             "total_input_tokens": n_in,
             "total_output_tokens": n_out,
-            "request_throughput": _per_second(int(done.sum()), duration),
-            "output_throughput": _per_second(n_out, duration),
-            "total_token_throughput": _per_second(n_in + n_out, duration),
+            "request_throughput": per_second(int(done.sum()), duration),
+            "output_throughput": per_second(n_out, duration),
+            "total_token_throughput": per_second(n_in + n_out, duration),
         }
         s.update(_stats("ttft", self.ttft_s[done] * 1e3))
         tpot = self.tpot_s
@@ -248,7 +248,7 @@ class SimResult:
                 if key in self.slo:
                     ok &= np.nan_to_num(tpot, nan=0.0) * 1e3 <= self.slo[key]
             s["slo"] = dict(self.slo)
-            s["goodput"] = _per_second(int(ok.sum()), duration)
+            s["goodput"] = per_second(int(ok.sum()), duration)
             s["goodput_share"] = float(ok.sum()) / max(int(done.sum()), 1)
         if self.tag is not None and len(self.tag):
             tags = np.asarray(self.tag, dtype=object)
@@ -505,7 +505,7 @@ def require_pyarrow(what: str):
     return pa, pq, pacsv
 
 
-def _per_second(count: int, duration: float) -> float | None:
+def per_second(count: int, duration: float) -> float | None:
     """count / duration; 0 when nothing was counted (also over no time: no completion is
     a throughput of 0), None for a count over no time (no rate to report)."""
     if duration > 0:

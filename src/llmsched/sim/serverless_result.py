@@ -31,7 +31,7 @@ from ..core.request import NS
 from ..workload.serverless import ServerlessSpec, load_serverless
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .histogram import GapHistogram
-from .result import _seconds, clear_other_run
+from .result import _seconds, clear_other_run, per_second
 from .serverless import ServerlessStats, run_serverless
 
 REQUEST_COLUMNS = (
@@ -159,8 +159,8 @@ class ServerlessResult:
             "num_requests": int(sel.sum()),
             "completed": int(done.sum()),
             "unfinished": int(sel.sum() - done.sum()),
-            "request_throughput": float(done.sum()) / duration,
-            "output_throughput": float(st.output[done].sum()) / duration,
+            "request_throughput": per_second(int(done.sum()), duration),
+            "output_throughput": per_second(int(st.output[done].sum()), duration),
         }
         out.update(_pct(ttft, "ttft"))
         out.update(_itl(itl))
@@ -194,8 +194,10 @@ class ServerlessResult:
         spec: ServerlessSpec = st.spec
         done = self.finished
         start = float(st.arrival_ns.min()) / NS if len(st.arrival_ns) else 0.0
-        last = float((st.arrival_ns + st.e2e_ns)[done].max()) / NS if done.any() else start
-        duration = max(last - start, 1e-12)
+        if done.any():  # first arrival to last completion, as one server's summary
+            duration = float((st.arrival_ns + st.e2e_ns)[done].max()) / NS - start
+        else:  # a max_time_s stop before any completion: the time simulated since the first arrival
+            duration = max(st.end_ns / NS - start, 0.0)
         everyone = np.ones(len(st.arrival_ns), dtype=bool)
         s = {
             "scheduler": spec.platform.scheduler,
