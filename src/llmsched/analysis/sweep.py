@@ -142,10 +142,10 @@ def run_sweep(
         for c in cfgs:
             check_point(c)
 
-    store = Store(out_dir)
     bar = Progress(show, "search" if search else "sweep")
     try:
         with Backend(backend, workers, address) as be:
+            store = Store(out_dir)  # after connecting: an unreachable cluster leaves no folder
             # run_point by name from this module, so that tests can replace it here
             runner = Runner(be, store, bar, run_point)
             if search:
