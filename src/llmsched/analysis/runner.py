@@ -241,6 +241,7 @@ class Runner:
         self.ran = 0
         self.skipped = 0
         self.errors = 0
+        self._returned: set[str] = set()  # keys already run or found by this runner
 
     def run(self, cfgs: list) -> list[dict]:
         keys = [point_key(c) for c in cfgs]
@@ -249,9 +250,13 @@ class Runner:
         for k, c in zip(keys, cfgs):
             if self.store.get(k) is not None:
                 cached += 1
+                # a point found finished counts once: a search probing a rate again
+                # (the SLO search's first probe) reuses its own run, not an earlier sweep's
+                if k not in self._returned:
+                    self.skipped += 1
             elif k not in todo:
                 todo[k] = c.to_dict()
-        self.skipped += cached
+            self._returned.add(k)
         self.progress.add(len(cfgs), cached)
         dup = len(cfgs) - cached - len(todo)
         if dup:
