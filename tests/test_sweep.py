@@ -160,7 +160,13 @@ def test_search_max_stable_rate_and_slo(tmp_path):
     assert by["fastertransformer"]["max_stable_rate"] < 0.5 * lam
     for r in res:
         assert r["max_slo_rate"] <= r["max_stable_rate"] + 1e-9
-        assert r["unstable_rate"] - r["max_stable_rate"] <= 0.1 * lam + 1e-9
+        assert r["failed_rate"] is None
+        # both edges to within tol: the last stable rate and the next rate probed (the
+        # first inconclusive, or unstable), the last inconclusive and the first unstable
+        first_not_stable = min(x for x in (r["inconclusive_low"], r["unstable_rate"]) if x is not None)
+        assert first_not_stable - r["max_stable_rate"] <= 0.1 * lam + 1e-9
+        last_not_unstable = r["inconclusive_high"] if r["inconclusive_probes"] else r["max_stable_rate"]
+        assert 0 < r["unstable_rate"] - last_not_unstable <= 0.1 * lam + 1e-9
     s = json.loads((tmp_path / "search.json").read_text())
     assert {r["policy"] for r in s} == {"sarathi", "fastertransformer"}
     assert (tmp_path / "max_stable_rate.png").is_file() is False  # plots off by default in the API

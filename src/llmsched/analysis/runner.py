@@ -3,6 +3,8 @@
 - `Backend("local", workers)`: a process pool of `workers` (forked on Linux; one worker
   runs inline); `Backend("ray", workers, address)`: Ray tasks on a local Ray started for
   the sweep (`num_cpus = workers`) or on a cluster. Both yield results as they finish.
+  A cluster's address is probed first (`probe_ray_address`): one that does not answer
+  within `RAY_CONNECT_TIMEOUT_S` is an error, not a hang in Ray's retries.
 - `Store(out_dir)`: each finished point's summary in `OUT/points/KEY.json`, so a rerun
   (or a bigger grid, or another sweep into the same folder) skips finished points.
 - `Runner(backend, store, progress)`: runs a list of point configurations through both.
@@ -14,6 +16,7 @@ import gc
 import json
 import multiprocessing
 import os
+import socket
 import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -24,7 +27,44 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from .points import point_key, run_point
 
-__all__ = ["Backend", "Store", "Progress", "Runner"]
+__all__ = ["Backend", "Store", "Progress", "Runner", "ray_endpoint", "probe_ray_address"]
+
+#: Seconds to wait for a Ray cluster's port to accept a connection. Ray itself retries an
+#: unreachable address for minutes (a silent hang); a live head answers in milliseconds.
+RAY_CONNECT_TIMEOUT_S = 5.0
+#: The port of a `ray://` (Ray Client) address without one, as Ray's own default.
+RAY_CLIENT_PORT = 10001
+
+
+def ray_endpoint(address: str) -> tuple[str, int] | None:
+    """(host, port) of a Ray cluster address (`HOST:PORT`, `[IPv6]:PORT`,
+    `ray://HOST[:PORT]`), or None for `auto` and `local`, which Ray resolves itself."""
+    if address in ("auto", "local"):
+        return None
+    client = address.startswith("ray://")
+    rest = address[len("ray://") :] if client else address
+    host, sep, port = rest.rpartition(":")
+    if not sep or "]" in port:  # no port (an IPv6 host's colons are inside brackets)
+        host, port = rest, str(RAY_CLIENT_PORT) if client else ""
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--address must be HOST:PORT (or ray://HOST[:PORT], auto), got {address!r}")
+    return host, int(port)
+
+
+def probe_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Fail in at most `timeout_s` when nothing accepts connections at the cluster's
+    address, instead of letting `ray.init` retry it for minutes."""
+    end = ray_endpoint(address)
+    if end is None:
+        return
+    try:
+        socket.create_connection(end, timeout=timeout_s).close()
+    except TimeoutError:
+        raise ConfigError(f"cannot reach the Ray cluster at {address}: no answer in {timeout_s:g} s") from None
+    except OSError as e:
+        why = e.strerror or str(e) or type(e).__name__
+        raise ConfigError(f"cannot reach the Ray cluster at {address}: {why}") from None
 
 
 class Backend:
@@ -35,6 +75,8 @@ class Backend:
             raise ConfigError(f"unknown backend {backend!r} (known: local, ray)")
         if workers is not None and (not isinstance(workers, int) or workers < 1):
             raise ConfigError(f"workers must be a whole number >= 1, got {workers!r}")
+        if address is not None:
+            ray_endpoint(address)  # a malformed address fails before any work
         self.kind = backend
         self.workers = workers or (os.cpu_count() or 1)
         self.address = address
@@ -51,7 +93,14 @@ class Backend:
             if not ray.is_initialized():
                 kw = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
                 if self.address:
-                    ray.init(address=self.address, **kw)
+                    probe_ray_address(self.address)
+                    try:
+                        ray.init(address=self.address, **kw)
+                    except ConnectionError as e:  # the port answers but is no Ray head (or no "auto" one)
+                        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                        raise ConfigError(
+                            f"cannot connect to the Ray cluster at {self.address} (Ray: {first})"
+                        ) from None
                 else:
                     ray.init(num_cpus=self.workers, **kw)
                 self._ray_started = True
@@ -192,6 +241,7 @@ class Runner:
         self.ran = 0
         self.skipped = 0
         self.errors = 0
+        self._returned: set[str] = set()  # keys already run or found by this runner
 
     def run(self, cfgs: list) -> list[dict]:
         keys = [point_key(c) for c in cfgs]
@@ -200,9 +250,13 @@ class Runner:
         for k, c in zip(keys, cfgs):
             if self.store.get(k) is not None:
                 cached += 1
+                # a point found finished counts once: a search probing a rate again
+                # (the SLO search's first probe) reuses its own run, not an earlier sweep's
+                if k not in self._returned:
+                    self.skipped += 1
             elif k not in todo:
                 todo[k] = c.to_dict()
-        self.skipped += cached
+            self._returned.add(k)
         self.progress.add(len(cfgs), cached)
         dup = len(cfgs) - cached - len(todo)
         if dup:

@@ -2,15 +2,37 @@
 
 A group is one combination of the grid's keys other than rate, load and seed (a
 policy, a b_max, ...). For every group at once, the rate is bisected on the runs'
-stability verdicts: a rate passes when every seed's run is judged stable, not unstable
-and not inconclusive (and, for the SLO search, also meets every limit). Each round runs one probe rate per unfinished
-group, all seeds, on the runner (probes are ordinary points: cached and resumable).
+stability verdicts. Each round runs one probe rate per unfinished group, all seeds, on
+the runner (probes are ordinary points: cached and resumable). A probe's verdict, over
+its seeds (`probe_verdict`):
 
-- Stability: the bracket starts at [0, search_hi * lambda*]; its upper end is probed
-  first and, while it passes, widened (x1.5, at most 4 times). Bisection stops when the
-  bracket is narrower than tol * lambda*.
-- SLOs: the bracket is [0, max stable rate]; that rate is probed first (a cached point)
-  and, if it passes, is the answer, so the SLO rate never exceeds the stable rate.
+- **stable** when every seed's run is judged stable, **unstable** when every seed's run
+  is judged unstable, **inconclusive** otherwise (a run the verdict could not call, or
+  seeds that disagree), and **failed** when any seed's run raised (its `error` column).
+
+Stability: the search narrows two edges, assuming verdicts are monotone in the rate.
+
+- The upper end, search_hi * lambda*, is probed first and, while it is stable, widened
+  (x1.5, at most 4 times in all).
+- Stable edge: bisection between the largest rate judged stable (rate 0 is stable by
+  definition) and the smallest rate not judged stable, until they are closer than
+  tol * lambda*. The first is the group's `max_stable_rate`.
+- Unstable edge: when the smallest rate not judged stable was inconclusive, bisection
+  between the largest inconclusive rate and the smallest rate judged unstable (found by
+  widening above the upper end when none was), to the same tolerance. The second is
+  `unstable_rate`: the first rate actually judged unstable, never an inconclusive one
+  (None when no probe up to the widest was). Probes between the edges are inconclusive:
+  `inconclusive_low`/`inconclusive_high` give their range, `inconclusive_probes` their
+  count. A short run near lambda* is often inconclusive, so the gap shows how far the
+  runs are from resolving the boundary; more requests per probe narrow it.
+- A failed probe decides nothing: it is no evidence of instability. Its group's search
+  stops there (`failed_rate`) with no answer (None), and the sweep exits 1; a rerun
+  retries the failed points (they are not stored as finished).
+
+SLOs: the bracket is [0, max stable rate]; a rate passes when every seed's run is
+judged stable and meets every limit. The max stable rate is probed first (a cached
+point) and, if it passes, is the answer, so the SLO rate never exceeds the stable rate.
+A probe run again (the SLO search's first) is one row of the results table, not two.
 """
 
 from __future__ import annotations
@@ -20,14 +42,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.errors import ConfigError
 from .grid import NON_GROUP_KEYS, expand_grid
 from .points import check_point, critical_rate_of, resolve_point
 from .runner import Runner
 from .tables import point_row
 
-__all__ = ["SearchSettings", "Group", "Bracket", "bisect", "search_groups", "search_rates"]
+__all__ = [
+    "SearchSettings",
+    "Group",
+    "Bracket",
+    "bisect",
+    "probe_verdict",
+    "slo_verdict",
+    "search_groups",
+    "search_rates",
+    "STABLE",
+    "UNSTABLE",
+    "INCONCLUSIVE",
+    "FAILED",
+]
 
-#: How often a passing upper end of the stability bracket is widened by 1.5.
+#: How often, in all, the search looks 1.5 times higher: past an upper end judged stable,
+#: or past rates judged inconclusive when none above them was judged unstable.
 WIDENINGS = 4
 
 
@@ -57,43 +94,93 @@ class SearchSettings:
         return [k for k in self.grid if k not in NON_GROUP_KEYS]
 
 
+#: A probe's verdict over its seeds (`probe_verdict`); the SLO search uses STABLE for a
+#: rate that passes and UNSTABLE for one that does not.
+STABLE, UNSTABLE, INCONCLUSIVE, FAILED = "stable", "unstable", "inconclusive", "failed"
+
+
 @dataclass
 class Bracket:
-    """A rate interval (requests/s) that bisection narrows: `lo` passed (rate 0 passes by
-    definition); `hi` failed once `hi_checked`, and until then is the next upper end to
-    try, multiplied by 1.5 while it passes (`widenings` times at most)."""
+    """The rates (requests/s) that bisection narrows, for one group.
+
+    `lo`: the largest rate judged stable (rate 0 by definition). `hi`: the smallest rate
+    not judged stable once `hi_checked`; until then the next upper end to try,
+    multiplied by 1.5 while it is stable (`widenings` times at most). `unstable`: the
+    smallest rate judged unstable (None until one is); `top`: the largest rate judged
+    not unstable, at or above `hi` and below `unstable` (None when `hi` itself is unstable or
+    stable): the unstable edge is narrowed between the two. `failed`: the rate of a
+    failed probe, which ends the search. `inconclusive`: every rate judged inconclusive."""
 
     lo: float
     hi: float
     widenings: int
     hi_checked: bool = False
     probes: int = 0
+    unstable: float | None = None
+    top: float | None = None
+    failed: float | None = None
+    inconclusive: list[float] = field(default_factory=list)
 
     def __post_init__(self):
         self.hi_checked = self.hi_checked or self.hi <= 0
 
     def next_rate(self, tol_rate: float) -> float | None:
-        """The rate to probe next, or None when the bracket is narrower than `tol_rate`."""
+        """The rate to probe next, or None when both edges are narrower than `tol_rate`
+        (or a probe failed)."""
+        if self.failed is not None:
+            return None
         if not self.hi_checked:
             return self.hi
         if self.hi - self.lo > tol_rate and self.hi > 0:
             return 0.5 * (self.lo + self.hi)
+        if self.top is None:  # hi was judged unstable (or stable at the widest): one edge
+            return None
+        if self.unstable is None:  # nothing judged unstable yet: look higher
+            return self.top * 1.5 if self.widenings > 0 else None
+        if self.unstable - self.top > tol_rate:
+            return 0.5 * (self.top + self.unstable)
         return None
 
-    def record(self, rate: float, passed: bool) -> None:
+    def record(self, rate: float, verdict: str) -> None:
+        """Narrow the bracket by the verdict of a probe at `rate` (from `next_rate`)."""
         self.probes += 1
-        if not self.hi_checked:
-            if passed and self.widenings > 0:  # the upper end is not unstable: widen
+        if verdict == FAILED:  # no evidence either way: stop rather than guess
+            self.failed = rate
+            return
+        if verdict == INCONCLUSIVE:
+            self.inconclusive.append(rate)
+        if not self.hi_checked:  # the upper end
+            if verdict == STABLE and self.widenings > 0:
                 self.lo, self.hi = rate, rate * 1.5
                 self.widenings -= 1
+                return
+            self.hi_checked = True
+            if verdict == STABLE:  # stable at the largest rate allowed: that is the answer
+                self.lo = self.hi = rate
             else:
-                self.hi_checked = True
-                if passed:  # passing at the largest rate allowed: that is the answer
-                    self.lo = self.hi = rate
-        elif passed:
-            self.lo = rate
-        else:
-            self.hi = rate
+                self.hi = rate
+                self._not_stable(rate, verdict)
+        elif rate < self.hi:  # a midpoint of the stable edge
+            if verdict == STABLE:
+                self.lo = rate
+            else:
+                self.hi = rate
+                self._not_stable(rate, verdict)
+        elif verdict == UNSTABLE:  # a probe of the unstable edge
+            self.unstable = rate
+        else:  # inconclusive, or stable above an inconclusive rate: not unstable
+            if self.unstable is None:
+                self.widenings -= 1
+            self.top = rate
+
+    def _not_stable(self, rate: float, verdict: str) -> None:
+        """`rate`, the new `hi`, was judged unstable or inconclusive."""
+        if verdict == UNSTABLE:
+            # every rate judged inconclusive so far lies above this one: only the edge
+            # between the last stable and this first unstable rate is left
+            self.unstable, self.top = rate, None
+        elif self.top is None:
+            self.top = rate
 
 
 @dataclass
@@ -111,17 +198,17 @@ def bisect(
     brackets: list[Bracket],
     tol_rates: list[float],
     probe: Callable[[list[tuple[int, float]]], list[list[dict]]],
-    passes: Callable[[list[dict]], bool],
+    verdict: Callable[[list[dict]], str],
 ) -> None:
     """Narrow every bracket at once: each round probes one rate per unfinished bracket
-    (`probe([(index, rate), ...])` returns each probe's run records) and records whether
-    it `passes`."""
+    (`probe([(index, rate), ...])` returns each probe's run records) and records its
+    `verdict` (stable, unstable, inconclusive or failed)."""
     while True:
         batch = [(i, r) for i, b in enumerate(brackets) if (r := b.next_rate(tol_rates[i])) is not None]
         if not batch:
             return
         for (i, rate), records in zip(batch, probe(batch)):
-            brackets[i].record(rate, passes(records))
+            brackets[i].record(rate, verdict(records))
 
 
 def search_groups(settings: SearchSettings) -> list[Group]:
@@ -135,31 +222,47 @@ def search_groups(settings: SearchSettings) -> list[Group]:
         seen.add(key)
         base = resolve_point(settings.config, settings.fixed, params)
         check_point(base)
+        if not base.verdict:  # every probe would be inconclusive: nothing to bisect on
+            raise ConfigError("the search bisects on the stability verdict: it cannot run with verdict=false")
         groups.append(Group(params, critical_rate_of(base)))
     return groups
 
 
-def _stable(records: list[dict]) -> bool:
-    return all(r["summary"].get("stable") is True for r in records)
+def probe_verdict(records: list[dict]) -> str:
+    """A probe's verdict over its seeds' runs: failed if any run failed, stable (unstable)
+    if every run was judged stable (unstable), inconclusive otherwise."""
+    if any("error" in r["summary"] for r in records):
+        return FAILED
+    stable = [r["summary"].get("stable") for r in records]
+    if all(v is True for v in stable):
+        return STABLE
+    if all(v is False for v in stable):
+        return UNSTABLE
+    return INCONCLUSIVE
 
 
-def _meets(records: list[dict], slo: dict[str, float]) -> bool:
-    if not _stable(records):
-        return False
+def slo_verdict(records: list[dict], slo: dict[str, float]) -> str:
+    """STABLE when every run is judged stable and meets every limit, FAILED when a run
+    failed, UNSTABLE (does not pass) otherwise."""
+    v = probe_verdict(records)
+    if v != STABLE:
+        return FAILED if v == FAILED else UNSTABLE
     for r in records:
         for k, limit in slo.items():
-            v = r["summary"].get(k)
-            if v is None or not v <= limit:
-                return False
-    return True
+            m = r["summary"].get(k)
+            if m is None or not m <= limit:
+                return UNSTABLE
+    return STABLE
 
 
 def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) -> tuple[list[dict], list[dict]]:
     """Run the searches (see the module docstring). Returns (one row per probe run, as
-    in a grid sweep's table; one row per group: `critical_rate`, `max_stable_rate`,
-    `max_stable_load`, `unstable_rate` (the bracket's upper end), `probes`, and with
-    SLOs `max_slo_rate`, `max_slo_load`, `slo`)."""
-    rows: list[dict] = []
+    in a grid sweep's table, each (point, rate) once; one row per group:
+    `critical_rate`, `max_stable_rate`, `max_stable_load`, `inconclusive_low`,
+    `inconclusive_high`, `inconclusive_probes`, `unstable_rate` (the first rate judged
+    unstable), `failed_rate`, `probes`, and with SLOs `max_slo_rate`, `max_slo_load`,
+    `slo`)."""
+    rows: dict[str, dict] = {}  # by the probe's grid values: a rate probed again is one row
     columns = [*settings.group_keys, "seed", "rate"]
 
     def probe(batch: list[tuple[int, float]]) -> list[list[dict]]:
@@ -173,33 +276,42 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
         pos = {gi: j for j, (gi, _) in enumerate(batch)}
         for (gi, params), rec in zip(index, runner.run(cfgs)):
             out[pos[gi]].append(rec)
-            rows.append(point_row(params, rec, columns))
+            rows.setdefault(json.dumps(params, sort_keys=True, default=str), point_row(params, rec, columns))
         return out
 
     tol_rates = [settings.tol * g.critical_rate for g in groups]
     for g in groups:
         g.stable = Bracket(0.0, settings.search_hi * g.critical_rate, widenings=WIDENINGS)
-    bisect([g.stable for g in groups], tol_rates, probe, _stable)
+    bisect([g.stable for g in groups], tol_rates, probe, probe_verdict)
     if settings.slo:
         for g in groups:
-            g.slo = Bracket(0.0, g.stable.lo, widenings=0)
-        bisect([g.slo for g in groups], tol_rates, probe, lambda recs: _meets(recs, settings.slo))
+            # a group whose stability search failed has no stable rate to start from
+            g.slo = Bracket(0.0, 0.0 if g.stable.failed is not None else g.stable.lo, widenings=0)
+        bisect([g.slo for g in groups], tol_rates, probe, lambda recs: slo_verdict(recs, settings.slo))
+    return list(rows.values()), [_group_row(g, settings) for g in groups]
 
-    table = []
-    for g in groups:
-        lam = g.critical_rate
-        row = {
-            **g.params,
-            "policy_name": str(g.params.get("policy", "")).partition(":")[0] or None,
-            "critical_rate": lam,
-            "max_stable_rate": g.stable.lo,
-            "max_stable_load": g.stable.lo / lam if lam else None,
-            "unstable_rate": g.stable.hi,
-            "probes": g.stable.probes,
-        }
-        if settings.slo:
-            row["max_slo_rate"] = g.slo.lo
-            row["max_slo_load"] = g.slo.lo / lam if lam else None
-            row["slo"] = json.dumps(settings.slo, sort_keys=True)
-        table.append(row)
-    return rows, table
+
+def _group_row(g: Group, settings: SearchSettings) -> dict:
+    """A group's row of the search table; a failed search's answers are None."""
+    lam, st = g.critical_rate, g.stable
+    ok = st.failed is None
+    inc = sorted(st.inconclusive)
+    row = {
+        **g.params,
+        "policy_name": str(g.params.get("policy", "")).partition(":")[0] or None,
+        "critical_rate": lam,
+        "max_stable_rate": st.lo if ok else None,
+        "max_stable_load": st.lo / lam if ok and lam else None,
+        "inconclusive_low": inc[0] if inc else None,
+        "inconclusive_high": inc[-1] if inc else None,
+        "inconclusive_probes": len(inc),
+        "unstable_rate": st.unstable if ok else None,
+        "failed_rate": st.failed if not ok else (g.slo.failed if g.slo else None),
+        "probes": st.probes,
+    }
+    if settings.slo:
+        slo_ok = ok and g.slo.failed is None
+        row["max_slo_rate"] = g.slo.lo if slo_ok else None
+        row["max_slo_load"] = g.slo.lo / lam if slo_ok and lam else None
+        row["slo"] = json.dumps(settings.slo, sort_keys=True)
+    return row

@@ -100,9 +100,11 @@ def run_sweep(
 
     `search="max-stable-rate"`: instead of gridding the rate, bisect it for every group
     (every combination of the grid's other keys; seeds are all run at each probe) to find
-    the largest rate judged stable on every seed, to within `tol` * lambda*, starting
-    from [0, search_hi * lambda*]; with `slo` ({metric: limit}), also the largest rate
-    that is stable and meets every limit on every seed (`llmsched.analysis.search`).
+    the largest rate judged stable on every seed and the smallest judged unstable on
+    every seed, each to within `tol` * lambda*, starting from [0, search_hi * lambda*];
+    rates judged inconclusive in between are reported as such, and a failed probe stops
+    its group's search with no answer; with `slo` ({metric: limit}), also the largest
+    rate that is stable and meets every limit on every seed (`llmsched.analysis.search`).
     """
     t0 = time.perf_counter()
     if out_dir is not None:
@@ -142,10 +144,10 @@ def run_sweep(
         for c in cfgs:
             check_point(c)
 
-    store = Store(out_dir)
     bar = Progress(show, "search" if search else "sweep")
     try:
         with Backend(backend, workers, address) as be:
+            store = Store(out_dir)  # after connecting: an unreachable cluster leaves no folder
             # run_point by name from this module, so that tests can replace it here
             runner = Runner(be, store, bar, run_point)
             if search:
@@ -216,8 +218,10 @@ def max_stable_rate(
     """Each policy's empirical maximum stable rate (and, with `slo`, the maximum rate
     meeting the SLOs) by bisection on the rate using the runs' stability verdicts; one
     dict per policy (and per combination of other `grid` keys) with `critical_rate`
-    (theory), `max_stable_rate`, `max_stable_load`, `unstable_rate` (the bracket's upper
-    end) and the number of probes."""
+    (theory), `max_stable_rate`, `max_stable_load`, `inconclusive_low`/`_high` and
+    `inconclusive_probes` (the rates judged inconclusive), `unstable_rate` (the first
+    rate judged unstable, None if none was), `failed_rate` (a failed probe, which leaves
+    the group's answers None) and the number of probes (`llmsched.analysis.search`)."""
     g = dict(grid or {})
     if policies is not None:
         g["policy"] = list(policies)

@@ -314,38 +314,7 @@ def cmd_sweep(args) -> int:
     if args.quiet:
         return _sweep_status(res)
     if res.search is not None:
-        cols = [
-            (k, k, "s")
-            for k in (res.search[0] if res.search else {})
-            if k
-            not in (
-                "policy_name",
-                "critical_rate",
-                "max_stable_rate",
-                "max_stable_load",
-                "unstable_rate",
-                "probes",
-                "max_slo_rate",
-                "max_slo_load",
-                "slo",
-            )
-        ]
-        cols += [
-            ("critical_rate", "lambda* (theory)", ",.3f"),
-            ("max_stable_rate", "max stable rate", ",.3f"),
-            ("max_stable_load", "/ lambda*", ".3f"),
-            ("unstable_rate", "first unstable", ",.3f"),
-        ]
-        if res.search and "max_slo_rate" in res.search[0]:
-            cols += [("max_slo_rate", "max rate meeting SLOs", ",.3f"), ("max_slo_load", "/ lambda*", ".3f")]
-        _print_rows("maximum stable rate (bisection on the stability verdict)", res.search, cols)
-        for row in res.search:
-            if (row.get("max_stable_rate") or 0) > (row.get("critical_rate") or float("inf")):
-                print(
-                    f"note: {row.get('policy', 'a policy')}'s max stable rate is above theorem 2's bound, "
-                    f"which no policy can sustain: the runs are too short to resolve loads this close "
-                    f"to capacity; use more requests (--num-requests)"
-                )
+        _print_search(res.search)
     print(
         f"{len(res.rows)} points: {res.ran} simulated, {res.skipped} already done"
         + (f", {res.errors} failed (see the error column)" if res.errors else "")
@@ -356,9 +325,71 @@ def cmd_sweep(args) -> int:
     return _sweep_status(res)
 
 
+#: Search table columns shown by `_print_search` (the others are the group's grid values).
+SEARCH_COLUMNS = (
+    "policy_name",
+    "critical_rate",
+    "max_stable_rate",
+    "max_stable_load",
+    "inconclusive_low",
+    "inconclusive_high",
+    "inconclusive_probes",
+    "unstable_rate",
+    "failed_rate",
+    "probes",
+    "max_slo_rate",
+    "max_slo_load",
+    "slo",
+)
+
+
+def _print_search(search: list[dict]) -> None:
+    """The search table: per group, the max stable rate, the rates judged inconclusive
+    above it, the first rate judged unstable, and a failed probe where a search stopped."""
+    shown = [{**r, "inconclusive": _rate_range(r["inconclusive_low"], r["inconclusive_high"])} for r in search]
+    cols = [(k, k, "s") for k in (search[0] if search else {}) if k not in SEARCH_COLUMNS]
+    cols += [
+        ("critical_rate", "lambda* (theory)", ",.3f"),
+        ("max_stable_rate", "max stable rate", ",.3f"),
+        ("max_stable_load", "/ lambda*", ".3f"),
+        ("inconclusive", "inconclusive", "s"),
+        ("unstable_rate", "first unstable", ",.3f"),
+    ]
+    if any(r.get("failed_rate") is not None for r in search):
+        cols.append(("failed_rate", "failed probe", ",.3f"))
+    if search and "max_slo_rate" in search[0]:
+        cols += [("max_slo_rate", "max rate meeting SLOs", ",.3f"), ("max_slo_load", "/ lambda*", ".3f")]
+    _print_rows("maximum stable rate (bisection on the stability verdict)", shown, cols)
+    for row in search:
+        name = row.get("policy", "a policy")
+        if row.get("failed_rate") is not None:
+            print(
+                f"note: {name}'s search stopped at a failed probe (rate {row['failed_rate']:.4g}): a failed run "
+                "is no verdict, so there is no answer; see the error column of results.csv"
+            )
+        elif (row.get("max_stable_rate") or 0) > (row.get("critical_rate") or float("inf")):
+            print(
+                f"note: {name}'s max stable rate is above theorem 2's bound, "
+                f"which no policy can sustain: the runs are too short to resolve loads this close "
+                f"to capacity; use more requests (--num-requests)"
+            )
+        elif row.get("inconclusive_probes") and row.get("unstable_rate") is None:
+            print(
+                f"note: no probe of {name} was judged unstable (up to {row['inconclusive_high']:.4g}, "
+                "inconclusive): use more requests (--num-requests)"
+            )
+
+
+def _rate_range(lo, hi) -> str | None:
+    """`lo-hi` (or one rate) for a table cell, None when there is none."""
+    if lo is None:
+        return None
+    return f"{lo:,.3f}" if hi == lo else f"{lo:,.3f}-{hi:,.3f}"
+
+
 def _sweep_status(res) -> int:
     """1, with one line on stderr, when points failed: the table and files hold the rest,
-    but a failed point is no result (a search over failed probes reads them as unstable)."""
+    but a failed point is no result (a search stops at a failed probe, with no answer)."""
     if not res.errors:
         return 0
     first = next((r["error"] for r in res.rows if r.get("error")), "")

@@ -1,0 +1,90 @@
+"""`llmsched sweep --backend ray --address`: an address nothing answers at is one line on
+stderr and exit 2 within seconds, not a hang in Ray's connection retries."""
+
+import socket
+import time
+
+import pytest
+
+from llmsched.analysis import runner
+from llmsched.analysis.runner import probe_ray_address, ray_endpoint
+from llmsched.cli import main
+from llmsched.core.errors import ConfigError
+
+
+def closed_port() -> int:
+    """A localhost port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sweep_argv(tmp_path, address):
+    return ["sweep", "--cost-model", "paper", "--num-requests", "30", "--grid", "rate=1", "--no-plots"] + [
+        "--out",
+        str(tmp_path / "s"),
+        "--backend",
+        "ray",
+        "--address",
+        address,
+    ]
+
+
+def test_an_unreachable_ray_address_fails_fast(tmp_path, capsys):
+    pytest.importorskip("ray")
+    address = f"127.0.0.1:{closed_port()}"
+    t0 = time.perf_counter()
+    assert main(sweep_argv(tmp_path, address)) == 2
+    assert time.perf_counter() - t0 < 10
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cannot reach the Ray cluster at {address}" in err[0], err
+    assert not (tmp_path / "s").exists()  # no output folder for a sweep that never ran
+
+
+def test_a_silent_ray_address_times_out_before_ray_init(tmp_path, capsys, monkeypatch):
+    ray = pytest.importorskip("ray")
+
+    def black_hole(address, timeout):  # what a firewalled or absent host does
+        assert timeout == runner.RAY_CONNECT_TIMEOUT_S
+        raise TimeoutError
+
+    def no_init(*a, **kw):
+        raise AssertionError("ray.init was called for an address that does not answer")
+
+    monkeypatch.setattr(runner.socket, "create_connection", black_hole)
+    monkeypatch.setattr(ray, "init", no_init)
+    assert main(sweep_argv(tmp_path, "10.255.255.1:6379")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"llmsched sweep: error: cannot reach the Ray cluster at 10.255.255.1:6379: "
+        f"no answer in {runner.RAY_CONNECT_TIMEOUT_S:g} s"
+    ]
+
+
+@pytest.mark.parametrize(
+    "address, endpoint",
+    [
+        ("10.0.0.1:6379", ("10.0.0.1", 6379)),
+        ("head.example:6380", ("head.example", 6380)),
+        ("[::1]:6379", ("::1", 6379)),
+        ("ray://head.example", ("head.example", 10001)),
+        ("ray://head.example:10002", ("head.example", 10002)),
+        ("auto", None),
+        ("local", None),
+    ],
+)
+def test_ray_endpoint(address, endpoint):
+    assert ray_endpoint(address) == endpoint
+
+
+@pytest.mark.parametrize("address", ["head", "head:", "head:port", ":6379", "head:70000", "ray://", "[::1]"])
+def test_bad_ray_addresses(address, tmp_path, capsys):
+    with pytest.raises(ConfigError, match="--address must be HOST:PORT"):
+        ray_endpoint(address)
+    assert main(sweep_argv(tmp_path, address)) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_probe_names_the_address():
+    with pytest.raises(ConfigError, match=r"^cannot reach the Ray cluster at 127\.0\.0\.1:\d+: "):
+        probe_ray_address(f"127.0.0.1:{closed_port()}", timeout_s=1.0)

@@ -1,0 +1,185 @@
+"""The rate search's reading of probes: failed probes decide nothing, the first unstable
+rate is a rate judged unstable (never an inconclusive one), and each probed (point,
+rate) is one row of results.csv. Runs are replaced by a fake with a known boundary."""
+
+import csv
+import json
+
+import pytest
+
+from llmsched.analysis import sweep
+from llmsched.analysis.points import critical_rate_of, resolve_point
+from llmsched.analysis.search import FAILED, INCONCLUSIVE, STABLE, UNSTABLE, Bracket, probe_verdict
+from llmsched.analysis.sweep import run_sweep
+from llmsched.cli import main
+
+FIXED = dict(cost_model="paper", b_max=128, prompt="geometric:40", output="geometric:21", num_requests=300)
+CLI_FIXED = ["--cost-model", "paper", "--b-max", "128", "--prompt", "geometric:40", "--output", "geometric:21"]
+CLI_FIXED += ["--num-requests", "300", "--workers", "1", "--no-plots"]
+TOL = 0.05
+
+
+@pytest.fixture(scope="module")
+def lam():
+    """lambda* of the search's group, as the search computes it."""
+    return critical_rate_of(resolve_point(None, FIXED, {"policy": "sarathi"}))
+
+
+def fake_runs(monkeypatch, verdict_at):
+    """Replace the simulation: `verdict_at(rate)` is stable, unstable, inconclusive or
+    failed; a stable run meets a p99 TTFT of 100 ms, an unstable one does not."""
+    calls = []
+
+    def run(cfg: dict) -> dict:
+        rate = cfg["workload"]["rate"]
+        calls.append(rate)
+        v = verdict_at(rate)
+        if v == FAILED:
+            return {"error": "RuntimeError: boom", "wall_s": 0.0}
+        stable = {STABLE: True, UNSTABLE: False, INCONCLUSIVE: None}[v]
+        return {"stable": stable, "verdict": v, "p99_ttft_ms": 100.0 if stable else 1e5, "wall_s": 0.0}
+
+    monkeypatch.setattr(sweep, "run_point", run)
+    return calls
+
+
+def search(tmp_path, **kw):
+    grid = {"policy": ["sarathi"], "seed": [0, 1]}
+    return run_sweep(
+        None,
+        grid,
+        out_dir=tmp_path,
+        workers=1,
+        search="max-stable-rate",
+        tol=TOL,
+        progress=False,
+        plots=False,
+        **FIXED,
+        **kw,
+    )
+
+
+def results(tmp_path) -> list[dict]:
+    with open(tmp_path / "results.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_failed_probe_is_not_unstable_and_stops_its_search(tmp_path, monkeypatch, lam):
+    # stable below 0.5 lambda*, unstable above 0.7, and runs fail in between: the first
+    # midpoint (0.625 lambda*) fails; read as unstable, the search went on below it
+    def verdict_at(rate):
+        return STABLE if rate <= 0.5 * lam else UNSTABLE if rate >= 0.7 * lam else FAILED
+
+    fake_runs(monkeypatch, verdict_at)
+    res = search(tmp_path)
+    (row,) = res.search
+    # nothing below the failed probe was tried on its account
+    assert sorted({float(r["rate"]) for r in results(tmp_path)}) == pytest.approx([0.625 * lam, 1.25 * lam])
+    assert row["failed_rate"] == pytest.approx(0.625 * lam)
+    assert row["max_stable_rate"] is None and row["max_stable_load"] is None and row["unstable_rate"] is None
+    assert row["probes"] == 2 and res.errors == 2  # both seeds of the failed probe
+    assert json.loads((tmp_path / "search.json").read_text())[0]["failed_rate"] == pytest.approx(0.625 * lam)
+
+
+def test_the_cli_shows_a_failed_probe_and_exits_1(tmp_path, monkeypatch, capsys, lam):
+    fake_runs(monkeypatch, lambda rate: FAILED if rate > 0.9 * lam else STABLE)
+    argv = ["sweep", *CLI_FIXED, "--grid", "policy=sarathi", "--search", "max-stable-rate", "--out", str(tmp_path)]
+    assert main([*argv, "--slo", "p99_ttft_ms=1000"]) == 1
+    cap = capsys.readouterr()
+    assert "failed probe" in cap.out and "stopped at a failed probe (rate " in cap.out
+    assert len(cap.err.strip().splitlines()) == 1 and "1 of 1 points failed" in cap.err
+    (row,) = json.loads((tmp_path / "search.json").read_text())
+    assert row["max_stable_rate"] is None and row["max_slo_rate"] is None
+
+
+def test_the_first_unstable_rate_is_judged_unstable_not_inconclusive(tmp_path, monkeypatch, lam):
+    # stable up to 0.6 lambda*, inconclusive up to 0.9 (a queue too close to criticality
+    # for the run's length), unstable above: the old search called 0.625 "first unstable"
+    def verdict_at(rate):
+        return STABLE if rate <= 0.6 * lam else INCONCLUSIVE if rate < 0.9 * lam else UNSTABLE
+
+    fake_runs(monkeypatch, verdict_at)
+    res = search(tmp_path)
+    (row,) = res.search
+    assert verdict_at(row["unstable_rate"]) == UNSTABLE
+    assert row["failed_rate"] is None
+    assert 0.6 * lam - TOL * lam <= row["max_stable_rate"] <= 0.6 * lam
+    assert 0.9 * lam <= row["unstable_rate"] <= 0.9 * lam + TOL * lam
+    # the inconclusive probes are reported as such, between the two edges
+    assert row["max_stable_rate"] < row["inconclusive_low"] <= row["inconclusive_high"] < row["unstable_rate"]
+    assert row["inconclusive_low"] - row["max_stable_rate"] <= TOL * lam + 1e-9
+    assert row["unstable_rate"] - row["inconclusive_high"] <= TOL * lam + 1e-9
+    by_rate = {}
+    for r in results(tmp_path):
+        by_rate.setdefault(float(r["rate"]), set()).add(r["verdict"])
+    assert by_rate[row["unstable_rate"]] == {"unstable"}
+    assert by_rate[row["inconclusive_low"]] == by_rate[row["inconclusive_high"]] == {"inconclusive"}
+    assert row["inconclusive_probes"] == sum(v == {"inconclusive"} for v in by_rate.values())
+
+
+def test_the_cli_labels_inconclusive_rates(tmp_path, monkeypatch, capsys, lam):
+    fake_runs(monkeypatch, lambda rate: STABLE if rate <= 0.6 * lam else INCONCLUSIVE if rate < 0.9 * lam else UNSTABLE)
+    argv = ["sweep", *CLI_FIXED, "--grid", "policy=sarathi", "--search", "max-stable-rate", "--tol", str(TOL)]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (row,) = json.loads((tmp_path / "search.json").read_text())
+    assert "inconclusive" in out and "first unstable" in out
+    assert f"{row['inconclusive_low']:,.3f}-{row['inconclusive_high']:,.3f}" in out
+    assert f"{row['unstable_rate']:,.3f}" in out
+
+
+def test_no_unstable_probe_means_no_first_unstable_rate(tmp_path, monkeypatch, lam):
+    # nothing is ever judged unstable: the search looks higher (the remaining widenings),
+    # then reports no first unstable rate rather than an inconclusive one
+    fake_runs(monkeypatch, lambda rate: STABLE if rate <= 0.6 * lam else INCONCLUSIVE)
+    (row,) = search(tmp_path).search
+    assert row["unstable_rate"] is None
+    assert row["inconclusive_high"] == pytest.approx(1.25 * 1.5**4 * lam)
+    assert 0.6 * lam - TOL * lam <= row["max_stable_rate"] <= 0.6 * lam
+
+
+def test_an_slo_search_probe_run_again_is_one_row(tmp_path, monkeypatch, lam):
+    calls = fake_runs(monkeypatch, lambda rate: STABLE if rate <= 0.6 * lam else UNSTABLE)
+    res = search(tmp_path, slo={"p99_ttft_ms": 1000})
+    (row,) = res.search
+    assert row["max_slo_rate"] == row["max_stable_rate"]  # the SLO search probed it again
+    rows = results(tmp_path)
+    points = [(r["policy"], r["seed"], r["rate"]) for r in rows]
+    assert len(points) == len(set(points)) == len({r["key"] for r in rows}) == len(res.rows)
+    assert res.ran == len(calls) == len(rows) and res.skipped == 0
+    # a rerun finds every point finished, once each
+    monkeypatch.setattr(sweep, "run_point", None)
+    again = search(tmp_path, slo={"p99_ttft_ms": 1000})
+    assert (again.ran, again.skipped) == (0, len(rows))
+    assert results(tmp_path) == rows
+
+
+def test_probe_verdict_over_seeds():
+    def recs(*stable):
+        return [{"summary": {"stable": s}} for s in stable]
+
+    assert probe_verdict(recs(True, True)) == STABLE
+    assert probe_verdict(recs(False, False)) == UNSTABLE
+    assert probe_verdict(recs(True, False)) == INCONCLUSIVE  # seeds that disagree
+    assert probe_verdict(recs(True, None)) == INCONCLUSIVE
+    assert probe_verdict([*recs(False), {"summary": {"error": "x"}}]) == FAILED
+
+
+def test_bracket_after_an_unstable_midpoint_keeps_one_edge():
+    # 1.0 inconclusive, then the midpoint 0.5 unstable (verdicts not monotone): the
+    # inconclusive 1.0 lies above the first unstable rate, so only one edge is left
+    b = Bracket(0.0, 1.0, widenings=0)
+    b.record(b.next_rate(0.1), INCONCLUSIVE)
+    assert (b.hi, b.top, b.unstable) == (1.0, 1.0, None)
+    b.record(b.next_rate(0.1), UNSTABLE)
+    assert (b.hi, b.top, b.unstable) == (0.5, None, 0.5)
+    while (r := b.next_rate(0.1)) is not None:
+        b.record(r, STABLE)
+    assert 0.4 <= b.lo < b.hi == b.unstable == 0.5
+
+
+def test_a_search_with_the_verdict_off_is_refused(tmp_path, capsys):
+    argv = ["sweep", *CLI_FIXED, "--grid", "verdict=false", "--search", "max-stable-rate", "--out", str(tmp_path / "s")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "verdict=false" in err[0]
