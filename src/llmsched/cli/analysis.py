@@ -468,7 +468,7 @@ def cmd_reproduce(args) -> int:
         print(
             f"note: {', '.join(short)} stable at load {args.load:g} in the queue runs ({m['queue_requests']:,} "
             f"requests) but not in the search: its probes ({m['search_requests']:,} requests) count an "
-            "inconclusive verdict as unstable; give more --search-requests"
+            "inconclusive verdict as not stable; give more --search-requests"
         )
     print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
     return 0
