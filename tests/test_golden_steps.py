@@ -1,6 +1,8 @@
 """The simulator, the virtual GPU and the engine take the same steps and emit the same
 tokens and texts as before the one-runtime refactor (fingerprints in
-tests/data/golden/steps.json, made by tests/golden_steps.py at commit ed59e4c)."""
+tests/data/golden/steps.json, made by tests/golden_steps.py at commit ed59e4c; the runs with
+KV pressure, `simulator/*/kv` and `virtual/*`, remade when a step that preempts stopped
+admitting waiting requests: their steps changed on purpose, the others did not)."""
 
 import json
 from pathlib import Path

@@ -73,6 +73,52 @@ def test_kv_preemption_evicts_newest_and_recomputes():
     assert res.summary["completed"] == 2
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_step_that_preempts_admits_no_one(fast):
+    # A and B hold all 10 KV slots at 20 ms; C (3 tokens) arrived at 15 ms. The decoders
+    # need 2 slots: B (newest) is preempted and A decodes. B's freed slots are not C's:
+    # B comes back first, when A's end leaves room for its 6-token recompute.
+    rows = [(0.0, 4, 4), (0.0, 4, 4), (0.015, 3, 1)]
+    res, steps = run(rows, "vllm", b_max=8, kv_capacity=10, fast=fast)
+    assert entries(steps) == ["0:p4 1:p4", "0:d 1:d", "0:d", "0:d", "1:p6", "2:p3", "1:d"]
+    assert list(res.stats.preemptions) == [0, 1, 0]
+    _, steps = run(rows, "sarathi", b_max=8, kv_capacity=10, fast=fast)
+    assert entries(steps)[2:5] == ["0:d", "0:d", "1:p6 2:p2"]  # not '0:d 2:p3' while B waits
+    # Orca: one slot free at 10 ms, C needs 2; B is preempted for decoder A, A decodes
+    _, steps = run([(0.0, 1, 4), (0.0, 2, 2), (0.0, 2, 1)], "orca", b_max=2, kv_capacity=5, fast=fast)
+    assert entries(steps)[:4] == ["0:p1 1:p1", "1:p1 0:d", "0:d", "0:d"]
+
+
+def test_kfcfs_serves_running_requests_oldest_first_under_kv_pressure(monkeypatch):
+    # whatever was preempted, the running requests a K-FCFS step serves are the oldest ones
+    import random
+
+    from llmsched.core.request import WAITING
+    from llmsched.policies.kfcfs import KFCFS
+
+    build, bad, steps_seen = KFCFS.build, [], []
+
+    def checked(self, p):
+        plan = build(self, p)
+        state, victims = p.state, {v.id for v in p.preempt}
+        decoders = [r for r in state.decoders if r.id not in victims]
+        served = {r.id for r in decoders[: plan.decode]} | {r.id for r, _ in plan.prefill if r.phase != WAITING}
+        running = sorted(decoders + [r for r in state.prefilling if r.id not in victims], key=lambda r: r.key)
+        flags = [r.id in served for r in running]
+        steps_seen.append(bool(victims))
+        if flags != sorted(flags, reverse=True):
+            bad.append(entries)
+        return plan
+
+    monkeypatch.setattr(KFCFS, "build", checked)
+    rng = random.Random(5)
+    for _ in range(300):
+        rows = sorted((round(rng.uniform(0, 0.05), 3), rng.randint(1, 25), rng.randint(1, 12)) for _ in range(8))
+        cap = max(p + o - 1 for _, p, o in rows) + rng.randint(0, 20)
+        run(rows, "kfcfs", admission="spf", b_max=rng.randint(2, 4), kv_capacity=cap)
+    assert not bad and sum(steps_seen) > 100  # preempting steps were checked too
+
+
 def test_admission_waits_for_kv_room():
     rows = [(0.0, 6, 2), (0.0, 6, 2)]
     _, steps = run(rows, "sarathi", b_max=16, kv_capacity=8)

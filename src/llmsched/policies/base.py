@@ -222,6 +222,15 @@ class Planner:
                 break
         return kv
 
+    def decoders_before(self, key: tuple) -> int:
+        """How many of the step's decoders (this step's preemption victims left out) come
+        before `key` in decode order."""
+        n = self.state.decoders_before(key)
+        for victim in self.preempt:
+            if victim.phase == DECODE and victim.key < key:
+                n -= 1
+        return n
+
     def take_decodes(self, limit: int = UNLIMITED) -> int:
         """Serve up to `limit` more decoders (in decode order); returns how many."""
         n = self.decodable - self.decode
@@ -268,6 +277,10 @@ class Planner:
         """Admit waiting request `r` with a first chunk, if budget, KV and the admission
         policy allow. `whole`: only if its whole prefill fits in the step."""
         self.saw_waiting = True
+        if self.preempt:
+            # a step that preempts admits no one (vLLM V1's rule): the victims' slots are
+            # theirs when they come back, at the head of the queue, not a newer request's
+            return False
         state = self.state
         if state.prefix is None:
             done, need = r.prefilled, r.prefill_target  # a prompt may arrive with part of its KV computed

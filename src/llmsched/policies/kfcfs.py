@@ -18,10 +18,10 @@ class KFCFS(BatchPolicy):
         state = p.state
         served = 0
         for r in sorted(state.prefilling, key=lambda q: q.key):
-            served += p.take_decodes(state.decoders_before(r.key) - served)
+            served += p.take_decodes(p.decoders_before(r.key) - served)
             p.take_prefill(r)
         for r in state.waiting:
-            served += p.take_decodes(state.decoders_before(r.key) - served)
+            served += p.take_decodes(p.decoders_before(r.key) - served)
             if not p.admit(r):
                 break
         p.take_decodes()
