@@ -712,8 +712,99 @@ def test_a_time_limit_stops_the_run_and_the_gpu_bill_there():
     res = simulate_serverless(EXAMPLE, scheduler="fcfs", num_requests=300, max_time_s=20)
     s = res.summary
     assert 0 < s["completed"] < 300 and s["unfinished"] == 300 - s["completed"]
-    assert all(i["stop_ns"] <= 20 * NS and i["stop_reason"] == "time limit" for i in res.instances)
-    assert s["gpu_seconds"] <= 20 * s["gpus"]
+    assert s["arrived"] == int((res.stats.arrival_ns < 20 * NS).sum()) < 300
+    for i in res.instances:  # at the limit, or at the end of its step that crosses it
+        assert i["stop_reason"] == "time limit"
+        assert i["stop_ns"] == 20 * NS or (20 * NS < i["stop_ns"] <= 20 * NS + 200 * MS and i["busy_ns"] > 0)
+        assert i["busy_ns"] <= i["stop_ns"] - i["gpu_from_ns"]
+    assert s["sim_end_s"] == max(i["stop_ns"] for i in res.instances) / NS
+    assert s["gpu_seconds"] <= 20.2 * s["gpus"]
+
+
+def test_a_time_limit_keeps_the_step_that_crosses_it_as_one_server_does():
+    """One request decoding across the limit: the fast path's last batch (hundreds of steps,
+    its end past the limit) used to be dropped whole, 1 step against the step-by-step
+    path's 385; both keep every step that starts before the limit, the last one crossing
+    it, like the single-server simulator, and the GPU is billed until that step ends."""
+    cfg = base()
+    cfg["models"]["m"]["cost_model"] = "paper"
+    rows = [(1.0, "m", 100, 1000)]
+    spec = load_serverless(cfg)
+    names = list(spec.models)
+    reqs = ServerlessRequests(np.array([1.0]), np.array([100]), np.array([1000]), np.array([0]), names)
+    fast = run_serverless(spec, max_time_s=20, requests=reqs)
+    exact = run_serverless(spec, max_time_s=20, requests=reqs, fast=False)
+    assert fast.steps == exact.steps > 250 and fast.itl.count == exact.itl.count == fast.steps - 1
+    assert fast.instances == exact.instances and fast.end_ns == exact.end_ns
+    i = inst(fast, 0)
+    step = fast.itl.total // fast.itl.count  # one request decoding: every step takes as long
+    assert 20 * NS < i["stop_ns"] == fast.end_ns < 20 * NS + step  # the crossing step ends there
+    assert i["ready_ns"] + i["busy_ns"] == i["stop_ns"]  # busy from ready to the end, no gap
+    assert fast.tokens[0] == 0 and fast.e2e_ns[0] < 0  # unfinished, its first token reported
+    assert fast.ttft_ns[0] == exact.ttft_ns[0] > 0
+    full = run(cfg, rows)
+    assert fast.ttft_ns[0] == full.ttft_ns[0]
+
+
+@pytest.mark.parametrize("scheduler", PLATFORM_SCHEDULERS)
+def test_fast_equals_step_by_step_under_a_time_limit(scheduler):
+    spec = load_serverless("examples/serverless/crowded.yaml").replaced(num_requests=300)
+    for limit in (5.81, 10.6, 31.12):
+        fast = simulate_serverless(spec, scheduler=scheduler, max_time_s=limit)
+        exact = simulate_serverless(spec, scheduler=scheduler, max_time_s=limit, fast=False)
+        a, b = dict(fast.summary), dict(exact.summary)
+        a.pop("wall_s"), b.pop("wall_s")
+        assert a == b, (limit, [k for k in a if a[k] != b[k]])
+        assert a["steps"] > 0 and a["itl_count"] > 0 and a["busy_gpu_seconds"] > 0
+        for k in ("ttft_ns", "e2e_ns", "queue_ns", "tokens", "preemptions", "migrations", "arrived"):
+            assert np.array_equal(getattr(fast.stats, k), getattr(exact.stats, k)), (limit, k)
+        assert fast.instances == exact.instances
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(platforms(), st.floats(0.05, 25))
+def test_a_time_limit_is_the_same_run_stopped_and_fast_equals_step_by_step(cfg, limit):
+    """The run stopped at `limit` is the full run up to there: every request reports what it
+    reached by then (first token, first scheduling, finish), wherever it is: at an
+    instance, in a migration's hand-over, or waiting for an instance to start."""
+    spec = load_serverless(cfg)
+    cut = run_serverless(spec, max_time_s=limit)
+    exact = run_serverless(spec, max_time_s=limit, fast=False)
+    for k in ("ttft_ns", "e2e_ns", "queue_ns", "instance", "migrations", "cold", "tokens", "preemptions", "arrived"):
+        assert np.array_equal(getattr(cut, k), getattr(exact, k)), k
+    assert cut.instances == exact.instances
+    for k in ("steps", "end_ns"):
+        assert getattr(cut, k) == getattr(exact, k), k
+    assert (cut.itl.count, cut.itl.total) == (exact.itl.count, exact.itl.total)
+    for r in cut.instances:
+        assert r["gpu_from_ns"] < 0 or r["busy_ns"] <= r["stop_ns"] - r["gpu_from_ns"]
+    full = run_serverless(spec)
+    t = ns(limit)
+    assert np.array_equal(cut.arrived, full.arrival_ns < t)
+    for k in ("ttft_ns", "queue_ns", "e2e_ns"):
+        reached = (getattr(full, k) >= 0) & (full.arrival_ns + getattr(full, k) < t)
+        assert np.array_equal(getattr(cut, k)[reached], getattr(full, k)[reached]), k
+        assert (getattr(cut, k)[~cut.arrived] < 0).all(), k
+
+
+def test_a_time_limit_during_a_migration_keeps_what_the_migrated_requests_reached():
+    """crowded.yaml under ServerlessLLM stopped while the running requests of a chat
+    instance are on their way to the others: they had their first token and were
+    scheduled; the stop used to report neither (they were in no instance)."""
+    spec = load_serverless("examples/serverless/crowded.yaml").replaced(num_requests=300)
+    full = run_serverless(spec)
+    cut = run_serverless(spec, max_time_s=31.12)
+    moving = np.flatnonzero((cut.migrations > 0) & (cut.e2e_ns < 0))
+    assert 233 in moving
+    assert (cut.ttft_ns[moving] == full.ttft_ns[moving]).all() and (cut.ttft_ns[moving] > 0).all()
+    assert (cut.queue_ns[moving] == full.queue_ns[moving]).all() and cut.arrived[moving].all()
+
+
+def test_a_time_limit_before_the_first_arrival_ends_the_clock_there():
+    res = simulate_serverless(EXAMPLE, scheduler="fcfs", num_requests=20, max_time_s=0.01)
+    s = res.summary
+    assert res.stats.arrival_ns.min() > 0.01 * NS
+    assert s["sim_end_s"] == 0.01 and s["arrived"] == 0 and s["completed"] == 0 and s["duration"] == 0.0
 
 
 def test_a_time_limit_before_any_completion_reports_the_time_simulated():
