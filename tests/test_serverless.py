@@ -841,3 +841,18 @@ def test_overrides_scale_the_rate_and_keep_the_spec():
     assert spec.platform.scheduler == "twp" and spec.workload.num_requests == 2000
     with pytest.raises(ConfigError, match="scheduler: unknown scheduler"):
         spec.replaced(scheduler="lifo")
+
+
+def test_the_table_prints_a_dash_for_what_a_run_stopped_early_has_not_measured(tmp_path, capsys):
+    """--max-time before the first arrival: no GPU-seconds, so no busy share (None); the
+    table (not --json) printed it with a format and crashed with a TypeError."""
+    from llmsched.cli import main
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(base()))
+    assert main(["simulate", "--serverless", str(path), "--max-time", "0.1", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "0 (-)" in out and "0 / 0 / 1" in out  # GPU-seconds (busy share); completed / arrived / all
+    assert main(["simulate", "--serverless", str(path), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "1 / 1" in out and "%" in out
