@@ -551,6 +551,19 @@ def test_popularity_splits_the_total_rate():
     assert (reqs.prompt[reqs.model == 2] == 77).all()
 
 
+def test_popularity_null_is_uniform(tmp_path):
+    """`popularity: null` validated (the draw read it as uniform), ran the whole simulation
+    and then crashed writing config.json (`dict(None)`); it is the default, uniform."""
+    cfg = base()
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}
+    cfg["workload"] = {"rate": 10, "popularity": None, "num_requests": 40}
+    res = simulate_serverless(cfg, out_dir=tmp_path)
+    assert res.config["workload"]["popularity"] == "uniform"
+    assert json.loads((tmp_path / "config.json").read_text())["workload"]["popularity"] == "uniform"
+    cfg["workload"]["popularity"] = "uniform"
+    assert np.array_equal(simulate_serverless(cfg).stats.req_model, res.stats.req_model)
+
+
 def test_a_rate_per_model():
     cfg = base()
     cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}

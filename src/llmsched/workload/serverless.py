@@ -401,9 +401,9 @@ class ServerlessWorkload:
 
     - Shared rate: `arrival` (poisson | gamma | deterministic) at total `rate` req/s (gamma:
       `cv`); each arrival picks a model at random with probability proportional to its
-      popularity: `uniform`, `zipf:S` (the k-th model of the `models` section weighs
-      1/k^S) or a mapping model -> weight (models left out get no traffic);
-      `models.<m>.share` overrides one weight.
+      popularity: `uniform` (the default; null too), `zipf:S` (the k-th model of the
+      `models` section weighs 1/k^S) or a mapping model -> weight (models left out get no
+      traffic); `models.<m>.share` overrides one weight.
     - Rate per model (no total `rate`): every model listed under `models` with a `rate`
       has its own arrival process (`arrival` / `cv` default to the workload's); the
       processes are merged.
@@ -808,6 +808,8 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
     if isinstance(w, dict):
         w = ServerlessWorkload(**w)
     w = replace(w, models=dict(w.models))
+    if w.popularity is None:  # `popularity: null` is the default, as when left out
+        w.popularity = "uniform"
     if w.trace is not None:
         if not isinstance(w.trace, str) or not w.trace.strip():
             raise _at(f"{where}.trace", f"must be a file path or azure-conv, got {_show(w.trace)}")
@@ -900,8 +902,6 @@ def _shares(w: ServerlessWorkload, models: dict) -> np.ndarray:
     names = list(models)
     pop = w.popularity
     where = "workload.popularity"
-    if pop is None:
-        pop = "uniform"
     if isinstance(pop, str):
         kind, _, rest = pop.strip().lower().partition(":")
         if kind == "uniform" and not rest:
