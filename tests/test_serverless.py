@@ -649,6 +649,23 @@ def test_bad_spec_is_one_clear_config_error(mutate, message):
     assert message in text and "\n" not in text
 
 
+def test_node_names_two_groups_make_alike_are_refused(tmp_path, capsys):
+    """`node` x 2 names its nodes node0 and node1, as does a group `node1`: instances.csv
+    showed two instances on `node1/gpu0` (of different nodes)."""
+    from helpers import one_line_error
+
+    cfg = base()
+    group = cfg["cluster"]["nodes"][0]
+    cfg["cluster"]["nodes"] = [{**group, "name": "node", "count": 2}, {**group, "name": "node1"}]
+    path = tmp_path / "dup.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    line = one_line_error(capsys, ["simulate", "--serverless", str(path), "--out", str(tmp_path / "o")], "'node1'")
+    assert "cluster.nodes[0], group 'node' (count 2" in line and "cluster.nodes[1], group 'node1'" in line
+    assert not (tmp_path / "o").exists()
+    cfg["cluster"]["nodes"][1]["name"] = "other"
+    assert [g.node_names() for g in load_serverless(cfg).nodes] == [["node0", "node1"], ["other"]]
+
+
 def test_a_slow_tier_that_cannot_hold_the_checkpoint_is_never_a_load_source():
     cfg = base()
     cfg["cluster"]["nodes"][0].update(ssd_gb=0, ssd_bandwidth_gbps=1e-300)  # no SSD to load from

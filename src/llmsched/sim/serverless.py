@@ -287,8 +287,8 @@ class _Runtime:
         self.nodes: list[_Node] = []
         self.gpus: list[_Gpu] = []
         for g in spec.nodes:
-            for k in range(g.count):
-                node = _Node(len(self.nodes), g, f"{g.name}{k}" if g.count > 1 else g.name)
+            for name in g.node_names():
+                node = _Node(len(self.nodes), g, name)
                 for j in range(g.gpus):
                     gpu = _Gpu(len(self.gpus), node, j)
                     node.gpus.append(gpu)

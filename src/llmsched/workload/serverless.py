@@ -263,6 +263,16 @@ class NodeGroup:
             setattr(self, tier, names)
         return self
 
+    def node_names(self) -> list[str]:
+        """Its nodes' names: the group's name alone for one node, else name0, name1, ..."""
+        return [f"{self.name}{k}" for k in range(self.count)] if self.count > 1 else [self.name]
+
+    def describe(self) -> str:
+        """The group and the names it gives its nodes, for error messages."""
+        if self.count == 1:
+            return f"group '{self.name}' (one node, named {self.name})"
+        return f"group '{self.name}' (count {self.count}: nodes {self.name}0..{self.name}{self.count - 1})"
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,
@@ -630,6 +640,18 @@ class ServerlessSpec:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise _at("cluster.nodes", f"node group name '{dup[0]}' is used twice")
+        # two groups may still make one node name (node x 2 -> node0, node1; and node1):
+        # instances.csv and every message name nodes, so each name is one node
+        made_by: dict[str, int] = {}
+        for i, g in enumerate(self.nodes):
+            for node in g.node_names():
+                j = made_by.setdefault(node, i)
+                if j != i:
+                    raise _at(
+                        "cluster.nodes",
+                        f"node name '{node}' is made twice: by cluster.nodes[{j}], {self.nodes[j].describe()}, "
+                        f"and by cluster.nodes[{i}], {g.describe()}; rename one group",
+                    )
         if not isinstance(self.models, dict) or not self.models:
             raise _at("models", "needs at least one model (name: {weights_gb: ..., ...})")
         for name, m in self.models.items():
