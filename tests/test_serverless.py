@@ -591,6 +591,29 @@ def test_a_trace_with_a_model_column(tmp_path):
         make_serverless_requests(load_serverless(cfg))
 
 
+def test_a_relative_trace_path_is_read_from_the_current_directory(tmp_path, monkeypatch):
+    """As every path of a --config or --network file: from where the command runs, not
+    from the YAML file's folder (the error says so)."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.5,20,5\n")
+    cfg = base()
+    cfg["workload"] = {"trace": "t.csv"}
+    (sub / "p.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ConfigError,
+        match=r"workload.trace: file t.csv does not exist \(a relative path is read from the current directory\)",
+    ):
+        load_serverless("sub/p.yaml")
+    cfg["workload"]["trace"] = "sub/t.csv"
+    (sub / "p.yaml").write_text(yaml.safe_dump(cfg))
+    assert simulate_serverless("sub/p.yaml").summary["completed"] == 2
+    monkeypatch.chdir(sub)
+    with pytest.raises(ConfigError, match="file sub/t.csv does not exist"):
+        load_serverless("p.yaml")
+
+
 def test_kv_capacity_from_bytes_per_token_and_requests_that_cannot_fit():
     cfg = base()
     cfg["models"]["m"].update(kv_bytes_per_token=1e6)  # (0.9 x 80 - 10) GB / 1 MB = 62,000 tokens

@@ -37,7 +37,7 @@ from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
 from .arrivals import MAX_REQUESTS, make_arrival_process
 from .csvio import as_lengths, read_columns
-from .datasets import resolve_path
+from .datasets import is_dataset, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
 from .network import _at, _mapping, _show, _suggest
 from .spec import _rng, load_trace
@@ -838,7 +838,11 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
         try:
             resolve_path(w.trace.strip())
         except ConfigError as e:
-            raise _at(f"{where}.trace", str(e)) from None
+            # as in a --config or --network file: from where the command runs
+            path = w.trace.strip()
+            relative = not (Path(path).is_absolute() or is_dataset(path))
+            hint = " (a relative path is read from the current directory)" if relative else ""
+            raise _at(f"{where}.trace", f"{e}{hint}") from None
         w.trace = w.trace.strip()
     if not isinstance(w.arrival, str):
         raise _at(f"{where}.arrival", f"must be poisson, gamma or deterministic, got {_show(w.arrival)}")
