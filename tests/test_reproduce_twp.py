@@ -196,6 +196,22 @@ def test_bad_arguments():
         reproduce_twp(loads=[-1], quick=True)
 
 
+def test_a_seed_given_twice_is_refused_before_any_run_or_folder(tmp_path, capsys):
+    """`--seeds 0,0` ran every run of Table III twice and averaged both; the single-server
+    and network reproductions already refused it."""
+    from helpers import one_line_error
+
+    out = tmp_path / "twp"
+    argv = ["reproduce", "twp", "--quick", "--seeds", "0,0", "--out", str(out)]
+    one_line_error(capsys, argv, "seed 0 is given twice")
+    assert not out.exists()
+    with pytest.raises(ConfigError, match="seed 1 is given twice"):
+        reproduce_twp(out_dir=out, quick=True, seeds=[1, 0, 1])
+    with pytest.raises(ConfigError, match="whole numbers >= 0"):
+        reproduce_twp(out_dir=out, quick=True, seeds=[0.5])
+    assert not out.exists()
+
+
 def test_twp_observe_follows_the_rule_on_random_feedback():
     """TWP's per-step `observe` (ITL sample inlined for speed) gives exactly the windows
     of the rule written plainly: ItlMeter's sample, EWMA, AIMD with the queue term."""

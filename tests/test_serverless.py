@@ -551,6 +551,19 @@ def test_popularity_splits_the_total_rate():
     assert (reqs.prompt[reqs.model == 2] == 77).all()
 
 
+def test_popularity_null_is_uniform(tmp_path):
+    """`popularity: null` validated (the draw read it as uniform), ran the whole simulation
+    and then crashed writing config.json (`dict(None)`); it is the default, uniform."""
+    cfg = base()
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}
+    cfg["workload"] = {"rate": 10, "popularity": None, "num_requests": 40}
+    res = simulate_serverless(cfg, out_dir=tmp_path)
+    assert res.config["workload"]["popularity"] == "uniform"
+    assert json.loads((tmp_path / "config.json").read_text())["workload"]["popularity"] == "uniform"
+    cfg["workload"]["popularity"] = "uniform"
+    assert np.array_equal(simulate_serverless(cfg).stats.req_model, res.stats.req_model)
+
+
 def test_a_rate_per_model():
     cfg = base()
     cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}
@@ -576,6 +589,29 @@ def test_a_trace_with_a_model_column(tmp_path):
     p.write_text("arrival_s,prompt_tokens,output_tokens,model\n0.5,10,2,zz\n")
     with pytest.raises(ConfigError, match="workload.trace: .*unknown model 'zz'"):
         make_serverless_requests(load_serverless(cfg))
+
+
+def test_a_relative_trace_path_is_read_from_the_current_directory(tmp_path, monkeypatch):
+    """As every path of a --config or --network file: from where the command runs, not
+    from the YAML file's folder (the error says so)."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.5,20,5\n")
+    cfg = base()
+    cfg["workload"] = {"trace": "t.csv"}
+    (sub / "p.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ConfigError,
+        match=r"workload.trace: file t.csv does not exist \(a relative path is read from the current directory\)",
+    ):
+        load_serverless("sub/p.yaml")
+    cfg["workload"]["trace"] = "sub/t.csv"
+    (sub / "p.yaml").write_text(yaml.safe_dump(cfg))
+    assert simulate_serverless("sub/p.yaml").summary["completed"] == 2
+    monkeypatch.chdir(sub)
+    with pytest.raises(ConfigError, match="file sub/t.csv does not exist"):
+        load_serverless("p.yaml")
 
 
 def test_kv_capacity_from_bytes_per_token_and_requests_that_cannot_fit():
@@ -634,6 +670,23 @@ def test_bad_spec_is_one_clear_config_error(mutate, message):
         load_serverless(cfg)
     text = str(e.value)
     assert message in text and "\n" not in text
+
+
+def test_node_names_two_groups_make_alike_are_refused(tmp_path, capsys):
+    """`node` x 2 names its nodes node0 and node1, as does a group `node1`: instances.csv
+    showed two instances on `node1/gpu0` (of different nodes)."""
+    from helpers import one_line_error
+
+    cfg = base()
+    group = cfg["cluster"]["nodes"][0]
+    cfg["cluster"]["nodes"] = [{**group, "name": "node", "count": 2}, {**group, "name": "node1"}]
+    path = tmp_path / "dup.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    line = one_line_error(capsys, ["simulate", "--serverless", str(path), "--out", str(tmp_path / "o")], "'node1'")
+    assert "cluster.nodes[0], group 'node' (count 2" in line and "cluster.nodes[1], group 'node1'" in line
+    assert not (tmp_path / "o").exists()
+    cfg["cluster"]["nodes"][1]["name"] = "other"
+    assert [g.node_names() for g in load_serverless(cfg).nodes] == [["node0", "node1"], ["other"]]
 
 
 def test_a_slow_tier_that_cannot_hold_the_checkpoint_is_never_a_load_source():
@@ -712,8 +765,99 @@ def test_a_time_limit_stops_the_run_and_the_gpu_bill_there():
     res = simulate_serverless(EXAMPLE, scheduler="fcfs", num_requests=300, max_time_s=20)
     s = res.summary
     assert 0 < s["completed"] < 300 and s["unfinished"] == 300 - s["completed"]
-    assert all(i["stop_ns"] <= 20 * NS and i["stop_reason"] == "time limit" for i in res.instances)
-    assert s["gpu_seconds"] <= 20 * s["gpus"]
+    assert s["arrived"] == int((res.stats.arrival_ns < 20 * NS).sum()) < 300
+    for i in res.instances:  # at the limit, or at the end of its step that crosses it
+        assert i["stop_reason"] == "time limit"
+        assert i["stop_ns"] == 20 * NS or (20 * NS < i["stop_ns"] <= 20 * NS + 200 * MS and i["busy_ns"] > 0)
+        assert i["busy_ns"] <= i["stop_ns"] - i["gpu_from_ns"]
+    assert s["sim_end_s"] == max(i["stop_ns"] for i in res.instances) / NS
+    assert s["gpu_seconds"] <= 20.2 * s["gpus"]
+
+
+def test_a_time_limit_keeps_the_step_that_crosses_it_as_one_server_does():
+    """One request decoding across the limit: the fast path's last batch (hundreds of steps,
+    its end past the limit) used to be dropped whole, 1 step against the step-by-step
+    path's 385; both keep every step that starts before the limit, the last one crossing
+    it, like the single-server simulator, and the GPU is billed until that step ends."""
+    cfg = base()
+    cfg["models"]["m"]["cost_model"] = "paper"
+    rows = [(1.0, "m", 100, 1000)]
+    spec = load_serverless(cfg)
+    names = list(spec.models)
+    reqs = ServerlessRequests(np.array([1.0]), np.array([100]), np.array([1000]), np.array([0]), names)
+    fast = run_serverless(spec, max_time_s=20, requests=reqs)
+    exact = run_serverless(spec, max_time_s=20, requests=reqs, fast=False)
+    assert fast.steps == exact.steps > 250 and fast.itl.count == exact.itl.count == fast.steps - 1
+    assert fast.instances == exact.instances and fast.end_ns == exact.end_ns
+    i = inst(fast, 0)
+    step = fast.itl.total // fast.itl.count  # one request decoding: every step takes as long
+    assert 20 * NS < i["stop_ns"] == fast.end_ns < 20 * NS + step  # the crossing step ends there
+    assert i["ready_ns"] + i["busy_ns"] == i["stop_ns"]  # busy from ready to the end, no gap
+    assert fast.tokens[0] == 0 and fast.e2e_ns[0] < 0  # unfinished, its first token reported
+    assert fast.ttft_ns[0] == exact.ttft_ns[0] > 0
+    full = run(cfg, rows)
+    assert fast.ttft_ns[0] == full.ttft_ns[0]
+
+
+@pytest.mark.parametrize("scheduler", PLATFORM_SCHEDULERS)
+def test_fast_equals_step_by_step_under_a_time_limit(scheduler):
+    spec = load_serverless("examples/serverless/crowded.yaml").replaced(num_requests=300)
+    for limit in (5.81, 10.6, 31.12):
+        fast = simulate_serverless(spec, scheduler=scheduler, max_time_s=limit)
+        exact = simulate_serverless(spec, scheduler=scheduler, max_time_s=limit, fast=False)
+        a, b = dict(fast.summary), dict(exact.summary)
+        a.pop("wall_s"), b.pop("wall_s")
+        assert a == b, (limit, [k for k in a if a[k] != b[k]])
+        assert a["steps"] > 0 and a["itl_count"] > 0 and a["busy_gpu_seconds"] > 0
+        for k in ("ttft_ns", "e2e_ns", "queue_ns", "tokens", "preemptions", "migrations", "arrived"):
+            assert np.array_equal(getattr(fast.stats, k), getattr(exact.stats, k)), (limit, k)
+        assert fast.instances == exact.instances
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(platforms(), st.floats(0.05, 25))
+def test_a_time_limit_is_the_same_run_stopped_and_fast_equals_step_by_step(cfg, limit):
+    """The run stopped at `limit` is the full run up to there: every request reports what it
+    reached by then (first token, first scheduling, finish), wherever it is: at an
+    instance, in a migration's hand-over, or waiting for an instance to start."""
+    spec = load_serverless(cfg)
+    cut = run_serverless(spec, max_time_s=limit)
+    exact = run_serverless(spec, max_time_s=limit, fast=False)
+    for k in ("ttft_ns", "e2e_ns", "queue_ns", "instance", "migrations", "cold", "tokens", "preemptions", "arrived"):
+        assert np.array_equal(getattr(cut, k), getattr(exact, k)), k
+    assert cut.instances == exact.instances
+    for k in ("steps", "end_ns"):
+        assert getattr(cut, k) == getattr(exact, k), k
+    assert (cut.itl.count, cut.itl.total) == (exact.itl.count, exact.itl.total)
+    for r in cut.instances:
+        assert r["gpu_from_ns"] < 0 or r["busy_ns"] <= r["stop_ns"] - r["gpu_from_ns"]
+    full = run_serverless(spec)
+    t = ns(limit)
+    assert np.array_equal(cut.arrived, full.arrival_ns < t)
+    for k in ("ttft_ns", "queue_ns", "e2e_ns"):
+        reached = (getattr(full, k) >= 0) & (full.arrival_ns + getattr(full, k) < t)
+        assert np.array_equal(getattr(cut, k)[reached], getattr(full, k)[reached]), k
+        assert (getattr(cut, k)[~cut.arrived] < 0).all(), k
+
+
+def test_a_time_limit_during_a_migration_keeps_what_the_migrated_requests_reached():
+    """crowded.yaml under ServerlessLLM stopped while the running requests of a chat
+    instance are on their way to the others: they had their first token and were
+    scheduled; the stop used to report neither (they were in no instance)."""
+    spec = load_serverless("examples/serverless/crowded.yaml").replaced(num_requests=300)
+    full = run_serverless(spec)
+    cut = run_serverless(spec, max_time_s=31.12)
+    moving = np.flatnonzero((cut.migrations > 0) & (cut.e2e_ns < 0))
+    assert 233 in moving
+    assert (cut.ttft_ns[moving] == full.ttft_ns[moving]).all() and (cut.ttft_ns[moving] > 0).all()
+    assert (cut.queue_ns[moving] == full.queue_ns[moving]).all() and cut.arrived[moving].all()
+
+
+def test_a_time_limit_before_the_first_arrival_ends_the_clock_there():
+    res = simulate_serverless(EXAMPLE, scheduler="fcfs", num_requests=20, max_time_s=0.01)
+    s = res.summary
+    assert res.stats.arrival_ns.min() > 0.01 * NS
+    assert s["sim_end_s"] == 0.01 and s["arrived"] == 0 and s["completed"] == 0 and s["duration"] == 0.0
 
 
 def test_a_time_limit_before_any_completion_reports_the_time_simulated():
@@ -750,3 +894,18 @@ def test_overrides_scale_the_rate_and_keep_the_spec():
     assert spec.platform.scheduler == "twp" and spec.workload.num_requests == 2000
     with pytest.raises(ConfigError, match="scheduler: unknown scheduler"):
         spec.replaced(scheduler="lifo")
+
+
+def test_the_table_prints_a_dash_for_what_a_run_stopped_early_has_not_measured(tmp_path, capsys):
+    """--max-time before the first arrival: no GPU-seconds, so no busy share (None); the
+    table (not --json) printed it with a format and crashed with a TypeError."""
+    from llmsched.cli import main
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(base()))
+    assert main(["simulate", "--serverless", str(path), "--max-time", "0.1", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "0 (-)" in out and "0 / 0 / 1" in out  # GPU-seconds (busy share); completed / arrived / all
+    assert main(["simulate", "--serverless", str(path), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "1 / 1" in out and "%" in out

@@ -208,23 +208,32 @@ def _simulate_serverless(args) -> int:
 def print_serverless_summary(res) -> None:
     s = res.summary
 
-    def ms(key):
+    def num(key, spec, unit=""):
+        """A summary value formatted, or '-' where there is none (no GPU-seconds before the
+        first instance starts, no ITL before a second token, no throughput over no time)."""
         v = s.get(key)
-        return "-" if v is None else f"{v:,.1f} ms"
+        return "-" if v is None else f"{v:{spec}}{unit}"
 
+    def ms(key):
+        return num(key, ",.1f", " ms")
+
+    arrived = s.get("arrived", s["num_requests"])
     rows = [
         ("scheduler / GPUs", f"{s['scheduler']} / {s['gpus']}"),
-        ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}"),
-        ("request throughput", f"{s['request_throughput']:,.2f} req/s"),
-        ("TTFT p50 / p95 / p99", f"{ms('p50_ttft_ms')} / {ms('p95_ttft_ms')} / {ms('p99_ttft_ms')}"),
         (
-            "ITL mean / p99, CV",
-            f"{ms('mean_itl_ms')} / {ms('p99_itl_ms')}, "
-            f"{'-' if s.get('itl_cv') is None else format(s['itl_cv'], '.3f')}",
+            (
+                "requests completed / arrived / in the workload",
+                f"{s['completed']:,} / {arrived:,} / {s['num_requests']:,}",
+            )
+            if arrived < s["num_requests"]
+            else ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}")
         ),
+        ("request throughput", num("request_throughput", ",.2f", " req/s")),
+        ("TTFT p50 / p95 / p99", f"{ms('p50_ttft_ms')} / {ms('p95_ttft_ms')} / {ms('p99_ttft_ms')}"),
+        ("ITL mean / p99, CV", f"{ms('mean_itl_ms')} / {ms('p99_itl_ms')}, {num('itl_cv', '.3f')}"),
         ("E2E latency p99", ms("p99_e2el_ms")),
-        ("cold starts (total time)", f"{s['cold_starts']:,} ({s['cold_start_time_s']:,.1f} s)"),
-        ("GPU-seconds (busy share)", f"{s['gpu_seconds']:,.0f} ({s['gpu_busy_fraction']:.1%})"),
+        ("cold starts (total time)", f"{s['cold_starts']:,} ({num('cold_start_time_s', ',.1f', ' s')})"),
+        ("GPU-seconds (busy share)", f"{num('gpu_seconds', ',.0f')} ({num('gpu_busy_fraction', '.1%')})"),
         ("instances used / peak", f"{s['instances_used']} / {s['peak_instances']}"),
         ("migrations", f"{s['migrations']:,}"),
         ("simulation wall time", f"{s['wall_s']:.2f} s"),

@@ -259,6 +259,7 @@ class ServerlessStats:
     preemptions: np.ndarray
     migrations: np.ndarray
     cold: np.ndarray  # 1: it waited for a cold start
+    arrived: np.ndarray  # True: it arrived before the run stopped (a max_time_s stop)
     instances: list[dict] = field(default_factory=list)
     model_itl: dict = field(default_factory=dict)
     itl: GapHistogram | None = None
@@ -286,8 +287,8 @@ class _Runtime:
         self.nodes: list[_Node] = []
         self.gpus: list[_Gpu] = []
         for g in spec.nodes:
-            for k in range(g.count):
-                node = _Node(len(self.nodes), g, f"{g.name}{k}" if g.count > 1 else g.name)
+            for name in g.node_names():
+                node = _Node(len(self.nodes), g, name)
                 for j in range(g.gpus):
                     gpu = _Gpu(len(self.gpus), node, j)
                     node.gpus.append(gpu)
@@ -650,11 +651,11 @@ class _Runtime:
         self.where = array("q", [-1]) * n
         self.cold = array("b", [0]) * n
         self.migrations = array("i", [0]) * n
-        ttft = array("q", [-1]) * n
-        e2e = array("q", [-1]) * n
-        queue = array("q", [-1]) * n
-        pre = array("i", [0]) * n
-        tokens = array("q", [0]) * n
+        self.ttft = ttft = array("q", [-1]) * n
+        self.e2e = e2e = array("q", [-1]) * n
+        self.queue = queue = array("q", [-1]) * n
+        self.pre = pre = array("i", [0]) * n
+        self.tokens = tokens = array("q", [0]) * n
         models = self.models
         events = self.events
         pop = heapq.heappop
@@ -664,7 +665,7 @@ class _Runtime:
         done = 0
         progress_every = max(1, n // 200)
         next_progress = progress_every if progress is not None else UNLIMITED
-        now = arr[0] if n else 0
+        now = min(arr[0], max_time) if n else 0  # (a stop before the first arrival ends the clock there)
         ai = 0
         arr.append(UNLIMITED)  # after the last arrival: none
         next_arrival = arr[0]
@@ -694,10 +695,12 @@ class _Runtime:
                 deliver(r, m, t, False)
                 scale_out(m, t)
                 continue
-            t, kind, _, _, a, b = pop(events)
-            if t > max_time:
-                now = max_time  # a time limit: what happens later is not simulated
+            if head[0] > max_time:
+                # a time limit: what happens later is not simulated (the event stays queued:
+                # a migrated request's landing still says where the request is)
+                now = max_time
                 break
+            t, kind, _, _, a, b = pop(events)
             now = t
             if kind == _END:
                 inst = a
@@ -709,15 +712,7 @@ class _Runtime:
                     continue
                 finished = sim.end()
                 if finished:
-                    for r in finished:
-                        x = r.id
-                        if r.first_token >= 0:
-                            ttft[x] = r.first_token - r.arrival
-                        e2e[x] = r.finish - r.arrival
-                        queue[x] = r.first_scheduled - r.arrival
-                        pre[x] = r.preemptions
-                        tokens[x] = r.emitted
-                    inst.completed += len(finished)
+                    self.record_finished(inst, finished)
                     done += len(finished)
                     if done >= next_progress:
                         progress(done, n)
@@ -770,6 +765,7 @@ class _Runtime:
                     self.serve_waiting_models(t)
 
         del arr[n:]
+        end_ns = now
         unfinished = [inst for inst in self.instances if inst.state != STOPPED and not inst.sim.is_idle()]
         if max_time == UNLIMITED:
             if unfinished:
@@ -780,18 +776,21 @@ class _Runtime:
             left = [m.name for m in models if m.pending]
             if left:
                 raise SimulationStuck(f"model {left[0]} has requests but never got a GPU")
+        else:
+            if n and arr[n - 1] >= max_time:
+                now = max(now, max_time)  # requests were still to arrive: the clock ran to the limit
+            end_ns, finished = self.finish_batches_at_limit(now)
+            done += finished
         for inst in self.instances:
             if inst.state != STOPPED:
                 self.stop(inst, max(now, inst.gpu_from), "end" if max_time == UNLIMITED else "time limit")
         # requests still in the system (a time limit) report what they reached
-        for inst in self.instances:
-            st = inst.sim.state
-            for r in list(st.running.values()) + list(st.waiting):
-                if r.first_token >= 0:
-                    ttft[r.id] = r.first_token - r.arrival
-                if r.first_scheduled >= 0:
-                    queue[r.id] = r.first_scheduled - r.arrival
-                pre[r.id] = r.preemptions
+        for r in self.requests_in_system():
+            if r.first_token >= 0:
+                ttft[r.id] = r.first_token - r.arrival
+            if r.first_scheduled >= 0:
+                queue[r.id] = r.first_scheduled - r.arrival
+            pre[r.id] = r.preemptions
         if progress is not None:
             progress(done, n)
         rows = []
@@ -843,14 +842,65 @@ class _Runtime:
             preemptions=_np(pre, np.int64),
             migrations=_np(self.migrations, np.int64),
             cold=_np(self.cold, np.int64),
+            # the loop's own test: an arrival at or after the limit never happens
+            arrived=np.asarray(arr, dtype=np.int64) < max_time,
             instances=rows,
             model_itl={m.name: m.itl for m in models},
             itl=platform_itl,
-            end_ns=now,
+            end_ns=end_ns,
             steps=sum(i.sim.steps for i in self.instances),
             migrated_tokens=self.migrated_tokens,
             peak_gpus=self.peak_gpus,
         )
+
+    def record_finished(self, inst: _Instance, finished: list[Request]) -> None:
+        """Store what the requests that `inst` finished reached."""
+        ttft, e2e, queue, pre, tokens = self.ttft, self.e2e, self.queue, self.pre, self.tokens
+        for r in finished:
+            x = r.id
+            if r.first_token >= 0:
+                ttft[x] = r.first_token - r.arrival
+            e2e[x] = r.finish - r.arrival
+            queue[x] = r.first_scheduled - r.arrival
+            pre[x] = r.preemptions
+            tokens[x] = r.emitted
+        inst.completed += len(finished)
+
+    def finish_batches_at_limit(self, now: int) -> tuple[int, int]:
+        """A time limit: the batches under way complete. Every step of a batch starts before
+        the limit, so its last one is the step that crosses it, which one server keeps too;
+        the step-by-step path stops on the same steps as the fast path (which would lose all
+        the steps of its last batches otherwise). An instance holds its GPU until its step
+        ends; the others stop at the limit. Returns the run's end and the requests finished."""
+        end = now
+        done = 0
+        for inst in self.instances:
+            sim = inst.sim
+            if sim.batch is None:
+                continue
+            batch_end = sim.busy_until
+            finished = sim.end()
+            if finished:
+                self.record_finished(inst, finished)
+                done += len(finished)
+            if inst.state != STOPPED:
+                self.stop(inst, max(batch_end, inst.gpu_from), "time limit")
+            end = max(end, batch_end)
+        return end, done
+
+    def requests_in_system(self) -> list[Request]:
+        """Every request that arrived and did not finish: at an instance (running or queued),
+        on its way to one (a migrated request that has not landed) or waiting for one to
+        start (a model without instances)."""
+        out: list[Request] = []
+        for inst in self.instances:
+            st = inst.sim.state
+            out += st.running.values()
+            out += st.waiting
+        out += [e[4] for e in self.events if e[1] == _LAND]
+        for m in self.models:
+            out += [r for r, _ in m.pending]
+        return out
 
     def plan(self, inst: _Instance, t: int) -> None:
         sim = inst.sim

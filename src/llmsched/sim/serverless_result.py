@@ -9,8 +9,9 @@
 - `config.json`: the platform as parsed (reproduces the run) and each model's resolved
   scheduler;
 - `requests.csv`: `id,model,instance,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,
-  tpot_s,e2e_s,preemptions,migrations,cold_start,finished` (instance: the one that finished
-  it, or where it was last; cold_start 1 if it waited for an instance to start);
+  tpot_s,e2e_s,preemptions,migrations,cold_start,arrived,finished` (instance: the one that
+  finished it, or where it was last; cold_start 1 if it waited for an instance to start;
+  arrived 0 for a request after a `max_time_s` stop);
 - `instances.csv`: one row per instance: where it ran, when it was created, got its GPU,
   loaded (and from which tier), became ready and stopped (and why), requests routed and
   completed, steps, busy time, GPU-seconds, mean ITL.
@@ -48,6 +49,7 @@ REQUEST_COLUMNS = (
     "preemptions",
     "migrations",
     "cold_start",
+    "arrived",
     "finished",
 )
 INSTANCE_COLUMNS = (
@@ -157,6 +159,7 @@ class ServerlessResult:
         e2e = st.e2e_ns[done] / 1e6
         out = {
             "num_requests": int(sel.sum()),
+            "arrived": int((sel & st.arrived).sum()),
             "completed": int(done.sum()),
             "unfinished": int(sel.sum() - done.sum()),
             "request_throughput": per_second(int(done.sum()), duration),
@@ -260,6 +263,7 @@ class ServerlessResult:
                 IntField(st.preemptions[sl]),
                 IntField(st.migrations[sl]),
                 IntField(st.cold[sl]),
+                IntField(st.arrived[sl].astype(np.int64)),
                 IntField((e2e >= 0).astype(np.int64)),
             ]
 

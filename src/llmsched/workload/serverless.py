@@ -37,7 +37,7 @@ from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
 from .arrivals import MAX_REQUESTS, make_arrival_process
 from .csvio import as_lengths, read_columns
-from .datasets import resolve_path
+from .datasets import is_dataset, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
 from .network import _at, _mapping, _show, _suggest
 from .spec import _rng, load_trace
@@ -263,6 +263,16 @@ class NodeGroup:
             setattr(self, tier, names)
         return self
 
+    def node_names(self) -> list[str]:
+        """Its nodes' names: the group's name alone for one node, else name0, name1, ..."""
+        return [f"{self.name}{k}" for k in range(self.count)] if self.count > 1 else [self.name]
+
+    def describe(self) -> str:
+        """The group and the names it gives its nodes, for error messages."""
+        if self.count == 1:
+            return f"group '{self.name}' (one node, named {self.name})"
+        return f"group '{self.name}' (count {self.count}: nodes {self.name}0..{self.name}{self.count - 1})"
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,
@@ -401,9 +411,9 @@ class ServerlessWorkload:
 
     - Shared rate: `arrival` (poisson | gamma | deterministic) at total `rate` req/s (gamma:
       `cv`); each arrival picks a model at random with probability proportional to its
-      popularity: `uniform`, `zipf:S` (the k-th model of the `models` section weighs
-      1/k^S) or a mapping model -> weight (models left out get no traffic);
-      `models.<m>.share` overrides one weight.
+      popularity: `uniform` (the default; null too), `zipf:S` (the k-th model of the
+      `models` section weighs 1/k^S) or a mapping model -> weight (models left out get no
+      traffic); `models.<m>.share` overrides one weight.
     - Rate per model (no total `rate`): every model listed under `models` with a `rate`
       has its own arrival process (`arrival` / `cv` default to the workload's); the
       processes are merged.
@@ -630,6 +640,18 @@ class ServerlessSpec:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise _at("cluster.nodes", f"node group name '{dup[0]}' is used twice")
+        # two groups may still make one node name (node x 2 -> node0, node1; and node1):
+        # instances.csv and every message name nodes, so each name is one node
+        made_by: dict[str, int] = {}
+        for i, g in enumerate(self.nodes):
+            for node in g.node_names():
+                j = made_by.setdefault(node, i)
+                if j != i:
+                    raise _at(
+                        "cluster.nodes",
+                        f"node name '{node}' is made twice: by cluster.nodes[{j}], {self.nodes[j].describe()}, "
+                        f"and by cluster.nodes[{i}], {g.describe()}; rename one group",
+                    )
         if not isinstance(self.models, dict) or not self.models:
             raise _at("models", "needs at least one model (name: {weights_gb: ..., ...})")
         for name, m in self.models.items():
@@ -808,13 +830,19 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
     if isinstance(w, dict):
         w = ServerlessWorkload(**w)
     w = replace(w, models=dict(w.models))
+    if w.popularity is None:  # `popularity: null` is the default, as when left out
+        w.popularity = "uniform"
     if w.trace is not None:
         if not isinstance(w.trace, str) or not w.trace.strip():
             raise _at(f"{where}.trace", f"must be a file path or azure-conv, got {_show(w.trace)}")
         try:
             resolve_path(w.trace.strip())
         except ConfigError as e:
-            raise _at(f"{where}.trace", str(e)) from None
+            # as in a --config or --network file: from where the command runs
+            path = w.trace.strip()
+            relative = not (Path(path).is_absolute() or is_dataset(path))
+            hint = " (a relative path is read from the current directory)" if relative else ""
+            raise _at(f"{where}.trace", f"{e}{hint}") from None
         w.trace = w.trace.strip()
     if not isinstance(w.arrival, str):
         raise _at(f"{where}.arrival", f"must be poisson, gamma or deterministic, got {_show(w.arrival)}")
@@ -900,8 +928,6 @@ def _shares(w: ServerlessWorkload, models: dict) -> np.ndarray:
     names = list(models)
     pop = w.popularity
     where = "workload.popularity"
-    if pop is None:
-        pop = "uniform"
     if isinstance(pop, str):
         kind, _, rest = pop.strip().lower().partition(":")
         if kind == "uniform" and not rest:
