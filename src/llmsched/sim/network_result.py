@@ -105,6 +105,16 @@ def _step_count(t_events: np.ndarray, w_events: np.ndarray, grid: np.ndarray) ->
     return np.where(idx >= 0, cum[np.maximum(idx, 0)], 0.0)
 
 
+def decode_time_s(sims, outputs: np.ndarray) -> float | None:
+    """How long a call decodes at a server if every step served it: its replicas' mean
+    step time times the mean output of its calls less one, as a single server's verdict
+    computes it (`api._stability_fields`); None before any step or call."""
+    steps = sum(sim.steps for sim in sims)
+    if not steps or len(outputs) == 0:
+        return None
+    return sum(sim.busy for sim in sims) / NS / steps * max(0.0, float(outputs.mean()) - 1.0)
+
+
 def network_backlog(result) -> dict:
     """Unfinished work over time, per server and for the whole network, with a verdict on
     the network's.
@@ -115,12 +125,14 @@ def network_backlog(result) -> dict:
     at most a step or two; the replicas' own series do not see the buffer). The network's:
     the servers', plus the work (prompt + output - 1) of every call a job in the network
     has still to make (counted from the job's arrival to the call's delivery). Every
-    call's length is known from the run, so this is exact up to that release. The verdict judges
-    the network's work while jobs arrive, with the threshold at
-    2% of the bottleneck's capacity (an overloaded bottleneck at load rho adds
-    (rho - 1) times its capacity a second, as one server would). Returns {"time_s", "servers": {name: array}, "network":
-    array, "verdict": {...}, "arrival_end_s"} (`arrival_end_s`: the last job's arrival, None
-    when no job arrived before max_time_s; the verdict is then inconclusive)."""
+    call's length is known from the run, so this is exact up to that release. The verdict
+    judges the network's work while jobs arrive, with the threshold at 2% of the
+    bottleneck's capacity (an overloaded bottleneck at load rho adds (rho - 1) times its
+    capacity a second, as one server would) and the short-window rule counted in job
+    decode times (`NetworkResult.job_decode_time_s`). Returns {"time_s", "servers": {name:
+    array}, "network": array, "verdict": {...}, "arrival_end_s"} (`arrival_end_s`: the last
+    job's arrival, None when no job arrived before max_time_s; the verdict is then
+    inconclusive)."""
     st = result.stats
     reps = result.replicas()
     series = [r.timeseries for r in reps]
@@ -151,8 +163,11 @@ def network_backlog(result) -> dict:
     last = _last_arrival_s(_a(st.job_arrival))
     keep = grid <= last
     cap = result.traffic.server(result.traffic.bottleneck).capacity if result.traffic is not None else None
+    # the network's work counts a job's whole work from its arrival until its last call
+    # ends, so its short window is measured in job decode times, not call ones
+    decode = result.job_decode_time_s()
     try:
-        v = stability_verdict(grid[keep], total[keep], capacity=cap)
+        v = stability_verdict(grid[keep], total[keep], capacity=cap, decode_time_s=decode, decode_of="job")
         verdict = {
             "verdict": v.verdict,
             "stable": v.stable,
@@ -161,6 +176,7 @@ def network_backlog(result) -> dict:
             "backlog_growth_ci": [v.ci_low, v.ci_high],
             "threshold_tokens_per_s": v.threshold_tokens_per_s,
             "mean_backlog_tokens": v.mean_backlog_tokens,
+            "decode_time_s": decode,
         }
     except ConfigError as e:
         verdict = {"verdict": INCONCLUSIVE, "stable": None, "reason": f"too short: {e}"}
@@ -183,6 +199,7 @@ class NetworkResult:
         self.wall_s = wall_s
         self._summary: dict | None = None
         self._replicas: list[SimResult] | None = None
+        self._decode_times: dict[str, float | None] | None = None
 
     # ---- per job ---------------------------------------------------------------------
     @property
@@ -198,6 +215,32 @@ class NetworkResult:
         fin, arr = self.job_finish_ns, self.job_arrival_ns
         out = (fin - arr) / NS
         return np.where(fin >= 0, out, np.nan)
+
+    # ---- per server ------------------------------------------------------------------
+    def decode_times(self) -> dict[str, float | None]:
+        """Each server's decode time (`decode_time_s`), from all its replicas' steps and
+        all its calls' outputs: pooled, so a replica that served few calls gets its
+        server's estimate, not a noisy one of its own."""
+        if self._decode_times is None:
+            st = self.stats
+            where = np.asarray(st.call_server, dtype=object)
+            output = _a(st.call_output)
+            names = dict.fromkeys(rep["server"] for rep in st.replicas)
+            self._decode_times = {
+                name: decode_time_s([r["sim"] for r in st.replicas if r["server"] == name], output[where == name])
+                for name in names
+            }
+        return self._decode_times
+
+    def job_decode_time_s(self) -> float | None:
+        """How long a job's calls decode, one after another: each server's calls per job
+        times its decode time, summed (a fork's branches add up, so this bounds a forked
+        job's decode time from above); None before any call decoded."""
+        st = self.stats
+        jobs = len(self.job_arrival_ns)
+        where = np.asarray(st.call_server, dtype=object)
+        times = [(where == name).sum() / jobs * d for name, d in self.decode_times().items() if d and jobs]
+        return float(sum(times)) if times else None
 
     # ---- per replica -----------------------------------------------------------------
     def replicas(self) -> list[SimResult]:
@@ -252,7 +295,12 @@ class NetworkResult:
         last = _last_arrival_s(self.job_arrival_ns)
         keep = t <= last  # judge while jobs arrive, not while the queues drain
         try:
-            v = stability_verdict(t[keep], w[keep], capacity=cap if cap and cap > 0 else None)
+            v = stability_verdict(
+                t[keep],
+                w[keep],
+                capacity=cap if cap and cap > 0 else None,
+                decode_time_s=self.decode_times()[server],
+            )
         except ConfigError as e:
             return {"stable": None, "verdict": INCONCLUSIVE, "verdict_reason": f"too short: {e}"}
         return {
@@ -338,6 +386,7 @@ class NetworkResult:
             caches = [r["prefix_cache"] for r in srv["replicas"].values() if "prefix_cache" in r]
             if caches:
                 srv["prefix_cache"] = merge_prefix_stats(caches)
+            srv["decode_time_s"] = self.decode_times()[name]
             srv["verdict"] = _combine([r["verdict"] for r in srv["replicas"].values()])
             srv["stable"] = {STABLE: True, UNSTABLE: False}.get(srv["verdict"])
             if self.traffic is not None:
@@ -467,7 +516,7 @@ def _codes(values) -> tuple[list[str], np.ndarray]:
     return names.tolist(), codes.reshape(-1)
 
 
-__all__ = ["NetworkResult", "merge_prefix_stats", "simulate_network"]
+__all__ = ["NetworkResult", "decode_time_s", "merge_prefix_stats", "simulate_network"]
 
 
 def simulate_network(

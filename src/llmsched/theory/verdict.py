@@ -262,6 +262,7 @@ def stability_verdict(
     arrival_rate: float | None = None,
     work_per_request: float | None = None,
     decode_time_s: float | None = None,
+    decode_of: str = "request",
 ) -> Verdict:
     """Stable, unstable or inconclusive, from the unfinished-work series (see the module
     docstring).
@@ -269,6 +270,7 @@ def stability_verdict(
     `decode_time_s`: how long a request decodes; over a judged window shorter than
     MIN_DECODE_TIMES of them, `unstable` needs the growth above h raised in proportion (a
     stable queue's upswing over a short window passes for growth: docs/stability.md).
+    `decode_of` names what decodes in the reason ("request"; a network's work: "job").
 
     `capacity`: token capacity b_max / t(b_max) in tokens/s (sets h = eps * capacity);
     `threshold`: an explicit h in tokens/s (overrides eps * capacity). The fluid
@@ -321,7 +323,7 @@ def stability_verdict(
         verdict, conclusive = INCONCLUSIVE, False
         reason = (
             f"too short to call unstable: the judged {window:.0f} s hold fewer than "
-            f"{MIN_DECODE_TIMES} request decode times ({decode_time_s:.1f} s each), and its growth "
+            f"{MIN_DECODE_TIMES} {decode_of} decode times ({decode_time_s:.1f} s each), and its growth "
             f"({g:.0f} tokens/s) is below the {h * short:.0f} tokens/s that needs; run longer"
         )
     if predicted_growth_tokens_per_s is None and None not in (arrival_rate, work_per_request, capacity):

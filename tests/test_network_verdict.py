@@ -1,0 +1,83 @@
+"""The short-window rule of the stability verdict on network runs: each server's verdict
+counts its window in that server's decode times, the network's work in job decode times
+(docs/stability.md, "Limits seen")."""
+
+import numpy as np
+import pytest
+
+from llmsched.core.request import NS
+from llmsched.sim.network_result import network_backlog, simulate_network
+from llmsched.theory import stability_verdict
+from llmsched.theory.network import traffic
+from llmsched.workload.network import load_network
+
+
+def run(name: str, load: float, num_jobs: int, seed: int):
+    """An example network with its bottleneck at `load` of its capacity."""
+    spec = load_network(f"examples/networks/{name}.yaml")
+    return simulate_network(spec, scale=load * traffic(spec).critical_scale, num_jobs=num_jobs, seed=seed)
+
+
+def test_decode_times_are_each_servers_mean_step_time_times_its_decodes():
+    res = run("agent_dag", 0.7, 300, 0)
+    s = res.summary
+    reps = res.replicas()
+    calls_per_job = {}
+    for name, srv in s["servers"].items():
+        mine = [r for r in reps if r.config["server"] == name]  # the workers pool has two
+        busy = sum(r.stats.busy_ns for r in mine) / NS
+        steps = sum(r.stats.steps for r in mine)
+        output = np.concatenate([r.output for r in mine])
+        assert srv["decode_time_s"] == pytest.approx(busy / steps * (output.mean() - 1.0))
+        calls_per_job[name] = len(output) / s["num_jobs"]
+    assert len([r for r in reps if r.config["server"] == "workers"]) == 2
+    # a job's: every call it makes, one after another
+    job = sum(calls_per_job[n] * srv["decode_time_s"] for n, srv in s["servers"].items())
+    assert res.job_decode_time_s() == pytest.approx(job)
+    assert s["network_work_verdict"]["decode_time_s"] == pytest.approx(job)
+
+
+def test_a_short_run_of_a_stable_network_is_not_called_unstable():
+    """Tandem at 70% of its bottleneck (s2), 300 jobs, seed 1: s2's backlog grows over its
+    judged 33 s with an interval wholly above the threshold, and its network's work too;
+    both were called unstable before the rule, with a decode at s2 of about 11 s."""
+    res = run("tandem", 0.7, 300, 1)
+    s = res.summary
+    s2 = s["servers"]["s2"]
+    (rep,) = s2["replicas"].values()
+    assert rep["backlog_growth_ci"][0] > 0.02 * s2["capacity_tokens_per_s"]  # the interval alone: unstable
+    assert rep["verdict"] == "inconclusive" and rep["verdict_reason"].startswith("too short to call unstable")
+    assert s2["verdict"] == "inconclusive" and s["verdict"] == "inconclusive"
+    work = s["network_work_verdict"]
+    assert work["backlog_growth_tokens_per_s"] > work["threshold_tokens_per_s"] and work["backlog_growth_ci"][0] > 0
+    assert work["verdict"] == "inconclusive"
+    assert work["reason"].startswith("too short to call unstable") and "job decode times" in work["reason"]
+    # run longer and the same network is judged stable
+    longer = run("tandem", 0.7, 3000, 1).summary
+    assert longer["verdict"] == "stable" and longer["network_work_verdict"]["verdict"] == "stable"
+
+
+def test_the_network_work_window_counts_job_decode_times_not_call_ones():
+    """agent_dag at 70%, 1,000 jobs, seed 7: the network's work grows at 117 tokens/s over
+    257 judged seconds, enough to be called unstable against the longest call's decode
+    (the writer's, 18 s) but not against a job's (planner, two workers and writer: 38 s)."""
+    res = run("agent_dag", 0.7, 1000, 7)
+    s = res.summary
+    work = s["network_work_verdict"]
+    assert work["verdict"] == "inconclusive" and work["reason"].startswith("too short to call unstable")
+    longest_call = max(srv["decode_time_s"] for srv in s["servers"].values())
+    assert work["decode_time_s"] > 1.5 * longest_call
+    nb = network_backlog(res)
+    keep = nb["time_s"] <= nb["arrival_end_s"]
+    cap = traffic(load_network("examples/networks/agent_dag.yaml")).server("writer").capacity
+    by_call = stability_verdict(nb["time_s"][keep], nb["network"][keep], capacity=cap, decode_time_s=longest_call)
+    assert by_call.verdict == "unstable"
+    assert run("agent_dag", 0.7, 3000, 7).summary["network_work_verdict"]["verdict"] == "stable"
+
+
+@pytest.mark.parametrize(("load", "num_jobs"), [(1.15, 5000), (2.0, 300)])
+def test_an_overloaded_network_is_still_unstable(load, num_jobs):
+    """The rule hides no instability of long runs, nor of short ones that grow fast."""
+    s = run("tandem", load, num_jobs, 0).summary
+    assert s["servers"]["s2"]["verdict"] == "unstable" and s["verdict"] == "unstable"
+    assert s["network_work_verdict"]["verdict"] == "unstable"
