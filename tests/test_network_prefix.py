@@ -273,8 +273,9 @@ def test_merged_prefix_stats_take_the_rates_of_the_sums():
     b.update(queried_tokens=20, hit_tokens=20, queried_blocks=1, hit_blocks=1)
     m = merge_prefix_stats([a, b])
     assert list(m) == [
-        "queried_tokens", "hit_tokens", "queried_blocks", "hit_blocks", "prefill_tokens_saved", "evictions",
-        "cached_blocks", "free_cached_blocks", "block_size", "token_hit_rate", "block_hit_rate",
+        "queried_tokens", "hit_tokens", "queried_blocks", "hit_blocks", "prefill_tokens_saved",
+        "first_admission_hit_tokens", "evictions", "cached_blocks", "free_cached_blocks", "block_size",
+        "token_hit_rate", "block_hit_rate",
     ]  # fmt: skip
     assert m["token_hit_rate"] == 52 / 100 and m["block_hit_rate"] == 3 / 6 and m["block_size"] == 16
     none = merge_prefix_stats([PrefixCache(16).stats(), PrefixCache(32).stats()])

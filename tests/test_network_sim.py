@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from llmsched.core import ConfigError, make_cost_model
+from llmsched.core.request import NS
 from llmsched.policies import make_scheduler
 from llmsched.sim.network import run_network
 from llmsched.sim.network_result import simulate_network
@@ -325,6 +326,17 @@ def test_cached_needs_context():
     d["jobs"]["chat"]["route"][2]["call"]["context"] = False
     with pytest.raises(ConfigError, match="cached: true needs context: true"):
         NetworkSpec.from_dict(d)
+
+
+def test_a_stop_before_any_job_completes_reports_the_time_simulated():
+    res = simulate_network("examples/networks/tandem.yaml", num_jobs=50, max_time_s=0.6)
+    s = res.summary
+    assert s["completed_jobs"] == 0 and len(res.job_arrival_ns) > 0 and s["job_throughput"] == 0.0
+    start = float(res.job_arrival_ns.min()) / NS
+    assert s["duration"] == pytest.approx(res.stats.end_ns / NS - start) and s["duration"] > 0.1  # not 1e-12
+    # a stop before the first job: the clock ends at the stop, not at that job's arrival
+    early = simulate_network("examples/networks/tandem.yaml", num_jobs=50, max_time_s=0.05)
+    assert len(early.job_arrival_ns) == 0 and early.stats.end_ns == round(0.05 * NS)
 
 
 def test_a_replica_that_never_stepped_holds_no_backlog(tmp_path):

@@ -711,10 +711,12 @@ def run_network(
 
     next_progress = progress_every = max(1, n // 200)
     steps_total = 0
-    now = job_times[0]
+    now = min(job_times[0], max_time)
+    cut = False  # whether the time limit held back a job or a step: the clock then runs to it
     while events:
         t, kind, _, _, a, b = heapq.heappop(events)
         if t >= max_time and kind in (_PLAN, _JOB):
+            cut = True
             continue
         now = t
         if kind == _END:
@@ -815,6 +817,8 @@ def run_network(
             progress(done_jobs, n)
             next_progress = done_jobs + progress_every
 
+    if cut and now < max_time:
+        now = max_time
     stuck = [rep.name for rep in replicas if not rep.sim.is_idle()]
     if stuck and max_time == UNLIMITED:
         raise SimulationStuck(f"the scheduler of {stuck[0]} planned no work with requests waiting and no more arrivals")

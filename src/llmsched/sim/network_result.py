@@ -36,7 +36,7 @@ from ..theory.network import traffic
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .network import NetworkStats, run_network
-from .result import SimResult, clear_other_run
+from .result import SimResult, clear_other_run, per_second
 from .simulator import RunStats
 
 LATENCY_PERCENTILES = (50, 90, 99)
@@ -63,6 +63,7 @@ _PREFIX_COUNTS = (
     "queried_blocks",
     "hit_blocks",
     "prefill_tokens_saved",
+    "first_admission_hit_tokens",
     "evictions",
     "cached_blocks",
     "free_cached_blocks",
@@ -324,15 +325,17 @@ class NetworkResult:
         done = fin >= 0
         lat = (fin - arr)[done]
         start = float(arr.min()) / NS if len(arr) else 0.0  # no job arrived before max_time_s
-        end = float(fin[done].max()) / NS if done.any() else start
-        duration = max(end - start, 1e-12)
+        if done.any():  # first arrival to last completion
+            duration = float(fin[done].max()) / NS - start
+        else:  # a max_time_s stop before any job completed: the time simulated since the first arrival
+            duration = max(st.end_ns / NS - start, 0.0)
         types = _a(st.job_type)
         s = {
             "num_jobs": int(len(arr)),
             "completed_jobs": int(done.sum()),
             "unfinished_jobs": int((~done).sum()),
             "duration": duration,
-            "job_throughput": float(done.sum()) / duration,
+            "job_throughput": per_second(int(done.sum()), duration),
             "num_calls": int(len(st.call_arrival)),
             "steps": int(st.steps),
             "wall_s": self.wall_s,
@@ -398,9 +401,11 @@ class NetworkResult:
                 )
             if "prefix_cache" in srv:
                 # the traffic equations count every prompt token as work; the run measured
-                # the share of this server's work its caches saved
+                # the share of this server's work its caches saved (hits at first admission:
+                # a preempted call re-hitting its own blocks saves only its recomputation)
                 work = int((_a(st.call_prompt)[calls] + _a(st.call_output)[calls] - 1).sum())
-                share = min(1.0, srv["prefix_cache"]["hit_tokens"] / work) if work else 0.0
+                saved = srv["prefix_cache"]["first_admission_hit_tokens"]
+                share = min(1.0, saved / work) if work else 0.0
                 srv["prefix_saved_work_share"] = share
                 if self.traffic is not None:
                     srv["utilisation_net_of_hits"] = srv["utilisation"] * (1.0 - share)
