@@ -130,7 +130,8 @@ def test_resume_skips_finished_points(tmp_path, monkeypatch):
 
 
 def test_ray_backend_gives_the_local_table(tmp_path):
-    ray = pytest.importorskip("ray")
+    import ray  # a test dependency (make install-test)
+
     grid = {"policy": ["sarathi", "vllm"], "rate": [20.0, 60.0]}
     local = run_sweep(None, grid, out_dir=tmp_path / "local", workers=2, progress=False, **FIXED)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

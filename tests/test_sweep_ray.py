@@ -31,18 +31,17 @@ def sweep_argv(tmp_path, address):
 
 
 def test_an_unreachable_ray_address_fails_fast(tmp_path, capsys):
-    pytest.importorskip("ray")
     address = f"127.0.0.1:{closed_port()}"
     t0 = time.perf_counter()
     assert main(sweep_argv(tmp_path, address)) == 2
-    assert time.perf_counter() - t0 < 10
+    assert time.perf_counter() - t0 < 60  # Ray alone retries for minutes: this is the hang guard
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"cannot reach the Ray cluster at {address}" in err[0], err
     assert not (tmp_path / "s").exists()  # no output folder for a sweep that never ran
 
 
 def test_a_silent_ray_address_times_out_before_ray_init(tmp_path, capsys, monkeypatch):
-    ray = pytest.importorskip("ray")
+    import ray  # a test dependency (make install-test)
 
     def black_hole(address, timeout):  # what a firewalled or absent host does
         assert timeout == runner.RAY_CONNECT_TIMEOUT_S
