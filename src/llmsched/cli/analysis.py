@@ -703,7 +703,9 @@ def register(sub) -> None:
         "--slo",
         action="append",
         metavar="METRIC=LIMIT",
-        help="with --search: also the largest rate meeting it, e.g. p99_itl_ms=200 median_ttft_ms=2000",
+        help="with --search: also the largest rate whose runs meet it, a limit on a run's statistic "
+        "(STAT_METRIC_ms or itl_cv), e.g. p99_itl_ms=200 (the p99 over every inter-token gap) "
+        "median_ttft_ms=2000; simulate's --slo is per request (goodput)",
     )
     g.add_argument(
         "--tol",

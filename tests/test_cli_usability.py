@@ -1,0 +1,91 @@
+"""What a new user walking through the README tripped over: SLO names that differ between
+`simulate` and `sweep`, help that hid how a trace replays, a dataset-not-found message
+naming unset variables and one folder twice, a mislabelled lambda*, unknown flags refused
+without the command's name or a suggestion, a `written:` line that left files out, and
+numpy scalars in the network report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import llmsched
+from llmsched.analysis.grid import parse_slo
+from llmsched.analysis.sweep import max_stable_rate
+from llmsched.cli import main
+from llmsched.core.errors import ConfigError
+from llmsched.core.slo import REQUEST_SLO_ALIASES, REQUEST_SLO_KEYS, check_request_slo
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--cost-model", "paper", "--rate", "2", "--num-requests", "60", "--out", "", "--json"]
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+# ---------------------------------------------------------------------- 1. SLO names
+def test_simulate_points_a_run_statistic_to_the_per_request_slo(capsys):
+    """`p99_itl_ms` (sweep's: the p99 over every gap of the run) is not `itl_ms` (each
+    request's mean gap): simulate refuses it, says whose name it is and which of its own
+    names limits the request's ITL (it used to suggest `itl_ms` as a mere typo fix)."""
+    assert main(["simulate", *SMALL, "--slo", "p99_itl_ms=80"]) == 2
+    err = one_error_line(capsys)
+    assert err.startswith("llmsched simulate: error: SLO 'p99_itl_ms' is a run's p99 over every inter-token gap")
+    assert "llmsched sweep --search" in err and "itl_ms limits each request's mean inter-token gap" in err
+    assert main(["simulate", *SMALL, "--slo", "p99_ttft_ms=3000"]) == 2
+    assert "ttft_ms limits each request's TTFT" in one_error_line(capsys)
+    assert main(["simulate", *SMALL, "--slo", "ttft_p99_ms=3000"]) == 2  # the other order: still a p99
+    assert "is a run's p99 over the requests' TTFTs" in one_error_line(capsys)
+
+
+def test_sweep_points_simulates_names_to_a_run_statistic(tmp_path, capsys):
+    base = ["sweep", "--cost-model", "paper", "--grid", "policy=sarathi", "--search", "max-stable-rate"]
+    assert main([*base, "--out", str(tmp_path / "s"), "--slo", "itl_p99_ms=100"]) == 2
+    err = one_error_line(capsys)
+    assert err.startswith("llmsched sweep: error: unknown SLO metric 'itl_p99_ms': that is simulate's per-request")
+    assert "not a p99" in err and "p99_itl_ms (the p99 over every inter-token gap)" in err
+    assert main([*base, "--out", str(tmp_path / "s"), "--slo", "ttft_ms=2000"]) == 2
+    assert "p99_ttft_ms, or max_ttft_ms (every request within the limit)" in one_error_line(capsys)
+    assert main([*base, "--out", str(tmp_path / "s"), "--slo", "ttft_p99_ms=2000"]) == 2
+    assert "did you mean 'p99_ttft_ms'?" in one_error_line(capsys)
+    assert not (tmp_path / "s").exists()
+
+
+def test_python_api_and_yaml_take_the_same_names_as_the_commands(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="itl_ms limits each request's mean inter-token gap"):
+        llmsched.simulate(cost_model="paper", rate=2, num_requests=20, slo={"p99_itl_ms": 80})
+    with pytest.raises(ConfigError, match="p99_itl_ms"):
+        max_stable_rate(policies=["sarathi"], slo={"itl_p99_ms": 100}, cost_model="paper", num_requests=50)
+    with pytest.raises(ConfigError, match="p99_e2el_ms"):
+        parse_slo({"e2el_ms": 100})
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cost_model: paper\nslo: {p99_itl_ms: 100}\n")
+    assert main(["simulate", "--config", str(cfg), "--num-requests", "20", "--out", ""]) == 2
+    assert "itl_ms limits each request's mean inter-token gap" in one_error_line(capsys)
+
+
+def test_each_kind_accepts_all_its_names():
+    for name in (*REQUEST_SLO_KEYS, *REQUEST_SLO_ALIASES):
+        (key,) = check_request_slo({name: 50})
+        assert key in REQUEST_SLO_KEYS
+    assert check_request_slo({"itl_p99_ms": 50}) == {"itl_ms": 50.0}
+    for stat in ("mean", "median", "std", "p90", "p95", "p99", "max"):
+        for metric in ("ttft", "tpot", "itl", "e2el", "queue"):
+            assert parse_slo([f"{stat}_{metric}_ms=5"]) == {f"{stat}_{metric}_ms": 5.0}
+    assert parse_slo(["itl_cv=0.5"]) == {"itl_cv": 0.5}
+
+
+def test_request_itl_is_the_request_tpot(capsys):
+    """The per-request aliases mean exactly the same limit: `itl_ms`, its old name
+    `itl_p99_ms` and `tpot_ms` (a request's mean gap is its TPOT) give the same goodput."""
+    out = []
+    for name in ("itl_ms", "itl_p99_ms", "tpot_ms"):
+        assert main(["simulate", *SMALL, "--rate", "8", "--slo", f"{name}=140"]) == 0
+        s = json.loads(capsys.readouterr().out)
+        out.append((s["goodput"], s["goodput_share"]))
+    assert out[0] == out[1] == out[2] and 0 < out[0][1] < 1
