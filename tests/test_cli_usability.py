@@ -6,6 +6,7 @@ numpy scalars in the network report."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 import llmsched
 from llmsched.analysis.grid import parse_slo
 from llmsched.analysis.sweep import max_stable_rate
-from llmsched.cli import main
+from llmsched.cli import build_parser, main
 from llmsched.core.errors import ConfigError
 from llmsched.core.slo import REQUEST_SLO_ALIASES, REQUEST_SLO_KEYS, check_request_slo
 
@@ -89,3 +90,27 @@ def test_request_itl_is_the_request_tpot(capsys):
         s = json.loads(capsys.readouterr().out)
         out.append((s["goodput"], s["goodput_share"]))
     assert out[0] == out[1] == out[2] and 0 < out[0][1] < 1
+
+
+# ---------------------------------------------------------------------- 2. trace help
+def _simulate_help() -> dict[str, str]:
+    parser = build_parser("simulate")
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["simulate"]
+    return {o: a.help for a in sub._actions for o in a.option_strings}
+
+
+def test_help_says_a_trace_ignores_the_rate_and_count_defaults():
+    h = _simulate_help()
+    assert "a trace keeps its own rate unless --rate is given" in h["--rate"]
+    assert "a trace: all its requests unless given" in h["--num-requests"]
+    assert "replays whole, at its own times and lengths" in h["--trace"]
+
+
+def test_a_trace_replays_whole_at_its_own_times(tmp_path):
+    """What that help says: 7 requests, 0.5 s apart, none of the defaults' 5000 at 16 req/s."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{i * 0.5},10,5\n" for i in range(7)))
+    r = llmsched.simulate(cost_model="paper", trace=str(trace), verdict=False)
+    assert r.summary["num_requests"] == 7 and r.arrival_s.tolist() == [i * 0.5 for i in range(7)]
+    r = llmsched.simulate(cost_model="paper", trace=str(trace), rate=4, num_requests=3, verdict=False)
+    assert r.summary["num_requests"] == 3 and r.arrival_s[-1] - r.arrival_s[0] == pytest.approx(0.5)

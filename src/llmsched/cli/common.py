@@ -215,11 +215,18 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--trace",
         help="replay a trace file: plain CSV (arrival_s,prompt_tokens,output_tokens), Azure CSV, "
-        "BurstGPT CSV or Mooncake JSON lines (told apart by the first line; default: none)",
+        "BurstGPT CSV or Mooncake JSON lines (told apart by the first line; default: none). A trace "
+        "replays whole, at its own times and lengths: the defaults of --rate, --num-requests, --prompt "
+        "and --output do not apply to it, only values given",
     )
     g.add_argument("--trace-model", help="BurstGPT: keep only rows of these models (e.g. ChatGPT or ChatGPT,GPT-4)")
     g.add_argument("--trace-log-type", help="BurstGPT: keep only rows of this log type (Conversation log, API log)")
-    g.add_argument("--rate", type=float, help="arrival rate in requests/s (default 16; for a trace: rescale to it)")
+    g.add_argument(
+        "--rate",
+        type=float,
+        help="arrival rate in requests/s (default 16; a trace keeps its own rate unless --rate is given, "
+        "then its replayed part is rescaled to this mean rate)",
+    )
     g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals; default 1)")
     g.add_argument("--time-scale", type=float, help="multiply the arrival rate by K, a trace's included (default 1)")
     g.add_argument(
@@ -229,7 +236,11 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         "(default lognormal:mean=1024,sigma=1.0,max=8192)",
     )
     g.add_argument("--output", help="output length law, the same forms (default geometric:mean=256,max=2048)")
-    g.add_argument("--num-requests", type=int, help="stop after N requests (default 5000)")
+    g.add_argument(
+        "--num-requests",
+        type=int,
+        help="stop after N requests (default 5000; a trace: all its requests unless given, then its first N)",
+    )
     g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds (default: none)")
     g.add_argument("--seed", type=int, help="random seed (default 0)")
     g.add_argument(
