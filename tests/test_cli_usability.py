@@ -18,6 +18,7 @@ from llmsched.analysis.sweep import max_stable_rate
 from llmsched.cli import build_parser, main
 from llmsched.core.errors import ConfigError
 from llmsched.core.slo import REQUEST_SLO_ALIASES, REQUEST_SLO_KEYS, check_request_slo
+from llmsched.workload import datasets
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--cost-model", "paper", "--rate", "2", "--num-requests", "60", "--out", "", "--json"]
@@ -114,3 +115,21 @@ def test_a_trace_replays_whole_at_its_own_times(tmp_path):
     assert r.summary["num_requests"] == 7 and r.arrival_s.tolist() == [i * 0.5 for i in range(7)]
     r = llmsched.simulate(cost_model="paper", trace=str(trace), rate=4, num_requests=3, verdict=False)
     assert r.summary["num_requests"] == 3 and r.arrival_s[-1] - r.arrival_s[0] == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------------- 3. dataset not found
+def test_dataset_not_found_names_real_places_once(tmp_path, monkeypatch, capsys):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    monkeypatch.delenv("LLMSCHED_TRACES", raising=False)
+    monkeypatch.chdir(repo)  # run from the repository root: ../shared/traces twice, once looked at
+    monkeypatch.setattr(datasets, "_repo_root", lambda: repo)
+    assert main(["simulate", "--prompt", "sharegpt", "--out", ""]) == 2
+    err = one_error_line(capsys)
+    shared = str(tmp_path / "shared" / "traces")
+    assert "$LLMSCHED_TRACES" not in err and ".." not in err and err.count(shared) == 1, err
+    assert err.endswith("set LLMSCHED_TRACES=DIR to the folder that holds sharegpt_lengths/")
+    monkeypatch.setenv("LLMSCHED_TRACES", str(tmp_path / "mine"))
+    assert main(["simulate", "--prompt", "sharegpt", "--out", ""]) == 2
+    err = one_error_line(capsys)
+    assert f"under {tmp_path / 'mine'} ($LLMSCHED_TRACES) or {shared};" in err
