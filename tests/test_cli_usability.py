@@ -133,3 +133,14 @@ def test_dataset_not_found_names_real_places_once(tmp_path, monkeypatch, capsys)
     assert main(["simulate", "--prompt", "sharegpt", "--out", ""]) == 2
     err = one_error_line(capsys)
     assert f"under {tmp_path / 'mine'} ($LLMSCHED_TRACES) or {shared};" in err
+
+
+# ---------------------------------------------------------------------- 4. lambda* label
+def test_summary_labels_lambda_star_by_its_source(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")
+    run = ["simulate", "--cost-model", "paper", "--rate", "2", "--num-requests", "100", "--out", ""]
+    assert main([*run, "--k-max", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "critical rate lambda* (2-D region, k_max 16)" in out and "theorem 2" not in out
+    assert main(run) == 0
+    assert "critical rate lambda* (theorem 2)" in capsys.readouterr().out
