@@ -144,3 +144,53 @@ def test_summary_labels_lambda_star_by_its_source(monkeypatch, capsys):
     assert "critical rate lambda* (2-D region, k_max 16)" in out and "theorem 2" not in out
     assert main(run) == 0
     assert "critical rate lambda* (theorem 2)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- 5. unknown flags
+def _commands() -> dict[str, list[str]]:
+    """Every command, with a value for each of its required arguments."""
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    out = {}
+    for name, sub in subs.items():
+        args = []
+        for a in sub._actions:
+            if a.option_strings and a.required:
+                args += [a.option_strings[0], "x"]
+            elif not a.option_strings and a.nargs not in ("?", "*"):
+                args.append(a.choices[0] if a.choices else "x")
+        out[name] = args
+    return out
+
+
+@pytest.mark.parametrize("command, positionals", sorted(_commands().items()))
+def test_unknown_flag_is_refused_by_its_command(command, positionals, capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser(command).parse_args([command, *positionals, "--zzz-no-such-flag"])
+    assert e.value.code == 2
+    assert one_error_line(capsys) == f"llmsched {command}: error: unrecognized arguments: --zzz-no-such-flag"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["simulate", "--polcy", "x"],
+            "llmsched simulate: error: unrecognized arguments: --polcy x (did you mean --policy?)",
+        ),
+        (
+            ["sweep", "--grd=policy=orca"],
+            "llmsched sweep: error: unrecognized arguments: --grd=policy=orca (did you mean --grid?)",
+        ),
+        (
+            ["capacity", "--bmax", "5", "--mean-promt", "3"],
+            "llmsched capacity: error: unrecognized arguments: --bmax 5 --mean-promt 3 "
+            "(--bmax: did you mean --b-max?; --mean-promt: did you mean --mean-prompt?)",
+        ),
+    ],
+)
+def test_misspelt_flag_gets_a_suggestion(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert one_error_line(capsys) == message

@@ -57,6 +57,45 @@ class Parser(argparse.ArgumentParser):
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, but arguments no option takes are refused by the command's own
+        parser (`llmsched simulate: error: ...`, not `llmsched: error: ...`), with a "did
+        you mean" for an option spelt close to one of the command's."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self._command_parser(ns)
+            parser.error(parser.unrecognized(extras))
+        return ns
+
+    def _command_parser(self, ns) -> Parser:
+        """The parser of the command `ns` holds (`ns.command`), or this one."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(ns, action.dest, None) or "")
+                if isinstance(sub, Parser):
+                    return sub._command_parser(ns)
+        return self
+
+    def unrecognized(self, extras: list[str]) -> str:
+        """argparse's message for `extras`, with the closest option to each unknown one."""
+        import difflib  # noqa: PLC0415 - only on the error path
+
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        hints = []
+        for arg in extras:
+            flag = arg.split("=", 1)[0]
+            if flag.startswith("--") and flag not in self._option_string_actions:
+                close = difflib.get_close_matches(flag, options, n=1)
+                if close:
+                    hints.append((flag, close[0]))
+        if len(hints) == 1:
+            hint = f" (did you mean {hints[0][1]}?)"
+        elif hints:
+            hint = " (" + "; ".join(f"{flag}: did you mean {o}?" for flag, o in hints) + ")"
+        else:
+            hint = ""
+        return f"unrecognized arguments: {' '.join(extras)}{hint}"
+
 
 def positive_int(text: str) -> int:
     try:
