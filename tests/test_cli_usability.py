@@ -194,3 +194,17 @@ def test_misspelt_flag_gets_a_suggestion(argv, message, capsys):
         main(argv)
     assert e.value.code == 2
     assert one_error_line(capsys) == message
+
+
+# ---------------------------------------------------------------------- 6. reproduce's files
+@pytest.mark.parametrize(
+    "argv", [["stability", "--quick", "--no-search", "--workers", "2"], ["rybko-stolyar", "--quick", "--workers", "2"]]
+)
+def test_reproduce_lists_every_file_it_writes(argv, tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "r"
+    assert main(["reproduce", *argv, "--out", str(out)]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if "written: " in x][-1]
+    listed = {Path(p).name for p in line.split("written: ", 1)[1].split(", ")}
+    on_disk = {p.name for p in out.iterdir() if p.is_file()}
+    assert "table.parquet" in on_disk and listed == on_disk

@@ -470,7 +470,8 @@ def cmd_reproduce(args) -> int:
             f"requests) but not in the search: its probes ({m['search_requests']:,} requests) count an "
             "inconclusive verdict as not stable; give more --search-requests"
         )
-    print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
+    search = "" if args.no_search else f"; the rate search's points under {os.path.join(out, 'search')}/"
+    print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]) + search)
     return 0
 
 
