@@ -7,6 +7,7 @@ numpy scalars in the network report."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -208,3 +209,47 @@ def test_reproduce_lists_every_file_it_writes(argv, tmp_path, capsys):
     listed = {Path(p).name for p in line.split("written: ", 1)[1].split(", ")}
     on_disk = {p.name for p in out.iterdir() if p.is_file()}
     assert "table.parquet" in on_disk and listed == on_disk
+
+
+# ---------------------------------------------------------------------- 7. plain floats
+def _numpy_values(o, path="report"):
+    if dataclasses.is_dataclass(o):
+        for f in dataclasses.fields(o):
+            yield from _numpy_values(getattr(o, f.name), f"{path}.{f.name}")
+    elif isinstance(o, dict):
+        for k, v in o.items():
+            yield from _numpy_values(v, f"{path}[{k!r}]")
+    elif isinstance(o, (list, tuple)):
+        for i, v in enumerate(o):
+            yield from _numpy_values(v, f"{path}[{i}]")
+    elif type(o).__module__ == "numpy":
+        yield path
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "examples" / "networks").glob("*.yaml")))
+def test_traffic_report_holds_plain_floats(name):
+    from llmsched.theory.network import traffic
+
+    rep = traffic(ROOT / "examples" / "networks" / name)
+    assert list(_numpy_values(rep)) == []
+    assert "np." not in repr(rep.critical_rates) and all(type(v) is float for v in rep.critical_rates.values())
+
+
+def test_traffic_report_with_a_batch_cap_holds_plain_floats():
+    from llmsched.theory.network import traffic
+
+    spec = {
+        "servers": {"s": {"cost_model": "paper", "k_max": 16}, "p": {"cost_model": "profile"}},
+        "jobs": {
+            "A": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [
+                    {"call": {"server": "s", "prompt": 200, "output": 101}},
+                    {"call": {"server": "p", "prompt": 300, "output": 50}},
+                ],
+            }
+        },
+    }
+    rep = traffic(spec)
+    assert rep.server("s").binding == "batch-size cap (2-D region)"
+    assert list(_numpy_values(rep)) == []
