@@ -7,7 +7,8 @@ and parse SLO limits.
   `k_max`, `cost_model`, `max_time_s`, and workload fields such as `rate`, `prompt`,
   `output`, `num_requests`, `seed`, `arrival`), plus `load`: the rate as a fraction of
   the theoretical critical rate lambda* of the point's configuration.
-- SLOs: `parse_slo(["p99_itl_ms=100"])`, upper limits on summary metrics.
+- SLOs: `parse_slo(["p99_itl_ms=100"])`, upper limits on statistics of a run (its
+  summary's keys; not simulate's per-request objectives, `llmsched.core.slo`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import fields
 
 from ..api import SimConfig
 from ..core.errors import ConfigError
+from ..core.slo import RUN_SLO_METRIC, check_run_slo_name
 from ..workload import WorkloadSpec
 
 __all__ = [
@@ -37,8 +39,9 @@ __all__ = [
 #: Grid keys that vary within a group of points (a policy, a b_max, ...): a search runs
 #: every seed at each rate of a group, and figures draw one line per group.
 NON_GROUP_KEYS = ("rate", "load", "seed")
-#: Metrics an SLO may limit (milliseconds, or the ITL's coefficient of variation).
-SLO_METRIC = re.compile(r"^(mean|median|std|p90|p95|p99|max)_(ttft|tpot|itl|e2el|queue)_ms$|^itl_cv$")
+#: Metrics an SLO may limit (milliseconds, or the ITL's coefficient of variation): a
+#: statistic of each run (`llmsched.core.slo`; simulate's SLOs are per request).
+SLO_METRIC = RUN_SLO_METRIC
 
 
 def option_keys() -> set[str]:
@@ -165,10 +168,7 @@ def parse_slo(items: Iterable[str] | dict | None) -> dict[str, float]:
             pairs.append((k.strip(), v.strip()))
     out = {}
     for k, v in pairs:
-        if not SLO_METRIC.match(k):
-            raise ConfigError(
-                f"unknown SLO metric {k!r} (use e.g. p99_itl_ms, median_ttft_ms, p99_tpot_ms, mean_e2el_ms, itl_cv)"
-            )
+        check_run_slo_name(str(k))
         try:
             f = float(v)
         except (TypeError, ValueError):

@@ -198,7 +198,7 @@ def reproduce_stability(
         "tol": tol,
         "token_capacity": queue[policies[0]]["summary"].get("token_capacity"),
     }
-    files += write_table(rows, out, "table")[:1]
+    files += write_table(rows, out, "table")
     (out / "table.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=str))
     files.append(str(out / "table.json"))
     return {"rows": rows, "critical_rate": lam, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}

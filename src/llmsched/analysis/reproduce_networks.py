@@ -370,7 +370,7 @@ def _counts(verdicts: Sequence[str]) -> str:
 
 
 def _finish(out: Path, rows: list[dict], meta: dict, name: str = "table") -> list[str]:
-    files = write_table(rows, out, name)[:1]
+    files = write_table(rows, out, name)
     (out / f"{name}.json").write_text(json.dumps(to_jsonable({"meta": meta, "rows": rows}), indent=2, default=str))
     files.append(str(out / f"{name}.json"))
     return files
@@ -904,7 +904,7 @@ def reproduce_rybko_stolyar(
     ]
     if scan_loads:
         files.append(_plot_rs_scan(scan, orders, out / "rybko_stolyar_loads.png", meta))
-        files += write_table(scan, out, "loads")[:1]
+        files += write_table(scan, out, "loads")
     files += _finish(out, rows, {**meta, "summary": summary})
     return {
         "rows": rows,

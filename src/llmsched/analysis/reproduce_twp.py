@@ -464,14 +464,14 @@ def reproduce_twp(
     stab_rows.sort(key=lambda r: (r["k_max"] or 0, r["admission"], r["load"]))
 
     files = []
-    files += write_table(rows, out, "table")[:1]
-    files += write_table(table3, out, "table3")[:1]
+    files += write_table(rows, out, "table")
+    files += write_table(table3, out, "table3")
     if abl_rows:
-        files += write_table(abl_rows, out, "ablation")[:1]
+        files += write_table(abl_rows, out, "ablation")
     if slo_rows:
-        files += write_table(slo_rows, out, "slo")[:1]
+        files += write_table(slo_rows, out, "slo")
     if stab_rows:
-        files += write_table(stab_rows, out, "stability")[:1]
+        files += write_table(stab_rows, out, "stability")
     files += _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_names, out)
     if abl_rows:
         files.append(_plot_ablation(abl_rows, out / "ablation.png", w_abl, high))

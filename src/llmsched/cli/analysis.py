@@ -470,7 +470,8 @@ def cmd_reproduce(args) -> int:
             f"requests) but not in the search: its probes ({m['search_requests']:,} requests) count an "
             "inconclusive verdict as not stable; give more --search-requests"
         )
-    print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
+    search = "" if args.no_search else f"; the rate search's points under {os.path.join(out, 'search')}/"
+    print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]) + search)
     return 0
 
 
@@ -703,7 +704,9 @@ def register(sub) -> None:
         "--slo",
         action="append",
         metavar="METRIC=LIMIT",
-        help="with --search: also the largest rate meeting it, e.g. p99_itl_ms=200 median_ttft_ms=2000",
+        help="with --search: also the largest rate whose runs meet it, a limit on a run's statistic "
+        "(STAT_METRIC_ms or itl_cv), e.g. p99_itl_ms=200 (the p99 over every inter-token gap) "
+        "median_ttft_ms=2000; simulate's --slo is per request (goodput)",
     )
     g.add_argument(
         "--tol",

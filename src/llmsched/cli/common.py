@@ -57,6 +57,45 @@ class Parser(argparse.ArgumentParser):
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, but arguments no option takes are refused by the command's own
+        parser (`llmsched simulate: error: ...`, not `llmsched: error: ...`), with a "did
+        you mean" for an option spelt close to one of the command's."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self._command_parser(ns)
+            parser.error(parser.unrecognized(extras))
+        return ns
+
+    def _command_parser(self, ns) -> Parser:
+        """The parser of the command `ns` holds (`ns.command`), or this one."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(ns, action.dest, None) or "")
+                if isinstance(sub, Parser):
+                    return sub._command_parser(ns)
+        return self
+
+    def unrecognized(self, extras: list[str]) -> str:
+        """argparse's message for `extras`, with the closest option to each unknown one."""
+        import difflib  # noqa: PLC0415 - only on the error path
+
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        hints = []
+        for arg in extras:
+            flag = arg.split("=", 1)[0]
+            if flag.startswith("--") and flag not in self._option_string_actions:
+                close = difflib.get_close_matches(flag, options, n=1)
+                if close:
+                    hints.append((flag, close[0]))
+        if len(hints) == 1:
+            hint = f" (did you mean {hints[0][1]}?)"
+        elif hints:
+            hint = " (" + "; ".join(f"{flag}: did you mean {o}?" for flag, o in hints) + ")"
+        else:
+            hint = ""
+        return f"unrecognized arguments: {' '.join(extras)}{hint}"
+
 
 def positive_int(text: str) -> int:
     try:
@@ -215,11 +254,18 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--trace",
         help="replay a trace file: plain CSV (arrival_s,prompt_tokens,output_tokens), Azure CSV, "
-        "BurstGPT CSV or Mooncake JSON lines (told apart by the first line; default: none)",
+        "BurstGPT CSV or Mooncake JSON lines (told apart by the first line; default: none). A trace "
+        "replays whole, at its own times and lengths: the defaults of --rate, --num-requests, --prompt "
+        "and --output do not apply to it, only values given",
     )
     g.add_argument("--trace-model", help="BurstGPT: keep only rows of these models (e.g. ChatGPT or ChatGPT,GPT-4)")
     g.add_argument("--trace-log-type", help="BurstGPT: keep only rows of this log type (Conversation log, API log)")
-    g.add_argument("--rate", type=float, help="arrival rate in requests/s (default 16; for a trace: rescale to it)")
+    g.add_argument(
+        "--rate",
+        type=float,
+        help="arrival rate in requests/s (default 16; a trace keeps its own rate unless --rate is given, "
+        "then its replayed part is rescaled to this mean rate)",
+    )
     g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals; default 1)")
     g.add_argument("--time-scale", type=float, help="multiply the arrival rate by K, a trace's included (default 1)")
     g.add_argument(
@@ -229,7 +275,11 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         "(default lognormal:mean=1024,sigma=1.0,max=8192)",
     )
     g.add_argument("--output", help="output length law, the same forms (default geometric:mean=256,max=2048)")
-    g.add_argument("--num-requests", type=int, help="stop after N requests (default 5000)")
+    g.add_argument(
+        "--num-requests",
+        type=int,
+        help="stop after N requests (default 5000; a trace: all its requests unless given, then its first N)",
+    )
     g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds (default: none)")
     g.add_argument("--seed", type=int, help="random seed (default 0)")
     g.add_argument(

@@ -354,7 +354,9 @@ def print_summary(result) -> None:
     if s.get("prefix_cache") is not None:
         rows.append(prefix_cache_row(s["prefix_cache"]))
     if s.get("critical_rate") is not None:
-        rows.append(("critical rate lambda* (theorem 2)", f"{s['critical_rate']:,.2f} req/s"))
+        # with a batch-size cap lambda* is the 2-D region's (an LP), not theorem 2's token bound
+        source = "theorem 2" if c.get("k_max") is None else f"2-D region, k_max {c['k_max']}"
+        rows.append((f"critical rate lambda* ({source})", f"{s['critical_rate']:,.2f} req/s"))
     if s.get("utilisation") is not None:
         rows.append(("utilisation (offered / lambda*)", f"{s['utilisation']:.1%}"))
     from ..theory import describe_verdict  # noqa: PLC0415 - numpy: only once there is a result
@@ -428,8 +430,9 @@ def register(sub) -> None:
         action="append",
         metavar="METRIC=MS",
         dest="request_slo",
-        help="a per-request objective for goodput (repeatable): ttft_ms, tpot_ms, itl_ms (alias "
-        "itl_p99_ms: also TWP's ITL target), e2el_ms",
+        help="a per-request objective for goodput (repeatable): ttft_ms, tpot_ms, e2el_ms, itl_ms (each "
+        "request's mean inter-token gap, = tpot_ms, and TWP's ITL target; itl_p99_ms is an older name "
+        "of it, not a p99). A run's statistics (p99_itl_ms, ...) are limits of `sweep --search`",
     )
     g.add_argument(
         "--max-time",

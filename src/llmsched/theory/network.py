@@ -342,8 +342,9 @@ def traffic(spec) -> TrafficReport:
         rate = float(job.arrival.rate)
         visits: dict[str, float] = {}
         pre = dec = calls = 0.0
-        for (server, cls), (v, vc, sc, p, o) in frag.stats.items():
-            visits[cls] = visits.get(cls, 0.0) + float(v)
+        for (server, cls), st in frag.stats.items():
+            v, vc, sc, p, o = (float(x) for x in st)  # plain floats: the report prints them
+            visits[cls] = visits.get(cls, 0.0) + v
             calls += v
             pre += p + sc
             dec += o - v

@@ -38,14 +38,21 @@ def _repo_root() -> Path:
 
 
 def traces_dirs() -> list[Path]:
-    """Candidate traces folders, in search order."""
+    """Candidate traces folders, in search order, each once (`../shared/traces` from the
+    current directory and from the repository root are one folder when run from the root)."""
     dirs = []
     env = os.environ.get(ENV_VAR)
     if env:
         dirs.append(Path(env).expanduser())
     dirs.append(Path.cwd() / ".." / "shared" / "traces")
     dirs.append(_repo_root() / ".." / "shared" / "traces")
-    return dirs
+    out, seen = [], set()
+    for d in dirs:
+        key = os.path.normpath(os.path.abspath(d))
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
 
 
 def is_dataset(name: str) -> bool:
@@ -58,16 +65,18 @@ def resolve_dataset(name: str) -> Path:
     if key not in DATASETS:
         raise ConfigError(f"unknown dataset '{name}' (known: {', '.join(DATASETS)})")
     rel = DATASETS[key][0]
+    env = os.environ.get(ENV_VAR)
     tried = []
-    for d in traces_dirs():
+    for i, d in enumerate(traces_dirs()):
         p = d / rel
         if p.is_file():
             return p.resolve()
-        tried.append(str(p))
+        where = os.path.normpath(os.path.abspath(d))
+        tried.append(f"{where} (${ENV_VAR})" if env and i == 0 else where)
+    places = tried[0] if len(tried) == 1 else f"{', '.join(tried[:-1])} or {tried[-1]}"
     raise ConfigError(
-        f"dataset '{name}' not found: looked for {rel} under "
-        f"${ENV_VAR}, ./../shared/traces and <repo>/../shared/traces "
-        f"({'; '.join(tried)})"
+        f"dataset '{name}' not found: no {rel} under {places}; "
+        f"set {ENV_VAR}=DIR to the folder that holds {rel.split('/', 1)[0]}/"
     )
 
 

@@ -1,0 +1,255 @@
+"""What a new user walking through the README tripped over: SLO names that differ between
+`simulate` and `sweep`, help that hid how a trace replays, a dataset-not-found message
+naming unset variables and one folder twice, a mislabelled lambda*, unknown flags refused
+without the command's name or a suggestion, a `written:` line that left files out, and
+numpy scalars in the network report."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+import llmsched
+from llmsched.analysis.grid import parse_slo
+from llmsched.analysis.sweep import max_stable_rate
+from llmsched.cli import build_parser, main
+from llmsched.core.errors import ConfigError
+from llmsched.core.slo import REQUEST_SLO_ALIASES, REQUEST_SLO_KEYS, check_request_slo
+from llmsched.workload import datasets
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--cost-model", "paper", "--rate", "2", "--num-requests", "60", "--out", "", "--json"]
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+# ---------------------------------------------------------------------- 1. SLO names
+def test_simulate_points_a_run_statistic_to_the_per_request_slo(capsys):
+    """`p99_itl_ms` (sweep's: the p99 over every gap of the run) is not `itl_ms` (each
+    request's mean gap): simulate refuses it, says whose name it is and which of its own
+    names limits the request's ITL (it used to suggest `itl_ms` as a mere typo fix)."""
+    assert main(["simulate", *SMALL, "--slo", "p99_itl_ms=80"]) == 2
+    err = one_error_line(capsys)
+    assert err.startswith("llmsched simulate: error: SLO 'p99_itl_ms' is a run's p99 over every inter-token gap")
+    assert "llmsched sweep --search" in err and "itl_ms limits each request's mean inter-token gap" in err
+    assert main(["simulate", *SMALL, "--slo", "p99_ttft_ms=3000"]) == 2
+    assert "ttft_ms limits each request's TTFT" in one_error_line(capsys)
+    assert main(["simulate", *SMALL, "--slo", "ttft_p99_ms=3000"]) == 2  # the other order: still a p99
+    assert "is a run's p99 over the requests' TTFTs" in one_error_line(capsys)
+
+
+def test_sweep_points_simulates_names_to_a_run_statistic(tmp_path, capsys):
+    base = ["sweep", "--cost-model", "paper", "--grid", "policy=sarathi", "--search", "max-stable-rate"]
+    assert main([*base, "--out", str(tmp_path / "s"), "--slo", "itl_p99_ms=100"]) == 2
+    err = one_error_line(capsys)
+    assert err.startswith("llmsched sweep: error: unknown SLO metric 'itl_p99_ms': that is simulate's per-request")
+    assert "not a p99" in err and "p99_itl_ms (the p99 over every inter-token gap)" in err
+    assert main([*base, "--out", str(tmp_path / "s"), "--slo", "ttft_ms=2000"]) == 2
+    assert "p99_ttft_ms, or max_ttft_ms (every request within the limit)" in one_error_line(capsys)
+    assert main([*base, "--out", str(tmp_path / "s"), "--slo", "ttft_p99_ms=2000"]) == 2
+    assert "did you mean 'p99_ttft_ms'?" in one_error_line(capsys)
+    assert not (tmp_path / "s").exists()
+
+
+def test_python_api_and_yaml_take_the_same_names_as_the_commands(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="itl_ms limits each request's mean inter-token gap"):
+        llmsched.simulate(cost_model="paper", rate=2, num_requests=20, slo={"p99_itl_ms": 80})
+    with pytest.raises(ConfigError, match="p99_itl_ms"):
+        max_stable_rate(policies=["sarathi"], slo={"itl_p99_ms": 100}, cost_model="paper", num_requests=50)
+    with pytest.raises(ConfigError, match="p99_e2el_ms"):
+        parse_slo({"e2el_ms": 100})
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cost_model: paper\nslo: {p99_itl_ms: 100}\n")
+    assert main(["simulate", "--config", str(cfg), "--num-requests", "20", "--out", ""]) == 2
+    assert "itl_ms limits each request's mean inter-token gap" in one_error_line(capsys)
+
+
+def test_each_kind_accepts_all_its_names():
+    for name in (*REQUEST_SLO_KEYS, *REQUEST_SLO_ALIASES):
+        (key,) = check_request_slo({name: 50})
+        assert key in REQUEST_SLO_KEYS
+    assert check_request_slo({"itl_p99_ms": 50}) == {"itl_ms": 50.0}
+    for stat in ("mean", "median", "std", "p90", "p95", "p99", "max"):
+        for metric in ("ttft", "tpot", "itl", "e2el", "queue"):
+            assert parse_slo([f"{stat}_{metric}_ms=5"]) == {f"{stat}_{metric}_ms": 5.0}
+    assert parse_slo(["itl_cv=0.5"]) == {"itl_cv": 0.5}
+
+
+def test_request_itl_is_the_request_tpot(capsys):
+    """The per-request aliases mean exactly the same limit: `itl_ms`, its old name
+    `itl_p99_ms` and `tpot_ms` (a request's mean gap is its TPOT) give the same goodput."""
+    out = []
+    for name in ("itl_ms", "itl_p99_ms", "tpot_ms"):
+        assert main(["simulate", *SMALL, "--rate", "8", "--slo", f"{name}=140"]) == 0
+        s = json.loads(capsys.readouterr().out)
+        out.append((s["goodput"], s["goodput_share"]))
+    assert out[0] == out[1] == out[2] and 0 < out[0][1] < 1
+
+
+# ---------------------------------------------------------------------- 2. trace help
+def _simulate_help() -> dict[str, str]:
+    parser = build_parser("simulate")
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["simulate"]
+    return {o: a.help for a in sub._actions for o in a.option_strings}
+
+
+def test_help_says_a_trace_ignores_the_rate_and_count_defaults():
+    h = _simulate_help()
+    assert "a trace keeps its own rate unless --rate is given" in h["--rate"]
+    assert "a trace: all its requests unless given" in h["--num-requests"]
+    assert "replays whole, at its own times and lengths" in h["--trace"]
+
+
+def test_a_trace_replays_whole_at_its_own_times(tmp_path):
+    """What that help says: 7 requests, 0.5 s apart, none of the defaults' 5000 at 16 req/s."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{i * 0.5},10,5\n" for i in range(7)))
+    r = llmsched.simulate(cost_model="paper", trace=str(trace), verdict=False)
+    assert r.summary["num_requests"] == 7 and r.arrival_s.tolist() == [i * 0.5 for i in range(7)]
+    r = llmsched.simulate(cost_model="paper", trace=str(trace), rate=4, num_requests=3, verdict=False)
+    assert r.summary["num_requests"] == 3 and r.arrival_s[-1] - r.arrival_s[0] == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------------- 3. dataset not found
+def test_dataset_not_found_names_real_places_once(tmp_path, monkeypatch, capsys):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    monkeypatch.delenv("LLMSCHED_TRACES", raising=False)
+    monkeypatch.chdir(repo)  # run from the repository root: ../shared/traces twice, once looked at
+    monkeypatch.setattr(datasets, "_repo_root", lambda: repo)
+    assert main(["simulate", "--prompt", "sharegpt", "--out", ""]) == 2
+    err = one_error_line(capsys)
+    shared = str(tmp_path / "shared" / "traces")
+    assert "$LLMSCHED_TRACES" not in err and ".." not in err and err.count(shared) == 1, err
+    assert err.endswith("set LLMSCHED_TRACES=DIR to the folder that holds sharegpt_lengths/")
+    monkeypatch.setenv("LLMSCHED_TRACES", str(tmp_path / "mine"))
+    assert main(["simulate", "--prompt", "sharegpt", "--out", ""]) == 2
+    err = one_error_line(capsys)
+    assert f"under {tmp_path / 'mine'} ($LLMSCHED_TRACES) or {shared};" in err
+
+
+# ---------------------------------------------------------------------- 4. lambda* label
+def test_summary_labels_lambda_star_by_its_source(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")
+    run = ["simulate", "--cost-model", "paper", "--rate", "2", "--num-requests", "100", "--out", ""]
+    assert main([*run, "--k-max", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "critical rate lambda* (2-D region, k_max 16)" in out and "theorem 2" not in out
+    assert main(run) == 0
+    assert "critical rate lambda* (theorem 2)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- 5. unknown flags
+def _commands() -> dict[str, list[str]]:
+    """Every command, with a value for each of its required arguments."""
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    out = {}
+    for name, sub in subs.items():
+        args = []
+        for a in sub._actions:
+            if a.option_strings and a.required:
+                args += [a.option_strings[0], "x"]
+            elif not a.option_strings and a.nargs not in ("?", "*"):
+                args.append(a.choices[0] if a.choices else "x")
+        out[name] = args
+    return out
+
+
+@pytest.mark.parametrize("command, positionals", sorted(_commands().items()))
+def test_unknown_flag_is_refused_by_its_command(command, positionals, capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser(command).parse_args([command, *positionals, "--zzz-no-such-flag"])
+    assert e.value.code == 2
+    assert one_error_line(capsys) == f"llmsched {command}: error: unrecognized arguments: --zzz-no-such-flag"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["simulate", "--polcy", "x"],
+            "llmsched simulate: error: unrecognized arguments: --polcy x (did you mean --policy?)",
+        ),
+        (
+            ["sweep", "--grd=policy=orca"],
+            "llmsched sweep: error: unrecognized arguments: --grd=policy=orca (did you mean --grid?)",
+        ),
+        (
+            ["capacity", "--bmax", "5", "--mean-promt", "3"],
+            "llmsched capacity: error: unrecognized arguments: --bmax 5 --mean-promt 3 "
+            "(--bmax: did you mean --b-max?; --mean-promt: did you mean --mean-prompt?)",
+        ),
+    ],
+)
+def test_misspelt_flag_gets_a_suggestion(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert one_error_line(capsys) == message
+
+
+# ---------------------------------------------------------------------- 6. reproduce's files
+@pytest.mark.parametrize(
+    "argv", [["stability", "--quick", "--no-search", "--workers", "2"], ["rybko-stolyar", "--quick", "--workers", "2"]]
+)
+def test_reproduce_lists_every_file_it_writes(argv, tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "r"
+    assert main(["reproduce", *argv, "--out", str(out)]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if "written: " in x][-1]
+    listed = {Path(p).name for p in line.split("written: ", 1)[1].split(", ")}
+    on_disk = {p.name for p in out.iterdir() if p.is_file()}
+    assert "table.parquet" in on_disk and listed == on_disk
+
+
+# ---------------------------------------------------------------------- 7. plain floats
+def _numpy_values(o, path="report"):
+    if dataclasses.is_dataclass(o):
+        for f in dataclasses.fields(o):
+            yield from _numpy_values(getattr(o, f.name), f"{path}.{f.name}")
+    elif isinstance(o, dict):
+        for k, v in o.items():
+            yield from _numpy_values(v, f"{path}[{k!r}]")
+    elif isinstance(o, (list, tuple)):
+        for i, v in enumerate(o):
+            yield from _numpy_values(v, f"{path}[{i}]")
+    elif type(o).__module__ == "numpy":
+        yield path
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "examples" / "networks").glob("*.yaml")))
+def test_traffic_report_holds_plain_floats(name):
+    from llmsched.theory.network import traffic
+
+    rep = traffic(ROOT / "examples" / "networks" / name)
+    assert list(_numpy_values(rep)) == []
+    assert "np." not in repr(rep.critical_rates) and all(type(v) is float for v in rep.critical_rates.values())
+
+
+def test_traffic_report_with_a_batch_cap_holds_plain_floats():
+    from llmsched.theory.network import traffic
+
+    spec = {
+        "servers": {"s": {"cost_model": "paper", "k_max": 16}, "p": {"cost_model": "profile"}},
+        "jobs": {
+            "A": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [
+                    {"call": {"server": "s", "prompt": 200, "output": 101}},
+                    {"call": {"server": "p", "prompt": 300, "output": 50}},
+                ],
+            }
+        },
+    }
+    rep = traffic(spec)
+    assert rep.server("s").binding == "batch-size cap (2-D region)"
+    assert list(_numpy_values(rep)) == []
