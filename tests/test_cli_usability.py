@@ -95,9 +95,9 @@ def test_request_itl_is_the_request_tpot(capsys):
 
 
 # ---------------------------------------------------------------------- 2. trace help
-def _simulate_help() -> dict[str, str]:
-    parser = build_parser("simulate")
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["simulate"]
+def _simulate_help(command: str = "simulate") -> dict[str, str]:
+    parser = build_parser(command)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
     return {o: a.help for a in sub._actions for o in a.option_strings}
 
 
@@ -106,6 +106,12 @@ def test_help_says_a_trace_ignores_the_rate_and_count_defaults():
     assert "a trace keeps its own rate unless --rate is given" in h["--rate"]
     assert "a trace: all its requests unless given" in h["--num-requests"]
     assert "replays whole, at its own times and lengths" in h["--trace"]
+
+
+def test_capacity_help_says_what_rate_and_num_requests_do_there():
+    h = _simulate_help("capacity")
+    assert "default: none" in h["--rate"] and "default 16" not in h["--rate"]
+    assert "--find-counterexample (default 4000)" in h["--num-requests"]
 
 
 def test_a_trace_replays_whole_at_its_own_times(tmp_path):

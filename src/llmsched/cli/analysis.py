@@ -631,7 +631,13 @@ def register(sub) -> None:
     p.add_argument("--config", help="YAML configuration (as for simulate)")
     add_scheduler_args(p)
     add_cost_model_arg(p)
-    add_workload_args(p)
+    add_workload_args(
+        p,
+        rate_help="report the utilisation and predicted backlog growth at this arrival rate, requests/s "
+        "(default: none; with a trace, its replayed part rescaled to this mean rate)",
+        num_requests_help="requests per run of --find-counterexample (default 4000); with a trace, "
+        "its first N requests",
+    )
     g = p.add_argument_group("capacity")
     g.add_argument("--mean-prompt", type=float, help="mean prompt length in tokens (instead of sampling)")
     g.add_argument("--mean-output", type=float, help="mean output length in tokens (instead of sampling)")

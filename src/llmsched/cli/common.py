@@ -248,7 +248,9 @@ def add_cost_model_arg(p, default: str | None = None) -> None:
     )
 
 
-def add_workload_args(p: argparse.ArgumentParser) -> None:
+def add_workload_args(p: argparse.ArgumentParser, rate_help: str | None = None, num_requests_help: str | None = None):
+    """The workload flags; `rate_help`/`num_requests_help` replace those flags' help where a
+    command uses them otherwise than a simulation does (capacity)."""
     g = p.add_argument_group("workload")
     g.add_argument("--arrival", help="poisson (default), gamma, deterministic, trace:PATH, azure-conv")
     g.add_argument(
@@ -263,7 +265,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--rate",
         type=float,
-        help="arrival rate in requests/s (default 16; a trace keeps its own rate unless --rate is given, "
+        help=rate_help
+        or "arrival rate in requests/s (default 16; a trace keeps its own rate unless --rate is given, "
         "then its replayed part is rescaled to this mean rate)",
     )
     g.add_argument("--cv", type=float, help="coefficient of variation of gaps (gamma arrivals; default 1)")
@@ -278,7 +281,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--num-requests",
         type=int,
-        help="stop after N requests (default 5000; a trace: all its requests unless given, then its first N)",
+        help=num_requests_help
+        or "stop after N requests (default 5000; a trace: all its requests unless given, then its first N)",
     )
     g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds (default: none)")
     g.add_argument("--seed", type=int, help="random seed (default 0)")
