@@ -339,6 +339,23 @@ def test_a_stop_before_any_job_completes_reports_the_time_simulated():
     assert len(early.job_arrival_ns) == 0 and early.stats.end_ns == round(0.05 * NS)
 
 
+def test_max_time_holds_back_delays_and_deliveries_too(tmp_path):
+    # each job makes one call, then thinks for 30 s: stopped at 2 s, no job may finish
+    spec = tmp_path / "delay.yaml"
+    spec.write_text(
+        "servers:\n  s1: {policy: sarathi, b_max: 512, cost_model: const:10}\n"
+        "jobs:\n  req:\n    arrival: {process: poisson, rate: 1.0}\n    route:\n"
+        "      - call: {server: s1, prompt: const:50, output: const:2}\n      - delay: const:30\n"
+        "num_jobs: 5\nseed: 0\n"
+    )
+    res = simulate_network(str(spec), max_time_s=2.0)
+    assert res.summary["completed_jobs"] == 0
+    assert res.stats.end_ns == 2 * NS
+    assert (res.job_arrival_ns < 2 * NS).all()
+    none = simulate_network(str(spec), max_time_s=0.01)  # before the first job
+    assert len(none.job_arrival_ns) == 0 and none.summary["duration"] == 0.0
+
+
 def test_a_replica_that_never_stepped_holds_no_backlog(tmp_path):
     # stopped after 5 s, one of agent_dag's replicas has run no step: no time series
     res = simulate_network("examples/networks/agent_dag.yaml", num_jobs=800, max_time_s=5, out_dir=tmp_path)

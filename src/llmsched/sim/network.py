@@ -715,7 +715,9 @@ def run_network(
     cut = False  # whether the time limit held back a job or a step: the clock then runs to it
     while events:
         t, kind, _, _, a, b = heapq.heappop(events)
-        if t >= max_time and kind in (_PLAN, _JOB):
+        if t >= max_time and kind != _END:
+            # past the limit only the steps under way end (the step across it counts, as on
+            # one server): no job arrives, no call is delivered, no delay ends, nothing is planned
             cut = True
             continue
         now = t

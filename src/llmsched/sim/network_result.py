@@ -327,8 +327,10 @@ class NetworkResult:
         start = float(arr.min()) / NS if len(arr) else 0.0  # no job arrived before max_time_s
         if done.any():  # first arrival to last completion
             duration = float(fin[done].max()) / NS - start
-        else:  # a max_time_s stop before any job completed: the time simulated since the first arrival
+        elif len(arr):  # a max_time_s stop before any job completed: the time simulated since the first arrival
             duration = max(st.end_ns / NS - start, 0.0)
+        else:  # no job arrived before the stop: a run of no length, as one server's
+            duration = 0.0
         types = _a(st.job_type)
         s = {
             "num_jobs": int(len(arr)),
