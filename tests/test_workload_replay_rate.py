@@ -92,6 +92,16 @@ def test_replay_cut_rounding_keeps_every_arrival_by_the_duration():
         assert (n - 1) / (arrival[n - 1] / k) == pytest.approx(rate, rel=1e-12)
 
 
+def test_replay_cut_just_below_a_whole_duration_is_instant_and_keeps_floor_rd_plus_one():
+    # a duration a hair below R * D's whole value: a wide rounding slack let the request at
+    # D in, then stepped the scale one float at a time for seconds to keep it by D
+    arrival = np.arange(2000.0) * 0.7
+    for d in (999.9999995, 999.99999905, 1000.0):
+        k, n = replay_cut(arrival, rate=1.0, duration_s=d)
+        assert n == math.floor(d + 1e-9) + 1 and arrival[n - 1] / k <= d
+        assert (n - 1) / (arrival[n - 1] / k) == pytest.approx(1.0, rel=1e-12)
+
+
 def test_no_rate_from_fewer_than_two_requests(drift):
     with pytest.raises(ConfigError, match="need two at different times"):
         make_trace(WorkloadSpec(trace=drift, rate=2.0, num_requests=1))

@@ -786,8 +786,9 @@ def replay_cut(
         k = float(rate) * span / np.arange(cap)  # k of each head: R / ((n - 1) / span)
         ok = span > 0
         if duration_s is not None:
-            # relative slack: (n - 1) / R can round just above D when R * D is whole
-            ok &= a / k <= duration_s * (1 + 1e-9)
+            # relative slack of a few roundings: (n - 1) / R can come out just above D when
+            # R * D is whole
+            ok &= a / k <= duration_s * (1 + 1e-12)
     if duration_s is None:
         if cap < 2 or not ok[-1]:
             raise ConfigError(
@@ -803,6 +804,8 @@ def replay_cut(
         )
     i = int(heads[-1])
     k_i = float(k[i])
-    while a[i] / k_i > duration_s:  # the slack's rounding: a hair faster keeps every arrival by D
-        k_i = float(np.nextafter(k_i, np.inf))
+    if a[i] / k_i > duration_s:  # within the slack: a hair faster keeps every arrival by D
+        k_i = max(k_i, float(a[i]) / duration_s)
+        while a[i] / k_i > duration_s:  # a rounding or two at most
+            k_i = float(np.nextafter(k_i, np.inf))
     return k_i, i + 1
