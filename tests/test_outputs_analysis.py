@@ -45,7 +45,7 @@ def test_max_time_run_tells_arrived_from_never_arrived(tmp_path):
     assert r.summary["unfinished"] == in_system + (len(rows) - sum(arrived))
 
 
-@pytest.mark.parametrize("max_time, arrived", [(2.5, 2), (0.5, 0), (3.0, 3)])
+@pytest.mark.parametrize("max_time, arrived", [(2.5, 2), (0.5, 0), (3.0, 2), (3.000000001, 3)])
 def test_an_idle_server_stops_at_max_time_before_the_next_arrival(tmp_path, max_time, arrived):
     # one request a second, each done in 94 ms: the server idles until the next arrival,
     # and must not jump (and let that request arrive) past the stop
@@ -56,6 +56,24 @@ def test_an_idle_server_stops_at_max_time_before_the_next_arrival(tmp_path, max_
     assert all(float(row["arrival_s"]) <= max_time for row in rows if row["arrived"] == "1")
     assert r.summary["sim_end_s"] <= max_time + 0.1  # the clock ran to the stop (or the step across it)
     assert r.summary["unfinished"] == 10 - r.summary["completed"]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_no_request_arrives_during_the_step_across_the_stop(fast):
+    # 7 ms steps; the step running at the 1 s stop ends at 1.001 s: requests at 1.0 and
+    # 1.0005 s come at or after the stop and never arrive (as on serverless and networks)
+    from helpers import trace
+
+    from llmsched.core import make_cost_model
+    from llmsched.policies import make_scheduler
+    from llmsched.sim.result import SimResult
+    from llmsched.sim.simulator import simulate_trace
+
+    t = trace([(0.0, 10, 200), (1.0, 10, 2), (1.0005, 10, 2), (1.2, 10, 2)])
+    stats = simulate_trace(t, make_scheduler("sarathi"), make_cost_model("const:7"), fast=fast, max_time_s=1.0)
+    res = SimResult({}, stats, t.arrival_s, t.prompt, t.output, None)
+    assert stats.end_ns > 1_000_000_000
+    assert res.arrived.tolist() == [True, False, False, False] and res.summary["arrived"] == 1
 
 
 def test_a_whole_run_has_every_request_arrived(tmp_path):

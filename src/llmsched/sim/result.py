@@ -155,7 +155,7 @@ class SimResult:
     def arrived(self) -> np.ndarray:
         """True for the requests that arrived before the simulation stopped; False for
         those of the trace after a `max_time_s` stop (they never reached the server)."""
-        return _arrived(self.arrival_s, self.stats.end_ns)
+        return _arrived(self.arrival_s, self.stats.end_ns, getattr(self.stats, "stop_ns", None))
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -513,10 +513,12 @@ def per_second(count: int, duration: float) -> float | None:
     return 0.0 if count == 0 else None
 
 
-def _arrived(arrival_s: np.ndarray, end_ns: int) -> np.ndarray:
+def _arrived(arrival_s: np.ndarray, end_ns: int, stop_ns: int | None = None) -> np.ndarray:
     """The simulator's own test: a request joins the queue once the clock (integer ns)
-    reaches its arrival; the clock stops at `end_ns`."""
-    return np.round(np.asarray(arrival_s, dtype=np.float64) * NS) <= end_ns
+    reaches its arrival, before a `max_time_s` stop at `stop_ns` (the clock may run on to
+    the end of the step across it, `end_ns`, but no request arrives then)."""
+    at = np.round(np.asarray(arrival_s, dtype=np.float64) * NS)
+    return (at <= end_ns) & (at < stop_ns) if stop_ns is not None else at <= end_ns
 
 
 def _seconds(ns: np.ndarray) -> np.ndarray:

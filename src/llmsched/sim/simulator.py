@@ -48,6 +48,7 @@ class RunStats:
     unfinished: int
     b_max: int = 0  # the server's token budget (0: unknown)
     prefix: dict | None = None  # prefix-cache counters (ServerState.prefix_stats), None when off
+    stop_ns: int | None = None  # a max_time_s stop: requests arriving at or after it never arrive
 
 
 MAX_TOKENS = 1 << 31  # per request: prompt + output
@@ -142,9 +143,11 @@ def simulate_trace(
     running = state.running
     add = state.add
 
+    last_arrival = max_time - 1  # a request arriving at or after the stop never arrives
     while True:
-        if next_arrival <= now:
-            while i < n and arr[i] <= now:
+        if next_arrival <= now and next_arrival <= last_arrival:
+            reached = now if now < last_arrival else last_arrival
+            while i < n and arr[i] <= reached:
                 r = Request(i, arr[i], prompts[i], outputs[i], tags[i] if tags else "")
                 if blocks is not None:
                     r.blocks = next(blocks)
@@ -154,7 +157,7 @@ def simulate_trace(
         if not running and not state.waiting:
             if i >= n:
                 break
-            if next_arrival > max_time:  # the stop comes first: later requests never arrive
+            if next_arrival >= max_time:  # the stop comes first: later requests never arrive
                 now = max(now, max_time)
                 server.idle_until(now)
                 break
@@ -166,7 +169,7 @@ def simulate_trace(
         end = begin(now, max_time, next_arrival)
         if end is None:
             if i < n:
-                if next_arrival > max_time:
+                if next_arrival >= max_time:
                     now = max(now, max_time)
                     server.idle_until(now)
                     break
@@ -181,7 +184,7 @@ def simulate_trace(
         if next_arrival < end and series.next < end:  # the plan ignored the queue: arrivals joined
             late = []
             j = i
-            while j < n and arr[j] < end:
+            while j < n and arr[j] < end and arr[j] <= last_arrival:
                 late.append((arr[j], prompts[j], prompts[j] + outputs[j] - 1))
                 j += 1
         for r in end_batch(late):
@@ -223,6 +226,7 @@ def simulate_trace(
         timeseries=series.cols,
         unfinished=n - done,
         prefix=state.prefix_stats(),
+        stop_ns=None if max_time == UNLIMITED else max_time,
     )
 
 
