@@ -16,7 +16,7 @@ import os
 import sys
 
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, closest
 from ..policies.spec import SchedulerSpec
 
 DEFAULTS = SchedulerSpec()
@@ -78,16 +78,14 @@ class Parser(argparse.ArgumentParser):
 
     def unrecognized(self, extras: list[str]) -> str:
         """argparse's message for `extras`, with the closest option to each unknown one."""
-        import difflib  # noqa: PLC0415 - only on the error path
-
         options = [o for o in self._option_string_actions if o.startswith("--")]
         hints = []
         for arg in extras:
             flag = arg.split("=", 1)[0]
             if flag.startswith("--") and flag not in self._option_string_actions:
-                close = difflib.get_close_matches(flag, options, n=1)
+                close = closest(flag, options)
                 if close:
-                    hints.append((flag, close[0]))
+                    hints.append((flag, close))
         if len(hints) == 1:
             hint = f" (did you mean {hints[0][1]}?)"
         elif hints:

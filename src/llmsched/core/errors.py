@@ -11,14 +11,21 @@ def count_text(n: int) -> str:
     return f"{n:,}" if abs(n) < 10**15 else f"{float(n):.3g}"
 
 
+def closest(name, known) -> str | None:
+    """The known name closest to a misspelt `name` (difflib's ratio >= 0.6), or None: the
+    "did you mean ...?" of every error about an unknown name."""
+    import difflib  # noqa: PLC0415 - only on the error path
+
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
+    return close[0] if close else None
+
+
 def unknown_name(what: str, name, known) -> ConfigError:
     """The one-line error for a name that is not among `known`, with a suggestion when one
     is close ("did you mean ...?") and the known names otherwise."""
-    import difflib  # noqa: PLC0415 - only on the error path
-
     known = sorted(known)
-    close = difflib.get_close_matches(str(name), known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+    close = closest(name, known)
+    hint = f"; did you mean {close!r}?" if close else f" (known: {', '.join(known)})"
     return ConfigError(f"unknown {what} {name!r}{hint}")
 
 

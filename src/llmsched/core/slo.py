@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 
-from .errors import ConfigError
+from .errors import ConfigError, closest
 
 __all__ = [
     "REQUEST_SLO_KEYS",
@@ -111,10 +111,8 @@ def _not_a_request_slo(name: str) -> ConfigError:
             f"SLO {name!r} is {_run_words(run)}, a limit for `llmsched sweep --search`; "
             f"a simulation's SLOs are per request (goodput){instead}. Per-request SLOs: {known}"
         )
-    import difflib  # noqa: PLC0415 - only on the error path
-
-    close = difflib.get_close_matches(name, [*REQUEST_SLO_KEYS, *REQUEST_SLO_ALIASES], n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    close = closest(name, [*REQUEST_SLO_KEYS, *REQUEST_SLO_ALIASES])
+    hint = f"; did you mean {close!r}?" if close else ""
     return ConfigError(f"unknown per-request SLO {name!r}{hint} (per-request SLOs: {known})")
 
 
@@ -140,9 +138,6 @@ def check_run_slo_name(name: str) -> None:
         )
     run = _run_name(name)
     if run is None:
-        import difflib  # noqa: PLC0415 - only on the error path
-
-        close = difflib.get_close_matches(name, _RUN_NAMES, n=1)
-        run = close[0] if close else None
+        run = closest(name, _RUN_NAMES)
     hint = f"; did you mean {run!r}?" if run else ""
     raise ConfigError(f"unknown SLO metric {name!r}{hint} (a run statistic: {_RUN_FORM}; e.g. p99_itl_ms)")

@@ -42,7 +42,6 @@ everything and raises `ConfigError` with one line naming the place, e.g.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 from collections.abc import Iterator
@@ -54,7 +53,7 @@ import numpy as np
 
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.cost import make_cost_model
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, closest
 from ..core.request import MAX_SECONDS
 from .arrivals import (
     ArrivalProcess,
@@ -139,8 +138,8 @@ class _Located:
 
 
 def _suggest(name: str, known) -> str:
-    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    close = closest(name, known)
+    return f" (did you mean '{close}'?)" if close else ""
 
 
 def _check_keys(d: dict, allowed, where: str, what: str) -> None:
