@@ -346,7 +346,7 @@ def _check_loads(loads, what: str = "loads") -> list[float]:
     return out
 
 
-def _check_seeds(seeds) -> tuple[int, ...]:
+def check_seeds(seeds) -> tuple[int, ...]:
     """The seeds, each a whole number >= 0 and given once: a repeated seed would run every
     cell of the experiment again (duplicate rows in table.csv, averages counting it twice)."""
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (Sequence, set, frozenset, np.ndarray)):
@@ -427,7 +427,7 @@ def reproduce_clusters(
             raise ConfigError(f"unknown router {r!r} (known: {', '.join(ROUTERS)})")
     loads = _check_loads(loads or ((0.5, 0.9) if quick else (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)))
     per_replica = int(num_jobs or (1000 if quick else 5000))
-    seeds = _check_seeds(seeds if seeds is not None else (0,))
+    seeds = check_seeds(seeds if seeds is not None else (0,))
     prompt, output = CLUSTER_WORKLOADS[workload]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -606,7 +606,7 @@ def reproduce_agents(
         set(_check_loads(ft_loads or ((0.9,) if quick else (0.02, 0.05, 0.1, 0.3, 0.6, 0.9)), "ft_loads")) | {plot_load}
     )
     n_jobs = int(num_jobs or (2000 if quick else 10000))
-    seeds = _check_seeds(seeds if seeds is not None else (0,))
+    seeds = check_seeds(seeds if seeds is not None else (0,))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -776,7 +776,7 @@ def reproduce_rybko_stolyar(
         orders = ("exit", "entry") + ((_BACKPRESSURE,) if backpressure_available() else ())
     orders = [str(o) for o in orders]
     n_jobs = int(num_jobs or (3000 if quick else 20000))
-    seeds = _check_seeds(seeds if seeds is not None else (0,))
+    seeds = check_seeds(seeds if seeds is not None else (0,))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     nets, theory = {}, {}

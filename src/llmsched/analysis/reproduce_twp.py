@@ -64,7 +64,7 @@ from ..workload.serverless import (
     make_serverless_requests,
 )
 from .figures import new_figure, save_figure
-from .reproduce_networks import _check_seeds
+from .reproduce_networks import check_seeds
 from .runner import Backend
 from .tables import write_table
 
@@ -362,7 +362,7 @@ def reproduce_twp(
     n_req = n_req if num_requests is None else num_requests
     n_stab = int(stability_requests or n_stab)
     # a seed given twice would run every run again and count it twice in Table III's averages
-    seeds = list(_check_seeds((0,) if seeds is None else seeds))
+    seeds = list(check_seeds((0,) if seeds is None else seeds))
     slo_targets = list(((15.0,) if quick else SLO_TARGETS_MS) if slo_targets_ms is None else slo_targets_ms)
     stab_loads = list(
         ((0.5, 0.9) if quick else (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) if stability_loads is None else stability_loads
