@@ -222,3 +222,9 @@ def test_search_settings_that_never_end(tmp_path, capsys, argv, msg):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and msg in err[0], err
     assert not (tmp_path / "s").exists()
+
+
+def test_sweep_slo_names_take_dashes_and_refuse_a_repeat():
+    assert parse_slo(["p99-itl-ms=100", "median_ttft_ms=2000"]) == {"p99_itl_ms": 100.0, "median_ttft_ms": 2000.0}
+    with pytest.raises(ConfigError, match="p99_itl_ms is given twice"):
+        parse_slo(["p99_itl_ms=100", "p99-itl-ms=200"])

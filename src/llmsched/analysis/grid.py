@@ -155,7 +155,8 @@ def expand_grid(grid: dict[str, list]) -> list[dict]:
 
 
 def parse_slo(items: Iterable[str] | dict | None) -> dict[str, float]:
-    """`["p99_itl_ms=100", "median_ttft_ms=2000"]` into {metric: upper limit}."""
+    """`["p99_itl_ms=100", "median_ttft_ms=2000"]` into {metric: upper limit}; dashes in a
+    metric become underscores (`p99-itl-ms`), as in simulate's --slo."""
     if not items:
         return {}
     pairs = items.items() if isinstance(items, dict) else []
@@ -168,7 +169,10 @@ def parse_slo(items: Iterable[str] | dict | None) -> dict[str, float]:
             pairs.append((k.strip(), v.strip()))
     out = {}
     for k, v in pairs:
-        check_run_slo_name(str(k))
+        k = str(k).replace("-", "_")
+        check_run_slo_name(k)
+        if k in out:
+            raise ConfigError(f"SLO {k} is given twice")
         try:
             f = float(v)
         except (TypeError, ValueError):
