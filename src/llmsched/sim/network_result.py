@@ -36,7 +36,7 @@ from ..theory.network import traffic
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .network import NetworkStats, run_network
-from .result import SimResult, clear_other_run, per_second
+from .result import SimResult, clear_other_run, per_second, run_duration
 from .simulator import RunStats
 
 LATENCY_PERCENTILES = (50, 90, 99)
@@ -324,13 +324,8 @@ class NetworkResult:
         arr, fin = self.job_arrival_ns, self.job_finish_ns
         done = fin >= 0
         lat = (fin - arr)[done]
-        start = float(arr.min()) / NS if len(arr) else 0.0  # no job arrived before max_time_s
-        if done.any():  # first arrival to last completion
-            duration = float(fin[done].max()) / NS - start
-        elif len(arr):  # a max_time_s stop before any job completed: the time simulated since the first arrival
-            duration = max(st.end_ns / NS - start, 0.0)
-        else:  # no job arrived before the stop: a run of no length, as one server's
-            duration = 0.0
+        first = float(arr.min()) / NS if len(arr) else None  # None: no job arrived before max_time_s
+        duration = run_duration(first, float(fin[done].max()) / NS if done.any() else None, st.end_ns / NS)
         types = _a(st.job_type)
         s = {
             "num_jobs": int(len(arr)),

@@ -155,7 +155,7 @@ class SimResult:
     def arrived(self) -> np.ndarray:
         """True for the requests that arrived before the simulation stopped; False for
         those of the trace after a `max_time_s` stop (they never reached the server)."""
-        return _arrived(self.arrival_s, self.stats.end_ns, getattr(self.stats, "stop_ns", None))
+        return _arrived(self.arrival_s, self.stats.end_ns, self.stats.stop_ns)
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -192,13 +192,8 @@ class SimResult:
         st = self.stats
         done = self.finished
         start = float(self.arrival_s.min()) if len(self.arrival_s) else 0.0
-        # first arrival to last completion; with none completed (a max_time_s stop), the
-        # time simulated since the first arrival: a placeholder epsilon made it look like a
-        # run of no length with absurd rates
-        if done.any():
-            duration = float(np.max(self.arrival_s[done] + self.e2e_s[done])) - start
-        else:
-            duration = max(st.end_ns / NS - start, 0.0)
+        last = float(np.max(self.arrival_s[done] + self.e2e_s[done])) if done.any() else None
+        duration = run_duration(start if len(self.arrival_s) else None, last, st.end_ns / NS)
         n_in = int(self.prompt[done].sum())
         n_out = int(self.output[done].sum())
         s = {
@@ -503,6 +498,18 @@ def require_pyarrow(what: str):
     except ImportError:
         raise ConfigError(f"{what} needs pyarrow, which is not installed: pip install 'llmsched[analysis]'") from None
     return pa, pq, pacsv
+
+
+def run_duration(first_arrival: float | None, last_completion: float | None, end: float) -> float:
+    """A run's duration in seconds, the time its throughputs are rates over: first arrival
+    to last completion; with none completed (a max_time_s stop), the time simulated since
+    the first arrival, `end` (0 when the stop came first); 0 when nothing arrived. Never a
+    placeholder epsilon, which made a run of no completion look like one of absurd rates."""
+    if first_arrival is None:
+        return 0.0
+    if last_completion is not None:
+        return last_completion - first_arrival
+    return max(end - first_arrival, 0.0)
 
 
 def per_second(count: int, duration: float) -> float | None:

@@ -32,7 +32,7 @@ from ..core.request import NS
 from ..workload.serverless import ServerlessSpec, load_serverless
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .histogram import GapHistogram
-from .result import _seconds, clear_other_run, per_second
+from .result import _seconds, clear_other_run, per_second, run_duration
 from .serverless import ServerlessStats, run_serverless
 
 REQUEST_COLUMNS = (
@@ -196,11 +196,9 @@ class ServerlessResult:
         st = self.stats
         spec: ServerlessSpec = st.spec
         done = self.finished
-        start = float(st.arrival_ns.min()) / NS if len(st.arrival_ns) else 0.0
-        if done.any():  # first arrival to last completion, as one server's summary
-            duration = float((st.arrival_ns + st.e2e_ns)[done].max()) / NS - start
-        else:  # a max_time_s stop before any completion: the time simulated since the first arrival
-            duration = max(st.end_ns / NS - start, 0.0)
+        first = float(st.arrival_ns.min()) / NS if len(st.arrival_ns) else None
+        last = float((st.arrival_ns + st.e2e_ns)[done].max()) / NS if done.any() else None
+        duration = run_duration(first, last, st.end_ns / NS)
         everyone = np.ones(len(st.arrival_ns), dtype=bool)
         s = {
             "scheduler": spec.platform.scheduler,

@@ -14,6 +14,7 @@ same `steps.csv`.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
@@ -134,30 +135,30 @@ def simulate_trace(
     queue = array("q", [-1]) * n
     preempts = array("i", [0]) * n
 
+    # the requests that arrive: those before a max_time_s stop (the rest never reach the server)
+    arriving = bisect_left(arr, max_time)
     i = 0
     now = min(arr[0], max_time) if n else 0
-    next_arrival = arr[0] if n else UNLIMITED
+    next_arrival = arr[0] if arriving else UNLIMITED
     done = 0
     progress_every = max(1, n // 200)
     next_progress = progress_every if progress is not None else UNLIMITED
     running = state.running
     add = state.add
 
-    last_arrival = max_time - 1  # a request arriving at or after the stop never arrives
     while True:
-        if next_arrival <= now and next_arrival <= last_arrival:
-            reached = now if now < last_arrival else last_arrival
-            while i < n and arr[i] <= reached:
+        if next_arrival <= now:
+            while i < arriving and arr[i] <= now:
                 r = Request(i, arr[i], prompts[i], outputs[i], tags[i] if tags else "")
                 if blocks is not None:
                     r.blocks = next(blocks)
                 add(r)
                 i += 1
-            next_arrival = arr[i] if i < n else UNLIMITED
+            next_arrival = arr[i] if i < arriving else UNLIMITED
         if not running and not state.waiting:
             if i >= n:
                 break
-            if next_arrival >= max_time:  # the stop comes first: later requests never arrive
+            if i >= arriving:  # the stop comes first: the clock runs to it
                 now = max(now, max_time)
                 server.idle_until(now)
                 break
@@ -168,14 +169,14 @@ def simulate_trace(
             break
         end = begin(now, max_time, next_arrival)
         if end is None:
-            if i < n:
-                if next_arrival >= max_time:
-                    now = max(now, max_time)
-                    server.idle_until(now)
-                    break
+            if i < arriving:
                 server.idle_until(next_arrival)
                 now = next_arrival
                 continue
+            if i < n:  # the stop comes first: the clock runs to it
+                now = max(now, max_time)
+                server.idle_until(now)
+                break
             raise SimulationStuck(
                 f"the scheduler planned no work at t={now / NS:.6f}s with {len(state.waiting)} waiting "
                 f"and {state.n_running} running requests, and no more arrivals"
@@ -184,7 +185,7 @@ def simulate_trace(
         if next_arrival < end and series.next < end:  # the plan ignored the queue: arrivals joined
             late = []
             j = i
-            while j < n and arr[j] < end and arr[j] <= last_arrival:
+            while j < arriving and arr[j] < end:
                 late.append((arr[j], prompts[j], prompts[j] + outputs[j] - 1))
                 j += 1
         for r in end_batch(late):
