@@ -203,6 +203,18 @@ def test_cli_sweep_json(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["ran"] == 0
 
 
+def test_cli_sweep_names_everything_it_writes(tmp_path, capsys):
+    # the message left out the points/ folder of per-point records (what a rerun resumes from)
+    out = tmp_path / "s"
+    argv = ["sweep", "--out", str(out), "--workers", "1", "--cost-model", "paper", "--num-requests", "100"]
+    assert main([*argv, "--grid", "rate=10,30", "--no-plots"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith(f"written to {out}/: ")
+    named = line.split(": ", 1)[1].split(", ")
+    assert sorted(named) == sorted(p.name + "/" * p.is_dir() for p in out.iterdir())
+    assert "points/" in named and len(list((out / "points").glob("*.json"))) == 2
+
+
 @pytest.mark.parametrize(
     "argv, msg",
     [

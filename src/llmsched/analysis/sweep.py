@@ -66,7 +66,8 @@ SEARCHES = ("max-stable-rate",)
 class SweepResult:
     """`rows`: one dict per point (grid values, configuration columns, metrics);
     `ran`: points simulated by this call; `skipped`: points found finished;
-    `search`: one dict per group when a search ran; `files`: what was written."""
+    `search`: one dict per group when a search ran; `files`: what was written (the
+    `points/` folder of per-point records first)."""
 
     rows: list[dict]
     ran: int
@@ -166,6 +167,7 @@ def run_sweep(
         out_dir=None if out_dir is None else str(out_dir),
     )
     if out_dir is not None:
+        result.files.append(str(store.dir / "points"))
         result.files += write_table(result.rows, out_dir)
         if result.search is not None:
             result.files += write_search(result.search, out_dir)

@@ -321,7 +321,8 @@ def cmd_sweep(args) -> int:
         + f"; {res.wall_s:.1f} s"
     )
     if res.files:
-        print(f"written to {args.out}/: " + ", ".join(os.path.basename(f) for f in res.files))
+        names = (os.path.basename(f) + ("/" if os.path.isdir(f) else "") for f in res.files)
+        print(f"written to {args.out}/: " + ", ".join(names))
     return _sweep_status(res)
 
 
