@@ -2,10 +2,16 @@
 errors with exit code 2."""
 
 import json
+import os
 
 import pytest
 
+from llmsched.analysis.points import _strings
+from llmsched.api import OUTPUT_ONLY_KEYS
 from llmsched.cli import main
+from llmsched.core.paths import recorded_path
+from llmsched.core.profile import PROFILES_DIR
+from llmsched.workload.lengths import parse_length_law
 
 EX = "examples"
 
@@ -250,3 +256,60 @@ def test_reproduce_findings_print_one_row_per_finding():
         ("empty", "(none)"),
         ("ok", "True"),
     ]
+
+
+PROFILE = "llama-3-8b"  # of the shipped h200 tables, named below by a relative path
+
+
+@pytest.mark.parametrize("kind", ["single", "network", "serverless"])
+def test_a_run_config_names_its_files_absolute_so_it_reruns_from_anywhere(tmp_path, monkeypatch, capsys, kind):
+    # config.json kept relative paths as written: a rerun from another folder found no file
+    here, elsewhere = tmp_path / "a", tmp_path / "b"
+    (here / "sub").mkdir(parents=True)
+    elsewhere.mkdir()
+    trace = here / "sub" / "t.csv"
+    rows = "".join(f"{i / 4},{20 + i},{3 + i % 4}\n" for i in range(40))
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + rows)
+    profile = os.path.relpath(PROFILES_DIR / "h200", here)
+    monkeypatch.chdir(here)
+    if kind == "single":
+        argv = ["simulate", "--trace", "sub/t.csv", "--cost-model", f"profile:{profile}#{PROFILE}"]
+        flag, table = "--config", "requests.csv"
+    elif kind == "network":
+        laws = {"prompt": "empirical:sub/t.csv:prompt_tokens", "output": "replay:sub/t.csv:output_tokens"}
+        net = {
+            "servers": {"s": {"cost_model": f"profile:{profile}#{PROFILE}"}},
+            "jobs": {
+                "j": {"arrival": {"process": "poisson", "rate": 2.0}, "route": [{"call": {"server": "s", **laws}}]}
+            },
+            "num_jobs": 30,
+        }
+        (here / "net.json").write_text(json.dumps(net))
+        argv, flag, table = ["simulate", "--network", "net.json"], "--network", "jobs.csv"
+    else:
+        platform = {
+            "cluster": {"nodes": [{"name": "n", "gpus": 1, "gpu_memory_gb": 80}]},
+            "models": {"m": {"weights_gb": 16, "cost_model": f"profile:{profile}#{PROFILE}"}},
+            "workload": {"trace": "sub/t.csv"},
+        }
+        (here / "p.json").write_text(json.dumps(platform))
+        argv, flag, table = ["simulate", "--serverless", "p.json"], "--serverless", "requests.csv"
+    assert main([*argv, "--out", "run", "--quiet"]) == 0
+    config = json.loads((here / "run" / "config.json").read_text())
+    # what a rerun reads (the output-only keys record the command line and labels as given)
+    named = [s for s in _strings({k: v for k, v in config.items() if k not in OUTPUT_ONLY_KEYS}) if "/" in s]
+    assert named and all(str(trace) in s or str(PROFILES_DIR / "h200") in s for s in named), named
+    assert sum(str(trace) in s for s in named) == (2 if kind == "network" else 1)
+    monkeypatch.chdir(elsewhere)
+    assert main(["simulate", flag, str(here / "run" / "config.json"), "--out", "again", "--quiet"]) == 0, (
+        capsys.readouterr().err
+    )
+    assert (elsewhere / "again" / table).read_text() == (here / "run" / table).read_text()
+
+
+def test_a_dataset_name_is_recorded_as_written(tmp_path, monkeypatch):
+    # found through the traces folders wherever a rerun is: an absolute path would pin one
+    monkeypatch.chdir(tmp_path)
+    assert recorded_path("azure-conv") == "azure-conv" and parse_length_law("sharegpt", "prompt").to_str() == "sharegpt"
+    (tmp_path / "azure-conv").write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n")
+    assert recorded_path("azure-conv") == str(tmp_path / "azure-conv")  # a file of that name is read instead

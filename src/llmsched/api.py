@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .core.constraints import check_prefix_block_size
-from .core.cost import make_cost_model
+from .core.cost import make_cost_model, recorded_cost_model
 from .core.errors import ConfigError, unknown_name, warn
 from .core.paths import check_out_dir
 from .core.request import NS, check_seconds
@@ -327,6 +327,7 @@ def simulate(
         steps_file.close()
     config_out = {
         **cfg.to_dict(),
+        "cost_model": recorded_cost_model(cfg.cost_model),
         "workload": workload_desc,
         "cost_model_resolved": cost.describe(),
         "scheduler": scheduler.describe(),

@@ -267,6 +267,17 @@ def _floats(params: dict[str, str], spec: str, allowed: dict[str, type]) -> dict
     return out
 
 
+def recorded_cost_model(spec):
+    """`spec` as a run's config.json records it: `profile:PATH` with PATH absolute
+    (`profile.recorded_spec`), so that a rerun from another folder reads the same tables."""
+    kind, sep, rest = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    if kind.strip().lower() != "profile" or not rest.strip():
+        return spec
+    from .profile import recorded_spec  # noqa: PLC0415 (as in make_cost_model)
+
+    return kind + sep + recorded_spec(rest)
+
+
 def make_cost_model(spec: str | CostModel) -> CostModel:
     """Build a cost model from a spec string:
 

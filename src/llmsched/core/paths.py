@@ -50,6 +50,15 @@ def run_kind(folder) -> str | None:
     return None
 
 
+def recorded_path(path: str) -> str:
+    """`path` as a run's config.json records it: absolute when it names an existing file
+    or folder (a relative path is read from where the command runs, so a rerun from
+    another folder would not find it), as given otherwise (a dataset name, which the
+    traces folders resolve wherever the run is)."""
+    p = os.path.expanduser(path)
+    return os.path.abspath(p) if os.path.exists(p) else path
+
+
 def check_out_dir(path, what: str = "output folder") -> None:
     """Raise ConfigError unless `path` is a folder that can be written, or can be made."""
     _check_folder(path, Path(path), what)
@@ -69,4 +78,4 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
     _check_folder(path, parent, what)
 
 
-__all__ = ["RUN_MARKERS", "check_out_dir", "check_out_file", "run_kind"]
+__all__ = ["RUN_MARKERS", "check_out_dir", "check_out_file", "recorded_path", "run_kind"]

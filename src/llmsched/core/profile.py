@@ -111,6 +111,7 @@ from pathlib import Path
 
 from .cost import CostModel, StepTimer, steps_by_step
 from .errors import ConfigError
+from .paths import recorded_path
 from .request import NS
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
@@ -926,10 +927,8 @@ def _parse_options(parts: list[str], spec: str) -> dict:
 _CACHE: dict = {}
 
 
-def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
-    """Load a profile cost model from a spec (see the module docstring for the forms)."""
-    spec = (spec or DEFAULT_PROFILE).strip()
-    shipped = _shipped()
+def _split_spec(spec: str) -> tuple[str, list[str]]:
+    """A spec's source (a shipped name, or PATH[#MODEL]) and its `key=value` parts."""
     source, opts_parts = spec, []
     if "," in spec and not Path(spec.partition("#")[0]).exists():
         source, *opts_parts = spec.split(",")
@@ -938,8 +937,25 @@ def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
         while len(parts) > 1 and "=" in parts[-1]:
             opts_parts.insert(0, parts.pop())
         source = ",".join(parts)
+    return source.strip() or DEFAULT_PROFILE, opts_parts
+
+
+def recorded_spec(spec: str) -> str:
+    """`spec` as a run's config.json records it: a PATH of your own absolute
+    (`core.paths.recorded_path`), a shipped name as given."""
+    source, opts_parts = _split_spec((spec or DEFAULT_PROFILE).strip())
+    if source in _shipped():
+        return spec
+    path_text, sep, model = source.partition("#")
+    return ",".join([recorded_path(path_text) + sep + model, *opts_parts])
+
+
+def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
+    """Load a profile cost model from a spec (see the module docstring for the forms)."""
+    spec = (spec or DEFAULT_PROFILE).strip()
+    shipped = _shipped()
+    source, opts_parts = _split_spec(spec)
     opts = _parse_options(opts_parts, spec)
-    source = source.strip() or DEFAULT_PROFILE
     key = None
     if source in shipped:
         folder, model = shipped[source]
@@ -951,7 +967,7 @@ def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
     else:
         path_text, _, model = source.partition("#")
         model = model.strip() or None
-        path = Path(path_text).expanduser()
+        path = Path(recorded_path(path_text))  # absolute: describe()'s source is recorded
         if path.is_dir():
             tables, model, layers = _load_folder(path, model)
             where = str(path / META_FILE)

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.paths import recorded_path
 from .csvio import MAX_LENGTH, as_lengths, read_columns, read_header
 from .datasets import DATASETS, is_dataset, resolve_path
 
@@ -290,7 +291,7 @@ class Empirical(LengthLaw):
     def to_str(self):
         if not self.sequential and self.column is None and is_dataset(self.source) and not Path(self.source).is_file():
             return self.source
-        s = f"{'replay' if self.sequential else 'empirical'}:{self.source}"
+        s = f"{'replay' if self.sequential else 'empirical'}:{recorded_path(self.source)}"
         return s + (f":{self.column}" if self.column is not None else "")
 
 

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
-from ..core.cost import make_cost_model
+from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError, closest
 from ..core.request import MAX_SECONDS
 from .arrivals import (
@@ -503,6 +503,7 @@ class ServerSpec:
         for k in ("policy_options", "admission_options", "router_options"):
             d[k] = dict(d[k])
         d["priority"] = list(self.priority)
+        d["cost_model"] = recorded_cost_model(self.cost_model)
         return d
 
 
@@ -790,7 +791,8 @@ class NetworkSpec:
         return replace(self, servers=dict(self.servers), jobs=list(self.jobs), num_jobs=n, seed=s)
 
     def to_dict(self) -> dict:
-        """The YAML form (from_dict(to_dict()) gives an equal network)."""
+        """The YAML form (from_dict(to_dict()) gives an equal network, but that the files it
+        names are absolute paths: a run's config.json, read from any folder)."""
         out: dict = {
             "servers": {k: {kk: vv for kk, vv in s.to_dict().items() if kk != "name"} for k, s in self.servers.items()},
             "jobs": {j.name: _job_dict(j) for j in self.jobs},

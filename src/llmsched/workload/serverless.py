@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from ..core.constraints import MAX_KV_TOKENS
-from ..core.cost import make_cost_model
+from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
+from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
 from .arrivals import MAX_REQUESTS, make_arrival_process
 from .csvio import as_lengths, read_columns
@@ -364,7 +365,7 @@ class ModelSpec:
             "weights_gb": self.weights_gb,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "kv_capacity": self.kv_capacity,
-            "cost_model": self.cost_model,
+            "cost_model": recorded_cost_model(self.cost_model),
             "policy": self.policy,
             "admission": self.admission,
             "b_max": self.b_max,
@@ -448,7 +449,7 @@ class ServerlessWorkload:
             "popularity": pop,
             "prompt": self.prompt.to_str(),
             "output": self.output.to_str(),
-            "trace": self.trace,
+            "trace": None if self.trace is None else recorded_path(self.trace),
             "time_scale": self.time_scale,
             "num_requests": self.num_requests,
             "duration_s": self.duration_s,

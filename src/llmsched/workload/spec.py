@@ -41,6 +41,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
 from .arrivals import MAX_REQUESTS, check_cv, check_rate, make_arrival_process
 from .blocks import DEFAULT_BLOCK_SIZE, check_block_size, reblock
@@ -319,12 +320,13 @@ class WorkloadSpec:
 
     # ------------------------------------------------------------------ dict form
     def to_dict(self) -> dict:
-        """Plain-data form (strings and numbers), accepted back by `from_dict`."""
+        """Plain-data form (strings and numbers), accepted back by `from_dict`; the files
+        it names are absolute paths (a run's config.json, read from any folder)."""
         return {
             "arrival": self.arrival,
             "rate": self.rate,
             "cv": self.cv,
-            "trace": self.trace,
+            "trace": None if self.trace is None else recorded_path(self.trace),
             "time_scale": self.time_scale,
             "prompt": None if self.prompt is None else self.prompt.to_str(),
             "output": None if self.output is None else self.output.to_str(),
