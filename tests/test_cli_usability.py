@@ -194,6 +194,11 @@ def test_unknown_flag_is_refused_by_its_command(command, positionals, capsys):
             "llmsched capacity: error: unrecognized arguments: --bmax 5 --mean-promt 3 "
             "(--bmax: did you mean --b-max?; --mean-promt: did you mean --mean-prompt?)",
         ),
+        (
+            ["simulate", "--b-mx", "3", "--kmax", "2", "--trce", "t.csv"],
+            "llmsched simulate: error: unrecognized arguments: --b-mx 3 --kmax 2 --trce t.csv "
+            "(--b-mx: did you mean --b-max?; --kmax: did you mean --k-max?; --trce: did you mean --trace?)",
+        ),
     ],
 )
 def test_misspelt_flag_gets_a_suggestion(argv, message, capsys):
@@ -201,6 +206,19 @@ def test_misspelt_flag_gets_a_suggestion(argv, message, capsys):
         main(argv)
     assert e.value.code == 2
     assert one_error_line(capsys) == message
+
+
+@pytest.mark.parametrize(
+    "flag",
+    # --bogus and --bar were 67% like --out and --b-max with the "--" counted; after it,
+    # --plot and --out-dir are 60% like --prompt and --router, --force like --trace
+    ["--bogus", "--bar", "--foo", "--test", "--input", "--plot", "--out-dir", "--force", "--log", "--save", "--model"],
+)
+def test_an_unrelated_flag_gets_no_suggestion(flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", flag, "x"])
+    assert e.value.code == 2
+    assert one_error_line(capsys) == f"llmsched simulate: error: unrecognized arguments: {flag} x"
 
 
 # ---------------------------------------------------------------------- 6. reproduce's files

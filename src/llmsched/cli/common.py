@@ -78,14 +78,17 @@ class Parser(argparse.ArgumentParser):
 
     def unrecognized(self, extras: list[str]) -> str:
         """argparse's message for `extras`, with the closest option to each unknown one."""
-        options = [o for o in self._option_string_actions if o.startswith("--")]
+        names = [o[2:] for o in self._option_string_actions if o.startswith("--")]
         hints = []
         for arg in extras:
             flag = arg.split("=", 1)[0]
             if flag.startswith("--") and flag not in self._option_string_actions:
-                close = closest(flag, options)
+                # without the "--" every flag shares (it made --bogus 67% like --out), and
+                # above the 0.6 that lets --plot pass as --prompt: a letter or two mistyped
+                # scores 0.75 or more (--polcy, --b-mx, --kmax), unrelated words 0.67 or less
+                close = closest(flag[2:], names, cutoff=0.7)
                 if close:
-                    hints.append((flag, close))
+                    hints.append((flag, "--" + close))
         if len(hints) == 1:
             hint = f" (did you mean {hints[0][1]}?)"
         elif hints:

@@ -11,12 +11,12 @@ def count_text(n: int) -> str:
     return f"{n:,}" if abs(n) < 10**15 else f"{float(n):.3g}"
 
 
-def closest(name, known) -> str | None:
-    """The known name closest to a misspelt `name` (difflib's ratio >= 0.6), or None: the
-    "did you mean ...?" of every error about an unknown name."""
+def closest(name, known, cutoff: float = 0.6) -> str | None:
+    """The known name closest to a misspelt `name` (difflib's ratio >= `cutoff`), or None:
+    the "did you mean ...?" of every error about an unknown name."""
     import difflib  # noqa: PLC0415 - only on the error path
 
-    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=cutoff)
     return close[0] if close else None
 
 
