@@ -128,6 +128,47 @@ def test_the_cli_labels_inconclusive_rates(tmp_path, monkeypatch, capsys, lam):
     assert f"{row['unstable_rate']:,.3f}" in out
 
 
+def non_monotone(lam):
+    """Stable up to 0.5 lambda*, inconclusive to 0.6, unstable to 1.0, and inconclusive
+    again above (a verdict that is not monotone in the rate): the upper end, 1.25, is
+    inconclusive, then the midpoint 0.625 unstable."""
+    return lambda rate: STABLE if rate <= 0.5 * lam else INCONCLUSIVE if rate <= 0.6 * lam or rate > lam else UNSTABLE
+
+
+def test_inconclusive_rates_above_the_first_unstable_one_are_counted_apart(tmp_path, monkeypatch, lam):
+    # the inconclusive range was every inconclusive rate: 0.51-1.25 lambda*, reaching past
+    # the first unstable rate (0.625) instead of lying between the edges
+    verdict_at = non_monotone(lam)
+    fake_runs(monkeypatch, verdict_at)
+    (row,) = search(tmp_path).search
+    assert verdict_at(row["unstable_rate"]) == UNSTABLE and row["unstable_rate"] == pytest.approx(0.625 * lam)
+    assert row["max_stable_rate"] < row["inconclusive_low"] <= row["inconclusive_high"] < row["unstable_rate"]
+    assert row["unstable_rate"] - row["inconclusive_high"] <= TOL * lam + 1e-9
+    inconclusive = sorted({float(r["rate"]) for r in results(tmp_path) if r["verdict"] == INCONCLUSIVE})
+    below = [r for r in inconclusive if r < row["unstable_rate"]]
+    assert (row["inconclusive_low"], row["inconclusive_high"]) == (below[0], below[-1])
+    assert row["inconclusive_probes"] == len(below) == 3
+    assert row["inconclusive_above_unstable"] == len(inconclusive) - len(below) == 1
+    assert inconclusive[-1] == pytest.approx(1.25 * lam)
+
+
+def test_the_cli_notes_inconclusive_rates_above_the_first_unstable_one(tmp_path, monkeypatch, capsys, lam):
+    fake_runs(monkeypatch, non_monotone(lam))
+    argv = ["sweep", *CLI_FIXED, "--grid", "policy=sarathi", "--search", "max-stable-rate", "--tol", str(TOL)]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (row,) = json.loads((tmp_path / "search.json").read_text())
+    assert f"{row['inconclusive_low']:,.3f}-{row['inconclusive_high']:,.3f}" in out
+    assert f"1 probe above the first unstable rate ({row['unstable_rate']:.4g}) judged inconclusive" in out
+    assert "inconclusive_above_unstable" not in out  # a count for search.csv, not a grid column
+
+
+def test_monotone_verdicts_leave_nothing_above_the_first_unstable_rate(tmp_path, monkeypatch, lam):
+    fake_runs(monkeypatch, lambda rate: STABLE if rate <= 0.6 * lam else INCONCLUSIVE if rate < 0.9 * lam else UNSTABLE)
+    (row,) = search(tmp_path).search
+    assert row["inconclusive_probes"] > 0 and row["inconclusive_above_unstable"] == 0
+
+
 def test_no_unstable_probe_means_no_first_unstable_rate(tmp_path, monkeypatch, lam):
     # nothing is ever judged unstable: the search looks higher (the remaining widenings),
     # then reports no first unstable rate rather than an inconclusive one

@@ -25,6 +25,12 @@ Stability: the search narrows two edges, assuming verdicts are monotone in the r
   `inconclusive_low`/`inconclusive_high` give their range, `inconclusive_probes` their
   count. A short run near lambda* is often inconclusive, so the gap shows how far the
   runs are from resolving the boundary; more requests per probe narrow it.
+- Verdicts that are not monotone: a rate judged inconclusive before a lower one was
+  judged unstable (the upper end inconclusive, then a midpoint unstable) lies above
+  `unstable_rate`, outside the bracket. It is left out of the inconclusive range, which
+  would otherwise reach past the first unstable rate; `inconclusive_above_unstable`
+  counts such probes (the command line notes them: the bisection assumed monotone
+  verdicts, and more requests per probe give firmer ones).
 - A failed probe decides nothing: it is no evidence of instability. Its group's search
   stops there (`failed_rate`) with no answer (None), and the sweep exits 1; a rerun
   retries the failed points (they are not stored as finished).
@@ -259,9 +265,9 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
     """Run the searches (see the module docstring). Returns (one row per probe run, as
     in a grid sweep's table, each (point, rate) once; one row per group:
     `critical_rate`, `max_stable_rate`, `max_stable_load`, `inconclusive_low`,
-    `inconclusive_high`, `inconclusive_probes`, `unstable_rate` (the first rate judged
-    unstable), `failed_rate`, `probes`, and with SLOs `max_slo_rate`, `max_slo_load`,
-    `slo`)."""
+    `inconclusive_high`, `inconclusive_probes`, `inconclusive_above_unstable`,
+    `unstable_rate` (the first rate judged unstable), `failed_rate`, `probes`, and with
+    SLOs `max_slo_rate`, `max_slo_load`, `slo`)."""
     rows: dict[str, dict] = {}  # by the probe's grid values: a rate probed again is one row
     columns = [*settings.group_keys, "seed", "rate"]
 
@@ -295,7 +301,8 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
     """A group's row of the search table; a failed search's answers are None."""
     lam, st = g.critical_rate, g.stable
     ok = st.failed is None
-    inc = sorted(st.inconclusive)
+    # the range between the edges: rates above the first unstable one are counted apart
+    inc = sorted(r for r in st.inconclusive if st.unstable is None or r < st.unstable)
     row = {
         **g.params,
         "policy_name": str(g.params.get("policy", "")).partition(":")[0] or None,
@@ -305,6 +312,7 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
         "inconclusive_low": inc[0] if inc else None,
         "inconclusive_high": inc[-1] if inc else None,
         "inconclusive_probes": len(inc),
+        "inconclusive_above_unstable": len(st.inconclusive) - len(inc),
         "unstable_rate": st.unstable if ok else None,
         "failed_rate": st.failed if not ok else (g.slo.failed if g.slo else None),
         "probes": st.probes,

@@ -221,9 +221,11 @@ def max_stable_rate(
     meeting the SLOs) by bisection on the rate using the runs' stability verdicts; one
     dict per policy (and per combination of other `grid` keys) with `critical_rate`
     (theory), `max_stable_rate`, `max_stable_load`, `inconclusive_low`/`_high` and
-    `inconclusive_probes` (the rates judged inconclusive), `unstable_rate` (the first
-    rate judged unstable, None if none was), `failed_rate` (a failed probe, which leaves
-    the group's answers None) and the number of probes (`llmsched.analysis.search`)."""
+    `inconclusive_probes` (the rates judged inconclusive between the two),
+    `unstable_rate` (the first rate judged unstable, None if none was),
+    `inconclusive_above_unstable` (probes above it judged inconclusive: verdicts not
+    monotone in the rate), `failed_rate` (a failed probe, which leaves the group's
+    answers None) and the number of probes (`llmsched.analysis.search`)."""
     g = dict(grid or {})
     if policies is not None:
         g["policy"] = list(policies)

@@ -335,6 +335,7 @@ SEARCH_COLUMNS = (
     "inconclusive_low",
     "inconclusive_high",
     "inconclusive_probes",
+    "inconclusive_above_unstable",
     "unstable_rate",
     "failed_rate",
     "probes",
@@ -378,6 +379,14 @@ def _print_search(search: list[dict]) -> None:
             print(
                 f"note: no probe of {name} was judged unstable (up to {row['inconclusive_high']:.4g}, "
                 "inconclusive): use more requests (--num-requests)"
+            )
+        if row.get("inconclusive_above_unstable") and row.get("unstable_rate") is not None:
+            n = row["inconclusive_above_unstable"]
+            print(
+                f"note: {name}'s verdicts are not monotone in the rate (the bisection assumes they are): {n} "
+                f"probe{'s' * (n > 1)} above the first unstable rate ({row['unstable_rate']:.4g}) judged "
+                "inconclusive, left out of the inconclusive range; more requests per probe (--num-requests) "
+                "give firmer verdicts"
             )
 
 
