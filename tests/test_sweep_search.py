@@ -224,3 +224,21 @@ def test_a_search_with_the_verdict_off_is_refused(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "verdict=false" in err[0]
+
+
+def test_no_rate_meeting_the_slos_is_shown_as_below_the_first_miss(tmp_path, monkeypatch, capsys, lam):
+    # stable up to 0.6 lambda*, but no stable run meets a p99 TTFT of 50 ms: the SLO search
+    # finds no rate; its table says "below" the smallest rate probed that missed them
+    fake_runs(monkeypatch, lambda rate: STABLE if rate <= 0.6 * lam else UNSTABLE)
+    res = search(tmp_path, slo={"p99_ttft_ms": 50})
+    (row,) = res.search
+    assert row["max_slo_rate"] == 0.0
+    # the bisection narrowed it down from the max stable rate to within the tolerance of 0
+    assert 0 < row["slo_miss_rate"] <= TOL * lam + 1e-9 < row["max_stable_rate"]
+    argv = ["sweep", *CLI_FIXED, "--grid", "policy=sarathi", "--search", "max-stable-rate", "--tol", str(TOL)]
+    assert main([*argv, "--slo", "p99_ttft_ms=50", "--out", str(tmp_path / "cli")]) == 0
+    out = capsys.readouterr().out
+    assert f"< {row['slo_miss_rate']:,.3f}" in out and "0.000" not in out
+    # a rate that meets them leaves no miss below it to report
+    ok = search(tmp_path / "ok", slo={"p99_ttft_ms": 1000}).search[0]
+    assert ok["max_slo_rate"] == pytest.approx(ok["max_stable_rate"]) and ok["slo_miss_rate"] is None

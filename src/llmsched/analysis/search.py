@@ -321,5 +321,7 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
         slo_ok = ok and g.slo.failed is None
         row["max_slo_rate"] = g.slo.lo if slo_ok else None
         row["max_slo_load"] = g.slo.lo / lam if slo_ok and lam else None
+        # 0 when no probed rate met the SLOs: the answer lies below the smallest that missed
+        row["slo_miss_rate"] = g.slo.hi if slo_ok and g.slo.hi_checked and g.slo.hi > g.slo.lo else None
         row["slo"] = json.dumps(settings.slo, sort_keys=True)
     return row

@@ -65,7 +65,7 @@ def _print_rows(title: str, rows: list[dict], cols: list[tuple[str, str, str]]) 
                 cells.append("yes" if v else "NO")
             elif v is None:
                 cells.append("-")
-            elif f == "s":
+            elif f == "s" or isinstance(v, str):
                 cells.append(str(v))
             else:
                 cells.append(_num(v, f))
@@ -341,6 +341,7 @@ SEARCH_COLUMNS = (
     "probes",
     "max_slo_rate",
     "max_slo_load",
+    "slo_miss_rate",
     "slo",
 )
 
@@ -349,6 +350,11 @@ def _print_search(search: list[dict]) -> None:
     """The search table: per group, the max stable rate, the rates judged inconclusive
     above it, the first rate judged unstable, and a failed probe where a search stopped."""
     shown = [{**r, "inconclusive": _rate_range(r["inconclusive_low"], r["inconclusive_high"])} for r in search]
+    for r in shown:
+        if r.get("max_slo_rate") == 0 and r.get("slo_miss_rate") is not None:
+            # no probed rate met the SLOs: 0.000 would read as a rate found
+            r["max_slo_rate"] = f"< {r['slo_miss_rate']:,.3f}"
+            r["max_slo_load"] = f"< {r['slo_miss_rate'] / r['critical_rate']:.3f}" if r.get("critical_rate") else None
     cols = [(k, k, "s") for k in (search[0] if search else {}) if k not in SEARCH_COLUMNS]
     cols += [
         ("critical_rate", "lambda* (theory)", ",.3f"),
