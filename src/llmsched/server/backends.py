@@ -100,7 +100,9 @@ def make_sim_backend(
         "tokenizer": tok.name,
         "max_model_len": max_model_len,
     }
-    return Backend("sim", core, tok, name, name, max_model_len, opts.kv_capacity, info)
+    # a real tokenizer names its vocabulary: ids outside it are refused as on the engine
+    vocab_size = getattr(tok, "vocab_size", None)
+    return Backend("sim", core, tok, name, name, max_model_len, opts.kv_capacity, info, vocab_size=vocab_size)
 
 
 class _EngineTokenizer:
