@@ -6,7 +6,7 @@ import pytest
 import safetensors  # noqa: F401
 import tokenizers  # noqa: F401
 import torch  # noqa: F401
-from srv_helpers import engine_of, parse_sse, post, tiny_engine_server, wait_for
+from srv_helpers import engine_of, parse_sse, post, running_server, tiny_engine_server, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +160,47 @@ def test_engine_include_stop_str_in_output(engine_server, stream):
     at = full.find(stop)
     assert text_of(stop=[stop]) == (full[:at], "stop", stop)
     assert text_of(stop=[stop], include_stop_str_in_output=True) == (full[: at + len(stop)], "stop", stop)
+
+
+def test_engine_tokenizer_option_gives_the_same_outputs(tmp_path):
+    """`--tokenizer` naming the model's own tokenizer changes nothing: the prompt gets the
+    BOS its post-processor adds (it was dropped), so counts, ids and greedy text are those
+    of the server without it."""
+    from tokenizers import Tokenizer
+
+    from llmsched.core.errors import ConfigError
+    from llmsched.engine import make_tiny_model
+    from llmsched.server.backends import SchedulerOptions, make_engine_backend
+
+    model = make_tiny_model(tmp_path / "m", hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1)
+    opts = {"max_model_len": 256, "num_blocks": 64, "block_size": 16, "seed": 0}
+
+    def outputs(**tok):
+        backend = make_engine_backend(str(model), SchedulerOptions(max_running=4), **tok, **opts)
+        with running_server(backend) as (base, _):
+            comp = post(
+                base, "/v1/completions", {"model": "m", "prompt": "The scheduler", "max_tokens": 6, "temperature": 0}
+            )
+            chat = post(
+                base,
+                "/v1/chat/completions",
+                {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0},
+            )
+            ids = post(base, "/tokenize", {"prompt": "The scheduler"})
+            assert comp.status_code == chat.status_code == ids.status_code == 200
+            c, h = comp.json(), chat.json()
+            return (
+                c["choices"][0]["text"],
+                c["usage"],
+                h["choices"][0]["message"]["content"],
+                h["usage"],
+                ids.json()["tokens"],
+            )
+
+    plain = outputs()
+    bos = Tokenizer.from_file(str(model / "tokenizer.json")).token_to_id("<s>")
+    assert plain[-1][0] == bos
+    assert outputs(tokenizer=str(model)) == plain
+    assert outputs(tokenizer=str(model / "tokenizer.json")) == plain
+    with pytest.raises(ConfigError, match="no tokenizer.json found"):
+        make_engine_backend(str(model), tokenizer=str(tmp_path / "none"), **opts)

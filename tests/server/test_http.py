@@ -102,6 +102,37 @@ def test_stream_without_usage_has_no_usage_chunk(server):
     assert ev[2]["choices"][0]["finish_reason"] == "length"
 
 
+@pytest.mark.parametrize(
+    "options, continuous, final",
+    [
+        ({"include_usage": True, "continuous_usage_stats": True}, True, True),
+        ({"include_usage": False, "continuous_usage_stats": True}, False, False),
+        ({"continuous_usage_stats": True}, True, True),  # include_usage defaults to true
+        ({"include_usage": True, "continuous_usage_stats": False}, False, True),
+        ({}, False, True),
+        ({"include_usage": False}, False, False),
+    ],
+)
+def test_stream_options_usage_as_vllm(server, options, continuous, final):
+    """vLLM's rules: once stream_options is given include_usage defaults to true, and
+    per-chunk usage (continuous_usage_stats) needs include_usage."""
+    base, _ = server
+    r = post(
+        base,
+        "/v1/completions",
+        {"model": MODEL, "prompt": [1, 2], "max_tokens": 2, "stream": True, "stream_options": options},
+    )
+    ev = parse_sse(r.content)[:-1]
+    tokens = [e for e in ev if e["choices"]]
+    assert len(tokens) == 2
+    if continuous:
+        assert [e["usage"]["completion_tokens"] for e in tokens] == [1, 2]
+    else:
+        assert all(e.get("usage") is None for e in tokens)
+    assert (ev[-1]["choices"] == [] and ev[-1]["usage"]["total_tokens"] == 4) == final
+    assert len(ev) == 2 + final
+
+
 def test_stop_string_ends_with_stop(server):
     base, _ = server
     r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hello", "max_tokens": 10, "stop": ["tok tok"]})

@@ -422,3 +422,28 @@ def test_default_body_limit_is_what_the_largest_servable_request_needs():
     assert default_max_body_bytes(None, None) == MAX_BODY_CAP == 16 * 1024 * 1024
     assert default_max_body_bytes(131072, 16 * 131072) == MAX_BODY_CAP
     assert default_max_body_bytes(8192, 16 * 8192) == 6 * 16 * 8192 + 32 * 8192 + (1 << 20)
+
+
+def test_sim_with_a_tokenizer_refuses_ids_outside_its_vocabulary(tmp_path):
+    """`--backend sim --tokenizer DIR`: the tokenizer's vocabulary bounds token ids as the
+    engine's does (400 naming the field), instead of echoing or detokenizing them as ''."""
+    from llmsched.engine.tiny import train_tokenizer
+
+    tok = train_tokenizer()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    backend = make_sim_backend(SchedulerOptions(), "const:2", tokenizer=str(tmp_path))
+    assert backend.vocab_size == vocab
+    with running_server(backend) as (base, _):
+        for path, body, param in (
+            ("/v1/completions", {"model": MODEL, "prompt": [99999, 5], "max_tokens": 2, "echo": True}, "prompt"),
+            ("/v1/completions", {"model": MODEL, "prompt": [[5], [vocab]], "max_tokens": 2, "stream": True}, "prompt"),
+            ("/detokenize", {"tokens": [99999]}, "tokens"),
+        ):
+            r = post(base, path, body)
+            err = r.json()["error"]
+            assert r.status_code == 400 and "outside the vocabulary" in err["message"], (path, r.text)
+            assert err["param"] == param
+        r = post(base, "/v1/completions", {"model": MODEL, "prompt": [vocab - 1, 5], "max_tokens": 2, "echo": True})
+        assert r.status_code == 200 and r.json()["choices"][0]["text"].endswith(" tok tok")
+        assert post(base, "/detokenize", {"tokens": [5]}).json()["prompt"] == tok.decode([5])

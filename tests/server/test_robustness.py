@@ -116,6 +116,48 @@ def test_prompt_longer_than_the_token_queue_is_400_not_429():
         assert r.status_code == 200
 
 
+def test_a_request_the_queue_can_never_hold_is_400_not_429():
+    """Over all its choices (n per prompt) and prompts, a request larger than the queue limits
+    can never be admitted: 400 naming the field to lower, on an idle server, counted nowhere."""
+    cfg = ServerConfig(max_queued_tokens=100, max_queued_requests=2)
+    with running_server(cfg=cfg, cost="const:2") as (base, srv):
+        eng = engine_of(srv)
+        for body, param, limit in (
+            ({"prompt": list(range(60)), "n": 2}, "n", "max-queued-tokens"),
+            ({"prompt": [1], "n": 3}, "n", "max-queued-requests"),
+            ({"prompt": [list(range(60))] * 2}, "prompt", "max-queued-tokens"),
+            ({"prompt": [[1], [2], [3]]}, "prompt", "max-queued-requests"),
+            ({"prompt": [[1], [2], [3]], "n": 2}, "prompt", "max-queued-requests"),
+        ):
+            r = post(base, "/v1/completions", {"model": MODEL, "max_tokens": 2, **body})
+            err = r.json()["error"]
+            assert r.status_code == 400 and limit in err["message"] and err["param"] == param, (body, r.text)
+        r = post(base, "/v1/completions", {"model": MODEL, "prompt": list(range(50)), "n": 2, "max_tokens": 2})
+        assert r.status_code == 200 and len(r.json()["choices"]) == 2
+        assert eng.metrics.rejected["overloaded"] == 0 and eng.metrics.finished["abort"] == 0
+
+
+def test_a_refused_request_queues_none_of_its_choices():
+    """A request of n choices is admitted or refused whole: the 429 aborts no choice it had
+    already queued (abort counts once showed the refused requests' choices)."""
+    cfg = ServerConfig(max_queued_requests=2)
+    with running_server(cfg=cfg, cost="const:1500") as (base, srv):
+        eng = engine_of(srv)
+        first = threading.Thread(
+            target=post, args=(base, "/v1/completions", {"model": MODEL, "prompt": [1], "max_tokens": 1})
+        )
+        first.start()
+        try:
+            assert wait_for(lambda: eng.queued_requests == 1)
+            r = post(base, "/v1/completions", {"model": MODEL, "prompt": [1], "n": 2, "max_tokens": 1})
+            assert r.status_code == 429 and r.headers["retry-after"] == "1"
+            assert eng.queued_requests == 1 and len(eng.streams) == 1
+            assert eng.metrics.rejected["overloaded"] == 1 and eng.metrics.finished["abort"] == 0
+        finally:
+            first.join(30)
+        assert eng.metrics.finished["abort"] == 0 and eng.metrics.finished["length"] == 1
+
+
 def _free_kv(eng):
     s = eng.snapshot
     return s.get("unfinished") == 0 and s.get("kv_used_tokens") == 0 and s.get("running") == 0

@@ -45,6 +45,22 @@ def test_a_port_in_use_is_one_line(capsys):
         busy.close()
 
 
+def test_two_servers_on_one_port_the_second_is_refused():
+    """The first bind_socket listens at once (before a model loads): a second one on the
+    same port is refused with the one-line error, not left bound with nobody listening."""
+    from llmsched.server.serve import bind_socket
+
+    first = bind_socket("127.0.0.1", 0)
+    port = first.getsockname()[1]
+    try:
+        with pytest.raises(ConfigError, match=f"--port {port}: .* already in use"):
+            bind_socket("127.0.0.1", port)
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # the first one accepts connections (queued in its backlog)
+    finally:
+        first.close()
+
+
 def test_engine_max_running_default_is_the_documented_one(tmp_path, capsys):
     """serve --model on CPU caps running requests at 64, as its help and `generate` say
     (it was the engine's own 256)."""

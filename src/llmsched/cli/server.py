@@ -74,7 +74,8 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--tokenizer",
         default=None,
-        help="folder with tokenizer.json to count prompt tokens (sim default: 4 UTF-8 bytes per token)",
+        help="folder with tokenizer.json: the sim's prompt token counts (default: 4 UTF-8 bytes per token); "
+        "the engine's tokenizer instead of the model folder's",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")

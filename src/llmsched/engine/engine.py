@@ -152,7 +152,9 @@ class LLMEngine(StepDriver):
     `admission_options`), or a whole `SchedulerSpec` (its `max_running`, if set, is
     `max_num_seqs`); the KV capacity is always the engine's. `prefix_caching` (or the
     spec's): reuse the KV blocks of computed prompt prefixes, shared between sequences
-    (see `kv_cache`); block ids come from the prompt's token ids."""
+    (see `kv_cache`); block ids come from the prompt's token ids. `tokenizer`: a folder
+    with tokenizer.json (or the file) used instead of the model folder's, as vLLM's
+    `tokenizer` (prompts, output text and stop strings all use it)."""
 
     def __init__(
         self,
@@ -175,6 +177,7 @@ class LLMEngine(StepDriver):
         admission_options: dict | None = None,
         num_threads: int | None = None,
         prefix_caching: bool = False,
+        tokenizer=None,
     ):
         from .runner import ModelRunner, set_cpu_threads  # noqa: PLC0415 - torch only from here on
 
@@ -199,7 +202,9 @@ class LLMEngine(StepDriver):
         else:
             self.config = read_config(model)
             model_dir = model
-            self.tokenizer = Tokenizer.from_dir(model)
+            self.tokenizer = Tokenizer.from_dir(model) if tokenizer is None else None
+        if tokenizer is not None:
+            self.tokenizer = Tokenizer.from_dir(tokenizer, required=True)
         cfg = self.config
         longest = cfg.max_len
         if max_model_len is None:

@@ -12,10 +12,15 @@ class Tokenizer:
         self.tok = tok
 
     @classmethod
-    def from_dir(cls, model_dir) -> Tokenizer | None:
-        """The folder's tokenizer.json, or None if it has none."""
-        path = Path(model_dir) / "tokenizer.json"
+    def from_dir(cls, model_dir, *, required: bool = False) -> Tokenizer | None:
+        """The folder's tokenizer.json (or `model_dir` itself, a tokenizer.json file), or
+        None if it has none (ConfigError if `required`)."""
+        path = Path(model_dir)
         if not path.is_file():
+            path = path / "tokenizer.json"
+        if not path.is_file():
+            if required:
+                raise ConfigError(f"no tokenizer.json found at {model_dir}")
             return None
         from tokenizers import Tokenizer as HFTokenizer  # noqa: PLC0415
 

@@ -766,6 +766,36 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             return text
         return await tokenize_text(decode, len(ids), ids)
 
+    def queue_share(all_ids, n: int, param: str) -> tuple[int, int]:
+        """(requests, prompt tokens) a request (all its prompts, n choices each) adds to the
+        queue; a 400 if the queue limits could never admit it, even on an idle server (a 429
+        would have the client retry forever). `param` blames n when one choice per prompt
+        would fit, as that is the field to lower."""
+        mq, mt = cfg.max_queued_requests, cfg.max_queued_tokens
+        longest = max(len(ids) for ids in all_ids)
+        if mt is not None and longest > mt:
+            raise bad_request(
+                f"the prompt has {longest} tokens, more than the server's whole queue holds (--max-queued-tokens {mt})",
+                param,
+                "context_length_exceeded",
+            )
+        requests = len(all_ids) * n
+        tokens = n * sum(len(ids) for ids in all_ids)
+        if mq is not None and requests > mq:
+            raise bad_request(
+                f"the request has {requests} choices ({len(all_ids)} prompt(s) x n={n}), more than "
+                f"the server's whole queue holds (--max-queued-requests {mq})",
+                "n" if n > 1 and len(all_ids) <= mq else param,
+            )
+        if mt is not None and tokens > mt:
+            raise bad_request(
+                f"the request's {requests} choices have {tokens} prompt tokens in all, more than "
+                f"the server's whole queue holds (--max-queued-tokens {mt})",
+                "n" if n > 1 and tokens // n <= mt else param,
+                "context_length_exceeded",
+            )
+        return requests, tokens
+
     async def generate(data: bytes, receive, chat: bool):
         streams: list = []
         try:
@@ -785,16 +815,10 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                     backend.check_token_ids(list(c["logit_bias"]))
                 except ConfigError as e:
                     raise bad_request(str(e), "logit_bias") from None
+            queue_requests, queue_tokens = queue_share(all_ids, req.n, param)
             max_tokens = req.max_tokens
             for ids in all_ids:
                 n = len(ids)
-                if cfg.max_queued_tokens is not None and n > cfg.max_queued_tokens:
-                    raise bad_request(
-                        f"the prompt has {n} tokens, more than the server's whole queue "
-                        f"holds (--max-queued-tokens {cfg.max_queued_tokens})",
-                        param,
-                        "context_length_exceeded",
-                    )
                 if max_tokens is None:
                     if cfg.default_max_tokens is not None:
                         max_tokens = cfg.default_max_tokens
@@ -816,6 +840,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                 raise bad_request(str(e)) from None
             echoes = [await echo_text(t, ids) for t, ids in zip(texts, all_ids)] if req.echo else None
             rid = engine.new_id("chatcmpl" if chat else "cmpl")
+            engine.admit(queue_requests, queue_tokens)
             k = 0
             single = len(all_ids) * req.n == 1
             choices = []

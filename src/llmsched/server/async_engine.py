@@ -169,18 +169,27 @@ class AsyncEngine:
         self._seq += 1
         return f"{prefix}-{self._seq:x}{time.monotonic_ns() & 0xFFFFFF:06x}"
 
-    def submit(self, rid: str, prompt_ids: Sequence[int], params: SamplingParams) -> RequestStream:
-        """Accept a request (raises Draining or Overloaded) and queue it for the engine."""
+    def admit(self, requests: int, prompt_tokens: int) -> None:
+        """Raises Draining, EngineDead or Overloaded unless `requests` more requests with
+        `prompt_tokens` tokens in all can be queued now. A client's request of several
+        choices is checked whole first, so it is accepted or refused as one (no choice is
+        queued, then aborted)."""
         if self.draining:
             self.metrics.rejected["draining"] += 1
             raise Draining()
         if not self.healthy:
             raise EngineDead(ENGINE_DEAD)
-        n = len(prompt_ids)
         mq, mt = self.max_queued_requests, self.max_queued_tokens
-        if (mq is not None and self.queued_requests >= mq) or (mt is not None and self.queued_tokens + n > mt):
+        if (mq is not None and self.queued_requests + requests > mq) or (
+            mt is not None and self.queued_tokens + prompt_tokens > mt
+        ):
             self.metrics.rejected["overloaded"] += 1
             raise Overloaded()
+
+    def submit(self, rid: str, prompt_ids: Sequence[int], params: SamplingParams) -> RequestStream:
+        """Accept a request (raises Draining or Overloaded) and queue it for the engine."""
+        n = len(prompt_ids)
+        self.admit(1, n)
         now = time.monotonic()
         s = RequestStream(rid, n, now, self._loop)
         self.streams[rid] = s

@@ -100,7 +100,9 @@ def make_sim_backend(
         "tokenizer": tok.name,
         "max_model_len": max_model_len,
     }
-    return Backend("sim", core, tok, name, name, max_model_len, opts.kv_capacity, info)
+    # a real tokenizer names its vocabulary: ids outside it are refused as on the engine
+    vocab_size = getattr(tok, "vocab_size", None)
+    return Backend("sim", core, tok, name, name, max_model_len, opts.kv_capacity, info, vocab_size=vocab_size)
 
 
 class _EngineTokenizer:
@@ -168,10 +170,10 @@ def make_engine_backend(
     kwargs = {k: v for k, v in engine_kwargs.items() if v is not None}
     if opts.max_running is None:
         opts = opts.replace(max_running=default_max_running(kwargs.get("device")))
-    core = _engine.LLMEngine(model, scheduler=opts, **kwargs)
-    if tokenizer:
-        tok = HFTokenizer(tokenizer)
-    elif getattr(core, "tokenizer", None) is not None:
+    # the engine itself takes --tokenizer (as vLLM's does): prompts get the special tokens
+    # its post-processor adds (BOS), and output text and stop strings use it too
+    core = _engine.LLMEngine(model, scheduler=opts, tokenizer=tokenizer or None, **kwargs)
+    if getattr(core, "tokenizer", None) is not None:
         tok = _EngineTokenizer(core.tokenizer)
     else:
         tok = _NoTokenizer()

@@ -261,6 +261,9 @@ class GracefulServer(uvicorn.Server):
                 signal.signal(s, h)
 
 
+_BACKLOG = 4096
+
+
 def make_server(backend: Backend, cfg: ServerConfig) -> GracefulServer:
     app = build_app(backend, cfg)
     config = uvicorn.Config(
@@ -270,7 +273,7 @@ def make_server(backend: Backend, cfg: ServerConfig) -> GracefulServer:
         log_level=cfg.log_level,
         access_log=False,
         lifespan="on",
-        backlog=4096,
+        backlog=_BACKLOG,
         timeout_keep_alive=30,
         http=protocol_class(cfg),
         h11_max_incomplete_event_size=cfg.max_header_bytes,
@@ -280,7 +283,7 @@ def make_server(backend: Backend, cfg: ServerConfig) -> GracefulServer:
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port, as uvicorn binds it; ConfigError (one line naming
+    """A socket listening on host:port, as uvicorn binds it; ConfigError (one line naming
     --host or --port) if it cannot be, instead of uvicorn's log line and exit code 3 once
     the backend is built."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -288,6 +291,11 @@ def bind_socket(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        # listening now, not when uvicorn starts: with SO_REUSEADDR two sockets that only
+        # bind both succeed on Linux, and the later listen() that fails (while the model
+        # loads) is swallowed by the event loop's create_server, leaving a server that
+        # never accepts
+        sock.listen(_BACKLOG)
     except OSError as e:
         sock.close()
         reason = e.strerror or str(e)

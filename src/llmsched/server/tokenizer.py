@@ -106,6 +106,12 @@ class HFTokenizer:
         self.name = str(f)
         self.bytes_per_token = bytes_per_token_bound(self._tok)
 
+    @property
+    def vocab_size(self) -> int | None:
+        """Token ids must be below it (added tokens included); None if the tokenizer does not say."""
+        get = getattr(self._tok, "get_vocab_size", None)
+        return get(with_added_tokens=True) if get is not None else None
+
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """The text's ids; special tokens (BOS) only if asked (the server counts prompts
         without them on the sim backend)."""
