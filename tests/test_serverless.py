@@ -429,6 +429,26 @@ def test_round_robin_routes_in_rotation_least_loaded_to_the_least_work():
     assert list(s.instance[1:]) == [0, 1, 0, 1, 0]
 
 
+def test_another_scheduler_routes_by_its_own_default_unless_the_file_names_a_router(tmp_path):
+    """A file with `scheduler: round-robin` and no router, run under --platform-scheduler
+    fcfs: `replaced` rebuilt the spec from `to_dict`, which wrote the router in use, so the
+    round-robin scheduler's rotation became an explicit router and fcfs kept it."""
+    spec = load_serverless(two_nodes(scheduler="round-robin"))
+    assert spec.platform.routing == "round-robin"
+    for s in ("fcfs", "twp", "serverlessllm"):
+        assert spec.replaced(scheduler=s).platform.routing == "least-loaded", s
+    named = load_serverless(two_nodes(scheduler="fcfs", router="round-robin"))
+    assert named.replaced(scheduler="twp").platform.routing == "round-robin"  # the file's own: kept
+    # config.json keeps the router as the file gave it and re-runs the same run
+    res = simulate_serverless(spec, tmp_path, num_requests=30)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["platform"]["router"] is None and res.summary["router"] == "round-robin"
+    again = simulate_serverless(config)
+    assert again.summary["router"] == "round-robin"
+    assert np.array_equal(again.stats.e2e_ns, res.stats.e2e_ns) and again.instances == res.instances
+    assert simulate_serverless(config, scheduler="fcfs", num_requests=5).summary["router"] == "least-loaded"
+
+
 # ---- no request lost or duplicated; fast == step by step -------------------------------------------
 # load-only models time a batch at once; the profile's step times depend on the context,
 # so its batches are timed a few steps at a time (`ServerSim.extend`)

@@ -560,7 +560,9 @@ class PlatformSpec:
     def to_dict(self) -> dict:
         return {
             "scheduler": self.scheduler,
-            "router": self.routing,
+            # the file's own router only: a default one follows the scheduler, so a run with
+            # another scheduler (`replaced`, config.json re-read) gets that scheduler's default
+            "router": self.router,
             "init_s": self.init_s,
             "keep_alive_s": _inf_out(self.keep_alive_s),
             "scale_out_tokens": self.scale_out_tokens,
