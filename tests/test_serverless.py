@@ -594,6 +594,31 @@ def test_a_rate_per_model():
     assert (np.diff(reqs.arrival_s) >= 0).all()
 
 
+def test_a_model_with_its_own_arrival_kind_does_not_inherit_the_workloads_cv():
+    """Workload `arrival: gamma, cv: 3` and model b `{rate: 9, arrival: poisson}`: b took
+    the workload's cv, meant for gamma, and the file was refused (`cv=3.0 applies to gamma
+    arrivals only`). A model keeping the workload's arrival still inherits its cv."""
+    cfg = base()
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}
+    wl = {"arrival": "gamma", "cv": 3, "num_requests": 4000, "models": {"a": {"rate": 1}, "b": {"rate": 9}}}
+    cfg["workload"] = copy.deepcopy(wl)
+    cfg["workload"]["models"]["b"]["arrival"] = "poisson"
+    reqs = make_serverless_requests(load_serverless(cfg))
+    cfg["workload"]["models"] = {"a": {"rate": 1, "arrival": "gamma", "cv": 3}, "b": {"rate": 9, "arrival": "poisson"}}
+    same = make_serverless_requests(load_serverless(cfg))
+    assert np.array_equal(reqs.arrival_s, same.arrival_s) and np.array_equal(reqs.model, same.model)
+
+    def gaps_cv(i):
+        g = np.diff(reqs.arrival_s[reqs.model == i])
+        return g.std() / g.mean()
+
+    assert gaps_cv(0) > 2 and gaps_cv(1) == pytest.approx(1, abs=0.1)  # a: gamma cv 3; b: poisson
+    cfg["workload"] = wl  # b keeps the workload's gamma: its cv too
+    bursty = make_serverless_requests(load_serverless(cfg))
+    g = np.diff(bursty.arrival_s[bursty.model == 1])
+    assert g.std() / g.mean() > 2
+
+
 def test_a_trace_with_a_model_column(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("arrival_s,prompt_tokens,output_tokens,model\n0.5,10,2,b\n0.1,20,3,a\n2.0,5,1,b\n")

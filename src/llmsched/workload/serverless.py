@@ -415,8 +415,9 @@ class ServerlessWorkload:
       `models` section weighs 1/k^S) or a mapping model -> weight (models left out get no
       traffic); `models.<m>.share` overrides one weight.
     - Rate per model (no total `rate`): every model listed under `models` with a `rate`
-      has its own arrival process (`arrival` / `cv` default to the workload's); the
-      processes are merged.
+      has its own arrival process (`arrival` / `cv` default to the workload's, the cv
+      only while the model keeps the workload's arrival: `process_of`); the processes
+      are merged.
     - Trace: `trace` is a CSV file `arrival_s,prompt_tokens,output_tokens[,model]` (a
       `model` column names each request's model; without it, or for an Azure trace or
       `azure-conv`, models are assigned by popularity); `rate` rescales the replayed part
@@ -438,6 +439,15 @@ class ServerlessWorkload:
     duration_s: float | None = None
     seed: int = 0
     models: dict = field(default_factory=dict)
+
+    def process_of(self, t: ModelTraffic) -> tuple[str, float | None]:
+        """The arrival kind and cv of a model with its own rate: its own, else the
+        workload's; the workload's cv only while the model keeps the workload's arrival
+        (a cv given for gamma arrivals means nothing to a model that chose poisson)."""
+        kind = t.arrival or self.arrival
+        if t.cv is not None:
+            return kind, t.cv
+        return kind, self.cv if kind == self.arrival else None
 
     def to_dict(self) -> dict:
         pop = self.popularity if isinstance(self.popularity, str) else dict(self.popularity)
@@ -904,9 +914,8 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
             _check_process(w.arrival, w.rate, w.cv, where)
         for m, t in w.models.items():
             if t.rate is not None:
-                _check_process(
-                    t.arrival or w.arrival, t.rate, t.cv if t.cv is not None else w.cv, f"{where}.models.{m}"
-                )
+                kind, cv = w.process_of(t)
+                _check_process(kind, t.rate, cv, f"{where}.models.{m}")
         if w.num_requests is None and w.duration_s is None:
             raise _at(where, "needs num_requests or duration_s to know when to stop")
     elif w.cv is not None:
@@ -992,7 +1001,8 @@ def make_serverless_requests(spec: ServerlessSpec) -> ServerlessRequests:
             t = w.models.get(m)
             if t is None or t.rate is None:
                 continue
-            proc = make_arrival_process(t.arrival or w.arrival, t.rate, t.cv if t.cv is not None else w.cv)
+            kind, cv = w.process_of(t)
+            proc = make_arrival_process(kind, t.rate, cv)
             times = proc.times(_rng(w.seed, 0, i), w.num_requests, w.duration_s)
             parts.append(np.column_stack([times, np.full(len(times), i, dtype=np.float64)]))
         merged = np.concatenate(parts)
