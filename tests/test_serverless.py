@@ -57,7 +57,7 @@ def base(**platform) -> dict:
     }
 
 
-def run(cfg: dict, rows, fast: bool = True):
+def run(cfg: dict, rows, fast: bool = True, max_time_s: float | None = None):
     """Run `rows` of (arrival_s, model, prompt, output) on the platform `cfg`."""
     spec = load_serverless(cfg)
     names = list(spec.models)
@@ -69,7 +69,7 @@ def run(cfg: dict, rows, fast: bool = True):
         np.array([names.index(r[1]) for r in rows], dtype=np.int64),
         names,
     )
-    return run_serverless(spec, fast=fast, requests=reqs)
+    return run_serverless(spec, fast=fast, requests=reqs, max_time_s=max_time_s)
 
 
 def inst(stats, i):
@@ -152,7 +152,8 @@ def test_keep_alive_expires_and_the_model_scales_to_zero():
     finish0 = s.e2e_ns[0]
     assert a["stop_reason"] == "keep-alive" and a["stop_ns"] == finish0 + ns(5)
     assert b["created_ns"] == ns(100) and b["tier"] == "dram"  # the first load filled the cache
-    assert b["stop_ns"] == ns(100) + s.e2e_ns[1] + ns(5)
+    # its expiry would fall after the last completion, the run's end: it stops there
+    assert b["stop_reason"] == "end" and b["stop_ns"] == ns(100) + s.e2e_ns[1] == s.end_ns
     res = simulate_serverless(cfg)  # GPU-seconds: the time instances hold the GPU, loading included
     rows = res.instances
     assert res.summary["gpu_seconds"] == pytest.approx(sum(r["stop_ns"] - r["gpu_from_ns"] for r in rows) / NS)
@@ -162,9 +163,42 @@ def test_keep_alive_expires_and_the_model_scales_to_zero():
 
 
 def test_a_request_during_keep_alive_cancels_the_expiry():
-    s = run(base(keep_alive_s=5), [(0.0, "m", 10, 1), (8.0, "m", 10, 1), (12.0, "m", 10, 1)])
-    assert len(s.instances) == 1
-    assert s.instances[0]["stop_ns"] == ns(12) + s.e2e_ns[2] + ns(5)
+    s = run(base(keep_alive_s=5), [(0.0, "m", 10, 1), (8.0, "m", 10, 1), (12.0, "m", 10, 1), (30.0, "m", 10, 1)])
+    a, b = s.instances
+    assert a["routed"] == 3 and a["stop_reason"] == "keep-alive"
+    assert a["stop_ns"] == ns(12) + s.e2e_ns[2] + ns(5)
+
+
+def test_the_run_ends_at_its_last_completion_and_so_do_the_bills_of_instances_still_up():
+    """An instance kept alive (`never`) was billed to the run's last event of any kind:
+    another model's keep-alive expiry (model a's GPU-seconds followed model b's keep-alive,
+    5 or 500 s), or under a time limit the limit itself when a request was still to
+    arrive, but the last completion when none was (reason "time limit" both ways)."""
+    cfg = base(keep_alive_s="never")
+    cfg["cluster"]["nodes"][0]["gpus"] = 2
+    cfg["models"]["n"] = {"weights_gb": 10, "cost_model": "const:10"}
+    bills = []
+    for keep in (5, 500):
+        cfg["models"]["n"]["keep_alive_s"] = keep
+        s = run(cfg, [(0.0, "m", 10, 3), (0.0, "n", 10, 3)])
+        last = int((s.arrival_ns + s.e2e_ns).max())
+        assert s.end_ns == last
+        assert [(i["stop_ns"], i["stop_reason"]) for i in s.instances] == [(last, "end")] * 2
+        bills.append([i["stop_ns"] - i["gpu_from_ns"] for i in s.instances])
+    assert bills[0] == bills[1]
+    # a keep-alive that expires before the run's end still stops its instance then
+    cfg["models"]["n"]["keep_alive_s"] = 1
+    s = run(cfg, [(0.0, "n", 10, 3), (20.0, "m", 10, 3)])
+    n_inst, m_inst = s.instances
+    assert n_inst["stop_reason"] == "keep-alive" and n_inst["stop_ns"] == s.e2e_ns[0] + ns(1) < s.end_ns
+    assert m_inst["stop_ns"] == s.end_ns == ns(20) + s.e2e_ns[1] and m_inst["stop_reason"] == "end"
+    # a time limit after every request finished: the run ended first, reason "end"
+    one = run(cfg, [(0.0, "m", 10, 3)], max_time_s=100)
+    assert one.instances[0]["stop_reason"] == "end" and one.instances[0]["stop_ns"] == one.end_ns == one.e2e_ns[0]
+    # a request still to arrive at the limit: the clock runs to it, as one server's does
+    cut = run(cfg, [(0.0, "m", 10, 3), (200.0, "m", 10, 3)], max_time_s=100)
+    assert not cut.arrived[1] and cut.e2e_ns[0] == one.e2e_ns[0]
+    assert cut.instances[0]["stop_reason"] == "time limit" and cut.instances[0]["stop_ns"] == cut.end_ns == ns(100)
 
 
 def test_a_model_without_instance_takes_the_gpu_of_an_idle_one_or_waits_for_it():

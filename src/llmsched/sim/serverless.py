@@ -25,6 +25,8 @@ The platform (docs/serverless.md):
 - Scale out: after an arrival, if m's queued work (tokens left of its requests) per
   instance exceeds `scale_out_tokens`, m has fewer than its `max_instances` and a GPU is
   free, one more instance starts. Only free GPUs: scale-out never takes a GPU.
+- The run ends at the last completion (or a time limit): instances still up stop there,
+  a keep-alive expiry later (`never`: none) is not simulated.
 - Scale to zero: an instance idle for `keep_alive_s` stops and frees its GPU. A model with
   requests and no instance that finds no free GPU takes the GPU of the instance idle for
   longest, or waits for a GPU to free (oldest request first across models).
@@ -664,7 +666,9 @@ class _Runtime:
         max_time = self.max_time
         done = 0
         progress_every = max(1, n // 200)
-        next_progress = progress_every if progress is not None else UNLIMITED
+        # the progress test also ends the run at its last completion (done == n), at no cost
+        # per event: keep-alive expiries after it would only lengthen the instances' bills
+        next_progress = min(progress_every, n) if progress is not None else n
         now = min(arr[0], max_time) if n else 0  # (a stop before the first arrival ends the clock there)
         ai = 0
         arr.append(UNLIMITED)  # after the last arrival: none
@@ -715,8 +719,10 @@ class _Runtime:
                     self.record_finished(inst, finished)
                     done += len(finished)
                     if done >= next_progress:
+                        if done == n:
+                            break  # the run's end: every request has finished
                         progress(done, n)
-                        next_progress = done + progress_every
+                        next_progress = min(done + progress_every, n)
                 if inst.state != READY:
                     if inst.state == DRAINING:
                         self.migrate(inst, t)
@@ -766,6 +772,9 @@ class _Runtime:
 
         del arr[n:]
         end_ns = now
+        # every request finished (before any limit): the run ends at the last completion, and
+        # so do the bills of the instances still up then, whatever their keep-alive
+        ended = done == n
         unfinished = [inst for inst in self.instances if inst.state != STOPPED and not inst.sim.is_idle()]
         if max_time == UNLIMITED:
             if unfinished:
@@ -776,14 +785,14 @@ class _Runtime:
             left = [m.name for m in models if m.pending]
             if left:
                 raise SimulationStuck(f"model {left[0]} has requests but never got a GPU")
-        else:
+        elif not ended:
             if n and arr[n - 1] >= max_time:
                 now = max(now, max_time)  # requests were still to arrive: the clock ran to the limit
             end_ns, finished = self.finish_batches_at_limit(now)
             done += finished
         for inst in self.instances:
             if inst.state != STOPPED:
-                self.stop(inst, max(now, inst.gpu_from), "end" if max_time == UNLIMITED else "time limit")
+                self.stop(inst, max(now, inst.gpu_from), "end" if ended else "time limit")
         # requests still in the system (a time limit) report what they reached
         for r in self.requests_in_system():
             if r.first_token >= 0:
