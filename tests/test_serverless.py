@@ -9,6 +9,7 @@ import copy
 import csv
 import itertools
 import json
+import re
 import subprocess
 import sys
 
@@ -790,6 +791,54 @@ def test_bad_scheduler_options_name_the_model():
     cfg["models"]["m"]["admission_options"] = {"nope": 1}
     with pytest.raises(ConfigError, match="^models.m: twp: unknown option 'nope'"):
         simulate_serverless(cfg)
+
+
+def test_options_a_policy_does_not_take_and_unknown_policies_are_one_line_naming_the_file(tmp_path, capsys):
+    """Flat admission options for TWP under --platform-scheduler fcfs leaked a TypeError
+    (`admission policy 'fcfs': FCFS() takes no arguments`); `{twp: 3}` was read as flat
+    options (`twp: unknown option 'twp'`); an unknown admission or batch policy passed
+    load_serverless and failed when the run began, without the file's name."""
+    from helpers import one_line_error
+
+    from llmsched.policies import make_admission_policy, make_batch_policy
+
+    cfg = base(scheduler="twp")
+    cfg["models"]["m"]["admission_options"] = {"itl_target_ms": 40}
+    path = tmp_path / "flat.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert simulate_serverless(str(path)).summary["completed"] == 1  # twp takes it
+    for sched in ("fcfs", "serverlessllm", "priority"):
+        with pytest.raises(ConfigError) as e:
+            simulate_serverless(str(path), scheduler=sched)
+        adm = "spf" if sched == "priority" else "fcfs"
+        assert str(e.value) == (
+            f"flat.yaml: models.m: admission policy '{adm}': unknown option 'itl_target_ms' ({adm} takes no options)"
+        )
+    line = one_line_error(capsys, ["simulate", "--serverless", str(path), "--platform-scheduler", "fcfs", "--out", ""])
+    assert "unknown option 'itl_target_ms'" in line and "takes no arguments" not in line
+    cfg["models"]["m"]["admission_options"] = {"twp": {"itl_target_ms": 40}}  # keyed: only twp's
+    path.write_text(yaml.safe_dump(cfg))
+    assert simulate_serverless(str(path), scheduler="fcfs").summary["completed"] == 1
+    for opts, message in (
+        ({"twp": 3}, "models.m.admission_options.twp: the options of admission policy twp must be a mapping"),
+        ({"twp": {"h_min": 16}, "itl_target_ms": 40}, "models.m.admission_options: mixes options keyed by"),
+    ):
+        cfg["models"]["m"]["admission_options"] = opts
+        with pytest.raises(ConfigError, match="^" + re.escape(message)):
+            load_serverless(cfg)
+    cfg["models"]["m"]["admission_options"] = {}
+    for key, message in (("admission", "unknown admission policy 'nope'"), ("policy", "unknown batch policy 'nope'")):
+        bad = copy.deepcopy(cfg)
+        bad["models"]["m"][key] = "nope"
+        path.write_text(yaml.safe_dump(bad))
+        with pytest.raises(ConfigError, match=f"^flat.yaml: models.m: {message}"):
+            simulate_serverless(str(path))
+        one_line_error(capsys, ["simulate", "--serverless", str(path), "--out", ""], f"flat.yaml: models.m: {message}")
+    # the same message for one server
+    with pytest.raises(ConfigError, match=r"^admission policy 'spf': unknown option 'x' \(spf takes no options\)$"):
+        make_admission_policy("spf", x=1)
+    with pytest.raises(ConfigError, match=r"^batch policy 'adaptive': unknown option 'x' \(known: cost, mean_prompt"):
+        make_batch_policy("adaptive", x=1)
 
 
 def test_bad_yaml_file_is_one_line(tmp_path):

@@ -187,16 +187,34 @@ class _Model:
         self.waiting_for_gpu = False
 
     def scheduler_spec(self, kv: int | None) -> SchedulerSpec:
-        m = self.spec
-        return SchedulerSpec(
-            policy=m.policy,
-            admission=self.admission,
-            b_max=m.b_max,
-            k_max=m.k_max,
-            kv_capacity=kv,
-            policy_options=dict(m.policy_options),
-            admission_options=m.options_for(self.admission),
-        )
+        return _scheduler_spec(self.spec, self.admission, kv)
+
+
+def _scheduler_spec(m, admission: str, kv: int | None) -> SchedulerSpec:
+    """The scheduler of an instance of model `m` (a ModelSpec) with `kv` KV tokens."""
+    return SchedulerSpec(
+        policy=m.policy,
+        admission=admission,
+        b_max=m.b_max,
+        k_max=m.k_max,
+        kv_capacity=kv,
+        policy_options=dict(m.policy_options),
+        admission_options=m.options_for(admission),
+    )
+
+
+def check_schedulers(spec: ServerlessSpec) -> None:
+    """Every model's scheduler builds, on every node group that fits it (its KV capacity
+    differs): one ConfigError naming the model. The spec's own validation cannot build
+    them (policies are a layer it does not import), so the runtime and
+    `simulate_serverless` check here, before any request is made."""
+    for name, m in spec.models.items():
+        for g in spec.nodes:
+            if spec.fits(name, g):
+                try:
+                    _scheduler_spec(m, spec.admission(name), spec.kv_capacity(name, g)).build()
+                except ConfigError as e:
+                    raise ConfigError(f"models.{name}: {e}") from None
 
 
 class _Instance:
@@ -296,17 +314,10 @@ class _Runtime:
                     node.gpus.append(gpu)
                     self.gpus.append(gpu)
                 self.nodes.append(node)
-        self.models: list[_Model] = []
-        for i, name in enumerate(spec.models):
-            cost = make_cost_model(spec.models[name].cost_model)
-            m = _Model(i, name, spec, cost)
-            for g in spec.nodes:  # the scheduler of each kind of instance builds (one clear error)
-                if spec.fits(name, g):
-                    try:
-                        m.scheduler_spec(spec.kv_capacity(name, g)).build()
-                    except ConfigError as e:
-                        raise ConfigError(f"models.{name}: {e}") from None
-            self.models.append(m)
+        check_schedulers(spec)
+        self.models = [
+            _Model(i, name, spec, make_cost_model(spec.models[name].cost_model)) for i, name in enumerate(spec.models)
+        ]
         self.weights = {m.name: m.spec.weights_gb for m in self.models}
         for node in self.nodes:
             for tier in node.tiers.values():
@@ -970,4 +981,13 @@ def run_serverless(
     return _Runtime(spec, fast, max_time).run(reqs, progress)
 
 
-__all__ = ["DRAINING", "LOADING", "READY", "STOPPED", "ServerlessStats", "check_requests", "run_serverless"]
+__all__ = [
+    "DRAINING",
+    "LOADING",
+    "READY",
+    "STOPPED",
+    "ServerlessStats",
+    "check_requests",
+    "check_schedulers",
+    "run_serverless",
+]

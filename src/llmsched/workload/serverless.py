@@ -340,6 +340,7 @@ class ModelSpec:
             if v is None:
                 v = {}
             setattr(self, k, dict(_mapping(v, f"{where}.{k}", k)))
+        _check_keyed_options(self.admission_options, f"{where}.admission_options")
         self.max_instances = _whole(self.max_instances, f"{where}.max_instances", optional=True)
         if self.keep_alive_s is not None:
             self.keep_alive_s = _num(self.keep_alive_s, f"{where}.keep_alive_s", inf_ok=True, hi=MAX_SECONDS)
@@ -348,7 +349,7 @@ class ModelSpec:
     def options_for(self, admission: str) -> dict:
         """The admission options that apply when the instances run `admission`."""
         opts = self.admission_options
-        if opts and all(k in _ADMISSION_NAMES and isinstance(v, dict) for k, v in opts.items()):
+        if any(k in _ADMISSION_NAMES for k in opts):  # keyed by policy (`_check_keyed_options`)
             alias = {
                 "priority": "spf",
                 "shortest-prompt-first": "spf",
@@ -374,6 +375,28 @@ class ModelSpec:
             "max_instances": self.max_instances,
             "keep_alive_s": _inf_out(self.keep_alive_s),
         }
+
+
+def _check_keyed_options(opts: dict, where: str) -> None:
+    """`admission_options` is flat (the options of the policy in use) or keyed by policy
+    name, each a mapping; a mix, or a policy name with a value, is neither (`{twp: 3}` read
+    as flat said `twp: unknown option 'twp'`)."""
+    keyed = [k for k in opts if k in _ADMISSION_NAMES]
+    if not keyed:
+        return
+    flat = [k for k in opts if k not in _ADMISSION_NAMES]
+    if flat:
+        raise _at(
+            where,
+            f"mixes options keyed by admission policy ({', '.join(map(str, keyed))}) with flat options "
+            f"({', '.join(map(str, flat))}); give either {{policy: {{option: value}}}} or the options alone",
+        )
+    for k in keyed:
+        if not isinstance(opts[k], dict):
+            raise _at(
+                f"{where}.{k}",
+                f"the options of admission policy {k} must be a mapping (option: value), got {_show(opts[k])}",
+            )
 
 
 def _inf_out(x):
