@@ -457,11 +457,24 @@ def rr_case(scheduler, router=None):
 def test_round_robin_routes_in_rotation_least_loaded_to_the_least_work():
     s = rr_case("round-robin")
     assert len(s.instances) == 2
-    assert list(s.instance[1:]) == [0, 1, 0, 1, 0]
+    assert list(s.instance) == [0, 1, 0, 1, 0, 1]  # the first started instance 0 cold
     s = rr_case("fcfs")
-    assert list(s.instance[1:]) == [0, 1, 1, 1, 1]
+    assert list(s.instance) == [0, 0, 1, 1, 1, 1]
     s = rr_case("fcfs", router="round-robin")
-    assert list(s.instance[1:]) == [0, 1, 0, 1, 0]
+    assert list(s.instance) == [0, 1, 0, 1, 0, 1]
+
+
+def test_round_robin_rotation_goes_on_when_an_instance_becomes_ready():
+    """The router took `rr % len(ready)` with a counter, so when a third instance became
+    ready the rotation repeated one: 0,1,0,1,1,2,0,1 after the cold start."""
+    cfg = base(scheduler="round-robin", scale_out_tokens=11, keep_alive_s=100, init_s=1)
+    cfg["cluster"]["nodes"][0]["count"] = 3
+    cfg["cluster"]["remote_bandwidth_gbps"] = 1.0
+    cfg["cluster"]["nodes"][0].update(dram_gb=0, ssd_gb=0)
+    rows = [(0, 10), (20, 10), (21, 10), (22, 100), (22, 100), (40, 10), (41, 10), (42, 10), (43, 10)]
+    s = run(cfg, [(t, "m", p, 3) for t, p in rows])
+    assert [i["ready_ns"] for i in s.instances] == [ns(11), ns(11), ns(33)]  # the third: from t = 22
+    assert list(s.instance) == [0, 1, 0, 1, 0, 1, 2, 0, 1]
 
 
 def test_another_scheduler_routes_by_its_own_default_unless_the_file_names_a_router(tmp_path):

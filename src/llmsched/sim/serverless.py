@@ -182,7 +182,7 @@ class _Model:
         self.ready: list[_Instance] = []  # of those, the ready ones (in creation order too)
         self.instances: list[_Instance] = []
         self.pending: deque = deque()  # (request, recompute) waiting for an instance
-        self.rr = 0
+        self.rr = -1  # id of the instance the round-robin router served last
         self.itl = GapHistogram()
         self.waiting_for_gpu = False
 
@@ -348,12 +348,19 @@ class _Runtime:
     # ---- work and routing --------------------------------------------------------------------
     def route(self, model: _Model, t: int) -> _Instance | None:
         cands = model.ready or model.live
+        if self.round_robin and cands:
+            # the next instance in creation order after the one served last (an index into
+            # `cands`, whose length changes, repeated instances when one became ready)
+            last = model.rr
+            for inst in cands:
+                if inst.id > last:
+                    break
+            else:
+                inst = cands[0]
+            model.rr = inst.id
+            return inst
         if len(cands) <= 1:
             return cands[0] if cands else None
-        if self.round_robin:
-            inst = cands[model.rr % len(cands)]
-            model.rr += 1
-            return inst
         # the least unfinished work, then the oldest
         best = None
         least = 0
@@ -547,6 +554,8 @@ class _Runtime:
             self.take_gpu(inst, gpu, t)
         pending = model.pending
         model.pending = deque()
+        if pending:
+            model.rr = inst.id  # the rotation goes on after the instance that took them
         for r, recompute in pending:
             self.add_to(inst, r, t, recompute)
         return inst
