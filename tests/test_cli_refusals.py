@@ -32,6 +32,10 @@ RUN = ["--cost-model", "paper", "--num-requests", "20", "--rate", "2", "--out", 
         (["simulate", *RUN, "--replicas", "2", "--max-time", "inf"], ["max_time_s"]),
         (["simulate", "--serverless", SERVERLESS, "--max-time", "1e300", "--out", ""], ["max_time_s"]),
         (["simulate", "--serverless", SERVERLESS, "--duration", "10", "--out", ""], ["--duration does not apply"]),
+        (
+            ["simulate", "--serverless", SERVERLESS, "--sample-interval", "1", "--out", "o"],
+            ["--sample-interval does not apply to --serverless", "no time series"],
+        ),
         (["simulate", *RUN, "--scale", "2"], ["--scale", "--rate"]),
         (["simulate", *RUN, "--slo", "ttft_ms=100", "--slo", "ttft_ms=200"], ["ttft_ms is given twice"]),
         (

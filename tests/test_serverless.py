@@ -9,6 +9,7 @@ import copy
 import csv
 import itertools
 import json
+import re
 import subprocess
 import sys
 
@@ -57,7 +58,7 @@ def base(**platform) -> dict:
     }
 
 
-def run(cfg: dict, rows, fast: bool = True):
+def run(cfg: dict, rows, fast: bool = True, max_time_s: float | None = None):
     """Run `rows` of (arrival_s, model, prompt, output) on the platform `cfg`."""
     spec = load_serverless(cfg)
     names = list(spec.models)
@@ -69,7 +70,7 @@ def run(cfg: dict, rows, fast: bool = True):
         np.array([names.index(r[1]) for r in rows], dtype=np.int64),
         names,
     )
-    return run_serverless(spec, fast=fast, requests=reqs)
+    return run_serverless(spec, fast=fast, requests=reqs, max_time_s=max_time_s)
 
 
 def inst(stats, i):
@@ -152,7 +153,8 @@ def test_keep_alive_expires_and_the_model_scales_to_zero():
     finish0 = s.e2e_ns[0]
     assert a["stop_reason"] == "keep-alive" and a["stop_ns"] == finish0 + ns(5)
     assert b["created_ns"] == ns(100) and b["tier"] == "dram"  # the first load filled the cache
-    assert b["stop_ns"] == ns(100) + s.e2e_ns[1] + ns(5)
+    # its expiry would fall after the last completion, the run's end: it stops there
+    assert b["stop_reason"] == "end" and b["stop_ns"] == ns(100) + s.e2e_ns[1] == s.end_ns
     res = simulate_serverless(cfg)  # GPU-seconds: the time instances hold the GPU, loading included
     rows = res.instances
     assert res.summary["gpu_seconds"] == pytest.approx(sum(r["stop_ns"] - r["gpu_from_ns"] for r in rows) / NS)
@@ -162,9 +164,42 @@ def test_keep_alive_expires_and_the_model_scales_to_zero():
 
 
 def test_a_request_during_keep_alive_cancels_the_expiry():
-    s = run(base(keep_alive_s=5), [(0.0, "m", 10, 1), (8.0, "m", 10, 1), (12.0, "m", 10, 1)])
-    assert len(s.instances) == 1
-    assert s.instances[0]["stop_ns"] == ns(12) + s.e2e_ns[2] + ns(5)
+    s = run(base(keep_alive_s=5), [(0.0, "m", 10, 1), (8.0, "m", 10, 1), (12.0, "m", 10, 1), (30.0, "m", 10, 1)])
+    a, b = s.instances
+    assert a["routed"] == 3 and a["stop_reason"] == "keep-alive"
+    assert a["stop_ns"] == ns(12) + s.e2e_ns[2] + ns(5)
+
+
+def test_the_run_ends_at_its_last_completion_and_so_do_the_bills_of_instances_still_up():
+    """An instance kept alive (`never`) was billed to the run's last event of any kind:
+    another model's keep-alive expiry (model a's GPU-seconds followed model b's keep-alive,
+    5 or 500 s), or under a time limit the limit itself when a request was still to
+    arrive, but the last completion when none was (reason "time limit" both ways)."""
+    cfg = base(keep_alive_s="never")
+    cfg["cluster"]["nodes"][0]["gpus"] = 2
+    cfg["models"]["n"] = {"weights_gb": 10, "cost_model": "const:10"}
+    bills = []
+    for keep in (5, 500):
+        cfg["models"]["n"]["keep_alive_s"] = keep
+        s = run(cfg, [(0.0, "m", 10, 3), (0.0, "n", 10, 3)])
+        last = int((s.arrival_ns + s.e2e_ns).max())
+        assert s.end_ns == last
+        assert [(i["stop_ns"], i["stop_reason"]) for i in s.instances] == [(last, "end")] * 2
+        bills.append([i["stop_ns"] - i["gpu_from_ns"] for i in s.instances])
+    assert bills[0] == bills[1]
+    # a keep-alive that expires before the run's end still stops its instance then
+    cfg["models"]["n"]["keep_alive_s"] = 1
+    s = run(cfg, [(0.0, "n", 10, 3), (20.0, "m", 10, 3)])
+    n_inst, m_inst = s.instances
+    assert n_inst["stop_reason"] == "keep-alive" and n_inst["stop_ns"] == s.e2e_ns[0] + ns(1) < s.end_ns
+    assert m_inst["stop_ns"] == s.end_ns == ns(20) + s.e2e_ns[1] and m_inst["stop_reason"] == "end"
+    # a time limit after every request finished: the run ended first, reason "end"
+    one = run(cfg, [(0.0, "m", 10, 3)], max_time_s=100)
+    assert one.instances[0]["stop_reason"] == "end" and one.instances[0]["stop_ns"] == one.end_ns == one.e2e_ns[0]
+    # a request still to arrive at the limit: the clock runs to it, as one server's does
+    cut = run(cfg, [(0.0, "m", 10, 3), (200.0, "m", 10, 3)], max_time_s=100)
+    assert not cut.arrived[1] and cut.e2e_ns[0] == one.e2e_ns[0]
+    assert cut.instances[0]["stop_reason"] == "time limit" and cut.instances[0]["stop_ns"] == cut.end_ns == ns(100)
 
 
 def test_a_model_without_instance_takes_the_gpu_of_an_idle_one_or_waits_for_it():
@@ -422,11 +457,44 @@ def rr_case(scheduler, router=None):
 def test_round_robin_routes_in_rotation_least_loaded_to_the_least_work():
     s = rr_case("round-robin")
     assert len(s.instances) == 2
-    assert list(s.instance[1:]) == [0, 1, 0, 1, 0]
+    assert list(s.instance) == [0, 1, 0, 1, 0, 1]  # the first started instance 0 cold
     s = rr_case("fcfs")
-    assert list(s.instance[1:]) == [0, 1, 1, 1, 1]
+    assert list(s.instance) == [0, 0, 1, 1, 1, 1]
     s = rr_case("fcfs", router="round-robin")
-    assert list(s.instance[1:]) == [0, 1, 0, 1, 0]
+    assert list(s.instance) == [0, 1, 0, 1, 0, 1]
+
+
+def test_round_robin_rotation_goes_on_when_an_instance_becomes_ready():
+    """The router took `rr % len(ready)` with a counter, so when a third instance became
+    ready the rotation repeated one: 0,1,0,1,1,2,0,1 after the cold start."""
+    cfg = base(scheduler="round-robin", scale_out_tokens=11, keep_alive_s=100, init_s=1)
+    cfg["cluster"]["nodes"][0]["count"] = 3
+    cfg["cluster"]["remote_bandwidth_gbps"] = 1.0
+    cfg["cluster"]["nodes"][0].update(dram_gb=0, ssd_gb=0)
+    rows = [(0, 10), (20, 10), (21, 10), (22, 100), (22, 100), (40, 10), (41, 10), (42, 10), (43, 10)]
+    s = run(cfg, [(t, "m", p, 3) for t, p in rows])
+    assert [i["ready_ns"] for i in s.instances] == [ns(11), ns(11), ns(33)]  # the third: from t = 22
+    assert list(s.instance) == [0, 1, 0, 1, 0, 1, 2, 0, 1]
+
+
+def test_another_scheduler_routes_by_its_own_default_unless_the_file_names_a_router(tmp_path):
+    """A file with `scheduler: round-robin` and no router, run under --platform-scheduler
+    fcfs: `replaced` rebuilt the spec from `to_dict`, which wrote the router in use, so the
+    round-robin scheduler's rotation became an explicit router and fcfs kept it."""
+    spec = load_serverless(two_nodes(scheduler="round-robin"))
+    assert spec.platform.routing == "round-robin"
+    for s in ("fcfs", "twp", "serverlessllm"):
+        assert spec.replaced(scheduler=s).platform.routing == "least-loaded", s
+    named = load_serverless(two_nodes(scheduler="fcfs", router="round-robin"))
+    assert named.replaced(scheduler="twp").platform.routing == "round-robin"  # the file's own: kept
+    # config.json keeps the router as the file gave it and re-runs the same run
+    res = simulate_serverless(spec, tmp_path, num_requests=30)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["platform"]["router"] is None and res.summary["router"] == "round-robin"
+    again = simulate_serverless(config)
+    assert again.summary["router"] == "round-robin"
+    assert np.array_equal(again.stats.e2e_ns, res.stats.e2e_ns) and again.instances == res.instances
+    assert simulate_serverless(config, scheduler="fcfs", num_requests=5).summary["router"] == "least-loaded"
 
 
 # ---- no request lost or duplicated; fast == step by step -------------------------------------------
@@ -574,6 +642,31 @@ def test_a_rate_per_model():
     assert (np.diff(reqs.arrival_s) >= 0).all()
 
 
+def test_a_model_with_its_own_arrival_kind_does_not_inherit_the_workloads_cv():
+    """Workload `arrival: gamma, cv: 3` and model b `{rate: 9, arrival: poisson}`: b took
+    the workload's cv, meant for gamma, and the file was refused (`cv=3.0 applies to gamma
+    arrivals only`). A model keeping the workload's arrival still inherits its cv."""
+    cfg = base()
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}
+    wl = {"arrival": "gamma", "cv": 3, "num_requests": 4000, "models": {"a": {"rate": 1}, "b": {"rate": 9}}}
+    cfg["workload"] = copy.deepcopy(wl)
+    cfg["workload"]["models"]["b"]["arrival"] = "poisson"
+    reqs = make_serverless_requests(load_serverless(cfg))
+    cfg["workload"]["models"] = {"a": {"rate": 1, "arrival": "gamma", "cv": 3}, "b": {"rate": 9, "arrival": "poisson"}}
+    same = make_serverless_requests(load_serverless(cfg))
+    assert np.array_equal(reqs.arrival_s, same.arrival_s) and np.array_equal(reqs.model, same.model)
+
+    def gaps_cv(i):
+        g = np.diff(reqs.arrival_s[reqs.model == i])
+        return g.std() / g.mean()
+
+    assert gaps_cv(0) > 2 and gaps_cv(1) == pytest.approx(1, abs=0.1)  # a: gamma cv 3; b: poisson
+    cfg["workload"] = wl  # b keeps the workload's gamma: its cv too
+    bursty = make_serverless_requests(load_serverless(cfg))
+    g = np.diff(bursty.arrival_s[bursty.model == 1])
+    assert g.std() / g.mean() > 2
+
+
 def test_a_trace_with_a_model_column(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("arrival_s,prompt_tokens,output_tokens,model\n0.5,10,2,b\n0.1,20,3,a\n2.0,5,1,b\n")
@@ -711,6 +804,54 @@ def test_bad_scheduler_options_name_the_model():
     cfg["models"]["m"]["admission_options"] = {"nope": 1}
     with pytest.raises(ConfigError, match="^models.m: twp: unknown option 'nope'"):
         simulate_serverless(cfg)
+
+
+def test_options_a_policy_does_not_take_and_unknown_policies_are_one_line_naming_the_file(tmp_path, capsys):
+    """Flat admission options for TWP under --platform-scheduler fcfs leaked a TypeError
+    (`admission policy 'fcfs': FCFS() takes no arguments`); `{twp: 3}` was read as flat
+    options (`twp: unknown option 'twp'`); an unknown admission or batch policy passed
+    load_serverless and failed when the run began, without the file's name."""
+    from helpers import one_line_error
+
+    from llmsched.policies import make_admission_policy, make_batch_policy
+
+    cfg = base(scheduler="twp")
+    cfg["models"]["m"]["admission_options"] = {"itl_target_ms": 40}
+    path = tmp_path / "flat.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert simulate_serverless(str(path)).summary["completed"] == 1  # twp takes it
+    for sched in ("fcfs", "serverlessllm", "priority"):
+        with pytest.raises(ConfigError) as e:
+            simulate_serverless(str(path), scheduler=sched)
+        adm = "spf" if sched == "priority" else "fcfs"
+        assert str(e.value) == (
+            f"flat.yaml: models.m: admission policy '{adm}': unknown option 'itl_target_ms' ({adm} takes no options)"
+        )
+    line = one_line_error(capsys, ["simulate", "--serverless", str(path), "--platform-scheduler", "fcfs", "--out", ""])
+    assert "unknown option 'itl_target_ms'" in line and "takes no arguments" not in line
+    cfg["models"]["m"]["admission_options"] = {"twp": {"itl_target_ms": 40}}  # keyed: only twp's
+    path.write_text(yaml.safe_dump(cfg))
+    assert simulate_serverless(str(path), scheduler="fcfs").summary["completed"] == 1
+    for opts, message in (
+        ({"twp": 3}, "models.m.admission_options.twp: the options of admission policy twp must be a mapping"),
+        ({"twp": {"h_min": 16}, "itl_target_ms": 40}, "models.m.admission_options: mixes options keyed by"),
+    ):
+        cfg["models"]["m"]["admission_options"] = opts
+        with pytest.raises(ConfigError, match="^" + re.escape(message)):
+            load_serverless(cfg)
+    cfg["models"]["m"]["admission_options"] = {}
+    for key, message in (("admission", "unknown admission policy 'nope'"), ("policy", "unknown batch policy 'nope'")):
+        bad = copy.deepcopy(cfg)
+        bad["models"]["m"][key] = "nope"
+        path.write_text(yaml.safe_dump(bad))
+        with pytest.raises(ConfigError, match=f"^flat.yaml: models.m: {message}"):
+            simulate_serverless(str(path))
+        one_line_error(capsys, ["simulate", "--serverless", str(path), "--out", ""], f"flat.yaml: models.m: {message}")
+    # the same message for one server
+    with pytest.raises(ConfigError, match=r"^admission policy 'spf': unknown option 'x' \(spf takes no options\)$"):
+        make_admission_policy("spf", x=1)
+    with pytest.raises(ConfigError, match=r"^batch policy 'adaptive': unknown option 'x' \(known: cost, mean_prompt"):
+        make_batch_policy("adaptive", x=1)
 
 
 def test_bad_yaml_file_is_one_line(tmp_path):

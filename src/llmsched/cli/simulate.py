@@ -176,6 +176,11 @@ def _simulate_serverless(args) -> int:
         raise ConfigError(
             "--serverless FILE declares the whole platform; --network, --replicas, --router and --steps do not apply"
         )
+    if args.sample_interval_s is not None:
+        raise ConfigError(
+            "--sample-interval does not apply to --serverless: a serverless run samples no time series "
+            "(it writes summary.json, config.json, requests.csv and instances.csv)"
+        )
     _refuse_flags(
         args,
         (*RUN_OPTIONS, "admission"),

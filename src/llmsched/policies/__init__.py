@@ -59,6 +59,25 @@ def _lookup(name: str, table: dict, aliases: dict, what: str):
     return table[key]
 
 
+def _check_option_names(what: str, name: str, factory, options: dict) -> None:
+    """One clear line for an option `factory` does not take: calling it would raise a
+    TypeError naming the class (`FCFS() takes no arguments`). A factory taking **options
+    checks them itself (TWP, DynamicBatch)."""
+    import inspect  # noqa: PLC0415
+
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: its TypeError will have to do
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    known = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        takes = f"known: {', '.join(known)}" if known else f"{name} takes no options"
+        raise ConfigError(f"{what} {name!r}: unknown option {unknown[0]!r} ({takes})")
+
+
 def _policy_options(cls, text: str, spec: str) -> dict:
     """Inline options of a batch policy spec `name:key=value,key=value`. A part that does
     not start with one of the class's `option_names` continues the previous value (so
@@ -97,6 +116,7 @@ def make_batch_policy(name: str, **options: Any) -> BatchPolicy:
         options = {**_policy_options(cls, rest, name), **options}
     if not options:
         return cls()
+    _check_option_names("batch policy", name, cls, options)
     try:
         return cls(**options)
     except TypeError as e:
@@ -105,6 +125,7 @@ def make_batch_policy(name: str, **options: Any) -> BatchPolicy:
 
 def make_admission_policy(name: str = "fcfs", max_running: int | None = None, **options: Any) -> AdmissionPolicy:
     factory = _lookup(name, ADMISSION_POLICIES, ADMISSION_ALIASES, "admission policy")
+    _check_option_names("admission policy", name, factory, options)
     try:
         policy = factory(**options)
     except TypeError as e:

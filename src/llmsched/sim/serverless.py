@@ -25,6 +25,8 @@ The platform (docs/serverless.md):
 - Scale out: after an arrival, if m's queued work (tokens left of its requests) per
   instance exceeds `scale_out_tokens`, m has fewer than its `max_instances` and a GPU is
   free, one more instance starts. Only free GPUs: scale-out never takes a GPU.
+- The run ends at the last completion (or a time limit): instances still up stop there,
+  a keep-alive expiry later (`never`: none) is not simulated.
 - Scale to zero: an instance idle for `keep_alive_s` stops and frees its GPU. A model with
   requests and no instance that finds no free GPU takes the GPU of the instance idle for
   longest, or waits for a GPU to free (oldest request first across models).
@@ -180,21 +182,39 @@ class _Model:
         self.ready: list[_Instance] = []  # of those, the ready ones (in creation order too)
         self.instances: list[_Instance] = []
         self.pending: deque = deque()  # (request, recompute) waiting for an instance
-        self.rr = 0
+        self.rr = -1  # id of the instance the round-robin router served last
         self.itl = GapHistogram()
         self.waiting_for_gpu = False
 
     def scheduler_spec(self, kv: int | None) -> SchedulerSpec:
-        m = self.spec
-        return SchedulerSpec(
-            policy=m.policy,
-            admission=self.admission,
-            b_max=m.b_max,
-            k_max=m.k_max,
-            kv_capacity=kv,
-            policy_options=dict(m.policy_options),
-            admission_options=m.options_for(self.admission),
-        )
+        return _scheduler_spec(self.spec, self.admission, kv)
+
+
+def _scheduler_spec(m, admission: str, kv: int | None) -> SchedulerSpec:
+    """The scheduler of an instance of model `m` (a ModelSpec) with `kv` KV tokens."""
+    return SchedulerSpec(
+        policy=m.policy,
+        admission=admission,
+        b_max=m.b_max,
+        k_max=m.k_max,
+        kv_capacity=kv,
+        policy_options=dict(m.policy_options),
+        admission_options=m.options_for(admission),
+    )
+
+
+def check_schedulers(spec: ServerlessSpec) -> None:
+    """Every model's scheduler builds, on every node group that fits it (its KV capacity
+    differs): one ConfigError naming the model. The spec's own validation cannot build
+    them (policies are a layer it does not import), so the runtime and
+    `simulate_serverless` check here, before any request is made."""
+    for name, m in spec.models.items():
+        for g in spec.nodes:
+            if spec.fits(name, g):
+                try:
+                    _scheduler_spec(m, spec.admission(name), spec.kv_capacity(name, g)).build()
+                except ConfigError as e:
+                    raise ConfigError(f"models.{name}: {e}") from None
 
 
 class _Instance:
@@ -294,17 +314,10 @@ class _Runtime:
                     node.gpus.append(gpu)
                     self.gpus.append(gpu)
                 self.nodes.append(node)
-        self.models: list[_Model] = []
-        for i, name in enumerate(spec.models):
-            cost = make_cost_model(spec.models[name].cost_model)
-            m = _Model(i, name, spec, cost)
-            for g in spec.nodes:  # the scheduler of each kind of instance builds (one clear error)
-                if spec.fits(name, g):
-                    try:
-                        m.scheduler_spec(spec.kv_capacity(name, g)).build()
-                    except ConfigError as e:
-                        raise ConfigError(f"models.{name}: {e}") from None
-            self.models.append(m)
+        check_schedulers(spec)
+        self.models = [
+            _Model(i, name, spec, make_cost_model(spec.models[name].cost_model)) for i, name in enumerate(spec.models)
+        ]
         self.weights = {m.name: m.spec.weights_gb for m in self.models}
         for node in self.nodes:
             for tier in node.tiers.values():
@@ -335,12 +348,19 @@ class _Runtime:
     # ---- work and routing --------------------------------------------------------------------
     def route(self, model: _Model, t: int) -> _Instance | None:
         cands = model.ready or model.live
+        if self.round_robin and cands:
+            # the next instance in creation order after the one served last (an index into
+            # `cands`, whose length changes, repeated instances when one became ready)
+            last = model.rr
+            for inst in cands:
+                if inst.id > last:
+                    break
+            else:
+                inst = cands[0]
+            model.rr = inst.id
+            return inst
         if len(cands) <= 1:
             return cands[0] if cands else None
-        if self.round_robin:
-            inst = cands[model.rr % len(cands)]
-            model.rr += 1
-            return inst
         # the least unfinished work, then the oldest
         best = None
         least = 0
@@ -534,6 +554,8 @@ class _Runtime:
             self.take_gpu(inst, gpu, t)
         pending = model.pending
         model.pending = deque()
+        if pending:
+            model.rr = inst.id  # the rotation goes on after the instance that took them
         for r, recompute in pending:
             self.add_to(inst, r, t, recompute)
         return inst
@@ -664,7 +686,9 @@ class _Runtime:
         max_time = self.max_time
         done = 0
         progress_every = max(1, n // 200)
-        next_progress = progress_every if progress is not None else UNLIMITED
+        # the progress test also ends the run at its last completion (done == n), at no cost
+        # per event: keep-alive expiries after it would only lengthen the instances' bills
+        next_progress = min(progress_every, n) if progress is not None else n
         now = min(arr[0], max_time) if n else 0  # (a stop before the first arrival ends the clock there)
         ai = 0
         arr.append(UNLIMITED)  # after the last arrival: none
@@ -715,8 +739,10 @@ class _Runtime:
                     self.record_finished(inst, finished)
                     done += len(finished)
                     if done >= next_progress:
+                        if done == n:
+                            break  # the run's end: every request has finished
                         progress(done, n)
-                        next_progress = done + progress_every
+                        next_progress = min(done + progress_every, n)
                 if inst.state != READY:
                     if inst.state == DRAINING:
                         self.migrate(inst, t)
@@ -766,6 +792,9 @@ class _Runtime:
 
         del arr[n:]
         end_ns = now
+        # every request finished (before any limit): the run ends at the last completion, and
+        # so do the bills of the instances still up then, whatever their keep-alive
+        ended = done == n
         unfinished = [inst for inst in self.instances if inst.state != STOPPED and not inst.sim.is_idle()]
         if max_time == UNLIMITED:
             if unfinished:
@@ -776,14 +805,14 @@ class _Runtime:
             left = [m.name for m in models if m.pending]
             if left:
                 raise SimulationStuck(f"model {left[0]} has requests but never got a GPU")
-        else:
+        elif not ended:
             if n and arr[n - 1] >= max_time:
                 now = max(now, max_time)  # requests were still to arrive: the clock ran to the limit
             end_ns, finished = self.finish_batches_at_limit(now)
             done += finished
         for inst in self.instances:
             if inst.state != STOPPED:
-                self.stop(inst, max(now, inst.gpu_from), "end" if max_time == UNLIMITED else "time limit")
+                self.stop(inst, max(now, inst.gpu_from), "end" if ended else "time limit")
         # requests still in the system (a time limit) report what they reached
         for r in self.requests_in_system():
             if r.first_token >= 0:
@@ -961,4 +990,13 @@ def run_serverless(
     return _Runtime(spec, fast, max_time).run(reqs, progress)
 
 
-__all__ = ["DRAINING", "LOADING", "READY", "STOPPED", "ServerlessStats", "check_requests", "run_serverless"]
+__all__ = [
+    "DRAINING",
+    "LOADING",
+    "READY",
+    "STOPPED",
+    "ServerlessStats",
+    "check_requests",
+    "check_schedulers",
+    "run_serverless",
+]

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir
 from ..core.request import NS
@@ -33,7 +34,7 @@ from ..workload.serverless import ServerlessSpec, load_serverless
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .histogram import GapHistogram
 from .result import _seconds, clear_other_run, per_second, run_duration
-from .serverless import ServerlessStats, run_serverless
+from .serverless import ServerlessStats, check_schedulers, run_serverless
 
 REQUEST_COLUMNS = (
     "id",
@@ -325,6 +326,12 @@ def simulate_serverless(
     spec = load_serverless(config)
     if any(v is not None for v in (scheduler, scale, num_requests, seed)):
         spec = spec.replaced(scheduler=scheduler, scale=scale, num_requests=num_requests, seed=seed)
+    try:
+        check_schedulers(spec)  # policy names and options: the file's errors, as load_serverless's
+    except ConfigError as e:
+        if isinstance(config, (str, os.PathLike)):
+            raise ConfigError(f"{Path(config).name}: {e}") from None
+        raise
     t0 = time.perf_counter()
     stats = run_serverless(spec, fast=fast, max_time_s=max_time_s, progress=progress)
     wall = time.perf_counter() - t0

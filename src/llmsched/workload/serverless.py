@@ -341,6 +341,7 @@ class ModelSpec:
             if v is None:
                 v = {}
             setattr(self, k, dict(_mapping(v, f"{where}.{k}", k)))
+        _check_keyed_options(self.admission_options, f"{where}.admission_options")
         self.max_instances = _whole(self.max_instances, f"{where}.max_instances", optional=True)
         if self.keep_alive_s is not None:
             self.keep_alive_s = _num(self.keep_alive_s, f"{where}.keep_alive_s", inf_ok=True, hi=MAX_SECONDS)
@@ -349,7 +350,7 @@ class ModelSpec:
     def options_for(self, admission: str) -> dict:
         """The admission options that apply when the instances run `admission`."""
         opts = self.admission_options
-        if opts and all(k in _ADMISSION_NAMES and isinstance(v, dict) for k, v in opts.items()):
+        if any(k in _ADMISSION_NAMES for k in opts):  # keyed by policy (`_check_keyed_options`)
             alias = {
                 "priority": "spf",
                 "shortest-prompt-first": "spf",
@@ -375,6 +376,28 @@ class ModelSpec:
             "max_instances": self.max_instances,
             "keep_alive_s": _inf_out(self.keep_alive_s),
         }
+
+
+def _check_keyed_options(opts: dict, where: str) -> None:
+    """`admission_options` is flat (the options of the policy in use) or keyed by policy
+    name, each a mapping; a mix, or a policy name with a value, is neither (`{twp: 3}` read
+    as flat said `twp: unknown option 'twp'`)."""
+    keyed = [k for k in opts if k in _ADMISSION_NAMES]
+    if not keyed:
+        return
+    flat = [k for k in opts if k not in _ADMISSION_NAMES]
+    if flat:
+        raise _at(
+            where,
+            f"mixes options keyed by admission policy ({', '.join(map(str, keyed))}) with flat options "
+            f"({', '.join(map(str, flat))}); give either {{policy: {{option: value}}}} or the options alone",
+        )
+    for k in keyed:
+        if not isinstance(opts[k], dict):
+            raise _at(
+                f"{where}.{k}",
+                f"the options of admission policy {k} must be a mapping (option: value), got {_show(opts[k])}",
+            )
 
 
 def _inf_out(x):
@@ -416,8 +439,9 @@ class ServerlessWorkload:
       `models` section weighs 1/k^S) or a mapping model -> weight (models left out get no
       traffic); `models.<m>.share` overrides one weight.
     - Rate per model (no total `rate`): every model listed under `models` with a `rate`
-      has its own arrival process (`arrival` / `cv` default to the workload's); the
-      processes are merged.
+      has its own arrival process (`arrival` / `cv` default to the workload's, the cv
+      only while the model keeps the workload's arrival: `process_of`); the processes
+      are merged.
     - Trace: `trace` is a CSV file `arrival_s,prompt_tokens,output_tokens[,model]` (a
       `model` column names each request's model; without it, or for an Azure trace or
       `azure-conv`, models are assigned by popularity); `rate` rescales the replayed part
@@ -439,6 +463,15 @@ class ServerlessWorkload:
     duration_s: float | None = None
     seed: int = 0
     models: dict = field(default_factory=dict)
+
+    def process_of(self, t: ModelTraffic) -> tuple[str, float | None]:
+        """The arrival kind and cv of a model with its own rate: its own, else the
+        workload's; the workload's cv only while the model keeps the workload's arrival
+        (a cv given for gamma arrivals means nothing to a model that chose poisson)."""
+        kind = t.arrival or self.arrival
+        if t.cv is not None:
+            return kind, t.cv
+        return kind, self.cv if kind == self.arrival else None
 
     def to_dict(self) -> dict:
         pop = self.popularity if isinstance(self.popularity, str) else dict(self.popularity)
@@ -561,7 +594,9 @@ class PlatformSpec:
     def to_dict(self) -> dict:
         return {
             "scheduler": self.scheduler,
-            "router": self.routing,
+            # the file's own router only: a default one follows the scheduler, so a run with
+            # another scheduler (`replaced`, config.json re-read) gets that scheduler's default
+            "router": self.router,
             "init_s": self.init_s,
             "keep_alive_s": _inf_out(self.keep_alive_s),
             "scale_out_tokens": self.scale_out_tokens,
@@ -903,9 +938,8 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
             _check_process(w.arrival, w.rate, w.cv, where)
         for m, t in w.models.items():
             if t.rate is not None:
-                _check_process(
-                    t.arrival or w.arrival, t.rate, t.cv if t.cv is not None else w.cv, f"{where}.models.{m}"
-                )
+                kind, cv = w.process_of(t)
+                _check_process(kind, t.rate, cv, f"{where}.models.{m}")
         if w.num_requests is None and w.duration_s is None:
             raise _at(where, "needs num_requests or duration_s to know when to stop")
     elif w.cv is not None:
@@ -991,7 +1025,8 @@ def make_serverless_requests(spec: ServerlessSpec) -> ServerlessRequests:
             t = w.models.get(m)
             if t is None or t.rate is None:
                 continue
-            proc = make_arrival_process(t.arrival or w.arrival, t.rate, t.cv if t.cv is not None else w.cv)
+            kind, cv = w.process_of(t)
+            proc = make_arrival_process(kind, t.rate, cv)
             times = proc.times(_rng(w.seed, 0, i), w.num_requests, w.duration_s)
             parts.append(np.column_stack([times, np.full(len(times), i, dtype=np.float64)]))
         merged = np.concatenate(parts)
