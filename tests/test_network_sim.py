@@ -321,6 +321,45 @@ def test_disaggregated_prefill_and_decode():
     assert rep.server("prefill").offered_tokens_per_s == pytest.approx(4.0 * 800, rel=1e-6)
 
 
+def test_a_decode_server_saturates_where_the_traffic_equations_say():
+    """Overloaded with 8,000-token handed-over contexts, the decode server (H200 profile)
+    serves about what `traffic` gives as its capacity: its steps attend to the contexts."""
+    from llmsched.theory.network import traffic
+
+    d = {
+        "servers": {
+            "prefill": {"policy": "sarathi", "b_max": 65536, "cost_model": "const:1"},
+            "decode": {"policy": "sarathi", "b_max": 256, "cost_model": "profile"},
+        },
+        "jobs": {
+            "chat": {
+                "arrival": {"process": "poisson", "rate": 30},
+                "route": [
+                    {"call": {"server": "prefill", "prompt": "const:8000", "output": "const:1"}},
+                    {
+                        "call": {
+                            "server": "decode",
+                            "prompt": "const:1",
+                            "output": "const:200",
+                            "context": True,
+                            "cached": True,
+                        }
+                    },
+                ],
+            }
+        },
+        "num_jobs": 1500,
+        "seed": 0,
+    }
+    spec = NetworkSpec.from_dict(d)
+    cap = traffic(spec).server("decode").capacity
+    stats = run_network(spec)
+    dec = np.asarray(stats.call_server) == "decode"
+    end = (_a(stats.call_arrival) + _a(stats.call_e2e))[dec] / NS
+    served = 200 * np.count_nonzero((end >= 20) & (end < 50)) / 30  # tokens/s while overloaded
+    assert served == pytest.approx(cap, rel=0.1)
+
+
 def test_cached_needs_context():
     d = NetworkSpec.from_yaml("examples/networks/disaggregated.yaml").to_dict()
     d["jobs"]["chat"]["route"][2]["call"]["context"] = False
