@@ -432,6 +432,28 @@ def test_max_time_makes_no_call_after_the_stop_and_lists_the_jobs_that_never_arr
     assert "jobs completed / arrived / in the workload" in capsys.readouterr().out
 
 
+def test_a_stopped_run_ends_with_its_last_step_on_both_paths():
+    """The network's clock took the time of every batch end it popped, also of one a call's
+    delivery had cut short: stopped at 3 s, the fast path ended at 3.035734503 s (the end
+    its batch had before the cut), the step-by-step path at 3.024454503 s (the last step's
+    end), and each replica's sim_end_s and busy_fraction differed."""
+    spec = {
+        "servers": {"s": {"policy": "vllm", "b_max": 256, "cost_model": "paper"}},
+        "jobs": {
+            "A": {
+                "arrival": {"process": "poisson", "rate": 2.0},
+                "route": [{"call": {"server": "s", "prompt": "geometric:100", "output": "geometric:20"}}],
+            }
+        },
+        "num_jobs": 20,
+        "seed": 0,
+    }
+    fast, exact = (simulate_network(spec, max_time_s=3.0, fast=f) for f in (True, False))
+    last_step = fast.stats.replicas[0]["sim"].now
+    assert fast.stats.end_ns == exact.stats.end_ns == last_step == 3_024_454_503
+    assert fast.replicas()[0].summary == exact.replicas()[0].summary
+
+
 @pytest.mark.parametrize("name", ["agent_dag", "fork_join", "rybko_stolyar", "disaggregated"])
 @pytest.mark.parametrize("stop", [3.0, 11.0])
 def test_max_time_lists_only_calls_that_arrived(name, stop, tmp_path):

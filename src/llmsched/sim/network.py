@@ -727,11 +727,13 @@ def run_network(
             # one server): no job arrives, no call is delivered, no delay ends, nothing is planned
             cut = True
             continue
+        if kind == _END and b != a.version:
+            # a batch end a truncation superseded: not an instant of the run (the fast path
+            # leaves such ends past the last step, the step-by-step path does not)
+            continue
         now = t
         if kind == _END:
             rep = a
-            if b != rep.version:
-                continue
             sim = rep.sim
             held = rep.held
             if held:  # calls delivered during the batch join at its end
