@@ -121,12 +121,14 @@ def test_a_run_stopped_before_the_first_job_arrives_writes_an_empty_result(netwo
     stop = first / 2
     res = simulate_network(network, num_jobs=50, max_time_s=stop, out_dir=tmp_path)
     s = _no_nan((tmp_path / "summary.json").read_text())
-    assert (s["num_jobs"], s["completed_jobs"], s["unfinished_jobs"], s["num_calls"], s["steps"]) == (0, 0, 0, 0, 0)
+    assert (s["arrived_jobs"], s["completed_jobs"], s["num_calls"], s["steps"]) == (0, 0, 0, 0)
+    assert s["num_jobs"] == s["unfinished_jobs"] == 50  # listed, never arrived (as one server's requests)
     assert s["job_throughput"] == 0.0 and s["mean_job_latency_ms"] is None
     assert s["verdict"] == "inconclusive" and s["network_work_verdict"]["verdict"] == "inconclusive"
     for srv in s["servers"].values():
         assert (srv["calls"], srv["completed_calls"]) == (0, 0)
-    assert (tmp_path / "jobs.csv").read_text().count("\n") == 1  # the header only
+    jobs = np.genfromtxt(tmp_path / "jobs.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
+    assert len(jobs) == 50 and (jobs["arrived"] == 0).all() and (jobs["calls"] == 0).all()
     assert (tmp_path / "calls.csv").read_text().count("\n") == 1
     for rep in res.stats.replicas:
         folder = tmp_path / "servers" / rep["name"]
@@ -145,7 +147,7 @@ def test_a_run_stopped_before_the_first_job_arrives_writes_an_empty_result(netwo
 def test_the_command_line_writes_a_run_stopped_before_the_first_arrival(args, tmp_path, capsys):
     assert main(["simulate", *args, "--out", str(tmp_path), "--quiet"]) == 0
     s = _no_nan((tmp_path / "summary.json").read_text())
-    assert (s["num_jobs"], s["completed_jobs"]) == (0, 0)
+    assert (s["arrived_jobs"], s["completed_jobs"]) == (0, 0) and s["num_jobs"] > 0
 
 
 def _backpressure_pool(router: str, **options) -> NetworkSpec:
@@ -180,7 +182,7 @@ def test_jobs_csv_counts_the_calls_of_unfinished_jobs_as_calls_csv_lists_them(tm
     calls = np.genfromtxt(tmp_path / "calls.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
     listed = np.bincount(calls["job"], minlength=len(jobs))
     assert (jobs["calls"] == listed).all()
-    unfinished = jobs["finished"] == 0
+    unfinished = (jobs["finished"] == 0) & (jobs["arrived"] == 1)
     assert unfinished.sum() > 10 and (jobs["calls"][unfinished] > 0).all()
 
 

@@ -11,11 +11,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from llmsched.cli import main
 from llmsched.core import ConfigError, make_cost_model
 from llmsched.core.request import NS
 from llmsched.policies import make_scheduler
 from llmsched.sim.network import run_network
-from llmsched.sim.network_result import simulate_network
+from llmsched.sim.network_result import network_backlog, simulate_network
 from llmsched.sim.simulator import simulate_trace
 from llmsched.workload import Trace
 from llmsched.workload.network import NetworkSpec
@@ -251,7 +252,7 @@ def test_results_and_files(tmp_path):
     for name in ("summary.json", "config.json", "jobs.csv", "calls.csv", "servers/s1/requests.csv"):
         assert (tmp_path / name).is_file()
     jobs = (tmp_path / "jobs.csv").read_text().splitlines()
-    assert jobs[0] == "job,type,arrival_s,finish_s,latency_s,calls,finished" and len(jobs) == 301
+    assert jobs[0] == "job,type,arrival_s,finish_s,latency_s,calls,arrived,finished" and len(jobs) == 301
     calls = (tmp_path / "calls.csv").read_text().splitlines()
     assert len(calls) == 601 and calls[1].split(",")[3] == "s1"
 
@@ -321,6 +322,45 @@ def test_disaggregated_prefill_and_decode():
     assert rep.server("prefill").offered_tokens_per_s == pytest.approx(4.0 * 800, rel=1e-6)
 
 
+def test_a_decode_server_saturates_where_the_traffic_equations_say():
+    """Overloaded with 8,000-token handed-over contexts, the decode server (H200 profile)
+    serves about what `traffic` gives as its capacity: its steps attend to the contexts."""
+    from llmsched.theory.network import traffic
+
+    d = {
+        "servers": {
+            "prefill": {"policy": "sarathi", "b_max": 65536, "cost_model": "const:1"},
+            "decode": {"policy": "sarathi", "b_max": 256, "cost_model": "profile"},
+        },
+        "jobs": {
+            "chat": {
+                "arrival": {"process": "poisson", "rate": 30},
+                "route": [
+                    {"call": {"server": "prefill", "prompt": "const:8000", "output": "const:1"}},
+                    {
+                        "call": {
+                            "server": "decode",
+                            "prompt": "const:1",
+                            "output": "const:200",
+                            "context": True,
+                            "cached": True,
+                        }
+                    },
+                ],
+            }
+        },
+        "num_jobs": 1500,
+        "seed": 0,
+    }
+    spec = NetworkSpec.from_dict(d)
+    cap = traffic(spec).server("decode").capacity
+    stats = run_network(spec)
+    dec = np.asarray(stats.call_server) == "decode"
+    end = (_a(stats.call_arrival) + _a(stats.call_e2e))[dec] / NS
+    served = 200 * np.count_nonzero((end >= 20) & (end < 50)) / 30  # tokens/s while overloaded
+    assert served == pytest.approx(cap, rel=0.1)
+
+
 def test_cached_needs_context():
     d = NetworkSpec.from_yaml("examples/networks/disaggregated.yaml").to_dict()
     d["jobs"]["chat"]["route"][2]["call"]["context"] = False
@@ -331,12 +371,12 @@ def test_cached_needs_context():
 def test_a_stop_before_any_job_completes_reports_the_time_simulated():
     res = simulate_network("examples/networks/tandem.yaml", num_jobs=50, max_time_s=0.6)
     s = res.summary
-    assert s["completed_jobs"] == 0 and len(res.job_arrival_ns) > 0 and s["job_throughput"] == 0.0
+    assert s["completed_jobs"] == 0 and s["arrived_jobs"] > 0 and s["job_throughput"] == 0.0
     start = float(res.job_arrival_ns.min()) / NS
     assert s["duration"] == pytest.approx(res.stats.end_ns / NS - start) and s["duration"] > 0.1  # not 1e-12
     # a stop before the first job: the clock ends at the stop, not at that job's arrival
     early = simulate_network("examples/networks/tandem.yaml", num_jobs=50, max_time_s=0.05)
-    assert len(early.job_arrival_ns) == 0 and early.stats.end_ns == round(0.05 * NS)
+    assert not early.job_arrived.any() and early.stats.end_ns == round(0.05 * NS)
 
 
 def test_max_time_holds_back_delays_and_deliveries_too(tmp_path):
@@ -351,9 +391,82 @@ def test_max_time_holds_back_delays_and_deliveries_too(tmp_path):
     res = simulate_network(str(spec), max_time_s=2.0)
     assert res.summary["completed_jobs"] == 0
     assert res.stats.end_ns == 2 * NS
-    assert (res.job_arrival_ns < 2 * NS).all()
+    assert (res.job_arrival_ns[res.job_arrived] < 2 * NS).all() and (
+        res.job_arrival_ns[~res.job_arrived] >= 2 * NS
+    ).all()
     none = simulate_network(str(spec), max_time_s=0.01)  # before the first job
-    assert len(none.job_arrival_ns) == 0 and none.summary["duration"] == 0.0
+    assert not none.job_arrived.any() and none.summary["duration"] == 0.0
+
+
+def _csv(path):
+    return np.genfromtxt(path, delimiter=",", names=True, dtype=None, encoding="utf-8", ndmin=1)
+
+
+def test_max_time_makes_no_call_after_the_stop_and_lists_the_jobs_that_never_arrived(tmp_path, capsys):
+    """A call ending in the step across the stop moved its job on: its next call was listed
+    with its arrival after the stop and no replica, and the jobs due after the stop were not
+    listed at all (num_jobs 1 of 3). As one server: nothing arrives at or after the stop,
+    and every job of the workload is listed, `arrived` 0 for those that never did."""
+    spec = tmp_path / "two.yaml"
+    spec.write_text(
+        "servers:\n  s0: {policy: orca, b_max: 256, cost_model: paper}\n"
+        "jobs:\n  J0:\n    arrival: {process: deterministic, rate: 1.0}\n    route:\n"
+        "      - call: {server: s0, prompt: const:50, output: const:5}\n"
+        "      - call: {server: s0, prompt: const:50, output: const:5}\n"
+        "num_jobs: 3\nseed: 0\n"
+    )
+    for fast in (True, False):
+        out = tmp_path / f"run{fast}"
+        res = simulate_network(str(spec), max_time_s=1.2, fast=fast, out_dir=out)
+        calls, jobs = _csv(out / "calls.csv"), _csv(out / "jobs.csv")
+        # the first call (1.0 s to 1.23375 s) ends in the step across the stop: no second call
+        assert len(calls) == 1 and calls["finished"][0] == 1 and calls["arrival_s"][0] == 1.0
+        assert jobs["arrival_s"].tolist() == [1.0, 2.0, 3.0]
+        assert jobs["arrived"].tolist() == [1, 0, 0] and jobs["calls"].tolist() == [1, 0, 0]
+        assert jobs["finished"].tolist() == [0, 0, 0]
+        s = res.summary
+        assert (s["num_jobs"], s["arrived_jobs"], s["completed_jobs"], s["unfinished_jobs"]) == (3, 1, 0, 3)
+        assert s["num_calls"] == 1 and s["job_types"]["J0"]["jobs"] == 3 and s["job_types"]["J0"]["arrived"] == 1
+        assert network_backlog(res)["arrival_end_s"] == 1.0
+    assert main(["simulate", "--network", str(spec), "--max-time", "1.2", "--out", ""]) == 0
+    assert "jobs completed / arrived / in the workload" in capsys.readouterr().out
+
+
+def test_a_stopped_run_ends_with_its_last_step_on_both_paths():
+    """The network's clock took the time of every batch end it popped, also of one a call's
+    delivery had cut short: stopped at 3 s, the fast path ended at 3.035734503 s (the end
+    its batch had before the cut), the step-by-step path at 3.024454503 s (the last step's
+    end), and each replica's sim_end_s and busy_fraction differed."""
+    spec = {
+        "servers": {"s": {"policy": "vllm", "b_max": 256, "cost_model": "paper"}},
+        "jobs": {
+            "A": {
+                "arrival": {"process": "poisson", "rate": 2.0},
+                "route": [{"call": {"server": "s", "prompt": "geometric:100", "output": "geometric:20"}}],
+            }
+        },
+        "num_jobs": 20,
+        "seed": 0,
+    }
+    fast, exact = (simulate_network(spec, max_time_s=3.0, fast=f) for f in (True, False))
+    last_step = fast.stats.replicas[0]["sim"].now
+    assert fast.stats.end_ns == exact.stats.end_ns == last_step == 3_024_454_503
+    assert fast.replicas()[0].summary == exact.replicas()[0].summary
+
+
+@pytest.mark.parametrize("name", ["agent_dag", "fork_join", "rybko_stolyar", "disaggregated"])
+@pytest.mark.parametrize("stop", [3.0, 11.0])
+def test_max_time_lists_only_calls_that_arrived(name, stop, tmp_path):
+    res = simulate_network(f"examples/networks/{name}.yaml", num_jobs=60, max_time_s=stop, out_dir=tmp_path)
+    calls, jobs = _csv(tmp_path / "calls.csv"), _csv(tmp_path / "jobs.csv")
+    assert len(calls) == res.summary["num_calls"]
+    if len(calls):
+        assert (calls["arrival_s"] < stop).all() and (calls["replica"] != "").all()
+    assert len(jobs) == res.summary["num_jobs"] == 60
+    assert ((jobs["arrival_s"] < stop) == (jobs["arrived"] == 1)).all()
+    assert (jobs["calls"] == np.bincount(calls["job"], minlength=60)).all()
+    assert res.summary["arrived_jobs"] == int(jobs["arrived"].sum())
+    assert res.summary["completed_jobs"] + res.summary["unfinished_jobs"] == 60
 
 
 def test_a_replica_that_never_stepped_holds_no_backlog(tmp_path):

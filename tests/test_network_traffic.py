@@ -278,6 +278,8 @@ def test_route_moments():
         "context_sum": 15 + 17,
         "prompt_new": 2.0,
         "output": 2.0,
+        "cached_context_visits": 0.0,
+        "cached_context_sum": 0.0,
     }
 
 
@@ -331,6 +333,61 @@ def test_context_dependent_cost_model_matches_single_server_capacity():
     ref = capacity("profile", 1024, 1000, 200, rate=rate)
     assert rep.server("s1").utilisation == pytest.approx(ref.utilisation, rel=1e-9)
     assert rep.server("s1").step_time_at_b_max_s == pytest.approx(ref.step_time_at_b_max_s)
+
+
+def _disaggregated(system=0, rate=4.0, k_max=None):
+    """8,000-token prompts prefilled on s1, handed over (`cached: true`) to s2 with one new
+    token and 200 output tokens, timed by the H200 profile."""
+    route = [
+        call("s1", 8000, 1, cls="prefill"),
+        Call("s2", Constant(1), Constant(200), context=True, cls="decode", cached=True),
+    ]
+    s2 = {"cost_model": "profile", "b_max": 256, "k_max": k_max}
+    net = NetworkSpec(
+        {"s1": ServerSpec("s1"), "s2": ServerSpec("s2", **s2)},
+        [JobType("A", Poisson(rate), route, system_prompt=system)],
+        num_jobs=1000,
+    )
+    return traffic(net)
+
+
+@pytest.mark.parametrize("system", [0, 64])
+def test_a_cached_context_is_held_but_not_work(system):
+    """A handed-over context (and system prompt) is part of the call's prompt, as calls.csv
+    counts it, and of the context the server's steps attend to, but not of its work."""
+    dec = _disaggregated(system).class_load("s2", "decode")
+    assert dec.mean_context == pytest.approx(8001)
+    assert dec.mean_cached_prompt == pytest.approx(system + 8001)
+    assert dec.mean_prompt == pytest.approx(system + 8001 + 1)
+    assert dec.work_per_visit == pytest.approx(1 + 199)
+    assert dec.prefill_tokens_per_s == pytest.approx(4.0 * 1)
+    # the handed-over context grows pass after pass as a resent one does: 15, then 17
+    handed = Call("s1", Constant(1), Constant(1), True, "x", cached=True)
+    m = route_moments([call("s1", 10, 5), Loop([handed], times=2)], 3)
+    assert m["classes"][("s1", "x")] == {
+        "visits": 2.0,
+        "context_visits": 0.0,
+        "context_sum": 0.0,
+        "prompt_new": 2.0,
+        "output": 2.0,
+        "cached_context_visits": 2.0,
+        "cached_context_sum": 15 + 17,
+    }
+
+
+@pytest.mark.parametrize("k_max", [None, 64])
+def test_a_cached_context_server_is_timed_with_the_context_it_holds(k_max):
+    """The decode server's steps attend to the 8,001 handed-over tokens of every call: its
+    capacity is one server's with that prompt, the cached part not work (timed with the
+    new token alone, it was 27,140 tokens/s a replica instead of about 3,650)."""
+    rate, system = 4.0, 64
+    s = _disaggregated(system, rate, k_max).server("s2")
+    ref = capacity("profile", 256, system + 8002, 200, k_max=k_max, rate=rate, cached_prompt=system + 8001)
+    assert s.mean_prompt == pytest.approx(system + 8002) and s.mean_cached_prompt == pytest.approx(system + 8001)
+    assert s.step_time_at_b_max_s == pytest.approx(ref.step_time_at_b_max_s)
+    assert s.replica_token_capacity == pytest.approx(ref.token_capacity)
+    assert s.utilisation == pytest.approx(ref.utilisation, rel=1e-9)
+    assert s.replica_token_capacity < 5_000
 
 
 def test_idle_server_and_json():

@@ -261,8 +261,13 @@ def print_network_summary(res) -> None:
     def ms(v):
         return "-" if v is None else f"{v:,.1f} ms"
 
+    done, arrived, jobs, calls = s["completed_jobs"], s["arrived_jobs"], s["num_jobs"], s["num_calls"]
     rows = [
-        ("jobs completed", f"{s['completed_jobs']:,} / {s['num_jobs']:,} ({s['num_calls']:,} calls)"),
+        (
+            ("jobs completed / arrived / in the workload", f"{done:,} / {arrived:,} / {jobs:,} ({calls:,} calls)")
+            if arrived < jobs
+            else ("jobs completed", f"{done:,} / {jobs:,} ({calls:,} calls)")
+        ),
         ("job throughput", f"{s['job_throughput']:,.3f} jobs/s"),
         (
             "job latency mean / p50 / p99",

@@ -336,6 +336,9 @@ class NetworkStats:
     replicas: list[dict] = field(default_factory=list)
     end_ns: int = 0
     steps: int = 0
+    # the max_time_s stop (ns), None without one: the jobs due at or after it are listed but
+    # never arrived (as one server's requests)
+    stop_ns: int | None = None
 
 
 class _LengthStream:
@@ -529,6 +532,10 @@ def run_network(
         heapq.heappush(events, (t, kind, tie, seq, a, b))
 
     def deliver(t: int, thread: _Thread, call: Call) -> None:
+        if t >= max_time:
+            # a call ending in the step across the stop moves its job on after the stop: no
+            # call arrives then (as no delay ends and no job arrives), so none is made
+            return
         new, o = lengths(call)
         job = thread.job
         head = system[job.type] + (thread.context if call.context else 0)  # before the new tokens
@@ -720,11 +727,13 @@ def run_network(
             # one server): no job arrives, no call is delivered, no delay ends, nothing is planned
             cut = True
             continue
+        if kind == _END and b != a.version:
+            # a batch end a truncation superseded: not an instant of the run (the fast path
+            # leaves such ends past the last step, the step-by-step path does not)
+            continue
         now = t
         if kind == _END:
             rep = a
-            if b != rep.version:
-                continue
             sim = rep.sim
             held = rep.held
             if held:  # calls delivered during the batch join at its end
@@ -821,6 +830,13 @@ def run_network(
 
     if cut and now < max_time:
         now = max_time
+    # the jobs due at or after the stop never arrived; they are listed all the same, as one
+    # server lists the requests of its trace (the arrived jobs are the first, in order)
+    late = len(j_arr)
+    j_type.extend(job_types[late:])
+    j_arr.extend(job_times[late:])
+    j_fin.extend([-1] * (n - late))
+    j_calls.extend([0] * (n - late))
     stuck = [rep.name for rep in replicas if not rep.sim.is_idle()]
     if stuck and max_time == UNLIMITED:
         raise SimulationStuck(f"the scheduler of {stuck[0]} planned no work with requests waiting and no more arrivals")
@@ -849,6 +865,7 @@ def run_network(
         replicas=[{"name": rep.name, "server": rep.pool.name, "index": rep.index, "sim": rep.sim} for rep in replicas],
         end_ns=now,
         steps=steps_total,
+        stop_ns=None if max_time == UNLIMITED else max_time,
     )
 
 

@@ -7,11 +7,13 @@ a stability verdict per replica, per server and for the whole network, and the f
   verdict; with prefix caching its `prefix_cache` hits and evictions, per replica and
   summed) and the network's verdict (and `prefix_cache` over every caching server);
 - `config.json`: the network as parsed (reproduces the run);
-- `jobs.csv`: one row per job: `job,type,arrival_s,finish_s,latency_s,calls,finished`
-  (`calls`: the calls the job has made, its rows in calls.csv, also for a job still
-  unfinished when max_time_s stopped the run);
-- `calls.csv`: one row per LLM call: `call,job,class,server,replica,arrival_s,prompt_tokens,
-  output_tokens,queue_s,ttft_s,e2e_s,preemptions,finished`;
+- `jobs.csv`: one row per job of the workload: `job,type,arrival_s,finish_s,latency_s,calls,
+  arrived,finished` (`calls`: the calls the job has made, its rows in calls.csv, also for a
+  job still unfinished when max_time_s stopped the run; `arrived` 0 for a job due at or
+  after that stop, which never arrived, as one server's requests.csv lists them);
+- `calls.csv`: one row per LLM call made (every one arrived: a route makes no call at or
+  after the stop): `call,job,class,server,replica,arrival_s,prompt_tokens,output_tokens,
+  queue_s,ttft_s,e2e_s,preemptions,finished`;
 - `servers/<replica>/`: the single-server files of each replica (summary.json,
   requests.csv, timeseries.csv, histograms).
 """
@@ -161,7 +163,7 @@ def network_backlog(result) -> dict:
                 np.concatenate([call_at[sel], start[sel]]), np.concatenate([work[sel], -work[sel]]), grid
             )
     total = sum(servers.values()) + pending
-    last = _last_arrival_s(_a(st.job_arrival))
+    last = _last_arrival_s(result.job_arrival_ns[result.job_arrived])
     keep = grid <= last
     cap = result.traffic.server(result.traffic.bottleneck).capacity if result.traffic is not None else None
     # the network's work counts a job's whole work from its arrival until its last call
@@ -212,6 +214,13 @@ class NetworkResult:
         return _a(self.stats.job_finish)
 
     @property
+    def job_arrived(self) -> np.ndarray:
+        """True for the jobs that arrived; False for those a max_time_s stop kept from
+        arriving (due at or after it), as one server's `SimResult.arrived`."""
+        arr, stop = self.job_arrival_ns, self.stats.stop_ns
+        return np.ones(len(arr), dtype=bool) if stop is None else arr < stop
+
+    @property
     def job_latency_s(self) -> np.ndarray:
         fin, arr = self.job_finish_ns, self.job_arrival_ns
         out = (fin - arr) / NS
@@ -238,7 +247,7 @@ class NetworkResult:
         times its decode time, summed (a fork's branches add up, so this bounds a forked
         job's decode time from above); None before any call decoded."""
         st = self.stats
-        jobs = len(self.job_arrival_ns)
+        jobs = int(self.job_arrived.sum())
         where = np.asarray(st.call_server, dtype=object)
         times = [(where == name).sum() / jobs * d for name, d in self.decode_times().items() if d and jobs]
         return float(sum(times)) if times else None
@@ -293,7 +302,7 @@ class NetworkResult:
         cap = load.replica_token_capacity if load is not None else None
         ts = res.timeseries
         t, w = ts["time_s"], ts["backlog_tokens"]
-        last = _last_arrival_s(self.job_arrival_ns)
+        last = _last_arrival_s(self.job_arrival_ns[self.job_arrived])
         keep = t <= last  # judge while jobs arrive, not while the queues drain
         try:
             v = stability_verdict(
@@ -323,12 +332,14 @@ class NetworkResult:
         st = self.stats
         arr, fin = self.job_arrival_ns, self.job_finish_ns
         done = fin >= 0
+        arrived = self.job_arrived
         lat = (fin - arr)[done]
-        first = float(arr.min()) / NS if len(arr) else None  # None: no job arrived before max_time_s
+        first = float(arr[arrived].min()) / NS if arrived.any() else None  # None: no job arrived before max_time_s
         duration = run_duration(first, float(fin[done].max()) / NS if done.any() else None, st.end_ns / NS)
         types = _a(st.job_type)
         s = {
             "num_jobs": int(len(arr)),
+            "arrived_jobs": int(arrived.sum()),
             "completed_jobs": int(done.sum()),
             "unfinished_jobs": int((~done).sum()),
             "duration": duration,
@@ -344,6 +355,7 @@ class NetworkResult:
             sel = (types == ti) & done
             s["job_types"][name] = {
                 "jobs": int((types == ti).sum()),
+                "arrived": int(((types == ti) & arrived).sum()),
                 "completed": int(sel.sum()),
                 **_latency_stats("job_latency", (fin - arr)[sel]),
             }
@@ -449,7 +461,7 @@ class NetworkResult:
         write_file(out / "summary.json", lambda f: json.dump(to_jsonable(self.summary), f, indent=2))
         write_file(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))
         arr, fin = self.job_arrival_ns, self.job_finish_ns
-        done = fin >= 0
+        done, arrived = fin >= 0, self.job_arrived
         lat = np.where(done, fin - arr, -1)
         type_names = list(st.job_type_names)
         types, calls_per_job = _a(st.job_type), _a(st.job_calls)
@@ -457,7 +469,7 @@ class NetworkResult:
             out / "jobs.csv",
             lambda f: write_csv(
                 f,
-                "job,type,arrival_s,finish_s,latency_s,calls,finished",
+                "job,type,arrival_s,finish_s,latency_s,calls,arrived,finished",
                 len(arr),
                 lambda lo, hi: [
                     IntField(np.arange(lo, hi)),
@@ -466,6 +478,7 @@ class NetworkResult:
                     seconds_field(fin[lo:hi]),
                     seconds_field(lat[lo:hi]),
                     IntField(calls_per_job[lo:hi]),
+                    IntField(arrived[lo:hi].astype(np.int64)),
                     IntField(done[lo:hi].astype(np.int64)),
                 ],
             ),

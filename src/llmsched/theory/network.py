@@ -13,19 +13,22 @@ Work. A call with prompt P (new tokens) and output O needs `P + O - 1` tokens of
 (README "The model"); with `context: true` its prompt also holds the context C the job
 has accumulated on its execution path (the new prompts and outputs of the earlier calls
 on that path), recomputed in full, so its work is `C + P + O - 1`; a job type's
-`system_prompt: S` adds S to every call's prompt and work (not to the context). Prefix
-caching is not counted: a cache hit saves prefill that these equations still count, so
-with `prefix_caching` on a server's utilisation here is an upper bound (the simulator
-measures the hits; the report says so in `notes`).
+`system_prompt: S` adds S to every call's prompt and work (not to the context). With
+`cached: true` the context (and S) arrives with its KV computed: in the prompt the server
+holds, not in its work. Prefix caching is not counted: a cache hit saves prefill that
+these equations still count, so with `prefix_caching` on a server's utilisation here is
+an upper bound (the simulator measures the hits; the report says so in `notes`).
 
 Context, exactly. Every route fragment F is summarised, for an entering context of 0, by
 - per (server, class): expected visits `v`, visits of context calls `vc`, the expected
   sum of the context over those visits `sc`, expected new prompt tokens `p` and output
-  tokens `o` summed over the visits;
+  tokens `o` summed over the visits; `vk`, `sk` as `vc`, `sc` for `cached: true` calls;
 - `d`: the expected context F adds (new prompts + outputs of its calls).
 Lengths, delays and loop counts are independent of the context, so entering F with
-context c (random, independent of F) adds `vc * E[c]` to `sc` and nothing else. Then:
-- call: `v = 1`, `vc = [context]`, `sc = 0`, `p = E[P]`, `o = E[O]`, `d = E[P] + E[O]`;
+context c (random, independent of F) adds `vc * E[c]` to `sc`, `vk * E[c]` to `sk` and
+nothing else. Then (`sk` follows `sc`'s rules):
+- call: `v = 1`, `vc = [context, not cached]`, `vk = [cached]`, `sc = sk = 0`,
+  `p = E[P]`, `o = E[O]`, `d = E[P] + E[O]`;
 - sequence F1, F2, ...: Fj enters with the expected context `d1 + ... + d(j-1)`;
 - fork: every branch enters with the fork's context; `d` is the sum of the branches'
   (after the join the context is the fork's plus every branch's additions);
@@ -50,8 +53,10 @@ busiest replica saturates first). With `k_max`, the busiest replica's offered (p
 decode) token rates are placed in the 2-D region (`core.region.stability_region`) and
 the largest scale factor keeping them inside gives the utilisation `1 / scale` and the
 effective capacity `offered * scale` for this mix. Context-dependent cost models (the
-H200 profile) need representative prompt and output lengths: the server's mean
-(effective) prompt and output per call are used.
+H200 profile) need representative prompt and output lengths: the server's mean prompt
+per call (the whole prompt, a `cached: true` call's handed-over context included: the
+steps attend to it) and mean output are used, the cached part counting as no work (as
+one server's capacity with prefix-cache hits, `theory.bounds.capacity(cached_prompt=)`).
 
 Utilisation is offered / capacity per server; the bottleneck is the server with the
 highest; scaling every arrival rate by `1 / max utilisation` puts the bottleneck exactly
@@ -141,16 +146,24 @@ class _Frag:
     __slots__ = ("d", "stats")
 
     def __init__(self):
-        self.stats: dict[tuple[str, str], np.ndarray] = {}  # key -> [v, vc, sc, p, o]
+        self.stats: dict[tuple[str, str], np.ndarray] = {}  # key -> [v, vc, sc, p, o, vk, sk]
         self.d = 0.0
 
     def add(self, other: _Frag, shift: float = 0.0, scale: float = 1.0, pairs: float = 0.0) -> None:
         """Add `other` entered with expected context `shift`, repeated `scale` times in
         expectation with `pairs` = E[N(N-1)/2]."""
         for key, st in other.stats.items():
-            v, vc, sc, p, o = st
+            v, vc, sc, p, o, vk, sk = st
             new = np.array(
-                [scale * v, scale * vc, scale * sc + pairs * vc * other.d + scale * vc * shift, scale * p, scale * o]
+                [
+                    scale * v,
+                    scale * vc,
+                    scale * sc + pairs * vc * other.d + scale * vc * shift,
+                    scale * p,
+                    scale * o,
+                    scale * vk,
+                    scale * sk + pairs * vk * other.d + scale * vk * shift,
+                ]
             )
             cur = self.stats.get(key)
             self.stats[key] = new if cur is None else cur + new
@@ -170,12 +183,15 @@ def _node(node, system: int = 0) -> _Frag:
     f = _Frag()
     if isinstance(node, Call):
         p, o = law_mean(node.prompt), law_mean(node.output)
-        # a cached context is in the KV cache already: it is not work here
+        # a cached context is in the KV cache already: it is not work here, but the
+        # server's steps still attend to it (vk, sk: the capacity's step times need it)
         resent = node.context and not node.cached
         # the system prompt is prefilled with every call (a handed-over KV cache holds it
         # too), but it is not part of the context the call adds
         own = p + (0 if node.cached else system)
-        f.stats[(node.server, node.cls)] = np.array([1.0, 1.0 if resent else 0.0, 0.0, own, o])
+        f.stats[(node.server, node.cls)] = np.array(
+            [1.0, 1.0 if resent else 0.0, 0.0, own, o, 1.0 if node.cached else 0.0, 0.0]
+        )
         f.d = p + o
     elif isinstance(node, Delay):
         pass
@@ -198,11 +214,21 @@ def _node(node, system: int = 0) -> _Frag:
 
 def route_moments(route, system_prompt: int = 0) -> dict:
     """Per-job expected moments of a route: `{"context_added": d, "classes": {(server,
-    class): {"visits", "context_visits", "context_sum", "prompt_new", "output"}}}`
-    (sums over the visits of one job; context_sum over the visits of context calls;
-    prompt_new includes the job type's `system_prompt` where it is prefilled)."""
+    class): {"visits", "context_visits", "context_sum", "prompt_new", "output",
+    "cached_context_visits", "cached_context_sum"}}}` (sums over the visits of one job;
+    context_sum over the visits of context calls that resend it, cached_context_sum over
+    those of `cached: true` calls; prompt_new includes the job type's `system_prompt`
+    where it is prefilled)."""
     f = _fragment(route, system_prompt)
-    names = ("visits", "context_visits", "context_sum", "prompt_new", "output")
+    names = (
+        "visits",
+        "context_visits",
+        "context_sum",
+        "prompt_new",
+        "output",
+        "cached_context_visits",
+        "cached_context_sum",
+    )
     return {"context_added": f.d, "classes": {k: dict(zip(names, (float(x) for x in st))) for k, st in f.stats.items()}}
 
 
@@ -210,8 +236,10 @@ def route_moments(route, system_prompt: int = 0) -> dict:
 @dataclass
 class ClassLoad:
     """One call class at one server. Per-visit means are over all of the class's visits
-    (`mean_prompt` includes the resent context; `mean_context` is the context per visit,
-    0 for calls without context)."""
+    (`mean_prompt` is the whole prompt, as `calls.csv` counts it: system prompt, context
+    and new tokens; `mean_context` is the context per visit, 0 for calls without context;
+    `mean_cached_prompt` the prompt tokens whose KV arrives computed with `cached: true`, the
+    context and the system prompt, held in the KV cache but not work)."""
 
     server: str
     cls: str
@@ -220,6 +248,7 @@ class ClassLoad:
     visit_rate: float
     mean_context: float
     mean_prompt: float
+    mean_cached_prompt: float
     mean_output: float
     work_per_visit: float
     prefill_tokens_per_s: float
@@ -236,7 +265,9 @@ class ServerLoad:
     busiest_replica_share`); `capacity`: the effective capacity for this server's mix
     (equal to `token_capacity` without `k_max`; from the 2-D region with it);
     `utilisation`: offered / capacity; `max_scale`: 1 / utilisation (how far every
-    arrival rate could be scaled before this server saturates; inf when idle)."""
+    arrival rate could be scaled before this server saturates; inf when idle).
+    `mean_prompt`: the whole prompt per call (the representative context of the step
+    times), `mean_cached_prompt` the part of it whose KV arrives computed (not work)."""
 
     name: str
     replicas: int
@@ -251,6 +282,7 @@ class ServerLoad:
     offered_tokens_per_s: float
     mean_prompt: float | None
     mean_output: float | None
+    mean_cached_prompt: float | None
     step_time_at_b_max_s: float
     replica_token_capacity: float
     token_capacity: float
@@ -343,21 +375,31 @@ def traffic(spec) -> TrafficReport:
         visits: dict[str, float] = {}
         pre = dec = calls = 0.0
         for (server, cls), st in frag.stats.items():
-            v, vc, sc, p, o = (float(x) for x in st)  # plain floats: the report prints them
+            v, vc, sc, p, o, vk, sk = (float(x) for x in st)  # plain floats: the report prints them
             visits[cls] = visits.get(cls, 0.0) + v
             calls += v
             pre += p + sc
             dec += o - v
             acc = per_class.setdefault(
                 (server, cls),
-                {"jobs": [], "visits_per_job": {}, "rate": 0.0, "ctx": 0.0, "prefill": 0.0, "output": 0.0},
+                {
+                    "jobs": [],
+                    "visits_per_job": {},
+                    "rate": 0.0,
+                    "ctx": 0.0,
+                    "prefill": 0.0,
+                    "output": 0.0,
+                    "cached": 0.0,
+                },
             )
             acc["jobs"].append(job.name)
             acc["visits_per_job"][job.name] = float(v)
             acc["rate"] += rate * v
-            acc["ctx"] += rate * sc
+            acc["ctx"] += rate * (sc + sk)
             acc["prefill"] += rate * (p + sc)
             acc["output"] += rate * o
+            # a handed-over KV cache holds the system prompt too (_node leaves it out of p)
+            acc["cached"] += rate * (sk + job.system_prompt * vk)
         jobs.append(
             JobLoad(
                 name=job.name,
@@ -382,7 +424,8 @@ def traffic(spec) -> TrafficReport:
                 visits_per_job=a["visits_per_job"],
                 visit_rate=r,
                 mean_context=a["ctx"] / r,
-                mean_prompt=a["prefill"] / r,
+                mean_prompt=(a["prefill"] + a["cached"]) / r,
+                mean_cached_prompt=a["cached"] / r,
                 mean_output=a["output"] / r,
                 work_per_visit=(a["prefill"] + decode) / r,
                 prefill_tokens_per_s=a["prefill"],
@@ -467,9 +510,14 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
     pre = sum(c.prefill_tokens_per_s for c in classes)
     dec = sum(c.decode_tokens_per_s for c in classes)
     offered = pre + dec
-    mp = pre / rate if rate > 0 else None
+    # a cached context is not work (pre leaves it out) but the steps attend to it: the
+    # step times take the whole prompt, less the cached part as work, as one server's
+    # capacity does with prefix-cache hits
+    cached = sum(c.mean_cached_prompt * c.visit_rate for c in classes)
+    mp = (pre + cached) / rate if rate > 0 else None
     mo = dec / rate + 1.0 if rate > 0 else None
-    means = (None, None) if cost.load_only or rate <= 0 else (mp, mo)
+    mc = cached / rate if rate > 0 else None
+    means = (None, None, 0.0) if cost.load_only or rate <= 0 else (mp, mo, mc)
     share = max(s.routing_weights())
     t_bmax = step_time_at_budget(cost, s.b_max, *means)
     replica_cap = s.b_max / t_bmax
@@ -508,6 +556,7 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
         offered_tokens_per_s=offered,
         mean_prompt=mp,
         mean_output=mo,
+        mean_cached_prompt=mc,
         step_time_at_b_max_s=t_bmax,
         replica_token_capacity=replica_cap,
         token_capacity=pool_cap,
