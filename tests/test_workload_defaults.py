@@ -1,17 +1,20 @@
 """Which default workload options a run takes: none for a trace replay, whatever the
-arrival's spelling (trace:F, replay:F, any case, the YAML mapping, a named trace)."""
+arrival's spelling (trace:F, replay:F, any case, the YAML mapping, a named trace); no
+request count for a workload given a duration."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
 import pytest
 
+from llmsched.analysis.points import resolve_point
 from llmsched.api import DEFAULT_WORKLOAD, SimConfig, build_config, simulate
 from llmsched.cli import main
 from llmsched.theory import workload_means
-from llmsched.workload import replays_trace
+from llmsched.workload import make_trace, replays_trace
 
 ROWS = "arrival_s,prompt_tokens,output_tokens\n0.0,100,5\n1.0,50,3\n2.0,70,4\n"
 PROMPTS, OUTPUTS = [100, 50, 70], [5, 3, 4]
@@ -86,3 +89,36 @@ def test_a_value_given_equal_to_its_default_stays_given(tcsv):
     again = build_config(cfg, arrival="replay:F", trace=None)
     assert again.workload == {"rate": 16.0, "num_requests": 2, "trace": tcsv, "arrival": "replay:F"}
     assert build_config(SimConfig(), trace=tcsv).workload == {"trace": tcsv}
+
+
+# 200 req/s for 30 s: 6,066 arrivals (seed 0), past the default count of 5,000
+FAST = ["--prompt", "const:10", "--output", "const:5", "--cost-model", "paper"]
+
+
+def test_cli_duration_alone_takes_no_default_count(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["simulate", "--rate", "200", "--duration", "30", *FAST, "--out", str(out), "--quiet"]) == 0
+    with open(out / "requests.csv") as f:
+        arrival = np.array([float(r["arrival_s"]) for r in csv.DictReader(f)])
+    # the default count cut this run at 5,000 requests, the last arriving at 24.9 s
+    assert len(arrival) == 6066 and 29.9 < arrival.max() <= 30.0
+
+
+def test_python_and_config_duration_take_no_default_count(tmp_path):
+    res = simulate(rate=200, duration_s=30, prompt="const:10", output="const:5", cost_model="paper", verdict=False)
+    assert len(res.arrival_s) == 6066 and res.arrival_s.max() > 29.9
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("workload:\n  rate: 200\n  duration_s: 30\n")
+    assert "num_requests" not in build_config(str(cfg)).workload
+    assert len(make_trace(build_config(str(cfg)).workload)) == 6066
+    # a sweep's point and a load (rate from lambda*) keep the rule
+    point = resolve_point(None, {"duration_s": 30, "cost_model": "paper"}, {"load": 0.5})
+    assert "num_requests" not in point.workload and point.workload["duration_s"] == 30
+
+
+def test_a_count_given_with_a_duration_still_caps():
+    assert build_config(rate=200, duration_s=30, num_requests=100).workload["num_requests"] == 100
+    # a count from a file and a duration from the flags: both hold, whichever comes first
+    cfg = build_config({"workload": {"num_requests": 5000}}, duration_s=30)
+    assert cfg.workload["num_requests"] == 5000 and cfg.workload["duration_s"] == 30
+    assert build_config({"workload": {"duration_s": 30}}, num_requests=7).workload["num_requests"] == 7

@@ -425,11 +425,13 @@ def replays_trace(workload: dict) -> bool:
 
 def with_defaults(workload: dict, defaults: dict) -> dict:
     """The workload options given (None: not given) completed by the `defaults` that apply
-    to them: none to a trace replay (it has its own times and lengths)."""
+    to them: none to a trace replay (it has its own times and lengths), no request count
+    to a workload given a duration (the duration stops its arrivals)."""
     given = {k: v for k, v in workload.items() if v is not None}
     if replays_trace(given):
         return given
-    return {**defaults, **given}
+    skip = {"num_requests"} if given.get("duration_s") is not None else set()
+    return {**{k: v for k, v in defaults.items() if k not in skip}, **given}
 
 
 # ---------------------------------------------------------------------------- traces
