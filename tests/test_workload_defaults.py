@@ -1,6 +1,6 @@
 """Which default workload options a run takes: none for a trace replay, whatever the
 arrival's spelling (trace:F, replay:F, any case, the YAML mapping, a named trace); no
-request count for a workload given a duration."""
+request count for a workload given a duration; no rate for an arrival that names its own."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from llmsched.analysis.points import resolve_point
 from llmsched.api import DEFAULT_WORKLOAD, SimConfig, build_config, simulate
 from llmsched.cli import main
+from llmsched.core.errors import ConfigError
 from llmsched.theory import workload_means
 from llmsched.workload import make_trace, replays_trace
 
@@ -122,3 +123,35 @@ def test_a_count_given_with_a_duration_still_caps():
     cfg = build_config({"workload": {"num_requests": 5000}}, duration_s=30)
     assert cfg.workload["num_requests"] == 5000 and cfg.workload["duration_s"] == 30
     assert build_config({"workload": {"duration_s": 30}}, num_requests=7).workload["num_requests"] == 7
+
+
+@pytest.mark.parametrize(
+    ("arrival", "rate"),
+    [("poisson:5", 5.0), ("gamma:rate=5,cv=2", 5.0), ("deterministic:rate=4", 4.0), ("gamma:cv=2", 16.0)],
+)
+def test_an_inline_rate_stands_against_no_default(arrival, rate, capsys):
+    assert main(["simulate", "--arrival", arrival, *FAST, "--num-requests", "50", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["num_requests"] == 50
+    res = simulate(arrival=arrival, num_requests=50, prompt="const:10", output="const:5", cost_model="paper")
+    assert res.config["workload"]["rate"] == rate  # gamma:cv=2 names no rate: the default holds
+    assert build_config(arrival=arrival, rate=rate).workload["rate"] == rate  # the same value again is no conflict
+
+
+def test_yaml_arrival_mapping_rate_stands_against_no_default(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("cost_model: paper\nworkload:\n  arrival: {process: gamma, rate: 5, cv: 2}\n  num_requests: 50\n")
+    res = simulate(str(cfg), verdict=False)
+    assert res.config["workload"]["rate"] == 5.0 and res.config["workload"]["cv"] == 2.0
+    tr = make_trace(build_config(str(cfg)).workload)
+    assert len(tr) == 50
+
+
+def test_a_rate_given_against_the_inline_one_is_refused(tmp_path, capsys):
+    assert main(["simulate", "--arrival", "poisson:5", "--rate", "7", *FAST, "--num-requests", "5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "llmsched simulate: error: rate given twice with different values: 7 and 5 in arrival 'poisson:5'"
+    with pytest.raises(ConfigError, match="rate given twice with different values: 7 and 5 in arrival"):
+        make_trace(build_config({"workload": {"arrival": {"process": "gamma", "rate": 5}}}, rate=7).workload)
+    with pytest.raises(ConfigError, match="rate given twice with different values: 3 and 4 in arrival 'gamma:rate=3"):
+        build_config(arrival="gamma:rate=3,rate=4")

@@ -78,7 +78,7 @@ class SimConfig:
     def set_workload(self, given: dict | None) -> None:
         """Set the workload options given; `workload` becomes them completed by the defaults
         that apply (`workload.spec.with_defaults`: none to a trace replay, no request count
-        to a duration)."""
+        to a duration, no rate to an arrival that names its own)."""
         if given is None:
             given = {}
         if not isinstance(given, dict):

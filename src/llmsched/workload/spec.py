@@ -259,7 +259,9 @@ class WorkloadSpec:
         for k, val in _inline_params(a, kind, rest).items():
             old = getattr(self, k)
             if old is not None and old != val:
-                raise ConfigError(f"{k} given twice with different values ({old} and {val})")
+                raise ConfigError(
+                    f"{k} given twice with different values: {old:g} and {val:g} in arrival '{a.strip()}'"
+                )
             setattr(self, k, val)
         self.arrival = kind
 
@@ -386,7 +388,9 @@ def _inline_params(text: str, kind: str, rest: str) -> dict:
             raise ConfigError(f"cannot read '{part}' in arrival '{text.strip()}' (allowed: {', '.join(keys)})")
         val = _opt_float(v, f"{k} in arrival '{text.strip()}'")
         if out.get(k, val) != val:
-            raise ConfigError(f"{k} given twice with different values ({out[k]} and {val})")
+            raise ConfigError(
+                f"{k} given twice with different values: {out[k]:g} and {val:g} in arrival '{text.strip()}'"
+            )
         out[k] = val
     return out
 
@@ -407,7 +411,7 @@ def _spread_arrival(d: dict) -> dict:
         if k not in ("rate", "cv", "trace", "time_scale"):
             raise ConfigError(f"unknown key '{k}' in workload arrival (known: process, rate, cv, trace, time_scale)")
         if d.get(k) is not None and d[k] != v:
-            raise ConfigError(f"workload {k} given twice with different values")
+            raise ConfigError(f"workload {k} given twice with different values: {d[k]} and {v} in arrival")
         d[k] = v
     d["arrival"] = kind
     return d
@@ -426,11 +430,17 @@ def replays_trace(workload: dict) -> bool:
 def with_defaults(workload: dict, defaults: dict) -> dict:
     """The workload options given (None: not given) completed by the `defaults` that apply
     to them: none to a trace replay (it has its own times and lengths), no request count
-    to a workload given a duration (the duration stops its arrivals)."""
+    to a workload given a duration (the duration stops its arrivals), no rate to an
+    arrival that names its own (poisson:5, {process: gamma, rate: 5}): a default never
+    stands against a value given."""
     given = {k: v for k, v in workload.items() if v is not None}
     if replays_trace(given):
         return given
     skip = {"num_requests"} if given.get("duration_s") is not None else set()
+    d = _spread_arrival(given)
+    a = d.get("arrival")
+    if d.get("rate") is not None or (a is not None and "rate" in _inline_params(a, *_arrival_kind(a))):
+        skip.add("rate")
     return {**{k: v for k, v in defaults.items() if k not in skip}, **given}
 
 
