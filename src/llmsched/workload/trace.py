@@ -334,8 +334,10 @@ class Trace:
             cols.append(self.tag.tolist())
             header += ",tag"
         if self.block_ids is not None:
-            # space-separated ids in one column whose name carries the block size
-            cols.append(" ".join(map(str, b)) if b else "" for b in self.blocks())
+            # space-separated ids in one column whose name carries the block size; the ids
+            # as stored, a partial last block's included (`blocks()` hands out full blocks
+            # only), so that re-blocking the file read back gives the same ids
+            cols.append(" ".join(map(str, b)) if b else "" for b in as_tuples(self.block_ids, self.block_ptr))
             header += f",{BLOCKS_COLUMN}{self.block_size}"
         try:
             with open(path, "w", encoding="utf-8", newline="\n") as fh:
