@@ -44,6 +44,7 @@ __all__ = [
     "FORMATS",
     "read_trace",
     "replay_cut",
+    "mean_rate",
     "read_plain_csv",
     "read_azure_csv",
     "read_burstgpt_csv",
@@ -257,8 +258,7 @@ class Trace:
     @property
     def mean_rate(self) -> float:
         """Arrivals per second: (n - 1) / span (nan with fewer than 2 requests or no span)."""
-        span = self.span_s
-        return (len(self) - 1) / span if len(self) > 1 and span > 0 else float("nan")
+        return mean_rate(self.arrival_s)
 
     def describe(self) -> dict:
         """Summary numbers (count, span, rate, length means and p99s)."""
@@ -356,6 +356,14 @@ class Trace:
     def from_csv(cls, path: str | os.PathLike) -> Trace:
         """Read a plain `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]` CSV file."""
         return read_plain_csv(path)
+
+
+def mean_rate(arrival_s) -> float:
+    """Arrivals per second of sorted arrival times: (n - 1) / (t_last - t_first), nan with
+    fewer than 2 arrivals or no time between them."""
+    n = len(arrival_s)
+    span = float(arrival_s[-1] - arrival_s[0]) if n else 0.0
+    return (n - 1) / span if n > 1 and span > 0 else float("nan")
 
 
 def _as_int_array(x, name: str) -> np.ndarray:
