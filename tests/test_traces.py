@@ -271,6 +271,15 @@ def test_trace_operations_keep_block_ids(tmp_path):
     assert all(r.blocks is None for r in read_trace(AZURE24).requests())
 
 
+def test_read_trace_takes_a_named_trace_as_simulate_does():
+    from llmsched.workload import resolve_dataset
+
+    # read_trace('azure-conv') (and `validate --trace azure-conv`) said the file did not exist
+    assert read_trace("azure-conv") == read_trace(resolve_dataset("azure-conv")) == read_trace(" AZURE-CONV")
+    with pytest.raises(ConfigError, match="file nothing.csv does not exist"):
+        read_trace("nothing.csv")
+
+
 def test_csv_round_trip_keeps_partial_last_blocks(tmp_path):
     # kept at a source block size (read_trace(..., block_size=None)), a prompt's last block
     # may be partial: its id re-blocks into the full finer blocks it holds

@@ -37,6 +37,7 @@ from ..core.errors import ConfigError, InputWarning
 from ..core.request import Request
 from .blocks import DEFAULT_BLOCK_SIZE, as_tuples, cap_rows, chain_ragged, check_block_size, reblock, take_rows
 from .csvio import MAX_LENGTH, as_lengths, line_of_row, read_columns, read_header
+from .datasets import resolve_path
 
 __all__ = [
     "Trace",
@@ -743,6 +744,7 @@ def read_trace(
     `FORMATS`); block ids (Mooncake, or a plain CSV's block_ids@B column) are mapped to
     `block_size`-token cache blocks (None: kept as the file has them). `model` and
     `log_type` filter BurstGPT rows (an error for other formats)."""
+    path = resolve_path(path)  # a named trace (azure-conv) as `--trace` takes it
     fmt = trace_format(path)
     if fmt != "burstgpt" and (model is not None or log_type is not None):
         raise ConfigError(f"trace model and log type filters apply to BurstGPT traces only; {path} is {FORMATS[fmt]}")
