@@ -280,6 +280,20 @@ def test_read_trace_takes_a_named_trace_as_simulate_does():
         read_trace("nothing.csv")
 
 
+def test_lines_of_spaces_are_blank_lines(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens,tag\n0,10,1,a\n   \n1,20,2,b\n\t\n,,,\n\n2,30,3,c\n")
+    t = read_trace(p)  # numpy said: could not convert string '   ' to float64 at row 1, column 1
+    assert t.prompt.tolist() == [10, 20, 30] and t.tag.tolist() == ["a", "b", "c"]
+    # a bad value after them is still named by its line
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,1\n  \n1,x,2\n")
+    with pytest.raises(ConfigError, match="line 4 column 'prompt_tokens': cannot read 'x' as a number"):
+        read_trace(p)
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,1\n  \n-1,5,2\n")
+    with pytest.raises(ConfigError, match="line 4 column 'arrival_s'"):
+        read_trace(p)
+
+
 def test_csv_round_trip_keeps_partial_last_blocks(tmp_path):
     # kept at a source block size (read_trace(..., block_size=None)), a prompt's last block
     # may be partial: its id re-blocks into the full finer blocks it holds
