@@ -122,6 +122,40 @@ def test_plot_dir_titles_name_the_run_and_the_cdfs_say_what_they_cover(tmp_path,
     assert "unfinished requests' tokens included" in seen["itl_cdf.png"].axes[0].get_title()
 
 
+def test_run_title_states_the_effective_rate_and_the_real_count(tmp_path):
+    from llmsched.plots import run_title
+
+    small = dict(cost_model="paper", prompt="const:20", output="const:4", verdict=False)
+    llmsched.simulate(rate=2, time_scale=2.5, duration_s=40, out_dir=tmp_path / "p", **small)
+    # was 'poisson 2 req/s, 5,000 requests': the configured rate, the default count
+    assert run_title(tmp_path / "p").endswith("paper, poisson 5 req/s, 200 requests")
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,10,2\n2,10,2\n4,10,2\n")
+    llmsched.simulate(trace=str(tmp_path / "t.csv"), time_scale=4, cost_model="paper", out_dir=tmp_path / "t")
+    assert run_title(tmp_path / "t").endswith("paper, trace t.csv at 2 req/s, 3 requests")
+    llmsched.simulate(rate=1, turns="const:3", think_time_s=1, num_requests=9, out_dir=tmp_path / "c", **small)
+    assert run_title(tmp_path / "c").endswith("paper, poisson 1 conversations/s, 9 requests")
+
+
+def test_cdfs_are_steps_from_zero(tmp_path, monkeypatch):
+    from llmsched import plots
+
+    # the paper model's ITLs take four values here (46.75 ms for 75% of the gaps): lines
+    # between them claimed gaps in between, and the curve began at 0.75, not at 0
+    llmsched.simulate(cost_model="paper", rate=2, num_requests=100, out_dir=tmp_path, verdict=False)
+    seen = {}
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault(path.name, fig) and real(fig, path))
+    plots.plot_dir(tmp_path)
+    hist = np.genfromtxt(tmp_path / "itl_histogram.csv", delimiter=",", names=True)
+    line = seen["itl_cdf.png"].axes[0].get_lines()[0]
+    assert line.get_drawstyle() == "steps-post"
+    assert list(line.get_xdata()) == [0.0, *hist["itl_ms"]]
+    assert np.allclose(line.get_ydata(), [0.0, *np.cumsum(hist["count"]) / hist["count"].sum()])
+    assert seen["ttft_cdf.png"].axes[0].get_lines()[0].get_drawstyle() == "steps-post"
+    x, y = plots.cdf_steps(np.array([3.0, 1.0, 1.0, 2.0]))  # a repeated value is one step
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0] and y.tolist() == [0.0, 0.5, 0.75, 1.0]
+
+
 def test_piped_tables_keep_whole_headers_and_cells(tmp_path):
     cmd = [sys.executable, "-m", "llmsched", "capacity", "--cost-model", "paper", "--b-max", "512", "--k-max", "16"]
     cmd += ["--mean-prompt", "200", "--mean-output", "101", "--rate", "3"]

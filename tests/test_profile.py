@@ -11,7 +11,14 @@ import pytest
 
 from llmsched.core.cost import make_cost_model
 from llmsched.core.errors import ConfigError
-from llmsched.core.profile import PROFILES_DIR, ProfileCostModel, load_profile, shipped_profiles, validate_steps
+from llmsched.core.profile import (
+    COMBINED_FILE,
+    PROFILES_DIR,
+    ProfileCostModel,
+    load_profile,
+    shipped_profiles,
+    validate_steps,
+)
 
 H200 = PROFILES_DIR / "h200"
 
@@ -234,8 +241,8 @@ def test_user_folder_with_several_models(tmp_path):
         load_profile(f"{folder}#c")
 
 
-def test_combined_csv_matches_the_shipped_folder(tmp_path):
-    path = tmp_path / "combined.csv"
+def combined_csv(path: Path) -> Path:
+    """The shipped Llama-3.2-1B tables as one combined CSV file (16 layers)."""
     cols = [
         "table",
         "model",
@@ -256,6 +263,11 @@ def test_combined_csv_matches_the_shipped_folder(tmp_path):
         for r in table(f"{name}.csv", "llama-3.2-1b"):
             out.append([name] + [r.get(c, "") for c in cols[1:-1]] + ["16"])
     write_csv(path, cols, out)
+    return path
+
+
+def test_combined_csv_matches_the_shipped_folder(tmp_path):
+    path = combined_csv(tmp_path / "combined.csv")
     c = load_profile(str(path))
     s = load_profile("h200-llama-3.2-1b")
     assert c.layers == 16
@@ -289,6 +301,20 @@ def test_unknown_profile_and_options(tmp_path):
         load_profile("h200-llama-3-8b,eager")
     with pytest.raises(ConfigError):
         make_cost_model("profile:nope")
+
+
+def test_a_folder_holding_what_profile_out_writes(tmp_path):
+    # `llmsched profile --out DIR` writes DIR/profile.csv; profile:DIR looked for DIR/linear.csv
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    combined_csv(folder / COMBINED_FILE)
+    args = (512, 64, 64 * 2000, [(512, 1024)], 65)
+    assert load_profile(str(folder)).step_time(*args) == load_profile("h200-llama-3.2-1b").step_time(*args)
+    assert make_cost_model(f"profile:{folder},mode=eager").step_time(*args) > 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match=r"holds neither the table files \(linear\.csv, .*\) nor profile\.csv"):
+        load_profile(str(empty))
 
 
 def test_missing_file(tmp_path):

@@ -271,6 +271,44 @@ def test_trace_operations_keep_block_ids(tmp_path):
     assert all(r.blocks is None for r in read_trace(AZURE24).requests())
 
 
+def test_read_trace_takes_a_named_trace_as_simulate_does():
+    from llmsched.workload import resolve_dataset
+
+    # read_trace('azure-conv') (and `validate --trace azure-conv`) said the file did not exist
+    assert read_trace("azure-conv") == read_trace(resolve_dataset("azure-conv")) == read_trace(" AZURE-CONV")
+    with pytest.raises(ConfigError, match="file nothing.csv does not exist"):
+        read_trace("nothing.csv")
+
+
+def test_lines_of_spaces_are_blank_lines(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens,tag\n0,10,1,a\n   \n1,20,2,b\n\t\n,,,\n\n2,30,3,c\n")
+    t = read_trace(p)  # numpy said: could not convert string '   ' to float64 at row 1, column 1
+    assert t.prompt.tolist() == [10, 20, 30] and t.tag.tolist() == ["a", "b", "c"]
+    # a bad value after them is still named by its line
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,1\n  \n1,x,2\n")
+    with pytest.raises(ConfigError, match="line 4 column 'prompt_tokens': cannot read 'x' as a number"):
+        read_trace(p)
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,1\n  \n-1,5,2\n")
+    with pytest.raises(ConfigError, match="line 4 column 'arrival_s'"):
+        read_trace(p)
+
+
+def test_csv_round_trip_keeps_partial_last_blocks(tmp_path):
+    # kept at a source block size (read_trace(..., block_size=None)), a prompt's last block
+    # may be partial: its id re-blocks into the full finer blocks it holds
+    ids, ptr = [1, 2, 3, 4, 5, 6], [0, 2, 3, 6]
+    t = Trace([0.0, 1.0, 2.0], [100, 64, 130], [1, 2, 3], block_ids=ids, block_ptr=ptr, block_size=64)
+    assert t.blocks() == [(1,), (3,), (4, 5)]  # handed out: full blocks only
+    p = tmp_path / "t.csv"
+    t.to_csv(p)
+    assert p.read_text().splitlines()[1:] == ["0.0,100,1,1 2", "1.0,64,2,3", "2.0,130,3,4 5 6"]
+    back = Trace.from_csv(p)
+    assert back == t and read_trace(p, block_size=None) == t
+    assert back.with_block_size(16) == t.with_block_size(16)
+    assert len(t.with_block_size(16).block_ids) == 6 + 4 + 8
+
+
 def test_trace_rejects_inconsistent_block_ids():
     with pytest.raises(
         ConfigError, match="request 0 has 4 block ids but its 40-token prompt holds only 3 blocks of 16"

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from helpers import FULL_TRACES, TRACES
 
+from llmsched.cli import main
 from llmsched.core.errors import ConfigError
 from llmsched.workload import (
     Constant,
@@ -87,6 +88,20 @@ def test_deterministic_spacing():
     spec = WorkloadSpec(arrival="deterministic", rate=2, duration_s=5, prompt=8, output=8)
     tr = make_trace(spec)
     assert len(tr) == 10 and tr.arrival_s[-1] == pytest.approx(5.0)
+
+
+def test_deterministic_duration_past_the_count(capsys):
+    # duration_s * rate overflowed math.floor (OverflowError); 1e20 at rate 3 stepped k one
+    # by one through a float's rounding
+    assert np.allclose(Deterministic(10.0).times(None, 10, 1e308), np.arange(1, 11) / 10.0)
+    assert len(Deterministic(3.0).times(None, 10, 1e20)) == 10
+    assert len(Deterministic(4.0).times(None, 1000, 10.0)) == 40
+    with pytest.raises(ConfigError, match="duration_s=1e\\+308 at rate 10.0 gives over 20,000,000 requests"):
+        Deterministic(10.0).times(None, None, 1e308)
+    argv = ["simulate", "--arrival", "deterministic", "--rate", "10", "--duration", "1e308", "--num-requests", "10"]
+    assert main([*argv, "--prompt", "const:10", "--output", "const:5", "--cost-model", "paper", "--quiet"]) == 0
+    assert main([*argv[:-2], "--cost-model", "paper", "--quiet"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_num_requests_and_duration_whichever_first():

@@ -30,6 +30,7 @@ from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, simulate_trace
 from .theory import INCONCLUSIVE, capacity, stability_verdict
 from .workload import Trace, WorkloadSpec, make_trace
+from .workload.spec import with_defaults
 
 if TYPE_CHECKING:
     from .workload.network import NetworkSpec
@@ -63,7 +64,7 @@ class SimConfig:
     prefix_caching: bool = False  # reuse the KV of cached prompt prefixes (docs/prefix-caching.md)
     block_size: int = 16  # tokens per KV block, the prefix cache's unit
     cost_model: str = "profile:h200-llama-3-8b"
-    workload: dict = field(default_factory=lambda: dict(DEFAULT_WORKLOAD))
+    workload: dict = field(default_factory=dict)  # the options given; completed by the defaults that apply
     fast: bool = True
     max_time_s: float | None = None
     sample_interval_s: float | None = None
@@ -71,12 +72,33 @@ class SimConfig:
     verdict: bool = True
     slo: dict = field(default_factory=dict)  # per-request limits in ms: ttft_ms, tpot_ms, itl_ms, e2el_ms
 
+    def __post_init__(self):
+        self.set_workload(self.workload)
+
+    def set_workload(self, given: dict | None) -> None:
+        """Set the workload options given; `workload` becomes them completed by the defaults
+        that apply (`workload.spec.with_defaults`: none to a trace replay, no request count
+        to a duration, no rate to an arrival that names its own)."""
+        if given is None:
+            given = {}
+        if not isinstance(given, dict):
+            raise ConfigError(f"workload must be a mapping (arrival, rate, prompt, output, ...), got {given!r:.60}")
+        # kept apart from the defaults: an override (build_config) decides anew which apply
+        self._workload_given = {k: v for k, v in given.items() if v is not None}
+        self.workload = with_defaults(self._workload_given, DEFAULT_WORKLOAD)
+
+    def given_workload(self) -> dict:
+        """The workload options given, without the defaults (a workload changed after
+        construction counts as given whole)."""
+        given = self._workload_given
+        return dict(given) if with_defaults(given, DEFAULT_WORKLOAD) == self.workload else dict(self.workload)
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SimConfig:
         """A configuration from a mapping: a YAML file's, or a run's own `config.json` (known
         by its `provenance`; its output-only keys are ignored, elsewhere they are unknown). A
-        `workload` section fills in the default workload key by key, as the flags do (a trace
-        replay drops the synthetic defaults)."""
+        `workload` section is completed by the default workload's options that apply to it,
+        as the flags are (`set_workload`)."""
         if not isinstance(d, dict):
             raise ConfigError("a configuration must be a mapping of option names to values")
         if "provenance" in d:  # a run's own config.json: drop what describes the run's outputs
@@ -85,18 +107,12 @@ class SimConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise unknown_name("configuration option", unknown[0], known)
-        cfg = cls(**{k: v for k, v in d.items() if k != "workload"})
-        if "workload" in d and d["workload"] is not None:
-            wl = d["workload"]
-            if not isinstance(wl, dict):
-                raise ConfigError("'workload' must be a mapping (arrival, rate, prompt, output, ...)")
+        wl = d.get("workload")
+        if isinstance(wl, dict):
             unknown = sorted(set(wl) - _WORKLOAD_KEYS)
             if unknown:
                 raise unknown_name("workload option", unknown[0], _WORKLOAD_KEYS)
-            given = {k: v for k, v in wl.items() if v is not None}
-            replay = bool(given.get("trace")) or str(given.get("arrival", "")).startswith(("trace", "azure"))
-            cfg.workload = given if replay else {**DEFAULT_WORKLOAD, **given}
-        return cfg
+        return cls(**d)
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> SimConfig:
@@ -128,11 +144,12 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
     if config is None:
         cfg = SimConfig()
     elif isinstance(config, SimConfig):
-        cfg = SimConfig.from_dict(config.to_dict())
+        cfg = SimConfig.from_dict({**config.to_dict(), "workload": config.given_workload()})
     elif isinstance(config, dict):
         cfg = SimConfig.from_dict(config)
     else:
         cfg = SimConfig.from_yaml(config)
+    given = None
     wl_over = {}
     for k, v in overrides.items():
         if v is None:
@@ -140,24 +157,15 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
         if k in _CONFIG_KEYS and k != "workload":
             setattr(cfg, k, v)
         elif k == "workload":
-            if not isinstance(v, dict):
-                raise ConfigError(f"workload must be a mapping (arrival, rate, prompt, output, ...), got {v!r:.60}")
-            cfg.workload = dict(v)
+            given = v
         elif k in _WORKLOAD_KEYS:
             wl_over[k] = v
         else:
             raise ConfigError(f"unknown option {k!r}")
+    if given is not None:
+        cfg.set_workload(given)
     if wl_over:
-        if "trace" in wl_over or str(wl_over.get("arrival", "")).startswith(("trace", "azure")):
-            # replaying a trace: the default synthetic laws and count do not apply
-            base = {
-                k: v
-                for k, v in cfg.workload.items()
-                if cfg.workload is not DEFAULT_WORKLOAD and not (k in DEFAULT_WORKLOAD and v == DEFAULT_WORKLOAD[k])
-            }
-            cfg.workload = {**base, **wl_over}
-        else:
-            cfg.workload = {**cfg.workload, **wl_over}
+        cfg.set_workload({**cfg.given_workload(), **wl_over})
     _check_types(cfg)
     return cfg
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from .core.errors import ConfigError
 from .core.palette import color_of
+from .workload.trace import mean_rate
 
 
 def _read_csv(path: Path, need: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -52,12 +53,24 @@ def _figure():
     return fig, fig.add_subplot(1, 1, 1)
 
 
-def _cdf(ax, values: np.ndarray, weights: np.ndarray | None = None, label: str | None = None, color=None):
-    order = np.argsort(values)
-    v = values[order]
-    w = np.ones_like(v) if weights is None else weights[order]
+def cdf_steps(values: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF of `values` (weighted: a histogram's values and counts) as the
+    corners of a step plot (`where="post"`): 0 from 0 (or the least value, if negative)
+    up to the least value, then at each distinct value the fraction at or below it. A
+    straight line between the corners would claim values between a histogram's bins."""
+    order = np.argsort(values, kind="stable")
+    v = np.asarray(values, dtype=np.float64)[order]
+    w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=np.float64)[order]
     c = np.cumsum(w)
-    ax.plot(v, c / c[-1], label=label, color=color)
+    if not len(v) or c[-1] <= 0:
+        return np.zeros(0), np.zeros(0)
+    last = np.append(v[1:] != v[:-1], True)  # one corner per distinct value
+    return np.append(min(0.0, v[0]), v[last]), np.append(0.0, c[last] / c[-1])
+
+
+def _cdf(ax, values: np.ndarray, weights: np.ndarray | None = None, label: str | None = None, color=None):
+    x, y = cdf_steps(values, weights)
+    ax.step(x, y, where="post", label=label, color=color)
 
 
 def _config(folder: Path) -> dict | None:
@@ -69,13 +82,21 @@ def _config(folder: Path) -> dict | None:
     return c if isinstance(c, dict) else None
 
 
-def run_title(folder: Path, config: dict | None = None) -> str:
+def run_title(folder: Path, config: dict | None = None, arrival_s: np.ndarray | None = None) -> str:
     """The run a folder holds, for figure titles: `sarathi, b_max 512, paper, poisson 5
-    req/s, 2,000 requests` (from its config.json, or `config` if given; the folder's name
-    without one)."""
+    req/s, 2,000 requests`. Policy, limits and cost model from its config.json (or
+    `config`); the rate the requests came at, a synthetic process's rate times its
+    time_scale or a trace's replayed mean rate (n - 1) / span, and their number from the
+    run's arrival times (requests.csv's `arrival_s`, or `arrival_s`). The folder's name
+    without a config."""
     c = config if config is not None else _config(folder)
     if c is None:
         return folder.resolve().name
+    if arrival_s is None:
+        try:
+            arrival_s = _read_csv(folder / "requests.csv", ("arrival_s",))["arrival_s"]
+        except ConfigError:
+            arrival_s = None
     parts = [str(c.get("policy", "?"))]
     if c.get("admission") not in (None, "fcfs"):
         parts[0] += f" + {c['admission']}"
@@ -85,12 +106,19 @@ def run_title(folder: Path, config: dict | None = None) -> str:
     parts.append(str(c.get("cost_model", "")).removeprefix("profile:"))
     w = c.get("workload")
     w = w if isinstance(w, dict) else {}
+    scale = w.get("time_scale")
+    scale = scale if isinstance(scale, (int, float)) and not isinstance(scale, bool) else 1.0
     if w.get("trace"):
         parts.append(f"trace {Path(str(w['trace'])).name}")
-    elif isinstance(w.get("rate"), (int, float)):
-        parts.append(f"{w.get('arrival', 'poisson')} {w['rate']:g} req/s")
-    if isinstance(w.get("num_requests"), int) and w["num_requests"] > 0:
-        parts.append(f"{w['num_requests']:,} requests")
+        rate = mean_rate(arrival_s) if arrival_s is not None else float("nan")
+        if rate == rate:  # not nan: two arrivals at different times
+            parts[-1] += f" at {rate:.3g} req/s"
+    elif isinstance(w.get("rate"), (int, float)) and not isinstance(w["rate"], bool):
+        # with turns the process starts conversations; their later turns add requests
+        unit = "conversations/s" if w.get("turns") else "req/s"
+        parts.append(f"{w.get('arrival', 'poisson')} {w['rate'] * scale:g} {unit}")
+    if arrival_s is not None:
+        parts.append(f"{len(arrival_s):,} requests")
     return ", ".join(parts)
 
 
@@ -111,12 +139,12 @@ def plot_dir(folder: str | Path) -> list[Path]:
         )
     # every file is read and checked first: a damaged one must not leave half the figures redrawn
     ts = _read_csv(d / "timeseries.csv", ("time_s", "waiting_requests", "running_requests"))
-    req = _read_csv(d / "requests.csv", ("ttft_s", "e2e_s"))
+    req = _read_csv(d / "requests.csv", ("arrival_s", "ttft_s", "e2e_s"))
     itl = _read_csv(d / "itl_histogram.csv", ("itl_ms", "count"))
     load = _read_csv(d / "load_histogram.csv", ("token_load", "steps"))
     out = []
     config = _config(d)
-    name = run_title(d, config)
+    name = run_title(d, config, req["arrival_s"])
     color = color_of(str((config or {}).get("policy", "")))
 
     fig, ax = _figure()

@@ -10,7 +10,7 @@ from ..api import build_config
 from ..core.errors import ConfigError
 from ..core.paths import check_out_file
 from ..theory import DEFAULT_SAMPLES, capacity, stability_region, workload_means
-from ..workload import WorkloadSpec, make_trace
+from ..workload import WorkloadSpec, make_trace, replays_trace
 from .figures import plot_region
 
 
@@ -36,9 +36,7 @@ def capacity_report(
     if mean_prompt is None or mean_output is None:
         n = DEFAULT_SAMPLES if samples is None else samples
         mp, mo = workload_means(cfg.workload, n)
-        is_trace = bool(cfg.workload.get("trace")) or str(cfg.workload.get("arrival", "")).startswith(
-            ("trace", "azure")
-        )
+        is_trace = replays_trace(cfg.workload)
         source = "trace" if is_trace else f"sampled ({n:,} draws)"
         mean_prompt = mp if mean_prompt is None else mean_prompt
         mean_output = mo if mean_output is None else mean_output

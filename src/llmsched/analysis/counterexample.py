@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from ..api import SimConfig
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..theory import capacity, workload_means
@@ -93,7 +92,6 @@ def find_counterexample(
         "arrival": "poisson",
         "rate": 1.0,
     }
-    default_wl = SimConfig().workload
     tried, confirmed = [], []
     bar = Progress(bool(progress), "counterexample search")
     try:
@@ -101,7 +99,7 @@ def find_counterexample(
             runner = Runner(be, Store(None), bar, run_point)
             for prompt, output in cands:
                 cfg = resolve_point(None, {**base, "prompt": prompt, "output": output}, {})
-                mp, mo = workload_means({**default_wl, **cfg.workload})
+                mp, mo = workload_means(cfg.workload)
                 rep = capacity(cost, b_max, mp, mo, k_max=k_max)
                 entry = {
                     "prompt": prompt,

@@ -283,9 +283,15 @@ def add_workload_args(p: argparse.ArgumentParser, rate_help: str | None = None, 
         "--num-requests",
         type=int,
         help=num_requests_help
-        or "stop after N requests (default 5000; a trace: all its requests unless given, then its first N)",
+        or "stop after N requests (default 5000, none with --duration; a trace: all its requests unless "
+        "given, then its first N)",
     )
-    g.add_argument("--duration", type=float, dest="duration_s", help="stop arrivals after S seconds (default: none)")
+    g.add_argument(
+        "--duration",
+        type=float,
+        dest="duration_s",
+        help="stop arrivals after S seconds (default: none); with --num-requests, whichever comes first",
+    )
     g.add_argument("--seed", type=int, help="random seed (default 0)")
     g.add_argument(
         "--system-prompt",

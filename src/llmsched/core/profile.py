@@ -54,7 +54,8 @@ Spec forms for `load_profile(spec)` (also `make_cost_model("profile:" + spec)`):
 - `h200-llama-3-8b` (the default) or `h200-llama-3.2-1b`: a shipped profile, named
   `<folder>-<model>` after the folders in `llmsched/data/profiles/`;
 - `PATH`: a folder holding the table files below for one model, or for several models
-  with `PATH#MODEL` choosing one;
+  with `PATH#MODEL` choosing one; a folder without them that holds `profile.csv` (what
+  `llmsched profile --out DIR` writes) is read as that combined file;
 - `PATH` to a single combined CSV file (format below), `PATH#MODEL` likewise;
 - options may follow after commas: `,mode=auto|eager|graph`, `,overlap=V` (0..1),
   `,monotone=1|0`, `,layers=N` (overrides the layer count), e.g.
@@ -118,6 +119,7 @@ PROFILES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
 DEFAULT_PROFILE = "h200-llama-3-8b"
 MODES = ("auto", "eager", "graph")
 META_FILE = "profile.json"
+COMBINED_FILE = "profile.csv"  # the combined file `llmsched profile --out DIR` writes into DIR
 
 # table -> (file name, required key columns); every table also needs `ms`
 TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -968,6 +970,14 @@ def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
         path_text, _, model = source.partition("#")
         model = model.strip() or None
         path = Path(recorded_path(path_text))  # absolute: describe()'s source is recorded
+        if path.is_dir() and not any((path / TABLES[t][0]).exists() for t in REQUIRED_TABLES):
+            if not (path / COMBINED_FILE).is_file():
+                raise ConfigError(
+                    f"profile folder {path} holds neither the table files "
+                    f"({', '.join(TABLES[t][0] for t in REQUIRED_TABLES)}) nor {COMBINED_FILE} "
+                    f"(what `llmsched profile --out {path}` writes)"
+                )
+            path = path / COMBINED_FILE
         if path.is_dir():
             tables, model, layers = _load_folder(path, model)
             where = str(path / META_FILE)

@@ -58,6 +58,7 @@ from types import SimpleNamespace
 from ..core.cost import make_cost_model
 from ..core.engine_api import DefaultMaxModelLen, SamplingParams, default_max_running
 from ..core.errors import ConfigError
+from ..core.profile import COMBINED_FILE
 
 COLUMNS = (
     "table",
@@ -504,7 +505,7 @@ def profile_engine(
 def write_profile(rows: list[dict], out) -> Path:
     out = Path(out)
     if out.is_dir():
-        out = out / "profile.csv"
+        out = out / COMBINED_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     with open(tmp, "w", newline="") as f:

@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..core.errors import ConfigError
-from ..workload import WorkloadSpec, make_trace
+from ..workload import WorkloadSpec, make_trace, replays_trace
 
 __all__ = ["workload_means", "DEFAULT_SAMPLES"]
 
@@ -37,8 +37,7 @@ def workload_means(workload: dict, samples: int = DEFAULT_SAMPLES) -> tuple[floa
 def _means(key: str, samples: int) -> tuple[float, float]:
     d = json.loads(key)
     d = {k: v for k, v in d.items() if v is not None}
-    synthetic = not (d.get("trace") or str(d.get("arrival", "")).startswith(("trace", "azure")))
-    if synthetic:
+    if not replays_trace(d):
         d.pop("duration_s", None)
         d["num_requests"] = samples
         d["rate"] = d.get("rate") or 1.0

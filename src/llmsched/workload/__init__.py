@@ -15,7 +15,7 @@ from ..core.errors import ConfigError
 from .arrivals import ArrivalProcess, Deterministic, Gamma, Poisson, make_arrival_process
 from .datasets import DATASETS, resolve_dataset, traces_dirs
 from .lengths import Constant, Empirical, Geometric, LengthLaw, Lognormal, Uniform, parse_length_law, sample_pair
-from .spec import WorkloadClass, WorkloadSpec, load_trace, make_trace
+from .spec import WorkloadClass, WorkloadSpec, load_trace, make_trace, replays_trace
 from .trace import (
     FORMATS,
     Trace,
@@ -57,4 +57,5 @@ __all__ = [
     "WorkloadSpec",
     "WorkloadClass",
     "make_trace",
+    "replays_trace",
 ]

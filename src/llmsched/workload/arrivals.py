@@ -159,12 +159,20 @@ class Deterministic(ArrivalProcess):
             raise ConfigError("give num_requests or duration_s to stop the arrivals")
         m = n if n is not None else math.inf
         if duration_s is not None:
-            k = math.floor(duration_s * self.rate)  # arrivals k / rate <= duration_s
-            while (k + 1) / self.rate <= duration_s:
-                k += 1
-            while k > 0 and k / self.rate > duration_s:
-                k -= 1
-            m = min(m, k)
+            x = duration_s * self.rate
+            if n is None and not x < MAX_REQUESTS + 1:
+                raise ConfigError(
+                    f"duration_s={duration_s} at rate {self.rate} gives over {MAX_REQUESTS:,} requests, the limit"
+                )
+            # past n arrivals the duration stops none (and a product that overflows to inf
+            # has no floor)
+            if x < m + 1:
+                k = math.floor(x)  # arrivals k / rate <= duration_s
+                while (k + 1) / self.rate <= duration_s:
+                    k += 1
+                while k > 0 and k / self.rate > duration_s:
+                    k -= 1
+                m = min(m, k)
         if m > MAX_REQUESTS:
             raise ConfigError(f"the workload would hold {m:,} requests, over the limit of {MAX_REQUESTS:,}")
         return _check_times(np.arange(1, int(m) + 1, dtype=np.float64) / self.rate, self.rate)

@@ -91,8 +91,9 @@ def read_columns(
     `wanted` / `optional` map a column name to its kind: "float" (float64 array), "str"
     (numpy str array) or "datetime" (datetime64[ns] array). A missing wanted column, a
     short line or a value that does not parse raises ConfigError naming file, line and
-    column. Blank lines are skipped. A file with a header but no data rows gives empty
-    arrays (the caller decides whether that is an error).
+    column. Blank lines (nothing but spaces, or empty fields) are skipped. A file with a
+    header but no data rows gives empty arrays (the caller decides whether that is an
+    error).
     """
     p = Path(path)
     header = read_header(p)
@@ -105,46 +106,66 @@ def read_columns(
             kinds[name] = kind
         elif name in wanted:
             raise ConfigError(f"file {p} has no column '{name}' (its header is: {','.join(header)})")
-    out: dict[str, np.ndarray] = {}
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "input contained no data"
-            num = [n for n in cols if kinds[n] == "float"]
-            if num:
-                arr = np.loadtxt(
-                    p,
-                    delimiter=",",
-                    skiprows=1,
-                    comments=None,
-                    quotechar='"',
-                    usecols=[cols[n] for n in num],
-                    ndmin=2,
-                    dtype=np.float64,
-                    encoding="utf-8-sig",
-                )
-                for j, n in enumerate(num):
-                    out[n] = np.ascontiguousarray(arr[:, j])
-            for n in cols:
-                if kinds[n] == "float":
-                    continue
-                s = np.loadtxt(
-                    p,
-                    delimiter=",",
-                    skiprows=1,
-                    comments=None,
-                    quotechar='"',
-                    usecols=[cols[n]],
-                    ndmin=1,
-                    dtype=str,
-                    encoding="utf-8-sig",
-                )
-                s = np.char.strip(s) if s.size else s
-                out[n] = s.astype("datetime64[ns]") if kinds[n] == "datetime" else s
+        out = _parse(p, cols, kinds)
     except (ValueError, IndexError) as exc:
         where = _locate_error(p, header, cols, kinds)
-        raise ConfigError(f"file {p} is malformed: {where or exc}") from None
+        if where:
+            raise ConfigError(f"file {p} is malformed: {where}") from None
+        # every line the slow pass reads is good: numpy stopped at a line of spaces or empty
+        # fields, blank here as a line with nothing is (numpy skips only the latter)
+        try:
+            out = _parse(_unblanked(p), cols, kinds)
+        except (ValueError, IndexError):
+            raise ConfigError(f"file {p} is malformed: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read file {p}: {exc}") from None
+    return out
+
+
+def _unblanked(p: Path) -> list[str]:
+    """The file's lines without those of nothing but spaces and commas (header kept)."""
+    with _open_text(p) as fh:
+        lines = fh.read().splitlines()
+    return lines[:1] + [line for line in lines[1:] if line.strip(" \t,")]
+
+
+def _parse(source, cols: dict[str, int], kinds: dict[str, str]) -> dict[str, np.ndarray]:
+    """numpy's parse of the columns `cols` (name -> field index) of a file or its lines."""
+    out: dict[str, np.ndarray] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "input contained no data"
+        num = [n for n in cols if kinds[n] == "float"]
+        if num:
+            arr = np.loadtxt(
+                source,
+                delimiter=",",
+                skiprows=1,
+                comments=None,
+                quotechar='"',
+                usecols=[cols[n] for n in num],
+                ndmin=2,
+                dtype=np.float64,
+                encoding="utf-8-sig",
+            )
+            for j, n in enumerate(num):
+                out[n] = np.ascontiguousarray(arr[:, j])
+        for n in cols:
+            if kinds[n] == "float":
+                continue
+            s = np.loadtxt(
+                source,
+                delimiter=",",
+                skiprows=1,
+                comments=None,
+                quotechar='"',
+                usecols=[cols[n]],
+                ndmin=1,
+                dtype=str,
+                encoding="utf-8-sig",
+            )
+            s = np.char.strip(s) if s.size else s
+            out[n] = s.astype("datetime64[ns]") if kinds[n] == "datetime" else s
     return out
 
 

@@ -4,7 +4,8 @@ Arrivals (`arrival`):
     poisson | gamma | deterministic      synthetic, at `rate` req/s (gamma also `cv`);
                                          inline parameters allowed: poisson:5,
                                          gamma:rate=5,cv=2, deterministic:rate=5
-    trace:PATH | trace (with `trace`)    replay a trace file (plain or Azure CSV)
+    trace:PATH | trace (with `trace`)    replay a trace file (plain or Azure CSV); replay:PATH
+                                         is the same, and every name any case
     azure-conv                           replay the named Azure conversation trace
 For a trace, `time_scale` k divides arrival times (k times the rate); alternatively `rate`
 rescales the replayed part (after the cut below) to that mean rate, (n - 1) / (t_last -
@@ -51,7 +52,15 @@ from .datasets import is_dataset, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
 from .trace import FORMATS, Trace, read_trace, replay_cut, trace_format
 
-__all__ = ["WorkloadSpec", "WorkloadClass", "make_trace", "load_trace", "SYNTHETIC_ARRIVALS"]
+__all__ = [
+    "WorkloadSpec",
+    "WorkloadClass",
+    "make_trace",
+    "load_trace",
+    "replays_trace",
+    "with_defaults",
+    "SYNTHETIC_ARRIVALS",
+]
 
 SYNTHETIC_ARRIVALS = ("poisson", "gamma", "deterministic")
 _ARRIVAL_ALIASES = {"exponential": "poisson", "constant": "deterministic", "replay": "trace"}
@@ -233,45 +242,28 @@ class WorkloadSpec:
         if a is None:
             self.arrival = "trace" if self.trace is not None else "poisson"
             return
-        if not isinstance(a, str) or not a.strip():
-            raise ConfigError(
-                f"arrival must be a string such as poisson, gamma, deterministic, trace:PATH or azure-conv; got {a!r}"
-            )
-        a = a.strip()
-        kind, _, rest = a.partition(":")
-        kind = kind.strip().lower()
-        kind = _ARRIVAL_ALIASES.get(kind, kind)
-        if is_dataset(a) and not rest:
-            kind, rest = "trace", a.lower()
+        kind, rest = _arrival_kind(a)
         if kind == "trace":
-            if rest.strip():
-                if self.trace is not None and str(self.trace) != rest.strip():
-                    raise ConfigError(f"two trace files given: arrival '{a}' and trace '{self.trace}'")
-                self.trace = rest.strip()
+            if rest:
+                if self.trace is not None and str(self.trace) != rest:
+                    raise ConfigError(f"two trace files given: arrival '{a.strip()}' and trace '{self.trace}'")
+                self.trace = rest
             if self.trace is None:
                 raise ConfigError("trace arrivals need a file: arrival trace:PATH (or azure-conv)")
             self.arrival = "trace"
             return
         if kind not in SYNTHETIC_ARRIVALS:
             raise ConfigError(
-                f"unknown arrival process '{a}' (known: poisson, gamma, deterministic, trace:PATH, azure-conv)"
+                f"unknown arrival process '{a.strip()}' (known: poisson, gamma, deterministic, trace:PATH, azure-conv)"
             )
-        if rest.strip():
-            self._inline_arrival_params(a, kind, rest)
-        self.arrival = kind
-
-    def _inline_arrival_params(self, text, kind, rest):
-        keys = ("rate", "cv") if kind == "gamma" else ("rate",)
-        for i, part in enumerate(p.strip() for p in rest.split(",")):
-            k, eq, v = part.partition("=")
-            k, v = (k.strip().lower(), v.strip()) if eq else ("rate" if i == 0 else "", k.strip())
-            if k not in keys:
-                raise ConfigError(f"cannot read '{part}' in arrival '{text}' (allowed: {', '.join(keys)})")
-            val = _opt_float(v, f"{k} in arrival '{text}'")
+        for k, val in _inline_params(a, kind, rest).items():
             old = getattr(self, k)
             if old is not None and old != val:
-                raise ConfigError(f"{k} given twice with different values ({old} and {val})")
+                raise ConfigError(
+                    f"{k} given twice with different values: {old:g} and {val:g} in arrival '{a.strip()}'"
+                )
             setattr(self, k, val)
+        self.arrival = kind
 
     def _check_complete(self):
         shared = bool(self.system_prompt) or any(c.system_prompt for c in self.classes or ())
@@ -349,23 +341,7 @@ class WorkloadSpec:
             d = {}
         if not isinstance(d, dict):
             raise ConfigError(f"workload must be a mapping of settings, got {type(d).__name__}")
-        d = dict(d)
-        arr = d.get("arrival")
-        if isinstance(arr, dict):
-            arr = {str(k).lower(): v for k, v in arr.items()}
-            kind = arr.pop("process", None) or arr.pop("kind", None) or arr.pop("type", None)
-            for k in list(arr):
-                if k in ("path", "file"):
-                    arr["trace"] = arr.pop(k)
-            for k, v in arr.items():
-                if k not in ("rate", "cv", "trace", "time_scale"):
-                    raise ConfigError(
-                        f"unknown key '{k}' in workload arrival (known: process, rate, cv, trace, time_scale)"
-                    )
-                if d.get(k) is not None and d[k] != v:
-                    raise ConfigError(f"workload {k} given twice with different values")
-                d[k] = v
-            d["arrival"] = kind
+        d = _spread_arrival(d)
         known = [f.name for f in fields(cls)]
         for k in d:
             if k not in known:
@@ -380,6 +356,92 @@ class WorkloadSpec:
             if self.classes is None
             else [c if isinstance(c, WorkloadClass) else WorkloadClass.from_dict(c) for c in self.classes],
         )
+
+
+def _arrival_kind(a) -> tuple[str, str]:
+    """(kind, rest) of an arrival string: the kind lower-cased with its aliases resolved
+    ('trace' also for a named trace such as azure-conv, which becomes rest), rest the
+    text after the first ':', stripped."""
+    if not isinstance(a, str) or not a.strip():
+        raise ConfigError(
+            f"arrival must be a string such as poisson, gamma, deterministic, trace:PATH or azure-conv; got {a!r}"
+        )
+    a = a.strip()
+    kind, _, rest = a.partition(":")
+    kind = kind.strip().lower()
+    kind = _ARRIVAL_ALIASES.get(kind, kind)
+    if is_dataset(a) and not rest:
+        kind, rest = "trace", a.lower()
+    return kind, rest.strip()
+
+
+def _inline_params(text: str, kind: str, rest: str) -> dict:
+    """The parameters written after a synthetic arrival's name: poisson:5, gamma:rate=5,cv=2."""
+    if not rest:
+        return {}
+    keys = ("rate", "cv") if kind == "gamma" else ("rate",)
+    out = {}
+    for i, part in enumerate(p.strip() for p in rest.split(",")):
+        k, eq, v = part.partition("=")
+        k, v = (k.strip().lower(), v.strip()) if eq else ("rate" if i == 0 else "", k.strip())
+        if k not in keys:
+            raise ConfigError(f"cannot read '{part}' in arrival '{text.strip()}' (allowed: {', '.join(keys)})")
+        val = _opt_float(v, f"{k} in arrival '{text.strip()}'")
+        if out.get(k, val) != val:
+            raise ConfigError(
+                f"{k} given twice with different values: {out[k]:g} and {val:g} in arrival '{text.strip()}'"
+            )
+        out[k] = val
+    return out
+
+
+def _spread_arrival(d: dict) -> dict:
+    """A copy of a workload mapping whose `arrival` mapping ({process: gamma, rate: 5,
+    cv: 2} or {process: trace, path: F}) is spread into the workload's own keys."""
+    d = dict(d)
+    arr = d.get("arrival")
+    if not isinstance(arr, dict):
+        return d
+    arr = {str(k).lower(): v for k, v in arr.items()}
+    kind = arr.pop("process", None) or arr.pop("kind", None) or arr.pop("type", None)
+    for k in list(arr):
+        if k in ("path", "file"):
+            arr["trace"] = arr.pop(k)
+    for k, v in arr.items():
+        if k not in ("rate", "cv", "trace", "time_scale"):
+            raise ConfigError(f"unknown key '{k}' in workload arrival (known: process, rate, cv, trace, time_scale)")
+        if d.get(k) is not None and d[k] != v:
+            raise ConfigError(f"workload {k} given twice with different values: {d[k]} and {v} in arrival")
+        d[k] = v
+    d["arrival"] = kind
+    return d
+
+
+def replays_trace(workload: dict) -> bool:
+    """Whether a workload mapping replays a trace, read as `WorkloadSpec` reads it: a
+    `trace` key, or an arrival in any of its spellings (trace:F, replay:F, Trace:F, a
+    named trace such as azure-conv, the mapping {process: trace, path: F})."""
+    d = _spread_arrival(workload)
+    if d.get("trace") is not None:
+        return True
+    return d.get("arrival") is not None and _arrival_kind(d["arrival"])[0] == "trace"
+
+
+def with_defaults(workload: dict, defaults: dict) -> dict:
+    """The workload options given (None: not given) completed by the `defaults` that apply
+    to them: none to a trace replay (it has its own times and lengths), no request count
+    to a workload given a duration (the duration stops its arrivals), no rate to an
+    arrival that names its own (poisson:5, {process: gamma, rate: 5}): a default never
+    stands against a value given."""
+    given = {k: v for k, v in workload.items() if v is not None}
+    if replays_trace(given):
+        return given
+    skip = {"num_requests"} if given.get("duration_s") is not None else set()
+    d = _spread_arrival(given)
+    a = d.get("arrival")
+    if d.get("rate") is not None or (a is not None and "rate" in _inline_params(a, *_arrival_kind(a))):
+        skip.add("rate")
+    return {**{k: v for k, v in defaults.items() if k not in skip}, **given}
 
 
 # ---------------------------------------------------------------------------- traces

@@ -37,6 +37,7 @@ from ..core.errors import ConfigError, InputWarning
 from ..core.request import Request
 from .blocks import DEFAULT_BLOCK_SIZE, as_tuples, cap_rows, chain_ragged, check_block_size, reblock, take_rows
 from .csvio import MAX_LENGTH, as_lengths, line_of_row, read_columns, read_header
+from .datasets import resolve_path
 
 __all__ = [
     "Trace",
@@ -44,6 +45,7 @@ __all__ = [
     "FORMATS",
     "read_trace",
     "replay_cut",
+    "mean_rate",
     "read_plain_csv",
     "read_azure_csv",
     "read_burstgpt_csv",
@@ -257,8 +259,7 @@ class Trace:
     @property
     def mean_rate(self) -> float:
         """Arrivals per second: (n - 1) / span (nan with fewer than 2 requests or no span)."""
-        span = self.span_s
-        return (len(self) - 1) / span if len(self) > 1 and span > 0 else float("nan")
+        return mean_rate(self.arrival_s)
 
     def describe(self) -> dict:
         """Summary numbers (count, span, rate, length means and p99s)."""
@@ -334,8 +335,10 @@ class Trace:
             cols.append(self.tag.tolist())
             header += ",tag"
         if self.block_ids is not None:
-            # space-separated ids in one column whose name carries the block size
-            cols.append(" ".join(map(str, b)) if b else "" for b in self.blocks())
+            # space-separated ids in one column whose name carries the block size; the ids
+            # as stored, a partial last block's included (`blocks()` hands out full blocks
+            # only), so that re-blocking the file read back gives the same ids
+            cols.append(" ".join(map(str, b)) if b else "" for b in as_tuples(self.block_ids, self.block_ptr))
             header += f",{BLOCKS_COLUMN}{self.block_size}"
         try:
             with open(path, "w", encoding="utf-8", newline="\n") as fh:
@@ -354,6 +357,14 @@ class Trace:
     def from_csv(cls, path: str | os.PathLike) -> Trace:
         """Read a plain `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]` CSV file."""
         return read_plain_csv(path)
+
+
+def mean_rate(arrival_s) -> float:
+    """Arrivals per second of sorted arrival times: (n - 1) / (t_last - t_first), nan with
+    fewer than 2 arrivals or no time between them."""
+    n = len(arrival_s)
+    span = float(arrival_s[-1] - arrival_s[0]) if n else 0.0
+    return (n - 1) / span if n > 1 and span > 0 else float("nan")
 
 
 def _as_int_array(x, name: str) -> np.ndarray:
@@ -733,6 +744,7 @@ def read_trace(
     `FORMATS`); block ids (Mooncake, or a plain CSV's block_ids@B column) are mapped to
     `block_size`-token cache blocks (None: kept as the file has them). `model` and
     `log_type` filter BurstGPT rows (an error for other formats)."""
+    path = resolve_path(path)  # a named trace (azure-conv) as `--trace` takes it
     fmt = trace_format(path)
     if fmt != "burstgpt" and (model is not None or log_type is not None):
         raise ConfigError(f"trace model and log type filters apply to BurstGPT traces only; {path} is {FORMATS[fmt]}")
