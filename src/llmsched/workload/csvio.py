@@ -133,37 +133,31 @@ def _unblanked(p: Path) -> list[str]:
 def _parse(source, cols: dict[str, int], kinds: dict[str, str]) -> dict[str, np.ndarray]:
     """numpy's parse of the columns `cols` (name -> field index) of a file or its lines."""
     out: dict[str, np.ndarray] = {}
+
+    def load(usecols, ndmin, dtype):
+        return np.loadtxt(
+            source,
+            delimiter=",",
+            skiprows=1,
+            comments=None,
+            quotechar='"',
+            usecols=usecols,
+            ndmin=ndmin,
+            dtype=dtype,
+            encoding="utf-8-sig",
+        )
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "input contained no data"
         num = [n for n in cols if kinds[n] == "float"]
         if num:
-            arr = np.loadtxt(
-                source,
-                delimiter=",",
-                skiprows=1,
-                comments=None,
-                quotechar='"',
-                usecols=[cols[n] for n in num],
-                ndmin=2,
-                dtype=np.float64,
-                encoding="utf-8-sig",
-            )
+            arr = load([cols[n] for n in num], 2, np.float64)
             for j, n in enumerate(num):
                 out[n] = np.ascontiguousarray(arr[:, j])
         for n in cols:
             if kinds[n] == "float":
                 continue
-            s = np.loadtxt(
-                source,
-                delimiter=",",
-                skiprows=1,
-                comments=None,
-                quotechar='"',
-                usecols=[cols[n]],
-                ndmin=1,
-                dtype=str,
-                encoding="utf-8-sig",
-            )
+            s = load([cols[n]], 1, str)
             s = np.char.strip(s) if s.size else s
             out[n] = s.astype("datetime64[ns]") if kinds[n] == "datetime" else s
     return out
