@@ -153,8 +153,9 @@ def test_keep_alive_expires_and_the_model_scales_to_zero():
     finish0 = s.e2e_ns[0]
     assert a["stop_reason"] == "keep-alive" and a["stop_ns"] == finish0 + ns(5)
     assert b["created_ns"] == ns(100) and b["tier"] == "dram"  # the first load filled the cache
-    # its expiry would fall after the last completion, the run's end: it stops there
-    assert b["stop_reason"] == "end" and b["stop_ns"] == ns(100) + s.e2e_ns[1] == s.end_ns
+    # the run ends at the last completion; the platform still pays for the keep-alive after it
+    assert s.end_ns == ns(100) + s.e2e_ns[1]
+    assert b["stop_reason"] == "keep-alive" and b["stop_ns"] == s.end_ns + ns(5)
     res = simulate_serverless(cfg)  # GPU-seconds: the time instances hold the GPU, loading included
     rows = res.instances
     assert res.summary["gpu_seconds"] == pytest.approx(sum(r["stop_ns"] - r["gpu_from_ns"] for r in rows) / NS)
@@ -170,11 +171,13 @@ def test_a_request_during_keep_alive_cancels_the_expiry():
     assert a["stop_ns"] == ns(12) + s.e2e_ns[2] + ns(5)
 
 
-def test_the_run_ends_at_its_last_completion_and_so_do_the_bills_of_instances_still_up():
+def test_the_run_ends_at_its_last_completion_and_a_models_bill_follows_its_own_keep_alive():
     """An instance kept alive (`never`) was billed to the run's last event of any kind:
     another model's keep-alive expiry (model a's GPU-seconds followed model b's keep-alive,
     5 or 500 s), or under a time limit the limit itself when a request was still to
-    arrive, but the last completion when none was (reason "time limit" both ways)."""
+    arrive, but the last completion when none was (reason "time limit" both ways). Now the
+    run ends at the last completion, a `never` instance's bill with it, and an instance
+    with a keep-alive is billed to its expiry, whichever model finishes last."""
     cfg = base(keep_alive_s="never")
     cfg["cluster"]["nodes"][0]["gpus"] = 2
     cfg["models"]["n"] = {"weights_gb": 10, "cost_model": "const:10"}
@@ -184,9 +187,21 @@ def test_the_run_ends_at_its_last_completion_and_so_do_the_bills_of_instances_st
         s = run(cfg, [(0.0, "m", 10, 3), (0.0, "n", 10, 3)])
         last = int((s.arrival_ns + s.e2e_ns).max())
         assert s.end_ns == last
-        assert [(i["stop_ns"], i["stop_reason"]) for i in s.instances] == [(last, "end")] * 2
-        bills.append([i["stop_ns"] - i["gpu_from_ns"] for i in s.instances])
+        kept, expiring = s.instances
+        assert (kept["stop_ns"], kept["stop_reason"]) == (last, "end")
+        assert (expiring["stop_ns"], expiring["stop_reason"]) == (s.e2e_ns[1] + ns(keep), "keep-alive")
+        bills.append(kept["stop_ns"] - kept["gpu_from_ns"])
     assert bills[0] == bills[1]
+    # a model with a keep-alive pays for it whether another model's traffic ends before or after
+    cfg["models"]["m"]["keep_alive_s"] = 30
+    own = []
+    for other_until in (3.0, 100.0):
+        s = run(cfg, [(0.0, "m", 10, 3), (other_until, "n", 10, 3)])
+        (a,) = [i for i in s.instances if i["model"] == "m"]
+        assert a["stop_reason"] == "keep-alive" and a["stop_ns"] == s.e2e_ns[0] + ns(30)
+        own.append(a["stop_ns"] - a["gpu_from_ns"])
+    assert own[0] == own[1]
+    del cfg["models"]["m"]["keep_alive_s"]
     # a keep-alive that expires before the run's end still stops its instance then
     cfg["models"]["n"]["keep_alive_s"] = 1
     s = run(cfg, [(0.0, "n", 10, 3), (20.0, "m", 10, 3)])

@@ -686,9 +686,10 @@ class _Runtime:
         max_time = self.max_time
         done = 0
         progress_every = max(1, n // 200)
-        # the progress test also ends the run at its last completion (done == n), at no cost
-        # per event: keep-alive expiries after it would only lengthen the instances' bills
+        # the progress test also notes the last completion (done == n), the run's end, at no
+        # cost per event; the keep-alive expiries after it are still simulated (they bill)
         next_progress = min(progress_every, n) if progress is not None else n
+        last_done = -1
         now = min(arr[0], max_time) if n else 0  # (a stop before the first arrival ends the clock there)
         ai = 0
         arr.append(UNLIMITED)  # after the last arrival: none
@@ -719,7 +720,9 @@ class _Runtime:
                 deliver(r, m, t, False)
                 scale_out(m, t)
                 continue
-            if head[0] > max_time:
+            if head[0] > max_time and done < n:
+                # (once every request finished only keep-alive expiries are left: a limit
+                # after the run's end changes no bill)
                 # a time limit: what happens later is not simulated (the event stays queued:
                 # a migrated request's landing still says where the request is)
                 now = max_time
@@ -740,9 +743,11 @@ class _Runtime:
                     done += len(finished)
                     if done >= next_progress:
                         if done == n:
-                            break  # the run's end: every request has finished
-                        progress(done, n)
-                        next_progress = min(done + progress_every, n)
+                            last_done = t  # the run's end: every request has finished
+                            next_progress = UNLIMITED
+                        else:
+                            progress(done, n)
+                            next_progress = min(done + progress_every, n)
                 if inst.state != READY:
                     if inst.state == DRAINING:
                         self.migrate(inst, t)
@@ -791,10 +796,14 @@ class _Runtime:
                     self.serve_waiting_models(t)
 
         del arr[n:]
-        end_ns = now
-        # every request finished (before any limit): the run ends at the last completion, and
-        # so do the bills of the instances still up then, whatever their keep-alive
+        # every request finished (before any limit): the run ends at the last completion.
+        # The instances with a keep-alive were stopped by its expiry, run to the end (a
+        # platform pays for that tail, whichever model finishes last); the ones kept alive
+        # for `never` stop at the run's end, not at another model's later expiry
         ended = done == n
+        if ended:
+            now = max(last_done, 0)
+        end_ns = now
         unfinished = [inst for inst in self.instances if inst.state != STOPPED and not inst.sim.is_idle()]
         if max_time == UNLIMITED:
             if unfinished:
