@@ -12,6 +12,8 @@ from llmsched.analysis.points import critical_rate_of, resolve_point
 from llmsched.analysis.search import FAILED, INCONCLUSIVE, STABLE, UNSTABLE, Bracket, probe_verdict
 from llmsched.analysis.sweep import run_sweep
 from llmsched.cli import main
+from llmsched.core.errors import ConfigError
+from llmsched.workload import WorkloadSpec
 
 FIXED = dict(cost_model="paper", b_max=128, prompt="geometric:40", output="geometric:21", num_requests=300)
 CLI_FIXED = ["--cost-model", "paper", "--b-max", "128", "--prompt", "geometric:40", "--output", "geometric:21"]
@@ -242,3 +244,29 @@ def test_no_rate_meeting_the_slos_is_shown_as_below_the_first_miss(tmp_path, mon
     # a rate that meets them leaves no miss below it to report
     ok = search(tmp_path / "ok", slo={"p99_ttft_ms": 1000}).search[0]
     assert ok["max_slo_rate"] == pytest.approx(ok["max_stable_rate"]) and ok["slo_miss_rate"] is None
+
+
+def test_an_arrival_that_names_its_rate_is_searched_as_the_same_law_without_it(tmp_path, monkeypatch, lam):
+    # poisson:5 (and the mapping form) name a rate: each probe's rate replaces it, as it
+    # replaces --rate; it was refused as "rate given twice" at the first probe
+    verdict = lambda rate: STABLE if rate <= 0.6 * lam else UNSTABLE  # noqa: E731
+    fake_runs(monkeypatch, verdict)
+    plain = search(tmp_path / "plain").search[0]
+    for arrival in ("poisson:5", {"process": "poisson", "rate": 5}):
+        fake_runs(monkeypatch, verdict)
+        (row,) = search(tmp_path / str(len(str(arrival))), arrival=arrival).search
+        assert row["max_stable_rate"] == pytest.approx(plain["max_stable_rate"])
+        assert row["unstable_rate"] == pytest.approx(plain["unstable_rate"])
+
+
+def test_a_points_rate_replaces_the_arrivals_own_and_keeps_its_other_parameters():
+    cfg = resolve_point(None, {**FIXED, "arrival": "gamma:rate=5,cv=2"}, {"policy": "sarathi", "rate": 7.0})
+    assert cfg.workload["rate"] == 7.0 and cfg.workload["cv"] == 2 and cfg.workload["arrival"] == "gamma"
+    lam = critical_rate_of(cfg)
+    cfg = resolve_point(None, {**FIXED, "arrival": "poisson:5"}, {"policy": "sarathi", "load": 0.5})
+    assert cfg.workload["rate"] == pytest.approx(0.5 * lam) and cfg.workload["arrival"] == "poisson"
+    # without a point's rate the arrival's own stands, and a --rate that differs is refused
+    own = resolve_point(None, {**FIXED, "arrival": "poisson:5"}, {"policy": "sarathi"})
+    assert WorkloadSpec.from_dict(own.workload).rate == 5
+    with pytest.raises(ConfigError, match="rate given twice"):
+        WorkloadSpec.from_dict(resolve_point(None, {**FIXED, "arrival": "poisson:5", "rate": 7}, {}).workload)

@@ -27,6 +27,7 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..theory import capacity, workload_means
 from ..workload import WorkloadSpec
+from ..workload.spec import without_inline_rate
 
 __all__ = ["resolve_point", "point_key", "check_point", "run_point", "critical_rate_of", "KEY_VERSION"]
 
@@ -64,12 +65,17 @@ def resolve_point(config=None, fixed: dict | None = None, params: dict | None = 
     the fixed overrides, then the point's grid values; `load` becomes a rate."""
     over = {**(fixed or {}), **(params or {})}
     load = over.pop("load", None)
+    # a rate the point sets (its grid value, its load, a search's probe) replaces one the
+    # arrival names (poisson:5), as it replaces --rate
+    rate = over.pop("rate", None) if params and params.get("rate") is not None else None
     cfg = build_config(config, **over)
     if load is not None:
         lam = critical_rate_of(cfg)
         if not (lam > 0 and math.isfinite(lam)):
             raise ConfigError(f"cannot set load={load}: the critical rate of this configuration is {lam}")
-        cfg = build_config(cfg, rate=float(load) * lam)
+        rate = float(load) * lam
+    if rate is not None:
+        cfg = build_config(cfg, workload=without_inline_rate(cfg.given_workload()), rate=rate)
     _fill_adaptive(cfg)
     return cfg
 

@@ -59,6 +59,7 @@ __all__ = [
     "load_trace",
     "replays_trace",
     "with_defaults",
+    "without_inline_rate",
     "SYNTHETIC_ARRIVALS",
 ]
 
@@ -425,6 +426,25 @@ def replays_trace(workload: dict) -> bool:
     if d.get("trace") is not None:
         return True
     return d.get("arrival") is not None and _arrival_kind(d["arrival"])[0] == "trace"
+
+
+def without_inline_rate(workload: dict) -> dict:
+    """A copy of a workload mapping whose arrival names no rate of its own (poisson:5 ->
+    poisson, gamma:rate=5,cv=2 -> gamma with cv 2, {process: gamma, rate: 5}), and no
+    `rate`: for a caller that sets the rate itself (a sweep's point, a search's probe)."""
+    d = _spread_arrival(workload)
+    d.pop("rate", None)
+    a = d.get("arrival")
+    if a is not None and not replays_trace(d):
+        kind, rest = _arrival_kind(a)
+        params = _inline_params(a, kind, rest)
+        params.pop("rate", None)
+        for k, v in params.items():
+            if d.get(k, v) != v:
+                raise ConfigError(f"{k} given twice with different values: {d[k]:g} and {v:g} in arrival '{a.strip()}'")
+            d[k] = v
+        d["arrival"] = kind
+    return d
 
 
 def with_defaults(workload: dict, defaults: dict) -> dict:
