@@ -111,12 +111,15 @@ def test_plot_dir_titles_name_the_run_and_the_cdfs_say_what_they_cover(tmp_path,
     monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault(path.name, fig) and real(fig, path))
     plots.plot_dir(tmp_path)
     assert set(seen) == {"queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png"}
+    rows = np.genfromtxt(tmp_path / "requests.csv", delimiter=",", names=True)
+    arrived = int(np.sum(rows["arrived"]))  # the 800 requests' that came before the limit
+    assert 0 < arrived < 800
     for fig in seen.values():
-        assert "orca, b_max 512, paper, poisson 10 req/s, 800 requests" in fig.axes[0].get_title()
+        assert f"orca, b_max 512, paper, poisson 10 req/s, {arrived:,} requests" in fig.axes[0].get_title()
     ttft = seen["ttft_cdf.png"].axes[0]
-    done = int(np.sum(np.genfromtxt(tmp_path / "requests.csv", delimiter=",", names=True)["finished"]))
-    assert 0 < done < 800
-    assert f"the {done:,} finished requests (of 800)" in ttft.get_title()
+    done = int(np.sum(rows["finished"]))
+    assert 0 < done < arrived
+    assert f"the {done:,} finished requests (of {arrived:,})" in ttft.get_title()
     assert ttft.get_ylabel() == "fraction of finished requests"
     assert ttft.get_lines()[0].get_color() == POLICY_COLORS["orca"]
     assert "unfinished requests' tokens included" in seen["itl_cdf.png"].axes[0].get_title()
@@ -132,6 +135,9 @@ def test_run_title_states_the_effective_rate_and_the_real_count(tmp_path):
     (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,10,2\n2,10,2\n4,10,2\n")
     llmsched.simulate(trace=str(tmp_path / "t.csv"), time_scale=4, cost_model="paper", out_dir=tmp_path / "t")
     assert run_title(tmp_path / "t").endswith("paper, trace t.csv at 2 req/s, 3 requests")
+    # under a time limit only the requests that arrived (requests.csv lists all, arrived 0/1)
+    llmsched.simulate(trace=str(tmp_path / "t.csv"), max_time_s=3, cost_model="paper", out_dir=tmp_path / "tl")
+    assert run_title(tmp_path / "tl").endswith("paper, trace t.csv at 0.5 req/s, 2 requests")
     llmsched.simulate(rate=1, turns="const:3", think_time_s=1, num_requests=9, out_dir=tmp_path / "c", **small)
     assert run_title(tmp_path / "c").endswith("paper, poisson 1 conversations/s, 9 requests")
 

@@ -155,3 +155,15 @@ def test_a_rate_given_against_the_inline_one_is_refused(tmp_path, capsys):
         make_trace(build_config({"workload": {"arrival": {"process": "gamma", "rate": 5}}}, rate=7).workload)
     with pytest.raises(ConfigError, match="rate given twice with different values: 3 and 4 in arrival 'gamma:rate=3"):
         build_config(arrival="gamma:rate=3,rate=4")
+
+
+def test_a_workload_changed_after_construction_keeps_the_default_rules():
+    # a value set on cfg.workload counts as given; the defaults it still holds do not, so a
+    # duration given later drops the default request count as it does on a fresh config
+    cfg = build_config()
+    cfg.workload["rate"] = 3
+    wl = build_config(cfg, duration_s=10).workload
+    assert wl["rate"] == 3 and wl["duration_s"] == 10 and "num_requests" not in wl
+    # a count given explicitly stays, even when it equals the default
+    wl = build_config(build_config(num_requests=DEFAULT_WORKLOAD["num_requests"]), duration_s=10).workload
+    assert wl["num_requests"] == DEFAULT_WORKLOAD["num_requests"]

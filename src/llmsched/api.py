@@ -88,10 +88,18 @@ class SimConfig:
         self.workload = with_defaults(self._workload_given, DEFAULT_WORKLOAD)
 
     def given_workload(self) -> dict:
-        """The workload options given, without the defaults (a workload changed after
-        construction counts as given whole)."""
+        """The workload options given, without the defaults. A workload changed after
+        construction (`cfg.workload[k] = v`, `dataclasses.replace`) counts as given except
+        its values that equal a default not given, so the rules of `with_defaults` (no
+        request count to a duration, ...) still apply to it."""
         given = self._workload_given
-        return dict(given) if with_defaults(given, DEFAULT_WORKLOAD) == self.workload else dict(self.workload)
+        if with_defaults(given, DEFAULT_WORKLOAD) == self.workload:
+            return dict(given)
+        return {
+            k: v
+            for k, v in self.workload.items()
+            if k in given or k not in DEFAULT_WORKLOAD or v != DEFAULT_WORKLOAD[k]
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SimConfig:

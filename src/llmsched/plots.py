@@ -82,19 +82,27 @@ def _config(folder: Path) -> dict | None:
     return c if isinstance(c, dict) else None
 
 
+def _arrived(req: dict[str, np.ndarray]) -> np.ndarray:
+    """The arrival times of the requests that arrived: under a time limit requests.csv
+    also lists those due at or after it (`arrived` 0)."""
+    arrived = req.get("arrived")
+    return req["arrival_s"] if arrived is None else req["arrival_s"][arrived == 1]
+
+
 def run_title(folder: Path, config: dict | None = None, arrival_s: np.ndarray | None = None) -> str:
     """The run a folder holds, for figure titles: `sarathi, b_max 512, paper, poisson 5
     req/s, 2,000 requests`. Policy, limits and cost model from its config.json (or
     `config`); the rate the requests came at, a synthetic process's rate times its
     time_scale or a trace's replayed mean rate (n - 1) / span, and their number from the
-    run's arrival times (requests.csv's `arrival_s`, or `arrival_s`). The folder's name
+    run's arrival times (requests.csv's `arrival_s` of the requests that arrived, or
+    `arrival_s`). The folder's name
     without a config."""
     c = config if config is not None else _config(folder)
     if c is None:
         return folder.resolve().name
     if arrival_s is None:
         try:
-            arrival_s = _read_csv(folder / "requests.csv", ("arrival_s",))["arrival_s"]
+            arrival_s = _arrived(_read_csv(folder / "requests.csv", ("arrival_s",)))
         except ConfigError:
             arrival_s = None
     parts = [str(c.get("policy", "?"))]
@@ -144,7 +152,7 @@ def plot_dir(folder: str | Path) -> list[Path]:
     load = _read_csv(d / "load_histogram.csv", ("token_load", "steps"))
     out = []
     config = _config(d)
-    name = run_title(d, config, req["arrival_s"])
+    name = run_title(d, config, _arrived(req))
     color = color_of(str((config or {}).get("policy", "")))
 
     fig, ax = _figure()
@@ -164,7 +172,7 @@ def plot_dir(folder: str | Path) -> list[Path]:
     ax.set_xlabel("TTFT (ms)")
     ax.set_ylabel("fraction of finished requests")
     ax.set_title(
-        f"Time to first token, CDF of the {int(done.sum()):,} finished requests (of {len(done):,})\n{name}",
+        f"Time to first token, CDF of the {int(done.sum()):,} finished requests (of {len(_arrived(req)):,})\n{name}",
         fontsize=10,
     )
     out.append(_save(fig, d / "ttft_cdf.png"))

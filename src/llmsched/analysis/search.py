@@ -267,7 +267,8 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
     `critical_rate`, `max_stable_rate`, `max_stable_load`, `inconclusive_low`,
     `inconclusive_high`, `inconclusive_probes`, `inconclusive_above_unstable`,
     `unstable_rate` (the first rate judged unstable), `failed_rate`, `probes`, and with
-    SLOs `max_slo_rate`, `max_slo_load`, `slo`)."""
+    SLOs `max_slo_rate`, `max_slo_load`, `slo_miss_rate` (the smallest rate probed that
+    missed them), `slo`)."""
     rows: dict[str, dict] = {}  # by the probe's grid values: a rate probed again is one row
     columns = [*settings.group_keys, "seed", "rate"]
 
@@ -319,9 +320,9 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
     }
     if settings.slo:
         slo_ok = ok and g.slo.failed is None
+        # 0 when no probed rate met the SLOs: the answer lies below `slo_miss_rate`
         row["max_slo_rate"] = g.slo.lo if slo_ok else None
         row["max_slo_load"] = g.slo.lo / lam if slo_ok and lam else None
-        # 0 when no probed rate met the SLOs: the answer lies below the smallest that missed
         row["slo_miss_rate"] = g.slo.hi if slo_ok and g.slo.hi_checked and g.slo.hi > g.slo.lo else None
         row["slo"] = json.dumps(settings.slo, sort_keys=True)
     return row

@@ -125,7 +125,8 @@ def make_batch_policy(name: str, **options: Any) -> BatchPolicy:
 
 def make_admission_policy(name: str = "fcfs", max_running: int | None = None, **options: Any) -> AdmissionPolicy:
     factory = _lookup(name, ADMISSION_POLICIES, ADMISSION_ALIASES, "admission policy")
-    _check_option_names("admission policy", name, factory, options)
+    if options:
+        _check_option_names("admission policy", name, factory, options)
     try:
         policy = factory(**options)
     except TypeError as e:

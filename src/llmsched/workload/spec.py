@@ -423,7 +423,7 @@ def replays_trace(workload: dict) -> bool:
     `trace` key, or an arrival in any of its spellings (trace:F, replay:F, Trace:F, a
     named trace such as azure-conv, the mapping {process: trace, path: F})."""
     d = _spread_arrival(workload)
-    if d.get("trace") is not None:
+    if d.get("trace"):
         return True
     return d.get("arrival") is not None and _arrival_kind(d["arrival"])[0] == "trace"
 
