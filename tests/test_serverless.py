@@ -101,6 +101,18 @@ def test_cold_start_is_init_plus_size_over_the_bandwidth_of_the_tier_holding_the
     assert s.cold[0] == 1
 
 
+@pytest.mark.parametrize("scheduler", ["fcfs", "serverlessllm"])
+def test_the_fastest_tier_is_the_one_with_the_most_bandwidth_whatever_its_kind(scheduler):
+    # an SSD at 1 GB/s holding the checkpoint, the remote store at 10 GB/s: it loads from
+    # the remote store (it was read from the SSD, the kind order, 10 times slower)
+    cfg = base(scheduler=scheduler)
+    cfg["cluster"]["remote_bandwidth_gbps"] = 10.0
+    cfg["cluster"]["nodes"][0].update(ssd=["m"], ssd_bandwidth_gbps=1.0)
+    speedup = 2.0 if scheduler == "serverlessllm" else 1.0
+    i = inst(run(cfg, [(0.0, "m", 10, 1)]), 0)
+    assert i["tier"] == "remote" and i["ready_ns"] - i["created_ns"] == ns(10 / 10 / speedup)
+
+
 def _tiers(cfg, order):
     cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "abc"}
     cfg["platform"]["keep_alive_s"] = 1

@@ -37,7 +37,7 @@ class DynamicBatch(AdmissionPolicy):
     - `alpha` [0.2]: EWMA weight of the newest ITL sample (1: react to every step alone).
     - `beta` [0.5]: multiplicative decrease of the cap.
     - `delta` [1]: additive increase, requests per step.
-    - `c_min` [1], `c_max` [k_max, else b_max]: bounds of the cap.
+    - `c_min` [1], `c_max` [min(b_max, k_max)]: bounds of the cap.
     - `c0` [c_max]: initial cap (start unconstrained, as a plain FCFS server).
     - `l_min_ms`, `cost`, `context` [1024]: as for `twp`.
     """

@@ -13,7 +13,8 @@ Rule (docs/twp.md; every constant is a parameter, defaults in `TWP`):
   else `H <- min(H_max, H + delta * (1 + ln(1 + queue depth)))`. `H` starts at `H_0`.
 - Admission into the active set, FCFS: request `r` joins while `B_t < B_max` and the
   outstanding work `K_t + w(r)` (tokens left of the running requests, plus `r`'s) can
-  drain within `horizon_steps` steps at the current window: `K_t + w(r) <= horizon * H_t`.
+  drain within `horizon_steps` steps at the current window in whole tokens (as the
+  token limit): `K_t + w(r) <= horizon * floor(H_t)`.
   When nothing is running the head of the queue is always admitted (no deadlock).
 - Our defaults (docs/twp.md): `B_max` = the largest decode batch whose step meets `L*`
   (at least `B_0`); `H_min` = max(`B_max`, the load knee `W_0`), so the window always
@@ -136,7 +137,7 @@ class TWP(AdmissionPolicy):
     - `h_max` [b_max]: largest window (larger values are cut to `b_max`).
     - `h0` [H_min]: initial window: start at the knee, grow under queue pressure.
     - `horizon_steps` [256]: steps within which the active work must drain at the current
-      window for a new request to join (`K_t + w(r) <= horizon * H_t`); 256 steps is the
+      window for a new request to join (`K_t + w(r) <= horizon * floor(H_t)`); 256 steps is the
       default workload's mean output, so it binds only when the active work is unusually
       large for the window (long prompts or outputs piled up while the window shrank).
     - `l_min_ms`, `b0` [from the cost model]: measured values, when you have them. With

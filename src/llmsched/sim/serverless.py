@@ -458,13 +458,14 @@ class _Runtime:
         return round(model.spec.weights_gb / (bw * self.speedup) * NS)
 
     def source(self, model: _Model, node: _Node) -> tuple[str, float]:
-        """The fastest tier of `node` holding the model's checkpoint, and its bandwidth."""
+        """The fastest tier of `node` holding the model's checkpoint, and its bandwidth (by
+        bandwidth, not by kind: a file may give an SSD slower than the remote store)."""
         g = node.group
-        if model.name in node.tiers["dram"]:
-            return "dram", g.dram_bandwidth_gbps
-        if model.name in node.tiers["ssd"]:
-            return "ssd", g.ssd_bandwidth_gbps
-        return "remote", self.spec.remote_bandwidth_gbps
+        best = ("remote", self.spec.remote_bandwidth_gbps)
+        for tier, bw in (("dram", g.dram_bandwidth_gbps), ("ssd", g.ssd_bandwidth_gbps)):
+            if model.name in node.tiers[tier] and bw > best[1]:
+                best = (tier, bw)
+        return best
 
     def startup_estimate(self, model: _Model, node: _Node, t: int, gpu_free_at: int) -> int:
         """ServerlessLLM's estimate: the wait for the node's loader (loads queued before)
