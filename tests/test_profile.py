@@ -416,3 +416,29 @@ def test_bad_combined_csv(tmp_path):
     rows[1][-1] = 2
     write_csv(path, cols, rows)
     assert load_profile(str(path)).layers == 2
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("paper:c=1,c=2", "c given twice"),
+        ("linear:c=10,a=0,c=20", "c given twice"),
+        ("profile:h200-llama-3-8b,mode=eager,mode=graph", "mode given twice"),
+        ("profile:h200-llama-3-8b,overlap=0,Overlap=1", "overlap given twice"),
+    ],
+)
+def test_a_repeated_key_is_refused(spec, message):
+    # the last one used to win silently: `paper:c=1,c=2` ran with c = 2
+    with pytest.raises(ConfigError, match=message):
+        make_cost_model(spec)
+
+
+def test_validate_keeps_the_overlap_given():
+    from llmsched.analysis.validate import profile_spec
+
+    # on CPU overlap 0 is only the default: `PATH,overlap=1` was read as `...,overlap=1,overlap=0`
+    assert profile_spec("/p/prof.csv,overlap=1", cuda=False) == "profile:/p/prof.csv,overlap=1"
+    assert profile_spec("/p/prof.csv", cuda=False) == "profile:/p/prof.csv,overlap=0"
+    assert profile_spec("/p/prof.csv,mode=eager", cuda=False) == "profile:/p/prof.csv,mode=eager,overlap=0"
+    assert profile_spec("/p/prof.csv", cuda=True) == "profile:/p/prof.csv"
+    assert profile_spec("paper:c=1", cuda=False) == "paper:c=1"

@@ -251,7 +251,10 @@ def _parse_params(text: str, spec: str) -> dict[str, str]:
         if "=" not in part:
             raise ConfigError(f"cost model {spec!r}: expected key=value, got {part!r}")
         k, v = part.split("=", 1)
-        params[k.strip()] = v.strip()
+        k = k.strip()
+        if k in params:  # the last one silently winning hides a typo in the other
+            raise ConfigError(f"cost model {spec!r}: {k} given twice")
+        params[k] = v.strip()
     return params
 
 

@@ -899,6 +899,8 @@ def _parse_options(parts: list[str], spec: str) -> dict:
         k, v = k.strip().lower(), v.strip()
         if not eq:
             raise ConfigError(f"profile {spec!r}: expected key=value after the profile, got {part!r}")
+        if k in opts:  # the last one silently winning hides a typo in the other
+            raise ConfigError(f"profile {spec!r}: {k} given twice")
         if k == "mode":
             if v.lower() not in MODES:
                 raise ConfigError(f"profile {spec!r}: mode must be one of {', '.join(MODES)}, got {v!r}")
@@ -940,6 +942,12 @@ def _split_spec(spec: str) -> tuple[str, list[str]]:
             opts_parts.insert(0, parts.pop())
         source = ",".join(parts)
     return source.strip() or DEFAULT_PROFILE, opts_parts
+
+
+def spec_options(spec: str) -> dict:
+    """The options a profile spec gives (`mode`, `overlap`, ...), checked; those not given are absent."""
+    spec = (spec or DEFAULT_PROFILE).strip()
+    return _parse_options(_split_spec(spec)[1], spec)
 
 
 def recorded_spec(spec: str) -> str:
