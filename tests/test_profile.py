@@ -16,6 +16,7 @@ from llmsched.core.profile import (
     PROFILES_DIR,
     ProfileCostModel,
     load_profile,
+    recorded_spec,
     shipped_profiles,
     validate_steps,
 )
@@ -442,3 +443,15 @@ def test_validate_keeps_the_overlap_given():
     assert profile_spec("/p/prof.csv,mode=eager", cuda=False) == "profile:/p/prof.csv,mode=eager,overlap=0"
     assert profile_spec("/p/prof.csv", cuda=True) == "profile:/p/prof.csv"
     assert profile_spec("paper:c=1", cuda=False) == "paper:c=1"
+
+
+def test_a_path_holding_a_hash(tmp_path):
+    # PATH#MODEL was split at the first `#`: a profile under run#1/ could never be read back
+    (tmp_path / "run#1").mkdir()
+    path = combined_csv(tmp_path / "run#1" / "prof.csv")
+    whole = load_profile(f"{path},overlap=0")
+    assert whole.layers == 16 and whole.source == str(path)
+    assert load_profile(f"{path}#llama-3.2-1b,overlap=0").source == str(path)  # split at the last `#`
+    assert recorded_spec(f"{path}#llama-3.2-1b,overlap=0") == f"{path}#llama-3.2-1b,overlap=0"
+    folder = tiny_folder(tmp_path / "p#2", models=("a", "b"))
+    assert load_profile(f"{folder}#b,overlap=0").source.startswith(str(folder))
