@@ -455,3 +455,10 @@ def test_a_path_holding_a_hash(tmp_path):
     assert recorded_spec(f"{path}#llama-3.2-1b,overlap=0") == f"{path}#llama-3.2-1b,overlap=0"
     folder = tiny_folder(tmp_path / "p#2", models=("a", "b"))
     assert load_profile(f"{folder}#b,overlap=0").source.startswith(str(folder))
+
+
+def test_paper_spec_messages_and_case():
+    # b0=1e3 is a number, so "must be a number" misled; variant=MAX was refused though mode=EAGER is read
+    with pytest.raises(ConfigError, match="b0 must be an integer, got '1e3'"):
+        make_cost_model("paper:b0=1e3")
+    assert make_cost_model("paper:variant=MAX").describe() == make_cost_model("paper:variant=max").describe()
