@@ -16,6 +16,7 @@ from llmsched.core.profile import (
     PROFILES_DIR,
     ProfileCostModel,
     load_profile,
+    recorded_spec,
     shipped_profiles,
     validate_steps,
 )
@@ -416,3 +417,48 @@ def test_bad_combined_csv(tmp_path):
     rows[1][-1] = 2
     write_csv(path, cols, rows)
     assert load_profile(str(path)).layers == 2
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("paper:c=1,c=2", "c given twice"),
+        ("linear:c=10,a=0,c=20", "c given twice"),
+        ("profile:h200-llama-3-8b,mode=eager,mode=graph", "mode given twice"),
+        ("profile:h200-llama-3-8b,overlap=0,Overlap=1", "overlap given twice"),
+    ],
+)
+def test_a_repeated_key_is_refused(spec, message):
+    # the last one used to win silently: `paper:c=1,c=2` ran with c = 2
+    with pytest.raises(ConfigError, match=message):
+        make_cost_model(spec)
+
+
+def test_validate_keeps_the_overlap_given():
+    from llmsched.analysis.validate import profile_spec
+
+    # on CPU overlap 0 is only the default: `PATH,overlap=1` was read as `...,overlap=1,overlap=0`
+    assert profile_spec("/p/prof.csv,overlap=1", cuda=False) == "profile:/p/prof.csv,overlap=1"
+    assert profile_spec("/p/prof.csv", cuda=False) == "profile:/p/prof.csv,overlap=0"
+    assert profile_spec("/p/prof.csv,mode=eager", cuda=False) == "profile:/p/prof.csv,mode=eager,overlap=0"
+    assert profile_spec("/p/prof.csv", cuda=True) == "profile:/p/prof.csv"
+    assert profile_spec("paper:c=1", cuda=False) == "paper:c=1"
+
+
+def test_a_path_holding_a_hash(tmp_path):
+    # PATH#MODEL was split at the first `#`: a profile under run#1/ could never be read back
+    (tmp_path / "run#1").mkdir()
+    path = combined_csv(tmp_path / "run#1" / "prof.csv")
+    whole = load_profile(f"{path},overlap=0")
+    assert whole.layers == 16 and whole.source == str(path)
+    assert load_profile(f"{path}#llama-3.2-1b,overlap=0").source == str(path)  # split at the last `#`
+    assert recorded_spec(f"{path}#llama-3.2-1b,overlap=0") == f"{path}#llama-3.2-1b,overlap=0"
+    folder = tiny_folder(tmp_path / "p#2", models=("a", "b"))
+    assert load_profile(f"{folder}#b,overlap=0").source.startswith(str(folder))
+
+
+def test_paper_spec_messages_and_case():
+    # b0=1e3 is a number, so "must be a number" misled; variant=MAX was refused though mode=EAGER is read
+    with pytest.raises(ConfigError, match="b0 must be an integer, got '1e3'"):
+        make_cost_model("paper:b0=1e3")
+    assert make_cost_model("paper:variant=MAX").describe() == make_cost_model("paper:variant=max").describe()

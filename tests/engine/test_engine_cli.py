@@ -327,3 +327,24 @@ def test_profile_and_validate_refuse_non_finite_seconds(tmp_path, capsys, option
         assert main([*argv, f"{option}={value}"]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"{option} must be a finite number >= 0" in err, err
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--max-model-len", "8"], "over max_model_len 8: raise --max-model-len to at least 16"),
+        (
+            ["--kv-cache-gb", "0.000005", "--block-size", "4", "--max-running", "1", "--b-max", "8"],
+            "needs 16 tokens of KV cache, over the 8 there are: raise --kv-cache-gb",
+        ),
+    ],
+)
+def test_profile_refuses_an_engine_too_small_for_its_grid(tiny_model, tmp_path, capsys, extra, message):
+    # the grid's smallest decode context and chunk are 16: it wrote a profile of linear and
+    # LM-head rows only, which `--cost-model profile:PATH` then refused
+    out = tmp_path / "p.csv"
+    argv = ["profile", "--model", str(tiny_model), "--out", str(out), "--tables-s", "0", "--calibrate-s", "0"]
+    assert main([*argv, "--quiet", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not out.exists()

@@ -26,6 +26,7 @@ import numpy as np
 from ..core.cost import make_cost_model
 from ..core.engine_api import DefaultMaxModelLen
 from ..core.errors import ConfigError
+from ..core.profile import spec_options
 from ..engine.profiler import profile_engine, write_profile
 from ..engine.replay import check_trace, replay, step_ratios, warm_up
 from ..policies import make_batch_policy, make_scheduler
@@ -76,6 +77,16 @@ def compare(real: dict, sim) -> dict:
             err = (sv - rv) / rv if (sv is not None and rv) else None
             out[f"{m}_{st}"] = {"real_ms": rv, "sim_ms": sv, "rel_error": err}
     return out
+
+
+def profile_spec(profile: str, cuda: bool) -> str:
+    """The cost-model spec `--profile P` stands for: a full spec (`paper`, `profile:...`) as
+    given; a profile PATH as `profile:PATH`, on CPU with overlap 0 unless P gives an overlap
+    (nothing overlaps on CPU, docs/engine.md; appending ours to the user's would repeat the key)."""
+    if ":" in profile.split(",")[0] and not profile.startswith("/"):
+        return profile
+    cpu_default = not cuda and "overlap" not in spec_options(profile)
+    return f"profile:{profile}" + (",overlap=0" if cpu_default else "")
 
 
 def validate(
@@ -150,10 +161,7 @@ def validate(
             cost = make_cost_model(f"profile:{path}" + ("" if engine.runner.cuda else ",overlap=0"))
         cost_spec = "profile measured by this run" + ("" if engine.runner.cuda else ",overlap=0")
     else:
-        if ":" in profile.split(",")[0] and not profile.startswith("/"):
-            cost_spec = profile
-        else:
-            cost_spec = f"profile:{profile}" + ("" if engine.runner.cuda else ",overlap=0")
+        cost_spec = profile_spec(profile, engine.runner.cuda)
         cost = make_cost_model(cost_spec)
     if engine.steps == 0:
         warm_up(engine)

@@ -251,7 +251,10 @@ def _parse_params(text: str, spec: str) -> dict[str, str]:
         if "=" not in part:
             raise ConfigError(f"cost model {spec!r}: expected key=value, got {part!r}")
         k, v = part.split("=", 1)
-        params[k.strip()] = v.strip()
+        k = k.strip()
+        if k in params:  # the last one silently winning hides a typo in the other
+            raise ConfigError(f"cost model {spec!r}: {k} given twice")
+        params[k] = v.strip()
     return params
 
 
@@ -263,7 +266,8 @@ def _floats(params: dict[str, str], spec: str, allowed: dict[str, type]) -> dict
         try:
             out[k] = allowed[k](v)
         except ValueError:
-            raise ConfigError(f"cost model {spec!r}: {k} must be a number, got {v!r}") from None
+            kind = "an integer" if allowed[k] is int else "a number"  # b0=1e3 is a number, not an int
+            raise ConfigError(f"cost model {spec!r}: {k} must be {kind}, got {v!r}") from None
     return out
 
 
@@ -293,7 +297,10 @@ def make_cost_model(spec: str | CostModel) -> CostModel:
     if kind == "paper":
         p = _floats(_parse_params(rest, spec), spec, {"c": float, "a": float, "b0": int, "variant": str})
         return PaperCostModel(
-            c_ms=p.get("c", 11.28), a_ms=p.get("a", 35.47), b0=p.get("b0", 128), variant=p.get("variant", "ceil")
+            c_ms=p.get("c", 11.28),
+            a_ms=p.get("a", 35.47),
+            b0=p.get("b0", 128),
+            variant=p.get("variant", "ceil").lower(),  # case-blind, as profile's mode=
         )
     if kind == "linear":
         p = _floats(_parse_params(rest, spec), spec, {"c": float, "a": float})

@@ -899,6 +899,8 @@ def _parse_options(parts: list[str], spec: str) -> dict:
         k, v = k.strip().lower(), v.strip()
         if not eq:
             raise ConfigError(f"profile {spec!r}: expected key=value after the profile, got {part!r}")
+        if k in opts:  # the last one silently winning hides a typo in the other
+            raise ConfigError(f"profile {spec!r}: {k} given twice")
         if k == "mode":
             if v.lower() not in MODES:
                 raise ConfigError(f"profile {spec!r}: mode must be one of {', '.join(MODES)}, got {v!r}")
@@ -929,17 +931,33 @@ def _parse_options(parts: list[str], spec: str) -> dict:
 _CACHE: dict = {}
 
 
+def _path_and_model(source: str) -> tuple[str, str]:
+    """PATH[#MODEL] split: the whole of `source` when it names an existing file or folder
+    (a path may hold `#`: run#1/profile.csv), else at the last `#` (a model name holds none)."""
+    if "#" not in source or Path(source).exists():
+        return source, ""
+    path, _, model = source.rpartition("#")
+    return path, model
+
+
 def _split_spec(spec: str) -> tuple[str, list[str]]:
     """A spec's source (a shipped name, or PATH[#MODEL]) and its `key=value` parts."""
-    source, opts_parts = spec, []
-    if "," in spec and not Path(spec.partition("#")[0]).exists():
-        source, *opts_parts = spec.split(",")
-    elif "," in spec:  # an existing path: peel `,key=value` options off its end only
-        parts = spec.split(",")
-        while len(parts) > 1 and "=" in parts[-1]:
-            opts_parts.insert(0, parts.pop())
-        source = ",".join(parts)
+    parts = spec.split(",")
+    opts_parts: list[str] = []
+    while len(parts) > 1 and "=" in parts[-1]:  # options come last
+        opts_parts.insert(0, parts.pop())
+    source = ",".join(parts)
+    if "," in source and not Path(_path_and_model(source)[0]).exists():
+        # not a path holding commas: the rest are options (a bad one is refused by name)
+        source, *more = source.split(",")
+        opts_parts = more + opts_parts
     return source.strip() or DEFAULT_PROFILE, opts_parts
+
+
+def spec_options(spec: str) -> dict:
+    """The options a profile spec gives (`mode`, `overlap`, ...), checked; those not given are absent."""
+    spec = (spec or DEFAULT_PROFILE).strip()
+    return _parse_options(_split_spec(spec)[1], spec)
 
 
 def recorded_spec(spec: str) -> str:
@@ -948,8 +966,8 @@ def recorded_spec(spec: str) -> str:
     source, opts_parts = _split_spec((spec or DEFAULT_PROFILE).strip())
     if source in _shipped():
         return spec
-    path_text, sep, model = source.partition("#")
-    return ",".join([recorded_path(path_text) + sep + model, *opts_parts])
+    path_text, model = _path_and_model(source)
+    return ",".join([recorded_path(path_text) + ("#" + model if model else ""), *opts_parts])
 
 
 def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
@@ -967,7 +985,7 @@ def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
         tables, model, layers = _load_folder(folder, model)
         label, where = source, str(folder)
     else:
-        path_text, _, model = source.partition("#")
+        path_text, model = _path_and_model(source)
         model = model.strip() or None
         path = Path(recorded_path(path_text))  # absolute: describe()'s source is recorded
         if path.is_dir() and not any((path / TABLES[t][0]).exists() for t in REQUIRED_TABLES):

@@ -261,6 +261,37 @@ def fit_calibration(steps, cost) -> dict:
     }
 
 
+def _check_grid_fits(r, g: dict, dec_points: list, pre_points: list, longest_decoder: int) -> None:
+    """Refuse, before any timing, an engine too small for the grid's smallest decode or
+    prefill point: the profile would hold no decode_attn or prefill_attn rows, and
+    `--cost-model profile:PATH` refuses such a file (measuring one takes minutes).
+    `longest_decoder`: the longest context of the smallest decode batch (spread contexts)."""
+    if dec_points and pre_points:
+        return
+    if not dec_points:
+        b = min(g["batches"])
+        if b > r.max_num_seqs:
+            raise ConfigError(
+                f"the profile grid's smallest decode batch ({b}) exceeds max_num_seqs {r.max_num_seqs}: "
+                "raise --max-running/--max-num-seqs"
+            )
+        what, need = f"decode batch ({b} x context {min(g['contexts'])})", longest_decoder
+        kv_need = b * -(-need // r.block_size) * r.block_size  # whole blocks per decoder
+        kv_room = min(r.num_blocks * r.block_size, r.workspace_tokens)
+    else:
+        what, need = "prefill chunk", min(g["chunks"]) + min(g["chunk_contexts"])
+        kv_need, kv_room = need, r.num_blocks * r.block_size
+    if need > r.max_model_len:
+        raise ConfigError(
+            f"the profile grid's smallest {what} needs sequences of {need} tokens, over max_model_len "
+            f"{r.max_model_len}: raise --max-model-len to at least {need}"
+        )
+    raise ConfigError(
+        f"the profile grid's smallest {what} needs {kv_need} tokens of KV cache, over the {kv_room} "
+        "there are: raise --kv-cache-gb"
+    )
+
+
 def profile_engine(
     engine,
     *,
@@ -376,6 +407,7 @@ def profile_engine(
         for x in sorted(set(g["chunk_contexts"]))
         if c + x <= min(r.max_model_len, cap_tokens)
     ]
+    _check_grid_fits(r, g, dec_points, pre_points, max(contexts(min(g["batches"]), min(g["contexts"]))))
     step_points = [
         p
         for p in ((64, 0, 0, 0), (16, 64, 4, 64), (0, 0, 16, 256), (128, 0, 8, 128), (0, 0, 1, 64), (32, 256, 32, 64))
