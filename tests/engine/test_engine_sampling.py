@@ -131,6 +131,26 @@ def test_bad_sampling_params_are_refused():
         SamplingParams(min_tokens=-1)
     with pytest.raises(ConfigError, match="temperature"):
         SamplingParams(temperature=float("nan"))
+    # the Python API checks what the HTTP server checks: a NaN bias won every argmax, a
+    # str key failed mid-step, a fractional top_k or a non-integer stop id passed
+    for bad in ({5: float("nan")}, {5: 101}, {"5": 1.0}, {-1: 1.0}, {True: 1.0}):
+        with pytest.raises(ConfigError, match="logit_bias"):
+            SamplingParams(logit_bias=bad)
+    with pytest.raises(ConfigError, match="top_k"):
+        SamplingParams(top_k=1.5)
+    for bad in (["x"], [-1], [2.0]):
+        with pytest.raises(ConfigError, match="stop_token_ids"):
+            SamplingParams(stop_token_ids=bad)
+    SamplingParams(logit_bias={5: -100, 6: 2.5}, top_k=3, stop_token_ids=[0, 7])
+
+
+def test_a_logit_bias_outside_the_vocabulary_is_refused(llm):
+    vocab = llm.engine.config.vocab_size
+    with pytest.raises(ConfigError, match="logit_bias token id"):
+        llm.engine.add_request("r-oov", [1, 2, 3], SamplingParams(max_tokens=2, logit_bias={vocab: 5.0}))
+    # a bias inside it is applied: +100 on one id makes greedy decoding pick it
+    (out,) = llm.generate(["Hello"], SamplingParams(max_tokens=3, temperature=0, logit_bias={7: 100}, ignore_eos=True))
+    assert out.token_ids == [7, 7, 7]
 
 
 def test_tiny_temperature_is_greedy_and_spares_the_batch(llm):

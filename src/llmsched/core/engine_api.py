@@ -78,8 +78,17 @@ class SamplingParams:
             raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ConfigError(f"top_k must be -1 (off) or a positive integer, got {self.top_k}")
+        if not _is_int(self.top_k) or self.top_k == 0 or self.top_k < -1:
+            raise ConfigError(f"top_k must be -1 (off) or a positive integer, got {self.top_k!r}")
+        for t in self.stop_token_ids:
+            if not _is_int(t) or t < 0:
+                raise ConfigError(f"stop_token_ids must be non-negative token ids, got {t!r}")
+        for t, b in (self.logit_bias or {}).items():
+            # the HTTP server's rule (server/protocol.py): a NaN bias would win every argmax
+            if not _is_int(t) or t < 0:
+                raise ConfigError(f"logit_bias keys must be non-negative token ids, got {t!r}")
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or not -100 <= b <= 100:
+                raise ConfigError(f"logit_bias values must be numbers in -100..100, got {b!r}")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         for s in self.stop:
@@ -105,6 +114,10 @@ class SamplingParams:
     def greedy(self) -> bool:
         """Argmax sampling: temperature 0, or below `SAMPLING_EPS` (as vLLM)."""
         return self.temperature < SAMPLING_EPS
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def default_max_running(device) -> int:

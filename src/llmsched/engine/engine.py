@@ -289,6 +289,11 @@ class LLMEngine(StepDriver):
         for t in prompt:
             if not isinstance(t, int) or not 0 <= t < vocab:
                 raise ConfigError(f"request {request_id!r}: token id {t!r} is outside the vocabulary (0..{vocab - 1})")
+        for t in params.logit_bias or ():
+            if t >= vocab:  # (the sampler would skip it: a bias that silently does nothing)
+                raise ConfigError(
+                    f"request {request_id!r}: logit_bias token id {t} is outside the vocabulary (0..{vocab - 1})"
+                )
         if params.stop and self.tokenizer is None:
             raise ConfigError("stop strings need a tokenizer, and this model has none")
         now = self.now()
