@@ -462,3 +462,20 @@ def test_paper_spec_messages_and_case():
     with pytest.raises(ConfigError, match="b0 must be an integer, got '1e3'"):
         make_cost_model("paper:b0=1e3")
     assert make_cost_model("paper:variant=MAX").describe() == make_cost_model("paper:variant=max").describe()
+
+
+def test_a_combined_csv_compares_layer_counts_by_value(tmp_path):
+    # a table written as floats says 16.0 where another row says 16: the same count
+    path = combined_csv(tmp_path / "c.csv")
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1].rsplit(",", 1)[0] + ",16.0"
+    path.write_text("\n".join(lines) + "\n")
+    assert load_profile(str(path)).layers == 16
+    lines[1] = lines[1].rsplit(",", 1)[0] + ",8"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match=r"disagrees with itself \(8, 16\)"):
+        load_profile(str(path))
+    lines[1] = lines[1].rsplit(",", 1)[0] + ",16.5"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match="layers must be a positive integer, got '16.5'"):
+        load_profile(str(path))

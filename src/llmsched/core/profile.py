@@ -869,23 +869,24 @@ def _load_combined(path: Path, model: str | None) -> tuple[dict, str | None, int
         parsed[table] = _table_rows(table, header, sub, str(path), model)
     layers = None
     if "layers" in header:
-        vals = {
-            r["layers"]
-            for _, r in rows
-            if r.get("layers") and (model is None or "model" not in header or r.get("model") == model)
-        }
-        if len(vals) > 1:
+        counts = set()
+        for _, r in rows:
+            v = r.get("layers")
+            if v and (model is None or "model" not in header or r.get("model") == model):
+                # by value: a table written as floats says 2.0 where another says 2
+                try:
+                    n = float(v)
+                except ValueError:
+                    n = math.nan
+                if not (n == int(n) if math.isfinite(n) else False) or n <= 0:
+                    raise ConfigError(f"profile file {path}: layers must be a positive integer, got {v!r}")
+                counts.add(int(n))
+        if len(counts) > 1:
             raise ConfigError(
-                f"profile file {path}: the layers column disagrees with itself ({', '.join(sorted(vals))})"
+                f"profile file {path}: the layers column disagrees with itself ({', '.join(map(str, sorted(counts)))})"
             )
-        if vals:
-            v = vals.pop()
-            try:
-                layers = int(v)
-            except ValueError:
-                raise ConfigError(f"profile file {path}: layers must be a positive integer, got {v!r}") from None
-            if layers <= 0:
-                raise ConfigError(f"profile file {path}: layers must be a positive integer, got {v!r}")
+        if counts:
+            layers = counts.pop()
     return parsed, model, layers
 
 
