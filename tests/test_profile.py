@@ -479,3 +479,13 @@ def test_a_combined_csv_compares_layer_counts_by_value(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ConfigError, match="layers must be a positive integer, got '16.5'"):
         load_profile(str(path))
+
+
+def test_a_repeated_column_is_refused(tmp_path):
+    path = combined_csv(tmp_path / "c.csv")
+    lines = path.read_text().splitlines()
+    lines[0] += ",ms"
+    lines[1:] = [line + ",1" for line in lines[1:]]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match="column 'ms' appears more than once"):
+        load_profile(str(path))

@@ -730,6 +730,9 @@ def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
         raise ConfigError(f"profile file {path} does not exist") from None
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ConfigError(f"profile file {path} cannot be read: {e}") from None
+    repeated = sorted({h for h in header if h and header.count(h) > 1})
+    if repeated:  # a row would keep the last of them without a word
+        raise ConfigError(f"profile file {path}: column {repeated[0]!r} appears more than once in the header")
     rows = [(n, r) for n, r in rows if any(r.values())]  # skip blank lines
     return header, rows
 
