@@ -105,9 +105,10 @@ def test_mooncake_at_cache_block_sizes():
     b = t1024.blocks()
     assert [len(x or ()) for x in b] == [1, 0, 1, 0, 2]
     assert b[0] == b[2] and b[4][0] == b[0][0]
-    # the id of a 1024-token block is the chained id of its last 512-token block
+    # the id of a 1024-token block: the 512-token ids chained again, at its last one
     t512 = read_trace(MOONCAKE, block_size=512)
-    assert b[4] == (t512.blocks()[4][1], t512.blocks()[4][3])
+    row = np.array(t512.blocks()[4], dtype=np.int64)
+    assert b[4] == tuple(chain_ragged(row, np.array([0, len(row)]))[[1, 3]].tolist())
     with pytest.raises(ConfigError, match="512-token blocks onto 48-token.*divide"):
         read_trace(MOONCAKE, block_size=48)
     with pytest.raises(ConfigError, match="block size must be a whole number"):
@@ -217,7 +218,8 @@ def test_plain_csv_with_block_ids():
     t = read_trace(PLAIN_BLOCKS, block_size=None)
     assert t.block_size == 32 and t.blocks() == [(11, 12, 13), (11, 12), None]
     t64 = read_trace(PLAIN_BLOCKS, block_size=64)
-    assert t64.blocks() == [(12,), (12,), None]
+    b64 = t64.blocks()
+    assert len(b64[0]) == 1 and b64[0] == b64[1] and b64[2] is None  # 11 12 in both
     t16 = read_trace(PLAIN_BLOCKS)
     b = t16.blocks()
     assert [len(x or ()) for x in b] == [6, 4, 0]
@@ -358,9 +360,17 @@ def test_reblock_and_take_rows_hand_cases():
     out, optr = reblock(ids, ptr, np.array([100, 5, 33]), 32, 16)
     assert np.diff(optr).tolist() == [6, 0, 2]
     assert out[0] != out[1] and len(set(out.tolist())) == 8
-    # 32 -> 64: the id of every second source block; a lone or partial pair gives none
+    # 32 -> 64: the chained id of every second source block; a lone or partial pair gives none
     out, optr = reblock(ids, ptr, np.array([128, 64, 64]), 32, 64)
-    assert out.tolist() == [20, 50] and optr.tolist() == [0, 1, 1, 2]
+    assert out.tolist() == chain_ragged(ids, ptr)[[1, 4]].tolist() and optr.tolist() == [0, 1, 1, 2]
+    # per-block ids (a hand-written file): a cache block whose first source block differs
+    # is not shared even when its last one agrees (it was: the raw last id stood for both)
+    per_block = np.array([1, 2, 3, 4, 9, 2, 3, 4], dtype=np.int64)
+    out, optr = reblock(per_block, np.array([0, 4, 8]), np.array([64, 64]), 16, 32)
+    assert optr.tolist() == [0, 2, 4] and set(out[:2].tolist()).isdisjoint(out[2:].tolist())
+    same = np.array([1, 2, 3, 4, 1, 2, 3, 5], dtype=np.int64)  # differs in the last source block only
+    out, _ = reblock(same, np.array([0, 4, 8]), np.array([64, 64]), 16, 32)
+    assert out[0] == out[2] and out[1] != out[3]
     sub, sptr = take_rows(ids, ptr, np.array([2, 0]))
     assert sub.tolist() == [40, 50, 10, 20, 30] and sptr.tolist() == [0, 2, 5]
 

@@ -193,7 +193,9 @@ def reblock(
     np.cumsum(keep, out=new_ptr[1:])
     row = np.repeat(np.arange(len(keep)), keep)
     m = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
-    return ids[ptr[:-1][row] + (m + 1) * r - 1].copy(), new_ptr
+    # a cache block stands for all of its source blocks and its prefix: chained again, as
+    # ids of a hand-written file may be per-block (chaining chained ids keeps what they share)
+    return chain_ragged(ids, ptr)[ptr[:-1][row] + (m + 1) * r - 1], new_ptr
 
 
 def as_tuples(ids: np.ndarray, ptr: np.ndarray) -> list:
