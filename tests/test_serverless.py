@@ -322,16 +322,19 @@ def test_serverlessllm_starts_where_the_checkpoint_is_closest_fcfs_takes_the_fir
     assert [i["tier"] for i in s.instances] == ["ssd", "remote"]
 
 
-def migration_case(scheduler: str):
+def migration_case(scheduler: str, rows=None, fast: bool = True, max_time_s=None, alpha=None, **a):
     """Two GPUs on two nodes; model a runs two long requests on its two instances; model b
     arrives at t = 1.005 s when no GPU is free."""
     cfg = two_nodes(scheduler=scheduler, scale_out_tokens=0)
     cfg["cluster"]["remote_bandwidth_gbps"] = 10
     cfg["models"] = {
-        "a": {"weights_gb": 10, "cost_model": "const:10"},
+        "a": {"weights_gb": 10, "cost_model": "const:10", **a},
         "b": {"weights_gb": 10, "cost_model": "const:10"},
     }
-    return run(cfg, [(0.0, "a", 100, 1000), (0.1, "a", 100, 1000), (1.005, "b", 10, 5)])
+    if alpha is not None:
+        cfg["platform"]["serverlessllm"] = {"alpha_s_per_token": alpha}
+    rows = rows or [(0.0, "a", 100, 1000), (0.1, "a", 100, 1000), (1.005, "b", 10, 5)]
+    return run(cfg, rows, fast=fast, max_time_s=max_time_s)
 
 
 def test_serverlessllm_live_migration_frees_a_gpu_and_conserves_tokens():
@@ -339,23 +342,119 @@ def test_serverlessllm_live_migration_frees_a_gpu_and_conserves_tokens():
     a0, a1, b = s.instances
     # a: two instances from the first request (threshold 0); ready at 0.5 s (10 GB at 2 x 10 GB/s)
     assert (a0["model"], a1["model"], b["model"]) == ("a", "a", "b") and a0["ready_ns"] == ns(0.5)
-    # request 0 prefilled at 0.51 s (token 1), one token per 10 ms: at the boundary after
-    # 1.005 s (1.01 s) it has 51 tokens; it migrates with 100 + 51 tokens: 0.01 * 151 + 0.1 s
-    land = ns(1.01) + ns(0.01 * 151 + 0.1)
-    assert a0["stop_reason"] == "migrated" and a0["stop_ns"] == land
-    assert b["created_ns"] == ns(1.005) and b["gpu_from_ns"] == land and b["ready_ns"] == land + ns(0.5)
-    assert list(s.migrations) == [1, 0, 0] and s.instance[0] == a1["instance"]
+    # request 0 prefilled at 0.51 s (token 1), one token per 10 ms. At the boundary after
+    # 1.005 s (t0 = 1.01 s) it has 51 tokens: n0 = 100 + 51. It keeps decoding on a0 while
+    # a1 recomputes them (0.01 * 151 + 0.1 = 1.61 s, to 2.62 s), then the d = 161 tokens
+    # emitted meanwhile (1.61 s more): it leaves a0 at 4.23 s with 373 tokens, and a1
+    # decodes it on from its next step, without a prefill
+    hand = ns(1.01) + ns(0.01 * 151 + 0.1) + ns(0.01 * 161)
+    assert hand == ns(4.23)
+    assert a0["stop_reason"] == "migrated" and a0["stop_ns"] == hand
+    assert b["created_ns"] == ns(1.005) and b["gpu_from_ns"] == hand and b["ready_ns"] == hand + ns(0.5)
+    assert list(s.migrations) == [1, 0, 0] and s.instance[0] == a1["instance"] and a0["migrated_out"] == 1
+    assert s.migrated_tokens == 151 + 161  # recomputed at a1: n0, then d
+    # 372 gaps of request 0 on a0 (tokens 1..373), its other 627 on a1 with request 1's 999
+    assert a0["itl_count"] == 372 and a1["itl_count"] == 627 + 999
+    assert a0["busy_ns"] == hand - ns(0.5)  # a0 decoded it until the hand-over
+    # no pause: every gap of every request is one 10 ms step, so request 0 finishes as if
+    # it had never moved (first token at 0.51 s, 999 steps more)
+    assert s.itl.max == s.itl.min == ns(0.01)
+    assert s.e2e_ns[0] == ns(0.51) + 999 * ns(0.01)
     assert (s.e2e_ns >= 0).all() and list(s.tokens) == [1000, 1000, 5]
     # every token once: each token after the first is one inter-token gap
     assert s.itl.count == int((s.output - 1).sum())
-    assert s.itl.max >= ns(0.01 * 151 + 0.1)  # the migrated request's pause
-    assert s.migrated_tokens == 151
+    exact = migration_case("serverlessllm", fast=False)
+    assert exact.instances == s.instances and np.array_equal(exact.e2e_ns, s.e2e_ns)
     # without ServerlessLLM, b waits for an instance of a to finish
     s = migration_case("fcfs")
     assert list(s.migrations) == [0, 0, 0]
     first_done = min(s.e2e_ns[0], s.e2e_ns[1] + ns(0.1))
     assert s.instances[2]["created_ns"] == first_done == s.instances[2]["gpu_from_ns"]
     assert s.ttft_ns[2] > first_done - ns(1.005)
+
+
+def test_a_request_that_finishes_before_its_hand_over_finishes_at_the_source():
+    """Request 0 has 300 tokens: its last at 0.51 + 2.99 = 3.5 s, before its hand-over
+    (4.23 s): no migration; the GPU frees at its finish."""
+    rows = [(0.0, "a", 100, 300), (0.1, "a", 100, 1000), (1.005, "b", 10, 5)]
+    s = migration_case("serverlessllm", rows)
+    a0, a1, b = s.instances
+    assert list(s.migrations) == [0, 0, 0] and s.migrated_tokens == 0 and a0["migrated_out"] == 0
+    assert s.instance[0] == a0["instance"] and s.e2e_ns[0] == ns(3.5)
+    assert a0["stop_reason"] == "migrated" and a0["stop_ns"] == b["gpu_from_ns"] == ns(3.5)
+    assert (s.tokens == s.output).all() and s.itl.count == int((s.output - 1).sum())
+
+
+def test_a_destination_without_kv_room_recomputes_the_migrated_request():
+    """KV capacity 2,000 tokens. a0 runs request 0 (900-token prompt), a1 request 1 (1,000):
+    a0 migrates (fewer tokens). With alpha 1 ms/token request 0 hands over at 2.17 s with
+    167 tokens: its 1,066 KV slots do not fit beside request 1's 1,166; it joins a1's queue
+    to recompute, which waits for request 1 to finish (request 1 alone may need 1,999)."""
+    rows = [(0.0, "a", 900, 1000), (0.1, "a", 1000, 1000), (1.005, "b", 10, 5)]
+    s = migration_case("serverlessllm", rows, alpha=0.001, kv_capacity=2000)
+    a0, a1, b = s.instances
+    n0 = 900 + 51
+    t1 = ns(1.01) + ns(0.001 * n0 + 0.1)  # 2.061 s: 155 tokens emitted by then
+    d = 155 - 51
+    assert s.migrated_tokens == n0 + d and list(s.migrations) == [1, 0, 0]
+    assert a0["stop_ns"] == ns(2.17) and t1 + ns(0.001 * d) <= ns(2.17)  # the boundary after 2.165 s
+    assert s.instance[0] == a1["instance"] and (s.tokens == s.output).all()
+    assert s.itl.count == int((s.output - 1).sum())
+    # request 0 resumes after request 1's finish and its own recompute: a long pause
+    r1_done = ns(0.1) + s.e2e_ns[1]
+    assert s.e2e_ns[0] >= r1_done + ns(0.01) + (1000 - 167) * ns(0.01)
+    assert s.itl.max >= r1_done - ns(2.17)
+    # with room (no capacity) it decodes on at a1 without a pause
+    s = migration_case("serverlessllm", rows, alpha=0.001)
+    assert s.migrated_tokens == n0 + d and s.itl.max == ns(0.01)
+
+
+def test_the_gpu_frees_at_the_last_hand_over():
+    """a0 runs requests 0 (100-token prompt) and 2 (50): request 2 hands over first, at
+    1.01 + (0.01 * 101 + 0.1) + 0.01 * 111 = 3.23 s, and a0 decodes request 0 on alone
+    until its hand-over at 4.23 s, where the GPU frees."""
+    rows = [(0.0, "a", 100, 1000), (0.1, "a", 100, 1000), (0.2, "a", 50, 1000), (1.005, "b", 10, 5)]
+    for fast in (True, False):
+        s = migration_case("serverlessllm", rows, fast=fast)
+        a0, a1, b = s.instances
+        assert list(s.migrations) == [1, 0, 1, 0] and s.instance[0] == s.instance[2] == a1["instance"]
+        assert s.migrated_tokens == (151 + 161) + (101 + 111)
+        assert a0["stop_ns"] == b["gpu_from_ns"] == ns(4.23) and a0["migrated_out"] == 2
+        # request 2's 272 gaps on a0 (to 3.23 s), request 0's 372 (to 4.23 s)
+        assert a0["itl_count"] == 272 + 372 and s.itl.max == ns(0.01)
+        assert (s.tokens == s.output).all() and s.itl.count == int((s.output - 1).sum())
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.0003])
+def test_crowded_migrations_fast_equals_step_by_step(alpha):
+    """crowded.yaml at 600 requests: one hand-over with its own alpha (most running requests
+    finish at the source first), 28 with a faster recompute."""
+    cfg = yaml.safe_load(open("examples/serverless/crowded.yaml"))
+    cfg["platform"]["serverlessllm"]["alpha_s_per_token"] = alpha
+    spec = load_serverless(cfg).replaced(num_requests=600)
+    fast = run_serverless(spec)
+    exact = run_serverless(spec, fast=False)
+    assert fast.migrations.sum() == {0.01: 1, 0.0003: 28}[alpha]
+    assert (fast.e2e_ns >= 0).all() and (fast.tokens == fast.output).all()
+    assert fast.itl.count == int((fast.output - 1).sum())
+    _check_gpus(spec, fast)
+    for k in ("ttft_ns", "e2e_ns", "queue_ns", "instance", "migrations", "tokens", "preemptions"):
+        assert np.array_equal(getattr(fast, k), getattr(exact, k)), k
+    assert fast.instances == exact.instances and fast.migrated_tokens == exact.migrated_tokens
+    assert (fast.itl.count, fast.itl.total, fast.end_ns) == (exact.itl.count, exact.itl.total, exact.end_ns)
+
+
+def test_a_time_limit_before_the_hand_over_leaves_the_request_at_its_source():
+    """Stopped at 3 s, request 0 is still decoding at a0 (its hand-over is due at 4.23 s):
+    not migrated, in the system, a0 still holds its GPU."""
+    s = migration_case("serverlessllm", max_time_s=3)
+    exact = migration_case("serverlessllm", max_time_s=3, fast=False)
+    assert s.instances == exact.instances and np.array_equal(s.ttft_ns, exact.ttft_ns)
+    a0 = s.instances[0]
+    assert list(s.migrations) == [0, 0, 0] and s.migrated_tokens == 0
+    assert s.instance[0] == a0["instance"] and s.e2e_ns[0] < 0 and s.ttft_ns[0] == ns(0.51)
+    assert a0["stop_reason"] == "time limit" and a0["stop_ns"] == ns(3)
+    assert s.instances[2]["gpu_from_ns"] < 0  # b never got the GPU
 
 
 def test_a_migration_past_the_clock_is_a_clear_error(tmp_path):
@@ -1009,16 +1108,21 @@ def test_a_time_limit_is_the_same_run_stopped_and_fast_equals_step_by_step(cfg, 
 
 
 def test_a_time_limit_during_a_migration_keeps_what_the_migrated_requests_reached():
-    """crowded.yaml under ServerlessLLM stopped while the running requests of a chat
-    instance are on their way to the others: they had their first token and were
-    scheduled; the stop used to report neither (they were in no instance)."""
+    """crowded.yaml under ServerlessLLM stopped while a chat instance is migrating (from
+    8.16 s; request 221 hands over at 12.18 s): the request is still at its source, in the
+    system, with its first token and scheduling reported; the victim still holds its GPU."""
     spec = load_serverless("examples/serverless/crowded.yaml").replaced(num_requests=300)
     full = run_serverless(spec)
-    cut = run_serverless(spec, max_time_s=31.12)
-    moving = np.flatnonzero((cut.migrations > 0) & (cut.e2e_ns < 0))
-    assert 233 in moving
+    victim = next(r for r in full.instances if r["stop_reason"] == "migrated")
+    assert victim["instance"] == 0 and full.migrations[221] == 1
+    cut = run_serverless(spec, max_time_s=10)
+    exact = run_serverless(spec, max_time_s=10, fast=False)
+    assert cut.instances == exact.instances and np.array_equal(cut.ttft_ns, exact.ttft_ns)
+    moving = np.flatnonzero((full.migrations > 0) & (cut.e2e_ns < 0))
+    assert 221 in moving and (cut.migrations[moving] == 0).all() and (cut.instance[moving] == 0).all()
     assert (cut.ttft_ns[moving] == full.ttft_ns[moving]).all() and (cut.ttft_ns[moving] > 0).all()
     assert (cut.queue_ns[moving] == full.queue_ns[moving]).all() and cut.arrived[moving].all()
+    assert cut.instances[0]["stop_reason"] == "time limit"
 
 
 def test_a_time_limit_before_the_first_arrival_ends_the_clock_there():

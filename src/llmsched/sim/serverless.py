@@ -12,7 +12,8 @@ then), and events at one instant run in a canonical order, so the fast path equa
 step-by-step path (a property test holds them equal).
 
 At one instant: GPUs freed by migrations, finished checkpoint loads, instances becoming
-ready, migrated requests landing, arrivals, batch ends, keep-alive expiries, then plans.
+ready, migration rounds ending, hand-overs falling due, arrivals, batch ends, keep-alive
+expiries, then plans.
 
 The platform (docs/serverless.md):
 - A request of model m goes to one of m's instances (the router: least-loaded, or
@@ -33,9 +34,11 @@ The platform (docs/serverless.md):
 - ServerlessLLM: placement by least estimated startup (load-queue wait + load time at the
   node's fastest tier, bandwidths times `load_speedup`), and, when no GPU is free or idle,
   live migration: an instance of a model with another ready instance hands its requests
-  over (a running request with n tokens so far lands after `alpha * n + beta` seconds and
-  recomputes its KV cache there; waiting ones move at once) and its GPU goes to the model
-  that needs it.
+  over and its GPU goes to the model that needs it. Waiting requests move at once; a
+  running request with n0 tokens so far keeps decoding at the source while the
+  destination recomputes them (`alpha * n0 + beta` s), then the d tokens emitted meanwhile
+  (`alpha * d` s); it then leaves the source at a step boundary and decodes on at the
+  destination with its KV cache in place (or, without KV room there, recomputes it).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import heapq
 import itertools
 import math
 from array import array
-from bisect import insort
+from bisect import bisect_left, insort
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,7 +56,7 @@ import numpy as np
 
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.request import NS, WAITING, Request, check_seconds
+from ..core.request import DECODE, NS, PREFILL, WAITING, Request, check_seconds
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
 from ..workload.serverless import ServerlessSpec, make_serverless_requests
@@ -62,16 +65,17 @@ from .server import ServerSim, SimulationStuck
 from .simulator import _np
 
 # event kinds, in the order they run at one instant (plans last)
-_FREE, _LOADED, _READY, _LAND, _ARRIVE, _END, _EXPIRE, _PLAN = range(8)
+_FREE, _LOADED, _READY, _ROUND, _HAND, _ARRIVE, _END, _EXPIRE, _PLAN = range(9)
 LOADING, READY, DRAINING, STOPPED = "loading", "ready", "draining", "stopped"
 FIRST_STEPS = 16  # steps of a batch an instance times at first (then twice as many each time)
 
 
 # ---- hooks on the single-server classes ---------------------------------------------------
 class _State(ServerState):
-    """A ServerState with the two changes a migration makes. Hook to add to core/state.py:
-    `ServerState.remove(r, now)` (a request leaves with its tokens) and
-    `ServerState.add(r, recompute=True)` (it joins to recompute its KV cache)."""
+    """A ServerState with the changes a migration makes. Hooks to add to core/state.py:
+    `ServerState.remove(r, now)` (a request leaves with its tokens, with or without its
+    KV cache) and `ServerState.add(r, recompute=True)` / `add(r, decoding=True)` (it joins
+    to recompute its KV cache, or as a decoder with it in place)."""
 
     def take(self, r: Request, now: int) -> None:
         """Remove `r` (running or waiting), keeping the tokens it emitted; a running request
@@ -86,6 +90,52 @@ class _State(ServerState):
         self.waiting_tokens -= w
         self.backlog_tokens -= w
         self.pending_prefill -= r.prefill_target
+
+    def take_running(self, r: Request, now: int) -> None:
+        """Remove a decoder with its KV cache (a live migration's hand-over, at a step
+        boundary): its slots free here, `r.kv` says how many it takes at the destination."""
+        self._remove_decoder(r, now)  # (pauses it: `emitted` and `kv` are up to date)
+        # its completion entry goes too: a later activation elsewhere might reuse its number
+        self._heap = [e for e in self._heap if e[2] is not r]
+        heapq.heapify(self._heap)
+        self.kv_used -= r.kv
+        if r.cached is not None:
+            self._release_blocks(r)
+        del self.running[r.id]
+        self.backlog_tokens -= r.output - r.emitted
+
+    @staticmethod
+    def drop_kv(r: Request) -> None:
+        """A decoder taken with `take_running` that will recompute its KV cache instead (as
+        after a preemption, which this is not: its preemption count is kept)."""
+        r.phase = WAITING
+        r.prefill_target = r.prompt + r.emitted
+        r.prefilled = 0
+        r.kv = 0
+
+    def has_room(self, r: Request) -> bool:
+        """Room for the KV cache of a decoder taken with `take_running`, and its next token."""
+        return self.kv_free > r.kv
+
+    def add_decoder(self, r: Request, now: int) -> None:
+        """At a step boundary: a decoder taken with `take_running` joins with its KV cache in
+        place, in decode order (arrival, then id). The active decoders after it pause (and
+        resume with the next plan, as `begin_step` resumes any), so that the active ones stay
+        a prefix of the decode order; it resumes like them, its gap since its last token
+        (at the source) counted."""
+        pos = bisect_left(self._dec_keys, r.key)
+        m = self._m
+        while m > pos:
+            m -= 1
+            self._pause(self._dec[m], now)
+        self._m = m
+        r.phase = DECODE
+        r.active = False
+        self._dec.insert(pos, r)
+        self._dec_keys.insert(pos, r.key)
+        self.running[r.id] = r
+        self.kv_used += r.kv
+        self.backlog_tokens += r.output - r.emitted
 
     def add_recompute(self, r: Request) -> None:
         """`r` joins at the head of the queue (with preempted requests) to recompute its KV
@@ -226,10 +276,12 @@ class _Instance:
         "id",
         "idle_since",
         "idle_ver",
+        "incoming",
         "load_start",
         "loaded_at",
         "migrated_out",
         "model",
+        "moving",
         "planned",
         "ready_at",
         "routed",
@@ -259,6 +311,11 @@ class _Instance:
         self.routed = 0
         self.completed = 0
         self.migrated_out = 0
+        # a migration's victim: None until its first step boundary (then it hands over), and
+        # then request id -> [request, destination, n0, d, due] of each running request
+        self.moving: dict | None = None
+        # decoders handed over to this instance during a batch: they join at its end
+        self.incoming: list[Request] = []
 
 
 @dataclass
@@ -620,49 +677,146 @@ class _Runtime:
 
     # ---- migration (ServerlessLLM) -----------------------------------------------------------
     def begin_migration(self, victim: _Instance, t: int) -> None:
+        """`victim` takes no more requests; its hand-over starts at its next step boundary."""
         victim.state = DRAINING
         victim.model.live.remove(victim)
         victim.model.ready.remove(victim)
         victim.idle_ver += 1
+        self.cut(victim, t)
+
+    def cut(self, victim: _Instance, t: int) -> None:
+        """The victim's batch ends at its first step boundary at or after `t` (its end
+        drains it); without a batch, it drains now."""
         sim = victim.sim
         if sim.busy_until > t:
             end = sim.truncate(t)
             victim.version += 1
             self.push(end, _END, victim.id, victim, victim.version)
-        elif sim.busy_until < 0:
-            self.migrate(victim, t)
-        else:  # busy_until == t: its batch end at t migrates it (the batch goes no further)
-            sim.truncate(t)
+        elif sim.busy_until == t:
+            sim.truncate(t)  # its batch end at t drains it (the batch goes no further)
+        elif self.drain(victim, t) and not victim.planned:
+            victim.planned = True
+            self.push(t, _PLAN, victim.id, victim)
 
-    def migrate(self, victim: _Instance, t: int) -> None:
-        """At a step boundary: waiting requests move to the model's other instances now,
-        running ones land there after alpha * tokens + beta; the GPU frees when the last
-        has landed."""
+    def drain(self, victim: _Instance, t: int) -> bool:
+        """A migration's victim at a step boundary. The first one starts the hand-over of
+        each running request: its destination is chosen now, and it keeps decoding here
+        while the destination recomputes its n0 tokens so far (`alpha * n0 + beta`, a
+        `_ROUND` event), then the d it emitted meanwhile (`alpha * d`, a `_HAND` event:
+        the hand-over falls due and the victim's batch is cut there). At this and every
+        later boundary the hand-overs due happen, and waiting requests (preempted ones
+        included) move at once. Returns True while requests are left to run here; the GPU
+        frees when none is."""
         st = victim.sim.state
         model = victim.model
-        free_at = t
-        running = list(st.running.values())
-        waiting = list(st.waiting)
-        for r in running:
-            st.take(r, t)
-            tokens = r.prompt + r.emitted
-            land = t + self.migration_ns(tokens)
-            if land >= UNLIMITED:
-                raise ConfigError(
-                    f"platform.serverlessllm: migrating a request of {tokens:,} tokens takes "
-                    f"{(land - t) / NS:.4g} s (alpha_s_per_token * tokens + beta_s), past the simulator's clock "
-                    f"({UNLIMITED / NS:.4g} s); lower alpha_s_per_token or beta_s"
-                )
-            self.migrations[r.id] += 1
-            self.migrated_tokens += tokens
-            victim.migrated_out += 1
-            free_at = max(free_at, land)
-            self.push(land, _LAND, r.id, r, model)
-        for r in waiting:
+        moving = victim.moving
+        if moving is None:
+            moving = victim.moving = {}
+            for r in list(st.running.values()):
+                n0 = r.prompt + st.emitted(r)
+                t1 = t + self.migration_ns(n0)
+                if t1 >= UNLIMITED:
+                    raise ConfigError(
+                        f"platform.serverlessllm: migrating a request of {n0:,} tokens takes "
+                        f"{(t1 - t) / NS:.4g} s (alpha_s_per_token * tokens + beta_s), past the simulator's clock "
+                        f"({UNLIMITED / NS:.4g} s); lower alpha_s_per_token or beta_s"
+                    )
+                moving[r.id] = [r, self.route(model, t), n0, 0, False]
+                self.push(t1, _ROUND, r.id, victim, r)
+        else:
+            for entry in list(moving.values()):
+                r = entry[0]
+                if r.id not in st.running:  # finished here (or preempted: it moves below)
+                    del moving[r.id]
+                elif entry[4]:
+                    del moving[r.id]
+                    self.hand_over(victim, entry, t)
+        for r in list(st.waiting):
+            moving.pop(r.id, None)
             st.take(r, t)
             victim.migrated_out += 1
             self.deliver(r, model, t, r.emitted > 0)
-        self.push(free_at, _FREE, victim.id, victim)
+        if st.is_idle():
+            self.push(t, _FREE, victim.id, victim)
+            return False
+        return True
+
+    def tokens_at(self, inst: _Instance, r: Request, t: int) -> int:
+        """Prompt + tokens `r` emitted at `inst` by `t` (the steps of the batch in progress
+        that ended by then counted)."""
+        sim = inst.sim
+        st = sim.state
+        n = r.prompt + st.emitted(r)
+        batch = sim.batch
+        if batch is not None and t > batch[1]:
+            done = sim.steps_done(t)
+            if done:
+                plan, count = batch[0], batch[2]
+                if r.phase == DECODE:
+                    if st.decoders_before(r.key) < plan.decode:
+                        n += done
+                elif r.phase == PREFILL and done == count:
+                    for q, c in plan.prefill:
+                        if q is r and r.prefilled + c * count == r.prefill_target:
+                            n += 1
+        return n
+
+    def hand_over(self, victim: _Instance, entry: list, t: int) -> None:
+        """At a step boundary of the victim: `r` leaves it for its destination, as a decoder
+        with its KV cache computed there (or, still prefilling, or the destination gone, to
+        recompute it)."""
+        r, dest, n0, d, _ = entry
+        st = victim.sim.state
+        self.migrations[r.id] += 1
+        self.migrated_tokens += n0 + d
+        victim.migrated_out += 1
+        if r.phase == DECODE:
+            st.take_running(r, t)
+            if dest is not None and dest.state == READY:
+                self.join(dest, r, t)
+                return
+            st.drop_kv(r)
+        else:  # (a prefill in chunks the victim had not finished)
+            st.take(r, t)
+            if dest is not None and dest.state == READY:
+                self.add_to(dest, r, t, True)
+                return
+        self.deliver(r, victim.model, t, True)
+
+    def join(self, inst: _Instance, r: Request, t: int) -> None:
+        """A handed-over decoder joins `inst` at its next step boundary (now, between
+        batches; the batch in progress is cut there otherwise)."""
+        sim = inst.sim
+        inst.idle_ver += 1  # cancels a keep-alive expiry
+        inst.idle_since = -1
+        inst.routed += 1
+        self.where[r.id] = inst.id
+        busy_until = sim.busy_until
+        if busy_until < 0:
+            if sim.now < t:
+                sim.idle_until(t)
+            self.settle(inst, r, t)
+            if not inst.planned:
+                inst.planned = True
+                self.push(t, _PLAN, inst.id, inst)
+            return
+        inst.incoming.append(r)
+        if busy_until > t:
+            end = sim.truncate(t)
+            inst.version += 1
+            self.push(end, _END, inst.id, inst, inst.version)
+        else:
+            sim.truncate(t)
+
+    def settle(self, inst: _Instance, r: Request, t: int) -> None:
+        """At a step boundary of `inst`: a handed-over decoder joins its running requests with
+        its KV cache, or, without room for it, the head of its queue to recompute it."""
+        st = inst.sim.state
+        if st.has_room(r):
+            st.add_decoder(r, t)
+        else:
+            st.drop_kv(r)
+            st.add_recompute(r)
 
     # ---- the loop ------------------------------------------------------------------------------
     def run(self, reqs, progress: Callable[[int, int], None] | None) -> ServerlessStats:
@@ -724,8 +878,8 @@ class _Runtime:
             if head[0] > max_time and done < n:
                 # (once every request finished only keep-alive expiries are left: a limit
                 # after the run's end changes no bill)
-                # a time limit: what happens later is not simulated (the event stays queued:
-                # a migrated request's landing still says where the request is)
+                # a time limit: what happens later is not simulated (a hand-over after it
+                # never happens: the request is still at its source)
                 now = max_time
                 break
             t, kind, _, _, a, b = pop(events)
@@ -749,9 +903,11 @@ class _Runtime:
                         else:
                             progress(done, n)
                             next_progress = min(done + progress_every, n)
-                if inst.state != READY:
-                    if inst.state == DRAINING:
-                        self.migrate(inst, t)
+                if inst.incoming:  # decoders handed over during the batch join now
+                    for r in inst.incoming:
+                        self.settle(inst, r, t)
+                    inst.incoming = []
+                if inst.state != READY and (inst.state != DRAINING or not self.drain(inst, t)):
                     continue
                 if (events and events[0][0] <= t) or next_arrival <= t:
                     inst.planned = True  # plan after what else happens at t
@@ -778,14 +934,24 @@ class _Runtime:
                 else:
                     inst.planned = True
                     self.push(t, _PLAN, inst.id, inst)
-            elif kind == _LAND:
-                self.deliver(a, b, t, True)
+            elif kind == _ROUND:  # the destination has recomputed n0 tokens: d more to go
+                victim, r = a, b
+                entry = victim.moving.get(r.id)
+                if entry is not None and r.id in victim.sim.state.running:
+                    d = entry[3] = self.tokens_at(victim, r, t) - entry[2]
+                    self.push(t + round(self.alpha * d * NS), _HAND, r.id, victim, r)
+            elif kind == _HAND:  # the destination has caught up: hand over at the next boundary
+                victim, r = a, b
+                entry = victim.moving.get(r.id)
+                if entry is not None and r.id in victim.sim.state.running:
+                    entry[4] = True
+                    self.cut(victim, t)
             elif kind == _EXPIRE:
                 inst = a
                 if b == inst.idle_ver and inst.state == READY and inst.sim.is_idle():
                     self.stop(inst, t, "keep-alive")
                     self.serve_waiting_models(t)
-            else:  # _FREE: a migration has handed over every request
+            else:  # _FREE: a migration's victim has handed over or finished every request
                 victim = a
                 gpu = victim.gpu
                 self.stop(victim, t, "migrated")
@@ -928,25 +1094,26 @@ class _Runtime:
         return end, done
 
     def requests_in_system(self) -> list[Request]:
-        """Every request that arrived and did not finish: at an instance (running or queued),
-        on its way to one (a migrated request that has not landed) or waiting for one to
-        start (a model without instances)."""
+        """Every request that arrived and did not finish: at an instance (running or queued;
+        a request being migrated is at its source until its hand-over), handed over to one
+        and joining at its batch's end, or waiting for one to start (a model without
+        instances)."""
         out: list[Request] = []
         for inst in self.instances:
             st = inst.sim.state
             out += st.running.values()
             out += st.waiting
-        out += [e[4] for e in self.events if e[1] == _LAND]
+            out += inst.incoming
         for m in self.models:
             out += [r for r, _ in m.pending]
         return out
 
     def plan(self, inst: _Instance, t: int) -> None:
         sim = inst.sim
-        if inst.state != READY or sim.busy_until >= 0:
+        if (inst.state != READY and inst.state != DRAINING) or sim.busy_until >= 0:
             return
         if sim.is_idle():
-            if inst.idle_since < 0:
+            if inst.idle_since < 0 and inst.state == READY:
                 self.go_idle(inst, t)
             return
         if t >= self.max_time:
