@@ -107,15 +107,15 @@ def test_stream_without_usage_has_no_usage_chunk(server):
     [
         ({"include_usage": True, "continuous_usage_stats": True}, True, True),
         ({"include_usage": False, "continuous_usage_stats": True}, False, False),
-        ({"continuous_usage_stats": True}, True, True),  # include_usage defaults to true
+        ({"continuous_usage_stats": True}, False, False),  # include_usage defaults to false
         ({"include_usage": True, "continuous_usage_stats": False}, False, True),
-        ({}, False, True),
+        ({}, False, False),
         ({"include_usage": False}, False, False),
     ],
 )
 def test_stream_options_usage_as_vllm(server, options, continuous, final):
-    """vLLM's rules: once stream_options is given include_usage defaults to true, and
-    per-chunk usage (continuous_usage_stats) needs include_usage."""
+    """OpenAI's and current vLLM's rules: include_usage defaults to false, and per-chunk
+    usage (continuous_usage_stats) needs include_usage (it was given on its own)."""
     base, _ = server
     r = post(
         base,

@@ -289,9 +289,10 @@ def _common(body: dict, kind: str) -> dict:
             raise bad_request("'stream_options' must be an object", "stream_options")
         if not stream:
             raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
-        # as vLLM's StreamOptions: include_usage defaults to true once stream_options is
-        # given, and per-chunk usage needs it (continuous_usage_stats alone adds nothing)
-        include_usage = _bool(so, "include_usage", True)
+        # as OpenAI and current vLLM: include_usage defaults to false (older vLLM releases
+        # defaulted it to true), and per-chunk usage needs it (continuous_usage_stats alone
+        # adds nothing: vLLM's include_continuous_usage = include_usage and continuous)
+        include_usage = _bool(so, "include_usage", False)
         continuous = _bool(so, "continuous_usage_stats", False) and include_usage
     temperature = _float(body, "temperature", 1.0, 0.0, 2.0)
     top_p = _float(body, "top_p", 1.0, 0.0, 1.0, lo_open=True)
