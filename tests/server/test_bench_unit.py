@@ -20,6 +20,7 @@ from llmsched.server.bench import (
     make_workload,
     parse_goodput,
     parse_percentiles,
+    write_result,
 )
 
 
@@ -229,3 +230,13 @@ def test_cli_contradicting_backend_is_one_line_exit_2(capsys):
     rc = main(["bench", "--metadata", "novalue", "--port", "1"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "KEY=VALUE" in err
+
+
+def test_append_result_adds_a_line_also_to_a_result_file(tmp_path):
+    # --result-file F --append-result replaced F (the earlier results lost)
+    path = str(tmp_path / "r.json")
+    write_result(path, {"run": 1}, append=True)
+    write_result(path, {"run": 2}, append=True)
+    assert [json.loads(line)["run"] for line in open(path).read().splitlines()] == [1, 2]
+    write_result(path, {"run": 3}, append=False)
+    assert json.loads(open(path).read()) == {"run": 3}

@@ -885,17 +885,22 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
 
         if cfg.result_dir and not cfg.result_file:
             os.makedirs(cfg.result_dir, exist_ok=True)
-        data = {k: v for k, v in out.items() if k != "_results"}
-        if cfg.append_result and not cfg.result_file:
-            with open(path, "a+", encoding="utf-8") as f:
-                if f.tell():
-                    f.write("\n")
-                json.dump(data, f)
-        else:
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=2)
+        write_result(path, {k: v for k, v in out.items() if k != "_results"}, cfg.append_result)
         out["result_path"] = path
     return out
+
+
+def write_result(path: str, data: dict, append: bool) -> None:
+    """The result JSON at `path`: with `append` one line added to what the file holds
+    (`--append-result`, also with `--result-file`), else the file replaced."""
+    if append:
+        with open(path, "a+", encoding="utf-8") as f:
+            if f.tell():
+                f.write("\n")
+            json.dump(data, f)
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
 
 
 def _run(coro):
