@@ -111,3 +111,20 @@ def test_region_is_computed_when_the_scheduler_is_built(monkeypatch):
         state.begin_step(plan, step)
         state.end_step(plan, step + 1)
     assert solved == [(512, 16)] * 2 and sched.batch._cands == cands  # no LP on a step
+
+
+def test_adaptive_learns_the_means_of_prompts_prefilled_in_one_step(monkeypatch):
+    # 100-token prompts under a 2,048-token budget are admitted and prefilled within one
+    # step: the policy, looking only at prefilling requests, saw none and kept its
+    # placeholder means (1,024 / 256) for its region
+    built = []
+    real = Adaptive.__init__
+
+    def keep(self, *a, **k):
+        real(self, *a, **k)
+        built.append(self)
+
+    monkeypatch.setattr(Adaptive, "__init__", keep)
+    simulate(policy="adaptive", b_max=2048, k_max=16, prompt="const:100", output="const:50", rate=2, num_requests=300)
+    policy = built[-1]
+    assert policy._n == 300 and policy._means() == (100.0, 50.0)

@@ -123,8 +123,12 @@ class Adaptive(BatchPolicy):
         return float(mp), float(max(mo, 1.0))
 
     def _observe_arrivals(self, state) -> None:
-        """Running means of the requests admitted so far (for context-dependent models)."""
-        for r in state.prefilling:
+        """Running means of the requests admitted so far (for context-dependent models): the
+        running ones, decoders included (a prompt prefilled in one step is never seen
+        prefilling between steps); no longer once the region is refitted no more."""
+        if self._next_refit >= UNLIMITED:
+            return
+        for r in state.running.values():
             if r.id not in self._seen_ids and r.preemptions == 0:
                 self._seen_ids.add(r.id)
                 self._sum_p += r.prompt
