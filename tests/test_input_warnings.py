@@ -31,6 +31,15 @@ def test_a_plausible_run_warns_nothing(capsys):
     assert code == 0 and err == ""
 
 
+def test_a_block_size_without_prefix_caching_warns(capsys):
+    code, out, err = run(capsys, *BASE, "--cost-model", "const:1", "--block-size", "32")
+    assert code == 0 and warnings_of(err) == [
+        "llmsched simulate: warning: block_size=32 has no effect without prefix caching (--prefix-caching)"
+    ]
+    code, out, err = run(capsys, *BASE, "--cost-model", "const:1", "--block-size", "32", "--prefix-caching")
+    assert code == 0 and err == ""
+
+
 def test_a_step_under_a_tenth_of_a_millisecond_warns_once(capsys):
     code, out, err = run(capsys, *BASE, "--cost-model", "const:0.01")
     assert code == 0 and json.loads(out)["completed"] == 60  # the run went on

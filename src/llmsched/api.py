@@ -375,7 +375,9 @@ MIN_TRACE_RATE = 0.01  # req/s: a replayed trace slower than this probably has i
 def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
     """Warn (one line each, the run goes on) about inputs that are valid but probably not
     meant: a step under 0.1 ms, a replayed trace under 0.01 req/s, a profile cost model
-    used far past its measured grid."""
+    used far past its measured grid, a block size without prefix caching."""
+    if cfg.block_size != SimConfig.block_size and not cfg.prefix_caching:
+        warn(f"block_size={cfg.block_size} has no effect without prefix caching (--prefix-caching)")
     one = min(cost.load_time(1), cost.step_time(0, 1, 1, [], 1))
     if one < MIN_STEP_S:
         warn(
