@@ -1181,3 +1181,25 @@ def test_the_table_prints_a_dash_for_what_a_run_stopped_early_has_not_measured(t
     assert main(["simulate", "--serverless", str(path), "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "1 / 1" in out and "%" in out
+
+
+def test_a_request_taken_off_an_instance_leaves_no_completion_entry_there():
+    # a preempted decoder keeps a stale completion entry; while the victim of a migration
+    # decodes on, an entry left for a request that moved could match the activation number
+    # it gets at another instance (review of the two-round hand-over)
+    from llmsched.core.request import Request
+    from llmsched.policies import make_scheduler
+    from llmsched.sim.serverless import _State
+
+    sched = make_scheduler("sarathi", b_max=64)
+    st = _State(sched.constraints, sched.admission.waiting_key())
+    r = Request(0, 0, 10, 5, "m")
+    st.add(r)
+    for t in (0, 10):  # the prefill step, then its first decode step activates it
+        plan = sched.plan(st)
+        st.begin_step(plan, t)
+        st.end_step(plan, t + 10)
+    assert [e[2] for e in st._heap] == [r]
+    st._preempt(r, 20)
+    st.take(r, 20)
+    assert st._heap == [] and not st.running and not st.waiting

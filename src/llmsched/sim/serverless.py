@@ -85,6 +85,7 @@ class _State(ServerState):
             pre = r.preemptions
             self._preempt(r, now)
             r.preemptions = pre
+        self._forget_completion(r)
         self.waiting.remove(r)
         w = self.work(r)
         self.waiting_tokens -= w
@@ -95,14 +96,19 @@ class _State(ServerState):
         """Remove a decoder with its KV cache (a live migration's hand-over, at a step
         boundary): its slots free here, `r.kv` says how many it takes at the destination."""
         self._remove_decoder(r, now)  # (pauses it: `emitted` and `kv` are up to date)
-        # its completion entry goes too: a later activation elsewhere might reuse its number
-        self._heap = [e for e in self._heap if e[2] is not r]
-        heapq.heapify(self._heap)
+        self._forget_completion(r)
         self.kv_used -= r.kv
         if r.cached is not None:
             self._release_blocks(r)
         del self.running[r.id]
         self.backlog_tokens -= r.output - r.emitted
+
+    def _forget_completion(self, r: Request) -> None:
+        """Drop `r`'s completion entries: it runs on at another instance (a migration keeps
+        this one decoding), whose activation numbers may repeat the ones here."""
+        if any(e[2] is r for e in self._heap):
+            self._heap = [e for e in self._heap if e[2] is not r]
+            heapq.heapify(self._heap)
 
     @staticmethod
     def drop_kv(r: Request) -> None:
