@@ -222,17 +222,9 @@ def print_serverless_summary(res) -> None:
     def ms(key):
         return num(key, ",.1f", " ms")
 
-    arrived = s.get("arrived", s["num_requests"])
     rows = [
         ("scheduler / GPUs", f"{s['scheduler']} / {s['gpus']}"),
-        (
-            (
-                "requests completed / arrived / in the workload",
-                f"{s['completed']:,} / {arrived:,} / {s['num_requests']:,}",
-            )
-            if arrived < s["num_requests"]
-            else ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}")
-        ),
+        completed_row("requests", s["completed"], s["arrived"], s["num_requests"], "workload"),
         ("request throughput", num("request_throughput", ",.2f", " req/s")),
         ("TTFT p50 / p95 / p99", f"{ms('p50_ttft_ms')} / {ms('p95_ttft_ms')} / {ms('p99_ttft_ms')}"),
         ("ITL mean / p99, CV", f"{ms('mean_itl_ms')} / {ms('p99_itl_ms')}, {num('itl_cv', '.3f')}"),
@@ -261,13 +253,9 @@ def print_network_summary(res) -> None:
     def ms(v):
         return "-" if v is None else f"{v:,.1f} ms"
 
-    done, arrived, jobs, calls = s["completed_jobs"], s["arrived_jobs"], s["num_jobs"], s["num_calls"]
+    calls = f" ({s['num_calls']:,} calls)"
     rows = [
-        (
-            ("jobs completed / arrived / in the workload", f"{done:,} / {arrived:,} / {jobs:,} ({calls:,} calls)")
-            if arrived < jobs
-            else ("jobs completed", f"{done:,} / {jobs:,} ({calls:,} calls)")
-        ),
+        completed_row("jobs", s["completed_jobs"], s["arrived_jobs"], s["num_jobs"], "workload", calls),
         ("job throughput", f"{s['job_throughput']:,.3f} jobs/s"),
         (
             "job latency mean / p50 / p99",
@@ -323,6 +311,13 @@ def _progress_bar(args):
     return update, bar.stop
 
 
+def completed_row(what: str, done: int, arrived: int, total: int, source: str, extra: str = "") -> tuple[str, str]:
+    """The summary row of completions: with the arrivals when a stop kept some from arriving."""
+    if arrived < total:
+        return f"{what} completed / arrived / in the {source}", f"{done:,} / {arrived:,} / {total:,}{extra}"
+    return f"{what} completed", f"{done:,} / {total:,}{extra}"
+
+
 def print_summary(result) -> None:
     s = result.summary
     c = result.config
@@ -337,11 +332,7 @@ def print_summary(result) -> None:
         f"cost {c['cost_model']})"
     )
     rows = [
-        (
-            ("requests completed / arrived / in the trace", f"{s['completed']:,} / {arrived:,} / {s['num_requests']:,}")
-            if (arrived := s.get("arrived", s["num_requests"])) < s["num_requests"]
-            else ("requests completed", f"{s['completed']:,} / {s['num_requests']:,}")
-        ),
+        completed_row("requests", s["completed"], s.get("arrived", s["num_requests"]), s["num_requests"], "trace"),
         ("duration", f"{s['duration']:,.1f} s"),
         ("request throughput", f"{s['request_throughput']:,.2f} req/s"),
         ("output token throughput", f"{s['output_throughput']:,.0f} tok/s"),

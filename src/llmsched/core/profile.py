@@ -880,8 +880,8 @@ def _load_combined(path: Path, model: str | None) -> tuple[dict, str | None, int
                 try:
                     n = float(v)
                 except ValueError:
-                    n = math.nan
-                if not (n == int(n) if math.isfinite(n) else False) or n <= 0:
+                    n = 0.0
+                if not (math.isfinite(n) and n > 0 and n == int(n)):
                     raise ConfigError(f"profile file {path}: layers must be a positive integer, got {v!r}")
                 counts.add(int(n))
         if len(counts) > 1:

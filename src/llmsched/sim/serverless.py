@@ -1038,11 +1038,12 @@ class _Runtime:
         platform_itl = GapHistogram()
         for m in models:
             platform_itl.merge(m.itl)
+        arrival_ns = np.asarray(arr, dtype=np.int64)
         return ServerlessStats(
             spec=self.spec,
             models=[m.name for m in models],
             req_model=reqs.model.astype(np.int64),
-            arrival_ns=np.asarray(arr, dtype=np.int64),
+            arrival_ns=arrival_ns,
             prompt=reqs.prompt.astype(np.int64),
             output=reqs.output.astype(np.int64),
             instance=_np(self.where, np.int64),
@@ -1054,7 +1055,7 @@ class _Runtime:
             migrations=_np(self.migrations, np.int64),
             cold=_np(self.cold, np.int64),
             # the loop's own test: an arrival at or after the limit never happens
-            arrived=np.asarray(arr, dtype=np.int64) < max_time,
+            arrived=arrival_ns < max_time,
             instances=rows,
             model_itl={m.name: m.itl for m in models},
             itl=platform_itl,
