@@ -155,20 +155,12 @@ def simulate_trace(
                 add(r)
                 i += 1
             next_arrival = arr[i] if i < arriving else UNLIMITED
-        if not running and not state.waiting:
-            if i >= n:
+        idle = not running and not state.waiting
+        if not idle:
+            if now >= max_time:
                 break
-            if i >= arriving:  # the stop comes first: the clock runs to it
-                now = max(now, max_time)
-                server.idle_until(now)
-                break
-            server.idle_until(next_arrival)
-            now = next_arrival
-            continue
-        if now >= max_time:
-            break
-        end = begin(now, max_time, next_arrival)
-        if end is None:
+            end = begin(now, max_time, next_arrival)
+        if idle or end is None:  # nothing runs now: wait for the next arrival
             if i < arriving:
                 server.idle_until(next_arrival)
                 now = next_arrival
@@ -176,6 +168,8 @@ def simulate_trace(
             if i < n:  # the stop comes first: the clock runs to it
                 now = max(now, max_time)
                 server.idle_until(now)
+                break
+            if idle:
                 break
             raise SimulationStuck(
                 f"the scheduler planned no work at t={now / NS:.6f}s with {len(state.waiting)} waiting "
