@@ -154,3 +154,67 @@ def test_capacity_without_the_peak_scan_gives_the_same_rates():
         a, b = full.to_dict(), quick.to_dict()
         for k in ("token_capacity", "critical_rate", "effective_capacity", "utilisation", "binding"):
             assert a[k] == b[k], k
+
+
+# --- a k_max that cannot bind, and theorem 2's assumption failing --------------------------
+
+MAXV = "paper:variant=max"  # c = 11.28 ms < a * b0: b / t(b) peaks at b0 = 128, not at b_max
+
+
+@pytest.mark.parametrize("k_max", [None, 512, 513, 100_000])
+def test_non_binding_k_max_leaves_lambda_star_alone_when_theorem_2_fails(k_max):
+    """paper:variant=max: lambda* was C / w (0.151 req/s) without k_max and the region's
+    45.57 with a cap no step can reach. The uncapped region is the triangle
+    x + y <= max_b b / t(b), so lambda* is that over the work, with or without the cap, and
+    the largest cap that can bind (b_max - 1) gives the same too."""
+    peak = 128 / 0.01128
+    r = capacity(MAXV, 512, 200, 50, k_max=k_max, rate=1.0)
+    assert r.critical_rate == pytest.approx(peak / 249)  # 45.57 req/s
+    assert r.critical_rate_token_bound == pytest.approx(512 / (0.01128 + 0.03547 * 384) / 249)  # 0.151
+    assert r.binding.startswith("token budget at b = 128 < b_max")
+    assert r.utilisation == pytest.approx(1.0 / r.critical_rate)
+    capped = capacity(MAXV, 512, 200, 50, k_max=511)
+    assert capped.critical_rate == pytest.approx(r.critical_rate, rel=1e-12)
+    quick = capacity(MAXV, 512, 200, 50, k_max=k_max, peak=False)  # simulate's call
+    assert quick.critical_rate == r.critical_rate and quick.binding == r.binding
+
+
+def test_lambda_star_never_grows_as_the_cap_tightens():
+    for cost in (MAXV, "paper", "paper:c=1,a=0.5,b0=64,variant=max"):
+        lams = [capacity(cost, 512, 200, 50, k_max=k).critical_rate for k in (None, 512, 511, 200, 64, 16, 2)]
+        assert all(a >= b * (1 - 1e-9) for a, b in zip(lams, lams[1:])), (cost, lams)
+
+
+def test_a_cap_of_b_max_or_more_is_the_uncapped_report_for_a_profile():
+    """The H200 profile: a cap of b_max requests or more cannot bind; it gave the region's
+    23.95 req/s against 23.66 without it."""
+    none = capacity("profile", 512, 1000, 200, peak=False)
+    for k in (512, 100_000):
+        r = capacity("profile", 512, 1000, 200, k_max=k, peak=False)
+        assert r.critical_rate == none.critical_rate == none.critical_rate_token_bound
+        assert r.region_exact is None and r.binding.endswith("cannot bind")
+
+
+def test_profile_region_above_c_over_w_says_why():
+    """With a binding cap the profile's region can exceed theorem 2's C / w (it times one
+    representative mixed step at b_max; the region time-shares other shapes): by 0.6% at
+    k_max 256. C / w is no upper bound there, and `binding` does not blame steps below
+    b_max (every vertex the LP uses here is a full step)."""
+    r = capacity("profile", 512, 1000, 200, k_max=256, peak=False)
+    assert 1.004 < r.critical_rate / r.critical_rate_token_bound < 1.01
+    assert "representative contexts" in r.binding and "below b_max" not in r.binding
+    load_only = capacity("paper", 512, 1000, 200, k_max=256)
+    assert load_only.critical_rate <= load_only.critical_rate_token_bound * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("spec", ["paper", MAXV, "paper:c=2,a=0.3,b0=100", "linear:c=10,a=0.05", "const:7"])
+def test_vectorised_load_times_and_peak_match_the_scalar_ones(spec):
+    import numpy as np
+
+    cost = make_cost_model(spec)
+    b = np.arange(1, 5001)
+    assert np.array_equal(cost.load_times(b), np.array([cost.load_time(int(v)) for v in b]))
+    rates = [v / cost.load_time(v) for v in range(1, 5001)]
+    best = max(rates)
+    peak, arg = peak_token_capacity(cost, 5000)
+    assert peak == best and arg == 1 + next(i for i, r in enumerate(rates) if r * (1 + 1e-12) >= best)

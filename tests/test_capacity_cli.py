@@ -137,3 +137,16 @@ def test_errors_are_one_line_exit_2(capsys, argv, msg):
     assert main(["capacity", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and msg in err
+
+
+def test_theorem_2_failing_one_lambda_star_with_or_without_a_cap_that_cannot_bind(capsys):
+    """paper:variant=max: 0.151 req/s without --k-max, 45.57 with --k-max 100000 before;
+    now lambda* = max_b b / t(b) / w (at b = 128) both ways, C / w printed as theorem 2's
+    rate, and a note says theorem 2 does not give lambda*."""
+    base = ["--cost-model", "paper:variant=max", "--mean-prompt", "200", "--mean-output", "50"]
+    lams = {run_json(capsys, *base, *k)["capacity"]["critical_rate"] for k in ([], ["--k-max", "100000"])}
+    assert len(lams) == 1 and lams.pop() == pytest.approx(128 / 0.01128 / 249)
+    assert main(["capacity", *base, "--rate", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "45.572 req/s" in out and "theorem 2 rate C / w" in out and "0.151 req/s" in out
+    assert "theorem 2 does not give lambda*" in out and "(at lambda*'s steps)" in out

@@ -203,7 +203,7 @@ def _print_capacity(rep: dict) -> None:
             if c.get("cached_prompt_per_request")
             else []
         ),
-        ("theorem 2 bound C / w", f"{c['critical_rate_token_bound']:,.3f} req/s"),
+        ("theorem 2 rate C / w", f"{c['critical_rate_token_bound']:,.3f} req/s"),
         ("critical rate lambda*", f"{c['critical_rate']:,.3f} req/s ({c['binding']})"),
     ]
     if c["peak_token_capacity"] > c["token_capacity"] * (1 + 1e-9):
@@ -214,6 +214,13 @@ def _print_capacity(rep: dict) -> None:
                 "(t(b)/b not monotone: theorem 2's assumption fails)",
             )
         )
+    if c["critical_rate"] > c["critical_rate_token_bound"] * (1 + 1e-9):
+        why = (
+            "t(b)/b is least below b_max: a policy filling every step to b_max is stable only below C / w"
+            if c["peak_token_capacity"] > c["token_capacity"] * (1 + 1e-9)
+            else "C / w times one representative step at b_max, the region other shapes: not an upper bound here"
+        )
+        rows.append(("note: lambda* above C / w", f"theorem 2 does not give lambda*: {why}"))
     if "region" in rep:
         verts = ", ".join(
             f"({v['prefill_tokens']},{v['decode_tokens']})"
@@ -230,7 +237,12 @@ def _print_capacity(rep: dict) -> None:
                 f"{'yes' if rep['inside'] else 'NO'} (rate can be scaled by "
                 f"{rep['scale']:.4g}, margin {rep['margin']:+.1%})",
             ),
-            ("fluid backlog growth (work-conserving)", f"{c['predicted_growth_tokens_per_s']:,.1f} tokens/s"),
+            (
+                "fluid backlog growth (work-conserving)"
+                if c["critical_rate"] <= c["critical_rate_token_bound"] * (1 + 1e-9)
+                else "fluid backlog growth (at lambda*'s steps)",
+                f"{c['predicted_growth_tokens_per_s']:,.1f} tokens/s",
+            ),
         ]
     if rep.get("plot"):
         rows.append(("region plot", rep["plot"]))

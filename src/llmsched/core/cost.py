@@ -37,6 +37,14 @@ class CostModel:
         """Step time at token load b with context-free shape (theory uses it as t(b))."""
         return self.step_time(b, 0, 0, [(b, 0)] if b else [], 1 if b else 0)
 
+    def load_times(self, b):
+        """`load_time` of each load in the integer array `b`, as a float array (a model may
+        vectorise it; the values must equal `load_time`'s exactly). Theory scans every load
+        up to a budget with it."""
+        import numpy as np  # noqa: PLC0415
+
+        return np.array([self.load_time(int(v)) for v in b], dtype=float)
+
     def chunk_time(self, chunk: int, context: int) -> float | None:
         """Seconds one prefill chunk of `chunk` tokens after `context` cached tokens adds to
         a step's time, for a model whose step time is a sum over its chunks (plus terms of
@@ -105,6 +113,16 @@ class PaperCostModel(CostModel):
             return self.c + self.a * math.ceil(b / self.b0)
         return self.c + self.a * max(0, b - self.b0)
 
+    def load_times(self, b):
+        import numpy as np  # noqa: PLC0415
+
+        if type(self).load_time is not PaperCostModel.load_time:  # a subclass's own t(b)
+            return super().load_times(b)
+        b = np.asarray(b, dtype=np.int64)
+        if self.variant == "ceil":
+            return self.c + self.a * -(-b // self.b0).astype(float)
+        return self.c + self.a * np.maximum(0, b - self.b0).astype(float)
+
     def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
         return self.load_time(prefill_tokens + decode_tokens)
 
@@ -127,6 +145,13 @@ class LinearCostModel(CostModel):
 
     def load_time(self, b: int) -> float:
         return self.c + self.a * b
+
+    def load_times(self, b):
+        import numpy as np  # noqa: PLC0415
+
+        if type(self).load_time is not LinearCostModel.load_time:  # a subclass's own t(b)
+            return super().load_times(b)
+        return self.c + self.a * np.asarray(b, dtype=np.int64).astype(float)
 
     def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
         return self.c + self.a * (prefill_tokens + decode_tokens)

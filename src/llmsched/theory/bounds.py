@@ -12,9 +12,17 @@ prompt token also emits output token 1), so the work per request is
 - Without a batch-size cap (theorem 2): capacity `C = b_max / t(b_max)` tokens/s and the
   critical arrival rate is `lambda* = C / work`; below it every work-conserving K-FCFS
   policy is stable, above it every policy is unstable.
-- With `k_max`: the answer comes from the 2-D region (`llmsched.core.region`): `lambda*` is the
-  largest scale of the per-request rate vector `(mean_prompt, mean_output - 1)` that
-  stays in the region, and the effective capacity for this mix is `lambda* * work`.
+- With `k_max` below `b_max`: the answer comes from the 2-D region (`llmsched.core.region`):
+  `lambda*` is the largest scale of the per-request rate vector `(mean_prompt, mean_output - 1)`
+  that stays in the region, and the effective capacity for this mix is `lambda* * work`.
+  A `k_max >= b_max` cannot bind (a step of at most b_max tokens holds at most b_max
+  requests) and gives the uncapped answer.
+- Theorem 2 assumes `t(b) / b` is least at `b_max`. Where a load-only model breaks it
+  (the paper's `max` variant with `c < a * b0`), a policy running steps of the load `b`
+  that maximises `b / t(b)` serves more: without a binding cap `lambda*` is then
+  `max_b b / t(b) / work` (the uncapped region, which is the triangle
+  `x + y <= max_b b / t(b)`), and `C / work` is only the rate below which a policy that
+  fills every step to `b_max` (a work-conserving one) is stable.
 
 For a context-dependent cost model (`cost.load_only` False, e.g. the H200 profile) the
 step time needs contexts; they are taken from the workload's mean prompt and output
@@ -132,6 +140,8 @@ def peak_token_capacity(
     cost models where it does not (e.g. the paper's `max` variant with c < a * b0) a
     policy running smaller steps serves more, and this is the real bound."""
     _require_cost_model(cost)
+    if cost.load_only or mean_prompt is None or mean_output is None:
+        return _load_peak(cost, b_max)
     t = _budget_timer(cost, mean_prompt, mean_output, cached_prompt)
     best, arg = -1.0, 0
     for b in range(1, b_max + 1):
@@ -141,19 +151,42 @@ def peak_token_capacity(
     return best, arg
 
 
+def _load_peak(cost: CostModel, b_max: int) -> tuple[float, int]:
+    """`peak_token_capacity` of t(b) = `cost.load_time(b)`, vectorised (`cost.load_times`):
+    the largest b / t(b) over b = 1..b_max, and the smallest b within a factor 1 + 1e-12
+    of it (with its own rate)."""
+    import numpy as np  # noqa: PLC0415
+
+    b = np.arange(1, int(b_max) + 1, dtype=np.int64)
+    r = b / np.asarray(cost.load_times(b), dtype=float)
+    j = int(np.argmax(r * (1 + 1e-12) >= r.max()))
+    return float(r[j]), int(b[j])
+
+
 @dataclass
 class CapacityReport:
     """Capacity numbers for one server and one workload (rates in requests/s, token
     rates in tokens/s, times in seconds).
 
-    `critical_rate`: lambda*, the largest stable arrival rate (2-D region with k_max,
-    theorem 2 without). `critical_rate_token_bound`: theorem 2's `token_capacity / work`
-    (with k_max it is an upper bound on `critical_rate`). `effective_capacity`:
-    `critical_rate * work`, the token rate this mix can be served at. `utilisation`:
-    `rate / critical_rate` (= `rate * work / token_capacity` without k_max).
-    `predicted_growth_tokens_per_s`: fluid backlog growth
-    `max(0, rate * work - effective_capacity)` of a work-conserving policy (theorem 2;
-    with k_max, of a policy serving the arrival mix at the region's boundary).
+    `critical_rate`: lambda*, the largest arrival rate some policy keeps stable: with a
+    k_max below b_max, from the 2-D region; otherwise theorem 2's `token_capacity / work`,
+    except for a load-only model whose b / t(b) peaks below b_max (theorem 2's assumption
+    fails), where it is `max_b b / t(b) / work` (the uncapped region; steps of that load
+    reach it). A k_max >= b_max cannot bind and changes nothing.
+    `critical_rate_token_bound`: theorem 2's formula `token_capacity / work`, with
+    `t(b_max)` the step time at b_max (for a context-dependent model, of one step mixing
+    prefill and decode in the workload's proportion, `step_time_at_budget`). It is an
+    upper bound on `critical_rate` only under theorem 2's assumptions: a load-only model
+    whose b / t(b) is largest at b_max. Otherwise `critical_rate` can exceed it
+    (`binding` says why): for a load-only model whose b / t(b) peaks below b_max, C / w
+    is only the rate below which a policy filling every step to b_max is stable; for a
+    context-dependent model with a binding k_max, the region time-shares step shapes
+    (timed with representative contexts) whose mix beats the one step C / w times (by
+    0.6-1.2% for the H200 profile, b_max 512, means 1000/200, k_max 256 to 511).
+    `effective_capacity`: `critical_rate * work`, the token rate this mix can be served
+    at. `utilisation`: `rate / critical_rate`. `predicted_growth_tokens_per_s`: fluid
+    backlog growth `max(0, rate * work - effective_capacity)` of a policy serving the
+    arrival mix at lambda*'s operating point (a work-conserving one under theorem 2).
     `peak_token_capacity`/`peak_load`: max_b b / t(b) and where; equals token_capacity
     when t(b)/b decreases (theorem 2's assumption)."""
 
@@ -216,8 +249,20 @@ def capacity(
     peak_rate, peak_b = peak_token_capacity(cost, b_max, *means) if peak else (None, None)
     lam_bound = cap / work
     region_exact = None
-    if k_max is None:
+    # a cap of b_max requests or more cannot bind: a step of at most b_max tokens holds at
+    # most b_max requests, so lambda* is the uncapped one
+    if k_max is None or k_max >= b_max:
         lam, binding = lam_bound, "token budget (theorem 2)"
+        if cost.load_only:
+            # without a binding cap the region is the triangle x + y <= max_b b / t(b): when
+            # t(b) / b is not least at b_max (theorem 2's assumption fails), smaller steps
+            # serve more than C and lambda* is theirs, as the region gives it with a cap
+            top, top_b = (peak_rate, peak_b) if peak_rate is not None else _load_peak(cost, b_max)
+            if top > cap * (1 + 1e-9):
+                lam = top / work
+                binding = f"token budget at b = {top_b} < b_max (t(b)/b least there: theorem 2 does not apply)"
+        if k_max is not None:
+            binding += f"; k_max {k_max} >= b_max cannot bind"
     else:
         region = stability_region(
             cost,
@@ -230,7 +275,11 @@ def capacity(
         lam = region.max_scale(mean_prompt - cached_prompt, mean_output - 1.0)
         region_exact = region.exact
         if lam > lam_bound * (1 + 1e-9):
-            binding = "2-D region (steps below b_max serve faster than t(b_max) allows)"
+            binding = (
+                "2-D region (steps below b_max serve faster than t(b_max) allows)"
+                if cost.load_only
+                else "2-D region (step shapes with representative contexts beat the one step C / w times)"
+            )
         elif lam >= lam_bound * (1 - 1e-9):
             binding = "token budget (theorem 2)"
         else:
