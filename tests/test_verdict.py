@@ -67,6 +67,17 @@ def test_white_noise_and_trends():
     assert not v.stable and v.threshold_rule == "explicit threshold"
 
 
+def test_a_shrinking_backlog_is_stable_and_says_so():
+    # a queue draining over the judged half: the interval lies below 0
+    t = np.linspace(0, 600, 400)
+    w = 1e6 - 0.01 * CAP * t + 50 * np.random.default_rng(4).standard_normal(400)
+    v = stability_verdict(t, w, capacity=CAP)
+    assert v.stable and v.ci_high < 0
+    assert v.reason == "the backlog shrinks (the growth's interval lies below 0)"
+    v = stability_verdict(t, 5000 + 50 * np.random.default_rng(4).standard_normal(400), capacity=CAP)
+    assert v.stable and v.ci_low <= 0 <= v.ci_high and v.reason.startswith("the growth's interval holds 0")
+
+
 def test_warm_up_is_ignored():
     # fast growth during the first half, flat afterwards
     t = np.linspace(0, 100, 200)

@@ -229,6 +229,8 @@ def _decide(g: float, lo: float, hi: float, h: float) -> tuple[str, str]:
         )
     if hi >= h and h > 0:
         return INCONCLUSIVE, f"too short: the growth's interval holds both 0 and {limit}; run longer"
+    if hi < 0:
+        return STABLE, "the backlog shrinks (the growth's interval lies below 0)"
     return STABLE, f"the growth's interval holds 0 and lies below {limit}"
 
 
