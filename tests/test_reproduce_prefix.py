@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 
 from llmsched.analysis.reproduce_prefix import reproduce_prefix_caching
 from llmsched.cli import main
+from llmsched.core.errors import InputWarning
 
 
 def write_fixture(path, n=300, seed=0):
@@ -32,14 +34,17 @@ def write_fixture(path, n=300, seed=0):
 def test_reproduce_prefix_caching(tmp_path):
     path = tmp_path / "trace.jsonl"
     write_fixture(path)
-    res = reproduce_prefix_caching(
-        str(path),
-        out_dir=tmp_path / "out",
-        cost_model="paper",
-        b_max=512,
-        loads=(0.6, 1.3),
-        kv_capacities=(8000, 60000),
-    )
+    with warnings.catch_warnings():
+        # the runs without caching take no block size: nothing to warn the user about
+        warnings.simplefilter("error", InputWarning)
+        res = reproduce_prefix_caching(
+            str(path),
+            out_dir=tmp_path / "out",
+            cost_model="paper",
+            b_max=512,
+            loads=(0.6, 1.3),
+            kv_capacities=(8000, 60000),
+        )
     rows = {(r["kv_capacity"], r["load"], r["prefix_caching"]): r for r in res["rows"]}
     assert len(rows) == 8
     for (kv, load, on), r in rows.items():

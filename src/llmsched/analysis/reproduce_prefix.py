@@ -107,7 +107,7 @@ def reproduce_prefix_caching(
                     b_max=b_max,
                     kv_capacity=int(kv),
                     prefix_caching=on,
-                    block_size=block_size,
+                    **({"block_size": block_size} if on else {}),  # (a block size without caching warns)
                     cost_model=cost_model,
                 )
                 s = res.summary
