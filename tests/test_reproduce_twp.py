@@ -275,3 +275,29 @@ def test_serverless_requests_csv_in_blocks_is_the_same_file():
     assert whole.getvalue() == parts.getvalue()
     lines = whole.getvalue().splitlines()
     assert len(lines) == 121 and lines[1].startswith("0,") and lines[-1].startswith("119,")
+
+
+def test_the_command_line_chooses_workload_schedulers_and_load(tmp_path, capsys, monkeypatch):
+    """`reproduce twp --workload W --policies A,B --load X` (refused as stability-only
+    options before) reach `reproduce_twp`; a bad choice is one line."""
+    from helpers import one_line_error
+
+    import llmsched.analysis.reproduce_twp as mod
+    from llmsched.cli import main
+
+    seen = {}
+
+    def fake(**kw):
+        seen.update(kw)
+        return {"files": [], "wall_s": 0.0}
+
+    monkeypatch.setattr(mod, "reproduce_twp", fake)
+    argv = ["reproduce", "twp", "--quick", "--json", "--out", str(tmp_path / "o")]
+    assert main([*argv, "--workload", "sharegpt", "--policies", "twp, fcfs", "--load", "0.3"]) == 0
+    assert (seen["workloads"], seen["schedulers"], seen["loads"]) == (["sharegpt"], ["twp", "fcfs"], [0.3])
+    seen.clear()
+    assert main(argv) == 0
+    assert not {"workloads", "schedulers", "loads"} & set(seen)
+    monkeypatch.undo()
+    one_line_error(capsys, [*argv, "--workload", "synthetic"], "unknown workload 'synthetic'")
+    one_line_error(capsys, [*argv, "--policies", "twp,fifo"], "unknown platform scheduler 'fifo'")

@@ -549,6 +549,7 @@ def _reproduce_prefix(args, out: str) -> int:
 def _reproduce_other(args, out: str) -> int:
     from ..analysis import reproduce_networks, reproduce_twp  # noqa: PLC0415
 
+    twp_kw = _twp_choices(args) if args.experiment == "twp" else {}
     only_with(args, STABILITY_ONLY, "`reproduce stability`")
     fn = {
         "clusters": reproduce_networks.reproduce_clusters,
@@ -561,7 +562,7 @@ def _reproduce_other(args, out: str) -> int:
         kw["seeds"] = _seeds(args.seeds)
     if args.num_requests is not None:
         kw["num_requests" if args.experiment == "twp" else "num_jobs"] = args.num_requests
-    res = fn(**kw)
+    res = fn(**kw, **twp_kw)
     if args.json:
         print(json.dumps(to_jsonable(res), indent=2, default=str))
         return 0
@@ -572,6 +573,23 @@ def _reproduce_other(args, out: str) -> int:
         print_table(f"reproduce {args.experiment}", rows, ("finding", "measured"))
     print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]))
     return 0
+
+
+def _twp_choices(args) -> dict:
+    """`reproduce twp`'s share of the stability options: `--workload` (azure or sharegpt),
+    `--policies` (platform schedulers) and `--load` (one load, a fraction of the platform's
+    capacity); taken off `args` so that the stability-only check passes."""
+    kw = {}
+    if args.workload is not None:
+        kw["workloads"] = [args.workload]
+        args.workload = None
+    if args.policies:
+        kw["schedulers"] = [p.strip() for p in args.policies.split(",") if p.strip()]
+        args.policies = None
+    if args.load is not None:
+        kw["loads"] = [args.load]
+        args.load = None
+    return kw
 
 
 def _finding_value(v) -> str:
@@ -779,11 +797,16 @@ def register(sub) -> None:
         "--workload",
         choices=["synthetic", "sharegpt", "azure"],
         default=None,
-        help="synthetic (paper cost model, default), sharegpt or azure (H200 profile)",
+        help="synthetic (paper cost model, default), sharegpt or azure (H200 profile); twp: azure or sharegpt",
     )
     p.add_argument("--cost-model", help="override the workload's cost model")
     p.add_argument("--b-max", type=positive_int, help="override the token budget")
-    p.add_argument("--load", type=float, default=None, help="load of the queue runs, rate / lambda* (default 0.9)")
+    p.add_argument(
+        "--load",
+        type=float,
+        default=None,
+        help="load of the queue runs, rate / lambda* (default 0.9); twp: one load, a share of the platform's capacity",
+    )
     p.add_argument(
         "--num-requests",
         type=positive_int,
@@ -792,7 +815,10 @@ def register(sub) -> None:
     p.add_argument("--search-requests", type=positive_int, help="requests per search probe")
     p.add_argument("--seeds", help="seeds of the search probes, e.g. 0,1")
     p.add_argument("--tol", type=_tolerance, help=f"search tolerance, fraction of lambda* ({MIN_TOL:g} to < 1)")
-    p.add_argument("--policies", help="comma-separated (default fastertransformer,vllm,orca,sarathi,kfcfs)")
+    p.add_argument(
+        "--policies",
+        help="comma-separated (default fastertransformer,vllm,orca,sarathi,kfcfs); twp: platform schedulers",
+    )
     p.add_argument("--no-search", action="store_true", help="only the queue runs")
     p.add_argument("--quick", action="store_true", help="small runs (seconds), for tests")
     p.add_argument("--trace", help="prefix-caching: the trace (Mooncake JSON lines with hash_ids)")
