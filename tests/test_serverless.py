@@ -1203,3 +1203,33 @@ def test_a_request_taken_off_an_instance_leaves_no_completion_entry_there():
     st._preempt(r, 20)
     st.take(r, 20)
     assert st._heap == [] and not st.running and not st.waiting
+
+
+def test_slo_reports_goodput_overall_and_per_model(tmp_path, capsys):
+    """`--slo` with `--serverless` (refused before): goodput counts the finished requests
+    within every objective, as requests.csv's columns show them, overall and per model."""
+    from helpers import one_line_error
+
+    from llmsched.cli import main
+
+    out = tmp_path / "o"
+    argv = ["simulate", "--serverless", EXAMPLE, "--num-requests", "400", "--out", str(out)]
+    assert main([*argv, "--slo", "ttft_ms=500", "--slo", "itl=30", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["slo"] == {"ttft_ms": 500.0, "itl_ms": 30.0}
+    with open(out / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    good = {}
+    for r in rows:
+        ok = r["finished"] == "1" and float(r["ttft_s"]) <= 0.5 and (r["tpot_s"] == "" or float(r["tpot_s"]) <= 0.030)
+        good[r["model"]] = good.get(r["model"], 0) + ok
+    done = {m: sum(r["finished"] == "1" and r["model"] == m for r in rows) for m in good}
+    assert 0 < sum(good.values()) < len(rows)  # the limits bite, not all or nothing
+    assert s["goodput_share"] == pytest.approx(sum(good.values()) / sum(done.values()))
+    assert s["goodput"] == pytest.approx(sum(good.values()) / s["duration"])
+    for m, block in s["models"].items():
+        assert block["goodput_share"] == pytest.approx(good[m] / max(done[m], 1))
+    # without --slo no goodput; a run statistic is not a per-request SLO
+    assert main([*argv, "--json"]) == 0
+    assert "goodput" not in json.loads(capsys.readouterr().out)
+    one_line_error(capsys, [*argv, "--slo", "p99_itl_ms=30"], "per request")

@@ -183,9 +183,9 @@ def _simulate_serverless(args) -> int:
         )
     _refuse_flags(
         args,
-        (*RUN_OPTIONS, "admission"),
+        (*RUN_OPTIONS, "admission", "slo"),
         "--serverless FILE declares models, cluster and workload",
-        "use --platform-scheduler, --scale, --num-requests, --seed",
+        "use --platform-scheduler, --scale, --num-requests, --seed, --max-time, --exact, --slo",
     )
     if args.admission:
         raise ConfigError(
@@ -203,6 +203,7 @@ def _simulate_serverless(args) -> int:
             scale=args.scale,
             num_requests=args.num_requests,
             seed=args.seed,
+            slo=sim_overrides(args).get("slo"),
             progress=progress,
         )
     finally:
@@ -229,6 +230,11 @@ def print_serverless_summary(res) -> None:
         ("TTFT p50 / p95 / p99", f"{ms('p50_ttft_ms')} / {ms('p95_ttft_ms')} / {ms('p99_ttft_ms')}"),
         ("ITL mean / p99, CV", f"{ms('mean_itl_ms')} / {ms('p99_itl_ms')}, {num('itl_cv', '.3f')}"),
         ("E2E latency p99", ms("p99_e2el_ms")),
+        *(
+            [("goodput (requests meeting every SLO)", f"{num('goodput', ',.2f', ' req/s')} ({s['goodput_share']:.1%})")]
+            if "goodput" in s
+            else []
+        ),
         ("cold starts (total time)", f"{s['cold_starts']:,} ({num('cold_start_time_s', ',.1f', ' s')})"),
         ("GPU-seconds (busy share)", f"{num('gpu_seconds', ',.0f')} ({num('gpu_busy_fraction', '.1%')})"),
         ("instances used / peak", f"{s['instances_used']} / {s['peak_instances']}"),

@@ -235,13 +235,7 @@ class SimResult:
         s["wall_s"] = self.wall_s
         s.update(self.stability)
         if self.slo:
-            ok = done.copy()
-            for key, values in (("ttft_ms", self.ttft_s), ("e2el_ms", self.e2e_s)):
-                if key in self.slo:
-                    ok &= values * 1e3 <= self.slo[key]
-            for key in ("tpot_ms", "itl_ms"):  # a request's mean inter-token latency is its TPOT
-                if key in self.slo:
-                    ok &= np.nan_to_num(tpot, nan=0.0) * 1e3 <= self.slo[key]
+            ok = meets_slo(self.slo, done, self.ttft_s, self.e2e_s, tpot)
             s["slo"] = dict(self.slo)
             s["goodput"] = per_second(int(ok.sum()), duration)
             s["goodput_share"] = float(ok.sum()) / max(int(done.sum()), 1)
@@ -510,6 +504,20 @@ def run_duration(first_arrival: float | None, last_completion: float | None, end
     if last_completion is not None:
         return last_completion - first_arrival
     return max(end - first_arrival, 0.0)
+
+
+def meets_slo(slo: dict, done: np.ndarray, ttft_s: np.ndarray, e2e_s: np.ndarray, tpot_s: np.ndarray) -> np.ndarray:
+    """Which requests finished within every per-request objective of `slo` (ms: `ttft_ms`,
+    `e2el_ms`, and `tpot_ms` / `itl_ms`, both a request's mean inter-token gap, its TPOT;
+    a request without a gap meets those). Goodput counts them."""
+    ok = done.copy()
+    for key, values in (("ttft_ms", ttft_s), ("e2el_ms", e2e_s)):
+        if key in slo:
+            ok &= values * 1e3 <= slo[key]
+    for key in ("tpot_ms", "itl_ms"):
+        if key in slo:
+            ok &= np.nan_to_num(tpot_s, nan=0.0) * 1e3 <= slo[key]
+    return ok
 
 
 def per_second(count: int, duration: float) -> float | None:

@@ -5,7 +5,7 @@
   mean/p50/p95/p99, ITL mean/p99/CV, e2e latency mean/p99, cold starts (count, total and
   mean time, loads per storage tier), GPU-seconds (time instances held GPUs, loading and
   keep-alive included), busy GPU-seconds, instances used and peak concurrent instances,
-  migrations;
+  migrations; with per-request objectives (`slo`), goodput and its share;
 - `config.json`: the platform as parsed (reproduces the run) and each model's resolved
   scheduler;
 - `requests.csv`: `id,model,instance,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,
@@ -30,10 +30,11 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir
 from ..core.request import NS
+from ..core.slo import check_request_slo
 from ..workload.serverless import ServerlessSpec, load_serverless
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .histogram import GapHistogram
-from .result import _seconds, clear_other_run, per_second, run_duration
+from .result import _seconds, _tpot, clear_other_run, meets_slo, per_second, run_duration
 from .serverless import ServerlessStats, check_schedulers, run_serverless
 
 REQUEST_COLUMNS = (
@@ -114,10 +115,12 @@ def _peak(intervals: list[tuple[int, int]]) -> int:
 class ServerlessResult:
     """What `simulate_serverless` returns."""
 
-    def __init__(self, stats: ServerlessStats, config: dict, wall_s: float = 0.0):
+    def __init__(self, stats: ServerlessStats, config: dict, wall_s: float = 0.0, slo: dict | None = None):
         self.stats = stats
         self.config = config
         self.wall_s = wall_s
+        # per-request objectives in ms (ttft_ms, tpot_ms, itl_ms, e2el_ms): goodput, overall and per model
+        self.slo = dict(slo or {})
         self._summary: dict | None = None
 
     # ---- per request (seconds; NaN where not reached) ----------------------------------
@@ -135,6 +138,11 @@ class ServerlessResult:
     @property
     def e2e_s(self) -> np.ndarray:
         return self._s(self.stats.e2e_ns)
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """Each request's mean inter-token gap (NaN unless it finished with 2+ tokens)."""
+        return _tpot(self.finished, self.stats.output, self.e2e_s, self.ttft_s)
 
     @property
     def model(self) -> np.ndarray:
@@ -170,6 +178,10 @@ class ServerlessResult:
         out.update(_itl(itl))
         e = _pct(e2e, "e2el", (50, 99))
         out.update(e)
+        if self.slo:
+            ok = meets_slo(self.slo, done, self.ttft_s, self.e2e_s, self.tpot_s)
+            out["goodput"] = per_second(int(ok.sum()), duration)
+            out["goodput_share"] = float(ok.sum()) / max(int(done.sum()), 1)
         cold = [r for r in rows if r["ready_ns"] >= 0]
         cold_ns = [r["ready_ns"] - r["created_ns"] for r in cold]
         gpu_ns = [r["stop_ns"] - r["gpu_from_ns"] for r in rows if r["gpu_from_ns"] >= 0]
@@ -207,6 +219,8 @@ class ServerlessResult:
             "gpus": spec.num_gpus,
             "duration": duration,
         }
+        if self.slo:
+            s["slo"] = dict(self.slo)
         s.update(self._block(everyone, st.itl, st.instances, duration))
         s["peak_gpus_in_use"] = int(st.peak_gpus)
         s["migrated_tokens"] = int(st.migrated_tokens)
@@ -315,12 +329,17 @@ def simulate_serverless(
     scale: float | None = None,
     num_requests: int | None = None,
     seed: int | None = None,
+    slo: dict | None = None,
     progress=None,
 ) -> ServerlessResult:
     """Simulate a serverless platform (a `ServerlessSpec`, a mapping, or a YAML path); with
     `out_dir`, also write its files. `scheduler` replaces the platform scheduler (fcfs,
     round-robin, priority, dynamicbatch, twp, serverlessllm), `scale` multiplies every
-    arrival rate, `num_requests` and `seed` override the workload's."""
+    arrival rate, `num_requests` and `seed` override the workload's. `slo`: per-request
+    objectives in ms (`ttft_ms`, `tpot_ms`, `itl_ms`, `e2el_ms`, as `simulate(slo=...)`):
+    the summary reports goodput overall and per model (TWP's ITL target stays the
+    platform file's)."""
+    slo = check_request_slo(slo) if slo else {}
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
     spec = load_serverless(config)
@@ -335,7 +354,7 @@ def simulate_serverless(
     t0 = time.perf_counter()
     stats = run_serverless(spec, fast=fast, max_time_s=max_time_s, progress=progress)
     wall = time.perf_counter() - t0
-    result = ServerlessResult(stats, spec.to_dict(), wall_s=wall)
+    result = ServerlessResult(stats, spec.to_dict(), wall_s=wall, slo=slo)
     if out_dir is not None:
         result.write(out_dir)
     return result
