@@ -358,6 +358,13 @@ def reproduce_twp(
     loads = list((0.3, 0.9) if quick else DEFAULT_LOADS) if loads is None else [float(x) for x in loads]
     if not loads or any(not (0 < x < 10) for x in loads):
         raise ConfigError(f"loads must be positive fractions of the platform's capacity, got {loads!r}")
+    # a repeat would run its cells again: duplicate rows, Table III averaging them as seeds
+    for what, values in (("workload", workloads), ("platform scheduler", schedulers), ("load", loads)):
+        if not values:
+            raise ConfigError(f"give at least one {what}")
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:
+            raise ConfigError(f"{what} {twice!r} is given twice: each runs every cell once, list it once")
     n_req, n_stab = SIZES["quick" if quick else "full"]
     n_req = n_req if num_requests is None else num_requests
     n_stab = int(stability_requests or n_stab)
