@@ -44,6 +44,28 @@ def test_parse_grid_forms():
     assert parse_slo(["p99_itl_ms=100", "median_ttft_ms=2e3"]) == {"p99_itl_ms": 100.0, "median_ttft_ms": 2000.0}
 
 
+def test_ranges_of_every_integer_option_give_integers():
+    # block_size (and system_prompt) were missing from a hand-kept list: 16:32:2 gave 16.0,
+    # which the configuration refused as not a positive integer
+    from llmsched.analysis.grid import integer_keys
+
+    assert {"b_max", "k_max", "kv_capacity", "max_running", "block_size", "num_requests", "seed"} <= integer_keys()
+    assert "system_prompt" in integer_keys() and "rate" not in integer_keys() and "prompt" not in integer_keys()
+    g = parse_grid(["block_size=16:32:2", "system_prompt=0:100:3"])
+    assert g == {"block_size": [16, 32], "system_prompt": [0, 50, 100]}
+    assert all(type(v) is int for vals in g.values() for v in vals)
+    with pytest.raises(ConfigError, match="non-integer"):
+        parse_grid(["block_size=16:32:4"])
+
+
+def test_cli_block_size_range_runs(tmp_path, capsys):
+    argv = ["sweep", "--out", str(tmp_path / "s"), "--workers", "1", "--no-plots", "--rate", "2"]
+    argv += ["--prefix-caching", "--grid", "block_size=16:32:2", "--num-requests", "30"]
+    argv += ["--cost-model", "paper", "--prompt", "geometric:40", "--output", "geometric:21"]
+    assert main(argv) == 0
+    assert [r["block_size"] for r in read_rows(tmp_path / "s" / "results.csv")] == ["16", "32"]
+
+
 @pytest.mark.parametrize(
     "spec, msg",
     [
