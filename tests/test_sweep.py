@@ -66,6 +66,26 @@ def test_cli_block_size_range_runs(tmp_path, capsys):
     assert [r["block_size"] for r in read_rows(tmp_path / "s" / "results.csv")] == ["16", "32"]
 
 
+@pytest.mark.parametrize("key", ["seed", "num_requests", "block_size", "b_max", "system_prompt"])
+def test_cli_refuses_a_bool_for_an_integer_option(tmp_path, capsys, key):
+    # float(True) == 1: seed=true silently ran seed 1
+    argv = ["sweep", "--out", str(tmp_path / "s"), "--workers", "1", "--no-plots", "--rate", "2"]
+    argv += ["--grid", f"{key}=true", "--num-requests", "30"]
+    argv += ["--cost-model", "paper", "--prompt", "geometric:40", "--output", "geometric:21"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and key in err and "True" in err
+    assert not (tmp_path / "s" / "results.csv").exists()
+
+
+def test_workload_spec_refuses_a_bool_seed():
+    from llmsched.workload import WorkloadSpec
+
+    for bad in (True, False):
+        with pytest.raises(ConfigError, match="seed must be a whole number"):
+            WorkloadSpec(rate=1.0, prompt=10, output=10, num_requests=5, seed=bad)
+
+
 @pytest.mark.parametrize(
     "spec, msg",
     [
