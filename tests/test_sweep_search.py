@@ -299,3 +299,12 @@ def test_a_search_that_finds_a_boundary_is_no_lower_bound(tmp_path, monkeypatch,
     (row,) = search(tmp_path / "failed").search
     assert row["max_stable_lower_bound"] is False
 
+
+def test_a_search_without_a_grid_of_seeds_writes_the_seed_it_used(tmp_path, monkeypatch, lam):
+    # the seed column was blank: the probes ran the configuration's seed (0, or --seed)
+    fake_runs(monkeypatch, lambda rate: STABLE if rate <= 0.6 * lam else UNSTABLE)
+    for seed, out in ((None, tmp_path / "a"), (3, tmp_path / "b")):
+        kw = {} if seed is None else {"seed": seed}
+        run_sweep(None, {"policy": ["sarathi"]}, out_dir=out, workers=1, search="max-stable-rate", tol=TOL, **FIXED, **kw)
+        rows = results(out)
+        assert rows and {r["seed"] for r in rows} == {str(seed or 0)}

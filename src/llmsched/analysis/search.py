@@ -290,7 +290,10 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
         pos = {gi: j for j, (gi, _) in enumerate(batch)}
         for (gi, params), rec in zip(index, runner.run(cfgs)):
             out[pos[gi]].append(rec)
-            rows.setdefault(json.dumps(params, sort_keys=True, default=str), point_row(params, rec, columns))
+            # without a grid of seeds, the seed column holds the one the run used (the
+            # configuration's), not a blank
+            shown = params if "seed" in params else {**params, "seed": _seed_of(rec)}
+            rows.setdefault(json.dumps(params, sort_keys=True, default=str), point_row(shown, rec, columns))
         return out
 
     tol_rates = [settings.tol * g.critical_rate for g in groups]
@@ -303,6 +306,11 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
             g.slo = Bracket(0.0, 0.0 if g.stable.failed is not None else g.stable.lo, widenings=0)
         bisect([g.slo for g in groups], tol_rates, probe, lambda recs: slo_verdict(recs, settings.slo))
     return list(rows.values()), [_group_row(g, settings) for g in groups]
+
+
+def _seed_of(rec: dict):
+    """The workload seed a run used (from its stored configuration)."""
+    return ((rec.get("config") or {}).get("workload") or {}).get("seed")
 
 
 def _group_row(g: Group, settings: SearchSettings) -> dict:
