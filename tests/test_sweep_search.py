@@ -305,6 +305,8 @@ def test_a_search_without_a_grid_of_seeds_writes_the_seed_it_used(tmp_path, monk
     fake_runs(monkeypatch, lambda rate: STABLE if rate <= 0.6 * lam else UNSTABLE)
     for seed, out in ((None, tmp_path / "a"), (3, tmp_path / "b")):
         kw = {} if seed is None else {"seed": seed}
-        run_sweep(None, {"policy": ["sarathi"]}, out_dir=out, workers=1, search="max-stable-rate", tol=TOL, **FIXED, **kw)
+        run_sweep(
+            None, {"policy": ["sarathi"]}, out_dir=out, workers=1, search="max-stable-rate", tol=TOL, **FIXED, **kw
+        )
         rows = results(out)
         assert rows and {r["seed"] for r in rows} == {str(seed or 0)}
