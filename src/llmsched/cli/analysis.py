@@ -459,6 +459,10 @@ def cmd_reproduce(args) -> int:
     only_with(args, ("trace", "kv_capacities", "block_size"), "`reproduce prefix-caching`")
     if args.experiment != "stability":
         return _reproduce_other(args, out)
+    if args.no_search:  # only the queue runs: a setting of the search would do nothing
+        for key in ("search_requests", "tol"):
+            if getattr(args, key) is not None:
+                raise ConfigError(f"{flag_of(key)} sets the rate search: it has no effect with --no-search")
     args.workload = args.workload or "synthetic"
     args.load = 0.9 if args.load is None else args.load
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
