@@ -282,3 +282,39 @@ def test_sweep_slo_names_take_dashes_and_refuse_a_repeat():
     assert parse_slo(["p99-itl-ms=100", "median_ttft_ms=2000"]) == {"p99_itl_ms": 100.0, "median_ttft_ms": 2000.0}
     with pytest.raises(ConfigError, match="p99_itl_ms is given twice"):
         parse_slo(["p99_itl_ms=100", "p99-itl-ms=200"])
+
+
+def _load_rows(verdicts):
+    """Rows of a load grid with two seeds whose rates differ slightly (lambda* is
+    computed for each seed's workload): {load: (seed 0's verdict, seed 1's)}."""
+    rows = []
+    for load, pair in verdicts.items():
+        for seed, v in enumerate(pair):
+            row = {"policy": "sarathi", "load": load, "seed": seed, "rate": load * (2.0 + 0.01 * seed)}
+            row.update({"critical_rate": 2.0, "stable": v, "error": "RuntimeError: boom" if v == "failed" else None})
+            rows.append(row)
+    return rows
+
+
+def test_the_grid_max_stable_rate_needs_every_seed_of_a_load():
+    from llmsched.analysis.figures import _empirical_max_stable
+
+    # each seed's rate stood alone: seed 0's 0.7 counted as stable although seed 1 was not
+    rows = _load_rows({0.5: (True, True), 0.6: (True, True), 0.7: (True, None), 0.8: (True, False)})
+    assert _empirical_max_stable(rows) == pytest.approx(0.6 * 2.0)  # the smaller of the seeds' rates
+    assert _empirical_max_stable(_load_rows({0.5: (True, False)})) is None
+    # a rate grid: the seeds share each rate
+    rate_rows = [{"rate": r, "seed": s, "stable": r < 3} for r in (1.0, 2.0, 3.0) for s in (0, 1)]
+    assert _empirical_max_stable(rate_rows) == 2.0
+
+
+def test_the_grid_max_stable_bar_counts_a_failed_seed_as_not_stable(tmp_path, monkeypatch):
+    from llmsched.analysis import figures
+
+    bars = []
+    monkeypatch.setattr(figures, "_plot_max_stable", lambda b, path, *a: bars.extend(b) or str(path))
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: str(path))
+    rows = _load_rows({0.5: (True, True), 0.6: (True, "failed"), 0.7: (True, True)})
+    figures.plot_sweep(rows, tmp_path, ["policy", "load", "seed"])
+    ((label, value, lam, _),) = bars
+    assert label == "sarathi" and value == pytest.approx(0.5 * 2.0) and lam == 2.0
