@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from llmsched.analysis.counterexample import find_counterexample
 from llmsched.analysis.reproduce import reproduce_stability
 from llmsched.cli import main
+from llmsched.core.errors import ConfigError
 
 
 def test_reproduce_stability_quick(tmp_path):
@@ -71,3 +74,17 @@ def test_counterexample_search_confirms_one():
     assert res["sarathi"][0]["stable"] is False and res["adaptive"][0]["stable"] is True
     first = res["tried"][0]
     assert first["outcome"] == "sarathi stable on some seed"
+
+
+def test_reproduce_no_search_refuses_the_search_settings(tmp_path, capsys):
+    # --no-search with --search-requests/--tol exited 0 and recorded them in table.json
+    # as if a search had run
+    base = ["reproduce", "stability", "--quick", "--no-search", "--workers", "1", "--out", str(tmp_path / "r")]
+    for extra, flag in ((["--search-requests", "5"], "--search-requests"), (["--tol", "0.5"], "--tol")):
+        assert main([*base, *extra, "--seeds", "3"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and flag in err and "--no-search" in err
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ConfigError, match="no effect with search=False"):
+        reproduce_stability(quick=True, search=False, tol=0.5, out_dir=tmp_path / "api", workers=1)
+    assert not (tmp_path / "api").exists()

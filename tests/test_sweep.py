@@ -44,6 +44,48 @@ def test_parse_grid_forms():
     assert parse_slo(["p99_itl_ms=100", "median_ttft_ms=2e3"]) == {"p99_itl_ms": 100.0, "median_ttft_ms": 2000.0}
 
 
+def test_ranges_of_every_integer_option_give_integers():
+    # block_size (and system_prompt) were missing from a hand-kept list: 16:32:2 gave 16.0,
+    # which the configuration refused as not a positive integer
+    from llmsched.analysis.grid import integer_keys
+
+    assert {"b_max", "k_max", "kv_capacity", "max_running", "block_size", "num_requests", "seed"} <= integer_keys()
+    assert "system_prompt" in integer_keys() and "rate" not in integer_keys() and "prompt" not in integer_keys()
+    g = parse_grid(["block_size=16:32:2", "system_prompt=0:100:3"])
+    assert g == {"block_size": [16, 32], "system_prompt": [0, 50, 100]}
+    assert all(type(v) is int for vals in g.values() for v in vals)
+    with pytest.raises(ConfigError, match="non-integer"):
+        parse_grid(["block_size=16:32:4"])
+
+
+def test_cli_block_size_range_runs(tmp_path, capsys):
+    argv = ["sweep", "--out", str(tmp_path / "s"), "--workers", "1", "--no-plots", "--rate", "2"]
+    argv += ["--prefix-caching", "--grid", "block_size=16:32:2", "--num-requests", "30"]
+    argv += ["--cost-model", "paper", "--prompt", "geometric:40", "--output", "geometric:21"]
+    assert main(argv) == 0
+    assert [r["block_size"] for r in read_rows(tmp_path / "s" / "results.csv")] == ["16", "32"]
+
+
+@pytest.mark.parametrize("key", ["seed", "num_requests", "block_size", "b_max", "system_prompt"])
+def test_cli_refuses_a_bool_for_an_integer_option(tmp_path, capsys, key):
+    # float(True) == 1: seed=true silently ran seed 1
+    argv = ["sweep", "--out", str(tmp_path / "s"), "--workers", "1", "--no-plots", "--rate", "2"]
+    argv += ["--grid", f"{key}=true", "--num-requests", "30"]
+    argv += ["--cost-model", "paper", "--prompt", "geometric:40", "--output", "geometric:21"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and key in err and "True" in err
+    assert not (tmp_path / "s" / "results.csv").exists()
+
+
+def test_workload_spec_refuses_a_bool_seed():
+    from llmsched.workload import WorkloadSpec
+
+    for bad in (True, False):
+        with pytest.raises(ConfigError, match="seed must be a whole number"):
+            WorkloadSpec(rate=1.0, prompt=10, output=10, num_requests=5, seed=bad)
+
+
 @pytest.mark.parametrize(
     "spec, msg",
     [
@@ -240,3 +282,39 @@ def test_sweep_slo_names_take_dashes_and_refuse_a_repeat():
     assert parse_slo(["p99-itl-ms=100", "median_ttft_ms=2000"]) == {"p99_itl_ms": 100.0, "median_ttft_ms": 2000.0}
     with pytest.raises(ConfigError, match="p99_itl_ms is given twice"):
         parse_slo(["p99_itl_ms=100", "p99-itl-ms=200"])
+
+
+def _load_rows(verdicts):
+    """Rows of a load grid with two seeds whose rates differ slightly (lambda* is
+    computed for each seed's workload): {load: (seed 0's verdict, seed 1's)}."""
+    rows = []
+    for load, pair in verdicts.items():
+        for seed, v in enumerate(pair):
+            row = {"policy": "sarathi", "load": load, "seed": seed, "rate": load * (2.0 + 0.01 * seed)}
+            row.update({"critical_rate": 2.0, "stable": v, "error": "RuntimeError: boom" if v == "failed" else None})
+            rows.append(row)
+    return rows
+
+
+def test_the_grid_max_stable_rate_needs_every_seed_of_a_load():
+    from llmsched.analysis.figures import _empirical_max_stable
+
+    # each seed's rate stood alone: seed 0's 0.7 counted as stable although seed 1 was not
+    rows = _load_rows({0.5: (True, True), 0.6: (True, True), 0.7: (True, None), 0.8: (True, False)})
+    assert _empirical_max_stable(rows) == pytest.approx(0.6 * 2.0)  # the smaller of the seeds' rates
+    assert _empirical_max_stable(_load_rows({0.5: (True, False)})) is None
+    # a rate grid: the seeds share each rate
+    rate_rows = [{"rate": r, "seed": s, "stable": r < 3} for r in (1.0, 2.0, 3.0) for s in (0, 1)]
+    assert _empirical_max_stable(rate_rows) == 2.0
+
+
+def test_the_grid_max_stable_bar_counts_a_failed_seed_as_not_stable(tmp_path, monkeypatch):
+    from llmsched.analysis import figures
+
+    bars = []
+    monkeypatch.setattr(figures, "_plot_max_stable", lambda b, path, *a: bars.extend(b) or str(path))
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: str(path))
+    rows = _load_rows({0.5: (True, True), 0.6: (True, "failed"), 0.7: (True, True)})
+    figures.plot_sweep(rows, tmp_path, ["policy", "load", "seed"])
+    ((label, value, lam, _),) = bars
+    assert label == "sarathi" and value == pytest.approx(0.5 * 2.0) and lam == 2.0

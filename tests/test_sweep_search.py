@@ -270,3 +270,43 @@ def test_a_points_rate_replaces_the_arrivals_own_and_keeps_its_other_parameters(
     assert WorkloadSpec.from_dict(own.workload).rate == 5
     with pytest.raises(ConfigError, match="rate given twice"):
         WorkloadSpec.from_dict(resolve_point(None, {**FIXED, "arrival": "poisson:5", "rate": 7}, {}).workload)
+
+
+def test_a_search_stable_at_every_probe_reports_a_lower_bound(tmp_path, monkeypatch, capsys, lam):
+    # every probe stable up to the widest upper end (0.1 x 1.5^4 lambda*): that ceiling was
+    # reported as the max stable rate, with no note, as if a boundary had been found
+    fake_runs(monkeypatch, lambda rate: STABLE)
+    argv = ["sweep", *CLI_FIXED, "--grid", "policy=sarathi", "--search", "max-stable-rate", "--search-hi", "0.1"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (row,) = json.loads((tmp_path / "search.json").read_text())
+    top = 0.1 * 1.5**4 * lam
+    assert row["max_stable_rate"] == pytest.approx(top) and row["max_stable_lower_bound"] is True
+    assert row["unstable_rate"] is None
+    assert f">= {top:,.3f}" in out
+    assert "note: every probe of sarathi was judged stable" in out and "lower bound" in out and "--search-hi" in out
+    assert "max_stable_lower_bound" not in out  # a column of search.csv, not a grid key
+    with open(tmp_path / "search.csv", newline="") as f:
+        assert next(csv.DictReader(f))["max_stable_lower_bound"] == "True"
+
+
+def test_a_search_that_finds_a_boundary_is_no_lower_bound(tmp_path, monkeypatch, capsys, lam):
+    fake_runs(monkeypatch, lambda rate: STABLE if rate <= 0.6 * lam else UNSTABLE)
+    (row,) = search(tmp_path).search
+    assert row["max_stable_lower_bound"] is False
+    # a failed search has no answer, so no lower bound either
+    fake_runs(monkeypatch, lambda rate: FAILED)
+    (row,) = search(tmp_path / "failed").search
+    assert row["max_stable_lower_bound"] is False
+
+
+def test_a_search_without_a_grid_of_seeds_writes_the_seed_it_used(tmp_path, monkeypatch, lam):
+    # the seed column was blank: the probes ran the configuration's seed (0, or --seed)
+    fake_runs(monkeypatch, lambda rate: STABLE if rate <= 0.6 * lam else UNSTABLE)
+    for seed, out in ((None, tmp_path / "a"), (3, tmp_path / "b")):
+        kw = {} if seed is None else {"seed": seed}
+        run_sweep(
+            None, {"policy": ["sarathi"]}, out_dir=out, workers=1, search="max-stable-rate", tol=TOL, **FIXED, **kw
+        )
+        rows = results(out)
+        assert rows and {r["seed"] for r in rows} == {str(seed or 0)}

@@ -132,11 +132,13 @@ def plot_region(
     return str(path)
 
 
-def _groups(rows: list[dict], grid_keys: Sequence[str]) -> dict[str, list[dict]]:
+def _groups(rows: list[dict], grid_keys: Sequence[str], errors: bool = False) -> dict[str, list[dict]]:
+    """The rows of each group (`grid_keys` without rate, load and seed), failed points
+    left out unless `errors`."""
     gkeys = [k for k in grid_keys if k not in NON_GROUP_KEYS]
     out: dict[str, list[dict]] = {}
     for r in rows:
-        if r.get("error"):
+        if r.get("error") and not errors:
             continue
         out.setdefault(group_label(r, gkeys), []).append(r)
     return out
@@ -168,15 +170,22 @@ def _by_x(rows: list[dict], metric: str):
 
 
 def _empirical_max_stable(rows: list[dict]) -> float | None:
-    """Largest grid rate below which every rate (all seeds) was judged stable."""
-    by_rate: dict[float, list] = {}
+    """Largest grid rate below which every point (all seeds) was judged stable.
+
+    Points are one grid value: the grid's load when it has one, else the rate. With a
+    load, lambda* is sampled with each seed's lengths, so the seeds' rates differ
+    slightly: they are one point all the same, stable only when every seed's run is (a
+    failed run is not), and its rate is the smallest of its seeds' rates."""
+    by_point: dict[float, list[dict]] = {}
     for r in rows:
-        if r.get("rate") is not None:
-            by_rate.setdefault(float(r["rate"]), []).append(r.get("stable"))
+        x = r.get("load") if r.get("load") is not None else r.get("rate")
+        if x is not None:
+            by_point.setdefault(round(float(x), 9), []).append(r)
     best = None
-    for rate in sorted(by_rate):
-        if all(v is True for v in by_rate[rate]):
-            best = rate
+    for x in sorted(by_point):
+        rs = by_point[x]
+        if all(r.get("stable") is True and not r.get("error") and r.get("rate") is not None for r in rs):
+            best = min(float(r["rate"]) for r in rs)
         else:
             break
     return best
@@ -255,7 +264,8 @@ def plot_sweep(
                 (group_label(s, gkeys), s.get("max_stable_rate"), s.get("critical_rate"), s.get("max_slo_rate"))
             )
     else:
-        for label, rs in groups.items():
+        # a failed seed keeps its point from counting as stable: every seed must be
+        for label, rs in _groups(rows, grid_keys, errors=True).items():
             lam = [r.get("critical_rate") for r in rs if r.get("critical_rate")]
             bars.append((label, _empirical_max_stable(rs), lam[0] if lam else None, None))
     if bars:

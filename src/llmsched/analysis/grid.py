@@ -32,6 +32,7 @@ __all__ = [
     "parse_slo",
     "grid_keys",
     "option_keys",
+    "integer_keys",
     "NON_GROUP_KEYS",
     "SLO_METRIC",
 ]
@@ -47,6 +48,18 @@ SLO_METRIC = RUN_SLO_METRIC
 def option_keys() -> set[str]:
     """Options of `simulate` a point can set: configuration and workload fields."""
     return ({f.name for f in fields(SimConfig)} | {f.name for f in fields(WorkloadSpec)}) - {"workload"}
+
+
+def integer_keys() -> set[str]:
+    """Options whose values are whole numbers (`int` or `int | None` fields: b_max,
+    block_size, seed, ...): a range of them gives integers."""
+    out = set()
+    for cls in (SimConfig, WorkloadSpec):
+        for f in fields(cls):
+            kinds = {t.strip() for t in str(f.type).split("|")} - {"None"}
+            if kinds == {"int"}:
+                out.add(f.name)
+    return out
 
 
 def grid_keys() -> list[str]:
@@ -95,7 +108,7 @@ def parse_values(key: str, text: str) -> list:
             raise ConfigError(f"grid {key}: {n} points is too many")
         vals = [lo] if n == 1 else [lo + (hi - lo) * i / (n - 1) for i in range(n)]
         vals = [round(v, 12) for v in vals]
-        if key in ("b_max", "k_max", "kv_capacity", "max_running", "num_requests", "seed"):
+        if key in integer_keys():
             if any(v != int(v) for v in vals):
                 raise ConfigError(f"grid {key}: range {text!r} gives non-integer values")
             vals = [int(v) for v in vals]

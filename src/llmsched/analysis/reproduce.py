@@ -110,6 +110,8 @@ def reproduce_stability(
         raise ConfigError(f"unknown workload {workload!r} (known: {', '.join(PRESETS)})")
     if not (isinstance(load, (int, float)) and 0 < load < 10):
         raise ConfigError(f"load must be a positive fraction of the critical rate, got {load!r}")
+    if not search and (search_requests is not None or tol is not None):
+        raise ConfigError("search_requests and tol set the rate search: they have no effect with search=False")
     n_queue, n_search, d_seeds, d_tol = QUICK if quick else SIZES[workload]
     n_queue = n_queue if num_requests is None else num_requests
     n_search = search_requests if search_requests is not None else (n_search if num_requests is None else num_requests)

@@ -13,7 +13,9 @@ its seeds (`probe_verdict`):
 Stability: the search narrows two edges, assuming verdicts are monotone in the rate.
 
 - The upper end, search_hi * lambda*, is probed first and, while it is stable, widened
-  (x1.5, at most 4 times in all).
+  (x1.5, at most 4 times in all). When even the widest upper end is stable, the search
+  has found no rate that is not: `max_stable_rate` is that widest rate, a lower bound
+  (`max_stable_lower_bound` true), not a boundary.
 - Stable edge: bisection between the largest rate judged stable (rate 0 is stable by
   definition) and the smallest rate not judged stable, until they are closer than
   tol * lambda*. The first is the group's `max_stable_rate`.
@@ -115,7 +117,9 @@ class Bracket:
     smallest rate judged unstable (None until one is); `top`: the largest rate judged
     not unstable, at or above `hi` and below `unstable` (None when `hi` itself is unstable or
     stable): the unstable edge is narrowed between the two. `failed`: the rate of a
-    failed probe, which ends the search. `inconclusive`: every rate judged inconclusive."""
+    failed probe, which ends the search. `inconclusive`: every rate judged inconclusive.
+    `lower_bound`: the widest upper end was judged stable, so `lo` is only a lower bound
+    of the largest stable rate (no probe found one that is not stable)."""
 
     lo: float
     hi: float
@@ -126,6 +130,7 @@ class Bracket:
     top: float | None = None
     failed: float | None = None
     inconclusive: list[float] = field(default_factory=list)
+    lower_bound: bool = False
 
     def __post_init__(self):
         self.hi_checked = self.hi_checked or self.hi <= 0
@@ -161,8 +166,9 @@ class Bracket:
                 self.widenings -= 1
                 return
             self.hi_checked = True
-            if verdict == STABLE:  # stable at the largest rate allowed: that is the answer
+            if verdict == STABLE:  # stable at the largest rate allowed: a lower bound, no edge
                 self.lo = self.hi = rate
+                self.lower_bound = True
             else:
                 self.hi = rate
                 self._not_stable(rate, verdict)
@@ -264,7 +270,8 @@ def slo_verdict(records: list[dict], slo: dict[str, float]) -> str:
 def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) -> tuple[list[dict], list[dict]]:
     """Run the searches (see the module docstring). Returns (one row per probe run, as
     in a grid sweep's table, each (point, rate) once; one row per group:
-    `critical_rate`, `max_stable_rate`, `max_stable_load`, `inconclusive_low`,
+    `critical_rate`, `max_stable_rate`, `max_stable_load`, `max_stable_lower_bound`
+    (every probe up to the widest was stable: the rate is a lower bound), `inconclusive_low`,
     `inconclusive_high`, `inconclusive_probes`, `inconclusive_above_unstable`,
     `unstable_rate` (the first rate judged unstable), `failed_rate`, `probes`, and with
     SLOs `max_slo_rate`, `max_slo_load`, `slo_miss_rate` (the smallest rate probed that
@@ -283,7 +290,10 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
         pos = {gi: j for j, (gi, _) in enumerate(batch)}
         for (gi, params), rec in zip(index, runner.run(cfgs)):
             out[pos[gi]].append(rec)
-            rows.setdefault(json.dumps(params, sort_keys=True, default=str), point_row(params, rec, columns))
+            # without a grid of seeds, the seed column holds the one the run used (the
+            # configuration's), not a blank
+            shown = params if "seed" in params else {**params, "seed": _seed_of(rec)}
+            rows.setdefault(json.dumps(params, sort_keys=True, default=str), point_row(shown, rec, columns))
         return out
 
     tol_rates = [settings.tol * g.critical_rate for g in groups]
@@ -296,6 +306,11 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
             g.slo = Bracket(0.0, 0.0 if g.stable.failed is not None else g.stable.lo, widenings=0)
         bisect([g.slo for g in groups], tol_rates, probe, lambda recs: slo_verdict(recs, settings.slo))
     return list(rows.values()), [_group_row(g, settings) for g in groups]
+
+
+def _seed_of(rec: dict):
+    """The workload seed a run used (from its stored configuration)."""
+    return ((rec.get("config") or {}).get("workload") or {}).get("seed")
 
 
 def _group_row(g: Group, settings: SearchSettings) -> dict:
@@ -325,4 +340,7 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
         row["max_slo_load"] = g.slo.lo / lam if slo_ok and lam else None
         row["slo_miss_rate"] = g.slo.hi if slo_ok and g.slo.hi_checked and g.slo.hi > g.slo.lo else None
         row["slo"] = json.dumps(settings.slo, sort_keys=True)
+    # every probe stable, up to the widest rate searched: the max stable rate is a lower
+    # bound (the boundary lies above it); last, so the other columns keep their places
+    row["max_stable_lower_bound"] = ok and st.lower_bound
     return row

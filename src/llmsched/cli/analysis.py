@@ -344,6 +344,7 @@ SEARCH_COLUMNS = (
     "critical_rate",
     "max_stable_rate",
     "max_stable_load",
+    "max_stable_lower_bound",
     "inconclusive_low",
     "inconclusive_high",
     "inconclusive_probes",
@@ -367,6 +368,11 @@ def _print_search(search: list[dict]) -> None:
             # no probed rate met the SLOs: 0.000 would read as a rate found
             r["max_slo_rate"] = f"< {r['slo_miss_rate']:,.3f}"
             r["max_slo_load"] = f"< {r['slo_miss_rate'] / r['critical_rate']:.3f}" if r.get("critical_rate") else None
+        if r.get("max_stable_lower_bound") and r.get("max_stable_rate") is not None:
+            # every probe was stable: the widest rate searched is no boundary
+            r["max_stable_rate"] = f">= {r['max_stable_rate']:,.3f}"
+            if r.get("max_stable_load") is not None:
+                r["max_stable_load"] = f">= {r['max_stable_load']:.3f}"
     cols = [(k, k, "s") for k in (search[0] if search else {}) if k not in SEARCH_COLUMNS]
     cols += [
         ("critical_rate", "lambda* (theory)", ",.3f"),
@@ -397,6 +403,13 @@ def _print_search(search: list[dict]) -> None:
             print(
                 f"note: no probe of {name} was judged unstable (up to {row['inconclusive_high']:.4g}, "
                 "inconclusive): use more requests (--num-requests)"
+            )
+        if row.get("max_stable_lower_bound"):
+            load = row.get("max_stable_load")
+            print(
+                f"note: every probe of {name} was judged stable, up to the widest rate searched "
+                f"({row['max_stable_rate']:.4g}" + (f", {load:.3g} lambda*" if load is not None else "") + "): "
+                "its max stable rate is a lower bound, not a boundary; raise --search-hi to look higher"
             )
         if row.get("inconclusive_above_unstable") and row.get("unstable_rate") is not None:
             n = row["inconclusive_above_unstable"]
@@ -446,6 +459,10 @@ def cmd_reproduce(args) -> int:
     only_with(args, ("trace", "kv_capacities", "block_size"), "`reproduce prefix-caching`")
     if args.experiment != "stability":
         return _reproduce_other(args, out)
+    if args.no_search:  # only the queue runs: a setting of the search would do nothing
+        for key in ("search_requests", "tol"):
+            if getattr(args, key) is not None:
+                raise ConfigError(f"{flag_of(key)} sets the rate search: it has no effect with --no-search")
     args.workload = args.workload or "synthetic"
     args.load = 0.9 if args.load is None else args.load
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else None

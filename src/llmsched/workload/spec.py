@@ -197,7 +197,9 @@ class WorkloadSpec:
         self.time_scale = _opt_float(1.0 if self.time_scale is None else self.time_scale, "time_scale")
         self.num_requests = _opt_count(self.num_requests, "num_requests")
         self.duration_s = _opt_float(self.duration_s, "duration_s")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+        if isinstance(self.seed, bool):  # float(True) == 1: a bool is no seed
+            raise ConfigError(f"seed must be a whole number >= 0, got {self.seed!r}")
+        if not isinstance(self.seed, (int, np.integer)):
             try:
                 ok = self.seed is not None and float(self.seed) == int(float(self.seed))
             except (TypeError, ValueError):
