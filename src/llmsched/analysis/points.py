@@ -21,12 +21,11 @@ import os
 import time
 from functools import lru_cache
 
-from ..api import build_config, simulate
+from ..api import build_config, check_config, simulate
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..theory import capacity, workload_means
-from ..workload import WorkloadSpec
 from ..workload.spec import without_inline_rate
 
 __all__ = ["resolve_point", "point_key", "check_point", "run_point", "critical_rate_of", "KEY_VERSION"]
@@ -118,10 +117,9 @@ def point_key(cfg) -> str:
 
 
 def check_point(cfg) -> None:
-    """Fail before any work on what simulate would reject (names, laws, files)."""
-    cfg.scheduler_spec().build()
-    make_cost_model(cfg.cost_model)
-    WorkloadSpec.from_dict(cfg.workload)
+    """Fail before any work on what simulate would reject (names, laws, SLOs, files read,
+    run options): `llmsched.api.check_config`, simulate's own checks without its run."""
+    check_config(cfg)
 
 
 def run_point(cfg_dict: dict) -> dict:
