@@ -4,10 +4,38 @@ stops a sweep before any run (exit 2, one line, no results folder)."""
 import pytest
 
 from llmsched.analysis import sweep
+from llmsched.analysis.points import point_key, resolve_point
+from llmsched.analysis.sweep import run_sweep
 from llmsched.cli import main
 
 BASE = dict(cost_model="paper", prompt="geometric:200", output="geometric:101", num_requests=600)
 CLI = ["--cost-model", "paper", "--prompt", "geometric:200", "--output", "geometric:101"]
+
+
+# -- 3. named datasets are stamped in the key ------------------------------------------
+
+
+def test_a_named_dataset_is_part_of_the_key(tmp_path, monkeypatch):
+    folders = []
+    for i, n in enumerate((20, 30)):
+        d = tmp_path / f"traces{i}" / "sharegpt_lengths"
+        d.mkdir(parents=True)
+        rows = ["num_prefill_tokens,num_decode_tokens", *(f"{10 + j + i},{5 + j}" for j in range(n))]
+        (d / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv").write_text("\n".join(rows) + "\n")
+        folders.append(str(tmp_path / f"traces{i}"))
+    keys = []
+    for f in folders:
+        monkeypatch.setenv("LLMSCHED_TRACES", f)
+        cfg = resolve_point(None, {**BASE, "prompt": "sharegpt", "output": "sharegpt"}, {"rate": 1.0})
+        keys.append(point_key(cfg))
+    assert keys[0] != keys[1]
+    # and a resumed sweep reruns the point against the other folder's file
+    out = tmp_path / "out"
+    for f, ran in ((folders[0], 1), (folders[1], 1), (folders[1], 0)):
+        monkeypatch.setenv("LLMSCHED_TRACES", f)
+        fixed = {**BASE, "prompt": "sharegpt", "output": "sharegpt", "num_requests": 50}
+        res = run_sweep(None, {"rate": [1.0]}, out_dir=out, workers=1, progress=False, plots=False, **fixed)
+        assert res.ran == ran
 
 
 # -- 5. what simulate refuses stops a sweep before any run ------------------------------

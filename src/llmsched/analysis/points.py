@@ -26,6 +26,7 @@ from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..theory import capacity, workload_means
+from ..workload.datasets import is_dataset, resolve_dataset
 from ..workload.spec import without_inline_rate
 
 __all__ = ["resolve_point", "point_key", "check_point", "run_point", "critical_rate_of", "KEY_VERSION"]
@@ -92,14 +93,24 @@ def _strings(obj):
 
 def file_stamps(d: dict) -> list:
     """(path, size, modification time) of every file a configuration names (a trace,
-    `empirical:PATH[:COL]`, `profile:PATH`): a point's result depends on their contents."""
+    `empirical:PATH[:COL]`, `profile:PATH`, and a named dataset of its workload, such as
+    `sharegpt`, at the file it resolves to under $LLMSCHED_TRACES now): a point's result
+    depends on their contents."""
     stamps = set()
+    workload = d.get("workload") if isinstance(d, dict) else None
+    named = set(_strings(workload)) if isinstance(workload, dict) else set()
     for s in _strings(d):
         rest = s.split(":", 1)[1] if ":" in s else s
         for cand in {s, rest, rest.rsplit(":", 1)[0]}:
-            if cand and os.path.isfile(cand):
-                st = os.stat(cand)
-                stamps.add((os.path.abspath(cand), st.st_size, st.st_mtime_ns))
+            path = cand if cand and os.path.isfile(cand) else None
+            if path is None and s in named and cand and is_dataset(cand):
+                try:
+                    path = str(resolve_dataset(cand))
+                except ConfigError:  # not found: the run says so
+                    continue
+            if path is not None:
+                st = os.stat(path)
+                stamps.add((os.path.abspath(path), st.st_size, st.st_mtime_ns))
     return sorted(stamps)
 
 
