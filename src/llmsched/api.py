@@ -27,7 +27,7 @@ from .core.request import NS, check_seconds
 from .core.version import __version__
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
-from .sim.simulator import STEPS_HEADER, simulate_trace
+from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
 from .theory import INCONCLUSIVE, capacity, stability_verdict
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.spec import with_defaults
@@ -272,6 +272,31 @@ def _check_types(cfg: SimConfig) -> None:
             raise ConfigError(f"{name} must be a mapping of option names to values, got {getattr(cfg, name)!r}")
 
 
+def _setup(cfg: SimConfig):
+    """A run's SLOs, scheduler (bound to its cost model) and cost model."""
+    slo = check_slo(cfg.slo)
+    spec = cfg.scheduler_spec()
+    if "itl_ms" in slo and spec.admission == "twp" and "itl_target_ms" not in spec.admission_options:
+        # TWP paces to the user's ITL objective
+        spec = spec.replace(admission_options={**spec.admission_options, "itl_target_ms": slo["itl_ms"]})
+    scheduler = spec.build()
+    cost = make_cost_model(cfg.cost_model)
+    scheduler.bind_cost_model(cost)
+    return slo, scheduler, cost
+
+
+def check_config(config: SimConfig | dict | str | os.PathLike | None = None, **overrides) -> SimConfig:
+    """Check a configuration as `simulate` would before its run, without running it: the
+    options, SLOs, scheduler and cost model, the workload (a trace or length file read, a
+    synthetic one drawn) and the run options against it. Raises the ConfigError `simulate`
+    would; returns the configuration."""
+    cfg = build_config(config, **overrides)
+    _, scheduler, _ = _setup(cfg)
+    trace = make_trace(WorkloadSpec.from_dict(cfg.workload), cfg.block_size)
+    check_run_inputs(trace, scheduler, cfg.max_time_s, cfg.sample_interval_s)
+    return cfg
+
+
 def simulate(
     config: SimConfig | dict | str | os.PathLike | None = None,
     *,
@@ -290,14 +315,7 @@ def simulate(
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
         overrides["trace"], trace = str(trace), None
     cfg = build_config(config, **overrides)
-    slo = check_slo(cfg.slo)
-    spec = cfg.scheduler_spec()
-    if "itl_ms" in slo and spec.admission == "twp" and "itl_target_ms" not in spec.admission_options:
-        # TWP paces to the user's ITL objective
-        spec = spec.replace(admission_options={**spec.admission_options, "itl_target_ms": slo["itl_ms"]})
-    scheduler = spec.build()
-    cost = make_cost_model(cfg.cost_model)
-    scheduler.bind_cost_model(cost)
+    slo, scheduler, cost = _setup(cfg)
     if trace is None:
         spec = WorkloadSpec.from_dict(cfg.workload)
         trace = make_trace(spec, cfg.block_size)  # block ids (where it has them) at the cache's block size

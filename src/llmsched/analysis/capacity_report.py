@@ -9,7 +9,7 @@ from pathlib import Path
 from ..api import build_config
 from ..core.errors import ConfigError
 from ..core.paths import check_out_file
-from ..theory import DEFAULT_SAMPLES, capacity, stability_region, workload_means
+from ..theory import DEFAULT_SAMPLES, capacity, requests_per_rate, stability_region, workload_means
 from ..workload import WorkloadSpec, make_trace, replays_trace
 from .figures import plot_region
 
@@ -27,7 +27,10 @@ def capacity_report(
 ) -> dict:
     """What `llmsched capacity` prints, as a dict: theorem 2's numbers, and with `k_max`
     the 2-D region (LP), whether the workload point is inside and by what factor the
-    rate could be scaled (`scale` = lambda* / rate; inside iff scale > 1).
+    rate could be scaled (`scale` = lambda* / the offered request rate; inside iff scale >
+    1). `rate` is the workload's: with `turns` conversations/s, each offering its mean
+    number of turns; with `time_scale` K on synthetic arrivals, run K times as fast (as
+    `simulate` runs them): `request_rate` is the requests/s it offers.
     `cached_fraction`: the expected share of prompt tokens a prefix cache serves (not
     work: theorem 2 with the uncached prompt)."""
     plot_file = plot_path(plot) if plot else None  # before the work, not after it
@@ -51,13 +54,18 @@ def capacity_report(
         raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
     if not (isinstance(cached_fraction, (int, float)) and 0 <= cached_fraction < 1):
         raise ConfigError(f"the cached fraction must be a number in [0, 1), got {cached_fraction!r}")
+    per = 1.0  # requests/s per unit of rate (a rate read off a trace is in requests/s)
+    is_trace = replays_trace(cfg.workload)
+    if rate is not None and not is_trace:
+        per = requests_per_rate(cfg.workload, DEFAULT_SAMPLES if samples is None else samples)
+    request_rate = None if rate is None else rate * per
     rep = capacity(
         cfg.cost_model,
         cfg.b_max,
         float(mean_prompt),
         float(mean_output),
         k_max=cfg.k_max,
-        rate=rate,
+        rate=request_rate,
         cached_prompt=float(cached_fraction) * float(mean_prompt),
     )
     out = {
@@ -75,10 +83,14 @@ def capacity_report(
         if cfg.k_max is not None:
             out["region"] = region.to_dict()
     if rate is not None:
-        scale = rep.critical_rate / rate if rate > 0 else math.inf
+        scale = rep.critical_rate / request_rate if request_rate > 0 else math.inf
         out.update(rate=rate, utilisation=rep.utilisation, inside=bool(scale > 1.0), scale=scale, margin=scale - 1.0)
+        out["request_rate"] = request_rate
+        if not is_trace and (cfg.workload.get("turns") is not None or per != 1.0):
+            unit = "conversations/s" if cfg.workload.get("turns") is not None else "req/s"
+            out.update(rate_unit=unit, requests_per_rate=per, time_scale=float(cfg.workload.get("time_scale") or 1.0))
     if plot_file is not None:
-        r = rate if rate is not None else rep.critical_rate
+        r = request_rate if rate is not None else rep.critical_rate
         point = (r * rep.prefill_tokens_per_request, r * rep.decode_tokens_per_request)
         label = "workload" if rate is not None else "workload at lambda*"
         out["plot"] = plot_region(region, point, str(plot_file), point_label=label)

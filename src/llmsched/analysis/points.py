@@ -1,7 +1,8 @@
 """One point of a sweep: its full configuration, its key, and its run.
 
 - `resolve_point(config, fixed, params)`: the point's `SimConfig` (a grid's `load`
-  becomes a rate from the configuration's critical rate lambda*, `critical_rate_of`);
+  becomes a rate: the one at which the point offers `load` times its critical rate
+  lambda*, `critical_rate_of`; in conversations/s with `turns`, `critical_arrival_rate_of`);
 - `point_key(cfg)`: a hash of that configuration, the name of its stored result;
 - `check_point(cfg)`: fail before any work on what `simulate` would reject;
 - `run_point(cfg_dict)`: simulate it and return its summary (an error is recorded in
@@ -21,15 +22,23 @@ import os
 import time
 from functools import lru_cache
 
-from ..api import build_config, simulate
+from ..api import build_config, check_config, simulate
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..theory import capacity, workload_means
-from ..workload import WorkloadSpec
+from ..theory import capacity, ideal_cached_prompt, requests_per_rate, workload_means
+from ..workload.datasets import is_dataset, resolve_dataset
 from ..workload.spec import without_inline_rate
 
-__all__ = ["resolve_point", "point_key", "check_point", "run_point", "critical_rate_of", "KEY_VERSION"]
+__all__ = [
+    "resolve_point",
+    "point_key",
+    "check_point",
+    "run_point",
+    "critical_rate_of",
+    "critical_arrival_rate_of",
+    "KEY_VERSION",
+]
 
 #: Part of every key: change it when stored results stop being comparable.
 KEY_VERSION = "llmsched-sweep-1"
@@ -37,16 +46,27 @@ KEY_VERSION = "llmsched-sweep-1"
 
 def critical_rate_of(cfg) -> float:
     """Theoretical critical rate lambda* (requests/s) of a SimConfig (workload means by
-    sampling, `llmsched.theory.workload_means`)."""
+    sampling, `llmsched.theory.workload_means`). With prefix caching, the prompt tokens an
+    unbounded cache serves are not work (`llmsched.theory.ideal_cached_prompt`), as in
+    the `critical_rate` a run reports from the hits it measured."""
     mp, mo = workload_means(cfg.workload)
+    cached = ideal_cached_prompt(cfg.workload, cfg.block_size) if cfg.prefix_caching else 0.0
     if not isinstance(cfg.cost_model, str):
-        return _critical_rate.__wrapped__(cfg.cost_model, cfg.b_max, cfg.k_max, mp, mo)
-    return _critical_rate(cfg.cost_model, cfg.b_max, cfg.k_max, mp, mo)
+        return _critical_rate.__wrapped__(cfg.cost_model, cfg.b_max, cfg.k_max, mp, mo, cached)
+    return _critical_rate(cfg.cost_model, cfg.b_max, cfg.k_max, mp, mo, cached)
+
+
+def critical_arrival_rate_of(cfg) -> float:
+    """The workload `rate` at which a SimConfig offers lambda* requests/s: lambda* over
+    the requests per unit of rate (`llmsched.theory.requests_per_rate`: the mean turns of
+    a conversation with `turns`, so conversations/s; times `time_scale` on synthetic
+    arrivals). lambda* itself without either."""
+    return critical_rate_of(cfg) / requests_per_rate(cfg.workload)
 
 
 @lru_cache(maxsize=1024)
-def _critical_rate(cost_model, b_max: int, k_max, mp: float, mo: float) -> float:
-    return capacity(make_cost_model(cost_model), b_max, mp, mo, k_max=k_max).critical_rate
+def _critical_rate(cost_model, b_max: int, k_max, mp: float, mo: float, cached: float = 0.0) -> float:
+    return capacity(make_cost_model(cost_model), b_max, mp, mo, k_max=k_max, cached_prompt=cached).critical_rate
 
 
 def _fill_adaptive(cfg) -> None:
@@ -62,7 +82,10 @@ def _fill_adaptive(cfg) -> None:
 
 def resolve_point(config=None, fixed: dict | None = None, params: dict | None = None):
     """The full SimConfig of one point: `config` (a SimConfig, dict or YAML path) with
-    the fixed overrides, then the point's grid values; `load` becomes a rate."""
+    the fixed overrides, then the point's grid values; `load` becomes the rate at which
+    the point offers load * lambda* requests/s (`critical_arrival_rate_of`: with turns, a
+    rate of conversations/s; with time_scale K on synthetic arrivals, one K times lower,
+    as simulate runs rate R at R * K)."""
     over = {**(fixed or {}), **(params or {})}
     load = over.pop("load", None)
     # a rate the point sets (its grid value, its load, a search's probe) replaces one the
@@ -70,7 +93,7 @@ def resolve_point(config=None, fixed: dict | None = None, params: dict | None = 
     rate = over.pop("rate", None) if params and params.get("rate") is not None else None
     cfg = build_config(config, **over)
     if load is not None:
-        lam = critical_rate_of(cfg)
+        lam = critical_arrival_rate_of(cfg)
         if not (lam > 0 and math.isfinite(lam)):
             raise ConfigError(f"cannot set load={load}: the critical rate of this configuration is {lam}")
         rate = float(load) * lam
@@ -93,14 +116,24 @@ def _strings(obj):
 
 def file_stamps(d: dict) -> list:
     """(path, size, modification time) of every file a configuration names (a trace,
-    `empirical:PATH[:COL]`, `profile:PATH`): a point's result depends on their contents."""
+    `empirical:PATH[:COL]`, `profile:PATH`, and a named dataset of its workload, such as
+    `sharegpt`, at the file it resolves to under $LLMSCHED_TRACES now): a point's result
+    depends on their contents."""
     stamps = set()
+    workload = d.get("workload") if isinstance(d, dict) else None
+    named = set(_strings(workload)) if isinstance(workload, dict) else set()
     for s in _strings(d):
         rest = s.split(":", 1)[1] if ":" in s else s
         for cand in {s, rest, rest.rsplit(":", 1)[0]}:
-            if cand and os.path.isfile(cand):
-                st = os.stat(cand)
-                stamps.add((os.path.abspath(cand), st.st_size, st.st_mtime_ns))
+            path = cand if cand and os.path.isfile(cand) else None
+            if path is None and s in named and cand and is_dataset(cand):
+                try:
+                    path = str(resolve_dataset(cand))
+                except ConfigError:  # not found: the run says so
+                    continue
+            if path is not None:
+                st = os.stat(path)
+                stamps.add((os.path.abspath(path), st.st_size, st.st_mtime_ns))
     return sorted(stamps)
 
 
@@ -118,10 +151,9 @@ def point_key(cfg) -> str:
 
 
 def check_point(cfg) -> None:
-    """Fail before any work on what simulate would reject (names, laws, files)."""
-    cfg.scheduler_spec().build()
-    make_cost_model(cfg.cost_model)
-    WorkloadSpec.from_dict(cfg.workload)
+    """Fail before any work on what simulate would reject (names, laws, SLOs, files read,
+    run options): `llmsched.api.check_config`, simulate's own checks without its run."""
+    check_config(cfg)
 
 
 def run_point(cfg_dict: dict) -> dict:

@@ -33,6 +33,7 @@ from ..api import simulate
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..theory import capacity
+from ..theory.means import ideal_cached_tokens
 from ..workload.trace import read_trace
 from .tables import write_table
 
@@ -41,23 +42,6 @@ __all__ = ["reproduce_prefix_caching", "ideal_cached_tokens"]
 LOADS = (0.6, 0.9, 1.3)
 KV_CAPACITIES = (1_000_000, 8_000_000)
 QUICK_REQUESTS = 400
-
-
-def ideal_cached_tokens(trace, block_size: int) -> float:
-    """Mean prompt tokens per request an unbounded cache would serve, replaying `trace`
-    in arrival order (the last prompt token is always computed)."""
-    seen: set[int] = set()
-    total = 0
-    for p, blocks in zip(trace.prompt.tolist(), trace.iter_blocks(block_size)):
-        if blocks is None:
-            continue
-        limit = min(len(blocks), (p - 1) // block_size)
-        n = 0
-        while n < limit and blocks[n] in seen:
-            n += 1
-        total += n * block_size
-        seen.update(blocks)
-    return total / max(len(trace), 1)
 
 
 def reproduce_prefix_caching(

@@ -41,6 +41,11 @@ SLOs: the bracket is [0, max stable rate]; a rate passes when every seed's run i
 judged stable and meets every limit. The max stable rate is probed first (a cached
 point) and, if it passes, is the answer, so the SLO rate never exceeds the stable rate.
 A probe run again (the SLO search's first) is one row of the results table, not two.
+
+Units: every rate is the workload's `rate`. With `turns` it counts conversations, so a
+group's `critical_rate` is lambda* over the mean turns per conversation (conversations/s,
+its row's `rate_unit`). `time_scale` on synthetic arrivals is refused: it would run
+every probe faster than its rate.
 """
 
 from __future__ import annotations
@@ -51,8 +56,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..workload import replays_trace
 from .grid import NON_GROUP_KEYS, expand_grid
-from .points import check_point, critical_rate_of, resolve_point
+from .points import check_point, critical_arrival_rate_of, resolve_point
 from .runner import Runner
 from .tables import point_row
 
@@ -201,7 +207,8 @@ class Group:
     of its stability and SLO searches."""
 
     params: dict
-    critical_rate: float
+    critical_rate: float  # in the unit of the workload's rate: conversations/s with turns
+    rate_unit: str = "req/s"
     stable: Bracket | None = None
     slo: Bracket | None = None
 
@@ -236,7 +243,12 @@ def search_groups(settings: SearchSettings) -> list[Group]:
         check_point(base)
         if not base.verdict:  # every probe would be inconclusive: nothing to bisect on
             raise ConfigError("the search bisects on the stability verdict: it cannot run with verdict=false")
-        groups.append(Group(params, critical_rate_of(base)))
+        if not replays_trace(base.workload) and float(base.workload.get("time_scale") or 1.0) != 1.0:
+            raise ConfigError(
+                "the search sets the rate: drop time_scale (--time-scale K runs every probed rate K times as fast)"
+            )
+        unit = "conversations/s" if base.workload.get("turns") is not None else "req/s"
+        groups.append(Group(params, critical_arrival_rate_of(base), unit))
     return groups
 
 
@@ -323,6 +335,7 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
         **g.params,
         "policy_name": str(g.params.get("policy", "")).partition(":")[0] or None,
         "critical_rate": lam,
+        **({"rate_unit": g.rate_unit} if g.rate_unit != "req/s" else {}),
         "max_stable_rate": st.lo if ok else None,
         "max_stable_load": st.lo / lam if ok and lam else None,
         "inconclusive_low": inc[0] if inc else None,

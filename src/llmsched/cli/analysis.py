@@ -229,8 +229,20 @@ def _print_capacity(rep: dict) -> None:
         )
         rows.append(("region vertices: step shapes (prefill, decode)", verts))
     if rep.get("rate") is not None:
+        arrival = f"{rep['rate']:,.3f} req/s ({c['offered_tokens_per_s']:,.1f} tokens/s)"
+        per = rep.get("requests_per_rate")
+        if per is not None:
+            ts = rep.get("time_scale", 1.0)
+            what = f"{rep['rate']:,.3f} req/s"
+            if rep.get("rate_unit") == "conversations/s":
+                what = f"{rep['rate']:,.3f} conversations/s x {per / ts:.3g} mean turns"
+            arrival = (
+                what
+                + (f" x time scale {ts:g}" if ts != 1.0 else "")
+                + f" = {rep['request_rate']:,.3f} req/s ({c['offered_tokens_per_s']:,.1f} tokens/s)"
+            )
         rows += [
-            ("arrival rate", f"{rep['rate']:,.3f} req/s ({c['offered_tokens_per_s']:,.1f} tokens/s)"),
+            ("arrival rate", arrival),
             ("utilisation rate / lambda*", f"{rep['utilisation']:.1%}"),
             (
                 "inside the stability region",
@@ -342,6 +354,7 @@ def cmd_sweep(args) -> int:
 SEARCH_COLUMNS = (
     "policy_name",
     "critical_rate",
+    "rate_unit",
     "max_stable_rate",
     "max_stable_load",
     "max_stable_lower_bound",
@@ -385,6 +398,11 @@ def _print_search(search: list[dict]) -> None:
         cols.append(("failed_rate", "failed probe", ",.3f"))
     if search and "max_slo_rate" in search[0]:
         cols += [("max_slo_rate", "max rate meeting SLOs", ",.3f"), ("max_slo_load", "/ lambda*", ".3f")]
+    units = sorted({r.get("rate_unit") or "req/s" for r in search})
+    if units != ["req/s"]:  # with --turns a rate counts conversations, lambda* too
+        cols.insert(cols.index(("critical_rate", "lambda* (theory)", ",.3f")), ("rate_unit", "rates in", "s"))
+        for r in shown:
+            r["rate_unit"] = r.get("rate_unit") or "req/s"
     _print_rows("maximum stable rate (bisection on the stability verdict)", shown, cols)
     for row in search:
         name = row.get("policy", "a policy")

@@ -83,6 +83,26 @@ def validate_requests(prompt: np.ndarray, output: np.ndarray, kv_capacity: int |
             )
 
 
+def check_run_inputs(trace, scheduler: Scheduler, max_time_s=None, sample_interval_s=None) -> None:
+    """What `simulate_trace` refuses before it runs (ConfigError): requests that do not fit
+    the limits, arrival times out of order or range, run options out of range."""
+    arrival_s = np.asarray(trace.arrival_s, dtype=np.float64)
+    prompt_arr = np.asarray(trace.prompt, dtype=np.int64)
+    output_arr = np.asarray(trace.output, dtype=np.int64)
+    validate_requests(prompt_arr, output_arr, scheduler.constraints.kv_capacity)
+    if (np.diff(arrival_s) < 0).any():
+        raise ConfigError("arrival times must be non-decreasing")
+    if len(arrival_s) and not (np.isfinite(arrival_s).all() and arrival_s.min() >= 0 and arrival_s.max() < MAX_SECONDS):
+        raise ConfigError(
+            f"arrival times must be finite, >= 0 and below {MAX_SECONDS:g} s "
+            f"(got {arrival_s.min():g} .. {arrival_s.max():g} s)"
+        )
+    check_seconds("max_time_s", max_time_s)
+    check_seconds("sample_interval_s", sample_interval_s)
+    if sample_interval_s and int(round(sample_interval_s * NS)) < 1000:
+        raise ConfigError(f"the sampling interval must be at least 1 microsecond, got {sample_interval_s} s")
+
+
 def simulate_trace(
     trace,
     scheduler: Scheduler,
@@ -95,17 +115,10 @@ def simulate_trace(
     progress: Callable[[int, int], None] | None = None,
 ) -> RunStats:
     """Run `trace` (arrays arrival_s, prompt, output) through `scheduler` timed by `cost`."""
+    check_run_inputs(trace, scheduler, max_time_s, sample_interval_s)
     arrival_s = np.asarray(trace.arrival_s, dtype=np.float64)
     prompt_arr = np.asarray(trace.prompt, dtype=np.int64)
     output_arr = np.asarray(trace.output, dtype=np.int64)
-    validate_requests(prompt_arr, output_arr, scheduler.constraints.kv_capacity)
-    if (np.diff(arrival_s) < 0).any():
-        raise ConfigError("arrival times must be non-decreasing")
-    if len(arrival_s) and not (np.isfinite(arrival_s).all() and arrival_s.min() >= 0 and arrival_s.max() < MAX_SECONDS):
-        raise ConfigError(
-            f"arrival times must be finite, >= 0 and below {MAX_SECONDS:g} s "
-            f"(got {arrival_s.min():g} .. {arrival_s.max():g} s)"
-        )
     n = len(arrival_s)
     arr = np.round(arrival_s * NS).astype(np.int64).tolist()
     prompts = prompt_arr.tolist()
@@ -114,14 +127,10 @@ def simulate_trace(
     pc = scheduler.constraints.prefix_block_size
     blocks = trace_blocks(trace, pc) if pc else None
 
-    check_seconds("max_time_s", max_time_s)
-    check_seconds("sample_interval_s", sample_interval_s)
     max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
     span = (arr[-1] - arr[0]) if n else 0
     if sample_interval_s:
         interval = int(round(sample_interval_s * NS))
-        if interval < 1000:
-            raise ConfigError(f"the sampling interval must be at least 1 microsecond, got {sample_interval_s} s")
     else:
         interval = max(span // 1000, NS // 100)
     series = TimeSeries(arr[0] if n else 0, interval, not sample_interval_s, prefix=bool(pc))
@@ -239,4 +248,13 @@ def _np(a: array, dtype) -> np.ndarray:
     return np.frombuffer(a, dtype=a.typecode).astype(dtype) if len(a) else np.zeros(0, dtype=dtype)
 
 
-__all__ = ["simulate_trace", "trace_blocks", "RunStats", "SimulationStuck", "STEPS_HEADER", "validate_requests", "NS"]
+__all__ = [
+    "simulate_trace",
+    "check_run_inputs",
+    "trace_blocks",
+    "RunStats",
+    "SimulationStuck",
+    "STEPS_HEADER",
+    "validate_requests",
+    "NS",
+]

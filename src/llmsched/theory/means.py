@@ -4,6 +4,11 @@ The capacity numbers need `m_p` and `m_o` (docs/stability.md "Work and capacity"
 synthetic length laws the samples are drawn with the workload's own generator (so
 clipping, rounding and the joint sampling of two columns of one file all count); a trace
 is read whole.
+
+Two more numbers relate a workload's options to theorem 2's, which counts requests:
+`requests_per_rate` (requests offered per unit of the workload's `rate`: the mean turns
+of a conversation, times `time_scale` for synthetic arrivals) and
+`ideal_cached_prompt` (the prompt tokens per request an unbounded prefix cache serves).
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..workload import WorkloadSpec, make_trace, replays_trace
 
-__all__ = ["workload_means", "DEFAULT_SAMPLES"]
+__all__ = ["workload_means", "requests_per_rate", "ideal_cached_prompt", "ideal_cached_tokens", "DEFAULT_SAMPLES"]
 
 DEFAULT_SAMPLES = 200_000
+#: requests replayed through an unbounded cache by `ideal_cached_prompt` (a Python loop)
+CACHE_SAMPLES = 20_000
 
 
 def workload_means(workload: dict, samples: int = DEFAULT_SAMPLES) -> tuple[float, float]:
@@ -33,16 +40,81 @@ def workload_means(workload: dict, samples: int = DEFAULT_SAMPLES) -> tuple[floa
     return _means(key, samples)
 
 
-@lru_cache(maxsize=256)
-def _means(key: str, samples: int) -> tuple[float, float]:
+def _sample_spec(key: str, samples: int) -> WorkloadSpec:
     d = json.loads(key)
     d = {k: v for k, v in d.items() if v is not None}
     if not replays_trace(d):
         d.pop("duration_s", None)
         d["num_requests"] = samples
-        d["rate"] = d.get("rate") or 1.0
-        d["arrival"] = "deterministic"  # arrivals do not matter here; cheapest to draw
+        # arrivals do not matter here (but for which turns of conversations come first:
+        # one rate for every rate, so that a workload's means do not depend on its rate)
+        d["rate"] = 1.0
+        d["arrival"] = "deterministic"  # cheapest to draw
         d.pop("cv", None)
-    spec = WorkloadSpec.from_dict(d)
-    tr = make_trace(spec)
+    return WorkloadSpec.from_dict(d)
+
+
+@lru_cache(maxsize=256)
+def _means(key: str, samples: int) -> tuple[float, float]:
+    tr = make_trace(_sample_spec(key, samples))
     return float(np.mean(tr.prompt)), float(np.mean(tr.output))
+
+
+def requests_per_rate(workload: dict, samples: int = DEFAULT_SAMPLES) -> float:
+    """Requests offered per unit of a workload's `rate`: with `turns` the rate counts
+    conversations, each its mean number of turns (the turns law sampled `samples` times
+    with the workload's seed); synthetic arrivals run `time_scale` times as fast. 1 for a
+    trace (its rate, when given, is in requests/s). So the offered request rate of a
+    workload is `rate * requests_per_rate(workload)`, and its load that over lambda*."""
+    if not isinstance(workload, dict):
+        raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
+    return _per_rate(json.dumps(workload, sort_keys=True, default=str), samples)
+
+
+@lru_cache(maxsize=256)
+def _per_rate(key: str, samples: int) -> float:
+    d = {k: v for k, v in json.loads(key).items() if v is not None}
+    if replays_trace(d):
+        return 1.0
+    spec = WorkloadSpec.from_dict(d)
+    n = 1.0
+    if spec.turns is not None:
+        n = float(np.mean(spec.turns.sample(np.random.default_rng(spec.seed), samples)))
+    return n * spec.time_scale
+
+
+def ideal_cached_tokens(trace, block_size: int) -> float:
+    """Mean prompt tokens per request an unbounded cache would serve, replaying `trace`
+    in arrival order (the last prompt token is always computed)."""
+    seen: set[int] = set()
+    total = 0
+    for p, blocks in zip(trace.prompt.tolist(), trace.iter_blocks(block_size)):
+        if blocks is None:
+            continue
+        limit = min(len(blocks), (p - 1) // block_size)
+        n = 0
+        while n < limit and blocks[n] in seen:
+            n += 1
+        total += n * block_size
+        seen.update(blocks)
+    return total / max(len(trace), 1)
+
+
+def ideal_cached_prompt(workload: dict, block_size: int, samples: int = CACHE_SAMPLES) -> float:
+    """Prompt tokens per request that an unbounded prefix cache of `block_size`-token
+    blocks serves on a workload (a shared system prompt, earlier turns of a conversation,
+    a trace's block ids), over `samples` requests drawn as `workload_means` draws them (a
+    trace's first `samples`): what theorem 2 does not count as work. A run measures its
+    own (`cached_prompt_tokens_per_request`), lower when its KV cache evicts."""
+    if not isinstance(workload, dict):
+        raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
+    return _cached(json.dumps(workload, sort_keys=True, default=str), int(block_size), samples)
+
+
+@lru_cache(maxsize=256)
+def _cached(key: str, block_size: int, samples: int) -> float:
+    spec = _sample_spec(key, samples)
+    tr = make_trace(spec, block_size)
+    if not tr.has_blocks:
+        return 0.0
+    return ideal_cached_tokens(tr.head(samples) if len(tr) > samples else tr, block_size)

@@ -1,0 +1,73 @@
+"""A sweep's point keys stamp the named datasets they read, and what `simulate` refuses
+stops a sweep before any run (exit 2, one line, no results folder)."""
+
+import pytest
+
+from llmsched.analysis import sweep
+from llmsched.analysis.points import point_key, resolve_point
+from llmsched.analysis.sweep import run_sweep
+from llmsched.cli import main
+
+BASE = dict(cost_model="paper", prompt="geometric:200", output="geometric:101", num_requests=600)
+CLI = ["--cost-model", "paper", "--prompt", "geometric:200", "--output", "geometric:101"]
+
+
+# -- 3. named datasets are stamped in the key ------------------------------------------
+
+
+def test_a_named_dataset_is_part_of_the_key(tmp_path, monkeypatch):
+    folders = []
+    for i, n in enumerate((20, 30)):
+        d = tmp_path / f"traces{i}" / "sharegpt_lengths"
+        d.mkdir(parents=True)
+        rows = ["num_prefill_tokens,num_decode_tokens", *(f"{10 + j + i},{5 + j}" for j in range(n))]
+        (d / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv").write_text("\n".join(rows) + "\n")
+        folders.append(str(tmp_path / f"traces{i}"))
+    keys = []
+    for f in folders:
+        monkeypatch.setenv("LLMSCHED_TRACES", f)
+        cfg = resolve_point(None, {**BASE, "prompt": "sharegpt", "output": "sharegpt"}, {"rate": 1.0})
+        keys.append(point_key(cfg))
+    assert keys[0] != keys[1]
+    # and a resumed sweep reruns the point against the other folder's file
+    out = tmp_path / "out"
+    for f, ran in ((folders[0], 1), (folders[1], 1), (folders[1], 0)):
+        monkeypatch.setenv("LLMSCHED_TRACES", f)
+        fixed = {**BASE, "prompt": "sharegpt", "output": "sharegpt", "num_requests": 50}
+        res = run_sweep(None, {"rate": [1.0]}, out_dir=out, workers=1, progress=False, plots=False, **fixed)
+        assert res.ran == ran
+
+
+# -- 5. what simulate refuses stops a sweep before any run ------------------------------
+
+
+@pytest.mark.parametrize(
+    "files, args, msg",
+    [
+        ({"bad.csv": "a,b\n1,2\n"}, ["--trace", "bad.csv"], "not a trace in a known format"),
+        (
+            {"neg.csv": "arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,-3,5\n"},
+            ["--trace", "neg.csv"],
+            "-3 tokens is below the minimum",
+        ),
+        (
+            {"lens.csv": "prompt_tokens,output_tokens\nx,y\n"},
+            [*CLI[:2], "--prompt", "empirical:lens.csv", "--output", "geometric:11"],
+            "malformed",
+        ),
+        ({}, [*CLI[:6], "--sample-interval", "1e-9"], "at least 1 microsecond"),
+        ({}, [*CLI[:6], "--grid", "slo=ttft_ms=100"], "slo must be a mapping"),
+    ],
+)
+def test_bad_inputs_stop_a_sweep_before_any_run(tmp_path, monkeypatch, capsys, files, args, msg):
+    monkeypatch.chdir(tmp_path)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    calls = []
+    monkeypatch.setattr(sweep, "run_point", lambda cfg: calls.append(cfg) or {"wall_s": 0.0})
+    grid = [] if "--grid" in args else ["--grid", "policy=sarathi,orca"]
+    argv = ["sweep", *args, *grid, "--num-requests", "50", "--workers", "1", "--no-plots", "--out", "out"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and msg in err and "Traceback" not in err
+    assert calls == [] and not (tmp_path / "out").exists()
