@@ -152,3 +152,26 @@ def test_spec_round_trip_with_new_keys():
     d = spec.to_dict()
     assert d["turns"] == "geometric:mean=3" and d["classes"][0]["system_prompt"] == 64
     assert make_trace(WorkloadSpec.from_dict(d)) == make_trace(spec)
+
+
+def test_the_means_of_conversations_do_not_depend_on_the_think_time():
+    """Turn t's prompt holds the t - 1 turns before it, so the mean prompt per request is
+    the steady state's over whole conversations; sampling the first requests of a stream
+    with a long think time saw mostly first turns (535.9 tokens at 3,600 s, 254.9 at
+    36,000 s, for 700: lambda* overstated by a quarter and more)."""
+    from llmsched.theory import workload_means
+
+    def wl(think):
+        return {
+            "arrival": "poisson",
+            "rate": 1.0,
+            "prompt": "const:100",
+            "output": "const:100",
+            "turns": "geometric:4",
+            "think_time_s": think,
+        }
+
+    means = [workload_means(wl(t))[0] for t in (20.0, 3600.0, 36000.0)]
+    assert means[0] == means[1] == means[2]
+    # turn t's prompt is 200 t - 100; the mean turn of a request is E[T^2 + T] / (2 E[T]) = 4
+    assert means[0] == pytest.approx(700, rel=0.02)

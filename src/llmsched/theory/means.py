@@ -51,6 +51,11 @@ def _sample_spec(key: str, samples: int) -> WorkloadSpec:
         d["rate"] = 1.0
         d["arrival"] = "deterministic"  # cheapest to draw
         d.pop("cv", None)
+        if d.get("think_time_s") is not None:
+            # each conversation's turns right after its first: the sample holds whole
+            # conversations, the steady state's mix of turns (with the real think time a
+            # long one left the later turns, the longer prompts, past the sample's end)
+            d["think_time_s"] = 1e-9
     return WorkloadSpec.from_dict(d)
 
 
