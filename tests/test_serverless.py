@@ -1233,3 +1233,22 @@ def test_slo_reports_goodput_overall_and_per_model(tmp_path, capsys):
     assert main([*argv, "--json"]) == 0
     assert "goodput" not in json.loads(capsys.readouterr().out)
     one_line_error(capsys, [*argv, "--slo", "p99_itl_ms=30"], "per request")
+
+
+def test_workload_options_that_would_do_nothing_are_refused():
+    """`time_scale` divides a trace's times and `popularity` splits a total rate or a
+    trace: for synthetic arrivals, or with a rate per model, they were accepted, recorded
+    in config.json, and changed nothing."""
+    cfg = base()
+    cfg["workload"]["time_scale"] = 4
+    with pytest.raises(ConfigError, match=r"workload.time_scale: divides a trace's times"):
+        load_serverless(cfg)
+    cfg = base()
+    cfg["workload"] = {"models": {"m": {"rate": 3}}, "duration_s": 10, "popularity": "zipf:1.2"}
+    with pytest.raises(ConfigError, match=r"workload.popularity: splits a total rate"):
+        load_serverless(cfg)
+    cfg["workload"]["popularity"] = "Uniform"  # the default, however spelled
+    load_serverless(cfg)
+    cfg = base()
+    cfg["workload"]["popularity"] = "zipf:1.2"  # with a total rate it chooses the model
+    load_serverless(cfg)

@@ -928,11 +928,20 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
                 "a share splits workload.rate, which is not given (give workload.rate, or a rate per model)",
             )
     if w.trace is None:
+        if w.time_scale != 1.0:
+            # (it was accepted and recorded, and did nothing)
+            raise _at(f"{where}.time_scale", "divides a trace's times; synthetic arrivals take their rate (rate)")
         if w.rate is None:
             own = [m for m, t in w.models.items() if t.rate is not None]
             if not own:
                 raise _at(
                     where, "needs a total rate (with popularity), a rate per model under workload.models, or a trace"
+                )
+            if not (isinstance(w.popularity, str) and w.popularity.strip().lower() == "uniform"):
+                raise _at(
+                    f"{where}.popularity",
+                    "splits a total rate (workload.rate) or a trace among the models; with a rate per model it does "
+                    "nothing: leave it out",
                 )
         else:
             _check_process(w.arrival, w.rate, w.cv, where)
