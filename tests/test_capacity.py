@@ -218,3 +218,23 @@ def test_vectorised_load_times_and_peak_match_the_scalar_ones(spec):
     best = max(rates)
     peak, arg = peak_token_capacity(cost, 5000)
     assert peak == best and arg == 1 + next(i for i, r in enumerate(rates) if r * (1 + 1e-12) >= best)
+
+
+def test_the_verdict_threshold_is_at_most_c_where_smaller_steps_serve_more():
+    """`paper:variant=max`: lambda* is the peak's (steps of b = 128), 300x what a policy
+    filling b_max = 512 serves (C / w); the verdict's threshold took the peak's capacity,
+    so Sarathi offered 3.3x what it serves was 'inconclusive'. It is 2% of C now."""
+    import llmsched
+
+    s = llmsched.simulate(
+        cost_model="paper:variant=max",
+        prompt="const:200",
+        output="const:50",
+        b_max=512,
+        rate=0.5,
+        num_requests=600,
+        out_dir=None,
+    ).summary
+    assert s["critical_rate"] > 40 * 0.5  # the peak's lambda*: far above the offered rate
+    assert s["verdict_threshold_tokens_per_s"] == pytest.approx(0.02 * s["token_capacity"])
+    assert s["verdict"] == "unstable"
