@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from llmsched.cli import main
 from llmsched.core.cost import make_cost_model
 from llmsched.core.errors import ConfigError
 from llmsched.core.profile import (
@@ -489,3 +490,32 @@ def test_a_repeated_column_is_refused(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ConfigError, match="column 'ms' appears more than once"):
         load_profile(str(path))
+
+
+def test_a_row_without_its_model_is_refused_not_dropped(tmp_path, capsys):
+    # with a model named (PATH#MODEL, or the only model of the file) such a row was dropped
+    # without a word: a measurement missing from the tables
+    folder = tiny_folder(tmp_path / "p", models=("a", "b"))
+    write_csv(folder / "lm_head.csv", ["model", "tokens", "ms"], [["a", 1, 0.1], ["", 100, 0.3], ["b", 1, 0.2]])
+    with pytest.raises(ConfigError, match=r"lm_head\.csv line 3: the model cell is empty; .* \(here 'a'\)$"):
+        load_profile(f"{folder}#a")
+    path = combined_csv(tmp_path / "c.csv")
+    lines = path.read_text().splitlines()
+    lines[5] = lines[5].replace(",llama-3.2-1b,", ",,", 1)
+    path.write_text("\n".join(lines) + "\n")
+    for spec in (str(path), f"{path}#llama-3.2-1b"):
+        with pytest.raises(ConfigError, match=r"c\.csv line 6: the model cell is empty"):
+            load_profile(spec)
+    assert main(["simulate", "--cost-model", f"profile:{path}", "--num-requests", "5", "--out", ""]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    # a model column no row fills names no model: every row is kept
+    one = tiny_folder(tmp_path / "one", models=("a",))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("linear", "lm_head", "decode_attn", "prefill_attn"):
+        with open(one / f"{name}.csv") as f:
+            header, *rows = csv.reader(f)
+        write_csv(bare / f"{name}.csv", header, [["", *r[1:]] for r in rows])
+    assert load_profile(f"{bare},layers=2").step_time(100, 0, 0, [(100, 0)], 1) == pytest.approx(
+        load_profile(str(one)).step_time(100, 0, 0, [(100, 0)], 1)
+    )

@@ -63,7 +63,8 @@ Spec forms for `load_profile(spec)` (also `make_cost_model("profile:" + spec)`):
   trailing `,key=value` parts are read as options.)
 
 Folder format (all times in milliseconds, column order free, extra columns ignored; a
-`model` column is optional; rows with the same key are averaged):
+`model` column is optional, but once a model is in play every row of a table with one
+names it; rows with the same key are averaged):
 
 | file | required columns | optional |
 |---|---|---|
@@ -748,6 +749,14 @@ def _table_rows(table: str, header: Sequence[str], rows, where: str, model: str 
             f"(found: {', '.join(h for h in header if h) or 'none'})"
         )
     if model is not None and "model" in header:
+        # such a row used to be dropped without a word; kept for every model it would be
+        # averaged into each model's measurements
+        unnamed = next((n for n, r in rows if not r.get("model", "")), None)
+        if unnamed is not None:
+            raise ConfigError(
+                f"profile file {where} line {unnamed}: the model cell is empty; in a table with a model "
+                f"column every row names its model (here {model!r})"
+            )
         rows = [(n, r) for n, r in rows if r.get("model", "") == model]
     if not rows:
         raise ConfigError(
