@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import time
 from pathlib import Path
 
@@ -402,7 +403,11 @@ def test_bad_combined_csv(tmp_path):
     write_csv(path, ["table", "tokens", "ms"], [["linear", 1, 1.0], ["attention", 1, 1.0]])
     with pytest.raises(ConfigError, match=r"c\.csv line 3: unknown table 'attention'"):
         load_profile(str(path))
-    write_csv(path, ["table", "tokens", "ms", "layers"], [["linear", 1, 1.0, 2], ["lm_head", 1, 0.1, 2]])
+    write_csv(
+        path,
+        ["table", "tokens", "ms", "layers"],
+        [["linear", 1, 1.0, 2], ["linear", 8, 1.5, 2], ["lm_head", 1, 0.1, 2], ["lm_head", 8, 0.2, 2]],
+    )
     with pytest.raises(ConfigError, match=r"c\.csv: decode_attn table lacks column\(s\) batch, context"):
         load_profile(str(path))
     cols = ["table", "tokens", "batch", "chunk", "context", "ms", "layers"]
@@ -411,6 +416,9 @@ def test_bad_combined_csv(tmp_path):
         ["lm_head", 1, "", "", "", 0.1, 3],
         ["decode_attn", "", 1, "", 128, 0.01, ""],
         ["prefill_attn", "", "", 64, 0, 0.02, ""],
+        ["linear", 8, "", "", "", 1.5, ""],
+        ["lm_head", 8, "", "", "", 0.2, ""],
+        ["decode_attn", "", 8, "", 128, 0.02, ""],
     ]
     write_csv(path, cols, rows)
     with pytest.raises(ConfigError, match=r"c\.csv: the layers column disagrees"):
@@ -519,3 +527,32 @@ def test_a_row_without_its_model_is_refused_not_dropped(tmp_path, capsys):
     assert load_profile(f"{bare},layers=2").step_time(100, 0, 0, [(100, 0)], 1) == pytest.approx(
         load_profile(str(one)).step_time(100, 0, 0, [(100, 0)], 1)
     )
+
+
+@pytest.mark.parametrize(
+    "name,header,rows,words",
+    [
+        ("linear.csv", ["tokens", "mode", "ms"], [[512, "eager", 13.9], [512, "graph", 9.0]], "eager token load (512)"),
+        ("lm_head.csv", ["tokens", "ms"], [[1, 0.3], [1, 0.3]], "token count (1)"),
+        ("decode_attn.csv", ["batch", "context", "ms"], [[64, 128, 0.05], [64, 4096, 0.2]], "batch size (64)"),
+    ],
+)
+def test_a_table_of_one_size_is_refused_not_flat(tmp_path, capsys, name, header, rows, words):
+    # above its one size such a table was flat: 8192 tokens cost what 512 did, without a word
+    folder = tiny_folder(tmp_path / "p")
+    write_csv(folder / name, ["model", *header], [["m", *r] for r in rows])
+    table = name.removesuffix(".csv")
+    line = f"profile file {folder / name}: the {table} table has one {words}, so it cannot extrapolate"
+    with pytest.raises(ConfigError, match=f"^{re.escape(line)}"):
+        load_profile(str(folder))
+    assert main(["simulate", "--cost-model", f"profile:{folder}", "--num-requests", "5", "--out", ""]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_one_prefill_chunk_extrapolates_by_attention_work(tmp_path):
+    folder = tiny_folder(tmp_path / "p")
+    write_csv(
+        folder / "prefill_attn.csv", ["model", "chunk", "context", "ms"], [["m", 64, 0, 0.1], ["m", 64, 512, 0.2]]
+    )
+    m = load_profile(f"{folder},overlap=0,monotone=0")
+    assert m.prefill_attention_time(128, 0) == pytest.approx(m.prefill_attention_time(64, 0) * (128 * 129) / (64 * 65))
