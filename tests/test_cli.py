@@ -118,7 +118,7 @@ BAD = [
     (["--cost-model", "const:1e-300"], "one-token step at 1e-300 ms"),
     (["--replicas", "1000000000000000000000000000000"], "replicas must be at most 4,096"),
     (["--turns", "geometric:3", "--think-time", "1e30"], "think_time_s must be at most 1e+09"),
-    (["--duration", "1e9", "--num-requests", "1000000000000"], "gives over 20,000,000 requests, the limit"),
+    (["--duration", "1e9", "--num-requests", "1000000000000"], "requests, over the limit of 20,000,000"),
     (["--k-max", "1000000000000000000000000000000"], "--k-max: expected a positive integer of at most 1,048,576"),
     (["--max-running", "10000000000"], "--max-num-seqs: expected a positive integer of at most 1,048,576"),
     (["--kv-capacity", "1000000000000000000000000000000"], "--kv-capacity: expected a positive integer of at most"),

@@ -61,6 +61,20 @@ def test_refused(capsys, tmp_path, monkeypatch, argv, words):
 
 
 @pytest.mark.parametrize(
+    "admission, takes",
+    [
+        ("fcfs", "fcfs takes no options"),
+        ("spf", "spf takes no options"),
+        ("twp", "known: eps, itl_target_ms, alpha"),
+        ("dynamicbatch", "known: itl_target_ms, alpha, beta, delta, c_min"),
+    ],
+)
+def test_an_unknown_admission_option_reads_the_same_for_every_policy(capsys, admission, takes):
+    line = one_line_error(capsys, ["simulate", *RUN, "--admission", admission, "--admission-option", "foo=1"])
+    assert line.startswith(f"llmsched simulate: error: admission policy '{admission}': unknown option 'foo' ({takes}")
+
+
+@pytest.mark.parametrize(
     "text, words",
     [
         ("b_max: null\n", ["b_max must be a positive integer, got None"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from llmsched.analysis.grid import parse_slo
 from llmsched.analysis.sweep import max_stable_rate
 from llmsched.cli import build_parser, main
 from llmsched.core.errors import ConfigError
-from llmsched.core.slo import REQUEST_SLO_ALIASES, REQUEST_SLO_KEYS, check_request_slo
+from llmsched.core.slo import REQUEST_SLO_ALIASES, REQUEST_SLO_KEYS, check_request_slo, check_run_slo_name
 from llmsched.workload import datasets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +82,17 @@ def test_each_kind_accepts_all_its_names():
         for metric in ("ttft", "tpot", "itl", "e2el", "queue"):
             assert parse_slo([f"{stat}_{metric}_ms=5"]) == {f"{stat}_{metric}_ms": 5.0}
     assert parse_slo(["itl_cv=0.5"]) == {"itl_cv": 0.5}
+
+
+def test_run_statistic_names_in_the_other_order_and_the_form_text_list_every_name():
+    form = "STAT mean|median|std|p90|p95|p99|max and METRIC ttft|tpot|itl|e2el|queue, or itl_cv"
+    with pytest.raises(ConfigError, match=re.escape(form)):
+        check_run_slo_name("bogus")
+    for stat in ("mean", "median", "std", "p90", "p95", "p99", "max"):
+        for metric in ("ttft", "tpot", "itl", "e2el", "queue"):
+            # itl_p99_ms is also simulate's old per-request name, refused with its own line
+            with pytest.raises(ConfigError, match=re.escape(f"{stat}_{metric}_ms")):
+                check_run_slo_name(f"{metric}_{stat}_ms")
 
 
 def test_request_itl_is_the_request_tpot(capsys):

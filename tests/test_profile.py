@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import time
 from pathlib import Path
 
 import pytest
 
+from llmsched.cli import main
 from llmsched.core.cost import make_cost_model
 from llmsched.core.errors import ConfigError
 from llmsched.core.profile import (
@@ -401,7 +403,11 @@ def test_bad_combined_csv(tmp_path):
     write_csv(path, ["table", "tokens", "ms"], [["linear", 1, 1.0], ["attention", 1, 1.0]])
     with pytest.raises(ConfigError, match=r"c\.csv line 3: unknown table 'attention'"):
         load_profile(str(path))
-    write_csv(path, ["table", "tokens", "ms", "layers"], [["linear", 1, 1.0, 2], ["lm_head", 1, 0.1, 2]])
+    write_csv(
+        path,
+        ["table", "tokens", "ms", "layers"],
+        [["linear", 1, 1.0, 2], ["linear", 8, 1.5, 2], ["lm_head", 1, 0.1, 2], ["lm_head", 8, 0.2, 2]],
+    )
     with pytest.raises(ConfigError, match=r"c\.csv: decode_attn table lacks column\(s\) batch, context"):
         load_profile(str(path))
     cols = ["table", "tokens", "batch", "chunk", "context", "ms", "layers"]
@@ -410,6 +416,9 @@ def test_bad_combined_csv(tmp_path):
         ["lm_head", 1, "", "", "", 0.1, 3],
         ["decode_attn", "", 1, "", 128, 0.01, ""],
         ["prefill_attn", "", "", 64, 0, 0.02, ""],
+        ["linear", 8, "", "", "", 1.5, ""],
+        ["lm_head", 8, "", "", "", 0.2, ""],
+        ["decode_attn", "", 8, "", 128, 0.02, ""],
     ]
     write_csv(path, cols, rows)
     with pytest.raises(ConfigError, match=r"c\.csv: the layers column disagrees"):
@@ -489,3 +498,61 @@ def test_a_repeated_column_is_refused(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ConfigError, match="column 'ms' appears more than once"):
         load_profile(str(path))
+
+
+def test_a_row_without_its_model_is_refused_not_dropped(tmp_path, capsys):
+    # with a model named (PATH#MODEL, or the only model of the file) such a row was dropped
+    # without a word: a measurement missing from the tables
+    folder = tiny_folder(tmp_path / "p", models=("a", "b"))
+    write_csv(folder / "lm_head.csv", ["model", "tokens", "ms"], [["a", 1, 0.1], ["", 100, 0.3], ["b", 1, 0.2]])
+    with pytest.raises(ConfigError, match=r"lm_head\.csv line 3: the model cell is empty; .* \(here 'a'\)$"):
+        load_profile(f"{folder}#a")
+    path = combined_csv(tmp_path / "c.csv")
+    lines = path.read_text().splitlines()
+    lines[5] = lines[5].replace(",llama-3.2-1b,", ",,", 1)
+    path.write_text("\n".join(lines) + "\n")
+    for spec in (str(path), f"{path}#llama-3.2-1b"):
+        with pytest.raises(ConfigError, match=r"c\.csv line 6: the model cell is empty"):
+            load_profile(spec)
+    assert main(["simulate", "--cost-model", f"profile:{path}", "--num-requests", "5", "--out", ""]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    # a model column no row fills names no model: every row is kept
+    one = tiny_folder(tmp_path / "one", models=("a",))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("linear", "lm_head", "decode_attn", "prefill_attn"):
+        with open(one / f"{name}.csv") as f:
+            header, *rows = csv.reader(f)
+        write_csv(bare / f"{name}.csv", header, [["", *r[1:]] for r in rows])
+    assert load_profile(f"{bare},layers=2").step_time(100, 0, 0, [(100, 0)], 1) == pytest.approx(
+        load_profile(str(one)).step_time(100, 0, 0, [(100, 0)], 1)
+    )
+
+
+@pytest.mark.parametrize(
+    "name,header,rows,words",
+    [
+        ("linear.csv", ["tokens", "mode", "ms"], [[512, "eager", 13.9], [512, "graph", 9.0]], "eager token load (512)"),
+        ("lm_head.csv", ["tokens", "ms"], [[1, 0.3], [1, 0.3]], "token count (1)"),
+        ("decode_attn.csv", ["batch", "context", "ms"], [[64, 128, 0.05], [64, 4096, 0.2]], "batch size (64)"),
+    ],
+)
+def test_a_table_of_one_size_is_refused_not_flat(tmp_path, capsys, name, header, rows, words):
+    # above its one size such a table was flat: 8192 tokens cost what 512 did, without a word
+    folder = tiny_folder(tmp_path / "p")
+    write_csv(folder / name, ["model", *header], [["m", *r] for r in rows])
+    table = name.removesuffix(".csv")
+    line = f"profile file {folder / name}: the {table} table has one {words}, so it cannot extrapolate"
+    with pytest.raises(ConfigError, match=f"^{re.escape(line)}"):
+        load_profile(str(folder))
+    assert main(["simulate", "--cost-model", f"profile:{folder}", "--num-requests", "5", "--out", ""]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_one_prefill_chunk_extrapolates_by_attention_work(tmp_path):
+    folder = tiny_folder(tmp_path / "p")
+    write_csv(
+        folder / "prefill_attn.csv", ["model", "chunk", "context", "ms"], [["m", 64, 0, 0.1], ["m", 64, 512, 0.2]]
+    )
+    m = load_profile(f"{folder},overlap=0,monotone=0")
+    assert m.prefill_attention_time(128, 0) == pytest.approx(m.prefill_attention_time(64, 0) * (128 * 129) / (64 * 65))

@@ -928,7 +928,7 @@ def test_a_token_budget_past_the_limit_names_the_model():
 def test_bad_scheduler_options_name_the_model():
     cfg = base(scheduler="twp")
     cfg["models"]["m"]["admission_options"] = {"nope": 1}
-    with pytest.raises(ConfigError, match="^models.m: twp: unknown option 'nope'"):
+    with pytest.raises(ConfigError, match="^models.m: admission policy 'twp': unknown option 'nope'"):
         simulate_serverless(cfg)
 
 

@@ -286,7 +286,7 @@ def test_cli_options_reach_the_policy_and_errors_exit_2(tmp_path, capsys):
     assert adm["name"] == "twp" and adm["itl_target_ms"] == 40 and adm["resolved"]["B_0"] == 128
     assert main(args[:3] + ["--admission-option", "nope=1"] + args[5:]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "twp: unknown option 'nope'" in err[0]
+    assert len(err) == 1 and "admission policy 'twp': unknown option 'nope'" in err[0]
 
 
 # ---- the simulator, end to end ----------------------------------------------------------

@@ -96,12 +96,25 @@ def test_deterministic_duration_past_the_count(capsys):
     assert np.allclose(Deterministic(10.0).times(None, 10, 1e308), np.arange(1, 11) / 10.0)
     assert len(Deterministic(3.0).times(None, 10, 1e20)) == 10
     assert len(Deterministic(4.0).times(None, 1000, 10.0)) == 40
-    with pytest.raises(ConfigError, match="duration_s=1e\\+308 at rate 10.0 gives over 20,000,000 requests"):
+    with pytest.raises(ConfigError, match="duration_s=1e\\+308 at rate 10.0 gives more than 1.8e\\+308 requests"):
         Deterministic(10.0).times(None, None, 1e308)
     argv = ["simulate", "--arrival", "deterministic", "--rate", "10", "--duration", "1e308", "--num-requests", "10"]
     assert main([*argv, "--prompt", "const:10", "--output", "const:5", "--cost-model", "paper", "--quiet"]) == 0
     assert main([*argv[:-2], "--cost-model", "paper", "--quiet"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("process", [Poisson(10.0), Gamma(10.0, 2.0), Deterministic(10.0)], ids=repr)
+def test_request_limit_errors_read_the_same_for_every_arrival_process(process):
+    with pytest.raises(ConfigError, match="^num_requests=20,000,001 exceeds the limit of 20,000,000$"):
+        process.times(np.random.default_rng(0), 20_000_001)
+    with pytest.raises(ConfigError, match="^num_requests=1e\\+300 exceeds the limit of 20,000,000$"):
+        process.times(np.random.default_rng(0), 10**300)
+    over = "^duration_s=1000000000.0 at rate 10.0 gives about 10,000,000,000 requests, over the limit of 20,000,000$"
+    with pytest.raises(ConfigError, match=over):
+        process.times(np.random.default_rng(0), None, 1e9)
+    with pytest.raises(ConfigError, match=over):
+        process.times(np.random.default_rng(0), 10**12, 1e9)
 
 
 def test_num_requests_and_duration_whichever_first():

@@ -337,6 +337,8 @@ def test_profile_and_validate_refuse_non_finite_seconds(tmp_path, capsys, option
             ["--kv-cache-gb", "0.000005", "--block-size", "4", "--max-running", "1", "--b-max", "8"],
             "needs 16 tokens of KV cache, over the 8 there are: raise --kv-cache-gb",
         ),
+        # a decode_attn table of one batch size, which `--cost-model profile:PATH` refuses
+        (["--max-running", "1"], "only one decode batch size of the profile grid (1) fits this engine"),
     ],
 )
 def test_profile_refuses_an_engine_too_small_for_its_grid(tiny_model, tmp_path, capsys, extra, message):

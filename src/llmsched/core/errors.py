@@ -29,6 +29,14 @@ def unknown_name(what: str, name, known) -> ConfigError:
     return ConfigError(f"unknown {what} {name!r}{hint}")
 
 
+def unknown_option(what: str, name, options, known) -> ConfigError:
+    """The one-line error for options a policy does not take, one form for every policy:
+    `admission policy 'twp': unknown option 'foo' (known: eps, ...)`, naming the first
+    unknown option in sorted order, and `(fcfs takes no options)` when `known` is empty."""
+    takes = f"known: {', '.join(known)}" if known else f"{name} takes no options"
+    return ConfigError(f"{what} {name!r}: unknown option {min(options)!r} ({takes})")
+
+
 class InputWarning(UserWarning):
     """An input that is valid but probably not what the user meant (units off by 1000, a
     profile far outside its measurements, an option that has no effect). The command line

@@ -40,7 +40,8 @@ is less noisy than the last interval), never with a negative slope. The one exce
 prefill attention above the largest measured chunk scales with attention work,
 c * (ctx + (c + 1) / 2), since its cost is quadratic in the chunk. Missing cells of a 2-D
 grid (e.g. batch x context pairs too large to measure) are filled along the context axis
-by the same rule.
+by the same rule. A table with no second size to draw a secant from is refused (linear
+eager rows, lm_head, decode_attn batches); a context axis of one context is flat.
 
 Monotone cleaning (`monotone=1`, the default): measured tables carry noise (for example
 an eager 448-token row 20% above its neighbours) that would make a larger step cheaper
@@ -63,7 +64,8 @@ Spec forms for `load_profile(spec)` (also `make_cost_model("profile:" + spec)`):
   trailing `,key=value` parts are read as options.)
 
 Folder format (all times in milliseconds, column order free, extra columns ignored; a
-`model` column is optional; rows with the same key are averaged):
+`model` column is optional, but once a model is in play every row of a table with one
+names it; rows with the same key are averaged):
 
 | file | required columns | optional |
 |---|---|---|
@@ -748,6 +750,14 @@ def _table_rows(table: str, header: Sequence[str], rows, where: str, model: str 
             f"(found: {', '.join(h for h in header if h) or 'none'})"
         )
     if model is not None and "model" in header:
+        # such a row used to be dropped without a word; kept for every model it would be
+        # averaged into each model's measurements
+        unnamed = next((n for n, r in rows if not r.get("model", "")), None)
+        if unnamed is not None:
+            raise ConfigError(
+                f"profile file {where} line {unnamed}: the model cell is empty; in a table with a model "
+                f"column every row names its model (here {model!r})"
+            )
         rows = [(n, r) for n, r in rows if r.get("model", "") == model]
     if not rows:
         raise ConfigError(
@@ -764,7 +774,27 @@ def _table_rows(table: str, header: Sequence[str], rows, where: str, model: str 
                 raise ConfigError(f"profile file {at}: mode must be eager or graph, got {mode!r}")
             key = key + (mode,)
         acc.setdefault(key, []).append(_num(r.get("ms", ""), "ms", at))
+    _check_a_size_to_extrapolate_from(table, acc, where)
     return [k + (sum(v) / len(v),) for k, v in acc.items()]
+
+
+# the size axis each table extrapolates along by a secant between two measured sizes
+# (prefill attention scales its largest chunk by attention work, so one chunk will do)
+_SECANT_AXES = {"linear": "eager token load", "lm_head": "token count", "decode_attn": "batch size"}
+
+
+def _check_a_size_to_extrapolate_from(table: str, keys, where: str) -> None:
+    """Refuse a table measured at one size: with no second point there is no slope, and
+    every larger step would silently cost the same as the one measured."""
+    axis = _SECANT_AXES.get(table)
+    if axis is None:
+        return
+    sizes = {k[0] for k in keys if table != "linear" or k[1] == "eager"}
+    if len(sizes) == 1:
+        raise ConfigError(
+            f"profile file {where}: the {table} table has one {axis} ({sizes.pop():g}), so it cannot "
+            f"extrapolate (every larger one would cost the same); measure at least two"
+        )
 
 
 def _models_in(header, rows) -> list[str]:

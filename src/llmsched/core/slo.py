@@ -38,15 +38,17 @@ __all__ = [
 REQUEST_SLO_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 #: Other spellings of the per-request objectives.
 REQUEST_SLO_ALIASES = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "e2el_ms", "itl_p99_ms": "itl_ms"}
-#: Statistics of a run a sweep's search may limit (milliseconds, or the ITL's coefficient
-#: of variation).
-RUN_SLO_METRIC = re.compile(r"^(mean|median|std|p90|p95|p99|max)_(ttft|tpot|itl|e2el|queue)_ms$|^itl_cv$")
-
 _STATS = ("mean", "median", "std", "p90", "p95", "p99", "max")
 _METRICS = ("ttft", "tpot", "itl", "e2el", "queue")
+_STAT_ALTERNATIVES = "|".join(_STATS)
+_METRIC_ALTERNATIVES = "|".join(_METRICS)
+#: Statistics of a run a sweep's search may limit (milliseconds, or the ITL's coefficient
+#: of variation).
+RUN_SLO_METRIC = re.compile(rf"^({_STAT_ALTERNATIVES})_({_METRIC_ALTERNATIVES})_ms$|^itl_cv$")
+
 _RUN_NAMES = [f"{s}_{m}_ms" for s in _STATS for m in _METRICS] + ["itl_cv"]
-_RUN_FORM = "STAT_METRIC_ms with STAT mean|median|std|p90|p95|p99|max and METRIC ttft|tpot|itl|e2el|queue, or itl_cv"
-_SWAPPED = re.compile(r"^(ttft|tpot|itl|e2el|queue)_(mean|median|std|p90|p95|p99|max)_ms$")
+_RUN_FORM = f"STAT_METRIC_ms with STAT {_STAT_ALTERNATIVES} and METRIC {_METRIC_ALTERNATIVES}, or itl_cv"
+_SWAPPED = re.compile(rf"^({_METRIC_ALTERNATIVES})_({_STAT_ALTERNATIVES})_ms$")
 # what a per-request objective limits, for the messages
 _REQUEST_WORDS = {
     "ttft_ms": "each request's TTFT",

@@ -292,6 +292,19 @@ def _check_grid_fits(r, g: dict, dec_points: list, pre_points: list, longest_dec
     )
 
 
+def _check_two_decode_batches(r, dec_points: list) -> None:
+    """Refuse, before any timing, an engine that fits one decode batch size of the grid:
+    `--cost-model profile:PATH` refuses a decode_attn table of one batch size, which
+    cannot extrapolate to larger batches."""
+    batches = sorted({b for b, _ in dec_points})
+    if len(batches) == 1:
+        raise ConfigError(
+            f"only one decode batch size of the profile grid ({batches[0]}) fits this engine "
+            f"(max_num_seqs {r.max_num_seqs}); a profile needs two: raise --max-running/--max-num-seqs "
+            "or --kv-cache-gb"
+        )
+
+
 def profile_engine(
     engine,
     *,
@@ -408,6 +421,7 @@ def profile_engine(
         if c + x <= min(r.max_model_len, cap_tokens)
     ]
     _check_grid_fits(r, g, dec_points, pre_points, max(contexts(min(g["batches"]), min(g["contexts"]))))
+    _check_two_decode_batches(r, dec_points)
     step_points = [
         p
         for p in ((64, 0, 0, 0), (16, 64, 4, 64), (0, 0, 16, 256), (128, 0, 8, 128), (0, 0, 1, 64), (32, 256, 32, 64))

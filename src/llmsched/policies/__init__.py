@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.constraints import Constraints
-from ..core.errors import ConfigError, unknown_name
+from ..core.errors import ConfigError, unknown_name, unknown_option
 from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
 from .base import AdmissionPolicy, BatchPolicy, Planner, Scheduler
@@ -72,10 +72,9 @@ def _check_option_names(what: str, name: str, factory, options: dict) -> None:
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return
     known = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    unknown = sorted(set(options) - set(known))
+    unknown = set(options) - set(known)
     if unknown:
-        takes = f"known: {', '.join(known)}" if known else f"{name} takes no options"
-        raise ConfigError(f"{what} {name!r}: unknown option {unknown[0]!r} ({takes})")
+        raise unknown_option(what, name, unknown, known)
 
 
 def _policy_options(cls, text: str, spec: str) -> dict:

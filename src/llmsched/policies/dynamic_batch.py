@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from ..core.cost import make_cost_model
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, unknown_option
 from ..core.request import Request
 from ..core.state import ServerState
 from .base import AdmissionPolicy, Planner
@@ -65,7 +65,7 @@ class DynamicBatch(AdmissionPolicy):
     ):
         p = self.name
         if unknown:
-            raise ConfigError(f"{p}: unknown option {min(unknown)!r} (known: {', '.join(self.OPTIONS)})")
+            raise unknown_option("admission policy", p, unknown, self.OPTIONS)
         self.itl_target_ms = check_number(p, "itl_target_ms", itl_target_ms, lo=0, lo_open=True)
         self.alpha = check_number(p, "alpha", alpha, lo=0, lo_open=True, hi=1, none=False)
         self.beta = check_number(p, "beta", beta, lo=0, lo_open=True, hi=1, hi_open=True, none=False)

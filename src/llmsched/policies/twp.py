@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 
 from ..core.cost import make_cost_model
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, unknown_option
 from ..core.request import NS, Request
 from ..core.state import UNLIMITED, ServerState
 from .base import AdmissionPolicy, Planner
@@ -200,7 +200,7 @@ class TWP(AdmissionPolicy):
     ):
         p = self.name
         if unknown:
-            raise ConfigError(f"{p}: unknown option {min(unknown)!r} (known: {', '.join(self.OPTIONS)})")
+            raise unknown_option("admission policy", p, unknown, self.OPTIONS)
         self.eps = check_number(p, "eps", eps, lo=0, none=False)
         self.itl_target_ms = check_number(p, "itl_target_ms", itl_target_ms, lo=0, lo_open=True)
         self.alpha = check_number(p, "alpha", alpha, lo=0, lo_open=True, hi=1, none=False)

@@ -12,6 +12,7 @@ Poisson(rate * T).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +63,21 @@ def _check_times(t: np.ndarray, rate: float) -> np.ndarray:
     return t
 
 
+def _count_over_the_limit(n: int) -> ConfigError:
+    return ConfigError(f"num_requests={count_text(n)} exceeds the limit of {MAX_REQUESTS:,}")
+
+
+def _duration_over_the_limit(duration_s: float, rate: float) -> ConfigError:
+    """The same line for every arrival process: the count rate * duration_s is exact for
+    deterministic arrivals and the expectation for random ones."""
+    expect = rate * duration_s
+    # a duration near the largest float times the rate overflows to inf
+    count = f"about {count_text(int(expect))}" if math.isfinite(expect) else f"more than {sys.float_info.max:.3g}"
+    return ConfigError(
+        f"duration_s={duration_s} at rate {rate} gives {count} requests, over the limit of {MAX_REQUESTS:,}"
+    )
+
+
 class ArrivalProcess:
     """Base: subclasses draw `n` inter-arrival gaps (seconds)."""
 
@@ -77,14 +93,11 @@ class ArrivalProcess:
             raise ConfigError("give num_requests or duration_s to stop the arrivals")
         if duration_s is None:
             if n > MAX_REQUESTS:
-                raise ConfigError(f"num_requests={count_text(n)} exceeds the limit of {MAX_REQUESTS:,}")
+                raise _count_over_the_limit(n)
             return _check_times(np.cumsum(self.gaps(rng, n)), self.rate)
         expect = self.rate * duration_s
         if n is None and expect > MAX_REQUESTS:
-            raise ConfigError(
-                f"duration_s={duration_s} at rate {self.rate} gives about "
-                f"{expect:,.0f} requests, over the limit of {MAX_REQUESTS:,}"
-            )
+            raise _duration_over_the_limit(duration_s, self.rate)
         # at most MAX_REQUESTS whatever n is (num_requests 1e12 with a duration tried to
         # allocate its whole block of gaps: 119 GiB)
         cap = MAX_REQUESTS if n is None else min(n, MAX_REQUESTS)
@@ -101,9 +114,7 @@ class ArrivalProcess:
             if k < m:
                 break
             if (n is None or n > MAX_REQUESTS) and total >= cap:
-                raise ConfigError(
-                    f"duration_s={duration_s} at rate {self.rate} gives over {MAX_REQUESTS:,} requests, the limit"
-                )
+                raise _duration_over_the_limit(duration_s, self.rate)
             t0 = float(t[-1])
             block = max(block, 1024)
         return _check_times(np.concatenate(parts) if parts else np.zeros(0), self.rate)
@@ -157,13 +168,13 @@ class Deterministic(ArrivalProcess):
         # exact multiples of 1/rate (a cumulative sum would drift by rounding)
         if n is None and duration_s is None:
             raise ConfigError("give num_requests or duration_s to stop the arrivals")
+        if duration_s is None and n > MAX_REQUESTS:
+            raise _count_over_the_limit(n)
         m = n if n is not None else math.inf
         if duration_s is not None:
             x = duration_s * self.rate
             if n is None and not x < MAX_REQUESTS + 1:
-                raise ConfigError(
-                    f"duration_s={duration_s} at rate {self.rate} gives over {MAX_REQUESTS:,} requests, the limit"
-                )
+                raise _duration_over_the_limit(duration_s, self.rate)
             # past n arrivals the duration stops none (and a product that overflows to inf
             # has no floor)
             if x < m + 1:
@@ -174,7 +185,7 @@ class Deterministic(ArrivalProcess):
                     k -= 1
                 m = min(m, k)
         if m > MAX_REQUESTS:
-            raise ConfigError(f"the workload would hold {m:,} requests, over the limit of {MAX_REQUESTS:,}")
+            raise _duration_over_the_limit(duration_s, self.rate)
         return _check_times(np.arange(1, int(m) + 1, dtype=np.float64) / self.rate, self.rate)
 
     def to_dict(self):

@@ -381,7 +381,7 @@ class ModelSpec:
 def _check_keyed_options(opts: dict, where: str) -> None:
     """`admission_options` is flat (the options of the policy in use) or keyed by policy
     name, each a mapping; a mix, or a policy name with a value, is neither (`{twp: 3}` read
-    as flat said `twp: unknown option 'twp'`)."""
+    as flat said `admission policy 'twp': unknown option 'twp'`)."""
     keyed = [k for k in opts if k in _ADMISSION_NAMES]
     if not keyed:
         return
