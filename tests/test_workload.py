@@ -489,3 +489,14 @@ def test_empirical_errors(tmp_path):
     neg = _write(tmp_path, "neg.csv", "n\n5\n-2\n")
     with pytest.raises(ConfigError, match="line 3 column 'n'"):
         parse_length_law(f"empirical:{neg}").sample(np.random.default_rng(0), 5)
+
+
+def test_lognormal_expected_is_the_mean_of_its_clipped_rounded_samples():
+    """`expected()` returned the unclipped mean: 1000 for `max=1500`, whose samples average
+    736 (the network's law_mean computed the right one on its own; now both are one)."""
+    from llmsched.workload.lengths import Lognormal
+
+    for law in (Lognormal(1000, sigma=1.0, max=1500), Lognormal(50, sigma=2.0, max=60), Lognormal(200, sigma=0.5)):
+        x = law.sample(np.random.default_rng(0), 1_000_000)
+        assert law.expected() == pytest.approx(x.mean(), rel=3e-3)
+    assert Lognormal(1000, sigma=1.0, max=1500).expected() < 740

@@ -39,10 +39,9 @@ nothing else. Then (`sk` follows `sc`'s rules):
 The recursion is exact for any nesting of sequences, forks and loops (it only needs first
 moments, because every product it meets is of independent factors).
 
-Length-law means: `LengthLaw.expected()` is exact for const, uniform, geometric (with or
-without `max`) and empirical laws; for lognormal laws (rounded to integers, clipped to
->= 1 and to `max`) the mean of the rounded, clipped law is computed here by a sum over
-integers and a closed-form tail (error below 1e-6 tokens), not the unrounded mean.
+Length-law means: `LengthLaw.expected()`, exact for const, uniform, geometric (with or
+without `max`) and empirical laws, and for lognormal laws the mean of the rounded law
+clipped to >= 1 and to `max` (a sum over integers and a closed-form tail).
 
 Capacity per server (theorem 2, paper 1, per replica): one replica serves at most
 `b_max / t(b_max)` tokens/s (`theory.bounds.token_capacity`). A router that balances
@@ -99,44 +98,11 @@ __all__ = [
     "traffic",
 ]
 
-_LOGNORMAL_EXACT_TERMS = 20_000
-
 
 # -------------------------------------------------------------------------- length means
 def law_mean(law: LengthLaw) -> float:
     """The exact mean of a length law's samples (see the module docstring)."""
-    if isinstance(law, Lognormal):
-        return _lognormal_rounded_mean(law)
     return float(law.expected())
-
-
-def _lognormal_rounded_mean(law: Lognormal) -> float:
-    """E[clip(rint(X), 1, U)] for X lognormal with the law's mean and log-sd, U the law's
-    max (or the sampler's cap MAX_LENGTH). E[R] = 1 + sum_{j=2..U} P(X > j - 1/2): the
-    first terms are summed exactly, the rest by the midpoint rule as the closed-form
-    integral of the survival function (error about the density there / 24)."""
-    from scipy.special import ndtr
-
-    from ..workload.csvio import MAX_LENGTH
-
-    s = law.log_sigma
-    mu = math.log(law.mean) - 0.5 * s * s
-    upper = MAX_LENGTH if law.max is None else min(MAX_LENGTH, law.max)
-    if upper <= 1:
-        return 1.0
-    last = min(upper, _LOGNORMAL_EXACT_TERMS)
-    j = np.arange(2, last + 1, dtype=np.float64)
-    total = 1.0 + float(np.sum(ndtr(-(np.log(j - 0.5) - mu) / s)))
-    if upper > last:
-        # sum_{j=last+1..upper} S(j - 1/2) ~ integral_{last}^{upper} S(y) dy
-        #                                 = E[min(X, upper)] - E[min(X, last)]
-        def emin(a: float) -> float:
-            la = math.log(a)
-            partial = math.exp(mu + 0.5 * s * s) * float(ndtr((la - mu - s * s) / s))
-            return partial + a * float(ndtr(-(la - mu) / s))
-
-        total += emin(float(upper)) - emin(float(last))
-    return total
 
 
 # -------------------------------------------------------------------------- the recursion
