@@ -9,7 +9,10 @@ String forms (what a user types on a command line):
     lognormal:mean=1000,cv=1.5          or that coefficient of variation; rounded, >= 1,
                                         optional max=N clip
     empirical:PATH[:COLUMN]           rows drawn uniformly with replacement from a CSV column
-    replay:PATH[:COLUMN]              the column's rows in file order (wrapping around)
+    replay:PATH[:COLUMN]              the column's rows in file order (wrapping around),
+                                        from the first row for each class of a mix and
+                                        each serverless model; with turns, in conversation
+                                        order (turns cut by num_requests skip their rows)
     sharegpt | arxiv | azure-conv     named datasets (= empirical:NAME)
 
 For an empirical file without COLUMN, the column is chosen by role: prompt reads the first
