@@ -475,3 +475,56 @@ def test_a_replica_that_never_stepped_holds_no_backlog(tmp_path):
     assert min(len(r.timeseries["time_s"]) for r in res.replicas()) == 0
     assert res.summary["verdict"] in ("stable", "unstable", "inconclusive")
     assert (tmp_path / "calls.csv").read_text().count("\n") == res.summary["num_calls"] + 1
+
+
+# ------------------------------------------------------------------------- b / t(b) peaking below b_max
+def _peaked(b_max, k_max, rate, prompt, output, num_jobs, cost="paper:variant=max"):
+    server = {"policy": "sarathi", "b_max": b_max, "cost_model": cost}
+    if k_max is not None:
+        server["k_max"] = k_max
+    return {
+        "servers": {"s1": server},
+        "jobs": {
+            "j": {
+                "arrival": {"process": "poisson", "rate": rate},
+                "route": [{"call": {"server": "s1", "prompt": prompt, "output": output}}],
+            }
+        },
+        "num_jobs": num_jobs,
+        "seed": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        _peaked(512, None, 0.3, "const:200", "const:50", 600),
+        _peaked(512, 1000, 0.3, "const:200", "const:50", 600),
+        _peaked(300, 1000, 9.0, "geometric:200", "geometric:101", 3000, cost="paper"),
+    ],
+)
+def test_filling_b_max_is_unstable_where_the_traffic_equations_say(spec):
+    # the traffic equations: a policy filling every step to b_max (Sarathi) is over its
+    # capacity, the best policy (smaller steps) is not; Sarathi's backlog grows
+    res = simulate_network(spec)
+    t, s = res.traffic, res.summary
+    assert t.stable is None and "is unstable there" in t.verdict
+    assert s["servers"]["s1"]["verdict"] == "unstable" and s["verdict"] == "unstable"
+    # the network's work is judged against what such a policy serves, not the peak
+    work = s["network_work_verdict"]
+    assert work["verdict"] == "unstable"
+    assert work["threshold_tokens_per_s"] == pytest.approx(0.02 * t.server("s1").fill_capacity, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        _peaked(128, None, 0.3, "const:200", "const:50", 600),
+        _peaked(256, None, 9.0, "geometric:200", "geometric:101", 3000, cost="paper"),
+    ],
+)
+def test_steps_of_the_peak_load_serve_it(spec):
+    # the same traffic with b_max at the peak's load: stable, as the verdict says smaller
+    # steps could be
+    res = simulate_network(spec)
+    assert res.traffic.stable is True and res.summary["verdict"] == "stable"

@@ -407,6 +407,92 @@ def test_paper_max_variant_note():
     assert any("not monotone" in n for n in rep.notes)
 
 
+# a load-only model whose b / t(b) peaks below b_max (theorem 2's assumption fails): the
+# network's capacity follows one server's (`theory.bounds.capacity`)
+MAX_VARIANT = "paper:variant=max"  # t(b) = c + a * max(0, b - 128): b / t(b) peaks at b = 128
+
+
+def _one_server(cost, b_max, prompt, output, rate, k_max=None):
+    kw = {"cost_model": cost, "b_max": b_max, "k_max": k_max}
+    return traffic(network({"A": [call("s1", prompt, output)]}, servers=("s1",), rates={"A": rate}, s1=kw))
+
+
+@pytest.mark.parametrize(
+    "cost, b_max, prompt, output, rate, k_max",
+    [
+        (MAX_VARIANT, 512, 200, 50, 0.3, None),
+        (MAX_VARIANT, 512, 200, 50, 0.3, 1000),  # cannot bind
+        (MAX_VARIANT, 512, 200, 50, 0.3, 512),  # cannot bind
+        ("paper", 300, 200, 101, 9.0, None),  # ceil model: b / t(b) peaks at b = 256
+        ("paper", 300, 200, 101, 9.0, 299),  # binds nowhere near the peak's load
+        ("paper", 300, 200, 101, 9.0, 1000),
+    ],
+)
+def test_peak_below_b_max_matches_single_server_capacity(cost, b_max, prompt, output, rate, k_max):
+    rep = _one_server(cost, b_max, prompt, output, rate, k_max)
+    ref = capacity(cost, b_max, prompt, output, k_max=k_max, rate=rate)
+    s = rep.server("s1")
+    assert ref.peak_token_capacity > ref.token_capacity * 1.01  # the case at hand
+    assert s.capacity == pytest.approx(ref.effective_capacity, rel=1e-6)
+    assert s.capacity == pytest.approx(ref.peak_token_capacity, rel=1e-6)
+    assert s.utilisation == pytest.approx(ref.utilisation, rel=1e-6)
+    assert s.binding == ref.binding
+    assert rep.critical_rates["A"] == pytest.approx(ref.critical_rate, rel=1e-6)
+    # what a policy filling every step to b_max serves: theorem 2's C, over-offered here
+    assert s.fill_capacity == pytest.approx(ref.token_capacity, rel=1e-9)
+    assert s.fill_utilisation == pytest.approx(rate * ref.work_per_request / ref.token_capacity, rel=1e-9)
+    assert s.utilisation < 1 < s.fill_utilisation
+    # neither "every policy's backlog grows" (smaller steps serve it) nor "stable under
+    # work-conserving policies" (Sarathi fills b_max and is unstable: test_network_sim)
+    assert rep.stable is None
+    assert "every policy" not in rep.verdict and "stable under work-conserving" not in rep.verdict
+    assert "filling every step to b_max" in rep.verdict and "is unstable there" in rep.verdict
+    assert f"b = {ref.peak_load} < b_max" in rep.verdict
+    if k_max is not None and k_max >= b_max:
+        assert s.binding.endswith(f"k_max {k_max} >= b_max cannot bind")
+
+
+@pytest.mark.parametrize("k_max", [None, 1000])
+def test_peak_below_b_max_verdicts_at_either_end(k_max):
+    # ceil model, b_max 300: C = 2,549.1 tokens/s (steps filled to 300), peak 3,113.6 (b = 256)
+    below = _one_server("paper", 300, 200, 101, 8.0, k_max)  # 2,400 tokens/s offered
+    assert below.stable is True and below.verdict.startswith("stable under work-conserving policies")
+    over = _one_server("paper", 300, 200, 101, 11.0, k_max)  # 3,300 tokens/s: over the peak
+    assert over.stable is False and "every policy's backlog grows" in over.verdict
+    assert over.max_utilisation == pytest.approx(3300 / over.server("s1").peak_token_capacity, rel=1e-9)
+
+
+@pytest.mark.parametrize("k_max", [512, 1000])
+def test_k_max_at_or_above_b_max_cannot_bind(k_max):
+    rate = 10.0
+    free = _one_server("paper", 512, 200, 101, rate).server("s1")
+    capped = _one_server("paper", 512, 200, 101, rate, k_max).server("s1")
+    assert capped.capacity == free.capacity == pytest.approx(C512)
+    assert capped.utilisation == free.utilisation and capped.region_exact is None
+    assert capped.binding == f"token budget (theorem 2); k_max {k_max} >= b_max cannot bind"
+    # a context-dependent model: as one server's capacity, not the region's 2-D answer
+    prof = _one_server("profile", 512, 1000, 200, 2.0, k_max).server("s1")
+    ref = capacity("profile", 512, 1000, 200, k_max=k_max, rate=2.0)
+    assert prof.capacity == pytest.approx(ref.effective_capacity, rel=1e-9)
+    assert prof.fill_capacity == prof.capacity and prof.binding == ref.binding
+
+
+def test_normal_models_fill_capacity_is_capacity():
+    s = _one_server("paper", 512, 200, 101, 1.5, 16).server("s1")  # a binding cap
+    assert s.fill_capacity == s.capacity and s.fill_utilisation == s.utilisation
+
+
+def test_idle_server_with_peak_below_b_max():
+    rep = traffic(
+        network({"A": [call("s1", 10, 2)]}, servers=("s1", "s2"), s2={"cost_model": MAX_VARIANT, "k_max": 64})
+    )
+    idle = rep.server("s2")
+    peak = capacity(MAX_VARIANT, 512, 200, 50).peak_token_capacity
+    assert idle.capacity == pytest.approx(peak) and idle.peak_load == 128
+    assert idle.fill_capacity == pytest.approx(idle.token_capacity) and idle.utilisation == 0.0
+    assert idle.binding.startswith("token budget at b = 128 < b_max")
+
+
 # ------------------------------------------------------------------------- stability verdicts
 def test_rybko_stolyar_is_cyclic():
     rep = traffic(EXAMPLES / "rybko_stolyar.yaml")

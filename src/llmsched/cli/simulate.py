@@ -271,6 +271,10 @@ def print_network_summary(res) -> None:
     for name, srv in s["servers"].items():
         util = srv.get("utilisation")
         load = "" if util is None else f"load {util:.1%} of capacity, "
+        fill = srv.get("fill_utilisation")
+        if util is not None and fill is not None and fill > util * (1 + 1e-9):
+            # b / t(b) peaks below b_max: capacity is the best policy's (smaller steps)
+            load = f"load {fill:.1%} of what filling steps to b_max serves ({util:.1%} of the best policy's), "
         if srv.get("utilisation_net_of_hits") is not None:
             load = f"load {util:.1%} of capacity ({srv['utilisation_net_of_hits']:.1%} net of cache hits), "
         rows.append(

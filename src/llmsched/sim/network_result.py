@@ -165,7 +165,9 @@ def network_backlog(result) -> dict:
     total = sum(servers.values()) + pending
     last = _last_arrival_s(result.job_arrival_ns[result.job_arrived])
     keep = grid <= last
-    cap = result.traffic.server(result.traffic.bottleneck).capacity if result.traffic is not None else None
+    # threshold scale: what a policy filling every step to b_max serves at the bottleneck
+    # (not the peak of b / t(b) below b_max, which such a policy does not get)
+    cap = result.traffic.server(result.traffic.bottleneck).fill_capacity if result.traffic is not None else None
     # the network's work counts a job's whole work from its arrival until its last call
     # ends, so its short window is measured in job decode times, not call ones
     decode = result.job_decode_time_s()
@@ -407,6 +409,8 @@ class NetworkResult:
                     offered_tokens_per_s=load.offered_tokens_per_s,
                     capacity_tokens_per_s=load.capacity,
                     utilisation=load.utilisation,
+                    fill_capacity_tokens_per_s=load.fill_capacity,
+                    fill_utilisation=load.fill_utilisation,
                 )
             if "prefix_cache" in srv:
                 # the traffic equations count every prompt token as work; the run measured

@@ -44,11 +44,16 @@ without `max`) and empirical laws, and for lognormal laws the mean of the rounde
 clipped to >= 1 and to `max` (a sum over integers and a closed-form tail).
 
 Capacity per server (theorem 2, paper 1, per replica): one replica serves at most
-`b_max / t(b_max)` tokens/s (`theory.bounds.token_capacity`). A router that balances
+`b_max / t(b_max)` tokens/s (`theory.bounds.token_capacity`). A replica's capacity for
+the server's mix is one server's (`theory.bounds.capacity` with the server's per-call
+means): a `k_max >= b_max` cannot bind; for a load-only cost model whose b / t(b) peaks
+below b_max the best policy's capacity is the peak's (smaller steps), and
+`b_max / t(b_max)` is only what a policy filling every step to b_max (`fill_capacity`)
+serves. A router that balances
 its replicas (round-robin, jsq, least-tokens, power-of-two, random with equal weights)
 gives the pool `replicas` times that; `random` with weights w sends replica j the share
 `w_j / sum(w)`, so the pool's capacity is a replica's divided by the largest share (the
-busiest replica saturates first). With `k_max`, the busiest replica's offered (prefill,
+busiest replica saturates first). With a `k_max` below `b_max`, the busiest replica's offered (prefill,
 decode) token rates are placed in the 2-D region (`core.region.stability_region`) and
 the largest scale factor keeping them inside gives the utilisation `1 / scale` and the
 effective capacity `offered * scale` for this mix. Context-dependent cost models (the
@@ -61,7 +66,10 @@ Utilisation is offered / capacity per server; the bottleneck is the server with 
 highest; scaling every arrival rate by `1 / max utilisation` puts the bottleneck exactly
 at capacity (`critical_scale`, `critical_rates`).
 
-Stability: with every server below capacity, work-conserving policies are stable when
+Stability: some server at or over the best policy's capacity: every policy is unstable;
+below it but at or over `fill_capacity`: a policy filling every step to b_max is
+unstable there, smaller steps could serve it (`stable` None). With every server below
+`fill_capacity`, work-conserving policies are stable when
 the routes are feed-forward (the directed graph of server-to-server moves has no cycle
 through two or more servers; paper 1, docs/networks.md). With such a cycle (Rybko-Stolyar: two
 job types crossing two servers in opposite orders) every server below capacity is
@@ -80,10 +88,9 @@ import numpy as np
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.region import stability_region
 from ..workload.lengths import LengthLaw, Lognormal
 from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, load_network
-from .bounds import peak_token_capacity, step_time_at_budget
+from .bounds import capacity, peak_token_capacity, step_time_at_budget
 
 __all__ = [
     "ClassLoad",
@@ -228,10 +235,17 @@ class ServerLoad:
 
     `replica_token_capacity`: theorem 2's `b_max / t(b_max)` of one replica;
     `token_capacity`: the pool's theorem-2 capacity (`replica_token_capacity /
-    busiest_replica_share`); `capacity`: the effective capacity for this server's mix
-    (equal to `token_capacity` without `k_max`; from the 2-D region with it);
+    busiest_replica_share`); `capacity`: the best policy's effective capacity for this
+    server's mix, by one server's rules (`theory.bounds.capacity`): `token_capacity`
+    without a binding `k_max` (a `k_max >= b_max` cannot bind), from the 2-D region with
+    one; for a load-only cost model whose b / t(b) peaks below b_max (`peak_token_capacity`
+    at `peak_load`; theorem 2's assumption fails) the peak's, which smaller steps reach;
     `utilisation`: offered / capacity; `max_scale`: 1 / utilisation (how far every
     arrival rate could be scaled before this server saturates; inf when idle).
+    `fill_capacity`: what a policy filling every step to b_max (a work-conserving one)
+    serves, `min(capacity, token_capacity)` for a load-only model (`capacity` otherwise);
+    `fill_utilisation`: offered / fill_capacity. The two differ only where b / t(b)
+    peaks below b_max.
     `mean_prompt`: the whole prompt per call (the representative context of the step
     times), `mean_cached_prompt` the part of it whose KV arrives computed (not work)."""
 
@@ -258,6 +272,9 @@ class ServerLoad:
     binding: str
     region_exact: bool | None = None
     peak_token_capacity: float | None = None
+    peak_load: int | None = None
+    fill_capacity: float = math.nan
+    fill_utilisation: float = math.nan
 
 
 @dataclass
@@ -279,9 +296,12 @@ class JobLoad:
 class TrafficReport:
     """What `traffic(spec)` returns. `bottleneck`: the server with the highest
     utilisation; `critical_scale`: 1 / max utilisation; `critical_rates`: every job
-    type's rate times it; `stable`: True (every server below capacity, feed-forward
-    routes), False (some server at or over capacity) or None (below capacity but the
-    routes have a cycle through servers: `cycle`); `verdict`: that in words."""
+    type's rate times it; `stable`: True (every server below its `fill_capacity`,
+    feed-forward routes), False (some server at or over its `capacity`, the best
+    policy's) or None (below capacity but the routes have a cycle through servers:
+    `cycle`; or some server at or over its `fill_capacity` but below its `capacity`: a
+    policy filling every step to b_max is unstable there, smaller steps could serve it);
+    `verdict`: that in words."""
 
     servers: list
     classes: list
@@ -410,12 +430,28 @@ def traffic(spec) -> TrafficReport:
         j.critical_rate = j.rate * scale
     cycle = _server_cycle(spec)
     notes = []
+    # a load-only cost model whose b / t(b) peaks below b_max: `capacity` is the best
+    # policy's (smaller steps), `fill_capacity` what a policy filling every step to b_max
+    # (a work-conserving one) serves; "every policy" is said only against the first,
+    # "stable under work-conserving policies" only against the second
+    filler = max(servers, key=lambda s: s.fill_utilisation)
     if max_util >= 1.0:
         stable, verdict = (
             False,
             (
                 f"unstable: server {worst.name} is offered {max_util:.1%} of its "
                 f"capacity (every policy's backlog grows there)"
+            ),
+        )
+    elif filler.fill_utilisation >= 1.0:
+        stable, verdict = (
+            None,
+            (
+                f"server {filler.name} is offered {filler.fill_utilisation:.1%} of what a policy filling every "
+                f"step to b_max serves ({filler.fill_capacity:,.1f} tokens/s): such a policy (a work-conserving "
+                f"one, e.g. sarathi) is unstable there, but smaller steps (t(b)/b is least at b = "
+                f"{filler.peak_load} < b_max) serve up to {filler.capacity:,.1f} tokens/s ({filler.utilisation:.1%} "
+                "offered): a policy running them could be stable; check by simulation"
             ),
         )
     elif cycle is None:
@@ -436,8 +472,10 @@ def traffic(spec) -> TrafficReport:
         if s.peak_token_capacity is not None and s.peak_token_capacity > s.replica_token_capacity * (1 + 1e-9):
             notes.append(
                 f"server {s.name}: t(b)/b is not monotone (peak b/t(b) "
-                f"{s.peak_token_capacity:,.1f} tokens/s > b_max/t(b_max)); theorem 2's "
-                "capacity is not the largest a policy can reach"
+                f"{s.peak_token_capacity:,.1f} tokens/s at b = {s.peak_load} > b_max/t(b_max)); theorem 2's "
+                "capacity is not the largest a policy can reach: a policy filling every step to b_max "
+                f"serves {s.fill_capacity:,.1f} tokens/s here ({s.fill_utilisation:.1%} offered), "
+                f"the best policy {s.capacity:,.1f}"
             )
     for name, s in spec.servers.items():
         if s.kv_capacity is not None:
@@ -489,25 +527,33 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
     replica_cap = s.b_max / t_bmax
     pool_cap = replica_cap / share
     region_exact = None
-    peak = peak_token_capacity(cost, s.b_max)[0] if cost.load_only else None
-    if s.k_max is None or rate <= 0:
-        cap = pool_cap
-        binding = "token budget (theorem 2)"
+    peak, peak_b = peak_token_capacity(cost, s.b_max) if cost.load_only else (None, None)
+    if rate > 0:
+        # one replica's capacity for this server's mix, by one server's rules
+        # (`theory.bounds.capacity`): the per-call means give the mix (prefill mp - mc,
+        # decode mo - 1 tokens per call), so its lambda* scaled by the calls a replica
+        # gets is the region's scale of the offered rates; a k_max >= b_max cannot bind;
+        # a load-only model whose b / t(b) peaks below b_max is served fastest there
+        rep = capacity(cost, s.b_max, mp, mo, k_max=s.k_max, cached_prompt=mc, peak=False)
+        region_exact = rep.region_exact
+        binding = rep.binding
+        cap = rep.effective_capacity / share
+        util = offered / cap if cap > 0 else math.inf
+    else:
+        # no traffic: nothing to place in the region; the best policy's rate is the
+        # uncapped one (`capacity`'s rule for a load-only model peaking below b_max)
+        cap, binding = pool_cap, "token budget (theorem 2)"
+        if peak is not None and peak > replica_cap * (1 + 1e-9):
+            cap = peak / share
+            binding = f"token budget at b = {peak_b} < b_max (t(b)/b least there: theorem 2 does not apply)"
         if s.k_max is not None:
             binding += "; no traffic to place in the k_max region"
-        util = offered / cap
-    else:
-        region = stability_region(cost, s.b_max, s.k_max, mean_prompt=mp, mean_output=mo)
-        region_exact = bool(region.exact)
-        sc = region.max_scale(pre * share, dec * share)
-        util = 0.0 if math.isinf(sc) else (1.0 / sc if sc > 0 else math.inf)
-        cap = offered * sc if sc > 0 else 0.0
-        if cap > pool_cap * (1 + 1e-9):
-            binding = "2-D region (steps below b_max serve faster than t(b_max) allows)"
-        elif cap >= pool_cap * (1 - 1e-9):
-            binding = "token budget (theorem 2)"
-        else:
-            binding = "batch-size cap (2-D region)"
+        util = 0.0
+    # a policy filling every step to b_max (a work-conserving one) serves at most theorem
+    # 2's b_max / t(b_max) per replica; only a load-only model's peak below b_max puts the
+    # best policy's capacity above that (a context-dependent one's region keeps its own)
+    fill_cap = min(cap, pool_cap) if cost.load_only else cap
+    fill_util = offered / fill_cap if fill_cap > 0 else (0.0 if offered <= 0 else math.inf)
     return ServerLoad(
         name=s.name,
         replicas=s.replicas,
@@ -532,6 +578,9 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
         binding=binding,
         region_exact=region_exact,
         peak_token_capacity=peak,
+        peak_load=peak_b,
+        fill_capacity=fill_cap,
+        fill_utilisation=fill_util,
     )
 
 
