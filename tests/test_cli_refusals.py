@@ -215,12 +215,25 @@ def test_a_resumed_sweep_reruns_a_point_whose_trace_changed(tmp_path):
             assert [int(float(r["total_input_tokens"])) for r in csv.DictReader(f)] == [3 * prompt]
 
 
-def test_a_sweep_with_failed_points_exits_1(tmp_path, capsys):
+def test_a_sweep_with_failed_points_exits_1(tmp_path, capsys, monkeypatch):
+    import llmsched.analysis.sweep as sweep
+
     argv = ["sweep", "--cost-model", "paper", "--num-requests", "50", "--grid", "kv_capacity=10,100000"]
+    # a point simulate would refuse is refused before any run, naming the point
+    one_line_error(capsys, [*argv, "--out", str(tmp_path / "sw0"), "--quiet"], "grid point kv_capacity=10: ")
+    assert not (tmp_path / "sw0").exists()
+    # a point that fails while it runs is recorded; the rest is kept
+    run = sweep.run_point
+
+    def fail_small(cfg):
+        return {"error": "SimulationStuck: stuck"} if cfg["workload"]["seed"] == 1 else run(cfg)
+
+    monkeypatch.setattr(sweep, "run_point", fail_small)
+    argv = ["sweep", "--cost-model", "paper", "--num-requests", "50", "--workers", "1", "--grid", "seed=0,1"]
     assert main([*argv, "--out", str(tmp_path / "sw"), "--quiet"]) == 1
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "1 of 2 points failed" in err and "KV capacity is 10" in err
-    assert (tmp_path / "sw" / "results.csv").is_file()  # the rest is kept
+    assert len(err.splitlines()) == 1 and "1 of 2 points failed" in err and "stuck" in err
+    assert (tmp_path / "sw" / "results.csv").is_file()
 
 
 def test_search_options_need_the_search(capsys):

@@ -142,8 +142,14 @@ def run_sweep(
     else:
         points = expand_grid(g)
         cfgs = [resolve_point(config, fixed, p) for p in points]
-        for c in cfgs:
-            check_point(c)
+        for p, c in zip(points, cfgs):
+            try:
+                check_point(c)
+            except ConfigError as e:
+                if not p:
+                    raise
+                where = ", ".join(f"{k}={v}" for k, v in p.items())
+                raise ConfigError(f"grid point {where}: {e}") from None
 
     bar = Progress(show, "search" if search else "sweep")
     try:
