@@ -318,3 +318,27 @@ def test_the_grid_max_stable_bar_counts_a_failed_seed_as_not_stable(tmp_path, mo
     figures.plot_sweep(rows, tmp_path, ["policy", "load", "seed"])
     ((label, value, lam, _),) = bars
     assert label == "sarathi" and value == pytest.approx(0.5 * 2.0) and lam == 2.0
+
+
+def test_sweep_figures_place_runs_by_the_request_rate_they_offered():
+    """With turns (rate in conversations/s), a time scale, or a trace at its own rate (no
+    rate), the figures divided the grid's rate by lambda* (requests/s) or dropped every
+    point; x is the offered request rate over lambda*, bars are offered requests/s."""
+    from llmsched.analysis.figures import _empirical_max_stable, _x_of
+
+    # a grid of conversation rates, three turns each: offered = 3 x rate
+    rows = [
+        {"rate": r, "offered_rate": 3 * r, "critical_rate": 3.0, "stable": r < 1.0, "error": None}
+        for r in (0.4, 0.8, 1.2)
+    ]
+    xs, relative = _x_of(rows)
+    assert relative and xs == pytest.approx([0.4, 0.8, 1.2])
+    assert _empirical_max_stable(rows) == pytest.approx(2.4)  # requests/s, the axis's unit
+    # a trace replayed at its own rate: no grid rate
+    trace_rows = [
+        {"rate": None, "offered_rate": 4.99, "critical_rate": 11.0, "stable": True, "error": None},
+        {"rate": None, "offered_rate": 4.99, "critical_rate": 11.0, "stable": True, "error": None},
+    ]
+    xs, relative = _x_of(trace_rows)
+    assert relative and xs == pytest.approx([4.99 / 11.0] * 2)
+    assert _empirical_max_stable(trace_rows) == pytest.approx(4.99)

@@ -144,16 +144,27 @@ def _groups(rows: list[dict], grid_keys: Sequence[str], errors: bool = False) ->
     return out
 
 
+def _offered(r: dict) -> float | None:
+    """The request rate a row's run offered (requests/s): its `offered_rate`, which counts
+    every turn of a conversation and a time scale's speed-up (a grid's `rate` is in the
+    workload's unit, conversations/s with turns, and absent for a trace at its own rate)."""
+    v = r.get("offered_rate")
+    if v is None:
+        v = r.get("rate")
+    return None if v is None else float(v)
+
+
 def _x_of(rows: list[dict]):
-    """x of each row: the grid's load, else the rate over the group's critical rate
-    (median over its rows), else the rate; and the axis label."""
+    """x of each row: the grid's load, else the offered request rate over the group's
+    critical rate (median over its rows), else the offered rate; and the axis label."""
     if rows and all(r.get("load") is not None for r in rows):
         return [float(r["load"]) for r in rows], True
     lams = sorted(float(r["critical_rate"]) for r in rows if r.get("critical_rate"))
-    if lams and all(r.get("rate") is not None for r in rows):
+    offered = [_offered(r) for r in rows]
+    if lams and all(v is not None for v in offered):
         lam = lams[len(lams) // 2]
-        return [float(r["rate"]) / lam for r in rows], True
-    return [None if r.get("rate") is None else float(r["rate"]) for r in rows], False
+        return [v / lam for v in offered], True
+    return offered, False
 
 
 def _by_x(rows: list[dict], metric: str):
@@ -170,22 +181,24 @@ def _by_x(rows: list[dict], metric: str):
 
 
 def _empirical_max_stable(rows: list[dict]) -> float | None:
-    """Largest grid rate below which every point (all seeds) was judged stable.
+    """Largest offered request rate (requests/s) below which every grid point (all
+    seeds) was judged stable.
 
-    Points are one grid value: the grid's load when it has one, else the rate. With a
-    load, lambda* is sampled with each seed's lengths, so the seeds' rates differ
-    slightly: they are one point all the same, stable only when every seed's run is (a
-    failed run is not), and its rate is the smallest of its seeds' rates."""
+    Points are one grid value: the grid's load when it has one, else its rate, else (a
+    trace at its own rate) the offered rate. With a load, lambda* is sampled with each
+    seed's lengths, so the seeds' rates differ slightly: they are one point all the same,
+    stable only when every seed's run is (a failed run is not), and its rate is the
+    smallest of its seeds' offered rates."""
     by_point: dict[float, list[dict]] = {}
     for r in rows:
-        x = r.get("load") if r.get("load") is not None else r.get("rate")
+        x = next((r.get(k) for k in ("load", "rate", "offered_rate") if r.get(k) is not None), None)
         if x is not None:
             by_point.setdefault(round(float(x), 9), []).append(r)
     best = None
     for x in sorted(by_point):
         rs = by_point[x]
-        if all(r.get("stable") is True and not r.get("error") and r.get("rate") is not None for r in rs):
-            best = min(float(r["rate"]) for r in rs)
+        if all(r.get("stable") is True and not r.get("error") and _offered(r) is not None for r in rs):
+            best = min(_offered(r) for r in rs)
         else:
             break
     return best
@@ -269,13 +282,16 @@ def plot_sweep(
             lam = [r.get("critical_rate") for r in rs if r.get("critical_rate")]
             bars.append((label, _empirical_max_stable(rs), lam[0] if lam else None, None))
     if bars:
-        files.append(_plot_max_stable(bars, out / "max_stable_rate.png", name, search is not None))
+        units = {s.get("rate_unit") for s in search or ()} - {None, "req/s"}
+        unit = units.pop() if len(units) == 1 else "requests/s"
+        files.append(_plot_max_stable(bars, out / "max_stable_rate.png", name, search is not None, unit))
     return files
 
 
-def _plot_max_stable(bars: list[tuple], path: Path, name: str, searched: bool) -> str:
+def _plot_max_stable(bars: list[tuple], path: Path, name: str, searched: bool, unit: str = "requests/s") -> str:
     """One bar per group in its policy's colour, its value written above it ("none" where
-    no rate qualified), lambda* as a dashed line over each bar."""
+    no rate qualified), lambda* as a dashed line over each bar; rates in `unit` (a
+    search's with turns: conversations/s, lambda* converted as well)."""
     fig, (ax,) = new_figure(width=max(6.0, 1.2 * len(bars) + 2.5))
     xs = list(range(len(bars)))
     slo = any(b[3] is not None for b in bars)
@@ -307,7 +323,7 @@ def _plot_max_stable(bars: list[tuple], path: Path, name: str, searched: bool) -
     ax.set_xticklabels(
         [b[0] for b in bars], rotation=20 if len(bars) > 3 else 0, ha="right" if len(bars) > 3 else "center"
     )
-    ax.set_ylabel("arrival rate (requests/s)")
+    ax.set_ylabel(f"arrival rate ({unit})")
     title = "Empirical maximum stable rate vs the critical rate lambda*"
     ax.set_title(_wrap(f"{title}: {name}" if name else title, 60), fontsize=10)
     ax.set_ylim(0, top * 1.35)
