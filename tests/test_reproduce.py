@@ -49,6 +49,9 @@ def test_reproduce_cli_no_search(tmp_path, capsys):
     )
     out = json.loads(capsys.readouterr().out)
     assert [r["stable_at_load"] for r in out["rows"]] == [False, True]
+    # requests in the system at the run's end: arrived - completed, whole numbers
+    ft, sarathi = (r["in_system_at_end"] for r in out["rows"])
+    assert isinstance(ft, int) and isinstance(sarathi, int) and ft > 10 * max(sarathi, 1)
     assert main(["reproduce", "stability", "--load", "-1", "--out", str(tmp_path)]) == 2
 
 

@@ -180,7 +180,8 @@ def reproduce_stability(
                 "verdict_at_load": s.get("verdict"),
                 "verdict_reason": s.get("verdict_reason"),
                 "backlog_growth_tokens_per_s": s.get("backlog_growth_tokens_per_s"),
-                "in_system_at_end": queue[p]["in_system"][-1] if queue[p]["in_system"] else None,
+                # at the run's end (the thinned series' last sample may come earlier)
+                "in_system_at_end": s["arrived"] - s["completed"] if "arrived" in s else None,
                 "critical_rate": lam,
                 "max_stable_rate": f.get("max_stable_rate"),
                 "max_stable_load": f.get("max_stable_load"),
