@@ -257,3 +257,15 @@ def test_step_outputs_carry_stop_reason(tiny_model):
     assert last["id"].finish_reason == "stop" and last["id"].stop_reason == ids[3]
     assert last["str"].finish_reason == "stop" and last["str"].stop_reason == text[4:7]
     assert last["len"].finish_reason == "length" and last["len"].stop_reason is None
+
+
+def test_a_tuple_or_numpy_token_ids_is_one_prompt(llm):
+    import numpy as np
+
+    sp = SamplingParams(max_tokens=3, temperature=0.0)
+    (want,) = llm.generate([[1, 5, 9]], sp)
+    for prompt in ((1, 5, 9), [np.int64(1), 5, 9], (np.int32(1), np.int64(5), 9)):
+        outs = llm.generate(prompt, sp)
+        assert len(outs) == 1 and outs[0].token_ids == want.token_ids
+    (pair,) = llm.generate([[np.int64(1), 5]], sp)
+    assert len(pair.prompt_token_ids) == 2 and all(type(t) is int for t in pair.prompt_token_ids)

@@ -240,3 +240,65 @@ def test_append_result_adds_a_line_also_to_a_result_file(tmp_path):
     assert [json.loads(line)["run"] for line in open(path).read().splitlines()] == [1, 2]
     write_result(path, {"run": 3}, append=False)
     assert json.loads(open(path).read()) == {"run": 3}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"goodput": {"ttft_ms": 500}}, "--goodput metric must be ttft, tpot or e2el, got 'ttft_ms'"),
+        ({"goodput": {"ttft": -1}}, "--goodput ttft must be >= 0 ms"),
+        ({"goodput": {"ttft": "fast"}}, "--goodput ttft must be a number of milliseconds"),
+        ({"goodput": {"ttft": True}}, "--goodput ttft must be a number of milliseconds"),
+        ({"goodput": [("ttft", 5)]}, "goodput must be a mapping"),
+        ({"metric_percentiles": [150]}, "percentiles must be in (0, 100], got 150"),
+        ({"metric_percentiles": [0]}, "percentiles must be in (0, 100], got 0"),
+        ({"metric_percentiles": []}, "--metric-percentiles is empty"),
+        ({"metric_percentiles": ["high"]}, "--metric-percentiles must be numbers, got 'high'"),
+        ({"metric_percentiles": 99}, "--metric-percentiles must be a list of numbers"),
+        ({"percentile_metrics": ["foo"]}, "--percentile-metrics: unknown metric 'foo'"),
+        ({"num_prompts": 0}, "--num-prompts must be a positive integer, got 0"),
+        ({"num_prompts": 2.5}, "--num-prompts must be a positive integer, got 2.5"),
+    ],
+)
+def test_bench_config_refuses_what_the_cli_refuses(kwargs, message):
+    with pytest.raises(ConfigError) as e:
+        BenchConfig(**kwargs)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bench_config_normalises_metric_options():
+    cfg = BenchConfig(
+        goodput={"TTFT": np.int64(500), "e2el": 2000.0},
+        metric_percentiles=(np.float32(50), 99),
+        percentile_metrics=["TTFT", " itl"],
+        num_prompts=np.int64(3),
+    )
+    assert cfg.goodput == {"ttft": 500.0, "e2el": 2000.0}
+    assert cfg.metric_percentiles == [50.0, 99.0]
+    assert cfg.percentile_metrics == ["ttft", "itl"]
+    assert cfg.num_prompts == 3 and type(cfg.num_prompts) is int
+    same = BenchConfig(goodput="ttft:500 e2el:2000", metric_percentiles="50,99", percentile_metrics="ttft,itl")
+    assert (same.goodput, same.metric_percentiles, same.percentile_metrics) == (
+        cfg.goodput,
+        cfg.metric_percentiles,
+        cfg.percentile_metrics,
+    )
+
+
+@pytest.mark.parametrize(
+    ("percentiles", "goodput", "message"),
+    [
+        ([150], None, "percentiles must be in (0, 100], got 150"),
+        ([99], {"ttft_ms": 500}, "--goodput metric must be ttft, tpot or e2el"),
+        ([99], {"ttft": float("nan")}, "--goodput ttft must be >= 0 ms"),
+    ],
+)
+def test_calculate_metrics_refuses_bad_percentiles_and_goodput(percentiles, goodput, message):
+    rs = [_r(0.1, [0.02, 0.02], 3)]
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        calculate_metrics(rs, 1.0, percentiles, goodput)
+
+
+def test_calculate_metrics_reads_goodput_keys_as_the_cli_does():
+    rs = [_r(0.1, [0.02, 0.02], 3), _r(0.9, [0.02, 0.02], 3)]
+    assert calculate_metrics(rs, 1.0, [99], {"TTFT": 500})["request_goodput"] == 1.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .checks import as_int
 from .errors import ConfigError, count_text
 
 # The largest token budget per step: far past any GPU's (a step's shape and the theory's
@@ -16,21 +17,23 @@ MAX_KV_TOKENS = 1 << 40
 
 
 def check_b_max(b: object) -> int:
-    """The rule for a token budget per step: a positive int (not a bool) of at most
-    MAX_B_MAX; returns it, or raises a one-line ConfigError."""
-    if not isinstance(b, int) or isinstance(b, bool) or b <= 0:
+    """The rule for a token budget per step: a positive integer (int or numpy's, not a
+    bool) of at most MAX_B_MAX; returns it as an int, or raises a one-line ConfigError."""
+    n = as_int(b)
+    if n is None or n <= 0:
         raise ConfigError(f"b_max must be a positive integer, got {b!r}")
-    if b > MAX_B_MAX:
-        raise ConfigError(f"b_max must be at most {MAX_B_MAX:,} tokens per step, got {count_text(b)}")
-    return b
+    if n > MAX_B_MAX:
+        raise ConfigError(f"b_max must be at most {MAX_B_MAX:,} tokens per step, got {count_text(n)}")
+    return n
 
 
 def check_prefix_block_size(b: object, what: str = "block_size") -> int:
-    """The rule for a prefix-cache block size: a positive int (not a bool); returns it, or
-    raises a ConfigError naming `what`."""
-    if not isinstance(b, int) or isinstance(b, bool) or b <= 0:
+    """The rule for a prefix-cache block size: a positive integer (int or numpy's, not a
+    bool); returns it as an int, or raises a ConfigError naming `what`."""
+    n = as_int(b)
+    if n is None or n <= 0:
         raise ConfigError(f"{what} must be a positive integer, got {b!r}")
-    return b
+    return n
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,18 @@ class Constraints:
     prefix_block_size: int | None = None
 
     def __post_init__(self):
-        check_b_max(self.b_max)
+        # numpy integers become ints (frozen: set through object.__setattr__)
+        object.__setattr__(self, "b_max", check_b_max(self.b_max))
         for name, cap in (("k_max", MAX_REQUESTS_PER_STEP), ("kv_capacity", MAX_KV_TOKENS)):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or v <= 0):
+            if v is None:
+                continue
+            n = as_int(v)
+            if n is None or n <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
-            if v is not None and v > cap:
-                raise ConfigError(f"{name} must be at most {cap:,}, got {count_text(v)}")
+            if n > cap:
+                raise ConfigError(f"{name} must be at most {cap:,}, got {count_text(n)}")
+            object.__setattr__(self, name, n)
         if self.prefix_block_size is not None:
-            check_prefix_block_size(self.prefix_block_size, "the prefix-cache block size")
+            block = check_prefix_block_size(self.prefix_block_size, "the prefix-cache block size")
+            object.__setattr__(self, "prefix_block_size", block)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .checks import as_int, as_real
 from .errors import ConfigError
 
 # temperatures below this are greedy (as in vLLM): dividing logits by a tiny temperature
@@ -60,22 +61,32 @@ class SamplingParams:
         return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
 
     def __post_init__(self):
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        # numpy numbers become Python ones; bools are refused
+        max_tokens = as_int(self.max_tokens)
+        if max_tokens is None or max_tokens < 1:
             raise ConfigError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if (
-            isinstance(self.min_tokens, bool)
-            or not isinstance(self.min_tokens, int)
-            or not 0 <= self.min_tokens <= self.max_tokens
-        ):
+        self.max_tokens = max_tokens
+        min_tokens = as_int(self.min_tokens)
+        if min_tokens is None or not 0 <= min_tokens <= self.max_tokens:
             raise ConfigError(
                 f"min_tokens must be an integer in 0..max_tokens ({self.max_tokens}), got {self.min_tokens!r}"
             )
-        if self.seed is not None and (
-            isinstance(self.seed, bool) or not isinstance(self.seed, int) or not INT64_MIN <= self.seed <= INT64_MAX
-        ):
-            raise ConfigError(f"seed must be an integer in {INT64_MIN}..{INT64_MAX}, got {self.seed!r}")
-        if not (isinstance(self.temperature, (int, float)) and 0 <= self.temperature < math.inf):
+        self.min_tokens = min_tokens
+        if self.seed is not None:
+            seed = as_int(self.seed)
+            if seed is None or not INT64_MIN <= seed <= INT64_MAX:
+                raise ConfigError(f"seed must be an integer in {INT64_MIN}..{INT64_MAX}, got {self.seed!r}")
+            self.seed = seed
+        temperature = as_real(self.temperature)
+        if temperature is None or not 0 <= temperature < math.inf:
             raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        self.temperature = temperature
+        top_p = as_real(self.top_p)
+        if top_p is None:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        self.top_p = top_p
+        if _is_int(self.top_k):
+            self.top_k = int(self.top_k)
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if not _is_int(self.top_k) or self.top_k == 0 or self.top_k < -1:
@@ -87,8 +98,11 @@ class SamplingParams:
             # the HTTP server's rule (server/protocol.py): a NaN bias would win every argmax
             if not _is_int(t) or t < 0:
                 raise ConfigError(f"logit_bias keys must be non-negative token ids, got {t!r}")
-            if isinstance(b, bool) or not isinstance(b, (int, float)) or not -100 <= b <= 100:
+            if as_real(b) is None or not -100 <= b <= 100:
                 raise ConfigError(f"logit_bias values must be numbers in -100..100, got {b!r}")
+        if self.logit_bias:
+            self.logit_bias = {int(t): float(b) for t, b in self.logit_bias.items()}
+        self.stop_token_ids = [int(t) for t in self.stop_token_ids]
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         for s in self.stop:
@@ -97,18 +111,19 @@ class SamplingParams:
             if len(s) > MAX_STOP_CHARS:
                 raise ConfigError(f"a stop string may be at most {MAX_STOP_CHARS} characters, got one of {len(s)}")
         for name in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ConfigError(f"{name} must be a finite number, got {v!r}")
+            v = as_real(getattr(self, name))
+            if v is None or not math.isfinite(v):
+                raise ConfigError(f"{name} must be a finite number, got {getattr(self, name)!r}")
+            setattr(self, name, v)
         if not self.repetition_penalty > 0:
             raise ConfigError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        if self.logprobs is not None and (
-            isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int) or self.logprobs < 0
-        ):
-            raise ConfigError(f"logprobs must be a non-negative integer or None, got {self.logprobs!r}")
-        plp = self.prompt_logprobs
-        if plp is not None and (isinstance(plp, bool) or not isinstance(plp, int) or plp < 0):
-            raise ConfigError(f"prompt_logprobs must be a non-negative integer or None, got {plp!r}")
+        for name in ("logprobs", "prompt_logprobs"):
+            v = getattr(self, name)
+            if v is not None:
+                n = as_int(v)
+                if n is None or n < 0:
+                    raise ConfigError(f"{name} must be a non-negative integer or None, got {v!r}")
+                setattr(self, name, n)
 
     @property
     def greedy(self) -> bool:
@@ -117,7 +132,7 @@ class SamplingParams:
 
 
 def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return as_int(v) is not None
 
 
 def default_max_running(device) -> int:

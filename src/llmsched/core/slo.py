@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import re
 
+from .checks import as_real
 from .errors import ConfigError, closest
 
 __all__ = [
@@ -96,9 +97,10 @@ def check_request_slo(slo) -> dict:
         key = REQUEST_SLO_ALIASES.get(name, name)
         if key not in REQUEST_SLO_KEYS:
             raise _not_a_request_slo(name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        ms = as_real(v)
+        if ms is None or not math.isfinite(ms) or ms <= 0:
             raise ConfigError(f"SLO {name} must be a positive number of milliseconds, got {v!r}")
-        out[key] = float(v)
+        out[key] = float(ms)
     return out
 
 

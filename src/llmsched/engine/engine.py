@@ -16,6 +16,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from ..core.checks import as_int
 from ..core.engine_api import DefaultMaxModelLen, SamplingParams, check_request_size
 from ..core.errors import ConfigError
 from ..core.plan import StepPlan
@@ -195,8 +196,10 @@ class LLMEngine(StepDriver):
             )
         b_max = spec.b_max
         for name, v in (("b_max", b_max), ("max_num_seqs", max_num_seqs), ("block_size", block_size)):
-            if not isinstance(v, int) or v <= 0:
+            n = as_int(v)
+            if n is None or n <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        b_max, max_num_seqs, block_size = int(b_max), int(max_num_seqs), int(block_size)
         if isinstance(model, ModelConfig):
             self.config, model_dir, self.tokenizer = model, None, None
         else:
@@ -209,8 +212,10 @@ class LLMEngine(StepDriver):
         longest = cfg.max_len
         if max_model_len is None:
             max_model_len = longest
-        if not isinstance(max_model_len, int) or max_model_len <= 0:
+        if as_int(max_model_len) is None or max_model_len <= 0:
             raise ConfigError(f"max_model_len must be a positive integer, got {max_model_len!r}")
+        if not isinstance(max_model_len, int):
+            max_model_len = int(max_model_len)  # a numpy integer
         if max_model_len > longest:
             if not isinstance(max_model_len, DefaultMaxModelLen):
                 # positions beyond the model's were never trained (vLLM refuses them too)
@@ -282,7 +287,7 @@ class LLMEngine(StepDriver):
             raise ConfigError(f"request id {request_id!r} is already in use")
         if not isinstance(params, SamplingParams):
             raise ConfigError("params must be a llmsched SamplingParams")
-        prompt = list(prompt_token_ids)
+        prompt = [as_int(t) if as_int(t) is not None else t for t in prompt_token_ids]
         n = len(prompt)
         check_request_size(n, params.max_tokens, self.max_model_len, self.kv_capacity)
         vocab = self.config.vocab_size
@@ -473,15 +478,17 @@ class LLM:
             if self.tokenizer is None:
                 raise ConfigError("text prompts need a tokenizer.json in the model folder; pass token id lists instead")
             return self.tokenizer.encode(prompt)
-        if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt):
-            return list(prompt)
+        if isinstance(prompt, (list, tuple)) and all(as_int(t) is not None for t in prompt):
+            return [int(t) for t in prompt]
         raise ConfigError("a prompt must be a string or a list of token ids")
 
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None) -> list[Completion]:
         """Generate for every prompt (a string, a token-id list, or a list of either);
         returns completions in prompt order."""
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
+        if isinstance(prompts, str) or (
+            isinstance(prompts, (list, tuple)) and prompts and as_int(prompts[0]) is not None
+        ):
+            prompts = [prompts]  # one prompt: a string, or a list or tuple of token ids
         prompts = list(prompts)
         if params is None:
             params = SamplingParams()

@@ -57,6 +57,7 @@ simulator knows them (a real engine would use the requested maximum).
 
 from __future__ import annotations
 
+from ..core.checks import as_real
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.state import UNLIMITED
@@ -85,10 +86,10 @@ class Adaptive(BatchPolicy):
         self.cost_spec = cost
         self.cost = make_cost_model("paper" if cost is None else cost)
         for what, v in (("mean_prompt", mean_prompt), ("mean_output", mean_output)):
-            if v is not None and not (isinstance(v, (int, float)) and v >= 1):
+            if v is not None and not (as_real(v) is not None and v >= 1):
                 raise ConfigError(f"adaptive policy: {what} must be a number >= 1, got {v!r}")
-        self.mean_prompt = mean_prompt
-        self.mean_output = mean_output
+        self.mean_prompt = None if mean_prompt is None else as_real(mean_prompt)
+        self.mean_output = None if mean_output is None else as_real(mean_output)
         self._key = None
         self._cands: list[tuple[int, int]] = []
         self._times: dict[tuple[int, int], float] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..core.checks import as_int
 from ..core.errors import ConfigError
 from ..core.request import Request
 from ..core.state import ServerState
@@ -32,8 +33,10 @@ class RunningCap(AdmissionPolicy):
     summary = "cap the number of running requests"
 
     def __init__(self, inner: AdmissionPolicy, max_running: int):
-        if not isinstance(max_running, int) or max_running <= 0:
+        n = as_int(max_running)
+        if n is None or n <= 0:
             raise ConfigError(f"max_running must be a positive integer, got {max_running!r}")
+        max_running = n
         self.inner = inner
         self.max_running = max_running
         self.name = f"{inner.name}+cap{max_running}"

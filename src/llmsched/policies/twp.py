@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 
+from ..core.checks import as_real
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError, unknown_option
 from ..core.request import NS, Request
@@ -60,7 +61,7 @@ def check_number(
         if none:
             return None
         raise ConfigError(f"{policy}: {name} is required")
-    bad = isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+    bad = as_real(v) is None or not math.isfinite(v)
     if not bad and integer and v != int(v):
         bad = True
     if not bad and lo is not None and (v <= lo if lo_open else v < lo):

@@ -60,6 +60,7 @@ from datetime import datetime
 
 import numpy as np
 
+from ..core.checks import as_int, as_real
 from ..core.errors import ConfigError, warn
 from ..core.paths import check_out_dir, check_out_file
 from ..workload import WorkloadSpec, make_trace
@@ -69,6 +70,9 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
 # ---- configuration ---------------------------------------------------------------------
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+
+
 def parse_goodput(items) -> dict[str, float]:
     out: dict[str, float] = {}
     for item in items or []:
@@ -76,16 +80,44 @@ def parse_goodput(items) -> dict[str, float]:
             if ":" not in pair:
                 raise ConfigError(f"--goodput expects KEY:MS pairs such as ttft:500, got {pair!r}")
             k, v = pair.split(":", 1)
-            k = k.strip().lower()
-            if k not in ("ttft", "tpot", "e2el"):
-                raise ConfigError(f"--goodput metric must be ttft, tpot or e2el, got {k!r}")
+            k = _goodput_metric(k)
             try:
                 ms = float(v)
             except ValueError:
                 raise ConfigError(f"--goodput {k} must be a number of milliseconds, got {v!r}") from None
-            if not ms >= 0:
-                raise ConfigError(f"--goodput {k} must be >= 0 ms, got {v}")
-            out[k] = ms
+            out[k] = _goodput_ms(k, ms)
+    return out
+
+
+def _goodput_metric(k) -> str:
+    key = str(k).strip().lower()
+    if key not in GOODPUT_METRICS:
+        raise ConfigError(f"--goodput metric must be ttft, tpot or e2el, got {str(k).strip()!r}")
+    return key
+
+
+def _goodput_ms(k: str, v) -> float:
+    ms = as_real(v)
+    if ms is None:
+        raise ConfigError(f"--goodput {k} must be a number of milliseconds, got {v!r}")
+    if not ms >= 0:
+        raise ConfigError(f"--goodput {k} must be >= 0 ms, got {v}")
+    return float(ms)
+
+
+def check_goodput(goodput) -> dict[str, float]:
+    """The goodput SLOs `{metric: ms}` (metric ttft, tpot or e2el) by `--goodput`'s rules,
+    with canonical keys; a string is parsed as `--goodput` ("ttft:500 e2el:2000")."""
+    if goodput is None:
+        return {}
+    if isinstance(goodput, str):
+        return parse_goodput([goodput])
+    if not isinstance(goodput, dict):
+        raise ConfigError(f"goodput must be a mapping like {{'ttft': 500}} (milliseconds), got {goodput!r}")
+    out: dict[str, float] = {}
+    for k, v in goodput.items():
+        key = _goodput_metric(k)
+        out[key] = _goodput_ms(key, v)
     return out
 
 
@@ -99,20 +131,52 @@ def parse_percentiles(text: str) -> list[float]:
             p = float(part)
         except ValueError:
             raise ConfigError(f"--metric-percentiles must be numbers, got {part!r}") from None
+        out.append(p)
+    return check_percentiles(out)
+
+
+def check_percentiles(percentiles) -> list[float]:
+    """Percentiles by `--metric-percentiles`' rules: a non-empty list of numbers in
+    (0, 100]; a string is parsed as `--metric-percentiles` ("50,99")."""
+    if isinstance(percentiles, str):
+        return parse_percentiles(percentiles)
+    try:
+        items = list(percentiles)
+    except TypeError:
+        raise ConfigError(f"--metric-percentiles must be a list of numbers, got {percentiles!r}") from None
+    out = []
+    for v in items:
+        p = as_real(v)
+        if p is None:
+            raise ConfigError(f"--metric-percentiles must be numbers, got {v!r}")
         if not 0 < p <= 100:
             raise ConfigError(f"percentiles must be in (0, 100], got {p:g}")
-        out.append(p)
+        out.append(float(p))
     if not out:
         raise ConfigError("--metric-percentiles is empty")
     return out
 
 
 def parse_metric_names(text: str) -> list[str]:
-    names = [m.strip().lower() for m in str(text).split(",") if m.strip()]
-    for m in names:
-        if m not in METRICS:
-            raise ConfigError(f"--percentile-metrics: unknown metric {m!r} (known: {', '.join(METRICS)})")
-    return names
+    return check_metric_names([m for m in str(text).split(",") if m.strip()])
+
+
+def check_metric_names(names) -> list[str]:
+    """Metric names by `--percentile-metrics`' rules (ttft, tpot, itl, e2el), lowercase; a
+    string is parsed as `--percentile-metrics` ("ttft,itl")."""
+    if isinstance(names, str):
+        return parse_metric_names(names)
+    try:
+        items = list(names)
+    except TypeError:
+        raise ConfigError(f"--percentile-metrics must be a list of metric names, got {names!r}") from None
+    out = []
+    for m in items:
+        name = str(m).strip().lower()
+        if name not in METRICS:
+            raise ConfigError(f"--percentile-metrics: unknown metric {name!r} (known: {', '.join(METRICS)})")
+        out.append(name)
+    return out
 
 
 BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
@@ -194,6 +258,13 @@ class BenchConfig:
             raise ConfigError(f"--http-client must be raw or httpx, got {self.http_client!r}")
         if not isinstance(self.num_warmups, int) or self.num_warmups < 0:
             raise ConfigError(f"--num-warmups must be >= 0, got {self.num_warmups!r}")
+        n = as_int(self.num_prompts)
+        if n is None or n < 1:
+            raise ConfigError(f"--num-prompts must be a positive integer, got {self.num_prompts!r}")
+        self.num_prompts = n
+        self.goodput = check_goodput(self.goodput)
+        self.percentile_metrics = check_metric_names(self.percentile_metrics)
+        self.metric_percentiles = check_percentiles(self.metric_percentiles)
         if self.prompt_format == "ids" and self.chat:
             raise ConfigError("token-id prompts need /v1/completions; chat prompts are text")
 
@@ -758,7 +829,10 @@ def _dist(name: str, values: list[float], percentiles: list[float], out: dict) -
 def calculate_metrics(
     results: list[RequestResult], duration: float, percentiles: list[float], goodput: dict[str, float] | None = None
 ) -> dict:
-    """Summary metrics, defined as `vllm bench serve` defines them (module docstring)."""
+    """Summary metrics, defined as `vllm bench serve` defines them (module docstring).
+    `percentiles` and `goodput` follow BenchConfig's rules (a ConfigError otherwise)."""
+    percentiles = check_percentiles(percentiles)
+    goodput = check_goodput(goodput)
     ok = [r for r in results if r.success]
     ttfts = [r.ttft for r in ok]
     e2els = [r.latency for r in ok]

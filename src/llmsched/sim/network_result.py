@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.checks import as_real
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir
@@ -557,8 +558,10 @@ def simulate_network(
         check_out_dir(out_dir)  # before the run, not after it
     spec = load_network(network)
     if scale is not None:
-        if not (isinstance(scale, (int, float)) and scale > 0):
+        factor = as_real(scale)
+        if factor is None or not factor > 0:
             raise ConfigError(f"scale must be a positive number, got {scale!r}")
+        scale = factor
         spec = spec.scaled(scale)
     if num_jobs is not None or seed is not None:
         spec = spec.with_run(num_jobs=num_jobs, seed=seed)  # checked; the caller's spec unchanged

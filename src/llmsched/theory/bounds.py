@@ -121,7 +121,7 @@ def token_capacity(
     """Theorem 2's bound b_max / t(b_max), tokens per second. `cost`: a CostModel or a
     spec string."""
     cost = make_cost_model(cost)
-    check_b_max(b_max)
+    b_max = check_b_max(b_max)
     t = step_time_at_budget(cost, b_max, mean_prompt, mean_output)
     if not t > 0 or not math.isfinite(t):
         raise ConfigError(f"step time at b_max={b_max} must be positive and finite, got {t!r}")
@@ -239,7 +239,7 @@ def capacity(
     `peak=False` leaves `peak_token_capacity` and `peak_load` None: their scan times every
     load up to `b_max`, which a caller that needs only the rates need not wait for."""
     cost = make_cost_model(cost)
-    check_b_max(b_max)
+    b_max = check_b_max(b_max)
     if rate is not None and (not math.isfinite(rate) or rate < 0):
         raise ConfigError(f"arrival rate must be a finite number >= 0, got {rate!r}")
     work = work_per_request(mean_prompt, mean_output, cached_prompt)
