@@ -219,7 +219,7 @@ def sharegpt_trace(n: int, rate: float, max_len: int, seed: int = 0):
 def sim_vs_real(engine, out_dir: Path, trace, source: str, small: bool) -> dict:
     from llmsched.analysis.validate import compare, simulate
     from llmsched.engine.profiler import profile_engine, write_profile
-    from llmsched.engine.replay import replay
+    from llmsched.engine.replaying import replay
 
     grid = None
     if small:

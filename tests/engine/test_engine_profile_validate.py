@@ -94,7 +94,7 @@ class _Cost:
 
 def test_fit_calibration_recovers_scale_and_host_time():
     from llmsched.engine.profiler import fit_calibration, fit_host
-    from llmsched.engine.replay import StepRecord
+    from llmsched.engine.replaying import StepRecord
 
     rng = np.random.default_rng(0)
     cost = _Cost()
@@ -125,7 +125,7 @@ def test_replay_starts_steps_at_arrivals(tiny_model):
     """Like the simulator, the replay starts a step as soon as a request arrives at an
     idle engine, and marks which steps followed an idle wait."""
     from llmsched.engine.engine import LLMEngine
-    from llmsched.engine.replay import replay, step_ratios
+    from llmsched.engine.replaying import replay, step_ratios
 
     eng = LLMEngine(tiny_model, b_max=64, max_num_seqs=4, max_model_len=256)
     tr = SimpleNamespace(

@@ -14,7 +14,7 @@ import time
 
 from llmsched.server.app import ServerConfig
 from llmsched.server.backends import SchedulerOptions, make_engine_backend, make_sim_backend
-from llmsched.server.serve import serve
+from llmsched.server.serving import serve
 
 
 class PaddedCore:

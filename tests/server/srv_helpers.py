@@ -12,7 +12,7 @@ import httpx
 
 from llmsched.server.app import ServerConfig
 from llmsched.server.backends import SchedulerOptions, make_sim_backend
-from llmsched.server.serve import make_server
+from llmsched.server.serving import make_server
 
 
 @contextlib.contextmanager

@@ -48,7 +48,7 @@ def test_a_port_in_use_is_one_line(capsys):
 def test_two_servers_on_one_port_the_second_is_refused():
     """The first bind_socket listens at once (before a model loads): a second one on the
     same port is refused with the one-line error, not left bound with nobody listening."""
-    from llmsched.server.serve import bind_socket
+    from llmsched.server.serving import bind_socket
 
     first = bind_socket("127.0.0.1", 0)
     port = first.getsockname()[1]

@@ -28,7 +28,7 @@ from ..core.engine_api import DefaultMaxModelLen
 from ..core.errors import ConfigError
 from ..core.profile import spec_options
 from ..engine.profiler import profile_engine, write_profile
-from ..engine.replay import check_trace, replay, step_ratios, warm_up
+from ..engine.replaying import check_trace, replay, step_ratios, warm_up
 from ..policies import make_batch_policy, make_scheduler
 from ..sim.result import SimResult
 from ..sim.simulator import simulate_trace

@@ -205,7 +205,7 @@ def build_backend(args):
 
 def serve_main(args) -> int:
     from ..server.app import ServerConfig  # noqa: PLC0415
-    from ..server.serve import bind_socket, serve  # noqa: PLC0415
+    from ..server.serving import bind_socket, serve  # noqa: PLC0415
 
     cfg = ServerConfig(
         host=args.host,

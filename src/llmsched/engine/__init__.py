@@ -17,7 +17,7 @@ _LAZY = {
     "read_config": "loader",
     "make_tiny_model": "tiny",
     "profile_engine": "profiler",
-    "replay": "replay",
+    "replay": "replaying",
 }
 
 __all__ = list(_LAZY)

@@ -343,7 +343,7 @@ def profile_engine(
     dict, receives the pass count and the calibration results."""
     import torch  # noqa: PLC0415
 
-    from .replay import replay  # noqa: PLC0415
+    from .replaying import replay  # noqa: PLC0415
     from .sampler import sample  # noqa: PLC0415
 
     if engine.has_unfinished_requests():

@@ -11,9 +11,9 @@ from ..core.lazy import lazy_getattr
 _LAZY = {
     "build_app": "app",
     "ServerConfig": "app",
-    "serve": "serve",
-    "make_server": "serve",
-    "GracefulServer": "serve",
+    "serve": "serving",
+    "make_server": "serving",
+    "GracefulServer": "serving",
     "Backend": "backends",
     "SchedulerOptions": "backends",
     "make_sim_backend": "backends",
