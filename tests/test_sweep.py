@@ -342,3 +342,17 @@ def test_sweep_figures_place_runs_by_the_request_rate_they_offered():
     xs, relative = _x_of(trace_rows)
     assert relative and xs == pytest.approx([4.99 / 11.0] * 2)
     assert _empirical_max_stable(trace_rows) == pytest.approx(4.99)
+
+
+def test_a_grid_mapping_takes_arrays_ranges_and_numpy_numbers():
+    """Values given as a numpy array or a range were turned into one string each
+    ('[1. 2.]', 'range(0', '2)'), and a numpy load was refused."""
+    import numpy as np
+
+    from llmsched.analysis.grid import parse_grid
+
+    g = parse_grid({"rate": np.array([1.0, 2.0]), "seed": range(2), "policy": ("sarathi", "orca")})
+    assert g == {"rate": [1.0, 2.0], "seed": [0, 1], "policy": ["sarathi", "orca"]}
+    assert all(type(v) is float for v in g["rate"]) and all(type(v) is int for v in g["seed"])
+    assert parse_grid({"load": [np.float32(0.5), np.float64(0.75)]}) == {"load": [0.5, 0.75]}
+    assert parse_grid({"policy": "sarathi,orca", "b_max": 512}) == {"policy": ["sarathi", "orca"], "b_max": [512]}

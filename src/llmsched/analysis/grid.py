@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import fields
 
 from ..api import SimConfig
+from ..core.checks import as_real
 from ..core.errors import ConfigError
 from ..core.slo import RUN_SLO_METRIC, check_run_slo_name
 from ..workload import WorkloadSpec
@@ -130,7 +131,10 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
     pairs = []
     if isinstance(items, dict):
         for k, v in items.items():
-            vals = list(v) if isinstance(v, (list, tuple)) else parse_values(str(k), str(v))
+            if isinstance(v, (str, bytes, dict)) or not isinstance(v, Iterable):
+                vals = parse_values(str(k), str(v))
+            else:  # a list, tuple, range or numpy array of values; numpy numbers as Python's
+                vals = [x if as_real(x) is None else as_real(x) for x in v]
             pairs.append((str(k), vals))
     else:
         for item in items:
