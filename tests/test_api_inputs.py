@@ -3,9 +3,12 @@ options, a trace of the wrong type."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 import llmsched
+from llmsched.api import SimConfig, build_config
 from llmsched.workload import load_trace, make_trace
 
 
@@ -25,3 +28,21 @@ def test_load_trace_gives_its_own_object_not_the_cache(tmp_path):
     assert make_trace({"trace": str(p)}).prompt.tolist() == [10] * 6
     r = llmsched.simulate(cost_model="paper", trace=str(p), verdict=False)
     assert r.prompt.tolist() == [10] * 6
+
+
+def test_replaced_config_keeps_the_defaults_apart():
+    cfg = SimConfig(cost_model="paper")
+    same = dataclasses.replace(cfg)
+    assert same.given_workload() == cfg.given_workload() == {}
+    a = build_config(cfg, rate=200, duration_s=30).workload
+    b = build_config(same, rate=200, duration_s=30).workload
+    assert a == b and "num_requests" not in b
+    # what was given stays given, what is changed by replace counts as given
+    cfg = SimConfig(cost_model="paper", workload={"num_requests": 5000})
+    assert build_config(dataclasses.replace(cfg), duration_s=3).workload["num_requests"] == 5000
+    other = dataclasses.replace(cfg, workload={"rate": 3})
+    assert other.given_workload() == {"rate": 3}
+    # the copy's workload is its own
+    same.workload["rate"] = 7.0
+    assert cfg.workload["rate"] == 16.0
+    assert type(cfg.to_dict()["workload"]) is dict

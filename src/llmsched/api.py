@@ -49,6 +49,22 @@ DEFAULT_WORKLOAD = {
 }
 
 
+class _CompletedWorkload(dict):
+    """A SimConfig's `workload`: the options given completed by the defaults that apply,
+    remembering the given ones (`given`), so that a config built from it
+    (`dataclasses.replace`) keeps the defaults apart as the original does."""
+
+    given: dict | None = None
+
+
+def _given_of(given: dict, workload: dict) -> dict:
+    """The workload options given: `given`, or where `workload` (the completed options) was
+    changed since, its values except those equal to a default not given."""
+    if with_defaults(given, DEFAULT_WORKLOAD) == workload:
+        return dict(given)
+    return {k: v for k, v in workload.items() if k in given or k not in DEFAULT_WORKLOAD or v != DEFAULT_WORKLOAD[k]}
+
+
 @dataclass
 class SimConfig:
     """Everything a simulation run depends on."""
@@ -73,7 +89,11 @@ class SimConfig:
     slo: dict = field(default_factory=dict)  # per-request limits in ms: ttft_ms, tpot_ms, itl_ms, e2el_ms
 
     def __post_init__(self):
-        self.set_workload(self.workload)
+        wl = self.workload
+        if isinstance(wl, _CompletedWorkload) and wl.given is not None:
+            # another config's workload (`dataclasses.replace`): its given options stay given
+            wl = _given_of(wl.given, wl)
+        self.set_workload(wl)
 
     def set_workload(self, given: dict | None) -> None:
         """Set the workload options given; `workload` becomes them completed by the defaults
@@ -85,21 +105,15 @@ class SimConfig:
             raise ConfigError(f"workload must be a mapping (arrival, rate, prompt, output, ...), got {given!r:.60}")
         # kept apart from the defaults: an override (build_config) decides anew which apply
         self._workload_given = {k: v for k, v in given.items() if v is not None}
-        self.workload = with_defaults(self._workload_given, DEFAULT_WORKLOAD)
+        self.workload = _CompletedWorkload(with_defaults(self._workload_given, DEFAULT_WORKLOAD))
+        self.workload.given = dict(self._workload_given)
 
     def given_workload(self) -> dict:
         """The workload options given, without the defaults. A workload changed after
         construction (`cfg.workload[k] = v`, `dataclasses.replace`) counts as given except
         its values that equal a default not given, so the rules of `with_defaults` (no
         request count to a duration, ...) still apply to it."""
-        given = self._workload_given
-        if with_defaults(given, DEFAULT_WORKLOAD) == self.workload:
-            return dict(given)
-        return {
-            k: v
-            for k, v in self.workload.items()
-            if k in given or k not in DEFAULT_WORKLOAD or v != DEFAULT_WORKLOAD[k]
-        }
+        return _given_of(self._workload_given, self.workload)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SimConfig:
@@ -136,7 +150,9 @@ class SimConfig:
         return cls.from_dict(data)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["workload"] = dict(d["workload"])
+        return d
 
     def scheduler_spec(self) -> SchedulerSpec:
         """The policy, admission and limits of the run (its first eight fields)."""
