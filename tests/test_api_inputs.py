@@ -6,10 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
 import llmsched
 from llmsched.api import SimConfig, build_config
-from llmsched.workload import load_trace, make_trace
+from llmsched.core.errors import ConfigError
+from llmsched.workload import Trace, load_trace, make_trace
 
 
 def _csv(tmp_path, n=6):
@@ -46,3 +48,22 @@ def test_replaced_config_keeps_the_defaults_apart():
     same.workload["rate"] = 7.0
     assert cfg.workload["rate"] == 16.0
     assert type(cfg.to_dict()["workload"]) is dict
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"num_requests": 2}, {"duration_s": 1.0}, {"time_scale": 2.0}, {"prompt": "fixed:5"}, {"workload": {"rate": 2}}],
+)
+def test_a_trace_object_refuses_workload_options(option):
+    tr = Trace(np.arange(4) * 0.5, np.full(4, 10), np.full(4, 5))
+    name = next(iter(option))
+    with pytest.raises(ConfigError, match=rf"a Trace object brings its own requests: {name} does not apply"):
+        llmsched.simulate(trace=tr, cost_model="paper", verdict=False, **option)
+    # what it is told to do instead
+    r = llmsched.simulate(trace=tr.head(2), cost_model="paper", verdict=False)
+    assert r.summary["num_requests"] == 2
+
+
+def test_a_trace_of_another_type_is_refused():
+    with pytest.raises(ConfigError, match=r"trace must be a Trace .*, got dict$"):
+        llmsched.simulate(trace={"arrival_s": [0]}, cost_model="paper")

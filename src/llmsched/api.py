@@ -316,7 +316,7 @@ def check_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
 def simulate(
     config: SimConfig | dict | str | os.PathLike | None = None,
     *,
-    trace: Trace | None = None,
+    trace: Trace | str | os.PathLike | None = None,
     out_dir: str | os.PathLike | None = None,
     progress: Callable[[int, int], None] | None = None,
     **overrides,
@@ -325,11 +325,20 @@ def simulate(
 
     Examples: `simulate(policy="orca", rate=10, num_requests=1000, cost_model="paper")`,
     `simulate("run.yaml", out_dir="results")`, `simulate(trace=my_trace, b_max=256)`.
+
+    `trace` is a trace file's path or a dataset's name (replayed as the workload, so the
+    workload options such as `num_requests`, `duration_s`, `rate` and `time_scale` apply
+    to it), or a `Trace` object, run as it is: it brings its own requests, so a workload
+    option given with it is refused (ConfigError; cut or rescale the Trace instead, e.g.
+    `Trace.head`, `Trace.until`, `Trace.time_scaled`), except `rate`, which is ignored
+    with a warning.
     """
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
         overrides["trace"], trace = str(trace), None
+    elif trace is not None:
+        _check_trace_object(trace, overrides)
     cfg = build_config(config, **overrides)
     slo, scheduler, cost = _setup(cfg)
     if trace is None:
@@ -400,6 +409,23 @@ def simulate(
     if out_dir is not None:
         result.write(out_dir)
     return result
+
+
+def _check_trace_object(trace, overrides: dict) -> None:
+    """Refuse a `trace` that is no Trace (nor an object with its `arrival_s`, `prompt` and
+    `output` arrays), and workload options given with a Trace object (but `rate`, ignored
+    with a warning): its requests are run as they are."""
+    if not isinstance(trace, Trace) and not all(hasattr(trace, a) for a in ("arrival_s", "prompt", "output")):
+        raise ConfigError(
+            f"trace must be a Trace (llmsched.workload.Trace), a trace file's path or a dataset's name, "
+            f"got {type(trace).__name__}"
+        )
+    for k, v in overrides.items():
+        if v is not None and k != "rate" and (k in _WORKLOAD_KEYS or k == "workload"):
+            raise ConfigError(
+                f"a Trace object brings its own requests: {k} does not apply to it; cut or rescale the "
+                "Trace itself (Trace.head, Trace.until, Trace.time_scaled) or pass the trace file's path instead"
+            )
 
 
 MIN_STEP_S = 1e-4  # a step faster than 0.1 ms is no GPU's: probably seconds given as ms
