@@ -67,3 +67,24 @@ def test_a_trace_object_refuses_workload_options(option):
 def test_a_trace_of_another_type_is_refused():
     with pytest.raises(ConfigError, match=r"trace must be a Trace .*, got dict$"):
         llmsched.simulate(trace={"arrival_s": [0]}, cost_model="paper")
+
+
+def test_write_into_a_file_is_a_config_error(tmp_path):
+    from pathlib import Path  # noqa: PLC0415
+
+    from llmsched.sim.network_result import simulate_network  # noqa: PLC0415
+    from llmsched.sim.serverless_result import simulate_serverless  # noqa: PLC0415
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    ex = Path(__file__).resolve().parent.parent / "examples"
+    r = llmsched.simulate(cost_model="paper", num_requests=5, verdict=False)
+    results = [
+        r,
+        simulate_serverless(str(ex / "serverless" / "small.yaml"), num_requests=20),
+        simulate_network(str(ex / "networks" / "tandem.yaml"), num_jobs=10),
+    ]
+    for res in results:
+        with pytest.raises(ConfigError, match=r"output folder '.*afile'"):
+            res.write(afile)
+    assert afile.read_text() == "x"
