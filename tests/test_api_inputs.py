@@ -88,3 +88,19 @@ def test_write_into_a_file_is_a_config_error(tmp_path):
         with pytest.raises(ConfigError, match=r"output folder '.*afile'"):
             res.write(afile)
     assert afile.read_text() == "x"
+
+
+def test_region_helpers_refuse_as_their_siblings_do():
+    from llmsched.core.region import representative_step_time, workload_point  # noqa: PLC0415
+    from llmsched.theory.bounds import step_time_at_budget  # noqa: PLC0415
+
+    with pytest.raises(ConfigError, match=r"mean output >= 1 tokens, got 200 and 0.5"):
+        workload_point(10, 200, 0.5)
+    with pytest.raises(ConfigError, match=r"mean prompt must be > 0"):
+        workload_point(10, 0, 5)
+    with pytest.raises(ConfigError, match=r"rate must be a finite number >= 0"):
+        workload_point(-1, 200, 5)
+    assert workload_point(2, 200, 5) == (400, 8)
+    for f in (representative_step_time, step_time_at_budget):
+        with pytest.raises(TypeError, match=r"expected a CostModel, got 'paper': build one with make_cost_model"):
+            f("paper", 100, 10) if f is representative_step_time else f("paper", 100)
