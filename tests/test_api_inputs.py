@@ -104,3 +104,45 @@ def test_region_helpers_refuse_as_their_siblings_do():
     for f in (representative_step_time, step_time_at_budget):
         with pytest.raises(TypeError, match=r"expected a CostModel, got 'paper': build one with make_cost_model"):
             f("paper", 100, 10) if f is representative_step_time else f("paper", 100)
+
+
+def test_theory_caches_read_a_changed_file_anew(tmp_path, monkeypatch):
+    import os  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    from llmsched.analysis.points import critical_rate_of  # noqa: PLC0415
+    from llmsched.core.profile import PROFILES_DIR  # noqa: PLC0415
+    from llmsched.theory import workload_means  # noqa: PLC0415
+
+    lens = tmp_path / "lens.csv"
+    lens.write_text("n\n100\n100\n")
+    wl = {"prompt": f"empirical:{lens}", "output": "fixed:5"}
+    assert workload_means(wl, 50)[0] == pytest.approx(100)
+    lens.write_text("n\n300\n300\n300\n")
+    assert workload_means(wl, 50)[0] == pytest.approx(300)
+    # a relative path read from another folder
+    for d, n in (("a", 40), ("b", 70)):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "l.csv").write_text(f"n\n{n}\n")
+    rel = {"prompt": "empirical:l.csv", "output": "fixed:5"}
+    monkeypatch.chdir(tmp_path / "a")
+    assert workload_means(rel, 50)[0] == pytest.approx(40)
+    os.chdir(tmp_path / "b")
+    assert workload_means(rel, 50)[0] == pytest.approx(70)
+    # a trace
+    tr = _csv(tmp_path)
+    wl = {"trace": str(tr)}
+    assert workload_means(wl)[0] == pytest.approx(10)
+    tr.write_text("arrival_s,prompt_tokens,output_tokens\n0,20,5\n1,20,5\n")
+    assert workload_means(wl)[0] == pytest.approx(20)
+    # a profile:PATH folder
+    prof = tmp_path / "prof"
+    shutil.copytree(PROFILES_DIR / "h200", prof)
+    cfg = build_config(cost_model=f"profile:{prof}#llama-3-8b", prompt="fixed:100", output="fixed:10")
+    first = critical_rate_of(cfg)
+    assert critical_rate_of(cfg) == first
+    for table in prof.glob("*.csv"):  # every measured time (the last column, ms) doubled
+        head, *body = table.read_text().splitlines()
+        doubled = [",".join([*r.split(",")[:-1], str(2 * float(r.split(",")[-1]))]) for r in body]
+        table.write_text("\n".join([head, *doubled]) + "\n")
+    assert critical_rate_of(cfg) < 0.9 * first
