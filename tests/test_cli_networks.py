@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from llmsched.analysis.points import _strings
 from llmsched.api import OUTPUT_ONLY_KEYS
 from llmsched.cli import main
 from llmsched.core.paths import recorded_path
 from llmsched.core.profile import PROFILES_DIR
+from llmsched.workload.datasets import _strings
 from llmsched.workload.lengths import parse_length_law
 
 EX = "examples"

@@ -49,6 +49,22 @@ DEFAULT_WORKLOAD = {
 }
 
 
+class _CompletedWorkload(dict):
+    """A SimConfig's `workload`: the options given completed by the defaults that apply,
+    remembering the given ones (`given`), so that a config built from it
+    (`dataclasses.replace`) keeps the defaults apart as the original does."""
+
+    given: dict | None = None
+
+
+def _given_of(given: dict, workload: dict) -> dict:
+    """The workload options given: `given`, or where `workload` (the completed options) was
+    changed since, its values except those equal to a default not given."""
+    if with_defaults(given, DEFAULT_WORKLOAD) == workload:
+        return dict(given)
+    return {k: v for k, v in workload.items() if k in given or k not in DEFAULT_WORKLOAD or v != DEFAULT_WORKLOAD[k]}
+
+
 @dataclass
 class SimConfig:
     """Everything a simulation run depends on."""
@@ -73,7 +89,11 @@ class SimConfig:
     slo: dict = field(default_factory=dict)  # per-request limits in ms: ttft_ms, tpot_ms, itl_ms, e2el_ms
 
     def __post_init__(self):
-        self.set_workload(self.workload)
+        wl = self.workload
+        if isinstance(wl, _CompletedWorkload) and wl.given is not None:
+            # another config's workload (`dataclasses.replace`): its given options stay given
+            wl = _given_of(wl.given, wl)
+        self.set_workload(wl)
 
     def set_workload(self, given: dict | None) -> None:
         """Set the workload options given; `workload` becomes them completed by the defaults
@@ -85,21 +105,15 @@ class SimConfig:
             raise ConfigError(f"workload must be a mapping (arrival, rate, prompt, output, ...), got {given!r:.60}")
         # kept apart from the defaults: an override (build_config) decides anew which apply
         self._workload_given = {k: v for k, v in given.items() if v is not None}
-        self.workload = with_defaults(self._workload_given, DEFAULT_WORKLOAD)
+        self.workload = _CompletedWorkload(with_defaults(self._workload_given, DEFAULT_WORKLOAD))
+        self.workload.given = dict(self._workload_given)
 
     def given_workload(self) -> dict:
         """The workload options given, without the defaults. A workload changed after
         construction (`cfg.workload[k] = v`, `dataclasses.replace`) counts as given except
         its values that equal a default not given, so the rules of `with_defaults` (no
         request count to a duration, ...) still apply to it."""
-        given = self._workload_given
-        if with_defaults(given, DEFAULT_WORKLOAD) == self.workload:
-            return dict(given)
-        return {
-            k: v
-            for k, v in self.workload.items()
-            if k in given or k not in DEFAULT_WORKLOAD or v != DEFAULT_WORKLOAD[k]
-        }
+        return _given_of(self._workload_given, self.workload)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SimConfig:
@@ -136,7 +150,9 @@ class SimConfig:
         return cls.from_dict(data)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["workload"] = dict(d["workload"])
+        return d
 
     def scheduler_spec(self) -> SchedulerSpec:
         """The policy, admission and limits of the run (its first eight fields)."""
@@ -300,7 +316,7 @@ def check_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
 def simulate(
     config: SimConfig | dict | str | os.PathLike | None = None,
     *,
-    trace: Trace | None = None,
+    trace: Trace | str | os.PathLike | None = None,
     out_dir: str | os.PathLike | None = None,
     progress: Callable[[int, int], None] | None = None,
     **overrides,
@@ -309,11 +325,20 @@ def simulate(
 
     Examples: `simulate(policy="orca", rate=10, num_requests=1000, cost_model="paper")`,
     `simulate("run.yaml", out_dir="results")`, `simulate(trace=my_trace, b_max=256)`.
+
+    `trace` is a trace file's path or a dataset's name (replayed as the workload, so the
+    workload options such as `num_requests`, `duration_s`, `rate` and `time_scale` apply
+    to it), or a `Trace` object, run as it is: it brings its own requests, so a workload
+    option given with it is refused (ConfigError; cut or rescale the Trace instead, e.g.
+    `Trace.head`, `Trace.until`, `Trace.time_scaled`), except `rate`, which is ignored
+    with a warning.
     """
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
         overrides["trace"], trace = str(trace), None
+    elif trace is not None:
+        _check_trace_object(trace, overrides)
     cfg = build_config(config, **overrides)
     slo, scheduler, cost = _setup(cfg)
     if trace is None:
@@ -384,6 +409,23 @@ def simulate(
     if out_dir is not None:
         result.write(out_dir)
     return result
+
+
+def _check_trace_object(trace, overrides: dict) -> None:
+    """Refuse a `trace` that is no Trace (nor an object with its `arrival_s`, `prompt` and
+    `output` arrays), and workload options given with a Trace object (but `rate`, ignored
+    with a warning): its requests are run as they are."""
+    if not isinstance(trace, Trace) and not all(hasattr(trace, a) for a in ("arrival_s", "prompt", "output")):
+        raise ConfigError(
+            f"trace must be a Trace (llmsched.workload.Trace), a trace file's path or a dataset's name, "
+            f"got {type(trace).__name__}"
+        )
+    for k, v in overrides.items():
+        if v is not None and k != "rate" and (k in _WORKLOAD_KEYS or k == "workload"):
+            raise ConfigError(
+                f"a Trace object brings its own requests: {k} does not apply to it; cut or rescale the "
+                "Trace itself (Trace.head, Trace.until, Trace.time_scaled) or pass the trace file's path instead"
+            )
 
 
 MIN_STEP_S = 1e-4  # a step faster than 0.1 ms is no GPU's: probably seconds given as ms

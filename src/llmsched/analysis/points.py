@@ -27,7 +27,7 @@ from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..theory import capacity, ideal_cached_prompt, requests_per_rate, workload_means
-from ..workload.datasets import is_dataset, resolve_dataset
+from ..workload.datasets import file_stamps
 from ..workload.spec import without_inline_rate
 
 __all__ = [
@@ -53,7 +53,9 @@ def critical_rate_of(cfg) -> float:
     cached = ideal_cached_prompt(cfg.workload, cfg.block_size) if cfg.prefix_caching else 0.0
     if not isinstance(cfg.cost_model, str):
         return _critical_rate.__wrapped__(cfg.cost_model, cfg.b_max, cfg.k_max, mp, mo, cached)
-    return _critical_rate(cfg.cost_model, cfg.b_max, cfg.k_max, mp, mo, cached)
+    # a profile:PATH is read anew when its file changes (or a relative PATH names another)
+    files = _cost_model_files(cfg.cost_model)
+    return _critical_rate(cfg.cost_model, cfg.b_max, cfg.k_max, mp, mo, cached, files)
 
 
 def critical_arrival_rate_of(cfg) -> float:
@@ -64,8 +66,26 @@ def critical_arrival_rate_of(cfg) -> float:
     return critical_rate_of(cfg) / requests_per_rate(cfg.workload)
 
 
+def _cost_model_files(cost_model: str) -> tuple:
+    """(absolute path, size, modification time) of the files a `profile:PATH[#MODEL][,...]`
+    cost model reads (PATH a file or a folder of tables): part of `_critical_rate`'s key."""
+    stamps = set(file_stamps({"cost_model": cost_model}))
+    if cost_model.strip().lower().startswith("profile:"):
+        source = cost_model.strip()[len("profile:") :].split(",")[0].strip()
+        for cand in {source, source.rpartition("#")[0]}:
+            files = []
+            if cand and os.path.isfile(cand):
+                files = [cand]
+            elif cand and os.path.isdir(cand):
+                files = [e.path for e in os.scandir(cand) if e.is_file()]
+            for f in files:
+                st = os.stat(f)
+                stamps.add((os.path.abspath(f), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(stamps))
+
+
 @lru_cache(maxsize=1024)
-def _critical_rate(cost_model, b_max: int, k_max, mp: float, mo: float, cached: float = 0.0) -> float:
+def _critical_rate(cost_model, b_max: int, k_max, mp: float, mo: float, cached: float = 0.0, files=()) -> float:
     return capacity(make_cost_model(cost_model), b_max, mp, mo, k_max=k_max, cached_prompt=cached).critical_rate
 
 
@@ -101,40 +121,6 @@ def resolve_point(config=None, fixed: dict | None = None, params: dict | None = 
         cfg = build_config(cfg, workload=without_inline_rate(cfg.given_workload()), rate=rate)
     _fill_adaptive(cfg)
     return cfg
-
-
-def _strings(obj):
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _strings(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _strings(v)
-
-
-def file_stamps(d: dict) -> list:
-    """(path, size, modification time) of every file a configuration names (a trace,
-    `empirical:PATH[:COL]`, `profile:PATH`, and a named dataset of its workload, such as
-    `sharegpt`, at the file it resolves to under $LLMSCHED_TRACES now): a point's result
-    depends on their contents."""
-    stamps = set()
-    workload = d.get("workload") if isinstance(d, dict) else None
-    named = set(_strings(workload)) if isinstance(workload, dict) else set()
-    for s in _strings(d):
-        rest = s.split(":", 1)[1] if ":" in s else s
-        for cand in {s, rest, rest.rsplit(":", 1)[0]}:
-            path = cand if cand and os.path.isfile(cand) else None
-            if path is None and s in named and cand and is_dataset(cand):
-                try:
-                    path = str(resolve_dataset(cand))
-                except ConfigError:  # not found: the run says so
-                    continue
-            if path is not None:
-                st = os.stat(path)
-                stamps.add((os.path.abspath(path), st.st_size, st.st_mtime_ns))
-    return sorted(stamps)
 
 
 def point_key(cfg) -> str:

@@ -137,6 +137,8 @@ def representative_step_time(
 def representative_timer(cost: CostModel, mean_prompt: float | None, mean_output: float | None):
     """`representative_step_time` as a function of (x, y), its constants computed once: a
     caller timing many shapes of one workload (the region, the peak scan) builds it once."""
+    if not isinstance(cost, CostModel):
+        raise TypeError(f"expected a CostModel, got {cost!r}: build one with make_cost_model(spec)")
     if cost.load_only:
         return lambda x, y: float(cost.load_time(int(x) + int(y)))
     _check_means(mean_prompt, mean_output)
@@ -164,7 +166,15 @@ def representative_timer(cost: CostModel, mean_prompt: float | None, mean_output
 
 def workload_point(rate: float, mean_prompt: float, mean_output: float) -> tuple[float, float]:
     """(prefill token rate, decode token rate) of `rate` requests/s: the prefill step
-    emits output token 1, so decode work is `mean_output - 1` tokens per request."""
+    emits output token 1, so decode work is `mean_output - 1` tokens per request.
+    ConfigError unless the rate is finite and >= 0, the mean prompt > 0 and the mean
+    output >= 1 token (as `theory.bounds.work_per_request`)."""
+    if not 0 <= rate < math.inf:
+        raise ConfigError(f"rate must be a finite number >= 0 requests/s, got {rate!r}")
+    if not mean_prompt > 0 or not mean_output >= 1:
+        raise ConfigError(
+            f"mean prompt must be > 0 and mean output >= 1 tokens, got {mean_prompt!r} and {mean_output!r}"
+        )
     return rate * mean_prompt, rate * (mean_output - 1.0)
 
 

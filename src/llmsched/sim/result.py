@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import run_kind
+from ..core.paths import check_out_dir, run_kind
 from .csv_rows import CHUNK, IntField, NotFormattable, fixed9, format_rows, tag_field
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
@@ -350,6 +350,7 @@ class SimResult:
         """Write requests.parquet, timeseries.parquet and, when steps were recorded,
         steps.parquet into `out_dir` (typed columns; the CSV files stay). Needs pyarrow."""
         pa, pq, pacsv = require_pyarrow("--parquet")
+        check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         tables = {
@@ -371,6 +372,7 @@ class SimResult:
     def write(self, out_dir: str | os.PathLike) -> Path:
         """Write summary.json, config.json, requests.csv, timeseries.csv, histograms and,
         if recorded, steps.csv into `out_dir`. Files appear whole or not at all."""
+        check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         clear_other_run(out, "single-server")

@@ -241,6 +241,7 @@ class ServerlessResult:
 
     # ---- files ---------------------------------------------------------------------------
     def write(self, out_dir: str | os.PathLike) -> Path:
+        check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         clear_other_run(out, "serverless")

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..workload import WorkloadSpec, make_trace, replays_trace
+from ..workload.datasets import file_stamps
 
 __all__ = ["workload_means", "requests_per_rate", "ideal_cached_prompt", "ideal_cached_tokens", "DEFAULT_SAMPLES"]
 
@@ -36,8 +37,18 @@ def workload_means(workload: dict, samples: int = DEFAULT_SAMPLES) -> tuple[floa
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
     if not isinstance(samples, int) or samples < 1:
         raise ConfigError(f"samples must be a whole number >= 1, got {samples!r}")
-    key = json.dumps(workload, sort_keys=True, default=str)
-    return _means(key, samples)
+    return _means(_key(workload), samples, _files(workload))
+
+
+def _key(workload: dict) -> str:
+    return json.dumps(workload, sort_keys=True, default=str)
+
+
+def _files(workload: dict) -> tuple:
+    """Part of the caches' keys: the (absolute path, size, modification time) of the files
+    the workload names (a trace, `empirical:PATH`, a dataset where it resolves now), so
+    that a changed file, or a relative path read from another folder, is read anew."""
+    return tuple(file_stamps({"workload": workload}))
 
 
 def _sample_spec(key: str, samples: int) -> WorkloadSpec:
@@ -60,7 +71,7 @@ def _sample_spec(key: str, samples: int) -> WorkloadSpec:
 
 
 @lru_cache(maxsize=256)
-def _means(key: str, samples: int) -> tuple[float, float]:
+def _means(key: str, samples: int, files: tuple = ()) -> tuple[float, float]:
     tr = make_trace(_sample_spec(key, samples))
     return float(np.mean(tr.prompt)), float(np.mean(tr.output))
 
@@ -73,11 +84,11 @@ def requests_per_rate(workload: dict, samples: int = DEFAULT_SAMPLES) -> float:
     workload is `rate * requests_per_rate(workload)`, and its load that over lambda*."""
     if not isinstance(workload, dict):
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
-    return _per_rate(json.dumps(workload, sort_keys=True, default=str), samples)
+    return _per_rate(_key(workload), samples, _files(workload))
 
 
 @lru_cache(maxsize=256)
-def _per_rate(key: str, samples: int) -> float:
+def _per_rate(key: str, samples: int, files: tuple = ()) -> float:
     d = {k: v for k, v in json.loads(key).items() if v is not None}
     if replays_trace(d):
         return 1.0
@@ -113,11 +124,11 @@ def ideal_cached_prompt(workload: dict, block_size: int, samples: int = CACHE_SA
     own (`cached_prompt_tokens_per_request`), lower when its KV cache evicts."""
     if not isinstance(workload, dict):
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
-    return _cached(json.dumps(workload, sort_keys=True, default=str), int(block_size), samples)
+    return _cached(_key(workload), int(block_size), samples, _files(workload))
 
 
 @lru_cache(maxsize=256)
-def _cached(key: str, block_size: int, samples: int) -> float:
+def _cached(key: str, block_size: int, samples: int, files: tuple = ()) -> float:
     spec = _sample_spec(key, samples)
     tr = make_trace(spec, block_size)
     if not tr.has_blocks:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 
-__all__ = ["DATASETS", "traces_dirs", "resolve_dataset", "resolve_path", "is_dataset"]
+__all__ = ["DATASETS", "traces_dirs", "resolve_dataset", "resolve_path", "is_dataset", "file_stamps"]
 
 # name -> (path relative to the traces folder, prompt column, output column)
 DATASETS: dict[str, tuple[str, str, str]] = {
@@ -90,3 +90,37 @@ def resolve_path(path: str | os.PathLike) -> Path:
     if p.exists():
         raise ConfigError(f"{p} is not a file")
     raise ConfigError(f"file {p} does not exist")
+
+
+def _strings(obj):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _strings(v)
+
+
+def file_stamps(d: dict) -> list:
+    """(path, size, modification time) of every file a configuration names (a trace,
+    `empirical:PATH[:COL]`, `profile:PATH`, and a named dataset of its workload, such as
+    `sharegpt`, at the file it resolves to under $LLMSCHED_TRACES now): a point's result
+    depends on their contents."""
+    stamps = set()
+    workload = d.get("workload") if isinstance(d, dict) else None
+    named = set(_strings(workload)) if isinstance(workload, dict) else set()
+    for s in _strings(d):
+        rest = s.split(":", 1)[1] if ":" in s else s
+        for cand in {s, rest, rest.rsplit(":", 1)[0]}:
+            path = cand if cand and os.path.isfile(cand) else None
+            if path is None and s in named and cand and is_dataset(cand):
+                try:
+                    path = str(resolve_dataset(cand))
+                except ConfigError:  # not found: the run says so
+                    continue
+            if path is not None:
+                st = os.stat(path)
+                stamps.add((os.path.abspath(path), st.st_size, st.st_mtime_ns))
+    return sorted(stamps)

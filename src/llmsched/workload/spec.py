@@ -35,6 +35,7 @@ arrives and resending turns 1..k. `trace_model` / `trace_log_type` filter a Burs
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from dataclasses import dataclass, fields, replace
@@ -477,8 +478,9 @@ def load_trace(
     log_type: str | None = None,
 ) -> Trace:
     """Read a trace file (any format of `trace.FORMATS`) or a named dataset; cached per
-    file version and options. The cached arrays are read-only; `make_trace` returns fresh
-    arrays."""
+    file version and options. Each call returns a new Trace sharing the cached read-only
+    arrays (reassigning its attributes leaves the cache as it is); `make_trace` returns
+    fresh arrays."""
     p = resolve_path(path)
     st = p.stat()
     key = (str(p.resolve()), st.st_mtime_ns, st.st_size, block_size, model, log_type)
@@ -491,7 +493,7 @@ def load_trace(
         if len(_TRACE_CACHE) >= 4:
             _TRACE_CACHE.clear()
         _TRACE_CACHE[key] = t
-    return t
+    return copy.copy(t)
 
 
 def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE) -> Trace:
