@@ -85,3 +85,15 @@ def test_simulate_network_takes_a_numpy_scale():
     for bad in (True, np.float32(-0.5)):
         with pytest.raises(ConfigError, match="scale must be a positive number"):
             simulate_network(net, scale=bad, num_jobs=30)
+
+
+def test_workload_means_takes_a_numpy_sample_count():
+    import numpy as np
+
+    from llmsched.core.errors import ConfigError
+    from llmsched.theory import workload_means
+
+    wl = {"prompt": "const:10", "output": "const:5", "rate": 1}
+    assert workload_means(wl, samples=np.int64(1000)) == workload_means(wl, samples=1000) == (10.0, 5.0)
+    with pytest.raises(ConfigError, match="samples must be a whole number"):
+        workload_means(wl, samples=True)

@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..core.checks import as_int
 from ..core.errors import ConfigError
 from ..workload import WorkloadSpec, make_trace, replays_trace
 from ..workload.datasets import file_stamps
@@ -35,9 +36,10 @@ def workload_means(workload: dict, samples: int = DEFAULT_SAMPLES) -> tuple[floa
     `samples` times with the workload's seed; a trace uses its requests."""
     if not isinstance(workload, dict):
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
-    if not isinstance(samples, int) or samples < 1:
+    n = as_int(samples)
+    if n is None or n < 1:
         raise ConfigError(f"samples must be a whole number >= 1, got {samples!r}")
-    return _means(_key(workload), samples, _files(workload))
+    return _means(_key(workload), n, _files(workload))
 
 
 def _key(workload: dict) -> str:
