@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import yaml
 
 import llmsched
 from llmsched.api import SimConfig, build_config
@@ -39,15 +40,16 @@ def test_replaced_config_keeps_the_defaults_apart():
     a = build_config(cfg, rate=200, duration_s=30).workload
     b = build_config(same, rate=200, duration_s=30).workload
     assert a == b and "num_requests" not in b
-    # what was given stays given, what is changed by replace counts as given
-    cfg = SimConfig(cost_model="paper", workload={"num_requests": 5000})
-    assert build_config(dataclasses.replace(cfg), duration_s=3).workload["num_requests"] == 5000
+    # a value other than its default stays given; one equal to a default counts as not
+    # given (given_workload's rule), what replace changes counts as given
+    cfg = SimConfig(cost_model="paper", workload={"num_requests": 4000})
+    assert build_config(dataclasses.replace(cfg), duration_s=3).workload["num_requests"] == 4000
     other = dataclasses.replace(cfg, workload={"rate": 3})
     assert other.given_workload() == {"rate": 3}
-    # the copy's workload is its own
+    # the copy's workload is its own, and a plain mapping (YAML dumps it)
     same.workload["rate"] = 7.0
     assert cfg.workload["rate"] == 16.0
-    assert type(cfg.to_dict()["workload"]) is dict
+    assert type(cfg.workload) is dict and "rate: 16" in yaml.safe_dump(cfg.workload)
 
 
 @pytest.mark.parametrize(

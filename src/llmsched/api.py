@@ -49,14 +49,6 @@ DEFAULT_WORKLOAD = {
 }
 
 
-class _CompletedWorkload(dict):
-    """A SimConfig's `workload`: the options given completed by the defaults that apply,
-    remembering the given ones (`given`), so that a config built from it
-    (`dataclasses.replace`) keeps the defaults apart as the original does."""
-
-    given: dict | None = None
-
-
 def _given_of(given: dict, workload: dict) -> dict:
     """The workload options given: `given`, or where `workload` (the completed options) was
     changed since, its values except those equal to a default not given."""
@@ -90,9 +82,11 @@ class SimConfig:
 
     def __post_init__(self):
         wl = self.workload
-        if isinstance(wl, _CompletedWorkload) and wl.given is not None:
-            # another config's workload (`dataclasses.replace`): its given options stay given
-            wl = _given_of(wl.given, wl)
+        if isinstance(wl, dict) and DEFAULT_WORKLOAD.keys() <= wl.keys():
+            # a completed workload (another config's, as `dataclasses.replace` passes it):
+            # its values equal to a default not given count as not given (given_workload's
+            # rule), so a duration given later drops the default request count as before
+            wl = _given_of({}, wl)
         self.set_workload(wl)
 
     def set_workload(self, given: dict | None) -> None:
@@ -105,8 +99,7 @@ class SimConfig:
             raise ConfigError(f"workload must be a mapping (arrival, rate, prompt, output, ...), got {given!r:.60}")
         # kept apart from the defaults: an override (build_config) decides anew which apply
         self._workload_given = {k: v for k, v in given.items() if v is not None}
-        self.workload = _CompletedWorkload(with_defaults(self._workload_given, DEFAULT_WORKLOAD))
-        self.workload.given = dict(self._workload_given)
+        self.workload = with_defaults(self._workload_given, DEFAULT_WORKLOAD)
 
     def given_workload(self) -> dict:
         """The workload options given, without the defaults. A workload changed after
@@ -150,9 +143,7 @@ class SimConfig:
         return cls.from_dict(data)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["workload"] = dict(d["workload"])
-        return d
+        return asdict(self)
 
     def scheduler_spec(self) -> SchedulerSpec:
         """The policy, admission and limits of the run (its first eight fields)."""
