@@ -350,3 +350,13 @@ def test_profile_refuses_an_engine_too_small_for_its_grid(tiny_model, tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not out.exists()
+
+
+def test_a_profile_out_path_ending_in_a_slash_is_a_folder(tmp_path):
+    """`--out DIR/` for a folder not made yet wrote a file named DIR; it is a folder
+    holding profile.csv, as an existing folder is."""
+    from llmsched.engine.profiler import write_profile
+
+    path = write_profile([], str(tmp_path / "new") + "/")
+    assert path == tmp_path / "new" / "profile.csv" and path.is_file()
+    assert write_profile([], tmp_path / "plain.csv") == tmp_path / "plain.csv"

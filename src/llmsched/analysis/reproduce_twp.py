@@ -1,6 +1,6 @@
 """`llmsched reproduce twp`: paper 2's Table III and figures on our serverless runtime.
 
-Paper 2 ("Stable token-level scheduling for serverless LLM inference", MODEL.md section 6)
+Paper 2 ("Stable token-level scheduling for serverless LLM inference"; docs/twp.md)
 compares Token Window Pacing with five platform schedulers (FCFS, Round-Robin, Priority,
 DynamicBatch, ServerlessLLM) at low, medium and high load. We run the six of them on the
 platform of `examples/serverless/twp_repro.yaml` (2 nodes x 4 H200 GPUs, four models with

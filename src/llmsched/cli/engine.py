@@ -188,6 +188,8 @@ def check_measurement_times(args) -> None:
 def cmd_profile(args) -> int:
     from ..engine.profiler import profile  # noqa: PLC0415
 
+    if args.out.endswith(("/", os.sep)) and not os.path.exists(args.out):
+        os.makedirs(args.out)  # a path ending in a slash names a folder (it gets profile.csv)
     if os.path.isdir(args.out):
         check_out_dir(args.out, "--out")
     else:

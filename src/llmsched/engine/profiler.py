@@ -549,8 +549,9 @@ def profile_engine(
 
 
 def write_profile(rows: list[dict], out) -> Path:
+    folder = str(out).endswith(("/", os.sep))  # (Path drops a trailing slash)
     out = Path(out)
-    if out.is_dir():
+    if folder or out.is_dir():
         out = out / COMBINED_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
