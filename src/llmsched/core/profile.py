@@ -1,7 +1,7 @@
 """The `profile` step cost model: step times composed from measured GPU tables.
 
 A step's time is the sum of four parts, each read from a table measured on the GPU
-(`calibration/profile_step.py` measures them; `data/profiles/h200/` ships an H200 set):
+(`benchmarks/calibration/profile_step.py` measures them; `data/profiles/h200/` ships an H200 set):
 
     t = linear(b) + L * [decode_attn(D, ctx_mean) - v * floor_d]
         + sum over chunks L * [prefill_attn(c, ctx) - v * floor_p] + lm_head(sampled)
