@@ -148,3 +148,11 @@ def test_theory_caches_read_a_changed_file_anew(tmp_path, monkeypatch):
         doubled = [",".join([*r.split(",")[:-1], str(2 * float(r.split(",")[-1]))]) for r in body]
         table.write_text("\n".join([head, *doubled]) + "\n")
     assert critical_rate_of(cfg) < 0.9 * first
+
+
+def test_a_saved_config_with_a_count_and_a_duration_reloads_the_same():
+    """A completed workload read back (config.json, a full YAML workload) kept its
+    explicit 5,000 requests next to a duration; reading defaults out of it dropped them."""
+    cfg = build_config(None, duration_s=2, num_requests=5000, rate=1)
+    again = SimConfig.from_dict(cfg.to_dict())
+    assert again.workload == cfg.workload and again.workload["num_requests"] == 5000

@@ -85,8 +85,11 @@ class SimConfig:
         if isinstance(wl, dict) and DEFAULT_WORKLOAD.keys() <= wl.keys():
             # a completed workload (another config's, as `dataclasses.replace` passes it):
             # its values equal to a default not given count as not given (given_workload's
-            # rule), so a duration given later drops the default request count as before
-            wl = _given_of({}, wl)
+            # rule), so a duration given later drops the default request count as before;
+            # unless that would change it (a count kept with a duration: config.json)
+            given = _given_of({}, wl)
+            if with_defaults(given, DEFAULT_WORKLOAD) == wl:
+                wl = given
         self.set_workload(wl)
 
     def set_workload(self, given: dict | None) -> None:
