@@ -188,9 +188,8 @@ def check_measurement_times(args) -> None:
 def cmd_profile(args) -> int:
     from ..engine.profiler import profile  # noqa: PLC0415
 
-    if args.out.endswith(("/", os.sep)) and not os.path.exists(args.out):
-        os.makedirs(args.out)  # a path ending in a slash names a folder (it gets profile.csv)
-    if os.path.isdir(args.out):
+    # a folder (it gets profile.csv): one that exists, or a path ending in a slash
+    if os.path.isdir(args.out) or args.out.endswith(("/", os.sep)):
         check_out_dir(args.out, "--out")
     else:
         check_out_file(args.out, "--out", make_parents=True)  # before the measurement, not after it
