@@ -1,6 +1,6 @@
 """A sweep's load and rate search in the units `simulate` reports: with turns the rate
-counts conversations, prefix caching lowers the work, --time-scale speeds arrivals up;
-named datasets are part of a point's key; bad inputs stop a sweep before any run."""
+counts conversations, prefix caching lowers the work, --time-scale speeds arrivals up
+(named datasets in a point's key and bad inputs: tests/test_sweep_checks.py)."""
 
 import json
 

@@ -57,7 +57,7 @@ def capacity_report(
     per = 1.0  # requests/s per unit of rate (a rate read off a trace is in requests/s)
     is_trace = replays_trace(cfg.workload)
     if rate is not None and not is_trace:
-        per = requests_per_rate(cfg.workload, DEFAULT_SAMPLES if samples is None else samples)
+        per = requests_per_rate(cfg.workload)
     request_rate = None if rate is None else rate * per
     rep = capacity(
         cfg.cost_model,

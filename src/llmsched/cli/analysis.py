@@ -218,7 +218,10 @@ def _print_capacity(rep: dict) -> None:
         why = (
             "t(b)/b is least below b_max: a policy filling every step to b_max is stable only below C / w"
             if c["peak_token_capacity"] > c["token_capacity"] * (1 + 1e-9)
-            else "C / w times one representative step at b_max, the region other shapes: not an upper bound here"
+            else (
+                "C / w times one representative step at b_max; the region mixes other step shapes, "
+                "so C / w is no upper bound here"
+            )
         )
         rows.append(("note: lambda* above C / w", f"theorem 2 does not give lambda*: {why}"))
     if "region" in rep:

@@ -78,26 +78,24 @@ def _means(key: str, samples: int, files: tuple = ()) -> tuple[float, float]:
     return float(np.mean(tr.prompt)), float(np.mean(tr.output))
 
 
-def requests_per_rate(workload: dict, samples: int = DEFAULT_SAMPLES) -> float:
+def requests_per_rate(workload: dict) -> float:
     """Requests offered per unit of a workload's `rate`: with `turns` the rate counts
-    conversations, each its mean number of turns (the turns law sampled `samples` times
-    with the workload's seed); synthetic arrivals run `time_scale` times as fast. 1 for a
-    trace (its rate, when given, is in requests/s). So the offered request rate of a
-    workload is `rate * requests_per_rate(workload)`, and its load that over lambda*."""
+    conversations, each its mean number of turns (the turns law's mean); synthetic
+    arrivals run `time_scale` times as fast. 1 for a trace (its rate, when given, is in
+    requests/s). So the offered request rate of a workload is
+    `rate * requests_per_rate(workload)`, and its load that over lambda*."""
     if not isinstance(workload, dict):
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
-    return _per_rate(_key(workload), samples, _files(workload))
+    return _per_rate(_key(workload), _files(workload))
 
 
 @lru_cache(maxsize=256)
-def _per_rate(key: str, samples: int, files: tuple = ()) -> float:
+def _per_rate(key: str, files: tuple = ()) -> float:
     d = {k: v for k, v in json.loads(key).items() if v is not None}
     if replays_trace(d):
         return 1.0
     spec = WorkloadSpec.from_dict(d)
-    n = 1.0
-    if spec.turns is not None:
-        n = float(np.mean(spec.turns.sample(np.random.default_rng(spec.seed), samples)))
+    n = 1.0 if spec.turns is None else float(spec.turns.expected())
     return n * spec.time_scale
 
 
