@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .constraints import check_k_max
 from .cost import CostModel, make_cost_model
 from .errors import ConfigError
 
@@ -74,8 +75,8 @@ _DEFAULT_GRID = 129
 def _check_limits(b_max, k_max, max_prefill_per_request):
     if not isinstance(b_max, (int, np.integer)) or b_max <= 0:
         raise ConfigError(f"b_max must be a positive integer, got {b_max!r}")
-    if k_max is not None and (not isinstance(k_max, (int, np.integer)) or k_max <= 0):
-        raise ConfigError(f"k_max must be a positive integer or None, got {k_max!r}")
+    if k_max is not None:
+        check_k_max(k_max)
     if max_prefill_per_request is not None and (
         not isinstance(max_prefill_per_request, (int, np.integer)) or max_prefill_per_request <= 0
     ):

@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..core.constraints import check_b_max
+from ..core.constraints import check_b_max, check_k_max
 from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError
 from ..core.region import representative_timer, stability_region
@@ -240,6 +240,7 @@ def capacity(
     load up to `b_max`, which a caller that needs only the rates need not wait for."""
     cost = make_cost_model(cost)
     b_max = check_b_max(b_max)
+    k_max = None if k_max is None else check_k_max(k_max)
     if rate is not None and (not math.isfinite(rate) or rate < 0):
         raise ConfigError(f"arrival rate must be a finite number >= 0, got {rate!r}")
     work = work_per_request(mean_prompt, mean_output, cached_prompt)
