@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass
 from ..core.constraints import check_b_max, check_k_max
 from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError
-from ..core.region import representative_timer, stability_region
+from ..core.region import check_mean_lengths, representative_timer, require_cost_model, stability_region
 
 __all__ = [
     "CapacityReport",
@@ -65,21 +65,13 @@ def work_per_request(mean_prompt: float, mean_output: float, cached_prompt: floa
     """Tokens of work per request: prompt + output - 1 (the step that computes the last
     prompt token also emits output token 1; docs/stability.md "Work and capacity"), less
     the prompt tokens a prefix cache serves (`cached_prompt`, a mean per request)."""
-    if not mean_prompt > 0 or not mean_output >= 1:
-        raise ConfigError(
-            f"mean prompt must be > 0 and mean output >= 1 tokens, got {mean_prompt!r} and {mean_output!r}"
-        )
+    check_mean_lengths(mean_prompt, mean_output)
     if not 0 <= cached_prompt < mean_prompt:
         raise ConfigError(
             f"cached prompt tokens per request must be >= 0 and below the mean prompt ({mean_prompt:g}), "
             f"got {cached_prompt!r}"
         )
     return float(mean_prompt) - float(cached_prompt) + float(mean_output) - 1.0
-
-
-def _require_cost_model(cost) -> None:
-    if not isinstance(cost, CostModel):
-        raise TypeError(f"expected a CostModel, got {cost!r}: build one with make_cost_model(spec)")
 
 
 def step_time_at_budget(
@@ -93,7 +85,7 @@ def step_time_at_budget(
     lengths are given); for a context-dependent model with mean lengths, the time of a
     b-token step mixing prefill and decode in the workload's proportion with
     representative contexts."""
-    _require_cost_model(cost)
+    require_cost_model(cost)
     return _budget_timer(cost, mean_prompt, mean_output, cached_prompt)(b)
 
 
@@ -139,7 +131,7 @@ def peak_token_capacity(
     assumes t(b) / b never increases with b, so that this equals `token_capacity`; for
     cost models where it does not (e.g. the paper's `max` variant with c < a * b0) a
     policy running smaller steps serves more, and this is the real bound."""
-    _require_cost_model(cost)
+    require_cost_model(cost)
     if cost.load_only or mean_prompt is None or mean_output is None:
         return _load_peak(cost, b_max)
     t = _budget_timer(cost, mean_prompt, mean_output, cached_prompt)
