@@ -238,3 +238,32 @@ def test_the_verdict_threshold_is_at_most_c_where_smaller_steps_serve_more():
     assert s["critical_rate"] > 40 * 0.5  # the peak's lambda*: far above the offered rate
     assert s["verdict_threshold_tokens_per_s"] == pytest.approx(0.02 * s["token_capacity"])
     assert s["verdict"] == "unstable"
+
+
+# --- k_max is checked before it is compared with b_max ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "k_max, message",
+    [
+        (10**30, "k_max must be at most 1,048,576"),
+        (600.5, "k_max must be a positive integer, got 600.5"),
+        ("600", "k_max must be a positive integer, got '600'"),
+        (True, "k_max must be a positive integer, got True"),
+        (0, "k_max must be a positive integer, got 0"),
+    ],
+)
+def test_capacity_refuses_a_bad_k_max_even_above_b_max(k_max, message):
+    """A k_max >= b_max cannot bind, but it is checked first: 1e30 and 600.5 were
+    accepted, '600' raised a TypeError and True passed."""
+    with pytest.raises(ConfigError, match=message):
+        capacity("paper", 512, 200, 101, k_max=k_max)
+
+
+def test_capacity_stores_a_numpy_k_max_as_an_int():
+    import numpy as np
+
+    for k in (np.int64(600), np.int32(16)):
+        r = capacity("paper", 512, 200, 101, k_max=k)
+        assert type(r.k_max) is int and r.k_max == int(k)
+        json.dumps(r.to_dict())

@@ -313,3 +313,44 @@ def test_a_dataset_name_is_recorded_as_written(tmp_path, monkeypatch):
     assert recorded_path("azure-conv") == "azure-conv" and parse_length_law("sharegpt", "prompt").to_str() == "sharegpt"
     (tmp_path / "azure-conv").write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n")
     assert recorded_path("azure-conv") == str(tmp_path / "azure-conv")  # a file of that name is read instead
+
+
+def test_network_summary_prints_fill_and_cache_hit_utilisations_together(monkeypatch):
+    """With `utilisation_net_of_hits` present the net-of-hits text replaced the
+    fill-capacity one, so a server over what filling steps to b_max serves read as below
+    capacity."""
+    from types import SimpleNamespace
+
+    from llmsched.cli import simulate as sim_cli
+
+    printed = {}
+    monkeypatch.setattr(sim_cli, "print_table", lambda title, rows, head=None: printed.update(rows))
+    server = {"replicas": [0], "calls": 10, "p99_ttft_ms": 1.0, "verdict": "stable", "prefix_cache": None}
+    servers = {
+        "a": {**server, "utilisation": 0.5, "fill_utilisation": 1.2, "utilisation_net_of_hits": 0.4},
+        "b": {**server, "utilisation": 0.5, "fill_utilisation": 0.5, "utilisation_net_of_hits": 0.4},
+        "c": {**server, "utilisation": 0.5, "fill_utilisation": 1.2},
+    }
+    summary = {
+        "num_calls": 30,
+        "completed_jobs": 5,
+        "arrived_jobs": 5,
+        "num_jobs": 5,
+        "job_throughput": 1.0,
+        "mean_job_latency_ms": 1.0,
+        "p50_job_latency_ms": 1.0,
+        "p99_job_latency_ms": 1.0,
+        "servers": servers,
+        "bottleneck": None,
+        "verdict": "stable",
+        "wall_s": 0.1,
+    }
+    sim_cli.print_network_summary(SimpleNamespace(summary=summary))
+    rows = {k.split(" (")[0]: v for k, v in printed.items() if k.startswith("server ")}
+    assert rows["server a"].startswith(
+        "load 120.0% of what filling steps to b_max serves (50.0% of the best policy's; 40.0% net of cache hits), "
+    )
+    assert rows["server b"].startswith("load 50.0% of capacity (40.0% net of cache hits), ")
+    assert rows["server c"].startswith(
+        "load 120.0% of what filling steps to b_max serves (50.0% of the best policy's), "
+    )

@@ -533,3 +533,34 @@ def test_shipped_examples_report(name):
     kv = network_capacity_rows(rep)
     assert kv[1][0] == "verdict" and all(len(r) == 2 for r in kv)
     assert traffic(EXAMPLES / f"{name}.yaml").rows() == [tuple(r) for r in rows]
+
+
+def test_fill_capacity_is_one_servers_rule_where_the_region_beats_c():
+    """H200 profile, b_max 512, means 1000/200, k_max 256: the region's step shapes beat
+    the one step C / w times, so the best policy's capacity exceeds C; a policy filling
+    every step to b_max still gets C. One server's threshold took min(effective, C), the
+    network's took the region's capacity: both take `CapacityReport.fill_capacity` now."""
+    ref = capacity("profile", 512, 1000, 200, k_max=256, rate=1.0, peak=False)
+    assert ref.effective_capacity > ref.token_capacity * 1.005
+    assert ref.fill_capacity == min(ref.effective_capacity, ref.token_capacity) == ref.token_capacity
+    s = _one_server("profile", 512, 1000, 200, 1.0, 256).server("s1")
+    assert s.capacity == pytest.approx(ref.effective_capacity, rel=1e-9)
+    assert s.fill_capacity == pytest.approx(ref.fill_capacity, rel=1e-9) and s.fill_capacity < s.capacity
+    assert s.fill_utilisation == pytest.approx(s.offered_tokens_per_s / ref.token_capacity, rel=1e-9)
+
+
+def test_a_load_only_server_scans_its_loads_once(monkeypatch):
+    """The network took the peak from `peak_token_capacity` and `capacity` scanned again."""
+    from llmsched.theory import bounds
+
+    calls = []
+    real = bounds._load_peak
+    monkeypatch.setattr(bounds, "_load_peak", lambda cost, b_max: calls.append(b_max) or real(cost, b_max))
+    s = _one_server(MAX_VARIANT, 512, 200, 50, 0.3).server("s1")
+    assert calls == [512] and s.peak_load == 128
+    calls.clear()
+    idle = traffic(network({"A": [call("s1", 10, 2)]}, servers=("s1", "s2"), s2={"cost_model": MAX_VARIANT})).server(
+        "s2"
+    )
+    assert idle.peak_load == 128 and idle.binding.startswith("token budget at b = 128 < b_max")
+    assert calls == [512, 512]  # once for each server (s1 serves the paper model)

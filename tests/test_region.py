@@ -8,6 +8,7 @@ import pytest
 
 from llmsched.analysis.figures import plot_region
 from llmsched.core.cost import CostModel
+from llmsched.core.errors import ConfigError
 from llmsched.theory import convex_hull, feasible_shape, stability_region, token_capacity, workload_point
 
 
@@ -215,3 +216,9 @@ def test_representative_step_of_many_whole_prompts_adds_them_up_at_once():
     m = Listing()
     representative_step_time(m, 5000, 10, 1000.0, 200.0)
     assert m.seen == [5]
+
+
+@pytest.mark.parametrize("k_max", [True, 10**30, 4.0])
+def test_region_refuses_k_max_by_the_constraints_rule(k_max):
+    with pytest.raises(ConfigError, match="k_max must be"):
+        stability_region("paper", 512, k_max)

@@ -71,3 +71,30 @@ def test_bad_inputs_stop_a_sweep_before_any_run(tmp_path, monkeypatch, capsys, f
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and msg in err and "Traceback" not in err
     assert calls == [] and not (tmp_path / "out").exists()
+
+
+# -- a profile folder's tables are stamped in the key --------------------------------------
+
+
+def test_a_changed_table_in_a_profile_folder_changes_the_key(tmp_path):
+    """`profile:FOLDER` read its tables for lambda* but the key stamped single files only:
+    a resumed sweep kept the point measured with the old tables."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    import llmsched
+    from llmsched.workload.datasets import file_stamps
+
+    src = Path(llmsched.__file__).parent / "data" / "profiles" / "h200"
+    prof = tmp_path / "prof"
+    shutil.copytree(src, prof)
+    cfg = resolve_point(None, {**BASE, "cost_model": f"profile:{prof}"}, {"rate": 1.0})
+    before = point_key(cfg)
+    table = prof / "step.csv"
+    st = table.stat()
+    os.utime(table, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert point_key(cfg) != before
+    # a #MODEL suffix names the same folder
+    stamped = {p for p, *_ in file_stamps({"cost_model": f"profile:{prof}#some-model,tp=1"})}
+    assert str(table.resolve()) in stamped

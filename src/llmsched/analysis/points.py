@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from functools import lru_cache
 
@@ -54,7 +53,7 @@ def critical_rate_of(cfg) -> float:
     if not isinstance(cfg.cost_model, str):
         return _critical_rate.__wrapped__(cfg.cost_model, cfg.b_max, cfg.k_max, mp, mo, cached)
     # a profile:PATH is read anew when its file changes (or a relative PATH names another)
-    files = _cost_model_files(cfg.cost_model)
+    files = tuple(file_stamps({"cost_model": cfg.cost_model}))
     return _critical_rate(cfg.cost_model, cfg.b_max, cfg.k_max, mp, mo, cached, files)
 
 
@@ -64,24 +63,6 @@ def critical_arrival_rate_of(cfg) -> float:
     a conversation with `turns`, so conversations/s; times `time_scale` on synthetic
     arrivals). lambda* itself without either."""
     return critical_rate_of(cfg) / requests_per_rate(cfg.workload)
-
-
-def _cost_model_files(cost_model: str) -> tuple:
-    """(absolute path, size, modification time) of the files a `profile:PATH[#MODEL][,...]`
-    cost model reads (PATH a file or a folder of tables): part of `_critical_rate`'s key."""
-    stamps = set(file_stamps({"cost_model": cost_model}))
-    if cost_model.strip().lower().startswith("profile:"):
-        source = cost_model.strip()[len("profile:") :].split(",")[0].strip()
-        for cand in {source, source.rpartition("#")[0]}:
-            files = []
-            if cand and os.path.isfile(cand):
-                files = [cand]
-            elif cand and os.path.isdir(cand):
-                files = [e.path for e in os.scandir(cand) if e.is_file()]
-            for f in files:
-                st = os.stat(f)
-                stamps.add((os.path.abspath(f), st.st_size, st.st_mtime_ns))
-    return tuple(sorted(stamps))
 
 
 @lru_cache(maxsize=1024)

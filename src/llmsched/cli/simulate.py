@@ -270,13 +270,18 @@ def print_network_summary(res) -> None:
     ]
     for name, srv in s["servers"].items():
         util = srv.get("utilisation")
-        load = "" if util is None else f"load {util:.1%} of capacity, "
         fill = srv.get("fill_utilisation")
-        if util is not None and fill is not None and fill > util * (1 + 1e-9):
-            # b / t(b) peaks below b_max: capacity is the best policy's (smaller steps)
-            load = f"load {fill:.1%} of what filling steps to b_max serves ({util:.1%} of the best policy's), "
-        if srv.get("utilisation_net_of_hits") is not None:
-            load = f"load {util:.1%} of capacity ({srv['utilisation_net_of_hits']:.1%} net of cache hits), "
+        net = srv.get("utilisation_net_of_hits")
+        hits = "" if net is None else f"{net:.1%} net of cache hits"
+        if util is None:
+            load = ""
+        elif fill is not None and fill > util * (1 + 1e-9):
+            # smaller steps (or the region's shapes) serve more than steps at b_max: capacity
+            # is the best policy's
+            more = f"; {hits}" if hits else ""
+            load = f"load {fill:.1%} of what filling steps to b_max serves ({util:.1%} of the best policy's{more}), "
+        else:
+            load = f"load {util:.1%} of capacity" + (f" ({hits})" if hits else "") + ", "
         rows.append(
             (
                 f"server {name} ({len(srv['replicas'])} replica(s))",

@@ -27,6 +27,18 @@ def check_b_max(b: object) -> int:
     return n
 
 
+def check_k_max(k: object) -> int:
+    """The rule for a cap on requests per step: a positive integer (int or numpy's, not a
+    bool) of at most MAX_REQUESTS_PER_STEP; returns it as an int, or raises a one-line
+    ConfigError. (None, no cap, is the caller's to allow.)"""
+    n = as_int(k)
+    if n is None or n <= 0:
+        raise ConfigError(f"k_max must be a positive integer, got {k!r}")
+    if n > MAX_REQUESTS_PER_STEP:
+        raise ConfigError(f"k_max must be at most {MAX_REQUESTS_PER_STEP:,}, got {count_text(n)}")
+    return n
+
+
 def check_prefix_block_size(b: object, what: str = "block_size") -> int:
     """The rule for a prefix-cache block size: a positive integer (int or numpy's, not a
     bool); returns it as an int, or raises a ConfigError naming `what`."""
@@ -50,16 +62,15 @@ class Constraints:
     def __post_init__(self):
         # numpy integers become ints (frozen: set through object.__setattr__)
         object.__setattr__(self, "b_max", check_b_max(self.b_max))
-        for name, cap in (("k_max", MAX_REQUESTS_PER_STEP), ("kv_capacity", MAX_KV_TOKENS)):
-            v = getattr(self, name)
-            if v is None:
-                continue
-            n = as_int(v)
+        if self.k_max is not None:
+            object.__setattr__(self, "k_max", check_k_max(self.k_max))
+        if self.kv_capacity is not None:
+            n = as_int(self.kv_capacity)
             if n is None or n <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
-            if n > cap:
-                raise ConfigError(f"{name} must be at most {cap:,}, got {count_text(n)}")
-            object.__setattr__(self, name, n)
+                raise ConfigError(f"kv_capacity must be a positive integer, got {self.kv_capacity!r}")
+            if n > MAX_KV_TOKENS:
+                raise ConfigError(f"kv_capacity must be at most {MAX_KV_TOKENS:,}, got {count_text(n)}")
+            object.__setattr__(self, "kv_capacity", n)
         if self.prefix_block_size is not None:
             block = check_prefix_block_size(self.prefix_block_size, "the prefix-cache block size")
             object.__setattr__(self, "prefix_block_size", block)

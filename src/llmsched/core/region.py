@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .constraints import check_k_max
 from .cost import CostModel, make_cost_model
 from .errors import ConfigError
 
@@ -74,8 +75,8 @@ _DEFAULT_GRID = 129
 def _check_limits(b_max, k_max, max_prefill_per_request):
     if not isinstance(b_max, (int, np.integer)) or b_max <= 0:
         raise ConfigError(f"b_max must be a positive integer, got {b_max!r}")
-    if k_max is not None and (not isinstance(k_max, (int, np.integer)) or k_max <= 0):
-        raise ConfigError(f"k_max must be a positive integer or None, got {k_max!r}")
+    if k_max is not None:
+        check_k_max(k_max)
     if max_prefill_per_request is not None and (
         not isinstance(max_prefill_per_request, (int, np.integer)) or max_prefill_per_request <= 0
     ):
@@ -103,16 +104,28 @@ def feasible_shape(x, y, b_max: int, k_max: int | None = None, max_prefill_per_r
     return ok
 
 
+def check_mean_lengths(mean_prompt, mean_output) -> None:
+    """The rule for a workload's mean lengths: mean prompt > 0 and mean output >= 1 tokens
+    (the prefill step emits output token 1); a one-line ConfigError otherwise."""
+    if not mean_prompt > 0 or not mean_output >= 1:
+        raise ConfigError(
+            f"mean prompt must be > 0 and mean output >= 1 tokens, got {mean_prompt!r} and {mean_output!r}"
+        )
+
+
+def require_cost_model(cost) -> None:
+    """TypeError unless `cost` is a CostModel (helpers take one; entry points build it)."""
+    if not isinstance(cost, CostModel):
+        raise TypeError(f"expected a CostModel, got {cost!r}: build one with make_cost_model(spec)")
+
+
 def _check_means(mean_prompt, mean_output):
     if mean_prompt is None or mean_output is None:
         raise ConfigError(
             "a context-dependent cost model needs the workload's mean prompt and "
             "output lengths to pick representative contexts"
         )
-    if not mean_prompt > 0 or not mean_output >= 1:
-        raise ConfigError(
-            f"mean prompt must be > 0 and mean output >= 1 tokens, got {mean_prompt!r} and {mean_output!r}"
-        )
+    check_mean_lengths(mean_prompt, mean_output)
 
 
 def representative_step_time(
@@ -137,8 +150,7 @@ def representative_step_time(
 def representative_timer(cost: CostModel, mean_prompt: float | None, mean_output: float | None):
     """`representative_step_time` as a function of (x, y), its constants computed once: a
     caller timing many shapes of one workload (the region, the peak scan) builds it once."""
-    if not isinstance(cost, CostModel):
-        raise TypeError(f"expected a CostModel, got {cost!r}: build one with make_cost_model(spec)")
+    require_cost_model(cost)
     if cost.load_only:
         return lambda x, y: float(cost.load_time(int(x) + int(y)))
     _check_means(mean_prompt, mean_output)
@@ -171,10 +183,7 @@ def workload_point(rate: float, mean_prompt: float, mean_output: float) -> tuple
     output >= 1 token (as `theory.bounds.work_per_request`)."""
     if not 0 <= rate < math.inf:
         raise ConfigError(f"rate must be a finite number >= 0 requests/s, got {rate!r}")
-    if not mean_prompt > 0 or not mean_output >= 1:
-        raise ConfigError(
-            f"mean prompt must be > 0 and mean output >= 1 tokens, got {mean_prompt!r} and {mean_output!r}"
-        )
+    check_mean_lengths(mean_prompt, mean_output)
     return rate * mean_prompt, rate * (mean_output - 1.0)
 
 

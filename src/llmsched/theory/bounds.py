@@ -46,10 +46,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..core.constraints import check_b_max
+from ..core.constraints import check_b_max, check_k_max
 from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError
-from ..core.region import representative_timer, stability_region
+from ..core.region import check_mean_lengths, representative_timer, require_cost_model, stability_region
 
 __all__ = [
     "CapacityReport",
@@ -65,21 +65,13 @@ def work_per_request(mean_prompt: float, mean_output: float, cached_prompt: floa
     """Tokens of work per request: prompt + output - 1 (the step that computes the last
     prompt token also emits output token 1; docs/stability.md "Work and capacity"), less
     the prompt tokens a prefix cache serves (`cached_prompt`, a mean per request)."""
-    if not mean_prompt > 0 or not mean_output >= 1:
-        raise ConfigError(
-            f"mean prompt must be > 0 and mean output >= 1 tokens, got {mean_prompt!r} and {mean_output!r}"
-        )
+    check_mean_lengths(mean_prompt, mean_output)
     if not 0 <= cached_prompt < mean_prompt:
         raise ConfigError(
             f"cached prompt tokens per request must be >= 0 and below the mean prompt ({mean_prompt:g}), "
             f"got {cached_prompt!r}"
         )
     return float(mean_prompt) - float(cached_prompt) + float(mean_output) - 1.0
-
-
-def _require_cost_model(cost) -> None:
-    if not isinstance(cost, CostModel):
-        raise TypeError(f"expected a CostModel, got {cost!r}: build one with make_cost_model(spec)")
 
 
 def step_time_at_budget(
@@ -93,14 +85,19 @@ def step_time_at_budget(
     lengths are given); for a context-dependent model with mean lengths, the time of a
     b-token step mixing prefill and decode in the workload's proportion with
     representative contexts."""
-    _require_cost_model(cost)
+    require_cost_model(cost)
     return _budget_timer(cost, mean_prompt, mean_output, cached_prompt)(b)
+
+
+def _times_by_load(cost: CostModel, mean_prompt, mean_output) -> bool:
+    """Whether t(b) is `cost.load_time(b)`: a load-only model, or no mean lengths given."""
+    return cost.load_only or mean_prompt is None or mean_output is None
 
 
 def _budget_timer(cost: CostModel, mean_prompt, mean_output, cached_prompt: float = 0.0):
     """`step_time_at_budget` as a function of b, the workload's constants computed once: a
     b-token step holds prefill : decode tokens in the workload's proportion."""
-    if cost.load_only or mean_prompt is None or mean_output is None:
+    if _times_by_load(cost, mean_prompt, mean_output):
         return lambda b: float(cost.load_time(int(b)))
     w = work_per_request(mean_prompt, mean_output, cached_prompt)
     uncached = mean_prompt - cached_prompt
@@ -139,8 +136,8 @@ def peak_token_capacity(
     assumes t(b) / b never increases with b, so that this equals `token_capacity`; for
     cost models where it does not (e.g. the paper's `max` variant with c < a * b0) a
     policy running smaller steps serves more, and this is the real bound."""
-    _require_cost_model(cost)
-    if cost.load_only or mean_prompt is None or mean_output is None:
+    require_cost_model(cost)
+    if _times_by_load(cost, mean_prompt, mean_output):
         return _load_peak(cost, b_max)
     t = _budget_timer(cost, mean_prompt, mean_output, cached_prompt)
     best, arg = -1.0, 0
@@ -161,6 +158,25 @@ def _load_peak(cost: CostModel, b_max: int) -> tuple[float, int]:
     r = b / np.asarray(cost.load_times(b), dtype=float)
     j = int(np.argmax(r * (1 + 1e-12) >= r.max()))
     return float(r[j]), int(b[j])
+
+
+def uncapped_capacity(
+    cost: CostModel, b_max: int, token_cap: float, peak: tuple[float, int] | None = None
+) -> tuple[float, str, tuple[float | None, int | None]]:
+    """The best policy's token rate without a binding k_max, given theorem 2's `token_cap`
+    (b_max / t(b_max)): `(rate, binding, (peak_token_capacity, peak_load))`. The region is
+    then the triangle x + y <= max_b b / t(b): for a load-only model whose b / t(b) peaks
+    below b_max (theorem 2's assumption fails) smaller steps serve more than `token_cap`
+    and the rate is the peak's. `peak`: the load-only model's `_load_peak(cost, b_max)`
+    when the caller has it (scanned here otherwise); for a context-dependent model the
+    rate is `token_cap` and the peak is returned as given, (None, None) when not."""
+    binding = "token budget (theorem 2)"
+    if not cost.load_only:
+        return token_cap, binding, (peak if peak is not None else (None, None))
+    top, top_b = peak if peak is not None else _load_peak(cost, b_max)
+    if top > token_cap * (1 + 1e-9):
+        return top, f"token budget at b = {top_b} < b_max (t(b)/b least there: theorem 2 does not apply)", (top, top_b)
+    return token_cap, binding, (top, top_b)
 
 
 @dataclass
@@ -184,7 +200,11 @@ class CapacityReport:
     (timed with representative contexts) whose mix beats the one step C / w times (by
     0.6-1.2% for the H200 profile, b_max 512, means 1000/200, k_max 256 to 511).
     `effective_capacity`: `critical_rate * work`, the token rate this mix can be served
-    at. `utilisation`: `rate / critical_rate`. `predicted_growth_tokens_per_s`: fluid
+    at. `fill_capacity`: what a policy filling every step to b_max (a work-conserving one)
+    serves, `min(effective_capacity, token_capacity)`: below `effective_capacity` only
+    where smaller steps, or the region's step shapes, serve more than C; the stability
+    verdicts of one server and of a network take it as the threshold's capacity.
+    `utilisation`: `rate / critical_rate`. `predicted_growth_tokens_per_s`: fluid
     backlog growth `max(0, rate * work - effective_capacity)` of a policy serving the
     arrival mix at lambda*'s operating point (a work-conserving one under theorem 2).
     `peak_token_capacity`/`peak_load`: max_b b / t(b) and where; equals token_capacity
@@ -205,6 +225,7 @@ class CapacityReport:
     critical_rate_token_bound: float
     critical_rate: float
     effective_capacity: float
+    fill_capacity: float
     binding: str
     rate: float | None = None
     utilisation: float | None = None
@@ -240,6 +261,7 @@ def capacity(
     load up to `b_max`, which a caller that needs only the rates need not wait for."""
     cost = make_cost_model(cost)
     b_max = check_b_max(b_max)
+    k_max = None if k_max is None else check_k_max(k_max)
     if rate is not None and (not math.isfinite(rate) or rate < 0):
         raise ConfigError(f"arrival rate must be a finite number >= 0, got {rate!r}")
     work = work_per_request(mean_prompt, mean_output, cached_prompt)
@@ -252,15 +274,11 @@ def capacity(
     # a cap of b_max requests or more cannot bind: a step of at most b_max tokens holds at
     # most b_max requests, so lambda* is the uncapped one
     if k_max is None or k_max >= b_max:
-        lam, binding = lam_bound, "token budget (theorem 2)"
-        if cost.load_only:
-            # without a binding cap the region is the triangle x + y <= max_b b / t(b): when
-            # t(b) / b is not least at b_max (theorem 2's assumption fails), smaller steps
-            # serve more than C and lambda* is theirs, as the region gives it with a cap
-            top, top_b = (peak_rate, peak_b) if peak_rate is not None else _load_peak(cost, b_max)
-            if top > cap * (1 + 1e-9):
-                lam = top / work
-                binding = f"token budget at b = {top_b} < b_max (t(b)/b least there: theorem 2 does not apply)"
+        # without a binding cap the region is the triangle x + y <= max_b b / t(b): where
+        # t(b) / b is not least at b_max smaller steps serve more than C, and lambda* is theirs
+        known = (peak_rate, peak_b) if peak_rate is not None else None
+        top, binding, _ = uncapped_capacity(cost, b_max, cap, known)
+        lam = lam_bound if top == cap else top / work
         if k_max is not None:
             binding += f"; k_max {k_max} >= b_max cannot bind"
     else:
@@ -306,6 +324,7 @@ def capacity(
         critical_rate_token_bound=lam_bound,
         critical_rate=lam,
         effective_capacity=eff,
+        fill_capacity=min(eff, cap),
         binding=binding,
         rate=None if rate is None else float(rate),
         utilisation=util,

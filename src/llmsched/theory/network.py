@@ -90,7 +90,7 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..workload.lengths import LengthLaw, Lognormal
 from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, load_network
-from .bounds import capacity, peak_token_capacity, step_time_at_budget
+from .bounds import capacity, step_time_at_budget, uncapped_capacity
 
 __all__ = [
     "ClassLoad",
@@ -243,9 +243,10 @@ class ServerLoad:
     `utilisation`: offered / capacity; `max_scale`: 1 / utilisation (how far every
     arrival rate could be scaled before this server saturates; inf when idle).
     `fill_capacity`: what a policy filling every step to b_max (a work-conserving one)
-    serves, `min(capacity, token_capacity)` for a load-only model (`capacity` otherwise);
-    `fill_utilisation`: offered / fill_capacity. The two differ only where b / t(b)
-    peaks below b_max.
+    serves, `min(capacity, token_capacity)` (one server's `CapacityReport.fill_capacity`,
+    scaled like `capacity`); `fill_utilisation`: offered / fill_capacity. The two differ
+    only where smaller steps (b / t(b) peaking below b_max) or a binding k_max's region
+    (step shapes with representative contexts) serve more than steps at b_max.
     `mean_prompt`: the whole prompt per call (the representative context of the step
     times), `mean_cached_prompt` the part of it whose KV arrives computed (not work)."""
 
@@ -527,32 +528,30 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
     replica_cap = s.b_max / t_bmax
     pool_cap = replica_cap / share
     region_exact = None
-    peak, peak_b = peak_token_capacity(cost, s.b_max) if cost.load_only else (None, None)
     if rate > 0:
         # one replica's capacity for this server's mix, by one server's rules
         # (`theory.bounds.capacity`): the per-call means give the mix (prefill mp - mc,
         # decode mo - 1 tokens per call), so its lambda* scaled by the calls a replica
         # gets is the region's scale of the offered rates; a k_max >= b_max cannot bind;
-        # a load-only model whose b / t(b) peaks below b_max is served fastest there
-        rep = capacity(cost, s.b_max, mp, mo, k_max=s.k_max, cached_prompt=mc, peak=False)
+        # a load-only model whose b / t(b) peaks below b_max is served fastest there (the
+        # peak is scanned once, for a load-only model only)
+        rep = capacity(cost, s.b_max, mp, mo, k_max=s.k_max, cached_prompt=mc, peak=cost.load_only)
         region_exact = rep.region_exact
         binding = rep.binding
+        peak, peak_b = rep.peak_token_capacity, rep.peak_load
         cap = rep.effective_capacity / share
+        # what a policy filling every step to b_max serves: one server's rule
+        fill_cap = rep.fill_capacity / share
         util = offered / cap if cap > 0 else math.inf
     else:
         # no traffic: nothing to place in the region; the best policy's rate is the
-        # uncapped one (`capacity`'s rule for a load-only model peaking below b_max)
-        cap, binding = pool_cap, "token budget (theorem 2)"
-        if peak is not None and peak > replica_cap * (1 + 1e-9):
-            cap = peak / share
-            binding = f"token budget at b = {peak_b} < b_max (t(b)/b least there: theorem 2 does not apply)"
+        # uncapped one (`capacity`'s rule)
+        best, binding, (peak, peak_b) = uncapped_capacity(cost, s.b_max, replica_cap)
+        cap = best / share
+        fill_cap = min(cap, pool_cap)
         if s.k_max is not None:
             binding += "; no traffic to place in the k_max region"
         util = 0.0
-    # a policy filling every step to b_max (a work-conserving one) serves at most theorem
-    # 2's b_max / t(b_max) per replica; only a load-only model's peak below b_max puts the
-    # best policy's capacity above that (a context-dependent one's region keeps its own)
-    fill_cap = min(cap, pool_cap) if cost.load_only else cap
     fill_util = offered / fill_cap if fill_cap > 0 else (0.0 if offered <= 0 else math.inf)
     return ServerLoad(
         name=s.name,

@@ -103,16 +103,36 @@ def _strings(obj):
             yield from _strings(v)
 
 
+def _profile_files(s: str) -> list[str]:
+    """The files a `profile:PATH[#MODEL][,...]` cost model reads: PATH (or PATH less a
+    `#MODEL` suffix) when a file, each file in it when a folder; [] for other strings."""
+    s = s.strip()
+    if not s.lower().startswith("profile:"):
+        return []
+    source = s[len("profile:") :].split(",")[0].strip()
+    files: list[str] = []
+    for cand in dict.fromkeys((source, source.rpartition("#")[0])):
+        if cand and os.path.isfile(cand):
+            files.append(cand)
+        elif cand and os.path.isdir(cand):
+            files.extend(e.path for e in os.scandir(cand) if e.is_file())
+    return files
+
+
 def file_stamps(d: dict) -> list:
     """(path, size, modification time) of every file a configuration names (a trace,
-    `empirical:PATH[:COL]`, `profile:PATH`, and a named dataset of its workload, such as
-    `sharegpt`, at the file it resolves to under $LLMSCHED_TRACES now): a point's result
-    depends on their contents."""
+    `empirical:PATH[:COL]`, `profile:PATH[#MODEL][,...]` with PATH a file or a folder of
+    tables (each file in it), and a named dataset of its workload, such as `sharegpt`,
+    at the file it resolves to under $LLMSCHED_TRACES now): a point's result depends on
+    their contents."""
     stamps = set()
     workload = d.get("workload") if isinstance(d, dict) else None
     named = set(_strings(workload)) if isinstance(workload, dict) else set()
     for s in _strings(d):
         rest = s.split(":", 1)[1] if ":" in s else s
+        for f in _profile_files(s):
+            st = os.stat(f)
+            stamps.add((os.path.abspath(f), st.st_size, st.st_mtime_ns))
         for cand in {s, rest, rest.rsplit(":", 1)[0]}:
             path = cand if cand and os.path.isfile(cand) else None
             if path is None and s in named and cand and is_dataset(cand):
