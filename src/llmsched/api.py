@@ -499,10 +499,9 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
         v = stability_verdict(
             t[keep],
             w[keep],
-            # growth is material relative to what this server processes: with a binding
-            # k_max its region's rate, and never more than C (steps at b_max), which is
-            # all a policy filling the budget gets where smaller steps would serve more
-            capacity=min(rep.effective_capacity, rep.token_capacity),
+            # growth is material relative to what this server processes: what a policy
+            # filling the budget gets (CapacityReport.fill_capacity), as a network judges
+            capacity=rep.fill_capacity,
             predicted_growth_tokens_per_s=rep.predicted_growth_tokens_per_s,
             decode_time_s=decode_time,
         )
