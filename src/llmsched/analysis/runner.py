@@ -1,7 +1,9 @@
 """Running sweep points: backends, resumable storage, a progress bar, and the runner.
 
-- `Backend("local", workers)`: a process pool of `workers` (forked on Linux; one worker
-  runs inline); `Backend("ray", workers, address)`: Ray tasks on a local Ray started for
+- `Backend("local", workers)`: a process pool of at most `workers` (forked on Linux; one
+  worker runs inline), started at the first run with no more processes than it has jobs
+  (and grown, up to `workers`, when a later run has more); `workers` is at most
+  `MAX_WORKERS`; `Backend("ray", workers, address)`: Ray tasks on a local Ray started for
   the sweep (`num_cpus = workers`) or on a cluster. Both yield results as they finish.
   A cluster's address is probed first (`probe_ray_address`): one that does not answer
   within `RAY_CONNECT_TIMEOUT_S` is an error, not a hang in Ray's retries.
@@ -27,7 +29,20 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from .points import point_key, run_point
 
-__all__ = ["Backend", "Store", "Progress", "Runner", "ray_endpoint", "probe_ray_address"]
+__all__ = [
+    "Backend",
+    "Store",
+    "Progress",
+    "Runner",
+    "ray_endpoint",
+    "probe_ray_address",
+    "check_workers",
+    "MAX_WORKERS",
+]
+
+#: The most parallel simulations a backend runs: a pool forks all its processes up front
+#: (`--workers 100000` forked thousands); more than this is refused, not capped.
+MAX_WORKERS = 1024
 
 #: Seconds to wait for a Ray cluster's port to accept a connection. Ray itself retries an
 #: unreachable address for minutes (a silent hang); a live head answers in milliseconds.
@@ -67,20 +82,31 @@ def probe_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) ->
         raise ConfigError(f"cannot reach the Ray cluster at {address}: {why}") from None
 
 
+def check_workers(workers, name: str = "workers") -> None:
+    """ConfigError unless `workers` is None or a whole number from 1 to `MAX_WORKERS`
+    (`name`: the option's name in the message, `--workers` on the command line)."""
+    if workers is None:
+        return
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"{name} must be a whole number >= 1, got {workers!r}")
+    if workers > MAX_WORKERS:
+        raise ConfigError(f"{name} must be at most {MAX_WORKERS} (parallel simulations), got {workers}")
+
+
 class Backend:
     """Runs point configurations, yielding (key, summary) as each finishes."""
 
     def __init__(self, backend: str = "local", workers: int | None = None, address: str | None = None):
         if backend not in ("local", "ray"):
             raise ConfigError(f"unknown backend {backend!r} (known: local, ray)")
-        if workers is not None and (not isinstance(workers, int) or workers < 1):
-            raise ConfigError(f"workers must be a whole number >= 1, got {workers!r}")
+        check_workers(workers)
         if address is not None:
             ray_endpoint(address)  # a malformed address fails before any work
         self.kind = backend
         self.workers = workers or (os.cpu_count() or 1)
         self.address = address
         self._pool = None
+        self._pool_size = 0
         self._ray_started = False
         self._remote = None
 
@@ -105,15 +131,27 @@ class Backend:
                     ray.init(num_cpus=self.workers, **kw)
                 self._ray_started = True
             self._remote = {}
-        elif self.workers > 1:
-            ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx)
         return self
+
+    def _local_pool(self, jobs: int):
+        """The process pool for a run of `jobs` jobs, None to run them inline: no more
+        processes than jobs (a fork pool starts every worker at once), at most `workers`."""
+        n = min(self.workers, jobs)
+        if n <= 1 and self._pool is None:
+            return None
+        if self._pool is None or self._pool_size < n:
+            if self._pool is not None:
+                self._pool.shutdown()
+            ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+            self._pool = ProcessPoolExecutor(n, mp_context=ctx)
+            self._pool_size = n
+        return self._pool
 
     def __exit__(self, *exc):
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+            self._pool_size = 0
         if self._ray_started:
             import ray  # noqa: PLC0415
 
@@ -137,10 +175,10 @@ class Backend:
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
                     yield refs[ref], ray.get(ref)
-        elif self._pool is not None:
+        elif self.workers > 1 and (pool := self._local_pool(len(jobs))) is not None:
             gc.freeze()  # forked workers then share the parent's heap without copying it
             try:
-                futs = {self._pool.submit(fn, arg): key for key, arg in jobs}
+                futs = {pool.submit(fn, arg): key for key, arg in jobs}
             finally:
                 gc.unfreeze()
             try:

@@ -45,6 +45,14 @@ _search_hi = bounded_float("the search's upper end", 1e-3, MAX_SEARCH_HI, hi_ope
 __all__ = ["register", "cmd_capacity", "cmd_sweep", "cmd_reproduce", "cmd_validate"]
 
 
+def _check_workers(args) -> None:
+    """--workers from 1 to the backends' maximum, checked before any work (a pool forks its
+    processes up front: `--workers 100000` forked thousands)."""
+    from ..analysis.runner import check_workers  # noqa: PLC0415
+
+    check_workers(args.workers, "--workers")
+
+
 def _num(x, fmt: str = ",.2f") -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-" if x is None else str(x)
@@ -88,6 +96,7 @@ def cmd_capacity(args) -> int:
     rate = over.pop("rate", None)
     if not args.find_counterexample:
         only_with(args, ("load", "seeds", "workers"), "--find-counterexample")
+    _check_workers(args)
     if args.network:
         return _network_capacity(args, over, rate)
     for key in CAPACITY_IGNORES:
@@ -304,6 +313,7 @@ def cmd_sweep(args) -> int:
         only_with(args, ("tol", "search_hi"), "--search max-stable-rate")
     if args.backend != "ray" and args.address:
         raise ConfigError("--address is a Ray cluster's: give --backend ray")
+    _check_workers(args)
     fixed = sim_overrides(args)
     res = run_sweep(
         args.config,
@@ -475,6 +485,7 @@ def cmd_reproduce(args) -> int:
 
     out = args.out or f"reproduce-{args.experiment}"
     check_out_dir(out, "--out")
+    _check_workers(args)
     if args.experiment == "prefix-caching":
         return _reproduce_prefix(args, out)
     only_with(args, ("trace", "kv_capacities", "block_size"), "`reproduce prefix-caching`")
