@@ -40,3 +40,45 @@ def test_a_pool_has_no_more_processes_than_jobs():
         assert be._pool_size == 2 and be._pool._max_workers == 2
         assert [v for _, v in be.run([("c", -3)], abs)] == [3]  # the pool is reused
         assert be._pool_size == 2
+
+
+# -- 2. a fixed flag the grid also sets is refused, not overridden ---------------------------
+
+
+@pytest.mark.parametrize(
+    "extra, msg",
+    [
+        (["--grid", "seed=0", "--seed", "3"], "--seed and --grid seed=... both set each point's seed: give one"),
+        (["--grid", "policy=orca", "--policy", "vllm"], "--policy and --grid policy=... both set each point's policy"),
+        (["--grid", "b_max=256", "--b-max", "1024"], "--b-max and --grid b_max=... both set each point's b_max"),
+        (["--grid", "rate=1,2", "--rate", "3"], "--rate and --grid rate=... both set each point's rate"),
+        (["--grid", "load=0.5", "--rate", "3"], "--rate and --grid load=... both set each point's rate"),
+    ],
+)
+def test_a_fixed_flag_the_grid_sets_is_refused(capsys, tmp_path, extra, msg):
+    refused(capsys, [*SWEEP, "--out", str(tmp_path / "o"), *extra], msg)
+    assert not (tmp_path / "o").exists()
+
+
+# -- 3. a value repeated in one grid key is refused ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec, msg",
+    [
+        ("seed=0,0", "grid seed: the value 0 is given twice"),
+        ("policy=orca,sarathi,orca", "grid policy: the value 'orca' is given twice"),
+        ("seed=1:1:3", "grid seed: the value 1 is given twice"),
+    ],
+)
+def test_a_repeated_grid_value_is_refused(capsys, tmp_path, spec, msg):
+    refused(capsys, [*SWEEP, "--out", str(tmp_path / "o"), "--grid", spec], msg)
+
+
+def test_a_repeated_grid_value_is_refused_in_a_mapping_too():
+    from llmsched.analysis.grid import parse_grid
+    from llmsched.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="grid rate: the value 1.0 is given twice"):
+        parse_grid({"rate": [1.0, 2.0, 1.0]})
+    assert parse_grid({"seed": [0, 1]}) == {"seed": [0, 1]}

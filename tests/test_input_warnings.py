@@ -81,12 +81,12 @@ def test_a_profile_far_past_its_grid_warns(capsys):
 
 
 def test_an_ignored_rate_warns(tmp_path, capsys):
-    argv = ["sweep", "--cost-model", "paper", "--prompt", "const:100", "--output", "const:10"]
-    argv += ["--num-requests", "50", "--rate", "3", "--grid", "load=0.5", "--out", str(tmp_path / "s"), "--quiet"]
-    assert main(argv) == 0
-    err = capsys.readouterr().err
-    expected = "llmsched sweep: warning: rate=3.0 is ignored: the grid's 'load' sets each point's rate"
-    assert warnings_of(err) == [expected]
+    # the command line refuses --rate with a rate or load grid (test_cli_flag_audit); the API warns
+    from llmsched.analysis.sweep import run_sweep
+
+    fixed = dict(cost_model="paper", prompt="const:100", output="const:10", num_requests=50, rate=3.0)
+    with pytest.warns(InputWarning, match="rate=3.0 is ignored: the grid's 'load' sets each point's rate"):
+        run_sweep(None, ["load=0.5"], out_dir=tmp_path / "s", workers=1, plots=False, progress=False, **fixed)
     trace = Trace(np.array([0.0, 0.5, 1.0]), np.array([10, 20, 30]), np.array([5, 5, 5]), None)
     with pytest.warns(InputWarning, match="rate=5 is ignored: the caller's trace"):
         r = llmsched.simulate(trace=trace, rate=5, cost_model="paper")

@@ -155,12 +155,27 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
             raise ConfigError(f"grid key {k!r} given twice")
         if not vals:
             raise ConfigError(f"grid {k}: no values")
+        _check_distinct(k, vals)
         if k == "load" and any(not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0 for v in vals):
             raise ConfigError("grid load: values must be positive numbers (fractions of the critical rate)")
         out[k] = vals
     if "rate" in out and "load" in out:
         raise ConfigError("grid: give either rate or load (a fraction of the critical rate), not both")
     return out
+
+
+def _check_distinct(key: str, vals: list) -> None:
+    """A value given twice in one key would run (and write) the same points twice."""
+    seen = set()
+    for v in vals:
+        try:
+            mark = (type(v) is bool, v)
+            hash(mark)
+        except TypeError:  # a list or mapping value
+            mark = (False, repr(v))
+        if mark in seen:
+            raise ConfigError(f"grid {key}: the value {v!r} is given twice")
+        seen.add(mark)
 
 
 def expand_grid(grid: dict[str, list]) -> list[dict]:

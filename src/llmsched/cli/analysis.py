@@ -315,6 +315,7 @@ def cmd_sweep(args) -> int:
         raise ConfigError("--address is a Ray cluster's: give --backend ray")
     _check_workers(args)
     fixed = sim_overrides(args)
+    _check_fixed_not_gridded(args.grid, fixed)
     res = run_sweep(
         args.config,
         args.grid,
@@ -361,6 +362,21 @@ def cmd_sweep(args) -> int:
         names = (os.path.basename(f) + ("/" if os.path.isdir(f) else "") for f in res.files)
         print(f"written to {args.out}/: " + ", ".join(names))
     return _sweep_status(res)
+
+
+def _check_fixed_not_gridded(grid, fixed: dict) -> None:
+    """A flag that the grid also sets would do nothing (each point takes the grid's
+    value): refused, naming both. `--rate` with a `load` grid as well."""
+    from ..analysis.grid import parse_grid  # noqa: PLC0415
+
+    g = parse_grid(grid)
+    for key, v in fixed.items():
+        if v is None or key in ("fast", "record_steps"):
+            continue
+        gkey = "load" if key == "rate" and "load" in g else key
+        if gkey in g:
+            what = "rate" if key == "rate" else key
+            raise ConfigError(f"{flag_of(key)} and --grid {gkey}=... both set each point's {what}: give one")
 
 
 #: Search table columns shown by `_print_search` (the others are the group's grid values).
