@@ -82,3 +82,38 @@ def test_a_repeated_grid_value_is_refused_in_a_mapping_too():
     with pytest.raises(ConfigError, match="grid rate: the value 1.0 is given twice"):
         parse_grid({"rate": [1.0, 2.0, 1.0]})
     assert parse_grid({"seed": [0, 1]}) == {"seed": [0, 1]}
+
+
+# -- 4-6. capacity refuses what it would ignore -------------------------------------------
+
+CAP = ["capacity", "--cost-model", "paper"]
+MEANS = ["--mean-prompt", "100", "--mean-output", "10"]
+
+
+@pytest.mark.parametrize("line", ["kv_capacity: 1000", "max_running: 3", "admission: twp"])
+def test_capacity_refuses_what_the_config_sets_and_it_does_not_model(capsys, tmp_path, line):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(line + "\n")
+    refused(capsys, [*CAP, "--config", str(cfg), *MEANS], f"sets {line.split(':')[0]}: capacity's bounds do not")
+
+
+@pytest.mark.parametrize(
+    "extra, msg",
+    [
+        (["--mean-prompt", "100", "--prompt", "const:5"], "--mean-prompt and --prompt both give the prompt lengths"),
+        (["--mean-output", "10", "--output", "const:5"], "--mean-output and --output both give the output lengths"),
+        ([*MEANS, "--lengths", "sharegpt"], "--mean-prompt and --lengths both give the prompt lengths"),
+        ([*MEANS, "--samples", "10"], "--samples draws the means"),
+        ([*MEANS, "--num-requests", "10"], "--num-requests sets the runs of --find-counterexample"),
+        ([*MEANS, "--duration", "10"], "--duration cuts a replayed trace"),
+        (["--lengths", ""], "--lengths: give a CSV file or a dataset name"),
+        ([*MEANS, "--plot", ""], "--plot: give a file name"),
+    ],
+)
+def test_capacity_refuses_moot_workload_flags(capsys, extra, msg):
+    refused(capsys, [*CAP, *extra], msg)
+
+
+def test_capacity_refuses_a_folder_as_the_plot(capsys, tmp_path):
+    refused(capsys, [*CAP, *MEANS, "--plot", str(tmp_path)], "is a folder: give a file name")
+    assert not tmp_path.with_name(tmp_path.name + ".png").exists()

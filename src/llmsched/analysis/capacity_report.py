@@ -33,7 +33,7 @@ def capacity_report(
     `simulate` runs them): `request_rate` is the requests/s it offers.
     `cached_fraction`: the expected share of prompt tokens a prefix cache serves (not
     work: theorem 2 with the uncached prompt)."""
-    plot_file = plot_path(plot) if plot else None  # before the work, not after it
+    plot_file = plot_path(plot) if plot is not None else None  # before the work, not after it
     cfg = build_config(config, **overrides)
     source = "given"
     if mean_prompt is None or mean_output is None:
@@ -103,7 +103,11 @@ PLOT_FORMATS = (".png", ".pdf", ".svg")
 def plot_path(plot) -> Path:
     """Where the region's plot goes: a PNG unless the name ends in .pdf or .svg (a name
     without a suffix gets .png, so that the path reported is the file written)."""
+    if not str(plot).strip():
+        raise ConfigError("--plot: give a file name (FILE.png), got ''")
     p = Path(plot)
+    if p.is_dir():
+        raise ConfigError(f"--plot {str(plot)!r} is a folder: give a file name, e.g. {str(p / 'region.png')!r}")
     if not p.suffix:
         p = p.with_name(p.name + ".png")
     if p.suffix.lower() not in PLOT_FORMATS:

@@ -108,6 +108,7 @@ def cmd_capacity(args) -> int:
                 "capacity's bounds do not model admission, a running cap or the KV cache; "
                 f"{flag_of(key)} does not apply ({instead})"
             )
+    _check_capacity_inputs(args, over)
     if args.lengths:
         if args.prompt or args.output:
             raise ConfigError("give --lengths FILE or --prompt/--output, not both")
@@ -156,6 +157,42 @@ def cmd_capacity(args) -> int:
         return 0
     _print_capacity(rep)
     return 0
+
+
+def _check_capacity_inputs(args, over: dict) -> None:
+    """What capacity would ignore is refused: a scheduler option the bounds do not model
+    set in --config, a length law whose mean --mean-prompt/--mean-output gives, --samples
+    with both means given, a run length with nothing to run, an empty --lengths."""
+    from ..api import SimConfig, build_config  # noqa: PLC0415
+    from ..workload import replays_trace  # noqa: PLC0415
+
+    if args.lengths == "":
+        raise ConfigError("--lengths: give a CSV file or a dataset name, got ''")
+    if args.config:
+        base, dflt = build_config(args.config), SimConfig()
+        for key in CAPACITY_IGNORES:
+            if over.get(key) is None and getattr(base, key) != getattr(dflt, key):
+                raise ConfigError(
+                    f"--config {args.config} sets {key}: capacity's bounds do not model admission, "
+                    "a running cap or the KV cache (simulate with it)"
+                )
+    for mean, role in ((args.mean_prompt, "prompt"), (args.mean_output, "output")):
+        if mean is None:
+            continue
+        for flag, v in ((f"--{role}", args.prompt if role == "prompt" else args.output), ("--lengths", args.lengths)):
+            if v is not None:
+                raise ConfigError(f"--mean-{role} and {flag} both give the {role} lengths: give one")
+    if args.samples is not None and args.mean_prompt is not None and args.mean_output is not None:
+        raise ConfigError("--samples draws the means, which --mean-prompt and --mean-output give: it does not apply")
+    if over.get("num_requests") is None and over.get("duration_s") is None:
+        return
+    if not replays_trace(build_config(args.config, **over).workload):
+        if over.get("duration_s") is not None:
+            raise ConfigError("--duration cuts a replayed trace (--trace): without one it does not apply")
+        if not args.find_counterexample:
+            raise ConfigError(
+                "--num-requests sets the runs of --find-counterexample (or cuts a --trace): it does not apply"
+            )
 
 
 def _network_capacity(args, over: dict, rate) -> int:
