@@ -117,3 +117,26 @@ def test_capacity_refuses_moot_workload_flags(capsys, extra, msg):
 def test_capacity_refuses_a_folder_as_the_plot(capsys, tmp_path):
     refused(capsys, [*CAP, *MEANS, "--plot", str(tmp_path)], "is a folder: give a file name")
     assert not tmp_path.with_name(tmp_path.name + ".png").exists()
+
+
+# -- 7. reproduce ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra, msg",
+    [
+        (["--address", "1.2.3.4:6379"], "--address is a Ray cluster's: give --backend ray"),
+        (["--policies", ""], "--policies: give comma-separated policy names, got ''"),
+        (["--policies", "orca,orca"], "--policies: 'orca' is given twice"),
+        (["--no-search", "--seeds", "0,1"], "--seeds: with --no-search give one seed"),
+    ],
+)
+def test_reproduce_refuses_what_it_would_ignore_or_repeat(capsys, tmp_path, extra, msg):
+    refused(capsys, ["reproduce", "stability", "--quick", "--out", str(tmp_path / "r"), *extra], msg)
+    assert not (tmp_path / "r").exists()
+
+
+def test_reproduce_help_says_what_seeds_sets(capsys):
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    assert "the queue runs use the first" in " ".join(capsys.readouterr().out.split())

@@ -539,6 +539,15 @@ def cmd_reproduce(args) -> int:
     out = args.out or f"reproduce-{args.experiment}"
     check_out_dir(out, "--out")
     _check_workers(args)
+    if args.backend != "ray" and args.address:
+        raise ConfigError("--address is a Ray cluster's: give --backend ray")
+    if args.policies is not None:
+        names = [p.strip() for p in args.policies.split(",")]
+        if not any(names) or "" in names:
+            raise ConfigError(f"--policies: give comma-separated policy names, got {args.policies!r}")
+        dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if dup is not None:
+            raise ConfigError(f"--policies: {dup!r} is given twice")
     if args.experiment == "prefix-caching":
         return _reproduce_prefix(args, out)
     only_with(args, ("trace", "kv_capacities", "block_size"), "`reproduce prefix-caching`")
@@ -548,6 +557,8 @@ def cmd_reproduce(args) -> int:
         for key in ("search_requests", "tol"):
             if getattr(args, key) is not None:
                 raise ConfigError(f"{flag_of(key)} sets the rate search: it has no effect with --no-search")
+        if args.seeds is not None and len(_seeds(args.seeds)) > 1:
+            raise ConfigError("--seeds: with --no-search give one seed (the queue runs'); more seed the search")
     args.workload = args.workload or "synthetic"
     args.load = 0.9 if args.load is None else args.load
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
@@ -915,7 +926,11 @@ def register(sub) -> None:
         help="requests per queue run (and per search probe); networks: jobs per run",
     )
     p.add_argument("--search-requests", type=positive_int, help="requests per search probe")
-    p.add_argument("--seeds", help="seeds of the search probes, e.g. 0,1")
+    p.add_argument(
+        "--seeds",
+        help="stability: seeds of the search probes, e.g. 0,1; the queue runs use the first (with "
+        "--no-search give one: the queue runs' seed); clusters, agents, rybko-stolyar, twp: the seeds run",
+    )
     p.add_argument("--tol", type=_tolerance, help=f"search tolerance, fraction of lambda* ({MIN_TOL:g} to < 1)")
     p.add_argument(
         "--policies",
