@@ -70,7 +70,7 @@ def test_cli_block_size_range_runs(tmp_path, capsys):
 def test_cli_refuses_a_bool_for_an_integer_option(tmp_path, capsys, key):
     # float(True) == 1: seed=true silently ran seed 1
     argv = ["sweep", "--out", str(tmp_path / "s"), "--workers", "1", "--no-plots", "--rate", "2"]
-    argv += ["--grid", f"{key}=true", "--num-requests", "30"]
+    argv += ["--grid", f"{key}=true"] + ([] if key == "num_requests" else ["--num-requests", "30"])
     argv += ["--cost-model", "paper", "--prompt", "geometric:40", "--output", "geometric:21"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
