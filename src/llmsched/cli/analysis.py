@@ -14,7 +14,7 @@ import sys
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import check_out_dir, check_out_file
+from ..core.paths import check_out_dir, check_out_file, check_run_dir
 from .common import (
     DEFAULTS,
     add_cost_model_arg,
@@ -304,6 +304,7 @@ def cmd_sweep(args) -> int:
         only_with(args, ("tol", "search_hi"), "--search max-stable-rate")
     if args.backend != "ray" and args.address:
         raise ConfigError("--address is a Ray cluster's: give --backend ray")
+    check_run_dir(args.out, "sweep", "--out")  # '' (no folder), another run's folder: before any run
     fixed = sim_overrides(args)
     res = run_sweep(
         args.config,
@@ -473,7 +474,8 @@ STABILITY_ONLY = ("workload", "cost_model", "b_max", "load", "search_requests", 
 def cmd_reproduce(args) -> int:
     from ..analysis.reproduce import reproduce_stability  # noqa: PLC0415
 
-    out = args.out or f"reproduce-{args.experiment}"
+    out = f"reproduce-{args.experiment}" if args.out is None else args.out
+    check_run_dir(out, f"reproduce {args.experiment}", "--out")  # '' (no folder), another run's folder
     check_out_dir(out, "--out")
     if args.experiment == "prefix-caching":
         return _reproduce_prefix(args, out)
