@@ -112,6 +112,12 @@ def test_a_folder_of_another_tools_files_is_not_replaced(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["simulate", *RUN, "--out", str(out)]) == 0
     assert main(["simulate", *RUN, "--out", str(out)]) == 0
+    # a shared folder (results/ beside a benchmark's JSON and a sweep's folder): nothing replaced
+    shared = tmp_path / "results"
+    (shared / "sweep").mkdir(parents=True)
+    (shared / "engine_cpu.json").write_text("{}\n")
+    assert main(["simulate", *RUN, "--out", str(shared)]) == 0
+    assert (shared / "engine_cpu.json").read_text() == "{}\n"
 
 
 def test_sweep_and_simulate_do_not_mix_in_one_folder(tmp_path, capsys):

@@ -138,8 +138,9 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     """Raise ConfigError unless a `kind` run may write into `path`: a folder that does not
     exist, is empty, holds a run of the same kind (which the new run replaces; the kinds
     of simulate run replace one another), or only files such a run writes (one that
-    stopped before its last file). Never into a folder of another tool's files (a model
-    folder's config.json) nor over another kind of run's outputs (they would mix)."""
+    stopped before its last file), or other files none of which it would replace. Never
+    over another tool's files (a model folder's config.json) nor over another kind of
+    run's outputs (they would mix)."""
     if str(path) == "":
         raise ConfigError(f"{what} must name a folder")
     folder = Path(path)
@@ -162,14 +163,20 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     foreign = [
         n
         for n in names
-        if n not in ours and not n.startswith((".llmsched-probe-",)) and not (n[:1] == "." and n.endswith(".tmp"))
+        if n not in ours and not n.startswith(".llmsched-probe-") and not (n[:1] == "." and n.endswith(".tmp"))
     ]
-    if not foreign and "config.json" in names and "summary.json" not in names:
-        foreign = ["config.json"]  # a simulate run writes summary.json first: not its config.json
-    if foreign:
+    # files of its own beside other files (a shared results/ folder): nothing is replaced;
+    # a file the run would write among other files (a model folder's config.json) would be
+    collide = [n for n in names if n in ours]
+    if collide and foreign:
         raise ConfigError(
-            f"{what} {str(path)!r} holds files that are not an llmsched run's ({foreign[0]!r}"
-            f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}): choose another folder or empty it"
+            f"{what} {str(path)!r} holds files that are not an llmsched run's ({foreign[0]!r}) beside "
+            f"{collide[0]!r}, which the run would replace: choose another folder or empty it"
+        )
+    if "config.json" in names and "summary.json" not in names:  # a simulate run writes summary.json first
+        raise ConfigError(
+            f"{what} {str(path)!r} holds a config.json that is not an llmsched run's (no summary.json beside it), "
+            "which the run would replace: choose another folder or empty it"
         )
 
 
