@@ -94,3 +94,84 @@ def test_a_folder_holding_another_kind_of_run(tmp_path, capsys):
     assert {p.name for p in out.iterdir()} == single_files  # no calls.csv, jobs.csv or servers/ left
     # `plot` on a network's folder points at a replica's
     one_line_error(capsys, ["plot", str(tmp_path / "net")], "holds a network's run", str(tmp_path / "net" / "servers"))
+
+
+def test_a_folder_of_another_tools_files_is_not_replaced(tmp_path, capsys):
+    """A model folder's config.json (or any file no run writes) is never overwritten."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}\n')
+    (model / "model.safetensors").write_text("weights\n")
+    one_line_error(capsys, ["simulate", *RUN, "--out", str(model)], "model.safetensors", "not an llmsched run")
+    (model / "model.safetensors").unlink()  # a lone config.json that is not a run's
+    one_line_error(capsys, ["simulate", *RUN, "--out", str(model)], "config.json", "not an llmsched run")
+    one_line_error(capsys, ["sweep", *RUN, "--grid", "seed=0", "--out", str(model)], "not an llmsched run")
+    assert (model / "config.json").read_text() == '{"model_type": "llama"}\n'
+    assert sorted(p.name for p in model.iterdir()) == ["config.json"]
+    # the same kind of run: a rerun replaces its own files (README "Outputs")
+    out = tmp_path / "out"
+    assert main(["simulate", *RUN, "--out", str(out)]) == 0
+    assert main(["simulate", *RUN, "--out", str(out)]) == 0
+    # a shared folder (results/ beside a benchmark's JSON and a sweep's folder): nothing replaced
+    shared = tmp_path / "results"
+    (shared / "sweep").mkdir(parents=True)
+    (shared / "engine_cpu.json").write_text("{}\n")
+    assert main(["simulate", *RUN, "--out", str(shared)]) == 0
+    assert (shared / "engine_cpu.json").read_text() == "{}\n"
+
+
+def test_sweep_and_simulate_do_not_mix_in_one_folder(tmp_path, capsys):
+    run, sweep = tmp_path / "run", tmp_path / "sweep"
+    assert main(["simulate", *RUN, "--out", str(run)]) == 0
+    before = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
+    one_line_error(capsys, ["sweep", *RUN, "--grid", "seed=0", "--out", str(run)], "single-server", "not of a sweep")
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == before
+    argv = ["sweep", *RUN, "--grid", "seed=0,1", "--workers", "1", "--out", str(sweep)]
+    assert main(argv) == 0
+    one_line_error(capsys, ["simulate", *RUN, "--out", str(sweep)], "a sweep", "results.csv")
+    one_line_error(capsys, ["simulate", *RUN, "--replicas", "2", "--out", str(sweep)], "a sweep")
+    assert not (sweep / "config.json").exists()
+    # an interrupted sweep (points/ only) resumes
+    (sweep / "results.csv").unlink()
+    points = {p.name: p.stat().st_mtime_ns for p in (sweep / "points").iterdir()}
+    assert main(argv) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in (sweep / "points").iterdir()} == points  # not rerun
+    assert (sweep / "results.csv").is_file()
+
+
+@pytest.mark.parametrize("argv", [["sweep", *RUN, "--grid", "seed=0"], ["reproduce", "stability", "--quick"]])
+def test_an_empty_out_names_no_folder(tmp_path, capsys, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    one_line_error(capsys, [*argv, "--out", ""], "--out must name a folder")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_config_that_is_a_folder(tmp_path, capsys):
+    one_line_error(capsys, ["simulate", "--config", str(tmp_path)], str(tmp_path), "is a folder")
+
+
+def test_run_kinds_of_sweeps_and_experiments(tmp_path):
+    from llmsched.core.paths import check_run_dir, clear_stale, run_kind
+
+    d = tmp_path / "rq"
+    d.mkdir()
+    for f in ("table.csv", "table3.csv", "ttft.png", "ablation.csv", "result.json"):
+        (d / f).write_text("x\n")
+    assert run_kind(d) == "reproduce twp"
+    with pytest.raises(ConfigError, match=r"reproduce twp.*table3\.csv.*not of `reproduce stability`"):
+        check_run_dir(d, "reproduce stability")
+    check_run_dir(d, "reproduce twp")
+    clear_stale(d, "reproduce twp", [str(d / f) for f in ("table.csv", "table3.csv", "ttft.png", "result.json")])
+    assert sorted(p.name for p in d.iterdir()) == ["result.json", "table.csv", "table3.csv", "ttft.png"]
+    s = tmp_path / "st"
+    (s / "search" / "points").mkdir(parents=True)
+    for f in ("queue.png", "table.csv", "table.json"):
+        (s / f).write_text("x\n")
+    assert run_kind(s) == "reproduce stability" and run_kind(s / "search") == "sweep"
+    with pytest.raises(ConfigError, match="reproduce stability"):
+        check_run_dir(s, "reproduce prefix-caching")
+    clear_stale(s, "reproduce stability", [str(s / f) for f in ("queue.png", "table.csv", "table.json")])
+    assert not (s / "search").exists()  # a --no-search rerun leaves no earlier search
+    (s / "notes.txt").write_text("mine\n")
+    clear_stale(s, "reproduce stability", [])
+    assert [p.name for p in s.iterdir()] == ["notes.txt"]  # only a run's own files go

@@ -70,5 +70,6 @@ def test_reproduce_prefix_caching_needs_a_trace_with_blocks(tmp_path, capsys):
     assert "--trace" in capsys.readouterr().err
     plain = tmp_path / "plain.csv"
     plain.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,2\n1,12,3\n")
-    assert main(["reproduce", "prefix-caching", "--trace", str(plain), "--out", str(tmp_path)]) == 2
+    # (--out: a folder of its own; one that holds other files, the trace here, is refused)
+    assert main(["reproduce", "prefix-caching", "--trace", str(plain), "--out", str(tmp_path / "out")]) == 2
     assert "block ids" in capsys.readouterr().err

@@ -137,6 +137,8 @@ class SimConfig:
         import yaml  # noqa: PLC0415
 
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"config file {str(path)!r} is a folder, not a YAML file")
         if not p.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
         try:

@@ -33,6 +33,7 @@ from ..api import simulate
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
+from ..core.paths import check_run_dir, clear_stale
 from ..policies import make_batch_policy
 from ..workload import WorkloadSpec, make_trace
 from .figures import new_figure, save_figure
@@ -125,6 +126,7 @@ def reproduce_stability(
         base["cost_model"] = cost_model
     if b_max is not None:
         base["b_max"] = b_max
+    check_run_dir(out_dir, "reproduce stability")  # not over another run's outputs
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -204,6 +206,8 @@ def reproduce_stability(
     files += write_table(rows, out, "table")
     (out / "table.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=str))
     files.append(str(out / "table.json"))
+    # a rerun replaces the earlier run's files: its search/ goes when this one has none
+    clear_stale(out, "reproduce stability", [*files, *([str(out / "search")] if search else [])])
     return {"rows": rows, "critical_rate": lam, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
 
 

@@ -48,6 +48,7 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
+from ..core.paths import check_run_dir, clear_stale
 from ..sim.network_result import network_backlog, simulate_network
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
 from ..theory.network import traffic
@@ -429,6 +430,9 @@ def reproduce_clusters(
     per_replica = int(num_jobs or (1000 if quick else 5000))
     seeds = check_seeds(seeds if seeds is not None else (0,))
     prompt, output = CLUSTER_WORKLOADS[workload]
+    check_run_dir(out_dir, "reproduce clusters")  # not over another run's outputs
+    check_run_dir(out_dir, "reproduce agents")  # not over another run's outputs
+    check_run_dir(out_dir, "reproduce rybko-stolyar")  # not over another run's outputs
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -502,6 +506,7 @@ def reproduce_clusters(
         _plot_clusters(rows, replicas, routers, "p99_ttft_ms", "p99 TTFT (ms)", out / "clusters_ttft.png", meta),
     ]
     files += _finish(out, rows, {**meta, "summary": summary})
+    clear_stale(out, "reproduce clusters", files)  # what an earlier run wrote and this one did not
     return {"rows": rows, "summary": summary, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
 
 
@@ -704,6 +709,7 @@ def reproduce_agents(
         _series_csv(out / "agents_backlog.csv", series),
     ]
     files += _finish(out, rows, {**meta, "summary": summary})
+    clear_stale(out, "reproduce agents", files)  # what an earlier run wrote and this one did not
     return {"rows": rows, "summary": summary, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
 
 
@@ -906,6 +912,7 @@ def reproduce_rybko_stolyar(
         files.append(_plot_rs_scan(scan, orders, out / "rybko_stolyar_loads.png", meta))
         files += write_table(scan, out, "loads")
     files += _finish(out, rows, {**meta, "summary": summary})
+    clear_stale(out, "reproduce rybko-stolyar", files)  # what an earlier run wrote and this one did not
     return {
         "rows": rows,
         "scan": scan,

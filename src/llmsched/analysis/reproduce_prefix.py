@@ -32,6 +32,7 @@ from pathlib import Path
 from ..api import simulate
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.paths import check_run_dir, clear_stale
 from ..theory import capacity
 from ..theory.means import ideal_cached_tokens
 from ..workload.trace import read_trace
@@ -125,6 +126,7 @@ def reproduce_prefix_caching(
                         f"TTFT {r['mean_ttft_ms'] / 1e3:,.1f} s, {r['request_throughput']:.2f} req/s, {r['verdict']}",
                         flush=True,
                     )
+    check_run_dir(out_dir, "reproduce prefix-caching")  # not over another run's outputs
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = write_table(rows, out, "table")
@@ -150,6 +152,7 @@ def reproduce_prefix_caching(
     result["wall_s"] = time.perf_counter() - t0
     result["files"] = [*files, str(out / "result.json")]
     (out / "result.json").write_text(json.dumps(to_jsonable(result), indent=2, default=str))
+    clear_stale(out, "reproduce prefix-caching", result["files"])  # an earlier run's table.parquet
     return result
 
 

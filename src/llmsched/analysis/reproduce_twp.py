@@ -56,6 +56,7 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
+from ..core.paths import check_run_dir, clear_stale
 from ..core.request import NS
 from ..theory import capacity
 from ..workload.serverless import (
@@ -375,6 +376,7 @@ def reproduce_twp(
         ((0.5, 0.9) if quick else (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) if stability_loads is None else stability_loads
     )
     base = load_serverless(BASE_PLATFORM if platform is None else platform).to_dict()
+    check_run_dir(out_dir, "reproduce twp")  # not over another run's outputs
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     load_names = {x: (LOAD_NAMES[i] if len(loads) == 3 else f"load {x:g}") for i, x in enumerate(sorted(loads))}
@@ -530,6 +532,7 @@ def reproduce_twp(
     path = out / "result.json"
     path.write_text(json.dumps(to_jsonable(result), indent=2, default=str))
     files.append(str(path))
+    clear_stale(out, "reproduce twp", files)  # an earlier run's ablation, SLO or stability files
     result["files"] = files
     result["wall_s"] = time.perf_counter() - t0
     return to_jsonable(result)

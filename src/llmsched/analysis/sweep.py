@@ -27,10 +27,9 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..core.errors import ConfigError, warn
-from ..core.paths import check_out_dir
+from ..core.paths import check_out_dir, check_run_dir, clear_stale
 from .figures import plot_sweep
 from .grid import NON_GROUP_KEYS, expand_grid, grid_keys, parse_grid, parse_slo, parse_values
 from .points import KEY_VERSION, check_point, critical_rate_of, point_key, resolve_point, run_point
@@ -110,6 +109,7 @@ def run_sweep(
     t0 = time.perf_counter()
     if out_dir is not None:
         check_out_dir(out_dir)  # before the runs, not after them
+        check_run_dir(out_dir, "sweep")  # not into another tool's folder, nor over another run
     g = parse_grid(grid)
     slo_d = parse_slo(slo)
     if search == "none":
@@ -179,31 +179,9 @@ def run_sweep(
             result.files += write_search(result.search, out_dir)
         if plots:
             result.files += plot_sweep(result.rows, out_dir, list(g), result.search)
-        _remove_stale(out_dir, result.files)
+        clear_stale(out_dir, "sweep", result.files)  # points/ is in files: it resumes a sweep
     result.wall_s = time.perf_counter() - t0
     return result
-
-
-# what a sweep may write beside results.csv (the points/ store is kept: it resumes a sweep)
-SWEEP_OUTPUTS = (
-    "results.parquet",
-    "search.csv",
-    "search.parquet",
-    "search.json",
-    "throughput.png",
-    "latency.png",
-    "max_stable_rate.png",
-)
-
-
-def _remove_stale(out_dir, written: list[str]) -> None:
-    """A rerun into the same folder leaves no file of an earlier sweep that this one did
-    not write (plots of another grid, a search table of a sweep without a search)."""
-    out = Path(out_dir)
-    kept = {Path(f).name for f in written}
-    for name in SWEEP_OUTPUTS:
-        if name not in kept:
-            (out / name).unlink(missing_ok=True)
 
 
 def max_stable_rate(

@@ -14,7 +14,7 @@ import sys
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import check_out_dir, check_out_file
+from ..core.paths import check_out_dir, check_out_file, check_run_dir
 from .common import (
     DEFAULTS,
     add_cost_model_arg,
@@ -351,6 +351,7 @@ def cmd_sweep(args) -> int:
     if args.backend != "ray" and args.address:
         raise ConfigError("--address is a Ray cluster's: give --backend ray")
     _check_workers(args)
+    check_run_dir(args.out, "sweep", "--out")  # '' (no folder), another run's folder: before any run
     fixed = sim_overrides(args)
     _check_fixed_not_gridded(args.grid, fixed)
     res = run_sweep(
@@ -536,7 +537,8 @@ STABILITY_ONLY = ("workload", "cost_model", "b_max", "load", "search_requests", 
 def cmd_reproduce(args) -> int:
     from ..analysis.reproduce import reproduce_stability  # noqa: PLC0415
 
-    out = args.out or f"reproduce-{args.experiment}"
+    out = f"reproduce-{args.experiment}" if args.out is None else args.out
+    check_run_dir(out, f"reproduce {args.experiment}", "--out")  # '' (no folder), another run's folder
     check_out_dir(out, "--out")
     _check_workers(args)
     if args.backend != "ray" and args.address:

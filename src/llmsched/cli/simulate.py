@@ -12,6 +12,7 @@ import sys
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.paths import check_run_dir
 from .common import (
     add_cost_model_arg,
     add_scheduler_args,
@@ -77,6 +78,9 @@ def cmd_simulate(args) -> int:
         from ..sim.result import require_pyarrow  # noqa: PLC0415
 
         require_pyarrow("--parquet")  # before the run, not after it
+    if args.out:  # before the run: a model folder's config.json, a sweep's results are not replaced
+        kind = "serverless" if args.serverless else "network" if args.network or args.replicas else "single-server"
+        check_run_dir(args.out, kind, "--out")
     if args.serverless:
         return _simulate_serverless(args)
     if args.platform_scheduler:

@@ -37,17 +37,165 @@ def _check_folder(given, folder: Path, what: str) -> None:
     probe.unlink(missing_ok=True)
 
 
-# a file only one kind of run writes at the top of its folder
-RUN_MARKERS = (("network", "calls.csv"), ("serverless", "instances.csv"), ("single-server", "timeseries.csv"))
+# the kinds of `llmsched simulate` run: one replaces another in a folder (a rerun with
+# another flag); a sweep or a `reproduce` experiment is a kind of its own
+SIMULATE_KINDS = ("network", "serverless", "single-server")
+
+_TABLE = ("table.csv", "table.parquet")
+# what each kind of run writes at the top of its folder (a simulate run's summary.json
+# and config.json besides, which any of them replaces)
+RUN_OUTPUTS = {
+    "single-server": (
+        "requests.csv",
+        "timeseries.csv",
+        "itl_histogram.csv",
+        "load_histogram.csv",
+        "batch_histogram.csv",
+        "steps.csv",
+        "requests.parquet",
+        "timeseries.parquet",
+        "steps.parquet",
+        "queue.png",
+        "ttft_cdf.png",
+        "itl_cdf.png",
+        "token_load.png",
+    ),
+    "network": ("calls.csv", "jobs.csv", "servers"),
+    "serverless": ("requests.csv", "instances.csv"),
+    "sweep": (
+        "points",
+        "results.csv",
+        "results.parquet",
+        "search.csv",
+        "search.parquet",
+        "search.json",
+        "throughput.png",
+        "latency.png",
+        "max_stable_rate.png",
+    ),
+    "reproduce stability": ("queue.png", "search", *_TABLE, "table.json"),
+    "reproduce prefix-caching": (*_TABLE, "result.json"),
+    "reproduce twp": (
+        *(f"{t}.{x}" for t in ("table", "table3", "ablation", "slo", "stability") for x in ("csv", "parquet")),
+        *(f"{f}.png" for f in ("ttft", "itl_cdf", "tpot_box", "throughput", "itl_cv", "ablation", "stability")),
+        "result.json",
+    ),
+    "reproduce clusters": ("clusters_p99.png", "clusters_ttft.png", *_TABLE, "table.json"),
+    "reproduce agents": ("agents_backlog.png", "agents_backlog.csv", *_TABLE, "table.json"),
+    "reproduce rybko-stolyar": (
+        "rybko_stolyar_backlog.png",
+        "rybko_stolyar_backlog.csv",
+        "rybko_stolyar_loads.png",
+        "loads.csv",
+        "loads.parquet",
+        *_TABLE,
+        "table.json",
+    ),
+}
+
+# a file (or folder) only one kind of run writes at the top of its folder, in the order
+# they are looked for (a twp run's result.json beside its table3.csv; a simulate run's
+# queue.png, drawn by `llmsched plot`, beside its timeseries.csv)
+RUN_MARKERS = (
+    ("network", "calls.csv"),
+    ("serverless", "instances.csv"),
+    ("single-server", "timeseries.csv"),
+    ("sweep", "results.csv"),
+    ("sweep", "points"),
+    ("reproduce twp", "table3.csv"),
+    ("reproduce clusters", "clusters_p99.png"),
+    ("reproduce agents", "agents_backlog.csv"),
+    ("reproduce rybko-stolyar", "rybko_stolyar_backlog.csv"),
+    ("reproduce prefix-caching", "result.json"),
+    ("reproduce stability", "queue.png"),
+    ("reproduce stability", "search"),
+)
+
+
+def _marker(folder: Path, kind: str) -> str | None:
+    for k, marker in RUN_MARKERS:
+        if k == kind and (folder / marker).exists():
+            return marker
+    return None
 
 
 def run_kind(folder) -> str | None:
-    """The kind of run whose outputs `folder` holds (network, serverless, single-server),
-    or None."""
+    """The kind of run whose outputs `folder` holds (network, serverless, single-server,
+    sweep, reproduce EXPERIMENT), or None."""
     for kind, marker in RUN_MARKERS:
-        if (Path(folder) / marker).is_file():
+        if (Path(folder) / marker).exists():
             return kind
     return None
+
+
+def _named(kind: str) -> str:
+    if kind in SIMULATE_KINDS:
+        return f"a {kind} simulation"
+    return "a sweep" if kind == "sweep" else f"`{kind}`"
+
+
+def check_run_dir(path, kind: str, what: str = "output folder") -> None:
+    """Raise ConfigError unless a `kind` run may write into `path`: a folder that does not
+    exist, is empty, holds a run of the same kind (which the new run replaces; the kinds
+    of simulate run replace one another), or only files such a run writes (one that
+    stopped before its last file), or other files none of which it would replace. Never
+    over another tool's files (a model folder's config.json) nor over another kind of
+    run's outputs (they would mix)."""
+    if str(path) == "":
+        raise ConfigError(f"{what} must name a folder")
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    held = run_kind(folder)
+    if held is not None:
+        if held == kind or (held in SIMULATE_KINDS and kind in SIMULATE_KINDS):
+            return
+        raise ConfigError(
+            f"{what} {str(path)!r} holds the outputs of {_named(held)} ({_marker(folder, held)}), "
+            f"not of {_named(kind)}: choose another folder or remove it"
+        )
+    if kind in SIMULATE_KINDS:
+        ours = {"summary.json", "config.json", *(n for k in SIMULATE_KINDS for n in RUN_OUTPUTS[k])}
+    else:
+        ours = set(RUN_OUTPUTS[kind])
+    names = sorted(e.name for e in os.scandir(folder))
+    # a write's temporary file (.NAME.tmp) and the writable-folder probe are ours too
+    foreign = [
+        n
+        for n in names
+        if n not in ours and not n.startswith(".llmsched-probe-") and not (n[:1] == "." and n.endswith(".tmp"))
+    ]
+    # files of its own beside other files (a shared results/ folder): nothing is replaced;
+    # a file the run would write among other files (a model folder's config.json) would be
+    collide = [n for n in names if n in ours]
+    if collide and foreign:
+        raise ConfigError(
+            f"{what} {str(path)!r} holds files that are not an llmsched run's ({foreign[0]!r}) beside "
+            f"{collide[0]!r}, which the run would replace: choose another folder or empty it"
+        )
+    if "config.json" in names and "summary.json" not in names:  # a simulate run writes summary.json first
+        raise ConfigError(
+            f"{what} {str(path)!r} holds a config.json that is not an llmsched run's (no summary.json beside it), "
+            "which the run would replace: choose another folder or empty it"
+        )
+
+
+def clear_stale(path, kind: str, written) -> None:
+    """After a `kind` run wrote `written` into `path`: remove the files of an earlier run
+    of that kind which this one did not rewrite (a search of an earlier run, a table or
+    figure of other options), so that nothing of it stays beside the new files."""
+    folder = Path(path)
+    kept = {Path(f).name for f in written}
+    for name in RUN_OUTPUTS[kind]:
+        if name in kept:
+            continue
+        p = folder / name
+        if p.is_dir() and not p.is_symlink():
+            import shutil  # noqa: PLC0415 - start-up: rarely needed
+
+            shutil.rmtree(p)
+        elif p.is_file() or p.is_symlink():
+            p.unlink(missing_ok=True)
 
 
 def recorded_path(path: str) -> str:
@@ -78,4 +226,14 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
     _check_folder(path, parent, what)
 
 
-__all__ = ["RUN_MARKERS", "check_out_dir", "check_out_file", "recorded_path", "run_kind"]
+__all__ = [
+    "RUN_MARKERS",
+    "RUN_OUTPUTS",
+    "SIMULATE_KINDS",
+    "check_out_dir",
+    "check_out_file",
+    "check_run_dir",
+    "clear_stale",
+    "recorded_path",
+    "run_kind",
+]

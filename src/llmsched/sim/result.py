@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import check_out_dir, run_kind
+from ..core.paths import RUN_OUTPUTS, check_out_dir, check_run_dir, run_kind
 from .csv_rows import CHUNK, IntField, NotFormattable, fixed9, format_rows, tag_field
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
@@ -27,26 +27,13 @@ from .simulator import NS, RunStats
 PERCENTILES = (90, 95, 99)
 STALE_FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")  # `llmsched plot` draws them
 PARQUET_TABLES = ("requests", "timeseries", "steps")  # `write_parquet` writes TABLE.parquet
-# what each kind of run writes besides summary.json and config.json (which any run replaces)
-RUN_OUTPUTS = {
-    "single-server": (
-        "requests.csv",
-        "timeseries.csv",
-        "itl_histogram.csv",
-        "load_histogram.csv",
-        "batch_histogram.csv",
-        "steps.csv",
-        *(f"{t}.parquet" for t in PARQUET_TABLES),
-        *STALE_FIGURES,
-    ),
-    "network": ("calls.csv", "jobs.csv", "servers"),
-    "serverless": ("requests.csv", "instances.csv"),
-}
 
 
 def clear_other_run(out: Path, kind: str) -> None:
     """Before a `kind` run writes into `out`: remove the outputs of a run of another kind
-    held there (a rerun replaces its own files; another kind's would stay beside them)."""
+    held there (a rerun replaces its own files; another kind's would stay beside them).
+    Refuses (ConfigError) a folder of other files, or of a sweep's or an experiment's."""
+    check_run_dir(out, kind)
     held = run_kind(out)
     if held is None or held == kind:
         return
