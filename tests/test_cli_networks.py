@@ -109,7 +109,7 @@ def test_reproduce_network_experiments_are_wired(tmp_path, capsys):
     assert main(["reproduce", "rybko-stolyar", "--quick", "--out", str(tmp_path), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert {"rows", "summary", "files"} <= set(res) and (tmp_path / "table.csv").is_file()
-    assert main(["reproduce", "clusters", "--workload", "sharegpt", "--quick", "--out", str(tmp_path)]) == 2
+    assert main(["reproduce", "clusters", "--workload", "sharegpt", "--quick", "--out", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--workload is an option of `reproduce stability`" in err[0]
 

@@ -22,7 +22,7 @@ SERVERLESS = os.path.join(os.path.dirname(__file__), "..", "examples", "serverle
         ["simulate", *RUN, "--steps", "--out", "{f}/sub"],
         ["simulate", *RUN, "--replicas", "2", "--out", "{f}"],
         ["simulate", "--serverless", SERVERLESS, "--num-requests", "20", "--out", "{f}"],
-        ["sweep", *RUN, "--grid", "rate=1,2", "--out", "{f}"],
+        ["sweep", *RUN, "--grid", "seed=0,1", "--out", "{f}"],
         ["reproduce", "stability", "--quick", "--out", "{f}/x"],
     ],
 )
