@@ -360,3 +360,107 @@ def test_a_profile_out_path_ending_in_a_slash_is_a_folder(tmp_path):
     path = write_profile([], str(tmp_path / "new") + "/")
     assert path == tmp_path / "new" / "profile.csv" and path.is_file()
     assert write_profile([], tmp_path / "plain.csv") == tmp_path / "plain.csv"
+
+
+def _one_line_error(capsys, argv, words):
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse's errors
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    "extra, flag",
+    [
+        (["--policy", "nonexist"], "--policy"),
+        (["--policy", "sarathi"], "--policy"),
+        (["--admission", "nonexist"], "--admission"),
+        (["--admission-option", "a=1"], "--admission-option"),
+        (["--k-max", "7"], "--k-max"),
+        (["--prefix-caching"], "--prefix-caching"),
+    ],
+)
+def test_profile_refuses_the_scheduler_options_it_does_not_use(tmp_path, capsys, extra, flag):
+    """profile measured with any of these and exit 0: it never reads them."""
+    argv = ["profile", "--model", "/no/such/model", "--out", str(tmp_path / "p.csv"), *extra]
+    _one_line_error(capsys, argv, f"{flag} is a scheduler option")
+    assert not (tmp_path / "p.csv").exists()
+
+
+@pytest.mark.parametrize("extra", [["--reps", "5"], ["--tables-s", "5"], ["--calibrate-s", "5"]])
+def test_validate_refuses_measurement_options_with_a_profile(tmp_path, capsys, extra):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n")
+    argv = ["validate", "--model", "/no/such/model", "--trace", str(trace), "--profile", "paper", *extra]
+    _one_line_error(capsys, argv, f"{extra[0]} sets the profile measurement; with --profile nothing is measured")
+
+
+def test_validate_refuses_an_empty_json_path(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n")
+    _one_line_error(
+        capsys, ["validate", "--model", "/no/such/model", "--trace", str(trace), "--json", ""], "--json needs a file"
+    )
+
+
+def test_validate_names_a_profile_path_that_does_not_exist(tmp_path, tiny_model, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n")
+    argv = ["validate", "--model", str(tiny_model), "--trace", str(trace), "--quiet"]
+    _one_line_error(capsys, [*argv, "--profile", str(tmp_path / "nonexist")], "nor an existing file or folder")
+
+
+@pytest.mark.parametrize("cmd", ["generate", "profile", "validate"])
+@pytest.mark.parametrize("value", ["7", "nan", "-1", "0", "x"])
+def test_gpu_memory_utilization_is_a_fraction_on_every_device(tmp_path, capsys, cmd, value):
+    """it was checked on CUDA only: 7 ran on CPU."""
+    argv = {
+        "generate": ["generate", "--model", "/no/such/model", "--prompt", "x"],
+        "profile": ["profile", "--model", "/no/such/model", "--out", str(tmp_path / "p.csv")],
+        "validate": ["validate", "--model", "/no/such/model", "--trace", str(tmp_path / "t.csv")],
+    }[cmd]
+    _one_line_error(capsys, [*argv, "--gpu-memory-utilization", value], "expected a fraction in (0, 1]")
+
+
+def test_engine_refuses_a_gpu_memory_utilization_out_of_range_on_cpu(tiny_model):
+    from llmsched.engine import LLM
+
+    for u in (7.0, float("nan"), -1.0):
+        with pytest.raises(ConfigError, match="gpu_memory_utilization"):
+            LLM(str(tiny_model), gpu_memory_utilization=u)
+    with pytest.raises(ConfigError, match="kv_cache_gb"):
+        LLM(str(tiny_model), kv_cache_gb=-5, num_blocks=8)
+
+
+def test_generate_refuses_a_stop_token_id_outside_the_vocabulary(tiny_model, capsys):
+    argv = ["generate", "--model", str(tiny_model), "--prompt", "x", "--max-tokens", "2"]
+    _one_line_error(capsys, [*argv, "--stop-token-id", "999999"], "stop token id 999999 is outside the vocabulary")
+
+
+@pytest.mark.parametrize("cmd", ["generate", "make-tiny-model"])
+def test_a_negative_seed_is_refused(tmp_path, capsys, cmd):
+    argv = {
+        "generate": ["generate", "--model", "/no/such/model", "--prompt", "x"],
+        "make-tiny-model": ["make-tiny-model", str(tmp_path / "m")],
+    }[cmd]
+    _one_line_error(capsys, [*argv, "--seed", "-1"], "--seed: expected an integer >= 0")
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("size", ["10", "257", "576", "100000000"])
+def test_make_tiny_model_refuses_a_vocab_size_the_tokenizer_cannot_honour(tmp_path, capsys, size):
+    """10 gave 258 tokens and 10**8 gave 575, silently."""
+    _one_line_error(capsys, ["make-tiny-model", str(tmp_path / "m"), "--vocab-size", size], "from 258")
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_tiny_vocab_bounds_are_the_tokenizers():
+    from llmsched.engine.tiny import MAX_VOCAB, MIN_VOCAB, train_tokenizer
+
+    assert train_tokenizer(1).get_vocab_size() == MIN_VOCAB
+    assert train_tokenizer(10**8).get_vocab_size() == MAX_VOCAB
+    for v in (MIN_VOCAB, 400, MAX_VOCAB):
+        assert train_tokenizer(v).get_vocab_size() == v

@@ -302,3 +302,45 @@ def test_calculate_metrics_refuses_bad_percentiles_and_goodput(percentiles, good
 def test_calculate_metrics_reads_goodput_keys_as_the_cli_does():
     rs = [_r(0.1, [0.02, 0.02], 3), _r(0.9, [0.02, 0.02], 3)]
     assert calculate_metrics(rs, 1.0, [99], {"TTFT": 500})["request_goodput"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "extra, flag",
+    [
+        (["--dataset-path", "/nonexist"], "--dataset-path"),
+        (["--result-filename", "r.json"], "--result-filename"),
+        (["--result-dir", "out"], "--result-dir"),
+        (["--metadata", "a=1"], "--metadata"),
+        (["--save-detailed"], "--save-detailed"),
+        (["--result-file", "r.json", "--result-dir", "out"], "--result-dir"),
+        (["--base-url", "http://127.0.0.1:1", "--port", "9"], "--port"),
+        (["--time-scale", "2"], "--time-scale"),
+        (["--sharegpt-output-len", "5"], "--sharegpt-output-len"),
+        (["--dataset-name", "sharegpt", "--input-len", "5"], "--input-len"),
+        (["--dataset-name", "sharegpt", "--random-range-ratio", "0.5"], "--random-range-ratio"),
+        (["--burstiness", "0.5"], "--burstiness"),
+        (["--dataset-name", "trace", "--dataset-path", "t.csv", "--burstiness", "0.5"], "--burstiness"),
+    ],
+)
+def test_cli_refuses_an_option_the_run_would_ignore(capsys, extra, flag):
+    """each of these ran to exit 0 while doing nothing (the flag audit)."""
+    from llmsched.cli import main
+
+    rc = main(["bench", "--port", "1", *extra] if "--base-url" not in extra else ["bench", *extra])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and f"{flag} does nothing in this run" in err, err
+
+
+def test_the_options_that_do_something_are_still_taken():
+    from llmsched.cli import build_parser
+    from llmsched.server.bench import BenchConfig
+
+    for extra in (
+        ["--save-result", "--result-dir", "out", "--result-filename", "r.json", "--metadata", "a=1", "--save-detailed"],
+        ["--result-file", "r.json", "--metadata", "a=1", "--save-detailed"],
+        ["--dataset-name", "sharegpt", "--sharegpt-output-len", "5"],
+        ["--dataset-name", "trace", "--dataset-path", "t.csv", "--time-scale", "2"],
+        ["--request-rate", "4", "--burstiness", "0.5", "--input-len", "8", "--random-range-ratio", "0.5"],
+        ["--base-url", "http://127.0.0.1:1"],
+    ):
+        BenchConfig.from_args(build_parser().parse_args(["bench", *extra]))

@@ -76,3 +76,33 @@ def test_engine_max_running_default_is_the_documented_one(tmp_path, capsys):
     assert backend.core.spec.max_running == 64
     backend = server_cli.build_backend(parser.parse_args([*argv, "--max-running", "8"]))
     assert backend.core.spec.max_running == 8
+
+
+@pytest.mark.parametrize("value", ["nan", "50", "0"])
+def test_the_engine_backend_refuses_sim_max_debt_ms(capsys, value):
+    """it paces the virtual GPU only: on the engine backend any value (nan too) was accepted."""
+    argv = ["serve", "--model", "/no/such/model", "--port", "0", "--sim-max-debt-ms", value]
+    _one_line_error(capsys, argv, "--sim-max-debt-ms", "engine backend does not use it")
+
+
+def test_the_sim_backend_still_checks_sim_max_debt_ms(capsys):
+    _one_line_error(capsys, ["serve", "--backend", "sim", "--port", "0", "--sim-max-debt-ms", "nan"], "must be >= 0")
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--kv-cache-gb", "-5", "--num-blocks", "8"], "--kv-cache-gb must be a positive finite number"),
+        (["--kv-cache-gb", "nan"], "--kv-cache-gb must be a positive finite number"),
+        (["--kv-cache-gb", "inf"], "--kv-cache-gb must be a positive finite number"),
+        (["--kv-cache-gb", "1", "--num-blocks", "8"], "give the KV cache's size once"),
+    ],
+)
+def test_kv_cache_gb_is_checked_and_not_overridden_silently(capsys, extra, words):
+    _one_line_error(capsys, ["serve", "--model", "/no/such/model", "--port", "0", *extra], words)
+
+
+@pytest.mark.parametrize("host", ["", " "])
+def test_an_empty_host_is_refused(capsys, host):
+    """'' bound every interface and printed http://:PORT/v1."""
+    _one_line_error(capsys, ["serve", "--backend", "sim", "--port", "0", "--host", host], "--host must name an address")

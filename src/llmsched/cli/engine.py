@@ -18,6 +18,45 @@ from ..core.paths import check_out_dir, check_out_file
 from .common import add_scheduler_args, positive_int, scheduler_spec
 
 
+def fraction(text: str) -> float:
+    """An argparse type: a share in (0, 1] (--gpu-memory-utilization)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not 0 < v <= 1:  # (nan fails too)
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
+    return v
+
+
+def seed_int(text: str) -> int:
+    """An argparse type: a seed, an integer >= 0 (as simulate's, bench's and validate's)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return v
+
+
+def tiny_vocab_size(text: str) -> int:
+    """An argparse type: a vocabulary size the tiny model's tokenizer can honour (its BPE
+    trainer would silently give another: 258 for 10, 575 for 10**8)."""
+    from ..engine.tiny import MAX_VOCAB, MIN_VOCAB  # noqa: PLC0415
+
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if not MIN_VOCAB <= v <= MAX_VOCAB:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer from {MIN_VOCAB} (256 bytes + <s>, </s>) to {MAX_VOCAB} (every merge "
+            f"of the training text), got {text!r}"
+        )
+    return v
+
+
 def add_engine_args(p: argparse.ArgumentParser, cpu_max_model_len: int | None = 2048) -> None:
     """The scheduler's options (cli.common) and the engine's own. `cpu_max_model_len`: the
     command's --max-model-len on CPU when not given (None: the model's, as on CUDA); the
@@ -43,9 +82,9 @@ def add_engine_args(p: argparse.ArgumentParser, cpu_max_model_len: int | None = 
     )
     g.add_argument(
         "--gpu-memory-utilization",
-        type=float,
+        type=fraction,
         default=0.9,
-        help="share of GPU memory the engine may use, KV cache included (default: 0.9)",
+        help="share of GPU memory the engine may use, KV cache included, in (0, 1] (default: 0.9)",
     )
     g.add_argument(
         "--max-model-len",
@@ -176,9 +215,21 @@ def cmd_make_tiny_model(args) -> int:
 
 
 # ---- profile -------------------------------------------------------------------------------
+# validate's measurement options and their defaults (cli.analysis): with --profile nothing
+# is measured, and a value other than the default is refused, not ignored
+MEASUREMENT_DEFAULTS = (("reps", "--reps", 3), ("tables_s", "--tables-s", None), ("calibrate_s", "--calibrate-s", 2.5))
+
+
 def check_measurement_times(args) -> None:
     """profile's and validate's --calibrate-s and --tables-s: finite and >= 0 (nan ran with
-    no calibration, silently)."""
+    no calibration, silently). validate's: no measurement option with --profile (nothing is
+    measured), and no empty --json path (it wrote nothing, silently)."""
+    if getattr(args, "json", None) == "":
+        raise ConfigError("--json needs a file name ('-': print the JSON)")
+    if getattr(args, "profile", None) is not None:
+        for key, flag, default in MEASUREMENT_DEFAULTS:
+            if getattr(args, key) != default:
+                raise ConfigError(f"{flag} sets the profile measurement; with --profile nothing is measured")
     if not (math.isfinite(args.calibrate_s) and args.calibrate_s >= 0):
         raise ConfigError(f"--calibrate-s must be a finite number >= 0, got {args.calibrate_s}")
     if args.tables_s is not None and not (math.isfinite(args.tables_s) and args.tables_s >= 0):
@@ -188,6 +239,20 @@ def check_measurement_times(args) -> None:
 def cmd_profile(args) -> int:
     from ..engine.profiler import profile  # noqa: PLC0415
 
+    # the profile times the engine's steps for any policy: the scheduler's options that
+    # would only choose the steps are refused, not ignored (--b-max and --max-running size
+    # the measured batches and stay)
+    for key, flag in (
+        ("policy", "--policy"),
+        ("admission", "--admission"),
+        ("admission_option", "--admission-option"),
+        ("k_max", "--k-max"),
+        ("prefix_caching", "--prefix-caching"),
+    ):
+        if getattr(args, key) not in (None, False):
+            raise ConfigError(
+                f"{flag} is a scheduler option; profile measures step times whatever the policy, and does not use it"
+            )
     # a folder (it gets profile.csv): one that exists, or a path ending in a slash
     if os.path.isdir(args.out) or args.out.endswith(("/", os.sep)):
         check_out_dir(args.out, "--out")
@@ -243,7 +308,7 @@ def register(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1)")
     p.add_argument("--top-k", type=int, default=-1, help="top-k sampling, -1 = off (default: -1)")
-    p.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
+    p.add_argument("--seed", type=seed_int, default=None, help="per-request sampling seed (>= 0)")
     p.add_argument("--stop", action="append", help="stop string (repeatable); the text is cut before it")
     p.add_argument("--stop-token-id", type=int, action="append", help="stop token id (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS")
@@ -260,7 +325,12 @@ def register(subparsers) -> None:
     )
     p.add_argument("dir", help="output folder")
     p.add_argument("--arch", default="llama", choices=["llama", "qwen2", "mistral"])
-    p.add_argument("--vocab-size", type=positive_int, default=512, help="BPE vocabulary target")
+    p.add_argument(
+        "--vocab-size",
+        type=tiny_vocab_size,
+        default=512,
+        help="BPE vocabulary size, from 258 (the 256 bytes and <s>, </s>) to 575 (every merge of the training text)",
+    )
     p.add_argument("--hidden-size", type=positive_int, default=128)
     p.add_argument("--layers", type=positive_int, default=4)
     p.add_argument("--heads", type=positive_int, default=4)
@@ -268,7 +338,7 @@ def register(subparsers) -> None:
     p.add_argument("--intermediate-size", type=positive_int, default=384)
     p.add_argument("--max-position-embeddings", type=positive_int, default=4096)
     p.add_argument("--tie-word-embeddings", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0, help="weights' random seed (>= 0)")
     p.add_argument(
         "--force", action="store_true", help="write into a folder that is not empty, replacing its model files"
     )
@@ -309,4 +379,5 @@ def register(subparsers) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     add_engine_args(p)
-    p.set_defaults(func=cmd_profile)
+    # no default policy or admission: a given one is refused (cmd_profile), not ignored
+    p.set_defaults(func=cmd_profile, policy=None, admission=None)

@@ -102,7 +102,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument(
         "--sim-max-debt-ms",
         type=float,
-        default=50.0,
+        default=None,
         help="how far (ms) the virtual GPU may fall behind the cost model's schedule and "
         "still catch up (host hiccups); 0: never catch up (default: 50)",
     )
@@ -173,6 +173,12 @@ def build_backend(args):
         raise ConfigError(f"{engine_only[0]} is an engine option; the sim backend (a virtual GPU) does not use it")
     if backend == "engine" and args.cost_model is not None:
         raise ConfigError("--cost-model times the sim backend's virtual GPU; the engine measures its steps")
+    if backend == "engine" and args.sim_max_debt_ms is not None:
+        raise ConfigError("--sim-max-debt-ms paces the sim backend's virtual GPU; the engine backend does not use it")
+    if args.kv_cache_gb is not None and not 0 < args.kv_cache_gb < math.inf:
+        raise ConfigError(f"--kv-cache-gb must be a positive finite number, got {args.kv_cache_gb}")
+    if args.kv_cache_gb is not None and args.num_blocks is not None:
+        raise ConfigError("give the KV cache's size once: --num-blocks or --kv-cache-gb (--num-blocks overrides it)")
     if backend == "engine":
         if not args.model:
             raise ConfigError("the engine backend needs --model DIR (or use --backend sim)")
@@ -191,6 +197,8 @@ def build_backend(args):
         )
     if args.model:
         raise ConfigError("--model is for the engine backend; the sim backend takes --served-model-name")
+    if args.sim_max_debt_ms is None:
+        args.sim_max_debt_ms = 50.0
     if not args.sim_max_debt_ms >= 0:
         raise ConfigError(f"--sim-max-debt-ms must be >= 0, got {args.sim_max_debt_ms}")
     return make_sim_backend(
@@ -207,6 +215,9 @@ def serve_main(args) -> int:
     from ..server.app import ServerConfig  # noqa: PLC0415
     from ..server.serving import bind_socket, serve  # noqa: PLC0415
 
+    if not args.host.strip():
+        # '' binds every interface and printed the unusable http://:PORT/v1
+        raise ConfigError("--host must name an address (0.0.0.0 for every interface), got ''")
     cfg = ServerConfig(
         host=args.host,
         port=args.port,

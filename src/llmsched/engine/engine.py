@@ -294,6 +294,11 @@ class LLMEngine(StepDriver):
         for t in prompt:
             if not isinstance(t, int) or not 0 <= t < vocab:
                 raise ConfigError(f"request {request_id!r}: token id {t!r} is outside the vocabulary (0..{vocab - 1})")
+        for t in params.stop_token_ids or ():
+            if not 0 <= t < vocab:  # (it could never be sampled: a stop that silently never stops)
+                raise ConfigError(
+                    f"request {request_id!r}: stop token id {t} is outside the vocabulary (0..{vocab - 1})"
+                )
         for t in params.logit_bias or ():
             if t >= vocab:  # (the sampler would skip it: a bias that silently does nothing)
                 raise ConfigError(

@@ -84,6 +84,12 @@ class ModelRunner:
         seed=0,
         workspace_tokens=None,
     ):
+        # checked whatever the device and whether or not --num-blocks sizes the cache: a bad
+        # value is refused, not ignored because it happens not to be used on this machine
+        if not 0 < gpu_memory_utilization <= 1:  # (nan fails this too)
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        if kv_cache_gb is not None and not (0 < kv_cache_gb < math.inf):
+            raise ConfigError(f"kv_cache_gb must be a positive finite number, got {kv_cache_gb!r}")
         self.cfg = cfg
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)

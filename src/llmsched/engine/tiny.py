@@ -31,6 +31,11 @@ Once upon a time, a small model wrote short stories about servers, queues and pa
 """
 
 BOS, EOS = "<s>", "</s>"
+# the vocabulary sizes train_tokenizer can honour: the 256 bytes and the two special tokens
+# at least, and at most what BPE can merge from TEXT (tests/engine checks the bound); the
+# trainer clamps other sizes silently, so `llmsched make-tiny-model` refuses them
+MIN_VOCAB = 258
+MAX_VOCAB = 575
 
 
 def train_tokenizer(vocab_size: int = 512):
@@ -121,6 +126,8 @@ def make_tiny_model(
 
     from .model import CausalLM  # noqa: PLC0415
 
+    if not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
     for name, v in (
         ("hidden_size", hidden_size),
         ("num_layers", num_layers),

@@ -334,6 +334,7 @@ class BenchConfig:
                 raise ConfigError("--extra-body must be a JSON object") from None
             if not isinstance(extra, dict):
                 raise ConfigError("--extra-body must be a JSON object")
+        check_moot_options(a)  # after the values' own checks: a bad value is named as such
         return cls(
             base_url=base,
             endpoint=a.endpoint,
@@ -375,6 +376,59 @@ class BenchConfig:
             num_warmups=a.num_warmups,
             http_client=a.http_client,
         )
+
+
+def check_moot_options(a) -> None:
+    """ConfigError for an option that this run would ignore (exit 0 with a flag that did
+    nothing): one line naming it and why. An option at its default counts as not given."""
+    named = a.save_result or a.append_result  # the result file named as vLLM names it
+    moot = [
+        (a.base_url is not None and a.port != 8000, "--port", "--base-url gives the server's port"),
+        (a.base_url is not None and a.host != "127.0.0.1", "--host", "--base-url gives the server's host"),
+        (
+            a.dataset_name == "random" and a.dataset_path is not None,
+            "--dataset-path",
+            "the random dataset reads no file",
+        ),
+        (a.dataset_name != "random" and a.input_len != 1024, "--input-len", "it sets the random dataset's prompts"),
+        (
+            a.dataset_name != "random" and a.random_range_ratio != 0.0,
+            "--random-range-ratio",
+            "it sets the random dataset's lengths",
+        ),
+        (
+            a.dataset_name == "random" and a.sharegpt_output_len is not None,
+            "--sharegpt-output-len",
+            "it sets the output lengths of sharegpt, arxiv and trace (random: --output-len)",
+        ),
+        (a.dataset_name != "trace" and a.time_scale != 1.0, "--time-scale", "it scales a trace's timestamps"),
+        (
+            a.burstiness != 1.0 and (a.dataset_name == "trace" or a.request_rate == math.inf),
+            "--burstiness",
+            "it shapes the gaps of a finite --request-rate (a trace keeps its own, inf sends all at once)",
+        ),
+        (
+            a.result_file is not None and (a.result_dir is not None or a.result_filename is not None),
+            "--result-dir" if a.result_dir is not None else "--result-filename",
+            "--result-file names the result file",
+        ),
+        (
+            not named and a.result_file is None and a.result_dir is not None,
+            "--result-dir",
+            "it is where --save-result writes",
+        ),
+        (
+            not named and a.result_file is None and a.result_filename is not None,
+            "--result-filename",
+            "it names --save-result's file",
+        ),
+        (not named and a.result_file is None and a.metadata is not None, "--metadata", "no result file is written"),
+        (not named and a.result_file is None and a.save_detailed, "--save-detailed", "no result file is written"),
+    ]
+    for given, flag, why in moot:
+        if given:
+            tail = " (give --save-result or --result-file)" if why == "no result file is written" else ""
+            raise ConfigError(f"{flag} does nothing in this run: {why}{tail}")
 
 
 def _check_base_url(url) -> str:
