@@ -16,27 +16,26 @@ MAX_REQUESTS_PER_STEP = 1 << 20
 MAX_KV_TOKENS = 1 << 40
 
 
-def check_b_max(b: object) -> int:
-    """The rule for a token budget per step: a positive integer (int or numpy's, not a
-    bool) of at most MAX_B_MAX; returns it as an int, or raises a one-line ConfigError."""
-    n = as_int(b)
+def _positive_int(v: object, name: str, most: int, unit: str = "") -> int:
+    """`v` as an int if it is a positive integer (int or numpy's, not a bool) of at most
+    `most`; else a one-line ConfigError naming `name`."""
+    n = as_int(v)
     if n is None or n <= 0:
-        raise ConfigError(f"b_max must be a positive integer, got {b!r}")
-    if n > MAX_B_MAX:
-        raise ConfigError(f"b_max must be at most {MAX_B_MAX:,} tokens per step, got {count_text(n)}")
+        raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+    if n > most:
+        raise ConfigError(f"{name} must be at most {most:,}{unit}, got {count_text(n)}")
     return n
+
+
+def check_b_max(b: object) -> int:
+    """The rule for a token budget per step: a positive integer of at most MAX_B_MAX."""
+    return _positive_int(b, "b_max", MAX_B_MAX, " tokens per step")
 
 
 def check_k_max(k: object) -> int:
-    """The rule for a cap on requests per step: a positive integer (int or numpy's, not a
-    bool) of at most MAX_REQUESTS_PER_STEP; returns it as an int, or raises a one-line
-    ConfigError. (None, no cap, is the caller's to allow.)"""
-    n = as_int(k)
-    if n is None or n <= 0:
-        raise ConfigError(f"k_max must be a positive integer, got {k!r}")
-    if n > MAX_REQUESTS_PER_STEP:
-        raise ConfigError(f"k_max must be at most {MAX_REQUESTS_PER_STEP:,}, got {count_text(n)}")
-    return n
+    """The rule for a cap on requests per step: a positive integer of at most
+    MAX_REQUESTS_PER_STEP. (None, no cap, is the caller's to allow.)"""
+    return _positive_int(k, "k_max", MAX_REQUESTS_PER_STEP)
 
 
 def check_prefix_block_size(b: object, what: str = "block_size") -> int:
