@@ -8,7 +8,7 @@ import pytest
 import llmsched
 from llmsched.cli import main
 from llmsched.core.cost import make_cost_model
-from llmsched.core.errors import InputWarning
+from llmsched.core.errors import ConfigError, InputWarning
 from llmsched.workload import Trace
 
 BASE = ["--rate", "5", "--num-requests", "60", "--prompt", "const:100", "--output", "const:10", "--json"]
@@ -80,13 +80,18 @@ def test_a_profile_far_past_its_grid_warns(capsys):
     assert [f.split(" up to")[0] for f in far] == ["token load (b_max)", "decode batch", "prefill chunk"]
 
 
-def test_an_ignored_rate_warns(tmp_path, capsys):
-    # the command line refuses --rate with a rate or load grid (test_cli_flag_audit); the API warns
+def test_an_ignored_rate_is_refused_or_warned(tmp_path, capsys):
+    # the command line refuses --rate with a rate or load grid (test_cli_flag_audit); so
+    # does the API, for every option the grid also sets (it warned for the rate, and took
+    # the grid's value of any other without a word)
     from llmsched.analysis.sweep import run_sweep
 
     fixed = dict(cost_model="paper", prompt="const:100", output="const:10", num_requests=50, rate=3.0)
-    with pytest.warns(InputWarning, match="rate=3.0 is ignored: the grid's 'load' sets each point's rate"):
+    with pytest.raises(ConfigError, match="rate=3.0 and the grid's 'load' both set each point's rate"):
         run_sweep(None, ["load=0.5"], out_dir=tmp_path / "s", workers=1, plots=False, progress=False, **fixed)
+    with pytest.raises(ConfigError, match="seed=3 and the grid's 'seed' both set each point's seed"):
+        run_sweep(None, ["seed=0,1"], out_dir=tmp_path / "s", workers=1, plots=False, progress=False, seed=3)
+    assert not (tmp_path / "s").exists()
     trace = Trace(np.array([0.0, 0.5, 1.0]), np.array([10, 20, 30]), np.array([5, 5, 5]), None)
     with pytest.warns(InputWarning, match="rate=5 is ignored: the caller's trace"):
         r = llmsched.simulate(trace=trace, rate=5, cost_model="paper")

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..core.errors import ConfigError, warn
+from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_run_dir, clear_stale
 from .figures import plot_sweep
 from .grid import NON_GROUP_KEYS, expand_grid, grid_keys, parse_grid, parse_slo, parse_values
@@ -76,6 +76,18 @@ class SweepResult:
     files: list[str] = field(default_factory=list)
     out_dir: str | None = None
     wall_s: float = 0.0
+
+
+def fixed_in_grid(grid: dict, fixed: dict) -> tuple[str, str] | None:
+    """The first fixed option (key, grid key) that the grid also sets (a fixed `rate` with
+    a `load` grid too), or None; `fast` and `record_steps` are run switches, not values."""
+    for key, v in fixed.items():
+        if v is None or key in ("fast", "record_steps"):
+            continue
+        gkey = "load" if key == "rate" and "load" in grid else key
+        if gkey in grid:
+            return key, gkey
+    return None
 
 
 def run_sweep(
@@ -130,9 +142,11 @@ def run_sweep(
         raise ConfigError(f"unknown option {bad[0]!r}")
     if search and ("rate" in fixed or "load" in fixed):
         raise ConfigError("the search finds the rate: do not fix a rate or load")
-    if "rate" in fixed and ("rate" in g or "load" in g):
-        key = "rate" if "rate" in g else "load"
-        warn(f"rate={fixed['rate']} is ignored: the grid's {key!r} sets each point's rate")
+    clash = fixed_in_grid(g, fixed)
+    if clash is not None:  # the fixed value would do nothing: each point takes the grid's
+        key, gkey = clash
+        what = "rate" if key == "rate" else key
+        raise ConfigError(f"{key}={fixed[key]!r} and the grid's {gkey!r} both set each point's {what}: give one")
     show = sys.stderr.isatty() if progress is None else bool(progress)
 
     # every configuration is resolved and checked before the first run

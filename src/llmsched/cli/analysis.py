@@ -406,15 +406,13 @@ def _check_fixed_not_gridded(grid, fixed: dict) -> None:
     """A flag that the grid also sets would do nothing (each point takes the grid's
     value): refused, naming both. `--rate` with a `load` grid as well."""
     from ..analysis.grid import parse_grid  # noqa: PLC0415
+    from ..analysis.sweep import fixed_in_grid  # noqa: PLC0415
 
-    g = parse_grid(grid)
-    for key, v in fixed.items():
-        if v is None or key in ("fast", "record_steps"):
-            continue
-        gkey = "load" if key == "rate" and "load" in g else key
-        if gkey in g:
-            what = "rate" if key == "rate" else key
-            raise ConfigError(f"{flag_of(key)} and --grid {gkey}=... both set each point's {what}: give one")
+    clash = fixed_in_grid(parse_grid(grid), fixed)
+    if clash is not None:  # (run_sweep refuses it too, naming options, not flags)
+        key, gkey = clash
+        what = "rate" if key == "rate" else key
+        raise ConfigError(f"{flag_of(key)} and --grid {gkey}=... both set each point's {what}: give one")
 
 
 #: Search table columns shown by `_print_search` (the others are the group's grid values).
