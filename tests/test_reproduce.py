@@ -91,3 +91,13 @@ def test_reproduce_no_search_refuses_the_search_settings(tmp_path, capsys):
     with pytest.raises(ConfigError, match="no effect with search=False"):
         reproduce_stability(quick=True, search=False, tol=0.5, out_dir=tmp_path / "api", workers=1)
     assert not (tmp_path / "api").exists()
+
+
+def test_reproduce_stability_refuses_a_policy_given_twice(tmp_path):
+    from llmsched.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="policy 'orca' is given twice"):
+        reproduce_stability(quick=True, out_dir=tmp_path / "o", policies=["orca", "sarathi", "orca"])
+    with pytest.raises(ConfigError, match="at least one policy"):
+        reproduce_stability(quick=True, out_dir=tmp_path / "o", policies=[])
+    assert not (tmp_path / "o").exists()

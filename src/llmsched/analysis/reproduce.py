@@ -121,6 +121,11 @@ def reproduce_stability(
         raise ConfigError("give at least one seed")
     tol = d_tol if tol is None else tol
     policies = [str(p) for p in policies]
+    if not policies:
+        raise ConfigError("give at least one policy")
+    dup = next((p for i, p in enumerate(policies) if p in policies[:i]), None)
+    if dup is not None:  # (its runs twice, its rows twice)
+        raise ConfigError(f"policy {dup!r} is given twice")
     base = dict(PRESETS[workload])
     if cost_model is not None:
         base["cost_model"] = cost_model
