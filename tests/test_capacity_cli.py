@@ -150,3 +150,14 @@ def test_theorem_2_failing_one_lambda_star_with_or_without_a_cap_that_cannot_bin
     out = capsys.readouterr().out
     assert "45.572 req/s" in out and "theorem 2 rate C / w" in out and "0.151 req/s" in out
     assert "theorem 2 does not give lambda*" in out and "(at lambda*'s steps)" in out
+
+
+def test_capacity_report_refuses_options_its_bounds_do_not_model():
+    """The command line refused them (flags and --config); the Python call took them."""
+    from llmsched.analysis.capacity_report import capacity_report
+    from llmsched.core.errors import ConfigError
+
+    for key, value in (("kv_capacity", 1000), ("max_running", 3), ("admission", "twp"), ("prefix_caching", True)):
+        with pytest.raises(ConfigError, match=f"{key}: capacity's bounds do not model"):
+            capacity_report(cost_model="paper", mean_prompt=200, mean_output=101, **{key: value})
+    assert capacity_report(cost_model="paper", mean_prompt=200, mean_output=101)["capacity"]["critical_rate"] > 11

@@ -6,12 +6,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..api import build_config
+from ..api import SimConfig, build_config
 from ..core.errors import ConfigError
 from ..core.paths import check_out_file
 from ..theory import DEFAULT_SAMPLES, capacity, requests_per_rate, stability_region, workload_means
 from ..workload import WorkloadSpec, make_trace, replays_trace
 from .figures import plot_region
+
+#: Options a run takes that theorem 2 and the region do not model: a capacity report refuses them.
+CAPACITY_IGNORES = ("admission", "admission_options", "kv_capacity", "max_running", "prefix_caching")
 
 
 def capacity_report(
@@ -35,6 +38,12 @@ def capacity_report(
     work: theorem 2 with the uncached prompt)."""
     plot_file = plot_path(plot) if plot is not None else None  # before the work, not after it
     cfg = build_config(config, **overrides)
+    default = SimConfig()
+    for key in CAPACITY_IGNORES:
+        if getattr(cfg, key) != getattr(default, key):
+            raise ConfigError(
+                f"{key}: capacity's bounds do not model admission, a running cap or the KV cache (simulate with it)"
+            )
     source = "given"
     if mean_prompt is None or mean_output is None:
         n = DEFAULT_SAMPLES if samples is None else samples

@@ -86,11 +86,10 @@ def _print_rows(title: str, rows: list[dict], cols: list[tuple[str, str, str]]) 
 
 
 # scheduler options the bounds do not depend on: refused rather than ignored
-CAPACITY_IGNORES = ("admission", "admission_options", "kv_capacity", "max_running", "prefix_caching")
 
 
 def cmd_capacity(args) -> int:
-    from ..analysis.capacity_report import capacity_report, rep_law  # noqa: PLC0415
+    from ..analysis.capacity_report import CAPACITY_IGNORES, capacity_report, rep_law  # noqa: PLC0415
 
     over = sim_overrides(args)
     rate = over.pop("rate", None)
@@ -163,6 +162,7 @@ def _check_capacity_inputs(args, over: dict) -> None:
     """What capacity would ignore is refused: a scheduler option the bounds do not model
     set in --config, a length law whose mean --mean-prompt/--mean-output gives, --samples
     with both means given, a run length with nothing to run, an empty --lengths."""
+    from ..analysis.capacity_report import CAPACITY_IGNORES  # noqa: PLC0415
     from ..api import SimConfig, build_config  # noqa: PLC0415
     from ..workload import replays_trace  # noqa: PLC0415
 
