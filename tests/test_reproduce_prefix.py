@@ -73,3 +73,15 @@ def test_reproduce_prefix_caching_needs_a_trace_with_blocks(tmp_path, capsys):
     # (--out: a folder of its own; one that holds other files, the trace here, is refused)
     assert main(["reproduce", "prefix-caching", "--trace", str(plain), "--out", str(tmp_path / "out")]) == 2
     assert "block ids" in capsys.readouterr().err
+
+
+def test_reproduce_prefix_caching_refuses_the_parallel_options(tmp_path, capsys):
+    """Its runs go one after the other in this process: --workers, --backend and --address
+    did nothing."""
+    from helpers import one_line_error
+
+    path = tmp_path / "trace.jsonl"
+    write_fixture(path, n=20)
+    base = ["reproduce", "prefix-caching", "--trace", str(path), "--quick", "--out", str(tmp_path / "o")]
+    for extra, flag in ((["--workers", "2"], "--workers"), (["--backend", "ray"], "--backend")):
+        one_line_error(capsys, [*base, *extra], f"{flag} is not an option of `reproduce prefix-caching`")

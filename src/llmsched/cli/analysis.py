@@ -624,6 +624,9 @@ def _reproduce_prefix(args, out: str) -> int:
     given = [
         k for k in ("workload", "search_requests", "tol", "policies", "seeds") if getattr(args, k) not in (None, False)
     ]
+    # (its runs go one after the other, in this process)
+    given += [k for k in ("workers", "address") if getattr(args, k) is not None]
+    given += ["backend"] if args.backend != "local" else []
     if given or args.no_search:
         what = given[0].replace("_", "-") if given else "no-search"
         raise ConfigError(f"--{what} is not an option of `reproduce prefix-caching`")
