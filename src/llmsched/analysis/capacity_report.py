@@ -42,7 +42,8 @@ def capacity_report(
     for key in CAPACITY_IGNORES:
         if getattr(cfg, key) != getattr(default, key):
             raise ConfigError(
-                f"{key}: capacity's bounds do not model admission, a running cap or the KV cache (simulate with it)"
+                f"the configuration sets {key}: capacity's bounds do not model admission, a running cap "
+                "or the KV cache (simulate with it)"
             )
     source = "given"
     if mean_prompt is None or mean_output is None:

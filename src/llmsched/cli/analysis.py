@@ -159,23 +159,14 @@ def cmd_capacity(args) -> int:
 
 
 def _check_capacity_inputs(args, over: dict) -> None:
-    """What capacity would ignore is refused: a scheduler option the bounds do not model
-    set in --config, a length law whose mean --mean-prompt/--mean-output gives, --samples
+    """What capacity would ignore is refused (a scheduler option the bounds do not model,
+    set in --config: by `capacity_report`): a length law whose mean --mean-prompt/--mean-output gives, --samples
     with both means given, a run length with nothing to run, an empty --lengths."""
-    from ..analysis.capacity_report import CAPACITY_IGNORES  # noqa: PLC0415
-    from ..api import SimConfig, build_config  # noqa: PLC0415
+    from ..api import build_config  # noqa: PLC0415
     from ..workload import replays_trace  # noqa: PLC0415
 
     if args.lengths == "":
         raise ConfigError("--lengths: give a CSV file or a dataset name, got ''")
-    if args.config:
-        base, dflt = build_config(args.config), SimConfig()
-        for key in CAPACITY_IGNORES:
-            if over.get(key) is None and getattr(base, key) != getattr(dflt, key):
-                raise ConfigError(
-                    f"--config {args.config} sets {key}: capacity's bounds do not model admission, "
-                    "a running cap or the KV cache (simulate with it)"
-                )
     for mean, role in ((args.mean_prompt, "prompt"), (args.mean_output, "output")):
         if mean is None:
             continue
