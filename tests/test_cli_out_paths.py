@@ -175,3 +175,15 @@ def test_run_kinds_of_sweeps_and_experiments(tmp_path):
     (s / "notes.txt").write_text("mine\n")
     clear_stale(s, "reproduce stability", [])
     assert [p.name for p in s.iterdir()] == ["notes.txt"]  # only a run's own files go
+
+
+def test_each_network_reproduction_checks_its_own_folder_kind(tmp_path):
+    """reproduce_clusters checked the folder as clusters, agents and Rybko-Stolyar (so a
+    rerun of clusters into its own folder was refused), and the other two checked nothing."""
+    from llmsched.analysis.reproduce_networks import reproduce_agents, reproduce_rybko_stolyar
+    from llmsched.core.errors import ConfigError
+
+    (tmp_path / "clusters_p99.png").write_bytes(b"")
+    for run in (reproduce_agents, reproduce_rybko_stolyar):
+        with pytest.raises(ConfigError, match="holds the outputs of `reproduce clusters`"):
+            run(out_dir=tmp_path, quick=True, workers=1)

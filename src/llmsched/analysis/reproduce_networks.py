@@ -431,8 +431,6 @@ def reproduce_clusters(
     seeds = check_seeds(seeds if seeds is not None else (0,))
     prompt, output = CLUSTER_WORKLOADS[workload]
     check_run_dir(out_dir, "reproduce clusters")  # not over another run's outputs
-    check_run_dir(out_dir, "reproduce agents")  # not over another run's outputs
-    check_run_dir(out_dir, "reproduce rybko-stolyar")  # not over another run's outputs
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -612,6 +610,7 @@ def reproduce_agents(
     )
     n_jobs = int(num_jobs or (2000 if quick else 10000))
     seeds = check_seeds(seeds if seeds is not None else (0,))
+    check_run_dir(out_dir, "reproduce agents")  # not over another run's outputs
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -783,6 +782,7 @@ def reproduce_rybko_stolyar(
     orders = [str(o) for o in orders]
     n_jobs = int(num_jobs or (3000 if quick else 20000))
     seeds = check_seeds(seeds if seeds is not None else (0,))
+    check_run_dir(out_dir, "reproduce rybko-stolyar")  # not over another run's outputs
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     nets, theory = {}, {}
