@@ -377,7 +377,6 @@ class _Runtime:
                     node.gpus.append(gpu)
                     self.gpus.append(gpu)
                 self.nodes.append(node)
-        check_schedulers(spec)
         self.models = [
             _Model(i, name, spec, make_cost_model(spec.models[name].cost_model)) for i, name in enumerate(spec.models)
         ]
@@ -1165,9 +1164,14 @@ def run_serverless(
     max_time_s: float | None = None,
     requests=None,
     progress: Callable[[int, int], None] | None = None,
+    check: bool = True,
 ) -> ServerlessStats:
-    """Run the workload of `spec` (or `requests`, a `ServerlessRequests`) through its platform."""
+    """Run the workload of `spec` (or `requests`, a `ServerlessRequests`) through its
+    platform. `check=False`: the caller has run `check_schedulers(spec)` (each model's
+    schedulers are built to be checked: once is enough)."""
     check_seconds("max_time_s", max_time_s)
+    if check:
+        check_schedulers(spec)  # before any request is made
     reqs = make_serverless_requests(spec) if requests is None else requests
     check_requests(spec, reqs)
     max_time = UNLIMITED if max_time_s is None else round(max_time_s * NS)
