@@ -522,11 +522,7 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
     mp = (pre + cached) / rate if rate > 0 else None
     mo = dec / rate + 1.0 if rate > 0 else None
     mc = cached / rate if rate > 0 else None
-    means = (None, None, 0.0) if cost.load_only or rate <= 0 else (mp, mo, mc)
     share = max(s.routing_weights())
-    t_bmax = step_time_at_budget(cost, s.b_max, *means)
-    replica_cap = s.b_max / t_bmax
-    pool_cap = replica_cap / share
     region_exact = None
     if rate > 0:
         # one replica's capacity for this server's mix, by one server's rules
@@ -536,6 +532,8 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
         # a load-only model whose b / t(b) peaks below b_max is served fastest there (the
         # peak is scanned once, for a load-only model only)
         rep = capacity(cost, s.b_max, mp, mo, k_max=s.k_max, cached_prompt=mc, peak=cost.load_only)
+        t_bmax, replica_cap = rep.step_time_at_b_max_s, rep.token_capacity
+        pool_cap = replica_cap / share
         region_exact = rep.region_exact
         binding = rep.binding
         peak, peak_b = rep.peak_token_capacity, rep.peak_load
@@ -544,8 +542,12 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
         fill_cap = rep.fill_capacity / share
         util = offered / cap if cap > 0 else math.inf
     else:
-        # no traffic: nothing to place in the region; the best policy's rate is the
-        # uncapped one (`capacity`'s rule)
+        # no traffic: nothing to place in the region (nor means to time a mixed step:
+        # t(b_max) is the load's); the best policy's rate is the uncapped one
+        # (`capacity`'s rule)
+        t_bmax = step_time_at_budget(cost, s.b_max)
+        replica_cap = s.b_max / t_bmax
+        pool_cap = replica_cap / share
         best, binding, (peak, peak_b) = uncapped_capacity(cost, s.b_max, replica_cap)
         cap = best / share
         fill_cap = min(cap, pool_cap)
