@@ -257,8 +257,10 @@ def capacity(
     """Capacity report (see the module docstring). `cost`: a CostModel or a spec string
     (`"paper"`, `"profile:h200-llama-3-8b"`, ...). `rate` in requests/s is optional.
     `cached_prompt`: mean prompt tokens per request served by a prefix cache (not work).
-    `peak=False` leaves `peak_token_capacity` and `peak_load` None: their scan times every
-    load up to `b_max`, which a caller that needs only the rates need not wait for."""
+    `peak=False` leaves `peak_token_capacity` and `peak_load` None: for a context-dependent
+    model their scan times every load up to `b_max`, which a caller that needs only the
+    rates need not wait for (a load-only model's lambda* needs the peak: its vectorised scan
+    runs either way)."""
     cost = make_cost_model(cost)
     b_max = check_b_max(b_max)
     k_max = None if k_max is None else check_k_max(k_max)
