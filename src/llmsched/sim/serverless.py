@@ -47,7 +47,7 @@ import heapq
 import itertools
 import math
 from array import array
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -411,14 +411,11 @@ class _Runtime:
     def route(self, model: _Model, t: int) -> _Instance | None:
         cands = model.ready or model.live
         if self.round_robin and cands:
-            # the next instance in creation order after the one served last (an index into
-            # `cands`, whose length changes, repeated instances when one became ready)
-            last = model.rr
-            for inst in cands:
-                if inst.id > last:
-                    break
-            else:
-                inst = cands[0]
+            # the next instance in creation order (both lists are in id order) after the
+            # one served last (an index into `cands`, whose length changes, repeated
+            # instances when one became ready)
+            i = bisect_right(cands, model.rr, key=_instance_id)
+            inst = cands[i] if i < len(cands) else cands[0]
             model.rr = inst.id
             return inst
         if len(cands) <= 1:
