@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..api import simulate
+from ..core.checks import first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
@@ -123,7 +124,7 @@ def reproduce_stability(
     policies = [str(p) for p in policies]
     if not policies:
         raise ConfigError("give at least one policy")
-    dup = next((p for i, p in enumerate(policies) if p in policies[:i]), None)
+    dup = first_repeat(policies)
     if dup is not None:  # (its runs twice, its rows twice)
         raise ConfigError(f"policy {dup!r} is given twice")
     base = dict(PRESETS[workload])

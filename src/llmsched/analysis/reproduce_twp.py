@@ -53,6 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.checks import first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
@@ -363,7 +364,7 @@ def reproduce_twp(
     for what, values in (("workload", workloads), ("platform scheduler", schedulers), ("load", loads)):
         if not values:
             raise ConfigError(f"give at least one {what}")
-        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        twice = first_repeat(values)
         if twice is not None:
             raise ConfigError(f"{what} {twice!r} is given twice: each runs every cell once, list it once")
     n_req, n_stab = SIZES["quick" if quick else "full"]

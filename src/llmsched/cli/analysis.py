@@ -12,6 +12,7 @@ import math
 import os
 import sys
 
+from ..core.checks import first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir, check_out_file, check_run_dir
@@ -536,7 +537,7 @@ def cmd_reproduce(args) -> int:
         names = [p.strip() for p in args.policies.split(",")]
         if not any(names) or "" in names:
             raise ConfigError(f"--policies: give comma-separated policy names, got {args.policies!r}")
-        dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        dup = first_repeat(names)
         if dup is not None:
             raise ConfigError(f"--policies: {dup!r} is given twice")
     if args.experiment == "prefix-caching":

@@ -21,3 +21,9 @@ def as_real(v: object) -> int | float | None:
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         return None
     return int(v) if isinstance(v, numbers.Integral) else float(v)
+
+
+def first_repeat(values):
+    """The first value of `values` that an earlier one equals, or None (a list given
+    twice runs its cells twice)."""
+    return next((v for i, v in enumerate(values) if v in values[:i]), None)

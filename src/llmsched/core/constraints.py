@@ -64,12 +64,7 @@ class Constraints:
         if self.k_max is not None:
             object.__setattr__(self, "k_max", check_k_max(self.k_max))
         if self.kv_capacity is not None:
-            n = as_int(self.kv_capacity)
-            if n is None or n <= 0:
-                raise ConfigError(f"kv_capacity must be a positive integer, got {self.kv_capacity!r}")
-            if n > MAX_KV_TOKENS:
-                raise ConfigError(f"kv_capacity must be at most {MAX_KV_TOKENS:,}, got {count_text(n)}")
-            object.__setattr__(self, "kv_capacity", n)
+            object.__setattr__(self, "kv_capacity", _positive_int(self.kv_capacity, "kv_capacity", MAX_KV_TOKENS))
         if self.prefix_block_size is not None:
             block = check_prefix_block_size(self.prefix_block_size, "the prefix-cache block size")
             object.__setattr__(self, "prefix_block_size", block)
