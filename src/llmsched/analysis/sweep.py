@@ -145,8 +145,7 @@ def run_sweep(
     clash = fixed_in_grid(g, fixed)
     if clash is not None:  # the fixed value would do nothing: each point takes the grid's
         key, gkey = clash
-        what = "rate" if key == "rate" else key
-        raise ConfigError(f"{key}={fixed[key]!r} and the grid's {gkey!r} both set each point's {what}: give one")
+        raise ConfigError(f"{key}={fixed[key]!r} and the grid's {gkey!r} both set each point's {key}: give one")
     show = sys.stderr.isatty() if progress is None else bool(progress)
 
     # every configuration is resolved and checked before the first run

@@ -403,8 +403,7 @@ def _check_fixed_not_gridded(grid, fixed: dict) -> None:
     clash = fixed_in_grid(parse_grid(grid), fixed)
     if clash is not None:  # (run_sweep refuses it too, naming options, not flags)
         key, gkey = clash
-        what = "rate" if key == "rate" else key
-        raise ConfigError(f"{flag_of(key)} and --grid {gkey}=... both set each point's {what}: give one")
+        raise ConfigError(f"{flag_of(key)} and --grid {gkey}=... both set each point's {key}: give one")
 
 
 #: Search table columns shown by `_print_search` (the others are the group's grid values).

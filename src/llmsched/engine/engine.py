@@ -287,13 +287,15 @@ class LLMEngine(StepDriver):
             raise ConfigError(f"request id {request_id!r} is already in use")
         if not isinstance(params, SamplingParams):
             raise ConfigError("params must be a llmsched SamplingParams")
-        prompt = [as_int(t) if as_int(t) is not None else t for t in prompt_token_ids]
+        prompt = [t if (i := as_int(t)) is None else i for t in prompt_token_ids]
         n = len(prompt)
         check_request_size(n, params.max_tokens, self.max_model_len, self.kv_capacity)
         vocab = self.config.vocab_size
-        for t in prompt:
-            if not isinstance(t, int) or not 0 <= t < vocab:
-                raise ConfigError(f"request {request_id!r}: token id {t!r} is outside the vocabulary (0..{vocab - 1})")
+        if not (
+            all(isinstance(t, int) for t in prompt) and min(prompt, default=0) >= 0 and max(prompt, default=0) < vocab
+        ):
+            bad = next(t for t in prompt if not isinstance(t, int) or not 0 <= t < vocab)  # name the first
+            raise ConfigError(f"request {request_id!r}: token id {bad!r} is outside the vocabulary (0..{vocab - 1})")
         for t in params.stop_token_ids or ():
             if not 0 <= t < vocab:  # (it could never be sampled: a stop that silently never stops)
                 raise ConfigError(
