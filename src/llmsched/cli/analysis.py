@@ -46,11 +46,14 @@ _search_hi = bounded_float("the search's upper end", 1e-3, MAX_SEARCH_HI, hi_ope
 __all__ = ["register", "cmd_capacity", "cmd_sweep", "cmd_reproduce", "cmd_validate"]
 
 
-def _check_workers(args) -> None:
-    """--workers from 1 to the backends' maximum, checked before any work (a pool forks its
-    processes up front: `--workers 100000` forked thousands)."""
+def _check_parallel(args) -> None:
+    """The parallel options, before any work: --workers from 1 to the backends' maximum (a
+    pool forks its processes up front: `--workers 100000` forked thousands); --address
+    only with --backend ray."""
     from ..analysis.runner import check_workers  # noqa: PLC0415
 
+    if getattr(args, "backend", None) != "ray" and getattr(args, "address", None):
+        raise ConfigError("--address is a Ray cluster's: give --backend ray")
     check_workers(args.workers, "--workers")
 
 
@@ -96,7 +99,7 @@ def cmd_capacity(args) -> int:
     rate = over.pop("rate", None)
     if not args.find_counterexample:
         only_with(args, ("load", "seeds", "workers"), "--find-counterexample")
-    _check_workers(args)
+    _check_parallel(args)
     if args.network:
         return _network_capacity(args, over, rate)
     for key in CAPACITY_IGNORES:
@@ -340,9 +343,7 @@ def cmd_sweep(args) -> int:
         raise ConfigError("give at least one --grid KEY=VALUES (or --search max-stable-rate)")
     if not args.search:
         only_with(args, ("tol", "search_hi"), "--search max-stable-rate")
-    if args.backend != "ray" and args.address:
-        raise ConfigError("--address is a Ray cluster's: give --backend ray")
-    _check_workers(args)
+    _check_parallel(args)
     check_run_dir(args.out, "sweep", "--out")  # '' (no folder), another run's folder: before any run
     fixed = sim_overrides(args)
     _check_fixed_not_gridded(args.grid, fixed)
@@ -529,9 +530,7 @@ def cmd_reproduce(args) -> int:
     out = f"reproduce-{args.experiment}" if args.out is None else args.out
     check_run_dir(out, f"reproduce {args.experiment}", "--out")  # '' (no folder), another run's folder
     check_out_dir(out, "--out")
-    _check_workers(args)
-    if args.backend != "ray" and args.address:
-        raise ConfigError("--address is a Ray cluster's: give --backend ray")
+    _check_parallel(args)
     if args.policies is not None:
         names = [p.strip() for p in args.policies.split(",")]
         if not any(names) or "" in names:
