@@ -10,6 +10,7 @@ import numpy as np
 
 from .core.errors import ConfigError
 from .core.palette import color_of
+from .theory.means import rate_unit
 from .workload.trace import mean_rate
 
 
@@ -123,8 +124,7 @@ def run_title(folder: Path, config: dict | None = None, arrival_s: np.ndarray | 
             parts[-1] += f" at {rate:.3g} req/s"
     elif isinstance(w.get("rate"), (int, float)) and not isinstance(w["rate"], bool):
         # with turns the process starts conversations; their later turns add requests
-        unit = "conversations/s" if w.get("turns") else "req/s"
-        parts.append(f"{w.get('arrival', 'poisson')} {w['rate'] * scale:g} {unit}")
+        parts.append(f"{w.get('arrival', 'poisson')} {w['rate'] * scale:g} {rate_unit(w)}")
     if arrival_s is not None:
         parts.append(f"{len(arrival_s):,} requests")
     return ", ".join(parts)

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..api import SimConfig, build_config
 from ..core.errors import ConfigError
 from ..core.paths import check_out_file
-from ..theory import DEFAULT_SAMPLES, capacity, requests_per_rate, stability_region, workload_means
+from ..theory import DEFAULT_SAMPLES, capacity, rate_unit, requests_per_rate, stability_region, workload_means
 from ..workload import WorkloadSpec, make_trace, replays_trace
 from .figures import plot_region
 
@@ -97,8 +97,11 @@ def capacity_report(
         out.update(rate=rate, utilisation=rep.utilisation, inside=bool(scale > 1.0), scale=scale, margin=scale - 1.0)
         out["request_rate"] = request_rate
         if not is_trace and (cfg.workload.get("turns") is not None or per != 1.0):
-            unit = "conversations/s" if cfg.workload.get("turns") is not None else "req/s"
-            out.update(rate_unit=unit, requests_per_rate=per, time_scale=float(cfg.workload.get("time_scale") or 1.0))
+            out.update(
+                rate_unit=rate_unit(cfg.workload),
+                requests_per_rate=per,
+                time_scale=float(cfg.workload.get("time_scale") or 1.0),
+            )
     if plot_file is not None:
         r = request_rate if rate is not None else rep.critical_rate
         point = (r * rep.prefill_tokens_per_request, r * rep.decode_tokens_per_request)

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..theory import rate_unit
 from ..workload import replays_trace
 from .grid import NON_GROUP_KEYS, expand_grid
 from .points import check_point, critical_arrival_rate_of, resolve_point
@@ -247,8 +248,7 @@ def search_groups(settings: SearchSettings) -> list[Group]:
             raise ConfigError(
                 "the search sets the rate: drop time_scale (--time-scale K runs every probed rate K times as fast)"
             )
-        unit = "conversations/s" if base.workload.get("turns") is not None else "req/s"
-        groups.append(Group(params, critical_arrival_rate_of(base), unit))
+        groups.append(Group(params, critical_arrival_rate_of(base), rate_unit(base.workload)))
     return groups
 
 

@@ -23,7 +23,7 @@ from ..core.region import (
     workload_point,
 )
 from .bounds import CapacityReport, capacity, peak_token_capacity, step_time_at_budget, token_capacity, work_per_request
-from .means import DEFAULT_SAMPLES, ideal_cached_prompt, requests_per_rate, workload_means
+from .means import DEFAULT_SAMPLES, ideal_cached_prompt, rate_unit, requests_per_rate, workload_means
 from .verdict import (
     INCONCLUSIVE,
     STABLE,
@@ -62,6 +62,7 @@ __all__ = [
     "INCONCLUSIVE",
     "workload_means",
     "requests_per_rate",
+    "rate_unit",
     "ideal_cached_prompt",
     "DEFAULT_SAMPLES",
 ]

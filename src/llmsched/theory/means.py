@@ -23,7 +23,14 @@ from ..core.errors import ConfigError
 from ..workload import WorkloadSpec, make_trace, replays_trace
 from ..workload.datasets import file_stamps
 
-__all__ = ["workload_means", "requests_per_rate", "ideal_cached_prompt", "ideal_cached_tokens", "DEFAULT_SAMPLES"]
+__all__ = [
+    "workload_means",
+    "rate_unit",
+    "requests_per_rate",
+    "ideal_cached_prompt",
+    "ideal_cached_tokens",
+    "DEFAULT_SAMPLES",
+]
 
 DEFAULT_SAMPLES = 200_000
 #: requests replayed through an unbounded cache by `ideal_cached_prompt` (a Python loop)
@@ -76,6 +83,12 @@ def _sample_spec(key: str, samples: int) -> WorkloadSpec:
 def _means(key: str, samples: int, files: tuple = ()) -> tuple[float, float]:
     tr = make_trace(_sample_spec(key, samples))
     return float(np.mean(tr.prompt)), float(np.mean(tr.output))
+
+
+def rate_unit(workload: dict) -> str:
+    """The unit of a workload's `rate`: conversations/s with `turns` (each conversation
+    offers its turns), else req/s."""
+    return "conversations/s" if workload.get("turns") is not None else "req/s"
 
 
 def requests_per_rate(workload: dict) -> float:
