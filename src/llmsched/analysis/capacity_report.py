@@ -46,10 +46,10 @@ def capacity_report(
                 "or the KV cache (simulate with it)"
             )
     source = "given"
+    is_trace = replays_trace(cfg.workload)
     if mean_prompt is None or mean_output is None:
         n = DEFAULT_SAMPLES if samples is None else samples
         mp, mo = workload_means(cfg.workload, n)
-        is_trace = replays_trace(cfg.workload)
         source = "trace" if is_trace else f"sampled ({n:,} draws)"
         mean_prompt = mp if mean_prompt is None else mean_prompt
         mean_output = mo if mean_output is None else mean_output
@@ -64,10 +64,7 @@ def capacity_report(
         raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
     if not (isinstance(cached_fraction, (int, float)) and 0 <= cached_fraction < 1):
         raise ConfigError(f"the cached fraction must be a number in [0, 1), got {cached_fraction!r}")
-    per = 1.0  # requests/s per unit of rate (a rate read off a trace is in requests/s)
-    is_trace = replays_trace(cfg.workload)
-    if rate is not None and not is_trace:
-        per = requests_per_rate(cfg.workload)
+    per = requests_per_rate(cfg.workload) if rate is not None else 1.0  # (1 for a trace: its rate is requests/s)
     request_rate = None if rate is None else rate * per
     rep = capacity(
         cfg.cost_model,
