@@ -458,13 +458,26 @@ class _Runtime:
         busy_until = sim.busy_until
         if busy_until >= t and sim.batch[0].ignores_waiting:
             return  # the batch's plan never read the queue: it goes on unchanged
-        if busy_until > t:
+        if not self.end_batch_at(inst, t) and busy_until < 0:
+            self.plan_soon(inst, t)
+
+    def end_batch_at(self, inst: _Instance, t: int) -> bool:
+        """The batch in progress ends at its first step boundary at or after `t` (a batch
+        ending at `t` goes no further); False when none goes on past `t`."""
+        sim = inst.sim
+        if sim.busy_until > t:
             end = sim.truncate(t)
             inst.version += 1
             self.push(end, _END, inst.id, inst, inst.version)
-        elif busy_until == t:
-            sim.truncate(t)  # it joins at the batch's end: the batch goes no further
-        elif busy_until < 0 and not inst.planned:
+        elif sim.busy_until == t:
+            sim.truncate(t)
+        else:
+            return False
+        return True
+
+    def plan_soon(self, inst: _Instance, t: int) -> None:
+        """Plan `inst` at `t`, after what else happens then (once)."""
+        if not inst.planned:
             inst.planned = True
             self.push(t, _PLAN, inst.id, inst)
 
@@ -689,16 +702,8 @@ class _Runtime:
     def cut(self, victim: _Instance, t: int) -> None:
         """The victim's batch ends at its first step boundary at or after `t` (its end
         drains it); without a batch, it drains now."""
-        sim = victim.sim
-        if sim.busy_until > t:
-            end = sim.truncate(t)
-            victim.version += 1
-            self.push(end, _END, victim.id, victim, victim.version)
-        elif sim.busy_until == t:
-            sim.truncate(t)  # its batch end at t drains it (the batch goes no further)
-        elif self.drain(victim, t) and not victim.planned:
-            victim.planned = True
-            self.push(t, _PLAN, victim.id, victim)
+        if not self.end_batch_at(victim, t) and self.drain(victim, t):
+            self.plan_soon(victim, t)
 
     def drain(self, victim: _Instance, t: int) -> bool:
         """A migration's victim at a step boundary. The first one starts the hand-over of
@@ -798,16 +803,10 @@ class _Runtime:
             if sim.now < t:
                 sim.idle_until(t)
             self.settle(inst, r, t)
-            if not inst.planned:
-                inst.planned = True
-                self.push(t, _PLAN, inst.id, inst)
+            self.plan_soon(inst, t)
             return
         inst.incoming.append(r)
-        if busy_until > t:
-            end = sim.truncate(t)
-            inst.version += 1
-            self.push(end, _END, inst.id, inst, inst.version)
-        else:
+        if not self.end_batch_at(inst, t):
             sim.truncate(t)
 
     def settle(self, inst: _Instance, r: Request, t: int) -> None:
