@@ -656,7 +656,8 @@ def _reproduce_other(args, out: str) -> int:
     from ..analysis import reproduce_networks, reproduce_twp  # noqa: PLC0415
 
     twp_kw = _twp_choices(args) if args.experiment == "twp" else {}
-    only_with(args, STABILITY_ONLY, "`reproduce stability`")
+    shared = TWP_SHARED if args.experiment == "twp" else ()
+    only_with(args, [k for k in STABILITY_ONLY if k not in shared], "`reproduce stability`")
     fn = {
         "clusters": reproduce_networks.reproduce_clusters,
         "agents": reproduce_networks.reproduce_agents,
@@ -681,20 +682,21 @@ def _reproduce_other(args, out: str) -> int:
     return 0
 
 
+# the options of `reproduce stability` that `reproduce twp` takes too
+TWP_SHARED = ("workload", "policies", "load")
+
+
 def _twp_choices(args) -> dict:
     """`reproduce twp`'s share of the stability options: `--workload` (azure or sharegpt),
     `--policies` (platform schedulers) and `--load` (one load, a fraction of the platform's
-    capacity); taken off `args` so that the stability-only check passes."""
+    capacity)."""
     kw = {}
     if args.workload is not None:
         kw["workloads"] = [args.workload]
-        args.workload = None
     if args.policies:
         kw["schedulers"] = [p.strip() for p in args.policies.split(",") if p.strip()]
-        args.policies = None
     if args.load is not None:
         kw["loads"] = [args.load]
-        args.load = None
     return kw
 
 
