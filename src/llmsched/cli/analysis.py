@@ -31,7 +31,7 @@ from .common import (
     print_table,
     sim_overrides,
 )
-from .engine import add_engine_args, check_measurement_times, engine_setup
+from .engine import CALIBRATE_S, REPS, add_engine_args, check_measurement_times, engine_setup
 
 #: The finest search tolerance (a fraction of lambda*): a bisection to 1e-300 runs about
 #: a thousand rounds of simulations (it hung); 0.001 takes about ten.
@@ -1052,8 +1052,8 @@ def _register_validate(sub) -> None:
     p.add_argument(
         "--reps",
         type=positive_int,
-        default=3,
-        help="without --profile: interleaved passes over the grid, at least (default: 3)",
+        default=REPS,
+        help=f"without --profile: interleaved passes over the grid, at least (default: {REPS})",
     )
     p.add_argument(
         "--tables-s",
@@ -1064,8 +1064,8 @@ def _register_validate(sub) -> None:
     p.add_argument(
         "--calibrate-s",
         type=float,
-        default=2.5,
-        help="without --profile: length of the calibration run, 0 for none (default: 2.5)",
+        default=CALIBRATE_S,
+        help=f"without --profile: length of the calibration run, 0 for none (default: {CALIBRATE_S})",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random prompt token ids")
     p.add_argument("--json", default=None, help="also write the result as JSON to this file ('-': print it)")

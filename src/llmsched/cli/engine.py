@@ -217,7 +217,13 @@ def cmd_make_tiny_model(args) -> int:
 # ---- profile -------------------------------------------------------------------------------
 # validate's measurement options and their defaults (cli.analysis): with --profile nothing
 # is measured, and a value other than the default is refused, not ignored
-MEASUREMENT_DEFAULTS = (("reps", "--reps", 3), ("tables_s", "--tables-s", None), ("calibrate_s", "--calibrate-s", 2.5))
+# profile's and validate's measurement defaults (both parsers read them)
+REPS, CALIBRATE_S = 3, 2.5
+MEASUREMENT_DEFAULTS = (
+    ("reps", "--reps", REPS),
+    ("tables_s", "--tables-s", None),
+    ("calibrate_s", "--calibrate-s", CALIBRATE_S),
+)
 
 
 def check_measurement_times(args) -> None:
@@ -354,7 +360,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", required=True, help="model folder")
     p.add_argument("--out", required=True, help="output CSV file (a folder gets profile.csv)")
     p.add_argument(
-        "--reps", type=positive_int, default=3, help="interleaved passes over the grid, at least (default: 3)"
+        "--reps", type=positive_int, default=REPS, help=f"interleaved passes over the grid, at least (default: {REPS})"
     )
     p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default: 1)")
     p.add_argument(
@@ -367,9 +373,9 @@ def register(subparsers) -> None:
     p.add_argument(
         "--calibrate-s",
         type=float,
-        default=2.5,
+        default=CALIBRATE_S,
         help="length of the real-time calibration run that fits the step-time scale and the "
-        "host time per step; 0: none (default: 2.5)",
+        f"host time per step; 0: none (default: {CALIBRATE_S})",
     )
     p.add_argument(
         "--equal-contexts",
