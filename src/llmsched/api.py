@@ -7,6 +7,7 @@ next to its results so any figure can be regenerated.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -297,14 +298,22 @@ def _setup(cfg: SimConfig):
     return slo, scheduler, cost
 
 
-def check_config(config: SimConfig | dict | str | os.PathLike | None = None, **overrides) -> SimConfig:
+def check_config(
+    config: SimConfig | dict | str | os.PathLike | None = None, *, traces: dict | None = None, **overrides
+) -> SimConfig:
     """Check a configuration as `simulate` would before its run, without running it: the
     options, SLOs, scheduler and cost model, the workload (a trace or length file read, a
     synthetic one drawn) and the run options against it. Raises the ConfigError `simulate`
-    would; returns the configuration."""
+    would; returns the configuration. `traces`: a dict the caller keeps to check many
+    configurations (a sweep's points): each workload is drawn once in it."""
     cfg = build_config(config, **overrides)
     _, scheduler, _ = _setup(cfg)
-    trace = make_trace(WorkloadSpec.from_dict(cfg.workload), cfg.block_size)
+    key = json.dumps([cfg.workload, cfg.block_size], sort_keys=True, default=str)
+    trace = None if traces is None else traces.get(key)
+    if trace is None:
+        trace = make_trace(WorkloadSpec.from_dict(cfg.workload), cfg.block_size)
+        if traces is not None:
+            traces[key] = trace
     check_run_inputs(trace, scheduler, cfg.max_time_s, cfg.sample_interval_s)
     return cfg
 

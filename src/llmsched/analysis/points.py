@@ -117,10 +117,11 @@ def point_key(cfg) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def check_point(cfg) -> None:
+def check_point(cfg, traces: dict | None = None) -> None:
     """Fail before any work on what simulate would reject (names, laws, SLOs, files read,
-    run options): `llmsched.api.check_config`, simulate's own checks without its run."""
-    check_config(cfg)
+    run options): `llmsched.api.check_config`, simulate's own checks without its run
+    (`traces`: shared by a sweep's points, so that each workload is drawn once)."""
+    check_config(cfg, traces=traces)
 
 
 def run_point(cfg_dict: dict) -> dict:

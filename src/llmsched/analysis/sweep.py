@@ -155,9 +155,10 @@ def run_sweep(
     else:
         points = expand_grid(g)
         cfgs = [resolve_point(config, fixed, p) for p in points]
+        traces: dict = {}
         for p, c in zip(points, cfgs):
             try:
-                check_point(c)
+                check_point(c, traces)
             except ConfigError as e:
                 if not p:
                     raise
