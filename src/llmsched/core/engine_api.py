@@ -82,15 +82,16 @@ class SamplingParams:
             raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature}")
         self.temperature = temperature
         top_p = as_real(self.top_p)
-        if top_p is None:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if top_p is None or not 0 < top_p <= 1:
+            shown = repr(self.top_p) if top_p is None else top_p
+            raise ConfigError(f"top_p must be in (0, 1], got {shown}")
         self.top_p = top_p
-        if _is_int(self.top_k):
-            self.top_k = int(self.top_k)
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not _is_int(self.top_k) or self.top_k == 0 or self.top_k < -1:
-            raise ConfigError(f"top_k must be -1 (off) or a positive integer, got {self.top_k!r}")
+        top_k = as_int(self.top_k)
+        if top_k is None or top_k == 0 or top_k < -1:
+            raise ConfigError(
+                f"top_k must be -1 (off) or a positive integer, got {self.top_k if top_k is None else top_k!r}"
+            )
+        self.top_k = top_k
         for t in self.stop_token_ids:
             if not _is_int(t) or t < 0:
                 raise ConfigError(f"stop_token_ids must be non-negative token ids, got {t!r}")
