@@ -19,8 +19,8 @@ from llmsched.analysis.reproduce_twp import (
     workload_section,
 )
 from llmsched.core.errors import ConfigError
-from llmsched.theory import capacity
-from llmsched.workload.serverless import ServerlessSpec
+from llmsched.theory import LengthMix, capacity
+from llmsched.workload.serverless import ServerlessSpec, make_serverless_requests
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,9 +164,17 @@ def test_platform_capacity_by_hand():
     ms = cap["models"]
     assert sum(m["instances"] for m in ms.values()) == cap["gpus"] == 8
     assert sum(m["share"] for m in ms.values()) == pytest.approx(1.0)
+    # each model's lambda* times its steps with the contexts of its own requests' lengths
+    reqs = make_serverless_requests(ServerlessSpec.from_dict(d).replaced(num_requests=5000))
     for name, m in ms.items():
         cm = BASE_PLATFORM["models"][name]["cost_model"]
-        assert m["instance_rate"] == pytest.approx(capacity(cm, 512, m["mean_prompt"], m["mean_output"]).critical_rate)
+        sel = reqs.model == reqs.models.index(name)
+        mix = LengthMix(reqs.prompt[sel], reqs.output[sel])
+        assert (mix.mean_prompt, mix.mean_output) == (m["mean_prompt"], m["mean_output"])
+        by_hand = capacity(cm, 512, m["mean_prompt"], m["mean_output"], mix=mix).critical_rate
+        assert m["instance_rate"] == pytest.approx(by_hand)
+        # (below the means' representative contexts: ShareGPT's lengths vary)
+        assert by_hand < capacity(cm, 512, m["mean_prompt"], m["mean_output"]).critical_rate
         assert 1 <= m["instances"] <= 4
     lam = cap["critical_rate"]
     assert lam == pytest.approx(min(m["instances"] * m["instance_rate"] / m["share"] for m in ms.values()))

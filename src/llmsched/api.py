@@ -29,7 +29,7 @@ from .core.version import __version__
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
-from .theory import INCONCLUSIVE, capacity, stability_verdict
+from .theory import INCONCLUSIVE, LengthMix, capacity, stability_verdict
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.spec import with_defaults
 
@@ -489,6 +489,7 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
             rate=rate,
             cached_prompt=cached,
             peak=False,  # not reported here, and its scan of every load is slow at large budgets
+            mix=None if cost.load_only else LengthMix(result.prompt, result.output),  # the run's own lengths
         )
     except ConfigError:
         return out

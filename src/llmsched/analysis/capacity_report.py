@@ -9,7 +9,15 @@ from pathlib import Path
 from ..api import SimConfig, build_config
 from ..core.errors import ConfigError
 from ..core.paths import check_out_file
-from ..theory import DEFAULT_SAMPLES, capacity, rate_unit, requests_per_rate, stability_region, workload_means
+from ..theory import (
+    DEFAULT_SAMPLES,
+    capacity,
+    rate_unit,
+    requests_per_rate,
+    stability_region,
+    workload_means,
+    workload_mix,
+)
 from ..workload import WorkloadSpec, make_trace, replays_trace
 from .figures import plot_region
 
@@ -47,9 +55,12 @@ def capacity_report(
             )
     source = "given"
     is_trace = replays_trace(cfg.workload)
+    mix = None  # the contexts of the workload's lengths (not of means given instead)
     if mean_prompt is None or mean_output is None:
         n = DEFAULT_SAMPLES if samples is None else samples
         mp, mo = workload_means(cfg.workload, n)
+        if mean_prompt is None and mean_output is None:
+            mix = workload_mix(cfg.workload, n)
         source = "trace" if is_trace else f"sampled ({n:,} draws)"
         mean_prompt = mp if mean_prompt is None else mean_prompt
         mean_output = mo if mean_output is None else mean_output
@@ -74,6 +85,7 @@ def capacity_report(
         k_max=cfg.k_max,
         rate=request_rate,
         cached_prompt=float(cached_fraction) * float(mean_prompt),
+        mix=mix,
     )
     out = {
         "cost_model": cfg.cost_model,
@@ -85,7 +97,12 @@ def capacity_report(
     region = None
     if cfg.k_max is not None or plot:
         region = stability_region(
-            cfg.cost_model, cfg.b_max, cfg.k_max, mean_prompt=float(mean_prompt), mean_output=float(mean_output)
+            cfg.cost_model,
+            cfg.b_max,
+            cfg.k_max,
+            mean_prompt=float(mean_prompt),
+            mean_output=float(mean_output),
+            mix=mix,
         )
         if cfg.k_max is not None:
             out["region"] = region.to_dict()

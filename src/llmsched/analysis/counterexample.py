@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..theory import capacity, workload_means
+from ..theory import capacity, workload_means, workload_mix
 from .points import resolve_point, run_point
 from .runner import Backend, Progress, Runner, Store
 
@@ -100,7 +100,7 @@ def find_counterexample(
             for prompt, output in cands:
                 cfg = resolve_point(None, {**base, "prompt": prompt, "output": output}, {})
                 mp, mo = workload_means(cfg.workload)
-                rep = capacity(cost, b_max, mp, mo, k_max=k_max)
+                rep = capacity(cost, b_max, mp, mo, k_max=k_max, mix=workload_mix(cfg.workload))
                 entry = {
                     "prompt": prompt,
                     "output": output,

@@ -25,7 +25,7 @@ from ..api import build_config, check_config, simulate
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..theory import capacity, ideal_cached_prompt, requests_per_rate, workload_means
+from ..theory import capacity, ideal_cached_prompt, requests_per_rate, workload_means, workload_mix
 from ..workload.datasets import file_stamps
 from ..workload.spec import without_inline_rate
 
@@ -44,17 +44,19 @@ KEY_VERSION = "llmsched-sweep-1"
 
 
 def critical_rate_of(cfg) -> float:
-    """Theoretical critical rate lambda* (requests/s) of a SimConfig (workload means by
-    sampling, `llmsched.theory.workload_means`). With prefix caching, the prompt tokens an
-    unbounded cache serves are not work (`llmsched.theory.ideal_cached_prompt`), as in
-    the `critical_rate` a run reports from the hits it measured."""
-    mp, mo = workload_means(cfg.workload)
+    """Theoretical critical rate lambda* (requests/s) of a SimConfig (workload means and
+    length mix by sampling, `llmsched.theory.workload_means` and `workload_mix`). With
+    prefix caching, the prompt tokens an unbounded cache serves are not work
+    (`llmsched.theory.ideal_cached_prompt`), as in the `critical_rate` a run reports from
+    the hits it measured."""
     cached = ideal_cached_prompt(cfg.workload, cfg.block_size) if cfg.prefix_caching else 0.0
     if not isinstance(cfg.cost_model, str):
-        return _critical_rate.__wrapped__(cfg.cost_model, cfg.b_max, cfg.k_max, mp, mo, cached)
-    # a profile:PATH is read anew when its file changes (or a relative PATH names another)
-    files = tuple(file_stamps({"cost_model": cfg.cost_model}))
-    return _critical_rate(cfg.cost_model, cfg.b_max, cfg.k_max, mp, mo, cached, files)
+        return _critical_rate.__wrapped__(cfg.cost_model, cfg.b_max, cfg.k_max, cfg.workload, cached)
+    # a profile:PATH is read anew when its file changes (or a relative PATH names another),
+    # and so are the workload's files
+    files = tuple(file_stamps({"cost_model": cfg.cost_model, "workload": cfg.workload}))
+    key = json.dumps(cfg.workload, sort_keys=True, default=str)
+    return _critical_rate(cfg.cost_model, cfg.b_max, cfg.k_max, key, cached, files)
 
 
 def critical_arrival_rate_of(cfg) -> float:
@@ -66,8 +68,14 @@ def critical_arrival_rate_of(cfg) -> float:
 
 
 @lru_cache(maxsize=1024)
-def _critical_rate(cost_model, b_max: int, k_max, mp: float, mo: float, cached: float = 0.0, files=()) -> float:
-    return capacity(make_cost_model(cost_model), b_max, mp, mo, k_max=k_max, cached_prompt=cached).critical_rate
+def _critical_rate(cost_model, b_max: int, k_max, workload, cached: float = 0.0, files=()) -> float:
+    # `workload`: the mapping, or (cached) its JSON
+    if isinstance(workload, str):
+        workload = json.loads(workload)
+    mp, mo = workload_means(workload)
+    cost = make_cost_model(cost_model)
+    mix = None if cost.load_only else workload_mix(workload)
+    return capacity(cost, b_max, mp, mo, k_max=k_max, cached_prompt=cached, mix=mix, peak=False).critical_rate
 
 
 def _fill_adaptive(cfg) -> None:

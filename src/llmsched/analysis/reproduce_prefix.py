@@ -33,7 +33,7 @@ from ..api import simulate
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_run_dir, clear_stale
-from ..theory import capacity
+from ..theory import LengthMix, capacity
 from ..theory.means import ideal_cached_tokens
 from ..workload.trace import read_trace
 from .tables import write_table
@@ -73,11 +73,13 @@ def reproduce_prefix_caching(
     if small:
         raise ConfigError(f"KV capacity {small[0]} is below the largest request's {need} tokens")
     mp, mo = float(trace.prompt.mean()), float(trace.output.mean())
-    off = capacity(cost_model, b_max, mp, mo)
+    mix = LengthMix(trace.prompt, trace.output)
+    off = capacity(cost_model, b_max, mp, mo, mix=mix, peak=False)
 
     def gain(cached: float) -> float:
         """Theorem 2's capacity gain with `cached` prompt tokens per request served by the cache."""
-        return capacity(cost_model, b_max, mp, mo, cached_prompt=cached).critical_rate / off.critical_rate
+        on = capacity(cost_model, b_max, mp, mo, cached_prompt=cached, mix=mix, peak=False)
+        return on.critical_rate / off.critical_rate
 
     ideal = ideal_cached_tokens(trace, block_size)
     rows = []

@@ -59,7 +59,7 @@ from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
 from ..core.paths import check_run_dir, clear_stale
 from ..core.request import NS
-from ..theory import capacity
+from ..theory import LengthMix, capacity
 from ..workload.serverless import (
     ServerlessSpec,
     load_serverless,
@@ -186,7 +186,8 @@ def platform_capacity(spec, samples: int = 20000) -> dict:
             continue
         m = spec.models[name]
         mp, mo = float(reqs.prompt[sel].mean()), float(reqs.output[sel].mean())
-        lam = capacity(m.cost_model, m.b_max, mp, mo, k_max=m.k_max).critical_rate
+        mix = LengthMix(reqs.prompt[sel], reqs.output[sel])
+        lam = capacity(m.cost_model, m.b_max, mp, mo, k_max=m.k_max, mix=mix, peak=False).critical_rate
         fit = sum(g.count * g.gpus for g in spec.nodes if spec.fits(name, g))
         cap = min(fit, spec.max_instances(name) or fit)
         models[name] = {

@@ -230,12 +230,19 @@ def _seeds(text: str | None) -> list[int]:
     return out
 
 
+#: how a context-dependent model's steps were timed, after t(b_max)
+_CONTEXTS = {
+    "length mix": " (contexts of the workload's varying lengths)",
+    "mean lengths": " (contexts of the mean lengths: optimistic if lengths vary)",
+}
+
+
 def _print_capacity(rep: dict) -> None:
     c = rep["capacity"]
     rows = [
         ("cost model", str(rep["cost_model"])),
         ("b_max / k_max", f"{rep['b_max']} / {rep['k_max'] if rep['k_max'] is not None else 'none'}"),
-        ("step time t(b_max)", f"{c['step_time_at_b_max_s'] * 1e3:,.2f} ms"),
+        ("step time t(b_max)", f"{c['step_time_at_b_max_s'] * 1e3:,.2f} ms{_CONTEXTS.get(c['contexts'], '')}"),
         ("token capacity b_max / t(b_max)", f"{c['token_capacity']:,.1f} tokens/s"),
         ("mean prompt / output", f"{c['mean_prompt']:,.1f} / {c['mean_output']:,.1f} tokens ({rep['means_source']})"),
         ("work per request (prompt + output - 1)", f"{c['work_per_request']:,.1f} tokens"),

@@ -56,6 +56,7 @@ import numpy as np
 from .constraints import check_k_max
 from .cost import CostModel, make_cost_model
 from .errors import ConfigError
+from .length_mix import LengthMix
 
 __all__ = [
     "StabilityRegion",
@@ -129,7 +130,12 @@ def _check_means(mean_prompt, mean_output):
 
 
 def representative_step_time(
-    cost: CostModel, x: int, y: int, mean_prompt: float | None = None, mean_output: float | None = None
+    cost: CostModel,
+    x: int,
+    y: int,
+    mean_prompt: float | None = None,
+    mean_output: float | None = None,
+    mix: LengthMix | None = None,
 ) -> float:
     """Step time of a shape (x prefill, y decode tokens) with representative contexts.
 
@@ -143,16 +149,25 @@ def representative_step_time(
       remainder chunk of `r = x mod round(P)` tokens after `(round(P) - r) // 2` cached
       tokens (the middle of a prompt being chunked);
     - `sampled = y + round(x / P)`: in steady state x / P prompts complete per step.
+
+    These contexts hold for lengths that do not vary. With `mix`, a `LengthMix` of the
+    workload's lengths, the step is timed with the contexts its tokens see on average
+    (size-biased decode contexts, prefill windows of the prompt stream; `core.length_mix`):
+    with varying lengths the mean contexts above were 3-8% optimistic.
     """
-    return representative_timer(cost, mean_prompt, mean_output)(x, y)
+    return representative_timer(cost, mean_prompt, mean_output, mix)(x, y)
 
 
-def representative_timer(cost: CostModel, mean_prompt: float | None, mean_output: float | None):
+def representative_timer(
+    cost: CostModel, mean_prompt: float | None, mean_output: float | None, mix: LengthMix | None = None
+):
     """`representative_step_time` as a function of (x, y), its constants computed once: a
     caller timing many shapes of one workload (the region, the peak scan) builds it once."""
     require_cost_model(cost)
     if cost.load_only:
         return lambda x, y: float(cost.load_time(int(x) + int(y)))
+    if mix is not None:
+        return mix.timer(cost)
     _check_means(mean_prompt, mean_output)
     p = max(1, int(round(mean_prompt)))
     ctx = int(round(mean_prompt + mean_output / 2.0))
@@ -375,8 +390,9 @@ def _grid_values(hi: int, n: int, extra: Sequence[int] = ()) -> np.ndarray:
     return np.array(sorted(vals), dtype=np.int64)
 
 
-def _general_candidates(cost, b_max, k_max, pmax, mean_prompt, mean_output, grid):
-    _check_means(mean_prompt, mean_output)
+def _general_candidates(cost, b_max, k_max, pmax, mean_prompt, mean_output, grid, mix):
+    if mix is None:
+        _check_means(mean_prompt, mean_output)
     ymax = b_max if k_max is None else min(b_max, k_max)
     total = sum(b_max - y + 1 for y in range(ymax + 1))
     exact = total <= _FULL_ENUMERATION_LIMIT and grid is None
@@ -402,7 +418,7 @@ def _general_candidates(cost, b_max, k_max, pmax, mean_prompt, mean_output, grid
     ys = np.concatenate(ys_l)
     ok = feasible_shape(xs, ys, b_max, k_max, pmax)
     xs, ys = xs[ok], ys[ok]
-    time_of = representative_timer(cost, mean_prompt, mean_output)
+    time_of = representative_timer(cost, mean_prompt, mean_output, mix)
     ts = np.array([time_of(x, y) for x, y in zip(xs.tolist(), ys.tolist())], dtype=float)
     if not np.all(np.isfinite(ts)) or np.any(ts <= 0):
         raise ConfigError(f"cost model {cost.name!r} gave a non-positive or non-finite step time")
@@ -418,11 +434,14 @@ def stability_region(
     mean_output: float | None = None,
     max_prefill_per_request: int | None = None,
     grid: int | None = None,
+    mix: LengthMix | None = None,
 ) -> StabilityRegion:
     """The stability region of one server (see the module docstring for the rules).
 
-    `mean_prompt`, `mean_output` are needed only for context-dependent cost models;
-    `grid` forces grid sampling with about that many values per axis for them.
+    `mean_prompt`, `mean_output` are needed only for context-dependent cost models, or
+    `mix`, a `LengthMix` of the workload's lengths, which times their steps with the
+    contexts varying lengths give (`representative_step_time`); `grid` forces grid
+    sampling with about that many values per axis for them.
     """
     cost = make_cost_model(cost)
     _check_limits(b_max, k_max, max_prefill_per_request)
@@ -433,11 +452,15 @@ def stability_region(
         xs, ys, ts = _load_only_candidates(cost, b_max, k_max, pmax)
         exact, method = True, "load-only: exact segment end points per load b"
     else:
-        xs, ys, ts, exact = _general_candidates(cost, b_max, k_max, pmax, mean_prompt, mean_output, grid)
+        if mix is not None:
+            mean_prompt = mix.mean_prompt if mean_prompt is None else mean_prompt
+            mean_output = mix.mean_output if mean_output is None else mean_output
+        xs, ys, ts, exact = _general_candidates(cost, b_max, k_max, pmax, mean_prompt, mean_output, grid, mix)
+        contexts = "the contexts of the workload's lengths" if mix is not None else "representative contexts"
         method = (
-            "context-dependent: all shapes, representative contexts"
+            f"context-dependent: all shapes, {contexts}"
             if exact
-            else "context-dependent: grid-sampled shapes, representative contexts (inner approximation)"
+            else f"context-dependent: grid-sampled shapes, {contexts} (inner approximation)"
         )
     pts = np.column_stack([xs / ts, ys / ts])
     shapes = np.column_stack([xs, ys, ts]).astype(float)

@@ -6,7 +6,8 @@
   `StabilityRegion`, ...): computed in `llmsched.core.region`, because the adaptive
   policy needs it and policies sit below this package; exported here.
 - `verdict`: stable or not, from a run's unfinished-work time series.
-- `means`: a workload's mean prompt and output lengths, by sampling it.
+- `means`: a workload's mean prompt and output lengths, and their mix (`LengthMix`), by
+  sampling it.
 
 Theorem 2 is from paper 1 ("Throughput-optimal scheduling for LLM inference and AI
 agents"); `docs/stability.md` explains all of it. Importing this package costs numpy and
@@ -14,6 +15,7 @@ agents"); `docs/stability.md` explains all of it. Importing this package costs n
 it when they run) and not matplotlib (figures live in `llmsched.analysis.figures`).
 """
 
+from ..core.length_mix import LengthMix
 from ..core.region import (
     StabilityRegion,
     convex_hull,
@@ -23,7 +25,7 @@ from ..core.region import (
     workload_point,
 )
 from .bounds import CapacityReport, capacity, peak_token_capacity, step_time_at_budget, token_capacity, work_per_request
-from .means import DEFAULT_SAMPLES, ideal_cached_prompt, rate_unit, requests_per_rate, workload_means
+from .means import DEFAULT_SAMPLES, ideal_cached_prompt, rate_unit, requests_per_rate, workload_means, workload_mix
 from .verdict import (
     INCONCLUSIVE,
     STABLE,
@@ -61,6 +63,8 @@ __all__ = [
     "UNSTABLE",
     "INCONCLUSIVE",
     "workload_means",
+    "workload_mix",
+    "LengthMix",
     "requests_per_rate",
     "rate_unit",
     "ideal_cached_prompt",

@@ -25,9 +25,13 @@ prompt token also emits output token 1), so the work per request is
   fills every step to `b_max` (a work-conserving one) is stable.
 
 For a context-dependent cost model (`cost.load_only` False, e.g. the H200 profile) the
-step time needs contexts; they are taken from the workload's mean prompt and output
-lengths (`representative_step_time`), and the step at `b_max` used for `C` holds
-prefill and decode tokens in the workload's proportion `mean_prompt : mean_output - 1`.
+step time needs contexts, and the step at `b_max` used for `C` holds prefill and decode
+tokens in the workload's proportion `mean_prompt : mean_output - 1`. Given `mix`, a
+`LengthMix` of the workload's lengths (what `llmsched capacity`, `simulate`'s verdict,
+sweeps and the serverless reproduction pass), the step is timed with the contexts its
+tokens see on average when lengths vary (`core.length_mix`); without it, with
+representative contexts of the mean lengths (`representative_step_time`), which are
+exact for lengths that do not vary and 3-8% optimistic for those that do.
 Without mean lengths, `token_capacity` uses `cost.load_time(b_max)` (a prefill-only step
 with no cached context).
 
@@ -49,6 +53,7 @@ from dataclasses import asdict, dataclass
 from ..core.constraints import check_b_max, check_k_max
 from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError
+from ..core.length_mix import LengthMix
 from ..core.region import check_mean_lengths, representative_timer, require_cost_model, stability_region
 
 __all__ = [
@@ -80,13 +85,15 @@ def step_time_at_budget(
     mean_prompt: float | None = None,
     mean_output: float | None = None,
     cached_prompt: float = 0.0,
+    mix: LengthMix | None = None,
 ) -> float:
     """t(b) in seconds: `cost.load_time(b)` for a load-only model (or when no mean
     lengths are given); for a context-dependent model with mean lengths, the time of a
-    b-token step mixing prefill and decode in the workload's proportion with
-    representative contexts."""
+    b-token step mixing prefill and decode in the workload's proportion, with the
+    contexts of `mix` (a `LengthMix` of the workload's lengths) or, without it,
+    representative contexts of the means (optimistic when lengths vary)."""
     require_cost_model(cost)
-    return _budget_timer(cost, mean_prompt, mean_output, cached_prompt)(b)
+    return _budget_timer(cost, mean_prompt, mean_output, cached_prompt, mix)(b)
 
 
 def _times_by_load(cost: CostModel, mean_prompt, mean_output) -> bool:
@@ -94,14 +101,14 @@ def _times_by_load(cost: CostModel, mean_prompt, mean_output) -> bool:
     return cost.load_only or mean_prompt is None or mean_output is None
 
 
-def _budget_timer(cost: CostModel, mean_prompt, mean_output, cached_prompt: float = 0.0):
+def _budget_timer(cost: CostModel, mean_prompt, mean_output, cached_prompt: float = 0.0, mix=None):
     """`step_time_at_budget` as a function of b, the workload's constants computed once: a
     b-token step holds prefill : decode tokens in the workload's proportion."""
     if _times_by_load(cost, mean_prompt, mean_output):
         return lambda b: float(cost.load_time(int(b)))
     w = work_per_request(mean_prompt, mean_output, cached_prompt)
     uncached = mean_prompt - cached_prompt
-    time_of = representative_timer(cost, mean_prompt, mean_output)
+    time_of = representative_timer(cost, mean_prompt, mean_output, mix)
 
     def t(b) -> float:
         b = int(b)
@@ -131,6 +138,7 @@ def peak_token_capacity(
     mean_prompt: float | None = None,
     mean_output: float | None = None,
     cached_prompt: float = 0.0,
+    mix: LengthMix | None = None,
 ) -> tuple[float, int]:
     """max over loads b <= b_max of b / t(b), and the smallest b attaining it. Theorem 2
     assumes t(b) / b never increases with b, so that this equals `token_capacity`; for
@@ -139,7 +147,7 @@ def peak_token_capacity(
     require_cost_model(cost)
     if _times_by_load(cost, mean_prompt, mean_output):
         return _load_peak(cost, b_max)
-    t = _budget_timer(cost, mean_prompt, mean_output, cached_prompt)
+    t = _budget_timer(cost, mean_prompt, mean_output, cached_prompt, mix)
     best, arg = -1.0, 0
     for b in range(1, b_max + 1):
         r = b / t(b)
@@ -233,6 +241,9 @@ class CapacityReport:
     predicted_growth_tokens_per_s: float | None = None
     region_exact: bool | None = None
     cached_prompt_per_request: float = 0.0  # prompt tokens a prefix cache serves, mean
+    # how steps were timed: "load" (a load-only model), "length mix" (the contexts of the
+    # workload's lengths) or "mean lengths" (representative contexts of the means)
+    contexts: str = "load"
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -253,10 +264,15 @@ def capacity(
     max_prefill_per_request: int | None = None,
     cached_prompt: float = 0.0,
     peak: bool = True,
+    mix: LengthMix | None = None,
 ) -> CapacityReport:
     """Capacity report (see the module docstring). `cost`: a CostModel or a spec string
     (`"paper"`, `"profile:h200-llama-3-8b"`, ...). `rate` in requests/s is optional.
     `cached_prompt`: mean prompt tokens per request served by a prefix cache (not work).
+    `mix`: a `LengthMix` of the workload's lengths (`theory.workload_mix`): a
+    context-dependent model then times steps with the contexts varying lengths give
+    (without it, with the means' representative contexts: 3-8% optimistic when lengths
+    vary; docs/stability.md "Contexts of a full step"). Load-only models ignore it.
     `peak=False` leaves `peak_token_capacity` and `peak_load` None: for a context-dependent
     model their scan times every load up to `b_max`, which a caller that needs only the
     rates need not wait for (a load-only model's lambda* needs the peak: its vectorised scan
@@ -267,7 +283,9 @@ def capacity(
     if rate is not None and (not math.isfinite(rate) or rate < 0):
         raise ConfigError(f"arrival rate must be a finite number >= 0, got {rate!r}")
     work = work_per_request(mean_prompt, mean_output, cached_prompt)
-    means = (None, None, 0.0) if cost.load_only else (mean_prompt, mean_output, cached_prompt)
+    if cost.load_only:
+        mix = None
+    means = (None, None, 0.0, None) if cost.load_only else (mean_prompt, mean_output, cached_prompt, mix)
     t_bmax = step_time_at_budget(cost, b_max, *means)
     cap = b_max / t_bmax
     peak_rate, peak_b = peak_token_capacity(cost, b_max, *means) if peak else (None, None)
@@ -291,6 +309,7 @@ def capacity(
             mean_prompt=mean_prompt,
             mean_output=mean_output,
             max_prefill_per_request=max_prefill_per_request,
+            mix=mix,
         )
         lam = region.max_scale(mean_prompt - cached_prompt, mean_output - 1.0)
         region_exact = region.exact
@@ -334,4 +353,5 @@ def capacity(
         predicted_growth_tokens_per_s=growth,
         region_exact=region_exact,
         cached_prompt_per_request=float(cached_prompt),
+        contexts="load" if cost.load_only else ("length mix" if mix is not None else "mean lengths"),
     )

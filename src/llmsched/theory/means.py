@@ -1,6 +1,8 @@
 """Mean prompt and output lengths of a workload, by sampling it through `llmsched.workload`.
 
-The capacity numbers need `m_p` and `m_o` (docs/stability.md "Work and capacity"). For
+The capacity numbers need `m_p` and `m_o` (docs/stability.md "Work and capacity"), and a
+context-dependent cost model the lengths' mix (`workload_mix`, a `LengthMix` of the same
+sample: docs/stability.md "Contexts of a full step"). For
 synthetic length laws the samples are drawn with the workload's own generator (so
 clipping, rounding and the joint sampling of two columns of one file all count); a trace
 is read whole.
@@ -16,15 +18,15 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-import numpy as np
-
 from ..core.checks import as_int
 from ..core.errors import ConfigError
+from ..core.length_mix import LengthMix
 from ..workload import WorkloadSpec, make_trace, replays_trace
 from ..workload.datasets import file_stamps
 
 __all__ = [
     "workload_means",
+    "workload_mix",
     "rate_unit",
     "requests_per_rate",
     "ideal_cached_prompt",
@@ -47,6 +49,18 @@ def workload_means(workload: dict, samples: int = DEFAULT_SAMPLES) -> tuple[floa
     if n is None or n < 1:
         raise ConfigError(f"samples must be a whole number >= 1, got {samples!r}")
     return _means(_key(workload), n, _files(workload))
+
+
+def workload_mix(workload: dict, samples: int = DEFAULT_SAMPLES) -> LengthMix:
+    """The `LengthMix` of a workload mapping: the lengths of the `samples` requests
+    `workload_means` draws (a trace: its requests), for timing a context-dependent cost
+    model's steps as varying lengths make them."""
+    if not isinstance(workload, dict):
+        raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
+    n = as_int(samples)
+    if n is None or n < 1:
+        raise ConfigError(f"samples must be a whole number >= 1, got {samples!r}")
+    return _mix(_key(workload), n, _files(workload))
 
 
 def _key(workload: dict) -> str:
@@ -81,8 +95,14 @@ def _sample_spec(key: str, samples: int) -> WorkloadSpec:
 
 @lru_cache(maxsize=256)
 def _means(key: str, samples: int, files: tuple = ()) -> tuple[float, float]:
+    mix = _mix(key, samples, files)
+    return mix.mean_prompt, mix.mean_output
+
+
+@lru_cache(maxsize=32)
+def _mix(key: str, samples: int, files: tuple = ()) -> LengthMix:
     tr = make_trace(_sample_spec(key, samples))
-    return float(np.mean(tr.prompt)), float(np.mean(tr.output))
+    return LengthMix(tr.prompt, tr.output)
 
 
 def rate_unit(workload: dict) -> str:
