@@ -32,7 +32,7 @@ import numpy as np
 from llmsched.core import make_cost_model
 from llmsched.policies.spec import SchedulerSpec
 from llmsched.sim.simulator import simulate_trace
-from llmsched.theory import capacity
+from llmsched.theory import LengthMix, capacity
 from llmsched.workload import Trace
 
 
@@ -43,7 +43,7 @@ def workload(n: int, families: int, system: int, user: float, block: int, load: 
     own = np.minimum(np.round(rng.lognormal(mu, 1.0, n)), 8192).astype(np.int64) + 1
     prompt = system + own
     output = np.minimum(rng.geometric(1 / 128, n), 2048)
-    lam = capacity(cost, 512, float(prompt.mean()), float(output.mean())).critical_rate
+    lam = capacity(cost, 512, float(prompt.mean()), float(output.mean()), mix=LengthMix(prompt, output)).critical_rate
     arrival = np.cumsum(rng.exponential(1 / (load * lam), n))
     blocks = []
     for i in range(n):

@@ -59,7 +59,13 @@ def one_run(
     probe = make_trace(
         WorkloadSpec(arrival="poisson", rate=1.0, prompt=prompt, output=output, num_requests=min(n, 200_000), seed=1)
     )
-    rep = _capacity()(cost, b_max, float(np.mean(probe.prompt)), float(np.mean(probe.output)))
+    try:  # the contexts of the lengths' mix, as `llmsched capacity` times them (since 2026-12-01)
+        from llmsched.theory import LengthMix
+
+        mix = {"mix": LengthMix(probe.prompt, probe.output)}
+    except ImportError:  # an older llmsched: the mean lengths' contexts
+        mix = {}
+    rep = _capacity()(cost, b_max, float(np.mean(probe.prompt)), float(np.mean(probe.output)), **mix)
     rate = load * rep.critical_rate
     del probe
     t0 = time.perf_counter()

@@ -403,7 +403,13 @@ def make_traces(scenarios, sizes, load, b_max, seed, workdir: Path) -> dict:
         probe = make_trace(
             WorkloadSpec(arrival="poisson", rate=1.0, prompt=prompt, output=output, num_requests=200_000, seed=seed)
         )
-        rep = capacity(cost, b_max, float(np.mean(probe.prompt)), float(np.mean(probe.output)))
+        try:  # the contexts of the lengths' mix, as `llmsched capacity` times them (since 2026-12-01)
+            from llmsched.theory import LengthMix
+
+            mix = {"mix": LengthMix(probe.prompt, probe.output)}
+        except ImportError:  # an older llmsched: the mean lengths' contexts
+            mix = {}
+        rep = capacity(cost, b_max, float(np.mean(probe.prompt)), float(np.mean(probe.output)), **mix)
         rate = sc_load * rep.critical_rate
         full = make_trace(
             WorkloadSpec(arrival="poisson", rate=rate, prompt=prompt, output=output, num_requests=max(sizes), seed=seed)

@@ -134,3 +134,40 @@ def test_the_mix_predicts_the_simulators_full_steps():
     measured = _full_step_rate(workload, 512, 1.3 * old.critical_rate)
     assert old.token_capacity / measured > 1.04  # the old answer: optimistic
     assert new.token_capacity / measured == pytest.approx(1.0, abs=0.02)
+
+
+def test_a_clusters_servers_time_steps_with_their_calls_lengths():
+    from llmsched.api import cluster_network
+    from llmsched.theory.network import traffic
+
+    net = cluster_network(None, replicas=1, num_requests=1000)
+    server = traffic(net).servers[0]
+    assert server.contexts == "length mix"
+    workload = build_config(None, num_requests=1000).workload
+    mp, mo = workload_means(workload)
+    one = capacity(H200, 512, mp, mo, mix=workload_mix(workload))
+    # the same laws, drawn apart (20,000 lengths from the call's laws against the
+    # workload's 200,000): the same capacity within 1%, not the means' (8% above)
+    assert server.replica_token_capacity == pytest.approx(one.token_capacity, rel=0.01)
+    assert capacity(H200, 512, mp, mo).token_capacity > 1.05 * server.replica_token_capacity
+
+
+def test_a_server_whose_calls_resend_context_keeps_the_means_contexts():
+    from llmsched.theory.network import traffic
+
+    base = {"policy": "sarathi", "b_max": 512}
+    spec = {
+        "servers": {"llm": {**base, "cost_model": H200}, "fast": {**base, "cost_model": "paper"}},
+        "jobs": {
+            "agent": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [
+                    {"call": {"server": "llm", "prompt": "geometric:300", "output": "geometric:50"}},
+                    {"call": {"server": "llm", "prompt": 20, "output": 30, "context": True}},
+                    {"call": {"server": "fast", "prompt": 100, "output": 10}},
+                ],
+            }
+        },
+    }
+    rep = traffic(spec)
+    assert [s.contexts for s in rep.servers] == ["mean lengths", "load"]

@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llmsched.core.length_mix import LengthMix
 from llmsched.theory.bounds import capacity
 from llmsched.theory.network import (
+    MIX_SAMPLES,
     law_mean,
     network_capacity_report,
     network_capacity_rows,
@@ -330,7 +332,8 @@ def test_context_dependent_cost_model_matches_single_server_capacity():
             s1={"cost_model": "profile", "b_max": 1024},
         )
     )
-    ref = capacity("profile", 1024, 1000, 200, rate=rate)
+    ref = capacity("profile", 1024, 1000, 200, rate=rate, mix=_const_mix(1000, 200))
+    assert rep.server("s1").contexts == "length mix"
     assert rep.server("s1").utilisation == pytest.approx(ref.utilisation, rel=1e-9)
     assert rep.server("s1").step_time_at_b_max_s == pytest.approx(ref.step_time_at_b_max_s)
 
@@ -412,6 +415,11 @@ def test_paper_max_variant_note():
 MAX_VARIANT = "paper:variant=max"  # t(b) = c + a * max(0, b - 128): b / t(b) peaks at b = 128
 
 
+def _const_mix(prompt: int, output: int) -> LengthMix:
+    """The length mix a server's constant-length calls give (`MIX_SAMPLES` draws)."""
+    return LengthMix(np.full(MIX_SAMPLES, prompt), np.full(MIX_SAMPLES, output))
+
+
 def _one_server(cost, b_max, prompt, output, rate, k_max=None):
     kw = {"cost_model": cost, "b_max": b_max, "k_max": k_max}
     return traffic(network({"A": [call("s1", prompt, output)]}, servers=("s1",), rates={"A": rate}, s1=kw))
@@ -472,7 +480,7 @@ def test_k_max_at_or_above_b_max_cannot_bind(k_max):
     assert capped.binding == f"token budget (theorem 2); k_max {k_max} >= b_max cannot bind"
     # a context-dependent model: as one server's capacity, not the region's 2-D answer
     prof = _one_server("profile", 512, 1000, 200, 2.0, k_max).server("s1")
-    ref = capacity("profile", 512, 1000, 200, k_max=k_max, rate=2.0)
+    ref = capacity("profile", 512, 1000, 200, k_max=k_max, rate=2.0, mix=_const_mix(1000, 200))
     assert prof.capacity == pytest.approx(ref.effective_capacity, rel=1e-9)
     assert prof.fill_capacity == prof.capacity and prof.binding == ref.binding
 
@@ -540,8 +548,8 @@ def test_fill_capacity_is_one_servers_rule_where_the_region_beats_c():
     the one step C / w times, so the best policy's capacity exceeds C; a policy filling
     every step to b_max still gets C. One server's threshold took min(effective, C), the
     network's took the region's capacity: both take `CapacityReport.fill_capacity` now."""
-    ref = capacity("profile", 512, 1000, 200, k_max=256, rate=1.0, peak=False)
-    assert ref.effective_capacity > ref.token_capacity * 1.005
+    ref = capacity("profile", 512, 1000, 200, k_max=256, rate=1.0, peak=False, mix=_const_mix(1000, 200))
+    assert ref.effective_capacity > ref.token_capacity * 1.002
     assert ref.fill_capacity == min(ref.effective_capacity, ref.token_capacity) == ref.token_capacity
     s = _one_server("profile", 512, 1000, 200, 1.0, 256).server("s1")
     assert s.capacity == pytest.approx(ref.effective_capacity, rel=1e-9)

@@ -2,8 +2,8 @@
 a trace that records shared prefixes (Mooncake's JSON lines with `hash_ids`).
 
 The trace's arrivals are rescaled to `loads` x lambda*_off, theorem 2's critical rate
-without caching (`llmsched.theory.capacity` with the trace's mean lengths), and replayed
-through Sarathi-Serve with prefix caching off and on, under two KV capacities. For each
+without caching (`llmsched.theory.capacity` with the trace's mean lengths and length mix),
+and replayed through Sarathi-Serve with prefix caching off and on, under two KV capacities. For each
 run: the prefix-cache hit rate (tokens, blocks), prefill tokens saved, evictions, TTFT,
 throughput and the stability verdict.
 

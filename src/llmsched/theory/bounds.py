@@ -323,7 +323,8 @@ def capacity(
             binding = "token budget (theorem 2)"
         else:
             binding = "batch-size cap (2-D region)"
-    eff = lam * work
+    # (theorem 2's rate serves exactly C: lam * work could miss it by a rounding)
+    eff = cap if lam == lam_bound else lam * work
     util = offered = growth = None
     if rate is not None:
         offered = rate * work

@@ -88,8 +88,9 @@ import numpy as np
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.length_mix import LengthMix
 from ..workload.lengths import LengthLaw, Lognormal
-from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, load_network
+from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, iter_calls, load_network
 from .bounds import capacity, step_time_at_budget, uncapped_capacity
 
 __all__ = [
@@ -247,8 +248,11 @@ class ServerLoad:
     scaled like `capacity`); `fill_utilisation`: offered / fill_capacity. The two differ
     only where smaller steps (b / t(b) peaking below b_max) or a binding k_max's region
     (step shapes with representative contexts) serve more than steps at b_max.
-    `mean_prompt`: the whole prompt per call (the representative context of the step
-    times), `mean_cached_prompt` the part of it whose KV arrives computed (not work)."""
+    `mean_prompt`: the whole prompt per call, `mean_cached_prompt` the part of it whose
+    KV arrives computed (not work). A context-dependent cost model times the steps with
+    the contexts of lengths drawn from the server's calls (`contexts` "length mix") unless
+    a call resends its job's context ("mean lengths": the means' representative contexts,
+    2-8% optimistic when lengths vary; docs/stability.md "Contexts of a full step")."""
 
     name: str
     replicas: int
@@ -276,6 +280,10 @@ class ServerLoad:
     peak_load: int | None = None
     fill_capacity: float = math.nan
     fill_utilisation: float = math.nan
+    # how the steps were timed: "load" (a load-only model), "length mix" (the contexts of
+    # lengths drawn from the server's calls) or "mean lengths" (the means' contexts: a call
+    # resends its job's context, or no traffic)
+    contexts: str = "load"
 
 
 @dataclass
@@ -423,7 +431,10 @@ def traffic(spec) -> TrafficReport:
     order = {c: i for i, c in enumerate(spec.call_classes())}
     servers_order = {s: i for i, s in enumerate(spec.servers)}
     classes.sort(key=lambda c: (servers_order[c.server], order.get(c.cls, 0)))
-    servers = [_server_load(s, [c for c in classes if c.server == name]) for name, s in spec.servers.items()]
+    servers = [
+        _server_load(s, [c for c in classes if c.server == name], lambda name=name, s=s: _server_mix(spec, name, s))
+        for name, s in spec.servers.items()
+    ]
     worst = max(servers, key=lambda s: s.utilisation)
     max_util = worst.utilisation
     scale = 1.0 / max_util if max_util > 0 else math.inf
@@ -509,7 +520,44 @@ def traffic(spec) -> TrafficReport:
     )
 
 
-def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
+#: lengths sampled per server for its `LengthMix`
+MIX_SAMPLES = 20_000
+
+
+def _server_mix(spec, name: str, server) -> LengthMix | None:
+    """The `LengthMix` of a server's calls, for a context-dependent cost model to time its
+    steps with (`theory.bounds.capacity`): each call class's prompts (its job type's system
+    prompt included) and outputs drawn from its laws in proportion to its visits per job
+    times its job type's rate, in a fixed random order. None when a call at the server
+    resends the job's context (its prompt depends on the route so far: the means' contexts
+    time it) or the server has no traffic."""
+    weights = []
+    for job in spec.jobs:
+        frag = _fragment(job.route, job.system_prompt)
+        calls = {c.cls: c for c in iter_calls(job.route) if c.server == name}
+        for (server, cls), st in frag.stats.items():
+            if server != name:
+                continue
+            call = calls.get(cls)
+            if call is None or call.context:
+                return None
+            weights.append((float(job.arrival.rate) * float(st[0]), call, 0 if call.cached else job.system_prompt))
+    total = sum(w for w, _, _ in weights)
+    if not total > 0:
+        return None
+    rng = np.random.default_rng(0)
+    prompts, outputs = [], []
+    for w, call, system in weights:
+        n = max(1, round(MIX_SAMPLES * w / total))
+        prompts.append(np.asarray(call.prompt.sample(rng, n), dtype=np.int64) + system)
+        outputs.append(np.asarray(call.output.sample(rng, n), dtype=np.int64))
+    order = rng.permutation(sum(len(p) for p in prompts))
+    return LengthMix(np.concatenate(prompts)[order], np.concatenate(outputs)[order])
+
+
+def _server_load(s, classes: list[ClassLoad], mix=None) -> ServerLoad:
+    """`mix`: a callable giving the server's `LengthMix` or None (built only for a
+    context-dependent cost model)."""
     cost = make_cost_model(s.cost_model)
     rate = sum(c.visit_rate for c in classes)
     pre = sum(c.prefill_tokens_per_s for c in classes)
@@ -524,6 +572,7 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
     mc = cached / rate if rate > 0 else None
     share = max(s.routing_weights())
     region_exact = None
+    lengths = None
     if rate > 0:
         # one replica's capacity for this server's mix, by one server's rules
         # (`theory.bounds.capacity`): the per-call means give the mix (prefill mp - mc,
@@ -531,7 +580,8 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
         # gets is the region's scale of the offered rates; a k_max >= b_max cannot bind;
         # a load-only model whose b / t(b) peaks below b_max is served fastest there (the
         # peak is scanned once, for a load-only model only)
-        rep = capacity(cost, s.b_max, mp, mo, k_max=s.k_max, cached_prompt=mc, peak=cost.load_only)
+        lengths = None if cost.load_only or mix is None else mix()
+        rep = capacity(cost, s.b_max, mp, mo, k_max=s.k_max, cached_prompt=mc, peak=cost.load_only, mix=lengths)
         t_bmax, replica_cap = rep.step_time_at_b_max_s, rep.token_capacity
         pool_cap = replica_cap / share
         region_exact = rep.region_exact
@@ -582,6 +632,7 @@ def _server_load(s, classes: list[ClassLoad]) -> ServerLoad:
         peak_load=peak_b,
         fill_capacity=fill_cap,
         fill_utilisation=fill_util,
+        contexts="load" if cost.load_only else ("length mix" if lengths is not None else "mean lengths"),
     )
 
 

@@ -1,0 +1,98 @@
+"""How close lambda*'s token capacity C is to what the simulator's full steps serve, for a
+context-dependent cost model (the H200 profiles) on workloads whose lengths vary.
+
+For each workload: C = b_max / t(b_max) as `llmsched capacity` computes it (the steps
+timed with the contexts of the workload's length mix, `core.length_mix`), the same with
+the mean lengths' representative contexts (what lambda* used before 2026-12-01), and the
+measured rate: an overloaded `simulate` run (Sarathi, `--rate` = `--overload` x lambda*,
+steps recorded) whose steps from 20% of its arrival window to its end are all full, their
+tokens over their busy time. Theorem 2 says a work-conserving policy's full steps serve C,
+so measured / C should be 1.
+
+    python benchmarks/capacity_accuracy.py                    # six workloads, 8,000 requests
+    python benchmarks/capacity_accuracy.py --num-requests 3000 --cases default const
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from llmsched import simulate
+from llmsched.api import build_config
+from llmsched.theory import capacity, workload_means, workload_mix
+
+#: name -> (options of `simulate`, b_max, cost model)
+CASES = {
+    "default": ({}, 512, "profile:h200-llama-3-8b"),
+    "const": ({"prompt": "const:1011", "output": "const:255"}, 512, "profile:h200-llama-3-8b"),
+    "default-2048": ({}, 2048, "profile:h200-llama-3-8b"),
+    "sharegpt": ({"prompt": "sharegpt", "output": "sharegpt"}, 512, "profile:h200-llama-3-8b"),
+    "azure": ({"prompt": "azure-conv", "output": "azure-conv"}, 512, "profile:h200-llama-3-8b"),
+    "llama-1b": ({}, 512, "profile:h200-llama-3.2-1b"),
+}
+
+
+def full_step_rate(options: dict, b_max: int, cost: str, rate: float) -> tuple[float, float]:
+    """(tokens per busy second over the judged steps, share of them that are full)."""
+    r = simulate(**options, b_max=b_max, cost_model=cost, rate=rate, record_steps=True)
+    s = np.genfromtxt(r.steps_path, delimiter=",", skip_header=1, usecols=(1, 2, 3, 4))
+    start, dur, pf, dc = s.T
+    end = float(r.arrival_s.max())
+    sel = (start > 0.2 * end) & (start < end)
+    full = float((pf[sel] + dc[sel] == b_max).mean())
+    return float((pf[sel] + dc[sel]).sum() / dur[sel].sum()), full
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    ap.add_argument("--num-requests", type=int, default=8000)
+    ap.add_argument("--overload", type=float, default=1.3, help="offered rate over lambda* (default 1.3)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="also write the rows to this JSON file")
+    args = ap.parse_args()
+    rows = []
+    print(
+        f"{'workload':14s} {'b_max':>6s} {'C mix':>9s} {'C means':>9s} {'measured':>9s} {'mix/meas':>9s} "
+        f"{'means/meas':>10s} {'full':>5s} {'wall':>6s}"
+    )
+    for name in args.cases:
+        opts, b_max, cost = CASES[name]
+        options = {**opts, "num_requests": args.num_requests, "seed": args.seed}
+        workload = build_config(None, **options, b_max=b_max, cost_model=cost).workload
+        mp, mo = workload_means(workload)
+        t0 = time.perf_counter()
+        mix = capacity(cost, b_max, mp, mo, mix=workload_mix(workload), peak=False)
+        means = capacity(cost, b_max, mp, mo, peak=False)
+        measured, full = full_step_rate(options, b_max, cost, args.overload * mix.critical_rate)
+        row = {
+            "workload": name,
+            "b_max": b_max,
+            "cost_model": cost,
+            "mean_prompt": mp,
+            "mean_output": mo,
+            "C_mix": mix.token_capacity,
+            "C_means": means.token_capacity,
+            "measured": measured,
+            "full_share": full,
+            "mix_over_measured": mix.token_capacity / measured,
+            "means_over_measured": means.token_capacity / measured,
+            "wall_s": time.perf_counter() - t0,
+        }
+        rows.append(row)
+        print(
+            f"{name:14s} {b_max:6d} {row['C_mix']:9.0f} {row['C_means']:9.0f} {measured:9.0f} "
+            f"{row['mix_over_measured']:9.3f} {row['means_over_measured']:10.3f} {full:5.2f} {row['wall_s']:5.1f}s",
+            flush=True,
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
