@@ -43,24 +43,25 @@ def workload_means(workload: dict, samples: int = DEFAULT_SAMPLES) -> tuple[floa
     """(mean prompt, mean output) tokens of a workload mapping (the `workload` section of a
     configuration: prompt/output laws, a trace, classes...). Synthetic laws are sampled
     `samples` times with the workload's seed; a trace uses its requests."""
-    if not isinstance(workload, dict):
-        raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
-    n = as_int(samples)
-    if n is None or n < 1:
-        raise ConfigError(f"samples must be a whole number >= 1, got {samples!r}")
-    return _means(_key(workload), n, _files(workload))
+    mix = _mix(*_sample_key(workload, samples))
+    return mix.mean_prompt, mix.mean_output
 
 
 def workload_mix(workload: dict, samples: int = DEFAULT_SAMPLES) -> LengthMix:
     """The `LengthMix` of a workload mapping: the lengths of the `samples` requests
     `workload_means` draws (a trace: its requests), for timing a context-dependent cost
     model's steps as varying lengths make them."""
+    return _mix(*_sample_key(workload, samples))
+
+
+def _sample_key(workload: dict, samples) -> tuple:
+    """(workload key, samples, file stamps) of a sampled workload, checked."""
     if not isinstance(workload, dict):
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
     n = as_int(samples)
     if n is None or n < 1:
         raise ConfigError(f"samples must be a whole number >= 1, got {samples!r}")
-    return _mix(_key(workload), n, _files(workload))
+    return _key(workload), n, _files(workload)
 
 
 def _key(workload: dict) -> str:
@@ -93,13 +94,7 @@ def _sample_spec(key: str, samples: int) -> WorkloadSpec:
     return WorkloadSpec.from_dict(d)
 
 
-@lru_cache(maxsize=256)
-def _means(key: str, samples: int, files: tuple = ()) -> tuple[float, float]:
-    mix = _mix(key, samples, files)
-    return mix.mean_prompt, mix.mean_output
-
-
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=64)
 def _mix(key: str, samples: int, files: tuple = ()) -> LengthMix:
     tr = make_trace(_sample_spec(key, samples))
     return LengthMix(tr.prompt, tr.output)
