@@ -171,3 +171,22 @@ def test_a_server_whose_calls_resend_context_keeps_the_means_contexts():
     }
     rep = traffic(spec)
     assert [s.contexts for s in rep.servers] == ["mean lengths", "load"]
+
+
+def test_the_capacity_command_says_which_contexts_it_used(capsys):
+    from llmsched.cli import main
+
+    assert main(["capacity"]) == 0
+    assert "contexts of the workload's length mix" in capsys.readouterr().out
+    assert main(["capacity", "--mean-prompt", "1000", "--mean-output", "200"]) == 0
+    assert "contexts of the mean lengths" in capsys.readouterr().out
+    assert main(["capacity", "--json"]) == 0
+    import json
+
+    rep = json.loads(capsys.readouterr().out)
+    mp, mo = rep["capacity"]["mean_prompt"], rep["capacity"]["mean_output"]
+    full = build_config(None).workload
+    assert rep["capacity"]["contexts"] == "length mix"
+    assert rep["capacity"]["critical_rate"] == pytest.approx(
+        capacity(H200, 512, mp, mo, mix=workload_mix(full)).critical_rate
+    )

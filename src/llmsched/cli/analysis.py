@@ -232,7 +232,7 @@ def _seeds(text: str | None) -> list[int]:
 
 #: how a context-dependent model's steps were timed, after t(b_max)
 _CONTEXTS = {
-    "length mix": " (contexts of the workload's varying lengths)",
+    "length mix": " (contexts of the workload's length mix)",
     "mean lengths": " (contexts of the mean lengths: optimistic if lengths vary)",
 }
 
