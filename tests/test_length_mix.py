@@ -8,7 +8,7 @@ from llmsched import simulate
 from llmsched.api import build_config
 from llmsched.core.cost import CostModel, make_cost_model
 from llmsched.core.errors import ConfigError
-from llmsched.core.length_mix import EXACT_LOADS, LengthMix
+from llmsched.core.length_mix import EXACT_LOADS, STREAM_PROMPTS, LengthMix
 from llmsched.theory import capacity, workload_means, workload_mix
 
 H200 = "profile:h200-llama-3-8b"
@@ -29,24 +29,45 @@ def test_decode_context_is_token_weighted():
 def test_windows_cut_the_prompt_stream():
     prompts = [4, 6, 2, 9, 1, 3]
     mix = LengthMix(prompts, [1] * len(prompts))
-    for x in (1, 3, 5, 8, 12):
+    total = sum(prompts)
+    # every token of the (circular) stream as (its prompt, its position in the prompt)
+    tokens = [(i, j) for i, n in enumerate(prompts) for j in range(n)]
+    for x in (1, 3, 5, 8, 12, total - 1, total, total + 1, 3 * total + 7):
         windows = mix.window_chunks(x)
         starts = mix._windows(x)[0].tolist()
-        stream = mix._prompts.tolist()  # (laid end to end again while shorter than 2 x)
-        # every token of the stream as (its prompt, its position in the prompt)
-        tokens = [(i, j) for i, n in enumerate(stream) for j in range(n)]
         assert len(windows) == len(starts)
         for (chunks, done), u in zip(windows, starts):
-            want, completed = [], 0
-            for i, j in tokens[u : u + x]:
-                if want and want[-1][0] == i:
+            want, completed, prev = [], 0, None
+            for t in range(u, u + x):
+                i, j = tokens[t % total]
+                if want and prev == (i, j - 1):
                     want[-1][1] += 1
                 else:
                     want.append([i, 1, j])  # prompt, tokens, context before the piece
-                if j == stream[i] - 1:
+                prev = (i, j)
+                if j == prompts[i] - 1:
                     completed += 1
             assert chunks == [(c, ctx) for _, c, ctx in want]
             assert done == completed
+
+
+def test_a_windows_mean_does_not_depend_on_what_was_asked_before():
+    cost = make_cost_model(H200)
+    p, o = [300, 1200, 50, 4000, 700], [100, 20, 300, 5, 60]
+    fresh = LengthMix(p, o).chunk_mean(cost, 200)
+    mix = LengthMix(p, o)
+    mix.chunk_mean(cost, 1 << 20)  # a budget of many laps of the sample's prompts
+    assert mix.chunk_mean(cost, 200) == fresh
+    # and a tiny sample with a huge budget stays cheap: the stream never grows
+    assert len(mix._prompts) == len(p)
+
+
+def test_the_stream_is_taken_evenly_through_a_large_sample():
+    n = 3 * STREAM_PROMPTS
+    prompts = np.concatenate([np.full(n // 2, 100), np.full(n - n // 2, 3000)])  # a trace drifting in time
+    mix = LengthMix(prompts, np.ones(n, dtype=int))
+    assert len(mix._prompts) == STREAM_PROMPTS
+    assert mix._prompts.mean() == pytest.approx(prompts.mean(), rel=0.01)
 
 
 def test_chunk_mean_is_the_windows_mean_and_interpolates_above_the_exact_loads():
@@ -190,3 +211,51 @@ def test_the_capacity_command_says_which_contexts_it_used(capsys):
     assert rep["capacity"]["critical_rate"] == pytest.approx(
         capacity(H200, 512, mp, mo, mix=workload_mix(full)).critical_rate
     )
+
+
+def _one_server_network(route, cost=H200):
+    return {
+        "servers": {"s": {"policy": "sarathi", "b_max": 512, "cost_model": cost}},
+        "jobs": {"job": {"arrival": {"process": "poisson", "rate": 1.0}, "route": route}},
+    }
+
+
+def test_a_servers_mix_keeps_a_files_pairs(tmp_path):
+    # a call whose prompt and output read one file draws whole rows, as the simulator does:
+    # long prompts with long outputs here. Drawn apart, the pairs would mix.
+    from llmsched.theory.network import traffic
+
+    f = tmp_path / "pairs.csv"
+    f.write_text("prompt_tokens,output_tokens\n" + "100,1\n4000,500\n" * 50)
+    route = [{"call": {"server": "s", "prompt": f"empirical:{f}", "output": f"empirical:{f}"}}]
+    server = traffic(_one_server_network(route)).servers[0]
+    assert server.contexts == "length mix"
+    # joint rows: only the 4,000-token prompts decode, at contexts 4,001..4,499
+    joint = LengthMix([100, 4000], [1, 500]).decode_context
+    assert joint == pytest.approx(4250.0)
+    mix = server_mix(route)
+    assert mix.decode_context == pytest.approx(joint)
+
+
+def server_mix(route):
+    from llmsched.theory.network import _server_mix
+    from llmsched.workload.network import load_network
+
+    spec = load_network(_one_server_network(route))
+    return _server_mix(spec, "s", spec.servers["s"])
+
+
+def test_calls_sharing_a_class_each_give_their_lengths():
+    # two calls of one class at the server: both lengths, in proportion to their visits
+    route = [
+        {"call": {"server": "s", "prompt": 100, "output": 10, "class": "x"}},
+        {"call": {"server": "s", "prompt": 4000, "output": 500, "class": "x"}},
+    ]
+    mix = server_mix(route)
+    assert (mix.mean_prompt, mix.mean_output) == (2050.0, 255.0)
+    # and a loop's call counts its passes: 3 of the second for 1 of the first
+    route = [
+        {"call": {"server": "s", "prompt": 100, "output": 10, "class": "x"}},
+        {"loop": {"times": 3, "body": [{"call": {"server": "s", "prompt": 4000, "output": 500, "class": "x"}}]}},
+    ]
+    assert server_mix(route).mean_prompt == pytest.approx((100 + 3 * 4000) / 4, rel=1e-3)

@@ -74,20 +74,21 @@ class LengthMix:
         self.decode_context = (
             float(((of - 1.0) * pf + of * (of - 1.0) / 2.0).sum()) / decodes if decodes > 0 else self.mean_prompt
         )
-        stream = np.rint(pf[:STREAM_PROMPTS]).astype(np.int64)
-        self._base = stream
-        self._set_stream(stream)
-        self._stream_mean = float(stream.mean())
-        # per cost model: {prefill load x: mean chunk time of its windows}
-        self._chunk_means: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    def _set_stream(self, stream: np.ndarray) -> None:
+        n = len(pf)
+        # the prefill stream: up to STREAM_PROMPTS prompts taken evenly through the sample
+        # (a trace's first rows need not be typical), in their order
+        pick = np.arange(n) if n <= STREAM_PROMPTS else (np.arange(STREAM_PROMPTS) * n) // STREAM_PROMPTS
+        stream = np.rint(pf[pick]).astype(np.int64)
         self._prompts = stream
         self._ends = np.cumsum(stream)
         self._starts = self._ends - stream
+        self._total = int(self._ends[-1])
         self._start_list = self._starts.tolist()  # (indexing a list is what the loops do)
         self._end_list = self._ends.tolist()
-        self._whole = None  # prefix sums of whole prompts' chunk times, per cost model
+        self._stream_mean = float(stream.mean())
+        self._whole = None  # (cost model, prefix sums of the stream's whole prompts' chunk times)
+        # per cost model: {prefill load x: mean chunk time of its windows}
+        self._chunk_means: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def describe(self) -> dict:
         return {
@@ -97,55 +98,64 @@ class LengthMix:
         }
 
     # ---- windows of the prefill stream -------------------------------------------------
+    # The stream is circular: a window may run past its end into its start again (any
+    # number of times, for a budget larger than the sample's prompts), so every window is
+    # timed from the same prompts whatever the load.
     def _windows(self, x: int):
-        """(start, first prompt, end, last prompt) of the `x`-token windows, as arrays."""
-        while int(self._ends[-1]) < 2 * x:  # a short sample: lay it end to end again
-            self._set_stream(np.concatenate([self._prompts, self._base]))
-        span = int(self._ends[-1]) - x
+        """Per window of `x` tokens: its start `u` (in the first lap), the prompt `i0`
+        holding it, the position `r` of its last token within its lap, the prompt `i1`
+        holding that one and its index counted over the laps (`g1 = lap * n + i1`)."""
+        total = self._total
         k = np.arange(WINDOWS, dtype=np.float64)
-        u = ((k + 0.5) * span / WINDOWS).astype(np.int64)
-        e = u + x
-        i0 = np.searchsorted(self._ends, u, side="right")  # the prompt holding token u
-        i1 = np.searchsorted(self._ends, e, side="left")  # the prompt holding token e - 1
-        return u, i0, e, i1
+        u = ((k + 0.5) * total / WINDOWS).astype(np.int64)
+        i0 = np.searchsorted(self._ends, u, side="right")
+        lap, r = np.divmod(u + (x - 1), total)
+        i1 = np.searchsorted(self._ends, r, side="right")
+        return u, i0, r, i1, lap * len(self._prompts) + i1
 
     def window_chunks(self, x: int, count: int | None = None) -> list[tuple[list[tuple[int, int]], int]]:
-        """The first `count` (default all) windows of `x` prefill tokens, spread over the
+        """`count` (default all) of the windows of `x` prefill tokens, spread over the
         stream: each as ([(chunk tokens, context before it)], prompts it completes)."""
         x = int(x)
         if x <= 0:
             return [([], 0)]
-        u, i0, e, i1 = self._windows(x)
+        u, i0, r, i1, g1 = self._windows(x)
         idx = range(len(u)) if count is None else np.linspace(0, len(u) - 1, count).astype(np.int64).tolist()
-        starts, ends = self._starts, self._ends
+        starts, ends, prompts = self._start_list, self._end_list, self._prompts.tolist()
+        n = len(prompts)
         out = []
         for j in idx:
-            a, b, s, t = int(u[j]), int(e[j]), int(i0[j]), int(i1[j])
-            if s == t:
-                out.append(([(b - a, a - int(starts[s]))], int(ends[s] == b)))
+            a, s, last, t, g = int(u[j]), int(i0[j]), int(r[j]), int(i1[j]), int(g1[j])
+            closes = int(ends[t] == last + 1)  # the window ends its last prompt
+            if g == s:
+                out.append(([(x, a - starts[s])], closes))
                 continue
-            chunks = [(int(ends[s]) - a, a - int(starts[s]))]
-            chunks += [(int(n), 0) for n in self._prompts[s + 1 : t]]
-            chunks.append((b - int(starts[t]), 0))
-            out.append((chunks, t - s + int(ends[t] == b)))
+            chunks = [(ends[s] - a, a - starts[s])]
+            chunks += [(prompts[h % n], 0) for h in range(s + 1, g)]
+            chunks.append((last + 1 - starts[t], 0))
+            out.append((chunks, g - s + closes))
         return out
 
     def _chunk_mean_exact(self, cost, x: int) -> float:
         """Mean over the windows of x tokens of their chunks' time (`cost.chunk_time`)."""
-        u, i0, e, i1 = self._windows(x)
+        u, i0, r, i1, g1 = self._windows(x)
         ct = cost.chunk_time
         starts, ends = self._start_list, self._end_list
         total = 0.0
-        single = i0 == i1
+        single = g1 == i0
         for a, s in zip(u[single].tolist(), i0[single].tolist()):
             total += ct(x, a - starts[s])
         multi = ~single
         if multi.any():
-            whole = self._whole_sums(cost) if bool((i1[multi] - i0[multi] > 1).any()) else None
-            for a, s, b, t in zip(u[multi].tolist(), i0[multi].tolist(), e[multi].tolist(), i1[multi].tolist()):
-                total += ct(ends[s] - a, a - starts[s]) + ct(b - starts[t], 0)
-                if t - s > 1:
-                    total += whole[t] - whole[s + 1]
+            n = len(starts)
+            whole = self._whole_sums(cost) if bool((g1[multi] - i0[multi] > 1).any()) else None
+            for a, s, last, t, g in zip(
+                u[multi].tolist(), i0[multi].tolist(), r[multi].tolist(), i1[multi].tolist(), g1[multi].tolist()
+            ):
+                total += ct(ends[s] - a, a - starts[s]) + ct(last + 1 - starts[t], 0)
+                if g - s > 1:  # the whole prompts between, s + 1 .. g - 1 over the laps
+                    hi, lo = divmod(g, n), divmod(s + 1, n)
+                    total += (hi[0] - lo[0]) * whole[n] + whole[hi[1]] - whole[lo[1]]
         return total / len(u)
 
     def _whole_sums(self, cost) -> list[float]:

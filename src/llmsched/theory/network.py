@@ -81,7 +81,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -89,7 +89,7 @@ from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.length_mix import LengthMix
-from ..workload.lengths import LengthLaw, Lognormal
+from ..workload.lengths import LengthLaw, Lognormal, sample_pair
 from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, iter_calls, load_network
 from .bounds import capacity, step_time_at_budget, uncapped_capacity
 
@@ -526,22 +526,26 @@ MIX_SAMPLES = 20_000
 
 def _server_mix(spec, name: str, server) -> LengthMix | None:
     """The `LengthMix` of a server's calls, for a context-dependent cost model to time its
-    steps with (`theory.bounds.capacity`): each call class's prompts (its job type's system
-    prompt included) and outputs drawn from its laws in proportion to its visits per job
-    times its job type's rate, in a fixed random order. None when a call at the server
-    resends the job's context (its prompt depends on the route so far: the means' contexts
-    time it) or the server has no traffic."""
+    steps with (`theory.bounds.capacity`): each call's prompts (its job type's system
+    prompt included) and outputs drawn from its laws (as the simulator draws them: two
+    laws on one dataset keep its rows' pairs) in proportion to its visits per job times its
+    job type's rate, in a fixed random order. None when a call at the server resends the
+    job's context (its prompt depends on the route so far: the means' contexts time it)
+    or the server has no traffic."""
     weights = []
     for job in spec.jobs:
-        frag = _fragment(job.route, job.system_prompt)
-        calls = {c.cls: c for c in iter_calls(job.route) if c.server == name}
-        for (server, cls), st in frag.stats.items():
-            if server != name:
-                continue
-            call = calls.get(cls)
-            if call is None or call.context:
-                return None
-            weights.append((float(job.arrival.rate) * float(st[0]), call, 0 if call.cached else job.system_prompt))
+        calls = [c for c in iter_calls(job.route) if c.server == name]
+        if any(c.context for c in calls):
+            return None
+        if not calls:
+            continue
+        # each call's own visits per job: the route's moments with a class of its own
+        route, own = _own_classes(job.route)
+        stats = _fragment(route, job.system_prompt).stats
+        for key, call in own.items():
+            st = stats.get((name, key))
+            if st is not None and st[0] > 0:
+                weights.append((float(job.arrival.rate) * float(st[0]), call, 0 if call.cached else job.system_prompt))
     total = sum(w for w, _, _ in weights)
     if not total > 0:
         return None
@@ -549,10 +553,34 @@ def _server_mix(spec, name: str, server) -> LengthMix | None:
     prompts, outputs = [], []
     for w, call, system in weights:
         n = max(1, round(MIX_SAMPLES * w / total))
-        prompts.append(np.asarray(call.prompt.sample(rng, n), dtype=np.int64) + system)
-        outputs.append(np.asarray(call.output.sample(rng, n), dtype=np.int64))
+        p, o = sample_pair(call.prompt, call.output, rng, rng, n)
+        prompts.append(np.asarray(p, dtype=np.int64) + system)
+        outputs.append(np.asarray(o, dtype=np.int64))
     order = rng.permutation(sum(len(p) for p in prompts))
     return LengthMix(np.concatenate(prompts)[order], np.concatenate(outputs)[order])
+
+
+def _own_classes(route) -> tuple[list, dict]:
+    """`route` with each call in a class of its own ("#0", "#1", ...; calls may share a
+    class name), and {that class: the call}."""
+    own: dict[str, Call] = {}
+
+    def walk(nodes):
+        out = []
+        for node in nodes:
+            if isinstance(node, Call):
+                key = f"#{len(own)}"
+                own[key] = node
+                out.append(replace(node, cls=key))
+            elif isinstance(node, Fork):
+                out.append(replace(node, branches=[walk(b) for b in node.branches]))
+            elif isinstance(node, Loop):
+                out.append(replace(node, body=walk(node.body)))
+            else:
+                out.append(node)
+        return out
+
+    return walk(route), own
 
 
 def _server_load(s, classes: list[ClassLoad], mix=None) -> ServerLoad:
