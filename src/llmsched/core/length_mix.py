@@ -14,12 +14,15 @@ shape `(x, y)` as an average over the steps a token-budget policy runs:
 - the `x` prefill tokens are a window of `x` consecutive tokens of the sample's prompts
   laid end to end (chunked prefill serves the queue's prompts in order, `x` tokens a
   step): the window's pieces are its chunks, each after the tokens of its prompt before
-  it. The step time is averaged over `WINDOWS` windows spread evenly over the stream;
+  it. The stream (up to `STREAM_PROMPTS` prompts taken evenly through the sample) is
+  circular, and the step time is averaged over `WINDOWS` windows spread evenly over it;
 - `x / E[p]` prompts complete per step (their first tokens are sampled), rounded.
 
-Measured against the simulator (steps of Sarathi-Serve under overload, all at `b_max`),
-this predicts the full steps' token rate within 0.5% on six workloads where the mean
-contexts were 3-8% optimistic (docs/stability.md).
+Measured against the simulator (steps of Sarathi-Serve under overload, all at `b_max`;
+`benchmarks/capacity_accuracy.py`), this predicts the full steps' token rate within 0.4%
+on six workloads where the mean contexts were 2-8% optimistic (docs/stability.md). It
+does not place a prefix cache's uncached tokens after their cached prefix (the windows
+run over whole prompts), and the adaptive policy does not use it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from .errors import ConfigError
 
 __all__ = ["LengthMix", "STREAM_PROMPTS", "WINDOWS"]
 
-#: prompts of the sample laid end to end as the prefill stream (the first ones)
+#: prompts of the sample laid end to end as the prefill stream (taken evenly through it)
 STREAM_PROMPTS = 10_000
 #: windows a prefill load is averaged over (evenly spread over the stream)
 WINDOWS = 256
