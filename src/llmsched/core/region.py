@@ -150,10 +150,10 @@ def representative_step_time(
       tokens (the middle of a prompt being chunked);
     - `sampled = y + round(x / P)`: in steady state x / P prompts complete per step.
 
-    These contexts hold for lengths that do not vary. With `mix`, a `LengthMix` of the
-    workload's lengths, the step is timed with the contexts its tokens see on average
-    (size-biased decode contexts, prefill windows of the prompt stream; `core.length_mix`):
-    with varying lengths the mean contexts above were 3-8% optimistic.
+    These contexts suit lengths that do not vary (within 2%). With `mix`, a `LengthMix`
+    of the workload's lengths, the step is timed with the contexts its tokens see on
+    average (size-biased decode contexts, prefill windows of the prompt stream;
+    `core.length_mix`): with varying lengths the mean contexts above were 3-8% optimistic.
     """
     return representative_timer(cost, mean_prompt, mean_output, mix)(x, y)
 

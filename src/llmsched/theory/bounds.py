@@ -30,8 +30,8 @@ tokens in the workload's proportion `mean_prompt : mean_output - 1`. Given `mix`
 `LengthMix` of the workload's lengths (what `llmsched capacity`, `simulate`'s verdict,
 sweeps and the serverless reproduction pass), the step is timed with the contexts its
 tokens see on average when lengths vary (`core.length_mix`); without it, with
-representative contexts of the mean lengths (`representative_step_time`), which are
-exact for lengths that do not vary and 3-8% optimistic for those that do.
+representative contexts of the mean lengths (`representative_step_time`), which were
+1.6% optimistic for constant lengths and 3-8% for varying ones (docs/stability.md).
 Without mean lengths, `token_capacity` uses `cost.load_time(b_max)` (a prefill-only step
 with no cached context).
 
@@ -271,8 +271,8 @@ def capacity(
     `cached_prompt`: mean prompt tokens per request served by a prefix cache (not work).
     `mix`: a `LengthMix` of the workload's lengths (`theory.workload_mix`): a
     context-dependent model then times steps with the contexts varying lengths give
-    (without it, with the means' representative contexts: 3-8% optimistic when lengths
-    vary; docs/stability.md "Contexts of a full step"). Load-only models ignore it.
+    (without it, with the means' representative contexts: 2-8% optimistic, the more the
+    lengths vary; docs/stability.md "Contexts of a full step"). Load-only models ignore it.
     `peak=False` leaves `peak_token_capacity` and `peak_load` None: for a context-dependent
     model their scan times every load up to `b_max`, which a caller that needs only the
     rates need not wait for (a load-only model's lambda* needs the peak: its vectorised scan
