@@ -55,6 +55,24 @@ def _knot(k: int) -> int:
     return max(EXACT_LOADS, int(round(EXACT_LOADS * KNOT_RATIO**k)))
 
 
+class _PerCost:
+    """What a `LengthMix` computed for one cost model: {prefill load x: mean chunk time of
+    its windows}, and the prefix sums of the stream's whole prompts' chunk times."""
+
+    __slots__ = ("means", "whole")
+
+    def __init__(self):
+        self.means: dict[int, float] = {}
+        self.whole: list[float] | None = None
+
+    def whole_sums(self, chunk_time, prompts: np.ndarray) -> list[float]:
+        """[0, t(p_0), t(p_0) + t(p_1), ...] of whole prompts (context 0)."""
+        if self.whole is None:
+            times = [chunk_time(p, 0) for p in prompts.tolist()]
+            self.whole = np.concatenate([[0.0], np.cumsum(times)]).tolist()
+        return self.whole
+
+
 class LengthMix:
     """A sample of a workload's (prompt, output) lengths, for timing step shapes (module
     docstring). `prompts` and `outputs`: equal-length sequences of positive integers."""
@@ -89,9 +107,8 @@ class LengthMix:
         self._start_list = self._starts.tolist()  # (indexing a list is what the loops do)
         self._end_list = self._ends.tolist()
         self._stream_mean = float(stream.mean())
-        self._whole = None  # (cost model, prefix sums of the stream's whole prompts' chunk times)
-        # per cost model: {prefill load x: mean chunk time of its windows}
-        self._chunk_means: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # what each cost model's timing of the stream computed (`_PerCost`)
+        self._costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def describe(self) -> dict:
         return {
@@ -116,61 +133,64 @@ class LengthMix:
         i1 = np.searchsorted(self._ends, r, side="right")
         return u, i0, r, i1, lap * len(self._prompts) + i1
 
+    def _window_parts(self, x: int, count: int | None = None):
+        """Per window of `x` tokens (`count` of them spread over all, default all): (its first
+        piece, its last piece or None when one prompt holds it all, the lap-counted indices
+        of the whole prompts between as a range, the prompts it completes). A piece is
+        (tokens, context before it)."""
+        u, i0, r, i1, g1 = self._windows(x)
+        idx = range(len(u)) if count is None else np.linspace(0, len(u) - 1, count).astype(np.int64).tolist()
+        starts, ends = self._start_list, self._end_list
+        u, i0, r, i1, g1 = u.tolist(), i0.tolist(), r.tolist(), i1.tolist(), g1.tolist()
+        for j in idx:
+            a, s, last, t, g = u[j], i0[j], r[j], i1[j], g1[j]
+            closes = int(ends[t] == last + 1)  # the window ends its last prompt
+            if g == s:
+                yield (x, a - starts[s]), None, range(0), closes
+            else:
+                yield (ends[s] - a, a - starts[s]), (last + 1 - starts[t], 0), range(s + 1, g), g - s + closes
+
     def window_chunks(self, x: int, count: int | None = None) -> list[tuple[list[tuple[int, int]], int]]:
         """`count` (default all) of the windows of `x` prefill tokens, spread over the
         stream: each as ([(chunk tokens, context before it)], prompts it completes)."""
         x = int(x)
         if x <= 0:
             return [([], 0)]
-        u, i0, r, i1, g1 = self._windows(x)
-        idx = range(len(u)) if count is None else np.linspace(0, len(u) - 1, count).astype(np.int64).tolist()
-        starts, ends, prompts = self._start_list, self._end_list, self._prompts.tolist()
+        prompts = self._prompts.tolist()
         n = len(prompts)
         out = []
-        for j in idx:
-            a, s, last, t, g = int(u[j]), int(i0[j]), int(r[j]), int(i1[j]), int(g1[j])
-            closes = int(ends[t] == last + 1)  # the window ends its last prompt
-            if g == s:
-                out.append(([(x, a - starts[s])], closes))
-                continue
-            chunks = [(ends[s] - a, a - starts[s])]
-            chunks += [(prompts[h % n], 0) for h in range(s + 1, g)]
-            chunks.append((last + 1 - starts[t], 0))
-            out.append((chunks, g - s + closes))
+        for first, last, between, done in self._window_parts(x, count):
+            chunks = [first] + [(prompts[h % n], 0) for h in between]
+            if last is not None:
+                chunks.append(last)
+            out.append((chunks, done))
         return out
 
     def _chunk_mean_exact(self, cost, x: int) -> float:
-        """Mean over the windows of x tokens of their chunks' time (`cost.chunk_time`)."""
-        u, i0, r, i1, g1 = self._windows(x)
+        """Mean over the windows of x tokens of their chunks' time (`cost.chunk_time`), the
+        whole prompts inside a window summed from prefix sums over the stream."""
         ct = cost.chunk_time
-        starts, ends = self._start_list, self._end_list
+        n = len(self._prompts)
+        whole = None
         total = 0.0
-        single = g1 == i0
-        for a, s in zip(u[single].tolist(), i0[single].tolist()):
-            total += ct(x, a - starts[s])
-        multi = ~single
-        if multi.any():
-            n = len(starts)
-            whole = self._whole_sums(cost) if bool((g1[multi] - i0[multi] > 1).any()) else None
-            for a, s, last, t, g in zip(
-                u[multi].tolist(), i0[multi].tolist(), r[multi].tolist(), i1[multi].tolist(), g1[multi].tolist()
-            ):
-                total += ct(ends[s] - a, a - starts[s]) + ct(last + 1 - starts[t], 0)
-                if g - s > 1:  # the whole prompts between, s + 1 .. g - 1 over the laps
-                    hi, lo = divmod(g, n), divmod(s + 1, n)
-                    total += (hi[0] - lo[0]) * whole[n] + whole[hi[1]] - whole[lo[1]]
-        return total / len(u)
+        windows = 0
+        for first, last, between, _ in self._window_parts(x):
+            windows += 1
+            total += ct(*first)
+            if last is not None:
+                total += ct(*last)
+            if between:
+                if whole is None:
+                    whole = self._per_cost(cost).whole_sums(ct, self._prompts)
+                hi, lo = divmod(between.stop, n), divmod(between.start, n)
+                total += (hi[0] - lo[0]) * whole[n] + whole[hi[1]] - whole[lo[1]]
+        return total / windows
 
-    def _whole_sums(self, cost) -> list[float]:
-        """Prefix sums of the stream's whole prompts' chunk times: [0, t(p_0), t(p_0) + t(p_1), ...]."""
-        cached = self._whole
-        if cached is not None and cached[0]() is cost:
-            return cached[1]
-        ct = cost.chunk_time
-        times = [ct(int(n), 0) for n in self._prompts.tolist()]
-        sums = np.concatenate([[0.0], np.cumsum(times)]).tolist()
-        self._whole = (weakref.ref(cost), sums)
-        return sums
+    def _per_cost(self, cost) -> _PerCost:
+        cache = self._costs.get(cost)
+        if cache is None:
+            cache = self._costs[cost] = _PerCost()
+        return cache
 
     def chunk_mean(self, cost, x: int) -> float:
         """Mean chunk time (seconds, `cost.chunk_time`) of a step's `x` prefill tokens:
@@ -179,9 +199,7 @@ class LengthMix:
         x = int(x)
         if x <= 0:
             return 0.0
-        cache = self._chunk_means.get(cost)
-        if cache is None:
-            cache = self._chunk_means[cost] = {}
+        cache = self._per_cost(cost).means
         if x <= EXACT_LOADS:
             v = cache.get(x)
             if v is None:
