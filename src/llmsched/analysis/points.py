@@ -50,12 +50,12 @@ def critical_rate_of(cfg) -> float:
     (`llmsched.theory.ideal_cached_prompt`), as in the `critical_rate` a run reports from
     the hits it measured."""
     cached = ideal_cached_prompt(cfg.workload, cfg.block_size) if cfg.prefix_caching else 0.0
+    key = json.dumps(cfg.workload, sort_keys=True, default=str)
     if not isinstance(cfg.cost_model, str):
-        return _critical_rate.__wrapped__(cfg.cost_model, cfg.b_max, cfg.k_max, cfg.workload, cached)
+        return _critical_rate.__wrapped__(cfg.cost_model, cfg.b_max, cfg.k_max, key, cached)
     # a profile:PATH is read anew when its file changes (or a relative PATH names another),
     # and so are the workload's files
     files = tuple(file_stamps({"cost_model": cfg.cost_model, "workload": cfg.workload}))
-    key = json.dumps(cfg.workload, sort_keys=True, default=str)
     return _critical_rate(cfg.cost_model, cfg.b_max, cfg.k_max, key, cached, files)
 
 
@@ -68,14 +68,13 @@ def critical_arrival_rate_of(cfg) -> float:
 
 
 @lru_cache(maxsize=1024)
-def _critical_rate(cost_model, b_max: int, k_max, workload, cached: float = 0.0, files=()) -> float:
-    # `workload`: the mapping, or (cached) its JSON
-    if isinstance(workload, str):
-        workload = json.loads(workload)
-    mp, mo = workload_means(workload)
+def _critical_rate(cost_model, b_max: int, k_max, workload: str, cached: float = 0.0, files=()) -> float:
+    # `workload`: the mapping's JSON (a cache key)
+    mix = workload_mix(json.loads(workload))
     cost = make_cost_model(cost_model)
-    mix = None if cost.load_only else workload_mix(workload)
-    return capacity(cost, b_max, mp, mo, k_max=k_max, cached_prompt=cached, mix=mix, peak=False).critical_rate
+    return capacity(
+        cost, b_max, mix.mean_prompt, mix.mean_output, k_max=k_max, cached_prompt=cached, mix=mix, peak=False
+    ).critical_rate
 
 
 def _fill_adaptive(cfg) -> None:
