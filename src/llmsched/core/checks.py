@@ -10,6 +10,8 @@ import numbers
 def as_int(v: object) -> int | None:
     """`v` as a Python int when it is an integer (int or numpy integer, not a bool); None
     otherwise (a float such as 4.0 included)."""
+    if type(v) is int:  # the common case, without the abstract-class test (a bool is not)
+        return v
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         return None
     return int(v)
@@ -18,6 +20,8 @@ def as_int(v: object) -> int | None:
 def as_real(v: object) -> int | float | None:
     """`v` as a Python int or float when it is a real number (int, float or numpy's, not a
     bool); None otherwise. Integers stay ints, the rest become floats."""
+    if type(v) is int or type(v) is float:  # the common cases (see `as_int`)
+        return v
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         return None
     return int(v) if isinstance(v, numbers.Integral) else float(v)
