@@ -34,7 +34,7 @@ from ..core.checks import first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import check_run_dir, clear_stale
+from ..core.paths import clear_stale, prepare_run_dir
 from ..policies import make_batch_policy
 from ..workload import WorkloadSpec, make_trace
 from .figures import new_figure, save_figure
@@ -132,9 +132,7 @@ def reproduce_stability(
         base["cost_model"] = cost_model
     if b_max is not None:
         base["b_max"] = b_max
-    check_run_dir(out_dir, "reproduce stability")  # not over another run's outputs
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_run_dir(out_dir, "reproduce stability")  # not over another run's outputs
 
     cfg0 = resolve_point(None, base, {"num_requests": n_queue, "seed": seeds[0]})
     lam = critical_rate_of(cfg0)

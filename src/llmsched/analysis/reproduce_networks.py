@@ -48,7 +48,7 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import check_run_dir, clear_stale
+from ..core.paths import clear_stale, prepare_run_dir
 from ..sim.network_result import network_backlog, simulate_network
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
 from ..theory.network import traffic
@@ -430,9 +430,7 @@ def reproduce_clusters(
     per_replica = int(num_jobs or (1000 if quick else 5000))
     seeds = check_seeds(seeds if seeds is not None else (0,))
     prompt, output = CLUSTER_WORKLOADS[workload]
-    check_run_dir(out_dir, "reproduce clusters")  # not over another run's outputs
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_run_dir(out_dir, "reproduce clusters")  # not over another run's outputs
 
     jobs, caps = [], {}
     for n in replicas:
@@ -610,9 +608,7 @@ def reproduce_agents(
     )
     n_jobs = int(num_jobs or (2000 if quick else 10000))
     seeds = check_seeds(seeds if seeds is not None else (0,))
-    check_run_dir(out_dir, "reproduce agents")  # not over another run's outputs
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_run_dir(out_dir, "reproduce agents")  # not over another run's outputs
 
     jobs, info = [], {}
     for w in workflows:
@@ -782,9 +778,7 @@ def reproduce_rybko_stolyar(
     orders = [str(o) for o in orders]
     n_jobs = int(num_jobs or (3000 if quick else 20000))
     seeds = check_seeds(seeds if seeds is not None else (0,))
-    check_run_dir(out_dir, "reproduce rybko-stolyar")  # not over another run's outputs
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_run_dir(out_dir, "reproduce rybko-stolyar")  # not over another run's outputs
     nets, theory = {}, {}
     for o in orders:
         net = rybko_stolyar_network(

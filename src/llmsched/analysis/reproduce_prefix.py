@@ -61,6 +61,7 @@ def reproduce_prefix_caching(
     t0 = time.perf_counter()
     if not loads or any(not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0) for x in loads):
         raise ConfigError(f"loads must be positive numbers, got {list(loads)!r}")
+    check_run_dir(out_dir, "reproduce prefix-caching")  # not over another run's outputs, before the runs
     trace = read_trace(trace_path, block_size=None)
     if not trace.has_blocks:
         raise ConfigError(f"{trace_path} carries no prompt block ids (a Mooncake trace with hash_ids does)")
@@ -128,7 +129,6 @@ def reproduce_prefix_caching(
                         f"TTFT {r['mean_ttft_ms'] / 1e3:,.1f} s, {r['request_throughput']:.2f} req/s, {r['verdict']}",
                         flush=True,
                     )
-    check_run_dir(out_dir, "reproduce prefix-caching")  # not over another run's outputs
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = write_table(rows, out, "table")

@@ -57,7 +57,7 @@ from ..core.checks import first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import check_run_dir, clear_stale
+from ..core.paths import clear_stale, prepare_run_dir
 from ..core.request import NS
 from ..theory import LengthMix, capacity
 from ..workload.serverless import (
@@ -378,9 +378,7 @@ def reproduce_twp(
         ((0.5, 0.9) if quick else (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) if stability_loads is None else stability_loads
     )
     base = load_serverless(BASE_PLATFORM if platform is None else platform).to_dict()
-    check_run_dir(out_dir, "reproduce twp")  # not over another run's outputs
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_run_dir(out_dir, "reproduce twp")  # not over another run's outputs
     load_names = {x: (LOAD_NAMES[i] if len(loads) == 3 else f"load {x:g}") for i, x in enumerate(sorted(loads))}
 
     # capacity and the rate of every load, per workload

@@ -175,7 +175,7 @@ class Backend:
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
                     yield refs[ref], ray.get(ref)
-        elif self.workers > 1 and (pool := self._local_pool(len(jobs))) is not None:
+        elif (pool := self._local_pool(len(jobs))) is not None:
             gc.freeze()  # forked workers then share the parent's heap without copying it
             try:
                 futs = {pool.submit(fn, arg): key for key, arg in jobs}

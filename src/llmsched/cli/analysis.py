@@ -89,9 +89,6 @@ def _print_rows(title: str, rows: list[dict], cols: list[tuple[str, str, str]]) 
 # capacity
 
 
-# scheduler options the bounds do not depend on: refused rather than ignored
-
-
 def cmd_capacity(args) -> int:
     from ..analysis.capacity_report import CAPACITY_IGNORES, capacity_report, rep_law  # noqa: PLC0415
 
@@ -701,7 +698,7 @@ def _twp_choices(args) -> dict:
     if args.workload is not None:
         kw["workloads"] = [args.workload]
     if args.policies:
-        kw["schedulers"] = [p.strip() for p in args.policies.split(",") if p.strip()]
+        kw["schedulers"] = [p.strip() for p in args.policies.split(",")]
     if args.load is not None:
         kw["loads"] = [args.load]
     return kw

@@ -15,7 +15,7 @@ import sys
 from ..core.engine_api import DefaultMaxModelLen, default_max_running
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_out_file
-from .common import add_scheduler_args, positive_int, scheduler_spec
+from .common import add_scheduler_args, flag_of, positive_int, scheduler_spec
 
 
 def fraction(text: str) -> float:
@@ -215,10 +215,10 @@ def cmd_make_tiny_model(args) -> int:
 
 
 # ---- profile -------------------------------------------------------------------------------
-# validate's measurement options and their defaults (cli.analysis): with --profile nothing
-# is measured, and a value other than the default is refused, not ignored
 # profile's and validate's measurement defaults (both parsers read them)
 REPS, CALIBRATE_S = 3, 2.5
+# validate's measurement options and their defaults (cli.analysis): with --profile nothing
+# is measured, and a value other than the default is refused, not ignored
 MEASUREMENT_DEFAULTS = (
     ("reps", "--reps", REPS),
     ("tables_s", "--tables-s", None),
@@ -248,16 +248,11 @@ def cmd_profile(args) -> int:
     # the profile times the engine's steps for any policy: the scheduler's options that
     # would only choose the steps are refused, not ignored (--b-max and --max-running size
     # the measured batches and stay)
-    for key, flag in (
-        ("policy", "--policy"),
-        ("admission", "--admission"),
-        ("admission_option", "--admission-option"),
-        ("k_max", "--k-max"),
-        ("prefix_caching", "--prefix-caching"),
-    ):
+    for key in ("policy", "admission", "admission_option", "k_max", "prefix_caching"):
         if getattr(args, key) not in (None, False):
             raise ConfigError(
-                f"{flag} is a scheduler option; profile measures step times whatever the policy, and does not use it"
+                f"{flag_of(key)} is a scheduler option; profile measures step times whatever the policy, "
+                "and does not use it"
             )
     # a folder (it gets profile.csv): one that exists, or a path ending in a slash
     if os.path.isdir(args.out) or args.out.endswith(("/", os.sep)):

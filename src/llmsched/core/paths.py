@@ -42,6 +42,10 @@ def _check_folder(given, folder: Path, what: str) -> None:
 SIMULATE_KINDS = ("network", "serverless", "single-server")
 
 _TABLE = ("table.csv", "table.parquet")
+# a single-server run's Parquet tables (`SimResult.write_parquet` writes TABLE.parquet)
+# and the figures `llmsched plot` draws into its folder
+PARQUET_TABLES = ("requests", "timeseries", "steps")
+STALE_FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")
 # what each kind of run writes at the top of its folder (a simulate run's summary.json
 # and config.json besides, which any of them replaces)
 RUN_OUTPUTS = {
@@ -52,13 +56,8 @@ RUN_OUTPUTS = {
         "load_histogram.csv",
         "batch_histogram.csv",
         "steps.csv",
-        "requests.parquet",
-        "timeseries.parquet",
-        "steps.parquet",
-        "queue.png",
-        "ttft_cdf.png",
-        "itl_cdf.png",
-        "token_load.png",
+        *(f"{t}.parquet" for t in PARQUET_TABLES),
+        *STALE_FIGURES,
     ),
     "network": ("calls.csv", "jobs.csv", "servers"),
     "serverless": ("requests.csv", "instances.csv"),
@@ -112,20 +111,19 @@ RUN_MARKERS = (
 )
 
 
-def _marker(folder: Path, kind: str) -> str | None:
-    for k, marker in RUN_MARKERS:
-        if k == kind and (folder / marker).exists():
-            return marker
+def _held(folder) -> tuple[str, str] | None:
+    """(the kind of run whose outputs `folder` holds, the marker that says so), or None."""
+    for kind, marker in RUN_MARKERS:
+        if (Path(folder) / marker).exists():
+            return kind, marker
     return None
 
 
 def run_kind(folder) -> str | None:
     """The kind of run whose outputs `folder` holds (network, serverless, single-server,
     sweep, reproduce EXPERIMENT), or None."""
-    for kind, marker in RUN_MARKERS:
-        if (Path(folder) / marker).exists():
-            return kind
-    return None
+    held = _held(folder)
+    return None if held is None else held[0]
 
 
 def _named(kind: str) -> str:
@@ -146,12 +144,13 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     folder = Path(path)
     if not folder.is_dir():
         return
-    held = run_kind(folder)
-    if held is not None:
+    found = _held(folder)
+    if found is not None:
+        held, marker = found
         if held == kind or (held in SIMULATE_KINDS and kind in SIMULATE_KINDS):
             return
         raise ConfigError(
-            f"{what} {str(path)!r} holds the outputs of {_named(held)} ({_marker(folder, held)}), "
+            f"{what} {str(path)!r} holds the outputs of {_named(held)} ({marker}), "
             f"not of {_named(kind)}: choose another folder or remove it"
         )
     if kind in SIMULATE_KINDS:
@@ -178,6 +177,15 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
             f"{what} {str(path)!r} holds a config.json that is not an llmsched run's (no summary.json beside it), "
             "which the run would replace: choose another folder or empty it"
         )
+
+
+def prepare_run_dir(path, kind: str) -> Path:
+    """The folder a `kind` run writes into, checked (`check_run_dir`: not over another
+    run's outputs nor another tool's files) and created."""
+    check_run_dir(path, kind)
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def clear_stale(path, kind: str, written) -> None:

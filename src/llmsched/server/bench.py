@@ -378,6 +378,9 @@ class BenchConfig:
         )
 
 
+_NO_RESULT = "no result file is written (give --save-result or --result-file)"
+
+
 def check_moot_options(a) -> None:
     """ConfigError for an option that this run would ignore (exit 0 with a flag that did
     nothing): one line naming it and why. An option at its default counts as not given."""
@@ -422,13 +425,12 @@ def check_moot_options(a) -> None:
             "--result-filename",
             "it names --save-result's file",
         ),
-        (not named and a.result_file is None and a.metadata is not None, "--metadata", "no result file is written"),
-        (not named and a.result_file is None and a.save_detailed, "--save-detailed", "no result file is written"),
+        (not named and a.result_file is None and a.metadata is not None, "--metadata", _NO_RESULT),
+        (not named and a.result_file is None and a.save_detailed, "--save-detailed", _NO_RESULT),
     ]
     for given, flag, why in moot:
         if given:
-            tail = " (give --save-result or --result-file)" if why == "no result file is written" else ""
-            raise ConfigError(f"{flag} does nothing in this run: {why}{tail}")
+            raise ConfigError(f"{flag} does nothing in this run: {why}")
 
 
 def _check_base_url(url) -> str:

@@ -19,14 +19,12 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import RUN_OUTPUTS, check_out_dir, check_run_dir, run_kind
+from ..core.paths import PARQUET_TABLES, STALE_FIGURES, check_out_dir, check_run_dir, clear_stale, run_kind
 from .csv_rows import CHUNK, IntField, NotFormattable, fixed9, format_rows, tag_field
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
 
 PERCENTILES = (90, 95, 99)
-STALE_FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")  # `llmsched plot` draws them
-PARQUET_TABLES = ("requests", "timeseries", "steps")  # `write_parquet` writes TABLE.parquet
 
 
 def clear_other_run(out: Path, kind: str) -> None:
@@ -35,16 +33,8 @@ def clear_other_run(out: Path, kind: str) -> None:
     Refuses (ConfigError) a folder of other files, or of a sweep's or an experiment's."""
     check_run_dir(out, kind)
     held = run_kind(out)
-    if held is None or held == kind:
-        return
-    for name in RUN_OUTPUTS[held]:
-        p = out / name
-        if p.is_dir():
-            import shutil  # noqa: PLC0415 - start-up: only a network's folder needs it
-
-            shutil.rmtree(p)
-        else:
-            p.unlink(missing_ok=True)
+    if held is not None and held != kind:
+        clear_stale(out, held, ())
 
 
 def _median(values: np.ndarray) -> float:
