@@ -242,7 +242,7 @@ def server_mix(route):
     from llmsched.workload.network import load_network
 
     spec = load_network(_one_server_network(route))
-    return _server_mix(spec, "s", spec.servers["s"])
+    return _server_mix(spec, "s")
 
 
 def test_calls_sharing_a_class_each_give_their_lengths():

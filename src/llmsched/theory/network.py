@@ -81,7 +81,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -90,7 +90,7 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.length_mix import LengthMix
 from ..workload.lengths import LengthLaw, Lognormal, sample_pair
-from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, iter_calls, load_network
+from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, load_network
 from .bounds import capacity, step_time_at_budget, uncapped_capacity
 
 __all__ = [
@@ -173,17 +173,35 @@ def _node(node, system: int = 0) -> _Frag:
         for branch in node.branches:
             f.add(_fragment(branch, system))
     elif isinstance(node, Loop):
-        body = _fragment(node.body, system)
-        if node.times is not None:
-            n = float(node.times)
-            en, pairs = n, n * (n - 1.0) / 2.0
-        else:
-            q = float(node.repeat_prob)
-            en, pairs = 1.0 / (1.0 - q), q / (1.0 - q) ** 2
-        f.add(body, scale=en, pairs=pairs)
+        passes, pairs = _passes(node)
+        f.add(_fragment(node.body, system), scale=passes, pairs=pairs)
     else:  # pragma: no cover - NetworkSpec validation rejects other nodes
         raise ConfigError(f"unknown route node {node!r}")
     return f
+
+
+def _passes(loop: Loop) -> tuple[float, float]:
+    """(E[N], E[N(N-1)/2]) of a loop's number of passes N."""
+    if loop.times is not None:
+        n = float(loop.times)
+        return n, n * (n - 1.0) / 2.0
+    q = float(loop.repeat_prob)
+    return 1.0 / (1.0 - q), q / (1.0 - q) ** 2
+
+
+def _call_visits(route):
+    """(call, its expected visits per job) for every call of a route: each loop around it
+    multiplies by its expected passes (the factors `_Frag.add` applies, in its order)."""
+    for node in route:
+        if isinstance(node, Call):
+            yield node, 1.0
+        elif isinstance(node, Fork):
+            for branch in node.branches:
+                yield from _call_visits(branch)
+        elif isinstance(node, Loop):
+            passes = _passes(node)[0]
+            for call, v in _call_visits(node.body):
+                yield call, passes * v
 
 
 def route_moments(route, system_prompt: int = 0) -> dict:
@@ -432,7 +450,7 @@ def traffic(spec) -> TrafficReport:
     servers_order = {s: i for i, s in enumerate(spec.servers)}
     classes.sort(key=lambda c: (servers_order[c.server], order.get(c.cls, 0)))
     servers = [
-        _server_load(s, [c for c in classes if c.server == name], lambda name=name, s=s: _server_mix(spec, name, s))
+        _server_load(s, [c for c in classes if c.server == name], lambda name=name: _server_mix(spec, name))
         for name, s in spec.servers.items()
     ]
     worst = max(servers, key=lambda s: s.utilisation)
@@ -524,7 +542,7 @@ def traffic(spec) -> TrafficReport:
 MIX_SAMPLES = 20_000
 
 
-def _server_mix(spec, name: str, server) -> LengthMix | None:
+def _server_mix(spec, name: str) -> LengthMix | None:
     """The `LengthMix` of a server's calls, for a context-dependent cost model to time its
     steps with (`theory.bounds.capacity`): each call's prompts (its job type's system
     prompt included) and outputs drawn from its laws (as the simulator draws them: two
@@ -534,18 +552,11 @@ def _server_mix(spec, name: str, server) -> LengthMix | None:
     or the server has no traffic."""
     weights = []
     for job in spec.jobs:
-        calls = [c for c in iter_calls(job.route) if c.server == name]
-        if any(c.context for c in calls):
+        calls = [(c, v) for c, v in _call_visits(job.route) if c.server == name]
+        if any(c.context for c, _ in calls):
             return None
-        if not calls:
-            continue
-        # each call's own visits per job: the route's moments with a class of its own
-        route, own = _own_classes(job.route)
-        stats = _fragment(route, job.system_prompt).stats
-        for key, call in own.items():
-            st = stats.get((name, key))
-            if st is not None and st[0] > 0:
-                weights.append((float(job.arrival.rate) * float(st[0]), call, 0 if call.cached else job.system_prompt))
+        rate = float(job.arrival.rate)
+        weights += [(rate * v, c, 0 if c.cached else job.system_prompt) for c, v in calls]
     total = sum(w for w, _, _ in weights)
     if not total > 0:
         return None
@@ -560,32 +571,9 @@ def _server_mix(spec, name: str, server) -> LengthMix | None:
     return LengthMix(np.concatenate(prompts)[order], np.concatenate(outputs)[order])
 
 
-def _own_classes(route) -> tuple[list, dict]:
-    """`route` with each call in a class of its own ("#0", "#1", ...; calls may share a
-    class name), and {that class: the call}."""
-    own: dict[str, Call] = {}
-
-    def walk(nodes):
-        out = []
-        for node in nodes:
-            if isinstance(node, Call):
-                key = f"#{len(own)}"
-                own[key] = node
-                out.append(replace(node, cls=key))
-            elif isinstance(node, Fork):
-                out.append(replace(node, branches=[walk(b) for b in node.branches]))
-            elif isinstance(node, Loop):
-                out.append(replace(node, body=walk(node.body)))
-            else:
-                out.append(node)
-        return out
-
-    return walk(route), own
-
-
-def _server_load(s, classes: list[ClassLoad], mix=None) -> ServerLoad:
-    """`mix`: a callable giving the server's `LengthMix` or None (built only for a
-    context-dependent cost model)."""
+def _server_load(s, classes: list[ClassLoad], mix) -> ServerLoad:
+    """`mix`: a callable giving the server's `LengthMix` or None (called only for a
+    context-dependent cost model with traffic)."""
     cost = make_cost_model(s.cost_model)
     rate = sum(c.visit_rate for c in classes)
     pre = sum(c.prefill_tokens_per_s for c in classes)
@@ -600,7 +588,7 @@ def _server_load(s, classes: list[ClassLoad], mix=None) -> ServerLoad:
     mc = cached / rate if rate > 0 else None
     share = max(s.routing_weights())
     region_exact = None
-    lengths = None
+    contexts = "load" if cost.load_only else "mean lengths"
     if rate > 0:
         # one replica's capacity for this server's mix, by one server's rules
         # (`theory.bounds.capacity`): the per-call means give the mix (prefill mp - mc,
@@ -608,8 +596,9 @@ def _server_load(s, classes: list[ClassLoad], mix=None) -> ServerLoad:
         # gets is the region's scale of the offered rates; a k_max >= b_max cannot bind;
         # a load-only model whose b / t(b) peaks below b_max is served fastest there (the
         # peak is scanned once, for a load-only model only)
-        lengths = None if cost.load_only or mix is None else mix()
+        lengths = None if cost.load_only else mix()
         rep = capacity(cost, s.b_max, mp, mo, k_max=s.k_max, cached_prompt=mc, peak=cost.load_only, mix=lengths)
+        contexts = rep.contexts
         t_bmax, replica_cap = rep.step_time_at_b_max_s, rep.token_capacity
         pool_cap = replica_cap / share
         region_exact = rep.region_exact
@@ -660,7 +649,7 @@ def _server_load(s, classes: list[ClassLoad], mix=None) -> ServerLoad:
         peak_load=peak_b,
         fill_capacity=fill_cap,
         fill_utilisation=fill_util,
-        contexts="load" if cost.load_only else ("length mix" if lengths is not None else "mean lengths"),
+        contexts=contexts,
     )
 
 
