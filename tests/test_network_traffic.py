@@ -572,3 +572,15 @@ def test_a_load_only_server_scans_its_loads_once(monkeypatch):
     )
     assert idle.peak_load == 128 and idle.binding.startswith("token budget at b = 128 < b_max")
     assert calls == [512, 512]  # once for each server (s1 serves the paper model)
+
+
+def test_the_fill_verdict_says_why_other_steps_serve_more():
+    """Filling b_max falls short of the best policy for two reasons: a load-only model's
+    peak below b_max, or a binding k_max's region; the verdict gives the report's reason
+    (it used to name the peak's load, None for the region)."""
+    rep = _one_server("profile", 512, 1000, 200, 1.0, 300)
+    s = rep.server("s1")
+    assert s.fill_capacity < s.capacity
+    rate = 1.001 * s.fill_capacity / s.offered_tokens_per_s
+    v = _one_server("profile", 512, 1000, 200, rate, 300)
+    assert v.stable is None and "2-D region" in v.verdict and "None" not in v.verdict

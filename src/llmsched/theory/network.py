@@ -479,9 +479,9 @@ def traffic(spec) -> TrafficReport:
             (
                 f"server {filler.name} is offered {filler.fill_utilisation:.1%} of what a policy filling every "
                 f"step to b_max serves ({filler.fill_capacity:,.1f} tokens/s): such a policy (a work-conserving "
-                f"one, e.g. sarathi) is unstable there, but smaller steps (t(b)/b is least at b = "
-                f"{filler.peak_load} < b_max) serve up to {filler.capacity:,.1f} tokens/s ({filler.utilisation:.1%} "
-                "offered): a policy running them could be stable; check by simulation"
+                f"one, e.g. sarathi) is unstable there, but {_other_steps(filler)} serve up to "
+                f"{filler.capacity:,.1f} tokens/s ({filler.utilisation:.1%} offered): a policy running them could be "
+                "stable; check by simulation"
             ),
         )
     elif cycle is None:
@@ -540,6 +540,14 @@ def traffic(spec) -> TrafficReport:
 
 #: lengths sampled per server for its `LengthMix`
 MIX_SAMPLES = 20_000
+
+
+def _other_steps(s: ServerLoad) -> str:
+    """Which steps serve a server more than filling b_max does, for its verdict: smaller
+    ones (a load-only model's b / t(b) peaks below b_max) or the region's shapes."""
+    if s.peak_load is not None and s.peak_load < s.b_max:
+        return f"smaller steps (t(b)/b is least at b = {s.peak_load} < b_max)"
+    return f"other step shapes ({s.binding})"
 
 
 def _server_mix(spec, name: str) -> LengthMix | None:
