@@ -212,10 +212,8 @@ class SimResult:
         s["wall_s"] = self.wall_s
         s.update(self.stability)
         if self.slo:
-            ok = meets_slo(self.slo, done, self.ttft_s, self.e2e_s, tpot)
             s["slo"] = dict(self.slo)
-            s["goodput"] = per_second(int(ok.sum()), duration)
-            s["goodput_share"] = float(ok.sum()) / max(int(done.sum()), 1)
+            s.update(goodput(meets_slo(self.slo, done, self.ttft_s, self.e2e_s, tpot), done, duration))
         if self.tag is not None and len(self.tag):
             tags = np.asarray(self.tag, dtype=object)
             names = sorted(set(tags.tolist()))
@@ -483,6 +481,12 @@ def run_duration(first_arrival: float | None, last_completion: float | None, end
     if last_completion is not None:
         return last_completion - first_arrival
     return max(end - first_arrival, 0.0)
+
+
+def goodput(ok: np.ndarray, done: np.ndarray, duration: float | None) -> dict:
+    """`goodput` (requests meeting every objective, per second) and `goodput_share` (of the
+    finished ones), from `meets_slo`'s `ok` and the finished requests `done`."""
+    return {"goodput": per_second(int(ok.sum()), duration), "goodput_share": float(ok.sum()) / max(int(done.sum()), 1)}
 
 
 def meets_slo(slo: dict, done: np.ndarray, ttft_s: np.ndarray, e2e_s: np.ndarray, tpot_s: np.ndarray) -> np.ndarray:

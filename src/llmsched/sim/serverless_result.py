@@ -34,7 +34,7 @@ from ..core.slo import check_request_slo
 from ..workload.serverless import ServerlessSpec, load_serverless
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .histogram import GapHistogram
-from .result import _seconds, _tpot, clear_other_run, meets_slo, per_second, run_duration
+from .result import _seconds, _tpot, clear_other_run, goodput, meets_slo, per_second, run_duration
 from .serverless import ServerlessStats, check_schedulers, run_serverless
 
 REQUEST_COLUMNS = (
@@ -161,7 +161,9 @@ class ServerlessResult:
             self._summary = self._make_summary()
         return self._summary
 
-    def _block(self, sel: np.ndarray, itl: GapHistogram, rows: list[dict], duration: float) -> dict:
+    def _block(self, sel: np.ndarray, itl: GapHistogram, rows: list[dict], duration: float, slo_ok) -> dict:
+        """The summary of the requests `sel` selects; `slo_ok`: `meets_slo` over every
+        request (None without objectives)."""
         st = self.stats
         done = sel & self.finished
         ttft = st.ttft_ns[done & (st.ttft_ns >= 0)] / 1e6
@@ -178,10 +180,8 @@ class ServerlessResult:
         out.update(_itl(itl))
         e = _pct(e2e, "e2el", (50, 99))
         out.update(e)
-        if self.slo:
-            ok = meets_slo(self.slo, done, self.ttft_s, self.e2e_s, self.tpot_s)
-            out["goodput"] = per_second(int(ok.sum()), duration)
-            out["goodput_share"] = float(ok.sum()) / max(int(done.sum()), 1)
+        if slo_ok is not None:
+            out.update(goodput(slo_ok & sel, done, duration))
         cold = [r for r in rows if r["ready_ns"] >= 0]
         cold_ns = [r["ready_ns"] - r["created_ns"] for r in cold]
         gpu_ns = [r["stop_ns"] - r["gpu_from_ns"] for r in rows if r["gpu_from_ns"] >= 0]
@@ -219,9 +219,11 @@ class ServerlessResult:
             "gpus": spec.num_gpus,
             "duration": duration,
         }
+        slo_ok = None
         if self.slo:
             s["slo"] = dict(self.slo)
-        s.update(self._block(everyone, st.itl, st.instances, duration))
+            slo_ok = meets_slo(self.slo, done, self.ttft_s, self.e2e_s, self.tpot_s)
+        s.update(self._block(everyone, st.itl, st.instances, duration, slo_ok))
         s["peak_gpus_in_use"] = int(st.peak_gpus)
         s["migrated_tokens"] = int(st.migrated_tokens)
         s["steps"] = int(st.steps)
@@ -235,7 +237,7 @@ class ServerlessResult:
                 "max_instances": spec.max_instances(name),
                 "kv_capacity": {g.name: spec.kv_capacity(name, g) for g in spec.nodes if spec.fits(name, g)},
             }
-            block.update(self._block(st.req_model == i, st.model_itl[name], rows, duration))
+            block.update(self._block(st.req_model == i, st.model_itl[name], rows, duration, slo_ok))
             s["models"][name] = block
         return s
 
