@@ -988,6 +988,12 @@ def _split_spec(spec: str) -> tuple[str, list[str]]:
     return source.strip() or DEFAULT_PROFILE, opts_parts
 
 
+def source_path(spec: str) -> str:
+    """The PATH of a profile spec (the part after `profile:`; PATH[#MODEL][,options]), or
+    a shipped profile's name."""
+    return _path_and_model(_split_spec(spec)[0])[0]
+
+
 def spec_options(spec: str) -> dict:
     """The options a profile spec gives (`mode`, `overlap`, ...), checked; those not given are absent."""
     spec = (spec or DEFAULT_PROFILE).strip()

@@ -109,14 +109,14 @@ def _profile_files(s: str) -> list[str]:
     s = s.strip()
     if not s.lower().startswith("profile:"):
         return []
-    source = s[len("profile:") :].split(",")[0].strip()
-    files: list[str] = []
-    for cand in dict.fromkeys((source, source.rpartition("#")[0])):
-        if cand and os.path.isfile(cand):
-            files.append(cand)
-        elif cand and os.path.isdir(cand):
-            files.extend(e.path for e in os.scandir(cand) if e.is_file())
-    return files
+    from ..core.profile import source_path  # noqa: PLC0415 - start-up: only profile specs need it
+
+    source = source_path(s[len("profile:") :])
+    if os.path.isfile(source):
+        return [source]
+    if os.path.isdir(source):
+        return [e.path for e in os.scandir(source) if e.is_file()]
+    return []
 
 
 def file_stamps(d: dict) -> list:
