@@ -16,13 +16,13 @@ MAX_REQUESTS_PER_STEP = 1 << 20
 MAX_KV_TOKENS = 1 << 40
 
 
-def _positive_int(v: object, name: str, most: int, unit: str = "") -> int:
+def _positive_int(v: object, name: str, most: int | None = None, unit: str = "") -> int:
     """`v` as an int if it is a positive integer (int or numpy's, not a bool) of at most
-    `most`; else a one-line ConfigError naming `name`."""
+    `most` (None: no limit); else a one-line ConfigError naming `name`."""
     n = as_int(v)
     if n is None or n <= 0:
         raise ConfigError(f"{name} must be a positive integer, got {v!r}")
-    if n > most:
+    if most is not None and n > most:
         raise ConfigError(f"{name} must be at most {most:,}{unit}, got {count_text(n)}")
     return n
 
@@ -41,10 +41,7 @@ def check_k_max(k: object) -> int:
 def check_prefix_block_size(b: object, what: str = "block_size") -> int:
     """The rule for a prefix-cache block size: a positive integer (int or numpy's, not a
     bool); returns it as an int, or raises a ConfigError naming `what`."""
-    n = as_int(b)
-    if n is None or n <= 0:
-        raise ConfigError(f"{what} must be a positive integer, got {b!r}")
-    return n
+    return _positive_int(b, what)
 
 
 @dataclass(frozen=True)

@@ -85,11 +85,13 @@ class Adaptive(BatchPolicy):
     def __init__(self, cost=None, mean_prompt: float | None = None, mean_output: float | None = None):
         self.cost_spec = cost
         self.cost = make_cost_model("paper" if cost is None else cost)
+        means = []
         for what, v in (("mean_prompt", mean_prompt), ("mean_output", mean_output)):
-            if v is not None and not (as_real(v) is not None and v >= 1):
+            x = None if v is None else as_real(v)
+            if v is not None and not (x is not None and x >= 1):
                 raise ConfigError(f"adaptive policy: {what} must be a number >= 1, got {v!r}")
-        self.mean_prompt = None if mean_prompt is None else as_real(mean_prompt)
-        self.mean_output = None if mean_output is None else as_real(mean_output)
+            means.append(x)
+        self.mean_prompt, self.mean_output = means
         self._key = None
         self._cands: list[tuple[int, int]] = []
         self._times: dict[tuple[int, int], float] = {}
