@@ -259,3 +259,27 @@ def test_calls_sharing_a_class_each_give_their_lengths():
         {"loop": {"times": 3, "body": [{"call": {"server": "s", "prompt": 4000, "output": 500, "class": "x"}}]}},
     ]
     assert server_mix(route).mean_prompt == pytest.approx((100 + 3 * 4000) / 4, rel=1e-3)
+
+
+def test_points_that_differ_in_arrivals_share_one_sample(tmp_path):
+    from llmsched.analysis.points import _critical_rate, critical_rate_of, resolve_point
+    from llmsched.theory.means import _mix, sample_key
+
+    base = {"prompt": "lognormal:mean=500,sigma=1.0", "output": "geometric:200", "seed": 3}
+    a = sample_key({**base, "num_requests": 100, "rate": 2.0})
+    b = sample_key({**base, "num_requests": 5000, "rate": 9.0, "arrival": "gamma", "cv": 3.0})
+    assert a == b
+    assert sample_key({**base, "seed": 4}) != a  # another seed draws other lengths
+    # a trace's requests are its sample: how many it replays counts
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,20,6\n2,30,7\n")
+    assert sample_key({"trace": str(trace), "num_requests": 2}) != sample_key({"trace": str(trace), "num_requests": 3})
+
+    _mix.cache_clear()
+    _critical_rate.cache_clear()
+    rates = {
+        critical_rate_of(resolve_point(None, {"workload": base, "cost_model": H200}, {"num_requests": n, "rate": r}))
+        for n, r in ((100, 1.0), (200, 5.0), (300, 7.0))
+    }
+    assert len(rates) == 1
+    assert _mix.cache_info().misses == 1

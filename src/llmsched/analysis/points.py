@@ -26,6 +26,7 @@ from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..theory import capacity, ideal_cached_prompt, requests_per_rate, workload_means, workload_mix
+from ..theory.means import sample_key
 from ..workload.datasets import file_stamps
 from ..workload.spec import without_inline_rate
 
@@ -50,7 +51,7 @@ def critical_rate_of(cfg) -> float:
     (`llmsched.theory.ideal_cached_prompt`), as in the `critical_rate` a run reports from
     the hits it measured."""
     cached = ideal_cached_prompt(cfg.workload, cfg.block_size) if cfg.prefix_caching else 0.0
-    key = json.dumps(cfg.workload, sort_keys=True, default=str)
+    key = sample_key(cfg.workload)  # points that differ in their arrivals share lambda*
     if not isinstance(cfg.cost_model, str):
         return _critical_rate.__wrapped__(cfg.cost_model, cfg.b_max, cfg.k_max, key, cached)
     # a profile:PATH is read anew when its file changes (or a relative PATH names another),
@@ -69,7 +70,7 @@ def critical_arrival_rate_of(cfg) -> float:
 
 @lru_cache(maxsize=1024)
 def _critical_rate(cost_model, b_max: int, k_max, workload: str, cached: float = 0.0, files=()) -> float:
-    # `workload`: the mapping's JSON (a cache key)
+    # `workload`: the sample's key (`sample_key`)
     mix = workload_mix(json.loads(workload))
     cost = make_cost_model(cost_model)
     return capacity(

@@ -27,6 +27,7 @@ from ..workload.datasets import file_stamps
 __all__ = [
     "workload_means",
     "workload_mix",
+    "sample_key",
     "rate_unit",
     "requests_per_rate",
     "ideal_cached_prompt",
@@ -47,6 +48,12 @@ def workload_means(workload: dict, samples: int = DEFAULT_SAMPLES) -> tuple[floa
     return mix.mean_prompt, mix.mean_output
 
 
+def sample_key(workload: dict, samples: int = DEFAULT_SAMPLES) -> str:
+    """A key of what `workload_mix` samples: equal for workloads that differ only in
+    their arrivals or how many requests they run (for a synthetic workload)."""
+    return _sample_key(workload, samples)[0]
+
+
 def workload_mix(workload: dict, samples: int = DEFAULT_SAMPLES) -> LengthMix:
     """The `LengthMix` of a workload mapping: the lengths of the `samples` requests
     `workload_means` draws (a trace: its requests), for timing a context-dependent cost
@@ -55,13 +62,15 @@ def workload_mix(workload: dict, samples: int = DEFAULT_SAMPLES) -> LengthMix:
 
 
 def _sample_key(workload: dict, samples) -> tuple:
-    """(workload key, samples, file stamps) of a sampled workload, checked."""
+    """(sample key, file stamps) of a sampled workload, checked: the key is the JSON of
+    what is sampled (`_sample_dict`), so workloads that differ only in their arrivals or
+    their length of run share one sample (a sweep's points)."""
     if not isinstance(workload, dict):
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
     n = as_int(samples)
     if n is None or n < 1:
         raise ConfigError(f"samples must be a whole number >= 1, got {samples!r}")
-    return _key(workload), n, _files(workload)
+    return _key(_sample_dict(workload, n)), _files(workload)
 
 
 def _key(workload: dict) -> str:
@@ -75,9 +84,10 @@ def _files(workload: dict) -> tuple:
     return tuple(file_stamps({"workload": workload}))
 
 
-def _sample_spec(key: str, samples: int) -> WorkloadSpec:
-    d = json.loads(key)
-    d = {k: v for k, v in d.items() if v is not None}
+def _sample_dict(workload: dict, samples: int) -> dict:
+    """The workload mapping that draws the sample: `samples` requests of a synthetic
+    workload at one rate, arriving deterministically; a trace as it is."""
+    d = {k: v for k, v in workload.items() if v is not None}
     if not replays_trace(d):
         d.pop("duration_s", None)
         d["num_requests"] = samples
@@ -91,12 +101,12 @@ def _sample_spec(key: str, samples: int) -> WorkloadSpec:
             # conversations, the steady state's mix of turns (with the real think time a
             # long one left the later turns, the longer prompts, past the sample's end)
             d["think_time_s"] = 1e-9
-    return WorkloadSpec.from_dict(d)
+    return d
 
 
 @lru_cache(maxsize=64)
-def _mix(key: str, samples: int, files: tuple = ()) -> LengthMix:
-    tr = make_trace(_sample_spec(key, samples))
+def _mix(key: str, files: tuple = ()) -> LengthMix:
+    tr = make_trace(WorkloadSpec.from_dict(json.loads(key)))
     return LengthMix(tr.prompt, tr.output)
 
 
@@ -152,13 +162,12 @@ def ideal_cached_prompt(workload: dict, block_size: int, samples: int = CACHE_SA
     own (`cached_prompt_tokens_per_request`), lower when its KV cache evicts."""
     if not isinstance(workload, dict):
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
-    return _cached(_key(workload), int(block_size), samples, _files(workload))
+    return _cached(*_sample_key(workload, samples), int(block_size), samples)
 
 
 @lru_cache(maxsize=256)
-def _cached(key: str, block_size: int, samples: int, files: tuple = ()) -> float:
-    spec = _sample_spec(key, samples)
-    tr = make_trace(spec, block_size)
+def _cached(key: str, files: tuple, block_size: int, samples: int) -> float:
+    tr = make_trace(WorkloadSpec.from_dict(json.loads(key)), block_size)
     if not tr.has_blocks:
         return 0.0
     return ideal_cached_tokens(tr.head(samples) if len(tr) > samples else tr, block_size)
