@@ -141,3 +141,23 @@ def test_stray_adapter_file_is_ignored(tmp_path, mha_model):
     # without model.safetensors (other weight file names), adapters are still skipped
     (folder / "model.safetensors").rename(folder / "weights.safetensors")
     assert _generate(folder) == _generate(mha_model)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"vocab_size": 10}, "vocab_size must be an integer from 258"),
+        ({"vocab_size": 10**8}, "vocab_size must be an integer from 258"),
+        ({"vocab_size": True}, "vocab_size must be an integer from 258"),
+        ({"seed": True}, "seed must be an integer >= 0, got True"),
+        ({"num_layers": True}, "num_layers must be a positive integer, got True"),
+    ],
+)
+def test_make_tiny_model_refuses_what_it_would_change(tmp_path, kwargs, message):
+    # the tokenizer's trainer would give another vocabulary than asked, silently; a bool is
+    # not a count
+    from llmsched.engine.tiny import make_tiny_model
+
+    with pytest.raises(ConfigError, match=message):
+        make_tiny_model(tmp_path / "m", **kwargs)
+    assert not (tmp_path / "m").exists()

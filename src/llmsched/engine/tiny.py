@@ -33,7 +33,7 @@ Once upon a time, a small model wrote short stories about servers, queues and pa
 BOS, EOS = "<s>", "</s>"
 # the vocabulary sizes train_tokenizer can honour: the 256 bytes and the two special tokens
 # at least, and at most what BPE can merge from TEXT (tests/engine checks the bound); the
-# trainer clamps other sizes silently, so `llmsched make-tiny-model` refuses them
+# trainer clamps other sizes silently, so `make_tiny_model` refuses them
 MIN_VOCAB = 258
 MAX_VOCAB = 575
 
@@ -126,8 +126,14 @@ def make_tiny_model(
 
     from .model import CausalLM  # noqa: PLC0415
 
-    if not isinstance(seed, int) or seed < 0:
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
+        # the BPE trainer would silently give another size (258 for 10, 575 for 10**8)
+        raise ConfigError(
+            f"vocab_size must be an integer from {MIN_VOCAB} (256 bytes + <s>, </s>) to {MAX_VOCAB} "
+            f"(every merge of the training text), got {vocab_size!r}"
+        )
     for name, v in (
         ("hidden_size", hidden_size),
         ("num_layers", num_layers),
@@ -135,7 +141,7 @@ def make_tiny_model(
         ("num_kv_heads", num_kv_heads),
         ("intermediate_size", intermediate_size),
     ):
-        if not isinstance(v, int) or v <= 0:
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise ConfigError(f"{name} must be a positive integer, got {v!r}")
     if hidden_size % num_heads or num_heads % num_kv_heads or (hidden_size // num_heads) % 2:
         raise ConfigError(
