@@ -489,7 +489,8 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
             rate=rate,
             cached_prompt=cached,
             peak=False,  # not reported here, and its scan of every load is slow at large budgets
-            mix=None if cost.load_only else LengthMix(result.prompt, result.output),  # the run's own lengths
+            # the run's own lengths, each prompt's uncached tokens after the prefix it found cached
+            mix=None if cost.load_only else LengthMix(result.prompt, result.output, result.stats.prefix_hits),
         )
     except ConfigError:
         return out

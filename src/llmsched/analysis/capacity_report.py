@@ -56,11 +56,14 @@ def capacity_report(
     source = "given"
     is_trace = replays_trace(cfg.workload)
     mix = None  # the contexts of the workload's lengths (not of means given instead)
+    if not (isinstance(cached_fraction, (int, float)) and 0 <= cached_fraction < 1):
+        raise ConfigError(f"the cached fraction must be a number in [0, 1), got {cached_fraction!r}")
     if mean_prompt is None or mean_output is None:
         n = DEFAULT_SAMPLES if samples is None else samples
         mp, mo = workload_means(cfg.workload, n)
         if mean_prompt is None and mean_output is None:
-            mix = workload_mix(cfg.workload, n)
+            # (the cached share of each prompt is its first tokens: the rest are timed after them)
+            mix = workload_mix(cfg.workload, n, cached_fraction)
         source = "trace" if is_trace else f"sampled ({n:,} draws)"
         mean_prompt = mp if mean_prompt is None else mean_prompt
         mean_output = mo if mean_output is None else mean_output
@@ -73,8 +76,6 @@ def capacity_report(
             raise ConfigError(f"{what} must be a number, got {v!r}")
     if rate is not None and not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
         raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
-    if not (isinstance(cached_fraction, (int, float)) and 0 <= cached_fraction < 1):
-        raise ConfigError(f"the cached fraction must be a number in [0, 1), got {cached_fraction!r}")
     per = requests_per_rate(cfg.workload) if rate is not None else 1.0  # (1 for a trace: its rate is requests/s)
     request_rate = None if rate is None else rate * per
     rep = capacity(

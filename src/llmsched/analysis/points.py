@@ -25,8 +25,8 @@ from ..api import build_config, check_config, simulate
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..theory import capacity, ideal_cached_prompt, requests_per_rate, workload_means, workload_mix
-from ..theory.means import sample_key
+from ..theory import capacity, requests_per_rate, workload_means, workload_mix
+from ..theory.means import cached_workload_mix, sample_key
 from ..workload.datasets import file_stamps
 from ..workload.spec import without_inline_rate
 
@@ -47,17 +47,18 @@ KEY_VERSION = "llmsched-sweep-1"
 def critical_rate_of(cfg) -> float:
     """Theoretical critical rate lambda* (requests/s) of a SimConfig (workload means and
     length mix by sampling, `llmsched.theory.workload_means` and `workload_mix`). With
-    prefix caching, the prompt tokens an unbounded cache serves are not work
-    (`llmsched.theory.ideal_cached_prompt`), as in the `critical_rate` a run reports from
+    prefix caching, the prompt tokens an unbounded cache serves are not work, and each
+    prompt's uncached tokens are timed after its cached prefix
+    (`llmsched.theory.cached_workload_mix`), as in the `critical_rate` a run reports from
     the hits it measured."""
-    cached = ideal_cached_prompt(cfg.workload, cfg.block_size) if cfg.prefix_caching else 0.0
+    block_size = int(cfg.block_size) if cfg.prefix_caching else 0
     key = sample_key(cfg.workload)  # points that differ in their arrivals share lambda*
     if not isinstance(cfg.cost_model, str):
-        return _critical_rate.__wrapped__(cfg.cost_model, cfg.b_max, cfg.k_max, key, cached)
+        return _critical_rate.__wrapped__(cfg.cost_model, cfg.b_max, cfg.k_max, key, block_size)
     # a profile:PATH is read anew when its file changes (or a relative PATH names another),
     # and so are the workload's files
     files = tuple(file_stamps({"cost_model": cfg.cost_model, "workload": cfg.workload}))
-    return _critical_rate(cfg.cost_model, cfg.b_max, cfg.k_max, key, cached, files)
+    return _critical_rate(cfg.cost_model, cfg.b_max, cfg.k_max, key, block_size, files)
 
 
 def critical_arrival_rate_of(cfg) -> float:
@@ -69,12 +70,20 @@ def critical_arrival_rate_of(cfg) -> float:
 
 
 @lru_cache(maxsize=1024)
-def _critical_rate(cost_model, b_max: int, k_max, workload: str, cached: float = 0.0, files=()) -> float:
-    # `workload`: the sample's key (`sample_key`)
-    mix = workload_mix(json.loads(workload))
+def _critical_rate(cost_model, b_max: int, k_max, workload: str, block_size: int = 0, files=()) -> float:
+    # `workload`: the sample's key (`sample_key`); `block_size`: the prefix cache's, 0 without one
+    w = json.loads(workload)
+    mix = cached_workload_mix(w, block_size) if block_size else workload_mix(w)
     cost = make_cost_model(cost_model)
     return capacity(
-        cost, b_max, mix.mean_prompt, mix.mean_output, k_max=k_max, cached_prompt=cached, mix=mix, peak=False
+        cost,
+        b_max,
+        mix.mean_prompt,
+        mix.mean_output,
+        k_max=k_max,
+        cached_prompt=mix.mean_cached,
+        mix=mix,
+        peak=False,
     ).critical_rate
 
 

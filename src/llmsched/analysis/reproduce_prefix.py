@@ -10,7 +10,8 @@ throughput and the stability verdict.
 Capacity gain against theorem 2: with a mean of `c` cached prompt tokens per request the
 work per request falls from `p + o - 1` to `p - c + o - 1` and the representative step
 holds less prefill, so lambda* rises by the ratio of theorem 2's critical rates with and
-without `c` (`llmsched.theory.capacity(..., cached_prompt=c)`; the work ratio
+without `c` (`llmsched.theory.capacity(..., cached_prompt=c)`, each prompt's uncached
+tokens timed after the prefix it found cached: `LengthMix(cached=...)`; the work ratio
 `(p + o - 1) / (p - c + o - 1)` exactly when step times depend on the token load only).
 The table gives that gain with `c` measured in each run and with `c` from an unbounded
 cache (every block seen before is reused: an upper bound for any KV capacity), and the
@@ -34,7 +35,7 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_run_dir, clear_stale
 from ..theory import LengthMix, capacity
-from ..theory.means import ideal_cached_tokens
+from ..theory.means import ideal_cached_counts, ideal_cached_tokens
 from ..workload.trace import read_trace
 from .tables import write_table
 
@@ -77,12 +78,17 @@ def reproduce_prefix_caching(
     mix = LengthMix(trace.prompt, trace.output)
     off = capacity(cost_model, b_max, mp, mo, mix=mix, peak=False)
 
-    def gain(cached: float) -> float:
-        """Theorem 2's capacity gain with `cached` prompt tokens per request served by the cache."""
-        on = capacity(cost_model, b_max, mp, mo, cached_prompt=cached, mix=mix, peak=False)
+    def gain(hits) -> float:
+        """Theorem 2's capacity gain when the cache serves request i `hits[i]` prompt tokens
+        (their mean is not work; each prompt's uncached tokens come after its cached prefix)."""
+        if hits is None or not hits.any():
+            return 1.0
+        mix_on = LengthMix(trace.prompt, trace.output, hits)
+        on = capacity(cost_model, b_max, mp, mo, cached_prompt=mix_on.mean_cached, mix=mix_on, peak=False)
         return on.critical_rate / off.critical_rate
 
-    ideal = ideal_cached_tokens(trace, block_size)
+    ideal_hits = ideal_cached_counts(trace, block_size)
+    ideal = float(ideal_hits.sum()) / len(trace)
     rows = []
     for kv in kv_capacities:
         for load in loads:
@@ -117,7 +123,7 @@ def reproduce_prefix_caching(
                         "output_throughput": s["output_throughput"],
                         "preemptions": s["preemptions"],
                         "cached_tokens_per_request": cached,
-                        "capacity_gain_theory": gain(cached),
+                        "capacity_gain_theory": gain(res.stats.prefix_hits),
                         "critical_rate": s.get("critical_rate"),
                         "verdict": s.get("verdict"),
                     }
@@ -147,7 +153,7 @@ def reproduce_prefix_caching(
         "mean_output": mo,
         "critical_rate_off": off.critical_rate,
         "ideal_cached_tokens_per_request": ideal,
-        "ideal_capacity_gain": gain(ideal),
+        "ideal_capacity_gain": gain(ideal_hits),
         "rows": rows,
     }
     result["summary"] = summary(result)

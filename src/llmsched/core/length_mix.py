@@ -20,9 +20,11 @@ shape `(x, y)` as an average over the steps a token-budget policy runs:
 
 Measured against the simulator (steps of Sarathi-Serve under overload, all at `b_max`;
 `benchmarks/capacity_accuracy.py`), this predicts the full steps' token rate within 0.4%
-on six workloads where the mean contexts were 2-8% optimistic (docs/stability.md). It
-does not place a prefix cache's uncached tokens after their cached prefix (the windows
-run over whole prompts), and the adaptive policy does not use it.
+on six workloads where the mean contexts were 2-8% optimistic (docs/stability.md). With a
+prefix cache, the sample may say how many tokens of each prompt the cache serves
+(`cached`): the stream then holds each prompt's uncached tokens only, each piece after its
+cached prefix (a chunk attends to the cached tokens before it); decoders read the same
+contexts. The adaptive policy does not use a mix.
 """
 
 from __future__ import annotations
@@ -65,19 +67,22 @@ class _PerCost:
         self.means: dict[int, float] = {}
         self.whole: list[float] | None = None
 
-    def whole_sums(self, chunk_time, prompts: np.ndarray) -> list[float]:
-        """[0, t(p_0), t(p_0) + t(p_1), ...] of whole prompts (context 0)."""
+    def whole_sums(self, chunk_time, prompts: np.ndarray, base: list[int]) -> list[float]:
+        """[0, t(p_0), t(p_0) + t(p_1), ...] of the stream's whole pieces (each after its
+        cached prefix, `base`)."""
         if self.whole is None:
-            times = [chunk_time(p, 0) for p in prompts.tolist()]
+            times = [chunk_time(p, b) for p, b in zip(prompts.tolist(), base)]
             self.whole = np.concatenate([[0.0], np.cumsum(times)]).tolist()
         return self.whole
 
 
 class LengthMix:
     """A sample of a workload's (prompt, output) lengths, for timing step shapes (module
-    docstring). `prompts` and `outputs`: equal-length sequences of positive integers."""
+    docstring). `prompts` and `outputs`: equal-length sequences of positive integers;
+    `cached` (optional, the same length): the prompt tokens a prefix cache serves each
+    request, from 0 to its prompt less one (the last prompt token is always computed)."""
 
-    def __init__(self, prompts, outputs):
+    def __init__(self, prompts, outputs, cached=None):
         p = np.asarray(prompts)
         o = np.asarray(outputs)
         if p.ndim != 1 or p.shape != o.shape or not len(p):
@@ -86,6 +91,12 @@ class LengthMix:
             raise ConfigError("prompt and output lengths must be numbers")
         if not (np.all(np.isfinite(p)) and np.all(np.isfinite(o)) and p.min() >= 1 and o.min() >= 1):
             raise ConfigError("prompt lengths and output lengths must be >= 1 token")
+        c = np.zeros(len(p), dtype=np.int64) if cached is None else np.asarray(cached)
+        if c.shape != p.shape or not np.issubdtype(c.dtype, np.number) or not np.all(np.isfinite(c)):
+            raise ConfigError("cached prompt tokens must be numbers, one per request of the length mix")
+        c = np.rint(c).astype(np.int64)
+        if len(c) and (c.min() < 0 or np.any(c > np.rint(p) - 1)):
+            raise ConfigError("cached prompt tokens must be from 0 to the prompt's length less one")
         pf = p.astype(np.float64)
         of = o.astype(np.float64)
         self.mean_prompt = float(pf.mean())
@@ -99,8 +110,12 @@ class LengthMix:
         # the prefill stream: up to STREAM_PROMPTS prompts taken evenly through the sample
         # (a trace's first rows need not be typical), in their order
         pick = np.arange(n) if n <= STREAM_PROMPTS else (np.arange(STREAM_PROMPTS) * n) // STREAM_PROMPTS
-        stream = np.rint(pf[pick]).astype(np.int64)
+        self.mean_cached = float(c.mean())
+        base = c[pick]
+        stream = np.rint(pf[pick]).astype(np.int64) - base  # each prompt's uncached tokens
         self._prompts = stream
+        self._base = base
+        self._base_list = base.tolist()
         self._ends = np.cumsum(stream)
         self._starts = self._ends - stream
         self._total = int(self._ends[-1])
@@ -111,11 +126,14 @@ class LengthMix:
         self._costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def describe(self) -> dict:
-        return {
+        d = {
             "mean_prompt": self.mean_prompt,
             "mean_output": self.mean_output,
             "decode_context": self.decode_context,
         }
+        if self.mean_cached:
+            d["mean_cached_prompt"] = self.mean_cached
+        return d
 
     # ---- windows of the prefill stream -------------------------------------------------
     # The stream is circular: a window may run past its end into its start again (any
@@ -140,15 +158,16 @@ class LengthMix:
         (tokens, context before it)."""
         u, i0, r, i1, g1 = self._windows(x)
         idx = range(len(u)) if count is None else np.linspace(0, len(u) - 1, count).astype(np.int64).tolist()
-        starts, ends = self._start_list, self._end_list
+        starts, ends, base = self._start_list, self._end_list, self._base_list
         u, i0, r, i1, g1 = u.tolist(), i0.tolist(), r.tolist(), i1.tolist(), g1.tolist()
         for j in idx:
             a, s, last, t, g = u[j], i0[j], r[j], i1[j], g1[j]
             closes = int(ends[t] == last + 1)  # the window ends its last prompt
             if g == s:
-                yield (x, a - starts[s]), None, range(0), closes
+                yield (x, a - starts[s] + base[s]), None, range(0), closes
             else:
-                yield (ends[s] - a, a - starts[s]), (last + 1 - starts[t], 0), range(s + 1, g), g - s + closes
+                first = (ends[s] - a, a - starts[s] + base[s])
+                yield first, (last + 1 - starts[t], base[t]), range(s + 1, g), g - s + closes
 
     def window_chunks(self, x: int, count: int | None = None) -> list[tuple[list[tuple[int, int]], int]]:
         """`count` (default all) of the windows of `x` prefill tokens, spread over the
@@ -157,10 +176,11 @@ class LengthMix:
         if x <= 0:
             return [([], 0)]
         prompts = self._prompts.tolist()
+        base = self._base_list
         n = len(prompts)
         out = []
         for first, last, between, done in self._window_parts(x, count):
-            chunks = [first] + [(prompts[h % n], 0) for h in between]
+            chunks = [first] + [(prompts[h % n], base[h % n]) for h in between]
             if last is not None:
                 chunks.append(last)
             out.append((chunks, done))
@@ -181,7 +201,7 @@ class LengthMix:
                 total += ct(*last)
             if between:
                 if whole is None:
-                    whole = self._per_cost(cost).whole_sums(ct, self._prompts)
+                    whole = self._per_cost(cost).whole_sums(ct, self._prompts, self._base_list)
                 hi, lo = divmod(between.stop, n), divmod(between.start, n)
                 total += (hi[0] - lo[0]) * whole[n] + whole[hi[1]] - whole[lo[1]]
         return total / windows

@@ -61,6 +61,7 @@ class Request:
         "cached",
         "reuse_prefix",
         "next_block",
+        "first_hit",
     )
 
     def __init__(
@@ -92,6 +93,7 @@ class Request:
         self.blocks: tuple[int, ...] | None = None
         self.cached: list | None = None  # the prefix cache's blocks it holds (a PrefixCache holding)
         self.next_block = 0  # index in `blocks` of the next block to cache once computed
+        self.first_hit = 0  # prompt tokens the cache served at its first admission
         # False: admission reuses no cached block (the whole prompt is computed: its prompt
         # logprobs are wanted); what it computes is still cached for others
         self.reuse_prefix = True

@@ -511,6 +511,7 @@ class ServerState:
         pc.hit_tokens += hit
         if not r.preemptions:
             pc.first_hit_tokens += hit
+            r.first_hit = hit
         r.prefilled = hit
         self.backlog_tokens -= hit
         self.pending_prefill -= hit

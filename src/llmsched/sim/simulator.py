@@ -50,6 +50,8 @@ class RunStats:
     b_max: int = 0  # the server's token budget (0: unknown)
     prefix: dict | None = None  # prefix-cache counters (ServerState.prefix_stats), None when off
     stop_ns: int | None = None  # a max_time_s stop: requests arriving at or after it never arrive
+    # prefix caching: prompt tokens the cache served each request at its first admission
+    prefix_hits: np.ndarray | None = None
 
 
 MAX_TOKENS = 1 << 31  # per request: prompt + output
@@ -143,6 +145,7 @@ def simulate_trace(
     e2e = array("q", [-1]) * n
     queue = array("q", [-1]) * n
     preempts = array("i", [0]) * n
+    hits = array("q", [0]) * n if pc else None
 
     # the requests that arrive: those before a max_time_s stop (the rest never reach the server)
     arriving = bisect_left(arr, max_time)
@@ -199,6 +202,8 @@ def simulate_trace(
             e2e[x] = r.finish - a
             queue[x] = r.first_scheduled - a
             preempts[x] = r.preemptions
+            if hits is not None:
+                hits[x] = r.first_hit
             done += 1
         now = end
         if done >= next_progress:
@@ -212,6 +217,8 @@ def simulate_trace(
         if r.first_scheduled >= 0:
             queue[x] = r.first_scheduled - r.arrival
         preempts[x] = r.preemptions
+        if hits is not None:
+            hits[x] = r.first_hit
     if progress is not None:
         progress(done, n)
     return RunStats(
@@ -231,6 +238,7 @@ def simulate_trace(
         unfinished=n - done,
         prefix=state.prefix_stats(),
         stop_ns=None if max_time == UNLIMITED else max_time,
+        prefix_hits=None if hits is None else _np(hits, np.int64),
     )
 
 

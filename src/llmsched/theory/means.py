@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
+import numpy as np
+
 from ..core.checks import as_int
 from ..core.errors import ConfigError
 from ..core.length_mix import LengthMix
@@ -32,6 +34,8 @@ __all__ = [
     "requests_per_rate",
     "ideal_cached_prompt",
     "ideal_cached_tokens",
+    "ideal_cached_counts",
+    "cached_workload_mix",
     "DEFAULT_SAMPLES",
 ]
 
@@ -44,7 +48,7 @@ def workload_means(workload: dict, samples: int = DEFAULT_SAMPLES) -> tuple[floa
     """(mean prompt, mean output) tokens of a workload mapping (the `workload` section of a
     configuration: prompt/output laws, a trace, classes...). Synthetic laws are sampled
     `samples` times with the workload's seed; a trace uses its requests."""
-    mix = _mix(*_sample_key(workload, samples))
+    mix = _mix(*_sample_key(workload, samples), 0.0)
     return mix.mean_prompt, mix.mean_output
 
 
@@ -54,11 +58,13 @@ def sample_key(workload: dict, samples: int = DEFAULT_SAMPLES) -> str:
     return _sample_key(workload, samples)[0]
 
 
-def workload_mix(workload: dict, samples: int = DEFAULT_SAMPLES) -> LengthMix:
+def workload_mix(workload: dict, samples: int = DEFAULT_SAMPLES, cached_fraction: float = 0.0) -> LengthMix:
     """The `LengthMix` of a workload mapping: the lengths of the `samples` requests
     `workload_means` draws (a trace: its requests), for timing a context-dependent cost
-    model's steps as varying lengths make them."""
-    return _mix(*_sample_key(workload, samples))
+    model's steps as varying lengths make them. `cached_fraction`: the share of each
+    prompt a prefix cache serves, its first tokens (rounded; the last token is always
+    computed)."""
+    return _mix(*_sample_key(workload, samples), float(cached_fraction))
 
 
 def _sample_key(workload: dict, samples) -> tuple:
@@ -105,9 +111,13 @@ def _sample_dict(workload: dict, samples: int) -> dict:
 
 
 @lru_cache(maxsize=64)
-def _mix(key: str, files: tuple = ()) -> LengthMix:
-    tr = make_trace(WorkloadSpec.from_dict(json.loads(key)))
-    return LengthMix(tr.prompt, tr.output)
+def _mix(key: str, files: tuple, cached_fraction: float) -> LengthMix:
+    tr = make_trace(WorkloadSpec.from_dict(json.loads(key)), blocks=False)
+    cached = None
+    if cached_fraction:
+        p = np.asarray(tr.prompt, dtype=np.int64)
+        cached = np.minimum(np.rint(cached_fraction * p).astype(np.int64), p - 1)
+    return LengthMix(tr.prompt, tr.output, cached)
 
 
 def rate_unit(workload: dict) -> str:
@@ -137,21 +147,27 @@ def _per_rate(key: str, files: tuple = ()) -> float:
     return n * spec.time_scale
 
 
-def ideal_cached_tokens(trace, block_size: int) -> float:
-    """Mean prompt tokens per request an unbounded cache would serve, replaying `trace`
-    in arrival order (the last prompt token is always computed)."""
+def ideal_cached_counts(trace, block_size: int) -> np.ndarray:
+    """Prompt tokens of each request an unbounded cache would serve, replaying `trace` in
+    arrival order (the last prompt token is always computed)."""
     seen: set[int] = set()
-    total = 0
-    for p, blocks in zip(trace.prompt.tolist(), trace.iter_blocks(block_size)):
+    out = np.zeros(len(trace), dtype=np.int64)
+    for i, (p, blocks) in enumerate(zip(trace.prompt.tolist(), trace.iter_blocks(block_size))):
         if blocks is None:
             continue
         limit = min(len(blocks), (p - 1) // block_size)
         n = 0
         while n < limit and blocks[n] in seen:
             n += 1
-        total += n * block_size
+        out[i] = n * block_size
         seen.update(blocks)
-    return total / max(len(trace), 1)
+    return out
+
+
+def ideal_cached_tokens(trace, block_size: int) -> float:
+    """Mean prompt tokens per request an unbounded cache would serve, replaying `trace`
+    in arrival order (the last prompt token is always computed)."""
+    return float(ideal_cached_counts(trace, block_size).sum()) / max(len(trace), 1)
 
 
 def ideal_cached_prompt(workload: dict, block_size: int, samples: int = CACHE_SAMPLES) -> float:
@@ -160,14 +176,21 @@ def ideal_cached_prompt(workload: dict, block_size: int, samples: int = CACHE_SA
     a trace's block ids), over `samples` requests drawn as `workload_means` draws them (a
     trace's first `samples`): what theorem 2 does not count as work. A run measures its
     own (`cached_prompt_tokens_per_request`), lower when its KV cache evicts."""
+    return cached_workload_mix(workload, block_size, samples).mean_cached
+
+
+def cached_workload_mix(workload: dict, block_size: int, samples: int = CACHE_SAMPLES) -> LengthMix:
+    """The `LengthMix` of the requests `ideal_cached_prompt` replays, each with the prompt
+    tokens an unbounded cache serves it (`LengthMix(cached=...)`: its uncached tokens are
+    timed after its cached prefix)."""
     if not isinstance(workload, dict):
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
-    return _cached(*_sample_key(workload, samples), int(block_size), samples)
+    return _cached_mix(*_sample_key(workload, samples), int(block_size), samples)
 
 
-@lru_cache(maxsize=256)
-def _cached(key: str, files: tuple, block_size: int, samples: int) -> float:
+@lru_cache(maxsize=64)
+def _cached_mix(key: str, files: tuple, block_size: int, samples: int) -> LengthMix:
     tr = make_trace(WorkloadSpec.from_dict(json.loads(key)), block_size)
-    if not tr.has_blocks:
-        return 0.0
-    return ideal_cached_tokens(tr.head(samples) if len(tr) > samples else tr, block_size)
+    if len(tr) > samples:
+        tr = tr.head(samples)
+    return LengthMix(tr.prompt, tr.output, ideal_cached_counts(tr, block_size) if tr.has_blocks else None)

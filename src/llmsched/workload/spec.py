@@ -496,10 +496,11 @@ def load_trace(
     return copy.copy(t)
 
 
-def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE) -> Trace:
+def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, *, blocks: bool = True) -> Trace:
     """Build the requests a workload spec describes (deterministic for `spec.seed`), with
     prefix-cache block ids for `block_size`-token blocks where the workload has them (a
-    trace's own ids, a shared system prompt, multi-turn conversations)."""
+    trace's own ids, a shared system prompt, multi-turn conversations); `blocks=False`:
+    without them (the same requests, when only their lengths are wanted)."""
     block_size = check_block_size(block_size)
     if isinstance(spec, dict):
         spec = WorkloadSpec.from_dict(spec)
@@ -540,7 +541,7 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE) 
 
     cls = _classes(spec, n)
     if spec.turns is not None:
-        return _conversations(spec, arrival, cls, k, block_size)
+        return _conversations(spec, arrival, cls, k, block_size, blocks)
     prompt, output = _lengths(spec, cls, n, base)
     if spec.classes:
         tag = np.array([c.tag for c in spec.classes])[cls]
@@ -550,6 +551,8 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE) 
     if system.any():
         prompt += system[cls]
     out = Trace(np.array(arrival, dtype=np.float64), prompt, output, tag, block_size=block_size)
+    if not blocks:
+        return out
     if system.any():
         # each request a conversation of one turn
         ids, ptr = stream_blocks(np.arange(n), prompt, cls, system, spec.seed, block_size)
@@ -610,7 +613,9 @@ def _lengths(spec: WorkloadSpec, cls: np.ndarray, n: int, base: Trace | None) ->
     return prompt, output
 
 
-def _conversations(spec: WorkloadSpec, starts: np.ndarray, conv_cls: np.ndarray, k: float, block_size: int) -> Trace:
+def _conversations(
+    spec: WorkloadSpec, starts: np.ndarray, conv_cls: np.ndarray, k: float, block_size: int, blocks: bool = True
+) -> Trace:
     """Multi-turn conversations starting at `starts` (one per arrival of the process).
 
     Turn counts follow `spec.turns`; turn t + 1 arrives an exponential think time (mean
@@ -653,5 +658,7 @@ def _conversations(spec: WorkloadSpec, starts: np.ndarray, conv_cls: np.ndarray,
     if order.shape[0] > MAX_REQUESTS:
         raise ConfigError(f"the workload would hold {order.shape[0]:,} requests, over the limit of {MAX_REQUESTS:,}")
     tag = np.array([c.tag for c in spec.classes])[cls[order]] if spec.classes else None
+    if not blocks:
+        return Trace(arrival[order], prompt[order], output[order], tag, block_size=block_size)
     ids, ptr = stream_blocks(conv[order], prompt[order], conv_cls, system, spec.seed, block_size)
     return Trace(arrival[order], prompt[order], output[order], tag, ids, ptr, block_size)
