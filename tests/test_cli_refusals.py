@@ -38,6 +38,11 @@ RUN = ["--cost-model", "paper", "--num-requests", "20", "--rate", "2", "--out", 
         ),
         (["simulate", *RUN, "--scale", "2"], ["--scale", "--rate"]),
         (["simulate", *RUN, "--slo", "ttft_ms=100", "--slo", "ttft_ms=200"], ["ttft_ms is given twice"]),
+        (["simulate", *RUN, "--slo", "ttft_ms=100", "--slo", "ttft=5000"], ["ttft and ttft_ms", "same objective"]),
+        (
+            ["simulate", "--serverless", SERVERLESS, "--slo", "itl_ms=5", "--slo", "itl_p99_ms=50", "--out", ""],
+            ["itl_p99_ms and itl_ms are the same objective"],
+        ),
         (
             ["capacity", "--cost-model", "paper", "--mean-prompt", "1000", "--mean-output", "200"]
             + ["--kv-capacity", "100"],

@@ -92,11 +92,15 @@ def check_request_slo(slo) -> dict:
     if not isinstance(slo, dict):
         raise ConfigError("slo must be a mapping like {ttft_ms: 2000, itl_ms: 50}")
     out = {}
+    spelled: dict[str, str] = {}
     for k, v in slo.items():
         name = str(k)
         key = REQUEST_SLO_ALIASES.get(name, name)
         if key not in REQUEST_SLO_KEYS:
             raise _not_a_request_slo(name)
+        if key in spelled:  # two spellings of one objective: which one was meant?
+            raise ConfigError(f"SLO {name} and {spelled[key]} are the same objective ({key}); give it once")
+        spelled[key] = name
         ms = as_real(v)
         if ms is None or not math.isfinite(ms) or ms <= 0:
             raise ConfigError(f"SLO {name} must be a positive number of milliseconds, got {v!r}")
