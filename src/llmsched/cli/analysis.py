@@ -24,6 +24,7 @@ from .common import (
     add_workload_args,
     bounded_float,
     console,
+    file_path,
     flag_of,
     only_with,
     positive_int,
@@ -786,7 +787,7 @@ def register(sub) -> None:
         "estimated by sampling the --prompt/--output laws (or --lengths FILE, or "
         "a --trace).",
     )
-    p.add_argument("--config", help="YAML configuration (as for simulate)")
+    p.add_argument("--config", type=file_path, help="YAML configuration (as for simulate)")
     add_scheduler_args(p)
     add_cost_model_arg(p)
     add_workload_args(
@@ -808,6 +809,7 @@ def register(sub) -> None:
     g.add_argument(
         "--lengths",
         metavar="FILE",
+        type=file_path,
         help="a CSV of prompt and output lengths (or a dataset name: sharegpt, arxiv, azure-conv)",
     )
     g.add_argument("--samples", type=int, help="draws used to estimate the means (default 200000)")
@@ -815,6 +817,7 @@ def register(sub) -> None:
     g.add_argument(
         "--network",
         metavar="FILE",
+        type=file_path,
         help="a YAML network (docs/networks.md): every server's "
         "offered load against its capacity, the bottleneck and "
         "the largest common scaling of the arrival rates",
@@ -843,7 +846,7 @@ def register(sub) -> None:
         "configuration, so a rerun skips it. Writes results.csv, "
         "results.parquet and figures.",
     )
-    p.add_argument("--config", help="YAML configuration: the base of every point")
+    p.add_argument("--config", type=file_path, help="YAML configuration: the base of every point")
     add_scheduler_args(p)
     add_cost_model_arg(p)
     add_workload_args(p)
@@ -937,7 +940,7 @@ def register(sub) -> None:
     )
     p.add_argument("--no-search", action="store_true", help="only the queue runs")
     p.add_argument("--quick", action="store_true", help="small runs (seconds), for tests")
-    p.add_argument("--trace", help="prefix-caching: the trace (Mooncake JSON lines with hash_ids)")
+    p.add_argument("--trace", type=file_path, help="prefix-caching: the trace (Mooncake JSON lines with hash_ids)")
     p.add_argument(
         "--kv-capacities", help="prefix-caching: KV capacities in tokens, comma-separated (default 1000000,8000000)"
     )
@@ -1050,7 +1053,9 @@ def _register_validate(sub) -> None:
         "TTFT, ITL and E2E (mean, p50, p99) per policy.",
     )
     p.add_argument("--model", required=True, help="model folder")
-    p.add_argument("--trace", required=True, help="CSV arrival_s,prompt_tokens,output_tokens (or an Azure trace)")
+    p.add_argument(
+        "--trace", required=True, type=file_path, help="CSV arrival_s,prompt_tokens,output_tokens (or an Azure trace)"
+    )
     p.add_argument("--policies", default=None, help="comma-separated batch policies (default: --policy's, sarathi)")
     p.add_argument("--profile", default=None, help="profile CSV of this engine (default: measure one first)")
     p.add_argument(

@@ -98,6 +98,14 @@ class Parser(argparse.ArgumentParser):
         return f"unrecognized arguments: {' '.join(extras)}{hint}"
 
 
+def file_path(text: str) -> str:
+    """An argparse type: a file's path, not empty (an empty one read as "not given" and ran
+    the default workload, server or capacity instead)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a file, got {text!r}")
+    return text
+
+
 def positive_int(text: str) -> int:
     try:
         v = int(text)
@@ -256,6 +264,7 @@ def add_workload_args(p: argparse.ArgumentParser, rate_help: str | None = None, 
     g.add_argument("--arrival", help="poisson (default), gamma, deterministic, trace:PATH, azure-conv")
     g.add_argument(
         "--trace",
+        type=file_path,
         help="replay a trace file: plain CSV (arrival_s,prompt_tokens,output_tokens), Azure CSV, "
         "BurstGPT CSV or Mooncake JSON lines (told apart by the first line; default: none). A trace "
         "replays whole, at its own times and lengths: the defaults of --rate, --num-requests, --prompt "

@@ -18,6 +18,7 @@ from .common import (
     add_scheduler_args,
     add_workload_args,
     console,
+    file_path,
     flag_of,
     positive_int,
     print_table,
@@ -425,19 +426,22 @@ def register(sub) -> None:
         "--replicas N puts N copies of the server behind a --router; "
         "--network FILE simulates a YAML network of servers and job routes.",
     )
-    p.add_argument("--config", help="YAML file with any of the options (flags override it)")
+    p.add_argument("--config", type=file_path, help="YAML file with any of the options (flags override it)")
     add_scheduler_args(p)
     add_cost_model_arg(p)
     add_workload_args(p)
     g = p.add_argument_group("clusters and networks")
     g.add_argument("--replicas", type=positive_int, help="simulate N replicas of the server behind a router")
     g.add_argument("--router", help="random, round-robin, jsq (default), least-tokens, power-of-two")
-    g.add_argument("--network", metavar="FILE", help="a YAML network of servers and job routes (docs/networks.md)")
+    g.add_argument(
+        "--network", metavar="FILE", type=file_path, help="a YAML network of servers and job routes (docs/networks.md)"
+    )
     g.add_argument("--scale", type=float, help="--network, --serverless: multiply every arrival rate by K")
     g = p.add_argument_group("serverless platforms")
     g.add_argument(
         "--serverless",
         metavar="FILE",
+        type=file_path,
         help="a YAML serverless platform: GPU nodes, models with cold starts, workload (docs/serverless.md)",
     )
     g.add_argument(
