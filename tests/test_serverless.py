@@ -1252,3 +1252,26 @@ def test_workload_options_that_would_do_nothing_are_refused():
     cfg = base()
     cfg["workload"]["popularity"] = "zipf:1.2"  # with a total rate it chooses the model
     load_serverless(cfg)
+
+
+def test_options_keyed_for_a_policy_not_in_use_are_checked_too():
+    """`{twp: {h_min: 0}}` under FCFS passed: the error came only once someone switched the
+    platform scheduler to twp."""
+    cfg = base(scheduler="fcfs")
+    for opts, message in (
+        ({"twp": {"h_min": 0}}, "models.m.admission_options.twp: twp: h_min must be an integer >= 1"),
+        ({"twp": {"nope": 1}}, "models.m.admission_options.twp: admission policy 'twp': unknown option 'nope'"),
+        (
+            {"twp": {"itl_target_ms": 40}, "dynamic-batch": {"c_max": 0}},
+            "models.m.admission_options.dynamicbatch: dynamicbatch: c_max must be an integer >= 1",
+        ),
+    ):
+        cfg["models"]["m"]["admission_options"] = opts
+        for sched in ("fcfs", "serverlessllm"):
+            with pytest.raises(ConfigError, match="^" + re.escape(message)):
+                simulate_serverless(cfg, scheduler=sched)
+    # the policy in use names the model alone, as before
+    with pytest.raises(ConfigError, match="^models.m: dynamicbatch: c_max must be"):
+        simulate_serverless(cfg, scheduler="dynamicbatch")
+    cfg["models"]["m"]["admission_options"] = {"twp": {"h_min": 16}, "dynamicbatch": {"c_max": 2}}
+    assert simulate_serverless(cfg).summary["completed"] == 1

@@ -265,12 +265,21 @@ def check_schedulers(spec: ServerlessSpec) -> None:
     them (policies are a layer it does not import), so the runtime and
     `simulate_serverless` check here, before any request is made."""
     for name, m in spec.models.items():
+        using = spec.admission(name)
+        # the options given for another policy too: a file that switches policy (with
+        # --platform-scheduler) must not find them broken only then
+        others = [a for a in m.keyed_admissions() if a != using]
         for g in spec.nodes:
             if spec.fits(name, g):
-                try:
-                    _scheduler_spec(m, spec.admission(name), spec.kv_capacity(name, g)).build()
-                except ConfigError as e:
-                    raise ConfigError(f"models.{name}: {e}") from None
+                kv = spec.kv_capacity(name, g)
+                for admission in (using, *others):
+                    try:
+                        _scheduler_spec(m, admission, kv).build()
+                    except ConfigError as e:
+                        where = (
+                            f"models.{name}" if admission == using else f"models.{name}.admission_options.{admission}"
+                        )
+                        raise ConfigError(f"{where}: {e}") from None
 
 
 class _Instance:

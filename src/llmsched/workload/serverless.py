@@ -94,6 +94,12 @@ _ADMISSION_NAMES = (
     "token-window-pacing",
     "dynamic-batch",
 )
+_ADMISSION_ALIAS = {
+    "priority": "spf",
+    "shortest-prompt-first": "spf",
+    "token-window-pacing": "twp",
+    "dynamic-batch": "dynamicbatch",
+}
 
 DEFAULT_PROMPT = "lognormal:mean=1024,sigma=1.0,max=8192"
 DEFAULT_OUTPUT = "geometric:mean=256,max=2048"
@@ -351,15 +357,14 @@ class ModelSpec:
         """The admission options that apply when the instances run `admission`."""
         opts = self.admission_options
         if any(k in _ADMISSION_NAMES for k in opts):  # keyed by policy (`_check_keyed_options`)
-            alias = {
-                "priority": "spf",
-                "shortest-prompt-first": "spf",
-                "token-window-pacing": "twp",
-                "dynamic-batch": "dynamicbatch",
-            }
-            keyed = {alias.get(k, k): v for k, v in opts.items()}
-            return dict(keyed.get(alias.get(admission, admission), {}))
+            keyed = {_ADMISSION_ALIAS.get(k, k): v for k, v in opts.items()}
+            return dict(keyed.get(_ADMISSION_ALIAS.get(admission, admission), {}))
         return dict(opts)
+
+    def keyed_admissions(self) -> list[str]:
+        """The admission policies `admission_options` gives options for by name (none when
+        it is flat), so that each policy's options are checked, not only the one in use."""
+        return [_ADMISSION_ALIAS.get(k, k) for k in self.admission_options if k in _ADMISSION_NAMES]
 
     def to_dict(self) -> dict:
         return {
