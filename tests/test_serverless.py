@@ -1275,3 +1275,54 @@ def test_options_keyed_for_a_policy_not_in_use_are_checked_too():
         simulate_serverless(cfg, scheduler="dynamicbatch")
     cfg["models"]["m"]["admission_options"] = {"twp": {"h_min": 16}, "dynamicbatch": {"c_max": 2}}
     assert simulate_serverless(cfg).summary["completed"] == 1
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"arrival": "gamma"}, "workload.arrival: a trace keeps its own arrival times"),
+        ({"arrival": "weird"}, "workload.arrival: a trace keeps its own arrival times"),
+        ({"prompt": "const:5"}, "workload.prompt: a trace keeps its own prompt lengths"),
+        ({"output": "const:7"}, "workload.output: a trace keeps its own output lengths"),
+        ({"models": {"a": {"prompt": "const:5"}}}, "workload.models.a.prompt: a trace keeps its own prompt"),
+        ({"popularity": "zipf:3"}, "workload.trace: has a model column naming each request's model: workload.pop"),
+        ({"models": {"a": {"share": 100}}}, "workload.trace: has a model column .*workload.models.a.share does"),
+    ],
+)
+def test_a_trace_refuses_what_it_would_ignore(tmp_path, extra, message):
+    """Each of these ran the trace as it is, silently (`arrival: weird` was never read)."""
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens,model\n0,100,10,a\n0.5,200,20,b\n1,50,5,a\n")
+    cfg = base()
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}
+    cfg["workload"] = {"trace": str(p), **extra}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match="^p.yaml: " + message):
+        simulate_serverless(str(path))
+    cfg["workload"] = {"trace": str(p)}
+    res = simulate_serverless(cfg, out_dir=str(tmp_path / "run"))
+    assert res.summary["completed"] == 3
+    # a run's config.json, which records the default length laws, runs again
+    again = simulate_serverless(str(tmp_path / "run" / "config.json"))
+    assert again.summary["completed"] == 3
+
+
+def test_a_trace_is_not_an_arrival_process():
+    cfg = base()
+    for arrival in ("azure-conv", "trace:x.csv"):
+        cfg["workload"] = {"rate": 1, "num_requests": 1, "arrival": arrival}
+        with pytest.raises(ConfigError, match="^workload.arrival: a trace is given as workload.trace"):
+            load_serverless(cfg)
+
+
+def test_a_request_too_large_for_the_smaller_gpus_names_their_node_group(tmp_path):
+    cfg = base()
+    node = cfg["cluster"]["nodes"][0]
+    cfg["cluster"]["nodes"] = [{**node, "name": "small", "gpu_memory_gb": 24}, {**node, "name": "big"}]
+    cfg["models"]["m"] = {"weights_gb": 16, "kv_bytes_per_token": 131072, "cost_model": "const:10"}
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n1,50000,10\n")
+    cfg["workload"] = {"trace": str(p)}
+    with pytest.raises(ConfigError, match="needs 50009 KV tokens .* but an instance on node group small holds 42724"):
+        simulate_serverless(cfg)

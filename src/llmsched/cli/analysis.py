@@ -809,7 +809,6 @@ def register(sub) -> None:
     g.add_argument(
         "--lengths",
         metavar="FILE",
-        type=file_path,
         help="a CSV of prompt and output lengths (or a dataset name: sharegpt, arxiv, azure-conv)",
     )
     g.add_argument("--samples", type=int, help="draws used to estimate the means (default 200000)")

@@ -1145,20 +1145,22 @@ class _Runtime:
 
 
 def check_requests(spec: ServerlessSpec, reqs) -> None:
-    """Every request fits the KV cache of any instance of its model (ConfigError otherwise)."""
+    """Every request fits the KV cache of any instance of its model (ConfigError otherwise):
+    a request may be routed to any of them, on any node group the model fits."""
     need = reqs.prompt + reqs.output - 1
     for i, name in enumerate(reqs.models):
-        caps = [spec.kv_capacity(name, g) for g in spec.nodes if spec.fits(name, g)]
-        if any(c is None for c in caps):
+        caps = [(spec.kv_capacity(name, g), g.name) for g in spec.nodes if spec.fits(name, g)]
+        if any(c is None for c, _ in caps):
             continue
-        cap = min(caps)
+        cap, group = min(caps)
         bad = np.flatnonzero((reqs.model == i) & (need > cap))
         if len(bad):
             j = int(bad[0])
+            where = f"an instance on node group {group} holds {cap}" if len(caps) > 1 else f"an instance holds {cap}"
             raise ConfigError(
                 f"request {j} of model {name} needs {int(need[j])} KV tokens ({int(reqs.prompt[j])} "
-                f"prompt + {int(reqs.output[j])} output - 1) but an instance holds {cap}: it could "
-                "never complete (raise kv_capacity, lower kv_bytes_per_token or cap the lengths)"
+                f"prompt + {int(reqs.output[j])} output - 1) but {where}, and requests may go to any instance: "
+                "it could never complete (raise kv_capacity, lower kv_bytes_per_token or cap the lengths)"
             )
 
 
@@ -1173,12 +1175,13 @@ def run_serverless(
 ) -> ServerlessStats:
     """Run the workload of `spec` (or `requests`, a `ServerlessRequests`) through its
     platform. `check=False`: the caller has run `check_schedulers(spec)` (each model's
-    schedulers are built to be checked: once is enough)."""
+    schedulers are built to be checked: once is enough) and `check_requests` on `requests`."""
     check_seconds("max_time_s", max_time_s)
     if check:
         check_schedulers(spec)  # before any request is made
     reqs = make_serverless_requests(spec) if requests is None else requests
-    check_requests(spec, reqs)
+    if check or requests is None:
+        check_requests(spec, reqs)
     max_time = UNLIMITED if max_time_s is None else round(max_time_s * NS)
     return _Runtime(spec, fast, max_time).run(reqs, progress)
 

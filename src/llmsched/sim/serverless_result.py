@@ -31,11 +31,11 @@ from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir
 from ..core.request import NS
 from ..core.slo import check_request_slo
-from ..workload.serverless import ServerlessSpec, load_serverless
+from ..workload.serverless import ServerlessSpec, load_serverless, make_serverless_requests
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .histogram import GapHistogram
 from .result import _seconds, _tpot, clear_other_run, goodput, meets_slo, per_second, run_duration
-from .serverless import ServerlessStats, check_schedulers, run_serverless
+from .serverless import ServerlessStats, check_requests, check_schedulers, run_serverless
 
 REQUEST_COLUMNS = (
     "id",
@@ -350,12 +350,14 @@ def simulate_serverless(
         spec = spec.replaced(scheduler=scheduler, scale=scale, num_requests=num_requests, seed=seed)
     try:
         check_schedulers(spec)  # policy names and options: the file's errors, as load_serverless's
+        reqs = make_serverless_requests(spec)  # its trace's, and requests its KV caches cannot hold
+        check_requests(spec, reqs)
     except ConfigError as e:
         if isinstance(config, (str, os.PathLike)):
             raise ConfigError(f"{Path(config).name}: {e}") from None
         raise
     t0 = time.perf_counter()
-    stats = run_serverless(spec, fast=fast, max_time_s=max_time_s, progress=progress, check=False)
+    stats = run_serverless(spec, fast=fast, max_time_s=max_time_s, requests=reqs, progress=progress, check=False)
     wall = time.perf_counter() - t0
     result = ServerlessResult(stats, spec.to_dict(), wall_s=wall, slo=slo)
     if out_dir is not None:

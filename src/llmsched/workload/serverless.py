@@ -888,6 +888,23 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
     if not isinstance(w.arrival, str):
         raise _at(f"{where}.arrival", f"must be poisson, gamma or deterministic, got {_show(w.arrival)}")
     w.arrival = w.arrival.strip().lower()
+    if w.arrival == "azure-conv" or w.arrival.startswith("trace"):
+        raise _at(f"{where}.arrival", f"a trace is given as {where}.trace (a file or azure-conv), not as arrival")
+    if w.trace is not None:
+        # a trace keeps its own times and lengths: a law given for them would do nothing
+        if w.arrival != "poisson":
+            raise _at(
+                f"{where}.arrival",
+                "a trace keeps its own arrival times (rate or time_scale rescales them): leave arrival out",
+            )
+        for k, default in (("prompt", DEFAULT_PROMPT), ("output", DEFAULT_OUTPUT)):
+            # (as written, or as a run's config.json records the default)
+            if _law(getattr(w, k), f"{where}.{k}", k).to_str() != _law(default, where, k).to_str():
+                raise _at(f"{where}.{k}", f"a trace keeps its own {k} lengths: leave {k} out")
+        for m, t in w.models.items():
+            for k in ("prompt", "output"):
+                if getattr(t, k) is not None:
+                    raise _at(f"{where}.models.{m}.{k}", f"a trace keeps its own {k} lengths: leave {k} out")
     if w.rate is not None:
         w.rate = _num(w.rate, f"{where}.rate", lo_open=True)
     if w.cv is not None:
@@ -1073,6 +1090,20 @@ def make_serverless_requests(spec: ServerlessSpec) -> ServerlessRequests:
     )
 
 
+def _check_no_popularity(w: ServerlessWorkload) -> None:
+    """A trace's `model` column names each request's model: popularity and shares, which
+    draw one, would do nothing."""
+    if not (isinstance(w.popularity, str) and w.popularity.strip().lower() == "uniform"):
+        raise ConfigError(
+            "has a model column naming each request's model: workload.popularity does nothing; leave it out"
+        )
+    for m, t in w.models.items():
+        if t.share is not None:
+            raise ConfigError(
+                f"has a model column naming each request's model: workload.models.{m}.share does nothing; leave it out"
+            )
+
+
 def _trace_requests(spec: ServerlessSpec):
     w = spec.workload
     names = list(spec.models)
@@ -1093,6 +1124,7 @@ def _trace_requests(spec: ServerlessSpec):
             prompt = as_lengths(cols["prompt_tokens"], path, "prompt_tokens")
             output = as_lengths(cols["output_tokens"], path, "output_tokens")
             if "model" in cols:
+                _check_no_popularity(w)
                 index = {m: i for i, m in enumerate(names)}
                 labels = cols["model"]
                 model = np.empty(len(labels), dtype=np.int64)
