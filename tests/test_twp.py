@@ -95,6 +95,18 @@ def test_explicit_measurements_use_the_roofline():
 def test_explicit_options_win_and_are_clamped_to_the_budget():
     p = _resolved(TWP(cost="paper", max_active=10, h_min=20, h_max=4096, h0=1), b_max=256)
     assert (p.B_max, p.H_min, p.H_max, p.window) == (10, 20, 256, 20)
+    # past the budget, max_active and h_min are cut to it as h_max is (B_max was 100000)
+    q = _resolved(TWP(cost="paper", max_active=100_000, h_min=600), b_max=256)
+    assert (q.B_max, q.H_min, q.H_max) == (256, 256, 256)
+
+
+def test_the_active_set_fits_a_small_largest_window():
+    """h_max below the default B_max: B_max follows it, so the window still holds one decode
+    token per active request (H_min had dropped to h_max, under B_max)."""
+    p = _resolved(TWP(cost="paper", h_max=10), b_max=512)
+    assert (p.B_max, p.H_min, p.H_max) == (10, 10, 10)
+    assert _resolved(TWP(cost="paper", h_max=10, max_active=50), b_max=512).B_max == 10
+    assert _resolved(TWP(cost="paper"), b_max=512).B_max == 128
 
 
 # ---- the window ------------------------------------------------------------------------

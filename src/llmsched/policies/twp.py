@@ -130,12 +130,14 @@ class TWP(AdmissionPolicy):
       with `q` waiting requests: with no queue the window crosses the budget in about 64
       steps, with 100 waiting in about 12.
     - `max_active` (`B_max`) [the largest decode batch with `t(n) <= L*`, at least B_0]:
-      most requests in the active set, so that pure decode steps meet the target.
+      most requests in the active set, so that pure decode steps meet the target; at
+      most `min(b_max, k_max, H_max)` (a larger value is cut to it).
     - `h_min` [max(B_max, W_0)]: smallest window. At least `B_max`, so the window always
       holds one decode token per active request, and at least the load knee `W_0` (the
       largest load with `t_load(1..W_0) <= (1+eps) t_load(1)`): a smaller window makes no
       step faster, it only cuts throughput.
-    - `h_max` [b_max]: largest window (larger values are cut to `b_max`).
+    - `h_max` [b_max]: largest window (larger values are cut to `b_max`; an `h_min` above
+      it is cut to it too).
     - `h0` [H_min]: initial window: start at the knee, grow under queue pressure.
     - `horizon_steps` [256]: steps within which the active work must drain at the current
       window for a new request to join (`K_t + w(r) <= horizon * floor(H_t)`); 256 steps is the
@@ -217,6 +219,7 @@ class TWP(AdmissionPolicy):
         self.context = check_number(p, "context", context, integer=True, lo=0, none=False)
         if self.h_min is not None and self.h_max is not None and self.h_min > self.h_max:
             raise ConfigError(f"{p}: h_min ({self.h_min}) must not exceed h_max ({self.h_max})")
+
         self.cost_spec = cost
         self.cost = None
         if cost is not None:
@@ -288,8 +291,11 @@ class TWP(AdmissionPolicy):
         if self.l_min_s is None or self.B_0 is None:
             self.measured = True  # l_min and/or B_0 come from the feedback
         target = self._target = self.itl_target()
+        # at most the server's decode room and the largest window (which must hold one
+        # decode token per active request); a larger max_active is cut to it, as h_max is
+        cap = min(cap, self.H_max)
         if self.max_active is not None:
-            self.B_max = self.max_active
+            self.B_max = min(self.max_active, cap)
         elif self.measured:
             self.B_max = state.k_max  # UNLIMITED without k_max
         elif model is not None:
