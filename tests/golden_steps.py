@@ -101,7 +101,7 @@ def make_model(path: str) -> str:
     return str(
         make_tiny_model(
             path,
-            vocab_size=256,
+            vocab_size=258,  # (256 was silently raised to 258, the smallest vocabulary)
             hidden_size=32,
             num_layers=2,
             num_heads=2,

@@ -207,7 +207,7 @@ def test_reproduce_functions_refuse_bad_seeds(seeds, message, tmp_path):
 def test_a_folder_given_as_the_network_file_is_called_a_folder(tmp_path, capsys):
     with pytest.raises(ConfigError) as err:
         NetworkSpec.from_yaml(tmp_path)
-    assert str(err.value) == f"network file {str(tmp_path)!r} is a folder, not a file: give the network's YAML file"
+    assert str(err.value) == f"network file {str(tmp_path)!r} is a folder, not a file: give the YAML file's path"
     assert main(["capacity", "--network", str(tmp_path)]) == 2
     assert "is a folder, not a file" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="does not exist"):  # a missing path still says so

@@ -26,6 +26,7 @@ from .core.errors import ConfigError, unknown_name, warn
 from .core.paths import check_out_dir
 from .core.request import NS, check_seconds
 from .core.version import __version__
+from .core.yamlfile import read_yaml
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
@@ -135,18 +136,7 @@ class SimConfig:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> SimConfig:
-        import yaml  # noqa: PLC0415
-
-        p = Path(path)
-        if p.is_dir():
-            raise ConfigError(f"config file {str(path)!r} is a folder, not a YAML file")
-        if not p.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(read_yaml(path, "config") or {})
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -11,10 +11,11 @@ and wait one step more, which moves single TTFTs by a step but the mean by littl
 - mean ITL and mean TPOT within 3% + 0.5 ms of the simulator's;
 - mean and median TTFT within 10% + 5 ms;
 - mean E2EL within 3% + 10 ms.
-If the host cannot keep the virtual GPU on schedule (it reports lag: e.g. other heavy
-processes on a 2-core machine) or the client sends a request more than 5 ms after its
-arrival time, the run is not the simulated one: it is repeated, up to three times, and the
-test fails if the host never keeps up.
+The simulator replays each request at the time the client sent it (a busy host sends some
+a few ms late). If the host cannot keep the virtual GPU on schedule (it reports lag: e.g.
+other heavy processes on a 2-core machine) or the client falls more than 50 ms behind an
+arrival, the run is not the simulated one: it is repeated, up to three times, and the test
+fails if the host never keeps up.
 """
 
 from __future__ import annotations
@@ -131,17 +132,22 @@ def test_bench_agrees_with_simulator(sim_server, endpoint):
         assert res["completed"] == n and res["failed"] == 0
         lag = _lag(sim_server) - lag0
         late = max(res["queue_times"])
-        if lag <= 0.005 and late <= 0.005:
+        if lag <= 0.005 and late <= 0.05:
             break
         # the virtual GPU fell behind its schedule by more than it may catch up, or the
-        # client sent a request late (a host too busy to run them): the arrivals or the
-        # timings are not the simulator's; run again
+        # client fell far behind its arrivals (a host too busy to run them): the timings
+        # or the load are not the simulator's; run again
     assert lag <= 0.005, f"the host could not keep the virtual GPU on schedule (lag {lag * 1e3:.0f} ms)"
-    assert late <= 0.005, f"the host could not keep the client on schedule (a request sent {late * 1e3:.0f} ms late)"
+    assert late <= 0.05, f"the host could not keep the client on schedule (a request sent {late * 1e3:.0f} ms late)"
     assert res["total_input_tokens"] == int(wl.prompt.sum())
     assert res["total_output_tokens"] == int(wl.output.sum())
 
-    trace = Trace(wl.arrival_s, wl.prompt, wl.output)
+    # the simulator replays the arrivals the server saw: each request when the client sent
+    # it (on a busy host a few are sent some ms late, past a step boundary the schedule
+    # gave them; `queue_times`, in request order, says by how much)
+    sent = wl.arrival_s + np.asarray(res["queue_times"])
+    order = np.argsort(sent, kind="stable")
+    trace = Trace(sent[order], wl.prompt[order], wl.output[order])
     stats = simulate_trace(trace, make_scheduler(POLICY, b_max=B_MAX), make_cost_model(COST), fast=False)
     sim = SimResult({}, stats, trace.arrival_s, trace.prompt, trace.output, None).summary
 

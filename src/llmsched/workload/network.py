@@ -55,6 +55,7 @@ from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError, closest
 from ..core.request import MAX_SECONDS
+from ..core.yamlfile import read_yaml
 from .arrivals import (
     ArrivalProcess,
     Deterministic,
@@ -555,19 +556,8 @@ class NetworkSpec:
     # -------------------------------------------------------------- construction
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> NetworkSpec:
-        import yaml
-
         p = Path(path)
-        if p.is_dir():  # "does not exist" would send the user looking for a missing path
-            raise ConfigError(f"network file {str(path)!r} is a folder, not a file: give the network's YAML file")
-        if not p.is_file():
-            raise ConfigError(f"network file {str(path)!r} does not exist")
-        try:
-            data = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"network file {str(path)!r} is not valid YAML: {' '.join(str(e).split())}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"network file {str(path)!r} cannot be read: {e}") from None
+        data = read_yaml(p, "network")
         if data is None:
             raise ConfigError(f"network file {str(path)!r} is empty")
         try:

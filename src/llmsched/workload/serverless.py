@@ -36,6 +36,7 @@ from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
 from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
+from ..core.yamlfile import read_yaml
 from .arrivals import MAX_REQUESTS, make_arrival_process
 from .csvio import as_lengths, read_columns
 from .datasets import is_dataset, resolve_path
@@ -818,15 +819,8 @@ class ServerlessSpec:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> ServerlessSpec:
-        import yaml
-
         p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"serverless file {str(path)!r} does not exist")
-        try:
-            data = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"serverless file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+        data = read_yaml(p, "serverless")
         try:
             return cls.from_dict(data)
         except ConfigError as e:

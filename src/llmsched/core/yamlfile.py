@@ -1,0 +1,71 @@
+"""Reading a YAML file the user wrote (a configuration, a network, a serverless platform):
+one-line errors for a folder, a missing or unreadable file, invalid YAML, and a key given
+twice in one mapping (PyYAML keeps the last silently: a second `platform:` section
+replaced the first)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["read_yaml"]
+
+_LOADER = None
+
+
+def _unique_key_loader():
+    """A SafeLoader that refuses a key given twice in one mapping (built once, on first use:
+    yaml is imported only by commands that read a file)."""
+    global _LOADER
+    if _LOADER is None:
+        import yaml  # noqa: PLC0415
+
+        class UniqueKeyLoader(yaml.SafeLoader):
+            pass
+
+        def mapping(loader, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden
+                    continue
+                key = loader.construct_object(key_node, deep=deep)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the SafeLoader says so
+                    continue
+                line = key_node.start_mark.line + 1
+                if first is not None:
+                    raise _Duplicate(f"{key!r} is given twice in one mapping (lines {first} and {line})")
+                seen[key] = line
+            return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+        UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+        _LOADER = UniqueKeyLoader
+    return _LOADER
+
+
+class _Duplicate(Exception):
+    pass
+
+
+def read_yaml(path, what: str) -> Any:
+    """The data of the YAML file at `path` (None when it is empty); `what` names the file in
+    errors ("config", "network", "serverless")."""
+    import yaml  # noqa: PLC0415
+
+    p = Path(path)
+    name = f"{what} file {str(path)!r}"
+    if p.is_dir():  # "does not exist" would send the user looking for a missing path
+        raise ConfigError(f"{name} is a folder, not a file: give the YAML file's path")
+    if not p.is_file():
+        raise ConfigError(f"{name} does not exist")
+    try:
+        return yaml.load(p.read_text(), Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
+    except _Duplicate as e:
+        raise ConfigError(f"{name}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{name} is not valid YAML: {' '.join(str(e).split())}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{name} cannot be read: {e}") from None

@@ -1,0 +1,56 @@
+"""The YAML files a user writes (a configuration, a network, a serverless platform) are
+read by one function: a key given twice in one mapping is refused (PyYAML kept the last
+silently: a second `platform:` section replaced the first), as are a folder and bad YAML."""
+
+import os
+
+import pytest
+from helpers import one_line_error
+
+from llmsched.core.errors import ConfigError
+from llmsched.core.yamlfile import read_yaml
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+
+def test_a_key_given_twice_is_refused_with_its_lines(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("b_max: 256\nworkload:\n  rate: 3\n  rate: 4\n")
+    with pytest.raises(
+        ConfigError, match=r"^config file '.*c.yaml': 'rate' is given twice in one mapping \(lines 3 and 4\)$"
+    ):
+        read_yaml(f, "config")
+    # the same key in two mappings, anchors and merges are fine
+    f.write_text("a: &x {rate: 3}\nb: {<<: *x, rate: 4}\nc: {rate: 5}\n")
+    assert read_yaml(f, "config") == {"a": {"rate": 3}, "b": {"rate": 4}, "c": {"rate": 5}}
+    f.write_text("")
+    assert read_yaml(f, "config") is None
+
+
+def test_folders_missing_files_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="is a folder, not a file"):
+        read_yaml(tmp_path, "network")
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_yaml(tmp_path / "no.yaml", "network")
+    (tmp_path / "bad.yaml").write_text("a: [1, 2\n")
+    with pytest.raises(ConfigError, match="^serverless file .* is not valid YAML: ") as e:
+        read_yaml(tmp_path / "bad.yaml", "serverless")
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "flag, example, section",
+    [
+        ("--serverless", os.path.join("serverless", "small.yaml"), "platform"),
+        ("--network", os.path.join("networks", "tandem.yaml"), "jobs"),
+    ],
+)
+def test_every_command_file_refuses_a_repeated_section(capsys, tmp_path, flag, example, section):
+    text = open(os.path.join(EXAMPLES, example)).read()
+    assert f"\n{section}:" in text
+    f = tmp_path / "twice.yaml"
+    f.write_text(text + f"\n{section}: {{}}\n")
+    one_line_error(capsys, ["simulate", flag, str(f), "--out", ""], f"'{section}' is given twice")
+    c = tmp_path / "c.yaml"
+    c.write_text("b_max: 256\nb_max: 512\n")
+    one_line_error(capsys, ["simulate", "--config", str(c), "--out", ""], "'b_max' is given twice", "lines 1 and 2")
