@@ -114,7 +114,6 @@ class LengthMix:
         base = c[pick]
         stream = np.rint(pf[pick]).astype(np.int64) - base  # each prompt's uncached tokens
         self._prompts = stream
-        self._base = base
         self._base_list = base.tolist()
         self._ends = np.cumsum(stream)
         self._starts = self._ends - stream
