@@ -9,7 +9,7 @@ steps recorded) whose steps from 20% of its arrival window to its end are all fu
 tokens over their busy time. Theorem 2 says a work-conserving policy's full steps serve C,
 so measured / C should be 1.
 
-    python benchmarks/capacity_accuracy.py                    # six workloads, 8,000 requests
+    python benchmarks/capacity_accuracy.py                    # seven workloads, 8,000 requests
     python benchmarks/capacity_accuracy.py --num-requests 3000 --cases default const
 """
 
@@ -24,6 +24,7 @@ import numpy as np
 from llmsched import simulate
 from llmsched.api import build_config
 from llmsched.theory import capacity, workload_means, workload_mix
+from llmsched.theory.means import cached_workload_mix
 
 #: name -> (options of `simulate`, b_max, cost model)
 CASES = {
@@ -33,6 +34,9 @@ CASES = {
     "sharegpt": ({"prompt": "sharegpt", "output": "sharegpt"}, 512, "profile:h200-llama-3-8b"),
     "azure": ({"prompt": "azure-conv", "output": "azure-conv"}, 512, "profile:h200-llama-3-8b"),
     "llama-1b": ({}, 512, "profile:h200-llama-3.2-1b"),
+    # a shared 2,048-token system prompt served by the prefix cache: the uncached tokens
+    # are timed after it (`theory.cached_workload_mix`); "C means" takes the mean lengths
+    "system-prompt-cached": ({"system_prompt": 2048, "prefix_caching": True}, 512, "profile:h200-llama-3-8b"),
 }
 
 
@@ -63,11 +67,17 @@ def main() -> None:
     for name in args.cases:
         opts, b_max, cost = CASES[name]
         options = {**opts, "num_requests": args.num_requests, "seed": args.seed}
-        workload = build_config(None, **options, b_max=b_max, cost_model=cost).workload
+        cfg = build_config(None, **options, b_max=b_max, cost_model=cost)
+        workload = cfg.workload
         mp, mo = workload_means(workload)
         t0 = time.perf_counter()
-        mix = capacity(cost, b_max, mp, mo, mix=workload_mix(workload), peak=False)
-        means = capacity(cost, b_max, mp, mo, peak=False)
+        if cfg.prefix_caching:
+            lengths = cached_workload_mix(workload, cfg.block_size)
+            mp, mo, cached = lengths.mean_prompt, lengths.mean_output, lengths.mean_cached
+        else:
+            lengths, cached = workload_mix(workload), 0.0
+        mix = capacity(cost, b_max, mp, mo, cached_prompt=cached, mix=lengths, peak=False)
+        means = capacity(cost, b_max, mp, mo, cached_prompt=cached, peak=False)
         measured, full = full_step_rate(options, b_max, cost, args.overload * mix.critical_rate)
         row = {
             "workload": name,
