@@ -369,3 +369,19 @@ def test_a_sweep_points_lambda_star_with_prefix_caching_places_uncached_tokens()
         H200, 512, mix.mean_prompt, mix.mean_output, cached_prompt=mix.mean_cached, mix=workload_mix(cfg.workload)
     )
     assert rate < 0.95 * plain.critical_rate
+
+
+def test_orca_passes_lambda_star_where_split_steps_are_cheaper_but_not_the_shape_bound():
+    """The H200 Llama-3.2-1B profile times decode-only steps as CUDA graphs: Orca, which
+    runs prefill and decode in separate steps, served about 7% above lambda* (full mixed
+    steps), which `capacity` called an upper bound. The LP over step shapes bounds it."""
+    cost = "profile:h200-llama-3.2-1b"
+    workload = build_config(None, num_requests=6000).workload
+    mp, mo = workload_means(workload)
+    rep = capacity(cost, 512, mp, mo, mix=workload_mix(workload))
+    assert rep.shape_bound_rate > 1.05 * rep.critical_rate
+    served = simulate(cost_model=cost, policy="orca", rate=200, num_requests=6000, out=None).summary
+    assert 1.03 * rep.critical_rate < served["request_throughput"] < rep.shape_bound_rate
+    # a load-only model has no shapes to trade: theorem 2's C / w is the bound
+    assert capacity("paper", 512, mp, mo).shape_bound_rate is None
+    assert capacity(H200, 512, mp, mo, mix=workload_mix(workload), peak=False).shape_bound_rate is None

@@ -260,6 +260,15 @@ def _print_capacity(rep: dict) -> None:
                 "(t(b)/b not monotone: theorem 2's assumption fails)",
             )
         )
+    bound = c.get("shape_bound_rate")
+    if bound is not None and bound > c["critical_rate"] * 1.001:
+        rows.append(
+            (
+                "note: other step shapes",
+                f"up to {bound:,.3f} req/s (+{bound / c['critical_rate'] - 1:.1%}) with prefill-only and "
+                "decode-only steps (LP): lambda* is full mixed steps' (Sarathi); Orca may pass it",
+            )
+        )
     if c["critical_rate"] > c["critical_rate_token_bound"] * (1 + 1e-9):
         why = (
             "t(b)/b is least below b_max: a policy filling every step to b_max is stable only below C / w"

@@ -244,6 +244,12 @@ class CapacityReport:
     # how steps were timed: "load" (a load-only model), "length mix" (the contexts of the
     # workload's lengths) or "mean lengths" (representative contexts of the means)
     contexts: str = "load"
+    # a context-dependent model without a binding cap (and `peak`): the largest rate of
+    # any time-share of step shapes (the region's LP, as with k_max). lambda* is what full
+    # steps mixing prefill and decode serve; where prefill-only and decode-only steps are
+    # cheaper together (a profile that times decode-only steps as CUDA graphs), a policy
+    # that splits them, as Orca does, can pass lambda*, up to this
+    shape_bound_rate: float | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -291,6 +297,7 @@ def capacity(
     peak_rate, peak_b = peak_token_capacity(cost, b_max, *means) if peak else (None, None)
     lam_bound = cap / work
     region_exact = None
+    shape_bound = None
     # a cap of b_max requests or more cannot bind: a step of at most b_max tokens holds at
     # most b_max requests, so lambda* is the uncapped one
     if k_max is None or k_max >= b_max:
@@ -301,6 +308,17 @@ def capacity(
         lam = lam_bound if top == cap else top / work
         if k_max is not None:
             binding += f"; k_max {k_max} >= b_max cannot bind"
+        if peak and not cost.load_only:
+            shapes = stability_region(
+                cost,
+                b_max,
+                None,
+                mean_prompt=mean_prompt,
+                mean_output=mean_output,
+                max_prefill_per_request=max_prefill_per_request,
+                mix=mix,
+            )
+            shape_bound = shapes.max_scale(mean_prompt - cached_prompt, mean_output - 1.0)
     else:
         region = stability_region(
             cost,
@@ -355,4 +373,5 @@ def capacity(
         region_exact=region_exact,
         cached_prompt_per_request=float(cached_prompt),
         contexts="load" if cost.load_only else ("length mix" if mix is not None else "mean lengths"),
+        shape_bound_rate=shape_bound,
     )
