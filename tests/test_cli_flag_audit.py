@@ -108,6 +108,12 @@ def test_capacity_refuses_what_the_config_sets_and_it_does_not_model(capsys, tmp
         ([*MEANS, "--duration", "10"], "--duration cuts a replayed trace"),
         (["--lengths", ""], "--lengths: give a CSV file or a dataset name"),
         ([*MEANS, "--plot", ""], "--plot: give a file name"),
+        # what simulate refuses (capacity reported as if they were fine)
+        ([*MEANS, "--policy", "foo"], "unknown batch policy 'foo'"),
+        ([*MEANS, "--arrival", "foo"], "unknown arrival process 'foo'"),
+        (["--prompt", "geometric:200", "--output", "geometric:100", "--cv", "3"], "cv=3.0 applies to gamma"),
+        ([*MEANS, "--rate", "5", "--arrival", "poisson:3"], "rate given twice"),
+        ([*MEANS, "--system-prompt", "1000"], "a system prompt adds to the workload's prompts"),
     ],
 )
 def test_capacity_refuses_moot_workload_flags(capsys, extra, msg):

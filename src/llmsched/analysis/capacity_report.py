@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..api import SimConfig, build_config
+from ..api import SimConfig, build_config, check_config
 from ..core.errors import ConfigError
 from ..core.paths import check_out_file
 from ..theory import (
@@ -53,6 +53,14 @@ def capacity_report(
                 f"the configuration sets {key}: capacity's bounds do not model admission, a running cap "
                 "or the KV cache (simulate with it)"
             )
+    # what `simulate` refuses, `capacity` refuses too (an unknown policy or arrival, a cv
+    # without gamma arrivals, a rate given twice): the workload with its rate, as a run
+    check_config(cfg, **({"rate": rate} if rate is not None else {}))
+    if mean_prompt is not None and mean_output is not None and cfg.workload.get("system_prompt"):
+        raise ConfigError(
+            "a system prompt adds to the workload's prompts, which --mean-prompt replaces: "
+            "give the prompt law (--prompt) instead, or a mean prompt that includes it"
+        )
     source = "given"
     is_trace = replays_trace(cfg.workload)
     mix = None  # the contexts of the workload's lengths (not of means given instead)
