@@ -74,9 +74,25 @@ def test_counterexample_search_confirms_one():
         "mean_output": 128.0,
     }
     assert res["scale"] > 1.15 and res["margin"] > 0.15
-    assert res["sarathi"][0]["stable"] is False and res["adaptive"][0]["stable"] is True
+    assert res["runs"][0]["stable"] is False and res["adaptive"][0]["stable"] is True
     first = res["tried"][0]
-    assert first["outcome"] == "sarathi stable on some seed"
+    assert first["outcome"] == "sarathi stable on seed 0"
+
+
+def test_counterexample_search_refuses_runs_it_cannot_judge_and_says_inconclusive(capsys):
+    """An unknown policy or no requests ran every candidate with an error and reported "no
+    counterexample"; an inconclusive verdict read "stable on some seed"."""
+    from helpers import one_line_error
+
+    base = ["capacity", "--cost-model", "paper", "--k-max", "16", "--find-counterexample", "--workers", "1"]
+    one_line_error(capsys, [*base, "--policy", "foo"], "unknown batch policy 'foo'")
+    one_line_error(capsys, [*base, "--num-requests", "0"], "num_requests must be a whole number >= 1")
+    one_line_error(capsys, [*base, "--seeds", "0,0"], "seeds must differ")
+    res = find_counterexample(
+        "paper", 512, 16, candidates=[("const:1024", "const:128")], num_requests=40, seeds=(0,), workers=1
+    )
+    assert not res["found"]
+    assert res["tried"][0]["outcome"].startswith("sarathi inconclusive on seed 0")
 
 
 def test_reproduce_no_search_refuses_the_search_settings(tmp_path, capsys):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from ..api import check_config
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..theory import capacity, workload_means, workload_mix
@@ -54,6 +55,16 @@ def _verdicts(recs) -> list[dict]:
     return out
 
 
+def _not_all(verdicts: list[dict], stable: bool) -> str:
+    """Why runs that should all be `stable` (True) or unstable (False) are not: the first
+    seed that is the other way, or inconclusive."""
+    for v in verdicts:
+        if v["stable"] is (not stable):
+            return f"{'stable' if v['stable'] else 'unstable'} on seed {v['seed']}"
+    seed = next(v["seed"] for v in verdicts if v["stable"] is None)
+    return f"inconclusive on seed {seed} (a longer run may decide: --num-requests)"
+
+
 def find_counterexample(
     cost_model: str = "paper",
     b_max: int = 512,
@@ -71,8 +82,9 @@ def find_counterexample(
     progress=None,
 ) -> dict:
     """Search (see the module docstring). Returns {"found", "workload", "rate",
-    "critical_rate", "scale", "margin", "sarathi" (the policy's verdicts per seed),
-    "adaptive", "tried": [...], "confirmed": [...]}."""
+    "critical_rate", "scale", "margin", "runs" (the policy's verdicts per seed),
+    "adaptive", "tried": [...], "confirmed": [...]}. A run that fails is a ConfigError
+    (its message), not a verdict."""
     if k_max is None:
         raise ConfigError(
             "a counterexample needs a batch-size cap --k-max: without one, theorem 2 "
@@ -82,6 +94,8 @@ def find_counterexample(
         raise ConfigError(f"load must be in (0, 1) (a point strictly inside the region), got {load!r}")
     if not seeds:
         raise ConfigError("give at least one seed")
+    if len(set(seeds)) < len(seeds):
+        raise ConfigError(f"seeds must differ (a seed given twice runs the same simulation twice), got {list(seeds)}")
     cost = make_cost_model(cost_model)
     cands = list(candidates) if candidates is not None else default_candidates(b_max, k_max)
     base = {
@@ -92,6 +106,9 @@ def find_counterexample(
         "arrival": "poisson",
         "rate": 1.0,
     }
+    if cands:  # the runs' options, before any run (an unknown policy, no requests)
+        for pol in (policy, "adaptive"):
+            check_config(resolve_point(None, {**base, "prompt": cands[0][0], "output": cands[0][1]}, {"policy": pol}))
     tried, confirmed = [], []
     bar = Progress(bool(progress), "counterexample search")
     try:
@@ -124,15 +141,19 @@ def find_counterexample(
                         )
                         for s in seeds
                     ]
-                    return _verdicts(runner.run(cfgs))
+                    verdicts = _verdicts(runner.run(cfgs))
+                    for v in verdicts:
+                        if v["error"]:
+                            raise ConfigError(f"{pol} at {rate:.4g} req/s, seed {v['seed']}: {v['error']}")
+                    return verdicts
 
-                entry["sarathi"] = run(policy)
-                if not all(v["stable"] is False for v in entry["sarathi"]):
-                    entry["outcome"] = f"{policy} stable on some seed"
+                entry["runs"] = run(policy)
+                if not all(v["stable"] is False for v in entry["runs"]):
+                    entry["outcome"] = f"{policy} {_not_all(entry['runs'], False)}"
                     continue
                 entry["adaptive"] = run("adaptive")
                 if not all(v["stable"] is True for v in entry["adaptive"]):
-                    entry["outcome"] = "adaptive not stable on every seed"
+                    entry["outcome"] = f"adaptive {_not_all(entry['adaptive'], True)}"
                     continue
                 entry["outcome"] = "confirmed"
                 confirmed.append(entry)
@@ -167,7 +188,7 @@ def find_counterexample(
             critical_rate_token_bound=c["critical_rate_token_bound"],
             scale=scale,
             margin=scale - 1.0 if math.isfinite(scale) else None,
-            sarathi=c["sarathi"],
+            runs=c["runs"],
             adaptive=c["adaptive"],
         )
     return out

@@ -320,9 +320,11 @@ def _print_capacity(rep: dict) -> None:
     ce = rep.get("counterexample")
     if ce is not None:
         if not ce["found"]:
+            undecided = sum("inconclusive" in t.get("outcome", "") for t in ce["tried"])
             print(
                 f"no counterexample confirmed among {len(ce['tried'])} candidate workloads "
                 f"(load {ce['load']:g} of lambda*)"
+                + (f"; {undecided} inconclusive (longer runs may decide: --num-requests)" if undecided else "")
             )
             return
         fmt = lambda vs: ", ".join(  # noqa: E731
@@ -340,7 +342,7 @@ def _print_capacity(rep: dict) -> None:
                     f"(theorem 2 alone: {ce['critical_rate_token_bound']:.4g})",
                 ),
                 ("region margin (largest scale factor)", f"{ce['scale']:.4g} ({ce['margin']:+.1%})"),
-                (f"{ce['policy']} (b_max {ce['b_max']}, k_max {ce['k_max']})", fmt(ce["sarathi"])),
+                (f"{ce['policy']} (b_max {ce['b_max']}, k_max {ce['k_max']})", fmt(ce["runs"])),
                 ("adaptive", fmt(ce["adaptive"])),
             ],
         )
