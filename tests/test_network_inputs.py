@@ -4,10 +4,11 @@ runs stopped by `max_time_s`, back-pressure with routers, and the files' consist
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
-from helpers import TRACES
+from helpers import TRACES, one_line_error
 
 from llmsched.analysis import reproduce_networks as rn
 from llmsched.cli import main
@@ -232,3 +233,22 @@ def test_a_replay_law_reads_the_files_rows_in_order_past_the_first_block():
     assert (_a(st.call_prompt) == values[rows]).all()
     outputs = parse_length_law("replay:sharegpt", "output").values()
     assert (_a(st.call_output) == outputs[rows]).all()
+
+
+@pytest.mark.parametrize("command", ["simulate", "capacity"])
+@pytest.mark.parametrize(
+    "field, message",
+    [
+        ("policy: foo", "servers.s1: unknown batch policy 'foo'"),
+        ("policy: sarathi, admission: bogus", "servers.s1: unknown admission policy 'bogus'"),
+    ],
+)
+def test_a_servers_scheduler_is_checked_naming_it_and_the_file(capsys, tmp_path, command, field, message):
+    """`capacity --network` reported on an unknown policy; `simulate --network` refused it
+    without saying which server or file."""
+    text = open(os.path.join(os.path.dirname(__file__), "..", "examples", "networks", "tandem.yaml")).read()
+    assert "policy: sarathi" in text
+    f = tmp_path / "n.yaml"
+    f.write_text(text.replace("policy: sarathi", field))
+    argv = [command, "--network", str(f)] + (["--out", ""] if command == "simulate" else [])
+    one_line_error(capsys, argv, "n.yaml: " + message)

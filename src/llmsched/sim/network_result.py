@@ -35,7 +35,7 @@ from ..core.paths import check_out_dir
 from ..core.prefix_cache import hit_rate
 from ..core.request import NS
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
-from ..theory.network import traffic
+from ..theory.network import check_schedulers, traffic
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .network import NetworkStats, run_network
@@ -558,6 +558,7 @@ def simulate_network(
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
     spec = load_network(network)
+    check_schedulers(spec, network)  # before the run, naming the server and the file
     if scale is not None:
         factor = as_real(scale)
         if factor is None or not factor > 0:

@@ -738,11 +738,27 @@ def _server_cycle(spec: NetworkSpec) -> list | None:
 
 
 # -------------------------------------------------------------------------- CLI helpers
+def check_schedulers(spec: NetworkSpec, source=None) -> None:
+    """Every server's scheduler builds (its policy and admission names and options): one
+    ConfigError naming the server, and the file when `source` is its path. The network's
+    own validation cannot build them (policies are a layer it does not import)."""
+    from ..policies.spec import SchedulerSpec  # noqa: PLC0415
+
+    for name, s in spec.servers.items():
+        try:
+            SchedulerSpec(**s.scheduler_fields()).build()
+        except ConfigError as e:
+            where = f"{os.path.basename(os.fspath(source))}: " if isinstance(source, (str, os.PathLike)) else ""
+            raise ConfigError(f"{where}servers.{name}: {e}") from None
+
+
 def network_capacity_report(spec_or_path) -> dict:
     """What `llmsched capacity --network FILE` prints, as a JSON-ready dict: the traffic
     report (`TrafficReport.to_dict()`) and `source` (the file, when given a path)."""
     source = str(spec_or_path) if isinstance(spec_or_path, (str, os.PathLike)) else None
-    rep = traffic(spec_or_path).to_dict()
+    spec = load_network(spec_or_path)
+    check_schedulers(spec, spec_or_path)  # as a run of it would: an unknown policy is no report
+    rep = traffic(spec).to_dict()
     rep["source"] = source
     return rep
 
