@@ -204,3 +204,44 @@ def test_engine_tokenizer_option_gives_the_same_outputs(tmp_path):
     assert outputs(tokenizer=str(model / "tokenizer.json")) == plain
     with pytest.raises(ConfigError, match="no tokenizer.json found"):
         make_engine_backend(str(model), tokenizer=str(tmp_path / "none"), **opts)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_token_ids_outside_the_vocabulary_are_a_400_before_any_stream(engine_server, stream):
+    """They were checked only inside the engine: a stream began (200) and then carried an
+    error event, and the message named the internal request id, not the field."""
+    base, srv, backend = engine_server
+    for ids in ([10**6], [-5]):
+        body = {"model": backend.model_name, "prompt": "hi", "max_tokens": 2, "stop_token_ids": ids, "stream": stream}
+        r = post(base, "/v1/completions", body)
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["param"] == "stop_token_ids" and "cmpl-" not in err["message"]
+
+
+def test_a_model_without_a_tokenizer_refuses_text_features_and_says_what_its_kv_holds(tmp_path):
+    """Stop strings (a 200 stream, then an error event) and echo (a misleading message about
+    'tokens') need text; /v1/models promised max_model_len 4096 with 320 KV tokens."""
+    import os
+
+    from llmsched.engine import make_tiny_model
+    from llmsched.server.backends import SchedulerOptions, make_engine_backend
+
+    model = make_tiny_model(tmp_path / "m")
+    os.remove(model / "tokenizer.json")
+    backend = make_engine_backend(
+        str(model), SchedulerOptions(b_max=64, max_running=4), num_blocks=20, block_size=16, seed=0
+    )
+    assert backend.max_model_len == backend.kv_capacity + 1 < 4096
+    with running_server(backend) as (base, _):
+        assert (
+            post(base, "/v1/completions", {"model": backend.model_name, "prompt": [5, 6], "max_tokens": 2}).status_code
+            == 200
+        )
+        for extra, param in (({"stop": ["x"], "stream": True}, "stop"), ({"echo": True}, "echo")):
+            r = post(base, "/v1/completions", {"model": backend.model_name, "prompt": [5, 6], "max_tokens": 2, **extra})
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        import httpx
+
+        listed = httpx.get(base + "/v1/models").json()["data"][0]
+        assert listed["max_model_len"] == backend.max_model_len

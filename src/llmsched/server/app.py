@@ -810,11 +810,22 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                             "(serve a model to use it)",
                             key,
                         )
-            if c["logit_bias"]:
-                try:
-                    backend.check_token_ids(list(c["logit_bias"]))
-                except ConfigError as e:
-                    raise bad_request(str(e), "logit_bias") from None
+            # before the response starts (a stream would be a 200 with an error event)
+            for key in ("logit_bias", "stop_token_ids"):
+                if c.get(key):
+                    try:
+                        backend.check_token_ids(list(c[key]))
+                    except ConfigError as e:
+                        raise bad_request(f"{key}: {e}", key) from None
+            if backend.tokenizer.name == "none":  # what needs text, asked of a model without a tokenizer
+                if c.get("stop"):
+                    raise bad_request(
+                        "stop strings need a tokenizer, and this model has none: use stop_token_ids", "stop"
+                    )
+                if req.echo:
+                    raise bad_request(
+                        "echo returns the prompt as text, which needs a tokenizer, and this model has none", "echo"
+                    )
             queue_requests, queue_tokens = queue_share(all_ids, req.n, param)
             max_tokens = req.max_tokens
             for ids in all_ids:

@@ -178,11 +178,17 @@ def make_engine_backend(
     else:
         tok = _NoTokenizer()
     name = served_model_name or Path(model).name
+    max_len = getattr(core, "max_model_len", None)
+    kv = getattr(core, "kv_capacity", None)
+    if max_len is not None and kv is not None:
+        # what a request can reach is what the KV cache holds (prompt + output - 1 tokens),
+        # as the sim backend says: /v1/models must not promise more
+        max_len = min(max_len, kv + 1)
     info = {
         "backend": "engine",
         "model": str(model),
         "scheduler": core.scheduler.describe(),
-        "max_model_len": getattr(core, "max_model_len", None),
+        "max_model_len": max_len,
     }
     cfg = getattr(core, "config", None)
     return Backend(
@@ -191,8 +197,8 @@ def make_engine_backend(
         tok,
         name,
         str(model),
-        getattr(core, "max_model_len", None),
-        getattr(core, "kv_capacity", None),
+        max_len,
+        kv,
         info,
         vocab_size=getattr(cfg, "vocab_size", None),
         logits=True,
