@@ -464,3 +464,28 @@ def test_the_tiny_vocab_bounds_are_the_tokenizers():
     assert train_tokenizer(10**8).get_vocab_size() == MAX_VOCAB
     for v in (MIN_VOCAB, 400, MAX_VOCAB):
         assert train_tokenizer(v).get_vocab_size() == v
+
+
+def test_profile_out_does_not_replace_a_file_that_is_not_a_profile(tiny_model, tmp_path, capsys):
+    """`--out MODEL/config.json` wrote the profile over the model's configuration."""
+    from llmsched.engine.profiler import write_profile
+
+    before = (tiny_model / "config.json").read_text()
+    argv = ["profile", "--model", str(tiny_model), "--tables-s", "0", "--calibrate-s", "0", "--quiet"]
+    _one_line_error(capsys, [*argv, "--out", str(tiny_model / "config.json")], "is not a step-time profile")
+    assert (tiny_model / "config.json").read_text() == before
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "profile.csv").write_text("not a profile\n")
+    _one_line_error(capsys, [*argv, "--out", str(folder)], "is not a step-time profile")
+    write_profile([], folder / "profile.csv")  # a profile of ours may be replaced: the check passes
+    from llmsched.cli.engine import _check_replaces_a_profile
+
+    _check_replaces_a_profile(str(folder / "profile.csv"))
+
+
+@pytest.mark.parametrize("folder", ["", "FILE/sub", "/proc/llmsched-test"])
+def test_make_tiny_model_says_why_it_cannot_make_the_folder(tmp_path, capsys, folder):
+    (tmp_path / "FILE").write_text("x")
+    folder = folder.replace("FILE", str(tmp_path / "FILE"))
+    _one_line_error(capsys, ["make-tiny-model", folder], "folder")

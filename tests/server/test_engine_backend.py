@@ -245,3 +245,26 @@ def test_a_model_without_a_tokenizer_refuses_text_features_and_says_what_its_kv_
 
         listed = httpx.get(base + "/v1/models").json()["data"][0]
         assert listed["max_model_len"] == backend.max_model_len
+
+
+def test_a_chat_template_the_server_does_not_apply_is_a_warning(tmp_path):
+    """An instruct model's template was ignored silently: its chat requests reached the
+    model as 'role: content' lines."""
+    import json
+
+    from llmsched.core.errors import InputWarning
+    from llmsched.engine import make_tiny_model
+    from llmsched.server.backends import SchedulerOptions, make_engine_backend
+
+    model = make_tiny_model(tmp_path / "m")
+    opts = {"num_blocks": 8, "block_size": 16, "seed": 0}
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InputWarning)
+        make_engine_backend(str(model), SchedulerOptions(b_max=64, max_running=2), **opts)  # no template: quiet
+    cfg = model / "tokenizer_config.json"
+    data = json.loads(cfg.read_text()) if cfg.exists() else {}
+    cfg.write_text(json.dumps({**data, "chat_template": "{% for m in messages %}<|{{ m['role'] }}|>{% endfor %}"}))
+    with pytest.warns(InputWarning, match="chat_template is not applied"):
+        make_engine_backend(str(model), SchedulerOptions(b_max=64, max_running=2), **opts)

@@ -242,6 +242,24 @@ def check_measurement_times(args) -> None:
         raise ConfigError(f"--tables-s must be a finite number >= 0, got {args.tables_s}")
 
 
+def _check_replaces_a_profile(path: str) -> None:
+    """A file --out would replace must be a profile this command wrote (its header), not
+    another file (`--out MODEL/config.json` replaced the model's configuration)."""
+    from ..engine.profiler import COLUMNS  # noqa: PLC0415
+
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, newline="") as f:
+            first = f.readline().strip()
+    except (OSError, UnicodeDecodeError):
+        first = None
+    if first != ",".join(COLUMNS):
+        raise ConfigError(
+            f"--out {path!r} exists and is not a step-time profile: give another file, it would be replaced"
+        )
+
+
 def cmd_profile(args) -> int:
     from ..engine.profiler import profile  # noqa: PLC0415
 
@@ -257,8 +275,12 @@ def cmd_profile(args) -> int:
     # a folder (it gets profile.csv): one that exists, or a path ending in a slash
     if os.path.isdir(args.out) or args.out.endswith(("/", os.sep)):
         check_out_dir(args.out, "--out")
+        from ..core.profile import COMBINED_FILE  # noqa: PLC0415
+
+        _check_replaces_a_profile(os.path.join(args.out, COMBINED_FILE))
     else:
         check_out_file(args.out, "--out", make_parents=True)  # before the measurement, not after it
+        _check_replaces_a_profile(args.out)
     opts = engine_setup(args)
     opts.pop("k_max")
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None

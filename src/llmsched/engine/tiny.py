@@ -147,6 +147,8 @@ def make_tiny_model(
         raise ConfigError(
             "hidden_size must split into an even head size, and num_heads must be a multiple of num_kv_heads"
         )
+    if not str(out_dir).strip():  # Path("") is the current folder
+        raise ConfigError("give the folder to write the model into, got ''")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out} exists and is not a folder")
@@ -154,7 +156,10 @@ def make_tiny_model(
         raise ConfigError(
             f"{out} exists and is not empty: give another folder, or --force to overwrite its model files"
         )
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file on the path, a read-only or virtual file system
+        raise ConfigError(f"cannot create the folder {out}: {e.strerror or e}") from None
     tok = train_tokenizer(vocab_size)
     vocab = tok.get_vocab_size()
     cfg_dict = tiny_config(

@@ -8,12 +8,13 @@ folder (needs the `engine` extra: torch, safetensors, tokenizers).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.engine_api import EngineCore, check_request_size, default_max_running
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, warn
 from ..policies.spec import SchedulerSpec
 from .tokenizer import ByteRuleTokenizer, HFTokenizer, bytes_per_token_bound, chat_lines
 
@@ -137,6 +138,16 @@ class _EngineTokenizer:
         return self._tok.decode(ids)
 
 
+def _has_chat_template(folder) -> bool:
+    """Whether a tokenizer folder's tokenizer_config.json has a chat template."""
+    p = Path(folder)
+    p = p if p.is_dir() else p.parent
+    try:
+        return bool(json.loads((p / "tokenizer_config.json").read_text()).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 class _NoTokenizer:
     name = "none"
     cheap = True
@@ -175,6 +186,11 @@ def make_engine_backend(
     core = _engine.LLMEngine(model, scheduler=opts, tokenizer=tokenizer or None, **kwargs)
     if getattr(core, "tokenizer", None) is not None:
         tok = _EngineTokenizer(core.tokenizer)
+        if _has_chat_template(tokenizer or model):
+            warn(
+                "the model's chat_template is not applied: chat messages are rendered as 'role: content' "
+                "lines (send an instruct model its template's text to /v1/completions instead)"
+            )
     else:
         tok = _NoTokenizer()
     name = served_model_name or Path(model).name
