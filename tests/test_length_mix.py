@@ -26,6 +26,23 @@ def test_decode_context_is_token_weighted():
     assert LengthMix([100, 100], [2, 200]).decode_context > 100 + 101 / 2
 
 
+def _brute_window(tokens, prompts, u: int, x: int):
+    """The window of `x` tokens from `u` of the circular stream `tokens` ((prompt, position
+    in it) per token), by brute force: ([(chunk tokens, context before it)], prompts it
+    completes)."""
+    want, completed, prev = [], 0, None
+    for t in range(u, u + x):
+        i, j = tokens[t % len(tokens)]
+        if want and prev == (i, j - 1):
+            want[-1][1] += 1
+        else:
+            want.append([i, 1, j])  # prompt, tokens, context before the piece
+        prev = (i, j)
+        if j == prompts[i] - 1:
+            completed += 1
+    return [(c, ctx) for _, c, ctx in want], completed
+
+
 def test_windows_cut_the_prompt_stream():
     prompts = [4, 6, 2, 9, 1, 3]
     mix = LengthMix(prompts, [1] * len(prompts))
@@ -36,19 +53,8 @@ def test_windows_cut_the_prompt_stream():
         windows = mix.window_chunks(x)
         starts = mix._windows(x)[0].tolist()
         assert len(windows) == len(starts)
-        for (chunks, done), u in zip(windows, starts):
-            want, completed, prev = [], 0, None
-            for t in range(u, u + x):
-                i, j = tokens[t % total]
-                if want and prev == (i, j - 1):
-                    want[-1][1] += 1
-                else:
-                    want.append([i, 1, j])  # prompt, tokens, context before the piece
-                prev = (i, j)
-                if j == prompts[i] - 1:
-                    completed += 1
-            assert chunks == [(c, ctx) for _, c, ctx in want]
-            assert done == completed
+        for window, u in zip(windows, starts):
+            assert window == _brute_window(tokens, prompts, u, x)
 
 
 def test_a_windows_mean_does_not_depend_on_what_was_asked_before():
@@ -294,19 +300,8 @@ def test_windows_run_over_uncached_tokens_after_their_prefix():
     tokens = [(i, j) for i, n in enumerate(prompts) for j in range(cached[i], n)]
     total = len(tokens)
     for x in (1, 3, 5, total - 1, total, total + 2, 2 * total + 3):
-        for (chunks, done), u in zip(mix.window_chunks(x), mix._windows(x)[0].tolist()):
-            want, completed, prev = [], 0, None
-            for t in range(u, u + x):
-                i, j = tokens[t % total]
-                if want and prev == (i, j - 1):
-                    want[-1][1] += 1
-                else:
-                    want.append([i, 1, j])
-                prev = (i, j)
-                if j == prompts[i] - 1:
-                    completed += 1
-            assert chunks == [(c, ctx) for _, c, ctx in want]
-            assert done == completed
+        for window, u in zip(mix.window_chunks(x), mix._windows(x)[0].tolist()):
+            assert window == _brute_window(tokens, prompts, u, x)
     # the exact mean of a load sums the same chunks (whole pieces from prefix sums)
     cost = make_cost_model(H200)
     for x in (3, total + 2):

@@ -298,6 +298,20 @@ def capacity(
     lam_bound = cap / work
     region_exact = None
     shape_bound = None
+
+    def region_rate(cap_k):
+        """The region's LP (with cap `cap_k`, or none) along the workload: (rate, region)."""
+        region = stability_region(
+            cost,
+            b_max,
+            cap_k,
+            mean_prompt=mean_prompt,
+            mean_output=mean_output,
+            max_prefill_per_request=max_prefill_per_request,
+            mix=mix,
+        )
+        return region.max_scale(mean_prompt - cached_prompt, mean_output - 1.0), region
+
     # a cap of b_max requests or more cannot bind: a step of at most b_max tokens holds at
     # most b_max requests, so lambda* is the uncapped one
     if k_max is None or k_max >= b_max:
@@ -309,27 +323,9 @@ def capacity(
         if k_max is not None:
             binding += f"; k_max {k_max} >= b_max cannot bind"
         if peak and not cost.load_only:
-            shapes = stability_region(
-                cost,
-                b_max,
-                None,
-                mean_prompt=mean_prompt,
-                mean_output=mean_output,
-                max_prefill_per_request=max_prefill_per_request,
-                mix=mix,
-            )
-            shape_bound = shapes.max_scale(mean_prompt - cached_prompt, mean_output - 1.0)
+            shape_bound, _ = region_rate(None)
     else:
-        region = stability_region(
-            cost,
-            b_max,
-            k_max,
-            mean_prompt=mean_prompt,
-            mean_output=mean_output,
-            max_prefill_per_request=max_prefill_per_request,
-            mix=mix,
-        )
-        lam = region.max_scale(mean_prompt - cached_prompt, mean_output - 1.0)
+        lam, region = region_rate(k_max)
         region_exact = region.exact
         if lam > lam_bound * (1 + 1e-9):
             binding = (
