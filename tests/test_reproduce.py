@@ -117,3 +117,19 @@ def test_reproduce_stability_refuses_a_policy_given_twice(tmp_path):
     with pytest.raises(ConfigError, match="at least one policy"):
         reproduce_stability(quick=True, out_dir=tmp_path / "o", policies=[])
     assert not (tmp_path / "o").exists()
+
+
+def test_a_search_with_no_stable_probe_shows_below_the_lowest_rate():
+    """FasterTransformer's max stable rate printed as 0.000, as if found; the sweep's SLO
+    column already said `< rate`."""
+    from llmsched.cli.analysis import _mark_none_stable
+
+    r = {"max_stable_rate": 0.0, "unstable_rate": 0.871, "inconclusive_low": None, "critical_rate": 11.154}
+    _mark_none_stable(r)
+    assert r["max_stable_rate"] == "< 0.871" and r["max_stable_load"] == "< 0.078"
+    r = {"max_stable_rate": 0.0, "unstable_rate": 2.0, "inconclusive_low": 1.0, "critical_rate": None}
+    _mark_none_stable(r)
+    assert r["max_stable_rate"] == "< 1.000" and r["max_stable_load"] is None
+    found = {"max_stable_rate": 7.8, "unstable_rate": 8.0}
+    _mark_none_stable(found)
+    assert found["max_stable_rate"] == 7.8

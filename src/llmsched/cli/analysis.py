@@ -445,6 +445,18 @@ SEARCH_COLUMNS = (
 )
 
 
+def _mark_none_stable(r: dict) -> None:
+    """A search with no stable probe has max stable rate 0: show it as below the lowest
+    rate probed (0.000 would read as a rate found)."""
+    if r.get("max_stable_rate") != 0:
+        return
+    low = min((x for x in (r.get("inconclusive_low"), r.get("unstable_rate")) if x is not None), default=None)
+    if low is not None:
+        r["max_stable_rate"] = f"< {low:,.3f}"
+        lam = r.get("critical_rate")
+        r["max_stable_load"] = f"< {low / lam:.3f}" if lam else None
+
+
 def _print_search(search: list[dict]) -> None:
     """The search table: per group, the max stable rate, the rates judged inconclusive
     above it, the first rate judged unstable, and a failed probe where a search stopped."""
@@ -454,6 +466,7 @@ def _print_search(search: list[dict]) -> None:
             # no probed rate met the SLOs: 0.000 would read as a rate found
             r["max_slo_rate"] = f"< {r['slo_miss_rate']:,.3f}"
             r["max_slo_load"] = f"< {r['slo_miss_rate'] / r['critical_rate']:.3f}" if r.get("critical_rate") else None
+        _mark_none_stable(r)
         if r.get("max_stable_lower_bound") and r.get("max_stable_rate") is not None:
             # every probe was stable: the widest rate searched is no boundary
             r["max_stable_rate"] = f">= {r['max_stable_rate']:,.3f}"
@@ -591,10 +604,13 @@ def cmd_reproduce(args) -> int:
         print(json.dumps(to_jsonable(res), indent=2, default=str))
         return 0
     m = res["config"]
+    shown = [dict(r) for r in res["rows"]]
+    for r in shown:
+        _mark_none_stable(r)
     _print_rows(
         f"reproduce stability: {m['workload']} ({m['cost_model']}, b_max {m['b_max']}), "
         f"lambda* = {res['critical_rate']:.3f} req/s",
-        res["rows"],
+        shown,
         [
             ("policy", "policy", "s"),
             ("work_conserving", "work-conserving", "s"),
