@@ -380,3 +380,27 @@ def test_orca_passes_lambda_star_where_split_steps_are_cheaper_but_not_the_shape
     # a load-only model has no shapes to trade: theorem 2's C / w is the bound
     assert capacity("paper", 512, mp, mo).shape_bound_rate is None
     assert capacity(H200, 512, mp, mo, mix=workload_mix(workload), peak=False).shape_bound_rate is None
+
+
+def test_prefix_caching_without_shared_prefixes_keeps_lambda_star(tmp_path):
+    """Caching on for a workload the cache serves nothing of moved a sweep point's lambda*
+    by 2% (a smaller sample), and a trace's was taken from its first 20,000 rows."""
+    from llmsched.analysis.points import critical_rate_of
+
+    laws = {"prompt": "lognormal:mean=1000,sigma=1.5,max=32000", "output": "geometric:mean=300,max=4096"}
+    rates = [
+        critical_rate_of(build_config(None, cost_model=H200, b_max=512, prefix_caching=pc, **laws))
+        for pc in (False, True)
+    ]
+    assert rates[0] == rates[1]
+    # a trace longer than the cache replay's sample: the whole trace's lengths count
+    rows = ["arrival_s,prompt_tokens,output_tokens"]
+    rows += [f"{i * 0.01:.2f},{100 + i % 300},{50}" for i in range(20_000)]
+    rows += [f"{200 + i * 0.01:.2f},{1500 + i % 1500},{50}" for i in range(5_000)]
+    trace = tmp_path / "t.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    rates = [
+        critical_rate_of(build_config(None, cost_model=H200, b_max=512, prefix_caching=pc, trace=str(trace)))
+        for pc in (False, True)
+    ]
+    assert rates[0] == rates[1]

@@ -106,6 +106,8 @@ def test_the_active_set_fits_a_small_largest_window():
     p = _resolved(TWP(cost="paper", h_max=10), b_max=512)
     assert (p.B_max, p.H_min, p.H_max) == (10, 10, 10)
     assert _resolved(TWP(cost="paper", h_max=10, max_active=50), b_max=512).B_max == 10
+    # measured mode (no cost model: the engine, the server) too; B_max was k_max, 64
+    assert _resolved(TWP(h_max=10), b_max=512, k_max=64).B_max == 10
     assert _resolved(TWP(cost="paper"), b_max=512).B_max == 128
 
 

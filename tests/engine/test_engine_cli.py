@@ -482,6 +482,8 @@ def test_profile_out_does_not_replace_a_file_that_is_not_a_profile(tiny_model, t
     from llmsched.cli.engine import _check_replaces_a_profile
 
     _check_replaces_a_profile(str(folder / "profile.csv"))
+    (tmp_path / "empty.csv").write_text("")  # `mktemp --suffix .csv`'s: nothing to lose
+    _check_replaces_a_profile(str(tmp_path / "empty.csv"))
 
 
 @pytest.mark.parametrize("folder", ["", "FILE/sub", "/proc/llmsched-test"])

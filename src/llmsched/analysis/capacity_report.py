@@ -93,7 +93,8 @@ def capacity_report(
         float(mean_output),
         k_max=cfg.k_max,
         rate=request_rate,
-        cached_prompt=float(cached_fraction) * float(mean_prompt),
+        # (with a mix, the tokens it holds cached: each prompt's share, rounded, never its last)
+        cached_prompt=mix.mean_cached if mix is not None else float(cached_fraction) * float(mean_prompt),
         mix=mix,
     )
     out = {

@@ -247,7 +247,7 @@ def _check_replaces_a_profile(path: str) -> None:
     another file (`--out MODEL/config.json` replaced the model's configuration)."""
     from ..engine.profiler import COLUMNS  # noqa: PLC0415
 
-    if not os.path.isfile(path):
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:  # (an empty file: `mktemp`'s)
         return
     try:
         with open(path, newline="") as f:

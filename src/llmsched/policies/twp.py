@@ -155,7 +155,8 @@ class TWP(AdmissionPolicy):
     Without a cost model, `l_min_ms` and `b0` (the engine without `cost=`), both are
     measured from the feedback: `l_min` is the shortest observed step that emitted decode
     tokens, `B_0` (and `W_0`) the largest token load observed in a step within
-    `(1 + eps) l_min`; `B_max` is then `k_max` (no cap) and `H_min` follows `B_0`.
+    `(1 + eps) l_min`; `B_max` is then `k_max` (no cap from timing; at most `H_max`) and
+    `H_min` follows `B_0`.
     """
 
     name = "twp"
@@ -297,7 +298,7 @@ class TWP(AdmissionPolicy):
         if self.max_active is not None:
             self.B_max = min(self.max_active, cap)
         elif self.measured:
-            self.B_max = state.k_max  # UNLIMITED without k_max
+            self.B_max = min(state.k_max, self.H_max)  # no cap from timing: k_max, and the largest window
         elif model is not None:
             within = self._last_within(lambda n: decode_step_time(model, n, self.context), target, cap, model.load_only)
             self.B_max = min(max(self.B_0, within), cap)

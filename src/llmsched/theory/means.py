@@ -176,21 +176,36 @@ def ideal_cached_prompt(workload: dict, block_size: int, samples: int = CACHE_SA
     a trace's block ids), over `samples` requests drawn as `workload_means` draws them (a
     trace's first `samples`): what theorem 2 does not count as work. A run measures its
     own (`cached_prompt_tokens_per_request`), lower when its KV cache evicts."""
-    return cached_workload_mix(workload, block_size, samples).mean_cached
+    if not isinstance(workload, dict):
+        raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
+    return _cached(*_sample_key(workload, samples), int(block_size), samples)
+
+
+@lru_cache(maxsize=256)
+def _cached(key: str, files: tuple, block_size: int, samples: int) -> float:
+    tr = make_trace(WorkloadSpec.from_dict(json.loads(key)), block_size)
+    if not tr.has_blocks:
+        return 0.0
+    return ideal_cached_tokens(tr.head(samples) if len(tr) > samples else tr, block_size)
 
 
 def cached_workload_mix(workload: dict, block_size: int, samples: int = CACHE_SAMPLES) -> LengthMix:
-    """The `LengthMix` of the requests `ideal_cached_prompt` replays, each with the prompt
-    tokens an unbounded cache serves it (`LengthMix(cached=...)`: its uncached tokens are
-    timed after its cached prefix)."""
+    """The `LengthMix` of a workload replayed through an unbounded prefix cache, each
+    request with the prompt tokens the cache serves it (`LengthMix(cached=...)`: its
+    uncached tokens are timed after its cached prefix): `samples` requests of a synthetic
+    workload (the replay is a Python loop over their blocks), a trace whole. A workload
+    the cache serves nothing of gets `workload_mix` itself (the same lambda* as without
+    caching)."""
     if not isinstance(workload, dict):
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
-    return _cached_mix(*_sample_key(workload, samples), int(block_size), samples)
+    mix = _cached_mix(*_sample_key(workload, samples), int(block_size))
+    return mix if mix is not None else workload_mix(workload)
 
 
 @lru_cache(maxsize=64)
-def _cached_mix(key: str, files: tuple, block_size: int, samples: int) -> LengthMix:
+def _cached_mix(key: str, files: tuple, block_size: int) -> LengthMix | None:
     tr = make_trace(WorkloadSpec.from_dict(json.loads(key)), block_size)
-    if len(tr) > samples:
-        tr = tr.head(samples)
-    return LengthMix(tr.prompt, tr.output, ideal_cached_counts(tr, block_size) if tr.has_blocks else None)
+    hits = ideal_cached_counts(tr, block_size) if tr.has_blocks else None
+    if hits is None or not hits.any():
+        return None
+    return LengthMix(tr.prompt, tr.output, hits)
