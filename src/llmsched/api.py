@@ -301,7 +301,7 @@ def check_config(
     key = json.dumps([cfg.workload, cfg.block_size], sort_keys=True, default=str)
     trace = None if traces is None else traces.get(key)
     if trace is None:
-        trace = make_trace(WorkloadSpec.from_dict(cfg.workload), cfg.block_size)
+        trace = make_trace(WorkloadSpec.from_dict(cfg.workload), cfg.block_size, blocks=cfg.prefix_caching)
         if traces is not None:
             traces[key] = trace
     check_run_inputs(trace, scheduler, cfg.max_time_s, cfg.sample_interval_s)
@@ -338,7 +338,8 @@ def simulate(
     slo, scheduler, cost = _setup(cfg)
     if trace is None:
         spec = WorkloadSpec.from_dict(cfg.workload)
-        trace = make_trace(spec, cfg.block_size)  # block ids (where it has them) at the cache's block size
+        # block ids (where it has them) at the cache's block size, when a cache reads them
+        trace = make_trace(spec, cfg.block_size, blocks=cfg.prefix_caching)
         workload_desc = spec.to_dict()
     else:
         workload_desc = {"trace": "given by the caller", **trace.describe()} if hasattr(trace, "describe") else {}
@@ -356,6 +357,9 @@ def simulate(
         import tempfile  # noqa: PLC0415 - start-up: only runs that record their steps need it
 
         fd, name = tempfile.mkstemp(prefix=".steps-", suffix=".csv.tmp", dir=folder)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's file is 0600: steps.csv reads as every output does
         steps_tmp = Path(name)
         steps_file = os.fdopen(fd, "w", buffering=1 << 20)
         steps_file.write(STEPS_HEADER)

@@ -177,6 +177,13 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
             f"{what} {str(path)!r} holds a config.json that is not an llmsched run's (no summary.json beside it), "
             "which the run would replace: choose another folder or empty it"
         )
+    if kind in SIMULATE_KINDS and collide and "summary.json" not in names:
+        # (a run that stopped early wrote summary.json first): the user's own requests.csv
+        # or steps.csv, which the run would replace or clear away as stale
+        raise ConfigError(
+            f"{what} {str(path)!r} holds {collide[0]!r} but no summary.json: not an llmsched run's output, "
+            "and the run would replace it: choose another folder or empty it"
+        )
 
 
 def prepare_run_dir(path, kind: str) -> Path:

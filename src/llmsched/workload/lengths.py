@@ -163,8 +163,8 @@ class Geometric(LengthLaw):
 
     def sample(self, rng, n):
         x = rng.geometric(1.0 / self.mean, size=n).astype(np.int64, copy=False)
-        if self.max is not None:
-            np.minimum(x, self.max, out=x)
+        # (as lognormal: never past the longest length a trace can hold)
+        np.minimum(x, MAX_LENGTH if self.max is None else min(self.max, MAX_LENGTH), out=x)
         return x
 
     def expected(self):

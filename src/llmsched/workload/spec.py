@@ -550,6 +550,11 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
     system = _system_prompts(spec)
     if system.any():
         prompt += system[cls]
+        if int(prompt.max()) > MAX_LENGTH:
+            raise ConfigError(
+                f"a prompt with its system prompt has {int(prompt.max()):,} tokens, over {MAX_LENGTH:,}: "
+                "use a shorter system prompt or prompt law"
+            )
     out = Trace(np.array(arrival, dtype=np.float64), prompt, output, tag, block_size=block_size)
     if not blocks:
         return out

@@ -1,0 +1,70 @@
+"""Guards a review of the workload and output side asked for: a folder of the user's own
+files named like outputs is not overwritten, steps.csv reads as every output does, length
+laws and system prompts stay within the longest length a trace holds, and block ids are
+built only for a prefix cache."""
+
+import os
+import stat
+
+import numpy as np
+import pytest
+from helpers import one_line_error
+
+from llmsched import simulate
+from llmsched.core.errors import ConfigError
+from llmsched.workload import WorkloadSpec, make_trace
+from llmsched.workload.csvio import MAX_LENGTH
+from llmsched.workload.lengths import parse_length_law
+
+
+def test_a_folder_of_files_named_like_outputs_without_a_summary_is_refused(tmp_path, capsys):
+    """`--out d` with the user's own requests.csv and steps.csv in d overwrote the first and
+    deleted the second (a stale output)."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "requests.csv").write_text("my,precious\n1,2\n")
+    (d / "steps.csv").write_text("notes\n")
+    argv = ["simulate", "--cost-model", "const:1", "--num-requests", "5", "--quiet", "--out", str(d)]
+    one_line_error(capsys, argv, "holds 'requests.csv' but no summary.json")
+    assert (d / "requests.csv").read_text() == "my,precious\n1,2\n" and (d / "steps.csv").exists()
+    # a run's own folder is replaced as before
+    run = tmp_path / "run"
+    simulate(cost_model="const:1", num_requests=5, out_dir=str(run))
+    simulate(cost_model="const:1", num_requests=6, out_dir=str(run))
+    assert (run / "summary.json").is_file()
+
+
+def test_steps_csv_has_the_mode_of_every_other_output(tmp_path):
+    out = tmp_path / "o"
+    simulate(cost_model="const:1", num_requests=5, record_steps=True, out_dir=str(out))
+    modes = {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in out.iterdir() if p.is_file()}
+    assert len(set(modes.values())) == 1, modes  # steps.csv was 0600 (mkstemp's)
+
+
+def test_lengths_stay_within_what_a_trace_holds():
+    law = parse_length_law("geometric:1073741824", "prompt")
+    x = law.sample(np.random.default_rng(3), 50)
+    assert x.max() <= MAX_LENGTH  # it drew 1,194,984,381 tokens: a run whose requests.csv replays refused
+    spec = WorkloadSpec.from_dict(
+        {"prompt": "const:1073741824", "output": "const:2", "system_prompt": MAX_LENGTH, "num_requests": 3, "rate": 1}
+    )
+    with pytest.raises(ConfigError, match="with its system prompt has 2,147,483,648 tokens"):
+        make_trace(spec)
+
+
+def test_block_ids_only_for_a_prefix_cache():
+    """A shared system prompt built every prompt's block ids even without a cache to read
+    them (833 MB and 3 s for 2,000 requests of 100,000 tokens)."""
+    spec = {"prompt": "const:5", "system_prompt": 100_000, "output": "const:2", "num_requests": 2000, "rate": 0.5}
+    assert make_trace(WorkloadSpec.from_dict(spec), blocks=False).block_ids is None
+    assert make_trace(WorkloadSpec.from_dict(spec), 16).block_ids is not None
+    r = simulate(
+        cost_model="const:1",
+        b_max=1 << 20,
+        prompt="const:5",
+        system_prompt=100_000,
+        output="const:2",
+        num_requests=200,
+        rate=0.5,
+    )
+    assert r.summary["completed"] == 200
