@@ -68,3 +68,25 @@ def test_block_ids_only_for_a_prefix_cache():
         rate=0.5,
     )
     assert r.summary["completed"] == 200
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,20,6,7\n", "line 3 has 4 fields but the header names 3"),
+        ('arrival_s,prompt_tokens,output_tokens,tag\n0,10,5,"a,b"\n1,1,500,60,x\n', "line 3 has 5 fields"),
+        ("arrival_s,prompt_tokens,output_tokens,arrival_s\n0,10,5,1\n", "column 'arrival_s' twice"),
+    ],
+)
+def test_a_trace_row_with_more_fields_than_its_header_is_refused(tmp_path, capsys, text, message):
+    """numpy read the named columns by position and dropped the rest: `1,1,500,60` (a
+    thousands separator) ran as prompt 1, output 500."""
+    f = tmp_path / "t.csv"
+    f.write_text(text)
+    one_line_error(capsys, ["simulate", "--trace", str(f), "--cost-model", "const:1", "--out", ""], message)
+
+
+def test_trailing_empty_fields_are_still_read(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5,\n1,20,6,,\n")
+    assert simulate(trace=str(f), cost_model="const:1").summary["completed"] == 2

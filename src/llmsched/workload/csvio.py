@@ -101,6 +101,8 @@ def read_columns(
     cols: dict[str, int] = {}
     kinds: dict[str, str] = {}
     for name, kind in list(wanted.items()) + list(optional.items()):
+        if header.count(name) > 1:  # which one was meant? (the first was read, silently)
+            raise ConfigError(f"file {p} has column '{name}' twice in its header")
         if name in header:
             cols[name] = header.index(name)
             kinds[name] = kind
@@ -120,7 +122,32 @@ def read_columns(
             raise ConfigError(f"file {p} is malformed: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read file {p}: {exc}") from None
+    _check_widths(p, len(header))
     return out
+
+
+def _check_widths(p: Path, width: int) -> None:
+    """ConfigError naming the first data line with more fields than the header: numpy
+    reads the columns asked for by position and drops the rest (`1,1,500,60` read as
+    prompt 1, output 500). Trailing empty fields are allowed."""
+    with _open_text(p) as fh:
+        text = fh.read()
+    if '"' not in text:  # no quoted field: a comma is a separator (the common, fast case)
+        lines = text.splitlines()[1:]
+        if max((line.count(",") for line in lines), default=0) < width:
+            return
+        rows = ((i, line.split(",")) for i, line in enumerate(lines, 2))
+    else:
+        rows = _data_rows(p)
+    for line, fields in rows:
+        n = len(fields)
+        while n > width and not fields[n - 1].strip():
+            n -= 1
+        if n > width:
+            raise ConfigError(
+                f"file {p} is malformed: line {line} has {n} fields but the header names {width} "
+                "(a comma inside a number, or a value without its column?)"
+            )
 
 
 def _unblanked(p: Path) -> list[str]:
