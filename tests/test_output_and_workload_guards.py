@@ -90,3 +90,24 @@ def test_trailing_empty_fields_are_still_read(tmp_path):
     f = tmp_path / "t.csv"
     f.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5,\n1,20,6,,\n")
     assert simulate(trace=str(f), cost_model="const:1").summary["completed"] == 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "--rate", "1e300", "--num-requests", "5", "--cost-model", "const:1", "--out", ""],
+        ["capacity", "--rate", "1e300", "--cost-model", "paper"],
+        [
+            "simulate",
+            "--network",
+            os.path.join(os.path.dirname(__file__), "..", "examples", "networks", "agent_dag.yaml"),
+            "--scale",
+            "1e300",
+            "--out",
+            "",
+        ],
+    ],
+)
+def test_a_rate_past_one_request_a_nanosecond_is_refused(capsys, argv):
+    """They ran and printed rates and loads of 300 digits."""
+    one_line_error(capsys, argv, "at most 1e+09 requests per second")

@@ -36,7 +36,16 @@ def check_rate(rate) -> float:
         raise ConfigError(f"arrival rate must be a number of requests per second, got {rate!r}") from None
     if not (math.isfinite(r) and r > 0):
         raise ConfigError(f"arrival rate must be a positive number of requests per second, got {rate!r}")
+    if r > MAX_RATE:
+        raise ConfigError(
+            f"arrival rate must be at most {MAX_RATE:g} requests per second (one a nanosecond, "
+            f"the simulator's clock tick), got {rate!r}"
+        )
     return r
+
+
+#: the highest arrival rate: one request a nanosecond (faster ones share a clock tick)
+MAX_RATE = 1e9
 
 
 def check_cv(cv) -> float:
