@@ -111,3 +111,13 @@ def test_trailing_empty_fields_are_still_read(tmp_path):
 def test_a_rate_past_one_request_a_nanosecond_is_refused(capsys, argv):
     """They ran and printed rates and loads of 300 digits."""
     one_line_error(capsys, argv, "at most 1e+09 requests per second")
+
+
+def test_a_trace_past_the_clock_names_its_file(tmp_path, capsys):
+    """The error named neither the file nor the cause, after a warning about the rate."""
+    f = tmp_path / "far.csv"
+    f.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n2000000000,20,6\n")
+    line = one_line_error(capsys, ["simulate", "--trace", str(f), "--cost-model", "const:1", "--out", ""], "far.csv")
+    assert "are they in seconds" in line
+    r = simulate(trace=str(f), time_scale=1000, cost_model="const:1")  # rescaled, it fits the clock
+    assert r.summary["completed"] == 3
