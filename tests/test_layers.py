@@ -91,3 +91,11 @@ def test_no_package_cycles():
     for node in list(graph):
         if node not in state:
             visit(node, [])
+
+
+def test_the_admission_names_other_layers_use_are_the_registrys():
+    from llmsched.core.names import ADMISSION_ALIASES, ADMISSION_NAMES
+    from llmsched.policies import ADMISSION_POLICIES
+
+    assert tuple(ADMISSION_POLICIES) == ADMISSION_NAMES
+    assert set(ADMISSION_ALIASES.values()) <= set(ADMISSION_NAMES)

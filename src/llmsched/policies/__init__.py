@@ -7,6 +7,7 @@ from typing import Any
 
 from ..core.constraints import Constraints
 from ..core.errors import ConfigError, unknown_name, unknown_option
+from ..core.names import ADMISSION_ALIASES, ADMISSION_NAMES
 from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
 from .base import AdmissionPolicy, BatchPolicy, Planner, Scheduler
@@ -34,12 +35,6 @@ ADMISSION_POLICIES: dict[str, Callable[..., AdmissionPolicy]] = {
     "spf": ShortestPromptFirst,
     "twp": TWP,
     "dynamicbatch": DynamicBatch,
-}
-ADMISSION_ALIASES = {
-    "shortest-prompt-first": "spf",
-    "priority": "spf",
-    "token-window-pacing": "twp",
-    "dynamic-batch": "dynamicbatch",
 }
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from ..core.constraints import MAX_KV_TOKENS
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
+from ..core.names import ADMISSION_ALIASES, ADMISSION_NAMES
 from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
 from ..core.yamlfile import read_yaml
@@ -85,22 +86,7 @@ _SCHEDULER_ALIASES = {
 ROUTERS = ("least-loaded", "round-robin")
 TIERS = ("dram", "ssd", "remote")
 # admission policy names (and aliases) a keyed `admission_options` mapping may use
-_ADMISSION_NAMES = (
-    "fcfs",
-    "spf",
-    "twp",
-    "dynamicbatch",
-    "priority",
-    "shortest-prompt-first",
-    "token-window-pacing",
-    "dynamic-batch",
-)
-_ADMISSION_ALIAS = {
-    "priority": "spf",
-    "shortest-prompt-first": "spf",
-    "token-window-pacing": "twp",
-    "dynamic-batch": "dynamicbatch",
-}
+_ADMISSION_NAMES = (*ADMISSION_NAMES, *ADMISSION_ALIASES)
 
 DEFAULT_PROMPT = "lognormal:mean=1024,sigma=1.0,max=8192"
 DEFAULT_OUTPUT = "geometric:mean=256,max=2048"
@@ -358,14 +344,14 @@ class ModelSpec:
         """The admission options that apply when the instances run `admission`."""
         opts = self.admission_options
         if any(k in _ADMISSION_NAMES for k in opts):  # keyed by policy (`_check_keyed_options`)
-            keyed = {_ADMISSION_ALIAS.get(k, k): v for k, v in opts.items()}
-            return dict(keyed.get(_ADMISSION_ALIAS.get(admission, admission), {}))
+            keyed = {ADMISSION_ALIASES.get(k, k): v for k, v in opts.items()}
+            return dict(keyed.get(ADMISSION_ALIASES.get(admission, admission), {}))
         return dict(opts)
 
     def keyed_admissions(self) -> list[str]:
         """The admission policies `admission_options` gives options for by name (none when
         it is flat), so that each policy's options are checked, not only the one in use."""
-        return [_ADMISSION_ALIAS.get(k, k) for k in self.admission_options if k in _ADMISSION_NAMES]
+        return [ADMISSION_ALIASES.get(k, k) for k in self.admission_options if k in _ADMISSION_NAMES]
 
     def to_dict(self) -> dict:
         return {
