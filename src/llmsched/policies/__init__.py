@@ -7,7 +7,7 @@ from typing import Any
 
 from ..core.constraints import Constraints
 from ..core.errors import ConfigError, unknown_name, unknown_option
-from ..core.names import ADMISSION_ALIASES, ADMISSION_NAMES
+from ..core.names import ADMISSION_ALIASES
 from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
 from .base import AdmissionPolicy, BatchPolicy, Planner, Scheduler
