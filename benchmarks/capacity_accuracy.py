@@ -23,8 +23,7 @@ import numpy as np
 
 from llmsched import simulate
 from llmsched.api import build_config
-from llmsched.theory import capacity, workload_means, workload_mix
-from llmsched.theory.means import cached_workload_mix
+from llmsched.theory import cached_workload_mix, capacity, workload_mix
 
 #: name -> (options of `simulate`, b_max, cost model)
 CASES = {
@@ -69,13 +68,10 @@ def main() -> None:
         options = {**opts, "num_requests": args.num_requests, "seed": args.seed}
         cfg = build_config(None, **options, b_max=b_max, cost_model=cost)
         workload = cfg.workload
-        mp, mo = workload_means(workload)
         t0 = time.perf_counter()
-        if cfg.prefix_caching:
-            lengths = cached_workload_mix(workload, cfg.block_size)
-            mp, mo, cached = lengths.mean_prompt, lengths.mean_output, lengths.mean_cached
-        else:
-            lengths, cached = workload_mix(workload), 0.0
+        # (as a sweep point's lambda*: `analysis.points`)
+        lengths = cached_workload_mix(workload, cfg.block_size) if cfg.prefix_caching else workload_mix(workload)
+        mp, mo, cached = lengths.mean_prompt, lengths.mean_output, lengths.mean_cached
         mix = capacity(cost, b_max, mp, mo, cached_prompt=cached, mix=lengths, peak=False)
         means = capacity(cost, b_max, mp, mo, cached_prompt=cached, peak=False)
         measured, full = full_step_rate(options, b_max, cost, args.overload * mix.critical_rate)

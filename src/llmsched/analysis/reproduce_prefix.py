@@ -88,7 +88,7 @@ def reproduce_prefix_caching(
         return on.critical_rate / off.critical_rate
 
     ideal_hits = ideal_cached_counts(trace, block_size)
-    ideal = float(ideal_hits.sum()) / len(trace)
+    ideal = float(ideal_hits.mean())
     rows = []
     for kv in kv_capacities:
         for load in loads:

@@ -95,7 +95,7 @@ class LengthMix:
         if c.shape != p.shape or not np.issubdtype(c.dtype, np.number) or not np.all(np.isfinite(c)):
             raise ConfigError("cached prompt tokens must be numbers, one per request of the length mix")
         c = np.rint(c).astype(np.int64)
-        if len(c) and (c.min() < 0 or np.any(c > np.rint(p) - 1)):
+        if c.min() < 0 or np.any(c > np.rint(p) - 1):
             raise ConfigError("cached prompt tokens must be from 0 to the prompt's length less one")
         pf = p.astype(np.float64)
         of = o.astype(np.float64)
@@ -116,9 +116,8 @@ class LengthMix:
         self._prompts = stream
         self._base_list = base.tolist()
         self._ends = np.cumsum(stream)
-        self._starts = self._ends - stream
         self._total = int(self._ends[-1])
-        self._start_list = self._starts.tolist()  # (indexing a list is what the loops do)
+        self._start_list = (self._ends - stream).tolist()  # (indexing a list is what the loops do)
         self._end_list = self._ends.tolist()
         self._stream_mean = float(stream.mean())
         # what each cost model's timing of the stream computed (`_PerCost`)

@@ -298,7 +298,7 @@ class TWP(AdmissionPolicy):
         if self.max_active is not None:
             self.B_max = min(self.max_active, cap)
         elif self.measured:
-            self.B_max = min(state.k_max, self.H_max)  # no cap from timing: k_max, and the largest window
+            self.B_max = cap  # no cap from timing: k_max, and the largest window
         elif model is not None:
             within = self._last_within(lambda n: decode_step_time(model, n, self.context), target, cap, model.load_only)
             self.B_max = min(max(self.B_0, within), cap)

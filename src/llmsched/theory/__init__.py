@@ -25,7 +25,15 @@ from ..core.region import (
     workload_point,
 )
 from .bounds import CapacityReport, capacity, peak_token_capacity, step_time_at_budget, token_capacity, work_per_request
-from .means import DEFAULT_SAMPLES, ideal_cached_prompt, rate_unit, requests_per_rate, workload_means, workload_mix
+from .means import (
+    DEFAULT_SAMPLES,
+    cached_workload_mix,
+    ideal_cached_prompt,
+    rate_unit,
+    requests_per_rate,
+    workload_means,
+    workload_mix,
+)
 from .verdict import (
     INCONCLUSIVE,
     STABLE,
@@ -68,5 +76,6 @@ __all__ = [
     "requests_per_rate",
     "rate_unit",
     "ideal_cached_prompt",
+    "cached_workload_mix",
     "DEFAULT_SAMPLES",
 ]

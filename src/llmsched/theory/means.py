@@ -178,15 +178,11 @@ def ideal_cached_prompt(workload: dict, block_size: int, samples: int = CACHE_SA
     own (`cached_prompt_tokens_per_request`), lower when its KV cache evicts."""
     if not isinstance(workload, dict):
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
-    return _cached(*_sample_key(workload, samples), int(block_size), samples)
-
-
-@lru_cache(maxsize=256)
-def _cached(key: str, files: tuple, block_size: int, samples: int) -> float:
-    tr = make_trace(WorkloadSpec.from_dict(json.loads(key)), block_size)
-    if not tr.has_blocks:
+    replay = _replay(*_sample_key(workload, samples), int(block_size))
+    if replay is None:
         return 0.0
-    return ideal_cached_tokens(tr.head(samples) if len(tr) > samples else tr, block_size)
+    hits = replay[2][:samples]  # (a replay in row order: the first rows' hits are the head's)
+    return float(hits.sum()) / max(len(hits), 1)
 
 
 def cached_workload_mix(workload: dict, block_size: int, samples: int = CACHE_SAMPLES) -> LengthMix:
@@ -203,9 +199,14 @@ def cached_workload_mix(workload: dict, block_size: int, samples: int = CACHE_SA
 
 
 @lru_cache(maxsize=64)
-def _cached_mix(key: str, files: tuple, block_size: int) -> LengthMix | None:
+def _replay(key: str, files: tuple, block_size: int):
+    """(prompts, outputs, each request's hits) of a sample replayed through an unbounded
+    cache; None when it has no block ids."""
     tr = make_trace(WorkloadSpec.from_dict(json.loads(key)), block_size)
-    hits = ideal_cached_counts(tr, block_size) if tr.has_blocks else None
-    if hits is None or not hits.any():
-        return None
-    return LengthMix(tr.prompt, tr.output, hits)
+    return (tr.prompt, tr.output, ideal_cached_counts(tr, block_size)) if tr.has_blocks else None
+
+
+@lru_cache(maxsize=64)
+def _cached_mix(key: str, files: tuple, block_size: int) -> LengthMix | None:
+    replay = _replay(key, files, block_size)
+    return LengthMix(*replay) if replay is not None and replay[2].any() else None
