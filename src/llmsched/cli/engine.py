@@ -245,16 +245,16 @@ def check_measurement_times(args) -> None:
 def _check_replaces_a_profile(path: str) -> None:
     """A file --out would replace must be a profile this command wrote (its header), not
     another file (`--out MODEL/config.json` replaced the model's configuration)."""
-    from ..engine.profiler import COLUMNS  # noqa: PLC0415
+    from ..core.profile import COMBINED_COLUMNS  # noqa: PLC0415
+    from ..workload.csvio import read_header  # noqa: PLC0415
 
     if not os.path.isfile(path) or os.path.getsize(path) == 0:  # (an empty file: `mktemp`'s)
         return
     try:
-        with open(path, newline="") as f:
-            first = f.readline().strip()
-    except (OSError, UnicodeDecodeError):
-        first = None
-    if first != ",".join(COLUMNS):
+        header = read_header(path)
+    except ConfigError:  # unreadable as text: not ours either
+        header = None
+    if header != list(COMBINED_COLUMNS):
         raise ConfigError(
             f"--out {path!r} exists and is not a step-time profile: give another file, it would be replaced"
         )

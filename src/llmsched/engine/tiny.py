@@ -121,11 +121,6 @@ def make_tiny_model(
     """Write a random model and a trained tokenizer into `out_dir`; returns the folder.
     `out_dir` must not exist or be empty, unless `overwrite` (its model files are then
     replaced): a typo must not destroy a real model's weights."""
-    import torch  # noqa: PLC0415
-    from safetensors.torch import save  # noqa: PLC0415
-
-    from .model import CausalLM  # noqa: PLC0415
-
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
     if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
@@ -160,6 +155,12 @@ def make_tiny_model(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a file on the path, a read-only or virtual file system
         raise ConfigError(f"cannot create the folder {out}: {e.strerror or e}") from None
+    # (after the checks: a bad argument does not wait for torch to load)
+    import torch  # noqa: PLC0415
+    from safetensors.torch import save  # noqa: PLC0415
+
+    from .model import CausalLM  # noqa: PLC0415
+
     tok = train_tokenizer(vocab_size)
     vocab = tok.get_vocab_size()
     cfg_dict = tiny_config(

@@ -96,8 +96,8 @@ def check_run_inputs(trace, scheduler: Scheduler, max_time_s=None, sample_interv
         raise ConfigError("arrival times must be non-decreasing")
     if len(arrival_s) and not (np.isfinite(arrival_s).all() and arrival_s.min() >= 0 and arrival_s.max() < MAX_SECONDS):
         raise ConfigError(
-            f"arrival times must be finite, >= 0 and below {MAX_SECONDS:g} s "
-            f"(got {arrival_s.min():g} .. {arrival_s.max():g} s)"
+            f"arrival times must be finite, >= 0 and below {MAX_SECONDS:g} s (got {arrival_s.min():g} .. "
+            f"{arrival_s.max():g} s; are they in seconds? a trace's --time-scale K divides them)"
         )
     check_seconds("max_time_s", max_time_s)
     check_seconds("sample_interval_s", sample_interval_s)

@@ -164,7 +164,7 @@ class Geometric(LengthLaw):
     def sample(self, rng, n):
         x = rng.geometric(1.0 / self.mean, size=n).astype(np.int64, copy=False)
         # (as lognormal: never past the longest length a trace can hold)
-        np.minimum(x, MAX_LENGTH if self.max is None else min(self.max, MAX_LENGTH), out=x)
+        np.minimum(x, MAX_LENGTH if self.max is None else self.max, out=x)  # (max is at most MAX_LENGTH)
         return x
 
     def expected(self):

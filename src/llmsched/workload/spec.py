@@ -524,6 +524,11 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         except ConfigError as e:
             raise ConfigError(f"trace {spec.trace}: {e}") from None
         arrival = base.arrival_s[:n] / k
+        if n and np.isfinite(arrival).all() and arrival.max() >= MAX_SECONDS:
+            raise ConfigError(
+                f"trace {spec.trace}: its arrival times reach {arrival.max():g} s, past the simulator's clock of "
+                f"{MAX_SECONDS:g} s: are they in seconds? (--time-scale K divides them)"
+            )
     else:
         proc = make_arrival_process(spec.arrival, check_rate(spec.rate), None if spec.cv is None else check_cv(spec.cv))
         k = spec.time_scale  # duration_s is in the scaled clock
