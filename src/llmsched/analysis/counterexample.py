@@ -55,14 +55,17 @@ def _verdicts(recs) -> list[dict]:
     return out
 
 
-def _not_all(verdicts: list[dict], stable: bool) -> str:
-    """Why runs that should all be `stable` (True) or unstable (False) are not: the first
-    seed that is the other way, or inconclusive."""
+def _not_all(entry: dict, who: str, verdicts: list[dict], stable: bool) -> None:
+    """Record in `entry` why runs that should all be `stable` (True) or unstable (False)
+    are not: the first seed that is the other way, or else one that is inconclusive
+    (`entry["inconclusive"]`: a longer run may decide)."""
     for v in verdicts:
         if v["stable"] is (not stable):
-            return f"{'stable' if v['stable'] else 'unstable'} on seed {v['seed']}"
+            entry["outcome"] = f"{who} {'stable' if v['stable'] else 'unstable'} on seed {v['seed']}"
+            return
     seed = next(v["seed"] for v in verdicts if v["stable"] is None)
-    return f"inconclusive on seed {seed} (a longer run may decide: --num-requests)"
+    entry["outcome"] = f"{who} inconclusive on seed {seed} (a longer run may decide: --num-requests)"
+    entry["inconclusive"] = True
 
 
 def find_counterexample(
@@ -149,11 +152,11 @@ def find_counterexample(
 
                 entry["runs"] = run(policy)
                 if not all(v["stable"] is False for v in entry["runs"]):
-                    entry["outcome"] = f"{policy} {_not_all(entry['runs'], False)}"
+                    _not_all(entry, policy, entry["runs"], False)
                     continue
                 entry["adaptive"] = run("adaptive")
                 if not all(v["stable"] is True for v in entry["adaptive"]):
-                    entry["outcome"] = f"adaptive {_not_all(entry['adaptive'], True)}"
+                    _not_all(entry, "adaptive", entry["adaptive"], True)
                     continue
                 entry["outcome"] = "confirmed"
                 confirmed.append(entry)

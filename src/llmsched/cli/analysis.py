@@ -320,7 +320,7 @@ def _print_capacity(rep: dict) -> None:
     ce = rep.get("counterexample")
     if ce is not None:
         if not ce["found"]:
-            undecided = sum("inconclusive" in t.get("outcome", "") for t in ce["tried"])
+            undecided = sum(bool(t.get("inconclusive")) for t in ce["tried"])
             print(
                 f"no counterexample confirmed among {len(ce['tried'])} candidate workloads "
                 f"(load {ce['load']:g} of lambda*)"
@@ -445,16 +445,20 @@ SEARCH_COLUMNS = (
 )
 
 
-def _mark_none_stable(r: dict) -> None:
-    """A search with no stable probe has max stable rate 0: show it as below the lowest
-    rate probed (0.000 would read as a rate found)."""
-    if r.get("max_stable_rate") != 0:
+def _below(r: dict, rate_key: str, load_key: str, low) -> None:
+    """Show a search answer of 0 (no probe passed) as below `low`, the lowest rate that
+    failed (0.000 would read as a rate found), and its load likewise."""
+    if r.get(rate_key) != 0 or low is None:
         return
+    r[rate_key] = f"< {low:,.3f}"
+    lam = r.get("critical_rate")
+    r[load_key] = f"< {low / lam:.3f}" if lam else None
+
+
+def _mark_none_stable(r: dict) -> None:
+    """A search with no stable probe: its max stable rate below the lowest rate probed."""
     low = min((x for x in (r.get("inconclusive_low"), r.get("unstable_rate")) if x is not None), default=None)
-    if low is not None:
-        r["max_stable_rate"] = f"< {low:,.3f}"
-        lam = r.get("critical_rate")
-        r["max_stable_load"] = f"< {low / lam:.3f}" if lam else None
+    _below(r, "max_stable_rate", "max_stable_load", low)
 
 
 def _print_search(search: list[dict]) -> None:
@@ -462,10 +466,7 @@ def _print_search(search: list[dict]) -> None:
     above it, the first rate judged unstable, and a failed probe where a search stopped."""
     shown = [{**r, "inconclusive": _rate_range(r["inconclusive_low"], r["inconclusive_high"])} for r in search]
     for r in shown:
-        if r.get("max_slo_rate") == 0 and r.get("slo_miss_rate") is not None:
-            # no probed rate met the SLOs: 0.000 would read as a rate found
-            r["max_slo_rate"] = f"< {r['slo_miss_rate']:,.3f}"
-            r["max_slo_load"] = f"< {r['slo_miss_rate'] / r['critical_rate']:.3f}" if r.get("critical_rate") else None
+        _below(r, "max_slo_rate", "max_slo_load", r.get("slo_miss_rate"))  # no probed rate met the SLOs
         _mark_none_stable(r)
         if r.get("max_stable_lower_bound") and r.get("max_stable_rate") is not None:
             # every probe was stable: the widest rate searched is no boundary
