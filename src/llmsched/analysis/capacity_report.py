@@ -68,10 +68,12 @@ def capacity_report(
         raise ConfigError(f"the cached fraction must be a number in [0, 1), got {cached_fraction!r}")
     if mean_prompt is None or mean_output is None:
         n = DEFAULT_SAMPLES if samples is None else samples
-        mp, mo = workload_means(cfg.workload, n)
         if mean_prompt is None and mean_output is None:
             # (the cached share of each prompt is its first tokens: the rest are timed after them)
             mix = workload_mix(cfg.workload, n, cached_fraction)
+            mp, mo = mix.mean_prompt, mix.mean_output  # (one draw, not two with a cached fraction)
+        else:
+            mp, mo = workload_means(cfg.workload, n)
         source = "trace" if is_trace else f"sampled ({n:,} draws)"
         mean_prompt = mp if mean_prompt is None else mean_prompt
         mean_output = mo if mean_output is None else mean_output
