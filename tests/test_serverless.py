@@ -590,6 +590,46 @@ def test_round_robin_routes_in_rotation_least_loaded_to_the_least_work():
     assert list(s.instance) == [0, 1, 0, 1, 0, 1]
 
 
+def test_least_loaded_router_takes_the_least_unfinished_work_then_the_oldest(monkeypatch):
+    """The router skips an instance whose work left after its batch is no less than the
+    best so far (a lower bound): its choice is still the exact minimum of every candidate's
+    unfinished work at the arrival, the oldest on a tie, with batches timed a few steps at
+    a time (a profile) and cut by arrivals."""
+    from llmsched.sim import serverless as sv
+
+    cfg = base(scale_out_tokens=50, max_instances=4)
+    cfg["cluster"]["nodes"][0]["count"] = 4
+    cfg["models"]["m"]["cost_model"] = "profile:h200-llama-3.2-1b"
+    rng = np.random.default_rng(3)
+    times = 20 + np.cumsum(rng.exponential(0.003, 400))  # once four instances are ready
+    rows = [(0.001 * k, "m", 100, 1) for k in range(6)]  # (they start four)
+    rows += [
+        (float(t), "m", int(p), int(o)) for t, p, o in zip(times, rng.integers(10, 900, 400), rng.integers(1, 300, 400))
+    ]
+    route, unfinished = sv._Runtime.route, sv.ServerSim.unfinished
+    counted = [0, 0]  # candidates, and the work counts the router made
+
+    def count(sim, t):
+        counted[1] += 1
+        return unfinished(sim, t)
+
+    def exact(self, model, t):
+        cands = model.ready or model.live
+        monkeypatch.setattr(sv.ServerSim, "unfinished", count)
+        got = route(self, model, t)
+        monkeypatch.setattr(sv.ServerSim, "unfinished", unfinished)
+        if len(cands) > 1:
+            counted[0] += len(cands)
+            work = [i.sim.unfinished(t) for i in cands]
+            assert got is cands[work.index(min(work))]
+        return got
+
+    monkeypatch.setattr(sv._Runtime, "route", exact)
+    s = run(cfg, rows)
+    assert len(s.instances) == 4 and (s.e2e_ns >= 0).all()
+    assert counted[0] > 1000 and counted[1] < 0.8 * counted[0]  # checked often, and the bound skipped some
+
+
 def test_round_robin_rotation_goes_on_when_an_instance_becomes_ready():
     """The router took `rr % len(ready)` with a counter, so when a third instance became
     ready the rotation repeated one: 0,1,0,1,1,2,0,1 after the cold start."""

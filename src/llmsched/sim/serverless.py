@@ -433,7 +433,14 @@ class _Runtime:
         best = None
         least = 0
         for i in cands:
-            work = i.sim.unfinished(t)
+            sim = i.sim
+            batch = sim._batch
+            if best is not None and batch is not None:
+                # what is left once the batch ends bounds its work now from below: an
+                # instance that cannot beat the best so far needs no count of finished steps
+                if sim.state.backlog_tokens - batch[2] * (batch[0].decode + batch[4]) >= least:
+                    continue
+            work = sim.unfinished(t)
             if best is None or work < least:
                 best, least = i, work
         return best
