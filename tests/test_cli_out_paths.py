@@ -1,6 +1,7 @@
 """An output path that cannot be written is one line and exit code 2 before the run starts,
 not a traceback after it (the run's work lost)."""
 
+import json
 import os
 
 import pytest
@@ -75,6 +76,59 @@ def test_validate_refuses_what_it_would_ignore(tmp_path, capsys):
     one_line_error(capsys, [*base, "--seed", "-1"], "--seed")
     one_line_error(capsys, [*base, "--json", str(tmp_path)], "is a folder, not a file")
     one_line_error(capsys, [*base, "--json", str(tmp_path / "no" / "x.json")], "does not exist")
+    # --json never replaces a file validate did not write (a model's config.json, notes)
+    for text in ("precious\n", '{"model_type": "llama"}\n', "[1, 2]\n"):
+        mine = tmp_path / "mine.json"
+        mine.write_text(text)
+        one_line_error(capsys, [*base, "--json", str(mine)], "mine.json", "is not a validate result")
+        assert mine.read_text() == text
+
+
+def test_validate_json_replaces_its_own_result(tmp_path, monkeypatch):
+    from llmsched.analysis import validate as validation
+
+    result = {"model": "m", "trace_requests": 3, "policies": {"orca": {}}, "b_max": 8}
+    monkeypatch.setattr(validation, "validate", lambda *a, **k: result)
+    monkeypatch.setattr("llmsched.cli.analysis.engine_setup", lambda args: {})
+    monkeypatch.setattr("llmsched.cli.analysis.render_validation", lambda res: None)
+    out = tmp_path / "v.json"
+    out.write_text("")  # an empty file (mktemp's) is taken
+    argv = ["validate", "--model", str(tmp_path), "--trace", str(tmp_path / "t.csv"), "--json", str(out)]
+    assert main(argv) == 0
+    result["b_max"] = 16
+    assert main(argv) == 0  # a rerun replaces its own result
+    assert json.loads(out.read_text())["b_max"] == 16
+
+
+def test_a_file_name_too_long_is_one_line(tmp_path, capsys):
+    """Python 3.11's Path.is_dir() raises on a component over 255 bytes (ENAMETOOLONG)
+    instead of answering False: every command says so in one line, exit 2."""
+    long = str(tmp_path / ("x" * 300))
+    one_line_error(capsys, ["simulate", *RUN, "--out", long], "file name too long", "characters)")
+    one_line_error(capsys, ["simulate", "--trace", long + ".csv", "--out", ""], "file name too long")
+    one_line_error(capsys, ["sweep", *RUN, "--grid", "seed=0", "--out", long], "file name too long")
+    one_line_error(capsys, ["capacity", "--cost-model", "paper", "--lengths", long], "file name too long")
+
+
+def test_a_run_marker_beside_the_users_files_is_not_proof(tmp_path, capsys):
+    """A folder holding results.csv or requests.csv + timeseries.csv (names a run writes)
+    beside the user's notes was taken for an earlier run and overwritten."""
+    u = tmp_path / "u"
+    u.mkdir()
+    (u / "results.csv").write_text("mine\n")
+    (u / "notes.txt").write_text("mine\n")
+    one_line_error(capsys, ["sweep", *RUN, "--grid", "seed=0", "--out", str(u)], "notes.txt", "would replace")
+    (u / "notes.txt").unlink()  # a lone results.csv: a sweep keeps its points beside it
+    one_line_error(capsys, ["sweep", *RUN, "--grid", "seed=0", "--out", str(u)], "no points folder")
+    assert (u / "results.csv").read_text() == "mine\n"
+    s = tmp_path / "s"
+    s.mkdir()
+    for name in ("requests.csv", "timeseries.csv", "notes.txt"):
+        (s / name).write_text("mine\n")
+    one_line_error(capsys, ["simulate", *RUN, "--out", str(s)], "notes.txt", "would replace")
+    (s / "notes.txt").unlink()
+    one_line_error(capsys, ["simulate", *RUN, "--out", str(s)], "no summary.json")
+    assert all((s / n).read_text() == "mine\n" for n in ("requests.csv", "timeseries.csv"))
 
 
 def test_a_folder_holding_another_kind_of_run(tmp_path, capsys):

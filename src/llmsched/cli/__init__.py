@@ -7,6 +7,7 @@ optional extra (torch, FastAPI) import it only when they run.
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import sys
@@ -76,6 +77,14 @@ def _main(argv: list[str]) -> int:
     except BrokenPipeError:  # e.g. `llmsched simulate --json | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        # (Python 3.11's Path.exists() and is_dir() raise it instead of answering False)
+        name = str(e.filename or "")
+        shown = name if len(name) <= 80 else f"{name[:40]}...{name[-20:]} ({len(name)} characters)"
+        print(f"llmsched {args.command}: error: file name too long: {shown!r}", file=sys.stderr)
+        return 2
     except Exception as e:  # an internal failure: still one line, and a non-zero code
         from ..sim.server import SimulationStuck  # noqa: PLC0415 - numpy only when needed
 

@@ -1021,12 +1021,33 @@ def render_validation(result: dict) -> None:
         )
 
 
+# the keys of `analysis.validate.validate`'s result that mark a file as one it wrote
+VALIDATION_KEYS = ("model", "trace_requests", "policies")
+
+
+def _check_replaces_a_validation(path: str) -> None:
+    """A file --json would replace must be a result this command wrote, not another file
+    (`--json MODEL/config.json` replaced the model's configuration)."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:  # (an empty file: `mktemp`'s)
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        old = None
+    if not isinstance(old, dict) or any(k not in old for k in VALIDATION_KEYS):
+        raise ConfigError(
+            f"--json {path!r} exists and is not a validate result: give another file, it would be replaced"
+        )
+
+
 def cmd_validate(args) -> int:
     from ..analysis.validate import validate  # noqa: PLC0415
 
     policies = _validate_policies(args)
     if args.json and args.json != "-":
         check_out_file(args.json, "--json")  # before the replay, not after it
+        _check_replaces_a_validation(args.json)
     if args.seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {args.seed}")
     opts = engine_setup(args)

@@ -147,12 +147,13 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     found = _held(folder)
     if found is not None:
         held, marker = found
-        if held == kind or (held in SIMULATE_KINDS and kind in SIMULATE_KINDS):
-            return
-        raise ConfigError(
-            f"{what} {str(path)!r} holds the outputs of {_named(held)} ({marker}), "
-            f"not of {_named(kind)}: choose another folder or remove it"
-        )
+        if held != kind and not (held in SIMULATE_KINDS and kind in SIMULATE_KINDS):
+            raise ConfigError(
+                f"{what} {str(path)!r} holds the outputs of {_named(held)} ({marker}), "
+                f"not of {_named(kind)}: choose another folder or remove it"
+            )
+        # a marker is a file name, not proof: the user's own results.csv or requests.csv
+        # beside other files of theirs is theirs, checked below as any folder's files are
     if kind in SIMULATE_KINDS:
         ours = {"summary.json", "config.json", *(n for k in SIMULATE_KINDS for n in RUN_OUTPUTS[k])}
     else:
@@ -176,6 +177,12 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
         raise ConfigError(
             f"{what} {str(path)!r} holds a config.json that is not an llmsched run's (no summary.json beside it), "
             "which the run would replace: choose another folder or empty it"
+        )
+    if kind == "sweep" and collide and "points" not in names:
+        # a sweep stores each point under points/ before it writes a table
+        raise ConfigError(
+            f"{what} {str(path)!r} holds {collide[0]!r} but no points folder: not a sweep's output, "
+            "and the sweep would replace it: choose another folder or empty it"
         )
     if kind in SIMULATE_KINDS and collide and "summary.json" not in names:
         # (a run that stopped early wrote summary.json first): the user's own requests.csv
