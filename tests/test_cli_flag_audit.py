@@ -69,6 +69,13 @@ def test_a_fixed_flag_the_grid_sets_is_refused(capsys, tmp_path, extra, msg):
         ("seed=0,0", "grid seed: the value 0 is given twice"),
         ("policy=orca,sarathi,orca", "grid policy: the value 'orca' is given twice"),
         ("seed=1:1:3", "grid seed: the value 1 is given twice"),
+        # the same value spelt another way (JSON does not read 00 or +2: they were strings)
+        ("seed=0,00", "grid seed: the value 0 is given twice"),
+        ("b_max=512,0512", "grid b_max: the value 512 is given twice"),
+        ("rate=2,+2", "grid rate: the value 2 is given twice"),
+        ("policy=orca,ORCA", "grid policy: the value 'ORCA' is given twice"),
+        ("policy=sarathi,sarathi-serve", "grid policy: the value 'sarathi-serve' is given twice"),
+        ("admission=fcfs,FCFS", "grid admission: the value 'FCFS' is given twice"),
     ],
 )
 def test_a_repeated_grid_value_is_refused(capsys, tmp_path, spec, msg):
@@ -82,6 +89,13 @@ def test_a_repeated_grid_value_is_refused_in_a_mapping_too():
     with pytest.raises(ConfigError, match="grid rate: the value 1.0 is given twice"):
         parse_grid({"rate": [1.0, 2.0, 1.0]})
     assert parse_grid({"seed": [0, 1]}) == {"seed": [0, 1]}
+    # numbers JSON does not read are numbers still, not strings stored in the points
+    assert parse_grid(["seed=00,7", "rate=+2,1.,.5", "b_max=0512"]) == {
+        "seed": [0, 7],
+        "rate": [2, 1.0, 0.5],
+        "b_max": [512],
+    }
+    assert parse_grid(["policy=orca:x=1,orca"]) == {"policy": ["orca:x=1", "orca"]}  # options make another value
 
 
 # -- 4-6. capacity refuses what it would ignore -------------------------------------------

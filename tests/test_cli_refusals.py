@@ -166,6 +166,20 @@ def test_reproduce_stability_says_why_the_search_disagrees(tmp_path, capsys):
     assert f"note: {', '.join(short)} stable at load 0.9" in out and "--search-requests" in out
 
 
+def test_reproduce_stability_with_no_probe_judged_shows_no_rate_found(tmp_path, capsys):
+    """Probes of one request are never judged: the table showed "max stable rate 0.000"
+    beside "stable at load 0.9: yes", and no note (a load of 0 read as no load)."""
+    import json
+
+    argv = ["reproduce", "stability", "--quick", "--policies", "sarathi", "--search-requests", "1"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (row,) = json.loads((tmp_path / "table.json").read_text())["rows"]
+    assert row["max_stable_rate"] == 0 and row["inconclusive_low"] > 0
+    assert f"< {row['inconclusive_low']:,.3f}" in out and "0.000" not in out
+    assert "note: sarathi stable at load 0.9" in out and "--search-requests" in out
+
+
 NETWORK = os.path.join(EXAMPLES, "networks", "tandem.yaml")
 
 

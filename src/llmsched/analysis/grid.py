@@ -80,7 +80,16 @@ def _scalar(text: str):
             return v
     except json.JSONDecodeError:
         pass
+    # numbers JSON does not read (00, 0512, +2, 1.): the same values, not strings
+    if _INTEGER.fullmatch(t):
+        return int(t)
+    if _DECIMAL.fullmatch(t):
+        return float(t)
     return t
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def parse_values(key: str, text: str) -> list:
@@ -165,17 +174,38 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
 
 
 def _check_distinct(key: str, vals: list) -> None:
-    """A value given twice in one key would run (and write) the same points twice."""
+    """A value given twice in one key would run (and write) the same points twice (a
+    policy's name in any case or by an alias is the same policy)."""
     seen = set()
     for v in vals:
+        same = v
+        if key in _POLICY_KEYS and isinstance(v, str):
+            name, sep, options = v.partition(":")
+            name = name.strip().lower()
+            same = _POLICY_KEYS[key]().get(name, name) + sep + options
         try:
-            mark = (type(v) is bool, v)
+            mark = (type(v) is bool, same)
             hash(mark)
         except TypeError:  # a list or mapping value
             mark = (False, repr(v))
         if mark in seen:
             raise ConfigError(f"grid {key}: the value {v!r} is given twice")
         seen.add(mark)
+
+
+def _batch_aliases() -> dict:
+    from ..policies import BATCH_ALIASES  # noqa: PLC0415
+
+    return BATCH_ALIASES
+
+
+def _admission_aliases() -> dict:
+    from ..core.names import ADMISSION_ALIASES  # noqa: PLC0415
+
+    return ADMISSION_ALIASES
+
+
+_POLICY_KEYS = {"policy": _batch_aliases, "admission": _admission_aliases}
 
 
 def expand_grid(grid: dict[str, list]) -> list[dict]:

@@ -191,6 +191,9 @@ def reproduce_stability(
                 "critical_rate": lam,
                 "max_stable_rate": f.get("max_stable_rate"),
                 "max_stable_load": f.get("max_stable_load"),
+                # probes judged neither way (too short): with none stable, the rate is below them
+                "inconclusive_low": f.get("inconclusive_low"),
+                "inconclusive_high": f.get("inconclusive_high"),
                 "unstable_rate": f.get("unstable_rate"),
             }
         )

@@ -626,7 +626,7 @@ def cmd_reproduce(args) -> int:
     short = [
         r["policy"]
         for r in res["rows"]
-        if r.get("stable_at_load") is True and (r.get("max_stable_load") or math.inf) < args.load
+        if r.get("stable_at_load") is True and r.get("max_stable_load") is not None and r["max_stable_load"] < args.load
     ]
     if short:
         print(
