@@ -94,6 +94,18 @@ def test_k_max_region_by_hand(capsys, tmp_path):
     assert out["inside"] is False and out["margin"] < 0
 
 
+def test_a_trace_gives_its_arrival_rate_whatever_gives_the_means(capsys, tmp_path):
+    """With both means given, the trace's rate was dropped (no utilisation, rate null)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\r\n0,10,5\r\n1,20,6\r\n3,20,6\r\n")
+    base = ["--cost-model", "paper", "--trace", str(trace)]
+    for means in ([], ["--mean-prompt", "200"], ["--mean-prompt", "200", "--mean-output", "101"]):
+        r = run_json(capsys, *base, *means)
+        assert r["rate"] == pytest.approx(2 / 3), means  # two gaps over 3 s
+    cap = r["capacity"]
+    assert cap["work_per_request"] == 300 and r["utilisation"] == pytest.approx((2 / 3) / cap["critical_rate"])
+
+
 def test_means_by_sampling_laws(capsys):
     r = run_json(capsys, "--cost-model", "paper", "--prompt", "const:200", "--output", "const:101")
     assert r["capacity"]["mean_prompt"] == 200 and r["capacity"]["mean_output"] == 101

@@ -111,7 +111,10 @@ def test_reproduce_network_experiments_are_wired(tmp_path, capsys):
     assert {"rows", "summary", "files"} <= set(res) and (tmp_path / "table.csv").is_file()
     assert main(["reproduce", "clusters", "--workload", "sharegpt", "--quick", "--out", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--workload is an option of `reproduce stability`" in err[0]
+    assert len(err) == 1 and "--workload is an option of `reproduce stability` and `reproduce twp`" in err[0]
+    assert main(["reproduce", "agents", "--tol", "0.1", "--quick", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["llmsched reproduce: error: --tol is an option of `reproduce stability`, not of `reproduce agents`"]
 
 
 def test_json_alone_writes_nothing_and_a_rerun_leaves_no_stale_steps(tmp_path, monkeypatch, capsys):

@@ -85,3 +85,6 @@ def test_reproduce_prefix_caching_refuses_the_parallel_options(tmp_path, capsys)
     base = ["reproduce", "prefix-caching", "--trace", str(path), "--quick", "--out", str(tmp_path / "o")]
     for extra, flag in ((["--workers", "2"], "--workers"), (["--backend", "ray"], "--backend")):
         one_line_error(capsys, [*base, *extra], f"{flag} is not an option of `reproduce prefix-caching`")
+    # an empty value is refused, not run as the default (`if args.kv_capacities:`)
+    one_line_error(capsys, [*base, "--kv-capacities", ""], "--kv-capacities must be comma-separated whole numbers")
+    one_line_error(capsys, [*base, "--cost-model", ""], "unknown cost model ''")

@@ -491,6 +491,23 @@ def test_empirical_errors(tmp_path):
         parse_length_law(f"empirical:{neg}").sample(np.random.default_rng(0), 5)
 
 
+def test_an_empirical_length_of_zero_is_drawn_as_one_with_a_warning(tmp_path):
+    """A length file's 0 became 1 silently (a request has at least one token), changing
+    capacity's means: the draw stands, said once per file."""
+    from llmsched.core.errors import InputWarning
+
+    p = _write(tmp_path, "zeros.csv", "n\n5\n0\n0\n")
+    law = parse_length_law(f"empirical:{p}")
+    with pytest.warns(InputWarning, match="column 'n': 2 lengths of 0 tokens are drawn as 1 token"):
+        assert set(law.sample(np.random.default_rng(0), 200).tolist()) == {1, 5}
+    ones = _write(tmp_path, "ones.csv", "n\n5\n1\n")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InputWarning)
+        parse_length_law(f"empirical:{ones}").sample(np.random.default_rng(0), 5)
+
+
 def test_lognormal_expected_is_the_mean_of_its_clipped_rounded_samples():
     """`expected()` returned the unclipped mean: 1000 for `max=1500`, whose samples average
     736 (the network's law_mean computed the right one on its own; now both are one)."""

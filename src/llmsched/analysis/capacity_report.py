@@ -77,10 +77,10 @@ def capacity_report(
         source = "trace" if is_trace else f"sampled ({n:,} draws)"
         mean_prompt = mp if mean_prompt is None else mean_prompt
         mean_output = mo if mean_output is None else mean_output
-        if rate is None and is_trace:
-            tr = make_trace(WorkloadSpec.from_dict(cfg.workload))
-            if len(tr.arrival_s) > 1 and tr.arrival_s[-1] > tr.arrival_s[0]:
-                rate = (len(tr.arrival_s) - 1) / float(tr.arrival_s[-1] - tr.arrival_s[0])
+    if rate is None and is_trace:  # (its arrivals, whatever gives the lengths)
+        tr = make_trace(WorkloadSpec.from_dict(cfg.workload))
+        if len(tr.arrival_s) > 1 and tr.arrival_s[-1] > tr.arrival_s[0]:
+            rate = (len(tr.arrival_s) - 1) / float(tr.arrival_s[-1] - tr.arrival_s[0])
     for what, v in (("mean prompt", mean_prompt), ("mean output", mean_output)):
         if not (isinstance(v, (int, float)) and math.isfinite(v)):
             raise ConfigError(f"{what} must be a number, got {v!r}")

@@ -175,8 +175,12 @@ def _check_capacity_inputs(args, over: dict) -> None:
         for flag, v in ((f"--{role}", args.prompt if role == "prompt" else args.output), ("--lengths", args.lengths)):
             if v is not None:
                 raise ConfigError(f"--mean-{role} and {flag} both give the {role} lengths: give one")
-    if args.samples is not None and args.mean_prompt is not None and args.mean_output is not None:
-        raise ConfigError("--samples draws the means, which --mean-prompt and --mean-output give: it does not apply")
+    if args.mean_prompt is not None and args.mean_output is not None:
+        for flag, v in (("--samples", args.samples), ("--seed", over.get("seed"))):
+            if v is not None:
+                raise ConfigError(
+                    f"{flag} sets the draws of the means, which --mean-prompt and --mean-output give: it does not apply"
+                )
     if over.get("num_requests") is None and over.get("duration_s") is None:
         return
     if not replays_trace(build_config(args.config, **over).workload):
@@ -654,20 +658,20 @@ def _reproduce_prefix(args, out: str) -> int:
         what = given[0].replace("_", "-") if given else "no-search"
         raise ConfigError(f"--{what} is not an option of `reproduce prefix-caching`")
     kw = {}
-    if args.cost_model:
+    if args.cost_model is not None:
         kw["cost_model"] = args.cost_model
-    if args.b_max:
+    if args.b_max is not None:
         kw["b_max"] = args.b_max
     if args.load is not None:
         kw["loads"] = (args.load,)
-    if args.kv_capacities:
+    if args.kv_capacities is not None:
         try:
             kw["kv_capacities"] = tuple(int(x) for x in args.kv_capacities.split(","))
         except ValueError:
             raise ConfigError(
                 f"--kv-capacities must be comma-separated whole numbers, got {args.kv_capacities!r}"
             ) from None
-    if args.block_size:
+    if args.block_size is not None:
         kw["block_size"] = args.block_size
     res = reproduce_prefix_caching(
         args.trace,
@@ -690,7 +694,10 @@ def _reproduce_other(args, out: str) -> int:
 
     twp_kw = _twp_choices(args) if args.experiment == "twp" else {}
     shared = TWP_SHARED if args.experiment == "twp" else ()
-    only_with(args, [k for k in STABILITY_ONLY if k not in shared], "`reproduce stability`")
+    for key in STABILITY_ONLY:
+        if key not in shared and getattr(args, key) not in (None, False):
+            owners = "`reproduce stability` and `reproduce twp`" if key in TWP_SHARED else "`reproduce stability`"
+            raise ConfigError(f"{flag_of(key)} is an option of {owners}, not of `reproduce {args.experiment}`")
     fn = {
         "clusters": reproduce_networks.reproduce_clusters,
         "agents": reproduce_networks.reproduce_agents,
@@ -1088,6 +1095,9 @@ def _validate_policies(args) -> str:
         return args.policy
     if args.policy != DEFAULTS.policy:
         raise ConfigError("give the policies to validate once: --policies A,B or --policy A")
+    dup = first_repeat([p.strip().lower() for p in args.policies.split(",")])
+    if dup is not None:
+        raise ConfigError(f"--policies: {dup!r} is given twice")
     return args.policies
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, warn
 from ..core.paths import recorded_path
 from .csvio import MAX_LENGTH, as_lengths, read_columns, read_header
 from .datasets import DATASETS, is_dataset, resolve_path
@@ -297,6 +297,10 @@ class Empirical(LengthLaw):
             if raw.size == 0:
                 raise ConfigError(f"file {self.path} has no data rows for column '{col}'")
             v = as_lengths(raw, self.path, col, minimum=1, clip_low=True)
+            zeros = int(np.count_nonzero(raw == 0))
+            if zeros:  # (a request has at least one token)
+                some = "1 length of 0 tokens is" if zeros == 1 else f"{zeros:,} lengths of 0 tokens are"
+                warn(f"file {self.path} column '{col}': {some} drawn as 1 token")
             v.setflags(write=False)
             if len(_EMPIRICAL_CACHE) > 16:
                 _EMPIRICAL_CACHE.clear()
