@@ -247,10 +247,12 @@ def test_a_model_without_a_tokenizer_refuses_text_features_and_says_what_its_kv_
         assert listed["max_model_len"] == backend.max_model_len
 
 
-def test_a_chat_template_the_server_does_not_apply_is_a_warning(tmp_path):
-    """An instruct model's template was ignored silently: its chat requests reached the
-    model as 'role: content' lines."""
+def test_a_chat_template_is_applied_and_one_it_cannot_use_is_a_warning(tmp_path):
+    """An instruct model's template was ignored (a warning; its chat requests reached the
+    model as 'role: content' lines): it is applied now, quietly. Named templates without a
+    'default' cannot be chosen: they still get the warning, and the lines."""
     import json
+    import warnings
 
     from llmsched.core.errors import InputWarning
     from llmsched.engine import make_tiny_model
@@ -258,13 +260,17 @@ def test_a_chat_template_the_server_does_not_apply_is_a_warning(tmp_path):
 
     model = make_tiny_model(tmp_path / "m")
     opts = {"num_blocks": 8, "block_size": 16, "seed": 0}
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", InputWarning)
-        make_engine_backend(str(model), SchedulerOptions(b_max=64, max_running=2), **opts)  # no template: quiet
+    msgs = [{"role": "user", "content": "hi"}]
     cfg = model / "tokenizer_config.json"
-    data = json.loads(cfg.read_text()) if cfg.exists() else {}
-    cfg.write_text(json.dumps({**data, "chat_template": "{% for m in messages %}<|{{ m['role'] }}|>{% endfor %}"}))
-    with pytest.warns(InputWarning, match="chat_template is not applied"):
-        make_engine_backend(str(model), SchedulerOptions(b_max=64, max_running=2), **opts)
+    data = json.loads(cfg.read_text())
+    template = "{% for m in messages %}<|{{ m['role'] }}|>{% endfor %}"
+    for value, text in ((None, "user: hi\nassistant:"), (template, "<|user|>")):
+        cfg.write_text(json.dumps({**data, "chat_template": value}))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", InputWarning)
+            backend = make_engine_backend(str(model), SchedulerOptions(b_max=64, max_running=2), **opts)
+        assert backend.tokenizer.chat_text(msgs) == text
+    cfg.write_text(json.dumps({**data, "chat_template": [{"name": "tool_use", "template": template}]}))
+    with pytest.warns(InputWarning, match="none named 'default'"):
+        backend = make_engine_backend(str(model), SchedulerOptions(b_max=64, max_running=2), **opts)
+    assert backend.tokenizer.chat_text(msgs) == "user: hi\nassistant:"

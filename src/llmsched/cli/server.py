@@ -77,6 +77,14 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         help="folder with tokenizer.json: the sim's prompt token counts (default: 4 UTF-8 bytes per token); "
         "the engine's tokenizer instead of the model folder's",
     )
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE_OR_STRING",
+        help="Jinja chat template for /v1/chat/completions (engine backend), a file or the template "
+        "itself, as vLLM's option; overrides the tokenizer folder's (chat_template.jinja or "
+        "tokenizer_config.json's chat_template), which is applied by default",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     p.add_argument(
@@ -173,6 +181,10 @@ def build_backend(args):
         raise ConfigError(f"{engine_only[0]} is an engine option; the sim backend (a virtual GPU) does not use it")
     if backend == "engine" and args.cost_model is not None:
         raise ConfigError("--cost-model times the sim backend's virtual GPU; the engine measures its steps")
+    if backend == "sim" and args.chat_template is not None:
+        raise ConfigError(
+            "--chat-template is for the engine backend; the sim backend counts chat messages without a template"
+        )
     if backend == "engine" and args.sim_max_debt_ms is not None:
         raise ConfigError("--sim-max-debt-ms paces the sim backend's virtual GPU; the engine backend does not use it")
     if args.kv_cache_gb is not None and not 0 < args.kv_cache_gb < math.inf:
@@ -187,6 +199,7 @@ def build_backend(args):
             opts,
             served_model_name=args.served_model_name,
             tokenizer=args.tokenizer,
+            chat_template=args.chat_template,
             device=args.device,
             dtype=args.dtype,
             kv_cache_gb=args.kv_cache_gb,

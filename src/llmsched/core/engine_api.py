@@ -147,20 +147,37 @@ class DefaultMaxModelLen(int):
     refuses a user's max_model_len beyond what the model's positions cover."""
 
 
-def check_request_size(prompt_tokens: int, max_tokens: int, max_model_len: int | None, kv_capacity: int | None) -> None:
-    """Raise ConfigError if a request of this size can never be served."""
+def check_request_size(
+    prompt_tokens: int,
+    max_tokens: int,
+    max_model_len: int | None,
+    kv_capacity: int | None,
+    *,
+    strict: bool = False,
+) -> None:
+    """Raise ConfigError if a request of this size can never be served.
+
+    The context holds the prompt and the completion: prompt + max_tokens <= max_model_len,
+    as OpenAI and vLLM count it. The token a step samples is not fed to the model until the
+    next step, so a request's last token needs neither a position nor a KV slot: a request
+    of one token (`max_tokens` 1, or 0: scoring a prompt, where the token its prefill samples
+    is dropped) fits a prompt of max_model_len tokens, as vLLM's engine accepts it. `strict`
+    (the HTTP API's rule, as vLLM's server): only `max_tokens` 0 does. The KV cache must
+    hold prompt + max(max_tokens, 1) - 1 tokens."""
     if prompt_tokens < 1:
         raise ConfigError("the prompt is empty; at least 1 token is needed")
-    if max_model_len is not None and prompt_tokens + max_tokens > max_model_len:
+    one = max_tokens == 0 or (max_tokens == 1 and not strict)
+    if max_model_len is not None and prompt_tokens + (0 if one else max_tokens) > max_model_len:
         raise ConfigError(
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
             f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} in the "
             "completion). Please reduce the length of the prompt or completion."
         )
-    if kv_capacity is not None and prompt_tokens + max_tokens - 1 > kv_capacity:
+    need = prompt_tokens + max(max_tokens, 1) - 1
+    if kv_capacity is not None and need > kv_capacity:
+        what = f"{prompt_tokens} prompt + {max_tokens} completion - 1" if max_tokens > 0 else "its prompt"
         raise ConfigError(
-            f"The request needs {prompt_tokens + max_tokens - 1} KV-cache tokens ({prompt_tokens} "
-            f"prompt + {max_tokens} completion - 1) but the KV cache holds {kv_capacity}: it could "
+            f"The request needs {need} KV-cache tokens ({what}) but the KV cache holds {kv_capacity}: it could "
             "never complete. Please reduce the length of the prompt or completion."
         )
 

@@ -627,6 +627,8 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     )
     tok = backend.tokenizer
     tok_cheap = bool(getattr(tok, "cheap", False))
+    # whether a chat request's text gets special tokens (None: the tokenizer's default)
+    chat_special = getattr(tok, "chat_special_tokens", None)
     names = {backend.model_name, backend.root}
     started = int(time.time())
     text_limit = backend.max_text_bytes
@@ -702,9 +704,10 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                 "context_length_exceeded",
             )
 
-    def encode(text: str, param: str):
+    def encode(text: str, param: str, special: bool | None = None):
+        """The text's ids: with the tokenizer's default special tokens, or as `special` says."""
         try:
-            return tok.encode(text)
+            return tok.encode(text) if special is None else tok.encode(text, add_special_tokens=special)
         except ConfigError as e:
             raise bad_request(str(e), param) from None
         except Exception:  # noqa: BLE001 - the client's text: a 400 that names no internals
@@ -727,7 +730,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         param = "messages" if chat else "prompt"
         if chat:
             try:
-                texts = [tok.chat_text(req.messages)]
+                texts = [tok.chat_text(req.messages, **req.chat_options)]
             except ConfigError as e:
                 raise bad_request(str(e), param) from None
         else:
@@ -741,9 +744,11 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         """The parsed request and each prompt's token ids, off the event loop where costly."""
         req, texts = await parse(parse_generation, data, chat)
         param = "messages" if chat else "prompt"
+        # a chat template's text carries its special tokens (BOS): none are added to it
+        special = chat_special if chat else None
         all_ids = []
         for text, p in zip(texts, req.all_prompts):
-            ids = p if text is None else await tokenize_text(encode, len(text), text, param)
+            ids = p if text is None else await tokenize_text(encode, len(text), text, param, special)
             check_ids(ids, param)  # min() and max(): C loops over at most max_model_len ids
             all_ids.append(ids)
         return req, texts, all_ids
@@ -838,7 +843,9 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                     else:
                         max_tokens = 16
                 try:
-                    backend.check(n, max(1, max_tokens))  # max_tokens 0: the engine samples one
+                    # max_tokens 0 (scoring): the prompt alone, up to max_model_len tokens (the
+                    # engine samples one token after it, which needs no position or KV slot)
+                    backend.check(n, max_tokens)
                 except ConfigError as e:
                     # the prompt fits, the completion asked for does not: the client's
                     # max_tokens is the field to change (as vLLM says)
@@ -947,9 +954,11 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             param = "messages"
             req = parse_chat({**body, "model": backend.model_name}, max_messages)
             try:
-                text = tok.chat_text(req.messages)
+                text = tok.chat_text(req.messages, **req.chat_options)
             except ConfigError as e:
                 raise bad_request(str(e), param) from None
+            if special is None:  # as the chat route counts it (a template's text: no BOS added)
+                special = chat_special
         elif isinstance(body.get("prompt"), str):
             text, param = body["prompt"], "prompt"
         else:
@@ -958,15 +967,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         return text, param, special
 
     def encode_list(text: str, param: str, special: bool | None = None) -> list:
-        if special is None:  # as the generation routes count it
-            return list(encode(text, param))
-        try:
-            return list(tok.encode(text, add_special_tokens=special))
-        except ConfigError as e:
-            raise bad_request(str(e), param) from None
-        except Exception:  # noqa: BLE001 - the client's text: a 400 that names no internals
-            log.warning("the tokenizer failed on a %d-character %s", len(text), param, exc_info=True)
-            raise bad_request(f"the {param} cannot be tokenized", param) from None
+        return list(encode(text, param, special))  # special None: as the generation routes count it
 
     async def tokenize(request: Request):
         data = await _body_of(request)

@@ -8,7 +8,6 @@ folder (needs the `engine` extra: torch, safetensors, tokenizers).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from ..core.engine_api import EngineCore, check_request_size, default_max_running
 from ..core.errors import ConfigError, warn
 from ..policies.spec import SchedulerSpec
+from .chat_template import resolve_template
 from .tokenizer import ByteRuleTokenizer, HFTokenizer, bytes_per_token_bound, chat_lines
 
 DEFAULT_SIM_MAX_MODEL_LEN = 32768
@@ -39,8 +39,9 @@ class Backend:
     logits: bool = False  # the model has logits: logprobs and logit_bias can be served
 
     def check(self, prompt_tokens: int, max_tokens: int) -> None:
-        """ConfigError if a request of this size can never be served."""
-        check_request_size(prompt_tokens, max_tokens, self.max_model_len, self.kv_capacity)
+        """ConfigError if a request of this size can never be served, by the API's rule:
+        prompt + max_tokens <= max_model_len (`max_tokens` 0, scoring: the prompt alone)."""
+        check_request_size(prompt_tokens, max_tokens, self.max_model_len, self.kv_capacity, strict=True)
 
     def check_token_ids(self, ids) -> None:
         """ConfigError if a token id is negative or outside the model's vocabulary."""
@@ -109,43 +110,43 @@ def make_sim_backend(
 class _EngineTokenizer:
     """The engine's tokenizer, with the server's chat rendering. Encodes and decodes with the
     `tokenizers` batch calls, which release the GIL (the engine's own calls do not), and
-    gives the same ids as the engine's `Tokenizer.encode` (special tokens added)."""
+    gives the same ids as the engine's `Tokenizer.encode` (special tokens added).
+
+    With a chat template (`chat_template.ChatTemplate`), chat messages are rendered by it
+    and the text is encoded without special tokens (the template writes BOS), as
+    `apply_chat_template` does; without one, as `role: content` lines, encoded with them."""
 
     cheap = False
 
-    def __init__(self, tok):
+    def __init__(self, tok, template=None):
         self._tok = tok
         self._hf = getattr(tok, "tok", None)
         if not (hasattr(self._hf, "encode_batch") and hasattr(self._hf, "decode_batch")):
             self._hf = None
         self.name = "model"
         self.bytes_per_token = bytes_per_token_bound(self._hf)
+        self.template = template
+        # whether the text of a chat request gets the tokenizer's special tokens (BOS)
+        self.chat_special_tokens = template is None
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if self._hf is not None:
             return self._hf.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         return self._tok.encode(text, add_special_tokens)
 
-    def chat_text(self, messages: list[dict]) -> str:
-        return chat_lines(messages)
+    def chat_text(self, messages: list[dict], **options) -> str:
+        """The text of a chat request; ConfigError if the chat template refuses it."""
+        if self.template is None:
+            return chat_lines(messages, **options)
+        return self.template.render(messages, **options)
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
-        return self.encode(self.chat_text(messages))
+    def encode_chat(self, messages: list[dict], **options) -> list[int]:
+        return self.encode(self.chat_text(messages, **options), add_special_tokens=self.chat_special_tokens)
 
     def decode(self, ids) -> str:
         if self._hf is not None:
             return self._hf.decode_batch([list(ids)], skip_special_tokens=True)[0]
         return self._tok.decode(ids)
-
-
-def _has_chat_template(folder) -> bool:
-    """Whether a tokenizer folder's tokenizer_config.json has a chat template."""
-    p = Path(folder)
-    p = p if p.is_dir() else p.parent
-    try:
-        return bool(json.loads((p / "tokenizer_config.json").read_text()).get("chat_template"))
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 class _NoTokenizer:
@@ -165,11 +166,21 @@ def make_engine_backend(
     *,
     served_model_name: str | None = None,
     tokenizer: str | None = None,
+    chat_template: str | None = None,
     **engine_kwargs,
 ) -> Backend:
-    """`llmsched.engine.LLMEngine` on the model folder `model`."""
+    """`llmsched.engine.LLMEngine` on the model folder `model`. Chat requests are rendered
+    with `chat_template` (`--chat-template`: a file or the template itself) if given, else
+    with the tokenizer folder's template if it has one (see `chat_template.py`)."""
     if not Path(model).exists():
         raise ConfigError(f"model folder {model} does not exist")
+    # read before the model loads: a bad template is found at once (a --tokenizer that is
+    # not there is the engine's error)
+    template, note = None, None
+    if chat_template is not None and tokenizer is None and not (Path(model) / "tokenizer.json").is_file():
+        raise ConfigError("--chat-template needs a tokenizer, and this model has none (no tokenizer.json)")
+    if chat_template is not None or Path(tokenizer or model).exists():
+        template, note = resolve_template(tokenizer or model, chat_template)
     from .. import engine as _engine  # noqa: PLC0415 - the engine needs torch
 
     opts = opts or SchedulerOptions()
@@ -185,12 +196,9 @@ def make_engine_backend(
     # its post-processor adds (BOS), and output text and stop strings use it too
     core = _engine.LLMEngine(model, scheduler=opts, tokenizer=tokenizer or None, **kwargs)
     if getattr(core, "tokenizer", None) is not None:
-        tok = _EngineTokenizer(core.tokenizer)
-        if _has_chat_template(tokenizer or model):
-            warn(
-                "the model's chat_template is not applied: chat messages are rendered as 'role: content' "
-                "lines (send an instruct model its template's text to /v1/completions instead)"
-            )
+        tok = _EngineTokenizer(core.tokenizer, template)
+        if note:
+            warn(note)
     else:
         tok = _NoTokenizer()
     name = served_model_name or Path(model).name
@@ -205,6 +213,7 @@ def make_engine_backend(
         "model": str(model),
         "scheduler": core.scheduler.describe(),
         "max_model_len": max_len,
+        "chat_template": tok.template.source if getattr(tok, "template", None) is not None else None,
     }
     cfg = getattr(core, "config", None)
     return Backend(

@@ -4,7 +4,8 @@ Requests are parsed from the raw JSON body by hand (no pydantic on the hot path)
 every mistake becomes an OpenAI-style error naming the offending parameter:
 `{"error": {"message", "type", "param", "code"}}`. Unknown fields are ignored, as vLLM
 does. Fields we accept work (`n`, several prompts, `echo`, `logprobs` (with `echo`: the
-prompt's too), `max_tokens: 0` with `echo`, `logit_bias`, the penalties; see
+prompt's too), `max_tokens: 0` with `echo`, `logit_bias`, the penalties, chat's
+`add_generation_prompt` / `continue_final_message` / `chat_template_kwargs`; see
 docs/serving.md for what the sim backend does with them); what is not supported (JSON mode
 `response_format`, `tools`/`tool_choice`/`functions`, `suffix`, `best_of` other than `n`)
 is a 400 that says so.
@@ -229,6 +230,19 @@ class ParsedRequest:
     # completions' `max_tokens: 0` (with `echo`): the prompt (and its logprobs) only; the
     # engine still samples the one token that ends the prefill, and it is not returned
     score_only: bool = False
+    # chat: how the messages are rendered (vLLM's fields; see `chat_options`)
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict | None = None
+
+    @property
+    def chat_options(self) -> dict:
+        """The keywords of a tokenizer's `chat_text(messages, **options)`."""
+        return {
+            "add_generation_prompt": self.add_generation_prompt,
+            "continue_final_message": self.continue_final_message,
+            "template_kwargs": self.chat_template_kwargs,
+        }
 
     @property
     def all_prompts(self) -> list:
@@ -450,7 +464,57 @@ def parse_chat(body: dict, max_messages: int | None = None) -> ParsedRequest:
         elif not isinstance(content, str):
             raise bad_request(f"'{where}.content' must be a string or an array of text parts", f"{where}.content")
         clean.append({"role": role, "content": content})
-    return _finish(c, "chat", None, None, clean, _max_tokens(body, "max_completion_tokens", "max_tokens"), body)
+    req = _finish(c, "chat", None, None, clean, _max_tokens(body, "max_completion_tokens", "max_tokens"), body)
+    req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs = _chat_rendering(body)
+    return req
+
+
+# variables a chat template gets from the server, not from chat_template_kwargs
+_RESERVED_TEMPLATE_KWARGS = ("messages",)
+
+
+def _chat_rendering(body: dict) -> tuple[bool, bool, dict | None]:
+    """(add_generation_prompt, continue_final_message, chat_template_kwargs) of a chat
+    request, as vLLM takes them: `chat_template_kwargs` (an object) is passed to the chat
+    template, and its `add_generation_prompt` / `continue_final_message` replace the
+    fields'; both true is a 400, as is a request's own `chat_template`."""
+    if body.get("chat_template") is not None:
+        raise bad_request(
+            "'chat_template' in a request is not supported: the server applies the model's "
+            "template (or its --chat-template)",
+            "chat_template",
+        )
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise bad_request(
+            f"'chat_template_kwargs' must be an object, got {_type_name(kwargs)} {_show(kwargs)}",
+            "chat_template_kwargs",
+        )
+    kwargs = dict(kwargs) if kwargs else None
+    fields = {}
+    for key, default in (("add_generation_prompt", True), ("continue_final_message", False)):
+        fields[key] = _bool(body, key, default)
+        if kwargs is not None and key in kwargs:
+            v = kwargs.pop(key)
+            if not isinstance(v, bool):
+                raise bad_request(
+                    f"'chat_template_kwargs.{key}' must be a boolean, got {_type_name(v)} {_show(v)}",
+                    "chat_template_kwargs",
+                )
+            fields[key] = v
+    for key in _RESERVED_TEMPLATE_KWARGS:
+        if kwargs is not None and key in kwargs:
+            raise bad_request(
+                f"'chat_template_kwargs' cannot set '{key}' (the template gets the request's own)",
+                "chat_template_kwargs",
+            )
+    if fields["add_generation_prompt"] and fields["continue_final_message"]:
+        raise bad_request(
+            "'continue_final_message' and 'add_generation_prompt' cannot both be true: continue the last "
+            "message, or start a new assistant message (set 'add_generation_prompt': false)",
+            "continue_final_message",
+        )
+    return fields["add_generation_prompt"], fields["continue_final_message"], kwargs or None
 
 
 def _finish(c: dict, kind: str, text, ids, messages, max_tokens: tuple, body) -> ParsedRequest:

@@ -6,12 +6,14 @@
   No ids are made: only the count matters to the virtual GPU.
 - `HFTokenizer`: a real tokenizer read from a folder holding `tokenizer.json` (the
   `tokenizers` package). A chat request is rendered as `role: content` lines (no model
-  chat template) before encoding.
+  chat template) before encoding. (The engine backend's tokenizer applies the model's
+  chat template when it has one: `backends._EngineTokenizer`, `chat_template.py`.)
 Token-id prompts (the completions API accepts a list of ints) are counted as given.
 
-Every tokenizer here has `chat_text(messages)` (the text a chat request is tokenized as),
-`encode(text)`, `encode_chat(messages)`, `decode(ids)`, and two facts the server's limits
-use (see `docs/serving.md`, "Request limits"):
+Every tokenizer here has `chat_text(messages, **options)` (the text a chat request is
+tokenized as; options: `add_generation_prompt`, `continue_final_message`,
+`template_kwargs`), `encode(text)`, `encode_chat(messages, **options)`, `decode(ids)`,
+and two facts the server's limits use (see `docs/serving.md`, "Request limits"):
 
 - `bytes_per_token`: the most UTF-8 bytes of text the server lets one token stand for.
   A text longer than `max_model_len * bytes_per_token` bytes is refused before it is
@@ -41,9 +43,14 @@ BYTES_PER_TOKEN = 4
 MAX_BYTES_PER_TOKEN = 16  # cap on a tokenizer's bytes_per_token (see the module docstring)
 
 
-def chat_lines(messages: list[dict]) -> str:
-    """A chat request as the text the engine's tokenizers encode: `role: content` lines."""
-    return "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
+def chat_lines(
+    messages: list[dict], add_generation_prompt: bool = True, continue_final_message: bool = False, **_
+) -> str:
+    """A chat request as the text a tokenizer without a chat template encodes: `role:
+    content` lines, then `assistant:` (unless `add_generation_prompt` is false, or with
+    `continue_final_message`: the last message's text is continued)."""
+    text = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+    return text + "\nassistant:" if add_generation_prompt and not continue_final_message else text
 
 
 def bytes_per_token_bound(hf_tokenizer) -> int:
@@ -72,11 +79,11 @@ class ByteRuleTokenizer:
         n = max(1, math.ceil(utf8_len(text) / BYTES_PER_TOKEN))
         return range(n)
 
-    def chat_text(self, messages: list[dict]) -> str:
+    def chat_text(self, messages: list[dict], **_) -> str:
         return "\n".join(m["content"] for m in messages)
 
-    def encode_chat(self, messages: list[dict]) -> Sequence[int]:
-        return self.encode(self.chat_text(messages))
+    def encode_chat(self, messages: list[dict], **options) -> Sequence[int]:
+        return self.encode(self.chat_text(messages, **options))
 
     def decode(self, ids: Sequence[int]) -> str:
         return " tok" * len(ids)
@@ -122,11 +129,11 @@ class HFTokenizer:
         ids = enc.ids if hasattr(enc, "ids") else list(enc)
         return ids
 
-    def chat_text(self, messages: list[dict]) -> str:
-        return chat_lines(messages)
+    def chat_text(self, messages: list[dict], **options) -> str:
+        return chat_lines(messages, **options)
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
-        return self.encode(self.chat_text(messages))
+    def encode_chat(self, messages: list[dict], **options) -> list[int]:
+        return self.encode(self.chat_text(messages, **options))
 
     def decode(self, ids: Sequence[int]) -> str:
         tok = self._tok

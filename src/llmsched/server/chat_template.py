@@ -1,0 +1,289 @@
+"""A model's chat template, rendered as Hugging Face transformers' `apply_chat_template`
+(and so vLLM) renders it: Jinja2 in an immutable sandbox (`trim_blocks`, `lstrip_blocks`,
+the `loopcontrols` extension, `{% generation %}` blocks), with transformers' `tojson`
+filter (no HTML escaping), `raise_exception(msg)`, `strftime_now(fmt)`, `dict` and a
+`namespace` that refuses underscore names. The template sees `messages`,
+`add_generation_prompt`, `tools` and `documents` (None), the tokenizer's named special
+tokens (`bos_token`, `eos_token`, `unk_token`, `sep_token`, `pad_token`, `cls_token`,
+`mask_token`, those it has) and the request's `chat_template_kwargs`.
+
+Where the template comes from (`folder_template`): the folder's `chat_template.jinja`,
+else `tokenizer_config.json`'s `chat_template` (a string, or a list of named templates:
+the one named `default`). `--chat-template` (`load_template_arg`) overrides it: a file,
+or the template itself (a string holding `{`, `}` or a newline; `\\n` escapes are
+decoded), as vLLM's option takes it.
+
+The rendered text carries the template's special tokens (BOS): it is tokenized without
+adding them again, as `apply_chat_template(tokenize=True)` does. No torch here.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from datetime import datetime
+from pathlib import Path
+
+from ..core.errors import ConfigError
+
+SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+TEMPLATE_FILE = "chat_template.jinja"
+# what continue_final_message appends to the last message, to find where it ends once rendered
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+MAX_ERROR_CHARS = 500
+
+
+class TemplateRaised(Exception):
+    """`raise_exception(msg)` called by a template."""
+
+
+def _clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _environment():
+    try:
+        import jinja2  # noqa: PLC0415 - the server extra
+        import jinja2.ext  # noqa: PLC0415
+        from jinja2 import nodes  # noqa: PLC0415
+        from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: PLC0415
+    except ImportError:
+        raise ConfigError("applying the model's chat template needs jinja2 (pip install 'jinja2>=3.1.6')") from None
+
+    class GenerationBlocks(jinja2.ext.Extension):
+        """`{% generation %}...{% endgeneration %}` (transformers' assistant-mask marker):
+        renders its body."""
+
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
+
+    def raise_exception(message):
+        raise TemplateRaised(str(message))
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        return datetime.now().strftime(fmt)
+
+    class TemplateDict:
+        def __call__(self, *args, **kwargs):
+            return dict(*args, **kwargs)
+
+        def fromkeys(self, *args, **kwargs):
+            return dict.fromkeys(*args, **kwargs)
+
+    class TemplateNamespace(jinja2.utils.Namespace):
+        def __init__(*args, **kwargs):  # noqa: N805 - Jinja's own signature trick
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                TemplateNamespace._check_name(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name, value):
+            TemplateNamespace._check_name(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check_name(name):
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(f"a template namespace cannot hold the name {name!r}")
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlocks, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    env.globals["dict"] = TemplateDict()
+    env.globals["namespace"] = TemplateNamespace
+    return env
+
+
+def _token_text(v) -> str | None:
+    """A special token as tokenizer_config.json gives it: a string, or {"content": ...}."""
+    if isinstance(v, dict):
+        v = v.get("content")
+    return v if isinstance(v, str) else None
+
+
+def special_tokens(folder) -> dict[str, str]:
+    """The named special tokens of a tokenizer folder (tokenizer_config.json, then
+    special_tokens_map.json for those it lacks), as strings."""
+    out: dict[str, str] = {}
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        data = _read_json(Path(folder) / name)
+        for key in SPECIAL_TOKENS:
+            t = _token_text(data.get(key))
+            if t is not None and key not in out:
+                out[key] = t
+    return out
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+class ChatTemplate:
+    """A compiled chat template and the special tokens it is rendered with. `source`
+    names where it came from (error messages)."""
+
+    def __init__(self, text: str, source: str, tokens: dict[str, str] | None = None):
+        env = _environment()
+        import jinja2  # noqa: PLC0415 - _environment() found it
+
+        self.text = text
+        self.source = source
+        self.tokens = dict(tokens or {})
+        try:
+            self._template = env.from_string(text)
+        except jinja2.TemplateSyntaxError as e:
+            raise ConfigError(
+                f"{source} is not a valid Jinja chat template: {_clip(str(e.message or e), 200)} (line {e.lineno})"
+            ) from None
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - anything else the compiler refuses
+            raise ConfigError(f"{source} is not a valid Jinja chat template: {_clip(str(e), 200)}") from None
+
+    def render(
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        template_kwargs: dict | None = None,
+    ) -> str:
+        """The conversation's text; ConfigError (with the template's message) if the template
+        raises or cannot render it."""
+        if continue_final_message and add_generation_prompt:
+            raise ConfigError("continue_final_message and add_generation_prompt cannot both be true")
+        chat = [dict(m) for m in messages]
+        final = None
+        if continue_final_message:
+            if not chat:
+                raise ConfigError("continue_final_message needs a final message to continue")
+            final = chat[-1].get("content")
+            if not isinstance(final, str):
+                raise ConfigError("continue_final_message needs a final message with text content")
+            if "content" not in self.text:
+                raise ConfigError("continue_final_message: this chat template does not render message contents")
+            chat[-1]["content"] = final + _CONTINUE_TAG
+        kwargs = template_kwargs or {}
+        # as transformers: the special tokens, then the kwargs (which may replace them)
+        variables = {**self.tokens, **kwargs}
+        variables.update(
+            messages=chat,
+            tools=kwargs.get("tools"),
+            documents=kwargs.get("documents"),
+            add_generation_prompt=add_generation_prompt,
+        )
+        try:
+            text = self._template.render(**variables)
+        except TemplateRaised as e:
+            raise ConfigError(f"the chat template refused the messages: {_clip(str(e))}") from None
+        except RecursionError:
+            raise ConfigError("the chat template failed: it recursed too deeply") from None
+        except Exception as e:  # noqa: BLE001 - the template's own error: the request's 400
+            raise ConfigError(f"the chat template failed: {type(e).__name__}: {_clip(str(e))}") from None
+        if final is not None:
+            tag = _CONTINUE_TAG.strip()
+            if final.strip() not in text or tag not in text:
+                raise ConfigError(
+                    "continue_final_message: the final message does not appear in the rendered chat "
+                    "(the chat template changes or drops it)"
+                )
+            at = text.rindex(tag)
+            # a template that keeps the spacing: cut at the tag; one that trimmed it: cut and strip
+            text = text[:at] if text[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG else text[:at].rstrip()
+        return text
+
+
+def _pick(value) -> str | None:
+    """A chat_template value: a string, or a list of {"name", "template"} (the default one)."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, list):
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        t = named.get("default")
+        if isinstance(t, str) and t:
+            return t
+        return None
+    return None
+
+
+def folder_template(folder) -> tuple[str | None, str, bool]:
+    """(template text or None, where it came from, whether the folder names a template it
+    cannot use) of a tokenizer folder (or of a tokenizer.json file's folder)."""
+    p = Path(folder)
+    p = p if p.is_dir() else p.parent
+    f = p / TEMPLATE_FILE
+    if f.is_file():
+        try:
+            return f.read_text(encoding="utf-8"), str(f), False
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read the chat template {f}: {e}") from None
+    cfg = p / "tokenizer_config.json"
+    value = _read_json(cfg).get("chat_template")
+    if not value:
+        return None, "", False
+    text = _pick(value)
+    return text, f"{cfg} (chat_template)", text is None
+
+
+def load_template_arg(arg: str) -> tuple[str, str]:
+    """(template text, where it came from) of `--chat-template FILE_OR_STRING`, as vLLM reads
+    it: a file if one is there, else the template itself if it holds `{`, `}` or a newline
+    (its escapes such as `\\n` decoded), else a ConfigError (a file that is not there)."""
+    if not isinstance(arg, str) or not arg.strip():
+        raise ConfigError("--chat-template needs a file or a template, got ''")
+    p = Path(arg)
+    try:
+        is_dir, is_file = p.is_dir(), p.is_file()
+    except (OSError, ValueError):  # a template string too long (or too odd) to be a path
+        is_dir = is_file = False
+    if is_dir:
+        raise ConfigError(f"--chat-template {arg} is a folder; give the template file (or the template)")
+    if is_file:
+        try:
+            return p.read_text(encoding="utf-8"), f"--chat-template {arg}"
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"--chat-template {arg}: cannot read it: {e}") from None
+    if not any(c in arg for c in "{}\n"):
+        raise ConfigError(
+            f"--chat-template {_clip(arg, 200)}: no such file (nor a template: it has no '{{', '}}' or newline)"
+        )
+    try:
+        text = codecs.decode(arg.encode("latin-1", "backslashreplace"), "unicode_escape")
+    except UnicodeDecodeError:
+        text = arg
+    return text, "--chat-template (the given string)"
+
+
+def resolve_template(folder, override: str | None = None) -> tuple[ChatTemplate | None, str | None]:
+    """(the chat template to apply or None, a warning to give or None) for a tokenizer
+    `folder`, with `--chat-template` `override` (which wins)."""
+    tokens = special_tokens(Path(folder) if Path(folder).is_dir() else Path(folder).parent)
+    if override is not None:
+        text, source = load_template_arg(override)
+        return ChatTemplate(text, source, tokens), None
+    text, source, unusable = folder_template(folder)
+    if unusable:
+        return None, (
+            f"{source} holds named chat templates but none named 'default': chat messages are rendered "
+            "as 'role: content' lines (give --chat-template)"
+        )
+    if text is None:
+        return None, None
+    return ChatTemplate(text, source, tokens), None
