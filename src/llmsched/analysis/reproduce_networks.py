@@ -26,13 +26,15 @@ runs a reduced version in seconds (tests).
   `rybko_stolyar_backlog.png`: unfinished work at s1 and s2 over time per order.
 
 Verdicts. The simulator judges each replica on its own backlog; a server is unstable if
-one of its replicas is, and the network if one of its servers is (`NetworkResult`).
-These experiments also judge the **network's unfinished work** (`network_backlog`): the
+one of its replicas is (`NetworkResult`). Every network run also judges the **network's
+unfinished work** (`network_backlog`, the summary's `network_work_verdict`): the
 servers' backlogs plus the work of the calls the jobs in the network have still to make
 (and, under back-pressure, of the calls waiting in a server's buffer), with the same
-test (`theory.stability_verdict`, threshold 2% of the bottleneck's capacity). A network
-that is unstable only through oscillation between servers (Rybko-Stolyar) can look
-stable or inconclusive server by server while its total work grows steadily.
+test (`theory.stability_verdict`, threshold 2% of the bottleneck's capacity). The
+network's `verdict` combines its servers' and, when the routes cycle through servers,
+that one too: a network that is unstable only through oscillation between servers
+(Rybko-Stolyar) can look stable or inconclusive server by server while its total work
+grows steadily (docs/networks.md, "Judging a network").
 """
 
 from __future__ import annotations
