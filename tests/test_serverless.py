@@ -444,6 +444,46 @@ def test_crowded_migrations_fast_equals_step_by_step(alpha):
     assert (fast.itl.count, fast.itl.total, fast.end_ns) == (exact.itl.count, exact.itl.total, exact.end_ns)
 
 
+def test_a_migration_decided_at_a_step_boundary_of_the_victim_fast_equals_step_by_step():
+    """A reviewer's random platform: another instance goes idle at 18.670227828 s, exactly a
+    step boundary of the victim, and its plan decides the migration. Step by step, the
+    victim (the lower number) had planned its next step at that instant first, so its
+    hand-over started a step later; the fast path cut the victim's batch at the instant
+    (request 22 finished 10 ms later, 1 more migrated token)."""
+    cfg = {
+        "cluster": {
+            "remote_bandwidth_gbps": 4,
+            "nodes": [
+                {"name": "g0", "count": 1, "gpus": 3, "gpu_memory_gb": 80, "dram_gb": 10,
+                 "dram_bandwidth_gbps": 20, "ssd_gb": 100, "ssd_bandwidth_gbps": 2},
+                {"name": "g1", "count": 1, "gpus": 4, "gpu_memory_gb": 80, "dram_gb": 25,
+                 "dram_bandwidth_gbps": 20, "ssd_gb": 20, "ssd_bandwidth_gbps": 0.5},
+            ],
+        },
+        "models": {
+            "m0": {"cost_model": "const:10", "kv_capacity": 3000, "weights_gb": 10},
+            "m1": {"cost_model": "const:3", "kv_capacity": 6000, "weights_gb": 5},
+            "m2": {"cost_model": "linear:c=5,a=0.05", "kv_capacity": 100000, "weights_gb": 5, "keep_alive_s": 0.5},
+            "m3": {"cost_model": "const:3", "kv_capacity": 100000, "weights_gb": 1, "keep_alive_s": 3},
+        },
+        "platform": {
+            "scheduler": "serverlessllm", "router": "least-loaded", "init_s": 0.5, "keep_alive_s": 5,
+            "scale_out_tokens": 200,
+            "serverlessllm": {"load_speedup": 1, "alpha_s_per_token": 0.0001, "beta_s": 0},
+        },
+        "workload": {
+            "arrival": "gamma", "cv": 3, "rate": 5, "num_requests": 28, "seed": 47, "prompt": "uniform:10,1000",
+            "output": "uniform:200,2000", "popularity": {"m0": 10, "m1": 1, "m2": 1, "m3": 1},
+        },
+    }  # fmt: skip
+    spec = load_serverless(cfg)
+    fast, exact = run_serverless(spec), run_serverless(spec, fast=False)
+    assert fast.migrations.sum() >= 1 and (fast.tokens == fast.output).all()
+    for k in ("ttft_ns", "e2e_ns", "queue_ns", "instance", "migrations", "tokens"):
+        assert np.array_equal(getattr(fast, k), getattr(exact, k)), k
+    assert fast.instances == exact.instances and fast.migrated_tokens == exact.migrated_tokens == 1434
+
+
 def test_a_time_limit_before_the_hand_over_leaves_the_request_at_its_source():
     """Stopped at 3 s, request 0 is still decoding at a0 (its hand-over is due at 4.23 s):
     not migrated, in the system, a0 still holds its GPU."""

@@ -399,6 +399,9 @@ class _Runtime:
         self.events: list[tuple] = []
         self.seq = itertools.count(1)  # queue order of events at one instant of one kind and tie
         self.waiting_models: list[_Model] = []
+        # the instance whose batch end or plan is being handled (-1: another event), which a
+        # migration decided then needs to act as the step-by-step path does
+        self.acting = -1
         self.gpus_in_use = 0
         self.peak_gpus = 0
         self.migrated_tokens = 0
@@ -713,6 +716,12 @@ class _Runtime:
         victim.model.live.remove(victim)
         victim.model.ready.remove(victim)
         victim.idle_ver += 1
+        sim = victim.sim
+        if self.acting > victim.id and sim.busy_until > t and sim.steps_done(t) != sim.steps_done(t - 1):
+            # a step of the victim's batch ends at t, and the decision comes from a later
+            # instance's batch end or plan at t: step by step, the victim's plan at t (its
+            # number first) has begun its next step already, which the hand-over waits for
+            t += 1
         self.cut(victim, t)
 
     def cut(self, victim: _Instance, t: int) -> None:
@@ -885,6 +894,7 @@ class _Runtime:
                     next_arrival = UNLIMITED
                     continue
                 now = t
+                self.acting = -1
                 m = models[mids[ai]]
                 r = Request(ai, t, prompts[ai], outputs[ai], m.name)
                 ai += 1
@@ -905,6 +915,7 @@ class _Runtime:
                 inst = a
                 if b != inst.version:
                     continue
+                self.acting = inst.id
                 sim = inst.sim
                 if sim.extendable:  # nothing joined: the batch goes on, timed further
                     heappush(events, (sim.extend(), _END, inst.id, next(seq), inst, b))
@@ -933,8 +944,10 @@ class _Runtime:
                 self.plan(inst, t)  # nothing else happens at t: plan now
             elif kind == _PLAN:
                 a.planned = False
+                self.acting = a.id
                 self.plan(a, t)
             elif kind == _LOADED:
+                self.acting = -1
                 inst = a
                 node = inst.gpu.node
                 inst.loaded_at = t
@@ -942,6 +955,7 @@ class _Runtime:
                 self.push(t + self.init_ns, _READY, inst.id, inst)
                 self.next_load(node, t)
             elif kind == _READY:
+                self.acting = -1
                 inst = a
                 inst.state = READY
                 inst.ready_at = t
@@ -964,11 +978,13 @@ class _Runtime:
                     entry[4] = True
                     self.cut(victim, t)
             elif kind == _EXPIRE:
+                self.acting = -1
                 inst = a
                 if b == inst.idle_ver and inst.state == READY and inst.sim.is_idle():
                     self.stop(inst, t, "keep-alive")
                     self.serve_waiting_models(t)
             else:  # _FREE: a migration's victim has handed over or finished every request
+                self.acting = -1
                 victim = a
                 gpu = victim.gpu
                 self.stop(victim, t, "migrated")
