@@ -289,3 +289,14 @@ def test_traffic_report_with_a_batch_cap_holds_plain_floats():
     rep = traffic(spec)
     assert rep.server("s").binding == "batch-size cap (2-D region)"
     assert list(_numpy_values(rep)) == []
+
+
+def test_an_objective_met_exactly_is_met_on_one_server():
+    """Goodput compares objectives on integer nanoseconds: constant 10 ms steps give every
+    request a TPOT of exactly 10 ms (in float seconds a fifth of them missed it)."""
+    import llmsched
+
+    kw = dict(cost_model="const:10", prompt="const:10", output="const:3", arrival="poisson", rate=50)
+    res = llmsched.simulate(**kw, num_requests=300, seed=1, slo={"tpot_ms": 10})
+    assert res.summary["arrived"] == 300 and res.summary["goodput_share"] == 1.0
+    assert llmsched.simulate(**kw, num_requests=300, seed=1, slo={"tpot_ms": 9.9999}).summary["goodput_share"] == 0.0

@@ -1315,6 +1315,25 @@ def test_slo_reports_goodput_overall_and_per_model(tmp_path, capsys):
     one_line_error(capsys, [*argv, "--slo", "p99_itl_ms=30"], "per request")
 
 
+def test_an_objective_met_exactly_is_met_whenever_the_request_ran():
+    """Every request's TPOT is exactly 10 ms (10 ms steps): one arriving at 110 s failed
+    `itl_ms=10`, its (116.03 - 116.01) / 2 coming to 10.000000000000231 ms in float
+    seconds. Objectives are compared on the clock's integer nanoseconds."""
+    cfg = base(init_s=1, keep_alive_s=1)
+    rows = [(t, "m", 10, 3) for t in (0, 30, 50, 70, 90, 110, 1234.567)]
+    spec = load_serverless(cfg)
+    stats = run(cfg, rows)
+    assert ((stats.e2e_ns - stats.ttft_ns) == 2 * 10 * MS).all()
+    from llmsched.sim.serverless_result import ServerlessResult
+
+    for slo, share in (({"itl_ms": 10}, 1.0), ({"tpot_ms": 9.999999}, 0.0), ({"e2el_ms": 6030}, 1.0)):
+        res = ServerlessResult(stats, spec.to_dict(), wall_s=0.0, slo=slo)
+        assert res.summary["goodput_share"] == share, slo
+    ttft = int(stats.ttft_ns[0])  # a cold start: the longest
+    res = ServerlessResult(stats, spec.to_dict(), wall_s=0.0, slo={"ttft_ms": ttft / 1e6, "tpot_ms": 10})
+    assert res.summary["goodput_share"] == 1.0
+
+
 def test_workload_options_that_would_do_nothing_are_refused():
     """`time_scale` divides a trace's times and `popularity` splits a total rate or a
     trace: for synthetic arrivals, or with a rate per model, they were accepted, recorded

@@ -213,7 +213,7 @@ class SimResult:
         s.update(self.stability)
         if self.slo:
             s["slo"] = dict(self.slo)
-            s.update(goodput(meets_slo(self.slo, done, self.ttft_s, self.e2e_s, tpot), done, duration))
+            s.update(goodput(meets_slo(self.slo, done, st.ttft_ns, st.e2e_ns, self.output), done, duration))
         if self.tag is not None and len(self.tag):
             tags = np.asarray(self.tag, dtype=object)
             names = sorted(set(tags.tolist()))
@@ -489,18 +489,27 @@ def goodput(ok: np.ndarray, done: np.ndarray, duration: float | None) -> dict:
     return {"goodput": per_second(int(ok.sum()), duration), "goodput_share": float(ok.sum()) / max(int(done.sum()), 1)}
 
 
-def meets_slo(slo: dict, done: np.ndarray, ttft_s: np.ndarray, e2e_s: np.ndarray, tpot_s: np.ndarray) -> np.ndarray:
+def meets_slo(slo: dict, done: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarray, output: np.ndarray) -> np.ndarray:
     """Which requests finished within every per-request objective of `slo` (ms: `ttft_ms`,
     `e2el_ms`, and `tpot_ms` / `itl_ms`, both a request's mean inter-token gap, its TPOT;
-    a request without a gap meets those). Goodput counts them."""
+    a request without a gap meets those). Goodput counts them. Compared on the clock's
+    integer nanoseconds: a TPOT of exactly the objective meets it whenever the request ran
+    (in float seconds, (116.03 - 116.01) / 2 came to 10.000000000000231 ms)."""
     ok = done.copy()
-    for key, values in (("ttft_ms", ttft_s), ("e2el_ms", e2e_s)):
+    for key, values in (("ttft_ms", ttft_ns), ("e2el_ms", e2e_ns)):
         if key in slo:
-            ok &= values * 1e3 <= slo[key]
+            ok &= values <= _limit_ns(slo[key])
+    gaps = np.maximum(np.asarray(output, dtype=np.int64) - 1, 0)
     for key in ("tpot_ms", "itl_ms"):
         if key in slo:
-            ok &= np.nan_to_num(tpot_s, nan=0.0) * 1e3 <= slo[key]
+            # TPOT = (e2e - ttft) / gaps <= limit, multiplied out (no gap: met)
+            ok &= (e2e_ns - ttft_ns) <= _limit_ns(slo[key]) * gaps
     return ok
+
+
+def _limit_ns(ms: float) -> int:
+    """An objective in ms as the clock's whole nanoseconds (at most 1e9 s: no overflow)."""
+    return int(round(ms * 1e6))
 
 
 def per_second(count: int, duration: float) -> float | None:

@@ -222,7 +222,7 @@ class ServerlessResult:
         slo_ok = None
         if self.slo:
             s["slo"] = dict(self.slo)
-            slo_ok = meets_slo(self.slo, done, self.ttft_s, self.e2e_s, self.tpot_s)
+            slo_ok = meets_slo(self.slo, done, st.ttft_ns, st.e2e_ns, st.output)
         s.update(self._block(everyone, st.itl, st.instances, duration, slo_ok))
         s["peak_gpus_in_use"] = int(st.peak_gpus)
         s["migrated_tokens"] = int(st.migrated_tokens)
