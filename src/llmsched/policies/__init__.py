@@ -36,15 +36,36 @@ ADMISSION_POLICIES: dict[str, Callable[..., AdmissionPolicy]] = {
     "twp": TWP,
     "dynamicbatch": DynamicBatch,
 }
+# names a registered policy may not take (it would replace a built-in, or never be found)
+_BUILT_IN_BATCH = frozenset(BATCH_POLICIES) | frozenset(BATCH_ALIASES)
+_BUILT_IN_ADMISSION = frozenset(ADMISSION_POLICIES) | frozenset(ADMISSION_ALIASES)
+
+
+def _registrable(name, builtins: frozenset, what: str) -> str:
+    """`name` as a policy is looked up (lower case); ConfigError for no name, capitals
+    (never found: names are matched in lower case) or a built-in policy's name."""
+    if not isinstance(name, str) or not name.strip() or ":" in name:
+        raise ConfigError(f"a {what} needs a name without ':' to be registered under, got {name!r}")
+    if name != name.strip().lower():
+        raise ConfigError(f"{what} name {name!r}: use lower case ({name.strip().lower()!r}): names are matched so")
+    if name in builtins:
+        raise ConfigError(f"{what} name {name!r} is a built-in policy's: choose another")
+    return name
 
 
 def register_batch_policy(cls: type[BatchPolicy]) -> type[BatchPolicy]:
-    BATCH_POLICIES[cls.name] = cls
+    """Make a `BatchPolicy` subclass available by its `name` (a class decorator)."""
+    if not (isinstance(cls, type) and issubclass(cls, BatchPolicy)):
+        raise ConfigError(f"register_batch_policy takes a BatchPolicy subclass, got {cls!r}")
+    BATCH_POLICIES[_registrable(cls.name, _BUILT_IN_BATCH, "batch policy")] = cls
     return cls
 
 
 def register_admission_policy(name: str, factory: Callable[..., AdmissionPolicy]) -> None:
-    ADMISSION_POLICIES[name] = factory
+    """Make an admission policy available by `name`; `factory(**options)` builds it."""
+    if not callable(factory):
+        raise ConfigError(f"admission policy {name!r}: the factory must be callable, got {factory!r}")
+    ADMISSION_POLICIES[_registrable(name, _BUILT_IN_ADMISSION, "admission policy")] = factory
 
 
 def _lookup(name: str, table: dict, aliases: dict, what: str):
@@ -139,8 +160,18 @@ def make_scheduler(
     max_running: int | None = None,
     admission_options: dict | None = None,
     policy_options: dict | None = None,
+    **unknown,
 ) -> Scheduler:
     """Build a scheduler from names, e.g. `make_scheduler("sarathi", b_max=512)`."""
+    if unknown:
+        known = ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running")
+        raise unknown_name("make_scheduler argument", min(unknown), (*known, "admission_options", "policy_options"))
+    for arg, value in (("policy", policy), ("admission", admission)):
+        if not isinstance(value, str):
+            raise ConfigError(f"{arg} must be a policy's name (a string), got {value!r:.60}")
+    for arg, value in (("policy_options", policy_options), ("admission_options", admission_options)):
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{arg} must be a mapping of option names to values, got {value!r:.60}")
     constraints = Constraints(b_max=b_max, k_max=k_max, kv_capacity=kv_capacity)
     return Scheduler(
         make_batch_policy(policy, **(policy_options or {})),

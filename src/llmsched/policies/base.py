@@ -17,6 +17,7 @@ from ..core.constraints import Constraints
 from ..core.plan import StepFeedback, StepPlan
 from ..core.request import DECODE, NS, PREFILL, WAITING, Request
 from ..core.state import UNLIMITED, ServerState
+from .check import check_plan
 
 
 class AdmissionPolicy:
@@ -324,8 +325,14 @@ class Planner:
         return StepPlan(self.decode, self.prefill, self.preempt, decode_first, self.decode_room)
 
 
+def _built_in(cls: type) -> bool:
+    return cls.__module__.startswith("llmsched.policies.")
+
+
 class BatchPolicy:
-    """Decides the composition of one step. Subclasses implement `build(planner)`."""
+    """Decides the composition of one step. Subclasses implement `build(planner)`.
+    A policy written outside llmsched has its plans checked against the step contract
+    (`policies.check`), and is not `repeatable` unless its class says so."""
 
     name = ""
     summary = ""
@@ -336,6 +343,13 @@ class BatchPolicy:
     # `build` reads the waiting queue only through `Planner.admit` and `admit_waiting`, so
     # a plan built without them ignores the queue (`StepPlan.ignores_waiting`).
     waiting_via_planner = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "build" in cls.__dict__ and "repeatable" not in cls.__dict__ and not _built_in(cls):
+            # the fast path repeats a plan while the state's counts alone change: a plan
+            # that depends on anything else (the policy's own state) would be repeated wrong
+            cls.repeatable = False
 
     def build(self, p: Planner) -> StepPlan:
         raise NotImplementedError
@@ -371,13 +385,14 @@ class Scheduler:
         # a closed-loop policy that repeats plans (TWP) tells from the coming steps how long
         # an admission's plan lasts, its token limit moving with the feedback
         self._marks_admission = batch.waiting_via_planner and self.repeats_closed_loop and not hooks.batch_limit
+        self._build = batch.build if _built_in(type(batch)) else self._checked_build
 
     def new_state(self) -> ServerState:
         return ServerState(self.constraints, self.admission.waiting_key())
 
     def plan(self, state: ServerState) -> StepPlan:
         p = Planner(state, self.admission, self._hooks)
-        plan = self.batch.build(p)
+        plan = self._build(p)
         if self._marks_blind:
             if not p.saw_waiting:
                 plan.ignores_waiting = True
@@ -387,6 +402,12 @@ class Scheduler:
                 plan.ignores_waiting = plan.repeats_admission = True
         elif self._marks_admission and p.n_admitted == 1 and p.short_admission:
             plan.repeats_admission = True  # (arrivals still cut it: the queue moves the limit)
+        return plan
+
+    def _checked_build(self, p: Planner) -> StepPlan:
+        """The plan of a policy written elsewhere, checked against the step contract."""
+        plan = self.batch.build(p)
+        check_plan(self.batch.name, plan, p.state, p._freed)
         return plan
 
     def observe(self, state: ServerState, feedback: StepFeedback) -> None:

@@ -1,0 +1,139 @@
+"""A batch policy written outside llmsched: registered by name, its plans checked against
+the step contract (a bad plan hung the simulator, corrupted its state or ran steps beyond
+b_max silently), and not repeated by the fast path unless its class says it may be."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import llmsched
+from llmsched.core.errors import ConfigError
+from llmsched.policies import BATCH_POLICIES, BatchPolicy, register_batch_policy
+
+RUN = dict(cost_model="paper", prompt="const:100", output="const:10", num_requests=30, rate=2, seed=0)
+
+
+@pytest.fixture
+def register():
+    """Register policy classes for one test, then forget them."""
+    added = []
+
+    def add(cls):
+        register_batch_policy(cls)
+        added.append(cls.name)
+        return cls
+
+    yield add
+    for name in added:
+        BATCH_POLICIES.pop(name, None)
+
+
+def orca_like(name: str, bend=None, **attrs):
+    """A policy that plans as Orca does through the Planner, then lets `bend(plan, p)`
+    break the contract."""
+
+    def build(self, p):
+        p.take_decodes()
+        p.take_running_prefills(whole=True)
+        p.admit_waiting(whole=True)
+        plan = p.plan()
+        return bend(plan, p) if bend else plan
+
+    return type(name, (BatchPolicy,), {"name": name, "build": build, **attrs})
+
+
+def test_a_registered_policy_runs_and_keeps_the_contract(register):
+    register(orca_like("mine"))
+    res = llmsched.simulate(policy="mine", **RUN)
+    ref = llmsched.simulate(policy="orca", **RUN)
+    assert res.summary["completed"] == 30
+    assert res.summary["mean_ttft_ms"] == ref.summary["mean_ttft_ms"]  # Orca's rule, checked
+
+
+def _first_chunk(plan, f):
+    if plan.prefill:
+        r, c = plan.prefill[0]
+        plan.prefill[0] = (r, f(r, c))
+    return plan
+
+
+@pytest.mark.parametrize(
+    "bend, message",
+    [
+        (lambda plan, p: None, "build() returned NoneType, not a StepPlan"),
+        (lambda plan, p: _first_chunk(plan, lambda r, c: r.prefill_target + 50), "prefill tokens left"),
+        (lambda plan, p: _first_chunk(plan, lambda r, c: -3), "a chunk of -3 tokens"),
+        (lambda plan, p: _first_chunk(plan, lambda r, c: 2.5), "a chunk of 2.5 tokens"),
+        (lambda plan, p: (setattr(plan, "decode", plan.decode + 5), plan)[1], "can decode"),
+        (lambda plan, p: (plan.prefill.extend(plan.prefill[:1]), plan)[1], "two prefill chunks"),
+        (lambda plan, p: (plan.preempt.extend(list(p.state.waiting)[:1]), plan)[1], "which is not running"),
+    ],
+)
+def test_a_plan_that_breaks_the_contract_is_one_clear_error(register, bend, message):
+    register(orca_like("bent", bend))
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        llmsched.simulate(policy="bent", **{**RUN, "rate": 50})
+    assert "batch policy 'bent' planned a step the server cannot run" in str(info.value)
+
+
+def test_budget_batch_and_kv_limits_are_checked(register):
+    def everyone(plan, p):
+        for r in list(p.state.waiting):
+            if all(q is not r for q, _ in plan.prefill):
+                plan.prefill.append((r, r.prefill_target - r.prefilled))
+        return plan
+
+    register(orca_like("greedy", everyone))
+    many = {**RUN, "rate": 1000}
+    with pytest.raises(ConfigError, match="tokens, above b_max = 512"):
+        llmsched.simulate(policy="greedy", **many)
+    with pytest.raises(ConfigError, match="requests, above k_max = 4"):
+        llmsched.simulate(policy="greedy", **many, b_max=100_000, k_max=4)
+    with pytest.raises(ConfigError, match="KV slots; .* are free"):
+        llmsched.simulate(policy="greedy", **many, b_max=100_000, kv_capacity=1000)
+
+
+def test_a_stateful_policy_is_not_repeated_unless_it_says_so(register):
+    """A policy alternating decode-only and prefill steps: on the fast path (which repeats
+    a plan while only token counts change) it ran 1911 steps against 1925 step by step."""
+
+    def build(self, p):
+        self.turn = not getattr(self, "turn", False)
+        p.take_decodes()
+        if self.turn or not p.decode:
+            p.take_running_prefills()
+            p.admit_waiting()
+        return p.plan()
+
+    cls = register(type("alternate", (BatchPolicy,), {"name": "alternate", "build": build}))
+    assert cls.repeatable is False and BatchPolicy.repeatable is True
+    kw = {**RUN, "num_requests": 200, "rate": 5, "prompt": "uniform:10,600", "output": "uniform:5,200"}
+    fast, exact = llmsched.simulate(policy="alternate", **kw), llmsched.simulate(policy="alternate", **kw, fast=False)
+    assert fast.summary["steps"] == exact.summary["steps"]
+    assert fast.summary["mean_ttft_ms"] == exact.summary["mean_ttft_ms"]
+    declared = register(orca_like("declared", repeatable=True))
+    assert declared.repeatable is True  # (a plan of the state alone: the class says so)
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [("MyUpper", "use lower case ('myupper')"), ("", "needs a name"), ("sarathi", "a built-in policy's"),
+     ("ft", "a built-in policy's"), ("a:b", "without ':'")],
+)  # fmt: skip
+def test_registering_a_name_that_could_not_work_is_refused(name, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        register_batch_policy(orca_like(name))
+    assert name not in BATCH_POLICIES or name in ("sarathi", "ft")
+
+
+def test_registering_something_else_is_refused():
+    from llmsched.policies import register_admission_policy
+
+    with pytest.raises(ConfigError, match="takes a BatchPolicy subclass"):
+        register_batch_policy(lambda: None)
+    with pytest.raises(ConfigError, match="the factory must be callable"):
+        register_admission_policy("x", 5)
+    with pytest.raises(ConfigError, match="a built-in policy's"):
+        register_admission_policy("fcfs", lambda **kw: None)
