@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .core.checks import strict_keywords
 from .core.constraints import check_prefix_block_size
 from .core.cost import make_cost_model, recorded_cost_model
 from .core.errors import ConfigError, unknown_name, warn
@@ -59,6 +60,7 @@ def _given_of(given: dict, workload: dict) -> dict:
     return {k: v for k, v in workload.items() if k in given or k not in DEFAULT_WORKLOAD or v != DEFAULT_WORKLOAD[k]}
 
 
+@strict_keywords("configuration option")
 @dataclass
 class SimConfig:
     """Everything a simulation run depends on."""
@@ -147,6 +149,11 @@ class SimConfig:
 
 
 _CONFIG_KEYS = {f.name for f in fields(SimConfig)}
+# options that are numbers: a string given for one as a keyword is refused, not read
+NUMBER_OPTIONS = frozenset(
+    ("b_max", "k_max", "kv_capacity", "max_running", "max_time_s", "sample_interval_s")
+    + ("rate", "cv", "time_scale", "num_requests", "duration_s", "seed", "system_prompt", "think_time_s")
+)
 
 
 def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **overrides) -> SimConfig:
@@ -165,6 +172,8 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
     for k, v in overrides.items():
         if v is None:
             continue
+        if k in NUMBER_OPTIONS and isinstance(v, (str, bytes)):  # (a YAML file's text is read as before)
+            raise ConfigError(f"{k} must be a number, got {v!r:.60}")
         if k in _CONFIG_KEYS and k != "workload":
             setattr(cfg, k, v)
         elif k == "workload":
@@ -260,7 +269,7 @@ def _check_types(cfg: SimConfig) -> None:
             v = int(fv)
         setattr(cfg, name, int(v))
     for name in ("max_time_s", "sample_interval_s"):
-        check_seconds(name, getattr(cfg, name))
+        setattr(cfg, name, check_seconds(name, getattr(cfg, name)))
     if isinstance(cfg.block_size, np.integer):  # a numpy integer is an integer here
         cfg.block_size = int(cfg.block_size)
     cfg.block_size = check_prefix_block_size(cfg.block_size)
@@ -328,6 +337,8 @@ def simulate(
     `Trace.head`, `Trace.until`, `Trace.time_scaled`), except `rate`, which is ignored
     with a warning.
     """
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"progress must be a function (done, total) or None, got {progress!r:.60}")
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
@@ -541,10 +552,18 @@ def cluster_network(
     cost model behind `router`, fed by the configured synthetic workload (each workload
     class becomes a job type with its share of the rate and its system prompt). With
     prefix caching each replica keeps its own cache. The run's own options (`max_time_s`,
-    `sample_interval_s`, `fast`) are `simulate_network`'s; per-request SLOs and recorded
-    steps are for one server and refused."""
+    `sample_interval_s`, `fast`) are `simulate_network`'s: given here as keywords they are
+    refused (a `config`'s are left to the caller, as the command line does); per-request
+    SLOs and recorded steps are for one server and refused."""
     from .workload.network import NetworkSpec  # noqa: PLC0415 - see simulate_network
 
+    for k in ("max_time_s", "sample_interval_s", "fast", "verdict"):
+        if overrides.get(k) is not None:
+            what = "a network judges each server itself" if k == "verdict" else "an option of the run"
+            raise ConfigError(
+                f"cluster_network does not take {k} ({what}): pass the run's options to "
+                "simulate_network(cluster_network(...), max_time_s=..., sample_interval_s=..., fast=...)"
+            )
     cfg = build_config(config, **overrides)
     if cfg.slo:
         raise ConfigError("slo (goodput against per-request limits) is for one server; a cluster reports no goodput")

@@ -135,6 +135,10 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
     ordered {key: [values]}. ConfigError on a bad spec, an unknown or repeated key."""
     if items is None:
         return {}
+    if isinstance(items, str):  # one KEY=VALUES spec
+        items = [items]
+    if not isinstance(items, (dict, Iterable)) or isinstance(items, bytes):
+        raise ConfigError(f"grid must be a mapping of key -> values or a list of KEY=VALUES specs, got {items!r:.60}")
     known = set(grid_keys())
     out: dict[str, list] = {}
     pairs = []
@@ -142,8 +146,9 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
         for k, v in items.items():
             if isinstance(v, (str, bytes, dict)) or not isinstance(v, Iterable):
                 vals = parse_values(str(k), str(v))
-            else:  # a list, tuple, range or numpy array of values; numpy numbers as Python's
-                vals = [x if as_real(x) is None else as_real(x) for x in v]
+            else:  # a list, tuple, range or numpy array of values; numpy numbers as Python's,
+                # and strings read as the command line's grid reads them ('3' is the number 3)
+                vals = [_scalar(x) if isinstance(x, str) else x if as_real(x) is None else as_real(x) for x in v]
             pairs.append((str(k), vals))
     else:
         for item in items:
@@ -221,11 +226,15 @@ def parse_slo(items: Iterable[str] | dict | None) -> dict[str, float]:
     metric become underscores (`p99-itl-ms`), as in simulate's --slo."""
     if not items:
         return {}
+    if isinstance(items, str):  # one METRIC=LIMIT
+        items = [items]
+    if not isinstance(items, (dict, Iterable)) or isinstance(items, bytes):
+        raise ConfigError(f"SLO must be a mapping of metric -> limit or a list of METRIC=LIMIT, got {items!r:.60}")
     pairs = items.items() if isinstance(items, dict) else []
     if not isinstance(items, dict):
         pairs = []
         for item in items:
-            if "=" not in item:
+            if not isinstance(item, str) or "=" not in item:
                 raise ConfigError(f"SLO must be METRIC=LIMIT (e.g. p99_itl_ms=100), got {item!r}")
             k, v = item.split("=", 1)
             pairs.append((k.strip(), v.strip()))

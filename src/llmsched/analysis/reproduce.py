@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ..api import simulate
-from ..core.checks import first_repeat
+from ..core.checks import as_real, check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
@@ -110,18 +110,24 @@ def reproduce_stability(
     t0 = time.perf_counter()
     if workload not in PRESETS:
         raise ConfigError(f"unknown workload {workload!r} (known: {', '.join(PRESETS)})")
-    if not (isinstance(load, (int, float)) and 0 < load < 10):
+    if as_real(load) is None or not 0 < as_real(load) < 10:
         raise ConfigError(f"load must be a positive fraction of the critical rate, got {load!r}")
+    load = as_real(load)
+    if tol is not None and (as_real(tol) is None or not 0 < as_real(tol) < 1):
+        raise ConfigError(f"tol must be in (0, 1), got {tol!r}")
+    tol = None if tol is None else as_real(tol)
     if not search and (search_requests is not None or tol is not None):
         raise ConfigError("search_requests and tol set the rate search: they have no effect with search=False")
     n_queue, n_search, d_seeds, d_tol = QUICK if quick else SIZES[workload]
     n_queue = n_queue if num_requests is None else num_requests
     n_search = search_requests if search_requests is not None else (n_search if num_requests is None else num_requests)
-    seeds = tuple(d_seeds if seeds is None else seeds)
-    if not seeds:
-        raise ConfigError("give at least one seed")
+    seeds = check_seeds(d_seeds if seeds is None else seeds)
     tol = d_tol if tol is None else tol
-    policies = [str(p) for p in policies]
+    if isinstance(policies, str):  # one policy's name
+        policies = [policies]
+    if not isinstance(policies, Iterable) or not all(isinstance(p, str) for p in policies):
+        raise ConfigError(f"policies must be a list of policy names, got {policies!r:.60}")
+    policies = list(policies)
     if not policies:
         raise ConfigError("give at least one policy")
     dup = first_repeat(policies)

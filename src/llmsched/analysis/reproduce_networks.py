@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.checks import check_seeds
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
@@ -347,24 +348,6 @@ def _check_loads(loads, what: str = "loads") -> list[float]:
     if not out or any(not (math.isfinite(x) and x > 0) for x in out):
         raise ConfigError(f"{what} must be positive fractions of the capacity, got {list(loads)!r}")
     return out
-
-
-def check_seeds(seeds) -> tuple[int, ...]:
-    """The seeds, each a whole number >= 0 and given once: a repeated seed would run every
-    cell of the experiment again (duplicate rows in table.csv, averages counting it twice)."""
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (Sequence, set, frozenset, np.ndarray)):
-        raise ConfigError(f"seeds must be a list of whole numbers >= 0, got {seeds!r}")
-    out: list[int] = []
-    for s in seeds:
-        whole = isinstance(s, (int, np.integer)) or (isinstance(s, (float, np.floating)) and float(s).is_integer())
-        if isinstance(s, (bool, np.bool_)) or not whole or s < 0:
-            raise ConfigError(f"seeds must be whole numbers >= 0, got {s!r}")
-        if int(s) in out:
-            raise ConfigError(f"seed {int(s)} is given twice: each seed runs every cell once, list it once")
-        out.append(int(s))
-    if not out:
-        raise ConfigError("give at least one seed")
-    return tuple(out)
 
 
 def _counts(verdicts: Sequence[str]) -> str:

@@ -23,11 +23,13 @@ modules of `llmsched.analysis`:
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..core.checks import as_real, check_seeds
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_run_dir, clear_stale
 from .figures import plot_sweep
@@ -132,10 +134,12 @@ def run_sweep(
         raise ConfigError("--slo needs --search max-stable-rate")
     if search and ("rate" in g or "load" in g):
         raise ConfigError("the search finds the rate: do not put rate or load in the grid")
-    if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+    if as_real(tol) is None or not 0 < as_real(tol) < 1:
         raise ConfigError(f"tol must be in (0, 1), got {tol!r}")
-    if not (isinstance(search_hi, (int, float)) and search_hi > 0):
-        raise ConfigError(f"search_hi must be > 0, got {search_hi!r}")
+    tol = as_real(tol)
+    if as_real(search_hi) is None or not 0 < as_real(search_hi) < math.inf:
+        raise ConfigError(f"search_hi must be a finite number > 0, got {search_hi!r}")
+    search_hi = as_real(search_hi)
     fixed = {k.replace("-", "_"): v for k, v in fixed.items() if v is not None}
     bad = sorted(set(fixed) - set(grid_keys()))
     if bad:
@@ -224,10 +228,14 @@ def max_stable_rate(
     `inconclusive_above_unstable` (probes above it judged inconclusive: verdicts not
     monotone in the rate), `failed_rate` (a failed probe, which leaves the group's
     answers None) and the number of probes (`llmsched.analysis.search`)."""
-    g = dict(grid or {})
+    g = dict(parse_grid(grid))
+    if isinstance(policies, str):  # one policy's name
+        policies = [policies]
     if policies is not None:
+        if not isinstance(policies, Iterable) or not all(isinstance(p, str) for p in policies):
+            raise ConfigError(f"policies must be a list of policy names, got {policies!r:.60}")
         g["policy"] = list(policies)
-    g["seed"] = list(seeds)
+    g["seed"] = list(check_seeds(seeds))
     res = run_sweep(
         config,
         g,

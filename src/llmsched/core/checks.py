@@ -31,3 +31,66 @@ def first_repeat(values):
     """The first value of `values` that an earlier one equals, or None (a list given
     twice runs its cells twice)."""
     return next((v for i, v in enumerate(values) if v in values[:i]), None)
+
+
+def strict_keywords(what: str):
+    """A class decorator for a dataclass: an unknown keyword argument to its constructor
+    is a ConfigError naming it and the known ones (`unknown_name`), not a TypeError."""
+
+    def wrap(cls):
+        import dataclasses  # noqa: PLC0415
+        import functools  # noqa: PLC0415
+
+        from .errors import unknown_name  # noqa: PLC0415
+
+        init = cls.__init__
+        known = frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            if not known.issuperset(kwargs):
+                raise unknown_name(what, min(set(kwargs) - known), known)
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__
+        return cls
+
+    return wrap
+
+
+def check_run_switches(fast, progress, unknown: dict | None = None, known=()) -> None:
+    """A run function's `fast` (a bool), `progress` (None or a function) and keyword
+    arguments it does not take (`unknown`, named with the `known` ones): ConfigErrors."""
+    from .errors import ConfigError, unknown_name  # noqa: PLC0415
+
+    if unknown:
+        raise unknown_name("option", min(unknown), known)
+    if not isinstance(fast, bool):
+        raise ConfigError(f"fast must be true or false, got {fast!r:.60}")
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"progress must be a function (done, total) or None, got {progress!r:.60}")
+
+
+def check_seeds(seeds) -> tuple[int, ...]:
+    """The seeds, each a whole number >= 0 and given once: a repeated seed would run every
+    cell of the experiment again (duplicate rows in table.csv, averages counting it twice).
+    A string (`"01"`, two seeds '0' and '1'?) or a single number is no list of seeds."""
+    from collections.abc import Sequence  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    from .errors import ConfigError  # noqa: PLC0415
+
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (Sequence, set, frozenset, np.ndarray)):
+        raise ConfigError(f"seeds must be a list of whole numbers >= 0, got {seeds!r:.60}")
+    out: list[int] = []
+    for s in seeds:
+        whole = isinstance(s, (int, np.integer)) or (isinstance(s, (float, np.floating)) and float(s).is_integer())
+        if isinstance(s, (bool, np.bool_)) or not whole or s < 0:
+            raise ConfigError(f"seeds must be whole numbers >= 0, got {s!r:.60}")
+        if int(s) in out:
+            raise ConfigError(f"seed {int(s)} is given twice: each seed runs every cell once, list it once")
+        out.append(int(s))
+    if not out:
+        raise ConfigError("give at least one seed")
+    return tuple(out)

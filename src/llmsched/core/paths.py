@@ -18,6 +18,12 @@ def _first_existing(p: Path) -> Path:
     return p
 
 
+def check_path_type(path, what: str = "output folder") -> None:
+    """A path must be a string or a path object (`5`, `None`: a ConfigError, not Path's TypeError)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"{what} must be a folder's path (a string or a Path), got {path!r:.60}")
+
+
 def _check_folder(given, folder: Path, what: str) -> None:
     """`folder` (or the place it will be made in) can hold new files."""
     base = _first_existing(folder)
@@ -139,6 +145,7 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     stopped before its last file), or other files none of which it would replace. Never
     over another tool's files (a model folder's config.json) nor over another kind of
     run's outputs (they would mix)."""
+    check_path_type(path, what)
     if str(path) == "":
         raise ConfigError(f"{what} must name a folder")
     folder = Path(path)
@@ -231,6 +238,7 @@ def recorded_path(path: str) -> str:
 
 def check_out_dir(path, what: str = "output folder") -> None:
     """Raise ConfigError unless `path` is a folder that can be written, or can be made."""
+    check_path_type(path, what)
     _check_folder(path, Path(path), what)
 
 

@@ -53,10 +53,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checks import as_real
 from .constraints import check_k_max
 from .cost import CostModel, make_cost_model
 from .errors import ConfigError
 from .length_mix import LengthMix
+from .request import MAX_LENGTH
 
 __all__ = [
     "StabilityRegion",
@@ -105,13 +107,21 @@ def feasible_shape(x, y, b_max: int, k_max: int | None = None, max_prefill_per_r
     return ok
 
 
-def check_mean_lengths(mean_prompt, mean_output) -> None:
-    """The rule for a workload's mean lengths: mean prompt > 0 and mean output >= 1 tokens
-    (the prefill step emits output token 1); a one-line ConfigError otherwise."""
-    if not mean_prompt > 0 or not mean_output >= 1:
-        raise ConfigError(
-            f"mean prompt must be > 0 and mean output >= 1 tokens, got {mean_prompt!r} and {mean_output!r}"
-        )
+def check_mean_lengths(mean_prompt, mean_output) -> tuple[float, float]:
+    """The rule for a workload's mean lengths: numbers (numpy's too, not a bool nor a
+    string), mean prompt > 0 and mean output >= 1 tokens (the prefill step emits output
+    token 1), both finite and at most MAX_LENGTH, a request field's limit; a one-line
+    ConfigError otherwise. Returns them as Python floats."""
+    p, o = as_real(mean_prompt), as_real(mean_output)
+    for name, v, x in (("mean_prompt", mean_prompt, p), ("mean_output", mean_output, o)):
+        if x is None:
+            raise ConfigError(f"{name} must be a number of tokens, got {v!r:.60}")
+    if not p > 0 or not o >= 1:
+        raise ConfigError(f"mean prompt must be > 0 and mean output >= 1 tokens, got {p!r} and {o!r}")
+    for name, x in (("mean_prompt", p), ("mean_output", o)):
+        if not x <= MAX_LENGTH:
+            raise ConfigError(f"{name} must be a finite number of tokens up to {MAX_LENGTH:,}, got {x:g}")
+    return float(p), float(o)
 
 
 def require_cost_model(cost) -> None:

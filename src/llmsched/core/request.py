@@ -10,21 +10,26 @@ add up exactly the same clock.
 
 from __future__ import annotations
 
+from .checks import as_real
 from .errors import ConfigError
 
 NS = 1_000_000_000  # nanoseconds per second: every clock of the project counts integer ns
 # The longest time any input may span (seconds; about 31 years): clocks in integer ns stay
 # far below the simulators' 2**62 ns sentinel (every spec's times are bounded by it)
 MAX_SECONDS = 1e9
+MAX_LENGTH = 1 << 30  # tokens per request field (a prompt, an output)
 
 
-def check_seconds(name: str, v) -> None:
+def check_seconds(name: str, v) -> int | float | None:
     """A run's time option (`max_time_s`, `sample_interval_s`): None, or a positive number
-    of seconds up to MAX_SECONDS (a larger one overflows the nanosecond clock)."""
+    of seconds up to MAX_SECONDS (a larger one overflows the nanosecond clock); a numpy
+    number is one too. Returns it as a Python number (None for None)."""
     if v is None:
-        return
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= MAX_SECONDS:
+        return None
+    x = as_real(v)
+    if x is None or not 0 < x <= MAX_SECONDS:
         raise ConfigError(f"{name} must be a positive number of seconds up to {MAX_SECONDS:g}, got {v!r}")
+    return x
 
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checks import as_real
+from ..core.checks import as_real, check_run_switches
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir
 from ..core.prefix_cache import hit_rate
-from ..core.request import NS
+from ..core.request import NS, check_seconds
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
 from ..theory.network import check_schedulers, traffic
 from ..workload.network import load_network
@@ -540,6 +540,19 @@ def _codes(values) -> tuple[list[str], np.ndarray]:
 __all__ = ["NetworkResult", "decode_time_s", "merge_prefix_stats", "simulate_network"]
 
 
+_NETWORK_OPTIONS = (
+    "network",
+    "out_dir",
+    "fast",
+    "max_time_s",
+    "sample_interval_s",
+    "scale",
+    "num_jobs",
+    "seed",
+    "progress",
+)
+
+
 def simulate_network(
     network,
     *,
@@ -551,10 +564,14 @@ def simulate_network(
     num_jobs: int | None = None,
     seed: int | None = None,
     progress=None,
+    **unknown,
 ) -> NetworkResult:
     """Simulate a network (a `NetworkSpec`, a dict, or a YAML path); with `out_dir`, also
     write its files. `scale` multiplies every arrival rate; `num_jobs` and `seed` override
     the file's."""
+    check_run_switches(fast, progress, unknown, _NETWORK_OPTIONS)
+    max_time_s = check_seconds("max_time_s", max_time_s)
+    sample_interval_s = check_seconds("sample_interval_s", sample_interval_s)
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
     spec = load_network(network)

@@ -112,13 +112,34 @@ class SimResult:
     steps_path: Path | None = None
     _summary: dict | None = field(default=None, init=False, repr=False)
     _steps_temporary: bool = field(default=False, init=False, repr=False)
+    # the steps file's identity (device, inode, size, mtime_ns) when this result made or
+    # moved it: another run written into the same folder replaces its steps.csv
+    _steps_id: tuple | None = field(default=None, init=False, repr=False)
 
     def own_steps(self, path: Path) -> None:
         """`path`: the run's recorded steps in a temporary file, which `write` moves into
         its folder; removed with the result if never written."""
         self.steps_path = Path(path)
         self._steps_temporary = True
+        self._steps_id = _file_id(self.steps_path)
         weakref.finalize(self, Path(path).unlink, missing_ok=True)
+
+    def _steps_file(self) -> Path | None:
+        """The run's recorded steps file, None when it recorded none. ConfigError when the
+        file this result wrote was replaced (another run written into its folder) or
+        removed since: never another run's steps as this one's. A `steps_path` set by the
+        caller is taken as it is (None when no file is there)."""
+        if self.steps_path is None:
+            return None
+        path = Path(self.steps_path)
+        if self._steps_id is None:
+            return path if path.is_file() else None
+        if _file_id(path) != self._steps_id:
+            raise ConfigError(
+                f"{path.name} in {path.parent} was replaced by another run (or removed) since this result "
+                "wrote it: its steps are no longer this run's; rerun with record_steps=True"
+            )
+        return path
 
     # ---- per-request values (seconds; NaN where not reached) -------------------------
     def _s(self, ns: np.ndarray) -> np.ndarray:
@@ -317,8 +338,9 @@ class SimResult:
             "timeseries": pd.DataFrame(self.timeseries),
             "itl_histogram": pd.DataFrame(self.itl_columns()),
         }
-        if self.steps_path is not None and Path(self.steps_path).is_file():
-            out["steps"] = pd.read_csv(self.steps_path, dtype={"entries": str}, keep_default_na=False)
+        steps = self._steps_file()
+        if steps is not None:
+            out["steps"] = pd.read_csv(steps, dtype={"entries": str}, keep_default_na=False)
         return out
 
     def write_parquet(self, out_dir: str | os.PathLike) -> list[Path]:
@@ -326,15 +348,16 @@ class SimResult:
         steps.parquet into `out_dir` (typed columns; the CSV files stay). Needs pyarrow."""
         pa, pq, pacsv = require_pyarrow("--parquet")
         check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
+        steps = self._steps_file()  # before any file is written
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         tables = {
             "requests": pa.table({k: pa.array(v) for k, v in self.request_columns().items()}),
             "timeseries": pa.table({k: pa.array(v) for k, v in self.timeseries.items()}),
         }
-        if self.steps_path is not None and Path(self.steps_path).is_file():
+        if steps is not None:
             tables["steps"] = pacsv.read_csv(
-                self.steps_path, convert_options=pacsv.ConvertOptions(column_types={"entries": pa.string()})
+                steps, convert_options=pacsv.ConvertOptions(column_types={"entries": pa.string()})
             )
         written = []
         for name, table in tables.items():
@@ -348,10 +371,10 @@ class SimResult:
         """Write summary.json, config.json, requests.csv, timeseries.csv, histograms and,
         if recorded, steps.csv into `out_dir`. Files appear whole or not at all."""
         check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
+        steps = self._steps_file()  # before any file is written
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         clear_other_run(out, "single-server")
-        steps = self.steps_path if self.steps_path is not None and Path(self.steps_path).is_file() else None
         # a rerun into the same folder: nothing of an older run stays beside the new files
         stale = [*STALE_FIGURES, *(f"{t}.parquet" for t in PARQUET_TABLES)]
         stale += [] if steps is not None else ["steps.csv"]
@@ -383,6 +406,7 @@ class SimResult:
                 shutil.copyfile(steps, tmp)
                 os.replace(tmp, dest)
             self.steps_path = dest
+            self._steps_id = _file_id(dest)
         return out
 
     def _write_requests(self, f) -> None:
@@ -458,6 +482,15 @@ class SimResult:
         w = csv.writer(f)
         w.writerow(["batch_size", "steps"])
         w.writerows(sorted(self.stats.batch_hist.items()))
+
+
+def _file_id(path: Path) -> tuple | None:
+    """A file's identity (device, inode, size, mtime_ns); None when it is not there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def require_pyarrow(what: str):

@@ -26,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.checks import check_run_switches
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir
-from ..core.request import NS
+from ..core.request import NS, check_seconds
 from ..core.slo import check_request_slo
 from ..workload.serverless import ServerlessSpec, load_serverless, make_serverless_requests
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
@@ -322,6 +323,20 @@ class ServerlessResult:
             f.write(",".join(str(v) for v in vals) + "\n")
 
 
+_SERVERLESS_OPTIONS = (
+    "config",
+    "out_dir",
+    "scheduler",
+    "fast",
+    "max_time_s",
+    "scale",
+    "num_requests",
+    "seed",
+    "slo",
+    "progress",
+)
+
+
 def simulate_serverless(
     config,
     out_dir: str | os.PathLike | None = None,
@@ -334,6 +349,7 @@ def simulate_serverless(
     seed: int | None = None,
     slo: dict | None = None,
     progress=None,
+    **unknown,
 ) -> ServerlessResult:
     """Simulate a serverless platform (a `ServerlessSpec`, a mapping, or a YAML path); with
     `out_dir`, also write its files. `scheduler` replaces the platform scheduler (fcfs,
@@ -342,6 +358,8 @@ def simulate_serverless(
     objectives in ms (`ttft_ms`, `tpot_ms`, `itl_ms`, `e2el_ms`, as `simulate(slo=...)`):
     the summary reports goodput overall and per model (TWP's ITL target stays the
     platform file's)."""
+    check_run_switches(fast, progress, unknown, _SERVERLESS_OPTIONS)
+    max_time_s = check_seconds("max_time_s", max_time_s)
     slo = check_request_slo(slo) if slo else {}
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it

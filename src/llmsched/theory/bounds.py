@@ -48,11 +48,13 @@ spec string (`make_cost_model` runs once there); the helpers they call
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass
 
+from ..core.checks import as_real
 from ..core.constraints import check_b_max, check_k_max
 from ..core.cost import CostModel, make_cost_model
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, unknown_name
 from ..core.length_mix import LengthMix
 from ..core.region import check_mean_lengths, representative_timer, require_cost_model, stability_region
 
@@ -70,13 +72,42 @@ def work_per_request(mean_prompt: float, mean_output: float, cached_prompt: floa
     """Tokens of work per request: prompt + output - 1 (the step that computes the last
     prompt token also emits output token 1; docs/stability.md "Work and capacity"), less
     the prompt tokens a prefix cache serves (`cached_prompt`, a mean per request)."""
-    check_mean_lengths(mean_prompt, mean_output)
-    if not 0 <= cached_prompt < mean_prompt:
+    mean_prompt, mean_output = check_mean_lengths(mean_prompt, mean_output)
+    cached_prompt = _check_cached(cached_prompt, mean_prompt)
+    return mean_prompt - cached_prompt + mean_output - 1.0
+
+
+def _check_cached(cached_prompt, mean_prompt: float) -> float:
+    """`cached_prompt` as a float: a number >= 0 below the mean prompt (ConfigError)."""
+    c = as_real(cached_prompt)
+    if c is None or not 0 <= c < mean_prompt:
         raise ConfigError(
-            f"cached prompt tokens per request must be >= 0 and below the mean prompt ({mean_prompt:g}), "
-            f"got {cached_prompt!r}"
+            f"cached prompt tokens per request (cached_prompt) must be a number >= 0 and below the mean prompt "
+            f"({mean_prompt:g}), got {cached_prompt!r:.60}"
         )
-    return float(mean_prompt) - float(cached_prompt) + float(mean_output) - 1.0
+    return float(c)
+
+
+def _check_budget(b) -> int:
+    """A step's token load `b`: a whole number >= 1 (ConfigError)."""
+    x = as_real(b)
+    if x is None or not 1 <= x < math.inf or x != int(x):
+        raise ConfigError(f"b (a step's tokens) must be a whole number >= 1, got {b!r:.60}")
+    return int(x)
+
+
+def _check_means(cost: CostModel, mean_prompt, mean_output, mix=None):
+    """The mean lengths a step's timing takes: both or neither (one alone was silently
+    ignored), checked; `mix` a LengthMix or None."""
+    if (mean_prompt is None) != (mean_output is None):
+        raise ConfigError(
+            "give both mean_prompt and mean_output (the step mixes prefill and decode in their proportion), or neither"
+        )
+    if mix is not None and not isinstance(mix, LengthMix):
+        raise ConfigError(f"mix must be a LengthMix of the workload's lengths (theory.workload_mix), got {mix!r:.60}")
+    if mean_prompt is None:
+        return None, None
+    return check_mean_lengths(mean_prompt, mean_output)
 
 
 def step_time_at_budget(
@@ -93,6 +124,8 @@ def step_time_at_budget(
     contexts of `mix` (a `LengthMix` of the workload's lengths) or, without it,
     representative contexts of the means (optimistic when lengths vary)."""
     require_cost_model(cost)
+    b = _check_budget(b)
+    mean_prompt, mean_output = _check_means(cost, mean_prompt, mean_output, mix)
     return _budget_timer(cost, mean_prompt, mean_output, cached_prompt, mix)(b)
 
 
@@ -123,7 +156,9 @@ def token_capacity(
     cost: CostModel | str, b_max: int, mean_prompt: float | None = None, mean_output: float | None = None
 ) -> float:
     """Theorem 2's bound b_max / t(b_max), tokens per second. `cost`: a CostModel or a
-    spec string."""
+    spec string. `mean_prompt` and `mean_output` (both or neither): a context-dependent
+    model times a step mixing prefill and decode in their proportion; without them, a
+    prefill-only step (`cost.load_time`)."""
     cost = make_cost_model(cost)
     b_max = check_b_max(b_max)
     t = step_time_at_budget(cost, b_max, mean_prompt, mean_output)
@@ -145,6 +180,8 @@ def peak_token_capacity(
     cost models where it does not (e.g. the paper's `max` variant with c < a * b0) a
     policy running smaller steps serves more, and this is the real bound."""
     require_cost_model(cost)
+    b_max = check_b_max(b_max)
+    mean_prompt, mean_output = _check_means(cost, mean_prompt, mean_output, mix)
     if _times_by_load(cost, mean_prompt, mean_output):
         return _load_peak(cost, b_max)
     t = _budget_timer(cost, mean_prompt, mean_output, cached_prompt, mix)
@@ -254,9 +291,25 @@ class CapacityReport:
     def to_dict(self) -> dict:
         d = asdict(self)
         for k, v in d.items():
+            if isinstance(v, numbers.Real) and not isinstance(v, (bool, int, float)):  # a numpy number
+                d[k] = v = int(v) if isinstance(v, numbers.Integral) else float(v)
             if isinstance(v, float) and not math.isfinite(v):
                 d[k] = None if math.isnan(v) else ("inf" if v > 0 else "-inf")
         return d
+
+
+_CAPACITY_ARGS = (
+    "cost",
+    "b_max",
+    "mean_prompt",
+    "mean_output",
+    "k_max",
+    "rate",
+    "max_prefill_per_request",
+    "cached_prompt",
+    "peak",
+    "mix",
+)
 
 
 def capacity(
@@ -271,6 +324,7 @@ def capacity(
     cached_prompt: float = 0.0,
     peak: bool = True,
     mix: LengthMix | None = None,
+    **unknown,
 ) -> CapacityReport:
     """Capacity report (see the module docstring). `cost`: a CostModel or a spec string
     (`"paper"`, `"profile:h200-llama-3-8b"`, ...). `rate` in requests/s is optional.
@@ -283,11 +337,19 @@ def capacity(
     model their scan times every load up to `b_max`, which a caller that needs only the
     rates need not wait for (a load-only model's lambda* needs the peak: its vectorised scan
     runs either way)."""
+    if unknown:
+        raise unknown_name("capacity argument", min(unknown), _CAPACITY_ARGS)
     cost = make_cost_model(cost)
     b_max = check_b_max(b_max)
     k_max = None if k_max is None else check_k_max(k_max)
-    if rate is not None and (not math.isfinite(rate) or rate < 0):
-        raise ConfigError(f"arrival rate must be a finite number >= 0, got {rate!r}")
+    if rate is not None:
+        r = as_real(rate)
+        if r is None or not math.isfinite(r) or r < 0:
+            raise ConfigError(f"arrival rate (rate) must be a finite number >= 0, got {rate!r:.60}")
+        rate = float(r)
+    mean_prompt, mean_output = check_mean_lengths(mean_prompt, mean_output)
+    _check_means(cost, mean_prompt, mean_output, mix)  # (mix)
+    cached_prompt = _check_cached(cached_prompt, mean_prompt)
     work = work_per_request(mean_prompt, mean_output, cached_prompt)
     if cost.load_only:
         mix = None

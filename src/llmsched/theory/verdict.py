@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..core.checks import as_real
 from ..core.errors import ConfigError
 
 __all__ = [
@@ -279,6 +280,28 @@ def stability_verdict(
     prediction is `predicted_growth_tokens_per_s` if given, else computed from
     `arrival_rate`, `work_per_request` and `capacity` when all are given.
     """
+    numbers = {
+        "capacity": capacity,
+        "eps": eps,
+        "threshold": threshold,
+        "alpha": alpha,
+        "tail_fraction": tail_fraction,
+        "b_min": b_min,
+        "predicted_growth_tokens_per_s": predicted_growth_tokens_per_s,
+        "arrival_rate": arrival_rate,
+        "work_per_request": work_per_request,
+        "decode_time_s": decode_time_s,
+    }
+    for name, v in numbers.items():  # numpy's numbers too; never a string, a bool, a list
+        if v is not None and (as_real(v) is None or not math.isfinite(as_real(v))):
+            raise ConfigError(f"{name} must be a finite number, got {v!r:.60}")
+    capacity, eps, threshold, alpha, tail_fraction, b_min = (
+        None if v is None else as_real(v) for v in (capacity, eps, threshold, alpha, tail_fraction, b_min)
+    )
+    predicted_growth_tokens_per_s, arrival_rate, work_per_request, decode_time_s = (
+        None if v is None else as_real(v)
+        for v in (predicted_growth_tokens_per_s, arrival_rate, work_per_request, decode_time_s)
+    )
     t = np.asarray(times, dtype=float).ravel()
     w = np.asarray(unfinished_tokens, dtype=float).ravel()
     if t.shape != w.shape:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.request import MAX_LENGTH
 
 __all__ = ["read_header", "read_columns", "line_of_row", "as_lengths"]
 
@@ -191,9 +192,6 @@ def _parse(source, cols: dict[str, int], kinds: dict[str, str]) -> dict[str, np.
             s = np.char.strip(s) if s.size else s
             out[n] = s.astype("datetime64[ns]") if kinds[n] == "datetime" else s
     return out
-
-
-MAX_LENGTH = 1 << 30  # tokens per request field
 
 
 def as_lengths(

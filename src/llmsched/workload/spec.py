@@ -42,6 +42,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from ..core.checks import strict_keywords
 from ..core.errors import ConfigError
 from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
@@ -167,6 +168,7 @@ class WorkloadClass:
         return cls(d["tag"], d.get("share", 1.0), d.get("prompt"), d.get("output"), d.get("system_prompt"))
 
 
+@strict_keywords("workload option")
 @dataclass
 class WorkloadSpec:
     """A workload: arrivals, length laws, stopping rule, seed and optional class mix.
@@ -228,8 +230,9 @@ class WorkloadSpec:
         # a turn past the arrival clock's end (MAX_SECONDS) was silently never simulated
         self.think_time_s = _opt_float(self.think_time_s, "think_time_s", hi=MAX_SECONDS)
         if self.classes is not None:
-            if isinstance(self.classes, (str, bytes)) or not hasattr(self.classes, "__iter__"):
-                raise ConfigError("classes must be a list of mappings with tag, share, prompt, output")
+            if isinstance(self.classes, (str, bytes, dict)) or not hasattr(self.classes, "__iter__"):
+                got = "one mapping (put it in a list)" if isinstance(self.classes, dict) else repr(self.classes)
+                raise ConfigError(f"classes must be a list of mappings with tag, share, prompt, output; got {got:.60}")
             self.classes = [WorkloadClass.from_dict(c) for c in self.classes]
             if not self.classes:
                 self.classes = None

@@ -74,7 +74,7 @@ class Trace:
     block_size: int = DEFAULT_BLOCK_SIZE
 
     def __post_init__(self) -> None:
-        self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64).reshape(-1)
+        self.arrival_s = _as_float_array(self.arrival_s, "arrival_s")
         self.prompt = _as_int_array(self.prompt, "prompt")
         self.output = _as_int_array(self.output, "output")
         n = self.arrival_s.shape[0]
@@ -365,6 +365,19 @@ def mean_rate(arrival_s) -> float:
     n = len(arrival_s)
     span = float(arrival_s[-1] - arrival_s[0]) if n else 0.0
     return (n - 1) / span if n > 1 and span > 0 else float("nan")
+
+
+def _as_float_array(x, name: str) -> np.ndarray:
+    """Times as float64: numbers (or an empty column) only, not strings nor booleans."""
+    a = np.asarray(x).reshape(-1)
+    if a.dtype.kind in "iuf" or a.size == 0:
+        return a.astype(np.float64)
+    if a.dtype.kind == "O" and not any(isinstance(v, (str, bytes, bool, np.bool_)) for v in a.tolist()):
+        try:
+            return a.astype(np.float64)
+        except (TypeError, ValueError):
+            pass
+    raise ConfigError(f"trace {name} must be numbers (seconds), got dtype {a.dtype}")
 
 
 def _as_int_array(x, name: str) -> np.ndarray:
