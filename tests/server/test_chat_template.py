@@ -11,10 +11,11 @@ import warnings
 
 import httpx
 import pytest
+from helpers import one_line_error
 from srv_helpers import parse_sse, post, running_server
 from transformers import AutoTokenizer
 
-from llmsched.cli import build_parser, main
+from llmsched.cli import build_parser
 from llmsched.cli import server as server_cli
 from llmsched.core.errors import ConfigError, InputWarning
 from llmsched.engine.tiny import train_tokenizer
@@ -261,11 +262,7 @@ def test_without_a_template_the_role_lines_stay(tmp_path, trained):
 
 
 def _one_line_error(capsys, argv, *words):
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("llmsched serve: error:"), err
-    for w in words:
-        assert w in err, err
+    one_line_error(capsys, argv, "llmsched serve: error:", *words)
 
 
 def test_a_template_that_cannot_be_used_is_one_line_and_exit_2(tmp_path, trained, capsys):
