@@ -215,3 +215,10 @@ def test_numpy_numbers_in_theory_give_python_numbers():
     assert rep.critical_rate == capacity("paper", 512, 200, 101).critical_rate
     v = stability_verdict(np.arange(100.0), np.ones(100), capacity=np.float32(100))
     assert v.verdict == "stable" and type(v.capacity_tokens_per_s) is float
+
+
+def test_a_generator_of_policy_names_is_read_once():
+    from llmsched.analysis.sweep import max_stable_rate
+
+    out = max_stable_rate(policies=(p for p in ["orca"]), num_requests=200, tol=0.5, progress=False, cost_model="paper")
+    assert [row["policy"] for row in out] == ["orca"]

@@ -96,6 +96,7 @@ def test_a_repeated_grid_value_is_refused_in_a_mapping_too():
         "b_max": [512],
     }
     assert parse_grid(["policy=orca:x=1,orca"]) == {"policy": ["orca:x=1", "orca"]}  # options make another value
+    assert parse_grid(["seed=1_0,2", "rate=1_000.5"]) == {"seed": [10, 2], "rate": [1000.5]}  # as Python reads them
 
 
 # -- 4-6. capacity refuses what it would ignore -------------------------------------------

@@ -242,3 +242,20 @@ def test_each_network_reproduction_checks_its_own_folder_kind(tmp_path):
     for run in (reproduce_agents, reproduce_rybko_stolyar):
         with pytest.raises(ConfigError, match="holds the outputs of `reproduce clusters`"):
             run(out_dir=tmp_path, quick=True, workers=1)
+
+
+def test_a_rerun_over_its_own_run_beside_hidden_files(tmp_path, capsys):
+    """A desktop's .DS_Store (or any hidden file) beside a run blocked its rerun; a run's
+    proof (summary.json, a sweep's points/) makes its folder a rerun's, notes or not."""
+    out = tmp_path / "run"
+    assert main(["simulate", *RUN, "--out", str(out)]) == 0
+    (out / ".DS_Store").write_text("x")
+    assert main(["simulate", *RUN, "--out", str(out)]) == 0
+    (out / "notes.txt").write_text("mine")
+    assert main(["simulate", *RUN, "--out", str(out)]) == 0 and (out / "notes.txt").read_text() == "mine"
+    sweep = tmp_path / "sweep"
+    argv = ["sweep", *RUN, "--grid", "seed=0", "--no-plots", "--out", str(sweep)]
+    assert main(argv) == 0
+    (sweep / ".DS_Store").write_text("x")
+    (sweep / "notes.txt").write_text("mine")
+    assert main(argv) == 0 and (sweep / "notes.txt").read_text() == "mine"

@@ -300,3 +300,13 @@ def test_an_objective_met_exactly_is_met_on_one_server():
     res = llmsched.simulate(**kw, num_requests=300, seed=1, slo={"tpot_ms": 10})
     assert res.summary["arrived"] == 300 and res.summary["goodput_share"] == 1.0
     assert llmsched.simulate(**kw, num_requests=300, seed=1, slo={"tpot_ms": 9.9999}).summary["goodput_share"] == 0.0
+
+
+def test_an_objective_beyond_any_run_is_met_without_overflow():
+    """`limit * gaps` overflowed int64: tpot_ms=1e10 with 1,000 gaps wrapped negative
+    (goodput 0), 1e13 raised OverflowError."""
+    import llmsched
+
+    kw = dict(cost_model="const:10", prompt="const:10", output="const:1001", rate=1, num_requests=3)
+    for limit in (1e10, 1e13, 1e300):
+        assert llmsched.simulate(**kw, slo={"tpot_ms": limit, "ttft_ms": limit}).summary["goodput_share"] == 1.0

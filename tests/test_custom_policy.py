@@ -137,3 +137,37 @@ def test_registering_something_else_is_refused():
         register_admission_policy("x", 5)
     with pytest.raises(ConfigError, match="a built-in policy's"):
         register_admission_policy("fcfs", lambda **kw: None)
+
+
+def test_a_copy_of_sarathi_runs_as_sarathi_under_preemption_and_spf(register):
+    """The planner preempts the newest running request, which (admitted out of arrival
+    order by spf) need not be the last decoder: the check said "it decodes a request it
+    preempts" of the planner's own plans."""
+
+    def build(self, p):
+        p.take_decodes()
+        p.take_running_prefills()
+        p.admit_waiting()
+        return p.plan(decode_first=True)
+
+    register(type("sarathi-copy", (BatchPolicy,), {"name": "sarathi-copy", "build": build, "repeatable": True}))
+    kw = dict(cost_model="paper", kv_capacity=3000, admission="spf", prompt="uniform:50,800",
+              output="uniform:10,400", num_requests=300, rate=20, seed=1)  # fmt: skip
+    mine, ref = llmsched.simulate(policy="sarathi-copy", **kw), llmsched.simulate(policy="sarathi", **kw)
+    assert ref.summary["preemptions"] > 0
+    for k in ("completed", "steps", "mean_ttft_ms", "preemptions"):
+        assert mine.summary[k] == ref.summary[k], k
+
+
+def test_numpy_counts_and_list_pairs_are_a_valid_plan(register):
+    import numpy as np
+
+    def as_numpy(plan, p):
+        plan.decode = np.int64(plan.decode)
+        plan.prefill[:] = [[r, np.int64(c)] for r, c in plan.prefill]
+        return plan
+
+    register(orca_like("numpy-counts", as_numpy))
+    res = llmsched.simulate(policy="numpy-counts", **RUN)
+    assert res.summary["completed"] == 30
+    assert res.summary["mean_ttft_ms"] == llmsched.simulate(policy="orca", **RUN).summary["mean_ttft_ms"]

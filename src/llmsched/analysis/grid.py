@@ -80,16 +80,18 @@ def _scalar(text: str):
             return v
     except json.JSONDecodeError:
         pass
-    # numbers JSON does not read (00, 0512, +2, 1.): the same values, not strings
-    if _INTEGER.fullmatch(t):
-        return int(t)
-    if _DECIMAL.fullmatch(t):
-        return float(t)
+    # numbers JSON does not read (00, 0512, +2, 1., 1_000): the same values, not strings
+    for pattern, number in ((_INTEGER, int), (_DECIMAL, float)):
+        if pattern.fullmatch(t):
+            try:
+                return number(t)
+            except ValueError:  # (underscores out of place: 1__0)
+                break
     return t
 
 
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_INTEGER = re.compile(r"[+-]?[0-9][0-9_]*")
+_DECIMAL = re.compile(r"[+-]?([0-9][0-9_]*\.?[0-9_]*|\.[0-9][0-9_]*)([eE][+-]?[0-9][0-9_]*)?")
 
 
 def parse_values(key: str, text: str) -> list:

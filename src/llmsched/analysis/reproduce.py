@@ -125,9 +125,11 @@ def reproduce_stability(
     tol = d_tol if tol is None else tol
     if isinstance(policies, str):  # one policy's name
         policies = [policies]
-    if not isinstance(policies, Iterable) or not all(isinstance(p, str) for p in policies):
+    if not isinstance(policies, Iterable):
         raise ConfigError(f"policies must be a list of policy names, got {policies!r:.60}")
-    policies = list(policies)
+    policies = list(policies)  # (a generator is read once)
+    if not all(isinstance(p, str) for p in policies):
+        raise ConfigError(f"policies must be a list of policy names, got {policies!r:.60}")
     if not policies:
         raise ConfigError("give at least one policy")
     dup = first_repeat(policies)

@@ -232,9 +232,10 @@ def max_stable_rate(
     if isinstance(policies, str):  # one policy's name
         policies = [policies]
     if policies is not None:
-        if not isinstance(policies, Iterable) or not all(isinstance(p, str) for p in policies):
+        names = list(policies) if isinstance(policies, Iterable) else None  # (a generator is read once)
+        if names is None or not all(isinstance(p, str) for p in names):
             raise ConfigError(f"policies must be a list of policy names, got {policies!r:.60}")
-        g["policy"] = list(policies)
+        g["policy"] = names
     g["seed"] = list(check_seeds(seeds))
     res = run_sweep(
         config,

@@ -141,10 +141,12 @@ def _named(kind: str) -> str:
 def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     """Raise ConfigError unless a `kind` run may write into `path`: a folder that does not
     exist, is empty, holds a run of the same kind (which the new run replaces; the kinds
-    of simulate run replace one another), or only files such a run writes (one that
-    stopped before its last file), or other files none of which it would replace. Never
-    over another tool's files (a model folder's config.json) nor over another kind of
-    run's outputs (they would mix)."""
+    of simulate run replace one another) with its proof (a simulate run's summary.json, a
+    sweep's points/, an experiment's table.json: file names a run writes are no proof
+    alone), or only files such a run writes (one that stopped before its last file), or
+    other files none of which it would replace (hidden files are not counted). Never over
+    another tool's files (a model folder's config.json) nor over another kind of run's
+    outputs (they would mix)."""
     check_path_type(path, what)
     if str(path) == "":
         raise ConfigError(f"{what} must name a folder")
@@ -160,18 +162,22 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
                 f"not of {_named(kind)}: choose another folder or remove it"
             )
         # a marker is a file name, not proof: the user's own results.csv or requests.csv
-        # beside other files of theirs is theirs, checked below as any folder's files are
+        # beside other files of theirs is theirs, checked below as any folder's files are.
+        # The proof: a simulate run writes summary.json first, a sweep its points/ first, most
+        # experiments a table.json
+        proof = "summary.json" if kind in SIMULATE_KINDS else "points" if kind == "sweep" else None
+        if proof is None and "table.json" in RUN_OUTPUTS[kind]:
+            proof = "table.json"
+        if proof is not None and (folder / proof).exists():
+            return
     if kind in SIMULATE_KINDS:
         ours = {"summary.json", "config.json", *(n for k in SIMULATE_KINDS for n in RUN_OUTPUTS[k])}
     else:
         ours = set(RUN_OUTPUTS[kind])
     names = sorted(e.name for e in os.scandir(folder))
     # a write's temporary file (.NAME.tmp) and the writable-folder probe are ours too
-    foreign = [
-        n
-        for n in names
-        if n not in ours and not n.startswith(".llmsched-probe-") and not (n[:1] == "." and n.endswith(".tmp"))
-    ]
+    # (hidden files: a write's .NAME.tmp, the writable-folder probe, a desktop's .DS_Store)
+    foreign = [n for n in names if n not in ours and not n.startswith(".")]
     # files of its own beside other files (a shared results/ folder): nothing is replaced;
     # a file the run would write among other files (a model folder's config.json) would be
     collide = [n for n in names if n in ours]

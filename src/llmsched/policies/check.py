@@ -10,6 +10,7 @@ breaks it would hang the simulator or corrupt its state: it is refused in one li
 
 from __future__ import annotations
 
+from ..core.checks import as_int
 from ..core.errors import ConfigError
 from ..core.plan import StepPlan
 from ..core.request import DECODE, PREFILL, WAITING, Request
@@ -33,18 +34,18 @@ def check_plan(policy: str, plan, state: ServerState, freed=frozenset()) -> None
         if r.id in victims:
             raise bad(f"it preempts request {r.id} twice")
         victims[r.id] = r
+    # (the step serves the first `decode` decoders left once its victims are out)
     decodable = state.n_decoding - sum(1 for r in victims.values() if r.phase == DECODE)
-    m = plan.decode
-    if not isinstance(m, int) or isinstance(m, bool) or not 0 <= m <= decodable:
-        raise bad(f"it decodes {m!r} requests; {decodable} can decode")
-    if m and any(r.id in victims for r in state.decoders[:m]):
-        raise bad("it decodes a request it preempts")
+    m = as_int(plan.decode)
+    if m is None or not 0 <= m <= decodable:
+        raise bad(f"it decodes {plan.decode!r} requests; {decodable} can decode")
+    plan.decode = m  # (a numpy integer as the simulator's int)
     seen = set()
     tokens = m
     kv_need = m
-    for entry in plan.prefill:
-        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Request)):
-            raise bad(f"a prefill entry is {entry!r}, not (request, tokens)")
+    for i, entry in enumerate(plan.prefill):
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], Request)):
+            raise bad(f"a prefill entry is {entry!r:.80}, not (request, tokens)")
         r, c = entry
         if r.id in seen:
             raise bad(f"it gives request {r.id} two prefill chunks")
@@ -61,9 +62,12 @@ def check_plan(policy: str, plan, state: ServerState, freed=frozenset()) -> None
         else:
             raise bad(f"it prefills request {r.id}, which is not waiting nor in prefill")
         left = r.prefill_target - done
-        if not isinstance(c, int) or isinstance(c, bool) or not 1 <= c <= left:
+        n = as_int(c)
+        if n is None or not 1 <= n <= left:
             raise bad(f"request {r.id} gets a chunk of {c!r} tokens; it has {left} prefill tokens left")
-        tokens += c
+        if n is not c or type(entry) is not tuple:
+            plan.prefill[i] = (r, n)
+        tokens += n
     if tokens > state.b_max:
         raise bad(f"the step holds {tokens} tokens, above b_max = {state.b_max}")
     k = m + len(plan.prefill)

@@ -532,17 +532,19 @@ def meets_slo(slo: dict, done: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarr
     for key, values in (("ttft_ms", ttft_ns), ("e2el_ms", e2e_ns)):
         if key in slo:
             ok &= values <= _limit_ns(slo[key])
-    gaps = np.maximum(np.asarray(output, dtype=np.int64) - 1, 0)
+    gaps = np.maximum(np.asarray(output, dtype=np.int64) - 1, 1)
     for key in ("tpot_ms", "itl_ms"):
         if key in slo:
-            # TPOT = (e2e - ttft) / gaps <= limit, multiplied out (no gap: met)
-            ok &= (e2e_ns - ttft_ns) <= _limit_ns(slo[key]) * gaps
+            # TPOT = (e2e - ttft) / gaps <= limit in whole ns: its ceiling is (no gap: 0, met)
+            ok &= -((ttft_ns - e2e_ns) // gaps) <= _limit_ns(slo[key])
     return ok
 
 
 def _limit_ns(ms: float) -> int:
-    """An objective in ms as the clock's whole nanoseconds (at most 1e9 s: no overflow)."""
-    return int(round(ms * 1e6))
+    """An objective in ms as the clock's whole nanoseconds, at most 2^62 (any larger one
+    is met by every run of a clock that ends at 1e9 s, and fits no int64)."""
+    ns = ms * 1e6
+    return int(round(ns)) if ns < 2.0**62 else 1 << 62
 
 
 def per_second(count: int, duration: float) -> float | None:

@@ -915,7 +915,7 @@ class _Runtime:
                 inst = a
                 if b != inst.version:
                     continue
-                self.acting = inst.id
+                self.acting = -1  # (its own plan below acts as it)
                 sim = inst.sim
                 if sim.extendable:  # nothing joined: the batch goes on, timed further
                     heappush(events, (sim.extend(), _END, inst.id, next(seq), inst, b))
@@ -941,6 +941,7 @@ class _Runtime:
                     inst.planned = True  # plan after what else happens at t
                     heappush(events, (t, _PLAN, inst.id, next(seq), inst, None))
                     continue
+                self.acting = inst.id
                 self.plan(inst, t)  # nothing else happens at t: plan now
             elif kind == _PLAN:
                 a.planned = False
@@ -966,12 +967,14 @@ class _Runtime:
                     inst.planned = True
                     self.push(t, _PLAN, inst.id, inst)
             elif kind == _ROUND:  # the destination has recomputed n0 tokens: d more to go
+                self.acting = -1
                 victim, r = a, b
                 entry = victim.moving.get(r.id)
                 if entry is not None and r.id in victim.sim.state.running:
                     d = entry[3] = self.tokens_at(victim, r, t) - entry[2]
                     self.push(t + round(self.alpha * d * NS), _HAND, r.id, victim, r)
             elif kind == _HAND:  # the destination has caught up: hand over at the next boundary
+                self.acting = -1
                 victim, r = a, b
                 entry = victim.moving.get(r.id)
                 if entry is not None and r.id in victim.sim.state.running:
