@@ -171,3 +171,38 @@ def test_numpy_counts_and_list_pairs_are_a_valid_plan(register):
     res = llmsched.simulate(policy="numpy-counts", **RUN)
     assert res.summary["completed"] == 30
     assert res.summary["mean_ttft_ms"] == llmsched.simulate(policy="orca", **RUN).summary["mean_ttft_ms"]
+
+
+class _FirstVersion(BatchPolicy):
+    name = "versioned"
+
+    def build(self, p):
+        p.take_decodes()
+        p.take_running_prefills(whole=True)
+        p.admit_waiting(whole=True)
+        return p.plan()
+
+
+class _SecondVersion(BatchPolicy):
+    name = "versioned"
+
+    def build(self, p):
+        p.take_decodes()
+        p.take_running_prefills()
+        p.admit_waiting()
+        return p.plan()
+
+
+def test_a_resumed_sweep_reruns_a_redefined_policy(register, tmp_path):
+    """A sweep's point key covered the configuration, not a registered policy's code: a
+    policy redefined under its name was skipped on resume, its old results reported."""
+    from llmsched.analysis import run_sweep
+
+    run = {k: v for k, v in RUN.items() if k != "seed"}
+    kw = dict(workers=1, progress=False, plots=False, out_dir=tmp_path / "sw", policy="versioned", **run)
+    register(_FirstVersion)
+    assert run_sweep(None, {"seed": [0]}, **kw).ran == 1
+    assert run_sweep(None, {"seed": [0]}, **kw).skipped == 1  # the same code: resumed
+    register(_SecondVersion)
+    again = run_sweep(None, {"seed": [0]}, **kw)
+    assert again.ran == 1 and again.skipped == 0

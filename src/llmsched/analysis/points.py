@@ -130,8 +130,33 @@ def point_key(cfg) -> str:
     files = file_stamps(d)
     if files:  # (no key changes for configurations without files)
         key["files"] = files
+    code = policy_code(d)
+    if code:  # (nor for the built-in policies)
+        key["code"] = code
     text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def policy_code(d: dict) -> dict:
+    """The source of the point's policies written outside llmsched (registered in this
+    process), hashed: a resumed sweep reruns a point whose policy was redefined. A class
+    without readable source (made by `type()`) is keyed by its name alone."""
+    import inspect  # noqa: PLC0415
+
+    from ..policies import ADMISSION_POLICIES, BATCH_POLICIES  # noqa: PLC0415
+
+    out = {}
+    for key, table in (("policy", BATCH_POLICIES), ("admission", ADMISSION_POLICIES)):
+        name = str(d.get(key) or "").partition(":")[0].strip().lower()
+        made = table.get(name)
+        if made is None or getattr(made, "__module__", "").startswith("llmsched."):
+            continue
+        try:
+            source = inspect.getsource(made)
+        except (OSError, TypeError):
+            source = f"{getattr(made, '__module__', '')}.{getattr(made, '__qualname__', name)}"
+        out[key] = hashlib.sha256(source.encode()).hexdigest()[:20]
+    return out
 
 
 def check_point(cfg, traces: dict | None = None) -> None:
