@@ -1334,6 +1334,17 @@ def test_an_objective_met_exactly_is_met_whenever_the_request_ran():
     assert res.summary["goodput_share"] == 1.0
 
 
+def test_asking_a_trace_for_more_requests_than_it_has_says_so(tmp_path):
+    from llmsched.core.errors import InputWarning
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,model\n0,10,3,m\n1,10,3,m\n")
+    cfg = base()
+    cfg["workload"] = {"trace": str(trace), "num_requests": 5}
+    with pytest.warns(InputWarning, match="the trace has 2 requests: num_requests=5 replays them all"):
+        assert len(make_serverless_requests(load_serverless(cfg)).arrival_s) == 2
+
+
 def test_workload_options_that_would_do_nothing_are_refused():
     """`time_scale` divides a trace's times and `popularity` splits a total rate or a
     trace: for synthetic arrivals, or with a rate per model, they were accepted, recorded

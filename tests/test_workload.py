@@ -517,3 +517,17 @@ def test_lognormal_expected_is_the_mean_of_its_clipped_rounded_samples():
         x = law.sample(np.random.default_rng(0), 1_000_000)
         assert law.expected() == pytest.approx(x.mean(), rel=3e-3)
     assert Lognormal(1000, sigma=1.0, max=1500).expected() < 740
+
+
+def test_asking_a_trace_for_more_requests_than_it_has_says_so(tmp_path):
+    """`--num-requests` above a trace's length ran the whole trace silently."""
+    from llmsched.core.errors import InputWarning
+
+    p = _write(tmp_path, "t.csv", "arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n2,10,5\n")
+    with pytest.warns(InputWarning, match=r"t.csv has 3 requests: num_requests=10 replays them all"):
+        assert len(make_trace(WorkloadSpec(arrival="trace", trace=str(p), num_requests=10)).arrival_s) == 3
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InputWarning)
+        assert len(make_trace(WorkloadSpec(arrival="trace", trace=str(p), num_requests=3)).arrival_s) == 3

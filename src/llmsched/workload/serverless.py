@@ -33,7 +33,7 @@ import numpy as np
 
 from ..core.constraints import MAX_KV_TOKENS
 from ..core.cost import make_cost_model, recorded_cost_model
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, warn
 from ..core.names import ADMISSION_ALIASES, ADMISSION_NAMES
 from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
@@ -1131,6 +1131,8 @@ def _trace_requests(spec: ServerlessSpec):
         )
     except ConfigError as e:
         raise _at(where, str(e)) from None
+    if w.num_requests is not None and w.num_requests > len(arrival):
+        warn(f"{where}: the trace has {len(arrival):,} requests: num_requests={w.num_requests:,} replays them all")
     arrival, prompt, output = arrival[:n] / k, prompt[:n], output[:n]
     if model is None:
         model = _rng(w.seed, 1).choice(len(names), size=n, p=_shares(w, spec.models))

@@ -43,7 +43,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from ..core.checks import strict_keywords
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, warn
 from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
 from .arrivals import MAX_REQUESTS, check_cv, check_rate, make_arrival_process
@@ -526,6 +526,9 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
             )
         except ConfigError as e:
             raise ConfigError(f"trace {spec.trace}: {e}") from None
+        if spec.num_requests is not None and spec.num_requests > len(base.arrival_s):
+            have = len(base.arrival_s)
+            warn(f"trace {spec.trace} has {have:,} requests: num_requests={spec.num_requests:,} replays them all")
         arrival = base.arrival_s[:n] / k
         if n and np.isfinite(arrival).all() and arrival.max() >= MAX_SECONDS:
             raise ConfigError(
