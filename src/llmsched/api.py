@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .core.checks import strict_keywords
+from .core.checks import check_progress, strict_keywords
 from .core.constraints import check_prefix_block_size
 from .core.cost import make_cost_model, recorded_cost_model
 from .core.errors import ConfigError, unknown_name, warn
@@ -337,8 +337,7 @@ def simulate(
     `Trace.head`, `Trace.until`, `Trace.time_scaled`), except `rate`, which is ignored
     with a warning.
     """
-    if progress is not None and not callable(progress):
-        raise ConfigError(f"progress must be a function (done, total) or None, got {progress!r:.60}")
+    check_progress(progress)
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload

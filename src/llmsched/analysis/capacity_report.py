@@ -19,6 +19,7 @@ from ..theory import (
     workload_mix,
 )
 from ..workload import WorkloadSpec, make_trace, replays_trace
+from ..workload.trace import mean_rate
 from .figures import plot_region
 
 #: Options a run takes that theorem 2 and the region do not model: a capacity report refuses them.
@@ -78,9 +79,8 @@ def capacity_report(
         mean_prompt = mp if mean_prompt is None else mean_prompt
         mean_output = mo if mean_output is None else mean_output
     if rate is None and is_trace:  # (its arrivals, whatever gives the lengths)
-        tr = make_trace(WorkloadSpec.from_dict(cfg.workload))
-        if len(tr.arrival_s) > 1 and tr.arrival_s[-1] > tr.arrival_s[0]:
-            rate = (len(tr.arrival_s) - 1) / float(tr.arrival_s[-1] - tr.arrival_s[0])
+        r = mean_rate(make_trace(WorkloadSpec.from_dict(cfg.workload), blocks=False).arrival_s)
+        rate = None if math.isnan(r) else r
     for what, v in (("mean prompt", mean_prompt), ("mean output", mean_output)):
         if not (isinstance(v, (int, float)) and math.isfinite(v)):
             raise ConfigError(f"{what} must be a number, got {v!r}")

@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ..api import simulate
-from ..core.checks import as_real, check_seeds, first_repeat
+from ..core.checks import as_real, check_policy_names, check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
@@ -123,13 +123,7 @@ def reproduce_stability(
     n_search = search_requests if search_requests is not None else (n_search if num_requests is None else num_requests)
     seeds = check_seeds(d_seeds if seeds is None else seeds)
     tol = d_tol if tol is None else tol
-    if isinstance(policies, str):  # one policy's name
-        policies = [policies]
-    if not isinstance(policies, Iterable):
-        raise ConfigError(f"policies must be a list of policy names, got {policies!r:.60}")
-    policies = list(policies)  # (a generator is read once)
-    if not all(isinstance(p, str) for p in policies):
-        raise ConfigError(f"policies must be a list of policy names, got {policies!r:.60}")
+    policies = check_policy_names(policies)
     if not policies:
         raise ConfigError("give at least one policy")
     dup = first_repeat(policies)

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checks import first_repeat
+from ..core.checks import check_seeds, first_repeat
 from ..core.errors import ConfigError, InputWarning
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
@@ -67,7 +67,6 @@ from ..workload.serverless import (
     make_serverless_requests,
 )
 from .figures import new_figure, save_figure
-from .reproduce_networks import check_seeds
 from .runner import Backend
 from .tables import write_table
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..core.checks import as_real, check_seeds
+from ..core.checks import as_real, check_policy_names, check_seeds
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_run_dir, clear_stale
 from .figures import plot_sweep
@@ -229,13 +229,8 @@ def max_stable_rate(
     monotone in the rate), `failed_rate` (a failed probe, which leaves the group's
     answers None) and the number of probes (`llmsched.analysis.search`)."""
     g = dict(parse_grid(grid))
-    if isinstance(policies, str):  # one policy's name
-        policies = [policies]
     if policies is not None:
-        names = list(policies) if isinstance(policies, Iterable) else None  # (a generator is read once)
-        if names is None or not all(isinstance(p, str) for p in names):
-            raise ConfigError(f"policies must be a list of policy names, got {policies!r:.60}")
-        g["policy"] = names
+        g["policy"] = check_policy_names(policies)
     g["seed"] = list(check_seeds(seeds))
     res = run_sweep(
         config,

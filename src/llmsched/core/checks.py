@@ -67,8 +67,30 @@ def check_run_switches(fast, progress, unknown: dict | None = None, known=()) ->
         raise unknown_name("option", min(unknown), known)
     if not isinstance(fast, bool):
         raise ConfigError(f"fast must be true or false, got {fast!r:.60}")
+    check_progress(progress)
+
+
+def check_progress(progress) -> None:
+    """A run function's `progress`: None or a function (done, total)."""
+    from .errors import ConfigError  # noqa: PLC0415
+
     if progress is not None and not callable(progress):
         raise ConfigError(f"progress must be a function (done, total) or None, got {progress!r:.60}")
+
+
+def check_policy_names(policies) -> list[str]:
+    """Policy names as a list: one name (a string) or an iterable of them (a generator is
+    read once); a ConfigError for anything else."""
+    from collections.abc import Iterable  # noqa: PLC0415
+
+    from .errors import ConfigError  # noqa: PLC0415
+
+    if isinstance(policies, str):  # one policy's name
+        return [policies]
+    names = list(policies) if isinstance(policies, Iterable) else None
+    if names is None or not all(isinstance(p, str) for p in names):
+        raise ConfigError(f"policies must be a list of policy names, got {policies!r:.60}")
+    return names
 
 
 def check_seeds(seeds) -> tuple[int, ...]:

@@ -235,6 +235,14 @@ class ServerSim:
             return self.state.backlog_tokens
         return self.state.backlog_tokens - self.steps_done(t) * (batch[0].decode + batch[4])
 
+    def work_after_batch(self) -> int:
+        """Tokens left of the server's requests once the batch in progress ends (the
+        backlog without one): `unfinished` at any time is at least this."""
+        batch = self._batch
+        if batch is None:
+            return self.state.backlog_tokens
+        return self.state.backlog_tokens - batch[2] * (batch[0].decode + batch[4])
+
     def is_idle(self) -> bool:
         st = self.state
         return not st.running and not st.waiting

@@ -437,12 +437,10 @@ class _Runtime:
         least = 0
         for i in cands:
             sim = i.sim
-            batch = sim._batch
-            if best is not None and batch is not None:
-                # what is left once the batch ends bounds its work now from below: an
-                # instance that cannot beat the best so far needs no count of finished steps
-                if sim.state.backlog_tokens - batch[2] * (batch[0].decode + batch[4]) >= least:
-                    continue
+            # what is left once the batch ends bounds its work now from below: an instance
+            # that cannot beat the best so far needs no count of finished steps
+            if best is not None and sim.work_after_batch() >= least:
+                continue
             work = sim.unfinished(t)
             if best is None or work < least:
                 best, least = i, work
@@ -717,7 +715,7 @@ class _Runtime:
         victim.model.ready.remove(victim)
         victim.idle_ver += 1
         sim = victim.sim
-        if self.acting > victim.id and sim.busy_until > t and sim.steps_done(t) != sim.steps_done(t - 1):
+        if self.acting > victim.id and sim.busy_until > t and sim.steps_done(t - 1) != sim.steps_done(t):
             # a step of the victim's batch ends at t, and the decision comes from a later
             # instance's batch end or plan at t: step by step, the victim's plan at t (its
             # number first) has begun its next step already, which the hand-over waits for
@@ -894,7 +892,6 @@ class _Runtime:
                     next_arrival = UNLIMITED
                     continue
                 now = t
-                self.acting = -1
                 m = models[mids[ai]]
                 r = Request(ai, t, prompts[ai], outputs[ai], m.name)
                 ai += 1
@@ -915,7 +912,6 @@ class _Runtime:
                 inst = a
                 if b != inst.version:
                     continue
-                self.acting = -1  # (its own plan below acts as it)
                 sim = inst.sim
                 if sim.extendable:  # nothing joined: the batch goes on, timed further
                     heappush(events, (sim.extend(), _END, inst.id, next(seq), inst, b))
@@ -941,14 +937,11 @@ class _Runtime:
                     inst.planned = True  # plan after what else happens at t
                     heappush(events, (t, _PLAN, inst.id, next(seq), inst, None))
                     continue
-                self.acting = inst.id
-                self.plan(inst, t)  # nothing else happens at t: plan now
+                self.plan_acting(inst, t)  # nothing else happens at t: plan now
             elif kind == _PLAN:
                 a.planned = False
-                self.acting = a.id
-                self.plan(a, t)
+                self.plan_acting(a, t)
             elif kind == _LOADED:
-                self.acting = -1
                 inst = a
                 node = inst.gpu.node
                 inst.loaded_at = t
@@ -956,7 +949,6 @@ class _Runtime:
                 self.push(t + self.init_ns, _READY, inst.id, inst)
                 self.next_load(node, t)
             elif kind == _READY:
-                self.acting = -1
                 inst = a
                 inst.state = READY
                 inst.ready_at = t
@@ -967,27 +959,23 @@ class _Runtime:
                     inst.planned = True
                     self.push(t, _PLAN, inst.id, inst)
             elif kind == _ROUND:  # the destination has recomputed n0 tokens: d more to go
-                self.acting = -1
                 victim, r = a, b
                 entry = victim.moving.get(r.id)
                 if entry is not None and r.id in victim.sim.state.running:
                     d = entry[3] = self.tokens_at(victim, r, t) - entry[2]
                     self.push(t + round(self.alpha * d * NS), _HAND, r.id, victim, r)
             elif kind == _HAND:  # the destination has caught up: hand over at the next boundary
-                self.acting = -1
                 victim, r = a, b
                 entry = victim.moving.get(r.id)
                 if entry is not None and r.id in victim.sim.state.running:
                     entry[4] = True
                     self.cut(victim, t)
             elif kind == _EXPIRE:
-                self.acting = -1
                 inst = a
                 if b == inst.idle_ver and inst.state == READY and inst.sim.is_idle():
                     self.stop(inst, t, "keep-alive")
                     self.serve_waiting_models(t)
             else:  # _FREE: a migration's victim has handed over or finished every request
-                self.acting = -1
                 victim = a
                 gpu = victim.gpu
                 self.stop(victim, t, "migrated")
@@ -1160,6 +1148,12 @@ class _Runtime:
             return  # nothing the policy runs now: wait for a request
         inst.version += 1
         self.push(end, _END, inst.id, inst, inst.version)
+
+    def plan_acting(self, inst: _Instance, t: int) -> None:
+        """`plan`, a migration it decides seeing `inst` as the instance acting (`acting`)."""
+        self.acting = inst.id
+        self.plan(inst, t)
+        self.acting = -1
 
     def go_idle(self, inst: _Instance, t: int) -> None:
         inst.idle_since = t

@@ -176,8 +176,6 @@ def ideal_cached_prompt(workload: dict, block_size: int, samples: int = CACHE_SA
     a trace's block ids), over `samples` requests drawn as `workload_means` draws them (a
     trace's first `samples`): what theorem 2 does not count as work. A run measures its
     own (`cached_prompt_tokens_per_request`), lower when its KV cache evicts."""
-    if not isinstance(workload, dict):
-        raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
     replay = _replay(*_sample_key(workload, samples), int(block_size))
     if replay is None:
         return 0.0
@@ -192,8 +190,6 @@ def cached_workload_mix(workload: dict, block_size: int, samples: int = CACHE_SA
     workload (the replay is a Python loop over their blocks), a trace whole. A workload
     the cache serves nothing of gets `workload_mix` itself (the same lambda* as without
     caching)."""
-    if not isinstance(workload, dict):
-        raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
     mix = _cached_mix(*_sample_key(workload, samples), int(block_size))
     return mix if mix is not None else workload_mix(workload)
 
