@@ -128,6 +128,21 @@ def test_registering_a_name_that_could_not_work_is_refused(name, message):
     assert name not in BATCH_POLICIES or name in ("sarathi", "ft")
 
 
+@pytest.mark.parametrize(
+    "given, kind, canonical",
+    [(" FT ", "batch", "fastertransformer"), ("Sarathi-Serve:chunk=A,B", "batch", "sarathi:chunk=A,B"),
+     ("mine", "batch", "mine"), ("Priority", "admission", "spf"), ("ft", "admission", "ft")],
+)  # fmt: skip
+def test_a_policy_name_is_matched_in_one_form(given, kind, canonical):
+    from llmsched.policies import canonical_policy_name, make_admission_policy, make_batch_policy
+
+    assert canonical_policy_name(given, kind) == canonical
+    if kind == "admission" and canonical != given:  # a name and its alias build the same policy
+        assert type(make_admission_policy(given)) is type(make_admission_policy(canonical))
+    if kind == "batch" and canonical in BATCH_POLICIES:
+        assert type(make_batch_policy(given)) is BATCH_POLICIES[canonical]
+
+
 def test_registering_something_else_is_refused():
     from llmsched.policies import register_admission_policy
 

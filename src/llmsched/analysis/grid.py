@@ -24,6 +24,7 @@ from ..api import SimConfig
 from ..core.checks import as_real
 from ..core.errors import ConfigError
 from ..core.slo import RUN_SLO_METRIC, check_run_slo_name
+from ..policies import canonical_policy_name
 from ..workload import WorkloadSpec
 
 __all__ = [
@@ -186,10 +187,8 @@ def _check_distinct(key: str, vals: list) -> None:
     seen = set()
     for v in vals:
         same = v
-        if key in _POLICY_KEYS and isinstance(v, str):
-            name, sep, options = v.partition(":")
-            name = name.strip().lower()
-            same = _POLICY_KEYS[key]().get(name, name) + sep + options
+        if key in _POLICY_KINDS and isinstance(v, str):
+            same = canonical_policy_name(v, _POLICY_KINDS[key])
         try:
             mark = (type(v) is bool, same)
             hash(mark)
@@ -200,19 +199,7 @@ def _check_distinct(key: str, vals: list) -> None:
         seen.add(mark)
 
 
-def _batch_aliases() -> dict:
-    from ..policies import BATCH_ALIASES  # noqa: PLC0415
-
-    return BATCH_ALIASES
-
-
-def _admission_aliases() -> dict:
-    from ..core.names import ADMISSION_ALIASES  # noqa: PLC0415
-
-    return ADMISSION_ALIASES
-
-
-_POLICY_KEYS = {"policy": _batch_aliases, "admission": _admission_aliases}
+_POLICY_KINDS = {"policy": "batch", "admission": "admission"}
 
 
 def expand_grid(grid: dict[str, list]) -> list[dict]:

@@ -25,6 +25,7 @@ from ..api import build_config, check_config, simulate
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..policies import ADMISSION_POLICIES, BATCH_POLICIES, canonical_policy_name
 from ..theory import capacity, requests_per_rate, workload_means, workload_mix
 from ..theory.means import cached_workload_mix, sample_key
 from ..workload.datasets import file_stamps
@@ -89,7 +90,7 @@ def _critical_rate(cost_model, b_max: int, k_max, workload: str, block_size: int
 
 def _fill_adaptive(cfg) -> None:
     base, _, rest = str(cfg.policy).partition(":")
-    if base.strip().lower() != "adaptive":
+    if canonical_policy_name(base) != "adaptive":
         return
     if not make_cost_model(cfg.cost_model).load_only and "mean_prompt=" not in rest:
         mp, mo = workload_means(cfg.workload)
@@ -143,11 +144,9 @@ def policy_code(d: dict) -> dict:
     without readable source (made by `type()`) is keyed by its name alone."""
     import inspect  # noqa: PLC0415
 
-    from ..policies import ADMISSION_POLICIES, BATCH_POLICIES  # noqa: PLC0415
-
     out = {}
-    for key, table in (("policy", BATCH_POLICIES), ("admission", ADMISSION_POLICIES)):
-        name = str(d.get(key) or "").partition(":")[0].strip().lower()
+    for key, kind, table in (("policy", "batch", BATCH_POLICIES), ("admission", "admission", ADMISSION_POLICIES)):
+        name = canonical_policy_name(str(d.get(key) or ""), kind).partition(":")[0]
         made = table.get(name)
         if made is None or getattr(made, "__module__", "").startswith("llmsched."):
             continue

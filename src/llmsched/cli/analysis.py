@@ -1095,10 +1095,9 @@ def _validate_policies(args) -> str:
         return args.policy
     if args.policy != DEFAULTS.policy:
         raise ConfigError("give the policies to validate once: --policies A,B or --policy A")
-    from ..policies import BATCH_ALIASES  # noqa: PLC0415
+    from ..policies import canonical_policy_name  # noqa: PLC0415
 
-    names = [p.strip().lower() for p in args.policies.split(",")]
-    dup = first_repeat([BATCH_ALIASES.get(n, n) for n in names])  # (ft is fastertransformer)
+    dup = first_repeat([canonical_policy_name(p) for p in args.policies.split(",")])
     if dup is not None:
         raise ConfigError(f"--policies: {dup!r} is given twice")
     return args.policies

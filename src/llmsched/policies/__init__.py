@@ -68,10 +68,23 @@ def register_admission_policy(name: str, factory: Callable[..., AdmissionPolicy]
     ADMISSION_POLICIES[_registrable(name, _BUILT_IN_ADMISSION, "admission policy")] = factory
 
 
-def _lookup(name: str, table: dict, aliases: dict, what: str):
-    key = aliases.get(name.lower(), name.lower())
+_ALIASES = {"batch": BATCH_ALIASES, "admission": ADMISSION_ALIASES}
+
+
+def canonical_policy_name(name: str, kind: str = "batch") -> str:
+    """The name a `kind` ("batch" or "admission") policy is registered under: stripped,
+    in lower case, an alias replaced (`FT` -> `fastertransformer`); inline options
+    (`:key=value`) are kept as given. An unknown name is returned normalised all the same."""
+    base, sep, options = name.partition(":")
+    base = base.strip().lower()
+    return _ALIASES[kind].get(base, base) + sep + options
+
+
+def _lookup(name: str, kind: str):
+    table = BATCH_POLICIES if kind == "batch" else ADMISSION_POLICIES
+    key = canonical_policy_name(name, kind)
     if key not in table:
-        raise unknown_name(what, name, table)
+        raise unknown_name(f"{kind} policy", name, table)
     return table[key]
 
 
@@ -126,7 +139,7 @@ def make_batch_policy(name: str, **options: Any) -> BatchPolicy:
     """A batch policy by name, e.g. `sarathi`; options inline (`adaptive:cost=paper`) or
     as keyword arguments."""
     base, _, rest = str(name).partition(":")
-    cls = _lookup(base.strip(), BATCH_POLICIES, BATCH_ALIASES, "batch policy")
+    cls = _lookup(base, "batch")
     if rest.strip():
         options = {**_policy_options(cls, rest, name), **options}
     if not options:
@@ -139,7 +152,7 @@ def make_batch_policy(name: str, **options: Any) -> BatchPolicy:
 
 
 def make_admission_policy(name: str = "fcfs", max_running: int | None = None, **options: Any) -> AdmissionPolicy:
-    factory = _lookup(name, ADMISSION_POLICIES, ADMISSION_ALIASES, "admission policy")
+    factory = _lookup(name, "admission")
     if options:
         _check_option_names("admission policy", name, factory, options)
     try:
@@ -195,6 +208,7 @@ __all__ = [
     "Scheduler",
     "BATCH_POLICIES",
     "ADMISSION_POLICIES",
+    "canonical_policy_name",
     "make_batch_policy",
     "make_admission_policy",
     "make_scheduler",
