@@ -207,6 +207,28 @@ def test_theory_helpers_refuse_bad_arguments():
     assert token_capacity("profile:h200-llama-3-8b", 512, 200, 101) != token_capacity("profile:h200-llama-3-8b", 512)
 
 
+def test_capacity_checks_each_input_once_and_its_helpers_still_check_theirs(monkeypatch):
+    from llmsched.theory import bounds
+
+    calls = {"check_mean_lengths": 0, "_check_cached": 0}
+    for name in calls:
+        checked = getattr(bounds, name)
+
+        def counted(*args, _name=name, _checked=checked):
+            calls[_name] += 1
+            return _checked(*args)
+
+        monkeypatch.setattr(bounds, name, counted)
+    profile = make_cost_model("profile:h200-llama-3-8b")
+    rep = capacity(profile, 512, 1000, 200, cached_prompt=100)
+    assert calls == {"check_mean_lengths": 1, "_check_cached": 1}
+    assert rep.step_time_at_b_max_s == step_time_at_budget(profile, 512, 1000, 200, 100)
+    assert rep.peak_token_capacity == peak_token_capacity(profile, 512, 1000, 200, 100)[0]
+    for helper in (step_time_at_budget, peak_token_capacity):
+        with pytest.raises(ConfigError, match=r"\(cached_prompt\) must be a number >= 0 and below the mean prompt"):
+            helper(profile, 512, 1000, 200, 1000)
+
+
 def test_numpy_numbers_in_theory_give_python_numbers():
     rep = capacity("paper", 512, np.float32(200), np.float32(101), rate=np.float32(3))
     d = rep.to_dict()

@@ -73,7 +73,11 @@ def work_per_request(mean_prompt: float, mean_output: float, cached_prompt: floa
     prompt token also emits output token 1; docs/stability.md "Work and capacity"), less
     the prompt tokens a prefix cache serves (`cached_prompt`, a mean per request)."""
     mean_prompt, mean_output = check_mean_lengths(mean_prompt, mean_output)
-    cached_prompt = _check_cached(cached_prompt, mean_prompt)
+    return _work(mean_prompt, mean_output, _check_cached(cached_prompt, mean_prompt))
+
+
+def _work(mean_prompt: float, mean_output: float, cached_prompt: float) -> float:
+    """`work_per_request` of checked inputs."""
     return mean_prompt - cached_prompt + mean_output - 1.0
 
 
@@ -96,18 +100,26 @@ def _check_budget(b) -> int:
     return int(x)
 
 
-def _check_means(cost: CostModel, mean_prompt, mean_output, mix=None):
-    """The mean lengths a step's timing takes: both or neither (one alone was silently
-    ignored), checked; `mix` a LengthMix or None."""
+def _check_means(cost: CostModel, mean_prompt, mean_output, cached_prompt, mix):
+    """What a step's timing takes, checked: the mean lengths, both or neither (one alone
+    was silently ignored); `cached_prompt` where the timing uses it; `mix` a LengthMix or
+    None. Returns (mean_prompt, mean_output, cached_prompt)."""
     if (mean_prompt is None) != (mean_output is None):
         raise ConfigError(
             "give both mean_prompt and mean_output (the step mixes prefill and decode in their proportion), or neither"
         )
+    _check_mix(mix)
+    if mean_prompt is None:
+        return None, None, cached_prompt
+    mean_prompt, mean_output = check_mean_lengths(mean_prompt, mean_output)
+    if not cost.load_only:
+        cached_prompt = _check_cached(cached_prompt, mean_prompt)
+    return mean_prompt, mean_output, cached_prompt
+
+
+def _check_mix(mix) -> None:
     if mix is not None and not isinstance(mix, LengthMix):
         raise ConfigError(f"mix must be a LengthMix of the workload's lengths (theory.workload_mix), got {mix!r:.60}")
-    if mean_prompt is None:
-        return None, None
-    return check_mean_lengths(mean_prompt, mean_output)
 
 
 def step_time_at_budget(
@@ -125,8 +137,7 @@ def step_time_at_budget(
     representative contexts of the means (optimistic when lengths vary)."""
     require_cost_model(cost)
     b = _check_budget(b)
-    mean_prompt, mean_output = _check_means(cost, mean_prompt, mean_output, mix)
-    return _budget_timer(cost, mean_prompt, mean_output, cached_prompt, mix)(b)
+    return _budget_timer(cost, *_check_means(cost, mean_prompt, mean_output, cached_prompt, mix), mix)(b)
 
 
 def _times_by_load(cost: CostModel, mean_prompt, mean_output) -> bool:
@@ -135,11 +146,12 @@ def _times_by_load(cost: CostModel, mean_prompt, mean_output) -> bool:
 
 
 def _budget_timer(cost: CostModel, mean_prompt, mean_output, cached_prompt: float = 0.0, mix=None):
-    """`step_time_at_budget` as a function of b, the workload's constants computed once: a
-    b-token step holds prefill : decode tokens in the workload's proportion."""
+    """`step_time_at_budget` of checked inputs as a function of b, the workload's
+    constants computed once: a b-token step holds prefill : decode tokens in the
+    workload's proportion."""
     if _times_by_load(cost, mean_prompt, mean_output):
         return lambda b: float(cost.load_time(int(b)))
-    w = work_per_request(mean_prompt, mean_output, cached_prompt)
+    w = _work(mean_prompt, mean_output, cached_prompt)
     uncached = mean_prompt - cached_prompt
     time_of = representative_timer(cost, mean_prompt, mean_output, mix)
 
@@ -181,7 +193,11 @@ def peak_token_capacity(
     policy running smaller steps serves more, and this is the real bound."""
     require_cost_model(cost)
     b_max = check_b_max(b_max)
-    mean_prompt, mean_output = _check_means(cost, mean_prompt, mean_output, mix)
+    return _peak(cost, b_max, *_check_means(cost, mean_prompt, mean_output, cached_prompt, mix), mix)
+
+
+def _peak(cost: CostModel, b_max: int, mean_prompt, mean_output, cached_prompt: float = 0.0, mix=None):
+    """`peak_token_capacity` of checked inputs."""
     if _times_by_load(cost, mean_prompt, mean_output):
         return _load_peak(cost, b_max)
     t = _budget_timer(cost, mean_prompt, mean_output, cached_prompt, mix)
@@ -348,15 +364,15 @@ def capacity(
             raise ConfigError(f"arrival rate (rate) must be a finite number >= 0, got {rate!r:.60}")
         rate = float(r)
     mean_prompt, mean_output = check_mean_lengths(mean_prompt, mean_output)
-    _check_means(cost, mean_prompt, mean_output, mix)  # (mix)
+    _check_mix(mix)
     cached_prompt = _check_cached(cached_prompt, mean_prompt)
-    work = work_per_request(mean_prompt, mean_output, cached_prompt)
+    work = _work(mean_prompt, mean_output, cached_prompt)
     if cost.load_only:
         mix = None
     means = (None, None, 0.0, None) if cost.load_only else (mean_prompt, mean_output, cached_prompt, mix)
-    t_bmax = step_time_at_budget(cost, b_max, *means)
+    t_bmax = _budget_timer(cost, *means)(b_max)
     cap = b_max / t_bmax
-    peak_rate, peak_b = peak_token_capacity(cost, b_max, *means) if peak else (None, None)
+    peak_rate, peak_b = _peak(cost, b_max, *means) if peak else (None, None)
     lam_bound = cap / work
     region_exact = None
     shape_bound = None
