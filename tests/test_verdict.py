@@ -1,4 +1,5 @@
 import json
+import math
 
 import numpy as np
 import pytest
@@ -135,3 +136,15 @@ def test_a_short_window_needs_faster_growth_to_be_called_unstable():
     assert v.verdict == "inconclusive" and v.stable is None and not v.conclusive
     assert v.reason.startswith("too short to call unstable")
     assert stability_verdict(t, w, capacity=1000, decode_time_s=1.0).verdict == "unstable"  # 25 s >= 20 x 1 s
+
+
+def test_every_number_of_the_verdict_is_checked_by_name():
+    t = np.arange(100.0)
+    numbers = ("capacity", "eps", "threshold", "alpha", "tail_fraction", "b_min")
+    numbers += ("predicted_growth_tokens_per_s", "arrival_rate", "work_per_request", "decode_time_s")
+    for name in numbers:
+        for bad in ("1", True, [1.0], math.inf, math.nan):
+            with pytest.raises(ConfigError, match=rf"^{name} must be a finite number, got "):
+                stability_verdict(t, np.ones(100), **{name: bad})
+    v = stability_verdict(t, np.ones(100), capacity=np.float32(100), eps=np.float64(0.5), decode_time_s=np.int64(1))
+    assert type(v.capacity_tokens_per_s) is float and v.threshold_tokens_per_s == 50.0

@@ -49,6 +49,8 @@ alongside when the arrival rate and work per request are given (or passed direct
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from dataclasses import asdict, dataclass
 
@@ -249,6 +251,28 @@ def describe_verdict(summary: dict) -> str | None:
     return f"{'UNSTABLE' if verdict == UNSTABLE else 'stable'}{nums}"
 
 
+def _finite_numbers(func):
+    """`func` with its keyword-only parameters annotated `float` or `float | None` checked:
+    None or a finite number (numpy's too; never a string, a bool, a list), passed on as a
+    Python number; a ConfigError naming the parameter otherwise."""
+    params = inspect.signature(func, eval_str=True).parameters.values()
+    names = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.annotation in (float, float | None)]
+
+    @functools.wraps(func)
+    def checked(*args, **kwargs):
+        for name in names:
+            v = kwargs.get(name)
+            if v is not None:
+                x = as_real(v)
+                if x is None or not math.isfinite(x):
+                    raise ConfigError(f"{name} must be a finite number, got {v!r:.60}")
+                kwargs[name] = x
+        return func(*args, **kwargs)
+
+    return checked
+
+
+@_finite_numbers
 def stability_verdict(
     times,
     unfinished_tokens,
@@ -278,30 +302,9 @@ def stability_verdict(
     `capacity`: token capacity b_max / t(b_max) in tokens/s (sets h = eps * capacity);
     `threshold`: an explicit h in tokens/s (overrides eps * capacity). The fluid
     prediction is `predicted_growth_tokens_per_s` if given, else computed from
-    `arrival_rate`, `work_per_request` and `capacity` when all are given.
+    `arrival_rate`, `work_per_request` and `capacity` when all are given. The float
+    parameters are finite numbers or None (`_finite_numbers`).
     """
-    numbers = {
-        "capacity": capacity,
-        "eps": eps,
-        "threshold": threshold,
-        "alpha": alpha,
-        "tail_fraction": tail_fraction,
-        "b_min": b_min,
-        "predicted_growth_tokens_per_s": predicted_growth_tokens_per_s,
-        "arrival_rate": arrival_rate,
-        "work_per_request": work_per_request,
-        "decode_time_s": decode_time_s,
-    }
-    for name, v in numbers.items():  # numpy's numbers too; never a string, a bool, a list
-        if v is not None and (as_real(v) is None or not math.isfinite(as_real(v))):
-            raise ConfigError(f"{name} must be a finite number, got {v!r:.60}")
-    capacity, eps, threshold, alpha, tail_fraction, b_min = (
-        None if v is None else as_real(v) for v in (capacity, eps, threshold, alpha, tail_fraction, b_min)
-    )
-    predicted_growth_tokens_per_s, arrival_rate, work_per_request, decode_time_s = (
-        None if v is None else as_real(v)
-        for v in (predicted_growth_tokens_per_s, arrival_rate, work_per_request, decode_time_s)
-    )
     t = np.asarray(times, dtype=float).ravel()
     w = np.asarray(unfinished_tokens, dtype=float).ravel()
     if t.shape != w.shape:
