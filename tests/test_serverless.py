@@ -1343,6 +1343,14 @@ def test_asking_a_trace_for_more_requests_than_it_has_says_so(tmp_path):
     cfg["workload"] = {"trace": str(trace), "num_requests": 5}
     with pytest.warns(InputWarning, match="the trace has 2 requests: num_requests=5 replays them all"):
         assert len(make_serverless_requests(load_serverless(cfg)).arrival_s) == 2
+    import warnings
+
+    from llmsched.analysis.reproduce_twp import platform_capacity
+
+    with warnings.catch_warnings():  # asked not to warn, and the capacity's "up to N" sample
+        warnings.simplefilter("error", InputWarning)
+        assert len(make_serverless_requests(load_serverless(cfg), warn_short=False).arrival_s) == 2
+        assert platform_capacity(load_serverless(cfg), samples=5)["models"]["m"]["share"] == 1.0
 
 
 def test_workload_options_that_would_do_nothing_are_refused():

@@ -48,14 +48,13 @@ import copy
 import json
 import math
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ..core.checks import check_seeds, first_repeat
-from ..core.errors import ConfigError, InputWarning
+from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
 from ..core.paths import clear_stale, prepare_run_dir
@@ -175,9 +174,7 @@ def platform_capacity(spec, samples: int = 20000) -> dict:
     drawn from the workload (a trace: up to `samples` of its rows)."""
     spec = load_serverless(spec)
     probe = spec.replaced(num_requests=samples)
-    with warnings.catch_warnings():  # ("up to": a shorter trace is drawn whole, unsaid)
-        warnings.filterwarnings("ignore", message=".*replays them all", category=InputWarning)
-        reqs = make_serverless_requests(probe)
+    reqs = make_serverless_requests(probe, warn_short=False)  # ("up to": a shorter trace is drawn whole)
     n = len(reqs)
     gpus = spec.num_gpus
     models = {}

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..core.constraints import MAX_KV_TOKENS
 from ..core.cost import make_cost_model, recorded_cost_model
-from ..core.errors import ConfigError, warn
+from ..core.errors import ConfigError
 from ..core.names import ADMISSION_ALIASES, ADMISSION_NAMES
 from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
@@ -43,7 +43,7 @@ from .csvio import as_lengths, read_columns
 from .datasets import is_dataset, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
 from .network import _at, _mapping, _show, _suggest
-from .spec import _rng, load_trace
+from .spec import _rng, load_trace, warn_short_trace
 from .trace import replay_cut, trace_format
 
 __all__ = [
@@ -1017,14 +1017,16 @@ class ServerlessRequests:
         return int(self.arrival_s.shape[0])
 
 
-def make_serverless_requests(spec: ServerlessSpec) -> ServerlessRequests:
+def make_serverless_requests(spec: ServerlessSpec, *, warn_short: bool = True) -> ServerlessRequests:
     """Draw (or read) the requests of `spec.workload`; deterministic for its seed. Random
     streams: arrivals, model choice and each model's lengths draw from separate child
-    seeds, so a model's lengths do not change with the rate or the other models."""
+    seeds, so a model's lengths do not change with the rate or the other models.
+    `warn_short=False`: a trace with fewer requests than `num_requests` is read whole
+    without a warning (for a caller that asks for "up to" that many)."""
     w = spec.workload
     names = list(spec.models)
     if w.trace is not None:
-        arrival, prompt, output, model = _trace_requests(spec)
+        arrival, prompt, output, model = _trace_requests(spec, warn_short)
     elif w.rate is not None:
         proc = make_arrival_process(w.arrival, w.rate, w.cv)
         arrival = proc.times(_rng(w.seed, 0), w.num_requests, w.duration_s)
@@ -1084,7 +1086,7 @@ def _check_no_popularity(w: ServerlessWorkload) -> None:
             )
 
 
-def _trace_requests(spec: ServerlessSpec):
+def _trace_requests(spec: ServerlessSpec, warn_short: bool = True):
     w = spec.workload
     names = list(spec.models)
     path = resolve_path(w.trace)
@@ -1131,8 +1133,8 @@ def _trace_requests(spec: ServerlessSpec):
         )
     except ConfigError as e:
         raise _at(where, str(e)) from None
-    if w.num_requests is not None and w.num_requests > len(arrival):
-        warn(f"{where}: the trace has {len(arrival):,} requests: num_requests={w.num_requests:,} replays them all")
+    if warn_short:
+        warn_short_trace(f"{where}: the trace", len(arrival), w.num_requests)
     arrival, prompt, output = arrival[:n] / k, prompt[:n], output[:n]
     if model is None:
         model = _rng(w.seed, 1).choice(len(names), size=n, p=_shares(w, spec.models))

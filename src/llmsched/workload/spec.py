@@ -474,6 +474,13 @@ def with_defaults(workload: dict, defaults: dict) -> dict:
 _TRACE_CACHE: dict[tuple, Trace] = {}
 
 
+def warn_short_trace(trace: str, have: int, num_requests: int | None) -> None:
+    """Warn when `num_requests` asks `trace` (its name in the message) for more requests
+    than the `have` it holds: the replay takes them all, fewer than asked."""
+    if num_requests is not None and num_requests > have:
+        warn(f"{trace} has {have:,} requests: num_requests={num_requests:,} replays them all")
+
+
 def load_trace(
     path: str | os.PathLike,
     block_size: int | None = DEFAULT_BLOCK_SIZE,
@@ -526,9 +533,7 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
             )
         except ConfigError as e:
             raise ConfigError(f"trace {spec.trace}: {e}") from None
-        if spec.num_requests is not None and spec.num_requests > len(base.arrival_s):
-            have = len(base.arrival_s)
-            warn(f"trace {spec.trace} has {have:,} requests: num_requests={spec.num_requests:,} replays them all")
+        warn_short_trace(f"trace {spec.trace}", len(base.arrival_s), spec.num_requests)
         arrival = base.arrival_s[:n] / k
         if n and np.isfinite(arrival).all() and arrival.max() >= MAX_SECONDS:
             raise ConfigError(
