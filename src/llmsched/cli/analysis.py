@@ -23,6 +23,7 @@ from .common import (
     add_scheduler_args,
     add_workload_args,
     bounded_float,
+    check_replaces_own_file,
     console,
     file_path,
     flag_of,
@@ -1033,19 +1034,16 @@ VALIDATION_KEYS = ("model", "trace_requests", "policies")
 
 
 def _check_replaces_a_validation(path: str) -> None:
-    """A file --json would replace must be a result this command wrote, not another file
-    (`--json MODEL/config.json` replaced the model's configuration)."""
-    if not os.path.isfile(path) or os.path.getsize(path) == 0:  # (an empty file: `mktemp`'s)
-        return
+    check_replaces_own_file(path, "--json", "a validate result", _is_a_validation)
+
+
+def _is_a_validation(path: str) -> bool:
     try:
         with open(path, encoding="utf-8") as f:
             old = json.load(f)
     except (OSError, ValueError):
-        old = None
-    if not isinstance(old, dict) or any(k not in old for k in VALIDATION_KEYS):
-        raise ConfigError(
-            f"--json {path!r} exists and is not a validate result: give another file, it would be replaced"
-        )
+        return False
+    return isinstance(old, dict) and all(k in old for k in VALIDATION_KEYS)
 
 
 def cmd_validate(args) -> int:

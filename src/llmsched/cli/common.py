@@ -330,6 +330,16 @@ FLAG_OF_KEY = {
 }
 
 
+def check_replaces_own_file(path: str, flag: str, what: str, is_ours) -> None:
+    """A file `flag` would replace must be `what` this command wrote (`is_ours(path)`: its
+    content says so), not another file (`--out MODEL/config.json` replaced the model's
+    configuration). An empty file (`mktemp`'s) has nothing to lose."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    if not is_ours(path):
+        raise ConfigError(f"{flag} {path!r} exists and is not {what}: give another file, it would be replaced")
+
+
 def flag_of(key: str) -> str:
     """The command-line flag that sets simulate()'s `key`."""
     return FLAG_OF_KEY.get(key, "--" + key.replace("_", "-"))

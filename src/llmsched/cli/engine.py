@@ -15,7 +15,7 @@ import sys
 from ..core.engine_api import DefaultMaxModelLen, default_max_running
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_out_file
-from .common import add_scheduler_args, flag_of, positive_int, scheduler_spec
+from .common import add_scheduler_args, check_replaces_own_file, flag_of, positive_int, scheduler_spec
 
 
 def fraction(text: str) -> float:
@@ -243,21 +243,18 @@ def check_measurement_times(args) -> None:
 
 
 def _check_replaces_a_profile(path: str) -> None:
-    """A file --out would replace must be a profile this command wrote (its header), not
-    another file (`--out MODEL/config.json` replaced the model's configuration)."""
+    check_replaces_own_file(path, "--out", "a step-time profile", _is_a_profile)
+
+
+def _is_a_profile(path: str) -> bool:
+    """Whether `path` starts with the header of a profile this command writes."""
     from ..core.profile import COMBINED_COLUMNS  # noqa: PLC0415
     from ..workload.csvio import read_header  # noqa: PLC0415
 
-    if not os.path.isfile(path) or os.path.getsize(path) == 0:  # (an empty file: `mktemp`'s)
-        return
     try:
-        header = read_header(path)
+        return read_header(path) == list(COMBINED_COLUMNS)
     except ConfigError:  # unreadable as text: not ours either
-        header = None
-    if header != list(COMBINED_COLUMNS):
-        raise ConfigError(
-            f"--out {path!r} exists and is not a step-time profile: give another file, it would be replaced"
-        )
+        return False
 
 
 def cmd_profile(args) -> int:
