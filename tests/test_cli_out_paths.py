@@ -120,7 +120,9 @@ def test_a_run_marker_beside_the_users_files_is_not_proof(tmp_path, capsys):
     (u / "notes.txt").write_text("mine\n")
     one_line_error(capsys, ["sweep", *RUN, "--grid", "seed=0", "--out", str(u)], "notes.txt", "would replace")
     (u / "notes.txt").unlink()  # a lone results.csv: a sweep keeps its points beside it
-    one_line_error(capsys, ["sweep", *RUN, "--grid", "seed=0", "--out", str(u)], "no points folder")
+    one_line_error(
+        capsys, ["sweep", *RUN, "--grid", "seed=0", "--out", str(u)], "but no 'points'", "a sweep writes first"
+    )
     assert (u / "results.csv").read_text() == "mine\n"
     s = tmp_path / "s"
     s.mkdir()
@@ -128,7 +130,7 @@ def test_a_run_marker_beside_the_users_files_is_not_proof(tmp_path, capsys):
         (s / name).write_text("mine\n")
     one_line_error(capsys, ["simulate", *RUN, "--out", str(s)], "notes.txt", "would replace")
     (s / "notes.txt").unlink()
-    one_line_error(capsys, ["simulate", *RUN, "--out", str(s)], "no summary.json")
+    one_line_error(capsys, ["simulate", *RUN, "--out", str(s)], "but no 'summary.json'")
     assert all((s / n).read_text() == "mine\n" for n in ("requests.csv", "timeseries.csv"))
 
 

@@ -98,6 +98,18 @@ RUN_OUTPUTS = {
     ),
 }
 
+# what proves that a folder holds an earlier run of a kind (a file name a run writes is no
+# proof alone: the user's own results.csv or requests.csv): (file or folder, written
+# first). One written before any other output (a simulate run's summary.json, a sweep's
+# points) is missing only from a folder that holds none of the run's outputs; one written
+# last (most experiments' table.json) is missing from a run that stopped before it too
+_SIMULATE_PROOF = "summary.json"
+RUN_PROOFS = {
+    **dict.fromkeys(SIMULATE_KINDS, (_SIMULATE_PROOF, True)),
+    "sweep": ("points", True),
+    **{kind: ("table.json", False) for kind, outputs in RUN_OUTPUTS.items() if "table.json" in outputs},
+}
+
 # a file (or folder) only one kind of run writes at the top of its folder, in the order
 # they are looked for (a twp run's result.json beside its table3.csv; a simulate run's
 # queue.png, drawn by `llmsched plot`, beside its timeseries.csv)
@@ -153,6 +165,7 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     folder = Path(path)
     if not folder.is_dir():
         return
+    proof, written_first = RUN_PROOFS.get(kind, (None, False))
     found = _held(folder)
     if found is not None:
         held, marker = found
@@ -161,17 +174,12 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
                 f"{what} {str(path)!r} holds the outputs of {_named(held)} ({marker}), "
                 f"not of {_named(kind)}: choose another folder or remove it"
             )
-        # a marker is a file name, not proof: the user's own results.csv or requests.csv
-        # beside other files of theirs is theirs, checked below as any folder's files are.
-        # The proof: a simulate run writes summary.json first, a sweep its points/ first, most
-        # experiments a table.json
-        proof = "summary.json" if kind in SIMULATE_KINDS else "points" if kind == "sweep" else None
-        if proof is None and "table.json" in RUN_OUTPUTS[kind]:
-            proof = "table.json"
+        # a marker is a file name, not proof (`RUN_PROOFS`): without its proof, the folder's
+        # files are checked below as any folder's are
         if proof is not None and (folder / proof).exists():
             return
     if kind in SIMULATE_KINDS:
-        ours = {"summary.json", "config.json", *(n for k in SIMULATE_KINDS for n in RUN_OUTPUTS[k])}
+        ours = {_SIMULATE_PROOF, "config.json", *(n for k in SIMULATE_KINDS for n in RUN_OUTPUTS[k])}
     else:
         ours = set(RUN_OUTPUTS[kind])
     names = sorted(e.name for e in os.scandir(folder))
@@ -186,23 +194,16 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
             f"{what} {str(path)!r} holds files that are not an llmsched run's ({foreign[0]!r}) beside "
             f"{collide[0]!r}, which the run would replace: choose another folder or empty it"
         )
-    if "config.json" in names and "summary.json" not in names:  # a simulate run writes summary.json first
+    if "config.json" in names and _SIMULATE_PROOF not in names:  # (a simulate run's config.json)
         raise ConfigError(
-            f"{what} {str(path)!r} holds a config.json that is not an llmsched run's (no summary.json beside it), "
-            "which the run would replace: choose another folder or empty it"
+            f"{what} {str(path)!r} holds a config.json that is not an llmsched run's (no {_SIMULATE_PROOF} beside "
+            "it), which the run would replace: choose another folder or empty it"
         )
-    if kind == "sweep" and collide and "points" not in names:
-        # a sweep stores each point under points/ before it writes a table
+    if written_first and collide and proof not in names:
+        # the user's own requests.csv or results.csv, which the run would replace or clear away as stale
         raise ConfigError(
-            f"{what} {str(path)!r} holds {collide[0]!r} but no points folder: not a sweep's output, "
-            "and the sweep would replace it: choose another folder or empty it"
-        )
-    if kind in SIMULATE_KINDS and collide and "summary.json" not in names:
-        # (a run that stopped early wrote summary.json first): the user's own requests.csv
-        # or steps.csv, which the run would replace or clear away as stale
-        raise ConfigError(
-            f"{what} {str(path)!r} holds {collide[0]!r} but no summary.json: not an llmsched run's output, "
-            "and the run would replace it: choose another folder or empty it"
+            f"{what} {str(path)!r} holds {collide[0]!r} but no {proof!r}, which {_named(kind)} writes first: "
+            "not such a run's output, and the run would replace it: choose another folder or empty it"
         )
 
 
