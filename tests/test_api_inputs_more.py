@@ -229,6 +229,16 @@ def test_capacity_checks_each_input_once_and_its_helpers_still_check_theirs(monk
             helper(profile, 512, 1000, 200, 1000)
 
 
+def test_an_unknown_keyword_lists_every_keyword_the_function_takes():
+    import inspect
+
+    for func, first in ((llmsched.make_scheduler, {}), (simulate_serverless, SERVERLESS), (simulate_network, NETWORK)):
+        with pytest.raises(ConfigError) as e:
+            func(*([first] if first else []), foo=1)
+        known = str(e.value).partition("(known: ")[2].removesuffix(")").split(", ")
+        assert known == sorted(set(inspect.signature(func).parameters) - {"unknown"})
+
+
 def test_numpy_numbers_in_theory_give_python_numbers():
     rep = capacity("paper", 512, np.float32(200), np.float32(101), rate=np.float32(3))
     d = rep.to_dict()

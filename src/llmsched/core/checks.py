@@ -58,13 +58,23 @@ def strict_keywords(what: str):
     return wrap
 
 
-def check_run_switches(fast, progress, unknown: dict | None = None, known=()) -> None:
+def keyword_names(func) -> tuple[str, ...]:
+    """The names `func` takes as keyword arguments, from its signature (not *args nor
+    **kwargs): the known names an unknown keyword's error lists."""
+    import inspect  # noqa: PLC0415
+
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(p.name for p in inspect.signature(func).parameters.values() if p.kind in kinds)
+
+
+def check_run_switches(fast, progress, unknown: dict | None = None, run=None) -> None:
     """A run function's `fast` (a bool), `progress` (None or a function) and keyword
-    arguments it does not take (`unknown`, named with the `known` ones): ConfigErrors."""
+    arguments it does not take (`unknown`, named with those `run`, the function, takes):
+    ConfigErrors."""
     from .errors import ConfigError, unknown_name  # noqa: PLC0415
 
     if unknown:
-        raise unknown_name("option", min(unknown), known)
+        raise unknown_name("option", min(unknown), keyword_names(run) if run is not None else ())
     if not isinstance(fast, bool):
         raise ConfigError(f"fast must be true or false, got {fast!r:.60}")
     check_progress(progress)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..core.checks import keyword_names
 from ..core.constraints import Constraints
 from ..core.errors import ConfigError, unknown_name, unknown_option
 from ..core.names import ADMISSION_ALIASES
@@ -177,8 +178,7 @@ def make_scheduler(
 ) -> Scheduler:
     """Build a scheduler from names, e.g. `make_scheduler("sarathi", b_max=512)`."""
     if unknown:
-        known = ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running")
-        raise unknown_name("make_scheduler argument", min(unknown), (*known, "admission_options", "policy_options"))
+        raise unknown_name("make_scheduler argument", min(unknown), keyword_names(make_scheduler))
     for arg, value in (("policy", policy), ("admission", admission)):
         if not isinstance(value, str):
             raise ConfigError(f"{arg} must be a policy's name (a string), got {value!r:.60}")

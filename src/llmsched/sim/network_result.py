@@ -540,19 +540,6 @@ def _codes(values) -> tuple[list[str], np.ndarray]:
 __all__ = ["NetworkResult", "decode_time_s", "merge_prefix_stats", "simulate_network"]
 
 
-_NETWORK_OPTIONS = (
-    "network",
-    "out_dir",
-    "fast",
-    "max_time_s",
-    "sample_interval_s",
-    "scale",
-    "num_jobs",
-    "seed",
-    "progress",
-)
-
-
 def simulate_network(
     network,
     *,
@@ -569,7 +556,7 @@ def simulate_network(
     """Simulate a network (a `NetworkSpec`, a dict, or a YAML path); with `out_dir`, also
     write its files. `scale` multiplies every arrival rate; `num_jobs` and `seed` override
     the file's."""
-    check_run_switches(fast, progress, unknown, _NETWORK_OPTIONS)
+    check_run_switches(fast, progress, unknown, simulate_network)
     max_time_s = check_seconds("max_time_s", max_time_s)
     sample_interval_s = check_seconds("sample_interval_s", sample_interval_s)
     if out_dir is not None:

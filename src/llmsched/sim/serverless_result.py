@@ -323,20 +323,6 @@ class ServerlessResult:
             f.write(",".join(str(v) for v in vals) + "\n")
 
 
-_SERVERLESS_OPTIONS = (
-    "config",
-    "out_dir",
-    "scheduler",
-    "fast",
-    "max_time_s",
-    "scale",
-    "num_requests",
-    "seed",
-    "slo",
-    "progress",
-)
-
-
 def simulate_serverless(
     config,
     out_dir: str | os.PathLike | None = None,
@@ -358,7 +344,7 @@ def simulate_serverless(
     objectives in ms (`ttft_ms`, `tpot_ms`, `itl_ms`, `e2el_ms`, as `simulate(slo=...)`):
     the summary reports goodput overall and per model (TWP's ITL target stays the
     platform file's)."""
-    check_run_switches(fast, progress, unknown, _SERVERLESS_OPTIONS)
+    check_run_switches(fast, progress, unknown, simulate_serverless)
     max_time_s = check_seconds("max_time_s", max_time_s)
     slo = check_request_slo(slo) if slo else {}
     if out_dir is not None:
