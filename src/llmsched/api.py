@@ -28,6 +28,7 @@ from .core.paths import check_out_dir
 from .core.request import NS, check_seconds
 from .core.version import __version__
 from .core.yamlfile import read_yaml
+from .policies import canonical_policy_name
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
@@ -288,7 +289,8 @@ def _setup(cfg: SimConfig):
     """A run's SLOs, scheduler (bound to its cost model) and cost model."""
     slo = check_slo(cfg.slo)
     spec = cfg.scheduler_spec()
-    if "itl_ms" in slo and spec.admission == "twp" and "itl_target_ms" not in spec.admission_options:
+    twp = canonical_policy_name(spec.admission, "admission") == "twp"
+    if "itl_ms" in slo and twp and "itl_target_ms" not in spec.admission_options:
         # TWP paces to the user's ITL objective
         spec = spec.replace(admission_options={**spec.admission_options, "itl_target_ms": slo["itl_ms"]})
     scheduler = spec.build()
