@@ -366,6 +366,17 @@ BAD = [  # (body fields, param, words of the message)
     ({"tools": [{"function": {"name": "f", "description": 5}}]}, "tools", "description' must be a string"),
     ({"tools": [{"function": {"name": "f", "parameters": "{}"}}]}, "tools", "parameters' must be an object"),
     ({"chat_template_kwargs": {"tools": TOOLS}}, "chat_template_kwargs", "cannot set 'tools'"),
+    # the rest of function calling, and what else the server refuses
+    ({"functions": [TOOLS[0]["function"]]}, "functions", "not supported"),
+    ({"function_call": "auto"}, "function_call", "not supported"),
+    ({"guided_json": {"type": "object"}}, "guided_json", "not supported"),
+    ({"guided_regex": "a+"}, "guided_json", "not supported"),
+    ({"response_format": {"type": "json_object"}}, "response_format", "not supported"),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+        "messages[0].content",
+        "must be a text part",
+    ),
 ]
 GENERATING_ONLY = [  # /tokenize does not look at tool_choice
     ({"tool_choice": None}, "tool_choice", "needs a tool-call parser"),

@@ -227,7 +227,8 @@ def named_templates(folder: Path, config: dict) -> dict[str, tuple[str, str]]:
     """{name: (template text, where it came from)} of a tokenizer folder whose
     tokenizer_config.json is `config`, as transformers reads them: the template files
     (`chat_template.jinja` is `default`) if there are any, else the config's
-    `chat_template` (a string is `default`; a list holds {"name", "template"} entries)."""
+    `chat_template` (a string is `default`; a list holds {"name", "template"} entries).
+    An empty template is no template."""
     found: dict[str, tuple[str, str]] = {}
     f = folder / TEMPLATE_FILE
     if f.is_file():
@@ -237,17 +238,16 @@ def named_templates(folder: Path, config: dict) -> dict[str, tuple[str, str]]:
         for g in sorted(extra.glob("*.jinja")):
             if g.is_file():
                 found[g.name.removesuffix(".jinja")] = (_read_template(g), str(g))
-    if found:
-        return found
-    cfg = folder / "tokenizer_config.json"
-    value = config.get("chat_template")
-    if isinstance(value, str) and value:
-        found["default"] = (value, f"{cfg} (chat_template)")
-    elif isinstance(value, list):
-        for t in value:
-            if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str):
-                found[t["name"]] = (t["template"], f"{cfg} (chat_template {t['name']!r})")
-    return found
+    if not found:
+        cfg = folder / "tokenizer_config.json"
+        value = config.get("chat_template")
+        if isinstance(value, str):
+            found["default"] = (value, f"{cfg} (chat_template)")
+        elif isinstance(value, list):
+            for t in value:
+                if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str):
+                    found[t["name"]] = (t["template"], f"{cfg} (chat_template {t['name']!r})")
+    return {name: found[name] for name in found if found[name][0]}
 
 
 class ChatTemplates:
