@@ -11,6 +11,18 @@ import warnings
 
 import httpx
 import pytest
+from chat_helpers import (
+    CHATML,
+    CONVERSATIONS,
+    LLAMA3,
+    OPTIONS,
+    TEMPLATES,
+    VOCAB,
+    ZEPHYR,
+    hf_render,
+    trained_tokenizer,
+    write_tokenizer,
+)
 from helpers import one_line_error
 from srv_helpers import parse_sse, post, running_server
 from transformers import AutoTokenizer
@@ -18,114 +30,25 @@ from transformers import AutoTokenizer
 from llmsched.cli import build_parser
 from llmsched.cli import server as server_cli
 from llmsched.core.errors import ConfigError, InputWarning
-from llmsched.engine.tiny import train_tokenizer
 from llmsched.engine.tokenizer import Tokenizer
 from llmsched.server.backends import SchedulerOptions, _EngineTokenizer, make_engine_backend
 from llmsched.server.chat_template import ChatTemplate, load_template_arg, resolve_template
 
-IM = ["<|im_start|>", "<|im_end|>"]  # ChatML's markers: special tokens of the test tokenizer
-VOCAB = 300  # 298 trained + the two markers (the tiny model's vocabulary)
-
-# Templates written for these tests, in the styles of real models' templates.
-CHATML = (  # Qwen-style: a default system prompt, an enable_thinking kwarg, raise_exception
-    "{% for message in messages %}"
-    "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
-    "{{ raise_exception('Only system, user and assistant roles are supported, got ' + message['role']) }}"
-    "{% endif %}"
-    "{% if loop.first and message['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if shout is defined %}{{ shout + 1 }}{% endif %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
-    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\n\n</think>\n\n' }}{% endif %}"
-    "{% endif %}"
-)
-LLAMA3 = (  # Llama-3-style: BOS from the template, trimmed contents
-    "{% set loop_messages = messages %}{% for message in loop_messages %}"
-    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
-    " + message['content'] | trim + '<|eot_id|>' %}"
-    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
-)
-ZEPHYR = """{% for message in messages %}
-{% if message['role'] == 'user' %}
-{{ '<|user|>\n' + message['content'] + eos_token }}
-{% elif message['role'] == 'system' %}
-{{ '<|system|>\n' + message['content'] + eos_token }}
-{% elif message['role'] == 'assistant' %}
-{{ '<|assistant|>\n'  + message['content'] + eos_token }}
-{% endif %}
-{% if loop.last and add_generation_prompt %}
-{{ '<|assistant|>' }}
-{% endif %}
-{% endfor %}"""
-FEATURES = """{%- set ns = namespace(system='', turns=0) -%}
-{{- bos_token -}}
-{%- for m in messages -%}
-    {%- if m.role == 'system' -%}{%- set ns.system = m.content -%}{%- continue -%}{%- endif -%}
-    {%- set ns.turns = ns.turns + 1 -%}
-    {%- if ns.turns > 20 -%}{%- break -%}{%- endif -%}
-    [{{ m.role }}] {{ dict(text=m.content, turn=ns.turns) | tojson }}
-{% endfor -%}
-{%- if ns.system %}(system: {{ ns.system }}){% endif -%}
-{%- generation %}{% if add_generation_prompt %}[assistant]{% endif %}{% endgeneration -%}"""
-TEMPLATES = {"chatml": CHATML, "llama3": LLAMA3, "zephyr": ZEPHYR, "features": FEATURES}
-
-CONVERSATIONS = [
-    [{"role": "user", "content": "Hello!"}],
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}],
-    [
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "Hello, how can I help?"},
-        {
-            "role": "user",
-            "content": 'Tell me <b>more</b> & "quote" - \u00fcn\u00efc\u00f8d\u00e9 \u6f22\u5b57\n  indented  ',
-        },
-    ],
-    [{"role": "user", "content": "Write a haiku"}, {"role": "assistant", "content": "Autumn moonlight -"}],
-]
-OPTIONS = [  # (add_generation_prompt, continue_final_message, chat_template_kwargs)
-    (True, False, None),
-    (False, False, None),
-    (False, True, None),
-    (True, False, {"enable_thinking": False}),
-]
-
 
 @pytest.fixture(scope="module")
 def trained():
-    tok = train_tokenizer(VOCAB - len(IM))
-    tok.add_special_tokens(IM)
-    assert tok.get_vocab_size() == VOCAB
-    return tok
-
-
-def write_tokenizer(folder, tok, template=None, **config):
-    """A tokenizer folder as a model's: tokenizer.json and tokenizer_config.json (BOS, EOS and
-    the chat template)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tok.save(str(folder / "tokenizer.json"))
-    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", **config}
-    if template is not None:
-        cfg["chat_template"] = template
-    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
-    return folder
-
-
-def hf_render(hf, msgs, agp, cfm, kwargs, **extra):
-    """transformers' (text, token ids) of a conversation."""
-    opts = dict(add_generation_prompt=agp, continue_final_message=cfm, **(kwargs or {}), **extra)
-    text = hf.apply_chat_template(msgs, tokenize=False, **opts)
-    out = hf.apply_chat_template(msgs, tokenize=True, **opts)
-    ids = out["input_ids"] if hasattr(out, "keys") else out
-    return text, list(ids)
+    return trained_tokenizer()
 
 
 def ours(folder, override=None):
-    template, note = resolve_template(folder, override)
-    assert note is None and template is not None
-    return _EngineTokenizer(Tokenizer.from_dir(folder), template)
+    templates, note = resolve_template(folder, override)
+    assert note is None and templates is not None
+    return _EngineTokenizer(Tokenizer.from_dir(folder), templates)
+
+
+def ours_lines(folder):
+    """The engine's tokenizer of a folder whose templates it may not apply by default."""
+    return _EngineTokenizer(Tokenizer.from_dir(folder), resolve_template(folder)[0])
 
 
 def render(tok, msgs, agp, cfm, kwargs):
@@ -188,10 +111,15 @@ def test_named_templates_and_the_jinja_file(tmp_path, trained):
     for msgs in CONVERSATIONS:
         assert render(ours(folder), msgs, True, False, None) == hf_render(hf, msgs, True, False, None)
     assert ours(folder).chat_text(CONVERSATIONS[0]).startswith("<s><|start_header_id|>user")
-    # named templates without a default: not applied, and said so
+    # named templates without a default: not applied (but tool_use is, to requests with
+    # tools: tests/server/test_chat_tools.py), and said so
     folder = write_tokenizer(tmp_path / "nodefault", trained, [{"name": "tool_use", "template": ZEPHYR}])
-    template, note = resolve_template(folder)
-    assert template is None and "none named 'default'" in note
+    templates, note = resolve_template(folder)
+    assert templates.default is None and "none named 'default'" in note and "without tools" in note
+    assert ours_lines(folder).chat_text(CONVERSATIONS[0]) == "user: Hello!\nassistant:"
+    folder = write_tokenizer(tmp_path / "other", trained, [{"name": "rag", "template": ZEPHYR}])
+    templates, note = resolve_template(folder)
+    assert templates is None and "(rag) but none named 'default'" in note
 
 
 def test_special_tokens_as_objects_and_from_the_map(tmp_path, trained):
@@ -275,7 +203,9 @@ def test_a_template_that_cannot_be_used_is_one_line_and_exit_2(tmp_path, trained
     bad.write_text("{% for m in messages %}{{ m.content }}")
     _one_line_error(capsys, [*serve, "--chat-template", str(bad)], str(bad), "not a valid Jinja chat template")
     _one_line_error(capsys, [*serve, "--chat-template", "{{ oops"], "not a valid Jinja chat template")
-    _one_line_error(capsys, ["serve", "--backend", "sim", "--port", "0", "--chat-template", str(bad)], "engine backend")
+    sim = ["serve", "--backend", "sim", "--port", "0"]
+    _one_line_error(capsys, [*sim, "--chat-template", str(bad)], "--chat-template needs --tokenizer")
+    _one_line_error(capsys, [*sim, "--tokenizer", str(folder), "--chat-template", str(bad)], "not a valid Jinja")
     empty = tmp_path / "no-tokenizer"
     empty.mkdir()
     _one_line_error(capsys, ["serve", "--model", str(empty), "--port", "0", "--chat-template", "{{ 1 }}"], "tokenizer")
@@ -434,7 +364,7 @@ def test_chat_template_option_overrides_the_folders(chat_model, tmp_path):
     backend = server_cli.build_backend(
         build_parser("serve").parse_args([*argv, "--num-blocks", "64", "--max-running", "4"])
     )
-    assert backend.tokenizer.template.source == f"--chat-template {f}"
+    assert backend.tokenizer.templates.source == f"--chat-template {f}"
     with running_server(backend) as (base, _):
         assert post(base, "/tokenize", {"messages": msgs}).json()["tokens"] == want
         r = post(base, "/v1/chat/completions", {"model": backend.model_name, "messages": msgs, "max_tokens": 1})

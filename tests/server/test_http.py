@@ -341,6 +341,7 @@ BAD = [
         {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
         "response_format",
     ),
+    # tools reach the chat template only with tool_choice "none": no tool calls are parsed
     (
         "/v1/chat/completions",
         {
@@ -348,8 +349,9 @@ BAD = [
             "messages": [{"role": "user", "content": "x"}],
             "tools": [{"type": "function", "function": {"name": "f"}}],
         },
-        "tools",
+        "tool_choice",
     ),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "tools": [{"function": {"name": "f"}}]}, "tools"),
     (
         "/v1/chat/completions",
         {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"},

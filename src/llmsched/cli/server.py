@@ -74,15 +74,16 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--tokenizer",
         default=None,
-        help="folder with tokenizer.json: the sim's prompt token counts (default: 4 UTF-8 bytes per token); "
-        "the engine's tokenizer instead of the model folder's",
+        help="folder with tokenizer.json: the sim's prompt token counts, chat rendered with its chat "
+        "template as on the engine (default: 4 UTF-8 bytes per token); the engine's tokenizer instead "
+        "of the model folder's",
     )
     p.add_argument(
         "--chat-template",
         default=None,
         metavar="FILE_OR_STRING",
-        help="Jinja chat template for /v1/chat/completions (engine backend), a file or the template "
-        "itself, as vLLM's option; overrides the tokenizer folder's (chat_template.jinja or "
+        help="Jinja chat template for /v1/chat/completions (engine, or sim with --tokenizer), a file or "
+        "the template itself, as vLLM's option; overrides the tokenizer folder's (chat_template.jinja or "
         "tokenizer_config.json's chat_template), which is applied by default",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -181,10 +182,6 @@ def build_backend(args):
         raise ConfigError(f"{engine_only[0]} is an engine option; the sim backend (a virtual GPU) does not use it")
     if backend == "engine" and args.cost_model is not None:
         raise ConfigError("--cost-model times the sim backend's virtual GPU; the engine measures its steps")
-    if backend == "sim" and args.chat_template is not None:
-        raise ConfigError(
-            "--chat-template is for the engine backend; the sim backend counts chat messages without a template"
-        )
     if backend == "engine" and args.sim_max_debt_ms is not None:
         raise ConfigError("--sim-max-debt-ms paces the sim backend's virtual GPU; the engine backend does not use it")
     if args.kv_cache_gb is not None and not 0 < args.kv_cache_gb < math.inf:
@@ -219,6 +216,7 @@ def build_backend(args):
         args.cost_model or "profile:h200-llama-3-8b",
         max_model_len=args.max_model_len,
         tokenizer=args.tokenizer,
+        chat_template=args.chat_template,
         served_model_name=args.served_model_name,
         max_debt_s=args.sim_max_debt_ms / 1e3,
     )

@@ -627,8 +627,6 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     )
     tok = backend.tokenizer
     tok_cheap = bool(getattr(tok, "cheap", False))
-    # whether a chat request's text gets special tokens (None: the tokenizer's default)
-    chat_special = getattr(tok, "chat_special_tokens", None)
     names = {backend.model_name, backend.root}
     started = int(time.time())
     text_limit = backend.max_text_bytes
@@ -720,32 +718,38 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         except ConfigError as e:
             raise bad_request(str(e), param) from None
 
+    def chat_text(req, param: str) -> tuple[str, bool]:
+        """(the text of a chat request, whether special tokens are added to it: not to a chat
+        template's text, which carries its own BOS); a 400 if the template refuses it."""
+        try:
+            return tok.render_chat(req.messages, **req.chat_options)
+        except ConfigError as e:
+            raise bad_request(str(e), param) from None
+
     def parse_generation(data, chat: bool):
-        """(request, per prompt: the text to tokenize, or None for a token-id prompt); every
-        check before tokenizing."""
+        """(request, per prompt: the text to tokenize, or None for a token-id prompt, whether
+        special tokens are added (None: the tokenizer's default)); every check before
+        tokenizing."""
         body = parse_body(body_bytes(data))
         req = parse_chat(body, max_messages) if chat else parse_completion(body, max_ids)
         if req.model not in names:
             raise model_not_found(req.model)
         param = "messages" if chat else "prompt"
+        special = None
         if chat:
-            try:
-                texts = [tok.chat_text(req.messages, **req.chat_options)]
-            except ConfigError as e:
-                raise bad_request(str(e), param) from None
+            text, special = chat_text(req, param)
+            texts = [text]
         else:
             texts = [p if isinstance(p, str) else None for p in req.all_prompts]
         for text in texts:
             if text is not None:
                 check_text(text, param)
-        return req, texts
+        return req, texts, special
 
     async def prepare(data: bytes, chat: bool):
         """The parsed request and each prompt's token ids, off the event loop where costly."""
-        req, texts = await parse(parse_generation, data, chat)
+        req, texts, special = await parse(parse_generation, data, chat)
         param = "messages" if chat else "prompt"
-        # a chat template's text carries its special tokens (BOS): none are added to it
-        special = chat_special if chat else None
         all_ids = []
         for text, p in zip(texts, req.all_prompts):
             ids = p if text is None else await tokenize_text(encode, len(text), text, param, special)
@@ -952,12 +956,9 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             raise bad_request("'add_special_tokens' must be a boolean", "add_special_tokens")
         if "messages" in body:
             param = "messages"
-            req = parse_chat({**body, "model": backend.model_name}, max_messages)
-            try:
-                text = tok.chat_text(req.messages, **req.chat_options)
-            except ConfigError as e:
-                raise bad_request(str(e), param) from None
-            if special is None:  # as the chat route counts it (a template's text: no BOS added)
+            req = parse_chat({**body, "model": backend.model_name}, max_messages, tokenize_only=True)
+            text, chat_special = chat_text(req, param)
+            if special is None:  # as the chat route counts it
                 special = chat_special
         elif isinstance(body.get("prompt"), str):
             text, param = body["prompt"], "prompt"

@@ -3,7 +3,8 @@
 A `Backend` bundles an `EngineCore` with the tokenizer the server counts prompts with, the
 model's name and its length limits. `make_sim_backend` builds a `VirtualEngine` from the
 simulator's options; `make_engine_backend` builds `llmsched.engine.LLMEngine` from a model
-folder (needs the `engine` extra: torch, safetensors, tokenizers).
+folder (needs the `engine` extra: torch, safetensors, tokenizers). Both render chat requests
+with the tokenizer folder's chat template, or `--chat-template` (`chat_template.py`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 from ..core.engine_api import EngineCore, check_request_size, default_max_running
 from ..core.errors import ConfigError, warn
 from ..policies.spec import SchedulerSpec
-from .chat_template import resolve_template
-from .tokenizer import ByteRuleTokenizer, HFTokenizer, bytes_per_token_bound, chat_lines
+from .chat_template import ChatTemplates, resolve_template
+from .tokenizer import ByteRuleTokenizer, ChatRendering, HFTokenizer, bytes_per_token_bound
 
 DEFAULT_SIM_MAX_MODEL_LEN = 32768
 
@@ -29,7 +30,7 @@ SchedulerOptions = SchedulerSpec
 class Backend:
     kind: str  # "sim" or "engine"
     core: EngineCore
-    tokenizer: Any  # chat_text(messages), encode(text), decode(ids), bytes_per_token
+    tokenizer: Any  # render_chat(messages), encode(text), decode(ids), bytes_per_token
     model_name: str
     root: str
     max_model_len: int | None
@@ -73,17 +74,50 @@ class Backend:
         return room
 
 
+def chat_templates(tokenizer_file: Path, override: str | None) -> ChatTemplates | None:
+    """The chat templates of the tokenizer at `tokenizer_file` (its folder's, or the
+    `--chat-template` `override`); a warning when the folder's cannot be used."""
+    templates, note = resolve_template(tokenizer_file.parent, override)
+    if note:
+        warn(note)
+    return templates
+
+
+def _template_info(tok) -> dict:
+    templates = getattr(tok, "templates", None)
+    if templates is None:
+        return {"chat_template": None}
+    info = {"chat_template": templates.source}
+    if templates.tool_use is not None:
+        info["chat_template_tool_use"] = templates.tool_use.source
+    return info
+
+
 def make_sim_backend(
     opts: SchedulerOptions | None = None,
     cost_model: str = "profile:h200-llama-3-8b",
     *,
     max_model_len: int | None = None,
     tokenizer: str | None = None,
+    chat_template: str | None = None,
     served_model_name: str | None = None,
     realtime: bool = True,
     max_debt_s: float = 0.05,
 ) -> Backend:
-    """A virtual GPU running `opts`' policy, timed by `cost_model` (a spec string)."""
+    """A virtual GPU running `opts`' policy, timed by `cost_model` (a spec string). With a
+    `tokenizer` (a folder with tokenizer.json, or the file), chat requests are rendered as on
+    the engine backend: with its folder's chat template, or `chat_template` (a file or the
+    template itself)."""
+    if tokenizer:
+        tok = HFTokenizer(tokenizer)
+        tok.templates = chat_templates(tok.file, chat_template)
+    elif chat_template is not None:
+        raise ConfigError(
+            "--chat-template needs --tokenizer on the sim backend (without one, chat messages are counted "
+            "by the bytes of their contents)"
+        )
+    else:
+        tok = ByteRuleTokenizer()
     from ..sim.virtual import VirtualEngine  # noqa: PLC0415
 
     opts = opts or SchedulerOptions()
@@ -93,7 +127,6 @@ def make_sim_backend(
         if opts.kv_capacity is not None:
             max_model_len = min(max_model_len, opts.kv_capacity + 1)
     core = VirtualEngine(sched, cost_model, max_model_len=max_model_len, realtime=realtime, max_debt_s=max_debt_s)
-    tok = HFTokenizer(tokenizer) if tokenizer else ByteRuleTokenizer()
     name = served_model_name or "llmsched-sim"
     info = {
         "backend": "sim",
@@ -101,47 +134,34 @@ def make_sim_backend(
         "cost_model": core.cost.describe(),
         "tokenizer": tok.name,
         "max_model_len": max_model_len,
+        **_template_info(tok),
     }
     # a real tokenizer names its vocabulary: ids outside it are refused as on the engine
     vocab_size = getattr(tok, "vocab_size", None)
     return Backend("sim", core, tok, name, name, max_model_len, opts.kv_capacity, info, vocab_size=vocab_size)
 
 
-class _EngineTokenizer:
-    """The engine's tokenizer, with the server's chat rendering. Encodes and decodes with the
-    `tokenizers` batch calls, which release the GIL (the engine's own calls do not), and
-    gives the same ids as the engine's `Tokenizer.encode` (special tokens added).
-
-    With a chat template (`chat_template.ChatTemplate`), chat messages are rendered by it
-    and the text is encoded without special tokens (the template writes BOS), as
-    `apply_chat_template` does; without one, as `role: content` lines, encoded with them."""
+class _EngineTokenizer(ChatRendering):
+    """The engine's tokenizer, with the server's chat rendering (`ChatRendering`). Encodes
+    and decodes with the `tokenizers` batch calls, which release the GIL (the engine's own
+    calls do not), and gives the same ids as the engine's `Tokenizer.encode` (special tokens
+    added)."""
 
     cheap = False
 
-    def __init__(self, tok, template=None):
+    def __init__(self, tok, templates: ChatTemplates | None = None):
         self._tok = tok
         self._hf = getattr(tok, "tok", None)
         if not (hasattr(self._hf, "encode_batch") and hasattr(self._hf, "decode_batch")):
             self._hf = None
         self.name = "model"
         self.bytes_per_token = bytes_per_token_bound(self._hf)
-        self.template = template
-        # whether the text of a chat request gets the tokenizer's special tokens (BOS)
-        self.chat_special_tokens = template is None
+        self.templates = templates
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if self._hf is not None:
             return self._hf.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         return self._tok.encode(text, add_special_tokens)
-
-    def chat_text(self, messages: list[dict], **options) -> str:
-        """The text of a chat request; ConfigError if the chat template refuses it."""
-        if self.template is None:
-            return chat_lines(messages, **options)
-        return self.template.render(messages, **options)
-
-    def encode_chat(self, messages: list[dict], **options) -> list[int]:
-        return self.encode(self.chat_text(messages, **options), add_special_tokens=self.chat_special_tokens)
 
     def decode(self, ids) -> str:
         if self._hf is not None:
@@ -157,7 +177,7 @@ class _NoTokenizer:
     def _fail(self, *_, **__):
         raise ConfigError("this model has no tokenizer: send the prompt as token ids to /v1/completions")
 
-    encode = encode_chat = decode = chat_text = _fail
+    encode = encode_chat = decode = chat_text = render_chat = _fail
 
 
 def make_engine_backend(
@@ -174,13 +194,18 @@ def make_engine_backend(
     with the tokenizer folder's template if it has one (see `chat_template.py`)."""
     if not Path(model).exists():
         raise ConfigError(f"model folder {model} does not exist")
-    # read before the model loads: a bad template is found at once (a --tokenizer that is
-    # not there is the engine's error)
-    template, note = None, None
-    if chat_template is not None and tokenizer is None and not (Path(model) / "tokenizer.json").is_file():
+    tokenizer = tokenizer or None
+    # read before the model loads: a bad template (or --tokenizer) is found at once
+    tokenizer_file = Path(tokenizer or model)
+    if not tokenizer_file.is_file():
+        tokenizer_file = tokenizer_file / "tokenizer.json"
+    templates = None
+    if tokenizer_file.is_file():
+        templates = chat_templates(tokenizer_file, chat_template)
+    elif tokenizer is not None:
+        raise ConfigError(f"no tokenizer.json found at {tokenizer}")
+    elif chat_template is not None:
         raise ConfigError("--chat-template needs a tokenizer, and this model has none (no tokenizer.json)")
-    if chat_template is not None or Path(tokenizer or model).exists():
-        template, note = resolve_template(tokenizer or model, chat_template)
     from .. import engine as _engine  # noqa: PLC0415 - the engine needs torch
 
     opts = opts or SchedulerOptions()
@@ -194,13 +219,9 @@ def make_engine_backend(
         opts = opts.replace(max_running=default_max_running(kwargs.get("device")))
     # the engine itself takes --tokenizer (as vLLM's does): prompts get the special tokens
     # its post-processor adds (BOS), and output text and stop strings use it too
-    core = _engine.LLMEngine(model, scheduler=opts, tokenizer=tokenizer or None, **kwargs)
-    if getattr(core, "tokenizer", None) is not None:
-        tok = _EngineTokenizer(core.tokenizer, template)
-        if note:
-            warn(note)
-    else:
-        tok = _NoTokenizer()
+    core = _engine.LLMEngine(model, scheduler=opts, tokenizer=tokenizer, **kwargs)
+    has_tokenizer = getattr(core, "tokenizer", None) is not None
+    tok = _EngineTokenizer(core.tokenizer, templates) if has_tokenizer else _NoTokenizer()
     name = served_model_name or Path(model).name
     max_len = getattr(core, "max_model_len", None)
     kv = getattr(core, "kv_capacity", None)
@@ -213,7 +234,7 @@ def make_engine_backend(
         "model": str(model),
         "scheduler": core.scheduler.describe(),
         "max_model_len": max_len,
-        "chat_template": tok.template.source if getattr(tok, "template", None) is not None else None,
+        **_template_info(tok),
     }
     cfg = getattr(core, "config", None)
     return Backend(

@@ -2,15 +2,19 @@
 (and so vLLM) renders it: Jinja2 in an immutable sandbox (`trim_blocks`, `lstrip_blocks`,
 the `loopcontrols` extension, `{% generation %}` blocks), with transformers' `tojson`
 filter (no HTML escaping), `raise_exception(msg)`, `strftime_now(fmt)`, `dict` and a
-`namespace` that refuses underscore names. The template sees `messages`,
-`add_generation_prompt`, `tools` and `documents` (None), the tokenizer's named special
-tokens (`bos_token`, `eos_token`, `unk_token`, `sep_token`, `pad_token`, `cls_token`,
-`mask_token`, those it has) and the request's `chat_template_kwargs`.
+`namespace` that refuses underscore names. The template sees `messages` (each a dict:
+`role`, `content` and the request's `name`, `tool_calls`, `tool_call_id`), `tools` (the
+request's, else `chat_template_kwargs`' or None), `documents` (`chat_template_kwargs`' or
+None), `add_generation_prompt`, the tokenizer's named special tokens (`bos_token`,
+`eos_token`, `unk_token`, `sep_token`, `pad_token`, `cls_token`, `mask_token`, those it
+has) and the request's `chat_template_kwargs`.
 
-Where the template comes from (`folder_template`): the folder's `chat_template.jinja`,
-else `tokenizer_config.json`'s `chat_template` (a string, or a list of named templates:
-the one named `default`). `--chat-template` (`load_template_arg`) overrides it: a file,
-or the template itself (a string holding `{`, `}` or a newline; `\\n` escapes are
+Where the templates come from (`resolve_template`, each file read once): the folder's
+`chat_template.jinja` (named `default`) and `additional_chat_templates/NAME.jinja`, else
+`tokenizer_config.json`'s `chat_template` (a string, or a list of named templates). Of
+named templates, `tool_use` renders requests that give tools and `default` the others,
+as transformers picks them. `--chat-template` (`load_template_arg`) overrides them all: a
+file, or the template itself (a string holding `{`, `}` or a newline; `\\n` escapes are
 decoded), as vLLM's option takes it.
 
 The rendered text carries the template's special tokens (BOS): it is tokenized without
@@ -28,6 +32,7 @@ from ..core.errors import ConfigError
 
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 TEMPLATE_FILE = "chat_template.jinja"
+TEMPLATE_DIR = "additional_chat_templates"  # NAME.jinja: the named templates besides the default
 # what continue_final_message appends to the last message, to find where it ends once rendered
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 MAX_ERROR_CHARS = 500
@@ -115,16 +120,16 @@ def _token_text(v) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def special_tokens(folder) -> dict[str, str]:
-    """The named special tokens of a tokenizer folder (tokenizer_config.json, then
-    special_tokens_map.json for those it lacks), as strings."""
-    out: dict[str, str] = {}
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        data = _read_json(Path(folder) / name)
+def special_tokens(config: dict, folder: Path) -> dict[str, str]:
+    """The named special tokens of a tokenizer folder whose tokenizer_config.json is
+    `config`, then of its special_tokens_map.json for those the config lacks, as strings."""
+    out = {key: t for key in SPECIAL_TOKENS if (t := _token_text(config.get(key))) is not None}
+    if len(out) < len(SPECIAL_TOKENS):
+        token_map = _read_json(folder / "special_tokens_map.json")
         for key in SPECIAL_TOKENS:
-            t = _token_text(data.get(key))
-            if t is not None and key not in out:
-                out[key] = t
+            t = _token_text(token_map.get(key))
+            if t is not None:
+                out.setdefault(key, t)
     return out
 
 
@@ -164,9 +169,10 @@ class ChatTemplate:
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
         template_kwargs: dict | None = None,
+        tools: list | None = None,
     ) -> str:
         """The conversation's text; ConfigError (with the template's message) if the template
-        raises or cannot render it."""
+        raises or cannot render it. `tools` (the request's) wins over `template_kwargs`'."""
         if continue_final_message and add_generation_prompt:
             raise ConfigError("continue_final_message and add_generation_prompt cannot both be true")
         chat = [dict(m) for m in messages]
@@ -185,7 +191,7 @@ class ChatTemplate:
         variables = {**self.tokens, **kwargs}
         variables.update(
             messages=chat,
-            tools=kwargs.get("tools"),
+            tools=tools if tools is not None else kwargs.get("tools"),
             documents=kwargs.get("documents"),
             add_generation_prompt=add_generation_prompt,
         )
@@ -210,36 +216,58 @@ class ChatTemplate:
         return text
 
 
-def _pick(value) -> str | None:
-    """A chat_template value: a string, or a list of {"name", "template"} (the default one)."""
-    if isinstance(value, str):
-        return value or None
-    if isinstance(value, list):
-        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
-        t = named.get("default")
-        if isinstance(t, str) and t:
-            return t
-        return None
-    return None
+def _read_template(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read the chat template {path}: {e}") from None
 
 
-def folder_template(folder) -> tuple[str | None, str, bool]:
-    """(template text or None, where it came from, whether the folder names a template it
-    cannot use) of a tokenizer folder (or of a tokenizer.json file's folder)."""
-    p = Path(folder)
-    p = p if p.is_dir() else p.parent
-    f = p / TEMPLATE_FILE
+def named_templates(folder: Path, config: dict) -> dict[str, tuple[str, str]]:
+    """{name: (template text, where it came from)} of a tokenizer folder whose
+    tokenizer_config.json is `config`, as transformers reads them: the template files
+    (`chat_template.jinja` is `default`) if there are any, else the config's
+    `chat_template` (a string is `default`; a list holds {"name", "template"} entries).
+    An empty template is no template."""
+    found: dict[str, tuple[str, str]] = {}
+    f = folder / TEMPLATE_FILE
     if f.is_file():
-        try:
-            return f.read_text(encoding="utf-8"), str(f), False
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"cannot read the chat template {f}: {e}") from None
-    cfg = p / "tokenizer_config.json"
-    value = _read_json(cfg).get("chat_template")
-    if not value:
-        return None, "", False
-    text = _pick(value)
-    return text, f"{cfg} (chat_template)", text is None
+        found["default"] = (_read_template(f), str(f))
+    extra = folder / TEMPLATE_DIR
+    if extra.is_dir():
+        for g in sorted(extra.glob("*.jinja")):
+            if g.is_file():
+                found[g.name.removesuffix(".jinja")] = (_read_template(g), str(g))
+    if not found:
+        cfg = folder / "tokenizer_config.json"
+        value = config.get("chat_template")
+        if isinstance(value, str):
+            found["default"] = (value, f"{cfg} (chat_template)")
+        elif isinstance(value, list):
+            for t in value:
+                if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str):
+                    found[t["name"]] = (t["template"], f"{cfg} (chat_template {t['name']!r})")
+    return {name: found[name] for name in found if found[name][0]}
+
+
+class ChatTemplates:
+    """The chat templates a tokenizer renders requests with: `default`, and `tool_use` for
+    requests that give tools (transformers' choice among named templates). Either may be
+    None (a request it would render gets `role: content` lines)."""
+
+    def __init__(self, default: ChatTemplate | None, tool_use: ChatTemplate | None = None):
+        self.default = default
+        self.tool_use = tool_use
+
+    def pick(self, tools) -> ChatTemplate | None:
+        if tools is not None and self.tool_use is not None:
+            return self.tool_use
+        return self.default
+
+    @property
+    def source(self) -> str | None:
+        """Where the default template came from (None: there is none)."""
+        return self.default.source if self.default is not None else None
 
 
 def load_template_arg(arg: str) -> tuple[str, str]:
@@ -271,19 +299,30 @@ def load_template_arg(arg: str) -> tuple[str, str]:
     return text, "--chat-template (the given string)"
 
 
-def resolve_template(folder, override: str | None = None) -> tuple[ChatTemplate | None, str | None]:
-    """(the chat template to apply or None, a warning to give or None) for a tokenizer
-    `folder`, with `--chat-template` `override` (which wins)."""
-    tokens = special_tokens(Path(folder) if Path(folder).is_dir() else Path(folder).parent)
+def resolve_template(folder, override: str | None = None) -> tuple[ChatTemplates | None, str | None]:
+    """(the chat templates to apply or None, a warning to give or None) for a tokenizer
+    `folder` (or a tokenizer file in it), with `--chat-template` `override` (which replaces
+    them all). Each file of the folder is read once."""
+    p = Path(folder)
+    p = p if p.is_dir() else p.parent
+    config = _read_json(p / "tokenizer_config.json")
+    tokens = special_tokens(config, p)
     if override is not None:
         text, source = load_template_arg(override)
-        return ChatTemplate(text, source, tokens), None
-    text, source, unusable = folder_template(folder)
-    if unusable:
-        return None, (
-            f"{source} holds named chat templates but none named 'default': chat messages are rendered "
-            "as 'role: content' lines (give --chat-template)"
-        )
-    if text is None:
+        return ChatTemplates(ChatTemplate(text, source, tokens)), None
+    named = named_templates(p, config)
+    if not named:
         return None, None
-    return ChatTemplate(text, source, tokens), None
+    default, tool_use = (
+        ChatTemplate(*named[name], tokens) if name in named else None for name in ("default", "tool_use")
+    )
+    note = None
+    if default is None:
+        without = "without tools " if tool_use is not None else ""
+        note = (
+            f"{p} has named chat templates ({', '.join(sorted(named))}) but none named 'default': chat "
+            f"requests {without}are rendered as 'role: content' lines (give --chat-template)"
+        )
+    if default is None and tool_use is None:
+        return None, note
+    return ChatTemplates(default, tool_use), note

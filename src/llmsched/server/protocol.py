@@ -5,10 +5,12 @@ every mistake becomes an OpenAI-style error naming the offending parameter:
 `{"error": {"message", "type", "param", "code"}}`. Unknown fields are ignored, as vLLM
 does. Fields we accept work (`n`, several prompts, `echo`, `logprobs` (with `echo`: the
 prompt's too), `max_tokens: 0` with `echo`, `logit_bias`, the penalties, chat's
-`add_generation_prompt` / `continue_final_message` / `chat_template_kwargs`; see
-docs/serving.md for what the sim backend does with them); what is not supported (JSON mode
-`response_format`, `tools`/`tool_choice`/`functions`, `suffix`, `best_of` other than `n`)
-is a 400 that says so.
+`add_generation_prompt` / `continue_final_message` / `chat_template_kwargs`, messages'
+`name` / `tool_calls` / `tool_call_id` and `tools` with `tool_choice: "none"`, which reach
+the chat template as vLLM passes them; see docs/serving.md for what the sim backend does
+with them); what is not supported (JSON mode `response_format`, tool-call parsing
+(`tool_choice` other than `"none"`), `functions`, `suffix`, `best_of` other than `n`) is a
+400 that says so.
 """
 
 from __future__ import annotations
@@ -183,10 +185,11 @@ def _refuse_unsupported(body: dict, kind: str) -> None:
                 'only {"type": "text"}',
                 "response_format",
             )
-    for key in ("tools", "functions"):
+    # chat's tools and tool_choice: `_tools`
+    for key in ("functions",) if kind == "chat" else ("tools", "functions"):
         if body.get(key):
             raise bad_request(f"'{key}' (tool / function calling) is not supported by this server", key)
-    for key in ("tool_choice", "function_call"):
+    for key in ("function_call",) if kind == "chat" else ("tool_choice", "function_call"):
         v = body.get(key)
         if v is not None and v != "none":
             raise bad_request(f"'{key}' (tool / function calling) is not supported by this server", key)
@@ -234,14 +237,16 @@ class ParsedRequest:
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict | None = None
+    tools: list | None = None  # chat: the tools the chat template sees
 
     @property
     def chat_options(self) -> dict:
-        """The keywords of a tokenizer's `chat_text(messages, **options)`."""
+        """The keywords of a tokenizer's `render_chat(messages, **options)`."""
         return {
             "add_generation_prompt": self.add_generation_prompt,
             "continue_final_message": self.continue_final_message,
             "template_kwargs": self.chat_template_kwargs,
+            "tools": self.tools,
         }
 
     @property
@@ -422,9 +427,13 @@ def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedReq
     return req
 
 
-def parse_chat(body: dict, max_messages: int | None = None) -> ParsedRequest:
+MESSAGE_ROLES = ("system", "user", "assistant", "tool", "developer", "function")
+
+
+def parse_chat(body: dict, max_messages: int | None = None, *, tokenize_only: bool = False) -> ParsedRequest:
     """A chat request; more than `max_messages` messages are refused before they are
-    looked at."""
+    looked at. `tokenize_only` (/tokenize): `tool_choice` is not looked at, as nothing is
+    generated."""
     c = _common(body, "chat")
     msgs = body.get("messages")
     if msgs is None:
@@ -435,38 +444,156 @@ def parse_chat(body: dict, max_messages: int | None = None) -> ParsedRequest:
         raise bad_request(
             f"{len(msgs)} messages are more than the model's context can hold", "messages", "context_length_exceeded"
         )
-    clean = []
-    for i, m in enumerate(msgs):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise bad_request(f"'{where}' must be an object", where)
-        role = m.get("role")
-        if role not in ("system", "user", "assistant", "tool", "developer", "function"):
-            raise bad_request(
-                f"'{where}.role' must be one of system, user, assistant, tool, developer; got {_show(role)}",
-                f"{where}.role",
-            )
-        content = m.get("content")
-        if content is None:
-            content = ""
-        elif isinstance(content, list):
-            parts = []
-            for j, part in enumerate(content):
-                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                    raise bad_request(
-                        f"'{where}.content[{j}]' must be a text part "
-                        '({"type": "text", "text": ...}); other parts are not '
-                        "supported",
-                        f"{where}.content",
-                    )
-                parts.append(part["text"])
-            content = "\n".join(parts)
-        elif not isinstance(content, str):
-            raise bad_request(f"'{where}.content' must be a string or an array of text parts", f"{where}.content")
-        clean.append({"role": role, "content": content})
+    clean = [_message(m, f"messages[{i}]") for i, m in enumerate(msgs)]
     req = _finish(c, "chat", None, None, clean, _max_tokens(body, "max_completion_tokens", "max_tokens"), body)
     req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs = _chat_rendering(body)
+    req.tools = _tools(body, tokenize_only)
+    if req.tools is not None and req.chat_template_kwargs and "tools" in req.chat_template_kwargs:
+        raise bad_request(
+            "'chat_template_kwargs' cannot set 'tools' when the request gives 'tools'", "chat_template_kwargs"
+        )
     return req
+
+
+def _message(m, where: str) -> dict:
+    """A chat message as the chat template sees it (as vLLM passes it): `role`, `content`
+    (text parts joined by newlines; null is ''), and `name`, `tool_calls` (assistant) and
+    `tool_call_id` (tool) where given. Other fields are dropped."""
+    if not isinstance(m, dict):
+        raise bad_request(f"'{where}' must be an object", where)
+    role = m.get("role")
+    if role not in MESSAGE_ROLES:
+        raise bad_request(
+            f"'{where}.role' must be one of system, user, assistant, tool, developer; got {_show(role)}",
+            f"{where}.role",
+        )
+    content = m.get("content")
+    if content is None:
+        content = ""
+    elif isinstance(content, list):
+        parts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad_request(
+                    f"'{where}.content[{j}]' must be a text part "
+                    '({"type": "text", "text": ...}); other parts are not '
+                    "supported",
+                    f"{where}.content",
+                )
+            parts.append(part["text"])
+        content = "\n".join(parts)
+    elif not isinstance(content, str):
+        raise bad_request(f"'{where}.content' must be a string or an array of text parts", f"{where}.content")
+    out = {"role": role, "content": content}
+    name = m.get("name")
+    if name is not None:
+        if not isinstance(name, str):
+            raise bad_request(f"'{where}.name' must be a string, got {_type_name(name)} {_show(name)}", f"{where}.name")
+        out["name"] = name
+    calls = m.get("tool_calls")
+    if calls is not None:
+        if role != "assistant":
+            raise bad_request(f"'{where}.tool_calls' is only allowed in assistant messages", f"{where}.tool_calls")
+        calls = _tool_calls(calls, f"{where}.tool_calls")
+        if calls:  # an empty list: the template's plain assistant turn (as vLLM)
+            out["tool_calls"] = calls
+    call_id = m.get("tool_call_id")
+    if call_id is not None:
+        if role != "tool":
+            raise bad_request(f"'{where}.tool_call_id' is only allowed in tool messages", f"{where}.tool_call_id")
+        if not isinstance(call_id, str):
+            raise bad_request(
+                f"'{where}.tool_call_id' must be a string, got {_type_name(call_id)} {_show(call_id)}",
+                f"{where}.tool_call_id",
+            )
+        out["tool_call_id"] = call_id
+    return out
+
+
+def _tool_calls(calls, where: str) -> list[dict]:
+    """An assistant message's tool calls: `id` and `type` where given, `function` with its
+    `name` and `arguments`, a JSON text parsed into its value (as vLLM and transformers'
+    templates expect; a text that is not JSON, or none, is {} as in vLLM)."""
+    if not isinstance(calls, list):
+        raise bad_request(f"'{where}' must be an array of tool calls, got {_type_name(calls)}", where)
+    out = []
+    for j, call in enumerate(calls):
+        at = f"{where}[{j}]"
+        shape = '{"type": "function", "function": {"name": ..., "arguments": ...}}'
+        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+            raise bad_request(f"'{at}' must be a tool call {shape}", where)
+        clean = {}
+        for key in ("id", "type"):
+            v = call.get(key)
+            if v is not None and not isinstance(v, str):
+                raise bad_request(f"'{at}.{key}' must be a string, got {_type_name(v)} {_show(v)}", where)
+            if v is not None:
+                clean[key] = v
+        if clean.get("type", "function") != "function":
+            raise bad_request(f"'{at}.type' must be 'function', got {_show(clean['type'])}", where)
+        fn = call["function"]
+        name = fn.get("name")
+        if not isinstance(name, str):
+            raise bad_request(f"'{at}.function.name' must be a string, got {_type_name(name)} {_show(name)}", where)
+        args = fn.get("arguments")
+        if args is not None and not isinstance(args, (str, dict)):
+            raise bad_request(
+                f"'{at}.function.arguments' must be a JSON text (or an object), got {_type_name(args)} {_show(args)}",
+                where,
+            )
+        clean["function"] = {"name": name, "arguments": _arguments(args)}
+        out.append(clean)
+    return out
+
+
+def _arguments(args):
+    if isinstance(args, dict):
+        return args
+    if not args:
+        return {}
+    try:
+        return json.loads(args)
+    except (ValueError, RecursionError):
+        return {}
+
+
+def _tools(body: dict, tokenize_only: bool) -> list | None:
+    """The request's `tools` (checked, passed to the chat template as given), or None. The
+    server parses no tool calls out of the output: with tools, `tool_choice` must be
+    `"none"` (the model's reply is text), as vLLM without a tool-call parser requires."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if tools is not None:
+        shape = '{"type": "function", "function": {"name": ..., "description": ..., "parameters": {...}}}'
+        if not isinstance(tools, list) or not tools:
+            raise bad_request(f"'tools' must be a non-empty array of tools {shape}", "tools")
+        for i, tool in enumerate(tools):
+            at = f"tools[{i}]"
+            if not isinstance(tool, dict) or not isinstance(tool.get("function"), dict):
+                raise bad_request(f"'{at}' must be a tool {shape}", "tools")
+            if tool.get("type", "function") != "function":
+                raise bad_request(f"'{at}.type' must be 'function', got {_show(tool.get('type'))}", "tools")
+            fn = tool["function"]
+            name = fn.get("name")
+            if not isinstance(name, str) or not name:
+                raise bad_request(f"'{at}.function.name' must be a non-empty string, got {_show(name)}", "tools")
+            for key, kind, ok in (("description", "a string", str), ("parameters", "an object", dict)):
+                v = fn.get(key)
+                if v is not None and not isinstance(v, ok):
+                    raise bad_request(f"'{at}.function.{key}' must be {kind}, got {_type_name(v)} {_show(v)}", "tools")
+    if tokenize_only or choice == "none" or (choice is None and tools is None):
+        return tools
+    if choice is None or choice == "auto":
+        raise bad_request(
+            "tool_choice 'auto' (the default with 'tools') needs a tool-call parser, which this server does not "
+            'have: send "tool_choice": "none" to have the chat template see the tools and get the model\'s reply '
+            "as text",
+            "tool_choice",
+        )
+    raise bad_request(
+        f"'tool_choice' {_show(choice)} is not supported by this server (it cannot force tool calls); only \"none\"",
+        "tool_choice",
+    )
 
 
 # variables a chat template gets from the server, not from chat_template_kwargs

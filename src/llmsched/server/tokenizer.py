@@ -2,18 +2,20 @@
 
 - `ByteRuleTokenizer` (the sim backend's default): a text of B UTF-8 bytes is
   `max(1, ceil(B / 4))` tokens (the usual "about 4 characters per token" rule of thumb,
-  made exact). A chat request counts the contents of its messages joined by a newline.
-  No ids are made: only the count matters to the virtual GPU.
-- `HFTokenizer`: a real tokenizer read from a folder holding `tokenizer.json` (the
-  `tokenizers` package). A chat request is rendered as `role: content` lines (no model
-  chat template) before encoding. (The engine backend's tokenizer applies the model's
-  chat template when it has one: `backends._EngineTokenizer`, `chat_template.py`.)
+  made exact). A chat request counts the contents of its messages joined by a newline
+  (names, tool calls and tools are not counted). No ids are made: only the count matters
+  to the virtual GPU.
+- `HFTokenizer` (the sim backend's `--tokenizer`): a real tokenizer read from a folder
+  holding `tokenizer.json` (the `tokenizers` package). Chat requests are rendered as on the
+  engine backend (`ChatRendering`): with the folder's chat template, else as `role:
+  content` lines.
 Token-id prompts (the completions API accepts a list of ints) are counted as given.
 
-Every tokenizer here has `chat_text(messages, **options)` (the text a chat request is
-tokenized as; options: `add_generation_prompt`, `continue_final_message`,
-`template_kwargs`), `encode(text)`, `encode_chat(messages, **options)`, `decode(ids)`,
-and two facts the server's limits use (see `docs/serving.md`, "Request limits"):
+Every tokenizer here has `render_chat(messages, **options)` (the text a chat request is
+tokenized as, and whether special tokens are added to it; options: `add_generation_prompt`,
+`continue_final_message`, `template_kwargs`, `tools`), `chat_text(messages, **options)`
+(that text), `encode(text)`, `encode_chat(messages, **options)`, `decode(ids)`, and two
+facts the server's limits use (see `docs/serving.md`, "Request limits"):
 
 - `bytes_per_token`: the most UTF-8 bytes of text the server lets one token stand for.
   A text longer than `max_model_len * bytes_per_token` bytes is refused before it is
@@ -70,6 +72,33 @@ def utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
+class ChatRendering:
+    """Chat requests as a real tokenizer renders them (the engine's and `--tokenizer`'s):
+    with the chat template `templates` picks, the text tokenized without special tokens (the
+    template writes BOS), as `apply_chat_template` does; without one, as `role: content`
+    lines, tokenized with them. Needs `encode(text, add_special_tokens)`."""
+
+    templates = None  # chat_template.ChatTemplates, or None
+
+    def render_chat(self, messages: list[dict], **options) -> tuple[str, bool]:
+        """(the text of a chat request, whether special tokens are added to it); ConfigError
+        if the chat template refuses it."""
+        tools = options.get("tools")
+        if tools is None:
+            tools = (options.get("template_kwargs") or {}).get("tools")
+        template = self.templates.pick(tools) if self.templates is not None else None
+        if template is None:
+            return chat_lines(messages, **options), True
+        return template.render(messages, **options), False
+
+    def chat_text(self, messages: list[dict], **options) -> str:
+        return self.render_chat(messages, **options)[0]
+
+    def encode_chat(self, messages: list[dict], **options) -> list[int]:
+        text, special = self.render_chat(messages, **options)
+        return self.encode(text, add_special_tokens=special)
+
+
 class ByteRuleTokenizer:
     name = "bytes/4"
     bytes_per_token = BYTES_PER_TOKEN
@@ -79,8 +108,11 @@ class ByteRuleTokenizer:
         n = max(1, math.ceil(utf8_len(text) / BYTES_PER_TOKEN))
         return range(n)
 
-    def chat_text(self, messages: list[dict], **_) -> str:
-        return "\n".join(m["content"] for m in messages)
+    def render_chat(self, messages: list[dict], **_) -> tuple[str, bool]:
+        return "\n".join(m["content"] for m in messages), False
+
+    def chat_text(self, messages: list[dict], **options) -> str:
+        return self.render_chat(messages, **options)[0]
 
     def encode_chat(self, messages: list[dict], **options) -> Sequence[int]:
         return self.encode(self.chat_text(messages, **options))
@@ -89,13 +121,15 @@ class ByteRuleTokenizer:
         return " tok" * len(ids)
 
 
-class HFTokenizer:
+class HFTokenizer(ChatRendering):
     cheap = False
 
-    def __init__(self, path: str | Path, tokenizer=None):
+    def __init__(self, path: str | Path, tokenizer=None, templates=None):
+        self.templates = templates
         if tokenizer is not None:
             self._tok = tokenizer
             self.name = str(path)
+            self.file = Path(path)
             self.bytes_per_token = bytes_per_token_bound(tokenizer)
             return
         p = Path(path)
@@ -111,6 +145,7 @@ class HFTokenizer:
         except Exception as e:  # noqa: BLE001 - any parse failure is a bad file
             raise ConfigError(f"cannot read tokenizer {f}: {e}") from None
         self.name = str(f)
+        self.file = f
         self.bytes_per_token = bytes_per_token_bound(self._tok)
 
     @property
@@ -120,20 +155,14 @@ class HFTokenizer:
         return get(with_added_tokens=True) if get is not None else None
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """The text's ids; special tokens (BOS) only if asked (the server counts prompts
-        without them on the sim backend)."""
+        """The text's ids; special tokens (BOS) only if asked (the sim backend counts
+        completion prompts without them)."""
         tok = self._tok
         if hasattr(tok, "encode_batch"):  # releases the GIL (encode does not)
             return tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         enc = tok.encode(text, add_special_tokens=add_special_tokens) if hasattr(tok, "encode") else None
         ids = enc.ids if hasattr(enc, "ids") else list(enc)
         return ids
-
-    def chat_text(self, messages: list[dict], **options) -> str:
-        return chat_lines(messages, **options)
-
-    def encode_chat(self, messages: list[dict], **options) -> list[int]:
-        return self.encode(self.chat_text(messages, **options))
 
     def decode(self, ids: Sequence[int]) -> str:
         tok = self._tok
