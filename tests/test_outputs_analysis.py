@@ -174,6 +174,22 @@ def test_simulate_parquet_writes_typed_tables(tmp_path):
     assert not list(out.glob("*.parquet"))
 
 
+def test_simulate_parquet_is_recorded_in_config_json(tmp_path):
+    """config.json recorded --steps (record_steps) but not --parquet."""
+    out = tmp_path / "res"
+    assert main(["simulate", *FLAGS, "--max-time", "20", "--steps", "--parquet", "--out", str(out), "--quiet"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["record_steps"] is True and cfg["provenance"]["parquet"] is True
+    assert not list(out.glob(".*.tmp"))
+    # the run's config.json still reruns it; that rerun, without --parquet, records none
+    again = tmp_path / "again"
+    assert main(["simulate", "--config", str(out / "config.json"), "--out", str(again), "--quiet"]) == 0
+    cfg2 = json.loads((again / "config.json").read_text())
+    assert "parquet" not in cfg2["provenance"] and not list(again.glob("*.parquet"))
+    assert cfg2["record_steps"] is True and cfg2["b_max"] == cfg["b_max"] == 256
+    assert _read(again / "requests.csv") == _read(out / "requests.csv")
+
+
 def test_parquet_errors_are_one_line(tmp_path, capsys, monkeypatch):
     assert main(["simulate", *FLAGS, "--parquet", "--json"]) == 2
     assert "--parquet writes requests.parquet into the output folder" in capsys.readouterr().err

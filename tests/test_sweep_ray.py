@@ -1,13 +1,17 @@
 """`llmsched sweep --backend ray --address`: an address nothing answers at is one line on
 stderr and exit 2 within seconds, not a hang in Ray's connection retries."""
 
+import json
+import logging
 import socket
+import sys
 import time
+import warnings
 
 import pytest
 
 from llmsched.analysis import runner
-from llmsched.analysis.runner import probe_ray_address, ray_endpoint
+from llmsched.analysis.runner import Backend, probe_ray_address, ray_endpoint
 from llmsched.cli import main
 from llmsched.core.errors import ConfigError
 
@@ -87,3 +91,71 @@ def test_bad_ray_addresses(address, tmp_path, capsys):
 def test_probe_names_the_address():
     with pytest.raises(ConfigError, match=r"^cannot reach the Ray cluster at 127\.0\.0\.1:\d+: "):
         probe_ray_address(f"127.0.0.1:{closed_port()}", timeout_s=1.0)
+
+
+class _ChattyRay:
+    """A stand-in for the ray module whose start says what Ray 2.60's does (a notice on
+    a logger under "ray", a Python warning) and an error, or fails."""
+
+    def __init__(self, fail=False):
+        self.fail, self.started = fail, False
+
+    def is_initialized(self):
+        return self.started
+
+    def init(self, **kw):
+        log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+        log.warning("Token authentication is enabled for this Ray cluster.")
+        warnings.warn("a start-up warning", UserWarning, stacklevel=1)
+        log.error("a real problem")
+        if self.fail:
+            raise RuntimeError("no Ray today")
+        self.started = True
+
+    def shutdown(self):
+        logging.getLogger("ray._private.worker").warning("shutting down")
+        self.started = False
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_a_quiet_ray_start_passes_only_errors(monkeypatch, quiet):
+    said = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    ray_logger = logging.getLogger("ray")
+    level = ray_logger.level
+    collect = Collect()
+    ray_logger.addHandler(collect)
+    monkeypatch.setitem(sys.modules, "ray", _ChattyRay())
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with Backend("ray", 1, quiet=quiet):
+                pass
+            assert ray_logger.level == level  # given back at exit
+            monkeypatch.setitem(sys.modules, "ray", _ChattyRay(fail=True))
+            with pytest.raises(RuntimeError, match="no Ray today"):
+                Backend("ray", 1, quiet=quiet).__enter__()
+            assert ray_logger.level == level  # and when the start fails
+    finally:
+        ray_logger.removeHandler(collect)
+    if quiet:
+        assert said == ["a real problem", "a real problem"] and not caught
+    else:
+        assert said.count("Token authentication is enabled for this Ray cluster.") == 2
+        assert "shutting down" in said and len(caught) == 2
+
+
+def test_sweep_quiet_on_a_local_ray_prints_nothing(tmp_path, capfd):
+    """`sweep --backend ray --quiet` printed Ray's token-authentication notice."""
+    argv = ["sweep", "--cost-model", "paper", "--num-requests", "30", "--grid", "rate=1,2", "--no-plots"]
+    argv += ["--out", str(tmp_path / "s"), "--backend", "ray", "--workers", "1", "--quiet"]
+    assert main(argv) == 0
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    points = [json.loads(p.read_text()) for p in (tmp_path / "s" / "points").glob("*.json")]
+    assert sorted(p["config"]["workload"]["rate"] for p in points) == [1, 2]
+    assert all(p["summary"]["completed"] == 30 for p in points)

@@ -149,6 +149,66 @@ def test_mooncake_bad_rows_name_the_line(tmp_path, line, pattern):
     assert str(p) in str(info.value) and "\n" not in str(info.value)
 
 
+MOONCAKE_ROW = '{{"timestamp": {}, "input_length": {}, "output_length": {}, "hash_ids": [{}]}}'
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ("1.", 10, 2, "0"),  # JSON has no '1.' nor '.5': numpy read 1.0 and 0.5
+        (".5", 10, 2, "0"),
+        ("-.5", 10, 2, "0"),
+        (5, "007", 2, "0"),  # nor leading zeros: numpy read 7
+        (5, 10, "00", "0"),
+        (5, 10, 2, "007, 1"),
+        (5, 10, 2, "-01"),
+        (5, 10, 2, "-, 1"),  # a lone sign: numpy read 0
+        (5, "-", 2, "0"),
+        ("5 6", "", 2, "0"),  # a value split by a space, the count made up by an empty one
+    ],
+)
+def test_mooncake_fast_path_refuses_numbers_json_refuses(tmp_path, values):
+    """Mooncake's layout is read by a fast parser; numbers spelt as JSON does not allow
+    were read there (`1.` as 1, `007` as 7), where json.loads, which reads every other
+    layout, refuses them. Both now give json's one-line error naming the line."""
+    good = MOONCAKE_ROW.format(0, 10, 2, 0)
+    line = MOONCAKE_ROW.format(*values)
+    with pytest.raises(ValueError):
+        json.loads(line)
+    p = _write(tmp_path, "bad.jsonl", f"{good}\n{line}\n{good}\n")
+    with pytest.raises(ConfigError, match="line 2 is not a JSON object: Expecting") as info:
+        read_trace(p)
+    assert str(p) in str(info.value) and "\n" not in str(info.value)
+    # the same file in another key order, which only json.loads reads: the same refusal
+    other = "\n".join(r.replace('{"timestamp": ', '{"note": 0, "timestamp": ') for r in (good, line, good))
+    q = _write(tmp_path, "bad_other.jsonl", other + "\n")
+    with pytest.raises(ConfigError, match="line 2 is not a JSON object: Expecting"):
+        read_trace(q)
+
+
+def test_mooncake_fast_path_reads_json_numbers_as_json_does(tmp_path, monkeypatch):
+    """Zeros, fractions and signs that JSON allows stay on the fast parser, read as
+    json.loads reads them."""
+    import llmsched.workload.trace as trace_mod
+
+    rows = [
+        MOONCAKE_ROW.format("0", "10", "0", "0, 10, 100"),
+        MOONCAKE_ROW.format("0.5", "100", "1", "-0, 105"),
+        MOONCAKE_ROW.format("1.05", "512", "20", "-7, 0"),
+        MOONCAKE_ROW.format("100.0", "1000", "3", "1000000000000000000"),
+    ]
+    p = _write(tmp_path, "ok.jsonl", "\n".join(rows) + "\n")
+    monkeypatch.setattr(trace_mod, "_mooncake_slow", lambda *a: pytest.fail("slow path used"))
+    fast = read_mooncake_jsonl(p, block_size=None)
+    monkeypatch.undo()
+    other = "\n".join(r.replace('{"timestamp": ', '{"note": 0, "timestamp": ') for r in rows)
+    slow = read_mooncake_jsonl(_write(tmp_path, "ok_other.jsonl", other + "\n"), block_size=None)
+    assert fast == slow
+    want = [json.loads(r) for r in rows]
+    assert fast.arrival_s.tolist() == [(d["timestamp"] - 0) / 1000 for d in want]
+    assert fast.prompt.tolist() == [d["input_length"] for d in want]
+
+
 def test_mooncake_big_fast_and_exact(tmp_path, monkeypatch):
     """Many rows in Mooncake's layout: read by the fast parser (the line-by-line one is
     not called), with the sharing structure of the hash ids."""

@@ -339,6 +339,8 @@ def test_profile_and_validate_refuse_non_finite_seconds(tmp_path, capsys, option
         ),
         # a decode_attn table of one batch size, which `--cost-model profile:PATH` refuses
         (["--max-running", "1"], "only one decode batch size of the profile grid (1) fits this engine"),
+        # a decode batch is a step of as many tokens: b_max 1 caps it at 1 too
+        (["--b-max", "1"], "fits this engine (b_max 1); a profile needs two: raise --b-max or --kv-cache-gb"),
     ],
 )
 def test_profile_refuses_an_engine_too_small_for_its_grid(tiny_model, tmp_path, capsys, extra, message):
@@ -350,6 +352,27 @@ def test_profile_refuses_an_engine_too_small_for_its_grid(tiny_model, tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not out.exists()
+
+
+def test_profile_b_max_sets_the_measured_loads(tiny_model, tmp_path, capsys, monkeypatch):
+    """`--b-max` did not change the grid: a profile for --b-max 64 stopped where the grid
+    did (16 here), and a simulation at that budget extrapolated."""
+    import csv
+
+    import llmsched.engine.profiler as prof
+
+    grid = dict(tokens=[1, 16], batches=[1, 2], contexts=[16], chunks=[16], chunk_contexts=[0], lm_tokens=[1, 2])
+    monkeypatch.setattr(prof, "CPU_GRID", grid)
+    out = tmp_path / "p.csv"
+    argv = ["profile", "--model", str(tiny_model), "--out", str(out), "--quiet", "--reps", "1", "--warmup", "0"]
+    argv += ["--tables-s", "0", "--calibrate-s", "0", "--max-num-seqs", "64", "--max-model-len", "128"]
+    assert main([*argv, "--b-max", "64"]) == 0
+    capsys.readouterr()
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for table, column in (("linear", "tokens"), ("lm_head", "tokens"), ("prefill_attn", "chunk")):
+        sizes = {int(r[column]) for r in rows if r["table"] == table}
+        assert max(sizes) == 64 and {16, 32} <= sizes, (table, sorted(sizes))
 
 
 def test_a_profile_out_path_ending_in_a_slash_is_a_folder(tmp_path):

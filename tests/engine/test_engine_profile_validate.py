@@ -147,3 +147,72 @@ def test_replay_starts_steps_at_arrivals(tiny_model):
     assert busy and all(s.cycle_s is None or s.cycle_s >= s.forward_s for s in busy)
     st = step_ratios(steps, _Cost())
     assert st["after_idle_steps"] <= 3 and st["idle_start_lag_ms"] < 10
+
+
+def test_reach_budget_fits_a_load_grid_to_b_max():
+    from llmsched.engine.profiler import CPU_GRID, reach_budget
+
+    tokens = CPU_GRID["tokens"]  # 1 .. 512
+    assert reach_budget(tokens, 512) == tokens
+    assert reach_budget(tokens, 1024) == [*tokens, 1024]
+    assert reach_budget(tokens, 3000) == [*tokens, 1024, 2048, 3000]
+    assert reach_budget(tokens, 300) == [t for t in tokens if t < 300] + [300]
+    assert reach_budget([16, 32], 8) == [8]
+
+
+def _profile_rows(path):
+    import csv
+
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    linear = sorted(int(r["tokens"]) for r in rows if r["table"] == "linear" and r["mode"] == "eager")
+    lm = sorted(int(r["tokens"]) for r in rows if r["table"] == "lm_head")
+    chunks = sorted({int(r["chunk"]) for r in rows if r["table"] == "prefill_attn"})
+    batches = sorted({int(r["batch"]) for r in rows if r["table"] == "decode_attn"})
+    return linear, lm, chunks, batches
+
+
+@pytest.mark.parametrize(
+    "b_max, max_num_seqs, linear, lm, chunks, batches",
+    [
+        # above the grids' tops: doublings up to b_max, and b_max; a 48-token load is two
+        # sequences' chunks (max_model_len 32), a 48-token chunk no sequence holds
+        (48, 48, [1, 8, 16, 32, 48], [1, 2, 8, 16, 32, 48], [16, 32], [1, 4, 8]),
+        # below them: nothing past b_max (nor a decode batch over it), b_max itself added
+        (6, 16, [1, 6], [1, 2, 6], [6], [1, 4]),
+        # a step samples one row per running sequence: the LM head stops at max_num_seqs
+        (48, 4, [1, 8, 16, 32, 48], [1, 2, 4], [16, 32], [1, 4]),
+    ],
+)
+def test_profile_grid_reaches_b_max_and_no_further(
+    tiny_model, tmp_path, b_max, max_num_seqs, linear, lm, chunks, batches
+):
+    from llmsched.core import make_cost_model
+    from llmsched.engine.profiler import profile
+
+    grid = dict(tokens=[1, 8], batches=[1, 4, 8], contexts=[8], chunks=[16], chunk_contexts=[0], lm_tokens=[1, 2, 8])
+    s = profile(
+        tiny_model,
+        tmp_path / "prof.csv",
+        max_num_seqs=max_num_seqs,
+        max_model_len=32,
+        b_max=b_max,
+        grid=grid,
+        reps=1,
+        warmup=0,
+        min_s=0,
+        calibrate=False,
+    )
+    assert _profile_rows(s["path"]) == (linear, lm, chunks, batches)
+    # simulate at this b_max reads measured loads, not an extrapolation
+    cost = make_cost_model(s["cost_model"])
+    assert cost.extrapolation(b_max, 0, 0) == []
+
+
+def test_profile_refuses_a_grid_whose_decode_batches_exceed_b_max(tiny_model, tmp_path):
+    from llmsched.core.errors import ConfigError
+    from llmsched.engine.profiler import profile
+
+    with pytest.raises(ConfigError, match=r"smallest decode batch \(4\) exceeds b_max 2.*raise --b-max"):
+        profile(tiny_model, tmp_path / "p.csv", max_num_seqs=8, max_model_len=64, b_max=2, grid=dict(batches=[4, 8]))
+    assert not (tmp_path / "p.csv").exists()

@@ -5,6 +5,8 @@
   (and grown, up to `workers`, when a later run has more); `workers` is at most
   `MAX_WORKERS`; `Backend("ray", workers, address)`: Ray tasks on a local Ray started for
   the sweep (`num_cpus = workers`) or on a cluster. Both yield results as they finish.
+  `quiet=True`: Ray's warnings and notices (its token-authentication line) stay off the
+  terminal while the backend holds the Ray it started; its errors still show.
   A cluster's address is probed first (`probe_ray_address`): one that does not answer
   within `RAY_CONNECT_TIMEOUT_S` is an error, not a hang in Ray's retries.
 - `Store(out_dir)`: each finished point's summary in `OUT/points/KEY.json`, so a rerun
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import multiprocessing
 import os
 import socket
 import sys
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -96,7 +100,9 @@ def check_workers(workers, name: str = "workers") -> None:
 class Backend:
     """Runs point configurations, yielding (key, summary) as each finishes."""
 
-    def __init__(self, backend: str = "local", workers: int | None = None, address: str | None = None):
+    def __init__(
+        self, backend: str = "local", workers: int | None = None, address: str | None = None, quiet: bool = False
+    ):
         if backend not in ("local", "ray"):
             raise ConfigError(f"unknown backend {backend!r} (known: local, ray)")
         check_workers(workers)
@@ -105,6 +111,8 @@ class Backend:
         self.kind = backend
         self.workers = workers or (os.cpu_count() or 1)
         self.address = address
+        self.quiet = quiet
+        self._ray_log_level = None  # the "ray" logger's level before a quiet start, restored at exit
         self._pool = None
         self._pool_size = 0
         self._ray_started = False
@@ -117,21 +125,44 @@ class Backend:
             except ImportError:
                 raise ConfigError("the ray backend needs Ray: pip install 'llmsched[sweep]'") from None
             if not ray.is_initialized():
-                kw = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
                 if self.address:
                     probe_ray_address(self.address)
-                    try:
-                        ray.init(address=self.address, **kw)
-                    except ConnectionError as e:  # the port answers but is no Ray head (or no "auto" one)
-                        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                        raise ConfigError(
-                            f"cannot connect to the Ray cluster at {self.address} (Ray: {first})"
-                        ) from None
-                else:
-                    ray.init(num_cpus=self.workers, **kw)
+                if self.quiet:
+                    self._quiet_ray()
+                try:
+                    self._start_ray(ray)
+                except BaseException:
+                    self._restore_ray_logging()
+                    raise
                 self._ray_started = True
             self._remote = {}
         return self
+
+    def _start_ray(self, ray) -> None:
+        kw = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        with warnings.catch_warnings():
+            if self.quiet:
+                warnings.simplefilter("ignore")
+            if not self.address:
+                ray.init(num_cpus=self.workers, **kw)
+                return
+            try:
+                ray.init(address=self.address, **kw)
+            except ConnectionError as e:  # the port answers but is no Ray head (or no "auto" one)
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ConfigError(f"cannot connect to the Ray cluster at {self.address} (Ray: {first})") from None
+
+    def _quiet_ray(self) -> None:
+        """Ray's own loggers (all under "ray", which `import ray` gives a stderr handler)
+        pass errors only."""
+        ray_logger = logging.getLogger("ray")
+        self._ray_log_level = ray_logger.level
+        ray_logger.setLevel(logging.ERROR)
+
+    def _restore_ray_logging(self) -> None:
+        if self._ray_log_level is not None:
+            logging.getLogger("ray").setLevel(self._ray_log_level)
+            self._ray_log_level = None
 
     def _local_pool(self, jobs: int):
         """The process pool for a run of `jobs` jobs, None to run them inline: no more
@@ -157,6 +188,7 @@ class Backend:
 
             ray.shutdown()
             self._ray_started = False
+        self._restore_ray_logging()
 
     def run(self, jobs: list[tuple[str, Any]], fn: Callable[[Any], Any]):
         """Yield (key, fn(arg)) for every (key, arg) job, in the order they finish.

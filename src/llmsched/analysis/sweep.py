@@ -106,6 +106,7 @@ def run_sweep(
     search_hi: float = 1.25,
     plots: bool = True,
     progress: bool | None = None,
+    quiet: bool | None = None,
     **fixed,
 ) -> SweepResult:
     """Run a grid of simulations (see the module docstring). `config`: base configuration
@@ -119,6 +120,10 @@ def run_sweep(
     rates judged inconclusive in between are reported as such, and a failed probe stops
     its group's search with no answer; with `slo` ({metric: limit}), also the largest
     rate that is stable and meets every limit on every seed (`llmsched.analysis.search`).
+
+    `quiet`: keep the Ray backend's start-up warnings and notices off the terminal (its
+    errors still show); by default when `progress` is False (`sweep --quiet`, and
+    `--no-progress`).
     """
     t0 = time.perf_counter()
     if out_dir is not None:
@@ -171,7 +176,9 @@ def run_sweep(
 
     bar = Progress(show, "search" if search else "sweep")
     try:
-        with Backend(backend, workers, address) as be:
+        if quiet is None:
+            quiet = progress is False
+        with Backend(backend, workers, address, quiet=quiet) as be:
             store = Store(out_dir)  # after connecting: an unreachable cluster leaves no folder
             # run_point by name from this module, so that tests can replace it here
             runner = Runner(be, store, bar, run_point)

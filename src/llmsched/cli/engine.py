@@ -262,7 +262,7 @@ def cmd_profile(args) -> int:
 
     # the profile times the engine's steps for any policy: the scheduler's options that
     # would only choose the steps are refused, not ignored (--b-max and --max-running size
-    # the measured batches and stay)
+    # the measured loads and batches and stay)
     for key in ("policy", "admission", "admission_option", "k_max", "prefix_caching"):
         if getattr(args, key) not in (None, False):
             raise ConfigError(
@@ -369,7 +369,9 @@ def register(subparsers) -> None:
         help="measure this machine's step-time tables for simulate",
         description="Measure linear, attention and LM-head times of the engine on "
         "this machine and write a profile CSV that "
-        "`simulate --cost-model profile:PATH` reads.",
+        "`simulate --cost-model profile:PATH` reads. The measured step tokens and prefill chunks "
+        "reach --b-max and stop there (LM-head rows: --max-running, if smaller): give the budget you "
+        "will simulate.",
     )
     p.add_argument("--model", required=True, help="model folder")
     p.add_argument("--out", required=True, help="output CSV file (a folder gets profile.csv)")

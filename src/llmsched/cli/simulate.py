@@ -101,6 +101,10 @@ def cmd_simulate(args) -> int:
         close()
     if args.parquet:
         result.write_parquet(args.out)
+        # under provenance, which a rerun from this config.json ignores: the options beside
+        # it are the simulation's (SimConfig's), and --parquet is the command's
+        result.config.setdefault("provenance", {})["parquet"] = True
+        result.write_config(args.out)
     return _report(args, result, print_summary)
 
 

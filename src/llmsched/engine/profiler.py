@@ -23,6 +23,9 @@ Two stages, both through the engine's own step path (`ModelRunner.execute`):
    - prefill_attn(chunk, context): likewise for one prefill chunk after `context` cached
      tokens;
    - step: a few whole steps end to end, for `validate_steps`.
+   The grids of loads reach the largest the engine makes and stop there (`load_limits`,
+   `reach_budget`): b_max tokens in a step or a chunk, one LM-head row per running
+   sequence; a profile covers the loads of a run at that budget, and none it never makes.
 2. Calibration (`fit_calibration`): a synthetic workload (`calibration_trace`: Poisson
    arrivals, random prompt and output lengths; not any trace one validates on) replayed
    in real time through the engine exactly as `llmsched validate` replays a trace, in
@@ -92,6 +95,27 @@ CUDA_GRID = dict(
     chunk_contexts=[0, 1024, 4096],
     lm_tokens=[1, 8, 32, 64, 128, 256, 512, 1024],
 )
+
+
+def load_limits(b_max: int, max_num_seqs: int) -> dict:
+    """The largest load on each load axis of the grids that a step of the engine makes:
+    `b_max` tokens in a step (linear's `tokens`) or in one prefill chunk (`chunks`), and
+    one sampled row (`lm_tokens`) per running sequence, each with at least one token."""
+    return {"tokens": b_max, "chunks": b_max, "lm_tokens": min(b_max, max_num_seqs)}
+
+
+def reach_budget(points, top: int) -> list[int]:
+    """A load grid fitted to its largest load `top`: its points up to `top`, `top`
+    itself, and doublings of its largest point on the way up to `top`, so that a profile
+    covers every load the engine makes (and none it never makes) with no long stretch to
+    interpolate over."""
+    points = sorted(set(points))
+    out = {p for p in points if p <= top} | {top}
+    p = points[-1] if points else top
+    while 0 < p and 2 * p < top:
+        p *= 2
+        out.add(p)
+    return sorted(out)
 
 
 class _Seq:
@@ -275,6 +299,11 @@ def _check_grid_fits(r, g: dict, dec_points: list, pre_points: list, longest_dec
                 f"the profile grid's smallest decode batch ({b}) exceeds max_num_seqs {r.max_num_seqs}: "
                 "raise --max-running/--max-num-seqs"
             )
+        if b > r.b_max:
+            raise ConfigError(
+                f"the profile grid's smallest decode batch ({b}) exceeds b_max {r.b_max}, the most tokens "
+                "of a step: raise --b-max"
+            )
         what, need = f"decode batch ({b} x context {min(g['contexts'])})", longest_decoder
         kv_need = b * -(-need // r.block_size) * r.block_size  # whole blocks per decoder
         kv_room = min(r.num_blocks * r.block_size, r.workspace_tokens)
@@ -298,10 +327,13 @@ def _check_two_decode_batches(r, dec_points: list) -> None:
     cannot extrapolate to larger batches."""
     batches = sorted({b for b, _ in dec_points})
     if len(batches) == 1:
+        if r.b_max < r.max_num_seqs:  # the budget caps the batch before the running cap does
+            limit, flags = f"b_max {r.b_max}", "--b-max"
+        else:
+            limit, flags = f"max_num_seqs {r.max_num_seqs}", "--max-running/--max-num-seqs"
         raise ConfigError(
             f"only one decode batch size of the profile grid ({batches[0]}) fits this engine "
-            f"(max_num_seqs {r.max_num_seqs}); a profile needs two: raise --max-running/--max-num-seqs "
-            "or --kv-cache-gb"
+            f"({limit}); a profile needs two: raise {flags} or --kv-cache-gb"
         )
 
 
@@ -323,6 +355,8 @@ def profile_engine(
 ) -> list[dict]:
     """Measure the tables on a ready, idle `LLMEngine`; returns CSV rows as dicts.
 
+    `grid` replaces entries of `CPU_GRID`/`CUDA_GRID`; the load axes are then fitted to
+    the engine's b_max and max_num_seqs (`load_limits`, `reach_budget`).
     Every table entry is timed through the engine's real step path
     (`ModelRunner.execute`) by a `Bench`: at least `reps` passes after `warmup` untimed
     ones, more until `min_s` seconds after the first (calibration included; default 3 on
@@ -353,6 +387,8 @@ def profile_engine(
     L = cfg.num_layers
     g = dict(CUDA_GRID if r.cuda else CPU_GRID)
     g.update(grid or {})
+    for axis, top in load_limits(r.b_max, r.max_num_seqs).items():
+        g[axis] = reach_budget(g[axis], top)
     bs, nb = r.block_size, r.num_blocks
     cap_tokens = nb * bs
     if min_s is None:
@@ -388,6 +424,15 @@ def profile_engine(
             samples,
         )
 
+    def linear_chunks(load):
+        """`load` prefill tokens at context 0 as chunks of at most max_model_len tokens."""
+        out, first = [], 0
+        for start in range(0, load, r.max_model_len):
+            n = min(r.max_model_len, load - start)
+            out.append(chunk(n, 0, False, first_block=first))
+            first += -(-n // bs)
+        return out
+
     def step_call(decs, chunks, skip=False):
         params = [greedy] * (len(decs) + sum(1 for ch in chunks if ch[3]))
         gens = [None] * len(params)
@@ -410,13 +455,13 @@ def profile_engine(
     dec_points = [
         (b, c)
         for b in sorted(set(g["batches"]))
-        if b <= r.max_num_seqs
+        if b <= min(r.max_num_seqs, r.b_max)
         for c in sorted(set(g["contexts"]))
         if fits(b, c)
     ]
     pre_points = [
         (c, x)
-        for c in sorted(set(g["chunks"]))
+        for c in g["chunks"]
         for x in sorted(set(g["chunk_contexts"]))
         if c + x <= min(r.max_model_len, cap_tokens)
     ]
@@ -427,16 +472,18 @@ def profile_engine(
         for p in ((64, 0, 0, 0), (16, 64, 4, 64), (0, 0, 16, 256), (128, 0, 8, 128), (0, 0, 1, 64), (32, 256, 32, 64))
         if not (
             p[2] > r.max_num_seqs
+            or p[0] + p[2] > r.b_max
             or max(p[0] + p[1], p[3]) > r.max_model_len
             or p[2] * p[3] + p[0] + p[1] > cap_tokens
             or (p[2] and not fits(p[2], p[3]))
         )
     ]
-    lin_out = sorted(b for b in set(g["tokens"]) if b <= min(r.max_model_len, cap_tokens))
+    # a load over max_model_len is several sequences' chunks (the KV cache holds them all)
+    lin_out = [b for b in g["tokens"] if b <= cap_tokens]
     lin_sizes = set(lin_out) | {b for b, _ in dec_points} | {c for c, _ in pre_points}
     lm_sizes = set(g["lm_tokens"]) | {b for b, _ in dec_points}
     for b in sorted(lin_sizes):
-        bench.add(("linear", b), step_call([], [chunk(b, 0, False)], skip=True))
+        bench.add(("linear", b), step_call([], linear_chunks(b), skip=True))
     for n in sorted(lm_sizes):
         bench.add(("lm_head", n), lm_call(n))
     for b, c in dec_points:
@@ -478,7 +525,7 @@ def profile_engine(
 
         for b in lin_out:
             row("linear", scale * lin[b] + fixed_ms, mode="eager", tokens=b)
-        for n in sorted(set(g["lm_tokens"])):
+        for n in g["lm_tokens"]:
             row("lm_head", scale * lm[n] + n * row_ms, tokens=n)
         for (b, c), v in dec.items():
             row("decode_attn", scale * v, batch=b, context=c)

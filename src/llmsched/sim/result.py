@@ -382,7 +382,7 @@ class SimResult:
             (out / name).unlink(missing_ok=True)
         files: dict[str, callable] = {
             "summary.json": lambda f: json.dump(to_jsonable(self.summary), f, indent=2),
-            "config.json": lambda f: json.dump(to_jsonable(self.config), f, indent=2),
+            "config.json": self._write_config,
             "requests.csv": self._write_requests,
             "timeseries.csv": self._write_timeseries,
             "itl_histogram.csv": self._write_itl,
@@ -408,6 +408,19 @@ class SimResult:
             self.steps_path = dest
             self._steps_id = _file_id(dest)
         return out
+
+    def write_config(self, out_dir: str | os.PathLike) -> Path:
+        """Write config.json alone into `out_dir` (whole or not at all), as `write` does:
+        after a change to `config` that describes the run's outputs."""
+        out = Path(out_dir)
+        tmp = out / ".config.json.tmp"
+        with open(tmp, "w", newline="") as f:
+            self._write_config(f)
+        os.replace(tmp, out / "config.json")
+        return out / "config.json"
+
+    def _write_config(self, f) -> None:
+        json.dump(to_jsonable(self.config), f, indent=2)
 
     def _write_requests(self, f) -> None:
         header = ",".join(self.REQUEST_COLUMNS) + "\r\n"

@@ -525,8 +525,8 @@ def read_azure_csv(path: str | os.PathLike) -> Trace:
 
 # Mooncake's own layout, one request a line: each line split once at its brackets, then
 # checked by bytes.translate and parsed by numpy (two calls for the whole file). Anything
-# else (other key order, extra keys, a bad value) falls back to json.loads line by line,
-# which also names the bad line.
+# else (other key order, extra keys, a bad value, a number JSON does not allow) falls back
+# to json.loads line by line, which also names the bad line.
 _MOONCAKE_HEAD = b'{"timestamp":,"input_length":,"output_length":,"hash_ids":'
 _NUMBER_BYTES = b"0123456789.-"
 _TO_SPACE = bytes(c if c in _NUMBER_BYTES else ord(" ") for c in range(256))
@@ -604,7 +604,11 @@ def _mooncake_fast(rows: list[bytes]):
         tails.append(tail)
     n = len(rows)
     # the keys in this order and nothing but numbers and spaces between them
-    if b"".join(heads).translate(None, b"0123456789.- \t") != _MOONCAKE_HEAD * n:
+    joined = b"".join(heads)
+    if joined.translate(None, b"0123456789.- \t") != _MOONCAKE_HEAD * n:
+        return None
+    # an empty value (':,') could make up for a value split by a space ('1 2') in the count
+    if b":," in joined.translate(None, b" \t"):
         return None
     if b"".join(tails).translate(None, b" \t\r") != b"}" * n:
         return None
@@ -615,7 +619,10 @@ def _mooncake_fast(rows: list[bytes]):
     compact = body.translate(None, b" \t")
     if b",," in compact or compact[:1] == b"," or compact[-1:] == b"," or (body and not compact):
         return None
-    scalars = _numbers(b" ".join(heads).translate(_TO_SPACE), np.float64, " ", 3 * n)
+    spaced = b" ".join(heads).translate(_TO_SPACE)
+    if not (_json_numbers(spaced) and _json_numbers(body)):
+        return None
+    scalars = _numbers(spaced, np.float64, " ", 3 * n)
     counts = np.fromiter((x.count(b",") + 1 if x else 0 for x in lists), dtype=np.int64, count=n)
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
@@ -624,6 +631,32 @@ def _mooncake_fast(rows: list[bytes]):
         return None
     scalars = scalars.reshape(n, 3)
     return scalars[:, 0].copy(), scalars[:, 1].copy(), scalars[:, 2].copy(), ids, ptr
+
+
+def _json_numbers(text: bytes) -> bool:
+    """Whether every number in `text` (digits, '.' and '-', between separators: spaces,
+    tabs, commas) is spelt as JSON allows, so that numpy reads what json.loads would, and
+    refuses what it refuses: no leading zero ('007'), a '.' between digits ('1.', '.5' are
+    not JSON), a '-' only before a number's first digit. numpy refuses the rest ('1.2.3',
+    '1-2'). Vectorised over the text's bytes, of which digits are the only ones from '0' up."""
+    a = np.frombuffer(text, dtype=np.uint8)
+    if a.size > 1 and a[0] == ord("0") and a[1] >= ord("0"):
+        return False
+    # a zero that starts a number (after a separator or a sign) and is followed by a digit
+    if ((a[1:-1] == ord("0")) & (a[:-2] < ord(".")) & (a[2:] >= ord("0"))).any():
+        return False
+    last = a.size - 1
+    if b"." in text:
+        dot = np.flatnonzero(a == ord("."))
+        if dot[0] == 0 or dot[-1] == last or (a[dot - 1] < ord("0")).any() or (a[dot + 1] < ord("0")).any():
+            return False
+    if b"-" in text:
+        minus = np.flatnonzero(a == ord("-"))
+        if minus[-1] == last or (a[minus + 1] < ord("0")).any():  # a digit next
+            return False
+        if (a[minus[minus > 0] - 1] >= ord("-")).any():  # a separator before: no digit, '.' or '-'
+            return False
+    return True
 
 
 def _numbers(text: str | bytes, dtype, sep: str, expected: int) -> np.ndarray | None:
