@@ -122,8 +122,7 @@ def run_sweep(
     rate that is stable and meets every limit on every seed (`llmsched.analysis.search`).
 
     `quiet`: keep the Ray backend's start-up warnings and notices off the terminal (its
-    errors still show); by default when `progress` is False (`sweep --quiet`, and
-    `--no-progress`).
+    errors still show; `sweep --quiet`); by default when `progress` is False.
     """
     t0 = time.perf_counter()
     if out_dir is not None:

@@ -381,6 +381,7 @@ def cmd_sweep(args) -> int:
         search_hi=1.25 if args.search_hi is None else args.search_hi,
         plots=not args.no_plots,
         progress=False if args.quiet else args.progress,
+        quiet=args.quiet,
         **fixed,
     )
     if args.json:
