@@ -75,6 +75,8 @@ def test_validate_refuses_what_it_would_ignore(tmp_path, capsys):
     one_line_error(capsys, [*base, "--prefix-caching"], "--prefix-caching")
     one_line_error(capsys, [*base, "--seed", "-1"], "--seed")
     one_line_error(capsys, [*base, "--policies", "orca,sarathi,ORCA"], "--policies: 'orca' is given twice")
+    for twice in ("adaptive:cost=paper,adaptive:cost=PAPER", "adaptive:cost=paper,adaptive:cost=paper "):
+        one_line_error(capsys, [*base, "--policies", twice], "--policies: 'adaptive:cost=paper' is given twice")
     one_line_error(capsys, [*base, "--json", str(tmp_path)], "is a folder, not a file")
     one_line_error(capsys, [*base, "--json", str(tmp_path / "no" / "x.json")], "does not exist")
     # --json never replaces a file validate did not write (a model's config.json, notes)

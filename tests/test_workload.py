@@ -524,8 +524,9 @@ def test_asking_a_trace_for_more_requests_than_it_has_says_so(tmp_path):
     from llmsched.core.errors import InputWarning
 
     p = _write(tmp_path, "t.csv", "arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n2,10,5\n")
-    with pytest.warns(InputWarning, match=r"t.csv has 3 requests: num_requests=10 replays them all"):
+    with pytest.warns(InputWarning, match=r"t.csv has 3 requests: num_requests=10 replays them all") as caught:
         assert len(make_trace(WorkloadSpec(arrival="trace", trace=str(p), num_requests=10)).arrival_s) == 3
+    assert caught[0].filename == __file__  # the warning names the caller's line, not ours
     import warnings
 
     with warnings.catch_warnings():

@@ -210,8 +210,26 @@ def test_message_fields_reach_the_template_as_vllm_passes_them():
         {"role": "user", "content": "x"},
         {"role": "assistant", "content": "y"},
     ]
-    # arguments: a JSON text is parsed; an object is kept; none or a text that is not JSON is {}
-    for arguments, passed in (('{"a": [1, 2]}', {"a": [1, 2]}), ({"b": 1}, {"b": 1}), ("", {}), ("{oops", {})):
+    # tool calls outside assistant messages, a call id outside tool messages: dropped (as vLLM)
+    stray = [
+        {"role": "user", "content": "x", "tool_calls": SENT[2]["tool_calls"]},
+        {"role": "assistant", "content": "y", "tool_call_id": "call_1"},
+    ]
+    assert parse_chat({"model": MODEL, "messages": stray}).messages == [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": "y"},
+    ]
+    # an assistant's reasoning reaches the template under both of vLLM's names
+    for key in ("reasoning", "reasoning_content"):
+        thought = {"role": "assistant", "content": "y", key: "hmm"}
+        assert parse_chat({"model": MODEL, "messages": [thought]}).messages == [
+            {"role": "assistant", "content": "y", "reasoning": "hmm", "reasoning_content": "hmm"}
+        ]
+    # arguments: a JSON object's text is parsed; an object is kept; none, a text that is not
+    # JSON, or JSON that is not an object is {} (as vLLM)
+    cases = (('{"a": [1, 2]}', {"a": [1, 2]}), ({"b": 1}, {"b": 1}), ("", {}), ("{oops", {}))
+    cases += tuple((text, {}) for text in ("42", "[1, 2]", "null", "true", '"x"'))
+    for arguments, passed in cases:
         call = {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": arguments}}]}
         got = parse_chat({"model": MODEL, "messages": [call]}).messages[0]["tool_calls"]
         assert got == [{"function": {"name": "f", "arguments": passed}}]
@@ -241,6 +259,14 @@ def test_names_tool_calls_and_tools_render_as_transformers(tools_folder, agp):
     no_tools = chat_of({"messages": SENT})
     assert "Tools:" not in tok.chat_text(PASSED, **no_tools)
     assert tok.chat_text(PASSED, **no_tools) == hf_render(hf, PASSED, True, False, None)[0]
+
+
+def test_an_explicit_null_tool_choice_is_none():
+    """vLLM takes "auto" only when tool_choice is absent; a null one renders the tools."""
+    body = {"model": MODEL, "messages": SENT, "tools": TOOLS}
+    assert parse_chat({**body, "tool_choice": None}).tools == TOOLS
+    with pytest.raises(APIError, match="needs a tool-call parser"):
+        parse_chat(body)
 
 
 def test_tools_over_http(tools_folder):
@@ -350,13 +376,8 @@ BAD = [  # (body fields, param, words of the message)
         "messages[2].tool_calls",
         "function.arguments' must be a JSON text",
     ),
-    (
-        {"messages": _with((1, "tool_calls"), SENT[2]["tool_calls"])},
-        "messages[1].tool_calls",
-        "only allowed in assistant messages",
-    ),
     ({"messages": _with((3, "tool_call_id"), 1)}, "messages[3].tool_call_id", "must be a string"),
-    ({"messages": _with((1, "tool_call_id"), "call_1")}, "messages[1].tool_call_id", "only allowed in tool messages"),
+    ({"messages": _with((2, "reasoning"), ["a"])}, "messages[2].reasoning", "must be a string"),
     ({"tools": []}, "tools", "non-empty array"),
     ({"tools": {"function": {"name": "f"}}}, "tools", "non-empty array"),
     ({"tools": [TOOLS[0], "now"]}, "tools", "'tools[1]' must be a tool"),

@@ -1096,7 +1096,8 @@ def _validate_policies(args) -> str:
         raise ConfigError("give the policies to validate once: --policies A,B or --policy A")
     from ..policies import canonical_policy_name  # noqa: PLC0415
 
-    dup = first_repeat([canonical_policy_name(p) for p in args.policies.split(",")])
+    # options compare in any case too (`cost=PAPER` is `cost=paper`)
+    dup = first_repeat([canonical_policy_name(p).lower().strip() for p in args.policies.split(",")])
     if dup is not None:
         raise ConfigError(f"--policies: {dup!r} is given twice")
     return args.policies

@@ -43,8 +43,10 @@ class InputWarning(UserWarning):
     prints it as one line on stderr and the run continues."""
 
 
-def warn(message: str) -> None:
-    """Warn about an implausible input (`InputWarning`, one sentence); the run goes on."""
+def warn(message: str, stacklevel: int = 3) -> None:
+    """Warn about an implausible input (`InputWarning`, one sentence); the run goes on.
+    The warning names the line that called the caller of `warn` (one more level for each
+    helper in between)."""
     import warnings  # noqa: PLC0415
 
-    warnings.warn(message, InputWarning, stacklevel=3)
+    warnings.warn(message, InputWarning, stacklevel=stacklevel)

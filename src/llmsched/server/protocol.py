@@ -457,8 +457,9 @@ def parse_chat(body: dict, max_messages: int | None = None, *, tokenize_only: bo
 
 def _message(m, where: str) -> dict:
     """A chat message as the chat template sees it (as vLLM passes it): `role`, `content`
-    (text parts joined by newlines; null is ''), and `name`, `tool_calls` (assistant) and
-    `tool_call_id` (tool) where given. Other fields are dropped."""
+    (text parts joined by newlines; null is ''), and where given `name`, an assistant's
+    `tool_calls` and reasoning (as both `reasoning` and `reasoning_content`), a tool
+    message's `tool_call_id`. Other fields, and those on other roles, are dropped."""
     if not isinstance(m, dict):
         raise bad_request(f"'{where}' must be an object", where)
     role = m.get("role")
@@ -491,16 +492,20 @@ def _message(m, where: str) -> dict:
             raise bad_request(f"'{where}.name' must be a string, got {_type_name(name)} {_show(name)}", f"{where}.name")
         out["name"] = name
     calls = m.get("tool_calls")
-    if calls is not None:
-        if role != "assistant":
-            raise bad_request(f"'{where}.tool_calls' is only allowed in assistant messages", f"{where}.tool_calls")
+    if calls is not None and role == "assistant":
         calls = _tool_calls(calls, f"{where}.tool_calls")
         if calls:  # an empty list: the template's plain assistant turn (as vLLM)
             out["tool_calls"] = calls
+    reasoning = m.get("reasoning", m.get("reasoning_content"))
+    if reasoning is not None and role == "assistant":
+        if not isinstance(reasoning, str):
+            key = "reasoning" if "reasoning" in m else "reasoning_content"
+            raise bad_request(
+                f"'{where}.{key}' must be a string, got {_type_name(reasoning)} {_show(reasoning)}", f"{where}.{key}"
+            )
+        out["reasoning"] = out["reasoning_content"] = reasoning
     call_id = m.get("tool_call_id")
-    if call_id is not None:
-        if role != "tool":
-            raise bad_request(f"'{where}.tool_call_id' is only allowed in tool messages", f"{where}.tool_call_id")
+    if call_id is not None and role == "tool":
         if not isinstance(call_id, str):
             raise bad_request(
                 f"'{where}.tool_call_id' must be a string, got {_type_name(call_id)} {_show(call_id)}",
@@ -546,15 +551,18 @@ def _tool_calls(calls, where: str) -> list[dict]:
     return out
 
 
-def _arguments(args):
+def _arguments(args) -> dict:
+    """A tool call's arguments as an object: a JSON text that is not one (or not JSON) is
+    {}, as vLLM gives templates that iterate over them."""
     if isinstance(args, dict):
         return args
     if not args:
         return {}
     try:
-        return json.loads(args)
+        value = json.loads(args)
     except (ValueError, RecursionError):
         return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _tools(body: dict, tokenize_only: bool) -> list | None:
@@ -581,7 +589,8 @@ def _tools(body: dict, tokenize_only: bool) -> list | None:
                 v = fn.get(key)
                 if v is not None and not isinstance(v, ok):
                     raise bad_request(f"'{at}.function.{key}' must be {kind}, got {_type_name(v)} {_show(v)}", "tools")
-    if tokenize_only or choice == "none" or (choice is None and tools is None):
+    # an explicit null tool_choice is "none" (vLLM defaults to "auto" only when it is absent)
+    if tokenize_only or choice == "none" or (choice is None and (tools is None or "tool_choice" in body)):
         return tools
     if choice is None or choice == "auto":
         raise bad_request(

@@ -478,7 +478,7 @@ def warn_short_trace(trace: str, have: int, num_requests: int | None) -> None:
     """Warn when `num_requests` asks `trace` (its name in the message) for more requests
     than the `have` it holds: the replay takes them all, fewer than asked."""
     if num_requests is not None and num_requests > have:
-        warn(f"{trace} has {have:,} requests: num_requests={num_requests:,} replays them all")
+        warn(f"{trace} has {have:,} requests: num_requests={num_requests:,} replays them all", stacklevel=4)
 
 
 def load_trace(
