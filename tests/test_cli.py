@@ -331,3 +331,50 @@ def test_flag_caps_are_the_network_caps():
 
     assert common.MAX_REQUESTS_PER_STEP == network.MAX_REQUESTS_PER_STEP
     assert common.MAX_KV_TOKENS == network.MAX_KV_TOKENS
+
+
+@pytest.mark.parametrize(
+    "extra, line",
+    [
+        (["--prompt", "geometric:0"], "--prompt: geometric mean must be > 0, got '0'"),
+        (["--output", "geometric:-1"], "--output: geometric mean must be > 0, got '-1'"),
+        (["--turns", "geometric:0", "--think-time", "1"], "--turns: geometric mean must be > 0, got '0'"),
+        (["--prompt", "uniform:9,2"], "--prompt: uniform:9,2 needs lo <= hi"),
+        (["--replicas", "2", "--output", "const:0"], "--output: const length must be >= 1, got '0'"),
+    ],
+)
+def test_a_bad_length_law_names_its_flag(capsys, extra, line):
+    """The law's error said only "geometric mean must be > 0", not which option held it."""
+    from helpers import one_line_error
+
+    err = one_line_error(capsys, ["simulate", "--cost-model", "paper", "--num-requests", "5", "--out", "", *extra])
+    assert err.endswith(f"error: {line}"), err
+
+
+@pytest.mark.parametrize(
+    "workload, line",
+    [
+        ("  turns: geometric:0\n  think_time_s: 1\n", "turns: geometric mean must be > 0, got '0'"),
+        ("  output: geometric:-1\n", "output: geometric mean must be > 0, got '-1'"),
+        ("  classes:\n    - {tag: a, prompt: 'const:0'}\n", "prompt of class 'a': const length must be >= 1, got '0'"),
+    ],
+)
+def test_a_bad_length_law_in_a_config_names_its_key(tmp_path, capsys, workload, line):
+    from helpers import one_line_error
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("cost_model: paper\nworkload:\n  num_requests: 5\n" + workload)
+    err = one_line_error(capsys, ["simulate", "--config", str(cfg), "--out", ""])
+    assert err.endswith(f"error: {line}"), err
+    # a flag that replaces the file's law is named as the flag
+    if "turns" in line:
+        err = one_line_error(capsys, ["simulate", "--config", str(cfg), "--turns", "const:0", "--out", ""])
+        assert err.endswith("error: --turns: const length must be >= 1, got '0'"), err
+
+
+def test_a_bad_length_law_from_python_names_its_key():
+    import llmsched
+    from llmsched.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^prompt: geometric mean must be > 0, got '0'$"):
+        llmsched.simulate(cost_model="paper", prompt="geometric:0", num_requests=5)

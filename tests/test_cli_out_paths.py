@@ -263,3 +263,65 @@ def test_a_rerun_over_its_own_run_beside_hidden_files(tmp_path, capsys):
     (sweep / ".DS_Store").write_text("x")
     (sweep / "notes.txt").write_text("mine")
     assert main(argv) == 0 and (sweep / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("text", ["hi\n", '{"accuracy": 0.9}\n', "[1, 2]\n", '{"duration": 1, "steps": 2}\n'])
+@pytest.mark.parametrize(
+    "run",
+    [
+        ["simulate", *RUN],
+        ["simulate", *RUN, "--replicas", "2"],
+        ["simulate", "--serverless", SERVERLESS, "--num-requests", "20", "--quiet"],
+    ],
+)
+def test_a_summary_json_that_no_run_wrote_is_not_replaced(tmp_path, capsys, text, run):
+    """A folder holding only the user's own summary.json (text, another tool's JSON) was
+    taken for an earlier run's and the file overwritten."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "summary.json").write_text(text)
+    one_line_error(capsys, [*run, "--out", str(d)], "'summary.json'", "not an llmsched run's", "would replace")
+    assert (d / "summary.json").read_text() == text
+    assert [p.name for p in d.iterdir()] == ["summary.json"]
+
+
+def test_each_simulate_kind_proves_its_folder_to_every_other(tmp_path):
+    """A run's own summary.json is proof for a rerun of any simulate kind."""
+    from llmsched.core.paths import SIMULATE_KINDS, check_run_dir
+
+    runs = {
+        "single-server": ["simulate", *RUN],
+        "network": ["simulate", *RUN, "--replicas", "2"],
+        "serverless": ["simulate", "--serverless", SERVERLESS, "--num-requests", "20", "--quiet"],
+    }
+    for kind, argv in runs.items():
+        out = tmp_path / kind
+        assert main([*argv, "--out", str(out)]) == 0
+        for other in SIMULATE_KINDS:
+            check_run_dir(out, other)
+        assert main([*argv, "--out", str(out)]) == 0  # the rerun
+
+
+def test_a_sweeps_points_and_an_experiments_table_json_must_be_theirs(tmp_path, capsys):
+    from llmsched.core.paths import check_run_dir
+
+    sweep = ["sweep", *RUN, "--grid", "seed=0", "--no-plots", "--workers", "1"]
+    mine = tmp_path / "mine"
+    (mine / "points").mkdir(parents=True)
+    (mine / "points" / "notes.txt").write_text("mine\n")
+    one_line_error(capsys, [*sweep, "--out", str(mine)], "'points'", "not a sweep's", "notes.txt")
+    (mine / "points" / "notes.txt").unlink()
+    (mine / "points" / "a.json").write_text('{"x": 1}\n')
+    one_line_error(capsys, [*sweep, "--out", str(mine)], "'points'", "not a sweep's", "record")
+    assert [p.name for p in mine.iterdir()] == ["points"]
+    (mine / "points" / "a.json").unlink()  # an empty points/: a sweep stopped before its first point
+    assert main([*sweep, "--out", str(mine)]) == 0
+    assert main([*sweep, "--out", str(mine)]) == 0  # its points prove the folder
+
+    table = tmp_path / "table"
+    table.mkdir()
+    (table / "table.json").write_text('{"rows": []}\n')
+    with pytest.raises(ConfigError, match=r"'table\.json' that is not `reproduce stability`'s \(no 'meta' key\)"):
+        check_run_dir(table, "reproduce stability")
+    (table / "table.json").write_text('{"meta": {}, "rows": []}\n')
+    check_run_dir(table, "reproduce stability")

@@ -148,10 +148,41 @@ def test_dataset_not_found_names_real_places_once(tmp_path, monkeypatch, capsys)
     shared = str(tmp_path / "shared" / "traces")
     assert "$LLMSCHED_TRACES" not in err and ".." not in err and err.count(shared) == 1, err
     assert err.endswith("set LLMSCHED_TRACES=DIR to the folder that holds sharegpt_lengths/")
-    monkeypatch.setenv("LLMSCHED_TRACES", str(tmp_path / "mine"))
-    assert main(["simulate", "--prompt", "sharegpt", "--out", ""]) == 2
+
+
+def test_a_wrong_traces_variable_is_an_error_not_a_fallback(tmp_path, monkeypatch, capsys):
+    """$LLMSCHED_TRACES naming a missing folder, or one without the dataset, fell back to
+    ../shared/traces without a word."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shared = tmp_path / "shared" / "traces" / "sharegpt_lengths"
+    shared.mkdir(parents=True)
+    rows = "".join(f"{20 + i},{5 + i}\n" for i in range(30))
+    (shared / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv").write_text(
+        "num_prefill_tokens,num_decode_tokens\n" + rows
+    )
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(datasets, "_repo_root", lambda: repo)
+    argv = ["simulate", "--cost-model", "paper", "--prompt", "sharegpt", "--num-requests", "5", "--quiet", "--out", ""]
+    monkeypatch.delenv("LLMSCHED_TRACES", raising=False)
+    assert main(argv) == 0  # unset: ../shared/traces is searched
+    capsys.readouterr()
+    mine = tmp_path / "mine"
+    monkeypatch.setenv("LLMSCHED_TRACES", str(mine))
+    assert main(argv) == 2
     err = one_error_line(capsys)
-    assert f"under {tmp_path / 'mine'} ($LLMSCHED_TRACES) or {shared};" in err
+    assert f"$LLMSCHED_TRACES names {mine}, which does not exist;" in err and "shared" not in err, err
+    mine.write_text("")
+    assert main(argv) == 2
+    assert f"$LLMSCHED_TRACES names {mine}, which is not a folder;" in one_error_line(capsys)
+    mine.unlink()
+    mine.mkdir()
+    assert main(argv) == 2
+    err = one_error_line(capsys)
+    assert f"sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv under {mine} ($LLMSCHED_TRACES);" in err
+    assert "shared" not in err, err
+    with pytest.raises(ConfigError, match=r"\$LLMSCHED_TRACES"):  # the Python API too
+        llmsched.simulate(cost_model="paper", prompt="sharegpt", num_requests=5)
 
 
 # ---------------------------------------------------------------------- 4. lambda* label

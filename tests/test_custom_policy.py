@@ -221,3 +221,26 @@ def test_a_resumed_sweep_reruns_a_redefined_policy(register, tmp_path):
     register(_SecondVersion)
     again = run_sweep(None, {"seed": [0]}, **kw)
     assert again.ran == 1 and again.skipped == 0
+
+
+def test_a_policy_without_build_is_refused_naming_the_class_and_method(register):
+    """A subclass with no `build` ran until its first step and raised a bare, empty
+    NotImplementedError from `simulate`."""
+    from llmsched.policies import Scheduler
+
+    lazy = type("Lazy", (BatchPolicy,), {"name": "lazy"})
+    message = "batch policy class 'Lazy' must define build(self, planner)"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        register(lazy)  # at registration
+    assert "lazy" not in BATCH_POLICIES
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Scheduler(lazy())  # a scheduler built by hand: when it is built
+    with pytest.raises(ConfigError, match=re.escape("class 'Broken' must define build")):
+        register(type("Broken", (BatchPolicy,), {"name": "broken", "build": None}))
+
+    def build(self, p):  # a build that falls through to the base's: at the first call
+        return super(type(self), self).build(p)
+
+    register(type("Deferring", (BatchPolicy,), {"name": "deferring", "build": build}))
+    with pytest.raises(ConfigError, match=re.escape("batch policy class 'Deferring' must define build(self, planner)")):
+        llmsched.simulate(policy="deferring", **RUN)

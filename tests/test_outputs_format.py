@@ -85,8 +85,10 @@ def make_result(arrival, ttft_ns, e2e_ns, queue_ns, prompt, output, preempt, tag
 
 
 def written(r: SimResult, tmp_path) -> bytes:
-    r.write(tmp_path)
-    return (tmp_path / "requests.csv").read_bytes()
+    # a folder of its own: the empty summary.json of an earlier write is no run's proof
+    out = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+    r.write(out)
+    return (out / "requests.csv").read_bytes()
 
 
 def test_simulated_requests_csv_matches_row_by_row_formatting(tmp_path):

@@ -353,8 +353,13 @@ def only_with(args, keys, owner: str) -> None:
             raise ConfigError(f"{flag_of(key)} is an option of {owner}")
 
 
-def sim_overrides(args) -> dict:
-    """simulate()'s keyword overrides from the command line (None: not given)."""
+# simulate()'s keys that take a length law
+LAW_KEYS = ("prompt", "output", "turns")
+
+
+def sim_overrides(args, check_laws: bool = True) -> dict:
+    """simulate()'s keyword overrides from the command line (None: not given);
+    `check_laws`: a bad length law is an error naming its flag (`--prompt: ...`)."""
     keys = [
         "cost_model",
         "arrival",
@@ -376,6 +381,12 @@ def sim_overrides(args) -> dict:
         "sample_interval_s",
     ]
     out = {k: getattr(args, k, None) for k in keys}
+    if check_laws:
+        from ..workload.lengths import named_length_law  # noqa: PLC0415 - start-up: it loads numpy
+
+        for key in LAW_KEYS:
+            if out[key] is not None:
+                named_length_law(out[key], flag_of(key), key)
     out.update(scheduler_options(args))
     if getattr(args, "request_slo", None):  # simulate's per-request objectives (sweep's --slo is a search's)
         out["slo"] = key_values(args.request_slo, "--slo")

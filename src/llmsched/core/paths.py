@@ -4,6 +4,7 @@ read-only place)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -110,6 +111,49 @@ RUN_PROOFS = {
     **{kind: ("table.json", False) for kind, outputs in RUN_OUTPUTS.items() if "table.json" in outputs},
 }
 
+# what a proof holds when a run wrote it (a user's own summary.json or table.json, JSON of
+# another tool, is no proof): the keys every such file has; a sweep's points/ holds only
+# its points' records, KEY.json files of these keys
+_PROOF_KEYS = {_SIMULATE_PROOF: ("duration", "steps", "wall_s"), "table.json": ("meta", "rows")}
+_POINT_KEYS = ("key", "config", "summary")
+
+
+def _json_object(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _proof_flaw(path: Path) -> str | None:
+    """Why `path`, named as a run's proof (`RUN_PROOFS`), is not what the run writes there;
+    None when it is."""
+    if path.name == "points":
+        if not path.is_dir():
+            return "not a folder"
+        records = sorted(e.name for e in os.scandir(path) if not e.name.startswith("."))
+        stray = next((n for n in records if not n.endswith(".json")), None)
+        if stray is not None:
+            return f"{stray!r} in it is not a point's record"
+        # one good record proves the folder (a damaged one is simulated again on resume)
+        if records and not any(_record_ok(path / n) for n in records):
+            return "none of its files is a point's record"
+        return None
+    if not path.is_file():
+        return "not a file"
+    value = _json_object(path)
+    if value is None:
+        return "not a JSON object"
+    missing = [k for k in _PROOF_KEYS[path.name] if k not in value]
+    return f"no {missing[0]!r} key" if missing else None
+
+
+def _record_ok(path: Path) -> bool:
+    record = _json_object(path)
+    return record is not None and all(k in record for k in _POINT_KEYS) and record["key"] == path.stem
+
+
 # a file (or folder) only one kind of run writes at the top of its folder, in the order
 # they are looked for (a twp run's result.json beside its table3.csv; a simulate run's
 # queue.png, drawn by `llmsched plot`, beside its timeseries.csv)
@@ -154,8 +198,8 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     """Raise ConfigError unless a `kind` run may write into `path`: a folder that does not
     exist, is empty, holds a run of the same kind (which the new run replaces; the kinds
     of simulate run replace one another) with its proof (a simulate run's summary.json, a
-    sweep's points/, an experiment's table.json: file names a run writes are no proof
-    alone), or only files such a run writes (one that stopped before its last file), or
+    sweep's points/, an experiment's table.json, each holding what the run writes: file
+    names a run writes are no proof alone), or only files such a run writes (one that stopped before its last file), or
     other files none of which it would replace (hidden files are not counted). Never over
     another tool's files (a model folder's config.json) nor over another kind of run's
     outputs (they would mix)."""
@@ -174,10 +218,19 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
                 f"{what} {str(path)!r} holds the outputs of {_named(held)} ({marker}), "
                 f"not of {_named(kind)}: choose another folder or remove it"
             )
-        # a marker is a file name, not proof (`RUN_PROOFS`): without its proof, the folder's
-        # files are checked below as any folder's are
-        if proof is not None and (folder / proof).exists():
-            return
+    has_proof = proof is not None and ((folder / proof).exists() or (folder / proof).is_symlink())
+    if has_proof:
+        flaw = _proof_flaw(folder / proof)
+        if flaw is not None:
+            owner = "an llmsched run" if kind in SIMULATE_KINDS else _named(kind)
+            raise ConfigError(
+                f"{what} {str(path)!r} holds a {proof!r} that is not {owner}'s ({flaw}), which the run "
+                "would replace: choose another folder or empty it"
+            )
+    # a marker is a file name, not proof (`RUN_PROOFS`): without its proof, the folder's
+    # files are checked below as any folder's are
+    if found is not None and has_proof:
+        return
     if kind in SIMULATE_KINDS:
         ours = {_SIMULATE_PROOF, "config.json", *(n for k in SIMULATE_KINDS for n in RUN_OUTPUTS[k])}
     else:

@@ -11,7 +11,7 @@ from ..core.errors import ConfigError, unknown_name, unknown_option
 from ..core.names import ADMISSION_ALIASES
 from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
-from .base import AdmissionPolicy, BatchPolicy, Planner, Scheduler
+from .base import AdmissionPolicy, BatchPolicy, Planner, Scheduler, check_defines_build
 from .dynamic_batch import DynamicBatch
 from .fastertransformer import FasterTransformer
 from .kfcfs import KFCFS
@@ -58,6 +58,7 @@ def register_batch_policy(cls: type[BatchPolicy]) -> type[BatchPolicy]:
     """Make a `BatchPolicy` subclass available by its `name` (a class decorator)."""
     if not (isinstance(cls, type) and issubclass(cls, BatchPolicy)):
         raise ConfigError(f"register_batch_policy takes a BatchPolicy subclass, got {cls!r}")
+    check_defines_build(cls)
     BATCH_POLICIES[_registrable(cls.name, _BUILT_IN_BATCH, "batch policy")] = cls
     return cls
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..core.constraints import Constraints
+from ..core.errors import ConfigError
 from ..core.plan import StepFeedback, StepPlan
 from ..core.request import DECODE, NS, PREFILL, WAITING, Request
 from ..core.state import UNLIMITED, ServerState
@@ -329,6 +330,21 @@ def _built_in(cls: type) -> bool:
     return cls.__module__.startswith("llmsched.policies.")
 
 
+def check_defines_build(policy) -> None:
+    """ConfigError unless a BatchPolicy subclass (or an instance of one) has a `build` of
+    its own (the base's would fail at the first step)."""
+    build = getattr(policy, "build", None)
+    if getattr(build, "__func__", build) is BatchPolicy.build or not callable(build):
+        raise _no_build(policy if isinstance(policy, type) else type(policy))
+
+
+def _no_build(cls: type) -> ConfigError:
+    return ConfigError(
+        f"batch policy class {cls.__name__!r} must define build(self, planner), which returns the step's "
+        "StepPlan (planner.plan()): BatchPolicy has none to inherit"
+    )
+
+
 class BatchPolicy:
     """Decides the composition of one step. Subclasses implement `build(planner)`.
     A policy written outside llmsched has its plans checked against the step contract
@@ -352,7 +368,7 @@ class BatchPolicy:
             cls.repeatable = False
 
     def build(self, p: Planner) -> StepPlan:
-        raise NotImplementedError
+        raise _no_build(type(self))
 
     def bind_cost_model(self, cost) -> None:
         """The driver's step cost model, for policies that reason about step times."""
@@ -368,6 +384,7 @@ class Scheduler:
     def __init__(
         self, batch: BatchPolicy, admission: AdmissionPolicy | None = None, constraints: Constraints | None = None
     ):
+        check_defines_build(batch)  # now, not at the first step
         self.batch = batch
         self.admission = admission or AdmissionPolicy()
         self.constraints = constraints or Constraints()

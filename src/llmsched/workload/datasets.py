@@ -1,8 +1,9 @@
 """Named real-workload files (kept outside the project, in a shared `traces` folder).
 
-Search order for the traces folder: `$LLMSCHED_TRACES`, then `../shared/traces` relative
-to the current directory, then `../shared/traces` relative to the repository root (the
-folder above `src/`). The data files are never copied into the project.
+The traces folder: `$LLMSCHED_TRACES` when it is set (only there: a wrong folder is an
+error, not a silent fallback); otherwise `../shared/traces` relative to the current
+directory, then relative to the repository root (the folder above `src/`). The data
+files are never copied into the project.
 """
 
 from __future__ import annotations
@@ -38,13 +39,13 @@ def _repo_root() -> Path:
 
 
 def traces_dirs() -> list[Path]:
-    """Candidate traces folders, in search order, each once (`../shared/traces` from the
-    current directory and from the repository root are one folder when run from the root)."""
-    dirs = []
+    """Candidate traces folders, in search order, each once: `$LLMSCHED_TRACES` alone when
+    set, else `../shared/traces` from the current directory and from the repository root
+    (one folder when run from the root)."""
     env = os.environ.get(ENV_VAR)
     if env:
-        dirs.append(Path(env).expanduser())
-    dirs.append(Path.cwd() / ".." / "shared" / "traces")
+        return [Path(env).expanduser()]
+    dirs = [Path.cwd() / ".." / "shared" / "traces"]
     dirs.append(_repo_root() / ".." / "shared" / "traces")
     out, seen = [], set()
     for d in dirs:
@@ -65,19 +66,21 @@ def resolve_dataset(name: str) -> Path:
     if key not in DATASETS:
         raise ConfigError(f"unknown dataset '{name}' (known: {', '.join(DATASETS)})")
     rel = DATASETS[key][0]
-    env = os.environ.get(ENV_VAR)
+    hint = f"set {ENV_VAR}=DIR to the folder that holds {rel.split('/', 1)[0]}/"
     tried = []
-    for i, d in enumerate(traces_dirs()):
+    for d in traces_dirs():
         p = d / rel
         if p.is_file():
             return p.resolve()
-        where = os.path.normpath(os.path.abspath(d))
-        tried.append(f"{where} (${ENV_VAR})" if env and i == 0 else where)
+        tried.append(os.path.normpath(os.path.abspath(d)))
+    if os.environ.get(ENV_VAR):
+        folder = tried[0]
+        if not os.path.isdir(folder):
+            flaw = "does not exist" if not os.path.exists(folder) else "is not a folder"
+            raise ConfigError(f"dataset '{name}' not found: ${ENV_VAR} names {folder}, which {flaw}; {hint}")
+        raise ConfigError(f"dataset '{name}' not found: no {rel} under {folder} (${ENV_VAR}); {hint}")
     places = tried[0] if len(tried) == 1 else f"{', '.join(tried[:-1])} or {tried[-1]}"
-    raise ConfigError(
-        f"dataset '{name}' not found: no {rel} under {places}; "
-        f"set {ENV_VAR}=DIR to the folder that holds {rel.split('/', 1)[0]}/"
-    )
+    raise ConfigError(f"dataset '{name}' not found: no {rel} under {places}; {hint}")
 
 
 def resolve_path(path: str | os.PathLike) -> Path:

@@ -49,6 +49,7 @@ __all__ = [
     "Geometric",
     "Lognormal",
     "Empirical",
+    "named_length_law",
     "parse_length_law",
     "sample_pair",
     "LAW_NAMES",
@@ -454,6 +455,15 @@ def _from_mapping(d: dict) -> LengthLaw:
         return _empirical_from(str(src), kind == "replay", None if col is None else str(col))
     args = ",".join(f"{k}={v}" for k, v in d.items())
     return _from_string(f"{kind}:{args}")
+
+
+def named_length_law(spec, where: str, role: str | None = None) -> LengthLaw:
+    """`parse_length_law`, its errors prefixed by where the law came from (`--prompt`, a
+    configuration's `turns`)."""
+    try:
+        return parse_length_law(spec, role)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def parse_length_law(spec, role: str | None = None) -> LengthLaw:

@@ -51,7 +51,7 @@ from .blocks import DEFAULT_BLOCK_SIZE, check_block_size, reblock
 from .conversations import conversation_turns, stream_blocks
 from .csvio import MAX_LENGTH
 from .datasets import is_dataset, resolve_path
-from .lengths import LengthLaw, parse_length_law, sample_pair
+from .lengths import LengthLaw, named_length_law, sample_pair
 from .trace import FORMATS, Trace, read_trace, replay_cut, trace_format
 
 __all__ = [
@@ -138,10 +138,9 @@ class WorkloadClass:
         if any(c in self.tag for c in ',"\n'):
             raise ConfigError(f"class tag {self.tag!r} must not contain commas, quotes or newlines")
         self.share = _opt_float(self.share, f"share of class '{self.tag}'")
-        if self.prompt is not None:
-            self.prompt = parse_length_law(self.prompt, "prompt")
-        if self.output is not None:
-            self.output = parse_length_law(self.output, "output")
+        for role in ("prompt", "output"):
+            if getattr(self, role) is not None:
+                setattr(self, role, named_length_law(getattr(self, role), f"{role} of class '{self.tag}'", role))
         self.system_prompt = _opt_tokens(self.system_prompt, f"system_prompt of class '{self.tag}'")
 
     def to_dict(self) -> dict:
@@ -220,13 +219,12 @@ class WorkloadSpec:
             if v is not None and (not isinstance(v, str) or not v.strip()):
                 raise ConfigError(f"{name} must be a name (or names separated by commas), got {v!r}")
             setattr(self, name, None if v is None else v.strip())
-        if self.prompt is not None:
-            self.prompt = parse_length_law(self.prompt, "prompt")
-        if self.output is not None:
-            self.output = parse_length_law(self.output, "output")
+        for role in ("prompt", "output"):
+            if getattr(self, role) is not None:
+                setattr(self, role, named_length_law(getattr(self, role), role, role))
         self.system_prompt = _opt_tokens(self.system_prompt, "system_prompt")
         if self.turns is not None:
-            self.turns = parse_length_law(self.turns, "turns")
+            self.turns = named_length_law(self.turns, "turns", "turns")
         # a turn past the arrival clock's end (MAX_SECONDS) was silently never simulated
         self.think_time_s = _opt_float(self.think_time_s, "think_time_s", hi=MAX_SECONDS)
         if self.classes is not None:
