@@ -162,6 +162,26 @@ def test_cluster_network_refuses_run_options(option):
 
 
 BASE_NO_VERDICT = dict(cost_model="paper", rate=5)
+TWO_CLASSES = [{"tag": "a", "share": 1}, {"tag": "b", "share": 3}]
+
+
+@pytest.mark.parametrize("arrival", ["deterministic", "gamma"])
+def test_cluster_network_refuses_classes_that_would_split_a_non_poisson_stream(arrival):
+    # each class becomes its own job type and arrival stream: two deterministic streams at
+    # rate x share are not one deterministic stream whose requests draw a class
+    with pytest.raises(ConfigError, match=rf"2 workload classes needs poisson arrivals.*own {arrival} stream"):
+        cluster_network(replicas=2, num_requests=20, arrival=arrival, classes=TWO_CLASSES, **BASE_NO_VERDICT)
+
+
+def test_cluster_network_splits_poisson_classes_and_keeps_one_class_streams_whole():
+    net = cluster_network(replicas=2, num_requests=20, classes=TWO_CLASSES, **BASE_NO_VERDICT)
+    assert {j.name: j.arrival.rate for j in net.jobs} == {"a": 1.25, "b": 3.75}
+    for arrival in ("deterministic", "gamma"):
+        one = [{"tag": "only", "share": 2}]
+        net = cluster_network(replicas=2, num_requests=20, arrival=arrival, classes=one, **BASE_NO_VERDICT)
+        assert [(j.name, type(j.arrival).__name__.lower(), j.arrival.rate) for j in net.jobs] == [
+            ("only", arrival, 5.0)
+        ]
 
 
 @pytest.mark.parametrize(

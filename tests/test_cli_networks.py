@@ -64,6 +64,24 @@ def test_simulate_network_file_and_capacity(capsys):
     assert rep["bottleneck"] == s["bottleneck"] and rep["critical_scale"] > 1
 
 
+def test_capacity_and_a_run_do_not_call_a_fastertransformer_network_stable(tmp_path, capsys):
+    net = tmp_path / "ft.yaml"
+    net.write_text(
+        "servers:\n  s1: {policy: fastertransformer, cost_model: paper}\n  s2: {policy: sarathi, cost_model: paper}\n"
+        "jobs:\n  A:\n    arrival: {rate: 0.5}\n    route:\n"
+        "      - call: {server: s1, prompt: geometric:100, output: geometric:20}\n"
+        "      - call: {server: s2, prompt: geometric:100, output: geometric:20}\n"
+    )
+    assert main(["capacity", "--network", str(net), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["max_utilisation"] < 0.1 and rep["feedforward"]
+    assert rep["stable"] is None and rep["not_work_conserving"] == {"s1": "fastertransformer"}
+    assert main(["capacity", "--network", str(net)]) == 0
+    assert "s1 (fastertransformer) runs a policy that is not work-conserving" in capsys.readouterr().out
+    assert main(["simulate", "--network", str(net), "--num-requests", "40", "--out", "", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["traffic_stable"] is None
+
+
 def test_simulate_serverless(capsys):
     assert (
         main(

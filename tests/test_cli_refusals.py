@@ -230,6 +230,17 @@ def test_a_cluster_takes_the_run_options_of_its_config(tmp_path, capsys):
     one_line_error(capsys, ["simulate", *RUN, "--replicas", "2", "--slo", "ttft_ms=100"], "slo", "one server")
 
 
+def test_a_cluster_refuses_classes_with_deterministic_arrivals(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "cost_model: paper\nworkload:\n  arrival: deterministic\n  rate: 10\n  num_requests: 20\n"
+        "  classes: [{tag: a, share: 1}, {tag: b, share: 1}]\n"
+    )
+    argv = ["simulate", "--config", str(cfg), "--replicas", "2", "--out", ""]
+    one_line_error(capsys, argv, "--replicas", "poisson arrivals", "deterministic stream")
+    assert main(["simulate", "--config", str(cfg), "--out", "", "--quiet"]) == 0  # one server draws one stream
+
+
 def test_a_resumed_sweep_reruns_a_point_whose_trace_changed(tmp_path):
     import csv
 

@@ -551,7 +551,8 @@ def cluster_network(
 ) -> NetworkSpec:
     """The network of one server with `replicas` copies of the configured scheduler and
     cost model behind `router`, fed by the configured synthetic workload (each workload
-    class becomes a job type with its share of the rate and its system prompt). With
+    class becomes a job type with its share of the rate and its system prompt, so several
+    classes need Poisson arrivals, the one process that splits into such streams). With
     prefix caching each replica keeps its own cache. The run's own options (`max_time_s`,
     `sample_interval_s`, `fast`) are `simulate_network`'s: given here as keywords they are
     refused (a `config`'s are left to the caller, as the command line does); per-request
@@ -580,6 +581,14 @@ def cluster_network(
         raise ConfigError(
             "--turns is for one server: describe multi-turn jobs in a --network file "
             "(a loop of calls with context: grow, docs/networks.md)"
+        )
+    if spec.classes and len(spec.classes) > 1 and spec.arrival != "poisson":
+        # a network job type has its own arrival stream and no node that picks a class by
+        # share, so each class would arrive as its own stream; only a Poisson stream splits exactly
+        raise ConfigError(
+            f"--replicas with {len(spec.classes)} workload classes needs poisson arrivals: a cluster gives "
+            f"each class its own {spec.arrival} stream at rate x share, not one {spec.arrival} stream whose "
+            "requests draw a class (use poisson, one class, or one server)"
         )
     rate = spec.rate * spec.time_scale  # time_scale k: arrivals k times as fast
     arrival = {"process": spec.arrival, "rate": rate}

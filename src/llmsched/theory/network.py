@@ -69,12 +69,14 @@ at capacity (`critical_scale`, `critical_rates`).
 Stability: some server at or over the best policy's capacity: every policy is unstable;
 below it but at or over `fill_capacity`: a policy filling every step to b_max is
 unstable there, smaller steps could serve it (`stable` None). With every server below
-`fill_capacity`, work-conserving policies are stable when
-the routes are feed-forward (the directed graph of server-to-server moves has no cycle
-through two or more servers; paper 1, docs/networks.md). With such a cycle (Rybko-Stolyar: two
-job types crossing two servers in opposite orders) every server below capacity is
-necessary but not sufficient; priorities can make the network unstable. The report says
-which case holds.
+`fill_capacity`, work-conserving policies are stable when the routes are feed-forward
+(the directed graph of server-to-server moves has no cycle through two or more servers;
+paper 1, docs/networks.md); a server with calls whose batch policy is not
+work-conserving (`BatchPolicy.work_conserving`: FasterTransformer, vanilla vLLM,
+adaptive) is outside that guarantee (`stable` None, the verdict names it). With such a
+cycle (Rybko-Stolyar: two job types crossing two servers in opposite orders) every
+server below capacity is necessary but not sufficient; priorities can make the network
+unstable. The report says which case holds.
 """
 
 from __future__ import annotations
@@ -324,10 +326,14 @@ class TrafficReport:
     """What `traffic(spec)` returns. `bottleneck`: the server with the highest
     utilisation; `critical_scale`: 1 / max utilisation; `critical_rates`: every job
     type's rate times it; `stable`: True (every server below its `fill_capacity`,
-    feed-forward routes), False (some server at or over its `capacity`, the best
-    policy's) or None (below capacity but the routes have a cycle through servers:
-    `cycle`; or some server at or over its `fill_capacity` but below its `capacity`: a
-    policy filling every step to b_max is unstable there, smaller steps could serve it);
+    feed-forward routes, every server with calls running a work-conserving policy),
+    False (some server at or over its `capacity`, the best policy's) or None (below
+    capacity but the routes have a cycle through servers: `cycle`; or some server at or
+    over its `fill_capacity` but below its `capacity`: a policy filling every step to
+    b_max is unstable there, smaller steps could serve it; or feed-forward and below
+    capacity but some server runs a policy that is not work-conserving, which the
+    guarantee does not cover: `not_work_conserving`, server name -> policy name, lists
+    every such server with calls whatever the verdict);
     `verdict`: that in words."""
 
     servers: list
@@ -343,6 +349,7 @@ class TrafficReport:
     stable: bool | None
     verdict: str
     notes: list = field(default_factory=list)
+    not_work_conserving: dict = field(default_factory=dict)
 
     def server(self, name: str) -> ServerLoad:
         for s in self.servers:
@@ -459,6 +466,10 @@ def traffic(spec) -> TrafficReport:
     for j in jobs:
         j.critical_rate = j.rate * scale
     cycle = _server_cycle(spec)
+    # a server without calls needs no guarantee
+    busy = {s.name for s in servers if s.visit_rate > 0}
+    not_conserving = {n: _policy_name(s.policy) for n, s in spec.servers.items() if n in busy}
+    not_conserving = {n: p for n, p in not_conserving.items() if not _work_conserving(p)}
     notes = []
     # a load-only cost model whose b / t(b) peaks below b_max: `capacity` is the best
     # policy's (smaller steps), `fill_capacity` what a policy filling every step to b_max
@@ -482,6 +493,15 @@ def traffic(spec) -> TrafficReport:
                 f"one, e.g. sarathi) is unstable there, but {_other_steps(filler)} serve up to "
                 f"{filler.capacity:,.1f} tokens/s ({filler.utilisation:.1%} offered): a policy running them could be "
                 "stable; check by simulation"
+            ),
+        )
+    elif cycle is None and not_conserving:
+        stable, verdict = (
+            None,
+            (
+                "every server is below capacity and the routes are feed-forward, which makes work-conserving "
+                f"policies stable, but {_named_policies(not_conserving)} (steps may leave "
+                "budget idle while work waits): the guarantee does not apply; check by simulation"
             ),
         )
     elif cycle is None:
@@ -535,11 +555,36 @@ def traffic(spec) -> TrafficReport:
         stable=stable,
         verdict=verdict,
         notes=notes,
+        not_work_conserving=not_conserving,
     )
 
 
 #: lengths sampled per server for its `LengthMix`
 MIX_SAMPLES = 20_000
+
+
+def _policy_name(policy: str) -> str:
+    """A batch policy's registered name: alias resolved, inline options dropped."""
+    from ..policies import canonical_policy_name  # noqa: PLC0415 - the registry imports every policy
+
+    return canonical_policy_name(policy).partition(":")[0]
+
+
+def _work_conserving(name: str) -> bool:
+    """Whether the batch policy registered as `name` declares itself work-conserving
+    (`BatchPolicy.work_conserving`); an unknown name does not."""
+    from ..policies import BATCH_POLICIES  # noqa: PLC0415
+
+    return bool(getattr(BATCH_POLICIES.get(name), "work_conserving", False))
+
+
+def _named_policies(not_conserving: dict) -> str:
+    """`server x (fastertransformer) runs a policy that is not work-conserving`, or for several
+    `servers x (fastertransformer), y (vllm) run policies that are not`."""
+    named = ", ".join(f"{n} ({p})" for n, p in not_conserving.items())
+    if len(not_conserving) == 1:
+        return f"server {named} runs a policy that is not work-conserving"
+    return f"servers {named} run policies that are not work-conserving"
 
 
 def _other_steps(s: ServerLoad) -> str:
