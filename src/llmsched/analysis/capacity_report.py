@@ -9,6 +9,7 @@ from pathlib import Path
 from ..api import SimConfig, build_config, check_config
 from ..core.errors import ConfigError
 from ..core.paths import check_out_file
+from ..policies import canonical_policy_name, is_work_conserving
 from ..theory import (
     DEFAULT_SAMPLES,
     capacity,
@@ -103,6 +104,9 @@ def capacity_report(
         "cost_model": cfg.cost_model,
         "b_max": cfg.b_max,
         "k_max": cfg.k_max,
+        "policy": canonical_policy_name(cfg.policy),
+        # lambda* is the stable region of work-conserving policies; of another it only bounds it
+        "work_conserving": is_work_conserving(cfg.policy),
         "means_source": source,
         "capacity": rep.to_dict(),
     }

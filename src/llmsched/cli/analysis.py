@@ -291,6 +291,14 @@ def _print_capacity(rep: dict) -> None:
             if v["prefill_tokens"] + v["decode_tokens"] > 0
         )
         rows.append(("region vertices: step shapes (prefill, decode)", verts))
+    if not rep["work_conserving"]:
+        rows.append(
+            (
+                "note: policy",
+                f"{rep['policy']} is not work-conserving: lambda* bounds its stable rates from above only, "
+                "its queue may grow below it (its own limit: sweep --search max-stable-rate)",
+            )
+        )
     if rep.get("rate") is not None:
         arrival = f"{rep['rate']:,.3f} req/s ({c['offered_tokens_per_s']:,.1f} tokens/s)"
         per = rep.get("requests_per_rate")
@@ -310,7 +318,8 @@ def _print_capacity(rep: dict) -> None:
             (
                 "inside the stability region",
                 f"{'yes' if rep['inside'] else 'NO'} (rate can be scaled by "
-                f"{rep['scale']:.4g}, margin {rep['margin']:+.1%})",
+                f"{rep['scale']:.4g}, margin {rep['margin']:+.1%})"
+                + ("" if rep["work_conserving"] or not rep["inside"] else f"; not a guarantee for {rep['policy']}"),
             ),
             (
                 "fluid backlog growth (work-conserving)"

@@ -82,6 +82,14 @@ def canonical_policy_name(name: str, kind: str = "batch") -> str:
     return _ALIASES[kind].get(base, base) + sep + options
 
 
+def is_work_conserving(name: str) -> bool:
+    """Whether the batch policy `name` (an alias or with inline options too) declares itself
+    work-conserving (`BatchPolicy.work_conserving`: it fills the budget whenever work
+    waits, so theorem 2's lambda* is its stable region); an unknown name does not."""
+    cls = BATCH_POLICIES.get(canonical_policy_name(name).partition(":")[0])
+    return bool(getattr(cls, "work_conserving", False))
+
+
 def _lookup(name: str, kind: str):
     table = BATCH_POLICIES if kind == "batch" else ADMISSION_POLICIES
     key = canonical_policy_name(name, kind)

@@ -466,10 +466,12 @@ def traffic(spec) -> TrafficReport:
     for j in jobs:
         j.critical_rate = j.rate * scale
     cycle = _server_cycle(spec)
+    from ..policies import is_work_conserving  # noqa: PLC0415 - the registry imports every policy
+
     # a server without calls needs no guarantee
     busy = {s.name for s in servers if s.visit_rate > 0}
     not_conserving = {n: _policy_name(s.policy) for n, s in spec.servers.items() if n in busy}
-    not_conserving = {n: p for n, p in not_conserving.items() if not _work_conserving(p)}
+    not_conserving = {n: p for n, p in not_conserving.items() if not is_work_conserving(p)}
     notes = []
     # a load-only cost model whose b / t(b) peaks below b_max: `capacity` is the best
     # policy's (smaller steps), `fill_capacity` what a policy filling every step to b_max
@@ -568,14 +570,6 @@ def _policy_name(policy: str) -> str:
     from ..policies import canonical_policy_name  # noqa: PLC0415 - the registry imports every policy
 
     return canonical_policy_name(policy).partition(":")[0]
-
-
-def _work_conserving(name: str) -> bool:
-    """Whether the batch policy registered as `name` declares itself work-conserving
-    (`BatchPolicy.work_conserving`); an unknown name does not."""
-    from ..policies import BATCH_POLICIES  # noqa: PLC0415
-
-    return bool(getattr(BATCH_POLICIES.get(name), "work_conserving", False))
 
 
 def _named_policies(not_conserving: dict) -> str:
