@@ -177,14 +177,20 @@ def test_capacity_report_refuses_options_its_bounds_do_not_model():
 
 @pytest.mark.parametrize(
     "policy, name, conserving",
-    [("sarathi", "sarathi", True), ("ORCA", "orca", True), ("ft", "fastertransformer", False), ("vllm", "vllm", False)],
+    [
+        ("sarathi", "sarathi", True),
+        ("ORCA", "orca", True),
+        ("adaptive", "adaptive", True),  # not work-conserving, but stable inside the region
+        ("ft", "fastertransformer", False),
+        ("vllm", "vllm", False),
+    ],
 )
-def test_a_policy_that_is_not_work_conserving_gets_no_guarantee(capsys, policy, name, conserving):
+def test_a_policy_that_is_not_throughput_optimal_gets_no_guarantee(capsys, policy, name, conserving):
     """capacity --policy fastertransformer said 'inside the stability region: yes' as if
     lambda* were its stable region; paper 1: it is not, below it the queue may grow."""
     means = ["--cost-model", "paper", "--mean-prompt", "200", "--mean-output", "101", "--rate", "10"]
     r = run_json(capsys, *means, "--policy", policy)
-    assert (r["policy"], r["work_conserving"], r["inside"]) == (name, conserving, True)
+    assert (r["policy"], r["throughput_optimal"], r["inside"]) == (name, conserving, True)
     assert main(["capacity", *means, "--policy", policy]) == 0
     out = capsys.readouterr().out
     assert ("not a guarantee for " + name in out) is not conserving

@@ -75,7 +75,7 @@ def test_capacity_and_a_run_do_not_call_a_fastertransformer_network_stable(tmp_p
     assert main(["capacity", "--network", str(net), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["max_utilisation"] < 0.1 and rep["feedforward"]
-    assert rep["stable"] is None and rep["not_work_conserving"] == {"s1": "fastertransformer"}
+    assert rep["stable"] is None and rep["not_throughput_optimal"] == {"s1": "fastertransformer"}
     assert main(["capacity", "--network", str(net)]) == 0
     assert "s1 (fastertransformer) runs a policy that is not work-conserving" in capsys.readouterr().out
     assert main(["simulate", "--network", str(net), "--num-requests", "40", "--out", "", "--json"]) == 0

@@ -586,21 +586,22 @@ def test_the_fill_verdict_says_why_other_steps_serve_more():
     assert v.stable is None and "2-D region" in v.verdict and "None" not in v.verdict
 
 
-def test_the_feed_forward_guarantee_names_servers_that_are_not_work_conserving():
+def test_the_feed_forward_guarantee_names_servers_that_are_not_throughput_optimal():
     routes = {"A": [call("s1", 100, 10), call("s2", 50, 20)]}
     policies = {"s1": {"policy": "sarathi"}, "s2": {"policy": "FT"}, "s3": {"policy": "vllm"}}  # s3 gets no calls
     rep = traffic(network(routes, **policies))
     assert rep.max_utilisation < 1 and rep.feedforward
-    assert rep.stable is None and rep.not_work_conserving == {"s2": "fastertransformer"}
+    assert rep.stable is None and rep.not_throughput_optimal == {"s2": "fastertransformer"}
     assert "server s2 (fastertransformer) runs a policy that is not work-conserving" in rep.verdict
     assert "the guarantee does not apply" in rep.verdict and "s3" not in rep.verdict
-    both = traffic(network(routes, s1={"policy": "vllm"}, s2={"policy": "adaptive:cost=paper"}))
-    assert both.stable is None and both.not_work_conserving == {"s1": "vllm", "s2": "adaptive"}
-    assert "servers s1 (vllm), s2 (adaptive) run policies that are not work-conserving" in both.verdict
-    for wc in ("orca", "kfcfs", "sarathi-serve"):
+    both = traffic(network(routes, s1={"policy": "vllm"}, s2={"policy": "ft"}))
+    assert both.stable is None and both.not_throughput_optimal == {"s1": "vllm", "s2": "fastertransformer"}
+    assert "servers s1 (vllm), s2 (fastertransformer) run policies that are not work-conserving" in both.verdict
+    # adaptive is not work-conserving but stable inside the region (max-weight)
+    for wc in ("orca", "kfcfs", "sarathi-serve", "adaptive:cost=paper"):
         ok = traffic(network(routes, s1={"policy": wc}, s2={"policy": wc}, s3={"policy": "vllm"}))
-        assert ok.stable is True and ok.not_work_conserving == {} and ok.verdict.startswith("stable under")
+        assert ok.stable is True and ok.not_throughput_optimal == {} and ok.verdict.startswith("stable under")
     # over capacity every policy is unstable, work-conserving or not
     over = traffic(network(routes, rates={"A": 100.0}, **policies))
-    assert over.stable is False and over.not_work_conserving == {"s2": "fastertransformer"}
-    assert network_capacity_report(network(routes, **policies))["not_work_conserving"] == {"s2": "fastertransformer"}
+    assert over.stable is False and over.not_throughput_optimal == {"s2": "fastertransformer"}
+    assert network_capacity_report(network(routes, **policies))["not_throughput_optimal"] == {"s2": "fastertransformer"}

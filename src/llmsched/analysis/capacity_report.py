@@ -9,7 +9,7 @@ from pathlib import Path
 from ..api import SimConfig, build_config, check_config
 from ..core.errors import ConfigError
 from ..core.paths import check_out_file
-from ..policies import canonical_policy_name, is_work_conserving
+from ..policies import canonical_policy_name, is_throughput_optimal
 from ..theory import (
     DEFAULT_SAMPLES,
     capacity,
@@ -106,7 +106,7 @@ def capacity_report(
         "k_max": cfg.k_max,
         "policy": canonical_policy_name(cfg.policy),
         # lambda* is the stable region of work-conserving policies; of another it only bounds it
-        "work_conserving": is_work_conserving(cfg.policy),
+        "throughput_optimal": is_throughput_optimal(cfg.policy),
         "means_source": source,
         "capacity": rep.to_dict(),
     }

@@ -291,7 +291,7 @@ def _print_capacity(rep: dict) -> None:
             if v["prefill_tokens"] + v["decode_tokens"] > 0
         )
         rows.append(("region vertices: step shapes (prefill, decode)", verts))
-    if not rep["work_conserving"]:
+    if not rep["throughput_optimal"]:
         rows.append(
             (
                 "note: policy",
@@ -319,7 +319,7 @@ def _print_capacity(rep: dict) -> None:
                 "inside the stability region",
                 f"{'yes' if rep['inside'] else 'NO'} (rate can be scaled by "
                 f"{rep['scale']:.4g}, margin {rep['margin']:+.1%})"
-                + ("" if rep["work_conserving"] or not rep["inside"] else f"; not a guarantee for {rep['policy']}"),
+                + ("" if rep["throughput_optimal"] or not rep["inside"] else f"; not a guarantee for {rep['policy']}"),
             ),
             (
                 "fluid backlog growth (work-conserving)"

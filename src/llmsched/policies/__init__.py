@@ -82,12 +82,13 @@ def canonical_policy_name(name: str, kind: str = "batch") -> str:
     return _ALIASES[kind].get(base, base) + sep + options
 
 
-def is_work_conserving(name: str) -> bool:
-    """Whether the batch policy `name` (an alias or with inline options too) declares itself
+def is_throughput_optimal(name: str) -> bool:
+    """Whether the batch policy `name` (an alias or with inline options too) is stable
+    wherever the workload lies inside the stability region (lambda*): it declares itself
     work-conserving (`BatchPolicy.work_conserving`: it fills the budget whenever work
-    waits, so theorem 2's lambda* is its stable region); an unknown name does not."""
+    waits) or `region_stable` (adaptive); an unknown name is not."""
     cls = BATCH_POLICIES.get(canonical_policy_name(name).partition(":")[0])
-    return bool(getattr(cls, "work_conserving", False))
+    return bool(getattr(cls, "work_conserving", False) or getattr(cls, "region_stable", False))
 
 
 def _lookup(name: str, kind: str):

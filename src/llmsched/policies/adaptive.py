@@ -79,6 +79,7 @@ class Adaptive(BatchPolicy):
         "and prefill/decode mix from the queues (stable inside the k_max region)"
     )
     work_conserving = False
+    region_stable = True
     repeatable = False
     option_names = ("cost", "mean_prompt", "mean_output")
 

@@ -353,6 +353,9 @@ class BatchPolicy:
     name = ""
     summary = ""
     work_conserving = False
+    #: stable wherever the workload lies inside the stability region without filling every
+    #: step (adaptive's max-weight choice of the region's vertex steps)
+    region_stable = False
     # Given the same requests with only token counts changed (no arrival, completion,
     # admission or chunk boundary), the plan repeats: the simulator may skip ahead.
     repeatable = True

@@ -72,11 +72,12 @@ unstable there, smaller steps could serve it (`stable` None). With every server 
 `fill_capacity`, work-conserving policies are stable when the routes are feed-forward
 (the directed graph of server-to-server moves has no cycle through two or more servers;
 paper 1, docs/networks.md); a server with calls whose batch policy is not
-work-conserving (`BatchPolicy.work_conserving`: FasterTransformer, vanilla vLLM,
-adaptive) is outside that guarantee (`stable` None, the verdict names it). With such a
-cycle (Rybko-Stolyar: two job types crossing two servers in opposite orders) every
-server below capacity is necessary but not sufficient; priorities can make the network
-unstable. The report says which case holds.
+work-conserving (`BatchPolicy.work_conserving`: FasterTransformer, vanilla vLLM; adaptive
+is stable inside the region all the same, `region_stable`) is outside that guarantee
+(`stable` None, the verdict names it). With such a cycle (Rybko-Stolyar: two job types
+crossing two servers in opposite orders) every server below capacity is necessary but
+not sufficient; priorities can make the network unstable. The report says which case
+holds.
 """
 
 from __future__ import annotations
@@ -326,13 +327,14 @@ class TrafficReport:
     """What `traffic(spec)` returns. `bottleneck`: the server with the highest
     utilisation; `critical_scale`: 1 / max utilisation; `critical_rates`: every job
     type's rate times it; `stable`: True (every server below its `fill_capacity`,
-    feed-forward routes, every server with calls running a work-conserving policy),
+    feed-forward routes, every server with calls running a work-conserving policy or
+    adaptive),
     False (some server at or over its `capacity`, the best policy's) or None (below
     capacity but the routes have a cycle through servers: `cycle`; or some server at or
     over its `fill_capacity` but below its `capacity`: a policy filling every step to
     b_max is unstable there, smaller steps could serve it; or feed-forward and below
-    capacity but some server runs a policy that is not work-conserving, which the
-    guarantee does not cover: `not_work_conserving`, server name -> policy name, lists
+    capacity but some server runs a policy that is not work-conserving (nor adaptive),
+    which the guarantee does not cover: `not_throughput_optimal`, server name -> policy name, lists
     every such server with calls whatever the verdict);
     `verdict`: that in words."""
 
@@ -349,7 +351,7 @@ class TrafficReport:
     stable: bool | None
     verdict: str
     notes: list = field(default_factory=list)
-    not_work_conserving: dict = field(default_factory=dict)
+    not_throughput_optimal: dict = field(default_factory=dict)
 
     def server(self, name: str) -> ServerLoad:
         for s in self.servers:
@@ -466,12 +468,12 @@ def traffic(spec) -> TrafficReport:
     for j in jobs:
         j.critical_rate = j.rate * scale
     cycle = _server_cycle(spec)
-    from ..policies import is_work_conserving  # noqa: PLC0415 - the registry imports every policy
+    from ..policies import is_throughput_optimal  # noqa: PLC0415 - the registry imports every policy
 
     # a server without calls needs no guarantee
     busy = {s.name for s in servers if s.visit_rate > 0}
     not_conserving = {n: _policy_name(s.policy) for n, s in spec.servers.items() if n in busy}
-    not_conserving = {n: p for n, p in not_conserving.items() if not is_work_conserving(p)}
+    not_conserving = {n: p for n, p in not_conserving.items() if not is_throughput_optimal(p)}
     notes = []
     # a load-only cost model whose b / t(b) peaks below b_max: `capacity` is the best
     # policy's (smaller steps), `fill_capacity` what a policy filling every step to b_max
@@ -557,7 +559,7 @@ def traffic(spec) -> TrafficReport:
         stable=stable,
         verdict=verdict,
         notes=notes,
-        not_work_conserving=not_conserving,
+        not_throughput_optimal=not_conserving,
     )
 
 
