@@ -419,6 +419,22 @@ def successors(spec: NetworkSpec) -> dict[str, set]:
     return succ
 
 
+# the word after the seed in each kind of stream's entropy (arrivals: the job type's index)
+_STREAM_TAGS = {"loop": 7, "lengths": 11, "delays": 13, "pool": 1_000_003}
+
+
+def stream_entropy(seed: int, kind: str, index: int = 0) -> list[int]:
+    """numpy's seed of one random stream of a run: "arrivals" of job type `index`, "loop"
+    (every loop's repeat draws), "lengths" of call node `index`, "delays" of delay node
+    `index`, "pool" (server `index`'s router)."""
+    if kind == "arrivals":
+        # SeedSequence pads entropy with zeros to 4 words: [seed, 7] was the loop's stream and
+        # [seed, 11] a length stream's [seed, 11, 0]; from type 7 on a final 1 no other tag has
+        return [seed, index] if index < _STREAM_TAGS["loop"] else [seed, index, 0, 1]
+    tag = _STREAM_TAGS[kind]
+    return [seed, tag] if kind == "loop" else [seed, tag, index]
+
+
 def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> ServerState | None:
     """A state whose decode and admission orders put the server's priority classes first."""
     if not spec.priority:
@@ -451,7 +467,7 @@ def run_network(
     arrivals = []
     n_jobs = spec.num_jobs
     for ti, jt in enumerate(spec.jobs):
-        t = jt.arrival.times(np.random.default_rng([spec.seed, ti]), n_jobs, spec.duration_s)
+        t = jt.arrival.times(np.random.default_rng(stream_entropy(spec.seed, "arrivals", ti)), n_jobs, spec.duration_s)
         arrivals.append(np.column_stack([np.round(np.asarray(t) * NS), np.full(len(t), ti)]).astype(np.int64))
     merged = np.concatenate(arrivals) if arrivals else np.zeros((0, 2), dtype=np.int64)
     merged = merged[np.lexsort((merged[:, 1], merged[:, 0]))]
@@ -470,7 +486,7 @@ def run_network(
     span = job_times[-1] - job_times[0]
     interval = max(span // 1000, NS // 100) if not sample_interval_s else int(round(sample_interval_s * NS))
     for name, sspec in spec.servers.items():
-        pool = _Pool(sspec, np.random.default_rng([spec.seed, 1_000_003, len(pools)]))
+        pool = _Pool(sspec, np.random.default_rng(stream_entropy(spec.seed, "pool", len(pools))))
         cost = make_cost_model(sspec.cost_model)
         for k in range(sspec.replicas):
             sched = SchedulerSpec(**sspec.scheduler_fields()).build()
@@ -496,18 +512,22 @@ def run_network(
 
     streams: dict[int, _LengthStream] = {}
     delays: dict[int, _DelayStream] = {}
-    loop_rng = np.random.default_rng([spec.seed, 7])
+    loop_rng = np.random.default_rng(stream_entropy(spec.seed, "loop"))
 
     def lengths(call: Call) -> tuple[int, int]:
         s = streams.get(id(call))
         if s is None:
-            s = streams[id(call)] = _LengthStream(call, np.random.default_rng([spec.seed, 11, len(streams)]))
+            s = streams[id(call)] = _LengthStream(
+                call, np.random.default_rng(stream_entropy(spec.seed, "lengths", len(streams)))
+            )
         return s.next()
 
     def delay_ns(node: Delay) -> int:
         s = delays.get(id(node))
         if s is None:
-            s = delays[id(node)] = _DelayStream(node, np.random.default_rng([spec.seed, 13, len(delays)]))
+            s = delays[id(node)] = _DelayStream(
+                node, np.random.default_rng(stream_entropy(spec.seed, "delays", len(delays)))
+            )
         return s.next()
 
     # per-call and per-job records
