@@ -39,12 +39,13 @@ import numpy as np
 
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.request import NS, Request, check_seconds
+from ..core.request import MAX_SECONDS, NS, Request, check_seconds
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
+from ..workload.arrivals import MAX_REQUESTS
 from ..workload.blocks import INT_CONSTANTS
 from ..workload.lengths import sample_pair
-from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, ServerSpec
+from ..workload.network import Call, Delay, Fork, JobType, Loop, NetworkSpec, ServerSpec
 from .server import ServerSim, SimulationStuck, TimeSeries
 
 # event kinds, in the order they run at one instant (plans last)
@@ -449,6 +450,20 @@ def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> Ser
     return state
 
 
+def _job_type_arrivals(job: JobType, entropy: list[int], n: int | None, duration_s: float | None):
+    """A job type's arrival times (seconds), and whether they stop at the simulator's time
+    limit before `n`. Every type draws `n`, and the merge keeps the first `n` of all types:
+    a rare type's last draws, past the limit, are often never used."""
+    try:
+        return job.arrival.times(np.random.default_rng(entropy), n, duration_s), False
+    except ConfigError as e:
+        if duration_s is not None or n is None or n > MAX_REQUESTS:
+            raise ConfigError(f"job type {job.name!r}: {e}") from None
+    # the same stream's draws up to the limit (numpy draws them in order)
+    before_limit = float(np.nextafter(MAX_SECONDS, 0))
+    return job.arrival.times(np.random.default_rng(entropy), n, before_limit), True
+
+
 def run_network(
     spec: NetworkSpec,
     *,
@@ -466,12 +481,22 @@ def run_network(
     # job arrivals: every job type's own process, merged
     arrivals = []
     n_jobs = spec.num_jobs
+    cut_at_limit = []  # job types whose arrivals stop short of n_jobs at the time limit
     for ti, jt in enumerate(spec.jobs):
-        t = jt.arrival.times(np.random.default_rng(stream_entropy(spec.seed, "arrivals", ti)), n_jobs, spec.duration_s)
+        t, cut = _job_type_arrivals(jt, stream_entropy(spec.seed, "arrivals", ti), n_jobs, spec.duration_s)
+        if cut:
+            cut_at_limit.append(jt.name)
         arrivals.append(np.column_stack([np.round(np.asarray(t) * NS), np.full(len(t), ti)]).astype(np.int64))
     merged = np.concatenate(arrivals) if arrivals else np.zeros((0, 2), dtype=np.int64)
     merged = merged[np.lexsort((merged[:, 1], merged[:, 0]))]
     if n_jobs is not None:
+        if cut_at_limit and len(merged) < n_jobs:  # some arrival past the limit would be used
+            types = ("job types " if len(cut_at_limit) > 1 else "job type ") + ", ".join(map(repr, cut_at_limit))
+            raise ConfigError(
+                f"{types}: arrival times must be below {MAX_SECONDS:g} s (the simulator's clock), and only "
+                f"{len(merged):,} jobs arrive before then, not the {n_jobs:,} asked for "
+                "(raise the rate or ask for fewer jobs)"
+            )
         merged = merged[:n_jobs]
     if len(merged) == 0:
         raise ConfigError("the network's workload has no jobs (check num_jobs / duration and the rates)")
