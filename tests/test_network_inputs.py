@@ -71,6 +71,7 @@ TANDEM = "examples/networks/tandem.yaml"
         ({"num_jobs": 1.5}, "num_jobs must be a whole number >= 1, got 1.5"),
         ({"num_jobs": "many"}, "num_jobs must be a whole number >= 1, got 'many'"),
         ({"num_jobs": True}, "num_jobs must be a whole number >= 1, got True"),
+        ({"num_jobs": 1e30}, "num_jobs must be at most 20,000,000 (or give a duration_s), got 1e+30"),
         ({"seed": -1}, "seed must be a whole number >= 0, got -1"),
         ({"seed": 1.5}, "seed must be a whole number >= 0, got 1.5"),
         ({"seed": "x"}, "seed must be a whole number >= 0, got 'x'"),
@@ -294,3 +295,39 @@ def test_arrivals_that_would_be_used_past_the_time_limit_are_refused_naming_the_
     del alone["jobs"]["common"]
     f.write_text(json.dumps(alone))
     one_line_error(capsys, ["simulate", "--network", str(f), "--out", ""], "job type 'rare'", "1e+09 s")
+
+
+@pytest.mark.parametrize("command", ["simulate", "capacity"])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda d: d["servers"]["s2"].update(
+                replicas=2, router="random", router_options={"weights": [1e308, 1e308]}
+            ),
+            "n.yaml: servers.s2.router_options: weights must sum to a finite number",
+        ),
+        (lambda d: d.update(num_jobs=10**30), "n.yaml: num_jobs: num_jobs must be at most 20,000,000"),
+        (lambda d: d.update(num_jobs=1e30), "n.yaml: num_jobs: num_jobs must be at most 20,000,000"),
+    ],
+)
+def test_weights_that_overflow_and_a_huge_num_jobs_are_refused_by_both_commands(
+    capsys, tmp_path, command, edit, message
+):
+    """Weights of 1e308 each summed to inf: capacity divided by zero, simulate raised numpy's
+    "probabilities do not sum to 1"; num_jobs 1e30 was taken by capacity and refused by
+    simulate as "num_requests=1e+30", a name the file does not use."""
+    d = NetworkSpec.from_yaml(TANDEM).to_dict()
+    edit(d)
+    f = tmp_path / "n.yaml"
+    f.write_text(json.dumps(d))
+    argv = [command, "--network", str(f)] + (["--out", ""] if command == "simulate" else [])
+    one_line_error(capsys, argv, message)
+
+
+def test_a_huge_num_jobs_beside_a_duration_is_taken_as_before():
+    # the duration stops the arrivals first, as it does for one server's num_requests
+    d = NetworkSpec.from_yaml(TANDEM).to_dict()
+    d.update(num_jobs=10**30, duration_s=20)
+    res = simulate_network(d)
+    assert 0 < res.summary["num_jobs"] < 1000 and res.job_arrival_ns.max() <= 20 * NS
