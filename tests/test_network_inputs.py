@@ -13,7 +13,8 @@ from helpers import TRACES, one_line_error
 from llmsched.analysis import reproduce_networks as rn
 from llmsched.cli import main
 from llmsched.core import ConfigError
-from llmsched.sim.network import run_network
+from llmsched.core.request import NS
+from llmsched.sim.network import run_network, stream_entropy
 from llmsched.sim.network_result import network_backlog, simulate_network
 from llmsched.theory.network import traffic
 from llmsched.workload import WorkloadSpec, make_trace, parse_length_law
@@ -70,6 +71,7 @@ TANDEM = "examples/networks/tandem.yaml"
         ({"num_jobs": 1.5}, "num_jobs must be a whole number >= 1, got 1.5"),
         ({"num_jobs": "many"}, "num_jobs must be a whole number >= 1, got 'many'"),
         ({"num_jobs": True}, "num_jobs must be a whole number >= 1, got True"),
+        ({"num_jobs": 1e30}, "num_jobs must be at most 20,000,000 (or give a duration_s), got 1e+30"),
         ({"seed": -1}, "seed must be a whole number >= 0, got -1"),
         ({"seed": 1.5}, "seed must be a whole number >= 0, got 1.5"),
         ({"seed": "x"}, "seed must be a whole number >= 0, got 'x'"),
@@ -252,3 +254,80 @@ def test_a_servers_scheduler_is_checked_naming_it_and_the_file(capsys, tmp_path,
     f.write_text(text.replace("policy: sarathi", field))
     argv = [command, "--network", str(f)] + (["--out", ""] if command == "simulate" else [])
     one_line_error(capsys, argv, "n.yaml: " + message)
+
+
+def _common_and_rare(num_jobs: int, rare_rate: float, common_rate: float = 1e-3) -> dict:
+    call = {"call": {"server": "s", "prompt": 5, "output": 1}}
+    return {
+        "servers": {"s": {"b_max": 64}},
+        "jobs": {
+            "common": {"arrival": {"rate": common_rate}, "route": [call]},
+            "rare": {"arrival": {"rate": rare_rate}, "route": [call]},
+        },
+        "num_jobs": num_jobs,
+    }
+
+
+def test_a_rare_job_types_unused_arrivals_past_the_time_limit_do_not_refuse_the_network():
+    """Each type draws num_jobs arrivals and the merge keeps num_jobs of them all: the rare
+    type's 3,000th, near 1.5e9 s, is never used, and was refused as past the 1e9 s limit."""
+    spec = NetworkSpec.from_dict(_common_and_rare(3000, 2e-6))
+    st = run_network(spec)
+    arrival, types = _a(st.job_arrival), _a(st.job_type)
+    assert len(arrival) == 3000 and arrival.max() < 1e9 * NS
+    for ti, job in enumerate(spec.jobs):
+        mine = np.sort(arrival[types == ti])
+        assert len(mine) > 0  # the rare type's first arrivals are among the jobs
+        gaps = np.random.default_rng(stream_entropy(spec.seed, "arrivals", ti)).exponential(1 / job.arrival.rate, 3000)
+        assert np.array_equal(mine, np.round(np.cumsum(gaps)[: len(mine)] * NS).astype(np.int64))
+
+
+def test_arrivals_that_would_be_used_past_the_time_limit_are_refused_naming_the_job_type(capsys, tmp_path):
+    f = tmp_path / "n.yaml"
+    f.write_text(json.dumps(_common_and_rare(3000, 1e-7)))
+    assert main(["simulate", "--network", str(f), "--out", "", "--quiet"]) == 0  # 'common' brings 3,000 in time
+    capsys.readouterr()
+    f.write_text(json.dumps(_common_and_rare(3000, 1e-7, common_rate=1e-6)))  # 1,000 and 100 by 1e9 s
+    one_line_error(
+        capsys, ["simulate", "--network", str(f), "--out", ""], "job types 'common', 'rare'", "1e+09 s", "3,000"
+    )
+    alone = _common_and_rare(40, 1e-8)
+    del alone["jobs"]["common"]
+    f.write_text(json.dumps(alone))
+    one_line_error(capsys, ["simulate", "--network", str(f), "--out", ""], "job type 'rare'", "1e+09 s")
+
+
+@pytest.mark.parametrize("command", ["simulate", "capacity"])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda d: d["servers"]["s2"].update(
+                replicas=2, router="random", router_options={"weights": [1e308, 1e308]}
+            ),
+            "n.yaml: servers.s2.router_options: weights must sum to a finite number",
+        ),
+        (lambda d: d.update(num_jobs=10**30), "n.yaml: num_jobs: num_jobs must be at most 20,000,000"),
+        (lambda d: d.update(num_jobs=1e30), "n.yaml: num_jobs: num_jobs must be at most 20,000,000"),
+    ],
+)
+def test_weights_that_overflow_and_a_huge_num_jobs_are_refused_by_both_commands(
+    capsys, tmp_path, command, edit, message
+):
+    """Weights of 1e308 each summed to inf: capacity divided by zero, simulate raised numpy's
+    "probabilities do not sum to 1"; num_jobs 1e30 was taken by capacity and refused by
+    simulate as "num_requests=1e+30", a name the file does not use."""
+    d = NetworkSpec.from_yaml(TANDEM).to_dict()
+    edit(d)
+    f = tmp_path / "n.yaml"
+    f.write_text(json.dumps(d))
+    argv = [command, "--network", str(f)] + (["--out", ""] if command == "simulate" else [])
+    one_line_error(capsys, argv, message)
+
+
+def test_a_huge_num_jobs_beside_a_duration_is_taken_as_before():
+    # the duration stops the arrivals first, as it does for one server's num_requests
+    d = NetworkSpec.from_yaml(TANDEM).to_dict()
+    d.update(num_jobs=10**30, duration_s=20)
+    res = simulate_network(d)
+    assert 0 < res.summary["num_jobs"] < 1000 and res.job_arrival_ns.max() <= 20 * NS

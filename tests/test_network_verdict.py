@@ -81,3 +81,34 @@ def test_an_overloaded_network_is_still_unstable(load, num_jobs):
     s = run("tandem", load, num_jobs, 0).summary
     assert s["servers"]["s2"]["verdict"] == "unstable" and s["verdict"] == "unstable"
     assert s["network_work_verdict"]["verdict"] == "unstable"
+
+
+def test_a_replica_or_server_that_receives_no_call_leaves_the_verdict_to_the_others():
+    """A declared server no route calls, and a replica its router's weights never pick, have
+    no queue: they kept every verdict above them inconclusive however long the run."""
+    call = {"prompt": 50, "output": 5}
+    net = {
+        "servers": {
+            "s": {"b_max": 512},
+            "idle": {"b_max": 512, "replicas": 2},
+            "w": {"b_max": 512, "replicas": 2, "router": "random", "router_options": {"weights": [1, 0]}},
+        },
+        "jobs": {
+            "A": {
+                "arrival": {"rate": 2},
+                "route": [{"call": {"server": "s", **call}}, {"call": {"server": "w", **call}}],
+            }
+        },
+        "num_jobs": 2000,
+    }
+    s = simulate_network(net).summary
+    unused = [*s["servers"]["idle"]["replicas"].values(), s["servers"]["w"]["replicas"]["w[1]"]]
+    for rep in unused:
+        assert rep["num_requests"] == 0
+        assert rep["verdict"] == "stable" and rep["stable"] is True and rep["verdict_reason"].startswith("no calls")
+    worker = s["servers"]["w"]["replicas"]["w[0]"]
+    assert worker["num_requests"] == 2000
+    assert s["servers"]["idle"]["verdict"] == "stable"
+    assert s["servers"]["w"]["verdict"] == worker["verdict"]
+    assert s["servers"]["s"]["verdict"] == worker["verdict"] == "stable"
+    assert s["verdict"] == "stable" and s["stable"] is True

@@ -39,12 +39,13 @@ import numpy as np
 
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.request import NS, Request, check_seconds
+from ..core.request import MAX_SECONDS, NS, Request, check_seconds
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
+from ..workload.arrivals import MAX_REQUESTS
 from ..workload.blocks import INT_CONSTANTS
 from ..workload.lengths import sample_pair
-from ..workload.network import Call, Delay, Fork, Loop, NetworkSpec, ServerSpec
+from ..workload.network import Call, Delay, Fork, JobType, Loop, NetworkSpec, ServerSpec
 from .server import ServerSim, SimulationStuck, TimeSeries
 
 # event kinds, in the order they run at one instant (plans last)
@@ -419,6 +420,22 @@ def successors(spec: NetworkSpec) -> dict[str, set]:
     return succ
 
 
+# the word after the seed in each kind of stream's entropy (arrivals: the job type's index)
+_STREAM_TAGS = {"loop": 7, "lengths": 11, "delays": 13, "pool": 1_000_003}
+
+
+def stream_entropy(seed: int, kind: str, index: int = 0) -> list[int]:
+    """numpy's seed of one random stream of a run: "arrivals" of job type `index`, "loop"
+    (every loop's repeat draws), "lengths" of call node `index`, "delays" of delay node
+    `index`, "pool" (server `index`'s router)."""
+    if kind == "arrivals":
+        # SeedSequence pads entropy with zeros to 4 words: [seed, 7] was the loop's stream and
+        # [seed, 11] a length stream's [seed, 11, 0]; from type 7 on a final 1 no other tag has
+        return [seed, index] if index < _STREAM_TAGS["loop"] else [seed, index, 0, 1]
+    tag = _STREAM_TAGS[kind]
+    return [seed, tag] if kind == "loop" else [seed, tag, index]
+
+
 def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> ServerState | None:
     """A state whose decode and admission orders put the server's priority classes first."""
     if not spec.priority:
@@ -431,6 +448,20 @@ def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> Ser
     state = ServerState(scheduler.constraints, key)
     state.prefill_by_key = True
     return state
+
+
+def _job_type_arrivals(job: JobType, entropy: list[int], n: int | None, duration_s: float | None):
+    """A job type's arrival times (seconds), and whether they stop at the simulator's time
+    limit before `n`. Every type draws `n`, and the merge keeps the first `n` of all types:
+    a rare type's last draws, past the limit, are often never used."""
+    try:
+        return job.arrival.times(np.random.default_rng(entropy), n, duration_s), False
+    except ConfigError as e:
+        if duration_s is not None or n is None or n > MAX_REQUESTS:
+            raise ConfigError(f"job type {job.name!r}: {e}") from None
+    # the same stream's draws up to the limit (numpy draws them in order)
+    before_limit = float(np.nextafter(MAX_SECONDS, 0))
+    return job.arrival.times(np.random.default_rng(entropy), n, before_limit), True
 
 
 def run_network(
@@ -450,12 +481,22 @@ def run_network(
     # job arrivals: every job type's own process, merged
     arrivals = []
     n_jobs = spec.num_jobs
+    cut_at_limit = []  # job types whose arrivals stop short of n_jobs at the time limit
     for ti, jt in enumerate(spec.jobs):
-        t = jt.arrival.times(np.random.default_rng([spec.seed, ti]), n_jobs, spec.duration_s)
+        t, cut = _job_type_arrivals(jt, stream_entropy(spec.seed, "arrivals", ti), n_jobs, spec.duration_s)
+        if cut:
+            cut_at_limit.append(jt.name)
         arrivals.append(np.column_stack([np.round(np.asarray(t) * NS), np.full(len(t), ti)]).astype(np.int64))
     merged = np.concatenate(arrivals) if arrivals else np.zeros((0, 2), dtype=np.int64)
     merged = merged[np.lexsort((merged[:, 1], merged[:, 0]))]
     if n_jobs is not None:
+        if cut_at_limit and len(merged) < n_jobs:  # some arrival past the limit would be used
+            types = ("job types " if len(cut_at_limit) > 1 else "job type ") + ", ".join(map(repr, cut_at_limit))
+            raise ConfigError(
+                f"{types}: arrival times must be below {MAX_SECONDS:g} s (the simulator's clock), and only "
+                f"{len(merged):,} jobs arrive before then, not the {n_jobs:,} asked for "
+                "(raise the rate or ask for fewer jobs)"
+            )
         merged = merged[:n_jobs]
     if len(merged) == 0:
         raise ConfigError("the network's workload has no jobs (check num_jobs / duration and the rates)")
@@ -470,7 +511,7 @@ def run_network(
     span = job_times[-1] - job_times[0]
     interval = max(span // 1000, NS // 100) if not sample_interval_s else int(round(sample_interval_s * NS))
     for name, sspec in spec.servers.items():
-        pool = _Pool(sspec, np.random.default_rng([spec.seed, 1_000_003, len(pools)]))
+        pool = _Pool(sspec, np.random.default_rng(stream_entropy(spec.seed, "pool", len(pools))))
         cost = make_cost_model(sspec.cost_model)
         for k in range(sspec.replicas):
             sched = SchedulerSpec(**sspec.scheduler_fields()).build()
@@ -496,18 +537,22 @@ def run_network(
 
     streams: dict[int, _LengthStream] = {}
     delays: dict[int, _DelayStream] = {}
-    loop_rng = np.random.default_rng([spec.seed, 7])
+    loop_rng = np.random.default_rng(stream_entropy(spec.seed, "loop"))
 
     def lengths(call: Call) -> tuple[int, int]:
         s = streams.get(id(call))
         if s is None:
-            s = streams[id(call)] = _LengthStream(call, np.random.default_rng([spec.seed, 11, len(streams)]))
+            s = streams[id(call)] = _LengthStream(
+                call, np.random.default_rng(stream_entropy(spec.seed, "lengths", len(streams)))
+            )
         return s.next()
 
     def delay_ns(node: Delay) -> int:
         s = delays.get(id(node))
         if s is None:
-            s = delays[id(node)] = _DelayStream(node, np.random.default_rng([spec.seed, 13, len(delays)]))
+            s = delays[id(node)] = _DelayStream(
+                node, np.random.default_rng(stream_entropy(spec.seed, "delays", len(delays)))
+            )
         return s.next()
 
     # per-call and per-job records

@@ -306,6 +306,9 @@ class NetworkResult:
         ts = res.timeseries
         t, w = ts["time_s"], ts["backlog_tokens"]
         last = _last_arrival_s(self.job_arrival_ns[self.job_arrived])
+        if res.stats.n == 0 and np.isfinite(last):
+            # jobs ran but none called here: no queue can grow, so leave the verdict to the others
+            return {"stable": True, "verdict": STABLE, "verdict_reason": "no calls: no queue formed"}
         keep = t <= last  # judge while jobs arrive, not while the queues drain
         try:
             v = stability_verdict(

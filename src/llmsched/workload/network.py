@@ -57,6 +57,7 @@ from ..core.errors import ConfigError, closest
 from ..core.request import MAX_SECONDS
 from ..core.yamlfile import read_yaml
 from .arrivals import (
+    MAX_REQUESTS,
     ArrivalProcess,
     Deterministic,
     Gamma,
@@ -179,6 +180,14 @@ def _whole(
     if maximum is not None and f > maximum:
         raise _at(where, f"{what} must be at most {maximum:,}, got {_show(value)}")
     return int(f)
+
+
+def _job_count(value, duration_s: float | None, where: str) -> int | None:
+    """num_jobs, bounded when it alone stops the arrivals (a duration_s stops them first)."""
+    n = _whole(value, where, "num_jobs", optional=True)
+    if n is not None and duration_s is None and n > MAX_REQUESTS:
+        raise _at(where, f"num_jobs must be at most {MAX_REQUESTS:,} (or give a duration_s), got {_show(value)}")
+    return n
 
 
 def _number(value, where: str, what: str) -> float:
@@ -495,6 +504,8 @@ class ServerSpec:
                 raise _at(at, f"weights must be >= 0, got {_show(list(w))}")
             if not sum(vals) > 0:
                 raise _at(at, "weights are all zero: no replica would receive calls")
+            if not math.isfinite(sum(vals)):
+                raise _at(at, f"weights must sum to a finite number (scale them down), got {_show(list(w))}")
             opts["weights"] = vals
         if "d" in opts:
             opts["d"] = _whole(opts["d"], at, "d (replicas sampled by power-of-two)")
@@ -640,13 +651,13 @@ class NetworkSpec:
                 if not call.cls:
                     call.cls = f"{job.name}.{counter}"
         self._check_priorities()
-        self.num_jobs = _whole(self.num_jobs, "num_jobs", "num_jobs", optional=True)
         if self.duration_s is not None:
             self.duration_s = _number(self.duration_s, "duration_s", "duration_s")
             if self.duration_s <= 0:
                 raise ConfigError(f"duration_s: must be > 0 seconds, got {self.duration_s:g}")
             if self.duration_s > MAX_SECONDS:
                 raise ConfigError(f"duration_s: must be at most {MAX_SECONDS:g} seconds, got {self.duration_s:g}")
+        self.num_jobs = _job_count(self.num_jobs, self.duration_s, "num_jobs")
         self.seed = _whole(0 if self.seed is None else self.seed, "seed", "seed", minimum=0)
 
     def _check_route(self, route: list, where: str) -> None:
@@ -776,7 +787,7 @@ class NetworkSpec:
         checked as the file's are, with one-line errors naming the argument (numpy would
         raise its own errors on a negative or fractional count or seed). This spec is not
         changed; routes and servers are shared (treat specs as read-only)."""
-        n = self.num_jobs if num_jobs is None else _whole(num_jobs, "", "num_jobs")
+        n = self.num_jobs if num_jobs is None else _job_count(num_jobs, self.duration_s, "")
         s = self.seed if seed is None else _whole(seed, "", "seed", minimum=0)
         return replace(self, servers=dict(self.servers), jobs=list(self.jobs), num_jobs=n, seed=s)
 
