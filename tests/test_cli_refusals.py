@@ -228,6 +228,9 @@ def test_a_cluster_takes_the_run_options_of_its_config(tmp_path, capsys):
             last[k] = max(float(r["arrival_s"]) for r in csv.DictReader(f))
     assert last[2] == pytest.approx(last[1] / 2, rel=1e-6)  # twice as fast
     one_line_error(capsys, ["simulate", *RUN, "--replicas", "2", "--slo", "ttft_ms=100"], "slo", "one server")
+    # the request count's limit in the words a single server uses (not the network's num_jobs)
+    too_many = ["simulate", "--replicas", "2", "--num-requests", "100000000", "--out", ""]
+    one_line_error(capsys, too_many, "num_requests=100,000,000 exceeds the limit of 20,000,000")
 
 
 def test_a_cluster_refuses_classes_with_deterministic_arrivals(tmp_path, capsys):

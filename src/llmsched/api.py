@@ -34,6 +34,7 @@ from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
 from .theory import INCONCLUSIVE, LengthMix, capacity, stability_verdict
 from .workload import Trace, WorkloadSpec, make_trace
+from .workload.arrivals import MAX_REQUESTS
 from .workload.spec import with_defaults
 
 if TYPE_CHECKING:
@@ -590,6 +591,9 @@ def cluster_network(
             f"each class its own {spec.arrival} stream at rate x share, not one {spec.arrival} stream whose "
             "requests draw a class (use poisson, one class, or one server)"
         )
+    if spec.num_requests is not None and spec.num_requests > MAX_REQUESTS and spec.duration_s is None:
+        # (in the request count's words, before the network's num_jobs check says it in its own)
+        raise ConfigError(f"num_requests={spec.num_requests:,} exceeds the limit of {MAX_REQUESTS:,}")
     rate = spec.rate * spec.time_scale  # time_scale k: arrivals k times as fast
     arrival = {"process": spec.arrival, "rate": rate}
     if spec.cv is not None and spec.arrival == "gamma":
