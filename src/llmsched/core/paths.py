@@ -199,8 +199,9 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     exist, is empty, holds a run of the same kind (which the new run replaces; the kinds
     of simulate run replace one another) with its proof (a simulate run's summary.json, a
     sweep's points/, an experiment's table.json, each holding what the run writes: file
-    names a run writes are no proof alone), or only files such a run writes (one that stopped before its last file), or
-    other files none of which it would replace (hidden files are not counted). Never over
+    names a run writes are no proof alone), or only files such a run writes (one that
+    stopped before its last file), or other files none of which it would replace (hidden
+    files are not counted). Never over
     another tool's files (a model folder's config.json) nor over another kind of run's
     outputs (they would mix)."""
     check_path_type(path, what)
