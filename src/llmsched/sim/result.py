@@ -270,7 +270,8 @@ class SimResult:
 
     def request_rows(self):
         """Rows of requests.csv as Python values (strings for the times, '' where not reached)."""
-        ttft, tpot, e2e, queue = self.ttft_s, self.tpot_s, self.e2e_s, self.queue_s
+        ttft, e2e, queue = self.ttft_s, self.e2e_s, self.queue_s
+        tpot = _seconds(tpot_ceil_ns(self.output, self.stats.e2e_ns, self.stats.ttft_ns))
         finished = self.finished.tolist()
         arrived = self.arrived.tolist()
         preempts = self.stats.preemptions.tolist()
@@ -464,7 +465,7 @@ class SimResult:
                 fixed9(arrival[lo:hi], blank_nan=False),
                 fixed9(_seconds(st.queue_ns[lo:hi]), blank_nan=True),
                 fixed9(ttft, blank_nan=True),
-                fixed9(_tpot(finished, out, e2e, ttft), blank_nan=True),
+                fixed9(_seconds(tpot_ceil_ns(out, e2e_ns, st.ttft_ns[lo:hi])), blank_nan=True),
                 fixed9(e2e, blank_nan=True),
             ]
             if any(x is None for x in fixed):
@@ -580,6 +581,16 @@ def _seconds(ns: np.ndarray) -> np.ndarray:
     """Nanoseconds to seconds; NaN where not reached (negative)."""
     out = ns.astype(np.float64) / NS
     out[ns < 0] = np.nan
+    return out
+
+
+def tpot_ceil_ns(output: np.ndarray, e2e_ns: np.ndarray, ttft_ns: np.ndarray) -> np.ndarray:
+    """Each request's mean inter-token gap in whole ns, rounded up (-1 unless it finished
+    with 2+ tokens): requests.csv's `tpot_s`, so that `tpot_s <= objective` is exactly
+    goodput's test (`meets_slo`), which compares in integer ns."""
+    out = np.full(len(output), -1, dtype=np.int64)
+    ok = (e2e_ns >= 0) & (ttft_ns >= 0) & (output > 1)
+    out[ok] = -((ttft_ns[ok] - e2e_ns[ok]) // (output[ok] - 1))
     return out
 
 

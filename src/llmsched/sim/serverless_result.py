@@ -6,12 +6,13 @@
   mean time, loads per storage tier), GPU-seconds (time instances held GPUs, loading and
   keep-alive included), busy GPU-seconds, instances used and peak concurrent instances,
   migrations; with per-request objectives (`slo`), goodput and its share;
-- `config.json`: the platform as parsed (reproduces the run) and each model's resolved
-  scheduler;
+- `config.json`: the platform as parsed (`cluster`, `models`, `workload`, `platform`:
+  reproduces the run; TWP's derived constants are not recorded);
 - `requests.csv`: `id,model,instance,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,
   tpot_s,e2e_s,preemptions,migrations,cold_start,arrived,finished` (instance: the one that
   finished it, or where it was last; cold_start 1 if it waited for an instance to start;
-  arrived 0 for a request after a `max_time_s` stop);
+  arrived 0 for a request after a `max_time_s` stop; tpot_s rounded up to the ns, as
+  goodput compares it);
 - `instances.csv`: one row per instance: where it ran, when it was created, got its GPU,
   loaded (and from which tier), became ready and stopped (and why), requests routed and
   completed, steps, busy time, GPU-seconds, mean ITL.
@@ -35,7 +36,7 @@ from ..core.slo import check_request_slo
 from ..workload.serverless import ServerlessSpec, load_serverless, make_serverless_requests
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .histogram import GapHistogram
-from .result import _seconds, _tpot, clear_other_run, goodput, meets_slo, per_second, run_duration
+from .result import _seconds, _tpot, clear_other_run, goodput, meets_slo, per_second, run_duration, tpot_ceil_ns
 from .serverless import ServerlessStats, check_requests, check_schedulers, run_serverless
 
 REQUEST_COLUMNS = (
@@ -262,9 +263,7 @@ class ServerlessResult:
         def fields(lo: int, hi: int) -> list:
             sl = slice(lo, hi)
             e2e, ttft, out = st.e2e_ns[sl], st.ttft_ns[sl], st.output[sl]
-            tpot = np.full(len(e2e), -1, dtype=np.int64)
-            ok = (e2e >= 0) & (ttft >= 0) & (out > 1)
-            tpot[ok] = (e2e[ok] - ttft[ok]) // (out[ok] - 1)
+            tpot = tpot_ceil_ns(out, e2e, ttft)
             inst = st.instance[sl]
             return [
                 IntField(np.arange(lo, hi)),
