@@ -109,12 +109,26 @@ def test_random_workload_and_arrivals():
 
 
 def test_length_datasets_and_trace():
-    sg = make_workload(BenchConfig(dataset_name="sharegpt", num_prompts=50, seed=1))
-    assert len(sg) == 50 and sg.prompt.min() >= 1
+    sg = make_workload(BenchConfig(dataset_name="sharegpt", num_prompts=500, seed=1))
+    # vLLM's ShareGPT limits: prompts of 4-1,024 tokens, outputs of 4 or more, 2,048 together
+    assert len(sg) == 500 and sg.prompt.min() >= 4 and sg.prompt.max() <= 1024 and sg.output.min() >= 4
+    assert (sg.prompt + sg.output).max() <= 2048
     tr = make_workload(BenchConfig(dataset_name="trace", dataset_path="azure-conv", num_prompts=30, time_scale=2.0))
     assert len(tr) == 30 and tr.arrival_s[0] == 0.0 and (np.diff(tr.arrival_s) >= 0).all()
     with pytest.raises(ConfigError):
         make_workload(BenchConfig(dataset_name="trace"))
+
+
+def test_sharegpt_lengths_past_vllms_limits_are_refused(tmp_path):
+    """bench sent ShareGPT prompts of 7,504 tokens that a server's context refused."""
+    long = tmp_path / "long.csv"
+    long.write_text("prompt_tokens,output_tokens\n" + "3000,100\n" * 5 + "1000,1100\n")
+    with pytest.raises(ConfigError, match="fit vLLM's ShareGPT limits"):
+        make_workload(BenchConfig(dataset_name="sharegpt", dataset_path=str(long), num_prompts=5, seed=1))
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_text("prompt_tokens,output_tokens\n" + "3000,100\n" * 5 + "100,50\n")
+    few = make_workload(BenchConfig(dataset_name="sharegpt", dataset_path=str(mixed), num_prompts=30, seed=1))
+    assert few.prompt.tolist() == [100] * 30 and few.output.tolist() == [50] * 30
 
 
 def test_payloads_give_the_intended_token_counts():

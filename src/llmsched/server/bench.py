@@ -64,6 +64,7 @@ from ..core.checks import as_int, as_real
 from ..core.errors import ConfigError, warn
 from ..core.paths import check_out_dir, check_out_file
 from ..workload import WorkloadSpec, make_trace
+from ..workload.arrivals import MAX_REQUESTS
 
 MS = 1000.0
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -507,12 +508,21 @@ def make_workload(cfg: BenchConfig) -> Workload:
     if name in ("sharegpt", "arxiv"):
         src = cfg.dataset_path or name
         out = f"const:{cfg.sharegpt_output_len}" if cfg.sharegpt_output_len else f"empirical:{src}"
+        draws = n if name == "arxiv" else min(MAX_REQUESTS, 4 * n + 1000)  # sharegpt: some are filtered out
         t = make_trace(
             WorkloadSpec(
-                arrival="deterministic", rate=1.0, prompt=f"empirical:{src}", output=out, num_requests=n, seed=cfg.seed
+                arrival="deterministic",
+                rate=1.0,
+                prompt=f"empirical:{src}",
+                output=out,
+                num_requests=draws,
+                seed=cfg.seed,
             )
         )
-        return Workload(_arrivals(cfg, n), t.prompt, t.output)
+        prompt, output = t.prompt, t.output
+        if name == "sharegpt":
+            prompt, output = _sharegpt_pairs(prompt, output, n, fixed_output=bool(cfg.sharegpt_output_len), src=src)
+        return Workload(_arrivals(cfg, n), prompt, output)
     if name == "trace":
         if not cfg.dataset_path:
             raise ConfigError("--dataset-name trace needs --dataset-path FILE (Azure or plain CSV, or azure-conv)")
@@ -525,6 +535,21 @@ def make_workload(cfg: BenchConfig) -> Workload:
             arr = _arrivals(cfg, len(t.prompt))
         return Workload(np.asarray(arr, dtype=np.float64), t.prompt, t.output)
     raise ConfigError(f"unknown dataset {name!r} (known: random, sharegpt, arxiv, trace)")
+
+
+def _sharegpt_pairs(prompt, output, n: int, fixed_output: bool, src: str):
+    """The first `n` pairs that vLLM's ShareGPT sampler keeps: prompts of 4 to 1,024
+    tokens, outputs of at least 4 (unless `--sharegpt-output-len` fixes them), at most
+    2,048 tokens together (longer ones would not fit a 2,048-token context)."""
+    keep = (prompt >= 4) & (prompt <= 1024) & (prompt + output <= 2048)
+    if not fixed_output:
+        keep &= output >= 4
+    if keep.sum() < n:
+        raise ConfigError(
+            f"--dataset-name sharegpt: only {int(keep.sum()):,} of {len(prompt):,} length pairs drawn from {src} "
+            f"fit vLLM's ShareGPT limits (prompt 4-1,024 tokens, at most 2,048 with the output), not {n:,}"
+        )
+    return prompt[keep][:n], output[keep][:n]
 
 
 TEXT_UNIT = "tok "  # 4 UTF-8 bytes: one token under the sim backend's rule
