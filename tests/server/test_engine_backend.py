@@ -224,14 +224,17 @@ def test_a_model_without_a_tokenizer_refuses_text_features_and_says_what_its_kv_
     'tokens') need text; /v1/models promised max_model_len 4096 with 320 KV tokens."""
     import os
 
+    from llmsched.core.errors import InputWarning
     from llmsched.engine import make_tiny_model
     from llmsched.server.backends import SchedulerOptions, make_engine_backend
 
     model = make_tiny_model(tmp_path / "m")
     os.remove(model / "tokenizer.json")
-    backend = make_engine_backend(
-        str(model), SchedulerOptions(b_max=64, max_running=4), num_blocks=20, block_size=16, seed=0
-    )
+    # a KV cache that cuts the context says so at start (vLLM refuses to start)
+    with pytest.warns(InputWarning, match=r"the KV cache holds 256 tokens .* may reach 257 of the model's"):
+        backend = make_engine_backend(
+            str(model), SchedulerOptions(b_max=64, max_running=4), num_blocks=20, block_size=16, seed=0
+        )
     assert backend.max_model_len == backend.kv_capacity + 1 < 4096
     with running_server(backend) as (base, _):
         assert (
@@ -259,7 +262,8 @@ def test_a_chat_template_is_applied_and_one_it_cannot_use_is_a_warning(tmp_path)
     from llmsched.server.backends import SchedulerOptions, make_engine_backend
 
     model = make_tiny_model(tmp_path / "m")
-    opts = {"num_blocks": 8, "block_size": 16, "seed": 0}
+    # (a context the KV cache holds: no warning about it)
+    opts = {"num_blocks": 8, "block_size": 16, "seed": 0, "max_model_len": 64}
     msgs = [{"role": "user", "content": "hi"}]
     cfg = model / "tokenizer_config.json"
     data = json.loads(cfg.read_text())

@@ -268,7 +268,7 @@ def test_echo_logprobs_with_prefix_caching_and_chunks(engine_server, client):
         ref_backend.root,
         SchedulerOptions(b_max=16, max_running=4, prefix_caching=True, block_size=4),
         max_model_len=512,
-        num_blocks=128,
+        num_blocks=132,  # 512 tokens after the 4 blocks held back for running sequences
         block_size=4,
         seed=0,
     )

@@ -228,6 +228,12 @@ def make_engine_backend(
     if max_len is not None and kv is not None:
         # what a request can reach is what the KV cache holds (prompt + output - 1 tokens),
         # as the sim backend says: /v1/models must not promise more
+        if kv + 1 < max_len:
+            warn(
+                f"the KV cache holds {kv:,} tokens (one block per running sequence is held back), so a "
+                f"request may reach {kv + 1:,} of the model's {max_len:,}: give more --kv-cache-gb or "
+                "fewer --max-running"
+            )
         max_len = min(max_len, kv + 1)
     info = {
         "backend": "engine",
