@@ -2,7 +2,10 @@
 tokens and texts as before the one-runtime refactor (fingerprints in
 tests/data/golden/steps.json, made by tests/golden_steps.py at commit ed59e4c; the runs with
 KV pressure, `simulator/*/kv` and `virtual/*`, remade when a step that preempts stopped
-admitting waiting requests: their steps changed on purpose, the others did not)."""
+admitting waiting requests: their steps changed on purpose, the others did not; the
+`simulator/*` runs remade again on 2026-12-02 when requests.csv's `tpot_s` began to round
+the mean gap up to the ns: their steps and every other column are byte-identical, tpot_s
+moved by at most 1 ns)."""
 
 import json
 from pathlib import Path
