@@ -25,7 +25,7 @@ from ..api import build_config, check_config, simulate
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..policies import ADMISSION_POLICIES, BATCH_POLICIES, canonical_policy_name
+from ..policies import ADMISSION_POLICIES, BATCH_POLICIES, canonical_policy_name, policy_base_name
 from ..theory import capacity, requests_per_rate, workload_means, workload_mix
 from ..theory.means import cached_workload_mix, sample_key
 from ..workload.datasets import file_stamps
@@ -146,7 +146,7 @@ def policy_code(d: dict) -> dict:
 
     out = {}
     for key, kind, table in (("policy", "batch", BATCH_POLICIES), ("admission", "admission", ADMISSION_POLICIES)):
-        name = canonical_policy_name(str(d.get(key) or ""), kind).partition(":")[0]
+        name = policy_base_name(str(d.get(key) or ""), kind)
         made = table.get(name)
         if made is None or getattr(made, "__module__", "").startswith("llmsched."):
             continue

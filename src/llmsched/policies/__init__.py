@@ -82,12 +82,17 @@ def canonical_policy_name(name: str, kind: str = "batch") -> str:
     return _ALIASES[kind].get(base, base) + sep + options
 
 
+def policy_base_name(name: str, kind: str = "batch") -> str:
+    """The name a policy is registered under, its inline options (`:key=value`) dropped."""
+    return canonical_policy_name(name, kind).partition(":")[0]
+
+
 def is_throughput_optimal(name: str) -> bool:
     """Whether the batch policy `name` (an alias or with inline options too) is stable
     wherever the workload lies inside the stability region (lambda*): it declares itself
     work-conserving (`BatchPolicy.work_conserving`: it fills the budget whenever work
     waits) or `region_stable` (adaptive); an unknown name is not."""
-    cls = BATCH_POLICIES.get(canonical_policy_name(name).partition(":")[0])
+    cls = BATCH_POLICIES.get(policy_base_name(name))
     return bool(getattr(cls, "work_conserving", False) or getattr(cls, "region_stable", False))
 
 

@@ -546,11 +546,11 @@ def meets_slo(slo: dict, done: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarr
     for key, values in (("ttft_ms", ttft_ns), ("e2el_ms", e2e_ns)):
         if key in slo:
             ok &= values <= _limit_ns(slo[key])
-    gaps = np.maximum(np.asarray(output, dtype=np.int64) - 1, 1)
+    # TPOT <= limit in whole ns: its ceiling is (no gap: -1, met); requests.csv's tpot_s
+    tpot_ns = tpot_ceil_ns(np.asarray(output, dtype=np.int64), e2e_ns, ttft_ns)
     for key in ("tpot_ms", "itl_ms"):
         if key in slo:
-            # TPOT = (e2e - ttft) / gaps <= limit in whole ns: its ceiling is (no gap: 0, met)
-            ok &= -((ttft_ns - e2e_ns) // gaps) <= _limit_ns(slo[key])
+            ok &= tpot_ns <= _limit_ns(slo[key])
     return ok
 
 

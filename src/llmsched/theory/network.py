@@ -468,11 +468,11 @@ def traffic(spec) -> TrafficReport:
     for j in jobs:
         j.critical_rate = j.rate * scale
     cycle = _server_cycle(spec)
-    from ..policies import is_throughput_optimal  # noqa: PLC0415 - the registry imports every policy
+    from ..policies import is_throughput_optimal, policy_base_name  # noqa: PLC0415 - the registry imports every policy
 
     # a server without calls needs no guarantee
     busy = {s.name for s in servers if s.visit_rate > 0}
-    not_conserving = {n: _policy_name(s.policy) for n, s in spec.servers.items() if n in busy}
+    not_conserving = {n: policy_base_name(s.policy) for n, s in spec.servers.items() if n in busy}
     not_conserving = {n: p for n, p in not_conserving.items() if not is_throughput_optimal(p)}
     notes = []
     # a load-only cost model whose b / t(b) peaks below b_max: `capacity` is the best
@@ -565,13 +565,6 @@ def traffic(spec) -> TrafficReport:
 
 #: lengths sampled per server for its `LengthMix`
 MIX_SAMPLES = 20_000
-
-
-def _policy_name(policy: str) -> str:
-    """A batch policy's registered name: alias resolved, inline options dropped."""
-    from ..policies import canonical_policy_name  # noqa: PLC0415 - the registry imports every policy
-
-    return canonical_policy_name(policy).partition(":")[0]
 
 
 def _named_policies(not_conserving: dict) -> str:
