@@ -34,7 +34,7 @@ from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
 from .theory import INCONCLUSIVE, LengthMix, capacity, stability_verdict
 from .workload import Trace, WorkloadSpec, make_trace
-from .workload.arrivals import MAX_REQUESTS
+from .workload.arrivals import MAX_REQUESTS, count_over_the_limit
 from .workload.spec import with_defaults
 
 if TYPE_CHECKING:
@@ -593,7 +593,7 @@ def cluster_network(
         )
     if spec.num_requests is not None and spec.num_requests > MAX_REQUESTS and spec.duration_s is None:
         # (in the request count's words, before the network's num_jobs check says it in its own)
-        raise ConfigError(f"num_requests={spec.num_requests:,} exceeds the limit of {MAX_REQUESTS:,}")
+        raise count_over_the_limit(spec.num_requests)
     rate = spec.rate * spec.time_scale  # time_scale k: arrivals k times as fast
     arrival = {"process": spec.arrival, "rate": rate}
     if spec.cv is not None and spec.arrival == "gamma":

@@ -99,7 +99,10 @@ class ChatRendering:
         return self.encode(text, add_special_tokens=special)
 
 
-class ByteRuleTokenizer:
+class ByteRuleTokenizer(ChatRendering):
+    """The sim backend's rule without a tokenizer: 4 UTF-8 bytes a token; a chat request
+    is its message contents, one a line."""
+
     name = "bytes/4"
     bytes_per_token = BYTES_PER_TOKEN
     cheap = True
@@ -110,12 +113,6 @@ class ByteRuleTokenizer:
 
     def render_chat(self, messages: list[dict], **_) -> tuple[str, bool]:
         return "\n".join(m["content"] for m in messages), False
-
-    def chat_text(self, messages: list[dict], **options) -> str:
-        return self.render_chat(messages, **options)[0]
-
-    def encode_chat(self, messages: list[dict], **options) -> Sequence[int]:
-        return self.encode(self.chat_text(messages, **options))
 
     def decode(self, ids: Sequence[int]) -> str:
         return " tok" * len(ids)

@@ -72,7 +72,7 @@ def _check_times(t: np.ndarray, rate: float) -> np.ndarray:
     return t
 
 
-def _count_over_the_limit(n: int) -> ConfigError:
+def count_over_the_limit(n: int) -> ConfigError:
     return ConfigError(f"num_requests={count_text(n)} exceeds the limit of {MAX_REQUESTS:,}")
 
 
@@ -102,7 +102,7 @@ class ArrivalProcess:
             raise ConfigError("give num_requests or duration_s to stop the arrivals")
         if duration_s is None:
             if n > MAX_REQUESTS:
-                raise _count_over_the_limit(n)
+                raise count_over_the_limit(n)
             return _check_times(np.cumsum(self.gaps(rng, n)), self.rate)
         expect = self.rate * duration_s
         if n is None and expect > MAX_REQUESTS:
@@ -178,7 +178,7 @@ class Deterministic(ArrivalProcess):
         if n is None and duration_s is None:
             raise ConfigError("give num_requests or duration_s to stop the arrivals")
         if duration_s is None and n > MAX_REQUESTS:
-            raise _count_over_the_limit(n)
+            raise count_over_the_limit(n)
         m = n if n is not None else math.inf
         if duration_s is not None:
             x = duration_s * self.rate
