@@ -117,8 +117,8 @@ def check_seeds(seeds) -> tuple[int, ...]:
         raise ConfigError(f"seeds must be a list of whole numbers >= 0, got {seeds!r:.60}")
     out: list[int] = []
     for s in seeds:
-        whole = isinstance(s, (int, np.integer)) or (isinstance(s, (float, np.floating)) and float(s).is_integer())
-        if isinstance(s, (bool, np.bool_)) or not whole or s < 0:
+        x = as_real(s)  # (numpy's numbers too, not bools)
+        if x is None or not (isinstance(x, int) or x.is_integer()) or x < 0:
             raise ConfigError(f"seeds must be whole numbers >= 0, got {s!r:.60}")
         if int(s) in out:
             raise ConfigError(f"seed {int(s)} is given twice: each seed runs every cell once, list it once")
