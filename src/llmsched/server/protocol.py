@@ -118,6 +118,14 @@ def _float(body: dict, key: str, default, lo: float | None = None, hi: float | N
     return v
 
 
+def _opt_str(d: dict, key: str, at: str, param: str) -> str | None:
+    """`d[key]`, a string or None (absent); a 400 naming `at.key` otherwise."""
+    v = d.get(key)
+    if v is not None and not isinstance(v, str):
+        raise bad_request(f"'{at}.{key}' must be a string, got {_type_name(v)} {_show(v)}", param)
+    return v
+
+
 def _bool(body: dict, key: str, default: bool) -> bool:
     v = body.get(key, default)
     if v is None:
@@ -486,31 +494,21 @@ def _message(m, where: str) -> dict:
     elif not isinstance(content, str):
         raise bad_request(f"'{where}.content' must be a string or an array of text parts", f"{where}.content")
     out = {"role": role, "content": content}
-    name = m.get("name")
+    name = _opt_str(m, "name", where, f"{where}.name")
     if name is not None:
-        if not isinstance(name, str):
-            raise bad_request(f"'{where}.name' must be a string, got {_type_name(name)} {_show(name)}", f"{where}.name")
         out["name"] = name
     calls = m.get("tool_calls")
     if calls is not None and role == "assistant":
         calls = _tool_calls(calls, f"{where}.tool_calls")
         if calls:  # an empty list: the template's plain assistant turn (as vLLM)
             out["tool_calls"] = calls
-    reasoning = m.get("reasoning", m.get("reasoning_content"))
-    if reasoning is not None and role == "assistant":
-        if not isinstance(reasoning, str):
-            key = "reasoning" if "reasoning" in m else "reasoning_content"
-            raise bad_request(
-                f"'{where}.{key}' must be a string, got {_type_name(reasoning)} {_show(reasoning)}", f"{where}.{key}"
-            )
-        out["reasoning"] = out["reasoning_content"] = reasoning
-    call_id = m.get("tool_call_id")
-    if call_id is not None and role == "tool":
-        if not isinstance(call_id, str):
-            raise bad_request(
-                f"'{where}.tool_call_id' must be a string, got {_type_name(call_id)} {_show(call_id)}",
-                f"{where}.tool_call_id",
-            )
+    if role == "assistant":
+        key = "reasoning" if "reasoning" in m else "reasoning_content"
+        reasoning = _opt_str(m, key, where, f"{where}.{key}")
+        if reasoning is not None:
+            out["reasoning"] = out["reasoning_content"] = reasoning
+    call_id = _opt_str(m, "tool_call_id", where, f"{where}.tool_call_id") if role == "tool" else None
+    if call_id is not None:
         out["tool_call_id"] = call_id
     return out
 
@@ -529,9 +527,7 @@ def _tool_calls(calls, where: str) -> list[dict]:
             raise bad_request(f"'{at}' must be a tool call {shape}", where)
         clean = {}
         for key in ("id", "type"):
-            v = call.get(key)
-            if v is not None and not isinstance(v, str):
-                raise bad_request(f"'{at}.{key}' must be a string, got {_type_name(v)} {_show(v)}", where)
+            v = _opt_str(call, key, at, where)
             if v is not None:
                 clean[key] = v
         if clean.get("type", "function") != "function":
