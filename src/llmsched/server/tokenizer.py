@@ -121,8 +121,7 @@ class ByteRuleTokenizer(ChatRendering):
 class HFTokenizer(ChatRendering):
     cheap = False
 
-    def __init__(self, path: str | Path, tokenizer=None, templates=None):
-        self.templates = templates
+    def __init__(self, path: str | Path, tokenizer=None):
         if tokenizer is not None:
             self._tok = tokenizer
             self.name = str(path)
