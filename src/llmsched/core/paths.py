@@ -253,7 +253,7 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
             f"{what} {str(path)!r} holds a config.json that is not an llmsched run's (no {_SIMULATE_PROOF} beside "
             "it), which the run would replace: choose another folder or empty it"
         )
-    if written_first and collide and proof not in names:
+    if written_first and collide and not has_proof:
         # the user's own requests.csv or results.csv, which the run would replace or clear away as stale
         raise ConfigError(
             f"{what} {str(path)!r} holds {collide[0]!r} but no {proof!r}, which {_named(kind)} writes first: "
