@@ -87,9 +87,12 @@ def test_simulate_network_refuses_bad_run_options_in_one_line(options, message):
 
 
 def test_run_options_that_are_whole_numbers_in_another_type_are_taken():
-    # as the file's num_jobs and seed are (and one server's seed): "100" and 3.0 are whole numbers
-    res = simulate_network(TANDEM, num_jobs="30", seed=3.0)
+    # as the file's num_jobs and seed are (and one server's seed): 3.0 and numpy's 30 are
+    # whole numbers; a string is not, in the file as here
+    res = simulate_network(TANDEM, num_jobs=np.int64(30), seed=3.0)
     assert res.summary["num_jobs"] == 30 and res.config["seed"] == 3
+    with pytest.raises(ConfigError, match=r"^num_jobs must be a whole number >= 1, got '30' \(a number in quotes"):
+        simulate_network(TANDEM, num_jobs="30")
 
 
 def test_simulate_network_leaves_the_callers_spec_unchanged():

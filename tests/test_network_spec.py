@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers import one_line_error
 
 from llmsched.core.errors import ConfigError
-from llmsched.workload.arrivals import Deterministic, Gamma, Poisson
+from llmsched.workload.arrivals import Deterministic, Gamma, Poisson, make_arrival_process
 from llmsched.workload.lengths import Constant, Geometric
 from llmsched.workload.network import (
     ROUTERS,
@@ -557,3 +558,122 @@ def test_the_documented_example_parses():
     block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
     net = NetworkSpec.from_dict(yaml.safe_load(block))
     assert net.to_dict() == NetworkSpec.from_dict(spec_with()).to_dict()
+
+
+# ------------------------------------------------------------------ numbers, nulls, routers
+@pytest.mark.parametrize(
+    ("edit", "where", "key"),
+    [
+        (lambda d: route(d)[3]["loop"].update(repeat_prob="0.5"), "jobs.A.route[3].loop", "repeat_prob"),
+        (lambda d: route(d)[3].update(loop={"times": "2", "body": [{"delay": 1}]}), "jobs.A.route[3].loop", "times"),
+        (lambda d: d["jobs"]["A"]["arrival"].update(rate="1.0"), "jobs.A.arrival", "arrival rate"),
+        (lambda d: d["jobs"]["A"]["arrival"].update(process="gamma", cv="2"), "jobs.A.arrival", "cv"),
+        (lambda d: d["jobs"]["A"].update(system_prompt="100"), "jobs.A", "system_prompt"),
+        (lambda d: d["servers"]["s1"].update(b_max="512"), "servers.s1", "b_max"),
+        (lambda d: d["servers"]["s1"].update(kv_capacity="1e5"), "servers.s1", "kv_capacity"),
+        (lambda d: d["servers"]["s1"].update(replicas="2"), "servers.s1", "replicas"),
+        (lambda d: d["servers"]["s1"].update(prefix_caching=True, block_size="16"), "servers.s1", "block_size"),
+        (
+            lambda d: d["servers"]["s1"].update(replicas=2, router="random", router_options={"weights": ["1", 1]}),
+            "servers.s1.router_options",
+            "weight",
+        ),
+        (
+            lambda d: d["servers"]["s1"].update(replicas=4, router="power-of-two", router_options={"d": "2"}),
+            "servers.s1.router_options",
+            "d (replicas sampled",
+        ),
+        (lambda d: d.update(num_jobs="100"), "num_jobs", "num_jobs"),
+        (lambda d: d.update(duration_s="60"), "duration_s", "duration_s"),
+        (lambda d: d.update(seed="3"), "seed", "seed"),
+    ],
+)
+def test_a_number_in_quotes_is_refused_naming_its_key(edit, where, key):
+    # every number of the file is read alike: a string that reads as a number was taken
+    # (`repeat_prob: "0.5"` ran with 0.5) while one server's Python API refused it
+    msg = error_of(spec_with(edit))
+    assert msg.startswith(where + ": ") and key in msg, msg
+    assert "a number in quotes" in msg, msg
+
+
+def test_length_and_delay_laws_are_text_and_take_a_bare_number_in_quotes():
+    def edit(d):
+        route(d)[0]["call"].update(prompt="100", output="10")
+        route(d)[1] = {"delay": "0.5"}
+
+    net = NetworkSpec.from_dict(spec_with(edit))
+    assert net.jobs[0].route[0].prompt == Constant(100) and net.jobs[0].route[1].law == DelayLaw("const", 0.5)
+
+
+def test_a_network_file_reads_plain_exponents_as_numbers_and_refuses_quoted_ones(tmp_path):
+    # PyYAML's YAML 1.1 rule reads `1e3` as a string: refusing strings must not refuse it
+    text = yaml.safe_dump(spec_with()).replace("num_jobs: 10000", "num_jobs: 1e4")
+    text = text.replace("rate: 1.0", "rate: 5e-1")
+    f = tmp_path / "net.yaml"
+    f.write_text(text + "duration_s: 1e3\n")
+    net = NetworkSpec.from_yaml(f)
+    assert (net.num_jobs, net.duration_s, net.jobs[0].arrival.rate) == (10000, 1000.0, 0.5)
+    f.write_text(text.replace("repeat_prob: 0.3", "repeat_prob: '0.3'"))
+    with pytest.raises(
+        ConfigError, match=r"^net.yaml: jobs\.A\.route\[3\]\.loop: repeat_prob must be a number, got '0.3'"
+    ):
+        NetworkSpec.from_yaml(f)
+
+
+def test_the_command_line_refuses_a_quoted_number_in_one_line(tmp_path, capsys):
+    f = tmp_path / "net.yaml"
+    f.write_text(yaml.safe_dump(spec_with(lambda d: route(d)[3]["loop"].update(repeat_prob="0.5"))))
+    for argv in (["capacity", "--network", str(f)], ["simulate", "--network", str(f), "--out", ""]):
+        one_line_error(capsys, argv, "jobs.A.route[3].loop: repeat_prob must be a number, got '0.5'")
+
+
+def test_gamma_arrivals_without_cv_have_cv_1_as_on_one_server():
+    net = NetworkSpec.from_dict(spec_with(lambda d: d["jobs"]["A"]["arrival"].update(process="gamma")))
+    assert net.jobs[0].arrival == Gamma(1.0, 1.0) == make_arrival_process("gamma", 1.0)
+    assert net.to_dict()["jobs"]["A"]["arrival"] == {"process": "gamma", "rate": 1.0, "cv": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("edit", "where", "words"),
+    [
+        (lambda d: d["servers"].update(s3=None), "servers.s3", "server 's3' is empty (null)"),
+        (lambda d: d["servers"]["s1"].update(router_options=None), "servers.s1", "router_options must be a mapping"),
+        (lambda d: d["servers"]["s1"].update(policy_options=None), "servers.s1", "policy_options must be a mapping"),
+        (
+            lambda d: d["servers"]["s1"].update(admission_options=None),
+            "servers.s1",
+            "admission_options must be a mapping",
+        ),
+        (lambda d: d["jobs"].update(B=None), "jobs.B", "job type 'B' must be a mapping, got None"),
+        (lambda d: d["jobs"]["A"].update(arrival=None), "jobs.A.arrival", "arrival must be a mapping, got None"),
+        (lambda d: route(d)[3].update(loop=None), "jobs.A.route[3].loop", "a loop must be a mapping, got None"),
+        (lambda d: route(d)[0].update(call=None), "jobs.A.route[0].call", "a call must be a mapping, got None"),
+    ],
+)
+def test_a_null_where_a_mapping_belongs_is_refused(edit, where, words):
+    # `s3:` with nothing after it was a server with every default: its settings lost to a
+    # wrong indentation ran silently (and `router_options: null` was {} here but refused on
+    # one server, as `policy_options: null` is)
+    msg = error_of(spec_with(edit))
+    assert msg.startswith(where + ": ") and words in msg, msg
+    assert NetworkSpec.from_dict(spec_with(lambda d: d["servers"].update(s3={}))).servers["s3"].b_max == 512
+
+
+def test_power_of_d_refuses_more_samples_than_replicas():
+    def pot(replicas, **opts):
+        return lambda d: d["servers"]["s1"].update(replicas=replicas, router="power-of-two", router_options=opts)
+
+    msg = error_of(spec_with(pot(2, d=3)))
+    assert msg == (
+        "servers.s1.router_options: d (replicas sampled by power-of-two) must be at most the server's replicas (2), "
+        "got 3"
+    )
+    assert NetworkSpec.from_dict(spec_with(pot(3, d=3))).servers["s1"].router_options == {"d": 3}
+    assert NetworkSpec.from_dict(spec_with(pot(1))).servers["s1"].router_options == {}  # the default d = 2
+
+
+def test_seeds_are_kept_exactly_however_large():
+    # a seed past 2**53 went through a float: 2**53 + 1 ran as 2**53
+    for seed in (2**53 + 1, 2**64 + 3, 10**30 + 1):
+        assert NetworkSpec.from_dict(spec_with(lambda d, s=seed: d.update(seed=s))).seed == seed
+        assert NetworkSpec.from_dict(spec_with()).with_run(seed=seed).seed == seed

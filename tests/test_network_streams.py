@@ -65,3 +65,41 @@ def test_job_types_below_seven_keep_their_streams_and_the_run_uses_every_types_o
         rng = np.random.default_rng(stream_entropy(seed, "arrivals", ti))
         expected = np.round(job.arrival.times(rng, len(mine)) * NS).astype(np.int64)
         assert np.array_equal(mine, expected), f"job type {ti}'s arrivals are not drawn from its own stream"
+
+
+# numpy splits a seed of 2**32 or more into two words: [seed, 11, 7] read as [low, high, 11, 7]
+WIDE_SEEDS = [5, 5 + 2**32, 5 + 7 * 2**32, 5 + 11 * 2**32, 5 + 13 * 2**32, 5 + 1_000_003 * 2**32, 5 + 2**64, 2**128]
+
+
+def test_no_two_seeds_share_a_stream_past_32_bits():
+    # the loop stream of seed 11 * 2**32 + 5 was the length stream of call node 7 of seed 5
+    spec = _many_types(0)
+    n_calls = sum(len(job.calls()) for job in spec.jobs)
+    by_draw: dict[int, str] = {}
+    for seed in WIDE_SEEDS:
+        streams = [("arrivals", ti) for ti in range(N_TYPES)] + [("loop", 0)]
+        streams += [("lengths", k) for k in range(n_calls)] + [("delays", k) for k in range(N_TYPES)]
+        streams += [("pool", k) for k in range(len(spec.servers))]
+        for kind, index in streams:
+            draw = _first_draw(stream_entropy(seed, kind, index))
+            name = f"seed {seed} {kind} {index}"
+            assert draw not in by_draw, f"{name} and {by_draw[draw]} draw the same numbers"
+            by_draw[draw] = name
+
+
+@pytest.mark.parametrize("seed", [0, 5, 2**32 - 1])
+def test_seeds_below_32_bits_keep_their_streams(seed):
+    # (the golden outputs hold the runs themselves)
+    assert stream_entropy(seed, "loop") == [seed, 7]
+    assert stream_entropy(seed, "lengths", 4) == [seed, 11, 4]
+    assert stream_entropy(seed, "delays", 2) == [seed, 13, 2]
+    assert stream_entropy(seed, "pool", 1) == [seed, 1_000_003, 1]
+    assert stream_entropy(seed, "arrivals", 3) == [seed, 3]
+    assert stream_entropy(seed, "arrivals", 9) == [seed, 9, 0, 1]
+
+
+def test_a_run_with_a_wide_seed_is_reproducible_and_differs_from_its_low_word():
+    a, b = run_network(_many_types(2**40 + 3)), run_network(_many_types(2**40 + 3))
+    low = run_network(_many_types(3))
+    assert bytes(a.call_prompt) == bytes(b.call_prompt) and bytes(a.job_arrival) == bytes(b.job_arrival)
+    assert bytes(a.call_prompt) != bytes(low.call_prompt)

@@ -9,7 +9,7 @@ from llmsched.core.request import NS
 from llmsched.sim.network_result import network_backlog, simulate_network
 from llmsched.theory import stability_verdict
 from llmsched.theory.network import traffic
-from llmsched.workload.network import load_network
+from llmsched.workload.network import NetworkSpec, load_network
 
 
 def run(name: str, load: float, num_jobs: int, seed: int):
@@ -112,3 +112,40 @@ def test_a_replica_or_server_that_receives_no_call_leaves_the_verdict_to_the_oth
     assert s["servers"]["w"]["verdict"] == worker["verdict"]
     assert s["servers"]["s"]["verdict"] == worker["verdict"] == "stable"
     assert s["verdict"] == "stable" and s["stable"] is True
+
+
+def test_the_network_work_counts_a_cached_calls_new_tokens_only():
+    """A `cached: true` call's resent context arrives with its KV computed, so the server
+    prefills only its new tokens (the traffic equations and the replica's backlog count
+    those); the network's work counted its whole prompt until its delivery, and dropped by
+    the handed-over context there."""
+    spec = NetworkSpec.from_dict(
+        {
+            "servers": {"prefill": {"cost_model": "const:10"}, "decode": {"cost_model": "const:10"}},
+            "jobs": {
+                "A": {
+                    "arrival": {"process": "deterministic", "rate": 1},
+                    "route": [
+                        {"call": {"server": "prefill", "prompt": 100, "output": 1}},
+                        {"delay": 1},
+                        {"call": {"server": "decode", "prompt": 1, "output": 50, "context": True, "cached": True}},
+                    ],
+                }
+            },
+            "num_jobs": 1,
+        }
+    )
+    res = simulate_network(spec)
+    st = res.stats
+    arrival = np.frombuffer(st.call_arrival, dtype=np.int64) / NS
+    end = arrival + np.frombuffer(st.call_e2e, dtype=np.int64) / NS
+    assert list(np.frombuffer(st.call_prompt, dtype=np.int64)) == [100, 102]  # 100 + 1 resent, 1 new
+    b = network_backlog(res)
+    t = b["time_s"]
+    waiting = b["network"] - sum(b["servers"].values())  # the calls jobs have still to make
+    during_transfer = (t > end[0]) & (t < arrival[1])
+    assert during_transfer.sum() > 10
+    assert set(waiting[during_transfer]) == {1 + 50 - 1}  # not 102 + 50 - 1
+    # at delivery the decode server takes exactly that work
+    after = np.flatnonzero(t >= arrival[1])[0]
+    assert waiting[after] == 0 and b["servers"]["decode"][after] == 1 + 50 - 1

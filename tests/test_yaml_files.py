@@ -54,3 +54,20 @@ def test_every_command_file_refuses_a_repeated_section(capsys, tmp_path, flag, e
     c = tmp_path / "c.yaml"
     c.write_text("b_max: 256\nb_max: 512\n")
     one_line_error(capsys, ["simulate", "--config", str(c), "--out", ""], "'b_max' is given twice", "lines 1 and 2")
+
+
+def test_a_plain_number_with_an_exponent_is_a_number(tmp_path):
+    # YAML 1.1 (PyYAML's) reads 1e6 as a string; YAML 1.2 and JSON read it as a number
+    f = tmp_path / "c.yaml"
+    f.write_text("a: 1e6\nb: 2.5e-3\nc: -1E+2\nd: .5e1\ne: '1e6'\nf: 1e\ng: 12\nh: 1.5\ni: e5\n")
+    assert read_yaml(f, "config") == {
+        "a": 1e6,
+        "b": 2.5e-3,
+        "c": -100.0,
+        "d": 5.0,
+        "e": "1e6",
+        "f": "1e",
+        "g": 12,
+        "h": 1.5,
+        "i": "e5",
+    }

@@ -1,10 +1,14 @@
 """Reading a YAML file the user wrote (a configuration, a network, a serverless platform):
 one-line errors for a folder, a missing or unreadable file, invalid YAML, and a key given
 twice in one mapping (PyYAML keeps the last silently: a second `platform:` section
-replaced the first)."""
+replaced the first). A plain number with an exponent (`1e6`, `2.5e-3`: numbers in YAML 1.2
+and JSON) is read as a number: PyYAML's YAML 1.1 rule reads it as a string unless it has a
+dot and a signed exponent (`1.0e+6`), and a file that refuses quoted numbers (a network's)
+would refuse it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +19,14 @@ __all__ = ["read_yaml"]
 _LOADER = None
 
 
+# YAML 1.2's floats with an exponent that YAML 1.1's rule misses (it needs a dot and a signed
+# exponent); those without an exponent it already reads
+_EXPONENT_FLOAT = r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"
+
+
 def _unique_key_loader():
-    """A SafeLoader that refuses a key given twice in one mapping (built once, on first use:
-    yaml is imported only by commands that read a file)."""
+    """A SafeLoader that refuses a key given twice in one mapping and reads `1e6` as a number
+    (built once, on first use: yaml is imported only by commands that read a file)."""
     global _LOADER
     if _LOADER is None:
         import yaml  # noqa: PLC0415
@@ -42,6 +51,9 @@ def _unique_key_loader():
             return yaml.SafeLoader.construct_mapping(loader, node, deep)
 
         UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+        UniqueKeyLoader.add_implicit_resolver(
+            "tag:yaml.org,2002:float", re.compile(_EXPONENT_FLOAT), list("-+.0123456789")
+        )
         _LOADER = UniqueKeyLoader
     return _LOADER
 

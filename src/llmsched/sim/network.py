@@ -327,6 +327,9 @@ class NetworkStats:
     call_ttft: array
     call_e2e: array
     call_preempt: array
+    # prompt tokens whose KV cache arrived computed (`cached: true`: the system prompt and the
+    # resent context), never prefilled at the server; 0 for other calls
+    call_cached: array
     # per job
     job_type: array
     job_arrival: array
@@ -427,13 +430,34 @@ _STREAM_TAGS = {"loop": 7, "lengths": 11, "delays": 13, "pool": 1_000_003}
 def stream_entropy(seed: int, kind: str, index: int = 0) -> list[int]:
     """numpy's seed of one random stream of a run: "arrivals" of job type `index`, "loop"
     (every loop's repeat draws), "lengths" of call node `index`, "delays" of delay node
-    `index`, "pool" (server `index`'s router)."""
+    `index`, "pool" (server `index`'s router). No two (seed, kind, index) share one."""
+    if seed >= _WORD:
+        return _wide_seed_entropy(seed, kind, index)
     if kind == "arrivals":
         # SeedSequence pads entropy with zeros to 4 words: [seed, 7] was the loop's stream and
         # [seed, 11] a length stream's [seed, 11, 0]; from type 7 on a final 1 no other tag has
         return [seed, index] if index < _STREAM_TAGS["loop"] else [seed, index, 0, 1]
     tag = _STREAM_TAGS[kind]
     return [seed, tag] if kind == "loop" else [seed, tag, index]
+
+
+_WORD = 1 << 32
+
+
+def _wide_seed_entropy(seed: int, kind: str, index: int) -> list[int]:
+    """The entropy of a seed of 2**32 or more. numpy splits such a seed into 32-bit words, so
+    `[seed, tag, index]` would read as `[low word, high word, tag, index]`: the loop stream
+    of seed 11 * 2**32 + s was the length stream 7 of seed s. Here the seed's words are
+    written out and padded to at least four, then the kind and the index follow, always
+    both: six words or more, where every seed below 2**32 (whose streams are unchanged)
+    gives at most four, and the seed is read back from the words before the last two."""
+    words = []
+    while seed:
+        words.append(seed & (_WORD - 1))
+        seed >>= 32
+    words += [0] * (4 - len(words))
+    tag = 3 if kind == "arrivals" else _STREAM_TAGS[kind]
+    return [*words, tag, index]
 
 
 def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> ServerState | None:
@@ -557,7 +581,7 @@ def run_network(
 
     # per-call and per-job records
     c_job, c_rep, c_arr, c_prompt, c_out = array("q"), array("q"), array("q"), array("q"), array("q")
-    c_queue, c_ttft, c_e2e, c_pre = array("q"), array("q"), array("q"), array("q")
+    c_queue, c_ttft, c_e2e, c_pre, c_cached = array("q"), array("q"), array("q"), array("q"), array("q")
     c_class: list[str] = []
     c_server: list[str] = []
     threads: dict[int, tuple[_Thread, int]] = {}  # call id -> (waiting thread, context in its prompt)
@@ -622,6 +646,7 @@ def run_network(
         for col in (c_queue, c_ttft, c_e2e):
             col.append(-1)
         c_pre.append(0)
+        c_cached.append(r.prefilled)
         c_class.append(call.cls)
         c_server.append(server)
         # counted at delivery, not when the job finishes: a job still in the network when
@@ -902,6 +927,7 @@ def run_network(
         call_ttft=c_ttft,
         call_e2e=c_e2e,
         call_preempt=c_pre,
+        call_cached=c_cached,
         job_type=j_type,
         job_arrival=j_arr,
         job_finish=j_fin,

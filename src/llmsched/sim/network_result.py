@@ -127,8 +127,9 @@ def network_backlog(result) -> dict:
     calls at the replica) and, under back-pressure, the work of the calls waiting in its
     buffer (counted from delivery to the call's first step, which its release precedes by
     at most a step or two; the replicas' own series do not see the buffer). The network's:
-    the servers', plus the work (prompt + output - 1) of every call a job in the network
-    has still to make (counted from the job's arrival to the call's delivery). Every
+    the servers', plus the work (prompt + output - 1, less a `cached` call's handed-over
+    context) of every call a job in the network has still to make (counted from the job's
+    arrival to the call's delivery). Every
     call's length is known from the run, so this is exact up to that release. The verdict
     judges the network's work while jobs arrive, with the threshold at 2% of the
     bottleneck's capacity (an overloaded bottleneck at load rho adds (rho - 1) times its
@@ -149,7 +150,9 @@ def network_backlog(result) -> dict:
         else:  # a replica that never ran a step before the run stopped holds no backlog
             w = np.zeros(len(grid))
         servers[rep["server"]] = servers.get(rep["server"], 0.0) + w
-    work = (_a(st.call_prompt) + _a(st.call_output) - 1).astype(float)
+    # a cached call's handed-over context is never prefilled here (as the traffic equations
+    # and the replica's own backlog count it)
+    work = (_a(st.call_prompt) - _a(st.call_cached) + _a(st.call_output) - 1).astype(float)
     call_at = _a(st.call_arrival) / NS
     job_at = _a(st.job_arrival)[_a(st.call_job)] / NS
     pending = _step_count(np.concatenate([job_at, call_at]), np.concatenate([work, -work]), grid)

@@ -38,6 +38,8 @@ order, a loop's body once). Calls may share an explicit class name (`class:` in 
 Validation: building a `NetworkSpec` (from Python or from a mapping / YAML file) checks
 everything and raises `ConfigError` with one line naming the place, e.g.
 `jobs.A.route[3].loop: repeat_prob must be in [0, 1) ...`. Route indices are 0-based.
+Numbers must be numbers (a string such as "0.5" is refused; length and delay laws are
+text), and a mapping may not be null (`s3:` with nothing after it).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.checks import as_real
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError, closest
@@ -164,22 +167,32 @@ def _show(value) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
+def _quoted(value) -> str:
+    """A hint for a number written in quotes (YAML reads `"0.5"` as a string)."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        return " (a number in quotes: write it without them)"
+    return ""
+
+
 def _whole(
     value, where: str, what: str, minimum: int = 1, optional: bool = False, maximum: int | None = None
 ) -> int | None:
+    """A whole number (an int, or a float or numpy number with no fraction), exact however
+    large; never a string, a bool or None (unless `optional`)."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or value is None:
-        raise _at(where, f"{what} must be a whole number >= {minimum}, got {_show(value)}")
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise _at(where, f"{what} must be a whole number >= {minimum}, got {_show(value)}") from None
-    if not math.isfinite(f) or f != math.floor(f) or f < minimum:
-        raise _at(where, f"{what} must be a whole number >= {minimum}, got {_show(value)}")
-    if maximum is not None and f > maximum:
+    x = as_real(value)
+    if isinstance(x, float):
+        x = int(x) if math.isfinite(x) and x == math.floor(x) else None
+    if x is None or x < minimum:
+        raise _at(where, f"{what} must be a whole number >= {minimum}, got {_show(value)}{_quoted(value)}")
+    if maximum is not None and x > maximum:
         raise _at(where, f"{what} must be at most {maximum:,}, got {_show(value)}")
-    return int(f)
+    return x
 
 
 def _job_count(value, duration_s: float | None, where: str) -> int | None:
@@ -190,13 +203,21 @@ def _job_count(value, duration_s: float | None, where: str) -> int | None:
     return n
 
 
-def _number(value, where: str, what: str) -> float:
-    if isinstance(value, bool) or value is None:
-        raise _at(where, f"{what} must be a number, got {_show(value)}")
+def _number(value, where: str, what: str, text: bool = False) -> float:
+    """A finite number as a float; a string only with `text` (a number inside a law's text,
+    such as uniform:1,3), never a bool or None."""
+    x = as_real(value)
+    if x is None and text and isinstance(value, str):
+        try:
+            x = float(value)
+        except ValueError:
+            pass
+    if x is None:
+        raise _at(where, f"{what} must be a number, got {_show(value)}{'' if text else _quoted(value)}")
     try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise _at(where, f"{what} must be a number, got {_show(value)}") from None
+        f = float(x)
+    except OverflowError:  # an int past the largest float
+        f = math.inf
     if not math.isfinite(f):
         raise _at(where, f"{what} must be a finite number, got {_show(value)}")
     return f
@@ -308,12 +329,14 @@ def parse_delay_law(spec) -> DelayLaw:
         if len(args) != 2:
             raise ConfigError(f"delay law '{s}' needs two values: uniform:LO,HI (seconds)")
         return DelayLaw(
-            "uniform", lo=_number(args[0], "", f"delay law '{s}': lo"), hi=_number(args[1], "", f"delay law '{s}': hi")
+            "uniform",
+            lo=_number(args[0], "", f"delay law '{s}': lo", text=True),
+            hi=_number(args[1], "", f"delay law '{s}': hi", text=True),
         )
     if kind_l in ("const", "constant", "fixed", "exponential", "exp", "per_token"):
         if len(args) != 1:
             raise ConfigError(f"delay law '{s}' needs one value, e.g. {kind_l}:0.5 (seconds)")
-        return DelayLaw(kind_l, _number(args[0], "", f"delay law '{s}'"))
+        return DelayLaw(kind_l, _number(args[0], "", f"delay law '{s}'", text=True))
     return DelayLaw(kind_l)  # raises: unknown delay law
 
 
@@ -383,8 +406,8 @@ class ServerSpec:
 
     `router`: random | round-robin | jsq | least-tokens | power-of-two.
     `router_options`: for `random`, `weights` (one non-negative number per replica, not
-    all zero; default equal); for `power-of-two`, `d` (replicas sampled, integer >= 1,
-    default 2; at most `replicas` are sampled). Other routers take no options.
+    all zero; default equal); for `power-of-two`, `d` (replicas sampled, 1 to `replicas`,
+    default 2: the one replica of a pool of one). Other routers take no options.
     `priority`: call classes served first at this server, highest first; classes not
     listed come after them, in FCFS order.
     `prefix_caching`, `block_size`: every replica keeps its own prefix cache (its own
@@ -444,9 +467,7 @@ class ServerSpec:
         self.max_running = _whole(self.max_running, where, "max_running", optional=True, maximum=MAX_REQUESTS_PER_STEP)
         for k in ("policy_options", "admission_options", "router_options"):
             v = getattr(self, k)
-            if v is None:
-                setattr(self, k, {})
-            elif not isinstance(v, dict):
+            if not isinstance(v, dict):  # None too: one server's configuration refuses it as well
                 raise _at(where, f"{k} must be a mapping of option names to values, got {_show(v)}")
         if not isinstance(self.cost_model, str) or not self.cost_model.strip():
             raise _at(
@@ -482,6 +503,11 @@ class ServerSpec:
         self.priority = prio
         if not isinstance(self.prefix_caching, bool):
             raise _at(where, f"prefix_caching must be true or false, got {_show(self.prefix_caching)}")
+        if isinstance(self.block_size, str):
+            raise _at(
+                where,
+                f"block_size must be a whole number of tokens, got {_show(self.block_size)}{_quoted(self.block_size)}",
+            )
         with _Located(where):
             self.block_size = check_block_size(self.block_size, "block_size")
         return self
@@ -508,7 +534,14 @@ class ServerSpec:
                 raise _at(at, f"weights must sum to a finite number (scale them down), got {_show(list(w))}")
             opts["weights"] = vals
         if "d" in opts:
-            opts["d"] = _whole(opts["d"], at, "d (replicas sampled by power-of-two)")
+            d = _whole(opts["d"], at, "d (replicas sampled by power-of-two)")
+            if d > self.replicas:  # (the default 2 is not checked: a pool of one has one to pick)
+                raise _at(
+                    at,
+                    f"d (replicas sampled by power-of-two) must be at most the server's replicas "
+                    f"({self.replicas}), got {d}",
+                )
+            opts["d"] = d
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in _SERVER_KEYS if k not in _PREFIX_FIELDS or self.prefix_caching}
@@ -590,7 +623,9 @@ class NetworkSpec:
         servers = {}
         for name, sd in servers_raw.items():
             where = f"servers.{name}"
-            sd = {} if sd is None else _mapping(sd, where, f"server '{name}'")
+            if sd is None:  # `s3:` with nothing after it: settings lost or indented wrongly
+                raise _at(where, f"server '{name}' is empty (null): give its settings, or {{}} for every default")
+            sd = _mapping(sd, where, f"server '{name}'")
             _check_keys(sd, _SERVER_KEYS, where, f"server '{name}'")
             servers[name] = ServerSpec(name=name, **sd)
         jobs_raw = _mapping(d["jobs"], "jobs", "jobs")
@@ -858,14 +893,15 @@ def _parse_arrival(a, where: str) -> ArrivalProcess:
     _check_keys(a, _ARRIVAL_KEYS, where, "arrival")
     if "rate" not in a:
         raise _at(where, "missing 'rate' (jobs per second)")
-    rate = a["rate"]
-    if isinstance(rate, bool):
-        raise _at(where, f"arrival rate must be a positive number of jobs per second, got {rate!r}")
+    rate, cv = a["rate"], a.get("cv")
+    _number(rate, where, "arrival rate (jobs per second)")  # refuses strings, bools, inf
+    if cv is not None:
+        _number(cv, where, "cv (coefficient of variation)")
     process = a.get("process", "poisson")
     if not isinstance(process, str):
         raise _at(where, f"process must be poisson, gamma or deterministic, got {_show(process)}")
     with _Located(where):
-        return make_arrival_process(process, rate, a.get("cv"))
+        return make_arrival_process(process, as_real(rate), as_real(cv))  # gamma without cv: cv 1, as for one server
 
 
 def _parse_route(route, where: str, grow: bool = False) -> list:
