@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+from helpers import one_line_error
 
 from llmsched.api import OUTPUT_ONLY_KEYS
 from llmsched.cli import main
@@ -62,6 +63,30 @@ def test_simulate_network_file_and_capacity(capsys):
     assert main(["capacity", "--network", f"{EX}/networks/tandem.yaml", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["bottleneck"] == s["bottleneck"] and rep["critical_scale"] > 1
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--prompt", "bogus:3"], "--prompt"),
+        (["--turns", "nope"], "--turns"),
+        (["--admission-option", "foo"], "--admission-option"),
+        (["--slo", "ttft_ms"], "--slo"),
+    ],
+)
+def test_a_flag_a_network_file_makes_moot_is_refused_before_its_value_is_read(capsys, flags, flag):
+    """`capacity --network F --prompt bad` reported the bad law, then (once mended) that
+    --prompt does not apply; `--admission-option foo` its KEY=VALUE form."""
+    net = f"{EX}/networks/tandem.yaml"
+    if flag != "--slo":  # (capacity has no --slo)
+        one_line_error(capsys, ["capacity", "--network", net, *flags], f"{flag} does not apply")
+    one_line_error(capsys, ["simulate", "--network", net, *flags, "--out", ""], f"{flag} does not apply")
+
+
+def test_capacity_refuses_an_admission_option_before_reading_it(capsys):
+    argv = ["capacity", "--cost-model", "paper", "--mean-prompt", "100", "--mean-output", "10"]
+    one_line_error(capsys, [*argv, "--admission-option", "foo"], "--admission-option does not apply")
+    one_line_error(capsys, ["capacity", "--prompt", "bogus:3", "--max-running", "3"], "--max-running does not apply")
 
 
 def test_capacity_and_a_run_do_not_call_a_fastertransformer_network_stable(tmp_path, capsys):

@@ -277,6 +277,22 @@ def test_a_sweep_with_failed_points_exits_1(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "sw" / "results.csv").is_file()
 
 
+def test_a_grid_points_bad_length_law_is_named_once(capsys):
+    """`grid point prompt=bogus:3: prompt: unknown length law 'bogus:3'` named the key twice;
+    a search's group named no point at all."""
+    base = ["sweep", "--cost-model", "paper", "--num-requests", "10", "--quiet"]
+    err = one_line_error(capsys, [*base, "--rate", "1", "--grid", "prompt=const:100|bogus:3"])
+    assert "error: grid point prompt=bogus:3: unknown length law 'bogus:3'" in err and err.count("prompt") == 1
+    # with other keys the point's faulty value comes first, the problem once after it
+    err = one_line_error(capsys, [*base, "--rate", "1", "--grid", "policy=sarathi,orca", "--grid", "output=5|const:0"])
+    assert "error: grid point output=const:0, policy=sarathi: const length must be >= 1" in err
+    assert err.count("output") == 1
+    err = one_line_error(capsys, [*base, "--search", "max-stable-rate", "--grid", "prompt=const:100|bogus:3"])
+    assert "error: grid point prompt=bogus:3: unknown length law 'bogus:3'" in err and err.count("prompt") == 1
+    # an error about no key of the point is kept whole
+    one_line_error(capsys, [*base, "--rate", "1", "--grid", "kv_capacity=10"], "grid point kv_capacity=10: request 0")
+
+
 def test_search_options_need_the_search(capsys):
     base = ["sweep", *RUN[:4], "--grid", "rate=1"]
     one_line_error(capsys, [*base, "--tol", "0.1"], "--tol is an option of --search")

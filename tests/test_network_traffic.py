@@ -586,6 +586,40 @@ def test_the_fill_verdict_says_why_other_steps_serve_more():
     assert v.stable is None and "2-D region" in v.verdict and "None" not in v.verdict
 
 
+@pytest.mark.parametrize(
+    "server, why",
+    [
+        ({"admission": "twp"}, "twp admission"),  # its window paces admission
+        ({"admission": "dynamicbatch"}, "dynamicbatch admission"),  # its cap on the running requests
+        ({"max_running": 4}, "max_running 4"),
+        ({"policy": "ft", "admission": "TWP", "max_running": 2}, "fastertransformer, twp admission, max_running 2"),
+    ],
+)
+def test_an_admission_that_can_idle_the_budget_gets_no_guarantee(server, why):
+    """The feed-forward guarantee judged the batch policy alone: a Sarathi server behind
+    TWP's window, DynamicBatch's cap or a running cap was called stable."""
+    routes = {"A": [call("s1", 100, 10), call("s2", 50, 20)]}
+    rep = traffic(network(routes, servers=("s1", "s2"), s1=server))
+    assert rep.max_utilisation < 1 and rep.feedforward
+    assert rep.stable is None and rep.not_throughput_optimal == {"s1": why}
+    assert f"server s1 ({why}) runs a policy that is not work-conserving" in rep.verdict
+    assert "the guarantee does not apply" in rep.verdict
+    # an admission that only orders the queue keeps the guarantee
+    for order in ("fcfs", "spf"):
+        ok = traffic(network(routes, servers=("s1", "s2"), s1={"admission": order}))
+        assert ok.stable is True and ok.not_throughput_optimal == {}
+
+
+def test_back_pressure_gets_no_feed_forward_guarantee():
+    routes = {"A": [call("s1", 100, 10), call("s2", 50, 20)]}
+    spec = network(routes, servers=("s1", "s2", "s3"))  # s3 gets no calls
+    assert traffic(spec).stable is True
+    spec.control = "backpressure"
+    rep = traffic(spec)
+    assert rep.stable is None
+    assert rep.not_throughput_optimal == {"s1": "backpressure control", "s2": "backpressure control"}
+
+
 def test_the_feed_forward_guarantee_names_servers_that_are_not_throughput_optimal():
     routes = {"A": [call("s1", 100, 10), call("s2", 50, 20)]}
     policies = {"s1": {"policy": "sarathi"}, "s2": {"policy": "FT"}, "s3": {"policy": "vllm"}}  # s3 gets no calls

@@ -1444,3 +1444,29 @@ def test_a_request_too_large_for_the_smaller_gpus_names_their_node_group(tmp_pat
     cfg["workload"] = {"trace": str(p)}
     with pytest.raises(ConfigError, match="needs 50009 KV tokens .* but an instance on node group small holds 42724"):
         simulate_serverless(cfg)
+
+
+def test_config_json_records_each_models_twp_constants_as_a_single_server_run(tmp_path):
+    """A serverless run's config.json left out what TWP derived from each model's b_max and
+    cost model (its window bounds, B_max, ...), which a single-server run records."""
+    from llmsched.api import simulate
+
+    cfg = base(scheduler="twp")
+    cfg["models"] = {
+        "small": {"weights_gb": 10, "cost_model": "paper", "b_max": 256},
+        "large": {"weights_gb": 10, "cost_model": "paper", "b_max": 1024, "k_max": 64},
+    }
+    cfg["workload"] = {"rate": 2, "num_requests": 20, "popularity": "uniform"}
+    simulate_serverless(cfg, out_dir=tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    for name, m in cfg["models"].items():
+        recorded = config["schedulers"][name]
+        alone = simulate(admission="twp", cost_model="paper", b_max=m["b_max"], k_max=m.get("k_max"), num_requests=5)
+        assert recorded["admission"] == alone.config["scheduler"]["admission"]
+        assert recorded["admission"]["resolved"]["H_max"] == m["b_max"]  # each model's own b_max
+        assert recorded["batch_policy"] == "sarathi" and recorded["b_max"] == m["b_max"]
+        assert recorded["k_max"] == m.get("k_max") and "kv_capacity_tokens" not in recorded  # (each node group's)
+    again = simulate_serverless(config)  # the recorded schedulers are read back and ignored
+    assert again.summary["completed"] == 20
+    fcfs = simulate_serverless(cfg, scheduler="fcfs")
+    assert fcfs.config["schedulers"]["small"]["admission"] == {"name": "fcfs"}

@@ -131,6 +131,37 @@ def test_sharegpt_lengths_past_vllms_limits_are_refused(tmp_path):
     assert few.prompt.tolist() == [100] * 30 and few.output.tolist() == [50] * 30
 
 
+def test_a_bad_length_file_is_named_by_the_flag_that_gave_it(tmp_path):
+    """Errors about --dataset-path's file said `prompt: ...` (the length law bench built
+    from it) and hinted at `empirical:PATH:COLUMN`, which bench does not take."""
+
+    def error(**kw) -> str:
+        with pytest.raises(ConfigError) as e:
+            make_workload(BenchConfig(num_prompts=5, seed=1, **kw))
+        return str(e.value)
+
+    missing = str(tmp_path / "none.csv")
+    for name in ("sharegpt", "arxiv"):
+        assert error(dataset_name=name, dataset_path=missing) == f"--dataset-path: file {missing} does not exist"
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n10,20\n")
+    msg = error(dataset_name="sharegpt", dataset_path=str(other))
+    assert msg.startswith(f"--dataset-path: {other} has no prompt length column (one of num_prefill_tokens")
+    assert "its columns: a,b" in msg and "empirical:" not in msg
+    half = tmp_path / "half.csv"
+    half.write_text("prompt_tokens,b\n10,20\n")
+    assert "has no output length column" in error(dataset_name="arxiv", dataset_path=str(half))
+    # with the outputs fixed, the prompt column is all it needs
+    fixed = make_workload(
+        BenchConfig(dataset_name="arxiv", dataset_path=str(half), num_prompts=5, sharegpt_output_len=3)
+    )
+    assert fixed.prompt.tolist() == [10] * 5 and fixed.output.tolist() == [3] * 5
+    negative = tmp_path / "neg.csv"
+    negative.write_text("prompt_tokens,output_tokens\n-1,2\n")
+    msg = error(dataset_name="arxiv", dataset_path=str(negative))
+    assert msg.startswith(f"--dataset-path: file {negative} line 2") and "prompt:" not in msg
+
+
 def test_payloads_give_the_intended_token_counts():
     from llmsched.server.tokenizer import ByteRuleTokenizer
 

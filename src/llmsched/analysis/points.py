@@ -4,7 +4,8 @@
   becomes a rate: the one at which the point offers `load` times its critical rate
   lambda*, `critical_rate_of`; in conversations/s with `turns`, `critical_arrival_rate_of`);
 - `point_key(cfg)`: a hash of that configuration, the name of its stored result;
-- `check_point(cfg)`: fail before any work on what `simulate` would reject;
+- `check_point(cfg, traces, point)`: fail before any work on what `simulate` would
+  reject, naming the grid point;
 - `run_point(cfg_dict)`: simulate it and return its summary (an error is recorded in
   the summary, not raised).
 
@@ -158,11 +159,24 @@ def policy_code(d: dict) -> dict:
     return out
 
 
-def check_point(cfg, traces: dict | None = None) -> None:
+def check_point(cfg, traces: dict | None = None, point: dict | None = None) -> None:
     """Fail before any work on what simulate would reject (names, laws, SLOs, files read,
     run options): `llmsched.api.check_config`, simulate's own checks without its run
-    (`traces`: shared by a sweep's points, so that each workload is drawn once)."""
-    check_config(cfg, traces=traces)
+    (`traces`: shared by a sweep's points, so that each workload is drawn once). With
+    `point` (the grid's values), the error begins `grid point KEY=VALUE, ...: `."""
+    try:
+        check_config(cfg, traces=traces)
+    except ConfigError as e:
+        if not point:
+            raise
+        # an error about one of the point's keys (`prompt: unknown length law ...`) names
+        # that key first and only there
+        key, sep, problem = str(e).partition(": ")
+        if not (sep and key in point):
+            key, problem = None, str(e)
+        order = sorted(point, key=lambda k: k != key)
+        where = ", ".join(f"{k}={point[k]}" for k in order)
+        raise ConfigError(f"grid point {where}: {problem}") from None
 
 
 def run_point(cfg_dict: dict) -> dict:

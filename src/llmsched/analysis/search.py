@@ -241,7 +241,7 @@ def search_groups(settings: SearchSettings) -> list[Group]:
             continue
         seen.add(key)
         base = resolve_point(settings.config, settings.fixed, params)
-        check_point(base)
+        check_point(base, point=params)
         if not base.verdict:  # every probe would be inconclusive: nothing to bisect on
             raise ConfigError("the search bisects on the stability verdict: it cannot run with verdict=false")
         if not replays_trace(base.workload) and float(base.workload.get("time_scale") or 1.0) != 1.0:

@@ -165,13 +165,7 @@ def run_sweep(
         cfgs = [resolve_point(config, fixed, p) for p in points]
         traces: dict = {}
         for p, c in zip(points, cfgs):
-            try:
-                check_point(c, traces)
-            except ConfigError as e:
-                if not p:
-                    raise
-                where = ", ".join(f"{k}={v}" for k, v in p.items())
-                raise ConfigError(f"grid point {where}: {e}") from None
+            check_point(c, traces, p)
 
     bar = Progress(show, "search" if search else "sweep")
     try:

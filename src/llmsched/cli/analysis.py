@@ -94,15 +94,15 @@ def _print_rows(title: str, rows: list[dict], cols: list[tuple[str, str, str]]) 
 def cmd_capacity(args) -> int:
     from ..analysis.capacity_report import CAPACITY_IGNORES, capacity_report, rep_law  # noqa: PLC0415
 
-    over = sim_overrides(args)
-    rate = over.pop("rate", None)
     if not args.find_counterexample:
         only_with(args, ("load", "seeds", "workers"), "--find-counterexample")
     _check_parallel(args)
+    # a flag that does not apply is the error, before any flag's value is read
     if args.network:
-        return _network_capacity(args, over, rate)
+        return _network_capacity(args)
+    given = sim_overrides(args, parse=False)
     for key in CAPACITY_IGNORES:
-        if over.get(key) is not None:
+        if given.get(key) is not None:
             instead = "simulate with it"
             if key == "prefix_caching":
                 instead = "--cached-fraction gives a prefix cache's share"
@@ -110,6 +110,8 @@ def cmd_capacity(args) -> int:
                 "capacity's bounds do not model admission, a running cap or the KV cache; "
                 f"{flag_of(key)} does not apply ({instead})"
             )
+    over = sim_overrides(args)
+    rate = over.pop("rate", None)
     _check_capacity_inputs(args, over)
     if args.lengths:
         if args.prompt or args.output:
@@ -193,9 +195,11 @@ def _check_capacity_inputs(args, over: dict) -> None:
             )
 
 
-def _network_capacity(args, over: dict, rate) -> int:
+def _network_capacity(args) -> int:
     from ..theory.network import network_capacity_report, network_capacity_rows, network_server_rows  # noqa: PLC0415
 
+    over = sim_overrides(args, parse=False)
+    rate = over.pop("rate", None)
     given = [flag_of(k) for k, v in over.items() if v is not None and k not in ("fast", "record_steps")]
     for flag, v in (
         ("--rate", rate),

@@ -234,12 +234,14 @@ def add_scheduler_args(p: argparse.ArgumentParser, *, defaults: bool = False, bl
         )
 
 
-def scheduler_options(args) -> dict:
-    """The scheduler options given on the command line (None where not given)."""
+def scheduler_options(args, parse: bool = True) -> dict:
+    """The scheduler options given on the command line (None where not given);
+    `parse=False` leaves --admission-option's KEY=VALUE items unread."""
     keys = ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running", "prefix_caching", "block_size")
     out = {k: getattr(args, k, None) for k in keys}
     if getattr(args, "admission_option", None):
-        out["admission_options"] = key_values(args.admission_option, "--admission-option")
+        items = args.admission_option
+        out["admission_options"] = key_values(items, "--admission-option") if parse else items
     return out
 
 
@@ -357,9 +359,11 @@ def only_with(args, keys, owner: str) -> None:
 LAW_KEYS = ("prompt", "output", "turns")
 
 
-def sim_overrides(args, check_laws: bool = True) -> dict:
-    """simulate()'s keyword overrides from the command line (None: not given);
-    `check_laws`: a bad length law is an error naming its flag (`--prompt: ...`)."""
+def sim_overrides(args, parse: bool = True) -> dict:
+    """simulate()'s keyword overrides from the command line (None: not given). A bad
+    length law is an error naming its flag (`--prompt: ...`); `parse=False` reads no
+    value (no law, no KEY=VALUE), for a caller that only asks which flags were given and
+    refuses them."""
     keys = [
         "cost_model",
         "arrival",
@@ -381,15 +385,15 @@ def sim_overrides(args, check_laws: bool = True) -> dict:
         "sample_interval_s",
     ]
     out = {k: getattr(args, k, None) for k in keys}
-    if check_laws:
+    if parse:
         from ..workload.lengths import named_length_law  # noqa: PLC0415 - start-up: it loads numpy
 
         for key in LAW_KEYS:
             if out[key] is not None:
                 named_length_law(out[key], flag_of(key), key)
-    out.update(scheduler_options(args))
+    out.update(scheduler_options(args, parse))
     if getattr(args, "request_slo", None):  # simulate's per-request objectives (sweep's --slo is a search's)
-        out["slo"] = key_values(args.request_slo, "--slo")
+        out["slo"] = key_values(args.request_slo, "--slo") if parse else args.request_slo
     if getattr(args, "exact", False):
         out["fast"] = False
     if getattr(args, "steps", False):

@@ -125,7 +125,7 @@ def _report(args, result, printer) -> int:
 
 def _refuse_flags(args, keep: tuple[str, ...], what: str, instead: str) -> None:
     """One line naming the first simulate flag that a declared file (`what`) makes moot."""
-    given = [k for k, v in sim_overrides(args, check_laws=False).items() if v is not None and k not in keep]
+    given = [k for k, v in sim_overrides(args, parse=False).items() if v is not None and k not in keep]
     if given or args.config:
         flag = flag_of(given[0]) if given else "--config"
         raise ConfigError(f"{what}; {flag} does not apply ({instead})")

@@ -11,7 +11,7 @@ from ..core.errors import ConfigError, unknown_name, unknown_option
 from ..core.names import ADMISSION_ALIASES
 from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
-from .base import AdmissionPolicy, BatchPolicy, Planner, Scheduler, check_defines_build
+from .base import AdmissionHooks, AdmissionPolicy, BatchPolicy, Planner, Scheduler, check_defines_build
 from .dynamic_batch import DynamicBatch
 from .fastertransformer import FasterTransformer
 from .kfcfs import KFCFS
@@ -94,6 +94,20 @@ def is_throughput_optimal(name: str) -> bool:
     waits) or `region_stable` (adaptive); an unknown name is not."""
     cls = BATCH_POLICIES.get(policy_base_name(name))
     return bool(getattr(cls, "work_conserving", False) or getattr(cls, "region_stable", False))
+
+
+def admission_holds_back(admission: str = "fcfs", max_running: int | None = None, options: dict | None = None) -> list:
+    """Why an admission can leave a step's budget idle while work waits, in a few words
+    each (`twp admission`, `max_running 4`); [] when it only orders the queue (fcfs, spf).
+    A policy that limits a step's tokens or requests or refuses a waiting request (its
+    class overrides `token_limit`, `batch_limit` or `may_admit`: TWP's window,
+    DynamicBatch's cap) can, and so can a running cap."""
+    hooks = AdmissionHooks(make_admission_policy(admission, **(options or {})))
+    limits = hooks.token_limit or hooks.batch_limit or hooks.may_admit
+    why = [f"{policy_base_name(admission, 'admission')} admission"] if limits else []
+    if max_running is not None:
+        why.append(f"max_running {max_running}")
+    return why
 
 
 def _lookup(name: str, kind: str):
@@ -224,6 +238,7 @@ __all__ = [
     "BATCH_POLICIES",
     "ADMISSION_POLICIES",
     "canonical_policy_name",
+    "admission_holds_back",
     "make_batch_policy",
     "make_admission_policy",
     "make_scheduler",

@@ -53,10 +53,12 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import numpy as np
 
@@ -65,6 +67,8 @@ from ..core.errors import ConfigError, warn
 from ..core.paths import check_out_dir, check_out_file
 from ..workload import WorkloadSpec, make_trace
 from ..workload.arrivals import MAX_REQUESTS
+from ..workload.csvio import read_header
+from ..workload.lengths import OUTPUT_COLUMNS, PROMPT_COLUMNS
 
 MS = 1000.0
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -509,16 +513,12 @@ def make_workload(cfg: BenchConfig) -> Workload:
         src = cfg.dataset_path or name
         out = f"const:{cfg.sharegpt_output_len}" if cfg.sharegpt_output_len else f"empirical:{src}"
         draws = n if name == "arxiv" else min(MAX_REQUESTS, 4 * n + 1000)  # sharegpt: some are filtered out
-        t = make_trace(
-            WorkloadSpec(
-                arrival="deterministic",
-                rate=1.0,
-                prompt=f"empirical:{src}",
-                output=out,
-                num_requests=draws,
-                seed=cfg.seed,
-            )
-        )
+        spec = dict(arrival="deterministic", rate=1.0, prompt=f"empirical:{src}", output=out)
+        try:
+            _check_length_columns(src, fixed_output=bool(cfg.sharegpt_output_len))
+            t = make_trace(WorkloadSpec(**spec, num_requests=draws, seed=cfg.seed))
+        except ConfigError as e:
+            raise _dataset_error(cfg, e) from None
         prompt, output = t.prompt, t.output
         if name == "sharegpt":
             prompt, output = _sharegpt_pairs(prompt, output, n, fixed_output=bool(cfg.sharegpt_output_len), src=src)
@@ -535,6 +535,31 @@ def make_workload(cfg: BenchConfig) -> Workload:
             arr = _arrivals(cfg, len(t.prompt))
         return Workload(np.asarray(arr, dtype=np.float64), t.prompt, t.output)
     raise ConfigError(f"unknown dataset {name!r} (known: random, sharegpt, arxiv, trace)")
+
+
+def _check_length_columns(src: str, fixed_output: bool) -> None:
+    """A length file of several columns must name its prompt (and, unless fixed, output)
+    column as the shared files do: the length laws' hint (`empirical:PATH:COLUMN`) is not
+    something bench takes."""
+    path = Path(os.path.expanduser(src))
+    if not path.is_file():
+        return  # a dataset name, or a missing file: the length law says which
+    header = read_header(path)
+    if len(header) == 1:  # the one column is every length, as in simulate
+        return
+    for role, names in (("prompt", PROMPT_COLUMNS), ("output", () if fixed_output else OUTPUT_COLUMNS)):
+        if names and not set(names) & set(header):
+            raise ConfigError(
+                f"{path} has no {role} length column (one of {', '.join(names)}; its columns: {','.join(header)})"
+            )
+
+
+def _dataset_error(cfg: BenchConfig, error: ConfigError) -> ConfigError:
+    """A length file's error named by the option that gave the file, not by the length
+    law (`prompt: file ... does not exist`) bench built from it."""
+    flag = "--dataset-path" if cfg.dataset_path else f"--dataset-name {cfg.dataset_name}"
+    role, sep, problem = str(error).partition(": ")
+    return ConfigError(f"{flag}: {problem if sep and role in ('prompt', 'output') else error}")
 
 
 def _sharegpt_pairs(prompt, output, n: int, fixed_output: bool, src: str):

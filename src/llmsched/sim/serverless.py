@@ -245,6 +245,22 @@ class _Model:
     def scheduler_spec(self, kv: int | None) -> SchedulerSpec:
         return _scheduler_spec(self.spec, self.admission, kv)
 
+    def describe_scheduler(self, kv: int | None) -> dict:
+        """Its instances' scheduler as a single-server run's config.json records it
+        (`Scheduler.describe`), the admission policy's derived constants included (TWP's
+        window bounds, DynamicBatch's cap bounds: they follow from the model's b_max, k_max
+        and cost model, so every instance has the same); without the KV capacity, which
+        is each node group's."""
+        sched = self.scheduler_spec(kv).build()
+        sched.bind_cost_model(self.cost)
+        # a policy derives its constants at its first step's limits: ask them of an idle state
+        state = ServerState(sched.constraints, sched.admission.waiting_key())
+        sched.admission.token_limit(state)
+        sched.admission.batch_limit(state)
+        d = sched.describe()
+        d.pop("kv_capacity_tokens", None)
+        return d
+
 
 def _scheduler_spec(m, admission: str, kv: int | None) -> SchedulerSpec:
     """The scheduler of an instance of model `m` (a ModelSpec) with `kv` KV tokens."""
@@ -354,6 +370,7 @@ class ServerlessStats:
     arrived: np.ndarray  # True: it arrived before the run stopped (a max_time_s stop)
     instances: list[dict] = field(default_factory=list)
     model_itl: dict = field(default_factory=dict)
+    schedulers: dict = field(default_factory=dict)  # model -> its instances' scheduler (`describe_scheduler`)
     itl: GapHistogram | None = None
     end_ns: int = 0
     steps: int = 0
@@ -394,6 +411,8 @@ class _Runtime:
             for tier in node.tiers.values():
                 for name in tier:
                     tier[name] = self.weights[name]
+        # (before the run: a cost model a policy cannot derive its constants from fails here)
+        self.schedulers = {m.name: m.describe_scheduler(self._any_kv(m.name)) for m in self.models}
         self.n_gpus = len(self.gpus)
         self.instances: list[_Instance] = []
         self.events: list[tuple] = []
@@ -405,6 +424,11 @@ class _Runtime:
         self.gpus_in_use = 0
         self.peak_gpus = 0
         self.migrated_tokens = 0
+
+    def _any_kv(self, name: str) -> int | None:
+        """The KV capacity of the model on the first node group that fits it."""
+        spec = self.spec
+        return next(spec.kv_capacity(name, g) for g in spec.nodes if spec.fits(name, g))
 
     # ---- events ------------------------------------------------------------------------------
     def push(self, t: int, kind: int, tie: int, a, b=None) -> None:
@@ -1076,6 +1100,7 @@ class _Runtime:
             arrived=arrival_ns < max_time,
             instances=rows,
             model_itl={m.name: m.itl for m in models},
+            schedulers=self.schedulers,
             itl=platform_itl,
             end_ns=end_ns,
             steps=sum(i.sim.steps for i in self.instances),

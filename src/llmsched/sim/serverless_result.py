@@ -7,7 +7,9 @@
   keep-alive included), busy GPU-seconds, instances used and peak concurrent instances,
   migrations; with per-request objectives (`slo`), goodput and its share;
 - `config.json`: the platform as parsed (`cluster`, `models`, `workload`, `platform`:
-  reproduces the run; TWP's derived constants are not recorded);
+  reproduces the run), and `schedulers`: each model's scheduler as it ran, its
+  admission policy's derived constants included (`admission.resolved` for TWP, as a
+  single-server run's `scheduler`; ignored when the file is read back);
 - `requests.csv`: `id,model,instance,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,
   tpot_s,e2e_s,preemptions,migrations,cold_start,arrived,finished` (instance: the one that
   finished it, or where it was last; cold_start 1 if it waited for an instance to start;
@@ -362,7 +364,7 @@ def simulate_serverless(
     t0 = time.perf_counter()
     stats = run_serverless(spec, fast=fast, max_time_s=max_time_s, requests=reqs, progress=progress, check=False)
     wall = time.perf_counter() - t0
-    result = ServerlessResult(stats, spec.to_dict(), wall_s=wall, slo=slo)
+    result = ServerlessResult(stats, {**spec.to_dict(), "schedulers": stats.schedulers}, wall_s=wall, slo=slo)
     if out_dir is not None:
         result.write(out_dir)
     return result

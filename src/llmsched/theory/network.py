@@ -328,14 +328,16 @@ class TrafficReport:
     utilisation; `critical_scale`: 1 / max utilisation; `critical_rates`: every job
     type's rate times it; `stable`: True (every server below its `fill_capacity`,
     feed-forward routes, every server with calls running a work-conserving policy or
-    adaptive),
+    adaptive, with an admission that only orders its queue, and no back-pressure control),
     False (some server at or over its `capacity`, the best policy's) or None (below
     capacity but the routes have a cycle through servers: `cycle`; or some server at or
     over its `fill_capacity` but below its `capacity`: a policy filling every step to
     b_max is unstable there, smaller steps could serve it; or feed-forward and below
-    capacity but some server runs a policy that is not work-conserving (nor adaptive),
-    which the guarantee does not cover: `not_throughput_optimal`, server name -> policy name, lists
-    every such server with calls whatever the verdict);
+    capacity but some server may leave budget idle while work waits (a batch policy that
+    is not work-conserving nor adaptive, a pacing or capping admission, `max_running`,
+    back-pressure), which the guarantee does not cover: `not_throughput_optimal`, server
+    name -> what does it (`_holds_back`), lists every such server with calls whatever the
+    verdict);
     `verdict`: that in words."""
 
     servers: list
@@ -468,12 +470,9 @@ def traffic(spec) -> TrafficReport:
     for j in jobs:
         j.critical_rate = j.rate * scale
     cycle = _server_cycle(spec)
-    from ..policies import is_throughput_optimal, policy_base_name  # noqa: PLC0415 - the registry imports every policy
-
     # a server without calls needs no guarantee
     busy = {s.name for s in servers if s.visit_rate > 0}
-    not_conserving = {n: policy_base_name(s.policy) for n, s in spec.servers.items() if n in busy}
-    not_conserving = {n: p for n, p in not_conserving.items() if not is_throughput_optimal(p)}
+    not_conserving = {n: why for n, s in spec.servers.items() if n in busy and (why := _holds_back(s, spec.control))}
     notes = []
     # a load-only cost model whose b / t(b) peaks below b_max: `capacity` is the best
     # policy's (smaller steps), `fill_capacity` what a policy filling every step to b_max
@@ -565,6 +564,21 @@ def traffic(spec) -> TrafficReport:
 
 #: lengths sampled per server for its `LengthMix`
 MIX_SAMPLES = 20_000
+
+
+def _holds_back(server, control: str) -> str:
+    """What may leave the server's budget idle while work waits, for `not_throughput_optimal`:
+    its batch policy's name when that is neither work-conserving nor adaptive, an admission
+    that paces or caps (`twp admission`, `max_running 4`: `admission_holds_back`),
+    back-pressure control (a replica takes buffered calls one class at a time); "" when
+    nothing does."""
+    from ..policies import admission_holds_back, is_throughput_optimal, policy_base_name  # noqa: PLC0415 - the registry imports every policy
+
+    why = [] if is_throughput_optimal(server.policy) else [policy_base_name(server.policy)]
+    why += admission_holds_back(server.admission, server.max_running, server.admission_options)
+    if control == "backpressure":
+        why.append("backpressure control")
+    return ", ".join(why)
 
 
 def _named_policies(not_conserving: dict) -> str:

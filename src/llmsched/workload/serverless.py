@@ -92,6 +92,7 @@ DEFAULT_PROMPT = "lognormal:mean=1024,sigma=1.0,max=8192"
 DEFAULT_OUTPUT = "geometric:mean=256,max=2048"
 
 _TOP_KEYS = ("cluster", "models", "workload", "platform")
+OUTPUT_ONLY_KEY = "schedulers"  # what a run's config.json adds to the platform
 _CLUSTER_KEYS = ("remote_bandwidth_gbps", "nodes")
 _NODE_KEYS = (
     "name",
@@ -742,6 +743,8 @@ class ServerlessSpec:
     @classmethod
     def from_dict(cls, d) -> ServerlessSpec:
         d = _mapping(d if d is not None else {}, "", "a serverless platform")
+        # a run's config.json records the schedulers it built from the models: output only
+        d = {k: v for k, v in d.items() if k != OUTPUT_ONLY_KEY}
         _keys(d, _TOP_KEYS, "")
         for k in ("cluster", "models"):
             if d.get(k) is None:
