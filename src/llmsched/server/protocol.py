@@ -793,7 +793,9 @@ def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict:
 def completion_logprobs(entries: list, token_text, offset: int = 0) -> dict:
     """The completions API's `logprobs` object for `entries` (per token: (token id, its
     logprob, [(id, logprob)] top), or (token id, None, None) for a prompt's first token);
-    `token_text(id)` is a token's text; `offset`: the text offset of the first token."""
+    `token_text(id)` is a token's text; `offset`: the text offset of the first token.
+    A token's `top_logprobs` holds the token itself, then its alternatives (OpenAI's "up
+    to logprobs + 1" and vLLM's: `logprobs: 0` gives the token alone)."""
     tokens, lps, tops, offs = [], [], [], []
     for tok, lp, top in entries:
         t = token_text(tok)
@@ -802,7 +804,7 @@ def completion_logprobs(entries: list, token_text, offset: int = 0) -> dict:
         if top is None:  # a prompt's first token: no logprob, no alternatives
             tops.append(None)
         else:
-            d = {}
+            d = {t: lp}
             for i, v in top:
                 d.setdefault(token_text(i), v)
             tops.append(d)
