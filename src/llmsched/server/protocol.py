@@ -464,8 +464,9 @@ def parse_chat(body: dict, max_messages: int | None = None, *, tokenize_only: bo
 
 
 def _message(m, where: str) -> dict:
-    """A chat message as the chat template sees it (as vLLM passes it): `role`, `content`
-    (text parts joined by newlines; null is ''), and where given `name`, an assistant's
+    """A chat message as vLLM passes it on to the chat template: `role`, `content` (a string,
+    or its text parts, null as no parts: `chat_template.ChatTemplate` joins them or not), and
+    where given `name`, an assistant's
     `tool_calls` and reasoning (as both `reasoning` and `reasoning_content`), a tool
     message's `tool_call_id`. Other fields, and those on other roles, are dropped."""
     if not isinstance(m, dict):
@@ -478,9 +479,8 @@ def _message(m, where: str) -> dict:
         )
     content = m.get("content")
     if content is None:
-        content = ""
+        content = []
     elif isinstance(content, list):
-        parts = []
         for j, part in enumerate(content):
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise bad_request(
@@ -489,8 +489,7 @@ def _message(m, where: str) -> dict:
                     "supported",
                     f"{where}.content",
                 )
-            parts.append(part["text"])
-        content = "\n".join(parts)
+        content = [{"type": "text", "text": part["text"]} for part in content]
     elif not isinstance(content, str):
         raise bad_request(f"'{where}.content' must be a string or an array of text parts", f"{where}.content")
     out = {"role": role, "content": content}
