@@ -30,7 +30,7 @@ from llmsched.cli import build_parser
 from llmsched.cli import server as server_cli
 from llmsched.engine.tokenizer import Tokenizer
 from llmsched.server.backends import SchedulerOptions, _EngineTokenizer, make_sim_backend
-from llmsched.server.chat_template import resolve_template
+from llmsched.server.chat_template import content_text, resolve_template
 from llmsched.server.protocol import APIError, parse_chat
 
 MODEL = "llmsched-sim"
@@ -94,8 +94,8 @@ SENT = [
     {"role": "tool", "content": "18 C", "tool_call_id": "call_1"},
     {"role": "tool", "content": [{"type": "text", "text": "21 C"}], "tool_call_id": "call_2", "name": "get_weather"},
 ]
-# ... and as vLLM hands it to the template: text parts joined, no content is '', the
-# arguments' JSON parsed
+# ... and as vLLM hands it to a template that does not loop over contents: text parts
+# joined, no content is '', the arguments' JSON parsed
 PASSED = [
     {"role": "system", "content": "You route questions.", "name": "router"},
     {"role": "user", "content": "Weather in Paris?\nAnd in Rome.", "name": "alice"},
@@ -199,7 +199,10 @@ def test_the_sim_over_http_and_its_chat_template_option(tmp_path, trained):
 
 def test_message_fields_reach_the_template_as_vllm_passes_them():
     opts = chat_of({"messages": SENT, "tools": TOOLS, "tool_choice": "none"})
-    assert parse_chat({"model": MODEL, "messages": SENT}).messages == PASSED
+    parsed = parse_chat({"model": MODEL, "messages": SENT}).messages
+    # the parts stay parts (the template decides: see test_chat_template.py), no content none
+    assert parsed[1]["content"] == SENT[1]["content"] and parsed[2]["content"] == []
+    assert [{**m, "content": content_text(m["content"])} for m in parsed] == PASSED
     assert opts["tools"] == TOOLS
     # fields the template is not given: dropped (as vLLM); an empty tool_calls list too
     odd = [
@@ -246,7 +249,8 @@ def test_names_tool_calls_and_tools_render_as_transformers(tools_folder, agp):
     tok = sim(tools_folder).tokenizer
     opts = chat_of({"messages": SENT, "tools": TOOLS, "tool_choice": "none", "add_generation_prompt": agp})
     text, ids = hf_render(hf, PASSED, agp, False, None, tools=TOOLS)
-    assert tok.chat_text(PASSED, **opts) == text and tok.encode_chat(PASSED, **opts) == ids
+    parsed = parse_chat({"model": MODEL, "messages": SENT}).messages
+    assert tok.chat_text(parsed, **opts) == text and tok.encode_chat(parsed, **opts) == ids
     for shown in (
         "<|im_start|>system (router)\n",
         "<|im_start|>user (alice)\nWeather in Paris?\nAnd in Rome.",

@@ -186,6 +186,83 @@ def test_without_a_template_the_role_lines_stay(tmp_path, trained):
     assert tok.encode_chat(msgs)[0] == trained.token_to_id("<s>")  # BOS added to the lines
 
 
+# A template that loops over each message's content parts, as multimodal models' do (it
+# shows each part's type, so parts and a joined string render differently).
+PARTS = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{{ '(' + part['type'] + ')' + part['text'] }}{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SENT_PARTS = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": [{"type": "text", "text": "Two"}, {"type": "text", "text": "parts"}]},
+    {"role": "assistant", "content": None},
+    {"role": "user", "content": "A string"},
+    {"role": "assistant", "content": [{"type": "text", "text": "Well -"}]},
+]
+
+
+def _as_vllm_passes(messages, as_parts: bool) -> list[dict]:
+    """The messages as vLLM's `auto` content format hands them to a template: all contents
+    as text parts for a template that loops over them, else as strings."""
+    out = []
+    for m in messages:
+        c = m["content"]
+        parts = [] if c is None else [{"type": "text", "text": c}] if isinstance(c, str) else c
+        out.append({**m, "content": parts if as_parts else "\n".join(p["text"] for p in parts)})
+    return out
+
+
+@pytest.mark.parametrize(
+    "template, as_parts",
+    [
+        (CHATML, False),
+        (LLAMA3, False),
+        (PARTS, True),
+        # a loop over a name set from messages, the content filtered or sliced
+        (
+            "{% set rest = messages[1:] %}{% for m in rest %}{% for p in m.content | list %}{% endfor %}{% endfor %}",
+            True,
+        ),
+        ("{% for m in messages %}{% for p in m['content'][:2] %}{{ p.text }}{% endfor %}{% endfor %}", True),
+        # a macro's loop over its argument named content (Qwen3.5's style)
+        ("{% macro show(content) %}{% for p in content %}{{ p.text }}{% endfor %}{% endmacro %}", True),
+        # loops over other things' contents, or over a message's other fields: strings
+        ("{% for d in documents %}{% for x in d.content %}{% endfor %}{% endfor %}{{ messages[0].content }}", False),
+        ("{% for m in messages %}{% for c in m.tool_calls %}{% endfor %}{{ m.content }}{% endfor %}", False),
+    ],
+)
+def test_the_content_format_is_detected_as_vllm_does(template, as_parts):
+    assert ChatTemplate(template, "t").content_as_parts is as_parts
+
+
+@pytest.mark.parametrize("template", [PARTS, CHATML])
+def test_content_parts_reach_a_template_that_loops_over_them(tmp_path, trained, template):
+    """Text parts stay parts for a template that loops over contents (strings become one
+    part, none no part), else are joined by newlines: transformers' rendering of what vLLM
+    hands the template, through the request parser, with continue_final_message too."""
+    from llmsched.server.protocol import parse_chat
+
+    folder = write_tokenizer(tmp_path / "t", trained, template)
+    hf = AutoTokenizer.from_pretrained(str(folder))
+    tok = ours(folder)
+    as_parts = template is PARTS
+    parsed = parse_chat({"model": "m", "messages": SENT_PARTS}).messages
+    for agp, cfm in ((True, False), (False, True)):
+        msgs = SENT_PARTS if cfm else SENT_PARTS[:-1]
+        want = hf_render(hf, _as_vllm_passes(msgs, as_parts), agp, cfm, None)
+        assert render(tok, parsed[: len(msgs)], agp, cfm, None) == want
+    text = want[0]
+    if as_parts:
+        assert "(text)Two(text)parts<|im_end|>" in text and "(text)A string<|im_end|>" in text
+        assert text.endswith("(text)Well -")
+    else:
+        assert "Two\nparts<|im_end|>" in text and "(text)" not in text
+    assert parsed[-1]["content"] == SENT_PARTS[-1]["content"]  # continuing did not change the request's
+
+
 # ---- the CLI: --chat-template, and templates that cannot be used -------------------------
 
 

@@ -44,7 +44,7 @@ def test_completion_logprobs_with_the_client(engine_server, client):
     assert len(lp.top_logprobs) == 6 and len(lp.text_offset) == 6
     for i in range(6):
         top = lp.top_logprobs[i]
-        assert 1 <= len(top) <= 3
+        assert 1 <= len(top) <= 3 and top[lp.tokens[i]] == lp.token_logprobs[i]  # the token itself first
         assert all(v <= 0 for v in top.values()) and sum(math.exp(v) for v in top.values()) <= 1 + 1e-5
         # greedy: the sampled token is the most likely one of the raw distribution
         assert lp.token_logprobs[i] == pytest.approx(max(top.values()), abs=1e-5)
@@ -54,9 +54,10 @@ def test_completion_logprobs_with_the_client(engine_server, client):
     # that is part of a character shows as U+FFFD on its own)
     if not any("\ufffd" in t for t in lp.tokens):
         assert "".join(lp.tokens) == ch.text
-    # logprobs=0: the sampled token's logprob and no alternatives
+    # logprobs=0 (as vLLM): each token's top_logprobs is the token alone, no alternatives
     c0 = client.completions.create(model=name, prompt="hello world", max_tokens=3, temperature=0, logprobs=0)
-    assert c0.choices[0].logprobs.top_logprobs == [{}, {}, {}]
+    lp0 = c0.choices[0].logprobs
+    assert lp0.top_logprobs == [{t: v} for t, v in zip(lp0.tokens, lp0.token_logprobs)] and len(lp0.tokens) == 3
     assert c0.choices[0].logprobs.token_logprobs == pytest.approx(lp.token_logprobs[:3], abs=1e-5)
     # streamed: the same logprobs, chunk by chunk, offsets continuing
     chunks = list(
@@ -213,7 +214,9 @@ def test_echo_logprobs_loglikelihood_mode_with_the_client(engine_server, client)
     assert all(v < 0 for v in lp.token_logprobs[1:])
     for i in range(1, n + 5):
         top = lp.top_logprobs[i]
-        assert 1 <= len(top) <= 2 and max(top.values()) >= lp.token_logprobs[i] - 1e-5
+        # the token, then its 2 most likely alternatives (3 entries when it is not one of them)
+        assert list(top)[0] == lp.tokens[i] and top[lp.tokens[i]] == lp.token_logprobs[i]
+        assert 1 <= len(top) <= 3  # (fewer when texts coincide: byte tokens show as U+FFFD)
     assert lp.tokens[:n] == [tok.decode([t]) for t in base_ids]
     assert lp.text_offset[:n] == [sum(len(t) for t in lp.tokens[:i]) for i in range(n)]
     assert lp.text_offset[n] == len(tok.decode(base_ids))  # the output's offsets follow the echo
@@ -233,9 +236,10 @@ def test_echo_logprobs_loglikelihood_mode_with_the_client(engine_server, client)
     assert len(slp.tokens) == n and slp.token_logprobs[0] is None and slp.top_logprobs[0] is None
     assert slp.token_logprobs[1:] == pytest.approx(lp.token_logprobs[1:n], abs=1e-5)
     assert slp.text_offset == lp.text_offset[:n]
-    # logprobs=0: no alternatives (the first token's stay null)
+    # logprobs=0: each prompt token alone, no alternatives (the first token's stays null)
     sc0 = client.completions.create(model=name, prompt=base_ids, max_tokens=0, echo=True, logprobs=0)
-    assert sc0.choices[0].logprobs.top_logprobs == [None] + [{}] * (n - 1)
+    lp0 = sc0.choices[0].logprobs
+    assert lp0.top_logprobs == [None] + [{t: v} for t, v in zip(lp0.tokens[1:], lp0.token_logprobs[1:])]
     # max_tokens 1 (the harness's other spelling): prompt then one token
     one = client.completions.create(model=name, prompt=base_ids, max_tokens=1, echo=True, logprobs=1, temperature=0)
     assert len(one.choices[0].logprobs.tokens) == n + 1 and one.usage.completion_tokens == 1
@@ -323,6 +327,10 @@ def test_logit_bias_and_penalties(engine_server):
     b = _complete(base, logit_bias={"42": 100}, logprobs=1, **kw)["choices"][0]
     assert b["text"] == tok.decode([42] * 12)
     assert b["logprobs"]["tokens"] == [tok.decode([42])] * 12
+    # its top_logprobs: token 42 first, then the most likely token (unless 42 is that one)
+    top0 = b["logprobs"]["top_logprobs"][0]
+    assert list(top0)[0] == tok.decode([42]) and top0[tok.decode([42])] == b["logprobs"]["token_logprobs"][0]
+    assert len(top0) == 2 or plain["text"].startswith(tok.decode([42]))
     assert b["logprobs"]["token_logprobs"][0] < max(b["logprobs"]["top_logprobs"][0].values()) or plain[
         "text"
     ].startswith(tok.decode([42]))

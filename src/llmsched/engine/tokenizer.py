@@ -45,7 +45,10 @@ class Tokenizer:
 
 class Detokenizer:
     """Text of a growing sequence, a few tokens at a time: decodes a short window before the
-    new tokens and emits the difference, holding back a trailing partial UTF-8 character."""
+    new tokens and emits where it departs from the window's text so far, holding back a
+    trailing partial UTF-8 character. A character the prompt's last bytes begin is returned
+    whole once the output completes it (its bytes decode to U+FFFD in the prompt's text), so
+    the text is decode(prompt + output) minus what it shares with decode(prompt)."""
 
     __slots__ = ("tok", "prefix", "read")
 
@@ -59,7 +62,17 @@ class Detokenizer:
             return ""
         before = self.tok.decode(ids[self.prefix : self.read])
         full = self.tok.decode(ids[self.prefix :])
-        if len(full) <= len(before) or (full.endswith("\ufffd") and not final):
+        if full.endswith("\ufffd") and not final:
             return ""
-        self.prefix, self.read = self.read, len(ids)
-        return full[len(before) :]
+        start = _shared_prefix_len(before, full)
+        if start == len(full):
+            return ""
+        if start == len(before):  # `read` ends a whole character: the next window may start there
+            self.prefix = self.read
+        self.read = len(ids)
+        return full[start:]
+
+
+def _shared_prefix_len(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)

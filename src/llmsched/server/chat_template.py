@@ -17,6 +17,12 @@ as transformers picks them. `--chat-template` (`load_template_arg`) overrides th
 file, or the template itself (a string holding `{`, `}` or a newline; `\\n` escapes are
 decoded), as vLLM's option takes it.
 
+A message's `content` reaches the template as vLLM's `--chat-template-content-format auto`
+gives it: as a list of `{"type": "text", "text": ...}` parts (a string is one part, a null
+content none) when the template loops over a message's content (`{% for part in
+message['content'] %}`, the message a loop variable over `messages` or over a name set from
+it, or a loop over a name `content`), else as one string (parts joined by newlines).
+
 The rendered text carries the template's special tokens (BOS): it is tokenized without
 adding them again, as `apply_chat_template(tokenize=True)` does. No torch here.
 """
@@ -113,6 +119,61 @@ def _environment():
     return env
 
 
+def content_text(content) -> str:
+    """A message's content (a string, or text parts) as one string: the parts joined by newlines."""
+    return content if isinstance(content, str) else "\n".join(part["text"] for part in content)
+
+
+def content_parts(content) -> list[dict]:
+    """A message's content (a string, or text parts) as new text parts."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [{"type": "text", "text": part["text"]} for part in content]
+
+
+def loops_over_contents(tree) -> bool:
+    """Whether a parsed template (a `jinja2.nodes.Template`) loops over a message's content,
+    as vLLM's content-format detection finds it (see the module docstring)."""
+    from jinja2 import nodes  # noqa: PLC0415 - the caller has jinja2
+
+    def under(node):  # the expression below filters, tests and slices
+        while True:
+            if isinstance(node, (nodes.Filter, nodes.Test)) and node.node is not None:
+                node = node.node
+            elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+                node = node.node
+            else:
+                return node
+
+    def is_name(node, names) -> bool:
+        node = under(node)
+        return isinstance(node, nodes.Name) and node.name in names
+
+    def is_content_of(node, names) -> bool:
+        node = under(node)
+        if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+            field = node.arg.value
+        elif isinstance(node, nodes.Getattr):
+            field = node.attr
+        else:
+            return False
+        return field == "content" and is_name(node.node, names)
+
+    lists = {"messages"}  # and the names set from it: {% set loop_messages = messages[1:] %}
+    while True:
+        more = {
+            a.target.name
+            for a in tree.find_all(nodes.Assign)
+            if isinstance(a.target, nodes.Name) and a.target.name not in lists and is_name(a.node, lists)
+        }
+        if not more:
+            break
+        lists |= more
+    loops = list(tree.find_all(nodes.For))
+    items = {f.target.name for f in loops if isinstance(f.target, nodes.Name) and is_name(f.iter, lists)}
+    return any(is_content_of(f.iter, items) or is_name(f.iter, {"content"}) for f in loops)
+
+
 def _token_text(v) -> str | None:
     """A special token as tokenizer_config.json gives it: a string, or {"content": ...}."""
     if isinstance(v, dict):
@@ -154,6 +215,7 @@ class ChatTemplate:
         self.tokens = dict(tokens or {})
         try:
             self._template = env.from_string(text)
+            self.content_as_parts = loops_over_contents(env.parse(text))
         except jinja2.TemplateSyntaxError as e:
             raise ConfigError(
                 f"{source} is not a valid Jinja chat template: {_clip(str(e.message or e), 200)} (line {e.lineno})"
@@ -175,17 +237,22 @@ class ChatTemplate:
         raises or cannot render it. `tools` (the request's) wins over `template_kwargs`'."""
         if continue_final_message and add_generation_prompt:
             raise ConfigError("continue_final_message and add_generation_prompt cannot both be true")
-        chat = [dict(m) for m in messages]
+        shape = content_parts if self.content_as_parts else content_text
+        chat = [{**m, "content": shape(m["content"])} if "content" in m else dict(m) for m in messages]
         final = None
         if continue_final_message:
             if not chat:
                 raise ConfigError("continue_final_message needs a final message to continue")
-            final = chat[-1].get("content")
+            # the text to continue: the content, or its last part (as transformers picks it)
+            holder, key = chat[-1], "content"
+            if isinstance(holder.get(key), list):
+                holder, key = (holder[key][-1] if holder[key] else {}), "text"
+            final = holder.get(key)
             if not isinstance(final, str):
                 raise ConfigError("continue_final_message needs a final message with text content")
             if "content" not in self.text:
                 raise ConfigError("continue_final_message: this chat template does not render message contents")
-            chat[-1]["content"] = final + _CONTINUE_TAG
+            holder[key] = final + _CONTINUE_TAG
         kwargs = template_kwargs or {}
         # as transformers: the special tokens, then the kwargs (which may replace them)
         variables = {**self.tokens, **kwargs}

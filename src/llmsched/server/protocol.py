@@ -464,8 +464,9 @@ def parse_chat(body: dict, max_messages: int | None = None, *, tokenize_only: bo
 
 
 def _message(m, where: str) -> dict:
-    """A chat message as the chat template sees it (as vLLM passes it): `role`, `content`
-    (text parts joined by newlines; null is ''), and where given `name`, an assistant's
+    """A chat message as vLLM passes it on to the chat template: `role`, `content` (a string,
+    or its text parts, null as no parts: `chat_template.ChatTemplate` joins them or not), and
+    where given `name`, an assistant's
     `tool_calls` and reasoning (as both `reasoning` and `reasoning_content`), a tool
     message's `tool_call_id`. Other fields, and those on other roles, are dropped."""
     if not isinstance(m, dict):
@@ -478,9 +479,8 @@ def _message(m, where: str) -> dict:
         )
     content = m.get("content")
     if content is None:
-        content = ""
+        content = []
     elif isinstance(content, list):
-        parts = []
         for j, part in enumerate(content):
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise bad_request(
@@ -489,8 +489,7 @@ def _message(m, where: str) -> dict:
                     "supported",
                     f"{where}.content",
                 )
-            parts.append(part["text"])
-        content = "\n".join(parts)
+        content = [{"type": "text", "text": part["text"]} for part in content]
     elif not isinstance(content, str):
         raise bad_request(f"'{where}.content' must be a string or an array of text parts", f"{where}.content")
     out = {"role": role, "content": content}
@@ -793,7 +792,9 @@ def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict:
 def completion_logprobs(entries: list, token_text, offset: int = 0) -> dict:
     """The completions API's `logprobs` object for `entries` (per token: (token id, its
     logprob, [(id, logprob)] top), or (token id, None, None) for a prompt's first token);
-    `token_text(id)` is a token's text; `offset`: the text offset of the first token."""
+    `token_text(id)` is a token's text; `offset`: the text offset of the first token.
+    A token's `top_logprobs` holds the token itself, then its alternatives (OpenAI's "up
+    to logprobs + 1" and vLLM's: `logprobs: 0` gives the token alone)."""
     tokens, lps, tops, offs = [], [], [], []
     for tok, lp, top in entries:
         t = token_text(tok)
@@ -802,7 +803,7 @@ def completion_logprobs(entries: list, token_text, offset: int = 0) -> dict:
         if top is None:  # a prompt's first token: no logprob, no alternatives
             tops.append(None)
         else:
-            d = {}
+            d = {t: lp}
             for i, v in top:
                 d.setdefault(token_text(i), v)
             tops.append(d)

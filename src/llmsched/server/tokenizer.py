@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from .chat_template import content_text
 
 BYTES_PER_TOKEN = 4
 MAX_BYTES_PER_TOKEN = 16  # cap on a tokenizer's bytes_per_token (see the module docstring)
@@ -51,7 +52,7 @@ def chat_lines(
     """A chat request as the text a tokenizer without a chat template encodes: `role:
     content` lines, then `assistant:` (unless `add_generation_prompt` is false, or with
     `continue_final_message`: the last message's text is continued)."""
-    text = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+    text = "\n".join(f"{m['role']}: {content_text(m['content'])}" for m in messages)
     return text + "\nassistant:" if add_generation_prompt and not continue_final_message else text
 
 
@@ -112,7 +113,7 @@ class ByteRuleTokenizer(ChatRendering):
         return range(n)
 
     def render_chat(self, messages: list[dict], **_) -> tuple[str, bool]:
-        return "\n".join(m["content"] for m in messages), False
+        return "\n".join(content_text(m["content"]) for m in messages), False
 
     def decode(self, ids: Sequence[int]) -> str:
         return " tok" * len(ids)
