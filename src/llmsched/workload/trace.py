@@ -35,6 +35,7 @@ import numpy as np
 
 from ..core.errors import ConfigError, InputWarning
 from ..core.request import Request
+from .arrivals import MAX_RATE
 from .blocks import DEFAULT_BLOCK_SIZE, as_tuples, cap_rows, chain_ragged, check_block_size, reblock, take_rows
 from .csvio import MAX_LENGTH, as_lengths, line_of_row, read_columns, read_header
 from .datasets import resolve_path
@@ -829,7 +830,9 @@ def replay_cut(
       mean rate R by that head's own rate, all come at or before D (R to rounding). For a
       trace starting at 0 (Azure) that is floor(R * D) + 1 requests, the last at
       (n - 1) / R; a trace starting later keeps its (scaled) offset.
-    A rate needs two requests at different times: fewer is a ConfigError."""
+    A rate needs two requests at different times: fewer is a ConfigError, and so is a
+    replayed part whose mean rate passes MAX_RATE (one request a nanosecond, the
+    simulator's clock tick)."""
     arrival = np.asarray(arrival, dtype=np.float64)
     cap = len(arrival) if num_requests is None else min(len(arrival), int(num_requests))
     if rate is None:
@@ -837,7 +840,19 @@ def replay_cut(
         n = cap
         if duration_s is not None:
             n = min(n, int(np.searchsorted(arrival / k, duration_s, side="right")))
+        replayed = mean_rate(arrival[:n]) * k
+        if replayed > MAX_RATE:
+            scaled = f" at time_scale {k:g}" if k != 1.0 else ""
+            raise ConfigError(
+                f"the {n:,} requests replayed{scaled} arrive at a mean rate of {replayed:.3g} req/s, over "
+                f"{MAX_RATE:g} (one a nanosecond, the simulator's clock tick)"
+            )
         return k, n
+    if rate > MAX_RATE:
+        raise ConfigError(
+            f"cannot rescale the trace to {rate:g} req/s: at most {MAX_RATE:g} (one a nanosecond, the "
+            "simulator's clock tick)"
+        )
     a = arrival[:cap]
     span = a - a[0] if cap else a  # span of the head ending at each request
     with np.errstate(divide="ignore", invalid="ignore"):
