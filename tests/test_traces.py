@@ -356,6 +356,29 @@ def test_lines_of_spaces_are_blank_lines(tmp_path):
         read_trace(p)
 
 
+def test_blank_lines_before_the_header_are_skipped(tmp_path):
+    """The header was read from the first line only: a file starting with a blank line
+    was "empty"."""
+    from llmsched.workload.lengths import parse_length_law
+
+    p = tmp_path / "t.csv"
+    p.write_text("\n  \n,,\narrival_s,prompt_tokens,output_tokens,tag\n0,10,1,a\n\n1,20,2,b\n")
+    t = read_trace(p)
+    assert trace_format(p) == "plain" and t.prompt.tolist() == [10, 20] and t.tag.tolist() == ["a", "b"]
+    p.write_text("\n\narrival_s,prompt_tokens,output_tokens\n0,10,1\n1,x,2\n")  # named by its own line
+    with pytest.raises(ConfigError, match="line 5 column 'prompt_tokens': cannot read 'x' as a number"):
+        read_trace(p)
+    p.write_text("\n\narrival_s,prompt_tokens,output_tokens\n0,10,1\n-1,5,2\n")
+    with pytest.raises(ConfigError, match="line 5 column 'arrival_s'"):
+        read_trace(p)
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("\r\n   \r\nprompt_tokens\r\n7\r\n7\r\n")
+    assert parse_length_law(f"empirical:{lengths}", "prompt").sample(np.random.default_rng(0), 3).tolist() == [7, 7, 7]
+    p.write_text("\n \n")
+    with pytest.raises(ConfigError, match="t.csv is empty"):
+        read_trace(p)
+
+
 def test_csv_round_trip_keeps_partial_last_blocks(tmp_path):
     # kept at a source block size (read_trace(..., block_size=None)), a prompt's last block
     # may be partial: its id re-blocks into the full finer blocks it holds

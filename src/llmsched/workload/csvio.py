@@ -24,32 +24,44 @@ def _open_text(path: Path):
     return open(path, encoding="utf-8-sig", newline="")
 
 
+def _blank(fields: list[str]) -> bool:
+    """A line of nothing but spaces, or empty fields."""
+    return all(not f.strip() for f in fields)
+
+
 def read_header(path: str | os.PathLike) -> list[str]:
-    """Column names of a CSV file (first line), stripped of spaces; ConfigError if absent."""
-    p = Path(path)
+    """Column names of a CSV file (its first non-blank line), stripped of spaces;
+    ConfigError if absent."""
+    return _header(Path(path))[0]
+
+
+def _header(p: Path) -> tuple[list[str], int]:
+    """(column names, lines up to and including the header line)."""
     if not p.exists():
         raise ConfigError(f"file {p} does not exist")
     if not p.is_file():
         raise ConfigError(f"{p} is not a file")
     try:
         with _open_text(p) as fh:
-            first = fh.readline()
-    except (OSError, UnicodeDecodeError) as exc:
+            reader = csv.reader(fh)
+            for fields in reader:
+                if not _blank(fields):
+                    return [name.strip() for name in fields], reader.line_num
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ConfigError(f"cannot read file {p}: {exc}") from None
-    if not first.strip():
-        raise ConfigError(f"file {p} is empty (expected a CSV header line)")
-    return [name.strip() for name in next(csv.reader([first]))]
+    raise ConfigError(f"file {p} is empty (expected a CSV header line)")
 
 
 def _data_rows(p: Path):
     """Yield (line_number, fields) for each non-blank data line after the header."""
     with _open_text(p) as fh:
         reader = csv.reader(fh)
-        next(reader, None)
         for fields in reader:
-            if not fields or all(not f.strip() for f in fields):
-                continue
-            yield reader.line_num, fields
+            if not _blank(fields):
+                break  # the header
+        for fields in reader:
+            if not _blank(fields):
+                yield reader.line_num, fields
 
 
 def line_of_row(path: str | os.PathLike, row: int) -> int:
@@ -97,7 +109,7 @@ def read_columns(
     error).
     """
     p = Path(path)
-    header = read_header(p)
+    header, header_lines = _header(p)
     optional = optional or {}
     cols: dict[str, int] = {}
     kinds: dict[str, str] = {}
@@ -110,7 +122,7 @@ def read_columns(
         elif name in wanted:
             raise ConfigError(f"file {p} has no column '{name}' (its header is: {','.join(header)})")
     try:
-        out = _parse(p, cols, kinds)
+        out = _parse(p, cols, kinds, header_lines)
     except (ValueError, IndexError) as exc:
         where = _locate_error(p, header, cols, kinds)
         if where:
@@ -118,7 +130,7 @@ def read_columns(
         # every line the slow pass reads is good: numpy stopped at a line of spaces or empty
         # fields, blank here as a line with nothing is (numpy skips only the latter)
         try:
-            out = _parse(_unblanked(p), cols, kinds)
+            out = _parse(_unblanked(p), cols, kinds, 1)
         except (ValueError, IndexError):
             raise ConfigError(f"file {p} is malformed: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -155,21 +167,22 @@ def _check_widths(p: Path, width: int) -> None:
 
 
 def _unblanked(p: Path) -> list[str]:
-    """The file's lines without those of nothing but spaces and commas (header kept)."""
+    """The file's lines without those of nothing but spaces and commas (the header first)."""
     with _open_text(p) as fh:
         lines = fh.read().splitlines()
-    return lines[:1] + [line for line in lines[1:] if line.strip(" \t,")]
+    return [line for line in lines if line.strip(" \t,")]
 
 
-def _parse(source, cols: dict[str, int], kinds: dict[str, str]) -> dict[str, np.ndarray]:
-    """numpy's parse of the columns `cols` (name -> field index) of a file or its lines."""
+def _parse(source, cols: dict[str, int], kinds: dict[str, str], skip: int) -> dict[str, np.ndarray]:
+    """numpy's parse of the columns `cols` (name -> field index) of a file or its lines,
+    after its first `skip` lines (the header and any blank lines before it)."""
     out: dict[str, np.ndarray] = {}
 
     def load(usecols, ndmin, dtype):
         return np.loadtxt(
             source,
             delimiter=",",
-            skiprows=1,
+            skiprows=skip,
             comments=None,
             quotechar='"',
             usecols=usecols,

@@ -417,7 +417,7 @@ FORMATS = {
 
 
 def trace_format(path: str | os.PathLike) -> str:
-    """'plain', 'azure', 'burstgpt' or 'mooncake' from a file's first line; ConfigError
+    """'plain', 'azure', 'burstgpt' or 'mooncake' from a file's first non-blank line; ConfigError
     (one line naming the formats) for anything else."""
     p = Path(path)
     if p.is_file():
