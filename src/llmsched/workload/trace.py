@@ -18,8 +18,10 @@ File formats, told apart by the first line (`trace_format`; docs/workloads.md):
   are dropped and counted in a `TraceWarning`.
 - Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`
   (ids of 512-token blocks), which become block ids.
-Rows out of time order are sorted (stably) by arrival time when a file is read; a bad row
-is a ConfigError naming the file, its line and the column or key.
+Any of them may be gzip-compressed, and the CSV formats' columns may come as a Parquet
+table (`csvio`). Rows out of time order are sorted (stably) by arrival time when a file is
+read; a bad row is a ConfigError naming the file, its line (a table's row) and the column
+or key.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+import zlib
 from dataclasses import dataclass, replace
 from itertools import compress
 from pathlib import Path
@@ -37,7 +40,7 @@ from ..core.errors import ConfigError, InputWarning
 from ..core.request import Request
 from .arrivals import MAX_RATE
 from .blocks import DEFAULT_BLOCK_SIZE, as_tuples, cap_rows, chain_ragged, check_block_size, reblock, take_rows
-from .csvio import MAX_LENGTH, as_lengths, line_of_row, read_columns, read_header
+from .csvio import MAX_LENGTH, as_lengths, open_bytes, read_bytes, read_columns, read_header, row_place
 from .datasets import resolve_path
 
 __all__ = [
@@ -422,9 +425,9 @@ def trace_format(path: str | os.PathLike) -> str:
     p = Path(path)
     if p.is_file():
         try:
-            with open(p, "rb") as fh:
+            with open_bytes(p) as fh:
                 first = fh.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n")
-        except OSError as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise ConfigError(f"cannot read file {p}: {exc}") from None
         if first.startswith(b"{"):
             return "mooncake"
@@ -464,7 +467,7 @@ def read_plain_csv(path: str | os.PathLike) -> Trace:
     if bad.any():
         i = int(np.argmax(bad))
         raise ConfigError(
-            f"file {path} line {line_of_row(path, i)} column 'arrival_s': {float(arrival[i])!r} is not a time >= 0"
+            f"file {path} {row_place(path, i)} column 'arrival_s': {float(arrival[i])!r} is not a time >= 0"
         )
     prompt = as_lengths(cols["prompt_tokens"], path, "prompt_tokens")
     output = as_lengths(cols["output_tokens"], path, "output_tokens")
@@ -478,7 +481,7 @@ def read_plain_csv(path: str | os.PathLike) -> Trace:
         if over.any():
             i = int(np.argmax(over))
             raise ConfigError(
-                f"file {path} line {line_of_row(path, i)} column '{name}': {int(counts[i])} block ids for a "
+                f"file {path} {row_place(path, i)} column '{name}': {int(counts[i])} block ids for a "
                 f"{int(prompt[i])}-token prompt (at most {-(-int(prompt[i]) // size)} blocks of {size} tokens)"
             )
     return Trace(*_sorted(arrival, prompt, output, cols.get("tag"), ids, ptr), block_size=size)
@@ -495,9 +498,9 @@ def _parse_id_lists(texts, path, column: str, sep: str, rows_to_lines=None) -> t
     if ids is None:
         for i, t in enumerate(texts):
             if t and _numbers(t, np.int64, sep, int(counts[i])) is None:
-                line = rows_to_lines(i) if rows_to_lines else line_of_row(path, i)
+                place = f"line {rows_to_lines(i)}" if rows_to_lines else row_place(path, i)
                 raise ConfigError(
-                    f"file {path} line {line} {column}: cannot read {t[:60]!r} as integer block ids "
+                    f"file {path} {place} {column}: cannot read {t[:60]!r} as integer block ids "
                     f"separated by {'spaces' if sep == ' ' else repr(sep)}"
                 )
         raise ConfigError(f"file {path} {column}: malformed block ids")
@@ -515,7 +518,7 @@ def read_azure_csv(path: str | os.PathLike) -> Trace:
         raise ConfigError(f"trace file {path} has no data rows")
     if np.isnat(ts).any():
         i = int(np.argmax(np.isnat(ts)))
-        raise ConfigError(f"file {path} line {line_of_row(path, i)} column 'TIMESTAMP' is empty or not a time")
+        raise ConfigError(f"file {path} {row_place(path, i)} column 'TIMESTAMP' is empty or not a time")
     ns = ts.astype(np.int64)
     arrival = (ns - ns.min()).astype(np.float64) / 1e9
     # Production logs may hold 0-token entries: counted as 1 token (negatives are errors).
@@ -546,10 +549,7 @@ def read_mooncake_jsonl(
     last block's id included, for `Trace.iter_blocks` to re-block a chunk at a time)."""
     p = Path(path)
     source_block_size = check_block_size(source_block_size, "the trace's block size")
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read file {p}: {exc}") from None
+    raw = read_bytes(p)
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     lines = raw.split(b"\n")
@@ -737,9 +737,7 @@ def read_burstgpt_csv(
     bad = ~np.isfinite(ts) | (ts < 0)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ConfigError(
-            f"file {path} line {line_of_row(path, i)} column 'Timestamp': {float(ts[i])!r} is not a time >= 0"
-        )
+        raise ConfigError(f"file {path} {row_place(path, i)} column 'Timestamp': {float(ts[i])!r} is not a time >= 0")
     prompt = as_lengths(cols["Request tokens"], path, "Request tokens", clip_low=True)
     response = as_lengths(cols["Response tokens"], path, "Response tokens", minimum=0)
     keep = np.ones(ts.shape[0], dtype=bool)
