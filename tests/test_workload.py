@@ -381,6 +381,17 @@ def test_dataset_resolution_env(monkeypatch, tmp_path):
     assert isinstance(parse_length_law("arxiv"), Empirical)
 
 
+def test_an_empty_traces_variable_counts_as_unset(monkeypatch, tmp_path):
+    """As README says (the common Unix reading): `LLMSCHED_TRACES=` searches the default
+    folders, as no variable does."""
+    monkeypatch.delenv("LLMSCHED_TRACES", raising=False)
+    unset = ds.traces_dirs()
+    monkeypatch.setenv("LLMSCHED_TRACES", "")
+    assert ds.traces_dirs() == unset and all(d.name == "traces" and d.parent.name == "shared" for d in unset)
+    monkeypatch.setenv("LLMSCHED_TRACES", str(tmp_path))
+    assert ds.traces_dirs() == [tmp_path]
+
+
 def test_dataset_not_found_names_places(monkeypatch, tmp_path):
     monkeypatch.setenv("LLMSCHED_TRACES", str(tmp_path / "nowhere"))
     monkeypatch.chdir(tmp_path)
