@@ -162,3 +162,19 @@ def test_reproduce_help_says_what_seeds_sets(capsys):
     with pytest.raises(SystemExit):
         main(["reproduce", "--help"])
     assert "the queue runs use the first" in " ".join(capsys.readouterr().out.split())
+
+
+def test_prompt_help_and_the_readme_name_every_length_law(capsys):
+    """`replay:PATH[:COLUMN]` and `azure-conv` were read but named in neither."""
+    from pathlib import Path
+
+    from llmsched.workload.lengths import LAW_NAMES
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    workloads = " ".join(readme[readme.index("## Workloads") :].split("\n## ")[0].split())
+    for law in LAW_NAMES:
+        assert law in help_text, law
+        assert f"`{law}" in workloads, law

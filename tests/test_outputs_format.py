@@ -1,5 +1,7 @@
 """Output files: requests.csv is formatted with numpy a block of rows at a time; it must be
-byte for byte what csv.writer with f"{x:.9f}" per value writes. Also `python -m llmsched`."""
+byte for byte what csv.writer writes row by row, each time a whole number of ns written as
+seconds with nine decimals (the arrival as the simulator's clock rounds it). Also
+`python -m llmsched`."""
 
 import csv
 import io
@@ -16,10 +18,14 @@ from llmsched.sim.simulator import NS, RunStats
 
 
 def reference_requests_csv(r: SimResult) -> bytes:
-    """requests.csv as the row-by-row writer formats it: csv.writer, f"{x:.9f}", '' for NaN."""
+    """requests.csv as the row-by-row writer formats it: csv.writer, whole ns as seconds,
+    '' where not reached."""
 
-    def fmt(x):
-        return "" if math.isnan(x) else f"{x:.9f}"
+    def fmt(ns):
+        return "" if ns is None or ns < 0 else f"{ns // NS}.{ns % NS:09d}"
+
+    def arrival(a):  # the simulator's clock: the float product rounded, ties to even
+        return fmt(int(np.round(a * NS))) if math.isfinite(a) else f"{a:.9f}"
 
     buf = io.StringIO(newline="")
     w = csv.writer(buf)
@@ -39,21 +45,21 @@ def reference_requests_csv(r: SimResult) -> bytes:
             "finished",
         ]
     )
-    ttft, e2e, queue = r.ttft_s, r.e2e_s, r.queue_s
+    ttft, e2e, queue = (x.tolist() for x in (r.stats.ttft_ns, r.stats.e2e_ns, r.stats.queue_ns))
     done = r.stats.e2e_ns >= 0
 
     def tpot_ns(i):  # the mean gap rounded up to a whole ns, as goodput compares it
         gaps, total = int(r.output[i]) - 1, int(r.stats.e2e_ns[i]) - int(r.stats.ttft_ns[i])
         return -(-total // gaps) if done[i] and gaps > 0 and r.stats.ttft_ns[i] >= 0 else None
 
-    tpot = [math.nan if tpot_ns(i) is None else tpot_ns(i) / NS for i in range(len(r.prompt))]
+    tpot = [tpot_ns(i) for i in range(len(r.prompt))]
     for i in range(len(r.prompt)):
         tag = r.tag[i] if r.tag is not None else ""
         w.writerow(
             [
                 i,
                 tag,
-                f"{r.arrival_s[i]:.9f}",
+                arrival(r.arrival_s[i]),
                 int(r.prompt[i]),
                 int(r.output[i]),
                 fmt(queue[i]),
@@ -191,3 +197,31 @@ def test_serverless_tpot_agrees_with_goodput(tmp_path):
     meets = [float(x["tpot_s"]) * 1e3 <= 10.000001 if x["tpot_s"] else True for x in rows]
     assert rows[0]["tpot_s"] == "0.010000002"  # 30,000,005 ns over 3 gaps, rounded up
     assert sum(meets) / len(rows) == r.summary["goodput_share"] == 0  # every request finished
+
+
+def test_requests_csv_arrival_is_the_ns_the_simulator_ran(tmp_path):
+    """requests.csv wrote f"{arrival_s:.9f}", 1 ns away from the clock's np.round(arrival_s
+    * 1e9) near half a ns (0.17% of Poisson arrivals): replaying the file moved that
+    request's arrival and so its queue, TTFT and E2E by 1 ns."""
+    from llmsched.workload import Trace
+
+    arrival = np.array([1.5e-9, 2.5e-9, 0.1234567895, 1.0000000005, 3.1415926535])
+    first = tmp_path / "first"
+    r = llmsched.simulate(trace=Trace(arrival, np.full(5, 10), np.full(5, 3)), cost_model="const:1", out_dir=first)
+    with open(first / "requests.csv", newline="") as f:
+        written_arrival = [row["arrival_s"] for row in csv.DictReader(f)]
+    assert written_arrival == ["0.000000002", "0.000000002", "0.123456790", "1.000000000", "3.141592654"]
+    assert (r.request_columns()["arrival_s"] * NS == np.round(arrival * NS)).all()  # and so the Parquet table
+    again = tmp_path / "again"
+    llmsched.simulate(trace=str(first / "requests.csv"), cost_model="const:1", out_dir=again)
+    assert (again / "requests.csv").read_bytes() == (first / "requests.csv").read_bytes()
+
+
+def test_a_run_busy_from_its_first_arrival_is_busy_a_fraction_of_exactly_one():
+    """The run's span was end_ns - arrival_s * 1e9 (a float, not the ns the clock took):
+    1.0000001333 for three requests at 1.0000000004 s."""
+    from llmsched.workload import Trace
+
+    for at in (1.0000000004, 1.0000000006, 1057.470280):
+        r = llmsched.simulate(trace=Trace(np.full(3, at), np.full(3, 10), np.full(3, 3)), cost_model="const:1")
+        assert r.summary["busy_fraction"] == 1.0 and r.summary["duration"] == r.summary["busy_time_s"] == 0.003

@@ -356,6 +356,29 @@ def test_lines_of_spaces_are_blank_lines(tmp_path):
         read_trace(p)
 
 
+def test_blank_lines_before_the_header_are_skipped(tmp_path):
+    """The header was read from the first line only: a file starting with a blank line
+    was "empty"."""
+    from llmsched.workload.lengths import parse_length_law
+
+    p = tmp_path / "t.csv"
+    p.write_text("\n  \n,,\narrival_s,prompt_tokens,output_tokens,tag\n0,10,1,a\n\n1,20,2,b\n")
+    t = read_trace(p)
+    assert trace_format(p) == "plain" and t.prompt.tolist() == [10, 20] and t.tag.tolist() == ["a", "b"]
+    p.write_text("\n\narrival_s,prompt_tokens,output_tokens\n0,10,1\n1,x,2\n")  # named by its own line
+    with pytest.raises(ConfigError, match="line 5 column 'prompt_tokens': cannot read 'x' as a number"):
+        read_trace(p)
+    p.write_text("\n\narrival_s,prompt_tokens,output_tokens\n0,10,1\n-1,5,2\n")
+    with pytest.raises(ConfigError, match="line 5 column 'arrival_s'"):
+        read_trace(p)
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("\r\n   \r\nprompt_tokens\r\n7\r\n7\r\n")
+    assert parse_length_law(f"empirical:{lengths}", "prompt").sample(np.random.default_rng(0), 3).tolist() == [7, 7, 7]
+    p.write_text("\n \n")
+    with pytest.raises(ConfigError, match="t.csv is empty"):
+        read_trace(p)
+
+
 def test_csv_round_trip_keeps_partial_last_blocks(tmp_path):
     # kept at a source block size (read_trace(..., block_size=None)), a prompt's last block
     # may be partial: its id re-blocks into the full finer blocks it holds
@@ -498,3 +521,76 @@ def test_python_api_takes_the_trace_options():
         cost_model="paper", rate=2, num_requests=50, system_prompt=64, turns=2, think_time_s=1.0, verdict=False
     )
     assert r.summary["num_requests"] == 50 and r.config["workload"]["turns"] == "const:2"
+
+
+def test_gzip_compressed_files_are_read_as_the_text_they_hold(tmp_path):
+    """They failed with "'utf-8' codec can't decode byte 0x8b in position 1"."""
+    import gzip
+
+    from llmsched.workload.lengths import parse_length_law
+
+    plain = tmp_path / "t.csv"
+    plain.write_text("\narrival_s,prompt_tokens,output_tokens,tag\n0,10,1,a\n\n0.5,20,2,b\n")
+    packed = tmp_path / "t.csv.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert read_trace(packed) == read_trace(plain)
+    moon = tmp_path / "m.jsonl.gz"
+    moon.write_bytes(gzip.compress(MOONCAKE.read_bytes()))
+    assert trace_format(moon) == "mooncake" and read_trace(moon) == read_trace(MOONCAKE)
+    law = parse_length_law(f"empirical:{packed}", "output")
+    assert sorted(set(law.sample(np.random.default_rng(0), 50).tolist())) == [1, 2]
+    bad = tmp_path / "bad.csv.gz"
+    bad.write_bytes(gzip.compress(b"arrival_s,prompt_tokens,output_tokens\n0,10,1\n1,x,2\n"))
+    with pytest.raises(ConfigError, match="bad.csv.gz is malformed: line 3 column 'prompt_tokens'"):
+        read_trace(bad)
+    bad.write_bytes(packed.read_bytes()[:30])  # cut short
+    with pytest.raises(ConfigError, match="^cannot read file .*bad.csv.gz: "):
+        read_trace(bad)
+
+
+def test_a_binary_file_is_named_as_not_text(tmp_path, capsys):
+    from helpers import one_line_error
+
+    p = tmp_path / "t.csv"
+    p.write_bytes(b"\xff\xfe\x00arrival_s")
+    one_line_error(capsys, ["simulate", "--trace", str(p), "--out", ""], "t.csv: it is not UTF-8 text")
+
+
+def test_a_parquet_table_reads_as_its_csv(tmp_path, capsys, monkeypatch):
+    """`--parquet` writes requests.parquet beside requests.csv: given back as a trace (or a
+    length file), it failed with "'utf-8' codec can't decode byte"."""
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from helpers import one_line_error
+
+    from llmsched import simulate
+    from llmsched.workload.lengths import parse_length_law
+
+    run = tmp_path / "run"
+    result = simulate(
+        cost_model="const:1", rate=5, num_requests=30, prompt="uniform:5,50", output="const:3", out_dir=str(run)
+    )
+    result.write_parquet(run)
+    from_parquet, from_csv = read_trace(run / "requests.parquet"), read_trace(run / "requests.csv")
+    assert trace_format(run / "requests.parquet") == "plain" and from_parquet == from_csv
+    law = parse_length_law(f"empirical:{run / 'requests.parquet'}", "prompt")
+    assert law.expected() == pytest.approx(from_csv.prompt.mean())
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"arrival_s": [0.0, 1.0], "prompt_tokens": [5, 0], "output_tokens": [1, 1]}), bad)
+    with pytest.raises(ConfigError, match="row 2 column 'prompt_tokens': 0 tokens is below the minimum of 1"):
+        read_trace(bad)
+    pq.write_table(pa.table({"arrival_s": ["0", "soon"], "prompt_tokens": [5, 6], "output_tokens": [1, 1]}), bad)
+    with pytest.raises(ConfigError, match=r"column 'arrival_s' \(string\) cannot be read as numbers"):
+        read_trace(bad)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    one_line_error(
+        capsys,
+        ["simulate", "--trace", str(bad), "--out", ""],
+        "bad.parquet is a Parquet file: reading it needs pyarrow",
+    )
+    one_line_error(
+        capsys, ["simulate", "--prompt", f"empirical:{bad}:prompt_tokens", "--out", ""], "--prompt: ", "needs pyarrow"
+    )

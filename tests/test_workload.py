@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 import pytest
-from helpers import FULL_TRACES, TRACES
+from helpers import FULL_TRACES, TRACES, one_line_error
 
 from llmsched.cli import main
 from llmsched.core.errors import ConfigError
@@ -29,6 +30,7 @@ from llmsched.workload import (
     resolve_dataset,
 )
 from llmsched.workload import datasets as ds
+from llmsched.workload.csvio import MAX_LENGTH
 
 AZURE = TRACES / "azure_conv_2023" / "AzureLLMInferenceTrace_conv.csv"
 SHAREGPT = TRACES / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
@@ -379,6 +381,17 @@ def test_dataset_resolution_env(monkeypatch, tmp_path):
     assert isinstance(parse_length_law("arxiv"), Empirical)
 
 
+def test_an_empty_traces_variable_counts_as_unset(monkeypatch, tmp_path):
+    """As README says (the common Unix reading): `LLMSCHED_TRACES=` searches the default
+    folders, as no variable does."""
+    monkeypatch.delenv("LLMSCHED_TRACES", raising=False)
+    unset = ds.traces_dirs()
+    monkeypatch.setenv("LLMSCHED_TRACES", "")
+    assert ds.traces_dirs() == unset and all(d.name == "traces" and d.parent.name == "shared" for d in unset)
+    monkeypatch.setenv("LLMSCHED_TRACES", str(tmp_path))
+    assert ds.traces_dirs() == [tmp_path]
+
+
 def test_dataset_not_found_names_places(monkeypatch, tmp_path):
     monkeypatch.setenv("LLMSCHED_TRACES", str(tmp_path / "nowhere"))
     monkeypatch.chdir(tmp_path)
@@ -517,6 +530,42 @@ def test_lognormal_expected_is_the_mean_of_its_clipped_rounded_samples():
         x = law.sample(np.random.default_rng(0), 1_000_000)
         assert law.expected() == pytest.approx(x.mean(), rel=3e-3)
     assert Lognormal(1000, sigma=1.0, max=1500).expected() < 740
+
+
+def test_geometric_expected_counts_the_mass_piled_at_its_cap():
+    """`expected()` ignored the cap (`geometric:mean=1e9,max=2^30` averages 6.58e8, it said
+    1e9): samples past the cap are clipped to it, so E = mean (1 - q^cap)."""
+    from llmsched.workload.lengths import Geometric
+
+    for law in (Geometric(1e9, max=MAX_LENGTH), Geometric(256, max=10), Geometric(5e7, max=10**8), Geometric(1.5)):
+        x = law.sample(np.random.default_rng(0), 1_000_000)
+        assert x.max() <= law.upper
+        assert law.expected() == pytest.approx(x.mean(), rel=2e-3)
+    assert Geometric(1e9, max=MAX_LENGTH).expected() == pytest.approx(1e9 * (1 - math.exp(-MAX_LENGTH / 1e9)))
+
+
+@pytest.mark.parametrize(
+    "text, cut",
+    [
+        ("lognormal:mean=1000,sigma=8", "98.3%"),  # every sample 1 token: a sample mean of 2.4
+        ("lognormal:mean=1000,sigma=4", "4.7%"),  # 827 on average
+        ("lognormal:mean=1e6,cv=20", "2.7%"),
+        ("geometric:1e9", "34.2%"),
+        ("geometric:2.4e8", "1.1%"),
+    ],
+)
+def test_a_law_whose_mean_the_length_cap_cuts_is_refused(capsys, text, cut):
+    """Samples are capped at 2^30 tokens: these laws ran, silently far below their mean."""
+    line = one_line_error(capsys, ["simulate", "--prompt", text, "--out", ""], "--prompt: ", "capped at 1,073,741,824")
+    assert f"cuts {cut} off its mean" in line
+    one_line_error(capsys, ["simulate", "--output", text, "--out", ""], "--output: ", f"cuts {cut}")
+    assert parse_length_law(f"{text},max={MAX_LENGTH}").max == MAX_LENGTH  # a clip said on purpose
+
+
+def test_laws_within_the_length_cap_tolerance_keep_their_mean():
+    within = (("lognormal:mean=1000,sigma=3", 1000), ("geometric:2e8", 2e8), ("lognormal:mean=1e8,sigma=1", 1e8))
+    for text, mean in within:
+        assert parse_length_law(text).expected() == pytest.approx(mean, rel=0.01)
 
 
 def test_asking_a_trace_for_more_requests_than_it_has_says_so(tmp_path):

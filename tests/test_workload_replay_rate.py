@@ -144,3 +144,25 @@ def test_sweep_load_is_the_replayed_rate_over_lambda_star(drift):
     lam = critical_rate_of(cfg)
     assert cfg.workload["rate"] == pytest.approx(0.5 * lam)
     assert make_trace(cfg.workload).mean_rate == pytest.approx(0.5 * lam)
+
+
+def test_a_replay_past_one_request_a_nanosecond_is_refused(drift, capsys):
+    """`--rate 1e10` on a trace, or a `--time-scale` that speeds a trace or a synthetic
+    process past 1e9 req/s, ran with many requests on one clock tick."""
+    from helpers import one_line_error
+
+    with pytest.raises(ConfigError, match=r"cannot rescale the trace to 1e\+10 req/s: at most 1e\+09"):
+        make_trace(WorkloadSpec(trace=drift, rate=1e10, num_requests=11))
+    # the first 11 requests run at 1 req/s: time_scale 1e9 is one a nanosecond, just allowed
+    assert make_trace(WorkloadSpec(trace=drift, time_scale=1e9, num_requests=11)).mean_rate == pytest.approx(1e9)
+    with pytest.raises(ConfigError, match=r"11 requests replayed at time_scale 2e\+09 arrive at a mean rate of 2e\+09"):
+        make_trace(WorkloadSpec(trace=drift, time_scale=2e9, num_requests=11))
+    assert make_trace(WorkloadSpec(trace=drift, rate=1e9, num_requests=11)).mean_rate == pytest.approx(1e9)
+    with pytest.raises(ConfigError, match=r"workload.trace: .*at most 1e\+09"):
+        make_serverless_requests(load_serverless(_serverless({"trace": drift, "rate": 1e10})))
+    with pytest.raises(ConfigError, match=r"workload.trace: .*time_scale 1e\+12"):
+        make_serverless_requests(load_serverless(_serverless({"trace": drift, "time_scale": 1e12})))
+    synthetic = ["simulate", "--cost-model", "const:1", "--prompt", "10", "--output", "2", "--num-requests", "5"]
+    one_line_error(capsys, [*synthetic, "--rate", "1e9", "--time-scale", "1000", "--out", ""], "offers 1e+12 req/s")
+    one_line_error(capsys, ["simulate", "--trace", drift, "--rate", "1e10", "--out", ""], "at most 1e+09")
+    one_line_error(capsys, ["simulate", "--trace", drift, "--time-scale", "1e12", "--out", ""], "mean rate of")

@@ -286,7 +286,7 @@ def add_workload_args(p: argparse.ArgumentParser, rate_help: str | None = None, 
     g.add_argument(
         "--prompt",
         help="prompt length law: const:N, uniform:LO,HI, geometric:MEAN, "
-        "lognormal:mean=M,sigma=S, empirical:PATH[:COL], sharegpt, arxiv "
+        "lognormal:mean=M,sigma=S, empirical:PATH[:COL], replay:PATH[:COL], sharegpt, arxiv, azure-conv "
         "(default lognormal:mean=1024,sigma=1.0,max=8192)",
     )
     g.add_argument("--output", help="output length law, the same forms (default geometric:mean=256,max=2048)")

@@ -4,7 +4,8 @@ requests.csv holds one row per request, so it is formatted a block of rows at a 
 numpy: every field becomes an (n, width) matrix of ASCII bytes with a mask of the bytes
 it uses (numbers right-aligned, strings left-aligned), the fields and separators are laid
 side by side, and the masked bytes read in row order are the CSV text. The output is
-byte for byte what `csv.writer` with f"{x:.9f}" writes (tests/test_outputs_format.py).
+byte for byte what `csv.writer` writes, times (whole ns) as seconds with nine decimals
+(tests/test_outputs_format.py).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def digits(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class FixedField:
-    """Numbers as f"{x:.9f}" (non-negative), blank where `blank` is set: integer part
+    """Non-negative numbers with nine decimals, blank where `blank` is set: integer part
     `ip` and nine decimals `frac`."""
 
     def __init__(self, ip: np.ndarray, frac: np.ndarray, blank: np.ndarray | None):
@@ -93,36 +94,6 @@ class FixedField:
         if self.blank is not None:
             mask[self.blank] = False
         return out, mask
-
-
-def fixed9(x: np.ndarray, blank_nan: bool) -> FixedField | None:
-    """`x` rounded to nine decimals exactly as f"{x:.9f}" rounds it (correctly rounded,
-    ties to even), as integers; None if some value is negative, infinite or too large."""
-    x = np.asarray(x, dtype=np.float64)
-    nan = np.isnan(x)
-    blank = nan if blank_nan and nan.any() else None
-    if blank is not None:
-        x = np.where(nan, 0.0, x)
-    elif nan.any():
-        return None
-    if len(x) and not (x.min() >= 0 and x.max() < 2.0**53):
-        return None
-    ipf = np.floor(x)
-    p = (x - ipf) * 1e9  # x - floor(x) is exact; the product is within 6e-8 of the true value
-    q = np.floor(p)
-    d = p - q
-    ip = ipf.astype(np.int64)
-    frac = q.astype(np.int64) + (d > 0.5)
-    near_tie = np.abs(d - 0.5) < 1e-6
-    if near_tie.any():  # rounding too close to call in binary: ask Python, as the old code did
-        for i in np.flatnonzero(near_tie):
-            a, b = f"{x[i]:.9f}".split(".")
-            ip[i], frac[i] = int(a), int(b)
-    carry = frac >= 1_000_000_000
-    if carry.any():
-        ip[carry] += 1
-        frac[carry] -= 1_000_000_000
-    return FixedField(ip, frac, blank)
 
 
 class StrField:

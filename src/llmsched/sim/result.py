@@ -20,7 +20,7 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import PARQUET_TABLES, STALE_FIGURES, check_out_dir, check_run_dir, clear_stale, run_kind
-from .csv_rows import CHUNK, IntField, NotFormattable, fixed9, format_rows, tag_field
+from .csv_rows import CHUNK, IntField, NotFormattable, format_rows, seconds_field, tag_field
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
 
@@ -150,10 +150,16 @@ class SimResult:
         return self.stats.e2e_ns >= 0
 
     @property
+    def arrival_ns(self) -> np.ndarray:
+        """Arrival times in whole ns as the simulator's clock takes them (float64: NaN or
+        inf stay as they are); every time the result reports is measured from these."""
+        return np.round(np.asarray(self.arrival_s, dtype=np.float64) * NS)
+
+    @property
     def arrived(self) -> np.ndarray:
         """True for the requests that arrived before the simulation stopped; False for
         those of the trace after a `max_time_s` stop (they never reached the server)."""
-        return _arrived(self.arrival_s, self.stats.end_ns, self.stats.stop_ns)
+        return _arrived(self.arrival_ns, self.stats.end_ns, self.stats.stop_ns)
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -189,9 +195,11 @@ class SimResult:
     def _make_summary(self) -> dict:
         st = self.stats
         done = self.finished
-        start = float(self.arrival_s.min()) if len(self.arrival_s) else 0.0
-        last = float(np.max(self.arrival_s[done] + self.e2e_s[done])) if done.any() else None
-        duration = run_duration(start if len(self.arrival_s) else None, last, st.end_ns / NS)
+        # in whole ns, as the clock ran: busy time over the run's span is at most 1 exactly
+        arrival_ns = self.arrival_ns
+        start_ns = int(arrival_ns.min()) if len(arrival_ns) else 0
+        last_ns = int(np.max(arrival_ns[done] + st.e2e_ns[done])) if done.any() else None
+        duration = run_duration(start_ns if len(arrival_ns) else None, last_ns, st.end_ns) / NS
         n_in = int(self.prompt[done].sum())
         n_out = int(self.output[done].sum())
         s = {
@@ -223,12 +231,12 @@ class SimResult:
         s["max_batch_size"] = int(max(st.batch_hist, default=0))
         s["busy_time_s"] = st.busy_ns / NS
         s["sim_end_s"] = st.end_ns / NS
-        s["busy_fraction"] = st.busy_ns / max(st.end_ns - start * NS, 1)
+        s["busy_fraction"] = st.busy_ns / max(st.end_ns - start_ns, 1)
         s["preemptions"] = int(st.preemptions.sum())
         if st.prefix is not None:
             s["prefix_cache"] = dict(st.prefix)
         # None, not an epsilon's absurd figure, when every request arrives at once
-        span = float(self.arrival_s.max()) - start if len(self.prompt) > 1 else 0.0
+        span = float(self.arrival_s.max() - self.arrival_s.min()) if len(self.prompt) > 1 else 0.0
         s["offered_token_rate"] = float((self.prompt + self.output - 1).sum() / span) if span > 0 else None
         s["wall_s"] = self.wall_s
         s.update(self.stability)
@@ -269,9 +277,12 @@ class SimResult:
     )
 
     def request_rows(self):
-        """Rows of requests.csv as Python values (strings for the times, '' where not reached)."""
-        ttft, e2e, queue = self.ttft_s, self.e2e_s, self.queue_s
-        tpot = _seconds(tpot_ceil_ns(self.output, self.stats.e2e_ns, self.stats.ttft_ns))
+        """Rows of requests.csv as Python values (strings for the times, '' where not
+        reached): every time in whole ns, the arrival as the simulator's clock took it."""
+        st = self.stats
+        ttft, e2e, queue = st.ttft_ns.tolist(), st.e2e_ns.tolist(), st.queue_ns.tolist()
+        tpot = tpot_ceil_ns(self.output, st.e2e_ns, st.ttft_ns).tolist()
+        arrival_ns = self.arrival_ns.tolist()
         finished = self.finished.tolist()
         arrived = self.arrived.tolist()
         preempts = self.stats.preemptions.tolist()
@@ -281,13 +292,13 @@ class SimResult:
             yield (
                 i,
                 tags[i],
-                f"{a:.9f}",
+                _ns_text(int(arrival_ns[i])) if abs(a) < _MAX_ARRIVAL_S else f"{a:.9f}",
                 int(prompt[i]),
                 int(output[i]),
-                _fmt(queue[i]),
-                _fmt(ttft[i]),
-                _fmt(tpot[i]),
-                _fmt(e2e[i]),
+                _time_text(queue[i]),
+                _time_text(ttft[i]),
+                _time_text(tpot[i]),
+                _time_text(e2e[i]),
                 int(preempts[i]),
                 int(arrived[i]),
                 int(finished[i]),
@@ -300,7 +311,7 @@ class SimResult:
         return {
             "id": np.arange(n, dtype=np.int64),
             "tag": np.asarray(self.tag, dtype=object) if self.tag is not None else np.full(n, "", dtype=object),
-            "arrival_s": np.asarray(self.arrival_s, dtype=np.float64),
+            "arrival_s": self.arrival_ns / NS,
             "prompt_tokens": np.asarray(self.prompt, dtype=np.int64),
             "output_tokens": np.asarray(self.output, dtype=np.int64),
             "queue_s": self.queue_s,
@@ -438,11 +449,12 @@ class SimResult:
     def _request_blocks(self):
         """requests.csv's fields for `format_rows`, a block of rows at a time (bounded
         scratch memory). Raises NotFormattable for a value that needs the row-by-row
-        writer: a negative or non-finite arrival or time, a negative count."""
+        writer: a negative, huge or non-finite arrival, a negative count. Times are whole ns."""
         st = self.stats
         n = len(self.prompt)
         prompt, output = np.asarray(self.prompt), np.asarray(self.output)
         arrival = np.asarray(self.arrival_s, dtype=np.float64)
+        arrival_ns = self.arrival_ns
         tags = tag_field(self.tag, n)
         arrived_all = self.arrived
         for lo in range(0, n, CHUNK):
@@ -450,7 +462,6 @@ class SimResult:
             e2e_ns = st.e2e_ns[lo:hi]
             out = output[lo:hi]
             finished = e2e_ns >= 0
-            ttft, e2e = _seconds(st.ttft_ns[lo:hi]), _seconds(e2e_ns)
             ints = [
                 np.arange(lo, hi, dtype=np.int64),
                 prompt[lo:hi].astype(np.int64),
@@ -459,17 +470,16 @@ class SimResult:
                 arrived_all[lo:hi].astype(np.int64),
                 finished.astype(np.int64),
             ]
-            if any(len(v) and v.min() < 0 for v in ints) or not np.isfinite(arrival[lo:hi]).all():
+            a = arrival[lo:hi]
+            if any(len(v) and v.min() < 0 for v in ints) or not ((a >= 0) & (a < _MAX_ARRIVAL_S)).all():
                 raise NotFormattable
             fixed = [
-                fixed9(arrival[lo:hi], blank_nan=False),
-                fixed9(_seconds(st.queue_ns[lo:hi]), blank_nan=True),
-                fixed9(ttft, blank_nan=True),
-                fixed9(_seconds(tpot_ceil_ns(out, e2e_ns, st.ttft_ns[lo:hi])), blank_nan=True),
-                fixed9(e2e, blank_nan=True),
+                seconds_field(arrival_ns[lo:hi].astype(np.int64)),
+                seconds_field(st.queue_ns[lo:hi]),
+                seconds_field(st.ttft_ns[lo:hi]),
+                seconds_field(tpot_ceil_ns(out, e2e_ns, st.ttft_ns[lo:hi])),
+                seconds_field(e2e_ns),
             ]
-            if any(x is None for x in fixed):
-                raise NotFormattable
             rid, p, o, pre, arr, fin = (IntField(v) for v in ints)
             yield [rid, tags[lo:hi], fixed[0], p, o, *fixed[1:], pre, arr, fin]
 
@@ -569,11 +579,10 @@ def per_second(count: int, duration: float) -> float | None:
     return 0.0 if count == 0 else None
 
 
-def _arrived(arrival_s: np.ndarray, end_ns: int, stop_ns: int | None = None) -> np.ndarray:
+def _arrived(at: np.ndarray, end_ns: int, stop_ns: int | None = None) -> np.ndarray:
     """The simulator's own test: a request joins the queue once the clock (integer ns)
-    reaches its arrival, before a `max_time_s` stop at `stop_ns` (the clock may run on to
-    the end of the step across it, `end_ns`, but no request arrives then)."""
-    at = np.round(np.asarray(arrival_s, dtype=np.float64) * NS)
+    reaches its arrival `at` (ns), before a `max_time_s` stop at `stop_ns` (the clock may
+    run on to the end of the step across it, `end_ns`, but no request arrives then)."""
     return (at <= end_ns) & (at < stop_ns) if stop_ns is not None else at <= end_ns
 
 
@@ -601,5 +610,16 @@ def _tpot(finished: np.ndarray, output: np.ndarray, e2e_s: np.ndarray, ttft_s: n
     return out
 
 
-def _fmt(x: float) -> str:
-    return "" if math.isnan(x) else f"{x:.9f}"
+#: arrivals in seconds whose ns count fits an int64 with room to spare
+_MAX_ARRIVAL_S = 2.0**62 / NS
+
+
+def _ns_text(ns: int) -> str:
+    """Whole nanoseconds as seconds with nine decimals."""
+    whole, frac = divmod(abs(ns), NS)
+    return f"{'-' if ns < 0 else ''}{whole}.{frac:09d}"
+
+
+def _time_text(ns: int) -> str:
+    """A time in ns as requests.csv writes it: '' where not reached (negative)."""
+    return "" if ns < 0 else _ns_text(ns)

@@ -3,13 +3,19 @@
 Numeric columns are parsed by `numpy.loadtxt` (C speed: a million rows in about a
 second). When numpy rejects a file, a slow line-by-line pass finds the first bad line
 so that the `ConfigError` can name the file, the line and the column.
+
+A gzip-compressed file is read as the text it holds; a Parquet file (told by its first
+bytes, as `--parquet` writes requests.parquet) as a table of the same columns, with
+pyarrow (a one-line ConfigError when it is not installed).
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import os
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -17,47 +23,128 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..core.request import MAX_LENGTH
 
-__all__ = ["read_header", "read_columns", "line_of_row", "as_lengths"]
+__all__ = ["read_header", "read_columns", "row_place", "as_lengths", "open_bytes", "read_bytes"]
+
+GZIP_MAGIC = b"\x1f\x8b"
+PARQUET_MAGIC = b"PAR1"
+# what reading a damaged, truncated or binary file raises
+_READ_ERRORS = (OSError, EOFError, zlib.error, csv.Error)
+
+
+def _magic(p: Path) -> bytes:
+    try:
+        with open(p, "rb") as fh:
+            return fh.read(4)
+    except OSError as exc:
+        raise ConfigError(f"cannot read file {p}: {exc}") from None
+
+
+def _gzipped(p: Path) -> bool:
+    return _magic(p).startswith(GZIP_MAGIC)
+
+
+def _is_parquet(p: Path) -> bool:
+    return _magic(p) == PARQUET_MAGIC
 
 
 def _open_text(path: Path):
+    if _gzipped(path):
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
     return open(path, encoding="utf-8-sig", newline="")
 
 
-def read_header(path: str | os.PathLike) -> list[str]:
-    """Column names of a CSV file (first line), stripped of spaces; ConfigError if absent."""
+def open_bytes(path: str | os.PathLike):
+    """The file opened for binary reading, decompressed if gzip-compressed."""
     p = Path(path)
+    return gzip.open(p, "rb") if _gzipped(p) else open(p, "rb")
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The file's bytes (decompressed if gzip-compressed); ConfigError if unreadable."""
+    try:
+        with open_bytes(path) as fh:
+            return fh.read()
+    except _READ_ERRORS as exc:
+        raise ConfigError(f"cannot read file {path}: {exc}") from None
+
+
+def _unreadable(p: Path, exc: Exception) -> ConfigError:
+    if isinstance(exc, UnicodeDecodeError):
+        return ConfigError(
+            f"cannot read file {p}: it is not UTF-8 text (byte {exc.start}); give a CSV file, plain or "
+            "gzip-compressed, or a Parquet table"
+        )
+    return ConfigError(f"cannot read file {p}: {exc}")
+
+
+def _pyarrow(p: Path):
+    """pyarrow and its Parquet module, or a one-line ConfigError naming the file."""
+    try:
+        import pyarrow as pa  # noqa: PLC0415 - optional, and slow to import
+        import pyarrow.parquet as pq  # noqa: PLC0415
+    except ImportError:
+        raise ConfigError(
+            f"file {p} is a Parquet file: reading it needs pyarrow, which is not installed "
+            "(pip install 'llmsched[analysis]'), or give the table as CSV"
+        ) from None
+    return pa, pq
+
+
+def _blank(fields: list[str]) -> bool:
+    """A line of nothing but spaces, or empty fields."""
+    return all(not f.strip() for f in fields)
+
+
+def read_header(path: str | os.PathLike) -> list[str]:
+    """Column names of a CSV file (its first non-blank line), stripped of spaces;
+    ConfigError if absent."""
+    return _header(Path(path))[0]
+
+
+def _header(p: Path) -> tuple[list[str], int]:
+    """(column names, lines up to and including the header line: 0 for Parquet)."""
     if not p.exists():
         raise ConfigError(f"file {p} does not exist")
     if not p.is_file():
         raise ConfigError(f"{p} is not a file")
+    if _is_parquet(p):
+        pa, pq = _pyarrow(p)
+        try:
+            return [str(name).strip() for name in pq.read_schema(p).names], 0
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise ConfigError(f"cannot read file {p}: {exc}") from None
     try:
         with _open_text(p) as fh:
-            first = fh.readline()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read file {p}: {exc}") from None
-    if not first.strip():
-        raise ConfigError(f"file {p} is empty (expected a CSV header line)")
-    return [name.strip() for name in next(csv.reader([first]))]
+            reader = csv.reader(fh)
+            for fields in reader:
+                if not _blank(fields):
+                    return [name.strip() for name in fields], reader.line_num
+    except (*_READ_ERRORS, UnicodeDecodeError) as exc:
+        raise _unreadable(p, exc) from None
+    raise ConfigError(f"file {p} is empty (expected a CSV header line)")
 
 
 def _data_rows(p: Path):
     """Yield (line_number, fields) for each non-blank data line after the header."""
     with _open_text(p) as fh:
         reader = csv.reader(fh)
-        next(reader, None)
         for fields in reader:
-            if not fields or all(not f.strip() for f in fields):
-                continue
-            yield reader.line_num, fields
+            if not _blank(fields):
+                break  # the header
+        for fields in reader:
+            if not _blank(fields):
+                yield reader.line_num, fields
 
 
-def line_of_row(path: str | os.PathLike, row: int) -> int:
-    """File line number (1-based, header is line 1) of data row `row` (0-based)."""
+def row_place(path: str | os.PathLike, row: int) -> str:
+    """Where data row `row` (0-based) is in the file: 'line N' of a CSV file (1-based,
+    blank lines and the header counted), 'row N' of a Parquet table (1-based)."""
+    if _is_parquet(Path(path)):
+        return f"row {row + 1}"
     for i, (line, _) in enumerate(_data_rows(Path(path))):
         if i == row:
-            return line
-    return -1
+            return f"line {line}"
+    return "line ?"
 
 
 def _locate_error(p: Path, header: list[str], cols: dict[str, int], kinds: dict[str, str]) -> str:
@@ -97,7 +184,7 @@ def read_columns(
     error).
     """
     p = Path(path)
-    header = read_header(p)
+    header, header_lines = _header(p)
     optional = optional or {}
     cols: dict[str, int] = {}
     kinds: dict[str, str] = {}
@@ -109,8 +196,10 @@ def read_columns(
             kinds[name] = kind
         elif name in wanted:
             raise ConfigError(f"file {p} has no column '{name}' (its header is: {','.join(header)})")
+    if _is_parquet(p):
+        return _parquet_columns(p, kinds)
     try:
-        out = _parse(p, cols, kinds)
+        out = _parse(_text_lines(p) if _gzipped(p) else p, cols, kinds, header_lines)
     except (ValueError, IndexError) as exc:
         where = _locate_error(p, header, cols, kinds)
         if where:
@@ -118,12 +207,37 @@ def read_columns(
         # every line the slow pass reads is good: numpy stopped at a line of spaces or empty
         # fields, blank here as a line with nothing is (numpy skips only the latter)
         try:
-            out = _parse(_unblanked(p), cols, kinds)
+            out = _parse(_unblanked(p), cols, kinds, 1)
         except (ValueError, IndexError):
             raise ConfigError(f"file {p} is malformed: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read file {p}: {exc}") from None
+    except (*_READ_ERRORS, UnicodeDecodeError) as exc:
+        raise _unreadable(p, exc) from None
     _check_widths(p, len(header))
+    return out
+
+
+def _parquet_columns(p: Path, kinds: dict[str, str]) -> dict[str, np.ndarray]:
+    """The columns `kinds` names of a Parquet table, as `read_columns` gives a CSV's."""
+    pa, pq = _pyarrow(p)
+    try:
+        table = pq.read_table(p, columns=list(kinds))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise ConfigError(f"cannot read file {p}: {exc}") from None
+    out: dict[str, np.ndarray] = {}
+    for name, kind in kinds.items():
+        col = table.column(name)
+        if kind == "datetime" and pa.types.is_timestamp(col.type):
+            out[name] = col.to_numpy().astype("datetime64[ns]")
+            continue
+        try:
+            if kind == "float":
+                out[name] = col.cast(pa.float64()).to_numpy()  # missing values: NaN
+            else:
+                text = np.char.strip(col.cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False).astype(str))
+                out[name] = text.astype("datetime64[ns]") if kind == "datetime" else text
+        except (ValueError, pa.ArrowException):
+            what = "numbers" if kind == "float" else "timestamps like 2023-11-16 18:15:46.6805900"
+            raise ConfigError(f"file {p} column '{name}' ({col.type}) cannot be read as {what}") from None
     return out
 
 
@@ -154,22 +268,26 @@ def _check_widths(p: Path, width: int) -> None:
             )
 
 
-def _unblanked(p: Path) -> list[str]:
-    """The file's lines without those of nothing but spaces and commas (header kept)."""
+def _text_lines(p: Path) -> list[str]:
     with _open_text(p) as fh:
-        lines = fh.read().splitlines()
-    return lines[:1] + [line for line in lines[1:] if line.strip(" \t,")]
+        return fh.read().splitlines()
 
 
-def _parse(source, cols: dict[str, int], kinds: dict[str, str]) -> dict[str, np.ndarray]:
-    """numpy's parse of the columns `cols` (name -> field index) of a file or its lines."""
+def _unblanked(p: Path) -> list[str]:
+    """The file's lines without those of nothing but spaces and commas (the header first)."""
+    return [line for line in _text_lines(p) if line.strip(" \t,")]
+
+
+def _parse(source, cols: dict[str, int], kinds: dict[str, str], skip: int) -> dict[str, np.ndarray]:
+    """numpy's parse of the columns `cols` (name -> field index) of a file or its lines,
+    after its first `skip` lines (the header and any blank lines before it)."""
     out: dict[str, np.ndarray] = {}
 
     def load(usecols, ndmin, dtype):
         return np.loadtxt(
             source,
             delimiter=",",
-            skiprows=1,
+            skiprows=skip,
             comments=None,
             quotechar='"',
             usecols=usecols,
@@ -207,22 +325,20 @@ def as_lengths(
     if bad.any():
         i = int(np.argmax(bad))
         raise ConfigError(
-            f"file {path} line {line_of_row(path, i)} column '{column}': "
-            f"{float(v[i])!r} is not a whole number of tokens"
+            f"file {path} {row_place(path, i)} column '{column}': {float(v[i])!r} is not a whole number of tokens"
         )
     floor = 0 if clip_low else minimum
     low = v < floor
     if low.any():
         i = int(np.argmax(low))
         raise ConfigError(
-            f"file {path} line {line_of_row(path, i)} column '{column}': "
-            f"{int(v[i])} tokens is below the minimum of {floor}"
+            f"file {path} {row_place(path, i)} column '{column}': {int(v[i])} tokens is below the minimum of {floor}"
         )
     high = v > MAX_LENGTH
     if high.any():
         i = int(np.argmax(high))
         raise ConfigError(
-            f"file {path} line {line_of_row(path, i)} column '{column}': "
+            f"file {path} {row_place(path, i)} column '{column}': "
             f"{float(v[i]):g} tokens is above the maximum of {MAX_LENGTH}"
         )
     out = v.astype(np.int64)

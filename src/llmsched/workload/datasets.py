@@ -1,7 +1,7 @@
 """Named real-workload files (kept outside the project, in a shared `traces` folder).
 
 The traces folder: `$LLMSCHED_TRACES` when it is set (only there: a wrong folder is an
-error, not a silent fallback); otherwise `../shared/traces` relative to the current
+error, not a silent fallback; the empty string counts as unset); otherwise `../shared/traces` relative to the current
 directory, then relative to the repository root (the folder above `src/`). The data
 files are never copied into the project.
 """
@@ -40,7 +40,7 @@ def _repo_root() -> Path:
 
 def traces_dirs() -> list[Path]:
     """Candidate traces folders, in search order, each once: `$LLMSCHED_TRACES` alone when
-    set, else `../shared/traces` from the current directory and from the repository root
+    set (and not empty), else `../shared/traces` from the current directory and from the repository root
     (one folder when run from the root)."""
     env = os.environ.get(ENV_VAR)
     if env:

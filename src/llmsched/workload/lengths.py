@@ -24,6 +24,10 @@ tokens = num_decode_tokens (the number of generated tokens), each raised to at l
 (The simulator counts output token 1 as emitted by the last prefill step, so such a
 request needs num_decode_tokens - 1 decode steps; docs/stability.md "Work and capacity".)
 
+Samples are capped at MAX_LENGTH (2^30) tokens. A geometric or lognormal law without max=
+whose mean that cap would cut by more than CAP_MEAN_TOLERANCE (1%) is refused; with max=,
+`expected()` is the mean of the clipped law.
+
 When prompt and output both come from the same file (same mode), a request's prompt and
 output are read from the same row, which keeps their correlation (see `sample_pair`).
 """
@@ -90,6 +94,24 @@ def _pos_float(value, what: str) -> float:
     if f > MAX_LENGTH:
         raise ConfigError(f"{what} must be at most {MAX_LENGTH}, got {value!r}")
     return f
+
+
+#: how far the sampler's cap at MAX_LENGTH may pull a law's mean below the mean it states
+CAP_MEAN_TOLERANCE = 0.01
+
+
+def _check_cap_loss(law: str, loss: float) -> None:
+    """Refuse a law without max= whose samples, capped at MAX_LENGTH, lose more than
+    CAP_MEAN_TOLERANCE of its stated mean (`loss`, a share of it)."""
+    if loss > CAP_MEAN_TOLERANCE:
+        raise ConfigError(
+            f"{law}: samples are capped at {MAX_LENGTH:,} tokens, which cuts {loss:.1%} off its mean "
+            f"(at most {CAP_MEAN_TOLERANCE:.0%}): use a smaller mean or spread, or say max= to clip on purpose"
+        )
+
+
+def _normal_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
 
 
 class LengthLaw:
@@ -161,18 +183,27 @@ class Geometric(LengthLaw):
         object.__setattr__(self, "mean", m)
         if self.max is not None:
             object.__setattr__(self, "max", _pos_int(self.max, "geometric max"))
+        else:
+            _check_cap_loss(self.to_str(), self._tail(MAX_LENGTH))
+
+    def _tail(self, m: int) -> float:
+        """P(X > m) = q^m, q = 1 - 1/mean."""
+        return math.exp(m * math.log1p(-1.0 / self.mean)) if self.mean > 1 else 0.0
 
     def sample(self, rng, n):
         x = rng.geometric(1.0 / self.mean, size=n).astype(np.int64, copy=False)
         # (as lognormal: never past the longest length a trace can hold)
-        np.minimum(x, MAX_LENGTH if self.max is None else self.max, out=x)  # (max is at most MAX_LENGTH)
+        np.minimum(x, self.upper, out=x)
         return x
 
+    @property
+    def upper(self) -> int:
+        """Where samples are clipped: `max`, else MAX_LENGTH (max is at most MAX_LENGTH)."""
+        return MAX_LENGTH if self.max is None else self.max
+
     def expected(self):
-        if self.max is None:
-            return self.mean
-        q = 1.0 - 1.0 / self.mean  # E[min(X, M)] = sum_{k<M} q^k
-        return (1.0 - q**self.max) / (1.0 - q) if q > 0 else 1.0
+        """E[min(X, M)] = sum_{k<M} q^k = mean (1 - q^M), M = `upper` (the mass past M piles at M)."""
+        return self.mean * (1.0 - self._tail(self.upper))
 
     def to_str(self):
         s = f"geometric:mean={_fmt(self.mean)}"
@@ -201,6 +232,16 @@ class Lognormal(LengthLaw):
             object.__setattr__(self, "cv", _pos_float(self.cv, "lognormal cv"))
         if self.max is not None:
             object.__setattr__(self, "max", _pos_int(self.max, "lognormal max"))
+        else:
+            _check_cap_loss(self.to_str(), self._cap_loss())
+
+    def _cap_loss(self) -> float:
+        """E[(X - MAX_LENGTH)+] / mean, the share of the mean the sampler's cap cuts (in
+        closed form: the lognormal's partial expectation past the cap; rounding, under a
+        token a sample, does not count)."""
+        s = self.log_sigma
+        d1 = (math.log(self.mean) + 0.5 * s * s - math.log(MAX_LENGTH)) / s
+        return max(0.0, _normal_cdf(d1) - MAX_LENGTH / self.mean * _normal_cdf(d1 - s))
 
     @property
     def log_sigma(self) -> float:

@@ -46,7 +46,7 @@ from ..core.checks import strict_keywords
 from ..core.errors import ConfigError, warn
 from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
-from .arrivals import MAX_REQUESTS, check_cv, check_rate, make_arrival_process
+from .arrivals import MAX_RATE, MAX_REQUESTS, check_cv, check_rate, make_arrival_process
 from .blocks import DEFAULT_BLOCK_SIZE, check_block_size, reblock
 from .conversations import conversation_turns, stream_blocks
 from .csvio import MAX_LENGTH
@@ -304,6 +304,11 @@ class WorkloadSpec:
         make_arrival_process(self.arrival, self.rate if self.rate is not None else 1.0, self.cv)
         if self.rate is None:
             raise ConfigError(f"{self.arrival} arrivals need a rate (requests per second)")
+        if self.rate * self.time_scale > MAX_RATE:
+            raise ConfigError(
+                f"rate {self.rate:g} req/s at time_scale {self.time_scale:g} offers {self.rate * self.time_scale:.3g} "
+                f"req/s, over {MAX_RATE:g} (one a nanosecond, the simulator's clock tick)"
+            )
         if self.num_requests is None and self.duration_s is None:
             raise ConfigError(f"{self.arrival} arrivals need num_requests or duration_s to know when to stop")
         for role in ("prompt", "output"):

@@ -18,8 +18,10 @@ File formats, told apart by the first line (`trace_format`; docs/workloads.md):
   are dropped and counted in a `TraceWarning`.
 - Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`
   (ids of 512-token blocks), which become block ids.
-Rows out of time order are sorted (stably) by arrival time when a file is read; a bad row
-is a ConfigError naming the file, its line and the column or key.
+Any of them may be gzip-compressed, and the CSV formats' columns may come as a Parquet
+table (`csvio`). Rows out of time order are sorted (stably) by arrival time when a file is
+read; a bad row is a ConfigError naming the file, its line (a table's row) and the column
+or key.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+import zlib
 from dataclasses import dataclass, replace
 from itertools import compress
 from pathlib import Path
@@ -35,8 +38,9 @@ import numpy as np
 
 from ..core.errors import ConfigError, InputWarning
 from ..core.request import Request
+from .arrivals import MAX_RATE
 from .blocks import DEFAULT_BLOCK_SIZE, as_tuples, cap_rows, chain_ragged, check_block_size, reblock, take_rows
-from .csvio import MAX_LENGTH, as_lengths, line_of_row, read_columns, read_header
+from .csvio import MAX_LENGTH, as_lengths, open_bytes, read_bytes, read_columns, read_header, row_place
 from .datasets import resolve_path
 
 __all__ = [
@@ -416,14 +420,14 @@ FORMATS = {
 
 
 def trace_format(path: str | os.PathLike) -> str:
-    """'plain', 'azure', 'burstgpt' or 'mooncake' from a file's first line; ConfigError
+    """'plain', 'azure', 'burstgpt' or 'mooncake' from a file's first non-blank line; ConfigError
     (one line naming the formats) for anything else."""
     p = Path(path)
     if p.is_file():
         try:
-            with open(p, "rb") as fh:
+            with open_bytes(p) as fh:
                 first = fh.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n")
-        except OSError as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise ConfigError(f"cannot read file {p}: {exc}") from None
         if first.startswith(b"{"):
             return "mooncake"
@@ -463,7 +467,7 @@ def read_plain_csv(path: str | os.PathLike) -> Trace:
     if bad.any():
         i = int(np.argmax(bad))
         raise ConfigError(
-            f"file {path} line {line_of_row(path, i)} column 'arrival_s': {float(arrival[i])!r} is not a time >= 0"
+            f"file {path} {row_place(path, i)} column 'arrival_s': {float(arrival[i])!r} is not a time >= 0"
         )
     prompt = as_lengths(cols["prompt_tokens"], path, "prompt_tokens")
     output = as_lengths(cols["output_tokens"], path, "output_tokens")
@@ -477,7 +481,7 @@ def read_plain_csv(path: str | os.PathLike) -> Trace:
         if over.any():
             i = int(np.argmax(over))
             raise ConfigError(
-                f"file {path} line {line_of_row(path, i)} column '{name}': {int(counts[i])} block ids for a "
+                f"file {path} {row_place(path, i)} column '{name}': {int(counts[i])} block ids for a "
                 f"{int(prompt[i])}-token prompt (at most {-(-int(prompt[i]) // size)} blocks of {size} tokens)"
             )
     return Trace(*_sorted(arrival, prompt, output, cols.get("tag"), ids, ptr), block_size=size)
@@ -494,9 +498,9 @@ def _parse_id_lists(texts, path, column: str, sep: str, rows_to_lines=None) -> t
     if ids is None:
         for i, t in enumerate(texts):
             if t and _numbers(t, np.int64, sep, int(counts[i])) is None:
-                line = rows_to_lines(i) if rows_to_lines else line_of_row(path, i)
+                place = f"line {rows_to_lines(i)}" if rows_to_lines else row_place(path, i)
                 raise ConfigError(
-                    f"file {path} line {line} {column}: cannot read {t[:60]!r} as integer block ids "
+                    f"file {path} {place} {column}: cannot read {t[:60]!r} as integer block ids "
                     f"separated by {'spaces' if sep == ' ' else repr(sep)}"
                 )
         raise ConfigError(f"file {path} {column}: malformed block ids")
@@ -514,7 +518,7 @@ def read_azure_csv(path: str | os.PathLike) -> Trace:
         raise ConfigError(f"trace file {path} has no data rows")
     if np.isnat(ts).any():
         i = int(np.argmax(np.isnat(ts)))
-        raise ConfigError(f"file {path} line {line_of_row(path, i)} column 'TIMESTAMP' is empty or not a time")
+        raise ConfigError(f"file {path} {row_place(path, i)} column 'TIMESTAMP' is empty or not a time")
     ns = ts.astype(np.int64)
     arrival = (ns - ns.min()).astype(np.float64) / 1e9
     # Production logs may hold 0-token entries: counted as 1 token (negatives are errors).
@@ -545,10 +549,7 @@ def read_mooncake_jsonl(
     last block's id included, for `Trace.iter_blocks` to re-block a chunk at a time)."""
     p = Path(path)
     source_block_size = check_block_size(source_block_size, "the trace's block size")
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read file {p}: {exc}") from None
+    raw = read_bytes(p)
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     lines = raw.split(b"\n")
@@ -736,9 +737,7 @@ def read_burstgpt_csv(
     bad = ~np.isfinite(ts) | (ts < 0)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ConfigError(
-            f"file {path} line {line_of_row(path, i)} column 'Timestamp': {float(ts[i])!r} is not a time >= 0"
-        )
+        raise ConfigError(f"file {path} {row_place(path, i)} column 'Timestamp': {float(ts[i])!r} is not a time >= 0")
     prompt = as_lengths(cols["Request tokens"], path, "Request tokens", clip_low=True)
     response = as_lengths(cols["Response tokens"], path, "Response tokens", minimum=0)
     keep = np.ones(ts.shape[0], dtype=bool)
@@ -829,7 +828,9 @@ def replay_cut(
       mean rate R by that head's own rate, all come at or before D (R to rounding). For a
       trace starting at 0 (Azure) that is floor(R * D) + 1 requests, the last at
       (n - 1) / R; a trace starting later keeps its (scaled) offset.
-    A rate needs two requests at different times: fewer is a ConfigError."""
+    A rate needs two requests at different times: fewer is a ConfigError, and so is a
+    replayed part whose mean rate passes MAX_RATE (one request a nanosecond, the
+    simulator's clock tick)."""
     arrival = np.asarray(arrival, dtype=np.float64)
     cap = len(arrival) if num_requests is None else min(len(arrival), int(num_requests))
     if rate is None:
@@ -837,7 +838,19 @@ def replay_cut(
         n = cap
         if duration_s is not None:
             n = min(n, int(np.searchsorted(arrival / k, duration_s, side="right")))
+        replayed = mean_rate(arrival[:n]) * k
+        if replayed > MAX_RATE:
+            scaled = f" at time_scale {k:g}" if k != 1.0 else ""
+            raise ConfigError(
+                f"the {n:,} requests replayed{scaled} arrive at a mean rate of {replayed:.3g} req/s, over "
+                f"{MAX_RATE:g} (one a nanosecond, the simulator's clock tick)"
+            )
         return k, n
+    if rate > MAX_RATE:
+        raise ConfigError(
+            f"cannot rescale the trace to {rate:g} req/s: at most {MAX_RATE:g} (one a nanosecond, the "
+            "simulator's clock tick)"
+        )
     a = arrival[:cap]
     span = a - a[0] if cap else a  # span of the head ending at each request
     with np.errstate(divide="ignore", invalid="ignore"):
