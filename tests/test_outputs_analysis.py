@@ -174,6 +174,30 @@ def test_simulate_parquet_writes_typed_tables(tmp_path):
     assert not list(out.glob("*.parquet"))
 
 
+def test_parquet_and_pandas_tpot_equal_requests_csv_and_goodput(tmp_path):
+    """requests.parquet and to_pandas() hold requests.csv's tpot_s (the mean gap rounded up
+    to the ns), so `tpot_s <= objective` counts exactly the requests goodput counts."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res"
+    argv = ["simulate", "--cost-model", "paper", "--rate", "1", "--num-requests", "300"]
+    argv += ["--prompt", "geometric:100", "--output", "geometric:50", "--slo", "tpot_ms=46.75"]
+    assert main([*argv, "--parquet", "--out", str(out), "--quiet"]) == 0
+    rows = _read(out / "requests.csv")
+    csv_tpot = [float(row["tpot_s"]) if row["tpot_s"] else math.nan for row in rows]
+    pq_tpot = pq.read_table(out / "requests.parquet").to_pydict()["tpot_s"]
+    assert len(pq_tpot) == len(csv_tpot)
+    for a, b in zip(pq_tpot, csv_tpot):
+        assert (math.isnan(a) and math.isnan(b)) or a == b
+    summary = json.loads((out / "summary.json").read_text())
+    meets = sum(1 for row, t in zip(rows, pq_tpot) if row["finished"] == "1" and not t > 0.04675)
+    assert meets == round(summary["goodput_share"] * summary["completed"])
+    frame = llmsched.simulate(
+        cost_model="paper", rate=1, num_requests=300, prompt="geometric:100", output="geometric:50"
+    ).to_pandas()["requests"]
+    assert [x for x in frame["tpot_s"] if not math.isnan(x)] == [x for x in csv_tpot if not math.isnan(x)]
+
+
 def test_simulate_parquet_is_recorded_in_config_json(tmp_path):
     """config.json recorded --steps (record_steps) but not --parquet."""
     out = tmp_path / "res"

@@ -56,4 +56,10 @@ def test_offered_token_rate_of_simultaneous_arrivals_is_none():
     assert s["offered_token_rate"] is None  # every request at once: no span to divide by
     assert s["completed"] == 3 and math.isfinite(s["request_throughput"])
     res, _ = run([(0.0, 10, 2), (2.0, 10, 2)])
-    assert res.summary["offered_token_rate"] == pytest.approx((11 + 11) / 2.0)
+    # offered_rate's (n - 1) / span requests per second times the mean tokens per request
+    assert res.summary["offered_token_rate"] == pytest.approx((11 + 11) / 2 * 1 / 2.0)
+
+
+def test_offered_token_rate_over_token_capacity_is_the_utilisation():
+    s = simulate(cost_model="paper", rate=3, num_requests=300, prompt="geometric:200", output="geometric:80").summary
+    assert s["offered_token_rate"] / s["token_capacity"] == pytest.approx(s["utilisation"], rel=1e-9)

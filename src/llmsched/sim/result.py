@@ -237,7 +237,11 @@ class SimResult:
             s["prefix_cache"] = dict(st.prefix)
         # None, not an epsilon's absurd figure, when every request arrives at once
         span = float(self.arrival_s.max() - self.arrival_s.min()) if len(self.prompt) > 1 else 0.0
-        s["offered_token_rate"] = float((self.prompt + self.output - 1).sum() / span) if span > 0 else None
+        # offered_rate's (n - 1) / span times the mean tokens per request, so that
+        # offered_token_rate / token_capacity is the run's utilisation
+        n = len(self.prompt)
+        tokens = float((self.prompt + self.output - 1).sum())
+        s["offered_token_rate"] = tokens / n * (n - 1) / span if span > 0 else None
         s["wall_s"] = self.wall_s
         s.update(self.stability)
         if self.slo:
@@ -316,7 +320,7 @@ class SimResult:
             "output_tokens": np.asarray(self.output, dtype=np.int64),
             "queue_s": self.queue_s,
             "ttft_s": self.ttft_s,
-            "tpot_s": self.tpot_s,
+            "tpot_s": _seconds(tpot_ceil_ns(self.output, self.stats.e2e_ns, self.stats.ttft_ns)),
             "e2e_s": self.e2e_s,
             "preemptions": np.asarray(self.stats.preemptions, dtype=np.int64),
             "arrived": self.arrived,
