@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+import llmsched
 from llmsched.analysis import sweep
 from llmsched.analysis.sweep import expand_grid, max_stable_rate, parse_grid, parse_slo, run_sweep
 from llmsched.cli import main
@@ -84,6 +85,31 @@ def test_workload_spec_refuses_a_bool_seed():
     for bad in (True, False):
         with pytest.raises(ConfigError, match="seed must be a whole number"):
             WorkloadSpec(rate=1.0, prompt=10, output=10, num_requests=5, seed=bad)
+
+
+@pytest.mark.parametrize("bad, shown", [(float("inf"), "inf"), (float("nan"), "nan"), (1e400, "inf"), (-2, "-2")])
+def test_an_infinite_or_negative_seed_is_one_line(bad, shown):
+    """An infinite float seed went through int(float(seed)): an OverflowError traceback."""
+    with pytest.raises(ConfigError, match=f"seed must be a whole number >= 0, got {shown}$"):
+        llmsched.simulate(cost_model="paper", num_requests=20, seed=bad)
+
+
+def test_a_seed_past_64_bits_is_kept_exactly_and_written_to_the_tables(tmp_path, capsys):
+    """A seed went through a float (2**70 + 1 ran as 2**70), and results.parquet's int64
+    column could not hold one past 2**63 - 1 (an OverflowError after every run)."""
+    import pyarrow.parquet as pq
+
+    wide = 2**70 + 1
+    runs = [llmsched.simulate(cost_model="paper", num_requests=20, seed=s, verdict=False) for s in (wide, wide - 1)]
+    assert runs[0].prompt.tolist() != runs[1].prompt.tolist()
+    argv = ["sweep", "--cost-model", "paper", "--num-requests", "20", "--no-plots", "--workers", "1"]
+    assert main([*argv, "--grid", f"seed={wide},0", "--out", str(tmp_path / "s")]) == 0
+    column = pq.read_table(tmp_path / "s" / "results.parquet").column("seed").to_pylist()
+    assert sorted(column) == ["0", str(wide)]
+    assert str(wide) in (tmp_path / "s" / "results.csv").read_text()
+    assert main([*argv, "--grid", "seed=1e400", "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("seed must be a whole number >= 0, got inf") and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize(

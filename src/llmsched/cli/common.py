@@ -303,7 +303,7 @@ def add_workload_args(p: argparse.ArgumentParser, rate_help: str | None = None, 
         dest="duration_s",
         help="stop arrivals after S seconds (default: none); with --num-requests, whichever comes first",
     )
-    g.add_argument("--seed", type=int, help="random seed (default 0)")
+    g.add_argument("--seed", type=int, help="random seed: a whole number >= 0, kept exactly however large (default 0)")
     g.add_argument(
         "--system-prompt",
         type=int,
