@@ -2,6 +2,12 @@
 
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -382,3 +388,55 @@ def test_a_grid_mapping_takes_arrays_ranges_and_numpy_numbers():
     assert all(type(v) is float for v in g["rate"]) and all(type(v) is int for v in g["seed"])
     assert parse_grid({"load": [np.float32(0.5), np.float64(0.75)]}) == {"load": [0.5, 0.75]}
     assert parse_grid({"policy": "sarathi,orca", "b_max": 512}) == {"policy": ["sarathi", "orca"], "b_max": [512]}
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The live processes forked from `pid` running its command line (a pool's workers)."""
+    own = Path(f"/proc/{pid}/cmdline").read_bytes()
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _alive(int(entry)):
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                if ppid == pid and Path(f"/proc/{entry}/cmdline").read_bytes() == own:
+                    out.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+def test_a_signal_to_the_sweep_alone_stops_its_pool_workers(tmp_path, sig, code, said):
+    """SIGTERM to the sweep's process (not its group) ended it at once and left its pool's
+    workers waiting for work forever; SIGINT waited for the running points to end."""
+    argv = [sys.executable, "-m", "llmsched.cli", "sweep", "--cost-model", "paper", "--prompt", "geometric:200"]
+    argv += ["--output", "geometric:101", "--num-requests", "40000", "--no-plots", "--workers", "2"]
+    argv += ["--grid", "policy=sarathi,orca,vllm,kfcfs", "--out", str(tmp_path / "s")]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+            workers = _workers_of(proc.pid)
+        time.sleep(0.5)  # the workers run their first points
+        proc.send_signal(sig)
+        assert proc.wait(timeout=20) == code
+        assert proc.stderr.read().strip().endswith(said)
+        deadline = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(w) for w in workers)
+    finally:
+        proc.kill()
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
