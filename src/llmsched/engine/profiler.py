@@ -321,20 +321,36 @@ def _check_grid_fits(r, g: dict, dec_points: list, pre_points: list, longest_dec
     )
 
 
-def _check_two_decode_batches(r, dec_points: list) -> None:
+def _check_two_decode_batches(r, dec_points: list, batches: list, step_kv) -> None:
     """Refuse, before any timing, an engine that fits one decode batch size of the grid:
     `--cost-model profile:PATH` refuses a decode_attn table of one batch size, which
-    cannot extrapolate to larger batches."""
-    batches = sorted({b for b, _ in dec_points})
-    if len(batches) == 1:
+    cannot extrapolate to larger batches. The error names what keeps out the grid's next
+    batch size (`batches`): the running cap, the token budget, max_model_len or the KV
+    cache, by `step_kv(b)`: (the longest context, the KV tokens) of its smallest step."""
+    fitting = sorted({b for b, _ in dec_points})
+    if len(fitting) != 1:
+        return
+    larger = [b for b in batches if b > fitting[0]]
+    if not larger:
+        raise ConfigError(f"the profile grid has one decode batch size ({fitting[0]}); a profile needs two")
+    b = min(larger)
+    top, kv_need = step_kv(b)
+    kv_room = min(r.num_blocks * r.block_size, r.workspace_tokens)
+    if b > min(r.b_max, r.max_num_seqs):
         if r.b_max < r.max_num_seqs:  # the budget caps the batch before the running cap does
-            limit, flags = f"b_max {r.b_max}", "--b-max"
+            limit, fix = f"b_max {r.b_max}", "raise --b-max"
         else:
-            limit, flags = f"max_num_seqs {r.max_num_seqs}", "--max-running/--max-num-seqs"
-        raise ConfigError(
-            f"only one decode batch size of the profile grid ({batches[0]}) fits this engine "
-            f"({limit}); a profile needs two: raise {flags} or --kv-cache-gb"
-        )
+            limit, fix = f"max_num_seqs {r.max_num_seqs}", "raise --max-running/--max-num-seqs"
+    elif top > r.max_model_len:
+        limit = f"max_model_len {r.max_model_len}: a batch of {b} decodes at contexts up to {top}"
+        fix = f"raise --max-model-len to at least {top}"
+    else:
+        limit = f"its KV cache of {kv_room} tokens: a batch of {b} needs {kv_need}"
+        fix = "raise --kv-cache-gb"
+    raise ConfigError(
+        f"only one decode batch size of the profile grid ({fitting[0]}) fits this engine ({limit}); "
+        f"a profile needs two: {fix}"
+    )
 
 
 def profile_engine(
@@ -448,9 +464,15 @@ def profile_engine(
         return lm
 
     # ---- the steps the tables need -----------------------------------------------------------
+    def step_kv(b, c=None):
+        """(the longest context, the KV tokens: whole blocks of it per decoder) of the decode
+        step of batch b at mean context c (default the grid's smallest)."""
+        top = max(contexts(b, min(g["contexts"]) if c is None else c))
+        return top, b * -(-top // bs) * bs
+
     def fits(b, c):
-        top = max(contexts(b, c))
-        return top <= r.max_model_len and b * -(-top // bs) * bs <= min(cap_tokens, r.workspace_tokens)
+        top, kv = step_kv(b, c)
+        return top <= r.max_model_len and kv <= min(cap_tokens, r.workspace_tokens)
 
     dec_points = [
         (b, c)
@@ -466,7 +488,7 @@ def profile_engine(
         if c + x <= min(r.max_model_len, cap_tokens)
     ]
     _check_grid_fits(r, g, dec_points, pre_points, max(contexts(min(g["batches"]), min(g["contexts"]))))
-    _check_two_decode_batches(r, dec_points)
+    _check_two_decode_batches(r, dec_points, sorted(set(g["batches"])), step_kv)
     step_points = [
         p
         for p in ((64, 0, 0, 0), (16, 64, 4, 64), (0, 0, 16, 256), (128, 0, 8, 128), (0, 0, 1, 64), (32, 256, 32, 64))
