@@ -38,8 +38,9 @@ Two stages, both through the engine's own step path (`ModelRunner.execute`):
      emission, detokenization, stop checks, the replay loop), fitted robustly.
    The written tables are `scale` x the stage-1 values, with `fixed` added to every
    linear row and `per_row` x rows to every lm_head row, so the composed cost model
-   predicts a step as the real run takes it. The first step after an idle wait costs
-   more (reported as `after_idle_ratio`); the cost model has no term for that.
+   predicts a step as the real run takes it. The first step after an idle wait takes
+   another time, usually more (its ratio to the calibrated time is reported as
+   `after_idle_ratio`); the cost model has no term for that.
    `calibrate=False` skips the real run: scale 1, host time from a closed batch of
    requests (`measure_overhead`).
 
@@ -258,7 +259,7 @@ def fit_calibration(steps, cost) -> dict:
     - `fixed_s`, `per_row_s`: host time per step (start to next start, minus the
       forward time) as `fixed + per_row * sampled rows` (`fit_host`);
     - `after_idle_ratio`: median real forward / (scale x table time) over the first
-      steps after an idle wait (these cost more; the cost model cannot tell them apart)."""
+      steps after an idle wait (usually above 1; the cost model cannot tell them apart)."""
     import numpy as np  # noqa: PLC0415
 
     pred = np.array([cost.step_time(*s.args) for s in steps], dtype=float)
@@ -603,7 +604,7 @@ def profile_engine(
         say(
             f"calibration: real steps take {scale:.3f} x the table time, + {fixed_s * 1e3:.3f} ms + "
             f"{per_row_s * 1e6:.1f} us per sampled row of host time; the first step after an idle "
-            f"wait takes {cold} longer (not modelled)"
+            f"wait takes {cold} the calibrated table time (not modelled)"
         )
     else:
         scale = 1.0
