@@ -216,7 +216,7 @@ class LengthMix:
         inside = float(cost.chunk_time_sums(x, base[k:], base[k:] + lens[k:] - x + 1).sum()) if k < len(lens) else 0.0
         edge = self._edge_sum(cost, cache, min(x - 1, int(lens[-1])))
         j = int(np.searchsorted(lens, x - 1, side="left"))  # prompts under x - 1 tokens below j
-        whole = (x - 1) * cache.whole[j] - cache.whole_by_len[j]
+        whole = (x - 1) * float(cache.whole[j]) - float(cache.whole_by_len[j])
         return inside + edge + whole
 
     def chunk_mean(self, cost, x: int) -> float:
