@@ -76,6 +76,11 @@ def test_a_fixed_flag_the_grid_sets_is_refused(capsys, tmp_path, extra, msg):
         ("policy=orca,ORCA", "grid policy: the value 'ORCA' is given twice"),
         ("policy=sarathi,sarathi-serve", "grid policy: the value 'sarathi-serve' is given twice"),
         ("admission=fcfs,FCFS", "grid admission: the value 'FCFS' is given twice"),
+        # a whole float is the integer (seed=1.0 ran as its own point, keyed apart from 1)
+        ("seed=1,1.0", "grid seed: the value 1 is given twice"),
+        # the paper model with its defaults written out is the paper model: two equal runs
+        ("cost_model=paper:c=11.28,a=35.47|paper", "grid cost_model: the value 'paper' is the same model as 'paper:"),
+        ("cost_model=const:10|linear:c=10,a=0", "grid cost_model: the value 'linear:c=10,a=0' is the same model as"),
     ],
 )
 def test_a_repeated_grid_value_is_refused(capsys, tmp_path, spec, msg):
@@ -97,6 +102,14 @@ def test_a_repeated_grid_value_is_refused_in_a_mapping_too():
     }
     assert parse_grid(["policy=orca:x=1,orca"]) == {"policy": ["orca:x=1", "orca"]}  # options make another value
     assert parse_grid(["seed=1_0,2", "rate=1_000.5"]) == {"seed": [10, 2], "rate": [1000.5]}  # as Python reads them
+    # an integer option's whole floats are ints, stored and keyed as the same point's
+    assert parse_grid({"seed": [1.0, 2], "b_max": [512.0], "rate": [2.0]}) == {
+        "seed": [1, 2],
+        "b_max": [512],
+        "rate": [2.0],
+    }
+    assert type(parse_grid(["seed=3.0"])["seed"][0]) is int
+    assert parse_grid(["cost_model=paper|paper:c=12"]) == {"cost_model": ["paper", "paper:c=12"]}
 
 
 # -- 4-6. capacity refuses what it would ignore -------------------------------------------

@@ -75,6 +75,19 @@ def test_validate_refuses_what_it_would_ignore(tmp_path, capsys):
     one_line_error(capsys, [*base, "--prefix-caching"], "--prefix-caching")
     one_line_error(capsys, [*base, "--seed", "-1"], "--seed")
     one_line_error(capsys, [*base, "--policies", "orca,sarathi,ORCA"], "--policies: 'orca' is given twice")
+    # an empty name (a trailing comma) was dropped silently; `reproduce --policies` refused it
+    for empty in ("sarathi,", ",orca", "sarathi,,orca", ""):
+        one_line_error(
+            capsys, [*base, "--policies", empty], f"--policies: give comma-separated policy names, got {empty!r}"
+        )
+    one_line_error(
+        capsys, ["reproduce", "stability", "--policies", "sarathi,", "--out", str(tmp_path / "r")], "got 'sarathi,'"
+    )
+    one_line_error(
+        capsys,
+        ["reproduce", "stability", "--policies", "orca,ORCA", "--out", str(tmp_path / "r")],
+        "'orca' is given twice",
+    )
     for twice in ("adaptive:cost=paper,adaptive:cost=PAPER", "adaptive:cost=paper,adaptive:cost=paper "):
         one_line_error(capsys, [*base, "--policies", twice], "--policies: 'adaptive:cost=paper' is given twice")
     one_line_error(capsys, [*base, "--json", str(tmp_path)], "is a folder, not a file")

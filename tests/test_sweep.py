@@ -2,9 +2,16 @@
 
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+import llmsched
 from llmsched.analysis import sweep
 from llmsched.analysis.sweep import expand_grid, max_stable_rate, parse_grid, parse_slo, run_sweep
 from llmsched.cli import main
@@ -84,6 +91,31 @@ def test_workload_spec_refuses_a_bool_seed():
     for bad in (True, False):
         with pytest.raises(ConfigError, match="seed must be a whole number"):
             WorkloadSpec(rate=1.0, prompt=10, output=10, num_requests=5, seed=bad)
+
+
+@pytest.mark.parametrize("bad, shown", [(float("inf"), "inf"), (float("nan"), "nan"), (1e400, "inf"), (-2, "-2")])
+def test_an_infinite_or_negative_seed_is_one_line(bad, shown):
+    """An infinite float seed went through int(float(seed)): an OverflowError traceback."""
+    with pytest.raises(ConfigError, match=f"seed must be a whole number >= 0, got {shown}$"):
+        llmsched.simulate(cost_model="paper", num_requests=20, seed=bad)
+
+
+def test_a_seed_past_64_bits_is_kept_exactly_and_written_to_the_tables(tmp_path, capsys):
+    """A seed went through a float (2**70 + 1 ran as 2**70), and results.parquet's int64
+    column could not hold one past 2**63 - 1 (an OverflowError after every run)."""
+    import pyarrow.parquet as pq
+
+    wide = 2**70 + 1
+    runs = [llmsched.simulate(cost_model="paper", num_requests=20, seed=s, verdict=False) for s in (wide, wide - 1)]
+    assert runs[0].prompt.tolist() != runs[1].prompt.tolist()
+    argv = ["sweep", "--cost-model", "paper", "--num-requests", "20", "--no-plots", "--workers", "1"]
+    assert main([*argv, "--grid", f"seed={wide},0", "--out", str(tmp_path / "s")]) == 0
+    column = pq.read_table(tmp_path / "s" / "results.parquet").column("seed").to_pylist()
+    assert sorted(column) == ["0", str(wide)]
+    assert str(wide) in (tmp_path / "s" / "results.csv").read_text()
+    assert main([*argv, "--grid", "seed=1e400", "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("seed must be a whole number >= 0, got inf") and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize(
@@ -356,3 +388,55 @@ def test_a_grid_mapping_takes_arrays_ranges_and_numpy_numbers():
     assert all(type(v) is float for v in g["rate"]) and all(type(v) is int for v in g["seed"])
     assert parse_grid({"load": [np.float32(0.5), np.float64(0.75)]}) == {"load": [0.5, 0.75]}
     assert parse_grid({"policy": "sarathi,orca", "b_max": 512}) == {"policy": ["sarathi", "orca"], "b_max": [512]}
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The live processes forked from `pid` running its command line (a pool's workers)."""
+    own = Path(f"/proc/{pid}/cmdline").read_bytes()
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _alive(int(entry)):
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                if ppid == pid and Path(f"/proc/{entry}/cmdline").read_bytes() == own:
+                    out.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+def test_a_signal_to_the_sweep_alone_stops_its_pool_workers(tmp_path, sig, code, said):
+    """SIGTERM to the sweep's process (not its group) ended it at once and left its pool's
+    workers waiting for work forever; SIGINT waited for the running points to end."""
+    argv = [sys.executable, "-m", "llmsched.cli", "sweep", "--cost-model", "paper", "--prompt", "geometric:200"]
+    argv += ["--output", "geometric:101", "--num-requests", "40000", "--no-plots", "--workers", "2"]
+    argv += ["--grid", "policy=sarathi,orca,vllm,kfcfs", "--out", str(tmp_path / "s")]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+            workers = _workers_of(proc.pid)
+        time.sleep(0.5)  # the workers run their first points
+        proc.send_signal(sig)
+        assert proc.wait(timeout=20) == code
+        assert proc.stderr.read().strip().endswith(said)
+        deadline = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(w) for w in workers)
+    finally:
+        proc.kill()
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)

@@ -1,6 +1,8 @@
 """A sweep's point keys stamp the named datasets they read, and what `simulate` refuses
 stops a sweep before any run (exit 2, one line, no results folder)."""
 
+import json
+
 import pytest
 
 from llmsched.analysis import sweep
@@ -98,3 +100,40 @@ def test_a_changed_table_in_a_profile_folder_changes_the_key(tmp_path):
     # a #MODEL suffix names the same folder
     stamped = {p for p, *_ in file_stamps({"cost_model": f"profile:{prof}#some-model,tp=1"})}
     assert str(table.resolve()) in stamped
+
+
+def test_one_file_by_another_path_is_one_point(tmp_path, monkeypatch):
+    """A point's key held its files' paths as given: the same trace as `t.csv` and as
+    `./t.csv` (or from another folder) was two points, and a resumed sweep ran it again."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.5,20,5\n1,30,5\n")
+    (tmp_path / "d" / "p.csv").write_text("prompt_tokens\n10\n20\n")
+    monkeypatch.chdir(tmp_path / "d")
+    paths = ["t.csv", "./t.csv", str(tmp_path / "d" / "t.csv"), "../d/t.csv"]
+    keys = {point_key(resolve_point(None, {"cost_model": "paper", "trace": p}, {})) for p in paths}
+    laws = ["empirical:p.csv", "empirical:./p.csv:prompt_tokens", "empirical:p.csv:prompt_tokens"]
+    law_keys = [point_key(resolve_point(None, {**BASE, "prompt": law}, {"rate": 1.0})) for law in laws]
+    assert len(keys) == 1 and law_keys[1] == law_keys[2] != law_keys[0]
+    out = tmp_path / "out"
+    fixed = {"cost_model": "paper"}
+    for trace, ran in (("t.csv", 1), ("./t.csv", 0)):
+        res = run_sweep(
+            None, {"policy": ["sarathi"]}, out_dir=out, workers=1, progress=False, plots=False, trace=trace, **fixed
+        )
+        assert res.ran == ran
+    monkeypatch.chdir(tmp_path)
+    res = run_sweep(
+        None, {"policy": ["sarathi"]}, out_dir=out, workers=1, progress=False, plots=False, trace="d/t.csv", **fixed
+    )
+    assert res.ran == 0
+    # the point's record keeps the path as it was given
+    (record,) = (out / "points").glob("*.json")
+    assert json.loads(record.read_text())["config"]["workload"]["trace"] == "t.csv"
+
+
+def test_a_seed_given_as_a_whole_float_is_the_same_point(tmp_path):
+    out = tmp_path / "out"
+    for seed, ran in ((1, 1), (1.0, 0)):
+        fixed = {**BASE, "num_requests": 100}
+        res = run_sweep(None, {"seed": [seed]}, out_dir=out, workers=1, progress=False, plots=False, **fixed)
+        assert res.ran == ran

@@ -338,9 +338,20 @@ def test_profile_and_validate_refuse_non_finite_seconds(tmp_path, capsys, option
             "needs 16 tokens of KV cache, over the 8 there are: raise --kv-cache-gb",
         ),
         # a decode_attn table of one batch size, which `--cost-model profile:PATH` refuses
-        (["--max-running", "1"], "only one decode batch size of the profile grid (1) fits this engine"),
+        (["--max-running", "1"], "grid (1) fits this engine (max_num_seqs 1); a profile needs two: raise --max-r"),
         # a decode batch is a step of as many tokens: b_max 1 caps it at 1 too
-        (["--b-max", "1"], "fits this engine (b_max 1); a profile needs two: raise --b-max or --kv-cache-gb"),
+        (["--b-max", "1"], "fits this engine (b_max 1); a profile needs two: raise --b-max"),
+        # two decoders at mean context 16 spread to 11 and 21 tokens: max_model_len binds,
+        # not the running cap the message named
+        (
+            ["--max-model-len", "16"],
+            "(max_model_len 16: a batch of 2 decodes at contexts up to 21); a profile needs two: "
+            "raise --max-model-len to at least 21",
+        ),
+        (
+            ["--kv-cache-gb", "0.00002", "--block-size", "4", "--max-running", "2"],
+            "(its KV cache of 40 tokens: a batch of 2 needs 48); a profile needs two: raise --kv-cache-gb",
+        ),
     ],
 )
 def test_profile_refuses_an_engine_too_small_for_its_grid(tiny_model, tmp_path, capsys, extra, message):

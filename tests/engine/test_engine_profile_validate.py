@@ -50,6 +50,20 @@ def test_profile_round_trip(tiny_model, tmp_path):
     assert res.summary["completed"] == 3 and res.summary["mean_ttft_ms"] > 0
 
 
+def test_profile_reports_a_short_first_step_after_idle_as_a_ratio(tiny_model, tmp_path, monkeypatch):
+    """A ratio of 0.88 read "takes 0.88 x longer"."""
+    import llmsched.engine.profiler as prof
+
+    fitted = prof.fit_calibration
+    monkeypatch.setattr(prof, "fit_calibration", lambda *a: {**fitted(*a), "after_idle_ratio": 0.88})
+    said: list[str] = []
+    kw = dict(max_num_seqs=8, max_model_len=256, b_max=64, grid=SMALL_GRID, reps=1, warmup=0, min_s=0)
+    prof.profile(tiny_model, tmp_path / "prof.csv", calibrate_s=0.3, progress=said.append, **kw)
+    (line,) = [m for m in said if m.startswith("calibration:")]
+    assert "the first step after an idle wait takes 0.88 x the calibrated table time" in line
+    assert "longer" not in line
+
+
 def test_validate_reports_errors(tiny_model, tmp_path):
     from llmsched.analysis.validate import METRICS, STATS, validate
 

@@ -22,6 +22,7 @@ from dataclasses import fields
 
 from ..api import SimConfig
 from ..core.checks import as_real
+from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
 from ..core.slo import RUN_SLO_METRIC, check_run_slo_name
 from ..policies import canonical_policy_name
@@ -172,6 +173,8 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
             raise ConfigError(f"grid key {k!r} given twice")
         if not vals:
             raise ConfigError(f"grid {k}: no values")
+        if k in integer_keys():  # seed=1.0 is seed 1: one point, one key (a resume finds it)
+            vals = [int(v) if type(v) is float and v.is_integer() else v for v in vals]
         _check_distinct(k, vals)
         if k == "load" and any(not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0 for v in vals):
             raise ConfigError("grid load: values must be positive numbers (fractions of the critical rate)")
@@ -183,23 +186,40 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
 
 def _check_distinct(key: str, vals: list) -> None:
     """A value given twice in one key would run (and write) the same points twice (a
-    policy's name in any case or by an alias is the same policy)."""
-    seen = set()
+    policy's name in any case or by an alias is the same policy; a cost model with its
+    defaults written out is the model without them)."""
+    seen: dict = {}
     for v in vals:
         same = v
         if key in _POLICY_KINDS and isinstance(v, str):
             same = canonical_policy_name(v, _POLICY_KINDS[key])
+        elif key == "cost_model" and isinstance(v, str):
+            same = _cost_model_identity(v)
         try:
             mark = (type(v) is bool, same)
             hash(mark)
         except TypeError:  # a list or mapping value
             mark = (False, repr(v))
         if mark in seen:
-            raise ConfigError(f"grid {key}: the value {v!r} is given twice")
-        seen.add(mark)
+            first = seen[mark]
+            again = f"the same model as {first!r}" if key == "cost_model" and first != v else "given twice"
+            raise ConfigError(f"grid {key}: the value {v!r} is {again}")
+        seen[mark] = v
 
 
 _POLICY_KINDS = {"policy": "batch", "admission": "admission"}
+
+
+def _cost_model_identity(spec: str) -> str:
+    """What a cost model spec resolves to: a paper, linear or const model's parameters
+    (cheap to build); a profile's spec with its path absolute (its tables are not read
+    here). A spec that does not build is left to the point's checks."""
+    if spec.partition(":")[0].strip().lower() == "profile":
+        return recorded_cost_model(spec)
+    try:
+        return json.dumps(make_cost_model(spec).describe(), sort_keys=True)
+    except ConfigError:
+        return spec
 
 
 def expand_grid(grid: dict[str, list]) -> list[dict]:

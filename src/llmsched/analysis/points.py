@@ -19,13 +19,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from functools import lru_cache
 
 from ..api import build_config, check_config, simulate
-from ..core.cost import make_cost_model
+from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.paths import recorded_path
 from ..policies import ADMISSION_POLICIES, BATCH_POLICIES, canonical_policy_name, policy_base_name
 from ..theory import capacity, requests_per_rate, workload_means, workload_mix
 from ..theory.means import cached_workload_mix, sample_key
@@ -128,7 +130,7 @@ def point_key(cfg) -> str:
     and modification time of the files it names: a resumed sweep reruns a point whose
     trace or length file changed."""
     d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
-    key = {"v": KEY_VERSION, "config": d}
+    key = {"v": KEY_VERSION, "config": _by_absolute_paths(d)}
     files = file_stamps(d)
     if files:  # (no key changes for configurations without files)
         key["files"] = files
@@ -137,6 +139,36 @@ def point_key(cfg) -> str:
         key["code"] = code
     text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _by_absolute_paths(d: dict) -> dict:
+    """`d` with the files its cost model and workload name by their absolute paths, as a
+    run's config.json records them: `t.csv` and `./t.csv` (or a path from another folder)
+    are one point (the point's own record keeps the path as given)."""
+    out = dict(d)
+    if isinstance(out.get("cost_model"), str):
+        out["cost_model"] = recorded_cost_model(out["cost_model"])
+    if isinstance(out.get("workload"), dict):
+        out["workload"] = _recorded(out["workload"])
+    return out
+
+
+def _recorded(v):
+    """A workload value with each file it names absolute: a path (`trace`), or one after a
+    law's kind (`empirical:PATH[:COLUMN]`), in mappings and lists too (`classes`)."""
+    if isinstance(v, dict):
+        return {k: _recorded(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_recorded(x) for x in v]
+    if not isinstance(v, str):
+        return v
+    if os.path.isfile(v):
+        return recorded_path(v)
+    kind, sep, rest = v.partition(":")
+    for path in (rest, rest.rsplit(":", 1)[0]) if sep else ():
+        if path and os.path.isfile(path):
+            return f"{kind}:{recorded_path(path)}{rest[len(path) :]}"
+    return v
 
 
 def policy_code(d: dict) -> dict:

@@ -9,6 +9,8 @@
   terminal while the backend holds the Ray it started; its errors still show.
   A cluster's address is probed first (`probe_ray_address`): one that does not answer
   within `RAY_CONNECT_TIMEOUT_S` is an error, not a hang in Ray's retries.
+  While open (in the main thread, where SIGTERM has its default action) SIGTERM raises
+  `Terminated`, a KeyboardInterrupt: leaving on either stops the local workers at once.
 - `Store(out_dir)`: each finished point's summary in `OUT/points/KEY.json`, so a rerun
   (or a bigger grid, or another sweep into the same folder) skips finished points.
 - `Runner(backend, store, progress)`: runs a list of point configurations through both.
@@ -21,15 +23,17 @@ import json
 import logging
 import multiprocessing
 import os
+import signal
 import socket
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, Terminated
 from ..core.jsonio import to_jsonable
 from .points import point_key, run_point
 
@@ -97,6 +101,11 @@ def check_workers(workers, name: str = "workers") -> None:
         raise ConfigError(f"{name} must be at most {MAX_WORKERS} (parallel simulations), got {workers}")
 
 
+def _default_sigterm() -> None:
+    """A pool worker ends on SIGTERM (a fork inherits the backend's `Terminated` handler)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 class Backend:
     """Runs point configurations, yielding (key, summary) as each finishes."""
 
@@ -117,8 +126,10 @@ class Backend:
         self._pool_size = 0
         self._ray_started = False
         self._remote = None
+        self._sigterm = None  # SIGTERM's handler before the backend took it, restored at exit
 
     def __enter__(self):
+        self._take_sigterm()
         if self.kind == "ray":
             try:
                 import ray  # noqa: PLC0415 (heavy, and an optional extra)
@@ -164,6 +175,27 @@ class Backend:
             logging.getLogger("ray").setLevel(self._ray_log_level)
             self._ray_log_level = None
 
+    def _take_sigterm(self) -> None:
+        """SIGTERM raises `Terminated` while the backend is open, so that `__exit__` stops
+        its workers as after Ctrl-C: the default action ended this process alone and left
+        the pool's workers waiting for work forever. (Only the main thread can.)"""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous not in (signal.SIG_DFL, None):
+            return  # a handler the program chose (a server's shutdown) stays
+        self._sigterm = previous
+
+        def terminated(signum, frame):
+            raise Terminated("terminated")
+
+        signal.signal(signal.SIGTERM, terminated)
+
+    def _restore_sigterm(self) -> None:
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
+
     def _local_pool(self, jobs: int):
         """The process pool for a run of `jobs` jobs, None to run them inline: no more
         processes than jobs (a fork pool starts every worker at once), at most `workers`."""
@@ -174,21 +206,29 @@ class Backend:
             if self._pool is not None:
                 self._pool.shutdown()
             ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-            self._pool = ProcessPoolExecutor(n, mp_context=ctx)
+            self._pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_default_sigterm)
             self._pool_size = n
         return self._pool
 
-    def __exit__(self, *exc):
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
-            self._pool_size = 0
-        if self._ray_started:
-            import ray  # noqa: PLC0415
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if self._pool is not None:
+                if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+                    # interrupted: the points still running are lost either way (a rerun
+                    # resumes from the finished ones), so stop them now, not when they end
+                    for worker in list((self._pool._processes or {}).values()):
+                        worker.terminate()
+                self._pool.shutdown(cancel_futures=True)
+                self._pool = None
+                self._pool_size = 0
+            if self._ray_started:
+                import ray  # noqa: PLC0415
 
-            ray.shutdown()
-            self._ray_started = False
-        self._restore_ray_logging()
+                ray.shutdown()
+                self._ray_started = False
+            self._restore_ray_logging()
+        finally:
+            self._restore_sigterm()
 
     def run(self, jobs: list[tuple[str, Any]], fn: Callable[[Any], Any]):
         """Yield (key, fn(arg)) for every (key, arg) job, in the order they finish.

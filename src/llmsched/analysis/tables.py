@@ -85,8 +85,13 @@ def atomic_write(path: Path, writer: Callable[[Path], object]) -> None:
     os.replace(tmp, path)
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def write_table(rows: list[dict], out_dir, name: str = "results") -> list[str]:
-    """`NAME.csv` and (with pyarrow) `NAME.parquet`; returns the paths written."""
+    """`NAME.csv` and (with pyarrow) `NAME.parquet`; returns the paths written. A column of
+    whole numbers is int64 in the parquet file, or text where one is past int64's range (a
+    seed may be any whole number >= 0)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cols = _columns(rows)
@@ -112,8 +117,10 @@ def write_table(rows: list[dict], out_dir, name: str = "results") -> list[str]:
         kinds = {type(v) for v in vals if v is not None}
         if kinds and kinds <= {int, bool} and bool in kinds and int not in kinds:
             arrays[c] = pa.array(vals, type=pa.bool_())
-        elif kinds and kinds <= {int}:
+        elif kinds and kinds <= {int} and all(_INT64[0] <= v <= _INT64[1] for v in vals if v is not None):
             arrays[c] = pa.array(vals, type=pa.int64())
+        elif kinds and kinds <= {int}:  # (digits kept: a float would round them)
+            arrays[c] = pa.array([None if v is None else str(v) for v in vals], type=pa.string())
         elif kinds and kinds <= {int, float, bool}:
             arrays[c] = pa.array([None if v is None else float(v) for v in vals], type=pa.float64())
         else:

@@ -14,7 +14,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from ..core.errors import ConfigError, InputWarning
+from ..core.errors import ConfigError, InputWarning, Terminated
 from ..core.version import __version__
 from . import analysis, engine, server, simulate
 from .common import Parser
@@ -71,6 +71,9 @@ def _main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"llmsched {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("llmsched: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("llmsched: interrupted", file=sys.stderr)
         return 130

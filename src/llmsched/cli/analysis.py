@@ -12,7 +12,6 @@ import math
 import os
 import sys
 
-from ..core.checks import first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir, check_out_file, check_run_dir
@@ -28,6 +27,7 @@ from .common import (
     file_path,
     flag_of,
     only_with,
+    policy_names,
     positive_int,
     print_grid,
     print_table,
@@ -581,12 +581,7 @@ def cmd_reproduce(args) -> int:
     check_out_dir(out, "--out")
     _check_parallel(args)
     if args.policies is not None:
-        names = [p.strip() for p in args.policies.split(",")]
-        if not any(names) or "" in names:
-            raise ConfigError(f"--policies: give comma-separated policy names, got {args.policies!r}")
-        dup = first_repeat(names)
-        if dup is not None:
-            raise ConfigError(f"--policies: {dup!r} is given twice")
+        args.policies = ",".join(policy_names(args.policies))
     if args.experiment == "prefix-caching":
         return _reproduce_prefix(args, out)
     only_with(args, ("trace", "kv_capacities", "block_size"), "`reproduce prefix-caching`")
@@ -1107,13 +1102,7 @@ def _validate_policies(args) -> str:
         return args.policy
     if args.policy != DEFAULTS.policy:
         raise ConfigError("give the policies to validate once: --policies A,B or --policy A")
-    from ..policies import canonical_policy_name  # noqa: PLC0415
-
-    # options compare in any case too (`cost=PAPER` is `cost=paper`)
-    dup = first_repeat([canonical_policy_name(p).lower().strip() for p in args.policies.split(",")])
-    if dup is not None:
-        raise ConfigError(f"--policies: {dup!r} is given twice")
-    return args.policies
+    return ",".join(policy_names(args.policies))
 
 
 def _register_validate(sub) -> None:

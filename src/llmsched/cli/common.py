@@ -146,6 +146,22 @@ def bounded_float(name: str, lo: float, hi: float, hi_open: bool):
     return parse
 
 
+def policy_names(text: str, flag: str = "--policies") -> list[str]:
+    """`A,B,...`: policy names, each given once (in any case, by an alias, with options
+    in any case: the same policy); an empty name (`sarathi,`) or a repeated one is a
+    ConfigError. What every command's `--policies` reads."""
+    from ..core.checks import first_repeat  # noqa: PLC0415
+    from ..policies import canonical_policy_name  # noqa: PLC0415
+
+    names = [p.strip() for p in text.split(",")]
+    if "" in names:
+        raise ConfigError(f"{flag}: give comma-separated policy names, got {text!r}")
+    dup = first_repeat([canonical_policy_name(p).lower() for p in names])
+    if dup is not None:
+        raise ConfigError(f"{flag}: {dup!r} is given twice")
+    return names
+
+
 def key_values(items: list[str] | None, what: str = "KEY=VALUE") -> dict:
     """`KEY=VALUE` options as a dict: a value is JSON if it parses (numbers, true, null,
     lists), then true/false/none in any case, else the text. Dashes in keys become
@@ -303,7 +319,7 @@ def add_workload_args(p: argparse.ArgumentParser, rate_help: str | None = None, 
         dest="duration_s",
         help="stop arrivals after S seconds (default: none); with --num-requests, whichever comes first",
     )
-    g.add_argument("--seed", type=int, help="random seed (default 0)")
+    g.add_argument("--seed", type=int, help="random seed: a whole number >= 0, kept exactly however large (default 0)")
     g.add_argument(
         "--system-prompt",
         type=int,

@@ -52,6 +52,23 @@ class CostModel:
         to time steps of many whole prompts without listing them."""
         return None
 
+    def chunk_times(self, chunk: int, contexts):
+        """`chunk_time(chunk, c)` for each context c of the integer array `contexts`, as a
+        float array (a model may vectorise it; the values must equal `chunk_time`'s)."""
+        import numpy as np  # noqa: PLC0415
+
+        return np.array([self.chunk_time(chunk, int(c)) for c in contexts], dtype=float)
+
+    def chunk_time_sums(self, chunk: int, lo, hi):
+        """For integer arrays `lo <= hi`: the sum of `chunk_time(chunk, c)` over the contexts
+        lo <= c < hi, pair by pair, as a float array (a model may compute it in closed form;
+        this default times every context)."""
+        import numpy as np  # noqa: PLC0415
+
+        return np.array(
+            [sum(self.chunk_time(chunk, c) for c in range(int(a), int(b))) for a, b in zip(lo, hi)], dtype=float
+        )
+
     def step_timing(self):
         """Optional fast paths for `StepTimer`: a pair (`step_ns`, `time_steps`), or None
         (the default: the timer wraps `step_time`). `step_ns` takes `step_time`'s arguments

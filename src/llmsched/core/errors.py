@@ -37,6 +37,12 @@ def unknown_option(what: str, name, options, known) -> ConfigError:
     return ConfigError(f"{what} {name!r}: unknown option {min(options)!r} ({takes})")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived while work that holds other processes ran (a sweep's pool): raised
+    like Ctrl-C's KeyboardInterrupt so that the work stops them on its way out; the CLI
+    exits with 143 (128 + SIGTERM)."""
+
+
 class InputWarning(UserWarning):
     """An input that is valid but probably not what the user meant (units off by 1000, a
     profile far outside its measurements, an option that has no effect). The command line

@@ -15,8 +15,15 @@ shape `(x, y)` as an average over the steps a token-budget policy runs:
   laid end to end (chunked prefill serves the queue's prompts in order, `x` tokens a
   step): the window's pieces are its chunks, each after the tokens of its prompt before
   it. The stream (up to `STREAM_PROMPTS` prompts taken evenly through the sample) is
-  circular, and the step time is averaged over `WINDOWS` windows spread evenly over it;
-- `x / E[p]` prompts complete per step (their first tokens are sampled), rounded.
+  circular, and the step time is the mean over the windows from every token of it,
+  summed in closed form per prompt (a cost model whose step time is not a sum over its
+  chunks: over `GENERIC_WINDOWS` windows spread evenly);
+- `x / E[p]` prompts complete per step (their first tokens are sampled): a time-share of
+  the steps completing the whole numbers around it.
+
+Every window counts, so the timing is no sample: removing cached tokens removes their time
+and no more (docs/stability.md; 256 windows, the sample this replaced, put lambda* with
+caching up to a few percent below lambda* without).
 
 Measured against the simulator (steps of Sarathi-Serve under overload, all at `b_max`;
 `benchmarks/capacity_accuracy.py`), this predicts the full steps' token rate within 0.4%
@@ -29,7 +36,6 @@ contexts. The adaptive policy does not use a mix.
 
 from __future__ import annotations
 
-import math
 import weakref
 
 import numpy as np
@@ -40,40 +46,26 @@ __all__ = ["LengthMix", "STREAM_PROMPTS", "WINDOWS"]
 
 #: prompts of the sample laid end to end as the prefill stream (taken evenly through it)
 STREAM_PROMPTS = 10_000
-#: windows a prefill load is averaged over (evenly spread over the stream)
-WINDOWS = 256
-#: windows for a cost model whose step time is not a sum over its chunks (each shape is
-#: then timed window by window)
+#: windows of the prefill stream a step is timed over for a cost model whose step time is
+#: not a sum over its chunks (each shape is then timed window by window; a sum over chunks
+#: is averaged over every window, exactly)
 GENERIC_WINDOWS = 32
-#: prefill loads up to this are timed exactly; above it on a geometric grid (ratio
-#: `KNOT_RATIO`) and interpolated, so that a region or a scan of every load stays cheap
-EXACT_LOADS = 256
-KNOT_RATIO = 1.01
-_LOG_RATIO = math.log(KNOT_RATIO)
-
-
-def _knot(k: int) -> int:
-    """The k-th load of the interpolation grid (k >= 0)."""
-    return max(EXACT_LOADS, int(round(EXACT_LOADS * KNOT_RATIO**k)))
+#: windows `window_chunks` lists by default, evenly spread over the stream
+WINDOWS = 256
 
 
 class _PerCost:
     """What a `LengthMix` computed for one cost model: {prefill load x: mean chunk time of
-    its windows}, and the prefix sums of the stream's whole prompts' chunk times."""
+    its windows}, the prefix sums of the stream's whole prompts' chunk times (`whole`,
+    `whole_by_len`: weighted by their lengths) and of the edge pieces' (`edges`)."""
 
-    __slots__ = ("means", "whole")
+    __slots__ = ("means", "whole", "whole_by_len", "edges")
 
     def __init__(self):
         self.means: dict[int, float] = {}
-        self.whole: list[float] | None = None
-
-    def whole_sums(self, chunk_time, prompts: np.ndarray, base: list[int]) -> list[float]:
-        """[0, t(p_0), t(p_0) + t(p_1), ...] of the stream's whole pieces (each after its
-        cached prefix, `base`)."""
-        if self.whole is None:
-            times = [chunk_time(p, b) for p, b in zip(prompts.tolist(), base)]
-            self.whole = np.concatenate([[0.0], np.cumsum(times)]).tolist()
-        return self.whole
+        self.whole: np.ndarray | None = None
+        self.whole_by_len: np.ndarray | None = None
+        self.edges: list[float] = [0.0]
 
 
 class LengthMix:
@@ -120,6 +112,8 @@ class LengthMix:
         self._start_list = (self._ends - stream).tolist()  # (indexing a list is what the loops do)
         self._end_list = self._ends.tolist()
         self._stream_mean = float(stream.mean())
+        order = np.argsort(stream, kind="stable")
+        self._sorted_len, self._sorted_base = stream[order], base[order]
         # what each cost model's timing of the stream computed (`_PerCost`)
         self._costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -184,64 +178,58 @@ class LengthMix:
             out.append((chunks, done))
         return out
 
-    def _chunk_mean_exact(self, cost, x: int) -> float:
-        """Mean over the windows of x tokens of their chunks' time (`cost.chunk_time`), the
-        whole prompts inside a window summed from prefix sums over the stream."""
-        ct = cost.chunk_time
-        n = len(self._prompts)
-        whole = None
-        total = 0.0
-        windows = 0
-        for first, last, between, _ in self._window_parts(x):
-            windows += 1
-            total += ct(*first)
-            if last is not None:
-                total += ct(*last)
-            if between:
-                if whole is None:
-                    whole = self._per_cost(cost).whole_sums(ct, self._prompts, self._base_list)
-                hi, lo = divmod(between.stop, n), divmod(between.start, n)
-                total += (hi[0] - lo[0]) * whole[n] + whole[hi[1]] - whole[lo[1]]
-        return total / windows
-
     def _per_cost(self, cost) -> _PerCost:
         cache = self._costs.get(cost)
         if cache is None:
             cache = self._costs[cost] = _PerCost()
         return cache
 
+    # ---- the mean over every window ------------------------------------------------------
+    # Summed over every start u of the circular stream, the pieces a window of x tokens cuts
+    # from one prompt of L uncached tokens after b cached ones are (with the laps it lies in
+    # the same as over all integers u): windows starting at its token j hold (min(L - j, x),
+    # b + j); windows starting before it hold its first min(L, k) tokens, k = 1 .. x - 1.
+    # So per prompt: x tokens at each context b .. b + L - x (when L >= x), the last m
+    # tokens and the first m tokens for each m = 1 .. min(L, x - 1), and the whole prompt
+    # x - 1 - L times more (when L < x - 1). The mean over the T starts is their sum / T.
+    def _edge_sum(self, cost, cache: _PerCost, m_top: int) -> float:
+        """Sum over m = 1 .. m_top of every prompt's last and first m tokens' chunk times
+        (prompts of at least m tokens), extended as far as asked."""
+        lens, base = self._sorted_len, self._sorted_base
+        edges = cache.edges
+        while len(edges) <= m_top:
+            m = len(edges)
+            k = int(np.searchsorted(lens, m, side="left"))  # the prompts of m tokens or more
+            ends = base[k:] + lens[k:] - m
+            edges.append(edges[-1] + float(cost.chunk_times(m, ends).sum() + cost.chunk_times(m, base[k:]).sum()))
+        return edges[m_top]
+
+    def _window_sum(self, cost, x: int) -> float:
+        """The chunk times of the windows of `x` tokens from every start, summed."""
+        cache = self._per_cost(cost)
+        lens, base = self._sorted_len, self._sorted_base
+        if cache.whole is None:
+            times = np.array([cost.chunk_time(n, b) for n, b in zip(lens.tolist(), base.tolist())], dtype=float)
+            cache.whole = np.concatenate([[0.0], np.cumsum(times)])
+            cache.whole_by_len = np.concatenate([[0.0], np.cumsum(times * lens)])
+        k = int(np.searchsorted(lens, x, side="left"))  # prompts of x tokens or more from k
+        inside = float(cost.chunk_time_sums(x, base[k:], base[k:] + lens[k:] - x + 1).sum()) if k < len(lens) else 0.0
+        edge = self._edge_sum(cost, cache, min(x - 1, int(lens[-1])))
+        j = int(np.searchsorted(lens, x - 1, side="left"))  # prompts under x - 1 tokens below j
+        whole = (x - 1) * float(cache.whole[j]) - float(cache.whole_by_len[j])
+        return inside + edge + whole
+
     def chunk_mean(self, cost, x: int) -> float:
-        """Mean chunk time (seconds, `cost.chunk_time`) of a step's `x` prefill tokens:
-        exact up to `EXACT_LOADS` tokens, above it interpolated between loads on a grid of
-        ratio `KNOT_RATIO`."""
+        """Mean chunk time (seconds, `cost.chunk_time`) of a step's `x` prefill tokens: the
+        mean over the windows of `x` tokens from every start of the stream, exactly."""
         x = int(x)
         if x <= 0:
             return 0.0
-        cache = self._per_cost(cost).means
-        if x <= EXACT_LOADS:
-            v = cache.get(x)
-            if v is None:
-                v = cache[x] = self._chunk_mean_exact(cost, x)
-            return v
-        # the grid knots around x: EXACT_LOADS * KNOT_RATIO^k, rounded
-        k = int(math.log(x / EXACT_LOADS) / _LOG_RATIO)
-        lo = _knot(k)
-        while lo > x:
-            k -= 1
-            lo = _knot(k)
-        hi = _knot(k + 1)
-        while hi <= x:
-            k += 1
-            lo, hi = hi, _knot(k + 1)
-        a = cache.get(lo)
-        if a is None:
-            a = cache[lo] = self._chunk_mean_exact(cost, lo)
-        if x == lo:
-            return a
-        b = cache.get(hi)
-        if b is None:
-            b = cache[hi] = self._chunk_mean_exact(cost, hi)
-        return a + (b - a) * (x - lo) / (hi - lo)
+        means = self._per_cost(cost).means
+        v = means.get(x)
+        if v is None:
+            v = means[x] = self._window_sum(cost, x) / self._total
+        return v
 
     # ---- the timer -----------------------------------------------------------------------
     def timer(self, cost):
@@ -271,7 +259,14 @@ class LengthMix:
             d = int(round(y * ctx))
             if not x:
                 return float(step_time(0, y, d, [], y))
-            # x / E[p] prompts complete a step (their first tokens are sampled)
-            return float(step_time(x, y, d, [], y + int(round(x / per_prompt)))) + self.chunk_mean(cost, x)
+            # x / E[p] prompts complete a step on average (their first tokens are sampled):
+            # a time-share of the steps completing the whole numbers around it
+            done = x / per_prompt
+            lo = int(done)
+            share = done - lo
+            t = float(step_time(x, y, d, [], y + lo))
+            if share:
+                t += share * (float(step_time(x, y, d, [], y + lo + 1)) - t)
+            return t + self.chunk_mean(cost, x)
 
         return time_of

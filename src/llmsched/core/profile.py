@@ -451,6 +451,39 @@ class ProfileCostModel(CostModel):
         i = bisect_right(self._px, context)
         return seg[0][i] + seg[1][i] * context
 
+    def chunk_times(self, chunk, contexts):
+        """`chunk_time` of one chunk size at each context of an integer array, vectorised."""
+        import numpy as np  # noqa: PLC0415
+
+        a, s = (np.asarray(v) for v in (self._pcache.get(chunk) or self._prow(chunk)))
+        contexts = np.asarray(contexts)
+        i = np.searchsorted(self._px, contexts, side="right")
+        return a[i] + s[i] * contexts
+
+    def chunk_time_sums(self, chunk, lo, hi):
+        """Sum of `chunk_time(chunk, c)` over the integer contexts lo <= c < hi (arrays of
+        contexts >= 0), in closed form: `chunk_time` is linear in the context between the
+        grid's contexts."""
+        import numpy as np  # noqa: PLC0415
+
+        a, s = (np.asarray(v) for v in (self._pcache.get(chunk) or self._prow(chunk)))
+        # segment k holds the integer contexts from `starts[k]` to `edges[k]` (excluded):
+        # the first integer at or past grid context k is where `bisect_right` moves on
+        edges = np.ceil(np.asarray(self._px, dtype=float)).astype(np.int64)
+        starts = np.concatenate([[0], edges])
+        width = edges - starts[:-1]
+        below = np.concatenate([[0.0], np.cumsum(a[:-1] * width + s[:-1] * (starts[:-1] + edges - 1) * width / 2.0)])
+
+        def upto(c):
+            """The sum over the contexts 0 .. c - 1."""
+            c = np.asarray(c, dtype=np.int64)
+            k = np.searchsorted(edges, c, side="right")
+            first = starts[k]
+            n = (c - first).astype(float)
+            return below[k] + a[k] * n + s[k] * (first + c - 1).astype(float) * n / 2.0
+
+        return upto(hi) - upto(lo)
+
     def lm_head_time(self, sampled) -> float:
         return self._lm(sampled)
 

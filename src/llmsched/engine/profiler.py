@@ -38,8 +38,9 @@ Two stages, both through the engine's own step path (`ModelRunner.execute`):
      emission, detokenization, stop checks, the replay loop), fitted robustly.
    The written tables are `scale` x the stage-1 values, with `fixed` added to every
    linear row and `per_row` x rows to every lm_head row, so the composed cost model
-   predicts a step as the real run takes it. The first step after an idle wait costs
-   more (reported as `after_idle_ratio`); the cost model has no term for that.
+   predicts a step as the real run takes it. The first step after an idle wait takes
+   another time, usually more (its ratio to the calibrated time is reported as
+   `after_idle_ratio`); the cost model has no term for that.
    `calibrate=False` skips the real run: scale 1, host time from a closed batch of
    requests (`measure_overhead`).
 
@@ -258,7 +259,7 @@ def fit_calibration(steps, cost) -> dict:
     - `fixed_s`, `per_row_s`: host time per step (start to next start, minus the
       forward time) as `fixed + per_row * sampled rows` (`fit_host`);
     - `after_idle_ratio`: median real forward / (scale x table time) over the first
-      steps after an idle wait (these cost more; the cost model cannot tell them apart)."""
+      steps after an idle wait (usually above 1; the cost model cannot tell them apart)."""
     import numpy as np  # noqa: PLC0415
 
     pred = np.array([cost.step_time(*s.args) for s in steps], dtype=float)
@@ -321,20 +322,36 @@ def _check_grid_fits(r, g: dict, dec_points: list, pre_points: list, longest_dec
     )
 
 
-def _check_two_decode_batches(r, dec_points: list) -> None:
+def _check_two_decode_batches(r, dec_points: list, batches: list, step_kv) -> None:
     """Refuse, before any timing, an engine that fits one decode batch size of the grid:
     `--cost-model profile:PATH` refuses a decode_attn table of one batch size, which
-    cannot extrapolate to larger batches."""
-    batches = sorted({b for b, _ in dec_points})
-    if len(batches) == 1:
+    cannot extrapolate to larger batches. The error names what keeps out the grid's next
+    batch size (`batches`): the running cap, the token budget, max_model_len or the KV
+    cache, by `step_kv(b)`: (the longest context, the KV tokens) of its smallest step."""
+    fitting = sorted({b for b, _ in dec_points})
+    if len(fitting) != 1:
+        return
+    larger = [b for b in batches if b > fitting[0]]
+    if not larger:
+        raise ConfigError(f"the profile grid has one decode batch size ({fitting[0]}); a profile needs two")
+    b = min(larger)
+    top, kv_need = step_kv(b)
+    kv_room = min(r.num_blocks * r.block_size, r.workspace_tokens)
+    if b > min(r.b_max, r.max_num_seqs):
         if r.b_max < r.max_num_seqs:  # the budget caps the batch before the running cap does
-            limit, flags = f"b_max {r.b_max}", "--b-max"
+            limit, fix = f"b_max {r.b_max}", "raise --b-max"
         else:
-            limit, flags = f"max_num_seqs {r.max_num_seqs}", "--max-running/--max-num-seqs"
-        raise ConfigError(
-            f"only one decode batch size of the profile grid ({batches[0]}) fits this engine "
-            f"({limit}); a profile needs two: raise {flags} or --kv-cache-gb"
-        )
+            limit, fix = f"max_num_seqs {r.max_num_seqs}", "raise --max-running/--max-num-seqs"
+    elif top > r.max_model_len:
+        limit = f"max_model_len {r.max_model_len}: a batch of {b} decodes at contexts up to {top}"
+        fix = f"raise --max-model-len to at least {top}"
+    else:
+        limit = f"its KV cache of {kv_room} tokens: a batch of {b} needs {kv_need}"
+        fix = "raise --kv-cache-gb"
+    raise ConfigError(
+        f"only one decode batch size of the profile grid ({fitting[0]}) fits this engine ({limit}); "
+        f"a profile needs two: {fix}"
+    )
 
 
 def profile_engine(
@@ -448,9 +465,15 @@ def profile_engine(
         return lm
 
     # ---- the steps the tables need -----------------------------------------------------------
+    def step_kv(b, c=None):
+        """(the longest context, the KV tokens: whole blocks of it per decoder) of the decode
+        step of batch b at mean context c (default the grid's smallest)."""
+        top = max(contexts(b, min(g["contexts"]) if c is None else c))
+        return top, b * -(-top // bs) * bs
+
     def fits(b, c):
-        top = max(contexts(b, c))
-        return top <= r.max_model_len and b * -(-top // bs) * bs <= min(cap_tokens, r.workspace_tokens)
+        top, kv = step_kv(b, c)
+        return top <= r.max_model_len and kv <= min(cap_tokens, r.workspace_tokens)
 
     dec_points = [
         (b, c)
@@ -466,7 +489,7 @@ def profile_engine(
         if c + x <= min(r.max_model_len, cap_tokens)
     ]
     _check_grid_fits(r, g, dec_points, pre_points, max(contexts(min(g["batches"]), min(g["contexts"]))))
-    _check_two_decode_batches(r, dec_points)
+    _check_two_decode_batches(r, dec_points, sorted(set(g["batches"])), step_kv)
     step_points = [
         p
         for p in ((64, 0, 0, 0), (16, 64, 4, 64), (0, 0, 16, 256), (128, 0, 8, 128), (0, 0, 1, 64), (32, 256, 32, 64))
@@ -581,7 +604,7 @@ def profile_engine(
         say(
             f"calibration: real steps take {scale:.3f} x the table time, + {fixed_s * 1e3:.3f} ms + "
             f"{per_row_s * 1e6:.1f} us per sampled row of host time; the first step after an idle "
-            f"wait takes {cold} longer (not modelled)"
+            f"wait takes {cold} the calibrated table time (not modelled)"
         )
     else:
         scale = 1.0

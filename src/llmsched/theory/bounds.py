@@ -26,7 +26,8 @@ prompt token also emits output token 1), so the work per request is
 
 For a context-dependent cost model (`cost.load_only` False, e.g. the H200 profile) the
 step time needs contexts, and the step at `b_max` used for `C` holds prefill and decode
-tokens in the workload's proportion `mean_prompt : mean_output - 1`. Given `mix`, a
+tokens in the workload's proportion `mean_prompt : mean_output - 1` (a time-share of the
+two whole step shapes around it). Given `mix`, a
 `LengthMix` of the workload's lengths (what `llmsched capacity`, `simulate`'s verdict,
 sweeps and the serverless reproduction pass), the step is timed with the contexts its
 tokens see on average when lengths vary (`core.length_mix`); without it, with
@@ -156,10 +157,15 @@ def _budget_timer(cost: CostModel, mean_prompt, mean_output, cached_prompt: floa
     time_of = representative_timer(cost, mean_prompt, mean_output, mix)
 
     def t(b) -> float:
+        # the workload's share of prefill is rarely a whole number of tokens: the step is a
+        # time-share of the two whole shapes around it (a rounded shape could drop a
+        # workload's only decoder, or add one, and move lambda* by that decoder's time)
         b = int(b)
-        x = int(round(b * uncached / w))
-        x = b if x > b else (0 if x < 0 else x)
-        return time_of(x, b - x)
+        x = min(float(b), max(0.0, b * uncached / w))
+        lo = int(x)
+        share = x - lo
+        t_lo = time_of(lo, b - lo)
+        return t_lo if share == 0.0 else (1.0 - share) * t_lo + share * time_of(lo + 1, b - lo - 1)
 
     return t
 

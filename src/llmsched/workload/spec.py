@@ -76,6 +76,28 @@ def _rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
+def _whole_seed(seed) -> int:
+    """A seed as an int: a whole number >= 0, kept exactly however large (a float seed must
+    be finite and whole; a string is read as its number)."""
+    bad = ConfigError(f"seed must be a whole number >= 0, got {seed!r:.60}")
+    if isinstance(seed, bool):  # float(True) == 1: a bool is no seed
+        raise bad
+    if isinstance(seed, (int, np.integer)):
+        value = int(seed)
+    else:
+        try:
+            value = int(seed) if isinstance(seed, str) and seed.strip().isdigit() else float(seed)
+        except (TypeError, ValueError):
+            raise bad from None
+        if isinstance(value, float):
+            if not value.is_integer():  # (inf and nan are not)
+                raise bad
+            value = int(value)
+    if value < 0:
+        raise bad
+    return value
+
+
 def _opt_float(value, what: str, positive: bool = True, hi: float | None = None) -> float | None:
     if value is None:
         return None
@@ -199,18 +221,7 @@ class WorkloadSpec:
         self.time_scale = _opt_float(1.0 if self.time_scale is None else self.time_scale, "time_scale")
         self.num_requests = _opt_count(self.num_requests, "num_requests")
         self.duration_s = _opt_float(self.duration_s, "duration_s")
-        if isinstance(self.seed, bool):  # float(True) == 1: a bool is no seed
-            raise ConfigError(f"seed must be a whole number >= 0, got {self.seed!r}")
-        if not isinstance(self.seed, (int, np.integer)):
-            try:
-                ok = self.seed is not None and float(self.seed) == int(float(self.seed))
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise ConfigError(f"seed must be a whole number >= 0, got {self.seed!r}")
-        self.seed = int(float(self.seed))
-        if self.seed < 0:
-            raise ConfigError(f"seed must be a whole number >= 0, got {self.seed}")
+        self.seed = _whole_seed(self.seed)
         self._normalise_arrival()
         for name in ("trace_model", "trace_log_type"):
             v = getattr(self, name)
