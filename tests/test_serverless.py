@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from llmsched.core import ConfigError
 from llmsched.core.request import NS
+from llmsched.policies.dynamic_batch import DynamicBatch
+from llmsched.policies.twp import TWP
 from llmsched.sim.serverless import run_serverless
 from llmsched.sim.serverless_result import simulate_serverless
 from llmsched.workload.serverless import (
@@ -431,6 +433,31 @@ def test_a_destination_without_kv_room_recomputes_the_migrated_request():
     # with room (no capacity) it decodes on at a1 without a pause
     s = migration_case("serverlessllm", rows, alpha=0.001)
     assert s.migrated_tokens == n0 + d and s.itl.max == ns(0.01)
+
+
+@pytest.mark.parametrize("admission", ["twp", "dynamicbatch"])
+def test_a_hand_over_to_an_idle_instance_puts_no_idle_time_in_the_itl_feedback(admission, monkeypatch):
+    """a0 (request 0: 10-token prompt) migrates from 1.01 s; a1 finishes request 1 at
+    1.5 s and sits idle until request 0 joins it at 2.43 s. Every step takes 10 ms, so
+    every ITL sample of the closed-loop policy is 10 ms: the first step after the join
+    used to be measured from a1's last step before its idle time (0.94 s, EWMA 0.196 s)."""
+    policy = {"twp": TWP, "dynamicbatch": DynamicBatch}[admission]
+    ewma = []
+    observe_batch = policy.observe_batch
+
+    def spy(self, *batch):
+        observe_batch(self, *batch)
+        ewma.append(self.l_ewma)
+
+    monkeypatch.setattr(policy, "observe_batch", spy)
+    rows = [(0.0, "a", 10, 1000), (0.1, "a", 500, 100), (1.005, "b", 10, 5)]
+    s = migration_case("serverlessllm", rows, fast=False, admission=admission)  # (one step a batch)
+    a0, a1, _ = s.instances
+    assert a0["stop_ns"] == ns(2.43) and list(s.migrations) == [1, 0, 0] and s.instance[0] == a1["instance"]
+    assert s.e2e_ns[1] == ns(1.5) - ns(0.1)  # a1 idle from 1.5 s to the hand-over
+    assert max(e for e in ewma if e is not None) == pytest.approx(0.01)
+    fast = migration_case("serverlessllm", rows, admission=admission)
+    assert fast.instances == s.instances and np.array_equal(fast.e2e_ns, s.e2e_ns)
 
 
 def test_the_gpu_frees_at_the_last_hand_over():

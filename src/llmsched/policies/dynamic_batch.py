@@ -154,6 +154,9 @@ class DynamicBatch(AdmissionPolicy):
         else:
             self.cap = min(float(self.C_max), self.cap + self.delta)
 
+    def went_idle(self) -> None:
+        self.meter.forget()
+
     def describe(self) -> dict:
         d = {"name": self.name}
         for k in self.OPTIONS:

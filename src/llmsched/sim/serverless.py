@@ -850,6 +850,11 @@ class _Runtime:
         if busy_until < 0:
             if sim.now < t:
                 sim.idle_until(t)
+            if not sim.state.running:
+                # nothing decoded here meanwhile: a closed-loop policy's ITL sample must
+                # not span the idle time (as after idle time on one server, where a
+                # request's prefill comes first)
+                sim.scheduler.went_idle()
             self.settle(inst, r, t)
             self.plan_soon(inst, t)
             return
