@@ -68,6 +68,21 @@ def test_default_target_is_one_and_a_half_batch_one_decode_steps():
     assert q.itl_target() == pytest.approx(0.012)
 
 
+def test_c_max_above_the_step_room_is_cut_to_it():
+    """A step holds at most min(b_max, k_max) requests: a c_max of 1,000 used to start the
+    cap there, so that it halved 1000, 500, 250, 125 before it bound (62) on a slow step."""
+    st = ServerState(Constraints(b_max=512, k_max=64))
+    p = make_admission_policy("dynamicbatch", c_max=1000, l_min_ms=10, alpha=1.0)
+    assert p.batch_limit(st) == 64 and p.C_max == 64 and p.describe()["C_max"] == 64
+    p.observe(st, _fb(0.0, 0.030))  # over the 15 ms target: the first cut binds
+    assert p.batch_limit(st) == 32
+    for _ in range(40):
+        p.observe(st, _fb(0.0, 0.005))
+    assert p.cap == 64
+    q = make_admission_policy("dynamicbatch", c_min=100, c_max=1000, c0=500)
+    assert q.batch_limit(ServerState(Constraints(b_max=48))) == 48  # c_min and c0 too
+
+
 def test_cap_bounds_admissions_but_never_pauses_running_requests():
     sched = make_scheduler(
         "sarathi", admission="dynamicbatch", b_max=64, admission_options=dict(c0=3, itl_target_ms=1000)

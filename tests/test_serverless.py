@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from llmsched.core import ConfigError
 from llmsched.core.request import NS
+from llmsched.policies.dynamic_batch import DynamicBatch
+from llmsched.policies.twp import TWP
 from llmsched.sim.serverless import run_serverless
 from llmsched.sim.serverless_result import simulate_serverless
 from llmsched.workload.serverless import (
@@ -322,7 +324,7 @@ def test_serverlessllm_starts_where_the_checkpoint_is_closest_fcfs_takes_the_fir
     assert [i["tier"] for i in s.instances] == ["ssd", "remote"]
 
 
-def migration_case(scheduler: str, rows=None, fast: bool = True, max_time_s=None, alpha=None, **a):
+def migration_case(scheduler: str, rows=None, fast: bool = True, max_time_s=None, alpha=None, migration=True, **a):
     """Two GPUs on two nodes; model a runs two long requests on its two instances; model b
     arrives at t = 1.005 s when no GPU is free."""
     cfg = two_nodes(scheduler=scheduler, scale_out_tokens=0)
@@ -333,6 +335,8 @@ def migration_case(scheduler: str, rows=None, fast: bool = True, max_time_s=None
     }
     if alpha is not None:
         cfg["platform"]["serverlessllm"] = {"alpha_s_per_token": alpha}
+    if not migration:
+        cfg["platform"]["serverlessllm"] = {"migration": False}
     rows = rows or [(0.0, "a", 100, 1000), (0.1, "a", 100, 1000), (1.005, "b", 10, 5)]
     return run(cfg, rows, fast=fast, max_time_s=max_time_s)
 
@@ -373,6 +377,28 @@ def test_serverlessllm_live_migration_frees_a_gpu_and_conserves_tokens():
     assert s.ttft_ns[2] > first_done - ns(1.005)
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_model_waiting_for_a_gpu_migrates_once_a_victim_becomes_ready(fast):
+    """b arrives at 0.2 s while both of a's instances are still loading: no GPU is free,
+    none idle, no instance to migrate, so b waits. At 0.5 s both become ready (a1 second),
+    each with a request queued: a1's readiness makes a0 a victim (the lower number of two
+    equal estimates: nothing runs yet), its request moves to a1 at once and b takes its GPU
+    then. It used to wait for a request of a to finish (10 s)."""
+    rows = [(0.0, "a", 100, 1000), (0.1, "a", 100, 1000), (0.2, "b", 10, 5)]
+    s = migration_case("serverlessllm", rows, fast=fast)
+    a0, a1, b = s.instances
+    assert a0["ready_ns"] == a1["ready_ns"] == ns(0.5)
+    assert a0["stop_reason"] == "migrated" and a0["stop_ns"] == ns(0.5) and a0["migrated_out"] == 1
+    assert b["created_ns"] == b["gpu_from_ns"] == ns(0.5) and b["ready_ns"] == ns(1.0)
+    assert s.ttft_ns[2] == ns(1.0) + 10 * MS - ns(0.2)
+    assert list(s.instance) == [a1["instance"]] * 2 + [b["instance"]] and list(s.migrations) == [0, 0, 0]
+    assert (s.tokens == s.output).all() and s.itl.count == int((s.output - 1).sum())
+    # only ServerlessLLM migrates: under FCFS (or with migration off) b waits for a GPU to free
+    for scheduler, migration in (("fcfs", True), ("serverlessllm", False)):
+        s = migration_case(scheduler, rows, fast=fast, migration=migration)
+        assert s.instances[2]["gpu_from_ns"] > ns(10) and list(s.migrations) == [0, 0, 0]
+
+
 def test_a_request_that_finishes_before_its_hand_over_finishes_at_the_source():
     """Request 0 has 300 tokens: its last at 0.51 + 2.99 = 3.5 s, before its hand-over
     (4.23 s): no migration; the GPU frees at its finish."""
@@ -407,6 +433,31 @@ def test_a_destination_without_kv_room_recomputes_the_migrated_request():
     # with room (no capacity) it decodes on at a1 without a pause
     s = migration_case("serverlessllm", rows, alpha=0.001)
     assert s.migrated_tokens == n0 + d and s.itl.max == ns(0.01)
+
+
+@pytest.mark.parametrize("admission", ["twp", "dynamicbatch"])
+def test_a_hand_over_to_an_idle_instance_puts_no_idle_time_in_the_itl_feedback(admission, monkeypatch):
+    """a0 (request 0: 10-token prompt) migrates from 1.01 s; a1 finishes request 1 at
+    1.5 s and sits idle until request 0 joins it at 2.43 s. Every step takes 10 ms, so
+    every ITL sample of the closed-loop policy is 10 ms: the first step after the join
+    used to be measured from a1's last step before its idle time (0.94 s, EWMA 0.196 s)."""
+    policy = {"twp": TWP, "dynamicbatch": DynamicBatch}[admission]
+    ewma = []
+    observe_batch = policy.observe_batch
+
+    def spy(self, *batch):
+        observe_batch(self, *batch)
+        ewma.append(self.l_ewma)
+
+    monkeypatch.setattr(policy, "observe_batch", spy)
+    rows = [(0.0, "a", 10, 1000), (0.1, "a", 500, 100), (1.005, "b", 10, 5)]
+    s = migration_case("serverlessllm", rows, fast=False, admission=admission)  # (one step a batch)
+    a0, a1, _ = s.instances
+    assert a0["stop_ns"] == ns(2.43) and list(s.migrations) == [1, 0, 0] and s.instance[0] == a1["instance"]
+    assert s.e2e_ns[1] == ns(1.5) - ns(0.1)  # a1 idle from 1.5 s to the hand-over
+    assert max(e for e in ewma if e is not None) == pytest.approx(0.01)
+    fast = migration_case("serverlessllm", rows, admission=admission)
+    assert fast.instances == s.instances and np.array_equal(fast.e2e_ns, s.e2e_ns)
 
 
 def test_the_gpu_frees_at_the_last_hand_over():
@@ -449,7 +500,10 @@ def test_a_migration_decided_at_a_step_boundary_of_the_victim_fast_equals_step_b
     step boundary of the victim, and its plan decides the migration. Step by step, the
     victim (the lower number) had planned its next step at that instant first, so its
     hand-over started a step later; the fast path cut the victim's batch at the instant
-    (request 22 finished 10 ms later, 1 more migrated token)."""
+    (request 22 finished 10 ms later, 1 more migrated token). Since a waiting model tries
+    to migrate as soon as an instance becomes ready beside another (before the batch
+    ends and plans of that instant), this platform's migrations are decided then (1,434
+    migrated tokens became 2,587); the two paths still agree."""
     cfg = {
         "cluster": {
             "remote_bandwidth_gbps": 4,
@@ -481,7 +535,7 @@ def test_a_migration_decided_at_a_step_boundary_of_the_victim_fast_equals_step_b
     assert fast.migrations.sum() >= 1 and (fast.tokens == fast.output).all()
     for k in ("ttft_ns", "e2e_ns", "queue_ns", "instance", "migrations", "tokens"):
         assert np.array_equal(getattr(fast, k), getattr(exact, k)), k
-    assert fast.instances == exact.instances and fast.migrated_tokens == exact.migrated_tokens == 1434
+    assert fast.instances == exact.instances and fast.migrated_tokens == exact.migrated_tokens == 2587
 
 
 def test_a_time_limit_before_the_hand_over_leaves_the_request_at_its_source():
@@ -779,8 +833,9 @@ def test_no_request_lost_or_duplicated_and_fast_equals_step_by_step(cfg):
 
 
 def test_busy_platform_with_migrations_loses_nothing():
-    """Many models on few GPUs under ServerlessLLM: GPUs change hands by migration, reclaim
-    and keep-alive; every request finishes once with all its tokens."""
+    """Many models on few GPUs under ServerlessLLM: GPUs change hands by migration (3
+    victims, 5 running requests handed over), reclaim and keep-alive; every request
+    finishes once with all its tokens."""
     cfg = two_nodes(scheduler="serverlessllm", scale_out_tokens=200, keep_alive_s=0.5)
     cfg["cluster"]["nodes"][0]["gpus"] = 2
     cfg["models"] = {f"m{i}": {"weights_gb": 5, "cost_model": "paper", "b_max": 256} for i in range(5)}
@@ -792,12 +847,13 @@ def test_busy_platform_with_migrations_loses_nothing():
         "num_requests": 600,
         "prompt": "uniform:1,400",
         "output": "uniform:1,300",
-        "seed": 3,
+        "seed": 9,
     }
     cfg["platform"]["serverlessllm"] = {"alpha_s_per_token": 0.0005}
     spec = load_serverless(cfg)
     s = run_serverless(spec)
     assert s.migrations.sum() > 0
+    assert sorted({r["stop_reason"] for r in s.instances}) == ["keep-alive", "migrated", "reclaimed"]
     assert (s.e2e_ns >= 0).all() and (s.tokens == s.output).all()
     assert s.itl.count == int((s.output - 1).sum())
     _check_gpus(spec, s)

@@ -777,7 +777,8 @@ def _finding_rows(path: str, v):
 
 def _print_twp(res: dict) -> None:
     """Paper 2's Table III as measured, and TWP against ServerlessLLM and the best of FCFS,
-    Round-Robin and Priority (docs/twp.md reads them against the paper's claims)."""
+    Round-Robin, Priority and DynamicBatch (docs/twp.md reads them against the paper's
+    claims)."""
 
     def num(v, fmt: str) -> str:
         return "-" if v is None else format(v, fmt)

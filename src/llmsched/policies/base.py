@@ -114,6 +114,11 @@ class AdmissionPolicy:
             ),
         )
 
+    def went_idle(self) -> None:
+        """The server ran nothing since its last step, and a decoder joins it without a
+        prefill (a live migration's hand-over in the serverless runtime): its next step
+        is the first of a new run of steps. Default: nothing."""
+
     def bind_cost_model(self, cost) -> None:
         """The driver's step cost model, for policies that reason about step times."""
 
@@ -442,6 +447,10 @@ class Scheduler:
     def observe_batch(self, state: ServerState, plan: StepPlan, *batch) -> None:
         """`AdmissionPolicy.observe_batch` (the same arguments)."""
         self.admission.observe_batch(state, plan, *batch)
+
+    def went_idle(self) -> None:
+        """`AdmissionPolicy.went_idle`."""
+        self.admission.went_idle()
 
     def bind_cost_model(self, cost) -> None:
         """Tell the policies which cost model times the steps (the simulator's, the

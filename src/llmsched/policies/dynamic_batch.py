@@ -37,7 +37,8 @@ class DynamicBatch(AdmissionPolicy):
     - `alpha` [0.2]: EWMA weight of the newest ITL sample (1: react to every step alone).
     - `beta` [0.5]: multiplicative decrease of the cap.
     - `delta` [1]: additive increase, requests per step.
-    - `c_min` [1], `c_max` [min(b_max, k_max)]: bounds of the cap.
+    - `c_min` [1], `c_max` [min(b_max, k_max)]: bounds of the cap (a larger `c_max` is cut
+      to `min(b_max, k_max)`, and so is a `c_min` or `c0` above it).
     - `c0` [c_max]: initial cap (start unconstrained, as a plain FCFS server).
     - `l_min_ms`, `cost`, `context` [1024]: as for `twp`.
     """
@@ -116,7 +117,10 @@ class DynamicBatch(AdmissionPolicy):
                 )
         else:
             self.l_min_s = None
-        self.C_max = self.c_max if self.c_max is not None else min(state.b_max, state.k_max)
+        # no step holds more than min(b_max, k_max) requests: a larger c_max is cut to it (as
+        # TWP cuts h_max and max_active), or the cap would halve from a value no step reaches
+        room = min(state.b_max, state.k_max)
+        self.C_max = room if self.c_max is None else min(self.c_max, room)
         lo = min(self.c_min, self.C_max)
         if self.cap is None:
             c0 = self.c0 if self.c0 is not None else self.C_max
@@ -153,6 +157,9 @@ class DynamicBatch(AdmissionPolicy):
             self.cap = max(float(lo), float(math.floor(self.beta * self.cap)))
         else:
             self.cap = min(float(self.C_max), self.cap + self.delta)
+
+    def went_idle(self) -> None:
+        self.meter.forget()
 
     def describe(self) -> dict:
         d = {"name": self.name}

@@ -24,7 +24,8 @@ Rule (docs/twp.md; every constant is a parameter, defaults in `TWP`):
 The observed ITL of a step is the gap its decoders saw since their previous token: the end
 of this step minus the end of the previous one when that step emitted tokens (back to back,
 this is the step's duration plus any host time between the steps), else the step's own
-duration. Idle time while nothing runs is never counted (no decoder waits through it).
+duration. Idle time while nothing runs is never counted (no decoder waits through it; a
+driver that lets a decoder join an idle server without a prefill calls `went_idle`).
 Everything is computed from `StepFeedback` and the state (the simulator hands the same
 quantities to `observe_batch`, one call per batch of repeated steps): no wall clock, so the
 simulator, the virtual GPU and the engine take the same decisions given the same feedback.
@@ -112,6 +113,11 @@ class ItlMeter:
         self.prev_emitted = bool(feedback.plan.decode > 0 or feedback.first_tokens or feedback.resumed)
         self.prev_end = end
         return s
+
+    def forget(self) -> None:
+        """The server was idle: the next step's decoders waited through none of it."""
+        self.prev_end = None
+        self.prev_emitted = False
 
 
 class TWP(AdmissionPolicy):
@@ -419,6 +425,9 @@ class TWP(AdmissionPolicy):
             emitted,
             len(state.waiting),
         )
+
+    def went_idle(self) -> None:
+        self.meter.forget()
 
     # The window changes a plan only through its token limit and, while requests wait,
     # through the horizon test of the head of the queue: TWP tells the simulator how long a

@@ -34,7 +34,8 @@ The platform (docs/serverless.md):
 - ServerlessLLM: placement by least estimated startup (load-queue wait + load time at the
   node's fastest tier, bandwidths times `load_speedup`), and, when no GPU is free or idle,
   live migration: an instance of a model with another ready instance hands its requests
-  over and its GPU goes to the model that needs it. Waiting requests move at once; a
+  over and its GPU goes to the model that needs it (a model that found none tries again
+  when an instance becomes ready beside another of its model's). Waiting requests move at once; a
   running request with n0 tokens so far keeps decoding at the source while the
   destination recomputes them (`alpha * n0 + beta` s), then the d tokens emitted meanwhile
   (`alpha * d` s); it then leaves the source at a step boundary and decodes on at the
@@ -849,6 +850,11 @@ class _Runtime:
         if busy_until < 0:
             if sim.now < t:
                 sim.idle_until(t)
+            if not sim.state.running:
+                # nothing decoded here meanwhile: a closed-loop policy's ITL sample must
+                # not span the idle time (as after idle time on one server, where a
+                # request's prefill comes first)
+                sim.scheduler.went_idle()
             self.settle(inst, r, t)
             self.plan_soon(inst, t)
             return
@@ -982,6 +988,10 @@ class _Runtime:
                 else:
                     inst.planned = True
                     self.push(t, _PLAN, inst.id, inst)
+                    if self.migration and self.waiting_models and len(inst.model.ready) > 1:
+                        # a new migration victim for the models waiting for a GPU (their
+                        # last try found none; no other event would try again)
+                        self.serve_waiting_models(t)
             elif kind == _ROUND:  # the destination has recomputed n0 tokens: d more to go
                 victim, r = a, b
                 entry = victim.moving.get(r.id)
