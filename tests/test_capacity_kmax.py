@@ -11,7 +11,7 @@ from llmsched import simulate
 from llmsched.api import REQUESTS_GROWTH_SHARE
 from llmsched.cli import main
 from llmsched.policies import batch_holds_back, is_throughput_optimal
-from llmsched.theory import capacity
+from llmsched.theory import capacity, describe_verdict
 from llmsched.theory.means import largest_prompt
 from llmsched.theory.network import traffic
 from llmsched.workload.lengths import parse_length_law
@@ -195,9 +195,9 @@ def _run(policy: str, k_max, rate: float, n: int = 12_000) -> dict:
 
 def test_decoders_piling_up_under_a_cap_are_called_unstable():
     """Orca at 94% of lambda* with k_max 2: thousands of decoders with one token left each
-    pile up; the backlog grows by 9 tokens/s against a threshold of 43 and the token
-    verdict alone said inconclusive. The requests in the system grow by 9 a second, past
-    a quarter of lambda*."""
+    pile up; the backlog grows by about 10 tokens/s against a threshold of 43 and the
+    token verdict alone said inconclusive. The requests in the system grow by about 10 a
+    second, past a quarter of lambda*."""
     s = _run("orca", 2, 20.0)
     assert s["critical_rate"] == pytest.approx(2 / (2 * T128))
     lo, _ = s["backlog_growth_ci"]
@@ -208,6 +208,8 @@ def test_decoders_piling_up_under_a_cap_are_called_unstable():
     assert s["verdict"] == "unstable" and s["stable"] is False
     assert s["verdict_reason"].startswith("the number of requests in the system grows faster than the threshold")
     assert "k_max 2 < b_max 512" in s["verdict_reason"]
+    line = describe_verdict(s)
+    assert line.startswith("UNSTABLE (") and "tok/s" in line and "); requests in the system " in line
     # well inside the region the requests stay level: stable on both counts
     low = _run("orca", 2, 12.0)
     assert low["verdict"] == "stable" and low["requests_verdict"] == "stable"

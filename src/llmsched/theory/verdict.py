@@ -241,7 +241,9 @@ def _decide(
 
 def describe_verdict(summary: dict) -> str | None:
     """One line for a run's verdict in a table, from its summary: `stable (3 tok/s, [-40,
-    45])`, `UNSTABLE (...)` or `inconclusive (...): why`; None when the run has none."""
+    45])`, `UNSTABLE (...)` (with the requests in the system's growth too where they were
+    judged unstable: a binding k_max) or `inconclusive (...): why`; None when the run has
+    none."""
     verdict = summary.get("verdict")
     if verdict is None:
         return None
@@ -250,6 +252,10 @@ def describe_verdict(summary: dict) -> str | None:
     if verdict == INCONCLUSIVE:
         reason = summary.get("verdict_reason")
         return f"inconclusive{nums}" + (f": {reason}" if reason else "")
+    r, rci = summary.get("requests_growth_per_s"), summary.get("requests_growth_ci")
+    if verdict == UNSTABLE and r is not None and rci and summary.get("requests_verdict") == UNSTABLE:
+        # (a binding k_max: the requests in the system may be what made it unstable)
+        nums += f"; requests in the system {r:,.3g}/s, [{rci[0]:,.3g}, {rci[1]:,.3g}]"
     return f"{'UNSTABLE' if verdict == UNSTABLE else 'stable'}{nums}"
 
 
