@@ -112,6 +112,12 @@ def test_the_network_verdict_promises_nothing_for_a_server_with_a_binding_cap():
     assert both.not_throughput_optimal == {"s1": "k_max 16 < b_max 512", "s2": "vllm"}
     assert "server s2 (vllm) runs a policy that is not work-conserving" in both.verdict
     assert "server s1 (k_max 16 < b_max 512) caps the requests per step" in both.verdict
+    # a cap and a pacing admission: the cap's server also leaves budget idle
+    paced = _kmax_network("sarathi")
+    paced["servers"]["s1"]["admission"] = "twp"
+    rep = traffic(paced)
+    assert rep.not_throughput_optimal == {"s1": "k_max 16 < b_max 512, twp admission"}
+    assert "server s1 (k_max 16 < b_max 512, twp admission) runs a policy that is not work-conserving" in rep.verdict
 
 
 # ----------------------------------------------------------------- prefill per request

@@ -594,7 +594,7 @@ def _named_policies(not_conserving: dict) -> str:
     (fastertransformer), y (vllm) run policies that are not ...`; servers held back by
     nothing but a binding k_max (`k_max 16 < b_max 512`) are named apart: a policy filling
     every step can be unstable inside their region (paper 1)."""
-    capped = {n: p for n, p in not_conserving.items() if p.startswith("k_max ")}
+    capped = {n: p for n, p in not_conserving.items() if p.startswith("k_max ") and "," not in p}
     idle = {n: p for n, p in not_conserving.items() if n not in capped}
     parts = []
     if idle:
