@@ -407,7 +407,7 @@ def test_paper_max_variant_note():
     rep = traffic(
         network({"A": [call("s1", 10, 2)]}, servers=("s1",), s1={"cost_model": "paper:c=1,a=1,b0=128,variant=max"})
     )
-    assert any("not monotone" in n for n in rep.notes)
+    assert any("b/t(b) peaks below b_max" in n for n in rep.notes)
 
 
 # a load-only model whose b / t(b) peaks below b_max (theorem 2's assumption fails): the

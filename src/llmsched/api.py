@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .core.checks import check_progress, strict_keywords
-from .core.constraints import check_prefix_block_size
+from .core.constraints import check_prefix_block_size, k_max_binds
 from .core.cost import make_cost_model, recorded_cost_model
 from .core.errors import ConfigError, unknown_name, warn
 from .core.paths import check_out_dir
@@ -32,7 +32,7 @@ from .policies import canonical_policy_name
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
-from .theory import INCONCLUSIVE, LengthMix, capacity, stability_verdict
+from .theory import INCONCLUSIVE, UNSTABLE, LengthMix, capacity, stability_verdict
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.arrivals import MAX_REQUESTS, count_over_the_limit
 from .workload.spec import with_defaults
@@ -486,6 +486,7 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     # not work (hits again after a preemption only save the recomputation, no part of it)
     pc = result.stats.prefix
     cached = pc["first_admission_hit_tokens"] / n if pc is not None and n else 0.0
+    capped = k_max_binds(cfg.b_max, cfg.k_max)
     try:
         rep = capacity(
             cost,
@@ -496,6 +497,8 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
             rate=rate,
             cached_prompt=cached,
             peak=False,  # not reported here, and its scan of every load is slow at large budgets
+            # with a binding cap, no request of this run supplies more prefill in a step than its prompt
+            max_prefill_per_request=int(result.prompt.max()) if capped and n else None,
             # the run's own lengths, each prompt's uncached tokens after the prefix it found cached
             mix=None if cost.load_only else LengthMix(result.prompt, result.output, result.stats.prefix_hits),
         )
@@ -535,7 +538,50 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     out["backlog_growth_ci"] = [v.ci_low, v.ci_high]
     out["verdict_conclusive"] = bool(v.conclusive)
     out["verdict_threshold_tokens_per_s"] = v.threshold_tokens_per_s
+    if capped and rep.critical_rate > 0:
+        _judge_requests(out, v, t[keep], (ts["waiting_requests"] + ts["running_requests"])[keep], rep, cfg, decode_time)
     return out
+
+
+#: with a binding k_max, requests in the system growing faster than this share of lambda*
+#: make a run whose tokens drift slowly unstable (`_judge_requests`; docs/stability.md)
+REQUESTS_GROWTH_SHARE = 0.25
+
+
+def _judge_requests(out: dict, tokens, t, in_system, rep, cfg: SimConfig, decode_time) -> None:
+    """With a binding k_max, the number of requests in the system judged too, against
+    REQUESTS_GROWTH_SHARE * lambda* requests/s: when decode slots are the bottleneck the
+    requests that pile up are decoders with a few tokens left each, a backlog that grows
+    in requests far faster than in tokens. It decides only a token verdict of slow drift
+    (the growth's interval above 0, the growth below the threshold): unstable when the
+    requests grow past their threshold with an interval above 0; any other token verdict
+    stands. (The share is far above the tokens' 2%: near the region's boundary a stable
+    policy's decoders take long to reach their level, and over a short run grow by up to
+    16% of lambda* a second: docs/stability.md.)"""
+    r = stability_verdict(
+        t,
+        in_system,
+        capacity=rep.critical_rate,
+        eps=REQUESTS_GROWTH_SHARE,
+        decode_time_s=decode_time,
+        what="the number of requests in the system",
+        unit="requests",
+    )
+    out["requests_verdict"] = r.verdict
+    out["requests_growth_per_s"] = r.backlog_growth_tokens_per_s
+    out["requests_growth_ci"] = [r.ci_low, r.ci_high]
+    out["requests_threshold_per_s"] = r.threshold_tokens_per_s
+    drift = tokens.verdict == INCONCLUSIVE and tokens.ci_low > 0
+    if drift and r.verdict == UNSTABLE:
+        out.update(
+            stable=False,
+            verdict=UNSTABLE,
+            verdict_conclusive=bool(r.conclusive),
+            verdict_reason=(
+                f"{r.reason} (k_max {cfg.k_max} < b_max {cfg.b_max}: decoders pile up holding few tokens each; "
+                f"the token backlog alone: {tokens.verdict})"
+            ),
+        )
 
 
 def simulate_network(network, **options):

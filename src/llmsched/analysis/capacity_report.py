@@ -7,9 +7,10 @@ import math
 from pathlib import Path
 
 from ..api import SimConfig, build_config, check_config
+from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
 from ..core.paths import check_out_file
-from ..policies import canonical_policy_name, is_throughput_optimal
+from ..policies import batch_holds_back, canonical_policy_name
 from ..theory import (
     DEFAULT_SAMPLES,
     capacity,
@@ -19,6 +20,7 @@ from ..theory import (
     workload_means,
     workload_mix,
 )
+from ..theory.means import largest_prompt
 from ..workload import WorkloadSpec, make_trace, replays_trace
 from ..workload.trace import mean_rate
 from .figures import plot_region
@@ -64,6 +66,7 @@ def capacity_report(
             "give the prompt law (--prompt) instead, or a mean prompt that includes it"
         )
     source = "given"
+    prompts_from_workload = mean_prompt is None
     is_trace = replays_trace(cfg.workload)
     mix = None  # the contexts of the workload's lengths (not of means given instead)
     if not (isinstance(cached_fraction, (int, float)) and 0 <= cached_fraction < 1):
@@ -87,6 +90,11 @@ def capacity_report(
             raise ConfigError(f"{what} must be a number, got {v!r}")
     if rate is not None and not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
         raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
+    # with a binding cap, the region lets a request supply at most its prompt as prefill
+    # in a step: the workload's longest prompt, where its prompt law bounds it (given
+    # means have none: then any number, which can put lambda* above what any policy serves)
+    capped = k_max_binds(cfg.b_max, cfg.k_max)
+    longest = largest_prompt(cfg.workload) if capped and prompts_from_workload else None
     per = requests_per_rate(cfg.workload) if rate is not None else 1.0  # (1 for a trace: its rate is requests/s)
     request_rate = None if rate is None else rate * per
     rep = capacity(
@@ -96,18 +104,25 @@ def capacity_report(
         float(mean_output),
         k_max=cfg.k_max,
         rate=request_rate,
+        max_prefill_per_request=longest,
         # (with a mix, the tokens it holds cached: each prompt's share, rounded, never its last)
         cached_prompt=mix.mean_cached if mix is not None else float(cached_fraction) * float(mean_prompt),
         mix=mix,
     )
+    holds_back = batch_holds_back(cfg.policy, cfg.b_max, cfg.k_max)
     out = {
         "cost_model": cfg.cost_model,
         "b_max": cfg.b_max,
         "k_max": cfg.k_max,
         "policy": canonical_policy_name(cfg.policy),
-        # lambda* is the stable region of work-conserving policies; of another it only bounds it
-        "throughput_optimal": is_throughput_optimal(cfg.policy),
+        # lambda* is the stable region of work-conserving policies without a binding
+        # k_max, and of adaptive; of another it only bounds it (`not_throughput_optimal`: why)
+        "throughput_optimal": not holds_back,
+        "not_throughput_optimal": ", ".join(holds_back) or None,
         "means_source": source,
+        # with a binding k_max: the most prefill tokens one request supplies in a step, as
+        # the region assumes it (None: any number, `largest_prompt` unknown)
+        **({"largest_prompt": longest} if capped else {}),
         "capacity": rep.to_dict(),
     }
     region = None
@@ -118,6 +133,7 @@ def capacity_report(
             cfg.k_max,
             mean_prompt=float(mean_prompt),
             mean_output=float(mean_output),
+            max_prefill_per_request=longest,
             mix=mix,
         )
         if cfg.k_max is not None:

@@ -18,9 +18,11 @@ import math
 from collections.abc import Iterable, Sequence
 
 from ..api import check_config
+from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..theory import capacity, workload_means, workload_mix
+from ..theory.means import largest_prompt
 from .points import resolve_point, run_point
 from .runner import Backend, Progress, Runner, Store
 
@@ -120,7 +122,15 @@ def find_counterexample(
             for prompt, output in cands:
                 cfg = resolve_point(None, {**base, "prompt": prompt, "output": output}, {})
                 mp, mo = workload_means(cfg.workload)
-                rep = capacity(cost, b_max, mp, mo, k_max=k_max, mix=workload_mix(cfg.workload))
+                rep = capacity(
+                    cost,
+                    b_max,
+                    mp,
+                    mo,
+                    k_max=k_max,
+                    mix=workload_mix(cfg.workload),
+                    max_prefill_per_request=largest_prompt(cfg.workload) if k_max_binds(b_max, k_max) else None,
+                )
                 entry = {
                     "prompt": prompt,
                     "output": output,

@@ -12,6 +12,7 @@ import math
 import os
 import sys
 
+from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir, check_out_file, check_run_dir
@@ -138,10 +139,10 @@ def cmd_capacity(args) -> int:
         cached_fraction=args.cached_fraction,
         **over,
     )
+    cands = None
     if args.find_counterexample:
         from ..analysis.counterexample import find_counterexample  # noqa: PLC0415
 
-        cands = None
         if args.prompt or args.output or args.lengths:
             cands = [(over["prompt"] or rep_law(rep, "prompt"), over["output"] or rep_law(rep, "output"))]
         rep["counterexample"] = find_counterexample(
@@ -159,7 +160,8 @@ def cmd_capacity(args) -> int:
     if args.json:
         print(json.dumps(to_jsonable(rep), indent=2, default=str))
         return 0
-    _print_capacity(rep)
+    # a search over its own candidates: the default workload's table would describe none of them
+    _print_capacity(rep, table=not (args.find_counterexample and cands is None))
     return 0
 
 
@@ -244,7 +246,8 @@ _CONTEXTS = {
 }
 
 
-def _print_capacity(rep: dict) -> None:
+def _print_capacity(rep: dict, table: bool = True) -> None:
+    """The capacity table (`table`), then the counterexample search's outcome if it ran."""
     c = rep["capacity"]
     rows = [
         ("cost model", str(rep["cost_model"])),
@@ -266,7 +269,7 @@ def _print_capacity(rep: dict) -> None:
             (
                 "note: peak b / t(b)",
                 f"{c['peak_token_capacity']:,.1f} tokens/s at b = {c['peak_load']} "
-                "(t(b)/b not monotone: theorem 2's assumption fails)",
+                "(b/t(b) peaks below b_max: theorem 2's assumption fails)",
             )
         )
     bound = c.get("shape_bound_rate")
@@ -295,11 +298,28 @@ def _print_capacity(rep: dict) -> None:
             if v["prefill_tokens"] + v["decode_tokens"] > 0
         )
         rows.append(("region vertices: step shapes (prefill, decode)", verts))
+    if "largest_prompt" in rep:
+        longest = rep["largest_prompt"]
+        rows.append(
+            (
+                "region: prefill per request in a step",
+                f"at most {longest:,} tokens (the longest prompt)"
+                if longest is not None
+                else "any number (no longest prompt known: --mean-prompt, or a law without max=); "
+                "with prompts shorter than a vertex's prefill lambda* can exceed what any policy serves",
+            )
+        )
+    capped = k_max_binds(rep["b_max"], rep["k_max"])
     if not rep["throughput_optimal"]:
+        capped_only = (rep.get("not_throughput_optimal") or "").startswith("k_max")
         rows.append(
             (
                 "note: policy",
-                f"{rep['policy']} is not work-conserving: lambda* bounds its stable rates from above only, "
+                f"k_max {rep['k_max']} < b_max {rep['b_max']}: a policy filling every step ({rep['policy']}) can be "
+                "unstable inside the region (paper 1), so lambda* bounds its stable rates from above only "
+                "(adaptive picks its steps from the region)"
+                if capped_only
+                else f"{rep['policy']} is not work-conserving: lambda* bounds its stable rates from above only, "
                 "its queue may grow below it (its own limit: sweep --search max-stable-rate)",
             )
         )
@@ -326,15 +346,17 @@ def _print_capacity(rep: dict) -> None:
                 + ("" if rep["throughput_optimal"] or not rep["inside"] else f"; not a guarantee for {rep['policy']}"),
             ),
             (
+                # theorem 2's growth of a work-conserving policy holds only without a binding cap
                 "fluid backlog growth (work-conserving)"
-                if c["critical_rate"] <= c["critical_rate_token_bound"] * (1 + 1e-9)
+                if not capped and c["critical_rate"] <= c["critical_rate_token_bound"] * (1 + 1e-9)
                 else "fluid backlog growth (at lambda*'s steps)",
                 f"{c['predicted_growth_tokens_per_s']:,.1f} tokens/s",
             ),
         ]
     if rep.get("plot"):
         rows.append(("region plot", rep["plot"]))
-    print_table("llmsched capacity", rows)
+    if table:
+        print_table("llmsched capacity", rows)
     ce = rep.get("counterexample")
     if ce is not None:
         if not ce["found"]:

@@ -38,6 +38,13 @@ def check_k_max(k: object) -> int:
     return _positive_int(k, "k_max", MAX_REQUESTS_PER_STEP)
 
 
+def k_max_binds(b_max, k_max) -> bool:
+    """Whether a cap of `k_max` requests per step can bind under a budget of `b_max`
+    tokens: a step of at most b_max tokens holds at most b_max requests, so only a cap
+    below b_max can (None: no cap)."""
+    return k_max is not None and b_max is not None and k_max < b_max
+
+
 def check_prefix_block_size(b: object, what: str = "block_size") -> int:
     """The rule for a prefix-cache block size: a positive integer (int or numpy's, not a
     bool); returns it as an int, or raises a ConfigError naming `what`."""

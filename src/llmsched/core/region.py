@@ -9,8 +9,14 @@ seconds. Running that shape forever serves prefill tokens at `x / t` and decode 
 `y / t` per second; mixing shapes in proportions of time gives any convex combination of
 those rate vectors, and idling gives the origin. The stability region in the
 (prefill token rate, decode token rate) plane is therefore the convex hull of the rate
-vectors of all feasible shapes together with the origin: arrival rate vectors strictly
-inside it can be served by some policy, vectors outside it by none.
+vectors of all feasible shapes together with the origin. The rule below allows every
+step some policy could run, so arrival rate vectors outside the region are served by no
+policy (for a context-dependent model, up to its representative step times). Inside it,
+a policy can serve them only where the workload's requests can build the vertices'
+steps: by default one request may supply any number of prefill tokens, which requests
+with shorter prompts cannot (with `k_max` 2, prompts of 100 tokens cannot make the
+shape (127, 1)), so the region can hold rates no policy serves; `max_prefill_per_request`
+set to the longest prompt keeps it a relaxation, and tighter.
 
 Feasibility rule (exact; it is what `feasible_shape` computes):
 

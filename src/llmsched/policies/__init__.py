@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.checks import keyword_names
-from ..core.constraints import Constraints
+from ..core.constraints import Constraints, k_max_binds
 from ..core.errors import ConfigError, unknown_name, unknown_option
 from ..core.names import ADMISSION_ALIASES
 from .adaptive import Adaptive
@@ -87,13 +87,31 @@ def policy_base_name(name: str, kind: str = "batch") -> str:
     return canonical_policy_name(name, kind).partition(":")[0]
 
 
-def is_throughput_optimal(name: str) -> bool:
+def is_throughput_optimal(name: str, b_max: int | None = None, k_max: int | None = None) -> bool:
     """Whether the batch policy `name` (an alias or with inline options too) is stable
-    wherever the workload lies inside the stability region (lambda*): it declares itself
-    work-conserving (`BatchPolicy.work_conserving`: it fills the budget whenever work
-    waits) or `region_stable` (adaptive); an unknown name is not."""
-    cls = BATCH_POLICIES.get(policy_base_name(name))
-    return bool(getattr(cls, "work_conserving", False) or getattr(cls, "region_stable", False))
+    wherever the workload lies inside the stability region (lambda*) of a server with
+    these limits: `batch_holds_back` finds nothing (see there)."""
+    return not batch_holds_back(name, b_max, k_max)
+
+
+def batch_holds_back(name: str, b_max: int | None = None, k_max: int | None = None) -> list:
+    """Why the batch policy `name` on a server with these limits has no guarantee of
+    stability inside the region, in a few words each; [] when it has one. A policy that is
+    `region_stable` (adaptive) has one; a work-conserving one (`BatchPolicy.work_conserving`:
+    it fills the budget whenever work waits) has theorem 2's, which assumes no batch-size
+    cap: with `k_max < b_max` (`k_max_binds`) a step of `k_max` decoders is not full
+    however much work waits, and paper 1 shows such a policy unstable strictly inside the
+    region (`k_max 16 < b_max 512`); any other policy, or an unknown name, has none (its
+    name)."""
+    base = policy_base_name(name)
+    cls = BATCH_POLICIES.get(base)
+    if getattr(cls, "region_stable", False):
+        return []
+    if not getattr(cls, "work_conserving", False):
+        return [base]
+    if k_max_binds(b_max, k_max):
+        return [f"k_max {k_max} < b_max {b_max}"]
+    return []
 
 
 def admission_holds_back(admission: str = "fcfs", max_running: int | None = None, options: dict | None = None) -> list:
@@ -239,6 +257,8 @@ __all__ = [
     "ADMISSION_POLICIES",
     "canonical_policy_name",
     "admission_holds_back",
+    "batch_holds_back",
+    "is_throughput_optimal",
     "make_batch_policy",
     "make_admission_policy",
     "make_scheduler",

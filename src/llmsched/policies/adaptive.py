@@ -35,8 +35,8 @@ Rule (our design):
 This is the max-weight (Tassiulas-Ephremides) rule on the vertices of the region: when
 the decode queue is long relative to prefill it runs decode-heavy steps at the load
 where they are fast (e.g. `(b0 - k_max + 1, k_max - 1)` and `(0, k_max)`), and when
-prefill piles up it runs full prefill-heavy steps. Without `k_max` (and `t(b)/b`
-non-increasing) every vertex has load `b_max` and the rule is work-conserving, like
+prefill piles up it runs full prefill-heavy steps. Without `k_max` (and with `b / t(b)`
+largest at `b_max`) every vertex has load `b_max` and the rule is work-conserving, like
 Orca or Sarathi-Serve. It is not repeatable (the plan depends on the queues), so the
 simulator plans every step.
 

@@ -92,6 +92,16 @@ def _combine(verdicts: list) -> str:
     return INCONCLUSIVE
 
 
+def _replica_fill_capacity(load) -> float:
+    """One replica's share of its server's `fill_capacity`, the threshold's scale, as one
+    server's verdict takes it (`CapacityReport.fill_capacity`): theorem 2's
+    `replica_token_capacity` wherever the pool's fill capacity is its theorem-2 capacity
+    (exactly, without a rounding), less where a binding k_max's region serves less."""
+    if load.fill_capacity >= load.token_capacity:
+        return load.replica_token_capacity
+    return load.fill_capacity * load.busiest_replica_share
+
+
 def _last_arrival_s(job_arrival_ns: np.ndarray) -> float:
     """When the last job arrived (seconds), the end of the window the verdicts judge; -inf
     when none did (a max_time_s before the first arrival): no sample is judged, the
@@ -305,7 +315,7 @@ class NetworkResult:
 
     def _replica_verdict(self, res: SimResult, server: str) -> dict:
         load = self.traffic.server(server) if self.traffic is not None else None
-        cap = load.replica_token_capacity if load is not None else None
+        cap = _replica_fill_capacity(load) if load is not None else None
         ts = res.timeseries
         t, w = ts["time_s"], ts["backlog_tokens"]
         last = _last_arrival_s(self.job_arrival_ns[self.job_arrived])

@@ -194,9 +194,11 @@ def peak_token_capacity(
     mix: LengthMix | None = None,
 ) -> tuple[float, int]:
     """max over loads b <= b_max of b / t(b), and the smallest b attaining it. Theorem 2
-    assumes t(b) / b never increases with b, so that this equals `token_capacity`; for
-    cost models where it does not (e.g. the paper's `max` variant with c < a * b0) a
-    policy running smaller steps serves more, and this is the real bound."""
+    assumes b / t(b) is largest at b_max, so that this equals `token_capacity` (for the
+    paper's t(b) = c + a * ceil(b / b0), when b0 divides b_max: t(b) / b is not monotone,
+    t(128) / 128 < t(129) / 129 with b0 = 128); for cost models where it is not (e.g. the
+    paper's `max` variant with c < a * b0) a policy running smaller steps serves more,
+    and this is the real bound."""
     require_cost_model(cost)
     b_max = check_b_max(b_max)
     return _peak(cost, b_max, *_check_means(cost, mean_prompt, mean_output, cached_prompt, mix), mix)
@@ -252,7 +254,10 @@ class CapacityReport:
     rates in tokens/s, times in seconds).
 
     `critical_rate`: lambda*, the largest arrival rate some policy keeps stable: with a
-    k_max below b_max, from the 2-D region; otherwise theorem 2's `token_capacity / work`,
+    k_max below b_max, from the 2-D region, an upper bound on it (reached only if the
+    workload's requests can build the region's steps: with `max_prefill_per_request`
+    None one request may supply any prefill, which short prompts cannot; pass the longest
+    prompt, `theory.means.largest_prompt`); otherwise theorem 2's `token_capacity / work`,
     except for a load-only model whose b / t(b) peaks below b_max (theorem 2's assumption
     fails), where it is `max_b b / t(b) / work` (the uncapped region; steps of that load
     reach it). A k_max >= b_max cannot bind and changes nothing.
@@ -267,15 +272,20 @@ class CapacityReport:
     (timed with representative contexts) whose mix beats the one step C / w times (by
     0.6-1.2% for the H200 profile, b_max 512, means 1000/200, k_max 256 to 511).
     `effective_capacity`: `critical_rate * work`, the token rate this mix can be served
-    at. `fill_capacity`: what a policy filling every step to b_max (a work-conserving one)
-    serves, `min(effective_capacity, token_capacity)`: below `effective_capacity` only
-    where smaller steps, or the region's step shapes, serve more than C; the stability
-    verdicts of one server and of a network take it as the threshold's capacity.
+    at. `fill_capacity`: `min(effective_capacity, token_capacity)`, the capacity the
+    stability verdicts of one server and of a network scale their threshold by. Without a
+    binding k_max it is what a policy filling every step to b_max (a work-conserving one)
+    serves: below `effective_capacity` only where smaller steps, or the region's step
+    shapes, serve more than C. With `k_max < b_max` no policy fills every step (one of
+    k_max decoders holds fewer tokens) and no theorem says what a work-conserving one
+    serves (paper 1: it can be unstable inside the region); it is then the best
+    policy's rate, capped at C, not a work-conserving policy's.
     `utilisation`: `rate / critical_rate`. `predicted_growth_tokens_per_s`: fluid
     backlog growth `max(0, rate * work - effective_capacity)` of a policy serving the
-    arrival mix at lambda*'s operating point (a work-conserving one under theorem 2).
+    arrival mix at lambda*'s operating point (a work-conserving one under theorem 2,
+    which assumes no binding k_max).
     `peak_token_capacity`/`peak_load`: max_b b / t(b) and where; equals token_capacity
-    when t(b)/b decreases (theorem 2's assumption)."""
+    when b / t(b) is largest at b_max (theorem 2's assumption)."""
 
     cost: dict
     b_max: int

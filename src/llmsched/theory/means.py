@@ -29,6 +29,7 @@ from ..workload.datasets import file_stamps
 __all__ = [
     "workload_means",
     "workload_mix",
+    "largest_prompt",
     "sample_key",
     "rate_unit",
     "requests_per_rate",
@@ -50,6 +51,45 @@ def workload_means(workload: dict, samples: int = DEFAULT_SAMPLES) -> tuple[floa
     `samples` times with the workload's seed; a trace uses its requests."""
     mix = _mix(*_sample_key(workload, samples), 0.0)
     return mix.mean_prompt, mix.mean_output
+
+
+def largest_prompt(workload: dict) -> int | None:
+    """The longest prompt a workload mapping can offer, in tokens: its prompt laws'
+    largest draws (`LengthLaw.largest`) plus their system prompts; a conversation's last
+    turn holds all earlier turns' text and outputs too; prompts a replayed trace supplies,
+    its longest. None when a law has no bound of its own (a geometric or lognormal law
+    without max=). The region caps a request's prefill per step at it
+    (`max_prefill_per_request`: a request never holds more prefill tokens than its prompt)."""
+    return _largest_prompt(*_sample_key(workload, 1))
+
+
+@lru_cache(maxsize=64)
+def _largest_prompt(key: str, files: tuple) -> int | None:
+    spec = WorkloadSpec.from_dict(json.loads(key))
+    system = spec.system_prompt or 0
+    groups = [
+        (c.prompt or spec.prompt, c.output or spec.output, system if c.system_prompt is None else c.system_prompt)
+        for c in spec.classes or ()
+    ] or [(spec.prompt, spec.output, system)]
+    traced = None
+    longest = 0
+    for prompt, output, system in groups:
+        if prompt is None:  # (the trace's prompts)
+            if traced is None:
+                traced = int(np.max(make_trace(spec, blocks=False).prompt))
+            text = traced
+        else:
+            text = prompt.largest()
+        if text is None:
+            return None
+        if spec.turns is not None:
+            turns = spec.turns.largest()
+            out = None if output is None else output.largest()
+            if turns is None or out is None:
+                return None
+            text = turns * text + (turns - 1) * out
+        longest = max(longest, system + text)
+    return longest
 
 
 def sample_key(workload: dict, samples: int = DEFAULT_SAMPLES) -> str:

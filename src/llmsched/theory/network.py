@@ -74,9 +74,11 @@ unstable there, smaller steps could serve it (`stable` None). With every server 
 paper 1, docs/networks.md); a server with calls whose batch policy is not
 work-conserving (`BatchPolicy.work_conserving`: FasterTransformer, vanilla vLLM; adaptive
 is stable inside the region all the same, `region_stable`) is outside that guarantee
-(`stable` None, the verdict names it). With such a cycle (Rybko-Stolyar: two job types
-crossing two servers in opposite orders) every server below capacity is necessary but
-not sufficient; priorities can make the network unstable. The report says which case
+(`stable` None, the verdict names it), and so is a work-conserving one under a `k_max`
+below `b_max`: theorem 2 assumes no cap, and with one a policy filling every step can be
+unstable strictly inside the region (paper 1; `policies.batch_holds_back`). With such a
+cycle (Rybko-Stolyar: two job types crossing two servers in opposite orders) every server
+below capacity is necessary but not sufficient; priorities can make the network unstable. The report says which case
 holds.
 """
 
@@ -264,11 +266,13 @@ class ServerLoad:
     at `peak_load`; theorem 2's assumption fails) the peak's, which smaller steps reach;
     `utilisation`: offered / capacity; `max_scale`: 1 / utilisation (how far every
     arrival rate could be scaled before this server saturates; inf when idle).
-    `fill_capacity`: what a policy filling every step to b_max (a work-conserving one)
-    serves, `min(capacity, token_capacity)` (one server's `CapacityReport.fill_capacity`,
-    scaled like `capacity`); `fill_utilisation`: offered / fill_capacity. The two differ
-    only where smaller steps (b / t(b) peaking below b_max) or a binding k_max's region
-    (step shapes with representative contexts) serve more than steps at b_max.
+    `fill_capacity`: `min(capacity, token_capacity)` (one server's
+    `CapacityReport.fill_capacity`, scaled like `capacity`): without a binding k_max, what
+    a policy filling every step to b_max (a work-conserving one) serves; with one, no
+    policy fills every step and no theorem says what a work-conserving one serves (see
+    `CapacityReport.fill_capacity`); `fill_utilisation`: offered / fill_capacity. The two
+    differ only where smaller steps (b / t(b) peaking below b_max) or a binding k_max's
+    region (step shapes with representative contexts) serve more than steps at b_max.
     `mean_prompt`: the whole prompt per call, `mean_cached_prompt` the part of it whose
     KV arrives computed (not work). A context-dependent cost model times the steps with
     the contexts of lengths drawn from the server's calls (`contexts` "length mix") unless
@@ -327,15 +331,17 @@ class TrafficReport:
     """What `traffic(spec)` returns. `bottleneck`: the server with the highest
     utilisation; `critical_scale`: 1 / max utilisation; `critical_rates`: every job
     type's rate times it; `stable`: True (every server below its `fill_capacity`,
-    feed-forward routes, every server with calls running a work-conserving policy or
-    adaptive, with an admission that only orders its queue, and no back-pressure control),
+    feed-forward routes, every server with calls running adaptive or a work-conserving
+    policy without a k_max below b_max, with an admission that only orders its queue, and
+    no back-pressure control),
     False (some server at or over its `capacity`, the best policy's) or None (below
     capacity but the routes have a cycle through servers: `cycle`; or some server at or
     over its `fill_capacity` but below its `capacity`: a policy filling every step to
     b_max is unstable there, smaller steps could serve it; or feed-forward and below
     capacity but some server may leave budget idle while work waits (a batch policy that
     is not work-conserving nor adaptive, a pacing or capping admission, `max_running`,
-    back-pressure), which the guarantee does not cover: `not_throughput_optimal`, server
+    back-pressure) or runs a work-conserving policy under a binding k_max, which the
+    guarantee does not cover: `not_throughput_optimal`, server
     name -> what does it (`_holds_back`), lists every such server with calls whatever the
     verdict);
     `verdict`: that in words."""
@@ -477,7 +483,8 @@ def traffic(spec) -> TrafficReport:
     # a load-only cost model whose b / t(b) peaks below b_max: `capacity` is the best
     # policy's (smaller steps), `fill_capacity` what a policy filling every step to b_max
     # (a work-conserving one) serves; "every policy" is said only against the first,
-    # "stable under work-conserving policies" only against the second
+    # "stable under work-conserving policies" only against the second, and never for a
+    # server with a binding k_max (`not_conserving` names it)
     filler = max(servers, key=lambda s: s.fill_utilisation)
     if max_util >= 1.0:
         stable, verdict = (
@@ -503,8 +510,8 @@ def traffic(spec) -> TrafficReport:
             None,
             (
                 "every server is below capacity and the routes are feed-forward, which makes work-conserving "
-                f"policies stable, but {_named_policies(not_conserving)} (steps may leave "
-                "budget idle while work waits): the guarantee does not apply; check by simulation"
+                f"policies stable, but {_named_policies(not_conserving)}: the guarantee does not apply; "
+                "check by simulation"
             ),
         )
     elif cycle is None:
@@ -524,7 +531,7 @@ def traffic(spec) -> TrafficReport:
     for s in servers:
         if s.peak_token_capacity is not None and s.peak_token_capacity > s.replica_token_capacity * (1 + 1e-9):
             notes.append(
-                f"server {s.name}: t(b)/b is not monotone (peak b/t(b) "
+                f"server {s.name}: b/t(b) peaks below b_max (peak b/t(b) "
                 f"{s.peak_token_capacity:,.1f} tokens/s at b = {s.peak_load} > b_max/t(b_max)); theorem 2's "
                 "capacity is not the largest a policy can reach: a policy filling every step to b_max "
                 f"serves {s.fill_capacity:,.1f} tokens/s here ({s.fill_utilisation:.1%} offered), "
@@ -572,9 +579,9 @@ def _holds_back(server, control: str) -> str:
     that paces or caps (`twp admission`, `max_running 4`: `admission_holds_back`),
     back-pressure control (a replica takes buffered calls one class at a time); "" when
     nothing does."""
-    from ..policies import admission_holds_back, is_throughput_optimal, policy_base_name  # noqa: PLC0415 - the registry imports every policy
+    from ..policies import admission_holds_back, batch_holds_back  # noqa: PLC0415 - the registry imports every policy
 
-    why = [] if is_throughput_optimal(server.policy) else [policy_base_name(server.policy)]
+    why = batch_holds_back(server.policy, server.b_max, server.k_max)
     why += admission_holds_back(server.admission, server.max_running, server.admission_options)
     if control == "backpressure":
         why.append("backpressure control")
@@ -582,12 +589,30 @@ def _holds_back(server, control: str) -> str:
 
 
 def _named_policies(not_conserving: dict) -> str:
-    """`server x (fastertransformer) runs a policy that is not work-conserving`, or for several
-    `servers x (fastertransformer), y (vllm) run policies that are not`."""
-    named = ", ".join(f"{n} ({p})" for n, p in not_conserving.items())
-    if len(not_conserving) == 1:
-        return f"server {named} runs a policy that is not work-conserving"
-    return f"servers {named} run policies that are not work-conserving"
+    """Why the feed-forward guarantee does not apply: `server x (fastertransformer) runs a
+    policy that is not work-conserving (steps may leave ...)`, or for several `servers x
+    (fastertransformer), y (vllm) run policies that are not ...`; servers held back by
+    nothing but a binding k_max (`k_max 16 < b_max 512`) are named apart: a policy filling
+    every step can be unstable inside their region (paper 1)."""
+    capped = {n: p for n, p in not_conserving.items() if p.startswith("k_max ") and "," not in p}
+    idle = {n: p for n, p in not_conserving.items() if n not in capped}
+    parts = []
+    if idle:
+        named = ", ".join(f"{n} ({p})" for n, p in idle.items())
+        parts.append(
+            f"server {named} runs a policy that is not work-conserving"
+            if len(idle) == 1
+            else f"servers {named} run policies that are not work-conserving"
+        )
+        parts[-1] += " (steps may leave budget idle while work waits)"
+    if capped:
+        named = ", ".join(f"{n} ({p})" for n, p in capped.items())
+        parts.append(
+            f"{'server' if len(capped) == 1 else 'servers'} {named} "
+            f"{'caps' if len(capped) == 1 else 'cap'} the requests per step below the token budget, where a "
+            "policy filling every step can be unstable inside the region (paper 1)"
+        )
+    return "; ".join(parts)
 
 
 def _other_steps(s: ServerLoad) -> str:

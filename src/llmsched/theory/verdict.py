@@ -219,27 +219,31 @@ class Verdict:
         return {"stable": self.stable, **asdict(self)}
 
 
-def _decide(g: float, lo: float, hi: float, h: float) -> tuple[str, str]:
+def _decide(
+    g: float, lo: float, hi: float, h: float, what: str = "the backlog", unit: str = "tokens"
+) -> tuple[str, str]:
     """(verdict, reason) from the growth estimate g, its interval [lo, hi] and the
-    threshold h (see the module docstring)."""
-    limit = f"the threshold {h:,.4g} tokens/s"
+    threshold h (see the module docstring); `what` grows, counted in `unit`."""
+    limit = f"the threshold {h:,.4g} {unit}/s"
     if g > h and lo > 0:
-        return UNSTABLE, f"the backlog grows faster than {limit}, and the growth's interval excludes 0"
+        return UNSTABLE, f"{what} grows faster than {limit}, and the growth's interval excludes 0"
     if lo > 0:
         return INCONCLUSIVE, (
-            f"the backlog grows (the growth's interval excludes 0), though not faster "
+            f"{what} grows (the growth's interval excludes 0), though not faster "
             f"than {limit}: a slow drift or a warm-up not over; run longer"
         )
     if hi >= h and h > 0:
         return INCONCLUSIVE, f"too short: the growth's interval holds both 0 and {limit}; run longer"
     if hi < 0:
-        return STABLE, "the backlog shrinks (the growth's interval lies below 0)"
+        return STABLE, f"{what} shrinks (the growth's interval lies below 0)"
     return STABLE, f"the growth's interval holds 0 and lies below {limit}"
 
 
 def describe_verdict(summary: dict) -> str | None:
     """One line for a run's verdict in a table, from its summary: `stable (3 tok/s, [-40,
-    45])`, `UNSTABLE (...)` or `inconclusive (...): why`; None when the run has none."""
+    45])`, `UNSTABLE (...)` (with the requests in the system's growth too where they were
+    judged unstable: a binding k_max) or `inconclusive (...): why`; None when the run has
+    none."""
     verdict = summary.get("verdict")
     if verdict is None:
         return None
@@ -248,6 +252,10 @@ def describe_verdict(summary: dict) -> str | None:
     if verdict == INCONCLUSIVE:
         reason = summary.get("verdict_reason")
         return f"inconclusive{nums}" + (f": {reason}" if reason else "")
+    r, rci = summary.get("requests_growth_per_s"), summary.get("requests_growth_ci")
+    if verdict == UNSTABLE and r is not None and rci and summary.get("requests_verdict") == UNSTABLE:
+        # (a binding k_max: the requests in the system may be what made it unstable)
+        nums += f"; requests in the system {r:,.3g}/s, [{rci[0]:,.3g}, {rci[1]:,.3g}]"
     return f"{'UNSTABLE' if verdict == UNSTABLE else 'stable'}{nums}"
 
 
@@ -290,6 +298,8 @@ def stability_verdict(
     work_per_request: float | None = None,
     decode_time_s: float | None = None,
     decode_of: str = "request",
+    what: str = "the backlog",
+    unit: str = "tokens",
 ) -> Verdict:
     """Stable, unstable or inconclusive, from the unfinished-work series (see the module
     docstring).
@@ -298,6 +308,9 @@ def stability_verdict(
     MIN_DECODE_TIMES of them, `unstable` needs the growth above h raised in proportion (a
     stable queue's upswing over a short window passes for growth: docs/stability.md).
     `decode_of` names what decodes in the reason ("request"; a network's work: "job").
+    `what` and `unit` name the series in the reason (default: the backlog, in tokens; a
+    count of requests is judged the same way with `what="the number of requests in the
+    system", unit="requests"` and a threshold in requests/s).
 
     `capacity`: token capacity b_max / t(b_max) in tokens/s (sets h = eps * capacity);
     `threshold`: an explicit h in tokens/s (overrides eps * capacity). The fluid
@@ -343,16 +356,17 @@ def stability_verdict(
         h, rule = eps * capacity, f"eps * capacity (eps={eps:g})"
     else:
         h, rule = 0.0, "0 (no capacity given: significance only)"
-    verdict, reason = _decide(g, lo, hi, h)
+    verdict, reason = _decide(g, lo, hi, h, what, unit)
     conclusive = lo > h or hi < h
     window = float(tt[-1] - tt[0])
     short = MIN_DECODE_TIMES * decode_time_s / window if decode_time_s and window > 0 else 0.0
     if verdict == UNSTABLE and short > 1 and not g > h * short:
+        fmt = ".0f" if unit == "tokens" else ".3g"
         verdict, conclusive = INCONCLUSIVE, False
         reason = (
             f"too short to call unstable: the judged {window:.0f} s hold fewer than "
             f"{MIN_DECODE_TIMES} {decode_of} decode times ({decode_time_s:.1f} s each), and its growth "
-            f"({g:.0f} tokens/s) is below the {h * short:.0f} tokens/s that needs; run longer"
+            f"({g:{fmt}} {unit}/s) is below the {h * short:{fmt}} {unit}/s that needs; run longer"
         )
     if predicted_growth_tokens_per_s is None and None not in (arrival_rate, work_per_request, capacity):
         predicted_growth_tokens_per_s = predicted_growth(arrival_rate, work_per_request, capacity)

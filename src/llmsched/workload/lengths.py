@@ -124,6 +124,11 @@ class LengthLaw:
         """Mean of the samples (approximate where rounding applies)."""
         raise NotImplementedError
 
+    def largest(self) -> int | None:
+        """The longest sample the law can draw; None when it has no bound of its own (a
+        geometric or lognormal law without max=, whose samples only the cap MAX_LENGTH stops)."""
+        return None
+
     def to_str(self) -> str:  # pragma: no cover
         raise NotImplementedError
 
@@ -143,6 +148,9 @@ class Constant(LengthLaw):
 
     def expected(self):
         return float(self.value)
+
+    def largest(self):
+        return self.value
 
     def to_str(self):
         return f"const:{self.value}"
@@ -164,6 +172,9 @@ class Uniform(LengthLaw):
 
     def expected(self):
         return (self.lo + self.hi) / 2.0
+
+    def largest(self):
+        return self.hi
 
     def to_str(self):
         return f"uniform:{self.lo},{self.hi}"
@@ -204,6 +215,9 @@ class Geometric(LengthLaw):
     def expected(self):
         """E[min(X, M)] = sum_{k<M} q^k = mean (1 - q^M), M = `upper` (the mass past M piles at M)."""
         return self.mean * (1.0 - self._tail(self.upper))
+
+    def largest(self):
+        return self.max
 
     def to_str(self):
         s = f"geometric:mean={_fmt(self.mean)}"
@@ -279,6 +293,9 @@ class Lognormal(LengthLaw):
 
             total += emin(float(upper)) - emin(float(last))
         return total
+
+    def largest(self):
+        return None if self.max is None else min(self.max, MAX_LENGTH)
 
     def to_str(self):
         s = f"lognormal:mean={_fmt(self.mean)},"
@@ -362,6 +379,9 @@ class Empirical(LengthLaw):
 
     def expected(self):
         return float(self.values().mean())
+
+    def largest(self):
+        return int(self.values().max())
 
     def to_str(self):
         if not self.sequential and self.column is None and is_dataset(self.source) and not Path(self.source).is_file():
