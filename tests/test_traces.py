@@ -584,6 +584,16 @@ def test_a_parquet_table_reads_as_its_csv(tmp_path, capsys, monkeypatch):
     pq.write_table(pa.table({"arrival_s": ["0", "soon"], "prompt_tokens": [5, 6], "output_tokens": [1, 1]}), bad)
     with pytest.raises(ConfigError, match=r"column 'arrival_s' \(string\) cannot be read as numbers"):
         read_trace(bad)
+    # block ids as a list column read as the CSV's space-separated text; a column that is
+    # not text is named as such (it read "cannot be read as timestamps")
+    csv_path, blocks = tmp_path / "b.csv", tmp_path / "b.parquet"
+    csv_path.write_text("arrival_s,prompt_tokens,output_tokens,block_ids@16\n0,20,1,1 2\n1,40,2,1 2 3\n")
+    table = {"arrival_s": [0.0, 1.0], "prompt_tokens": [20, 40], "output_tokens": [1, 2]}
+    pq.write_table(pa.table({**table, "block_ids@16": [[1, 2], [1, 2, 3]]}), blocks)
+    assert read_trace(blocks) == read_trace(csv_path)
+    pq.write_table(pa.table({**table, "tag": [{"a": 1}, {"a": 2}]}), bad)
+    with pytest.raises(ConfigError, match=r"column 'tag' \(struct<a: int64>\) cannot be read as text$"):
+        read_trace(bad)
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # not installed
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     one_line_error(

@@ -175,6 +175,9 @@ class SimResult:
 
     @property
     def tpot_s(self) -> np.ndarray:
+        """Each finished request's exact mean inter-token gap (vLLM's TPOT; the summary's
+        statistics). requests.csv, requests.parquet and `to_pandas()` round it up to the ns
+        (`tpot_ceil_ns`), goodput's test."""
         return _tpot(self.finished, self.output, self.e2e_s, self.ttft_s)
 
     @property

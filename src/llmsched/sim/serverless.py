@@ -246,14 +246,19 @@ class _Model:
     def scheduler_spec(self, kv: int | None) -> SchedulerSpec:
         return _scheduler_spec(self.spec, self.admission, kv)
 
+    def build_scheduler(self, kv: int | None):
+        """A fresh scheduler for one of its instances, timed by the model's cost model."""
+        sched = self.scheduler_spec(kv).build()
+        sched.bind_cost_model(self.cost)
+        return sched
+
     def describe_scheduler(self, kv: int | None) -> dict:
         """Its instances' scheduler as a single-server run's config.json records it
         (`Scheduler.describe`), the admission policy's derived constants included (TWP's
         window bounds, DynamicBatch's cap bounds: they follow from the model's b_max, k_max
         and cost model, so every instance has the same); without the KV capacity, which
         is each node group's."""
-        sched = self.scheduler_spec(kv).build()
-        sched.bind_cost_model(self.cost)
+        sched = self.build_scheduler(kv)
         # a policy derives its constants at its first step's limits: ask them of an idle state
         state = ServerState(sched.constraints, sched.admission.waiting_key())
         sched.admission.token_limit(state)
@@ -653,8 +658,7 @@ class _Runtime:
         else:
             gpu = what.gpu
         kv = self.spec.kv_capacity(model.name, gpu.node.group)
-        sched = model.scheduler_spec(kv).build()
-        sched.bind_cost_model(model.cost)
+        sched = model.build_scheduler(kv)
         state = _State(sched.constraints, sched.admission.waiting_key())
         sim = _InstanceSim(sched, model.cost, fast=self.fast, state=state, model_itl=model.itl)
         sim.now = t

@@ -232,11 +232,15 @@ def _parquet_columns(p: Path, kinds: dict[str, str]) -> dict[str, np.ndarray]:
         try:
             if kind == "float":
                 out[name] = col.cast(pa.float64()).to_numpy()  # missing values: NaN
+            elif kind == "str" and pa.types.is_list(col.type):
+                # a list column (block ids written as lists): the space-separated text of a CSV
+                rows = col.to_pylist()
+                out[name] = np.array([" ".join(map(str, x)) if x else "" for x in rows], dtype=str)
             else:
                 text = np.char.strip(col.cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False).astype(str))
                 out[name] = text.astype("datetime64[ns]") if kind == "datetime" else text
         except (ValueError, pa.ArrowException):
-            what = "numbers" if kind == "float" else "timestamps like 2023-11-16 18:15:46.6805900"
+            what = {"float": "numbers", "datetime": "timestamps like 2023-11-16 18:15:46.6805900"}.get(kind, "text")
             raise ConfigError(f"file {p} column '{name}' ({col.type}) cannot be read as {what}") from None
     return out
 

@@ -295,7 +295,7 @@ class Lognormal(LengthLaw):
         return total
 
     def largest(self):
-        return None if self.max is None else min(self.max, MAX_LENGTH)
+        return self.max
 
     def to_str(self):
         s = f"lognormal:mean={_fmt(self.mean)},"
