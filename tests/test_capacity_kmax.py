@@ -117,7 +117,9 @@ def test_the_network_verdict_promises_nothing_for_a_server_with_a_binding_cap():
     paced["servers"]["s1"]["admission"] = "twp"
     rep = traffic(paced)
     assert rep.not_throughput_optimal == {"s1": "k_max 16 < b_max 512, twp admission"}
-    assert "server s1 (k_max 16 < b_max 512, twp admission) runs a policy that is not work-conserving" in rep.verdict
+    assert "server s1 (twp admission) holds work back" in rep.verdict
+    assert "server s1 (k_max 16 < b_max 512) caps the requests per step" in rep.verdict
+    assert "not work-conserving" not in rep.verdict  # its policy, sarathi, is
 
 
 # ----------------------------------------------------------------- prefill per request

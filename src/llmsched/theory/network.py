@@ -589,28 +589,45 @@ def _holds_back(server, control: str) -> str:
 
 
 def _named_policies(not_conserving: dict) -> str:
-    """Why the feed-forward guarantee does not apply: `server x (fastertransformer) runs a
-    policy that is not work-conserving (steps may leave ...)`, or for several `servers x
-    (fastertransformer), y (vllm) run policies that are not ...`; servers held back by
-    nothing but a binding k_max (`k_max 16 < b_max 512`) are named apart: a policy filling
-    every step can be unstable inside their region (paper 1)."""
-    capped = {n: p for n, p in not_conserving.items() if p.startswith("k_max ") and "," not in p}
-    idle = {n: p for n, p in not_conserving.items() if n not in capped}
+    """Why the feed-forward guarantee does not apply, each server named with its reasons
+    under the kind they are: a batch policy that is not work-conserving (`server x
+    (fastertransformer) runs a policy that is not work-conserving ...`), an admission, a
+    running cap or back-pressure that can hold work back (`server x (twp admission) holds
+    work back ...`), a binding k_max (`k_max 16 < b_max 512`: a policy filling every step
+    can be unstable inside the region, paper 1). A server with reasons of several kinds is
+    named under each."""
+    from ..policies import BATCH_POLICIES  # noqa: PLC0415 - the registry imports every policy
+
+    kinds: dict[str, dict[str, list[str]]] = {"policy": {}, "held": {}, "cap": {}}
+    for server, why in not_conserving.items():
+        for reason in why.split(", "):
+            kind = "cap" if reason.startswith("k_max ") else "policy" if reason in BATCH_POLICIES else "held"
+            kinds[kind].setdefault(server, []).append(reason)
+
+    def named(group: dict) -> str:
+        return ", ".join(f"{n} ({', '.join(rs)})" for n, rs in group.items())
+
+    def subject(group: dict, one: str, many: str) -> str:
+        return f"server {named(group)} {one}" if len(group) == 1 else f"servers {named(group)} {many}"
+
     parts = []
-    if idle:
-        named = ", ".join(f"{n} ({p})" for n, p in idle.items())
+    if kinds["policy"]:
         parts.append(
-            f"server {named} runs a policy that is not work-conserving"
-            if len(idle) == 1
-            else f"servers {named} run policies that are not work-conserving"
+            subject(kinds["policy"], "runs a policy", "run policies")
+            + " that "
+            + ("is" if len(kinds["policy"]) == 1 else "are")
+            + " not work-conserving (steps may leave budget idle while work waits)"
         )
-        parts[-1] += " (steps may leave budget idle while work waits)"
-    if capped:
-        named = ", ".join(f"{n} ({p})" for n, p in capped.items())
+    if kinds["held"]:
         parts.append(
-            f"{'server' if len(capped) == 1 else 'servers'} {named} "
-            f"{'caps' if len(capped) == 1 else 'cap'} the requests per step below the token budget, where a "
-            "policy filling every step can be unstable inside the region (paper 1)"
+            subject(kinds["held"], "holds", "hold")
+            + " work back (an admission, a running cap or back-pressure may leave budget idle while work waits)"
+        )
+    if kinds["cap"]:
+        parts.append(
+            subject(kinds["cap"], "caps", "cap")
+            + " the requests per step below the token budget, where a policy filling every step can be "
+            "unstable inside the region (paper 1)"
         )
     return "; ".join(parts)
 
