@@ -289,3 +289,18 @@ def test_the_counterexample_search_prints_no_table_of_a_workload_it_did_not_try(
     assert main([*base, "--prompt", "const:1024", "--output", "const:128"]) == 0
     out = capsys.readouterr().out
     assert "llmsched capacity" in out and "1,024.0 / 128.0 tokens" in out
+
+
+def test_a_network_server_caps_prefill_per_request_as_one_server_does():
+    """A capped network server's lambda* left the region's prefill per request unbounded
+    (one server's capacity caps it at the longest prompt): 0.8593 against 0.8556 jobs/s."""
+    from llmsched.analysis.capacity_report import capacity_report
+    from llmsched.workload.network import load_network
+
+    for k_max in (2, 4):
+        server = {"policy": "sarathi", "b_max": 512, "k_max": k_max, "cost_model": "paper"}
+        call = {"call": {"server": "s", "prompt": "const:100", "output": "const:50"}}
+        job = {"arrival": {"process": "poisson", "rate": 1.0}, "route": [call]}
+        net = traffic(load_network({"servers": {"s": server}, "jobs": {"j": job}, "num_jobs": 1000, "seed": 0}))
+        one = capacity_report(None, cost_model="paper", b_max=512, k_max=k_max, prompt="const:100", output="const:50")
+        assert net.critical_rates["j"] == pytest.approx(one["capacity"]["critical_rate"], rel=1e-12)

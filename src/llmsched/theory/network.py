@@ -90,6 +90,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
@@ -467,7 +468,12 @@ def traffic(spec) -> TrafficReport:
     servers_order = {s: i for i, s in enumerate(spec.servers)}
     classes.sort(key=lambda c: (servers_order[c.server], order.get(c.cls, 0)))
     servers = [
-        _server_load(s, [c for c in classes if c.server == name], lambda name=name: _server_mix(spec, name))
+        _server_load(
+            s,
+            [c for c in classes if c.server == name],
+            lambda name=name: _server_mix(spec, name),
+            _server_largest_prompt(spec, name) if k_max_binds(s.b_max, s.k_max) else None,
+        )
         for name, s in spec.servers.items()
     ]
     worst = max(servers, key=lambda s: s.utilisation)
@@ -669,9 +675,27 @@ def _server_mix(spec, name: str) -> LengthMix | None:
     return LengthMix(np.concatenate(prompts)[order], np.concatenate(outputs)[order])
 
 
-def _server_load(s, classes: list[ClassLoad], mix) -> ServerLoad:
+def _server_largest_prompt(spec, name: str) -> int | None:
+    """The longest prompt a call at server `name` sends (its job type's system prompt
+    included), for the region's cap on a request's prefill per step; None when a law has
+    no bound of its own or a call resends the job's context (its prompt grows with the
+    route)."""
+    longest = 0
+    for job in spec.jobs:
+        for call, _ in _call_visits(job.route):
+            if call.server != name:
+                continue
+            largest = call.prompt.largest()
+            if call.context or largest is None:
+                return None
+            longest = max(longest, largest + (0 if call.cached else job.system_prompt))
+    return longest or None
+
+
+def _server_load(s, classes: list[ClassLoad], mix, largest_prompt: int | None = None) -> ServerLoad:
     """`mix`: a callable giving the server's `LengthMix` or None (called only for a
-    context-dependent cost model with traffic)."""
+    context-dependent cost model with traffic); `largest_prompt`: the region's cap on a
+    request's prefill per step (`max_prefill_per_request`), under a binding k_max."""
     cost = make_cost_model(s.cost_model)
     rate = sum(c.visit_rate for c in classes)
     pre = sum(c.prefill_tokens_per_s for c in classes)
@@ -695,7 +719,17 @@ def _server_load(s, classes: list[ClassLoad], mix) -> ServerLoad:
         # a load-only model whose b / t(b) peaks below b_max is served fastest there (the
         # peak is scanned once, for a load-only model only)
         lengths = None if cost.load_only else mix()
-        rep = capacity(cost, s.b_max, mp, mo, k_max=s.k_max, cached_prompt=mc, peak=cost.load_only, mix=lengths)
+        rep = capacity(
+            cost,
+            s.b_max,
+            mp,
+            mo,
+            k_max=s.k_max,
+            max_prefill_per_request=largest_prompt,
+            cached_prompt=mc,
+            peak=cost.load_only,
+            mix=lengths,
+        )
         contexts = rep.contexts
         t_bmax, replica_cap = rep.step_time_at_b_max_s, rep.token_capacity
         pool_cap = replica_cap / share
