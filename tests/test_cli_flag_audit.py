@@ -81,6 +81,15 @@ def test_a_fixed_flag_the_grid_sets_is_refused(capsys, tmp_path, extra, msg):
         # the paper model with its defaults written out is the paper model: two equal runs
         ("cost_model=paper:c=11.28,a=35.47|paper", "grid cost_model: the value 'paper' is the same model as 'paper:"),
         ("cost_model=const:10|linear:c=10,a=0", "grid cost_model: the value 'linear:c=10,a=0' is the same model as"),
+        # `profile` is the default profile, the kind in any case
+        (
+            "cost_model=profile|profile:h200-llama-3-8b",
+            "the value 'profile:h200-llama-3-8b' is the same model as 'profile'",
+        ),
+        (
+            "cost_model=Profile:h200-llama-3-8b|profile:h200-llama-3-8b",
+            "is the same model as 'Profile:h200-llama-3-8b'",
+        ),
     ],
 )
 def test_a_repeated_grid_value_is_refused(capsys, tmp_path, spec, msg):

@@ -24,6 +24,7 @@ from ..api import SimConfig
 from ..core.checks import as_real
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
+from ..core.profile import DEFAULT_PROFILE
 from ..core.slo import RUN_SLO_METRIC, check_run_slo_name
 from ..policies import canonical_policy_name
 from ..workload import WorkloadSpec
@@ -214,8 +215,9 @@ def _cost_model_identity(spec: str) -> str:
     """What a cost model spec resolves to: a paper, linear or const model's parameters
     (cheap to build); a profile's spec with its path absolute (its tables are not read
     here). A spec that does not build is left to the point's checks."""
-    if spec.partition(":")[0].strip().lower() == "profile":
-        return recorded_cost_model(spec)
+    kind, _, rest = spec.partition(":")
+    if kind.strip().lower() == "profile":  # `profile` is the default profile's name
+        return recorded_cost_model(f"profile:{rest.strip() or DEFAULT_PROFILE}")
     try:
         return json.dumps(make_cost_model(spec).describe(), sort_keys=True)
     except ConfigError:

@@ -181,10 +181,9 @@ class Backend:
         the pool's workers waiting for work forever. (Only the main thread can.)"""
         if threading.current_thread() is not threading.main_thread():
             return
-        previous = signal.getsignal(signal.SIGTERM)
-        if previous not in (signal.SIG_DFL, None):
-            return  # a handler the program chose (a server's shutdown) stays
-        self._sigterm = previous
+        if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+            return  # a handler the program chose (a server's shutdown, one set outside Python) stays
+        self._sigterm = signal.SIG_DFL
 
         def terminated(signum, frame):
             raise Terminated("terminated")
