@@ -291,6 +291,13 @@ def test_the_counterexample_search_prints_no_table_of_a_workload_it_did_not_try(
     assert "llmsched capacity" in out and "1,024.0 / 128.0 tokens" in out
 
 
+def test_the_counterexample_search_without_its_table_names_the_region_plot(capsys, tmp_path):
+    plot = tmp_path / "region.png"
+    base = ["capacity", *KMAX, "--find-counterexample", "--workers", "1", "--num-requests", "40", "--seeds", "0"]
+    assert main([*base, "--plot", str(plot)]) == 0
+    assert plot.is_file() and f"region plot: {plot}" in capsys.readouterr().out
+
+
 def test_a_network_server_caps_prefill_per_request_as_one_server_does():
     """A capped network server's lambda* left the region's prefill per request unbounded
     (one server's capacity caps it at the longest prompt): 0.8593 against 0.8556 jobs/s."""

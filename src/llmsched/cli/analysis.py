@@ -357,6 +357,8 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
         rows.append(("region plot", rep["plot"]))
     if table:
         print_table("llmsched capacity", rows)
+    elif rep.get("plot"):  # the file --plot wrote, without the table that would name it
+        print(f"region plot: {rep['plot']}")
     ce = rep.get("counterexample")
     if ce is not None:
         if not ce["found"]:
