@@ -6,6 +6,7 @@ import pytest
 
 from llmsched import simulate
 from llmsched.api import build_config
+from llmsched.core import length_mix
 from llmsched.core.cost import CostModel, make_cost_model
 from llmsched.core.errors import ConfigError
 from llmsched.core.length_mix import STREAM_PROMPTS, LengthMix
@@ -135,13 +136,54 @@ class _AdditiveModel(CostModel):
         return 1e-6 + 1e-9 * chunk * (context + (chunk + 1) / 2) + 1e-7 * (context > 20)
 
 
-def test_a_models_own_chunk_times_are_summed_over_every_window():
-    cost = _AdditiveModel()
+class _SummedModel(_AdditiveModel):
+    """The same model, summing its chunk times over contexts itself."""
+
+    def chunk_time_sums(self, chunk, lo, hi):
+        return np.array([sum(self.chunk_time(chunk, c) for c in range(a, b)) for a, b in zip(lo, hi)])
+
+
+def test_a_models_own_sums_of_chunk_times_are_summed_over_every_window():
+    cost = _SummedModel()
     prompts, cached = [5, 30, 2, 17], [0, 12, 1, 3]
     mix = LengthMix(prompts, [1] * 4, cached)
     tokens = [(i, j) for i, n in enumerate(prompts) for j in range(cached[i], n)]
     for x in (1, 4, 9, 20, len(tokens) + 3):
         assert mix.chunk_mean(cost, x) == pytest.approx(_every_window_mean(cost, tokens, prompts, x), rel=1e-12)
+
+
+def test_a_model_with_chunk_times_only_is_averaged_over_sampled_windows(monkeypatch):
+    # summing every window would call its chunk_time once per context per prompt per load
+    cost = _AdditiveModel()
+    monkeypatch.setattr(cost, "chunk_times", None)  # neither the vectorised times ...
+    monkeypatch.setattr(cost, "chunk_time_sums", None)  # ... nor the sums are used
+    rng = np.random.default_rng(5)
+    p = rng.integers(1, 3000, 400)
+    mix = LengthMix(p, np.ones(400, dtype=int))
+    for x in (1, 37, 256):  # exact over the sample up to EXACT_LOADS
+        windows = mix.window_chunks(x)
+        want = sum(sum(cost.chunk_time(c, ctx) for c, ctx in chunks) for chunks, _ in windows) / len(windows)
+        assert mix.chunk_mean(cost, x) == pytest.approx(want, rel=1e-12)
+    # above it interpolated between nearby loads: close to the sampled windows' mean
+    windows = mix.window_chunks(5000)
+    want = sum(sum(cost.chunk_time(c, ctx) for c, ctx in chunks) for chunks, _ in windows) / len(windows)
+    assert mix.chunk_mean(cost, 5000) == pytest.approx(want, rel=0.01)
+
+
+def test_long_pieces_are_interpolated_between_loads(monkeypatch):
+    # the exact sum walks every piece length up to the load: past EXACT_EDGES the loads
+    # between grid knots are interpolated, close to the exact mean
+    cost = make_cost_model(H200)
+    rng = np.random.default_rng(6)
+    p = rng.integers(2000, 6000, 50)
+    exact = LengthMix(p, np.ones(50, dtype=int))
+    want = {x: exact.chunk_mean(cost, x) for x in (500, 1500, 4000, 9000, 20000)}
+    monkeypatch.setattr(length_mix, "EXACT_EDGES", 1000)
+    mix = LengthMix(p, np.ones(50, dtype=int))
+    assert mix.chunk_mean(cost, 500) == want[500]  # pieces under the bound: exact, bit for bit
+    for x in (1500, 4000, 9000, 20000):
+        assert mix.chunk_mean(cost, x) == pytest.approx(want[x], rel=0.02)
+    assert len(mix._per_cost(cost).edges) <= 1001
 
 
 def test_constant_lengths_move_lambda_star_little():

@@ -17,7 +17,11 @@ shape `(x, y)` as an average over the steps a token-budget policy runs:
   it. The stream (up to `STREAM_PROMPTS` prompts taken evenly through the sample) is
   circular, and the step time is the mean over the windows from every token of it,
   summed in closed form per prompt (a cost model whose step time is not a sum over its
-  chunks: over `GENERIC_WINDOWS` windows spread evenly);
+  chunks: over `GENERIC_WINDOWS` windows spread evenly). That takes a model's own
+  `chunk_time_sums` (the profile's) and pieces of at most `EXACT_EDGES` tokens; a model
+  with `chunk_time` alone, or longer pieces (long prompts at large loads), is averaged over
+  `WINDOWS` windows spread evenly, exactly up to `EXACT_LOADS` tokens and interpolated
+  between loads on a grid above (as before 2026-12-02);
 - `x / E[p]` prompts complete per step (their first tokens are sampled): a time-share of
   the steps completing the whole numbers around it.
 
@@ -36,6 +40,7 @@ contexts. The adaptive policy does not use a mix.
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -50,8 +55,33 @@ STREAM_PROMPTS = 10_000
 #: not a sum over its chunks (each shape is then timed window by window; a sum over chunks
 #: is averaged over every window, exactly)
 GENERIC_WINDOWS = 32
-#: windows `window_chunks` lists by default, evenly spread over the stream
+#: windows `window_chunks` lists by default, evenly spread over the stream; also the
+#: sample a load is averaged over where it is not summed over every window (below)
 WINDOWS = 256
+#: the exact sum over every window walks each piece length m up to min(load - 1, longest
+#: prompt): past this many, a load is interpolated between loads of the grid below
+#: (sampled past it), so that long prompts with large loads stay cheap
+EXACT_EDGES = 8192
+#: the interpolation grid: exact up to `EXACT_LOADS` tokens, above it loads on a geometric
+#: grid of ratio `KNOT_RATIO`
+EXACT_LOADS = 256
+KNOT_RATIO = 1.01
+_LOG_RATIO = math.log(KNOT_RATIO)
+
+
+def _knot(k: int) -> int:
+    """The k-th load of the interpolation grid (k >= 0)."""
+    return max(EXACT_LOADS, int(round(EXACT_LOADS * KNOT_RATIO**k)))
+
+
+def _sums_every_window(cost) -> bool:
+    """Whether `cost` sums its chunk times over contexts itself (`chunk_time_sums`, as the
+    profile does in closed form): the mean over every window is then cheap. A model that
+    only defines `chunk_time` is averaged over `WINDOWS` windows (the default sums would
+    call it once per context per prompt per load)."""
+    from .cost import CostModel  # noqa: PLC0415
+
+    return type(cost).chunk_time_sums is not CostModel.chunk_time_sums
 
 
 class _PerCost:
@@ -59,13 +89,23 @@ class _PerCost:
     its windows}, the prefix sums of the stream's whole prompts' chunk times (`whole`,
     `whole_by_len`: weighted by their lengths) and of the edge pieces' (`edges`)."""
 
-    __slots__ = ("means", "whole", "whole_by_len", "edges")
+    __slots__ = ("means", "whole", "whole_by_len", "edges", "whole_list", "sums")
 
-    def __init__(self):
+    def __init__(self, sums: bool):
+        self.sums = sums  # `_sums_every_window`
         self.means: dict[int, float] = {}
         self.whole: np.ndarray | None = None
         self.whole_by_len: np.ndarray | None = None
         self.edges: list[float] = [0.0]
+        self.whole_list: list[float] | None = None  # the stream's whole prompts, in its order
+
+    def whole_sums(self, chunk_time, prompts: np.ndarray, base: list[int]) -> list[float]:
+        """[0, t(p_0), t(p_0) + t(p_1), ...] of the stream's whole pieces (each after its
+        cached prefix, `base`), in the stream's order."""
+        if self.whole_list is None:
+            times = [chunk_time(p, b) for p, b in zip(prompts.tolist(), base)]
+            self.whole_list = np.concatenate([[0.0], np.cumsum(times)]).tolist()
+        return self.whole_list
 
 
 class LengthMix:
@@ -114,6 +154,7 @@ class LengthMix:
         self._stream_mean = float(stream.mean())
         order = np.argsort(stream, kind="stable")
         self._sorted_len, self._sorted_base = stream[order], base[order]
+        self._longest = int(self._sorted_len[-1])
         # what each cost model's timing of the stream computed (`_PerCost`)
         self._costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -181,7 +222,7 @@ class LengthMix:
     def _per_cost(self, cost) -> _PerCost:
         cache = self._costs.get(cost)
         if cache is None:
-            cache = self._costs[cost] = _PerCost()
+            cache = self._costs[cost] = _PerCost(_sums_every_window(cost))
         return cache
 
     # ---- the mean over every window ------------------------------------------------------
@@ -212,24 +253,83 @@ class LengthMix:
             times = np.array([cost.chunk_time(n, b) for n, b in zip(lens.tolist(), base.tolist())], dtype=float)
             cache.whole = np.concatenate([[0.0], np.cumsum(times)])
             cache.whole_by_len = np.concatenate([[0.0], np.cumsum(times * lens)])
+        top = self._longest
+        if x - 1 > top:  # no prompt holds a window: every one is whole x - 1 - L times more
+            whole = (x - 1) * float(cache.whole[-1]) - float(cache.whole_by_len[-1])
+            return self._edge_sum(cost, cache, top) + whole
         k = int(np.searchsorted(lens, x, side="left"))  # prompts of x tokens or more from k
         inside = float(cost.chunk_time_sums(x, base[k:], base[k:] + lens[k:] - x + 1).sum()) if k < len(lens) else 0.0
-        edge = self._edge_sum(cost, cache, min(x - 1, int(lens[-1])))
+        edge = self._edge_sum(cost, cache, min(x - 1, top))
         j = int(np.searchsorted(lens, x - 1, side="left"))  # prompts under x - 1 tokens below j
         whole = (x - 1) * float(cache.whole[j]) - float(cache.whole_by_len[j])
         return inside + edge + whole
 
+    def _sampled_mean(self, cost, x: int) -> float:
+        """Mean over `WINDOWS` windows of `x` tokens of their chunks' time, the whole
+        prompts inside a window summed from prefix sums over the stream."""
+        ct = cost.chunk_time
+        n = len(self._prompts)
+        whole = None
+        total = 0.0
+        windows = 0
+        for first, last, between, _ in self._window_parts(x):
+            windows += 1
+            total += ct(*first)
+            if last is not None:
+                total += ct(*last)
+            if between:
+                if whole is None:
+                    whole = self._per_cost(cost).whole_sums(ct, self._prompts, self._base_list)
+                hi, lo = divmod(between.stop, n), divmod(between.start, n)
+                total += (hi[0] - lo[0]) * whole[n] + whole[hi[1]] - whole[lo[1]]
+        return total / windows
+
+    def _mean_at(self, cost, cache: _PerCost, x: int) -> float:
+        """The mean at a load of the grid (or any load timed exactly), cached."""
+        means = cache.means
+        v = means.get(x)
+        if v is None:
+            if not (cache.sums and min(x - 1, self._longest) <= EXACT_EDGES):
+                v = means[x] = self._sampled_mean(cost, x)
+            elif x - 1 > self._longest:  # linear in x past the longest prompt: not kept
+                return self._window_sum(cost, x) / self._total
+            else:
+                v = means[x] = self._window_sum(cost, x) / self._total
+        return v
+
     def chunk_mean(self, cost, x: int) -> float:
         """Mean chunk time (seconds, `cost.chunk_time`) of a step's `x` prefill tokens: the
-        mean over the windows of `x` tokens from every start of the stream, exactly."""
+        mean over the windows of `x` tokens from every start of the stream, exactly, for a
+        model with its own `chunk_time_sums` (the profile) while the pieces are at most
+        `EXACT_EDGES` tokens long. Otherwise exact (over every window, or `WINDOWS` of them
+        for a model without the sums) up to `EXACT_LOADS` tokens and interpolated above
+        between loads on a grid of ratio `KNOT_RATIO`."""
         x = int(x)
         if x <= 0:
             return 0.0
-        means = self._per_cost(cost).means
-        v = means.get(x)
-        if v is None:
-            v = means[x] = self._window_sum(cost, x) / self._total
-        return v
+        return self._chunk_mean(cost, self._per_cost(cost), x)
+
+    def _chunk_mean(self, cost, cache: _PerCost, x: int) -> float:
+        v = cache.means.get(x)
+        if v is not None:
+            return v
+        if x <= EXACT_LOADS or (cache.sums and min(x - 1, self._longest) <= EXACT_EDGES):
+            return self._mean_at(cost, cache, x)
+        # the grid knots around x: EXACT_LOADS * KNOT_RATIO^k, rounded
+        k = int(math.log(x / EXACT_LOADS) / _LOG_RATIO)
+        lo = _knot(k)
+        while lo > x:
+            k -= 1
+            lo = _knot(k)
+        hi = _knot(k + 1)
+        while hi <= x:
+            k += 1
+            lo, hi = hi, _knot(k + 1)
+        a = self._mean_at(cost, cache, lo)
+        if x == lo:
+            return a
+        b = self._mean_at(cost, cache, hi)
+        return a + (b - a) * (x - lo) / (hi - lo)
 
     # ---- the timer -----------------------------------------------------------------------
     def timer(self, cost):
@@ -254,6 +354,8 @@ class LengthMix:
 
             return generic
 
+        chunk_mean, cache = self._chunk_mean, self._per_cost(cost)
+
         def time_of(x, y) -> float:
             x, y = int(x), int(y)
             d = int(round(y * ctx))
@@ -267,6 +369,6 @@ class LengthMix:
             t = float(step_time(x, y, d, [], y + lo))
             if share:
                 t += share * (float(step_time(x, y, d, [], y + lo + 1)) - t)
-            return t + self.chunk_mean(cost, x)
+            return t + chunk_mean(cost, cache, x)
 
         return time_of

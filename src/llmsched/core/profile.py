@@ -417,6 +417,7 @@ class ProfileCostModel(CostModel):
         self._dx, self._px = self._dec.cols, self._pre.cols
         self._drow, self._prow = self._dec.row, self._pre.row
         self._dcache, self._pcache = self._dec.cache, self._pre.cache
+        self._psums: dict = {}  # chunk size -> `chunk_time_sums`'s segment sums
 
     # -- per-part access (for inspection, tests and tools) --------------------------------
     def linear_time(self, b, decode_only: bool = False) -> float:
@@ -466,13 +467,18 @@ class ProfileCostModel(CostModel):
         grid's contexts."""
         import numpy as np  # noqa: PLC0415
 
-        a, s = (np.asarray(v) for v in (self._pcache.get(chunk) or self._prow(chunk)))
-        # segment k holds the integer contexts from `starts[k]` to `edges[k]` (excluded):
-        # the first integer at or past grid context k is where `bisect_right` moves on
-        edges = np.ceil(np.asarray(self._px, dtype=float)).astype(np.int64)
-        starts = np.concatenate([[0], edges])
-        width = edges - starts[:-1]
-        below = np.concatenate([[0.0], np.cumsum(a[:-1] * width + s[:-1] * (starts[:-1] + edges - 1) * width / 2.0)])
+        sums = self._psums.get(chunk)
+        if sums is None:
+            a, s = (np.asarray(v) for v in (self._pcache.get(chunk) or self._prow(chunk)))
+            # segment k holds the integer contexts from `starts[k]` to `edges[k]` (excluded):
+            # the first integer at or past grid context k is where `bisect_right` moves on
+            edges = np.ceil(np.asarray(self._px, dtype=float)).astype(np.int64)
+            starts = np.concatenate([[0], edges])
+            width = edges - starts[:-1]
+            per_segment = a[:-1] * width + s[:-1] * (starts[:-1] + edges - 1) * width / 2.0
+            below = np.concatenate([[0.0], np.cumsum(per_segment)])
+            sums = self._psums[chunk] = (a, s, edges, starts, below)
+        a, s, edges, starts, below = sums
 
         def upto(c):
             """The sum over the contexts 0 .. c - 1."""
