@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 import llmsched
+from llmsched.cli import main
 from llmsched.sim.histogram import GapHistogram
 from llmsched.sim.result import SimResult
 from llmsched.sim.simulator import NS, RunStats
@@ -225,3 +226,18 @@ def test_a_run_busy_from_its_first_arrival_is_busy_a_fraction_of_exactly_one():
     for at in (1.0000000004, 1.0000000006, 1057.470280):
         r = llmsched.simulate(trace=Trace(np.full(3, at), np.full(3, 10), np.full(3, 3)), cost_model="const:1")
         assert r.summary["busy_fraction"] == 1.0 and r.summary["duration"] == r.summary["busy_time_s"] == 0.003
+
+
+def test_step_times_are_exact_ns_far_into_the_clock(tmp_path):
+    """steps.csv wrote start_s as a float / 1e9: past about 4.5e6 s it lost nanoseconds
+    (at 661247381.085762037 s a float writes ...024), so a step no longer started at its
+    request's arrival as requests.csv writes it."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n661247381.085762037,10,3\n")
+    argv = ["simulate", "--cost-model", "const:1", "--trace", str(trace), "--steps"]
+    assert main([*argv, "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    steps = (tmp_path / "o" / "steps.csv").read_text().splitlines()[1:]
+    arrival = (tmp_path / "o" / "requests.csv").read_text().splitlines()[1].split(",")[2]
+    assert steps[0].split(",")[1] == arrival
+    second = int(arrival.replace(".", "")) + 1_000_000  # one 1 ms step later
+    assert steps[1].split(",")[1] == f"{second // 10**9}.{second % 10**9:09d}"

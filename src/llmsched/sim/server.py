@@ -478,7 +478,8 @@ def write_steps(f: TextIO, first_index: int, start: int, durs, count: int, plan,
     t = start
     for j in range(count):
         d = durs if isinstance(durs, int) else durs[j]
-        f.write(f"{first_index + j},{t / NS:.9f},{d / NS:.9f},{pf},{plan.decode},{k},{entries}\n")
+        # whole ns as seconds, exact at any clock (t / NS as a float loses ns past ~4.5e6 s)
+        f.write(f"{first_index + j},{t // NS}.{t % NS:09d},{d // NS}.{d % NS:09d},{pf},{plan.decode},{k},{entries}\n")
         t += d
 
 

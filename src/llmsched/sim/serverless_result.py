@@ -289,11 +289,11 @@ class ServerlessResult:
 
     def _write_instances(self, f) -> None:
         f.write(",".join(INSTANCE_COLUMNS) + "\n")
+
+        def s(ns):  # whole ns as seconds, exact at any clock (a float loses ns past ~4.5e6 s)
+            return "" if ns < 0 else f"{ns // NS}.{ns % NS:09d}"
+
         for r in self.stats.instances:
-
-            def s(ns):
-                return "" if ns < 0 else f"{ns / NS:.9f}"
-
             cold = r["ready_ns"] - r["created_ns"] if r["ready_ns"] >= 0 else -1
             gpu = r["stop_ns"] - r["gpu_from_ns"] if r["gpu_from_ns"] >= 0 else -1
             itl = "" if r["itl_mean_ns"] is None else f"{r['itl_mean_ns'] / 1e6:.6f}"
