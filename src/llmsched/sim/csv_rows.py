@@ -184,3 +184,15 @@ def write_file(path, writer) -> None:
     with open(tmp, "w", newline="") as f:
         writer(f)
     os.replace(tmp, path)
+
+
+def ns_text(ns: int) -> str:
+    """Whole nanoseconds as seconds with nine decimals, exact at any clock (a float / 1e9
+    loses nanoseconds past about 4.5e6 s): one value of `seconds_field`."""
+    whole, frac = divmod(abs(ns), NS)
+    return f"{'-' if ns < 0 else ''}{whole}.{frac:09d}"
+
+
+def time_text(ns: int) -> str:
+    """A time in ns as the output files write it: '' where not reached (negative)."""
+    return "" if ns < 0 else ns_text(ns)

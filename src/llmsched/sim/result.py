@@ -20,7 +20,7 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import PARQUET_TABLES, STALE_FIGURES, check_out_dir, check_run_dir, clear_stale, run_kind
-from .csv_rows import CHUNK, IntField, NotFormattable, format_rows, seconds_field, tag_field
+from .csv_rows import CHUNK, IntField, NotFormattable, format_rows, ns_text, seconds_field, tag_field, time_text
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
 
@@ -299,13 +299,13 @@ class SimResult:
             yield (
                 i,
                 tags[i],
-                _ns_text(int(arrival_ns[i])) if abs(a) < _MAX_ARRIVAL_S else f"{a:.9f}",
+                ns_text(int(arrival_ns[i])) if abs(a) < _MAX_ARRIVAL_S else f"{a:.9f}",
                 int(prompt[i]),
                 int(output[i]),
-                _time_text(queue[i]),
-                _time_text(ttft[i]),
-                _time_text(tpot[i]),
-                _time_text(e2e[i]),
+                time_text(queue[i]),
+                time_text(ttft[i]),
+                time_text(tpot[i]),
+                time_text(e2e[i]),
                 int(preempts[i]),
                 int(arrived[i]),
                 int(finished[i]),
@@ -619,14 +619,3 @@ def _tpot(finished: np.ndarray, output: np.ndarray, e2e_s: np.ndarray, ttft_s: n
 
 #: arrivals in seconds whose ns count fits an int64 with room to spare
 _MAX_ARRIVAL_S = 2.0**62 / NS
-
-
-def _ns_text(ns: int) -> str:
-    """Whole nanoseconds as seconds with nine decimals."""
-    whole, frac = divmod(abs(ns), NS)
-    return f"{'-' if ns < 0 else ''}{whole}.{frac:09d}"
-
-
-def _time_text(ns: int) -> str:
-    """A time in ns as requests.csv writes it: '' where not reached (negative)."""
-    return "" if ns < 0 else _ns_text(ns)

@@ -25,6 +25,7 @@ from ..core.cost import CostModel, StepTimer
 from ..core.request import NS, WAITING, Request
 from ..core.state import UNLIMITED
 from ..policies.base import Scheduler
+from .csv_rows import ns_text
 from .histogram import GapHistogram
 
 MAX_SAMPLES = 4096  # time-series length bound with the automatic sampling interval
@@ -478,8 +479,7 @@ def write_steps(f: TextIO, first_index: int, start: int, durs, count: int, plan,
     t = start
     for j in range(count):
         d = durs if isinstance(durs, int) else durs[j]
-        # whole ns as seconds, exact at any clock (t / NS as a float loses ns past ~4.5e6 s)
-        f.write(f"{first_index + j},{t // NS}.{t % NS:09d},{d // NS}.{d % NS:09d},{pf},{plan.decode},{k},{entries}\n")
+        f.write(f"{first_index + j},{ns_text(t)},{ns_text(d)},{pf},{plan.decode},{k},{entries}\n")
         t += d
 
 

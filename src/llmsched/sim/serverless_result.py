@@ -36,7 +36,7 @@ from ..core.paths import check_out_dir
 from ..core.request import NS, check_seconds
 from ..core.slo import check_request_slo
 from ..workload.serverless import ServerlessSpec, load_serverless, make_serverless_requests
-from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
+from .csv_rows import IntField, names_field, seconds_field, time_text, write_csv, write_file
 from .histogram import GapHistogram
 from .result import _seconds, _tpot, clear_other_run, goodput, meets_slo, per_second, run_duration, tpot_ceil_ns
 from .serverless import ServerlessStats, check_requests, check_schedulers, run_serverless
@@ -289,10 +289,6 @@ class ServerlessResult:
 
     def _write_instances(self, f) -> None:
         f.write(",".join(INSTANCE_COLUMNS) + "\n")
-
-        def s(ns):  # whole ns as seconds, exact at any clock (a float loses ns past ~4.5e6 s)
-            return "" if ns < 0 else f"{ns // NS}.{ns % NS:09d}"
-
         for r in self.stats.instances:
             cold = r["ready_ns"] - r["created_ns"] if r["ready_ns"] >= 0 else -1
             gpu = r["stop_ns"] - r["gpu_from_ns"] if r["gpu_from_ns"] >= 0 else -1
@@ -302,21 +298,21 @@ class ServerlessResult:
                 r["model"],
                 r["node"],
                 r["gpu"],
-                s(r["created_ns"]),
-                s(r["gpu_from_ns"]),
-                s(r["load_start_ns"]),
-                s(r["loaded_ns"]),
-                s(r["ready_ns"]),
-                s(r["stop_ns"]),
+                time_text(r["created_ns"]),
+                time_text(r["gpu_from_ns"]),
+                time_text(r["load_start_ns"]),
+                time_text(r["loaded_ns"]),
+                time_text(r["ready_ns"]),
+                time_text(r["stop_ns"]),
                 r["tier"],
-                s(cold),
+                time_text(cold),
                 r["stop_reason"],
                 r["routed"],
                 r["completed"],
                 r["migrated_out"],
                 r["steps"],
-                s(r["busy_ns"]),
-                s(gpu),
+                time_text(r["busy_ns"]),
+                time_text(gpu),
                 itl,
                 r["admission"],
                 "" if r["kv_capacity"] is None else r["kv_capacity"],
