@@ -18,11 +18,10 @@ import math
 from collections.abc import Iterable, Sequence
 
 from ..api import check_config
-from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..theory import capacity, workload_means, workload_mix
-from ..theory.means import largest_prompt
+from ..theory.means import region_prefill_cap
 from .points import resolve_point, run_point
 from .runner import Backend, Progress, Runner, Store
 
@@ -129,7 +128,7 @@ def find_counterexample(
                     mo,
                     k_max=k_max,
                     mix=workload_mix(cfg.workload),
-                    max_prefill_per_request=largest_prompt(cfg.workload) if k_max_binds(b_max, k_max) else None,
+                    max_prefill_per_request=region_prefill_cap(cfg.workload, b_max, k_max),
                 )
                 entry = {
                     "prompt": prompt,

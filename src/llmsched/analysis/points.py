@@ -24,14 +24,13 @@ import time
 from functools import lru_cache
 
 from ..api import build_config, check_config, simulate
-from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import recorded_path
 from ..policies import ADMISSION_POLICIES, BATCH_POLICIES, canonical_policy_name, policy_base_name
 from ..theory import capacity, requests_per_rate, workload_means, workload_mix
-from ..theory.means import cached_workload_mix, largest_prompt, sample_key
+from ..theory.means import cached_workload_mix, region_prefill_cap, sample_key
 from ..workload.datasets import file_stamps
 from ..workload.spec import without_inline_rate
 
@@ -90,7 +89,7 @@ def _critical_rate(cost_model, b_max: int, k_max, workload: str, block_size: int
         mix=mix,
         peak=False,
         # (a request supplies at most its prompt as prefill in a step: as `capacity` reports it)
-        max_prefill_per_request=largest_prompt(w) if k_max_binds(b_max, k_max) else None,
+        max_prefill_per_request=region_prefill_cap(w, b_max, k_max),
     ).critical_rate
 
 

@@ -53,7 +53,7 @@ import numbers
 from dataclasses import asdict, dataclass
 
 from ..core.checks import as_real
-from ..core.constraints import check_b_max, check_k_max
+from ..core.constraints import check_b_max, check_k_max, k_max_binds
 from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError, unknown_name
 from ..core.length_mix import LengthMix
@@ -408,7 +408,7 @@ def capacity(
 
     # a cap of b_max requests or more cannot bind: a step of at most b_max tokens holds at
     # most b_max requests, so lambda* is the uncapped one
-    if k_max is None or k_max >= b_max:
+    if not k_max_binds(b_max, k_max):
         # without a binding cap the region is the triangle x + y <= max_b b / t(b): where
         # t(b) / b is not least at b_max smaller steps serve more than C, and lambda* is theirs
         known = (peak_rate, peak_b) if peak_rate is not None else None

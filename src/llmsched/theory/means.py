@@ -21,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..core.checks import as_int
+from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
 from ..core.length_mix import LengthMix
 from ..workload import WorkloadSpec, make_trace, replays_trace
@@ -61,6 +62,13 @@ def largest_prompt(workload: dict) -> int | None:
     without max=). The region caps a request's prefill per step at it
     (`max_prefill_per_request`: a request never holds more prefill tokens than its prompt)."""
     return _largest_prompt(*_sample_key(workload, 1))
+
+
+def region_prefill_cap(workload: dict, b_max: int, k_max: int | None) -> int | None:
+    """The region's cap on a request's prefill per step (`max_prefill_per_request`): the
+    workload's longest prompt under a binding k_max (`k_max_binds`), None otherwise (or
+    when no law bounds the prompts)."""
+    return largest_prompt(workload) if k_max_binds(b_max, k_max) else None
 
 
 @lru_cache(maxsize=64)
