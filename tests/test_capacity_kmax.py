@@ -10,7 +10,8 @@ import pytest
 from llmsched import simulate
 from llmsched.api import REQUESTS_GROWTH_SHARE
 from llmsched.cli import main
-from llmsched.policies import batch_holds_back, is_throughput_optimal
+from llmsched.core.guarantee import CAP, HELD, POLICY, HoldReason, reasons_text
+from llmsched.policies import admission_holds_back, batch_holds_back, is_throughput_optimal
 from llmsched.theory import capacity, describe_verdict
 from llmsched.theory.means import largest_prompt
 from llmsched.theory.network import traffic
@@ -43,19 +44,28 @@ def table(capsys, monkeypatch):
 @pytest.mark.parametrize(
     "policy, b_max, k_max, why",
     [
-        ("sarathi", 512, 16, ["k_max 16 < b_max 512"]),
-        ("Orca", 512, 511, ["k_max 511 < b_max 512"]),
-        ("kfcfs", 512, 16, ["k_max 16 < b_max 512"]),
+        ("sarathi", 512, 16, [(CAP, "k_max 16 < b_max 512")]),
+        ("Orca", 512, 511, [(CAP, "k_max 511 < b_max 512")]),
+        ("kfcfs", 512, 16, [(CAP, "k_max 16 < b_max 512")]),
         ("sarathi", 512, 512, []),  # a cap of b_max requests cannot bind
         ("sarathi", 512, None, []),
         ("adaptive", 512, 16, []),  # it picks its steps from the region
-        ("ft", 512, 16, ["fastertransformer"]),  # not work-conserving, cap or not
-        ("vllm", 512, None, ["vllm"]),
+        ("ft", 512, 16, [(POLICY, "fastertransformer")]),  # not work-conserving, cap or not
+        ("vllm", 512, None, [(POLICY, "vllm")]),
+        ("no-such-policy", 512, None, [(POLICY, "no-such-policy")]),
     ],
 )
 def test_a_binding_cap_takes_the_guarantee_of_work_conserving_policies(policy, b_max, k_max, why):
-    assert batch_holds_back(policy, b_max, k_max) == why
+    reasons = batch_holds_back(policy, b_max, k_max)
+    assert reasons == [HoldReason(kind, text) for kind, text in why]
+    assert [str(r) for r in reasons] == [text for _, text in why]
     assert is_throughput_optimal(policy, b_max, k_max) is (not why)
+
+
+def test_an_admission_that_limits_steps_or_a_running_cap_holds_work_back():
+    assert admission_holds_back("fcfs") == [] and admission_holds_back("spf") == []
+    assert admission_holds_back("twp", 4) == [HoldReason(HELD, "twp admission"), HoldReason(HELD, "max_running 4")]
+    assert reasons_text(admission_holds_back("DynamicBatch")) == "dynamicbatch admission"
 
 
 def test_capacity_promises_no_work_conserving_policy_stability_under_a_binding_cap(capsys, table):
@@ -120,6 +130,12 @@ def test_the_network_verdict_promises_nothing_for_a_server_with_a_binding_cap():
     assert "server s1 (twp admission) holds work back" in rep.verdict
     assert "server s1 (k_max 16 < b_max 512) caps the requests per step" in rep.verdict
     assert "not work-conserving" not in rep.verdict  # its policy, sarathi, is
+    # a policy no registry knows (the API takes any name; the CLI refuses it) has no guarantee
+    # as a batch policy, not as something that holds work back
+    unknown = traffic(_kmax_network("no-such-policy", k_max=512))
+    assert unknown.not_throughput_optimal == {"s1": "no-such-policy"}
+    assert "server s1 (no-such-policy) runs a policy that is not work-conserving" in unknown.verdict
+    assert "holds work back" not in unknown.verdict
 
 
 # ----------------------------------------------------------------- prefill per request

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..api import SimConfig, build_config, check_config
 from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
+from ..core.guarantee import reasons_text
 from ..core.paths import check_out_file
 from ..policies import batch_holds_back, canonical_policy_name
 from ..theory import (
@@ -118,7 +119,7 @@ def capacity_report(
         # lambda* is the stable region of work-conserving policies without a binding
         # k_max, and of adaptive; of another it only bounds it (`not_throughput_optimal`: why)
         "throughput_optimal": not holds_back,
-        "not_throughput_optimal": ", ".join(holds_back) or None,
+        "not_throughput_optimal": reasons_text(holds_back) or None,
         "means_source": source,
         # with a binding k_max: the most prefill tokens one request supplies in a step, as
         # the region assumes it (None: any number, `largest_prompt` unknown)

@@ -14,6 +14,7 @@ import sys
 
 from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
+from ..core.guarantee import CAP
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir, check_out_file, check_run_dir
 from .common import (
@@ -311,7 +312,9 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
         )
     capped = k_max_binds(rep["b_max"], rep["k_max"])
     if not rep["throughput_optimal"]:
-        capped_only = (rep.get("not_throughput_optimal") or "").startswith("k_max")
+        from ..policies import batch_holds_back  # noqa: PLC0415 - the registry imports every policy
+
+        capped_only = all(r.kind == CAP for r in batch_holds_back(rep["policy"], rep["b_max"], rep["k_max"]))
         rows.append(
             (
                 "note: policy",

@@ -8,6 +8,7 @@ from typing import Any
 from ..core.checks import keyword_names
 from ..core.constraints import Constraints, k_max_binds
 from ..core.errors import ConfigError, unknown_name, unknown_option
+from ..core.guarantee import CAP, HELD, POLICY, HoldReason
 from ..core.names import ADMISSION_ALIASES
 from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
@@ -94,37 +95,39 @@ def is_throughput_optimal(name: str, b_max: int | None = None, k_max: int | None
     return not batch_holds_back(name, b_max, k_max)
 
 
-def batch_holds_back(name: str, b_max: int | None = None, k_max: int | None = None) -> list:
+def batch_holds_back(name: str, b_max: int | None = None, k_max: int | None = None) -> list[HoldReason]:
     """Why the batch policy `name` on a server with these limits has no guarantee of
     stability inside the region, in a few words each; [] when it has one. A policy that is
     `region_stable` (adaptive) has one; a work-conserving one (`BatchPolicy.work_conserving`:
     it fills the budget whenever work waits) has theorem 2's, which assumes no batch-size
     cap: with `k_max < b_max` (`k_max_binds`) a step of `k_max` decoders is not full
     however much work waits, and paper 1 shows such a policy unstable strictly inside the
-    region (`k_max 16 < b_max 512`); any other policy, or an unknown name, has none (its
-    name)."""
+    region (`k_max 16 < b_max 512`, kind CAP); any other policy, or an unknown name, has
+    none (its name, kind POLICY)."""
     base = policy_base_name(name)
     cls = BATCH_POLICIES.get(base)
     if getattr(cls, "region_stable", False):
         return []
     if not getattr(cls, "work_conserving", False):
-        return [base]
+        return [HoldReason(POLICY, base)]
     if k_max_binds(b_max, k_max):
-        return [f"k_max {k_max} < b_max {b_max}"]
+        return [HoldReason(CAP, f"k_max {k_max} < b_max {b_max}")]
     return []
 
 
-def admission_holds_back(admission: str = "fcfs", max_running: int | None = None, options: dict | None = None) -> list:
+def admission_holds_back(
+    admission: str = "fcfs", max_running: int | None = None, options: dict | None = None
+) -> list[HoldReason]:
     """Why an admission can leave a step's budget idle while work waits, in a few words
-    each (`twp admission`, `max_running 4`); [] when it only orders the queue (fcfs, spf).
+    each (`twp admission`, `max_running 4`, kind HELD); [] when it only orders the queue (fcfs, spf).
     A policy that limits a step's tokens or requests or refuses a waiting request (its
     class overrides `token_limit`, `batch_limit` or `may_admit`: TWP's window,
     DynamicBatch's cap) can, and so can a running cap."""
     hooks = AdmissionHooks(make_admission_policy(admission, **(options or {})))
     limits = hooks.token_limit or hooks.batch_limit or hooks.may_admit
-    why = [f"{policy_base_name(admission, 'admission')} admission"] if limits else []
+    why = [HoldReason(HELD, f"{policy_base_name(admission, 'admission')} admission")] if limits else []
     if max_running is not None:
-        why.append(f"max_running {max_running}")
+        why.append(HoldReason(HELD, f"max_running {max_running}"))
     return why
 
 

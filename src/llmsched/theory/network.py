@@ -93,6 +93,7 @@ import numpy as np
 from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
+from ..core.guarantee import CAP, HELD, POLICY, HoldReason, reasons_text
 from ..core.jsonio import to_jsonable
 from ..core.length_mix import LengthMix
 from ..workload.lengths import LengthLaw, Lognormal, sample_pair
@@ -484,7 +485,7 @@ def traffic(spec) -> TrafficReport:
     cycle = _server_cycle(spec)
     # a server without calls needs no guarantee
     busy = {s.name for s in servers if s.visit_rate > 0}
-    not_conserving = {n: why for n, s in spec.servers.items() if n in busy and (why := _holds_back(s, spec.control))}
+    held_back = {n: why for n, s in spec.servers.items() if n in busy and (why := _holds_back(s, spec.control))}
     notes = []
     # a load-only cost model whose b / t(b) peaks below b_max: `capacity` is the best
     # policy's (smaller steps), `fill_capacity` what a policy filling every step to b_max
@@ -511,12 +512,12 @@ def traffic(spec) -> TrafficReport:
                 "stable; check by simulation"
             ),
         )
-    elif cycle is None and not_conserving:
+    elif cycle is None and held_back:
         stable, verdict = (
             None,
             (
                 "every server is below capacity and the routes are feed-forward, which makes work-conserving "
-                f"policies stable, but {_named_policies(not_conserving)}: the guarantee does not apply; "
+                f"policies stable, but {_named_policies(held_back)}: the guarantee does not apply; "
                 "check by simulation"
             ),
         )
@@ -571,7 +572,7 @@ def traffic(spec) -> TrafficReport:
         stable=stable,
         verdict=verdict,
         notes=notes,
-        not_throughput_optimal=not_conserving,
+        not_throughput_optimal={n: reasons_text(why) for n, why in held_back.items()},
     )
 
 
@@ -579,22 +580,22 @@ def traffic(spec) -> TrafficReport:
 MIX_SAMPLES = 20_000
 
 
-def _holds_back(server, control: str) -> str:
+def _holds_back(server, control: str) -> list[HoldReason]:
     """What may leave the server's budget idle while work waits, for `not_throughput_optimal`:
-    its batch policy's name when that is neither work-conserving nor adaptive, an admission
-    that paces or caps (`twp admission`, `max_running 4`: `admission_holds_back`),
-    back-pressure control (a replica takes buffered calls one class at a time); "" when
-    nothing does."""
+    its batch policy's name when that is neither work-conserving nor adaptive, a binding
+    k_max (`batch_holds_back`), an admission that paces or caps (`twp admission`,
+    `max_running 4`: `admission_holds_back`), back-pressure control (a replica takes
+    buffered calls one class at a time); [] when nothing does."""
     from ..policies import admission_holds_back, batch_holds_back  # noqa: PLC0415 - the registry imports every policy
 
     why = batch_holds_back(server.policy, server.b_max, server.k_max)
     why += admission_holds_back(server.admission, server.max_running, server.admission_options)
     if control == "backpressure":
-        why.append("backpressure control")
-    return ", ".join(why)
+        why.append(HoldReason(HELD, "backpressure control"))
+    return why
 
 
-def _named_policies(not_conserving: dict) -> str:
+def _named_policies(held_back: dict[str, list[HoldReason]]) -> str:
     """Why the feed-forward guarantee does not apply, each server named with its reasons
     under the kind they are: a batch policy that is not work-conserving (`server x
     (fastertransformer) runs a policy that is not work-conserving ...`), an admission, a
@@ -602,13 +603,10 @@ def _named_policies(not_conserving: dict) -> str:
     work back ...`), a binding k_max (`k_max 16 < b_max 512`: a policy filling every step
     can be unstable inside the region, paper 1). A server with reasons of several kinds is
     named under each."""
-    from ..policies import BATCH_POLICIES  # noqa: PLC0415 - the registry imports every policy
-
-    kinds: dict[str, dict[str, list[str]]] = {"policy": {}, "held": {}, "cap": {}}
-    for server, why in not_conserving.items():
-        for reason in why.split(", "):
-            kind = "cap" if reason.startswith("k_max ") else "policy" if reason in BATCH_POLICIES else "held"
-            kinds[kind].setdefault(server, []).append(reason)
+    kinds: dict[str, dict[str, list[str]]] = {POLICY: {}, HELD: {}, CAP: {}}
+    for server, why in held_back.items():
+        for reason in why:
+            kinds[reason.kind].setdefault(server, []).append(reason.text)
 
     def named(group: dict) -> str:
         return ", ".join(f"{n} ({', '.join(rs)})" for n, rs in group.items())
@@ -617,21 +615,21 @@ def _named_policies(not_conserving: dict) -> str:
         return f"server {named(group)} {one}" if len(group) == 1 else f"servers {named(group)} {many}"
 
     parts = []
-    if kinds["policy"]:
+    if kinds[POLICY]:
         parts.append(
-            subject(kinds["policy"], "runs a policy", "run policies")
+            subject(kinds[POLICY], "runs a policy", "run policies")
             + " that "
-            + ("is" if len(kinds["policy"]) == 1 else "are")
+            + ("is" if len(kinds[POLICY]) == 1 else "are")
             + " not work-conserving (steps may leave budget idle while work waits)"
         )
-    if kinds["held"]:
+    if kinds[HELD]:
         parts.append(
-            subject(kinds["held"], "holds", "hold")
+            subject(kinds[HELD], "holds", "hold")
             + " work back (an admission, a running cap or back-pressure may leave budget idle while work waits)"
         )
-    if kinds["cap"]:
+    if kinds[CAP]:
         parts.append(
-            subject(kinds["cap"], "caps", "cap")
+            subject(kinds[CAP], "caps", "cap")
             + " the requests per step below the token budget, where a policy filling every step can be "
             "unstable inside the region (paper 1)"
         )

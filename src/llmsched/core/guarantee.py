@@ -1,0 +1,29 @@
+"""Why a server's scheduler has no guarantee of stability inside the region: reasons
+that carry their kind, so that callers group them without reading their text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: a batch policy neither work-conserving nor adaptive, or an unknown one (its name)
+POLICY = "policy"
+#: an admission that paces or caps, a running cap, back-pressure control
+HELD = "held"
+#: a binding k_max under a work-conserving policy (`k_max 16 < b_max 512`)
+CAP = "cap"
+
+
+@dataclass(frozen=True)
+class HoldReason:
+    """One reason, `kind` POLICY, HELD or CAP; `str()` is its `text`, the words users see."""
+
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def reasons_text(reasons) -> str:
+    """The reasons as users read them: `k_max 16 < b_max 512, twp admission` ("" for none)."""
+    return ", ".join(map(str, reasons))
