@@ -266,7 +266,7 @@ def test_numpy_numbers_in_theory_give_python_numbers():
     assert all(type(v) is float for k, v in d.items() if k in ("mean_prompt", "rate", "critical_rate"))
     assert rep.critical_rate == capacity("paper", 512, 200, 101).critical_rate
     v = stability_verdict(np.arange(100.0), np.ones(100), capacity=np.float32(100))
-    assert v.verdict == "stable" and type(v.capacity_tokens_per_s) is float
+    assert v.verdict == "stable" and type(v.capacity_per_s) is float
 
 
 def test_a_generator_of_policy_names_is_read_once():

@@ -29,7 +29,7 @@ def test_stable_queue_is_stable(method):
         # wide, and an interval holding both 0 and the threshold is inconclusive
         v = stability_verdict(*reflected_walk(rng, 0.85, steps=16000), capacity=CAP, method=method)
         assert v.stable
-        assert abs(v.backlog_growth_tokens_per_s) < 0.02 * CAP
+        assert abs(v.growth_per_s) < 0.02 * CAP
 
 
 @pytest.mark.parametrize("method", ["hac", "batch"])
@@ -45,7 +45,7 @@ def test_overloaded_queue_is_unstable(method):
             work_per_request=WORK,
         )
         assert not v.stable and v.ci_low > 0
-        assert v.backlog_growth_tokens_per_s == pytest.approx(growth, rel=0.35)
+        assert v.growth_per_s == pytest.approx(growth, rel=0.35)
         assert v.predicted_growth_tokens_per_s == pytest.approx(growth)
 
 
@@ -57,7 +57,7 @@ def test_white_noise_and_trends():
     assert v.stable and v.conclusive
     v = stability_verdict(t, 0.05 * CAP * t + noise, capacity=CAP)
     assert not v.stable and v.conclusive
-    assert v.backlog_growth_tokens_per_s == pytest.approx(0.05 * CAP, rel=0.05)
+    assert v.growth_per_s == pytest.approx(0.05 * CAP, rel=0.05)
     assert v.ci_low < 0.05 * CAP < v.ci_high
     # significant growth below eps * capacity: neither stable nor unstable
     v = stability_verdict(t, 0.002 * CAP * t + noise, capacity=CAP)
@@ -109,8 +109,8 @@ def test_fixed_b_table():
 def test_report_fields_and_errors():
     t = np.linspace(0, 10, 100)
     v = stability_verdict(t, np.zeros(100), capacity=1000.0)  # idle system
-    assert v.stable and v.backlog_growth_tokens_per_s == 0.0
-    assert v.threshold_tokens_per_s == pytest.approx(20.0)
+    assert v.stable and v.growth_per_s == 0.0
+    assert v.threshold_per_s == pytest.approx(20.0)
     assert v.samples_used == 50
     json.dumps(v.to_dict())
     assert predicted_growth(10, 300, 2000) == 1000 and predicted_growth(1, 300, 2000) == 0
@@ -136,6 +136,12 @@ def test_a_short_window_needs_faster_growth_to_be_called_unstable():
     assert v.verdict == "inconclusive" and v.stable is None and not v.conclusive
     assert v.reason.startswith("too short to call unstable")
     assert stability_verdict(t, w, capacity=1000, decode_time_s=1.0).verdict == "unstable"  # 25 s >= 20 x 1 s
+    assert v.unit == "tokens" and "(30 tokens/s) is below the 160 tokens/s that needs" in v.reason
+    # a count of requests: its unit in the fields and the reason, its rates written as asked
+    r = stability_verdict(t, w / 1000, capacity=1, decode_time_s=10.0, unit="requests", rate_format=".3g")
+    assert r.unit == "requests" and r.growth_per_s == pytest.approx(v.growth_per_s / 1000)
+    assert r.threshold_per_s == pytest.approx(0.02) and r.capacity_per_s == 1
+    assert "(0.03 requests/s) is below the 0.16 requests/s that needs" in r.reason
 
 
 def test_every_number_of_the_verdict_is_checked_by_name():
@@ -147,4 +153,4 @@ def test_every_number_of_the_verdict_is_checked_by_name():
             with pytest.raises(ConfigError, match=rf"^{name} must be a finite number, got "):
                 stability_verdict(t, np.ones(100), **{name: bad})
     v = stability_verdict(t, np.ones(100), capacity=np.float32(100), eps=np.float64(0.5), decode_time_s=np.int64(1))
-    assert type(v.capacity_tokens_per_s) is float and v.threshold_tokens_per_s == 50.0
+    assert type(v.capacity_per_s) is float and v.threshold_per_s == 50.0

@@ -534,10 +534,10 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     out["stable"] = v.stable  # True, False, or None when inconclusive
     out["verdict"] = v.verdict
     out["verdict_reason"] = v.reason
-    out["backlog_growth_tokens_per_s"] = v.backlog_growth_tokens_per_s
+    out["backlog_growth_tokens_per_s"] = v.growth_per_s
     out["backlog_growth_ci"] = [v.ci_low, v.ci_high]
     out["verdict_conclusive"] = bool(v.conclusive)
-    out["verdict_threshold_tokens_per_s"] = v.threshold_tokens_per_s
+    out["verdict_threshold_tokens_per_s"] = v.threshold_per_s
     if capped and rep.critical_rate > 0:
         _judge_requests(out, v, t[keep], (ts["waiting_requests"] + ts["running_requests"])[keep], rep, cfg, decode_time)
     return out
@@ -566,11 +566,12 @@ def _judge_requests(out: dict, tokens, t, in_system, rep, cfg: SimConfig, decode
         decode_time_s=decode_time,
         what="the number of requests in the system",
         unit="requests",
+        rate_format=".3g",
     )
     out["requests_verdict"] = r.verdict
-    out["requests_growth_per_s"] = r.backlog_growth_tokens_per_s
+    out["requests_growth_per_s"] = r.growth_per_s
     out["requests_growth_ci"] = [r.ci_low, r.ci_high]
-    out["requests_threshold_per_s"] = r.threshold_tokens_per_s
+    out["requests_threshold_per_s"] = r.threshold_per_s
     drift = tokens.verdict == INCONCLUSIVE and tokens.ci_low > 0
     if drift and r.verdict == UNSTABLE:
         out.update(

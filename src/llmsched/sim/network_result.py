@@ -191,10 +191,10 @@ def network_backlog(result) -> dict:
             "verdict": v.verdict,
             "stable": v.stable,
             "reason": v.reason,
-            "backlog_growth_tokens_per_s": v.backlog_growth_tokens_per_s,
+            "backlog_growth_tokens_per_s": v.growth_per_s,
             "backlog_growth_ci": [v.ci_low, v.ci_high],
-            "threshold_tokens_per_s": v.threshold_tokens_per_s,
-            "mean_backlog_tokens": v.mean_backlog_tokens,
+            "threshold_tokens_per_s": v.threshold_per_s,
+            "mean_backlog_tokens": v.mean_backlog,
             "decode_time_s": decode,
         }
     except ConfigError as e:
@@ -336,7 +336,7 @@ class NetworkResult:
             "stable": v.stable,
             "verdict": v.verdict,
             "verdict_reason": v.reason,
-            "backlog_growth_tokens_per_s": v.backlog_growth_tokens_per_s,
+            "backlog_growth_tokens_per_s": v.growth_per_s,
             "backlog_growth_ci": [v.ci_low, v.ci_high],
         }
 

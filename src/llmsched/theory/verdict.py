@@ -185,29 +185,32 @@ def batch_slope(t, w, alpha: float = 0.05, groups: int = 8):
 @dataclass
 class Verdict:
     """`verdict`: "stable", "unstable" or "inconclusive"; `reason`: why, one sentence;
-    `stable`: the same as True, False or None; `backlog_growth_tokens_per_s`: estimated
-    growth g of the unfinished work over the tail; `ci_low`, `ci_high`: its (1 - alpha)
-    interval; `threshold_tokens_per_s`: h; `threshold_rule`: how h was set; `conclusive`:
-    the CI lies on one side of h; `predicted_growth_tokens_per_s`: fluid prediction, if
-    known."""
+    `stable`: the same as True, False or None; `unit`: what the series counts (tokens of
+    unfinished work, or requests in the system), the unit of every `_per_s` field and of
+    `mean_backlog`; `growth_per_s`: estimated growth g of the series over the tail;
+    `ci_low`, `ci_high`: its (1 - alpha) interval; `threshold_per_s`: h;
+    `threshold_rule`: how h was set; `conclusive`: the CI lies on one side of h;
+    `capacity_per_s`: the capacity h scales with, if given; `predicted_growth_tokens_per_s`:
+    fluid prediction of the tokens' growth, if known."""
 
     verdict: str
     reason: str
-    backlog_growth_tokens_per_s: float
+    growth_per_s: float
     ci_low: float
     ci_high: float
     method: str
-    threshold_tokens_per_s: float
+    threshold_per_s: float
     threshold_rule: str
     alpha: float
     conclusive: bool
     samples_used: int
     tail_start_s: float
     tail_end_s: float
-    capacity_tokens_per_s: float | None = None
+    unit: str = "tokens"
+    capacity_per_s: float | None = None
     relative_growth: float | None = None
     predicted_growth_tokens_per_s: float | None = None
-    mean_backlog_tokens: float | None = None
+    mean_backlog: float | None = None
     detail: str = ""
 
     @property
@@ -300,6 +303,7 @@ def stability_verdict(
     decode_of: str = "request",
     what: str = "the backlog",
     unit: str = "tokens",
+    rate_format: str = ".0f",
 ) -> Verdict:
     """Stable, unstable or inconclusive, from the unfinished-work series (see the module
     docstring).
@@ -310,7 +314,8 @@ def stability_verdict(
     `decode_of` names what decodes in the reason ("request"; a network's work: "job").
     `what` and `unit` name the series in the reason (default: the backlog, in tokens; a
     count of requests is judged the same way with `what="the number of requests in the
-    system", unit="requests"` and a threshold in requests/s).
+    system", unit="requests"` and a threshold in requests/s); `rate_format` writes a
+    growth in the reason (whole tokens/s by default; `.3g` suits requests/s).
 
     `capacity`: token capacity b_max / t(b_max) in tokens/s (sets h = eps * capacity);
     `threshold`: an explicit h in tokens/s (overrides eps * capacity). The fluid
@@ -361,32 +366,32 @@ def stability_verdict(
     window = float(tt[-1] - tt[0])
     short = MIN_DECODE_TIMES * decode_time_s / window if decode_time_s and window > 0 else 0.0
     if verdict == UNSTABLE and short > 1 and not g > h * short:
-        fmt = ".0f" if unit == "tokens" else ".3g"
         verdict, conclusive = INCONCLUSIVE, False
         reason = (
             f"too short to call unstable: the judged {window:.0f} s hold fewer than "
             f"{MIN_DECODE_TIMES} {decode_of} decode times ({decode_time_s:.1f} s each), and its growth "
-            f"({g:{fmt}} {unit}/s) is below the {h * short:{fmt}} {unit}/s that needs; run longer"
+            f"({g:{rate_format}} {unit}/s) is below the {h * short:{rate_format}} {unit}/s that needs; run longer"
         )
     if predicted_growth_tokens_per_s is None and None not in (arrival_rate, work_per_request, capacity):
         predicted_growth_tokens_per_s = predicted_growth(arrival_rate, work_per_request, capacity)
     return Verdict(
         verdict=verdict,
         reason=reason,
-        backlog_growth_tokens_per_s=g,
+        growth_per_s=g,
         ci_low=lo,
         ci_high=hi,
         method=method,
-        threshold_tokens_per_s=h,
+        threshold_per_s=h,
         threshold_rule=rule,
         alpha=alpha,
         conclusive=conclusive,
         samples_used=int(len(tt)),
         tail_start_s=float(tt[0]),
         tail_end_s=float(tt[-1]),
-        capacity_tokens_per_s=capacity,
+        unit=unit,
+        capacity_per_s=capacity,
         relative_growth=None if capacity is None else g / capacity,
         predicted_growth_tokens_per_s=predicted_growth_tokens_per_s,
-        mean_backlog_tokens=float(ww.mean()),
+        mean_backlog=float(ww.mean()),
         detail=desc,
     )
