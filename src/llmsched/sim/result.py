@@ -181,6 +181,12 @@ class SimResult:
         return _tpot(self.finished, self.output, self.e2e_s, self.ttft_s)
 
     @property
+    def tpot_ns(self) -> np.ndarray:
+        """`tpot_s` rounded up to the ns as requests.csv writes it, -1 where there is none
+        (`tpot_ceil_ns`)."""
+        return tpot_ceil_ns(self.output, self.stats.e2e_ns, self.stats.ttft_ns)
+
+    @property
     def itl(self) -> GapHistogram:
         return self.stats.itl
 
@@ -288,7 +294,7 @@ class SimResult:
         reached): every time in whole ns, the arrival as the simulator's clock took it."""
         st = self.stats
         ttft, e2e, queue = st.ttft_ns.tolist(), st.e2e_ns.tolist(), st.queue_ns.tolist()
-        tpot = tpot_ceil_ns(self.output, st.e2e_ns, st.ttft_ns).tolist()
+        tpot = self.tpot_ns.tolist()
         arrival_ns = self.arrival_ns.tolist()
         finished = self.finished.tolist()
         arrived = self.arrived.tolist()
@@ -323,7 +329,7 @@ class SimResult:
             "output_tokens": np.asarray(self.output, dtype=np.int64),
             "queue_s": self.queue_s,
             "ttft_s": self.ttft_s,
-            "tpot_s": _seconds(tpot_ceil_ns(self.output, self.stats.e2e_ns, self.stats.ttft_ns)),
+            "tpot_s": _seconds(self.tpot_ns),
             "e2e_s": self.e2e_s,
             "preemptions": np.asarray(self.stats.preemptions, dtype=np.int64),
             "arrived": self.arrived,
@@ -462,6 +468,7 @@ class SimResult:
         prompt, output = np.asarray(self.prompt), np.asarray(self.output)
         arrival = np.asarray(self.arrival_s, dtype=np.float64)
         arrival_ns = self.arrival_ns
+        tpot_ns = self.tpot_ns
         tags = tag_field(self.tag, n)
         arrived_all = self.arrived
         for lo in range(0, n, CHUNK):
@@ -484,7 +491,7 @@ class SimResult:
                 seconds_field(arrival_ns[lo:hi].astype(np.int64)),
                 seconds_field(st.queue_ns[lo:hi]),
                 seconds_field(st.ttft_ns[lo:hi]),
-                seconds_field(tpot_ceil_ns(out, e2e_ns, st.ttft_ns[lo:hi])),
+                seconds_field(tpot_ns[lo:hi]),
                 seconds_field(e2e_ns),
             ]
             rid, p, o, pre, arr, fin = (IntField(v) for v in ints)
