@@ -158,3 +158,26 @@ def test_end_to_end_through_the_api():
     )
     assert r.summary["completed"] == 300
     assert r.config["scheduler"]["admission"]["itl_target_ms"] == 100
+
+
+def test_an_idle_server_resets_the_itl_meter():
+    """After `went_idle` (a decoder joins an idle server without a prefill) the next step's
+    ITL sample is its own duration, not the idle gap since the last step."""
+    p, st = _policy()
+    p.observe(st, _fb(0.0, 0.010))
+    p.went_idle()
+    p.observe(st, _fb(5.0, 0.010))
+    assert p.l_ewma == pytest.approx(0.010)
+    q, st = _policy()
+    q.observe(st, _fb(0.0, 0.010))
+    q.observe(st, _fb(5.0, 0.010))
+    assert q.l_ewma == pytest.approx(5.0)  # without it: from the last step's end to this one's
+
+
+@pytest.mark.parametrize("name", ["twp", "dynamicbatch"])
+def test_went_idle_forgets_the_last_step_of_either_itl_admission(name):
+    scheduler = make_scheduler("sarathi", name, b_max=128)
+    meter = scheduler.admission.meter
+    meter.prev_end, meter.prev_emitted = 1.0, True
+    scheduler.went_idle()
+    assert meter.prev_end is None and meter.prev_emitted is False

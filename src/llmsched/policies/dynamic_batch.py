@@ -22,13 +22,13 @@ from ..core.cost import make_cost_model
 from ..core.errors import ConfigError, unknown_option
 from ..core.request import Request
 from ..core.state import ServerState
-from .base import AdmissionPolicy, Planner
-from .twp import ItlMeter, check_number, decode_step_time
+from .base import Planner
+from .twp import ItlMeter, MeteredAdmission, check_number, decode_step_time
 
 __all__ = ["DynamicBatch"]
 
 
-class DynamicBatch(AdmissionPolicy):
+class DynamicBatch(MeteredAdmission):
     """AIMD batch-size cap (see the module docstring). Options, defaults in brackets:
 
     - `itl_target_ms` [1.5 * l_min]: the static ITL target; `l_min` is the decode step
@@ -157,9 +157,6 @@ class DynamicBatch(AdmissionPolicy):
             self.cap = max(float(lo), float(math.floor(self.beta * self.cap)))
         else:
             self.cap = min(float(self.C_max), self.cap + self.delta)
-
-    def went_idle(self) -> None:
-        self.meter.forget()
 
     def describe(self) -> dict:
         d = {"name": self.name}

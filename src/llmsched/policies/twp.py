@@ -42,7 +42,7 @@ from ..core.request import NS, Request
 from ..core.state import UNLIMITED, ServerState
 from .base import AdmissionPolicy, Planner
 
-__all__ = ["TWP", "ItlMeter", "decode_step_time", "check_number"]
+__all__ = ["TWP", "ItlMeter", "MeteredAdmission", "decode_step_time", "check_number"]
 
 
 def check_number(
@@ -120,7 +120,17 @@ class ItlMeter:
         self.prev_emitted = False
 
 
-class TWP(AdmissionPolicy):
+class MeteredAdmission(AdmissionPolicy):
+    """An admission that samples the inter-token latency with an `ItlMeter`, `self.meter`
+    (TWP, DynamicBatch): a server gone idle starts its next step with the meter reset."""
+
+    meter: ItlMeter
+
+    def went_idle(self) -> None:
+        self.meter.forget()
+
+
+class TWP(MeteredAdmission):
     """Token Window Pacing (see the module docstring for the rule).
 
     Options (keyword arguments, `--admission-option KEY=VALUE`), defaults in brackets;
@@ -425,9 +435,6 @@ class TWP(AdmissionPolicy):
             emitted,
             len(state.waiting),
         )
-
-    def went_idle(self) -> None:
-        self.meter.forget()
 
     # The window changes a plan only through its token limit and, while requests wait,
     # through the horizon test of the head of the queue: TWP tells the simulator how long a
