@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core.clock import to_clock_ns
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS, NS, Request, check_seconds
@@ -510,7 +511,7 @@ def run_network(
         t, cut = _job_type_arrivals(jt, stream_entropy(spec.seed, "arrivals", ti), n_jobs, spec.duration_s)
         if cut:
             cut_at_limit.append(jt.name)
-        arrivals.append(np.column_stack([np.round(np.asarray(t) * NS), np.full(len(t), ti)]).astype(np.int64))
+        arrivals.append(np.column_stack([to_clock_ns(t), np.full(len(t), ti, dtype=np.int64)]))
     merged = np.concatenate(arrivals) if arrivals else np.zeros((0, 2), dtype=np.int64)
     merged = merged[np.lexsort((merged[:, 1], merged[:, 0]))]
     if n_jobs is not None:

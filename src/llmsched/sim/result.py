@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.clock import to_clock_ns
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import PARQUET_TABLES, STALE_FIGURES, check_out_dir, check_run_dir, clear_stale, run_kind
@@ -153,7 +154,7 @@ class SimResult:
     def arrival_ns(self) -> np.ndarray:
         """Arrival times in whole ns as the simulator's clock takes them (float64: NaN or
         inf stay as they are); every time the result reports is measured from these."""
-        return np.round(np.asarray(self.arrival_s, dtype=np.float64) * NS)
+        return to_clock_ns(self.arrival_s, np.float64)
 
     @property
     def arrived(self) -> np.ndarray:

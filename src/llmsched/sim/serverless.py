@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core.clock import to_clock_ns
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.request import DECODE, NS, PREFILL, WAITING, Request, check_seconds
@@ -879,7 +880,7 @@ class _Runtime:
     # ---- the loop ------------------------------------------------------------------------------
     def run(self, reqs, progress: Callable[[int, int], None] | None) -> ServerlessStats:
         n = len(reqs)
-        arr = np.round(reqs.arrival_s * NS).astype(np.int64).tolist()
+        arr = to_clock_ns(reqs.arrival_s).tolist()
         prompts = reqs.prompt.tolist()
         outputs = reqs.output.tolist()
         mids = reqs.model.tolist()

@@ -21,6 +21,7 @@ from typing import TextIO
 
 import numpy as np
 
+from ..core.clock import to_clock_ns
 from ..core.cost import CostModel
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS, NS, Request, check_seconds
@@ -122,7 +123,7 @@ def simulate_trace(
     prompt_arr = np.asarray(trace.prompt, dtype=np.int64)
     output_arr = np.asarray(trace.output, dtype=np.int64)
     n = len(arrival_s)
-    arr = np.round(arrival_s * NS).astype(np.int64).tolist()
+    arr = to_clock_ns(arrival_s).tolist()
     prompts = prompt_arr.tolist()
     outputs = output_arr.tolist()
     tags = trace.tag.tolist() if getattr(trace, "tag", None) is not None else None

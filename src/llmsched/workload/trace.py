@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.clock import to_clock_ns
 from ..core.errors import ConfigError, InputWarning
 from ..core.request import Request
 from .arrivals import MAX_RATE
@@ -253,7 +254,7 @@ class Trace:
 
     def arrival_ns(self) -> np.ndarray:
         """Arrival times as int64 nanoseconds (the simulator's clock)."""
-        return np.rint(self.arrival_s * 1e9).astype(np.int64)
+        return to_clock_ns(self.arrival_s)
 
     @property
     def span_s(self) -> float:
