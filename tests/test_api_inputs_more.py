@@ -113,6 +113,12 @@ def test_a_single_policy_name_runs_that_policy(tmp_path):
         (lambda: llmsched.make_scheduler(foo=1), r"unknown make_scheduler argument 'foo' \(known: .*b_max"),
         (lambda: SimConfig(foo=1), r"unknown configuration option 'foo' \(known: .*b_max"),
         (lambda: WorkloadSpec(foo=1), r"unknown workload option 'foo' \(known: .*rate"),
+        (lambda: SimConfig.from_dict({"workload": {"rat": 1}}), r"unknown workload option 'rat'; did you mean 'rate'"),
+        # a misspelt option of the run comes first, before the workload's keys
+        (
+            lambda: SimConfig.from_dict({"polcy": "x", "workload": {"rat": 1}}),
+            r"unknown configuration option 'polcy'; did you mean 'policy'",
+        ),
         (lambda: simulate_serverless(SERVERLESS, foo=1), r"unknown option 'foo' \(known: .*max_time_s"),
         (lambda: simulate_network(NETWORK, foo=1), r"unknown option 'foo' \(known: .*num_jobs"),
         (lambda: llmsched.simulate_network(NETWORK, foo=1), r"unknown option 'foo'"),

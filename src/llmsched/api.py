@@ -23,7 +23,7 @@ import numpy as np
 from .core.checks import check_progress, strict_keywords
 from .core.constraints import check_prefix_block_size, k_max_binds
 from .core.cost import make_cost_model, recorded_cost_model
-from .core.errors import ConfigError, unknown_name, warn
+from .core.errors import ConfigError, check_known, warn
 from .core.paths import check_out_dir
 from .core.request import NS, check_seconds
 from .core.version import __version__
@@ -127,15 +127,11 @@ class SimConfig:
             raise ConfigError("a configuration must be a mapping of option names to values")
         if "provenance" in d:  # a run's own config.json: drop what describes the run's outputs
             d = {k: v for k, v in d.items() if k not in OUTPUT_ONLY_KEYS}
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise unknown_name("configuration option", unknown[0], known)
-        wl = d.get("workload")
-        if isinstance(wl, dict):
-            unknown = sorted(set(wl) - _WORKLOAD_KEYS)
-            if unknown:
-                raise unknown_name("workload option", unknown[0], _WORKLOAD_KEYS)
+        # (the constructor refuses an unknown option too, but this runs before the workload's
+        # keys are checked: a misspelt option of the run stays the first error)
+        check_known("configuration option", d, _CONFIG_KEYS)
+        if isinstance(d.get("workload"), dict):
+            check_known("workload option", d["workload"], _WORKLOAD_KEYS)
         return cls(**d)
 
     @classmethod

@@ -41,7 +41,7 @@ def strict_keywords(what: str):
         import dataclasses  # noqa: PLC0415
         import functools  # noqa: PLC0415
 
-        from .errors import unknown_name  # noqa: PLC0415
+        from .errors import check_known  # noqa: PLC0415
 
         init = cls.__init__
         known = frozenset(f.name for f in dataclasses.fields(cls) if f.init)
@@ -49,7 +49,7 @@ def strict_keywords(what: str):
         @functools.wraps(init)
         def __init__(self, *args, **kwargs):
             if not known.issuperset(kwargs):
-                raise unknown_name(what, min(set(kwargs) - known), known)
+                check_known(what, kwargs, known)
             init(self, *args, **kwargs)
 
         cls.__init__ = __init__

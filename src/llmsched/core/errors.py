@@ -29,6 +29,13 @@ def unknown_name(what: str, name, known) -> ConfigError:
     return ConfigError(f"unknown {what} {name!r}{hint}")
 
 
+def check_known(what: str, names, known) -> None:
+    """`unknown_name`'s error for the first of `names`, in sorted order, not among `known`."""
+    unknown = set(names) - set(known)
+    if unknown:
+        raise unknown_name(what, min(unknown), known)
+
+
 def unknown_option(what: str, name, options, known) -> ConfigError:
     """The one-line error for options a policy does not take, one form for every policy:
     `admission policy 'twp': unknown option 'foo' (known: eps, ...)`, naming the first
