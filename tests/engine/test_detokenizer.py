@@ -83,3 +83,17 @@ def test_byte_fallback_windows_start_on_whole_characters():
     prompt, out = ids[:3], ids[3:]
     assert streamed(tok, prompt, out, [1] * len(out)) == ["", "\U0001f600", "", "\u00e9", "b"]
     assert expected_text(tok, prompt, out) == "\U0001f600\u00e9b"
+
+
+def test_a_path_names_its_tokenizer_json_one_way_for_engine_and_server(tmp_path):
+    from llmsched.engine.tokenizer import tokenizer_file  # noqa: PLC0415
+    from llmsched.server.tokenizer import HFTokenizer as ServerTokenizer  # noqa: PLC0415
+
+    assert tokenizer_file(tmp_path) == tmp_path / "tokenizer.json"  # a folder: its file, there or not
+    assert tokenizer_file(tmp_path / "none") == tmp_path / "none" / "tokenizer.json"
+    train_tokenizer(300).save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "other.json").write_bytes((tmp_path / "tokenizer.json").read_bytes())
+    assert tokenizer_file(tmp_path / "other.json") == tmp_path / "other.json"  # a file: itself
+    for given, used in ((tmp_path, "tokenizer.json"), (tmp_path / "other.json", "other.json")):
+        assert ServerTokenizer(given).file == tmp_path / used
+        assert Tokenizer.from_dir(given).encode("hello", False) == list(ServerTokenizer(given).encode("hello"))

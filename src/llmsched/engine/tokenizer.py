@@ -7,6 +7,13 @@ from pathlib import Path
 from ..core.errors import ConfigError
 
 
+def tokenizer_file(path) -> Path:
+    """The tokenizer.json `path` names: the file itself, else the one in that folder (it
+    may not exist: the caller asks `is_file()`)."""
+    p = Path(path)
+    return p if p.is_file() else p / "tokenizer.json"
+
+
 class Tokenizer:
     def __init__(self, tok):
         self.tok = tok
@@ -15,9 +22,7 @@ class Tokenizer:
     def from_dir(cls, model_dir, *, required: bool = False) -> Tokenizer | None:
         """The folder's tokenizer.json (or `model_dir` itself, a tokenizer.json file), or
         None if it has none (ConfigError if `required`)."""
-        path = Path(model_dir)
-        if not path.is_file():
-            path = path / "tokenizer.json"
+        path = tokenizer_file(model_dir)
         if not path.is_file():
             if required:
                 raise ConfigError(f"no tokenizer.json found at {model_dir}")

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core.engine_api import EngineCore, check_request_size, default_max_running
 from ..core.errors import ConfigError, warn
+from ..engine.tokenizer import tokenizer_file
 from ..policies.spec import SchedulerSpec
 from .chat_template import ChatTemplates, resolve_template
 from .tokenizer import ByteRuleTokenizer, ChatRendering, HFTokenizer, bytes_per_token_bound
@@ -196,12 +197,10 @@ def make_engine_backend(
         raise ConfigError(f"model folder {model} does not exist")
     tokenizer = tokenizer or None
     # read before the model loads: a bad template (or --tokenizer) is found at once
-    tokenizer_file = Path(tokenizer or model)
-    if not tokenizer_file.is_file():
-        tokenizer_file = tokenizer_file / "tokenizer.json"
+    tok_file = tokenizer_file(tokenizer or model)
     templates = None
-    if tokenizer_file.is_file():
-        templates = chat_templates(tokenizer_file, chat_template)
+    if tok_file.is_file():
+        templates = chat_templates(tok_file, chat_template)
     elif tokenizer is not None:
         raise ConfigError(f"no tokenizer.json found at {tokenizer}")
     elif chat_template is not None:

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from ..engine.tokenizer import tokenizer_file
 from .chat_template import content_text
 
 BYTES_PER_TOKEN = 4
@@ -130,7 +131,7 @@ class HFTokenizer(ChatRendering):
             self.bytes_per_token = bytes_per_token_bound(tokenizer)
             return
         p = Path(path)
-        f = p / "tokenizer.json" if p.is_dir() else p
+        f = tokenizer_file(p)
         if not f.is_file():
             raise ConfigError(f"no tokenizer.json found at {p}")
         try:
