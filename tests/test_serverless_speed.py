@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import yaml
 
 from llmsched.core import make_cost_model
 from llmsched.core.request import NS, Request
@@ -85,12 +86,15 @@ def test_a_cut_stops_an_extendable_batch_at_the_first_boundary_after_it():
     assert lazy.state.backlog_tokens == ref.state.backlog_tokens and lazy.now == ref.now
 
 
-def _crowded(n: int):
-    return load_serverless("examples/serverless/crowded.yaml").replaced(num_requests=n)
+def _crowded(n: int, alpha: float | None = None):
+    cfg = yaml.safe_load(open("examples/serverless/crowded.yaml"))
+    if alpha is not None:
+        cfg["platform"]["serverlessllm"]["alpha_s_per_token"] = alpha
+    return load_serverless(cfg).replaced(num_requests=n)
 
 
 def test_the_platform_gives_the_same_results_whether_instances_time_steps_lazily_or_not(monkeypatch):
-    spec = _crowded(500)
+    spec = _crowded(500, alpha=0.001)  # (hand-overs, and migrations called off)
     calls = {"extend": 0}
     extend = ServerSim.extend
 

@@ -40,6 +40,9 @@ The platform (docs/serverless.md):
   destination recomputes them (`alpha * n0 + beta` s), then the d tokens emitted meanwhile
   (`alpha * d` s); it then leaves the source at a step boundary and decodes on at the
   destination with its KV cache in place (or, without KV room there, recomputes it).
+  A model waiting for a victim's GPU takes a GPU that frees or an instance that goes idle
+  meanwhile, and calls the migration off: the victim serves on, what it handed over stays
+  where it went. An instance with a hand-over in flight to it does not expire.
 """
 
 from __future__ import annotations
@@ -145,6 +148,12 @@ class _State(ServerState):
         self.kv_used += r.kv
         self.backlog_tokens += r.output - r.emitted
 
+    def queued(self) -> list[tuple[Request, bool]]:
+        """The waiting requests in admission order, each with whether it joined with
+        `add_recompute`."""
+        recompute = {id(r) for r in self.waiting._preempted}
+        return [(r, id(r) in recompute) for r in self.waiting]
+
     def add_recompute(self, r: Request) -> None:
         """`r` joins at the head of the queue (with preempted requests) to recompute its KV
         cache from its prompt and the tokens it emitted, then decodes on."""
@@ -191,6 +200,18 @@ class _InstanceSim(ServerSim):
 # ---- the platform's parts -------------------------------------------------------------------
 def _instance_id(inst) -> int:
     return inst.id
+
+
+def _oldest_queued(inst) -> tuple[int, int]:
+    """(arrival, id) of the oldest request queued at `inst`."""
+    return min(((r.arrival, r.id) for r in inst.sim.state.waiting), default=(inst.created, -1))
+
+
+def _receives_only_from(inst, victim) -> bool:
+    """Every hand-over in flight to `inst` comes from `victim`."""
+    if victim is None or not victim.moving:
+        return False
+    return sum(1 for e in victim.moving.values() if e[1] is inst) == inst.receiving
 
 
 class _Node:
@@ -322,6 +343,7 @@ class _Instance:
         "moving",
         "planned",
         "ready_at",
+        "receiving",
         "routed",
         "sim",
         "state",
@@ -352,6 +374,7 @@ class _Instance:
         # a migration's victim: None until its first step boundary (then it hands over), and
         # then request id -> [request, destination, n0, d, due] of each running request
         self.moving: dict | None = None
+        self.receiving = 0  # hand-overs in flight to this instance (it does not expire meanwhile)
         # decoders handed over to this instance during a batch: they join at its end
         self.incoming: list[Request] = []
 
@@ -425,6 +448,7 @@ class _Runtime:
         self.events: list[tuple] = []
         self.seq = itertools.count(1)  # queue order of events at one instant of one kind and tie
         self.waiting_models: list[_Model] = []
+        self.awaiting: list[_Instance] = []  # new instances waiting for a migration's victim's GPU
         # the instance whose batch end or plan is being handled (-1: another event), which a
         # migration decided then needs to act as the step-by-step path does
         self.acting = -1
@@ -557,18 +581,32 @@ class _Runtime:
         self.start(model, choice, t)
 
     def serve_waiting_models(self, t: int) -> None:
-        """Models with requests and no instance, oldest request first, take what GPUs they can."""
-        if not self.waiting_models:
-            return
-        waiting = sorted(self.waiting_models, key=lambda m: (m.pending[0][0].arrival, m.pending[0][0].id))
-        self.waiting_models = []
-        for m in waiting:
-            choice = self.place(m, t, from_zero=True)
-            if choice is None:
-                self.waiting_models.append(m)
-                continue
-            m.waiting_for_gpu = False
-            self.start(m, choice, t)
+        """Models with requests and no instance, and new instances waiting for a migration's
+        victim, oldest request first, take what GPUs they can. A waiting instance takes a
+        free GPU or an idle instance's: its migration is called off, and the victim, ready
+        again, may be another model's victim (they try again)."""
+        while self.waiting_models or self.awaiting:
+            waiting = [((m.pending[0][0].arrival, m.pending[0][0].id), m, None) for m in self.waiting_models]
+            waiting += [(_oldest_queued(i), i.model, i) for i in self.awaiting]
+            waiting.sort(key=lambda w: w[0])
+            self.waiting_models = []
+            called_off = False
+            for _, m, inst in waiting:
+                if inst is not None:
+                    victim = inst.gpu.holder
+                    choice = self.place(m, t, from_zero=True, victim=victim)
+                    if choice is not None:
+                        self.relocate(inst, victim, choice, t)
+                        called_off = True
+                    continue
+                choice = self.place(m, t, from_zero=True)
+                if choice is None:
+                    self.waiting_models.append(m)
+                    continue
+                m.waiting_for_gpu = False
+                self.start(m, choice, t)
+            if not (called_off and self.waiting_models):
+                return
 
     def fits(self, model: _Model, gpu: _Gpu) -> bool:
         return self.spec.fits(model.name, gpu.node.group)
@@ -595,9 +633,11 @@ class _Runtime:
             free += self.load_time_ns(inst.model, node)
         return max(free, gpu_free_at) - t + self.load_time_ns(model, node)
 
-    def place(self, model: _Model, t: int, from_zero: bool):
+    def place(self, model: _Model, t: int, from_zero: bool, victim: _Instance | None = None):
         """Where a new instance of `model` goes: ("free", gpu), ("reclaim", idle instance)
-        or ("migrate", instance), or None."""
+        or ("migrate", instance), or None. `victim`: the instance is waiting for that
+        migration's victim's GPU; it takes only a free GPU or an idle instance (one with
+        hand-overs in flight to it only from that victim counts: they are called off)."""
         free = [g for g in self.gpus if g.holder is None and g.reserved is None and self.fits(model, g)]
         if free:
             if not self.sllm:
@@ -605,12 +645,17 @@ class _Runtime:
             return "free", min(free, key=lambda g: (self.startup_estimate(model, g.node, t, t), g.order))
         if not from_zero:
             return None
-        idle = [i for m in self.models for i in m.ready if i.idle_since >= 0 and self.fits(model, i.gpu)]
+        idle = [
+            i
+            for m in self.models
+            for i in m.ready
+            if i.idle_since >= 0 and self.fits(model, i.gpu) and (not i.receiving or _receives_only_from(i, victim))
+        ]
         if idle:
             if not self.sllm:
                 return "reclaim", min(idle, key=lambda i: (i.idle_since, i.id))
             return "reclaim", min(idle, key=lambda i: (self.startup_estimate(model, i.gpu.node, t, t), i.id))
-        if not self.migration:
+        if not self.migration or victim is not None:
             return None
         best = None
         for m in self.models:
@@ -658,17 +703,13 @@ class _Runtime:
             gpu = what.gpu
         else:
             gpu = what.gpu
-        kv = self.spec.kv_capacity(model.name, gpu.node.group)
-        sched = model.build_scheduler(kv)
-        state = _State(sched.constraints, sched.admission.waiting_key())
-        sim = _InstanceSim(sched, model.cost, fast=self.fast, state=state, model_itl=model.itl)
-        sim.now = t
-        inst = _Instance(len(self.instances), model, gpu, sim, t)
+        inst = _Instance(len(self.instances), model, gpu, self.new_sim(model, gpu, t), t)
         self.instances.append(inst)
         model.instances.append(inst)
         model.live.append(inst)
         if kind == "migrate":
             gpu.reserved = inst
+            self.awaiting.append(inst)
             self.begin_migration(what, t)
         else:
             self.take_gpu(inst, gpu, t)
@@ -679,6 +720,40 @@ class _Runtime:
         for r, recompute in pending:
             self.add_to(inst, r, t, recompute)
         return inst
+
+    def new_sim(self, model: _Model, gpu: _Gpu, t: int) -> _InstanceSim:
+        """The batch loop of a new instance of `model` on `gpu` (its KV capacity is the
+        node group's)."""
+        kv = self.spec.kv_capacity(model.name, gpu.node.group)
+        sched = model.build_scheduler(kv)
+        state = _State(sched.constraints, sched.admission.waiting_key())
+        sim = _InstanceSim(sched, model.cost, fast=self.fast, state=state, model_itl=model.itl)
+        sim.now = t
+        return sim
+
+    def relocate(self, inst: _Instance, victim: _Instance, choice, t: int) -> None:
+        """`inst`, waiting for `victim`'s GPU, takes a free GPU or an idle instance's
+        instead, and the migration is called off."""
+        kind, what = choice
+        self.awaiting.remove(inst)
+        self.call_off(victim, t)
+        if kind == "reclaim":
+            self.stop(what, t, "reclaimed")
+            gpu = what.gpu
+        else:
+            gpu = what
+        model = inst.model
+        if self.spec.kv_capacity(model.name, gpu.node.group) != inst.sim.state.constraints.kv_capacity:
+            # another node group: the instance, which has not run, gets that group's KV capacity
+            old = inst.sim
+            inst.sim = self.new_sim(model, gpu, old.now)
+            for r, recompute in old.state.queued():
+                if recompute:
+                    inst.sim.state.add_recompute(r)
+                else:
+                    inst.sim.state.add(r)
+        inst.gpu = gpu
+        self.take_gpu(inst, gpu, t)
 
     def take_gpu(self, inst: _Instance, gpu: _Gpu, t: int) -> None:
         gpu.holder = inst
@@ -752,6 +827,36 @@ class _Runtime:
             t += 1
         self.cut(victim, t)
 
+    def call_off(self, victim: _Instance, t: int) -> None:
+        """The model waiting for `victim`'s GPU found another: `victim` takes requests again.
+        What it handed over stays where it went (waiting requests moved at once included);
+        the requests whose hand-over is in flight stay here (their destination drops its
+        recompute)."""
+        gpu = victim.gpu
+        gpu.reserved = None
+        victim.state = READY
+        model = victim.model
+        insort(model.live, victim, key=_instance_id)
+        insort(model.ready, victim, key=_instance_id)
+        if victim.moving:
+            for entry in victim.moving.values():
+                self.release(entry, t)
+        victim.moving = None
+        victim.idle_since = -1
+        self.plan_soon(victim, t)  # (its batch, cut for the hand-over, ends at a boundary)
+
+    def release(self, entry: list, t: int) -> None:
+        """A hand-over to `entry`'s destination is no longer in flight (done, dropped or
+        called off): an idle destination with none left goes idle from now (its keep-alive
+        starts then)."""
+        dest = entry[1]
+        if dest is None:
+            return
+        dest.receiving -= 1
+        if not dest.receiving and dest.state == READY and dest.idle_since >= 0:
+            dest.idle_since = -1
+            self.plan_soon(dest, t)  # (its plan finds it idle: `go_idle`)
+
     def cut(self, victim: _Instance, t: int) -> None:
         """The victim's batch ends at its first step boundary at or after `t` (its end
         drains it); without a batch, it drains now."""
@@ -781,25 +886,41 @@ class _Runtime:
                         f"{(t1 - t) / NS:.4g} s (alpha_s_per_token * tokens + beta_s), past the simulator's clock "
                         f"({UNLIMITED / NS:.4g} s); lower alpha_s_per_token or beta_s"
                     )
-                moving[r.id] = [r, self.route(model, t), n0, 0, False]
-                self.push(t1, _ROUND, r.id, victim, r)
+                dest = self.route(model, t)
+                if dest is not None:
+                    # (a request on its way: the destination does not expire meanwhile)
+                    dest.receiving += 1
+                    dest.idle_ver += 1
+                moving[r.id] = entry = [r, dest, n0, 0, False]
+                self.push(t1, _ROUND, r.id, victim, entry)
         else:
             for entry in list(moving.values()):
                 r = entry[0]
                 if r.id not in st.running:  # finished here (or preempted: it moves below)
                     del moving[r.id]
+                    self.release(entry, t)
                 elif entry[4]:
                     del moving[r.id]
                     self.hand_over(victim, entry, t)
+                    self.release(entry, t)
         for r in list(st.waiting):
-            moving.pop(r.id, None)
+            entry = moving.pop(r.id, None)
+            if entry is not None:
+                self.release(entry, t)
             st.take(r, t)
             victim.migrated_out += 1
             self.deliver(r, model, t, r.emitted > 0)
         if st.is_idle():
-            self.push(t, _FREE, victim.id, victim)
+            self.push(t, _FREE, victim.id, victim, victim.gpu.reserved)
             return False
         return True
+
+    @staticmethod
+    def in_flight(victim: _Instance, entry: list) -> bool:
+        """`entry`'s hand-over goes on: its migration was not called off, its request still
+        runs at the victim."""
+        r = entry[0]
+        return victim.moving is not None and victim.moving.get(r.id) is entry and r.id in victim.sim.state.running
 
     def tokens_at(self, inst: _Instance, r: Request, t: int) -> int:
         """Prompt + tokens `r` emitted at `inst` by `t` (the steps of the batch in progress
@@ -998,32 +1119,30 @@ class _Runtime:
                         # last try found none; no other event would try again)
                         self.serve_waiting_models(t)
             elif kind == _ROUND:  # the destination has recomputed n0 tokens: d more to go
-                victim, r = a, b
-                entry = victim.moving.get(r.id)
-                if entry is not None and r.id in victim.sim.state.running:
+                victim, entry = a, b
+                r = entry[0]
+                if self.in_flight(victim, entry):
                     d = entry[3] = self.tokens_at(victim, r, t) - entry[2]
-                    self.push(t + round(self.alpha * d * NS), _HAND, r.id, victim, r)
+                    self.push(t + round(self.alpha * d * NS), _HAND, r.id, victim, entry)
             elif kind == _HAND:  # the destination has caught up: hand over at the next boundary
-                victim, r = a, b
-                entry = victim.moving.get(r.id)
-                if entry is not None and r.id in victim.sim.state.running:
+                victim, entry = a, b
+                if self.in_flight(victim, entry):
                     entry[4] = True
                     self.cut(victim, t)
             elif kind == _EXPIRE:
                 inst = a
-                if b == inst.idle_ver and inst.state == READY and inst.sim.is_idle():
+                if b == inst.idle_ver and inst.state == READY and inst.sim.is_idle() and not inst.receiving:
                     self.stop(inst, t, "keep-alive")
                     self.serve_waiting_models(t)
             else:  # _FREE: a migration's victim has handed over or finished every request
-                victim = a
+                victim, new = a, b
                 gpu = victim.gpu
+                if victim.state != DRAINING or gpu.reserved is not new:
+                    continue  # called off (`relocate`)
                 self.stop(victim, t, "migrated")
-                new = gpu.reserved
                 gpu.reserved = None
-                if new is not None:
-                    self.take_gpu(new, gpu, t)
-                else:  # pragma: no cover - a migration always frees a GPU for someone
-                    self.serve_waiting_models(t)
+                self.awaiting.remove(new)
+                self.take_gpu(new, gpu, t)
 
         del arr[n:]
         # every request finished (before any limit): the run ends at the last completion.
@@ -1199,7 +1318,7 @@ class _Runtime:
         inst.idle_since = t
         inst.idle_ver += 1
         ka = inst.model.keep_alive
-        if ka is not None:
+        if ka is not None and not inst.receiving:  # (else it goes idle again when none is in flight)
             self.push(t + ka, _EXPIRE, inst.id, inst, inst.idle_ver)
         self.serve_waiting_models(t)
 
