@@ -2,6 +2,9 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Where install-test gets torch: empty = pip's configured index (PyPI serves the CUDA build
+# on Linux); `make test TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu` for the CPU wheel.
+TORCH_INDEX_URL ?=
 
 .PHONY: run test install install-test clean
 
@@ -13,7 +16,7 @@ install: $(BIN)/python
 	$(BIN)/pip install -q -e .
 
 install-test: $(BIN)/python
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 	$(BIN)/pip install -q -e '.[engine,server,sweep,test]'
 
 run: install

@@ -20,17 +20,24 @@ import sys
 import time
 from pathlib import Path
 
+from llmsched.core.errors import ConfigError
 from llmsched.workload import resolve_dataset, traces_dirs
 
-AZURE = resolve_dataset("azure-conv")  # the shared traces folder, found as for --trace azure-conv
-MOONCAKE = next(
-    (p for d in traces_dirs() if (p := d / "mooncake_synthetic" / "synthetic_trace.jsonl").is_file()),
-    AZURE.parents[1] / "mooncake_synthetic" / "synthetic_trace.jsonl",
-)
 N = 1_000_000
 
 
-def _make_files(folder: Path) -> dict[str, Path]:
+def shared_traces() -> tuple[Path, Path]:
+    """(the Azure conversation trace, the Mooncake sample), found as `--trace azure-conv`
+    finds the shared traces folder; ConfigError naming what is missing."""
+    azure = resolve_dataset("azure-conv")
+    rel = Path("mooncake_synthetic") / "synthetic_trace.jsonl"
+    mooncake = next((p for d in traces_dirs() if (p := d / rel).is_file()), azure.parents[1] / rel)
+    if not mooncake.is_file():
+        raise ConfigError(f"the Mooncake sample {mooncake} does not exist")
+    return azure, mooncake
+
+
+def _make_files(folder: Path, mooncake: Path) -> dict[str, Path]:
     from llmsched.workload import WorkloadSpec, make_trace  # noqa: PLC0415
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -40,7 +47,7 @@ def _make_files(folder: Path) -> dict[str, Path]:
         make_trace(spec).to_csv(plain)
     moon = folder / "mooncake_1m.jsonl"
     if not moon.is_file():
-        rows = [json.loads(line) for line in MOONCAKE.read_text().splitlines() if line.strip()]
+        rows = [json.loads(line) for line in mooncake.read_text().splitlines() if line.strip()]
         span = rows[-1]["timestamp"] + 1
         with open(moon, "w") as fh:
             for i in range(N):
@@ -60,15 +67,15 @@ def _make_files(folder: Path) -> dict[str, Path]:
     return {"plain": plain, "mooncake": moon}
 
 
-def _cases(files: dict[str, Path]) -> dict[str, str]:
+def _cases(files: dict[str, Path], azure: Path, mooncake: Path) -> dict[str, str]:
     """name -> Python statement run in a fresh process (its wall time is measured)."""
     synth = "arrival='poisson', rate=100, num_requests=1_000_000, prompt='geometric:500', output='geometric:200'"
     # with block ids (16 tokens): 100,000 requests hold about 9M ids already
     small = synth.replace("1_000_000", "100_000")
     return {
-        "azure": f"read_trace({str(AZURE)!r})",
-        "mooncake-sample": f"read_trace({str(MOONCAKE)!r})",
-        "mooncake-sample-512": f"read_trace({str(MOONCAKE)!r}, block_size=None)",
+        "azure": f"read_trace({str(azure)!r})",
+        "mooncake-sample": f"read_trace({str(mooncake)!r})",
+        "mooncake-sample-512": f"read_trace({str(mooncake)!r}, block_size=None)",
         "plain-1m": f"read_trace({str(files['plain'])!r})",
         "mooncake-1m-512": f"read_trace({str(files['mooncake'])!r}, block_size=None)",
         "synthetic-1m": f"make_trace(WorkloadSpec({synth}))",
@@ -98,7 +105,12 @@ def main() -> None:
     if args.child:
         _child(args.child)
         return
-    cases = _cases(_make_files(Path(args.dir)))
+    try:
+        azure, mooncake = shared_traces()
+    except ConfigError as e:
+        print(f"bench_traces: {e}", file=sys.stderr)
+        sys.exit(2)
+    cases = _cases(_make_files(Path(args.dir), mooncake), azure, mooncake)
     names = args.cases.split(",") if args.cases else list(cases)
     print(f"{'case':22s} {'requests':>10s} {'block ids':>12s} {'block':>5s} {'median s':>9s} {'peak GB':>8s}")
     for name in names:

@@ -133,10 +133,6 @@ def test_text_output(capsys):
         (["--cost-model", "paper", "--mean-prompt", "-5", "--mean-output", "10"], "mean prompt"),
         (["--cost-model", "paper", "--mean-prompt", "5", "--mean-output", "10", "--rate", "-1"], "rate"),
         (["--cost-model", "paper", "--prompt", "bogus:1"], "length law"),
-        (
-            ["--cost-model", "paper", "--mean-prompt", "5", "--mean-output", "10", "--plot", "/nonexistent/x.png"],
-            "does not exist",
-        ),
         (["--cost-model", "paper", "--lengths", "sharegpt", "--prompt", "const:3"], "not both"),
         (["--cost-model", "paper", "--find-counterexample"], "k-max"),
         # means no request has: the report came out, silent and meaningless

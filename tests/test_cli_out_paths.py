@@ -91,7 +91,8 @@ def test_validate_refuses_what_it_would_ignore(tmp_path, capsys):
     for twice in ("adaptive:cost=paper,adaptive:cost=PAPER", "adaptive:cost=paper,adaptive:cost=paper "):
         one_line_error(capsys, [*base, "--policies", twice], "--policies: 'adaptive:cost=paper' is given twice")
     one_line_error(capsys, [*base, "--json", str(tmp_path)], "is a folder, not a file")
-    one_line_error(capsys, [*base, "--json", str(tmp_path / "no" / "x.json")], "does not exist")
+    (tmp_path / "afile").write_text("")
+    one_line_error(capsys, [*base, "--json", str(tmp_path / "afile" / "x.json")], "is a file, not a folder")
     # --json never replaces a file validate did not write (a model's config.json, notes)
     for text in ("precious\n", '{"model_type": "llama"}\n', "[1, 2]\n"):
         mine = tmp_path / "mine.json"

@@ -81,6 +81,10 @@ def capacity_report(
         else:
             mp, mo = workload_means(cfg.workload, n)
         source = "trace" if is_trace else f"sampled ({n:,} draws)"
+        if mean_prompt is not None:
+            source = f"prompt given, output from the {source}" if is_trace else f"prompt given, output {source}"
+        elif mean_output is not None:
+            source = f"output given, prompt from the {source}" if is_trace else f"output given, prompt {source}"
         mean_prompt = mp if mean_prompt is None else mean_prompt
         mean_output = mo if mean_output is None else mean_output
     if rate is None and is_trace:  # (its arrivals, whatever gives the lengths)
@@ -153,6 +157,7 @@ def capacity_report(
         r = request_rate if rate is not None else rep.critical_rate
         point = (r * rep.prefill_tokens_per_request, r * rep.decode_tokens_per_request)
         label = "workload" if rate is not None else "workload at lambda*"
+        plot_file.parent.mkdir(parents=True, exist_ok=True)  # missing folders are made, as for every --out
         out["plot"] = plot_region(region, point, str(plot_file), point_label=label)
     return out
 
@@ -172,7 +177,7 @@ def plot_path(plot) -> Path:
         p = p.with_name(p.name + ".png")
     if p.suffix.lower() not in PLOT_FORMATS:
         raise ConfigError(f"--plot {str(plot)!r}: the plot is written as {', '.join(PLOT_FORMATS)}, not {p.suffix}")
-    check_out_file(p, "--plot")
+    check_out_file(p, "--plot", make_parents=True)
     return p
 
 

@@ -128,6 +128,11 @@ def parse_values(key: str, text: str) -> list:
                 raise ConfigError(f"grid {key}: range {text!r} gives non-integer values")
             vals = [int(v) for v in vals]
         return vals
+    if re.fullmatch(r"\s*([-+0-9.eE]+)\s*:\s*([-+0-9.eE]+)\s*", text):
+        raise ConfigError(
+            f"grid {key}: {text!r} is a range without its number of points: write LO:HI:N, "
+            f"e.g. {text}:8 for 8 evenly spaced values"
+        )
     sep = "|" if "|" in text else ","
     parts = [p.strip() for p in text.split(sep)]
     if any(p == "" for p in parts):

@@ -931,7 +931,8 @@ def register(sub) -> None:
         "--grid",
         action="append",
         metavar="KEY=VALUES",
-        help="e.g. policy=sarathi,orca,vllm  rate=1:20:20  seed=0,1  b_max=256,512  load=0.5:1.2:8",
+        help="one key per --grid, repeated for each key, e.g. --grid policy=sarathi,orca,vllm "
+        "--grid load=0.5:1.2:8 --grid seed=0,1 (or rate=1:20:20 instead of load: not both)",
     )
     g.add_argument("--out", default="sweep", help="output folder (default sweep)")
     g.add_argument(
@@ -1088,7 +1089,7 @@ def cmd_validate(args) -> int:
 
     policies = _validate_policies(args)
     if args.json and args.json != "-":
-        check_out_file(args.json, "--json")  # before the replay, not after it
+        check_out_file(args.json, "--json", make_parents=True)  # before the replay, not after it
         _check_replaces_a_validation(args.json)
     if args.seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {args.seed}")
@@ -1109,6 +1110,7 @@ def cmd_validate(args) -> int:
         **opts,
     )
     if args.json and args.json != "-":
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=2)
     if args.json == "-" or args.print_json:

@@ -284,9 +284,11 @@ def add_workload_args(p: argparse.ArgumentParser, rate_help: str | None = None, 
         "--trace",
         type=file_path,
         help="replay a trace file: plain CSV (arrival_s,prompt_tokens,output_tokens), Azure CSV, "
-        "BurstGPT CSV or Mooncake JSON lines (told apart by the first line; default: none). A trace "
+        "BurstGPT CSV or Mooncake JSON lines (told apart by the first line), any of them gzip-compressed "
+        "(.gz), or a Parquet table of the plain CSV's columns (needs pyarrow); default: none. A trace "
         "replays whole, at its own times and lengths: the defaults of --rate, --num-requests, --prompt "
-        "and --output do not apply to it, only values given",
+        "and --output do not apply to it, only values given (--prompt or --output replaces the trace's "
+        "prompt or output lengths)",
     )
     g.add_argument("--trace-model", help="BurstGPT: keep only rows of these models (e.g. ChatGPT or ChatGPT,GPT-4)")
     g.add_argument("--trace-log-type", help="BurstGPT: keep only rows of this log type (Conversation log, API log)")

@@ -397,7 +397,7 @@ def register(subparsers) -> None:
         "--equal-contexts",
         action="store_true",
         help="time decode batches with equal contexts (default: contexts spread over 0..2x the "
-        "mean, as in serving; the engine pads a batch to its longest context)",
+        "mean, as in serving; the SDPA decode path pads a batch to its longest context)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     add_engine_args(p)

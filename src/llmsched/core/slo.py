@@ -109,7 +109,8 @@ def check_request_slo(slo) -> dict:
 
 
 def _not_a_request_slo(name: str) -> ConfigError:
-    known = ", ".join(REQUEST_SLO_KEYS)
+    short = [k for k in REQUEST_SLO_ALIASES if f"{k}_ms" == REQUEST_SLO_ALIASES[k]]
+    known = f"{', '.join(REQUEST_SLO_KEYS)}, or without _ms: {', '.join(short)}"
     run = _run_name(name)
     if run is not None:
         metric = "itl" if run == "itl_cv" else run[: -len("_ms")].split("_", 1)[1]

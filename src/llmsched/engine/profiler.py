@@ -18,8 +18,10 @@ Two stages, both through the engine's own step path (`ModelRunner.execute`):
      context `context` costs beyond linear(batch) + lm_head(batch), divided by the layer
      count: ONE layer's paged attention with its share of the per-step setup (block
      tables, masks, cache writes). By default the contexts are spread evenly over
-     0..2 x context: the engine pads a batch's gather to its longest context, so mixed
-     lengths, as serving produces, cost more than equal ones (`spread=False`: equal);
+     0..2 x context, as serving mixes them: the SDPA decode path pads a batch's gather to
+     its longest context, so there mixed lengths cost more than equal ones (the CPU
+     float32 kernel reads each decoder's own context: the same either way);
+     `spread=False`: equal;
    - prefill_attn(chunk, context): likewise for one prefill chunk after `context` cached
      tokens;
    - step: a few whole steps end to end, for `validate_steps`.
@@ -382,10 +384,10 @@ def profile_engine(
     what a step with that attention costs beyond linear and the LM head, per layer (so
     per-step setup such as block tables and masks counts as it does in real steps).
     `spread`: a decode batch of mean context c is measured with its contexts spread
-    evenly over 0..2c (the expected order statistics of uniform lengths); the engine pads
-    every decoder's gather to the longest context of the batch, so a batch of mixed
-    lengths, as serving produces, costs more than one of equal lengths with the same
-    mean; False measures equal contexts.
+    evenly over 0..2c (the expected order statistics of uniform lengths), as serving mixes
+    them; on the SDPA decode path, which pads every decoder's gather to the longest
+    context of the batch, that costs more than equal lengths of the same mean (the CPU
+    float32 kernel reads each decoder's own context). False measures equal contexts.
 
     `calibrate`: a real-time calibration run of about `calibrate_s` seconds in three
     segments, between the table passes (so both see the same state of a shared
