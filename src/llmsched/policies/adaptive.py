@@ -34,7 +34,9 @@ Rule (our design):
    load (a prompt's last chunk is short), the vertex is also realised with one decode
    fewer, then two, ..., until the load is filled: a slot goes to the next prompt
    instead of leaving the step's prefill budget unused. A realised shape `(x, y)` scores
-   `(Q_p * x + Q_d * y) / t(x, y)`: the queue-weighted service rate.
+   `(Q_p * x + Q_d * y) / t(x, y)`: the queue-weighted service rate. Under a binding cap
+   (`k_max < b_max`) the queues are counted in requests instead: `Q_p` = requests with
+   prefill left (waiting and prefilling), `Q_d` = decoding requests.
 3. The best-scoring realisation is the step. Ties go to the larger load, then to more
    decodes.
 
@@ -57,16 +59,26 @@ Options (`make_batch_policy("adaptive:cost=paper")`, or keyword arguments):
 With prefix caching, a waiting prompt's chunk on offer is net of its cached prefix (what
 admitting it would compute); `Q_p` still counts waiting prompts whole.
 
+Why requests under a cap: each queue's tokens weighed by the work one request brings to
+it (`Q_p / m_p`, `Q_d / (m_o - 1)`, estimated by the request counts) is still max-weight,
+for the Lyapunov function `Q_p^2 / m_p + Q_d^2 / (m_o - 1)`, but it no longer lets a
+queue of long prompts outweigh the decoders behind them: the cap makes slots (one per
+request in a step) the scarce resource, and a queue's claim on them is its requests, not
+its tokens. Weighed by tokens, with prompts of 100 and outputs of 2 tokens under
+`k_max` 2, a step of a prompt and a chunk of the next, (128, 0), outscored one of a prompt
+and a decode, (100, 1), until the decode tokens owed reached 28 times the prefill tokens
+waiting; the decoders piled up by thousands (20,000-request runs: inconclusive at 0.90 of
+the region's `lambda*`, unstable at 0.94 and 0.97). Counted in requests, (128, 0) wins
+only while the decoders are fewer than 28 times the waiting prompts: stable at 0.90-0.97
+(docs/stability.md, with the cost: a longer TTFT where prompts are long). Without a
+binding cap tokens are the only limit and the weights stay tokens.
+
 Caveats: until a prompt is seen (without `max_prompt`) the region lets one request supply
 a step's whole prefill chunk; a vertex needing more prefill than the prompts on offer hold
-is realised with fewer prefill tokens. The capped region does not make the rule stable
-everywhere inside it: its weights are tokens, so with prompts of 100 and outputs of 2
-tokens under `k_max` 2 a step of a prompt and a chunk of the next, (128, 0), outscores one
-of a prompt and a decode, (100, 1), until the decode tokens owed reach 28 times the
-prefill tokens waiting; the decoders pile up by thousands (20,000-request runs:
-inconclusive at 0.90 of the region's `lambda*`, unstable at 0.94 and 0.97;
-docs/stability.md). `Q_d` uses the requests' output
-lengths as the simulator knows them (a real engine would use the requested maximum).
+is realised with fewer prefill tokens. We have no proof of stability for this two-stage
+system (prefill feeds decode), only the runs of docs/stability.md. `Q_d` uses the
+requests' output lengths as the simulator knows them (a real engine would use the
+requested maximum); under a binding cap only the decoding requests count.
 """
 
 from __future__ import annotations
@@ -238,6 +250,11 @@ class Adaptive(BatchPolicy):
 
     # ---- one step -------------------------------------------------------------------
     @staticmethod
+    def _weigh_requests(state) -> bool:
+        """Whether the queues weigh by requests (a binding k_max) rather than tokens."""
+        return k_max_binds(state.b_max, None if state.k_max >= UNLIMITED else int(state.k_max))
+
+    @staticmethod
     def prefill_on_offer(p: Planner, cap: int) -> tuple[list[int], int, int, int]:
         """The prefill chunks a step could take, in the order the planner takes them
         (running prefills, then the waiting queue; a waiting prompt net of its cached
@@ -285,11 +302,14 @@ class Adaptive(BatchPolicy):
             new_reach = max(c[0] for c in self._cands) if self._cands else tokens
             if new_reach > reach:
                 rems, pre_pf, pre_dec, _ = self.prefill_on_offer(p, new_reach)
-        q_p = state.pending_prefill
-        waiting_pf = q_p - pre_pf
-        q_d = (state.backlog_tokens - q_p) - (state.waiting_tokens - waiting_pf) - pre_dec
-        if q_d < 0:
-            q_d = 0
+        if self._weigh_requests(state):
+            q_p, q_d = len(state.prefilling) + len(state.waiting), state.n_decoding
+        else:
+            q_p = state.pending_prefill
+            waiting_pf = q_p - pre_pf
+            q_d = (state.backlog_tokens - q_p) - (state.waiting_tokens - waiting_pf) - pre_dec
+            if q_d < 0:
+                q_d = 0
         best = None
         best_score = -1.0
         n_rems = len(rems)
