@@ -73,7 +73,8 @@ def test_adaptive_decode_backlog_does_not_grow_at_095_of_the_region():
     prompt's short last chunk left most of a (113, 15) step's prefill budget unused
     (e.g. (7, 15)); full prefill steps then won the max-weight comparison and the decoders
     piled up: over the second half of the arrivals their count rose by 190-320 per 1,000 s
-    (seeds 0-2, 12,000 requests; the fixed rule: -45 to +50, still warming up)."""
+    (seeds 0-2, 12,000 requests; the fixed rule, with token weights: -45 to +50, still
+    warming up)."""
     lam = capacity("paper", 512, 1024, 128, k_max=16).critical_rate
     res = simulate(policy="adaptive:cost=paper", rate=0.95 * lam, seed=0, **{**CASE, "num_requests": 12000})
     s = res.summary
