@@ -650,5 +650,6 @@ def test_adaptive_sees_a_waiting_prompt_net_of_its_cached_prefix():
     b = Request(1, t, 40, 4)
     b.blocks = (1, 2)
     st.add(b)
-    rems, _, _ = Adaptive.prefill_on_offer(Planner(st, sched.admission), 512)
+    rems, _, _, longest = Adaptive.prefill_on_offer(Planner(st, sched.admission), 512)
     assert rems == [8]  # 40 prompt tokens, 32 of them cached: what admitting B computes
+    assert longest == 40  # the region's prefill cap counts the prompt whole

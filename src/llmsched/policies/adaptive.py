@@ -16,6 +16,12 @@ Rule (our design):
    when a driver binds its cost model), not on the first step, whose request would wait
    for it (importing the LP solver and solving took about 0.4 s). A context-dependent
    cost model is refitted as the workload means move (1, 2, 4, ... requests seen).
+   Under a binding cap (`k_max < b_max`) the region lets one request supply at most the
+   longest prompt seen so far as prefill in a step (`max_prefill_per_request`, as
+   `capacity` caps it at the workload's longest prompt): the region is refitted when a
+   longer prompt is on offer, at most once per doubling of the steps planned (after a
+   refit at step s, a longer prompt waits for step 2s), and no more once a prompt reaches
+   `b_max`, where the cap changes nothing.
    For a load-only cost model a vertex's load is raised to the largest load with the
    same step time (e.g. `(0, k_max)` to load `b0` under `t(b) = c + a ceil(b / b0)`).
 2. Every step, with `Q_p` = prefill tokens not yet computed (waiting and running
@@ -28,7 +34,9 @@ Rule (our design):
    load (a prompt's last chunk is short), the vertex is also realised with one decode
    fewer, then two, ..., until the load is filled: a slot goes to the next prompt
    instead of leaving the step's prefill budget unused. A realised shape `(x, y)` scores
-   `(Q_p * x + Q_d * y) / t(x, y)`: the queue-weighted service rate.
+   `(Q_p * x + Q_d * y) / t(x, y)`: the queue-weighted service rate. Under a binding cap
+   (`k_max < b_max`) the queues are counted in requests instead: `Q_p` = requests with
+   prefill left (waiting and prefilling), `Q_d` = decoding requests.
 3. The best-scoring realisation is the step. Ties go to the larger load, then to more
    decodes.
 
@@ -45,19 +53,38 @@ Options (`make_batch_policy("adaptive:cost=paper")`, or keyword arguments):
   model (the simulator and the virtual GPU bind theirs); `paper` if none is bound.
 - `mean_prompt`, `mean_output`: workload means, used only by context-dependent cost
   models (representative contexts); otherwise estimated from the requests seen.
+- `max_prompt`: the longest prompt expected (tokens), so that the region is capped from
+  the first step on; a longer prompt seen still raises the cap.
 
 With prefix caching, a waiting prompt's chunk on offer is net of its cached prefix (what
 admitting it would compute); `Q_p` still counts waiting prompts whole.
 
-Caveats: the region assumes one request can supply a step's whole prefill chunk
-(`max_prefill_per_request` None); with prompts shorter than a vertex's `x_v` the vertex
-is realised with fewer prefill tokens. `Q_d` uses the requests' output lengths as the
-simulator knows them (a real engine would use the requested maximum).
+Why requests under a cap: each queue's tokens weighed by the work one request brings to
+it (`Q_p / m_p`, `Q_d / (m_o - 1)`, estimated by the request counts) is still max-weight,
+for the Lyapunov function `Q_p^2 / m_p + Q_d^2 / (m_o - 1)`, but it no longer lets a
+queue of long prompts outweigh the decoders behind them: the cap makes slots (one per
+request in a step) the scarce resource, and a queue's claim on them is its requests, not
+its tokens. Weighed by tokens, with prompts of 100 and outputs of 2 tokens under
+`k_max` 2, a step of a prompt and a chunk of the next, (128, 0), outscored one of a prompt
+and a decode, (100, 1), until the decode tokens owed reached 28 times the prefill tokens
+waiting; the decoders piled up by thousands (20,000-request runs: inconclusive at 0.90 of
+the region's `lambda*`, unstable at 0.94 and 0.97). Counted in requests, (128, 0) wins
+only while the decoders are fewer than 28 times the waiting prompts: stable at 0.90-0.97
+(docs/stability.md, with the cost: a longer TTFT where prompts are long). Without a
+binding cap tokens are the only limit and the weights stay tokens.
+
+Caveats: until a prompt is seen (without `max_prompt`) the region lets one request supply
+a step's whole prefill chunk; a vertex needing more prefill than the prompts on offer hold
+is realised with fewer prefill tokens. We have no proof of stability for this two-stage
+system (prefill feeds decode), only the runs of docs/stability.md. `Q_d` uses the
+requests' output lengths as the simulator knows them (a real engine would use the
+requested maximum); under a binding cap only the decoding requests count.
 """
 
 from __future__ import annotations
 
-from ..core.checks import as_real
+from ..core.checks import as_int, as_real
+from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.state import UNLIMITED
@@ -81,9 +108,15 @@ class Adaptive(BatchPolicy):
     work_conserving = False
     region_stable = True
     repeatable = False
-    option_names = ("cost", "mean_prompt", "mean_output")
+    option_names = ("cost", "mean_prompt", "mean_output", "max_prompt")
 
-    def __init__(self, cost=None, mean_prompt: float | None = None, mean_output: float | None = None):
+    def __init__(
+        self,
+        cost=None,
+        mean_prompt: float | None = None,
+        mean_output: float | None = None,
+        max_prompt: int | None = None,
+    ):
         self.cost_spec = cost
         self.cost = make_cost_model("paper" if cost is None else cost)
         means = []
@@ -93,6 +126,14 @@ class Adaptive(BatchPolicy):
                 raise ConfigError(f"adaptive policy: {what} must be a number >= 1, got {v!r}")
             means.append(x)
         self.mean_prompt, self.mean_output = means
+        longest = None if max_prompt is None else as_int(max_prompt)
+        if max_prompt is not None and not (longest is not None and longest >= 1):
+            raise ConfigError(f"adaptive policy: max_prompt must be a whole number of tokens >= 1, got {max_prompt!r}")
+        self.max_prompt = longest
+        self._longest = longest or 0  # the longest prompt seen (or given)
+        self._prompt_cap = longest  # the region's cap: `_longest` as of its last refit
+        self._steps = 0
+        self._next_cap_refit = 0  # the step from which a longer prompt refits the region
         self._key = None
         self._cands: list[tuple[int, int]] = []
         self._times: dict[tuple[int, int], float] = {}
@@ -145,26 +186,47 @@ class Adaptive(BatchPolicy):
             self._observe_arrivals(state)
         self._compute(state.b_max, None if state.k_max >= UNLIMITED else int(state.k_max))
 
+    def _prefill_cap(self, b_max: int, k_max: int | None) -> int | None:
+        """The region's `max_prefill_per_request`: the longest prompt known under a binding
+        k_max, None (any number) without one or once it reaches b_max (no difference then)."""
+        cap = self._prompt_cap
+        return cap if cap is not None and cap < b_max and k_max_binds(b_max, k_max) else None
+
+    def _refit_for_prompts(self, state) -> bool:
+        """A prompt longer than the region's cap was seen: whether the region was refitted
+        for it (never without a binding k_max, nor once the cap reaches b_max)."""
+        k_max = None if state.k_max >= UNLIMITED else int(state.k_max)
+        if not k_max_binds(state.b_max, k_max) or (self._prompt_cap or 0) >= state.b_max:
+            self._next_cap_refit = UNLIMITED
+            return False
+        self._prompt_cap = self._longest
+        self._next_cap_refit = 2 * self._steps
+        self._compute(state.b_max, k_max)
+        return True
+
     def _compute(self, b_max: int, k_max: int | None) -> None:
         """The region's vertex shapes for this server, unless known (called every step)."""
+        cap = self._prefill_cap(b_max, k_max)
         if self.cost.load_only:
-            key = (b_max, k_max)
+            key = (b_max, k_max, cap)
             if key == self._key:
                 return
-            region = _region().stability_region(self.cost, b_max, k_max)
+            region = _region().stability_region(self.cost, b_max, k_max, max_prefill_per_request=cap)
             self._time = lambda x, y: self.cost.load_time(x + y)
         else:
-            if self._key is not None and self._n < self._next_refit and self._key[:2] == (b_max, k_max):
+            if self._key is not None and self._n < self._next_refit and self._key[:3] == (b_max, k_max, cap):
                 return
             mp, mo = self._means()
             if mp is None:
                 mp, mo = 1024.0, 256.0  # until a request is seen
             # refit at 1, 2, 4, ... requests seen (the first as soon as one is)
             self._next_refit = max(1, self._n * 2) if self._n < 4096 else UNLIMITED
-            key = (b_max, k_max, round(mp), round(mo))
+            key = (b_max, k_max, cap, round(mp), round(mo))
             if key == self._key:
                 return
-            region = _region().stability_region(self.cost, b_max, k_max, mean_prompt=mp, mean_output=mo)
+            region = _region().stability_region(
+                self.cost, b_max, k_max, mean_prompt=mp, mean_output=mo, max_prefill_per_request=cap
+            )
             self._time = _region().representative_timer(self.cost, mp, mo)
         cands = set()
         for x, y, _t in region.vertex_shapes:
@@ -188,15 +250,20 @@ class Adaptive(BatchPolicy):
 
     # ---- one step -------------------------------------------------------------------
     @staticmethod
-    def prefill_on_offer(p: Planner, cap: int) -> tuple[list[int], int, int]:
+    def _weigh_requests(state) -> bool:
+        """Whether the queues weigh by requests (a binding k_max) rather than tokens."""
+        return k_max_binds(state.b_max, None if state.k_max >= UNLIMITED else int(state.k_max))
+
+    @staticmethod
+    def prefill_on_offer(p: Planner, cap: int) -> tuple[list[int], int, int, int]:
         """The prefill chunks a step could take, in the order the planner takes them
         (running prefills, then the waiting queue; a waiting prompt net of its cached
         prefix), until `cap` tokens or the planner's slots; with the running prefills'
-        prefill and decode tokens still owed."""
+        prefill and decode tokens still owed, and the longest prompt on offer."""
         state = p.state
         slots = p.slots
         rems = []
-        acc = pre_pf = pre_dec = 0
+        acc = pre_pf = pre_dec = longest = 0
         for r in state.prefilling:
             rem = r.prefill_target - r.prefilled
             pre_pf += rem
@@ -204,27 +271,45 @@ class Adaptive(BatchPolicy):
             if acc < cap and len(rems) < slots:
                 rems.append(rem)
                 acc += rem
+                if r.prompt > longest:
+                    longest = r.prompt
         if acc < cap and len(rems) < slots:
             for r in state.waiting:
                 rem = p.prefill_left(r)
                 rems.append(rem)
                 acc += rem
+                if r.prompt > longest:
+                    longest = r.prompt
                 if acc >= cap or len(rems) >= slots:
                     break
-        return rems, pre_pf, pre_dec
+        return rems, pre_pf, pre_dec, longest
 
     def build(self, p: Planner):
         state = p.state
         self._setup(state)
+        self._steps += 1
         tokens, slots = p.tokens, p.slots
         n_dec = p.decodable
-        cap = max(c[0] for c in self._cands) if self._cands else tokens
-        rems, pre_pf, pre_dec = self.prefill_on_offer(p, cap)
-        q_p = state.pending_prefill
-        waiting_pf = q_p - pre_pf
-        q_d = (state.backlog_tokens - q_p) - (state.waiting_tokens - waiting_pf) - pre_dec
-        if q_d < 0:
-            q_d = 0
+        reach = max(c[0] for c in self._cands) if self._cands else tokens
+        rems, pre_pf, pre_dec, longest = self.prefill_on_offer(p, reach)
+        if longest > self._longest:
+            self._longest = longest
+        if (
+            self._longest > (self._prompt_cap or 0)
+            and self._steps >= self._next_cap_refit
+            and self._refit_for_prompts(state)
+        ):
+            new_reach = max(c[0] for c in self._cands) if self._cands else tokens
+            if new_reach > reach:
+                rems, pre_pf, pre_dec, _ = self.prefill_on_offer(p, new_reach)
+        if self._weigh_requests(state):
+            q_p, q_d = len(state.prefilling) + len(state.waiting), state.n_decoding
+        else:
+            q_p = state.pending_prefill
+            waiting_pf = q_p - pre_pf
+            q_d = (state.backlog_tokens - q_p) - (state.waiting_tokens - waiting_pf) - pre_dec
+            if q_d < 0:
+                q_d = 0
         best = None
         best_score = -1.0
         n_rems = len(rems)
