@@ -1,0 +1,47 @@
+"""Bugs found by the serve/bench bug hunt (report-only branch): each test fails on the
+code it was written against and passes once the bug is fixed."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from srv_helpers import running_server
+
+from llmsched.cli import main
+from llmsched.server.app import ServerConfig
+from llmsched.server.backends import SchedulerOptions, make_sim_backend
+
+MODEL = "llmsched-sim"
+SMALL = ["--num-prompts", "1", "--input-len", "8", "--output-len", "2", "--quiet"]
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://[zz]:80"])
+def test_malformed_ipv6_base_url_is_one_line(capsys, url):
+    """urlsplit raises ValueError for these before the port check: a traceback, exit 1."""
+    assert main(["bench", "--base-url", url, *SMALL]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--base-url" in err, err
+
+
+def test_top_k_zero_means_off_as_in_vllm():
+    """vLLM 0.32's SamplingParams: 'top_k must be 0 (disable), or at least 1' (default 0);
+    clients that send top_k 0 for 'off' get a 400 here."""
+    with running_server() as (base, _):
+        r = httpx.post(
+            base + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2, "top_k": 0}, timeout=30
+        )
+        assert r.status_code == 200, r.text
+
+
+def test_server_default_max_tokens_is_clamped_to_the_room_left():
+    """--default-max-tokens is the server's default, not the client's request: vLLM's
+    get_max_tokens takes min(max_model_len - prompt, default), so a prompt that leaves
+    less room gets what fits, not a 400 saying 'you requested 130 tokens'."""
+    backend = make_sim_backend(SchedulerOptions(), "const:1", max_model_len=100)
+    with running_server(backend, ServerConfig(default_max_tokens=50)) as (base, _):
+        chat = {"model": MODEL, "messages": [{"role": "user", "content": "abcd" * 80}]}  # 80 tokens
+        r = httpx.post(base + "/v1/chat/completions", json=chat, timeout=30)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["usage"]["completion_tokens"] == 20
+        assert body["choices"][0]["finish_reason"] == "length"
