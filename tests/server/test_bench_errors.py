@@ -38,6 +38,9 @@ def _one_line_error(capsys, argv, *words, rc=2):
         ("http://127.0.0.1:99999", ["--base-url", "port"]),
         ("http://127.0.0.1:notaport", ["--base-url", "port"]),
         ("http://127.0.0.1:0", ["--base-url", "port"]),
+        # urlsplit itself raises ValueError for these, before the port is looked at
+        ("http://[::1", ["--base-url", "not a valid URL"]),
+        ("http://[zz]:80", ["--base-url", "not a valid URL"]),
     ],
 )
 def test_bad_base_url_is_one_line(capsys, url, words):
