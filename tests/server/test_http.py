@@ -384,6 +384,7 @@ BAD = [
     ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": -(10**20)}, "seed"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 3, "min_tokens": 4}, "min_tokens"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "min_tokens": -1}, "min_tokens"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "top_k": -2}, "top_k"),
     ("/v1/chat/completions", {"model": MODEL}, "messages"),
     ("/v1/chat/completions", {"model": MODEL, "messages": "hi"}, "messages"),
     ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
@@ -552,6 +553,17 @@ def test_a_huge_integer_is_400_naming_its_field_clipped(server, huge, field):
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == field, r.text
     assert len(err["message"]) < 160 and not re.search(r"\d{30}", err["message"]), err["message"]
+
+
+@pytest.mark.parametrize("top_k", [0, -1, 1])
+def test_top_k_0_and_minus_1_mean_off(server, top_k):
+    """vLLM's SamplingParams takes 0 (its default) and -1 as top-k off."""
+    base, _ = server
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    for path, body in (("/v1/completions", {"model": MODEL, "prompt": "hi"}), ("/v1/chat/completions", chat)):
+        r = post(base, path, {**body, "max_tokens": 2, "top_k": top_k})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 2
 
 
 def test_max_tokens_beyond_the_context_names_max_tokens(server):

@@ -12,16 +12,6 @@ from llmsched.server.backends import SchedulerOptions, make_sim_backend
 MODEL = "llmsched-sim"
 
 
-def test_top_k_zero_means_off_as_in_vllm():
-    """vLLM 0.32's SamplingParams: 'top_k must be 0 (disable), or at least 1' (default 0);
-    clients that send top_k 0 for 'off' get a 400 here."""
-    with running_server() as (base, _):
-        r = httpx.post(
-            base + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2, "top_k": 0}, timeout=30
-        )
-        assert r.status_code == 200, r.text
-
-
 def test_server_default_max_tokens_is_clamped_to_the_room_left():
     """--default-max-tokens is the server's default, not the client's request: vLLM's
     get_max_tokens takes min(max_model_len - prompt, default), so a prompt that leaves

@@ -324,8 +324,9 @@ def _common(body: dict, kind: str) -> dict:
     temperature = _float(body, "temperature", 1.0, 0.0, 2.0)
     top_p = _float(body, "top_p", 1.0, 0.0, 1.0, lo_open=True)
     top_k = _int(body, "top_k", -1)
-    if top_k == 0 or top_k < -1:
-        raise bad_request("'top_k' must be -1 (off) or a positive integer", "top_k")
+    if top_k < -1:
+        raise bad_request(f"'top_k' must be 0 or -1 (off) or a positive integer, got {top_k}", "top_k")
+    top_k = top_k or -1  # vLLM's "off" is 0, ours -1: both are taken
     presence = _float(body, "presence_penalty", 0.0, -2.0, 2.0)
     frequency = _float(body, "frequency_penalty", 0.0, -2.0, 2.0)
     repetition = _float(body, "repetition_penalty", 1.0, 0.0, lo_open=True)
