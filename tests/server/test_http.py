@@ -418,10 +418,10 @@ def test_malformed_json_is_400(server, raw):
 
 def test_prompt_too_long_is_400(server):
     base, _ = server
-    # the KV cache holds 4096 tokens: 4000 + 200 - 1 can never fit
-    r = post(base, "/v1/completions", {"model": MODEL, "prompt": list(range(4000)), "max_tokens": 200})
+    # the KV cache holds 4096 tokens (max_model_len 4097): a prompt of 4097 leaves no room
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": list(range(4097)), "max_tokens": 200})
     assert r.status_code == 400
-    assert r.json()["error"]["code"] == "context_length_exceeded"
+    assert r.json()["error"]["code"] == "context_length_exceeded" and r.json()["error"]["param"] == "prompt"
     r = post(
         base,
         "/v1/chat/completions",
@@ -567,13 +567,16 @@ def test_top_k_0_and_minus_1_mean_off(server, top_k):
 
 
 def test_max_tokens_beyond_the_context_names_max_tokens(server):
-    """The prompt fits, the completion asked for does not: the field to change is the
-    one that gave max_tokens (as vLLM says); a prompt too long is the prompt's."""
+    """max_tokens beyond the whole context (4097 tokens) is refused naming the field that
+    gave it (as vLLM says); within it, max_tokens is cut to the room the prompt leaves
+    (vLLM's get_max_tokens: `length` there); a prompt too long is the prompt's."""
     base, _ = server
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": list(range(4000)), "max_tokens": 200})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 97 and r.json()["choices"][0]["finish_reason"] == "length"
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
     for path, body, param in (
         ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 5000}, "max_tokens"),
-        ("/v1/completions", {"model": MODEL, "prompt": list(range(4000)), "max_tokens": 200}, "max_tokens"),
         ("/v1/chat/completions", {**chat, "max_completion_tokens": 5000}, "max_completion_tokens"),
         ("/v1/chat/completions", {**chat, "max_tokens": 5000}, "max_tokens"),
         ("/v1/completions", {"model": MODEL, "prompt": [1] * 4097, "max_tokens": 1}, "prompt"),

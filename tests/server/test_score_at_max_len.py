@@ -51,7 +51,7 @@ def _refused(r, param="prompt", *words):
 
 
 TOO_MANY_IDS = f"the prompt has {LEN + 1} token ids, more than the model's context ({LEN} tokens)"
-NO_ROOM = f"you requested {LEN + 1} tokens ({LEN} in the prompt, 1 in the completion)"
+NO_ROOM = f"your prompt has {LEN} tokens, which leaves no room for a completion token"
 
 
 def test_sim_backend_scores_a_prompt_of_max_model_len():
@@ -80,7 +80,7 @@ def test_sim_backend_scoring_what_the_kv_cache_cannot_hold_is_refused():
     with running_server(backend) as (base, _):
         assert _score(base, backend.model_name, list(range(1, LEN + 1))).status_code == 200
         err = _refused(_score(base, backend.model_name, list(range(1, LEN + 2))))
-        assert f"needs {LEN + 1} KV-cache tokens (its prompt)" in err["message"], err
+        assert f"has {LEN + 1} tokens but the KV cache holds {LEN}" in err["message"], err
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_engine_backend_scores_a_prompt_of_max_model_len(tiny):
                 text = backend.tokenizer.decode(ids[1:]) + " and more"  # BOS + 63 tokens + more
                 n = len(backend.tokenizer.encode(text))
                 assert n > LEN
-                _refused(_score(base, backend.model_name, text), "prompt", f"({n} in the prompt, 0 in the completion)")
+                _refused(_score(base, backend.model_name, text), "prompt", f"your prompt has {n} tokens")
                 one = post(base, "/v1/completions", {"model": backend.model_name, "prompt": ids, "max_tokens": 1})
                 _refused(one, "prompt", NO_ROOM)
                 # and the engine serves what fits after that

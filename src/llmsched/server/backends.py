@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.engine_api import EngineCore, check_request_size, default_max_running
+from ..core.engine_api import EngineCore, default_max_running
 from ..core.errors import ConfigError, warn
 from ..policies.spec import SchedulerSpec
 from .chat_template import ChatTemplates, resolve_template
@@ -39,10 +39,23 @@ class Backend:
     vocab_size: int | None = None  # token ids must be below it (None: any id is fine)
     logits: bool = False  # the model has logits: logprobs and logit_bias can be served
 
-    def check(self, prompt_tokens: int, max_tokens: int) -> None:
-        """ConfigError if a request of this size can never be served, by the API's rule:
-        prompt + max_tokens <= max_model_len (`max_tokens` 0, scoring: the prompt alone)."""
-        check_request_size(prompt_tokens, max_tokens, self.max_model_len, self.kv_capacity, strict=True)
+    def check_prompt(self, prompt_tokens: int, scoring: bool = False) -> None:
+        """ConfigError if a prompt of this size leaves no room for a completion token
+        (`scoring`, max_tokens 0: the prompt alone must fit)."""
+        if prompt_tokens < 1:
+            raise ConfigError("the prompt is empty; at least 1 token is needed")
+        limit = self.max_model_len
+        if limit is not None and prompt_tokens + (0 if scoring else 1) > limit:
+            why = "more than it holds" if scoring else "which leaves no room for a completion token"
+            raise ConfigError(
+                f"This model's maximum context length is {limit} tokens. However, your prompt has "
+                f"{prompt_tokens} tokens, {why}. Please reduce the length of the prompt."
+            )
+        if self.kv_capacity is not None and prompt_tokens > self.kv_capacity:
+            raise ConfigError(
+                f"The prompt has {prompt_tokens} tokens but the KV cache holds {self.kv_capacity}: it could "
+                "never be served. Please reduce the length of the prompt."
+            )
 
     def check_token_ids(self, ids) -> None:
         """ConfigError if a token id is negative or outside the model's vocabulary."""

@@ -672,7 +672,13 @@ def _finish(c: dict, kind: str, text, ids, messages, max_tokens: tuple, body) ->
 def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
     c = req.raw
     if c["min_tokens"] > max_tokens:
-        raise bad_request(f"'min_tokens' ({c['min_tokens']}) must be at most max_tokens ({max_tokens})", "min_tokens")
+        if req.max_tokens is None:
+            what = f"the default max_tokens ({max_tokens})"
+        elif req.max_tokens > max_tokens:
+            what = f"max_tokens ({max_tokens}: the {req.max_tokens} asked for, cut to the room the prompt leaves)"
+        else:
+            what = f"max_tokens ({max_tokens})"
+        raise bad_request(f"'min_tokens' ({c['min_tokens']}) must be at most {what}", "min_tokens")
     return SamplingParams(
         max_tokens=max(1, max_tokens),  # 0 (score_only): the prefill's token is dropped
         temperature=c["temperature"],
