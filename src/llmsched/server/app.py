@@ -794,7 +794,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         if asked is None:
             asked = cfg.default_max_tokens if cfg.default_max_tokens is not None or chat else 16
         try:
-            backend.check_prompt(prompt_tokens, scoring=asked == 0)
+            backend.check_prompt(prompt_tokens)
         except ConfigError as e:
             raise bad_request(str(e), param, "context_length_exceeded") from None
         room = backend.room(prompt_tokens)

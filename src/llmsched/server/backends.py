@@ -39,17 +39,18 @@ class Backend:
     vocab_size: int | None = None  # token ids must be below it (None: any id is fine)
     logits: bool = False  # the model has logits: logprobs and logit_bias can be served
 
-    def check_prompt(self, prompt_tokens: int, scoring: bool = False) -> None:
-        """ConfigError if a prompt of this size leaves no room for a completion token
-        (`scoring`, max_tokens 0: the prompt alone must fit)."""
+    def check_prompt(self, prompt_tokens: int) -> None:
+        """ConfigError if a prompt of this size leaves no room for a completion token. As
+        vLLM 0.32's server, `max_tokens` 0 (scoring the prompt) is no exception: its prefill
+        samples a token too."""
         if prompt_tokens < 1:
             raise ConfigError("the prompt is empty; at least 1 token is needed")
         limit = self.max_model_len
-        if limit is not None and prompt_tokens + (0 if scoring else 1) > limit:
-            why = "more than it holds" if scoring else "which leaves no room for a completion token"
+        if limit is not None and prompt_tokens >= limit:
             raise ConfigError(
                 f"This model's maximum context length is {limit} tokens. However, your prompt has "
-                f"{prompt_tokens} tokens, {why}. Please reduce the length of the prompt."
+                f"{prompt_tokens} tokens, which leaves no room for a completion token. Please reduce "
+                "the length of the prompt."
             )
         if self.kv_capacity is not None and prompt_tokens > self.kv_capacity:
             raise ConfigError(
