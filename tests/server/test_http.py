@@ -555,6 +555,23 @@ def test_a_huge_integer_is_400_naming_its_field_clipped(server, huge, field):
     assert len(err["message"]) < 160 and not re.search(r"\d{30}", err["message"]), err["message"]
 
 
+@pytest.mark.parametrize("field", ["max_tokens", "seed"])
+def test_an_integer_beyond_64_bits_is_shown_as_written(server, field):
+    """orjson reads 99999999999999999999999 as the float 1e+23: the message shows the
+    integer the client sent, a long one by its first digits and its length."""
+    base, _ = server
+    for written, shown in (
+        ("99999999999999999999999", "got 99999999999999999999999"),
+        ("-99999999999999999999999", "got -99999999999999999999999"),
+        ("9" * 100, "got 99999999999999999999... (100 digits)"),
+        ("1e23", "got 1e+23"),  # a float as written
+    ):
+        r = post(base, "/v1/completions", f'{{"model": "{MODEL}", "prompt": "hi", "{field}": {written}}}')
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == field, r.text
+        assert err["message"] == f"'{field}' must be a 64-bit integer, {shown}", err
+
+
 @pytest.mark.parametrize("top_k", [0, -1, 1])
 def test_top_k_0_and_minus_1_mean_off(server, top_k):
     """vLLM's SamplingParams takes 0 (its default) and -1 as top-k off."""

@@ -77,6 +77,14 @@ def _show(v, limit: int = 80) -> str:
     return r if len(r) <= limit else r[:limit] + "..."
 
 
+def _show_number(v) -> str:
+    """An integer as written (its first digits and its length when long), a float as %g."""
+    if isinstance(v, float):
+        return f"{v:g}"
+    digits = str(v)
+    return digits if len(digits) <= 24 else f"{digits[:20]}... ({len(digits.lstrip('-'))} digits)"
+
+
 def _type_name(v) -> str:
     return {
         bool: "boolean",
@@ -97,7 +105,7 @@ def _int(body: dict, key: str, default, minimum: int | None = None):
         raise bad_request(f"'{key}' must be an integer, got {_type_name(v)} {_show(v)}", key)
     if not INT64_MIN <= v <= INT64_MAX:
         # no field means anything beyond 64 bits; and later messages would echo all its digits
-        raise bad_request(f"'{key}' must be a 64-bit integer, got {_show(v)}", key)
+        raise bad_request(f"'{key}' must be a 64-bit integer, got {_show_number(v)}", key)
     v = int(v)
     if minimum is not None and v < minimum:
         raise bad_request(f"'{key}' must be at least {minimum}, got {v}", key)
@@ -273,7 +281,17 @@ def parse_body(data: bytes) -> dict:
         raise bad_request("the request body is not valid JSON (UTF-8)", code="invalid_json") from None
     if not isinstance(body, dict):
         raise bad_request(f"the request body must be a JSON object, got {_type_name(body)}")
+    if _orjson is not None and any(type(v) is float and abs(v) >= _BEYOND_INT64 for v in body.values()):
+        # orjson reads an integer beyond 64 bits as a float: read the body again for the
+        # integer the client wrote, so that an error message shows it
+        try:
+            body = json.loads(data)
+        except (ValueError, RecursionError):  # e.g. more digits than Python converts
+            pass
     return body
+
+
+_BEYOND_INT64 = float(2**63)
 
 
 def _common(body: dict, kind: str) -> dict:
