@@ -158,3 +158,22 @@ def test_engine_one_token_at_max_model_len_with_a_full_kv_cache(tiny, b_max):
     with pytest.raises(ConfigError, match="maximum context length"):
         llm.generate([[*ids, 5]], SamplingParams(max_tokens=1))
     assert llm.engine.allocator.num_used == 0 and not llm.engine.has_unfinished_requests()
+
+
+def test_sim_backend_caps_a_max_model_len_beyond_the_kv_cache():
+    """As the engine backend: --max-model-len 5000 with --kv-capacity 100 warns at start and
+    serves (and advertises) a context of 101 tokens, which requests then meet."""
+    import httpx
+
+    from llmsched.core.errors import InputWarning
+
+    with pytest.warns(InputWarning, match=r"KV cache holds 100 tokens .* may reach 101 of the --max-model-len 5,000"):
+        backend = make_sim_backend(SchedulerOptions(b_max=256, kv_capacity=100), "const:1", max_model_len=5000)
+    assert backend.max_model_len == backend.info["max_model_len"] == 101
+    with running_server(backend) as (base, _):
+        assert httpx.get(base + "/v1/models").json()["data"][0]["max_model_len"] == 101
+        name = backend.model_name
+        r = post(base, "/v1/completions", {"model": name, "prompt": list(range(1, 101)), "max_tokens": 50})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 1, r.text
+        r = post(base, "/v1/completions", {"model": name, "prompt": [1, 2], "max_tokens": 200})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text

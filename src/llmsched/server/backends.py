@@ -136,10 +136,19 @@ def make_sim_backend(
 
     opts = opts or SchedulerOptions()
     sched = opts.build()
+    kv = opts.kv_capacity
     if max_model_len is None:
         max_model_len = DEFAULT_SIM_MAX_MODEL_LEN
-        if opts.kv_capacity is not None:
-            max_model_len = min(max_model_len, opts.kv_capacity + 1)
+        if kv is not None:
+            max_model_len = min(max_model_len, kv + 1)
+    elif kv is not None and kv + 1 < max_model_len:
+        # as the engine backend: a request can reach what the KV cache holds (prompt +
+        # output - 1 tokens), and /v1/models must not promise more
+        warn(
+            f"the KV cache holds {kv:,} tokens (--kv-capacity), so a request may reach {kv + 1:,} of the "
+            f"--max-model-len {max_model_len:,}: serving a context of {kv + 1:,}"
+        )
+        max_model_len = kv + 1
     core = VirtualEngine(sched, cost_model, max_model_len=max_model_len, realtime=realtime, max_debt_s=max_debt_s)
     name = served_model_name or "llmsched-sim"
     info = {
