@@ -866,7 +866,10 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                 params_of = {mt: sampling_params(req, mt) for mt in dict.fromkeys(budgets)}
             except ConfigError as e:
                 raise bad_request(str(e)) from None
-            echoes = [await echo_text(t, ids) for t, ids in zip(texts, all_ids)] if req.echo else None
+            if req.echo:
+                echoes = [await echo_text(t, ids) for t, ids in zip(texts, all_ids)]
+            else:
+                echoes = [req.chat_echo] * len(all_ids) if req.chat_echo else None
             rid = engine.new_id("chatcmpl" if chat else "cmpl")
             engine.admit(queue_requests, queue_tokens)
             k = 0

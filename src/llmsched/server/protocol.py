@@ -4,7 +4,7 @@ Requests are parsed from the raw JSON body by hand (no pydantic on the hot path)
 every mistake becomes an OpenAI-style error naming the offending parameter:
 `{"error": {"message", "type", "param", "code"}}`. Unknown fields are ignored, as vLLM
 does. Fields we accept work (`n`, several prompts, `echo`, `logprobs` (with `echo`: the
-prompt's too), `max_tokens: 0` with `echo`, `logit_bias`, the penalties, chat's
+prompt's too), `max_tokens: 0` with `echo`, `logit_bias`, the penalties, chat's `echo`,
 `add_generation_prompt` / `continue_final_message` / `chat_template_kwargs`, messages'
 `name` / `tool_calls` / `tool_call_id` and `tools` with `tool_choice: "none"`, which reach
 the chat template as vLLM passes them; see docs/serving.md for what the sim backend does
@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 from ..core.engine_api import INT64_MAX, INT64_MIN, MAX_STOP_CHARS, SamplingParams
+from .chat_template import content_text
 
 try:  # orjson is optional: it makes the SSE hot path a little cheaper
     import orjson as _orjson
@@ -254,6 +255,8 @@ class ParsedRequest:
     continue_final_message: bool = False
     chat_template_kwargs: dict | None = None
     tools: list | None = None  # chat: the tools the chat template sees
+    # chat's `echo` (vLLM's): the text returned before each choice's output
+    chat_echo: str = ""
 
     @property
     def chat_options(self) -> dict:
@@ -475,6 +478,12 @@ def parse_chat(body: dict, max_messages: int | None = None, *, tokenize_only: bo
     req = _finish(c, "chat", None, None, clean, _max_tokens(body, "max_completion_tokens", "max_tokens"), body)
     req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs = _chat_rendering(body)
     req.tools = _tools(body, tokenize_only)
+    if _bool(body, "echo", False):
+        # as vLLM: the last message is echoed when the reply continues its role, the
+        # assistant's (or any role's without a generation prompt)
+        last = clean[-1]
+        if not req.add_generation_prompt or last["role"] == "assistant":
+            req.chat_echo = content_text(last["content"])
     if req.tools is not None and req.chat_template_kwargs and "tools" in req.chat_template_kwargs:
         raise bad_request(
             "'chat_template_kwargs' cannot set 'tools' when the request gives 'tools'", "chat_template_kwargs"
