@@ -161,9 +161,9 @@ def check_request_size(
     as OpenAI and vLLM count it. The token a step samples is not fed to the model until the
     next step, so a request's last token needs neither a position nor a KV slot: a request
     of one token (`max_tokens` 1, or 0: scoring a prompt, where the token its prefill samples
-    is dropped) fits a prompt of max_model_len tokens, as vLLM's engine accepts it. `strict`
-    (the HTTP API's rule, as vLLM's server): only `max_tokens` 0 does. The KV cache must
-    hold prompt + max(max_tokens, 1) - 1 tokens."""
+    is dropped) fits a prompt of max_model_len tokens (vLLM 0.32 refuses that prompt, and
+    so does the HTTP server: `server.backends.Backend.check_prompt`). `strict`: only
+    `max_tokens` 0 does. The KV cache must hold prompt + max(max_tokens, 1) - 1 tokens."""
     if prompt_tokens < 1:
         raise ConfigError("the prompt is empty; at least 1 token is needed")
     one = max_tokens == 0 or (max_tokens == 1 and not strict)
