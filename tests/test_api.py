@@ -187,3 +187,31 @@ def test_recorded_steps_follow_the_result_and_leave_no_temporary_file(tmp_path, 
     del r2
     gc.collect()
     assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize("admission", ["twp", "dynamicbatch"])
+def test_simulate_trace_binds_the_cost_model_as_simulate_does(admission):
+    """simulate_trace (the library function) binds its cost model to the scheduler, as
+    simulate and the virtual GPU do: TWP and DynamicBatch read l_min from it instead of
+    learning it from the steps, and both give the same run."""
+    from llmsched.core import make_cost_model
+    from llmsched.policies import make_scheduler
+    from llmsched.policies.twp import decode_step_time
+    from llmsched.sim.simulator import simulate_trace
+
+    rng = np.random.default_rng(3)
+    n = 300
+    tr = trace(
+        list(zip(np.cumsum(rng.exponential(0.02, n)), rng.integers(20, 400, n), rng.integers(5, 120, n), strict=True))
+    )
+    options = {"itl_target_ms": 60}
+    run = llmsched.simulate(
+        trace=tr, policy="sarathi", admission=admission, b_max=256, admission_options=options, cost_model="paper"
+    )
+    sched = make_scheduler("sarathi", admission=admission, b_max=256, admission_options=options)
+    cost = make_cost_model("paper")
+    stats = simulate_trace(tr, sched, cost)
+    assert sched.admission.l_min_s == pytest.approx(decode_step_time(cost, 1, sched.admission.context))
+    assert stats.steps == run.stats.steps and stats.end_ns == run.stats.end_ns
+    for field in ("ttft_ns", "e2e_ns", "queue_ns", "preemptions"):
+        assert np.array_equal(getattr(stats, field), getattr(run.stats, field)), field

@@ -115,8 +115,10 @@ def test_bad_sampling_params_are_refused():
         SamplingParams(temperature=-1)
     with pytest.raises(ConfigError):
         SamplingParams(top_p=0)
-    with pytest.raises(ConfigError):
-        SamplingParams(top_k=0)
+    with pytest.raises(ConfigError, match="top_k"):
+        SamplingParams(top_k=-2)
+    # as in vLLM's SamplingParams, 0 is top-k off, as -1 is
+    assert SamplingParams(top_k=0).top_k == SamplingParams(top_k=-1).top_k == -1
     with pytest.raises(ConfigError):
         SamplingParams(max_tokens=0)
     with pytest.raises(ConfigError, match="seed"):

@@ -38,6 +38,9 @@ def _one_line_error(capsys, argv, *words, rc=2):
         ("http://127.0.0.1:99999", ["--base-url", "port"]),
         ("http://127.0.0.1:notaport", ["--base-url", "port"]),
         ("http://127.0.0.1:0", ["--base-url", "port"]),
+        # urlsplit itself raises ValueError for these, before the port is looked at
+        ("http://[::1", ["--base-url", "not a valid URL"]),
+        ("http://[zz]:80", ["--base-url", "not a valid URL"]),
     ],
 )
 def test_bad_base_url_is_one_line(capsys, url, words):
@@ -137,3 +140,12 @@ def test_every_request_failed_exits_1_and_keeps_the_result(tmp_path, capsys):
         # one request that works: exit 0, as vllm bench serve
         assert main(["bench", "--base-url", base, *SMALL]) == 0
     assert math.isfinite(saved["duration"])
+
+
+def test_top_k_0_is_sent_and_served(capsys, tmp_path):
+    """`--top-k 0` is vLLM's "off": the server takes it, so the run succeeds."""
+    out = tmp_path / "r.json"
+    with running_server(cost="const:1") as (base, _):
+        assert main(["bench", "--base-url", base, "--top-k", "0", "--result-file", str(out), *SMALL]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["completed"] == 2 and saved["failed"] == 0

@@ -52,9 +52,12 @@ def test_engine_completions(engine_server):
     )
     ev = parse_sse(r.content)
     assert ev[0]["choices"][0]["delta"]["role"] == "assistant" and ev[-1] == "[DONE]"
-    # prompt + completion beyond max_model_len (512)
-    r = post(base, "/v1/completions", {"model": name, "prompt": [1] * 500, "max_tokens": 20})
-    assert r.status_code == 400
+    # prompt + completion beyond max_model_len (512): the completion is cut to the room
+    r = post(base, "/v1/completions", {"model": name, "prompt": [1] * 500, "max_tokens": 20, "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 12, r.text
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+    r = post(base, "/v1/completions", {"model": name, "prompt": [1] * 512, "max_tokens": 20})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
     # a token id outside the vocabulary is the client's error: the engine refuses it at add time
     r = post(base, "/v1/completions", {"model": name, "prompt": [10**6], "max_tokens": 2})
     assert r.status_code == 400 and "vocabulary" in r.json()["error"]["message"]

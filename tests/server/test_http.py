@@ -384,6 +384,7 @@ BAD = [
     ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": -(10**20)}, "seed"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 3, "min_tokens": 4}, "min_tokens"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "min_tokens": -1}, "min_tokens"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "top_k": -2}, "top_k"),
     ("/v1/chat/completions", {"model": MODEL}, "messages"),
     ("/v1/chat/completions", {"model": MODEL, "messages": "hi"}, "messages"),
     ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
@@ -417,10 +418,10 @@ def test_malformed_json_is_400(server, raw):
 
 def test_prompt_too_long_is_400(server):
     base, _ = server
-    # the KV cache holds 4096 tokens: 4000 + 200 - 1 can never fit
-    r = post(base, "/v1/completions", {"model": MODEL, "prompt": list(range(4000)), "max_tokens": 200})
+    # the KV cache holds 4096 tokens (max_model_len 4097): a prompt of 4097 leaves no room
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": list(range(4097)), "max_tokens": 200})
     assert r.status_code == 400
-    assert r.json()["error"]["code"] == "context_length_exceeded"
+    assert r.json()["error"]["code"] == "context_length_exceeded" and r.json()["error"]["param"] == "prompt"
     r = post(
         base,
         "/v1/chat/completions",
@@ -554,14 +555,45 @@ def test_a_huge_integer_is_400_naming_its_field_clipped(server, huge, field):
     assert len(err["message"]) < 160 and not re.search(r"\d{30}", err["message"]), err["message"]
 
 
-def test_max_tokens_beyond_the_context_names_max_tokens(server):
-    """The prompt fits, the completion asked for does not: the field to change is the
-    one that gave max_tokens (as vLLM says); a prompt too long is the prompt's."""
+@pytest.mark.parametrize("field", ["max_tokens", "seed"])
+def test_an_integer_beyond_64_bits_is_shown_as_written(server, field):
+    """orjson reads 99999999999999999999999 as the float 1e+23: the message shows the
+    integer the client sent, a long one by its first digits and its length."""
     base, _ = server
+    for written, shown in (
+        ("99999999999999999999999", "got 99999999999999999999999"),
+        ("-99999999999999999999999", "got -99999999999999999999999"),
+        ("9" * 100, "got 99999999999999999999... (100 digits)"),
+        ("1e23", "got 1e+23"),  # a float as written
+    ):
+        r = post(base, "/v1/completions", f'{{"model": "{MODEL}", "prompt": "hi", "{field}": {written}}}')
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == field, r.text
+        assert err["message"] == f"'{field}' must be a 64-bit integer, {shown}", err
+
+
+@pytest.mark.parametrize("top_k", [0, -1, 1])
+def test_top_k_0_and_minus_1_mean_off(server, top_k):
+    """vLLM's SamplingParams takes 0 (its default) and -1 as top-k off."""
+    base, _ = server
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    for path, body in (("/v1/completions", {"model": MODEL, "prompt": "hi"}), ("/v1/chat/completions", chat)):
+        r = post(base, path, {**body, "max_tokens": 2, "top_k": top_k})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 2
+
+
+def test_max_tokens_beyond_the_context_names_max_tokens(server):
+    """max_tokens beyond the whole context (4097 tokens) is refused naming the field that
+    gave it (as vLLM says); within it, max_tokens is cut to the room the prompt leaves
+    (vLLM's get_max_tokens: `length` there); a prompt too long is the prompt's."""
+    base, _ = server
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": list(range(4000)), "max_tokens": 200})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 97 and r.json()["choices"][0]["finish_reason"] == "length"
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
     for path, body, param in (
         ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 5000}, "max_tokens"),
-        ("/v1/completions", {"model": MODEL, "prompt": list(range(4000)), "max_tokens": 200}, "max_tokens"),
         ("/v1/chat/completions", {**chat, "max_completion_tokens": 5000}, "max_completion_tokens"),
         ("/v1/chat/completions", {**chat, "max_tokens": 5000}, "max_tokens"),
         ("/v1/completions", {"model": MODEL, "prompt": [1] * 4097, "max_tokens": 1}, "prompt"),

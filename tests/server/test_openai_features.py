@@ -435,6 +435,37 @@ def test_sim_backend_n_lists_echo_and_refusals(sim_server):
     assert roles == {0, 1} and texts == {0: " tok tok tok", 1: " tok tok tok"}
 
 
+def _chat_texts(base, body) -> tuple[list, dict]:
+    """The choices' contents of a chat request, and of the same request streamed."""
+    r = post(base, "/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    streamed = {}
+    for e in parse_sse(post(base, "/v1/chat/completions", {**body, "stream": True}).content):
+        for c in [] if e == "[DONE]" else e["choices"]:
+            streamed[c["index"]] = streamed.get(c["index"], "") + (c["delta"].get("content") or "")
+    return [c["message"]["content"] for c in r.json()["choices"]], streamed
+
+
+def test_chat_echo_returns_the_last_message_when_the_reply_continues_it(sim_server):
+    """vLLM's chat `echo`: the last message's content comes first in each choice's content
+    when it is the reply's role (the assistant's; any role's without a generation prompt),
+    text parts joined by newlines; otherwise echo adds nothing."""
+    base, _ = sim_server
+    user = {"role": "user", "content": "hi"}
+    for messages, extra, echoed in (
+        ([user, {"role": "assistant", "content": "The answer is"}], {}, "The answer is"),
+        ([user], {}, ""),
+        ([user], {"add_generation_prompt": False}, "hi"),
+        ([{"role": "assistant", "content": [{"type": "text", "text": t} for t in "ab"]}], {}, "a\nb"),
+    ):
+        body = {"model": "llmsched-sim", "messages": messages, "max_tokens": 2, "n": 2, "echo": True, **extra}
+        plain, streamed = _chat_texts(base, body)
+        assert plain == [echoed + " tok tok"] * 2, (messages, plain)
+        assert streamed == {0: echoed + " tok tok", 1: echoed + " tok tok"}, (messages, streamed)
+    r = post(base, "/v1/chat/completions", {"model": "llmsched-sim", "messages": [user], "echo": "yes"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "echo"
+
+
 def test_tokenize_honours_add_special_tokens(engine_server):
     base, _, backend = engine_server
     with_bos = post(base, "/tokenize", {"prompt": "hello world"}).json()["tokens"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
@@ -345,7 +346,8 @@ def test_engine_failure_ends_requests_with_explicit_errors():
         assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
 
 
-def test_drain_timeout_ends_requests_with_shutting_down_errors():
+def test_drain_timeout_ends_requests_with_shutting_down_errors(caplog):
+    caplog.set_level(logging.WARNING, logger="llmsched.server")
     cfg = ServerConfig(drain_timeout=0.3)
     with running_server(cfg=cfg, cost="const:20", b_max=64) as (base, srv):
         res = {}
@@ -370,6 +372,8 @@ def test_drain_timeout_ends_requests_with_shutting_down_errors():
         ev = parse_sse(res["stream"].content)
         assert ev[-1] == "[DONE]" and ev[-2]["error"]["code"] == "server_shutting_down"
         assert ev[-2]["error"]["type"] == "service_unavailable"
+    # the log gives the timeout as set (it said "0 s" for 0.3)
+    assert "drain timeout (0.3 s): the remaining requests were ended" in caplog.text
 
 
 class _DyingCore:

@@ -327,7 +327,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-tokens", type=positive_int, default=32, help="output tokens per prompt (default: 32)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1)")
-    p.add_argument("--top-k", type=int, default=-1, help="top-k sampling, -1 = off (default: -1)")
+    p.add_argument("--top-k", type=int, default=-1, help="top-k sampling, 0 or -1 = off (default: -1)")
     p.add_argument("--seed", type=seed_int, default=None, help="per-request sampling seed (>= 0)")
     p.add_argument("--stop", action="append", help="stop string (repeatable); the text is cut before it")
     p.add_argument("--stop-token-id", type=int, action="append", help="stop token id (repeatable)")

@@ -139,7 +139,8 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         "--default-max-tokens",
         type=positive_int,
         default=None,
-        help="max_tokens when a request gives none (default: 16 for completions, the context left for chat)",
+        help="max_tokens when a request gives none, cut to the room the prompt leaves "
+        "(default: 16 for completions, the context left for chat)",
     )
     g.add_argument(
         "--drain-timeout",

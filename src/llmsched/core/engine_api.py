@@ -32,7 +32,7 @@ class SamplingParams:
     max_tokens: int = 16
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1  # -1: no top-k
+    top_k: int = -1  # -1 (or 0, as vLLM): no top-k
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
@@ -87,11 +87,11 @@ class SamplingParams:
             raise ConfigError(f"top_p must be in (0, 1], got {shown}")
         self.top_p = top_p
         top_k = as_int(self.top_k)
-        if top_k is None or top_k == 0 or top_k < -1:
+        if top_k is None or top_k < -1:
             raise ConfigError(
-                f"top_k must be -1 (off) or a positive integer, got {self.top_k if top_k is None else top_k!r}"
+                f"top_k must be 0 or -1 (off) or a positive integer, got {self.top_k if top_k is None else top_k!r}"
             )
-        self.top_k = top_k
+        self.top_k = top_k or -1  # vLLM's "off" is 0
         for t in self.stop_token_ids:
             if not _is_int(t) or t < 0:
                 raise ConfigError(f"stop_token_ids must be non-negative token ids, got {t!r}")
@@ -161,9 +161,9 @@ def check_request_size(
     as OpenAI and vLLM count it. The token a step samples is not fed to the model until the
     next step, so a request's last token needs neither a position nor a KV slot: a request
     of one token (`max_tokens` 1, or 0: scoring a prompt, where the token its prefill samples
-    is dropped) fits a prompt of max_model_len tokens, as vLLM's engine accepts it. `strict`
-    (the HTTP API's rule, as vLLM's server): only `max_tokens` 0 does. The KV cache must
-    hold prompt + max(max_tokens, 1) - 1 tokens."""
+    is dropped) fits a prompt of max_model_len tokens (vLLM 0.32 refuses that prompt, and
+    so does the HTTP server: `server.backends.Backend.check_prompt`). `strict`: only
+    `max_tokens` 0 does. The KV cache must hold prompt + max(max_tokens, 1) - 1 tokens."""
     if prompt_tokens < 1:
         raise ConfigError("the prompt is empty; at least 1 token is needed")
     one = max_tokens == 0 or (max_tokens == 1 and not strict)

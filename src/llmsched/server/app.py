@@ -734,6 +734,16 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         req = parse_chat(body, max_messages) if chat else parse_completion(body, max_ids)
         if req.model not in names:
             raise model_not_found(req.model)
+        limit = backend.max_model_len
+        if req.max_tokens is not None and limit is not None and req.max_tokens > limit:
+            # what fits is cut to the room the prompt leaves; more than the whole context
+            # is a mistake, refused as vLLM refuses it
+            raise bad_request(
+                f"'{req.max_tokens_param}' is {req.max_tokens}, more than the model's context of {limit} "
+                "tokens (prompt and completion together). Please request fewer output tokens.",
+                req.max_tokens_param,
+                "context_length_exceeded",
+            )
         param = "messages" if chat else "prompt"
         special = None
         if chat:
@@ -774,6 +784,21 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         if text is not None:
             return text
         return await tokenize_text(decode, len(ids), ids)
+
+    def completion_budget(req, prompt_tokens: int, chat: bool, param: str) -> int:
+        """The max_tokens a prompt gets, as vLLM's get_max_tokens: what the client asked for
+        (else the server's default: --default-max-tokens, 16 for completions, all the room
+        for chat), cut to the room the context leaves after the prompt. A 400 naming the
+        prompt when it leaves no room."""
+        asked = req.max_tokens
+        if asked is None:
+            asked = cfg.default_max_tokens if cfg.default_max_tokens is not None or chat else 16
+        try:
+            backend.check_prompt(prompt_tokens)
+        except ConfigError as e:
+            raise bad_request(str(e), param, "context_length_exceeded") from None
+        room = backend.room(prompt_tokens)
+        return room if asked is None else min(asked, room)
 
     def queue_share(all_ids, n: int, param: str) -> tuple[int, int]:
         """(requests, prompt tokens) a request (all its prompts, n choices each) adds to the
@@ -836,37 +861,22 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                         "echo returns the prompt as text, which needs a tokenizer, and this model has none", "echo"
                     )
             queue_requests, queue_tokens = queue_share(all_ids, req.n, param)
-            max_tokens = req.max_tokens
-            for ids in all_ids:
-                n = len(ids)
-                if max_tokens is None:
-                    if cfg.default_max_tokens is not None:
-                        max_tokens = cfg.default_max_tokens
-                    elif chat:
-                        max_tokens = max(1, backend.room(n))
-                    else:
-                        max_tokens = 16
-                try:
-                    # max_tokens 0 (scoring): the prompt alone, up to max_model_len tokens (the
-                    # engine samples one token after it, which needs no position or KV slot)
-                    backend.check(n, max_tokens)
-                except ConfigError as e:
-                    # the prompt fits, the completion asked for does not: the client's
-                    # max_tokens is the field to change (as vLLM says)
-                    too_many = req.max_tokens is not None and backend.room(n) >= 1
-                    where = req.max_tokens_param if too_many else param
-                    raise bad_request(str(e), where, "context_length_exceeded") from None
+            budgets = [completion_budget(req, len(ids), chat, param) for ids in all_ids]
             try:
-                params = sampling_params(req, max_tokens)
+                params_of = {mt: sampling_params(req, mt) for mt in dict.fromkeys(budgets)}
             except ConfigError as e:
                 raise bad_request(str(e)) from None
-            echoes = [await echo_text(t, ids) for t, ids in zip(texts, all_ids)] if req.echo else None
+            if req.echo:
+                echoes = [await echo_text(t, ids) for t, ids in zip(texts, all_ids)]
+            else:
+                echoes = [req.chat_echo] * len(all_ids) if req.chat_echo else None
             rid = engine.new_id("chatcmpl" if chat else "cmpl")
             engine.admit(queue_requests, queue_tokens)
             k = 0
             single = len(all_ids) * req.n == 1
             choices = []
             for i, ids in enumerate(all_ids):
+                params = params_of[budgets[i]]
                 for j in range(req.n):
                     p = params
                     if j and params.seed is not None:  # choice j of a seeded request: seed + j

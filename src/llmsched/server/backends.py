@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.engine_api import EngineCore, check_request_size, default_max_running
+from ..core.engine_api import EngineCore, default_max_running
 from ..core.errors import ConfigError, warn
 from ..engine.tokenizer import tokenizer_file
 from ..policies.spec import SchedulerSpec
@@ -40,10 +40,24 @@ class Backend:
     vocab_size: int | None = None  # token ids must be below it (None: any id is fine)
     logits: bool = False  # the model has logits: logprobs and logit_bias can be served
 
-    def check(self, prompt_tokens: int, max_tokens: int) -> None:
-        """ConfigError if a request of this size can never be served, by the API's rule:
-        prompt + max_tokens <= max_model_len (`max_tokens` 0, scoring: the prompt alone)."""
-        check_request_size(prompt_tokens, max_tokens, self.max_model_len, self.kv_capacity, strict=True)
+    def check_prompt(self, prompt_tokens: int) -> None:
+        """ConfigError if a prompt of this size leaves no room for a completion token. As
+        vLLM 0.32's server, `max_tokens` 0 (scoring the prompt) is no exception: its prefill
+        samples a token too."""
+        if prompt_tokens < 1:
+            raise ConfigError("the prompt is empty; at least 1 token is needed")
+        limit = self.max_model_len
+        if limit is not None and prompt_tokens >= limit:
+            raise ConfigError(
+                f"This model's maximum context length is {limit} tokens. However, your prompt has "
+                f"{prompt_tokens} tokens, which leaves no room for a completion token. Please reduce "
+                "the length of the prompt."
+            )
+        if self.kv_capacity is not None and prompt_tokens > self.kv_capacity:
+            raise ConfigError(
+                f"The prompt has {prompt_tokens} tokens but the KV cache holds {self.kv_capacity}: it could "
+                "never be served. Please reduce the length of the prompt."
+            )
 
     def check_token_ids(self, ids) -> None:
         """ConfigError if a token id is negative or outside the model's vocabulary."""
@@ -123,10 +137,19 @@ def make_sim_backend(
 
     opts = opts or SchedulerOptions()
     sched = opts.build()
+    kv = opts.kv_capacity
     if max_model_len is None:
         max_model_len = DEFAULT_SIM_MAX_MODEL_LEN
-        if opts.kv_capacity is not None:
-            max_model_len = min(max_model_len, opts.kv_capacity + 1)
+        if kv is not None:
+            max_model_len = min(max_model_len, kv + 1)
+    elif kv is not None and kv + 1 < max_model_len:
+        # as the engine backend: a request can reach what the KV cache holds (prompt +
+        # output - 1 tokens), and /v1/models must not promise more
+        warn(
+            f"the KV cache holds {kv:,} tokens (--kv-capacity), so a request may reach {kv + 1:,} of the "
+            f"--max-model-len {max_model_len:,}: serving a context of {kv + 1:,}"
+        )
+        max_model_len = kv + 1
     core = VirtualEngine(sched, cost_model, max_model_len=max_model_len, realtime=realtime, max_debt_s=max_debt_s)
     name = served_model_name or "llmsched-sim"
     info = {

@@ -445,7 +445,10 @@ def _check_base_url(url) -> str:
     from urllib.parse import urlsplit  # noqa: PLC0415
 
     shown = repr(str(url)[:100])
-    u = urlsplit(str(url))
+    try:
+        u = urlsplit(str(url))
+    except ValueError:  # an unclosed or malformed [IPv6] host
+        raise ConfigError(f"--base-url {shown} is not a valid URL (a bracketed IPv6 host must be like [::1])") from None
     if u.scheme not in ("http", "https") or not u.hostname:
         raise ConfigError(f"--base-url must be an http:// or https:// URL such as http://127.0.0.1:8000, got {shown}")
     try:

@@ -4,7 +4,7 @@ Requests are parsed from the raw JSON body by hand (no pydantic on the hot path)
 every mistake becomes an OpenAI-style error naming the offending parameter:
 `{"error": {"message", "type", "param", "code"}}`. Unknown fields are ignored, as vLLM
 does. Fields we accept work (`n`, several prompts, `echo`, `logprobs` (with `echo`: the
-prompt's too), `max_tokens: 0` with `echo`, `logit_bias`, the penalties, chat's
+prompt's too), `max_tokens: 0` with `echo`, `logit_bias`, the penalties, chat's `echo`,
 `add_generation_prompt` / `continue_final_message` / `chat_template_kwargs`, messages'
 `name` / `tool_calls` / `tool_call_id` and `tools` with `tool_choice: "none"`, which reach
 the chat template as vLLM passes them; see docs/serving.md for what the sim backend does
@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 from ..core.engine_api import INT64_MAX, INT64_MIN, MAX_STOP_CHARS, SamplingParams
+from .chat_template import content_text
 
 try:  # orjson is optional: it makes the SSE hot path a little cheaper
     import orjson as _orjson
@@ -77,6 +78,14 @@ def _show(v, limit: int = 80) -> str:
     return r if len(r) <= limit else r[:limit] + "..."
 
 
+def _show_number(v) -> str:
+    """An integer as written (its first digits and its length when long), a float as %g."""
+    if isinstance(v, float):
+        return f"{v:g}"
+    digits = str(v)
+    return digits if len(digits) <= 24 else f"{digits[:20]}... ({len(digits.lstrip('-'))} digits)"
+
+
 def _type_name(v) -> str:
     return {
         bool: "boolean",
@@ -97,7 +106,7 @@ def _int(body: dict, key: str, default, minimum: int | None = None):
         raise bad_request(f"'{key}' must be an integer, got {_type_name(v)} {_show(v)}", key)
     if not INT64_MIN <= v <= INT64_MAX:
         # no field means anything beyond 64 bits; and later messages would echo all its digits
-        raise bad_request(f"'{key}' must be a 64-bit integer, got {_show(v)}", key)
+        raise bad_request(f"'{key}' must be a 64-bit integer, got {_show_number(v)}", key)
     v = int(v)
     if minimum is not None and v < minimum:
         raise bad_request(f"'{key}' must be at least {minimum}, got {v}", key)
@@ -246,6 +255,8 @@ class ParsedRequest:
     continue_final_message: bool = False
     chat_template_kwargs: dict | None = None
     tools: list | None = None  # chat: the tools the chat template sees
+    # chat's `echo` (vLLM's): the text returned before each choice's output
+    chat_echo: str = ""
 
     @property
     def chat_options(self) -> dict:
@@ -273,7 +284,17 @@ def parse_body(data: bytes) -> dict:
         raise bad_request("the request body is not valid JSON (UTF-8)", code="invalid_json") from None
     if not isinstance(body, dict):
         raise bad_request(f"the request body must be a JSON object, got {_type_name(body)}")
+    if _orjson is not None and any(type(v) is float and abs(v) >= _BEYOND_INT64 for v in body.values()):
+        # orjson reads an integer beyond 64 bits as a float: read the body again for the
+        # integer the client wrote, so that an error message shows it
+        try:
+            body = json.loads(data)
+        except (ValueError, RecursionError):  # e.g. more digits than Python converts
+            pass
     return body
+
+
+_BEYOND_INT64 = float(2**63)
 
 
 def _common(body: dict, kind: str) -> dict:
@@ -324,8 +345,9 @@ def _common(body: dict, kind: str) -> dict:
     temperature = _float(body, "temperature", 1.0, 0.0, 2.0)
     top_p = _float(body, "top_p", 1.0, 0.0, 1.0, lo_open=True)
     top_k = _int(body, "top_k", -1)
-    if top_k == 0 or top_k < -1:
-        raise bad_request("'top_k' must be -1 (off) or a positive integer", "top_k")
+    if top_k < -1:
+        raise bad_request(f"'top_k' must be 0 or -1 (off) or a positive integer, got {top_k}", "top_k")
+    top_k = top_k or -1  # vLLM's "off" is 0, ours -1: both are taken
     presence = _float(body, "presence_penalty", 0.0, -2.0, 2.0)
     frequency = _float(body, "frequency_penalty", 0.0, -2.0, 2.0)
     repetition = _float(body, "repetition_penalty", 1.0, 0.0, lo_open=True)
@@ -456,6 +478,12 @@ def parse_chat(body: dict, max_messages: int | None = None, *, tokenize_only: bo
     req = _finish(c, "chat", None, None, clean, _max_tokens(body, "max_completion_tokens", "max_tokens"), body)
     req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs = _chat_rendering(body)
     req.tools = _tools(body, tokenize_only)
+    if _bool(body, "echo", False):
+        # as vLLM: the last message is echoed when the reply continues its role, the
+        # assistant's (or any role's without a generation prompt)
+        last = clean[-1]
+        if not req.add_generation_prompt or last["role"] == "assistant":
+            req.chat_echo = content_text(last["content"])
     if req.tools is not None and req.chat_template_kwargs and "tools" in req.chat_template_kwargs:
         raise bad_request(
             "'chat_template_kwargs' cannot set 'tools' when the request gives 'tools'", "chat_template_kwargs"
@@ -671,7 +699,13 @@ def _finish(c: dict, kind: str, text, ids, messages, max_tokens: tuple, body) ->
 def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
     c = req.raw
     if c["min_tokens"] > max_tokens:
-        raise bad_request(f"'min_tokens' ({c['min_tokens']}) must be at most max_tokens ({max_tokens})", "min_tokens")
+        if req.max_tokens is None:
+            what = f"the default max_tokens ({max_tokens})"
+        elif req.max_tokens > max_tokens:
+            what = f"max_tokens ({max_tokens}: the {req.max_tokens} asked for, cut to the room the prompt leaves)"
+        else:
+            what = f"max_tokens ({max_tokens})"
+        raise bad_request(f"'min_tokens' ({c['min_tokens']}) must be at most {what}", "min_tokens")
     return SamplingParams(
         max_tokens=max(1, max_tokens),  # 0 (score_only): the prefill's token is dropped
         temperature=c["temperature"],

@@ -198,7 +198,7 @@ class GracefulServer(uvicorn.Server):
         log.warning("draining: refusing new requests, waiting for %d running request(s)", n)
         ok = await self.engine.drain(self.drain_timeout)
         if not ok:
-            log.warning("drain timeout (%.0f s): the remaining requests were ended", self.drain_timeout)
+            log.warning("drain timeout (%g s): the remaining requests were ended", self.drain_timeout)
         self.should_exit = True
 
     def stop_now(self, sig: int = signal.SIGTERM) -> None:

@@ -1,7 +1,8 @@
-"""Scoring a prompt of exactly max_model_len tokens (`echo: true, max_tokens: 0`, as
-lm-evaluation-harness does) is served, as vLLM serves it: the token the prefill samples is
-never fed back to the model, so it needs no position and no KV slot. One more prompt token,
-or a completion that does not fit, is still a 400 that says so."""
+"""A prompt of max_model_len tokens leaves no room for a completion token and is refused,
+even to score it (`echo: true, max_tokens: 0`, as lm-evaluation-harness does), as vLLM
+0.32's server refuses it (its input processor: prompt_len == max_model_len for a generating
+model); one token less is served, and scoring it gives the prompt logprobs of a longer
+context. The engine itself (`LLM.generate`) takes a one-token request at max_model_len."""
 
 from __future__ import annotations
 
@@ -51,36 +52,37 @@ def _refused(r, param="prompt", *words):
 
 
 TOO_MANY_IDS = f"the prompt has {LEN + 1} token ids, more than the model's context ({LEN} tokens)"
-NO_ROOM = f"you requested {LEN + 1} tokens ({LEN} in the prompt, 1 in the completion)"
+NO_ROOM = f"your prompt has {LEN} tokens, which leaves no room for a completion token"
 
 
-def test_sim_backend_scores_a_prompt_of_max_model_len():
+def test_sim_backend_refuses_a_prompt_of_max_model_len_even_to_score_it():
     backend = make_sim_backend(SchedulerOptions(b_max=256), "const:1", max_model_len=LEN)
     ids = list(range(1, LEN + 1))
     with running_server(backend) as (base, _):
-        r = _score(base, backend.model_name, ids)
+        r = _score(base, backend.model_name, ids[:-1])
         assert r.status_code == 200, r.text
         b = r.json()
-        assert b["usage"] == {"prompt_tokens": LEN, "completion_tokens": 0, "total_tokens": LEN}
+        assert b["usage"] == {"prompt_tokens": LEN - 1, "completion_tokens": 0, "total_tokens": LEN - 1}
         assert b["choices"][0]["finish_reason"] == "length"
         text = "x" * (4 * LEN)  # LEN tokens by the 4-bytes rule
-        assert _score(base, backend.model_name, text).json()["usage"]["prompt_tokens"] == LEN
+        _refused(_score(base, backend.model_name, ids), "prompt", NO_ROOM)
+        _refused(_score(base, backend.model_name, text), "prompt", NO_ROOM)
+        assert _score(base, backend.model_name, text[:-4]).json()["usage"]["prompt_tokens"] == LEN - 1
         _refused(_score(base, backend.model_name, [*ids, 5]), "prompt", TOO_MANY_IDS)
         _refused(_score(base, backend.model_name, text + "x"), "prompt", f"context of {LEN} tokens")
-        # one token does not fit (the prompt leaves it no room: the prompt is blamed)
         one = post(base, "/v1/completions", {"model": backend.model_name, "prompt": ids, "max_tokens": 1})
         _refused(one, "prompt", NO_ROOM)
 
 
-def test_sim_backend_scoring_what_the_kv_cache_cannot_hold_is_refused():
+def test_sim_backend_scores_what_the_kv_cache_holds():
     """max_model_len defaults to the KV capacity + 1 (a prompt of the capacity and one
-    token); scoring needs the whole prompt in the cache: up to the capacity."""
+    token): a prompt of the capacity is served, scored or not; one more is not."""
     backend = make_sim_backend(SchedulerOptions(b_max=256, kv_capacity=LEN), "const:1")
     assert backend.max_model_len == LEN + 1
     with running_server(backend) as (base, _):
         assert _score(base, backend.model_name, list(range(1, LEN + 1))).status_code == 200
         err = _refused(_score(base, backend.model_name, list(range(1, LEN + 2))))
-        assert f"needs {LEN + 1} KV-cache tokens (its prompt)" in err["message"], err
+        assert f"your prompt has {LEN + 1} tokens, which leaves no room" in err["message"], err
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +107,10 @@ def _engine_backend(model, max_model_len, b_max=32, num_blocks=24):
     )
 
 
-def test_engine_backend_scores_a_prompt_of_max_model_len(tiny):
-    """The prompt logprobs at max_model_len (prefilled in two chunks) equal those of a
+def test_engine_backend_scores_a_prompt_of_max_model_len_less_one(tiny):
+    """The prompt logprobs at max_model_len - 1 (prefilled in two chunks) equal those of a
     server with a longer context; one token more is a 400."""
-    ids = [5 + (7 * i) % 200 for i in range(LEN)]
+    ids = [5 + (7 * i) % 200 for i in range(LEN - 1)]
     scores = {}
     for max_len in (LEN, 2 * LEN):
         backend = _engine_backend(tiny, max_len)
@@ -117,20 +119,21 @@ def test_engine_backend_scores_a_prompt_of_max_model_len(tiny):
             r = _score(base, backend.model_name, ids, logprobs=1)
             assert r.status_code == 200, r.text
             b = r.json()
-            assert b["usage"] == {"prompt_tokens": LEN, "completion_tokens": 0, "total_tokens": LEN}
+            assert b["usage"] == {"prompt_tokens": LEN - 1, "completion_tokens": 0, "total_tokens": LEN - 1}
             c = b["choices"][0]
-            assert c["finish_reason"] == "length" and len(c["logprobs"]["token_logprobs"]) == LEN
+            assert c["finish_reason"] == "length" and len(c["logprobs"]["token_logprobs"]) == LEN - 1
             scores[max_len] = c["logprobs"]["token_logprobs"]
             if max_len == LEN:
-                _refused(_score(base, backend.model_name, [*ids, 5], logprobs=1), "prompt", TOO_MANY_IDS)
-                text = backend.tokenizer.decode(ids[1:]) + " and more"  # BOS + 63 tokens + more
+                _refused(_score(base, backend.model_name, [*ids, 5], logprobs=1), "prompt", NO_ROOM)
+                _refused(_score(base, backend.model_name, [*ids, 5, 6], logprobs=1), "prompt", TOO_MANY_IDS)
+                text = backend.tokenizer.decode(ids[1:]) + " and more"  # BOS + 62 tokens + more
                 n = len(backend.tokenizer.encode(text))
-                assert n > LEN
-                _refused(_score(base, backend.model_name, text), "prompt", f"({n} in the prompt, 0 in the completion)")
-                one = post(base, "/v1/completions", {"model": backend.model_name, "prompt": ids, "max_tokens": 1})
+                assert n >= LEN
+                _refused(_score(base, backend.model_name, text), "prompt", f"your prompt has {n} tokens")
+                one = post(base, "/v1/completions", {"model": backend.model_name, "prompt": [*ids, 5], "max_tokens": 1})
                 _refused(one, "prompt", NO_ROOM)
-                # and the engine serves what fits after that
-                r = post(base, "/v1/completions", {"model": backend.model_name, "prompt": ids[:-1], "max_tokens": 1})
+                # and the engine serves what fits
+                r = post(base, "/v1/completions", {"model": backend.model_name, "prompt": ids, "max_tokens": 1})
                 assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 1
     assert scores[LEN][0] is None and all(v < 0 for v in scores[LEN][1:])
     assert scores[LEN][1:] == pytest.approx(scores[2 * LEN][1:], abs=1e-5)
@@ -155,3 +158,22 @@ def test_engine_one_token_at_max_model_len_with_a_full_kv_cache(tiny, b_max):
     with pytest.raises(ConfigError, match="maximum context length"):
         llm.generate([[*ids, 5]], SamplingParams(max_tokens=1))
     assert llm.engine.allocator.num_used == 0 and not llm.engine.has_unfinished_requests()
+
+
+def test_sim_backend_caps_a_max_model_len_beyond_the_kv_cache():
+    """As the engine backend: --max-model-len 5000 with --kv-capacity 100 warns at start and
+    serves (and advertises) a context of 101 tokens, which requests then meet."""
+    import httpx
+
+    from llmsched.core.errors import InputWarning
+
+    with pytest.warns(InputWarning, match=r"KV cache holds 100 tokens .* may reach 101 of the --max-model-len 5,000"):
+        backend = make_sim_backend(SchedulerOptions(b_max=256, kv_capacity=100), "const:1", max_model_len=5000)
+    assert backend.max_model_len == backend.info["max_model_len"] == 101
+    with running_server(backend) as (base, _):
+        assert httpx.get(base + "/v1/models").json()["data"][0]["max_model_len"] == 101
+        name = backend.model_name
+        r = post(base, "/v1/completions", {"model": name, "prompt": list(range(1, 101)), "max_tokens": 50})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 1, r.text
+        r = post(base, "/v1/completions", {"model": name, "prompt": [1, 2], "max_tokens": 200})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text
