@@ -112,6 +112,10 @@ def main() -> None:
         sys.exit(2)
     cases = _cases(_make_files(Path(args.dir), mooncake), azure, mooncake)
     names = args.cases.split(",") if args.cases else list(cases)
+    unknown = [n for n in names if n not in cases]
+    if unknown:
+        print(f"bench_traces: unknown case {unknown[0]!r}; known: {', '.join(cases)}", file=sys.stderr)
+        sys.exit(2)
     print(f"{'case':22s} {'requests':>10s} {'block ids':>12s} {'block':>5s} {'median s':>9s} {'peak GB':>8s}")
     for name in names:
         runs = []

@@ -149,3 +149,11 @@ def test_top_k_0_is_sent_and_served(capsys, tmp_path):
         assert main(["bench", "--base-url", base, "--top-k", "0", "--result-file", str(out), *SMALL]) == 0
     saved = json.loads(out.read_text())
     assert saved["completed"] == 2 and saved["failed"] == 0
+
+
+def test_result_file_in_a_missing_folder_makes_the_folder(capsys, tmp_path):
+    """`--result-file` makes its missing folders, as every other output flag does."""
+    out = tmp_path / "new" / "deeper" / "r.json"
+    with running_server(cost="const:1") as (base, _):
+        assert main(["bench", "--base-url", base, "--result-file", str(out), *SMALL]) == 0
+    assert json.loads(out.read_text())["completed"] == 2

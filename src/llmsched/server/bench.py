@@ -283,7 +283,7 @@ class BenchConfig:
         import os  # noqa: PLC0415
 
         if self.result_file:
-            check_out_file(self.result_file, "--result-file")
+            check_out_file(self.result_file, "--result-file", make_parents=True)
         elif self.save_result or self.append_result:
             if self.result_dir:
                 check_out_dir(self.result_dir, "--result-dir")
@@ -1066,8 +1066,7 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
     if path:
         import os  # noqa: PLC0415
 
-        if cfg.result_dir and not cfg.result_file:
-            os.makedirs(cfg.result_dir, exist_ok=True)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         write_result(path, {k: v for k, v in out.items() if k != "_results"}, cfg.append_result)
         out["result_path"] = path
     return out
