@@ -67,6 +67,18 @@ def _make_files(folder: Path, mooncake: Path) -> dict[str, Path]:
     return {"plain": plain, "mooncake": moon}
 
 
+CASES = (
+    "azure",
+    "mooncake-sample",
+    "mooncake-sample-512",
+    "plain-1m",
+    "mooncake-1m-512",
+    "synthetic-1m",
+    "system-prompt-100k",
+    "turns-100k",
+)
+
+
 def _cases(files: dict[str, Path], azure: Path, mooncake: Path) -> dict[str, str]:
     """name -> Python statement run in a fresh process (its wall time is measured)."""
     synth = "arrival='poisson', rate=100, num_requests=1_000_000, prompt='geometric:500', output='geometric:200'"
@@ -105,17 +117,17 @@ def main() -> None:
     if args.child:
         _child(args.child)
         return
+    names = args.cases.split(",") if args.cases else list(CASES)
+    unknown = [n for n in names if n not in CASES]
+    if unknown:  # before the traces are looked up and 460 MB of files are written
+        print(f"bench_traces: unknown case {unknown[0]!r}; known: {', '.join(CASES)}", file=sys.stderr)
+        sys.exit(2)
     try:
         azure, mooncake = shared_traces()
     except ConfigError as e:
         print(f"bench_traces: {e}", file=sys.stderr)
         sys.exit(2)
     cases = _cases(_make_files(Path(args.dir), mooncake), azure, mooncake)
-    names = args.cases.split(",") if args.cases else list(cases)
-    unknown = [n for n in names if n not in cases]
-    if unknown:
-        print(f"bench_traces: unknown case {unknown[0]!r}; known: {', '.join(cases)}", file=sys.stderr)
-        sys.exit(2)
     print(f"{'case':22s} {'requests':>10s} {'block ids':>12s} {'block':>5s} {'median s':>9s} {'peak GB':>8s}")
     for name in names:
         runs = []

@@ -143,3 +143,20 @@ def test_bench_traces_help_and_missing_traces_without_a_traceback(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "azure-conv" in r.stderr
     assert not (tmp_path / "files").exists()  # nothing generated before the check
+
+
+def test_bench_traces_unknown_case_is_refused_before_any_file_is_written(tmp_path):
+    r = _bench_traces(tmp_path / "no-traces", "--cases", "azure,nope", "--dir", str(tmp_path / "files"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "'nope'" in r.stderr and "turns-100k" in r.stderr
+    assert not (tmp_path / "files").exists()
+
+
+def test_bench_traces_case_names_are_the_cases_it_runs(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_traces  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    cases = bench_traces._cases({"plain": tmp_path / "p", "mooncake": tmp_path / "m"}, tmp_path / "a", tmp_path / "b")
+    assert tuple(cases) == bench_traces.CASES
