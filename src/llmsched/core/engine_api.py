@@ -152,8 +152,6 @@ def check_request_size(
     max_tokens: int,
     max_model_len: int | None,
     kv_capacity: int | None,
-    *,
-    strict: bool = False,
 ) -> None:
     """Raise ConfigError if a request of this size can never be served.
 
@@ -162,11 +160,11 @@ def check_request_size(
     next step, so a request's last token needs neither a position nor a KV slot: a request
     of one token (`max_tokens` 1, or 0: scoring a prompt, where the token its prefill samples
     is dropped) fits a prompt of max_model_len tokens (vLLM 0.32 refuses that prompt, and
-    so does the HTTP server: `server.backends.Backend.check_prompt`). `strict`: only
-    `max_tokens` 0 does. The KV cache must hold prompt + max(max_tokens, 1) - 1 tokens."""
+    so does the HTTP server: `server.backends.Backend.check_prompt`). The KV cache must
+    hold prompt + max(max_tokens, 1) - 1 tokens."""
     if prompt_tokens < 1:
         raise ConfigError("the prompt is empty; at least 1 token is needed")
-    one = max_tokens == 0 or (max_tokens == 1 and not strict)
+    one = max_tokens in (0, 1)
     if max_model_len is not None and prompt_tokens + (0 if one else max_tokens) > max_model_len:
         raise ConfigError(
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
