@@ -792,7 +792,10 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         prompt when it leaves no room."""
         asked = req.max_tokens
         if asked is None:
-            asked = cfg.default_max_tokens if cfg.default_max_tokens is not None or chat else 16
+            if cfg.default_max_tokens is not None:
+                asked = cfg.default_max_tokens
+            elif not chat:
+                asked = 16  # OpenAI's completions default; chat's (None) is all the room
         try:
             backend.check_prompt(prompt_tokens)
         except ConfigError as e:

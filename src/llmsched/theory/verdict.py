@@ -186,8 +186,9 @@ def batch_slope(t, w, alpha: float = 0.05, groups: int = 8):
 class Verdict:
     """`verdict`: "stable", "unstable" or "inconclusive"; `reason`: why, one sentence;
     `stable`: the same as True, False or None; `unit`: what the series counts (tokens of
-    unfinished work, or requests in the system), the unit of every `_per_s` field and of
-    `mean_backlog`; `growth_per_s`: estimated growth g of the series over the tail;
+    unfinished work, or requests in the system), the unit of `mean_backlog` and of every
+    `_per_s` field but `predicted_growth_tokens_per_s` (tokens always); `growth_per_s`:
+    estimated growth g of the series over the tail;
     `ci_low`, `ci_high`: its (1 - alpha) interval; `threshold_per_s`: h;
     `threshold_rule`: how h was set; `conclusive`: the CI lies on one side of h;
     `capacity_per_s`: the capacity h scales with, if given; `predicted_growth_tokens_per_s`:
