@@ -4,6 +4,7 @@ the traffic equations' view of the prompts, and the command line."""
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from llmsched.workload.blocks import chain, mix
 from llmsched.workload.network import NetworkSpec
 
 BS = 16
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "networks"
 
 
 def call(prompt, output, server="s", **extra):
@@ -387,3 +389,53 @@ def test_disaggregated_with_a_system_prompt_hands_over_its_kv_too():
     work = sum(tokens_computed(res, k) for k, r in enumerate(st.replicas) if r["server"] == "decode")
     assert work == int(out[dec].sum())  # one prefill token and output - 1 decode tokens a call
     assert cache(res, "prefill")["hit_tokens"] == 199 * 256
+
+
+def test_a_caching_server_over_its_prompt_token_capacity_is_not_declared_certainly_unstable():
+    # agent_loop: every prompt token counted offers 127.5% of capacity, but hits save about
+    # 85% of the prefill and the run is stable: the report may not say "every policy"
+    spec = NetworkSpec.from_yaml(EXAMPLES / "agent_loop.yaml")
+    spec.num_jobs = 800
+    report = traffic(spec)
+    summary = simulate_network(spec).summary
+    agent = report.server("agent")
+    assert agent.utilisation > 1.0
+    assert summary["verdict"] == "stable"
+    assert report.stable is None and summary["traffic_stable"] is None
+    assert "every policy's backlog grows" not in report.verdict and "check by simulation" in report.verdict
+    # the bound is sound: the measured hits leave at least that much load
+    assert agent.least_utilisation <= summary["servers"]["agent"]["utilisation_net_of_hits"] < agent.utilisation
+    # the critical scale counts every prompt token: a lower end, not the network's limit
+    assert summary["critical_scale_exact"] is False and report.critical_scale_exact is False
+    assert report.critical_scale < 1.0 < report.max_critical_scale == pytest.approx(1.0 / agent.least_utilisation)
+
+
+def test_the_least_utilisation_takes_out_every_resent_context_and_system_prompt_token():
+    # per job: call 1 works 30 + 100 + 19 tokens, 30 of them hittable (the system prompt);
+    # call 2 works 30 + 120 + 50 + 9, 150 hittable (system prompt and resent context)
+    rep = traffic(network([call(100, 20), call(50, 10)], system=30))
+    s = rep.server("s")
+    assert s.least_utilisation == pytest.approx(s.utilisation * (358 - 180) / 358)
+    assert rep.stable is True  # far below capacity
+    assert rep.critical_scale_exact is False and rep.max_critical_scale == pytest.approx(1 / s.least_utilisation)
+    off = traffic(network([call(100, 20), call(50, 10)], system=30, caching=False)).server("s")
+    assert off.least_utilisation == off.utilisation == pytest.approx(s.utilisation)
+
+
+def test_a_caching_server_over_capacity_even_net_of_every_hit_is_unstable():
+    over = network([call(100, 20), call(50, 10)], system=30)
+    s = traffic(over).server("s")
+    over["jobs"]["A"]["arrival"]["rate"] = 0.05 * 1.2 / s.least_utilisation
+    rep = traffic(over)
+    assert rep.server("s").least_utilisation == pytest.approx(1.2)
+    assert rep.stable is False and "even if every resent context and system-prompt token hit" in rep.verdict
+    # between the two bounds: no verdict
+    over["jobs"]["A"]["arrival"]["rate"] = 0.05 * 0.8 / s.least_utilisation
+    rep = traffic(over)
+    assert rep.max_utilisation > 1.0 and rep.stable is None
+    # nothing a cache could serve (no system prompt, no resent context): over capacity is over
+    plain = network([call(100, 20)], context="per-call")
+    plain["jobs"]["A"]["arrival"]["rate"] = 0.05 * 1.5 / traffic(plain).max_utilisation
+    rep = traffic(plain)
+    assert rep.stable is False and rep.critical_scale_exact is True
+    assert rep.max_critical_scale == pytest.approx(rep.critical_scale)

@@ -677,3 +677,41 @@ def test_seeds_are_kept_exactly_however_large():
     for seed in (2**53 + 1, 2**64 + 3, 10**30 + 1):
         assert NetworkSpec.from_dict(spec_with(lambda d, s=seed: d.update(seed=s))).seed == seed
         assert NetworkSpec.from_dict(spec_with()).with_run(seed=seed).seed == seed
+
+
+def test_an_explicit_class_name_that_is_another_calls_default_name_is_refused(capsys, tmp_path):
+    # call 1 is named "A.2", call 2 (no class) would get the default "A.2": one class on two
+    # servers, merged unseen in priorities, the report and back-pressure's successors
+    d = {
+        "servers": {"s1": {}, "s2": {}},
+        "jobs": {
+            "A": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [
+                    {"call": {"server": "s1", "prompt": "const:10", "output": "const:1", "class": "A.2"}},
+                    {"call": {"server": "s2", "prompt": "const:10", "output": "const:1"}},
+                ],
+            }
+        },
+        "num_jobs": 10,
+    }
+    with pytest.raises(ConfigError, match=r"jobs\.A\.route: call 2 \(on s2\).*'A\.2'.*call 1 of job A \(on s1\)"):
+        NetworkSpec.from_dict(copy.deepcopy(d))
+    other = copy.deepcopy(d)  # another job type's explicit name collides just the same
+    other["jobs"]["B"] = copy.deepcopy(other["jobs"]["A"])
+    other["jobs"]["A"]["route"][0]["call"].pop("class")
+    with pytest.raises(ConfigError, match="call 1 of job B"):
+        NetworkSpec.from_dict(other)
+    path = tmp_path / "net.yaml"
+    path.write_text(yaml.safe_dump(d))
+    one_line_error(capsys, ["simulate", "--network", str(path), "--out", ""], "A.2", "call 2", "merge")
+    # naming the second call too, or a call's own default name, is fine; validating again keeps the names
+    named = copy.deepcopy(d)
+    named["jobs"]["A"]["route"][1]["call"]["class"] = "A.1"
+    net = NetworkSpec.from_dict(named)
+    assert [c.cls for c in net.jobs[0].calls()] == ["A.2", "A.1"]
+    own = copy.deepcopy(d)
+    own["jobs"]["A"]["route"][0]["call"]["class"] = "A.1"
+    net = NetworkSpec.from_dict(own)
+    net.validate()
+    assert [c.cls for c in net.jobs[0].calls()] == ["A.1", "A.2"]

@@ -300,12 +300,10 @@ def print_network_summary(res) -> None:
         if srv.get("prefix_cache") is not None:
             rows.append(prefix_cache_row(srv["prefix_cache"], f"  {name} "))
     if s.get("bottleneck"):
-        rows.append(
-            (
-                "bottleneck (traffic equations)",
-                f"{s['bottleneck']} at {s['max_utilisation']:.1%}; rates could scale by {s['critical_scale']:.3g}",
-            )
-        )
+        scale = f"rates could scale by {s['critical_scale']:.3g}"
+        if not s.get("critical_scale_exact", True):
+            scale = f"rates could scale by at least {s['critical_scale']:.3g} (prefix-cache hits not counted)"
+        rows.append(("bottleneck (traffic equations)", f"{s['bottleneck']} at {s['max_utilisation']:.1%}; {scale}"))
     rows.append(("network verdict", s["verdict"]))
     rows.append(("simulation wall time", f"{s['wall_s']:.2f} s"))
     print_table("llmsched network", rows, ("metric", "value"))

@@ -431,7 +431,9 @@ _STREAM_TAGS = {"loop": 7, "lengths": 11, "delays": 13, "pool": 1_000_003}
 def stream_entropy(seed: int, kind: str, index: int = 0) -> list[int]:
     """numpy's seed of one random stream of a run: "arrivals" of job type `index`, "loop"
     (every loop's repeat draws), "lengths" of call node `index`, "delays" of delay node
-    `index`, "pool" (server `index`'s router). No two (seed, kind, index) share one."""
+    `index`, "pool" (server `index`'s router). No two (seed, kind, index) share one. Call
+    and delay nodes are indexed in the order the run first reaches them, and the loop
+    stream draws in event-time order: those draws follow the run's timing, not the jobs."""
     if seed >= _WORD:
         return _wide_seed_entropy(seed, kind, index)
     if kind == "arrivals":

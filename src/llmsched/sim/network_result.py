@@ -459,6 +459,8 @@ class NetworkResult:
             s["bottleneck"] = self.traffic.bottleneck
             s["max_utilisation"] = self.traffic.max_utilisation
             s["critical_scale"] = self.traffic.critical_scale
+            s["critical_scale_exact"] = self.traffic.critical_scale_exact
+            s["max_critical_scale"] = self.traffic.max_critical_scale
             s["traffic_stable"] = self.traffic.stable
         # a network whose routes cycle through servers can oscillate between servers whose own
         # backlogs show no steady slope (Rybko-Stolyar): there the network's total unfinished

@@ -17,7 +17,10 @@ on that path), recomputed in full, so its work is `C + P + O - 1`; a job type's
 `cached: true` the context (and S) arrives with its KV computed: in the prompt the server
 holds, not in its work. Prefix caching is not counted: a cache hit saves prefill that
 these equations still count, so with `prefix_caching` on a server's utilisation here is
-an upper bound (the simulator measures the hits; the report says so in `notes`).
+an upper bound (the simulator measures the hits; the report says so in `notes`). Its
+`least_utilisation` is the lower bound: the server's mix with every token a cache could
+serve (S and the resent context of each call prefilling them) moved from work to the
+cached prompt, its capacity recomputed.
 
 Context, exactly. Every route fragment F is summarised, for an entering context of 0, by
 - per (server, class): expected visits `v`, visits of context calls `vc`, the expected
@@ -66,7 +69,10 @@ Utilisation is offered / capacity per server; the bottleneck is the server with 
 highest; scaling every arrival rate by `1 / max utilisation` puts the bottleneck exactly
 at capacity (`critical_scale`, `critical_rates`).
 
-Stability: some server at or over the best policy's capacity: every policy is unstable;
+Stability: some server at or over the best policy's capacity (with prefix caching, even
+at its `least_utilisation`): every policy is unstable; a caching server over capacity
+only counting every prompt token: `stable` None (and `critical_scale` is the lower end of
+the network's limit, `max_critical_scale` the upper, `critical_scale_exact` False);
 below it but at or over `fill_capacity`: a policy filling every step to b_max is
 unstable there, smaller steps could serve it (`stable` None). With every server below
 `fill_capacity`, work-conserving policies are stable when the routes are feed-forward
@@ -84,9 +90,10 @@ holds.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -311,6 +318,9 @@ class ServerLoad:
     # lengths drawn from the server's calls) or "mean lengths" (the means' contexts: a call
     # resends its job's context, or no traffic)
     contexts: str = "load"
+    # with prefix caching, the utilisation if every resent context and system-prompt token
+    # hit (the most hits can save; a lower bound); `utilisation` without caching
+    least_utilisation: float = math.nan
 
 
 @dataclass
@@ -332,11 +342,15 @@ class JobLoad:
 class TrafficReport:
     """What `traffic(spec)` returns. `bottleneck`: the server with the highest
     utilisation; `critical_scale`: 1 / max utilisation; `critical_rates`: every job
-    type's rate times it; `stable`: True (every server below its `fill_capacity`,
+    type's rate times it (every prompt token counted: with a caching bottleneck
+    `critical_scale_exact` is False and `max_critical_scale`, 1 / the highest
+    `least_utilisation`, the most hits could raise it to); `stable`: True (every server below its `fill_capacity`,
     feed-forward routes, every server with calls running adaptive or a work-conserving
     policy without a k_max below b_max, with an admission that only orders its queue, and
     no back-pressure control),
-    False (some server at or over its `capacity`, the best policy's) or None (below
+    False (some server at or over its `capacity`, the best policy's; a caching one even at
+    its `least_utilisation`) or None (a caching server over capacity counting every
+    prompt token only; or below
     capacity but the routes have a cycle through servers: `cycle`; or some server at or
     over its `fill_capacity` but below its `capacity`: a policy filling every step to
     b_max is unstable there, smaller steps could serve it; or feed-forward and below
@@ -362,6 +376,8 @@ class TrafficReport:
     verdict: str
     notes: list = field(default_factory=list)
     not_throughput_optimal: dict = field(default_factory=dict)
+    max_critical_scale: float = math.nan
+    critical_scale_exact: bool = True
 
     def server(self, name: str) -> ServerLoad:
         for s in self.servers:
@@ -422,6 +438,7 @@ def traffic(spec) -> TrafficReport:
                     "prefill": 0.0,
                     "output": 0.0,
                     "cached": 0.0,
+                    "hittable": 0.0,
                 },
             )
             acc["jobs"].append(job.name)
@@ -432,6 +449,9 @@ def traffic(spec) -> TrafficReport:
             acc["output"] += rate * o
             # a handed-over KV cache holds the system prompt too (_node leaves it out of p)
             acc["cached"] += rate * (sk + job.system_prompt * vk)
+            # what a prefix cache could at most save: the resent context and the system
+            # prompt prefilled with every visit (a call's new prompt and output are its own)
+            acc["hittable"] += rate * (sc + job.system_prompt * (v - vk))
         jobs.append(
             JobLoad(
                 name=job.name,
@@ -468,18 +488,24 @@ def traffic(spec) -> TrafficReport:
     order = {c: i for i, c in enumerate(spec.call_classes())}
     servers_order = {s: i for i, s in enumerate(spec.servers)}
     classes.sort(key=lambda c: (servers_order[c.server], order.get(c.cls, 0)))
-    servers = [
-        _server_load(
-            s,
-            [c for c in classes if c.server == name],
-            lambda name=name: _server_mix(spec, name),
-            _server_largest_prompt(spec, name) if k_max_binds(s.b_max, s.k_max) else None,
-        )
-        for name, s in spec.servers.items()
-    ]
+    servers = []
+    for name, s in spec.servers.items():
+        mix = functools.cache(lambda name=name: _server_mix(spec, name))
+        largest = _server_largest_prompt(spec, name) if k_max_binds(s.b_max, s.k_max) else None
+        own = [c for c in classes if c.server == name]
+        load = _server_load(s, own, mix, largest)
+        hittable = {c.cls: per_class[(name, c.cls)]["hittable"] for c in own}
+        if s.prefix_caching and sum(hittable.values()) > 0:
+            load.least_utilisation = _server_load(s, _net_of_every_hit(own, hittable), mix, largest).utilisation
+        else:
+            load.least_utilisation = load.utilisation
+        servers.append(load)
     worst = max(servers, key=lambda s: s.utilisation)
     max_util = worst.utilisation
     scale = 1.0 / max_util if max_util > 0 else math.inf
+    surest = max(servers, key=lambda s: s.least_utilisation)
+    least_util = surest.least_utilisation
+    max_scale = 1.0 / least_util if least_util > 0 else math.inf
     for j in jobs:
         j.critical_rate = j.rate * scale
     cycle = _server_cycle(spec)
@@ -493,12 +519,27 @@ def traffic(spec) -> TrafficReport:
     # "stable under work-conserving policies" only against the second, and never for a
     # server with a binding k_max (`not_conserving` names it)
     filler = max(servers, key=lambda s: s.fill_utilisation)
-    if max_util >= 1.0:
+    if least_util >= 1.0:
+        net = (
+            f", {least_util:.1%} even if every resent context and system-prompt token hit its prefix cache"
+            if least_util < surest.utilisation
+            else ""
+        )
         stable, verdict = (
             False,
             (
-                f"unstable: server {worst.name} is offered {max_util:.1%} of its "
-                f"capacity (every policy's backlog grows there)"
+                f"unstable: server {surest.name} is offered {surest.utilisation:.1%} of its "
+                f"capacity{net} (every policy's backlog grows there)"
+            ),
+        )
+    elif max_util >= 1.0:
+        # only caching servers can be here: their hits may bring the load under capacity
+        stable, verdict = (
+            None,
+            (
+                f"server {worst.name} is offered {max_util:.1%} of its capacity counting every prompt token, "
+                f"{worst.least_utilisation:.1%} if every resent context and system-prompt token hit its prefix "
+                "cache: stable only if the hits save enough; check by simulation"
             ),
         )
     elif filler.fill_utilisation >= 1.0:
@@ -550,12 +591,19 @@ def traffic(spec) -> TrafficReport:
                 f"server {name}: kv_capacity is not part of the capacity (calls longer than it "
                 "never complete; preemptions add recompute work)"
             )
+    spec_least = {s.name: s.least_utilisation for s in servers}
     for name, s in spec.servers.items():
         if s.prefix_caching:
             notes.append(
                 f"server {name}: prefix caching is on; every prompt token counts as work here (hits "
-                "save prefill), so its utilisation is an upper bound (the simulator measures the hits)"
+                "save prefill), so its utilisation is an upper bound (the simulator measures the hits); "
+                f"{spec_least[name]:.1%} if every resent context and system-prompt token hit (a lower bound)"
             )
+    if max_scale > scale * (1 + 1e-9):
+        notes.append(
+            f"critical scale {scale:.4g} puts the bottleneck at capacity counting every prompt token: prefix-cache "
+            f"hits can raise it, up to {max_scale:.4g} if every resent context and system-prompt token hit"
+        )
     if any(isinstance(c.prompt, Lognormal) or isinstance(c.output, Lognormal) for j in spec.jobs for c in j.calls()):
         notes.append("lognormal lengths: means of the rounded, clipped laws (exact up to 1e-6 tokens)")
     return TrafficReport(
@@ -566,6 +614,8 @@ def traffic(spec) -> TrafficReport:
         max_utilisation=max_util,
         critical_scale=scale,
         critical_rates={j.name: j.critical_rate for j in jobs},
+        max_critical_scale=max_scale,
+        critical_scale_exact=not max_scale > scale * (1 + 1e-9),
         offered_tokens_per_s=float(sum(s.offered_tokens_per_s for s in servers)),
         feedforward=cycle is None,
         cycle=cycle,
@@ -688,6 +738,24 @@ def _server_largest_prompt(spec, name: str) -> int | None:
                 return None
             longest = max(longest, largest + (0 if call.cached else job.system_prompt))
     return longest or None
+
+
+def _net_of_every_hit(classes: list[ClassLoad], hittable: dict[str, float]) -> list[ClassLoad]:
+    """The classes with every token a prefix cache could serve (`hittable`, tokens/s per
+    class) moved from prefill work to the cached prompt: the least load hits can leave."""
+    out = []
+    for c in classes:
+        saved = hittable[c.cls]
+        out.append(
+            replace(
+                c,
+                mean_cached_prompt=c.mean_cached_prompt + saved / c.visit_rate,
+                prefill_tokens_per_s=c.prefill_tokens_per_s - saved,
+                offered_tokens_per_s=c.offered_tokens_per_s - saved,
+                work_per_visit=c.work_per_visit - saved / c.visit_rate,
+            )
+        )
+    return out
 
 
 def _server_load(s, classes: list[ClassLoad], mix, largest_prompt: int | None = None) -> ServerLoad:
@@ -914,12 +982,27 @@ def network_server_rows(rep: dict) -> list[tuple[str, ...]]:
                 _num(s["visit_rate"], ",.3f"),
                 _num(s["offered_tokens_per_s"]),
                 _num(s["capacity"]),
-                _num(s["utilisation"], ".1%"),
+                _utilisation_cell(s),
                 _num(s["max_scale"], ".4g"),
                 s["binding"],
             )
         )
     return rows
+
+
+def _utilisation_cell(s: dict) -> str:
+    """A server's utilisation, and with prefix caching the least its hits can leave."""
+    util, least = s["utilisation"], s.get("least_utilisation")
+    if util is None or least is None or not least < util:
+        return _num(util, ".1%")
+    return f"{util:.1%} (>= {least:.1%} net of hits)"
+
+
+def _critical_scale_cell(rep: dict) -> str:
+    scale, most = rep["critical_scale"], rep.get("max_critical_scale")
+    if rep.get("critical_scale_exact", True) or most is None:
+        return _num(scale, ".4g")
+    return f"{scale:.4g} counting every prompt token (up to {most:.4g} with prefix-cache hits)"
 
 
 def network_capacity_rows(rep: dict) -> list[tuple[str, str]]:
@@ -929,7 +1012,7 @@ def network_capacity_rows(rep: dict) -> list[tuple[str, str]]:
         ("source", rep.get("source") or "-"),
         ("verdict", rep["verdict"]),
         ("bottleneck", f"{rep['bottleneck']} ({_num(rep['max_utilisation'], '.1%')} of capacity)"),
-        ("critical scale of all arrival rates", _num(rep["critical_scale"], ".4g")),
+        ("critical scale of all arrival rates", _critical_scale_cell(rep)),
         ("routes", "feed-forward" if rep["feedforward"] else f"cyclic ({' -> '.join(rep['cycle'])})"),
     ]
     for j in rep["jobs"]:

@@ -33,7 +33,8 @@ it resends, and the system prompt's blocks are shared by every job of the type.
 
 Call classes: every call has a class name (`cls`), by default `"{job}.{i}"` with `i`
 counting the job's calls from 1 in document order (depth first: a fork's branches in
-order, a loop's body once). Calls may share an explicit class name (`class:` in YAML).
+order, a loop's body once). Calls may share an explicit class name (`class:` in YAML);
+an explicit name that is the default of a call without one is refused.
 
 Validation: building a `NetworkSpec` (from Python or from a mapping / YAML file) checks
 everything and raises `ConfigError` with one line naming the place, e.g.
@@ -682,9 +683,7 @@ class NetworkSpec:
             if job.context == "grow":
                 for call in job.calls():
                     call.context = True
-            for counter, call in enumerate(job.calls(), start=1):
-                if not call.cls:
-                    call.cls = f"{job.name}.{counter}"
+        self._name_classes()
         self._check_priorities()
         if self.duration_s is not None:
             self.duration_s = _number(self.duration_s, "duration_s", "duration_s")
@@ -694,6 +693,28 @@ class NetworkSpec:
                 raise ConfigError(f"duration_s: must be at most {MAX_SECONDS:g} seconds, got {self.duration_s:g}")
         self.num_jobs = _job_count(self.num_jobs, self.duration_s, "num_jobs")
         self.seed = _whole(0 if self.seed is None else self.seed, "seed", "seed", minimum=0)
+
+    def _name_classes(self) -> None:
+        """Default class names for calls without one; a default name that another call
+        has explicitly is refused (the two calls would merge into one class unseen)."""
+        explicit: dict[str, str] = {}
+        for job in self.jobs:
+            for i, call in enumerate(job.calls(), start=1):
+                if call.cls:
+                    explicit.setdefault(call.cls, f"call {i} of job {job.name} (on {call.server})")
+        for job in self.jobs:
+            for i, call in enumerate(job.calls(), start=1):
+                if call.cls:
+                    continue
+                name = f"{job.name}.{i}"
+                if name in explicit:
+                    raise _at(
+                        f"jobs.{job.name}.route",
+                        f"call {i} (on {call.server}) has no class and its default name '{name}' is the class "
+                        f"given to {explicit[name]}: the two would merge into one class; give call {i} a class "
+                        "or rename the other",
+                    )
+                call.cls = name
 
     def _check_route(self, route: list, where: str) -> None:
         for i, node in enumerate(route):
