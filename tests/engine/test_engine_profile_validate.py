@@ -190,12 +190,15 @@ def _profile_rows(path):
     "b_max, max_num_seqs, linear, lm, chunks, batches",
     [
         # above the grids' tops: doublings up to b_max, and b_max; a 48-token load is two
-        # sequences' chunks (max_model_len 32), a 48-token chunk no sequence holds
-        (48, 48, [1, 8, 16, 32, 48], [1, 2, 8, 16, 32, 48], [16, 32], [1, 4, 8]),
+        # sequences' chunks (max_model_len 32), a 48-token chunk no sequence holds; decode
+        # batches up to the 48 sequences a step can decode (they stopped at 8)
+        (48, 48, [1, 8, 16, 32, 48], [1, 2, 8, 16, 32, 48], [16, 32], [1, 4, 8, 16, 32, 48]),
         # below them: nothing past b_max (nor a decode batch over it), b_max itself added
-        (6, 16, [1, 6], [1, 2, 6], [6], [1, 4]),
-        # a step samples one row per running sequence: the LM head stops at max_num_seqs
+        (6, 16, [1, 6], [1, 2, 6], [6], [1, 4, 6]),
+        # a step samples one row per running sequence: the LM head and the decode batches
+        # stop at max_num_seqs
         (48, 4, [1, 8, 16, 32, 48], [1, 2, 4], [16, 32], [1, 4]),
+        (48, 3, [1, 8, 16, 32, 48], [1, 2, 3], [16, 32], [1, 3]),
     ],
 )
 def test_profile_grid_reaches_b_max_and_no_further(
@@ -218,9 +221,28 @@ def test_profile_grid_reaches_b_max_and_no_further(
         calibrate=False,
     )
     assert _profile_rows(s["path"]) == (linear, lm, chunks, batches)
-    # simulate at this b_max reads measured loads, not an extrapolation
+    # simulate at this b_max and running cap reads measured loads, not an extrapolation
     cost = make_cost_model(s["cost_model"])
-    assert cost.extrapolation(b_max, 0, 0) == []
+    assert cost.extrapolation(b_max, min(b_max, max_num_seqs), 0) == []
+
+
+def test_profile_contexts_fit_a_small_max_model_len(tiny_model, tmp_path):
+    """The spread decode contexts (up to 2x the mean) dropped every context over
+    max_model_len / 2 at batches of 2 and more, and chunk contexts past max_model_len -
+    chunk left prefill rows at context 0 only: both come down to what a sequence holds."""
+    import csv
+
+    from llmsched.engine.profiler import profile
+
+    grid = dict(tokens=[1, 8], batches=[1, 2, 4], contexts=[16, 48, 128], chunks=[16, 32], chunk_contexts=[0, 32, 128])
+    kw = dict(max_num_seqs=4, max_model_len=64, b_max=64, reps=1, warmup=0, min_s=0, calibrate=False)
+    s = profile(tiny_model, tmp_path / "prof.csv", grid=grid, **kw)
+    with open(s["path"], newline="") as f:
+        rows = list(csv.DictReader(f))
+    dec = {(int(r["batch"]), int(r["context"])) for r in rows if r["table"] == "decode_attn"}
+    pre = {(int(r["chunk"]), int(r["context"])) for r in rows if r["table"] == "prefill_attn"}
+    assert dec == {(b, c) for b in (1, 2, 4) for c in (16, 48, 64)}
+    assert pre == {(16, 0), (16, 32), (16, 48), (32, 0), (32, 32), (64, 0)}
 
 
 def test_profile_refuses_a_grid_whose_decode_batches_exceed_b_max(tiny_model, tmp_path):
