@@ -86,6 +86,31 @@ def test_validate_reports_errors(tiny_model, tmp_path):
                 assert e["real_ms"] > 0 and e["sim_ms"] > 0 and np.isfinite(e["rel_error"])
 
 
+def test_validate_reports_the_engines_preemptions_per_policy(tiny_model, tmp_path, capsys):
+    """validate reported the simulator's preemptions but not the engine's. With every
+    request at time 0 the engine plans exactly as the simulator does, so the counts agree;
+    each policy's count is its own run's, not the engine's running total."""
+    from llmsched.analysis.validate import validate
+    from llmsched.cli.analysis import render_validation
+    from llmsched.engine import LLMEngine
+    from llmsched.engine.replaying import warm_up
+
+    # 4 + 8 blocks of 16: a 128-token cache for 4 x (12 + 40) tokens of work
+    eng = LLMEngine(tiny_model, b_max=128, max_num_seqs=4, num_blocks=12, block_size=16, max_model_len=512)
+    warm_up(eng)
+    before = eng.preemptions
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "0,12,40\n" * 4)
+    res = validate(tiny_model, trace, "vllm,sarathi", engine=eng, profile="const:1")
+    counts = {p: (r["engine_preemptions"], r["sim_preemptions"]) for p, r in res["policies"].items()}
+    assert all(real == sim > 0 for real, sim in counts.values()), counts
+    assert sum(real for real, _ in counts.values()) == eng.preemptions - before
+    render_validation(res)
+    out = capsys.readouterr().out
+    n = counts["vllm"][0]
+    assert f"preemptions: {n} real, {n} simulated" in out
+
+
 def test_validate_rejects_bad_input(tiny_model, tmp_path):
     from llmsched.analysis.validate import validate
     from llmsched.core.errors import ConfigError
