@@ -36,8 +36,37 @@ def test_a_block_size_without_prefix_caching_warns(capsys):
     assert code == 0 and warnings_of(err) == [
         "llmsched simulate: warning: block_size=32 has no effect without prefix caching (--prefix-caching)"
     ]
-    code, out, err = run(capsys, *BASE, "--cost-model", "const:1", "--block-size", "32", "--prefix-caching")
+    code, out, err = run(
+        capsys, *BASE, "--cost-model", "const:1", "--block-size", "32", "--prefix-caching", "--system-prompt", "64"
+    )
     assert code == 0 and err == ""
+
+
+def test_prefix_caching_on_a_workload_without_block_ids_warns(capsys, tmp_path):
+    """`--prefix-caching` on a trace without block ids (plain CSV, Azure, BurstGPT) or a
+    synthetic workload with no shared prefix ran at a 0.0% hit rate and said nothing."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,64,4\n0.1,64,4\n0.2,64,4\n")
+    code, out, err = run(capsys, "--trace", str(trace), "--prefix-caching", "--cost-model", "const:1", "--json")
+    assert code == 0 and json.loads(out)["prefix_cache"]["token_hit_rate"] == 0
+    assert warnings_of(err) == [
+        f"llmsched simulate: warning: prefix caching has nothing to hit: trace {trace} has no block ids (a "
+        "block_ids@B column or Mooncake's hash_ids; Azure and BurstGPT traces have none), so every prompt is a miss"
+    ]
+    code, out, err = run(capsys, *BASE, "--cost-model", "const:1", "--prefix-caching")
+    assert code == 0 and warnings_of(err) == [
+        "llmsched simulate: warning: prefix caching has nothing to hit: the synthetic workload shares no "
+        "prefixes (give it --system-prompt N or --turns), so every prompt is a miss"
+    ]
+    # the same trace with block ids: prompts 2 and 3 hit the first one's blocks
+    ids = " ".join(str(i) for i in range(1, 5))
+    trace.write_text(
+        "arrival_s,prompt_tokens,output_tokens,block_ids@16\n" + "".join(f"{t},64,4,{ids}\n" for t in (0, 1, 2))
+    )
+    code, out, err = run(capsys, "--trace", str(trace), "--prefix-caching", "--cost-model", "const:1", "--json")
+    assert code == 0 and err == "" and json.loads(out)["prefix_cache"]["token_hit_rate"] > 0
+    with pytest.warns(InputWarning, match="the trace has no block ids"):
+        llmsched.simulate(trace=Trace(np.array([0.0, 1.0]), np.array([64, 64]), np.array([4, 4])), prefix_caching=True)
 
 
 def test_a_step_under_a_tenth_of_a_millisecond_warns_once(capsys):

@@ -428,7 +428,12 @@ def test_block_size_rule_accepts_positive_ints():
     assert SchedulerSpec(prefix_caching=True, block_size=32).build().constraints.prefix_block_size == 32
     # the API takes a numpy integer as the int it is (a spec or Constraints does not)
     r = llmsched.simulate(
-        block_size=np.int64(32), prefix_caching=True, cost_model="paper", num_requests=5, prompt="const:64"
+        block_size=np.int64(32),
+        prefix_caching=True,
+        cost_model="paper",
+        num_requests=5,
+        prompt="const:64",
+        system_prompt=64,
     )
     assert r.summary["prefix_cache"]["block_size"] == 32
 

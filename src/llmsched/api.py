@@ -357,6 +357,8 @@ def simulate(
     replay = workload_desc.get("arrival", "trace") == "trace"  # a trace's own clock, not rescaled
     replay = replay and workload_desc.get("rate") is None and workload_desc.get("time_scale", 1.0) == 1.0
     warn_implausible(cost, cfg, trace, replay=replay)
+    if cfg.prefix_caching and getattr(trace, "block_ids", None) is None:
+        warn(f"prefix caching has nothing to hit: {_no_block_ids(workload_desc)}, so every prompt is a miss")
     steps_tmp = None
     steps_file = None
     if cfg.record_steps:
@@ -434,6 +436,18 @@ def _check_trace_object(trace, overrides: dict) -> None:
                 f"a Trace object brings its own requests: {k} does not apply to it; cut or rescale the "
                 "Trace itself (Trace.head, Trace.until, Trace.time_scaled) or pass the trace file's path instead"
             )
+
+
+def _no_block_ids(workload: dict) -> str:
+    """Why a workload's requests carry no prefix-cache block ids, for the warning."""
+    if workload.get("arrival") == "trace":
+        return (
+            f"trace {workload.get('trace')} has no block ids (a block_ids@B column or Mooncake's hash_ids; "
+            "Azure and BurstGPT traces have none)"
+        )
+    if "arrival" in workload:
+        return "the synthetic workload shares no prefixes (give it --system-prompt N or --turns)"
+    return "the trace has no block ids"
 
 
 MIN_STEP_S = 1e-4  # a step faster than 0.1 ms is no GPU's: probably seconds given as ms

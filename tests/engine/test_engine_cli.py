@@ -341,13 +341,6 @@ def test_profile_and_validate_refuse_non_finite_seconds(tmp_path, capsys, option
         (["--max-running", "1"], "grid (1) fits this engine (max_num_seqs 1); a profile needs two: raise --max-r"),
         # a decode batch is a step of as many tokens: b_max 1 caps it at 1 too
         (["--b-max", "1"], "fits this engine (b_max 1); a profile needs two: raise --b-max"),
-        # two decoders at mean context 16 spread to 11 and 21 tokens: max_model_len binds,
-        # not the running cap the message named
-        (
-            ["--max-model-len", "16"],
-            "(max_model_len 16: a batch of 2 decodes at contexts up to 21); a profile needs two: "
-            "raise --max-model-len to at least 21",
-        ),
         (
             ["--kv-cache-gb", "0.00002", "--block-size", "4", "--max-running", "2"],
             "(its KV cache of 40 tokens: a batch of 2 needs 48); a profile needs two: raise --kv-cache-gb",

@@ -86,6 +86,31 @@ def test_validate_reports_errors(tiny_model, tmp_path):
                 assert e["real_ms"] > 0 and e["sim_ms"] > 0 and np.isfinite(e["rel_error"])
 
 
+def test_validate_reports_the_engines_preemptions_per_policy(tiny_model, tmp_path, capsys):
+    """validate reported the simulator's preemptions but not the engine's. With every
+    request at time 0 the engine plans exactly as the simulator does, so the counts agree;
+    each policy's count is its own run's, not the engine's running total."""
+    from llmsched.analysis.validate import validate
+    from llmsched.cli.analysis import render_validation
+    from llmsched.engine import LLMEngine
+    from llmsched.engine.replaying import warm_up
+
+    # 4 + 8 blocks of 16: a 128-token cache for 4 x (12 + 40) tokens of work
+    eng = LLMEngine(tiny_model, b_max=128, max_num_seqs=4, num_blocks=12, block_size=16, max_model_len=512)
+    warm_up(eng)
+    before = eng.preemptions
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "0,12,40\n" * 4)
+    res = validate(tiny_model, trace, "vllm,sarathi", engine=eng, profile="const:1")
+    counts = {p: (r["engine_preemptions"], r["sim_preemptions"]) for p, r in res["policies"].items()}
+    assert all(real == sim > 0 for real, sim in counts.values()), counts
+    assert sum(real for real, _ in counts.values()) == eng.preemptions - before
+    render_validation(res)
+    out = capsys.readouterr().out
+    n = counts["vllm"][0]
+    assert f"preemptions: {n} real, {n} simulated" in out
+
+
 def test_validate_rejects_bad_input(tiny_model, tmp_path):
     from llmsched.analysis.validate import validate
     from llmsched.core.errors import ConfigError
@@ -190,12 +215,15 @@ def _profile_rows(path):
     "b_max, max_num_seqs, linear, lm, chunks, batches",
     [
         # above the grids' tops: doublings up to b_max, and b_max; a 48-token load is two
-        # sequences' chunks (max_model_len 32), a 48-token chunk no sequence holds
-        (48, 48, [1, 8, 16, 32, 48], [1, 2, 8, 16, 32, 48], [16, 32], [1, 4, 8]),
+        # sequences' chunks (max_model_len 32), a 48-token chunk no sequence holds; decode
+        # batches up to the 48 sequences a step can decode (they stopped at 8)
+        (48, 48, [1, 8, 16, 32, 48], [1, 2, 8, 16, 32, 48], [16, 32], [1, 4, 8, 16, 32, 48]),
         # below them: nothing past b_max (nor a decode batch over it), b_max itself added
-        (6, 16, [1, 6], [1, 2, 6], [6], [1, 4]),
-        # a step samples one row per running sequence: the LM head stops at max_num_seqs
+        (6, 16, [1, 6], [1, 2, 6], [6], [1, 4, 6]),
+        # a step samples one row per running sequence: the LM head and the decode batches
+        # stop at max_num_seqs
         (48, 4, [1, 8, 16, 32, 48], [1, 2, 4], [16, 32], [1, 4]),
+        (48, 3, [1, 8, 16, 32, 48], [1, 2, 3], [16, 32], [1, 3]),
     ],
 )
 def test_profile_grid_reaches_b_max_and_no_further(
@@ -218,9 +246,28 @@ def test_profile_grid_reaches_b_max_and_no_further(
         calibrate=False,
     )
     assert _profile_rows(s["path"]) == (linear, lm, chunks, batches)
-    # simulate at this b_max reads measured loads, not an extrapolation
+    # simulate at this b_max and running cap reads measured loads, not an extrapolation
     cost = make_cost_model(s["cost_model"])
-    assert cost.extrapolation(b_max, 0, 0) == []
+    assert cost.extrapolation(b_max, min(b_max, max_num_seqs), 0) == []
+
+
+def test_profile_contexts_fit_a_small_max_model_len(tiny_model, tmp_path):
+    """The spread decode contexts (up to 2x the mean) dropped every context over
+    max_model_len / 2 at batches of 2 and more, and chunk contexts past max_model_len -
+    chunk left prefill rows at context 0 only: both come down to what a sequence holds."""
+    import csv
+
+    from llmsched.engine.profiler import profile
+
+    grid = dict(tokens=[1, 8], batches=[1, 2, 4], contexts=[16, 48, 128], chunks=[16, 32], chunk_contexts=[0, 32, 128])
+    kw = dict(max_num_seqs=4, max_model_len=64, b_max=64, reps=1, warmup=0, min_s=0, calibrate=False)
+    s = profile(tiny_model, tmp_path / "prof.csv", grid=grid, **kw)
+    with open(s["path"], newline="") as f:
+        rows = list(csv.DictReader(f))
+    dec = {(int(r["batch"]), int(r["context"])) for r in rows if r["table"] == "decode_attn"}
+    pre = {(int(r["chunk"]), int(r["context"])) for r in rows if r["table"] == "prefill_attn"}
+    assert dec == {(b, c) for b in (1, 2, 4) for c in (16, 48, 64)}
+    assert pre == {(16, 0), (16, 32), (16, 48), (32, 0), (32, 32), (64, 0)}
 
 
 def test_profile_refuses_a_grid_whose_decode_batches_exceed_b_max(tiny_model, tmp_path):

@@ -119,3 +119,25 @@ def test_preemption_with_prefix_caching_matches_hf(refs, policy):
     eng = llm.engine
     assert eng.state.kv_used == 0
     assert eng.allocator.num_used == len(eng._cached_blocks) == eng.state.prefix_stats()["cached_blocks"]
+
+
+def test_a_scheduler_specs_block_size_is_the_engines(tiny_model):
+    """A SchedulerSpec's block_size 4 was replaced by the engine's default of 16, silently:
+    the cache then reused whole 16-token blocks only (a 10-token prefix: nothing)."""
+    from llmsched.core.errors import ConfigError
+    from llmsched.engine import LLMEngine
+    from llmsched.policies.spec import SchedulerSpec
+
+    spec = SchedulerSpec(policy="sarathi", prefix_caching=True, block_size=4)
+    eng = LLMEngine(tiny_model, scheduler=spec, num_blocks=300, max_num_seqs=4, max_model_len=256)
+    assert eng.allocator.block_size == eng.spec.block_size == eng.stats()["block_size"] == 4
+    prompt = list(range(3, 13))
+    for rid in ("a", "b"):
+        eng.add_request(rid, prompt, _params(2))
+        while eng.has_unfinished_requests():
+            eng.step()
+    assert eng.state.prefix_stats()["hit_tokens"] == 8  # two 4-token blocks of the 10
+    # the same size in both places is that size; two sizes are refused, naming both
+    assert LLMEngine(tiny_model, scheduler=spec, block_size=4, num_blocks=300, max_num_seqs=4).allocator.block_size == 4
+    with pytest.raises(ConfigError, match=r"^block_size 16 differs from the SchedulerSpec's block_size 4"):
+        LLMEngine(tiny_model, scheduler=spec, block_size=16, num_blocks=300, max_num_seqs=4)

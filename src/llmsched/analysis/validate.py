@@ -14,6 +14,7 @@ sides and the median ratio of each real step's time (start to next start) to the
 model's time for the same plan, separately for steps that followed another step at once
 (`busy_ratio`) and for the first step after an idle wait (`after_idle_ratio`). These say
 whether an error comes from the step times or from elsewhere (queueing, batching).
+`engine_preemptions` and `sim_preemptions` count the preemptions of each side's run.
 """
 
 from __future__ import annotations
@@ -170,12 +171,14 @@ def validate(
         engine.set_scheduler(policy, b_max=engine.b_max, k_max=engine.k_max)
         say(f"{policy}: real-time replay of {len(trace.arrival_s)} requests")
         steps: list = []
+        preempted_before = engine.preemptions
         real = replay(engine, trace, seed=seed, steps=steps)
         sim = simulate(trace, engine, policy, cost)
         results[policy] = {
             "errors": compare(real, sim),
             "real_duration_s": real["duration_s"],
             "sim_duration_s": sim.summary["duration"],
+            "engine_preemptions": engine.preemptions - preempted_before,
             "sim_preemptions": sim.summary["preemptions"],
             "steps": {"sim": int(sim.stats.steps), **step_ratios(steps, cost)},
         }

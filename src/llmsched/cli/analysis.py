@@ -1063,7 +1063,8 @@ def render_validation(result: dict) -> None:
         con.print(
             f"{policy}: {st['real']} real steps, {st['sim']} simulated; real / modelled step time "
             f"(median): {ratio(st['busy_ratio'])} back to back, {ratio(st['after_idle_ratio'])} "
-            f"first after idle ({st['after_idle_steps']} steps, started {lag} after the arrival)"
+            f"first after idle ({st['after_idle_steps']} steps, started {lag} after the arrival); "
+            f"preemptions: {res.get('engine_preemptions', '-')} real, {res.get('sim_preemptions', '-')} simulated"
         )
 
 

@@ -370,7 +370,8 @@ def register(subparsers) -> None:
         description="Measure linear, attention and LM-head times of the engine on "
         "this machine and write a profile CSV that "
         "`simulate --cost-model profile:PATH` reads. The measured step tokens and prefill chunks "
-        "reach --b-max and stop there (LM-head rows: --max-running, if smaller): give the budget you "
+        "reach --b-max and stop there (LM-head rows and decode batches: --max-running, if smaller): give "
+        "the budget you "
         "will simulate.",
     )
     p.add_argument("--model", required=True, help="model folder")

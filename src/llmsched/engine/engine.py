@@ -151,7 +151,10 @@ class LLMEngine(StepDriver):
 
     `scheduler`: a batch policy name (with `admission`, `b_max`, `k_max`,
     `admission_options`), or a whole `SchedulerSpec` (its `max_running`, if set, is
-    `max_num_seqs`); the KV capacity is always the engine's. `prefix_caching` (or the
+    `max_num_seqs`; its `block_size` is `block_size`, and a `block_size` given here that
+    differs from it is a ConfigError); the KV capacity (`kv_capacity`) is always the
+    engine's. `block_size`: tokens per KV block, the prefix cache's unit too (default 16,
+    or the spec's). `prefix_caching` (or the
     spec's): reuse the KV blocks of computed prompt prefixes, shared between sequences
     (see `kv_cache`); block ids come from the prompt's token ids. `tokenizer`: a folder
     with tokenizer.json (or the file) used instead of the model folder's, as vLLM's
@@ -169,7 +172,7 @@ class LLMEngine(StepDriver):
         device: str = "cpu",
         dtype=None,
         max_num_seqs: int = 256,
-        block_size: int = 16,
+        block_size: int | None = None,
         max_model_len: int | None = None,
         gpu_memory_utilization: float = 0.9,
         enforce_eager: bool = False,
@@ -185,7 +188,15 @@ class LLMEngine(StepDriver):
         if isinstance(scheduler, SchedulerSpec):
             spec = scheduler
             max_num_seqs = spec.max_running or max_num_seqs
+            if block_size is None:
+                block_size = spec.block_size
+            elif as_int(block_size) is not None and block_size != spec.block_size:
+                raise ConfigError(
+                    f"block_size {block_size} differs from the SchedulerSpec's block_size {spec.block_size}: "
+                    "give it in one place"
+                )
         else:
+            block_size = SchedulerSpec.block_size if block_size is None else block_size
             spec = SchedulerSpec(
                 policy=scheduler,
                 admission=admission,

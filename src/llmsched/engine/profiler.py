@@ -18,16 +18,19 @@ Two stages, both through the engine's own step path (`ModelRunner.execute`):
      context `context` costs beyond linear(batch) + lm_head(batch), divided by the layer
      count: ONE layer's paged attention with its share of the per-step setup (block
      tables, masks, cache writes). By default the contexts are spread evenly over
-     0..2 x context, as serving mixes them: the SDPA decode path pads a batch's gather to
-     its longest context, so there mixed lengths cost more than equal ones (the CPU
+     0..2 x context (narrower where that passes max_model_len: c - w .. c + w, w =
+     max_model_len - c), as serving mixes them: the SDPA decode path pads a batch's
+     gather to its longest context, so there mixed lengths cost more than equal ones (the CPU
      float32 kernel reads each decoder's own context: the same either way);
      `spread=False`: equal;
    - prefill_attn(chunk, context): likewise for one prefill chunk after `context` cached
      tokens;
    - step: a few whole steps end to end, for `validate_steps`.
    The grids of loads reach the largest the engine makes and stop there (`load_limits`,
-   `reach_budget`): b_max tokens in a step or a chunk, one LM-head row per running
-   sequence; a profile covers the loads of a run at that budget, and none it never makes.
+   `reach_budget`): b_max tokens in a step or a chunk, one LM-head row and one decoder
+   per running sequence; a profile covers the loads of a run at that budget, and none it
+   never makes. Contexts past max_model_len come down to what a sequence holds
+   (a decode context to max_model_len, a chunk's to max_model_len - chunk).
 2. Calibration (`fit_calibration`): a synthetic workload (`calibration_trace`: Poisson
    arrivals, random prompt and output lengths; not any trace one validates on) replayed
    in real time through the engine exactly as `llmsched validate` replays a trace, in
@@ -103,8 +106,10 @@ CUDA_GRID = dict(
 def load_limits(b_max: int, max_num_seqs: int) -> dict:
     """The largest load on each load axis of the grids that a step of the engine makes:
     `b_max` tokens in a step (linear's `tokens`) or in one prefill chunk (`chunks`), and
-    one sampled row (`lm_tokens`) per running sequence, each with at least one token."""
-    return {"tokens": b_max, "chunks": b_max, "lm_tokens": min(b_max, max_num_seqs)}
+    one sampled row (`lm_tokens`) and one decoder (`batches`) per running sequence, each
+    with at least one token."""
+    running = min(b_max, max_num_seqs)
+    return {"tokens": b_max, "chunks": b_max, "lm_tokens": running, "batches": running}
 
 
 def reach_budget(points, top: int) -> list[int]:
@@ -328,8 +333,9 @@ def _check_two_decode_batches(r, dec_points: list, batches: list, step_kv) -> No
     """Refuse, before any timing, an engine that fits one decode batch size of the grid:
     `--cost-model profile:PATH` refuses a decode_attn table of one batch size, which
     cannot extrapolate to larger batches. The error names what keeps out the grid's next
-    batch size (`batches`): the running cap, the token budget, max_model_len or the KV
-    cache, by `step_kv(b)`: (the longest context, the KV tokens) of its smallest step."""
+    batch size (`batches`): the running cap, the token budget or the KV cache, by
+    `step_kv(b)`: (the longest context, the KV tokens) of its smallest step (the contexts
+    fit max_model_len by construction)."""
     fitting = sorted({b for b, _ in dec_points})
     if len(fitting) != 1:
         return
@@ -337,16 +343,13 @@ def _check_two_decode_batches(r, dec_points: list, batches: list, step_kv) -> No
     if not larger:
         raise ConfigError(f"the profile grid has one decode batch size ({fitting[0]}); a profile needs two")
     b = min(larger)
-    top, kv_need = step_kv(b)
+    _, kv_need = step_kv(b)
     kv_room = min(r.num_blocks * r.block_size, r.workspace_tokens)
     if b > min(r.b_max, r.max_num_seqs):
         if r.b_max < r.max_num_seqs:  # the budget caps the batch before the running cap does
             limit, fix = f"b_max {r.b_max}", "raise --b-max"
         else:
             limit, fix = f"max_num_seqs {r.max_num_seqs}", "raise --max-running/--max-num-seqs"
-    elif top > r.max_model_len:
-        limit = f"max_model_len {r.max_model_len}: a batch of {b} decodes at contexts up to {top}"
-        fix = f"raise --max-model-len to at least {top}"
     else:
         limit = f"its KV cache of {kv_room} tokens: a batch of {b} needs {kv_need}"
         fix = "raise --kv-cache-gb"
@@ -384,10 +387,11 @@ def profile_engine(
     what a step with that attention costs beyond linear and the LM head, per layer (so
     per-step setup such as block tables and masks counts as it does in real steps).
     `spread`: a decode batch of mean context c is measured with its contexts spread
-    evenly over 0..2c (the expected order statistics of uniform lengths), as serving mixes
-    them; on the SDPA decode path, which pads every decoder's gather to the longest
-    context of the batch, that costs more than equal lengths of the same mean (the CPU
-    float32 kernel reads each decoder's own context). False measures equal contexts.
+    evenly over 0..2c (the expected order statistics of uniform lengths; narrower where
+    2c passes max_model_len), as serving mixes them; on the SDPA decode path, which pads
+    every decoder's gather to the longest context of the batch, that costs more than
+    equal lengths of the same mean (the CPU float32 kernel reads each decoder's own
+    context). False measures equal contexts.
 
     `calibrate`: a real-time calibration run of about `calibrate_s` seconds in three
     segments, between the table passes (so both see the same state of a shared
@@ -406,8 +410,11 @@ def profile_engine(
     L = cfg.num_layers
     g = dict(CUDA_GRID if r.cuda else CPU_GRID)
     g.update(grid or {})
+    grid_batches = sorted(set(g["batches"]))
     for axis, top in load_limits(r.b_max, r.max_num_seqs).items():
-        g[axis] = reach_budget(g[axis], top)
+        # a decode grid whose smallest batch is over the cap is refused below, naming the cap
+        if axis != "batches" or grid_batches[0] <= top:
+            g[axis] = reach_budget(g[axis], top)
     bs, nb = r.block_size, r.num_blocks
     cap_tokens = nb * bs
     if min_s is None:
@@ -421,9 +428,11 @@ def profile_engine(
     gen = torch.Generator(device=r.device).manual_seed(seed)
 
     def contexts(batch, ctx):
-        if not spread or batch == 1:
+        """Spread evenly over ctx - w .. ctx + w, w = ctx where max_model_len allows."""
+        w = min(ctx, r.max_model_len - ctx)
+        if not spread or batch == 1 or w <= 0:
             return [ctx] * batch
-        cs = [max(1, round(2 * ctx * (i + 1) / (batch + 1))) for i in range(batch)]
+        cs = [max(1, round(ctx - w + 2 * w * (i + 1) / (batch + 1))) for i in range(batch)]
         cs[-1] += ctx * batch - sum(cs)  # the mean exactly ctx
         return cs
 
@@ -477,21 +486,25 @@ def profile_engine(
         top, kv = step_kv(b, c)
         return top <= r.max_model_len and kv <= min(cap_tokens, r.workspace_tokens)
 
+    # contexts past max_model_len come down to it (no sequence holds more), so a small
+    # max_model_len keeps the grid's range of contexts up to that length
+    g["contexts"] = sorted({min(c, r.max_model_len) for c in g["contexts"]})
     dec_points = [
         (b, c)
         for b in sorted(set(g["batches"]))
         if b <= min(r.max_num_seqs, r.b_max)
-        for c in sorted(set(g["contexts"]))
+        for c in g["contexts"]
         if fits(b, c)
     ]
+    seq_room = min(r.max_model_len, cap_tokens)
     pre_points = [
         (c, x)
         for c in g["chunks"]
-        for x in sorted(set(g["chunk_contexts"]))
-        if c + x <= min(r.max_model_len, cap_tokens)
+        if c <= seq_room
+        for x in sorted({min(x, seq_room - c) for x in g["chunk_contexts"]})
     ]
     _check_grid_fits(r, g, dec_points, pre_points, max(contexts(min(g["batches"]), min(g["contexts"]))))
-    _check_two_decode_batches(r, dec_points, sorted(set(g["batches"])), step_kv)
+    _check_two_decode_batches(r, dec_points, grid_batches, step_kv)
     step_points = [
         p
         for p in ((64, 0, 0, 0), (16, 64, 4, 64), (0, 0, 16, 256), (128, 0, 8, 128), (0, 0, 1, 64), (32, 256, 32, 64))
