@@ -1,7 +1,10 @@
 """ServerlessLLM's migrations and the GPUs that free meanwhile: a model waiting for a victim's GPU
-takes one that frees and calls the migration off; a hand-over's destination does not expire."""
+takes one that frees and calls the migration off; a hand-over's destination neither expires
+nor becomes a migration's victim."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -31,21 +34,25 @@ def _platform(scheduler: str) -> dict:
     }
 
 
-def _run(scheduler: str):
-    spec = load_serverless(_platform(scheduler))
+def _requests(spec, rows) -> ServerlessRequests:
+    """The requests of `rows`, each (arrival_s, model, prompt, output)."""
     names = list(spec.models)
-    # a's first instance decodes 3,000 tokens (30 s); its second finishes a 1,000-token prompt
-    # and 200 tokens by about 5 s, then expires 1 s later; b is busy for 50 s; c arrives at 3 s
-    # when every GPU is busy, so ServerlessLLM migrates a's first instance (the cheaper victim)
-    rows = [(0.0, "a", 100, 3000), (0.001, "a", 1000, 200), (0.002, "b", 100, 5000), (3.0, "c", 10, 5)]
-    reqs = ServerlessRequests(
+    return ServerlessRequests(
         np.array([r[0] for r in rows]),
         np.array([r[2] for r in rows], dtype=np.int64),
         np.array([r[3] for r in rows], dtype=np.int64),
         np.array([names.index(r[1]) for r in rows], dtype=np.int64),
         names,
     )
-    return run_serverless(spec, requests=reqs)
+
+
+def _run(scheduler: str):
+    spec = load_serverless(_platform(scheduler))
+    # a's first instance decodes 3,000 tokens (30 s); its second finishes a 1,000-token prompt
+    # and 200 tokens by about 5 s, then expires 1 s later; b is busy for 50 s; c arrives at 3 s
+    # when every GPU is busy, so ServerlessLLM migrates a's first instance (the cheaper victim)
+    rows = [(0.0, "a", 100, 3000), (0.001, "a", 1000, 200), (0.002, "b", 100, 5000), (3.0, "c", 10, 5)]
+    return run_serverless(spec, requests=_requests(spec, rows))
 
 
 def test_a_model_waiting_on_a_migration_takes_a_gpu_that_frees_meanwhile():
@@ -73,15 +80,7 @@ def _run_rows(cfg: dict, rows, fast: bool = True):
         **cfg,
     }
     spec = load_serverless(cfg)
-    names = list(spec.models)
-    reqs = ServerlessRequests(
-        np.array([r[0] for r in rows]),
-        np.array([r[2] for r in rows], dtype=np.int64),
-        np.array([r[3] for r in rows], dtype=np.int64),
-        np.array([names.index(r[1]) for r in rows], dtype=np.int64),
-        names,
-    )
-    return run_serverless(spec, requests=reqs, fast=fast)
+    return run_serverless(spec, requests=_requests(spec, rows), fast=fast)
 
 
 def _conserved(s) -> None:
@@ -119,6 +118,85 @@ def test_the_destination_of_a_hand_over_in_flight_does_not_expire():
     assert s.e2e_ns[1] < ns(1.5) < a0["stop_ns"]  # a1 idle well past its keep-alive before the hand-over
     assert s.itl.max == ns(0.01)  # request 0 never paused
     assert a1["stop_reason"] == "keep-alive" and a1["stop_ns"] == s.e2e_ns[0] + ns(1)
+    _conserved(s)
+    _same(s, _run_rows(cfg, rows, fast=False))
+
+
+def test_the_destination_of_a_hand_over_in_flight_is_no_migration_victim():
+    """As above, with a third instance of a (a2, on the small node, decoding request 2) and
+    d arriving at 2 s, when every GPU is busy. a1, idle and waiting for request 0, runs
+    nothing, so its migration looked free: d used to migrate it, it stopped at once and
+    request 0 went to a2 to recompute its KV cache. Now d migrates a2, whose request 2
+    hands over to a1 as well, and neither request pauses."""
+    cfg = {
+        "cluster": {
+            "remote_bandwidth_gbps": 10.0,
+            "nodes": [_node(name="big"), _node(name="small", gpus=2, gpu_memory_gb=40)],
+        },
+        "models": {
+            "a": {"weights_gb": 10, "cost_model": "const:10", "keep_alive_s": 1, "max_instances": 3},
+            "c": {"weights_gb": 50, "cost_model": "const:10"},
+            "d": {"weights_gb": 10, "cost_model": "const:10"},
+        },
+    }
+    rows = [(0.0, "a", 100, 3000), (0.001, "a", 100, 100), (0.002, "a", 100, 5000)]
+    rows += [(1.0, "c", 10, 5), (2.0, "d", 10, 5)]
+    s = _run_rows(cfg, rows)
+    a0, a1, a2, c, d = s.instances
+    assert [r["model"] for r in s.instances] == ["a", "a", "a", "c", "d"]
+    assert s.e2e_ns[1] < ns(1.5) and d["created_ns"] == ns(2.0) < a0["stop_ns"]  # a1 idle, receiving, at 2 s
+    assert a1["stop_reason"] == "keep-alive" and a1["completed"] == 3
+    assert s.instance[0] == s.instance[2] == a1["instance"] and list(s.migrations) == [1, 0, 1, 0, 0]
+    assert a2["stop_reason"] == "migrated" and d["gpu"] == a2["gpu"] and d["gpu_from_ns"] == a2["stop_ns"]
+    assert s.itl.max == ns(0.01)  # no request paused
+    _conserved(s)
+    _same(s, _run_rows(cfg, rows, fast=False))
+
+
+def test_an_instance_waiting_for_a_migration_brings_its_recomputes_to_another_node_group():
+    """a's instances: a0 on the big node decodes request 0, a1 on the small node goes idle
+    at 1.5 s (keep-alive 1.005 s). c (50 GB, big node only) migrates a0 at 2.503 s; a1
+    expires at 2.505 s, before a0's next step boundary (2.51 s), so request 0's hand-over
+    has no destination and d takes a1's GPU. At the hand-over (8.73 s) request 0 goes to a
+    new instance of a, to recompute its KV cache; it migrates b0 on the big node, and
+    when d goes idle on the small node it takes d's GPU instead, with the small node's KV
+    capacity (its queue moved to a new batch loop, request 0 still to recompute)."""
+    cfg = {
+        "cluster": {
+            "remote_bandwidth_gbps": 10.0,
+            "nodes": [_node(name="big", gpus=2), _node(name="small", gpus=2, gpu_memory_gb=40)],
+        },
+        "models": {
+            "a": {
+                "weights_gb": 10,
+                "cost_model": "const:10",
+                "keep_alive_s": 1.005,
+                "max_instances": 2,
+                "kv_bytes_per_token": 1_000_000,
+            },
+            "b": {"weights_gb": 10, "cost_model": "const:10", "max_instances": 2},
+            "c": {"weights_gb": 50, "cost_model": "const:10"},
+            "d": {"weights_gb": 10, "cost_model": "const:10"},
+        },
+    }
+    rows = [(0.0, "a", 100, 3000), (0.001, "a", 100, 100), (0.002, "b", 3000, 5000), (0.003, "b", 3000, 5000)]
+    rows += [(2.503, "c", 10, 3000), (2.506, "d", 10, 1000)]
+    s = _run_rows(cfg, rows)
+    spec = s.spec
+    big, small = spec.nodes
+    a0, a1, b0, b1, c, d, a2 = s.instances
+    assert [r["model"] for r in s.instances] == ["a", "a", "b", "b", "c", "d", "a"]
+    assert a1["stop_reason"] == "keep-alive" and a1["stop_ns"] == ns(2.505) < a0["stop_ns"]
+    assert a0["stop_reason"] == "migrated" and c["gpu"] == a0["gpu"] and c["gpu_from_ns"] == a0["stop_ns"]
+    assert d["gpu"] == a1["gpu"] and d["stop_reason"] == "reclaimed"
+    assert a2["created_ns"] == a0["stop_ns"] < a2["gpu_from_ns"] == d["stop_ns"] and a2["gpu"] == d["gpu"]
+    assert spec.kv_capacity("a", big) == a0["kv_capacity"] != a2["kv_capacity"] == spec.kv_capacity("a", small)
+    assert b0["stop_reason"] == b1["stop_reason"] == "end" and b0["migrated_out"] == b1["migrated_out"] == 0
+    assert list(s.migrations) == [1, 0, 0, 0, 0, 0] and s.instance[0] == a2["instance"]
+    # request 0 pauses from its last token at a0 until a2 has recomputed its KV cache: its
+    # prompt and the tokens a0 emitted (one a step from a0's start), in chunks of 512 tokens
+    context = 100 + (a0["stop_ns"] - a0["ready_ns"]) // ns(0.01)
+    assert s.itl.max == a2["ready_ns"] + math.ceil(context / 512) * ns(0.01) - a0["stop_ns"]
     _conserved(s)
     _same(s, _run_rows(cfg, rows, fast=False))
 
@@ -180,3 +258,24 @@ def test_an_instance_waiting_for_a_migration_takes_another_node_groups_gpu_with_
     assert a0["stop_reason"] == "end" and list(s.migrations) == [0, 0, 0, 0]
     _conserved(s)
     _same(s, _run_rows(cfg, rows, fast=False))
+
+
+def test_queued_tells_the_requests_that_joined_to_recompute():
+    """`relocate` rebuilds a waiting instance's queue from `queued()`: a request that joined
+    to recompute its KV cache (with the preempted ones, at the head) must join the new
+    queue the same way, whatever the admission order of the others."""
+    from llmsched.core.request import Request
+    from llmsched.policies import make_scheduler
+    from llmsched.sim.serverless import _State
+
+    sched = make_scheduler("sarathi", b_max=64)
+    st = _State(sched.constraints, sched.admission.waiting_key())
+    first, later, moved = Request(0, 0, 10, 5, "m"), Request(1, 5, 10, 5, "m"), Request(2, 9, 10, 5, "m")
+    st.add(first)
+    st.add(later)
+    moved.prefill_target = moved.prompt + 3  # (three tokens emitted elsewhere)
+    st.add_recompute(moved)
+    assert st.queued() == [(moved, True), (first, False), (later, False)]
+    assert st.waiting.is_preempted(moved) and not st.waiting.is_preempted(first)
+    st.take(moved, 10)
+    assert st.queued() == [(first, False), (later, False)] and not st.waiting.is_preempted(moved)

@@ -63,6 +63,10 @@ class WaitingQueue:
     def push_preempted(self, r: Request) -> None:
         insort(self._preempted, r, key=lambda q: q.key)
 
+    def is_preempted(self, r: Request) -> bool:
+        """Whether `r` waits with the preempted requests, at the head of the queue."""
+        return any(q is r for q in self._preempted)
+
     def __len__(self) -> int:
         return len(self._preempted) + (len(self._fifo) if self._fifo is not None else len(self._heap))
 

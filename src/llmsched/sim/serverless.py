@@ -42,7 +42,8 @@ The platform (docs/serverless.md):
   destination with its KV cache in place (or, without KV room there, recomputes it).
   A model waiting for a victim's GPU takes a GPU that frees or an instance that goes idle
   meanwhile, and calls the migration off: the victim serves on, what it handed over stays
-  where it went. An instance with a hand-over in flight to it does not expire.
+  where it went. An instance with a hand-over in flight to it does not expire and is no
+  migration's victim.
 """
 
 from __future__ import annotations
@@ -151,8 +152,8 @@ class _State(ServerState):
     def queued(self) -> list[tuple[Request, bool]]:
         """The waiting requests in admission order, each with whether it joined with
         `add_recompute`."""
-        recompute = {id(r) for r in self.waiting._preempted}
-        return [(r, id(r) in recompute) for r in self.waiting]
+        waiting = self.waiting
+        return [(r, waiting.is_preempted(r)) for r in waiting]
 
     def add_recompute(self, r: Request) -> None:
         """`r` joins at the head of the queue (with preempted requests) to recompute its KV
@@ -663,8 +664,8 @@ class _Runtime:
             if len(ready) < 2:
                 continue
             for i in ready:
-                if not self.fits(model, i.gpu):
-                    continue
+                if i.receiving or not self.fits(model, i.gpu):
+                    continue  # (a hand-over's destination is busy: its stop would send the request to recompute)
                 est = self.startup_estimate(model, i.gpu.node, t, t + self.migration_estimate(i, t))
                 if best is None or (est, i.id) < best[0]:
                     best = ((est, i.id), i)
