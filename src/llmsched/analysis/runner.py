@@ -11,6 +11,9 @@
   within `RAY_CONNECT_TIMEOUT_S` is an error, not a hang in Ray's retries.
   While open (in the main thread, where SIGTERM has its default action) SIGTERM raises
   `Terminated`, a KeyboardInterrupt: leaving on either stops the local workers at once.
+  Either signal is also remembered and raised again at the next finished point: one that
+  lands while the interpreter runs a finaliser is swallowed there, and the sweep would
+  otherwise run on to its end.
 - `Store(out_dir)`: each finished point's summary in `OUT/points/KEY.json`, so a rerun
   (or a bigger grid, or another sweep into the same folder) skips finished points.
 - `Runner(backend, store, progress)`: runs a list of point configurations through both.
@@ -102,8 +105,10 @@ def check_workers(workers, name: str = "workers") -> None:
 
 
 def _default_sigterm() -> None:
-    """A pool worker ends on SIGTERM (a fork inherits the backend's `Terminated` handler)."""
+    """A pool worker ends on SIGTERM and stops on SIGINT as Python's default (a fork
+    inherits the backend's handlers)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Backend:
@@ -127,9 +132,11 @@ class Backend:
         self._ray_started = False
         self._remote = None
         self._sigterm = None  # SIGTERM's handler before the backend took it, restored at exit
+        self._sigint = None  # SIGINT's, likewise
+        self._signalled: type[KeyboardInterrupt] | None = None  # the signal that arrived, as its exception
 
     def __enter__(self):
-        self._take_sigterm()
+        self._take_signals()
         if self.kind == "ray":
             try:
                 import ray  # noqa: PLC0415 (heavy, and an optional extra)
@@ -175,25 +182,44 @@ class Backend:
             logging.getLogger("ray").setLevel(self._ray_log_level)
             self._ray_log_level = None
 
-    def _take_sigterm(self) -> None:
+    def _take_signals(self) -> None:
         """SIGTERM raises `Terminated` while the backend is open, so that `__exit__` stops
         its workers as after Ctrl-C: the default action ended this process alone and left
         the pool's workers waiting for work forever. (Only the main thread can.)"""
         if threading.current_thread() is not threading.main_thread():
             return
+        self._signalled = None
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._sigint = signal.default_int_handler
+
+            def interrupted(signum, frame):
+                self._signalled = KeyboardInterrupt
+                raise KeyboardInterrupt
+
+            signal.signal(signal.SIGINT, interrupted)
         if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
             return  # a handler the program chose (a server's shutdown, one set outside Python) stays
         self._sigterm = signal.SIG_DFL
 
         def terminated(signum, frame):
+            self._signalled = Terminated
             raise Terminated("terminated")
 
         signal.signal(signal.SIGTERM, terminated)
 
-    def _restore_sigterm(self) -> None:
+    def _raise_if_signalled(self) -> None:
+        if self._signalled is Terminated:
+            raise Terminated("terminated")
+        if self._signalled is not None:
+            raise KeyboardInterrupt
+
+    def _restore_signals(self) -> None:
         if self._sigterm is not None:
             signal.signal(signal.SIGTERM, self._sigterm)
             self._sigterm = None
+        if self._sigint is not None:
+            signal.signal(signal.SIGINT, self._sigint)
+            self._sigint = None
 
     def _local_pool(self, jobs: int):
         """The process pool for a run of `jobs` jobs, None to run them inline: no more
@@ -227,7 +253,7 @@ class Backend:
                 self._ray_started = False
             self._restore_ray_logging()
         finally:
-            self._restore_sigterm()
+            self._restore_signals()
 
     def run(self, jobs: list[tuple[str, Any]], fn: Callable[[Any], Any]):
         """Yield (key, fn(arg)) for every (key, arg) job, in the order they finish.
@@ -245,6 +271,7 @@ class Backend:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
+                    self._raise_if_signalled()
                     yield refs[ref], ray.get(ref)
         elif (pool := self._local_pool(len(jobs))) is not None:
             gc.freeze()  # forked workers then share the parent's heap without copying it
@@ -254,12 +281,14 @@ class Backend:
                 gc.unfreeze()
             try:
                 for f in as_completed(futs):
+                    self._raise_if_signalled()
                     yield futs[f], f.result()
             finally:
                 for f in futs:
                     f.cancel()
         else:
             for key, arg in jobs:
+                self._raise_if_signalled()
                 yield key, fn(arg)
 
 
