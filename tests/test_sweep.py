@@ -412,6 +412,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _signals_as_a_shell_gives() -> None:
+    """The sweep starts as from a shell: no signal blocked or ignored. The suite's process
+    can hand on either (ignored and blocked signals survive exec; a library an earlier test
+    loaded may set them), and a fresh clone's full run then saw the SIGINT lost (exit 0)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig, code, said", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
 def test_a_signal_to_the_sweep_alone_stops_its_pool_workers(tmp_path, sig, code, said):
     """SIGTERM to the sweep's process (not its group) ended it at once and left its pool's
@@ -419,7 +428,9 @@ def test_a_signal_to_the_sweep_alone_stops_its_pool_workers(tmp_path, sig, code,
     argv = [sys.executable, "-m", "llmsched.cli", "sweep", "--cost-model", "paper", "--prompt", "geometric:200"]
     argv += ["--output", "geometric:101", "--num-requests", "40000", "--no-plots", "--workers", "2"]
     argv += ["--grid", "policy=sarathi,orca,vllm,kfcfs", "--out", str(tmp_path / "s")]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_signals_as_a_shell_gives
+    )
     workers: list[int] = []
     try:
         deadline = time.monotonic() + 60

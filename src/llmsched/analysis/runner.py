@@ -137,6 +137,14 @@ class Backend:
 
     def __enter__(self):
         self._take_signals()
+        try:
+            self._start()
+        except BaseException:
+            self._restore_signals()  # no __exit__ follows a failed __enter__
+            raise
+        return self
+
+    def _start(self) -> None:
         if self.kind == "ray":
             try:
                 import ray  # noqa: PLC0415 (heavy, and an optional extra)
@@ -154,7 +162,6 @@ class Backend:
                     raise
                 self._ray_started = True
             self._remote = {}
-        return self
 
     def _start_ray(self, ray) -> None:
         kw = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
