@@ -413,9 +413,9 @@ def _alive(pid: int) -> bool:
 
 
 def _signals_as_a_shell_gives() -> None:
-    """The sweep starts as from a shell: no signal blocked or ignored. The suite's process
-    can hand on either (ignored and blocked signals survive exec; a library an earlier test
-    loaded may set them), and a fresh clone's full run then saw the SIGINT lost (exit 0)."""
+    """The sweep starts as from an interactive shell: no signal blocked or ignored. Both
+    survive exec, and a suite started as a background job (`make test &`) ignores SIGINT:
+    its sweep then lost the SIGINT and ran to its end (exit 0)."""
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
