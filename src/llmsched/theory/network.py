@@ -591,15 +591,15 @@ def traffic(spec) -> TrafficReport:
                 f"server {name}: kv_capacity is not part of the capacity (calls longer than it "
                 "never complete; preemptions add recompute work)"
             )
-    spec_least = {s.name: s.least_utilisation for s in servers}
-    for name, s in spec.servers.items():
-        if s.prefix_caching:
+    for load in servers:
+        if spec.servers[load.name].prefix_caching:
             notes.append(
-                f"server {name}: prefix caching is on; every prompt token counts as work here (hits "
+                f"server {load.name}: prefix caching is on; every prompt token counts as work here (hits "
                 "save prefill), so its utilisation is an upper bound (the simulator measures the hits); "
-                f"{spec_least[name]:.1%} if every resent context and system-prompt token hit (a lower bound)"
+                f"{load.least_utilisation:.1%} if every resent context and system-prompt token hit (a lower bound)"
             )
-    if max_scale > scale * (1 + 1e-9):
+    scale_exact = not max_scale > scale * (1 + 1e-9)
+    if not scale_exact:
         notes.append(
             f"critical scale {scale:.4g} puts the bottleneck at capacity counting every prompt token: prefix-cache "
             f"hits can raise it, up to {max_scale:.4g} if every resent context and system-prompt token hit"
@@ -615,7 +615,7 @@ def traffic(spec) -> TrafficReport:
         critical_scale=scale,
         critical_rates={j.name: j.critical_rate for j in jobs},
         max_critical_scale=max_scale,
-        critical_scale_exact=not max_scale > scale * (1 + 1e-9),
+        critical_scale_exact=scale_exact,
         offered_tokens_per_s=float(sum(s.offered_tokens_per_s for s in servers)),
         feedforward=cycle is None,
         cycle=cycle,
