@@ -208,7 +208,8 @@ class SimResult:
         # in whole ns, as the clock ran: busy time over the run's span is at most 1 exactly
         arrival_ns = self.arrival_ns
         start_ns = int(arrival_ns.min()) if len(arrival_ns) else 0
-        last_ns = int(np.max(arrival_ns[done] + st.e2e_ns[done])) if done.any() else None
+        # int64: a float64 sum rounds past 2**53 ns (about 104 days of clock)
+        last_ns = int(np.max(arrival_ns[done].astype(np.int64) + st.e2e_ns[done])) if done.any() else None
         duration = run_duration(start_ns if len(arrival_ns) else None, last_ns, st.end_ns) / NS
         n_in = int(self.prompt[done].sum())
         n_out = int(self.output[done].sum())

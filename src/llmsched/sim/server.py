@@ -22,6 +22,7 @@ from itertools import repeat
 from typing import TextIO
 
 from ..core.cost import CostModel, StepTimer
+from ..core.errors import ConfigError
 from ..core.request import NS, WAITING, Request
 from ..core.state import UNLIMITED
 from ..policies.base import Scheduler
@@ -29,6 +30,8 @@ from .csv_rows import ns_text
 from .histogram import GapHistogram
 
 MAX_SAMPLES = 4096  # time-series length bound with the automatic sampling interval
+# with an interval the user gives: every sample is kept, up to this many (about 0.3 GB)
+MAX_USER_SAMPLES = 1_000_000
 GAP_BATCH = 1 << 13  # inter-token gap rows gathered before they go to the histogram
 SERIES = (
     "time_s",
@@ -51,6 +54,13 @@ class SimulationStuck(RuntimeError):
 PREFIX_SERIES = ("prefix_hit_tokens", "prefix_evictions", "kv_cached_free_tokens")
 
 
+def too_many_samples(interval_s: float, why: str) -> str:
+    return (
+        f"the sampling interval {interval_s:g} s gives more than {MAX_USER_SAMPLES:,} samples of the time "
+        f"series ({why}): use a larger --sample-interval, or leave it out for the automatic one"
+    )
+
+
 class TimeSeries:
     """Queue state sampled every `interval` ns from `first`. With the automatic interval
     memory stays bounded: past MAX_SAMPLES samples every other one is dropped and the
@@ -65,11 +75,14 @@ class TimeSeries:
 
     def _advance(self) -> None:
         self.next += self.interval
-        if self.auto and len(self.cols["time_s"]) >= MAX_SAMPLES:
-            for col in self.cols.values():
-                del col[1::2]
-            self.interval *= 2
-            self.next = self.first + -(-(self.next - self.first) // self.interval) * self.interval
+        if len(self.cols["time_s"]) >= MAX_SAMPLES:
+            if self.auto:
+                for col in self.cols.values():
+                    del col[1::2]
+                self.interval *= 2
+                self.next = self.first + -(-(self.next - self.first) // self.interval) * self.interval
+            elif len(self.cols["time_s"]) >= MAX_USER_SAMPLES:
+                raise ConfigError(too_many_samples(self.interval / NS, f"the run reached {self.next / NS:g} s"))
 
     def _record(self, state, t: int, j: int, b: int, pf: int, joined: tuple[int, int, int] = (0, 0, 0)) -> None:
         c = self.cols

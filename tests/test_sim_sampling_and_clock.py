@@ -1,0 +1,63 @@
+"""A user's sampling interval is bounded (all its samples stay in memory), and the run's
+duration is summed in whole ns even far out on the clock."""
+
+from __future__ import annotations
+
+import csv
+from decimal import Decimal
+
+import pytest
+
+import llmsched
+from llmsched.cli import main
+from llmsched.core.errors import ConfigError
+from llmsched.sim.server import MAX_USER_SAMPLES
+
+
+def test_an_interval_giving_more_samples_than_the_bound_is_refused_before_the_run(capsys, tmp_path):
+    out = tmp_path / "run"
+    code = main(["simulate", "--num-requests", "10", "--rate", "4", "--sample-interval", "0.000001", "--out", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "more than 1,000,000 samples" in err[0] and "arrivals alone span" in err[0]
+    assert not out.exists()
+
+
+def test_an_interval_passing_the_bound_during_the_drain_stops_with_one_line(capsys):
+    # the arrivals span about 2 s (400,000 intervals); the drain takes the run past 5 s
+    code = main(["simulate", "--num-requests", "10", "--rate", "4", "--sample-interval", "0.000005", "--out", ""])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "more than 1,000,000 samples" in err[0] and "the run reached" in err[0]
+
+
+def test_an_interval_under_the_bound_keeps_every_sample():
+    r = llmsched.simulate(cost_model="paper", rate=4, num_requests=10, seed=1, sample_interval_s=1e-4, verdict=False)
+    n = len(r.timeseries["time_s"])
+    assert 4096 < n < MAX_USER_SAMPLES  # not thinned as the automatic interval is
+
+
+def test_a_max_time_stop_bounds_the_span_the_check_counts():
+    # arrivals span about 2 s: 1e-6 s would give 2M samples, but the stop at 0.5 s leaves 0.5M
+    r = llmsched.simulate(
+        cost_model="paper", rate=4, num_requests=10, seed=1, sample_interval_s=1e-6, max_time_s=0.5, verdict=False
+    )
+    assert len(r.timeseries["time_s"]) <= MAX_USER_SAMPLES
+    with pytest.raises(ConfigError, match="more than 1,000,000 samples"):
+        llmsched.simulate(cost_model="paper", rate=4, num_requests=10, seed=1, sample_interval_s=1e-6, verdict=False)
+
+
+def test_duration_far_out_on_the_clock_is_exact_in_ns(tmp_path):
+    """Past 2**53 ns (about 104 days) a float64 sum of arrival and latency rounds: the
+    duration came out 0.887676864 s where the run's own clock gives 0.887676871 s."""
+    trace = tmp_path / "late.csv"
+    trace.write_text(
+        "arrival_s,prompt_tokens,output_tokens\n123456789.123456789,100,5\n123456789.5,50,3\n123456790,30,2\n"
+    )
+    out = tmp_path / "run"
+    r = llmsched.simulate(trace=str(trace), out_dir=out, verdict=False)  # (the paper model happens to sum exactly)
+    with open(out / "requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    first = min(Decimal(row["arrival_s"]) for row in rows)
+    last = max(Decimal(row["arrival_s"]) + Decimal(row["e2e_s"]) for row in rows)
+    assert Decimal(repr(r.summary["duration"])) == last - first
