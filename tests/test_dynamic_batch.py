@@ -73,7 +73,7 @@ def test_c_max_above_the_step_room_is_cut_to_it():
     cap there, so that it halved 1000, 500, 250, 125 before it bound (62) on a slow step."""
     st = ServerState(Constraints(b_max=512, k_max=64))
     p = make_admission_policy("dynamicbatch", c_max=1000, l_min_ms=10, alpha=1.0)
-    assert p.batch_limit(st) == 64 and p.C_max == 64 and p.describe()["C_max"] == 64
+    assert p.batch_limit(st) == 64 and p.C_max == 64 and p.describe()["resolved"]["C_max"] == 64
     p.observe(st, _fb(0.0, 0.030))  # over the 15 ms target: the first cut binds
     assert p.batch_limit(st) == 32
     for _ in range(40):

@@ -111,6 +111,25 @@ def test_the_active_set_fits_a_small_largest_window():
     assert _resolved(TWP(cost="paper"), b_max=512).B_max == 128
 
 
+def test_measured_mode_records_the_load_knee_it_uses_as_w0():
+    """Without a cost model (the engine) B_0 and W_0 are both the largest load observed
+    within (1 + eps) l_min; describe() gave W_0 as None while H_min followed the knee."""
+    p = _resolved(TWP(), b_max=512)
+    assert p.measured
+    st = _state(b_max=512)
+    r = Request(0, 0, 400, 5)
+    t = 0.0
+    for duration, decode, prefill in ((0.010, 1, None), (0.011, 1, [(r, 49)]), (0.030, 1, [(r, 199)])):
+        p.observe(st, _fb(t, duration, decode=decode, prefill=prefill))
+        t += duration
+    resolved = p.describe()["resolved"]
+    assert resolved["l_min_ms"] == pytest.approx(10)
+    assert resolved["B_0"] == resolved["W_0"] == p.H_min == 50  # 11 ms <= 1.2 x 10 ms; 30 ms is not
+    # given b0 (and still measuring l_min), W_0 is that B_0
+    q = _resolved(TWP(b0=32), b_max=512)
+    assert q.measured and q.describe()["resolved"]["W_0"] == 32
+
+
 # ---- the window ------------------------------------------------------------------------
 def _hand_policy(**kw):
     opts = dict(cost="paper", h0=64, h_min=16, h_max=128, delta=4, alpha=1.0, itl_target_ms=20, beta=0.5)

@@ -28,7 +28,7 @@ from .core.paths import check_out_dir
 from .core.request import NS, check_seconds
 from .core.version import __version__
 from .core.yamlfile import read_yaml
-from .policies import canonical_policy_name
+from .policies import policy_base_name
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 _WORKLOAD_KEYS = {f.name for f in fields(WorkloadSpec)}
 # what a run writes into its config.json beside its options (accepted back, then ignored)
 OUTPUT_ONLY_KEYS = ("cost_model_resolved", "scheduler", "provenance")
+# admission policies whose ITL target (`itl_target_ms`) an ITL objective (`slo`) sets
+ITL_TARGET_ADMISSIONS = ("twp", "dynamicbatch")
 
 DEFAULT_WORKLOAD = {
     "arrival": "poisson",
@@ -284,12 +286,15 @@ def _check_types(cfg: SimConfig) -> None:
 
 def _setup(cfg: SimConfig):
     """A run's SLOs, scheduler (bound to its cost model) and cost model."""
+    from .core.slo import itl_limit_ms  # noqa: PLC0415 - as check_slo
+
     slo = check_slo(cfg.slo)
     spec = cfg.scheduler_spec()
-    twp = canonical_policy_name(spec.admission, "admission") == "twp"
-    if "itl_ms" in slo and twp and "itl_target_ms" not in spec.admission_options:
-        # TWP paces to the user's ITL objective
-        spec = spec.replace(admission_options={**spec.admission_options, "itl_target_ms": slo["itl_ms"]})
+    itl = itl_limit_ms(slo)
+    paced = policy_base_name(spec.admission, "admission") in ITL_TARGET_ADMISSIONS
+    if itl is not None and paced and "itl_target_ms" not in spec.admission_options:
+        # TWP and DynamicBatch pace to the user's ITL objective (an explicit target wins)
+        spec = spec.replace(admission_options={**spec.admission_options, "itl_target_ms": itl})
     scheduler = spec.build()
     cost = make_cost_model(cfg.cost_model)
     scheduler.bind_cost_model(cost)

@@ -457,8 +457,9 @@ def register(sub) -> None:
         metavar="METRIC=MS",
         dest="request_slo",
         help="a per-request objective for goodput (repeatable): ttft_ms, tpot_ms, e2el_ms, itl_ms (each "
-        "request's mean inter-token gap, = tpot_ms, and TWP's ITL target; itl_p99_ms is an older name "
-        "of it, not a p99). A run's statistics (p99_itl_ms, ...) are limits of `sweep --search`",
+        "request's mean inter-token gap, = tpot_ms, and the ITL target of twp and dynamicbatch unless "
+        "--admission-option itl_target_ms is given; itl_p99_ms is an older name of it, not a p99). "
+        "A run's statistics (p99_itl_ms, ...) are limits of `sweep --search`",
     )
     g.add_argument(
         "--max-time",

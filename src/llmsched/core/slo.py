@@ -5,8 +5,10 @@
   the limits; goodput counts the requests that meet every one. Names: `ttft_ms`,
   `tpot_ms`, `itl_ms`, `e2el_ms`. A request's ITL is its mean inter-token gap,
   (e2e - TTFT) / (output - 1), which is its TPOT: `itl_ms` is the same limit as
-  `tpot_ms` (and also TWP's ITL target). Aliases: `ttft`, `tpot`, `itl`, `e2el`, and
-  `itl_p99_ms`, an older name of `itl_ms` (the mean gap, not a p99).
+  `tpot_ms`, and it is also the ITL target of TWP and DynamicBatch unless their own
+  `itl_target_ms` is given (`itl_limit_ms`: with both names, the smaller limit, the one
+  a request must meet). Aliases: `ttft`, `tpot`, `itl`, `e2el`, and `itl_p99_ms`, an
+  older name of `itl_ms` (the mean gap, not a p99).
 - **Run statistics** (`sweep --search max-stable-rate --slo`, `max_stable_rate(slo=...)`):
   a run passes when a statistic over all its requests is within the limit:
   `STAT_METRIC_ms` (STAT `mean`, `median`, `std`, `p90`, `p95`, `p99`, `max`; METRIC
@@ -33,6 +35,7 @@ __all__ = [
     "RUN_SLO_METRIC",
     "check_request_slo",
     "check_run_slo_name",
+    "itl_limit_ms",
 ]
 
 #: Per-request objectives (milliseconds): simulate's goodput.
@@ -106,6 +109,14 @@ def check_request_slo(slo) -> dict:
             raise ConfigError(f"SLO {name} must be a positive number of milliseconds, got {v!r}")
         out[key] = float(ms)
     return out
+
+
+def itl_limit_ms(slo: dict) -> float | None:
+    """The limit per-request objectives (`check_request_slo`'s) put on a request's mean
+    inter-token gap, or None: `itl_ms` and `tpot_ms` are the same limit, so with both the
+    smaller one, which a request must meet to meet both."""
+    limits = [slo[k] for k in ("itl_ms", "tpot_ms") if k in slo]
+    return min(limits) if limits else None
 
 
 def _not_a_request_slo(name: str) -> ConfigError:

@@ -157,6 +157,24 @@ class Adaptive(BatchPolicy):
             if self._server is not None:
                 self._compute(*self._server)
 
+    def reset(self) -> None:
+        """A new run: the requests and prompts seen, the running means and the step
+        counts start over (request ids start at 0 again: the ones seen would never be
+        counted), and so does the region fitted to them (again only if it may have moved)."""
+        ran = self._steps or self._n or self._longest != (self.max_prompt or 0) or self.chosen
+        self._longest = self.max_prompt or 0
+        self._prompt_cap = self.max_prompt
+        self._steps = 0
+        self._next_cap_refit = 0
+        self._seen_ids = set()
+        self._sum_p = self._sum_o = self._n = 0
+        self._next_refit = 1
+        self.chosen = {}
+        if ran and self._server is not None:
+            # the region a fresh policy computes at bind time (no request seen yet)
+            self._key = None
+            self._compute(*self._server)
+
     # ---- the region's vertices ------------------------------------------------------
     def _means(self):
         if self.mean_prompt is not None and self.mean_output is not None:

@@ -68,8 +68,14 @@ class RunningCap(AdmissionPolicy):
     def observe_batch(self, state, plan, *batch) -> None:
         self.inner.observe_batch(state, plan, *batch)
 
+    def went_idle(self) -> None:
+        self.inner.went_idle()
+
     def bind_cost_model(self, cost) -> None:
         self.inner.bind_cost_model(cost)
+
+    def reset(self) -> None:
+        self.inner.reset()
 
     def describe(self) -> dict:
         return {**self.inner.describe(), "max_running": self.max_running}

@@ -122,6 +122,12 @@ class AdmissionPolicy:
     def bind_cost_model(self, cost) -> None:
         """The driver's step cost model, for policies that reason about step times."""
 
+    def reset(self) -> None:
+        """A run starts: forget whatever earlier runs taught the policy (a window, a cap,
+        measured step times), so that a scheduler used again gives the same run as a
+        fresh one. Keeps the options and the bound cost model. Every driver calls it
+        (through `Scheduler.reset`) before its first step. Default: nothing."""
+
     def describe(self) -> dict:
         return {"name": self.name}
 
@@ -385,6 +391,10 @@ class BatchPolicy:
         """The server's constraints, once the scheduler is built: a policy that
         precomputes something per server does it here, not on the first step."""
 
+    def reset(self) -> None:
+        """A run starts: forget what earlier runs taught the policy (as
+        `AdmissionPolicy.reset`). Default: nothing."""
+
 
 class Scheduler:
     """A batch policy with an admission policy, under the server's constraints."""
@@ -451,6 +461,14 @@ class Scheduler:
     def went_idle(self) -> None:
         """`AdmissionPolicy.went_idle`."""
         self.admission.went_idle()
+
+    def reset(self) -> None:
+        """A run starts (every driver calls this before its first step: the simulator's
+        servers, serverless instances and network replicas, the virtual GPU and the
+        engine): both policies forget what earlier runs taught them (`reset`), so that a
+        scheduler used for a second run gives what a fresh one would."""
+        self.batch.reset()
+        self.admission.reset()
 
     def bind_cost_model(self, cost) -> None:
         """Tell the policies which cost model times the steps (the simulator's, the

@@ -88,6 +88,10 @@ class DynamicBatch(MeteredAdmission):
             except ConfigError as e:
                 raise ConfigError(f"{p}: cost: {e}") from None
         self._bound = None
+        self._start()
+
+    def _start(self) -> None:
+        """The state of a run's start: no feedback yet, nothing derived (`reset`)."""
         self._key = None
         self.meter = ItlMeter()
         self.l_ewma: float | None = None
@@ -99,6 +103,11 @@ class DynamicBatch(MeteredAdmission):
     def bind_cost_model(self, cost) -> None:
         self._bound = cost
         self._key = None
+
+    def reset(self) -> None:
+        """A new run: the cap starts at `c0` again, the ITL EWMA, meter and measured
+        l_min start over (the bound cost model and the options stay)."""
+        self._start()
 
     def _resolve(self, state: ServerState) -> None:
         key = (state.b_max, state.k_max)
@@ -165,5 +174,12 @@ class DynamicBatch(MeteredAdmission):
             if v is not None:
                 d[k] = v if k != "cost" or isinstance(v, str) else getattr(v, "name", str(v))
         if self._key is not None:
-            d.update(l_min_ms=None if self.l_min_s is None else self.l_min_s * 1e3, C_max=self.C_max)
+            # the values in use (as TWP's `resolved`): l_min measured when no cost model gives it
+            l_min = self.l_min_s if self.l_min_s is not None else self.l_min_seen
+            target = self.itl_target()
+            d["resolved"] = {
+                "l_min_ms": None if l_min is None else l_min * 1e3,
+                "itl_target_ms": None if target is None else target * 1e3,
+                "C_max": self.C_max,
+            }
         return d

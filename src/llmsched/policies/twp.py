@@ -247,6 +247,10 @@ class TWP(MeteredAdmission):
             except ConfigError as e:
                 raise ConfigError(f"{p}: cost: {e}") from None
         self._bound = None  # the driver's cost model
+        self._start()
+
+    def _start(self) -> None:
+        """The state of a run's start: no feedback yet, nothing derived (`reset`)."""
         self._key = None  # (b_max, k_max) the derived values were computed for
         self._state = None  # the state last resolved for (a state's b_max and k_max never change)
         self.meter = ItlMeter()
@@ -273,6 +277,11 @@ class TWP(MeteredAdmission):
     def bind_cost_model(self, cost) -> None:
         self._bound = cost
         self._key = self._state = None
+
+    def reset(self) -> None:
+        """A new run: the window, the ITL EWMA and meter, and the measured step times all
+        start over (the bound cost model and the options stay)."""
+        self._start()
 
     def _resolve(self, state: ServerState) -> None:
         key = (state.b_max, state.k_max)
@@ -653,12 +662,14 @@ class TWP(MeteredAdmission):
         if self._key is not None:
             target = self.itl_target()
             l_min = self.l_min_s if self.l_min_s is not None else self._seen_l_min
+            # measured mode: B_0 and W_0 are the load knee observed so far (`_set_h_min`)
+            knee = self._seen_knee if self.measured else None
             d["resolved"] = {
                 "l_min_ms": None if l_min is None else l_min * 1e3,
                 "itl_target_ms": None if target is None else target * 1e3,
-                "B_0": self.B_0 if self.B_0 is not None else (self._seen_knee if self.measured else None),
+                "B_0": self.B_0 if self.B_0 is not None else knee,
                 "B_max": None if self.B_max >= UNLIMITED else self.B_max,
-                "W_0": self.W_0,
+                "W_0": self.W_0 if self.W_0 is not None else knee,
                 "H_min": self.H_min,
                 "H_max": self.H_max,
                 "delta_tokens": self.delta_tokens,

@@ -86,6 +86,7 @@ class StepDriver:
 
     def __init__(self, scheduler: Scheduler):
         self.scheduler = scheduler
+        scheduler.reset()  # a server starts: nothing an earlier run taught the policies carries over
         self.state: ServerState = scheduler.new_state()
         self._requests: dict[str, Request] = {}
         self._next_id = 0

@@ -157,6 +157,7 @@ class ServerSim:
         state=None,
     ):
         self.scheduler = scheduler
+        scheduler.reset()  # a run starts: nothing an earlier run taught the policies carries over
         self.state = state if state is not None else scheduler.new_state()
         self.plan_step = scheduler.plan
         self.repeatable = fast and scheduler.repeatable
