@@ -20,7 +20,15 @@ import numpy as np
 from ..core.errors import ConfigError, count_text
 from ..core.request import MAX_SECONDS
 
-__all__ = ["ArrivalProcess", "Poisson", "Gamma", "Deterministic", "make_arrival_process", "MAX_REQUESTS"]
+__all__ = [
+    "ArrivalProcess",
+    "Poisson",
+    "Gamma",
+    "Deterministic",
+    "make_arrival_process",
+    "times_for_merge",
+    "MAX_REQUESTS",
+]
 
 MAX_REQUESTS = 20_000_000  # guard against a typo that asks for billions of requests
 #: The range of a gamma process's cv: shape 1/cv^2 stays a number numpy can draw with.
@@ -62,13 +70,18 @@ def check_cv(cv) -> float:
     return c
 
 
-def _check_times(t: np.ndarray, rate: float) -> np.ndarray:
-    """`t` if its last (largest) arrival time is a finite number below MAX_SECONDS."""
-    if len(t) and not (math.isfinite(t[-1]) and t[-1] < MAX_SECONDS):
-        raise ConfigError(
-            f"arrival times must be below {MAX_SECONDS:g} s: at rate {rate:g}/s arrival {len(t):,} "
-            f"comes at {t[-1]:g} s (raise the rate or ask for fewer arrivals)"
-        )
+def _check_times(t: np.ndarray, rate: float, time_scale: float = 1.0) -> np.ndarray:
+    """`t` if its last (largest) arrival time, divided by `time_scale` as the caller will,
+    is a finite number below MAX_SECONDS."""
+    if len(t):
+        with np.errstate(over="ignore"):
+            last = float(t[-1] / time_scale) if time_scale != 1.0 else float(t[-1])
+        if not (math.isfinite(last) and last < MAX_SECONDS):
+            scaled = f" and time_scale {time_scale:g}" if time_scale != 1.0 else ""
+            raise ConfigError(
+                f"arrival times must be below {MAX_SECONDS:g} s: at rate {rate:g}/s{scaled} arrival {len(t):,} "
+                f"comes at {last:g} s (raise the rate or ask for fewer arrivals)"
+            )
     return t
 
 
@@ -95,15 +108,18 @@ class ArrivalProcess:
     def gaps(self, rng: np.random.Generator, n: int) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
-    def times(self, rng: np.random.Generator, n: int | None = None, duration_s: float | None = None) -> np.ndarray:
+    def times(
+        self, rng: np.random.Generator, n: int | None = None, duration_s: float | None = None, time_scale: float = 1.0
+    ) -> np.ndarray:
         """Arrival times: the first `n`, or all up to `duration_s` (inclusive), or the
-        first n within duration_s when both are given."""
+        first n within duration_s when both are given. `time_scale` K: the caller divides
+        the times by K, so they must be below the simulator's clock once divided."""
         if n is None and duration_s is None:
             raise ConfigError("give num_requests or duration_s to stop the arrivals")
         if duration_s is None:
             if n > MAX_REQUESTS:
                 raise count_over_the_limit(n)
-            return _check_times(np.cumsum(self.gaps(rng, n)), self.rate)
+            return _check_times(np.cumsum(self.gaps(rng, n)), self.rate, time_scale)
         expect = self.rate * duration_s
         if n is None and expect > MAX_REQUESTS:
             raise _duration_over_the_limit(duration_s, self.rate)
@@ -126,7 +142,7 @@ class ArrivalProcess:
                 raise _duration_over_the_limit(duration_s, self.rate)
             t0 = float(t[-1])
             block = max(block, 1024)
-        return _check_times(np.concatenate(parts) if parts else np.zeros(0), self.rate)
+        return _check_times(np.concatenate(parts) if parts else np.zeros(0), self.rate, time_scale)
 
     def to_dict(self) -> dict:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -173,7 +189,7 @@ class Deterministic(ArrivalProcess):
     def gaps(self, rng, n):
         return np.full(n, 1.0 / self.rate)
 
-    def times(self, rng, n=None, duration_s=None):
+    def times(self, rng, n=None, duration_s=None, time_scale=1.0):
         # exact multiples of 1/rate (a cumulative sum would drift by rounding)
         if n is None and duration_s is None:
             raise ConfigError("give num_requests or duration_s to stop the arrivals")
@@ -195,10 +211,26 @@ class Deterministic(ArrivalProcess):
                 m = min(m, k)
         if m > MAX_REQUESTS:
             raise _duration_over_the_limit(duration_s, self.rate)
-        return _check_times(np.arange(1, int(m) + 1, dtype=np.float64) / self.rate, self.rate)
+        return _check_times(np.arange(1, int(m) + 1, dtype=np.float64) / self.rate, self.rate, time_scale)
 
     def to_dict(self):
         return {"arrival": "deterministic", "rate": self.rate}
+
+
+def times_for_merge(proc: ArrivalProcess, make_rng, n: int | None, duration_s: float | None) -> tuple[np.ndarray, bool]:
+    """One of several processes whose arrivals are merged and cut to the first `n`: its
+    times, and whether they stop short of `n` at the simulator's clock (MAX_SECONDS). Each
+    process draws `n`, so a slow one's last draws, past the clock, are often never kept:
+    they are dropped here, and the caller refuses the merge only if it then holds fewer
+    than `n` (a ConfigError naming the process). `make_rng()` gives the process's stream,
+    a fresh generator each call (the times up to the clock are the same draws)."""
+    try:
+        return proc.times(make_rng(), n, duration_s), False
+    except ConfigError:
+        if duration_s is not None or n is None or n > MAX_REQUESTS:
+            raise
+    before_clock = float(np.nextafter(MAX_SECONDS, 0))
+    return proc.times(make_rng(), n, before_clock), True
 
 
 def make_arrival_process(kind: str, rate, cv=None) -> ArrivalProcess:

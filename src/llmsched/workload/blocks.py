@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "check_block_size",
     "mix",
+    "seed_bits",
     "chain",
     "chain_ragged",
     "reblock",
@@ -70,6 +71,35 @@ def mix(x) -> np.ndarray:
         x = (x ^ (x >> np.uint64(30))) * _M1
         x = (x ^ (x >> np.uint64(27))) * _M2
         return x ^ (x >> np.uint64(31))
+
+
+_MASK64 = (1 << 64) - 1
+_WIDE_SEED_SALT = 0x57DE5EEDF01D0001  # starts the fold of a seed of 2**64 or more
+
+
+def _mix_int(x: int) -> int:
+    """`mix` on one Python int of 64 bits."""
+    x = ((x ^ (x >> 30)) * int(_M1)) & _MASK64
+    x = ((x ^ (x >> 27)) * int(_M2)) & _MASK64
+    return x ^ (x >> 31)
+
+
+def seed_bits(seed: int) -> int:
+    """A seed (a whole number >= 0, however large) as 64 bits for hashing block contents:
+    a seed below 2**64 is itself (its ids unchanged); a larger one is folded, 64-bit word
+    by word with its word count, through splitmix64, so that it lands on no particular
+    smaller seed (2**64 is not seed 0, as masking would make it)."""
+    seed = int(seed)
+    if seed <= _MASK64:
+        return seed
+    words = []
+    while seed:
+        words.append(seed & _MASK64)
+        seed >>= 64
+    h = _mix_int((_WIDE_SEED_SALT + len(words)) & _MASK64)
+    for w in words:
+        h = _mix_int((h * int(_GOLDEN) + _mix_int((w + int(_GOLDEN)) & _MASK64)) & _MASK64)
+    return h
 
 
 def chain(prev, value) -> np.ndarray:

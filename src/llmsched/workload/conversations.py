@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .blocks import chain_ragged, mix, prefix_rows
+from .blocks import chain_ragged, mix, prefix_rows, seed_bits
 
 __all__ = ["stream_blocks", "conversation_turns"]
 
@@ -34,7 +34,7 @@ _OWN_SALT = 0x0C0FFEE000000002
 def _content(salt: int, seed: int, owner: np.ndarray, k: np.ndarray) -> np.ndarray:
     """A 64-bit stand-in for the tokens of block k of `owner` (a class or a conversation)."""
     with np.errstate(over="ignore"):
-        base = mix(mix(np.uint64(salt) + np.uint64(seed)) + owner.astype(np.uint64))
+        base = mix(mix(np.uint64(salt) + np.uint64(seed_bits(seed))) + owner.astype(np.uint64))
         return mix(base + k.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
 
 

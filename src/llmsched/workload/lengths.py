@@ -329,6 +329,13 @@ class Empirical(LengthLaw):
     @property
     def resolved_column(self) -> str:
         header = read_header(self.path)
+        if header[0].startswith(("{", "[")):  # (its fields: a JSON line split at its commas)
+            law = "replay" if self.sequential else "empirical"
+            raise ConfigError(
+                f"file {self.path} is not a CSV file: its first line is JSON (a JSON Lines file such as a Mooncake "
+                f"trace?); {law}: reads a column of a CSV file with a header line, and a Mooncake trace replays "
+                "with --trace (workload trace: in a configuration)"
+            )
         if self.column is not None:
             if self.column not in header:
                 raise ConfigError(f"file {self.path} has no column '{self.column}' (its header is: {','.join(header)})")

@@ -70,7 +70,7 @@ from .arrivals import (
 )
 from .blocks import DEFAULT_BLOCK_SIZE, check_block_size
 from .csvio import MAX_LENGTH
-from .lengths import LengthLaw, parse_length_law
+from .lengths import LengthLaw, _fmt, parse_length_law
 
 __all__ = [
     "ROUTERS",
@@ -295,9 +295,10 @@ class DelayLaw:
         return self.mean
 
     def to_str(self) -> str:
+        """The law as it parses back exactly (config.json reruns the same delays)."""
         if self.kind == "uniform":
-            return f"uniform:{self.lo:g},{self.hi:g}"
-        return f"{self.kind}:{self.mean:g}"
+            return f"uniform:{_fmt(self.lo)},{_fmt(self.hi)}"
+        return f"{self.kind}:{_fmt(self.mean)}"
 
     def __str__(self) -> str:
         return self.to_str()

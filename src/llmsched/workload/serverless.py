@@ -38,13 +38,13 @@ from ..core.names import ADMISSION_ALIASES, ADMISSION_NAMES
 from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
 from ..core.yamlfile import read_yaml
-from .arrivals import MAX_REQUESTS, make_arrival_process
+from .arrivals import MAX_REQUESTS, make_arrival_process, times_for_merge
 from .csvio import as_lengths, read_columns
 from .datasets import is_dataset, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
 from .network import _at, _mapping, _show, _suggest
 from .spec import _rng, load_trace, warn_short_trace
-from .trace import replay_cut, trace_format
+from .trace import replay_cut, replayed_times, trace_format
 
 __all__ = [
     "PLATFORM_SCHEDULERS",
@@ -1036,18 +1036,29 @@ def make_serverless_requests(spec: ServerlessSpec, *, warn_short: bool = True) -
         model = _rng(w.seed, 1).choice(len(names), size=len(arrival), p=_shares(w, spec.models))
         prompt = output = None
     else:
-        parts = []
+        parts, short = [], []  # short: the models whose arrivals stop at the clock
         for i, m in enumerate(names):
             t = w.models.get(m)
             if t is None or t.rate is None:
                 continue
             kind, cv = w.process_of(t)
             proc = make_arrival_process(kind, t.rate, cv)
-            times = proc.times(_rng(w.seed, 0, i), w.num_requests, w.duration_s)
+            try:
+                times, cut = times_for_merge(proc, lambda i=i: _rng(w.seed, 0, i), w.num_requests, w.duration_s)
+            except ConfigError as e:
+                raise ConfigError(f"workload.models.{m}: {e}") from None
+            if cut:
+                short.append(f"workload.models.{m}")
             parts.append(np.column_stack([times, np.full(len(times), i, dtype=np.float64)]))
         merged = np.concatenate(parts)
         merged = merged[np.lexsort((merged[:, 1], merged[:, 0]))]
         if w.num_requests is not None:
+            if short and len(merged) < w.num_requests:  # some arrival past the clock would be kept
+                raise ConfigError(
+                    f"{', '.join(short)}: arrival times must be below {MAX_SECONDS:g} s (the simulator's clock), "
+                    f"and only {len(merged):,} requests arrive before then, not the {w.num_requests:,} asked for "
+                    "(raise the rate or ask for fewer requests)"
+                )
             merged = merged[: w.num_requests]
         arrival, model = merged[:, 0].copy(), merged[:, 1].astype(np.int64)
         prompt = output = None
@@ -1138,7 +1149,8 @@ def _trace_requests(spec: ServerlessSpec, warn_short: bool = True):
         raise _at(where, str(e)) from None
     if warn_short:
         warn_short_trace(f"{where}: the trace", len(arrival), w.num_requests)
-    arrival, prompt, output = arrival[:n] / k, prompt[:n], output[:n]
+    arrival = replayed_times(arrival, k, n, where, "workload.time_scale K divides them")
+    prompt, output = prompt[:n], output[:n]
     if model is None:
         model = _rng(w.seed, 1).choice(len(names), size=n, p=_shares(w, spec.models))
     else:

@@ -52,7 +52,7 @@ from .conversations import conversation_turns, stream_blocks
 from .csvio import MAX_LENGTH
 from .datasets import is_dataset, resolve_path
 from .lengths import LengthLaw, named_length_law, sample_pair
-from .trace import FORMATS, Trace, read_trace, replay_cut, trace_format
+from .trace import FORMATS, Trace, read_trace, replay_cut, replayed_times, trace_format
 
 __all__ = [
     "WorkloadSpec",
@@ -548,17 +548,15 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         except ConfigError as e:
             raise ConfigError(f"trace {spec.trace}: {e}") from None
         warn_short_trace(f"trace {spec.trace}", len(base.arrival_s), spec.num_requests)
-        arrival = base.arrival_s[:n] / k
-        if n and np.isfinite(arrival).all() and arrival.max() >= MAX_SECONDS:
-            raise ConfigError(
-                f"trace {spec.trace}: its arrival times reach {arrival.max():g} s, past the simulator's clock of "
-                f"{MAX_SECONDS:g} s: are they in seconds? (--time-scale K divides them)"
-            )
+        arrival = replayed_times(base.arrival_s, k, n, f"trace {spec.trace}", "--time-scale K divides them")
     else:
         proc = make_arrival_process(spec.arrival, check_rate(spec.rate), None if spec.cv is None else check_cv(spec.cv))
         k = spec.time_scale  # duration_s is in the scaled clock
         arrival = proc.times(
-            _rng(spec.seed, _ARRIVALS), spec.num_requests, None if spec.duration_s is None else spec.duration_s * k
+            _rng(spec.seed, _ARRIVALS),
+            spec.num_requests,
+            None if spec.duration_s is None else spec.duration_s * k,
+            time_scale=k,  # the clock's limit applies to the times divided by k
         )
         if k != 1.0:
             arrival = arrival / k

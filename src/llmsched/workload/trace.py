@@ -27,6 +27,7 @@ or key.
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 import zlib
@@ -38,7 +39,7 @@ import numpy as np
 
 from ..core.clock import to_clock_ns
 from ..core.errors import ConfigError, InputWarning
-from ..core.request import Request
+from ..core.request import MAX_SECONDS, Request
 from .arrivals import MAX_RATE
 from .blocks import DEFAULT_BLOCK_SIZE, as_tuples, cap_rows, chain_ragged, check_block_size, reblock, take_rows
 from .csvio import MAX_LENGTH, as_lengths, open_bytes, read_bytes, read_columns, read_header, row_place
@@ -50,6 +51,7 @@ __all__ = [
     "FORMATS",
     "read_trace",
     "replay_cut",
+    "replayed_times",
     "mean_rate",
     "read_plain_csv",
     "read_azure_csv",
@@ -838,7 +840,8 @@ def replay_cut(
         k = float(time_scale)
         n = cap
         if duration_s is not None:
-            n = min(n, int(np.searchsorted(arrival / k, duration_s, side="right")))
+            with np.errstate(over="ignore"):  # a tiny time_scale: times past any float are inf
+                n = min(n, int(np.searchsorted(arrival / k, duration_s, side="right")))
         replayed = mean_rate(arrival[:n]) * k
         if replayed > MAX_RATE:
             scaled = f" at time_scale {k:g}" if k != 1.0 else ""
@@ -854,7 +857,7 @@ def replay_cut(
         )
     a = arrival[:cap]
     span = a - a[0] if cap else a  # span of the head ending at each request
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         k = float(rate) * span / np.arange(cap)  # k of each head: R / ((n - 1) / span)
         ok = span > 0
         if duration_s is not None:
@@ -881,3 +884,20 @@ def replay_cut(
         while a[i] / k_i > duration_s:  # a rounding or two at most
             k_i = float(np.nextafter(k_i, np.inf))
     return k_i, i + 1
+
+
+def replayed_times(arrival, k: float, n: int, what: str, hint: str) -> np.ndarray:
+    """arrival[:n] / k: the times at which replay_cut's (k, n) replays a trace. ConfigError
+    naming `what` (the trace) when one is at or past the simulator's clock (MAX_SECONDS),
+    or past any float (a tiny time_scale); `hint` names the option that divides the times."""
+    with np.errstate(over="ignore"):  # (inf, refused below)
+        times = np.asarray(arrival[:n], dtype=np.float64) / k
+    last = float(times.max()) if n else 0.0
+    if not last < MAX_SECONDS:
+        scaled = f", divided by {k!r}," if k != 1.0 else ""
+        reach = f"reach {last:g} s" if math.isfinite(last) else "overflow to infinity"
+        why = ": are they in seconds?" if k == 1.0 else ""
+        raise ConfigError(
+            f"{what}: its arrival times{scaled} {reach}, past the simulator's clock of {MAX_SECONDS:g} s{why} ({hint})"
+        )
+    return times
