@@ -34,19 +34,24 @@ def _first_draw(entropy: list[int]) -> int:
     return int(np.random.default_rng(entropy).integers(0, 2**63))
 
 
+# every kind of stream: arrivals and pools by index; lengths, delays and loops by index,
+# visit and block of jobs
+def _kinds(n_types: int, n_calls: int, n_delays: int, n_loops: int, n_pools: int):
+    keyed = [("lengths", n_calls), ("delays", n_delays), ("loop", n_loops)]
+    out = [("arrivals", ti, 0, 0) for ti in range(n_types)] + [("pool", k, 0, 0) for k in range(n_pools)]
+    for kind, count in keyed:
+        out += [(kind, i, v, b) for i in range(count) for v in range(3) for b in range(3)]
+    return out
+
+
 @pytest.mark.parametrize("seed", [0, 7, 2**32 + 5])
 def test_every_stream_of_a_network_with_many_job_types_has_its_own_seed(seed):
     spec = _many_types(seed)
     n_calls = sum(len(job.calls()) for job in spec.jobs)
-    n_delays = N_TYPES
-    streams = {f"arrivals {ti}": stream_entropy(seed, "arrivals", ti) for ti in range(N_TYPES)}
-    streams["loop"] = stream_entropy(seed, "loop")
-    streams.update({f"lengths {k}": stream_entropy(seed, "lengths", k) for k in range(n_calls)})
-    streams.update({f"delays {k}": stream_entropy(seed, "delays", k) for k in range(n_delays)})
-    streams.update({f"pool {k}": stream_entropy(seed, "pool", k) for k in range(len(spec.servers))})
     by_draw: dict[int, str] = {}
-    for name, entropy in streams.items():
-        draw = _first_draw(entropy)
+    for kind, index, visit, block in _kinds(N_TYPES, n_calls, N_TYPES, N_TYPES, len(spec.servers)):
+        draw = _first_draw(stream_entropy(seed, kind, index, visit, block))
+        name = f"{kind} {index} visit {visit} block {block}"
         assert draw not in by_draw, f"{name} and {by_draw[draw]} draw the same numbers"
         by_draw[draw] = name
 
@@ -72,30 +77,29 @@ WIDE_SEEDS = [5, 5 + 2**32, 5 + 7 * 2**32, 5 + 11 * 2**32, 5 + 13 * 2**32, 5 + 1
 
 
 def test_no_two_seeds_share_a_stream_past_32_bits():
-    # the loop stream of seed 11 * 2**32 + 5 was the length stream of call node 7 of seed 5
+    # numpy read [11 * 2**32 + 5, 7] as [5, 11, 7]: without the seed's words written out, the
+    # loop stream of seed 11 * 2**32 + 5 would be a length stream of seed 5
     spec = _many_types(0)
     n_calls = sum(len(job.calls()) for job in spec.jobs)
     by_draw: dict[int, str] = {}
     for seed in WIDE_SEEDS:
-        streams = [("arrivals", ti) for ti in range(N_TYPES)] + [("loop", 0)]
-        streams += [("lengths", k) for k in range(n_calls)] + [("delays", k) for k in range(N_TYPES)]
-        streams += [("pool", k) for k in range(len(spec.servers))]
-        for kind, index in streams:
-            draw = _first_draw(stream_entropy(seed, kind, index))
-            name = f"seed {seed} {kind} {index}"
+        for kind, index, visit, block in _kinds(N_TYPES, n_calls, 3, 3, len(spec.servers)):
+            draw = _first_draw(stream_entropy(seed, kind, index, visit, block))
+            name = f"seed {seed} {kind} {index} visit {visit} block {block}"
             assert draw not in by_draw, f"{name} and {by_draw[draw]} draw the same numbers"
             by_draw[draw] = name
 
 
 @pytest.mark.parametrize("seed", [0, 5, 2**32 - 1])
-def test_seeds_below_32_bits_keep_their_streams(seed):
+def test_seeds_below_32_bits_keep_their_arrival_and_router_streams(seed):
     # (the golden outputs hold the runs themselves)
-    assert stream_entropy(seed, "loop") == [seed, 7]
-    assert stream_entropy(seed, "lengths", 4) == [seed, 11, 4]
-    assert stream_entropy(seed, "delays", 2) == [seed, 13, 2]
     assert stream_entropy(seed, "pool", 1) == [seed, 1_000_003, 1]
     assert stream_entropy(seed, "arrivals", 3) == [seed, 3]
     assert stream_entropy(seed, "arrivals", 9) == [seed, 9, 0, 1]
+    # the streams keyed by job block: five words, so none is an arrival or router stream
+    assert stream_entropy(seed, "loop", 2, 1, 0) == [seed, 7, 2, 1, 0]
+    assert stream_entropy(seed, "lengths", 4, 0, 3) == [seed, 11, 4, 0, 3]
+    assert stream_entropy(seed, "delays", 2, 0, 0) == [seed, 13, 2, 0, 0]
 
 
 def test_a_run_with_a_wide_seed_is_reproducible_and_differs_from_its_low_word():

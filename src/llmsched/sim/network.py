@@ -52,7 +52,8 @@ from .server import ServerSim, SimulationStuck, TimeSeries
 # event kinds, in the order they run at one instant (plans last)
 _JOB, _DELIVER, _RESUME, _END, _PLAN = 0, 1, 2, 3, 4
 ROUTERS = ("random", "round-robin", "jsq", "least-tokens", "power-of-two")
-_BLOCK = 4096  # length samples drawn at once per call node
+_BLOCK = 4096  # jobs whose draws at one node and visit come from one stream (`_Draws`)
+_CACHED_BLOCKS = 256  # blocks of draws kept at once, all nodes together
 
 
 class _Replica:
@@ -276,7 +277,7 @@ class _Stream:
 
 
 class _Job:
-    __slots__ = ("id", "type", "arrival", "finish", "writers", "own")
+    __slots__ = ("id", "type", "arrival", "finish", "writers", "own", "visits")
 
     def __init__(self, id: int, type: int, arrival: int, own: int = 0):
         self.id = id
@@ -285,6 +286,7 @@ class _Job:
         self.finish = -1
         self.own = own  # the key its writers derive from (prefix caching)
         self.writers = 0
+        self.visits: dict[int, int] | None = None  # node id -> visits so far (nodes in loops)
 
     def new_writer(self) -> int:
         """A key for tokens only this job writes (one per path, join and lone prompt)."""
@@ -346,51 +348,107 @@ class NetworkStats:
     stop_ns: int | None = None
 
 
-class _LengthStream:
-    """Lengths of one call node, drawn in blocks."""
+class _Draws:
+    """The random draws of one route node (a call's lengths, a delay's times, a loop's
+    repeat decisions), keyed by job and visit: visit `v` (0: the first) of job `j` reads
+    row `j % _BLOCK` of block `(v, j // _BLOCK)`, and each block is a stream of its own
+    (`stream_entropy(seed, kind, node, v, block)`). A job's draws depend on the seed, the
+    node, the job and the visit only, not on when the run reaches the node: two runs of one
+    seed that differ only in a server (policy, cost model, replicas) give every job the same
+    lengths, think times and loop passes (common random numbers). Blocks are kept in a
+    cache shared by the run's nodes, oldest dropped first; a dropped block drawn again
+    is the same."""
 
-    __slots__ = ("call", "rng", "prompts", "outputs", "pos", "drawn")
+    __slots__ = ("seed", "kind", "index", "draw", "cache")
 
-    def __init__(self, call: Call, rng: np.random.Generator):
-        self.call = call
-        self.rng = rng
-        self.pos = _BLOCK
-        self.drawn = 0  # lengths drawn so far (blocks before the current one)
+    def __init__(self, seed: int, kind: str, index: int, draw: Callable, cache: dict):
+        self.seed = seed
+        self.kind = kind
+        self.index = index
+        self.draw = draw  # draw(rng, visit, block) -> the block's values, one row per job
+        self.cache = cache
 
-    def next(self) -> tuple[int, int]:
-        if self.pos >= _BLOCK:
-            # `sample_pair`, as one server's workload does: a prompt and an output law on the
-            # same file (sharegpt, arxiv) read the same rows, which keeps each row's pair and
-            # the file's correlation; other laws are drawn one after the other from `rng`; a
-            # `replay:` law continues the file where the last block stopped
-            c = self.call
-            prompts, outputs = sample_pair(c.prompt, c.output, self.rng, self.rng, _BLOCK, self.drawn)
-            self.prompts = np.asarray(prompts, dtype=np.int64).tolist()
-            self.outputs = np.asarray(outputs, dtype=np.int64).tolist()
-            self.drawn += _BLOCK
-            self.pos = 0
-        i = self.pos
-        self.pos += 1
-        return self.prompts[i], self.outputs[i]
+    def block(self, job: int, visit: int) -> tuple[array, int]:
+        """The block holding the draws of `visit` of `job`, and the job's row in it."""
+        block, row = divmod(job, _BLOCK)
+        key = (self.kind, self.index, visit, block)
+        cache = self.cache
+        values = cache.get(key)
+        if values is None:
+            if len(cache) >= _CACHED_BLOCKS:
+                del cache[next(iter(cache))]
+            rng = np.random.default_rng(stream_entropy(self.seed, self.kind, self.index, visit, block))
+            values = cache[key] = self.draw(rng, visit, block)
+        return values, row
 
 
-class _DelayStream:
-    """Think/tool times of one delay node, in ns, drawn in blocks."""
+def _length_draws(call: Call, n_jobs: int) -> Callable:
+    """A call node's block of (prompt, output) rows. `sample_pair`, as one server's workload
+    does: a prompt and an output law on the same file (sharegpt, arxiv) read the same rows,
+    which keeps each row's pair and the file's correlation; other laws are drawn one after
+    the other. A `replay:` law reads row `v * n_jobs + j` of the file (wrapping) for visit
+    `v` of job `j`: a route without loops replays the file in job order."""
 
-    __slots__ = ("node", "rng", "values", "pos")
+    def draw(rng: np.random.Generator, visit: int, block: int) -> array:
+        """Prompt and output of row i at 2i and 2i + 1."""
+        start = visit * n_jobs + block * _BLOCK
+        prompts, outputs = sample_pair(call.prompt, call.output, rng, rng, _BLOCK, start)
+        pairs = np.empty(2 * _BLOCK, dtype=np.int64)
+        pairs[0::2], pairs[1::2] = prompts, outputs
+        return array("q", pairs.tobytes())
 
-    def __init__(self, node: Delay, rng: np.random.Generator):
-        self.node = node
-        self.rng = rng
-        self.pos = _BLOCK
+    return draw
 
-    def next(self) -> int:
-        if self.pos >= _BLOCK:
-            vals = np.asarray(self.node.law.sample(self.rng, _BLOCK), dtype=np.float64)
-            self.values = np.maximum(0, np.round(vals * NS)).astype(np.int64).tolist()
-            self.pos = 0
-        self.pos += 1
-        return self.values[self.pos - 1]
+
+def _delay_draws(node: Delay) -> Callable:
+    """A delay node's block of think/tool times, in ns."""
+
+    def draw(rng: np.random.Generator, visit: int, block: int) -> array:
+        vals = np.asarray(node.law.sample(rng, _BLOCK), dtype=np.float64)
+        return array("q", np.maximum(0, np.round(vals * NS)).astype(np.int64).tobytes())
+
+    return draw
+
+
+def _loop_draws(rng: np.random.Generator, visit: int, block: int) -> array:
+    """A loop node's block of uniforms on [0, 1): a pass repeats when its draw is below
+    `repeat_prob`."""
+    return array("d", rng.random(_BLOCK).tobytes())
+
+
+def _route_draws(spec: NetworkSpec, n_jobs: int) -> tuple[dict[int, _Draws], set[int]]:
+    """The draws of every call, delay (other than `per_token`) and `repeat_prob` loop node,
+    by node id, each node indexed among the nodes of its kind in the spec's order (job
+    types in order, each route depth first); and the ids of the nodes a job can visit
+    more than once (inside a loop, and the loop nodes themselves: one draw per pass)."""
+    cache: dict[tuple, array] = {}
+    draws: dict[int, _Draws] = {}
+    counts = {"lengths": 0, "delays": 0, "loop": 0}
+    repeated: set[int] = set()
+
+    def add(node, kind: str, draw: Callable) -> None:
+        draws[id(node)] = _Draws(spec.seed, kind, counts[kind], draw, cache)
+        counts[kind] += 1
+
+    def walk(nodes, in_loop: bool) -> None:
+        for node in nodes:
+            if in_loop:
+                repeated.add(id(node))
+            if isinstance(node, Call):
+                add(node, "lengths", _length_draws(node, n_jobs))
+            elif isinstance(node, Delay):
+                add(node, "delays", _delay_draws(node))
+            elif isinstance(node, Fork):
+                for branch in node.branches:
+                    walk(branch, in_loop)
+            elif isinstance(node, Loop):
+                add(node, "loop", _loop_draws)
+                repeated.add(id(node))
+                walk(node.body, True)
+
+    for job in spec.jobs:
+        walk(job.route, False)
+    return draws, repeated
 
 
 def check_flag(name: str, value) -> None:
@@ -428,39 +486,44 @@ def successors(spec: NetworkSpec) -> dict[str, set]:
 _STREAM_TAGS = {"loop": 7, "lengths": 11, "delays": 13, "pool": 1_000_003}
 
 
-def stream_entropy(seed: int, kind: str, index: int = 0) -> list[int]:
-    """numpy's seed of one random stream of a run: "arrivals" of job type `index`, "loop"
-    (every loop's repeat draws), "lengths" of call node `index`, "delays" of delay node
-    `index`, "pool" (server `index`'s router). No two (seed, kind, index) share one. Call
-    and delay nodes are indexed in the order the run first reaches them, and the loop
-    stream draws in event-time order: those draws follow the run's timing, not the jobs."""
+def stream_entropy(seed: int, kind: str, index: int = 0, visit: int = 0, block: int = 0) -> list[int]:
+    """numpy's seed of one random stream of a run: "arrivals" of job type `index`, "pool"
+    (server `index`'s router), and, for jobs `block * _BLOCK` to `(block + 1) * _BLOCK - 1`
+    at their visit `visit` (0: the first) of a node, "lengths" of call node `index`,
+    "delays" of delay node `index`, "loop" (the repeat decisions of loop node `index`).
+    Nodes are indexed by kind in the spec's order (`_route_nodes`). No two (seed, kind,
+    index, visit, block) share one."""
     if seed >= _WORD:
-        return _wide_seed_entropy(seed, kind, index)
+        return _wide_seed_entropy(seed, kind, index, visit, block)
     if kind == "arrivals":
         # SeedSequence pads entropy with zeros to 4 words: [seed, 7] was the loop's stream and
         # [seed, 11] a length stream's [seed, 11, 0]; from type 7 on a final 1 no other tag has
         return [seed, index] if index < _STREAM_TAGS["loop"] else [seed, index, 0, 1]
     tag = _STREAM_TAGS[kind]
-    return [seed, tag] if kind == "loop" else [seed, tag, index]
+    if kind == "pool":
+        return [seed, tag, index]
+    # five words: SeedSequence mixes a fifth word in even when it is 0, so these differ from
+    # every stream of at most four words above
+    return [seed, tag, index, visit, block]
 
 
 _WORD = 1 << 32
 
 
-def _wide_seed_entropy(seed: int, kind: str, index: int) -> list[int]:
+def _wide_seed_entropy(seed: int, kind: str, index: int, visit: int, block: int) -> list[int]:
     """The entropy of a seed of 2**32 or more. numpy splits such a seed into 32-bit words, so
     `[seed, tag, index]` would read as `[low word, high word, tag, index]`: the loop stream
-    of seed 11 * 2**32 + s was the length stream 7 of seed s. Here the seed's words are
-    written out and padded to at least four, then the kind and the index follow, always
-    both: six words or more, where every seed below 2**32 (whose streams are unchanged)
-    gives at most four, and the seed is read back from the words before the last two."""
+    of seed 11 * 2**32 + s would be the length stream 7 of seed s. Here the seed's words
+    are written out and padded to at least four, then four words follow, always: the kind,
+    the index, the visit and the block. That is eight words or more, where every seed below
+    2**32 gives at most five, and the seed is read back from the words before the last four."""
     words = []
     while seed:
         words.append(seed & (_WORD - 1))
         seed >>= 32
     words += [0] * (4 - len(words))
     tag = 3 if kind == "arrivals" else _STREAM_TAGS[kind]
-    return [*words, tag, index]
+    return [*words, tag, index, visit, block]
 
 
 def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> ServerState | None:
@@ -562,25 +625,32 @@ def run_network(
         _SystemPrompt(_mix((shared_base + ti * _GOLDEN) & _MASK), jt.system_prompt) for ti, jt in enumerate(spec.jobs)
     ]
 
-    streams: dict[int, _LengthStream] = {}
-    delays: dict[int, _DelayStream] = {}
-    loop_rng = np.random.default_rng(stream_entropy(spec.seed, "loop"))
+    draws, repeated = _route_draws(spec, n)
 
-    def lengths(call: Call) -> tuple[int, int]:
-        s = streams.get(id(call))
-        if s is None:
-            s = streams[id(call)] = _LengthStream(
-                call, np.random.default_rng(stream_entropy(spec.seed, "lengths", len(streams)))
-            )
-        return s.next()
+    def visit(job: _Job, node) -> int:
+        """The job's visits of `node` before this one (0 outside loops)."""
+        key = id(node)
+        if key not in repeated:
+            return 0
+        visits = job.visits
+        if visits is None:
+            visits = job.visits = {}
+        v = visits.get(key, 0)
+        visits[key] = v + 1
+        return v
 
-    def delay_ns(node: Delay) -> int:
-        s = delays.get(id(node))
-        if s is None:
-            s = delays[id(node)] = _DelayStream(
-                node, np.random.default_rng(stream_entropy(spec.seed, "delays", len(delays)))
-            )
-        return s.next()
+    def lengths(call: Call, job: _Job) -> tuple[int, int]:
+        values, row = draws[id(call)].block(job.id, visit(job, call))
+        return values[2 * row], values[2 * row + 1]
+
+    def delay_ns(node: Delay, job: _Job) -> int:
+        values, row = draws[id(node)].block(job.id, visit(job, node))
+        return values[row]
+
+    def repeats(loop: Loop, job: _Job) -> bool:
+        """Whether a `repeat_prob` loop's pass that just ended is followed by another."""
+        values, row = draws[id(loop)].block(job.id, visit(job, loop))
+        return values[row] < loop.repeat_prob
 
     # per-call and per-job records
     c_job, c_rep, c_arr, c_prompt, c_out = array("q"), array("q"), array("q"), array("q"), array("q")
@@ -608,8 +678,8 @@ def run_network(
             # a call ending in the step across the stop moves its job on after the stop: no
             # call arrives then (as no delay ends and no job arrives), so none is made
             return
-        new, o = lengths(call)
         job = thread.job
+        new, o = lengths(call, job)
         head = system[job.type] + (thread.context if call.context else 0)  # before the new tokens
         p = head + new
         cid = len(c_arr)
@@ -665,9 +735,7 @@ def run_network(
             frame = thread.frames[-1]
             nodes, pos, loop, npass = frame
             if pos >= len(nodes):
-                if loop is not None and (
-                    npass < loop.times if loop.times is not None else loop_rng.random() < loop.repeat_prob
-                ):
+                if loop is not None and (npass < loop.times if loop.times is not None else repeats(loop, thread.job)):
                     frame[1] = 0
                     frame[3] = npass + 1
                     continue
@@ -686,7 +754,7 @@ def run_network(
                     kv = system[thread.job.type] + thread.context
                     push(t + round(node.law.mean * kv * NS), _RESUME, thread)
                 else:
-                    push(t + delay_ns(node), _RESUME, thread)
+                    push(t + delay_ns(node, thread.job), _RESUME, thread)
                 return
             if isinstance(node, Loop):
                 thread.frames.append([node.body, 0, node, 1])
