@@ -43,8 +43,8 @@ from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS, NS, Request, check_seconds
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
-from ..workload.arrivals import MAX_REQUESTS
-from ..workload.blocks import INT_CONSTANTS
+from ..workload.arrivals import times_for_merge
+from ..workload.blocks import INT_CONSTANTS, seed_bits
 from ..workload.lengths import sample_pair
 from ..workload.network import Call, Delay, Fork, JobType, Loop, NetworkSpec, ServerSpec
 from .server import ServerSim, SimulationStuck, TimeSeries
@@ -53,7 +53,7 @@ from .server import ServerSim, SimulationStuck, TimeSeries
 _JOB, _DELIVER, _RESUME, _END, _PLAN = 0, 1, 2, 3, 4
 ROUTERS = ("random", "round-robin", "jsq", "least-tokens", "power-of-two")
 _BLOCK = 4096  # jobs whose draws at one node and visit come from one stream (`_Draws`)
-_CACHED_BLOCKS = 256  # blocks of draws kept at once, all nodes together
+_CACHED_BLOCKS = 64  # blocks of draws kept at once, all nodes together (at most 4 MB)
 
 
 class _Replica:
@@ -542,16 +542,12 @@ def _priority_state(spec: ServerSpec, scheduler, classes: dict[str, int]) -> Ser
 
 def _job_type_arrivals(job: JobType, entropy: list[int], n: int | None, duration_s: float | None):
     """A job type's arrival times (seconds), and whether they stop at the simulator's time
-    limit before `n`. Every type draws `n`, and the merge keeps the first `n` of all types:
-    a rare type's last draws, past the limit, are often never used."""
+    limit before `n` (`times_for_merge`: every type draws `n`, and the merge keeps the
+    first `n` of all types, so a rare type's last draws, past the limit, are often unused)."""
     try:
-        return job.arrival.times(np.random.default_rng(entropy), n, duration_s), False
+        return times_for_merge(job.arrival, lambda: np.random.default_rng(entropy), n, duration_s)
     except ConfigError as e:
-        if duration_s is not None or n is None or n > MAX_REQUESTS:
-            raise ConfigError(f"job type {job.name!r}: {e}") from None
-    # the same stream's draws up to the limit (numpy draws them in order)
-    before_limit = float(np.nextafter(MAX_SECONDS, 0))
-    return job.arrival.times(np.random.default_rng(entropy), n, before_limit), True
+        raise ConfigError(f"job type {job.name!r}: {e}") from None
 
 
 def run_network(
@@ -619,8 +615,9 @@ def run_network(
     cache_block = {name: s.block_size if s.prefix_caching else 0 for name, s in spec.servers.items()}
     track_streams = any(cache_block.values())
     system = [jt.system_prompt for jt in spec.jobs]
-    own_base = _mix((_OWN_SALT + spec.seed) & _MASK)
-    shared_base = _mix((_SHARED_SALT + spec.seed) & _MASK)
+    seed64 = seed_bits(spec.seed)  # (a seed of 2**64 or more folded, not masked to seed mod 2**64)
+    own_base = _mix((_OWN_SALT + seed64) & _MASK)
+    shared_base = _mix((_SHARED_SALT + seed64) & _MASK)
     system_prompts = [
         _SystemPrompt(_mix((shared_base + ti * _GOLDEN) & _MASK), jt.system_prompt) for ti, jt in enumerate(spec.jobs)
     ]
