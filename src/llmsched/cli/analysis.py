@@ -830,6 +830,13 @@ def _print_twp(res: dict) -> None:
             )
         )
     print_grid("reproduce twp: Table III (paper 2)", rows)
+    schedulers = (res.get("config") or {}).get("schedulers") or []
+    if "twp" not in schedulers:  # (no claims: the table would be its header alone)
+        print("note: TWP is not among the platform schedulers (--policies): no comparison with the baselines")
+        return
+    if len(schedulers) == 1:
+        print("note: TWP is the only platform scheduler (--policies): no baseline to compare it with")
+        return
     pairs = (("serverlessllm", "ServerlessLLM"), ("best_conventional", "best conventional"))
     rows = [("workload", "load", *(f"TWP {what} vs {name}" for _, name in pairs for what in ("req/s", "p99 ITL")))]
     for c in res["claims"]:
