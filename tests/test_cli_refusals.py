@@ -175,7 +175,10 @@ def test_reproduce_stability_with_no_probe_judged_shows_no_rate_found(tmp_path, 
     assert main([*argv, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     (row,) = json.loads((tmp_path / "table.json").read_text())["rows"]
-    assert row["max_stable_rate"] == 0 and row["inconclusive_low"] > 0
+    # the table holds the bound, flagged (it held 0.0, which read as a rate found)
+    assert row["max_stable_upper_bound"] is True and row["max_stable_lower_bound"] is False
+    assert row["max_stable_rate"] == row["inconclusive_low"] > 0
+    assert row["max_stable_load"] == pytest.approx(row["inconclusive_low"] / row["critical_rate"])
     assert f"< {row['inconclusive_low']:,.3f}" in out and "0.000" not in out
     assert "note: sarathi stable at load 0.9" in out and "--search-requests" in out
 

@@ -516,6 +516,16 @@ def _mark_none_stable(r: dict) -> None:
     _below(r, "max_stable_rate", "max_stable_load", low)
 
 
+def _mark_bounds(r: dict) -> None:
+    """A stability table's row whose max stable rate is a bound (its `max_stable_upper_bound`
+    or `max_stable_lower_bound` flag): `< rate` or `>= rate`, and its load likewise."""
+    for flag, sign in (("max_stable_upper_bound", "<"), ("max_stable_lower_bound", ">=")):
+        if r.get(flag) and r.get("max_stable_rate") is not None:
+            r["max_stable_rate"] = f"{sign} {r['max_stable_rate']:,.3f}"
+            if r.get("max_stable_load") is not None:
+                r["max_stable_load"] = f"{sign} {r['max_stable_load']:.3f}"
+
+
 def _print_search(search: list[dict]) -> None:
     """The search table: per group, the max stable rate, the rates judged inconclusive
     above it, the first rate judged unstable, and a failed probe where a search stopped."""
@@ -657,7 +667,7 @@ def cmd_reproduce(args) -> int:
     m = res["config"]
     shown = [dict(r) for r in res["rows"]]
     for r in shown:
-        _mark_none_stable(r)
+        _mark_bounds(r)
     _print_rows(
         f"reproduce stability: {m['workload']} ({m['cost_model']}, b_max {m['b_max']}), "
         f"lambda* = {res['critical_rate']:.3f} req/s",
@@ -676,7 +686,9 @@ def cmd_reproduce(args) -> int:
     short = [
         r["policy"]
         for r in res["rows"]
-        if r.get("stable_at_load") is True and r.get("max_stable_load") is not None and r["max_stable_load"] < args.load
+        if r.get("stable_at_load") is True
+        and r.get("max_stable_load") is not None
+        and (r.get("max_stable_upper_bound") or r["max_stable_load"] < args.load)
     ]
     if short:
         print(
