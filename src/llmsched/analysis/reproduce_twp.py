@@ -767,6 +767,7 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
                     vals = [t3[LABELS[s]][key] for s in schedulers]
                 ax.bar(xs + (j - 1) * 0.27, [max(v or 0, 1e-3) for v in vals], width=0.27, label=p)
             ax.set_yscale("log")
+            plain_log_ticks(ax, "y")
             ax.set_xticks(xs)
             ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=7)
             ax.set_title(f"{w}, {_load_phrase(load_names[x])}", fontsize=9)
