@@ -228,8 +228,9 @@ def test_run_kinds_of_sweeps_and_experiments(tmp_path):
 
     d = tmp_path / "rq"
     d.mkdir()
-    for f in ("table.csv", "table3.csv", "ttft.png", "ablation.csv", "result.json"):
+    for f in ("table.csv", "table3.csv", "ttft.png", "ablation.csv"):
         (d / f).write_text("x\n")
+    (d / "result.json").write_text('{"config": {}, "rows": []}\n')  # its proof
     assert run_kind(d) == "reproduce twp"
     with pytest.raises(ConfigError, match=r"reproduce twp.*table3\.csv.*not of `reproduce stability`"):
         check_run_dir(d, "reproduce stability")
@@ -339,3 +340,113 @@ def test_a_sweeps_points_and_an_experiments_table_json_must_be_theirs(tmp_path, 
         check_run_dir(table, "reproduce stability")
     (table / "table.json").write_text('{"meta": {}, "rows": []}\n')
     check_run_dir(table, "reproduce stability")
+
+
+@pytest.mark.parametrize(
+    ("experiment", "name"),
+    [
+        ("rybko-stolyar", "loads.csv"),
+        ("clusters", "table.csv"),
+        ("agents", "table.csv"),
+        ("stability", "table.csv"),
+        ("twp", "table.csv"),
+        ("twp", "slo.csv"),
+    ],
+)
+def test_an_experiment_never_replaces_a_file_no_run_wrote(tmp_path, capsys, experiment, name):
+    """A folder holding only the user's loads.csv or table.csv (names an experiment
+    writes) was taken for an earlier run: the file was cleared away as stale, or replaced,
+    silently (the proof, table.json, is written last, and its absence was let pass)."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / name).write_text("mine\n")
+    argv = ["reproduce", experiment, "--quick", "--out", str(d)]
+    one_line_error(capsys, argv, repr(name), "but no", "writes last", "not a finished run's output")
+    assert [p.name for p in d.iterdir()] == [name] and (d / name).read_text() == "mine\n"
+
+
+def test_prefix_caching_never_replaces_a_table_no_run_wrote(tmp_path):
+    from llmsched.analysis.reproduce_prefix import reproduce_prefix_caching
+
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "table.csv").write_text("mine\n")
+    with pytest.raises(ConfigError, match="holds 'table.csv' but no 'result.json'"):
+        reproduce_prefix_caching(str(tmp_path / "no-trace.jsonl"), out_dir=d, quick=True)
+    (d / "result.json").write_text("[]\n")  # JSON, but not a run's result
+    with pytest.raises(ConfigError, match="'result.json' that is not `reproduce prefix-caching`'s"):
+        reproduce_prefix_caching(str(tmp_path / "no-trace.jsonl"), out_dir=d, quick=True)
+    assert (d / "table.csv").read_text() == "mine\n"
+
+
+def test_a_stability_search_folder_holding_the_users_files_is_not_cleared(tmp_path, capsys):
+    """`--no-search` removed an earlier run's search/ with shutil.rmtree, the user's files
+    inside it too (and a search/ of the user's own beside no run at all)."""
+    mine = tmp_path / "mine"
+    (mine / "search").mkdir(parents=True)
+    (mine / "search" / "notes.txt").write_text("mine\n")
+    argv = ["reproduce", "stability", "--quick", "--no-search", "--policies", "sarathi", "--out", str(mine)]
+    one_line_error(capsys, argv, "search/ holds 'notes.txt'", "no llmsched run writes there")
+    assert (mine / "search" / "notes.txt").read_text() == "mine\n"
+
+    out = tmp_path / "out"
+    run = ["reproduce", "stability", "--quick", "--policies", "sarathi", "--out", str(out)]
+    assert main(run) == 0
+    capsys.readouterr()
+    assert (out / "search" / "points").is_dir()
+    (out / "search" / "points" / "notes.txt").write_text("mine\n")
+    no_search = [*run, "--no-search"]
+    one_line_error(capsys, no_search, "search/ holds 'points/notes.txt'")
+    (out / "search" / "points" / "notes.txt").unlink()
+    (out / "search" / "notes.txt").write_text("mine\n")
+    one_line_error(capsys, no_search, "search/ holds 'notes.txt'")
+    assert (out / "search" / "notes.txt").read_text() == "mine\n" and (out / "search" / "results.csv").is_file()
+    (out / "search" / "notes.txt").unlink()
+    (out / "search" / ".DS_Store").write_text("x")  # a hidden file stays, and its folder with it
+    assert main(no_search) == 0
+    assert [p.name for p in (out / "search").iterdir()] == [".DS_Store"]
+    (out / "search" / ".DS_Store").unlink()
+    assert main(run) == 0 and main(no_search) == 0
+    assert not (out / "search").exists()  # a run's own search/ goes whole
+
+
+def test_clearing_a_runs_folder_leaves_what_no_run_wrote(tmp_path):
+    """clear_stale removed a run's folder with shutil.rmtree: whatever else it held went too."""
+    from llmsched.core.paths import clear_stale
+
+    s = tmp_path / "st"
+    (s / "search" / "points").mkdir(parents=True)
+    (s / "search" / "points" / "k.json").write_text("{}")
+    (s / "search" / "points" / ".k.123.tmp").write_text("{}")  # a write's temporary file
+    (s / "search" / "results.csv").write_text("x\n")
+    (s / "search" / "mine.txt").write_text("mine\n")
+    (s / "search" / "points" / "mine").mkdir()
+    (s / "table.csv").mkdir()  # a folder under a file's name: no run made it
+    (s / "table.csv" / "mine.txt").write_text("mine\n")
+    clear_stale(s, "reproduce stability", [])
+    left = sorted(str(p.relative_to(s)) for p in s.rglob("*"))
+    assert left == [
+        "search",
+        "search/mine.txt",
+        "search/points",
+        "search/points/mine",
+        "table.csv",
+        "table.csv/mine.txt",
+    ]
+
+
+def test_a_network_rerun_keeps_the_users_file_in_a_replica_folder(tmp_path):
+    """A rerun removed each earlier replica's folder with shutil.rmtree, the user's files in it too."""
+    out = tmp_path / "net"
+    assert main(["simulate", *RUN, "--replicas", "3", "--out", str(out)]) == 0
+    (out / "servers" / "cluster[2]" / "notes.txt").write_text("mine\n")
+    assert main(["simulate", *RUN, "--replicas", "2", "--out", str(out)]) == 0
+    assert [p.name for p in (out / "servers" / "cluster[2]").iterdir()] == ["notes.txt"]
+    (out / "servers" / "cluster[0]" / "notes.txt").write_text("mine\n")
+    assert main(["simulate", *RUN, "--out", str(out)]) == 0  # a single-server run clears the network's
+    assert sorted(str(p.relative_to(out / "servers")) for p in (out / "servers").rglob("*")) == [
+        "cluster[0]",
+        "cluster[0]/notes.txt",
+        "cluster[2]",
+        "cluster[2]/notes.txt",
+    ]

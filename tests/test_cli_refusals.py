@@ -175,7 +175,10 @@ def test_reproduce_stability_with_no_probe_judged_shows_no_rate_found(tmp_path, 
     assert main([*argv, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     (row,) = json.loads((tmp_path / "table.json").read_text())["rows"]
-    assert row["max_stable_rate"] == 0 and row["inconclusive_low"] > 0
+    # the table holds the bound, flagged (it held 0.0, which read as a rate found)
+    assert row["max_stable_upper_bound"] is True and row["max_stable_lower_bound"] is False
+    assert row["max_stable_rate"] == row["inconclusive_low"] > 0
+    assert row["max_stable_load"] == pytest.approx(row["inconclusive_low"] / row["critical_rate"])
     assert f"< {row['inconclusive_low']:,.3f}" in out and "0.000" not in out
     assert "note: sarathi stable at load 0.9" in out and "--search-requests" in out
 
@@ -298,3 +301,67 @@ def test_search_options_need_the_search(capsys):
     one_line_error(capsys, [*base, "--tol", "0.1"], "--tol is an option of --search")
     one_line_error(capsys, [*base, "--search-hi", "2"], "--search-hi is an option of --search")
     one_line_error(capsys, [*base, "--address", "1.2.3.4:6379"], "--backend ray")
+
+
+@pytest.mark.parametrize("experiment", ["stability", "clusters", "agents", "rybko-stolyar", "twp"])
+@pytest.mark.parametrize("seeds", ["0,,1", "0,", ",1", "0, ,1"])
+def test_reproduce_seeds_with_an_empty_item_are_refused(tmp_path, capsys, experiment, seeds):
+    """`--seeds 0,,1` ran as 0,1 (the empty item dropped); `sweep --grid seed=0,,1` refused it."""
+    out = tmp_path / "o"
+    one_line_error(
+        capsys, ["reproduce", experiment, "--quick", "--seeds", seeds, "--out", str(out)], "--seeds: empty value"
+    )
+    assert not out.exists()
+
+
+def test_counterexample_seeds_with_an_empty_item_are_refused(capsys):
+    base = ["capacity", "--cost-model", "paper", "--mean-prompt", "100", "--mean-output", "20", "--find-counterexample"]
+    one_line_error(capsys, [*base, "--seeds", "1,,2"], "--seeds: empty value in '1,,2'")
+
+
+def test_reproduce_prefix_caching_lists(tmp_path, capsys):
+    """`--kv-capacities 1000000,1000000` ran every cell twice (duplicate rows); an empty
+    item was an error about whole numbers."""
+    from llmsched.analysis.reproduce_prefix import reproduce_prefix_caching
+    from llmsched.core.errors import ConfigError
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("")
+    out = tmp_path / "o"
+    base = ["reproduce", "prefix-caching", "--quick", "--trace", str(trace), "--out", str(out)]
+    one_line_error(capsys, [*base, "--kv-capacities", "1000000,1000000"], "KV capacity 1000000 is given twice")
+    one_line_error(capsys, [*base, "--kv-capacities", "1000000,,8000000"], "--kv-capacities: empty value")
+    one_line_error(capsys, [*base, "--kv-capacities", "1e6"], "--kv-capacities must be a comma-separated list")
+    for kw, words in (
+        ({"loads": (0.6, 0.6)}, "load 0.6 is given twice"),
+        ({"kv_capacities": (8000, 8000.0)}, "KV capacity 8000 is given twice"),
+        ({"kv_capacities": (1.5,)}, "whole numbers of tokens"),
+        ({"kv_capacities": ()}, "whole numbers of tokens"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            reproduce_prefix_caching(str(trace), out_dir=out, **kw)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv, owners",
+    [
+        (["twp", "--b-max", "16"], "`reproduce stability` and `reproduce prefix-caching`, not of `reproduce twp`"),
+        (["twp", "--cost-model", "paper"], "`reproduce stability` and `reproduce prefix-caching`, not of"),
+        (["clusters", "--load", "0.5"], "`reproduce stability`, `reproduce twp` and `reproduce prefix-caching`, not"),
+        (["agents", "--policies", "sarathi"], "`reproduce stability` and `reproduce twp`, not of `reproduce agents`"),
+        (["rybko-stolyar", "--tol", "0.1"], "`reproduce stability`, not of `reproduce rybko-stolyar`"),
+    ],
+)
+def test_a_reproduce_option_names_every_experiment_that_takes_it(tmp_path, capsys, argv, owners):
+    """`reproduce twp --b-max 16` named `reproduce stability` alone, but prefix-caching takes
+    --b-max, --cost-model and --load too."""
+    one_line_error(capsys, ["reproduce", argv[0], "--quick", *argv[1:], "--out", str(tmp_path / "o")], owners)
+
+
+def test_reproduce_help_names_the_experiments_of_its_shared_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "prefix-caching: one load" in text
+    assert "stability, prefix-caching: override the token budget" in text

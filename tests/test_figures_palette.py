@@ -125,6 +125,24 @@ def test_plot_dir_titles_name_the_run_and_the_cdfs_say_what_they_cover(tmp_path,
     assert "unfinished requests' tokens included" in seen["itl_cdf.png"].axes[0].get_title()
 
 
+def test_token_load_bars_are_one_token_wide(tmp_path, monkeypatch):
+    """token_load.png drew each exact token load's count as a bar a 1/100 of the range wide
+    (about 5 tokens at b_max 512): neighbours overlapped, loads no step had looked counted."""
+    from llmsched import plots
+
+    llmsched.simulate(policy="sarathi", cost_model="paper", rate=9, num_requests=400, out_dir=tmp_path)
+    seen = {}
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault(path.name, fig) and real(fig, path))
+    plots.plot_dir(tmp_path)
+    hist = np.genfromtxt(tmp_path / "load_histogram.csv", delimiter=",", names=True)
+    assert np.ptp(hist["token_load"]) > 300  # the case: a range of hundreds of tokens
+    bars = seen["token_load.png"].axes[0].patches
+    assert len(bars) == len(hist)
+    for bar, b, n in zip(bars, hist["token_load"], hist["steps"]):
+        assert bar.get_width() == 1.0 and bar.get_x() + 0.5 == b and bar.get_height() == n
+
+
 def test_run_title_states_the_effective_rate_and_the_real_count(tmp_path):
     from llmsched.plots import run_title
 

@@ -133,3 +133,27 @@ def test_a_search_with_no_stable_probe_shows_below_the_lowest_rate():
     found = {"max_stable_rate": 7.8, "unstable_rate": 8.0}
     _mark_none_stable(found)
     assert found["max_stable_rate"] == 7.8
+
+
+def test_the_table_flags_a_max_stable_rate_that_is_a_bound(tmp_path):
+    """With no probe stable, table.csv and table.json held max_stable_rate 0.0 while the
+    terminal showed `< 0.871`: they hold the bound now, with `max_stable_upper_bound`
+    true (sweep's search.csv flags the other bound, `max_stable_lower_bound`)."""
+    import csv
+    import json
+
+    res = reproduce_stability(quick=True, policies=["fastertransformer", "sarathi"], out_dir=tmp_path, workers=1)
+    rows = {r["policy"]: r for r in res["rows"]}
+    ft, sarathi = rows["fastertransformer"], rows["sarathi"]
+    assert ft["max_stable_upper_bound"] is True and ft["max_stable_lower_bound"] is False
+    assert ft["max_stable_rate"] == ft["unstable_rate"] > 0  # FT's first probe: unstable
+    assert ft["max_stable_load"] == pytest.approx(ft["max_stable_rate"] / ft["critical_rate"])
+    assert sarathi["max_stable_upper_bound"] is False and 0 < sarathi["max_stable_rate"] < sarathi["unstable_rate"]
+    with open(tmp_path / "table.csv") as f:
+        saved = {r["policy"]: r for r in csv.DictReader(f)}
+    assert saved["fastertransformer"]["max_stable_upper_bound"] == "True"
+    assert float(saved["fastertransformer"]["max_stable_rate"]) == pytest.approx(ft["max_stable_rate"])
+    assert json.loads((tmp_path / "table.json").read_text())["rows"][0]["max_stable_upper_bound"] is True
+    res = reproduce_stability(quick=True, policies=["sarathi"], search=False, out_dir=tmp_path / "n", workers=1)
+    (row,) = res["rows"]
+    assert row["max_stable_rate"] is None and row["max_stable_upper_bound"] is None

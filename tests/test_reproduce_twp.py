@@ -318,3 +318,91 @@ def test_the_command_line_chooses_workload_schedulers_and_load(tmp_path, capsys,
     monkeypatch.undo()
     one_line_error(capsys, [*argv, "--workload", "synthetic"], "unknown workload 'synthetic'")
     one_line_error(capsys, [*argv, "--policies", "twp,fifo"], "unknown platform scheduler 'fifo'")
+
+
+def test_the_stability_figure_tells_twp_and_twp_with_a_target_apart(tmp_path, monkeypatch):
+    """ "twp" and "twp itl_target_ms=15" were drawn in one colour and one line style."""
+    import llmsched.analysis.reproduce_twp as mod
+
+    figs = []
+    monkeypatch.setattr(mod, "save_figure", lambda fig, path: figs.append(fig) or str(path))
+    rows = [
+        {"k_max": k, "admission": a, "load": x, "request_throughput": x, "critical_rate": 1.0, "verdict": "stable"}
+        for k in (None, 64)
+        for a in ("fcfs", "twp", "twp itl_target_ms=15")
+        for x in (0.5, 0.9)
+    ]
+    mod._plot_stability(rows, tmp_path / "stability.png")
+    for ax in figs[0].axes:
+        lines = {ln.get_label(): (ln.get_color(), ln.get_linestyle()) for ln in ax.get_lines()}
+        assert lines["twp"][0] == lines["twp itl_target_ms=15"][0]  # TWP's colour
+        assert lines["twp"] != lines["twp itl_target_ms=15"]  # but another line
+        assert len({lines[a] for a in ("fcfs", "twp", "twp itl_target_ms=15", "offered")}) == 4
+
+
+def test_panel_titles_and_the_itl_cdfs_tick_labels(tmp_path, monkeypatch):
+    """Panels read "azure, load 0.3 load" (a load's name, then " load" again); the ITL
+    CDF's log axis under a decade labelled its minor ticks 2x10^0, 3x10^0, ..., overlapping."""
+    import llmsched.analysis.reproduce_twp as mod
+
+    figs = {}
+    real = mod.save_figure
+
+    def save(fig, path):
+        figs[path.name] = fig
+        return real(fig, path)
+
+    monkeypatch.setattr(mod, "save_figure", save)
+    reproduce_twp(
+        out_dir=tmp_path / "o",
+        workloads=["azure"],
+        schedulers=["fcfs", "twp"],
+        loads=[0.3],
+        num_requests=100,
+        ablation=False,
+        slo=False,
+        stability=False,
+        workers=1,
+    )
+    for name in ("ttft.png", "itl_cdf.png", "tpot_box.png"):
+        assert [ax.get_title() for ax in figs[name].axes] == ["azure, load 0.3"], name
+    assert mod._load_phrase("low") == "low load" and mod._load_phrase("load 0.3") == "load 0.3"
+    fig = figs["itl_cdf.png"]
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    assert hi / lo < 100  # the case: a range of two decades or less
+    renderer = fig.canvas.get_renderer()
+    shown = [
+        t
+        for t in [*ax.xaxis.get_majorticklabels(), *ax.xaxis.get_minorticklabels()]
+        if t.get_visible() and t.get_text() and lo <= t.get_position()[0] <= hi
+    ]
+    assert len(shown) >= 2
+    for t in shown:
+        float(t.get_text())  # plain numbers, not 2x10^0
+    boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.x0)
+    assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:]))  # none overlaps the next
+
+
+def test_without_twp_no_empty_comparison_table_is_printed(capsys):
+    """`reproduce twp --policies fcfs` printed "TWP against the baselines" as a header alone."""
+    from llmsched.cli.analysis import _print_twp
+
+    row = {
+        "workload": "azure",
+        "load": "load 0.3",
+        "scheduler": "FCFS",
+        "throughput_rps": 1.0,
+        "p99_latency_ms": 1.0,
+        "p99_ttft_ms": 1.0,
+        "mean_itl_ms": 1.0,
+        "p99_itl_ms": 1.0,
+        "itl_cv": 0.1,
+    }
+    _print_twp({"table3": [row], "claims": [], "config": {"schedulers": ["fcfs"]}})
+    text = capsys.readouterr().out
+    assert "Table III" in text and "TWP against the baselines" not in text
+    assert "note: TWP is not among the platform schedulers" in text
+    _print_twp({"table3": [{**row, "scheduler": "TWP"}], "claims": [{}], "config": {"schedulers": ["twp"]}})
+    text = capsys.readouterr().out
+    assert "TWP against the baselines" not in text and "TWP is the only platform scheduler" in text

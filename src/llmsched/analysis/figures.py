@@ -20,7 +20,7 @@ from ..theory import StabilityRegion
 from .grid import NON_GROUP_KEYS
 from .tables import atomic_write, group_label
 
-__all__ = ["new_figure", "save_figure", "plot_region", "plot_sweep", "run_name"]
+__all__ = ["new_figure", "save_figure", "plot_region", "plot_sweep", "run_name", "plain_log_ticks"]
 
 
 def new_figure(n: int = 1, width: float = 7.0):
@@ -39,6 +39,21 @@ def save_figure(fig, path: Path) -> str:
     # bbox "tight": the saved image grows to hold every title, label and legend (nothing clipped)
     atomic_write(Path(path), lambda p: fig.savefig(p, format="png", bbox_inches="tight", pad_inches=0.1))
     return str(path)
+
+
+def plain_log_ticks(ax, which: str = "x") -> None:
+    """Label a log axis (call after drawing) in plain numbers (2, 5, 10, 20) with no labels
+    on its minor ticks: matplotlib's labels its minor ticks 2x10^0, 3x10^0, ... when the
+    data span less than a decade or so, and they overlap. Ticks at 1, 2 and 5 of each
+    decade over two decades or less; matplotlib's decades beyond."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    lo, hi = sorted(ax.get_xlim() if which == "x" else ax.get_ylim())
+    if lo > 0 and math.log10(hi / lo) <= 2:
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 RUN_KEYS = (("cost_model", "{}"), ("b_max", "b_max {}"), ("k_max", "k_max {}"), ("prompt", "prompt {}"))

@@ -23,7 +23,11 @@ runs a reduced version in seconds (tests).
   token). Priority at each server to the class that leaves the network through it
   (s1: B.2, s2: A.2) against the reverse priorities (s1: A.1, s2: B.1), and, when the
   network simulator offers it, back-pressure (max-pressure) control. Figure
-  `rybko_stolyar_backlog.png`: unfinished work at s1 and s2 over time per order.
+  `rybko_stolyar_backlog.png`: unfinished work at s1 and s2 over time per order, while
+  jobs arrive (the window the verdicts judge), as `rybko_stolyar_backlog.csv`; the
+  table's `peak_backlog_s1_while_arriving_tokens` (and s2) is each server's largest
+  backlog in that window, and the summary's `backlog_peaks_by_tenth_while_arriving` its
+  largest in each tenth of it (from every sample; the thinned series keeps those samples).
 
 Verdicts. The simulator judges each replica on its own backlog; a server is unstable if
 one of its replicas is (`NetworkResult`). Every network run also judges the **network's
@@ -280,9 +284,28 @@ def _a(col) -> np.ndarray:
     return np.frombuffer(col, dtype=np.int64) if len(col) else np.zeros(0, dtype=np.int64)
 
 
-def _thin(x: np.ndarray, n: int = SERIES_POINTS) -> list:
-    step = max(1, int(math.ceil(len(x) / n)))
-    return np.asarray(x)[::step].tolist()
+def _kept_samples(n: int, extra, points: int = SERIES_POINTS) -> np.ndarray:
+    """The samples of a series of `n` kept for figures and CSV: every k-th (about `points`
+    in all) and those of `extra` (each server's peaks: a thinned series would miss them)."""
+    step = max(1, int(math.ceil(n / points)))
+    return np.union1d(np.arange(0, n, step), np.asarray([i for i in extra if i is not None], dtype=np.int64))
+
+
+def _tenth_peaks(t: np.ndarray, w: np.ndarray, end: float, parts: int = 10) -> tuple[list, list]:
+    """The largest value of `w` in each tenth of [0, `end`] (by time; None where no sample
+    falls) and the samples that hold them: the growing peaks of an unstable oscillation."""
+    values, where = [], []
+    for i in range(parts):
+        lo, hi = i * end / parts, (i + 1) * end / parts
+        sel = np.flatnonzero((t >= lo) & ((t <= hi) if i == parts - 1 else (t < hi)))
+        if len(sel):
+            j = int(sel[np.argmax(w[sel])])
+            values.append(float(w[j]))
+            where.append(j)
+        else:
+            values.append(None)
+            where.append(None)
+    return values, where
 
 
 def run_network_point(arg: dict) -> dict:
@@ -293,6 +316,12 @@ def run_network_point(arg: dict) -> dict:
     res = simulate_network(arg["network"], scale=arg.get("scale"), num_jobs=arg["num_jobs"], seed=arg["seed"])
     s = res.summary
     nb = network_backlog(res)
+    # the window the verdicts judge, while jobs arrive: the peaks and the series are of
+    # it (after the last arrival a backlog drains, and an unstable one may first grow on)
+    end = nb["arrival_end_s"]
+    t = np.asarray(nb["time_s"], dtype=float)
+    win = t <= end if end is not None else np.zeros(len(t), dtype=bool)
+    backlog = {name: np.asarray(w, dtype=float)[win] for name, w in nb["servers"].items()}
     servers = {}
     for name, srv in s["servers"].items():
         reps = srv["replicas"]
@@ -306,7 +335,8 @@ def run_network_point(arg: dict) -> dict:
             "p99_ttft_ms": srv.get("p99_ttft_ms"),
             "mean_ttft_ms": srv.get("mean_ttft_ms"),
             "p99_e2el_ms": srv.get("p99_e2el_ms"),
-            "peak_backlog_tokens": float(np.max(nb["servers"][name])) if len(nb["time_s"]) else 0.0,
+            # (from every sample, not the thinned series')
+            "peak_backlog_while_arriving_tokens": float(backlog[name].max()) if win.any() else None,
         }
     out = {
         "num_jobs": s["num_jobs"],
@@ -326,12 +356,18 @@ def run_network_point(arg: dict) -> dict:
         "wall_s": time.perf_counter() - t0,
     }
     if arg.get("series"):
-        keep = nb["time_s"] <= nb["arrival_end_s"] * 1.02
+        tw, network = t[win], np.asarray(nb["network"], dtype=float)[win]
+        tenths = {k: _tenth_peaks(tw, w, end) for k, w in backlog.items()} if win.any() else {}
+        # every server's peak in each tenth (its largest among them) and the network's stay
+        # in the thinned series: its figure and CSV show the peaks the table and summary give
+        extra = [j for _, where in tenths.values() for j in where] + ([int(np.argmax(network))] if win.any() else [])
+        keep = _kept_samples(len(tw), extra)
         out["series"] = {
-            "time_s": _thin(nb["time_s"][keep]),
-            "servers": {k: _thin(v[keep]) for k, v in nb["servers"].items()},
-            "network": _thin(nb["network"][keep]),
+            "time_s": tw[keep].tolist(),
+            "servers": {k: w[keep].tolist() for k, w in backlog.items()},
+            "network": network[keep].tolist(),
         }
+        out["backlog_peaks_by_tenth"] = {k: values for k, (values, _) in tenths.items()}
     return to_jsonable(out)
 
 
@@ -363,7 +399,9 @@ def _finish(out: Path, rows: list[dict], meta: dict, name: str = "table") -> lis
 
 
 def _series_csv(path: Path, runs: list[tuple[str, dict]]) -> str:
-    """Long-format CSV of thinned backlog series: run,time_s,<server>...,network."""
+    """Long-format CSV of the backlog series while jobs arrive (the verdicts' window),
+    thinned (every k-th sample, and the samples of each server's peaks): run,time_s,
+    <server>...,network, unfinished work in tokens."""
     names = sorted({k for _, r in runs for k in r["series"]["servers"]})
     lines = ["run,time_s," + ",".join(names) + ",network"]
     for label, r in runs:
@@ -836,8 +874,8 @@ def reproduce_rybko_stolyar(
                 "verdict_s2": srv["s2"]["verdict"],
                 "backlog_growth_s1_tokens_per_s": srv["s1"]["backlog_growth_tokens_per_s"],
                 "backlog_growth_s2_tokens_per_s": srv["s2"]["backlog_growth_tokens_per_s"],
-                "peak_backlog_s1_tokens": srv["s1"]["peak_backlog_tokens"],
-                "peak_backlog_s2_tokens": srv["s2"]["peak_backlog_tokens"],
+                "peak_backlog_s1_while_arriving_tokens": srv["s1"]["peak_backlog_while_arriving_tokens"],
+                "peak_backlog_s2_while_arriving_tokens": srv["s2"]["peak_backlog_while_arriving_tokens"],
                 "mean_job_latency_ms": r["mean_job_latency_ms"],
                 "p99_job_latency_ms": r["p99_job_latency_ms"],
                 "wall_s": r["wall_s"],
@@ -858,13 +896,13 @@ def reproduce_rybko_stolyar(
                     "p99_job_latency_ms": r["p99_job_latency_ms"],
                 }
             )
-    peaks = {o: _peaks(res[(o, seeds[0])]) for o in orders}
+    peaks = {o: res[(o, seeds[0])]["backlog_peaks_by_tenth"] for o in orders}
     summary = {
         o: {
             **theory[o],
             "network_backlog_verdicts": [r["network_backlog_verdict"] for r in rows if r["order"] == o],
             "simulator_verdicts": [r["verdict"] for r in rows if r["order"] == o],
-            "backlog_peaks_by_decile": peaks[o],
+            "backlog_peaks_by_tenth_while_arriving": peaks[o],
             "by_load": {s["load"]: s["network_backlog_verdict"] for s in scan if s["order"] == o},
         }
         for o in orders
@@ -925,20 +963,6 @@ def _plot_rs_scan(scan: list, orders, path: Path, meta: dict) -> str:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return save_figure(fig, path)
-
-
-def _peaks(r: dict, parts: int = 10) -> dict:
-    """Largest backlog of each server in each tenth of the arrival window (the growing
-    peaks of an unstable oscillation)."""
-    ser = r["series"]
-    out = {}
-    for name, w in ser["servers"].items():
-        w = np.asarray(w)
-        n = len(w)
-        out[name] = [
-            float(w[i * n // parts : (i + 1) * n // parts].max()) if n >= parts else None for i in range(parts)
-        ]
-    return out
 
 
 def _plot_rs(series: list, path: Path, meta: dict) -> str:

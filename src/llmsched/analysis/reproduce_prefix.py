@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..api import simulate
+from ..core.checks import as_real, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_run_dir, clear_stale
@@ -62,6 +63,14 @@ def reproduce_prefix_caching(
     t0 = time.perf_counter()
     if not loads or any(not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0) for x in loads):
         raise ConfigError(f"loads must be positive numbers, got {list(loads)!r}")
+    whole = [as_real(k) for k in kv_capacities]
+    if not whole or any(k is None or not math.isfinite(k) or k != int(k) for k in whole):
+        raise ConfigError(f"kv_capacities must be whole numbers of tokens, got {list(kv_capacities)!r}")
+    # a repeat would run its cells again (duplicate rows in table.csv)
+    for what, values in (("KV capacity", [int(k) for k in kv_capacities]), ("load", [float(x) for x in loads])):
+        twice = first_repeat(values)
+        if twice is not None:
+            raise ConfigError(f"{what} {twice!r} is given twice: each runs every cell once, list it once")
     check_run_dir(out_dir, "reproduce prefix-caching")  # not over another run's outputs, before the runs
     trace = read_trace(trace_path, block_size=None)
     if not trace.has_blocks:

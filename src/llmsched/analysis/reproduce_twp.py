@@ -56,7 +56,7 @@ import numpy as np
 from ..core.checks import check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.palette import color_of
+from ..core.palette import color_of, group_styles
 from ..core.paths import clear_stale, prepare_run_dir
 from ..core.request import NS
 from ..theory import LengthMix, capacity
@@ -65,7 +65,7 @@ from ..workload.serverless import (
     load_serverless,
     make_serverless_requests,
 )
-from .figures import new_figure, save_figure
+from .figures import new_figure, plain_log_ticks, save_figure
 from .runner import Backend
 from .tables import write_table
 
@@ -732,6 +732,11 @@ def _pick_seed(results, kind, w, x, seeds, s):
     return results[(kind, w, x, seeds[0], s, "")]
 
 
+def _load_phrase(name: str) -> str:
+    """A load's name in a title: `low load` for a named one, `load 0.3` as it is."""
+    return f"{name} load" if name in LOAD_NAMES else name
+
+
 def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_names, out: Path) -> list[str]:
     files = []
     nw = len(workloads)
@@ -762,9 +767,10 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
                     vals = [t3[LABELS[s]][key] for s in schedulers]
                 ax.bar(xs + (j - 1) * 0.27, [max(v or 0, 1e-3) for v in vals], width=0.27, label=p)
             ax.set_yscale("log")
+            plain_log_ticks(ax, "y")
             ax.set_xticks(xs)
             ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=7)
-            ax.set_title(f"{w}, {load_names[x]} load", fontsize=9)
+            ax.set_title(f"{w}, {_load_phrase(load_names[x])}", fontsize=9)
             ax.set_ylabel("TTFT (ms)")
             ax.grid(alpha=0.3, axis="y", which="both")
     axes[0].legend(fontsize=7)
@@ -789,9 +795,10 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
                         color=color_of(s),
                     )
             ax.set_xscale("log")
+            plain_log_ticks(ax, "x")  # (2x10^0, 3x10^0, ... overlapped under a decade)
             ax.set_xlabel("inter-token gap (ms)")
             ax.set_ylabel("fraction of gaps (every token,\nunfinished requests included)", fontsize=7)
-            ax.set_title(f"{w}, {load_names[x]} load", fontsize=9)
+            ax.set_title(f"{w}, {_load_phrase(load_names[x])}", fontsize=9)
             ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=7)
     files.append(save_figure(fig, out / "itl_cdf.png"))
@@ -822,7 +829,7 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
                 ax.bxp(stats, showfliers=False)
             ax.tick_params(axis="x", labelrotation=45, labelsize=7)
             ax.set_ylabel("finished request's mean inter-token gap (ms)\nbox 25-75%, whiskers 5-95%", fontsize=7)
-            ax.set_title(f"{w}, {load_names[x]} load", fontsize=9)
+            ax.set_title(f"{w}, {_load_phrase(load_names[x])}", fontsize=9)
             ax.grid(alpha=0.3, axis="y")
     files.append(save_figure(fig, out / "tpot_box.png"))
 
@@ -880,11 +887,14 @@ def _plot_stability(stab_rows, path: Path) -> str:
     marks = {"stable": "o", "unstable": "x", "inconclusive": "s"}
     for ax, cap in zip(axes, caps):
         sel = [r for r in stab_rows if (r["k_max"] or 0) == cap]
-        for adm in sorted({r["admission"] for r in sel}):
+        admissions = sorted({r["admission"] for r in sel})
+        # one colour per policy; twp and twp with an ITL target told apart by the line (the
+        # marker is the verdict)
+        for adm, style in zip(admissions, group_styles(admissions)):
             pts = sorted((r for r in sel if r["admission"] == adm), key=lambda r: r["load"])
             xs = [r["load"] for r in pts]
             ys = [(r["request_throughput"] or 0) / (r["critical_rate"] or 1) for r in pts]
-            (line,) = ax.plot(xs, ys, lw=1.0, label=adm, color=color_of(adm))
+            (line,) = ax.plot(xs, ys, lw=1.0, label=adm, color=style["color"], ls=style["linestyle"])
             for xx, yy, r in zip(xs, ys, pts):
                 ax.plot([xx], [yy], marks.get(r["verdict"], "^"), color=line.get_color(), ms=6, fillstyle="none")
         ax.plot(

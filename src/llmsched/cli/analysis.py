@@ -228,13 +228,22 @@ def _network_capacity(args) -> int:
     return 0
 
 
+def _whole_numbers(text: str, flag: str, what: str = "whole numbers") -> list[int]:
+    """A flag's comma-separated whole numbers: an empty item (`0,,1`, a trailing comma) is
+    refused as `sweep --grid` refuses it, not dropped."""
+    parts = [s.strip() for s in str(text).split(",")]
+    if str(text).strip() and any(p == "" for p in parts):
+        raise ConfigError(f"{flag}: empty value in {text!r}")
+    try:
+        return [int(s) for s in parts if s]
+    except ValueError:
+        raise ConfigError(f"{flag} must be a comma-separated list of {what}, got {text!r}") from None
+
+
 def _seeds(text: str | None) -> list[int]:
     if text is None:
         return [0, 1]
-    try:
-        out = [int(s) for s in str(text).split(",") if s.strip()]
-    except ValueError:
-        raise ConfigError(f"--seeds must be a comma-separated list of whole numbers, got {text!r}") from None
+    out = _whole_numbers(text, "--seeds")
     if not out or any(s < 0 for s in out):
         raise ConfigError(f"--seeds must list whole numbers >= 0, got {text!r}")
     return out
@@ -507,6 +516,16 @@ def _mark_none_stable(r: dict) -> None:
     _below(r, "max_stable_rate", "max_stable_load", low)
 
 
+def _mark_bounds(r: dict) -> None:
+    """A stability table's row whose max stable rate is a bound (its `max_stable_upper_bound`
+    or `max_stable_lower_bound` flag): `< rate` or `>= rate`, and its load likewise."""
+    for flag, sign in (("max_stable_upper_bound", "<"), ("max_stable_lower_bound", ">=")):
+        if r.get(flag) and r.get("max_stable_rate") is not None:
+            r["max_stable_rate"] = f"{sign} {r['max_stable_rate']:,.3f}"
+            if r.get("max_stable_load") is not None:
+                r["max_stable_load"] = f"{sign} {r['max_stable_load']:.3f}"
+
+
 def _print_search(search: list[dict]) -> None:
     """The search table: per group, the max stable rate, the rates judged inconclusive
     above it, the first rate judged unstable, and a failed probe where a search stopped."""
@@ -648,7 +667,7 @@ def cmd_reproduce(args) -> int:
     m = res["config"]
     shown = [dict(r) for r in res["rows"]]
     for r in shown:
-        _mark_none_stable(r)
+        _mark_bounds(r)
     _print_rows(
         f"reproduce stability: {m['workload']} ({m['cost_model']}, b_max {m['b_max']}), "
         f"lambda* = {res['critical_rate']:.3f} req/s",
@@ -667,7 +686,9 @@ def cmd_reproduce(args) -> int:
     short = [
         r["policy"]
         for r in res["rows"]
-        if r.get("stable_at_load") is True and r.get("max_stable_load") is not None and r["max_stable_load"] < args.load
+        if r.get("stable_at_load") is True
+        and r.get("max_stable_load") is not None
+        and (r.get("max_stable_upper_bound") or r["max_stable_load"] < args.load)
     ]
     if short:
         print(
@@ -702,12 +723,10 @@ def _reproduce_prefix(args, out: str) -> int:
     if args.load is not None:
         kw["loads"] = (args.load,)
     if args.kv_capacities is not None:
-        try:
-            kw["kv_capacities"] = tuple(int(x) for x in args.kv_capacities.split(","))
-        except ValueError:
-            raise ConfigError(
-                f"--kv-capacities must be comma-separated whole numbers, got {args.kv_capacities!r}"
-            ) from None
+        caps = _whole_numbers(args.kv_capacities, "--kv-capacities", "whole numbers (tokens)")
+        if not caps:
+            raise ConfigError(f"--kv-capacities must be comma-separated whole numbers, got {args.kv_capacities!r}")
+        kw["kv_capacities"] = tuple(caps)  # (a repeat or a capacity < 1: refused by the experiment)
     if args.block_size is not None:
         kw["block_size"] = args.block_size
     res = reproduce_prefix_caching(
@@ -733,8 +752,9 @@ def _reproduce_other(args, out: str) -> int:
     shared = TWP_SHARED if args.experiment == "twp" else ()
     for key in STABILITY_ONLY:
         if key not in shared and getattr(args, key) not in (None, False):
-            owners = "`reproduce stability` and `reproduce twp`" if key in TWP_SHARED else "`reproduce stability`"
-            raise ConfigError(f"{flag_of(key)} is an option of {owners}, not of `reproduce {args.experiment}`")
+            owners = [f"`reproduce {e}`" for e in EXPERIMENTS if key in OPTIONS_OF[e]]
+            named = owners[0] if len(owners) == 1 else ", ".join(owners[:-1]) + " and " + owners[-1]
+            raise ConfigError(f"{flag_of(key)} is an option of {named}, not of `reproduce {args.experiment}`")
     fn = {
         "clusters": reproduce_networks.reproduce_clusters,
         "agents": reproduce_networks.reproduce_agents,
@@ -761,6 +781,13 @@ def _reproduce_other(args, out: str) -> int:
 
 # the options of `reproduce stability` that `reproduce twp` takes too
 TWP_SHARED = ("workload", "policies", "load")
+# which experiments take each of `reproduce stability`'s options (for the refusal's words)
+OPTIONS_OF = {
+    "stability": STABILITY_ONLY,
+    "twp": TWP_SHARED,
+    "prefix-caching": ("cost_model", "b_max", "load"),
+}
+OPTIONS_OF = {e: OPTIONS_OF.get(e, ()) for e in EXPERIMENTS}
 
 
 def _twp_choices(args) -> dict:
@@ -830,6 +857,13 @@ def _print_twp(res: dict) -> None:
             )
         )
     print_grid("reproduce twp: Table III (paper 2)", rows)
+    schedulers = (res.get("config") or {}).get("schedulers") or []
+    if "twp" not in schedulers:  # (no claims: the table would be its header alone)
+        print("note: TWP is not among the platform schedulers (--policies): no comparison with the baselines")
+        return
+    if len(schedulers) == 1:
+        print("note: TWP is the only platform scheduler (--policies): no baseline to compare it with")
+        return
     pairs = (("serverlessllm", "ServerlessLLM"), ("best_conventional", "best conventional"))
     rows = [("workload", "load", *(f"TWP {what} vs {name}" for _, name in pairs for what in ("req/s", "p99 ITL")))]
     for c in res["claims"]:
@@ -987,13 +1021,14 @@ def register(sub) -> None:
         default=None,
         help="synthetic (paper cost model, default), sharegpt or azure (H200 profile); twp: azure or sharegpt",
     )
-    p.add_argument("--cost-model", help="override the workload's cost model")
-    p.add_argument("--b-max", type=positive_int, help="override the token budget")
+    p.add_argument("--cost-model", help="stability, prefix-caching: override the workload's cost model")
+    p.add_argument("--b-max", type=positive_int, help="stability, prefix-caching: override the token budget")
     p.add_argument(
         "--load",
         type=float,
         default=None,
-        help="load of the queue runs, rate / lambda* (default 0.9); twp: one load, a share of the platform's capacity",
+        help="load of the queue runs, rate / lambda* (default 0.9); twp: one load, a share of the platform's "
+        "capacity; prefix-caching: one load, rate / lambda* without caching",
     )
     p.add_argument(
         "--num-requests",

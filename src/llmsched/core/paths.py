@@ -100,22 +100,96 @@ RUN_OUTPUTS = {
 }
 
 # what proves that a folder holds an earlier run of a kind (a file name a run writes is no
-# proof alone: the user's own results.csv or requests.csv): (file or folder, written
-# first). One written before any other output (a simulate run's summary.json, a sweep's
-# points) is missing only from a folder that holds none of the run's outputs; one written
-# last (most experiments' table.json) is missing from a run that stopped before it too
+# proof alone: the user's own results.csv, requests.csv or table.csv): (file or folder,
+# written first). One written before any other output (a simulate run's summary.json, a
+# sweep's points) is missing only from a folder that holds none of the run's outputs; one
+# written last (an experiment's table.json or result.json) is missing from a run that
+# stopped before it too, whose files are then no proof of a run either: a folder holding
+# any file a run writes is taken only with the run's proof
 _SIMULATE_PROOF = "summary.json"
 RUN_PROOFS = {
     **dict.fromkeys(SIMULATE_KINDS, (_SIMULATE_PROOF, True)),
     "sweep": ("points", True),
     **{kind: ("table.json", False) for kind, outputs in RUN_OUTPUTS.items() if "table.json" in outputs},
+    "reproduce twp": ("result.json", False),
+    "reproduce prefix-caching": ("result.json", False),
 }
 
 # what a proof holds when a run wrote it (a user's own summary.json or table.json, JSON of
 # another tool, is no proof): the keys every such file has; a sweep's points/ holds only
 # its points' records, KEY.json files of these keys
-_PROOF_KEYS = {_SIMULATE_PROOF: ("duration", "steps", "wall_s"), "table.json": ("meta", "rows")}
+_PROOF_KEYS = {
+    _SIMULATE_PROOF: ("duration", "steps", "wall_s"),
+    "table.json": ("meta", "rows"),
+    "result.json": ("config", "rows"),
+}
 _POINT_KEYS = ("key", "config", "summary")
+
+# the folders a run makes among its outputs, and what it writes in them: a sweep's
+# points/ (one KEY.json per point), a stability run's search/ (a sweep's folder), a
+# network's servers/ (a single-server folder per replica); a run clears such a folder of
+# an earlier run only when it holds nothing else (`check_run_dir`, `clear_stale`)
+_REPLICA_FILES = frozenset({_SIMULATE_PROOF, "config.json", *RUN_OUTPUTS["single-server"]})
+RUN_FOLDERS = ("points", "search", "servers")
+
+
+def _own_entry(layout: str, name: str, is_dir: bool) -> str | None:
+    """What a run writes as `name` inside a folder of `layout` (`RUN_FOLDERS`, or a
+    network's replica): "file", the layout of a folder, or None when no run writes it."""
+    if layout == "points":
+        return "file" if not is_dir and name.endswith(".json") else None
+    if layout == "servers":
+        return "replica" if is_dir else None
+    if layout == "replica":
+        return "file" if not is_dir and name in _REPLICA_FILES else None
+    # search: a sweep's folder
+    if name == "points":
+        return "points" if is_dir else None
+    return "file" if not is_dir and name in RUN_OUTPUTS["sweep"] else None
+
+
+def _temporary(name: str) -> bool:
+    """A write's temporary file (.NAME.tmp, .NAME.PID.tmp), left by a run that stopped."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def _strays(folder: Path, layout: str) -> list[str]:
+    """The files (paths relative to `folder`) inside a run's folder of `layout` that no
+    run writes there (hidden files other than a write's temporary ones are not counted:
+    they stay, as beside a run's outputs)."""
+    out = []
+    for e in sorted(os.scandir(folder), key=lambda e: e.name):
+        if e.name.startswith("."):
+            continue
+        is_dir = e.is_dir(follow_symlinks=False)
+        own = None if e.is_symlink() else _own_entry(layout, e.name, is_dir)
+        if own is None:
+            out.append(e.name)
+        elif own != "file":
+            out += [f"{e.name}/{n}" for n in _strays(Path(e.path), own)]
+    return out
+
+
+def remove_run_folder(folder, layout: str) -> None:
+    """Remove what a run writes inside `folder` (of `layout`: one of `RUN_FOLDERS`, or
+    "replica", a network's servers/NAME/), and the folder when that leaves it empty:
+    never a file no run writes there (`_strays`)."""
+    folder = Path(folder)
+    for e in list(os.scandir(folder)):
+        if e.name.startswith("."):
+            if _temporary(e.name) and e.is_file(follow_symlinks=False):
+                os.unlink(e.path)
+            continue
+        is_dir = e.is_dir(follow_symlinks=False)
+        own = None if e.is_symlink() else _own_entry(layout, e.name, is_dir)
+        if own == "file":
+            os.unlink(e.path)
+        elif own is not None:
+            remove_run_folder(Path(e.path), own)
+    try:
+        folder.rmdir()
+    except OSError:  # something stays in it (a file no run writes, a hidden file)
+        pass
 
 
 def _json_object(path: Path) -> dict | None:
@@ -198,12 +272,14 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     """Raise ConfigError unless a `kind` run may write into `path`: a folder that does not
     exist, is empty, holds a run of the same kind (which the new run replaces; the kinds
     of simulate run replace one another) with its proof (a simulate run's summary.json, a
-    sweep's points/, an experiment's table.json, each holding what the run writes: file
-    names a run writes are no proof alone), or only files such a run writes (one that
-    stopped before its last file), or other files none of which it would replace (hidden
-    files are not counted). Never over
+    sweep's points/, an experiment's table.json or result.json, each holding what the run
+    writes: file names a run writes are no proof alone, and without the proof a folder
+    holding any of them is refused, a run that stopped before its last file included), or
+    other files none of which it would replace (hidden files are not counted). Never over
     another tool's files (a model folder's config.json) nor over another kind of run's
-    outputs (they would mix)."""
+    outputs (they would mix); an experiment's folder of an earlier run (a stability run's
+    search/), which the run replaces or clears away, must hold only what a run writes
+    there."""
     check_path_type(path, what)
     if str(path) == "":
         raise ConfigError(f"{what} must name a folder")
@@ -228,6 +304,17 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
                 f"{what} {str(path)!r} holds a {proof!r} that is not {owner}'s ({flaw}), which the run "
                 "would replace: choose another folder or empty it"
             )
+    if kind not in SIMULATE_KINDS and kind != "sweep":  # (a sweep's points/: its proof's check)
+        for name in RUN_OUTPUTS[kind]:
+            sub = folder / name
+            if name in RUN_FOLDERS and sub.is_dir() and not sub.is_symlink():
+                strays = _strays(sub, name)
+                if strays:
+                    raise ConfigError(
+                        f"{what} {str(path)!r}: {name}/ holds {strays[0]!r}, which no llmsched run writes "
+                        f"there, and {_named(kind)} replaces or removes {name}/: move it out, or choose "
+                        "another folder"
+                    )
     # a marker is a file name, not proof (`RUN_PROOFS`): without its proof, the folder's
     # files are checked below as any folder's are
     if found is not None and has_proof:
@@ -235,7 +322,7 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     if kind in SIMULATE_KINDS:
         ours = {_SIMULATE_PROOF, "config.json", *(n for k in SIMULATE_KINDS for n in RUN_OUTPUTS[k])}
     else:
-        ours = set(RUN_OUTPUTS[kind])
+        ours = set(RUN_OUTPUTS[kind]) | ({proof} if proof else set())
     names = sorted(e.name for e in os.scandir(folder))
     # a write's temporary file (.NAME.tmp) and the writable-folder probe are ours too
     # (hidden files: a write's .NAME.tmp, the writable-folder probe, a desktop's .DS_Store)
@@ -253,11 +340,14 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
             f"{what} {str(path)!r} holds a config.json that is not an llmsched run's (no {_SIMULATE_PROOF} beside "
             "it), which the run would replace: choose another folder or empty it"
         )
-    if written_first and collide and not has_proof:
-        # the user's own requests.csv or results.csv, which the run would replace or clear away as stale
+    if collide and not has_proof:
+        # the user's own requests.csv, results.csv or table.csv, which the run would replace
+        # or clear away as stale (an experiment's proof, written last, is missing too from a
+        # run that stopped before it: its files are no run's that can be told from the user's)
+        why = "first: not such a run's output" if written_first else "last: not a finished run's output"
         raise ConfigError(
-            f"{what} {str(path)!r} holds {collide[0]!r} but no {proof!r}, which {_named(kind)} writes first: "
-            "not such a run's output, and the run would replace it: choose another folder or empty it"
+            f"{what} {str(path)!r} holds {collide[0]!r} but no {proof!r}, which {_named(kind)} writes {why}, "
+            "and the run would replace it: choose another folder or empty it"
         )
 
 
@@ -273,7 +363,9 @@ def prepare_run_dir(path, kind: str) -> Path:
 def clear_stale(path, kind: str, written) -> None:
     """After a `kind` run wrote `written` into `path`: remove the files of an earlier run
     of that kind which this one did not rewrite (a search of an earlier run, a table or
-    figure of other options), so that nothing of it stays beside the new files."""
+    figure of other options), so that nothing of it stays beside the new files. Of a
+    folder (`RUN_FOLDERS`), only what a run writes in it goes, and the folder when that
+    empties it: never a file no run writes there."""
     folder = Path(path)
     kept = {Path(f).name for f in written}
     for name in RUN_OUTPUTS[kind]:
@@ -281,9 +373,8 @@ def clear_stale(path, kind: str, written) -> None:
             continue
         p = folder / name
         if p.is_dir() and not p.is_symlink():
-            import shutil  # noqa: PLC0415 - start-up: rarely needed
-
-            shutil.rmtree(p)
+            if name in RUN_FOLDERS:
+                remove_run_folder(p, name)
         elif p.is_file() or p.is_symlink():
             p.unlink(missing_ok=True)
 
@@ -318,6 +409,7 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
 
 
 __all__ = [
+    "RUN_FOLDERS",
     "RUN_MARKERS",
     "RUN_OUTPUTS",
     "SIMULATE_KINDS",
@@ -326,5 +418,6 @@ __all__ = [
     "check_run_dir",
     "clear_stale",
     "recorded_path",
+    "remove_run_folder",
     "run_kind",
 ]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import numpy as np
 from ..core.checks import as_real, check_run_switches
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import check_out_dir
+from ..core.paths import check_out_dir, remove_run_folder
 from ..core.prefix_cache import hit_rate
 from ..core.request import NS, check_seconds
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
@@ -542,8 +541,8 @@ class NetworkResult:
         servers = out / "servers"
         if servers.is_dir():  # a rerun into the same folder: no replica of an older run stays behind
             for old in servers.iterdir():
-                if old.is_dir() and (old / "summary.json").is_file():
-                    shutil.rmtree(old)
+                if old.is_dir() and not old.is_symlink() and (old / "summary.json").is_file():
+                    remove_run_folder(old, "replica")  # its files: never the user's beside them
         for res, rep in zip(self.replicas(), st.replicas):
             res.write(servers / rep["name"])
         return out
