@@ -93,6 +93,61 @@ def _check_cached(cached_prompt, mean_prompt: float) -> float:
     return float(c)
 
 
+def _check_longest(longest, mean_prompt: float) -> int | None:
+    """`max_prefill_per_request`, the longest prompt: None, or a whole number of tokens
+    >= 1 and at least the mean prompt (no prompt law has its longest below its mean).
+    With a mean prompt of 1 token every prompt is 1 token: 1 whatever was given."""
+    if longest is not None:
+        x = as_real(longest)
+        if x is None or not 1 <= x < math.inf or x != int(x):
+            raise ConfigError(
+                f"max_prefill_per_request (the longest prompt) must be a whole number of tokens >= 1, "
+                f"got {longest!r:.60}"
+            )
+        if x < mean_prompt:
+            raise ConfigError(
+                f"max_prefill_per_request (the longest prompt, {int(x):,}) must be at least the mean prompt "
+                f"({mean_prompt:g}): no prompt law has its longest below its mean"
+            )
+        longest = int(x)
+    return 1 if mean_prompt == 1.0 else longest
+
+
+def _region_exactness(region, k_max: int, mean_prompt: float, mean_output: float, cached_prompt: float):
+    """Whether the region's lambda* under a binding cap is reached by steps the workload's
+    requests can build: `(region_exact, why not)`. The LP lets a step's prefill tokens come
+    from `ceil(x / max_prefill_per_request)` requests as one fluid, but a prompt is cut into
+    chunks, each taking one of the step's `k_max` slots, and a chunk that ends mid-prompt
+    leaves the rest of that prompt for a later step (chunk integrality). It cannot bind when
+    every prompt has the same length `P` (`max_prefill_per_request == mean_prompt`, no
+    prefix-cache share) and each step on the face where the workload's ray leaves the
+    region either holds whole prompts (every such step's prefill `x` a multiple of `P`,
+    `x / P` slots) or has a slot to spare for any cut of the prompt stream: a window of `x`
+    tokens of it touches at most `ceil((x - 1) / P) + 1` prompts. Anything else (varying
+    prompts, a longest prompt unknown, too few slots, a grid-sampled region) is an upper
+    bound only."""
+    if not region.exact:
+        return False, "the region is a grid-sampled inner approximation of step shapes"
+    longest = region.max_prefill_per_request
+    if longest is None:
+        return False, "a request's prefill per step is not bounded by a known longest prompt"
+    if float(longest) != mean_prompt or cached_prompt:
+        return False, "prompts vary in length (or a prefix cache serves part of them): chunk integrality can bind"
+    p = int(longest)
+    face = [(int(x), int(y)) for x, y in region.exit_face(mean_prompt - cached_prompt, mean_output - 1.0) if x > 0]
+    if all(x % p == 0 for x, _ in face):
+        fits = all(x // p <= k_max - y for x, y in face)
+    else:
+        fits = all(k_max - y >= -(-(x - 1) // p) + 1 for x, y in face)
+    if fits:
+        return True, None
+    shapes = ", ".join(f"({x}, {y})" for x, y in face)
+    return False, (
+        f"the region's steps {shapes} cut {p}-token prompts into chunks that need more than the "
+        f"{k_max} request{'s' if k_max != 1 else ''} a step holds (chunk integrality): lambda* is an upper bound"
+    )
+
+
 def _check_budget(b) -> int:
     """A step's token load `b`: a whole number >= 1 (ConfigError)."""
     x = as_real(b)
@@ -309,6 +364,8 @@ class CapacityReport:
     offered_tokens_per_s: float | None = None
     predicted_growth_tokens_per_s: float | None = None
     region_exact: bool | None = None
+    # why `region_exact` is False (None otherwise): lambda* is then an upper bound
+    region_note: str | None = None
     cached_prompt_per_request: float = 0.0  # prompt tokens a prefix cache serves, mean
     # how steps were timed: "load" (a load-only model), "length mix" (the contexts of the
     # workload's lengths) or "mean lengths" (representative contexts of the means)
@@ -382,6 +439,7 @@ def capacity(
     mean_prompt, mean_output = check_mean_lengths(mean_prompt, mean_output)
     _check_mix(mix)
     cached_prompt = _check_cached(cached_prompt, mean_prompt)
+    max_prefill_per_request = _check_longest(max_prefill_per_request, mean_prompt)
     work = _work(mean_prompt, mean_output, cached_prompt)
     if cost.load_only:
         mix = None
@@ -390,7 +448,7 @@ def capacity(
     cap = b_max / t_bmax
     peak_rate, peak_b = _peak(cost, b_max, *means) if peak else (None, None)
     lam_bound = cap / work
-    region_exact = None
+    region_exact = region_note = None
     shape_bound = None
 
     def region_rate(cap_k):
@@ -406,27 +464,32 @@ def capacity(
         )
         return region.max_scale(mean_prompt - cached_prompt, mean_output - 1.0), region
 
+    # without a binding cap the region is the triangle x + y <= max_b b / t(b): where
+    # t(b) / b is not least at b_max smaller steps serve more than C, and lambda* is theirs
+    # (a context-dependent model: C, full steps mixing prefill and decode)
+    known = (peak_rate, peak_b) if peak_rate is not None else None
+    top, binding, _ = uncapped_capacity(cost, b_max, cap, known)
+    lam_top = lam_bound if top == cap else top / work
     # a cap of b_max requests or more cannot bind: a step of at most b_max tokens holds at
     # most b_max requests, so lambda* is the uncapped one
     if not k_max_binds(b_max, k_max):
-        # without a binding cap the region is the triangle x + y <= max_b b / t(b): where
-        # t(b) / b is not least at b_max smaller steps serve more than C, and lambda* is theirs
-        known = (peak_rate, peak_b) if peak_rate is not None else None
-        top, binding, _ = uncapped_capacity(cost, b_max, cap, known)
-        lam = lam_bound if top == cap else top / work
+        lam = lam_top
         if k_max is not None:
             binding += f"; k_max {k_max} >= b_max cannot bind"
         if peak and not cost.load_only:
             shape_bound, _ = region_rate(None)
     else:
         lam, region = region_rate(k_max)
-        region_exact = region.exact
-        if lam > lam_bound * (1 + 1e-9):
-            binding = (
-                "2-D region (steps below b_max serve faster than t(b_max) allows)"
-                if cost.load_only
-                else "2-D region (step shapes with representative contexts beat the one step C / w times)"
-            )
+        region_exact, region_note = _region_exactness(region, k_max, mean_prompt, mean_output, cached_prompt)
+        if lam > lam_top * (1 + 1e-9):
+            # (a context-dependent model only: a load-only region lies in the triangle) the
+            # region's step shapes, timed one by one, beat the full mixed step C times; as
+            # without a cap, lambda* is the full mixed steps' and the LP's rate is reported
+            # apart (`shape_bound_rate`), so that lambda* never falls as k_max grows
+            shape_bound, lam = lam, lam_top
+            binding += "; the region's step shapes reach more (shape_bound_rate)"
+        elif lam > lam_bound * (1 + 1e-9):
+            binding = "2-D region (steps below b_max serve faster than t(b_max) allows)"
         elif lam >= lam_bound * (1 - 1e-9):
             binding = "token budget (theorem 2)"
         else:
@@ -461,6 +524,7 @@ def capacity(
         offered_tokens_per_s=offered,
         predicted_growth_tokens_per_s=growth,
         region_exact=region_exact,
+        region_note=region_note,
         cached_prompt_per_request=float(cached_prompt),
         contexts="load" if cost.load_only else ("length mix" if mix is not None else "mean lengths"),
         shape_bound_rate=shape_bound,
