@@ -110,3 +110,21 @@ def test_the_python_capacity_refuses_what_the_command_line_refuses(kwargs, match
     args = {"mean_prompt": 200, "mean_output": 5, **kwargs}
     with pytest.raises(ConfigError, match=match):
         capacity("paper", 512, **args)
+
+
+def test_adaptive_is_given_lambda_star_as_its_limit_only_where_the_region_is_exact(capsys):
+    """k_max 1, prompts of 200: adaptive runs the region's (128, 0) steps, 128 + 72 a
+    prompt, and served 10.69 req/s of a lambda* of 13.69 (Sarathi's one 200-token step per
+    prompt: 12.15); no limit is claimed for it there."""
+    argv = ["--cost-model", "paper", "--k-max", "1", "--output", "const:1", "--policy", "adaptive"]
+    assert run_json(capsys, *argv, "--prompt", "const:200")["policy_critical_rate"] is None
+    exact = run_json(capsys, "--cost-model", "paper", "--k-max", "2", "--prompt", "const:100", "--output",
+                     "const:2", "--policy", "adaptive")  # fmt: skip
+    assert exact["policy_critical_rate"] == pytest.approx(exact["capacity"]["critical_rate"]) == pytest.approx(1 / T128)
+    import llmsched
+
+    s = llmsched.simulate(
+        cost_model="paper", k_max=1, prompt="const:200", output="const:1", policy="adaptive", rate=13.0,
+        num_requests=600,
+    ).summary  # fmt: skip
+    assert s["critical_rate"] == pytest.approx(128 / T128 / 200) and s["policy_critical_rate"] is None

@@ -174,7 +174,10 @@ def test_a_growth_that_cannot_be_estimated_is_inconclusive_never_stable(method):
         ({"decode_time_s": -5.0}, r"^decode_time_s must be >= 0 seconds, got -5.0$"),
         ({"b_min": -1.0}, r"^b_min .* must be in \[0, 1\], got -1.0$"),
         ({"b_min": 5.0}, r"^b_min .* must be in \[0, 1\], got 5.0$"),
-        ({"method": "batch", "groups": "8"}, r"^groups \(the batch method's blocks\) must be a whole number >= 2, got '8'$"),
+        (
+            {"method": "batch", "groups": "8"},
+            r"^groups \(the batch method's blocks\) must be a whole number >= 2, got '8'$",
+        ),
         ({"method": "batch", "groups": 2.5}, r"^groups .* got 2.5$"),
         ({"method": "batch", "groups": True}, r"^groups .* got True$"),
         ({"groups": 1}, r"^groups .* got 1$"),

@@ -532,7 +532,9 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
     # (the run's own admission: one that limits steps or admissions, or a running cap, holds work back)
     hooks = AdmissionHooks(scheduler.admission)
     held = hooks.token_limit or hooks.batch_limit or hooks.may_admit
-    limit = policy_capacity(cfg.policy, cfg.b_max, cfg.k_max, rep.effective_capacity, rep.fill_capacity, held)
+    limit = policy_capacity(
+        cfg.policy, cfg.b_max, cfg.k_max, rep.effective_capacity, rep.fill_capacity, held, rep.region_exact
+    )
     offered = rep.offered_tokens_per_s
     out["policy_critical_rate"] = None if limit is None else limit / rep.work_per_request
     out["policy_utilisation"] = None if limit is None or offered is None else offered / limit

@@ -121,7 +121,9 @@ def capacity_report(
     # policy filling every step is stable only below fill_capacity / work
     fills_short = not capped and rep.fill_capacity < rep.effective_capacity * (1 - 1e-9)
     holds_back = batch_holds_back(cfg.policy, cfg.b_max, cfg.k_max, rep.peak_load if fills_short else None)
-    limit = policy_capacity(cfg.policy, cfg.b_max, cfg.k_max, rep.effective_capacity, rep.fill_capacity)
+    limit = policy_capacity(
+        cfg.policy, cfg.b_max, cfg.k_max, rep.effective_capacity, rep.fill_capacity, region_exact=rep.region_exact
+    )
     out = {
         "cost_model": cfg.cost_model,
         "b_max": cfg.b_max,
@@ -133,7 +135,7 @@ def capacity_report(
         "not_throughput_optimal": reasons_text(holds_back) or None,
         # the rate below which this policy is stable, where theory says it (None: lambda*
         # only bounds it): fill_capacity / work for a work-conserving policy without a
-        # binding cap, lambda* for adaptive
+        # binding cap, lambda* for adaptive (unless region_exact is false: an upper bound)
         "policy_critical_rate": None if limit is None else limit / rep.work_per_request,
         "means_source": source,
         # with a binding k_max: the most prefill tokens one request supplies in a step, as

@@ -67,7 +67,7 @@ def critical_rate_of(cfg) -> float:
 
 
 def _numbers_of(cfg) -> tuple:
-    """`_critical_rate` of a SimConfig: (lambda*, effective_capacity, fill_capacity, work)."""
+    """`_critical_rate` of a SimConfig: (lambda*, effective_capacity, fill_capacity, work, region_exact)."""
     block_size = int(cfg.block_size) if cfg.prefix_caching else 0
     key = sample_key(cfg.workload)  # points that differ in their arrivals share lambda*
     if not isinstance(cfg.cost_model, str):
@@ -91,15 +91,15 @@ def policy_critical_rate_of(cfg) -> float | None:
     (`policies.policy_capacity`: fill_capacity / work for a work-conserving policy without a
     binding cap, below lambda* where b / t(b) peaks below b_max; lambda* for adaptive), in the
     unit of the workload's rate as `critical_arrival_rate_of`; None where lambda* only bounds it."""
-    _, eff, fill, work = _numbers_of(cfg)
+    _, eff, fill, work, exact = _numbers_of(cfg)
     held = bool(admission_holds_back(cfg.admission, cfg.max_running, cfg.admission_options))
-    limit = policy_capacity(cfg.policy, cfg.b_max, cfg.k_max, eff, fill, held)
+    limit = policy_capacity(cfg.policy, cfg.b_max, cfg.k_max, eff, fill, held, exact)
     return None if limit is None else limit / work / requests_per_rate(cfg.workload)
 
 
 @lru_cache(maxsize=1024)
 def _critical_rate(cost_model, b_max: int, k_max, workload: str, block_size: int = 0, files=()) -> tuple:
-    """(lambda*, effective_capacity, fill_capacity, work per request) of the workload's
+    """(lambda*, effective_capacity, fill_capacity, work per request, region_exact) of the workload's
     sample (`workload`: its key, `sample_key`); `block_size`: the prefix cache's, 0 without one."""
     w = json.loads(workload)
     mix = cached_workload_mix(w, block_size) if block_size else workload_mix(w)
@@ -116,7 +116,7 @@ def _critical_rate(cost_model, b_max: int, k_max, workload: str, block_size: int
         # (a request supplies at most its prompt as prefill in a step: as `capacity` reports it)
         max_prefill_per_request=region_prefill_cap(w, b_max, k_max),
     )
-    return rep.critical_rate, rep.effective_capacity, rep.fill_capacity, rep.work_per_request
+    return rep.critical_rate, rep.effective_capacity, rep.fill_capacity, rep.work_per_request, rep.region_exact
 
 
 def _fill_adaptive(cfg) -> None:

@@ -278,19 +278,15 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
         rows.append(
             (
                 "note: other step shapes",
-                f"up to {bound:,.3f} req/s (+{bound / c['critical_rate'] - 1:.1%}) with prefill-only and "
-                "decode-only steps (LP): lambda* is full mixed steps' (Sarathi); Orca may pass it",
+                f"up to {bound:,.3f} req/s (+{bound / c['critical_rate'] - 1:.1%}) time-sharing step shapes "
+                "(the region's LP, e.g. prefill-only and decode-only steps): lambda* is full mixed steps' "
+                "(Sarathi); Orca may pass it",
             )
         )
     if c["critical_rate"] > c["critical_rate_token_bound"] * (1 + 1e-9):
-        why = (
-            "t(b)/b is least below b_max: a policy filling every step to b_max is stable only below C / w"
-            if c["peak_token_capacity"] > c["token_capacity"] * (1 + 1e-9)
-            else (
-                "C / w times one representative step at b_max; the region mixes other step shapes, "
-                "so C / w is no upper bound here"
-            )
-        )
+        # (a load-only model whose b / t(b) peaks below b_max: a context-dependent one's
+        # lambda* is never above C / w, the region's step shapes are `shape_bound_rate`)
+        why = "t(b)/b is least below b_max: a policy filling every step to b_max is stable only below C / w"
         rows.append(("note: lambda* above C / w", f"theorem 2 does not give lambda*: {why}"))
     if "region" in rep:
         verts = ", ".join(

@@ -14,9 +14,11 @@ prompt token also emits output token 1), so the work per request is
   policy is stable, above it every policy is unstable.
 - With `k_max` below `b_max`: the answer comes from the 2-D region (`llmsched.core.region`):
   `lambda*` is the largest scale of the per-request rate vector `(mean_prompt, mean_output - 1)`
-  that stays in the region, and the effective capacity for this mix is `lambda* * work`.
-  A `k_max >= b_max` cannot bind (a step of at most b_max tokens holds at most b_max
-  requests) and gives the uncapped answer.
+  that stays in the region, and the effective capacity for this mix is `lambda* * work`
+  (for a context-dependent model never above the uncapped `C / work`, below). It is an
+  upper bound; `region_exact` says whether the workload's requests can build the steps it
+  time-shares (`_region_exactness`: chunk integrality). A `k_max >= b_max` cannot bind (a
+  step of at most b_max tokens holds at most b_max requests) and gives the uncapped answer.
 - Theorem 2 assumes `t(b) / b` is least at `b_max`. Where a load-only model breaks it
   (the paper's `max` variant with `c < a * b0`), a policy running steps of the load `b`
   that maximises `b / t(b)` serves more: without a binding cap `lambda*` is then
@@ -27,7 +29,13 @@ prompt token also emits output token 1), so the work per request is
 For a context-dependent cost model (`cost.load_only` False, e.g. the H200 profile) the
 step time needs contexts, and the step at `b_max` used for `C` holds prefill and decode
 tokens in the workload's proportion `mean_prompt : mean_output - 1` (a time-share of the
-two whole step shapes around it). Given `mix`, a
+two whole step shapes around it). `lambda*` is then what such full mixed steps serve, `C /
+work`, with or without a cap, unless the cap's region is lower: the region's shapes, timed
+one by one, can beat the one mixed step (prefill-only and decode-only steps, where a
+profile times decode-only steps as CUDA graphs), and their LP's rate is reported apart as
+`shape_bound_rate` on both sides of `k_max = b_max` (taking it as lambda* under a cap only
+made lambda* fall as the cap was relaxed to b_max: 23.947 req/s at k_max 511, 23.664 at
+512, H200 profile, means 1000/200). Given `mix`, a
 `LengthMix` of the workload's lengths (what `llmsched capacity`, `simulate`'s verdict,
 sweeps and the serverless reproduction pass), the step is timed with the contexts its
 tokens see on average when lengths vary (`core.length_mix`); without it, with
@@ -312,33 +320,42 @@ class CapacityReport:
     k_max below b_max, from the 2-D region, an upper bound on it (reached only if the
     workload's requests can build the region's steps: with `max_prefill_per_request`
     None one request may supply any prefill, which short prompts cannot; pass the longest
-    prompt, `theory.means.largest_prompt`); otherwise theorem 2's `token_capacity / work`,
+    prompt, `theory.means.largest_prompt`; `region_exact` True only where they can, else
+    `region_note` says why not), for a context-dependent model at most `token_capacity /
+    work` (the region's LP is then `shape_bound_rate`); otherwise theorem 2's `token_capacity / work`,
     except for a load-only model whose b / t(b) peaks below b_max (theorem 2's assumption
     fails), where it is `max_b b / t(b) / work` (the uncapped region; steps of that load
     reach it). A k_max >= b_max cannot bind and changes nothing.
     `critical_rate_token_bound`: theorem 2's formula `token_capacity / work`, with
     `t(b_max)` the step time at b_max (for a context-dependent model, of one step mixing
     prefill and decode in the workload's proportion, `step_time_at_budget`). It is an
-    upper bound on `critical_rate` only under theorem 2's assumptions: a load-only model
-    whose b / t(b) is largest at b_max. Otherwise `critical_rate` can exceed it
-    (`binding` says why): for a load-only model whose b / t(b) peaks below b_max, C / w
-    is only the rate below which a policy filling every step to b_max is stable; for a
-    context-dependent model with a binding k_max, the region time-shares step shapes
-    (timed with representative contexts) whose mix beats the one step C / w times (by
-    0.6-1.2% for the H200 profile, b_max 512, means 1000/200, k_max 256 to 511).
+    upper bound on `critical_rate` only under theorem 2's assumptions: b / t(b) largest
+    at b_max. Otherwise, for a load-only model whose b / t(b) peaks below b_max,
+    `critical_rate` exceeds it (`binding` says why) and C / w is only the rate below which
+    a policy filling every step to b_max is stable. (For a context-dependent model
+    `critical_rate` is at most C / w; the region's step shapes, which can beat the one
+    mixed step C / w times by 0.6-1.2% for the H200 profile, b_max 512, means 1000/200,
+    k_max 256 to 511, are `shape_bound_rate`.)
     `effective_capacity`: `critical_rate * work`, the token rate this mix can be served
     at. `fill_capacity`: `min(effective_capacity, token_capacity)`, the capacity the
     stability verdicts of one server and of a network scale their threshold by. Without a
     binding k_max it is what a policy filling every step to b_max (a work-conserving one)
-    serves: below `effective_capacity` only where smaller steps, or the region's step
-    shapes, serve more than C. With `k_max < b_max` no policy fills every step (one of
-    k_max decoders holds fewer tokens) and no theorem says what a work-conserving one
-    serves (paper 1: it can be unstable inside the region); it is then the best
-    policy's rate, capped at C, not a work-conserving policy's.
+    serves, its own limit (`policies.policy_capacity`): below `effective_capacity` only
+    where b / t(b) peaks below b_max, and then such a policy is not throughput-optimal
+    (`policies.batch_holds_back` with the peak's load). With `k_max < b_max` no policy
+    fills every step (one of k_max decoders holds fewer tokens) and no theorem says what a
+    work-conserving one serves (paper 1: it can be unstable inside the region); it is then
+    the best policy's rate, capped at C, not a work-conserving policy's.
     `utilisation`: `rate / critical_rate`. `predicted_growth_tokens_per_s`: fluid
     backlog growth `max(0, rate * work - effective_capacity)` of a policy serving the
-    arrival mix at lambda*'s operating point (a work-conserving one under theorem 2,
-    which assumes no binding k_max).
+    arrival mix at lambda*'s operating point (the best policy's; a work-conserving one's
+    under theorem 2's assumptions, else it grows at `rate * work - fill_capacity`: what
+    `llmsched capacity` reports as `policy_predicted_growth_tokens_per_s`).
+    `region_exact` (a binding k_max only): whether lambda* is reached by steps the
+    workload's requests can build (`_region_exactness`); False with `region_note` saying
+    why (an unknown longest prompt, varying prompts, a grid-sampled region, or the exit
+    face's steps cutting prompts into more chunks than a step's slots take): lambda* is
+    then an upper bound.
     `peak_token_capacity`/`peak_load`: max_b b / t(b) and where; equals token_capacity
     when b / t(b) is largest at b_max (theorem 2's assumption)."""
 
