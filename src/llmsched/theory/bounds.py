@@ -484,13 +484,12 @@ def capacity(
     # without a binding cap the region is the triangle x + y <= max_b b / t(b): where
     # t(b) / b is not least at b_max smaller steps serve more than C, and lambda* is theirs
     # (a context-dependent model: C, full steps mixing prefill and decode)
-    known = (peak_rate, peak_b) if peak_rate is not None else None
-    top, binding, _ = uncapped_capacity(cost, b_max, cap, known)
-    lam_top = lam_bound if top == cap else top / work
     # a cap of b_max requests or more cannot bind: a step of at most b_max tokens holds at
     # most b_max requests, so lambda* is the uncapped one
     if not k_max_binds(b_max, k_max):
-        lam = lam_top
+        known = (peak_rate, peak_b) if peak_rate is not None else None
+        top, binding, _ = uncapped_capacity(cost, b_max, cap, known)
+        lam = lam_bound if top == cap else top / work
         if k_max is not None:
             binding += f"; k_max {k_max} >= b_max cannot bind"
         if peak and not cost.load_only:
@@ -498,13 +497,14 @@ def capacity(
     else:
         lam, region = region_rate(k_max)
         region_exact, region_note = _region_exactness(region, k_max, mean_prompt, mean_output, cached_prompt)
-        if lam > lam_top * (1 + 1e-9):
-            # (a context-dependent model only: a load-only region lies in the triangle) the
-            # region's step shapes, timed one by one, beat the full mixed step C times; as
-            # without a cap, lambda* is the full mixed steps' and the LP's rate is reported
-            # apart (`shape_bound_rate`), so that lambda* never falls as k_max grows
-            shape_bound, lam = lam, lam_top
-            binding += "; the region's step shapes reach more (shape_bound_rate)"
+        if not cost.load_only and lam > lam_bound * (1 + 1e-9):
+            # the region's step shapes, timed one by one, beat the full mixed step C times
+            # (a load-only region lies in the uncapped triangle: no such case); as without a
+            # cap, lambda* is the full mixed steps' (`uncapped_capacity`: C for a
+            # context-dependent model) and the LP's rate is reported apart
+            # (`shape_bound_rate`), so that lambda* never falls as k_max grows
+            shape_bound, lam = lam, lam_bound
+            binding = "token budget (theorem 2); the region's step shapes reach more (shape_bound_rate)"
         elif lam > lam_bound * (1 + 1e-9):
             binding = "2-D region (steps below b_max serve faster than t(b_max) allows)"
         elif lam >= lam_bound * (1 - 1e-9):
