@@ -96,9 +96,9 @@ def test_region_helpers_refuse_as_their_siblings_do():
     from llmsched.core.region import representative_step_time, workload_point  # noqa: PLC0415
     from llmsched.theory.bounds import step_time_at_budget  # noqa: PLC0415
 
-    with pytest.raises(ConfigError, match=r"mean output >= 1 tokens, got 200 and 0.5"):
+    with pytest.raises(ConfigError, match=r"mean output must be >= 1 token, got 200 and 0.5"):
         workload_point(10, 200, 0.5)
-    with pytest.raises(ConfigError, match=r"mean prompt must be > 0"):
+    with pytest.raises(ConfigError, match=r"mean prompt and mean output must be >= 1 token, got 0 and 5"):
         workload_point(10, 0, 5)
     with pytest.raises(ConfigError, match=r"rate must be a finite number >= 0"):
         workload_point(-1, 200, 5)

@@ -157,7 +157,8 @@ def test_theorem_2_failing_one_lambda_star_with_or_without_a_cap_that_cannot_bin
     assert main(["capacity", *base, "--rate", "1"]) == 0
     out = capsys.readouterr().out
     assert "45.572 req/s" in out and "theorem 2 rate C / w" in out and "0.151 req/s" in out
-    assert "theorem 2 does not give lambda*" in out and "(at lambda*'s steps)" in out
+    # sarathi (the default policy) fills every step to b_max: its own growth, not lambda*'s steps'
+    assert "theorem 2 does not give lambda*" in out and "fluid backlog growth (sarathi: full steps of b_max)" in out
 
 
 def test_capacity_report_refuses_options_its_bounds_do_not_model():

@@ -154,3 +154,51 @@ def test_every_number_of_the_verdict_is_checked_by_name():
                 stability_verdict(t, np.ones(100), **{name: bad})
     v = stability_verdict(t, np.ones(100), capacity=np.float32(100), eps=np.float64(0.5), decode_time_s=np.int64(1))
     assert type(v.capacity_per_s) is float and v.threshold_per_s == 50.0
+
+
+@pytest.mark.parametrize("method", ["hac", "batch"])
+def test_a_growth_that_cannot_be_estimated_is_inconclusive_never_stable(method):
+    """1e300 * t: the slope's interval overflowed to [nan, nan], which fell through to
+    'stable'."""
+    t = np.linspace(0, 100, 400)
+    with np.errstate(all="raise"):  # no floating-point warning escapes either
+        v = stability_verdict(t, 1e300 * t, capacity=1000, method=method)
+    assert v.verdict == "inconclusive" and v.stable is None and not v.conclusive
+    assert "could not be estimated" in v.reason
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"eps": -0.5}, r"^eps \(the threshold's share of the capacity\) must be >= 0, got -0.5$"),
+        ({"decode_time_s": -5.0}, r"^decode_time_s must be >= 0 seconds, got -5.0$"),
+        ({"b_min": -1.0}, r"^b_min .* must be in \[0, 1\], got -1.0$"),
+        ({"b_min": 5.0}, r"^b_min .* must be in \[0, 1\], got 5.0$"),
+        (
+            {"method": "batch", "groups": "8"},
+            r"^groups \(the batch method's blocks\) must be a whole number >= 2, got '8'$",
+        ),
+        ({"method": "batch", "groups": 2.5}, r"^groups .* got 2.5$"),
+        ({"method": "batch", "groups": True}, r"^groups .* got True$"),
+        ({"groups": 1}, r"^groups .* got 1$"),
+    ],
+)
+def test_parameters_out_of_range_are_one_line_errors_naming_them(kwargs, match):
+    t = np.linspace(0, 100, 400)
+    with pytest.raises(ConfigError, match=match):
+        stability_verdict(t, 10 * t, capacity=1000, **kwargs)
+
+
+def test_a_series_that_is_not_numbers_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"^times must be a sequence of numbers"):
+        stability_verdict(["a"] * 20, list(range(20)))
+    with pytest.raises(ConfigError, match=r"^unfinished work must be a sequence of numbers"):
+        stability_verdict(list(range(20)), [[1, 2], [3]] * 10)
+
+
+def test_a_tail_of_the_whole_run_keeps_every_sample():
+    """16 samples at t = 0.1..1.6 with tail_fraction 1.0: 1.6 - 1.0 * 1.5 rounds above 0.1,
+    which dropped the first sample ('need at least 16 samples in the tail, got 15')."""
+    t = np.arange(16) * 0.1 + 0.1
+    v = stability_verdict(t, np.arange(16.0) * 100, capacity=1000, tail_fraction=1.0)
+    assert v.samples_used == 16 and v.tail_start_s == t[0]

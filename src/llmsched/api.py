@@ -28,7 +28,8 @@ from .core.paths import check_out_dir
 from .core.request import NS, check_seconds
 from .core.version import __version__
 from .core.yamlfile import read_yaml
-from .policies import policy_base_name
+from .policies import policy_base_name, policy_capacity
+from .policies.base import AdmissionHooks
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
@@ -420,7 +421,7 @@ def simulate(
         result.own_steps(steps_tmp)
     result.slo = slo
     if cfg.verdict:
-        result.stability = _stability_fields(result, cost, cfg)
+        result.stability = _stability_fields(result, cost, cfg, scheduler)
     if out_dir is not None:
         result.write(out_dir)
     return result
@@ -490,7 +491,7 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
             warn(f"profile {cost.label!r} is extrapolated far past its grid: {'; '.join(far)}")
 
 
-def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
+def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dict:
     """Theorem 2's capacity for this workload and the run's stability verdict."""
     out: dict[str, Any] = {}
     arrivals = result.arrival_s
@@ -525,7 +526,23 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     out["critical_rate"] = rep.critical_rate
     out["offered_rate"] = rate
     out["utilisation"] = rep.utilisation
-    out["predicted_backlog_growth_tokens_per_s"] = rep.predicted_growth_tokens_per_s
+    # this run's policy at its own limit, where theory says it (`policies.policy_capacity`):
+    # a work-conserving one fills every step to b_max, which serves less than lambda*'s steps
+    # where b / t(b) peaks below b_max; elsewhere (None) lambda* only bounds its stable rates
+    # (the run's own admission: one that limits steps or admissions, or a running cap, holds work back)
+    hooks = AdmissionHooks(scheduler.admission)
+    held = hooks.token_limit or hooks.batch_limit or hooks.may_admit
+    limit = policy_capacity(
+        cfg.policy, cfg.b_max, cfg.k_max, rep.effective_capacity, rep.fill_capacity, held, rep.region_exact
+    )
+    offered = rep.offered_tokens_per_s
+    out["policy_critical_rate"] = None if limit is None else limit / rep.work_per_request
+    out["policy_utilisation"] = None if limit is None or offered is None else offered / limit
+    # the fluid growth of this policy's backlog; where its limit is unknown, the growth at
+    # lambda*'s steps (the best policy's, so a lower bound on this one's)
+    out["predicted_backlog_growth_tokens_per_s"] = (
+        max(0.0, offered - limit) if limit is not None and offered is not None else rep.predicted_growth_tokens_per_s
+    )
     ts = result.timeseries
     t, w = ts["time_s"], ts["backlog_tokens"]
     keep = t <= float(arrivals.max())  # judge while requests arrive, not while the queue drains
@@ -540,7 +557,7 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
             # growth is material relative to what this server processes: what a policy
             # filling the budget gets (CapacityReport.fill_capacity), as a network judges
             capacity=rep.fill_capacity,
-            predicted_growth_tokens_per_s=rep.predicted_growth_tokens_per_s,
+            predicted_growth_tokens_per_s=out["predicted_backlog_growth_tokens_per_s"],
             decode_time_s=decode_time,
         )
     except ConfigError as e:  # too few samples to judge

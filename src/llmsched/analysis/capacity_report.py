@@ -11,7 +11,7 @@ from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
 from ..core.guarantee import reasons_text
 from ..core.paths import check_out_file
-from ..policies import batch_holds_back, canonical_policy_name
+from ..policies import batch_holds_back, canonical_policy_name, policy_capacity
 from ..theory import (
     DEFAULT_SAMPLES,
     capacity,
@@ -100,6 +100,8 @@ def capacity_report(
     # means have none: then any number, which can put lambda* above what any policy serves)
     capped = k_max_binds(cfg.b_max, cfg.k_max)
     longest = largest_prompt(cfg.workload) if capped and prompts_from_workload else None
+    if capped and float(mean_prompt) == 1.0:
+        longest = 1  # a mean of 1 token: every prompt is 1 token
     per = requests_per_rate(cfg.workload) if rate is not None else 1.0  # (1 for a trace: its rate is requests/s)
     request_rate = None if rate is None else rate * per
     rep = capacity(
@@ -110,11 +112,18 @@ def capacity_report(
         k_max=cfg.k_max,
         rate=request_rate,
         max_prefill_per_request=longest,
-        # (with a mix, the tokens it holds cached: each prompt's share, rounded, never its last)
-        cached_prompt=mix.mean_cached if mix is not None else float(cached_fraction) * float(mean_prompt),
+        # (with a mix, the tokens it holds cached: each prompt's share, rounded, never its
+        # last; with a given mean, the share of it, never its last token either)
+        cached_prompt=mix.mean_cached if mix is not None else cached_share(cached_fraction, float(mean_prompt)),
         mix=mix,
     )
-    holds_back = batch_holds_back(cfg.policy, cfg.b_max, cfg.k_max)
+    # full steps of b_max serve less than lambda*'s steps (b / t(b) peaks below b_max): a
+    # policy filling every step is stable only below fill_capacity / work
+    fills_short = not capped and rep.fill_capacity < rep.effective_capacity * (1 - 1e-9)
+    holds_back = batch_holds_back(cfg.policy, cfg.b_max, cfg.k_max, rep.peak_load if fills_short else None)
+    limit = policy_capacity(
+        cfg.policy, cfg.b_max, cfg.k_max, rep.effective_capacity, rep.fill_capacity, region_exact=rep.region_exact
+    )
     out = {
         "cost_model": cfg.cost_model,
         "b_max": cfg.b_max,
@@ -124,6 +133,10 @@ def capacity_report(
         # k_max, and of adaptive; of another it only bounds it (`not_throughput_optimal`: why)
         "throughput_optimal": not holds_back,
         "not_throughput_optimal": reasons_text(holds_back) or None,
+        # the rate below which this policy is stable, where theory says it (None: lambda*
+        # only bounds it): fill_capacity / work for a work-conserving policy without a
+        # binding cap, lambda* for adaptive (unless region_exact is false: an upper bound)
+        "policy_critical_rate": None if limit is None else limit / rep.work_per_request,
         "means_source": source,
         # with a binding k_max: the most prefill tokens one request supplies in a step, as
         # the region assumes it (None: any number, `largest_prompt` unknown)
@@ -147,6 +160,14 @@ def capacity_report(
         scale = rep.critical_rate / request_rate if request_rate > 0 else math.inf
         out.update(rate=rate, utilisation=rep.utilisation, inside=bool(scale > 1.0), scale=scale, margin=scale - 1.0)
         out["request_rate"] = request_rate
+        # the same for this policy, at its own limit: its utilisation, whether the rate is
+        # below that limit, and the fluid growth of its backlog (None where unknown)
+        offered = rep.offered_tokens_per_s
+        out.update(
+            policy_utilisation=None if limit is None else (offered / limit if limit > 0 else math.inf),
+            policy_inside=None if limit is None else bool(offered < limit),
+            policy_predicted_growth_tokens_per_s=None if limit is None else max(0.0, offered - limit),
+        )
         if not is_trace and (cfg.workload.get("turns") is not None or per != 1.0):
             out.update(
                 rate_unit=rate_unit(cfg.workload),
@@ -160,6 +181,13 @@ def capacity_report(
         plot_file.parent.mkdir(parents=True, exist_ok=True)  # missing folders are made, as for every --out
         out["plot"] = plot_region(region, point, str(plot_file), point_label=label)
     return out
+
+
+def cached_share(cached_fraction: float, mean_prompt: float) -> float:
+    """Cached prompt tokens per request for a given mean prompt: the fraction of it, never
+    its last token (that token is always computed: it emits output token 1), as each
+    prompt's share is capped in a workload's length mix (`theory.means`)."""
+    return max(0.0, min(float(cached_fraction) * mean_prompt, mean_prompt - 1.0))
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")

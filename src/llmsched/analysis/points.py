@@ -28,7 +28,14 @@ from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import recorded_path
-from ..policies import ADMISSION_POLICIES, BATCH_POLICIES, canonical_policy_name, policy_base_name
+from ..policies import (
+    ADMISSION_POLICIES,
+    BATCH_POLICIES,
+    admission_holds_back,
+    canonical_policy_name,
+    policy_base_name,
+    policy_capacity,
+)
 from ..theory import capacity, requests_per_rate, workload_means, workload_mix
 from ..theory.means import cached_workload_mix, region_prefill_cap, sample_key
 from ..workload.datasets import file_stamps
@@ -40,6 +47,7 @@ __all__ = [
     "check_point",
     "run_point",
     "critical_rate_of",
+    "policy_critical_rate_of",
     "critical_arrival_rate_of",
     "KEY_VERSION",
 ]
@@ -55,6 +63,11 @@ def critical_rate_of(cfg) -> float:
     prompt's uncached tokens are timed after its cached prefix
     (`llmsched.theory.cached_workload_mix`), as in the `critical_rate` a run reports from
     the hits it measured."""
+    return _numbers_of(cfg)[0]
+
+
+def _numbers_of(cfg) -> tuple:
+    """`_critical_rate` of a SimConfig: (lambda*, effective_capacity, fill_capacity, work, region_exact)."""
     block_size = int(cfg.block_size) if cfg.prefix_caching else 0
     key = sample_key(cfg.workload)  # points that differ in their arrivals share lambda*
     if not isinstance(cfg.cost_model, str):
@@ -73,13 +86,25 @@ def critical_arrival_rate_of(cfg) -> float:
     return critical_rate_of(cfg) / requests_per_rate(cfg.workload)
 
 
+def policy_critical_rate_of(cfg) -> float | None:
+    """The rate below which the configuration's own policy is stable, where theory says it
+    (`policies.policy_capacity`: fill_capacity / work for a work-conserving policy without a
+    binding cap, below lambda* where b / t(b) peaks below b_max; lambda* for adaptive), in the
+    unit of the workload's rate as `critical_arrival_rate_of`; None where lambda* only bounds it."""
+    _, eff, fill, work, exact = _numbers_of(cfg)
+    held = bool(admission_holds_back(cfg.admission, cfg.max_running, cfg.admission_options))
+    limit = policy_capacity(cfg.policy, cfg.b_max, cfg.k_max, eff, fill, held, exact)
+    return None if limit is None else limit / work / requests_per_rate(cfg.workload)
+
+
 @lru_cache(maxsize=1024)
-def _critical_rate(cost_model, b_max: int, k_max, workload: str, block_size: int = 0, files=()) -> float:
-    # `workload`: the sample's key (`sample_key`); `block_size`: the prefix cache's, 0 without one
+def _critical_rate(cost_model, b_max: int, k_max, workload: str, block_size: int = 0, files=()) -> tuple:
+    """(lambda*, effective_capacity, fill_capacity, work per request, region_exact) of the workload's
+    sample (`workload`: its key, `sample_key`); `block_size`: the prefix cache's, 0 without one."""
     w = json.loads(workload)
     mix = cached_workload_mix(w, block_size) if block_size else workload_mix(w)
     cost = make_cost_model(cost_model)
-    return capacity(
+    rep = capacity(
         cost,
         b_max,
         mix.mean_prompt,
@@ -90,7 +115,8 @@ def _critical_rate(cost_model, b_max: int, k_max, workload: str, block_size: int
         peak=False,
         # (a request supplies at most its prompt as prefill in a step: as `capacity` reports it)
         max_prefill_per_request=region_prefill_cap(w, b_max, k_max),
-    ).critical_rate
+    )
+    return rep.critical_rate, rep.effective_capacity, rep.fill_capacity, rep.work_per_request, rep.region_exact
 
 
 def _fill_adaptive(cfg) -> None:

@@ -59,7 +59,7 @@ from ..core.errors import ConfigError
 from ..theory import rate_unit
 from ..workload import replays_trace
 from .grid import NON_GROUP_KEYS, expand_grid
-from .points import check_point, critical_arrival_rate_of, resolve_point
+from .points import check_point, critical_arrival_rate_of, policy_critical_rate_of, resolve_point
 from .runner import Runner
 from .tables import point_row
 
@@ -210,6 +210,9 @@ class Group:
     params: dict
     critical_rate: float  # in the unit of the workload's rate: conversations/s with turns
     rate_unit: str = "req/s"
+    # the group's policy's own limit where theory gives it (`points.policy_critical_rate_of`:
+    # below lambda* for a policy filling every step where b / t(b) peaks below b_max)
+    policy_critical_rate: float | None = None
     stable: Bracket | None = None
     slo: Bracket | None = None
 
@@ -248,7 +251,9 @@ def search_groups(settings: SearchSettings) -> list[Group]:
             raise ConfigError(
                 "the search sets the rate: drop time_scale (--time-scale K runs every probed rate K times as fast)"
             )
-        groups.append(Group(params, critical_arrival_rate_of(base), rate_unit(base.workload)))
+        groups.append(
+            Group(params, critical_arrival_rate_of(base), rate_unit(base.workload), policy_critical_rate_of(base))
+        )
     return groups
 
 
@@ -335,6 +340,7 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
         **g.params,
         "policy_name": str(g.params.get("policy", "")).partition(":")[0] or None,
         "critical_rate": lam,
+        "policy_critical_rate": g.policy_critical_rate,
         **({"rate_unit": g.rate_unit} if g.rate_unit != "req/s" else {}),
         "max_stable_rate": st.lo if ok else None,
         "max_stable_load": st.lo / lam if ok and lam else None,

@@ -14,7 +14,7 @@ import sys
 
 from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
-from ..core.guarantee import CAP
+from ..core.guarantee import CAP, FILL
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir, check_out_file, check_run_dir
 from .common import (
@@ -287,19 +287,15 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
         rows.append(
             (
                 "note: other step shapes",
-                f"up to {bound:,.3f} req/s (+{bound / c['critical_rate'] - 1:.1%}) with prefill-only and "
-                "decode-only steps (LP): lambda* is full mixed steps' (Sarathi); Orca may pass it",
+                f"up to {bound:,.3f} req/s (+{bound / c['critical_rate'] - 1:.1%}) time-sharing step shapes "
+                "(the region's LP, e.g. prefill-only and decode-only steps): lambda* is full mixed steps' "
+                "(Sarathi); Orca may pass it",
             )
         )
     if c["critical_rate"] > c["critical_rate_token_bound"] * (1 + 1e-9):
-        why = (
-            "t(b)/b is least below b_max: a policy filling every step to b_max is stable only below C / w"
-            if c["peak_token_capacity"] > c["token_capacity"] * (1 + 1e-9)
-            else (
-                "C / w times one representative step at b_max; the region mixes other step shapes, "
-                "so C / w is no upper bound here"
-            )
-        )
+        # (a load-only model whose b / t(b) peaks below b_max: a context-dependent one's
+        # lambda* is never above C / w, the region's step shapes are `shape_bound_rate`)
+        why = "t(b)/b is least below b_max: a policy filling every step to b_max is stable only below C / w"
         rows.append(("note: lambda* above C / w", f"theorem 2 does not give lambda*: {why}"))
     if "region" in rep:
         verts = ", ".join(
@@ -319,22 +315,47 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
                 "with prompts shorter than a vertex's prefill lambda* can exceed what any policy serves",
             )
         )
+    if c.get("region_note"):
+        rows.append(
+            (
+                "note: region",
+                f"lambda* is an upper bound: {c['region_note'].removesuffix(': lambda* is an upper bound')}",
+            )
+        )
     capped = k_max_binds(rep["b_max"], rep["k_max"])
+    # full steps of b_max serve less than lambda*'s (b / t(b) peaks below b_max)
+    fills_short = not capped and c["fill_capacity"] < c["effective_capacity"] * (1 - 1e-9)
+    own = rep.get("policy_critical_rate")
     if not rep["throughput_optimal"]:
         from ..policies import batch_holds_back  # noqa: PLC0415 - the registry imports every policy
 
-        capped_only = all(r.kind == CAP for r in batch_holds_back(rep["policy"], rep["b_max"], rep["k_max"]))
-        rows.append(
-            (
-                "note: policy",
+        kinds = {
+            r.kind
+            for r in batch_holds_back(
+                rep["policy"], rep["b_max"], rep["k_max"], c["peak_load"] if fills_short else None
+            )
+        }
+        if kinds == {FILL}:
+            why = (
+                f"{rep['policy']} fills every step to b_max {rep['b_max']}, but b / t(b) peaks at b = "
+                f"{c['peak_load']}: it is stable only below {own:,.3f} req/s (fill capacity / work), under lambda*; "
+                "adaptive runs lambda*'s steps"
+            )
+        elif kinds == {CAP}:
+            why = (
                 f"k_max {rep['k_max']} < b_max {rep['b_max']}: a policy filling every step ({rep['policy']}) can be "
                 "unstable inside the region (paper 1), so lambda* bounds its stable rates from above only "
                 "(adaptive picks its steps from the region)"
-                if capped_only
-                else f"{rep['policy']} is not work-conserving: lambda* bounds its stable rates from above only, "
-                "its queue may grow below it (its own limit: sweep --search max-stable-rate)",
             )
-        )
+        else:
+            why = (
+                f"{rep['policy']} is not work-conserving: lambda* bounds its stable rates from above only, "
+                "its queue may grow below it (its own limit: sweep --search max-stable-rate)"
+            )
+        rows.append(("note: policy", why))
+    # a policy filling every step grows at its own limit where full steps serve less than lambda*'s
+    own_growth = fills_short and own is not None and own < c["critical_rate"] * (1 - 1e-9)
+    growth = rep.get("policy_predicted_growth_tokens_per_s") if own_growth else c["predicted_growth_tokens_per_s"]
     if rep.get("rate") is not None:
         arrival = f"{rep['rate']:,.3f} req/s ({c['offered_tokens_per_s']:,.1f} tokens/s)"
         per = rep.get("requests_per_rate")
@@ -355,14 +376,28 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
                 "inside the stability region",
                 f"{'yes' if rep['inside'] else 'NO'} (rate can be scaled by "
                 f"{rep['scale']:.4g}, margin {rep['margin']:+.1%})"
-                + ("" if rep["throughput_optimal"] or not rep["inside"] else f"; not a guarantee for {rep['policy']}"),
+                + (
+                    ""
+                    if rep["throughput_optimal"] or not rep["inside"]
+                    else f"; not a guarantee for {rep['policy']}"
+                    + (
+                        f": {'below' if rep['policy_inside'] else 'NOT below'} its own limit {own:,.3f} req/s "
+                        f"({rep['policy_utilisation']:.1%})"
+                        if own is not None
+                        else ""
+                    )
+                ),
             ),
             (
-                # theorem 2's growth of a work-conserving policy holds only without a binding cap
-                "fluid backlog growth (work-conserving)"
+                # theorem 2's growth of a work-conserving policy holds only without a binding
+                # cap, and only with b / t(b) largest at b_max; elsewhere a policy filling every
+                # step grows at its own limit, and the growth at lambda*'s steps is the best policy's
+                f"fluid backlog growth ({rep['policy']}: full steps of b_max)"
+                if own_growth
+                else "fluid backlog growth (work-conserving)"
                 if not capped and c["critical_rate"] <= c["critical_rate_token_bound"] * (1 + 1e-9)
                 else "fluid backlog growth (at lambda*'s steps)",
-                f"{c['predicted_growth_tokens_per_s']:,.1f} tokens/s",
+                f"{growth:,.1f} tokens/s",
             ),
         ]
     if rep.get("plot"):
@@ -482,6 +517,7 @@ def _check_fixed_not_gridded(grid, fixed: dict) -> None:
 SEARCH_COLUMNS = (
     "policy_name",
     "critical_rate",
+    "policy_critical_rate",
     "rate_unit",
     "max_stable_rate",
     "max_stable_load",
@@ -558,6 +594,12 @@ def _print_search(search: list[dict]) -> None:
     _print_rows("maximum stable rate (bisection on the stability verdict)", shown, cols)
     for row in search:
         name = row.get("policy", "a policy")
+        own, lam = row.get("policy_critical_rate"), row.get("critical_rate")
+        if own is not None and lam and own < lam * (1 - 1e-9):
+            print(
+                f"note: {name} fills every step to b_max, where b / t(b) is below its peak: it is stable only "
+                f"below {own:,.3f} ({own / lam:.3f} of lambda*), the rate its full steps serve"
+            )
         if row.get("failed_rate") is not None:
             print(
                 f"note: {name}'s search stopped at a failed probe (rate {row['failed_rate']:.4g}): a failed run "

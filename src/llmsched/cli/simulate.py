@@ -382,6 +382,16 @@ def print_summary(result) -> None:
         rows.append((f"critical rate lambda* ({source})", f"{s['critical_rate']:,.2f} req/s"))
     if s.get("utilisation") is not None:
         rows.append(("utilisation (offered / lambda*)", f"{s['utilisation']:.1%}"))
+    own = s.get("policy_critical_rate")
+    if own is not None and s.get("critical_rate") and own < s["critical_rate"] * (1 - 1e-9):
+        # full steps of b_max serve less than lambda*'s steps: this policy's own limit
+        util = s.get("policy_utilisation")
+        rows.append(
+            (
+                f"{c.get('policy', 'the policy')}'s limit (full steps of b_max)",
+                f"{own:,.2f} req/s" + (f" ({util:.1%} offered)" if util is not None else ""),
+            )
+        )
     from ..theory import describe_verdict  # noqa: PLC0415 - numpy: only once there is a result
 
     verdict = describe_verdict(s)

@@ -11,11 +11,14 @@ POLICY = "policy"
 HELD = "held"
 #: a binding k_max under a work-conserving policy (`k_max 16 < b_max 512`)
 CAP = "cap"
+#: a work-conserving policy whose full steps of b_max serve less than smaller steps do:
+#: b / t(b) peaks below b_max (`b / t(b) peaks at b = 512 < b_max 600`)
+FILL = "fill"
 
 
 @dataclass(frozen=True)
 class HoldReason:
-    """One reason, `kind` POLICY, HELD or CAP; `str()` is its `text`, the words users see."""
+    """One reason, `kind` POLICY, HELD, CAP or FILL; `str()` is its `text`, the words users see."""
 
     kind: str
     text: str

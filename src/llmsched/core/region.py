@@ -115,15 +115,15 @@ def feasible_shape(x, y, b_max: int, k_max: int | None = None, max_prefill_per_r
 
 def check_mean_lengths(mean_prompt, mean_output) -> tuple[float, float]:
     """The rule for a workload's mean lengths: numbers (numpy's too, not a bool nor a
-    string), mean prompt > 0 and mean output >= 1 tokens (the prefill step emits output
-    token 1), both finite and at most MAX_LENGTH, a request field's limit; a one-line
+    string), mean prompt and mean output >= 1 token (every prompt holds a token; the
+    prefill step emits output token 1), both finite and at most MAX_LENGTH, a request field's limit; a one-line
     ConfigError otherwise. Returns them as Python floats."""
     p, o = as_real(mean_prompt), as_real(mean_output)
     for name, v, x in (("mean_prompt", mean_prompt, p), ("mean_output", mean_output, o)):
         if x is None:
             raise ConfigError(f"{name} must be a number of tokens, got {v!r:.60}")
-    if not p > 0 or not o >= 1:
-        raise ConfigError(f"mean prompt must be > 0 and mean output >= 1 tokens, got {p!r} and {o!r}")
+    if not p >= 1 or not o >= 1:
+        raise ConfigError(f"mean prompt and mean output must be >= 1 token, got {p!r} and {o!r}")
     for name, x in (("mean_prompt", p), ("mean_output", o)):
         if not x <= MAX_LENGTH:
             raise ConfigError(f"{name} must be a finite number of tokens up to {MAX_LENGTH:,}, got {x:g}")
@@ -210,7 +210,7 @@ def representative_timer(
 def workload_point(rate: float, mean_prompt: float, mean_output: float) -> tuple[float, float]:
     """(prefill token rate, decode token rate) of `rate` requests/s: the prefill step
     emits output token 1, so decode work is `mean_output - 1` tokens per request.
-    ConfigError unless the rate is finite and >= 0, the mean prompt > 0 and the mean
+    ConfigError unless the rate is finite and >= 0, the mean prompt and the mean
     output >= 1 token (as `theory.bounds.work_per_request`)."""
     if not 0 <= rate < math.inf:
         raise ConfigError(f"rate must be a finite number >= 0 requests/s, got {rate!r}")
@@ -317,6 +317,31 @@ class StabilityRegion:
         if res.status != 0:
             raise RuntimeError(f"max_scale LP failed: {res.message}")
         return float(res.x[0]) * self._scale / norm
+
+    def exit_face(self, prefill_rate: float, decode_rate: float) -> list[tuple[int, int]]:
+        """The step shapes `(x, y)` of the hull vertices on the face where the ray through
+        (prefill_rate, decode_rate) leaves the region (the steps lambda* time-shares): one
+        vertex, or the two ends of an edge; [] for a direction the region does not reach."""
+        s = self.max_scale(prefill_rate, decode_rate)
+        if not (0.0 < s < math.inf):
+            return []
+        q = np.array([prefill_rate, decode_rate], dtype=float) * s
+        tol = 1e-7 * self._scale
+        shape = lambda i: (int(self.vertex_shapes[i][0]), int(self.vertex_shapes[i][1]))  # noqa: E731
+        nonzero = [i for i, v in enumerate(self.vertices) if v[0] != 0.0 or v[1] != 0.0]
+        at = [i for i in nonzero if float(np.abs(self.vertices[i] - q).max()) <= tol]
+        if at:
+            return [shape(i) for i in at]
+        n = len(self.vertices)
+        for i in range(n):
+            a, b = self.vertices[i], self.vertices[(i + 1) % n]
+            e, r = b - a, q - a
+            length = float(np.hypot(*e))
+            if length == 0.0 or abs(float(e[0] * r[1] - e[1] * r[0])) > tol * length:
+                continue
+            if -tol * length <= float(e @ r) <= length * length + tol * length:
+                return [shape(j) for j in (i, (i + 1) % n) if j in nonzero]
+        return []
 
     def contains(self, prefill_rate: float, decode_rate: float, tol: float = 1e-9) -> bool:
         """Whether (prefill_rate, decode_rate) tokens/s lies in the (closed) region."""

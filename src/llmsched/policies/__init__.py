@@ -8,7 +8,7 @@ from typing import Any
 from ..core.checks import keyword_names
 from ..core.constraints import Constraints, k_max_binds
 from ..core.errors import ConfigError, unknown_name, unknown_option
-from ..core.guarantee import CAP, HELD, POLICY, HoldReason
+from ..core.guarantee import CAP, FILL, HELD, POLICY, HoldReason
 from ..core.names import ADMISSION_ALIASES
 from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
@@ -88,22 +88,31 @@ def policy_base_name(name: str, kind: str = "batch") -> str:
     return canonical_policy_name(name, kind).partition(":")[0]
 
 
-def is_throughput_optimal(name: str, b_max: int | None = None, k_max: int | None = None) -> bool:
+def is_throughput_optimal(
+    name: str, b_max: int | None = None, k_max: int | None = None, peak_load: int | None = None
+) -> bool:
     """Whether the batch policy `name` (an alias or with inline options too) is stable
     wherever the workload lies inside the stability region (lambda*) of a server with
     these limits: `batch_holds_back` finds nothing (see there)."""
-    return not batch_holds_back(name, b_max, k_max)
+    return not batch_holds_back(name, b_max, k_max, peak_load)
 
 
-def batch_holds_back(name: str, b_max: int | None = None, k_max: int | None = None) -> list[HoldReason]:
+def batch_holds_back(
+    name: str, b_max: int | None = None, k_max: int | None = None, peak_load: int | None = None
+) -> list[HoldReason]:
     """Why the batch policy `name` on a server with these limits has no guarantee of
     stability inside the region, in a few words each; [] when it has one. A policy that is
     `region_stable` (adaptive) has one; a work-conserving one (`BatchPolicy.work_conserving`:
     it fills the budget whenever work waits) has theorem 2's, which assumes no batch-size
     cap: with `k_max < b_max` (`k_max_binds`) a step of `k_max` decoders is not full
     however much work waits, and paper 1 shows such a policy unstable strictly inside the
-    region (`k_max 16 < b_max 512`, kind CAP); any other policy, or an unknown name, has
-    none (its name, kind POLICY)."""
+    region (`k_max 16 < b_max 512`, kind CAP). Theorem 2 also assumes `b / t(b)` largest at
+    b_max: `peak_load`, the load below b_max where it peaks when the caller found one
+    (`CapacityReport.peak_load` where `fill_capacity` is below `effective_capacity`
+    without a binding cap), means full steps serve less than lambda*'s steps, so a policy
+    filling every step to b_max is unstable inside the region (`b / t(b) peaks at b = 512
+    < b_max 600`, kind FILL). Any other policy, or an unknown name, has none (its name,
+    kind POLICY)."""
     base = policy_base_name(name)
     cls = BATCH_POLICIES.get(base)
     if getattr(cls, "region_stable", False):
@@ -112,7 +121,40 @@ def batch_holds_back(name: str, b_max: int | None = None, k_max: int | None = No
         return [HoldReason(POLICY, base)]
     if k_max_binds(b_max, k_max):
         return [HoldReason(CAP, f"k_max {k_max} < b_max {b_max}")]
+    if peak_load is not None and b_max is not None and peak_load < b_max:
+        return [HoldReason(FILL, f"b / t(b) peaks at b = {peak_load} < b_max {b_max}")]
     return []
+
+
+def policy_capacity(
+    name: str,
+    b_max: int | None,
+    k_max: int | None,
+    best: float,
+    fill: float,
+    held: bool = False,
+    region_exact: bool | None = None,
+) -> float | None:
+    """The token rate (tokens/s) the batch policy `name` serves under a backlog, where
+    theory (or, for adaptive, our runs) says it: `best` (`CapacityReport.effective_capacity`,
+    lambda*'s steps) for a `region_stable` policy (adaptive); `fill`
+    (`CapacityReport.fill_capacity`, full steps of b_max) for a work-conserving one without a
+    binding k_max (theorem 2's argument: every step is full while work waits); None for any
+    other: a policy that is not work-conserving, a work-conserving one under a binding cap,
+    or any policy behind an admission or a running cap that holds work back (`held`: what
+    `admission_holds_back` finds), whose stable rates lambda* only bounds from above. With
+    `region_exact` False (`CapacityReport.region_exact`: under a binding cap the region's
+    steps may cut prompts into chunks the workload cannot supply) lambda* is an upper bound
+    that adaptive need not reach either (k_max 1, prompts of 200: it served 10.69 req/s of
+    a lambda* of 13.69, docs/stability.md): None for it too."""
+    if held:
+        return None
+    cls = BATCH_POLICIES.get(policy_base_name(name))
+    if getattr(cls, "region_stable", False):
+        return None if region_exact is False else best
+    if not getattr(cls, "work_conserving", False) or k_max_binds(b_max, k_max):
+        return None
+    return fill
 
 
 def admission_holds_back(
@@ -262,6 +304,7 @@ __all__ = [
     "admission_holds_back",
     "batch_holds_back",
     "is_throughput_optimal",
+    "policy_capacity",
     "make_batch_policy",
     "make_admission_policy",
     "make_scheduler",

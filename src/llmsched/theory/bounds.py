@@ -14,9 +14,11 @@ prompt token also emits output token 1), so the work per request is
   policy is stable, above it every policy is unstable.
 - With `k_max` below `b_max`: the answer comes from the 2-D region (`llmsched.core.region`):
   `lambda*` is the largest scale of the per-request rate vector `(mean_prompt, mean_output - 1)`
-  that stays in the region, and the effective capacity for this mix is `lambda* * work`.
-  A `k_max >= b_max` cannot bind (a step of at most b_max tokens holds at most b_max
-  requests) and gives the uncapped answer.
+  that stays in the region, and the effective capacity for this mix is `lambda* * work`
+  (for a context-dependent model never above the uncapped `C / work`, below). It is an
+  upper bound; `region_exact` says whether the workload's requests can build the steps it
+  time-shares (`_region_exactness`: chunk integrality). A `k_max >= b_max` cannot bind (a
+  step of at most b_max tokens holds at most b_max requests) and gives the uncapped answer.
 - Theorem 2 assumes `t(b) / b` is least at `b_max`. Where a load-only model breaks it
   (the paper's `max` variant with `c < a * b0`), a policy running steps of the load `b`
   that maximises `b / t(b)` serves more: without a binding cap `lambda*` is then
@@ -27,7 +29,13 @@ prompt token also emits output token 1), so the work per request is
 For a context-dependent cost model (`cost.load_only` False, e.g. the H200 profile) the
 step time needs contexts, and the step at `b_max` used for `C` holds prefill and decode
 tokens in the workload's proportion `mean_prompt : mean_output - 1` (a time-share of the
-two whole step shapes around it). Given `mix`, a
+two whole step shapes around it). `lambda*` is then what such full mixed steps serve, `C /
+work`, with or without a cap, unless the cap's region is lower: the region's shapes, timed
+one by one, can beat the one mixed step (prefill-only and decode-only steps, where a
+profile times decode-only steps as CUDA graphs), and their LP's rate is reported apart as
+`shape_bound_rate` on both sides of `k_max = b_max` (taking it as lambda* under a cap only
+made lambda* fall as the cap was relaxed to b_max: 23.947 req/s at k_max 511, 23.664 at
+512, H200 profile, means 1000/200). Given `mix`, a
 `LengthMix` of the workload's lengths (what `llmsched capacity`, `simulate`'s verdict,
 sweeps and the serverless reproduction pass), the step is timed with the contexts its
 tokens see on average when lengths vary (`core.length_mix`); without it, with
@@ -91,6 +99,61 @@ def _check_cached(cached_prompt, mean_prompt: float) -> float:
             f"({mean_prompt:g}), got {cached_prompt!r:.60}"
         )
     return float(c)
+
+
+def _check_longest(longest, mean_prompt: float) -> int | None:
+    """`max_prefill_per_request`, the longest prompt: None, or a whole number of tokens
+    >= 1 and at least the mean prompt (no prompt law has its longest below its mean).
+    With a mean prompt of 1 token every prompt is 1 token: 1 whatever was given."""
+    if longest is not None:
+        x = as_real(longest)
+        if x is None or not 1 <= x < math.inf or x != int(x):
+            raise ConfigError(
+                f"max_prefill_per_request (the longest prompt) must be a whole number of tokens >= 1, "
+                f"got {longest!r:.60}"
+            )
+        if x < mean_prompt:
+            raise ConfigError(
+                f"max_prefill_per_request (the longest prompt, {int(x):,}) must be at least the mean prompt "
+                f"({mean_prompt:g}): no prompt law has its longest below its mean"
+            )
+        longest = int(x)
+    return 1 if mean_prompt == 1.0 else longest
+
+
+def _region_exactness(region, k_max: int, mean_prompt: float, mean_output: float, cached_prompt: float):
+    """Whether the region's lambda* under a binding cap is reached by steps the workload's
+    requests can build: `(region_exact, why not)`. The LP lets a step's prefill tokens come
+    from `ceil(x / max_prefill_per_request)` requests as one fluid, but a prompt is cut into
+    chunks, each taking one of the step's `k_max` slots, and a chunk that ends mid-prompt
+    leaves the rest of that prompt for a later step (chunk integrality). It cannot bind when
+    every prompt has the same length `P` (`max_prefill_per_request == mean_prompt`, no
+    prefix-cache share) and each step on the face where the workload's ray leaves the
+    region either holds whole prompts (every such step's prefill `x` a multiple of `P`,
+    `x / P` slots) or has a slot to spare for any cut of the prompt stream: a window of `x`
+    tokens of it touches at most `ceil((x - 1) / P) + 1` prompts. Anything else (varying
+    prompts, a longest prompt unknown, too few slots, a grid-sampled region) is an upper
+    bound only."""
+    if not region.exact:
+        return False, "the region is a grid-sampled inner approximation of step shapes"
+    longest = region.max_prefill_per_request
+    if longest is None:
+        return False, "a request's prefill per step is not bounded by a known longest prompt"
+    if float(longest) != mean_prompt or cached_prompt:
+        return False, "prompts vary in length (or a prefix cache serves part of them): chunk integrality can bind"
+    p = int(longest)
+    face = [(int(x), int(y)) for x, y in region.exit_face(mean_prompt - cached_prompt, mean_output - 1.0) if x > 0]
+    if all(x % p == 0 for x, _ in face):
+        fits = all(x // p <= k_max - y for x, y in face)
+    else:
+        fits = all(k_max - y >= -(-(x - 1) // p) + 1 for x, y in face)
+    if fits:
+        return True, None
+    shapes = ", ".join(f"({x}, {y})" for x, y in face)
+    return False, (
+        f"the region's steps {shapes} cut {p}-token prompts into chunks that need more than the "
+        f"{k_max} request{'s' if k_max != 1 else ''} a step holds (chunk integrality): lambda* is an upper bound"
+    )
 
 
 def _check_budget(b) -> int:
@@ -257,33 +320,42 @@ class CapacityReport:
     k_max below b_max, from the 2-D region, an upper bound on it (reached only if the
     workload's requests can build the region's steps: with `max_prefill_per_request`
     None one request may supply any prefill, which short prompts cannot; pass the longest
-    prompt, `theory.means.largest_prompt`); otherwise theorem 2's `token_capacity / work`,
+    prompt, `theory.means.largest_prompt`; `region_exact` True only where they can, else
+    `region_note` says why not), for a context-dependent model at most `token_capacity /
+    work` (the region's LP is then `shape_bound_rate`); otherwise theorem 2's `token_capacity / work`,
     except for a load-only model whose b / t(b) peaks below b_max (theorem 2's assumption
     fails), where it is `max_b b / t(b) / work` (the uncapped region; steps of that load
     reach it). A k_max >= b_max cannot bind and changes nothing.
     `critical_rate_token_bound`: theorem 2's formula `token_capacity / work`, with
     `t(b_max)` the step time at b_max (for a context-dependent model, of one step mixing
     prefill and decode in the workload's proportion, `step_time_at_budget`). It is an
-    upper bound on `critical_rate` only under theorem 2's assumptions: a load-only model
-    whose b / t(b) is largest at b_max. Otherwise `critical_rate` can exceed it
-    (`binding` says why): for a load-only model whose b / t(b) peaks below b_max, C / w
-    is only the rate below which a policy filling every step to b_max is stable; for a
-    context-dependent model with a binding k_max, the region time-shares step shapes
-    (timed with representative contexts) whose mix beats the one step C / w times (by
-    0.6-1.2% for the H200 profile, b_max 512, means 1000/200, k_max 256 to 511).
+    upper bound on `critical_rate` only under theorem 2's assumptions: b / t(b) largest
+    at b_max. Otherwise, for a load-only model whose b / t(b) peaks below b_max,
+    `critical_rate` exceeds it (`binding` says why) and C / w is only the rate below which
+    a policy filling every step to b_max is stable. (For a context-dependent model
+    `critical_rate` is at most C / w; the region's step shapes, which can beat the one
+    mixed step C / w times by 0.6-1.2% for the H200 profile, b_max 512, means 1000/200,
+    k_max 256 to 511, are `shape_bound_rate`.)
     `effective_capacity`: `critical_rate * work`, the token rate this mix can be served
     at. `fill_capacity`: `min(effective_capacity, token_capacity)`, the capacity the
     stability verdicts of one server and of a network scale their threshold by. Without a
     binding k_max it is what a policy filling every step to b_max (a work-conserving one)
-    serves: below `effective_capacity` only where smaller steps, or the region's step
-    shapes, serve more than C. With `k_max < b_max` no policy fills every step (one of
-    k_max decoders holds fewer tokens) and no theorem says what a work-conserving one
-    serves (paper 1: it can be unstable inside the region); it is then the best
-    policy's rate, capped at C, not a work-conserving policy's.
+    serves, its own limit (`policies.policy_capacity`): below `effective_capacity` only
+    where b / t(b) peaks below b_max, and then such a policy is not throughput-optimal
+    (`policies.batch_holds_back` with the peak's load). With `k_max < b_max` no policy
+    fills every step (one of k_max decoders holds fewer tokens) and no theorem says what a
+    work-conserving one serves (paper 1: it can be unstable inside the region); it is then
+    the best policy's rate, capped at C, not a work-conserving policy's.
     `utilisation`: `rate / critical_rate`. `predicted_growth_tokens_per_s`: fluid
     backlog growth `max(0, rate * work - effective_capacity)` of a policy serving the
-    arrival mix at lambda*'s operating point (a work-conserving one under theorem 2,
-    which assumes no binding k_max).
+    arrival mix at lambda*'s operating point (the best policy's; a work-conserving one's
+    under theorem 2's assumptions, else it grows at `rate * work - fill_capacity`: what
+    `llmsched capacity` reports as `policy_predicted_growth_tokens_per_s`).
+    `region_exact` (a binding k_max only): whether lambda* is reached by steps the
+    workload's requests can build (`_region_exactness`); False with `region_note` saying
+    why (an unknown longest prompt, varying prompts, a grid-sampled region, or the exit
+    face's steps cutting prompts into more chunks than a step's slots take): lambda* is
+    then an upper bound.
     `peak_token_capacity`/`peak_load`: max_b b / t(b) and where; equals token_capacity
     when b / t(b) is largest at b_max (theorem 2's assumption)."""
 
@@ -309,6 +381,8 @@ class CapacityReport:
     offered_tokens_per_s: float | None = None
     predicted_growth_tokens_per_s: float | None = None
     region_exact: bool | None = None
+    # why `region_exact` is False (None otherwise): lambda* is then an upper bound
+    region_note: str | None = None
     cached_prompt_per_request: float = 0.0  # prompt tokens a prefix cache serves, mean
     # how steps were timed: "load" (a load-only model), "length mix" (the contexts of the
     # workload's lengths) or "mean lengths" (representative contexts of the means)
@@ -382,6 +456,7 @@ def capacity(
     mean_prompt, mean_output = check_mean_lengths(mean_prompt, mean_output)
     _check_mix(mix)
     cached_prompt = _check_cached(cached_prompt, mean_prompt)
+    max_prefill_per_request = _check_longest(max_prefill_per_request, mean_prompt)
     work = _work(mean_prompt, mean_output, cached_prompt)
     if cost.load_only:
         mix = None
@@ -390,7 +465,7 @@ def capacity(
     cap = b_max / t_bmax
     peak_rate, peak_b = _peak(cost, b_max, *means) if peak else (None, None)
     lam_bound = cap / work
-    region_exact = None
+    region_exact = region_note = None
     shape_bound = None
 
     def region_rate(cap_k):
@@ -406,11 +481,12 @@ def capacity(
         )
         return region.max_scale(mean_prompt - cached_prompt, mean_output - 1.0), region
 
+    # without a binding cap the region is the triangle x + y <= max_b b / t(b): where
+    # t(b) / b is not least at b_max smaller steps serve more than C, and lambda* is theirs
+    # (a context-dependent model: C, full steps mixing prefill and decode)
     # a cap of b_max requests or more cannot bind: a step of at most b_max tokens holds at
     # most b_max requests, so lambda* is the uncapped one
     if not k_max_binds(b_max, k_max):
-        # without a binding cap the region is the triangle x + y <= max_b b / t(b): where
-        # t(b) / b is not least at b_max smaller steps serve more than C, and lambda* is theirs
         known = (peak_rate, peak_b) if peak_rate is not None else None
         top, binding, _ = uncapped_capacity(cost, b_max, cap, known)
         lam = lam_bound if top == cap else top / work
@@ -420,13 +496,17 @@ def capacity(
             shape_bound, _ = region_rate(None)
     else:
         lam, region = region_rate(k_max)
-        region_exact = region.exact
-        if lam > lam_bound * (1 + 1e-9):
-            binding = (
-                "2-D region (steps below b_max serve faster than t(b_max) allows)"
-                if cost.load_only
-                else "2-D region (step shapes with representative contexts beat the one step C / w times)"
-            )
+        region_exact, region_note = _region_exactness(region, k_max, mean_prompt, mean_output, cached_prompt)
+        if not cost.load_only and lam > lam_bound * (1 + 1e-9):
+            # the region's step shapes, timed one by one, beat the full mixed step C times
+            # (a load-only region lies in the uncapped triangle: no such case); as without a
+            # cap, lambda* is the full mixed steps' (`uncapped_capacity`: C for a
+            # context-dependent model) and the LP's rate is reported apart
+            # (`shape_bound_rate`), so that lambda* never falls as k_max grows
+            shape_bound, lam = lam, lam_bound
+            binding = "token budget (theorem 2); the region's step shapes reach more (shape_bound_rate)"
+        elif lam > lam_bound * (1 + 1e-9):
+            binding = "2-D region (steps below b_max serve faster than t(b_max) allows)"
         elif lam >= lam_bound * (1 - 1e-9):
             binding = "token budget (theorem 2)"
         else:
@@ -461,6 +541,7 @@ def capacity(
         offered_tokens_per_s=offered,
         predicted_growth_tokens_per_s=growth,
         region_exact=region_exact,
+        region_note=region_note,
         cached_prompt_per_request=float(cached_prompt),
         contexts="load" if cost.load_only else ("length mix" if mix is not None else "mean lengths"),
         shape_bound_rate=shape_bound,

@@ -280,8 +280,9 @@ class ServerLoad:
     a policy filling every step to b_max (a work-conserving one) serves; with one, no
     policy fills every step and no theorem says what a work-conserving one serves (see
     `CapacityReport.fill_capacity`); `fill_utilisation`: offered / fill_capacity. The two
-    differ only where smaller steps (b / t(b) peaking below b_max) or a binding k_max's
-    region (step shapes with representative contexts) serve more than steps at b_max.
+    differ only where smaller steps (b / t(b) peaking below b_max, a load-only model, cap
+    or no cap) serve more than steps at b_max (a context-dependent model's capacity is at
+    most C: `CapacityReport.shape_bound_rate`).
     `mean_prompt`: the whole prompt per call, `mean_cached_prompt` the part of it whose
     KV arrives computed (not work). A context-dependent cost model times the steps with
     the contexts of lengths drawn from the server's calls (`contexts` "length mix") unless

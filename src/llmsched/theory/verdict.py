@@ -41,7 +41,9 @@ Decision rule (`stability_verdict`):
    enough for the CI to exclude 0. Near criticality (rho ~ 1, null recurrent) a finite
    run is often inconclusive. `Verdict.stable` is True, False or None (inconclusive);
    `reason` says why in one sentence. `conclusive` (kept for existing readers) is True
-   when the CI lies entirely on one side of `h`.
+   when the CI lies entirely on one side of `h`. A growth or interval that is not a
+   finite number (a series too large for floats) is inconclusive, never stable: the
+   reason says the growth could not be estimated.
 
 The fluid prediction `predicted_growth = max(0, lambda * work - capacity)` is reported
 alongside when the arrival rate and work per request are given (or passed directly).
@@ -56,7 +58,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..core.checks import as_real
+from ..core.checks import as_int, as_real
 from ..core.errors import ConfigError
 
 __all__ = [
@@ -263,6 +265,16 @@ def describe_verdict(summary: dict) -> str | None:
     return f"{'UNSTABLE' if verdict == UNSTABLE else 'stable'}{nums}"
 
 
+def _series(values, what: str) -> np.ndarray:
+    """A series of numbers as a flat float array; a ConfigError naming `what` for anything
+    else (strings, None, ragged lists)."""
+    try:
+        a = np.asarray(values, dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a sequence of numbers, got {values!r:.60}") from None
+    return a
+
+
 def _finite_numbers(func):
     """`func` with its keyword-only parameters annotated `float` or `float | None` checked:
     None or a finite number (numpy's too; never a string, a bool, a list), passed on as a
@@ -324,8 +336,7 @@ def stability_verdict(
     `arrival_rate`, `work_per_request` and `capacity` when all are given. The float
     parameters are finite numbers or None (`_finite_numbers`).
     """
-    t = np.asarray(times, dtype=float).ravel()
-    w = np.asarray(unfinished_tokens, dtype=float).ravel()
+    t, w = _series(times, "times"), _series(unfinished_tokens, "unfinished work")
     if t.shape != w.shape:
         raise ConfigError(f"times and unfinished work differ in length ({len(t)} vs {len(w)})")
     if not (np.all(np.isfinite(t)) and np.all(np.isfinite(w))):
@@ -336,24 +347,38 @@ def stability_verdict(
         raise ConfigError(f"alpha must be in (0, 1), got {alpha!r}")
     if capacity is not None and not capacity > 0:
         raise ConfigError(f"capacity must be > 0 tokens/s, got {capacity!r}")
+    if not eps >= 0:
+        raise ConfigError(f"eps (the threshold's share of the capacity) must be >= 0, got {eps!r}")
+    if decode_time_s is not None and not decode_time_s >= 0:
+        raise ConfigError(f"decode_time_s must be >= 0 seconds, got {decode_time_s!r}")
+    if not 0 <= b_min <= 1:
+        raise ConfigError(f"b_min (the HAC bandwidth's least share of the samples) must be in [0, 1], got {b_min!r}")
+    g_count = as_int(groups)
+    if g_count is None or g_count < 2:
+        raise ConfigError(f"groups (the batch method's blocks) must be a whole number >= 2, got {groups!r:.60}")
+    groups = g_count
     order = np.argsort(t, kind="stable")
     t, w = t[order], w[order]
     if len(t) < 2:
         raise ConfigError("need at least two samples")
-    start = t[-1] - tail_fraction * (t[-1] - t[0])
+    # (a tail of the whole run keeps every sample: t[-1] - (t[-1] - t[0]) can round above t[0])
+    start = t[0] if tail_fraction == 1 else t[-1] - tail_fraction * (t[-1] - t[0])
     keep = t >= start
     tt, ww = t[keep], w[keep]
     if len(tt) < 16:
         raise ConfigError(f"need at least 16 samples in the tail, got {len(tt)}; sample the backlog more often")
     if method == "hac":
-        g, se, cv, b = hac_slope(tt, ww, alpha, b_min)
+        with np.errstate(all="ignore"):  # (a series too large for floats: judged below, not warned of)
+            g, se, cv, b = hac_slope(tt, ww, alpha, b_min)
         desc = f"OLS slope, Newey-West/Bartlett SE, bandwidth b={b:.3f}, fixed-b critical value {cv:.3f}"
     elif method == "batch":
-        g, se, cv, q = batch_slope(tt, ww, alpha, groups)
+        with np.errstate(all="ignore"):
+            g, se, cv, q = batch_slope(tt, ww, alpha, groups)
         desc = f"mean of {q} block OLS slopes, Student t({q - 1}) critical value {cv:.3f}"
     else:
         raise ConfigError(f"unknown verdict method {method!r} (known: hac, batch)")
     lo, hi = g - cv * se, g + cv * se
+    estimated = math.isfinite(g) and math.isfinite(lo) and math.isfinite(hi)
     if threshold is not None:
         if threshold < 0:
             raise ConfigError(f"threshold must be >= 0 tokens/s, got {threshold!r}")
@@ -362,8 +387,15 @@ def stability_verdict(
         h, rule = eps * capacity, f"eps * capacity (eps={eps:g})"
     else:
         h, rule = 0.0, "0 (no capacity given: significance only)"
-    verdict, reason = _decide(g, lo, hi, h, what, unit)
-    conclusive = lo > h or hi < h
+    if estimated:
+        verdict, reason = _decide(g, lo, hi, h, what, unit)
+        conclusive = lo > h or hi < h
+    else:  # (a series too large for floats: its slope or interval overflowed to inf or nan)
+        verdict, conclusive = INCONCLUSIVE, False
+        reason = (
+            f"the growth of {what} could not be estimated (its slope or interval is not a finite number: "
+            f"{g:g} [{lo:g}, {hi:g}]; values too large?)"
+        )
     window = float(tt[-1] - tt[0])
     short = MIN_DECODE_TIMES * decode_time_s / window if decode_time_s and window > 0 else 0.0
     if verdict == UNSTABLE and short > 1 and not g > h * short:
