@@ -61,3 +61,34 @@ def test_duration_far_out_on_the_clock_is_exact_in_ns(tmp_path):
     first = min(Decimal(row["arrival_s"]) for row in rows)
     last = max(Decimal(row["arrival_s"]) + Decimal(row["e2e_s"]) for row in rows)
     assert Decimal(repr(r.summary["duration"])) == last - first
+
+
+def test_a_network_counts_every_replicas_samples_before_the_run(capsys):
+    """16 replicas at 0.2 ms over 99 s of arrivals: 496,000 samples each, 7.9M in all (2.4 GB
+    when each replica was held to the bound alone)."""
+    args = ["simulate", "--cost-model", "paper", "--replicas", "16", "--rate", "160", "--num-requests", "16000"]
+    assert main([*args, "--sample-interval", "0.0002", "--out", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "all 16 replicas' series together" in err[0] and "arrivals alone span" in err[0]
+
+
+def test_a_network_replica_holds_its_share_of_the_bound_during_the_run():
+    from llmsched.sim.network_result import simulate_network
+
+    spec = {
+        "servers": {"s": {"policy": "sarathi", "b_max": 256, "cost_model": "paper", "replicas": 2}},
+        "jobs": {
+            "a": {
+                "arrival": {"rate": 20.0},
+                "route": [{"call": {"server": "s", "prompt": "const:100", "output": "const:200"}}],
+            }
+        },
+        "num_jobs": 20,
+        "seed": 0,
+    }
+    # the arrivals span about 1 s (200,000 samples in all at 10 us) but the calls decode
+    # for about 2 s more: each replica stops at its 500,000th sample
+    with pytest.raises(ConfigError, match="all 2 replicas' series together.*the run reached"):
+        simulate_network(spec, sample_interval_s=1e-5)
+    ok = simulate_network(spec, sample_interval_s=1e-3)
+    assert all(len(r.timeseries["time_s"]) > 1000 for r in ok.replicas())

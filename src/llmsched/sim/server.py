@@ -54,10 +54,11 @@ class SimulationStuck(RuntimeError):
 PREFIX_SERIES = ("prefix_hit_tokens", "prefix_evictions", "kv_cached_free_tokens")
 
 
-def too_many_samples(interval_s: float, why: str) -> str:
+def too_many_samples(interval_s: float, why: str, replicas: int = 1) -> str:
+    where = "" if replicas == 1 else f", all {replicas:,} replicas' series together"
     return (
         f"the sampling interval {interval_s:g} s gives more than {MAX_USER_SAMPLES:,} samples of the time "
-        f"series ({why}): use a larger --sample-interval, or leave it out for the automatic one"
+        f"series{where} ({why}): use a larger --sample-interval, or leave it out for the automatic one"
     )
 
 
@@ -66,10 +67,13 @@ class TimeSeries:
     memory stays bounded: past MAX_SAMPLES samples every other one is dropped and the
     interval doubles. `prefix`: add the PREFIX_SERIES columns."""
 
-    def __init__(self, first: int, interval: int, auto: bool, prefix: bool = False):
+    def __init__(self, first: int, interval: int, auto: bool, prefix: bool = False, replicas: int = 1):
         self.first = self.next = first
         self.interval = interval
         self.auto = auto
+        # a user's interval: the run's series (one per replica) hold MAX_USER_SAMPLES at most
+        self.replicas = replicas
+        self.limit = max(MAX_USER_SAMPLES // replicas, 1)
         self.prefix = prefix
         self.cols: dict[str, list] = {k: [] for k in (SERIES + PREFIX_SERIES if prefix else SERIES)}
 
@@ -81,8 +85,9 @@ class TimeSeries:
                     del col[1::2]
                 self.interval *= 2
                 self.next = self.first + -(-(self.next - self.first) // self.interval) * self.interval
-            elif len(self.cols["time_s"]) >= MAX_USER_SAMPLES:
-                raise ConfigError(too_many_samples(self.interval / NS, f"the run reached {self.next / NS:g} s"))
+            elif len(self.cols["time_s"]) >= self.limit:
+                why = f"the run reached {self.next / NS:g} s"
+                raise ConfigError(too_many_samples(self.interval / NS, why, self.replicas))
 
     def _record(self, state, t: int, j: int, b: int, pf: int, joined: tuple[int, int, int] = (0, 0, 0)) -> None:
         c = self.cols
