@@ -24,7 +24,7 @@ from llmsched.core.request import NS
 from llmsched.policies.dynamic_batch import DynamicBatch
 from llmsched.policies.twp import TWP
 from llmsched.sim.serverless import run_serverless
-from llmsched.sim.serverless_result import simulate_serverless
+from llmsched.sim.serverless_result import ServerlessResult, simulate_serverless
 from llmsched.workload.serverless import (
     PLATFORM_SCHEDULERS,
     ServerlessRequests,
@@ -229,6 +229,73 @@ def test_the_run_ends_at_its_last_completion_and_a_models_bill_follows_its_own_k
     cut = run(cfg, [(0.0, "m", 10, 3), (200.0, "m", 10, 3)], max_time_s=100)
     assert not cut.arrived[1] and cut.e2e_ns[0] == one.e2e_ns[0]
     assert cut.instances[0]["stop_reason"] == "time limit" and cut.instances[0]["stop_ns"] == cut.end_ns == ns(100)
+
+
+def test_an_instance_still_starting_at_the_runs_end_is_billed_through_its_start(tmp_path):
+    """A scale-out instance kept alive (`never`) whose load was under way at the last
+    completion: its load and init still ran (its `loaded`/`ready` times were recorded, and
+    its cold start counted in `cold_start_time_s`), but its bill stopped at the run's end,
+    before it loaded (stop 20.2 s < loaded 25 s < ready 27 s: 0.2 GPU-s for 7 s of
+    start). Now it holds its GPU to its ready time (reason "ready after end"), and the
+    summary's totals are those of instances.csv."""
+    cfg = base(keep_alive_s="never", init_s=2, scale_out_tokens=1000)
+    node = cfg["cluster"]["nodes"][0]
+    node.update(gpus=2, dram_gb=0, ssd_gb=0)  # every load from the remote store: 5 s
+    rows = [(0.0, "m", 100, 10), (20.0, "m", 5000, 10)]
+    s = run(cfg, rows)
+    a, b = s.instances
+    assert s.end_ns == ns(20) + s.e2e_ns[1] < ns(21)  # instance 0 served both
+    assert (a["stop_ns"], a["stop_reason"]) == (s.end_ns, "end")
+    assert b["created_ns"] == b["gpu_from_ns"] == ns(20) and b["routed"] == 0
+    assert (b["loaded_ns"], b["ready_ns"]) == (ns(25), ns(27))
+    assert (b["stop_ns"], b["stop_reason"]) == (ns(27), "ready after end")
+    assert s.instances == run(cfg, rows, fast=False).instances
+    # the summary's totals are the instances' records
+    spec = load_serverless(cfg)
+    names = list(spec.models)
+    reqs = ServerlessRequests(
+        np.array([r[0] for r in rows]),
+        np.array([r[2] for r in rows], dtype=np.int64),
+        np.array([r[3] for r in rows], dtype=np.int64),
+        np.array([names.index(r[1]) for r in rows], dtype=np.int64),
+        names,
+    )
+    res = ServerlessResult(run_serverless(spec, requests=reqs), spec.to_dict())
+    out = res.write(tmp_path / "o")
+    with open(out / "instances.csv") as f:
+        table = list(csv.DictReader(f))
+    summary = res.summary
+    assert summary["gpu_seconds"] == pytest.approx(sum(float(r["gpu_seconds"]) for r in table))
+    assert summary["gpu_seconds"] == pytest.approx((s.end_ns + ns(7)) / NS)
+    assert summary["cold_start_time_s"] == pytest.approx(sum(float(r["cold_start_s"]) for r in table)) == 14
+    assert [r["stop_reason"] for r in table] == ["end", "ready after end"]
+    # a time limit before the start ends: nothing after it is simulated, its times are not
+    # reached and its cold start is left out of the totals
+    cut = ServerlessResult(run_serverless(spec, requests=reqs, max_time_s=20.1), spec.to_dict())
+    b = cut.instances[1]
+    assert (b["loaded_ns"], b["ready_ns"], b["stop_ns"], b["stop_reason"]) == (-1, -1, ns(20.1), "time limit")
+    assert cut.summary["cold_start_time_s"] == 7 and cut.summary["max_cold_start_s"] == 7
+
+
+def test_a_model_kept_alive_is_billed_to_the_last_completion_of_any_model():
+    """docs/serverless.md's example: a model kept alive (`never`) pays until the run's end,
+    the last completion of any model, so its GPU-seconds grow with another model's traffic
+    (22.1 or 112.1 s), not with that model's keep-alive."""
+    cfg = base(init_s=2)
+    cfg["cluster"]["remote_bandwidth_gbps"] = 1.0
+    cfg["cluster"]["nodes"][0].update(gpus=2, dram_gb=0, ssd_gb=0)
+    cfg["models"] = {
+        "a": {"weights_gb": 10, "cost_model": "const:10", "keep_alive_s": "never"},
+        "b": {"weights_gb": 10, "cost_model": "const:10", "keep_alive_s": 5},
+    }
+    bills = {}
+    for at, keep in ((1.0, 5), (100.0, 5), (100.0, 50)):
+        cfg["models"]["b"]["keep_alive_s"] = keep
+        s = run(cfg, [(0.0, "a", 100, 10), (at, "b", 100, 10)])
+        a = next(i for i in s.instances if i["model"] == "a")
+        assert a["stop_reason"] == "end" and a["stop_ns"] == s.end_ns
+        bills[at, keep] = (a["stop_ns"] - a["gpu_from_ns"]) / NS
+    assert bills == {(1.0, 5): 22.1, (100.0, 5): 112.1, (100.0, 50): 112.1}
 
 
 def test_a_model_without_instance_takes_the_gpu_of_an_idle_one_or_waits_for_it():
