@@ -1592,6 +1592,56 @@ def test_a_request_too_large_for_the_smaller_gpus_names_their_node_group(tmp_pat
         simulate_serverless(cfg)
 
 
+def _run_files(out) -> dict:
+    """A run's files, the summary without its wall time."""
+    files = {f: (out / f).read_text() for f in ("requests.csv", "instances.csv", "config.json")}
+    summary = json.loads((out / "summary.json").read_text())
+    del summary["wall_s"]
+    return {**files, "summary": summary}
+
+
+def test_a_runs_config_json_records_its_options_and_reproduces_it(tmp_path, capsys):
+    """config.json recorded the platform but not the run's own options: a run cut by
+    --max-time 12 (284 of 300 requests completed), rerun from its config.json, completed
+    all 300; --slo's goodput and --exact were lost too. It records them now (`run`), and
+    the rerun is the same run, file for file (the flags baked into the platform as well:
+    --platform-scheduler, --num-requests, --seed, --scale)."""
+    from llmsched.cli import main
+
+    flags = ["--num-requests", "300", "--max-time", "12", "--exact", "--slo", "ttft_ms=3000"]
+    flags += ["--seed", "3", "--scale", "1.5", "--platform-scheduler", "serverlessllm"]
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert main(["simulate", "--serverless", "examples/serverless/crowded.yaml", *flags, "--out", str(first)]) == 0
+    assert main(["simulate", "--serverless", str(first / "config.json"), "--out", str(again)]) == 0
+    capsys.readouterr()
+    ran = _run_files(first)
+    assert json.loads(ran["config.json"])["run"] == {"max_time_s": 12.0, "fast": False, "slo": {"ttft_ms": 3000.0}}
+    assert ran["summary"]["completed"] < ran["summary"]["num_requests"] == 300 and "goodput" in ran["summary"]
+    assert _run_files(again) == ran
+    # the API reads it back too; an argument given replaces the file's option
+    config = json.loads((first / "config.json").read_text())
+    res = simulate_serverless(config)
+    assert res.summary["completed"] == ran["summary"]["completed"] and res.slo == {"ttft_ms": 3000.0}
+    longer = simulate_serverless(config, max_time_s=1000, slo={"e2el_ms": 1e6})
+    assert longer.summary["completed"] == 300 and longer.config["run"]["max_time_s"] == 1000
+    assert longer.slo == {"e2el_ms": 1e6} and longer.config["run"]["fast"] is False
+    # a platform file may set them; a mistake there is one line naming its place
+    cfg = base()
+    cfg["workload"] = {"arrival": "deterministic", "rate": 1, "num_requests": 5}
+    cfg["run"] = {"max_time_s": 2.5}
+    assert simulate_serverless(cfg).summary["arrived"] == 2  # (at 1 and 2 s)
+    for run_options, message in (
+        ({"max_time_s": -1}, "run.max_time_s: must be a positive number of seconds up to 1e+09 (or null), got -1"),
+        ({"fast": "yes"}, "run.fast: must be true or false, got 'yes'"),
+        ({"slo": {"ttft": "x"}}, "run.slo: SLO ttft must be a positive number of milliseconds, got 'x'"),
+        ({"max_time": 3}, "run: unknown key 'max_time'"),
+        (3, "run: run must be a mapping, got 3"),
+    ):
+        cfg["run"] = run_options
+        with pytest.raises(ConfigError, match="^" + re.escape(message)):
+            simulate_serverless(cfg)
+
+
 def test_config_json_records_each_models_twp_constants_as_a_single_server_run(tmp_path):
     """A serverless run's config.json left out what TWP derived from each model's b_max and
     cost model (its window bounds, B_max, ...), which a single-server run records."""

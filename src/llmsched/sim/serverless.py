@@ -1356,7 +1356,7 @@ def check_requests(spec: ServerlessSpec, reqs) -> None:
 def run_serverless(
     spec: ServerlessSpec,
     *,
-    fast: bool = True,
+    fast: bool | None = None,
     max_time_s: float | None = None,
     requests=None,
     progress: Callable[[int, int], None] | None = None,
@@ -1364,7 +1364,12 @@ def run_serverless(
 ) -> ServerlessStats:
     """Run the workload of `spec` (or `requests`, a `ServerlessRequests`) through its
     platform. `check=False`: the caller has run `check_schedulers(spec)` (each model's
-    schedulers are built to be checked: once is enough) and `check_requests` on `requests`."""
+    schedulers are built to be checked: once is enough) and `check_requests` on `requests`.
+    `fast` and `max_time_s` left out (None) are the spec's (`spec.run`)."""
+    if fast is None:
+        fast = spec.run.fast
+    if max_time_s is None:
+        max_time_s = spec.run.max_time_s
     check_seconds("max_time_s", max_time_s)
     if check:
         check_schedulers(spec)  # before any request is made
