@@ -1094,6 +1094,19 @@ BAD = [
     (lambda c: c["platform"].update(serverlessllm={"load_speedup": 0}), "platform.serverlessllm.load_speedup: must be"),
     # sizes and times that no clock or memory could hold: one line, not a hang or an overflow
     (lambda c: c["cluster"]["nodes"][0].update(count=1e30), "cluster.nodes[0].count: must be at most 65,536"),
+    # each group within its caps, the whole not: 65,536 nodes of 1,024 GPUs ran out of
+    # memory after 19 s (MemoryError), and the number of groups was not capped at all
+    (
+        lambda c: c["cluster"]["nodes"][0].update(count=65536, gpus=1024),
+        "cluster.nodes: 67,108,864 GPUs in all (nodes x GPUs per node: 65,536 x 1,024), more than the 1,048,576",
+    ),
+    (
+        lambda c: c["cluster"].update(
+            nodes=[{"name": f"g{i}x", "count": 65536, "gpus": 1, "gpu_memory_gb": 80} for i in range(17)]
+        ),
+        "cluster.nodes: 1,114,112 GPUs in all (nodes x GPUs per node: 65,536 x 1, 65,536 x 1, 65,536 x 1, ... "
+        "(17 groups)), more than the 1,048,576 a platform may have",
+    ),
     (lambda c: c["platform"].update(keep_alive_s=1e30), "platform.keep_alive_s: must be at most 1e+09"),
     (lambda c: c["platform"].update(init_s=1e30), "platform.init_s: must be at most 1e+09"),
     (
@@ -1111,6 +1124,23 @@ def test_bad_spec_is_one_clear_config_error(mutate, message):
         load_serverless(cfg)
     text = str(e.value)
     assert message in text and "\n" not in text
+
+
+def test_a_platform_of_the_most_gpus_allowed_loads_and_one_more_is_refused_on_the_command_line(tmp_path, capsys):
+    """The cap on all GPUs together: 1,048,576 of them (16 node groups of 65,536 nodes of
+    one GPU: one node object per GPU, the most memory per GPU) load; one GPU more is one
+    line, exit 2, naming the total and the cap."""
+    from llmsched.cli import main
+
+    cfg = base()
+    cfg["cluster"]["nodes"] = [{"name": f"g{i}x", "count": 65536, "gpus": 1, "gpu_memory_gb": 80} for i in range(16)]
+    assert load_serverless(cfg).num_gpus == 1 << 20
+    cfg["cluster"]["nodes"].append({"name": "one", "count": 1, "gpus": 1, "gpu_memory_gb": 80})
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["simulate", "--serverless", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "big.yaml: cluster.nodes: 1,048,577 GPUs in all" in err and "1,048,576" in err
 
 
 def test_node_names_two_groups_make_alike_are_refused(tmp_path, capsys):

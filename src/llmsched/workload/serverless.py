@@ -164,6 +164,11 @@ def _keys(d: dict, allowed, where: str) -> None:
 
 MAX_NODES = 1 << 16  # nodes of one kind
 MAX_GPUS_PER_NODE = 1 << 10
+# GPUs of all node groups together: the runtime holds an object per GPU and per node (a
+# run of 10 requests sets up 1,048,576 GPUs in 3.6 s and 281 MB as 65,536 nodes of 16, in
+# 8.4 s and 1.7 GB as 1,048,576 nodes of one; 16,777,216 GPUs took 24 s and 2.4 GB, and
+# the 67,108,864 the per-group caps allow ran out of memory: docs/serverless.md)
+MAX_GPUS = 1 << 20
 MAX_GPU_MEMORY_GB = 1e6  # per GPU: far above any GPU, and its KV tokens stay finite
 
 
@@ -706,6 +711,15 @@ class ServerlessSpec:
         if not isinstance(self.nodes, (list, tuple)) or not self.nodes:
             raise _at("cluster.nodes", "needs at least one node group (count, gpus, gpu_memory_gb, ...)")
         self.nodes = [g.validate(f"cluster.nodes[{i}]") for i, g in enumerate(self.nodes)]
+        total = sum(g.count * g.gpus for g in self.nodes)
+        if total > MAX_GPUS:
+            parts = ", ".join(f"{g.count:,} x {g.gpus:,}" for g in self.nodes[:3])
+            more = f", ... ({len(self.nodes)} groups)" if len(self.nodes) > 3 else ""
+            raise _at(
+                "cluster.nodes",
+                f"{total:,} GPUs in all (nodes x GPUs per node: {parts}{more}), more than the "
+                f"{MAX_GPUS:,} a platform may have (the simulator holds every GPU and node in memory)",
+            )
         names = [g.name for g in self.nodes]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
