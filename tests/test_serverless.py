@@ -24,7 +24,7 @@ from llmsched.core.request import NS
 from llmsched.policies.dynamic_batch import DynamicBatch
 from llmsched.policies.twp import TWP
 from llmsched.sim.serverless import run_serverless
-from llmsched.sim.serverless_result import simulate_serverless
+from llmsched.sim.serverless_result import ServerlessResult, simulate_serverless
 from llmsched.workload.serverless import (
     PLATFORM_SCHEDULERS,
     ServerlessRequests,
@@ -229,6 +229,73 @@ def test_the_run_ends_at_its_last_completion_and_a_models_bill_follows_its_own_k
     cut = run(cfg, [(0.0, "m", 10, 3), (200.0, "m", 10, 3)], max_time_s=100)
     assert not cut.arrived[1] and cut.e2e_ns[0] == one.e2e_ns[0]
     assert cut.instances[0]["stop_reason"] == "time limit" and cut.instances[0]["stop_ns"] == cut.end_ns == ns(100)
+
+
+def test_an_instance_still_starting_at_the_runs_end_is_billed_through_its_start(tmp_path):
+    """A scale-out instance kept alive (`never`) whose load was under way at the last
+    completion: its load and init still ran (its `loaded`/`ready` times were recorded, and
+    its cold start counted in `cold_start_time_s`), but its bill stopped at the run's end,
+    before it loaded (stop 20.2 s < loaded 25 s < ready 27 s: 0.2 GPU-s for 7 s of
+    start). Now it holds its GPU to its ready time (reason "ready after end"), and the
+    summary's totals are those of instances.csv."""
+    cfg = base(keep_alive_s="never", init_s=2, scale_out_tokens=1000)
+    node = cfg["cluster"]["nodes"][0]
+    node.update(gpus=2, dram_gb=0, ssd_gb=0)  # every load from the remote store: 5 s
+    rows = [(0.0, "m", 100, 10), (20.0, "m", 5000, 10)]
+    s = run(cfg, rows)
+    a, b = s.instances
+    assert s.end_ns == ns(20) + s.e2e_ns[1] < ns(21)  # instance 0 served both
+    assert (a["stop_ns"], a["stop_reason"]) == (s.end_ns, "end")
+    assert b["created_ns"] == b["gpu_from_ns"] == ns(20) and b["routed"] == 0
+    assert (b["loaded_ns"], b["ready_ns"]) == (ns(25), ns(27))
+    assert (b["stop_ns"], b["stop_reason"]) == (ns(27), "ready after end")
+    assert s.instances == run(cfg, rows, fast=False).instances
+    # the summary's totals are the instances' records
+    spec = load_serverless(cfg)
+    names = list(spec.models)
+    reqs = ServerlessRequests(
+        np.array([r[0] for r in rows]),
+        np.array([r[2] for r in rows], dtype=np.int64),
+        np.array([r[3] for r in rows], dtype=np.int64),
+        np.array([names.index(r[1]) for r in rows], dtype=np.int64),
+        names,
+    )
+    res = ServerlessResult(run_serverless(spec, requests=reqs), spec.to_dict())
+    out = res.write(tmp_path / "o")
+    with open(out / "instances.csv") as f:
+        table = list(csv.DictReader(f))
+    summary = res.summary
+    assert summary["gpu_seconds"] == pytest.approx(sum(float(r["gpu_seconds"]) for r in table))
+    assert summary["gpu_seconds"] == pytest.approx((s.end_ns + ns(7)) / NS)
+    assert summary["cold_start_time_s"] == pytest.approx(sum(float(r["cold_start_s"]) for r in table)) == 14
+    assert [r["stop_reason"] for r in table] == ["end", "ready after end"]
+    # a time limit before the start ends: nothing after it is simulated, its times are not
+    # reached and its cold start is left out of the totals
+    cut = ServerlessResult(run_serverless(spec, requests=reqs, max_time_s=20.1), spec.to_dict())
+    b = cut.instances[1]
+    assert (b["loaded_ns"], b["ready_ns"], b["stop_ns"], b["stop_reason"]) == (-1, -1, ns(20.1), "time limit")
+    assert cut.summary["cold_start_time_s"] == 7 and cut.summary["max_cold_start_s"] == 7
+
+
+def test_a_model_kept_alive_is_billed_to_the_last_completion_of_any_model():
+    """docs/serverless.md's example: a model kept alive (`never`) pays until the run's end,
+    the last completion of any model, so its GPU-seconds grow with another model's traffic
+    (22.1 or 112.1 s), not with that model's keep-alive."""
+    cfg = base(init_s=2)
+    cfg["cluster"]["remote_bandwidth_gbps"] = 1.0
+    cfg["cluster"]["nodes"][0].update(gpus=2, dram_gb=0, ssd_gb=0)
+    cfg["models"] = {
+        "a": {"weights_gb": 10, "cost_model": "const:10", "keep_alive_s": "never"},
+        "b": {"weights_gb": 10, "cost_model": "const:10", "keep_alive_s": 5},
+    }
+    bills = {}
+    for at, keep in ((1.0, 5), (100.0, 5), (100.0, 50)):
+        cfg["models"]["b"]["keep_alive_s"] = keep
+        s = run(cfg, [(0.0, "a", 100, 10), (at, "b", 100, 10)])
+        a = next(i for i in s.instances if i["model"] == "a")
+        assert a["stop_reason"] == "end" and a["stop_ns"] == s.end_ns
+        bills[at, keep] = (a["stop_ns"] - a["gpu_from_ns"]) / NS
+    assert bills == {(1.0, 5): 22.1, (100.0, 5): 112.1, (100.0, 50): 112.1}
 
 
 def test_a_model_without_instance_takes_the_gpu_of_an_idle_one_or_waits_for_it():
@@ -1027,6 +1094,19 @@ BAD = [
     (lambda c: c["platform"].update(serverlessllm={"load_speedup": 0}), "platform.serverlessllm.load_speedup: must be"),
     # sizes and times that no clock or memory could hold: one line, not a hang or an overflow
     (lambda c: c["cluster"]["nodes"][0].update(count=1e30), "cluster.nodes[0].count: must be at most 65,536"),
+    # each group within its caps, the whole not: 65,536 nodes of 1,024 GPUs ran out of
+    # memory after 19 s (MemoryError), and the number of groups was not capped at all
+    (
+        lambda c: c["cluster"]["nodes"][0].update(count=65536, gpus=1024),
+        "cluster.nodes: 67,108,864 GPUs in all (nodes x GPUs per node: 65,536 x 1,024), more than the 1,048,576",
+    ),
+    (
+        lambda c: c["cluster"].update(
+            nodes=[{"name": f"g{i}x", "count": 65536, "gpus": 1, "gpu_memory_gb": 80} for i in range(17)]
+        ),
+        "cluster.nodes: 1,114,112 GPUs in all (nodes x GPUs per node: 65,536 x 1, 65,536 x 1, 65,536 x 1, ... "
+        "(17 groups)), more than the 1,048,576 a platform may have",
+    ),
     (lambda c: c["platform"].update(keep_alive_s=1e30), "platform.keep_alive_s: must be at most 1e+09"),
     (lambda c: c["platform"].update(init_s=1e30), "platform.init_s: must be at most 1e+09"),
     (
@@ -1044,6 +1124,23 @@ def test_bad_spec_is_one_clear_config_error(mutate, message):
         load_serverless(cfg)
     text = str(e.value)
     assert message in text and "\n" not in text
+
+
+def test_a_platform_of_the_most_gpus_allowed_loads_and_one_more_is_refused_on_the_command_line(tmp_path, capsys):
+    """The cap on all GPUs together: 1,048,576 of them (16 node groups of 65,536 nodes of
+    one GPU: one node object per GPU, the most memory per GPU) load; one GPU more is one
+    line, exit 2, naming the total and the cap."""
+    from llmsched.cli import main
+
+    cfg = base()
+    cfg["cluster"]["nodes"] = [{"name": f"g{i}x", "count": 65536, "gpus": 1, "gpu_memory_gb": 80} for i in range(16)]
+    assert load_serverless(cfg).num_gpus == 1 << 20
+    cfg["cluster"]["nodes"].append({"name": "one", "count": 1, "gpus": 1, "gpu_memory_gb": 80})
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["simulate", "--serverless", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "big.yaml: cluster.nodes: 1,048,577 GPUs in all" in err and "1,048,576" in err
 
 
 def test_node_names_two_groups_make_alike_are_refused(tmp_path, capsys):
@@ -1523,6 +1620,56 @@ def test_a_request_too_large_for_the_smaller_gpus_names_their_node_group(tmp_pat
     cfg["workload"] = {"trace": str(p)}
     with pytest.raises(ConfigError, match="needs 50009 KV tokens .* but an instance on node group small holds 42724"):
         simulate_serverless(cfg)
+
+
+def _run_files(out) -> dict:
+    """A run's files, the summary without its wall time."""
+    files = {f: (out / f).read_text() for f in ("requests.csv", "instances.csv", "config.json")}
+    summary = json.loads((out / "summary.json").read_text())
+    del summary["wall_s"]
+    return {**files, "summary": summary}
+
+
+def test_a_runs_config_json_records_its_options_and_reproduces_it(tmp_path, capsys):
+    """config.json recorded the platform but not the run's own options: a run cut by
+    --max-time 12 (284 of 300 requests completed), rerun from its config.json, completed
+    all 300; --slo's goodput and --exact were lost too. It records them now (`run`), and
+    the rerun is the same run, file for file (the flags baked into the platform as well:
+    --platform-scheduler, --num-requests, --seed, --scale)."""
+    from llmsched.cli import main
+
+    flags = ["--num-requests", "300", "--max-time", "12", "--exact", "--slo", "ttft_ms=3000"]
+    flags += ["--seed", "3", "--scale", "1.5", "--platform-scheduler", "serverlessllm"]
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert main(["simulate", "--serverless", "examples/serverless/crowded.yaml", *flags, "--out", str(first)]) == 0
+    assert main(["simulate", "--serverless", str(first / "config.json"), "--out", str(again)]) == 0
+    capsys.readouterr()
+    ran = _run_files(first)
+    assert json.loads(ran["config.json"])["run"] == {"max_time_s": 12.0, "fast": False, "slo": {"ttft_ms": 3000.0}}
+    assert ran["summary"]["completed"] < ran["summary"]["num_requests"] == 300 and "goodput" in ran["summary"]
+    assert _run_files(again) == ran
+    # the API reads it back too; an argument given replaces the file's option
+    config = json.loads((first / "config.json").read_text())
+    res = simulate_serverless(config)
+    assert res.summary["completed"] == ran["summary"]["completed"] and res.slo == {"ttft_ms": 3000.0}
+    longer = simulate_serverless(config, max_time_s=1000, slo={"e2el_ms": 1e6})
+    assert longer.summary["completed"] == 300 and longer.config["run"]["max_time_s"] == 1000
+    assert longer.slo == {"e2el_ms": 1e6} and longer.config["run"]["fast"] is False
+    # a platform file may set them; a mistake there is one line naming its place
+    cfg = base()
+    cfg["workload"] = {"arrival": "deterministic", "rate": 1, "num_requests": 5}
+    cfg["run"] = {"max_time_s": 2.5}
+    assert simulate_serverless(cfg).summary["arrived"] == 2  # (at 1 and 2 s)
+    for run_options, message in (
+        ({"max_time_s": -1}, "run.max_time_s: must be a positive number of seconds up to 1e+09 (or null), got -1"),
+        ({"fast": "yes"}, "run.fast: must be true or false, got 'yes'"),
+        ({"slo": {"ttft": "x"}}, "run.slo: SLO ttft must be a positive number of milliseconds, got 'x'"),
+        ({"max_time": 3}, "run: unknown key 'max_time'"),
+        (3, "run: run must be a mapping, got 3"),
+    ):
+        cfg["run"] = run_options
+        with pytest.raises(ConfigError, match="^" + re.escape(message)):
+            simulate_serverless(cfg)
 
 
 def test_config_json_records_each_models_twp_constants_as_a_single_server_run(tmp_path):

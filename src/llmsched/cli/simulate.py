@@ -207,7 +207,7 @@ def _simulate_serverless(args) -> int:
             args.serverless,
             args.out or None,
             scheduler=args.platform_scheduler,
-            fast=not args.exact,
+            fast=False if args.exact else None,  # (not given: the file's, as a run's config.json records it)
             max_time_s=args.max_time_s,
             scale=args.scale,
             num_requests=args.num_requests,

@@ -26,8 +26,10 @@ The platform (docs/serverless.md):
 - Scale out: after an arrival, if m's queued work (tokens left of its requests) per
   instance exceeds `scale_out_tokens`, m has fewer than its `max_instances` and a GPU is
   free, one more instance starts. Only free GPUs: scale-out never takes a GPU.
-- The run ends at the last completion (or a time limit): instances still up stop there,
-  a keep-alive expiry later (`never`: none) is not simulated.
+- The run ends at the last completion (or a time limit). After the last completion the
+  loads under way, instance starts and keep-alive expiries still run (they bill): an
+  instance with a keep-alive stops at its expiry, one kept alive (`never`) at the run's
+  end, or at its ready time when it was still starting then ("ready after end").
 - Scale to zero: an instance idle for `keep_alive_s` stops and frees its GPU. A model with
   requests and no instance that finds no free GPU takes the GPU of the instance idle for
   longest, or waits for a GPU to free (oldest request first across models).
@@ -1149,7 +1151,8 @@ class _Runtime:
         # every request finished (before any limit): the run ends at the last completion.
         # The instances with a keep-alive were stopped by its expiry, run to the end (a
         # platform pays for that tail, whichever model finishes last); the ones kept alive
-        # for `never` stop at the run's end, not at another model's later expiry
+        # for `never` stop at the run's end, not at another model's later expiry, or at
+        # their ready time if they were still starting then (their load and init ran on)
         ended = done == n
         if ended:
             now = max(last_done, 0)
@@ -1171,7 +1174,13 @@ class _Runtime:
             done += finished
         for inst in self.instances:
             if inst.state != STOPPED:
-                self.stop(inst, max(now, inst.gpu_from), "end" if ended else "time limit")
+                stop_at = max(now, inst.gpu_from)
+                if ended and inst.ready_at > stop_at:
+                    # still starting at the run's end (kept alive, `never`): the platform
+                    # started its load and pays for it, through its init, to its ready time
+                    self.stop(inst, inst.ready_at, "ready after end")
+                else:
+                    self.stop(inst, stop_at, "end" if ended else "time limit")
         # requests still in the system (a time limit) report what they reached
         for r in self.requests_in_system():
             if r.first_token >= 0:
@@ -1347,7 +1356,7 @@ def check_requests(spec: ServerlessSpec, reqs) -> None:
 def run_serverless(
     spec: ServerlessSpec,
     *,
-    fast: bool = True,
+    fast: bool | None = None,
     max_time_s: float | None = None,
     requests=None,
     progress: Callable[[int, int], None] | None = None,
@@ -1355,7 +1364,12 @@ def run_serverless(
 ) -> ServerlessStats:
     """Run the workload of `spec` (or `requests`, a `ServerlessRequests`) through its
     platform. `check=False`: the caller has run `check_schedulers(spec)` (each model's
-    schedulers are built to be checked: once is enough) and `check_requests` on `requests`."""
+    schedulers are built to be checked: once is enough) and `check_requests` on `requests`.
+    `fast` and `max_time_s` left out (None) are the spec's (`spec.run`)."""
+    if fast is None:
+        fast = spec.run.fast
+    if max_time_s is None:
+        max_time_s = spec.run.max_time_s
     check_seconds("max_time_s", max_time_s)
     if check:
         check_schedulers(spec)  # before any request is made

@@ -6,8 +6,9 @@
   mean time, loads per storage tier), GPU-seconds (time instances held GPUs, loading and
   keep-alive included), busy GPU-seconds, instances used and peak concurrent instances,
   migrations; with per-request objectives (`slo`), goodput and its share;
-- `config.json`: the platform as parsed (`cluster`, `models`, `workload`, `platform`:
-  reproduces the run), and `schedulers`: each model's scheduler as it ran, its
+- `config.json`: the platform as parsed (`cluster`, `models`, `workload`, `platform`)
+  and the run's options (`run`: `max_time_s`, `fast`, `slo`, as the run used them):
+  reproduces the run; and `schedulers`: each model's scheduler as it ran, its
   admission policy's derived constants included (`admission.resolved` for TWP, as a
   single-server run's `scheduler`; ignored when the file is read back);
 - `requests.csv`: `id,model,instance,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +37,7 @@ from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir
 from ..core.request import NS, check_seconds
 from ..core.slo import check_request_slo
-from ..workload.serverless import ServerlessSpec, load_serverless, make_serverless_requests
+from ..workload.serverless import RunOptions, ServerlessSpec, load_serverless, make_serverless_requests
 from .csv_rows import IntField, names_field, seconds_field, time_text, write_csv, write_file
 from .histogram import GapHistogram
 from .result import _seconds, _tpot, clear_other_run, goodput, meets_slo, per_second, run_duration, tpot_ceil_ns
@@ -325,7 +327,7 @@ def simulate_serverless(
     out_dir: str | os.PathLike | None = None,
     *,
     scheduler: str | None = None,
-    fast: bool = True,
+    fast: bool | None = None,
     max_time_s: float | None = None,
     scale: float | None = None,
     num_requests: int | None = None,
@@ -340,8 +342,9 @@ def simulate_serverless(
     arrival rate, `num_requests` and `seed` override the workload's. `slo`: per-request
     objectives in ms (`ttft_ms`, `tpot_ms`, `itl_ms`, `e2el_ms`, as `simulate(slo=...)`):
     the summary reports goodput overall and per model (TWP's ITL target stays the
-    platform file's)."""
-    check_run_switches(fast, progress, unknown, simulate_serverless)
+    platform file's). `fast`, `max_time_s` and `slo` left out (None) are the file's
+    (`run:`, which a run's config.json records; default: fast, no limit, no objectives)."""
+    check_run_switches(True if fast is None else fast, progress, unknown, simulate_serverless)
     max_time_s = check_seconds("max_time_s", max_time_s)
     slo = check_request_slo(slo) if slo else {}
     if out_dir is not None:
@@ -349,6 +352,14 @@ def simulate_serverless(
     spec = load_serverless(config)
     if any(v is not None for v in (scheduler, scale, num_requests, seed)):
         spec = spec.replaced(scheduler=scheduler, scale=scale, num_requests=num_requests, seed=seed)
+    # the run's options: those given, else the file's; config.json records them
+    given = spec.run
+    run = RunOptions(
+        max_time_s=given.max_time_s if max_time_s is None else max_time_s,
+        fast=given.fast if fast is None else fast,
+        slo=slo or dict(given.slo),
+    )
+    spec = replace(spec, run=run)  # (not the caller's spec: a copy with these options)
     try:
         check_schedulers(spec)  # policy names and options: the file's errors, as load_serverless's
         reqs = make_serverless_requests(spec)  # its trace's, and requests its KV caches cannot hold
@@ -358,9 +369,11 @@ def simulate_serverless(
             raise ConfigError(f"{Path(config).name}: {e}") from None
         raise
     t0 = time.perf_counter()
-    stats = run_serverless(spec, fast=fast, max_time_s=max_time_s, requests=reqs, progress=progress, check=False)
+    stats = run_serverless(
+        spec, fast=run.fast, max_time_s=run.max_time_s, requests=reqs, progress=progress, check=False
+    )
     wall = time.perf_counter() - t0
-    result = ServerlessResult(stats, {**spec.to_dict(), "schedulers": stats.schedulers}, wall_s=wall, slo=slo)
+    result = ServerlessResult(stats, {**spec.to_dict(), "schedulers": stats.schedulers}, wall_s=wall, slo=run.slo)
     if out_dir is not None:
         result.write(out_dir)
     return result

@@ -15,6 +15,8 @@ storage hierarchy, several models sharing them, their traffic, and the platform'
   or a trace with a `model` column).
 - `platform`: `PlatformSpec` (scheduler, router, cold-start constant, keep-alive,
   scale-out threshold, instance limits, ServerlessLLM's parameters).
+- `run` (optional): `RunOptions`, the options of the run itself that a run's
+  `config.json` records so that it reproduces the run (`max_time_s`, `fast`, `slo`).
 
 Every error is one `ConfigError` line naming its place, e.g.
 `cluster.nodes[0].ssd_bandwidth_gbps: must be a number > 0, got -1`.
@@ -36,7 +38,8 @@ from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
 from ..core.names import ADMISSION_ALIASES, ADMISSION_NAMES
 from ..core.paths import recorded_path
-from ..core.request import MAX_SECONDS
+from ..core.request import MAX_SECONDS, check_seconds
+from ..core.slo import check_request_slo
 from ..core.yamlfile import read_yaml
 from .arrivals import MAX_REQUESTS, make_arrival_process, times_for_merge
 from .csvio import as_lengths, read_columns
@@ -55,6 +58,7 @@ __all__ = [
     "ModelTraffic",
     "NodeGroup",
     "PlatformSpec",
+    "RunOptions",
     "ServerlessRequests",
     "ServerlessSpec",
     "ServerlessWorkload",
@@ -91,7 +95,7 @@ _ADMISSION_NAMES = (*ADMISSION_NAMES, *ADMISSION_ALIASES)
 DEFAULT_PROMPT = "lognormal:mean=1024,sigma=1.0,max=8192"
 DEFAULT_OUTPUT = "geometric:mean=256,max=2048"
 
-_TOP_KEYS = ("cluster", "models", "workload", "platform")
+_TOP_KEYS = ("cluster", "models", "workload", "platform", "run")
 OUTPUT_ONLY_KEY = "schedulers"  # what a run's config.json adds to the platform
 _CLUSTER_KEYS = ("remote_bandwidth_gbps", "nodes")
 _NODE_KEYS = (
@@ -146,6 +150,7 @@ _PLATFORM_KEYS = (
     "serverlessllm",
 )
 _SLLM_KEYS = ("load_speedup", "migration", "alpha_s_per_token", "beta_s")
+_RUN_KEYS = ("max_time_s", "fast", "slo")
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -159,6 +164,11 @@ def _keys(d: dict, allowed, where: str) -> None:
 
 MAX_NODES = 1 << 16  # nodes of one kind
 MAX_GPUS_PER_NODE = 1 << 10
+# GPUs of all node groups together: the runtime holds an object per GPU and per node (a
+# run of 10 requests sets up 1,048,576 GPUs in 3.6 s and 281 MB as 65,536 nodes of 16, in
+# 8.4 s and 1.7 GB as 1,048,576 nodes of one; 16,777,216 GPUs took 24 s and 2.4 GB, and
+# the 67,108,864 the per-group caps allow ran out of memory: docs/serverless.md)
+MAX_GPUS = 1 << 20
 MAX_GPU_MEMORY_GB = 1e6  # per GPU: far above any GPU, and its KV tokens stay finite
 
 
@@ -604,6 +614,41 @@ class PlatformSpec:
         }
 
 
+@dataclass
+class RunOptions:
+    """The options of a run that change its results, as `simulate_serverless` (or the
+    command line) gave them: a run's `config.json` records them, so that it reproduces the
+    run; a file may set them too (an argument given replaces the file's).
+
+    - `max_time_s`: the time limit (None: none).
+    - `fast`: the fast path (false: step by step, `--exact`; the same results).
+    - `slo`: per-request objectives in ms (`ttft_ms`, `tpot_ms`, `itl_ms`, `e2el_ms`): the
+      summary's goodput."""
+
+    max_time_s: float | None = None
+    fast: bool = True
+    slo: dict = field(default_factory=dict)
+
+    def validate(self, where: str = "run") -> RunOptions:
+        try:
+            self.max_time_s = check_seconds("max_time_s", self.max_time_s)
+        except ConfigError:
+            raise _at(
+                f"{where}.max_time_s",
+                f"must be a positive number of seconds up to {MAX_SECONDS:g} (or null), got {_show(self.max_time_s)}",
+            ) from None
+        if not isinstance(self.fast, bool):
+            raise _at(f"{where}.fast", f"must be true or false, got {_show(self.fast)}")
+        try:
+            self.slo = check_request_slo(self.slo)
+        except ConfigError as e:
+            raise _at(f"{where}.slo", str(e)) from None
+        return self
+
+    def to_dict(self) -> dict:
+        return {"max_time_s": self.max_time_s, "fast": self.fast, "slo": dict(self.slo)}
+
+
 # -------------------------------------------------------------------------------- spec
 @dataclass
 class ServerlessSpec:
@@ -615,6 +660,7 @@ class ServerlessSpec:
     workload: ServerlessWorkload = field(default_factory=ServerlessWorkload)
     platform: PlatformSpec = field(default_factory=PlatformSpec)
     remote_bandwidth_gbps: float = 1.0
+    run: RunOptions = field(default_factory=RunOptions)
 
     # ---- derived values the runtime reads --------------------------------------------
     def kv_capacity(self, model: str, group: NodeGroup) -> int | None:
@@ -665,6 +711,15 @@ class ServerlessSpec:
         if not isinstance(self.nodes, (list, tuple)) or not self.nodes:
             raise _at("cluster.nodes", "needs at least one node group (count, gpus, gpu_memory_gb, ...)")
         self.nodes = [g.validate(f"cluster.nodes[{i}]") for i, g in enumerate(self.nodes)]
+        total = sum(g.count * g.gpus for g in self.nodes)
+        if total > MAX_GPUS:
+            parts = ", ".join(f"{g.count:,} x {g.gpus:,}" for g in self.nodes[:3])
+            more = f", ... ({len(self.nodes)} groups)" if len(self.nodes) > 3 else ""
+            raise _at(
+                "cluster.nodes",
+                f"{total:,} GPUs in all (nodes x GPUs per node: {parts}{more}), more than the "
+                f"{MAX_GPUS:,} a platform may have (the simulator holds every GPU and node in memory)",
+            )
         names = [g.name for g in self.nodes]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -726,6 +781,9 @@ class ServerlessSpec:
                         f"{m.weights_gb / slowest:g} s, more than {MAX_SECONDS:g} s",
                     )
         self.workload = _validate_workload(self.workload, self.models)
+        if self.run is None:
+            self.run = RunOptions()
+        self.run = self.run.validate()
         return self
 
     # ---- forms ---------------------------------------------------------------------------
@@ -738,6 +796,7 @@ class ServerlessSpec:
             "models": {n: m.to_dict() for n, m in self.models.items()},
             "workload": self.workload.to_dict(),
             "platform": self.platform.to_dict(),
+            "run": self.run.to_dict(),
         }
 
     @classmethod
@@ -797,12 +856,15 @@ class ServerlessSpec:
                 if v is not None
             },
         )
+        rd = _mapping(d.get("run") or {}, "run", "run")
+        _keys(rd, _RUN_KEYS, "run")
         spec = cls(
             nodes=nodes,
             models=models,
             workload=workload,
             platform=platform,
             remote_bandwidth_gbps=cluster.get("remote_bandwidth_gbps", 1.0),
+            run=RunOptions(**rd),
         )
         return spec.validate()
 
