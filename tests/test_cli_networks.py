@@ -400,3 +400,44 @@ def test_network_summary_prints_fill_and_cache_hit_utilisations_together(monkeyp
     assert rows["server c"].startswith(
         "load 120.0% of what filling steps to b_max serves (50.0% of the best policy's), "
     )
+
+
+def test_a_network_runs_config_json_records_its_run_options_and_reproduces_it(tmp_path):
+    """`--max-time` (and `--exact`, `--sample-interval`) were not in config.json: rerun from
+    it, a run stopped at 5 s ran to its end (12.5 s)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    args = ["--num-requests", "200", "--max-time", "5", "--exact", "--sample-interval", "0.01", "--quiet"]
+    assert main(["simulate", "--network", "examples/networks/cluster.yaml", *args, "--out", str(a)]) == 0
+    run = json.loads((a / "config.json").read_text())["run"]
+    assert run == {"max_time_s": 5.0, "sample_interval_s": 0.01, "fast": False}
+    assert main(["simulate", "--network", str(a / "config.json"), "--quiet", "--out", str(b)]) == 0
+    for name in ("calls.csv", "jobs.csv", "config.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    assert sa["duration"] == sb["duration"] < 5.1
+    # an argument given replaces the file's
+    from llmsched.sim.network_result import simulate_network
+
+    longer = simulate_network(a / "config.json", max_time_s=8.0)
+    assert longer.config["run"]["max_time_s"] == 8.0 and longer.summary["duration"] > sa["duration"]
+
+
+@pytest.mark.parametrize(
+    "run, message",
+    [
+        ({"max_time_s": -1}, "run.max_time_s"),
+        ({"fast": "yes"}, "run.fast: must be true or false"),
+        ({"sample_interval": 1}, "unknown"),
+        ([1], "run"),
+    ],
+)
+def test_a_bad_run_section_is_one_line(tmp_path, capsys, run, message):
+    import yaml
+
+    spec = yaml.safe_load(open("examples/networks/cluster.yaml"))
+    spec["run"] = run
+    path = tmp_path / "net.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["simulate", "--network", str(path), "--out", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err

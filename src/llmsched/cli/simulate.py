@@ -151,7 +151,8 @@ def _simulate_network(args) -> int:
         )
         network = args.network
         num_jobs = args.num_requests
-        max_time_s, sample_interval_s, fast = args.max_time_s, args.sample_interval_s, not args.exact
+        # (not given: the file's, as a run's config.json records them)
+        max_time_s, sample_interval_s, fast = args.max_time_s, args.sample_interval_s, False if args.exact else None
     else:
         if args.scale is not None:
             raise ConfigError("--scale multiplies a --network file's arrival rates; use --rate for a cluster")

@@ -6,7 +6,8 @@ a stability verdict per replica, per server and for the whole network, and the f
   every server (offered load against capacity from the traffic equations, call metrics,
   verdict; with prefix caching its `prefix_cache` hits and evictions, per replica and
   summed) and the network's verdict (and `prefix_cache` over every caching server);
-- `config.json`: the network as parsed (reproduces the run);
+- `config.json`: the network as parsed, with the run's options (`run`: `max_time_s`,
+  `sample_interval_s`, `fast`, those given): reproduces the run;
 - `jobs.csv`: one row per job of the workload: `job,type,arrival_s,finish_s,latency_s,calls,
   arrived,finished` (`calls`: the calls the job has made, its rows in calls.csv, also for a
   job still unfinished when max_time_s stopped the run; `arrived` 0 for a job due at or
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -561,7 +563,7 @@ def simulate_network(
     network,
     *,
     out_dir: str | os.PathLike | None = None,
-    fast: bool = True,
+    fast: bool | None = None,
     max_time_s: float | None = None,
     sample_interval_s: float | None = None,
     scale: float | None = None,
@@ -572,13 +574,22 @@ def simulate_network(
 ) -> NetworkResult:
     """Simulate a network (a `NetworkSpec`, a dict, or a YAML path); with `out_dir`, also
     write its files. `scale` multiplies every arrival rate; `num_jobs` and `seed` override
-    the file's."""
-    check_run_switches(fast, progress, unknown, simulate_network)
+    the file's. `fast`, `max_time_s` and `sample_interval_s` left out (None) are the
+    file's (`run:`, which a run's config.json records; default: fast, no limit, the
+    automatic interval)."""
+    check_run_switches(True if fast is None else fast, progress, unknown, simulate_network)
     max_time_s = check_seconds("max_time_s", max_time_s)
     sample_interval_s = check_seconds("sample_interval_s", sample_interval_s)
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
     spec = load_network(network)
+    # the run's options: those given, else the file's; config.json records them
+    given = {"max_time_s": max_time_s, "sample_interval_s": sample_interval_s, "fast": fast}
+    run = {**spec.run, **{k: v for k, v in given.items() if v is not None}}
+    spec = replace(spec, servers=dict(spec.servers), jobs=list(spec.jobs), run=run)  # (a copy: not the caller's)
+    fast = run.get("fast", True)
+    max_time_s = run.get("max_time_s")
+    sample_interval_s = run.get("sample_interval_s")
     check_schedulers(spec, network)  # before the run, naming the server and the file
     if scale is not None:
         factor = as_real(scale)

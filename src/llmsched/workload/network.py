@@ -58,7 +58,7 @@ from ..core.checks import as_real
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError, closest
-from ..core.request import MAX_SECONDS
+from ..core.request import MAX_SECONDS, check_seconds
 from ..core.yamlfile import read_yaml
 from .arrivals import (
     MAX_REQUESTS,
@@ -104,7 +104,9 @@ _SCHEDULER_FIELDS = (
 )
 _PREFIX_FIELDS = ("prefix_caching", "block_size")
 _SERVER_KEYS = _SCHEDULER_FIELDS + _PREFIX_FIELDS + ("cost_model", "replicas", "router", "router_options", "priority")
-_TOP_KEYS = ("servers", "jobs", "num_jobs", "duration_s", "seed", "control")
+_TOP_KEYS = ("servers", "jobs", "num_jobs", "duration_s", "seed", "control", "run")
+# a run's options that change its results: a run's config.json records them (`NetworkSpec.run`)
+RUN_KEYS = ("max_time_s", "sample_interval_s", "fast")
 CONTROLS = ("none", "backpressure")
 _JOB_KEYS = ("arrival", "route", "system_prompt", "context")
 #: A job type's `context`: "per-call" (each call's own `context` flag says whether it resends
@@ -595,6 +597,9 @@ class NetworkSpec:
     duration_s: float | None = None
     seed: int = 0
     control: str = "none"
+    # options of the run (`RUN_KEYS`) that a run's config.json records; an argument given
+    # to `simulate_network` replaces the file's
+    run: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.validate()
@@ -641,10 +646,12 @@ class NetworkSpec:
             duration_s=d.get("duration_s"),
             seed=d.get("seed", 0),
             control=d.get("control", "none"),
+            run=d.get("run"),
         )
 
     # -------------------------------------------------------------- validation
     def validate(self) -> None:
+        self.run = _run_options(self.run)
         if self.control not in CONTROLS:
             raise _at("control", f"unknown network control {self.control!r} (known: {', '.join(CONTROLS)})")
         if not isinstance(self.servers, dict) or not self.servers:
@@ -837,6 +844,7 @@ class NetworkSpec:
             duration_s=self.duration_s,
             seed=self.seed,
             control=self.control,
+            run=dict(self.run),
         )
 
     def with_run(self, *, num_jobs=None, seed=None) -> NetworkSpec:
@@ -862,7 +870,31 @@ class NetworkSpec:
         out["seed"] = self.seed
         if self.control != "none":
             out["control"] = self.control
+        if self.run:
+            out["run"] = dict(self.run)
         return out
+
+
+def _run_options(run) -> dict:
+    """`run:` of a network file: the options of the run that a run's `config.json` records
+    (`max_time_s`, `sample_interval_s`: seconds or null; `fast`: true or false), checked;
+    {} when absent."""
+    if run is None:
+        return {}
+    run = _mapping(run, "run", "run")
+    _check_keys(run, RUN_KEYS, "run", "run")
+    out = {}
+    for key in ("max_time_s", "sample_interval_s"):
+        if run.get(key) is not None:
+            try:
+                out[key] = check_seconds(key, run[key])
+            except ConfigError as e:
+                raise _at(f"run.{key}", str(e)) from None
+    if "fast" in run:
+        if not isinstance(run["fast"], bool):
+            raise _at("run.fast", f"must be true or false, got {_show(run['fast'])}")
+        out["fast"] = run["fast"]
+    return out
 
 
 def load_network(spec) -> NetworkSpec:
