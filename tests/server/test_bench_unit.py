@@ -108,6 +108,19 @@ def test_random_workload_and_arrivals():
     assert fixed.arrival_s.tolist() == [0.0] * 5  # rate inf: all at once
 
 
+def test_random_range_ratio_keeps_the_top_of_the_range():
+    # int(L(1+r)) cut the top: L=10, r=0.25 drew 7..12 (mean 9.5), not vLLM's 7..13 (mean 10)
+    wl = make_workload(BenchConfig(num_prompts=4000, input_len=10, output_len=10, random_range_ratio=0.25, seed=1))
+    assert set(wl.prompt.tolist()) == set(range(7, 14)) == set(wl.output.tolist())
+    assert wl.prompt.mean() == pytest.approx(10, abs=0.15)
+    from llmsched.server.bench import random_length_range
+
+    assert random_length_range(10, 0.25) == (7, 13)
+    assert random_length_range(100, 0.1) == (90, 110)  # exact: float arithmetic's ceiling is 111
+    assert random_length_range(10, 0.0) == (10, 10)
+    assert random_length_range(1, 0.5) == (1, 2)  # floor(0.5) is 0: at least 1
+
+
 def test_length_datasets_and_trace():
     sg = make_workload(BenchConfig(dataset_name="sharegpt", num_prompts=500, seed=1))
     # vLLM's ShareGPT limits: prompts of 4-1,024 tokens, outputs of 4 or more, 2,048 together

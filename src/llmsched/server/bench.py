@@ -32,8 +32,9 @@ and how it names it:
   gaps are not rescaled to make the last arrival exactly num_prompts / rate, and the first
   request is sent at time 0.
 
-Datasets: `random` (fixed lengths, or uniform in [L(1-r), L(1+r)] with
-`--random-range-ratio r`, as vLLM's random dataset), `sharegpt` and `arxiv` (prompt/output
+Datasets: `random` (fixed lengths, or integers uniform from floor(L(1-r)) to ceil(L(1+r)),
+both included, with `--random-range-ratio r`, as vLLM's random dataset: mean L;
+`random_length_range`), `sharegpt` and `arxiv` (prompt/output
 length pairs drawn from the shared length CSVs), `trace` (Azure or plain CSV replayed on
 its own timestamps, `--time-scale` to speed it up, or re-timed by `--request-rate`), all
 through `llmsched.workload`. Prompts are built so the server sees the intended number of
@@ -58,6 +59,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -489,6 +491,15 @@ def _arrivals(cfg: BenchConfig, n: int) -> np.ndarray:
     return out
 
 
+def random_length_range(length: int, ratio: float) -> tuple[int, int]:
+    """The `random` dataset's lengths for a target `length` and `--random-range-ratio`:
+    integers from floor(L(1-r)) to ceil(L(1+r)), both included (at least 1), as vLLM's
+    random dataset draws them, so their mean is L; exact on the decimal ratio given
+    (100 with r = 0.1: 90..110, where float arithmetic gives a ceiling of 111)."""
+    r = Fraction(repr(float(ratio)))
+    return max(1, math.floor(length * (1 - r))), max(1, math.ceil(length * (1 + r)))
+
+
 def make_workload(cfg: BenchConfig) -> Workload:
     """The requests of a benchmark, from `llmsched.workload`."""
 
@@ -497,8 +508,7 @@ def make_workload(cfg: BenchConfig) -> Workload:
     if name == "random":
 
         def law(length: int) -> str:
-            r = cfg.random_range_ratio
-            lo, hi = max(1, int(length * (1 - r))), max(1, int(length * (1 + r)))
+            lo, hi = random_length_range(length, cfg.random_range_ratio)
             return f"const:{length}" if lo == hi else f"uniform:{lo},{hi}"
 
         t = make_trace(
