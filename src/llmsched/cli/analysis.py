@@ -1220,7 +1220,12 @@ def _register_validate(sub) -> None:
         "--trace", required=True, type=file_path, help="CSV arrival_s,prompt_tokens,output_tokens (or an Azure trace)"
     )
     p.add_argument("--policies", default=None, help="comma-separated batch policies (default: --policy's, sarathi)")
-    p.add_argument("--profile", default=None, help="profile CSV of this engine (default: measure one first)")
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="profile of this engine, PATH or profile:PATH[,overlap=V] (on CPU overlap 0 unless given), "
+        "or another cost model as given (paper, linear:...) (default: measure one first)",
+    )
     p.add_argument(
         "--reps",
         type=positive_int,
