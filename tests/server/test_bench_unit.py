@@ -300,6 +300,29 @@ def test_append_result_adds_a_line_also_to_a_result_file(tmp_path):
     assert json.loads(open(path).read()) == {"run": 3}
 
 
+@pytest.mark.parametrize("append", [False, True])
+def test_an_interrupted_result_write_keeps_the_earlier_result(tmp_path, monkeypatch, append):
+    # the result file was written in place: Ctrl-C halfway through the dump left a
+    # truncated file, the earlier result (or, appending, every earlier line) destroyed
+    path = tmp_path / "r.json"
+    write_result(str(path), {"run": 1, "pad": "x" * 1000}, append=append)
+    before = path.read_bytes()
+    real_dump = json.dump
+
+    def halfway(obj, f, **kw):
+        text = json.dumps(obj, **kw)
+        f.write(text[: len(text) // 2])
+        f.flush()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(json, "dump", halfway)
+    with pytest.raises(KeyboardInterrupt):
+        write_result(str(path), {"run": 2, "pad": "y" * 1000}, append=append)
+    monkeypatch.setattr(json, "dump", real_dump)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -16,7 +16,7 @@ from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
 from ..core.guarantee import CAP, FILL
 from ..core.jsonio import to_jsonable
-from ..core.paths import check_out_dir, check_out_file, check_run_dir
+from ..core.paths import atomic_write, check_out_dir, check_out_file, check_run_dir
 from .common import (
     DEFAULTS,
     add_cost_model_arg,
@@ -1182,8 +1182,13 @@ def cmd_validate(args) -> int:
     )
     if args.json and args.json != "-":
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump(res, fh, indent=2)
+
+        def write(tmp) -> None:
+            with open(tmp, "w") as fh:
+                json.dump(res, fh, indent=2)
+
+        # whole or not at all: a write that stops (Ctrl-C) keeps the earlier result intact
+        atomic_write(args.json, write)
     if args.json == "-" or args.print_json:
         print(json.dumps(res, indent=2))
     else:

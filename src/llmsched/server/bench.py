@@ -66,7 +66,7 @@ import numpy as np
 
 from ..core.checks import as_int, as_real
 from ..core.errors import ConfigError, warn
-from ..core.paths import check_out_dir, check_out_file
+from ..core.paths import atomic_write, check_out_dir, check_out_file
 from ..workload import WorkloadSpec, make_trace
 from ..workload.arrivals import MAX_REQUESTS
 from ..workload.csvio import read_header
@@ -1084,15 +1084,22 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
 
 def write_result(path: str, data: dict, append: bool) -> None:
     """The result JSON at `path`: with `append` one line added to what the file holds
-    (`--append-result`, also with `--result-file`), else the file replaced."""
-    if append:
-        with open(path, "a+", encoding="utf-8") as f:
-            if f.tell():
-                f.write("\n")
-            json.dump(data, f)
-    else:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
+    (`--append-result`, also with `--result-file`), else the file replaced. Written
+    whole to a temporary file, then renamed (`atomic_write`): a write that stops (Ctrl-C)
+    leaves the earlier result as it was, not a truncated file."""
+    before = b""
+    if append and os.path.isfile(path):
+        with open(path, "rb") as f:
+            before = f.read()
+
+    def write(tmp) -> None:
+        # (the earlier bytes kept as they are, whatever they hold)
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
+            if before:
+                f.write(before.decode("utf-8", errors="surrogateescape") + "\n")
+            json.dump(data, f, **({} if append else {"indent": 2}))
+
+    atomic_write(path, write)
 
 
 def _run(coro):
