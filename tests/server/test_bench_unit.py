@@ -412,6 +412,27 @@ def test_cli_refuses_an_option_the_run_would_ignore(capsys, extra, flag):
     assert rc == 2 and len(err.splitlines()) == 1 and f"{flag} does nothing in this run" in err, err
 
 
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        # a bad value is named as such, before whether the run uses it: --burstiness 0
+        # without --request-rate was "--burstiness does nothing in this run"
+        (["--burstiness", "0"], "--burstiness must be > 0, got 0.0"),
+        (["--burstiness", "0", "--request-rate", "5"], "--burstiness must be > 0, got 0.0"),
+        (["--time-scale", "nan"], "--time-scale must be a positive, finite number"),
+        # inf reached the trace reader: "time_scale must be a positive number", not the flag
+        (["--dataset-name", "trace", "--dataset-path", "azure-conv", "--time-scale", "inf"], "--time-scale must be"),
+        (["--dataset-name", "sharegpt", "--random-range-ratio", "1"], "--random-range-ratio must be in [0, 1)"),
+    ],
+)
+def test_cli_names_a_bad_value_before_a_moot_option(capsys, extra, message):
+    from llmsched.cli import main
+
+    rc = main(["bench", "--port", "1", *extra])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
 def test_the_options_that_do_something_are_still_taken():
     from llmsched.cli import build_parser
     from llmsched.server.bench import BenchConfig

@@ -254,8 +254,11 @@ class BenchConfig:
             raise ConfigError(f"--burstiness must be > 0, got {self.burstiness}")
         if not 0 <= self.random_range_ratio < 1:
             raise ConfigError(f"--random-range-ratio must be in [0, 1), got {self.random_range_ratio}")
-        if not (self.time_scale > 0):
-            raise ConfigError(f"--time-scale must be > 0, got {self.time_scale}")
+        if not (0 < self.time_scale < math.inf):  # (inf reached the trace reader, which named time_scale)
+            raise ConfigError(
+                f"--time-scale must be a positive, finite number (k replays the trace k times as fast), "
+                f"got {self.time_scale}"
+            )
         lo, hi = self.token_id_range
         if not (0 <= lo < hi):
             raise ConfigError(f"--token-id-range must be LO,HI with 0 <= LO < HI, got {lo},{hi}")
@@ -341,8 +344,7 @@ class BenchConfig:
                 raise ConfigError("--extra-body must be a JSON object") from None
             if not isinstance(extra, dict):
                 raise ConfigError("--extra-body must be a JSON object")
-        check_moot_options(a)  # after the values' own checks: a bad value is named as such
-        return cls(
+        cfg = cls(
             base_url=base,
             endpoint=a.endpoint,
             backend=a.backend,
@@ -383,6 +385,10 @@ class BenchConfig:
             num_warmups=a.num_warmups,
             http_client=a.http_client,
         )
+        # after the values' own checks (in __post_init__): a bad value is named as such
+        # (--burstiness 0 without --request-rate was "does nothing in this run")
+        check_moot_options(a)
+        return cfg
 
 
 _NO_RESULT = "no result file is written (give --save-result or --result-file)"
