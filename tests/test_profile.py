@@ -454,6 +454,24 @@ def test_validate_keeps_the_overlap_given():
     assert profile_spec("paper:c=1", cuda=False) == "paper:c=1"
 
 
+def test_validate_reads_both_spellings_of_a_profile_alike(tmp_path):
+    from llmsched.analysis.validate import profile_spec
+    from llmsched.core.cost import PaperCostModel
+
+    # `profile` prints `--cost-model profile:PATH,overlap=0`, so users paste `profile:PATH`:
+    # on CPU it was passed through unchanged and read with overlap 1, PATH with overlap 0
+    path = combined_csv(tmp_path / "prof.csv")
+    bare, prefixed = (make_cost_model(profile_spec(p, cuda=False)) for p in (str(path), f"profile:{path}"))
+    assert bare.overlap == prefixed.overlap == 0.0
+    assert make_cost_model(profile_spec(f"profile:{path},overlap=1", cuda=False)).overlap == 1.0
+    assert profile_spec(f"profile:{path}", cuda=True) == f"profile:{path}"  # on CUDA the default, 1
+    assert profile_spec("profile", cuda=False) == "profile:h200-llama-3-8b,overlap=0"  # the shipped default
+    # a cost model other than a profile is used as given: `paper` was read as a file named paper
+    assert profile_spec("paper", cuda=False) == "paper"
+    assert isinstance(make_cost_model(profile_spec("paper", cuda=False)), PaperCostModel)
+    assert profile_spec("linear:c=5", cuda=False) == "linear:c=5"
+
+
 def test_a_path_holding_a_hash(tmp_path):
     # PATH#MODEL was split at the first `#`: a profile under run#1/ could never be read back
     (tmp_path / "run#1").mkdir()

@@ -121,17 +121,17 @@ def test_reproduce_stability_refuses_a_policy_given_twice(tmp_path):
 
 def test_a_search_with_no_stable_probe_shows_below_the_lowest_rate():
     """FasterTransformer's max stable rate printed as 0.000, as if found; the sweep's SLO
-    column already said `< rate`."""
-    from llmsched.cli.analysis import _mark_none_stable
+    column already said `< rate`. A search's row now holds the bound, flagged."""
+    from llmsched.cli.analysis import _mark_bounds
 
-    r = {"max_stable_rate": 0.0, "unstable_rate": 0.871, "inconclusive_low": None, "critical_rate": 11.154}
-    _mark_none_stable(r)
+    r = {"max_stable_rate": 0.871, "max_stable_load": 0.0781, "max_stable_upper_bound": True}
+    _mark_bounds(r)
     assert r["max_stable_rate"] == "< 0.871" and r["max_stable_load"] == "< 0.078"
-    r = {"max_stable_rate": 0.0, "unstable_rate": 2.0, "inconclusive_low": 1.0, "critical_rate": None}
-    _mark_none_stable(r)
+    r = {"max_stable_rate": 1.0, "max_stable_load": None, "max_stable_upper_bound": True}
+    _mark_bounds(r)
     assert r["max_stable_rate"] == "< 1.000" and r["max_stable_load"] is None
-    found = {"max_stable_rate": 7.8, "unstable_rate": 8.0}
-    _mark_none_stable(found)
+    found = {"max_stable_rate": 7.8, "unstable_rate": 8.0, "max_stable_upper_bound": False}
+    _mark_bounds(found)
     assert found["max_stable_rate"] == 7.8
 
 

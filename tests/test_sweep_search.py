@@ -246,6 +246,37 @@ def test_no_rate_meeting_the_slos_is_shown_as_below_the_first_miss(tmp_path, mon
     assert ok["max_slo_rate"] == pytest.approx(ok["max_stable_rate"]) and ok["slo_miss_rate"] is None
 
 
+def test_no_stable_rate_is_an_upper_bound_and_misses_the_slos_there(tmp_path, monkeypatch, capsys, lam):
+    # every probe unstable: the SLO search started from [0, 0], probed nothing, and the
+    # table showed "max rate meeting SLOs = 0.000" (and / lambda* 0.000) as if found, with
+    # slo_miss_rate empty; search.csv held max_stable_rate 0.0
+    calls = fake_runs(monkeypatch, lambda rate: UNSTABLE)
+    (row,) = search(tmp_path, slo={"p99_ttft_ms": 1000}).search
+    probed = sorted(set(calls))
+    assert row["max_slo_rate"] == 0.0 and row["max_slo_load"] == 0.0
+    # the smallest rate judged not stable: it meets no SLO, and no rate is stable below it
+    assert row["slo_miss_rate"] == probed[0] == row["unstable_rate"] <= TOL * lam + 1e-9
+    # the max stable rate is that rate, an upper bound, flagged (as reproduce stability's table)
+    assert row["max_stable_rate"] == probed[0] and row["max_stable_upper_bound"] is True
+    assert row["max_stable_load"] == pytest.approx(probed[0] / lam)
+    assert row["max_stable_lower_bound"] is False
+    fake_runs(monkeypatch, lambda rate: UNSTABLE)
+    argv = ["sweep", *CLI_FIXED, "--grid", "policy=sarathi", "--search", "max-stable-rate", "--tol", str(TOL)]
+    assert main([*argv, "--slo", "p99_ttft_ms=1000", "--out", str(tmp_path / "cli")]) == 0
+    out = capsys.readouterr().out
+    table = out.split("note:")[0]
+    assert "0.000" not in table and table.count(f"< {probed[0]:,.3f}") == 2, out
+    assert table.count(f"< {probed[0] / lam:.3f}") == 2
+    assert "max_stable_upper_bound" not in out  # a column of search.csv, not a grid key
+    with open(tmp_path / "cli" / "search.csv", newline="") as f:
+        saved = next(csv.DictReader(f))
+    assert float(saved["max_stable_rate"]) == pytest.approx(probed[0]) and saved["max_stable_upper_bound"] == "True"
+    assert float(saved["slo_miss_rate"]) == pytest.approx(probed[0])
+    # a boundary found is no upper bound
+    fake_runs(monkeypatch, lambda rate: STABLE if rate <= 0.6 * lam else UNSTABLE)
+    assert search(tmp_path / "found").search[0]["max_stable_upper_bound"] is False
+
+
 def test_an_arrival_that_names_its_rate_is_searched_as_the_same_law_without_it(tmp_path, monkeypatch, lam):
     # poisson:5 (and the mapping form) name a rate: each probe's rate replaces it, as it
     # replaces --rate; it was refused as "rate given twice" at the first probe

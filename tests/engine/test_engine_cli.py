@@ -518,3 +518,29 @@ def test_make_tiny_model_says_why_it_cannot_make_the_folder(tmp_path, capsys, fo
     (tmp_path / "FILE").write_text("x")
     folder = folder.replace("FILE", str(tmp_path / "FILE"))
     _one_line_error(capsys, ["make-tiny-model", folder], "folder")
+
+
+def test_an_interrupted_validate_json_keeps_the_earlier_result(tmp_path, monkeypatch, capsys):
+    # --json was written in place: Ctrl-C halfway through the dump left a truncated file
+    # (the earlier result lost, and a rerun refused: no longer "a validate result")
+    import llmsched.analysis.validate as validate_mod
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,4,2\n")
+    out = tmp_path / "v.json"
+    earlier = {"model": "m", "trace_requests": 1, "policies": {}, "pad": "x" * 1000}
+    out.write_text(json.dumps(earlier, indent=2))
+    monkeypatch.setattr(validate_mod, "validate", lambda *a, **kw: {**earlier, "pad": "y" * 1000})
+
+    def halfway(obj, f, **kw):
+        text = json.dumps(obj, **kw)
+        f.write(text[: len(text) // 2])
+        f.flush()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(json, "dump", halfway)
+    argv = ["validate", "--model", str(tmp_path), "--trace", str(trace), "--json", str(out), "--quiet"]
+    assert main(argv) == 130
+    monkeypatch.undo()
+    assert json.loads(out.read_text()) == earlier
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "v.json"]  # no temporary file left

@@ -108,6 +108,19 @@ def test_random_workload_and_arrivals():
     assert fixed.arrival_s.tolist() == [0.0] * 5  # rate inf: all at once
 
 
+def test_random_range_ratio_keeps_the_top_of_the_range():
+    # int(L(1+r)) cut the top: L=10, r=0.25 drew 7..12 (mean 9.5), not vLLM's 7..13 (mean 10)
+    wl = make_workload(BenchConfig(num_prompts=4000, input_len=10, output_len=10, random_range_ratio=0.25, seed=1))
+    assert set(wl.prompt.tolist()) == set(range(7, 14)) == set(wl.output.tolist())
+    assert wl.prompt.mean() == pytest.approx(10, abs=0.15)
+    from llmsched.server.bench import random_length_range
+
+    assert random_length_range(10, 0.25) == (7, 13)
+    assert random_length_range(100, 0.1) == (90, 110)  # exact: float arithmetic's ceiling is 111
+    assert random_length_range(10, 0.0) == (10, 10)
+    assert random_length_range(1, 0.5) == (1, 2)  # floor(0.5) is 0: at least 1
+
+
 def test_length_datasets_and_trace():
     sg = make_workload(BenchConfig(dataset_name="sharegpt", num_prompts=500, seed=1))
     # vLLM's ShareGPT limits: prompts of 4-1,024 tokens, outputs of 4 or more, 2,048 together
@@ -287,6 +300,29 @@ def test_append_result_adds_a_line_also_to_a_result_file(tmp_path):
     assert json.loads(open(path).read()) == {"run": 3}
 
 
+@pytest.mark.parametrize("append", [False, True])
+def test_an_interrupted_result_write_keeps_the_earlier_result(tmp_path, monkeypatch, append):
+    # the result file was written in place: Ctrl-C halfway through the dump left a
+    # truncated file, the earlier result (or, appending, every earlier line) destroyed
+    path = tmp_path / "r.json"
+    write_result(str(path), {"run": 1, "pad": "x" * 1000}, append=append)
+    before = path.read_bytes()
+    real_dump = json.dump
+
+    def halfway(obj, f, **kw):
+        text = json.dumps(obj, **kw)
+        f.write(text[: len(text) // 2])
+        f.flush()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(json, "dump", halfway)
+    with pytest.raises(KeyboardInterrupt):
+        write_result(str(path), {"run": 2, "pad": "y" * 1000}, append=append)
+    monkeypatch.setattr(json, "dump", real_dump)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -374,6 +410,27 @@ def test_cli_refuses_an_option_the_run_would_ignore(capsys, extra, flag):
     rc = main(["bench", "--port", "1", *extra] if "--base-url" not in extra else ["bench", *extra])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and f"{flag} does nothing in this run" in err, err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        # a bad value is named as such, before whether the run uses it: --burstiness 0
+        # without --request-rate was "--burstiness does nothing in this run"
+        (["--burstiness", "0"], "--burstiness must be > 0, got 0.0"),
+        (["--burstiness", "0", "--request-rate", "5"], "--burstiness must be > 0, got 0.0"),
+        (["--time-scale", "nan"], "--time-scale must be a positive, finite number"),
+        # inf reached the trace reader: "time_scale must be a positive number", not the flag
+        (["--dataset-name", "trace", "--dataset-path", "azure-conv", "--time-scale", "inf"], "--time-scale must be"),
+        (["--dataset-name", "sharegpt", "--random-range-ratio", "1"], "--random-range-ratio must be in [0, 1)"),
+    ],
+)
+def test_cli_names_a_bad_value_before_a_moot_option(capsys, extra, message):
+    from llmsched.cli import main
+
+    rc = main(["bench", "--port", "1", *extra])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and message in err, err
 
 
 def test_the_options_that_do_something_are_still_taken():

@@ -288,9 +288,9 @@ def plot_sweep(
     if search is not None:
         gkeys = [k for k in grid_keys if k not in NON_GROUP_KEYS]
         for s in search:
-            bars.append(
-                (group_label(s, gkeys), s.get("max_stable_rate"), s.get("critical_rate"), s.get("max_slo_rate"))
-            )
+            # no probe stable: the row's rate is an upper bound, no rate found (a bar of "none")
+            found = 0.0 if s.get("max_stable_upper_bound") else s.get("max_stable_rate")
+            bars.append((group_label(s, gkeys), found, s.get("critical_rate"), s.get("max_slo_rate")))
     else:
         # a failed seed keeps its point from counting as stable: every seed must be
         for label, rs in _groups(rows, grid_keys, errors=True).items():

@@ -178,15 +178,9 @@ def reproduce_stability(
         name, wc = _policy_info(p.partition(":")[0])
         s = queue[p]["summary"]
         f = found.get(p, {})
+        # with no probe judged stable the search's row holds the lowest rate probed, an
+        # upper bound, flagged `max_stable_upper_bound` (as search.csv has it)
         rate_found, load_found = f.get("max_stable_rate"), f.get("max_stable_load")
-        # no probe judged stable: the search's 0 (rate 0 is stable by definition) would read
-        # as a rate found; the table holds the lowest rate probed, an upper bound, flagged
-        # as sweep's search.csv flags a lower bound (every probe stable)
-        below = min((x for x in (f.get("inconclusive_low"), f.get("unstable_rate")) if x is not None), default=None)
-        upper = rate_found == 0 and below is not None
-        if upper:
-            lam_f = f.get("critical_rate") or lam
-            rate_found, load_found = below, below / lam_f if lam_f else None
         rows.append(
             {
                 "policy": name,
@@ -207,7 +201,7 @@ def reproduce_stability(
                 "max_stable_lower_bound": bool(f.get("max_stable_lower_bound")) if f else None,
                 # true: no probe was stable, the max stable rate is below the lowest rate
                 # probed, which max_stable_rate holds (an upper bound)
-                "max_stable_upper_bound": upper if f else None,
+                "max_stable_upper_bound": bool(f.get("max_stable_upper_bound")) if f else None,
                 # probes judged neither way (too short): with none stable, the rate is below them
                 "inconclusive_low": f.get("inconclusive_low"),
                 "inconclusive_high": f.get("inconclusive_high"),

@@ -18,7 +18,9 @@ Stability: the search narrows two edges, assuming verdicts are monotone in the r
   (`max_stable_lower_bound` true), not a boundary.
 - Stable edge: bisection between the largest rate judged stable (rate 0 is stable by
   definition) and the smallest rate not judged stable, until they are closer than
-  tol * lambda*. The first is the group's `max_stable_rate`.
+  tol * lambda*. The first is the group's `max_stable_rate`; when no probe was judged
+  stable it is the second instead, an upper bound (`max_stable_upper_bound` true: a 0
+  would read as a rate found).
 - Unstable edge: when the smallest rate not judged stable was inconclusive, bisection
   between the largest inconclusive rate and the smallest rate judged unstable (found by
   widening above the upper end when none was), to the same tolerance. The second is
@@ -40,6 +42,8 @@ Stability: the search narrows two edges, assuming verdicts are monotone in the r
 SLOs: the bracket is [0, max stable rate]; a rate passes when every seed's run is
 judged stable and meets every limit. The max stable rate is probed first (a cached
 point) and, if it passes, is the answer, so the SLO rate never exceeds the stable rate.
+With no rate judged stable there is nothing to probe: `max_slo_rate` is 0 and
+`slo_miss_rate` the smallest rate judged not stable (which meets no SLO).
 A probe run again (the SLO search's first) is one row of the results table, not two.
 
 Units: every rate is the workload's `rate`. With `turns` it counts conversations, so a
@@ -288,7 +292,9 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
     """Run the searches (see the module docstring). Returns (one row per probe run, as
     in a grid sweep's table, each (point, rate) once; one row per group:
     `critical_rate`, `max_stable_rate`, `max_stable_load`, `max_stable_lower_bound`
-    (every probe up to the widest was stable: the rate is a lower bound), `inconclusive_low`,
+    (every probe up to the widest was stable: the rate is a lower bound),
+    `max_stable_upper_bound` (no probe was stable: the rate is the smallest rate probed,
+    an upper bound), `inconclusive_low`,
     `inconclusive_high`, `inconclusive_probes`, `inconclusive_above_unstable`,
     `unstable_rate` (the first rate judged unstable), `failed_rate`, `probes`, and with
     SLOs `max_slo_rate`, `max_slo_load`, `slo_miss_rate` (the smallest rate probed that
@@ -319,8 +325,16 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
     bisect([g.stable for g in groups], tol_rates, probe, probe_verdict)
     if settings.slo:
         for g in groups:
-            # a group whose stability search failed has no stable rate to start from
-            g.slo = Bracket(0.0, 0.0 if g.stable.failed is not None else g.stable.lo, widenings=0)
+            st = g.stable
+            if st.failed is not None:  # no stable rate to start from
+                g.slo = Bracket(0.0, 0.0, widenings=0)
+            elif st.lo == 0 and st.hi > 0:
+                # no rate was judged stable: a rate that is not stable meets no SLO, so the
+                # smallest one not stable is already the SLO search's miss, and nothing is left
+                # to probe below it (the stability search narrowed it to within tol of 0)
+                g.slo = Bracket(0.0, st.hi, widenings=0, hi_checked=True)
+            else:
+                g.slo = Bracket(0.0, st.lo, widenings=0)
         bisect([g.slo for g in groups], tol_rates, probe, lambda recs: slo_verdict(recs, settings.slo))
     return list(rows.values()), [_group_row(g, settings) for g in groups]
 
@@ -334,6 +348,10 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
     """A group's row of the search table; a failed search's answers are None."""
     lam, st = g.critical_rate, g.stable
     ok = st.failed is None
+    # no probe judged stable: the answer lies below the smallest rate probed (not stable),
+    # which the row holds as an upper bound, flagged (a 0 would read as a rate found)
+    upper = ok and st.lo == 0 and st.hi_checked and st.hi > 0
+    found = st.hi if upper else st.lo
     # the range between the edges: rates above the first unstable one are counted apart
     inc = sorted(r for r in st.inconclusive if st.unstable is None or r < st.unstable)
     row = {
@@ -342,8 +360,8 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
         "critical_rate": lam,
         "policy_critical_rate": g.policy_critical_rate,
         **({"rate_unit": g.rate_unit} if g.rate_unit != "req/s" else {}),
-        "max_stable_rate": st.lo if ok else None,
-        "max_stable_load": st.lo / lam if ok and lam else None,
+        "max_stable_rate": found if ok else None,
+        "max_stable_load": found / lam if ok and lam else None,
         "inconclusive_low": inc[0] if inc else None,
         "inconclusive_high": inc[-1] if inc else None,
         "inconclusive_probes": len(inc),
@@ -362,4 +380,5 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
     # every probe stable, up to the widest rate searched: the max stable rate is a lower
     # bound (the boundary lies above it); last, so the other columns keep their places
     row["max_stable_lower_bound"] = ok and st.lower_bound
+    row["max_stable_upper_bound"] = upper
     return row

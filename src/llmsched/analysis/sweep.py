@@ -222,7 +222,9 @@ def max_stable_rate(
     """Each policy's empirical maximum stable rate (and, with `slo`, the maximum rate
     meeting the SLOs) by bisection on the rate using the runs' stability verdicts; one
     dict per policy (and per combination of other `grid` keys) with `critical_rate`
-    (theory), `max_stable_rate`, `max_stable_load`, `inconclusive_low`/`_high` and
+    (theory), `max_stable_rate`, `max_stable_load` (with `max_stable_upper_bound` true
+    when no probe was stable: the smallest rate probed, an upper bound;
+    `max_stable_lower_bound` true when every probe was), `inconclusive_low`/`_high` and
     `inconclusive_probes` (the rates judged inconclusive between the two),
     `unstable_rate` (the first rate judged unstable, None if none was),
     `inconclusive_above_unstable` (probes above it judged inconclusive: verdicts not

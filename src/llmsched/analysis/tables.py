@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from ..core.paths import atomic_write
 
 __all__ = ["point_row", "group_label", "write_table", "write_search", "atomic_write"]
 
@@ -76,13 +77,6 @@ def _columns(rows: list[dict]) -> list[str]:
                 seen.add(k)
                 cols.append(k)
     return cols
-
-
-def atomic_write(path: Path, writer: Callable[[Path], object]) -> None:
-    """`writer(tmp)` then rename tmp to `path`: the file appears whole or not at all."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    writer(tmp)
-    os.replace(tmp, path)
 
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)

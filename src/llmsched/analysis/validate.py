@@ -27,7 +27,7 @@ import numpy as np
 from ..core.cost import make_cost_model
 from ..core.engine_api import DefaultMaxModelLen
 from ..core.errors import ConfigError
-from ..core.profile import spec_options
+from ..core.profile import DEFAULT_PROFILE, spec_options
 from ..engine.profiler import profile_engine, write_profile
 from ..engine.replaying import check_trace, replay, step_ratios, warm_up
 from ..policies import make_batch_policy, make_scheduler
@@ -80,14 +80,29 @@ def compare(real: dict, sim) -> dict:
     return out
 
 
+#: Cost models other than a profile (`make_cost_model`): `--profile` passes them as given.
+_NOT_PROFILES = ("paper", "linear", "const", "constant")
+
+
 def profile_spec(profile: str, cuda: bool) -> str:
-    """The cost-model spec `--profile P` stands for: a full spec (`paper`, `profile:...`) as
-    given; a profile PATH as `profile:PATH`, on CPU with overlap 0 unless P gives an overlap
-    (nothing overlaps on CPU, docs/engine.md; appending ours to the user's would repeat the key)."""
-    if ":" in profile.split(",")[0] and not profile.startswith("/"):
+    """The cost-model spec `--profile P` stands for: a cost model other than a profile
+    (`paper`, `paper:c=11`, `linear:...`, `const:...`) as given; a profile, as `PATH`,
+    `profile:PATH` or `profile` (the shipped default), as `profile:PATH`, on CPU with
+    overlap 0 unless P gives an overlap (nothing overlaps on CPU, docs/engine.md; appending
+    ours to the user's would repeat the key). Both spellings of one file are one model
+    (`llmsched profile` prints the `profile:PATH,overlap=0` form)."""
+    profile = profile.strip()
+    kind, colon, _ = profile.partition(",")[0].partition(":")
+    kind = kind.strip().lower()
+    if kind in _NOT_PROFILES:
         return profile
-    cpu_default = not cuda and "overlap" not in spec_options(profile)
-    return f"profile:{profile}" + (",overlap=0" if cpu_default else "")
+    source = profile
+    if kind == "profile":  # profile[:SOURCE][,OPTIONS]; no SOURCE: the shipped default
+        rest = profile.split(":", 1)[1] if colon else profile[len("profile") :]
+        head, sep, opts = rest.partition(",")
+        source = (head.strip() or DEFAULT_PROFILE) + sep + opts
+    cpu_default = not cuda and "overlap" not in spec_options(source)
+    return f"profile:{source}" + (",overlap=0" if cpu_default else "")
 
 
 def validate(

@@ -16,7 +16,7 @@ from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
 from ..core.guarantee import CAP, FILL
 from ..core.jsonio import to_jsonable
-from ..core.paths import check_out_dir, check_out_file, check_run_dir
+from ..core.paths import atomic_write, check_out_dir, check_out_file, check_run_dir
 from .common import (
     DEFAULTS,
     add_cost_model_arg,
@@ -522,6 +522,7 @@ SEARCH_COLUMNS = (
     "max_stable_rate",
     "max_stable_load",
     "max_stable_lower_bound",
+    "max_stable_upper_bound",
     "inconclusive_low",
     "inconclusive_high",
     "inconclusive_probes",
@@ -546,12 +547,6 @@ def _below(r: dict, rate_key: str, load_key: str, low) -> None:
     r[load_key] = f"< {low / lam:.3f}" if lam else None
 
 
-def _mark_none_stable(r: dict) -> None:
-    """A search with no stable probe: its max stable rate below the lowest rate probed."""
-    low = min((x for x in (r.get("inconclusive_low"), r.get("unstable_rate")) if x is not None), default=None)
-    _below(r, "max_stable_rate", "max_stable_load", low)
-
-
 def _mark_bounds(r: dict) -> None:
     """A stability table's row whose max stable rate is a bound (its `max_stable_upper_bound`
     or `max_stable_lower_bound` flag): `< rate` or `>= rate`, and its load likewise."""
@@ -568,12 +563,8 @@ def _print_search(search: list[dict]) -> None:
     shown = [{**r, "inconclusive": _rate_range(r["inconclusive_low"], r["inconclusive_high"])} for r in search]
     for r in shown:
         _below(r, "max_slo_rate", "max_slo_load", r.get("slo_miss_rate"))  # no probed rate met the SLOs
-        _mark_none_stable(r)
-        if r.get("max_stable_lower_bound") and r.get("max_stable_rate") is not None:
-            # every probe was stable: the widest rate searched is no boundary
-            r["max_stable_rate"] = f">= {r['max_stable_rate']:,.3f}"
-            if r.get("max_stable_load") is not None:
-                r["max_stable_load"] = f">= {r['max_stable_load']:.3f}"
+        # no probe stable (`< rate`), or every probe up to the widest stable (`>= rate`)
+        _mark_bounds(r)
     cols = [(k, k, "s") for k in (search[0] if search else {}) if k not in SEARCH_COLUMNS]
     cols += [
         ("critical_rate", "lambda* (theory)", ",.3f"),
@@ -605,7 +596,9 @@ def _print_search(search: list[dict]) -> None:
                 f"note: {name}'s search stopped at a failed probe (rate {row['failed_rate']:.4g}): a failed run "
                 "is no verdict, so there is no answer; see the error column of results.csv"
             )
-        elif (row.get("max_stable_rate") or 0) > (row.get("critical_rate") or float("inf")):
+        elif not row.get("max_stable_upper_bound") and (row.get("max_stable_rate") or 0) > (
+            row.get("critical_rate") or float("inf")
+        ):
             print(
                 f"note: {name}'s max stable rate is above theorem 2's bound, "
                 f"which no policy can sustain: the runs are too short to resolve loads this close "
@@ -1189,8 +1182,13 @@ def cmd_validate(args) -> int:
     )
     if args.json and args.json != "-":
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump(res, fh, indent=2)
+
+        def write(tmp) -> None:
+            with open(tmp, "w") as fh:
+                json.dump(res, fh, indent=2)
+
+        # whole or not at all: a write that stops (Ctrl-C) keeps the earlier result intact
+        atomic_write(args.json, write)
     if args.json == "-" or args.print_json:
         print(json.dumps(res, indent=2))
     else:
@@ -1227,7 +1225,12 @@ def _register_validate(sub) -> None:
         "--trace", required=True, type=file_path, help="CSV arrival_s,prompt_tokens,output_tokens (or an Azure trace)"
     )
     p.add_argument("--policies", default=None, help="comma-separated batch policies (default: --policy's, sarathi)")
-    p.add_argument("--profile", default=None, help="profile CSV of this engine (default: measure one first)")
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="profile of this engine, PATH or profile:PATH[,overlap=V] (on CPU overlap 0 unless given), "
+        "or another cost model as given (paper, linear:...) (default: measure one first)",
+    )
     p.add_argument(
         "--reps",
         type=positive_int,

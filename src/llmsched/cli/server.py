@@ -325,7 +325,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         "--random-range-ratio",
         type=float,
         default=0.0,
-        help="random: lengths uniform in [L*(1-r), L*(1+r)] (default: 0, fixed)",
+        help="random: lengths uniform from floor(L*(1-r)) to ceil(L*(1+r)), both included (default: 0, fixed)",
     )
     g.add_argument(
         "--sharegpt-output-len",

@@ -408,7 +408,22 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
     _check_folder(path, parent, what)
 
 
+def atomic_write(path, writer) -> None:
+    """`writer(tmp)` then rename tmp to `path`: the file appears whole or not at all, and
+    a write that stops (an error, Ctrl-C) leaves the file that was there as it was (its
+    temporary file removed)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        writer(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 __all__ = [
+    "atomic_write",
     "RUN_FOLDERS",
     "RUN_MARKERS",
     "RUN_OUTPUTS",

@@ -32,8 +32,9 @@ and how it names it:
   gaps are not rescaled to make the last arrival exactly num_prompts / rate, and the first
   request is sent at time 0.
 
-Datasets: `random` (fixed lengths, or uniform in [L(1-r), L(1+r)] with
-`--random-range-ratio r`, as vLLM's random dataset), `sharegpt` and `arxiv` (prompt/output
+Datasets: `random` (fixed lengths, or integers uniform from floor(L(1-r)) to ceil(L(1+r)),
+both included, with `--random-range-ratio r`, as vLLM's random dataset: mean L;
+`random_length_range`), `sharegpt` and `arxiv` (prompt/output
 length pairs drawn from the shared length CSVs), `trace` (Azure or plain CSV replayed on
 its own timestamps, `--time-scale` to speed it up, or re-timed by `--request-rate`), all
 through `llmsched.workload`. Prompts are built so the server sees the intended number of
@@ -58,13 +59,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 from ..core.checks import as_int, as_real
 from ..core.errors import ConfigError, warn
-from ..core.paths import check_out_dir, check_out_file
+from ..core.paths import atomic_write, check_out_dir, check_out_file
 from ..workload import WorkloadSpec, make_trace
 from ..workload.arrivals import MAX_REQUESTS
 from ..workload.csvio import read_header
@@ -252,8 +254,11 @@ class BenchConfig:
             raise ConfigError(f"--burstiness must be > 0, got {self.burstiness}")
         if not 0 <= self.random_range_ratio < 1:
             raise ConfigError(f"--random-range-ratio must be in [0, 1), got {self.random_range_ratio}")
-        if not (self.time_scale > 0):
-            raise ConfigError(f"--time-scale must be > 0, got {self.time_scale}")
+        if not (0 < self.time_scale < math.inf):  # (inf reached the trace reader, which named time_scale)
+            raise ConfigError(
+                f"--time-scale must be a positive, finite number (k replays the trace k times as fast), "
+                f"got {self.time_scale}"
+            )
         lo, hi = self.token_id_range
         if not (0 <= lo < hi):
             raise ConfigError(f"--token-id-range must be LO,HI with 0 <= LO < HI, got {lo},{hi}")
@@ -339,8 +344,7 @@ class BenchConfig:
                 raise ConfigError("--extra-body must be a JSON object") from None
             if not isinstance(extra, dict):
                 raise ConfigError("--extra-body must be a JSON object")
-        check_moot_options(a)  # after the values' own checks: a bad value is named as such
-        return cls(
+        cfg = cls(
             base_url=base,
             endpoint=a.endpoint,
             backend=a.backend,
@@ -381,6 +385,10 @@ class BenchConfig:
             num_warmups=a.num_warmups,
             http_client=a.http_client,
         )
+        # after the values' own checks (in __post_init__): a bad value is named as such
+        # (--burstiness 0 without --request-rate was "does nothing in this run")
+        check_moot_options(a)
+        return cfg
 
 
 _NO_RESULT = "no result file is written (give --save-result or --result-file)"
@@ -489,6 +497,15 @@ def _arrivals(cfg: BenchConfig, n: int) -> np.ndarray:
     return out
 
 
+def random_length_range(length: int, ratio: float) -> tuple[int, int]:
+    """The `random` dataset's lengths for a target `length` and `--random-range-ratio`:
+    integers from floor(L(1-r)) to ceil(L(1+r)), both included (at least 1), as vLLM's
+    random dataset draws them, so their mean is L; exact on the decimal ratio given
+    (100 with r = 0.1: 90..110, where float arithmetic gives a ceiling of 111)."""
+    r = Fraction(repr(float(ratio)))
+    return max(1, math.floor(length * (1 - r))), max(1, math.ceil(length * (1 + r)))
+
+
 def make_workload(cfg: BenchConfig) -> Workload:
     """The requests of a benchmark, from `llmsched.workload`."""
 
@@ -497,8 +514,7 @@ def make_workload(cfg: BenchConfig) -> Workload:
     if name == "random":
 
         def law(length: int) -> str:
-            r = cfg.random_range_ratio
-            lo, hi = max(1, int(length * (1 - r))), max(1, int(length * (1 + r)))
+            lo, hi = random_length_range(length, cfg.random_range_ratio)
             return f"const:{length}" if lo == hi else f"uniform:{lo},{hi}"
 
         t = make_trace(
@@ -1074,15 +1090,22 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
 
 def write_result(path: str, data: dict, append: bool) -> None:
     """The result JSON at `path`: with `append` one line added to what the file holds
-    (`--append-result`, also with `--result-file`), else the file replaced."""
-    if append:
-        with open(path, "a+", encoding="utf-8") as f:
-            if f.tell():
-                f.write("\n")
-            json.dump(data, f)
-    else:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
+    (`--append-result`, also with `--result-file`), else the file replaced. Written
+    whole to a temporary file, then renamed (`atomic_write`): a write that stops (Ctrl-C)
+    leaves the earlier result as it was, not a truncated file."""
+    before = b""
+    if append and os.path.isfile(path):
+        with open(path, "rb") as f:
+            before = f.read()
+
+    def write(tmp) -> None:
+        # (the earlier bytes kept as they are, whatever they hold)
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
+            if before:
+                f.write(before.decode("utf-8", errors="surrogateescape") + "\n")
+            json.dump(data, f, **({} if append else {"indent": 2}))
+
+    atomic_write(path, write)
 
 
 def _run(coro):
