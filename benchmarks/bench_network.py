@@ -16,6 +16,10 @@ Cases:
   parallel on a 2-replica JSQ pool, resending the plan -> tool delay -> answer resending
   everything), 100k jobs at 90% of the bottleneck's capacity, written with
   `NetworkResult.write`. Target: under 60 s.
+- `loop`: a tool-using agent that makes 100 passes of (tool delay, call) on one Sarathi
+  server, 5,000 jobs (500k calls) at 90% of its capacity: the draws of 200 (node, pass)
+  keys in use at once (`sim.network._Draws`). No target; it guards the draw cache (a cache
+  too small for the keys in use redraws a block on almost every call).
 Targets for memory: peak RSS under 500 MB per case.
 
     python benchmarks/bench_network.py                      # all three cases, full size
@@ -42,7 +46,7 @@ import sys
 import tempfile
 import time
 
-CASES = ("single", "cluster", "agent")
+CASES = ("single", "cluster", "agent", "loop")
 WORKLOADS = {"synthetic": ("geometric:200", "geometric:101"), "prefill-heavy": ("geometric:400", "geometric:20")}
 
 
@@ -128,6 +132,20 @@ def agent_workflow() -> dict:
     }
 
 
+def agent_loop() -> dict:
+    """100 passes of (tool delay, call) per job on one server."""
+    call = {"server": "llm", "prompt": "geometric:60", "output": "geometric:20", "class": "step"}
+    return {
+        "servers": {"llm": {"policy": "sarathi", "b_max": 512, "cost_model": "paper"}},
+        "jobs": {
+            "agent": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [{"loop": {"times": 100, "body": [{"delay": "exponential:0.2"}, {"call": call}]}}],
+            }
+        },
+    }
+
+
 def child(case: str, n: int, load: float, workload: str, seed: int, out: str) -> dict:
     t_start = time.perf_counter()
     from llmsched.analysis.reproduce_networks import cluster_network
@@ -163,6 +181,8 @@ def child(case: str, n: int, load: float, workload: str, seed: int, out: str) ->
 
         if case == "cluster":
             net = cluster_network(16, "jsq", prompt=prompt, output=output)
+        elif case == "loop":
+            net = agent_loop()
         else:
             net = agent_workflow()
         scale = load * traffic(net).critical_scale
@@ -201,7 +221,7 @@ def main() -> None:
         "--scale",
         type=float,
         default=1.0,
-        help="multiply the sizes (1M requests for single/cluster, 100k jobs for agent)",
+        help="multiply the sizes (1M requests for single/cluster, 100k jobs for agent, 5k for loop)",
     )
     ap.add_argument("--load", type=float, default=0.9)
     ap.add_argument(
@@ -224,7 +244,8 @@ def main() -> None:
     results = []
     try:
         for case in args.cases:
-            n = max(100, int(round((100_000 if case == "agent" else 1_000_000) * args.scale)))
+            full = {"agent": 100_000, "loop": 5_000}.get(case, 1_000_000)
+            n = max(100, int(round(full * args.scale)))
             out = os.path.join(base, case)
             cmd = [
                 sys.executable,
@@ -247,7 +268,7 @@ def main() -> None:
             res = json.loads(proc.stdout.strip().splitlines()[-1])
             res["process_wall_s"] = time.perf_counter() - t0
             results.append(res)
-            what = "jobs" if case == "agent" else "requests"
+            what = "jobs" if case in ("agent", "loop") else "requests"
             print(
                 f"{case:<8} {n:>9,} {what:<8} {res['calls']:>9,} calls  wall {res['wall_s']:8.2f} s "
                 f"(sim {res['sim_s']:.2f} + write {res['write_s']:.2f})  cpu {res['cpu_s']:8.2f} s  "

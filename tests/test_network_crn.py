@@ -4,6 +4,8 @@ two runs that differ only in a server compare the same jobs (`sim.network._Draws
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -157,3 +159,52 @@ def test_a_replay_law_gives_job_j_row_j(tmp_path):
     st = run_network(spec)
     for j, p, o in zip(st.call_job, st.call_prompt, st.call_output):
         assert (p, o) == (10 + j, 1 + j % 7)
+
+
+def test_a_node_object_placed_twice_draws_anew_at_each_place():
+    """`[call] * 2` in Python puts one object twice: keyed by its id alone, both places had
+    one index and visit 0, so every job's two calls got the same lengths."""
+    one = {"call": {"server": "s", "prompt": "uniform:1,100000", "output": "const:1"}}
+    base = NetworkSpec.from_dict(
+        {
+            "servers": {"s": {"b_max": 4096}},
+            "jobs": {"j": {"arrival": {"rate": 1.0}, "route": [one]}},
+            "num_jobs": 40,
+            "seed": 2,
+        }
+    )
+    (job,) = base.jobs
+    spec = replace(base, jobs=[replace(job, route=[job.route[0], job.route[0]])])
+    by_job = _calls_by_job(run_network(spec))
+    assert all(len(calls) == 2 for calls in by_job.values())
+    assert sum(calls[0][1] == calls[1][1] for calls in by_job.values()) <= 1
+
+
+def test_many_loop_passes_keep_their_blocks_cached():
+    """A `times: 100` loop needs 200 (node, visit) blocks at once: a cache of 64, oldest
+    first, drew 137,587 blocks for 2,000 jobs (13.6 s against 2.0 s before the draws were
+    keyed by job). Counted here: every block is drawn about once."""
+    body = [{"delay": "exponential:0.01"}, {"call": {"server": "s", "prompt": "geometric:20", "output": "const:2"}}]
+    spec = NetworkSpec.from_dict(
+        {
+            "servers": {"s": {"policy": "sarathi", "b_max": 512, "cost_model": "paper"}},
+            "jobs": {"j": {"arrival": {"rate": 5.0}, "route": [{"loop": {"times": 40, "body": body}}]}},
+            "num_jobs": 300,
+            "seed": 0,
+        }
+    )
+    drawn = []
+    real = network._Draws.block
+
+    def counting(self, job, visit):
+        key = (self.kind, self.index, visit, job // network._BLOCK)
+        if key not in self.cache:
+            drawn.append(key)
+        return real(self, job, visit)
+
+    network._Draws.block = counting
+    try:
+        run_network(spec)
+    finally:
+        network._Draws.block = real
+    assert len(drawn) == len(set(drawn)) == 2 * 40  # two nodes, 40 visits, one block of jobs

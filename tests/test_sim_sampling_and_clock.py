@@ -4,6 +4,7 @@ duration is summed in whole ns even far out on the clock."""
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -92,3 +93,38 @@ def test_a_network_replica_holds_its_share_of_the_bound_during_the_run():
         simulate_network(spec, sample_interval_s=1e-5)
     ok = simulate_network(spec, sample_interval_s=1e-3)
     assert all(len(r.timeseries["time_s"]) > 1000 for r in ok.replicas())
+
+
+def test_the_one_microsecond_floor_holds_for_networks_and_clusters(capsys):
+    # 1e-10 s rounded to 0 ns and divided by it (ZeroDivisionError); 1e-8 s was accepted
+    for interval in ("1e-10", "1e-8"):
+        assert (
+            main(["simulate", "--replicas", "2", "--num-requests", "50", "--sample-interval", interval, "--out", ""])
+            == 2
+        )
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "at least 1 microsecond" in err[0]
+
+
+def test_a_replicas_share_of_the_bound_holds_below_4096_samples():
+    """With more than 244 replicas a replica's share is under 4,096 samples; it was checked
+    only from the 4,096th on (512 replicas could hold 2.1M samples)."""
+    from llmsched.sim.server import TimeSeries
+
+    series = TimeSeries(0, 1000, auto=False, replicas=500)
+    assert series.limit == 2000
+    with pytest.raises(ConfigError, match="all 500 replicas' series together"):
+        for _ in range(2001):
+            series.cols["time_s"].append(0.0)
+            series._advance()
+    assert len(series.cols["time_s"]) == 2000
+
+
+def test_run_network_reads_the_specs_run_options():
+    from llmsched.sim.network import run_network
+    from llmsched.workload.network import load_network
+
+    spec = load_network("examples/networks/tandem.yaml")
+    spec = replace(spec, num_jobs=200, run={"max_time_s": 5.0})
+    assert run_network(spec).end_ns <= 5.2e9
+    assert run_network(spec, max_time_s=50.0).end_ns > 5.2e9

@@ -32,6 +32,15 @@ def check_seconds(name: str, v) -> int | float | None:
     return x
 
 
+def check_sample_interval(v) -> int | float | None:
+    """A time series' sampling interval (`sample_interval_s`): `check_seconds`, and at least
+    1 microsecond (a smaller one rounds towards 0 ns on the clock)."""
+    v = check_seconds("sample_interval_s", v)
+    if v is not None and int(round(v * NS)) < 1000:
+        raise ConfigError(f"the sampling interval must be at least 1 microsecond, got {v} s")
+    return v
+
+
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 PHASE_NAMES = ("waiting", "prefill", "decode", "done")
 

@@ -40,7 +40,7 @@ import numpy as np
 from ..core.clock import to_clock_ns
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.request import MAX_SECONDS, NS, Request, check_seconds
+from ..core.request import MAX_SECONDS, NS, Request, check_sample_interval, check_seconds
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
 from ..workload.arrivals import times_for_merge
@@ -53,7 +53,9 @@ from .server import MAX_USER_SAMPLES, ServerSim, SimulationStuck, TimeSeries, to
 _JOB, _DELIVER, _RESUME, _END, _PLAN = 0, 1, 2, 3, 4
 ROUTERS = ("random", "round-robin", "jsq", "least-tokens", "power-of-two")
 _BLOCK = 4096  # jobs whose draws at one node and visit come from one stream (`_Draws`)
-_CACHED_BLOCKS = 64  # blocks of draws kept at once, all nodes together (at most 4 MB)
+# blocks of draws kept at once, all nodes together (at most 32 MB); each (node, visit) also
+# drops its block two behind the one it draws, as jobs that far behind are rare
+_CACHED_BLOCKS = 512
 
 
 class _Replica:
@@ -356,8 +358,8 @@ class _Draws:
     node, the job and the visit only, not on when the run reaches the node: two runs of one
     seed that differ only in a server (policy, cost model, replicas) give every job the same
     lengths, think times and loop passes (common random numbers). Blocks are kept in a
-    cache shared by the run's nodes, oldest dropped first; a dropped block drawn again
-    is the same."""
+    cache shared by the run's nodes (`_CACHED_BLOCKS`, oldest dropped first, and a block
+    two behind the one a (node, visit) draws); a dropped block drawn again is the same."""
 
     __slots__ = ("seed", "kind", "index", "draw", "cache")
 
@@ -375,6 +377,7 @@ class _Draws:
         cache = self.cache
         values = cache.get(key)
         if values is None:
+            cache.pop((self.kind, self.index, visit, block - 2), None)
             if len(cache) >= _CACHED_BLOCKS:
                 del cache[next(iter(cache))]
             rng = np.random.default_rng(stream_entropy(self.seed, self.kind, self.index, visit, block))
@@ -417,16 +420,20 @@ def _loop_draws(rng: np.random.Generator, visit: int, block: int) -> array:
 
 
 def _route_draws(spec: NetworkSpec, n_jobs: int) -> tuple[dict[int, _Draws], set[int]]:
-    """The draws of every call, delay (other than `per_token`) and `repeat_prob` loop node,
-    by node id, each node indexed among the nodes of its kind in the spec's order (job
-    types in order, each route depth first); and the ids of the nodes a job can visit
-    more than once (inside a loop, and the loop nodes themselves: one draw per pass)."""
+    """The draws of every call, delay and loop node, by node id (a `per_token` delay and a
+    `times` loop never draw from theirs), each node indexed among the nodes of its kind in
+    the spec's order (job types in order, each route depth first); and the ids of the
+    nodes a job can visit more than once (inside a loop, the loop nodes themselves: one
+    draw per pass, and a node object placed twice in routes, which keeps its first index)."""
     cache: dict[tuple, array] = {}
     draws: dict[int, _Draws] = {}
     counts = {"lengths": 0, "delays": 0, "loop": 0}
     repeated: set[int] = set()
 
     def add(node, kind: str, draw: Callable) -> None:
+        if id(node) in draws:  # the same object twice (`[call] * 3` in Python): visits tell them apart
+            repeated.add(id(node))
+            return
         draws[id(node)] = _Draws(spec.seed, kind, counts[kind], draw, cache)
         counts[kind] += 1
 
@@ -491,7 +498,7 @@ def stream_entropy(seed: int, kind: str, index: int = 0, visit: int = 0, block: 
     (server `index`'s router), and, for jobs `block * _BLOCK` to `(block + 1) * _BLOCK - 1`
     at their visit `visit` (0: the first) of a node, "lengths" of call node `index`,
     "delays" of delay node `index`, "loop" (the repeat decisions of loop node `index`).
-    Nodes are indexed by kind in the spec's order (`_route_nodes`). No two (seed, kind,
+    Nodes are indexed by kind in the spec's order (`_route_draws`). No two (seed, kind,
     index, visit, block) share one."""
     if seed >= _WORD:
         return _wide_seed_entropy(seed, kind, index, visit, block)
@@ -553,16 +560,21 @@ def _job_type_arrivals(job: JobType, entropy: list[int], n: int | None, duration
 def run_network(
     spec: NetworkSpec,
     *,
-    fast: bool = True,
+    fast: bool | None = None,
     max_time_s: float | None = None,
     sample_interval_s: float | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> NetworkStats:
     """Run the jobs of `spec` through its servers; returns per-call, per-job and per-replica
-    measurements."""
+    measurements. `fast`, `max_time_s` and `sample_interval_s` left out (None) are the
+    spec's (`spec.run`; default: fast, no limit, the automatic interval)."""
+    run = spec.run
+    fast = run.get("fast", True) if fast is None else fast
+    max_time_s = run.get("max_time_s") if max_time_s is None else max_time_s
+    sample_interval_s = run.get("sample_interval_s") if sample_interval_s is None else sample_interval_s
     check_flag("fast", fast)
     check_seconds("max_time_s", max_time_s)
-    check_seconds("sample_interval_s", sample_interval_s)
+    check_sample_interval(sample_interval_s)
     max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
     # job arrivals: every job type's own process, merged
     arrivals = []

@@ -34,7 +34,7 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir, remove_run_folder
 from ..core.prefix_cache import hit_rate
-from ..core.request import NS, check_seconds
+from ..core.request import NS, check_sample_interval, check_seconds
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
 from ..theory.network import check_schedulers, traffic
 from ..workload.network import load_network
@@ -579,7 +579,7 @@ def simulate_network(
     automatic interval)."""
     check_run_switches(True if fast is None else fast, progress, unknown, simulate_network)
     max_time_s = check_seconds("max_time_s", max_time_s)
-    sample_interval_s = check_seconds("sample_interval_s", sample_interval_s)
+    sample_interval_s = check_sample_interval(sample_interval_s)
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
     spec = load_network(network)

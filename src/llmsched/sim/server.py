@@ -79,15 +79,15 @@ class TimeSeries:
 
     def _advance(self) -> None:
         self.next += self.interval
-        if len(self.cols["time_s"]) >= MAX_SAMPLES:
-            if self.auto:
+        if self.auto:
+            if len(self.cols["time_s"]) >= MAX_SAMPLES:
                 for col in self.cols.values():
                     del col[1::2]
                 self.interval *= 2
                 self.next = self.first + -(-(self.next - self.first) // self.interval) * self.interval
-            elif len(self.cols["time_s"]) >= self.limit:
-                why = f"the run reached {self.next / NS:g} s"
-                raise ConfigError(too_many_samples(self.interval / NS, why, self.replicas))
+        elif len(self.cols["time_s"]) >= self.limit:  # (below MAX_SAMPLES with over 244 replicas)
+            why = f"the run reached {self.next / NS:g} s"
+            raise ConfigError(too_many_samples(self.interval / NS, why, self.replicas))
 
     def _record(self, state, t: int, j: int, b: int, pf: int, joined: tuple[int, int, int] = (0, 0, 0)) -> None:
         c = self.cols

@@ -24,7 +24,7 @@ import numpy as np
 from ..core.clock import to_clock_ns
 from ..core.cost import CostModel
 from ..core.errors import ConfigError
-from ..core.request import MAX_SECONDS, NS, Request, check_seconds
+from ..core.request import MAX_SECONDS, NS, Request, check_sample_interval, check_seconds
 from ..core.state import UNLIMITED
 from ..policies.base import Scheduler
 from .histogram import GapHistogram
@@ -101,9 +101,7 @@ def check_run_inputs(trace, scheduler: Scheduler, max_time_s=None, sample_interv
             f"{arrival_s.max():g} s; are they in seconds? a trace's --time-scale K divides them)"
         )
     check_seconds("max_time_s", max_time_s)
-    check_seconds("sample_interval_s", sample_interval_s)
-    if sample_interval_s and int(round(sample_interval_s * NS)) < 1000:
-        raise ConfigError(f"the sampling interval must be at least 1 microsecond, got {sample_interval_s} s")
+    check_sample_interval(sample_interval_s)
     if sample_interval_s and len(arrival_s):
         span = float(arrival_s[-1] - arrival_s[0])
         if max_time_s is not None:

@@ -58,7 +58,7 @@ from ..core.checks import as_real
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError, closest
-from ..core.request import MAX_SECONDS, check_seconds
+from ..core.request import MAX_SECONDS, check_sample_interval, check_seconds
 from ..core.yamlfile import read_yaml
 from .arrivals import (
     MAX_REQUESTS,
@@ -884,10 +884,11 @@ def _run_options(run) -> dict:
     run = _mapping(run, "run", "run")
     _check_keys(run, RUN_KEYS, "run", "run")
     out = {}
-    for key in ("max_time_s", "sample_interval_s"):
+    checks = (("max_time_s", lambda v: check_seconds("max_time_s", v)), ("sample_interval_s", check_sample_interval))
+    for key, check in checks:
         if run.get(key) is not None:
             try:
-                out[key] = check_seconds(key, run[key])
+                out[key] = check(run[key])
             except ConfigError as e:
                 raise _at(f"run.{key}", str(e)) from None
     if "fast" in run:
