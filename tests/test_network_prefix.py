@@ -288,7 +288,7 @@ def test_merged_prefix_stats_take_the_rates_of_the_sums():
 @pytest.mark.parametrize(
     "edit,message",
     [
-        (lambda d: d["servers"]["s"].update(block_size=0), "servers.s: block_size must be a whole number"),
+        (lambda d: d["servers"]["s"].update(block_size=0), "servers.s: block_size must be a positive integer, got 0"),
         (lambda d: d["servers"]["s"].update(prefix_caching="yes"), "servers.s: prefix_caching must be true or false"),
         (lambda d: d["jobs"]["A"].update(context="grows"), "jobs.A: unknown context 'grows' (did you mean 'grow'?)"),
         (lambda d: d["jobs"]["A"].update(system_prompt=-1), "jobs.A: system_prompt (tokens) must be a whole number"),

@@ -205,12 +205,20 @@ def test_a_prefix_computed_alongside_is_cached_from_where_the_prompts_branch():
 
 
 def test_ids_that_are_not_prefix_ids_are_refused():
-    # 5 starts a cached chain at position 0; another prompt has it at position 1
+    # 5 starts a cached chain at position 0; another prompt has it at position 1: a
+    # ConfigError (one line, exit 2 from the CLI), not a bare ValueError
     pc = PrefixCache(BS)
     pc.insert((5, 6), 0, 2, [])
     pc.insert((1,), 0, 1, [])
-    with pytest.raises(ValueError, match="prefix ids"):
+    with pytest.raises(ConfigError, match="block ids must be prefix ids") as info:
         pc.match((1, 5), 2)
+    assert "\n" not in str(info.value)
+    # as a hand-built Trace brings them to a simulation (a file's ids are chained on reading)
+    from llmsched.workload import Trace
+
+    t = Trace([0.0, 1.0, 2.0], [40, 40, 40], [3, 3, 3], block_ids=[5, 6, 1, 7, 1, 5], block_ptr=[0, 2, 4, 6])
+    with pytest.raises(ConfigError, match="block ids must be prefix ids"):
+        llmsched.simulate(trace=t, prefix_caching=True, cost_model="const:10")
 
 
 class BlockByBlock:
@@ -421,6 +429,38 @@ def test_block_size_rule_is_the_same_everywhere(bad):
             build()
 
 
+def test_block_size_limit_is_the_same_everywhere(tmp_path, capsys):
+    """simulate refused --block-size 2000000 (1..1048576, the trace readers' limit), serve
+    --backend sim started with it and generate failed on the KV memory: one limit, one
+    message."""
+    from helpers import one_line_error
+
+    from llmsched.workload import Trace, read_trace
+
+    msg = "block_size must be at most 1,048,576 tokens, got 2,000,000"
+    big = ["--block-size", "2000000"]
+    one_line_error(capsys, ["simulate", "--num-requests", "5", "--out", "", *big], msg)
+    one_line_error(capsys, ["simulate", "--num-requests", "5", "--prefix-caching", "--out", "", *big], msg)
+    one_line_error(capsys, ["serve", "--backend", "sim", "--prefix-caching", *big], msg)
+    for build in (
+        lambda: Constraints(prefix_block_size=2_000_000),
+        lambda: SchedulerSpec(block_size=2_000_000).build(),
+        lambda: Trace([0.0], [5], [1], block_size=2_000_000),
+    ):
+        with pytest.raises(ConfigError, match="block[_ ]size must be at most 1,048,576 tokens, got 2,000,000$"):
+            build()
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens,block_ids@2000000\n0,5,1,\n")
+    with pytest.raises(ConfigError, match="^the block size in column 'block_ids@2000000' must be at most 1,048,576"):
+        read_trace(p)
+    assert check_prefix_block_size(1 << 20) == 1 << 20
+    pytest.importorskip("torch")
+    from llmsched.engine import LLMEngine
+
+    with pytest.raises(ConfigError, match=f"^{msg}$"):  # before the model is read
+        LLMEngine(str(tmp_path / "no-model"), block_size=2_000_000)
+
+
 def test_block_size_rule_accepts_positive_ints():
     assert check_prefix_block_size(16) == 16
     assert Constraints(prefix_block_size=1).prefix_block_size == 1
@@ -608,6 +648,64 @@ def test_simulate_cli_with_a_mooncake_trace(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main([*args, "--prefix-caching", "--block-size", "0"])
     assert e.value.code == 2
+
+
+def _hits(capsys, argv) -> int:
+    import json
+
+    from llmsched.cli import main
+
+    assert main([*argv, "--prefix-caching", "--out", "", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["prefix_cache"]["hit_tokens"]
+
+
+def test_plain_csv_per_block_ids_share_only_their_common_prefix(tmp_path, capsys):
+    """A plain CSV's block_ids@B were used as given: rows `1 2 3` and `1 4 3` (per-block
+    content ids) matched on their last id, and shared 48 of 60 tokens at 16- and 8-token
+    cache blocks; chained on reading (as Mooncake's hash_ids are) they share block 0."""
+    short = tmp_path / "short.csv"
+    short.write_text("arrival_s,prompt_tokens,output_tokens,block_ids@16\n0.0,60,3,1 2 3\n1.0,60,3,1 4 3\n")
+    for size, hit in (("16", 16), ("8", 16), ("32", 0)):
+        assert _hits(capsys, ["simulate", "--trace", str(short), "--block-size", size]) == hit, size
+    # ids at other positions (5 first in one prompt, second in another) stopped the run
+    # with a traceback ("block ids must be prefix ids"): now only the common `1` is hit
+    bad = tmp_path / "bad_plain.csv"
+    bad.write_text("arrival_s,prompt_tokens,output_tokens,block_ids@16\n0.0,40,3,5 6\n1.0,40,3,1 7\n2.0,40,3,1 5\n")
+    assert _hits(capsys, ["simulate", "--trace", str(bad)]) == 16
+    from llmsched.cli import main
+
+    rep = ["reproduce", "prefix-caching", "--trace", str(bad), "--block-size", "16", "--quick"]
+    assert main([*rep, "--out", str(tmp_path / "rep")]) == 0
+    capsys.readouterr()
+    # the same rows as a Parquet table's list column
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    table = {"arrival_s": [0.0, 1.0], "prompt_tokens": [60, 60], "output_tokens": [3, 3]}
+    pq.write_table(pa.table({**table, "block_ids@16": [[1, 2, 3], [1, 4, 3]]}), tmp_path / "short.parquet")
+    assert _hits(capsys, ["simulate", "--trace", str(tmp_path / "short.parquet")]) == 16
+
+
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_a_trace_written_with_block_ids_replays_with_the_same_hits(tmp_path, block_size):
+    """A workload with a system prompt and conversations, written by Trace.to_csv (its
+    prefix ids in block_ids@16) and replayed from the file (chained again on reading,
+    re-cut to 32-token blocks for 32): the same hits and the same run as the workload."""
+    from llmsched.workload import WorkloadSpec, make_trace
+
+    spec = WorkloadSpec(
+        rate=5, num_requests=300, prompt="uniform:100,2000", output="uniform:10,200",
+        system_prompt=256, turns="uniform:1,4", think_time_s=2.0, seed=3,
+    )  # fmt: skip
+    opts = dict(prefix_caching=True, kv_capacity=20000, cost_model="paper", block_size=block_size)
+    path = tmp_path / "t.csv"
+    make_trace(spec, 16).to_csv(path)
+    assert path.read_text().splitlines()[0].endswith(",block_ids@16")
+    direct = llmsched.simulate(trace=make_trace(spec, block_size), **opts)
+    replay = llmsched.simulate(trace=str(path), **opts)
+    hits = direct.summary["prefix_cache"]["hit_tokens"]
+    assert hits > 0 and replay.summary["prefix_cache"] == direct.summary["prefix_cache"]
+    assert np.array_equal(replay.stats.e2e_ns, direct.stats.e2e_ns)
 
 
 def test_capacity_cli_with_an_expected_cached_fraction(capsys):

@@ -74,7 +74,10 @@ def reproduce_prefix_caching(
     check_run_dir(out_dir, "reproduce prefix-caching")  # not over another run's outputs, before the runs
     trace = read_trace(trace_path, block_size=None)
     if not trace.has_blocks:
-        raise ConfigError(f"{trace_path} carries no prompt block ids (a Mooncake trace with hash_ids does)")
+        raise ConfigError(
+            f"{trace_path} carries no prompt block ids (a Mooncake trace with hash_ids has them, as does "
+            "a CSV with a block_ids@B column)"
+        )
     n = (QUICK_REQUESTS if quick else len(trace)) if num_requests is None else num_requests
     if n < 2:
         raise ConfigError(f"the reproduction needs at least 2 requests, got {n}")

@@ -740,7 +740,9 @@ def _reproduce_prefix(args, out: str) -> int:
     from ..analysis.reproduce_prefix import reproduce_prefix_caching  # noqa: PLC0415
 
     if args.trace is None:
-        raise ConfigError("reproduce prefix-caching needs --trace PATH (Mooncake JSON lines with hash_ids)")
+        raise ConfigError(
+            "reproduce prefix-caching needs --trace PATH (Mooncake JSON lines with hash_ids, or a CSV with block_ids@B)"
+        )
     given = [
         k for k in ("workload", "search_requests", "tol", "policies", "seeds") if getattr(args, k) not in (None, False)
     ]
@@ -1083,7 +1085,11 @@ def register(sub) -> None:
     )
     p.add_argument("--no-search", action="store_true", help="only the queue runs")
     p.add_argument("--quick", action="store_true", help="small runs (seconds), for tests")
-    p.add_argument("--trace", type=file_path, help="prefix-caching: the trace (Mooncake JSON lines with hash_ids)")
+    p.add_argument(
+        "--trace",
+        type=file_path,
+        help="prefix-caching: the trace (Mooncake JSON lines with hash_ids, or a CSV with block_ids@B)",
+    )
     p.add_argument(
         "--kv-capacities", help="prefix-caching: KV capacities in tokens, comma-separated (default 1000000,8000000)"
     )

@@ -14,6 +14,9 @@ MAX_B_MAX = 1 << 20
 MAX_REQUESTS_PER_STEP = 1 << 20
 # KV-cache capacity in tokens (a trillion: far past any GPU's).
 MAX_KV_TOKENS = 1 << 40
+# Tokens per KV (prefix-cache) block: the one limit of simulate, serve, generate and the
+# trace readers (workload.blocks.check_block_size).
+MAX_BLOCK_SIZE = 1 << 20
 
 
 def _positive_int(v: object, name: str, most: int | None = None, unit: str = "") -> int:
@@ -46,9 +49,10 @@ def k_max_binds(b_max, k_max) -> bool:
 
 
 def check_prefix_block_size(b: object, what: str = "block_size") -> int:
-    """The rule for a prefix-cache block size: a positive integer (int or numpy's, not a
-    bool); returns it as an int, or raises a ConfigError naming `what`."""
-    return _positive_int(b, what)
+    """The rule for a (prefix-cache) block size: a positive integer (int or numpy's, not a
+    bool) of at most MAX_BLOCK_SIZE tokens; returns it as an int, or raises a ConfigError
+    naming `what`."""
+    return _positive_int(b, what, MAX_BLOCK_SIZE, " tokens")
 
 
 @dataclass(frozen=True)

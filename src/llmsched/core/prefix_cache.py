@@ -37,6 +37,8 @@ from array import array
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator, Sequence
 
+from .errors import ConfigError
+
 
 class _Run:
     """Blocks keys[lo:hi] of one chain, held by `ref` requests. Free runs (ref 0) form a
@@ -115,9 +117,12 @@ class PrefixCache:
         that block but starting before it would hold block pos - 1 too."""
         run = self._head.get(keys[pos])
         if run is not None and run.lo != pos:
-            raise ValueError(
+            # the trace readers chain every id (a file cannot get here); a Trace or Request
+            # built by hand can
+            raise ConfigError(
                 f"block id {keys[pos]} is at position {pos} of one prompt and {run.lo} of another: "
-                "block ids must be prefix ids (see Request.blocks)"
+                "block ids must be prefix ids, each standing for its block and all before it "
+                "(workload.blocks.chain_ragged makes them from per-block ids)"
             )
         return run
 

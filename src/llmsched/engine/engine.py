@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..core.checks import as_int
+from ..core.constraints import check_prefix_block_size
 from ..core.engine_api import DefaultMaxModelLen, SamplingParams, check_request_size
 from ..core.errors import ConfigError
 from ..core.plan import StepPlan
@@ -206,10 +207,11 @@ class LLMEngine(StepDriver):
                 prefix_caching=prefix_caching,
             )
         b_max = spec.b_max
-        for name, v in (("b_max", b_max), ("max_num_seqs", max_num_seqs), ("block_size", block_size)):
+        for name, v in (("b_max", b_max), ("max_num_seqs", max_num_seqs)):
             n = as_int(v)
             if n is None or n <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        block_size = check_prefix_block_size(block_size)  # the simulator's rule and limit
         b_max, max_num_seqs, block_size = int(b_max), int(max_num_seqs), int(block_size)
         if isinstance(model, ModelConfig):
             self.config, model_dir, self.tokenizer = model, None, None

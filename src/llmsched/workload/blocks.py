@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.constraints import check_prefix_block_size
 from ..core.errors import ConfigError
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
 ]
 
 DEFAULT_BLOCK_SIZE = 16  # tokens per KV block (vLLM's default)
-MAX_BLOCK_SIZE = 1 << 20
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -50,18 +50,19 @@ _ROOT = np.uint64(0x2545F4914F6CDD1D)  # the "empty prefix" every chain starts f
 INT_CONSTANTS = (int(_GOLDEN), int(_ROOT), int(_M1), int(_M2))
 
 
-def check_block_size(b, what: str = "block size") -> int:
-    """A block size as an int in 1..2**20 tokens (ConfigError otherwise)."""
-    if isinstance(b, bool):
-        raise ConfigError(f"{what} must be a whole number of tokens >= 1, got {b!r}")
-    try:
-        v = int(b)
-        ok = v == float(b)
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok or not 1 <= v <= MAX_BLOCK_SIZE:
-        raise ConfigError(f"{what} must be a whole number of tokens in 1..{MAX_BLOCK_SIZE}, got {b!r}")
-    return v
+def check_block_size(b, what: str = "block_size") -> int:
+    """A block size as an int in 1..MAX_BLOCK_SIZE tokens, the rule and the messages of
+    `core.constraints.check_prefix_block_size`; a whole number written as text ('32', a
+    column name's) or as a float (32.0) is taken too. ConfigError otherwise."""
+    v = b
+    if not isinstance(b, bool):
+        try:
+            as_int = int(b)
+            if as_int == float(b):
+                v = as_int
+        except (TypeError, ValueError, OverflowError):
+            pass
+    return check_prefix_block_size(v, what)
 
 
 def mix(x) -> np.ndarray:
@@ -223,8 +224,8 @@ def reblock(
     np.cumsum(keep, out=new_ptr[1:])
     row = np.repeat(np.arange(len(keep)), keep)
     m = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
-    # a cache block stands for all of its source blocks and its prefix: chained again, as
-    # ids of a hand-written file may be per-block (chaining chained ids keeps what they share)
+    # a cache block stands for all of its source blocks and its prefix: chained again
+    # (the readers chain every file's ids already; chaining chained ids keeps what they share)
     return chain_ragged(ids, ptr)[ptr[:-1][row] + (m + 1) * r - 1], new_ptr
 
 

@@ -8,7 +8,8 @@ and ids).
 
 File formats, told apart by the first line (`trace_format`; docs/workloads.md):
 - plain: header `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]` (any column
-  order; extra columns are ignored). Written by `Trace.to_csv`.
+  order; extra columns are ignored), block ids chained on reading as Mooncake's are.
+  Written by `Trace.to_csv`.
 - Azure LLM inference trace (2023 and 2024 releases): header
   `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP a wall-clock string such as
   `2023-11-16 18:15:46.6805900` (a UTC offset is allowed); arrival_s = seconds since the
@@ -329,7 +330,8 @@ class Trace:
     # ------------------------------------------------------------------ files
     def to_csv(self, path: str | os.PathLike) -> None:
         """Write `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]`; everything
-        round-trips exactly (arrival times too)."""
+        round-trips exactly (arrival times too) but the block ids' values: reading chains
+        them again, which keeps what the requests share."""
         cols = [map(repr, self.arrival_s.tolist()), map(str, self.prompt.tolist()), map(str, self.output.tolist())]
         header = ",".join(PLAIN_COLUMNS)
         if self.tag is not None:
@@ -457,7 +459,8 @@ def _blocks_column(header: list[str]) -> tuple[str, int] | None:
 
 
 def read_plain_csv(path: str | os.PathLike) -> Trace:
-    """Read `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]`."""
+    """Read `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]` (or the same
+    columns of a Parquet table); block ids are chained (`chain_ragged`) as Mooncake's are."""
     bcol = _blocks_column(read_header(path))
     optional = {"tag": "str"}
     if bcol:
@@ -487,7 +490,13 @@ def read_plain_csv(path: str | os.PathLike) -> Trace:
                 f"file {path} {row_place(path, i)} column '{name}': {int(counts[i])} block ids for a "
                 f"{int(prompt[i])}-token prompt (at most {-(-int(prompt[i]) // size)} blocks of {size} tokens)"
             )
-    return Trace(*_sorted(arrival, prompt, output, cols.get("tag"), ids, ptr), block_size=size)
+    arrival, prompt, output, tag, ids, ptr = _sorted(arrival, prompt, output, cols.get("tag"), ids, ptr)
+    if ids is not None:
+        # chained as Mooncake's hash_ids are: id k then stands for the row's ids 0..k, so a
+        # file of per-block content ids works (the cache compares prefix ids), and a file of
+        # prefix ids (what `to_csv` writes) shares exactly what it shared before
+        ids = chain_ragged(ids, ptr)
+    return Trace(arrival, prompt, output, tag, ids, ptr, size)
 
 
 def _parse_id_lists(texts, path, column: str, sep: str, rows_to_lines=None) -> tuple[np.ndarray, np.ndarray]:
