@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 from .errors import ConfigError
@@ -411,12 +412,22 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
 def atomic_write(path, writer) -> None:
     """`writer(tmp)` then rename tmp to `path`: the file appears whole or not at all, and
     a write that stops (an error, Ctrl-C) leaves the file that was there as it was (its
-    temporary file removed)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary file removed). Written through a symbolic link (the file it names is
+    replaced, the link stays a link); a path that is no regular file (a FIFO, a device
+    such as /dev/stdout), which no rename may replace, is written straight to (not
+    whole-or-nothing: there is no earlier file to keep)."""
+    try:
+        mode = os.stat(path).st_mode  # (through links)
+    except OSError:  # (nothing there yet, or a link to nothing: a new file)
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        writer(Path(path))
+        return
+    real = Path(os.path.realpath(path))
+    tmp = real.with_name(f".{real.name}.{os.getpid()}.tmp")
     try:
         writer(tmp)
-        os.replace(tmp, path)
+        os.replace(tmp, real)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
