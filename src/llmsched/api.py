@@ -24,7 +24,7 @@ from .core.checks import check_progress, strict_keywords
 from .core.constraints import check_prefix_block_size, k_max_binds
 from .core.cost import make_cost_model, recorded_cost_model
 from .core.errors import ConfigError, check_known, warn
-from .core.paths import check_out_dir
+from .core.paths import check_out_dir, check_run_dir
 from .core.request import NS, check_seconds
 from .core.version import __version__
 from .core.yamlfile import read_yaml
@@ -344,6 +344,7 @@ def simulate(
     check_progress(progress)
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
+        check_run_dir(out_dir, "single-server")  # not over another run's or the user's files
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
         overrides["trace"], trace = str(trace), None
     elif trace is not None:
