@@ -29,6 +29,7 @@ from .core.request import NS, check_seconds
 from .core.version import __version__
 from .core.yamlfile import read_yaml
 from .policies import admission_holds_back, policy_base_name, policy_capacity
+from .policies.base import AdmissionHooks
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
@@ -421,7 +422,7 @@ def simulate(
         result.own_steps(steps_tmp)
     result.slo = slo
     if cfg.verdict:
-        result.stability = _stability_fields(result, cost, cfg)
+        result.stability = _stability_fields(result, cost, cfg, scheduler)
     if out_dir is not None:
         result.write(out_dir)
     return result
@@ -491,7 +492,9 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
             warn(f"profile {cost.label!r} is extrapolated far past its grid: {'; '.join(far)}")
 
 
-def config_policy_capacity(cfg: SimConfig, best: float, fill: float, region_exact: bool | None = None) -> float | None:
+def config_policy_capacity(
+    cfg: SimConfig, best: float, fill: float, region_exact: bool | None = None, admission=None
+) -> float | None:
     """The token rate (tokens/s) the configuration's scheduler serves under a backlog, where
     theory says it (`policies.policy_capacity`: `fill`, full steps of b_max, for a
     work-conserving policy without a binding cap; `best`, lambda*'s steps, for adaptive
@@ -501,13 +504,19 @@ def config_policy_capacity(cfg: SimConfig, best: float, fill: float, region_exac
     the KV cache, steps stay short of the budget and preemptions add recompute work, which
     no theorem here counts (Sarathi at b_max 512, prompts 200, outputs 101, kv_capacity
     2000: unstable at 6 req/s, 54% of a full-step limit of 11.14). The one rule of
-    `simulate`'s summary and a rate search's groups."""
-    held = bool(admission_holds_back(cfg.admission, cfg.max_running, cfg.admission_options))
+    `simulate`'s summary and a rate search's groups. `admission`: the run's admission
+    policy, already built (its running cap included), judged as it is rather than made
+    again from the configuration's names (a registered factory is called once per run)."""
+    if admission is not None:
+        hooks = AdmissionHooks(admission)
+        held = bool(hooks.token_limit or hooks.batch_limit or hooks.may_admit)
+    else:
+        held = bool(admission_holds_back(cfg.admission, cfg.max_running, cfg.admission_options))
     held = held or cfg.kv_capacity is not None
     return policy_capacity(cfg.policy, cfg.b_max, cfg.k_max, best, fill, held, region_exact)
 
 
-def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
+def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dict:
     """Theorem 2's capacity for this workload and the run's stability verdict."""
     out: dict[str, Any] = {}
     arrivals = result.arrival_s
@@ -543,7 +552,9 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig) -> dict:
     out["offered_rate"] = rate
     out["utilisation"] = rep.utilisation
     # this run's policy at its own limit, where theory says it (`config_policy_capacity`)
-    limit = config_policy_capacity(cfg, rep.effective_capacity, rep.fill_capacity, rep.region_exact)
+    limit = config_policy_capacity(
+        cfg, rep.effective_capacity, rep.fill_capacity, rep.region_exact, scheduler.admission
+    )
     offered = rep.offered_tokens_per_s
     out["policy_critical_rate"] = None if limit is None else limit / rep.work_per_request
     out["policy_utilisation"] = None if limit is None or offered is None else offered / limit
