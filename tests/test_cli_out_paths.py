@@ -7,6 +7,7 @@ import os
 import pytest
 from helpers import one_line_error
 
+import llmsched
 from llmsched.cli import main
 from llmsched.core.errors import ConfigError
 from llmsched.core.paths import check_out_dir, check_out_file
@@ -416,7 +417,8 @@ def test_clearing_a_runs_folder_leaves_what_no_run_wrote(tmp_path):
 
     s = tmp_path / "st"
     (s / "search" / "points").mkdir(parents=True)
-    (s / "search" / "points" / "k.json").write_text("{}")
+    (s / "search" / "points" / "k.json").write_text('{"key": "k", "config": {}, "summary": {}}')  # a point's record
+    (s / "search" / "points" / "j.json").write_text("{}")  # JSON, but no point's record: the user's
     (s / "search" / "points" / ".k.123.tmp").write_text("{}")  # a write's temporary file
     (s / "search" / "results.csv").write_text("x\n")
     (s / "search" / "mine.txt").write_text("mine\n")
@@ -429,6 +431,7 @@ def test_clearing_a_runs_folder_leaves_what_no_run_wrote(tmp_path):
         "search",
         "search/mine.txt",
         "search/points",
+        "search/points/j.json",
         "search/points/mine",
         "table.csv",
         "table.csv/mine.txt",
@@ -449,4 +452,53 @@ def test_a_network_rerun_keeps_the_users_file_in_a_replica_folder(tmp_path):
         "cluster[0]/notes.txt",
         "cluster[2]",
         "cluster[2]/notes.txt",
+    ]
+
+
+def test_a_json_file_in_a_search_is_a_runs_only_if_it_is_a_points_record(tmp_path, capsys):
+    """Inside points/ any *.json counted as a run's: `--no-search` removed the user's
+    search/points/mine.json, and the whole search/ with it, without a word."""
+    out = tmp_path / "st"
+    run = ["reproduce", "stability", "--quick", "--policies", "sarathi", "--out", str(out)]
+    assert main(run) == 0
+    capsys.readouterr()
+    mine = out / "search" / "points" / "mine.json"
+    mine.write_text('{"my": "data"}')
+    one_line_error(capsys, [*run, "--no-search"], "search/ holds 'points/mine.json'", "no llmsched run writes there")
+    assert mine.read_text() == '{"my": "data"}' and (out / "search" / "results.csv").is_file()
+    # a record of another key's name is no record either
+    record = next(p for p in mine.parent.iterdir() if p != mine)
+    mine.write_text(record.read_text())
+    one_line_error(capsys, [*run, "--no-search"], "search/ holds 'points/mine.json'")
+    mine.unlink()
+    assert main([*run, "--no-search"]) == 0 and not (out / "search").exists()
+
+
+def test_a_servers_folder_is_a_replicas_only_if_its_summary_proves_it(tmp_path, capsys):
+    """Any servers/DIR holding a summary.json was taken for a replica's folder: a network
+    rerun deleted the user's servers/my_notes/summary.json ({"note": "mine"}) and
+    requests.csv beside it. Now refused, in one line, before the run."""
+    out = tmp_path / "net"
+    net = ["simulate", *RUN, "--replicas", "2", "--out", str(out)]
+    assert main(net) == 0
+    notes = out / "servers" / "my_notes"
+    notes.mkdir()
+    (notes / "summary.json").write_text('{"note": "mine"}')
+    (notes / "requests.csv").write_text("mine\n")
+    single = ["simulate", *RUN, "--out", str(out)]
+    for argv in (net, single):  # a rerun, or a single-server run that clears the network's servers/
+        one_line_error(capsys, argv, "servers/ holds 'my_notes/requests.csv'", "not a network replica's")
+    with pytest.raises(ConfigError, match="servers/ holds 'my_notes/requests.csv'"):
+        llmsched.simulate_network(str(tmp_path / "no-such-network.yaml"), out_dir=out)  # before the network is read
+    with pytest.raises(ConfigError, match="servers/ holds 'my_notes/requests.csv'"):
+        llmsched.simulate(cost_model="paper", num_requests=5, out_dir=out)
+    assert (notes / "summary.json").read_text() == '{"note": "mine"}' and (notes / "requests.csv").is_file()
+    # a folder of the user's other files is left as it is, by a rerun and by a clearing run
+    (notes / "summary.json").unlink()
+    (notes / "requests.csv").unlink()
+    (notes / "notes.txt").write_text("mine\n")
+    assert main(net) == 0 and main(single) == 0
+    assert sorted(str(p.relative_to(out / "servers")) for p in (out / "servers").rglob("*")) == [
+        "my_notes",
+        "my_notes/notes.txt",
     ]

@@ -466,6 +466,9 @@ def test_peak_below_b_max_verdicts_at_either_end(k_max):
     # ceil model, b_max 300: C = 2,549.1 tokens/s (steps filled to 300), peak 3,113.6 (b = 256)
     below = _one_server("paper", 300, 200, 101, 8.0, k_max)  # 2,400 tokens/s offered
     assert below.stable is True and below.verdict.startswith("stable under work-conserving policies")
+    # the full steps' capacity is the verdict's (fill_utilisation), not a reason that
+    # withdraws it (`_holds_back` gives no FILL reason)
+    assert below.not_throughput_optimal == {}
     over = _one_server("paper", 300, 200, 101, 11.0, k_max)  # 3,300 tokens/s: over the peak
     assert over.stable is False and "every policy's backlog grows" in over.verdict
     assert over.max_utilisation == pytest.approx(3300 / over.server("s1").peak_token_capacity, rel=1e-9)
@@ -650,3 +653,23 @@ def test_the_feed_forward_guarantee_names_servers_that_are_not_throughput_optima
     over = traffic(network(routes, rates={"A": 100.0}, **policies))
     assert over.stable is False and over.not_throughput_optimal == {"s2": "fastertransformer"}
     assert network_capacity_report(network(routes, **policies))["not_throughput_optimal"] == {"s2": "fastertransformer"}
+
+
+def test_every_kind_of_reason_is_named():
+    """`_named_policies` had no FILL group: a reason of that kind raised KeyError."""
+    from llmsched.core.guarantee import CAP, FILL, HELD, POLICY, HoldReason
+    from llmsched.theory.network import _named_policies
+
+    fill = HoldReason(FILL, "b / t(b) peaks at b = 512 < b_max 600")
+    assert _named_policies({"s1": [fill]}) == (
+        "server s1 (b / t(b) peaks at b = 512 < b_max 600) fills every step to b_max, which serves less than "
+        "smaller steps: a policy doing so is stable only below its full steps' capacity"
+    )
+    why = {
+        "a": [HoldReason(POLICY, "fastertransformer")],
+        "b": [HoldReason(HELD, "twp admission"), fill],
+        "c": [HoldReason(CAP, "k_max 16 < b_max 512")],
+    }
+    text = _named_policies(why)
+    assert "server a (fastertransformer) runs a policy" in text and "server b (twp admission) holds" in text
+    assert "server c (k_max 16 < b_max 512) caps" in text and "server b (b / t(b) peaks" in text

@@ -120,6 +120,23 @@ def test_a_search_reports_the_policy_limit_of_its_group():
     assert policy_critical_rate_of(resolve_point(None, {**fixed, "max_running": 4}, {"policy": "sarathi"})) is None
 
 
+def test_a_finite_kv_capacity_makes_the_policys_limit_unknown():
+    """prompts 200, outputs 101, b_max 512, kv_capacity 2000 (six requests' KV): Sarathi's
+    full-step limit is 11.14 req/s, but at 6 req/s the KV cache binds, preemptions redo
+    work and the run is unstable (+1,400 tokens/s): the summary said policy_critical_rate
+    11.14 and a predicted growth of 0."""
+    opts = {"cost_model": "paper", "prompt": "const:200", "output": "const:101", "b_max": 512, "policy": "sarathi"}
+    s = llmsched.simulate(**opts, rate=6.0, num_requests=3000, kv_capacity=2000).summary
+    assert s["verdict"] == "unstable" and s["preemptions"] > 0
+    assert s["policy_critical_rate"] is None and s["policy_utilisation"] is None
+    # the growth falls back to lambda*'s steps (a lower bound on the policy's)
+    assert s["predicted_backlog_growth_tokens_per_s"] == 0.0
+    # a search's groups take the same rule
+    fixed = {**opts, "num_requests": 100}
+    assert policy_critical_rate_of(resolve_point(None, {**fixed, "kv_capacity": 2000})) is None
+    assert policy_critical_rate_of(resolve_point(None, fixed)) == pytest.approx(512 / T512 / WORK)
+
+
 def test_the_python_capacity_keeps_lambda_star_the_best_policys():
     r = capacity("paper", 600, 200, 101, rate=11)
     assert r.critical_rate == pytest.approx(512 / T512 / WORK) and r.fill_capacity == pytest.approx(600 / T600)

@@ -239,9 +239,9 @@ def test_search_max_stable_rate_and_slo(tmp_path):
         # both edges to within tol: the last stable rate and the next rate probed (the
         # first inconclusive, or unstable), the last inconclusive and the first unstable
         first_not_stable = min(x for x in (r["inconclusive_low"], r["unstable_rate"]) if x is not None)
-        # with no probe stable the row holds first_not_stable itself, flagged as an upper bound
+        # with no probe stable the row holds the first unstable rate, flagged as an upper bound
         last_stable = 0.0 if r["max_stable_upper_bound"] else r["max_stable_rate"]
-        assert r["max_stable_rate"] == (first_not_stable if r["max_stable_upper_bound"] else last_stable)
+        assert r["max_stable_rate"] == (r["unstable_rate"] if r["max_stable_upper_bound"] else last_stable)
         assert first_not_stable - last_stable <= 0.1 * lam + 1e-9
         last_not_unstable = r["inconclusive_high"] if r["inconclusive_probes"] else last_stable
         assert 0 < r["unstable_rate"] - last_not_unstable <= 0.1 * lam + 1e-9

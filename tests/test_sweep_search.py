@@ -341,3 +341,40 @@ def test_a_search_without_a_grid_of_seeds_writes_the_seed_it_used(tmp_path, monk
         )
         rows = results(out)
         assert rows and {r["seed"] for r in rows} == {str(seed or 0)}
+
+
+def test_every_probe_inconclusive_is_no_answer_not_an_upper_bound(tmp_path, monkeypatch, capsys, lam):
+    # every probe inconclusive: the row said max_stable_rate = the smallest rate probed
+    # (tol * lambda*), flagged an upper bound, though no verdict says the max stable rate
+    # lies below it
+    calls = fake_runs(monkeypatch, lambda rate: INCONCLUSIVE)
+    (row,) = search(tmp_path, slo={"p99_ttft_ms": 1000}).search
+    assert row["unstable_rate"] is None and row["failed_rate"] is None
+    assert row["max_stable_rate"] is None and row["max_stable_load"] is None
+    assert row["max_stable_upper_bound"] is False and row["max_stable_lower_bound"] is False
+    assert row["inconclusive_low"] == min(calls) and row["inconclusive_high"] == max(calls)
+    # an inconclusive rate meets no SLO: the SLO search's miss stands
+    assert row["max_slo_rate"] == 0.0 and row["slo_miss_rate"] == min(calls)
+    fake_runs(monkeypatch, lambda rate: INCONCLUSIVE)
+    argv = ["sweep", *CLI_FIXED, "--grid", "policy=sarathi", "--search", "max-stable-rate", "--tol", str(TOL)]
+    assert main([*argv, "--out", str(tmp_path / "cli")]) == 0
+    out = capsys.readouterr().out
+    table = out.split("note:")[0]
+    assert f"< {min(calls):,.3f}" not in table
+    assert "judged stable or unstable" in out and "no answer" in out
+    with open(tmp_path / "cli" / "search.csv", newline="") as f:
+        saved = next(csv.DictReader(f))
+    assert saved["max_stable_rate"] == "" and saved["max_stable_upper_bound"] == "False"
+    (saved_json,) = json.loads((tmp_path / "cli" / "search.json").read_text())
+    assert saved_json["max_stable_rate"] is None and saved_json["max_stable_upper_bound"] is False
+
+
+def test_no_stable_probe_is_bounded_by_the_first_unstable_one(tmp_path, monkeypatch, lam):
+    # inconclusive up to 0.9 lambda*, unstable above: the bound was the smallest rate
+    # probed (inconclusive), not the first rate judged unstable
+    fake_runs(monkeypatch, lambda rate: INCONCLUSIVE if rate < 0.9 * lam else UNSTABLE)
+    (row,) = search(tmp_path).search
+    assert row["inconclusive_low"] <= TOL * lam + 1e-9
+    assert 0.9 * lam <= row["unstable_rate"] <= 0.9 * lam + TOL * lam
+    assert row["max_stable_rate"] == row["unstable_rate"] and row["max_stable_upper_bound"] is True
+    assert row["max_stable_load"] == pytest.approx(row["unstable_rate"] / lam)

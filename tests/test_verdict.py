@@ -159,10 +159,10 @@ def test_every_number_of_the_verdict_is_checked_by_name():
 @pytest.mark.parametrize("method", ["hac", "batch"])
 def test_a_growth_that_cannot_be_estimated_is_inconclusive_never_stable(method):
     """1e300 * t: the slope's interval overflowed to [nan, nan], which fell through to
-    'stable'."""
+    'stable'. 1e306 * (1 + t): the tail's mean backlog overflows too (it warned of it)."""
     t = np.linspace(0, 100, 400)
     with np.errstate(all="raise"):  # no floating-point warning escapes either
-        v = stability_verdict(t, 1e300 * t, capacity=1000, method=method)
+        v = stability_verdict(t, 1e306 * (1 + t), capacity=1000, method=method)
     assert v.verdict == "inconclusive" and v.stable is None and not v.conclusive
     assert "could not be estimated" in v.reason
 
@@ -180,7 +180,9 @@ def test_a_growth_that_cannot_be_estimated_is_inconclusive_never_stable(method):
         ),
         ({"method": "batch", "groups": 2.5}, r"^groups .* got 2.5$"),
         ({"method": "batch", "groups": True}, r"^groups .* got True$"),
-        ({"groups": 1}, r"^groups .* got 1$"),
+        ({"method": "batch", "groups": 1}, r"^groups .* got 1$"),
+        ({"method": "batch", "groups": 8.5}, r"^groups .* got 8.5$"),
+        ({"method": "batch", "groups": math.inf}, r"^groups .* got inf$"),
     ],
 )
 def test_parameters_out_of_range_are_one_line_errors_naming_them(kwargs, match):
@@ -202,3 +204,16 @@ def test_a_tail_of_the_whole_run_keeps_every_sample():
     t = np.arange(16) * 0.1 + 0.1
     v = stability_verdict(t, np.arange(16.0) * 100, capacity=1000, tail_fraction=1.0)
     assert v.samples_used == 16 and v.tail_start_s == t[0]
+
+
+def test_each_method_checks_only_its_own_parameter():
+    """groups=8.0 (a whole number as a float) was refused; groups was checked for hac,
+    which has no blocks, and b_min for batch, which has no bandwidth."""
+    t = np.linspace(0, 100, 400)
+    w = 10 * t + np.sin(t)
+    whole = stability_verdict(t, w, capacity=1000, method="batch", groups=8.0)
+    assert whole == stability_verdict(t, w, capacity=1000, method="batch", groups=8)
+    assert stability_verdict(t, w, capacity=1000, method="batch", groups=np.float64(4.0)).detail.startswith("mean of 4")
+    hac = stability_verdict(t, w, capacity=1000)
+    assert stability_verdict(t, w, capacity=1000, groups=1) == hac
+    assert stability_verdict(t, w, capacity=1000, method="batch", b_min=5.0) == whole

@@ -24,11 +24,11 @@ from .core.checks import check_progress, strict_keywords
 from .core.constraints import check_prefix_block_size, k_max_binds
 from .core.cost import make_cost_model, recorded_cost_model
 from .core.errors import ConfigError, check_known, warn
-from .core.paths import check_out_dir
+from .core.paths import check_out_dir, check_run_dir
 from .core.request import NS, check_seconds
 from .core.version import __version__
 from .core.yamlfile import read_yaml
-from .policies import policy_base_name, policy_capacity
+from .policies import admission_holds_back, policy_base_name, policy_capacity
 from .policies.base import AdmissionHooks
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
@@ -345,6 +345,7 @@ def simulate(
     check_progress(progress)
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
+        check_run_dir(out_dir, "single-server")  # not over another run's or the user's files
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
         overrides["trace"], trace = str(trace), None
     elif trace is not None:
@@ -491,6 +492,30 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
             warn(f"profile {cost.label!r} is extrapolated far past its grid: {'; '.join(far)}")
 
 
+def config_policy_capacity(
+    cfg: SimConfig, best: float, fill: float, region_exact: bool | None = None, admission=None
+) -> float | None:
+    """The token rate (tokens/s) the configuration's scheduler serves under a backlog, where
+    theory says it (`policies.policy_capacity`: `fill`, full steps of b_max, for a
+    work-conserving policy without a binding cap; `best`, lambda*'s steps, for adaptive
+    unless `region_exact` is False); None (unknown: lambda* only bounds its stable rates)
+    for any other policy, behind an admission or a running cap that holds work back
+    (`admission_holds_back`), and with a finite KV capacity: a backlog's requests then fill
+    the KV cache, steps stay short of the budget and preemptions add recompute work, which
+    no theorem here counts (Sarathi at b_max 512, prompts 200, outputs 101, kv_capacity
+    2000: unstable at 6 req/s, 54% of a full-step limit of 11.14). The one rule of
+    `simulate`'s summary and a rate search's groups. `admission`: the run's admission
+    policy, already built (its running cap included), judged as it is rather than made
+    again from the configuration's names (a registered factory is called once per run)."""
+    if admission is not None:
+        hooks = AdmissionHooks(admission)
+        held = bool(hooks.token_limit or hooks.batch_limit or hooks.may_admit)
+    else:
+        held = bool(admission_holds_back(cfg.admission, cfg.max_running, cfg.admission_options))
+    held = held or cfg.kv_capacity is not None
+    return policy_capacity(cfg.policy, cfg.b_max, cfg.k_max, best, fill, held, region_exact)
+
+
 def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dict:
     """Theorem 2's capacity for this workload and the run's stability verdict."""
     out: dict[str, Any] = {}
@@ -526,14 +551,9 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
     out["critical_rate"] = rep.critical_rate
     out["offered_rate"] = rate
     out["utilisation"] = rep.utilisation
-    # this run's policy at its own limit, where theory says it (`policies.policy_capacity`):
-    # a work-conserving one fills every step to b_max, which serves less than lambda*'s steps
-    # where b / t(b) peaks below b_max; elsewhere (None) lambda* only bounds its stable rates
-    # (the run's own admission: one that limits steps or admissions, or a running cap, holds work back)
-    hooks = AdmissionHooks(scheduler.admission)
-    held = hooks.token_limit or hooks.batch_limit or hooks.may_admit
-    limit = policy_capacity(
-        cfg.policy, cfg.b_max, cfg.k_max, rep.effective_capacity, rep.fill_capacity, held, rep.region_exact
+    # this run's policy at its own limit, where theory says it (`config_policy_capacity`)
+    limit = config_policy_capacity(
+        cfg, rep.effective_capacity, rep.fill_capacity, rep.region_exact, scheduler.admission
     )
     offered = rep.offered_tokens_per_s
     out["policy_critical_rate"] = None if limit is None else limit / rep.work_per_request

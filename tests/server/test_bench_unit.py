@@ -118,7 +118,14 @@ def test_random_range_ratio_keeps_the_top_of_the_range():
     assert random_length_range(10, 0.25) == (7, 13)
     assert random_length_range(100, 0.1) == (90, 110)  # exact: float arithmetic's ceiling is 111
     assert random_length_range(10, 0.0) == (10, 10)
-    assert random_length_range(1, 0.5) == (1, 2)  # floor(0.5) is 0: at least 1
+    assert random_length_range(1, 0.5) == (1, 2)  # floor(0.5) is 0: at least 1 (a mean of 1.5, not L)
+    from llmsched.server import bench
+
+    # its docs said "so their mean is L" whatever the range: only where it is not raised to 1
+    for doc in (random_length_range.__doc__, bench.__doc__):
+        assert "unless the lower end is raised to 1" in " ".join(doc.split())
+    wl = make_workload(BenchConfig(num_prompts=4000, input_len=1, output_len=1, random_range_ratio=0.5, seed=1))
+    assert set(wl.prompt.tolist()) == {1, 2} and wl.prompt.mean() == pytest.approx(1.5, abs=0.05)
 
 
 def test_length_datasets_and_trace():

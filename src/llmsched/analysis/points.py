@@ -23,7 +23,7 @@ import os
 import time
 from functools import lru_cache
 
-from ..api import build_config, check_config, simulate
+from ..api import build_config, check_config, config_policy_capacity, simulate
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
@@ -31,10 +31,8 @@ from ..core.paths import recorded_path
 from ..policies import (
     ADMISSION_POLICIES,
     BATCH_POLICIES,
-    admission_holds_back,
     canonical_policy_name,
     policy_base_name,
-    policy_capacity,
 )
 from ..theory import capacity, requests_per_rate, workload_means, workload_mix
 from ..theory.means import cached_workload_mix, region_prefill_cap, sample_key
@@ -88,12 +86,13 @@ def critical_arrival_rate_of(cfg) -> float:
 
 def policy_critical_rate_of(cfg) -> float | None:
     """The rate below which the configuration's own policy is stable, where theory says it
-    (`policies.policy_capacity`: fill_capacity / work for a work-conserving policy without a
-    binding cap, below lambda* where b / t(b) peaks below b_max; lambda* for adaptive), in the
-    unit of the workload's rate as `critical_arrival_rate_of`; None where lambda* only bounds it."""
+    (`api.config_policy_capacity`, the rule of `simulate`'s summary: fill_capacity / work for
+    a work-conserving policy without a binding cap, below lambda* where b / t(b) peaks below
+    b_max; lambda* for adaptive), in the unit of the workload's rate as
+    `critical_arrival_rate_of`; None where lambda* only bounds it (an admission or running
+    cap that holds work back, a finite kv_capacity)."""
     _, eff, fill, work, exact = _numbers_of(cfg)
-    held = bool(admission_holds_back(cfg.admission, cfg.max_running, cfg.admission_options))
-    limit = policy_capacity(cfg.policy, cfg.b_max, cfg.k_max, eff, fill, held, exact)
+    limit = config_policy_capacity(cfg, eff, fill, exact)
     return None if limit is None else limit / work / requests_per_rate(cfg.workload)
 
 

@@ -178,8 +178,9 @@ def reproduce_stability(
         name, wc = _policy_info(p.partition(":")[0])
         s = queue[p]["summary"]
         f = found.get(p, {})
-        # with no probe judged stable the search's row holds the lowest rate probed, an
-        # upper bound, flagged `max_stable_upper_bound` (as search.csv has it)
+        # with no probe judged stable the search's row holds the first rate judged unstable,
+        # an upper bound, flagged `max_stable_upper_bound` (as search.csv has it); None with
+        # every probe inconclusive (no answer)
         rate_found, load_found = f.get("max_stable_rate"), f.get("max_stable_load")
         rows.append(
             {
@@ -199,8 +200,8 @@ def reproduce_stability(
                 # (None without a search) true: every probe was stable up to the widest
                 # rate searched, the max stable rate is that rate, a lower bound
                 "max_stable_lower_bound": bool(f.get("max_stable_lower_bound")) if f else None,
-                # true: no probe was stable, the max stable rate is below the lowest rate
-                # probed, which max_stable_rate holds (an upper bound)
+                # true: no probe was stable, the max stable rate is below the first rate
+                # judged unstable, which max_stable_rate holds (an upper bound)
                 "max_stable_upper_bound": bool(f.get("max_stable_upper_bound")) if f else None,
                 # probes judged neither way (too short): with none stable, the rate is below them
                 "inconclusive_low": f.get("inconclusive_low"),

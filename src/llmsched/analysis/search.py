@@ -19,8 +19,11 @@ Stability: the search narrows two edges, assuming verdicts are monotone in the r
 - Stable edge: bisection between the largest rate judged stable (rate 0 is stable by
   definition) and the smallest rate not judged stable, until they are closer than
   tol * lambda*. The first is the group's `max_stable_rate`; when no probe was judged
-  stable it is the second instead, an upper bound (`max_stable_upper_bound` true: a 0
-  would read as a rate found).
+  stable it is the first rate judged unstable (`unstable_rate`) instead, an upper bound
+  (`max_stable_upper_bound` true: a 0 would read as a rate found), and when none was
+  judged unstable either (every probe inconclusive) no verdict bounds it: no answer
+  (None, both flags false; a rate judged inconclusive is no evidence that the max stable
+  rate lies below it).
 - Unstable edge: when the smallest rate not judged stable was inconclusive, bisection
   between the largest inconclusive rate and the smallest rate judged unstable (found by
   widening above the upper end when none was), to the same tolerance. The second is
@@ -293,8 +296,8 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
     in a grid sweep's table, each (point, rate) once; one row per group:
     `critical_rate`, `max_stable_rate`, `max_stable_load`, `max_stable_lower_bound`
     (every probe up to the widest was stable: the rate is a lower bound),
-    `max_stable_upper_bound` (no probe was stable: the rate is the smallest rate probed,
-    an upper bound), `inconclusive_low`,
+    `max_stable_upper_bound` (no probe was stable: the rate is the first rate judged
+    unstable, an upper bound; None, unflagged, when none was either), `inconclusive_low`,
     `inconclusive_high`, `inconclusive_probes`, `inconclusive_above_unstable`,
     `unstable_rate` (the first rate judged unstable), `failed_rate`, `probes`, and with
     SLOs `max_slo_rate`, `max_slo_load`, `slo_miss_rate` (the smallest rate probed that
@@ -329,8 +332,8 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
             if st.failed is not None:  # no stable rate to start from
                 g.slo = Bracket(0.0, 0.0, widenings=0)
             elif st.lo == 0 and st.hi > 0:
-                # no rate was judged stable: a rate that is not stable meets no SLO, so the
-                # smallest one not stable is already the SLO search's miss, and nothing is left
+                # no rate was judged stable: a rate that is not stable (unstable or
+                # inconclusive) meets no SLO, so the smallest one is already the SLO search's miss, and nothing is left
                 # to probe below it (the stability search narrowed it to within tol of 0)
                 g.slo = Bracket(0.0, st.hi, widenings=0, hi_checked=True)
             else:
@@ -348,10 +351,12 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
     """A group's row of the search table; a failed search's answers are None."""
     lam, st = g.critical_rate, g.stable
     ok = st.failed is None
-    # no probe judged stable: the answer lies below the smallest rate probed (not stable),
-    # which the row holds as an upper bound, flagged (a 0 would read as a rate found)
-    upper = ok and st.lo == 0 and st.hi_checked and st.hi > 0
-    found = st.hi if upper else st.lo
+    # no probe judged stable: the answer lies below the first rate judged unstable, which
+    # the row holds as an upper bound, flagged (a 0 would read as a rate found); with none
+    # judged unstable either (every probe inconclusive) no verdict bounds it: no answer
+    none_stable = ok and st.lo == 0 and st.hi_checked and st.hi > 0
+    upper = none_stable and st.unstable is not None
+    found = (st.unstable if upper else None) if none_stable else st.lo
     # the range between the edges: rates above the first unstable one are counted apart
     inc = sorted(r for r in st.inconclusive if st.unstable is None or r < st.unstable)
     row = {
@@ -361,7 +366,7 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
         "policy_critical_rate": g.policy_critical_rate,
         **({"rate_unit": g.rate_unit} if g.rate_unit != "req/s" else {}),
         "max_stable_rate": found if ok else None,
-        "max_stable_load": found / lam if ok and lam else None,
+        "max_stable_load": found / lam if ok and found is not None and lam else None,
         "inconclusive_low": inc[0] if inc else None,
         "inconclusive_high": inc[-1] if inc else None,
         "inconclusive_probes": len(inc),

@@ -223,7 +223,8 @@ def max_stable_rate(
     meeting the SLOs) by bisection on the rate using the runs' stability verdicts; one
     dict per policy (and per combination of other `grid` keys) with `critical_rate`
     (theory), `max_stable_rate`, `max_stable_load` (with `max_stable_upper_bound` true
-    when no probe was stable: the smallest rate probed, an upper bound;
+    when no probe was stable: the first rate judged unstable, an upper bound, None
+    when every probe was inconclusive;
     `max_stable_lower_bound` true when every probe was), `inconclusive_low`/`_high` and
     `inconclusive_probes` (the rates judged inconclusive between the two),
     `unstable_rate` (the first rate judged unstable, None if none was),

@@ -604,6 +604,12 @@ def _print_search(search: list[dict]) -> None:
                 f"which no policy can sustain: the runs are too short to resolve loads this close "
                 f"to capacity; use more requests (--num-requests)"
             )
+        elif row.get("max_stable_rate") is None:
+            print(
+                f"note: no probe of {name} was judged stable or unstable "
+                f"({_rate_range(row['inconclusive_low'], row['inconclusive_high'])}, inconclusive): the search has "
+                "no answer, no bound on its max stable rate; use more requests (--num-requests)"
+            )
         elif row.get("inconclusive_probes") and row.get("unstable_rate") is None:
             print(
                 f"note: no probe of {name} was judged unstable (up to {row['inconclusive_high']:.4g}, "
@@ -722,8 +728,9 @@ def cmd_reproduce(args) -> int:
         r["policy"]
         for r in res["rows"]
         if r.get("stable_at_load") is True
-        and r.get("max_stable_load") is not None
-        and (r.get("max_stable_upper_bound") or r["max_stable_load"] < args.load)
+        and r.get("max_stable_upper_bound") is not None  # (a search ran)
+        # no probe stable: below a rate judged unstable, or no answer (every probe inconclusive)
+        and (r.get("max_stable_load") is None or r["max_stable_upper_bound"] or r["max_stable_load"] < args.load)
     ]
     if short:
         print(

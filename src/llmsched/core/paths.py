@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 from .errors import ConfigError
@@ -128,24 +129,53 @@ _POINT_KEYS = ("key", "config", "summary")
 # the folders a run makes among its outputs, and what it writes in them: a sweep's
 # points/ (one KEY.json per point), a stability run's search/ (a sweep's folder), a
 # network's servers/ (a single-server folder per replica); a run clears such a folder of
-# an earlier run only when it holds nothing else (`check_run_dir`, `clear_stale`)
+# an earlier run only when it holds nothing else (`check_run_dir`, `clear_stale`). What
+# proves an entry a run's is its content, never its name alone: a point's record (a JSON
+# object of `_POINT_KEYS`, its key its file's name), a replica's folder (a summary.json
+# that proves a simulate run, `_PROOF_KEYS`)
 _REPLICA_FILES = frozenset({_SIMULATE_PROOF, "config.json", *RUN_OUTPUTS["single-server"]})
 RUN_FOLDERS = ("points", "search", "servers")
 
 
-def _own_entry(layout: str, name: str, is_dir: bool) -> str | None:
-    """What a run writes as `name` inside a folder of `layout` (`RUN_FOLDERS`, or a
-    network's replica): "file", the layout of a folder, or None when no run writes it."""
+def _own_entry(layout: str, path: Path, is_dir: bool) -> str | None:
+    """What a run writes as `path` inside a folder of `layout` (`RUN_FOLDERS`, or a
+    network's replica): "file", the layout of a folder, or None when no run wrote it (as
+    far as llmsched can prove: a points/ JSON that is no point's record, a servers/
+    folder without a replica's summary.json, are the user's)."""
+    name = path.name
     if layout == "points":
-        return "file" if not is_dir and name.endswith(".json") else None
+        return "file" if not is_dir and name.endswith(".json") and _record_ok(path) else None
     if layout == "servers":
-        return "replica" if is_dir else None
+        return "replica" if is_dir and is_replica_folder(path) else None
     if layout == "replica":
         return "file" if not is_dir and name in _REPLICA_FILES else None
     # search: a sweep's folder
     if name == "points":
         return "points" if is_dir else None
     return "file" if not is_dir and name in RUN_OUTPUTS["sweep"] else None
+
+
+def is_replica_folder(path) -> bool:
+    """Whether `path` is a folder a network run wrote for one of its replicas
+    (servers/NAME/): its summary.json is a simulate run's (`_PROOF_KEYS`), not merely a
+    file of that name (a user's servers/my_notes/summary.json)."""
+    p = Path(path)
+    proof = p / _SIMULATE_PROOF
+    return p.is_dir() and not p.is_symlink() and not proof.is_symlink() and _proof_flaw(proof) is None
+
+
+def _unproven_replica(servers: Path) -> str | None:
+    """The first file (a path relative to `servers`) in a network's servers/ that bears the
+    name of a replica's file in a folder that is no replica's (`is_replica_folder`): a
+    network run writing a replica of that name would replace it, so the run is refused;
+    None when there is none (a folder of other files only is left as it is)."""
+    for e in sorted(os.scandir(servers), key=lambda e: e.name):
+        if e.name.startswith(".") or not e.is_dir(follow_symlinks=False) or is_replica_folder(e.path):
+            continue
+        for f in sorted(os.scandir(e.path), key=lambda f: f.name):
+            if f.name in _REPLICA_FILES:
+                return f"{e.name}/{f.name}"
+    return None
 
 
 def _temporary(name: str) -> bool:
@@ -162,7 +192,7 @@ def _strays(folder: Path, layout: str) -> list[str]:
         if e.name.startswith("."):
             continue
         is_dir = e.is_dir(follow_symlinks=False)
-        own = None if e.is_symlink() else _own_entry(layout, e.name, is_dir)
+        own = None if e.is_symlink() else _own_entry(layout, Path(e.path), is_dir)
         if own is None:
             out.append(e.name)
         elif own != "file":
@@ -181,7 +211,7 @@ def remove_run_folder(folder, layout: str) -> None:
                 os.unlink(e.path)
             continue
         is_dir = e.is_dir(follow_symlinks=False)
-        own = None if e.is_symlink() else _own_entry(layout, e.name, is_dir)
+        own = None if e.is_symlink() else _own_entry(layout, Path(e.path), is_dir)
         if own == "file":
             os.unlink(e.path)
         elif own is not None:
@@ -315,6 +345,17 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
                         f"there, and {_named(kind)} replaces or removes {name}/: move it out, or choose "
                         "another folder"
                     )
+    servers = folder / "servers"
+    if kind in SIMULATE_KINDS and servers.is_dir() and not servers.is_symlink():
+        # a network's replica folders, which a network run replaces (a replica of the same
+        # name) and any other simulate run clears: only folders a run proves it wrote
+        unproven = _unproven_replica(servers)
+        if unproven is not None:
+            raise ConfigError(
+                f"{what} {str(path)!r}: servers/ holds {unproven!r} in a folder that is not a network replica's "
+                f"(no {_SIMULATE_PROOF} of an llmsched run in it), which the run could replace or remove: move it "
+                "out, or choose another folder"
+            )
     # a marker is a file name, not proof (`RUN_PROOFS`): without its proof, the folder's
     # files are checked below as any folder's are
     if found is not None and has_proof:
@@ -411,12 +452,22 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
 def atomic_write(path, writer) -> None:
     """`writer(tmp)` then rename tmp to `path`: the file appears whole or not at all, and
     a write that stops (an error, Ctrl-C) leaves the file that was there as it was (its
-    temporary file removed)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary file removed). Written through a symbolic link (the file it names is
+    replaced, the link stays a link); a path that is no regular file (a FIFO, a device
+    such as /dev/stdout), which no rename may replace, is written straight to (not
+    whole-or-nothing: there is no earlier file to keep)."""
+    try:
+        mode = os.stat(path).st_mode  # (through links)
+    except OSError:  # (nothing there yet, or a link to nothing: a new file)
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        writer(Path(path))
+        return
+    real = Path(os.path.realpath(path))
+    tmp = real.with_name(f".{real.name}.{os.getpid()}.tmp")
     try:
         writer(tmp)
-        os.replace(tmp, path)
+        os.replace(tmp, real)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -424,6 +475,7 @@ def atomic_write(path, writer) -> None:
 
 __all__ = [
     "atomic_write",
+    "is_replica_folder",
     "RUN_FOLDERS",
     "RUN_MARKERS",
     "RUN_OUTPUTS",

@@ -33,8 +33,8 @@ and how it names it:
   request is sent at time 0.
 
 Datasets: `random` (fixed lengths, or integers uniform from floor(L(1-r)) to ceil(L(1+r)),
-both included, with `--random-range-ratio r`, as vLLM's random dataset: mean L;
-`random_length_range`), `sharegpt` and `arxiv` (prompt/output
+both included, with `--random-range-ratio r`, as vLLM's random dataset: mean L unless
+the lower end is raised to 1; `random_length_range`), `sharegpt` and `arxiv` (prompt/output
 length pairs drawn from the shared length CSVs), `trace` (Azure or plain CSV replayed on
 its own timestamps, `--time-scale` to speed it up, or re-timed by `--request-rate`), all
 through `llmsched.workload`. Prompts are built so the server sees the intended number of
@@ -499,9 +499,11 @@ def _arrivals(cfg: BenchConfig, n: int) -> np.ndarray:
 
 def random_length_range(length: int, ratio: float) -> tuple[int, int]:
     """The `random` dataset's lengths for a target `length` and `--random-range-ratio`:
-    integers from floor(L(1-r)) to ceil(L(1+r)), both included (at least 1), as vLLM's
-    random dataset draws them, so their mean is L; exact on the decimal ratio given
-    (100 with r = 0.1: 90..110, where float arithmetic gives a ceiling of 111)."""
+    integers from floor(L(1-r)) to ceil(L(1+r)), both included, as vLLM's random dataset
+    draws them: a range symmetric about L, so their mean is L, unless the lower end is
+    raised to 1 (L = 1, r = 0.5: 1..2, a mean of 1.5; L = 4, r = 0.9: 1..8, 4.5); exact on
+    the decimal ratio given (100 with r = 0.1: 90..110, where float arithmetic gives a
+    ceiling of 111)."""
     r = Fraction(repr(float(ratio)))
     return max(1, math.floor(length * (1 - r))), max(1, math.ceil(length * (1 + r)))
 

@@ -32,7 +32,7 @@ import numpy as np
 from ..core.checks import as_real, check_run_switches
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import check_out_dir, remove_run_folder
+from ..core.paths import check_out_dir, check_run_dir, is_replica_folder, remove_run_folder
 from ..core.prefix_cache import hit_rate
 from ..core.request import NS, check_sample_interval, check_seconds
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
@@ -543,7 +543,7 @@ class NetworkResult:
         servers = out / "servers"
         if servers.is_dir():  # a rerun into the same folder: no replica of an older run stays behind
             for old in servers.iterdir():
-                if old.is_dir() and not old.is_symlink() and (old / "summary.json").is_file():
+                if is_replica_folder(old):  # (a summary.json of a run's in it, not one of the user's)
                     remove_run_folder(old, "replica")  # its files: never the user's beside them
         for res, rep in zip(self.replicas(), st.replicas):
             res.write(servers / rep["name"])
@@ -582,6 +582,7 @@ def simulate_network(
     sample_interval_s = check_sample_interval(sample_interval_s)
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
+        check_run_dir(out_dir, "network")  # not over another run's or the user's files, before the run
     spec = load_network(network)
     # the run's options: those given, else the file's; config.json records them
     given = {"max_time_s": max_time_s, "sample_interval_s": sample_interval_s, "fast": fast}

@@ -100,7 +100,7 @@ import numpy as np
 from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.guarantee import CAP, HELD, POLICY, HoldReason, reasons_text
+from ..core.guarantee import CAP, FILL, HELD, POLICY, HoldReason, reasons_text
 from ..core.jsonio import to_jsonable
 from ..core.length_mix import LengthMix
 from ..workload.lengths import LengthLaw, Lognormal, sample_pair
@@ -636,7 +636,12 @@ def _holds_back(server, control: str) -> list[HoldReason]:
     its batch policy's name when that is neither work-conserving nor adaptive, a binding
     k_max (`batch_holds_back`), an admission that paces or caps (`twp admission`,
     `max_running 4`: `admission_holds_back`), back-pressure control (a replica takes
-    buffered calls one class at a time); [] when nothing does."""
+    buffered calls one class at a time); [] when nothing does.
+
+    No `peak_load` is given to `batch_holds_back`, so no reason of kind FILL: the verdict
+    already judges a server against its full steps' capacity (`fill_utilisation`, what a
+    policy filling every step to b_max serves), and a FILL reason would withdraw its
+    'stable' where the load lies below that capacity, which the guarantee covers."""
     from ..policies import admission_holds_back, batch_holds_back  # noqa: PLC0415 - the registry imports every policy
 
     why = batch_holds_back(server.policy, server.b_max, server.k_max)
@@ -652,9 +657,10 @@ def _named_policies(held_back: dict[str, list[HoldReason]]) -> str:
     (fastertransformer) runs a policy that is not work-conserving ...`), an admission, a
     running cap or back-pressure that can hold work back (`server x (twp admission) holds
     work back ...`), a binding k_max (`k_max 16 < b_max 512`: a policy filling every step
-    can be unstable inside the region, paper 1). A server with reasons of several kinds is
-    named under each."""
-    kinds: dict[str, dict[str, list[str]]] = {POLICY: {}, HELD: {}, CAP: {}}
+    can be unstable inside the region, paper 1), full steps that serve less than smaller
+    ones (kind FILL: `_holds_back` gives none, but every kind of `HoldReason` is named). A
+    server with reasons of several kinds is named under each."""
+    kinds: dict[str, dict[str, list[str]]] = {POLICY: {}, HELD: {}, CAP: {}, FILL: {}}
     for server, why in held_back.items():
         for reason in why:
             kinds[reason.kind].setdefault(server, []).append(reason.text)
@@ -683,6 +689,12 @@ def _named_policies(held_back: dict[str, list[HoldReason]]) -> str:
             subject(kinds[CAP], "caps", "cap")
             + " the requests per step below the token budget, where a policy filling every step can be "
             "unstable inside the region (paper 1)"
+        )
+    if kinds[FILL]:
+        parts.append(
+            subject(kinds[FILL], "fills", "fill")
+            + " every step to b_max, which serves less than smaller steps: a policy doing so is stable only "
+            "below its full steps' capacity"
         )
     return "; ".join(parts)
 

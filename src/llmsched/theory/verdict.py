@@ -351,12 +351,17 @@ def stability_verdict(
         raise ConfigError(f"eps (the threshold's share of the capacity) must be >= 0, got {eps!r}")
     if decode_time_s is not None and not decode_time_s >= 0:
         raise ConfigError(f"decode_time_s must be >= 0 seconds, got {decode_time_s!r}")
-    if not 0 <= b_min <= 1:
+    # (each method's own parameter checked where it is used: groups means nothing to hac,
+    # b_min nothing to batch)
+    if method == "hac" and not 0 <= b_min <= 1:
         raise ConfigError(f"b_min (the HAC bandwidth's least share of the samples) must be in [0, 1], got {b_min!r}")
-    g_count = as_int(groups)
-    if g_count is None or g_count < 2:
-        raise ConfigError(f"groups (the batch method's blocks) must be a whole number >= 2, got {groups!r:.60}")
-    groups = g_count
+    if method == "batch":
+        g_count = as_int(groups)
+        x = as_real(groups) if g_count is None else g_count
+        # (a whole-valued float, 8.0, counts as its integer)
+        if x is None or not (math.isfinite(x) and x == int(x) and x >= 2):
+            raise ConfigError(f"groups (the batch method's blocks) must be a whole number >= 2, got {groups!r:.60}")
+        groups = int(x)
     order = np.argsort(t, kind="stable")
     t, w = t[order], w[order]
     if len(t) < 2:
@@ -377,7 +382,9 @@ def stability_verdict(
         desc = f"mean of {q} block OLS slopes, Student t({q - 1}) critical value {cv:.3f}"
     else:
         raise ConfigError(f"unknown verdict method {method!r} (known: hac, batch)")
-    lo, hi = g - cv * se, g + cv * se
+    with np.errstate(all="ignore"):
+        lo, hi = g - cv * se, g + cv * se
+        mean_backlog = float(ww.mean())  # (inf for a series too large for floats: no warning)
     estimated = math.isfinite(g) and math.isfinite(lo) and math.isfinite(hi)
     if threshold is not None:
         if threshold < 0:
@@ -425,6 +432,6 @@ def stability_verdict(
         capacity_per_s=capacity,
         relative_growth=None if capacity is None else g / capacity,
         predicted_growth_tokens_per_s=predicted_growth_tokens_per_s,
-        mean_backlog=float(ww.mean()),
+        mean_backlog=mean_backlog,
         detail=desc,
     )
