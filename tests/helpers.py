@@ -69,3 +69,14 @@ def one_line_error(capsys, argv, *words) -> str:
     for w in words:
         assert w in err, err
     return err
+
+
+def dump_half_then_interrupt(obj, f, **kw) -> None:
+    """A `json.dump` stand-in that writes half of the text and then stops as Ctrl-C would:
+    patched in, it tests that a result file survives an interrupted write."""
+    import json  # noqa: PLC0415
+
+    text = json.dumps(obj, **kw)
+    f.write(text[: len(text) // 2])
+    f.flush()
+    raise KeyboardInterrupt

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import dump_half_then_interrupt
 
 from llmsched.cli import build_parser as _parser
 from llmsched.cli import main
@@ -532,13 +533,7 @@ def test_an_interrupted_validate_json_keeps_the_earlier_result(tmp_path, monkeyp
     out.write_text(json.dumps(earlier, indent=2))
     monkeypatch.setattr(validate_mod, "validate", lambda *a, **kw: {**earlier, "pad": "y" * 1000})
 
-    def halfway(obj, f, **kw):
-        text = json.dumps(obj, **kw)
-        f.write(text[: len(text) // 2])
-        f.flush()
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(json, "dump", halfway)
+    monkeypatch.setattr(json, "dump", dump_half_then_interrupt)
     argv = ["validate", "--model", str(tmp_path), "--trace", str(trace), "--json", str(out), "--quiet"]
     assert main(argv) == 130
     monkeypatch.undo()

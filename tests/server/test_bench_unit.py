@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import dump_half_then_interrupt
 
 from llmsched.cli import server as server_cli
 from llmsched.core.errors import ConfigError
@@ -316,13 +317,7 @@ def test_an_interrupted_result_write_keeps_the_earlier_result(tmp_path, monkeypa
     before = path.read_bytes()
     real_dump = json.dump
 
-    def halfway(obj, f, **kw):
-        text = json.dumps(obj, **kw)
-        f.write(text[: len(text) // 2])
-        f.flush()
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(json, "dump", halfway)
+    monkeypatch.setattr(json, "dump", dump_half_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         write_result(str(path), {"run": 2, "pad": "y" * 1000}, append=append)
     monkeypatch.setattr(json, "dump", real_dump)
