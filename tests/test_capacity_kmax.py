@@ -78,9 +78,19 @@ def test_capacity_promises_no_work_conserving_policy_stability_under_a_binding_c
     assert "k_max 16 < b_max 512: a policy filling every step (sarathi) can be unstable inside the region" in out
     assert "not a guarantee for sarathi" in out
     assert "(work-conserving)" not in out and "fluid backlog growth (at lambda*'s steps)" in out
-    # adaptive keeps the guarantee; without a cap that binds, sarathi does too
-    ok = run_json(capsys, *COUNTER, "--policy", "adaptive")
+    # adaptive keeps the guarantee where the region is exact (prompts of 113 tokens, one
+    # chunk of the (113, 15) vertex each), not where it is only an upper bound (given
+    # means: no prompt length known; it said true there too); without a cap that binds,
+    # sarathi keeps it
+    exact = [*KMAX, "--prompt", "const:113", "--output", "const:128", "--policy", "adaptive"]
+    ok = run_json(capsys, *exact)
     assert ok["throughput_optimal"] is True and ok["not_throughput_optimal"] is None
+    bound = run_json(capsys, *COUNTER, "--policy", "adaptive")
+    assert bound["capacity"]["region_exact"] is False and bound["throughput_optimal"] is False
+    assert bound["not_throughput_optimal"] == "the region is an upper bound (region_exact false)"
+    assert "adaptive picks its steps from the region, but the region is an upper bound" in table(
+        *COUNTER, "--policy", "adaptive"
+    )
     free = [*KMAX[:5], "512", *COUNTER[6:]]
     r = run_json(capsys, *free, "--policy", "sarathi")
     assert r["throughput_optimal"] is True and r["not_throughput_optimal"] is None

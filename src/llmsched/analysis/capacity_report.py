@@ -120,7 +120,9 @@ def capacity_report(
     # full steps of b_max serve less than lambda*'s steps (b / t(b) peaks below b_max): a
     # policy filling every step is stable only below fill_capacity / work
     fills_short = not capped and rep.fill_capacity < rep.effective_capacity * (1 - 1e-9)
-    holds_back = batch_holds_back(cfg.policy, cfg.b_max, cfg.k_max, rep.peak_load if fills_short else None)
+    holds_back = batch_holds_back(
+        cfg.policy, cfg.b_max, cfg.k_max, rep.peak_load if fills_short else None, rep.region_exact
+    )
     limit = policy_capacity(
         cfg.policy, cfg.b_max, cfg.k_max, rep.effective_capacity, rep.fill_capacity, region_exact=rep.region_exact
     )
@@ -130,7 +132,8 @@ def capacity_report(
         "k_max": cfg.k_max,
         "policy": canonical_policy_name(cfg.policy),
         # lambda* is the stable region of work-conserving policies without a binding
-        # k_max, and of adaptive; of another it only bounds it (`not_throughput_optimal`: why)
+        # k_max, and of adaptive where the region is exact; of another it only bounds it
+        # (`not_throughput_optimal`: why)
         "throughput_optimal": not holds_back,
         "not_throughput_optimal": reasons_text(holds_back) or None,
         # the rate below which this policy is stable, where theory says it (None: lambda*

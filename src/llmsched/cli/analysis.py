@@ -14,7 +14,7 @@ import sys
 
 from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
-from ..core.guarantee import CAP, FILL
+from ..core.guarantee import CAP, FILL, REGION
 from ..core.jsonio import to_jsonable
 from ..core.paths import atomic_write, check_out_dir, check_out_file, check_run_dir
 from .common import (
@@ -332,7 +332,11 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
         kinds = {
             r.kind
             for r in batch_holds_back(
-                rep["policy"], rep["b_max"], rep["k_max"], c["peak_load"] if fills_short else None
+                rep["policy"],
+                rep["b_max"],
+                rep["k_max"],
+                c["peak_load"] if fills_short else None,
+                c.get("region_exact"),
             )
         }
         if kinds == {FILL}:
@@ -340,6 +344,12 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
                 f"{rep['policy']} fills every step to b_max {rep['b_max']}, but b / t(b) peaks at b = "
                 f"{c['peak_load']}: it is stable only below {own:,.3f} req/s (fill capacity / work), under lambda*; "
                 "adaptive runs lambda*'s steps"
+            )
+        elif kinds == {REGION}:
+            why = (
+                f"{rep['policy']} picks its steps from the region, but the region is an upper bound here "
+                "(region_exact false: prompts cut into its chunks can need more requests per step than k_max "
+                "allows): lambda* may lie above what any policy serves; check by simulation"
             )
         elif kinds == {CAP}:
             why = (

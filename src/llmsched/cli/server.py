@@ -325,7 +325,8 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         "--random-range-ratio",
         type=float,
         default=0.0,
-        help="random: lengths uniform from floor(L*(1-r)) to ceil(L*(1+r)), both included (default: 0, fixed)",
+        help="random: lengths uniform from floor(L*(1-r)) to ceil(L*(1+r)), both included, at least 1 "
+        "(default: 0, fixed)",
     )
     g.add_argument(
         "--sharegpt-output-len",

@@ -468,8 +468,9 @@ def register(sub) -> None:
         metavar="METRIC=MS",
         dest="request_slo",
         help="a per-request objective for goodput (repeatable): ttft_ms, tpot_ms, e2el_ms, itl_ms (each "
-        "request's mean inter-token gap, = tpot_ms, and the ITL target of twp and dynamicbatch unless "
-        "--admission-option itl_target_ms is given; itl_p99_ms is an older name of it, not a p99). "
+        "request's mean inter-token gap, = tpot_ms; either, the smaller of both, is the ITL target of twp "
+        "and dynamicbatch unless --admission-option itl_target_ms is given; itl_p99_ms is an older name of "
+        "it, not a p99). "
         "A run's statistics (p99_itl_ms, ...) are limits of `sweep --search`",
     )
     g.add_argument(
@@ -482,7 +483,8 @@ def register(sub) -> None:
         "--sample-interval",
         type=float,
         dest="sample_interval_s",
-        help="time-series sampling interval in s (default: span / 1000)",
+        help="time-series sampling interval in s, at least 1e-6, at most 1,000,000 samples a run "
+        "(default: the arrivals' span / 1000, doubled as needed, at most 4,096 samples a series)",
     )
     g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
     g.add_argument("--steps", action="store_true", help="also write steps.csv (one row per step)")

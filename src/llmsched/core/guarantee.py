@@ -14,6 +14,9 @@ CAP = "cap"
 #: a work-conserving policy whose full steps of b_max serve less than smaller steps do:
 #: b / t(b) peaks below b_max (`b / t(b) peaks at b = 512 < b_max 600`)
 FILL = "fill"
+#: adaptive on a region that is only an upper bound (`region_exact` false: chunk integrality
+#: can bind, so lambda* may lie above what any policy serves)
+REGION = "region"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 from ..core.checks import keyword_names
 from ..core.constraints import Constraints, k_max_binds
 from ..core.errors import ConfigError, unknown_name, unknown_option
-from ..core.guarantee import CAP, FILL, HELD, POLICY, HoldReason
+from ..core.guarantee import CAP, FILL, HELD, POLICY, REGION, HoldReason
 from ..core.names import ADMISSION_ALIASES
 from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
@@ -89,20 +89,31 @@ def policy_base_name(name: str, kind: str = "batch") -> str:
 
 
 def is_throughput_optimal(
-    name: str, b_max: int | None = None, k_max: int | None = None, peak_load: int | None = None
+    name: str,
+    b_max: int | None = None,
+    k_max: int | None = None,
+    peak_load: int | None = None,
+    region_exact: bool | None = None,
 ) -> bool:
     """Whether the batch policy `name` (an alias or with inline options too) is stable
     wherever the workload lies inside the stability region (lambda*) of a server with
     these limits: `batch_holds_back` finds nothing (see there)."""
-    return not batch_holds_back(name, b_max, k_max, peak_load)
+    return not batch_holds_back(name, b_max, k_max, peak_load, region_exact)
 
 
 def batch_holds_back(
-    name: str, b_max: int | None = None, k_max: int | None = None, peak_load: int | None = None
+    name: str,
+    b_max: int | None = None,
+    k_max: int | None = None,
+    peak_load: int | None = None,
+    region_exact: bool | None = None,
 ) -> list[HoldReason]:
     """Why the batch policy `name` on a server with these limits has no guarantee of
     stability inside the region, in a few words each; [] when it has one. A policy that is
-    `region_stable` (adaptive) has one; a work-conserving one (`BatchPolicy.work_conserving`:
+    `region_stable` (adaptive) has one where the region is exact; with `region_exact` False
+    (`StabilityRegion.region_exact`: chunk integrality can bind) lambda* is an upper bound
+    that no policy may reach (kind REGION; measured: k_max 1, prompts of 200, adaptive
+    unstable at 11.5 req/s under lambda* = 13.69); a work-conserving one (`BatchPolicy.work_conserving`:
     it fills the budget whenever work waits) has theorem 2's, which assumes no batch-size
     cap: with `k_max < b_max` (`k_max_binds`) a step of `k_max` decoders is not full
     however much work waits, and paper 1 shows such a policy unstable strictly inside the
@@ -116,6 +127,8 @@ def batch_holds_back(
     base = policy_base_name(name)
     cls = BATCH_POLICIES.get(base)
     if getattr(cls, "region_stable", False):
+        if region_exact is False:
+            return [HoldReason(REGION, "the region is an upper bound (region_exact false)")]
         return []
     if not getattr(cls, "work_conserving", False):
         return [HoldReason(POLICY, base)]

@@ -100,7 +100,7 @@ import numpy as np
 from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.guarantee import CAP, FILL, HELD, POLICY, HoldReason, reasons_text
+from ..core.guarantee import CAP, FILL, HELD, POLICY, REGION, HoldReason, reasons_text
 from ..core.jsonio import to_jsonable
 from ..core.length_mix import LengthMix
 from ..workload.lengths import LengthLaw, Lognormal, sample_pair
@@ -660,7 +660,7 @@ def _named_policies(held_back: dict[str, list[HoldReason]]) -> str:
     can be unstable inside the region, paper 1), full steps that serve less than smaller
     ones (kind FILL: `_holds_back` gives none, but every kind of `HoldReason` is named). A
     server with reasons of several kinds is named under each."""
-    kinds: dict[str, dict[str, list[str]]] = {POLICY: {}, HELD: {}, CAP: {}, FILL: {}}
+    kinds: dict[str, dict[str, list[str]]] = {POLICY: {}, HELD: {}, CAP: {}, FILL: {}, REGION: {}}
     for server, why in held_back.items():
         for reason in why:
             kinds[reason.kind].setdefault(server, []).append(reason.text)
@@ -696,6 +696,8 @@ def _named_policies(held_back: dict[str, list[HoldReason]]) -> str:
             + " every step to b_max, which serves less than smaller steps: a policy doing so is stable only "
             "below its full steps' capacity"
         )
+    if kinds[REGION]:
+        parts.append(subject(kinds[REGION], "runs", "run") + " adaptive on a region that is only an upper bound")
     return "; ".join(parts)
 
 
