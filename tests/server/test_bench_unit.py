@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -308,21 +309,51 @@ def test_append_result_adds_a_line_also_to_a_result_file(tmp_path):
     assert json.loads(open(path).read()) == {"run": 3}
 
 
-@pytest.mark.parametrize("append", [False, True])
-def test_an_interrupted_result_write_keeps_the_earlier_result(tmp_path, monkeypatch, append):
+def test_an_interrupted_result_write_keeps_the_earlier_result(tmp_path, monkeypatch):
     # the result file was written in place: Ctrl-C halfway through the dump left a
-    # truncated file, the earlier result (or, appending, every earlier line) destroyed
+    # truncated file and the earlier result destroyed
     path = tmp_path / "r.json"
-    write_result(str(path), {"run": 1, "pad": "x" * 1000}, append=append)
+    write_result(str(path), {"run": 1, "pad": "x" * 1000}, append=False)
     before = path.read_bytes()
     real_dump = json.dump
-
     monkeypatch.setattr(json, "dump", dump_half_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
-        write_result(str(path), {"run": 2, "pad": "y" * 1000}, append=append)
+        write_result(str(path), {"run": 2, "pad": "y" * 1000}, append=False)
     monkeypatch.setattr(json, "dump", real_dump)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
+def test_appended_results_keep_the_files_mode_links_and_every_writers_line(tmp_path):
+    """Appending by rewriting the file through a rename (one version of the atomic write)
+    made a 0600 file 0644, parted it from its hard links, and 16 writers at once kept 3 to
+    5 of their 16 lines."""
+    import multiprocessing
+
+    path = tmp_path / "r.jsonl"
+    write_result(str(path), {"run": 0}, append=True)
+    os.chmod(path, 0o600)
+    os.link(path, tmp_path / "hard.jsonl")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=write_result, args=(str(path), {"run": i + 1}, True)) for i in range(16)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    lines = path.read_text().split("\n")
+    assert sorted(json.loads(line)["run"] for line in lines) == list(range(17))
+    assert os.stat(path).st_mode & 0o777 == 0o600 and os.stat(path).st_nlink == 2
+    assert (tmp_path / "hard.jsonl").read_bytes() == path.read_bytes()
+
+
+def test_a_result_file_name_at_the_file_systems_limit_is_written(tmp_path):
+    """The temporary file was named after the result file plus 12 characters: a legal name
+    of 245 characters failed after the whole run ("file name too long")."""
+    path = tmp_path / ("r" * 250 + ".json")
+    write_result(str(path), {"run": 1}, append=False)
+    write_result(str(path), {"run": 2}, append=False)
+    assert json.loads(path.read_text()) == {"run": 2}
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
 @pytest.mark.parametrize(

@@ -455,18 +455,22 @@ def atomic_write(path, writer) -> None:
     temporary file removed). Written through a symbolic link (the file it names is
     replaced, the link stays a link); a path that is no regular file (a FIFO, a device
     such as /dev/stdout), which no rename may replace, is written straight to (not
-    whole-or-nothing: there is no earlier file to keep)."""
+    whole-or-nothing: there is no earlier file to keep). The file keeps its permissions; a
+    file with other hard links is written in place (a rename would part it from them). The
+    temporary file has a short name of its own, so a name at the file system's limit works."""
     try:
-        mode = os.stat(path).st_mode  # (through links)
+        st = os.stat(path)  # (through links)
     except OSError:  # (nothing there yet, or a link to nothing: a new file)
-        mode = None
-    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        st = None
+    if st is not None and (not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) or st.st_nlink > 1):
         writer(Path(path))
         return
     real = Path(os.path.realpath(path))
-    tmp = real.with_name(f".{real.name}.{os.getpid()}.tmp")
+    tmp = real.with_name(f".llmsched-{os.getpid()}-{os.urandom(4).hex()}.tmp")
     try:
         writer(tmp)
+        if st is not None:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
         os.replace(tmp, real)
     except BaseException:
         tmp.unlink(missing_ok=True)

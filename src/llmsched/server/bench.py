@@ -1092,22 +1092,29 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
 
 def write_result(path: str, data: dict, append: bool) -> None:
     """The result JSON at `path`: with `append` one line added to what the file holds
-    (`--append-result`, also with `--result-file`), else the file replaced. Written
-    whole to a temporary file, then renamed (`atomic_write`): a write that stops (Ctrl-C)
-    leaves the earlier result as it was, not a truncated file."""
-    before = b""
-    if append and os.path.isfile(path):
-        with open(path, "rb") as f:
-            before = f.read()
+    (`--append-result`, also with `--result-file`), else the file replaced. Replacing, it
+    is written whole to a temporary file, then renamed (`atomic_write`): a write that stops
+    (Ctrl-C) leaves the earlier result as it was, not a truncated file. Appending, the line
+    is made first and added by one append-mode write: the file keeps its earlier lines, its
+    permissions and links, and writers running at once each add their whole line."""
+    if not append:
 
-    def write(tmp) -> None:
-        # (the earlier bytes kept as they are, whatever they hold)
-        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
-            if before:
-                f.write(before.decode("utf-8", errors="surrogateescape") + "\n")
-            json.dump(data, f, **({} if append else {"indent": 2}))
+        def write(tmp) -> None:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=2)
 
-    atomic_write(path, write)
+        atomic_write(path, write)
+        return
+    line = json.dumps(data).encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        if os.fstat(fd).st_size:  # (lines are separated, as before: no newline after the last)
+            line = b"\n" + line
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _run(coro):
