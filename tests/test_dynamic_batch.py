@@ -181,3 +181,25 @@ def test_went_idle_forgets_the_last_step_of_either_itl_admission(name):
     meter.prev_end, meter.prev_emitted = 1.0, True
     scheduler.went_idle()
     assert meter.prev_end is None and meter.prev_emitted is False
+
+
+def test_c_max_is_cut_to_a_running_cap_that_wraps_the_policy():
+    """--max-running 8 lets at most 8 requests run: C_max used to stay min(b_max, k_max) = 512,
+    recorded so in config.json, and the cap halved 512, 256, ... 16 before it bound."""
+    st = ServerState(Constraints(b_max=512))
+    capped = make_admission_policy("dynamicbatch", max_running=8, l_min_ms=10, alpha=1.0)
+    inner = capped.inner
+    assert capped.batch_limit(st) == 8 and inner.C_max == 8 and inner.cap == 8
+    assert capped.describe()["resolved"]["C_max"] == 8 and capped.describe()["max_running"] == 8
+    capped.observe(st, _fb(0.0, 0.030))  # over the 15 ms target: the first cut binds
+    assert capped.batch_limit(st) == 4
+    capped.reset()  # the running cap is an option: a new run keeps it
+    assert capped.batch_limit(st) == 8 and inner.C_max == 8
+    # a running cap above the step room changes nothing; nested caps: the tighter one
+    assert make_admission_policy("dynamicbatch", max_running=1000).batch_limit(st) == 512
+    from llmsched.policies import RunningCap
+
+    nested = RunningCap(make_admission_policy("dynamicbatch", max_running=20), 6)
+    assert nested.batch_limit(st) == 6
+    r = llmsched.simulate(admission="dynamicbatch", max_running=8, num_requests=50, seed=1)
+    assert r.config["scheduler"]["admission"]["resolved"]["C_max"] == 8

@@ -631,3 +631,27 @@ def test_engine_runs_twp_and_its_plans_replay_from_its_feedback():
     again = make_scheduler("sarathi", admission="twp", b_max=64, kv_capacity=eng.kv_capacity, max_running=8)
     reqs = [Request(i, 0, p, o) for i, (p, o) in enumerate(lens)]
     assert _replay(again, reqs, feedback) == plans
+
+
+def test_b_max_is_cut_to_a_running_cap_that_wraps_the_policy():
+    """--max-running 8 lets at most 8 requests run: B_max (and the knee B_0) used to stay at
+    what the cost model gives under min(b_max, k_max), 128 here, and config.json said so."""
+    free = _resolved(TWP(cost="paper"), b_max=512)
+    assert free.B_max > 8 and free.B_0 > 8
+    capped = make_admission_policy("twp", max_running=8, cost="paper")
+    st = ServerState(Constraints(b_max=512))
+    capped.token_limit(st)
+    inner = capped.inner
+    assert inner.B_max == 8 and inner.B_0 == 8
+    assert inner.H_min == max(8, inner.W_0)
+    res = capped.describe()["resolved"]
+    assert res["B_max"] == 8 and capped.describe()["max_running"] == 8
+    capped.reset()  # kept across runs
+    capped.token_limit(st)
+    assert inner.B_max == 8
+    # measured mode (no cost model): B_max was k_max, now the running cap
+    m = make_admission_policy("twp", max_running=5)
+    m.token_limit(st)
+    assert m.inner.B_max == 5
+    r = llmsched.simulate(admission="twp", max_running=8, cost_model="paper", num_requests=50, seed=1)
+    assert r.config["scheduler"]["admission"]["resolved"]["B_max"] == 8

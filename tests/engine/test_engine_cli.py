@@ -539,3 +539,16 @@ def test_an_interrupted_validate_json_keeps_the_earlier_result(tmp_path, monkeyp
     monkeypatch.undo()
     assert json.loads(out.read_text()) == earlier
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "v.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize("cmd", ["generate", "serve"])
+def test_a_kv_block_larger_than_the_kv_memory_names_block_size_and_kv_cache_gb(tiny_model, capsys, cmd):
+    """One block alone larger than the KV memory used to say 'no memory is left for the KV
+    cache; lower max_num_seqs or b_max', which neither helps nor names the cause."""
+    extra = ["--prompt", "x", "--max-tokens", "1"] if cmd == "generate" else ["--port", "0"]
+    argv = [cmd, "--model", str(tiny_model), "--block-size", "65536", "--kv-cache-gb", "0.001", *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "65536 tokens" in err and "--block-size" in err and "--kv-cache-gb" in err, err
+    assert "max_num_seqs" not in err, err

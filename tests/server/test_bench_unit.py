@@ -479,3 +479,54 @@ def test_the_options_that_do_something_are_still_taken():
         ["--base-url", "http://127.0.0.1:1"],
     ):
         BenchConfig.from_args(build_parser().parse_args(["bench", *extra]))
+
+
+def test_an_input_len_beyond_any_context_is_refused_before_a_prompt_is_built(capsys):
+    """`--num-prompts 2 --input-len 1000000000` built two prompts of 10^9 ids in memory
+    before anything was checked."""
+    from llmsched.cli import main
+    from llmsched.server.bench import MAX_BENCH_LEN
+
+    argv = ["bench", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2", "--input-len", "1000000000"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--input-len 1000000000" in err and f"{MAX_BENCH_LEN:,}" in err, err
+    with pytest.raises(ConfigError, match="--output-len"):
+        BenchConfig(output_len=MAX_BENCH_LEN + 1)
+    with pytest.raises(ConfigError, match="--random-range-ratio 0.5"):
+        BenchConfig(input_len=MAX_BENCH_LEN, random_range_ratio=0.5)
+    BenchConfig(input_len=MAX_BENCH_LEN)  # the limit itself is taken
+
+
+def test_a_request_beyond_the_servers_max_model_len_is_refused_before_payloads(monkeypatch):
+    import asyncio
+
+    from llmsched.server import bench
+
+    class FakeClient:
+        def __init__(self, *a, **k):
+            pass
+
+        async def get_json(self, path, headers):
+            assert path == "/v1/models"
+            return 200, {"data": [{"id": "m", "max_model_len": 2048}]}
+
+        async def aclose(self):
+            pass
+
+    def no_payloads(*a, **k):
+        raise AssertionError("payloads built before the check")
+
+    monkeypatch.setattr(bench, "RawClient", FakeClient)
+    monkeypatch.setattr(bench, "build_payloads", no_payloads)
+    cfg = BenchConfig(num_prompts=2, input_len=2000, output_len=128, quiet=True)
+    with pytest.raises(ConfigError, match="max_model_len of 2,048") as e:
+        asyncio.run(bench.benchmark(cfg))
+    assert "--input-len 2000 + --output-len 128" in str(e.value)
+    cfg = BenchConfig(num_prompts=2, input_len=1500, output_len=128, random_range_ratio=0.5, quiet=True)
+    with pytest.raises(ConfigError, match="--random-range-ratio 0.5"):
+        asyncio.run(bench.benchmark(cfg))
+    # within the context: the run goes on to build the payloads
+    cfg = BenchConfig(num_prompts=2, input_len=1900, output_len=148, quiet=True)
+    with pytest.raises(AssertionError, match="payloads built"):
+        asyncio.run(bench.benchmark(cfg))

@@ -33,6 +33,10 @@ DTYPES = {
 }
 
 
+def _mib(n: float) -> str:
+    return f"{n / (1 << 20):,.1f} MiB"
+
+
 def set_cpu_threads(n: int | None) -> int:
     """Set torch's intra-op threads; None: at most all cores but one (never raises it)."""
     if n is None:
@@ -113,9 +117,19 @@ class ModelRunner:
         self.model.eval()
         self.dtype_bytes = torch.empty((), dtype=self.dtype).element_size()
         self.block_bytes = cfg.kv_bytes_per_token(self.dtype_bytes) * block_size
+        self._kv_budget: float | None = None  # bytes the KV cache may take (set when sizing it)
         if num_blocks is None:
             num_blocks = self._cuda_blocks(gpu_memory_utilization) if self.cuda else self._cpu_blocks(kv_cache_gb)
         if num_blocks < 1:
+            budget = self._kv_budget
+            if budget is not None and 0 < budget < self.block_bytes:
+                # the memory is there, one block alone is larger than it
+                # (on CUDA the cache gets what --gpu-memory-utilization leaves; --kv-cache-gb is CPU's)
+                where = "--gpu-memory-utilization" if self.cuda else "--kv-cache-gb"
+                raise ConfigError(
+                    f"one KV-cache block of {block_size} tokens takes {_mib(self.block_bytes)}, more than "
+                    f"the {_mib(budget)} the KV cache has; lower --block-size or raise {where}"
+                )
             raise ConfigError(
                 "no memory is left for the KV cache; lower max_num_seqs or b_max, "
                 "or raise the memory given to the cache"
@@ -133,7 +147,8 @@ class ModelRunner:
     def _cpu_blocks(self, kv_cache_gb) -> int:
         if kv_cache_gb is None:
             kv_cache_gb = 1.0
-        return min(int(kv_cache_gb * (1 << 30)) // self.block_bytes, self._useful_blocks())
+        self._kv_budget = budget = int(kv_cache_gb * (1 << 30))
+        return min(budget // self.block_bytes, self._useful_blocks())
 
     def _cuda_blocks(self, utilization: float) -> int:
         torch.cuda.synchronize()
@@ -147,6 +162,7 @@ class ModelRunner:
         self._free_cache()
         torch.cuda.empty_cache()
         budget = total * utilization - (total - free) - peak
+        self._kv_budget = budget
         return max(0, min(int(budget // self.block_bytes), self._useful_blocks()))
 
     def _dummy_steps(self) -> None:

@@ -43,6 +43,7 @@ class RunningCap(AdmissionPolicy):
         self.closed_loop = inner.closed_loop
         self.repeats = inner.repeats
         self.reads_emitted = inner.reads_emitted
+        inner.bind_running_cap(max_running)
 
     def waiting_key(self):
         return self.inner.waiting_key()
@@ -73,6 +74,10 @@ class RunningCap(AdmissionPolicy):
 
     def bind_cost_model(self, cost) -> None:
         self.inner.bind_cost_model(cost)
+
+    def bind_running_cap(self, max_running: int) -> None:
+        # an outer cap over this one: the tighter of the two is in force
+        self.inner.bind_running_cap(min(max_running, self.max_running))
 
     def reset(self) -> None:
         self.inner.reset()

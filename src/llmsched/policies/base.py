@@ -122,6 +122,12 @@ class AdmissionPolicy:
     def bind_cost_model(self, cost) -> None:
         """The driver's step cost model, for policies that reason about step times."""
 
+    def bind_running_cap(self, max_running: int) -> None:
+        """A wrapper (`RunningCap`) lets at most `max_running` requests run at once: a
+        policy that derives a cap on the running requests (TWP's `B_max`, DynamicBatch's
+        `C_max`) keeps it at most this, so that `describe` reports the cap in force.
+        Kept across `reset` (an option, not something a run taught). Default: nothing."""
+
     def reset(self) -> None:
         """A run starts: forget whatever earlier runs taught the policy (a window, a cap,
         measured step times), so that a scheduler used again gives the same run as a

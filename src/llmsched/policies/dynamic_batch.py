@@ -38,7 +38,8 @@ class DynamicBatch(MeteredAdmission):
     - `beta` [0.5]: multiplicative decrease of the cap.
     - `delta` [1]: additive increase, requests per step.
     - `c_min` [1], `c_max` [min(b_max, k_max)]: bounds of the cap (a larger `c_max` is cut
-      to `min(b_max, k_max)`, and so is a `c_min` or `c0` above it).
+      to `min(b_max, k_max)`, and to a running cap (`--max-running`) if one wraps the
+      policy, and so is a `c_min` or `c0` above it).
     - `c0` [c_max]: initial cap (start unconstrained, as a plain FCFS server).
     - `l_min_ms`, `cost`, `context` [1024]: as for `twp`.
     """
@@ -88,6 +89,7 @@ class DynamicBatch(MeteredAdmission):
             except ConfigError as e:
                 raise ConfigError(f"{p}: cost: {e}") from None
         self._bound = None
+        self._running_cap: int | None = None  # a RunningCap wrapper's limit (bind_running_cap)
         self._start()
 
     def _start(self) -> None:
@@ -102,6 +104,10 @@ class DynamicBatch(MeteredAdmission):
 
     def bind_cost_model(self, cost) -> None:
         self._bound = cost
+        self._key = None
+
+    def bind_running_cap(self, max_running: int) -> None:
+        self._running_cap = max_running
         self._key = None
 
     def reset(self) -> None:
@@ -126,9 +132,12 @@ class DynamicBatch(MeteredAdmission):
                 )
         else:
             self.l_min_s = None
-        # no step holds more than min(b_max, k_max) requests: a larger c_max is cut to it (as
-        # TWP cuts h_max and max_active), or the cap would halve from a value no step reaches
+        # no step holds more than min(b_max, k_max) requests, nor more than a running cap
+        # (RunningCap) lets run: a larger c_max is cut to it (as TWP cuts h_max and
+        # max_active), or the cap would halve from a value no step reaches
         room = min(state.b_max, state.k_max)
+        if self._running_cap is not None:
+            room = min(room, self._running_cap)
         self.C_max = room if self.c_max is None else min(self.c_max, room)
         lo = min(self.c_min, self.C_max)
         if self.cap is None:

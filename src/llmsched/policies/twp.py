@@ -147,7 +147,8 @@ class TWP(MeteredAdmission):
       steps, with 100 waiting in about 12.
     - `max_active` (`B_max`) [the largest decode batch with `t(n) <= L*`, at least B_0]:
       most requests in the active set, so that pure decode steps meet the target; at
-      most `min(b_max, k_max, H_max)` (a larger value is cut to it).
+      most `min(b_max, k_max, H_max)` and a running cap (`--max-running`), if one
+      wraps the policy (a larger value is cut to it).
     - `h_min` [max(B_max, W_0)]: smallest window. At least `B_max`, so the window always
       holds one decode token per active request, and at least the load knee `W_0` (the
       largest load with `t_load(1..W_0) <= (1+eps) t_load(1)`): a smaller window makes no
@@ -247,6 +248,7 @@ class TWP(MeteredAdmission):
             except ConfigError as e:
                 raise ConfigError(f"{p}: cost: {e}") from None
         self._bound = None  # the driver's cost model
+        self._running_cap: int | None = None  # a RunningCap wrapper's limit (bind_running_cap)
         self._start()
 
     def _start(self) -> None:
@@ -278,6 +280,10 @@ class TWP(MeteredAdmission):
         self._bound = cost
         self._key = self._state = None
 
+    def bind_running_cap(self, max_running: int) -> None:
+        self._running_cap = max_running
+        self._key = self._state = None
+
     def reset(self) -> None:
         """A new run: the window, the ITL EWMA and meter, and the measured step times all
         start over (the bound cost model and the options stay)."""
@@ -290,7 +296,11 @@ class TWP(MeteredAdmission):
             return
         self._key = key
         b_max = state.b_max
+        # no decode batch holds more than k_max requests, nor more than a running cap
+        # (RunningCap) lets run: B_0 and B_max are at most that
         cap = min(b_max, state.k_max)
+        if self._running_cap is not None:
+            cap = min(cap, self._running_cap)
         model = self.cost if self.cost is not None else self._bound
         self.H_max = min(self.h_max if self.h_max is not None else b_max, b_max)
         self.delta_tokens = self.delta if self.delta is not None else b_max / 64

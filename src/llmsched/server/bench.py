@@ -74,6 +74,10 @@ from ..workload.lengths import OUTPUT_COLUMNS, PROMPT_COLUMNS
 
 MS = 1000.0
 METRICS = ("ttft", "tpot", "itl", "e2el")
+# the random dataset's longest prompt or output, whatever the server (16,777,216 tokens:
+# beyond the longest context of any model served today, 10M); the server's own
+# max_model_len is checked too, when bench reads it from /v1/models
+MAX_BENCH_LEN = 1 << 24
 
 
 # ---- configuration ---------------------------------------------------------------------
@@ -254,6 +258,16 @@ class BenchConfig:
             raise ConfigError(f"--burstiness must be > 0, got {self.burstiness}")
         if not 0 <= self.random_range_ratio < 1:
             raise ConfigError(f"--random-range-ratio must be in [0, 1), got {self.random_range_ratio}")
+        if self.dataset_name == "random":
+            for flag, length in (("--input-len", self.input_len), ("--output-len", self.output_len)):
+                hi = random_length_range(length, self.random_range_ratio)[1]
+                if hi > MAX_BENCH_LEN:
+                    # before a prompt is built: 2 prompts of 10^9 ids took the memory of the machine
+                    ratio = f" with --random-range-ratio {self.random_range_ratio:g}" if self.random_range_ratio else ""
+                    raise ConfigError(
+                        f"{flag} {length}{ratio} asks for requests of up to {hi:,} tokens; at most "
+                        f"{MAX_BENCH_LEN:,} (longer than any model's context)"
+                    )
         if not (0 < self.time_scale < math.inf):  # (inf reached the trace reader, which named time_scale)
             raise ConfigError(
                 f"--time-scale must be a positive, finite number (k replays the trace k times as fast), "
@@ -847,7 +861,28 @@ def _error_text(status: int, body: bytes) -> str:
 
 
 # ---- the run ---------------------------------------------------------------------------
+def check_fits_context(cfg: BenchConfig, max_model_len) -> None:
+    """The random dataset's longest request (prompt plus output, `--random-range-ratio`
+    included) must fit the server's `max_model_len` (as `/v1/models` reports it): refused
+    before a prompt is built, as the server would refuse or cut every such request."""
+    if cfg.dataset_name != "random" or not isinstance(max_model_len, int) or isinstance(max_model_len, bool):
+        return
+    r = cfg.random_range_ratio
+    p = random_length_range(cfg.input_len, r)[1]
+    o = random_length_range(cfg.output_len, r)[1]
+    if max_model_len > 0 and p + o > max_model_len:
+        ratio = f" with --random-range-ratio {r:g}" if r else ""
+        raise ConfigError(
+            f"--input-len {cfg.input_len} + --output-len {cfg.output_len}{ratio} gives requests of up to "
+            f"{p:,} + {o:,} tokens, beyond the server's max_model_len of {max_model_len:,} (GET /v1/models)"
+        )
+
+
 async def _first_model(client, base_url: str, headers: dict) -> str:
+    return (await _first_card(client, base_url, headers))["id"]
+
+
+async def _first_card(client, base_url: str, headers: dict) -> dict:
     status, body = await client.get_json("/v1/models", headers)
     if status == 401 and "authorization" in headers:
         raise ConfigError(f"{base_url} rejected the API key (HTTP 401): check --api-key (or $OPENAI_API_KEY)")
@@ -858,7 +893,7 @@ async def _first_model(client, base_url: str, headers: dict) -> str:
     data = (body or {}).get("data") or []
     if not data:
         raise ConfigError(f"{base_url}/v1/models lists no model; give --model")
-    return data[0]["id"]
+    return data[0]
 
 
 async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[RequestResult], float, dict]:
@@ -873,7 +908,8 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
         client = RawClient(cfg.base_url, cfg.timeout)
     try:
         try:
-            model = cfg.model or await _first_model(client, cfg.base_url, headers)
+            card = {"id": cfg.model} if cfg.model else await _first_card(client, cfg.base_url, headers)
+            model = card["id"]
         except TimeoutError:
             raise ConfigError(f"cannot reach {cfg.base_url}: {_timeout_text(client)}") from None
         except OSError as e:
@@ -882,6 +918,7 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
             raise
         except Exception as e:  # noqa: BLE001 - httpx errors, bad JSON
             raise ConfigError(f"cannot list the models of {cfg.base_url}: {e}") from None
+        check_fits_context(cfg, card.get("max_model_len"))
         unit, exact = TEXT_UNIT, True
         if cfg.chat or cfg.prompt_format == "text":
             unit, exact = await find_text_unit(client, headers, model)
