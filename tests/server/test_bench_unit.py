@@ -496,37 +496,3 @@ def test_an_input_len_beyond_any_context_is_refused_before_a_prompt_is_built(cap
     with pytest.raises(ConfigError, match="--random-range-ratio 0.5"):
         BenchConfig(input_len=MAX_BENCH_LEN, random_range_ratio=0.5)
     BenchConfig(input_len=MAX_BENCH_LEN)  # the limit itself is taken
-
-
-def test_a_request_beyond_the_servers_max_model_len_is_refused_before_payloads(monkeypatch):
-    import asyncio
-
-    from llmsched.server import bench
-
-    class FakeClient:
-        def __init__(self, *a, **k):
-            pass
-
-        async def get_json(self, path, headers):
-            assert path == "/v1/models"
-            return 200, {"data": [{"id": "m", "max_model_len": 2048}]}
-
-        async def aclose(self):
-            pass
-
-    def no_payloads(*a, **k):
-        raise AssertionError("payloads built before the check")
-
-    monkeypatch.setattr(bench, "RawClient", FakeClient)
-    monkeypatch.setattr(bench, "build_payloads", no_payloads)
-    cfg = BenchConfig(num_prompts=2, input_len=2000, output_len=128, quiet=True)
-    with pytest.raises(ConfigError, match="max_model_len of 2,048") as e:
-        asyncio.run(bench.benchmark(cfg))
-    assert "--input-len 2000 + --output-len 128" in str(e.value)
-    cfg = BenchConfig(num_prompts=2, input_len=1500, output_len=128, random_range_ratio=0.5, quiet=True)
-    with pytest.raises(ConfigError, match="--random-range-ratio 0.5"):
-        asyncio.run(bench.benchmark(cfg))
-    # within the context: the run goes on to build the payloads
-    cfg = BenchConfig(num_prompts=2, input_len=1900, output_len=148, quiet=True)
-    with pytest.raises(AssertionError, match="payloads built"):
-        asyncio.run(bench.benchmark(cfg))

@@ -861,23 +861,6 @@ def _error_text(status: int, body: bytes) -> str:
 
 
 # ---- the run ---------------------------------------------------------------------------
-def check_fits_context(cfg: BenchConfig, max_model_len) -> None:
-    """The random dataset's longest request (prompt plus output, `--random-range-ratio`
-    included) must fit the server's `max_model_len` (as `/v1/models` reports it): refused
-    before a prompt is built, as the server would refuse or cut every such request."""
-    if cfg.dataset_name != "random" or not isinstance(max_model_len, int) or isinstance(max_model_len, bool):
-        return
-    r = cfg.random_range_ratio
-    p = random_length_range(cfg.input_len, r)[1]
-    o = random_length_range(cfg.output_len, r)[1]
-    if max_model_len > 0 and p + o > max_model_len:
-        ratio = f" with --random-range-ratio {r:g}" if r else ""
-        raise ConfigError(
-            f"--input-len {cfg.input_len} + --output-len {cfg.output_len}{ratio} gives requests of up to "
-            f"{p:,} + {o:,} tokens, beyond the server's max_model_len of {max_model_len:,} (GET /v1/models)"
-        )
-
-
 async def _first_model(client, base_url: str, headers: dict) -> str:
     return (await _first_card(client, base_url, headers))["id"]
 
@@ -918,7 +901,6 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
             raise
         except Exception as e:  # noqa: BLE001 - httpx errors, bad JSON
             raise ConfigError(f"cannot list the models of {cfg.base_url}: {e}") from None
-        check_fits_context(cfg, card.get("max_model_len"))
         unit, exact = TEXT_UNIT, True
         if cfg.chat or cfg.prompt_format == "text":
             unit, exact = await find_text_unit(client, headers, model)
