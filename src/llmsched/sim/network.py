@@ -47,7 +47,7 @@ from ..workload.arrivals import times_for_merge
 from ..workload.blocks import INT_CONSTANTS, seed_bits
 from ..workload.lengths import sample_pair
 from ..workload.network import Call, Delay, Fork, JobType, Loop, NetworkSpec, ServerSpec
-from .server import MAX_USER_SAMPLES, ServerSim, SimulationStuck, TimeSeries, too_many_samples
+from .server import ServerSim, SimulationStuck, TimeSeries, check_sample_count
 
 # event kinds, in the order they run at one instant (plans last)
 _JOB, _DELIVER, _RESUME, _END, _PLAN = 0, 1, 2, 3, 4
@@ -609,11 +609,7 @@ def run_network(
     span = job_times[-1] - job_times[0]
     interval = max(span // 1000, NS // 100) if not sample_interval_s else int(round(sample_interval_s * NS))
     n_replicas = sum(s.replicas for s in spec.servers.values())
-    if sample_interval_s:
-        judged = span if max_time == UNLIMITED else min(span, max(max_time - job_times[0], 0))
-        if judged / interval * n_replicas > MAX_USER_SAMPLES:
-            why = f"the job arrivals alone span {judged / NS:g} s"
-            raise ConfigError(too_many_samples(interval / NS, why, n_replicas))
+    check_sample_count(sample_interval_s, job_times[0] / NS, job_times[-1] / NS, max_time_s, n_replicas)
     for name, sspec in spec.servers.items():
         pool = _Pool(sspec, np.random.default_rng(stream_entropy(spec.seed, "pool", len(pools))))
         cost = make_cost_model(sspec.cost_model)

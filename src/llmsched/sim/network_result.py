@@ -588,9 +588,6 @@ def simulate_network(
     given = {"max_time_s": max_time_s, "sample_interval_s": sample_interval_s, "fast": fast}
     run = {**spec.run, **{k: v for k, v in given.items() if v is not None}}
     spec = replace(spec, servers=dict(spec.servers), jobs=list(spec.jobs), run=run)  # (a copy: not the caller's)
-    fast = run.get("fast", True)
-    max_time_s = run.get("max_time_s")
-    sample_interval_s = run.get("sample_interval_s")
     check_schedulers(spec, network)  # before the run, naming the server and the file
     if scale is not None:
         factor = as_real(scale)
@@ -603,7 +600,7 @@ def simulate_network(
     if spec.num_jobs is None and spec.duration_s is None:
         raise ConfigError("give num_jobs or duration_s to stop the job arrivals")
     t0 = time.perf_counter()
-    stats = run_network(spec, fast=fast, max_time_s=max_time_s, sample_interval_s=sample_interval_s, progress=progress)
+    stats = run_network(spec, progress=progress)  # (the run's options: spec.run)
     wall = time.perf_counter() - t0
     result = NetworkResult(stats, traffic(spec), spec.to_dict(), wall_s=wall)
     if out_dir is not None:

@@ -62,6 +62,19 @@ def too_many_samples(interval_s: float, why: str, replicas: int = 1) -> str:
     )
 
 
+def check_sample_count(interval_s: float | None, first_s: float, last_s: float, max_time_s, replicas: int = 1):
+    """Refuse, before a run, a user's sampling interval that the arrivals' span alone (up
+    to a `max_time_s` stop) would fill with more than MAX_USER_SAMPLES samples, all
+    `replicas`' series together (a series keeps every sample of a given interval)."""
+    if not interval_s:
+        return
+    span = last_s - first_s
+    if max_time_s is not None:
+        span = min(span, max(max_time_s - first_s, 0.0))
+    if span / interval_s * replicas > MAX_USER_SAMPLES:
+        raise ConfigError(too_many_samples(interval_s, f"the arrivals alone span {span:g} s", replicas))
+
+
 class TimeSeries:
     """Queue state sampled every `interval` ns from `first`. With the automatic interval
     memory stays bounded: past MAX_SAMPLES samples every other one is dropped and the
