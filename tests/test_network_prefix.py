@@ -13,10 +13,12 @@ from llmsched.api import cluster_network
 from llmsched.cli import main
 from llmsched.core.errors import ConfigError
 from llmsched.core.prefix_cache import PrefixCache
-from llmsched.sim.network import _GOLDEN, _MASK, _ROOT, _chain, _mix, _Stream, _SystemPrompt
+from llmsched.sim.network import _GOLDEN, _MASK, _ROOT, _Stream, _SystemPrompt
 from llmsched.sim.network_result import merge_prefix_stats, simulate_network
 from llmsched.theory.network import traffic
 from llmsched.workload.blocks import chain, mix
+from llmsched.workload.blocks import chain_int as _chain
+from llmsched.workload.blocks import mix_int as _mix
 from llmsched.workload.network import NetworkSpec
 
 BS = 16

@@ -45,6 +45,7 @@ from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
 from ..workload.arrivals import times_for_merge
 from ..workload.blocks import INT_CONSTANTS, seed_bits
+from ..workload.blocks import mix_int as _mix
 from ..workload.lengths import sample_pair
 from ..workload.network import Call, Delay, Fork, JobType, Loop, NetworkSpec, ServerSpec
 from .server import ServerSim, SimulationStuck, TimeSeries, check_sample_count
@@ -160,27 +161,11 @@ _SHARED_SALT = 0x5EED5EED00000011
 _OWN_SALT = 0x0C0FFEE000000012
 
 
-def _mix(x: int) -> int:
-    """`workload.blocks.mix` (splitmix64's finaliser) on one int in [0, 2**64)."""
-    x ^= x >> 30
-    x = (x * _M1) & _MASK
-    x ^= x >> 27
-    x = (x * _M2) & _MASK
-    return x ^ (x >> 31)
-
-
-def _chain(prev: int, value: int) -> int:
-    """`workload.blocks.chain` on ints: the id of a block of content `value` after the prefix
-    whose id is `prev` (`_extend_ids` inlines it; the workload's numpy version works on
-    whole arrays)."""
-    return _mix((prev * _GOLDEN + _mix((value + _GOLDEN) & _MASK)) & _MASK)
-
-
 def _extend_ids(ids: list, starts: list, writers: list, block_size: int, full: int) -> None:
     """Append to `ids` the chained ids of blocks len(ids) .. full - 1 of a stream of
     segments (`starts[i]`: first token written by `writers[i]`). Block k's content is
     `writer + k * golden`, its writer that of its last token; the id is
-    `_chain(previous id, content)`, inlined (a long prompt has hundreds of blocks)."""
+    `workload.blocks.chain_int(previous id, content)`, inlined (a long prompt has hundreds of blocks)."""
     k = len(ids)
     prev = ids[-1] if ids else _ROOT
     seg = bisect_right(starts, (k + 1) * block_size - 1) - 1

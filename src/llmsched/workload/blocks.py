@@ -33,6 +33,8 @@ __all__ = [
     "check_block_size",
     "mix",
     "seed_bits",
+    "mix_int",
+    "chain_int",
     "chain",
     "chain_ragged",
     "reblock",
@@ -78,11 +80,17 @@ _MASK64 = (1 << 64) - 1
 _WIDE_SEED_SALT = 0x57DE5EEDF01D0001  # starts the fold of a seed of 2**64 or more
 
 
-def _mix_int(x: int) -> int:
-    """`mix` on one Python int of 64 bits."""
+def mix_int(x: int) -> int:
+    """`mix` on one Python int in [0, 2**64)."""
     x = ((x ^ (x >> 30)) * int(_M1)) & _MASK64
     x = ((x ^ (x >> 27)) * int(_M2)) & _MASK64
     return x ^ (x >> 31)
+
+
+def chain_int(prev: int, value: int) -> int:
+    """`chain` on Python ints: the id of a block of content `value` after the prefix whose
+    id is `prev`."""
+    return mix_int((prev * int(_GOLDEN) + mix_int((value + int(_GOLDEN)) & _MASK64)) & _MASK64)
 
 
 def seed_bits(seed: int) -> int:
@@ -97,9 +105,9 @@ def seed_bits(seed: int) -> int:
     while seed:
         words.append(seed & _MASK64)
         seed >>= 64
-    h = _mix_int((_WIDE_SEED_SALT + len(words)) & _MASK64)
+    h = mix_int((_WIDE_SEED_SALT + len(words)) & _MASK64)
     for w in words:
-        h = _mix_int((h * int(_GOLDEN) + _mix_int((w + int(_GOLDEN)) & _MASK64)) & _MASK64)
+        h = chain_int(h, w)
     return h
 
 
