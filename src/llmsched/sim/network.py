@@ -40,10 +40,10 @@ import numpy as np
 from ..core.clock import to_clock_ns
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.request import MAX_SECONDS, NS, Request, check_sample_interval, check_seconds
+from ..core.request import NS, Request, check_sample_interval, check_seconds
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
-from ..workload.arrivals import times_for_merge
+from ..workload.arrivals import refuse_short_merge, times_for_merge
 from ..workload.blocks import INT_CONSTANTS, seed_bits
 from ..workload.blocks import mix_int as _mix
 from ..workload.lengths import sample_pair
@@ -573,13 +573,9 @@ def run_network(
     merged = np.concatenate(arrivals) if arrivals else np.zeros((0, 2), dtype=np.int64)
     merged = merged[np.lexsort((merged[:, 1], merged[:, 0]))]
     if n_jobs is not None:
-        if cut_at_limit and len(merged) < n_jobs:  # some arrival past the limit would be used
+        if cut_at_limit:
             types = ("job types " if len(cut_at_limit) > 1 else "job type ") + ", ".join(map(repr, cut_at_limit))
-            raise ConfigError(
-                f"{types}: arrival times must be below {MAX_SECONDS:g} s (the simulator's clock), and only "
-                f"{len(merged):,} jobs arrive before then, not the {n_jobs:,} asked for "
-                "(raise the rate or ask for fewer jobs)"
-            )
+            refuse_short_merge(types, len(merged), n_jobs, "jobs")
         merged = merged[:n_jobs]
     if len(merged) == 0:
         raise ConfigError("the network's workload has no jobs (check num_jobs / duration and the rates)")

@@ -27,6 +27,7 @@ __all__ = [
     "Deterministic",
     "make_arrival_process",
     "times_for_merge",
+    "refuse_short_merge",
     "MAX_REQUESTS",
 ]
 
@@ -231,6 +232,17 @@ def times_for_merge(proc: ArrivalProcess, make_rng, n: int | None, duration_s: f
             raise
     before_clock = float(np.nextafter(MAX_SECONDS, 0))
     return proc.times(make_rng(), n, before_clock), True
+
+
+def refuse_short_merge(short: str, merged: int, n: int, unit: str) -> None:
+    """After `times_for_merge`: refuse a merge that needs an arrival past the clock, one of
+    `short` (the processes cut there, named for the message) when fewer than `n` `unit`
+    arrived before it."""
+    if short and merged < n:
+        raise ConfigError(
+            f"{short}: arrival times must be below {MAX_SECONDS:g} s (the simulator's clock), and only "
+            f"{merged:,} {unit} arrive before then, not the {n:,} asked for (raise the rate or ask for fewer {unit})"
+        )
 
 
 def make_arrival_process(kind: str, rate, cv=None) -> ArrivalProcess:

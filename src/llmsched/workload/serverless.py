@@ -41,7 +41,7 @@ from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS, check_seconds
 from ..core.slo import check_request_slo
 from ..core.yamlfile import read_yaml
-from .arrivals import MAX_REQUESTS, make_arrival_process, times_for_merge
+from .arrivals import MAX_REQUESTS, make_arrival_process, refuse_short_merge, times_for_merge
 from .csvio import as_lengths, read_columns
 from .datasets import is_dataset, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
@@ -1115,12 +1115,7 @@ def make_serverless_requests(spec: ServerlessSpec, *, warn_short: bool = True) -
         merged = np.concatenate(parts)
         merged = merged[np.lexsort((merged[:, 1], merged[:, 0]))]
         if w.num_requests is not None:
-            if short and len(merged) < w.num_requests:  # some arrival past the clock would be kept
-                raise ConfigError(
-                    f"{', '.join(short)}: arrival times must be below {MAX_SECONDS:g} s (the simulator's clock), "
-                    f"and only {len(merged):,} requests arrive before then, not the {w.num_requests:,} asked for "
-                    "(raise the rate or ask for fewer requests)"
-                )
+            refuse_short_merge(", ".join(short), len(merged), w.num_requests, "requests")
             merged = merged[: w.num_requests]
         arrival, model = merged[:, 0].copy(), merged[:, 1].astype(np.int64)
         prompt = output = None
