@@ -160,14 +160,9 @@ def policy_capacity(
     steps may cut prompts into chunks the workload cannot supply) lambda* is an upper bound
     that adaptive need not reach either (k_max 1, prompts of 200: it served 10.69 req/s of
     a lambda* of 13.69, docs/stability.md): None for it too."""
-    if held:
+    if held or batch_holds_back(name, b_max, k_max, region_exact=region_exact):
         return None
-    cls = BATCH_POLICIES.get(policy_base_name(name))
-    if getattr(cls, "region_stable", False):
-        return None if region_exact is False else best
-    if not getattr(cls, "work_conserving", False) or k_max_binds(b_max, k_max):
-        return None
-    return fill
+    return best if getattr(BATCH_POLICIES.get(policy_base_name(name)), "region_stable", False) else fill
 
 
 def admission_holds_back(

@@ -130,19 +130,21 @@ class Adaptive(BatchPolicy):
         if max_prompt is not None and not (longest is not None and longest >= 1):
             raise ConfigError(f"adaptive policy: max_prompt must be a whole number of tokens >= 1, got {max_prompt!r}")
         self.max_prompt = longest
-        self._longest = longest or 0  # the longest prompt seen (or given)
-        self._prompt_cap = longest  # the region's cap: `_longest` as of its last refit
-        self._steps = 0
-        self._next_cap_refit = 0  # the step from which a longer prompt refits the region
         self._key = None
         self._cands: list[tuple[int, int]] = []
         self._times: dict[tuple[int, int], float] = {}
-        self._seen_ids: set[int] = set()
-        self._sum_p = 0
-        self._sum_o = 0
-        self._n = 0
-        self._next_refit = 1
         self._server: tuple[int, int | None] | None = None  # (b_max, k_max) once bound
+        self._start()
+
+    def _start(self) -> None:
+        """What a run learns, as a run starts: nothing seen yet."""
+        self._longest = self.max_prompt or 0  # the longest prompt seen (or given)
+        self._prompt_cap = self.max_prompt  # the region's cap: `_longest` as of its last refit
+        self._steps = 0
+        self._next_cap_refit = 0  # the step from which a longer prompt refits the region
+        self._seen_ids: set[int] = set()
+        self._sum_p = self._sum_o = self._n = 0
+        self._next_refit = 1
         self.chosen: dict[tuple[int, int], int] = {}  # (load, decodes first) -> steps (diagnostics)
 
     def bind_constraints(self, constraints) -> None:
@@ -162,14 +164,7 @@ class Adaptive(BatchPolicy):
         counts start over (request ids start at 0 again: the ones seen would never be
         counted), and so does the region fitted to them (again only if it may have moved)."""
         ran = self._steps or self._n or self._longest != (self.max_prompt or 0) or self.chosen
-        self._longest = self.max_prompt or 0
-        self._prompt_cap = self.max_prompt
-        self._steps = 0
-        self._next_cap_refit = 0
-        self._seen_ids = set()
-        self._sum_p = self._sum_o = self._n = 0
-        self._next_refit = 1
-        self.chosen = {}
+        self._start()
         if ran and self._server is not None:
             # the region a fresh policy computes at bind time (no request seen yet)
             self._key = None

@@ -75,8 +75,8 @@ from ..workload.lengths import OUTPUT_COLUMNS, PROMPT_COLUMNS
 MS = 1000.0
 METRICS = ("ttft", "tpot", "itl", "e2el")
 # the random dataset's longest prompt or output, whatever the server (16,777,216 tokens:
-# beyond the longest context of any model served today, 10M); the server's own
-# max_model_len is checked too, when bench reads it from /v1/models
+# beyond the longest context of any model served today, 10M); longer than the server's
+# max_model_len, requests are sent and fail, as vLLM's client sends them
 MAX_BENCH_LEN = 1 << 24
 
 
@@ -862,10 +862,6 @@ def _error_text(status: int, body: bytes) -> str:
 
 # ---- the run ---------------------------------------------------------------------------
 async def _first_model(client, base_url: str, headers: dict) -> str:
-    return (await _first_card(client, base_url, headers))["id"]
-
-
-async def _first_card(client, base_url: str, headers: dict) -> dict:
     status, body = await client.get_json("/v1/models", headers)
     if status == 401 and "authorization" in headers:
         raise ConfigError(f"{base_url} rejected the API key (HTTP 401): check --api-key (or $OPENAI_API_KEY)")
@@ -876,7 +872,7 @@ async def _first_card(client, base_url: str, headers: dict) -> dict:
     data = (body or {}).get("data") or []
     if not data:
         raise ConfigError(f"{base_url}/v1/models lists no model; give --model")
-    return data[0]
+    return data[0]["id"]
 
 
 async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[RequestResult], float, dict]:
@@ -891,8 +887,7 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
         client = RawClient(cfg.base_url, cfg.timeout)
     try:
         try:
-            card = {"id": cfg.model} if cfg.model else await _first_card(client, cfg.base_url, headers)
-            model = card["id"]
+            model = cfg.model or await _first_model(client, cfg.base_url, headers)
         except TimeoutError:
             raise ConfigError(f"cannot reach {cfg.base_url}: {_timeout_text(client)}") from None
         except OSError as e:
