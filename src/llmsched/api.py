@@ -28,8 +28,7 @@ from .core.paths import check_out_dir, check_run_dir
 from .core.request import NS, check_seconds
 from .core.version import __version__
 from .core.yamlfile import read_yaml
-from .policies import admission_holds_back, policy_base_name, policy_capacity
-from .policies.base import AdmissionHooks
+from .policies import admission_holds_back, admission_limits, policy_base_name, policy_capacity
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
@@ -508,8 +507,7 @@ def config_policy_capacity(
     policy, already built (its running cap included), judged as it is rather than made
     again from the configuration's names (a registered factory is called once per run)."""
     if admission is not None:
-        hooks = AdmissionHooks(admission)
-        held = bool(hooks.token_limit or hooks.batch_limit or hooks.may_admit)
+        held = admission_limits(admission)
     else:
         held = bool(admission_holds_back(cfg.admission, cfg.max_running, cfg.admission_options))
     held = held or cfg.kv_capacity is not None

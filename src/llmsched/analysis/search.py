@@ -356,7 +356,7 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
     # judged unstable either (every probe inconclusive) no verdict bounds it: no answer
     none_stable = ok and st.lo == 0 and st.hi_checked and st.hi > 0
     upper = none_stable and st.unstable is not None
-    found = (st.unstable if upper else None) if none_stable else st.lo
+    found = st.unstable if none_stable else st.lo  # (None when none was judged unstable)
     # the range between the edges: rates above the first unstable one are counted apart
     inc = sorted(r for r in st.inconclusive if st.unstable is None or r < st.unstable)
     row = {

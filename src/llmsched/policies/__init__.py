@@ -173,12 +173,19 @@ def admission_holds_back(
     A policy that limits a step's tokens or requests or refuses a waiting request (its
     class overrides `token_limit`, `batch_limit` or `may_admit`: TWP's window,
     DynamicBatch's cap) can, and so can a running cap."""
-    hooks = AdmissionHooks(make_admission_policy(admission, **(options or {})))
-    limits = hooks.token_limit or hooks.batch_limit or hooks.may_admit
+    limits = admission_limits(make_admission_policy(admission, **(options or {})))
     why = [HoldReason(HELD, f"{policy_base_name(admission, 'admission')} admission")] if limits else []
     if max_running is not None:
         why.append(HoldReason(HELD, f"max_running {max_running}"))
     return why
+
+
+def admission_limits(policy) -> bool:
+    """Whether the admission policy object can leave budget idle while work waits: its
+    class overrides `token_limit`, `batch_limit` or `may_admit` (a running cap wrapping it
+    included)."""
+    hooks = AdmissionHooks(policy)
+    return bool(hooks.token_limit or hooks.batch_limit or hooks.may_admit)
 
 
 def _lookup(name: str, kind: str):
@@ -310,6 +317,7 @@ __all__ = [
     "ADMISSION_POLICIES",
     "canonical_policy_name",
     "admission_holds_back",
+    "admission_limits",
     "batch_holds_back",
     "is_throughput_optimal",
     "policy_capacity",
