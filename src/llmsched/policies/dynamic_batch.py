@@ -88,8 +88,6 @@ class DynamicBatch(MeteredAdmission):
                 self.cost = make_cost_model(cost)
             except ConfigError as e:
                 raise ConfigError(f"{p}: cost: {e}") from None
-        self._bound = None
-        self._running_cap: int | None = None  # a RunningCap wrapper's limit (bind_running_cap)
         self._start()
 
     def _start(self) -> None:
@@ -101,19 +99,6 @@ class DynamicBatch(MeteredAdmission):
         self.l_min_s: float | None = None
         self.C_max = 1
         self.cap: float | None = None
-
-    def bind_cost_model(self, cost) -> None:
-        self._bound = cost
-        self._key = None
-
-    def bind_running_cap(self, max_running: int) -> None:
-        self._running_cap = max_running
-        self._key = None
-
-    def reset(self) -> None:
-        """A new run: the cap starts at `c0` again, the ITL EWMA, meter and measured
-        l_min start over (the bound cost model and the options stay)."""
-        self._start()
 
     def _resolve(self, state: ServerState) -> None:
         key = (state.b_max, state.k_max)
@@ -135,9 +120,7 @@ class DynamicBatch(MeteredAdmission):
         # no step holds more than min(b_max, k_max) requests, nor more than a running cap
         # (RunningCap) lets run: a larger c_max is cut to it (as TWP cuts h_max and
         # max_active), or the cap would halve from a value no step reaches
-        room = min(state.b_max, state.k_max)
-        if self._running_cap is not None:
-            room = min(room, self._running_cap)
+        room = self._room(state)
         self.C_max = room if self.c_max is None else min(self.c_max, room)
         lo = min(self.c_min, self.C_max)
         if self.cap is None:

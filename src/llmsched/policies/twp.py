@@ -125,9 +125,36 @@ class MeteredAdmission(AdmissionPolicy):
     (TWP, DynamicBatch): a server gone idle starts its next step with the meter reset."""
 
     meter: ItlMeter
+    _bound = None  # the driver's cost model (bind_cost_model)
+    _running_cap: int | None = None  # a RunningCap wrapper's limit (bind_running_cap)
 
     def went_idle(self) -> None:
         self.meter.forget()
+
+    def bind_cost_model(self, cost) -> None:
+        self._bound = cost
+        self._invalidate()
+
+    def bind_running_cap(self, max_running: int) -> None:
+        self._running_cap = max_running
+        self._invalidate()
+
+    def _invalidate(self) -> None:
+        """The derived constants are recomputed at the next step (`_resolve`)."""
+        self._key = None
+
+    def reset(self) -> None:
+        """A new run: the run's state starts over (`_start`); the bound cost model, a
+        running cap and the options stay."""
+        self._start()
+
+    def _start(self) -> None:  # pragma: no cover - each policy's own
+        raise NotImplementedError
+
+    def _room(self, state: ServerState) -> int:
+        """The most requests a step can hold: min(b_max, k_max), and a running cap's."""
+        room = min(state.b_max, state.k_max)
+        return room if self._running_cap is None else min(room, self._running_cap)
 
 
 class TWP(MeteredAdmission):
@@ -247,8 +274,6 @@ class TWP(MeteredAdmission):
                 self.cost = make_cost_model(cost)
             except ConfigError as e:
                 raise ConfigError(f"{p}: cost: {e}") from None
-        self._bound = None  # the driver's cost model
-        self._running_cap: int | None = None  # a RunningCap wrapper's limit (bind_running_cap)
         self._start()
 
     def _start(self) -> None:
@@ -276,18 +301,8 @@ class TWP(MeteredAdmission):
         self._target: float | None = None  # L* in seconds (itl_target() when not measured)
 
     # ---- derived constants -----------------------------------------------------------
-    def bind_cost_model(self, cost) -> None:
-        self._bound = cost
+    def _invalidate(self) -> None:
         self._key = self._state = None
-
-    def bind_running_cap(self, max_running: int) -> None:
-        self._running_cap = max_running
-        self._key = self._state = None
-
-    def reset(self) -> None:
-        """A new run: the window, the ITL EWMA and meter, and the measured step times all
-        start over (the bound cost model and the options stay)."""
-        self._start()
 
     def _resolve(self, state: ServerState) -> None:
         key = (state.b_max, state.k_max)
@@ -298,9 +313,7 @@ class TWP(MeteredAdmission):
         b_max = state.b_max
         # no decode batch holds more than k_max requests, nor more than a running cap
         # (RunningCap) lets run: B_0 and B_max are at most that
-        cap = min(b_max, state.k_max)
-        if self._running_cap is not None:
-            cap = min(cap, self._running_cap)
+        cap = self._room(state)
         model = self.cost if self.cost is not None else self._bound
         self.H_max = min(self.h_max if self.h_max is not None else b_max, b_max)
         self.delta_tokens = self.delta if self.delta is not None else b_max / 64
