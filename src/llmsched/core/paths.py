@@ -183,16 +183,22 @@ def _temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
+def _entries(folder: Path, layout: str):
+    """(entry, what a run writes it as) for each entry of a run's folder of `layout`, hidden
+    ones left out: "file", the layout of a folder a run writes, or None (no run writes it,
+    or it is a link)."""
+    for e in sorted(os.scandir(folder), key=lambda e: e.name):
+        if not e.name.startswith("."):
+            is_dir = e.is_dir(follow_symlinks=False)
+            yield e, None if e.is_symlink() else _own_entry(layout, Path(e.path), is_dir)
+
+
 def _strays(folder: Path, layout: str) -> list[str]:
     """The files (paths relative to `folder`) inside a run's folder of `layout` that no
     run writes there (hidden files other than a write's temporary ones are not counted:
     they stay, as beside a run's outputs)."""
     out = []
-    for e in sorted(os.scandir(folder), key=lambda e: e.name):
-        if e.name.startswith("."):
-            continue
-        is_dir = e.is_dir(follow_symlinks=False)
-        own = None if e.is_symlink() else _own_entry(layout, Path(e.path), is_dir)
+    for e, own in _entries(folder, layout):
         if own is None:
             out.append(e.name)
         elif own != "file":
@@ -206,12 +212,9 @@ def remove_run_folder(folder, layout: str) -> None:
     never a file no run writes there (`_strays`)."""
     folder = Path(folder)
     for e in list(os.scandir(folder)):
-        if e.name.startswith("."):
-            if _temporary(e.name) and e.is_file(follow_symlinks=False):
-                os.unlink(e.path)
-            continue
-        is_dir = e.is_dir(follow_symlinks=False)
-        own = None if e.is_symlink() else _own_entry(layout, Path(e.path), is_dir)
+        if _temporary(e.name) and e.is_file(follow_symlinks=False):
+            os.unlink(e.path)
+    for e, own in list(_entries(folder, layout)):
         if own == "file":
             os.unlink(e.path)
         elif own is not None:
