@@ -64,6 +64,7 @@ def test_capacity_reports_sarathi_below_its_own_limit_not_lambda_star(capsys, mo
     assert c["critical_rate"] == pytest.approx(512 / T512 / WORK)  # lambda* itself unchanged
     assert r["inside"] is True  # the region holds the rate: some policy serves it
     assert r["throughput_optimal"] is False and r["not_throughput_optimal"] == "b / t(b) peaks at b = 512 < b_max 600"
+    assert r["not_throughput_optimal_kinds"] == ["fill"]
     assert r["policy_critical_rate"] == pytest.approx(600 / T600 / WORK)
     assert r["policy_inside"] is False and r["policy_utilisation"] == pytest.approx(11 * WORK * T600 / 600)
     assert r["policy_predicted_growth_tokens_per_s"] == pytest.approx(11 * WORK - 600 / T600)
@@ -74,6 +75,7 @@ def test_capacity_reports_sarathi_below_its_own_limit_not_lambda_star(capsys, mo
     assert "fluid backlog growth (sarathi: full steps of b_max) 119.2 tokens/s" in out
     ok = run_json(capsys, *B600, "--rate", "11", "--policy", "adaptive")
     assert ok["throughput_optimal"] is True and ok["policy_inside"] is True
+    assert ok["not_throughput_optimal_kinds"] == []
     assert ok["policy_critical_rate"] == pytest.approx(c["critical_rate"])
     ft = run_json(capsys, *B600, "--rate", "11", "--policy", "ft")
     assert ft["policy_critical_rate"] is None and ft["policy_inside"] is None

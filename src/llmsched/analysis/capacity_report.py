@@ -136,6 +136,8 @@ def capacity_report(
         # (`not_throughput_optimal`: why)
         "throughput_optimal": not holds_back,
         "not_throughput_optimal": reasons_text(holds_back) or None,
+        # the kinds of those reasons (core.guarantee: FILL, CAP, REGION, POLICY)
+        "not_throughput_optimal_kinds": sorted({r.kind for r in holds_back}),
         # the rate below which this policy is stable, where theory says it (None: lambda*
         # only bounds it): fill_capacity / work for a work-conserving policy without a
         # binding cap, lambda* for adaptive (unless region_exact is false: an upper bound)

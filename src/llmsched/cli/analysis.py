@@ -322,23 +322,10 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
                 f"lambda* is an upper bound: {c['region_note'].removesuffix(': lambda* is an upper bound')}",
             )
         )
-    capped = k_max_binds(rep["b_max"], rep["k_max"])
-    # full steps of b_max serve less than lambda*'s (b / t(b) peaks below b_max)
-    fills_short = not capped and c["fill_capacity"] < c["effective_capacity"] * (1 - 1e-9)
     own = rep.get("policy_critical_rate")
-    if not rep["throughput_optimal"]:
-        from ..policies import batch_holds_back  # noqa: PLC0415 - the registry imports every policy
-
-        kinds = {
-            r.kind
-            for r in batch_holds_back(
-                rep["policy"],
-                rep["b_max"],
-                rep["k_max"],
-                c["peak_load"] if fills_short else None,
-                c.get("region_exact"),
-            )
-        }
+    kinds = set(rep["not_throughput_optimal_kinds"])
+    capped = k_max_binds(rep["b_max"], rep["k_max"])
+    if kinds:
         if kinds == {FILL}:
             why = (
                 f"{rep['policy']} fills every step to b_max {rep['b_max']}, but b / t(b) peaks at b = "
@@ -363,8 +350,9 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
                 "its queue may grow below it (its own limit: sweep --search max-stable-rate)"
             )
         rows.append(("note: policy", why))
-    # a policy filling every step grows at its own limit where full steps serve less than lambda*'s
-    own_growth = fills_short and own is not None and own < c["critical_rate"] * (1 - 1e-9)
+    # a policy filling every step grows at its own limit where full steps serve less than
+    # lambda*'s (b / t(b) peaks below b_max: a reason of kind FILL)
+    own_growth = FILL in kinds and own is not None and own < c["critical_rate"] * (1 - 1e-9)
     growth = rep.get("policy_predicted_growth_tokens_per_s") if own_growth else c["predicted_growth_tokens_per_s"]
     if rep.get("rate") is not None:
         arrival = f"{rep['rate']:,.3f} req/s ({c['offered_tokens_per_s']:,.1f} tokens/s)"
