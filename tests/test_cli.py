@@ -84,6 +84,24 @@ def test_simulate_json_and_config_file(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["completed"] == 40
 
 
+def test_a_flag_beside_a_config_replaces_the_options_whole_value(tmp_path):
+    """README: `--slo`/`--admission-option` beside `--config` replace the file's map, keys
+    and all (as a keyword of `llmsched.simulate` does)."""
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(
+        "cost_model: paper\nadmission: twp\nadmission_options: {alpha: 0.3}\nslo: {ttft_ms: 500}\n"
+        "workload: {rate: 3, prompt: 'const:50', output: 'const:10', num_requests: 20}\n"
+    )
+    out = tmp_path / "o"
+    args = ["simulate", "--config", str(cfg), "--out", str(out), "--admission-option", "beta=0.4"]
+    assert main([*args, "--slo", "tpot_ms=50"]) == 0
+    written = json.loads((out / "config.json").read_text())
+    assert written["admission_options"] == {"beta": 0.4} and written["slo"] == {"tpot_ms": 50}
+    assert main(["simulate", "--config", str(cfg), "--out", str(out)]) == 0  # without flags: the file's
+    written = json.loads((out / "config.json").read_text())
+    assert written["admission_options"] == {"alpha": 0.3} and written["slo"] == {"ttft_ms": 500}
+
+
 BAD = [
     (["--policy", "nope"], "unknown batch policy 'nope'"),
     (["--admission", "nope"], "unknown admission policy"),
