@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.cost import make_cost_model
+from ..core.cost import FORMULA_KINDS, make_cost_model
 from ..core.engine_api import DefaultMaxModelLen
 from ..core.errors import ConfigError
 from ..core.profile import DEFAULT_PROFILE, spec_options
@@ -80,10 +80,6 @@ def compare(real: dict, sim) -> dict:
     return out
 
 
-#: Cost models other than a profile (`make_cost_model`): `--profile` passes them as given.
-_NOT_PROFILES = ("paper", "linear", "const", "constant")
-
-
 def profile_spec(profile: str, cuda: bool) -> str:
     """The cost-model spec `--profile P` stands for: a cost model other than a profile
     (`paper`, `paper:c=11`, `linear:...`, `const:...`) as given; a profile, as `PATH`,
@@ -94,7 +90,7 @@ def profile_spec(profile: str, cuda: bool) -> str:
     profile = profile.strip()
     kind, colon, _ = profile.partition(",")[0].partition(":")
     kind = kind.strip().lower()
-    if kind in _NOT_PROFILES:
+    if kind in FORMULA_KINDS:  # not a profile: as given
         return profile
     source = profile
     if kind == "profile":  # profile[:SOURCE][,OPTIONS]; no SOURCE: the shipped default

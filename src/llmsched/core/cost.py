@@ -324,6 +324,10 @@ def recorded_cost_model(spec):
     return kind + sep + recorded_spec(rest)
 
 
+#: The kinds of `make_cost_model` spec other than a profile's (`KIND` or `KIND:...`).
+FORMULA_KINDS = ("paper", "linear", "const", "constant")
+
+
 def make_cost_model(spec: str | CostModel) -> CostModel:
     """Build a cost model from a spec string:
 
