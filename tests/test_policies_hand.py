@@ -68,7 +68,7 @@ def test_kv_preemption_evicts_newest_and_recomputes():
     rows = [(0.0, 4, 4), (0.0, 4, 4)]
     res, steps = run(rows, "sarathi", b_max=8, kv_capacity=10)
     # B is preempted after 2 tokens and recomputes prompt + 2 tokens = 6, emitting its 3rd.
-    assert entries(steps) == ["0:p4 1:p4", "0:d 1:d", "0:d", "0:d", "1:p6", "1:d"]
+    assert entries(steps) == ["0:p4 1:p4", "0:d 1:d", "1:x 0:d", "0:d", "1:p6", "1:d"]  # 1:x: 1 preempted
     assert list(res.stats.preemptions) == [0, 1]
     assert res.summary["completed"] == 2
 
@@ -80,13 +80,13 @@ def test_a_step_that_preempts_admits_no_one(fast):
     # B comes back first, when A's end leaves room for its 6-token recompute.
     rows = [(0.0, 4, 4), (0.0, 4, 4), (0.015, 3, 1)]
     res, steps = run(rows, "vllm", b_max=8, kv_capacity=10, fast=fast)
-    assert entries(steps) == ["0:p4 1:p4", "0:d 1:d", "0:d", "0:d", "1:p6", "2:p3", "1:d"]
+    assert entries(steps) == ["0:p4 1:p4", "0:d 1:d", "1:x 0:d", "0:d", "1:p6", "2:p3", "1:d"]
     assert list(res.stats.preemptions) == [0, 1, 0]
     _, steps = run(rows, "sarathi", b_max=8, kv_capacity=10, fast=fast)
-    assert entries(steps)[2:5] == ["0:d", "0:d", "1:p6 2:p2"]  # not '0:d 2:p3' while B waits
+    assert entries(steps)[2:5] == ["1:x 0:d", "0:d", "1:p6 2:p2"]  # not '0:d 2:p3' while B waits
     # Orca: one slot free at 10 ms, C needs 2; B is preempted for decoder A, A decodes
     _, steps = run([(0.0, 1, 4), (0.0, 2, 2), (0.0, 2, 1)], "orca", b_max=2, kv_capacity=5, fast=fast)
-    assert entries(steps)[:4] == ["0:p1 1:p1", "1:p1 0:d", "0:d", "0:d"]
+    assert entries(steps)[:4] == ["0:p1 1:p1", "1:p1 0:d", "1:x 0:d", "0:d"]
 
 
 def test_kfcfs_serves_running_requests_oldest_first_under_kv_pressure(monkeypatch):

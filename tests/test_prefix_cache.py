@@ -46,7 +46,7 @@ def prefills(steps_csv: str) -> dict[int, list[int]]:
     for line in steps_csv.splitlines():
         for e in line.split(",")[6].split():
             rid, work = e.split(":")
-            if work != "d":
+            if work not in ("d", "x"):  # (a decode token, a preemption)
                 out.setdefault(int(rid), []).append(int(work[1:]))
     return out
 

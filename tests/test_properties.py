@@ -116,15 +116,18 @@ def test_invariants_conservation_and_fast_path(data):
     assert exact.summary["completed"] == len(tr.prompt)
     assert exact.summary["itl_count"] == int((tr.output - 1).sum())
     # tokens conserved, per request
-    decodes, prefills = Counter(), Counter()
+    decodes, prefills, evicted = Counter(), Counter(), Counter()
     for line in exact_steps.splitlines():
         for e in line.split(",")[6].split():
             rid, work = e.split(":")
             if work == "d":
                 decodes[int(rid)] += 1
+            elif work == "x":
+                evicted[int(rid)] += 1
             else:
                 prefills[int(rid)] += int(work[1:])
     for i, (p, o) in enumerate(zip(tr.prompt, tr.output)):
+        assert evicted[i] == exact.stats.preemptions[i]  # steps.csv names each preemption
         if exact.stats.preemptions[i] == 0:
             assert prefills[i] == p and decodes[i] == o - 1
         else:

@@ -511,7 +511,12 @@ def write_steps(f: TextIO, first_index: int, start: int, durs, count: int, plan,
     t = start
     for j in range(count):
         d = durs if isinstance(durs, int) else durs[j]
-        f.write(f"{first_index + j},{ns_text(t)},{ns_text(d)},{pf},{plan.decode},{k},{entries}\n")
+        if j == 0 and plan.preempt:  # evicted before the batch's first step (their KV freed)
+            evicted = " ".join(f"{r.id}:x" for r in plan.preempt)
+            f.write(f"{first_index},{ns_text(t)},{ns_text(d)},{pf},{plan.decode},{k},{evicted} {entries}".rstrip())
+            f.write("\n")
+        else:
+            f.write(f"{first_index + j},{ns_text(t)},{ns_text(d)},{pf},{plan.decode},{k},{entries}\n")
         t += d
 
 
