@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import httpx
 from srv_helpers import wait_for
@@ -87,6 +88,31 @@ def test_first_sigterm_without_requests_exits_0():
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
         assert "Traceback" not in proc.stdout.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_third_signal_exits_at_once_without_a_traceback():
+    """docs/serving.md: a third signal skips the rest of the shutdown. uvicorn's force exit
+    skipped the app's lifespan shutdown, and asyncio.run then cancelled its task: a
+    CancelledError traceback in the log (signals 20-50 ms apart)."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmsched", "serve", "--backend", "sim", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert wait_for(lambda: _up(base), timeout=20), "server did not start"
+        for _ in range(3):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        assert proc.wait(30) == 128 + signal.SIGINT
+        out = proc.stdout.read().decode()
+        assert "Traceback" not in out and "CancelledError" not in out, out
     finally:
         if proc.poll() is None:
             proc.kill()

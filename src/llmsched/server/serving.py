@@ -239,6 +239,17 @@ class GracefulServer(uvicorn.Server):
                 transport.close()
         self.should_exit = True
 
+    async def shutdown(self, sockets=None) -> None:
+        await super().shutdown(sockets)
+        lifespan = getattr(self, "lifespan", None)
+        done = getattr(lifespan, "shutdown_event", None)
+        if self.force_exit and done is not None and not done.is_set():
+            # A third signal made uvicorn skip the app's shutdown, whose task asyncio.run
+            # would then cancel (a traceback in the log): run it, briefly (the second
+            # signal already ended every request, so the engine has nothing to drain).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(lifespan.shutdown(), timeout=2.0)
+
     def handle_exit(self, sig, frame) -> None:
         if not self._draining and not self.should_exit:
             self.begin_drain()
