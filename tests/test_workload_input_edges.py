@@ -34,6 +34,8 @@ HEADER = "arrival_s,prompt_tokens,output_tokens\n"
         (HEADER.replace("\n", "\r") + "0,1,500,60\r,\r2,3,4\r", "line 2 has 4 fields"),
         ("\n\n" + HEADER + "0,1,500,60\n,\n2,3,4\n", "line 4 has 4 fields"),
         ("arrival_s,prompt_tokens,output_tokens,note\n0,1,500,60,x\n1,20,5\n", "line 2 has 5 fields"),
+        # a wide row before a short one that numpy stops at: the first bad line is named
+        (HEADER + "0,10,5\n1,1,500,60\n2,10,5\n3,7\n", "line 3 has 4 fields but the header names 3"),
     ],
 )
 def test_a_wide_row_is_refused_whatever_the_other_rows_hold(tmp_path, capsys, text, message):

@@ -285,7 +285,8 @@ def add_workload_args(p: argparse.ArgumentParser, rate_help: str | None = None, 
         type=file_path,
         help="replay a trace file: plain CSV (arrival_s,prompt_tokens,output_tokens), Azure CSV, "
         "BurstGPT CSV or Mooncake JSON lines (told apart by the first line), any of them gzip-compressed "
-        "(.gz), or a Parquet table of the plain CSV's columns (needs pyarrow); default: none. A trace "
+        "(told by its first bytes, whatever its name), or a Parquet table of the plain CSV's columns "
+        "(needs pyarrow); default: none. A trace "
         "replays whole, at its own times and lengths: the defaults of --rate, --num-requests, --prompt "
         "and --output do not apply to it, only values given (--prompt or --output replaces the trace's "
         "prompt or output lengths)",

@@ -149,8 +149,13 @@ def row_place(path: str | os.PathLike, row: int) -> str:
 
 
 def _locate_error(p: Path, header: list[str], cols: dict[str, int], kinds: dict[str, str]) -> str:
-    """Find the first line that numpy could not read and describe it in one clause."""
+    """Find the first line that numpy could not read, or that is wider than the header
+    (`_check_widths`: the first bad line is named, whichever its fault), and describe it in
+    one clause."""
     for line, fields in _data_rows(p):
+        wide = _too_wide(line, fields, len(header))
+        if wide:
+            return wide
         for name, idx in cols.items():
             if idx >= len(fields):
                 return f"line {line} has {len(fields)} field(s) but column '{name}' is field {idx + 1} of the header"
@@ -265,14 +270,23 @@ def _check_widths(p: Path, width: int) -> None:
         if commas.max() < width:
             return  # some lines are short (the columns read are checked when parsed), none wide
     for line, fields in _data_rows(p):
-        n = len(fields)
-        while n > width and not fields[n - 1].strip():
-            n -= 1
-        if n > width:
-            raise ConfigError(
-                f"file {p} is malformed: line {line} has {n} fields but the header names {width} "
-                "(a comma inside a number, or a value without its column?)"
-            )
+        wide = _too_wide(line, fields, width)
+        if wide:
+            raise ConfigError(f"file {p} is malformed: {wide}")
+
+
+def _too_wide(line: int, fields: list[str], width: int) -> str:
+    """The clause naming a line with more fields than the header's `width` (trailing empty
+    fields allowed); "" when it is not."""
+    n = len(fields)
+    while n > width and not fields[n - 1].strip():
+        n -= 1
+    if n <= width:
+        return ""
+    return (
+        f"line {line} has {n} fields but the header names {width} "
+        "(a comma inside a number, or a value without its column?)"
+    )
 
 
 # every byte but "," and "\n": deleted to count a line's fields (UTF-8 never uses either
