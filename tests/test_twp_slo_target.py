@@ -89,3 +89,30 @@ def test_the_cli_slo_sets_the_target_in_config_json(tmp_path, admission):
     assert main([*argv, "--admission-option", "itl_target_ms=25", "--out", str(out)]) == 0
     adm = json.loads((out / "config.json").read_text())["scheduler"]["admission"]
     assert adm["itl_target_ms"] == 25 and adm["resolved"]["itl_target_ms"] == 25
+
+
+def test_a_registered_admission_that_takes_an_itl_target_gets_the_slo():
+    """The SLO sets `itl_target_ms` of any admission that takes one (its factory's
+    parameter), not only of the two built in; one without it is left alone."""
+    from llmsched.policies import ADMISSION_POLICIES, AdmissionPolicy, register_admission_policy
+
+    got = {}
+
+    class Paced(AdmissionPolicy):
+        name = "paced-test"
+
+        def __init__(self, itl_target_ms=None):
+            got["target"] = itl_target_ms
+
+    class Plain(AdmissionPolicy):
+        name = "plain-test"
+
+    register_admission_policy("paced-test", Paced)
+    register_admission_policy("plain-test", Plain)
+    try:
+        llmsched.simulate(num_requests=20, rate=5, admission="paced-test", slo={"itl_ms": 37}, seed=1)
+        assert got["target"] == 37
+        llmsched.simulate(num_requests=20, rate=5, admission="plain-test", slo={"itl_ms": 37}, seed=1)  # no error
+    finally:
+        ADMISSION_POLICIES.pop("paced-test", None)
+        ADMISSION_POLICIES.pop("plain-test", None)

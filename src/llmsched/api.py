@@ -28,7 +28,7 @@ from .core.paths import check_out_dir, check_run_dir
 from .core.request import NS, check_seconds
 from .core.version import __version__
 from .core.yamlfile import read_yaml
-from .policies import admission_holds_back, admission_limits, policy_base_name, policy_capacity
+from .policies import admission_holds_back, admission_limits, admission_takes, policy_base_name, policy_capacity
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 _WORKLOAD_KEYS = {f.name for f in fields(WorkloadSpec)}
 # what a run writes into its config.json beside its options (accepted back, then ignored)
 OUTPUT_ONLY_KEYS = ("cost_model_resolved", "scheduler", "provenance")
-# admission policies whose ITL target (`itl_target_ms`) an ITL objective (`slo`) sets
-ITL_TARGET_ADMISSIONS = ("twp", "dynamicbatch")
 
 DEFAULT_WORKLOAD = {
     "arrival": "poisson",
@@ -291,7 +289,7 @@ def _setup(cfg: SimConfig):
     slo = check_slo(cfg.slo)
     spec = cfg.scheduler_spec()
     itl = itl_limit_ms(slo)
-    paced = policy_base_name(spec.admission, "admission") in ITL_TARGET_ADMISSIONS
+    paced = admission_takes(policy_base_name(spec.admission, "admission"), "itl_target_ms")
     if itl is not None and paced and "itl_target_ms" not in spec.admission_options:
         # TWP and DynamicBatch pace to the user's ITL objective (an explicit target wins)
         spec = spec.replace(admission_options={**spec.admission_options, "itl_target_ms": itl})

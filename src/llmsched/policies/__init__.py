@@ -188,6 +188,21 @@ def admission_limits(policy) -> bool:
     return bool(hooks.token_limit or hooks.batch_limit or hooks.may_admit)
 
 
+def admission_takes(name: str, option: str) -> bool:
+    """Whether the admission policy registered as `name` takes the keyword `option` (in its
+    `OPTIONS`, or as a parameter of its factory): `simulate --slo itl_ms=...` sets
+    `itl_target_ms` of every admission that takes one (TWP, DynamicBatch, yours)."""
+    import inspect  # noqa: PLC0415
+
+    factory = _lookup(name, "admission")
+    if option in getattr(factory, "OPTIONS", ()):
+        return True
+    try:
+        return option in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return False
+
+
 def _lookup(name: str, kind: str):
     table = BATCH_POLICIES if kind == "batch" else ADMISSION_POLICIES
     key = canonical_policy_name(name, kind)
@@ -309,6 +324,7 @@ def list_policies() -> list[tuple[str, str, str]]:
 
 
 __all__ = [
+    "admission_takes",
     "AdmissionPolicy",
     "BatchPolicy",
     "Planner",
