@@ -25,11 +25,34 @@ from llmsched.workload.serverless import ServerlessSpec, make_serverless_request
 ROOT = Path(__file__).resolve().parents[1]
 
 
+FIGURES = {}  # figure file name -> per panel (y limits, bar heights), as quick saved them
+
+
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
+    import llmsched.analysis.reproduce_twp as module
+
     out = tmp_path_factory.mktemp("twp")
-    res = reproduce_twp(out_dir=out, quick=True, num_requests=200, stability_requests=600, workers=1)
+    save = module.save_figure
+
+    def recorded(fig, path):
+        FIGURES[Path(path).name] = [(ax.get_ylim(), [b.get_height() for b in ax.patches]) for ax in fig.axes]
+        return save(fig, path)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "save_figure", recorded)
+        res = reproduce_twp(out_dir=out, quick=True, num_requests=200, stability_requests=600, workers=1)
     return out, res
+
+
+def test_every_ttft_bar_rises_from_below_its_value(quick):
+    """TTFT bars on a log axis: matplotlib put the axis's floor just under the smallest bar
+    (ServerlessLLM's P50 at load 0.9 was a sliver), so a bar's height told nothing."""
+    panels = [p for p in FIGURES["ttft.png"] if p[1]]
+    assert panels
+    for (bottom, _), heights in panels:
+        smallest = min(h for h in heights if h > 1e-3)
+        assert bottom <= smallest / 2.9
 
 
 def test_the_command_line_prints_table_3_and_twp_against_the_baselines(quick, capsys):

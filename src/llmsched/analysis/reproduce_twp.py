@@ -751,6 +751,7 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
             ax = axes[i]
             i += 1
             t3 = {r["scheduler"]: r for r in table3 if r["workload"] == w and r["load_fraction"] == x}
+            shown = []
             for j, (p, key) in enumerate((("P50", "p50_ttft_ms"), ("P95", None), ("P99", "p99_ttft_ms"))):
                 if key is None:
                     vals = [
@@ -766,7 +767,10 @@ def _figures(results, rows, table3, workloads, loads, schedulers, seeds, load_na
                 else:
                     vals = [t3[LABELS[s]][key] for s in schedulers]
                 ax.bar(xs + (j - 1) * 0.27, [max(v or 0, 1e-3) for v in vals], width=0.27, label=p)
+                shown += [v for v in vals if v]
             ax.set_yscale("log")
+            if shown:  # bars rise from a third of the smallest: each height tells its value
+                ax.set_ylim(bottom=min(shown) / 3)
             plain_log_ticks(ax, "y")
             ax.set_xticks(xs)
             ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=7)
