@@ -552,3 +552,24 @@ def test_a_kv_block_larger_than_the_kv_memory_names_block_size_and_kv_cache_gb(t
     assert len(err.splitlines()) == 1, err
     assert "65536 tokens" in err and "--block-size" in err and "--kv-cache-gb" in err, err
     assert "max_num_seqs" not in err, err
+
+
+def test_generate_binds_cost_model_to_the_policy(tiny_model, capsys, monkeypatch):
+    """generate had no way to give the engine's policy a cost model (adaptive used paper)."""
+    import llmsched.engine as engine_pkg
+
+    argv = ["generate", "--model", str(tiny_model), "--prompt-ids", "5,6", "--max-tokens", "2"]
+    argv += ["--scheduler", "adaptive"]
+    assert main([*argv, "--cost-model", "nosuch:1"]) == 2
+    assert "nosuch" in capsys.readouterr().err
+    made = []
+    real = engine_pkg.LLM
+
+    def spy(*a, **kw):
+        made.append(real(*a, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(engine_pkg, "LLM", spy)
+    assert main([*argv, "--cost-model", "linear:c=2,a=0.5", "--json"]) == 0
+    eng = made[0].engine
+    assert type(eng.cost_model).__name__ == "LinearCostModel" and eng.scheduler.batch.cost is eng.cost_model

@@ -161,3 +161,20 @@ def test_make_tiny_model_refuses_what_it_would_change(tmp_path, kwargs, message)
     with pytest.raises(ConfigError, match=message):
         make_tiny_model(tmp_path / "m", **kwargs)
     assert not (tmp_path / "m").exists()
+
+
+def test_engine_binds_a_given_cost_model_to_every_scheduler(tiny_model):
+    """The engine never bound a cost model: adaptive always planned with `paper`."""
+    from llmsched.core.cost import LinearCostModel
+    from llmsched.engine import LLM, LLMEngine
+
+    with pytest.raises(ConfigError):
+        LLMEngine(tiny_model, cost_model="nosuch:1")
+    eng = LLMEngine(tiny_model, scheduler="adaptive", b_max=64, k_max=4, max_num_seqs=4, cost_model="linear:c=2,a=0.5")
+    assert isinstance(eng.scheduler.batch.cost, LinearCostModel)
+    eng.set_scheduler("sarathi")
+    eng.set_scheduler("adaptive", k_max=4)  # a new scheduler: bound again
+    assert eng.scheduler.batch.cost is eng.cost_model
+    llm = LLM(tiny_model, scheduler="adaptive", b_max=64, max_num_seqs=4, cost_model="const:3")
+    assert llm.engine.scheduler.batch.cost is llm.engine.cost_model
+    assert len(llm.generate([[5, 6, 7]])[0].token_ids) > 0

@@ -277,3 +277,39 @@ def test_profile_refuses_a_grid_whose_decode_batches_exceed_b_max(tiny_model, tm
     with pytest.raises(ConfigError, match=r"smallest decode batch \(4\) exceeds b_max 2.*raise --b-max"):
         profile(tiny_model, tmp_path / "p.csv", max_num_seqs=8, max_model_len=64, b_max=2, grid=dict(batches=[4, 8]))
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_validate_binds_its_cost_model_to_the_engines_scheduler(tiny_model, tmp_path, monkeypatch):
+    """validate bound its cost model to the simulator's scheduler only: the engine's
+    adaptive planned with `paper`, so the two sides ran different schedulers."""
+    from llmsched.analysis import validate as v
+    from llmsched.engine import LLMEngine
+    from llmsched.engine.replaying import warm_up
+
+    eng = LLMEngine(tiny_model, scheduler="adaptive", b_max=64, k_max=4, max_num_seqs=4, max_model_len=256)
+    warm_up(eng)
+    seen = {}
+    replay, simulate = v.replay, v.simulate
+
+    def spy_replay(engine, *a, **kw):
+        seen["engine"] = engine.scheduler.batch.cost
+        seen["engine_cands"] = list(engine.scheduler.batch._cands)
+        return replay(engine, *a, **kw)
+
+    def spy_simulate(trace, engine, policy, cost):
+        seen["sim"] = cost
+        sched = v.make_scheduler(
+            policy, b_max=engine.b_max, k_max=engine.k_max, kv_capacity=engine.kv_capacity, max_running=4
+        )
+        sched.bind_cost_model(cost)
+        seen["sim_cands"] = list(sched.batch._cands)
+        return simulate(trace, engine, policy, cost)
+
+    monkeypatch.setattr(v, "replay", spy_replay)
+    monkeypatch.setattr(v, "simulate", spy_simulate)
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,3\n")
+    v.validate(tiny_model, trace, "adaptive", engine=eng, profile="linear:c=2,a=0.5")
+    assert seen["engine"] is seen["sim"]
+    assert type(seen["engine"]).__name__ == "LinearCostModel"
+    assert seen["engine_cands"] == seen["sim_cands"]

@@ -180,6 +180,9 @@ def validate(
     results = {}
     for policy in policies:
         engine.set_scheduler(policy, b_max=engine.b_max, k_max=engine.k_max)
+        # the simulator binds `cost` to its scheduler (TWP, DynamicBatch and adaptive read
+        # step times from it): the engine's must plan with the same one
+        engine.bind_cost_model(cost)
         say(f"{policy}: real-time replay of {len(trace.arrival_s)} requests")
         steps: list = []
         preempted_before = engine.preemptions

@@ -161,6 +161,7 @@ def cmd_generate(args) -> int:
         scheduler=spec,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enforce_eager=args.enforce_eager,
+        cost_model=args.cost_model,
         **opts,
     )
     outs = llm.generate(prompts, params)
@@ -334,6 +335,13 @@ def register(subparsers) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS")
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
     add_engine_args(p, cpu_max_model_len=None)
+    p.add_argument(
+        "--cost-model",
+        default=None,
+        help="a cost model bound to the policy, for the policies that reason about step times (adaptive, twp, "
+        "dynamic): profile:PATH (as `llmsched profile` prints it), paper[:...], linear:..., const:MS "
+        "(default: none; adaptive then plans with paper, twp and dynamic learn the measured step times)",
+    )
     p.set_defaults(func=cmd_generate)
 
     p = subparsers.add_parser(

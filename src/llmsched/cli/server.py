@@ -106,7 +106,9 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         "--cost-model",
         default=None,
         help="step cost model: paper[:c=..,a=..,b0=..], linear:c=..,a=.., const:MS, "
-        "profile[:NAME|PATH] (default: profile:h200-llama-3-8b, as the simulator)",
+        "profile[:NAME|PATH] (default: profile:h200-llama-3-8b, as the simulator); with --backend engine it "
+        "times nothing and is bound to the policy (adaptive, twp and dynamic read step times from it; "
+        "default: none, adaptive then plans with paper)",
     )
     g.add_argument(
         "--sim-max-debt-ms",
@@ -181,8 +183,6 @@ def build_backend(args):
     ]
     if backend == "sim" and engine_only:
         raise ConfigError(f"{engine_only[0]} is an engine option; the sim backend (a virtual GPU) does not use it")
-    if backend == "engine" and args.cost_model is not None:
-        raise ConfigError("--cost-model times the sim backend's virtual GPU; the engine measures its steps")
     if backend == "engine" and args.sim_max_debt_ms is not None:
         raise ConfigError("--sim-max-debt-ms paces the sim backend's virtual GPU; the engine backend does not use it")
     if args.kv_cache_gb is not None and not 0 < args.kv_cache_gb < math.inf:
@@ -205,6 +205,7 @@ def build_backend(args):
             block_size=args.block_size,
             seed=args.seed,
             max_model_len=args.max_model_len,
+            cost_model=args.cost_model,
         )
     if args.model:
         raise ConfigError("--model is for the engine backend; the sim backend takes --served-model-name")

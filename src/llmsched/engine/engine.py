@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ..core.checks import as_int
 from ..core.constraints import check_prefix_block_size
+from ..core.cost import make_cost_model
 from ..core.engine_api import DefaultMaxModelLen, SamplingParams, check_request_size
 from ..core.errors import ConfigError
 from ..core.plan import StepPlan
@@ -159,7 +160,12 @@ class LLMEngine(StepDriver):
     spec's): reuse the KV blocks of computed prompt prefixes, shared between sequences
     (see `kv_cache`); block ids come from the prompt's token ids. `tokenizer`: a folder
     with tokenizer.json (or the file) used instead of the model folder's, as vLLM's
-    `tokenizer` (prompts, output text and stop strings all use it)."""
+    `tokenizer` (prompts, output text and stop strings all use it). `cost_model`: a cost
+    model or its spec (`profile:PATH`, `paper`, ...; `llmsched.core.cost.make_cost_model`)
+    bound to the scheduler, now and after each `set_scheduler`, as the simulator binds
+    its own: the policies that reason about step times (adaptive, TWP, DynamicBatch) read
+    them from it; without one, adaptive plans with `paper` and TWP and DynamicBatch learn
+    the measured step times. It never times the engine's steps."""
 
     def __init__(
         self,
@@ -183,9 +189,12 @@ class LLMEngine(StepDriver):
         num_threads: int | None = None,
         prefix_caching: bool = False,
         tokenizer=None,
+        cost_model=None,
     ):
         from .runner import ModelRunner, set_cpu_threads  # noqa: PLC0415 - torch only from here on
 
+        if cost_model is not None:
+            cost_model = make_cost_model(cost_model)  # a bad spec fails before the model loads
         if isinstance(scheduler, SchedulerSpec):
             spec = scheduler
             max_num_seqs = spec.max_running or max_num_seqs
@@ -259,6 +268,9 @@ class LLMEngine(StepDriver):
         self.kv_capacity = token_capacity(self.runner.num_blocks, block_size, max_num_seqs)
         self.spec = spec.replace(kv_capacity=self.kv_capacity, max_running=max_num_seqs, block_size=block_size)
         super().__init__(self.spec.build())
+        self.cost_model = None
+        if cost_model is not None:
+            self.bind_cost_model(cost_model)
         self._cached_blocks: dict[int, int] = {}  # prefix cache: block id -> physical block
         self._hook_prefix_cache()
         self.max_num_seqs = max_num_seqs
@@ -421,7 +433,8 @@ class LLMEngine(StepDriver):
         k_max: int | None = None,
         admission_options: dict | None = None,
     ) -> None:
-        """Swap the policy (only while idle); the model and the KV cache stay."""
+        """Swap the policy (only while idle); the model, the KV cache and the bound cost
+        model stay."""
         if not self.state.is_idle():
             raise RuntimeError("the scheduler can only change while no request is in the engine")
         self.spec = self.spec.replace(
@@ -432,11 +445,19 @@ class LLMEngine(StepDriver):
             admission_options=admission_options or {},
         )
         self.scheduler = self.spec.build()
+        if self.cost_model is not None:
+            self.scheduler.bind_cost_model(self.cost_model)
         pc = self.state.prefix
         if pc is not None:  # the old cache's blocks go back to the pool
             pc.evict(pc.n_free)
         self.state = self.scheduler.new_state()
         self._hook_prefix_cache()
+
+    def bind_cost_model(self, cost) -> None:
+        """Bind `cost` (a cost model or its spec) to the scheduler, and to every scheduler
+        `set_scheduler` builds from now on (see the class's `cost_model`)."""
+        self.cost_model = make_cost_model(cost)
+        self.scheduler.bind_cost_model(self.cost_model)
 
     @property
     def b_max(self) -> int:
