@@ -133,3 +133,40 @@ def test_text_prompts_need_a_tokenizer(tmp_path, tiny_model):
         llm.generate([[1, 10**6]])
     with pytest.raises(ConfigError, match="prompt is empty"):
         llm.generate([[]])
+
+
+def test_tied_config_with_a_different_lm_head_uses_it_as_transformers_does(tmp_path, tiny_model, caplog):
+    """tie_word_embeddings true and a checkpoint lm_head.weight that differs from the
+    embedding: the engine skipped the head silently and used the embedding, while
+    transformers keeps the two untied and uses lm_head."""
+    import torch
+    import transformers
+    from engine_helpers import hf_greedy
+    from safetensors.torch import load_file, save_file
+
+    from llmsched.engine import LLM
+
+    def tied_copy(name, same):
+        d = tmp_path / name
+        shutil.copytree(tiny_model, d)
+        cfg = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+        w = load_file(d / "model.safetensors")
+        if same:
+            w["lm_head.weight"] = w["model.embed_tokens.weight"].clone()
+        assert not torch.equal(w["lm_head.weight"], w["model.embed_tokens.weight"]) or same
+        save_file(w, d / "model.safetensors")
+        return d
+
+    p = [0, 5, 17, 200, 33]
+    greedy = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    d = tied_copy("untied", same=False)
+    ref = hf_greedy(transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval(), p, 8)
+    with caplog.at_level("WARNING"):
+        llm = LLM(d, b_max=16, max_model_len=512, max_num_seqs=2)
+    assert "lm_head.weight differs from the embedding" in caplog.text
+    assert llm.engine.runner.model.lm_head is not None
+    assert llm.generate([p], greedy)[0].token_ids == ref
+    # equal to the embedding: stays tied (one weight)
+    llm = LLM(tied_copy("tied", same=True), b_max=16, max_model_len=512, max_num_seqs=2)
+    assert llm.engine.runner.model.lm_head is None

@@ -276,7 +276,11 @@ _FUSED = {
 
 def load_weights(model, model_dir, device: str = "cpu") -> None:
     """Copy the safetensors weights into `model` (an `engine.model.CausalLM`), converting
-    dtype; checks that every parameter is set exactly and no unknown weight is left."""
+    dtype; checks that every parameter is set exactly and no unknown weight is left.
+
+    A tied model (`tie_word_embeddings`) whose checkpoint holds an `lm_head.weight` too
+    uses it as transformers does: the embedding if the two are equal, else an untied head
+    of its own (with a warning, as transformers gives)."""
     import torch  # noqa: PLC0415
     from safetensors import SafetensorError, safe_open  # noqa: PLC0415
 
@@ -293,6 +297,7 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
     if cfg.tie_word_embeddings:
         expected.discard(("lm_head.weight", None))
     loaded = set()
+    head = None  # a tied model's lm_head.weight from the checkpoint: (file name, tensor)
     q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
     offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
 
@@ -317,6 +322,13 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
                 elif len(parts) == 4 and parts[0] == "layers":  # layers.i.input_layernorm.weight
                     name = f"layers.{parts[1]}.{parts[2]}.{parts[3]}"
                 if name == "lm_head.weight" and cfg.tie_word_embeddings:
+                    t = f.get_tensor(hf_name)
+                    shape = (cfg.vocab_size, cfg.hidden_size)
+                    if tuple(t.shape) != shape:
+                        raise ConfigError(
+                            f"{path.name}: weight {hf_name!r} has shape {tuple(t.shape)}, the config implies {shape}"
+                        )
+                    head = (path.name, t)
                     continue
                 if name not in params:
                     raise ConfigError(
@@ -342,6 +354,33 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
             f"model folder {model_dir} lacks weight {missing[0]!r}"
             + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
         )
+    if head is not None:
+        _untie_if_different(model, *head)
+
+
+def _untie_if_different(model, file: str, t) -> None:
+    """A tied model's checkpoint holds `lm_head.weight` `t` too: equal to the embedding, it
+    stays tied; different, it becomes the model's own LM head, as transformers keeps the
+    two untied then (tying them would silently compute other logits than it does)."""
+    import torch  # noqa: PLC0415
+
+    from .model import Linear  # noqa: PLC0415
+
+    emb = model.embed_tokens.weight
+    t = t.to(device=emb.device, dtype=emb.dtype)
+    if torch.equal(t, emb.data):
+        return
+    cfg = model.config
+    log.warning(
+        "%s: tie_word_embeddings is true but lm_head.weight differs from the embedding: using it as an "
+        "untied LM head, as transformers does (set tie_word_embeddings false to silence this)",
+        file,
+    )
+    head = Linear(cfg.hidden_size, cfg.vocab_size, False, emb.dtype, emb.device)
+    with torch.no_grad():
+        head.weight.copy_(t)
+    model.lm_head = head
+    cfg.tie_word_embeddings = False  # as loaded: the parameter count has the head
 
 
 def _hf_name(name: str, shard) -> str:
