@@ -178,3 +178,25 @@ def test_engine_binds_a_given_cost_model_to_every_scheduler(tiny_model):
     llm = LLM(tiny_model, scheduler="adaptive", b_max=64, max_num_seqs=4, cost_model="const:3")
     assert llm.engine.scheduler.batch.cost is llm.engine.cost_model
     assert len(llm.generate([[5, 6, 7]])[0].token_ids) > 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_blocks": 2.5}, "num_blocks must be a positive integer, got 2.5"),  # was torch's TypeError
+        ({"num_blocks": True}, "num_blocks must be a positive integer, got True"),  # was "holds True blocks"
+        ({"num_blocks": 0}, "num_blocks must be a positive integer, got 0"),
+        ({"seed": 2**70}, "seed must be an integer"),  # was torch's ValueError Overflow
+        ({"seed": 1.5}, "seed must be an integer"),
+        ({"kv_cache_gb": "1"}, "kv_cache_gb must be a positive finite number, got '1'"),  # was a TypeError
+        ({"gpu_memory_utilization": "x"}, "gpu_memory_utilization must be in"),
+        # was "takes 0.0 MiB, more than the 0.0 MiB"
+        ({"kv_cache_gb": 1e-9}, "takes 8,192 bytes, more than the 1 byte the KV cache has"),
+    ],
+)
+def test_python_api_refuses_bad_engine_options_in_one_line(tiny_model, kwargs, message):
+    from llmsched.engine import LLM
+
+    with pytest.raises(ConfigError) as e:
+        LLM(tiny_model, max_num_seqs=2, **kwargs)
+    assert message in str(e.value) and "\n" not in str(e.value)

@@ -12,6 +12,7 @@ import os
 
 import torch
 
+from ..core.checks import as_int, as_real
 from ..core.errors import ConfigError
 from .attention import AttnMeta, PrefillChunk
 from .cpu_kernel import decode_kernel
@@ -34,7 +35,11 @@ DTYPES = {
 
 
 def _mib(n: float) -> str:
-    return f"{n / (1 << 20):,.1f} MiB"
+    """A size for messages: MiB, or bytes below 1 MiB (0.0 MiB said nothing)."""
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):,.1f} MiB"
+    n = int(n)
+    return f"{n:,} byte{'' if n == 1 else 's'}"
 
 
 def set_cpu_threads(n: int | None) -> int:
@@ -90,10 +95,22 @@ class ModelRunner:
     ):
         # checked whatever the device and whether or not --num-blocks sizes the cache: a bad
         # value is refused, not ignored because it happens not to be used on this machine
-        if not 0 < gpu_memory_utilization <= 1:  # (nan fails this too)
-            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-        if kv_cache_gb is not None and not (0 < kv_cache_gb < math.inf):
+        u = as_real(gpu_memory_utilization)
+        if u is None or not 0 < u <= 1:  # (nan fails this too)
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
+        gb = None if kv_cache_gb is None else as_real(kv_cache_gb)
+        if kv_cache_gb is not None and (gb is None or not 0 < gb < math.inf):
             raise ConfigError(f"kv_cache_gb must be a positive finite number, got {kv_cache_gb!r}")
+        kv_cache_gb, gpu_memory_utilization = gb, u
+        if num_blocks is not None:
+            n = as_int(num_blocks)  # (2.5 reached torch as a tensor size; True was 1 block)
+            if n is None or n < 1:
+                raise ConfigError(f"num_blocks must be a positive integer, got {num_blocks!r}")
+            num_blocks = n
+        s = as_int(seed)  # the range torch.manual_seed takes
+        if s is None or not -(1 << 63) <= s < 1 << 64:
+            raise ConfigError(f"seed must be an integer from -2**63 to 2**64 - 1, got {seed!r}")
+        seed = s
         self.cfg = cfg
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
