@@ -573,3 +573,16 @@ def test_generate_binds_cost_model_to_the_policy(tiny_model, capsys, monkeypatch
     assert main([*argv, "--cost-model", "linear:c=2,a=0.5", "--json"]) == 0
     eng = made[0].engine
     assert type(eng.cost_model).__name__ == "LinearCostModel" and eng.scheduler.batch.cost is eng.cost_model
+
+
+def test_serve_engine_backend_binds_cost_model_to_the_policy(tiny_model):
+    """serve --backend engine refused --cost-model: its adaptive always planned with paper."""
+    from llmsched.cli import server as server_cli
+
+    p = _parser()
+    argv = ["serve", "--model", str(tiny_model), "--scheduler", "adaptive", "--b-max", "64", "--max-running", "2"]
+    backend = server_cli.build_backend(p.parse_args([*argv, "--cost-model", "linear:c=2,a=0.5"]))
+    core = next(v for v in vars(backend).values() if hasattr(v, "cost_model"))
+    assert type(core.cost_model).__name__ == "LinearCostModel" and core.scheduler.batch.cost is core.cost_model
+    with pytest.raises(ConfigError):
+        server_cli.build_backend(p.parse_args([*argv, "--cost-model", "nosuch:1"]))
