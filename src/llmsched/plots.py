@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+from array import array
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -14,37 +16,55 @@ from .theory.means import rate_unit
 from .workload.trace import mean_rate
 
 
-def _read_csv(path: Path, need: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """The columns of a results CSV, the `need`ed ones numeric; a missing, cut or foreign
-    file is a ConfigError naming it (checked before any figure is drawn)."""
+def _read_csv(path: Path, need: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The `need`ed columns of a results CSV and those of `optional` it has, as float
+    arrays (an empty field: NaN); a missing, cut or foreign file is a ConfigError naming
+    it (checked before any figure is drawn). The file is streamed and only these columns
+    kept, 8 bytes a value: a million-request requests.csv is not held whole as text."""
     if not path.is_file():
         raise ConfigError(f"{path} is missing: is this a `llmsched simulate --out` folder?")
     try:
         with open(path, newline="") as f:
-            rows = list(csv.reader(f))
+            reader = csv.reader(f)
+            head = next(reader, None)
+            if head is None:
+                raise ConfigError(f"{path} is empty")
+            missing = [c for c in need if c not in head]
+            if missing:
+                raise ConfigError(
+                    f"{path} has no column {', '.join(missing)}: not a file `llmsched simulate --out` wrote"
+                )
+            where = {name: j for j, name in enumerate(head)}
+            names = list(dict.fromkeys(c for c in (*need, *optional) if c in where))
+            k, width = len(names), len(head)
+            pick = itemgetter(*(where[c] for c in names)) if k > 1 else lambda r, j=where[names[0]]: (r[j],)
+            values = array("d")  # row after row, `k` values each
+            for r in reader:
+                if len(r) != width:
+                    raise ConfigError(
+                        f"{path} line {reader.line_num} has {len(r)} fields, the header {width}: "
+                        "the file is cut or damaged"
+                    )
+                try:
+                    values.extend(tuple(map(float, pick(r))))
+                except ValueError:  # an empty field (NaN), or a value that is not a number
+                    values.extend(_numbers(path, reader.line_num, names, pick(r)))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ConfigError(f"{path} cannot be read: {e}") from None
-    if not rows:
-        raise ConfigError(f"{path} is empty")
-    head, body = rows[0], rows[1:]
-    missing = [c for c in need if c not in head]
-    if missing:
-        raise ConfigError(f"{path} has no column {', '.join(missing)}: not a file `llmsched simulate --out` wrote")
-    for k, r in enumerate(body, 2):
-        if len(r) != len(head):
-            raise ConfigError(
-                f"{path} line {k} has {len(r)} fields, the header {len(head)}: the file is cut or damaged"
-            )
-    cols: dict[str, np.ndarray] = {}
-    for j, name in enumerate(head):
-        vals = [r[j] for r in body]
+    table = np.frombuffer(values, dtype=np.float64).reshape(-1, k)
+    return {name: table[:, j].copy() for j, name in enumerate(names)}
+
+
+def _numbers(path: Path, line: int, names: list[str], texts: tuple[str, ...]) -> list[float]:
+    """A row's fields as numbers, an empty one NaN; ConfigError naming the line and
+    column of one that is not a number."""
+    out = []
+    for name, v in zip(names, texts):
         try:
-            cols[name] = np.array([float(v) if v != "" else np.nan for v in vals])
+            out.append(float(v) if v != "" else np.nan)
         except ValueError:
-            if name in need:
-                raise ConfigError(f"{path} column {name} holds a value that is not a number") from None
-            cols[name] = np.array(vals)
-    return cols
+            raise ConfigError(f"{path} line {line} column {name} holds {v!r}, not a number") from None
+    return out
 
 
 def _figure():
@@ -103,7 +123,7 @@ def run_title(folder: Path, config: dict | None = None, arrival_s: np.ndarray | 
         return folder.resolve().name
     if arrival_s is None:
         try:
-            arrival_s = _arrived(_read_csv(folder / "requests.csv", ("arrival_s",)))
+            arrival_s = _arrived(_read_csv(folder / "requests.csv", ("arrival_s",), ("arrived",)))
         except ConfigError:
             arrival_s = None
     parts = [str(c.get("policy", "?"))]
@@ -147,7 +167,7 @@ def plot_dir(folder: str | Path) -> list[Path]:
         )
     # every file is read and checked first: a damaged one must not leave half the figures redrawn
     ts = _read_csv(d / "timeseries.csv", ("time_s", "waiting_requests", "running_requests"))
-    req = _read_csv(d / "requests.csv", ("arrival_s", "ttft_s", "e2e_s"))
+    req = _read_csv(d / "requests.csv", ("arrival_s", "ttft_s", "e2e_s"), ("arrived", "finished"))
     itl = _read_csv(d / "itl_histogram.csv", ("itl_ms", "count"))
     load = _read_csv(d / "load_histogram.csv", ("token_load", "steps"))
     out = []
