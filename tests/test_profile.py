@@ -574,3 +574,80 @@ def test_one_prefill_chunk_extrapolates_by_attention_work(tmp_path):
     )
     m = load_profile(f"{folder},overlap=0,monotone=0")
     assert m.prefill_attention_time(128, 0) == pytest.approx(m.prefill_attention_time(64, 0) * (128 * 129) / (64 * 65))
+
+
+@pytest.mark.parametrize(
+    "name,header,row,column,words",
+    [
+        # a curve kept a value per integer up to its largest size: 1e8 tokens took 64 s and 6 GB
+        # to load, 1e12 never loaded (2,000,000 is past the limit and still quick to build)
+        ("linear.csv", ["tokens", "mode", "ms"], [2_000_000, "eager", 1.0], "tokens", "a whole number of at most"),
+        ("lm_head.csv", ["tokens", "ms"], [2_000_000, 0.4], "tokens", "a whole number of at most"),
+        ("decode_attn.csv", ["batch", "context", "ms"], [1e12, 128, 0.1], "batch", "a whole number of at most"),
+        ("prefill_attn.csv", ["chunk", "context", "ms"], [1e12, 0, 0.1], "chunk", "a whole number of at most"),
+        ("linear.csv", ["tokens", "mode", "ms"], [1.5, "eager", 1.0], "tokens", "a whole number of at most"),
+        ("decode_attn.csv", ["batch", "context", "ms"], [2.5, 128, 0.1], "batch", "a whole number of at most"),
+        ("prefill_attn.csv", ["chunk", "context", "ms"], [64, 2**31, 0.1], "context", "at most 1,073,741,824 tokens"),
+        (
+            "step.csv",
+            ["prefill_chunk", "prefill_context", "decodes", "decode_context", "ms"],
+            [64, 0, 1.5, 128, 5.0],
+            "decodes",
+            "a whole number of at most",
+        ),
+        # a step time past the formula models' 1e6 ms: 1e15 ran to a silent 0 of 30 requests
+        # completed, 1e308 overflowed the nanosecond clock in a traceback
+        ("linear.csv", ["tokens", "mode", "ms"], [1, "eager", 1e15], "ms", "at most 1e+06 ms"),
+        ("linear.csv", ["tokens", "mode", "ms"], [1, "eager", 1e308], "ms", "at most 1e+06 ms"),
+        ("decode_attn.csv", ["batch", "context", "ms"], [1, 128, 2e6], "ms", "at most 1e+06 ms"),
+    ],
+)
+def test_a_cell_past_its_limit_is_refused(tmp_path, capsys, name, header, row, column, words):
+    folder = tiny_folder(tmp_path / "p")
+    with open(folder / name, newline="") as f:
+        old_header, *rows = csv.reader(f)
+    assert old_header == ["model", *header]
+    write_csv(folder / name, old_header, [["m", *row], *rows])  # the new row on line 2
+    line = f"profile file {folder / name} line 2: column {column!r} must be {words}"
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=f"^{re.escape(line)}"):
+        load_profile(str(folder))
+    assert time.perf_counter() - t0 < 5
+    assert main(["simulate", "--cost-model", f"profile:{folder}", "--num-requests", "5", "--out", ""]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_cells_at_their_limits_load(tmp_path):
+    folder = tiny_folder(tmp_path / "p")
+    write_csv(
+        folder / "linear.csv",
+        ["model", "tokens", "mode", "ms"],
+        [["m", 1, "eager", 2.0], ["m", 1 << 20, "eager", 1e6], ["m", "100.0", "graph", 2.0], ["m", 1, "graph", 1.0]],
+    )
+    write_csv(
+        folder / "decode_attn.csv", ["model", "batch", "context", "ms"], [["m", 1, 1 << 30, 0.5], ["m", 2, 0, 0.1]]
+    )
+    m = load_profile(str(folder))
+    assert m.linear_time(1 << 20) == pytest.approx(1e3)
+    assert m.graph_max == 100
+    assert load_profile(f"{folder},layers=1024").layers == 1024
+
+
+def test_a_layer_count_past_its_limit_is_refused(tmp_path):
+    # 1e30 layers ran to 0 requests completed in a duration of 2e25 s; 1e400 overflowed in a traceback
+    for n in (1025, 10**30):
+        with pytest.raises(ConfigError, match=r"^profile h200-llama-3-8b: the layer count must be at most 1,024, got"):
+            load_profile(f"h200-llama-3-8b,layers={n}")
+    with pytest.raises(ConfigError, match=r"at most 1,024, got a number of 401 digits$"):
+        load_profile(f"h200-llama-3-8b,layers={10**400}")
+    tables = {
+        "linear": [(1, "eager", 1.0), (8, "eager", 2.0)],
+        "lm_head": [(1, 0.1), (8, 0.2)],
+        "decode_attn": [(1, 128, 0.01), (8, 128, 0.02)],
+        "prefill_attn": [(64, 0, 0.02)],
+    }
+    with pytest.raises(ConfigError, match="the layer count must be at most 1,024"):
+        ProfileCostModel(tables, 2000)
+    # a table built in Python is held to the size limit too (a curve keeps a value per integer)
+    with pytest.raises(ConfigError, match=r"table sizes must be at most 1,048,576 tokens"):
+        ProfileCostModel({**tables, "lm_head": [(1, 0.1), (2_000_000, 0.2)]}, 2)

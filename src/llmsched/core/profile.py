@@ -78,7 +78,10 @@ names it; rows with the same key are averaged):
 `step.csv` is optional: whole steps measured end to end (one prefill chunk, `decodes`
 decode sequences with `decode_context` tokens each, LM head over decodes + 1 if there is a
 chunk), used only by `validate_steps`. Sizes (tokens, batch, chunk) must be > 0, contexts
-and times >= 0; linear.csv needs at least one eager row.
+and times >= 0; linear.csv needs at least one eager row. Limits: sizes and step.csv's
+prefill_chunk and decodes are whole numbers of at most 1,048,576 (the largest b_max),
+contexts at most 1,073,741,824 tokens (the longest prompt or output), times at most 1e6 ms
+(the formula models' limit); the layer count is at most 1,024.
 
 `profile.json` (optional, in the folder) gives the layer count per model, as JSON:
 
@@ -112,16 +115,18 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from pathlib import Path
 
-from .cost import CostModel, StepTimer, steps_by_step
-from .errors import ConfigError
+from .constraints import MAX_B_MAX
+from .cost import MAX_STEP_MS, CostModel, StepTimer, steps_by_step
+from .errors import ConfigError, count_text
 from .paths import recorded_path
-from .request import NS
+from .request import MAX_LENGTH, NS
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
 DEFAULT_PROFILE = "h200-llama-3-8b"
 MODES = ("auto", "eager", "graph")
 META_FILE = "profile.json"
 COMBINED_FILE = "profile.csv"  # the combined file `llmsched profile --out DIR` writes into DIR
+MAX_LAYERS = 1024  # the largest layer count a profile takes
 
 # table -> (file name, required key columns); every table also needs `ms`
 TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -134,6 +139,12 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
 REQUIRED_TABLES = ("linear", "lm_head", "decode_attn", "prefill_attn")
 # columns that are sizes (> 0) rather than contexts (>= 0)
 _SIZES = {"tokens", "batch", "chunk"}
+# columns that count tokens or sequences of one step: whole numbers of at most MAX_B_MAX (no
+# step holds more tokens, and a decoder or a sampled row is a token; a 1-D table keeps a
+# value per integer up to its largest size, so an unbounded one would fill the memory)
+_STEP_COUNTS = _SIZES | {"prefill_chunk", "decodes"}
+# columns that are contexts (tokens of one sequence): at most MAX_LENGTH
+_CONTEXTS = {"context", "prefill_context", "decode_context"}
 COMBINED_COLUMNS = (
     "table",
     "model",
@@ -369,6 +380,9 @@ class ProfileCostModel(CostModel):
             raise ConfigError(f"profile overlap must be between 0 and 1, got {overlap!r}")
         if not isinstance(layers, int) or isinstance(layers, bool) or layers <= 0:
             raise ConfigError(f"profile {label}: the layer count must be a positive integer, got {layers!r}")
+        if layers > MAX_LAYERS:  # a larger count times steps past the simulator's clock, or overflows
+            got = count_text(layers) if layers < 10**300 else f"a number of {len(str(layers))} digits"
+            raise ConfigError(f"profile {label}: the layer count must be at most {MAX_LAYERS:,}, got {got}")
         self.label, self.source, self.layers, self.mode, self.monotone = label, source, layers, mode, monotone
         self.overlap = overlap
         ms, L = 1e-3, layers
@@ -378,6 +392,11 @@ class ProfileCostModel(CostModel):
             for x, y in rows:
                 d[x] = y * ms
             xs = sorted(d)
+            if xs and xs[-1] > MAX_B_MAX:  # a curve keeps a value per integer up to its largest size
+                raise ConfigError(
+                    f"profile {label}: table sizes must be at most {MAX_B_MAX:,} tokens "
+                    f"(the most a step can hold), got {xs[-1]:g}"
+                )
             ys = [d[x] for x in xs]
             return _Curve(xs, _isotonic(ys) if monotone else ys)
 
@@ -754,7 +773,22 @@ def _num(v: str, col: str, where: str) -> float:
     if not math.isfinite(x) or x < 0 or (col in _SIZES and x <= 0):
         what = "a positive number" if col in _SIZES else "a non-negative number"
         raise ConfigError(f"profile file {where}: column {col!r} must be {what}, got {v!r}")
-    return int(x) if x == int(x) and col != "ms" else x
+    if col == "ms":
+        if x > MAX_STEP_MS:  # the formula models' limit: a step of over 1,000 s is no GPU's
+            raise ConfigError(f"profile file {where}: column 'ms' must be at most {MAX_STEP_MS:g} ms, got {v!r}")
+        return x
+    if col in _STEP_COUNTS:
+        if x != math.floor(x) or x > MAX_B_MAX:
+            raise ConfigError(
+                f"profile file {where}: column {col!r} must be a whole number of at most {MAX_B_MAX:,} "
+                f"(no step holds more tokens), got {v!r}"
+            )
+    elif col in _CONTEXTS and x > MAX_LENGTH:
+        raise ConfigError(
+            f"profile file {where}: column {col!r} must be at most {MAX_LENGTH:,} tokens "
+            f"(the longest prompt or output), got {v!r}"
+        )
+    return int(x) if x == int(x) else x
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
