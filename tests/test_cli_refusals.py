@@ -153,6 +153,11 @@ def test_a_sweep_rerun_leaves_no_stale_outputs(tmp_path):
 def test_count_text():
     assert count_text(1_048_576) == "1,048,576"
     assert count_text(int(1e300)) == "1e+300"
+    assert count_text(10**400) == "about 1e+400"  # float(n) overflowed: a traceback, exit 1
+
+
+def test_an_integer_past_a_floats_range_is_one_line(capsys):
+    one_line_error(capsys, ["simulate", "--b-max", "1" + "0" * 400, "--out", ""], "b_max", "about 1e+400")
 
 
 def test_reproduce_stability_says_why_the_search_disagrees(tmp_path, capsys):

@@ -8,7 +8,14 @@ class ConfigError(ValueError):
 def count_text(n: int) -> str:
     """A whole number for a message: with thousands separators, or in e-notation past 1e15
     (`b_max: 1e300` read as an int would print three hundred digits)."""
-    return f"{n:,}" if abs(n) < 10**15 else f"{float(n):.3g}"
+    if abs(n) < 10**15:
+        return f"{n:,}"
+    try:
+        return f"{float(n):.3g}"
+    except OverflowError:  # past a float's range (and str(n) fails past 4,300 digits): its magnitude
+        import math  # noqa: PLC0415 - only on the error path
+
+        return f"about {'-' if n < 0 else ''}1e+{int(math.log10(abs(n)))}"
 
 
 def closest(name, known, cutoff: float = 0.6) -> str | None:
