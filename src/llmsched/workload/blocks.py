@@ -38,6 +38,7 @@ __all__ = [
     "chain",
     "chain_ragged",
     "reblock",
+    "reblock_ratio",
     "take_rows",
     "as_tuples",
 ]
@@ -135,13 +136,8 @@ def chain_ragged(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
         return out
     counts = np.diff(ptr)
     pw, inv = _powers(int(counts.max()))
-    # chunk boundaries on row boundaries, every ~CHUNK ids
-    cuts = np.unique(np.searchsorted(ptr, np.arange(0, int(ptr[-1]), _CHUNK), side="right") - 1)
-    cuts = np.append(cuts, ptr.shape[0] - 1)
-    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+    for a, b in _row_chunks(ptr):
         lo, hi = int(ptr[a]), int(ptr[b])
-        if hi == lo:
-            continue
         sub = ptr[a : b + 1] - lo
         row = np.repeat(np.arange(b - a), np.diff(sub))
         k = np.arange(hi - lo, dtype=np.int64)
@@ -193,48 +189,75 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     return pw, inv
 
 
+def reblock_ratio(source, target) -> int:
+    """How many blocks of one size make a block of the other (`source` and `target` token
+    counts, checked): ConfigError unless one divides the other, as `reblock` needs."""
+    source = check_block_size(source, "the trace's block size")
+    target = check_block_size(target)
+    big, small = max(source, target), min(source, target)
+    if big % small:
+        raise ConfigError(
+            f"cannot map the trace's {source}-token blocks onto {target}-token cache blocks: "
+            f"one size must divide the other"
+        )
+    return big // small
+
+
 def reblock(
     ids: np.ndarray, ptr: np.ndarray, prompt: np.ndarray, source: int, target: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Chained ids for `source`-token blocks -> ids for `target`-token blocks (see module
-    doc), keeping at most prompt // target per request. Returns (ids, ptr)."""
+    doc), keeping at most prompt // target per request. Returns (ids, ptr). The output is
+    written about a million ids at a time (whole rows), so the temporaries stay small
+    next to it."""
     source = check_block_size(source, "the trace's block size")
     target = check_block_size(target)
+    r = reblock_ratio(source, target)
     ids = np.asarray(ids, dtype=np.int64)
     ptr = np.asarray(ptr, dtype=np.int64)
     prompt = np.asarray(prompt, dtype=np.int64)
     counts = np.diff(ptr)
     if target <= source:
-        if source % target:
-            raise ConfigError(
-                f"cannot map the trace's {source}-token blocks onto {target}-token cache blocks: "
-                f"one size must divide the other"
-            )
-        r = source // target
         keep = np.minimum(counts * r, prompt // target)
-        new_ptr = np.zeros(len(keep) + 1, dtype=np.int64)
-        np.cumsum(keep, out=new_ptr[1:])
-        total = int(new_ptr[-1])
-        # position j of request i comes from source block j // r of that request
-        row = np.repeat(np.arange(len(keep)), keep)
-        j = np.arange(total, dtype=np.int64) - new_ptr[:-1][row]
-        src = ids[ptr[:-1][row] + j // r]
-        out = src if r == 1 else chain(src, j % r).view(np.int64)
-        return np.ascontiguousarray(out, dtype=np.int64), new_ptr
-    if target % source:
-        raise ConfigError(
-            f"cannot map the trace's {source}-token blocks onto {target}-token cache blocks: "
-            f"one size must divide the other"
-        )
-    r = target // source
-    keep = np.minimum(counts // r, prompt // target)
+    else:
+        keep = np.minimum(counts // r, prompt // target)
+        # a cache block stands for all of its source blocks and its prefix: chained again
+        # (the readers chain every file's ids already; chaining chained ids keeps what they share)
+        ids = chain_ragged(ids, ptr)
     new_ptr = np.zeros(len(keep) + 1, dtype=np.int64)
     np.cumsum(keep, out=new_ptr[1:])
-    row = np.repeat(np.arange(len(keep)), keep)
-    m = np.arange(int(new_ptr[-1]), dtype=np.int64) - new_ptr[:-1][row]
-    # a cache block stands for all of its source blocks and its prefix: chained again
-    # (the readers chain every file's ids already; chaining chained ids keeps what they share)
-    return chain_ragged(ids, ptr)[ptr[:-1][row] + (m + 1) * r - 1], new_ptr
+    total = int(new_ptr[-1])
+    out = np.empty(total, dtype=np.int64)
+    for a, b in _row_chunks(new_ptr):
+        lo, hi = int(new_ptr[a]), int(new_ptr[b])
+        sub = new_ptr[a : b + 1] - lo
+        row = np.repeat(np.arange(b - a), np.diff(sub))
+        j = np.arange(hi - lo, dtype=np.int64)  # position within its row
+        j -= sub[:-1][row]
+        start = ptr[a:b][row]  # the row's first source id
+        if target <= source:
+            # position j of a row comes from its source block j // r
+            start += j // r
+            src = ids[start]
+            out[lo:hi] = src if r == 1 else chain(src, j % r).view(np.int64)
+        else:
+            # cache block m is the row's source blocks m*r .. (m+1)*r - 1: the last one's id
+            start += (j + 1) * r - 1
+            out[lo:hi] = ids[start]
+    return out, new_ptr
+
+
+def _row_chunks(ptr: np.ndarray):
+    """(a, b) row ranges of a ragged array with offsets `ptr`, each starting on a row
+    boundary and holding about `_CHUNK` entries (a longer row alone); empty ranges skipped."""
+    total = int(ptr[-1])
+    if total == 0:
+        return
+    cuts = np.unique(np.searchsorted(ptr, np.arange(0, total, _CHUNK), side="right") - 1)
+    cuts = np.append(cuts, ptr.shape[0] - 1)
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        if ptr[b] > ptr[a]:
+            yield a, b
 
 
 def as_tuples(ids: np.ndarray, ptr: np.ndarray) -> list:

@@ -1193,7 +1193,7 @@ def _trace_requests(spec: ServerlessSpec, warn_short: bool = True):
             if model is not None:
                 model = model[order]
         else:
-            t = load_trace(path)
+            t = load_trace(path, None)  # lengths and times only: no block ids cut to 16 tokens
             arrival, prompt, output = t.arrival_s.copy(), t.prompt.copy(), t.output.copy()
     except ConfigError as e:
         raise _at(where, str(e)) from None

@@ -47,7 +47,7 @@ from ..core.errors import ConfigError, warn
 from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
 from .arrivals import MAX_RATE, MAX_REQUESTS, check_cv, check_rate, make_arrival_process
-from .blocks import DEFAULT_BLOCK_SIZE, check_block_size, reblock
+from .blocks import DEFAULT_BLOCK_SIZE, check_block_size, reblock, reblock_ratio
 from .conversations import conversation_turns, stream_blocks
 from .csvio import MAX_LENGTH
 from .datasets import is_dataset, resolve_path
@@ -535,7 +535,11 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
 
     base: Trace | None = None
     if spec.arrival == "trace":
-        base = load_trace(spec.trace, block_size, spec.trace_model, spec.trace_log_type)
+        # read (and cached) with its block ids as the file has them: only the replayed
+        # requests' ids are cut to the cache's blocks below, and only when they are wanted
+        base = load_trace(spec.trace, None, spec.trace_model, spec.trace_log_type)
+        if base.block_ids is not None and base.block_size != block_size:
+            reblock_ratio(base.block_size, block_size)  # refused as reading at block_size would
         # with a rate, the replayed part (not the whole trace) runs at that mean rate
         try:
             k, n = replay_cut(
@@ -591,9 +595,12 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         ids, ptr = stream_blocks(np.arange(n), prompt, cls, system, spec.seed, block_size)
         out = out.with_blocks(ids, ptr, block_size)
     elif base is not None and base.block_ids is not None:
-        # the trace's ids, cut to the (possibly redrawn) prompts' full blocks
+        # the trace's ids, cut to the (possibly redrawn) prompts' full blocks; at another
+        # block size also to the trace's own prompts' (a partial last source block's id
+        # stands for its tokens only): the ids of the trace read at `block_size`, then cut
         head = base.slice(0, n)
-        ids, ptr = reblock(head.block_ids, head.block_ptr, prompt, block_size, block_size)
+        cap = prompt if base.block_size == block_size else np.minimum(prompt, head.prompt)
+        ids, ptr = reblock(head.block_ids, head.block_ptr, cap, base.block_size, block_size)
         out = out.with_blocks(ids, ptr, block_size)
     return out
 
