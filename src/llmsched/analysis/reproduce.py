@@ -141,7 +141,7 @@ def reproduce_stability(
     rate = load * lam
     # the queue runs stop when the arrivals do: the verdict looks only at that window and
     # an unstable policy would otherwise spend most of the run draining
-    span = float(make_trace(WorkloadSpec.from_dict({**cfg0.workload, "rate": rate})).arrival_s.max())
+    span = float(make_trace(WorkloadSpec.from_dict({**cfg0.workload, "rate": rate}), blocks=False).arrival_s.max())
     jobs = []
     for p in policies:
         _policy_info(p.partition(":")[0])

@@ -710,7 +710,7 @@ def _stability_jobs(stab_loads, n, seed, k_max, slo_targets) -> list:
                 if opts:
                     fixed["admission_options"] = dict(opts)
                 cfg = resolve_point(None, fixed, {})
-                span = float(make_trace(WorkloadSpec.from_dict(cfg.workload)).arrival_s.max())
+                span = float(make_trace(WorkloadSpec.from_dict(cfg.workload), blocks=False).arrival_s.max())
                 cfg.max_time_s = span * 1.001 + 1e-3
                 name = adm if not opts else f"twp itl_target_ms={slo_t:g}"
                 jobs.append(((cap, name, float(x)), cfg.to_dict()))

@@ -131,7 +131,7 @@ def validate(
 
     say = progress or (lambda msg: None)
     if isinstance(trace, (str, bytes)) or hasattr(trace, "__fspath__"):
-        trace = read_trace(trace)
+        trace = read_trace(trace, None)  # lengths and times only: no block ids
     trace = Trace(trace.arrival_s, trace.prompt, trace.output, None)
     policies = [p.strip() for p in (policies.split(",") if isinstance(policies, str) else policies) if p.strip()]
     if not policies:
