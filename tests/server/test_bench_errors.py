@@ -83,6 +83,53 @@ def test_unwritable_result_paths_are_refused_before_the_run(tmp_path, capsys):
     assert afile.read_text() == "x"
 
 
+def test_a_file_that_is_no_bench_result_is_not_replaced(tmp_path, capsys):
+    """`--result-file notes.txt` replaced the file with the result JSON (exit 0); with
+    `--append-result` a JSON line was added to it. Refused before the run, as `profile
+    --out` and `validate --json` refuse a file they did not write."""
+    doc = tmp_path / "notes.txt"
+    doc.write_text("precious\n")
+    base = ["bench", "--port", "1", *SMALL]  # nothing listens on port 1: the run never began
+    _one_line_error(capsys, [*base, "--result-file", str(doc)], "--result-file", "not a bench result")
+    _one_line_error(
+        capsys, [*base, "--result-file", str(doc), "--append-result"], "--result-file", "does not hold bench results"
+    )
+    _one_line_error(
+        capsys,
+        [*base, "--save-result", "--result-dir", str(tmp_path), "--result-filename", "notes.txt"],
+        "--result-filename",
+        "not a bench result",
+    )
+    # JSON, but not a bench result (another tool's)
+    other = tmp_path / "config.json"
+    other.write_text('{"model": "x"}')
+    _one_line_error(capsys, [*base, "--result-file", str(other)], "--result-file", "not a bench result")
+    assert doc.read_text() == "precious\n" and other.read_text() == '{"model": "x"}'
+
+
+def test_a_bench_result_file_is_replaced_or_appended_to(tmp_path, capsys):
+    """A file that holds bench results is still replaced (as vLLM's `--save-result` does),
+    or with `--append-result` gets one more line; an empty file is taken too."""
+    out, lines, empty = tmp_path / "r.json", tmp_path / "r.jsonl", tmp_path / "empty"
+    empty.write_text("")
+    with running_server(cost="const:1") as (base, _):
+        argv = ["bench", "--base-url", base, *SMALL]
+        assert main([*argv, "--result-file", str(out)]) == 0
+        assert main([*argv, "--result-file", str(out), "--num-prompts", "3"]) == 0
+        assert json.loads(out.read_text())["num_prompts"] == 3
+        for _ in range(2):
+            assert main([*argv, "--result-file", str(lines), "--append-result"]) == 0
+        # a replaced (indented) result, then appended lines: still bench results only
+        assert main([*argv, "--result-file", str(out), "--append-result"]) == 0
+        assert main([*argv, "--result-file", str(out), "--append-result"]) == 0
+        assert main([*argv, "--result-file", str(empty)]) == 0
+    assert [json.loads(line)["completed"] for line in lines.read_text().splitlines()] == [2, 2]
+    assert json.loads(empty.read_text())["completed"] == 2
+    trailing = tmp_path / "t.json"
+    trailing.write_text(lines.read_text().splitlines()[0] + "\nnotes")  # a result, then other text
+    _one_line_error(capsys, ["bench", "--port", "1", *SMALL, "--result-file", str(trailing)], "not a bench result")
+
+
 @pytest.fixture
 def silent_port():
     """A port that accepts connections and never answers."""

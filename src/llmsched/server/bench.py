@@ -303,6 +303,7 @@ class BenchConfig:
 
         if self.result_file:
             check_out_file(self.result_file, "--result-file", make_parents=True)
+            check_holds_bench_results(self.result_file, "--result-file", self.append_result)
         elif self.save_result or self.append_result:
             if self.result_dir:
                 check_out_dir(self.result_dir, "--result-dir")
@@ -311,6 +312,7 @@ class BenchConfig:
             if self.result_filename:
                 path = os.path.join(self.result_dir or ".", self.result_filename)
                 check_out_file(path, "--result-filename", make_parents=True)
+                check_holds_bench_results(path, "--result-filename", self.append_result)
 
     @property
     def backend_name(self) -> str:
@@ -1102,6 +1104,52 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
         write_result(path, {k: v for k, v in out.items() if k != "_results"}, cfg.append_result)
         out["result_path"] = path
     return out
+
+
+# keys that every result of `llmsched bench` and of `vllm bench serve` holds: a JSON object
+# with all of them is taken for a bench result
+RESULT_KEYS = ("date", "num_prompts", "duration", "completed", "total_input_tokens", "request_throughput")
+
+
+def holds_bench_results(path) -> bool:
+    """Whether the file at `path` holds nothing but bench results: JSON objects with
+    `RESULT_KEYS`, one (as a replacing write leaves it) or several one after the other (as
+    `--append-result` leaves them, one a line; also after a replaced one). Whitespace only
+    counts too (nothing to lose)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, ValueError):  # (unreadable, not UTF-8: not ours)
+        return False
+    decoder = json.JSONDecoder()
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i == n:
+            return True
+        try:
+            obj, i = decoder.raw_decode(text, i)
+        except ValueError:
+            return False
+        if not (isinstance(obj, dict) and all(k in obj for k in RESULT_KEYS)):
+            return False
+
+
+def check_holds_bench_results(path, flag: str, append: bool) -> None:
+    """ConfigError unless the file at `path`, if there is one and it is not empty, holds
+    bench results only (`holds_bench_results`): the result would replace it (`--append-result`:
+    add a line to it), and another file (`--result-file notes.txt`) was replaced."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    if holds_bench_results(path):
+        return
+    if append:
+        raise ConfigError(
+            f"{flag} {str(path)!r} exists and does not hold bench results (one JSON object a line): "
+            "give another file, a line would be added to it"
+        )
+    raise ConfigError(f"{flag} {str(path)!r} exists and is not a bench result: give another file, it would be replaced")
 
 
 def write_result(path: str, data: dict, append: bool) -> None:
