@@ -65,6 +65,38 @@ def test_timeout_must_be_positive_and_finite(capsys, value):
     _one_line_error(capsys, ["bench", "--timeout", value, "--port", "1", *SMALL], "--timeout", value)
 
 
+@pytest.mark.parametrize(
+    "flag, value, words",
+    [
+        ("--temperature", "nan", ["from 0 to 2", "nan"]),
+        ("--temperature", "-1", ["from 0 to 2", "-1"]),
+        ("--temperature", "2.5", ["from 0 to 2", "2.5"]),
+        ("--top-p", "0", ["(0, 1]", "got 0"]),
+        ("--top-p", "2", ["(0, 1]", "got 2"]),
+        ("--top-p", "inf", ["(0, 1]", "inf"]),
+        ("--top-k", "-5", ["-1 or 0 (off)", "-5"]),
+        ("--top-k", str(2**63), ["64-bit", str(2**63)]),
+    ],
+)
+def test_sampling_flags_out_of_the_servers_range_are_refused_before_the_run(capsys, flag, value, words):
+    """`--temperature nan` was sent as a body that is no JSON ("request body is not valid
+    JSON", no flag named); -1, `--top-p 0` or `--top-k -5` failed every request at the
+    server. Port 1: nothing listens there, so the error comes before any request."""
+    _one_line_error(capsys, ["bench", "--port", "1", flag, value, *SMALL], flag, *words)
+
+
+def test_sampling_flags_at_the_ends_of_the_range_are_taken():
+    cfg = BenchConfig(temperature=2, top_p=1, top_k=-1)
+    assert (cfg.temperature, cfg.top_p, cfg.top_k) == (2.0, 1.0, -1)
+    assert BenchConfig(temperature=None, top_k=0).top_k == 0
+
+
+def test_extra_body_with_nan_is_refused(capsys):
+    # json.loads takes NaN and Infinity, which are no JSON: the body sent was refused
+    for text in ('{"temperature": NaN}', '{"top_p": Infinity}'):
+        _one_line_error(capsys, ["bench", "--port", "1", "--extra-body", text, *SMALL], "--extra-body", "JSON object")
+
+
 def test_unwritable_result_paths_are_refused_before_the_run(tmp_path, capsys):
     afile = tmp_path / "afile"
     afile.write_text("x")

@@ -291,6 +291,7 @@ class BenchConfig:
         self.metric_percentiles = check_percentiles(self.metric_percentiles)
         if self.prompt_format == "ids" and self.chat:
             raise ConfigError("token-id prompts need /v1/completions; chat prompts are text")
+        self.temperature, self.top_p, self.top_k = check_sampling(self.temperature, self.top_p, self.top_k)
 
     @property
     def chat(self) -> bool:
@@ -355,7 +356,7 @@ class BenchConfig:
         extra = {}
         if a.extra_body:
             try:
-                extra = json.loads(a.extra_body)
+                extra = json.loads(a.extra_body, parse_constant=_no_constant)
             except ValueError:
                 raise ConfigError("--extra-body must be a JSON object") from None
             if not isinstance(extra, dict):
@@ -408,6 +409,35 @@ class BenchConfig:
 
 
 _NO_RESULT = "no result file is written (give --save-result or --result-file)"
+
+
+def _no_constant(name: str):
+    """json.loads' hook for NaN and Infinity, which are no JSON (json.loads takes them, and
+    the request body sent with them is refused)."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def check_sampling(temperature, top_p, top_k) -> tuple:
+    """`--temperature`, `--top-p` and `--top-k` (None: not sent), checked as the server's
+    protocol checks them (server/protocol.py): temperature in [0, 2], top_p in (0, 1],
+    top_k -1 or 0 (off) or a positive 64-bit integer. Before, `nan` went out as a body that
+    is no JSON (the server's answer named no flag) and the others failed every request."""
+    if temperature is not None:
+        t = as_real(temperature)
+        if t is None or not 0 <= t <= 2:  # (nan fails too)
+            raise ConfigError(f"--temperature must be a number from 0 to 2 (0: greedy), got {temperature!r:.40}")
+        temperature = float(t)
+    if top_p is not None:
+        p = as_real(top_p)
+        if p is None or not 0 < p <= 1:
+            raise ConfigError(f"--top-p must be a number in (0, 1] (1: off), got {top_p!r:.40}")
+        top_p = float(p)
+    if top_k is not None:
+        k = as_int(top_k)
+        if k is None or not -1 <= k <= (1 << 63) - 1:
+            raise ConfigError(f"--top-k must be -1 or 0 (off) or a positive 64-bit integer, got {top_k!r:.40}")
+        top_k = k
+    return temperature, top_p, top_k
 
 
 def check_moot_options(a) -> None:
