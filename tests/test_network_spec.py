@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import numpy as np
@@ -677,6 +678,21 @@ def test_seeds_are_kept_exactly_however_large():
     for seed in (2**53 + 1, 2**64 + 3, 10**30 + 1):
         assert NetworkSpec.from_dict(spec_with(lambda d, s=seed: d.update(seed=s))).seed == seed
         assert NetworkSpec.from_dict(spec_with()).with_run(seed=seed).seed == seed
+
+
+def test_a_float_seed_past_2_53_is_refused_in_the_file_and_the_api(tmp_path, capsys):
+    """`seed: 1e308` (a float in YAML) ran as a 309-digit seed that no one wrote, where
+    `--seed 1e308` is refused; below 2**53 a whole float is exactly its integer."""
+    msg = "seed must be a whole number >= 0 written as an integer, got 1e+308"
+    assert error_of(spec_with(lambda d: d.update(seed=1e308))).startswith("seed: " + msg)
+    assert error_of(spec_with(lambda d: d.update(seed=float(2**53)))).startswith("seed: seed must be")
+    with pytest.raises(ConfigError, match="^" + re.escape(msg)):
+        NetworkSpec.from_dict(spec_with()).with_run(seed=1e308)
+    assert NetworkSpec.from_dict(spec_with(lambda d: d.update(seed=float(2**53 - 1)))).seed == 2**53 - 1
+    path = tmp_path / "n.yaml"
+    path.write_text(yaml.safe_dump(spec_with(lambda d: d.update(seed=0))).replace("seed: 0", "seed: 1e308"))
+    with pytest.raises(ConfigError, match="^n.yaml: seed: " + re.escape(msg)):
+        NetworkSpec.from_yaml(path)
 
 
 def test_an_explicit_class_name_that_is_another_calls_default_name_is_refused(capsys, tmp_path):

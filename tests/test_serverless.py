@@ -1126,6 +1126,61 @@ def test_bad_spec_is_one_clear_config_error(mutate, message):
     assert message in text and "\n" not in text
 
 
+@pytest.mark.parametrize(
+    "path, value, shown",
+    [
+        ("platform", False, "False (bool)"),
+        ("platform", 0, "0 (int)"),
+        ("platform", "", "'' (str)"),
+        ("platform", [], "[] (list)"),
+        ("run", [], "[] (list)"),
+        ("workload", 5, "5 (int)"),
+        ("platform.serverlessllm", False, "False (bool) (to turn its live migration off: serverlessllm: {migration"),
+        ("workload.models", 0, "0 (int)"),
+    ],
+)
+def test_a_section_of_another_type_is_refused_not_taken_as_empty(tmp_path, path, value, shown):
+    """`d.get(section) or {}` took `platform: false`, `run: []` or `workload.models: 0` for
+    an empty section (exit 0, every default), and `serverlessllm: false` left migration on."""
+    cfg = copy.deepcopy(base(scheduler="serverlessllm"))
+    *parents, key = path.split(".")
+    node = cfg
+    for k in parents:
+        node = node[k]
+    node[key] = value
+    what = key if key != "models" else path
+    message = f"{path}: {what} must be a mapping, got {shown}"
+    with pytest.raises(ConfigError, match="^" + re.escape(message)) as e:
+        load_serverless(cfg)
+    assert "\n" not in str(e.value)
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match="^p.yaml: " + re.escape(message)):
+        load_serverless(str(f))
+    node[key] = None  # null (`platform:` with nothing after it) is a section left out
+    if path != "workload":  # (an empty workload has no rate)
+        load_serverless(cfg)
+
+
+def test_a_float_seed_past_2_53_is_refused_and_an_integer_seed_is_kept_exactly(tmp_path):
+    """`seed: 1e308` (a float in YAML) ran as a 309-digit seed that no one wrote, where
+    `--seed 1e308` is refused; and an integer seed went through a float (2**64 + 3 ran as
+    2**64)."""
+    cfg = copy.deepcopy(base())
+    cfg["workload"]["seed"] = 1e308
+    message = "workload.seed: seed must be a whole number >= 0 written as an integer, got 1e+308"
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        load_serverless(cfg)
+    for seed in (2**64 + 3, 10**30 + 1):
+        cfg["workload"]["seed"] = seed
+        spec = load_serverless(cfg)
+        assert spec.workload.seed == seed and spec.replaced(seed=seed + 1).workload.seed == seed + 1
+    cfg["workload"]["seed"] = 3.0  # a whole float below 2**53 is its integer
+    assert load_serverless(cfg).workload.seed == 3
+    with pytest.raises(ConfigError, match="^seed must be a whole number >= 0 written as an integer"):
+        load_serverless(cfg).replaced(seed=1e308)
+
+
 def test_a_platform_of_the_most_gpus_allowed_loads_and_one_more_is_refused_on_the_command_line(tmp_path, capsys):
     """The cap on all GPUs together: 1,048,576 of them (16 node groups of 65,536 nodes of
     one GPU: one node object per GPU, the most memory per GPU) load; one GPU more is one

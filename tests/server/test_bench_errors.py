@@ -65,6 +65,38 @@ def test_timeout_must_be_positive_and_finite(capsys, value):
     _one_line_error(capsys, ["bench", "--timeout", value, "--port", "1", *SMALL], "--timeout", value)
 
 
+@pytest.mark.parametrize(
+    "flag, value, words",
+    [
+        ("--temperature", "nan", ["from 0 to 2", "nan"]),
+        ("--temperature", "-1", ["from 0 to 2", "-1"]),
+        ("--temperature", "2.5", ["from 0 to 2", "2.5"]),
+        ("--top-p", "0", ["(0, 1]", "got 0"]),
+        ("--top-p", "2", ["(0, 1]", "got 2"]),
+        ("--top-p", "inf", ["(0, 1]", "inf"]),
+        ("--top-k", "-5", ["-1 or 0 (off)", "-5"]),
+        ("--top-k", str(2**63), ["64-bit", str(2**63)]),
+    ],
+)
+def test_sampling_flags_out_of_the_servers_range_are_refused_before_the_run(capsys, flag, value, words):
+    """`--temperature nan` was sent as a body that is no JSON ("request body is not valid
+    JSON", no flag named); -1, `--top-p 0` or `--top-k -5` failed every request at the
+    server. Port 1: nothing listens there, so the error comes before any request."""
+    _one_line_error(capsys, ["bench", "--port", "1", flag, value, *SMALL], flag, *words)
+
+
+def test_sampling_flags_at_the_ends_of_the_range_are_taken():
+    cfg = BenchConfig(temperature=2, top_p=1, top_k=-1)
+    assert (cfg.temperature, cfg.top_p, cfg.top_k) == (2.0, 1.0, -1)
+    assert BenchConfig(temperature=None, top_k=0).top_k == 0
+
+
+def test_extra_body_with_nan_is_refused(capsys):
+    # json.loads takes NaN and Infinity, which are no JSON: the body sent was refused
+    for text in ('{"temperature": NaN}', '{"top_p": Infinity}'):
+        _one_line_error(capsys, ["bench", "--port", "1", "--extra-body", text, *SMALL], "--extra-body", "JSON object")
+
+
 def test_unwritable_result_paths_are_refused_before_the_run(tmp_path, capsys):
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -81,6 +113,53 @@ def test_unwritable_result_paths_are_refused_before_the_run(tmp_path, capsys):
     with pytest.raises(ConfigError, match="--result-file"):
         run_bench(BenchConfig(base_url="http://127.0.0.1:1", result_file=str(afile / "r.json"), num_prompts=1))
     assert afile.read_text() == "x"
+
+
+def test_a_file_that_is_no_bench_result_is_not_replaced(tmp_path, capsys):
+    """`--result-file notes.txt` replaced the file with the result JSON (exit 0); with
+    `--append-result` a JSON line was added to it. Refused before the run, as `profile
+    --out` and `validate --json` refuse a file they did not write."""
+    doc = tmp_path / "notes.txt"
+    doc.write_text("precious\n")
+    base = ["bench", "--port", "1", *SMALL]  # nothing listens on port 1: the run never began
+    _one_line_error(capsys, [*base, "--result-file", str(doc)], "--result-file", "not a bench result")
+    _one_line_error(
+        capsys, [*base, "--result-file", str(doc), "--append-result"], "--result-file", "does not hold bench results"
+    )
+    _one_line_error(
+        capsys,
+        [*base, "--save-result", "--result-dir", str(tmp_path), "--result-filename", "notes.txt"],
+        "--result-filename",
+        "not a bench result",
+    )
+    # JSON, but not a bench result (another tool's)
+    other = tmp_path / "config.json"
+    other.write_text('{"model": "x"}')
+    _one_line_error(capsys, [*base, "--result-file", str(other)], "--result-file", "not a bench result")
+    assert doc.read_text() == "precious\n" and other.read_text() == '{"model": "x"}'
+
+
+def test_a_bench_result_file_is_replaced_or_appended_to(tmp_path, capsys):
+    """A file that holds bench results is still replaced (as vLLM's `--save-result` does),
+    or with `--append-result` gets one more line; an empty file is taken too."""
+    out, lines, empty = tmp_path / "r.json", tmp_path / "r.jsonl", tmp_path / "empty"
+    empty.write_text("")
+    with running_server(cost="const:1") as (base, _):
+        argv = ["bench", "--base-url", base, *SMALL]
+        assert main([*argv, "--result-file", str(out)]) == 0
+        assert main([*argv, "--result-file", str(out), "--num-prompts", "3"]) == 0
+        assert json.loads(out.read_text())["num_prompts"] == 3
+        for _ in range(2):
+            assert main([*argv, "--result-file", str(lines), "--append-result"]) == 0
+        # a replaced (indented) result, then appended lines: still bench results only
+        assert main([*argv, "--result-file", str(out), "--append-result"]) == 0
+        assert main([*argv, "--result-file", str(out), "--append-result"]) == 0
+        assert main([*argv, "--result-file", str(empty)]) == 0
+    assert [json.loads(line)["completed"] for line in lines.read_text().splitlines()] == [2, 2]
+    assert json.loads(empty.read_text())["completed"] == 2
+    trailing = tmp_path / "t.json"
+    trailing.write_text(lines.read_text().splitlines()[0] + "\nnotes")  # a result, then other text
+    _one_line_error(capsys, ["bench", "--port", "1", *SMALL, "--result-file", str(trailing)], "not a bench result")
 
 
 @pytest.fixture

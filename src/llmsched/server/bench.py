@@ -291,6 +291,7 @@ class BenchConfig:
         self.metric_percentiles = check_percentiles(self.metric_percentiles)
         if self.prompt_format == "ids" and self.chat:
             raise ConfigError("token-id prompts need /v1/completions; chat prompts are text")
+        self.temperature, self.top_p, self.top_k = check_sampling(self.temperature, self.top_p, self.top_k)
 
     @property
     def chat(self) -> bool:
@@ -303,6 +304,7 @@ class BenchConfig:
 
         if self.result_file:
             check_out_file(self.result_file, "--result-file", make_parents=True)
+            check_holds_bench_results(self.result_file, "--result-file", self.append_result)
         elif self.save_result or self.append_result:
             if self.result_dir:
                 check_out_dir(self.result_dir, "--result-dir")
@@ -311,6 +313,7 @@ class BenchConfig:
             if self.result_filename:
                 path = os.path.join(self.result_dir or ".", self.result_filename)
                 check_out_file(path, "--result-filename", make_parents=True)
+                check_holds_bench_results(path, "--result-filename", self.append_result)
 
     @property
     def backend_name(self) -> str:
@@ -353,7 +356,7 @@ class BenchConfig:
         extra = {}
         if a.extra_body:
             try:
-                extra = json.loads(a.extra_body)
+                extra = json.loads(a.extra_body, parse_constant=_no_constant)
             except ValueError:
                 raise ConfigError("--extra-body must be a JSON object") from None
             if not isinstance(extra, dict):
@@ -406,6 +409,35 @@ class BenchConfig:
 
 
 _NO_RESULT = "no result file is written (give --save-result or --result-file)"
+
+
+def _no_constant(name: str):
+    """json.loads' hook for NaN and Infinity, which are no JSON (json.loads takes them, and
+    the request body sent with them is refused)."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def check_sampling(temperature, top_p, top_k) -> tuple:
+    """`--temperature`, `--top-p` and `--top-k` (None: not sent), checked as the server's
+    protocol checks them (server/protocol.py): temperature in [0, 2], top_p in (0, 1],
+    top_k -1 or 0 (off) or a positive 64-bit integer. Before, `nan` went out as a body that
+    is no JSON (the server's answer named no flag) and the others failed every request."""
+    if temperature is not None:
+        t = as_real(temperature)
+        if t is None or not 0 <= t <= 2:  # (nan fails too)
+            raise ConfigError(f"--temperature must be a number from 0 to 2 (0: greedy), got {temperature!r:.40}")
+        temperature = float(t)
+    if top_p is not None:
+        p = as_real(top_p)
+        if p is None or not 0 < p <= 1:
+            raise ConfigError(f"--top-p must be a number in (0, 1] (1: off), got {top_p!r:.40}")
+        top_p = float(p)
+    if top_k is not None:
+        k = as_int(top_k)
+        if k is None or not -1 <= k <= (1 << 63) - 1:
+            raise ConfigError(f"--top-k must be -1 or 0 (off) or a positive 64-bit integer, got {top_k!r:.40}")
+        top_k = k
+    return temperature, top_p, top_k
 
 
 def check_moot_options(a) -> None:
@@ -1102,6 +1134,52 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
         write_result(path, {k: v for k, v in out.items() if k != "_results"}, cfg.append_result)
         out["result_path"] = path
     return out
+
+
+# keys that every result of `llmsched bench` and of `vllm bench serve` holds: a JSON object
+# with all of them is taken for a bench result
+RESULT_KEYS = ("date", "num_prompts", "duration", "completed", "total_input_tokens", "request_throughput")
+
+
+def holds_bench_results(path) -> bool:
+    """Whether the file at `path` holds nothing but bench results: JSON objects with
+    `RESULT_KEYS`, one (as a replacing write leaves it) or several one after the other (as
+    `--append-result` leaves them, one a line; also after a replaced one). Whitespace only
+    counts too (nothing to lose)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, ValueError):  # (unreadable, not UTF-8: not ours)
+        return False
+    decoder = json.JSONDecoder()
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i == n:
+            return True
+        try:
+            obj, i = decoder.raw_decode(text, i)
+        except ValueError:
+            return False
+        if not (isinstance(obj, dict) and all(k in obj for k in RESULT_KEYS)):
+            return False
+
+
+def check_holds_bench_results(path, flag: str, append: bool) -> None:
+    """ConfigError unless the file at `path`, if there is one and it is not empty, holds
+    bench results only (`holds_bench_results`): the result would replace it (`--append-result`:
+    add a line to it), and another file (`--result-file notes.txt`) was replaced."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    if holds_bench_results(path):
+        return
+    if append:
+        raise ConfigError(
+            f"{flag} {str(path)!r} exists and does not hold bench results (one JSON object a line): "
+            "give another file, a line would be added to it"
+        )
+    raise ConfigError(f"{flag} {str(path)!r} exists and is not a bench result: give another file, it would be replaced")
 
 
 def write_result(path: str, data: dict, append: bool) -> None:

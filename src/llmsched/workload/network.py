@@ -181,6 +181,25 @@ def _quoted(value) -> str:
     return ""
 
 
+# a float seed is taken below this only: there every whole float is exactly the integer
+# written, past it a float is a rounding (2**53 + 1 reads as 2**53)
+FLOAT_SEED_LIMIT = 1 << 53
+
+
+def _seed(value, where: str, what: str = "seed") -> int:
+    """A seed: a whole number >= 0 (`_whole`), kept exactly however large as an integer; a
+    float only below 2**53. `seed: 1e308` (a float in YAML) ran as a 309-digit seed that
+    no one wrote, where `--seed 1e308` is refused."""
+    x = as_real(value)
+    if isinstance(x, float) and math.isfinite(x) and x.is_integer() and x >= FLOAT_SEED_LIMIT:
+        raise _at(
+            where,
+            f"{what} must be a whole number >= 0 written as an integer, got {_show(value)} "
+            "(a float of 2**53 or more is not exact: write its digits)",
+        )
+    return _whole(value, where, what, minimum=0)
+
+
 def _whole(
     value, where: str, what: str, minimum: int = 1, optional: bool = False, maximum: int | None = None
 ) -> int | None:
@@ -700,7 +719,7 @@ class NetworkSpec:
             if self.duration_s > MAX_SECONDS:
                 raise ConfigError(f"duration_s: must be at most {MAX_SECONDS:g} seconds, got {self.duration_s:g}")
         self.num_jobs = _job_count(self.num_jobs, self.duration_s, "num_jobs")
-        self.seed = _whole(0 if self.seed is None else self.seed, "seed", "seed", minimum=0)
+        self.seed = _seed(0 if self.seed is None else self.seed, "seed")
 
     def _name_classes(self) -> None:
         """Default class names for calls without one; a default name that another call
@@ -853,7 +872,7 @@ class NetworkSpec:
         raise its own errors on a negative or fractional count or seed). This spec is not
         changed; routes and servers are shared (treat specs as read-only)."""
         n = self.num_jobs if num_jobs is None else _job_count(num_jobs, self.duration_s, "")
-        s = self.seed if seed is None else _whole(seed, "", "seed", minimum=0)
+        s = self.seed if seed is None else _seed(seed, "")
         return replace(self, servers=dict(self.servers), jobs=list(self.jobs), num_jobs=n, seed=s)
 
     def to_dict(self) -> dict:

@@ -45,7 +45,7 @@ from .arrivals import MAX_REQUESTS, make_arrival_process, refuse_short_merge, ti
 from .csvio import as_lengths, read_columns
 from .datasets import is_dataset, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
-from .network import _at, _mapping, _show, _suggest
+from .network import _at, _mapping, _seed, _show, _suggest
 from .spec import _rng, load_trace, warn_short_trace
 from .trace import replay_cut, replayed_times, trace_format
 
@@ -154,6 +154,20 @@ _RUN_KEYS = ("max_time_s", "fast", "slo")
 
 
 # ------------------------------------------------------------------------------ helpers
+
+
+def _section(value, where: str, what: str) -> dict:
+    """An optional section: left out or null is empty; anything else must be a mapping
+    (`platform: false`, `run: []` or `workload.models: 0` ran as if empty, and
+    `serverlessllm: false` left ServerlessLLM's migration on)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        hint = ""
+        if where == "platform.serverlessllm" and value is False:
+            hint = " (to turn its live migration off: serverlessllm: {migration: false})"
+        raise _at(where, f"{what} must be a mapping, got {_show(value)} ({type(value).__name__}){hint}")
+    return _mapping(value, where, what)
 
 
 def _keys(d: dict, allowed, where: str) -> None:
@@ -829,19 +843,19 @@ class ServerlessSpec:
             if "weights_gb" not in md:
                 raise _at(where, "missing weights_gb (checkpoint size in GB)")
             models[name] = ModelSpec(name=name, **md)
-        wd = _mapping(d.get("workload") or {}, "workload", "workload")
+        wd = _section(d.get("workload"), "workload", "workload")
         _keys(wd, _WORKLOAD_KEYS, "workload")
         wd = dict(wd)
         traffic = {}
-        for mname, td in _mapping(wd.pop("models", None) or {}, "workload.models", "workload.models").items():
+        for mname, td in _section(wd.pop("models", None), "workload.models", "workload.models").items():
             where = f"workload.models.{mname}"
             td = _mapping(td if td is not None else {}, where, f"traffic of '{mname}'")
             _keys(td, _TRAFFIC_KEYS, where)
             traffic[mname] = ModelTraffic(**td)
         workload = ServerlessWorkload(**wd, models=traffic)
-        pd = dict(_mapping(d.get("platform") or {}, "platform", "platform"))
+        pd = dict(_section(d.get("platform"), "platform", "platform"))
         _keys(pd, _PLATFORM_KEYS, "platform")
-        sl = _mapping(pd.pop("serverlessllm", None) or {}, "platform.serverlessllm", "serverlessllm")
+        sl = _section(pd.pop("serverlessllm", None), "platform.serverlessllm", "serverlessllm")
         _keys(sl, _SLLM_KEYS, "platform.serverlessllm")
         platform = PlatformSpec(
             **pd,
@@ -856,7 +870,7 @@ class ServerlessSpec:
                 if v is not None
             },
         )
-        rd = _mapping(d.get("run") or {}, "run", "run")
+        rd = _section(d.get("run"), "run", "run")
         _keys(rd, _RUN_KEYS, "run")
         spec = cls(
             nodes=nodes,
@@ -906,7 +920,7 @@ class ServerlessSpec:
         if num_requests is not None:
             w.num_requests = _whole(num_requests, "num_requests")
         if seed is not None:
-            w.seed = _whole(seed, "seed", minimum=0)
+            w.seed = _seed(seed, "")
         spec.workload = _validate_workload(w, spec.models)
         return spec
 
@@ -960,7 +974,7 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
         raise _at(f"{where}.num_requests", f"at most {MAX_REQUESTS:,}, got {w.num_requests:,}")
     if w.duration_s is not None:
         w.duration_s = _num(w.duration_s, f"{where}.duration_s", lo_open=True, hi=MAX_SECONDS)
-    w.seed = _whole(w.seed, f"{where}.seed", minimum=0)
+    w.seed = _seed(w.seed, f"{where}.seed")
     w.prompt = _law(w.prompt, f"{where}.prompt", "prompt")
     w.output = _law(w.output, f"{where}.output", "output")
     for m, t in w.models.items():
