@@ -16,6 +16,8 @@ from helpers import one_line_error
 
 from llmsched import simulate
 from llmsched.cli import main
+from llmsched.core.checks import check_seeds
+from llmsched.core.errors import ConfigError
 from llmsched.workload import WorkloadSpec, make_trace, read_trace
 from llmsched.workload.serverless import load_serverless, make_serverless_requests
 
@@ -220,3 +222,16 @@ def test_a_time_scale_that_overflows_the_times_is_refused_in_one_line(tmp_path, 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         one_line_error(capsys, argv, "overflow to infinity, past the simulator's clock of 1e+09 s")
+
+
+def test_a_float_seed_past_2_to_the_53_is_refused_in_a_config(tmp_path, capsys):
+    """`seed: 1e308` (a float in YAML) ran as a 309-digit seed no one wrote, where `--seed
+    1e308` is refused; a whole float below 2**53 is the number written and still runs."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workload: {num_requests: 10, seed: 1.0e+308}\n")
+    one_line_error(capsys, ["simulate", "--config", str(bad), "--out", ""], "seed", "2**53", "write its digits")
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("workload: {num_requests: 10, seed: 3.0}\n")
+    assert main(["simulate", "--config", str(ok), "--out", "", "--json"]) == 0
+    with pytest.raises(ConfigError, match="below 2"):
+        check_seeds([1e300])

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import numbers
 
+#: A seed written as a float is taken only below 2**53, where the float is the number
+#: written (`seed: 1e308` in YAML would run as a 309-digit seed no one wrote).
+FLOAT_SEED_LIMIT = 1 << 53
+
 
 def as_int(v: object) -> int | None:
     """`v` as a Python int when it is an integer (int or numpy integer, not a bool); None
@@ -118,8 +122,8 @@ def check_seeds(seeds) -> tuple[int, ...]:
     out: list[int] = []
     for s in seeds:
         x = as_real(s)  # (numpy's numbers too, not bools)
-        if x is None or not (isinstance(x, int) or x.is_integer()) or x < 0:
-            raise ConfigError(f"seeds must be whole numbers >= 0, got {s!r:.60}")
+        if x is None or not (isinstance(x, int) or (x.is_integer() and x < FLOAT_SEED_LIMIT)) or x < 0:
+            raise ConfigError(f"seeds must be whole numbers >= 0 (a float below 2**53), got {s!r:.60}")
         if int(s) in out:
             raise ConfigError(f"seed {int(s)} is given twice: each seed runs every cell once, list it once")
         out.append(int(s))

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checks import as_real
+from ..core.checks import FLOAT_SEED_LIMIT, as_real
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError, closest
@@ -179,11 +179,6 @@ def _quoted(value) -> str:
             return ""
         return " (a number in quotes: write it without them)"
     return ""
-
-
-# a float seed is taken below this only: there every whole float is exactly the integer
-# written, past it a float is a rounding (2**53 + 1 reads as 2**53)
-FLOAT_SEED_LIMIT = 1 << 53
 
 
 def _seed(value, where: str, what: str = "seed") -> int:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from ..core.checks import strict_keywords
+from ..core.checks import FLOAT_SEED_LIMIT, strict_keywords
 from ..core.errors import ConfigError, warn
 from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
@@ -92,6 +92,11 @@ def _whole_seed(seed) -> int:
         if isinstance(value, float):
             if not value.is_integer():  # (inf and nan are not)
                 raise bad
+            if value >= FLOAT_SEED_LIMIT:  # not the number written: its digits are wanted
+                raise ConfigError(
+                    f"seed must be a whole number >= 0 written as an integer, got {seed!r:.60} "
+                    "(a float of 2**53 or more is not exact: write its digits)"
+                )
             value = int(value)
     if value < 0:
         raise bad
