@@ -573,7 +573,8 @@ def make_workload(cfg: BenchConfig) -> Workload:
                 output=law(cfg.output_len),
                 num_requests=n,
                 seed=cfg.seed,
-            )
+            ),
+            blocks=False,
         )
         return Workload(_arrivals(cfg, n), t.prompt, t.output)
     if name in ("sharegpt", "arxiv"):
@@ -583,7 +584,7 @@ def make_workload(cfg: BenchConfig) -> Workload:
         spec = dict(arrival="deterministic", rate=1.0, prompt=f"empirical:{src}", output=out)
         try:
             _check_length_columns(src, fixed_output=bool(cfg.sharegpt_output_len))
-            t = make_trace(WorkloadSpec(**spec, num_requests=draws, seed=cfg.seed))
+            t = make_trace(WorkloadSpec(**spec, num_requests=draws, seed=cfg.seed), blocks=False)
         except ConfigError as e:
             raise _dataset_error(cfg, e) from None
         prompt, output = t.prompt, t.output
@@ -596,7 +597,7 @@ def make_workload(cfg: BenchConfig) -> Workload:
         spec = dict(arrival="trace", trace=cfg.dataset_path, time_scale=cfg.time_scale, num_requests=n, seed=cfg.seed)
         if cfg.sharegpt_output_len:
             spec["output"] = f"const:{cfg.sharegpt_output_len}"
-        t = make_trace(WorkloadSpec(**spec))
+        t = make_trace(WorkloadSpec(**spec), blocks=False)  # (lengths and times: no block ids)
         arr = t.arrival_s - t.arrival_s[0]
         if not math.isinf(cfg.request_rate):
             arr = _arrivals(cfg, len(t.prompt))
