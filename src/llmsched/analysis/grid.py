@@ -97,6 +97,15 @@ _INTEGER = re.compile(r"[+-]?[0-9][0-9_]*")
 _DECIMAL = re.compile(r"[+-]?([0-9][0-9_]*\.?[0-9_]*|\.[0-9][0-9_]*)([eE][+-]?[0-9][0-9_]*)?")
 
 
+def _whole(key: str, v):
+    """A whole float as an int for an integer key (seed=1.0 is seed 1). Past 2**53 only a
+    seed (any integer is one): another key's value stays a float, so that its own check
+    refuses it as 1e+308, not as an integer of 309 digits."""
+    if type(v) is float and v.is_integer() and (key == "seed" or abs(v) < 1 << 53):
+        return int(v)
+    return v
+
+
 def parse_values(key: str, text: str) -> list:
     """The values of one grid key: `a,b,c` (a list; use `|` instead of `,` when a value
     itself holds commas, e.g. cost models `paper:c=11,a=35|paper`), or `LO:HI:N`, N
@@ -126,7 +135,7 @@ def parse_values(key: str, text: str) -> list:
         if key in integer_keys():
             if any(v != int(v) for v in vals):
                 raise ConfigError(f"grid {key}: range {text!r} gives non-integer values")
-            vals = [int(v) for v in vals]
+            vals = [_whole(key, v) for v in vals]
         return vals
     if re.fullmatch(r"\s*([-+0-9.eE]+)\s*:\s*([-+0-9.eE]+)\s*", text):
         raise ConfigError(
@@ -180,7 +189,7 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
         if not vals:
             raise ConfigError(f"grid {k}: no values")
         if k in integer_keys():  # seed=1.0 is seed 1: one point, one key (a resume finds it)
-            vals = [int(v) if type(v) is float and v.is_integer() else v for v in vals]
+            vals = [_whole(k, v) for v in vals]
         _check_distinct(k, vals)
         if k == "load" and any(not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0 for v in vals):
             raise ConfigError("grid load: values must be positive numbers (fractions of the critical rate)")

@@ -28,6 +28,7 @@ from .common import (
     console,
     file_path,
     flag_of,
+    is_given,
     only_with,
     policy_names,
     positive_int,
@@ -748,9 +749,7 @@ def _reproduce_prefix(args, out: str) -> int:
         raise ConfigError(
             "reproduce prefix-caching needs --trace PATH (Mooncake JSON lines with hash_ids, or a CSV with block_ids@B)"
         )
-    given = [
-        k for k in ("workload", "search_requests", "tol", "policies", "seeds") if getattr(args, k) not in (None, False)
-    ]
+    given = [k for k in ("workload", "search_requests", "tol", "policies", "seeds") if is_given(getattr(args, k))]
     # (its runs go one after the other, in this process)
     given += [k for k in ("workers", "address") if getattr(args, k) is not None]
     given += ["backend"] if args.backend != "local" else []
@@ -793,7 +792,7 @@ def _reproduce_other(args, out: str) -> int:
     twp_kw = _twp_choices(args) if args.experiment == "twp" else {}
     shared = TWP_SHARED if args.experiment == "twp" else ()
     for key in STABILITY_ONLY:
-        if key not in shared and getattr(args, key) not in (None, False):
+        if key not in shared and is_given(getattr(args, key)):
             owners = [f"`reproduce {e}`" for e in EXPERIMENTS if key in OPTIONS_OF[e]]
             named = owners[0] if len(owners) == 1 else ", ".join(owners[:-1]) + " and " + owners[-1]
             raise ConfigError(f"{flag_of(key)} is an option of {named}, not of `reproduce {args.experiment}`")

@@ -366,11 +366,18 @@ def flag_of(key: str) -> str:
     return FLAG_OF_KEY.get(key, "--" + key.replace("_", "-"))
 
 
+def is_given(value) -> bool:
+    """Whether an option's argparse value means it was given: not None (no value) and not
+    False (a store_true flag left off). `not in (None, False)` took a given 0 or 0.0 for
+    not given, as 0 == False."""
+    return value is not None and value is not False
+
+
 def only_with(args, keys, owner: str) -> None:
     """One line naming the first of these options (argparse dests) that was given, though
     it is an option of `owner` only (a flag at its default is not given)."""
     for key in keys:
-        if getattr(args, key) not in (None, False):
+        if is_given(getattr(args, key)):
             raise ConfigError(f"{flag_of(key)} is an option of {owner}")
 
 

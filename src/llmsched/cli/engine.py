@@ -15,7 +15,30 @@ import sys
 from ..core.engine_api import DefaultMaxModelLen, default_max_running
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_out_file
-from .common import add_scheduler_args, check_replaces_own_file, flag_of, positive_int, scheduler_spec
+from .common import (
+    add_scheduler_args,
+    check_replaces_own_file,
+    flag_of,
+    is_given,
+    positive_int,
+    positive_int_at_most,
+    scheduler_spec,
+)
+
+# --threads' largest value (engine.runner.MAX_THREADS, which imports torch): OpenMP crashed
+# the process, with no message, at 100,000
+MAX_THREADS = 1024
+# --kv-cache-gb's largest value, in GiB (engine.runner.MAX_KV_CACHE_GB): a pebibyte
+MAX_KV_CACHE_GB = 1 << 20
+
+
+def check_kv_cache_gb(gb: float | None) -> None:
+    """--kv-cache-gb: above 0 and at most MAX_KV_CACHE_GB (1e308 ended in an OverflowError
+    traceback; inf and nan are refused too)."""
+    if gb is not None and not 0 < gb < math.inf:
+        raise ConfigError(f"--kv-cache-gb must be a positive finite number, got {gb:g}")
+    if gb is not None and gb > MAX_KV_CACHE_GB:
+        raise ConfigError(f"--kv-cache-gb must be at most {MAX_KV_CACHE_GB:,} GiB (a PiB), got {gb:g}")
 
 
 def fraction(text: str) -> float:
@@ -93,13 +116,19 @@ def add_engine_args(p: argparse.ArgumentParser, cpu_max_model_len: int | None = 
         help=f"longest sequence, prompt + output (default: {mml_default})",
     )
     g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
-    g.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: all cores but one)")
+    g.add_argument(
+        "--threads",
+        type=positive_int_at_most(MAX_THREADS),
+        default=None,
+        help="torch CPU threads (default: all cores but one)",
+    )
 
 
 def engine_setup(args) -> dict:
     """The engine's keyword options from the command line (the device's defaults where not given)."""
     if getattr(args, "kv_capacity", None) is not None:
         raise ConfigError("--kv-capacity is the simulator's; the engine sizes its KV cache from --kv-cache-gb")
+    check_kv_cache_gb(args.kv_cache_gb)
     cuda = str(args.device).startswith("cuda")
     mns = args.max_running or default_max_running(args.device)
     mml = args.max_model_len
@@ -218,6 +247,8 @@ def cmd_make_tiny_model(args) -> int:
 # ---- profile -------------------------------------------------------------------------------
 # profile's and validate's measurement defaults (both parsers read them)
 REPS, CALIBRATE_S = 3, 2.5
+# --calibrate-s' and --tables-s' largest value (engine.profiler.MAX_MEASURE_S): 11.6 days
+MAX_MEASURE_S = 1e6
 # validate's measurement options and their defaults (cli.analysis): with --profile nothing
 # is measured, and a value other than the default is refused, not ignored
 MEASUREMENT_DEFAULTS = (
@@ -228,8 +259,8 @@ MEASUREMENT_DEFAULTS = (
 
 
 def check_measurement_times(args) -> None:
-    """profile's and validate's --calibrate-s and --tables-s: finite and >= 0 (nan ran with
-    no calibration, silently). validate's: no measurement option with --profile (nothing is
+    """profile's and validate's --calibrate-s and --tables-s: from 0 to MAX_MEASURE_S (nan
+    ran with no calibration, silently). validate's: no measurement option with --profile (nothing is
     measured), and no empty --json path (it wrote nothing, silently)."""
     if getattr(args, "json", None) == "":
         raise ConfigError("--json needs a file name ('-': print the JSON)")
@@ -237,10 +268,12 @@ def check_measurement_times(args) -> None:
         for key, flag, default in MEASUREMENT_DEFAULTS:
             if getattr(args, key) != default:
                 raise ConfigError(f"{flag} sets the profile measurement; with --profile nothing is measured")
-    if not (math.isfinite(args.calibrate_s) and args.calibrate_s >= 0):
-        raise ConfigError(f"--calibrate-s must be a finite number >= 0, got {args.calibrate_s}")
-    if args.tables_s is not None and not (math.isfinite(args.tables_s) and args.tables_s >= 0):
-        raise ConfigError(f"--tables-s must be a finite number >= 0, got {args.tables_s}")
+    # (1e308 seconds overflowed the calibration's request count; nan ran with none)
+    for flag, v in (("--calibrate-s", args.calibrate_s), ("--tables-s", args.tables_s)):
+        if v is not None and not 0 <= v < math.inf:
+            raise ConfigError(f"{flag} must be a finite number >= 0, got {v:g}")
+        if v is not None and v > MAX_MEASURE_S:
+            raise ConfigError(f"{flag} must be at most {MAX_MEASURE_S:g} s, got {v:g}")
 
 
 def _check_replaces_a_profile(path: str) -> None:
@@ -265,7 +298,7 @@ def cmd_profile(args) -> int:
     # would only choose the steps are refused, not ignored (--b-max and --max-running size
     # the measured loads and batches and stay)
     for key in ("policy", "admission", "admission_option", "k_max", "prefix_caching"):
-        if getattr(args, key) not in (None, False):
+        if is_given(getattr(args, key)):
             raise ConfigError(
                 f"{flag_of(key)} is a scheduler option; profile measures step times whatever the policy, "
                 "and does not use it"

@@ -12,6 +12,10 @@ import sys
 
 from ..core.errors import ConfigError
 from .common import add_scheduler_args, positive_int, scheduler_spec
+from .engine import check_kv_cache_gb
+
+# --sim-max-debt-ms' largest value: the project's clock range (core.request.MAX_SECONDS)
+MAX_DEBT_MS = 1e12
 
 
 # ---- request limits (issue #13): --max-body-bytes, --max-header-bytes, --read-timeout ----
@@ -185,8 +189,7 @@ def build_backend(args):
         raise ConfigError(f"{engine_only[0]} is an engine option; the sim backend (a virtual GPU) does not use it")
     if backend == "engine" and args.sim_max_debt_ms is not None:
         raise ConfigError("--sim-max-debt-ms paces the sim backend's virtual GPU; the engine backend does not use it")
-    if args.kv_cache_gb is not None and not 0 < args.kv_cache_gb < math.inf:
-        raise ConfigError(f"--kv-cache-gb must be a positive finite number, got {args.kv_cache_gb}")
+    check_kv_cache_gb(args.kv_cache_gb)
     if args.kv_cache_gb is not None and args.num_blocks is not None:
         raise ConfigError("give the KV cache's size once: --num-blocks or --kv-cache-gb (--num-blocks overrides it)")
     if backend == "engine":
@@ -213,6 +216,11 @@ def build_backend(args):
         args.sim_max_debt_ms = 50.0
     if not args.sim_max_debt_ms >= 0:
         raise ConfigError(f"--sim-max-debt-ms must be >= 0, got {args.sim_max_debt_ms}")
+    if args.sim_max_debt_ms > MAX_DEBT_MS:  # (inf and 1e308 overflowed the ns clock)
+        raise ConfigError(
+            f"--sim-max-debt-ms must be at most {MAX_DEBT_MS:g} ms (1e9 s, the clock's range), "
+            f"got {args.sim_max_debt_ms:g}"
+        )
     return make_sim_backend(
         opts,
         args.cost_model or "profile:h200-llama-3-8b",

@@ -64,6 +64,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from ..core.checks import as_real
 from ..core.cost import make_cost_model
 from ..core.engine_api import DefaultMaxModelLen, SamplingParams, default_max_running
 from ..core.errors import ConfigError
@@ -359,6 +360,24 @@ def _check_two_decode_batches(r, dec_points: list, batches: list, step_kv) -> No
     )
 
 
+# the longest calibrate_s and min_s (seconds; 11.6 days): 1e308 overflowed the
+# calibration's request count (cli.engine.MAX_MEASURE_S is the same number)
+MAX_MEASURE_S = 1e6
+
+
+def check_measure_seconds(calibrate_s, min_s) -> None:
+    """`calibrate_s` above 0 and `min_s` (None: the device's default) at least 0, both at
+    most MAX_MEASURE_S (nan and inf are refused)."""
+    c = as_real(calibrate_s)
+    if c is None or not 0 < c <= MAX_MEASURE_S:
+        raise ConfigError(
+            f"calibrate_s must be a number of seconds above 0 and at most {MAX_MEASURE_S:g}, got {calibrate_s!r}"
+        )
+    m = None if min_s is None else as_real(min_s)
+    if min_s is not None and (m is None or not 0 <= m <= MAX_MEASURE_S):
+        raise ConfigError(f"min_s (--tables-s) must be a number of seconds from 0 to {MAX_MEASURE_S:g}, got {min_s!r}")
+
+
 def profile_engine(
     engine,
     *,
@@ -403,6 +422,7 @@ def profile_engine(
     from .replaying import replay  # noqa: PLC0415
     from .sampler import sample  # noqa: PLC0415
 
+    check_measure_seconds(calibrate_s, min_s)
     if engine.has_unfinished_requests():
         raise RuntimeError("profile an idle engine")
     r = engine.runner
@@ -678,8 +698,7 @@ def profile(
 
     if reps < 1 or warmup < 0:
         raise ConfigError("reps must be >= 1 and warmup >= 0")
-    if calibrate_s <= 0:
-        raise ConfigError(f"calibrate_s must be positive, got {calibrate_s!r}")
+    check_measure_seconds(calibrate_s, min_s)
     t0 = time.perf_counter()
     dev = str(device)
     if max_num_seqs is None:

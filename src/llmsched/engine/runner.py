@@ -42,12 +42,20 @@ def _mib(n: float) -> str:
     return f"{n:,} byte{'' if n == 1 else 's'}"
 
 
+# the most intra-op threads set_cpu_threads takes (OpenMP crashed the process, with no
+# message, at 100,000); cli.engine.MAX_THREADS is the same number
+MAX_THREADS = 1024
+# the largest KV cache kv_cache_gb asks for, in GiB (a pebibyte; 1e308 overflowed the
+# byte count); cli.engine.MAX_KV_CACHE_GB is the same number
+MAX_KV_CACHE_GB = 1 << 20
+
+
 def set_cpu_threads(n: int | None) -> int:
     """Set torch's intra-op threads; None: at most all cores but one (never raises it)."""
     if n is None:
         n = min(torch.get_num_threads(), max(1, (os.cpu_count() or 1) - 1))
-    elif not isinstance(n, int) or n <= 0:
-        raise ConfigError(f"num_threads must be a positive integer, got {n!r}")
+    elif not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= MAX_THREADS:
+        raise ConfigError(f"num_threads (--threads) must be an integer from 1 to {MAX_THREADS:,}, got {n!r}")
     if n != torch.get_num_threads():
         torch.set_num_threads(n)
     return n
@@ -101,6 +109,8 @@ class ModelRunner:
         gb = None if kv_cache_gb is None else as_real(kv_cache_gb)
         if kv_cache_gb is not None and (gb is None or not 0 < gb < math.inf):
             raise ConfigError(f"kv_cache_gb must be a positive finite number, got {kv_cache_gb!r}")
+        if gb is not None and gb > MAX_KV_CACHE_GB:  # (1e308 overflowed the byte count)
+            raise ConfigError(f"kv_cache_gb must be at most {MAX_KV_CACHE_GB:,} GiB (a PiB), got {kv_cache_gb!r}")
         kv_cache_gb, gpu_memory_utilization = gb, u
         if num_blocks is not None:
             n = as_int(num_blocks)  # (2.5 reached torch as a tensor size; True was 1 block)

@@ -103,6 +103,30 @@ def tiny_config(
     return cfg
 
 
+# the largest weights file make_tiny_model writes (float32 bytes): a tiny model; a size of
+# 1e9 hidden units failed allocating, and 100,000 layers ran for minutes towards 75 GB
+MAX_TINY_BYTES = 2 << 30
+
+
+def tiny_param_count(
+    vocab_size: int,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    intermediate_size: int,
+    tie_word_embeddings: bool = False,
+    arch: str = "llama",
+) -> int:
+    """The number of weights `make_tiny_model` writes for these sizes (exact integers)."""
+    h, i = hidden_size, intermediate_size
+    kv = num_kv_heads * (h // num_heads)
+    layer = h * (h + 2 * kv) + h * h + 3 * h * i + 2 * h  # qkv, o, gate/up/down, two norms
+    if arch == "qwen2":
+        layer += h + 2 * kv  # qkv biases
+    return vocab_size * h * (1 if tie_word_embeddings else 2) + num_layers * layer + h
+
+
 def make_tiny_model(
     out_dir,
     arch: str = "llama",
@@ -141,6 +165,22 @@ def make_tiny_model(
     if hidden_size % num_heads or num_heads % num_kv_heads or (hidden_size // num_heads) % 2:
         raise ConfigError(
             "hidden_size must split into an even head size, and num_heads must be a multiple of num_kv_heads"
+        )
+    n = tiny_param_count(
+        vocab_size,
+        hidden_size,
+        num_layers,
+        num_heads,
+        num_kv_heads,
+        intermediate_size,
+        tie_word_embeddings,
+        arch,
+    )
+    if n * 4 > MAX_TINY_BYTES:  # before torch allocates it
+        raise ConfigError(
+            f"these sizes give {n:,} weights ({n * 4 / (1 << 30):,.1f} GiB in float32), more than a tiny model's "
+            f"{MAX_TINY_BYTES >> 30} GiB: lower hidden_size (--hidden-size), intermediate_size "
+            "(--intermediate-size) or num_layers (--layers)"
         )
     if not str(out_dir).strip():  # Path("") is the current folder
         raise ConfigError("give the folder to write the model into, got ''")

@@ -37,12 +37,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from ..core.checks import as_real
 from ..core.cost import CostModel, StepTimer, make_cost_model
 from ..core.engine_api import SamplingParams, check_request_size
 from ..core.errors import ConfigError
 from ..core.plan import StepPlan
 from ..core.prefix_cache import token_block_ids
-from ..core.request import Request
+from ..core.request import MAX_SECONDS, Request
 from ..policies.base import Scheduler
 from ..runtime.driver import NS, StepBatch, StepDriver
 from ..runtime.output import PieceFn
@@ -88,6 +89,12 @@ class VirtualEngine(StepDriver):
     ):
         if max_model_len is not None and (not isinstance(max_model_len, int) or max_model_len < 2):
             raise ConfigError(f"max_model_len must be an integer >= 2, got {max_model_len!r}")
+        debt = as_real(max_debt_s)  # (inf and 1e308 overflowed the ns count)
+        if debt is None or not 0 <= debt <= MAX_SECONDS:
+            raise ConfigError(
+                f"max_debt_s (--sim-max-debt-ms / 1000) must be a number of seconds from 0 to {MAX_SECONDS:g}, "
+                f"got {max_debt_s!r}"
+            )
         super().__init__(scheduler)
         self.cost = make_cost_model(cost)
         scheduler.bind_cost_model(self.cost)
@@ -105,7 +112,7 @@ class VirtualEngine(StepDriver):
         self._busy = False  # whether work was left after the last step
         self._last_arrival = 0
         self._pending: deque[Request] = deque()  # added, not yet at a step boundary
-        self.max_debt_ns = int(max_debt_s * NS)
+        self.max_debt_ns = int(debt * NS)
         self.lag_ns = 0
         self.late_steps = 0
         self.max_late_ns = 0

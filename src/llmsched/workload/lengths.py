@@ -105,8 +105,9 @@ def _check_cap_loss(law: str, loss: float) -> None:
     CAP_MEAN_TOLERANCE of its stated mean (`loss`, a share of it)."""
     if loss > CAP_MEAN_TOLERANCE:
         raise ConfigError(
-            f"{law}: samples are capped at {MAX_LENGTH:,} tokens, which cuts {loss:.1%} off its mean "
-            f"(at most {CAP_MEAN_TOLERANCE:.0%}): use a smaller mean or spread, or say max= to clip on purpose"
+            f"{law}: samples are capped at {MAX_LENGTH:,} (a length law's largest value), which cuts {loss:.1%} "
+            f"off its mean (at most {CAP_MEAN_TOLERANCE:.0%}): use a smaller mean or spread, or say max= to clip "
+            "on purpose"
         )
 
 
