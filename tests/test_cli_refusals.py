@@ -371,3 +371,10 @@ def test_reproduce_help_names_the_experiments_of_its_shared_options(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "prefix-caching: one load" in text
     assert "stability, prefix-caching: override the token budget" in text
+
+
+@pytest.mark.parametrize("spec", ["const:0", "const:-1", "const:nan", "const:inf"])
+def test_a_bad_constant_step_time_names_const(capsys, spec):
+    """`const:0` was refused as a "linear cost model needs c >= 0, a >= 0" error."""
+    err = one_line_error(capsys, ["simulate", "--cost-model", spec, "--out", ""], f"'{spec}'", "constant step time")
+    assert "linear" not in err

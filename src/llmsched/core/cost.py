@@ -356,6 +356,8 @@ def make_cost_model(spec: str | CostModel) -> CostModel:
             ms = float(rest) if rest else 10.0
         except ValueError:
             raise ConfigError(f"cost model {spec!r}: constant step time must be a number of ms") from None
+        if not 0 < ms < math.inf:  # (nan too)
+            raise ConfigError(f"cost model {spec!r}: constant step time must be a finite number > 0 ms, got {ms:g}")
         return LinearCostModel(c_ms=ms, a_ms=0.0)
     if kind == "profile":
         from .profile import load_profile  # noqa: PLC0415 (tables are read only when asked for)
