@@ -22,14 +22,20 @@ def no_set_num_threads(monkeypatch):
     monkeypatch.setattr(torch, "set_num_threads", refuse)
 
 
-@pytest.mark.parametrize("cmd", ["generate", "profile", "validate"])
-def test_threads_has_an_upper_bound(capsys, tmp_path, no_set_num_threads, cmd):
+def _engine_argv(cmd: str, tmp_path, *flags: str) -> list[str]:
+    """`cmd` (generate, profile or validate) on a model that does not exist, with the
+    arguments it requires and `flags`: refused before the model is read."""
     extra = {
         "generate": ["--prompt", "hi"],
         "profile": ["--out", str(tmp_path / "p.csv")],
         "validate": ["--trace", str(tmp_path / "t.csv")],
     }[cmd]
-    argv = [cmd, "--model", "/no/such/model", *extra, "--threads", "100000"]
+    return [cmd, "--model", "/no/such/model", *extra, *flags]
+
+
+@pytest.mark.parametrize("cmd", ["generate", "profile", "validate"])
+def test_threads_has_an_upper_bound(capsys, tmp_path, no_set_num_threads, cmd):
+    argv = _engine_argv(cmd, tmp_path, "--threads", "100000")
     one_line_error(capsys, argv, "--threads", "at most 1,024")
 
 
@@ -55,12 +61,7 @@ def test_python_api_refuses_too_many_threads(tiny_model, no_set_num_threads, n):
 @pytest.mark.parametrize("cmd", ["generate", "profile", "validate"])
 def test_kv_cache_gb_has_an_upper_bound(capsys, tmp_path, cmd):
     """int(1e308 * 2**30): an OverflowError traceback."""
-    extra = {
-        "generate": ["--prompt", "hi"],
-        "profile": ["--out", str(tmp_path / "p.csv")],
-        "validate": ["--trace", str(tmp_path / "t.csv")],
-    }[cmd]
-    argv = [cmd, "--model", "/no/such/model", *extra, "--kv-cache-gb", "1e308"]
+    argv = _engine_argv(cmd, tmp_path, "--kv-cache-gb", "1e308")
     one_line_error(capsys, argv, "--kv-cache-gb must be at most 1,048,576 GiB", "1e+308")
 
 

@@ -74,16 +74,25 @@ def test_second_sigterm_ends_streams_with_errors_and_exits_143():
             proc.wait()
 
 
-def test_first_sigterm_without_requests_exits_0():
+def _sim_server():
+    """A `serve --backend sim` process on a free port, up: (process, base URL)."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "llmsched", "serve", "--backend", "sim", "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+    base = f"http://127.0.0.1:{port}"
+    if not wait_for(lambda: _up(base), timeout=20):
+        proc.kill()
+        proc.wait()
+        raise AssertionError("server did not start")
+    return proc, base
+
+
+def test_first_sigterm_without_requests_exits_0():
+    proc, base = _sim_server()
     try:
-        base = f"http://127.0.0.1:{port}"
-        assert wait_for(lambda: _up(base), timeout=20), "server did not start"
         assert httpx.get(base + "/v1/models").status_code == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
@@ -98,15 +107,8 @@ def test_a_third_signal_exits_at_once_without_a_traceback():
     """docs/serving.md: a third signal skips the rest of the shutdown. uvicorn's force exit
     skipped the app's lifespan shutdown, and asyncio.run then cancelled its task: a
     CancelledError traceback in the log (signals 20-50 ms apart)."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmsched", "serve", "--backend", "sim", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    proc, _ = _sim_server()
     try:
-        base = f"http://127.0.0.1:{port}"
-        assert wait_for(lambda: _up(base), timeout=20), "server did not start"
         for _ in range(3):
             proc.send_signal(signal.SIGINT)
             time.sleep(0.02)
