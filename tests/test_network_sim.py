@@ -398,6 +398,39 @@ def test_max_time_holds_back_delays_and_deliveries_too(tmp_path):
     assert not none.job_arrived.any() and none.summary["duration"] == 0.0
 
 
+def test_a_call_in_flight_at_the_stop_keeps_its_queue_time_ttft_and_preemptions(tmp_path):
+    """calls.csv left queue_s and ttft_s blank and preemptions 0 for a call running at the
+    stop although it was admitted, had its first token and was preempted before it, where
+    one server's requests.csv records them."""
+    spec = tmp_path / "one.yaml"
+    spec.write_text(
+        "servers:\n  A: {policy: sarathi, b_max: 512, cost_model: 'const:10'}\n"
+        "jobs:\n  J:\n    arrival: {process: deterministic, rate: 1}\n    route:\n"
+        "      - call: {server: A, prompt: 'const:100', output: 'const:5'}\nnum_jobs: 3\nseed: 0\n"
+    )
+    main(["simulate", "--network", str(spec), "--max-time", "2.04", "--out", str(tmp_path / "o")])
+    calls = _csv(tmp_path / "o" / "calls.csv")
+    late = calls[calls["call"] == 1][0]  # arrived at 2.00, prefilled 2.00-2.01, decoding at the stop
+    assert late["finished"] == 0 and late["queue_s"] == 0.0 and late["ttft_s"] == pytest.approx(0.01)
+    assert np.isnan(late["e2e_s"])
+    one = tmp_path / "one_server"
+    argv = ["simulate", "--arrival", "deterministic", "--rate", "1", "--num-requests", "3"]
+    argv += ["--prompt", "const:100", "--output", "const:5", "--cost-model", "const:10", "--max-time", "2.04"]
+    main([*argv, "--out", str(one)])
+    req = _csv(one / "requests.csv")
+    assert req[req["id"] == 1][0]["ttft_s"] == late["ttft_s"]
+    # preempted before the stop: the count stays
+    spec.write_text(
+        "servers:\n  A: {policy: sarathi, b_max: 512, cost_model: 'const:10', kv_capacity: 250}\n"
+        "jobs:\n  J:\n    arrival: {process: deterministic, rate: 1000}\n    route:\n"
+        "      - call: {server: A, prompt: 'const:100', output: 'const:100'}\nnum_jobs: 2\nseed: 0\n"
+    )
+    full = simulate_network(str(spec))
+    cut = simulate_network(str(spec), max_time_s=1.0)
+    assert list(full.stats.call_preempt) == [0, 1]
+    assert list(cut.stats.call_preempt) == [0, 1] and cut.summary["completed_jobs"] == 1
+
+
 def _csv(path):
     return np.genfromtxt(path, delimiter=",", names=True, dtype=None, encoding="utf-8", ndmin=1)
 

@@ -965,6 +965,17 @@ def run_network(
 
     if cut and now < max_time:
         now = max_time
+    # calls still in flight at the stop: what they reached (admission, a first token,
+    # preemptions) is recorded, as one server records its unfinished requests
+    for rep in replicas:
+        st = rep.sim.state
+        for r in [*st.running.values(), *st.waiting]:
+            cid = r.id
+            if r.first_token >= 0:
+                c_ttft[cid] = r.first_token - r.arrival
+            if r.first_scheduled >= 0:
+                c_queue[cid] = r.first_scheduled - r.arrival
+            c_pre[cid] = r.preemptions
     # the jobs due at or after the stop never arrived; they are listed all the same, as one
     # server lists the requests of its trace (the arrived jobs are the first, in order)
     late = len(j_arr)
