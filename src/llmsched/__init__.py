@@ -32,3 +32,8 @@ _EXPORTS = {
 
 __all__ = [*(name for name in _EXPORTS if name != "LLM"), "__version__"]
 __getattr__ = lazy_getattr(__name__, _EXPORTS, ("torch", "safetensors", "tokenizers"), "engine")
+
+
+def __dir__() -> list[str]:
+    """The module's names and the lazy exports (not yet imported), for `dir` and completion."""
+    return sorted({*globals(), *_EXPORTS})

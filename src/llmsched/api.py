@@ -12,7 +12,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -161,10 +161,12 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
         cfg = SimConfig()
     elif isinstance(config, SimConfig):
         cfg = SimConfig.from_dict({**config.to_dict(), "workload": config.given_workload()})
-    elif isinstance(config, dict):
-        cfg = SimConfig.from_dict(config)
-    else:
+    elif isinstance(config, Mapping):
+        cfg = SimConfig.from_dict(dict(config))
+    elif isinstance(config, (str, os.PathLike)):
         cfg = SimConfig.from_yaml(config)
+    else:
+        raise ConfigError(f"config must be a SimConfig, a mapping or a YAML path, got {type(config).__name__}")
     given = None
     wl_over = {}
     for k, v in overrides.items():
@@ -338,6 +340,9 @@ def simulate(
     option given with it is refused (ConfigError; cut or rescale the Trace instead, e.g.
     `Trace.head`, `Trace.until`, `Trace.time_scaled`), except `rate`, which is ignored
     with a warning.
+
+    `overrides`: any of SimConfig's fields and the workload's keys (listed below), as in
+    a config file; an unknown one is a ConfigError.
     """
     check_progress(progress)
     if out_dir is not None:
@@ -423,6 +428,13 @@ def simulate(
     if out_dir is not None:
         result.write(out_dir)
     return result
+
+
+if simulate.__doc__ is not None:  # (python -OO drops docstrings)
+    simulate.__doc__ = simulate.__doc__.rstrip() + (
+        f"\n\n    SimConfig's fields: {', '.join(f.name for f in fields(SimConfig))}.\n"
+        f"    Workload keys: {', '.join(f.name for f in fields(WorkloadSpec))}.\n"
+    )
 
 
 def _check_trace_object(trace, overrides: dict) -> None:

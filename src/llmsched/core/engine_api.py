@@ -92,6 +92,10 @@ class SamplingParams:
                 f"top_k must be 0 or -1 (off) or a positive integer, got {self.top_k if top_k is None else top_k!r}"
             )
         self.top_k = top_k or -1  # vLLM's "off" is 0
+        if self.stop_token_ids is None:  # vLLM's default
+            self.stop_token_ids = []
+        if not isinstance(self.stop_token_ids, (list, tuple)):
+            raise ConfigError(f"stop_token_ids must be a list of token ids, got {type(self.stop_token_ids).__name__}")
         for t in self.stop_token_ids:
             if not _is_int(t) or t < 0:
                 raise ConfigError(f"stop_token_ids must be non-negative token ids, got {t!r}")
@@ -104,8 +108,12 @@ class SamplingParams:
         if self.logit_bias:
             self.logit_bias = {int(t): float(b) for t, b in self.logit_bias.items()}
         self.stop_token_ids = [int(t) for t in self.stop_token_ids]
+        if self.stop is None:  # vLLM's default
+            self.stop = []
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        if not isinstance(self.stop, (list, tuple)):
+            raise ConfigError(f"stop must be a string or a list of strings, got {type(self.stop).__name__}")
         for s in self.stop:
             if not isinstance(s, str) or not s:
                 raise ConfigError(f"stop strings must be non-empty strings, got {s!r}")  # vLLM refuses "" too

@@ -433,8 +433,11 @@ def recorded_path(path: str) -> str:
 
 
 def check_out_dir(path, what: str = "output folder") -> None:
-    """Raise ConfigError unless `path` is a folder that can be written, or can be made."""
+    """Raise ConfigError unless `path` is a folder that can be written, or can be made
+    ('' names none: the current folder is written only when named, as '.')."""
     check_path_type(path, what)
+    if str(path) == "":
+        raise ConfigError(f"{what} must name a folder")
     _check_folder(path, Path(path), what)
 
 

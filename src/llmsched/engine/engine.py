@@ -12,6 +12,7 @@ stop strings; `runtime.output.Sequence`) and reports the measured time to the po
 
 from __future__ import annotations
 
+import inspect
 import random
 import time
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from ..core.checks import as_int
 from ..core.constraints import check_prefix_block_size
 from ..core.cost import make_cost_model
 from ..core.engine_api import DefaultMaxModelLen, SamplingParams, check_request_size
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, check_known
 from ..core.plan import StepPlan
 from ..core.prefix_cache import held_ids, token_block_ids
 from ..core.request import Request
@@ -195,6 +196,8 @@ class LLMEngine(StepDriver):
 
         if cost_model is not None:
             cost_model = make_cost_model(cost_model)  # a bad spec fails before the model loads
+        if not isinstance(scheduler, (str, SchedulerSpec)):
+            raise ConfigError(f"scheduler must be a policy name or a SchedulerSpec, got {type(scheduler).__name__}")
         if isinstance(scheduler, SchedulerSpec):
             spec = scheduler
             max_num_seqs = spec.max_running or max_num_seqs
@@ -275,7 +278,7 @@ class LLMEngine(StepDriver):
         self._hook_prefix_cache()
         self.max_num_seqs = max_num_seqs
         self.eos_ids = frozenset(cfg.eos_token_ids)
-        self._rng = random.Random(seed)
+        self._rng = random.Random(int(seed))  # checked by the runner; a numpy integer is no Random seed
         self._perf0 = time.perf_counter_ns()
         self._wall0 = time.time()
         self._t0 = 0
@@ -500,6 +503,8 @@ class LLM:
         max_num_seqs: int = 256,
         **engine_options,
     ):
+        known = set(inspect.signature(LLMEngine.__init__).parameters) - {"self", "model"}
+        check_known("LLM option", engine_options, known)
         self.engine = LLMEngine(
             model,
             scheduler=scheduler,
@@ -530,6 +535,10 @@ class LLM:
             isinstance(prompts, (list, tuple)) and prompts and as_int(prompts[0]) is not None
         ):
             prompts = [prompts]  # one prompt: a string, or a list or tuple of token ids
+        if not isinstance(prompts, (list, tuple)):
+            raise ConfigError(
+                f"prompts must be a string, a list of token ids or a list of prompts, got {type(prompts).__name__}"
+            )
         prompts = list(prompts)
         if params is None:
             params = SamplingParams()

@@ -221,6 +221,16 @@ class NetworkResult:
         self._replicas: list[SimResult] | None = None
         self._decode_times: dict[str, float | None] | None = None
 
+    def __getstate__(self) -> dict:
+        """A copy (pickle, a multiprocessing worker's result) keeps what the replicas'
+        simulators measured (`replicas`, `decode_times`), not the live simulators."""
+        self.replicas()
+        self.decode_times()
+        state = self.__dict__.copy()
+        reps = [{k: v for k, v in rep.items() if k != "sim"} for rep in self.stats.replicas]
+        state["stats"] = replace(self.stats, replicas=reps)
+        return state
+
     # ---- per job ---------------------------------------------------------------------
     @property
     def job_arrival_ns(self) -> np.ndarray:

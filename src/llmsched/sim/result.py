@@ -125,6 +125,34 @@ class SimResult:
         self._steps_id = _file_id(self.steps_path)
         weakref.finalize(self, Path(path).unlink, missing_ok=True)
 
+    def __getstate__(self) -> dict:
+        """A copy (pickle, `copy.deepcopy`, a multiprocessing worker's result) carries the
+        steps of a run that has not written them yet: the temporary file is this result's
+        alone (removed with it, moved by its `write`), so the copy gets its bytes and makes
+        a file of its own (`__setstate__`)."""
+        state = self.__dict__.copy()
+        if self._steps_temporary:
+            path = self._steps_file()
+            state["_steps_temporary"] = False
+            state["_steps_id"] = None
+            state["steps_path"] = None
+            state["_steps_bytes"] = path.read_bytes() if path is not None else None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        data = state.pop("_steps_bytes", None)
+        self.__dict__.update(state)
+        if data is not None:
+            import tempfile  # noqa: PLC0415 - start-up: only results that recorded steps need it
+
+            fd, name = tempfile.mkstemp(prefix=".steps-", suffix=".csv.tmp")
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # as the run's own file: steps.csv reads as every output does
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            self.own_steps(Path(name))
+
     def _steps_file(self) -> Path | None:
         """The run's recorded steps file, None when it recorded none. ConfigError when the
         file this result wrote was replaced (another run written into its folder) or

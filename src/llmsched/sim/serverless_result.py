@@ -345,6 +345,9 @@ def simulate_serverless(
     platform file's). `fast`, `max_time_s` and `slo` left out (None) are the file's
     (`run:`, which a run's config.json records; default: fast, no limit, no objectives)."""
     check_run_switches(True if fast is None else fast, progress, unknown, simulate_serverless)
+    for name, v in (("scale", scale), ("num_requests", num_requests), ("seed", seed)):
+        if isinstance(v, (str, bytes)):  # as simulate's number options: a number, not its text
+            raise ConfigError(f"{name} must be a number, got {v!r:.60}")
     max_time_s = check_seconds("max_time_s", max_time_s)
     slo = check_request_slo(slo) if slo else {}
     if out_dir is not None:
