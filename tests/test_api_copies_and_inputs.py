@@ -82,6 +82,12 @@ def test_an_empty_folder_name_is_refused_by_write(tmp_path, monkeypatch):
 def test_dir_lists_the_lazy_exports():
     names = dir(llmsched)
     assert {"simulate", "SimResult", "LLM", "make_trace", "__version__"} <= set(names)
+    # the subpackages that load names lazily too
+    from llmsched import analysis, engine, server
+
+    assert "LLM" in dir(engine) and "LLMEngine" in dir(engine)
+    assert "GracefulServer" in dir(server)
+    assert set(analysis.__all__) <= set(dir(analysis))
 
 
 @pytest.mark.parametrize("option", ["scale", "num_requests", "seed"])

@@ -9,7 +9,7 @@ Names are imported on first use, so that `import llmsched.cli` (every command's 
 does not pay for numpy and the simulator before a command needs them.
 """
 
-from .core.lazy import lazy_getattr
+from .core.lazy import lazy_dir, lazy_getattr
 from .core.version import __version__
 
 _EXPORTS = {
@@ -33,7 +33,4 @@ _EXPORTS = {
 __all__ = [*(name for name in _EXPORTS if name != "LLM"), "__version__"]
 __getattr__ = lazy_getattr(__name__, _EXPORTS, ("torch", "safetensors", "tokenizers"), "engine")
 
-
-def __dir__() -> list[str]:
-    """The module's names and the lazy exports (not yet imported), for `dir` and completion."""
-    return sorted({*globals(), *_EXPORTS})
+__dir__ = lazy_dir(globals(), _EXPORTS)

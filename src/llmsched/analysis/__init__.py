@@ -13,7 +13,7 @@ The theory (capacity, stability region, verdict, workload means) lives in
 are imported on first use.
 """
 
-from ..core.lazy import lazy_getattr
+from ..core.lazy import lazy_dir, lazy_getattr
 from ..theory import (
     CapacityReport,
     StabilityRegion,
@@ -57,3 +57,4 @@ __all__ = [
     "find_counterexample",
 ]
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
+__dir__ = lazy_dir(globals(), _EXPORTS)

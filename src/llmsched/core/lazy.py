@@ -32,3 +32,14 @@ def lazy_getattr(
         return getattr(module, name)
 
     return __getattr__
+
+
+def lazy_dir(namespace: dict, exports: dict[str, str]) -> Callable[[], list[str]]:
+    """A module `__dir__` for a package with `lazy_getattr`: its names (`namespace`, the
+    package's live `globals()`) and the lazy exports not yet imported, for `dir` and
+    completion."""
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *exports})
+
+    return __dir__

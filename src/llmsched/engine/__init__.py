@@ -7,7 +7,7 @@ first use.
 
 from __future__ import annotations
 
-from ..core.lazy import lazy_getattr
+from ..core.lazy import lazy_dir, lazy_getattr
 
 _LAZY = {
     "LLM": "engine",
@@ -22,3 +22,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 __getattr__ = lazy_getattr(__name__, _LAZY, ("torch", "safetensors", "tokenizers"), "engine")
+__dir__ = lazy_dir(globals(), _LAZY)

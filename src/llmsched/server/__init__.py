@@ -6,7 +6,7 @@ Importing this package imports neither FastAPI nor httpx; the names below load o
 
 from __future__ import annotations
 
-from ..core.lazy import lazy_getattr
+from ..core.lazy import lazy_dir, lazy_getattr
 
 _LAZY = {
     "build_app": "app",
@@ -26,3 +26,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 __getattr__ = lazy_getattr(__name__, _LAZY, ("fastapi", "uvicorn", "httpx", "starlette"), "server")
+__dir__ = lazy_dir(globals(), _LAZY)
