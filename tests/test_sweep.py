@@ -482,3 +482,64 @@ def test_a_signal_swallowed_where_it_landed_still_stops_the_run(sig, raised):
     finally:
         signal.signal(signal.SIGINT, before[0])
         signal.signal(signal.SIGTERM, before[1])
+
+
+def test_the_grid_figures_use_the_lambda_star_the_loads_use():
+    """The dashed lambda* line of a load grid's max_stable_rate.png was one run's own
+    `critical_rate` (from its requests: 10.889 req/s for seed 0 of 1,000 requests) while
+    the loads were fractions of 11.154 (rate / load, what `llmsched capacity` reports); a
+    rate grid's x axis divided by the runs' median the same way."""
+    from llmsched.analysis import figures
+
+    rows = []
+    for load in (0.5, 0.95):
+        for seed, (lam, run_lam) in enumerate(((11.154, 10.889), (11.145, 11.269))):
+            rows.append({"policy": "sarathi", "load": load, "seed": seed, "rate": load * lam})
+            rows[-1].update({"point_critical_rate": lam, "critical_rate": run_lam, "offered_rate": load * lam})
+            rows[-1].update({"stable": True, "error": None})
+    assert figures._lambda_star(rows) == pytest.approx((11.154 + 11.145) / 2)
+    for r in rows:  # the lambda* each load is a fraction of
+        assert r["rate"] / r["load"] == pytest.approx(r["point_critical_rate"])
+    rate_rows = [{**r, "load": None, "offered_rate": 5.0} for r in rows]
+    xs, relative = figures._x_of(rate_rows)
+    assert relative and xs[0] == pytest.approx(5.0 / ((11.154 + 11.145) / 2))
+    # a table written before the column: the runs' own lambda*, their median
+    old = [{k: v for k, v in r.items() if k != "point_critical_rate"} for r in rows]
+    assert figures._lambda_star(old) == pytest.approx((10.889 + 11.269) / 2)
+
+
+def test_a_load_grid_bar_draws_the_sweeps_lambda_star(tmp_path, monkeypatch):
+    from llmsched.analysis import figures
+
+    bars = []
+    monkeypatch.setattr(figures, "_plot_max_stable", lambda b, path, *a: bars.extend(b) or str(path))
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: str(path))
+    res = run_sweep(
+        None,
+        {"policy": ["sarathi"], "load": [0.5], "seed": [0, 1]},
+        out_dir=tmp_path,
+        workers=1,
+        progress=False,
+        **{**FIXED, "num_requests": 200},
+    )
+    lams = sorted(r["rate"] / r["load"] for r in res.rows)
+    assert [r["point_critical_rate"] for r in sorted(res.rows, key=lambda r: r["rate"])] == pytest.approx(lams)
+    ((_, _, lam, _),) = bars
+    assert lam == pytest.approx(sum(lams) / 2)
+
+
+def test_latency_lines_average_the_seeds_of_each_grid_rate():
+    """Each seed's run offers its own rate, so the seeds of one grid rate were points of
+    their own and the lines zigzagged between them: one point per grid value, at the
+    seeds' mean x, with the seeds' mean metric."""
+    from llmsched.analysis.figures import _by_x
+
+    offered = {(4, 0): 4.2, (4, 1): 3.9, (8, 0): 7.8, (8, 1): 8.3}
+    ttft = {(4, 0): 100.0, (4, 1): 300.0, (8, 0): 1000.0, (8, 1): 3000.0}
+    rows = [
+        {"rate": r, "seed": s, "offered_rate": offered[r, s], "point_critical_rate": 10.0, "p99_ttft_ms": ttft[r, s]}
+        for r in (4, 8)
+        for s in (0, 1)
+    ]
+    xs, ys = _by_x(rows, "p99_ttft_ms")
+    assert xs == pytest.approx([0.405, 0.805]) and ys == pytest.approx([200.0, 2000.0])

@@ -10,6 +10,7 @@ matplotlib is imported inside the functions that draw, so importing this module 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -169,30 +170,53 @@ def _offered(r: dict) -> float | None:
     return None if v is None else float(v)
 
 
+def _lambda_star(rows: list[dict]) -> float | None:
+    """The group's lambda* (requests/s): the median over its rows of `point_critical_rate`,
+    the one `llmsched capacity` reports and a grid's load is a fraction of (each seed's
+    lengths sample it, so seeds differ slightly); for rows without it (a table written
+    before it was a column), the median of the runs' own `critical_rate`, each from the
+    requests of its run."""
+    for key in ("point_critical_rate", "critical_rate"):
+        lams = [float(r[key]) for r in rows if r.get(key)]
+        if lams:
+            return float(statistics.median(lams))
+    return None
+
+
 def _x_of(rows: list[dict]):
     """x of each row: the grid's load, else the offered request rate over the group's
-    critical rate (median over its rows), else the offered rate; and the axis label."""
+    lambda* (`_lambda_star`), else the offered rate; and whether x is relative to lambda*."""
     if rows and all(r.get("load") is not None for r in rows):
         return [float(r["load"]) for r in rows], True
-    lams = sorted(float(r["critical_rate"]) for r in rows if r.get("critical_rate"))
+    lam = _lambda_star(rows)
     offered = [_offered(r) for r in rows]
-    if lams and all(v is not None for v in offered):
-        lam = lams[len(lams) // 2]
+    if lam and all(v is not None for v in offered):
         return [v / lam for v in offered], True
     return offered, False
 
 
+def _grid_value(r: dict) -> float | None:
+    """The grid point a row belongs to, whatever its seed: its load, else its rate, else
+    (a trace at its own rate) its offered rate."""
+    x = next((r.get(k) for k in ("load", "rate", "offered_rate") if r.get(k) is not None), None)
+    return None if x is None else round(float(x), 9)
+
+
 def _by_x(rows: list[dict], metric: str):
-    """Mean of `metric` over seeds at each offered load."""
-    pts: dict[float, list[float]] = {}
+    """Mean of `metric` over the seeds of each grid point (`_grid_value`), placed at the
+    mean of their x (`_x_of`: each seed's run offers a slightly different rate, and
+    points of their own would zigzag); (xs, ys) in order of x."""
+    pts: dict[float, tuple[list[float], list[float]]] = {}
     xs_all, _ = _x_of(rows)
     for x, r in zip(xs_all, rows):
-        v = r.get(metric)
-        if x is None or v is None:
+        v, g = r.get(metric), _grid_value(r)
+        if x is None or v is None or g is None:
             continue
-        pts.setdefault(round(x, 9), []).append(float(v))
-    xs = sorted(pts)
-    return xs, [sum(pts[x]) / len(pts[x]) for x in xs]
+        xs, vs = pts.setdefault(g, ([], []))
+        xs.append(float(x))
+        vs.append(float(v))
+    out = sorted((sum(xs) / len(xs), sum(vs) / len(vs)) for xs, vs in pts.values())
+    return [p[0] for p in out], [p[1] for p in out]
 
 
 def _empirical_max_stable(rows: list[dict]) -> float | None:
@@ -206,9 +230,9 @@ def _empirical_max_stable(rows: list[dict]) -> float | None:
     smallest of its seeds' offered rates."""
     by_point: dict[float, list[dict]] = {}
     for r in rows:
-        x = next((r.get(k) for k in ("load", "rate", "offered_rate") if r.get(k) is not None), None)
+        x = _grid_value(r)
         if x is not None:
-            by_point.setdefault(round(float(x), 9), []).append(r)
+            by_point.setdefault(x, []).append(r)
     best = None
     for x in sorted(by_point):
         rs = by_point[x]
@@ -294,8 +318,7 @@ def plot_sweep(
     else:
         # a failed seed keeps its point from counting as stable: every seed must be
         for label, rs in _groups(rows, grid_keys, errors=True).items():
-            lam = [r.get("critical_rate") for r in rs if r.get("critical_rate")]
-            bars.append((label, _empirical_max_stable(rs), lam[0] if lam else None, None))
+            bars.append((label, _empirical_max_stable(rs), _lambda_star(rs), None))
     if bars:
         units = {s.get("rate_unit") for s in search or ()} - {None, "req/s"}
         unit = units.pop() if len(units) == 1 else "requests/s"

@@ -179,6 +179,8 @@ def run_sweep(
                 rows, table = search_rates(settings, groups, runner)
             else:
                 rows = [point_row(p, r, list(g)) for p, r in zip(points, runner.run(cfgs))]
+                for row, c in zip(rows, cfgs):
+                    row["point_critical_rate"] = _point_critical_rate(c)
                 table = None
     finally:
         bar.close()
@@ -200,6 +202,16 @@ def run_sweep(
         clear_stale(out_dir, "sweep", result.files)  # points/ is in files: it resumes a sweep
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def _point_critical_rate(cfg) -> float | None:
+    """lambda* (requests/s) of a point's configuration, the one a grid's load is a fraction
+    of and `llmsched capacity` reports (the figures' lambda*); None where theory gives none."""
+    try:
+        lam = critical_rate_of(cfg)
+    except (ConfigError, ValueError, ArithmeticError):
+        return None
+    return lam if lam > 0 and math.isfinite(lam) else None
 
 
 def max_stable_rate(
