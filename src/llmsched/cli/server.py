@@ -119,7 +119,8 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="how far (ms) the virtual GPU may fall behind the cost model's schedule and "
-        "still catch up (host hiccups); 0: never catch up (default: 50)",
+        "still catch up (host hiccups); 0: never catch up, so the host's time between steps adds to "
+        "every step (default: 50)",
     )
     g = p.add_argument_group("engine (--model)")
     g.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
