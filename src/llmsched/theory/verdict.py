@@ -30,7 +30,10 @@ Decision rule (`stability_verdict`):
    - **unstable** iff `g > h` and `lo > 0`: the growth is both material, relative to
      what the server can process, and statistically distinguishable from zero;
    - **stable** iff `lo <= 0` and `hi < h`: no significant growth, and the interval
-     rules out material growth;
+     rules out material growth; unless the run shows a drain rather than a level (then
+     inconclusive): a judged window under MIN_DECODE_TIMES decode times with `hi < 0`,
+     an offered `load` above LOAD_MARGIN times the policy's limit, or a judged window
+     with under MIN_ARRIVAL_SHARE of the `arrival_times` its share of time would give;
    - **inconclusive** otherwise, for one of two reasons: the backlog grows
      significantly (`lo > 0`) but at `g <= h`, below the threshold (a slow drift, a
      warm-up not over yet, or a queue near criticality); or the run is too short (the
