@@ -255,6 +255,11 @@ def test_a_judged_window_without_its_arrivals_is_not_stable():
     straggler = np.append(np.linspace(0, 100, 3000), 600.0)  # all but one in the first sixth
     v = stability_verdict(t, flat, capacity=CAP, arrival_times=straggler)
     assert v.verdict == "inconclusive" and v.reason.startswith("the arrival rate changed: 1 of 3001 arrivals")
+    # a lull inside the judged window (arrivals resume after a long gap) hides as well
+    gap = np.concatenate([np.linspace(0, 50, 1500), np.linspace(550, 600, 1500)])
+    v = stability_verdict(t, flat, capacity=CAP, arrival_times=gap)
+    assert v.verdict == "inconclusive" and v.reason.startswith("the arrival rate changed: 0 of 3000 arrivals")
+    assert "judged window's first half" in v.reason
 
 
 def test_small_growths_are_written_with_three_digits():

@@ -33,7 +33,8 @@ Decision rule (`stability_verdict`):
      rules out material growth; unless the run shows a drain rather than a level (then
      inconclusive): a judged window under MIN_DECODE_TIMES decode times with `hi < 0`,
      an offered `load` above LOAD_MARGIN times the policy's limit, or a judged window
-     with under MIN_ARRIVAL_SHARE of the `arrival_times` its share of time would give;
+     (or either half of it) with under MIN_ARRIVAL_SHARE of the `arrival_times` its
+     share of time would give;
    - **inconclusive** otherwise, for one of two reasons: the backlog grows
      significantly (`lo > 0`) but at `g <= h`, below the threshold (a slow drift, a
      warm-up not over yet, or a queue near criticality); or the run is too short (the
@@ -273,15 +274,22 @@ def _not_stable(g, hi, window, short, decode_time_s, decode_of, load, arrival_ti
         if len(a):
             first = float(a.min())  # (the arrivals' window: from the first arrival to the series' end)
             start = max(float(tt[0]), first)
-            span, judged_span = float(t[-1]) - first, float(tt[-1]) - start
-            judged = int(np.count_nonzero(a >= start))
-            expected = len(a) * judged_span / span if span > 0 else 0.0
-            if judged < MIN_ARRIVAL_SHARE * expected:
-                return (
-                    f"the arrival rate changed: {judged} of {len(a)} arrivals in the judged window, "
-                    f"{judged_span / span:.0%} of the arrivals' time; {what} there says little about the load; "
-                    "judge a steady stretch"
-                )
+            span = float(t[-1]) - first
+            # the judged window and each of its halves (a lull inside it hides as well as one at its end)
+            mid = (start + float(tt[-1])) / 2
+            for lo_s, hi_s, part in (
+                (start, float(tt[-1]), "window"),
+                (start, mid, "window's first half"),
+                (mid, float(tt[-1]), "window's second half"),
+            ):
+                n_in = int(np.count_nonzero((a >= lo_s) & (a <= hi_s)))
+                expected = len(a) * (hi_s - lo_s) / span if span > 0 else 0.0
+                if n_in < MIN_ARRIVAL_SHARE * expected:
+                    return (
+                        f"the arrival rate changed: {n_in} of {len(a)} arrivals in the judged {part}, "
+                        f"{(hi_s - lo_s) / span:.0%} of the arrivals' time; {what} there says little about the "
+                        "load; judge a steady stretch"
+                    )
     if short > 1 and hi < 0:
         return (
             f"too short to call stable: {what} shrank over the judged {window:.0f} s, fewer than "
@@ -382,8 +390,9 @@ def stability_verdict(
     the judged window is short (under MIN_DECODE_TIMES decode times) and the growth's
     interval lies wholly below 0; when `load` (the offered load over the policy's limit,
     where theory gives one) exceeds LOAD_MARGIN; or when `arrival_times` are given and the
-    judged window holds fewer than MIN_ARRIVAL_SHARE of the arrivals its share of the
-    arrival window (the series' span) would give: the arrival rate changed.
+    judged window, or either half of it, holds fewer than MIN_ARRIVAL_SHARE of the
+    arrivals its share of the arrival window (from the first arrival to the series' end)
+    would give: the arrival rate changed.
 
     `capacity`: token capacity b_max / t(b_max) in tokens/s (sets h = eps * capacity);
     `threshold`: an explicit h in tokens/s (overrides eps * capacity). The fluid
