@@ -57,8 +57,10 @@ def test_adaptive_respects_limits_and_uses_small_steps():
 
 def test_adaptive_without_cap_is_stable_like_sarathi():
     lam = capacity("paper", 256, 100, 51).critical_rate
+    # (3,000 requests: over 2,000 the judged 56 s, under 20 decode times, see the backlog
+    # shrink, which the verdict calls a drain, not stable)
     kw = dict(
-        cost_model="paper", b_max=256, prompt="geometric:100", output="geometric:51", num_requests=2000, rate=0.85 * lam
+        cost_model="paper", b_max=256, prompt="geometric:100", output="geometric:51", num_requests=3000, rate=0.85 * lam
     )
     ada = simulate(policy="adaptive:cost=paper", **kw).summary
     assert ada["stable"] is True

@@ -217,3 +217,57 @@ def test_each_method_checks_only_its_own_parameter():
     hac = stability_verdict(t, w, capacity=1000)
     assert stability_verdict(t, w, capacity=1000, groups=1) == hac
     assert stability_verdict(t, w, capacity=1000, method="batch", b_min=5.0) == whole
+
+
+def test_a_short_window_that_shrinks_is_a_drain_not_stable():
+    """The short-window guard holds both ways: over a window shorter than 20 decode times
+    a backlog whose interval lies below 0 may be draining a queue built before it."""
+    t = np.linspace(0, 50, 400)
+    w = 1e5 - 30.0 * t + np.random.default_rng(0).normal(0, 5, t.size)
+    assert stability_verdict(t, w, capacity=1000).verdict == "stable"  # a long enough window
+    v = stability_verdict(t, w, capacity=1000, decode_time_s=10.0)  # 25 judged s < 20 x 10 s
+    assert v.verdict == "inconclusive" and v.stable is None and not v.conclusive
+    assert v.reason.startswith("too short to call stable") and "drain" in v.reason
+    # a level backlog over the same short window stays stable: its interval holds 0
+    flat = 5000 + np.random.default_rng(0).normal(0, 5, t.size)
+    assert stability_verdict(t, flat, capacity=1000, decode_time_s=10.0).verdict == "stable"
+
+
+def test_no_stable_call_above_the_policys_limit():
+    t = np.linspace(0, 600, 400)
+    flat = 5000 + 50 * np.random.default_rng(4).standard_normal(400)
+    assert stability_verdict(t, flat, capacity=CAP, load=1.02).verdict == "stable"  # within the margin
+    v = stability_verdict(t, flat, capacity=CAP, load=1.05)
+    assert v.verdict == "inconclusive" and v.stable is None and not v.conclusive
+    assert "105% of the policy's limit" in v.reason and "not stability" in v.reason
+    # an unstable call stands whatever the load
+    grow = 0.1 * CAP * t + 50 * np.random.default_rng(4).standard_normal(400)
+    assert stability_verdict(t, grow, capacity=CAP, load=1.05).verdict == "unstable"
+    with pytest.raises(ConfigError, match="load must be a finite number"):
+        stability_verdict(t, flat, capacity=CAP, load=float("nan"))
+
+
+def test_a_judged_window_without_its_arrivals_is_not_stable():
+    t = np.linspace(0, 600, 400)
+    flat = 5000 + 50 * np.random.default_rng(4).standard_normal(400)
+    steady = np.linspace(0, 600, 3000)
+    assert stability_verdict(t, flat, capacity=CAP, arrival_times=steady).verdict == "stable"
+    straggler = np.append(np.linspace(0, 100, 3000), 600.0)  # all but one in the first sixth
+    v = stability_verdict(t, flat, capacity=CAP, arrival_times=straggler)
+    assert v.verdict == "inconclusive" and v.reason.startswith("the arrival rate changed: 1 of 3001 arrivals")
+    # a lull inside the judged window (arrivals resume after a long gap) hides as well
+    gap = np.concatenate([np.linspace(0, 50, 1500), np.linspace(550, 600, 1500)])
+    v = stability_verdict(t, flat, capacity=CAP, arrival_times=gap)
+    assert v.verdict == "inconclusive" and v.reason.startswith("the arrival rate changed: 0 of 3000 arrivals")
+    assert "judged window's first half" in v.reason
+
+
+def test_small_growths_are_written_with_three_digits():
+    from llmsched.theory import describe_verdict
+
+    line = describe_verdict(
+        {"verdict": "stable", "backlog_growth_tokens_per_s": 0.0057, "backlog_growth_ci": [-0.0092, 0.021]}
+    )
+    assert line == "stable (0.0057 tok/s, [-0.0092, 0.021])"
+    line = describe_verdict({"verdict": "stable", "backlog_growth_tokens_per_s": -3.4, "backlog_growth_ci": [-40, 45]})
+    assert line == "stable (-3 tok/s, [-40, 45])"

@@ -54,3 +54,51 @@ def test_a_short_run_of_a_strongly_overloaded_queue_is_still_unstable():
     s = simulate(cost_model="paper", rate=30, prompt="geometric:200", output="geometric:101", num_requests=600).summary
     assert s["utilisation"] > 2
     assert s["verdict"] == "unstable" and s["stable"] is False
+
+
+def test_an_overloaded_run_whose_backlog_shrank_is_not_called_stable():
+    """30 requests at 129% load, seed 13: the judged half drains what the first half built
+    (interval [-1265, -61] tokens/s): before, a confident "stable"."""
+    s = simulate(
+        cost_model="paper", prompt="geometric:200", output="geometric:101", rate=14.5, num_requests=30, seed=13
+    ).summary
+    assert s["policy_utilisation"] > 1.2 and s["backlog_growth_ci"][1] < 0
+    assert s["verdict"] == "inconclusive" and s["stable"] is None and s["verdict_conclusive"] is False
+    assert "of the policy's limit" in s["verdict_reason"]
+
+
+def test_a_late_straggler_in_a_trace_does_not_hide_an_overload(tmp_path):
+    """3,000 arrivals at 14.5 req/s (129% load) and one more at six times the last: the
+    arrival window ends at the straggler, its judged half holds one arrival, and the load
+    over the whole span reads 21%: before, "stable"."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    t = np.cumsum(rng.exponential(1 / 14.5, 3000))
+    p, o = rng.geometric(1 / 200, 3000), rng.geometric(1 / 101, 3000)
+    rows = [*zip(t, p, o), (t[-1] * 6, 200, 101)]
+    path = tmp_path / "straggler.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{a:.6f},{b},{c}\n" for a, b, c in rows))
+    s = simulate(cost_model="paper", trace=str(path)).summary
+    assert s["utilisation"] < 0.5
+    assert s["verdict"] == "inconclusive" and s["stable"] is None
+    assert s["verdict_reason"].startswith("the arrival rate changed: 1 of 3001 arrivals")
+
+
+def test_bursty_arrivals_need_a_proportionally_longer_window():
+    """Gamma arrivals with cv 4 relax (1 + 16) / 2 = 8.5 times more slowly than Poisson ones:
+    seed 9 at 90% load over 1,000 requests grows past the threshold in its judged 50 s and
+    was called unstable before the short-window guard scaled its decode times by 8.5."""
+    s = simulate(
+        cost_model="paper",
+        prompt="geometric:200",
+        output="geometric:101",
+        rate=10,
+        num_requests=1000,
+        seed=9,
+        arrival="gamma",
+        cv=4,
+    ).summary
+    assert s["utilisation"] < 0.95
+    assert s["verdict"] == "inconclusive" and s["stable"] is None
+    assert s["verdict_reason"].startswith("too short to call unstable") and "8.5" in s["verdict_reason"]

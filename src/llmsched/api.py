@@ -524,6 +524,17 @@ def config_policy_capacity(
     return policy_capacity(cfg.policy, cfg.b_max, cfg.k_max, best, fill, held, region_exact)
 
 
+def _burst_factor(cfg: SimConfig) -> float:
+    """(1 + cv^2) / 2 for gamma arrivals with cv > 1 (a relaxation time that many times a
+    Poisson stream's), else 1."""
+    try:
+        spec = WorkloadSpec.from_dict(cfg.workload)
+    except ConfigError:
+        return 1.0
+    cv = spec.cv if spec.arrival == "gamma" and spec.cv is not None else 1.0
+    return max(1.0, (1.0 + cv * cv) / 2.0)
+
+
 def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dict:
     """Theorem 2's capacity for this workload and the run's stability verdict."""
     out: dict[str, Any] = {}
@@ -578,6 +589,13 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
     # budget, whatever the backlog) times its decode steps
     st = result.stats
     decode_time = st.busy_ns / NS / st.steps * max(0.0, float(result.output.mean()) - 1.0) if st.steps else None
+    burst = 1.0
+    if decode_time is not None:
+        # bursty arrivals relax (1 + cv^2) / 2 times more slowly (Kingman): the judged window
+        # must be as much longer for its 20 decode times to mean as much (docs/stability.md)
+        burst = _burst_factor(cfg)
+        decode_time *= burst
+    decode_of = "request" if burst == 1 else f"burst-scaled ((1 + cv^2) / 2 = {burst:.3g}) request"
     try:
         v = stability_verdict(
             t[keep],
@@ -587,6 +605,12 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
             capacity=rep.fill_capacity,
             predicted_growth_tokens_per_s=out["predicted_backlog_growth_tokens_per_s"],
             decode_time_s=decode_time,
+            decode_of=decode_of,
+            # above lambda* no policy is stable (theorem 2), above its own limit no such policy:
+            # a backlog that does not grow there is draining (`LOAD_MARGIN`)
+            load=out["policy_utilisation"] if out["policy_utilisation"] is not None else rep.utilisation,
+            # a trace whose arrivals thin out in the judged half (a late straggler) says nothing
+            arrival_times=arrivals,
         )
     except ConfigError as e:  # too few samples to judge
         out.update(stable=None, verdict=INCONCLUSIVE, verdict_reason=f"too short: {e}")

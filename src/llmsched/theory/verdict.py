@@ -30,7 +30,11 @@ Decision rule (`stability_verdict`):
    - **unstable** iff `g > h` and `lo > 0`: the growth is both material, relative to
      what the server can process, and statistically distinguishable from zero;
    - **stable** iff `lo <= 0` and `hi < h`: no significant growth, and the interval
-     rules out material growth;
+     rules out material growth; unless the run shows a drain rather than a level (then
+     inconclusive): a judged window under MIN_DECODE_TIMES decode times with `hi < 0`,
+     an offered `load` above LOAD_MARGIN times the policy's limit, or a judged window
+     (or either half of it) with under MIN_ARRIVAL_SHARE of the `arrival_times` its
+     share of time would give;
    - **inconclusive** otherwise, for one of two reasons: the backlog grows
      significantly (`lo > 0`) but at `g <= h`, below the threshold (a slow drift, a
      warm-up not over yet, or a queue near criticality); or the run is too short (the
@@ -80,6 +84,12 @@ STABLE, UNSTABLE, INCONCLUSIVE = "stable", "unstable", "inconclusive"
 # over a judged window shorter than this many request decode times, an unstable verdict
 # needs the growth threshold raised in proportion (`stability_verdict`'s decode_time_s)
 MIN_DECODE_TIMES = 20
+# a stable call on a run whose offered load is above the policy's limit by more than this
+# factor is a drain, not stability (`stability_verdict`'s load; docs/stability.md)
+LOAD_MARGIN = 1.02
+# a stable call whose judged window holds fewer than this share of the arrivals its share
+# of the arrival window would give judges a run whose arrival rate changed
+MIN_ARRIVAL_SHARE = 0.25
 
 # Fixed-b critical values of |t| for the OLS slope on a linear trend (with intercept),
 # Bartlett kernel, bandwidth M = b * n, two-sided levels 90/95/99 %. Monte Carlo with
@@ -245,6 +255,50 @@ def _decide(
     return STABLE, f"the growth's interval holds 0 and lies below {limit}"
 
 
+def _tok(x: float) -> str:
+    """A growth in tokens/s for a table: whole tokens from 1 up, 3 significant digits
+    below (never "-0")."""
+    return f"{x:,.0f}" if abs(x) >= 1 else f"{x:.3g}"
+
+
+def _not_stable(g, hi, window, short, decode_time_s, decode_of, load, arrival_times, t, tt, what) -> str | None:
+    """Why a `stable` call does not stand (`stability_verdict`), or None."""
+    if load is not None and load > LOAD_MARGIN:
+        return (
+            f"{what} shows no material growth while the offered load is {load:.0%} of the policy's limit "
+            f"(over {LOAD_MARGIN:.0%}): a drain or a lull, not stability; run longer"
+        )
+    if arrival_times is not None:
+        a = _series(arrival_times, "arrival times")
+        a = a[(a >= t[0]) & (a <= t[-1])]
+        if len(a):
+            first = float(a.min())  # (the arrivals' window: from the first arrival to the series' end)
+            start = max(float(tt[0]), first)
+            span = float(t[-1]) - first
+            # the judged window and each of its halves (a lull inside it hides as well as one at its end)
+            mid = (start + float(tt[-1])) / 2
+            for lo_s, hi_s, part in (
+                (start, float(tt[-1]), "window"),
+                (start, mid, "window's first half"),
+                (mid, float(tt[-1]), "window's second half"),
+            ):
+                n_in = int(np.count_nonzero((a >= lo_s) & (a <= hi_s)))
+                expected = len(a) * (hi_s - lo_s) / span if span > 0 else 0.0
+                if n_in < MIN_ARRIVAL_SHARE * expected:
+                    return (
+                        f"the arrival rate changed: {n_in} of {len(a)} arrivals in the judged {part}, "
+                        f"{(hi_s - lo_s) / span:.0%} of the arrivals' time; {what} there says little about the "
+                        "load; judge a steady stretch"
+                    )
+    if short > 1 and hi < 0:
+        return (
+            f"too short to call stable: {what} shrank over the judged {window:.0f} s, fewer than "
+            f"{MIN_DECODE_TIMES} {decode_of} decode times ({decode_time_s:.1f} s each): a drain rather "
+            "than a level; run longer"
+        )
+    return None
+
+
 def describe_verdict(summary: dict) -> str | None:
     """One line for a run's verdict in a table, from its summary: `stable (3 tok/s, [-40,
     45])`, `UNSTABLE (...)` (with the requests in the system's growth too where they were
@@ -254,7 +308,7 @@ def describe_verdict(summary: dict) -> str | None:
     if verdict is None:
         return None
     g, ci = summary.get("backlog_growth_tokens_per_s"), summary.get("backlog_growth_ci")
-    nums = f" ({g:,.0f} tok/s, [{ci[0]:,.0f}, {ci[1]:,.0f}])" if g is not None and ci else ""
+    nums = f" ({_tok(g)} tok/s, [{_tok(ci[0])}, {_tok(ci[1])}])" if g is not None and ci else ""
     if verdict == INCONCLUSIVE:
         reason = summary.get("verdict_reason")
         return f"inconclusive{nums}" + (f": {reason}" if reason else "")
@@ -317,6 +371,8 @@ def stability_verdict(
     what: str = "the backlog",
     unit: str = "tokens",
     rate_format: str = ".0f",
+    load: float | None = None,
+    arrival_times=None,
 ) -> Verdict:
     """Stable, unstable or inconclusive, from the unfinished-work series (see the module
     docstring).
@@ -329,6 +385,14 @@ def stability_verdict(
     count of requests is judged the same way with `what="the number of requests in the
     system", unit="requests"` and a threshold in requests/s); `rate_format` writes a
     growth in the reason (whole tokens/s by default; `.3g` suits requests/s).
+
+    A `stable` call is inconclusive instead (the backlog may be draining, not level) when
+    the judged window is short (under MIN_DECODE_TIMES decode times) and the growth's
+    interval lies wholly below 0; when `load` (the offered load over the policy's limit,
+    where theory gives one) exceeds LOAD_MARGIN; or when `arrival_times` are given and the
+    judged window, or either half of it, holds fewer than MIN_ARRIVAL_SHARE of the
+    arrivals its share of the arrival window (from the first arrival to the series' end)
+    would give: the arrival rate changed.
 
     `capacity`: token capacity b_max / t(b_max) in tokens/s (sets h = eps * capacity);
     `threshold`: an explicit h in tokens/s (overrides eps * capacity). The fluid
@@ -412,6 +476,10 @@ def stability_verdict(
             f"{MIN_DECODE_TIMES} {decode_of} decode times ({decode_time_s:.1f} s each), and its growth "
             f"({g:{rate_format}} {unit}/s) is below the {h * short:{rate_format}} {unit}/s that needs; run longer"
         )
+    if verdict == STABLE:
+        why = _not_stable(g, hi, window, short, decode_time_s, decode_of, load, arrival_times, t, tt, what)
+        if why:
+            verdict, conclusive, reason = INCONCLUSIVE, False, why
     if predicted_growth_tokens_per_s is None and None not in (arrival_rate, work_per_request, capacity):
         predicted_growth_tokens_per_s = predicted_growth(arrival_rate, work_per_request, capacity)
     return Verdict(
