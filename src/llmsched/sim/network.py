@@ -48,7 +48,7 @@ from ..workload.blocks import INT_CONSTANTS, seed_bits
 from ..workload.blocks import mix_int as _mix
 from ..workload.lengths import sample_pair
 from ..workload.network import Call, Delay, Fork, JobType, Loop, NetworkSpec, ServerSpec
-from .server import ServerSim, SimulationStuck, TimeSeries, check_sample_count
+from .server import ServerSim, SimulationStuck, TimeSeries, check_sample_count, record_unfinished
 
 # event kinds, in the order they run at one instant (plans last)
 _JOB, _DELIVER, _RESUME, _END, _PLAN = 0, 1, 2, 3, 4
@@ -968,14 +968,7 @@ def run_network(
     # calls still in flight at the stop: what they reached (admission, a first token,
     # preemptions) is recorded, as one server records its unfinished requests
     for rep in replicas:
-        st = rep.sim.state
-        for r in [*st.running.values(), *st.waiting]:
-            cid = r.id
-            if r.first_token >= 0:
-                c_ttft[cid] = r.first_token - r.arrival
-            if r.first_scheduled >= 0:
-                c_queue[cid] = r.first_scheduled - r.arrival
-            c_pre[cid] = r.preemptions
+        record_unfinished(rep.sim.state, c_ttft, c_queue, c_pre)
     # the jobs due at or after the stop never arrived; they are listed all the same, as one
     # server lists the requests of its trace (the arrived jobs are the first, in order)
     late = len(j_arr)

@@ -501,6 +501,21 @@ class ServerSim:
         self.now = t
 
 
+def record_unfinished(state, ttft, queue, preempts, hits=None) -> None:
+    """What the requests still in `state` at a run's stop reached, into the run's per-request
+    arrays (indexed by request id): TTFT and queue time where they got there (ns since
+    arrival), their preemptions, and their first admission's cache hits (`hits`)."""
+    for r in [*state.running.values(), *state.waiting]:
+        x = r.id
+        if r.first_token >= 0:
+            ttft[x] = r.first_token - r.arrival
+        if r.first_scheduled >= 0:
+            queue[x] = r.first_scheduled - r.arrival
+        preempts[x] = r.preemptions
+        if hits is not None:
+            hits[x] = r.first_hit
+
+
 def write_steps(f: TextIO, first_index: int, start: int, durs, count: int, plan, state) -> None:
     decodes = " ".join(f"{r.id}:d" for r in state.decoders[: plan.decode])
     prefills = " ".join(f"{r.id}:p{c}" for r, c in plan.prefill)

@@ -28,7 +28,7 @@ from ..core.request import MAX_SECONDS, NS, Request, check_sample_interval, chec
 from ..core.state import UNLIMITED
 from ..policies.base import Scheduler
 from .histogram import GapHistogram
-from .server import STEPS_HEADER, ServerSim, SimulationStuck, TimeSeries, check_sample_count
+from .server import STEPS_HEADER, ServerSim, SimulationStuck, TimeSeries, check_sample_count, record_unfinished
 
 
 @dataclass
@@ -214,15 +214,7 @@ def simulate_trace(
             progress(done, n)
             next_progress = done + progress_every
 
-    for r in list(state.running.values()) + list(state.waiting):
-        x = r.id
-        if r.first_token >= 0:
-            ttft[x] = r.first_token - r.arrival
-        if r.first_scheduled >= 0:
-            queue[x] = r.first_scheduled - r.arrival
-        preempts[x] = r.preemptions
-        if hits is not None:
-            hits[x] = r.first_hit
+    record_unfinished(state, ttft, queue, preempts, hits)
     if progress is not None:
         progress(done, n)
     return RunStats(
