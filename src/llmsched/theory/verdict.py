@@ -258,6 +258,8 @@ def _decide(
 def _tok(x: float) -> str:
     """A growth in tokens/s for a table: whole tokens from 1 up, 3 significant digits
     below (never "-0")."""
+    if x == 0:  # (-0.0 too)
+        return "0"
     return f"{x:,.0f}" if abs(x) >= 1 else f"{x:.3g}"
 
 
