@@ -271,5 +271,5 @@ def test_small_growths_are_written_with_three_digits():
     assert line == "stable (0.0057 tok/s, [-0.0092, 0.021])"
     line = describe_verdict({"verdict": "stable", "backlog_growth_tokens_per_s": -3.4, "backlog_growth_ci": [-40, 45]})
     assert line == "stable (-3 tok/s, [-40, 45])"
-    line = describe_verdict({"verdict": "stable", "backlog_growth_tokens_per_s": -0.0, "backlog_growth_ci": [-0.0, 0.0]})
-    assert line == "stable (0 tok/s, [0, 0])"  # never "-0"
+    flat = {"verdict": "stable", "backlog_growth_tokens_per_s": -0.0, "backlog_growth_ci": [-0.0, 0.0]}
+    assert describe_verdict(flat) == "stable (0 tok/s, [0, 0])"  # never "-0"
