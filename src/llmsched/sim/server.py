@@ -523,15 +523,12 @@ def write_steps(f: TextIO, first_index: int, start: int, durs, count: int, plan,
     entries = " ".join(p for p in parts if p)
     pf = plan.prefill_tokens
     k = plan.decode + len(plan.prefill)
+    # the requests evicted before the batch's first step (their KV freed) lead its first row
+    first = f"{' '.join(f'{r.id}:x' for r in plan.preempt)} {entries}".rstrip() if plan.preempt else entries
     t = start
     for j in range(count):
         d = durs if isinstance(durs, int) else durs[j]
-        if j == 0 and plan.preempt:  # evicted before the batch's first step (their KV freed)
-            evicted = " ".join(f"{r.id}:x" for r in plan.preempt)
-            f.write(f"{first_index},{ns_text(t)},{ns_text(d)},{pf},{plan.decode},{k},{evicted} {entries}".rstrip())
-            f.write("\n")
-        else:
-            f.write(f"{first_index + j},{ns_text(t)},{ns_text(d)},{pf},{plan.decode},{k},{entries}\n")
+        f.write(f"{first_index + j},{ns_text(t)},{ns_text(d)},{pf},{plan.decode},{k},{entries if j else first}\n")
         t += d
 
 
