@@ -30,7 +30,7 @@ from .core.version import __version__
 from .core.yamlfile import read_yaml
 from .policies import admission_holds_back, admission_limits, admission_takes, policy_base_name, policy_capacity
 from .policies.spec import SchedulerSpec
-from .sim.result import SimResult
+from .sim.result import SimResult, new_steps_file
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
 from .theory import INCONCLUSIVE, UNSTABLE, LengthMix, capacity, stability_verdict
 from .workload import Trace, WorkloadSpec, make_trace
@@ -374,13 +374,7 @@ def simulate(
         folder = Path(out_dir) if out_dir is not None else None
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
-        import tempfile  # noqa: PLC0415 - start-up: only runs that record their steps need it
-
-        fd, name = tempfile.mkstemp(prefix=".steps-", suffix=".csv.tmp", dir=folder)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's file is 0600: steps.csv reads as every output does
-        steps_tmp = Path(name)
+        fd, steps_tmp = new_steps_file(folder)
         steps_file = os.fdopen(fd, "w", buffering=1 << 20)
         steps_file.write(STEPS_HEADER)
     t0 = time.perf_counter()

@@ -93,6 +93,18 @@ def _hist_stats(name: str, h: GapHistogram) -> dict:
     return out
 
 
+def new_steps_file(folder=None) -> tuple[int, Path]:
+    """A new temporary steps file (`.steps-*.csv.tmp`, in `folder` or the system's temporary
+    folder), readable as every output is (mkstemp makes it 0600): (its descriptor, its path)."""
+    import tempfile  # noqa: PLC0415 - start-up: only runs that record their steps need it
+
+    fd, name = tempfile.mkstemp(prefix=".steps-", suffix=".csv.tmp", dir=folder)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    return fd, Path(name)
+
+
 @dataclass
 class SimResult:
     """What `llmsched.simulate` returns."""
@@ -143,15 +155,10 @@ class SimResult:
         data = state.pop("_steps_bytes", None)
         self.__dict__.update(state)
         if data is not None:
-            import tempfile  # noqa: PLC0415 - start-up: only results that recorded steps need it
-
-            fd, name = tempfile.mkstemp(prefix=".steps-", suffix=".csv.tmp")
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)  # as the run's own file: steps.csv reads as every output does
+            fd, path = new_steps_file()
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            self.own_steps(Path(name))
+            self.own_steps(path)
 
     def _steps_file(self) -> Path | None:
         """The run's recorded steps file, None when it recorded none. ConfigError when the
