@@ -582,13 +582,10 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
     # a request's decode if every step served it: the run's mean step time (bounded by the
     # budget, whatever the backlog) times its decode steps
     st = result.stats
-    decode_time = st.busy_ns / NS / st.steps * max(0.0, float(result.output.mean()) - 1.0) if st.steps else None
-    burst = 1.0
-    if decode_time is not None:
-        # bursty arrivals relax (1 + cv^2) / 2 times more slowly (Kingman): the judged window
-        # must be as much longer for its 20 decode times to mean as much (docs/stability.md)
-        burst = _burst_factor(cfg)
-        decode_time *= burst
+    # bursty arrivals relax (1 + cv^2) / 2 times more slowly (Kingman): the judged window
+    # must be as much longer for its 20 decode times to mean as much (docs/stability.md)
+    burst = _burst_factor(cfg)
+    decode_time = st.busy_ns / NS / st.steps * max(0.0, float(result.output.mean()) - 1.0) * burst if st.steps else None
     decode_of = "request" if burst == 1 else f"burst-scaled ((1 + cv^2) / 2 = {burst:.3g}) request"
     try:
         v = stability_verdict(

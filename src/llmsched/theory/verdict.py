@@ -62,7 +62,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..core.checks import as_int, as_real
+from ..core.checks import as_real
 from ..core.errors import ConfigError
 
 __all__ = [
@@ -263,7 +263,7 @@ def _tok(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1 else f"{x:.3g}"
 
 
-def _not_stable(g, hi, window, short, decode_time_s, decode_of, load, arrival_times, t, tt, what) -> str | None:
+def _not_stable(hi, window, short, decode_time_s, decode_of, load, arrival_times, t, tt, what) -> str | None:
     """Why a `stable` call does not stand (`stability_verdict`), or None."""
     if load is not None and load > LOAD_MARGIN:
         return (
@@ -422,9 +422,7 @@ def stability_verdict(
     if method == "hac" and not 0 <= b_min <= 1:
         raise ConfigError(f"b_min (the HAC bandwidth's least share of the samples) must be in [0, 1], got {b_min!r}")
     if method == "batch":
-        g_count = as_int(groups)
-        x = as_real(groups) if g_count is None else g_count
-        # (a whole-valued float, 8.0, counts as its integer)
+        x = as_real(groups)  # (a whole-valued float, 8.0, counts as its integer)
         if x is None or not (math.isfinite(x) and x == int(x) and x >= 2):
             raise ConfigError(f"groups (the batch method's blocks) must be a whole number >= 2, got {groups!r:.60}")
         groups = int(x)
@@ -479,7 +477,7 @@ def stability_verdict(
             f"({g:{rate_format}} {unit}/s) is below the {h * short:{rate_format}} {unit}/s that needs; run longer"
         )
     if verdict == STABLE:
-        why = _not_stable(g, hi, window, short, decode_time_s, decode_of, load, arrival_times, t, tt, what)
+        why = _not_stable(hi, window, short, decode_time_s, decode_of, load, arrival_times, t, tt, what)
         if why:
             verdict, conclusive, reason = INCONCLUSIVE, False, why
     if predicted_growth_tokens_per_s is None and None not in (arrival_rate, work_per_request, capacity):
