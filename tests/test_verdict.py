@@ -273,3 +273,13 @@ def test_small_growths_are_written_with_three_digits():
     assert line == "stable (-3 tok/s, [-40, 45])"
     flat = {"verdict": "stable", "backlog_growth_tokens_per_s": -0.0, "backlog_growth_ci": [-0.0, 0.0]}
     assert describe_verdict(flat) == "stable (0 tok/s, [0, 0])"  # never "-0"
+
+
+@pytest.mark.parametrize("bad, words", [("abc", "sequence of numbers"), ([float("nan")], "finite")])
+def test_bad_arrival_times_are_refused_whatever_the_verdict(bad, words):
+    """They were read only on the way to a stable call: an unstable one took any value."""
+    from llmsched.theory.verdict import stability_verdict
+
+    t = np.arange(100.0)
+    with pytest.raises(ConfigError, match=words):
+        stability_verdict(t, t * 1000, capacity=1000, arrival_times=bad)

@@ -271,8 +271,7 @@ def _not_stable(hi, window, short, decode_time_s, decode_of, load, arrival_times
             f"(over {LOAD_MARGIN:.0%}): a drain or a lull, not stability; run longer"
         )
     if arrival_times is not None:
-        a = _series(arrival_times, "arrival times")
-        a = a[(a >= t[0]) & (a <= t[-1])]
+        a = arrival_times[(arrival_times >= t[0]) & (arrival_times <= t[-1])]
         if len(a):
             first = float(a.min())  # (the arrivals' window: from the first arrival to the series' end)
             start = max(float(tt[0]), first)
@@ -407,6 +406,10 @@ def stability_verdict(
         raise ConfigError(f"times and unfinished work differ in length ({len(t)} vs {len(w)})")
     if not (np.all(np.isfinite(t)) and np.all(np.isfinite(w))):
         raise ConfigError("times and unfinished work must be finite")
+    if arrival_times is not None:  # checked whatever the call, not only where it is read
+        arrival_times = _series(arrival_times, "arrival times")
+        if not np.all(np.isfinite(arrival_times)):
+            raise ConfigError("arrival times must be finite")
     if not 0 < tail_fraction <= 1:
         raise ConfigError(f"tail_fraction must be in (0, 1], got {tail_fraction!r}")
     if not 0 < alpha < 1:
