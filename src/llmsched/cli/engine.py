@@ -12,7 +12,13 @@ import os
 import re
 import sys
 
-from ..core.engine_api import DefaultMaxModelLen, default_max_running
+from ..core.engine_api import (
+    MAX_KV_CACHE_GB,
+    MAX_MEASURE_S,
+    MAX_THREADS,
+    DefaultMaxModelLen,
+    default_max_running,
+)
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_out_file
 from .common import (
@@ -24,12 +30,6 @@ from .common import (
     positive_int_at_most,
     scheduler_spec,
 )
-
-# --threads' largest value (engine.runner.MAX_THREADS, which imports torch): OpenMP crashed
-# the process, with no message, at 100,000
-MAX_THREADS = 1024
-# --kv-cache-gb's largest value, in GiB (engine.runner.MAX_KV_CACHE_GB): a pebibyte
-MAX_KV_CACHE_GB = 1 << 20
 
 
 def check_kv_cache_gb(gb: float | None) -> None:
@@ -247,8 +247,6 @@ def cmd_make_tiny_model(args) -> int:
 # ---- profile -------------------------------------------------------------------------------
 # profile's and validate's measurement defaults (both parsers read them)
 REPS, CALIBRATE_S = 3, 2.5
-# --calibrate-s' and --tables-s' largest value (engine.profiler.MAX_MEASURE_S): 11.6 days
-MAX_MEASURE_S = 1e6
 # validate's measurement options and their defaults (cli.analysis): with --profile nothing
 # is measured, and a value other than the default is refused, not ignored
 MEASUREMENT_DEFAULTS = (

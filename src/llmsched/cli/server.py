@@ -11,11 +11,12 @@ import os
 import sys
 
 from ..core.errors import ConfigError
+from ..core.request import MAX_SECONDS
 from .common import add_scheduler_args, positive_int, scheduler_spec
 from .engine import check_kv_cache_gb
 
-# --sim-max-debt-ms' largest value: the project's clock range (core.request.MAX_SECONDS)
-MAX_DEBT_MS = 1e12
+# --sim-max-debt-ms' largest value: the project's clock range
+MAX_DEBT_MS = MAX_SECONDS * 1000
 
 
 # ---- request limits (issue #13): --max-body-bytes, --max-header-bytes, --read-timeout ----

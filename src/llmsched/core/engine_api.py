@@ -23,6 +23,15 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 # engine's thread that serves every request, and a stream holds back len(longest) - 1
 # characters; real stop strings ("\n\nUser:", "</answer>") are far shorter
 MAX_STOP_CHARS = 256
+# the engine's limits, here (no torch) for the engine and the command line alike: the most
+# intra-op CPU threads (num_threads, --threads; OpenMP crashed the process, with no
+# message, at 100,000), the largest KV cache on the CPU in GiB (kv_cache_gb, --kv-cache-gb:
+# a pebibyte; 1e308 overflowed the byte count), and the longest profile measurement in
+# seconds (calibrate_s and min_s, --calibrate-s and --tables-s: 11.6 days; 1e308
+# overflowed the calibration's request count)
+MAX_THREADS = 1024
+MAX_KV_CACHE_GB = 1 << 20
+MAX_MEASURE_S = 1e6
 
 
 @dataclass

@@ -63,8 +63,10 @@ class ModelConfig:
         return self.num_kv_heads * self.head_dim
 
     def num_params(self) -> int:
-        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
-        layer = h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * h * i + 2 * h
+        """The model's weights (`engine.model.CausalLM`'s parameters), biases included."""
+        h, i, v, q, kv = self.hidden_size, self.intermediate_size, self.vocab_size, self.q_size, self.kv_size
+        layer = h * (q + 2 * kv) + q * h + 3 * h * i + 2 * h  # qkv, o, gate/up/down, two norms
+        layer += (q + 2 * kv) * self.qkv_bias + h * self.o_bias + (2 * i + h) * self.mlp_bias
         return self.num_layers * layer + v * h * (1 if self.tie_word_embeddings else 2) + h
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:

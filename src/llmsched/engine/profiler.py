@@ -66,7 +66,7 @@ from types import SimpleNamespace
 
 from ..core.checks import as_real
 from ..core.cost import make_cost_model
-from ..core.engine_api import DefaultMaxModelLen, SamplingParams, default_max_running
+from ..core.engine_api import MAX_MEASURE_S, DefaultMaxModelLen, SamplingParams, default_max_running
 from ..core.errors import ConfigError
 from ..core.profile import COMBINED_FILE
 
@@ -358,11 +358,6 @@ def _check_two_decode_batches(r, dec_points: list, batches: list, step_kv) -> No
         f"only one decode batch size of the profile grid ({fitting[0]}) fits this engine ({limit}); "
         f"a profile needs two: {fix}"
     )
-
-
-# the longest calibrate_s and min_s (seconds; 11.6 days): 1e308 overflowed the
-# calibration's request count (cli.engine.MAX_MEASURE_S is the same number)
-MAX_MEASURE_S = 1e6
 
 
 def check_measure_seconds(calibrate_s, min_s) -> None:

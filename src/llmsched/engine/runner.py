@@ -13,6 +13,7 @@ import os
 import torch
 
 from ..core.checks import as_int, as_real
+from ..core.engine_api import MAX_KV_CACHE_GB, MAX_THREADS
 from ..core.errors import ConfigError
 from .attention import AttnMeta, PrefillChunk
 from .cpu_kernel import decode_kernel
@@ -40,14 +41,6 @@ def _mib(n: float) -> str:
         return f"{n / (1 << 20):,.1f} MiB"
     n = int(n)
     return f"{n:,} byte{'' if n == 1 else 's'}"
-
-
-# the most intra-op threads set_cpu_threads takes (OpenMP crashed the process, with no
-# message, at 100,000); cli.engine.MAX_THREADS is the same number
-MAX_THREADS = 1024
-# the largest KV cache kv_cache_gb asks for, in GiB (a pebibyte; 1e308 overflowed the
-# byte count); cli.engine.MAX_KV_CACHE_GB is the same number
-MAX_KV_CACHE_GB = 1 << 20
 
 
 def set_cpu_threads(n: int | None) -> int:

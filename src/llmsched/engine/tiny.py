@@ -118,13 +118,19 @@ def tiny_param_count(
     tie_word_embeddings: bool = False,
     arch: str = "llama",
 ) -> int:
-    """The number of weights `make_tiny_model` writes for these sizes (exact integers)."""
-    h, i = hidden_size, intermediate_size
-    kv = num_kv_heads * (h // num_heads)
-    layer = h * (h + 2 * kv) + h * h + 3 * h * i + 2 * h  # qkv, o, gate/up/down, two norms
-    if arch == "qwen2":
-        layer += h + 2 * kv  # qkv biases
-    return vocab_size * h * (1 if tie_word_embeddings else 2) + num_layers * layer + h
+    """The number of weights `make_tiny_model` writes for these sizes (exact integers):
+    those of the config it writes, counted without building the model."""
+    cfg = tiny_config(
+        arch,
+        vocab_size,
+        hidden_size,
+        num_layers,
+        num_heads,
+        num_kv_heads,
+        intermediate_size,
+        tie_word_embeddings=tie_word_embeddings,
+    )
+    return parse_config(cfg).num_params()
 
 
 def make_tiny_model(
