@@ -491,6 +491,24 @@ def test_tokenize_detokenize(server):
     assert post(base, "/detokenize", {"tokens": "no"}).status_code == 400
     r = post(base, "/detokenize", {"tokens": [5, -1]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "tokens"
+    # a model this server does not serve: 404 on both, as on the generation routes
+    for path, body in (("/tokenize", {"prompt": "hi"}), ("/detokenize", {"tokens": [1]})):
+        r = post(base, path, {"model": "other", **body})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", (path, r.text)
+        assert post(base, path, {"model": 7, **body}).json()["error"]["param"] == "model"
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_empty_served_model_name_is_refused(name, tmp_path):
+    """An empty name was silently replaced by the default, so clients asking for the name
+    they configured got 404s."""
+    from llmsched.core.errors import ConfigError
+    from llmsched.server.backends import make_engine_backend, make_sim_backend
+
+    with pytest.raises(ConfigError, match="--served-model-name must be a non-empty name"):
+        make_sim_backend(None, "const:1", served_model_name=name)
+    with pytest.raises(ConfigError, match="--served-model-name must be a non-empty name"):
+        make_engine_backend(str(tmp_path), served_model_name=name)  # before anything loads
 
 
 @pytest.mark.parametrize(

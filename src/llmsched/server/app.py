@@ -955,15 +955,19 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         text = metrics.render(engine.snapshot, engine.queued_requests, engine.queued_tokens)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    def parse_tokenize(data):
-        """(text, param, add_special_tokens: None for the generation routes' choice)."""
-        body = parse_body(body_bytes(data))
+    def check_model(body: dict) -> None:
+        """/tokenize and /detokenize: an optional 'model' must be one this server serves."""
         model = body.get("model")
         if model is not None:
             if not isinstance(model, str):
                 raise bad_request("'model' must be a string", "model")
             if model not in names:
                 raise model_not_found(model)
+
+    def parse_tokenize(data):
+        """(text, param, add_special_tokens: None for the generation routes' choice)."""
+        body = parse_body(body_bytes(data))
+        check_model(body)
         special = body.get("add_special_tokens")
         if special is not None and not isinstance(special, bool):
             raise bad_request("'add_special_tokens' must be a boolean", "add_special_tokens")
@@ -997,6 +1001,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
 
     def parse_detokenize(data) -> list:
         body = parse_body(body_bytes(data))
+        check_model(body)
         toks = body.get("tokens")
         if not isinstance(toks, list):
             raise bad_request("'tokens' must be an array of integers", "tokens")

@@ -108,6 +108,16 @@ def _template_info(tok) -> dict:
     return info
 
 
+def served_name(given: str | None, default: str) -> str:
+    """The model name clients use: `given` (--served-model-name), else `default`. An empty
+    name is refused rather than replaced, so that clients asking for it get no 404."""
+    if given is None:
+        return default
+    if not isinstance(given, str) or not given.strip():
+        raise ConfigError(f"--served-model-name must be a non-empty name, got {given!r}")
+    return given
+
+
 def make_sim_backend(
     opts: SchedulerOptions | None = None,
     cost_model: str = "profile:h200-llama-3-8b",
@@ -151,7 +161,7 @@ def make_sim_backend(
         )
         max_model_len = kv + 1
     core = VirtualEngine(sched, cost_model, max_model_len=max_model_len, realtime=realtime, max_debt_s=max_debt_s)
-    name = served_model_name or "llmsched-sim"
+    name = served_name(served_model_name, "llmsched-sim")
     info = {
         "backend": "sim",
         "scheduler": sched.describe(),
@@ -218,6 +228,7 @@ def make_engine_backend(
     with the tokenizer folder's template if it has one (see `chat_template.py`)."""
     if not Path(model).exists():
         raise ConfigError(f"model folder {model} does not exist")
+    name = served_name(served_model_name, Path(model).name)  # checked before the model loads
     tokenizer = tokenizer or None
     # read before the model loads: a bad template (or --tokenizer) is found at once
     tok_file = tokenizer_file(tokenizer or model)
@@ -244,7 +255,6 @@ def make_engine_backend(
     core = _engine.LLMEngine(model, scheduler=opts, tokenizer=tokenizer, **kwargs)
     has_tokenizer = getattr(core, "tokenizer", None) is not None
     tok = _EngineTokenizer(core.tokenizer, templates) if has_tokenizer else _NoTokenizer()
-    name = served_model_name or Path(model).name
     max_len = getattr(core, "max_model_len", None)
     kv = getattr(core, "kv_capacity", None)
     if max_len is not None and kv is not None:
