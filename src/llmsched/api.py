@@ -28,7 +28,7 @@ from .core.paths import check_out_dir, check_run_dir
 from .core.request import NS, check_seconds
 from .core.version import __version__
 from .core.yamlfile import read_yaml
-from .policies import admission_holds_back, admission_limits, admission_takes, policy_base_name, policy_capacity
+from .policies import admission_takes, policy_base_name, scheduler_policy_capacity
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult, new_steps_file
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
@@ -499,23 +499,14 @@ def config_policy_capacity(
     cfg: SimConfig, best: float, fill: float, region_exact: bool | None = None, admission=None
 ) -> float | None:
     """The token rate (tokens/s) the configuration's scheduler serves under a backlog, where
-    theory says it (`policies.policy_capacity`: `fill`, full steps of b_max, for a
-    work-conserving policy without a binding cap; `best`, lambda*'s steps, for adaptive
-    unless `region_exact` is False); None (unknown: lambda* only bounds its stable rates)
-    for any other policy, behind an admission or a running cap that holds work back
-    (`admission_holds_back`), and with a finite KV capacity: a backlog's requests then fill
-    the KV cache, steps stay short of the budget and preemptions add recompute work, which
-    no theorem here counts (Sarathi at b_max 512, prompts 200, outputs 101, kv_capacity
-    2000: unstable at 6 req/s, 54% of a full-step limit of 11.14). The one rule of
-    `simulate`'s summary and a rate search's groups. `admission`: the run's admission
+    theory says it: `policies.scheduler_policy_capacity`'s rule (`fill`, full steps of
+    b_max, for a work-conserving policy without a binding cap; `best`, lambda*'s steps, for
+    adaptive unless `region_exact` is False; None behind an admission or a running cap that
+    holds work back, and with a finite KV capacity). The one rule of `simulate`'s summary,
+    a rate search's groups and a network's servers. `admission`: the run's admission
     policy, already built (its running cap included), judged as it is rather than made
     again from the configuration's names (a registered factory is called once per run)."""
-    if admission is not None:
-        held = admission_limits(admission)
-    else:
-        held = bool(admission_holds_back(cfg.admission, cfg.max_running, cfg.admission_options))
-    held = held or cfg.kv_capacity is not None
-    return policy_capacity(cfg.policy, cfg.b_max, cfg.k_max, best, fill, held, region_exact)
+    return scheduler_policy_capacity(cfg, best, fill, region_exact, admission)
 
 
 def _burst_factor(cfg: SimConfig) -> float:

@@ -165,6 +165,28 @@ def policy_capacity(
     return best if getattr(BATCH_POLICIES.get(policy_base_name(name)), "region_stable", False) else fill
 
 
+def scheduler_policy_capacity(
+    sched, best: float, fill: float, region_exact: bool | None = None, admission=None
+) -> float | None:
+    """`policy_capacity` for a scheduler's configuration: `sched` has the fields of
+    `SchedulerSpec` (`policy`, `admission`, `b_max`, `k_max`, `kv_capacity`, `max_running`,
+    `admission_options`: one server's `SimConfig`, a network's `ServerSpec`). None (unknown:
+    lambda* only bounds its stable rates) also behind an admission or a running cap that
+    holds work back (`admission_holds_back`) and with a finite KV capacity: a backlog's
+    requests then fill the KV cache, steps stay short of the budget and preemptions add
+    recompute work, which no theorem here counts (Sarathi at b_max 512, prompts 200,
+    outputs 101, kv_capacity 2000: unstable at 6 req/s, 54% of a full-step limit of 11.14).
+    `admission`: the admission policy already built (its running cap included), judged as
+    it is rather than made again from the names (a registered factory is called once per
+    run)."""
+    if admission is not None:
+        held = admission_limits(admission)
+    else:
+        held = bool(admission_holds_back(sched.admission, sched.max_running, sched.admission_options))
+    held = held or sched.kv_capacity is not None
+    return policy_capacity(sched.policy, sched.b_max, sched.k_max, best, fill, held, region_exact)
+
+
 def admission_holds_back(
     admission: str = "fcfs", max_running: int | None = None, options: dict | None = None
 ) -> list[HoldReason]:
@@ -337,6 +359,7 @@ __all__ = [
     "batch_holds_back",
     "is_throughput_optimal",
     "policy_capacity",
+    "scheduler_policy_capacity",
     "make_batch_policy",
     "make_admission_policy",
     "make_scheduler",

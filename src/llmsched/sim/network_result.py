@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -35,6 +36,7 @@ from ..core.jsonio import to_jsonable
 from ..core.paths import check_out_dir, check_run_dir, is_replica_folder, remove_run_folder
 from ..core.prefix_cache import hit_rate
 from ..core.request import NS, check_sample_interval, check_seconds
+from ..policies import scheduler_policy_capacity
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
 from ..theory.network import check_schedulers, traffic
 from ..workload.network import load_network
@@ -101,6 +103,32 @@ def _replica_fill_capacity(load) -> float:
     if load.fill_capacity >= load.token_capacity:
         return load.replica_token_capacity
     return load.fill_capacity * load.busiest_replica_share
+
+
+def _saved_share(prefix: dict | None, work: float) -> float:
+    """The share of `work` (tokens) a prefix cache saved: its hits at first admission (a
+    preempted call re-hitting its own blocks saves only its recomputation), 0 without one."""
+    if prefix is None or not work > 0:
+        return 0.0
+    return min(1.0, prefix["first_admission_hit_tokens"] / work)
+
+
+def server_policy_load(load, server, control: str = "none") -> float:
+    """A server's offered load over its policy's limit, as one server's verdict takes it
+    (`api._stability_fields`'s `load`): over the rate its scheduler serves under a backlog
+    where theory says it (`policies.scheduler_policy_capacity`: `fill_capacity` for a
+    work-conserving policy without a binding cap, lambda*'s `capacity` for adaptive), else
+    over lambda*'s `capacity` (`utilisation`: no policy serves more). Back-pressure control
+    holds work back (a replica takes buffered calls one class at a time): lambda*'s then.
+    `load`: the server's `ServerLoad`, `server` its `ServerSpec`; 0 for a server without
+    calls."""
+    if not load.offered_tokens_per_s > 0:
+        return 0.0
+    limit = None
+    if control != "backpressure":
+        limit = scheduler_policy_capacity(server, load.capacity, load.fill_capacity, load.region_exact)
+    x = load.offered_tokens_per_s / limit if limit else load.utilisation
+    return min(x, sys.float_info.max)  # (a capacity of ~0: the verdicts take finite numbers)
 
 
 def _last_arrival_s(job_arrival_ns: np.ndarray) -> float:
@@ -186,8 +214,23 @@ def network_backlog(result) -> dict:
     # the network's work counts a job's whole work from its arrival until its last call
     # ends, so its short window is measured in job decode times, not call ones
     decode = result.job_decode_time_s()
+    # above the network's limit (a server offered more than its policy serves) work that does
+    # not grow is draining (`LOAD_MARGIN`); jobs that thinned out in the judged window say
+    # nothing of the load (`MIN_ARRIVAL_SHARE`): one server's rules
+    limit = result.network_load()
+    load, load_of = (None, "") if limit is None else (limit[0], f"the network's limit, at server {limit[1]}")
+    arrived = result.job_arrival_ns[result.job_arrived] / NS
     try:
-        v = stability_verdict(grid[keep], total[keep], capacity=cap, decode_time_s=decode, decode_of="job")
+        v = stability_verdict(
+            grid[keep],
+            total[keep],
+            capacity=cap,
+            decode_time_s=decode,
+            decode_of="job",
+            load=load,
+            load_of=load_of,
+            arrival_times=arrived,
+        )
         verdict = {
             "verdict": v.verdict,
             "stable": v.stable,
@@ -197,6 +240,7 @@ def network_backlog(result) -> dict:
             "threshold_tokens_per_s": v.threshold_per_s,
             "mean_backlog_tokens": v.mean_backlog,
             "decode_time_s": decode,
+            "load": load,
         }
     except ConfigError as e:
         verdict = {"verdict": INCONCLUSIVE, "stable": None, "reason": f"too short: {e}"}
@@ -279,6 +323,45 @@ class NetworkResult:
         times = [(where == name).sum() / jobs * d for name, d in self.decode_times().items() if d and jobs]
         return float(sum(times)) if times else None
 
+    def saved_work_share(self, server: str) -> float | None:
+        """The share of a caching server's work (its calls' prompt + output - 1 tokens,
+        every prompt token counted, as the traffic equations count it) its replicas' prefix
+        caches saved (`_saved_share`); None for a server without prefix caching."""
+        st = self.stats
+        caches = [r.stats.prefix for r in self.replicas() if r.config["server"] == server]
+        caches = [c for c in caches if c is not None]
+        if not caches:
+            return None
+        calls = np.asarray(st.call_server, dtype=object) == server
+        work = int((_a(st.call_prompt)[calls] + _a(st.call_output)[calls] - 1).sum())
+        return _saved_share({"first_admission_hit_tokens": sum(c["first_admission_hit_tokens"] for c in caches)}, work)
+
+    def policy_loads(self) -> dict[str, float]:
+        """Each server's offered load over its policy's limit (`server_policy_load`), net of
+        the work its prefix caches saved in the run (the traffic equations count every
+        prompt token; one server's verdict likewise counts its measured hits as no work);
+        {} without a traffic report."""
+        if self.traffic is None:
+            return {}
+        spec = self.stats.spec
+        control = getattr(spec, "control", "none")
+        out = {}
+        for name, server in spec.servers.items():
+            load = server_policy_load(self.traffic.server(name), server, control)
+            out[name] = load * (1.0 - (self.saved_work_share(name) or 0.0))
+        return out
+
+    def network_load(self) -> tuple[float, str] | None:
+        """The network's offered load over its limit, and the server that sets it: the
+        largest of the servers' `policy_loads` (every arrival rate scaled by 1 / that load
+        puts that server at its policy's limit: the network's throughput limit); None
+        without a traffic report."""
+        loads = self.policy_loads()
+        if not loads:
+            return None
+        name = max(loads, key=loads.get)
+        return loads[name], name
+
     # ---- per replica -----------------------------------------------------------------
     def replicas(self) -> list[SimResult]:
         """One `SimResult` per replica, over the calls it served."""
@@ -319,12 +402,27 @@ class NetworkResult:
                     output[sel],
                     classes[sel],
                 )
-                res.stability = self._replica_verdict(res, rep["server"])
+                res.stability = self._replica_verdict(res, rep["server"], rep.get("index", 0))
                 out.append(res)
             self._replicas = out
         return self._replicas
 
-    def _replica_verdict(self, res: SimResult, server: str) -> dict:
+    def _replica_load(self, res: SimResult, server: str, index: int) -> float | None:
+        """A replica's offered load over its policy's limit: its server's (`server_policy_load`)
+        times the replica's share of the server's calls over the busiest replica's (the
+        pool's capacity is the busiest replica's divided by its share), net of the work the
+        replica's own prefix cache saved; None without a traffic report."""
+        if self.traffic is None:
+            return None
+        spec = self.stats.spec
+        srv, load = spec.servers[server], self.traffic.server(server)
+        pool = server_policy_load(load, srv, getattr(spec, "control", "none"))
+        shares = srv.routing_weights()
+        share = shares[index] / load.busiest_replica_share if 0 <= index < len(shares) else 1.0
+        work = float((res.prompt.astype(float) + res.output - 1).sum())
+        return pool * share * (1.0 - _saved_share(res.stats.prefix, work))
+
+    def _replica_verdict(self, res: SimResult, server: str, index: int = 0) -> dict:
         load = self.traffic.server(server) if self.traffic is not None else None
         cap = _replica_fill_capacity(load) if load is not None else None
         ts = res.timeseries
@@ -340,6 +438,11 @@ class NetworkResult:
                 w[keep],
                 capacity=cap if cap and cap > 0 else None,
                 decode_time_s=self.decode_times()[server],
+                # above its policy's limit a replica's backlog that does not grow is draining
+                # (`LOAD_MARGIN`), and one whose calls thinned out in the judged window says
+                # nothing (`MIN_ARRIVAL_SHARE`), as for one server
+                load=self._replica_load(res, server, index),
+                arrival_times=res.arrival_s,
             )
         except ConfigError as e:
             return {"stable": None, "verdict": INCONCLUSIVE, "verdict_reason": f"too short: {e}"}
@@ -444,9 +547,7 @@ class NetworkResult:
                 # the traffic equations count every prompt token as work; the run measured
                 # the share of this server's work its caches saved (hits at first admission:
                 # a preempted call re-hitting its own blocks saves only its recomputation)
-                work = int((_a(st.call_prompt)[calls] + _a(st.call_output)[calls] - 1).sum())
-                saved = srv["prefix_cache"]["first_admission_hit_tokens"]
-                share = min(1.0, saved / work) if work else 0.0
+                share = self.saved_work_share(name)
                 srv["prefix_saved_work_share"] = share
                 if self.traffic is not None:
                     srv["utilisation_net_of_hits"] = srv["utilisation"] * (1.0 - share)

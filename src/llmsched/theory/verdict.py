@@ -263,11 +263,11 @@ def _tok(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1 else f"{x:.3g}"
 
 
-def _not_stable(hi, window, short, decode_time_s, decode_of, load, arrival_times, t, tt, what) -> str | None:
+def _not_stable(hi, window, short, decode_time_s, decode_of, load, load_of, arrival_times, t, tt, what) -> str | None:
     """Why a `stable` call does not stand (`stability_verdict`), or None."""
     if load is not None and load > LOAD_MARGIN:
         return (
-            f"{what} shows no material growth while the offered load is {load:.0%} of the policy's limit "
+            f"{what} shows no material growth while the offered load is {load:.0%} of {load_of} "
             f"(over {LOAD_MARGIN:.0%}): a drain or a lull, not stability; run longer"
         )
     if arrival_times is not None:
@@ -373,6 +373,7 @@ def stability_verdict(
     unit: str = "tokens",
     rate_format: str = ".0f",
     load: float | None = None,
+    load_of: str = "the policy's limit",
     arrival_times=None,
 ) -> Verdict:
     """Stable, unstable or inconclusive, from the unfinished-work series (see the module
@@ -381,7 +382,9 @@ def stability_verdict(
     `decode_time_s`: how long a request decodes; over a judged window shorter than
     MIN_DECODE_TIMES of them, `unstable` needs the growth above h raised in proportion (a
     stable queue's upswing over a short window passes for growth: docs/stability.md).
-    `decode_of` names what decodes in the reason ("request"; a network's work: "job").
+    `decode_of` names what decodes in the reason ("request"; a network's work: "job"),
+    `load_of` what `load` is a share of ("the policy's limit"; a network's work: its
+    bottleneck's, named).
     `what` and `unit` name the series in the reason (default: the backlog, in tokens; a
     count of requests is judged the same way with `what="the number of requests in the
     system", unit="requests"` and a threshold in requests/s); `rate_format` writes a
@@ -480,7 +483,7 @@ def stability_verdict(
             f"({g:{rate_format}} {unit}/s) is below the {h * short:{rate_format}} {unit}/s that needs; run longer"
         )
     if verdict == STABLE:
-        why = _not_stable(hi, window, short, decode_time_s, decode_of, load, arrival_times, t, tt, what)
+        why = _not_stable(hi, window, short, decode_time_s, decode_of, load, load_of, arrival_times, t, tt, what)
         if why:
             verdict, conclusive, reason = INCONCLUSIVE, False, why
     if predicted_growth_tokens_per_s is None and None not in (arrival_rate, work_per_request, capacity):
