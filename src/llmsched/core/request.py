@@ -10,6 +10,8 @@ add up exactly the same clock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .checks import as_real
 from .errors import ConfigError
 
@@ -104,7 +106,9 @@ class Request:
         self.payload = payload  # engine/server data (token ids, sampling params)
         # Prefix caching: one id per full block of the prompt (the cache's block size), each
         # identifying the block's content and everything before it; None = nothing shareable.
-        self.blocks: tuple[int, ...] | None = None
+        # A tuple, or in the simulator a read-only memoryview onto the trace's int64 ids
+        # (`Trace.iter_block_views`: 8 bytes an id, where a tuple of ints costs about 40)
+        self.blocks: Sequence[int] | None = None
         self.cached: list | None = None  # the prefix cache's blocks it holds (a PrefixCache holding)
         self.next_block = 0  # index in `blocks` of the next block to cache once computed
         self.first_hit = 0  # prompt tokens the cache served at its first admission

@@ -241,9 +241,11 @@ def simulate_trace(
 def trace_blocks(trace, block_size: int):
     """An iterator over the requests' `Request.blocks` at the cache's block size, or None
     when the trace has no block ids: a `workload.Trace`'s own ids re-cut to `block_size`
-    (a chunk of requests at a time), or a `blocks` list given at that size (tests)."""
+    (a chunk of requests at a time; read-only memoryviews onto its arrays,
+    `Trace.iter_block_views`), or a `blocks` list given at that size (tests)."""
     if getattr(trace, "block_ids", None) is not None and hasattr(trace, "iter_blocks"):
-        return trace.iter_blocks(block_size)
+        views = getattr(trace, "iter_block_views", None)  # 8 bytes per id, not a tuple's ~40
+        return views(block_size) if views is not None else trace.iter_blocks(block_size)
     blocks = getattr(trace, "blocks", None)
     return iter(blocks) if isinstance(blocks, (list, tuple)) else None
 

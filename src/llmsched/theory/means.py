@@ -200,7 +200,7 @@ def ideal_cached_counts(trace, block_size: int) -> np.ndarray:
     arrival order (the last prompt token is always computed)."""
     seen: set[int] = set()
     out = np.zeros(len(trace), dtype=np.int64)
-    for i, (p, blocks) in enumerate(zip(trace.prompt.tolist(), trace.iter_blocks(block_size))):
+    for i, (p, blocks) in enumerate(zip(trace.prompt.tolist(), trace.iter_block_views(block_size))):
         if blocks is None:
             continue
         limit = min(len(blocks), (p - 1) // block_size)
