@@ -57,6 +57,16 @@ def test_kfcfs_serves_the_oldest_first_under_shortest_prompt_admission():
     assert entries(kf) == ["1:p2 0:p2", "0:p4", "0:d 1:d", "0:d 1:d"]
 
 
+def test_kfcfs_walks_running_requests_by_arrival_and_the_queue_in_admission_order():
+    # spf admits B (1 token) and D (2) before the older C (30) and A (40): decoders B and
+    # D, prefill C, waiting A. Running requests go by arrival (B, C, then D: D is younger
+    # than C's prefill, which fills the budget), the queue in spf order, so the oldest, A,
+    # waits for the budget C leaves; once A runs it is the oldest and takes it all.
+    rows = [(0.0, 40, 1), (0.0, 1, 5), (0.0, 30, 1), (0.0, 2, 5)]
+    _, kf = run(rows, "kfcfs", admission="spf", b_max=16)
+    assert entries(kf)[:4] == ["1:p1 3:p2 2:p13", "1:d 2:p15", "1:d 2:p2 0:p13", "0:p16"]
+
+
 def test_kmax_caps_distinct_requests():
     rows = [(0.0, 1, 3), (0.0, 1, 3), (0.0, 1, 3)]
     _, steps = run(rows, "sarathi", b_max=8, k_max=2)

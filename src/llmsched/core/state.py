@@ -10,8 +10,9 @@ round counter, so a step costs O(1) in the number of decoders, not O(decoders).
 
 KV cache (token granularity, vLLM V0 style): admission reserves the whole prefill of a
 request; each decode token then takes one more slot. When the decoders of a step do not
-fit, the policy preempts the newest running request, which frees its slots and returns to
-the head of the waiting queue to be recomputed (prefill of prompt + tokens emitted so far).
+fit, the policy preempts the most recently admitted running request, which frees its slots
+and returns to the head of the waiting queue (preempted requests oldest first, by
+arrival) to be recomputed (prefill of prompt + tokens emitted so far).
 
 Prefix caching (`Constraints.prefix_block_size`; off by default, and then nothing below
 applies): full prompt blocks a request has computed go into a `PrefixCache`. On

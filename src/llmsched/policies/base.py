@@ -164,7 +164,7 @@ class Planner:
     """Budget bookkeeping while a batch policy builds one plan.
 
     On creation it makes room in the KV cache for one decode token of every decoder the
-    step could serve, preempting the newest running requests if needed, and keeps that
+    step could serve, preempting the most recently admitted running requests if needed, and keeps that
     room reserved so admissions cannot take it."""
 
     __slots__ = (
@@ -223,7 +223,7 @@ class Planner:
         self.decode_room = need
 
     def _preempt_for_decodes(self, kv: int, need: int) -> int:
-        """Preempt the newest running requests until `kv` free slots cover the decode room;
+        """Preempt the most recently admitted running requests until `kv` free slots cover the decode room;
         returns the free slots then."""
         state = self.state
         self._victims = set()

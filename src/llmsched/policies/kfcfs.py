@@ -1,9 +1,11 @@
 """K-FCFS: fill the budget from the oldest requests first, whatever their phase.
 
-Rule: walk the requests in arrival order (decoders, running prefills, then the waiting
-queue in admission order); each takes its demand, one decode token or a prefill chunk as
-large as the budget left, until the budget or the batch cap is full. Work-conserving;
-a younger request overtakes only when an older one cannot be served (a full step).
+Rule: walk the running requests (decoders and running prefills) in arrival order, then
+the waiting queue in admission order (arrival order under FCFS admission, shortest prompt
+first under `spf`), each waiting request after the decoders older than it; each takes its
+demand, one decode token or a prefill chunk as large as the budget left, until the budget
+or the batch cap is full. Work-conserving; a younger request overtakes only when an older
+one cannot be served (a full step) or when the admission order puts it first.
 """
 
 from .base import BatchPolicy, Planner
