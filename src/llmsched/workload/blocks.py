@@ -137,12 +137,7 @@ def chain_ragged(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
         return out
     counts = np.diff(ptr)
     pw, inv = _powers(int(counts.max()))
-    for a, b in _row_chunks(ptr):
-        lo, hi = int(ptr[a]), int(ptr[b])
-        sub = ptr[a : b + 1] - lo
-        row = np.repeat(np.arange(b - a), np.diff(sub))
-        k = np.arange(hi - lo, dtype=np.int64)
-        k -= sub[:-1][row]
+    for a, lo, hi, sub, row, k in _chunk_positions(ptr):
         with np.errstate(over="ignore"):
             x = values[lo:hi].astype(np.uint64)
             x += _GOLDEN
@@ -261,6 +256,19 @@ def _row_chunks(ptr: np.ndarray):
             yield a, b
 
 
+def _chunk_positions(ptr: np.ndarray):
+    """Per chunk of rows (`_row_chunks`): (first row a, first entry lo, end hi, the
+    chunk's offsets `sub` from lo, each entry's row within the chunk, each entry's
+    position within its row)."""
+    for a, b in _row_chunks(ptr):
+        lo, hi = int(ptr[a]), int(ptr[b])
+        sub = ptr[a : b + 1] - lo
+        row = np.repeat(np.arange(b - a), np.diff(sub))
+        k = np.arange(hi - lo, dtype=np.int64)
+        k -= sub[:-1][row]
+        yield a, lo, hi, sub, row, k
+
+
 def as_tuples(ids: np.ndarray, ptr: np.ndarray) -> list:
     """Per-request tuples of ids (None for a request with none), for `Request.blocks`."""
     flat = np.asarray(ids).tolist()
@@ -296,13 +304,8 @@ def prefix_rows(
     np.cumsum(keep, out=new_ptr[1:])
     out = np.empty(int(new_ptr[-1]), dtype=ids.dtype)
     first = ptr[:-1][rows]  # each new row's first id in the old array
-    for a, b in _row_chunks(new_ptr):
-        lo, hi = int(new_ptr[a]), int(new_ptr[b])
-        sub = new_ptr[a : b + 1] - lo
-        row = np.repeat(np.arange(b - a), np.diff(sub))
-        j = np.arange(hi - lo, dtype=np.int64)
-        j -= sub[:-1][row]
-        j += first[a:b][row]
+    for a, lo, hi, _, row, j in _chunk_positions(new_ptr):
+        j += first[a:][row]
         out[lo:hi] = ids[j]
     return out, new_ptr
 
