@@ -731,3 +731,34 @@ def test_an_explicit_class_name_that_is_another_calls_default_name_is_refused(ca
     net = NetworkSpec.from_dict(own)
     net.validate()
     assert [c.cls for c in net.jobs[0].calls()] == ["A.1", "A.2"]
+
+
+@pytest.mark.parametrize("name", ["../../victim", "..", ".", "a/b", "a\\b", "s[1]"])
+def test_a_server_name_that_is_no_folder_name_is_refused(capsys, tmp_path, name):
+    """A server's name names its folder under servers/: '../../victim' wrote (and cleared
+    an earlier run's files) outside --out, '..' ended in a traceback after deleting the
+    run's calls.csv, and 's[1]' merged its requests.csv with replica 1 of a server 's'."""
+    d = {
+        "servers": {name: {}, "s": {"replicas": 2}},
+        "jobs": {
+            "A": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [
+                    {"call": {"server": name, "prompt": "const:10", "output": "const:2"}},
+                    {"call": {"server": "s", "prompt": "const:10", "output": "const:2"}},
+                ],
+            }
+        },
+        "num_jobs": 5,
+    }
+    with pytest.raises(ConfigError, match="server name"):
+        NetworkSpec.from_dict(copy.deepcopy(d))
+    path = tmp_path / "net.yaml"
+    path.write_text(yaml.safe_dump(d))
+    out = tmp_path / "sub" / "out"
+    one_line_error(capsys, ["simulate", "--network", str(path), "--out", str(out)], "server name")
+    assert not out.exists() and not (tmp_path / "victim").exists()
+    d["servers"]["s[x]"] = d["servers"].pop(name)  # brackets without a replica number are fine
+    for call in d["jobs"]["A"]["route"]:
+        call["call"]["server"] = "s[x]" if call["call"]["server"] == name else "s"
+    assert NetworkSpec.from_dict(d).servers["s[x]"].name == "s[x]"

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -246,6 +247,20 @@ def _name(value, where: str, what: str) -> str:
     s = value.strip()
     if any(c in s for c in ',"\n'):
         raise _at(where, f"{what} {s!r} must not contain commas, quotes or newlines")
+    return s
+
+
+def _server_name(value, where: str) -> str:
+    """A server name, which also names its folder under the run's servers/ (a replica's:
+    NAME[k]): no path separators, not `.` or `..`, and not ending in `[k]`, which would
+    collide with a replica of another server."""
+    s = _name(value, where, "server name")
+    if "/" in s or "\\" in s or "\0" in s or s in (".", ".."):
+        raise _at(
+            where, f"server name {s!r} names its output folder: it must not contain '/' or '\\' nor be '.' or '..'"
+        )
+    if re.fullmatch(r".*\[\d+\]", s):
+        raise _at(where, f"server name {s!r} must not end in [k]: replicas of a server are named NAME[k]")
     return s
 
 
@@ -470,7 +485,7 @@ class ServerSpec:
     def validate(self, where: str | None = None) -> ServerSpec:
         """Check and normalise the fields in place; ConfigError names `where`."""
         where = where or f"servers.{self.name}"
-        self.name = _name(self.name, where, "server name")
+        self.name = _server_name(self.name, where)
         for k in ("policy", "admission"):
             v = getattr(self, k)
             if not isinstance(v, str) or not v.strip():
