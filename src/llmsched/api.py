@@ -520,6 +520,19 @@ def _burst_factor(cfg: SimConfig) -> float:
     return max(1.0, (1.0 + cv * cv) / 2.0)
 
 
+def _longest_prefill(result: SimResult) -> int:
+    """The most prompt tokens a request of this run computes at its first admission: its
+    prompt less the prefix the cache served it then (`RunStats.prefix_hits`, 0 for a
+    request never admitted), the whole prompt without a prefix cache. The region's cap on
+    a request's prefill per step (`max_prefill_per_request`); recomputation after a
+    preemption is not work, as `cached_prompt_tokens_per_request` counts it."""
+    prompt = np.asarray(result.prompt, dtype=np.int64)
+    hits = result.stats.prefix_hits
+    if hits is None or len(hits) != len(prompt):
+        return int(prompt.max())
+    return int((prompt - np.asarray(hits, dtype=np.int64)).max())
+
+
 def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dict:
     """Theorem 2's capacity for this workload and the run's stability verdict."""
     out: dict[str, Any] = {}
@@ -542,8 +555,10 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
             rate=rate,
             cached_prompt=cached,
             peak=False,  # not reported here, and its scan of every load is slow at large budgets
-            # with a binding cap, no request of this run supplies more prefill in a step than its prompt
-            max_prefill_per_request=int(result.prompt.max()) if capped and n else None,
+            # with a binding cap, no request of this run supplies more prefill in a step than
+            # it computes at its first admission: its prompt less the prefix it found cached
+            # (a request never admitted: its whole prompt)
+            max_prefill_per_request=_longest_prefill(result) if capped and n else None,
             # the run's own lengths, each prompt's uncached tokens after the prefix it found cached
             mix=None if cost.load_only else LengthMix(result.prompt, result.output, result.stats.prefix_hits),
         )

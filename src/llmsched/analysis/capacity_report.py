@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+
 from ..api import SimConfig, build_config, check_config
 from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
@@ -100,6 +102,10 @@ def capacity_report(
     # means have none: then any number, which can put lambda* above what any policy serves)
     capped = k_max_binds(cfg.b_max, cfg.k_max)
     longest = largest_prompt(cfg.workload) if capped and prompts_from_workload else None
+    if longest is not None and cached_fraction:
+        # what the longest prompt computes: its cached share is not prefill (the largest
+        # uncached part of any prompt, which never shrinks as a prompt grows)
+        longest = uncached_part(cached_fraction, longest)
     if capped and float(mean_prompt) == 1.0:
         longest = 1  # a mean of 1 token: every prompt is 1 token
     per = requests_per_rate(cfg.workload) if rate is not None else 1.0  # (1 for a trace: its rate is requests/s)
@@ -121,10 +127,23 @@ def capacity_report(
     # policy filling every step is stable only below fill_capacity / work
     fills_short = not capped and rep.fill_capacity < rep.effective_capacity * (1 - 1e-9)
     holds_back = batch_holds_back(
-        cfg.policy, cfg.b_max, cfg.k_max, rep.peak_load if fills_short else None, rep.region_exact
+        cfg.policy,
+        cfg.b_max,
+        cfg.k_max,
+        rep.peak_load if fills_short else None,
+        rep.region_exact,
+        cost_model=cfg.cost_model,
+        options=cfg.policy_options,
     )
     limit = policy_capacity(
-        cfg.policy, cfg.b_max, cfg.k_max, rep.effective_capacity, rep.fill_capacity, region_exact=rep.region_exact
+        cfg.policy,
+        cfg.b_max,
+        cfg.k_max,
+        rep.effective_capacity,
+        rep.fill_capacity,
+        region_exact=rep.region_exact,
+        cost_model=cfg.cost_model,
+        options=cfg.policy_options,
     )
     out = {
         "cost_model": cfg.cost_model,
@@ -144,7 +163,8 @@ def capacity_report(
         "policy_critical_rate": None if limit is None else limit / rep.work_per_request,
         "means_source": source,
         # with a binding k_max: the most prefill tokens one request supplies in a step, as
-        # the region assumes it (None: any number, `largest_prompt` unknown)
+        # the region assumes it (None: any number, `largest_prompt` unknown): the longest
+        # prompt, less its cached share with a cached fraction
         **({"largest_prompt": longest} if capped else {}),
         "capacity": rep.to_dict(),
     }
@@ -193,6 +213,15 @@ def cached_share(cached_fraction: float, mean_prompt: float) -> float:
     its last token (that token is always computed: it emits output token 1), as each
     prompt's share is capped in a workload's length mix (`theory.means`)."""
     return max(0.0, min(float(cached_fraction) * mean_prompt, mean_prompt - 1.0))
+
+
+def uncached_part(cached_fraction: float, prompt: int) -> int:
+    """The prompt tokens of a `prompt`-token prompt a prefix cache serving `cached_fraction`
+    of it leaves to compute, rounded as a workload's length mix rounds each prompt's cached
+    share (`theory.means.workload_mix`: never its last token). It never decreases as the
+    prompt grows, so the longest prompt's is the largest."""
+    p = int(prompt)
+    return p - min(int(np.rint(float(cached_fraction) * p)), p - 1)
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")

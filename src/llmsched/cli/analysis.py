@@ -14,7 +14,7 @@ import sys
 
 from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
-from ..core.guarantee import CAP, FILL, REGION
+from ..core.guarantee import CAP, COST, FILL, REGION
 from ..core.jsonio import to_jsonable
 from ..core.paths import atomic_write, check_out_dir, check_out_file, check_run_dir
 from .common import (
@@ -310,7 +310,8 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
         rows.append(
             (
                 "region: prefill per request in a step",
-                f"at most {longest:,} tokens (the longest prompt)"
+                f"at most {longest:,} tokens (the longest prompt"
+                + (", less its cached share)" if c.get("cached_prompt_per_request") else ")")
                 if longest is not None
                 else "any number (no longest prompt known: --mean-prompt, or a law without max=); "
                 "with prompts shorter than a vertex's prefill lambda* can exceed what any policy serves",
@@ -344,6 +345,11 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
                 f"k_max {rep['k_max']} < b_max {rep['b_max']}: a policy filling every step ({rep['policy']}) can be "
                 "unstable inside the region (paper 1), so lambda* bounds its stable rates from above only "
                 "(adaptive picks its steps from the region)"
+            )
+        elif COST in kinds:
+            why = (
+                f"{rep['not_throughput_optimal']}: it picks the steps of another model's region, so lambda* "
+                "bounds its stable rates from above only (drop its cost= option to plan with the run's)"
             )
         else:
             why = (

@@ -17,6 +17,9 @@ FILL = "fill"
 #: adaptive on a region that is only an upper bound (`region_exact` false: chunk integrality
 #: can bind, so lambda* may lie above what any policy serves)
 REGION = "region"
+#: adaptive planning with its own `cost` option, a model other than the run's: it picks
+#: the steps of another region, whose rates the run's steps need not serve
+COST = "cost"
 
 
 @dataclass(frozen=True)

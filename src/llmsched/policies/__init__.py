@@ -7,8 +7,9 @@ from typing import Any
 
 from ..core.checks import keyword_names
 from ..core.constraints import Constraints, k_max_binds
+from ..core.cost import make_cost_model
 from ..core.errors import ConfigError, unknown_name, unknown_option
-from ..core.guarantee import CAP, FILL, HELD, POLICY, REGION, HoldReason
+from ..core.guarantee import CAP, COST, FILL, HELD, POLICY, REGION, HoldReason
 from ..core.names import ADMISSION_ALIASES
 from .adaptive import Adaptive
 from .admission import FCFS, RunningCap, ShortestPromptFirst
@@ -94,11 +95,13 @@ def is_throughput_optimal(
     k_max: int | None = None,
     peak_load: int | None = None,
     region_exact: bool | None = None,
+    cost_model=None,
+    options: dict | None = None,
 ) -> bool:
     """Whether the batch policy `name` (an alias or with inline options too) is stable
     wherever the workload lies inside the stability region (lambda*) of a server with
     these limits: `batch_holds_back` finds nothing (see there)."""
-    return not batch_holds_back(name, b_max, k_max, peak_load, region_exact)
+    return not batch_holds_back(name, b_max, k_max, peak_load, region_exact, cost_model, options)
 
 
 def batch_holds_back(
@@ -107,6 +110,8 @@ def batch_holds_back(
     k_max: int | None = None,
     peak_load: int | None = None,
     region_exact: bool | None = None,
+    cost_model=None,
+    options: dict | None = None,
 ) -> list[HoldReason]:
     """Why the batch policy `name` on a server with these limits has no guarantee of
     stability inside the region, in a few words each; [] when it has one. A policy that is
@@ -123,13 +128,19 @@ def batch_holds_back(
     without a binding cap), means full steps serve less than lambda*'s steps, so a policy
     filling every step to b_max is unstable inside the region (`b / t(b) peaks at b = 512
     < b_max 600`, kind FILL). Any other policy, or an unknown name, has none (its name,
-    kind POLICY)."""
+    kind POLICY). `cost_model`: the run's cost model (a spec or a CostModel); a
+    `region_stable` policy given a `cost` option (inline in `name` or in `options`, the
+    run's `policy_options`) that describes another model plans with another region's
+    steps, so it has no guarantee either (kind COST; measured: adaptive:cost=const:10 on
+    the paper model, b_max 600, prompts 200, outputs 101, unstable at 11 req/s, serving
+    10.53, under a lambda* of 11.14)."""
     base = policy_base_name(name)
     cls = BATCH_POLICIES.get(base)
     if getattr(cls, "region_stable", False):
+        why = _foreign_cost(cls, name, cost_model, options)
         if region_exact is False:
-            return [HoldReason(REGION, "the region is an upper bound (region_exact false)")]
-        return []
+            why.append(HoldReason(REGION, "the region is an upper bound (region_exact false)"))
+        return why
     if not getattr(cls, "work_conserving", False):
         return [HoldReason(POLICY, base)]
     if k_max_binds(b_max, k_max):
@@ -137,6 +148,27 @@ def batch_holds_back(
     if peak_load is not None and b_max is not None and peak_load < b_max:
         return [HoldReason(FILL, f"b / t(b) peaks at b = {peak_load} < b_max {b_max}")]
     return []
+
+
+def _foreign_cost(cls, name: str, cost_model, options: dict | None) -> list[HoldReason]:
+    """[HoldReason(COST, ...)] when the policy's own `cost` option (inline in `name` or in
+    `options`) describes a model other than the run's `cost_model` (`paper` and an
+    explicit spec of the same model match); [] without either, or when they match."""
+    if cost_model is None:
+        return []
+    _, _, rest = str(name).partition(":")
+    opts = _policy_options(cls, rest, name) if rest.strip() else {}
+    opts.update(options or {})
+    own = opts.get("cost")
+    if own is None:
+        return []
+    try:
+        if make_cost_model(own).describe() == make_cost_model(cost_model).describe():
+            return []
+    except ConfigError:  # (a run refuses a cost it cannot build; here it is not the run's)
+        pass
+    spec = own if isinstance(own, str) else getattr(own, "name", type(own).__name__)
+    return [HoldReason(COST, f"adaptive plans with cost {spec}, not the run's cost model")]
 
 
 def policy_capacity(
@@ -147,6 +179,8 @@ def policy_capacity(
     fill: float,
     held: bool = False,
     region_exact: bool | None = None,
+    cost_model=None,
+    options: dict | None = None,
 ) -> float | None:
     """The token rate (tokens/s) the batch policy `name` serves under a backlog, where
     theory (or, for adaptive, our runs) says it: `best` (`CapacityReport.effective_capacity`,
@@ -160,7 +194,7 @@ def policy_capacity(
     steps may cut prompts into chunks the workload cannot supply) lambda* is an upper bound
     that adaptive need not reach either (k_max 1, prompts of 200: it served 10.69 req/s of
     a lambda* of 13.69, docs/stability.md): None for it too."""
-    if held or batch_holds_back(name, b_max, k_max, region_exact=region_exact):
+    if held or batch_holds_back(name, b_max, k_max, region_exact=region_exact, cost_model=cost_model, options=options):
         return None
     return best if getattr(BATCH_POLICIES.get(policy_base_name(name)), "region_stable", False) else fill
 
@@ -184,7 +218,17 @@ def scheduler_policy_capacity(
     else:
         held = bool(admission_holds_back(sched.admission, sched.max_running, sched.admission_options))
     held = held or sched.kv_capacity is not None
-    return policy_capacity(sched.policy, sched.b_max, sched.k_max, best, fill, held, region_exact)
+    return policy_capacity(
+        sched.policy,
+        sched.b_max,
+        sched.k_max,
+        best,
+        fill,
+        held,
+        region_exact,
+        getattr(sched, "cost_model", None),
+        getattr(sched, "policy_options", None),
+    )
 
 
 def admission_holds_back(

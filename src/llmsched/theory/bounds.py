@@ -101,9 +101,10 @@ def _check_cached(cached_prompt, mean_prompt: float) -> float:
     return float(c)
 
 
-def _check_longest(longest, mean_prompt: float) -> int | None:
-    """`max_prefill_per_request`, the longest prompt: None, or a whole number of tokens
-    >= 1 and at least the mean prompt (no prompt law has its longest below its mean).
+def _check_longest(longest, mean_prompt: float, cached_prompt: float = 0.0) -> int | None:
+    """`max_prefill_per_request`, the longest prompt's uncached part (the whole prompt
+    without a prefix cache): None, or a whole number of tokens >= 1 and at least the mean
+    uncached prompt `mean_prompt - cached_prompt` (no law has its longest below its mean).
     With a mean prompt of 1 token every prompt is 1 token: 1 whatever was given."""
     if longest is not None:
         x = as_real(longest)
@@ -112,10 +113,11 @@ def _check_longest(longest, mean_prompt: float) -> int | None:
                 f"max_prefill_per_request (the longest prompt) must be a whole number of tokens >= 1, "
                 f"got {longest!r:.60}"
             )
-        if x < mean_prompt:
+        if x < mean_prompt - cached_prompt:
+            what = "the mean uncached prompt" if cached_prompt else "the mean prompt"
             raise ConfigError(
-                f"max_prefill_per_request (the longest prompt, {int(x):,}) must be at least the mean prompt "
-                f"({mean_prompt:g}): no prompt law has its longest below its mean"
+                f"max_prefill_per_request (the longest prompt, {int(x):,}) must be at least {what} "
+                f"({mean_prompt - cached_prompt:g}): no prompt law has its longest below its mean"
             )
         longest = int(x)
     return 1 if mean_prompt == 1.0 else longest
@@ -435,6 +437,10 @@ def capacity(
     """Capacity report (see the module docstring). `cost`: a CostModel or a spec string
     (`"paper"`, `"profile:h200-llama-3-8b"`, ...). `rate` in requests/s is optional.
     `cached_prompt`: mean prompt tokens per request served by a prefix cache (not work).
+    `max_prefill_per_request` (a binding k_max): the most prefill tokens one request
+    supplies, the longest of what requests really prefill at their first admission (their
+    prompts less the prefix the cache serves them then; any less and lambda* could fall
+    below what a policy serves).
     `mix`: a `LengthMix` of the workload's lengths (`theory.workload_mix`): a
     context-dependent model then times steps with the contexts varying lengths give
     (without it, with the means' representative contexts: 2-8% optimistic, the more the
@@ -456,7 +462,7 @@ def capacity(
     mean_prompt, mean_output = check_mean_lengths(mean_prompt, mean_output)
     _check_mix(mix)
     cached_prompt = _check_cached(cached_prompt, mean_prompt)
-    max_prefill_per_request = _check_longest(max_prefill_per_request, mean_prompt)
+    max_prefill_per_request = _check_longest(max_prefill_per_request, mean_prompt, cached_prompt)
     work = _work(mean_prompt, mean_output, cached_prompt)
     if cost.load_only:
         mix = None

@@ -100,7 +100,7 @@ import numpy as np
 from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.guarantee import CAP, FILL, HELD, POLICY, REGION, HoldReason, reasons_text
+from ..core.guarantee import CAP, COST, FILL, HELD, POLICY, REGION, HoldReason, reasons_text
 from ..core.jsonio import to_jsonable
 from ..core.length_mix import LengthMix
 from ..workload.lengths import LengthLaw, Lognormal, sample_pair
@@ -644,7 +644,9 @@ def _holds_back(server, control: str) -> list[HoldReason]:
     'stable' where the load lies below that capacity, which the guarantee covers."""
     from ..policies import admission_holds_back, batch_holds_back  # noqa: PLC0415 - the registry imports every policy
 
-    why = batch_holds_back(server.policy, server.b_max, server.k_max)
+    why = batch_holds_back(
+        server.policy, server.b_max, server.k_max, cost_model=server.cost_model, options=server.policy_options
+    )
     why += admission_holds_back(server.admission, server.max_running, server.admission_options)
     if control == "backpressure":
         why.append(HoldReason(HELD, "backpressure control"))
@@ -660,7 +662,7 @@ def _named_policies(held_back: dict[str, list[HoldReason]]) -> str:
     can be unstable inside the region, paper 1), full steps that serve less than smaller
     ones (kind FILL: `_holds_back` gives none, but every kind of `HoldReason` is named). A
     server with reasons of several kinds is named under each."""
-    kinds: dict[str, dict[str, list[str]]] = {POLICY: {}, HELD: {}, CAP: {}, FILL: {}, REGION: {}}
+    kinds: dict[str, dict[str, list[str]]] = {POLICY: {}, HELD: {}, CAP: {}, FILL: {}, REGION: {}, COST: {}}
     for server, why in held_back.items():
         for reason in why:
             kinds[reason.kind].setdefault(server, []).append(reason.text)
@@ -698,6 +700,8 @@ def _named_policies(held_back: dict[str, list[HoldReason]]) -> str:
         )
     if kinds[REGION]:
         parts.append(subject(kinds[REGION], "runs", "run") + " adaptive on a region that is only an upper bound")
+    if kinds[COST]:
+        parts.append(subject(kinds[COST], "runs", "run") + " adaptive planning with a cost model other than its own")
     return "; ".join(parts)
 
 
