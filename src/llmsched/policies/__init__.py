@@ -168,7 +168,7 @@ def _foreign_cost(cls, name: str, cost_model, options: dict | None) -> list[Hold
     except ConfigError:  # (a run refuses a cost it cannot build; here it is not the run's)
         pass
     spec = own if isinstance(own, str) else getattr(own, "name", type(own).__name__)
-    return [HoldReason(COST, f"adaptive plans with cost {spec}, not the run's cost model")]
+    return [HoldReason(COST, f"{cls.name} plans with cost {spec}, not the run's cost model")]
 
 
 def policy_capacity(
