@@ -81,3 +81,8 @@ def read_yaml(path, what: str) -> Any:
         raise ConfigError(f"{name} is not valid YAML: {' '.join(str(e).split())}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{name} cannot be read: {e}") from None
+    except RecursionError:  # PyYAML composes nested lists and mappings recursively
+        raise ConfigError(
+            f"{name} nests too deeply: it has more lists and mappings inside one another than the YAML "
+            "reader can follow"
+        ) from None

@@ -452,8 +452,33 @@ def check_flag(name: str, value) -> None:
 
 def successors(spec: NetworkSpec) -> dict[str, set]:
     """For each call class, the classes whose calls can come right after one of its calls
-    (empty: the job leaves the network after it)."""
+    (empty: the job leaves the network after it). Linear in the size of the routes: each
+    node is walked once, and a loop body's first classes are computed once (`head`)."""
     succ: dict[str, set] = {c: set() for c in spec.call_classes()}
+    heads: dict[int, tuple[frozenset, bool]] = {}  # id(node list) -> head(nodes)
+
+    def head(nodes) -> tuple[frozenset, bool]:
+        """The classes that can run first in `nodes` on their own, and whether a pass
+        through them can make no call (then what follows them can run first too)."""
+        key = id(nodes)
+        if key not in heads:
+            first: set = set()
+            through = True
+            for node in nodes:
+                if isinstance(node, Call):
+                    f, through = {node.cls}, False
+                elif isinstance(node, Fork):
+                    parts = [head(b) for b in node.branches]
+                    f, through = set().union(*(p[0] for p in parts)), any(p[1] for p in parts)
+                elif isinstance(node, Loop):  # at least one pass
+                    f, through = head(node.body)
+                else:  # a delay
+                    continue
+                first |= f
+                if not through:
+                    break
+            heads[key] = (frozenset(first), through)
+        return heads[key]
 
     def walk(nodes, after: set) -> set:
         """The classes that can run first in `nodes`, followed by `after`."""
@@ -465,7 +490,8 @@ def successors(spec: NetworkSpec) -> dict[str, set]:
             elif isinstance(node, Fork):
                 first = set().union(*(walk(b, first) for b in node.branches))
             elif isinstance(node, Loop):
-                once = walk(node.body, first)
+                f, through = head(node.body)
+                once = (f | first) if through else set(f)  # first of one pass, then `after`
                 first = walk(node.body, first | once)  # a pass may follow a pass
         return first
 
@@ -806,7 +832,7 @@ def run_network(
         advance(thread, t)
 
     backpressure = spec.control == "backpressure"
-    succ = successors(spec)
+    succ = successors(spec) if backpressure else {}  # only back-pressure's weights read it
     queued: dict[tuple[int, str], int] = {}  # (replica's order, class) -> calls in its buffer
     class_work: dict[str, list[int]] = {}  # class -> [work of its calls so far, calls]
     # the replicas a class's calls can be routed to (a server of one replica: the server)

@@ -118,6 +118,9 @@ _CALL_KEYS = ("server", "prompt", "output", "context", "cached", "class")
 _LOOP_KEYS = ("body", "times", "repeat_prob")
 _NODE_KINDS = ("call", "delay", "fork", "loop")
 _MAX_LOOP_TIMES = 1_000_000
+#: Forks and loops inside one another in a route, at most (the parser, the checks and the
+#: simulator walk a route recursively; a real route nests a few levels).
+MAX_ROUTE_NESTING = 100
 #: The longest KV-transfer delay per context token (seconds; a real transfer takes ~1e-5).
 MAX_PER_TOKEN_S = 1.0
 #: Replicas in one server's pool (every replica builds its own scheduler).
@@ -753,9 +756,12 @@ class NetworkSpec:
                     )
                 call.cls = name
 
-    def _check_route(self, route: list, where: str) -> None:
+    def _check_route(self, route: list, where: str, _path: tuple = ()) -> None:
+        """`_path`: the ids of the forks and loops around `route`."""
         for i, node in enumerate(route):
             at = f"{where}[{i}]"
+            if isinstance(node, (Fork, Loop)):
+                _check_nesting(node, at, _path)
             if isinstance(node, Call):
                 at = f"{at}.call"
                 if not isinstance(node.server, str) or node.server not in self.servers:
@@ -786,7 +792,7 @@ class NetworkSpec:
                     if not isinstance(branch, (list, tuple)) or not branch:
                         raise _at(f"{at}[{j}]", "empty fork branch: each branch needs at least one node")
                     node.branches[j] = list(branch)
-                    self._check_route(node.branches[j], f"{at}[{j}]")
+                    self._check_route(node.branches[j], f"{at}[{j}]", (*_path, id(node)))
             elif isinstance(node, Loop):
                 at = f"{at}.loop"
                 if (node.times is None) == (node.repeat_prob is None):
@@ -817,7 +823,7 @@ class NetworkSpec:
                 if not isinstance(node.body, (list, tuple)) or not node.body:
                     raise _at(at, "the loop body is empty: it needs at least one node")
                 node.body = list(node.body)
-                self._check_route(node.body, f"{at}.body")
+                self._check_route(node.body, f"{at}.body", (*_path, id(node)))
             else:
                 raise _at(at, f"a route node must be a Call, Delay, Fork or Loop, got {_show(node)}")
 
@@ -988,22 +994,43 @@ def _parse_arrival(a, where: str) -> ArrivalProcess:
         return make_arrival_process(process, as_real(rate), as_real(cv))  # gamma without cv: cv 1, as for one server
 
 
-def _parse_route(route, where: str, grow: bool = False) -> list:
-    """`grow`: the job type's context is "grow" (a call may not turn it off)."""
+def _check_nesting(node, where: str, path: tuple) -> None:
+    """A fork or loop (a node mapping, or a Fork or Loop) met inside the forks and loops
+    whose ids are `path`: refused when it is one of them (a YAML alias inside its own
+    anchor: the route would never end) or nests deeper than MAX_ROUTE_NESTING."""
+    if id(node) in path:
+        raise _at(
+            where,
+            "the route refers to itself here (an alias such as *r inside the node or list it names, &r): "
+            "a route must be finite; repeat calls with a loop's times or repeat_prob",
+        )
+    if len(path) >= MAX_ROUTE_NESTING:
+        top = where.partition("]")[0] + "]"  # the route's top node (the full path names every level)
+        raise _at(
+            top, f"forks and loops nest more than {MAX_ROUTE_NESTING} deep inside it (a route nests at most that)"
+        )
+
+
+def _parse_route(route, where: str, grow: bool = False, _path: tuple = ()) -> list:
+    """`grow`: the job type's context is "grow" (a call may not turn it off); `_path`: the
+    ids of the fork and loop mappings around `route`."""
     if not isinstance(route, (list, tuple)):
         raise _at(where, f"must be a list of nodes (call, delay, fork, loop), got {_show(route)}")
     if not route:
         raise _at(where, "the route is empty: it needs at least one node")
-    return [_parse_node(n, f"{where}[{i}]", grow) for i, n in enumerate(route)]
+    return [_parse_node(n, f"{where}[{i}]", grow, _path) for i, n in enumerate(route)]
 
 
-def _parse_node(n, where: str, grow: bool = False) -> Node:
+def _parse_node(n, where: str, grow: bool = False, _path: tuple = ()) -> Node:
     if not isinstance(n, dict) or len(n) != 1:
         raise _at(where, f"each route node must be a mapping with one key ({', '.join(_NODE_KINDS)}), got {_show(n)}")
     ((kind, value),) = n.items()
     if kind not in _NODE_KINDS:
         raise _at(where, f"unknown node '{kind}'{_suggest(kind, _NODE_KINDS)}; known: {', '.join(_NODE_KINDS)}")
     at = f"{where}.{kind}"
+    if kind in ("fork", "loop"):
+        _check_nesting(n, where, _path)
+        _path = (*_path, id(n))
     if kind == "call":
         c = _mapping(value, at, "a call")
         _check_keys(c, _CALL_KEYS, at, "a call")
@@ -1048,7 +1075,7 @@ def _parse_node(n, where: str, grow: bool = False) -> Node:
                 b = [b]
             if not isinstance(b, (list, tuple)) or not b:
                 raise _at(f"{at}[{j}]", "empty fork branch: each branch needs at least one node")
-            out.append(_parse_route(b, f"{at}[{j}]", grow))
+            out.append(_parse_route(b, f"{at}[{j}]", grow, _path))
         return Fork(out)
     lp = _mapping(value, at, "a loop")
     _check_keys(lp, _LOOP_KEYS, at, "a loop")
@@ -1061,7 +1088,9 @@ def _parse_node(n, where: str, grow: bool = False) -> Node:
     body = lp["body"]
     if isinstance(body, dict):
         body = [body]
-    return Loop(body=_parse_route(body, f"{at}.body", grow), times=lp.get("times"), repeat_prob=lp.get("repeat_prob"))
+    return Loop(
+        body=_parse_route(body, f"{at}.body", grow, _path), times=lp.get("times"), repeat_prob=lp.get("repeat_prob")
+    )
 
 
 # ------------------------------------------------------------------------------ output
