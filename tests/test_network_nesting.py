@@ -178,3 +178,27 @@ def test_a_yaml_file_nested_past_the_readers_limit_is_one_line(tmp_path, capsys)
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("a: " + "[" * 2000 + "]" * 2000)
     one_line_error(capsys, ["simulate", "--config", str(cfg), "--out", ""], "config file", "nests too deeply")
+
+
+def test_a_route_unfolding_past_max_route_nodes_is_refused(capsys, tmp_path):
+    """Aliases used ten times a level, seven levels deep: a 2 KB file unfolds into ten
+    million nodes, and parsing it never finished."""
+    from llmsched.workload.network import MAX_ROUTE_NODES
+
+    call = "{call: {server: s, prompt: 'const:10', output: 'const:2'}}"
+
+    def level(i: int) -> str:
+        if i == 0:
+            return f"&l0 [{call}]"
+        loop = "{loop: {times: 1, body: BODY}}"
+        first = loop.replace("BODY", level(i - 1))
+        return f"&l{i} [{', '.join([first] + [loop.replace('BODY', f'*l{i - 1}')] * 9)}]"
+
+    path = tmp_path / "laughs.yaml"
+    path.write_text(f"servers: {{s: {{}}}}\njobs: {{A: {{arrival: {{rate: 1}}, route: {level(7)}}}}}\nnum_jobs: 3\n")
+    t0 = time.perf_counter()
+    one_line_error(capsys, ["simulate", "--network", str(path), "--out", ""], f"more than {MAX_ROUTE_NODES:,} nodes")
+    one_line_error(capsys, ["capacity", "--network", str(path)], "nodes")
+    assert time.perf_counter() - t0 < 30
+    path.write_text(f"servers: {{s: {{}}}}\njobs: {{A: {{arrival: {{rate: 1}}, route: {level(3)}}}}}\nnum_jobs: 3\n")
+    assert len(NetworkSpec.from_yaml(path).jobs[0].calls()) == 1000  # 10 ** 3 calls: fine

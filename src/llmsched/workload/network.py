@@ -121,6 +121,9 @@ _MAX_LOOP_TIMES = 1_000_000
 #: Forks and loops inside one another in a route, at most (the parser, the checks and the
 #: simulator walk a route recursively; a real route nests a few levels).
 MAX_ROUTE_NESTING = 100
+#: Nodes in one job type's route, at most, counting each use of a YAML alias: a 2 KB file
+#: of aliases nested ten to a level unfolded into ten million nodes and never finished parsing.
+MAX_ROUTE_NODES = 100_000
 #: The longest KV-transfer delay per context token (seconds; a real transfer takes ~1e-5).
 MAX_PER_TOKEN_S = 1.0
 #: Replicas in one server's pool (every replica builds its own scheduler).
@@ -1011,17 +1014,29 @@ def _check_nesting(node, where: str, path: tuple) -> None:
         )
 
 
-def _parse_route(route, where: str, grow: bool = False, _path: tuple = ()) -> list:
+def _parse_route(route, where: str, grow: bool = False, _path: tuple = (), _nodes: list | None = None) -> list:
     """`grow`: the job type's context is "grow" (a call may not turn it off); `_path`: the
-    ids of the fork and loop mappings around `route`."""
+    ids of the fork and loop mappings around `route`; `_nodes`: [nodes parsed so far in
+    the job type's route] (MAX_ROUTE_NODES)."""
+    if _nodes is None:
+        _nodes = [0]
     if not isinstance(route, (list, tuple)):
         raise _at(where, f"must be a list of nodes (call, delay, fork, loop), got {_show(route)}")
     if not route:
         raise _at(where, "the route is empty: it needs at least one node")
-    return [_parse_node(n, f"{where}[{i}]", grow, _path) for i, n in enumerate(route)]
+    return [_parse_node(n, f"{where}[{i}]", grow, _path, _nodes) for i, n in enumerate(route)]
 
 
-def _parse_node(n, where: str, grow: bool = False, _path: tuple = ()) -> Node:
+def _parse_node(n, where: str, grow: bool = False, _path: tuple = (), _nodes: list | None = None) -> Node:
+    if _nodes is not None:
+        _nodes[0] += 1
+        if _nodes[0] > MAX_ROUTE_NODES:
+            top = where.partition("]")[0] + "]"
+            raise _at(
+                top,
+                f"the route has more than {MAX_ROUTE_NODES:,} nodes (each use of a YAML alias counts its "
+                "nodes again); repeat calls with a loop's times or repeat_prob",
+            )
     if not isinstance(n, dict) or len(n) != 1:
         raise _at(where, f"each route node must be a mapping with one key ({', '.join(_NODE_KINDS)}), got {_show(n)}")
     ((kind, value),) = n.items()
@@ -1075,7 +1090,7 @@ def _parse_node(n, where: str, grow: bool = False, _path: tuple = ()) -> Node:
                 b = [b]
             if not isinstance(b, (list, tuple)) or not b:
                 raise _at(f"{at}[{j}]", "empty fork branch: each branch needs at least one node")
-            out.append(_parse_route(b, f"{at}[{j}]", grow, _path))
+            out.append(_parse_route(b, f"{at}[{j}]", grow, _path, _nodes))
         return Fork(out)
     lp = _mapping(value, at, "a loop")
     _check_keys(lp, _LOOP_KEYS, at, "a loop")
@@ -1089,7 +1104,9 @@ def _parse_node(n, where: str, grow: bool = False, _path: tuple = ()) -> Node:
     if isinstance(body, dict):
         body = [body]
     return Loop(
-        body=_parse_route(body, f"{at}.body", grow, _path), times=lp.get("times"), repeat_prob=lp.get("repeat_prob")
+        body=_parse_route(body, f"{at}.body", grow, _path, _nodes),
+        times=lp.get("times"),
+        repeat_prob=lp.get("repeat_prob"),
     )
 
 
