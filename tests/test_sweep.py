@@ -424,10 +424,14 @@ def _signals_as_a_shell_gives() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize("sig, code, said", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+@pytest.mark.parametrize(
+    "sig, code, said",
+    [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted"), (signal.SIGKILL, -9, "")],
+)
 def test_a_signal_to_the_sweep_alone_stops_its_pool_workers(tmp_path, sig, code, said):
     """SIGTERM to the sweep's process (not its group) ended it at once and left its pool's
-    workers waiting for work forever; SIGINT waited for the running points to end."""
+    workers waiting for work forever; SIGINT waited for the running points to end; after
+    SIGKILL (nothing of the sweep runs) the workers lived on, orphaned, until killed."""
     argv = [sys.executable, "-m", "llmsched.cli", "sweep", "--cost-model", "paper", "--prompt", "geometric:200"]
     argv += ["--output", "geometric:101", "--num-requests", "40000", "--no-plots", "--workers", "2"]
     argv += ["--grid", "policy=sarathi,orca,vllm,kfcfs", "--out", str(tmp_path / "s")]
@@ -444,11 +448,12 @@ def test_a_signal_to_the_sweep_alone_stops_its_pool_workers(tmp_path, sig, code,
         time.sleep(0.5)  # the workers run their first points
         proc.send_signal(sig)
         assert proc.wait(timeout=20) == code
-        assert proc.stderr.read().strip().endswith(said)
         deadline = time.monotonic() + 10
         while any(_alive(w) for w in workers) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not any(_alive(w) for w in workers)
+        # (read after the workers are gone: they hold the stderr pipe open while they live)
+        assert proc.stderr.read().strip().endswith(said)
     finally:
         proc.kill()
         for w in workers:

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import logging
@@ -104,11 +105,23 @@ def check_workers(workers, name: str = "workers") -> None:
         raise ConfigError(f"{name} must be at most {MAX_WORKERS} (parallel simulations), got {workers}")
 
 
-def _default_sigterm() -> None:
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _init_worker(parent: int) -> None:
     """A pool worker ends on SIGTERM and stops on SIGINT as Python's default (a fork
-    inherits the backend's handlers)."""
+    inherits the backend's handlers), and on Linux ends with its parent: a sweep killed
+    with SIGKILL (the OOM killer, a cluster scheduler) left its workers running forever,
+    each waiting on the pipe of a parent that was gone."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):  # (no prctl in this libc: the worker outlives a kill -9)
+            return
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 class Backend:
@@ -238,7 +251,7 @@ class Backend:
             if self._pool is not None:
                 self._pool.shutdown()
             ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-            self._pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_default_sigterm)
+            self._pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker, initargs=(os.getpid(),))
             self._pool_size = n
         return self._pool
 
