@@ -16,7 +16,9 @@ Any of cost model, b_max, load and request counts can be overridden.
 
 Outputs in `out_dir`: `queue.png` (requests in the system and unfinished work over time,
 one line per policy), `table.csv`, `table.json`, and the search's points under
-`search/` (resumable: a rerun reuses them).
+`search/` (resumable: a rerun reuses them, a rerun of a run that was interrupted
+included: its search/points/ prove the folder an earlier run's, `core.paths.RESUME_PROOFS`).
+The search's probes are the first files written, queue.png and the tables the last.
 """
 
 from __future__ import annotations
@@ -34,11 +36,11 @@ from ..core.checks import as_real, check_policy_names, check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import clear_stale, prepare_run_dir
+from ..core.paths import check_run_dir, clear_stale, prepare_run_dir
 from ..policies import make_batch_policy
 from ..workload import WorkloadSpec, make_trace
 from .figures import new_figure, save_figure
-from .points import critical_rate_of, resolve_point
+from .points import check_point, critical_rate_of, resolve_point
 from .runner import Backend
 from .sweep import max_stable_rate
 from .tables import write_table
@@ -134,15 +136,17 @@ def reproduce_stability(
         base["cost_model"] = cost_model
     if b_max is not None:
         base["b_max"] = b_max
-    out = prepare_run_dir(out_dir, "reproduce stability")  # not over another run's outputs
+    check_run_dir(out_dir, "reproduce stability")  # not over another run's outputs
 
+    # lambda* of the first seed's sample, as the search's (`search_groups`): the table's
+    # critical_rate and max_stable_load / rate from one lambda*, whichever seeds ran
     cfg0 = resolve_point(None, base, {"num_requests": n_queue, "seed": seeds[0]})
     lam = critical_rate_of(cfg0)
     rate = load * lam
     # the queue runs stop when the arrivals do: the verdict looks only at that window and
     # an unstable policy would otherwise spend most of the run draining
     span = float(make_trace(WorkloadSpec.from_dict({**cfg0.workload, "rate": rate}), blocks=False).arrival_s.max())
-    jobs = []
+    jobs, traces = [], {}
     for p in policies:
         _policy_info(p.partition(":")[0])
         c = resolve_point(
@@ -150,13 +154,16 @@ def reproduce_stability(
             base,
             {"policy": p, "rate": rate, "num_requests": n_queue, "seed": seeds[0], "max_time_s": span * 1.001 + 1e-3},
         )
+        check_point(c, traces)  # a refused policy spec leaves no folder behind
         jobs.append((p, c.to_dict()))
+    out = prepare_run_dir(out_dir, "reproduce stability")
     queue: dict[str, dict] = {}
     with Backend(backend, workers, address) as be:
         for p, r in be.run(jobs, queue_run):
             queue[p] = r
-    files = [_plot_queue(queue, policies, out / "queue.png", load, lam, workload, cfg0)]
 
+    # the search's points/ are the first files written (queue.png after them): a run
+    # stopped in the search leaves a folder its rerun takes and resumes (`RESUME_PROOFS`)
     found = {}
     if search:
         res = max_stable_rate(
@@ -173,6 +180,7 @@ def reproduce_stability(
             **base,
         )
         found = {r["policy"]: r for r in res}
+    files = [_plot_queue(queue, policies, out / "queue.png", load, lam, workload, cfg0)]
     rows = []
     for p in policies:
         name, wc = _policy_info(p.partition(":")[0])

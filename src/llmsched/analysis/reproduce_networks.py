@@ -55,7 +55,8 @@ from ..core.checks import check_seeds
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import clear_stale, prepare_run_dir
+from ..core.paths import check_run_dir, clear_stale, prepare_run_dir
+from ..policies import make_batch_policy
 from ..sim.network_result import network_backlog, simulate_network
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
 from ..theory.network import traffic
@@ -453,7 +454,8 @@ def reproduce_clusters(
     per_replica = int(num_jobs or (1000 if quick else 5000))
     seeds = check_seeds(seeds if seeds is not None else (0,))
     prompt, output = CLUSTER_WORKLOADS[workload]
-    out = prepare_run_dir(out_dir, "reproduce clusters")  # not over another run's outputs
+    make_batch_policy(policy)  # (the runs would refuse it, after the folder was made)
+    check_run_dir(out_dir, "reproduce clusters")  # not over another run's outputs
 
     jobs, caps = [], {}
     for n in replicas:
@@ -476,6 +478,7 @@ def reproduce_clusters(
                             },
                         )
                     )
+    out = prepare_run_dir(out_dir, "reproduce clusters")  # (after the checks: a refusal leaves no folder)
     res = _run_all(jobs, backend, 1 if (quick and workers is None) else workers, address)
     rows = []
     for (n, router, load, seed), _arg in jobs:
@@ -631,7 +634,7 @@ def reproduce_agents(
     )
     n_jobs = int(num_jobs or (2000 if quick else 10000))
     seeds = check_seeds(seeds if seeds is not None else (0,))
-    out = prepare_run_dir(out_dir, "reproduce agents")  # not over another run's outputs
+    check_run_dir(out_dir, "reproduce agents")  # not over another run's outputs
 
     jobs, info = [], {}
     for w in workflows:
@@ -657,6 +660,7 @@ def reproduce_agents(
                             },
                         )
                     )
+    out = prepare_run_dir(out_dir, "reproduce agents")  # (after the checks: a refusal leaves no folder)
     res = _run_all(jobs, backend, 1 if (quick and workers is None) else workers, address)
     rows = []
     for (w, policy, load, seed), _arg in jobs:
@@ -801,7 +805,7 @@ def reproduce_rybko_stolyar(
     orders = [str(o) for o in orders]
     n_jobs = int(num_jobs or (3000 if quick else 20000))
     seeds = check_seeds(seeds if seeds is not None else (0,))
-    out = prepare_run_dir(out_dir, "reproduce rybko-stolyar")  # not over another run's outputs
+    check_run_dir(out_dir, "reproduce rybko-stolyar")  # not over another run's outputs
     nets, theory = {}, {}
     for o in orders:
         net = rybko_stolyar_network(
@@ -847,6 +851,7 @@ def reproduce_rybko_stolyar(
         for o in orders
         for x in scan_loads
     ]
+    out = prepare_run_dir(out_dir, "reproduce rybko-stolyar")  # (after the checks: a refusal leaves no folder)
     res = _run_all(jobs, backend, 1 if (quick and workers is None) else workers, address)
     rows = []
     for key, _arg in jobs:

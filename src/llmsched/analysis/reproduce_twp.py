@@ -28,6 +28,11 @@ Outputs in `out_dir`:
   inter-token gap), `tpot_box.png` (each request's mean gap), `throughput.png`,
   `itl_cv.png`, `ablation.png`, `stability.png`.
 
+Seeds: the main runs (`table.csv`, `table3.csv`, the figures of the schedulers) run every
+seed given; the ablation, the SLO runs and the stability runs run only the first seed
+(`seeds[0]`), whatever the others, and the platform's capacity (the loads' rates) is
+that of the first seed's workload.
+
 Beyond the paper:
 - **Goodput** (`goodput`): the share of requests that finish with TTFT <= the TTFT SLO
   and a mean inter-token gap (TPOT = (e2e - TTFT) / (output - 1)) <= the ITL SLO, and
@@ -53,11 +58,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checks import check_seeds, first_repeat
+from ..core.checks import as_real, check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of, group_styles
-from ..core.paths import clear_stale, prepare_run_dir
+from ..core.paths import check_run_dir, clear_stale, prepare_run_dir
 from ..core.request import NS
 from ..theory import LengthMix, capacity
 from ..workload.serverless import (
@@ -386,7 +391,12 @@ def reproduce_twp(
         ((0.5, 0.9) if quick else (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) if stability_loads is None else stability_loads
     )
     base = load_serverless(BASE_PLATFORM if platform is None else platform).to_dict()
-    out = prepare_run_dir(out_dir, "reproduce twp")  # not over another run's outputs
+    # before any run (they were refused in a run, after the folder was made)
+    for what, values, top in (("slo_targets_ms", slo_targets, math.inf), ("stability_loads", stab_loads, 10)):
+        bad = next((x for x in values if as_real(x) is None or not 0 < as_real(x) < top), None)
+        if bad is not None:
+            raise ConfigError(f"{what} must be positive numbers{'' if top == math.inf else ' below 10'}, got {bad!r}")
+    check_run_dir(out_dir, "reproduce twp")  # not over another run's outputs
     load_names = {x: (LOAD_NAMES[i] if len(loads) == 3 else f"load {x:g}") for i, x in enumerate(sorted(loads))}
 
     # capacity and the rate of every load, per workload
@@ -445,6 +455,7 @@ def reproduce_twp(
             )
     stab_jobs = _stability_jobs(stab_loads, n_stab, seeds[0], k_max, slo_targets) if stability else []
 
+    out = prepare_run_dir(out_dir, "reproduce twp")  # (after the checks: a refusal leaves no folder)
     results: dict = {}
     stab_results: dict = {}
     with Backend(backend, workers, address) as be:

@@ -242,15 +242,18 @@ def bisect(
 
 
 def search_groups(settings: SearchSettings) -> list[Group]:
-    """The search's groups with their critical rates; every group's configuration is
-    checked before any run."""
+    """The search's groups with their critical rates (lambda* of the first seed run, as
+    `critical_rate_of` draws it); every group's configuration is checked before any run."""
     groups, seen = [], set()
     for params in expand_grid({k: settings.grid[k] for k in settings.group_keys}):
         key = json.dumps(params, sort_keys=True, default=str)
         if key in seen:
             continue
         seen.add(key)
-        base = resolve_point(settings.config, settings.fixed, params)
+        # lambda* of the group's first seed that runs (it depends on the seed's sample of
+        # lengths): not the configuration's default seed, which a grid of seeds 1,2 never runs
+        first = settings.seeds[0]
+        base = resolve_point(settings.config, settings.fixed, {**params, **({} if first is None else {"seed": first})})
         check_point(base, point=params)
         if not base.verdict:  # every probe would be inconclusive: nothing to bisect on
             raise ConfigError("the search bisects on the stability verdict: it cannot run with verdict=false")

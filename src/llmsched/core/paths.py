@@ -115,6 +115,11 @@ RUN_PROOFS = {
     "reproduce twp": ("result.json", False),
     "reproduce prefix-caching": ("result.json", False),
 }
+# what proves an experiment's folder of a run that stopped before its proof (interrupted,
+# Ctrl-C): a stability run's search/points/, the probes' records, which its search writes
+# before any of its other files (queue.png comes after the search); checked as a sweep's
+# points/ are (only records of points, `_proof_flaw`), so that a rerun resumes the search
+RESUME_PROOFS = {"reproduce stability": "search/points"}
 
 # what a proof holds when a run wrote it (a user's own summary.json or table.json, JSON of
 # another tool, is no proof): the keys every such file has; a sweep's points/ holds only
@@ -307,10 +312,11 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     of simulate run replace one another) with its proof (a simulate run's summary.json, a
     sweep's points/, an experiment's table.json or result.json, each holding what the run
     writes: file names a run writes are no proof alone, and without the proof a folder
-    holding any of them is refused, a run that stopped before its last file included), or
-    other files none of which it would replace (hidden files are not counted). Never over
-    another tool's files (a model folder's config.json) nor over another kind of run's
-    outputs (they would mix); an experiment's folder of an earlier run (a stability run's
+    holding any of them is refused, a run that stopped before its last file included, but
+    for a stability run's search/points/ of its probes' records, `RESUME_PROOFS`, which
+    lets an interrupted run resume), or other files none of which it would replace (hidden
+    files are not counted). Never over another tool's files (a model folder's config.json)
+    nor over another kind of run's outputs (they would mix); an experiment's folder of an earlier run (a stability run's
     search/), which the run replaces or clears away, must hold only what a run writes
     there."""
     check_path_type(path, what)
@@ -337,6 +343,12 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
                 f"{what} {str(path)!r} holds a {proof!r} that is not {owner}'s ({flaw}), which the run "
                 "would replace: choose another folder or empty it"
             )
+    resume = RESUME_PROOFS.get(kind)
+    if not has_proof and resume is not None:
+        # an interrupted run's records (no link: a folder elsewhere proves nothing here);
+        # any other file in search/ is refused below as no run's
+        r = folder / resume
+        has_proof = all(not q.is_symlink() for q in (r, r.parent)) and r.is_dir() and _proof_flaw(r) is None
     if kind not in SIMULATE_KINDS and kind != "sweep":  # (a sweep's points/: its proof's check)
         for name in RUN_OUTPUTS[kind]:
             sub = folder / name
@@ -389,6 +401,8 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
         # or clear away as stale (an experiment's proof, written last, is missing too from a
         # run that stopped before it: its files are no run's that can be told from the user's)
         why = "first: not such a run's output" if written_first else "last: not a finished run's output"
+        if resume is not None:
+            why += f" (nor an interrupted one's: no {resume}/ of its records)"
         raise ConfigError(
             f"{what} {str(path)!r} holds {collide[0]!r} but no {proof!r}, which {_named(kind)} writes {why}, "
             "and the run would replace it: choose another folder or empty it"
@@ -489,6 +503,7 @@ __all__ = [
     "RUN_FOLDERS",
     "RUN_MARKERS",
     "RUN_OUTPUTS",
+    "RESUME_PROOFS",
     "SIMULATE_KINDS",
     "check_out_dir",
     "check_out_file",
