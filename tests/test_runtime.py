@@ -46,8 +46,26 @@ def test_min_tokens_masks_stop_ids_and_delays_stop_strings():
     assert seq.banned_ids() == {5, 2}
     out = seq.accept(5, False, lambda final, drop: "q")  # token 1: no stop condition applies yet
     assert not out.finished and seq.banned_ids() == {5, 2}
-    out = seq.accept(9, False, lambda final, drop: "q")  # token 2: stop strings apply from here
-    assert out.finished and out.stop_reason == "q" and seq.banned_ids() is None
+    # token 2: as in vLLM, stop strings apply only once more than min_tokens tokens exist
+    out = seq.accept(9, False, lambda final, drop: "q")
+    assert not out.finished and seq.banned_ids() is None
+    out = seq.accept(9, False, lambda final, drop: "q")  # token 3: stop strings apply
+    assert out.finished and out.stop_reason == "q" and seq.text == "qq"
+
+
+def test_min_tokens_stop_string_must_end_after_the_first_min_tokens_text():
+    # vLLM's stop_check_offset: a stop string wholly in the first min_tokens tokens' text
+    # never matches; one that ends in a later token's text does, even if it starts earlier
+    seq = Sequence("a", 1, SamplingParams(max_tokens=6, min_tokens=2, stop=["ab"]))
+    outs = _feed(seq, [1, 2, 3, 4], ["a", "b", "c", "d"])
+    assert [o.finish_reason for o in outs] == [None, None, None, "length"] and seq.text == "abcd"
+    seq = Sequence("b", 1, SamplingParams(max_tokens=6, min_tokens=2, stop=["bc"]))
+    outs = _feed(seq, [1, 2, 3, 4], ["a", "b", "c", "d"])
+    assert outs[-1].finish_reason == "stop" and len(outs) == 3 and seq.text == "a"
+    # min_tokens=1: the first token's text is never a stop (the engine's repro: ' ' + 'world')
+    seq = Sequence("c", 1, SamplingParams(max_tokens=3, min_tokens=1, stop=["x"]))
+    outs = _feed(seq, [1, 2, 3], ["x", "y", "z"])
+    assert [o.finish_reason for o in outs] == [None, None, "length"] and seq.text == "xyz"
 
 
 def test_engine_and_virtual_gpu_run_the_one_step_loop():

@@ -232,6 +232,15 @@ def test_min_tokens(llm):
     )[0]
     assert len(o.token_ids) >= 8 and o.token_ids == base.token_ids[: len(o.token_ids)]
     assert o.text.startswith(stop)
+    # as in vLLM, with min_tokens=1 the first token's text is never searched for a stop
+    # string (the old check matched it there: one token, cut to nothing)
+    one = llm.generate(PROMPTS[1], SamplingParams(max_tokens=1, temperature=0, ignore_eos=True))[0].text
+    assert one
+    o = llm.generate(
+        PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, stop=[one], min_tokens=1)
+    )[0]
+    assert len(o.token_ids) > 1 and o.token_ids == base.token_ids[: len(o.token_ids)]
+    assert o.text.startswith(one)
 
 
 def test_step_outputs_carry_stop_reason(tiny_model):

@@ -8,8 +8,9 @@ A token ends a request when (as in vLLM and the OpenAI API):
 - with `include_stop_str_in_output` (vLLM's extension), the stop string, or the stop
   token's text, is kept: the text is cut after it;
 - it is the last of `max_tokens`: "length".
-No stop condition applies before `min_tokens` tokens (a stop id cannot even be drawn among
-the first `min_tokens`). While streaming, the last `len(longest stop) - 1` characters are
+No stop condition applies to the first `min_tokens` tokens (a stop id cannot even be drawn
+among them, and, as in vLLM, stop strings are looked for only once more than `min_tokens`
+tokens exist, so a stop string must end after the text of the first `min_tokens`). While streaming, the last `len(longest stop) - 1` characters are
 held back until they cannot start a stop string (not with `include_stop_str_in_output`:
 the text is then never cut before what was sent).
 """
@@ -96,7 +97,10 @@ class Sequence:
                 new = piece(reason is not None, False)
                 if new:
                     self.text += new
-                    if self.stops and self.n_out >= min_tokens:
+                    # as vLLM: stop strings once more than min_tokens tokens exist; one
+                    # token per call, so a stop string must end in this token's text (not
+                    # wholly in the first min_tokens tokens')
+                    if self.stops and self.n_out > min_tokens:
                         found = find_stop(self.text, len(new), self.stops)
                         if found is not None:
                             cut, self.stop_reason = found
