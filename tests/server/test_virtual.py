@@ -229,8 +229,10 @@ def test_stop_strings_cut_text_as_the_engine_does():
 
 def test_min_tokens_delays_stop_conditions():
     outs = _run_one(max_tokens=8, stop=["tok tok"], min_tokens=4)
-    assert outs[-1].output_tokens == 4 and outs[-1].stop_reason == "tok tok"
-    assert "".join(o.new_text for o in outs) == " tok tok "  # the match token 4 completes
+    # as in vLLM, stop strings are looked for once more than min_tokens tokens exist: the
+    # first match is the one token 5 completes (it may start in the first 4 tokens' text)
+    assert outs[-1].output_tokens == 5 and outs[-1].stop_reason == "tok tok"
+    assert "".join(o.new_text for o in outs) == " tok tok tok "
     outs = _run_one(max_tokens=8, stop_token_ids=[0], min_tokens=3)
     assert outs[-1].output_tokens == 4 and outs[-1].stop_reason == 0  # ids 1-3 cannot be a stop token
     assert "".join(o.new_text for o in outs) == " tok" * 3
