@@ -201,6 +201,21 @@ def test_sampler_bad_row_does_not_fail_the_others():
     assert toks[0] == 2 and 1 not in toks
 
 
+def test_logit_bias_comes_before_the_penalties():
+    # vLLM V1: logit_bias, then the penalties on the biased logits
+    import torch
+
+    from llmsched.engine.sampler import adjust, sample
+
+    logits = torch.tensor([[-0.5, 1.0, 0.0]])
+    p = SamplingParams(temperature=0, logit_bias={0: 6.0}, repetition_penalty=4.0, frequency_penalty=1.0)
+    got = adjust(logits, [p], [([0, 2, 0], 1)])[0].tolist()
+    # token 0: (-0.5 + 6) / 4 - 1 * 1 (once in the output); token 2: 0 * 4 - 1
+    assert got == pytest.approx([(-0.5 + 6) / 4 - 1, 1.0, -1.0])
+    # the other order would give -0.5 * 4 + 6 - 1 = 3 and pick token 0; this order picks 1
+    assert sample(logits, [p], [None], history=[([0, 2, 0], 1)]) == [1]
+
+
 def test_min_tokens(llm):
     eng = llm.engine
     base = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))[0]

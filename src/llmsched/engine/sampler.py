@@ -13,7 +13,7 @@ distribution (NaN or inf logits, everything masked) takes its best token instead
 making `torch.multinomial` raise for the whole batch.
 
 Before any of that, the logits of a row are adjusted as its request asks (OpenAI / vLLM
-semantics): `logit_bias` is added; a `repetition_penalty` r divides the positive and
+semantics, in vLLM V1's order): `logit_bias` is added first; then a `repetition_penalty` r divides the positive and
 multiplies the negative logits of every token of the prompt and the output by r;
 `frequency_penalty` is subtracted once per occurrence of a token in the output and
 `presence_penalty` once for any occurrence. Logprobs (`SamplingParams.logprobs`) are those
@@ -26,7 +26,7 @@ import torch
 
 
 def adjust(logits, params: list, history: list | None):
-    """The logits with each row's logit bias and penalties applied (the input itself if no
+    """The logits with each row's logit bias, then its penalties, applied (the input itself if no
     row has any). history: per row, (token ids of prompt + output, prompt length) or None."""
     rows = [
         i
@@ -41,6 +41,14 @@ def adjust(logits, params: list, history: list | None):
     for i in rows:
         p = params[i]
         row = logits[i]
+        # logit_bias first, then the penalties on the biased logits (vLLM V1's order)
+        bias = getattr(p, "logit_bias", None)
+        if bias:
+            ids = [t for t in bias if 0 <= t < v]
+            if ids:
+                row[torch.tensor(ids, dtype=torch.long, device=dev)] += torch.tensor(
+                    [float(bias[t]) for t in ids], dtype=row.dtype, device=dev
+                )
         if history is not None and history[i] is not None and p.penalized:
             ids, prompt_len = history[i]
             if p.repetition_penalty != 1.0 and ids:
@@ -52,13 +60,6 @@ def adjust(logits, params: list, history: list | None):
             if out and (p.frequency_penalty or p.presence_penalty):
                 counts = torch.bincount(torch.tensor(out, dtype=torch.long, device=dev), minlength=v).to(row.dtype)
                 row -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(row.dtype)
-        bias = getattr(p, "logit_bias", None)
-        if bias:
-            ids = [t for t in bias if 0 <= t < v]
-            if ids:
-                row[torch.tensor(ids, dtype=torch.long, device=dev)] += torch.tensor(
-                    [float(bias[t]) for t in ids], dtype=row.dtype, device=dev
-                )
     return logits
 
 

@@ -10,9 +10,10 @@ A token ends a request when (as in vLLM and the OpenAI API):
 - it is the last of `max_tokens`: "length".
 No stop condition applies to the first `min_tokens` tokens (a stop id cannot even be drawn
 among them, and, as in vLLM, stop strings are looked for only once more than `min_tokens`
-tokens exist, so a stop string must end after the text of the first `min_tokens`). While streaming, the last `len(longest stop) - 1` characters are
-held back until they cannot start a stop string (not with `include_stop_str_in_output`:
-the text is then never cut before what was sent).
+tokens exist, so a stop string must end after the text of the first `min_tokens`).
+While streaming, the last `len(longest stop) - 1` characters are held back until they
+cannot start a stop string (not with `include_stop_str_in_output`: the text is then never
+cut before what was sent).
 """
 
 from __future__ import annotations
