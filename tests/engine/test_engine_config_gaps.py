@@ -78,7 +78,7 @@ def test_llama3_original_max_defaults_to_max_position_embeddings():
     assert cfg.rope_scaling["original_max_position_embeddings"] == 2048
     with pytest.raises(ConfigError, match="rope_parameters must be a JSON object"):
         parse_config(dict(BASE, rope_parameters=[1, 2]))
-    with pytest.raises(ConfigError, match="rope_theta must be a positive number"):
+    with pytest.raises(ConfigError, match="rope_theta must be a positive finite number"):
         parse_config(dict(BASE, rope_theta=-1.0))
 
 
@@ -200,3 +200,75 @@ def test_python_api_refuses_bad_engine_options_in_one_line(tiny_model, kwargs, m
     with pytest.raises(ConfigError) as e:
         LLM(tiny_model, max_num_seqs=2, **kwargs)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+MISTRAL = dict(BASE, architectures=["MistralForCausalLM"], model_type="mistral", num_hidden_layers=3)
+QWEN2 = dict(BASE, architectures=["Qwen2ForCausalLM"], model_type="qwen2", num_hidden_layers=3)
+
+
+@pytest.mark.parametrize(
+    "cfg, windows",
+    [
+        # transformers' LlamaForCausalLM ignores sliding_window (and layer_types)
+        (dict(BASE, num_hidden_layers=3, sliding_window=8), [None] * 3),
+        (dict(BASE, num_hidden_layers=3, sliding_window=8, layer_types=["sliding_attention"] * 3), [None] * 3),
+        (dict(BASE, num_hidden_layers=3, sliding_window="x"), [None] * 3),  # not read
+        (dict(MISTRAL, sliding_window=8), [8] * 3),
+        (dict(MISTRAL, sliding_window=None), [None] * 3),
+        (dict(MISTRAL), [None] * 3),
+        # Qwen2 carries a sliding_window it does not use unless use_sliding_window
+        (dict(QWEN2, sliding_window=4096, use_sliding_window=False), [None] * 3),
+        (dict(QWEN2, sliding_window=-1, use_sliding_window=False), [None] * 3),
+        (dict(QWEN2, sliding_window=8, use_sliding_window=True, max_window_layers=1), [None, 8, 8]),
+        (dict(QWEN2, sliding_window=8, use_sliding_window=True), [None] * 3),  # max_window_layers 28
+        (dict(QWEN2, sliding_window=None, use_sliding_window=True), [None] * 3),
+    ],
+)
+def test_sliding_windows_are_read_as_transformers_reads_them(cfg, windows):
+    from llmsched.engine.loader import parse_config
+
+    assert parse_config(cfg).sliding_windows == windows
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"eos_token_id": "1"}, "eos_token_id must be a token id or a list of token ids in 0..127"),
+        ({"eos_token_id": [1, "a"]}, "eos_token_id must be"),
+        ({"eos_token_id": -1}, "eos_token_id must be"),
+        ({"eos_token_id": 128}, "eos_token_id must be"),
+        ({"eos_token_id": True}, "eos_token_id must be"),
+        ({"rope_theta": float("inf")}, "rope_theta must be a positive finite number, got inf"),
+        ({"rope_scaling": {"type": "linear", "factor": float("inf")}}, "positive finite 'factor'"),
+        (dict(MISTRAL, sliding_window="x"), "sliding_window must be a positive integer or null, got 'x'"),
+        (dict(MISTRAL, sliding_window=-3), "sliding_window must be a positive integer or null, got -3"),
+        (dict(MISTRAL, sliding_window=0), "sliding_window must be a positive integer or null, got 0"),
+        (dict(MISTRAL, sliding_window=True), "sliding_window must be a positive integer or null, got True"),
+        (dict(QWEN2, sliding_window=0, use_sliding_window=True), "sliding_window must be a positive integer"),
+        (dict(QWEN2, sliding_window=8, use_sliding_window="yes"), "use_sliding_window must be true or false"),
+        (dict(QWEN2, sliding_window=8, use_sliding_window=True, max_window_layers="1"), "max_window_layers"),
+    ],
+)
+def test_malformed_config_fields_are_refused_naming_them(changes, message):
+    # they were silently ignored: a bad eos_token_id became no EOS at all (never stopping),
+    # a bad sliding_window full attention (True: a window of 1), rope_theta Infinity taken
+    from llmsched.engine.loader import parse_config
+
+    with pytest.raises(ConfigError, match=message) as e:
+        parse_config(dict(BASE, **changes))
+    assert "\n" not in str(e.value)
+    # null or absent: no EOS id, as before
+    assert parse_config(dict(BASE, eos_token_id=None)).eos_token_ids == []
+    assert parse_config(dict(BASE, eos_token_id=[1, 2])).eos_token_ids == [1, 2]
+
+
+def test_generation_config_eos_ids_are_checked_too(tmp_path, mha_model):
+    from llmsched.engine.loader import read_config
+
+    folder = tmp_path / "m"
+    shutil.copytree(mha_model, folder)
+    (folder / "generation_config.json").write_text('{"eos_token_id": [1, 2, -4]}')
+    with pytest.raises(ConfigError, match="generation_config.json: eos_token_id must be"):
+        read_config(folder)
+    (folder / "generation_config.json").write_text('{"eos_token_id": [1, 2]}')
+    assert read_config(folder).eos_token_ids == [1, 2]

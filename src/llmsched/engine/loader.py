@@ -104,14 +104,18 @@ def _int(cfg: dict, key: str, path: Path, default=None) -> int:
     return v
 
 
-def _token_ids(v) -> list[int]:
+def _token_ids(v, where: str, vocab: int) -> list[int]:
+    """An `eos_token_id` value: null (or absent) is none; else an id or a list of ids in
+    0..vocab-1 (`where` names the field in the error)."""
     if v is None:
         return []
-    if isinstance(v, int):
-        return [v]
-    if isinstance(v, list) and all(isinstance(x, int) for x in v):
-        return list(v)
-    return []
+    ids = v if isinstance(v, list) else [v]
+    for x in ids:
+        if not isinstance(x, int) or isinstance(x, bool) or not 0 <= x < vocab:
+            raise ConfigError(
+                f"{where} must be a token id or a list of token ids in 0..{vocab - 1} (vocab_size {vocab}), got {v!r}"
+            )
+    return list(ids)
 
 
 def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
@@ -167,8 +171,8 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         top = cfg.get("rope_theta")
         scaling["rope_theta"] = 10000.0 if top is None else top
     theta = scaling.pop("rope_theta")
-    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or theta <= 0:
-        raise ConfigError(f"{path}: rope_theta must be a positive number, got {theta!r}")
+    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not 0 < theta < math.inf:
+        raise ConfigError(f"{path}: rope_theta must be a positive finite number, got {theta!r}")
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind not in ROPE_TYPES:
         raise ConfigError(f"{path}: rope scaling type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
@@ -181,20 +185,35 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
             if not isinstance(scaling.get(k), (int, float)):
                 raise ConfigError(f"{path}: llama3 rope scaling needs a number {k!r}")
-    elif not isinstance(scaling.get("factor"), (int, float)) or scaling["factor"] <= 0:
-        raise ConfigError(f"{path}: linear rope scaling needs a positive 'factor'")
+    elif not isinstance(scaling.get("factor"), (int, float)) or not 0 < scaling["factor"] < math.inf:
+        raise ConfigError(f"{path}: linear rope scaling needs a positive finite 'factor'")
 
-    # sliding windows, per layer
-    window = cfg.get("sliding_window")
-    if arch == "qwen2" and not cfg.get("use_sliding_window", False):
-        window = None
-    if window is not None and (not isinstance(window, int) or window <= 0):
-        window = None
+    # sliding windows, per layer, as transformers reads them: Llama has none (its
+    # `sliding_window`, if any, is ignored); Mistral windows every layer (null: none);
+    # Qwen2 only with `use_sliding_window`, from layer `max_window_layers` (default 28) on.
+    # An unused `sliding_window` is not read (Qwen2 configs carry one with
+    # use_sliding_window false); a used one must be a positive integer or null
+    window = None
+    if arch == "mistral":
+        window = cfg.get("sliding_window")
+    elif arch == "qwen2":
+        use = cfg.get("use_sliding_window")
+        if use is not None and not isinstance(use, bool):
+            raise ConfigError(f"{path}: use_sliding_window must be true or false, got {use!r}")
+        if use:
+            window = cfg.get("sliding_window")
+    if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window <= 0):
+        raise ConfigError(f"{path}: sliding_window must be a positive integer or null, got {window!r}")
     layer_types = cfg.get("layer_types")
-    if isinstance(layer_types, list) and len(layer_types) == layers:
+    if window is None:
+        windows = [None] * layers
+    elif isinstance(layer_types, list) and len(layer_types) == layers:
         windows = [window if t == "sliding_attention" else None for t in layer_types]
-    elif arch == "qwen2" and window is not None:
-        mwl = cfg.get("max_window_layers", layers)
+    elif arch == "qwen2":
+        mwl = cfg.get("max_window_layers")
+        mwl = 28 if mwl is None else mwl
+        if not isinstance(mwl, int) or isinstance(mwl, bool) or mwl < 0:
+            raise ConfigError(f"{path}: max_window_layers must be an integer >= 0, got {mwl!r}")
         windows = [window if i >= mwl else None for i in range(layers)]
     else:
         windows = [window] * layers
@@ -204,9 +223,10 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     if not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise ConfigError(f"{path}: rms_norm_eps must be a small positive number, got {eps!r}")
     bos = cfg.get("bos_token_id")
+    vocab = _int(cfg, "vocab_size", path)
     return ModelConfig(
         arch=arch,
-        vocab_size=_int(cfg, "vocab_size", path),
+        vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=_int(cfg, "intermediate_size", path),
         num_layers=layers,
@@ -223,7 +243,7 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         mlp_bias=bool(cfg.get("mlp_bias", False)),
         sliding_windows=windows,
         bos_token_id=bos if isinstance(bos, int) else None,
-        eos_token_ids=_token_ids(cfg.get("eos_token_id")),
+        eos_token_ids=_token_ids(cfg.get("eos_token_id"), f"{path}: eos_token_id", vocab),
         torch_dtype=cfg.get("torch_dtype") or cfg.get("dtype"),
     )
 
@@ -235,10 +255,11 @@ def read_config(model_dir) -> ModelConfig:
     gen = p / "generation_config.json"
     if gen.is_file():
         try:  # transformers too loads a model whose generation config is broken
-            eos = _token_ids(_read_json(gen, "generation config").get("eos_token_id"))
+            data = _read_json(gen, "generation config")
         except ConfigError as e:
             log.warning("%s; ignoring it (EOS ids from config.json)", e)
-            eos = []
+            data = {}
+        eos = _token_ids(data.get("eos_token_id"), f"{gen}: eos_token_id", cfg.vocab_size)
         if eos:
             cfg.eos_token_ids = eos
     return cfg
