@@ -192,6 +192,14 @@ def test_engine_binds_a_given_cost_model_to_every_scheduler(tiny_model):
         ({"gpu_memory_utilization": "x"}, "gpu_memory_utilization must be in"),
         # was "takes 0.0 MiB, more than the 0.0 MiB"
         ({"kv_cache_gb": 1e-9}, "takes 8,192 bytes, more than the 1 byte the KV cache has"),
+        # torch dtypes were taken as given: float64 ran (its name is refused), int8, complex64
+        # and float8 failed with torch's own errors
+        ({"dtype": torch.float64}, "unsupported dtype torch.float64 (use float32, bfloat16 or float16)"),
+        ({"dtype": torch.int8}, "unsupported dtype torch.int8"),
+        ({"dtype": torch.complex64}, "unsupported dtype torch.complex64"),
+        ({"dtype": torch.float8_e4m3fn}, "unsupported dtype torch.float8_e4m3fn"),
+        ({"dtype": 5}, "unknown dtype 5"),
+        ({"tokenizer": 123}, "tokenizer must be a tokenizer.json file or a folder holding one, got 123"),
     ],
 )
 def test_python_api_refuses_bad_engine_options_in_one_line(tiny_model, kwargs, message):
@@ -272,3 +280,20 @@ def test_generation_config_eos_ids_are_checked_too(tmp_path, mha_model):
         read_config(folder)
     (folder / "generation_config.json").write_text('{"eos_token_id": [1, 2]}')
     assert read_config(folder).eos_token_ids == [1, 2]
+
+
+@pytest.mark.parametrize("model", [123, None, ["m"], b"m"])
+def test_a_model_that_is_not_a_path_is_a_config_error(model):
+    from llmsched.engine import LLM
+
+    with pytest.raises(ConfigError, match="model must be a model folder path, got"):
+        LLM(model)  # was a TypeError from pathlib
+
+
+def test_supported_torch_dtypes_are_taken(tiny_model):
+    from llmsched.engine.runner import resolve_dtype
+
+    cpu = torch.device("cpu")
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        assert resolve_dtype(dt, cpu) is dt
+    assert resolve_dtype("bf16", cpu) is torch.bfloat16 and resolve_dtype(None, cpu) is torch.float32

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +88,8 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def model_path(model_dir) -> Path:
+    if not isinstance(model_dir, (str, os.PathLike)) or isinstance(model_dir, bytes):
+        raise ConfigError(f"model must be a model folder path, got {model_dir!r}")
     p = Path(model_dir)
     if not p.exists():
         raise ConfigError(f"model folder {p} does not exist")

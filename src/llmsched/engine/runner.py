@@ -69,10 +69,13 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
     if dtype is None or dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if isinstance(dtype, torch.dtype):
+        # the three the model runs in, as their names (float64 is refused by name too)
+        if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ConfigError(f"unsupported dtype {dtype} (use float32, bfloat16 or float16)")
         return dtype
-    if str(dtype).lower() not in DTYPES:
+    if not isinstance(dtype, str) or dtype.lower() not in DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r} (use float32, bfloat16 or float16)")
-    return DTYPES[str(dtype).lower()]
+    return DTYPES[dtype.lower()]
 
 
 class ModelRunner:

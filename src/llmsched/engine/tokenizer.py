@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..core.errors import ConfigError
@@ -10,6 +11,8 @@ from ..core.errors import ConfigError
 def tokenizer_file(path) -> Path:
     """The tokenizer.json `path` names: the file itself, else the one in that folder (it
     may not exist: the caller asks `is_file()`)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"tokenizer must be a tokenizer.json file or a folder holding one, got {path!r}")
     p = Path(path)
     return p if p.is_file() else p / "tokenizer.json"
 
