@@ -245,6 +245,15 @@ def test_make_tiny_model_refuses_a_folder_with_files(tmp_path, capsys):
     assert main(["make-tiny-model", str(tmp_path / "empty"), *TINY_ARGS]) == 0
 
 
+def test_make_tiny_model_refuses_a_seed_above_64_bits(tmp_path, capsys):
+    """torch's generator takes at most 2**64 - 1: a larger seed was a ValueError traceback."""
+    assert main(["make-tiny-model", str(tmp_path / "m"), *TINY_ARGS, "--seed", str(2**64)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "seed must be an integer from 0 to 2**64 - 1" in err
+    assert not (tmp_path / "m").exists()
+    assert main(["make-tiny-model", str(tmp_path / "m"), *TINY_ARGS, "--seed", str(2**64 - 1)]) == 0
+
+
 def test_make_tiny_model_files_get_the_umask_mode(tmp_path):
     """model.safetensors is as readable as the other files (safetensors writes 0600)."""
     import os

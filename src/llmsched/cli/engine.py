@@ -397,7 +397,7 @@ def register(subparsers) -> None:
     p.add_argument("--intermediate-size", type=positive_int, default=384)
     p.add_argument("--max-position-embeddings", type=positive_int, default=4096)
     p.add_argument("--tie-word-embeddings", action="store_true")
-    p.add_argument("--seed", type=seed_int, default=0, help="weights' random seed (>= 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="weights' random seed (0 to 2**64 - 1)")
     p.add_argument(
         "--force", action="store_true", help="write into a folder that is not empty, replacing its model files"
     )

@@ -103,6 +103,8 @@ def tiny_config(
     return cfg
 
 
+MAX_SEED = 2**64 - 1  # the largest seed torch.Generator.manual_seed takes
+
 # the largest weights file make_tiny_model writes (float32 bytes): a tiny model; a size of
 # 1e9 hidden units failed allocating, and 100,000 layers ran for minutes towards 75 GB
 MAX_TINY_BYTES = 2 << 30
@@ -151,8 +153,9 @@ def make_tiny_model(
     """Write a random model and a trained tokenizer into `out_dir`; returns the folder.
     `out_dir` must not exist or be empty, unless `overwrite` (its model files are then
     replaced): a typo must not destroy a real model's weights."""
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        # torch's generator takes at most 64 bits: a larger seed was its ValueError
+        raise ConfigError(f"seed must be an integer from 0 to 2**64 - 1, got {seed!r}")
     if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
         # the BPE trainer would silently give another size (258 for 10, 575 for 10**8)
         raise ConfigError(
