@@ -67,6 +67,12 @@ def test_make_tiny_model_and_generate(tmp_path, capsys):
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert len(lines) == 2 and all(1 <= len(x["token_ids"]) <= 4 for x in lines)
     assert lines[0]["finish_reason"] in ("length", "stop")
+    # stop_reason too (Completion carries it): the stop token id that ended it
+    first = lines[1]["token_ids"][0]
+    argv = ["generate", "--model", str(out), "--prompt-ids", "1,5,9", "--max-tokens", "4", "--json"]
+    assert main([*argv, "--temperature", "0", "--stop-token-id", str(first), "--threads", "1"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["finish_reason"] == "stop" and line["stop_reason"] == first and line["token_ids"] == [first]
     args = _parser().parse_args(
         ["generate", "--model", str(out), "--prompt", "Hi", "--max-tokens", "3", "--temperature", "0.7", "--seed", "3"]
     )

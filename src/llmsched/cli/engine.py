@@ -203,6 +203,7 @@ def cmd_generate(args) -> int:
                         "text": o.text,
                         "token_ids": o.token_ids,
                         "finish_reason": o.finish_reason,
+                        "stop_reason": o.stop_reason,
                         "ttft_s": o.ttft,
                         "e2e_s": o.e2e,
                         "itl_s": o.itl,
