@@ -368,6 +368,24 @@ def test_lines_of_spaces_are_blank_lines(tmp_path):
     p.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,1\n  \n-1,5,2\n")
     with pytest.raises(ConfigError, match="line 4 column 'arrival_s'"):
         read_trace(p)
+    # Python reads 2_0 as 20, numpy refuses it: the line was not named
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,1\n2,2_0,4\n")
+    with pytest.raises(ConfigError, match="line 3 column 'prompt_tokens': cannot read '2_0' as a number"):
+        read_trace(p)
+
+
+def test_mooncake_hash_ids_at_the_int64_limits_are_read(tmp_path):
+    """2**63 - 1 and -2**63 are 64-bit integers: they were refused as not."""
+    hi, lo = 2**63 - 1, -(2**63)
+    rows = [MOONCAKE_ROW.format(0, 1100, 2, f"{hi}, {lo}"), MOONCAKE_ROW.format(10, 1100, 2, f"{hi}, 1")]
+    p = _write(tmp_path, "limits.jsonl", "\n".join(rows) + "\n")
+    t = read_trace(p)
+    first, second = t.blocks()  # chained ids: the same first 512 tokens, then different ones
+    n = 512 // t.block_size
+    assert len(t) == 2 and first[:n] == second[:n] and first[n] != second[n]
+    p = _write(tmp_path, "over.jsonl", MOONCAKE_ROW.format(0, 40, 2, 2**63) + "\n")
+    with pytest.raises(ConfigError, match="hash_ids"):
+        read_trace(p)
 
 
 def test_blank_lines_before_the_header_are_skipped(tmp_path):

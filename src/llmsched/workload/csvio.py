@@ -163,6 +163,8 @@ def _locate_error(p: Path, header: list[str], cols: dict[str, int], kinds: dict[
             kind = kinds[name]
             if kind == "float":
                 try:
+                    if "_" in value:  # (Python reads 2_0 as 20; numpy, which reads the file, refuses it)
+                        raise ValueError(value)
                     float(value)
                 except ValueError:
                     return f"line {line} column '{name}': cannot read {value!r} as a number"

@@ -743,7 +743,7 @@ def _mooncake_slow(p: Path, rows: list[bytes], nonblank: list[int]):
             dest.append(float(v))
         h = obj["hash_ids"]
         if not isinstance(h, list) or any(
-            isinstance(x, bool) or not isinstance(x, int) or not _INT64_LIMITS[0] < x < _INT64_LIMITS[1] for x in h
+            isinstance(x, bool) or not isinstance(x, int) or not _INT64_LIMITS[0] <= x <= _INT64_LIMITS[1] for x in h
         ):
             raise ConfigError(f"file {p} line {i + 1} key 'hash_ids' must be a list of 64-bit integers")
         ids.append(h)
