@@ -358,7 +358,8 @@ def test_read_trace_takes_a_named_trace_as_simulate_does():
 
 def test_lines_of_spaces_are_blank_lines(tmp_path):
     p = tmp_path / "t.csv"
-    p.write_text("arrival_s,prompt_tokens,output_tokens,tag\n0,10,1,a\n   \n1,20,2,b\n\t\n,,,\n\n2,30,3,c\n")
+    blanks = '   \n1,20,2,b\n\t\n,,,\n"","","",""\n\n'
+    p.write_text(f"arrival_s,prompt_tokens,output_tokens,tag\n0,10,1,a\n{blanks}2,30,3,c\n")
     t = read_trace(p)  # numpy said: could not convert string '   ' to float64 at row 1, column 1
     assert t.prompt.tolist() == [10, 20, 30] and t.tag.tolist() == ["a", "b", "c"]
     # a bad value after them is still named by its line

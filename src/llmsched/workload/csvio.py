@@ -302,8 +302,17 @@ def _text_lines(p: Path) -> list[str]:
 
 
 def _unblanked(p: Path) -> list[str]:
-    """The file's lines without those of nothing but spaces and commas (the header first)."""
-    return [line for line in _text_lines(p) if line.strip(" \t,")]
+    """The file's lines without those of nothing but spaces, commas and empty quoted fields
+    (`"",""`: an even number of quotes, so not a line inside a quoted field), the header
+    first."""
+    return [line for line in _text_lines(p) if not _blank_line(line)]
+
+
+def _blank_line(line: str) -> bool:
+    if not line.strip(" \t,"):
+        return True
+    quotes = line.count('"')
+    return quotes % 2 == 0 and not line.replace('""', "").strip(" \t,")
 
 
 def _parse(source, cols: dict[str, int], kinds: dict[str, str], skip: int) -> dict[str, np.ndarray]:
