@@ -226,7 +226,8 @@ QWEN2 = dict(BASE, architectures=["Qwen2ForCausalLM"], model_type="qwen2", num_h
         (dict(BASE, num_hidden_layers=3, sliding_window="x"), [None] * 3),  # not read
         (dict(MISTRAL, sliding_window=8), [8] * 3),
         (dict(MISTRAL, sliding_window=None), [None] * 3),
-        (dict(MISTRAL), [None] * 3),
+        (dict(MISTRAL), [4096] * 3),  # transformers' default when the key is missing
+        (dict(QWEN2, use_sliding_window=True, max_window_layers=1), [None, 4096, 4096]),
         # Qwen2 carries a sliding_window it does not use unless use_sliding_window
         (dict(QWEN2, sliding_window=4096, use_sliding_window=False), [None] * 3),
         (dict(QWEN2, sliding_window=-1, use_sliding_window=False), [None] * 3),

@@ -17,6 +17,8 @@ from pathlib import Path
 from ..core.errors import ConfigError
 
 log = logging.getLogger(__name__)
+# transformers' MistralConfig and Qwen2Config default (a config.json without the key)
+DEFAULT_SLIDING_WINDOW = 4096
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}
 ROPE_TYPES = ("default", "llama3", "linear")
@@ -195,16 +197,17 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     # `sliding_window`, if any, is ignored); Mistral windows every layer (null: none);
     # Qwen2 only with `use_sliding_window`, from layer `max_window_layers` (default 28) on.
     # An unused `sliding_window` is not read (Qwen2 configs carry one with
-    # use_sliding_window false); a used one must be a positive integer or null
+    # use_sliding_window false); a used one must be a positive integer or null, and a
+    # missing one is transformers' default, 4096 tokens
     window = None
     if arch == "mistral":
-        window = cfg.get("sliding_window")
+        window = cfg.get("sliding_window", DEFAULT_SLIDING_WINDOW)
     elif arch == "qwen2":
         use = cfg.get("use_sliding_window")
         if use is not None and not isinstance(use, bool):
             raise ConfigError(f"{path}: use_sliding_window must be true or false, got {use!r}")
         if use:
-            window = cfg.get("sliding_window")
+            window = cfg.get("sliding_window", DEFAULT_SLIDING_WINDOW)
     if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window <= 0):
         raise ConfigError(f"{path}: sliding_window must be a positive integer or null, got {window!r}")
     layer_types = cfg.get("layer_types")
