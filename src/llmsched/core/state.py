@@ -133,6 +133,11 @@ class ServerState:
         self.kv_capacity = constraints.kv_capacity if constraints.kv_capacity else UNLIMITED
         self.now = 0  # ns, the current step boundary
         self.waiting = WaitingQueue(waiting_key)
+        # of the waiting requests, those a driver added during the step whose feedback is
+        # being taken (the serverless runtime adds an arrival at once; the simulator, the
+        # virtual GPU and the engine at the next step boundary): set by that driver around
+        # the feedback call, so that `waiting_after_step` is the same in every driver
+        self.joining = 0
         self.prefilling: list[Request] = []  # running, in prefill; admission order
         # with class priorities (a network server's `priority`), running prefills are kept in
         # key order too, so a higher class's chunks go first even after a lower one was admitted
@@ -162,6 +167,12 @@ class ServerState:
         self._match_memo: tuple = (None, -1, -1, 0, -1, 0)
 
     # ---- read-only view for policies -------------------------------------------------
+    @property
+    def waiting_after_step(self) -> int:
+        """Waiting requests when a step's feedback is taken, without those that arrived
+        during the step (they join at the next step boundary: `joining`)."""
+        return len(self.waiting) - self.joining
+
     @property
     def n_decoding(self) -> int:
         return len(self._dec)

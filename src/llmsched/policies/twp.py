@@ -465,7 +465,7 @@ class TWP(MeteredAdmission):
             feedback.duration,
             decoded,
             emitted,
-            len(state.waiting),
+            state.waiting_after_step,
         )
 
     # The window changes a plan only through its token limit and, while requests wait,
@@ -515,7 +515,7 @@ class TWP(MeteredAdmission):
             self._resolve(state)
         meter = self.meter
         steps = len(durations_ns)
-        q = len(state.waiting)
+        q = state.waiting_after_step
         repeated = self._repeated
         self._repeated = None
         if repeated is not None and repeated[0] is plan and repeated[1] == start_ns:
@@ -562,7 +562,7 @@ class TWP(MeteredAdmission):
                 known = repeated[3]
                 q = repeated[2]  # the queue while the steps ran (arrivals end a batch)
             else:
-                q = len(state.waiting)
+                q = state.waiting_after_step
             if durations_ns.__class__ is int:
                 last = end_ns - durations_ns
                 if known is None or known[0] != count - 1:
@@ -586,7 +586,7 @@ class TWP(MeteredAdmission):
             (end_ns - last) / NS,
             decoded,
             decoded or bool(first_tokens) or bool(resumed),
-            len(state.waiting),
+            state.waiting_after_step,
         )
 
     def _replay(self, start_ns, durations_ns, steps, decoded, q, lo=0, hi=UNLIMITED, need=None, load=0):

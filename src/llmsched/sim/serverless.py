@@ -339,6 +339,7 @@ class _Instance:
         "idle_since",
         "idle_ver",
         "incoming",
+        "joined",
         "load_start",
         "loaded_at",
         "migrated_out",
@@ -380,6 +381,9 @@ class _Instance:
         self.receiving = 0  # hand-overs in flight to this instance (it does not expire meanwhile)
         # decoders handed over to this instance during a batch: they join at its end
         self.incoming: list[Request] = []
+        # requests added to its queue during the batch in progress (at once, where one server
+        # adds them at the batch's end): left out of the queue its policy's feedback sees
+        self.joined: list[Request] = []
 
 
 @dataclass
@@ -531,6 +535,8 @@ class _Runtime:
         if inst.state != READY:
             return
         busy_until = sim.busy_until
+        if busy_until >= t:
+            inst.joined.append(r)
         if busy_until >= t and sim.batch[0].ignores_waiting:
             return  # the batch's plan never read the queue: it goes on unchanged
         if not self.end_batch_at(inst, t) and busy_until < 0:
@@ -991,6 +997,21 @@ class _Runtime:
         if not self.end_batch_at(inst, t):
             sim.truncate(t)
 
+    def end_batch(self, inst: _Instance) -> list[Request]:
+        """`inst`'s batch ends (`ServerSim.end`: its feedback to the policy, its finished
+        requests). The requests that joined its queue during the batch and wait there still
+        are left out of the queue the feedback sees (`ServerState.joining`), as one server,
+        the virtual GPU and the engine, which add them at the batch's end, leave them out."""
+        state = inst.sim.state
+        if inst.joined:
+            where, i = self.where, inst.id
+            state.joining = sum(1 for r in inst.joined if r.phase == WAITING and where[r.id] == i)
+            inst.joined.clear()
+        try:
+            return inst.sim.end()
+        finally:
+            state.joining = 0
+
     def settle(self, inst: _Instance, r: Request, t: int) -> None:
         """At a step boundary of `inst`: a handed-over decoder joins its running requests with
         its KV cache, or, without room for it, the head of its queue to recompute it."""
@@ -1075,7 +1096,7 @@ class _Runtime:
                 if sim.extendable:  # nothing joined: the batch goes on, timed further
                     heappush(events, (sim.extend(), _END, inst.id, next(seq), inst, b))
                     continue
-                finished = sim.end()
+                finished = self.end_batch(inst)
                 if finished:
                     self.record_finished(inst, finished)
                     done += len(finished)
