@@ -465,7 +465,7 @@ class TWP(MeteredAdmission):
             feedback.duration,
             decoded,
             emitted,
-            state.waiting_after_step,
+            len(state.waiting) - state.joining,  # `waiting_after_step`, without a property call
         )
 
     # The window changes a plan only through its token limit and, while requests wait,
@@ -586,7 +586,7 @@ class TWP(MeteredAdmission):
             (end_ns - last) / NS,
             decoded,
             decoded or bool(first_tokens) or bool(resumed),
-            state.waiting_after_step,
+            len(state.waiting) - state.joining,  # `waiting_after_step`, without a property call
         )
 
     def _replay(self, start_ns, durations_ns, steps, decoded, q, lo=0, hi=UNLIMITED, need=None, load=0):
