@@ -535,10 +535,10 @@ class _Runtime:
         if inst.state != READY:
             return
         busy_until = sim.busy_until
-        if busy_until >= t:
+        if busy_until >= t:  # during a batch
             inst.joined.append(r)
-        if busy_until >= t and sim.batch[0].ignores_waiting:
-            return  # the batch's plan never read the queue: it goes on unchanged
+            if sim.batch[0].ignores_waiting:
+                return  # the batch's plan never read the queue: it goes on unchanged
         if not self.end_batch_at(inst, t) and busy_until < 0:
             self.plan_soon(inst, t)
 

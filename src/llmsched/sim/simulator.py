@@ -243,9 +243,8 @@ def trace_blocks(trace, block_size: int):
     when the trace has no block ids: a `workload.Trace`'s own ids re-cut to `block_size`
     (a chunk of requests at a time; read-only memoryviews onto its arrays,
     `Trace.iter_block_views`), or a `blocks` list given at that size (tests)."""
-    if getattr(trace, "block_ids", None) is not None and hasattr(trace, "iter_blocks"):
-        views = getattr(trace, "iter_block_views", None)  # 8 bytes per id, not a tuple's ~40
-        return views(block_size) if views is not None else trace.iter_blocks(block_size)
+    if getattr(trace, "block_ids", None) is not None and hasattr(trace, "iter_block_views"):
+        return trace.iter_block_views(block_size)  # 8 bytes per id, not a tuple's ~40
     blocks = getattr(trace, "blocks", None)
     return iter(blocks) if isinstance(blocks, (list, tuple)) else None
 

@@ -240,19 +240,12 @@ class Trace:
 
     def iter_blocks(self, block_size: int | None = None, chunk: int = 4096):
         """Yield each request's block ids (a tuple, or None), at `block_size` tokens per
-        block (default: the trace's own). Re-blocking is done `chunk` requests at a time,
-        so a big trace can be stored at its source block size (Mooncake: 512 tokens) and
-        fed at the cache's 16 without ever holding all the finer ids."""
-        n = len(self)
-        if self.block_ids is None:
-            yield from (None for _ in range(n))
-            return
-        b = self.block_size if block_size is None else check_block_size(block_size)
-        for start in range(0, n, chunk):
-            part = self.slice(start, start + chunk)
-            # also at the same size: drops a partial last block's id
-            ids, ptr = reblock(part.block_ids, part.block_ptr, part.prompt, self.block_size, b)
-            yield from as_tuples(ids, ptr)
+        block (default: the trace's own): `iter_block_views` as tuples. Re-blocking is done
+        `chunk` requests at a time, so a big trace can be stored at its source block size
+        (Mooncake: 512 tokens) and fed at the cache's 16 without ever holding all the finer
+        ids."""
+        for view in self.iter_block_views(block_size, chunk):
+            yield None if view is None else tuple(view)
 
     def iter_block_views(self, block_size: int | None = None, chunk: int = 4096):
         """`iter_blocks`' ids as read-only memoryviews (`workload.blocks.as_views`: 8 bytes
