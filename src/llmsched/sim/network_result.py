@@ -105,12 +105,12 @@ def _replica_fill_capacity(load) -> float:
     return load.fill_capacity * load.busiest_replica_share
 
 
-def _saved_share(prefix: dict | None, work: float) -> float:
-    """The share of `work` (tokens) a prefix cache saved: its hits at first admission (a
-    preempted call re-hitting its own blocks saves only its recomputation), 0 without one."""
-    if prefix is None or not work > 0:
-        return 0.0
-    return min(1.0, prefix["first_admission_hit_tokens"] / work)
+def _saved_share(caches: list, work: float) -> float:
+    """The share of `work` (tokens) prefix caches saved: their hits at first admission (a
+    preempted call re-hitting its own blocks saves only its recomputation; `caches`: the
+    replicas' `prefix` statistics, None without a cache), 0 without one."""
+    hits = sum(c["first_admission_hit_tokens"] for c in caches if c is not None)
+    return min(1.0, hits / work) if work > 0 else 0.0
 
 
 def server_policy_load(load, server, control: str = "none") -> float:
@@ -334,7 +334,7 @@ class NetworkResult:
             return None
         calls = np.asarray(st.call_server, dtype=object) == server
         work = int((_a(st.call_prompt)[calls] + _a(st.call_output)[calls] - 1).sum())
-        return _saved_share({"first_admission_hit_tokens": sum(c["first_admission_hit_tokens"] for c in caches)}, work)
+        return _saved_share(caches, work)
 
     def policy_loads(self) -> dict[str, float]:
         """Each server's offered load over its policy's limit (`server_policy_load`), net of
@@ -420,7 +420,7 @@ class NetworkResult:
         shares = srv.routing_weights()
         share = shares[index] / load.busiest_replica_share if 0 <= index < len(shares) else 1.0
         work = float((res.prompt.astype(float) + res.output - 1).sum())
-        return pool * share * (1.0 - _saved_share(res.stats.prefix, work))
+        return pool * share * (1.0 - _saved_share([res.stats.prefix], work))
 
     def _replica_verdict(self, res: SimResult, server: str, index: int = 0) -> dict:
         load = self.traffic.server(server) if self.traffic is not None else None
