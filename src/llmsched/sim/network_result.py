@@ -264,6 +264,7 @@ class NetworkResult:
         self._summary: dict | None = None
         self._replicas: list[SimResult] | None = None
         self._decode_times: dict[str, float | None] | None = None
+        self._server_load_memo: dict[str, float] | None = None
 
     def __getstate__(self) -> dict:
         """A copy (pickle, a multiprocessing worker's result) keeps what the replicas'
@@ -341,15 +342,22 @@ class NetworkResult:
         the work its prefix caches saved in the run (the traffic equations count every
         prompt token; one server's verdict likewise counts its measured hits as no work);
         {} without a traffic report."""
-        if self.traffic is None:
-            return {}
-        spec = self.stats.spec
-        control = getattr(spec, "control", "none")
-        out = {}
-        for name, server in spec.servers.items():
-            load = server_policy_load(self.traffic.server(name), server, control)
-            out[name] = load * (1.0 - (self.saved_work_share(name) or 0.0))
-        return out
+        loads = self._server_loads()
+        return {name: load * (1.0 - (self.saved_work_share(name) or 0.0)) for name, load in loads.items()}
+
+    def _server_loads(self) -> dict[str, float]:
+        """Each server's offered load over its policy's limit (`server_policy_load`, every
+        prompt token counted), computed once per result (a registered admission factory is
+        called once per server, not once per replica); {} without a traffic report."""
+        if self._server_load_memo is None:
+            spec = self.stats.spec
+            control = getattr(spec, "control", "none")
+            self._server_load_memo = (
+                {}
+                if self.traffic is None
+                else {n: server_policy_load(self.traffic.server(n), srv, control) for n, srv in spec.servers.items()}
+            )
+        return self._server_load_memo
 
     def network_load(self) -> tuple[float, str] | None:
         """The network's offered load over its limit, and the server that sets it: the
@@ -414,9 +422,8 @@ class NetworkResult:
         replica's own prefix cache saved; None without a traffic report."""
         if self.traffic is None:
             return None
-        spec = self.stats.spec
-        srv, load = spec.servers[server], self.traffic.server(server)
-        pool = server_policy_load(load, srv, getattr(spec, "control", "none"))
+        srv, load = self.stats.spec.servers[server], self.traffic.server(server)
+        pool = self._server_loads()[server]
         shares = srv.routing_weights()
         share = shares[index] / load.busiest_replica_share if 0 <= index < len(shares) else 1.0
         work = float((res.prompt.astype(float) + res.output - 1).sum())
