@@ -26,6 +26,13 @@ def check_path_type(path, what: str = "output folder") -> None:
         raise ConfigError(f"{what} must be a folder's path (a string or a Path), got {path!r:.60}")
 
 
+def _check_named_folder(path, what: str) -> None:
+    """A folder's path, given and not '' (the current folder is written only when named '.')."""
+    check_path_type(path, what)
+    if str(path) == "":
+        raise ConfigError(f"{what} must name a folder")
+
+
 def _check_folder(given, folder: Path, what: str) -> None:
     """`folder` (or the place it will be made in) can hold new files."""
     base = _first_existing(folder)
@@ -319,9 +326,7 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     nor over another kind of run's outputs (they would mix); an experiment's folder of an earlier run (a stability run's
     search/), which the run replaces or clears away, must hold only what a run writes
     there."""
-    check_path_type(path, what)
-    if str(path) == "":
-        raise ConfigError(f"{what} must name a folder")
+    _check_named_folder(path, what)
     folder = Path(path)
     if not folder.is_dir():
         return
@@ -449,9 +454,7 @@ def recorded_path(path: str) -> str:
 def check_out_dir(path, what: str = "output folder") -> None:
     """Raise ConfigError unless `path` is a folder that can be written, or can be made
     ('' names none: the current folder is written only when named, as '.')."""
-    check_path_type(path, what)
-    if str(path) == "":
-        raise ConfigError(f"{what} must name a folder")
+    _check_named_folder(path, what)
     _check_folder(path, Path(path), what)
 
 
