@@ -12,8 +12,8 @@ import os
 import re
 import sys
 
+from ..core import engine_api
 from ..core.engine_api import (
-    MAX_KV_CACHE_GB,
     MAX_MEASURE_S,
     MAX_THREADS,
     DefaultMaxModelLen,
@@ -35,10 +35,8 @@ from .common import (
 def check_kv_cache_gb(gb: float | None) -> None:
     """--kv-cache-gb: above 0 and at most MAX_KV_CACHE_GB (1e308 ended in an OverflowError
     traceback; inf and nan are refused too)."""
-    if gb is not None and not 0 < gb < math.inf:
-        raise ConfigError(f"--kv-cache-gb must be a positive finite number, got {gb:g}")
-    if gb is not None and gb > MAX_KV_CACHE_GB:
-        raise ConfigError(f"--kv-cache-gb must be at most {MAX_KV_CACHE_GB:,} GiB (a PiB), got {gb:g}")
+    if gb is not None:
+        engine_api.check_kv_cache_gb(gb, "--kv-cache-gb", f"{gb:g}")
 
 
 def fraction(text: str) -> float:

@@ -32,6 +32,16 @@ MAX_STOP_CHARS = 256
 MAX_THREADS = 1024
 MAX_KV_CACHE_GB = 1 << 20
 MAX_MEASURE_S = 1e6
+MAX_SEED = 2**64 - 1  # the largest seed torch.Generator.manual_seed takes
+
+
+def check_kv_cache_gb(gb: float, name: str, shown: str) -> None:
+    """A KV cache size in GiB (`name` in the message, the value `shown` as given): above 0
+    and at most MAX_KV_CACHE_GB (1e308 overflowed the byte count; inf and nan refused)."""
+    if not 0 < gb < math.inf:
+        raise ConfigError(f"{name} must be a positive finite number, got {shown}")
+    if gb > MAX_KV_CACHE_GB:
+        raise ConfigError(f"{name} must be at most {MAX_KV_CACHE_GB:,} GiB (a PiB), got {shown}")
 
 
 @dataclass

@@ -12,12 +12,11 @@ stop strings; `runtime.output.Sequence`) and reports the measured time to the po
 
 from __future__ import annotations
 
-import inspect
 import random
 import time
 from dataclasses import dataclass, field
 
-from ..core.checks import as_int
+from ..core.checks import as_int, keyword_names
 from ..core.constraints import check_prefix_block_size
 from ..core.cost import make_cost_model
 from ..core.engine_api import DefaultMaxModelLen, SamplingParams, check_request_size
@@ -503,7 +502,7 @@ class LLM:
         max_num_seqs: int = 256,
         **engine_options,
     ):
-        known = set(inspect.signature(LLMEngine.__init__).parameters) - {"self", "model"}
+        known = set(keyword_names(LLMEngine)) - {"model"}
         check_known("LLM option", engine_options, known)
         self.engine = LLMEngine(
             model,

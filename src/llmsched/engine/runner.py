@@ -13,7 +13,7 @@ import os
 import torch
 
 from ..core.checks import as_int, as_real
-from ..core.engine_api import MAX_KV_CACHE_GB, MAX_THREADS
+from ..core.engine_api import MAX_SEED, MAX_THREADS, check_kv_cache_gb
 from ..core.errors import ConfigError
 from .attention import AttnMeta, PrefillChunk
 from .cpu_kernel import decode_kernel
@@ -70,7 +70,7 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if isinstance(dtype, torch.dtype):
         # the three the model runs in, as their names (float64 is refused by name too)
-        if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        if dtype not in DTYPES.values():
             raise ConfigError(f"unsupported dtype {dtype} (use float32, bfloat16 or float16)")
         return dtype
     if not isinstance(dtype, str) or dtype.lower() not in DTYPES:
@@ -103,10 +103,8 @@ class ModelRunner:
         if u is None or not 0 < u <= 1:  # (nan fails this too)
             raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
         gb = None if kv_cache_gb is None else as_real(kv_cache_gb)
-        if kv_cache_gb is not None and (gb is None or not 0 < gb < math.inf):
-            raise ConfigError(f"kv_cache_gb must be a positive finite number, got {kv_cache_gb!r}")
-        if gb is not None and gb > MAX_KV_CACHE_GB:  # (1e308 overflowed the byte count)
-            raise ConfigError(f"kv_cache_gb must be at most {MAX_KV_CACHE_GB:,} GiB (a PiB), got {kv_cache_gb!r}")
+        if kv_cache_gb is not None:
+            check_kv_cache_gb(math.nan if gb is None else gb, "kv_cache_gb", repr(kv_cache_gb))
         kv_cache_gb, gpu_memory_utilization = gb, u
         if num_blocks is not None:
             n = as_int(num_blocks)  # (2.5 reached torch as a tensor size; True was 1 block)
@@ -114,7 +112,7 @@ class ModelRunner:
                 raise ConfigError(f"num_blocks must be a positive integer, got {num_blocks!r}")
             num_blocks = n
         s = as_int(seed)  # the range torch.manual_seed takes
-        if s is None or not -(1 << 63) <= s < 1 << 64:
+        if s is None or not -(1 << 63) <= s <= MAX_SEED:
             raise ConfigError(f"seed must be an integer from -2**63 to 2**64 - 1, got {seed!r}")
         seed = s
         self.cfg = cfg

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..core.engine_api import MAX_SEED
 from ..core.errors import ConfigError
 from .loader import parse_config
 
@@ -102,8 +103,6 @@ def tiny_config(
         cfg.update(sliding_window=None)
     return cfg
 
-
-MAX_SEED = 2**64 - 1  # the largest seed torch.Generator.manual_seed takes
 
 # the largest weights file make_tiny_model writes (float32 bytes): a tiny model; a size of
 # 1e9 hidden units failed allocating, and 100,000 layers ran for minutes towards 75 GB
