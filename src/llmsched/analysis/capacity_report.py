@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
-
 from ..api import SimConfig, build_config, check_config
 from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
@@ -23,7 +21,7 @@ from ..theory import (
     workload_means,
     workload_mix,
 )
-from ..theory.means import largest_prompt
+from ..theory.means import cached_tokens, largest_prompt
 from ..workload import WorkloadSpec, make_trace, replays_trace
 from ..workload.trace import mean_rate
 from .figures import plot_region
@@ -105,7 +103,7 @@ def capacity_report(
     if longest is not None and cached_fraction:
         # what the longest prompt computes: its cached share is not prefill (the largest
         # uncached part of any prompt, which never shrinks as a prompt grows)
-        longest = uncached_part(cached_fraction, longest)
+        longest -= cached_tokens(cached_fraction, longest)
     if capped and float(mean_prompt) == 1.0:
         longest = 1  # a mean of 1 token: every prompt is 1 token
     per = requests_per_rate(cfg.workload) if rate is not None else 1.0  # (1 for a trace: its rate is requests/s)
@@ -213,15 +211,6 @@ def cached_share(cached_fraction: float, mean_prompt: float) -> float:
     its last token (that token is always computed: it emits output token 1), as each
     prompt's share is capped in a workload's length mix (`theory.means`)."""
     return max(0.0, min(float(cached_fraction) * mean_prompt, mean_prompt - 1.0))
-
-
-def uncached_part(cached_fraction: float, prompt: int) -> int:
-    """The prompt tokens of a `prompt`-token prompt a prefix cache serving `cached_fraction`
-    of it leaves to compute, rounded as a workload's length mix rounds each prompt's cached
-    share (`theory.means.workload_mix`: never its last token). It never decreases as the
-    prompt grows, so the longest prompt's is the largest."""
-    p = int(prompt)
-    return p - min(int(np.rint(float(cached_fraction) * p)), p - 1)
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")

@@ -158,13 +158,21 @@ def _sample_dict(workload: dict, samples: int) -> dict:
     return d
 
 
+def cached_tokens(cached_fraction: float, prompts):
+    """The tokens of each prompt a prefix cache serving `cached_fraction` of it covers,
+    rounded to the nearest token and never the last one (it is always computed); an array
+    for an array of prompts, an int for one."""
+    p = np.asarray(prompts, dtype=np.int64)
+    c = np.minimum(np.rint(cached_fraction * p).astype(np.int64), p - 1)
+    return int(c) if c.ndim == 0 else c
+
+
 @lru_cache(maxsize=64)
 def _mix(key: str, files: tuple, cached_fraction: float) -> LengthMix:
     tr = make_trace(WorkloadSpec.from_dict(json.loads(key)), blocks=False)
     cached = None
     if cached_fraction:
-        p = np.asarray(tr.prompt, dtype=np.int64)
-        cached = np.minimum(np.rint(cached_fraction * p).astype(np.int64), p - 1)
+        cached = cached_tokens(cached_fraction, tr.prompt)
     return LengthMix(tr.prompt, tr.output, cached)
 
 
