@@ -14,6 +14,7 @@ import sys
 
 from ..core import engine_api
 from ..core.engine_api import (
+    MAX_KV_CACHE_GB,  # noqa: F401 (the limits the command line shares with the engine)
     MAX_MEASURE_S,
     MAX_THREADS,
     DefaultMaxModelLen,

@@ -13,7 +13,7 @@ import os
 import torch
 
 from ..core.checks import as_int, as_real
-from ..core.engine_api import MAX_SEED, MAX_THREADS, check_kv_cache_gb
+from ..core.engine_api import MAX_KV_CACHE_GB, MAX_SEED, MAX_THREADS, check_kv_cache_gb  # noqa: F401 (the limits the engine shares)
 from ..core.errors import ConfigError
 from .attention import AttnMeta, PrefillChunk
 from .cpu_kernel import decode_kernel
