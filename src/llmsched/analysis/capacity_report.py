@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..api import SimConfig, build_config, check_config
 from ..core.constraints import k_max_binds
+from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.guarantee import reasons_text
 from ..core.paths import check_out_file
@@ -108,8 +109,9 @@ def capacity_report(
         longest = 1  # a mean of 1 token: every prompt is 1 token
     per = requests_per_rate(cfg.workload) if rate is not None else 1.0  # (1 for a trace: its rate is requests/s)
     request_rate = None if rate is None else rate * per
+    cost = make_cost_model(cfg.cost_model)  # (once: a policy's own cost option is compared with it)
     rep = capacity(
-        cfg.cost_model,
+        cost,
         cfg.b_max,
         float(mean_prompt),
         float(mean_output),
@@ -130,7 +132,7 @@ def capacity_report(
         cfg.k_max,
         rep.peak_load if fills_short else None,
         rep.region_exact,
-        cost_model=cfg.cost_model,
+        cost_model=cost,
         options=cfg.policy_options,
     )
     limit = policy_capacity(
@@ -140,7 +142,7 @@ def capacity_report(
         rep.effective_capacity,
         rep.fill_capacity,
         region_exact=rep.region_exact,
-        cost_model=cfg.cost_model,
+        cost_model=cost,
         options=cfg.policy_options,
     )
     out = {
@@ -169,7 +171,7 @@ def capacity_report(
     region = None
     if cfg.k_max is not None or plot:
         region = stability_region(
-            cfg.cost_model,
+            cost,
             cfg.b_max,
             cfg.k_max,
             mean_prompt=float(mean_prompt),
