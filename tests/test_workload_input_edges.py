@@ -235,3 +235,45 @@ def test_a_float_seed_past_2_to_the_53_is_refused_in_a_config(tmp_path, capsys):
     assert main(["simulate", "--config", str(ok), "--out", "", "--json"]) == 0
     with pytest.raises(ConfigError, match="below 2"):
         check_seeds([1e300])
+
+
+# -------------------------------------------------------- timestamps a ns clock cannot hold
+AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+@pytest.mark.parametrize(
+    "first, second, line",
+    [
+        # numpy wrapped these around by 2**64 ns (584 years) silently: a year 1439 typo read
+        # as a time of 2023, 1500 as 2085, a second past 2262-04-11 23:47:16 as 1677
+        ("1439-06-01 18:15:46.6805900", "2023-11-16 18:15:50.9951690", 2),
+        ("2023-11-16 18:15:46.6805900", "1500-11-16 18:15:50.9951690", 3),
+        ("2262-04-11 23:47:16", "2262-04-11 23:47:17", 3),
+        ("2023-11-16 18:15:46", "+12023-11-16 18:15:46", 3),
+        ("1677-09-21T00:12:43+00:00", "1677-09-21 00:13:00", 2),
+    ],
+)
+def test_a_timestamp_outside_what_nanoseconds_hold_is_refused(tmp_path, capsys, first, second, line):
+    f = tmp_path / "az.csv"
+    f.write_text(f"{AZURE}{first},374,44\n{second},396,109\n")
+    argv = ["simulate", "--trace", str(f), "--cost-model", "const:1", "--out", ""]
+    one_line_error(capsys, argv, f"line {line} column 'TIMESTAMP'", "is outside 1677-09-21 to 2262-04-11")
+
+
+def test_timestamps_at_the_edges_of_the_nanosecond_clock_still_read(tmp_path):
+    f = tmp_path / "az.csv"
+    f.write_text(f"{AZURE}1677-09-21 00:12:44,10,1\n1677-09-21 00:12:46.5,20,2\n")
+    assert read_trace(f).arrival_s.tolist() == [0.0, 2.5]
+    f.write_text(f"{AZURE}2262-04-11 23:47:14+00:00,10,1\n2262-04-11 23:47:16.25,20,2\n")
+    assert read_trace(f).arrival_s.tolist() == [0.0, 2.25]
+
+
+def test_a_parquet_timestamp_column_outside_the_nanosecond_clock_is_refused(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    stamps = np.array(["2023-01-01T00:00:00", "1500-01-01T00:00:00"], dtype="datetime64[us]")
+    table = pa.table({"TIMESTAMP": pa.array(stamps), "ContextTokens": [10, 20], "GeneratedTokens": [1, 2]})
+    f = tmp_path / "az.parquet"
+    pq.write_table(table, f)
+    argv = ["simulate", "--trace", str(f), "--cost-model", "const:1", "--out", ""]
+    one_line_error(capsys, argv, "row 2 column 'TIMESTAMP'", "is outside 1677-09-21 to 2262-04-11")

@@ -205,8 +205,15 @@ def read_columns(
             kinds[name] = kind
         elif name in wanted:
             raise ConfigError(f"file {p} has no column '{name}' (its header is: {','.join(header)})")
-    if _is_parquet(p):
-        return _parquet_columns(p, kinds)
+    try:
+        if _is_parquet(p):
+            return _parquet_columns(p, kinds)
+        return _read_text_columns(p, header, header_lines, cols, kinds)
+    except TimestampOutOfRange as e:
+        raise e.error(p) from None
+
+
+def _read_text_columns(p: Path, header: list[str], header_lines: int, cols: dict, kinds: dict) -> dict[str, np.ndarray]:
     try:
         out = _parse(_text_lines(p) if _gzipped(p) else p, cols, kinds, header_lines)
     except (ValueError, IndexError) as exc:
@@ -236,7 +243,13 @@ def _parquet_columns(p: Path, kinds: dict[str, str]) -> dict[str, np.ndarray]:
     for name, kind in kinds.items():
         col = table.column(name)
         if kind == "datetime" and pa.types.is_timestamp(col.type):
-            out[name] = col.to_numpy().astype("datetime64[ns]")
+            stamps = col.to_numpy()
+            micro = stamps.astype("datetime64[us]")  # (compared in ns, its values may wrap)
+            far = ~np.isnat(micro) & ((micro < _US_FIRST) | (micro > _US_LAST))
+            if far.any():
+                i = int(np.argmax(far))
+                raise TimestampOutOfRange(i, str(stamps[i]), name)
+            out[name] = stamps.astype("datetime64[ns]")
             continue
         try:
             if kind == "float":
@@ -247,7 +260,7 @@ def _parquet_columns(p: Path, kinds: dict[str, str]) -> dict[str, np.ndarray]:
                 out[name] = np.array([" ".join(map(str, x)) if x else "" for x in rows], dtype=str)
             else:
                 text = np.char.strip(col.cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False).astype(str))
-                out[name] = _datetimes(text) if kind == "datetime" else text
+                out[name] = _datetimes(text, name) if kind == "datetime" else text
         except (ValueError, pa.ArrowException):
             what = {"float": "numbers", "datetime": "timestamps like 2023-11-16 18:15:46.6805900"}.get(kind, "text")
             raise ConfigError(f"file {p} column '{name}' ({col.type}) cannot be read as {what}") from None
@@ -345,13 +358,55 @@ def _parse(source, cols: dict[str, int], kinds: dict[str, str], skip: int) -> di
                 continue
             s = load([cols[n]], 1, str)
             s = np.char.strip(s) if s.size else s
-            out[n] = _datetimes(s) if kinds[n] == "datetime" else s
+            out[n] = _datetimes(s, n) if kinds[n] == "datetime" else s
     return out
 
 
-def _datetimes(text: np.ndarray) -> np.ndarray:
+# the instants a datetime64[ns] holds, in whole microseconds: numpy wraps a time outside
+# them around silently (a year 1500 reads as 2085), so timestamps are checked against them
+# first, in us (compared with a ns bound, a us time is cast to ns: it would wrap too)
+_US_FIRST = np.datetime64(-(-(np.iinfo(np.int64).min + 1) // 1000), "us")
+_US_LAST = np.datetime64(np.iinfo(np.int64).max // 1000, "us")
+
+
+class TimestampOutOfRange(Exception):
+    """Data row `row`'s timestamp `value` in `column` lies outside [_US_FIRST, _US_LAST]."""
+
+    def __init__(self, row: int, value: str, column: str):
+        super().__init__(row, value, column)
+        self.row, self.value, self.column = row, value, column
+
+    def error(self, path) -> ConfigError:
+        first, last = _US_FIRST.astype("datetime64[D]"), _US_LAST.astype("datetime64[D]")
+        return ConfigError(
+            f"file {path} {row_place(path, self.row)} column '{self.column}': timestamp {self.value!r} is outside "
+            f"{first} to {last}, the times a nanosecond clock holds"
+        )
+
+
+def _datetimes(text: np.ndarray, column: str) -> np.ndarray:
     """Timestamp strings as datetime64[ns] (those with a UTC offset, `+00:00`, converted to
-    UTC)."""
+    UTC); TimestampOutOfRange for the first one outside what nanoseconds hold."""
+    n = len(text)
+    if n:
+        # the year from a timestamp's first four characters where they are digits and a '-'
+        # follows (years 1678-2261 are whole within the range); any other, to the second
+        width = text.dtype.itemsize // 4
+        if text.dtype.kind == "U" and width >= 5:
+            head = text.view(np.uint32).reshape(n, width)[:, :5].astype(np.int64) - ord("0")
+            digits = ((head[:, :4] >= 0) & (head[:, :4] <= 9)).all(axis=1) & (head[:, 4] == ord("-") - ord("0"))
+            year = head[:, :4] @ np.array([1000, 100, 10, 1])
+            unsure = np.flatnonzero(~digits | (year < 1678) | (year > 2261))
+        else:
+            unsure = np.arange(n)
+        if len(unsure):
+            with _offsets_read_quietly():
+                micro = text[unsure].astype("datetime64[us]")  # (ns would wrap; us spans 290,000 years)
+            # (a blank field reads as NaT: not out of range here, the caller refuses it)
+            out = ~np.isnat(micro) & ((micro < _US_FIRST) | (micro > _US_LAST))
+            if out.any():
+                i = int(unsure[np.argmax(out)])
+                raise TimestampOutOfRange(i, str(text[i]), column)
     with _offsets_read_quietly():
         return text.astype("datetime64[ns]")
 
