@@ -333,6 +333,19 @@ def test_an_objective_met_exactly_is_met_on_one_server():
     assert llmsched.simulate(**kw, num_requests=300, seed=1, slo={"tpot_ms": 9.9999}).summary["goodput_share"] == 0.0
 
 
+def test_an_objective_a_fraction_of_a_nanosecond_under_a_time_is_missed():
+    """A time of 10,000,000 ns misses an objective of 9,999,999.6 ns: the limit was rounded
+    to the nearest ns (10,000,000, met), so requests up to half a ns over it counted."""
+    import llmsched
+
+    kw = dict(cost_model="const:10", prompt="const:10", output="const:3", rate=1, num_requests=20, seed=1)
+    for key in ("tpot_ms", "ttft_ms", "e2el_ms"):
+        exact = 30.0 if key == "e2el_ms" else 10.0
+        assert llmsched.simulate(**kw, slo={key: exact}).summary["goodput_share"] == 1.0
+        under = exact - 4e-7  # 0.4 ns under
+        assert llmsched.simulate(**kw, slo={key: under}).summary["goodput_share"] == 0.0, key
+
+
 def test_an_objective_beyond_any_run_is_met_without_overflow():
     """`limit * gaps` overflowed int64: tpot_ms=1e10 with 1,000 gaps wrapped negative
     (goodput 0), 1e13 raised OverflowError."""
