@@ -36,3 +36,18 @@ def test_folded_mode_stays_within_relative_error():
 def test_empty_histogram():
     h = GapHistogram()
     assert np.isnan(h.percentiles([50])[0]) and np.isnan(h.mean)
+
+
+def test_a_buckets_whole_number_edges_hold_exactly_its_values():
+    """itl_histogram.csv printed float edges rounded to the ns: a gap at a bucket's upper
+    edge (5,040,234 ns under an edge of 5,040,234.43) fell outside its own row."""
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.integers(1, 200, 500), rng.integers(4_000_000, 6_000_000, 20_000)])
+    h = GapHistogram()
+    for v in values.tolist():
+        h.add(v)
+    rows = h.bins()
+    assert len(rows) > 100 and sum(r[3] for r in rows) == len(values)
+    for _, lo, hi, count in rows:
+        assert type(lo) is int and type(hi) is int and lo < hi
+        assert int(((values >= lo) & (values < hi)).sum()) == count, (lo, hi)

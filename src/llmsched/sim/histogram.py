@@ -227,17 +227,30 @@ class GapHistogram:
         """(value, weight) pairs: exact values, or bucket midpoints."""
         return self._points()
 
-    def bins(self) -> list[tuple[float, float, float, int]]:
+    def bins(self) -> list[tuple[float, int, int, int]]:
         """(value, lower, upper, weight) rows: an exact value is its own bin (lower = upper
-        = value); a logarithmic bucket holds the values in [lower, upper), and `value` is its
-        midpoint (clipped to the observed min and max) as in `counts`."""
+        = value); a logarithmic bucket holds the (integer) values in [lower, upper), both
+        integers, and `value` is its midpoint (clipped to the observed min and max) as in
+        `counts`."""
         if self._exact is not None:
             return [(v, v, v, w) for v, w in sorted(self._exact.items())]
         log = self._log
         return [
-            (min(max(math.exp((k + 0.5) * log), self.min), self.max), math.exp(k * log), math.exp((k + 1) * log), w)
+            (min(max(math.exp((k + 0.5) * log), self.min), self.max), self._first_in(k), self._first_in(k + 1), w)
             for k, w in sorted(self._buckets.items())
         ]
+
+    def _first_in(self, k: int) -> int:
+        """The least integer value in bucket `k` or above, by `add`'s rule (so that a
+        bucket's whole-number edges hold exactly its values: rounded in print, a float edge
+        left the values at the edge outside their row)."""
+        inv_log = self._inv_log
+        v = max(1, math.ceil(math.exp(k * self._log)))
+        while v > 1 and int(math.log(v - 1) * inv_log) >= k:
+            v -= 1
+        while int(math.log(v) * inv_log) < k:
+            v += 1
+        return v
 
 
 def _exact_sums(v: np.ndarray, w: np.ndarray) -> tuple[int, int]:

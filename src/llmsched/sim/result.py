@@ -546,7 +546,7 @@ class SimResult:
         w = csv.writer(f)
         w.writerow(["itl_ms", "lower_ms", "upper_ms", "count"])
         for v, lo, hi, c in self.stats.itl.bins():
-            w.writerow([f"{v / 1e6:.6f}", f"{lo / 1e6:.6f}", f"{hi / 1e6:.6f}", c])
+            w.writerow([f"{v / 1e6:.6f}", f"{lo / 1e6:.6f}", f"{hi / 1e6:.6f}", c])  # (edges: whole ns)
 
     def _write_load(self, f) -> None:
         w = csv.writer(f)
