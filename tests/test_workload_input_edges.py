@@ -260,6 +260,13 @@ def test_a_timestamp_outside_what_nanoseconds_hold_is_refused(tmp_path, capsys, 
     one_line_error(capsys, argv, f"line {line} column 'TIMESTAMP'", "is outside 1677-09-21 to 2262-04-11")
 
 
+def test_a_number_of_seconds_in_a_timestamp_column_is_named_as_one(tmp_path, capsys):
+    f = tmp_path / "az.csv"
+    f.write_text(f"{AZURE}1700000000,374,44\n1700000002,396,109\n")
+    argv = ["simulate", "--trace", str(f), "--cost-model", "const:1", "--out", ""]
+    one_line_error(capsys, argv, "line 2", "numpy reads a bare number as a year", "'arrival_s'")
+
+
 def test_timestamps_at_the_edges_of_the_nanosecond_clock_still_read(tmp_path):
     f = tmp_path / "az.csv"
     f.write_text(f"{AZURE}1677-09-21 00:12:44,10,1\n1677-09-21 00:12:46.5,20,2\n")

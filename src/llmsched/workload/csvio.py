@@ -381,6 +381,11 @@ class TimestampOutOfRange(Exception):
         return ConfigError(
             f"file {path} {row_place(path, self.row)} column '{self.column}': timestamp {self.value!r} is outside "
             f"{first} to {last}, the times a nanosecond clock holds"
+            + (
+                " (numpy reads a bare number as a year: times in seconds go in a CSV column 'arrival_s')"
+                if self.value.strip().lstrip("+-").isdigit()
+                else ""
+            )
         )
 
 
