@@ -141,6 +141,19 @@ def test_length_datasets_and_trace():
         make_workload(BenchConfig(dataset_name="trace"))
 
 
+def test_a_request_rate_rescales_a_traces_own_times():
+    """`--request-rate` replaced a trace's timestamps by Poisson gaps (simulate --rate
+    rescales them, keeping their shape): the gaps are the trace's own, scaled to the rate."""
+    own = make_workload(BenchConfig(dataset_name="trace", dataset_path="azure-conv", num_prompts=2000))
+    fast = make_workload(
+        BenchConfig(dataset_name="trace", dataset_path="azure-conv", num_prompts=2000, request_rate=50.0)
+    )
+    assert (len(fast) - 1) / fast.arrival_s[-1] == pytest.approx(50.0)
+    scale = own.arrival_s[-1] / fast.arrival_s[-1]
+    np.testing.assert_allclose(fast.arrival_s * scale, own.arrival_s, rtol=1e-9, atol=1e-6)
+    assert fast.prompt.tolist() == own.prompt.tolist()
+
+
 def test_sharegpt_lengths_past_vllms_limits_are_refused(tmp_path):
     """bench sent ShareGPT prompts of 7,504 tokens that a server's context refused."""
     long = tmp_path / "long.csv"
@@ -434,6 +447,10 @@ def test_calculate_metrics_reads_goodput_keys_as_the_cli_does():
         (["--dataset-name", "sharegpt", "--random-range-ratio", "0.5"], "--random-range-ratio"),
         (["--burstiness", "0.5"], "--burstiness"),
         (["--dataset-name", "trace", "--dataset-path", "t.csv", "--burstiness", "0.5"], "--burstiness"),
+        (
+            ["--dataset-name", "trace", "--dataset-path", "t.csv", "--time-scale", "2", "--request-rate", "5"],
+            "--time-scale",
+        ),
     ],
 )
 def test_cli_refuses_an_option_the_run_would_ignore(capsys, extra, flag):

@@ -352,7 +352,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         "--request-rate",
         type=float,
         default=math.inf,
-        help="requests per second; inf sends all at once (trace: default its own timestamps)",
+        help="requests per second; inf sends all at once (trace: its own timestamps, rescaled to a rate)",
     )
     g.add_argument(
         "--burstiness",

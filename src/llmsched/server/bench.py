@@ -36,7 +36,7 @@ Datasets: `random` (fixed lengths, or integers uniform from floor(L(1-r)) to cei
 both included, with `--random-range-ratio r`, as vLLM's random dataset: mean L unless
 the lower end is raised to 1; `random_length_range`), `sharegpt` and `arxiv` (prompt/output
 length pairs drawn from the shared length CSVs), `trace` (Azure or plain CSV replayed on
-its own timestamps, `--time-scale` to speed it up, or re-timed by `--request-rate`), all
+its own timestamps, `--time-scale` to speed it up, or rescaled to `--request-rate`), all
 through `llmsched.workload`. Prompts are built so the server sees the intended number of
 tokens: token-id lists on /v1/completions, and on chat (or `--prompt-format text`) a text
 of "tok " repeated, which the sim backend's rule (4 UTF-8 bytes per token) counts exactly.
@@ -465,9 +465,15 @@ def check_moot_options(a) -> None:
         ),
         (a.dataset_name != "trace" and a.time_scale != 1.0, "--time-scale", "it scales a trace's timestamps"),
         (
+            a.dataset_name == "trace" and a.time_scale != 1.0 and a.request_rate != math.inf,
+            "--time-scale",
+            "--request-rate rescales the trace's timestamps to its rate",
+        ),
+        (
             a.burstiness != 1.0 and (a.dataset_name == "trace" or a.request_rate == math.inf),
             "--burstiness",
-            "it shapes the gaps of a finite --request-rate (a trace keeps its own, inf sends all at once)",
+            "it shapes the gaps of a finite --request-rate (a trace keeps its own, rescaled to the rate; "
+            "inf sends all at once)",
         ),
         (
             a.result_file is not None and (a.result_dir is not None or a.result_filename is not None),
@@ -595,13 +601,12 @@ def make_workload(cfg: BenchConfig) -> Workload:
         if not cfg.dataset_path:
             raise ConfigError("--dataset-name trace needs --dataset-path FILE (Azure or plain CSV, or azure-conv)")
         spec = dict(arrival="trace", trace=cfg.dataset_path, time_scale=cfg.time_scale, num_requests=n, seed=cfg.seed)
+        if not math.isinf(cfg.request_rate):  # the trace's own times rescaled to it, as `simulate --rate`
+            spec["rate"] = cfg.request_rate
         if cfg.sharegpt_output_len:
             spec["output"] = f"const:{cfg.sharegpt_output_len}"
         t = make_trace(WorkloadSpec(**spec), blocks=False)  # (lengths and times: no block ids)
-        arr = t.arrival_s - t.arrival_s[0]
-        if not math.isinf(cfg.request_rate):
-            arr = _arrivals(cfg, len(t.prompt))
-        return Workload(np.asarray(arr, dtype=np.float64), t.prompt, t.output)
+        return Workload(np.asarray(t.arrival_s - t.arrival_s[0], dtype=np.float64), t.prompt, t.output)
     raise ConfigError(f"unknown dataset {name!r} (known: random, sharegpt, arxiv, trace)")
 
 
