@@ -38,6 +38,28 @@ def test_folders_missing_files_and_bad_yaml(tmp_path):
     assert "\n" not in str(e.value)
 
 
+def test_a_pipe_reads_as_a_file_and_a_device_is_named(tmp_path):
+    """`--config <(...)` in a shell names a pipe (/dev/fd/63): it was "does not exist";
+    /dev/null too, though it exists."""
+    import threading
+
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+
+    def write():
+        with open(fifo, "w") as f:
+            f.write("workload:\n  rate: 3\n")
+
+    writer = threading.Thread(target=write, daemon=True)  # (never left blocked on a pipe no one reads)
+    writer.start()
+    try:
+        assert read_yaml(fifo, "config") == {"workload": {"rate": 3}}
+    finally:
+        writer.join(timeout=10)
+    with pytest.raises(ConfigError, match="^config file '/dev/null' is not a file"):
+        read_yaml("/dev/null", "config")
+
+
 @pytest.mark.parametrize(
     "flag, example, section",
     [

@@ -71,8 +71,10 @@ def read_yaml(path, what: str) -> Any:
     name = f"{what} file {str(path)!r}"
     if p.is_dir():  # "does not exist" would send the user looking for a missing path
         raise ConfigError(f"{name} is a folder, not a file: give the YAML file's path")
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"{name} does not exist")
+    if not (p.is_file() or p.is_fifo()):  # (a pipe: `--config <(...)` in a shell)
+        raise ConfigError(f"{name} is not a file (a device or socket): give the YAML file's path")
     try:
         return yaml.load(p.read_text(), Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
     except _Duplicate as e:
