@@ -284,3 +284,12 @@ def test_a_parquet_timestamp_column_outside_the_nanosecond_clock_is_refused(tmp_
     pq.write_table(table, f)
     argv = ["simulate", "--trace", str(f), "--cost-model", "const:1", "--out", ""]
     one_line_error(capsys, argv, "row 2 column 'TIMESTAMP'", "is outside 1677-09-21 to 2262-04-11")
+
+
+def test_a_pipe_given_as_a_trace_is_named_as_one(tmp_path, capsys):
+    """`--trace <(...)` said only "/dev/fd/63 is not a file" (a trace is read more than
+    once: a pipe cannot be)."""
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    argv = ["simulate", "--trace", str(fifo), "--cost-model", "const:1", "--out", ""]
+    one_line_error(capsys, argv, "is not a file (a pipe: write it to a file first)")

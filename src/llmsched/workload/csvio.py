@@ -23,6 +23,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.request import MAX_LENGTH
+from .datasets import not_a_file
 
 __all__ = ["read_header", "read_columns", "row_place", "as_lengths", "open_bytes", "read_bytes"]
 
@@ -104,10 +105,8 @@ def read_header(path: str | os.PathLike) -> list[str]:
 
 def _header(p: Path) -> tuple[list[str], int]:
     """(column names, lines up to and including the header line: 0 for Parquet)."""
-    if not p.exists():
-        raise ConfigError(f"file {p} does not exist")
     if not p.is_file():
-        raise ConfigError(f"{p} is not a file")
+        raise not_a_file(p)
     if _is_parquet(p):
         pa, pq = _pyarrow(p)
         try:

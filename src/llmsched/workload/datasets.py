@@ -90,9 +90,15 @@ def resolve_path(path: str | os.PathLike) -> Path:
         return p
     if is_dataset(str(path)):
         return resolve_dataset(str(path))
-    if p.exists():
-        raise ConfigError(f"{p} is not a file")
-    raise ConfigError(f"file {p} does not exist")
+    raise not_a_file(p)
+
+
+def not_a_file(p: Path) -> ConfigError:
+    """The error for a path that is no regular file: missing, or something else."""
+    if not p.exists():
+        return ConfigError(f"file {p} does not exist")
+    # (a pipe, `--trace <(...)` in a shell, cannot be read as often as a trace is)
+    return ConfigError(f"{p} is not a file" + (" (a pipe: write it to a file first)" if p.is_fifo() else ""))
 
 
 def _strings(obj):
