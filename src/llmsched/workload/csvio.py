@@ -185,7 +185,10 @@ def read_columns(
     """Read named columns of a CSV file with a header line.
 
     `wanted` / `optional` map a column name to its kind: "float" (float64 array), "str"
-    (numpy str array) or "datetime" (datetime64[ns] array). A missing wanted column, a
+    (numpy str array), "text" (object array of Python str: for a column whose values may
+    be long, as block ids are, since a numpy str array holds every value at the width of
+    the longest, four bytes a character) or "datetime" (datetime64[ns] array). Text is
+    stripped of surrounding spaces. A missing wanted column, a
     short line or a value that does not parse raises ConfigError naming file, line and
     column. Blank lines (nothing but spaces, or empty fields) are skipped. A file with a
     header but no data rows gives empty arrays (the caller decides whether that is an
@@ -253,13 +256,12 @@ def _parquet_columns(p: Path, kinds: dict[str, str]) -> dict[str, np.ndarray]:
         try:
             if kind == "float":
                 out[name] = col.cast(pa.float64()).to_numpy()  # missing values: NaN
-            elif kind == "str" and pa.types.is_list(col.type):
+            elif kind in ("str", "text") and pa.types.is_list(col.type):
                 # a list column (block ids written as lists): the space-separated text of a CSV
                 rows = col.to_pylist()
-                out[name] = np.array([" ".join(map(str, x)) if x else "" for x in rows], dtype=str)
+                out[name] = _as_kind(_objects([" ".join(map(str, x)) if x else "" for x in rows]), kind, name)
             else:
-                text = np.char.strip(col.cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False).astype(str))
-                out[name] = _datetimes(text, name) if kind == "datetime" else text
+                out[name] = _as_kind(col.cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False), kind, name)
         except (ValueError, pa.ArrowException):
             what = {"float": "numbers", "datetime": "timestamps like 2023-11-16 18:15:46.6805900"}.get(kind, "text")
             raise ConfigError(f"file {p} column '{name}' ({col.type}) cannot be read as {what}") from None
@@ -355,10 +357,29 @@ def _parse(source, cols: dict[str, int], kinds: dict[str, str], skip: int) -> di
         for n in cols:
             if kinds[n] == "float":
                 continue
-            s = load([cols[n]], 1, str)
-            s = np.char.strip(s) if s.size else s
-            out[n] = _datetimes(s, n) if kinds[n] == "datetime" else s
+            # read as Python str objects: a numpy str array (what dtype=str builds) is as wide
+            # as the longest value, so one row of 100,000 characters of block ids made every
+            # row take 400 kB
+            out[n] = _as_kind(load([cols[n]], 1, object), kinds[n], n)
     return out
+
+
+def _objects(texts: list[str]) -> np.ndarray:
+    """A 1-D object array of the strings `texts`."""
+    arr = np.empty(len(texts), dtype=object)
+    arr[:] = texts
+    return arr
+
+
+def _as_kind(text: np.ndarray, kind: str, column: str) -> np.ndarray:
+    """A column's text (an object array of str) stripped, as `read_columns` gives a column
+    of `kind`: kept as objects ("text"), else a numpy str array ("str"; timestamps are
+    parsed from one)."""
+    if kind == "text":
+        return _objects([t.strip() for t in text.tolist()])
+    text = text.astype(str)
+    text = np.char.strip(text) if text.size else text
+    return _datetimes(text, column) if kind == "datetime" else text
 
 
 # the instants a datetime64[ns] holds, in whole microseconds: numpy wraps a time outside

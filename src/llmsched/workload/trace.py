@@ -486,7 +486,7 @@ def read_plain_csv(path: str | os.PathLike) -> Trace:
     bcol = _blocks_column(read_header(path))
     optional = {"tag": "str"}
     if bcol:
-        optional[bcol[0]] = "str"
+        optional[bcol[0]] = "text"  # (a str array would hold every row at the longest row's width)
     cols = read_columns(path, {"arrival_s": "float", "prompt_tokens": "float", "output_tokens": "float"}, optional)
     arrival = cols["arrival_s"]
     if arrival.size == 0:
