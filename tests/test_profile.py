@@ -144,9 +144,11 @@ def test_interpolation_and_extrapolation():
     # decode attention beyond the measured batch and context grows linearly
     assert m.decode_attention_time(1024, 4096) > 1.9 * m.decode_attention_time(512, 4096)
     assert m.decode_attention_time(64, 65536) > 1.9 * m.decode_attention_time(64, 32768)
-    # prefill attention beyond the largest chunk grows with attention work (quadratic at context 0)
+    # prefill attention beyond the largest chunk: its part above the launch floor grows with
+    # attention work (quadratic at context 0), the floor stays
+    fp = m.floors["prefill_attn"]
     assert m.prefill_attention_time(16384, 0) == pytest.approx(
-        m.prefill_attention_time(8192, 0) * (16384 * 16385) / (8192 * 8193)
+        fp + (m.prefill_attention_time(8192, 0) - fp) * (16384 * 16385) / (8192 * 8193)
     )
     # float token counts are accepted
     assert m.step_time(100.0, 0, 0, [(100.0, 0)], 1) == pytest.approx(m.step_time(100, 0, 0, [(100, 0)], 1))
@@ -419,6 +421,7 @@ def test_bad_combined_csv(tmp_path):
         ["linear", 8, "", "", "", 1.5, ""],
         ["lm_head", 8, "", "", "", 0.2, ""],
         ["decode_attn", "", 8, "", 128, 0.02, ""],
+        ["prefill_attn", "", "", 128, 0, 0.03, ""],
     ]
     write_csv(path, cols, rows)
     with pytest.raises(ConfigError, match=r"c\.csv: the layers column disagrees"):
@@ -553,6 +556,9 @@ def test_a_row_without_its_model_is_refused_not_dropped(tmp_path, capsys):
         ("linear.csv", ["tokens", "mode", "ms"], [[512, "eager", 13.9], [512, "graph", 9.0]], "eager token load (512)"),
         ("lm_head.csv", ["tokens", "ms"], [[1, 0.3], [1, 0.3]], "token count (1)"),
         ("decode_attn.csv", ["batch", "context", "ms"], [[64, 128, 0.05], [64, 4096, 0.2]], "batch size (64)"),
+        # one chunk at context 0 is all launch floor: scaled by attention work it timed a 512-token
+        # chunk of a 16-token table at 590 ms (overlap 0; measured 15.5 ms), at 0 with overlap 1
+        ("prefill_attn.csv", ["chunk", "context", "ms"], [[64, 0, 0.06], [64, 4096, 0.15]], "chunk size (64)"),
     ],
 )
 def test_a_table_of_one_size_is_refused_not_flat(tmp_path, capsys, name, header, rows, words):
@@ -567,13 +573,80 @@ def test_a_table_of_one_size_is_refused_not_flat(tmp_path, capsys, name, header,
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_one_prefill_chunk_extrapolates_by_attention_work(tmp_path):
+def test_prefill_attention_past_its_chunks_scales_the_part_above_the_floor(tmp_path):
+    # the whole value was scaled, launch floor included: with overlap 0 a floor-bound largest
+    # chunk grew hundreds of times; overlap moved extrapolated chunks by floor x the work ratio
+    folder = tiny_folder(tmp_path / "p")
+    rows = [["m", 16, 0, 0.1], ["m", 32, 0, 0.1], ["m", 16, 512, 0.3], ["m", 32, 512, 0.5]]
+    write_csv(folder / "prefill_attn.csv", ["model", "chunk", "context", "ms"], rows)
+    kept, hidden = (load_profile(f"{folder},overlap={v},monotone=0") for v in (0, 1))
+    floor = 2 * 0.1e-3  # the least value, 2 layers
+    assert kept.floors["prefill_attn"] == pytest.approx(floor)
+    for c, x in ((512, 0), (512, 512), (64, 0), (64, 512), (32, 512)):  # at the grid's contexts
+        work = (c * (x + (c + 1) / 2)) / (32 * (x + 33 / 2)) if c > 32 else 1.0
+        above = hidden.prefill_attention_time(32, x)
+        assert hidden.prefill_attention_time(c, x) == pytest.approx(above * work, abs=1e-15)
+        assert kept.prefill_attention_time(c, x) == pytest.approx(floor + above * work, abs=1e-15)
+    assert kept.prefill_attention_time(512, 0) == pytest.approx(floor)  # was 0.1 ms x 2 x 249
+    # the shipped profile: the 8192-token chunk's part above the floor scales to 16,384 tokens
+    m = load_profile("h200-llama-3-8b,overlap=0,monotone=0")
+    fp = m.floors["prefill_attn"]
+    v = 32e-3 * ms("prefill_attn.csv", "llama-3-8b", chunk=8192, context=4096)
+    want = fp + (v - fp) * (16384 * (4096 + 16385 / 2)) / (8192 * (4096 + 8193 / 2))
+    assert m.prefill_attention_time(16384, 4096) == pytest.approx(want)
+
+
+def test_each_attention_table_is_checked_against_its_own_contexts(tmp_path):
+    # the contexts were checked against the larger of the two tables' largest contexts: a
+    # decode table stopping at 100 beside a prefill table reaching 20,000 gave no warning
     folder = tiny_folder(tmp_path / "p")
     write_csv(
-        folder / "prefill_attn.csv", ["model", "chunk", "context", "ms"], [["m", 64, 0, 0.1], ["m", 64, 512, 0.2]]
+        folder / "decode_attn.csv",
+        ["model", "batch", "context", "ms"],
+        [["m", 1, 100, 0.01], ["m", 10, 100, 0.02]],
     )
-    m = load_profile(f"{folder},overlap=0,monotone=0")
-    assert m.prefill_attention_time(128, 0) == pytest.approx(m.prefill_attention_time(64, 0) * (128 * 129) / (64 * 65))
+    rows = [["m", c, x, 0.02 + 1e-4 * c + 1e-5 * x] for c in (10, 100) for x in (0, 20_000)]
+    write_csv(folder / "prefill_attn.csv", ["model", "chunk", "context", "ms"], rows)
+    m = load_profile(str(folder))
+    assert m.extrapolation(100, 10, 5_000) == ["decode context up to 5,000 (measured up to 100)"]
+    assert m.extrapolation(100, 10, 200) == []
+    far = m.extrapolation(100, 10, 50_000)
+    assert far == [
+        "decode context up to 50,000 (measured up to 100)",
+        "prefill context up to 50,000 (measured up to 20,000)",
+    ]
+
+
+def test_a_step_row_of_no_time_is_refused(tmp_path, capsys):
+    # ms = 0 loaded, and validation divided by it: benchmarks/validate_profile.py printed nan% and exit 0
+    import subprocess
+    import sys
+
+    folder = tiny_folder(tmp_path / "p")
+    header = ["model", "prefill_chunk", "prefill_context", "decodes", "decode_context", "ms"]
+    write_csv(folder / "step.csv", header, [["m", 100, 0, 10, 500, 4.0], ["m", 64, 0, 0, 0, 0]])
+    line = f"profile file {folder / 'step.csv'} line 3: column 'ms' of a step row must be a positive number, got 0"
+    with pytest.raises(ConfigError, match=f"^{re.escape(line)}$"):
+        load_profile(str(folder))
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "validate_profile.py"
+    run = subprocess.run([sys.executable, str(script), f"{folder},overlap=0"], capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr == f"error: {line}\n" and "nan" not in run.stdout
+
+
+def test_a_folder_whose_name_reads_as_an_option(tmp_path):
+    # `profile --out run,mode=x/` printed `--cost-model profile:run,mode=x/profile.csv,overlap=0`:
+    # the trailing `,key=value` parts were read as options, `mode=x/profile.csv` refused
+    folder = tmp_path / "run,mode=x"
+    folder.mkdir()
+    path = combined_csv(folder / COMBINED_FILE)
+    for spec in (f"{folder}", f"{folder}/", f"{path},overlap=0", f"{folder},overlap=0", f"{path}#llama-3.2-1b"):
+        assert load_profile(spec).layers == 16, spec
+    assert load_profile(f"{path},overlap=0").overlap == 0.0
+    assert recorded_spec(f"{path},overlap=0") == f"{path},overlap=0"
+    with pytest.raises(ConfigError, match="unknown option 'speed'"):
+        load_profile(f"{folder},speed=2")
+    with pytest.raises(ConfigError, match="has no model 'nope'"):
+        load_profile(f"{path}#nope,overlap=0")
 
 
 @pytest.mark.parametrize(

@@ -218,8 +218,10 @@ def _profile_rows(path):
         # sequences' chunks (max_model_len 32), a 48-token chunk no sequence holds; decode
         # batches up to the 48 sequences a step can decode (they stopped at 8)
         (48, 48, [1, 8, 16, 32, 48], [1, 2, 8, 16, 32, 48], [16, 32], [1, 4, 8, 16, 32, 48]),
-        # below them: nothing past b_max (nor a decode batch over it), b_max itself added
-        (6, 16, [1, 6], [1, 2, 6], [6], [1, 4, 6]),
+        # below them: nothing past b_max (nor a decode batch over it), b_max itself added, and
+        # half of it as a second chunk size (a prefill table of one chunk is refused: with
+        # --b-max 16 `profile` wrote a profile that `simulate` could not read)
+        (6, 16, [1, 6], [1, 2, 6], [3, 6], [1, 4, 6]),
         # a step samples one row per running sequence: the LM head and the decode batches
         # stop at max_num_seqs
         (48, 4, [1, 8, 16, 32, 48], [1, 2, 4], [16, 32], [1, 4]),

@@ -37,11 +37,14 @@ exactly. Below the smallest measured size a table is flat (the launch floor); ab
 largest it extrapolates linearly in tokens along the secant from the largest measured
 point at or below half the largest size to the largest one (a secant over the upper half
 is less noisy than the last interval), never with a negative slope. The one exception:
-prefill attention above the largest measured chunk scales with attention work,
-c * (ctx + (c + 1) / 2), since its cost is quadratic in the chunk. Missing cells of a 2-D
+prefill attention above the largest measured chunk scales its part above the launch floor
+with attention work, c * (ctx + (c + 1) / 2), since its cost is quadratic in the chunk
+(the floor, where `overlap` leaves it in, is added unscaled). Missing cells of a 2-D
 grid (e.g. batch x context pairs too large to measure) are filled along the context axis
 by the same rule. A table with no second size to draw a secant from is refused (linear
-eager rows, lm_head, decode_attn batches); a context axis of one context is flat.
+eager rows, lm_head, decode_attn batches), and so is a prefill_attn table of one chunk size
+(at context 0 a small chunk is all launch floor: no work to scale); a context axis of one
+context is flat.
 
 Monotone cleaning (`monotone=1`, the default): measured tables carry noise (for example
 an eager 448-token row 20% above its neighbours) that would make a larger step cheaper
@@ -60,8 +63,9 @@ Spec forms for `load_profile(spec)` (also `make_cost_model("profile:" + spec)`):
 - `PATH` to a single combined CSV file (format below), `PATH#MODEL` likewise;
 - options may follow after commas: `,mode=auto|eager|graph`, `,overlap=V` (0..1),
   `,monotone=1|0`, `,layers=N` (overrides the layer count), e.g.
-  `h200-llama-3.2-1b,mode=eager`. (An existing path may itself contain commas; only
-  trailing `,key=value` parts are read as options.)
+  `h200-llama-3.2-1b,mode=eager`. (An existing path may itself contain commas, even
+  `,key=value` parts: the longest leading run of parts naming an existing file or folder,
+  with its `#MODEL`, is the source; the parts after it are options.)
 
 Folder format (all times in milliseconds, column order free, extra columns ignored; a
 `model` column is optional, but once a model is in play every row of a table with one
@@ -78,7 +82,7 @@ names it; rows with the same key are averaged):
 `step.csv` is optional: whole steps measured end to end (one prefill chunk, `decodes`
 decode sequences with `decode_context` tokens each, LM head over decodes + 1 if there is a
 chunk), used only by `validate_steps`. Sizes (tokens, batch, chunk) must be > 0, contexts
-and times >= 0; linear.csv needs at least one eager row. Limits: sizes and step.csv's
+and times >= 0 (step.csv times > 0); linear.csv needs at least one eager row. Limits: sizes and step.csv's
 prefill_chunk and decodes are whole numbers of at most 1,048,576 (the largest b_max),
 contexts at most 1,073,741,824 tokens (the longest prompt or output), times at most 1e6 ms
 (the formula models' limit); the layer count is at most 1,024.
@@ -282,8 +286,10 @@ class _Surface:
     """A 2-D grid (rows = batch or chunk sizes, cols = contexts). `row(r)` returns the
     segments (A, S) over the context axis for size r, cached."""
 
-    def __init__(self, rows: list[float], cols: list[float], vals: list[list[float]], tail: str):
-        self.rows, self.cols, self.vals, self.tail = rows, cols, vals, tail
+    def __init__(self, rows: list[float], cols: list[float], vals: list[list[float]], tail: str, keep: float = 0.0):
+        # `keep`: the part of every value that is the launch floor left in (the floor less
+        # what `overlap` hides); the "work" tail scales only what lies above it
+        self.rows, self.cols, self.vals, self.tail, self.keep = rows, cols, vals, tail, keep
         self.cache: dict = {}
         self._axis = _Axis(cols)
 
@@ -294,9 +300,12 @@ class _Surface:
         if r >= R[-1]:
             if r == R[-1] or len(R) == 1 and self.tail == "linear":
                 return list(V[-1])
-            if self.tail == "work":  # attention work c * (ctx + (c + 1) / 2)
-                rm = R[-1]
-                return [v * (r * (x + (r + 1) / 2)) / (rm * (x + (rm + 1) / 2)) for x, v in zip(self.cols, V[-1])]
+            if self.tail == "work":  # the part above the launch floor scales with attention work
+                rm, keep = R[-1], self.keep  # c * (ctx + (c + 1) / 2); the floor does not
+                return [
+                    keep + max(0.0, v - keep) * (r * (x + (r + 1) / 2)) / (rm * (x + (rm + 1) / 2))
+                    for x, v in zip(self.cols, V[-1])
+                ]
             j = _anchor(R)
             return [vm + max(0.0, (vm - vj) / (R[-1] - R[j])) * (r - R[-1]) for vm, vj in zip(V[-1], V[j])]
         i = bisect_right(R, r)
@@ -416,7 +425,7 @@ class ProfileCostModel(CostModel):
             floor = min(min(row) for row in v)
             self.floors[table] = floor
             v = [[max(0.0, y - overlap * floor) for y in row] for row in v]
-            surfaces.append(_Surface(r, c, v, tail))
+            surfaces.append(_Surface(r, c, v, tail, keep=(1.0 - overlap) * floor))
         self._dec, self._pre = surfaces
         self.steps = list(tables.get("step") or [])
 
@@ -515,13 +524,17 @@ class ProfileCostModel(CostModel):
     def extrapolation(self, b_max: int, max_batch: int, max_context: int, factor: float = 2.0) -> list[str]:
         """The sizes a run can reach that lie more than `factor` times past the largest
         measured ones (token load, decode batch, prefill chunk, context), as phrases; []
-        when none. A size of 0 is not checked."""
+        when none. A size of 0 is not checked; each attention table's contexts are checked
+        against its own largest context."""
         out = []
         for what, need, have in (
             ("token load (b_max)", b_max, self._eager.xs[-1]),
             ("decode batch", max_batch, self._dec.rows[-1]),
             ("prefill chunk", b_max, self._pre.rows[-1]),
-            ("context", max_context, max(self._dec.cols[-1], self._pre.cols[-1])),
+            # each attention table against its own contexts: a decode table that stops at 128
+            # is extrapolated at 6,000 whatever contexts the prefill table reaches
+            ("decode context", max_context, self._dec.cols[-1]),
+            ("prefill context", max_context, self._pre.cols[-1]),
         ):
             if need > factor * have:
                 out.append(f"{what} up to {int(need):,} (measured up to {int(have):,})")
@@ -846,27 +859,38 @@ def _table_rows(table: str, header: Sequence[str], rows, where: str, model: str 
             if mode not in ("eager", "graph"):
                 raise ConfigError(f"profile file {at}: mode must be eager or graph, got {mode!r}")
             key = key + (mode,)
-        acc.setdefault(key, []).append(_num(r.get("ms", ""), "ms", at))
+        t = _num(r.get("ms", ""), "ms", at)
+        if table == "step" and t <= 0:  # a whole step takes time; validation divides by it
+            raise ConfigError(f"profile file {at}: column 'ms' of a step row must be a positive number, got {t:g}")
+        acc.setdefault(key, []).append(t)
     _check_a_size_to_extrapolate_from(table, acc, where)
     return [k + (sum(v) / len(v),) for k, v in acc.items()]
 
 
-# the size axis each table extrapolates along by a secant between two measured sizes
-# (prefill attention scales its largest chunk by attention work, so one chunk will do)
-_SECANT_AXES = {"linear": "eager token load", "lm_head": "token count", "decode_attn": "batch size"}
+# the size axis each table extrapolates along, and what one measured size leaves out: the
+# others draw a secant between two sizes; prefill attention scales its largest chunk's part
+# above the launch floor by attention work, and with one chunk (launch-bound at context 0)
+# that part is nothing, or, with the floor scaled too, hundreds of times the launch cost
+_SECANT_AXES = {
+    "linear": ("eager token load", "every larger one would cost the same"),
+    "lm_head": ("token count", "every larger one would cost the same"),
+    "decode_attn": ("batch size", "every larger one would cost the same"),
+    "prefill_attn": ("chunk size", "its launch floor cannot be told from its attention work"),
+}
 
 
 def _check_a_size_to_extrapolate_from(table: str, keys, where: str) -> None:
     """Refuse a table measured at one size: with no second point there is no slope, and
-    every larger step would silently cost the same as the one measured."""
-    axis = _SECANT_AXES.get(table)
-    if axis is None:
+    every larger step would silently cost the same as the one measured (or, for prefill
+    attention, nothing or far too much)."""
+    if table not in _SECANT_AXES:
         return
+    axis, why = _SECANT_AXES[table]
     sizes = {k[0] for k in keys if table != "linear" or k[1] == "eager"}
     if len(sizes) == 1:
         raise ConfigError(
             f"profile file {where}: the {table} table has one {axis} ({sizes.pop():g}), so it cannot "
-            f"extrapolate (every larger one would cost the same); measure at least two"
+            f"extrapolate ({why}); measure at least two"
         )
 
 
@@ -1047,18 +1071,26 @@ def _path_and_model(source: str) -> tuple[str, str]:
     return path, model
 
 
+def _exists(path_text: str) -> bool:
+    try:
+        return bool(path_text.strip()) and Path(path_text).exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
+
+
 def _split_spec(spec: str) -> tuple[str, list[str]]:
-    """A spec's source (a shipped name, or PATH[#MODEL]) and its `key=value` parts."""
+    """A spec's source (a shipped name, or PATH[#MODEL]) and its `key=value` parts: the
+    longest leading run of its comma-separated parts that names an existing file or folder
+    (a path may hold commas, and `,key=value` in a folder's name: run,mode=x/), else the
+    first part; the parts after it are options (a bad one is refused by name)."""
     parts = spec.split(",")
-    opts_parts: list[str] = []
-    while len(parts) > 1 and "=" in parts[-1]:  # options come last
-        opts_parts.insert(0, parts.pop())
-    source = ",".join(parts)
-    if "," in source and not Path(_path_and_model(source)[0]).exists():
-        # not a path holding commas: the rest are options (a bad one is refused by name)
-        source, *more = source.split(",")
-        opts_parts = more + opts_parts
-    return source.strip() or DEFAULT_PROFILE, opts_parts
+
+    def names_a_path(k: int) -> bool:
+        path, model = _path_and_model(",".join(parts[:k]))
+        return "," not in model and _exists(path)  # a model name holds no comma
+
+    k = next((k for k in range(len(parts), 1, -1) if names_a_path(k)), 1)
+    return ",".join(parts[:k]).strip() or DEFAULT_PROFILE, parts[k:]
 
 
 def source_path(spec: str) -> str:

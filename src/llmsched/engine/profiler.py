@@ -512,6 +512,12 @@ def profile_engine(
         if fits(b, c)
     ]
     seq_room = min(r.max_model_len, cap_tokens)
+    # `--cost-model profile:PATH` refuses a prefill_attn table of one chunk size (at context
+    # 0 it is all launch floor, so it cannot scale to larger chunks): where only one chunk of
+    # the grid fits (b_max 16 fits the CPU grid's 16, the CUDA grid's 64 cut to 16), half of it too
+    fit = sorted({c for c in g["chunks"] if c <= seq_room})
+    if len(fit) == 1 and fit[0] >= 2:
+        g["chunks"] = sorted(set(g["chunks"]) | {fit[0] // 2})
     pre_points = [
         (c, x)
         for c in g["chunks"]
@@ -520,6 +526,12 @@ def profile_engine(
     ]
     _check_grid_fits(r, g, dec_points, pre_points, max(contexts(min(g["batches"]), min(g["contexts"]))))
     _check_two_decode_batches(r, dec_points, grid_batches, step_kv)
+    if len({c for c, _ in pre_points}) == 1:  # a chunk of one token: b_max or max_model_len 1
+        raise ConfigError(
+            f"only one prefill chunk size ({pre_points[0][0]}) fits this engine (b_max {r.b_max}, "
+            f"max_model_len {r.max_model_len}); a profile needs two: "
+            + ("raise --b-max" if r.b_max < 2 else "raise --max-model-len")
+        )
     step_points = [
         p
         for p in ((64, 0, 0, 0), (16, 64, 4, 64), (0, 0, 16, 256), (128, 0, 8, 128), (0, 0, 1, 64), (32, 256, 32, 64))
