@@ -22,7 +22,13 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from llmsched.core.errors import ConfigError  # noqa: E402
-from llmsched.core.profile import load_profile, shipped_profiles, validate_steps  # noqa: E402
+from llmsched.core.profile import (  # noqa: E402
+    load_profile,
+    shipped_profiles,
+    spec_options,
+    spec_source,
+    validate_steps,
+)
 
 
 def summary(rows: list[dict]) -> tuple[float, float, float, float]:
@@ -42,9 +48,9 @@ def main(argv=None) -> int:
     specs = args.specs or shipped_profiles()
     totals = []
     for spec in specs:
-        if "mode=" not in spec:
-            spec += ",mode=eager"
         try:
+            if "mode" not in spec_options(spec):
+                spec += ",mode=eager"
             model = load_profile(spec)
         except ConfigError as e:
             print(f"error: {e}", file=sys.stderr)
@@ -72,7 +78,7 @@ def main(argv=None) -> int:
             f"mean rel error (bias) {bias:+.1%}"
         )
         if not args.no_variants:
-            base = spec.split(",")[0]
+            base = spec_source(spec)
             print("\n| variant | mean abs ms | mean abs rel | max abs rel | bias |")
             print("|---|---:|---:|---:|---:|")
             for mode in ("eager", "graph", "auto"):

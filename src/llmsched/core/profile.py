@@ -1093,6 +1093,11 @@ def _split_spec(spec: str) -> tuple[str, list[str]]:
     return ",".join(parts[:k]).strip() or DEFAULT_PROFILE, parts[k:]
 
 
+def spec_source(spec: str) -> str:
+    """The source of a profile spec without its options: a shipped name or PATH[#MODEL]."""
+    return _split_spec((spec or DEFAULT_PROFILE).strip())[0]
+
+
 def source_path(spec: str) -> str:
     """The PATH of a profile spec (the part after `profile:`; PATH[#MODEL][,options]), or
     a shipped profile's name."""
