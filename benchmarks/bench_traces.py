@@ -1,9 +1,11 @@
 """How long reading traces and building prefix-sharing workloads takes (docs/workloads.md).
 
 Each case runs in a fresh process (no cache shared between them), `--repeat` times; the
-median wall time is printed with the peak memory of that process. The generated files
-(a 1M-row plain CSV, a 1M-row Mooncake-layout JSON lines file made of the shared
-sample's rows repeated with shifted timestamps and ids) are written to `--dir` once.
+median wall time is printed with the peak memory of that process (its VmHWM, which
+starts afresh at exec; `ru_maxrss` would carry over the parent's peak). The generated
+files (a 1M-row plain CSV, a 1M-row Mooncake-layout JSON lines file made of the shared
+sample's rows repeated with shifted timestamps and ids) are written to `--dir` once, each
+only when a chosen case reads it.
 
     python benchmarks/bench_traces.py                      # every case, 3 runs each
     python benchmarks/bench_traces.py --cases azure,mooncake-sample --repeat 5
@@ -37,16 +39,18 @@ def shared_traces() -> tuple[Path, Path]:
     return azure, mooncake
 
 
-def _make_files(folder: Path, mooncake: Path) -> dict[str, Path]:
+def _make_files(folder: Path, mooncake: Path, names: list[str]) -> dict[str, Path]:
+    """The generated files' paths; those the cases `names` read are written if missing."""
     from llmsched.workload import WorkloadSpec, make_trace  # noqa: PLC0415
 
-    folder.mkdir(parents=True, exist_ok=True)
     plain = folder / "plain_1m.csv"
-    if not plain.is_file():
+    moon = folder / "mooncake_1m.jsonl"
+    if "plain-1m" in names or "mooncake-1m-512" in names:
+        folder.mkdir(parents=True, exist_ok=True)
+    if "plain-1m" in names and not plain.is_file():
         spec = WorkloadSpec(arrival="poisson", rate=100, num_requests=N, prompt="geometric:500", output="geometric:200")
         make_trace(spec).to_csv(plain)
-    moon = folder / "mooncake_1m.jsonl"
-    if not moon.is_file():
+    if "mooncake-1m-512" in names and not moon.is_file():
         rows = [json.loads(line) for line in mooncake.read_text().splitlines() if line.strip()]
         span = rows[-1]["timestamp"] + 1
         with open(moon, "w") as fh:
@@ -96,6 +100,20 @@ def _cases(files: dict[str, Path], azure: Path, mooncake: Path) -> dict[str, str
     }
 
 
+def _peak_gb() -> float:
+    """This process's peak resident memory, GB (kB / 1e6). VmHWM (Linux) belongs to the
+    process image after exec; `ru_maxrss` also holds the RSS the process had before its
+    exec, i.e. the parent's when it was forked (as bench_serverless.py measures)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1e6
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+
 def _child(stmt: str) -> None:
     from llmsched.workload import WorkloadSpec, make_trace, read_trace  # noqa: F401, PLC0415
 
@@ -103,7 +121,7 @@ def _child(stmt: str) -> None:
     t = eval(stmt)  # noqa: S307 - our own statements
     dt = time.perf_counter() - t0
     ids = 0 if t.block_ids is None else int(t.block_ids.shape[0])
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    peak = _peak_gb()
     print(json.dumps({"s": dt, "requests": len(t), "ids": ids, "block_size": t.block_size, "peak_gb": peak}))
 
 
@@ -127,7 +145,7 @@ def main() -> None:
     except ConfigError as e:
         print(f"bench_traces: {e}", file=sys.stderr)
         sys.exit(2)
-    cases = _cases(_make_files(Path(args.dir), mooncake), azure, mooncake)
+    cases = _cases(_make_files(Path(args.dir), mooncake, names), azure, mooncake)
     print(f"{'case':22s} {'requests':>10s} {'block ids':>12s} {'block':>5s} {'median s':>9s} {'peak GB':>8s}")
     for name in names:
         runs = []

@@ -4,6 +4,7 @@ cannot silently drift from the code."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -15,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def _commands():
-    """(file, command line) for every llmsched command in a fenced code block."""
+def _commands(synopses: bool = False):
+    """(file, command line) for every llmsched command in a code block; with `synopses`, the
+    synopses instead (lines with optional `[--flag ...]` parts), those parts left out."""
     out = []
     for doc in DOCS:
         for block in _shell_blocks(doc.read_text()):
@@ -33,33 +35,86 @@ def _commands():
                 cur = ""
             for line in lines:
                 code = line.split(" #", 1)[0].strip()
-                if code.startswith("llmsched ") and "..." not in code and "|" not in code and " [-" not in code:
-                    out.append((doc.name, code))
+                if not code.startswith("llmsched ") or "..." in code or "|" in code:
+                    continue
+                if (" [-" in code) == synopses:
+                    out.append((doc.name, re.sub(r"\s*\[[^\]]*\]", "", code) if synopses else code))
     return out
 
 
 def _shell_blocks(text: str) -> list[str]:
-    """The contents of the fenced code blocks in shell (or no) language."""
+    """The contents of the code blocks in shell (or no) language: fenced ones, and indented
+    ones (four spaces or more after a blank line, outside any fence), Markdown's two kinds."""
     blocks, inside, lang, body = [], False, "", []
+    indented, blank_before = [], True
     for line in text.splitlines():
-        if line.lstrip().startswith("```"):
-            if inside:
+        if inside:
+            if line.lstrip().startswith("```"):
                 if lang in ("", "bash", "sh", "console", "shell"):
                     blocks.append("\n".join(body))
                 inside, body = False, []
             else:
-                inside, lang = True, line.strip()[3:].strip()
-        elif inside:
-            body.append(line)
+                body.append(line)
+            blank_before = False
+            continue
+        if indented and (not line.strip() or line.startswith("    ")):
+            indented.append(line)
+            continue
+        if indented:
+            blocks.append("\n".join(indented))
+            indented = []
+        if line.lstrip().startswith("```"):
+            inside, lang = True, line.strip()[3:].strip()
+        elif blank_before and line.startswith("    ") and line.strip():
+            indented = [line]
+        blank_before = not line.strip()
+    if indented:
+        blocks.append("\n".join(indented))
     return blocks
 
 
 COMMANDS = _commands()
+SYNOPSES = _commands(synopses=True)
 
 
 def test_the_docs_show_commands():
     assert len(COMMANDS) >= 20
     assert any(c.startswith("llmsched simulate --network") for _, c in COMMANDS)
+    # docs/networks.md shows its commands in indented blocks
+    shown = {c for d, c in COMMANDS if d == "networks.md"}
+    assert "llmsched capacity --network examples/networks/disaggregated.yaml" in shown
+    assert any("rybko_stolyar.yaml --scale 1.1" in c for c in shown)
+    assert ("networks.md", "llmsched reproduce rybko-stolyar") in SYNOPSES
+
+
+def test_code_blocks_are_read_fenced_and_indented():
+    text = "\n".join(
+        [
+            "Text.",
+            "    not code: no blank line before",
+            "",
+            "    llmsched a \\",
+            "        --b",
+            "",
+            "    llmsched c",
+            "Text again.",
+            "```python",
+            "llmsched no",
+            "```",
+            "```bash",
+            "    llmsched d",
+            "```",
+            "",
+            "- a list",
+            "",
+            "      llmsched e",
+        ]
+    )
+    assert _shell_blocks(text) == [
+        "    llmsched a \\\n        --b\n\n    llmsched c",
+        "    llmsched d",
+        "      llmsched e",
+    ]
 
 
 @pytest.mark.parametrize("doc,command", COMMANDS, ids=[f"{d}:{c[:60]}" for d, c in COMMANDS])
@@ -71,6 +126,11 @@ def test_documented_command_parses(doc, command):
         pytest.fail(f"{doc}: `{command}` is refused by the command line (exit {e.code})")
 
 
+@pytest.mark.parametrize("doc,command", SYNOPSES, ids=[f"{d}:{c[:60]}" for d, c in SYNOPSES])
+def test_documented_synopsis_parses(doc, command):
+    test_documented_command_parses(doc, command)
+
+
 RUNNABLE = [
     (d, c)
     for d, c in COMMANDS
@@ -78,6 +138,7 @@ RUNNABLE = [
     and "--find-counterexample" not in c
     and "/tmp/tiny" not in c
     and "profile:/" not in c
+    and "tr1000000.csv" not in c  # a trace the doc has the reader make first
 ]
 
 
