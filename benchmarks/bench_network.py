@@ -46,19 +46,14 @@ import sys
 import tempfile
 import time
 
+from _memory import peak_rss_kb
+
 CASES = ("single", "cluster", "agent", "loop")
 WORKLOADS = {"synthetic": ("geometric:200", "geometric:101"), "prefill-heavy": ("geometric:400", "geometric:20")}
 
 
 def _peak_rss_mb() -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak_rss_kb() / 1024
 
 
 def agent_workflow() -> dict:

@@ -55,6 +55,8 @@ import sys
 import tempfile
 import time
 
+from _memory import peak_rss_kb
+
 CASES = ("platform", "overhead")
 OVERHEAD_RUNS = (
     ("fcfs", True),
@@ -67,14 +69,7 @@ OVERHEAD_RUNS = (
 
 
 def _peak_rss_mb() -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak_rss_kb() / 1024
 
 
 def platform(trace_path: str, scheduler: str = "fcfs") -> dict:

@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+from _memory import peak_rss_kb
+
 SCENARIOS = {  # name -> (prompt law, output law, cost model, load)
     "sharegpt": ("sharegpt", "sharegpt", "profile:h200-llama-3-8b", 0.9),
     "const": ("const:1000", "const:201", "paper", 0.85),
@@ -76,7 +78,7 @@ def one_run(
     t2, c2 = time.perf_counter(), time.process_time()
     r.write(out_dir)
     t3, c3 = time.perf_counter(), time.process_time()
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_rss_kb() / 1024  # (VmHWM: this child's own, not its parent's)
     return {
         "requests": n,
         "policy": policy,

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _memory import peak_rss_kb
 
 from llmsched.core.errors import ConfigError
 from llmsched.workload import resolve_dataset, traces_dirs
@@ -101,17 +102,8 @@ def _cases(files: dict[str, Path], azure: Path, mooncake: Path) -> dict[str, str
 
 
 def _peak_gb() -> float:
-    """This process's peak resident memory, GB (kB / 1e6). VmHWM (Linux) belongs to the
-    process image after exec; `ru_maxrss` also holds the RSS the process had before its
-    exec, i.e. the parent's when it was forked (as bench_serverless.py measures)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1e6
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    """This process's peak resident memory, GB (kB / 1e6; `_memory.peak_rss_kb`)."""
+    return peak_rss_kb() / 1e6
 
 
 def _child(stmt: str) -> None:

@@ -67,6 +67,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _memory import peak_rss_kb
+
 PEERS = ("sched-sim", "pyserq")
 PYSERQ_VARIANTS = ("decode-first:trace", "admission:trace", "admission:native")
 DEFAULT_PEER_PYTHON = "/tmp/peers-venv/bin/python"
@@ -80,17 +82,8 @@ SCENARIOS = {
 
 
 def _rss_mb() -> float:
-    """Peak RSS of this process so far, MB. VmHWM (Linux) belongs to the process image
-    after exec; `ru_maxrss` also carries the RSS the process had before its exec, i.e.
-    the parent's size at fork, so it is only the fallback."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    """Peak RSS of this process so far, MB (`_memory.peak_rss_kb`)."""
+    return peak_rss_kb() / 1024
 
 
 def _cpu_s() -> float:
