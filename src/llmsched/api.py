@@ -536,10 +536,9 @@ def _longest_prefill(result: SimResult) -> int:
 def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dict:
     """Theorem 2's capacity for this workload and the run's stability verdict."""
     out: dict[str, Any] = {}
-    arrivals = result.arrival_s
+    arrivals = result.arrival_ns / NS  # as the clock took them (a replay of requests.csv: the same)
     n = len(arrivals)
-    span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
-    rate = (n - 1) / span if span > 0 else None
+    rate = result.offered_rate
     # with prefix caching, the prompt tokens a request finds cached when first admitted are
     # not work (hits again after a preemption only save the recomputation, no part of it)
     pc = result.stats.prefix

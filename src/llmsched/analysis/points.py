@@ -9,9 +9,10 @@
 - `run_point(cfg_dict)`: simulate it and return its summary (an error is recorded in
   the summary, not raised).
 
-The adaptive policy gets the run's cost model from the simulator; for a
-context-dependent cost model it also needs the workload means, which a point whose
-policy is plain `adaptive` gets filled in.
+A point runs exactly the options it names, as `simulate` would: plain `adaptive` gets the
+run's cost model from the simulator and, for a context-dependent cost model, estimates
+the workload means from the requests it sees (nothing is filled in, so a point's summary
+is `simulate`'s and its `policy` column is what ran).
 """
 
 from __future__ import annotations
@@ -31,10 +32,9 @@ from ..core.paths import recorded_path
 from ..policies import (
     ADMISSION_POLICIES,
     BATCH_POLICIES,
-    canonical_policy_name,
     policy_base_name,
 )
-from ..theory import capacity, requests_per_rate, workload_means, workload_mix
+from ..theory import capacity, requests_per_rate, workload_mix
 from ..theory.means import cached_workload_mix, region_prefill_cap, sample_key
 from ..workload.datasets import file_stamps
 from ..workload.spec import without_inline_rate
@@ -118,17 +118,6 @@ def _critical_rate(cost_model, b_max: int, k_max, workload: str, block_size: int
     return rep.critical_rate, rep.effective_capacity, rep.fill_capacity, rep.work_per_request, rep.region_exact
 
 
-def _fill_adaptive(cfg) -> None:
-    base, _, rest = str(cfg.policy).partition(":")
-    if canonical_policy_name(base) != "adaptive":
-        return
-    if not make_cost_model(cfg.cost_model).load_only and "mean_prompt=" not in rest:
-        mp, mo = workload_means(cfg.workload)
-        opts = [rest] if rest.strip() else []
-        opts.append(f"mean_prompt={mp:.6g},mean_output={mo:.6g}")
-        cfg.policy = "adaptive:" + ",".join(opts)
-
-
 def resolve_point(config=None, fixed: dict | None = None, params: dict | None = None):
     """The full SimConfig of one point: `config` (a SimConfig, dict or YAML path) with
     the fixed overrides, then the point's grid values; `load` becomes the rate at which
@@ -148,7 +137,6 @@ def resolve_point(config=None, fixed: dict | None = None, params: dict | None = 
         rate = float(load) * lam
     if rate is not None:
         cfg = build_config(cfg, workload=without_inline_rate(cfg.given_workload()), rate=rate)
-    _fill_adaptive(cfg)
     return cfg
 
 

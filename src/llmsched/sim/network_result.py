@@ -449,7 +449,7 @@ class NetworkResult:
                 # (`LOAD_MARGIN`), and one whose calls thinned out in the judged window says
                 # nothing (`MIN_ARRIVAL_SHARE`), as for one server
                 load=self._replica_load(res, server, index),
-                arrival_times=res.arrival_s,
+                arrival_times=res.arrival_ns / NS,
             )
         except ConfigError as e:
             return {"stable": None, "verdict": INCONCLUSIVE, "verdict_reason": f"too short: {e}"}

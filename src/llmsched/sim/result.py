@@ -193,6 +193,25 @@ class SimResult:
         return to_clock_ns(self.arrival_s, np.float64)
 
     @property
+    def arrival_span_s(self) -> float:
+        """First to last arrival, in seconds, from the whole-ns times the clock took
+        (`arrival_ns`, as every other time of the run), so that a replay of the run's
+        requests.csv (its arrivals in whole ns) offers exactly the same rate; 0.0 with fewer
+        than two requests."""
+        if len(self.arrival_s) < 2:
+            return 0.0
+        a = self.arrival_ns
+        return float(a.max() - a.min()) / NS
+
+    @property
+    def offered_rate(self) -> float | None:
+        """Requests per second offered: (n - 1) over the arrivals' span
+        (`arrival_span_s`); None, not an epsilon's absurd figure, when every request
+        arrives at once (or there is only one)."""
+        span = self.arrival_span_s
+        return (len(self.arrival_s) - 1) / span if span > 0 else None
+
+    @property
     def arrived(self) -> np.ndarray:
         """True for the requests that arrived before the simulation stopped; False for
         those of the trace after a `max_time_s` stop (they never reached the server)."""
@@ -282,11 +301,9 @@ class SimResult:
         s["preemptions"] = int(st.preemptions.sum())
         if st.prefix is not None:
             s["prefix_cache"] = dict(st.prefix)
-        # None, not an epsilon's absurd figure, when every request arrives at once
-        span = float(self.arrival_s.max() - self.arrival_s.min()) if len(self.prompt) > 1 else 0.0
-        # offered_rate's (n - 1) / span times the mean tokens per request, so that
-        # offered_token_rate / token_capacity is the run's utilisation
-        n = len(self.prompt)
+        # `offered_rate` times the mean tokens per request, so that offered_token_rate /
+        # token_capacity is the run's utilisation (None when every request arrives at once)
+        span, n = self.arrival_span_s, len(self.prompt)
         tokens = float((self.prompt + self.output - 1).sum())
         s["offered_token_rate"] = tokens / n * (n - 1) / span if span > 0 else None
         s["wall_s"] = self.wall_s
