@@ -354,7 +354,8 @@ def test_a_run_config_names_its_files_absolute_so_it_reruns_from_anywhere(tmp_pa
 
 
 def test_a_dataset_name_is_recorded_as_written(tmp_path, monkeypatch):
-    # found through the traces folders wherever a rerun is: an absolute path would pin one
+    # a path as given and a law's own text keep a dataset's name (labels, sweep points); a
+    # run's config.json records the file it resolved to instead (test_rerun_config.py)
     monkeypatch.chdir(tmp_path)
     assert recorded_path("azure-conv") == "azure-conv" and parse_length_law("sharegpt", "prompt").to_str() == "sharegpt"
     (tmp_path / "azure-conv").write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n")

@@ -62,6 +62,32 @@ def _given_of(given: dict, workload: dict) -> dict:
     return {k: v for k, v in workload.items() if k in given or k not in DEFAULT_WORKLOAD or v != DEFAULT_WORKLOAD[k]}
 
 
+# what a configuration that is no single server's declares, by its layout
+LAYOUTS = {
+    "network": (
+        "a network's configuration (servers and jobs: a --network file, or a network run's config.json)",
+        "llmsched.simulate_network",
+    ),
+    "serverless": (
+        "a serverless platform's configuration (cluster and models: a --serverless file, or a serverless run's "
+        "config.json)",
+        "llmsched.sim.serverless_result.simulate_serverless",
+    ),
+}
+
+
+def config_layout(d) -> str | None:
+    """'network' for a mapping with a network's `servers` or `jobs`, 'serverless' for one
+    with a platform's `cluster` or `models` (no option of one server's is either), else None."""
+    if not isinstance(d, dict):
+        return None
+    if "servers" in d or "jobs" in d:
+        return "network"
+    if "cluster" in d or "models" in d:
+        return "serverless"
+    return None
+
+
 @strict_keywords("configuration option")
 @dataclass
 class SimConfig:
@@ -125,6 +151,12 @@ class SimConfig:
         as the flags are (`set_workload`)."""
         if not isinstance(d, dict):
             raise ConfigError("a configuration must be a mapping of option names to values")
+        layout = config_layout(d)
+        if layout is not None:  # (its keys are no option of one server's: say what it is instead)
+            what, function = LAYOUTS[layout]
+            raise ConfigError(
+                f"this is {what}, not one server's: `llmsched simulate --{layout} FILE` runs it ({function} in Python)"
+            )
         if "provenance" in d:  # a run's own config.json: drop what describes the run's outputs
             d = {k: v for k, v in d.items() if k not in OUTPUT_ONLY_KEYS}
         # (the constructor refuses an unknown option too, but this runs before the workload's

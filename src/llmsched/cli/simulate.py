@@ -67,6 +67,7 @@ def cmd_simulate(args) -> int:
     import_simulator()
     from ..api import simulate  # noqa: PLC0415
 
+    _route_config(args)
     if args.out is None:
         args.out = "" if args.json else "results"
     if args.steps and not args.out:
@@ -108,6 +109,25 @@ def cmd_simulate(args) -> int:
     return _report(args, result, print_summary)
 
 
+def _route_config(args) -> None:
+    """A `--config` file that is a network's (servers and jobs) or a serverless platform's
+    (cluster and models), such as such a run's own config.json, runs as `--network FILE`
+    / `--serverless FILE` would: with the same flags allowed beside it, the others refused
+    with one line. (Neither given: a --network or --serverless beside it refuses --config.)"""
+    args.declared = {"network": "--network FILE", "serverless": "--serverless FILE"}
+    if not args.config or args.network or args.serverless or not os.path.isfile(args.config):
+        return  # (a pipe is read once, by the run: SimConfig says what it holds)
+    from ..api import config_layout  # noqa: PLC0415
+    from ..core.yamlfile import read_yaml  # noqa: PLC0415
+
+    layout = config_layout(read_yaml(args.config, "config"))
+    if layout is not None:
+        setattr(args, layout, args.config)
+        args.config = None
+        what = "a network's servers and jobs" if layout == "network" else "a serverless platform's cluster and models"
+        args.declared[layout] = f"--config FILE ({what}, run as --{layout} FILE)"
+
+
 # options of a run that a network or serverless file leaves to the command line
 RUN_OPTIONS = ("seed", "max_time_s", "sample_interval_s", "fast", "num_requests")
 
@@ -138,15 +158,16 @@ def _simulate_network(args) -> int:
     if args.steps:
         raise ConfigError("--steps is for one server; a network writes calls.csv and per-replica outputs")
     if args.network:
+        declared = args.declared["network"]
         if args.replicas or args.router:
             raise ConfigError(
-                "--replicas/--router describe a cluster from the flags; a --network file "
+                f"--replicas/--router describe a cluster from the flags; {declared} "
                 "declares replicas and routers per server"
             )
         _refuse_flags(
             args,
             RUN_OPTIONS,
-            "--network FILE declares servers and workload",
+            f"{declared} declares servers and workload",
             "use --scale, --num-requests for the number of jobs, --seed",
         )
         network = args.network
@@ -182,19 +203,20 @@ def _simulate_network(args) -> int:
 def _simulate_serverless(args) -> int:
     from ..sim.serverless_result import simulate_serverless  # noqa: PLC0415
 
+    declared = args.declared["serverless"]
     if args.network or args.replicas or args.router or args.steps:
         raise ConfigError(
-            "--serverless FILE declares the whole platform; --network, --replicas, --router and --steps do not apply"
+            f"{declared} declares the whole platform; --network, --replicas, --router and --steps do not apply"
         )
     if args.sample_interval_s is not None:
         raise ConfigError(
-            "--sample-interval does not apply to --serverless: a serverless run samples no time series "
+            f"--sample-interval does not apply to {declared}: a serverless run samples no time series "
             "(it writes summary.json, config.json, requests.csv and instances.csv)"
         )
     _refuse_flags(
         args,
         (*RUN_OPTIONS, "admission", "slo"),
-        "--serverless FILE declares models, cluster and workload",
+        f"{declared} declares models, cluster and workload",
         "use --platform-scheduler, --scale, --num-requests, --seed, --max-time, --exact, --slo",
     )
     if args.admission:

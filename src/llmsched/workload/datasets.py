@@ -12,8 +12,17 @@ import os
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from ..core.paths import recorded_path
 
-__all__ = ["DATASETS", "traces_dirs", "resolve_dataset", "resolve_path", "is_dataset", "file_stamps"]
+__all__ = [
+    "DATASETS",
+    "traces_dirs",
+    "resolve_dataset",
+    "resolve_path",
+    "is_dataset",
+    "file_stamps",
+    "recorded_file",
+]
 
 # name -> (path relative to the traces folder, prompt column, output column)
 DATASETS: dict[str, tuple[str, str, str]] = {
@@ -91,6 +100,19 @@ def resolve_path(path: str | os.PathLike) -> Path:
     if is_dataset(str(path)):
         return resolve_dataset(str(path))
     raise not_a_file(p)
+
+
+def recorded_file(path: str) -> str:
+    """A file a configuration names (a trace) as a run's config.json records it: absolute
+    (`core.paths.recorded_path`), and a named dataset (`azure-conv`) as the file it
+    resolves to now, so that a rerun of the config.json reads that file from any folder,
+    whatever $LLMSCHED_TRACES then names (the name as given when it resolves to none)."""
+    if not os.path.exists(os.path.expanduser(path)) and is_dataset(path):
+        try:
+            return str(resolve_dataset(path))
+        except ConfigError:
+            return path
+    return recorded_path(path)
 
 
 def not_a_file(p: Path) -> ConfigError:

@@ -133,6 +133,10 @@ class LengthLaw:
     def to_str(self) -> str:  # pragma: no cover
         raise NotImplementedError
 
+    def recorded(self) -> str:
+        """The law as a run's config.json records it (`to_str`; a named dataset as its file)."""
+        return self.to_str()
+
     def __str__(self) -> str:
         return self.to_str()
 
@@ -396,6 +400,21 @@ class Empirical(LengthLaw):
             return self.source
         s = f"{'replay' if self.sequential else 'empirical'}:{recorded_path(self.source)}"
         return s + (f":{self.column}" if self.column is not None else "")
+
+    def recorded(self):
+        """`to_str`, but a named dataset (`sharegpt`, `replay:azure-conv`) as the file it
+        resolved to, absolute, with the column read (`empirical:/.../file.csv:COLUMN`): a
+        rerun of the run's config.json reads that file from any folder, whatever
+        $LLMSCHED_TRACES then names, and draws the same lengths (laws on one file and mode
+        draw the same rows, as a dataset's prompt and output did: `sample_pair`)."""
+        if Path(self.source).is_file() or not is_dataset(self.source):
+            return self.to_str()
+        try:
+            column = self.resolved_column
+        except ConfigError:  # (no role picks one: read back the same way, without it)
+            column = self.column
+        s = f"{'replay' if self.sequential else 'empirical'}:{self.path.resolve()}"
+        return s + (f":{column}" if column is not None else "")
 
 
 def sample_pair(

@@ -1138,7 +1138,7 @@ def _arrival_dict(a: ArrivalProcess) -> dict:
 
 def _node_dict(n) -> dict:
     if isinstance(n, Call):
-        d = {"server": n.server, "prompt": n.prompt.to_str(), "output": n.output.to_str()}
+        d = {"server": n.server, "prompt": n.prompt.recorded(), "output": n.output.recorded()}
         if n.context:
             d["context"] = True
         if n.cached:

@@ -37,13 +37,12 @@ from ..core.constraints import MAX_KV_TOKENS
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
 from ..core.names import ADMISSION_ALIASES, ADMISSION_NAMES
-from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS, check_seconds
 from ..core.slo import check_request_slo
 from ..core.yamlfile import read_yaml
 from .arrivals import MAX_REQUESTS, make_arrival_process, refuse_short_merge, times_for_merge
 from .csvio import as_lengths, read_columns
-from .datasets import is_dataset, resolve_path
+from .datasets import is_dataset, recorded_file, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
 from .network import _at, _mapping, _seed, _show, _suggest
 from .spec import _rng, load_trace, warn_short_trace
@@ -441,8 +440,8 @@ class ModelTraffic:
             "rate": self.rate,
             "arrival": self.arrival,
             "cv": self.cv,
-            "prompt": None if self.prompt is None else self.prompt.to_str(),
-            "output": None if self.output is None else self.output.to_str(),
+            "prompt": None if self.prompt is None else self.prompt.recorded(),
+            "output": None if self.output is None else self.output.recorded(),
         }
 
 
@@ -497,9 +496,9 @@ class ServerlessWorkload:
             "rate": self.rate,
             "cv": self.cv,
             "popularity": pop,
-            "prompt": self.prompt.to_str(),
-            "output": self.output.to_str(),
-            "trace": None if self.trace is None else recorded_path(self.trace),
+            "prompt": self.prompt.recorded(),
+            "output": self.output.recorded(),
+            "trace": None if self.trace is None else recorded_file(self.trace),
             "time_scale": self.time_scale,
             "num_requests": self.num_requests,
             "duration_s": self.duration_s,

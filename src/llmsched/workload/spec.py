@@ -44,13 +44,12 @@ import numpy as np
 
 from ..core.checks import FLOAT_SEED_LIMIT, strict_keywords
 from ..core.errors import ConfigError, warn
-from ..core.paths import recorded_path
 from ..core.request import MAX_SECONDS
 from .arrivals import MAX_RATE, MAX_REQUESTS, check_cv, check_rate, make_arrival_process
 from .blocks import DEFAULT_BLOCK_SIZE, check_block_size, reblock, reblock_ratio
 from .conversations import conversation_turns, stream_blocks
 from .csvio import MAX_LENGTH
-from .datasets import is_dataset, resolve_path
+from .datasets import is_dataset, recorded_file, resolve_path
 from .lengths import LengthLaw, named_length_law, sample_pair
 from .trace import FORMATS, Trace, read_trace, replay_cut, replayed_times, trace_format
 
@@ -174,8 +173,8 @@ class WorkloadClass:
         return {
             "tag": self.tag,
             "share": self.share,
-            "prompt": None if self.prompt is None else self.prompt.to_str(),
-            "output": None if self.output is None else self.output.to_str(),
+            "prompt": None if self.prompt is None else self.prompt.recorded(),
+            "output": None if self.output is None else self.output.recorded(),
             "system_prompt": self.system_prompt,
         }
 
@@ -344,10 +343,10 @@ class WorkloadSpec:
             "arrival": self.arrival,
             "rate": self.rate,
             "cv": self.cv,
-            "trace": None if self.trace is None else recorded_path(self.trace),
+            "trace": None if self.trace is None else recorded_file(self.trace),
             "time_scale": self.time_scale,
-            "prompt": None if self.prompt is None else self.prompt.to_str(),
-            "output": None if self.output is None else self.output.to_str(),
+            "prompt": None if self.prompt is None else self.prompt.recorded(),
+            "output": None if self.output is None else self.output.recorded(),
             "num_requests": self.num_requests,
             "duration_s": self.duration_s,
             "seed": self.seed,
@@ -355,7 +354,7 @@ class WorkloadSpec:
             "trace_model": self.trace_model,
             "trace_log_type": self.trace_log_type,
             "system_prompt": self.system_prompt,
-            "turns": None if self.turns is None else self.turns.to_str(),
+            "turns": None if self.turns is None else self.turns.recorded(),
             "think_time_s": self.think_time_s,
         }
 
