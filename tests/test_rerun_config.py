@@ -95,27 +95,15 @@ def test_a_dataset_run_reruns_the_same_under_another_traces_folder(two_traces, m
     assert (elsewhere / "other" / table).read_text() != (here / "run" / table).read_text()
 
 
+def _simulate_paper(num_requests: int, output: str) -> int:
+    """`simulate` on the paper model, sharegpt prompts, into `run/`."""
+    argv = ["simulate", "--cost-model", "paper", "--num-requests", str(num_requests), "--prompt", "sharegpt"]
+    return main([*argv, "--output", output, "--out", "run", "--quiet"])
+
+
 def test_a_dataset_is_recorded_as_its_file_with_the_column_read(two_traces):
     here, _ = two_traces
-    assert (
-        main(
-            [
-                "simulate",
-                "--cost-model",
-                "paper",
-                "--num-requests",
-                "20",
-                "--prompt",
-                "sharegpt",
-                "--output",
-                "replay:sharegpt",
-                "--out",
-                "run",
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    assert _simulate_paper(20, "replay:sharegpt") == 0
     w = json.loads((here / "run" / "config.json").read_text())["workload"]
     path = str((here / "traces" / SHAREGPT).resolve())
     assert (w["prompt"], w["output"]) == (f"empirical:{path}:num_prefill_tokens", f"replay:{path}:num_decode_tokens")
@@ -124,25 +112,7 @@ def test_a_dataset_is_recorded_as_its_file_with_the_column_read(two_traces):
 def test_a_config_json_that_names_a_dataset_still_reads_the_traces_folder(two_traces, capsys):
     # the older form (the name alone) reruns as before: from the traces folder
     here, _ = two_traces
-    assert (
-        main(
-            [
-                "simulate",
-                "--cost-model",
-                "paper",
-                "--num-requests",
-                "40",
-                "--prompt",
-                "sharegpt",
-                "--output",
-                "sharegpt",
-                "--out",
-                "run",
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    assert _simulate_paper(40, "sharegpt") == 0
     config = json.loads((here / "run" / "config.json").read_text())
     config["workload"].update(prompt="sharegpt", output="sharegpt")
     (here / "old.json").write_text(json.dumps(config))
