@@ -33,6 +33,14 @@ def test_token_capacity_guards_rounding():
         token_capacity(4, 16, 4)
 
 
+def test_too_small_a_cache_names_the_command_line_flags():
+    """`llmsched serve`/`generate` users have no max_num_seqs flag: the line names theirs."""
+    with pytest.raises(ConfigError) as e:
+        token_capacity(24, 16, 64)
+    message = str(e.value)
+    assert "--max-running" in message and "--num-blocks" in message and "--kv-cache-gb" in message
+
+
 @pytest.fixture(scope="module")
 def reference(tiny_model):
     """Greedy outputs with a roomy cache, to compare the cramped runs with."""

@@ -133,6 +133,26 @@ def test_stream_options_usage_as_vllm(server, options, continuous, final):
     assert len(ev) == 2 + final
 
 
+def test_chat_role_chunk_carries_continuous_usage(server):
+    """With continuous usage stats every chunk has usage, the role chunk too: the prompt's
+    tokens and none generated (vLLM's role chunk); it had "usage": null."""
+    base, _ = server
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "n": 2}
+    r = post(base, "/v1/chat/completions", {**body, "stream": True, "stream_options": options})
+    ev = parse_sse(r.content)[:-1]
+    roles = [e for e in ev if e["choices"] and "role" in e["choices"][0]["delta"]]
+    prompt = ev[-1]["usage"]["prompt_tokens"]
+    assert len(roles) == 2 and prompt > 0
+    for e in roles:
+        assert e["usage"] == {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt}
+    assert all(e["usage"] is not None for e in ev)
+    # without continuous usage the role chunk's usage stays null
+    r = post(base, "/v1/chat/completions", {**body, "stream": True, "stream_options": {"include_usage": True}})
+    roles = [e for e in parse_sse(r.content)[:-1] if e["choices"] and "role" in e["choices"][0]["delta"]]
+    assert len(roles) == 2 and all(e["usage"] is None for e in roles)
+
+
 def test_stop_string_ends_with_stop(server):
     base, _ = server
     r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hello", "max_tokens": 10, "stop": ["tok tok"]})

@@ -81,6 +81,7 @@ def token_capacity(num_blocks: int, block_size: int, max_num_seqs: int) -> int:
     if cap <= 0:
         raise ConfigError(
             f"the KV cache holds {num_blocks} blocks of {block_size} tokens, not enough for "
-            f"max_num_seqs={max_num_seqs} sequences; give it more memory or lower max_num_seqs"
+            f"max_num_seqs={max_num_seqs} sequences (--max-running on the command line); give it more "
+            "memory (kv_cache_gb / num_blocks, --kv-cache-gb / --num-blocks) or lower max_num_seqs"
         )
     return cap

@@ -477,15 +477,15 @@ class SSEResponse:
             text = "" if c.drop else o.new_text
             c.take_prompt(o)
             plp = c.plp if c.first else None
+            if o.prompt_tokens:
+                c.prompt_tokens = o.prompt_tokens
             if c.first:
                 c.first = False
                 if self.chat:
-                    parts.append(w.role(c.index))
+                    parts.append(w.role(c.index, usage_dict(c.prompt_tokens, 0) if self.continuous else None))
                 if c.echo:
                     text = c.echo + text
                     c.offset = len(c.echo)
-            if o.prompt_tokens:
-                c.prompt_tokens = o.prompt_tokens
             if not c.drop:
                 c.n_out = o.output_tokens or (c.n_out + len(o.new_token_ids))
             usage = None

@@ -752,10 +752,13 @@ class ChunkWriter:
             h = self._heads[index] = f"{self._prefix}{index},"
         return h
 
-    def role(self, index: int = 0) -> str:
+    def role(self, index: int = 0, usage: dict | None = None) -> str:
+        """The chat stream's first event of a choice; `usage` with continuous usage stats
+        (the prompt's tokens, none generated yet: vLLM's role chunk)."""
+        u = self.usage_null if usage is None else ',"usage":' + dumps(usage)
         return (
             self.head(index) + '"delta":{"role":"assistant","content":""},"logprobs":null,'
-            '"finish_reason":null}]' + self.usage_null + "}\n\n"
+            '"finish_reason":null}]' + u + "}\n\n"
         )
 
     def token(
