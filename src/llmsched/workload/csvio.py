@@ -15,6 +15,7 @@ import contextlib
 import csv
 import gzip
 import os
+import re
 import warnings
 import zlib
 from pathlib import Path
@@ -97,10 +98,34 @@ def _blank(fields: list[str]) -> bool:
     return all(not f.strip() for f in fields)
 
 
+# a field that reads as a number (as numpy reads a value): a first line of one is data, not a header
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
 def read_header(path: str | os.PathLike) -> list[str]:
     """Column names of a CSV file (its first non-blank line), stripped of spaces;
-    ConfigError if absent."""
+    ConfigError if absent, or if a name is a number (a file without a header line,
+    whose first row would otherwise be taken for the column names and lost)."""
     return _header(Path(path))[0]
+
+
+def _numeric_header(p: Path, names: list[str]) -> ConfigError | None:
+    """The error for a CSV file whose first line holds a number: it has no header line."""
+    number = next((name for name in names if _NUMBER.fullmatch(name)), None)
+    if number is None:
+        return None
+    first = ",".join(names)
+    first = first if len(first) <= 60 else first[:57] + "..."
+    if len(names) == 1:
+        return ConfigError(
+            f"file {p}: first line '{first}' is a number: the file needs a header line naming its column, "
+            "such as prompt_tokens"
+        )
+    return ConfigError(
+        f"file {p}: first line '{first}' holds a number ('{number}'): the file needs a header line naming "
+        "its columns, such as prompt_tokens,output_tokens (lengths) or arrival_s,prompt_tokens,output_tokens "
+        "(a trace)"
+    )
 
 
 def _header(p: Path) -> tuple[list[str], int]:
@@ -118,7 +143,11 @@ def _header(p: Path) -> tuple[list[str], int]:
             reader = csv.reader(fh)
             for fields in reader:
                 if not _blank(fields):
-                    return [name.strip() for name in fields], reader.line_num
+                    names = [name.strip() for name in fields]
+                    error = _numeric_header(p, names)
+                    if error is not None:
+                        raise error
+                    return names, reader.line_num
     except (*_READ_ERRORS, UnicodeDecodeError) as exc:
         raise _unreadable(p, exc) from None
     raise ConfigError(f"file {p} is empty (expected a CSV header line)")
