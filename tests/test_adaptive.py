@@ -205,6 +205,10 @@ def test_max_prompt_caps_the_region_from_the_start_and_a_longer_prompt_raises_it
     for bad in ("0", "1.5", "'x'", "-3"):
         with pytest.raises(ConfigError, match="max_prompt"):
             make_batch_policy(f"adaptive:max_prompt={bad}")
+    # 100.0 and 1e9 are whole numbers: the line says the rule is integer notation
+    for bad in ("100.0", "1e9"):
+        with pytest.raises(ConfigError, match="max_prompt must be an integer number of tokens"):
+            make_batch_policy(f"adaptive:max_prompt={bad}")
 
 
 @pytest.mark.parametrize("k_max", [None, 512, 4096])
