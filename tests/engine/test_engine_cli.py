@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from helpers import dump_half_then_interrupt
@@ -210,7 +211,6 @@ def test_validate_measures_a_profile_and_leaves_nothing_behind(tiny_model, tmp_p
     [
         (["generate", "--model", "m", "--prompt", "x"], None),
         (["profile", "--model", "m", "--out", "p.csv"], 2048),
-        (["validate", "--model", "m", "--trace", "t.csv"], 2048),
     ],
 )
 def test_max_model_len_default_is_what_help_says(argv, expect, capsys):
@@ -229,6 +229,46 @@ def test_max_model_len_default_is_what_help_says(argv, expect, capsys):
         assert f"default: {expect} on CPU" in said
     cuda = engine_setup(_parser().parse_args([*argv, "--device", "cuda"]))
     assert cuda["max_model_len"] is None
+
+
+@pytest.mark.parametrize("longest, expect", [(100, 2048), (3000, 3000), (9000, 4096)])
+def test_validate_max_model_len_default_is_what_help_says(longest, expect, capsys, monkeypatch):
+    """validate's CPU default comes from the trace (2048 to 4096): its help said 2048."""
+    import numpy as np
+
+    import llmsched.engine.engine as engine_module
+    from llmsched.analysis.validate import validate
+
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["validate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    said = text[text.index("--max-model-len MAX_MODEL_LEN longest") :].split(")")[0]
+    assert "default: the trace's longest prompt + output, at least 2048 and at most 4096 on CPU" in said
+    assert said.endswith("the model's max_position_embeddings on CUDA")
+
+    class Chosen(Exception):
+        pass
+
+    def engine(model, **kwargs):
+        raise Chosen(kwargs["max_model_len"])
+
+    monkeypatch.setattr(engine_module, "LLMEngine", engine)
+    trace = SimpleNamespace(arrival_s=np.array([0.0, 1.0]), prompt=np.array([10, longest - 5]), output=np.array([5, 5]))
+    with pytest.raises(Chosen) as e:
+        validate("m", trace, ["sarathi"])
+    assert e.value.args[0] == expect
+
+
+def test_generate_seed_help_states_the_range_it_takes(capsys):
+    """--seed said (>= 0); 2**63 and above were refused after the model had loaded."""
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["generate", "--help"])
+    assert "per-request sampling seed (0 to 2**63 - 1)" in " ".join(capsys.readouterr().out.split())
+    assert _parser().parse_args(["generate", "--model", "m", "--seed", str(2**63 - 1)]).seed == 2**63 - 1
+    with pytest.raises(SystemExit) as e:  # (argparse: before the model loads)
+        _parser().parse_args(["generate", "--model", "m", "--seed", str(2**63)])
+    assert e.value.code == 2
+    assert "--seed: expected an integer from 0 to 2**63 - 1" in capsys.readouterr().err
 
 
 TINY_ARGS = ["--layers", "1", "--hidden-size", "16", "--heads", "2", "--kv-heads", "1", "--intermediate-size", "32"]

@@ -118,6 +118,69 @@ def test_cache_too_small_for_max_num_seqs(tiny_model):
         LLM(tiny_model, block_size=4, max_num_seqs=8, num_blocks=8, max_model_len=512)
 
 
+def _cache_allocation_fails(monkeypatch, exc):
+    """torch.zeros fails for the 5-d cache tensors alone, as the allocator does for one too large."""
+    import torch
+
+    real = torch.zeros
+
+    def zeros(*shape, **kwargs):
+        dims = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        if len(dims) == 5:
+            raise exc
+        return real(*shape, **kwargs)
+
+    monkeypatch.setattr(torch, "zeros", zeros)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        RuntimeError("[enforce fail at alloc_cpu.cpp:127] . DefaultCPUAllocator: can't allocate memory"),
+        MemoryError(),
+    ],
+)
+def test_a_cache_that_cannot_be_allocated_is_a_config_error(tiny_model, monkeypatch, exc):
+    """A failed allocation (CPU, or CUDA's OutOfMemoryError, a RuntimeError) was a bare traceback."""
+    from llmsched.engine import LLM
+
+    _cache_allocation_fails(monkeypatch, exc)
+    with pytest.raises(ConfigError, match="could not be allocated") as e:
+        LLM(tiny_model, block_size=4, max_num_seqs=2, num_blocks=1000, max_model_len=512)
+    message = str(e.value)
+    assert "1,000 blocks of 4 tokens" in message
+    assert "--kv-cache-gb" in message and "--num-blocks" in message and "--max-running" in message
+
+
+def test_generate_and_serve_say_a_failed_cache_allocation_in_one_line(tiny_model, monkeypatch, capsys):
+    from llmsched.cli import main
+
+    _cache_allocation_fails(monkeypatch, RuntimeError("DefaultCPUAllocator: can't allocate memory"))
+    argv = ["--model", str(tiny_model), "--kv-cache-gb", "2", "--max-running", "100000"]
+    assert main(["generate", *argv, "--prompt", "x", "--max-tokens", "2"]) == 2
+    assert main(["serve", *argv, "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and all("could not be allocated" in line for line in lines), err
+    assert "Traceback" not in err
+
+
+def test_a_cpu_cache_larger_than_the_machine_is_refused_before_it_is_made(tiny_model, monkeypatch):
+    """With overcommit, zeroing such a cache could get the process killed instead of raising."""
+    from llmsched.engine import LLM, runner
+
+    real = runner.physical_memory()
+    monkeypatch.setattr(runner, "physical_memory", lambda: 1 << 20)
+    with pytest.raises(ConfigError, match=r"larger than the 1\.0 MiB of memory on the CPU") as e:
+        LLM(tiny_model, block_size=4, max_num_seqs=2, num_blocks=100_000, max_model_len=512)
+    assert "--num-blocks" in str(e.value)
+    # the default cache (capped at what max_num_seqs sequences can use) passes on this machine
+    assert real is None or real > 1 << 30
+    monkeypatch.setattr(runner, "physical_memory", lambda: real)
+    llm = LLM(tiny_model, max_model_len=512)
+    assert llm.engine.runner.kv_cache_bytes < (real or 1 << 62)
+
+
 def test_abort_frees_blocks(tiny_model):
     from llmsched.engine.engine import LLMEngine
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from types import SimpleNamespace
 
 import numpy as np
@@ -62,6 +63,32 @@ def test_profile_reports_a_short_first_step_after_idle_as_a_ratio(tiny_model, tm
     (line,) = [m for m in said if m.startswith("calibration:")]
     assert "the first step after an idle wait takes 0.88 x the calibrated table time" in line
     assert "longer" not in line
+
+
+def test_profile_warns_when_it_clamps_attention_entries(tiny_model, tmp_path, monkeypatch):
+    """A decode step timed no slower than its linear part (a loaded machine) was written as a
+    0.0001 ms attention entry without a word: one warning line per table now says so."""
+    import warnings
+
+    import llmsched.engine.profiler as prof
+    from llmsched.core.errors import InputWarning
+
+    medians = prof.Bench.medians
+    # every decode step as fast as nothing: each decode_attn difference comes out negative
+    monkeypatch.setattr(
+        prof.Bench, "medians", lambda self: {k: 0.0 if k[0] == "decode" else v for k, v in medians(self).items()}
+    )
+    kw = dict(max_num_seqs=8, max_model_len=256, b_max=64, grid=SMALL_GRID, reps=1, warmup=0, min_s=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prof.profile(tiny_model, tmp_path / "prof.csv", calibrate=False, **kw)
+    said = [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+    with open(tmp_path / "prof.csv") as f:
+        n = sum(1 for row in csv.DictReader(f) if row["table"] == "decode_attn")
+    (line,) = [m for m in said if "decode_attn" in m]
+    assert n > 0 and line.startswith(f"{n} of {n} decode_attn entries") and "0.0001 ms" in line
+    assert "--tables-s" in line and "quieter machine" in line
+    assert len(said) == len({m.split(" entries")[0].split(" ", 3)[-1] for m in said})  # one line per table
 
 
 def test_validate_reports_errors(tiny_model, tmp_path):

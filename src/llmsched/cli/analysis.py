@@ -1269,5 +1269,6 @@ def _register_validate(sub) -> None:
     p.add_argument("--json", default=None, help="also write the result as JSON to this file ('-': print it)")
     p.add_argument("--print-json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    add_engine_args(p)
+    # (validate.validate chooses it: the trace's longest request, from 2048 to 4096)
+    add_engine_args(p, cpu_max_model_len_help="the trace's longest prompt + output, at least 2048 and at most 4096")
     p.set_defaults(func=cmd_validate)

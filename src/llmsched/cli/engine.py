@@ -14,6 +14,7 @@ import sys
 
 from ..core import engine_api
 from ..core.engine_api import (
+    INT64_MAX,
     MAX_KV_CACHE_GB,  # noqa: F401 (the limits the command line shares with the engine)
     MAX_MEASURE_S,
     MAX_THREADS,
@@ -62,6 +63,15 @@ def seed_int(text: str) -> int:
     return v
 
 
+def request_seed_int(text: str) -> int:
+    """An argparse type: a per-request sampling seed, 0 to 2**63 - 1 (SamplingParams takes
+    an int64; a negative one is refused as by `seed_int`)."""
+    v = seed_int(text)
+    if v > INT64_MAX:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**63 - 1, got {text!r}")
+    return v
+
+
 def tiny_vocab_size(text: str) -> int:
     """An argparse type: a vocabulary size the tiny model's tokenizer can honour (its BPE
     trainer would silently give another: 258 for 10, 575 for 10**8)."""
@@ -79,17 +89,22 @@ def tiny_vocab_size(text: str) -> int:
     return v
 
 
-def add_engine_args(p: argparse.ArgumentParser, cpu_max_model_len: int | None = 2048) -> None:
+def add_engine_args(
+    p: argparse.ArgumentParser, cpu_max_model_len: int | None = 2048, cpu_max_model_len_help: str | None = None
+) -> None:
     """The scheduler's options (cli.common) and the engine's own. `cpu_max_model_len`: the
     command's --max-model-len on CPU when not given (None: the model's, as on CUDA); the
-    help states it and `engine_setup` applies it (one place for both)."""
+    help states it and `engine_setup` applies it (one place for both). `cpu_max_model_len_help`:
+    what the help says of the CPU default instead, for a command that chooses its own
+    (validate: from the trace)."""
     add_scheduler_args(p, defaults=True, block_size=False)
     p.set_defaults(cpu_max_model_len=cpu_max_model_len)
-    mml_default = (
-        "the model's max_position_embeddings"
-        if cpu_max_model_len is None
-        else f"{cpu_max_model_len} on CPU, the model's max_position_embeddings on CUDA"
-    )
+    if cpu_max_model_len_help is not None:
+        mml_default = f"{cpu_max_model_len_help} on CPU, the model's max_position_embeddings on CUDA"
+    elif cpu_max_model_len is None:
+        mml_default = "the model's max_position_embeddings"
+    else:
+        mml_default = f"{cpu_max_model_len} on CPU, the model's max_position_embeddings on CUDA"
     g = p.add_argument_group("engine")
     g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     g.add_argument(
@@ -360,7 +375,7 @@ def register(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1)")
     p.add_argument("--top-k", type=int, default=-1, help="top-k sampling, 0 or -1 = off (default: -1)")
-    p.add_argument("--seed", type=seed_int, default=None, help="per-request sampling seed (>= 0)")
+    p.add_argument("--seed", type=request_seed_int, default=None, help="per-request sampling seed (0 to 2**63 - 1)")
     p.add_argument("--stop", action="append", help="stop string (repeatable); the text is cut before it")
     p.add_argument("--stop-token-id", type=int, action="append", help="stop token id (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS")

@@ -169,9 +169,10 @@ def default_max_running(device) -> int:
 
 
 class DefaultMaxModelLen(int):
-    """A max_model_len that a command chose as its default (2048 on CPU), not the user:
-    the engine lowers it to the model's longest sequence instead of refusing it, as it
-    refuses a user's max_model_len beyond what the model's positions cover."""
+    """A max_model_len that a command chose as its default (on CPU: 2048, validate's from
+    the trace), not the user: the engine lowers it to the model's longest sequence instead
+    of refusing it, as it refuses a user's max_model_len beyond what the model's positions
+    cover."""
 
 
 def check_request_size(

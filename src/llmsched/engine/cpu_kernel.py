@@ -13,7 +13,8 @@ kernels replace 5-8 small torch ops each: on a decode step of a small model the 
 overhead of those ops cost about as much as the attention.
 
 The shared library is built once per source, compiler flags and CPU, and cached under
-`$LLMSCHED_CACHE_DIR` (default `$XDG_CACHE_HOME/llmsched` or `~/.cache/llmsched`).
+`$LLMSCHED_CACHE_DIR/kernels` (the variable's default: `$XDG_CACHE_HOME/llmsched` or
+`~/.cache/llmsched`).
 Without a C compiler, or with `LLMSCHED_CPU_ATTENTION=torch`, the engine keeps the
 pure-torch path (one warning); `LLMSCHED_CPU_ATTENTION=c` makes a build failure an error.
 """

@@ -67,7 +67,7 @@ from types import SimpleNamespace
 from ..core.checks import as_real
 from ..core.cost import make_cost_model
 from ..core.engine_api import MAX_MEASURE_S, DefaultMaxModelLen, SamplingParams, default_max_running
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, warn
 from ..core.profile import COMBINED_FILE
 
 COLUMNS = (
@@ -560,12 +560,24 @@ def profile_engine(
         chs = [chunk(c, cctx, True, first_block=sum(len(d.blocks) for d in decs))] if c else []
         bench.add(("step", c, cctx, nd, dctx), step_call(decs, chs))
 
-    def raw_tables(ms):
-        """Forward-time tables (no host time) from the medians so far."""
+    def raw_tables(ms, report: bool = False):
+        """Forward-time tables (no host time) from the medians so far. A difference of
+        medians below `eps` ms (timing noise: a step timed no slower than its linear part)
+        is set to `eps`; `report`: warn, one line per table, when that happened."""
+        clamped: dict[str, list[int]] = {}  # table -> [clamped, entries]
+
+        def floor_at_eps(table: str, v: float) -> float:
+            n = clamped.setdefault(table, [0, 0])
+            n[1] += 1
+            if v < eps:
+                n[0] += 1
+                return eps
+            return v
+
         lin = {k[1]: v for k, v in ms.items() if k[0] == "linear"}
         lm = {k[1]: v for k, v in ms.items() if k[0] == "lm_head"}
-        dec = {(b, c): max(eps, (ms[("decode", b, c)] - lin[b] - lm[b]) / L) for b, c in dec_points}
-        pre = {(c, x): max(eps, (ms[("prefill", c, x)] - lin[c]) / L) for c, x in pre_points}
+        dec = {(b, c): floor_at_eps("decode_attn", (ms[("decode", b, c)] - lin[b] - lm[b]) / L) for b, c in dec_points}
+        pre = {(c, x): floor_at_eps("prefill_attn", (ms[("prefill", c, x)] - lin[c]) / L) for c, x in pre_points}
         graph = {}
         if r.graphs is not None and dec:
             # CUDA graphs: decode-only steps replayed from graphs at the shortest context; the
@@ -575,12 +587,22 @@ def profile_engine(
             ctx = min(c for _, c in dec)
             for b in sorted(set(g["batches"])):
                 if (b, ctx) in dec:
-                    graph[b] = max(eps, ms[("decode", b, ctx)] - L * max(0.0, dec[(b, ctx)] - floor) - lm[b])
+                    graph[b] = floor_at_eps(
+                        "linear (graph)", ms[("decode", b, ctx)] - L * max(0.0, dec[(b, ctx)] - floor) - lm[b]
+                    )
         steps = {k[1:]: v for k, v in ms.items() if k[0] == "step"}
+        if report:
+            for table, (n, total) in clamped.items():
+                if n:
+                    warn(
+                        f"{n} of {total} {table} entries came out below {eps} ms (a step timed no slower "
+                        f"than its linear part: timing noise) and were set to {eps} ms; profile again with "
+                        "more passes (--tables-s, --reps) or on a quieter machine"
+                    )
         return lin, lm, dec, pre, graph, steps
 
-    def rows_for(ms, scale: float, fixed_ms: float, row_ms: float) -> list[dict]:
-        lin, lm, dec, pre, graph, steps = raw_tables(ms)
+    def rows_for(ms, scale: float, fixed_ms: float, row_ms: float, report: bool = False) -> list[dict]:
+        lin, lm, dec, pre, graph, steps = raw_tables(ms, report)
         rows: list[dict] = []
 
         def row(table, v, **kw):
@@ -657,7 +679,7 @@ def profile_engine(
             f"(closed batch, no calibration run)"
         )
     info["calibration"] = cal
-    return rows_for(ms, scale, fixed_s * 1e3, per_row_s * 1e3)
+    return rows_for(ms, scale, fixed_s * 1e3, per_row_s * 1e3, report=True)
 
 
 def write_profile(rows: list[dict], out) -> Path:

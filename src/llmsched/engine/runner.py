@@ -43,6 +43,20 @@ def _mib(n: float) -> str:
     return f"{n:,} byte{'' if n == 1 else 's'}"
 
 
+def _gib(n: float) -> str:
+    """A size for messages: GiB from 1 GiB up, else as `_mib`."""
+    return f"{n / (1 << 30):,.1f} GiB" if n >= 1 << 30 else _mib(n)
+
+
+def physical_memory() -> int | None:
+    """The machine's physical memory in bytes, or None where the OS does not say."""
+    try:
+        n = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return n if n > 0 else None
+
+
 def set_cpu_threads(n: int | None) -> int:
     """Set torch's intra-op threads; None: at most all cores but one (never raises it)."""
     if n is None:
@@ -156,6 +170,8 @@ class ModelRunner:
                 "or raise the memory given to the cache"
             )
         self.num_blocks = num_blocks
+        if not self.cuda:
+            self._check_cpu_cache_fits(num_blocks)
         self._allocate_cache(num_blocks)
         self.graphs = DecodeGraphs(self) if self.cuda and not enforce_eager else None
 
@@ -170,6 +186,25 @@ class ModelRunner:
             kv_cache_gb = 1.0
         self._kv_budget = budget = int(kv_cache_gb * (1 << 30))
         return min(budget // self.block_bytes, self._useful_blocks())
+
+    def _cache_too_large(self, num_blocks: int, why: str) -> ConfigError:
+        size = (num_blocks + 1) * self.block_bytes  # (+1: the scratch block)
+        where = "GPU" if self.cuda else "CPU"
+        lower = "--kv-cache-gb, --num-blocks or --max-running"
+        if self.cuda:
+            lower = "--gpu-memory-utilization, --num-blocks or --max-running"
+        return ConfigError(
+            f"the KV cache of {num_blocks:,} block{'' if num_blocks == 1 else 's'} of {self.block_size} tokens "
+            f"({_gib(size)}) {why} on the {where}; "
+            f"lower {lower} (kv_cache_gb, num_blocks, max_num_seqs)"
+        )
+
+    def _check_cpu_cache_fits(self, num_blocks: int) -> None:
+        """A CPU cache larger than the machine's memory is refused before it is made: with
+        overcommit, zeroing it could get the process killed instead of raising."""
+        physical = physical_memory()
+        if physical is not None and (num_blocks + 1) * self.block_bytes > physical:
+            raise self._cache_too_large(num_blocks, f"is larger than the {_gib(physical)} of memory")
 
     def _cuda_blocks(self, utilization: float) -> int:
         torch.cuda.synchronize()
@@ -207,8 +242,12 @@ class ModelRunner:
     def _allocate_cache(self, num_blocks: int) -> None:
         c = self.cfg
         shape = (c.num_layers, c.num_kv_heads, num_blocks + 1, self.block_size, c.head_dim)
-        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        try:
+            self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        except (RuntimeError, MemoryError) as e:  # (torch.cuda.OutOfMemoryError is a RuntimeError)
+            self.k_cache = self.v_cache = None
+            raise self._cache_too_large(num_blocks, "could not be allocated") from e
         for i, layer in enumerate(self.model.layers):
             layer.k_cache, layer.v_cache = self.k_cache[i], self.v_cache[i]
         self.scratch_block = num_blocks  # owned by no sequence
