@@ -149,3 +149,141 @@ def test_the_network_work_counts_a_cached_calls_new_tokens_only():
     # at delivery the decode server takes exactly that work
     after = np.flatnonzero(t >= arrival[1])[0]
     assert waiting[after] == 0 and b["servers"]["decode"][after] == 1 + 50 - 1
+
+
+def _think(rate: float, delay: str, num_jobs: int) -> dict:
+    """Two servers and a cyclic route s1 -> think time -> s2 -> s1 (a hunter's think.yaml)."""
+
+    def call(server, prompt, output):
+        return {"call": {"server": server, "prompt": f"const:{prompt}", "output": f"const:{output}"}}
+
+    srv = {"policy": "sarathi", "b_max": 512, "cost_model": "paper"}
+    route = [call("s1", 50, 5), {"delay": delay}, call("s2", 400, 20), call("s1", 50, 5)]
+    return {
+        "servers": {"s1": dict(srv), "s2": dict(srv)},
+        "jobs": {"A": {"arrival": {"process": "poisson", "rate": rate}, "route": route}},
+        "num_jobs": num_jobs,
+        "seed": 0,
+    }
+
+
+def test_think_time_counts_in_the_network_works_short_window():
+    """A cyclic network at 12.5% of its bottleneck with 150-s think times, 600 jobs: the calls
+    still to come count from each job's arrival, so the network's work fills up for several
+    think times; its growth (83 tokens/s, interval 59 to 108) was called unstable against
+    the short window of a job's decode time alone (1.4 s), not the 151 s a job takes."""
+    res = simulate_network(_think(1.0, "exponential:150", 600))
+    s = res.summary
+    assert {n: srv["verdict"] for n, srv in s["servers"].items()} == {"s1": "stable", "s2": "stable"}
+    assert res.traffic.cycle and s["max_utilisation"] < 0.15
+    work = s["network_work_verdict"]
+    # the growth and its interval alone: unstable
+    assert work["backlog_growth_tokens_per_s"] > work["threshold_tokens_per_s"] and work["backlog_growth_ci"][0] > 0
+    assert work["delay_s"] == pytest.approx(150.0) and work["decode_time_s"] < 2
+    assert work["verdict"] == "inconclusive" and work["reason"].startswith("too short to call unstable")
+    assert "delay-inclusive job decode times (151.4 s each)" in work["reason"]
+    assert s["verdict"] == "inconclusive"
+    # a longer run of shorter think times is stable; an overloaded one is still unstable
+    assert simulate_network(_think(1.0, "exponential:100", 3000)).summary["verdict"] == "stable"
+    over = simulate_network(_think(10.0, "exponential:5", 3000)).summary  # s2 at 125%
+    assert over["network_work_verdict"]["verdict"] == "unstable" and over["verdict"] == "unstable"
+
+
+def test_a_routes_expected_delay_adds_its_branches_and_loop_passes():
+    from llmsched.theory.network import route_delay_s
+
+    spec = NetworkSpec.from_dict(
+        {
+            "servers": {"s": {}},
+            "jobs": {
+                "A": {
+                    "arrival": {"rate": 1},
+                    "system_prompt": 4,
+                    "route": [
+                        {"call": {"server": "s", "prompt": "const:10", "output": "const:6"}},
+                        {"delay": "per_token:0.5"},  # context 16 + system 4: 10 s
+                        {"fork": [[{"delay": "uniform:1,3"}], [{"delay": "exponential:5"}]]},  # 2 + 5
+                        {
+                            "loop": {  # 3 passes: 3 x 1 s + per_token at contexts 16+4, 20+4, 24+4 tokens
+                                "times": 3,
+                                "body": [
+                                    {"delay": 1},
+                                    {"call": {"server": "s", "prompt": "const:2", "output": "const:2"}},
+                                    {"delay": "per_token:0.25"},
+                                ],
+                            }
+                        },
+                    ],
+                }
+            },
+            "num_jobs": 1,
+        }
+    )
+    job = spec.jobs[0]
+    per_token = 0.25 * ((16 + 4 + 4) + (20 + 4 + 4) + (24 + 4 + 4))
+    assert route_delay_s(job.route, job.system_prompt) == pytest.approx(10 + 2 + 5 + 3 + per_token)
+    # a geometric loop: E[N] = 1 / (1 - p) passes
+    loop = NetworkSpec.from_dict(
+        {
+            "servers": {"s": {}},
+            "jobs": {
+                "A": {
+                    "arrival": {"rate": 1},
+                    "route": [
+                        {"call": {"server": "s", "prompt": 1, "output": 1}},
+                        {"loop": {"repeat_prob": 0.75, "body": [{"delay": 2}]}},
+                    ],
+                }
+            },
+            "num_jobs": 1,
+        }
+    ).jobs[0]
+    assert route_delay_s(loop.route) == pytest.approx(8.0)
+
+
+def _pool(replicas: int, router: str, rate: float, num_jobs: int, seed: int, prompt: str, output: str) -> dict:
+    srv = {"policy": "sarathi", "b_max": 512, "cost_model": "paper", "replicas": replicas, "router": router}
+    call = {"server": "s", "prompt": prompt, "output": output}
+    return {
+        "servers": {"s": srv},
+        "jobs": {"A": {"arrival": {"process": "poisson", "rate": rate}, "route": [{"call": call}]}},
+        "num_jobs": num_jobs,
+        "seed": seed,
+    }
+
+
+def test_a_lightly_loaded_pool_is_judged_on_its_pooled_backlog():
+    """8 round-robin replicas at 7% load, 2,000 jobs, seed 1: one replica's backlog grows by
+    1.4 tokens/s (interval 0.65 to 2.1, the threshold 67), which made the server and the
+    network inconclusive; the pool's backlog (threshold 535) is stable."""
+    s = simulate_network(_pool(8, "round-robin", 8, 2000, 1, "geometric:200", "geometric:50")).summary
+    srv = s["servers"]["s"]
+    odd = {k: r for k, r in srv["replicas"].items() if r["verdict"] != "stable"}
+    assert list(odd) == ["s[4]"] and odd["s[4]"]["backlog_growth_ci"][0] > 0
+    assert odd["s[4]"]["verdict_reason"].startswith("the backlog grows")
+    pool = srv["pool_verdict"]
+    assert pool["verdict"] == "stable" and pool["threshold_tokens_per_s"] == pytest.approx(
+        0.02 * srv["fill_capacity_tokens_per_s"]
+    )
+    assert srv["verdict"] == "stable" and s["verdict"] == "stable"
+
+
+def test_a_replica_that_took_one_call_is_not_judged_by_its_arrival_share():
+    """512 JSQ replicas at 0.06% load, 600 jobs: replicas that took a single call had "0 of
+    1 arrivals in the judged window's second half", inconclusive, and so the server."""
+    s = simulate_network(_pool(512, "jsq", 100, 600, 0, "const:100", "const:10")).summary
+    srv = s["servers"]["s"]
+    ones = [r for r in srv["replicas"].values() if r["num_requests"] == 1]
+    assert ones and all(r["verdict"] == "stable" for r in ones)
+    assert srv["verdict"] == "stable" and s["verdict"] == "stable"
+
+
+def test_a_pool_is_unstable_when_a_replica_is():
+    """Weighted random sends one replica of three 3/4 of the calls: that one is overloaded,
+    at 115% of its capacity (the pool with it); the server stays unstable."""
+    net = _pool(3, "random", 17, 4000, 0, "geometric:200", "geometric:101")
+    net["servers"]["s"]["router_options"] = {"weights": [1, 1, 6]}
+    s = simulate_network(net).summary
+    srv = s["servers"]["s"]
+    assert srv["replicas"]["s[2]"]["verdict"] == "unstable"
+    assert srv["verdict"] == "unstable" and s["verdict"] == "unstable"

@@ -262,6 +262,21 @@ def test_a_judged_window_without_its_arrivals_is_not_stable():
     assert "judged window's first half" in v.reason
 
 
+def test_too_few_arrivals_say_nothing_of_a_changed_rate():
+    """A series fed by one arrival (a replica of a large pool that took one call) had "0 of
+    1 arrivals in the judged window's second half": a count that small is chance. The rule
+    holds a part to its share only where a Poisson stream of that rate falls that short
+    with a chance under ARRIVAL_CHANCE."""
+    t = np.linspace(0, 600, 400)
+    flat = 5000 + 50 * np.random.default_rng(4).standard_normal(400)
+    assert stability_verdict(t, flat, capacity=CAP, arrival_times=[10.0]).verdict == "stable"
+    three = [10.0, 200.0, 350.0]  # 0.76 expected in the judged window's second half, none there: P = 47%
+    assert stability_verdict(t, flat, capacity=CAP, arrival_times=three).verdict == "stable"
+    early = np.linspace(0, 100, 15)  # 7.5 expected in the judged window, none there: P = 0.06%
+    v = stability_verdict(t, flat, capacity=CAP, arrival_times=early)
+    assert v.verdict == "inconclusive" and v.reason.startswith("the arrival rate changed: 0 of 15")
+
+
 def test_small_growths_are_written_with_three_digits():
     from llmsched.theory import describe_verdict
 

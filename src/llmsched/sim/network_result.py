@@ -38,7 +38,7 @@ from ..core.prefix_cache import hit_rate
 from ..core.request import NS, check_sample_interval, check_seconds
 from ..policies import scheduler_policy_capacity
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
-from ..theory.network import check_schedulers, traffic
+from ..theory.network import check_schedulers, route_delay_s, traffic
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .network import NetworkStats, run_network
@@ -87,12 +87,17 @@ def merge_prefix_stats(caches: list[dict]) -> dict:
     return out
 
 
-def _combine(verdicts: list) -> str:
+def _combine(verdicts: list, pool: str | None = None) -> str:
+    """Unstable if one of `verdicts` is, stable if all are, otherwise inconclusive; with a
+    replicated server's `pool` verdict (on the replicas' summed backlog), stable also when
+    that one is and no replica is unstable: replicas at a light load show slopes of a
+    fraction of a token a second whose intervals exclude 0 by chance, which the pool's
+    backlog, judged against the pool's capacity, averages out."""
     if any(v == UNSTABLE for v in verdicts):
         return UNSTABLE
     if verdicts and all(v == STABLE for v in verdicts):
         return STABLE
-    return INCONCLUSIVE
+    return STABLE if pool == STABLE else INCONCLUSIVE
 
 
 def _replica_fill_capacity(load) -> float:
@@ -173,7 +178,9 @@ def network_backlog(result) -> dict:
     judges the network's work while jobs arrive, with the threshold at 2% of the
     bottleneck's capacity (an overloaded bottleneck at load rho adds (rho - 1) times its
     capacity a second, as one server would) and the short-window rule counted in job
-    decode times (`NetworkResult.job_decode_time_s`). Returns {"time_s", "servers": {name:
+    decode times (`NetworkResult.job_decode_time_s`) plus its expected delays
+    (`NetworkResult.job_delay_s`: a call still to come counts from the job's arrival,
+    through the delays before it). Returns {"time_s", "servers": {name:
     array}, "network": array, "verdict": {...}, "arrival_end_s"} (`arrival_end_s`: the last
     job's arrival, None when no job arrived before max_time_s; the verdict is then
     inconclusive)."""
@@ -212,8 +219,12 @@ def network_backlog(result) -> dict:
     # (not the peak of b / t(b) below b_max, which such a policy does not get)
     cap = result.traffic.server(result.traffic.bottleneck).fill_capacity if result.traffic is not None else None
     # the network's work counts a job's whole work from its arrival until its last call
-    # ends, so its short window is measured in job decode times, not call ones
+    # ends, delays included (a call still to come counts from the job's arrival), so its
+    # short window is measured in job times: its calls' decode times and its expected
+    # delays, not call ones
     decode = result.job_decode_time_s()
+    delay = result.job_delay_s()
+    scale = (decode or 0.0) + delay if delay else decode
     # above the network's limit (a server offered more than its policy serves) work that does
     # not grow is draining (`LOAD_MARGIN`); jobs that thinned out in the judged window say
     # nothing of the load (`MIN_ARRIVAL_SHARE`): one server's rules
@@ -225,8 +236,8 @@ def network_backlog(result) -> dict:
             grid[keep],
             total[keep],
             capacity=cap,
-            decode_time_s=decode,
-            decode_of="job",
+            decode_time_s=scale,
+            decode_of="delay-inclusive job" if delay else "job",
             load=load,
             load_of=load_of,
             arrival_times=arrived,
@@ -240,6 +251,7 @@ def network_backlog(result) -> dict:
             "threshold_tokens_per_s": v.threshold_per_s,
             "mean_backlog_tokens": v.mean_backlog,
             "decode_time_s": decode,
+            "delay_s": delay,
             "load": load,
         }
     except ConfigError as e:
@@ -323,6 +335,19 @@ class NetworkResult:
         where = np.asarray(st.call_server, dtype=object)
         times = [(where == name).sum() / jobs * d for name, d in self.decode_times().items() if d and jobs]
         return float(sum(times)) if times else None
+
+    def job_delay_s(self) -> float:
+        """A job's expected time in its route's delays (`theory.network.route_delay_s`: think,
+        tool and transfer time, occupying no server), over the job types in proportion to
+        the jobs of each that arrived; 0 without delays or arrivals."""
+        st = self.stats
+        types = _a(st.job_type)[self.job_arrived]
+        if not len(types):
+            return 0.0
+        counts = np.bincount(types, minlength=len(st.spec.jobs))
+        return float(
+            sum(n * route_delay_s(job.route, job.system_prompt) for n, job in zip(counts, st.spec.jobs)) / len(types)
+        )
 
     def saved_work_share(self, server: str) -> float | None:
         """The share of a caching server's work (its calls' prompt + output - 1 tokens,
@@ -429,6 +454,35 @@ class NetworkResult:
         work = float((res.prompt.astype(float) + res.output - 1).sum())
         return pool * share * (1.0 - _saved_share([res.stats.prefix], work))
 
+    def _pool_verdict(self, server: str, time_s: np.ndarray, backlog: np.ndarray, last: float) -> dict:
+        """A replicated server's verdict on its pool's backlog (its replicas' summed, as
+        `network_backlog` counts it: under back-pressure its buffer's work too), judged as
+        one server with the pool's `fill_capacity` would be: its decode time, its offered
+        load over its limit (`policy_loads`: the busiest replica's), its calls' arrivals."""
+        load = self.traffic.server(server) if self.traffic is not None else None
+        cap = load.fill_capacity if load is not None and load.fill_capacity > 0 else None
+        keep = time_s <= last
+        calls = np.asarray(self.stats.call_server, dtype=object) == server
+        try:
+            v = stability_verdict(
+                time_s[keep],
+                backlog[keep],
+                capacity=cap,
+                decode_time_s=self.decode_times()[server],
+                load=self.policy_loads().get(server),
+                arrival_times=_a(self.stats.call_arrival)[calls] / NS,
+            )
+        except ConfigError as e:
+            return {"verdict": INCONCLUSIVE, "stable": None, "reason": f"too short: {e}"}
+        return {
+            "verdict": v.verdict,
+            "stable": v.stable,
+            "reason": v.reason,
+            "backlog_growth_tokens_per_s": v.growth_per_s,
+            "backlog_growth_ci": [v.ci_low, v.ci_high],
+            "threshold_tokens_per_s": v.threshold_per_s,
+        }
+
     def _replica_verdict(self, res: SimResult, server: str, index: int = 0) -> dict:
         load = self.traffic.server(server) if self.traffic is not None else None
         cap = _replica_fill_capacity(load) if load is not None else None
@@ -499,6 +553,9 @@ class NetworkResult:
                 "completed": int(sel.sum()),
                 **_latency_stats("job_latency", (fin - arr)[sel]),
             }
+        # (the servers' and the network's unfinished work, once: the pools' verdicts read it)
+        backlog = network_backlog(self)
+        last = _last_arrival_s(self.job_arrival_ns[self.job_arrived])
         servers = {}
         for res, rep in zip(self.replicas(), st.replicas):
             srv = servers.setdefault(rep["server"], {"replicas": {}})
@@ -539,7 +596,11 @@ class NetworkResult:
             if caches:
                 srv["prefix_cache"] = merge_prefix_stats(caches)
             srv["decode_time_s"] = self.decode_times()[name]
-            srv["verdict"] = _combine([r["verdict"] for r in srv["replicas"].values()])
+            pool = None
+            if len(srv["replicas"]) > 1:
+                srv["pool_verdict"] = self._pool_verdict(name, backlog["time_s"], backlog["servers"][name], last)
+                pool = srv["pool_verdict"]["verdict"]
+            srv["verdict"] = _combine([r["verdict"] for r in srv["replicas"].values()], pool)
             srv["stable"] = {STABLE: True, UNSTABLE: False}.get(srv["verdict"])
             if self.traffic is not None:
                 load = self.traffic.server(name)
@@ -585,7 +646,7 @@ class NetworkResult:
         # backlogs show no steady slope (Rybko-Stolyar): there the network's total unfinished
         # work (calls still to come included) is judged too; feed-forward networks are stable
         # when every server is
-        work = network_backlog(self)["verdict"]
+        work = backlog["verdict"]
         s["network_work_verdict"] = work
         verdicts = [srv["verdict"] for srv in servers.values()]
         if self.traffic is not None and self.traffic.cycle:

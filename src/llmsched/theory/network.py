@@ -116,6 +116,7 @@ __all__ = [
     "network_capacity_report",
     "network_capacity_rows",
     "network_server_rows",
+    "route_delay_s",
     "route_moments",
     "traffic",
 ]
@@ -236,6 +237,42 @@ def route_moments(route, system_prompt: int = 0) -> dict:
         "cached_context_sum",
     )
     return {"context_added": f.d, "classes": {k: dict(zip(names, (float(x) for x in st))) for k, st in f.stats.items()}}
+
+
+def route_delay_s(route, system_prompt: int = 0) -> float:
+    """A job's expected time in the route's delays (think, tool and KV-transfer time, which
+    occupy no server), its branches' added up as `route_moments` adds their visits (an
+    upper bound for a fork's, whose branches wait in parallel): a delay its law's mean, a
+    `per_token` one its seconds per token times the job's expected context there (with its
+    system prompt), a loop its body's times its expected passes (a later pass enters with
+    the earlier passes' context: `E[N(N-1)/2]`, as in the module docstring's recursion)."""
+    return _delays(route, system_prompt)[0]
+
+
+def _delays(route, system: int) -> tuple[float, float, float]:
+    """(expected delay entering with context 0, its growth per token of entering context,
+    the context the fragment adds) of a route fragment."""
+    t = k = d = 0.0
+    for node in route:
+        nt, nk, nd = _delay_node(node, system)
+        t, k, d = t + nt + nk * d, k + nk, d + nd
+    return t, k, d
+
+
+def _delay_node(node, system: int) -> tuple[float, float, float]:
+    if isinstance(node, Call):
+        return 0.0, 0.0, law_mean(node.prompt) + law_mean(node.output)
+    if isinstance(node, Delay):
+        law = node.law
+        return (law.mean * system, law.mean, 0.0) if law.kind == "per_token" else (law.expected(), 0.0, 0.0)
+    if isinstance(node, Fork):
+        parts = [_delays(branch, system) for branch in node.branches]
+        return tuple(float(sum(x)) for x in zip(*parts)) if parts else (0.0, 0.0, 0.0)
+    if isinstance(node, Loop):
+        passes, pairs = _passes(node)
+        t, k, d = _delays(node.body, system)
+        return passes * t + pairs * k * d, passes * k, passes * d
+    raise ConfigError(f"unknown route node {node!r}")  # pragma: no cover - NetworkSpec validation rejects others
 
 
 # -------------------------------------------------------------------------- report types

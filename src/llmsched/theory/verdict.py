@@ -34,7 +34,8 @@ Decision rule (`stability_verdict`):
      inconclusive): a judged window under MIN_DECODE_TIMES decode times with `hi < 0`,
      an offered `load` above LOAD_MARGIN times the policy's limit, or a judged window
      (or either half of it) with under MIN_ARRIVAL_SHARE of the `arrival_times` its
-     share of time would give;
+     share of time would give, and fewer than a Poisson stream would give but with
+     ARRIVAL_CHANCE;
    - **inconclusive** otherwise, for one of two reasons: the backlog grows
      significantly (`lo > 0`) but at `g <= h`, below the threshold (a slow drift, a
      warm-up not over yet, or a queue near criticality); or the run is too short (the
@@ -90,6 +91,10 @@ LOAD_MARGIN = 1.02
 # a stable call whose judged window holds fewer than this share of the arrivals its share
 # of the arrival window would give judges a run whose arrival rate changed
 MIN_ARRIVAL_SHARE = 0.25
+# ... and fewer than a Poisson stream of the same rate would give but with this chance: a
+# count that small is chance (a replica of a large pool that took one call: 0 of 1 in a
+# judged half happens half the time), not a changed rate
+ARRIVAL_CHANCE = 0.01
 
 # Fixed-b critical values of |t| for the OLS slope on a linear trend (with intercept),
 # Bartlett kernel, bandwidth M = b * n, two-sided levels 90/95/99 %. Monte Carlo with
@@ -263,6 +268,15 @@ def _tok(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1 else f"{x:.3g}"
 
 
+def _poisson_cdf(n: int, mean: float) -> float:
+    """P(N <= n) for N Poisson with `mean`."""
+    term = total = math.exp(-mean)
+    for k in range(1, n + 1):
+        term *= mean / k
+        total += term
+    return total
+
+
 def _not_stable(hi, window, short, decode_time_s, decode_of, load, load_of, arrival_times, t, tt, what) -> str | None:
     """Why a `stable` call does not stand (`stability_verdict`), or None."""
     if load is not None and load > LOAD_MARGIN:
@@ -285,7 +299,7 @@ def _not_stable(hi, window, short, decode_time_s, decode_of, load, load_of, arri
             ):
                 n_in = int(np.count_nonzero((a >= lo_s) & (a <= hi_s)))
                 expected = len(a) * (hi_s - lo_s) / span if span > 0 else 0.0
-                if n_in < MIN_ARRIVAL_SHARE * expected:
+                if n_in < MIN_ARRIVAL_SHARE * expected and _poisson_cdf(n_in, expected) < ARRIVAL_CHANCE:
                     return (
                         f"the arrival rate changed: {n_in} of {len(a)} arrivals in the judged {part}, "
                         f"{(hi_s - lo_s) / span:.0%} of the arrivals' time; {what} there says little about the "
@@ -396,7 +410,8 @@ def stability_verdict(
     where theory gives one) exceeds LOAD_MARGIN; or when `arrival_times` are given and the
     judged window, or either half of it, holds fewer than MIN_ARRIVAL_SHARE of the
     arrivals its share of the arrival window (from the first arrival to the series' end)
-    would give: the arrival rate changed.
+    would give, and a count a Poisson stream of that rate falls to only with ARRIVAL_CHANCE
+    (not a few arrivals' chance): the arrival rate changed.
 
     `capacity`: token capacity b_max / t(b_max) in tokens/s (sets h = eps * capacity);
     `threshold`: an explicit h in tokens/s (overrides eps * capacity). The fluid
