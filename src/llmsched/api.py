@@ -33,6 +33,7 @@ from .policies.spec import SchedulerSpec
 from .sim.result import SimResult, new_steps_file
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
 from .theory import INCONCLUSIVE, UNSTABLE, LengthMix, capacity, stability_verdict
+from .theory.verdict import MIN_DECODE_TIMES
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.arrivals import MAX_REQUESTS, count_over_the_limit
 from .workload.spec import with_defaults
@@ -552,6 +553,32 @@ def _burst_factor(cfg: SimConfig) -> float:
     return max(1.0, (1.0 + cv * cv) / 2.0)
 
 
+#: the judged window of a single server's run must hold this many arrivals before its
+#: verdict is judged as a long run's (`guard_time_s`; docs/stability.md)
+MIN_JUDGED_ARRIVALS = 500
+
+
+def guard_time_s(result: SimResult, b_max: int) -> tuple[float | None, bool]:
+    """The time scale of the verdict's short-window guard (`stability_verdict`'s
+    decode_time_s: a window under MIN_DECODE_TIMES of it needs proportionally faster growth
+    to be called unstable), and whether the floor below set it: a request's service time
+    if every step served it, the run's mean step time times its steps (ceil(mean prompt /
+    b_max) prefill steps, the first token among them, then mean output - 1 decode steps);
+    but no less than the time in which MIN_JUDGED_ARRIVALS / MIN_DECODE_TIMES requests
+    arrive, so that a judged window of 20 holds MIN_JUDGED_ARRIVALS arrivals: over fewer,
+    the arrivals' own surplus (about sqrt(n) of n) passes for growth of a stable queue, and
+    a prefill-heavy workload's service time (a step or a few) is far shorter than that.
+    (None, False) before any step."""
+    st = result.stats
+    if not st.steps or not len(result.output):
+        return None, False
+    steps = max(1.0, math.ceil(float(result.prompt.mean()) / b_max) + float(result.output.mean()) - 1.0)
+    service = st.busy_ns / NS / st.steps * steps
+    rate = result.offered_rate
+    floor = MIN_JUDGED_ARRIVALS / MIN_DECODE_TIMES / rate if rate else 0.0
+    return max(service, floor), floor > service
+
+
 def _longest_prefill(result: SimResult) -> int:
     """The most prompt tokens a request of this run computes at its first admission: its
     prompt less the prefix the cache served it then (`RunStats.prefix_hits`, 0 for a
@@ -616,14 +643,15 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
     ts = result.timeseries
     t, w = ts["time_s"], ts["backlog_tokens"]
     keep = t <= float(arrivals.max())  # judge while requests arrive, not while the queue drains
-    # a request's decode if every step served it: the run's mean step time (bounded by the
-    # budget, whatever the backlog) times its decode steps
-    st = result.stats
-    # bursty arrivals relax (1 + cv^2) / 2 times more slowly (Kingman): the judged window
-    # must be as much longer for its 20 decode times to mean as much (docs/stability.md)
+    # the time scale of the short-window guard (`guard_time_s`); bursty arrivals relax
+    # (1 + cv^2) / 2 times more slowly (Kingman): the judged window must be as much longer
+    # for its 20 service times to mean as much (docs/stability.md)
     burst = _burst_factor(cfg)
-    decode_time = st.busy_ns / NS / st.steps * max(0.0, float(result.output.mean()) - 1.0) * burst if st.steps else None
+    service, floored = guard_time_s(result, cfg.b_max)
+    decode_time = service * burst if service is not None else None
     decode_of = "request" if burst == 1 else f"burst-scaled ((1 + cv^2) / 2 = {burst:.3g}) request"
+    gaps = MIN_JUDGED_ARRIVALS // MIN_DECODE_TIMES
+    time_of = f"service (at least {gaps} arrival gaps)" if floored else "service"
     try:
         v = stability_verdict(
             t[keep],
@@ -634,6 +662,7 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
             predicted_growth_tokens_per_s=out["predicted_backlog_growth_tokens_per_s"],
             decode_time_s=decode_time,
             decode_of=decode_of,
+            time_of=time_of,
             # above lambda* no policy is stable (theorem 2), above its own limit no such policy:
             # a backlog that does not grow there is draining (`LOAD_MARGIN`)
             load=out["policy_utilisation"] if out["policy_utilisation"] is not None else rep.utilisation,
@@ -651,7 +680,9 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
     out["verdict_conclusive"] = bool(v.conclusive)
     out["verdict_threshold_tokens_per_s"] = v.threshold_per_s
     if capped and rep.critical_rate > 0:
-        _judge_requests(out, v, t[keep], (ts["waiting_requests"] + ts["running_requests"])[keep], rep, cfg, decode_time)
+        _judge_requests(
+            out, v, t[keep], (ts["waiting_requests"] + ts["running_requests"])[keep], rep, cfg, decode_time, time_of
+        )
     return out
 
 
@@ -660,7 +691,7 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
 REQUESTS_GROWTH_SHARE = 0.25
 
 
-def _judge_requests(out: dict, tokens, t, in_system, rep, cfg: SimConfig, decode_time) -> None:
+def _judge_requests(out: dict, tokens, t, in_system, rep, cfg: SimConfig, decode_time, time_of: str) -> None:
     """With a binding k_max, the number of requests in the system judged too, against
     REQUESTS_GROWTH_SHARE * lambda* requests/s: when decode slots are the bottleneck the
     requests that pile up are decoders with a few tokens left each, a backlog that grows
@@ -676,6 +707,7 @@ def _judge_requests(out: dict, tokens, t, in_system, rep, cfg: SimConfig, decode
         capacity=rep.critical_rate,
         eps=REQUESTS_GROWTH_SHARE,
         decode_time_s=decode_time,
+        time_of=time_of,
         what="the number of requests in the system",
         unit="requests",
         rate_format=".3g",

@@ -61,7 +61,12 @@ def capacity_report(
             )
     # what `simulate` refuses, `capacity` refuses too (an unknown policy or arrival, a cv
     # without gamma arrivals, a rate given twice): the workload with its rate, as a run
-    check_config(cfg, **({"rate": rate} if rate is not None else {}))
+    check = {"rate": rate} if rate is not None else {}
+    if not replays_trace(cfg.workload) and cfg.workload.get("duration_s") is None:
+        # capacity draws no run: its count of requests (simulate's default 5,000) is not
+        # checked, or a tiny rate is refused for the arrival times of requests nothing draws
+        check["num_requests"] = 1
+    check_config(cfg, **check)
     if mean_prompt is not None and mean_output is not None and cfg.workload.get("system_prompt"):
         raise ConfigError(
             "a system prompt adds to the workload's prompts, which --mean-prompt replaces: "

@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from ..api import check_config
+from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..theory import capacity, workload_means, workload_mix
@@ -69,6 +70,23 @@ def _not_all(entry: dict, who: str, verdicts: list[dict], stable: bool) -> None:
     entry["inconclusive"] = True
 
 
+def check_binding_cap(b_max, k_max) -> None:
+    """A ConfigError unless the cap `k_max` can bind under `b_max` (`k_max_binds`): without
+    one, theorem 2 makes every work-conserving K-FCFS policy stable inside the region, so
+    no search is run."""
+    if k_max is None:
+        raise ConfigError(
+            "a counterexample needs a batch-size cap --k-max: without one, theorem 2 "
+            "makes every work-conserving K-FCFS policy stable inside the region"
+        )
+    if not k_max_binds(b_max, k_max):
+        raise ConfigError(
+            f"a counterexample needs a batch-size cap --k-max below --b-max: k_max {k_max} >= b_max {b_max} "
+            "cannot bind (a step of at most b_max tokens holds at most b_max requests), so theorem 2 "
+            "makes every work-conserving K-FCFS policy stable inside the region"
+        )
+
+
 def find_counterexample(
     cost_model: str = "paper",
     b_max: int = 512,
@@ -89,11 +107,7 @@ def find_counterexample(
     "critical_rate", "scale", "margin", "runs" (the policy's verdicts per seed),
     "adaptive", "tried": [...], "confirmed": [...]}. A run that fails is a ConfigError
     (its message), not a verdict."""
-    if k_max is None:
-        raise ConfigError(
-            "a counterexample needs a batch-size cap --k-max: without one, theorem 2 "
-            "makes every work-conserving K-FCFS policy stable inside the region"
-        )
+    check_binding_cap(b_max, k_max)
     if not (isinstance(load, (int, float)) and 0 < load < 1):
         raise ConfigError(f"load must be in (0, 1) (a point strictly inside the region), got {load!r}")
     if not seeds:

@@ -131,6 +131,13 @@ def cmd_capacity(args) -> int:
     samples = args.samples
     if samples is not None and samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {samples}")
+    if args.find_counterexample:  # a cap that cannot bind: refused before any work
+        from ..analysis.counterexample import check_binding_cap  # noqa: PLC0415
+        from ..api import build_config  # noqa: PLC0415
+
+        _seeds(args.seeds)  # (a malformed flag first, as before)
+        cfg = build_config(args.config, **over)
+        check_binding_cap(cfg.b_max, cfg.k_max)
     rep = capacity_report(
         args.config,
         mean_prompt=args.mean_prompt,

@@ -277,7 +277,9 @@ def _poisson_cdf(n: int, mean: float) -> float:
     return total
 
 
-def _not_stable(hi, window, short, decode_time_s, decode_of, load, load_of, arrival_times, t, tt, what) -> str | None:
+def _not_stable(
+    hi, window, short, decode_time_s, decode_of, load, load_of, arrival_times, t, tt, what, time_of="decode"
+) -> str | None:
     """Why a `stable` call does not stand (`stability_verdict`), or None."""
     if load is not None and load > LOAD_MARGIN:
         return (
@@ -308,7 +310,7 @@ def _not_stable(hi, window, short, decode_time_s, decode_of, load, load_of, arri
     if short > 1 and hi < 0:
         return (
             f"too short to call stable: {what} shrank over the judged {window:.0f} s, fewer than "
-            f"{MIN_DECODE_TIMES} {decode_of} decode times ({decode_time_s:.1f} s each): a drain rather "
+            f"{MIN_DECODE_TIMES} {decode_of} {time_of} times ({decode_time_s:.1f} s each): a drain rather "
             "than a level; run longer"
         )
     return None
@@ -383,6 +385,7 @@ def stability_verdict(
     work_per_request: float | None = None,
     decode_time_s: float | None = None,
     decode_of: str = "request",
+    time_of: str = "decode",
     what: str = "the backlog",
     unit: str = "tokens",
     rate_format: str = ".0f",
@@ -397,6 +400,8 @@ def stability_verdict(
     MIN_DECODE_TIMES of them, `unstable` needs the growth above h raised in proportion (a
     stable queue's upswing over a short window passes for growth: docs/stability.md).
     `decode_of` names what decodes in the reason ("request"; a network's work: "job"),
+    `time_of` what kind of time `decode_time_s` is ("decode"; a single server's run:
+    "service", `api.guard_time_s`),
     `load_of` what `load` is a share of ("the policy's limit"; a network's work: its
     bottleneck's, named).
     `what` and `unit` name the series in the reason (default: the backlog, in tokens; a
@@ -494,11 +499,13 @@ def stability_verdict(
         verdict, conclusive = INCONCLUSIVE, False
         reason = (
             f"too short to call unstable: the judged {window:.0f} s hold fewer than "
-            f"{MIN_DECODE_TIMES} {decode_of} decode times ({decode_time_s:.1f} s each), and its growth "
+            f"{MIN_DECODE_TIMES} {decode_of} {time_of} times ({decode_time_s:.1f} s each), and its growth "
             f"({g:{rate_format}} {unit}/s) is below the {h * short:{rate_format}} {unit}/s that needs; run longer"
         )
     if verdict == STABLE:
-        why = _not_stable(hi, window, short, decode_time_s, decode_of, load, load_of, arrival_times, t, tt, what)
+        why = _not_stable(
+            hi, window, short, decode_time_s, decode_of, load, load_of, arrival_times, t, tt, what, time_of
+        )
         if why:
             verdict, conclusive, reason = INCONCLUSIVE, False, why
     if predicted_growth_tokens_per_s is None and None not in (arrival_rate, work_per_request, capacity):
