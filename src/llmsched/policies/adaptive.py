@@ -128,7 +128,10 @@ class Adaptive(BatchPolicy):
         self.mean_prompt, self.mean_output = means
         longest = None if max_prompt is None else as_int(max_prompt)
         if max_prompt is not None and not (longest is not None and longest >= 1):
-            raise ConfigError(f"adaptive policy: max_prompt must be an integer number of tokens >= 1 (such as 4096), got {max_prompt!r}")
+            raise ConfigError(
+                "adaptive policy: max_prompt must be an integer number of tokens >= 1 (such as 4096), "
+                f"got {max_prompt!r}"
+            )
         self.max_prompt = longest
         self._key = None
         self._cands: list[tuple[int, int]] = []
