@@ -51,7 +51,7 @@ def test_a_short_run_of_a_stable_network_is_not_called_unstable():
     work = s["network_work_verdict"]
     assert work["backlog_growth_tokens_per_s"] > work["threshold_tokens_per_s"] and work["backlog_growth_ci"][0] > 0
     assert work["verdict"] == "inconclusive"
-    assert work["reason"].startswith("too short to call unstable") and "job decode times" in work["reason"]
+    assert work["reason"].startswith("too short to call unstable") and "job service times" in work["reason"]
     # run longer and the same network is judged stable
     longer = run("tandem", 0.7, 3000, 1).summary
     assert longer["verdict"] == "stable" and longer["network_work_verdict"]["verdict"] == "stable"
@@ -181,7 +181,8 @@ def test_think_time_counts_in_the_network_works_short_window():
     assert work["backlog_growth_tokens_per_s"] > work["threshold_tokens_per_s"] and work["backlog_growth_ci"][0] > 0
     assert work["delay_s"] == pytest.approx(150.0) and work["decode_time_s"] < 2
     assert work["verdict"] == "inconclusive" and work["reason"].startswith("too short to call unstable")
-    assert "delay-inclusive job decode times (151.4 s each)" in work["reason"]
+    # a job's calls' service times (their prefill steps too) and its think time
+    assert "delay-inclusive job service times (151.6 s each)" in work["reason"]
     assert s["verdict"] == "inconclusive"
     # a longer run of shorter think times is stable; an overloaded one is still unstable
     assert simulate_network(_think(1.0, "exponential:100", 3000)).summary["verdict"] == "stable"

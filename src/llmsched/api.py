@@ -33,7 +33,8 @@ from .policies.spec import SchedulerSpec
 from .sim.result import SimResult, new_steps_file
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
 from .theory import INCONCLUSIVE, UNSTABLE, LengthMix, capacity, stability_verdict
-from .theory.verdict import MIN_DECODE_TIMES
+from .theory.verdict import MIN_JUDGED_ARRIVALS as MIN_JUDGED_ARRIVALS  # re-exported (tests, docs)
+from .theory.verdict import guard_time_of, service_steps, short_window_time_s
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.arrivals import MAX_REQUESTS, count_over_the_limit
 from .workload.spec import with_defaults
@@ -553,30 +554,24 @@ def _burst_factor(cfg: SimConfig) -> float:
     return max(1.0, (1.0 + cv * cv) / 2.0)
 
 
-#: the judged window of a single server's run must hold this many arrivals before its
-#: verdict is judged as a long run's (`guard_time_s`; docs/stability.md)
-MIN_JUDGED_ARRIVALS = 500
-
-
 def guard_time_s(result: SimResult, b_max: int) -> tuple[float | None, bool]:
     """The time scale of the verdict's short-window guard (`stability_verdict`'s
     decode_time_s: a window under MIN_DECODE_TIMES of it needs proportionally faster growth
     to be called unstable), and whether the floor below set it: a request's service time
-    if every step served it, the run's mean step time times its steps (ceil(mean prompt /
-    b_max) prefill steps, the first token among them, then mean output - 1 decode steps);
-    but no less than the time in which MIN_JUDGED_ARRIVALS / MIN_DECODE_TIMES requests
-    arrive, so that a judged window of 20 holds MIN_JUDGED_ARRIVALS arrivals: over fewer,
-    the arrivals' own surplus (about sqrt(n) of n) passes for growth of a stable queue, and
-    a prefill-heavy workload's service time (a step or a few) is far shorter than that.
-    (None, False) before any step."""
+    if every step served it, the run's mean step time times its steps
+    (`theory.verdict.service_steps`: ceil(mean prompt / b_max) prefill steps, the first
+    token among them, then mean output - 1 decode steps); but no less than the time in
+    which MIN_JUDGED_ARRIVALS / MIN_DECODE_TIMES requests arrive
+    (`theory.verdict.short_window_time_s`, which a network's verdicts share), so that a
+    judged window of 20 holds MIN_JUDGED_ARRIVALS arrivals: over fewer, the arrivals' own
+    surplus (about sqrt(n) of n) passes for growth of a stable queue, and a prefill-heavy
+    workload's service time (a step or a few) is far shorter than that. (None, False)
+    before any step."""
     st = result.stats
     if not st.steps or not len(result.output):
         return None, False
-    steps = max(1.0, math.ceil(float(result.prompt.mean()) / b_max) + float(result.output.mean()) - 1.0)
-    service = st.busy_ns / NS / st.steps * steps
-    rate = result.offered_rate
-    floor = MIN_JUDGED_ARRIVALS / MIN_DECODE_TIMES / rate if rate else 0.0
-    return max(service, floor), floor > service
+    steps = service_steps(float(result.prompt.mean()), float(result.output.mean()), b_max)
+    return short_window_time_s(st.busy_ns / NS / st.steps * steps, result.offered_rate)
 
 
 def _longest_prefill(result: SimResult) -> int:
@@ -650,8 +645,7 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
     service, floored = guard_time_s(result, cfg.b_max)
     decode_time = service * burst if service is not None else None
     decode_of = "request" if burst == 1 else f"burst-scaled ((1 + cv^2) / 2 = {burst:.3g}) request"
-    gaps = MIN_JUDGED_ARRIVALS // MIN_DECODE_TIMES
-    time_of = f"service (at least {gaps} arrival gaps)" if floored else "service"
+    time_of = guard_time_of(floored)
     try:
         v = stability_verdict(
             t[keep],

@@ -39,6 +39,7 @@ from ..core.request import NS, check_sample_interval, check_seconds
 from ..policies import scheduler_policy_capacity
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
 from ..theory.network import check_schedulers, route_delay_s, traffic
+from ..theory.verdict import guard_time_of, service_steps, short_window_time_s
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .network import NetworkStats, run_network
@@ -163,6 +164,29 @@ def decode_time_s(sims, outputs: np.ndarray) -> float | None:
     return sum(sim.busy for sim in sims) / NS / steps * max(0.0, float(outputs.mean()) - 1.0)
 
 
+def service_time_s(sims, prompts: np.ndarray, outputs: np.ndarray, b_max: int) -> float | None:
+    """How long a call takes at a server if every step served it: its replicas' mean step
+    time times its steps (`theory.verdict.service_steps`: ceil(mean prefilled prompt /
+    b_max) prefill steps, the first token among them, then mean output - 1 decode steps),
+    as a single server's verdict counts a request's (`api.guard_time_s`); `prompts` are
+    the tokens the calls prefill (less a `cached` call's handed-over context). None
+    before any step or call."""
+    steps = sum(sim.steps for sim in sims)
+    if not steps or len(outputs) == 0:
+        return None
+    n = service_steps(float(prompts.mean()), float(outputs.mean()), b_max)
+    return sum(sim.busy for sim in sims) / NS / steps * n
+
+
+def _rate(arrival_s: np.ndarray) -> float | None:
+    """Arrivals a second: (n - 1) over their span, as `SimResult.offered_rate`; None for
+    fewer than two or all at once."""
+    if len(arrival_s) < 2:
+        return None
+    span = float(arrival_s.max() - arrival_s.min())
+    return (len(arrival_s) - 1) / span if span > 0 else None
+
+
 def network_backlog(result) -> dict:
     """Unfinished work over time, per server and for the whole network, with a verdict on
     the network's.
@@ -220,17 +244,20 @@ def network_backlog(result) -> dict:
     cap = result.traffic.server(result.traffic.bottleneck).fill_capacity if result.traffic is not None else None
     # the network's work counts a job's whole work from its arrival until its last call
     # ends, delays included (a call still to come counts from the job's arrival), so its
-    # short window is measured in job times: its calls' decode times and its expected
-    # delays, not call ones
+    # short window is measured in job times: its calls' service times and its expected
+    # delays, not call ones; no less than 25 of the jobs' arrival gaps, as one server's
     decode = result.job_decode_time_s()
+    service = result.job_service_time_s()
     delay = result.job_delay_s()
-    scale = (decode or 0.0) + delay if delay else decode
+    arrived = result.job_arrival_ns[result.job_arrived] / NS
+    scale, floored = None, False
+    if service is not None or delay:
+        scale, floored = short_window_time_s((service or 0.0) + delay, _rate(arrived))
     # above the network's limit (a server offered more than its policy serves) work that does
     # not grow is draining (`LOAD_MARGIN`); jobs that thinned out in the judged window say
     # nothing of the load (`MIN_ARRIVAL_SHARE`): one server's rules
     limit = result.network_load()
     load, load_of = (None, "") if limit is None else (limit[0], f"the network's limit, at server {limit[1]}")
-    arrived = result.job_arrival_ns[result.job_arrived] / NS
     try:
         v = stability_verdict(
             grid[keep],
@@ -238,6 +265,7 @@ def network_backlog(result) -> dict:
             capacity=cap,
             decode_time_s=scale,
             decode_of="delay-inclusive job" if delay else "job",
+            time_of=guard_time_of(floored),
             load=load,
             load_of=load_of,
             arrival_times=arrived,
@@ -251,7 +279,9 @@ def network_backlog(result) -> dict:
             "threshold_tokens_per_s": v.threshold_per_s,
             "mean_backlog_tokens": v.mean_backlog,
             "decode_time_s": decode,
+            "service_time_s": service,
             "delay_s": delay,
+            "guard_time_s": scale,
             "load": load,
         }
     except ConfigError as e:
@@ -276,6 +306,7 @@ class NetworkResult:
         self._summary: dict | None = None
         self._replicas: list[SimResult] | None = None
         self._decode_times: dict[str, float | None] | None = None
+        self._service_times: dict[str, float | None] | None = None
         self._server_load_memo: dict[str, float] | None = None
 
     def __getstate__(self) -> dict:
@@ -283,6 +314,7 @@ class NetworkResult:
         simulators measured (`replicas`, `decode_times`), not the live simulators."""
         self.replicas()
         self.decode_times()
+        self.service_times()
         state = self.__dict__.copy()
         reps = [{k: v for k, v in rep.items() if k != "sim"} for rep in self.stats.replicas]
         state["stats"] = replace(self.stats, replicas=reps)
@@ -325,6 +357,46 @@ class NetworkResult:
                 for name in names
             }
         return self._decode_times
+
+    def service_times(self) -> dict[str, float | None]:
+        """Each server's call service time (`service_time_s`), pooled over its replicas'
+        steps and all its calls, as `decode_times`."""
+        if self._service_times is None:
+            st = self.stats
+            where = np.asarray(st.call_server, dtype=object)
+            prompt = _a(st.call_prompt) - _a(st.call_cached)
+            output = _a(st.call_output)
+            self._service_times = {
+                name: service_time_s(
+                    [r["sim"] for r in st.replicas if r["server"] == name],
+                    prompt[where == name],
+                    output[where == name],
+                    st.spec.servers[name].b_max,
+                )
+                for name in dict.fromkeys(rep["server"] for rep in st.replicas)
+            }
+        return self._service_times
+
+    def guard_time(self, server: str, arrival_s: np.ndarray) -> tuple[float | None, str]:
+        """The short-window guard's time scale for a queue of `server`'s calls arriving at
+        `arrival_s` (a replica's, a pool's): the server's call service time, floored at 25
+        of those calls' arrival gaps (`theory.verdict.short_window_time_s`, as one server's
+        `api.guard_time_s`), and its name for the reason (`stability_verdict`'s time_of)."""
+        service = self.service_times()[server]
+        if service is None:
+            return None, "service"
+        scale, floored = short_window_time_s(service, _rate(arrival_s))
+        return scale, guard_time_of(floored)
+
+    def job_service_time_s(self) -> float | None:
+        """How long a job's calls take, one after another: each server's calls per job
+        times its call service time (`service_times`), summed (as `job_decode_time_s`);
+        None before any call ran."""
+        st = self.stats
+        jobs = int(self.job_arrived.sum())
+        where = np.asarray(st.call_server, dtype=object)
+        times = [(where == name).sum() / jobs * d for name, d in self.service_times().items() if d and jobs]
+        return float(sum(times)) if times else None
 
     def job_decode_time_s(self) -> float | None:
         """How long a job's calls decode, one after another: each server's calls per job
@@ -463,14 +535,18 @@ class NetworkResult:
         cap = load.fill_capacity if load is not None and load.fill_capacity > 0 else None
         keep = time_s <= last
         calls = np.asarray(self.stats.call_server, dtype=object) == server
+        arrivals = _a(self.stats.call_arrival)[calls] / NS
+        scale, time_of = self.guard_time(server, arrivals)
         try:
             v = stability_verdict(
                 time_s[keep],
                 backlog[keep],
                 capacity=cap,
-                decode_time_s=self.decode_times()[server],
+                decode_time_s=scale,
+                decode_of="call",
+                time_of=time_of,
                 load=self.policy_loads().get(server),
-                arrival_times=_a(self.stats.call_arrival)[calls] / NS,
+                arrival_times=arrivals,
             )
         except ConfigError as e:
             return {"verdict": INCONCLUSIVE, "stable": None, "reason": f"too short: {e}"}
@@ -493,12 +569,16 @@ class NetworkResult:
             # jobs ran but none called here: no queue can grow, so leave the verdict to the others
             return {"stable": True, "verdict": STABLE, "verdict_reason": "no calls: no queue formed"}
         keep = t <= last  # judge while jobs arrive, not while the queues drain
+        # the server's call service time, floored at 25 of this replica's arrival gaps
+        scale, time_of = self.guard_time(server, res.arrival_s)
         try:
             v = stability_verdict(
                 t[keep],
                 w[keep],
                 capacity=cap if cap and cap > 0 else None,
-                decode_time_s=self.decode_times()[server],
+                decode_time_s=scale,
+                decode_of="call",
+                time_of=time_of,
                 # above its policy's limit a replica's backlog that does not grow is draining
                 # (`LOAD_MARGIN`), and one whose calls thinned out in the judged window says
                 # nothing (`MIN_ARRIVAL_SHARE`), as for one server
@@ -596,6 +676,7 @@ class NetworkResult:
             if caches:
                 srv["prefix_cache"] = merge_prefix_stats(caches)
             srv["decode_time_s"] = self.decode_times()[name]
+            srv["service_time_s"] = self.service_times()[name]
             pool = None
             if len(srv["replicas"]) > 1:
                 srv["pool_verdict"] = self._pool_verdict(name, backlog["time_s"], backlog["servers"][name], last)

@@ -79,12 +79,20 @@ __all__ = [
     "UNSTABLE",
     "INCONCLUSIVE",
     "describe_verdict",
+    "MIN_DECODE_TIMES",
+    "MIN_JUDGED_ARRIVALS",
+    "service_steps",
+    "short_window_time_s",
+    "guard_time_of",
 ]
 
 STABLE, UNSTABLE, INCONCLUSIVE = "stable", "unstable", "inconclusive"
 # over a judged window shorter than this many request decode times, an unstable verdict
 # needs the growth threshold raised in proportion (`stability_verdict`'s decode_time_s)
 MIN_DECODE_TIMES = 20
+#: the judged window must hold this many arrivals before a verdict is judged as a long
+#: run's (`short_window_time_s`; docs/stability.md)
+MIN_JUDGED_ARRIVALS = 500
 # a stable call on a run whose offered load is above the policy's limit by more than this
 # factor is a drain, not stability (`stability_verdict`'s load; docs/stability.md)
 LOAD_MARGIN = 1.02
@@ -531,3 +539,28 @@ def stability_verdict(
         mean_backlog=mean_backlog,
         detail=desc,
     )
+
+
+def service_steps(mean_prompt: float, mean_output: float, b_max: int) -> float:
+    """A request's steps if every step served it: ceil(mean prompt / b_max) prefill steps,
+    the first token among them, then mean output - 1 decode steps; at least one."""
+    return max(1.0, math.ceil(mean_prompt / b_max) + mean_output - 1.0)
+
+
+def short_window_time_s(service_s: float, rate: float | None) -> tuple[float, bool]:
+    """The time scale of the short-window guard (`stability_verdict`'s decode_time_s) for
+    a queue whose requests take `service_s` each (`service_steps` times the mean step
+    time) and arrive at `rate` a second, and whether the floor set it: no less than the
+    time in which MIN_JUDGED_ARRIVALS / MIN_DECODE_TIMES requests arrive, so that a judged
+    window of MIN_DECODE_TIMES holds MIN_JUDGED_ARRIVALS arrivals (over fewer, the
+    arrivals' own surplus, about sqrt(n) of n, passes for growth of a stable queue; a
+    prefill-heavy request's service, a step or a few, is far shorter). One server's run:
+    `api.guard_time_s`; a network's replicas, pools and work: `sim.network_result`."""
+    floor = MIN_JUDGED_ARRIVALS / MIN_DECODE_TIMES / rate if rate else 0.0
+    return max(service_s, floor), floor > service_s
+
+
+def guard_time_of(floored: bool) -> str:
+    """The reason's name for a `short_window_time_s` (`stability_verdict`'s time_of)."""
+    gaps = MIN_JUDGED_ARRIVALS // MIN_DECODE_TIMES
+    return f"service (at least {gaps} arrival gaps)" if floored else "service"
