@@ -282,3 +282,20 @@ def test_closed_loop_policy_sees_every_emitted_token_under_preemption():
     assert produced == stops
     assert policy.tokens == produced
     assert policy.resumed > 0
+
+
+def test_interrupt_ends_the_wait_for_a_long_step_at_once():
+    """A server stopping at once (a second signal) interrupts the virtual GPU's wait for
+    the current step's end: with a 4-s step it waited the step out (the shutdown's join
+    gave up after 5 s)."""
+    import threading
+
+    ve = VirtualEngine(make_scheduler("sarathi", b_max=64), "const:4000")
+    ve.add_request("a", range(8), SamplingParams(max_tokens=4))
+    worker = threading.Thread(target=ve.step)
+    t0 = time.monotonic()
+    worker.start()
+    time.sleep(0.2)
+    ve.interrupt()
+    worker.join(timeout=3)
+    assert not worker.is_alive() and time.monotonic() - t0 < 2

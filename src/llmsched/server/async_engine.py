@@ -142,6 +142,9 @@ class AsyncEngine:
     def stop(self) -> None:
         self._stop = True
         self._wake.set()
+        interrupt = getattr(self.core, "interrupt", None)  # the virtual GPU's wait for a step's end
+        if interrupt is not None:
+            interrupt()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None

@@ -33,6 +33,7 @@ tokens matters, so `prompt_token_ids` may be any sized sequence (`range(n)` is f
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -82,7 +83,7 @@ class VirtualEngine(StepDriver):
         max_model_len: int | None = None,
         realtime: bool = True,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         token_id: int = 0,
         token_text: str = " tok",
         max_debt_s: float = 0.05,
@@ -102,7 +103,9 @@ class VirtualEngine(StepDriver):
         self.max_model_len = max_model_len
         self.realtime = realtime
         self._clock = clock
-        self._sleep = sleep
+        # the wait until a step's end; `interrupt` cuts it short (a server stopping at once)
+        self._interrupted = threading.Event()
+        self._sleep = self._interrupted.wait if sleep is None else sleep
         self._epoch = clock()
         self._wall0 = time.time()
         self.token_id = token_id
@@ -116,6 +119,12 @@ class VirtualEngine(StepDriver):
         self.lag_ns = 0
         self.late_steps = 0
         self.max_late_ns = 0
+
+    def interrupt(self) -> None:
+        """End the wait for the current step's end now, and every later one: the server is
+        stopping at once and will not serve the step's tokens (a step of seconds would
+        otherwise hold the shutdown)."""
+        self._interrupted.set()
 
     # ---- clock -----------------------------------------------------------------------
     def now_ns(self) -> int:
