@@ -68,6 +68,23 @@ def test_matches_simulator_step_by_step(policy, kv):
     assert s["generation_tokens_total"] == int(t.output.sum())
 
 
+@pytest.mark.parametrize("admission", ["spf", "twp", "dynamicbatch"])
+@pytest.mark.parametrize("policy", ["sarathi", "vllm"])
+@pytest.mark.parametrize("kv, max_running", [(None, None), (3000, None), (3000, 6)])
+def test_admissions_match_the_simulator_step_by_step(admission, policy, kv, max_running):
+    """Every admission policy, closed-loop ones included, with KV pressure and a running
+    cap: the virtual GPU takes the simulator's steps (TWP and DynamicBatch see the same
+    feedback, so they make the same plans)."""
+    t = _trace()
+    mk = lambda: make_scheduler(policy, admission=admission, b_max=256, kv_capacity=kv, max_running=max_running)  # noqa: E731
+    ref = simulate_trace(t, mk(), make_cost_model("paper"), fast=False)
+    ve = VirtualEngine(mk(), "paper", realtime=False)
+    ttft, e2e = _replay(ve, t)
+    assert np.array_equal(ttft, ref.ttft_ns)
+    assert np.array_equal(e2e, ref.e2e_ns)
+    assert ve.stats()["preemptions"] == int(ref.preemptions.sum())
+
+
 @pytest.mark.parametrize("policy", ["sarathi", "vllm"])
 @pytest.mark.parametrize("kv", [None, 3000])
 def test_matches_simulator_with_prefix_caching(policy, kv):
