@@ -36,7 +36,7 @@ from ..core.checks import as_real, check_policy_names, check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import check_run_dir, clear_stale, prepare_run_dir
+from ..core.paths import atomic_write, check_run_dir, clear_stale, prepare_run_dir
 from ..policies import make_batch_policy
 from ..workload import WorkloadSpec, make_trace
 from .figures import new_figure, save_figure
@@ -231,7 +231,8 @@ def reproduce_stability(
         "token_capacity": queue[policies[0]]["summary"].get("token_capacity"),
     }
     files += write_table(rows, out, "table")
-    (out / "table.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=str))
+    text = json.dumps({"meta": meta, "rows": rows}, indent=2, default=str)
+    atomic_write(out / "table.json", lambda p: p.write_text(text))  # the run's proof: whole or not at all
     files.append(str(out / "table.json"))
     # a rerun replaces the earlier run's files: its search/ goes when this one has none
     clear_stale(out, "reproduce stability", [*files, *([str(out / "search")] if search else [])])

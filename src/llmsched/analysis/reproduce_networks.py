@@ -55,7 +55,7 @@ from ..core.checks import check_seeds
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import check_run_dir, clear_stale, prepare_run_dir
+from ..core.paths import atomic_write, check_run_dir, clear_stale, prepare_run_dir
 from ..policies import make_batch_policy
 from ..sim.network_result import network_backlog, simulate_network
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
@@ -394,7 +394,8 @@ def _counts(verdicts: Sequence[str]) -> str:
 
 def _finish(out: Path, rows: list[dict], meta: dict, name: str = "table") -> list[str]:
     files = write_table(rows, out, name)
-    (out / f"{name}.json").write_text(json.dumps(to_jsonable({"meta": meta, "rows": rows}), indent=2, default=str))
+    text = json.dumps(to_jsonable({"meta": meta, "rows": rows}), indent=2, default=str)
+    atomic_write(out / f"{name}.json", lambda p: p.write_text(text))  # the run's proof: whole or not at all
     files.append(str(out / f"{name}.json"))
     return files
 

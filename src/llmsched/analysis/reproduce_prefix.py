@@ -34,7 +34,7 @@ from ..api import simulate
 from ..core.checks import as_real, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import check_run_dir, clear_stale
+from ..core.paths import atomic_write, check_run_dir, clear_stale
 from ..theory import LengthMix, capacity
 from ..theory.means import ideal_cached_counts, ideal_cached_tokens
 from ..workload.trace import read_trace
@@ -171,7 +171,8 @@ def reproduce_prefix_caching(
     result["summary"] = summary(result)
     result["wall_s"] = time.perf_counter() - t0
     result["files"] = [*files, str(out / "result.json")]
-    (out / "result.json").write_text(json.dumps(to_jsonable(result), indent=2, default=str))
+    text = json.dumps(to_jsonable(result), indent=2, default=str)
+    atomic_write(out / "result.json", lambda p: p.write_text(text))  # the run's proof: whole or not at all
     clear_stale(out, "reproduce prefix-caching", result["files"])  # an earlier run's table.parquet
     return result
 

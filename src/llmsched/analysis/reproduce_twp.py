@@ -62,7 +62,7 @@ from ..core.checks import as_real, check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of, group_styles
-from ..core.paths import check_run_dir, clear_stale, prepare_run_dir
+from ..core.paths import atomic_write, check_run_dir, clear_stale, prepare_run_dir
 from ..core.request import NS
 from ..theory import LengthMix, capacity
 from ..workload.serverless import (
@@ -549,7 +549,8 @@ def reproduce_twp(
         },
     }
     path = out / "result.json"
-    path.write_text(json.dumps(to_jsonable(result), indent=2, default=str))
+    text = json.dumps(to_jsonable(result), indent=2, default=str)
+    atomic_write(path, lambda p: p.write_text(text))  # the run's proof: whole or not at all
     files.append(str(path))
     clear_stale(out, "reproduce twp", files)  # an earlier run's ablation, SLO or stability files
     result["files"] = files

@@ -109,14 +109,15 @@ RUN_OUTPUTS = {
 
 # what proves that a folder holds an earlier run of a kind (a file name a run writes is no
 # proof alone: the user's own results.csv, requests.csv or table.csv): (file or folder,
-# written first). One written before any other output (a simulate run's summary.json, a
-# sweep's points) is missing only from a folder that holds none of the run's outputs; one
-# written last (an experiment's table.json or result.json) is missing from a run that
+# written first). One written before any other output (a sweep's points) is missing only
+# from a folder that holds none of the run's outputs; one written last (a simulate run's
+# summary.json, an experiment's table.json or result.json) is missing from a run that
 # stopped before it too, whose files are then no proof of a run either: a folder holding
-# any file a run writes is taken only with the run's proof
+# any file a run writes is taken only with the run's proof (or, for a simulate run that
+# stopped while writing, its `INCOMPLETE_MARK`)
 _SIMULATE_PROOF = "summary.json"
 RUN_PROOFS = {
-    **dict.fromkeys(SIMULATE_KINDS, (_SIMULATE_PROOF, True)),
+    **dict.fromkeys(SIMULATE_KINDS, (_SIMULATE_PROOF, False)),
     "sweep": ("points", True),
     **{kind: ("table.json", False) for kind, outputs in RUN_OUTPUTS.items() if "table.json" in outputs},
     "reproduce twp": ("result.json", False),
@@ -127,6 +128,13 @@ RUN_PROOFS = {
 # before any of its other files (queue.png comes after the search); checked as a sweep's
 # points/ are (only records of points, `_proof_flaw`), so that a rerun resumes the search
 RESUME_PROOFS = {"reproduce stability": "search/points"}
+
+# a simulate run's folder while the run writes its files (`begin_simulate_write`): made
+# before any file of an earlier run there is removed, removed once summary.json, written
+# last, is in place. A folder holding it and no summary.json is a run's that stopped while
+# writing (Ctrl-C, a kill, a full disk): never taken for a finished run (`plot` refuses
+# it), and a rerun of a simulation replaces it as it replaces a finished run
+INCOMPLETE_MARK = ".llmsched-incomplete"
 
 # what a proof holds when a run wrote it (a user's own summary.json or table.json, JSON of
 # another tool, is no proof): the keys every such file has; a sweep's points/ holds only
@@ -170,10 +178,69 @@ def _own_entry(layout: str, path: Path, is_dir: bool) -> str | None:
 def is_replica_folder(path) -> bool:
     """Whether `path` is a folder a network run wrote for one of its replicas
     (servers/NAME/): its summary.json is a simulate run's (`_PROOF_KEYS`), not merely a
-    file of that name (a user's servers/my_notes/summary.json)."""
+    file of that name (a user's servers/my_notes/summary.json), or it is a replica's that
+    stopped while writing (`is_interrupted_run`)."""
     p = Path(path)
     proof = p / _SIMULATE_PROOF
-    return p.is_dir() and not p.is_symlink() and not proof.is_symlink() and _proof_flaw(proof) is None
+    if not p.is_dir() or p.is_symlink():
+        return False
+    return (not proof.is_symlink() and _proof_flaw(proof) is None) or is_interrupted_run(p)
+
+
+def _mark_ok(path: Path) -> bool:
+    """Whether `path` is an `INCOMPLETE_MARK` a simulate run wrote (not a link, its content
+    the run's)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    value = _json_object(path)
+    return value is not None and value.get("incomplete") in SIMULATE_KINDS
+
+
+def is_interrupted_run(folder) -> bool:
+    """Whether `folder` holds a simulate run that stopped while writing its files: its
+    `INCOMPLETE_MARK` and no summary.json (which a run writes last)."""
+    d = Path(folder)
+    proof = d / _SIMULATE_PROOF
+    return _mark_ok(d / INCOMPLETE_MARK) and not (proof.exists() or proof.is_symlink())
+
+
+def begin_simulate_write(out, kind: str, keep=None) -> None:
+    """Before a simulate run of `kind` writes its files into `out` (checked, `check_run_dir`):
+    mark the folder as being written (`INCOMPLETE_MARK`), then remove the earlier run's
+    summary.json (its proof), its other files (any simulate kind's, config.json, a
+    network's replica folders: never a file no run writes) and the temporary files of a
+    write that stopped. A run that stops before `end_simulate_write` leaves a folder that
+    no one takes for a finished run, never one that mixes two runs' files. `keep`: a file
+    of this run's already in the folder (its recorded steps), left where it is."""
+    out = Path(out)
+
+    def kept(p: Path) -> bool:
+        try:
+            return keep is not None and os.path.samefile(p, keep)
+        except OSError:
+            return False
+
+    atomic_write(out / INCOMPLETE_MARK, lambda p: p.write_text(json.dumps({"incomplete": kind}) + "\n"))
+    (out / _SIMULATE_PROOF).unlink(missing_ok=True)
+    for e in list(os.scandir(out)):
+        if _temporary(e.name) and e.is_file(follow_symlinks=False) and not kept(Path(e.path)):
+            os.unlink(e.path)
+    for name in dict.fromkeys(("config.json", *(n for k in SIMULATE_KINDS for n in RUN_OUTPUTS[k]))):
+        p = out / name
+        if name in RUN_FOLDERS:
+            if p.is_dir() and not p.is_symlink():
+                remove_run_folder(p, name)
+        elif (p.is_file() or p.is_symlink()) and not kept(p):
+            p.unlink()
+
+
+def end_simulate_write(out, write_summary) -> None:
+    """After a simulate run wrote its other files into `out` (`begin_simulate_write`):
+    `write_summary(path)` writes summary.json whole (`atomic_write`), the run's proof,
+    written last; then the folder's `INCOMPLETE_MARK` goes."""
+    out = Path(out)
+    atomic_write(out / _SIMULATE_PROOF, write_summary)
+    (out / INCOMPLETE_MARK).unlink(missing_ok=True)
 
 
 def _unproven_replica(servers: Path) -> str | None:
@@ -224,7 +291,7 @@ def remove_run_folder(folder, layout: str) -> None:
     never a file no run writes there (`_strays`)."""
     folder = Path(folder)
     for e in list(os.scandir(folder)):
-        if _temporary(e.name) and e.is_file(follow_symlinks=False):
+        if (_temporary(e.name) or e.name == INCOMPLETE_MARK) and e.is_file(follow_symlinks=False):
             os.unlink(e.path)
     for e, own in list(_entries(folder, layout)):
         if own == "file":
@@ -321,7 +388,8 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     writes: file names a run writes are no proof alone, and without the proof a folder
     holding any of them is refused, a run that stopped before its last file included, but
     for a stability run's search/points/ of its probes' records, `RESUME_PROOFS`, which
-    lets an interrupted run resume), or other files none of which it would replace (hidden
+    lets an interrupted run resume, and a simulate run's folder that it marked while writing,
+    `INCOMPLETE_MARK`, which a rerun replaces), or other files none of which it would replace (hidden
     files are not counted). Never over another tool's files (a model folder's config.json)
     nor over another kind of run's outputs (they would mix); an experiment's folder of an earlier run (a stability run's
     search/), which the run replaces or clears away, must hold only what a run writes
@@ -354,6 +422,10 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
         # any other file in search/ is refused below as no run's
         r = folder / resume
         has_proof = all(not q.is_symlink() for q in (r, r.parent)) and r.is_dir() and _proof_flaw(r) is None
+    # a simulate run that stopped while writing its files (its mark, no summary.json yet):
+    # a run's folder, which a rerun replaces
+    interrupted = kind in SIMULATE_KINDS and not has_proof and is_interrupted_run(folder)
+    has_proof = has_proof or interrupted
     if kind not in SIMULATE_KINDS and kind != "sweep":  # (a sweep's points/: its proof's check)
         for name in RUN_OUTPUTS[kind]:
             sub = folder / name
@@ -396,7 +468,7 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
             f"{what} {str(path)!r} holds files that are not an llmsched run's ({foreign[0]!r}) beside "
             f"{collide[0]!r}, which the run would replace: choose another folder or empty it"
         )
-    if "config.json" in names and _SIMULATE_PROOF not in names:  # (a simulate run's config.json)
+    if "config.json" in names and _SIMULATE_PROOF not in names and not interrupted:  # (a simulate run's)
         raise ConfigError(
             f"{what} {str(path)!r} holds a config.json that is not an llmsched run's (no {_SIMULATE_PROOF} beside "
             "it), which the run would replace: choose another folder or empty it"
@@ -408,6 +480,8 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
         why = "first: not such a run's output" if written_first else "last: not a finished run's output"
         if resume is not None:
             why += f" (nor an interrupted one's: no {resume}/ of its records)"
+        elif kind in SIMULATE_KINDS:
+            why += f" (nor an interrupted one's: no {INCOMPLETE_MARK} beside it)"
         raise ConfigError(
             f"{what} {str(path)!r} holds {collide[0]!r} but no {proof!r}, which {_named(kind)} writes {why}, "
             "and the run would replace it: choose another folder or empty it"
@@ -502,6 +576,10 @@ def atomic_write(path, writer) -> None:
 
 __all__ = [
     "atomic_write",
+    "begin_simulate_write",
+    "end_simulate_write",
+    "INCOMPLETE_MARK",
+    "is_interrupted_run",
     "is_replica_folder",
     "RUN_FOLDERS",
     "RUN_MARKERS",

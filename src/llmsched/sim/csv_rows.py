@@ -181,9 +181,13 @@ def write_file(path, writer) -> None:
     """`writer(f)` into `path` through a temporary file, replaced at the end (a reader
     never sees half a file)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer(f)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", newline="") as f:
+            writer(f)
+        os.replace(tmp, path)
+    except BaseException:  # (an error, Ctrl-C): no half-written temporary file stays
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def ns_text(ns: int) -> str:

@@ -33,7 +33,12 @@ import numpy as np
 from ..core.checks import as_real, check_run_switches
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import check_out_dir, check_run_dir, is_replica_folder, remove_run_folder
+from ..core.paths import (
+    begin_simulate_write,
+    check_out_dir,
+    check_run_dir,
+    end_simulate_write,
+)
 from ..core.prefix_cache import hit_rate
 from ..core.request import NS, check_sample_interval, check_seconds
 from ..policies import scheduler_policy_capacity
@@ -743,7 +748,10 @@ class NetworkResult:
         out.mkdir(parents=True, exist_ok=True)
         clear_other_run(out, "network")
         st = self.stats
-        write_file(out / "summary.json", lambda f: json.dump(to_jsonable(self.summary), f, indent=2))
+        summary = to_jsonable(self.summary)  # (before the earlier run's files go)
+        # the earlier run's files (its replicas' folders too) go first, summary.json (the
+        # run's proof) comes last: a write that stops never leaves a folder mixing two runs
+        begin_simulate_write(out, "network")
         write_file(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))
         arr, fin = self.job_arrival_ns, self.job_finish_ns
         done, arrived = fin >= 0, self.job_arrived
@@ -800,13 +808,10 @@ class NetworkResult:
                 ],
             ),
         )
-        servers = out / "servers"
-        if servers.is_dir():  # a rerun into the same folder: no replica of an older run stays behind
-            for old in servers.iterdir():
-                if is_replica_folder(old):  # (a summary.json of a run's in it, not one of the user's)
-                    remove_run_folder(old, "replica")  # its files: never the user's beside them
+        servers = out / "servers"  # (an older run's replicas: removed by begin_simulate_write)
         for res, rep in zip(self.replicas(), st.replicas):
             res.write(servers / rep["name"])
+        end_simulate_write(out, lambda p: p.write_text(json.dumps(summary, indent=2)))
         return out
 
 

@@ -21,8 +21,25 @@ import numpy as np
 from ..core.clock import to_clock_ns
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import PARQUET_TABLES, STALE_FIGURES, check_out_dir, check_run_dir, clear_stale, run_kind
-from .csv_rows import CHUNK, IntField, NotFormattable, format_rows, ns_text, seconds_field, tag_field, time_text
+from ..core.paths import (
+    begin_simulate_write,
+    check_out_dir,
+    check_run_dir,
+    clear_stale,
+    end_simulate_write,
+    run_kind,
+)
+from .csv_rows import (
+    CHUNK,
+    IntField,
+    NotFormattable,
+    format_rows,
+    ns_text,
+    seconds_field,
+    tag_field,
+    time_text,
+    write_file,
+)
 from .histogram import GapHistogram
 from .simulator import NS, RunStats
 
@@ -442,26 +459,30 @@ class SimResult:
         written = []
         for name, table in tables.items():
             tmp = out / f".{name}.parquet.tmp"
-            pq.write_table(table, tmp)
-            os.replace(tmp, out / f"{name}.parquet")
+            try:
+                pq.write_table(table, tmp)
+                os.replace(tmp, out / f"{name}.parquet")
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
             written.append(out / f"{name}.parquet")
         return written
 
     def write(self, out_dir: str | os.PathLike) -> Path:
-        """Write summary.json, config.json, requests.csv, timeseries.csv, histograms and,
-        if recorded, steps.csv into `out_dir`. Files appear whole or not at all."""
+        """Write config.json, requests.csv, timeseries.csv, histograms, if recorded,
+        steps.csv, and last summary.json into `out_dir`. Files appear whole or not at all,
+        and the earlier run's go first (`begin_simulate_write`): a write that stops leaves
+        no summary.json, never a folder that mixes two runs."""
         check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
         steps = self._steps_file()  # before any file is written
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         clear_other_run(out, "single-server")
+        summary = to_jsonable(self.summary)  # (before the earlier run's files go)
         # a rerun into the same folder: nothing of an older run stays beside the new files
-        stale = [*STALE_FIGURES, *(f"{t}.parquet" for t in PARQUET_TABLES)]
-        stale += [] if steps is not None else ["steps.csv"]
-        for name in stale:
-            (out / name).unlink(missing_ok=True)
+        # (this run's steps, recorded into the folder, stay)
+        begin_simulate_write(out, "single-server", keep=steps)
         files: dict[str, callable] = {
-            "summary.json": lambda f: json.dump(to_jsonable(self.summary), f, indent=2),
             "config.json": self._write_config,
             "requests.csv": self._write_requests,
             "timeseries.csv": self._write_timeseries,
@@ -470,10 +491,7 @@ class SimResult:
             "batch_histogram.csv": self._write_batch,
         }
         for name, writer in files.items():
-            tmp = out / f".{name}.tmp"
-            with open(tmp, "w", newline="") as f:
-                writer(f)
-            os.replace(tmp, out / name)
+            write_file(out / name, writer)
         dest = out / "steps.csv"
         if steps is not None and not (dest.exists() and os.path.samefile(steps, dest)):
             import shutil  # noqa: PLC0415 - start-up: only runs that record steps need it
@@ -483,20 +501,22 @@ class SimResult:
                 self._steps_temporary = False
             else:  # written before, into another folder: both keep it
                 tmp = out / ".steps.csv.tmp"
-                shutil.copyfile(steps, tmp)
-                os.replace(tmp, dest)
+                try:
+                    shutil.copyfile(steps, tmp)
+                    os.replace(tmp, dest)
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
             self.steps_path = dest
             self._steps_id = _file_id(dest)
+        end_simulate_write(out, lambda p: p.write_text(json.dumps(summary, indent=2)))
         return out
 
     def write_config(self, out_dir: str | os.PathLike) -> Path:
         """Write config.json alone into `out_dir` (whole or not at all), as `write` does:
         after a change to `config` that describes the run's outputs."""
         out = Path(out_dir)
-        tmp = out / ".config.json.tmp"
-        with open(tmp, "w", newline="") as f:
-            self._write_config(f)
-        os.replace(tmp, out / "config.json")
+        write_file(out / "config.json", self._write_config)
         return out / "config.json"
 
     def _write_config(self, f) -> None:

@@ -34,7 +34,7 @@ import numpy as np
 from ..core.checks import check_run_switches
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import check_out_dir
+from ..core.paths import begin_simulate_write, check_out_dir, end_simulate_write
 from ..core.request import NS, check_seconds
 from ..core.slo import check_request_slo
 from ..workload.serverless import RunOptions, ServerlessSpec, load_serverless, make_serverless_requests
@@ -253,10 +253,14 @@ class ServerlessResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         clear_other_run(out, "serverless")
-        write_file(out / "summary.json", lambda f: json.dump(to_jsonable(self.summary), f, indent=2))
+        summary = to_jsonable(self.summary)  # (before the earlier run's files go)
+        # the earlier run's files go first, summary.json (the run's proof) comes last: a
+        # write that stops never leaves a folder that mixes two runs
+        begin_simulate_write(out, "serverless")
         write_file(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))
         write_file(out / "requests.csv", self._write_requests)
         write_file(out / "instances.csv", self._write_instances)
+        end_simulate_write(out, lambda p: p.write_text(json.dumps(summary, indent=2)))
         return out
 
     def _write_requests(self, f, block: int = 1 << 16) -> None:
