@@ -157,3 +157,36 @@ def test_reproduce_proofs_are_written_whole(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         atomic_write(proof, half)
     assert json.loads(proof.read_text()) == {"meta": {}, "rows": []} and _temporary(tmp_path) == []
+
+
+def test_a_parquet_run_stopped_in_its_tables_leaves_no_summary(tmp_path, monkeypatch):
+    """`simulate --parquet` wrote its Parquet tables (and config.json again) after
+    summary.json: a run stopped between them left summary.json beside a missing
+    timeseries.parquet, and `plot` took the folder as finished."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    from llmsched.cli import main
+
+    d = tmp_path / "pq"
+    calls = []
+    write_table = pq.write_table
+
+    def second_stops(*args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return write_table(*args, **kw)
+
+    monkeypatch.setattr(pq, "write_table", second_stops)
+    args = ["simulate", "--cost-model", "const:1", "--num-requests", "40", "--parquet", "--out", str(d), "--quiet"]
+    assert main(args) == 130  # the command line's Ctrl-C
+    assert "summary.json" not in _names(d) and _temporary(d) == []
+    with pytest.raises(ConfigError, match="stopped while writing"):
+        plot_dir(d)
+    monkeypatch.setattr(pq, "write_table", write_table)
+    assert (
+        main(["simulate", "--cost-model", "const:1", "--num-requests", "40", "--parquet", "--out", str(d), "--quiet"])
+        == 0
+    )
+    names = _names(d)
+    assert {"summary.json", "requests.parquet", "timeseries.parquet"} <= names
+    assert json.loads((d / "config.json").read_text())["provenance"]["parquet"] is True

@@ -25,9 +25,7 @@ def test_a_folder_of_files_named_like_outputs_without_a_summary_is_refused(tmp_p
     (d / "requests.csv").write_text("my,precious\n1,2\n")
     (d / "steps.csv").write_text("notes\n")
     argv = ["simulate", "--cost-model", "const:1", "--num-requests", "5", "--quiet", "--out", str(d)]
-    one_line_error(
-        capsys, argv, "holds 'requests.csv' but no 'summary.json'", "a single-server simulation writes last"
-    )
+    one_line_error(capsys, argv, "holds 'requests.csv' but no 'summary.json'", "a single-server simulation writes last")
     assert (d / "requests.csv").read_text() == "my,precious\n1,2\n" and (d / "steps.csv").exists()
     # a run's own folder is replaced as before
     run = tmp_path / "run"

@@ -110,3 +110,19 @@ def test_the_api_search_refuses_a_cap_that_cannot_bind():
 
     with pytest.raises(ConfigError, match="k_max 1024 >= b_max 512 cannot bind"):
         find_counterexample("paper", 512, 1024)
+
+
+@pytest.mark.parametrize("b_max", [0, -5])
+def test_a_counterexample_search_with_a_bad_b_max_names_b_max(tmp_path, capsys, b_max):
+    """A config's b_max of 0 or -5 was blamed on k_max ("k_max 3 >= b_max -5 cannot bind");
+    it is b_max's own rule that it breaks, as capacity without the search says."""
+    from llmsched.analysis.counterexample import find_counterexample
+    from llmsched.cli import main
+    from llmsched.core.errors import ConfigError
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"b_max: {b_max}\nk_max: 3\n")
+    assert main(["capacity", "--config", str(cfg), "--find-counterexample"]) == 2
+    assert f"b_max must be a positive integer, got {b_max}" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="b_max must be a positive integer"):
+        find_counterexample("paper", b_max, 3)

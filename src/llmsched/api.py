@@ -361,9 +361,11 @@ def simulate(
     trace: Trace | str | os.PathLike | None = None,
     out_dir: str | os.PathLike | None = None,
     progress: Callable[[int, int], None] | None = None,
+    parquet: bool = False,
     **overrides,
 ) -> SimResult:
-    """Run one simulation and return its `SimResult`; with `out_dir`, also write its files.
+    """Run one simulation and return its `SimResult`; with `out_dir`, also write its files
+    (with `parquet`, the Parquet tables too, before summary.json, which a write puts last).
 
     Examples: `simulate(policy="orca", rate=10, num_requests=1000, cost_model="paper")`,
     `simulate("run.yaml", out_dir="results")`, `simulate(trace=my_trace, b_max=256)`.
@@ -379,6 +381,8 @@ def simulate(
     a config file; an unknown one is a ConfigError.
     """
     check_progress(progress)
+    if parquet and out_dir is None:
+        raise ConfigError("parquet=True writes Parquet tables into out_dir: give out_dir")
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
         check_run_dir(out_dir, "single-server")  # not over another run's or the user's files
@@ -454,7 +458,7 @@ def simulate(
     if cfg.verdict:
         result.stability = _stability_fields(result, cost, cfg, scheduler)
     if out_dir is not None:
-        result.write(out_dir)
+        result.write(out_dir, parquet=parquet)
     return result
 
 

@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from ..api import check_config
-from ..core.constraints import k_max_binds
+from ..core.constraints import check_b_max, check_k_max, k_max_binds
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..theory import capacity, workload_means, workload_mix
@@ -79,6 +79,8 @@ def check_binding_cap(b_max, k_max) -> None:
             "a counterexample needs a batch-size cap --k-max: without one, theorem 2 "
             "makes every work-conserving K-FCFS policy stable inside the region"
         )
+    # (the limits' own rules first: a b_max of 0 is not a cap that cannot bind)
+    b_max, k_max = check_b_max(b_max), check_k_max(k_max)
     if not k_max_binds(b_max, k_max):
         raise ConfigError(
             f"a counterexample needs a batch-size cap --k-max below --b-max: k_max {k_max} >= b_max {b_max} "

@@ -97,15 +97,11 @@ def cmd_simulate(args) -> int:
         )
     progress, close = _progress_bar(args)
     try:
-        result = simulate(args.config, out_dir=args.out or None, progress=progress, **sim_overrides(args))
+        result = simulate(
+            args.config, out_dir=args.out or None, progress=progress, parquet=bool(args.parquet), **sim_overrides(args)
+        )
     finally:
         close()
-    if args.parquet:
-        result.write_parquet(args.out)
-        # under provenance, which a rerun from this config.json ignores: the options beside
-        # it are the simulation's (SimConfig's), and --parquet is the command's
-        result.config.setdefault("provenance", {})["parquet"] = True
-        result.write_config(args.out)
     return _report(args, result, print_summary)
 
 

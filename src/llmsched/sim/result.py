@@ -468,12 +468,18 @@ class SimResult:
             written.append(out / f"{name}.parquet")
         return written
 
-    def write(self, out_dir: str | os.PathLike) -> Path:
+    def write(self, out_dir: str | os.PathLike, parquet: bool = False) -> Path:
         """Write config.json, requests.csv, timeseries.csv, histograms, if recorded,
-        steps.csv, and last summary.json into `out_dir`. Files appear whole or not at all,
-        and the earlier run's go first (`begin_simulate_write`): a write that stops leaves
-        no summary.json, never a folder that mixes two runs."""
+        steps.csv, with `parquet` the Parquet tables (`write_parquet`), and last
+        summary.json into `out_dir`. Files appear whole or not at all, and the earlier run's
+        go first (`begin_simulate_write`): a write that stops leaves no summary.json, never
+        a folder that mixes two runs."""
         check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
+        if parquet:
+            require_pyarrow("--parquet")  # before any file goes
+            # under provenance, which a rerun from this config.json ignores: the options
+            # beside it are the simulation's (SimConfig's), and --parquet is the command's
+            self.config.setdefault("provenance", {})["parquet"] = True
         steps = self._steps_file()  # before any file is written
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -509,6 +515,8 @@ class SimResult:
                     raise
             self.steps_path = dest
             self._steps_id = _file_id(dest)
+        if parquet:
+            self.write_parquet(out)
         end_simulate_write(out, lambda p: p.write_text(json.dumps(summary, indent=2)))
         return out
 
