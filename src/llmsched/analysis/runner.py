@@ -147,6 +147,7 @@ class Backend:
         self._sigterm = None  # SIGTERM's handler before the backend took it, restored at exit
         self._sigint = None  # SIGINT's, likewise
         self._signalled: type[KeyboardInterrupt] | None = None  # the signal that arrived, as its exception
+        self._handlers: dict = {}  # the handlers the backend installed, by signal
 
     def __enter__(self):
         self._take_signals()
@@ -173,6 +174,8 @@ class Backend:
                 except BaseException:
                     self._restore_ray_logging()
                     raise
+                finally:
+                    self._retake_signals()  # ray.init installs its own SIGTERM handler (exit 15)
                 self._ray_started = True
             self._remote = {}
 
@@ -209,6 +212,7 @@ class Backend:
         if threading.current_thread() is not threading.main_thread():
             return
         self._signalled = None
+        self._handlers = {}
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             self._sigint = signal.default_int_handler
 
@@ -217,6 +221,7 @@ class Backend:
                 raise KeyboardInterrupt
 
             signal.signal(signal.SIGINT, interrupted)
+            self._handlers[signal.SIGINT] = interrupted
         if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
             return  # a handler the program chose (a server's shutdown, one set outside Python) stays
         self._sigterm = signal.SIG_DFL
@@ -226,6 +231,15 @@ class Backend:
             raise Terminated("terminated")
 
         signal.signal(signal.SIGTERM, terminated)
+        self._handlers[signal.SIGTERM] = terminated
+
+    def _retake_signals(self) -> None:
+        """Put back the handlers `_take_signals` installed where a library replaced them
+        (`ray.init` sets SIGTERM to its own, which exits 15 with a stack dump: a sweep
+        ends with `llmsched: terminated` and 143, its workers stopped)."""
+        for signum, handler in self._handlers.items():
+            if signal.getsignal(signum) is not handler:
+                signal.signal(signum, handler)
 
     def _raise_if_signalled(self) -> None:
         if self._signalled is Terminated:
@@ -234,6 +248,7 @@ class Backend:
             raise KeyboardInterrupt
 
     def _restore_signals(self) -> None:
+        self._handlers = {}
         if self._sigterm is not None:
             signal.signal(signal.SIGTERM, self._sigterm)
             self._sigterm = None
@@ -288,11 +303,17 @@ class Backend:
                 remote = self._remote[fn] = ray.remote(num_cpus=1)(fn)
             refs = {remote.remote(arg): key for key, arg in jobs}
             pending = list(refs)
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                for ref in done:
-                    self._raise_if_signalled()
-                    yield refs[ref], ray.get(ref)
+            try:
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=1)
+                    for ref in done:
+                        self._raise_if_signalled()
+                        yield refs[ref], ray.get(ref)
+            except KeyboardInterrupt:
+                # Ray's wait and get raise a plain KeyboardInterrupt for the Terminated that
+                # the SIGTERM handler raised inside them (exit 130, "interrupted")
+                self._raise_if_signalled()
+                raise
         elif (pool := self._local_pool(len(jobs))) is not None:
             gc.freeze()  # forked workers then share the parent's heap without copying it
             try:
