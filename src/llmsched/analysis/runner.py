@@ -124,6 +124,16 @@ def _init_worker(parent: int) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _recording_warnings(fn: Callable[[Any], Any], arg):
+    """`fn(arg)` in a pool worker, with the warnings it gives (under the filters the worker
+    has: a fork's are the sweep's) recorded, not printed: (result, [(text, category,
+    filename, lineno)]). The sweep shows each once (`Backend._show_warnings`); printed by
+    each worker, the same warning appeared once per worker."""
+    with warnings.catch_warnings(record=True) as caught:
+        result = fn(arg)
+    return result, [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+
+
 class Backend:
     """Runs point configurations, yielding (key, summary) as each finishes."""
 
@@ -148,6 +158,7 @@ class Backend:
         self._sigint = None  # SIGINT's, likewise
         self._signalled: type[KeyboardInterrupt] | None = None  # the signal that arrived, as its exception
         self._handlers: dict = {}  # the handlers the backend installed, by signal
+        self._warned: dict = {}  # the registry of the pool workers' warnings shown (each once)
 
     def __enter__(self):
         self._take_signals()
@@ -256,6 +267,12 @@ class Backend:
             signal.signal(signal.SIGINT, self._sigint)
             self._sigint = None
 
+    def _show_warnings(self, caught: list[tuple]) -> None:
+        """A pool worker's warnings, given here under this process's filters, each text
+        once per backend (the "default" action, with the backend's registry)."""
+        for text, category, filename, lineno in caught:
+            warnings.warn_explicit(text, category, filename, lineno, registry=self._warned)
+
     def _local_pool(self, jobs: int):
         """The process pool for a run of `jobs` jobs, None to run them inline: no more
         processes than jobs (a fork pool starts every worker at once), at most `workers`."""
@@ -317,13 +334,15 @@ class Backend:
         elif (pool := self._local_pool(len(jobs))) is not None:
             gc.freeze()  # forked workers then share the parent's heap without copying it
             try:
-                futs = {pool.submit(fn, arg): key for key, arg in jobs}
+                futs = {pool.submit(_recording_warnings, fn, arg): key for key, arg in jobs}
             finally:
                 gc.unfreeze()
             try:
                 for f in as_completed(futs):
                     self._raise_if_signalled()
-                    yield futs[f], f.result()
+                    result, caught = f.result()
+                    self._show_warnings(caught)
+                    yield futs[f], result
             finally:
                 for f in futs:
                     f.cancel()
