@@ -68,7 +68,7 @@ def option_number(name: str, v, floats=FLOAT_WORKLOAD_OPTIONS, ints=INT_WORKLOAD
     """`v` as its option's kind of number: an integer given for a real-valued option
     (`floats`) as a float, a whole float given for an integer option (`ints`) as an int;
     anything else (a bool, a string, a fraction for an integer option, a number too large
-    for a float) unchanged, for the option's own check to judge."""
+    for a float, a float past 2**53) unchanged, for the option's own check to judge."""
     if isinstance(v, bool):
         return v
     if name in floats and isinstance(v, (int, np.integer)):
@@ -76,8 +76,8 @@ def option_number(name: str, v, floats=FLOAT_WORKLOAD_OPTIONS, ints=INT_WORKLOAD
             return float(v)
         except OverflowError:
             return v
-    if name in ints and isinstance(v, (float, np.floating)) and math.isfinite(v) and v == int(v):
-        return int(v)
+    if name in ints and isinstance(v, (float, np.floating)) and abs(v) < 2**53 and v == int(v):
+        return int(v)  # (past 2**53 a float is no number written: its own check refuses it)
     return v
 
 
