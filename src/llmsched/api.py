@@ -56,6 +56,44 @@ DEFAULT_WORKLOAD = {
 }
 
 
+# workload options that are real numbers, and those that are whole numbers: an option is
+# kept as its kind (`numbers_as_kind`), so `rate: 2` and `--rate 2` (2.0) are one value in
+# a configuration, its config.json and a sweep point's key
+FLOAT_WORKLOAD_OPTIONS = frozenset(("rate", "cv", "time_scale", "duration_s", "think_time_s"))
+INT_WORKLOAD_OPTIONS = frozenset(("num_requests", "seed", "system_prompt"))
+# every option given in seconds or per second, a sweep's `load` too: each a float
+FLOAT_OPTIONS = FLOAT_WORKLOAD_OPTIONS | {"max_time_s", "sample_interval_s", "load"}
+
+
+def option_number(name: str, v, floats=FLOAT_WORKLOAD_OPTIONS, ints=INT_WORKLOAD_OPTIONS):
+    """`v` as its option's kind of number: an integer given for a real-valued option
+    (`floats`) as a float, a whole float given for an integer option (`ints`) as an int;
+    anything else (a bool, a string, a fraction for an integer option, a number too large
+    for a float, a float past 2**53) unchanged, for the option's own check to judge."""
+    if isinstance(v, bool):
+        return v
+    if name in floats and isinstance(v, (int, np.integer)):
+        try:
+            return float(v)
+        except OverflowError:
+            return v
+    if name in ints and isinstance(v, (float, np.floating)) and abs(v) < 2**53 and v == int(v):
+        return int(v)  # (past 2**53 a float is no number written: its own check refuses it)
+    return v
+
+
+def numbers_as_kind(d: dict) -> dict:
+    """A configuration mapping (`SimConfig.to_dict()`) with its time options and its
+    workload's numeric options as their kind of number (`option_number`): a copy."""
+    out = dict(d)
+    for name in ("max_time_s", "sample_interval_s"):
+        if name in out:
+            out[name] = option_number(name, out[name], floats=(name,))
+    if isinstance(out.get("workload"), dict):
+        out["workload"] = {k: option_number(k, v) for k, v in out["workload"].items()}
+    return out
+
+
 def _given_of(given: dict, workload: dict) -> dict:
     """The workload options given: `given`, or where `workload` (the completed options) was
     changed since, its values except those equal to a default not given."""
@@ -135,7 +173,7 @@ class SimConfig:
         if not isinstance(given, dict):
             raise ConfigError(f"workload must be a mapping (arrival, rate, prompt, output, ...), got {given!r:.60}")
         # kept apart from the defaults: an override (build_config) decides anew which apply
-        self._workload_given = {k: v for k, v in given.items() if v is not None}
+        self._workload_given = {k: option_number(k, v) for k, v in given.items() if v is not None}
         self.workload = with_defaults(self._workload_given, DEFAULT_WORKLOAD)
 
     def given_workload(self) -> dict:
@@ -302,8 +340,8 @@ def _check_types(cfg: SimConfig) -> None:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}") from None
             v = int(fv)
         setattr(cfg, name, int(v))
-    for name in ("max_time_s", "sample_interval_s"):
-        setattr(cfg, name, check_seconds(name, getattr(cfg, name)))
+    for name in ("max_time_s", "sample_interval_s"):  # (seconds as a float: 60 and 60.0 are one value)
+        setattr(cfg, name, option_number(name, check_seconds(name, getattr(cfg, name)), floats=(name,)))
     if isinstance(cfg.block_size, np.integer):  # a numpy integer is an integer here
         cfg.block_size = int(cfg.block_size)
     cfg.block_size = check_prefix_block_size(cfg.block_size)

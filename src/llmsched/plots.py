@@ -23,7 +23,9 @@ def _read_csv(path: Path, need: tuple[str, ...], optional: tuple[str, ...] = ())
     it (checked before any figure is drawn). The file is streamed and only these columns
     kept, 8 bytes a value: a million-request requests.csv is not held whole as text."""
     if not path.is_file():
-        raise ConfigError(f"{path} is missing: is this a `llmsched simulate --out` folder?")
+        raise ConfigError(
+            f"{path.name} is missing from {str(path.parent)!r}: is this a `llmsched simulate --out` folder?"
+        )
     try:
         with open(path, newline="") as f:
             reader = csv.reader(f)
@@ -154,6 +156,8 @@ def run_title(folder: Path, config: dict | None = None, arrival_s: np.ndarray | 
 def plot_dir(folder: str | Path) -> list[Path]:
     """Draw queue.png, ttft_cdf.png, itl_cdf.png and token_load.png into `folder`; every
     title names the run (`run_title`)."""
+    if str(folder) == "":  # (Path("") is the current folder)
+        raise ConfigError(f"the folder is {str(folder)!r}, an empty path: name a `llmsched simulate --out` folder")
     d = Path(folder)
     if not d.is_dir():
         raise ConfigError(f"{folder} is not a folder")

@@ -219,6 +219,29 @@ def _by_x(rows: list[dict], metric: str):
     return [p[0] for p in out], [p[1] for p in out]
 
 
+def _same_curve(a: tuple, b: tuple) -> bool:
+    """Whether two (xs, ys) curves are one (to a relative 1e-6)."""
+    return len(a[0]) == len(b[0]) and all(
+        math.isclose(u, v, rel_tol=1e-6, abs_tol=1e-9) for p, q in zip(a, b) for u, v in zip(p, q)
+    )
+
+
+def _plot_offered(ax, curves: list[tuple], colors: list) -> None:
+    """The offered tokens/s of each group (`curves`: its (xs, ys)): one gray dotted line when
+    every group was offered the same, else each group's thin dotted line in its colour (a
+    grid over k_max or the workload offers each group its own load)."""
+    curves_drawn = [(c, col) for c, col in zip(curves, colors) if c[0]]
+    if not curves_drawn:
+        return
+    first = curves_drawn[0][0]
+    if all(_same_curve(c, first) for c, _ in curves_drawn):
+        ax.plot(*first, ":", color="gray", lw=1, label="offered tokens/s")
+        return
+    for (xs, ys), col in curves_drawn:
+        ax.plot(xs, ys, ":", color=col, lw=0.8, alpha=0.8)
+    ax.plot([], [], ":", color="gray", lw=0.8, label="offered tokens/s (dotted, each group's colour)")
+
+
 def _empirical_max_stable(rows: list[dict]) -> float | None:
     """Largest offered request rate (requests/s) below which every grid point (all
     seeds) was judged stable.
@@ -267,14 +290,13 @@ def plot_sweep(
     styles = group_styles(list(groups))
     if rows and search is None:
         fig, (ax,) = new_figure()
-        for i, ((label, rs), st) in enumerate(zip(groups.items(), styles)):
+        offered = []
+        for (label, rs), st in zip(groups.items(), styles):
             xs, ys = _by_x(rs, "total_token_throughput")
             if xs:
                 ax.plot(xs, ys, ms=3, label=label, **st)
-            if i == len(groups) - 1:
-                xs, ys = _by_x(rs, "offered_token_rate")
-                if xs:
-                    ax.plot(xs, ys, ":", color="gray", lw=1, label="offered tokens/s")
+            offered.append(_by_x(rs, "offered_token_rate"))
+        _plot_offered(ax, offered, [st["color"] for st in styles])
         caps = [r.get("token_capacity") for r in rows if r.get("token_capacity")]
         if caps and len(set(round(c, 6) for c in caps)) == 1:
             ax.axhline(caps[0], color="gray", ls="--", lw=1, label="token capacity b_max/t(b_max)")

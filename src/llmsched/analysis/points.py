@@ -24,7 +24,7 @@ import os
 import time
 from functools import lru_cache
 
-from ..api import build_config, check_config, config_policy_capacity, simulate
+from ..api import build_config, check_config, config_policy_capacity, numbers_as_kind, simulate
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
@@ -144,7 +144,8 @@ def point_key(cfg) -> str:
     """Hash of a point's full configuration (what its result depends on), and of the size
     and modification time of the files it names: a resumed sweep reruns a point whose
     trace or length file changed."""
-    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+    # (an option's number as its kind: rate=2 is --rate 2.0's point, max_time_s=60 --max-time 60's)
+    d = numbers_as_kind(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
     key = {"v": KEY_VERSION, "config": _by_absolute_paths(d)}
     files = file_stamps(d)
     if files:  # (no key changes for configurations without files)

@@ -124,6 +124,16 @@ def _init_worker(parent: int) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _recording_warnings(fn: Callable[[Any], Any], arg):
+    """`fn(arg)` in a pool worker, with the warnings it gives (under the filters the worker
+    has: a fork's are the sweep's) recorded, not printed: (result, [(text, category,
+    filename, lineno)]). The sweep shows each once (`Backend._show_warnings`); printed by
+    each worker, the same warning appeared once per worker."""
+    with warnings.catch_warnings(record=True) as caught:
+        result = fn(arg)
+    return result, [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+
+
 class Backend:
     """Runs point configurations, yielding (key, summary) as each finishes."""
 
@@ -147,6 +157,8 @@ class Backend:
         self._sigterm = None  # SIGTERM's handler before the backend took it, restored at exit
         self._sigint = None  # SIGINT's, likewise
         self._signalled: type[KeyboardInterrupt] | None = None  # the signal that arrived, as its exception
+        self._handlers: dict = {}  # the handlers the backend installed, by signal
+        self._warned: dict = {}  # the registry of the pool workers' warnings shown (each once)
 
     def __enter__(self):
         self._take_signals()
@@ -173,6 +185,8 @@ class Backend:
                 except BaseException:
                     self._restore_ray_logging()
                     raise
+                finally:
+                    self._retake_signals()  # ray.init installs its own SIGTERM handler (exit 15)
                 self._ray_started = True
             self._remote = {}
 
@@ -209,6 +223,7 @@ class Backend:
         if threading.current_thread() is not threading.main_thread():
             return
         self._signalled = None
+        self._handlers = {}
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             self._sigint = signal.default_int_handler
 
@@ -217,6 +232,7 @@ class Backend:
                 raise KeyboardInterrupt
 
             signal.signal(signal.SIGINT, interrupted)
+            self._handlers[signal.SIGINT] = interrupted
         if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
             return  # a handler the program chose (a server's shutdown, one set outside Python) stays
         self._sigterm = signal.SIG_DFL
@@ -226,6 +242,15 @@ class Backend:
             raise Terminated("terminated")
 
         signal.signal(signal.SIGTERM, terminated)
+        self._handlers[signal.SIGTERM] = terminated
+
+    def _retake_signals(self) -> None:
+        """Put back the handlers `_take_signals` installed where a library replaced them
+        (`ray.init` sets SIGTERM to its own, which exits 15 with a stack dump: a sweep
+        ends with `llmsched: terminated` and 143, its workers stopped)."""
+        for signum, handler in self._handlers.items():
+            if signal.getsignal(signum) is not handler:
+                signal.signal(signum, handler)
 
     def _raise_if_signalled(self) -> None:
         if self._signalled is Terminated:
@@ -234,12 +259,19 @@ class Backend:
             raise KeyboardInterrupt
 
     def _restore_signals(self) -> None:
+        self._handlers = {}
         if self._sigterm is not None:
             signal.signal(signal.SIGTERM, self._sigterm)
             self._sigterm = None
         if self._sigint is not None:
             signal.signal(signal.SIGINT, self._sigint)
             self._sigint = None
+
+    def _show_warnings(self, caught: list[tuple]) -> None:
+        """A pool worker's warnings, given here under this process's filters, each text
+        once per backend (the "default" action, with the backend's registry)."""
+        for text, category, filename, lineno in caught:
+            warnings.warn_explicit(text, category, filename, lineno, registry=self._warned)
 
     def _local_pool(self, jobs: int):
         """The process pool for a run of `jobs` jobs, None to run them inline: no more
@@ -288,21 +320,29 @@ class Backend:
                 remote = self._remote[fn] = ray.remote(num_cpus=1)(fn)
             refs = {remote.remote(arg): key for key, arg in jobs}
             pending = list(refs)
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                for ref in done:
-                    self._raise_if_signalled()
-                    yield refs[ref], ray.get(ref)
+            try:
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=1)
+                    for ref in done:
+                        self._raise_if_signalled()
+                        yield refs[ref], ray.get(ref)
+            except KeyboardInterrupt:
+                # Ray's wait and get raise a plain KeyboardInterrupt for the Terminated that
+                # the SIGTERM handler raised inside them (exit 130, "interrupted")
+                self._raise_if_signalled()
+                raise
         elif (pool := self._local_pool(len(jobs))) is not None:
             gc.freeze()  # forked workers then share the parent's heap without copying it
             try:
-                futs = {pool.submit(fn, arg): key for key, arg in jobs}
+                futs = {pool.submit(_recording_warnings, fn, arg): key for key, arg in jobs}
             finally:
                 gc.unfreeze()
             try:
                 for f in as_completed(futs):
                     self._raise_if_signalled()
-                    yield futs[f], f.result()
+                    result, caught = f.result()
+                    self._show_warnings(caught)
+                    yield futs[f], result
             finally:
                 for f in futs:
                     f.cancel()

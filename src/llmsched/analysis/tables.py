@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..api import FLOAT_OPTIONS, INT_WORKLOAD_OPTIONS, option_number
 from ..core.paths import atomic_write
 
 __all__ = ["point_row", "group_label", "write_table", "write_search", "atomic_write"]
@@ -38,8 +39,8 @@ def point_row(params: dict, rec: dict, grid_keys: Sequence[str]) -> dict:
     such as a CI become `NAME_low`/`NAME_high`; mappings become JSON)."""
     cfg = rec["config"]
     row: dict[str, Any] = {"key": rec["key"]}
-    for k in grid_keys:
-        row[k] = params.get(k)
+    for k in grid_keys:  # (a number as its option's kind: rate=2 is 2.0, as --rate 2 records it)
+        row[k] = option_number(k, params.get(k), floats=FLOAT_OPTIONS, ints=INT_WORKLOAD_OPTIONS)
     row["policy_name"] = str(params.get("policy", cfg.get("policy"))).partition(":")[0]
     for k, v in cfg.items():
         if k == "workload":

@@ -28,6 +28,7 @@ from .common import (
     console,
     file_path,
     flag_of,
+    folder_shown,
     is_given,
     only_with,
     policy_names,
@@ -509,7 +510,7 @@ def cmd_sweep(args) -> int:
     )
     if res.files:
         names = (os.path.basename(f) + ("/" if os.path.isdir(f) else "") for f in res.files)
-        print(f"written to {args.out}/: " + ", ".join(names))
+        print(f"written to {folder_shown(args.out)}: " + ", ".join(names))
     return _sweep_status(res)
 
 

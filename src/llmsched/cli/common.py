@@ -361,6 +361,12 @@ def check_replaces_own_file(path: str, flag: str, what: str, is_ours) -> None:
         raise ConfigError(f"{flag} {path!r} exists and is not {what}: give another file, it would be replaced")
 
 
+def folder_shown(path) -> str:
+    """A folder as a message names it, with one trailing slash: `tsl/` for --out tsl/ or
+    tsl (not `tsl//`)."""
+    return str(path).rstrip("/") + "/"
+
+
 def flag_of(key: str) -> str:
     """The command-line flag that sets simulate()'s `key`."""
     return FLAG_OF_KEY.get(key, "--" + key.replace("_", "-"))

@@ -20,6 +20,7 @@ from .common import (
     console,
     file_path,
     flag_of,
+    folder_shown,
     positive_int,
     print_table,
     sim_overrides,
@@ -135,7 +136,7 @@ def _report(args, result, printer) -> int:
     elif not args.quiet:
         printer(result)
         if args.out:
-            print(f"results written to {args.out}/")
+            print(f"results written to {folder_shown(args.out)}")
     return 0
 
 

@@ -469,9 +469,15 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
             f"{collide[0]!r}, which the run would replace: choose another folder or empty it"
         )
     if "config.json" in names and _SIMULATE_PROOF not in names and not interrupted:  # (a simulate run's)
+        # a simulate run writes a config.json; other runs write none, but not into another
+        # tool's folder (a model's): its files and theirs would mix
+        if kind in SIMULATE_KINDS:
+            why = ", which the run would replace"
+        else:
+            why = f": another tool's folder (a model's?), which {_named(kind)} does not write into"
         raise ConfigError(
             f"{what} {str(path)!r} holds a config.json that is not an llmsched run's (no {_SIMULATE_PROOF} beside "
-            "it), which the run would replace: choose another folder or empty it"
+            f"it){why}: choose another folder or empty it"
         )
     if collide and not has_proof:
         # the user's own requests.csv, results.csv or table.csv, which the run would replace

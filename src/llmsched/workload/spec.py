@@ -436,7 +436,8 @@ def _spread_arrival(d: dict) -> dict:
         if k not in ("rate", "cv", "trace", "time_scale"):
             raise ConfigError(f"unknown key '{k}' in workload arrival (known: process, rate, cv, trace, time_scale)")
         if d.get(k) is not None and d[k] != v:
-            raise ConfigError(f"workload {k} given twice with different values: {d[k]} and {v} in arrival")
+            shown = [f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else x for x in (d[k], v)]
+            raise ConfigError(f"workload {k} given twice with different values: {shown[0]} and {shown[1]} in arrival")
         d[k] = v
     d["arrival"] = kind
     return d
