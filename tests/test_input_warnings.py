@@ -69,6 +69,27 @@ def test_prefix_caching_on_a_workload_without_block_ids_warns(capsys, tmp_path):
         llmsched.simulate(trace=Trace(np.array([0.0, 1.0]), np.array([64, 64]), np.array([4, 4])), prefix_caching=True)
 
 
+def test_prefix_caching_with_no_prompt_longer_than_a_block_warns(capsys, tmp_path):
+    """A trace with block ids whose prompts are all at most one block long at the chosen
+    block size hits nothing (a hit is whole blocks short of the last prompt token): it ran
+    at a 0.0% hit rate and said nothing."""
+    trace = tmp_path / "t.csv"
+    ids = " ".join(str(i) for i in range(1, 5))
+    trace.write_text(
+        "arrival_s,prompt_tokens,output_tokens,block_ids@16\n" + "".join(f"{t},64,4,{ids}\n" for t in (0, 1, 2))
+    )
+    args = ["--trace", str(trace), "--prefix-caching", "--cost-model", "const:1", "--json"]
+    code, out, err = run(capsys, *args, "--block-size", "64")
+    assert code == 0 and json.loads(out)["prefix_cache"]["token_hit_rate"] == 0
+    assert warnings_of(err) == [
+        "llmsched simulate: warning: prefix caching has nothing to hit: no prompt is longer than one 64-token "
+        "block (a hit is whole blocks and leaves the prompt's last token to compute), so every prompt is a miss "
+        "(a smaller block size would find the shared prefixes)"
+    ]
+    code, out, err = run(capsys, *args, "--block-size", "32")  # one block of each prompt to hit
+    assert code == 0 and err == "" and json.loads(out)["prefix_cache"]["token_hit_rate"] > 0
+
+
 def test_a_step_under_a_tenth_of_a_millisecond_warns_once(capsys):
     code, out, err = run(capsys, *BASE, "--cost-model", "const:0.01")
     assert code == 0 and json.loads(out)["completed"] == 60  # the run went on

@@ -145,6 +145,23 @@ def test_eviction_trims_a_run_from_its_deep_end():
     assert pc.evict(6) == 6 and len(pc) == 0 and pc.n_free == 0
 
 
+def test_any_cached_finds_runs_starting_in_or_before_the_range():
+    pc = PrefixCache(BS)
+    a = (1, 2, 3, 4, 5)
+    b = (1, 2, 9, 10)  # branches off a after two blocks
+    held: list = []
+    pc.insert(a, 0, 3, held)  # one run: blocks 0..2 of a
+    assert pc.any_cached(a, 0, 1) and pc.any_cached(a, 1, 2) and pc.any_cached(a, 2, 5)
+    assert not pc.any_cached(a, 3, 5) and not pc.any_cached(a, 2, 2)
+    assert pc.any_cached(b, 1, 3) and not pc.any_cached(b, 2, 4)
+    pc.release(held)
+    pc.evict(1)  # the run's deep end: block 2 goes
+    assert not pc.any_cached(a, 2, 5) and pc.any_cached(a, 1, 5)
+    held2: list = []
+    pc.insert(a, 3, 5, held2)  # a run that starts at 3, after a gap
+    assert pc.any_cached(a, 2, 4) and pc.any_cached(a, 4, 5) and not pc.any_cached(a, 2, 3)
+
+
 def test_a_block_cached_after_a_gap_stays_a_private_copy():
     # a holds the first block, b (the same prefix, running alongside) caches the next two;
     # a's run is evicted, so 2 and 3 are cached after a gap: a prompt that computes 1..4
@@ -573,6 +590,38 @@ def test_accounting_never_exceeds_capacity_never_leaks_and_fast_equals_exact(dat
     assert sf == se
 
 
+@pytest.mark.parametrize(
+    "seed, admission, kv, block_size, b_max",
+    [(12, "twp", 32000, 16, 512), (13, "fcfs", 20000, 32, 128)],
+)
+def test_fast_equals_exact_when_a_prefill_completes_a_cached_block_evicted_in_its_batch(
+    seed, admission, kv, block_size, b_max
+):
+    # a running request prefills through blocks cached but held by no one (it missed them
+    # at admission: a block before them was evicted). Step by step it completes such a
+    # block while the cached copy is still there, keeping its own copy private, and a later
+    # step's start evicts the cached one; a batch of repeated steps evicted first and
+    # cached the request's copies instead (one eviction more or fewer, and then other hits)
+    out = []
+    for fast in (True, False):
+        r = llmsched.simulate(
+            workload=dict(system_prompt=512, turns="geometric:3", think_time_s=2, rate=3, num_requests=200, seed=seed),
+            kv_capacity=kv,
+            prefix_caching=True,
+            block_size=block_size,
+            policy="sarathi",
+            b_max=b_max,
+            admission=admission,
+            fast=fast,
+            verdict=False,
+        )
+        s = r.stats
+        out.append((s.prefix, s.ttft_ns.tobytes(), s.e2e_ns.tobytes(), s.timeseries))
+    (fast, *fast_rest), (exact, *exact_rest) = out
+    assert fast["evictions"] == exact["evictions"] and fast == exact
+    assert fast_rest == exact_rest
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_nothing_shared_means_the_same_steps_as_caching_off(data):
@@ -622,6 +671,22 @@ def test_preempted_requests_hitting_their_own_blocks_again_are_not_counted_as_sa
     assert tight["cached_prompt_tokens_per_request"] <= 256
     assert tight["prefix_cache"]["first_admission_hit_tokens"] <= 600 * 256
     assert tight["critical_rate"] == pytest.approx(free["critical_rate"], rel=0.02)
+
+
+def test_a_max_time_stop_counts_requests_never_admitted_at_the_admitted_hit_rate():
+    # a stopped overloaded run admits only part of the requests; those it never admitted
+    # found nothing cached yet, which is no zero hit: counting them as one put the cached
+    # prompt tokens per request at a third of the run's and lambda* ~35% low
+    kw = dict(workload=dict(system_prompt=2048, rate=30, num_requests=1500), prefix_caching=True)
+    full = llmsched.simulate(**kw).summary
+    cut = llmsched.simulate(**kw, max_time_s=30)
+    s = cut.summary
+    admitted = int((cut.stats.queue_ns >= 0).sum())
+    assert s["cached_prompt_tokens_per_request"] == pytest.approx(full["cached_prompt_tokens_per_request"], rel=0.01)
+    assert s["critical_rate"] == pytest.approx(full["critical_rate"], rel=0.02)
+    assert s["utilisation"] == pytest.approx(full["utilisation"], rel=0.02)
+    assert 0 < admitted < 1500 and s["cached_prompt_measured_requests"] == admitted
+    assert full["cached_prompt_measured_requests"] == 1500
 
 
 def test_simulate_cli_with_a_mooncake_trace(tmp_path, capsys):

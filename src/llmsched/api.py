@@ -444,6 +444,12 @@ def simulate(
     warn_implausible(cost, cfg, trace, replay=replay)
     if cfg.prefix_caching and getattr(trace, "block_ids", None) is None:
         warn(f"prefix caching has nothing to hit: {_no_block_ids(workload_desc)}, so every prompt is a miss")
+    elif cfg.prefix_caching and _no_full_block(trace, cfg.block_size):
+        warn(
+            f"prefix caching has nothing to hit: no prompt is longer than one {cfg.block_size}-token block "
+            "(a hit is whole blocks and leaves the prompt's last token to compute), so every prompt is a miss "
+            "(a smaller block size would find the shared prefixes)"
+        )
     steps_tmp = None
     steps_file = None
     if cfg.record_steps:
@@ -522,6 +528,13 @@ def _check_trace_object(trace, overrides: dict) -> None:
                 f"a Trace object brings its own requests: {k} does not apply to it; cut or rescale the "
                 "Trace itself (Trace.head, Trace.until, Trace.time_scaled) or pass the trace file's path instead"
             )
+
+
+def _no_full_block(trace, block_size: int) -> bool:
+    """Whether no prompt of `trace` can hit a block of `block_size` tokens: a hit is whole
+    blocks short of the prompt's last token (`ServerState.admission_need`)."""
+    prompt = getattr(trace, "prompt", None)
+    return prompt is not None and len(prompt) > 0 and int(np.max(prompt)) <= block_size
 
 
 def _no_block_ids(workload: dict) -> str:
@@ -629,6 +642,29 @@ def _longest_prefill(result: SimResult) -> int:
     return int((prompt - np.asarray(hits, dtype=np.int64)).max())
 
 
+def _workload_hits(result: SimResult) -> tuple[np.ndarray | None, int]:
+    """Each request's prompt tokens found cached at its first admission, as theorem 2 takes
+    them (not work), and how many requests that rests on (those the run admitted). A
+    request never admitted (a `max_time_s` stop) found nothing yet, which says nothing
+    about what it would find: it counts at the admitted requests' hit rate (their cached
+    share of their prompt tokens), rounded down and below its prompt. None without a
+    prefix cache."""
+    st = result.stats
+    hits = st.prefix_hits
+    prompt = np.asarray(result.prompt, dtype=np.int64)
+    if hits is None or len(hits) != len(prompt):
+        return None, 0
+    hits = np.asarray(hits, dtype=np.int64)
+    admitted = np.asarray(st.queue_ns) >= 0  # first scheduled
+    k = int(admitted.sum())
+    if 0 < k < len(prompt):
+        share = int(hits[admitted].sum()) / int(prompt[admitted].sum())
+        rest = ~admitted
+        hits = hits.copy()
+        hits[rest] = np.minimum(np.floor(share * prompt[rest]).astype(np.int64), prompt[rest] - 1)
+    return hits, k
+
+
 def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dict:
     """Theorem 2's capacity for this workload and the run's stability verdict."""
     out: dict[str, Any] = {}
@@ -637,8 +673,13 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
     rate = result.offered_rate
     # with prefix caching, the prompt tokens a request finds cached when first admitted are
     # not work (hits again after a preemption only save the recomputation, no part of it)
+    # (a request the run never admitted: at the admitted ones' hit rate, `_workload_hits`)
     pc = result.stats.prefix
-    cached = pc["first_admission_hit_tokens"] / n if pc is not None and n else 0.0
+    hits, measured = _workload_hits(result) if pc is not None else (None, 0)
+    if hits is not None:
+        cached = int(hits.sum()) / n if n else 0.0
+    else:
+        cached = pc["first_admission_hit_tokens"] / n if pc is not None and n else 0.0
     capped = k_max_binds(cfg.b_max, cfg.k_max)
     try:
         rep = capacity(
@@ -655,12 +696,14 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
             # (a request never admitted: its whole prompt)
             max_prefill_per_request=_longest_prefill(result) if capped and n else None,
             # the run's own lengths, each prompt's uncached tokens after the prefix it found cached
-            mix=None if cost.load_only else LengthMix(result.prompt, result.output, result.stats.prefix_hits),
+            mix=None if cost.load_only else LengthMix(result.prompt, result.output, hits),
         )
     except ConfigError:
         return out
     if pc is not None:
         out["cached_prompt_tokens_per_request"] = cached
+        if hits is not None:
+            out["cached_prompt_measured_requests"] = measured  # whose own hits it averages
     out["token_capacity"] = rep.token_capacity
     out["critical_rate"] = rep.critical_rate
     out["offered_rate"] = rate

@@ -238,6 +238,24 @@ class PrefixCache:
             self.layout += 1
         return added
 
+    def any_cached(self, keys: Sequence[int], lo: int, hi: int, since: int = 0) -> bool:
+        """Whether any of blocks lo..hi-1 of chain `keys` is cached. `since`: no run of the
+        chain that starts before it reaches `lo` (the end of a holding: the block before it
+        is cached, so no other run covers it). Changes nothing."""
+        if lo >= hi:
+            return False
+        if self._next_run_start(keys, lo, hi) < hi:
+            return True
+        # a run that starts before lo: the last run start on the chain decides
+        positions = self._start_positions
+        a = bisect_left(positions, since)
+        head = self._head
+        for p in reversed(positions[a : bisect_left(positions, lo, a)]):
+            run = head.get(keys[p])
+            if run is not None:
+                return run.lo != p or (run.hi > lo and _common_end(run.keys, keys, p, min(run.hi, lo + 1)) > lo)
+        return False
+
     def release(self, held: list) -> tuple[int, int]:
         """A request lets go of its holding; returns how many blocks it held and how many
         of them no one holds any more (they are now free: its deepest blocks the first to

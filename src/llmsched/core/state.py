@@ -309,19 +309,27 @@ class ServerState:
         rnd = self._round = self._round + steps
         self.kv_used += steps * m
         pc = self.prefix
+        last = steps  # the steps whose prefill chunks the loop below applies
         if pc is not None and steps > 1 and pc.n_free:
             # the decode tokens of repeated steps evict what each step's start would have,
             # before anything this batch frees (as the step-by-step path does)
             k = self.blocks_to_evict(0)
             if k:
-                pc.evict(k)
+                if plan.prefill:
+                    # blocks the prefills complete before the last step go into the cache
+                    # between evictions, as step by step (`_interleave`)
+                    last -= self._interleave(plan, steps)
+                if pc.n_free:
+                    k = self.blocks_to_evict(0)
+                    if k:
+                        pc.evict(k)
         self.finished = finished = []
         self.first_tokens = firsts = []
         self.resumed = resumed = []
         prefill = 0
         completed = None
         for r, n in plan.prefill:
-            r.prefilled += steps * n
+            r.prefilled += last * n
             prefill += n
             if pc is not None and r.blocks is not None and r.next_block < r.prefilled // pc.block_size:
                 self._cache_blocks(r)  # it completed blocks: cache them
@@ -374,6 +382,54 @@ class ServerState:
                 else:
                     self._start_decode(r)
         self.now = end
+
+    def _interleave(self, plan: StepPlan, steps: int) -> int:
+        """Of a batch of `steps` repetitions of a plan with prefill chunks whose decode
+        tokens evict cached blocks: apply its first steps one at a time, up to the last one
+        before the final step in which a chunk completes a prompt block that is cached
+        already, each caching the blocks its chunks complete, then the next step's start
+        evicting for its decode tokens. Returns how many steps it applied (0: no chunk completes a block cached
+        already before the final step, so the evictions may all come first, as in one go).
+        In one go, a request completing a block whose cached copy (held by no one) an
+        eviction inside the batch drops would cache its own copy; step by step it completes
+        the block while the cached copy is still there, keeps its own private, and the
+        block leaves the cache."""
+        pc = self.prefix
+        bs = pc.block_size
+        upto = 0  # the last step before the final one in which such a block completes
+        for r, n in plan.prefill:
+            blocks = r.blocks
+            if blocks is not None:
+                b = (r.prefilled + (steps - 1) * n) // bs
+                if b > len(blocks):
+                    b = len(blocks)
+                j = r.next_block
+                # only a block cached already (a copy an eviction may drop) can end up
+                # elsewhere: a new one is the request's own run either way
+                if b > j and pc.any_cached(blocks, j, b, r.cached[-1] if r.cached else 0):
+                    # the step that caches block b - 1 (the first: blocks the request
+                    # arrived with, computed elsewhere, enter the cache at its end)
+                    i = max(1, -(-(b * bs - r.prefilled) // n))
+                    if i > upto:
+                        upto = i
+        if not upto:
+            return 0
+        m = plan.decode
+        used = self.kv_used
+        self.kv_used = used - (steps - 1) * m  # at the end of the first step
+        for i in range(upto):
+            for r, n in plan.prefill:
+                r.prefilled += n
+                if r.blocks is not None and r.next_block < r.prefilled // bs:
+                    self._cache_blocks(r)
+            if i + 1 < upto:
+                self.kv_used += m  # the next step's start evicts for its decode tokens
+                if pc.n_free:
+                    k = self.blocks_to_evict(0)
+                    if k:
+                        pc.evict(k)
+        self.kv_used = used  # (the caller evicts for the steps after `upto`)
+        return upto
 
     def next_completion_round(self) -> int:
         """Steps until the first active decoder finishes (UNLIMITED if none)."""
