@@ -293,8 +293,18 @@ class Backend:
                 if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
                     # interrupted: the points still running are lost either way (a rerun
                     # resumes from the finished ones), so stop them now, not when they end
-                    for worker in list((self._pool._processes or {}).values()):
+                    workers = list((self._pool._processes or {}).values())
+                    for worker in workers:
                         worker.terminate()
+                    # a worker that outlives SIGTERM (one that had not yet set its handler:
+                    # a fork runs the sweep's, which raises instead of ending) would wait
+                    # forever on the call queue's lock, which a terminated worker may have
+                    # held, and the shutdown below with it (seen once under load): SIGKILL
+                    for worker in workers:
+                        worker.join(timeout=2)
+                        if worker.is_alive():
+                            worker.kill()
+                            worker.join(timeout=2)
                 self._pool.shutdown(cancel_futures=True)
                 self._pool = None
                 self._pool_size = 0
