@@ -427,15 +427,18 @@ class NetworkResult:
         )
 
     def saved_work_share(self, server: str) -> float | None:
-        """The share of a caching server's work (its calls' prompt + output - 1 tokens,
-        every prompt token counted, as the traffic equations count it) its replicas' prefix
-        caches saved (`_saved_share`); None for a server without prefix caching."""
+        """The share of a caching server's work (its admitted calls' prompt + output - 1
+        tokens, every prompt token counted, as the traffic equations count it) its replicas'
+        prefix caches saved (`_saved_share`); None for a server without prefix caching."""
         st = self.stats
         caches = [r.stats.prefix for r in self.replicas() if r.config["server"] == server]
         caches = [c for c in caches if c is not None]
         if not caches:
             return None
-        calls = np.asarray(st.call_server, dtype=object) == server
+        # over the calls admitted (first scheduled): a run cut by max_time_s holds calls that
+        # never reached a cache, which its hits say nothing of (counted as misses, they made
+        # the share 0.02 instead of 0.49)
+        calls = (np.asarray(st.call_server, dtype=object) == server) & (_a(st.call_queue) >= 0)
         work = int((_a(st.call_prompt)[calls] + _a(st.call_output)[calls] - 1).sum())
         return _saved_share(caches, work)
 
@@ -528,7 +531,8 @@ class NetworkResult:
         pool = self._server_loads()[server]
         shares = srv.routing_weights()
         share = shares[index] / load.busiest_replica_share if 0 <= index < len(shares) else 1.0
-        work = float((res.prompt.astype(float) + res.output - 1).sum())
+        admitted = np.asarray(res.stats.queue_ns) >= 0  # (as `saved_work_share`)
+        work = float((res.prompt[admitted].astype(float) + res.output[admitted] - 1).sum())
         return pool * share * (1.0 - _saved_share([res.stats.prefix], work))
 
     def _pool_verdict(self, server: str, time_s: np.ndarray, backlog: np.ndarray, last: float) -> dict:
