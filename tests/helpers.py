@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,10 +15,14 @@ from llmsched.sim.result import SimResult
 from llmsched.sim.simulator import simulate_trace
 
 _HERE = Path(__file__).resolve().parent
-_SHARED = _HERE.parent.parent / "shared" / "traces"
+_GIVEN = os.environ.get("LLMSCHED_TRACES")
+_SHARED = Path(_GIVEN) if _GIVEN else _HERE.parent.parent / "shared" / "traces"
 FULL_TRACES = (_SHARED / "azure_conv_2023" / "AzureLLMInferenceTrace_conv.csv").is_file()
-# The real traces when this checkout sits next to ../shared, else 2,000-row excerpts of them.
-TRACES = _SHARED if FULL_TRACES else _HERE / "data" / "traces"
+# The traces the library reads: $LLMSCHED_TRACES when set (tests compare its draws with
+# these files: a checkout away from ../shared run with it set compared the full traces'
+# draws with the excerpts), else the real traces when this checkout sits next to
+# ../shared, else 2,000-row excerpts of them.
+TRACES = _SHARED if FULL_TRACES or _GIVEN else _HERE / "data" / "traces"
 
 
 def trace(rows):
