@@ -14,6 +14,7 @@ import pytest
 
 from llmsched import simulate
 from llmsched.analysis import tables
+from llmsched.core import paths
 from llmsched.core.errors import ConfigError
 from llmsched.core.paths import INCOMPLETE_MARK, atomic_write, check_run_dir
 from llmsched.plots import plot_dir
@@ -145,7 +146,8 @@ def test_reproduce_proofs_are_written_whole(tmp_path, monkeypatch):
     import llmsched.analysis.reproduce_twp as rt  # noqa: PLC0415
 
     for mod in (rep, rn, rp, rt):
-        assert mod.atomic_write is atomic_write
+        assert mod.end_reproduce_write is paths.end_reproduce_write
+    assert paths.end_reproduce_write.__globals__["atomic_write"] is atomic_write
     assert tables.atomic_write is atomic_write
     proof = tmp_path / "table.json"
     proof.write_text(json.dumps({"meta": {}, "rows": []}))

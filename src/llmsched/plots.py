@@ -12,7 +12,7 @@ import numpy as np
 
 from .core.errors import ConfigError
 from .core.palette import color_of
-from .core.paths import is_interrupted_run
+from .core.paths import interrupted_message
 from .theory.means import rate_unit
 from .workload.trace import mean_rate
 
@@ -161,11 +161,9 @@ def plot_dir(folder: str | Path) -> list[Path]:
     d = Path(folder)
     if not d.is_dir():
         raise ConfigError(f"{folder} is not a folder")
-    if is_interrupted_run(d):  # (its files: some of the new run's, the earlier run's removed)
-        raise ConfigError(
-            f"{folder} holds a run that stopped while writing its files (no summary.json, which a run "
-            "writes last): rerun it"
-        )
+    stopped = interrupted_message(d)  # (its files: some of the new run's, the earlier run's removed)
+    if stopped is not None:
+        raise ConfigError(stopped)
     if (d / "calls.csv").is_file() and (d / "servers").is_dir():
         replicas = sorted(p.name for p in (d / "servers").iterdir() if (p / "timeseries.csv").is_file())
         where = f": plot a replica's folder, e.g. {d / 'servers' / replicas[0]}" if replicas else ""

@@ -36,7 +36,7 @@ from ..core.checks import as_real, check_policy_names, check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import atomic_write, check_run_dir, clear_stale, prepare_run_dir
+from ..core.paths import begin_reproduce_write, check_run_dir, end_reproduce_write, prepare_run_dir
 from ..policies import make_batch_policy
 from ..workload import WorkloadSpec, make_trace
 from .figures import new_figure, save_figure
@@ -162,8 +162,13 @@ def reproduce_stability(
         for p, r in be.run(jobs, queue_run):
             queue[p] = r
 
-    # the search's points/ are the first files written (queue.png after them): a run
-    # stopped in the search leaves a folder its rerun takes and resumes (`RESUME_PROOFS`)
+    # an earlier run's files go before this one writes any (its search's points/, each a
+    # probe's record keyed by its configuration, stay for this run's search to reuse), the
+    # folder marked until table.json, written last, is in place: a run that stops leaves
+    # no new file beside an earlier run's. The search's points/ are the first files
+    # written (queue.png after them): a run stopped in the search leaves a folder its
+    # rerun takes and resumes
+    begin_reproduce_write(out, "reproduce stability", keep=("search/points",) if search else ())
     found = {}
     if search:
         res = max_stable_rate(
@@ -232,10 +237,8 @@ def reproduce_stability(
     }
     files += write_table(rows, out, "table")
     text = json.dumps({"meta": meta, "rows": rows}, indent=2, default=str)
-    atomic_write(out / "table.json", lambda p: p.write_text(text))  # the run's proof: whole or not at all
-    files.append(str(out / "table.json"))
-    # a rerun replaces the earlier run's files: its search/ goes when this one has none
-    clear_stale(out, "reproduce stability", [*files, *([str(out / "search")] if search else [])])
+    # the run's proof, whole or not at all, written last; the folder's mark goes with it
+    files.append(end_reproduce_write(out, "reproduce stability", lambda p: p.write_text(text)))
     return {"rows": rows, "critical_rate": lam, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
 
 

@@ -55,7 +55,7 @@ from ..core.checks import check_seeds
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import atomic_write, check_run_dir, clear_stale, prepare_run_dir
+from ..core.paths import begin_reproduce_write, check_run_dir, end_reproduce_write, prepare_run_dir
 from ..policies import make_batch_policy
 from ..sim.network_result import network_backlog, simulate_network
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
@@ -392,12 +392,20 @@ def _counts(verdicts: Sequence[str]) -> str:
     return "/".join(str(sum(v == k for v in verdicts)) for k in (STABLE, INCONCLUSIVE, UNSTABLE))
 
 
-def _finish(out: Path, rows: list[dict], meta: dict, name: str = "table") -> list[str]:
-    files = write_table(rows, out, name)
+def _finish(out: Path, kind: str, rows: list[dict], meta: dict) -> list[str]:
+    """table.csv (and .parquet), then table.json, the run's proof, written last (whole or
+    not at all); the folder's mark (`_begin`) goes with it."""
+    files = write_table(rows, out, "table")
     text = json.dumps(to_jsonable({"meta": meta, "rows": rows}), indent=2, default=str)
-    atomic_write(out / f"{name}.json", lambda p: p.write_text(text))  # the run's proof: whole or not at all
-    files.append(str(out / f"{name}.json"))
+    files.append(end_reproduce_write(out, kind, lambda p: p.write_text(text)))
     return files
+
+
+def _begin(out: Path, kind: str) -> None:
+    """Before an experiment writes its first file: an earlier run's files go, the folder
+    marked until `_finish` writes table.json, so a run that stops leaves no new file
+    beside an earlier run's figures or table.json."""
+    begin_reproduce_write(out, kind)
 
 
 def _series_csv(path: Path, runs: list[tuple[str, dict]]) -> str:
@@ -522,14 +530,14 @@ def reproduce_clusters(
         "critical_rate": {str(n): c[0] for n, c in caps.items()},
         "pool_token_capacity": {str(n): c[1] for n, c in caps.items()},
     }
+    _begin(out, "reproduce clusters")
     files = [
         _plot_clusters(
             rows, replicas, routers, "p99_job_latency_ms", "p99 job latency (ms)", out / "clusters_p99.png", meta
         ),
         _plot_clusters(rows, replicas, routers, "p99_ttft_ms", "p99 TTFT (ms)", out / "clusters_ttft.png", meta),
     ]
-    files += _finish(out, rows, {**meta, "summary": summary})
-    clear_stale(out, "reproduce clusters", files)  # what an earlier run wrote and this one did not
+    files += _finish(out, "reproduce clusters", rows, {**meta, "summary": summary})
     return {"rows": rows, "summary": summary, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
 
 
@@ -727,12 +735,12 @@ def reproduce_agents(
         for w in workflows
         for p in ("sarathi", "fastertransformer")
     ]
+    _begin(out, "reproduce agents")
     files = [
         _plot_agents(series, workflows, plot_load, out / "agents_backlog.png"),
         _series_csv(out / "agents_backlog.csv", series),
     ]
-    files += _finish(out, rows, {**meta, "summary": summary})
-    clear_stale(out, "reproduce agents", files)  # what an earlier run wrote and this one did not
+    files += _finish(out, "reproduce agents", rows, {**meta, "summary": summary})
     return {"rows": rows, "summary": summary, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
 
 
@@ -927,6 +935,7 @@ def reproduce_rybko_stolyar(
         "backpressure_available": backpressure_available(),
     }
     series = [(o, res[(o, seeds[0])]) for o in orders]
+    _begin(out, "reproduce rybko-stolyar")
     files = [
         _plot_rs(series, out / "rybko_stolyar_backlog.png", meta),
         _series_csv(out / "rybko_stolyar_backlog.csv", series),
@@ -934,8 +943,7 @@ def reproduce_rybko_stolyar(
     if scan_loads:
         files.append(_plot_rs_scan(scan, orders, out / "rybko_stolyar_loads.png", meta))
         files += write_table(scan, out, "loads")
-    files += _finish(out, rows, {**meta, "summary": summary})
-    clear_stale(out, "reproduce rybko-stolyar", files)  # what an earlier run wrote and this one did not
+    files += _finish(out, "reproduce rybko-stolyar", rows, {**meta, "summary": summary})
     return {
         "rows": rows,
         "scan": scan,

@@ -34,7 +34,7 @@ from ..api import simulate
 from ..core.checks import as_real, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import atomic_write, check_run_dir, clear_stale
+from ..core.paths import begin_reproduce_write, check_run_dir, end_reproduce_write
 from ..theory import LengthMix, capacity
 from ..theory.means import ideal_cached_counts, ideal_cached_tokens
 from ..workload.trace import read_trace
@@ -45,6 +45,7 @@ __all__ = ["reproduce_prefix_caching", "ideal_cached_tokens"]
 LOADS = (0.6, 0.9, 1.3)
 KV_CAPACITIES = (1_000_000, 8_000_000)
 QUICK_REQUESTS = 400
+KIND = "reproduce prefix-caching"
 
 
 def reproduce_prefix_caching(
@@ -71,7 +72,7 @@ def reproduce_prefix_caching(
         twice = first_repeat(values)
         if twice is not None:
             raise ConfigError(f"{what} {twice!r} is given twice: each runs every cell once, list it once")
-    check_run_dir(out_dir, "reproduce prefix-caching")  # not over another run's outputs, before the runs
+    check_run_dir(out_dir, KIND)  # not over another run's outputs, before the runs
     trace = read_trace(trace_path, block_size=None)
     if not trace.has_blocks:
         raise ConfigError(
@@ -149,6 +150,9 @@ def reproduce_prefix_caching(
                     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # an earlier run's files go first, the folder marked until result.json, written last,
+    # is in place: a run that stops leaves no new table beside an earlier run's result.json
+    begin_reproduce_write(out, KIND)
     files = write_table(rows, out, "table")
     result = {
         "config": {
@@ -172,8 +176,7 @@ def reproduce_prefix_caching(
     result["wall_s"] = time.perf_counter() - t0
     result["files"] = [*files, str(out / "result.json")]
     text = json.dumps(to_jsonable(result), indent=2, default=str)
-    atomic_write(out / "result.json", lambda p: p.write_text(text))  # the run's proof: whole or not at all
-    clear_stale(out, "reproduce prefix-caching", result["files"])  # an earlier run's table.parquet
+    end_reproduce_write(out, KIND, lambda p: p.write_text(text))  # the run's proof: whole, last; the mark goes
     return result
 
 

@@ -62,7 +62,7 @@ from ..core.checks import as_real, check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of, group_styles
-from ..core.paths import atomic_write, check_run_dir, clear_stale, prepare_run_dir
+from ..core.paths import begin_reproduce_write, check_run_dir, end_reproduce_write, prepare_run_dir
 from ..core.request import NS
 from ..theory import LengthMix, capacity
 from ..workload.serverless import (
@@ -491,6 +491,10 @@ def reproduce_twp(
     stab_rows = [dict(zip(("k_max", "admission", "load"), key), **r) for key, r in stab_results.items()]
     stab_rows.sort(key=lambda r: (r["k_max"] or 0, r["admission"], r["load"]))
 
+    # an earlier run's files go first (its ablation, SLO or stability files too), the
+    # folder marked until result.json, written last, is in place: a run that stops leaves
+    # no new table beside an earlier run's figures or result.json
+    begin_reproduce_write(out, "reproduce twp")
     files = []
     files += write_table(rows, out, "table")
     files += write_table(table3, out, "table3")
@@ -548,11 +552,9 @@ def reproduce_twp(
             ],
         },
     }
-    path = out / "result.json"
     text = json.dumps(to_jsonable(result), indent=2, default=str)
-    atomic_write(path, lambda p: p.write_text(text))  # the run's proof: whole or not at all
-    files.append(str(path))
-    clear_stale(out, "reproduce twp", files)  # an earlier run's ablation, SLO or stability files
+    # the run's proof, whole or not at all, written last; the folder's mark goes with it
+    files.append(end_reproduce_write(out, "reproduce twp", lambda p: p.write_text(text)))
     result["files"] = files
     result["wall_s"] = time.perf_counter() - t0
     return to_jsonable(result)

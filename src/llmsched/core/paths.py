@@ -129,12 +129,18 @@ RUN_PROOFS = {
 # points/ are (only records of points, `_proof_flaw`), so that a rerun resumes the search
 RESUME_PROOFS = {"reproduce stability": "search/points"}
 
-# a simulate run's folder while the run writes its files (`begin_simulate_write`): made
-# before any file of an earlier run there is removed, removed once summary.json, written
-# last, is in place. A folder holding it and no summary.json is a run's that stopped while
-# writing (Ctrl-C, a kill, a full disk): never taken for a finished run (`plot` refuses
-# it), and a rerun of a simulation replaces it as it replaces a finished run
+# a run's folder while the run writes its files (`begin_simulate_write`,
+# `begin_reproduce_write`): made before any file of an earlier run there is removed,
+# removed once the run's proof (a simulate run's summary.json, an experiment's table.json
+# or result.json), written last, is in place. A folder holding it and no proof is a run's
+# that stopped while writing (Ctrl-C, a kill, a full disk): never taken for a finished run
+# (`plot` refuses it, as does a run of another kind), and a rerun of its kind replaces it
+# as it replaces a finished run
 INCOMPLETE_MARK = ".llmsched-incomplete"
+# the kinds of run that mark their folder while writing (a sweep writes its points/ first
+# and its tables after: a rerun resumes it)
+REPRODUCE_KINDS = tuple(k for k in RUN_OUTPUTS if k.startswith("reproduce "))
+MARKED_KINDS = (*SIMULATE_KINDS, *REPRODUCE_KINDS)
 
 # what a proof holds when a run wrote it (a user's own summary.json or table.json, JSON of
 # another tool, is no proof): the keys every such file has; a sweep's points/ holds only
@@ -184,24 +190,51 @@ def is_replica_folder(path) -> bool:
     proof = p / _SIMULATE_PROOF
     if not p.is_dir() or p.is_symlink():
         return False
-    return (not proof.is_symlink() and _proof_flaw(proof) is None) or is_interrupted_run(p)
+    return (not proof.is_symlink() and _proof_flaw(proof) is None) or is_interrupted_run(p, SIMULATE_KINDS)
 
 
-def _mark_ok(path: Path) -> bool:
-    """Whether `path` is an `INCOMPLETE_MARK` a simulate run wrote (not a link, its content
-    the run's)."""
+def _mark_kind(path: Path) -> str | None:
+    """The kind of run (`MARKED_KINDS`) that wrote `path`, an `INCOMPLETE_MARK` (not a link,
+    its content the run's); None when no run wrote it."""
     if path.is_symlink() or not path.is_file():
-        return False
+        return None
     value = _json_object(path)
-    return value is not None and value.get("incomplete") in SIMULATE_KINDS
+    kind = None if value is None else value.get("incomplete")
+    return kind if isinstance(kind, str) and kind in MARKED_KINDS else None
 
 
-def is_interrupted_run(folder) -> bool:
-    """Whether `folder` holds a simulate run that stopped while writing its files: its
-    `INCOMPLETE_MARK` and no summary.json (which a run writes last)."""
+def interrupted_kind(folder) -> str | None:
+    """The kind of run that stopped while writing its files in `folder`: its
+    `INCOMPLETE_MARK` and not its proof (`RUN_PROOFS`, which a run writes last); None when
+    there is none."""
     d = Path(folder)
-    proof = d / _SIMULATE_PROOF
-    return _mark_ok(d / INCOMPLETE_MARK) and not (proof.exists() or proof.is_symlink())
+    kind = _mark_kind(d / INCOMPLETE_MARK)
+    if kind is None:
+        return None
+    proof = d / RUN_PROOFS[kind][0]
+    return None if proof.exists() or proof.is_symlink() else kind
+
+
+def is_interrupted_run(folder, kinds=SIMULATE_KINDS) -> bool:
+    """Whether `folder` holds a run of one of `kinds` (default: a simulate run; None: any
+    kind that marks its folder, `MARKED_KINDS`) that stopped while writing its files: its
+    `INCOMPLETE_MARK` and no proof (summary.json, table.json, result.json: written last)."""
+    kind = interrupted_kind(folder)
+    return kind is not None and (kinds is None or kind in kinds)
+
+
+def interrupted_message(folder) -> str | None:
+    """The line that refuses to read `folder` when a run stopped while writing its files
+    there (`interrupted_kind`), naming the folder and saying to rerun; None otherwise."""
+    kind = interrupted_kind(folder)
+    if kind is None:
+        return None
+    proof = RUN_PROOFS[kind][0]
+    who = "a run" if kind in SIMULATE_KINDS else f"a `llmsched {kind}` run"
+    return (
+        f"{folder} holds {who} that stopped while writing its files ({INCOMPLETE_MARK}, no {proof}, "
+        "which a run writes last): its files are not one finished run's; rerun it"
+    )
 
 
 def begin_simulate_write(out, kind: str, keep=None) -> None:
@@ -232,6 +265,46 @@ def begin_simulate_write(out, kind: str, keep=None) -> None:
                 remove_run_folder(p, name)
         elif (p.is_file() or p.is_symlink()) and not kept(p):
             p.unlink()
+
+
+def begin_reproduce_write(out, kind: str, keep=()) -> None:
+    """Before a `reproduce` experiment of `kind` writes its first file into `out` (checked
+    and made, `prepare_run_dir`): mark the folder as being written (`INCOMPLETE_MARK`), then
+    remove the earlier run's proof (table.json or result.json), the other files of `kind`
+    (`RUN_OUTPUTS`: never a file no run writes, `remove_run_folder` for a folder) and the
+    temporary files of a write that stopped. A run that stops before
+    `end_reproduce_write` leaves a marked folder that no one takes for a finished run,
+    never the new run's table beside the earlier run's figures or proof. `keep`: paths
+    (relative to `out`, inside a `RUN_FOLDERS` folder) left in place, records the new run
+    reuses (a stability run's search/points/, each record a probe's, keyed by its
+    configuration)."""
+    out = Path(out)
+    keep = {Path(k) for k in keep}
+    atomic_write(out / INCOMPLETE_MARK, lambda p: p.write_text(json.dumps({"incomplete": kind}) + "\n"))
+    (out / RUN_PROOFS[kind][0]).unlink(missing_ok=True)
+    for e in list(os.scandir(out)):
+        if _temporary(e.name) and e.is_file(follow_symlinks=False):
+            os.unlink(e.path)
+    for name in RUN_OUTPUTS[kind]:
+        p = out / name
+        if name in RUN_FOLDERS:
+            if p.is_dir() and not p.is_symlink():
+                kept = {k.relative_to(name) for k in keep if k.parts[:1] == (name,) and len(k.parts) > 1}
+                remove_run_folder(p, name, keep={k.parts[0] for k in kept if len(k.parts) == 1})
+        elif p.is_file() or p.is_symlink():
+            p.unlink()
+
+
+def end_reproduce_write(out, kind: str, write_proof) -> str:
+    """After a `reproduce` experiment wrote its other files into `out`
+    (`begin_reproduce_write`): `write_proof(path)` writes its proof (table.json or
+    result.json) whole (`atomic_write`), last; then the folder's `INCOMPLETE_MARK` goes.
+    Returns the proof's path."""
+    out = Path(out)
+    proof = out / RUN_PROOFS[kind][0]
+    atomic_write(proof, write_proof)
+    (out / INCOMPLETE_MARK).unlink(missing_ok=True)
+    return str(proof)
 
 
 def end_simulate_write(out, write_summary) -> None:
@@ -285,15 +358,17 @@ def _strays(folder: Path, layout: str) -> list[str]:
     return out
 
 
-def remove_run_folder(folder, layout: str) -> None:
+def remove_run_folder(folder, layout: str, keep=()) -> None:
     """Remove what a run writes inside `folder` (of `layout`: one of `RUN_FOLDERS`, or
     "replica", a network's servers/NAME/), and the folder when that leaves it empty:
-    never a file no run writes there (`_strays`)."""
+    never a file no run writes there (`_strays`). `keep`: names of entries left as they are."""
     folder = Path(folder)
     for e in list(os.scandir(folder)):
         if (_temporary(e.name) or e.name == INCOMPLETE_MARK) and e.is_file(follow_symlinks=False):
             os.unlink(e.path)
     for e, own in list(_entries(folder, layout)):
+        if e.name in keep:
+            continue
         if own == "file":
             os.unlink(e.path)
         elif own is not None:
@@ -388,8 +463,9 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     writes: file names a run writes are no proof alone, and without the proof a folder
     holding any of them is refused, a run that stopped before its last file included, but
     for a stability run's search/points/ of its probes' records, `RESUME_PROOFS`, which
-    lets an interrupted run resume, and a simulate run's folder that it marked while writing,
-    `INCOMPLETE_MARK`, which a rerun replaces), or other files none of which it would replace (hidden
+    lets an interrupted run resume, and a simulate run's or an experiment's folder that it
+    marked while writing, `INCOMPLETE_MARK`, which a rerun replaces; a folder marked by
+    another kind of run is refused), or other files none of which it would replace (hidden
     files are not counted). Never over another tool's files (a model folder's config.json)
     nor over another kind of run's outputs (they would mix); an experiment's folder of an earlier run (a stability run's
     search/), which the run replaces or clears away, must hold only what a run writes
@@ -399,6 +475,13 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     if not folder.is_dir():
         return
     proof, written_first = RUN_PROOFS.get(kind, (None, False))
+    stopped = interrupted_kind(folder)
+    if stopped is not None and stopped != kind and not (stopped in SIMULATE_KINDS and kind in SIMULATE_KINDS):
+        # (its files so far are no proof of its kind: `_held` may find none of them)
+        raise ConfigError(
+            f"{what} {str(path)!r} holds {_named(stopped)} that stopped while writing its files "
+            f"({INCOMPLETE_MARK}), not {_named(kind)}: rerun it there, or choose another folder"
+        )
     found = _held(folder)
     if found is not None:
         held, marker = found
@@ -422,9 +505,10 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
         # any other file in search/ is refused below as no run's
         r = folder / resume
         has_proof = all(not q.is_symlink() for q in (r, r.parent)) and r.is_dir() and _proof_flaw(r) is None
-    # a simulate run that stopped while writing its files (its mark, no summary.json yet):
-    # a run's folder, which a rerun replaces
-    interrupted = kind in SIMULATE_KINDS and not has_proof and is_interrupted_run(folder)
+    # a run that stopped while writing its files (its mark, no summary.json, table.json or
+    # result.json yet): a run's folder, which a rerun of its kind replaces (any simulate
+    # kind's, a simulation's)
+    interrupted = not has_proof and stopped is not None
     has_proof = has_proof or interrupted
     if kind not in SIMULATE_KINDS and kind != "sweep":  # (a sweep's points/: its proof's check)
         for name in RUN_OUTPUTS[kind]:
@@ -450,7 +534,9 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
             )
     # a marker is a file name, not proof (`RUN_PROOFS`): without its proof, the folder's
     # files are checked below as any folder's are
-    if found is not None and has_proof:
+    # (a marked folder: every file of the kind's in it is the interrupted run's, the earlier
+    # run's removed before it wrote any; the user's other files stay beside them)
+    if (found is not None or interrupted) and has_proof:
         return
     if kind in SIMULATE_KINDS:
         ours = {_SIMULATE_PROOF, "config.json", *(n for k in SIMULATE_KINDS for n in RUN_OUTPUTS[k])}
@@ -486,7 +572,7 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
         why = "first: not such a run's output" if written_first else "last: not a finished run's output"
         if resume is not None:
             why += f" (nor an interrupted one's: no {resume}/ of its records)"
-        elif kind in SIMULATE_KINDS:
+        elif kind in MARKED_KINDS:
             why += f" (nor an interrupted one's: no {INCOMPLETE_MARK} beside it)"
         raise ConfigError(
             f"{what} {str(path)!r} holds {collide[0]!r} but no {proof!r}, which {_named(kind)} writes {why}, "
@@ -582,10 +668,16 @@ def atomic_write(path, writer) -> None:
 
 __all__ = [
     "atomic_write",
+    "begin_reproduce_write",
     "begin_simulate_write",
+    "end_reproduce_write",
     "end_simulate_write",
     "INCOMPLETE_MARK",
+    "interrupted_kind",
+    "interrupted_message",
     "is_interrupted_run",
+    "MARKED_KINDS",
+    "REPRODUCE_KINDS",
     "is_replica_folder",
     "RUN_FOLDERS",
     "RUN_MARKERS",
