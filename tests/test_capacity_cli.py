@@ -192,3 +192,56 @@ def test_a_policy_that_is_not_throughput_optimal_gets_no_guarantee(capsys, polic
     out = capsys.readouterr().out
     assert ("not a guarantee for " + name in out) is not conserving
     assert ("is not work-conserving" in out) is not conserving
+
+
+MEANS = ["--mean-prompt", "200", "--mean-output", "101"]
+LAWS = ["--prompt", "const:200", "--output", "const:101"]  # the means drawn (200,000 requests)
+
+
+@pytest.mark.parametrize(
+    "argv, rate",
+    [
+        ([*MEANS, "--rate", "1e-9"], 1e-9),  # its one checked request came at 3.3e9 s: refused
+        ([*LAWS, "--rate", "1e-9"], 1e-9),
+        ([*MEANS, "--rate", "1e-300"], 1e-300),
+        ([*MEANS, "--rate", "1e-9", "--arrival", "gamma", "--cv", "3"], 1e-9),
+        # 1e-3 req/s offered: the draws of the mean lengths came at up to 2e17 s
+        ([*LAWS, "--rate", "1e9", "--time-scale", "1e-12"], 1e-3),
+    ],
+)
+def test_a_tiny_rate_is_answered_without_a_run(capsys, argv, rate):
+    """`capacity --rate 1e-9` was refused: 'arrival times must be below 1e+09 s: at rate
+    1e-09/s arrival 1 comes at 3.29353e+09 s', for the one request drawn to check the
+    workload, which capacity never runs. The utilisation is the rate over lambda*."""
+    base = ["--cost-model", "paper"]
+    r = run_json(capsys, *base, *argv)
+    assert r["request_rate"] == pytest.approx(rate)
+    assert r["utilisation"] == pytest.approx(rate * 300 / C) and r["inside"] is True
+
+
+def test_a_tiny_rate_from_a_config_is_answered_and_bad_rates_are_still_refused(capsys, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("workload:\n  arrival: {process: gamma, rate: 1.0e-9, cv: 2}\n")
+    assert main(["capacity", "--config", str(cfg), "--mean-prompt", "200", "--mean-output", "101"]) == 0
+    capsys.readouterr()
+    for argv, says in (
+        (["--rate", "2e9", "--time-scale", "1e-12"], "at most 1e+09 requests per second"),
+        (["--rate", "0"], "positive number"),
+        (["--rate", "1e-9", "--cv", "2"], "gamma"),
+    ):
+        assert main(["capacity", "--mean-prompt", "200", "--mean-output", "101", *argv]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_tiny_rate_prints_its_digits(capsys, monkeypatch):
+    """--rate 1e-6 printed '0.000 req/s (0.0 tokens/s)', utilisation '0.0%'."""
+    monkeypatch.setenv("COLUMNS", "300")
+    base = ["capacity", "--cost-model", "paper", "--mean-prompt", "200", "--mean-output", "101"]
+    assert main([*base, "--rate", "1e-6"]) == 0
+    out = capsys.readouterr().out
+    assert "1e-06 req/s (0.0003 tokens/s)" in out and "0.000 req/s" not in out
+    assert f"{1e-6 * 300 / C * 100:.3g}%" in out and "margin +1.11e+09%" in out
+    assert main([*base, "--rate", "10"]) == 0  # ordinary rates as before
+    out = capsys.readouterr().out
+    assert "10.000 req/s (3,000.0 tokens/s)" in out and "89.7%" in out

@@ -55,6 +55,22 @@ def test_varying_prompts_or_an_unknown_longest_prompt_are_an_upper_bound():
     assert capacity("paper", 512, 200, 101).region_exact is None  # no cap, no region
 
 
+def test_the_note_names_only_the_steps_short_of_slots():
+    """k_max 16, prompts of 700, outputs of 2: the ray leaves the region on the face of
+    (512, 0) and (497, 15). (512, 0) has 16 slots for the at most 2 prompts its window
+    touches; (497, 15) has 1 for 2. The note named both; only (497, 15) cuts too much."""
+    r = capacity("paper", 512, 700, 2, k_max=16, max_prefill_per_request=700)
+    assert r.region_exact is False
+    assert "(497, 15)" in r.region_note and "(512, 0)" not in r.region_note
+    assert "step (497, 15)" in r.region_note and "700-token prompts" in r.region_note
+    # k_max 2: (512, 0) has the 2 slots its cut needs, (511, 1) one for 2
+    r = capacity("paper", 512, 700, 2, k_max=2, max_prefill_per_request=700)
+    assert "(511, 1)" in r.region_note and "(512, 0)" not in r.region_note
+    # both steps short: both named
+    r = capacity("paper", 512, 100, 2, k_max=3, max_prefill_per_request=100)
+    assert "steps (127, 1), (100, 2)" in r.region_note
+
+
 def test_the_exit_face_names_the_steps_lambda_star_time_shares():
     reg = stability_region("paper", 512, 16)
     assert sorted(reg.exit_face(200, 100)) == [(0, 16), (113, 15)]

@@ -206,10 +206,13 @@ def test_mooncake_fast_path_reads_json_numbers_as_json_does(tmp_path, monkeypatc
     ]
     p = _write(tmp_path, "ok.jsonl", "\n".join(rows) + "\n")
     monkeypatch.setattr(trace_mod, "_mooncake_slow", lambda *a: pytest.fail("slow path used"))
-    fast = read_mooncake_jsonl(p, block_size=None)
+    # (rows 1 to 3 hold more ids than their prompts' blocks: dropped, and counted)
+    with pytest.warns(TraceWarning, match=r"of 3 row\(s\)"):
+        fast = read_mooncake_jsonl(p, block_size=None)
     monkeypatch.undo()
     other = "\n".join(r.replace('{"timestamp": ', '{"note": 0, "timestamp": ') for r in rows)
-    slow = read_mooncake_jsonl(_write(tmp_path, "ok_other.jsonl", other + "\n"), block_size=None)
+    with pytest.warns(TraceWarning, match=r"of 3 row\(s\)"):
+        slow = read_mooncake_jsonl(_write(tmp_path, "ok_other.jsonl", other + "\n"), block_size=None)
     assert fast == slow
     want = [json.loads(r) for r in rows]
     assert fast.arrival_s.tolist() == [(d["timestamp"] - 0) / 1000 for d in want]
@@ -387,6 +390,28 @@ def test_mooncake_hash_ids_at_the_int64_limits_are_read(tmp_path):
     p = _write(tmp_path, "over.jsonl", MOONCAKE_ROW.format(0, 40, 2, 2**63) + "\n")
     with pytest.raises(ConfigError, match="hash_ids"):
         read_trace(p)
+
+
+@pytest.mark.parametrize("extra_key", [False, True])  # the fast path and json's
+def test_mooncake_ids_past_the_prompt_are_dropped_and_counted(tmp_path, extra_key):
+    """A row with more hash_ids than its input_length needs (ceil(input_length / 512)) had
+    the extra ids dropped without a word; now they are dropped and counted on one line,
+    naming the first such row's line. Mooncake's published traces have no such row."""
+    rows = [
+        MOONCAKE_ROW.format(0, 600, 2, "1, 2"),  # 2 ids for 600 tokens: as many as it needs
+        MOONCAKE_ROW.format(10, 1000, 2, "1, 3, 4, 5"),  # 4 for 1000: 2 too many
+        MOONCAKE_ROW.format(20, 10, 2, "7, 8"),  # 2 for 10: 1 too many
+    ]
+    if extra_key:
+        rows[0] = rows[0][:-1] + ', "note": "x"}'
+    p = _write(tmp_path, "extra.jsonl", "\n".join(rows) + "\n")
+    with pytest.warns(TraceWarning, match=r"of 2 row\(s\) .* \(first: line 2, 4 ids for 1000 tokens, at most 2\)"):
+        t = read_trace(p, block_size=None)
+    assert np.diff(t.block_ptr).tolist() == [2, 2, 1]  # kept: the ids of the prompt's blocks
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # rows with the ids they need: no warning
+        read_trace(_write(tmp_path, "fit.jsonl", "\n".join(rows[:1]) + "\n"))
+        read_trace(MOONCAKE)
 
 
 def test_blank_lines_before_the_header_are_skipped(tmp_path):

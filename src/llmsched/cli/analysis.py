@@ -175,6 +175,22 @@ def cmd_capacity(args) -> int:
     return 0
 
 
+def _small(x: float, fmt: str) -> str:
+    """`x` in `fmt` (',.3f'), or to 3 significant digits where `fmt` would print it as 0
+    (`capacity --rate 1e-6` printed '0.000 req/s (0.0 tokens/s)')."""
+    text = format(x, fmt)
+    return f"{x:.3g}" if x and not text.strip("0.,-") else text
+
+
+def _share(x: float, sign: str = "") -> str:
+    """A share as a percentage with one decimal, or 3 significant digits where that would
+    run to many digits (a rate of 1e-9 req/s: margin +1999834768308.0%) or, for a share
+    without a sign (a utilisation), print a positive one as 0.0%."""
+    if x and (abs(x) >= 1e4 or (not sign and x < 5e-4)):
+        return f"{x * 100:{sign}.3g}%"
+    return f"{x:{sign}.1%}"
+
+
 def _check_capacity_inputs(args, over: dict) -> None:
     """What capacity would ignore is refused (a scheduler option the bounds do not model,
     set in --config: by `capacity_report`): a length law whose mean --mean-prompt/--mean-output gives, --samples
@@ -370,25 +386,26 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
     own_growth = FILL in kinds and own is not None and own < c["critical_rate"] * (1 - 1e-9)
     growth = rep.get("policy_predicted_growth_tokens_per_s") if own_growth else c["predicted_growth_tokens_per_s"]
     if rep.get("rate") is not None:
-        arrival = f"{rep['rate']:,.3f} req/s ({c['offered_tokens_per_s']:,.1f} tokens/s)"
+        arrival = f"{_small(rep['rate'], ',.3f')} req/s ({_small(c['offered_tokens_per_s'], ',.1f')} tokens/s)"
         per = rep.get("requests_per_rate")
         if per is not None:
             ts = rep.get("time_scale", 1.0)
-            what = f"{rep['rate']:,.3f} req/s"
+            what = f"{_small(rep['rate'], ',.3f')} req/s"
             if rep.get("rate_unit") == "conversations/s":
-                what = f"{rep['rate']:,.3f} conversations/s x {per / ts:.3g} mean turns"
+                what = f"{_small(rep['rate'], ',.3f')} conversations/s x {per / ts:.3g} mean turns"
             arrival = (
                 what
                 + (f" x time scale {ts:g}" if ts != 1.0 else "")
-                + f" = {rep['request_rate']:,.3f} req/s ({c['offered_tokens_per_s']:,.1f} tokens/s)"
+                + f" = {_small(rep['request_rate'], ',.3f')} req/s"
+                + f" ({_small(c['offered_tokens_per_s'], ',.1f')} tokens/s)"
             )
         rows += [
             ("arrival rate", arrival),
-            ("utilisation rate / lambda*", f"{rep['utilisation']:.1%}"),
+            ("utilisation rate / lambda*", _share(rep["utilisation"])),
             (
                 "inside the stability region",
                 f"{'yes' if rep['inside'] else 'NO'} (rate can be scaled by "
-                f"{rep['scale']:.4g}, margin {rep['margin']:+.1%})"
+                f"{rep['scale']:.4g}, margin {_share(rep['margin'], '+')})"
                 + (
                     ""
                     if rep["throughput_optimal"] or not rep["inside"]

@@ -145,15 +145,17 @@ def _region_exactness(region, k_max: int, mean_prompt: float, mean_output: float
         return False, "prompts vary in length (or a prefix cache serves part of them): chunk integrality can bind"
     p = int(longest)
     face = [(int(x), int(y)) for x, y in region.exit_face(mean_prompt - cached_prompt, mean_output - 1.0) if x > 0]
-    if all(x % p == 0 for x, _ in face):
-        fits = all(x // p <= k_max - y for x, y in face)
-    else:
-        fits = all(k_max - y >= -(-(x - 1) // p) + 1 for x, y in face)
-    if fits:
+    whole = all(x % p == 0 for x, _ in face)
+    # the prompts a step's prefill of x tokens touches: x / P whole ones, or any cut of the stream
+    short = [(x, y) for x, y in face if (x // p if whole else -(-(x - 1) // p) + 1) > k_max - y]
+    if not short:
         return True, None
-    shapes = ", ".join(f"({x}, {y})" for x, y in face)
+    # only the steps short of slots are named (a step with a slot to spare for its cut was listed too)
+    shapes = ", ".join(f"({x}, {y})" for x, y in short)
+    one = len(short) == 1
     return False, (
-        f"the region's steps {shapes} cut {p}-token prompts into chunks that need more than the "
+        f"the region's step{'' if one else 's'} {shapes} (prefill tokens, decodes) cut{'s' if one else ''} "
+        f"{p}-token prompts into chunks that, with {'its' if one else 'their'} decodes, need more than the "
         f"{k_max} request{'s' if k_max != 1 else ''} a step holds (chunk integrality): lambda* is an upper bound"
     )
 

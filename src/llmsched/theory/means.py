@@ -148,6 +148,7 @@ def _sample_dict(workload: dict, samples: int) -> dict:
         # arrivals do not matter here (but for which turns of conversations come first:
         # one rate for every rate, so that a workload's means do not depend on its rate)
         d["rate"] = 1.0
+        d["time_scale"] = 1.0  # (1e-12 put the 200,000th arrival past the simulator's clock)
         d["arrival"] = "deterministic"  # cheapest to draw
         d.pop("cv", None)
         if d.get("think_time_s") is not None:

@@ -18,7 +18,8 @@ File formats, told apart by the first line (`trace_format`; docs/workloads.md):
   (Timestamp in seconds); filters by model and log type; failed rows (0 response tokens)
   are dropped and counted in a `TraceWarning`.
 - Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`
-  (ids of 512-token blocks), which become block ids.
+  (ids of 512-token blocks), which become block ids; ids past a row's input_length are
+  dropped and counted in a `TraceWarning`.
 Any of them may be gzip-compressed, and the CSV formats' columns may come as a Parquet
 table (`csvio`). Rows out of time order are sorted (stably) by arrival time when a file is
 read; a bad row is a ConfigError naming the file, its line (a table's row) and the column
@@ -617,8 +618,21 @@ def read_mooncake_jsonl(
     # as in the Azure trace, a 0-token prompt or output counts as 1 token
     prompt = np.maximum(inp, 1).astype(np.int64)
     output = np.maximum(out, 1).astype(np.int64)
-    # ids past the prompt's last (possibly partial) block describe nothing: dropped
-    ids, ptr = cap_rows(ids, ptr, -(-prompt // source_block_size))
+    # ids past the prompt's last (possibly partial) block describe nothing: dropped, and
+    # counted (Mooncake's published traces have none: a trace cut to a shorter input_length,
+    # or one of other block sizes, would share prefixes its prompts do not hold)
+    need = -(-prompt // source_block_size)
+    extra = np.diff(ptr) > need
+    if extra.any():
+        i = int(np.argmax(extra))
+        warnings.warn(
+            f"trace {p}: dropped the hash_ids past the prompt of {int(extra.sum()):,} row(s) with more ids than "
+            f"their input_length needs at {source_block_size} tokens a block (first: line {line(i)}, "
+            f"{int(ptr[i + 1] - ptr[i])} ids for {int(prompt[i])} tokens, at most {int(need[i])})",
+            TraceWarning,
+            stacklevel=2,
+        )
+    ids, ptr = cap_rows(ids, ptr, need)
     arrival, prompt, output, _, ids, ptr = _sorted(arrival, prompt, output, None, ids, ptr)
     chained = chain_ragged(ids, ptr)
     t = Trace(arrival, prompt, output, None, chained, ptr, source_block_size)
