@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import warnings
 from pathlib import Path
@@ -585,7 +586,6 @@ def test_python_api_takes_the_trace_options():
 
 def test_gzip_compressed_files_are_read_as_the_text_they_hold(tmp_path):
     """They failed with "'utf-8' codec can't decode byte 0x8b in position 1"."""
-    import gzip
 
     from llmsched.workload.lengths import parse_length_law
 
@@ -614,6 +614,30 @@ def test_a_binary_file_is_named_as_not_text(tmp_path, capsys):
     p = tmp_path / "t.csv"
     p.write_bytes(b"\xff\xfe\x00arrival_s")
     one_line_error(capsys, ["simulate", "--trace", str(p), "--out", ""], "t.csv: it is not UTF-8 text")
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_byte_that_is_not_utf8_past_the_first_chunk_is_one_line(tmp_path, capsys, compress):
+    """A Latin-1 byte past the header's 8 KiB (a CSV saved from a spreadsheet, an accented
+    tag deep in the file) escaped as a UnicodeDecodeError traceback: numpy's decode error
+    is a ValueError, whose handler read the file again and raised it anew. The line and the
+    byte of the file are named (the decoder's own offset counts from a read chunk)."""
+    from helpers import one_line_error
+
+    rows = ["arrival_s,prompt_tokens,output_tokens,tag"] + [f"{i * 0.1:.1f},100,20,chat" for i in range(2000)]
+    rows[1500] = "150.0,100,20,caf\xe9"
+    data = ("\n".join(rows) + "\n").encode("latin-1")
+    p = tmp_path / ("t.csv.gz" if compress else "t.csv")
+    p.write_bytes(gzip.compress(data) if compress else data)
+    at = data.index(b"\xe9")
+    one_line_error(capsys, ["simulate", "--trace", str(p), "--out", ""], f"not UTF-8 text (line 1501, byte {at})")
+    lengths = tmp_path / "lengths.csv"  # a character cut off at the end of the file
+    lengths.write_bytes(b"prompt_tokens,output_tokens\n" + b"100,20\n" * 2000 + b"5,\xef")
+    for argv in (
+        ["simulate", "--prompt", f"empirical:{lengths}", "--output", "5", "--num-requests", "10", "--out", ""],
+        ["capacity", "--lengths", str(lengths)],
+    ):
+        one_line_error(capsys, argv, "lengths.csv: it is not UTF-8 text (line 2002, byte ")
 
 
 def test_a_parquet_table_reads_as_its_csv(tmp_path, capsys, monkeypatch):

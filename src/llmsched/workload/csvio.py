@@ -74,10 +74,27 @@ def read_bytes(path: str | os.PathLike) -> bytes:
 def _unreadable(p: Path, exc: Exception) -> ConfigError:
     if isinstance(exc, UnicodeDecodeError):
         return ConfigError(
-            f"cannot read file {p}: it is not UTF-8 text (byte {exc.start}); give a CSV file, plain or "
+            f"cannot read file {p}: it is not UTF-8 text ({_undecodable_place(p)}); give a CSV file, plain or "
             "gzip-compressed, or a Parquet table"
         )
     return ConfigError(f"cannot read file {p}: {exc}")
+
+
+def _undecodable_place(p: Path) -> str:
+    """'line N, byte M' of the first byte that is not UTF-8 (M counts from the start of the
+    decompressed file): a decode error's own offset counts from the start of a read chunk."""
+    offset = 0
+    try:
+        with open_bytes(p) as fh:
+            for number, line in enumerate(fh, 1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return f"line {number}, byte {offset + exc.start}"
+                offset += len(line)
+    except _READ_ERRORS:
+        pass
+    return "a byte past the text it could read"
 
 
 def _pyarrow(p: Path):
@@ -247,6 +264,8 @@ def read_columns(
 def _read_text_columns(p: Path, header: list[str], header_lines: int, cols: dict, kinds: dict) -> dict[str, np.ndarray]:
     try:
         out = _parse(_text_lines(p) if _gzipped(p) else p, cols, kinds, header_lines)
+    except UnicodeDecodeError as exc:  # (a ValueError, of which `_locate_error` would raise it again)
+        raise _unreadable(p, exc) from None
     except (ValueError, IndexError) as exc:
         where = _locate_error(p, header, cols, kinds)
         if where:
@@ -257,7 +276,7 @@ def _read_text_columns(p: Path, header: list[str], header_lines: int, cols: dict
             out = _parse(_unblanked(p), cols, kinds, 1)
         except (ValueError, IndexError):
             raise ConfigError(f"file {p} is malformed: {exc}") from None
-    except (*_READ_ERRORS, UnicodeDecodeError) as exc:
+    except _READ_ERRORS as exc:
         raise _unreadable(p, exc) from None
     _check_widths(p, len(header))
     return out
