@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.errors import ConfigError, count_text
+from ..core.errors import ConfigError, count_text, warn
 from ..core.request import MAX_SECONDS
 
 __all__ = [
@@ -34,6 +34,9 @@ __all__ = [
 MAX_REQUESTS = 20_000_000  # guard against a typo that asks for billions of requests
 #: The range of a gamma process's cv: shape 1/cv^2 stays a number numpy can draw with.
 MIN_CV, MAX_CV = 1e-3, 1e3
+#: The relative standard error of a gamma run's realised rate past which it warns, and
+#: the one its advice aims at.
+MAX_RATE_SPREAD, GOOD_RATE_SPREAD = 0.25, 0.1
 
 
 def check_rate(rate) -> float:
@@ -175,6 +178,21 @@ class Gamma(ArrivalProcess):
     def gaps(self, rng, n):
         shape = 1.0 / (self.cv * self.cv)
         return rng.gamma(shape, 1.0 / (self.rate * shape), n)
+
+    def times(self, rng, n=None, duration_s=None, time_scale=1.0):
+        t = super().times(rng, n, duration_s, time_scale)
+        # n gaps of cv c: their mean, 1 / (realised rate), has a relative standard error
+        # of c / sqrt(n); past 25% the run's rate is not the rate asked for
+        spread = self.cv / math.sqrt(max(len(t), 1))
+        if self.cv > 1 and spread > MAX_RATE_SPREAD:  # (bursts, not a short run alone: Poisson's is 1 / sqrt(n))
+            enough = count_text(math.ceil((self.cv / GOOD_RATE_SPREAD) ** 2))
+            warn(
+                f"gamma arrivals of cv {self.cv:g}: the realised rate of {count_text(len(t))} arrivals varies by about "
+                f"+-{100 * spread:.0f}% (cv / sqrt(n)) around the rate {self.rate:g}/s; ask for at least "
+                f"{enough} requests for +-{100 * GOOD_RATE_SPREAD:.0f}%",
+                stacklevel=4,
+            )
+        return t
 
     def to_dict(self):
         return {"arrival": "gamma", "rate": self.rate, "cv": self.cv}
