@@ -55,7 +55,7 @@ from ..core.checks import check_seeds
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import begin_reproduce_write, check_run_dir, end_reproduce_write, prepare_run_dir
+from ..core.paths import atomic_write, begin_reproduce_write, check_run_dir, end_reproduce_write, prepare_run_dir
 from ..policies import make_batch_policy
 from ..sim.network_result import network_backlog, simulate_network
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
@@ -411,7 +411,9 @@ def _begin(out: Path, kind: str) -> None:
 def _series_csv(path: Path, runs: list[tuple[str, dict]]) -> str:
     """Long-format CSV of the backlog series while jobs arrive (the verdicts' window),
     thinned (every k-th sample, and the samples of each server's peaks): run,time_s,
-    <server>...,network, unfinished work in tokens."""
+    <server>...,network, unfinished work in tokens. Written whole or not at all
+    (`atomic_write`), as every other file of the run: a write that stops (a full disk,
+    Ctrl-C) leaves no cut file under its name."""
     names = sorted({k for _, r in runs for k in r["series"]["servers"]})
     lines = ["run,time_s," + ",".join(names) + ",network"]
     for label, r in runs:
@@ -419,7 +421,8 @@ def _series_csv(path: Path, runs: list[tuple[str, dict]]) -> str:
         cols = [ser["servers"].get(k, [0.0] * len(ser["time_s"])) for k in names]
         for i, t in enumerate(ser["time_s"]):
             lines.append(f"{label},{t:.3f}," + ",".join(f"{c[i]:.0f}" for c in cols) + f",{ser['network'][i]:.0f}")
-    path.write_text("\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    atomic_write(path, lambda p: p.write_text(text))
     return str(path)
 
 

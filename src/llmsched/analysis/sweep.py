@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from ..core.checks import as_real, check_policy_names, check_seeds
 from ..core.errors import ConfigError
-from ..core.paths import check_out_dir, check_run_dir, clear_stale
+from ..core.paths import begin_sweep_write, check_out_dir, check_run_dir, end_sweep_write
 from .figures import plot_sweep
 from .grid import NON_GROUP_KEYS, expand_grid, grid_keys, parse_grid, parse_slo, parse_values
 from .points import KEY_VERSION, check_point, critical_rate_of, point_key, resolve_point, run_point
@@ -193,13 +193,19 @@ def run_sweep(
         out_dir=None if out_dir is None else str(out_dir),
     )
     if out_dir is not None:
-        result.files.append(str(store.dir / "points"))
-        result.files += write_table(result.rows, out_dir)
+        # the earlier run's tables and figures go before this one writes any (its points/,
+        # this run's records among them, stay: a rerun resumes from them), the folder
+        # marked until results.csv, written last, is in place: a sweep that stops leaves
+        # no new file beside an earlier run's search.csv or figures
+        begin_sweep_write(out_dir)
+        written = []
         if result.search is not None:
-            result.files += write_search(result.search, out_dir)
+            written += write_search(result.search, out_dir)
         if plots:
-            result.files += plot_sweep(result.rows, out_dir, list(g), result.search)
-        clear_stale(out_dir, "sweep", result.files)  # points/ is in files: it resumes a sweep
+            written += plot_sweep(result.rows, out_dir, list(g), result.search)
+        table = write_table(result.rows, out_dir, csv_last=True)  # results.csv: the last file
+        end_sweep_write(out_dir)
+        result.files += [str(store.dir / "points"), *table, *written]
     result.wall_s = time.perf_counter() - t0
     return result
 

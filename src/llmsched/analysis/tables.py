@@ -83,14 +83,14 @@ def _columns(rows: list[dict]) -> list[str]:
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def write_table(rows: list[dict], out_dir, name: str = "results") -> list[str]:
-    """`NAME.csv` and (with pyarrow) `NAME.parquet`; returns the paths written. A column of
-    whole numbers is int64 in the parquet file, or text where one is past int64's range (a
-    seed may be any whole number >= 0)."""
+def write_table(rows: list[dict], out_dir, name: str = "results", *, csv_last: bool = False) -> list[str]:
+    """`NAME.csv` and (with pyarrow) `NAME.parquet`; returns the paths written (the CSV
+    first). A column of whole numbers is int64 in the parquet file, or text where one is
+    past int64's range (a seed may be any whole number >= 0). `csv_last`: the CSV is
+    written after the parquet file (a sweep's results.csv, the last file it writes)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cols = _columns(rows)
-    written = []
 
     def w_csv(p):
         with open(p, "w", newline="") as f:
@@ -99,13 +99,21 @@ def write_table(rows: list[dict], out_dir, name: str = "results") -> list[str]:
             for r in rows:
                 w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
 
-    atomic_write(out / f"{name}.csv", w_csv)
-    written.append(str(out / f"{name}.csv"))
+    if not csv_last:
+        atomic_write(out / f"{name}.csv", w_csv)
+    written = [str(out / f"{name}.csv"), *_write_parquet(rows, cols, out / f"{name}.parquet")]
+    if csv_last:
+        atomic_write(out / f"{name}.csv", w_csv)
+    return written
+
+
+def _write_parquet(rows: list[dict], cols: list[str], path: Path) -> list[str]:
+    """`path` (`write_table`'s parquet file), with pyarrow; the paths written (none without it)."""
     try:
         import pyarrow as pa  # noqa: PLC0415 (heavy, and optional)
         import pyarrow.parquet as pq  # noqa: PLC0415
     except ImportError:
-        return written
+        return []
     arrays = {}
     for c in cols:
         vals = [r.get(c) for r in rows]
@@ -121,9 +129,8 @@ def write_table(rows: list[dict], out_dir, name: str = "results") -> list[str]:
         else:
             arrays[c] = pa.array([None if v is None else str(v) for v in vals], type=pa.string())
     table = pa.table(arrays)
-    atomic_write(out / f"{name}.parquet", lambda p: pq.write_table(table, p))
-    written.append(str(out / f"{name}.parquet"))
-    return written
+    atomic_write(path, lambda p: pq.write_table(table, p))
+    return [str(path)]
 
 
 def write_search(search: list[dict], out_dir) -> list[str]:

@@ -130,17 +130,22 @@ RUN_PROOFS = {
 RESUME_PROOFS = {"reproduce stability": "search/points"}
 
 # a run's folder while the run writes its files (`begin_simulate_write`,
-# `begin_reproduce_write`): made before any file of an earlier run there is removed,
-# removed once the run's proof (a simulate run's summary.json, an experiment's table.json
-# or result.json), written last, is in place. A folder holding it and no proof is a run's
-# that stopped while writing (Ctrl-C, a kill, a full disk): never taken for a finished run
-# (`plot` refuses it, as does a run of another kind), and a rerun of its kind replaces it
-# as it replaces a finished run
+# `begin_reproduce_write`, `begin_sweep_write`): made before any file of an earlier run
+# there is removed, removed once the run's last file (`LAST_FILES`: a simulate run's
+# summary.json, an experiment's table.json or result.json, its proof; a sweep's
+# results.csv), written last, is in place. A folder holding it and not that file is a
+# run's that stopped while writing (Ctrl-C, a kill, a full disk): never taken for a
+# finished run (`plot` refuses it, as does a run of another kind), and a rerun of its kind
+# replaces it as it replaces a finished run
 INCOMPLETE_MARK = ".llmsched-incomplete"
-# the kinds of run that mark their folder while writing (a sweep writes its points/ first
-# and its tables after: a rerun resumes it)
+# the kinds of run that mark their folder while writing (a sweep marks it after its runs,
+# when it writes its tables and figures: its points/, written first, stay for a rerun to
+# resume)
 REPRODUCE_KINDS = tuple(k for k in RUN_OUTPUTS if k.startswith("reproduce "))
-MARKED_KINDS = (*SIMULATE_KINDS, *REPRODUCE_KINDS)
+MARKED_KINDS = (*SIMULATE_KINDS, *REPRODUCE_KINDS, "sweep")
+# the file each marked kind writes last (its proof, but for a sweep, whose proof, points/,
+# comes first): the mark without it is a run that stopped while writing
+LAST_FILES = {**{k: RUN_PROOFS[k][0] for k in MARKED_KINDS if k != "sweep"}, "sweep": "results.csv"}
 
 # what a proof holds when a run wrote it (a user's own summary.json or table.json, JSON of
 # another tool, is no proof): the keys every such file has; a sweep's points/ holds only
@@ -205,20 +210,21 @@ def _mark_kind(path: Path) -> str | None:
 
 def interrupted_kind(folder) -> str | None:
     """The kind of run that stopped while writing its files in `folder`: its
-    `INCOMPLETE_MARK` and not its proof (`RUN_PROOFS`, which a run writes last); None when
-    there is none."""
+    `INCOMPLETE_MARK` and not the file it writes last (`LAST_FILES`); None when there is
+    none."""
     d = Path(folder)
     kind = _mark_kind(d / INCOMPLETE_MARK)
     if kind is None:
         return None
-    proof = d / RUN_PROOFS[kind][0]
-    return None if proof.exists() or proof.is_symlink() else kind
+    last = d / LAST_FILES[kind]
+    return None if last.exists() or last.is_symlink() else kind
 
 
 def is_interrupted_run(folder, kinds=SIMULATE_KINDS) -> bool:
     """Whether `folder` holds a run of one of `kinds` (default: a simulate run; None: any
     kind that marks its folder, `MARKED_KINDS`) that stopped while writing its files: its
-    `INCOMPLETE_MARK` and no proof (summary.json, table.json, result.json: written last)."""
+    `INCOMPLETE_MARK` and not its last file (summary.json, table.json, result.json,
+    results.csv: `LAST_FILES`)."""
     kind = interrupted_kind(folder)
     return kind is not None and (kinds is None or kind in kinds)
 
@@ -229,7 +235,7 @@ def interrupted_message(folder) -> str | None:
     kind = interrupted_kind(folder)
     if kind is None:
         return None
-    proof = RUN_PROOFS[kind][0]
+    proof = LAST_FILES[kind]
     who = "a run" if kind in SIMULATE_KINDS else f"a `llmsched {kind}` run"
     return (
         f"{folder} holds {who} that stopped while writing its files ({INCOMPLETE_MARK}, no {proof}, "
@@ -277,16 +283,18 @@ def begin_reproduce_write(out, kind: str, keep=()) -> None:
     never the new run's table beside the earlier run's figures or proof. `keep`: paths
     (relative to `out`, inside a `RUN_FOLDERS` folder) left in place, records the new run
     reuses (a stability run's search/points/, each record a probe's, keyed by its
-    configuration)."""
+    configuration; a sweep's points/, `begin_sweep_write`)."""
     out = Path(out)
     keep = {Path(k) for k in keep}
     atomic_write(out / INCOMPLETE_MARK, lambda p: p.write_text(json.dumps({"incomplete": kind}) + "\n"))
-    (out / RUN_PROOFS[kind][0]).unlink(missing_ok=True)
+    (out / LAST_FILES[kind]).unlink(missing_ok=True)
     for e in list(os.scandir(out)):
         if _temporary(e.name) and e.is_file(follow_symlinks=False):
             os.unlink(e.path)
     for name in RUN_OUTPUTS[kind]:
         p = out / name
+        if Path(name) in keep:  # (a whole folder kept: a sweep's points/)
+            continue
         if name in RUN_FOLDERS:
             if p.is_dir() and not p.is_symlink():
                 kept = {k.relative_to(name) for k in keep if k.parts[:1] == (name,) and len(k.parts) > 1}
@@ -305,6 +313,23 @@ def end_reproduce_write(out, kind: str, write_proof) -> str:
     atomic_write(proof, write_proof)
     (out / INCOMPLETE_MARK).unlink(missing_ok=True)
     return str(proof)
+
+
+def begin_sweep_write(out) -> None:
+    """After a sweep's runs, before it writes its tables and figures into `out`: mark the
+    folder (`INCOMPLETE_MARK`), remove the earlier run's results.csv (which a sweep writes
+    last), its other tables and figures (`RUN_OUTPUTS`, only names a sweep writes) and the
+    temporary files of a write that stopped; its points/ stay, this run's records among
+    them (a rerun resumes from them). `end_sweep_write` removes the mark once results.csv
+    is in place: a sweep that stops in between leaves a marked folder, never its new
+    results.csv beside an earlier run's search.csv or figures."""
+    begin_reproduce_write(out, "sweep", keep=("points",))
+
+
+def end_sweep_write(out) -> None:
+    """After a sweep wrote results.csv, its last file (`begin_sweep_write`): the folder's
+    `INCOMPLETE_MARK` goes."""
+    (Path(out) / INCOMPLETE_MARK).unlink(missing_ok=True)
 
 
 def end_simulate_write(out, write_summary) -> None:
@@ -463,8 +488,8 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     writes: file names a run writes are no proof alone, and without the proof a folder
     holding any of them is refused, a run that stopped before its last file included, but
     for a stability run's search/points/ of its probes' records, `RESUME_PROOFS`, which
-    lets an interrupted run resume, and a simulate run's or an experiment's folder that it
-    marked while writing, `INCOMPLETE_MARK`, which a rerun replaces; a folder marked by
+    lets an interrupted run resume, and a simulate run's, an experiment's or a sweep's folder
+    that it marked while writing, `INCOMPLETE_MARK`, which a rerun replaces; a folder marked by
     another kind of run is refused), or other files none of which it would replace (hidden
     files are not counted). Never over another tool's files (a model folder's config.json)
     nor over another kind of run's outputs (they would mix); an experiment's folder of an earlier run (a stability run's
@@ -572,7 +597,7 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
         why = "first: not such a run's output" if written_first else "last: not a finished run's output"
         if resume is not None:
             why += f" (nor an interrupted one's: no {resume}/ of its records)"
-        elif kind in MARKED_KINDS:
+        elif kind in MARKED_KINDS and not written_first:  # (a marked sweep has its points/)
             why += f" (nor an interrupted one's: no {INCOMPLETE_MARK} beside it)"
         raise ConfigError(
             f"{what} {str(path)!r} holds {collide[0]!r} but no {proof!r}, which {_named(kind)} writes {why}, "
@@ -670,8 +695,11 @@ __all__ = [
     "atomic_write",
     "begin_reproduce_write",
     "begin_simulate_write",
+    "begin_sweep_write",
     "end_reproduce_write",
     "end_simulate_write",
+    "end_sweep_write",
+    "LAST_FILES",
     "INCOMPLETE_MARK",
     "interrupted_kind",
     "interrupted_message",
