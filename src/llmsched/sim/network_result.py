@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from dataclasses import replace
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,30 @@ LATENCY_PERCENTILES = (50, 90, 99)
 
 def _a(col, dtype=np.int64) -> np.ndarray:
     return np.frombuffer(col, dtype=dtype) if len(col) else np.zeros(0, dtype=dtype)
+
+
+def _split_codes(codes: np.ndarray, k: int) -> list[np.ndarray]:
+    """The indices of the entries of `codes` equal to each of 0 .. k-1, ascending (each
+    exactly `np.flatnonzero(codes == i)`), from one stable sort instead of k scans; codes
+    outside 0 .. k-1 are in no group."""
+    if len(codes) and k < np.iinfo(np.int16).max:
+        # (16-bit keys: numpy's stable sort is then a radix sort, several times faster)
+        codes = np.clip(codes, -1, k).astype(np.int16)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(k + 1))
+    return [order[bounds[i] : bounds[i + 1]] for i in range(k)]
+
+
+def group_indices(values, names) -> dict[str, np.ndarray]:
+    """Each of `names`' indices among `values` (a list of strings), ascending: for each name
+    exactly `np.flatnonzero(np.asarray(values, dtype=object) == name)`, from one pass over
+    `values` (a dict look-up each) and one stable sort, instead of one scan per name. A
+    value not among `names` is in no group."""
+    names = list(dict.fromkeys(names))
+    code = {n: i for i, n in enumerate(names)}
+    other = len(names)
+    codes = np.fromiter(map(code.get, values, repeat(other)), dtype=np.intp, count=len(values))
+    return dict(zip(names, _split_codes(codes, len(names))))
 
 
 def _latency_stats(prefix: str, ns: np.ndarray) -> dict:
@@ -235,9 +260,9 @@ def network_backlog(result) -> dict:
         # a call waits in its server's buffer from delivery until a replica takes it
         queue = _a(st.call_queue)
         start = np.where(queue >= 0, _a(st.call_arrival) + queue, np.iinfo(np.int64).max) / NS
-        where = np.asarray(st.call_server, dtype=object)
+        calls_of = result.server_calls()
         for name in servers:
-            sel = where == name
+            sel = calls_of[name]
             servers[name] = servers[name] + _step_count(
                 np.concatenate([call_at[sel], start[sel]]), np.concatenate([work[sel], -work[sel]]), grid
             )
@@ -313,6 +338,11 @@ class NetworkResult:
         self._decode_times: dict[str, float | None] | None = None
         self._service_times: dict[str, float | None] | None = None
         self._server_load_memo: dict[str, float] | None = None
+        # each server's and each call class's calls (indices, ascending): one grouping
+        # pass each, not one scan of every call per server or class
+        self._server_calls: dict[str, np.ndarray] | None = None
+        self._class_calls: dict[str, np.ndarray] | None = None
+        self._saved_shares: dict[str, float | None] = {}
 
     def __getstate__(self) -> dict:
         """A copy (pickle, a multiprocessing worker's result) keeps what the replicas'
@@ -321,6 +351,7 @@ class NetworkResult:
         self.decode_times()
         self.service_times()
         state = self.__dict__.copy()
+        state["_server_calls"] = state["_class_calls"] = None  # (recomputed from the stats)
         reps = [{k: v for k, v in rep.items() if k != "sim"} for rep in self.stats.replicas]
         state["stats"] = replace(self.stats, replicas=reps)
         return state
@@ -348,18 +379,38 @@ class NetworkResult:
         return np.where(fin >= 0, out, np.nan)
 
     # ---- per server ------------------------------------------------------------------
+    def server_calls(self) -> dict[str, np.ndarray]:
+        """Each server's calls: their indices in the per-call columns, ascending (what
+        `np.asarray(stats.call_server, dtype=object) == name` selects), grouped once."""
+        if self._server_calls is None:
+            st = self.stats
+            names = [*st.spec.servers, *(rep["server"] for rep in st.replicas)]
+            self._server_calls = group_indices(st.call_server, names)
+        return self._server_calls
+
+    def class_calls(self) -> dict[str, np.ndarray]:
+        """Each call class's calls (indices, ascending), grouped once as `server_calls`."""
+        if self._class_calls is None:
+            st = self.stats
+            self._class_calls = group_indices(st.call_class, st.spec.call_classes())
+        return self._class_calls
+
+    def _server_sims(self) -> dict[str, list]:
+        """Each server's replicas' simulators, in replica order."""
+        sims: dict[str, list] = {}
+        for r in self.stats.replicas:
+            sims.setdefault(r["server"], []).append(r["sim"])
+        return sims
+
     def decode_times(self) -> dict[str, float | None]:
         """Each server's decode time (`decode_time_s`), from all its replicas' steps and
         all its calls' outputs: pooled, so a replica that served few calls gets its
         server's estimate, not a noisy one of its own."""
         if self._decode_times is None:
-            st = self.stats
-            where = np.asarray(st.call_server, dtype=object)
-            output = _a(st.call_output)
-            names = dict.fromkeys(rep["server"] for rep in st.replicas)
+            output = _a(self.stats.call_output)
+            calls = self.server_calls()
             self._decode_times = {
-                name: decode_time_s([r["sim"] for r in st.replicas if r["server"] == name], output[where == name])
-                for name in names
+                name: decode_time_s(sims, output[calls[name]]) for name, sims in self._server_sims().items()
             }
         return self._decode_times
 
@@ -368,17 +419,12 @@ class NetworkResult:
         steps and all its calls, as `decode_times`."""
         if self._service_times is None:
             st = self.stats
-            where = np.asarray(st.call_server, dtype=object)
             prompt = _a(st.call_prompt) - _a(st.call_cached)
             output = _a(st.call_output)
+            calls = self.server_calls()
             self._service_times = {
-                name: service_time_s(
-                    [r["sim"] for r in st.replicas if r["server"] == name],
-                    prompt[where == name],
-                    output[where == name],
-                    st.spec.servers[name].b_max,
-                )
-                for name in dict.fromkeys(rep["server"] for rep in st.replicas)
+                name: service_time_s(sims, prompt[calls[name]], output[calls[name]], st.spec.servers[name].b_max)
+                for name, sims in self._server_sims().items()
             }
         return self._service_times
 
@@ -397,20 +443,18 @@ class NetworkResult:
         """How long a job's calls take, one after another: each server's calls per job
         times its call service time (`service_times`), summed (as `job_decode_time_s`);
         None before any call ran."""
-        st = self.stats
         jobs = int(self.job_arrived.sum())
-        where = np.asarray(st.call_server, dtype=object)
-        times = [(where == name).sum() / jobs * d for name, d in self.service_times().items() if d and jobs]
+        calls = self.server_calls()
+        times = [len(calls[name]) / jobs * d for name, d in self.service_times().items() if d and jobs]
         return float(sum(times)) if times else None
 
     def job_decode_time_s(self) -> float | None:
         """How long a job's calls decode, one after another: each server's calls per job
         times its decode time, summed (a fork's branches add up, so this bounds a forked
         job's decode time from above); None before any call decoded."""
-        st = self.stats
         jobs = int(self.job_arrived.sum())
-        where = np.asarray(st.call_server, dtype=object)
-        times = [(where == name).sum() / jobs * d for name, d in self.decode_times().items() if d and jobs]
+        calls = self.server_calls()
+        times = [len(calls[name]) / jobs * d for name, d in self.decode_times().items() if d and jobs]
         return float(sum(times)) if times else None
 
     def job_delay_s(self) -> float:
@@ -429,7 +473,13 @@ class NetworkResult:
     def saved_work_share(self, server: str) -> float | None:
         """The share of a caching server's work (its admitted calls' prompt + output - 1
         tokens, every prompt token counted, as the traffic equations count it) its replicas'
-        prefix caches saved (`_saved_share`); None for a server without prefix caching."""
+        prefix caches saved (`_saved_share`); None for a server without prefix caching.
+        Computed once per server (`policy_loads` asks for every server's, per pool verdict)."""
+        if server not in self._saved_shares:
+            self._saved_shares[server] = self._saved_work_share(server)
+        return self._saved_shares[server]
+
+    def _saved_work_share(self, server: str) -> float | None:
         st = self.stats
         caches = [r.stats.prefix for r in self.replicas() if r.config["server"] == server]
         caches = [c for c in caches if c is not None]
@@ -438,7 +488,8 @@ class NetworkResult:
         # over the calls admitted (first scheduled): a run cut by max_time_s holds calls that
         # never reached a cache, which its hits say nothing of (counted as misses, they made
         # the share 0.02 instead of 0.49)
-        calls = (np.asarray(st.call_server, dtype=object) == server) & (_a(st.call_queue) >= 0)
+        calls = self.server_calls().get(server, np.zeros(0, dtype=np.intp))
+        calls = calls[_a(st.call_queue)[calls] >= 0]
         work = int((_a(st.call_prompt)[calls] + _a(st.call_output)[calls] - 1).sum())
         return _saved_share(caches, work)
 
@@ -487,9 +538,9 @@ class NetworkResult:
             pre = _a(st.call_preempt)
             classes = np.asarray(st.call_class, dtype=object)
             out = []
-            for i, rep in enumerate(st.replicas):
+            # (each replica's calls from one grouping pass, not one scan per replica)
+            for rep, sel in zip(st.replicas, _split_codes(rep_of, len(st.replicas))):
                 sim = rep["sim"]
-                sel = np.flatnonzero(rep_of == i)
                 stats = RunStats(
                     n=len(sel),
                     ttft_ns=ttft[sel],
@@ -543,8 +594,7 @@ class NetworkResult:
         load = self.traffic.server(server) if self.traffic is not None else None
         cap = load.fill_capacity if load is not None and load.fill_capacity > 0 else None
         keep = time_s <= last
-        calls = np.asarray(self.stats.call_server, dtype=object) == server
-        arrivals = _a(self.stats.call_arrival)[calls] / NS
+        arrivals = _a(self.stats.call_arrival)[self.server_calls()[server]] / NS
         scale, time_of = self.guard_time(server, arrivals)
         try:
             v = stability_verdict(
@@ -672,12 +722,14 @@ class NetworkResult:
             }
             if rs.get("prefix_cache") is not None:
                 srv["replicas"][rep["name"]]["prefix_cache"] = rs["prefix_cache"]
+        calls_of = self.server_calls()
+        e2e_all, ttft_all = _a(st.call_e2e), _a(st.call_ttft)
         for name, srv in servers.items():
-            calls = np.asarray(st.call_server, dtype=object) == name
-            e2e = _a(st.call_e2e)[calls]
-            ttft = _a(st.call_ttft)[calls]
+            calls = calls_of[name]
+            e2e = e2e_all[calls]
+            ttft = ttft_all[calls]
             ok = e2e >= 0
-            srv["calls"] = int(calls.sum())
+            srv["calls"] = len(calls)
             srv["completed_calls"] = int(ok.sum())
             srv.update(_latency_stats("ttft", ttft[ok & (ttft >= 0)]))
             srv.update(_latency_stats("e2el", e2e[ok]))
@@ -713,17 +765,17 @@ class NetworkResult:
         caches = [srv["prefix_cache"] for srv in servers.values() if "prefix_cache" in srv]
         if caches:
             s["prefix_cache"] = merge_prefix_stats(caches)
-        classes = np.asarray(st.call_class, dtype=object)
-        e2e_all, ttft_all = _a(st.call_e2e), _a(st.call_ttft)
+        class_calls = self.class_calls()
         s["classes"] = {}
         for cls in st.spec.call_classes():
-            sel = classes == cls
-            ok = sel & (e2e_all >= 0)
+            sel = class_calls[cls]
+            e2e, ttft = e2e_all[sel], ttft_all[sel]
+            ok = e2e >= 0
             s["classes"][cls] = {
-                "calls": int(sel.sum()),
+                "calls": len(sel),
                 "completed": int(ok.sum()),
-                **_latency_stats("ttft", ttft_all[ok & (ttft_all >= 0)]),
-                **_latency_stats("e2el", e2e_all[ok]),
+                **_latency_stats("ttft", ttft[ok & (ttft >= 0)]),
+                **_latency_stats("e2el", e2e[ok]),
             }
         if self.traffic is not None:
             s["bottleneck"] = self.traffic.bottleneck
@@ -820,9 +872,13 @@ class NetworkResult:
 
 
 def _codes(values) -> tuple[list[str], np.ndarray]:
-    """The distinct strings of `values` and each value's index among them."""
-    names, codes = np.unique(np.asarray(values, dtype=str), return_inverse=True)
-    return names.tolist(), codes.reshape(-1)
+    """The distinct strings of `values` and each value's index among them: exactly
+    `np.unique(np.asarray(values, dtype=str), return_inverse=True)`, with the sort over the
+    distinct values only (a dict look-up per value, not a sort of every call's string)."""
+    distinct = list(dict.fromkeys(values))
+    names, inverse = np.unique(np.asarray(distinct, dtype=str), return_inverse=True)
+    code = dict(zip(distinct, inverse.reshape(-1).tolist()))
+    return names.tolist(), np.fromiter(map(code.__getitem__, values), dtype=np.intp, count=len(values))
 
 
 __all__ = ["NetworkResult", "decode_time_s", "merge_prefix_stats", "simulate_network"]
