@@ -538,23 +538,76 @@ class NetworkResult:
     def _pool_verdict(self, server: str, time_s: np.ndarray, backlog: np.ndarray, last: float) -> dict:
         """A replicated server's verdict on its pool's backlog (its replicas' summed, as
         `network_backlog` counts it: under back-pressure its buffer's work too), judged as
-        one server with the pool's `fill_capacity` would be: its decode time, its offered
+        one server with the pool's `fill_capacity` would be (`_queue_verdict`): its offered
         load over its limit (`policy_loads`: the busiest replica's), its calls' arrivals."""
         load = self.traffic.server(server) if self.traffic is not None else None
-        cap = load.fill_capacity if load is not None and load.fill_capacity > 0 else None
-        keep = time_s <= last
         calls = np.asarray(self.stats.call_server, dtype=object) == server
-        arrivals = _a(self.stats.call_arrival)[calls] / NS
+        return self._queue_verdict(
+            server,
+            time_s,
+            backlog,
+            last,
+            capacity=load.fill_capacity if load is not None else None,
+            arrivals=_a(self.stats.call_arrival)[calls] / NS,
+            load=self.policy_loads().get(server),
+        )
+
+    def _replica_verdict(self, res: SimResult, server: str, index: int = 0) -> dict:
+        """A replica's verdict on its own backlog (`_queue_verdict`), against its share of
+        its server's fill capacity (`_replica_fill_capacity`) and its own load
+        (`_replica_load`); in one server's keys (`verdict_reason`, no threshold), which its
+        `SimResult.summary` carries."""
+        last = _last_arrival_s(self.job_arrival_ns[self.job_arrived])
+        if res.stats.n == 0 and np.isfinite(last):
+            # jobs ran but none called here: no queue can grow, so leave the verdict to the others
+            return {"stable": True, "verdict": STABLE, "verdict_reason": "no calls: no queue formed"}
+        load = self.traffic.server(server) if self.traffic is not None else None
+        ts = res.timeseries
+        v = self._queue_verdict(
+            server,
+            ts["time_s"],
+            ts["backlog_tokens"],
+            last,
+            capacity=_replica_fill_capacity(load) if load is not None else None,
+            arrivals=res.arrival_ns / NS,
+            load=self._replica_load(res, server, index),
+        )
+        keys = ("stable", "verdict", "verdict_reason", "backlog_growth_tokens_per_s", "backlog_growth_ci")
+        return {k: v[k.replace("verdict_", "")] for k in keys if k.replace("verdict_", "") in v}
+
+    def _queue_verdict(
+        self,
+        server: str,
+        time_s: np.ndarray,
+        backlog: np.ndarray,
+        last: float,
+        *,
+        capacity: float | None,
+        arrivals: np.ndarray,
+        load: float | None,
+    ) -> dict:
+        """The verdict on one queue of `server`'s calls (a replica's backlog, or a
+        replicated server's pool's), judged as one server's: while jobs arrive (up to
+        `last`), against `capacity` (the threshold's scale; None when not positive), the
+        short-window guard in the server's call service times (`guard_time`, from the
+        queue's `arrivals`), and the load (`LOAD_MARGIN`) and arrival-share
+        (`MIN_ARRIVAL_SHARE`) rules on `load` and `arrivals`. {"verdict", "stable",
+        "reason", "backlog_growth_tokens_per_s", "backlog_growth_ci",
+        "threshold_tokens_per_s"}; inconclusive "too short" when the series is."""
+        keep = time_s <= last  # judge while jobs arrive, not while the queues drain
         scale, time_of = self.guard_time(server, arrivals)
         try:
             v = stability_verdict(
                 time_s[keep],
                 backlog[keep],
-                capacity=cap,
+                capacity=capacity if capacity and capacity > 0 else None,
                 decode_time_s=scale,
                 decode_of="call",
                 time_of=time_of,
-                load=self.policy_loads().get(server),
+                # above its policy's limit a backlog that does not grow is draining
+                # (`LOAD_MARGIN`), and one whose calls thinned out in the judged window says
+                # nothing (`MIN_ARRIVAL_SHARE`), as for one server
+                load=load,
                 arrival_times=arrivals,
             )
         except ConfigError as e:
@@ -566,42 +619,6 @@ class NetworkResult:
             "backlog_growth_tokens_per_s": v.growth_per_s,
             "backlog_growth_ci": [v.ci_low, v.ci_high],
             "threshold_tokens_per_s": v.threshold_per_s,
-        }
-
-    def _replica_verdict(self, res: SimResult, server: str, index: int = 0) -> dict:
-        load = self.traffic.server(server) if self.traffic is not None else None
-        cap = _replica_fill_capacity(load) if load is not None else None
-        ts = res.timeseries
-        t, w = ts["time_s"], ts["backlog_tokens"]
-        last = _last_arrival_s(self.job_arrival_ns[self.job_arrived])
-        if res.stats.n == 0 and np.isfinite(last):
-            # jobs ran but none called here: no queue can grow, so leave the verdict to the others
-            return {"stable": True, "verdict": STABLE, "verdict_reason": "no calls: no queue formed"}
-        keep = t <= last  # judge while jobs arrive, not while the queues drain
-        # the server's call service time, floored at 25 of this replica's arrival gaps
-        scale, time_of = self.guard_time(server, res.arrival_s)
-        try:
-            v = stability_verdict(
-                t[keep],
-                w[keep],
-                capacity=cap if cap and cap > 0 else None,
-                decode_time_s=scale,
-                decode_of="call",
-                time_of=time_of,
-                # above its policy's limit a replica's backlog that does not grow is draining
-                # (`LOAD_MARGIN`), and one whose calls thinned out in the judged window says
-                # nothing (`MIN_ARRIVAL_SHARE`), as for one server
-                load=self._replica_load(res, server, index),
-                arrival_times=res.arrival_ns / NS,
-            )
-        except ConfigError as e:
-            return {"stable": None, "verdict": INCONCLUSIVE, "verdict_reason": f"too short: {e}"}
-        return {
-            "stable": v.stable,
-            "verdict": v.verdict,
-            "verdict_reason": v.reason,
-            "backlog_growth_tokens_per_s": v.growth_per_s,
-            "backlog_growth_ci": [v.ci_low, v.ci_high],
         }
 
     # ---- summary ---------------------------------------------------------------------
