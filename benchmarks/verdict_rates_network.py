@@ -7,11 +7,13 @@ equations' `critical_scale` times the load), `jobs` jobs, seeds 0..N-1. Counted:
 network's verdict in summary.json (`verdict`: unstable if a server is, stable if every
 server is) and the verdict on the network's total unfinished work
 (`network_work_verdict`). Truth: load < 1 stable, load > 1 unstable (every server here
-is work-conserving Sarathi-Serve or Orca, and the routes are feed-forward).
+is work-conserving Sarathi-Serve or Orca, and the routes are feed-forward). `--cv X`
+replaces every job type's arrivals with gamma arrivals of the same rate and cv X (bursty
+for X > 1; the networks' own arrivals otherwise).
 
 Usage:
     python benchmarks/verdict_rates_network.py [--networks tandem agent_dag]
-        [--seeds 20] [--jobs 300 1000] [--loads 0.45 0.7] [--json out.json]
+        [--seeds 20] [--jobs 300 1000] [--loads 0.45 0.7] [--cv 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -27,12 +29,17 @@ VERDICTS = ("stable", "inconclusive", "unstable")
 
 
 def one(args):
-    name, load, jobs, seed = args
+    name, load, jobs, seed, cv = args
+    from dataclasses import replace  # noqa: PLC0415
+
     from llmsched.sim.network_result import simulate_network  # noqa: PLC0415
     from llmsched.theory.network import traffic  # noqa: PLC0415
+    from llmsched.workload.arrivals import Gamma  # noqa: PLC0415
     from llmsched.workload.network import load_network  # noqa: PLC0415
 
     spec = load_network(EXAMPLES / f"{name}.yaml")
+    if cv is not None:
+        spec = replace(spec, jobs=[replace(j, arrival=Gamma(j.arrival.rate, cv)) for j in spec.jobs])
     scale = load * traffic(spec).critical_scale
     s = simulate_network(spec, scale=scale, num_jobs=jobs, seed=seed).summary
     work = s["network_work_verdict"]
@@ -41,6 +48,7 @@ def one(args):
         load=load,
         jobs=jobs,
         seed=seed,
+        cv=cv,
         verdict=s["verdict"],
         servers={k: v["verdict"] for k, v in s["servers"].items()},
         decode_time_s={k: v.get("decode_time_s") for k, v in s["servers"].items()},
@@ -61,10 +69,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--jobs", type=int, nargs="+", default=[300, 1000])
     ap.add_argument("--loads", type=float, nargs="+", default=[0.45, 0.7])
+    ap.add_argument("--cv", type=float, help="gamma arrivals of this cv for every job type")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", help="write every run's verdicts here")
     a = ap.parse_args(argv)
-    todo = [(w, load, n, s) for w in a.networks for n in a.jobs for load in a.loads for s in range(a.seeds)]
+    todo = [(w, load, n, s, a.cv) for w in a.networks for n in a.jobs for load in a.loads for s in range(a.seeds)]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(a.workers) as ex:
         runs = list(ex.map(one, todo, chunksize=4))

@@ -34,7 +34,7 @@ from .sim.result import SimResult, new_steps_file
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
 from .theory import INCONCLUSIVE, UNSTABLE, LengthMix, capacity, stability_verdict
 from .theory.verdict import MIN_JUDGED_ARRIVALS as MIN_JUDGED_ARRIVALS  # re-exported (tests, docs)
-from .theory.verdict import guard_time_of, service_steps, short_window_time_s
+from .theory.verdict import burst_factor, guard_time_of, service_steps, short_window_time_s
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.arrivals import MAX_REQUESTS, count_over_the_limit
 from .workload.spec import with_defaults
@@ -605,8 +605,7 @@ def _burst_factor(cfg: SimConfig) -> float:
         spec = WorkloadSpec.from_dict(cfg.workload)
     except ConfigError:
         return 1.0
-    cv = spec.cv if spec.arrival == "gamma" and spec.cv is not None else 1.0
-    return max(1.0, (1.0 + cv * cv) / 2.0)
+    return burst_factor(spec.cv if spec.arrival == "gamma" and spec.cv is not None else 1.0)
 
 
 def guard_time_s(result: SimResult, b_max: int) -> tuple[float | None, bool]:

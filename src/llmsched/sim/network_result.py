@@ -45,7 +45,8 @@ from ..core.request import NS, check_sample_interval, check_seconds
 from ..policies import scheduler_policy_capacity
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
 from ..theory.network import check_schedulers, route_delay_s, traffic
-from ..theory.verdict import guard_time_of, service_steps, short_window_time_s
+from ..theory.verdict import burst_factor, guard_time_of, service_steps, short_window_time_s
+from ..workload.arrivals import Deterministic, Gamma
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .network import NetworkStats, run_network
@@ -217,6 +218,32 @@ def _rate(arrival_s: np.ndarray) -> float | None:
     return (len(arrival_s) - 1) / span if span > 0 else None
 
 
+def _arrival_cv(arrival) -> float:
+    """A job type's arrivals' coefficient of variation: a gamma process's cv, 0 for
+    deterministic arrivals, 1 for Poisson."""
+    if isinstance(arrival, Gamma):
+        return float(arrival.cv)
+    return 0.0 if isinstance(arrival, Deterministic) else 1.0
+
+
+def _mixed_burst_factor(counts, cvs) -> float:
+    """`theory.verdict.burst_factor` of streams merged in proportion to `counts` (arrivals
+    of each), at their squared cvs' average so weighted (a superposition's index of
+    dispersion); 1 for no arrivals. One stream of cv c: (1 + c^2) / 2 for c > 1, as one
+    server's `api._burst_factor`."""
+    n = float(np.sum(counts))
+    if not n > 0:
+        return 1.0
+    cv2 = float(np.dot(counts, np.square(cvs))) / n
+    return burst_factor(float(np.sqrt(cv2)))
+
+
+def _burst_scaled(burst: float, what: str) -> str:
+    """The reason's name for a guard time scaled by `burst` (`stability_verdict`'s
+    decode_of), as one server's: "burst-scaled ((1 + cv^2) / 2 = 2.5) call"."""
+    return what if burst == 1 else f"burst-scaled ((1 + cv^2) / 2 = {burst:.3g}) {what}"
+
+
 def network_backlog(result) -> dict:
     """Unfinished work over time, per server and for the whole network, with a verdict on
     the network's.
@@ -234,7 +261,8 @@ def network_backlog(result) -> dict:
     capacity a second, as one server would) and the short-window rule counted in job
     decode times (`NetworkResult.job_decode_time_s`) plus its expected delays
     (`NetworkResult.job_delay_s`: a call still to come counts from the job's arrival,
-    through the delays before it). Returns {"time_s", "servers": {name:
+    through the delays before it), times the jobs' arrivals' burst factor
+    (`NetworkResult.job_burst_factor`, as one server's). Returns {"time_s", "servers": {name:
     array}, "network": array, "verdict": {...}, "arrival_end_s"} (`arrival_end_s`: the last
     job's arrival, None when no job arrived before max_time_s; the verdict is then
     inconclusive)."""
@@ -270,7 +298,9 @@ def network_backlog(result) -> dict:
     last = _last_arrival_s(result.job_arrival_ns[result.job_arrived])
     keep = grid <= last
     # threshold scale: what a policy filling every step to b_max serves at the bottleneck
-    # (not the peak of b / t(b) below b_max, which such a policy does not get)
+    # (not the peak of b / t(b) below b_max, which such a policy does not get): an overloaded
+    # bottleneck at load rho adds (rho - 1) times that a second, to the work of the jobs
+    # queued before it (their calls upstream of it are done), as one server would
     cap = result.traffic.server(result.traffic.bottleneck).fill_capacity if result.traffic is not None else None
     # the network's work counts a job's whole work from its arrival until its last call
     # ends, delays included (a call still to come counts from the job's arrival), so its
@@ -281,8 +311,12 @@ def network_backlog(result) -> dict:
     delay = result.job_delay_s()
     arrived = result.job_arrival_ns[result.job_arrived] / NS
     scale, floored = None, False
+    # bursty job arrivals relax (1 + cv^2) / 2 times more slowly (Kingman): the window must
+    # be as much longer, as one server's (`api._stability_fields`)
+    burst = result.job_burst_factor()
     if service is not None or delay:
         scale, floored = short_window_time_s((service or 0.0) + delay, _rate(arrived))
+        scale *= burst
     # above the network's limit (a server offered more than its policy serves) work that does
     # not grow is draining (`LOAD_MARGIN`); jobs that thinned out in the judged window say
     # nothing of the load (`MIN_ARRIVAL_SHARE`): one server's rules
@@ -294,7 +328,7 @@ def network_backlog(result) -> dict:
             total[keep],
             capacity=cap,
             decode_time_s=scale,
-            decode_of="delay-inclusive job" if delay else "job",
+            decode_of=_burst_scaled(burst, "delay-inclusive job" if delay else "job"),
             time_of=guard_time_of(floored),
             load=load,
             load_of=load_of,
@@ -312,6 +346,7 @@ def network_backlog(result) -> dict:
             "service_time_s": service,
             "delay_s": delay,
             "guard_time_s": scale,
+            "burst_factor": burst,
             "load": load,
         }
     except ConfigError as e:
@@ -343,6 +378,7 @@ class NetworkResult:
         self._server_calls: dict[str, np.ndarray] | None = None
         self._class_calls: dict[str, np.ndarray] | None = None
         self._saved_shares: dict[str, float | None] = {}
+        self._burst_factors: dict[str, float] | None = None
 
     def __getstate__(self) -> dict:
         """A copy (pickle, a multiprocessing worker's result) keeps what the replicas'
@@ -432,12 +468,38 @@ class NetworkResult:
         """The short-window guard's time scale for a queue of `server`'s calls arriving at
         `arrival_s` (a replica's, a pool's): the server's call service time, floored at 25
         of those calls' arrival gaps (`theory.verdict.short_window_time_s`, as one server's
-        `api.guard_time_s`), and its name for the reason (`stability_verdict`'s time_of)."""
+        `api.guard_time_s`), times the server's `burst_factors` (bursty arrivals relax
+        more slowly, as one server's `api._stability_fields` scales it), and its name for
+        the reason (`stability_verdict`'s time_of)."""
         service = self.service_times()[server]
         if service is None:
             return None, "service"
         scale, floored = short_window_time_s(service, _rate(arrival_s))
-        return scale, guard_time_of(floored)
+        return scale * self.burst_factors()[server], guard_time_of(floored)
+
+    def burst_factors(self) -> dict[str, float]:
+        """Each server's burst factor (`theory.verdict.burst_factor`, (1 + cv^2) / 2 for
+        gamma arrivals of cv > 1, else 1): of the arrivals of the job types whose calls it
+        served, their squared cvs weighted by those calls (`_mixed_burst_factor`); a
+        server only Poisson jobs call gets 1."""
+        if self._burst_factors is None:
+            st = self.stats
+            cvs = [_arrival_cv(job.arrival) for job in st.spec.jobs]
+            call_type = _a(st.job_type)[_a(st.call_job)]
+            groups = self.server_calls()
+            self._burst_factors = {
+                name: _mixed_burst_factor(np.bincount(call_type[groups[name]], minlength=len(cvs)), cvs)
+                for name in dict.fromkeys(rep["server"] for rep in st.replicas)
+            }
+        return self._burst_factors
+
+    def job_burst_factor(self) -> float:
+        """The burst factor of the jobs' arrivals (`_mixed_burst_factor` over the job types,
+        weighted by the jobs of each that arrived): the network's work's guard's."""
+        st = self.stats
+        cvs = [_arrival_cv(job.arrival) for job in st.spec.jobs]
+        types = _a(st.job_type)[self.job_arrived]
+        return _mixed_burst_factor(np.bincount(types, minlength=len(cvs)), cvs)
 
     def job_service_time_s(self) -> float | None:
         """How long a job's calls take, one after another: each server's calls per job
@@ -589,22 +651,75 @@ class NetworkResult:
     def _pool_verdict(self, server: str, time_s: np.ndarray, backlog: np.ndarray, last: float) -> dict:
         """A replicated server's verdict on its pool's backlog (its replicas' summed, as
         `network_backlog` counts it: under back-pressure its buffer's work too), judged as
-        one server with the pool's `fill_capacity` would be: its decode time, its offered
+        one server with the pool's `fill_capacity` would be (`_queue_verdict`): its offered
         load over its limit (`policy_loads`: the busiest replica's), its calls' arrivals."""
         load = self.traffic.server(server) if self.traffic is not None else None
-        cap = load.fill_capacity if load is not None and load.fill_capacity > 0 else None
-        keep = time_s <= last
-        arrivals = _a(self.stats.call_arrival)[self.server_calls()[server]] / NS
+        return self._queue_verdict(
+            server,
+            time_s,
+            backlog,
+            last,
+            capacity=load.fill_capacity if load is not None else None,
+            arrivals=_a(self.stats.call_arrival)[self.server_calls()[server]] / NS,
+            load=self.policy_loads().get(server),
+        )
+
+    def _replica_verdict(self, res: SimResult, server: str, index: int = 0) -> dict:
+        """A replica's verdict on its own backlog (`_queue_verdict`), against its share of
+        its server's fill capacity (`_replica_fill_capacity`) and its own load
+        (`_replica_load`); in one server's keys (`verdict_reason`, no threshold), which its
+        `SimResult.summary` carries."""
+        last = _last_arrival_s(self.job_arrival_ns[self.job_arrived])
+        if res.stats.n == 0 and np.isfinite(last):
+            # jobs ran but none called here: no queue can grow, so leave the verdict to the others
+            return {"stable": True, "verdict": STABLE, "verdict_reason": "no calls: no queue formed"}
+        load = self.traffic.server(server) if self.traffic is not None else None
+        ts = res.timeseries
+        v = self._queue_verdict(
+            server,
+            ts["time_s"],
+            ts["backlog_tokens"],
+            last,
+            capacity=_replica_fill_capacity(load) if load is not None else None,
+            arrivals=res.arrival_ns / NS,
+            load=self._replica_load(res, server, index),
+        )
+        keys = ("stable", "verdict", "verdict_reason", "backlog_growth_tokens_per_s", "backlog_growth_ci")
+        return {k: v[k.replace("verdict_", "")] for k in keys if k.replace("verdict_", "") in v}
+
+    def _queue_verdict(
+        self,
+        server: str,
+        time_s: np.ndarray,
+        backlog: np.ndarray,
+        last: float,
+        *,
+        capacity: float | None,
+        arrivals: np.ndarray,
+        load: float | None,
+    ) -> dict:
+        """The verdict on one queue of `server`'s calls (a replica's backlog, or a
+        replicated server's pool's), judged as one server's: while jobs arrive (up to
+        `last`), against `capacity` (the threshold's scale; None when not positive), the
+        short-window guard in the server's call service times, burst-scaled (`guard_time`,
+        from the queue's `arrivals`), and the load (`LOAD_MARGIN`) and arrival-share
+        (`MIN_ARRIVAL_SHARE`) rules on `load` and `arrivals`. {"verdict", "stable",
+        "reason", "backlog_growth_tokens_per_s", "backlog_growth_ci",
+        "threshold_tokens_per_s"}; inconclusive "too short" when the series is."""
+        keep = time_s <= last  # judge while jobs arrive, not while the queues drain
         scale, time_of = self.guard_time(server, arrivals)
         try:
             v = stability_verdict(
                 time_s[keep],
                 backlog[keep],
-                capacity=cap,
+                capacity=capacity if capacity and capacity > 0 else None,
                 decode_time_s=scale,
-                decode_of="call",
+                decode_of=_burst_scaled(self.burst_factors()[server], "call"),
                 time_of=time_of,
-                load=self.policy_loads().get(server),
+                # above its policy's limit a backlog that does not grow is draining
+                # (`LOAD_MARGIN`), and one whose calls thinned out in the judged window says
+                # nothing (`MIN_ARRIVAL_SHARE`), as for one server
+                load=load,
                 arrival_times=arrivals,
             )
         except ConfigError as e:
@@ -616,42 +731,6 @@ class NetworkResult:
             "backlog_growth_tokens_per_s": v.growth_per_s,
             "backlog_growth_ci": [v.ci_low, v.ci_high],
             "threshold_tokens_per_s": v.threshold_per_s,
-        }
-
-    def _replica_verdict(self, res: SimResult, server: str, index: int = 0) -> dict:
-        load = self.traffic.server(server) if self.traffic is not None else None
-        cap = _replica_fill_capacity(load) if load is not None else None
-        ts = res.timeseries
-        t, w = ts["time_s"], ts["backlog_tokens"]
-        last = _last_arrival_s(self.job_arrival_ns[self.job_arrived])
-        if res.stats.n == 0 and np.isfinite(last):
-            # jobs ran but none called here: no queue can grow, so leave the verdict to the others
-            return {"stable": True, "verdict": STABLE, "verdict_reason": "no calls: no queue formed"}
-        keep = t <= last  # judge while jobs arrive, not while the queues drain
-        # the server's call service time, floored at 25 of this replica's arrival gaps
-        scale, time_of = self.guard_time(server, res.arrival_s)
-        try:
-            v = stability_verdict(
-                t[keep],
-                w[keep],
-                capacity=cap if cap and cap > 0 else None,
-                decode_time_s=scale,
-                decode_of="call",
-                time_of=time_of,
-                # above its policy's limit a replica's backlog that does not grow is draining
-                # (`LOAD_MARGIN`), and one whose calls thinned out in the judged window says
-                # nothing (`MIN_ARRIVAL_SHARE`), as for one server
-                load=self._replica_load(res, server, index),
-                arrival_times=res.arrival_ns / NS,
-            )
-        except ConfigError as e:
-            return {"stable": None, "verdict": INCONCLUSIVE, "verdict_reason": f"too short: {e}"}
-        return {
-            "stable": v.stable,
-            "verdict": v.verdict,
-            "verdict_reason": v.reason,
-            "backlog_growth_tokens_per_s": v.growth_per_s,
-            "backlog_growth_ci": [v.ci_low, v.ci_high],
         }
 
     # ---- summary ---------------------------------------------------------------------
@@ -738,6 +817,7 @@ class NetworkResult:
                 srv["prefix_cache"] = merge_prefix_stats(caches)
             srv["decode_time_s"] = self.decode_times()[name]
             srv["service_time_s"] = self.service_times()[name]
+            srv["burst_factor"] = self.burst_factors()[name]
             pool = None
             if len(srv["replicas"]) > 1:
                 srv["pool_verdict"] = self._pool_verdict(name, backlog["time_s"], backlog["servers"][name], last)

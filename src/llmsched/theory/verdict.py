@@ -84,6 +84,7 @@ __all__ = [
     "service_steps",
     "short_window_time_s",
     "guard_time_of",
+    "burst_factor",
 ]
 
 STABLE, UNSTABLE, INCONCLUSIVE = "stable", "unstable", "inconclusive"
@@ -557,6 +558,14 @@ def short_window_time_s(service_s: float, rate: float | None) -> tuple[float, bo
     `api.guard_time_s`; a network's replicas, pools and work: `sim.network_result`."""
     floor = MIN_JUDGED_ARRIVALS / MIN_DECODE_TIMES / rate if rate else 0.0
     return max(service_s, floor), floor > service_s
+
+
+def burst_factor(cv: float) -> float:
+    """How many times a Poisson stream's relaxation time arrivals of squared coefficient of
+    variation cv^2 take: (1 + cv^2) / 2 (Kingman) for bursty arrivals (cv > 1), else 1. The
+    short-window guard's time scale is multiplied by it (`api._stability_fields`, and a
+    network's replicas, pools and work: `sim.network_result`; docs/stability.md)."""
+    return max(1.0, (1.0 + cv * cv) / 2.0)
 
 
 def guard_time_of(floored: bool) -> str:
