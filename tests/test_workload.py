@@ -583,24 +583,26 @@ def test_asking_a_trace_for_more_requests_than_it_has_says_so(tmp_path):
         assert len(make_trace(WorkloadSpec(arrival="trace", trace=str(p), num_requests=3)).arrival_s) == 3
 
 
-def test_gamma_arrivals_warn_when_the_realised_rate_is_loose(capsys):
+def test_gamma_arrivals_warn_when_the_realised_rate_is_loose(capsys, tmp_path):
     """cv 1000 over 5,000 requests put every arrival of one seed at t = 0 and printed a
     utilisation of 473,462,788.8% for `--rate 5`, without a word: the realised rate of n
-    gamma gaps varies by about cv / sqrt(n); past 25% the run says so."""
-    import warnings
+    gamma gaps varies by about cv / sqrt(n); past 25% a run says so, once (a sweep's points
+    share the text), and never beside a refusal's one line."""
+    from llmsched.workload.arrivals import loose_rate
 
-    from llmsched.cli import main
-    from llmsched.core.errors import InputWarning
-    from llmsched.workload.arrivals import Gamma
-
-    rng = np.random.default_rng(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", InputWarning)
-        Gamma(5, 17).times(rng, 5_000)  # 17 / sqrt(5000) = 24%: quiet
-        Gamma(5, 2).times(rng, duration_s=1_000)
-    with pytest.warns(InputWarning, match=r"cv 20: .* 5,000 arrivals varies by about \+-28% .* at least 40,000"):
-        Gamma(5, 20).times(rng, 5_000)
-    argv = ["simulate", "--arrival", "gamma", "--rate", "5", "--cv", "30", "--cost-model", "paper", "--out", ""]
-    assert main(argv) == 0
+    assert loose_rate(17, 5_000) is None  # 17 / sqrt(5000) = 24%
+    assert loose_rate(1, 10) is None  # Poisson: a short run, not bursts
+    assert "cv 20: the realised rate of 5,000 requests varies by about +-28%" in loose_rate(20, 5_000)
+    assert "at least 40,000 requests for +-10%" in loose_rate(20, 5_000)
+    run = ["--arrival", "gamma", "--rate", "5", "--cv", "30", "--cost-model", "paper"]
+    assert main(["simulate", *run, "--out", ""]) == 0
     err = capsys.readouterr().err
-    assert "warning: gamma arrivals of cv 30: the realised rate of 5,000 arrivals varies by about +-42%" in err
+    assert "warning: gamma arrivals of cv 30: the realised rate of 5,000 requests varies by about +-42%" in err
+    # refused: the refusal's line alone
+    one_line_error(capsys, ["simulate", *run, "--num-requests", "100", "--kv-capacity", "50", "--out", ""], "KV")
+    # capacity draws no run's arrivals: nothing to warn about
+    assert main(["capacity", *run]) == 0
+    assert "warning" not in capsys.readouterr().err
+    sweep = ["sweep", *run[:2], *run[4:], "--num-requests", "100", "--grid", "rate=2,4", "--grid", "seed=0,1"]
+    assert main([*sweep, "--no-plots", "--workers", "1", "--out", str(tmp_path / "sw")]) == 0
+    assert capsys.readouterr().err.count("warning: gamma arrivals of cv 30") == 1

@@ -36,7 +36,7 @@ from .theory import INCONCLUSIVE, UNSTABLE, LengthMix, capacity, stability_verdi
 from .theory.verdict import MIN_JUDGED_ARRIVALS as MIN_JUDGED_ARRIVALS  # re-exported (tests, docs)
 from .theory.verdict import burst_factor, guard_time_of, service_steps, short_window_time_s
 from .workload import Trace, WorkloadSpec, make_trace
-from .workload.arrivals import MAX_REQUESTS, count_over_the_limit
+from .workload.arrivals import MAX_REQUESTS, count_over_the_limit, loose_rate
 from .workload.spec import with_defaults
 
 if TYPE_CHECKING:
@@ -441,7 +441,13 @@ def simulate(
             warn(f"rate={overrides['rate']} is ignored: the caller's trace sets the arrival times")
     replay = workload_desc.get("arrival", "trace") == "trace"  # a trace's own clock, not rescaled
     replay = replay and workload_desc.get("rate") is None and workload_desc.get("time_scale", 1.0) == 1.0
+    # what the run refuses, before the warnings (a refused run prints its one line only)
+    check_run_inputs(trace, scheduler, cfg.max_time_s, cfg.sample_interval_s)
     warn_implausible(cost, cfg, trace, replay=replay)
+    if workload_desc.get("arrival") == "gamma" and not (workload_desc.get("turns") or workload_desc.get("classes")):
+        loose = loose_rate(float(workload_desc.get("cv") or 1.0), len(trace.arrival_s))
+        if loose:
+            warn(loose)
     if cfg.prefix_caching and getattr(trace, "block_ids", None) is None:
         warn(f"prefix caching has nothing to hit: {_no_block_ids(workload_desc)}, so every prompt is a miss")
     elif cfg.prefix_caching and _no_full_block(trace, cfg.block_size):

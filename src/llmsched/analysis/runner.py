@@ -125,8 +125,8 @@ def _init_worker(parent: int) -> None:
 
 
 def _recording_warnings(fn: Callable[[Any], Any], arg):
-    """`fn(arg)` in a pool worker, with the warnings it gives (under the filters the worker
-    has: a fork's are the sweep's) recorded, not printed: (result, [(text, category,
+    """`fn(arg)` in a pool worker (or inline), with the warnings it gives (under the filters
+    the worker has: a fork's are the sweep's) recorded, not printed: (result, [(text, category,
     filename, lineno)]). The sweep shows each once (`Backend._show_warnings`); printed by
     each worker, the same warning appeared once per worker."""
     with warnings.catch_warnings(record=True) as caught:
@@ -158,7 +158,7 @@ class Backend:
         self._sigint = None  # SIGINT's, likewise
         self._signalled: type[KeyboardInterrupt] | None = None  # the signal that arrived, as its exception
         self._handlers: dict = {}  # the handlers the backend installed, by signal
-        self._warned: dict = {}  # the registry of the pool workers' warnings shown (each once)
+        self._warned: set = set()  # (text, category) of the points' warnings shown (each once)
 
     def __enter__(self):
         self._take_signals()
@@ -268,10 +268,12 @@ class Backend:
             self._sigint = None
 
     def _show_warnings(self, caught: list[tuple]) -> None:
-        """A pool worker's warnings, given here under this process's filters, each text
-        once per backend (the "default" action, with the backend's registry)."""
+        """The points' warnings, given here under this process's filters, each text once
+        per backend (a warnings registry would not do: every `catch_warnings` clears it)."""
         for text, category, filename, lineno in caught:
-            warnings.warn_explicit(text, category, filename, lineno, registry=self._warned)
+            if (text, category) not in self._warned:
+                self._warned.add((text, category))
+                warnings.warn_explicit(text, category, filename, lineno)
 
     def _local_pool(self, jobs: int):
         """The process pool for a run of `jobs` jobs, None to run them inline: no more
@@ -359,7 +361,9 @@ class Backend:
         else:
             for key, arg in jobs:
                 self._raise_if_signalled()
-                yield key, fn(arg)
+                result, caught = _recording_warnings(fn, arg)
+                self._show_warnings(caught)
+                yield key, result
 
 
 class Store:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.errors import ConfigError, count_text, warn
+from ..core.errors import ConfigError, count_text
 from ..core.request import MAX_SECONDS
 
 __all__ = [
@@ -34,9 +34,25 @@ __all__ = [
 MAX_REQUESTS = 20_000_000  # guard against a typo that asks for billions of requests
 #: The range of a gamma process's cv: shape 1/cv^2 stays a number numpy can draw with.
 MIN_CV, MAX_CV = 1e-3, 1e3
-#: The relative standard error of a gamma run's realised rate past which it warns, and
-#: the one its advice aims at.
+#: The relative standard error of a gamma run's realised rate past which `simulate` warns
+#: (`loose_rate`), and the one its advice aims at.
 MAX_RATE_SPREAD, GOOD_RATE_SPREAD = 0.25, 0.1
+
+
+def loose_rate(cv: float, n: int) -> str | None:
+    """A warning's text when `n` gamma arrivals of cv > 1 give a realised rate that spreads
+    past MAX_RATE_SPREAD of the rate asked for, else None: their mean gap, 1 / (realised
+    rate), has a relative standard error of cv / sqrt(n) (bursts, not a short run alone:
+    Poisson's is 1 / sqrt(n)). The text names no rate, so that a sweep shows it once."""
+    spread = cv / math.sqrt(max(n, 1))
+    if cv <= 1 or spread <= MAX_RATE_SPREAD:
+        return None
+    enough = count_text(math.ceil((cv / GOOD_RATE_SPREAD) ** 2))
+    return (
+        f"gamma arrivals of cv {cv:g}: the realised rate of {count_text(n)} requests varies by about "
+        f"+-{100 * spread:.0f}% (cv / sqrt(n)) around the rate asked for; ask for at least {enough} requests "
+        f"for +-{100 * GOOD_RATE_SPREAD:.0f}%"
+    )
 
 
 def check_rate(rate) -> float:
@@ -178,21 +194,6 @@ class Gamma(ArrivalProcess):
     def gaps(self, rng, n):
         shape = 1.0 / (self.cv * self.cv)
         return rng.gamma(shape, 1.0 / (self.rate * shape), n)
-
-    def times(self, rng, n=None, duration_s=None, time_scale=1.0):
-        t = super().times(rng, n, duration_s, time_scale)
-        # n gaps of cv c: their mean, 1 / (realised rate), has a relative standard error
-        # of c / sqrt(n); past 25% the run's rate is not the rate asked for
-        spread = self.cv / math.sqrt(max(len(t), 1))
-        if self.cv > 1 and spread > MAX_RATE_SPREAD:  # (bursts, not a short run alone: Poisson's is 1 / sqrt(n))
-            enough = count_text(math.ceil((self.cv / GOOD_RATE_SPREAD) ** 2))
-            warn(
-                f"gamma arrivals of cv {self.cv:g}: the realised rate of {count_text(len(t))} arrivals varies by about "
-                f"+-{100 * spread:.0f}% (cv / sqrt(n)) around the rate {self.rate:g}/s; ask for at least "
-                f"{enough} requests for +-{100 * GOOD_RATE_SPREAD:.0f}%",
-                stacklevel=4,
-            )
-        return t
 
     def to_dict(self):
         return {"arrival": "gamma", "rate": self.rate, "cv": self.cv}
