@@ -173,7 +173,7 @@ def test_a_stability_rerun_without_the_search_removes_the_old_search_first(tmp_p
 
 def test_a_stability_rerun_keeps_its_probes_records_for_its_search(tmp_path, monkeypatch):
     """Its search's points/ (each a probe's record, keyed by its configuration) stay for the
-    rerun's search; the search's other files go first."""
+    rerun's search; the earlier run's files stay until the search is done."""
     from llmsched.analysis import sweep  # noqa: PLC0415
 
     d = tmp_path / "s"
@@ -181,20 +181,87 @@ def test_a_stability_rerun_keeps_its_probes_records_for_its_search(tmp_path, mon
     rs.reproduce_stability(out_dir=d, **kw)
     points = sorted(p.name for p in (d / "search" / "points").iterdir())
     assert points and (d / "search" / "search.csv").is_file()
+    old = _files(d)
     ran = []
     real = sweep.run_point
     monkeypatch.setattr(sweep, "run_point", lambda cfg: ran.append(cfg) or real(cfg))
-    begin = rs.begin_reproduce_write
+    search = rs.max_stable_rate
 
-    def begin_then_look(out, kind, keep=()):
-        begin(out, kind, keep)
-        # the earlier search's tables are gone before any new file, its records are not
-        assert sorted(p.name for p in (Path(out) / "search").iterdir()) == ["points"]
-        assert sorted(p.name for p in (Path(out) / "search" / "points").iterdir()) == points
+    def look_then_search(*args, **kw):
+        # the folder marked, nothing of the earlier run's gone
+        now = _files(d)
+        assert json.loads(now.pop(INCOMPLETE_MARK))["incomplete"] == "reproduce stability"
+        assert now == old
+        return search(*args, **kw)
 
-    monkeypatch.setattr(rs, "begin_reproduce_write", begin_then_look)
+    monkeypatch.setattr(rs, "max_stable_rate", look_then_search)
     rs.reproduce_stability(out_dir=d, **kw)
     assert ran == [] and not (d / INCOMPLETE_MARK).exists() and (d / "search" / "search.csv").is_file()
+
+
+def test_a_stability_rerun_stopped_in_its_search_keeps_the_earlier_runs_files(tmp_path, monkeypatch, capsys):
+    """A rerun removed the earlier run's table.json, tables and queue.png before its search
+    (minutes to hours at full size): a Ctrl-C in the search lost the earlier finished
+    results. They now stay until the search is done; the folder is marked meanwhile."""
+    from llmsched.analysis import sweep  # noqa: PLC0415
+
+    d = tmp_path / "rs"
+    argv = ["reproduce", "stability", "--quick", "--policies", "sarathi", "--seeds", "0", "--workers", "1"]
+    assert main([*argv, "--out", str(d)]) == 0
+    old = _files(d)
+    assert {"table.json", "table.csv", "queue.png"} <= set(old) and INCOMPLETE_MARK not in old
+
+    def stop(*args, **kw):
+        raise KeyboardInterrupt  # a Ctrl-C in the search
+
+    monkeypatch.setattr(rs, "max_stable_rate", stop)
+    assert main([*argv, "--out", str(d)]) == 130
+    now = _files(d)
+    assert json.loads(now.pop(INCOMPLETE_MARK))["incomplete"] == "reproduce stability"
+    assert now == old  # every file of the earlier run's as it was
+    capsys.readouterr()
+    # marked: plot refuses it with one line, as a run of another kind does
+    assert main(["plot", str(d)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(d) in err and "rerun" in err and "stopped before writing" in err
+    for k in ("reproduce clusters", "sweep", "single-server"):
+        with pytest.raises(ConfigError, match="stopped"):
+            check_run_dir(d, k)
+
+    # a complete rerun resumes from search/points (no probe simulated again), clears the mark
+    monkeypatch.undo()
+    ran = []
+    real = sweep.run_point
+    monkeypatch.setattr(sweep, "run_point", lambda cfg: ran.append(cfg) or real(cfg))
+    assert main([*argv, "--out", str(d)]) == 0
+    assert ran == [] and not (d / INCOMPLETE_MARK).exists() and (d / "table.json").is_file()
+    assert main(["plot", str(d)]) == 2  # (refused, but not as an interrupted run's)
+    assert "stopped before writing" not in capsys.readouterr().err
+
+
+def test_plot_of_a_stability_runs_search_stopped_while_writing_names_the_experiment(tmp_path, monkeypatch, capsys):
+    """`plot rs/search` of a stability run stopped in its search's write said the folder
+    held a `llmsched sweep` run to rerun: it is the `reproduce stability` run to rerun."""
+    from llmsched.analysis import sweep  # noqa: PLC0415
+
+    d = tmp_path / "rs"
+    real = sweep.write_table
+
+    def stop(*args, **kw):
+        raise KeyboardInterrupt  # in the search's write: search/ marked, no results.csv
+
+    monkeypatch.setattr(sweep, "write_table", stop)
+    with pytest.raises(KeyboardInterrupt):
+        rs.reproduce_stability(out_dir=d, quick=True, policies=["sarathi"], workers=1, progress=False)
+    assert (d / "search" / INCOMPLETE_MARK).is_file() and not (d / "search" / "results.csv").exists()
+    capsys.readouterr()
+    assert main(["plot", str(d / "search")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "reproduce stability" in err and str(d) in err
+    assert "`llmsched sweep`" not in err
+    monkeypatch.setattr(sweep, "write_table", real)
+    rs.reproduce_stability(out_dir=d, quick=True, policies=["sarathi"], workers=1, progress=False)
+    assert not (d / INCOMPLETE_MARK).exists() and not (d / "search" / INCOMPLETE_MARK).exists()
 
 
 def test_the_command_line_stopped_in_a_reproduce_run(tmp_path, monkeypatch, capsys):

@@ -18,7 +18,9 @@ Outputs in `out_dir`: `queue.png` (requests in the system and unfinished work ov
 one line per policy), `table.csv`, `table.json`, and the search's points under
 `search/` (resumable: a rerun reuses them, a rerun of a run that was interrupted
 included: its search/points/ prove the folder an earlier run's, `core.paths.RESUME_PROOFS`).
-The search's probes are the first files written, queue.png and the tables the last.
+The search's probes are the first files written, queue.png and the tables the last; the
+folder is marked (`core.paths.INCOMPLETE_MARK`) from before the search until table.json is
+in place, and an earlier run's files go only after the search, before the first new file.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ from ..core.checks import as_real, check_policy_names, check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import begin_reproduce_write, check_run_dir, end_reproduce_write, prepare_run_dir
+from ..core.paths import (
+    begin_reproduce_write,
+    check_run_dir,
+    end_reproduce_write,
+    mark_reproduce_search,
+    prepare_run_dir,
+)
 from ..policies import make_batch_policy
 from ..workload import WorkloadSpec, make_trace
 from .figures import new_figure, save_figure
@@ -162,13 +170,14 @@ def reproduce_stability(
         for p, r in be.run(jobs, queue_run):
             queue[p] = r
 
-    # an earlier run's files go before this one writes any (its search's points/, each a
-    # probe's record keyed by its configuration, stay for this run's search to reuse), the
-    # folder marked until table.json, written last, is in place: a run that stops leaves
-    # no new file beside an earlier run's. The search's points/ are the first files
-    # written (queue.png after them): a run stopped in the search leaves a folder its
-    # rerun takes and resumes
-    begin_reproduce_write(out, "reproduce stability", keep=("search/points",) if search else ())
+    # the folder is marked before the search writes its first probe (into search/, a
+    # sweep's folder: its points/ are records keyed by their configuration, which a rerun
+    # reuses); the earlier run's files stay until the search is done (a search can run for
+    # hours: a Ctrl-C in it loses none of them), then go before this run writes its own
+    # (`begin_reproduce_write`), the folder marked until table.json, written last, is in
+    # place: a run that stops leaves no new file beside an earlier run's, and a run stopped
+    # in the search leaves a folder its rerun takes and resumes
+    mark_reproduce_search(out, "reproduce stability")
     found = {}
     if search:
         res = max_stable_rate(
@@ -185,6 +194,8 @@ def reproduce_stability(
             **base,
         )
         found = {r["policy"]: r for r in res}
+    # (the search's files, just written, stay; without the search an earlier run's search/ goes)
+    begin_reproduce_write(out, "reproduce stability", keep=("search",) if search else ())
     files = [_plot_queue(queue, policies, out / "queue.png", load, lam, workload, cfg0)]
     rows = []
     for p in policies:

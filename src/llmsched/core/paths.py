@@ -134,9 +134,11 @@ RESUME_PROOFS = {"reproduce stability": "search/points"}
 # there is removed, removed once the run's last file (`LAST_FILES`: a simulate run's
 # summary.json, an experiment's table.json or result.json, its proof; a sweep's
 # results.csv), written last, is in place. A folder holding it and not that file is a
-# run's that stopped while writing (Ctrl-C, a kill, a full disk): never taken for a
-# finished run (`plot` refuses it, as does a run of another kind), and a rerun of its kind
-# replaces it as it replaces a finished run
+# run's that stopped while writing (Ctrl-C, a kill, a full disk), as is one whose mark was
+# written while the earlier run's files stay (a stability run's search, `EARLIER_KEPT`,
+# its earlier table.json there): never taken for a finished run (`plot` refuses it, as
+# does a run of another kind), and a rerun of its kind replaces it as it replaces a
+# finished run
 INCOMPLETE_MARK = ".llmsched-incomplete"
 # the kinds of run that mark their folder while writing (a sweep marks it after its runs,
 # when it writes its tables and figures: its points/, written first, stay for a rerun to
@@ -198,24 +200,44 @@ def is_replica_folder(path) -> bool:
     return (not proof.is_symlink() and _proof_flaw(proof) is None) or is_interrupted_run(p, SIMULATE_KINDS)
 
 
-def _mark_kind(path: Path) -> str | None:
-    """The kind of run (`MARKED_KINDS`) that wrote `path`, an `INCOMPLETE_MARK` (not a link,
-    its content the run's); None when no run wrote it."""
+# an `INCOMPLETE_MARK`'s phase while the run's earlier files are still in place (a
+# stability run's search, `mark_reproduce_search`): the folder is an unfinished run's
+# whether or not the earlier run's last file is there
+EARLIER_KEPT = "earlier-kept"
+
+
+def _mark(path: Path) -> tuple[str, str | None] | None:
+    """(the kind of run, `MARKED_KINDS`, that wrote `path`, an `INCOMPLETE_MARK` (not a
+    link, its content the run's); its phase or None); None when no run wrote it."""
     if path.is_symlink() or not path.is_file():
         return None
     value = _json_object(path)
     kind = None if value is None else value.get("incomplete")
-    return kind if isinstance(kind, str) and kind in MARKED_KINDS else None
+    if not (isinstance(kind, str) and kind in MARKED_KINDS):
+        return None
+    phase = value.get("phase")
+    return kind, phase if isinstance(phase, str) else None
+
+
+def _mark_kind(path: Path) -> str | None:
+    """The kind of run (`MARKED_KINDS`) that wrote `path`, an `INCOMPLETE_MARK`; None when
+    no run wrote it."""
+    mark = _mark(path)
+    return None if mark is None else mark[0]
 
 
 def interrupted_kind(folder) -> str | None:
     """The kind of run that stopped while writing its files in `folder`: its
-    `INCOMPLETE_MARK` and not the file it writes last (`LAST_FILES`); None when there is
-    none."""
+    `INCOMPLETE_MARK` and not the file it writes last (`LAST_FILES`), or its mark written
+    while the earlier run's files were kept (`EARLIER_KEPT`: a stability run stopped in its
+    search, the earlier run's table.json still there); None when there is none."""
     d = Path(folder)
-    kind = _mark_kind(d / INCOMPLETE_MARK)
-    if kind is None:
+    mark = _mark(d / INCOMPLETE_MARK)
+    if mark is None:
         return None
+    kind, phase = mark
+    if phase == EARLIER_KEPT:
+        return kind
     last = d / LAST_FILES[kind]
     return None if last.exists() or last.is_symlink() else kind
 
@@ -235,11 +257,24 @@ def interrupted_message(folder) -> str | None:
     kind = interrupted_kind(folder)
     if kind is None:
         return None
+    d = Path(folder)
     proof = LAST_FILES[kind]
+    if _mark(d / INCOMPLETE_MARK) == (kind, EARLIER_KEPT):
+        return (
+            f"{folder} holds a `llmsched {kind}` run that stopped before writing its files "
+            f"({INCOMPLETE_MARK}; a {proof} there is an earlier run's, which the new run's search "
+            "has begun to replace): its files are not one finished run's; rerun it"
+        )
     who = "a run" if kind in SIMULATE_KINDS else f"a `llmsched {kind}` run"
+    rerun = "rerun it"
+    parent = _mark_kind(d.absolute().parent / INCOMPLETE_MARK)
+    if kind == "sweep" and d.name == "search" and parent == "reproduce stability":
+        # a stability run's search (`reproduce_stability`), stopped while writing its tables
+        who = f"the search of a `llmsched {parent}` run"
+        rerun = f"rerun the `llmsched {parent}` run in {d.parent}"
     return (
         f"{folder} holds {who} that stopped while writing its files ({INCOMPLETE_MARK}, no {proof}, "
-        "which a run writes last): its files are not one finished run's; rerun it"
+        f"which a run writes last): its files are not one finished run's; {rerun}"
     )
 
 
@@ -271,6 +306,19 @@ def begin_simulate_write(out, kind: str, keep=None) -> None:
                 remove_run_folder(p, name)
         elif (p.is_file() or p.is_symlink()) and not kept(p):
             p.unlink()
+
+
+def mark_reproduce_search(out, kind: str) -> None:
+    """Before a `reproduce` experiment of `kind` writes into a folder of its own in `out`
+    (a stability run's search, into search/, which may run for hours): mark `out`
+    (`INCOMPLETE_MARK`, phase `EARLIER_KEPT`) and remove nothing. An earlier run's files
+    stay in place until `begin_reproduce_write`, after the search: a run stopped in its
+    search (Ctrl-C) loses none of them, and leaves a folder no one takes for a finished
+    run (its search/ is no longer the earlier run's alone), which a rerun resumes."""
+    atomic_write(
+        Path(out) / INCOMPLETE_MARK,
+        lambda p: p.write_text(json.dumps({"incomplete": kind, "phase": EARLIER_KEPT}) + "\n"),
+    )
 
 
 def begin_reproduce_write(out, kind: str, keep=()) -> None:
@@ -560,7 +608,8 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     # a marker is a file name, not proof (`RUN_PROOFS`): without its proof, the folder's
     # files are checked below as any folder's are
     # (a marked folder: every file of the kind's in it is the interrupted run's, the earlier
-    # run's removed before it wrote any; the user's other files stay beside them)
+    # run's removed before it wrote any, or the earlier run's kept while a stability run
+    # searched, `EARLIER_KEPT`; the user's other files stay beside them)
     if (found is not None or interrupted) and has_proof:
         return
     if kind in SIMULATE_KINDS:
@@ -696,6 +745,8 @@ __all__ = [
     "begin_reproduce_write",
     "begin_simulate_write",
     "begin_sweep_write",
+    "EARLIER_KEPT",
+    "mark_reproduce_search",
     "end_reproduce_write",
     "end_simulate_write",
     "end_sweep_write",
