@@ -234,6 +234,23 @@ def test_a_tiny_rate_from_a_config_is_answered_and_bad_rates_are_still_refused(c
         assert says in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_a_workload_with_a_duration_is_answered_whatever_its_count(capsys, tmp_path):
+    """`duration_s: 100` at `--rate 0.001` was refused, 'the workload is empty: no request
+    arrives within duration_s=100.0', and a duration at a high rate for a count over the
+    limit: capacity runs none of these requests. A bad duration is still refused."""
+    for rate, duration in (("0.001", "100"), ("1.0e-9", "100"), ("1000", "1.0e9")):
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(f"workload:\n  duration_s: {duration}\n")
+        r = run_json(capsys, "--config", str(cfg), "--cost-model", "paper", *LAWS, "--rate", rate)
+        assert r["request_rate"] == pytest.approx(float(rate))
+        assert r["utilisation"] == pytest.approx(float(rate) * 300 / C)
+    for duration, says in (("-3", "positive number"), ("abc", "must be a number")):
+        cfg.write_text(f"workload:\n  rate: 0.001\n  duration_s: {duration}\n")
+        assert main(["capacity", "--config", str(cfg), *MEANS]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_a_tiny_rate_prints_its_digits(capsys, monkeypatch):
     """--rate 1e-6 printed '0.000 req/s (0.0 tokens/s)', utilisation '0.0%'."""
     monkeypatch.setenv("COLUMNS", "300")

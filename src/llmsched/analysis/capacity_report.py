@@ -78,11 +78,17 @@ def capacity_report(
     # what `simulate` refuses, `capacity` refuses too (an unknown policy or arrival, a cv
     # without gamma arrivals, a rate given twice): the workload with its rate, as a run
     check = {"rate": rate} if rate is not None else {}
-    if not replays_trace(cfg.workload) and cfg.workload.get("duration_s") is None:
-        # capacity draws no run: its count of requests (simulate's default 5,000) is not
-        # checked, or a tiny rate is refused for the arrival times of requests nothing draws
+    if not replays_trace(cfg.workload):
+        # capacity draws no run: its count of requests (simulate's default 5,000, or those
+        # within duration_s) is not checked, or a tiny rate is refused for the arrival times
+        # of requests nothing draws (`duration_s: 100` at 0.001 req/s: "the workload is
+        # empty"), and a large duration for a count over the limit
         check["num_requests"] = 1
-        check_config(_clock_free(build_config(cfg, **check)))
+        probe = build_config(cfg, **check)
+        if probe.workload.get("duration_s") is not None:
+            WorkloadSpec.from_dict(probe.workload)  # (a duration that is no positive number: refused)
+            probe = build_config(probe, workload={**probe.given_workload(), "duration_s": None})
+        check_config(_clock_free(probe))
     else:
         check_config(cfg, **check)
     if mean_prompt is not None and mean_output is not None and cfg.workload.get("system_prompt"):
