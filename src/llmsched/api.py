@@ -94,6 +94,40 @@ def numbers_as_kind(d: dict) -> dict:
     return out
 
 
+# the workload a run's config.json records for a Trace object given to `simulate`: its
+# summary numbers (`Trace.describe`), not its requests, which the run's requests.csv holds
+CALLER_TRACE = "given by the caller"
+
+
+def _caller_trace_run(d) -> bool:
+    """Whether `d` is the config.json of a run given a Trace object (`CALLER_TRACE`)."""
+    wl = d.get("workload") if isinstance(d, Mapping) and "provenance" in d else None
+    return isinstance(wl, dict) and wl.get("trace") == CALLER_TRACE
+
+
+def caller_trace_message(folder: str) -> str:
+    return (
+        f"this config.json is of a run whose trace came from the caller (a Trace object given to simulate), "
+        f"which it does not record: rerun it with --trace {os.path.join(folder, 'requests.csv')} (the requests "
+        "as the run took them; with this --config, the run's other options)"
+    )
+
+
+def _without_caller_workload(config):
+    """`config` (a YAML path, a mapping, a SimConfig) as `build_config` reads it when the
+    workload is given anew (a trace): a caller-trace run's config.json without its
+    workload (`CALLER_TRACE`), which the new one replaces; any other config as it is."""
+    if isinstance(config, (str, os.PathLike)):
+        d = read_yaml(config, "config") or {}
+    elif isinstance(config, Mapping):
+        d = config
+    else:
+        return config
+    if not _caller_trace_run(d):
+        return config
+    return {k: v for k, v in d.items() if k != "workload"}
+
+
 def _given_of(given: dict, workload: dict) -> dict:
     """The workload options given: `given`, or where `workload` (the completed options) was
     changed since, its values except those equal to a default not given."""
@@ -180,8 +214,15 @@ class SimConfig:
         """The workload options given, without the defaults. A workload changed after
         construction (`cfg.workload[k] = v`, `dataclasses.replace`) counts as given except
         its values that equal a default not given, so the rules of `with_defaults` (no
-        request count to a duration, ...) still apply to it."""
-        return _given_of(self._workload_given, self.workload)
+        request count to a duration, ...) still apply to it. A workload set to None is
+        the default workload, as `set_workload(None)` makes it; one that is no mapping is a
+        ConfigError."""
+        wl = self.workload
+        if wl is None:
+            return {}
+        if not isinstance(wl, dict):
+            raise ConfigError(f"workload must be a mapping (arrival, rate, prompt, output, ...), got {wl!r:.60}")
+        return _given_of(self._workload_given, wl)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SimConfig:
@@ -198,6 +239,8 @@ class SimConfig:
                 f"this is {what}, not one server's: `llmsched simulate --{layout} FILE` runs it ({function} in Python)"
             )
         if "provenance" in d:  # a run's own config.json: drop what describes the run's outputs
+            if _caller_trace_run(d):
+                raise ConfigError(caller_trace_message("DIR"))
             d = {k: v for k, v in d.items() if k not in OUTPUT_ONLY_KEYS}
         # (the constructor refuses an unknown option too, but this runs before the workload's
         # keys are checked: a misspelt option of the run stays the first error)
@@ -208,7 +251,10 @@ class SimConfig:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> SimConfig:
-        return cls.from_dict(read_yaml(path, "config") or {})
+        d = read_yaml(path, "config") or {}
+        if _caller_trace_run(d):  # (the message names the run's own folder)
+            raise ConfigError(caller_trace_message(os.path.dirname(str(path)) or "."))
+        return cls.from_dict(d)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -228,7 +274,11 @@ NUMBER_OPTIONS = frozenset(
 
 def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **overrides) -> SimConfig:
     """A SimConfig from a config (object, dict or YAML path) plus keyword overrides;
-    workload keys (rate, prompt, output, num_requests, arrival, ...) go to the workload."""
+    workload keys (rate, prompt, output, num_requests, arrival, ...) go to the workload.
+    A config.json of a run given a Trace object is refused unless a trace or workload is
+    given anew (`caller_trace_message`): it records no requests."""
+    if overrides.get("trace") is not None or overrides.get("workload") is not None:
+        config = _without_caller_workload(config)
     if config is None:
         cfg = SimConfig()
     elif isinstance(config, SimConfig):
@@ -428,6 +478,7 @@ def simulate(
         overrides["trace"], trace = str(trace), None
     elif trace is not None:
         _check_trace_object(trace, overrides)
+        config = _without_caller_workload(config)  # (the Trace object is the workload)
     cfg = build_config(config, **overrides)
     slo, scheduler, cost = _setup(cfg)
     if trace is None:
@@ -436,7 +487,7 @@ def simulate(
         trace = make_trace(spec, cfg.block_size, blocks=cfg.prefix_caching)
         workload_desc = spec.to_dict()
     else:
-        workload_desc = {"trace": "given by the caller", **trace.describe()} if hasattr(trace, "describe") else {}
+        workload_desc = {"trace": CALLER_TRACE, **trace.describe()} if hasattr(trace, "describe") else {}
         if overrides.get("rate") is not None:
             warn(f"rate={overrides['rate']} is ignored: the caller's trace sets the arrival times")
     replay = workload_desc.get("arrival", "trace") == "trace"  # a trace's own clock, not rescaled

@@ -123,7 +123,7 @@ def new_steps_file(folder=None) -> tuple[int, Path]:
     return fd, Path(name)
 
 
-@dataclass
+@dataclass(eq=False)  # (==: identity; a field-wise == over numpy arrays has no one truth value)
 class SimResult:
     """What `llmsched.simulate` returns."""
 
@@ -146,6 +146,11 @@ class SimResult:
     # the steps file's identity (device, inode, size, mtime_ns) when this result made or
     # moved it: another run written into the same folder replaces its steps.csv
     _steps_id: tuple | None = field(default=None, init=False, repr=False)
+    # the folders `write` wrote this result into, by their summary.json's identity (device,
+    # inode, size, mtime_ns: another run written there since replaced it), each with
+    # whether that write had the Parquet tables: `write_parquet` and `write_config` write
+    # only into such a folder
+    _written: dict = field(default_factory=dict, init=False, repr=False)
 
     def own_steps(self, path: Path) -> None:
         """`path`: the run's recorded steps in a temporary file, which `write` moves into
@@ -442,11 +447,46 @@ class SimResult:
 
     def write_parquet(self, out_dir: str | os.PathLike) -> list[Path]:
         """Write requests.parquet, timeseries.parquet and, when steps were recorded,
-        steps.parquet into `out_dir` (typed columns; the CSV files stay). Needs pyarrow."""
-        pa, pq, pacsv = require_pyarrow("--parquet")
+        steps.parquet into `out_dir`, a folder this result was written into (`write`,
+        `simulate(out_dir=...)`; typed columns, the CSV files stay). Needs pyarrow. Any
+        other folder is refused (ConfigError): the user's own requests.parquet, or another
+        run's folder, whose CSV files and summary.json the tables would sit beside
+        (`write(DIR, parquet=True)` writes a new folder with them)."""
+        require_pyarrow("--parquet")
         check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
-        steps = self._steps_file()  # before any file is written
+        self._steps_file()  # steps this result no longer has: refused first
+        self._check_own_folder(out_dir, "write_parquet", "write(DIR, parquet=True)")
         out = Path(out_dir)
+        written = self._write_parquet(out)
+        self._written[_file_id(out / "summary.json")] = True
+        return written
+
+    def _own_write(self, out: Path):
+        """The write of this result `out` holds (whether it had the Parquet tables), or None
+        when its summary.json is not the one this result's `write` put there."""
+        return self._written.get(_file_id(out / "summary.json"))
+
+    def _check_own_folder(self, out_dir, what: str, instead: str) -> None:
+        """Refuse (one-line ConfigError) `what` into `out_dir` unless the folder holds this
+        result's own write (`_written`): never over the user's files or beside another
+        run's, which would mix two runs in one folder."""
+        check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
+        check_run_dir(out_dir, "single-server")  # another tool's config.json, another kind's run
+        out = Path(out_dir)
+        if self._own_write(out) is not None:
+            return
+        if (out / "summary.json").exists():
+            held = "holds another run (its summary.json is not the one this result wrote)"
+        else:
+            held = "holds no run this result wrote" if out.is_dir() else "does not exist"
+        raise ConfigError(
+            f"SimResult.{what}: {str(out_dir)!r} {held}; it writes only into a folder of this result's own "
+            f"files (never one that mixes two runs, nor over other files): use result.{instead}"
+        )
+
+    def _write_parquet(self, out: Path) -> list[Path]:
+        pa, pq, pacsv = require_pyarrow("--parquet")
+        steps = self._steps_file()  # before any file is written
         out.mkdir(parents=True, exist_ok=True)
         tables = {
             "requests": pa.table({k: pa.array(v) for k, v in self.request_columns().items()}),
@@ -477,9 +517,6 @@ class SimResult:
         check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
         if parquet:
             require_pyarrow("--parquet")  # before any file goes
-            # under provenance, which a rerun from this config.json ignores: the options
-            # beside it are the simulation's (SimConfig's), and --parquet is the command's
-            self.config.setdefault("provenance", {})["parquet"] = True
         steps = self._steps_file()  # before any file is written
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -489,7 +526,7 @@ class SimResult:
         # (this run's steps, recorded into the folder, stay)
         begin_simulate_write(out, "single-server", keep=steps)
         files: dict[str, callable] = {
-            "config.json": self._write_config,
+            "config.json": lambda f: self._write_config(f, parquet),
             "requests.csv": self._write_requests,
             "timeseries.csv": self._write_timeseries,
             "itl_histogram.csv": self._write_itl,
@@ -516,19 +553,31 @@ class SimResult:
             self.steps_path = dest
             self._steps_id = _file_id(dest)
         if parquet:
-            self.write_parquet(out)
+            self._write_parquet(out)
         end_simulate_write(out, lambda p: p.write_text(json.dumps(summary, indent=2)))
+        self._written[_file_id(out / "summary.json")] = parquet
         return out
 
     def write_config(self, out_dir: str | os.PathLike) -> Path:
-        """Write config.json alone into `out_dir` (whole or not at all), as `write` does:
-        after a change to `config` that describes the run's outputs."""
+        """Write config.json alone into `out_dir`, a folder this result was written into
+        (`write`, `simulate(out_dir=...)`), whole or not at all, as `write` does: after a
+        change to `config` that describes the run's outputs. Any other folder is refused
+        (ConfigError): another tool's config.json (a model folder's), another run's."""
+        self._check_own_folder(out_dir, "write_config", "write(DIR)")
         out = Path(out_dir)
-        write_file(out / "config.json", self._write_config)
+        write_file(out / "config.json", lambda f: self._write_config(f, self._own_write(out)))
         return out / "config.json"
 
-    def _write_config(self, f) -> None:
-        json.dump(to_jsonable(self.config), f, indent=2)
+    def _write_config(self, f, parquet: bool = False) -> None:
+        """config.json: `config`, with `"parquet": true` under its provenance when the
+        folder has the Parquet tables (in the file only: the result's config is left as it
+        is, so a later write without them does not claim them). Under provenance, which a
+        rerun from this config.json ignores: the options beside it are the simulation's
+        (SimConfig's), and --parquet is the command's."""
+        config = self.config
+        if parquet:
+            config = {**config, "provenance": {**config.get("provenance", {}), "parquet": True}}
+        json.dump(to_jsonable(config), f, indent=2)
 
     def _write_requests(self, f) -> None:
         header = ",".join(self.REQUEST_COLUMNS) + "\r\n"
