@@ -251,6 +251,24 @@ def test_a_workload_with_a_duration_is_answered_whatever_its_count(capsys, tmp_p
         assert says in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_a_configs_rate_is_the_rate_capacity_judges(capsys, tmp_path):
+    """A config's synthetic `rate:` (or an inline `poisson:5`) was checked and then
+    dropped: no utilisation, no scale, unless --rate repeated it; simulate runs that rate
+    (times time_scale). simulate's default rate, which nobody chose, still gives none."""
+    cfg = tmp_path / "c.yaml"
+    for workload, offered in (
+        ("rate: 0.001\n  duration_s: 100", 0.001),
+        ("arrival: poisson:5", 5.0),
+        ("arrival: gamma\n  rate: 3\n  cv: 2\n  time_scale: 2", 6.0),
+    ):
+        cfg.write_text(f"workload:\n  {workload}\n")
+        r = run_json(capsys, "--config", str(cfg), "--cost-model", "paper", *LAWS)
+        assert r["request_rate"] == pytest.approx(offered)
+        assert r["utilisation"] == pytest.approx(offered * 300 / C)
+    cfg.write_text("workload:\n  prompt: const:200\n")
+    assert "utilisation" not in run_json(capsys, "--config", str(cfg), "--cost-model", "paper", *LAWS)
+
+
 def test_a_tiny_rate_prints_its_digits(capsys, monkeypatch):
     """--rate 1e-6 printed '0.000 req/s (0.0 tokens/s)', utilisation '0.0%'."""
     monkeypatch.setenv("COLUMNS", "300")

@@ -47,6 +47,13 @@ def _clock_free(cfg: SimConfig) -> SimConfig:
     return build_config(cfg, workload=workload)
 
 
+def _rate_given(cfg) -> bool:
+    """Whether the workload's rate was given (`rate`, or inline as `poisson:5`), not
+    simulate's default: capacity reports a utilisation only for a rate someone chose."""
+    given = cfg.given_workload()
+    return given.get("rate") is not None or ":" in str(given.get("arrival") or "")
+
+
 def capacity_report(
     config=None,
     *,
@@ -117,6 +124,8 @@ def capacity_report(
             source = f"output given, prompt from the {source}" if is_trace else f"output given, prompt {source}"
         mean_prompt = mp if mean_prompt is None else mean_prompt
         mean_output = mo if mean_output is None else mean_output
+    if rate is None and not is_trace and _rate_given(cfg):  # (a config's rate, as simulate runs it)
+        rate = WorkloadSpec.from_dict(cfg.workload).rate
     if rate is None and is_trace:  # (its arrivals, whatever gives the lengths)
         r = mean_rate(make_trace(WorkloadSpec.from_dict(cfg.workload), blocks=False).arrival_s)
         rate = None if math.isnan(r) else r
