@@ -337,3 +337,24 @@ def test_a_network_server_caps_prefill_per_request_as_one_server_does():
         net = traffic(load_network({"servers": {"s": server}, "jobs": {"j": job}, "num_jobs": 1000, "seed": 0}))
         one = capacity_report(None, cost_model="paper", b_max=512, k_max=k_max, prompt="const:100", output="const:50")
         assert net.critical_rates["j"] == pytest.approx(one["capacity"]["critical_rate"], rel=1e-12)
+
+
+def test_capacity_takes_whole_float_caps_and_refuses_a_non_bool_peak():
+    """`capacity(k_max=16.0)` was refused while `simulate(k_max=16.0)` ran k_max 16; and
+    `peak="no"` (truthy) was taken as true, silently."""
+    from llmsched.core.errors import ConfigError
+
+    args = ("paper", 512, 1024, 128)
+    ref = capacity(*args, k_max=16)
+    for k in (16.0, np.float64(16)):
+        got = capacity(*args, k_max=k)
+        assert got.k_max == 16 and type(got.k_max) is int and got.critical_rate == ref.critical_rate
+    assert capacity("paper", 512.0, 1024, 128).critical_rate == capacity(*args).critical_rate
+    for bad in (16.5, float("inf"), True):
+        with pytest.raises(ConfigError, match="k_max must be a positive integer"):
+            capacity(*args, k_max=bad)
+    for bad in ("no", 1, None):
+        with pytest.raises(ConfigError, match="^peak must be true or false, got") as e:
+            capacity(*args, peak=bad)
+        assert "\n" not in str(e.value)
+    assert capacity(*args, peak=False).peak_token_capacity is None

@@ -244,3 +244,43 @@ def test_a_policy_without_build_is_refused_naming_the_class_and_method(register)
     register(type("Deferring", (BatchPolicy,), {"name": "deferring", "build": build}))
     with pytest.raises(ConfigError, match=re.escape("batch policy class 'Deferring' must define build(self, planner)")):
         llmsched.simulate(policy="deferring", **RUN)
+
+
+def test_inline_options_of_a_custom_policy_are_its_init_keywords(register):
+    """`policy="name:key=value"` takes the keywords `policy_options` takes (the names of
+    `__init__`'s parameters) when the class sets no `option_names`: it said "this policy
+    takes no options" while `policy_options={"frac": 0.5}` worked."""
+    from llmsched.policies import make_batch_policy
+
+    class Frac(BatchPolicy):
+        name = "fracpol"
+
+        def __init__(self, frac=1.0, tag="x"):
+            super().__init__()
+            self.frac, self.tag = frac, tag
+
+        def build(self, p):
+            p.take_decodes()
+            p.take_running_prefills()
+            p.admit_waiting()
+            return p.plan()
+
+    register(Frac)
+    pol = make_batch_policy("fracpol:frac=0.5,tag=a,b")
+    assert (pol.frac, pol.tag) == (0.5, "a,b")  # a part without a known key continues the value
+    res = llmsched.simulate(policy="fracpol:frac=0.5", **RUN)
+    assert res.summary["completed"] == 30
+    with pytest.raises(ConfigError, match=r"key one of frac, tag, got 'x=1'"):
+        make_batch_policy("fracpol:x=1")
+
+    class Kw(Frac):
+        name = "kwpol"
+
+        def __init__(self, **opts):
+            super().__init__(**opts)
+
+    register(Kw)
+    assert make_batch_policy("kwpol:frac=0.25").frac == 0.25
+    # a policy without options still says so
+    with pytest.raises(ConfigError, match=r"\(none: this policy takes no options\), got 'frac=1'"):
+        make_batch_policy("sarathi:frac=1")

@@ -167,3 +167,14 @@ def test_a_workload_changed_after_construction_keeps_the_default_rules():
     # a count given explicitly stays, even when it equals the default
     wl = build_config(build_config(num_requests=DEFAULT_WORKLOAD["num_requests"]), duration_s=10).workload
     assert wl["num_requests"] == DEFAULT_WORKLOAD["num_requests"]
+
+
+def test_workload_means_takes_the_run_defaults():
+    """`workload_means` of a workload leaving its laws out samples the default laws a run
+    takes (it said "deterministic arrivals need a prompt length law": an arrival the user
+    did not choose, the sampler's own), and a missing law is named with the right article."""
+    assert workload_means({"rate": 12}, 20_000) == workload_means(DEFAULT_WORKLOAD, 20_000)
+    mp, mo = workload_means({"arrival": "gamma", "rate": 12, "cv": 2, "prompt": "const:5"}, 20_000)
+    assert mp == 5.0 and mo == workload_means(DEFAULT_WORKLOAD, 20_000)[1]
+    with pytest.raises(ConfigError, match=r"^gamma arrivals need an output length law \(e\.g\. output "):
+        make_trace({"arrival": "gamma", "rate": 1, "num_requests": 3, "prompt": "const:5"})

@@ -37,7 +37,7 @@ from .theory.verdict import MIN_JUDGED_ARRIVALS as MIN_JUDGED_ARRIVALS  # re-exp
 from .theory.verdict import burst_factor, guard_time_of, service_steps, short_window_time_s
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.arrivals import MAX_REQUESTS, count_over_the_limit, loose_rate
-from .workload.spec import with_defaults
+from .workload.spec import DEFAULT_WORKLOAD, with_defaults
 
 if TYPE_CHECKING:
     from .workload.network import NetworkSpec
@@ -45,15 +45,6 @@ if TYPE_CHECKING:
 _WORKLOAD_KEYS = {f.name for f in fields(WorkloadSpec)}
 # what a run writes into its config.json beside its options (accepted back, then ignored)
 OUTPUT_ONLY_KEYS = ("cost_model_resolved", "scheduler", "provenance")
-
-DEFAULT_WORKLOAD = {
-    "arrival": "poisson",
-    "rate": 16.0,
-    "prompt": "lognormal:mean=1024,sigma=1.0,max=8192",
-    "output": "geometric:mean=256,max=2048",
-    "num_requests": 5000,
-    "seed": 0,
-}
 
 
 # workload options that are real numbers, and those that are whole numbers: an option is

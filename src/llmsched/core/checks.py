@@ -31,6 +31,27 @@ def as_real(v: object) -> int | float | None:
     return int(v) if isinstance(v, numbers.Integral) else float(v)
 
 
+def whole_as_int(v: object) -> object:
+    """A whole float (Python's or numpy's, below 2**53) as an int, as a run takes its
+    integer options (`simulate(k_max=16.0)` runs k_max 16); anything else unchanged, for
+    the option's own check to judge (16.5, a bool, a string)."""
+    if isinstance(v, float) or (isinstance(v, numbers.Real) and not isinstance(v, (bool, numbers.Integral))):
+        f = float(v)
+        if f.is_integer() and abs(f) < FLOAT_SEED_LIMIT:
+            return int(f)
+    return v
+
+
+def check_bool(v: object, name: str) -> bool:
+    """A switch: True or False (not 0, 1 or a string: `"no"` is truthy); else a one-line
+    ConfigError naming `name`."""
+    from .errors import ConfigError  # noqa: PLC0415
+
+    if not isinstance(v, bool):
+        raise ConfigError(f"{name} must be true or false, got {v!r:.60}")
+    return v
+
+
 def first_repeat(values):
     """The first value of `values` that an earlier one equals, or None (a list given
     twice runs its cells twice)."""

@@ -33,6 +33,9 @@ MAX_THREADS = 1024
 MAX_KV_CACHE_GB = 1 << 20
 MAX_MEASURE_S = 1e6
 MAX_SEED = 2**64 - 1  # the largest seed torch.Generator.manual_seed takes
+# most top logprobs a request may ask for (SamplingParams.logprobs / prompt_logprobs, the
+# server's logprobs / top_logprobs): vLLM's default max_logprobs
+MAX_LOGPROBS = 20
 
 
 def check_kv_cache_gb(gb: float, name: str, shown: str) -> None:
@@ -68,10 +71,12 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] | None = None
-    logprobs: int | None = None  # return the sampled token's logprob and this many top ones
+    # return the sampled token's logprob and this many top ones (at most MAX_LOGPROBS, 20)
+    logprobs: int | None = None
     # return every prompt token's logprob given the tokens before it (the first: None) and
-    # this many top alternatives, computed during the prompt's prefill (see RequestOutput);
-    # with prefix caching such a request computes its whole prompt (reuses no cached block)
+    # this many top alternatives (at most MAX_LOGPROBS), computed during the prompt's prefill
+    # (see RequestOutput); with prefix caching such a request computes its whole prompt
+    # (reuses no cached block)
     prompt_logprobs: int | None = None
 
     @property
@@ -151,6 +156,8 @@ class SamplingParams:
                 n = as_int(v)
                 if n is None or n < 0:
                     raise ConfigError(f"{name} must be a non-negative integer or None, got {v!r}")
+                if n > MAX_LOGPROBS:  # vLLM's max_logprobs, as the server's limit
+                    raise ConfigError(f"{name} must be at most {MAX_LOGPROBS} (vLLM's max_logprobs), got {n}")
                 setattr(self, name, n)
 
     @property

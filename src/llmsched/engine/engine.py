@@ -135,6 +135,10 @@ class Completion:
     finish_reason: str | None
     stop_reason: object = None
     prompt_logprobs: list | None = None  # see RequestOutput.prompt_logprobs
+    # with SamplingParams.logprobs: per generated token, (its logprob, [(token id, logprob),
+    # ...] the top `logprobs`), as RequestOutput.logprobs streams them (vLLM's
+    # CompletionOutput.logprobs)
+    logprobs: list | None = None
     ttft: float = float("nan")
     itl: list[float] = field(default_factory=list)
     e2e: float = float("nan")
@@ -470,7 +474,7 @@ class LLMEngine(StepDriver):
         return self.spec.k_max
 
 
-def _completion(s: Sequence) -> Completion:
+def _completion(s: Sequence, logprobs: list | None) -> Completion:
     times = s.token_times
     return Completion(
         request_id=s.request_id,
@@ -480,6 +484,7 @@ def _completion(s: Sequence) -> Completion:
         finish_reason=s.finish_reason,
         stop_reason=s.stop_reason,
         prompt_logprobs=s.prompt_lps,
+        logprobs=logprobs,
         ttft=times[0] - s.arrival if times else float("nan"),
         itl=[b - a for a, b in zip(times, times[1:])],
         e2e=times[-1] - s.arrival if times else float("nan"),
@@ -547,6 +552,7 @@ class LLM:
         eng = self.engine
         ids = []
         seqs = {}
+        lps: dict[str, list] = {}  # request id -> its tokens' logprobs (SamplingParams.logprobs)
         try:
             for prompt, p in zip(prompts, plist):
                 rid = f"gen-{self._n}"
@@ -554,9 +560,13 @@ class LLM:
                 eng.add_request(rid, self.encode(prompt), p)
                 ids.append(rid)
                 seqs[rid] = eng.sequence(rid)
+                if p.logprobs is not None:
+                    lps[rid] = []
             idle_steps = 0
             while eng.has_unfinished_requests():
-                eng.step()
+                for o in eng.step():
+                    if o.logprobs is not None and o.request_id in lps:
+                        lps[o.request_id].extend(o.logprobs)
                 if eng.last_plan is not None and eng.last_plan.is_empty():
                     idle_steps += 1
                     if idle_steps > 3:
@@ -567,4 +577,4 @@ class LLM:
             for rid in ids:
                 eng.abort_request(rid)
             raise
-        return [_completion(seqs[rid]) for rid in ids]
+        return [_completion(seqs[rid], lps.get(rid)) for rid in ids]

@@ -295,27 +295,47 @@ def _check_option_names(what: str, name: str, factory, options: dict) -> None:
         raise unknown_option(what, name, unknown, known)
 
 
+def _inline_option_names(cls) -> tuple[str, ...] | None:
+    """The option names a batch policy spec may give inline: the class's `option_names`
+    if it sets them, else its `__init__`'s keyword parameters (the names `policy_options`
+    are checked against); None when it takes **options (any identifier is a name)."""
+    import inspect  # noqa: PLC0415
+
+    names = getattr(cls, "option_names", None)
+    if names is not None:
+        return tuple(names)
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):  # no signature to read
+        return ()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
 def _policy_options(cls, text: str, spec: str) -> dict:
     """Inline options of a batch policy spec `name:key=value,key=value`. A part that does
-    not start with one of the class's `option_names` continues the previous value (so
+    not start with one of the class's option names (`option_names`, else its `__init__`'s
+    keyword parameters) continues the previous value (so
     `adaptive:cost=paper:c=11.28,a=35.47` keeps the cost spec whole)."""
     import json  # noqa: PLC0415
 
-    names = getattr(cls, "option_names", ())
+    names = _inline_option_names(cls)
     out: dict[str, Any] = {}
     last = None
     for part in text.split(","):
         k, eq, v = part.partition("=")
-        if eq and k.strip() in names:
+        if eq and (k.strip() in names if names is not None else k.strip().isidentifier()):
             last = k.strip()
             out[last] = v.strip()
         elif last is not None:
             out[last] += "," + part
         else:
-            raise ConfigError(
-                f"batch policy {spec!r}: expected key=value with key one of "
-                f"{', '.join(names) or '(none: this policy takes no options)'}, got {part!r}"
-            )
+            if names is None:
+                keys = "a name"
+            else:
+                keys = "one of " + (", ".join(names) or "(none: this policy takes no options)")
+            raise ConfigError(f"batch policy {spec!r}: expected key=value with key {keys}, got {part!r}")
     for k, v in out.items():
         try:
             out[k] = json.loads(v)

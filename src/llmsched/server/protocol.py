@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from ..core.engine_api import INT64_MAX, INT64_MIN, MAX_STOP_CHARS, SamplingParams
+from ..core.engine_api import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_STOP_CHARS, SamplingParams
 from .chat_template import content_text
 
 try:  # orjson is optional: it makes the SSE hot path a little cheaper
@@ -149,7 +149,6 @@ def _bool(body: dict, key: str, default: bool) -> bool:
 MAX_STOP = 1024
 MAX_N = 128
 MAX_CHOICES = 1024  # prompts x n
-MAX_LOGPROBS = 20  # vLLM's default max_logprobs
 
 
 def _stop(body: dict) -> list[str]:

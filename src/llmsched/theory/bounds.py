@@ -60,7 +60,7 @@ import math
 import numbers
 from dataclasses import asdict, dataclass
 
-from ..core.checks import as_real
+from ..core.checks import as_real, check_bool, whole_as_int
 from ..core.constraints import check_b_max, check_k_max, k_max_binds
 from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError, unknown_name
@@ -454,8 +454,10 @@ def capacity(
     if unknown:
         raise unknown_name("capacity argument", min(unknown), _CAPACITY_ARGS)
     cost = make_cost_model(cost)
-    b_max = check_b_max(b_max)
-    k_max = None if k_max is None else check_k_max(k_max)
+    # whole floats as ints, as a run takes them (simulate(k_max=16.0))
+    b_max = check_b_max(whole_as_int(b_max))
+    k_max = None if k_max is None else check_k_max(whole_as_int(k_max))
+    peak = check_bool(peak, "peak")
     if rate is not None:
         r = as_real(rate)
         if r is None or not math.isfinite(r) or r < 0:

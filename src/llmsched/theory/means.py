@@ -26,6 +26,7 @@ from ..core.errors import ConfigError
 from ..core.length_mix import LengthMix
 from ..workload import WorkloadSpec, make_trace, replays_trace
 from ..workload.datasets import file_stamps
+from ..workload.spec import DEFAULT_WORKLOAD, with_defaults
 
 __all__ = [
     "workload_means",
@@ -48,8 +49,9 @@ CACHE_SAMPLES = 20_000
 
 def workload_means(workload: dict, samples: int = DEFAULT_SAMPLES) -> tuple[float, float]:
     """(mean prompt, mean output) tokens of a workload mapping (the `workload` section of a
-    configuration: prompt/output laws, a trace, classes...). Synthetic laws are sampled
-    `samples` times with the workload's seed; a trace uses its requests."""
+    configuration: prompt/output laws, a trace, classes...; options not given take a run's
+    defaults, `DEFAULT_WORKLOAD`). Synthetic laws are sampled `samples` times with the
+    workload's seed; a trace uses its requests."""
     mix = _mix(*_sample_key(workload, samples), 0.0)
     return mix.mean_prompt, mix.mean_output
 
@@ -118,13 +120,15 @@ def workload_mix(workload: dict, samples: int = DEFAULT_SAMPLES, cached_fraction
 def _sample_key(workload: dict, samples) -> tuple:
     """(sample key, file stamps) of a sampled workload, checked: the key is the JSON of
     what is sampled (`_sample_dict`), so workloads that differ only in their arrivals or
-    their length of run share one sample (a sweep's points)."""
+    their length of run share one sample (a sweep's points). Options not given take the
+    defaults a run takes (`DEFAULT_WORKLOAD`: `{"rate": 12}` samples the default prompt
+    and output laws, as `llmsched.simulate(rate=12)` runs them)."""
     if not isinstance(workload, dict):
         raise ConfigError("a workload must be a mapping (arrival, rate, prompt, output, ...)")
     n = as_int(samples)
     if n is None or n < 1:
         raise ConfigError(f"samples must be a whole number >= 1, got {samples!r}")
-    return _key(_sample_dict(workload, n)), _files(workload)
+    return _key(_sample_dict(with_defaults(workload, DEFAULT_WORKLOAD), n)), _files(workload)
 
 
 def _key(workload: dict) -> str:

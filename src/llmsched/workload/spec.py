@@ -60,6 +60,7 @@ __all__ = [
     "load_trace",
     "replays_trace",
     "with_defaults",
+    "DEFAULT_WORKLOAD",
     "without_inline_rate",
     "SYNTHETIC_ARRIVALS",
 ]
@@ -331,7 +332,7 @@ class WorkloadSpec:
                 not self.classes or any(getattr(c, role) is None for c in self.classes)
             ):
                 raise ConfigError(
-                    f"{self.arrival} arrivals need a {role} length law "
+                    f"{self.arrival} arrivals need {'an' if role == 'output' else 'a'} {role} length law "
                     f"(e.g. {role} lognormal:mean=1000,sigma=1 or sharegpt)"
                 )
 
@@ -470,6 +471,18 @@ def without_inline_rate(workload: dict) -> dict:
             d[k] = v
         d["arrival"] = kind
     return d
+
+
+# the workload options a run (llmsched.simulate, a configuration) takes when not given, and
+# those `llmsched.theory.workload_means` samples with (`with_defaults`)
+DEFAULT_WORKLOAD = {
+    "arrival": "poisson",
+    "rate": 16.0,
+    "prompt": "lognormal:mean=1024,sigma=1.0,max=8192",
+    "output": "geometric:mean=256,max=2048",
+    "num_requests": 5000,
+    "seed": 0,
+}
 
 
 def with_defaults(workload: dict, defaults: dict) -> dict:
