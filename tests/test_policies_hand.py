@@ -43,6 +43,22 @@ def test_vllm_never_splits_a_prompt_that_fits():
     assert entries(steps) == ["0:p3", "1:p3", "0:d"]
 
 
+def test_vllm_chunks_a_prompt_by_the_admissions_token_limit():
+    """The step's budget is min(b_max, the admission's token limit): under TWP's window of
+    32 a 100-token prompt cannot fit whole, so it runs alone in chunks of the window (the
+    docs said only a prompt longer than b_max is split)."""
+    from llmsched.core.constraints import Constraints
+    from llmsched.core.request import Request
+    from llmsched.policies import TWP, VanillaVLLM
+    from llmsched.policies.base import Scheduler
+
+    sched = Scheduler(VanillaVLLM(), TWP(l_min_ms=10, b0=8, h_min=32, h0=32), Constraints(b_max=512))
+    state = sched.new_state()
+    state.add(Request(0, 0, 100, 3))
+    plan = sched.plan(state)
+    assert [(r.id, n) for r, n in plan.prefill] == [(0, 32)] and plan.decode == 0
+
+
 def test_kfcfs_same_as_sarathi_under_fcfs():
     res, steps = run(ABC, "kfcfs", b_max=4)
     assert entries(steps) == ["0:p4", "0:p2 1:p2", "0:d 1:d 2:p2", "0:d 2:p2"]

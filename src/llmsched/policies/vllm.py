@@ -3,10 +3,11 @@
 Rule: while a prompt can be admitted, steps are prefill-only and hold whole prompts,
 FCFS, as many as fit the budget; otherwise the step is decode-only (one token per
 decoder, up to the budget). Not work-conserving.
-Open case, our choice: a prompt longer than b_max can never fit whole, so when it
+Open case, our choice: a prompt longer than the step's token budget (b_max, or an
+admission policy's token limit, such as TWP's window) can never fit whole, so when it
 reaches the head of the queue and the step is empty it runs alone in prefill-only
-chunks of b_max (real vLLM refuses such prompts); whole prompts may fill what its last
-chunk leaves.
+chunks of that budget (real vLLM refuses prompts over b_max); whole prompts may fill
+what its last chunk leaves.
 """
 
 from .base import BatchPolicy, Planner
@@ -17,7 +18,7 @@ class VanillaVLLM(BatchPolicy):
     summary = "prefill-only steps of whole prompts while any can be admitted, else decode-only steps"
 
     def build(self, p: Planner):
-        p.take_running_prefills()  # only a prompt longer than b_max is ever left half done
+        p.take_running_prefills()  # only a prompt longer than the step's budget is ever left half done
         head = p.state.waiting.first()
         if not p.prefill and head is not None and p.prefill_left(head) > p.tokens:
             p.admit(head)  # too long to fit whole: starts alone, chunked
