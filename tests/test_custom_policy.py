@@ -78,6 +78,21 @@ def test_a_plan_that_breaks_the_contract_is_one_clear_error(register, bend, mess
     assert "batch policy 'bent' planned a step the server cannot run" in str(info.value)
 
 
+def test_take_prefill_of_a_waiting_request_is_refused(register):
+    """Planner.take_prefill admitted a waiting request past the admission policy, a running
+    cap and the KV check: with max_running=1, four requests ran at once."""
+
+    def build(self, p):
+        p.take_decodes()
+        for r in [*p.state.prefilling, *p.state.waiting]:
+            p.take_prefill(r)
+        return p.plan()
+
+    register(type("greedyx", (BatchPolicy,), {"name": "greedyx", "build": build}))
+    with pytest.raises(ConfigError, match=r"waiting request \d+ a prefill chunk with take_prefill.*Planner.admit"):
+        llmsched.simulate(policy="greedyx", **{**RUN, "max_running": 1, "rate": 1000})
+
+
 def test_budget_batch_and_kv_limits_are_checked(register):
     def everyone(plan, p):
         for r in list(p.state.waiting):

@@ -272,6 +272,11 @@ class Planner:
         tokens = self.tokens
         if tokens <= 0 or self.slots <= 0 or r.id in self._victims:
             return False
+        if r.phase == WAITING:  # (past the admission policy, a running cap and the KV check)
+            raise ConfigError(
+                f"a batch policy gave waiting request {r.id} a prefill chunk with take_prefill, which serves "
+                "running requests: admit it with Planner.admit (or admit_waiting)"
+            )
         left = r.prefill_target - r.prefilled
         n = tokens if tokens < left else left
         if whole and n < left:
