@@ -283,3 +283,26 @@ def test_capacity_stores_a_numpy_k_max_as_an_int():
         r = capacity("paper", 512, 200, 101, k_max=k)
         assert type(r.k_max) is int and r.k_max == int(k)
         json.dumps(r.to_dict())
+
+
+def test_a_cost_model_with_a_free_step_is_one_line():
+    """A user's cost model object whose step takes 0 s made capacity divide by zero
+    (ZeroDivisionError in the peak's scan and at b_max)."""
+    import numpy as np
+
+    from llmsched.core import make_cost_model
+    from llmsched.theory.bounds import capacity as bound
+
+    paper = make_cost_model("paper")
+
+    class Free(type(paper)):
+        def load_time(self, b):
+            return 0.0 if b >= 256 else super().load_time(b)
+
+        def load_times(self, b):
+            return np.where(np.asarray(b) >= 256, 0.0, super().load_times(b))
+
+    free = Free.__new__(Free)
+    free.__dict__.update(paper.__dict__)
+    with pytest.raises(ConfigError, match="must be positive and finite"):
+        bound(free, 512, 200.0, 101.0)

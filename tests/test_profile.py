@@ -355,6 +355,13 @@ def test_missing_file(tmp_path):
             r"'ms' must be a non-negative",
         ),
         ("lm_head.csv", ["model", "tokens", "ms"], [], r"lm_head\.csv: the lm_head table has no rows"),
+        # a 0-ms forward pass made capacity divide by zero (ZeroDivisionError, exit 1)
+        (
+            "linear.csv",
+            ["model", "tokens", "mode", "ms"],
+            [["m", 1, "eager", 0], ["m", 512, "eager", 10]],
+            r"linear\.csv line 2: column 'ms' of a linear row must be at least 1e-06 ms",
+        ),
         ("linear.csv", ["model", "tokens", "mode", "ms"], [["m", 1, "turbo", 1.0]], r"mode must be eager or graph"),
         ("linear.csv", ["model", "tokens", "mode", "ms"], [["m", 1, "graph", 1.0]], r"linear table has no eager rows"),
         (

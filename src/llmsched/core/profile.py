@@ -120,7 +120,7 @@ from itertools import accumulate
 from pathlib import Path
 
 from .constraints import MAX_B_MAX
-from .cost import MAX_STEP_MS, CostModel, StepTimer, steps_by_step
+from .cost import MAX_STEP_MS, MIN_STEP_MS, CostModel, StepTimer, steps_by_step
 from .errors import ConfigError, count_text
 from .paths import recorded_path
 from .request import MAX_LENGTH, NS
@@ -862,6 +862,11 @@ def _table_rows(table: str, header: Sequence[str], rows, where: str, model: str 
         t = _num(r.get("ms", ""), "ms", at)
         if table == "step" and t <= 0:  # a whole step takes time; validation divides by it
             raise ConfigError(f"profile file {at}: column 'ms' of a step row must be a positive number, got {t:g}")
+        if table == "linear" and t < MIN_STEP_MS:  # (every step's floor: capacity divides by its time)
+            raise ConfigError(
+                f"profile file {at}: column 'ms' of a linear row must be at least {MIN_STEP_MS:g} ms (a forward "
+                f"pass takes time), got {t:g}"
+            )
         acc.setdefault(key, []).append(t)
     _check_a_size_to_extrapolate_from(table, acc, where)
     return [k + (sum(v) / len(v),) for k, v in acc.items()]

@@ -278,7 +278,10 @@ def _peak(cost: CostModel, b_max: int, mean_prompt, mean_output, cached_prompt: 
     t = _budget_timer(cost, mean_prompt, mean_output, cached_prompt, mix)
     best, arg = -1.0, 0
     for b in range(1, b_max + 1):
-        r = b / t(b)
+        tb = t(b)
+        if not tb > 0:  # (a user's cost model object; the built-in ones time every step)
+            raise ConfigError(f"step time at load {b} must be positive and finite, got {tb!r}")
+        r = b / tb
         if r > best * (1 + 1e-12):
             best, arg = r, b
     return best, arg
@@ -291,7 +294,11 @@ def _load_peak(cost: CostModel, b_max: int) -> tuple[float, int]:
     import numpy as np  # noqa: PLC0415
 
     b = np.arange(1, int(b_max) + 1, dtype=np.int64)
-    r = b / np.asarray(cost.load_times(b), dtype=float)
+    times = np.asarray(cost.load_times(b), dtype=float)
+    if not (times > 0).all():
+        k = int(np.argmin(times > 0))
+        raise ConfigError(f"step time at load {k + 1} must be positive and finite, got {times[k]!r}")
+    r = b / times
     j = int(np.argmax(r * (1 + 1e-12) >= r.max()))
     return float(r[j]), int(b[j])
 
@@ -472,6 +479,8 @@ def capacity(
         mix = None
     means = (None, None, 0.0, None) if cost.load_only else (mean_prompt, mean_output, cached_prompt, mix)
     t_bmax = _budget_timer(cost, *means)(b_max)
+    if not t_bmax > 0 or not math.isfinite(t_bmax):
+        raise ConfigError(f"step time at b_max={b_max} must be positive and finite, got {t_bmax!r}")
     cap = b_max / t_bmax
     peak_rate, peak_b = _peak(cost, b_max, *means) if peak else (None, None)
     lam_bound = cap / work
