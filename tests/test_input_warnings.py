@@ -124,6 +124,12 @@ def test_a_profile_far_past_its_grid_warns(capsys):
     assert code == 0 and err == ""  # 60 requests: at most 60 decode together, inside the grid
     code, out, err = run(capsys, *BASE, "--num-requests", "1500", "--b-max", "2048", "--max-running", "1200")
     assert "decode batch up to 1,200 (measured up to 512)" in err
+    # without a cap, the largest decode batch the run reached (mean 2,749.8 of a grid to
+    # 512 ran without a word)
+    uncapped = ["--prompt", "const:10", "--output", "const:1000", "--num-requests", "3000", "--rate", "1000"]
+    code, out, err = run(capsys, *uncapped, "--b-max", "4096", "--json")
+    assert code == 0 and len(warnings_of(err)) == 1
+    assert "was extrapolated far past its grid: decode batch up to 3,000 (measured up to 512) in this run" in err
     cost = make_cost_model("profile")
     assert cost.extrapolation(512, 256, 10_000) == []
     far = cost.extrapolation(20_000, 2_000, 10_000)

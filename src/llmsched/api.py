@@ -527,6 +527,12 @@ def simulate(
     wall = time.perf_counter() - t0
     if steps_file is not None:
         steps_file.close()
+    if hasattr(cost, "extrapolation") and not (cfg.k_max or cfg.max_running) and stats.batch_hist:
+        # without a cap nothing bounds the decode batch before the run (b_max would warn for
+        # batches no run reaches): the largest one it ran
+        far = cost.extrapolation(0, max(stats.batch_hist), 0)
+        if far:
+            warn(f"profile {cost.label!r} was extrapolated far past its grid: {'; '.join(far)} in this run")
     config_out = {
         **cfg.to_dict(),
         "cost_model": recorded_cost_model(cfg.cost_model),
