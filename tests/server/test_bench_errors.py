@@ -202,6 +202,14 @@ def test_a_rejected_api_key_is_not_a_missing_one(capsys):
         err = _one_line_error(capsys, ["bench", "--base-url", base, *SMALL], "wants an API key")
         assert "rejected" not in err
         assert main(["bench", "--base-url", base, "--api-key", "sekret", *SMALL]) == 0
+        # with --model, /v1/models is not asked: the 401 came from the warm-up ("the
+        # warm-up request ... failed: HTTP 401"), or with --num-warmups 0 from every
+        # request ("all 2 requests failed", exit 1); chat's /tokenize gave a wrong warning
+        wrong = ["bench", "--base-url", base, "--model", "m", "--api-key", "wrong", *SMALL]
+        _one_line_error(capsys, wrong, "rejected the API key (HTTP 401)")
+        _one_line_error(capsys, [*wrong, "--num-warmups", "0"], "rejected the API key (HTTP 401)")
+        _one_line_error(capsys, [*wrong, "--backend", "openai-chat"], "rejected the API key (HTTP 401)")
+        _one_line_error(capsys, ["bench", "--base-url", base, "--model", "m", *SMALL], "wants an API key")
 
 
 def test_every_request_failed_exits_1_and_keeps_the_result(tmp_path, capsys):

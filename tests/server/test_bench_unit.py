@@ -443,6 +443,11 @@ def test_calculate_metrics_reads_goodput_keys_as_the_cli_does():
         (["--base-url", "http://127.0.0.1:1", "--port", "9"], "--port"),
         (["--time-scale", "2"], "--time-scale"),
         (["--sharegpt-output-len", "5"], "--sharegpt-output-len"),
+        # --output-len outside random was taken and ignored (its twin --input-len was refused)
+        (["--dataset-name", "sharegpt", "--output-len", "5"], "--output-len"),
+        (["--dataset-name", "arxiv", "--random-output-len", "5"], "--output-len"),
+        # --label without a result file did nothing, as --metadata and --save-detailed
+        (["--label", "mine"], "--label"),
         (["--dataset-name", "sharegpt", "--input-len", "5"], "--input-len"),
         (["--dataset-name", "sharegpt", "--random-range-ratio", "0.5"], "--random-range-ratio"),
         (["--burstiness", "0.5"], "--burstiness"),
@@ -489,7 +494,9 @@ def test_the_options_that_do_something_are_still_taken():
 
     for extra in (
         ["--save-result", "--result-dir", "out", "--result-filename", "r.json", "--metadata", "a=1", "--save-detailed"],
-        ["--result-file", "r.json", "--metadata", "a=1", "--save-detailed"],
+        ["--result-file", "r.json", "--metadata", "a=1", "--save-detailed", "--label", "mine"],
+        ["--save-result", "--label", "mine"],
+        ["--output-len", "5"],
         ["--dataset-name", "sharegpt", "--sharegpt-output-len", "5"],
         ["--dataset-name", "trace", "--dataset-path", "t.csv", "--time-scale", "2"],
         ["--request-rate", "4", "--burstiness", "0.5", "--input-len", "8", "--random-range-ratio", "0.5"],
@@ -513,3 +520,43 @@ def test_an_input_len_beyond_any_context_is_refused_before_a_prompt_is_built(cap
     with pytest.raises(ConfigError, match="--random-range-ratio 0.5"):
         BenchConfig(input_len=MAX_BENCH_LEN, random_range_ratio=0.5)
     BenchConfig(input_len=MAX_BENCH_LEN)  # the limit itself is taken
+
+
+def test_output_len_moot_message_points_to_sharegpt_output_len(capsys):
+    from llmsched.cli import main
+
+    argv = ["bench", "--port", "1", "--dataset-name", "trace", "--dataset-path", "t.csv", "--output-len", "9"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--sharegpt-output-len" in err, err
+
+
+def test_a_token_id_range_past_64_bits_is_refused_before_the_run(capsys):
+    """`--token-id-range 0,99999999999999999999` reached numpy after the server was
+    contacted: a traceback ("high is out of bounds for int64"), exit 1."""
+    from llmsched.cli import main
+
+    argv = ["bench", "--base-url", "http://127.0.0.1:9", "--token-id-range", "0,99999999999999999999"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--token-id-range" in err and "99999999999999999999" in err, err
+    with pytest.raises(ConfigError, match="--token-id-range"):
+        BenchConfig(token_id_range=(0, (1 << 63) + 1))
+    cfg = BenchConfig(token_id_range=((1 << 63) - 3, 1 << 63))  # the int64 limit itself is taken
+    wl = make_workload(BenchConfig(num_prompts=1, input_len=4, output_len=1))
+    ids = json.loads(build_payloads(cfg, wl, "m")[0])["prompt"]
+    assert len(ids) == 4 and all((1 << 63) - 3 <= i < 1 << 63 for i in ids)
+
+
+def test_repeated_goodput_and_metadata_add_up():
+    """`--goodput ttft:500 --goodput tpot:50` kept only tpot (argparse's nargs replaced the
+    earlier list); --metadata likewise."""
+    from llmsched.cli import build_parser
+
+    a = build_parser().parse_args(
+        ["bench", "--goodput", "ttft:500", "--goodput", "tpot:50", "e2el:9000", "--result-file", "r.json"]
+        + ["--metadata", "a=1", "--metadata", "b=2", "c=3"]
+    )
+    cfg = BenchConfig.from_args(a)
+    assert cfg.goodput == {"ttft": 500.0, "tpot": 50.0, "e2el": 9000.0}
+    assert cfg.metadata == {"a": "1", "b": "2", "c": "3"}

@@ -390,6 +390,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument(
         "--goodput",
         nargs="+",
+        action="extend",  # a repeated --goodput adds to the earlier SLOs (it replaced them)
         default=None,
         metavar="KEY:MS",
         help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (milliseconds)",
@@ -411,7 +412,9 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--result-filename", default=None, help="file name for --save-result")
     g.add_argument("--append-result", action="store_true", help="append the result to the file (one JSON a line)")
     g.add_argument("--label", default=None, help="result label (default: the backend, openai or openai-chat)")
-    g.add_argument("--metadata", nargs="*", default=None, metavar="KEY=VALUE", help="saved in the result file")
+    g.add_argument(
+        "--metadata", nargs="*", action="extend", default=None, metavar="KEY=VALUE", help="saved in the result file"
+    )
     g.add_argument(
         "--save-detailed", action="store_true", help="include per-request values (ttfts, itls, ...) in the result file"
     )
@@ -429,7 +432,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def bench_main(args) -> int:
-    from ..server.bench import BenchConfig, print_table, run_bench  # noqa: PLC0415
+    from ..server.bench import BenchConfig, api_key_error, print_table, run_bench  # noqa: PLC0415
 
     cfg = BenchConfig.from_args(args)
     if args.tokenizer:
@@ -438,6 +441,10 @@ def bench_main(args) -> int:
             file=sys.stderr,
         )
     result = run_bench(cfg)
+    if result["num_prompts"] and all(r.status == 401 for r in result["_results"]):
+        # --num-warmups 0 with --model: no request before these asked for the key (the
+        # result file, if any, is written; the table of 401s is not printed)
+        raise api_key_error(cfg.base_url, bool(cfg.api_key))
     print_table(result, cfg)
     if result["num_prompts"] and not result["completed"]:
         # a run of failures is not a benchmark: scripts and CI must see it (the table and the

@@ -78,6 +78,8 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 # beyond the longest context of any model served today, 10M); longer than the server's
 # max_model_len, requests are sent and fail, as vLLM's client sends them
 MAX_BENCH_LEN = 1 << 24
+# --token-id-range's HI (exclusive): the ids are drawn as 64-bit integers
+MAX_TOKEN_ID_END = 1 << 63
 
 
 # ---- configuration ---------------------------------------------------------------------
@@ -276,6 +278,11 @@ class BenchConfig:
         lo, hi = self.token_id_range
         if not (0 <= lo < hi):
             raise ConfigError(f"--token-id-range must be LO,HI with 0 <= LO < HI, got {lo},{hi}")
+        if hi > MAX_TOKEN_ID_END:
+            # checked here, not by numpy after the server was contacted (a traceback, exit 1)
+            raise ConfigError(
+                f"--token-id-range HI must be at most 2**63 ({MAX_TOKEN_ID_END}; ids are 64-bit), got {hi}"
+            )
         if self.prompt_format not in ("auto", "ids", "text"):
             raise ConfigError(f"--prompt-format must be auto, ids or text, got {self.prompt_format!r}")
         if self.http_client not in ("raw", "httpx"):
@@ -454,6 +461,11 @@ def check_moot_options(a) -> None:
         ),
         (a.dataset_name != "random" and a.input_len != 1024, "--input-len", "it sets the random dataset's prompts"),
         (
+            a.dataset_name != "random" and a.output_len != 128,
+            "--output-len",
+            "it sets the random dataset's outputs (sharegpt/arxiv/trace: --sharegpt-output-len)",
+        ),
+        (
             a.dataset_name != "random" and a.random_range_ratio != 0.0,
             "--random-range-ratio",
             "it sets the random dataset's lengths",
@@ -490,6 +502,7 @@ def check_moot_options(a) -> None:
             "--result-filename",
             "it names --save-result's file",
         ),
+        (not named and a.result_file is None and a.label is not None, "--label", _NO_RESULT),
         (not named and a.result_file is None and a.metadata is not None, "--metadata", _NO_RESULT),
         (not named and a.result_file is None and a.save_detailed, "--save-detailed", _NO_RESULT),
     ]
@@ -657,10 +670,11 @@ TEXT_UNITS = (TEXT_UNIT, " the", " a", " and", " of", " x", " I")
 CALIBRATION_REPEATS = 64
 
 
-async def find_text_unit(client, headers: dict, model: str) -> tuple[str, bool]:
+async def find_text_unit(client, headers: dict, model: str, base_url: str = "the server") -> tuple[str, bool]:
     """The text unit of text prompts: the first of TEXT_UNITS that the server tokenizes as
     one token per repetition (POST /tokenize, without special tokens). Returns (unit,
-    exact); (TEXT_UNIT, False) if the server has no /tokenize or no unit qualifies."""
+    exact); (TEXT_UNIT, False) if the server has no /tokenize or no unit qualifies; an
+    HTTP 401 is the API-key error (llmsched serve guards /tokenize with the key)."""
     for unit in TEXT_UNITS:
         counts = []
         for k in (CALIBRATION_REPEATS, CALIBRATION_REPEATS + 1):
@@ -670,6 +684,8 @@ async def find_text_unit(client, headers: dict, model: str) -> tuple[str, bool]:
                     data = await read_all()
             except Exception:  # noqa: BLE001 - no /tokenize: lengths are approximate
                 return TEXT_UNIT, False
+            if status == 401:
+                raise api_key_error(base_url, "authorization" in headers)
             if status != 200:
                 return TEXT_UNIT, False
             try:
@@ -899,12 +915,17 @@ def _error_text(status: int, body: bytes) -> str:
 
 
 # ---- the run ---------------------------------------------------------------------------
+def api_key_error(base_url: str, key_sent: bool) -> ConfigError:
+    """The one-line error for an HTTP 401 (from /v1/models, the warm-up, or every request)."""
+    if key_sent:
+        return ConfigError(f"{base_url} rejected the API key (HTTP 401): check --api-key (or $OPENAI_API_KEY)")
+    return ConfigError(f"{base_url} wants an API key: give --api-key (or set $OPENAI_API_KEY)")
+
+
 async def _first_model(client, base_url: str, headers: dict) -> str:
     status, body = await client.get_json("/v1/models", headers)
-    if status == 401 and "authorization" in headers:
-        raise ConfigError(f"{base_url} rejected the API key (HTTP 401): check --api-key (or $OPENAI_API_KEY)")
     if status == 401:
-        raise ConfigError(f"{base_url} wants an API key: give --api-key (or set $OPENAI_API_KEY)")
+        raise api_key_error(base_url, "authorization" in headers)
     if status != 200:
         raise ConfigError(f"GET {base_url}/v1/models answered HTTP {status}; give --model")
     data = (body or {}).get("data") or []
@@ -936,7 +957,7 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
             raise ConfigError(f"cannot list the models of {cfg.base_url}: {e}") from None
         unit, exact = TEXT_UNIT, True
         if cfg.chat or cfg.prompt_format == "text":
-            unit, exact = await find_text_unit(client, headers, model)
+            unit, exact = await find_text_unit(client, headers, model, cfg.base_url)
             if not exact and not cfg.quiet:
                 print(
                     "warning: the server's /tokenize gave no one-token word; text prompts are "
@@ -951,6 +972,8 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
             warm = build_payloads(cfg, Workload(np.zeros(1), np.array([8]), np.array([2])), model, unit)[0]
             for _ in range(cfg.num_warmups):
                 w = await send_request(client, url, headers, warm, 8, cfg.chat)
+                if w.status == 401:  # with --model, /v1/models was not asked
+                    raise api_key_error(cfg.base_url, "authorization" in headers)
                 if not w.success:
                     raise ConfigError(f"the warm-up request to {cfg.base_url}{url} failed: {w.error}")
         sem = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
