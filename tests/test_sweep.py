@@ -46,6 +46,17 @@ def test_parse_grid_forms():
     assert g["cost_model"] == ["paper:c=11,a=35", "linear:c=10,a=0.1"]
     assert g["k_max"] == [None, 16]
     assert parse_grid(["num_requests=100:300:3"])["num_requests"] == [100, 200, 300]
+    # mappings in YAML's flow form (the error listed slo and the option maps as grid keys,
+    # but no command-line value could be one: "slo must be a mapping")
+    assert parse_grid(["slo={ttft_ms: 100}|{ttft_ms: 200, itl_ms: 5}"])["slo"] == [
+        {"ttft_ms": 100},
+        {"ttft_ms": 200, "itl_ms": 5},
+    ]
+    assert parse_grid(["admission_options={beta: 0.4, alpha: 0.1}"])["admission_options"] == [
+        {"beta": 0.4, "alpha": 0.1}
+    ]
+    with pytest.raises(ConfigError, match="cannot read '{ttft_ms: 1' as a mapping"):
+        parse_grid(["slo={ttft_ms: 1"])
     assert len(expand_grid(g)) == 3 * 20 * 2 * 2 * 2 * 2
     assert expand_grid({}) == [{}]
     assert parse_slo(["p99_itl_ms=100", "median_ttft_ms=2e3"]) == {"p99_itl_ms": 100.0, "median_ttft_ms": 2000.0}

@@ -142,11 +142,25 @@ def parse_values(key: str, text: str) -> list:
             f"grid {key}: {text!r} is a range without its number of points: write LO:HI:N, "
             f"e.g. {text}:8 for 8 evenly spaced values"
         )
-    sep = "|" if "|" in text else ","
+    # a mapping (slo, policy_options, ...) in YAML's flow form, `{ttft_ms: 100}`: its commas
+    # are its own, so several are separated by `|`
+    sep = "|" if "|" in text or text.startswith("{") else ","
     parts = [p.strip() for p in text.split(sep)]
     if any(p == "" for p in parts):
         raise ConfigError(f"grid {key}: empty value in {text!r}")
-    return [_scalar(p) for p in parts]
+    return [_mapping(key, p) if p.startswith("{") else _scalar(p) for p in parts]
+
+
+def _mapping(key: str, text: str) -> dict:
+    import yaml  # noqa: PLC0415 - only for a mapping's value
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = None
+    if not isinstance(value, dict):
+        raise ConfigError(f"grid {key}: cannot read {text!r} as a mapping such as {{ttft_ms: 2000, itl_ms: 50}}")
+    return value
 
 
 def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:

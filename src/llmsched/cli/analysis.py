@@ -1100,7 +1100,7 @@ def register(sub) -> None:
         type=float,
         default=None,
         help="load of the queue runs, rate / lambda* (default 0.9); twp: one load, a share of the platform's "
-        "capacity; prefix-caching: one load, rate / lambda* without caching",
+        "capacity; prefix-caching: one load, rate / lambda* without caching (default 0.6, 0.9 and 1.3)",
     )
     p.add_argument(
         "--num-requests",
@@ -1131,7 +1131,9 @@ def register(sub) -> None:
     p.add_argument("--block-size", type=positive_int, help="prefix-caching: cache block size in tokens (default 512)")
     p.add_argument("--out", default=None, help="output folder (default reproduce-EXPERIMENT)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    add_parallel_args(p)
+    add_parallel_args(
+        p.add_argument_group("parallel runs (--workers, --backend, --address: not prefix-caching, which runs in turn)")
+    )
     p.set_defaults(func=cmd_reproduce)
     _register_validate(sub)
 

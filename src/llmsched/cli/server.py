@@ -352,13 +352,13 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         "--request-rate",
         type=float,
         default=math.inf,
-        help="requests per second; inf sends all at once (trace: its own timestamps, rescaled to a rate)",
+        help="requests per second; inf (the default) sends all at once (trace: its own timestamps, rescaled to a rate)",
     )
     g.add_argument(
         "--burstiness",
         type=float,
         default=1.0,
-        help="gamma shape of the inter-arrival times: 1 Poisson, <1 burstier, >1 smoother",
+        help="gamma shape of the inter-arrival times: 1 Poisson (default), <1 burstier, >1 smoother",
     )
     g.add_argument("--max-concurrency", type=positive_int, default=None, help="at most this many requests in flight")
     g.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
@@ -418,7 +418,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument(
         "--save-detailed", action="store_true", help="include per-request values (ttfts, itls, ...) in the result file"
     )
-    g.add_argument("--timeout", type=float, default=6 * 3600, help="per-request timeout in seconds")
+    g.add_argument("--timeout", type=float, default=6 * 3600, help="per-request timeout in seconds (default 6 h)")
     g.add_argument("--quiet", action="store_true", help="no progress line")
     g.add_argument("--disable-tqdm", action="store_true", help="the same as --quiet (vllm bench serve's name)")
     g.add_argument(
