@@ -119,6 +119,11 @@ def test_a_single_policy_name_runs_that_policy(tmp_path):
             lambda: SimConfig.from_dict({"polcy": "x", "workload": {"rat": 1}}),
             r"unknown configuration option 'polcy'; did you mean 'policy'",
         ),
+        # a workload key at the top of a config (the known keys did not say where it goes)
+        (
+            lambda: SimConfig.from_dict({"num_requests": 50}),
+            r"'num_requests' is a workload option: put it under 'workload:'",
+        ),
         (lambda: simulate_serverless(SERVERLESS, foo=1), r"unknown option 'foo' \(known: .*max_time_s"),
         (lambda: simulate_network(NETWORK, foo=1), r"unknown option 'foo' \(known: .*num_jobs"),
         (lambda: llmsched.simulate_network(NETWORK, foo=1), r"unknown option 'foo'"),

@@ -235,6 +235,9 @@ class SimConfig:
             d = {k: v for k, v in d.items() if k not in OUTPUT_ONLY_KEYS}
         # (the constructor refuses an unknown option too, but this runs before the workload's
         # keys are checked: a misspelt option of the run stays the first error)
+        misplaced = next((k for k in d if k not in _CONFIG_KEYS and k in _WORKLOAD_KEYS), None)
+        if misplaced is not None:  # (a workload key at the top: the list of known keys does not say where it goes)
+            raise ConfigError(f"{misplaced!r} is a workload option: put it under 'workload:' in the configuration")
         check_known("configuration option", d, _CONFIG_KEYS)
         if isinstance(d.get("workload"), dict):
             check_known("workload option", d["workload"], _WORKLOAD_KEYS)
