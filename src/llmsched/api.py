@@ -521,6 +521,7 @@ def simulate(
             sample_interval_s=cfg.sample_interval_s,
             steps_file=steps_file,
             progress=progress,
+            checked=True,  # (above, before the warnings)
         )
     except BaseException:
         if steps_file is not None:

@@ -243,17 +243,10 @@ class ServerState:
 
     # ---- changes, by the driver ----------------------------------------------------
     def add(self, r: Request) -> None:
-        """A new arrival joins the waiting queue (in arrival order: a request moved from
-        another server, such as a serverless migration's, goes before younger ones)."""
+        """A new arrival joins the waiting queue."""
         fifo = self.waiting._fifo
         if fifo is not None:
-            if fifo and fifo[-1].key > r.key:
-                i = len(fifo) - 1
-                while i and fifo[i - 1].key > r.key:
-                    i -= 1
-                fifo.insert(i, r)
-            else:
-                fifo.append(r)  # WaitingQueue.push, inline
+            fifo.append(r)  # WaitingQueue.push, inline
         else:
             self.waiting.push(r)
         w = r.prefill_target - r.prefilled + r.output - r.emitted - 1  # work(r)

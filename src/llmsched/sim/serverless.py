@@ -85,6 +85,18 @@ class _State(ServerState):
     KV cache) and `ServerState.add(r, recompute=True)` / `add(r, decoding=True)` (it joins
     to recompute its KV cache, or as a decoder with it in place)."""
 
+    def add(self, r: Request) -> None:
+        """A request joins the waiting queue in arrival order: one a migration moved here
+        goes before the younger requests waiting (arrivals come in order and append)."""
+        super().add(r)
+        fifo = self.waiting._fifo  # (a keyed queue, such as spf's heap, orders it already)
+        if fifo is not None and len(fifo) > 1 and fifo[-2].key > r.key:
+            fifo.pop()
+            i = len(fifo)
+            while i and fifo[i - 1].key > r.key:
+                i -= 1
+            fifo.insert(i, r)
+
     def take(self, r: Request, now: int) -> None:
         """Remove `r` (running or waiting), keeping the tokens it emitted; a running request
         loses its KV cache (`prefill_target` becomes prompt + emitted, as after a preemption,

@@ -116,11 +116,14 @@ def simulate_trace(
     sample_interval_s: float | None = None,
     steps_file: TextIO | None = None,
     progress: Callable[[int, int], None] | None = None,
+    checked: bool = False,
 ) -> RunStats:
     """Run `trace` (arrays arrival_s, prompt, output) through `scheduler` timed by `cost`,
     bound to the scheduler first (as `llmsched.simulate` and the virtual GPU bind theirs:
-    TWP and DynamicBatch read step times from it instead of learning them)."""
-    check_run_inputs(trace, scheduler, max_time_s, sample_interval_s)
+    TWP and DynamicBatch read step times from it instead of learning them). `checked`: the
+    caller ran `check_run_inputs` on these inputs already."""
+    if not checked:
+        check_run_inputs(trace, scheduler, max_time_s, sample_interval_s)
     scheduler.bind_cost_model(cost)
     arrival_s = np.asarray(trace.arrival_s, dtype=np.float64)
     prompt_arr = np.asarray(trace.prompt, dtype=np.int64)
