@@ -394,18 +394,11 @@ def _counts(verdicts: Sequence[str]) -> str:
 
 def _finish(out: Path, kind: str, rows: list[dict], meta: dict) -> list[str]:
     """table.csv (and .parquet), then table.json, the run's proof, written last (whole or
-    not at all); the folder's mark (`_begin`) goes with it."""
+    not at all); the folder's mark (`begin_reproduce_write`) goes with it."""
     files = write_table(rows, out, "table")
     text = json.dumps(to_jsonable({"meta": meta, "rows": rows}), indent=2, default=str)
     files.append(end_reproduce_write(out, kind, lambda p: p.write_text(text)))
     return files
-
-
-def _begin(out: Path, kind: str) -> None:
-    """Before an experiment writes its first file: an earlier run's files go, the folder
-    marked until `_finish` writes table.json, so a run that stops leaves no new file
-    beside an earlier run's figures or table.json."""
-    begin_reproduce_write(out, kind)
 
 
 def _series_csv(path: Path, runs: list[tuple[str, dict]]) -> str:
@@ -533,7 +526,7 @@ def reproduce_clusters(
         "critical_rate": {str(n): c[0] for n, c in caps.items()},
         "pool_token_capacity": {str(n): c[1] for n, c in caps.items()},
     }
-    _begin(out, "reproduce clusters")
+    begin_reproduce_write(out, "reproduce clusters")
     files = [
         _plot_clusters(
             rows, replicas, routers, "p99_job_latency_ms", "p99 job latency (ms)", out / "clusters_p99.png", meta
@@ -738,7 +731,7 @@ def reproduce_agents(
         for w in workflows
         for p in ("sarathi", "fastertransformer")
     ]
-    _begin(out, "reproduce agents")
+    begin_reproduce_write(out, "reproduce agents")
     files = [
         _plot_agents(series, workflows, plot_load, out / "agents_backlog.png"),
         _series_csv(out / "agents_backlog.csv", series),
@@ -938,7 +931,7 @@ def reproduce_rybko_stolyar(
         "backpressure_available": backpressure_available(),
     }
     series = [(o, res[(o, seeds[0])]) for o in orders]
-    _begin(out, "reproduce rybko-stolyar")
+    begin_reproduce_write(out, "reproduce rybko-stolyar")
     files = [
         _plot_rs(series, out / "rybko_stolyar_backlog.png", meta),
         _series_csv(out / "rybko_stolyar_backlog.csv", series),

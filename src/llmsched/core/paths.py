@@ -219,11 +219,19 @@ def _mark(path: Path) -> tuple[str, str | None] | None:
     return kind, phase if isinstance(phase, str) else None
 
 
-def _mark_kind(path: Path) -> str | None:
-    """The kind of run (`MARKED_KINDS`) that wrote `path`, an `INCOMPLETE_MARK`; None when
-    no run wrote it."""
-    mark = _mark(path)
-    return None if mark is None else mark[0]
+def _write_mark(out: Path, kind: str, phase: str | None = None) -> None:
+    """`out`'s `INCOMPLETE_MARK`: a run of `kind` is writing there (in `phase`)."""
+    mark = {"incomplete": kind} if phase is None else {"incomplete": kind, "phase": phase}
+    atomic_write(out / INCOMPLETE_MARK, lambda p: p.write_text(json.dumps(mark) + "\n"))
+
+
+def _end_write(out: Path, last: str, write_last) -> str:
+    """`write_last(path)` writes the run's last file, `last` in `out`, whole
+    (`atomic_write`); then the folder's `INCOMPLETE_MARK` goes. Returns its path."""
+    path = out / last
+    atomic_write(path, write_last)
+    (out / INCOMPLETE_MARK).unlink(missing_ok=True)
+    return str(path)
 
 
 def interrupted_kind(folder) -> str | None:
@@ -243,12 +251,10 @@ def interrupted_kind(folder) -> str | None:
 
 
 def is_interrupted_run(folder, kinds=SIMULATE_KINDS) -> bool:
-    """Whether `folder` holds a run of one of `kinds` (default: a simulate run; None: any
-    kind that marks its folder, `MARKED_KINDS`) that stopped while writing its files: its
-    `INCOMPLETE_MARK` and not its last file (summary.json, table.json, result.json,
-    results.csv: `LAST_FILES`)."""
-    kind = interrupted_kind(folder)
-    return kind is not None and (kinds is None or kind in kinds)
+    """Whether `folder` holds a run of one of `kinds` (default: a simulate run) that
+    stopped while writing its files: its `INCOMPLETE_MARK` and not its last file
+    (summary.json, table.json, result.json, results.csv: `LAST_FILES`)."""
+    return interrupted_kind(folder) in kinds
 
 
 def interrupted_message(folder) -> str | None:
@@ -267,7 +273,7 @@ def interrupted_message(folder) -> str | None:
         )
     who = "a run" if kind in SIMULATE_KINDS else f"a `llmsched {kind}` run"
     rerun = "rerun it"
-    parent = _mark_kind(d.absolute().parent / INCOMPLETE_MARK)
+    parent = (_mark(d.absolute().parent / INCOMPLETE_MARK) or (None,))[0]
     if kind == "sweep" and d.name == "search" and parent == "reproduce stability":
         # a stability run's search (`reproduce_stability`), stopped while writing its tables
         who = f"the search of a `llmsched {parent}` run"
@@ -294,7 +300,7 @@ def begin_simulate_write(out, kind: str, keep=None) -> None:
         except OSError:
             return False
 
-    atomic_write(out / INCOMPLETE_MARK, lambda p: p.write_text(json.dumps({"incomplete": kind}) + "\n"))
+    _write_mark(out, kind)
     (out / _SIMULATE_PROOF).unlink(missing_ok=True)
     for e in list(os.scandir(out)):
         if _temporary(e.name) and e.is_file(follow_symlinks=False) and not kept(Path(e.path)):
@@ -315,10 +321,7 @@ def mark_reproduce_search(out, kind: str) -> None:
     stay in place until `begin_reproduce_write`, after the search: a run stopped in its
     search (Ctrl-C) loses none of them, and leaves a folder no one takes for a finished
     run (its search/ is no longer the earlier run's alone), which a rerun resumes."""
-    atomic_write(
-        Path(out) / INCOMPLETE_MARK,
-        lambda p: p.write_text(json.dumps({"incomplete": kind, "phase": EARLIER_KEPT}) + "\n"),
-    )
+    _write_mark(Path(out), kind, EARLIER_KEPT)
 
 
 def begin_reproduce_write(out, kind: str, keep=()) -> None:
@@ -334,7 +337,7 @@ def begin_reproduce_write(out, kind: str, keep=()) -> None:
     configuration; a sweep's points/, `begin_sweep_write`)."""
     out = Path(out)
     keep = {Path(k) for k in keep}
-    atomic_write(out / INCOMPLETE_MARK, lambda p: p.write_text(json.dumps({"incomplete": kind}) + "\n"))
+    _write_mark(out, kind)
     (out / LAST_FILES[kind]).unlink(missing_ok=True)
     for e in list(os.scandir(out)):
         if _temporary(e.name) and e.is_file(follow_symlinks=False):
@@ -356,11 +359,7 @@ def end_reproduce_write(out, kind: str, write_proof) -> str:
     (`begin_reproduce_write`): `write_proof(path)` writes its proof (table.json or
     result.json) whole (`atomic_write`), last; then the folder's `INCOMPLETE_MARK` goes.
     Returns the proof's path."""
-    out = Path(out)
-    proof = out / RUN_PROOFS[kind][0]
-    atomic_write(proof, write_proof)
-    (out / INCOMPLETE_MARK).unlink(missing_ok=True)
-    return str(proof)
+    return _end_write(Path(out), LAST_FILES[kind], write_proof)
 
 
 def begin_sweep_write(out) -> None:
@@ -384,9 +383,7 @@ def end_simulate_write(out, write_summary) -> None:
     """After a simulate run wrote its other files into `out` (`begin_simulate_write`):
     `write_summary(path)` writes summary.json whole (`atomic_write`), the run's proof,
     written last; then the folder's `INCOMPLETE_MARK` goes."""
-    out = Path(out)
-    atomic_write(out / _SIMULATE_PROOF, write_summary)
-    (out / INCOMPLETE_MARK).unlink(missing_ok=True)
+    _end_write(Path(out), _SIMULATE_PROOF, write_summary)
 
 
 def _unproven_replica(servers: Path) -> str | None:

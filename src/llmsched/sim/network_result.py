@@ -226,11 +226,13 @@ def _arrival_cv(arrival) -> float:
     return 0.0 if isinstance(arrival, Deterministic) else 1.0
 
 
-def _mixed_burst_factor(counts, cvs) -> float:
-    """`theory.verdict.burst_factor` of streams merged in proportion to `counts` (arrivals
-    of each), at their squared cvs' average so weighted (a superposition's index of
-    dispersion); 1 for no arrivals. One stream of cv c: (1 + c^2) / 2 for c > 1, as one
-    server's `api._burst_factor`."""
+def _mixed_burst_factor(types: np.ndarray, jobs) -> float:
+    """`theory.verdict.burst_factor` of the job types' arrival streams merged in proportion
+    to their counts in `types` (job-type indices into `jobs`), at their squared cvs'
+    average so weighted (a superposition's index of dispersion); 1 for no arrivals. One
+    stream of cv c: (1 + c^2) / 2 for c > 1, as one server's `api._burst_factor`."""
+    cvs = [_arrival_cv(job.arrival) for job in jobs]
+    counts = np.bincount(types, minlength=len(cvs))
     n = float(np.sum(counts))
     if not n > 0:
         return 1.0
@@ -484,11 +486,10 @@ class NetworkResult:
         server only Poisson jobs call gets 1."""
         if self._burst_factors is None:
             st = self.stats
-            cvs = [_arrival_cv(job.arrival) for job in st.spec.jobs]
             call_type = _a(st.job_type)[_a(st.call_job)]
             groups = self.server_calls()
             self._burst_factors = {
-                name: _mixed_burst_factor(np.bincount(call_type[groups[name]], minlength=len(cvs)), cvs)
+                name: _mixed_burst_factor(call_type[groups[name]], st.spec.jobs)
                 for name in dict.fromkeys(rep["server"] for rep in st.replicas)
             }
         return self._burst_factors
@@ -496,10 +497,7 @@ class NetworkResult:
     def job_burst_factor(self) -> float:
         """The burst factor of the jobs' arrivals (`_mixed_burst_factor` over the job types,
         weighted by the jobs of each that arrived): the network's work's guard's."""
-        st = self.stats
-        cvs = [_arrival_cv(job.arrival) for job in st.spec.jobs]
-        types = _a(st.job_type)[self.job_arrived]
-        return _mixed_burst_factor(np.bincount(types, minlength=len(cvs)), cvs)
+        return _mixed_burst_factor(_a(self.stats.job_type)[self.job_arrived], self.stats.spec.jobs)
 
     def job_service_time_s(self) -> float | None:
         """How long a job's calls take, one after another: each server's calls per job
