@@ -159,3 +159,16 @@ def test_sweep_quiet_on_a_local_ray_prints_nothing(tmp_path, capfd):
     points = [json.loads(p.read_text()) for p in (tmp_path / "s" / "points").glob("*.json")]
     assert sorted(p["config"]["workload"]["rate"] for p in points) == [1, 2]
     assert all(p["summary"]["completed"] == 30 for p in points)
+
+
+def test_a_ray_sweep_shows_each_point_warning_once(tmp_path, capfd):
+    """A point's warning was printed in its Ray worker, whose stderr does not reach the
+    driver: a gamma run whose rate spreads past 25% warned under the local pool and said
+    nothing under Ray. It comes back with the result and is shown once for three points."""
+    argv = ["sweep", "--cost-model", "paper", "--num-requests", "100", "--arrival", "gamma", "--cv", "10"]
+    argv += ["--grid", "seed=0,1,2", "--no-plots", "--out", str(tmp_path / "s"), "--backend", "ray", "--workers", "2"]
+    assert main(argv) == 0
+    err = capfd.readouterr().err
+    lines = [ln for ln in err.splitlines() if "gamma arrivals of cv 10" in ln]
+    assert len(lines) == 1, err
+    assert len(list((tmp_path / "s" / "points").glob("*.json"))) == 3

@@ -62,8 +62,8 @@ class _RayWaitInterrupted(_RayThatTakesSigterm):
             def __init__(self, fn):
                 self.fn = fn
 
-            def remote(self, arg):
-                return arg
+            def remote(self, *args):
+                return args
 
         return Fn
 

@@ -125,7 +125,7 @@ def _init_worker(parent: int) -> None:
 
 
 def _recording_warnings(fn: Callable[[Any], Any], arg):
-    """`fn(arg)` in a pool worker (or inline), with the warnings it gives (under the filters
+    """`fn(arg)` in a pool or Ray worker (or inline), with the warnings it gives (under the filters
     the worker has: a fork's are the sweep's) recorded, not printed: (result, [(text, category,
     filename, lineno)]). The sweep shows each once (`Backend._show_warnings`); printed by
     each worker, the same warning appeared once per worker."""
@@ -188,7 +188,7 @@ class Backend:
                 finally:
                     self._retake_signals()  # ray.init installs its own SIGTERM handler (exit 15)
                 self._ray_started = True
-            self._remote = {}
+            self._remote = None  # made again in this Ray session at the first run
 
     def _start_ray(self, ray) -> None:
         kw = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -327,17 +327,20 @@ class Backend:
         if self.kind == "ray":
             import ray  # noqa: PLC0415
 
-            remote = self._remote.get(fn)
-            if remote is None:
-                remote = self._remote[fn] = ray.remote(num_cpus=1)(fn)
-            refs = {remote.remote(arg): key for key, arg in jobs}
+            # the points' warnings come back with their results: a Ray worker's stderr
+            # does not reach the driver (log_to_driver=False), so printed there they were lost
+            if self._remote is None:
+                self._remote = ray.remote(num_cpus=1)(_recording_warnings)
+            refs = {self._remote.remote(fn, arg): key for key, arg in jobs}
             pending = list(refs)
             try:
                 while pending:
                     done, pending = ray.wait(pending, num_returns=1)
                     for ref in done:
                         self._raise_if_signalled()
-                        yield refs[ref], ray.get(ref)
+                        result, caught = ray.get(ref)
+                        self._show_warnings(caught)
+                        yield refs[ref], result
             except KeyboardInterrupt:
                 # Ray's wait and get raise a plain KeyboardInterrupt for the Terminated that
                 # the SIGTERM handler raised inside them (exit 130, "interrupted")
