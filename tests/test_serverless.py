@@ -143,6 +143,17 @@ def test_ssd_fills_from_the_remote_store_and_evicts_least_recently_used():
     assert _tiers(cfg, "abcab") == ["remote", "remote", "remote", "remote", "remote"]
 
 
+def test_a_load_fills_the_ssd_and_dram_by_kind_whatever_their_bandwidths():
+    # docs/serverless.md: a load from the SSD fills DRAM even when DRAM (1 GB/s) is slower
+    # than the SSD (5 GB/s). b from the remote store (0.5 GB/s) evicts a from the 15 GB SSD,
+    # so a comes back from DRAM: filled by the SSD load (a "faster tiers only" rule would
+    # have left DRAM without a and loaded it from the remote store)
+    cfg = base()
+    cfg["cluster"]["remote_bandwidth_gbps"] = 0.5
+    cfg["cluster"]["nodes"][0].update(dram_gb=25, dram_bandwidth_gbps=1, ssd_gb=15, ssd_bandwidth_gbps=5, ssd=["a"])
+    assert _tiers(cfg, "aba") == ["ssd", "remote", "dram"]
+
+
 def test_a_checkpoint_larger_than_a_tier_is_never_cached_there():
     cfg = base()
     cfg["cluster"]["nodes"][0].update(dram_gb=5, ssd_gb=5)
