@@ -264,7 +264,11 @@ def print_serverless_summary(res) -> None:
             if "goodput" in s
             else []
         ),
-        ("cold starts (total time)", f"{s['cold_starts']:,} ({num('cold_start_time_s', ',.1f', ' s')})"),
+        (
+            "cold starts (total time)",
+            f"{s['cold_starts']:,} ({num('cold_start_time_s', ',.1f', ' s')})"
+            + (f", {s['cold_starts_unfinished']:,} unfinished" if s["cold_starts_unfinished"] else ""),
+        ),
         ("GPU-seconds (busy share)", f"{num('gpu_seconds', ',.0f')} ({num('gpu_busy_fraction', '.1%')})"),
         ("instances used / peak", f"{s['instances_used']} / {s['peak_instances']}"),
         ("migrations", f"{s['migrations']:,}"),
