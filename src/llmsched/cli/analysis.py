@@ -30,6 +30,7 @@ from .common import (
     flag_of,
     folder_shown,
     is_given,
+    not_together,
     only_with,
     policy_names,
     positive_int,
@@ -474,6 +475,7 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
 def cmd_sweep(args) -> int:
     from ..analysis.sweep import run_sweep  # noqa: PLC0415
 
+    not_together(args, "progress", "quiet", "a progress bar, or print nothing")
     if not args.grid and not args.search:
         raise ConfigError("give at least one --grid KEY=VALUES (or --search max-stable-rate)")
     if not args.search:

@@ -387,6 +387,13 @@ def only_with(args, keys, owner: str) -> None:
             raise ConfigError(f"{flag_of(key)} is an option of {owner}")
 
 
+def not_together(args, first: str, second: str, why: str) -> None:
+    """One line when two options (argparse dests) that contradict each other are both
+    given (a flag at its default, or turned off with --no-..., is not given)."""
+    if is_given(getattr(args, first)) and is_given(getattr(args, second)):
+        raise ConfigError(f"{flag_of(first)} and {flag_of(second)} contradict each other ({why}): give one")
+
+
 # simulate()'s keys that take a length law
 LAW_KEYS = ("prompt", "output", "turns")
 

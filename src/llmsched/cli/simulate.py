@@ -21,6 +21,7 @@ from .common import (
     file_path,
     flag_of,
     folder_shown,
+    not_together,
     positive_int,
     print_table,
     sim_overrides,
@@ -68,6 +69,7 @@ def cmd_simulate(args) -> int:
     import_simulator()
     from ..api import simulate  # noqa: PLC0415
 
+    not_together(args, "progress", "quiet", "a progress bar, or print nothing")
     _route_config(args)
     if args.out is None:
         args.out = "" if args.json else "results"
