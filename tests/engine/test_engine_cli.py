@@ -473,6 +473,29 @@ def test_profile_refuses_the_scheduler_options_it_does_not_use(tmp_path, capsys,
     assert not (tmp_path / "p.csv").exists()
 
 
+@pytest.mark.parametrize(
+    "cmd, absent, present",
+    [
+        (
+            "profile",
+            ["--policy", "--scheduler", "--admission", "--admission-opt", "--k-max", "--kv-capacity"]
+            + ["--prefix-caching"],
+            ["--b-max", "--max-running", "--kv-cache-gb"],
+        ),
+        ("generate", ["--kv-capacity"], ["--policy", "--k-max", "--b-max", "--kv-cache-gb"]),
+        ("validate", ["--kv-capacity"], ["--policy", "--k-max", "--b-max", "--kv-cache-gb"]),
+    ],
+)
+def test_help_lists_no_option_the_command_refuses(capsys, cmd, absent, present):
+    """profile --help listed --policy, --admission(-option), --k-max, --kv-capacity and
+    --prefix-caching, which it refuses; generate and validate listed --kv-capacity, which
+    the engine refuses. Still parsed: the refusal names them (tests above)."""
+    with pytest.raises(SystemExit):
+        _parser().parse_args([cmd, "--help"])
+    words = set(capsys.readouterr().out.replace(",", " ").replace("[", " ").replace("]", " ").split())
+    assert not words & set(absent) and set(present) <= words
+
+
 @pytest.mark.parametrize("extra", [["--reps", "5"], ["--tables-s", "5"], ["--calibrate-s", "5"]])
 def test_validate_refuses_measurement_options_with_a_profile(tmp_path, capsys, extra):
     trace = tmp_path / "t.csv"

@@ -90,14 +90,19 @@ def tiny_vocab_size(text: str) -> int:
 
 
 def add_engine_args(
-    p: argparse.ArgumentParser, cpu_max_model_len: int | None = 2048, cpu_max_model_len_help: str | None = None
+    p: argparse.ArgumentParser,
+    cpu_max_model_len: int | None = 2048,
+    cpu_max_model_len_help: str | None = None,
+    refused: tuple[str, ...] = (),
 ) -> None:
     """The scheduler's options (cli.common) and the engine's own. `cpu_max_model_len`: the
     command's --max-model-len on CPU when not given (None: the model's, as on CUDA); the
     help states it and `engine_setup` applies it (one place for both). `cpu_max_model_len_help`:
     what the help says of the CPU default instead, for a command that chooses its own
-    (validate: from the trace)."""
-    add_scheduler_args(p, defaults=True, block_size=False)
+    (validate: from the trace). `refused`: scheduler options (dests) the command refuses,
+    left out of its --help as --kv-capacity is (engine_setup refuses it: the engine sizes
+    its KV cache from --kv-cache-gb)."""
+    add_scheduler_args(p, defaults=True, block_size=False, hidden=("kv_capacity", *refused))
     p.set_defaults(cpu_max_model_len=cpu_max_model_len)
     if cpu_max_model_len_help is not None:
         mml_default = f"{cpu_max_model_len_help} on CPU, the model's max_position_embeddings on CUDA"
@@ -304,13 +309,18 @@ def _is_a_profile(path: str) -> bool:
         return False
 
 
+# the scheduler options that would only choose the steps profile times: refused (and left
+# out of its --help)
+PROFILE_REFUSED = ("policy", "admission", "admission_option", "k_max", "prefix_caching")
+
+
 def cmd_profile(args) -> int:
     from ..engine.profiler import profile  # noqa: PLC0415
 
     # the profile times the engine's steps for any policy: the scheduler's options that
     # would only choose the steps are refused, not ignored (--b-max and --max-running size
     # the measured loads and batches and stay)
-    for key in ("policy", "admission", "admission_option", "k_max", "prefix_caching"):
+    for key in PROFILE_REFUSED:
         if is_given(getattr(args, key)):
             raise ConfigError(
                 f"{flag_of(key)} is a scheduler option; profile measures step times whatever the policy, "
@@ -455,6 +465,6 @@ def register(subparsers) -> None:
         "mean, as in serving; the SDPA decode path pads a batch to its longest context)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    add_engine_args(p)
+    add_engine_args(p, refused=PROFILE_REFUSED)
     # no default policy or admission: a given one is refused (cmd_profile), not ignored
     p.set_defaults(func=cmd_profile, policy=None, admission=None)
