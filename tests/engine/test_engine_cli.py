@@ -21,6 +21,28 @@ def test_help(cmd, capsys):
     assert "usage:" in capsys.readouterr().out
 
 
+def test_make_tiny_model_help_shows_every_default(capsys):
+    """--hidden-size, --layers, --heads, --kv-heads, --intermediate-size,
+    --max-position-embeddings and --arch had no help, so the help showed no default."""
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["make-tiny-model", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for flag, default in [
+        ("--arch", "llama"),
+        ("--vocab-size", 512),
+        ("--hidden-size", 128),
+        ("--layers", 4),
+        ("--heads", 4),
+        ("--kv-heads", 2),
+        ("--intermediate-size", 384),
+        ("--max-position-embeddings", 4096),
+        ("--seed", 0),
+    ]:
+        after = text.split(f" {flag} ", 1)[1].split(" --", 1)[0]  # its line of the options list
+        assert f"(default: {default})" in after, (flag, after)
+    assert "(default: False)" not in text
+
+
 def test_make_tiny_model_and_generate(tmp_path, capsys):
     out = tmp_path / "m"
     assert (

@@ -371,8 +371,6 @@ COMMANDS = ("generate", "make-tiny-model", "profile")  # what `register` adds
 
 def register(subparsers) -> None:
     """Add the engine subcommands to an argparse subparsers object."""
-    fmt = argparse.ArgumentDefaultsHelpFormatter
-
     p = subparsers.add_parser(
         "generate",
         help="generate text with the PyTorch engine",
@@ -405,24 +403,29 @@ def register(subparsers) -> None:
         help="write a small random model with a trained tokenizer",
         description="Write a small random Llama-family model (config.json, "
         "model.safetensors, tokenizer.json) for demos and tests.",
-        formatter_class=fmt,
     )
     p.add_argument("dir", help="output folder")
-    p.add_argument("--arch", default="llama", choices=["llama", "qwen2", "mistral"])
+    for flag, kind, default, text in (
+        ("--arch", None, "llama", "architecture: llama, qwen2 or mistral"),
+        (
+            "--vocab-size",
+            tiny_vocab_size,
+            512,
+            "BPE vocabulary size, from 258 (the 256 bytes and <s>, </s>) to 575 (every merge of the training text)",
+        ),
+        ("--hidden-size", positive_int, 128, "hidden size"),
+        ("--layers", positive_int, 4, "decoder layers"),
+        ("--heads", positive_int, 4, "attention heads"),
+        ("--kv-heads", positive_int, 2, "key/value heads (grouped-query attention)"),
+        ("--intermediate-size", positive_int, 384, "MLP intermediate size"),
+        ("--max-position-embeddings", positive_int, 4096, "longest sequence the model takes"),
+        ("--seed", seed_int, 0, "weights' random seed (0 to 2**64 - 1)"),
+    ):
+        extra = {"choices": ["llama", "qwen2", "mistral"]} if flag == "--arch" else {"type": kind}
+        p.add_argument(flag, default=default, help=f"{text} (default: {default})", **extra)
     p.add_argument(
-        "--vocab-size",
-        type=tiny_vocab_size,
-        default=512,
-        help="BPE vocabulary size, from 258 (the 256 bytes and <s>, </s>) to 575 (every merge of the training text)",
+        "--tie-word-embeddings", action="store_true", help="share the LM head with the embeddings (default: separate)"
     )
-    p.add_argument("--hidden-size", type=positive_int, default=128)
-    p.add_argument("--layers", type=positive_int, default=4)
-    p.add_argument("--heads", type=positive_int, default=4)
-    p.add_argument("--kv-heads", type=positive_int, default=2)
-    p.add_argument("--intermediate-size", type=positive_int, default=384)
-    p.add_argument("--max-position-embeddings", type=positive_int, default=4096)
-    p.add_argument("--tie-word-embeddings", action="store_true")
-    p.add_argument("--seed", type=seed_int, default=0, help="weights' random seed (0 to 2**64 - 1)")
     p.add_argument(
         "--force", action="store_true", help="write into a folder that is not empty, replacing its model files"
     )
