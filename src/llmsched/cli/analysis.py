@@ -1040,7 +1040,8 @@ def register(sub) -> None:
         action="append",
         metavar="KEY=VALUES",
         help="one key per --grid, repeated for each key, e.g. --grid policy=sarathi,orca,vllm "
-        "--grid load=0.5:1.2:8 --grid seed=0,1 (or rate=1:20:20 instead of load: not both)",
+        "--grid load=0.5:1.2:8 --grid seed=0,1 (or rate=1:20:20 instead of load: not both); a key may be "
+        "a flag's alias (scheduler, max-num-batched-tokens, max-num-seqs, enable-prefix-caching)",
     )
     g.add_argument("--out", default="sweep", help="output folder (default sweep)")
     g.add_argument(

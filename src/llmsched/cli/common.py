@@ -17,6 +17,7 @@ import sys
 
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.errors import ConfigError, closest
+from ..core.names import option_flags
 from ..policies.spec import SchedulerSpec
 
 DEFAULTS = SchedulerSpec()
@@ -197,8 +198,7 @@ def add_scheduler_args(
         return argparse.SUPPRESS if dest in hidden else text
 
     g.add_argument(
-        "--policy",
-        "--scheduler",
+        *option_flags("policy", "--policy"),
         dest="policy",
         default=d.policy if defaults else None,
         help=shown("policy", f"batch policy (see `llmsched schedulers`; default {d.policy})"),
@@ -209,16 +209,14 @@ def add_scheduler_args(
         help=shown("admission", f"admission policy: fcfs, spf, twp, dynamicbatch (default {d.admission})"),
     )
     g.add_argument(
-        "--admission-option",
-        "--admission-opt",
+        *option_flags("admission_options", "--admission-option"),
         dest="admission_option",
         action="append",
         metavar="KEY=VALUE",
         help=shown("admission_option", "an option of the admission policy (repeatable)"),
     )
     g.add_argument(
-        "--b-max",
-        "--max-num-batched-tokens",
+        *option_flags("b_max", "--b-max"),
         dest="b_max",
         type=positive_int,
         default=d.b_max if defaults else None,
@@ -235,15 +233,13 @@ def add_scheduler_args(
         help=shown("kv_capacity", f"KV-cache capacity in tokens (default: unlimited; at most {MAX_KV_TOKENS:,})"),
     )
     g.add_argument(
-        "--max-running",
-        "--max-num-seqs",
+        *option_flags("max_running", "--max-running"),
         dest="max_running",
         type=positive_int_at_most(MAX_REQUESTS_PER_STEP),
         help=shown("max_running", "cap on running requests (default: none; the engine: 64 on CPU, 256 on CUDA)"),
     )
     g.add_argument(
-        "--prefix-caching",
-        "--enable-prefix-caching",
+        *option_flags("prefix_caching", "--prefix-caching"),
         dest="prefix_caching",
         action="store_true",
         default=None,
