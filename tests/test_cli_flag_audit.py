@@ -200,3 +200,30 @@ def test_prompt_help_and_the_readme_name_every_length_law(capsys):
     for law in LAW_NAMES:
         assert law in help_text, law
         assert f"`{law}" in workloads, law
+
+
+# -- a sweep's grid keys take the flags' aliases ----------------------------------------------
+
+
+def test_a_grid_key_may_be_any_alias_of_the_flag(capsys, tmp_path):
+    """`--grid max-num-batched-tokens=256,512` was an unknown grid key though the flag
+    --max-num-batched-tokens is --b-max's alias: every flag with aliases (the parser's,
+    from the one OPTION_ALIASES mapping) names the same grid key by each of its names."""
+    from llmsched.analysis.grid import parse_grid
+    from llmsched.cli import build_parser
+
+    sweep = build_parser("sweep")._subparsers._group_actions[0].choices["sweep"]
+    group = next(g for g in sweep._action_groups if g.title == "scheduler")
+    names = [a.option_strings for a in group._group_actions if len(a.option_strings) > 1]
+    assert ["--b-max", "--max-num-batched-tokens"] in names and len(names) >= 5
+    value = {"--policy": "sarathi", "--admission-option": "{a: 1}", "--prefix-caching": "true"}
+    for flags in names:
+        v = value.get(flags[0], "256")
+        keys = [list(parse_grid([f"{f[2:]}={v}"])) for f in flags]
+        assert all(k == keys[0] for k in keys), (flags, keys)
+    out = tmp_path / "sw"
+    argv = [*SWEEP, "--grid", "max-num-batched-tokens=256,512", "--out", str(out), "--quiet", "--no-plots"]
+    assert main(argv) == 0
+    assert main([*SWEEP, "--grid", "b_max=256,512", "--out", str(out), "--json", "--no-plots"]) == 0
+    assert '"skipped": 2' in capsys.readouterr().out  # the same two points
+    refused(capsys, [*SWEEP, "--grid", "scheduler=orca", "--grid", "policy=vllm"], "grid key 'policy' given twice")

@@ -22,6 +22,9 @@ RUN = ["--cost-model", "paper", "--num-requests", "20", "--rate", "2", "--out", 
     [
         (["reproduce", "stability", "--quick", "--num-requests", "0"], ["--num-requests"]),
         # an empty file name read as "not given": the default workload, server or capacity ran
+        # contradictory: --quiet silently won
+        (["simulate", "--progress", "--quiet", "--num-requests", "5", "--out", ""], ["--progress and --quiet"]),
+        (["sweep", "--grid", "seed=0", "--progress", "--quiet"], ["--progress and --quiet"]),
         (["simulate", "--serverless", "", "--num-requests", "5"], ["--serverless", "expected a file"]),
         (["simulate", "--network", " ", "--num-requests", "5"], ["--network", "expected a file"]),
         (["simulate", "--trace", "", "--out", ""], ["--trace", "expected a file"]),

@@ -235,6 +235,36 @@ def test_user_folder_round_trip(tmp_path):
     assert validate_steps(b) == []
 
 
+@pytest.mark.parametrize("combined", [False, True])
+def test_a_model_name_on_a_profile_that_names_no_model_is_refused(tmp_path, capsys, combined):
+    """PATH#NAME on tables without a model column picked nothing, but took NAME's shipped
+    layer count: a llama-3.2-1b table read as `#llama-3-8b` ran with 32 layers, not 16."""
+    folder = tiny_folder(tmp_path / "p")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("linear", "lm_head", "decode_attn", "prefill_attn"):
+        with open(folder / f"{name}.csv") as f:
+            rows = list(csv.reader(f))
+        write_csv(bare / f"{name}.csv", rows[0][1:], [r[1:] for r in rows[1:]])
+    path = bare
+    if combined:
+        path = tmp_path / "bare.csv"  # the same tables as one combined file
+        header = ["table", "tokens", "mode", "batch", "chunk", "context", "ms"]
+        out = []
+        for name in ("linear", "lm_head", "decode_attn", "prefill_attn"):
+            with open(bare / f"{name}.csv") as f:
+                out += [[name, *(r.get(c, "") for c in header[1:])] for r in csv.DictReader(f)]
+        write_csv(path, header, out)
+    assert load_profile(f"{path},layers=16").layers == 16
+    for name in ("llama-3-8b", "a"):
+        with pytest.raises(ConfigError, match=rf"names no model .* so #{name} picks nothing"):
+            load_profile(f"{path}#{name},layers=16")
+    argv = ["simulate", "--cost-model", f"profile:{path}#llama-3-8b", "--num-requests", "5", "--out", ""]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "names no model" in err, err
+
+
 def test_user_folder_with_several_models(tmp_path):
     folder = tiny_folder(tmp_path / "p", models=("a", "b"))
     ma, mb = load_profile(f"{folder}#a,overlap=0"), load_profile(f"{folder}#b,overlap=0")

@@ -143,6 +143,17 @@ def test_ssd_fills_from_the_remote_store_and_evicts_least_recently_used():
     assert _tiers(cfg, "abcab") == ["remote", "remote", "remote", "remote", "remote"]
 
 
+def test_a_load_fills_the_ssd_and_dram_by_kind_whatever_their_bandwidths():
+    # docs/serverless.md: a load from the SSD fills DRAM even when DRAM (1 GB/s) is slower
+    # than the SSD (5 GB/s). b from the remote store (0.5 GB/s) evicts a from the 15 GB SSD,
+    # so a comes back from DRAM: filled by the SSD load (a "faster tiers only" rule would
+    # have left DRAM without a and loaded it from the remote store)
+    cfg = base()
+    cfg["cluster"]["remote_bandwidth_gbps"] = 0.5
+    cfg["cluster"]["nodes"][0].update(dram_gb=25, dram_bandwidth_gbps=1, ssd_gb=15, ssd_bandwidth_gbps=5, ssd=["a"])
+    assert _tiers(cfg, "aba") == ["ssd", "remote", "dram"]
+
+
 def test_a_checkpoint_larger_than_a_tier_is_never_cached_there():
     cfg = base()
     cfg["cluster"]["nodes"][0].update(dram_gb=5, ssd_gb=5)
@@ -275,6 +286,7 @@ def test_an_instance_still_starting_at_the_runs_end_is_billed_through_its_start(
     b = cut.instances[1]
     assert (b["loaded_ns"], b["ready_ns"], b["stop_ns"], b["stop_reason"]) == (-1, -1, ns(20.1), "time limit")
     assert cut.summary["cold_start_time_s"] == 7 and cut.summary["max_cold_start_s"] == 7
+    assert cut.summary["cold_starts"] == 1 and cut.summary["cold_starts_unfinished"] == 1
 
 
 def test_a_model_kept_alive_is_billed_to_the_last_completion_of_any_model():
@@ -1374,6 +1386,27 @@ def test_a_time_limit_stops_the_run_and_the_gpu_bill_there():
     assert s["gpu_seconds"] <= 20.2 * s["gpus"]
 
 
+@pytest.mark.parametrize("limit", [3, 20, None])
+def test_cold_starts_count_only_the_starts_that_finished_under_a_time_limit(limit):
+    """An instance still starting at the limit used to count in `cold_starts` (3 s: 5 cold
+    starts, none finished, total 0 s; its begun load in `loads_by_tier`); now it counts in
+    `cold_starts_unfinished`, and `cold_starts` x the mean is the total."""
+    res = simulate_serverless(EXAMPLE, scheduler="fcfs", num_requests=300, max_time_s=limit)
+    s = res.summary
+    ready = [i for i in res.instances if i["ready_ns"] >= 0]
+    assert s["cold_starts"] == len(ready) and s["cold_starts_unfinished"] == len(res.instances) - len(ready)
+    assert sum(s["loads_by_tier"].values()) == sum(1 for i in res.instances if i["loaded_ns"] >= 0)
+    if s["cold_starts"]:
+        assert s["cold_start_time_s"] == pytest.approx(s["cold_starts"] * s["mean_cold_start_s"])
+    for name, m in s["models"].items():
+        rows = [i for i in res.instances if i["model"] == name]
+        assert m["cold_starts"] + m["cold_starts_unfinished"] == len(rows)
+    if limit is None:
+        assert s["cold_starts_unfinished"] == 0
+    if limit == 3:
+        assert s["cold_starts"] == 0 and s["cold_starts_unfinished"] == 5 and s["cold_start_time_s"] == 0
+
+
 def test_a_time_limit_keeps_the_step_that_crosses_it_as_one_server_does():
     """One request decoding across the limit: the fast path's last batch (hundreds of steps,
     its end past the limit) used to be dropped whole, 1 step against the step-by-step
@@ -1515,6 +1548,7 @@ def test_the_table_prints_a_dash_for_what_a_run_stopped_early_has_not_measured(t
     assert main(["simulate", "--serverless", str(path), "--max-time", "0.1", "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "0 (-)" in out and "0 / 0 / 1" in out  # GPU-seconds (busy share); completed / arrived / all
+    assert "unfinished" not in out  # no instance started before the limit
     assert main(["simulate", "--serverless", str(path), "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "1 / 1" in out and "%" in out

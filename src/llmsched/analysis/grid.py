@@ -24,6 +24,7 @@ from ..api import SimConfig
 from ..core.checks import as_real
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
+from ..core.names import OPTION_ALIASES
 from ..core.profile import DEFAULT_PROFILE
 from ..core.slo import RUN_SLO_METRIC, check_run_slo_name
 from ..policies import canonical_policy_name
@@ -191,11 +192,13 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
                 )
             k, v = item.split("=", 1)
             k = k.strip().replace("-", "_")
+            k = OPTION_ALIASES.get(k, k)  # a flag's alias: --grid max-num-batched-tokens=... is b_max
             if not k:
                 raise ConfigError(f"grid spec {item!r} has no key")
             pairs.append((k, None if k not in known else parse_values(k, v)))
     for k, vals in pairs:
         k = k.replace("-", "_")
+        k = OPTION_ALIASES.get(k, k)
         if k not in known:
             raise ConfigError(f"unknown grid key {k!r} (known: {', '.join(sorted(known))})")
         if k in out:

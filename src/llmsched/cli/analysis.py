@@ -30,6 +30,7 @@ from .common import (
     flag_of,
     folder_shown,
     is_given,
+    not_together,
     only_with,
     policy_names,
     positive_int,
@@ -474,6 +475,7 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
 def cmd_sweep(args) -> int:
     from ..analysis.sweep import run_sweep  # noqa: PLC0415
 
+    not_together(args, "progress", "quiet", "a progress bar, or print nothing")
     if not args.grid and not args.search:
         raise ConfigError("give at least one --grid KEY=VALUES (or --search max-stable-rate)")
     if not args.search:
@@ -1038,7 +1040,8 @@ def register(sub) -> None:
         action="append",
         metavar="KEY=VALUES",
         help="one key per --grid, repeated for each key, e.g. --grid policy=sarathi,orca,vllm "
-        "--grid load=0.5:1.2:8 --grid seed=0,1 (or rate=1:20:20 instead of load: not both)",
+        "--grid load=0.5:1.2:8 --grid seed=0,1 (or rate=1:20:20 instead of load: not both); a key may be "
+        "a flag's alias (scheduler, max-num-batched-tokens, max-num-seqs, enable-prefix-caching)",
     )
     g.add_argument("--out", default="sweep", help="output folder (default sweep)")
     g.add_argument(

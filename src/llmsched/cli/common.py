@@ -17,6 +17,7 @@ import sys
 
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.errors import ConfigError, closest
+from ..core.names import option_flags
 from ..policies.spec import SchedulerSpec
 
 DEFAULTS = SchedulerSpec()
@@ -181,72 +182,75 @@ def key_values(items: list[str] | None, what: str = "KEY=VALUE") -> dict:
     return out
 
 
-def add_scheduler_args(p: argparse.ArgumentParser, *, defaults: bool = False, block_size: bool = True) -> None:
+def add_scheduler_args(
+    p: argparse.ArgumentParser, *, defaults: bool = False, block_size: bool = True, hidden: tuple[str, ...] = ()
+) -> None:
     """The scheduler's options, the same for simulate, sweep, capacity, serve and the engine
     commands. `defaults`: fill in SchedulerSpec's defaults (serve); otherwise unset options
     stay None so that a config file's values stand. `block_size`: add `--block-size`
-    (False where the command has its own, the KV cache's, under the same name)."""
+    (False where the command has its own, the KV cache's, under the same name). `hidden`:
+    options (dests) the command refuses: parsed, so that its refusal names them in one
+    line, but left out of its --help."""
     d = DEFAULTS
     g = p.add_argument_group("scheduler")
+
+    def shown(dest: str, text: str) -> str:
+        return argparse.SUPPRESS if dest in hidden else text
+
     g.add_argument(
-        "--policy",
-        "--scheduler",
+        *option_flags("policy", "--policy"),
         dest="policy",
         default=d.policy if defaults else None,
-        help=f"batch policy (see `llmsched schedulers`; default {d.policy})",
+        help=shown("policy", f"batch policy (see `llmsched schedulers`; default {d.policy})"),
     )
     g.add_argument(
         "--admission",
         default=d.admission if defaults else None,
-        help=f"admission policy: fcfs, spf, twp, dynamicbatch (default {d.admission})",
+        help=shown("admission", f"admission policy: fcfs, spf, twp, dynamicbatch (default {d.admission})"),
     )
     g.add_argument(
-        "--admission-option",
-        "--admission-opt",
+        *option_flags("admission_options", "--admission-option"),
         dest="admission_option",
         action="append",
         metavar="KEY=VALUE",
-        help="an option of the admission policy (repeatable)",
+        help=shown("admission_option", "an option of the admission policy (repeatable)"),
     )
     g.add_argument(
-        "--b-max",
-        "--max-num-batched-tokens",
+        *option_flags("b_max", "--b-max"),
         dest="b_max",
         type=positive_int,
         default=d.b_max if defaults else None,
-        help=f"token budget per step (default {d.b_max}; at most {MAX_B_MAX:,})",
+        help=shown("b_max", f"token budget per step (default {d.b_max}; at most {MAX_B_MAX:,})"),
     )
     g.add_argument(
         "--k-max",
         type=positive_int_at_most(MAX_REQUESTS_PER_STEP),
-        help=f"cap on requests per step (default: none; at most {MAX_REQUESTS_PER_STEP:,})",
+        help=shown("k_max", f"cap on requests per step (default: none; at most {MAX_REQUESTS_PER_STEP:,})"),
     )
     g.add_argument(
         "--kv-capacity",
         type=positive_int_at_most(MAX_KV_TOKENS),
-        help=f"KV-cache capacity in tokens (default: unlimited; at most {MAX_KV_TOKENS:,})",
+        help=shown("kv_capacity", f"KV-cache capacity in tokens (default: unlimited; at most {MAX_KV_TOKENS:,})"),
     )
     g.add_argument(
-        "--max-running",
-        "--max-num-seqs",
+        *option_flags("max_running", "--max-running"),
         dest="max_running",
         type=positive_int_at_most(MAX_REQUESTS_PER_STEP),
-        help="cap on running requests (default: none; the engine: 64 on CPU, 256 on CUDA)",
+        help=shown("max_running", "cap on running requests (default: none; the engine: 64 on CPU, 256 on CUDA)"),
     )
     g.add_argument(
-        "--prefix-caching",
-        "--enable-prefix-caching",
+        *option_flags("prefix_caching", "--prefix-caching"),
         dest="prefix_caching",
         action="store_true",
         default=None,
-        help="reuse the KV cache of shared prompt prefixes (see docs/prefix-caching.md)",
+        help=shown("prefix_caching", "reuse the KV cache of shared prompt prefixes (see docs/prefix-caching.md)"),
     )
     if block_size:
         g.add_argument(
             "--block-size",
             type=positive_int,
             default=d.block_size if defaults else None,
-            help=f"KV block size in tokens, the prefix cache's unit (default {d.block_size})",
+            help=shown("block_size", f"KV block size in tokens, the prefix cache's unit (default {d.block_size})"),
         )
 
 
@@ -385,6 +389,13 @@ def only_with(args, keys, owner: str) -> None:
     for key in keys:
         if is_given(getattr(args, key)):
             raise ConfigError(f"{flag_of(key)} is an option of {owner}")
+
+
+def not_together(args, first: str, second: str, why: str) -> None:
+    """One line when two options (argparse dests) that contradict each other are both
+    given (a flag at its default, or turned off with --no-..., is not given)."""
+    if is_given(getattr(args, first)) and is_given(getattr(args, second)):
+        raise ConfigError(f"{flag_of(first)} and {flag_of(second)} contradict each other ({why}): give one")
 
 
 # simulate()'s keys that take a length law

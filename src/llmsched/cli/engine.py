@@ -90,14 +90,19 @@ def tiny_vocab_size(text: str) -> int:
 
 
 def add_engine_args(
-    p: argparse.ArgumentParser, cpu_max_model_len: int | None = 2048, cpu_max_model_len_help: str | None = None
+    p: argparse.ArgumentParser,
+    cpu_max_model_len: int | None = 2048,
+    cpu_max_model_len_help: str | None = None,
+    refused: tuple[str, ...] = (),
 ) -> None:
     """The scheduler's options (cli.common) and the engine's own. `cpu_max_model_len`: the
     command's --max-model-len on CPU when not given (None: the model's, as on CUDA); the
     help states it and `engine_setup` applies it (one place for both). `cpu_max_model_len_help`:
     what the help says of the CPU default instead, for a command that chooses its own
-    (validate: from the trace)."""
-    add_scheduler_args(p, defaults=True, block_size=False)
+    (validate: from the trace). `refused`: scheduler options (dests) the command refuses,
+    left out of its --help as --kv-capacity is (engine_setup refuses it: the engine sizes
+    its KV cache from --kv-cache-gb)."""
+    add_scheduler_args(p, defaults=True, block_size=False, hidden=("kv_capacity", *refused))
     p.set_defaults(cpu_max_model_len=cpu_max_model_len)
     if cpu_max_model_len_help is not None:
         mml_default = f"{cpu_max_model_len_help} on CPU, the model's max_position_embeddings on CUDA"
@@ -304,13 +309,18 @@ def _is_a_profile(path: str) -> bool:
         return False
 
 
+# the scheduler options that would only choose the steps profile times: refused (and left
+# out of its --help)
+PROFILE_REFUSED = ("policy", "admission", "admission_option", "k_max", "prefix_caching")
+
+
 def cmd_profile(args) -> int:
     from ..engine.profiler import profile  # noqa: PLC0415
 
     # the profile times the engine's steps for any policy: the scheduler's options that
     # would only choose the steps are refused, not ignored (--b-max and --max-running size
     # the measured loads and batches and stay)
-    for key in ("policy", "admission", "admission_option", "k_max", "prefix_caching"):
+    for key in PROFILE_REFUSED:
         if is_given(getattr(args, key)):
             raise ConfigError(
                 f"{flag_of(key)} is a scheduler option; profile measures step times whatever the policy, "
@@ -361,8 +371,6 @@ COMMANDS = ("generate", "make-tiny-model", "profile")  # what `register` adds
 
 def register(subparsers) -> None:
     """Add the engine subcommands to an argparse subparsers object."""
-    fmt = argparse.ArgumentDefaultsHelpFormatter
-
     p = subparsers.add_parser(
         "generate",
         help="generate text with the PyTorch engine",
@@ -395,24 +403,29 @@ def register(subparsers) -> None:
         help="write a small random model with a trained tokenizer",
         description="Write a small random Llama-family model (config.json, "
         "model.safetensors, tokenizer.json) for demos and tests.",
-        formatter_class=fmt,
     )
     p.add_argument("dir", help="output folder")
-    p.add_argument("--arch", default="llama", choices=["llama", "qwen2", "mistral"])
+    for flag, kind, default, text in (
+        ("--arch", None, "llama", "architecture: llama, qwen2 or mistral"),
+        (
+            "--vocab-size",
+            tiny_vocab_size,
+            512,
+            "BPE vocabulary size, from 258 (the 256 bytes and <s>, </s>) to 575 (every merge of the training text)",
+        ),
+        ("--hidden-size", positive_int, 128, "hidden size"),
+        ("--layers", positive_int, 4, "decoder layers"),
+        ("--heads", positive_int, 4, "attention heads"),
+        ("--kv-heads", positive_int, 2, "key/value heads (grouped-query attention)"),
+        ("--intermediate-size", positive_int, 384, "MLP intermediate size"),
+        ("--max-position-embeddings", positive_int, 4096, "longest sequence the model takes"),
+        ("--seed", seed_int, 0, "weights' random seed (0 to 2**64 - 1)"),
+    ):
+        extra = {"choices": ["llama", "qwen2", "mistral"]} if flag == "--arch" else {"type": kind}
+        p.add_argument(flag, default=default, help=f"{text} (default: {default})", **extra)
     p.add_argument(
-        "--vocab-size",
-        type=tiny_vocab_size,
-        default=512,
-        help="BPE vocabulary size, from 258 (the 256 bytes and <s>, </s>) to 575 (every merge of the training text)",
+        "--tie-word-embeddings", action="store_true", help="share the LM head with the embeddings (default: separate)"
     )
-    p.add_argument("--hidden-size", type=positive_int, default=128)
-    p.add_argument("--layers", type=positive_int, default=4)
-    p.add_argument("--heads", type=positive_int, default=4)
-    p.add_argument("--kv-heads", type=positive_int, default=2)
-    p.add_argument("--intermediate-size", type=positive_int, default=384)
-    p.add_argument("--max-position-embeddings", type=positive_int, default=4096)
-    p.add_argument("--tie-word-embeddings", action="store_true")
-    p.add_argument("--seed", type=seed_int, default=0, help="weights' random seed (0 to 2**64 - 1)")
     p.add_argument(
         "--force", action="store_true", help="write into a folder that is not empty, replacing its model files"
     )
@@ -455,6 +468,6 @@ def register(subparsers) -> None:
         "mean, as in serving; the SDPA decode path pads a batch to its longest context)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    add_engine_args(p)
+    add_engine_args(p, refused=PROFILE_REFUSED)
     # no default policy or admission: a given one is refused (cmd_profile), not ignored
     p.set_defaults(func=cmd_profile, policy=None, admission=None)

@@ -21,6 +21,7 @@ from .common import (
     file_path,
     flag_of,
     folder_shown,
+    not_together,
     positive_int,
     print_table,
     sim_overrides,
@@ -68,6 +69,7 @@ def cmd_simulate(args) -> int:
     import_simulator()
     from ..api import simulate  # noqa: PLC0415
 
+    not_together(args, "progress", "quiet", "a progress bar, or print nothing")
     _route_config(args)
     if args.out is None:
         args.out = "" if args.json else "results"
@@ -264,7 +266,11 @@ def print_serverless_summary(res) -> None:
             if "goodput" in s
             else []
         ),
-        ("cold starts (total time)", f"{s['cold_starts']:,} ({num('cold_start_time_s', ',.1f', ' s')})"),
+        (
+            "cold starts (total time)",
+            f"{s['cold_starts']:,} ({num('cold_start_time_s', ',.1f', ' s')})"
+            + (f", {s['cold_starts_unfinished']:,} unfinished" if s["cold_starts_unfinished"] else ""),
+        ),
         ("GPU-seconds (busy share)", f"{num('gpu_seconds', ',.0f')} ({num('gpu_busy_fraction', '.1%')})"),
         ("instances used / peak", f"{s['instances_used']} / {s['peak_instances']}"),
         ("migrations", f"{s['migrations']:,}"),

@@ -912,7 +912,12 @@ def _pick_model(models_seen: list[str], model: str | None, where: str) -> str | 
                 f"profile {where} holds several models ({', '.join(models_seen)}); choose one with {where}#MODEL"
             )
         return models_seen[0] if models_seen else None
-    if models_seen and model not in models_seen:
+    if not models_seen:  # #NAME picked nothing: it only set the layer count, by a shipped name
+        raise ConfigError(
+            f"profile {where}#{model}: the profile names no model (no model column, or an empty one), so "
+            f"#{model} picks nothing; drop it (give the layer count, if needed, as the option ,layers=N)"
+        )
+    if model not in models_seen:
         raise ConfigError(f"profile {where} has no model {model!r} (models: {', '.join(models_seen)})")
     return model
 

@@ -22,7 +22,8 @@ The platform (docs/serverless.md):
 - Cold start: the instance takes a GPU, then its node loads the checkpoint from the
   fastest tier holding it (host DRAM cache, local SSD, remote store) at that tier's
   bandwidth (one load at a time per node: later loads queue), then `init_s` passes. A load
-  fills every faster tier of the node (LRU eviction); a load from a tier refreshes it.
+  from the remote store fills the node's SSD and DRAM, one from the SSD fills DRAM, by kind
+  whatever their bandwidths (LRU eviction); a load from a tier refreshes it.
 - Scale out: after an arrival, if m's queued work (tokens left of its requests) per
   instance exceeds `scale_out_tokens`, m has fewer than its `max_instances` and a GPU is
   free, one more instance starts. Only free GPUs: scale-out never takes a GPU.
@@ -802,7 +803,9 @@ class _Runtime:
         self.push(t + d, _LOADED, inst.id, inst)
 
     def fill(self, node: _Node, name: str, source: str) -> None:
-        """A load from `source` puts the checkpoint in every faster tier (LRU eviction)."""
+        """A load from `source` keeps the checkpoint in the node's local tiers after it, by
+        kind whatever their bandwidths (remote: SSD and DRAM; SSD: DRAM; DRAM: none), with
+        LRU eviction, as ServerlessLLM caches a loaded checkpoint in host DRAM and SSD."""
         size = self.weights[name]
         for tier in ("ssd", "dram"):
             if tier == source or (tier == "ssd" and source == "dram"):

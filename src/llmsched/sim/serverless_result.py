@@ -2,8 +2,9 @@
 
 `write(out)` lays out:
 - `summary.json`: overall and per model: requests, completed, request throughput, TTFT
-  mean/p50/p95/p99, ITL mean/p99/CV, e2e latency mean/p99, cold starts (count, total and
-  mean time, loads per storage tier), GPU-seconds (time instances held GPUs, loading and
+  mean/p50/p95/p99, ITL mean/p99/CV, e2e latency mean/p99, cold starts (count of those
+  that finished, total and mean time, loads finished per storage tier; instances still
+  starting at a time limit counted apart), GPU-seconds (time instances held GPUs, loading and
   keep-alive included), busy GPU-seconds, instances used and peak concurrent instances,
   migrations; with per-request objectives (`slo`), goodput and its share;
 - `config.json`: the platform as parsed (`cluster`, `models`, `workload`, `platform`)
@@ -194,12 +195,15 @@ class ServerlessResult:
         busy = sum(r["busy_ns"] for r in rows)
         out.update(
             {
-                "cold_starts": len(rows),
+                "cold_starts": len(cold),
+                "cold_starts_unfinished": len(rows) - len(cold),
                 "cold_start_time_s": sum(cold_ns) / NS,
                 "mean_cold_start_s": (sum(cold_ns) / len(cold_ns) / NS) if cold_ns else None,
                 "max_cold_start_s": (max(cold_ns) / NS) if cold_ns else None,
                 "requests_waiting_cold_start": int((st.cold.astype(bool) & sel).sum()),
-                "loads_by_tier": {t: sum(1 for r in rows if r["tier"] == t) for t in ("dram", "ssd", "remote")},
+                "loads_by_tier": {
+                    t: sum(1 for r in rows if r["tier"] == t and r["loaded_ns"] >= 0) for t in ("dram", "ssd", "remote")
+                },
                 "gpu_seconds": sum(gpu_ns) / NS,
                 "busy_gpu_seconds": busy / NS,
                 "gpu_busy_fraction": (busy / sum(gpu_ns)) if sum(gpu_ns) else None,
