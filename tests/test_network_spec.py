@@ -411,6 +411,12 @@ def test_bad_delay_laws(bad, words):
         ),
         (lambda d: d["servers"]["s1"].update(priority=["A.1", "A.1"]), "servers.s1.priority", "listed twice"),
         (lambda d: d["servers"]["s1"].update(priority="A.1"), "servers.s1", "priority must be a list"),
+        (
+            # max-pressure serves one class at a time: the order was ignored without a word
+            lambda d: (d["servers"]["s1"].update(priority=["A.1"]), d.update(control="backpressure")),
+            "servers.s1.priority",
+            "priorities do not apply under control: backpressure",
+        ),
         # routes and forks
         (lambda d: d["jobs"]["A"].update(route=[]), "jobs.A.route", "the route is empty"),
         (lambda d: d["jobs"]["A"].update(route=None), "jobs.A", "missing 'route'"),

@@ -833,6 +833,14 @@ class NetworkSpec:
     def _check_priorities(self) -> None:
         visits = self.class_servers()
         for key, s in self.servers.items():
+            if s.priority and self.control == "backpressure":
+                # max-pressure hands a replica one class at a time: an order among classes
+                # would never apply (the run was the same whichever class came first)
+                raise _at(
+                    f"servers.{key}.priority",
+                    "priorities do not apply under control: backpressure (max-pressure picks the class "
+                    "a replica serves); drop the priority or use control: none",
+                )
             for c in s.priority:
                 if c not in visits:
                     raise _at(f"servers.{key}.priority", f"unknown call class '{c}'{_suggest(c, visits)}")
