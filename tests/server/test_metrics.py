@@ -104,3 +104,23 @@ def test_prefix_cache_counters():
         assert v[f"llmsched:prefix_cache_evictions_total{lab}"] == 0
     with running_server() as (base, _):  # caching off: no prefix-cache metrics
         assert "prefix_cache" not in httpx.get(base + "/metrics").text
+
+
+def test_text_prompts_hit_the_prefix_cache_by_their_content():
+    """The byte rule gave every text of n tokens the ids 0..n-1: two unrelated texts of the
+    same length shared every block (the virtual GPU skipped the second one's prefill). Now
+    a token's id is its 4 bytes: an unrelated text hits nothing, one sharing the first 64
+    bytes (16 tokens, one block) hits that block, and the same text hits its full blocks."""
+    first = "The quick brown fox jumps over the lazy dog. " * 4  # 180 bytes: 45 tokens, 2 full blocks
+    other = "Pack my box with five dozen liquor jugs, now!" * 4  # unrelated, as long
+    shared = first[:64] + other[64:]
+    hits = []
+    with running_server(prefix_caching=True, block_size=16) as (base, srv):
+        eng = srv.config.app.state.engine
+        for prompt in (first, other, shared, first):
+            r = post(base, "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 2})
+            assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 45
+            assert wait_for(lambda: not eng.streams)
+            v = _values(httpx.get(base + "/metrics").text)
+            hits.append(v['llmsched:prefix_cache_hits_total{model_name="llmsched-sim"}'])
+    assert hits == [0, 0, 16, 48]

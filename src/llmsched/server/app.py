@@ -770,14 +770,16 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     token_texts: dict[int, str] = {}
 
     def token_text(t: int) -> str:
-        """A token's text for logprobs (cached: at most one entry per vocabulary id)."""
+        """A token's text for logprobs (cached: at most one entry per vocabulary id; a cheap
+        tokenizer's, such as the byte rule's with its 2**32 ids, is not cached)."""
         v = token_texts.get(t)
         if v is None:
             try:
                 v = tok.decode([t])
             except Exception:  # noqa: BLE001 - an id the tokenizer cannot show
                 v = ""
-            token_texts[t] = v
+            if not tok_cheap:
+                token_texts[t] = v
         return v
 
     async def echo_text(text, ids) -> str:

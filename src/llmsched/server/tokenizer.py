@@ -3,8 +3,10 @@
 - `ByteRuleTokenizer` (the sim backend's default): a text of B UTF-8 bytes is
   `max(1, ceil(B / 4))` tokens (the usual "about 4 characters per token" rule of thumb,
   made exact). A chat request counts the contents of its messages joined by a newline
-  (names, tool calls and tools are not counted). No ids are made: only the count matters
-  to the virtual GPU.
+  (names, tool calls and tools are not counted). A token's id is its 4 bytes read as a
+  little-endian number (the last group padded with zero bytes), so that two texts share
+  prefix-cache blocks on the virtual GPU exactly where they share whole leading 4-byte
+  groups (with `range(n)` every text of n tokens hit every other's blocks).
 - `HFTokenizer` (the sim backend's `--tokenizer`): a real tokenizer read from a folder
   holding `tokenizer.json` (the `tokenizers` package). Chat requests are rendered as on the
   engine backend (`ChatRendering`): with the folder's chat template, else as `role:
@@ -35,9 +37,10 @@ so a long text tokenized in a worker thread does not hold up the event loop.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 from ..core.errors import ConfigError
 from ..engine.tokenizer import tokenizer_file
@@ -110,8 +113,11 @@ class ByteRuleTokenizer(ChatRendering):
     cheap = True
 
     def encode(self, text: str, add_special_tokens: bool = False) -> Sequence[int]:
-        n = max(1, math.ceil(utf8_len(text) / BYTES_PER_TOKEN))
-        return range(n)
+        data = text.encode("utf-8", "surrogatepass")
+        if not data:
+            return [0]  # an empty text is one token
+        pad = -len(data) % BYTES_PER_TOKEN
+        return np.frombuffer(data + bytes(pad), dtype="<u4").tolist()
 
     def render_chat(self, messages: list[dict], **_) -> tuple[str, bool]:
         return "\n".join(content_text(m["content"]) for m in messages), False
