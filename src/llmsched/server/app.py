@@ -1049,9 +1049,10 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     }
 
     async def version(request: Request):
-        return Response(
-            dumps({"version": __version__, **backend.info, "limits": limits}), media_type="application/json"
-        )
+        # the scheduler as it is now: a closed-loop admission's resolved values (TWP's B_max,
+        # window bounds) exist only once it has seen the cost model or a step
+        info = {**backend.info, "scheduler": backend.core.scheduler.describe()}
+        return Response(dumps({"version": __version__, **info, "limits": limits}), media_type="application/json")
 
     app.add_route("/v1/completions", completions, methods=["POST"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])

@@ -271,6 +271,7 @@ def make_engine_backend(
         "backend": "engine",
         "model": str(model),
         "scheduler": core.scheduler.describe(),
+        "cost_model": core.cost_model.describe() if core.cost_model is not None else None,
         "max_model_len": max_len,
         **_template_info(tok),
     }
