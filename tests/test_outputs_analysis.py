@@ -220,6 +220,11 @@ def test_parquet_errors_are_one_line(tmp_path, capsys, monkeypatch):
     assert "--parquet writes requests.parquet into the output folder" in capsys.readouterr().err
     assert main(["simulate", "--replicas", "2", *FLAGS, "--parquet", "--out", str(tmp_path / "n")]) == 2
     assert "--parquet is for one server" in capsys.readouterr().err
+    # a flag that does not apply is refused as such, not first for the --out it lacks
+    assert main(["simulate", "--replicas", "2", *FLAGS, "--parquet", "--json"]) == 2
+    assert "--parquet is for one server" in capsys.readouterr().err
+    assert main(["simulate", "--replicas", "2", *FLAGS, "--steps", "--json"]) == 2
+    assert "--steps is for one server" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     assert main(["simulate", *FLAGS, "--parquet", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err

@@ -1107,6 +1107,8 @@ BAD = [
     (lambda c: c["cluster"]["nodes"][0].update(ssd=["nope"]), "cluster.nodes[0].ssd[0]: unknown model 'nope'"),
     (lambda c: c["workload"].update(models={"zz": {"share": 1}}), "workload.models.zz: unknown model 'zz'"),
     (lambda c: c["workload"].update(popularity={"q": 1}), "workload.popularity.q: unknown model 'q'"),
+    # a key YAML reads as a number: it said "unknown model '8' (did you mean '8'?)"
+    (lambda c: c["workload"].update(popularity={8: 1}), "keys of workload.popularity must be strings, got 8"),
     (
         lambda c: c["cluster"]["nodes"][0].update(ssd_bandwidth_gbps=-1),
         "cluster.nodes[0].ssd_bandwidth_gbps: must be a number > 0, got -1",

@@ -73,13 +73,16 @@ def cmd_simulate(args) -> int:
     _route_config(args)
     if args.out is None:
         args.out = "" if args.json else "results"
-    if args.steps and not args.out:
+    # whether a flag applies at all, before what it needs (--out): adding the --out that a
+    # refusal asked for must not meet a second refusal of the same flag
+    one_server = not (args.serverless or args.network or args.replicas)
+    if args.steps and not args.out and one_server:
         raise ConfigError("--steps writes steps.csv into the output folder: give --out DIR")
     if args.parquet:
+        if not one_server:
+            raise ConfigError("--parquet is for one server; a network or serverless run writes CSV files")
         if not args.out:
             raise ConfigError("--parquet writes requests.parquet into the output folder: give --out DIR")
-        if args.serverless or args.network or args.replicas:
-            raise ConfigError("--parquet is for one server; a network or serverless run writes CSV files")
         from ..sim.result import require_pyarrow  # noqa: PLC0415
 
         require_pyarrow("--parquet")  # before the run, not after it

@@ -1064,7 +1064,7 @@ def _shares(w: ServerlessWorkload, models: dict) -> np.ndarray:
             raise _at(where, f"must be uniform, zipf:S or a mapping model -> weight, got {_show(pop)}")
     elif isinstance(pop, dict):
         weights = np.zeros(len(names))
-        for m, v in pop.items():
+        for m, v in _mapping(pop, where, "workload.popularity").items():
             if m not in models:
                 raise _at(f"{where}.{m}", f"unknown model '{m}'{_suggest(m, models)}; known: {', '.join(names)}")
             weights[names.index(m)] = _num(v, f"{where}.{m}")
