@@ -464,7 +464,11 @@ def test_a_signal_to_the_sweep_alone_stops_its_pool_workers(tmp_path, sig, code,
             time.sleep(0.05)
         assert not any(_alive(w) for w in workers)
         # (read after the workers are gone: they hold the stderr pipe open while they live)
-        assert proc.stderr.read().strip().endswith(said)
+        err = proc.stderr.read().strip()
+        assert err.endswith(said)
+        # with points still queued the pool's manager thread printed an InvalidStateError
+        # traceback (it set an exception on the cancelled futures) before "interrupted"
+        assert "Traceback" not in err and "InvalidStateError" not in err, err
     finally:
         proc.kill()
         for w in workers:

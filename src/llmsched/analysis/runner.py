@@ -296,6 +296,10 @@ class Backend:
                     # interrupted: the points still running are lost either way (a rerun
                     # resumes from the finished ones), so stop them now, not when they end
                     workers = list((self._pool._processes or {}).values())
+                    # drop the cancelled points first: the pool's manager thread, seeing its
+                    # workers die, sets an exception on every pending item, and a cancelled
+                    # future raised InvalidStateError there (a traceback on Ctrl-C)
+                    self._pool.shutdown(wait=False, cancel_futures=True)
                     for worker in workers:
                         worker.terminate()
                     # a worker that outlives SIGTERM (one that had not yet set its handler:
