@@ -51,6 +51,14 @@ def test_a_range_without_its_number_of_points_says_so(key, text, tmp_path, capsy
     assert not out.exists()
 
 
+@pytest.mark.parametrize("key, text", [("load", "0.5:1:3:4"), ("rate", "1:20:3:4:5")])
+def test_a_range_of_more_than_three_parts_says_so(key, text, tmp_path, capsys):
+    """It said "values must be positive numbers" (load) or "rate must be a number"."""
+    out = tmp_path / "sweep"
+    one_line_error(capsys, ["sweep", "--grid", f"{key}={text}", "--out", str(out)], "LO:HI:N", "three parts")
+    assert not out.exists()
+
+
 def test_capacity_says_which_mean_was_given_and_which_sampled(capsys, tmp_path):
     def source(*argv):
         assert main(["capacity", "--json", "--cost-model", "paper", "--samples", "2000", *argv]) == 0

@@ -563,3 +563,16 @@ def test_latency_lines_average_the_seeds_of_each_grid_rate():
     ]
     xs, ys = _by_x(rows, "p99_ttft_ms")
     assert xs == pytest.approx([0.405, 0.805]) and ys == pytest.approx([200.0, 2000.0])
+
+
+def test_search_table_names_the_policy_when_it_is_no_grid_key(tmp_path):
+    """search.csv left policy_name blank (search.json null) for a --policy flag or the
+    default policy: only a grid value was read."""
+    out = tmp_path / "s"
+    argv = ["sweep", "--cost-model", "paper", "--policy", "vllm", "--num-requests", "300", "--workers", "1"]
+    argv += ["--no-plots", "--search", "max-stable-rate", "--grid", "seed=0", "--tol", "0.2", "--out", str(out)]
+    assert main([*argv, "--quiet"]) == 0
+    with open(out / "search.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["policy_name"] for r in rows] == ["vllm"]
+    assert [g["policy_name"] for g in json.loads((out / "search.json").read_text())] == ["vllm"]

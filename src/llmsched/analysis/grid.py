@@ -138,6 +138,8 @@ def parse_values(key: str, text: str) -> list:
                 raise ConfigError(f"grid {key}: range {text!r} gives non-integer values")
             vals = [_whole(key, v) for v in vals]
         return vals
+    if re.fullmatch(r"\s*[-+0-9.eE]+(\s*:\s*[-+0-9.eE]+){3,}\s*", text):
+        raise ConfigError(f"grid {key}: cannot read range {text!r}: a range has three parts, LO:HI:N")
     if re.fullmatch(r"\s*([-+0-9.eE]+)\s*:\s*([-+0-9.eE]+)\s*", text):
         raise ConfigError(
             f"grid {key}: {text!r} is a range without its number of points: write LO:HI:N, "

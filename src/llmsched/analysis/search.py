@@ -222,6 +222,7 @@ class Group:
     policy_critical_rate: float | None = None
     stable: Bracket | None = None
     slo: Bracket | None = None
+    policy: str = ""  # the group's policy spec, a grid value or the run's (--policy, the default)
 
 
 def bisect(
@@ -262,7 +263,13 @@ def search_groups(settings: SearchSettings) -> list[Group]:
                 "the search sets the rate: drop time_scale (--time-scale K runs every probed rate K times as fast)"
             )
         groups.append(
-            Group(params, critical_arrival_rate_of(base), rate_unit(base.workload), policy_critical_rate_of(base))
+            Group(
+                params,
+                critical_arrival_rate_of(base),
+                rate_unit(base.workload),
+                policy_critical_rate_of(base),
+                policy=str(base.policy),
+            )
         )
     return groups
 
@@ -364,7 +371,7 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
     inc = sorted(r for r in st.inconclusive if st.unstable is None or r < st.unstable)
     row = {
         **g.params,
-        "policy_name": str(g.params.get("policy", "")).partition(":")[0] or None,
+        "policy_name": str(g.params.get("policy", g.policy)).partition(":")[0] or None,
         "critical_rate": lam,
         "policy_critical_rate": g.policy_critical_rate,
         **({"rate_unit": g.rate_unit} if g.rate_unit != "req/s" else {}),
