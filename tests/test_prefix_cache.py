@@ -16,7 +16,7 @@ import llmsched
 from llmsched.core import ConfigError, make_cost_model
 from llmsched.core.constraints import Constraints, check_prefix_block_size
 from llmsched.core.prefix_cache import PrefixCache, held_ids
-from llmsched.policies import ADMISSION_POLICIES, BATCH_POLICIES
+from llmsched.policies import ADMISSION_POLICIES, BATCH_POLICIES, BatchPolicy, Scheduler
 from llmsched.policies.spec import SchedulerSpec
 from llmsched.sim.result import SimResult
 from llmsched.sim.simulator import simulate_trace
@@ -430,6 +430,51 @@ def test_shared_blocks_count_once_against_the_capacity():
 def test_bad_block_size_is_a_config_error():
     with pytest.raises(ConfigError, match="block_size"):
         SchedulerSpec(prefix_caching=True, block_size=0).build()
+
+
+class _Checked(BatchPolicy):
+    """Sarathi's plan from outside llmsched.policies: its plans go through check_plan."""
+
+    name = "checked-sarathi"
+
+    def build(self, p):
+        p.take_decodes()
+        p.take_running_prefills()
+        p.admit_waiting()
+        return p.plan()
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("checked", [False, True])
+def test_preemption_stops_once_the_victims_shared_blocks_free_enough(fast, checked):
+    # capacity 25, 4-token blocks. Six 1-token prompts (0-5) and two 5-token prompts (6, 7)
+    # sharing their one full block X. At step 3 the 8 decoders need 8 slots, 5 are free:
+    # preempting 7 frees its private slots (X is 6's too), preempting 6 then leaves X held by
+    # no one (free, evictable): 9 slots, enough. The planner counted only blocks a single
+    # victim held and preempted 5 too (vLLM V1 frees X with its last holder and stops)
+    rows = [(0.0, 1, 20)] * 6 + [(0.001, 5, 20), (0.015, 5, 20)]
+    blocks = [None] * 6 + [(1, 2), (1, 2)]
+    sched = SchedulerSpec(policy="sarathi", b_max=64, kv_capacity=25, prefix_caching=True, block_size=4).build()
+    if checked:
+        sched = Scheduler(_Checked(), sched.admission, sched.constraints)
+    buf = io.StringIO()
+    simulate_trace(trace(rows, blocks), sched, make_cost_model("const:10"), fast=fast, steps_file=buf)
+    step3 = buf.getvalue().splitlines()[3].split(",")
+    assert step3[0] == "3"
+    assert step3[4:] == ["6", "6", "7:x 6:x 0:d 1:d 2:d 3:d 4:d 5:d"]  # (was 5 decodes, 5 preempted too)
+
+
+def test_let_go_frees_a_shared_run_with_its_last_holder():
+    pc = PrefixCache(BS)
+    a: list = []
+    pc.insert((1, 2), 0, 2, a)
+    b, _ = pc.acquire((1, 2), 2)
+    c, _ = pc.acquire((1,), 1)  # splits the run: (1) held by 3, (2) by 2
+    left: dict = {}
+    assert pc.let_go(a, left) == []
+    assert [(r.lo, r.hi) for r in pc.let_go(b, left)] == [(1, 2)]  # (2) had only a and b
+    assert [(r.lo, r.hi) for r in pc.let_go(c, left)] == [(0, 1)]
+    assert pc.let_go(a, {}) == [] and pc.n_free == 0  # nothing changed in the cache
 
 
 @pytest.mark.parametrize("bad", [0, -16, True, 16.0, "16"])

@@ -129,7 +129,7 @@ class PrefixCache:
     def match(self, keys: Sequence[int], limit: int, freed: set | frozenset = frozenset()) -> tuple[int, int]:
         """How many leading `keys` (at most `limit`) are cached, and how many of those are
         held by a running request (not counting those of the runs in `freed`: see
-        `sole_held`). Changes nothing."""
+        `let_go`). Changes nothing."""
         head = self._head
         if limit <= 0 or keys[0] not in head:  # the usual miss, without a walk
             return 0, 0
@@ -338,6 +338,23 @@ class PrefixCache:
         """The runs of a holding that no one else holds (what its holder's preemption
         frees), for `match`'s `freed`."""
         return [run for run in self.pieces(held) if run.ref == 1]
+
+    def let_go(self, held: list, left: dict) -> list:
+        """The runs of a holding that no one holds once its holder lets go, after the
+        holders counted in `left` did (run -> holders it has left: updated; empty before
+        the first): what a set of preemptions frees, for `match`'s `freed`, a run whose
+        holders are all preempted included. Changes nothing in the cache."""
+        out = []
+        for run in self.pieces(held):
+            ref = run.ref
+            if ref == 1:
+                out.append(run)
+            else:
+                n = left.get(run, ref) - 1
+                left[run] = n
+                if not n:
+                    out.append(run)
+        return out
 
     # ---- internals -----------------------------------------------------------------------
     def _split(self, run: _Run, at: int) -> None:

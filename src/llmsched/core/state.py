@@ -216,8 +216,8 @@ class ServerState:
     def admission_need(self, r: Request, freed: set | frozenset = frozenset()) -> tuple[int, int]:
         """(prefill tokens already done, KV slots admission takes) of a waiting request.
         With prefix caching: its longest cached prefix, of which the blocks that running
-        requests hold already take no new slots, except those in `freed` (ids of blocks
-        whose only holder the plan preempts: `footprint` counted them as freed). Changes
+        requests hold already take no new slots, except those in `freed` (the cached runs
+        whose holders the plan all preempts, `PrefixCache.let_go`: counted as freed). Changes
         nothing."""
         pc = self.prefix
         if pc is None or r.blocks is None or r.prefilled or not r.reuse_prefix:

@@ -209,7 +209,7 @@ class Planner:
         self.saw_waiting = False  # whether the policy read the waiting queue (admit, admit_waiting)
         self.short_admission = False  # whether the last admission's chunk left part of its prompt
         self._victims: set[int] | frozenset = _NOBODY
-        self._freed: set[int] | frozenset = _NOBODY  # prefix caching: cached runs only the victims hold
+        self._freed: set | frozenset = _NOBODY  # prefix caching: cached runs only the victims hold
         self.decodable = need = len(state.decoders)
         if tokens < need:
             need = tokens
@@ -227,13 +227,18 @@ class Planner:
         returns the free slots then."""
         state = self.state
         self._victims = set()
-        self._freed = set()
+        self._freed = freed = set()
+        left: dict = {}  # prefix caching: shared runs -> holders not preempted yet
         for victim in reversed(list(state.running.values())):
             self.preempt.append(victim)
             self._victims.add(victim.id)
-            kv += state.footprint(victim)
+            kv += state.footprint(victim)  # its private slots and the cached blocks it alone holds
             if victim.cached:
-                self._freed.update(state.prefix.sole_held(victim.cached))
+                pc = state.prefix
+                for run in pc.let_go(victim.cached, left):
+                    freed.add(run)
+                    if run.ref > 1:  # shared by victims only: freed with the last of them
+                        kv += (run.hi - run.lo) * pc.block_size
             if victim.phase == DECODE:
                 self.decodable -= 1
             need = min(self.decodable, self.tokens, self.slots)
