@@ -62,13 +62,13 @@ def test_cache_match_acquire_release_evict_order():
     assert pc.match((1, 2, 3, 4), 10) == (3, 3)
     assert pc.match((1, 2, 3), 2) == (2, 2)  # the limit
     assert pc.match((1, 9, 10), 10) == (1, 1)  # divergence: the chain stops at the first miss
-    assert pc.match((1, 2, 3), 10, freed=set(pc.sole_held(held_a))) == (3, 0)
+    assert pc.match((1, 2, 3), 10, freed=set(pc.let_go(held_a, {}))) == (3, 0)
     assert pc.release(held_a) == (3, 3)
     assert pc.n_free == 3 and pc.match((1, 2, 3), 10) == (3, 0)  # free blocks still hit
     assert pc.free_order() == [3, 2, 1]  # deepest first
     held_b, was_free = pc.acquire((1, 2, 3), 1)
     assert was_free == 1 and pc.refs(1) == 1 and pc.n_free == 2
-    assert pc.match((1, 2, 3), 10, freed=set(pc.sole_held(held_b))) == (3, 0)
+    assert pc.match((1, 2, 3), 10, freed=set(pc.let_go(held_b, {}))) == (3, 0)
     assert pc.release(held_b) == (1, 1)  # 1 is now the most recently released
     assert pc.free_order() == [3, 2, 1]
     evicted = []
@@ -107,7 +107,7 @@ def test_a_hit_into_the_middle_of_a_run_splits_it():
     assert pc.insert(b, 6, 8, held_b) == 2 and held_ids(held_b) == list(b)
     assert pc.match(b, 8) == (8, 8) and pc.match(a, 10) == (10, 10)
     # a preemption of a frees only what a alone holds: its blocks after the cut
-    assert pc.match(a, 10, freed=set(pc.sole_held(held_a))) == (10, 6)
+    assert pc.match(a, 10, freed=set(pc.let_go(held_a, {}))) == (10, 6)
     assert pc.release(held_a) == (10, 4)
     assert pc.free_order() == list(a[9:5:-1])
     assert pc.release(held_b) == (8, 8)
@@ -343,7 +343,7 @@ def test_runs_follow_the_block_by_block_rules(chains, data):
         # a preemption's view: the blocks only some running request holds
         if running:
             keys, holding, ids, _ = running[-1]
-            sole = set(pc.sole_held(holding))
+            sole = set(pc.let_go(holding, {}))
             sole_ids = {k for k in ids if ref.ref[k] == 1}
             other = data.draw(st.sampled_from(chains))
             assert pc.match(other, len(other), sole) == ref.match(other, len(other), sole_ids)

@@ -334,11 +334,6 @@ class PrefixCache:
         holder's alone)."""
         return sum(run.hi - run.lo for run in self.pieces(held) if run.ref != 1)
 
-    def sole_held(self, held: list) -> list:
-        """The runs of a holding that no one else holds (what its holder's preemption
-        frees), for `match`'s `freed`."""
-        return [run for run in self.pieces(held) if run.ref == 1]
-
     def let_go(self, held: list, left: dict) -> list:
         """The runs of a holding that no one holds once its holder lets go, after the
         holders counted in `left` did (run -> holders it has left: updated; empty before
