@@ -175,6 +175,38 @@ def test_monotone_in_tokens(spec):
     assert all(x <= y for x, y in zip(seq, seq[1:]))
 
 
+@pytest.mark.parametrize("spec", ["h200-llama-3-8b", "h200-llama-3.2-1b", "h200-llama-3-8b,overlap=0"])
+def test_prefill_attention_monotone_in_chunk_and_context_up_to_1m(spec):
+    # above the largest measured chunk (8,192) the work ratio c * (ctx + (c + 1) / 2) was applied
+    # at the grid's contexts only and falls along the context faster than the largest row rises:
+    # Llama-3-8B timed a 131,072-token chunk at 18,677 ms at context 1,024 but 18,352 ms at 4,096,
+    # and a 1,048,576-token chunk flat in context past 16,384
+    import numpy as np  # noqa: PLC0415
+
+    from llmsched.core.constraints import MAX_B_MAX  # noqa: PLC0415
+
+    m = load_profile(spec)
+    rows, cols = m._pre.rows, m._pre.cols
+    near = [v + d for v in (*rows, *cols) for d in (-1, 0, 1)]
+    chunks = np.unique(np.r_[np.geomspace(1, MAX_B_MAX, 160).round(), [r for r in near if r >= 1], MAX_B_MAX])
+    contexts = np.unique(np.r_[0, np.geomspace(1, 1 << 20, 160).round(), [x for x in near if x >= 0]]).astype(np.int64)
+    grid = np.array([m.chunk_times(int(c), contexts) for c in chunks])  # [chunk, context]
+    tol = 1e-12 * grid.max()
+    assert (np.diff(grid, axis=1) >= -tol).all(), "prefill attention falls with context"
+    assert (np.diff(grid, axis=0) >= -tol).all(), "prefill attention falls with chunk"
+    # step_time and prefill_attention_time agree with chunk_times past the grid too
+    for c, x in ((131072, 4096), (131072, 100_000), (MAX_B_MAX, 1_000_000), (16384, 20_000)):
+        assert m.prefill_attention_time(c, x) == pytest.approx(float(m.chunk_times(c, [x])[0]), rel=1e-12)
+        assert m.step_time(c, 0, 0, [(c, x)], 1) == pytest.approx(
+            m.step_time(c, 0, 0, [], 1) + float(m.chunk_times(c, [x])[0]), rel=1e-12
+        )
+    # the sums over contexts stay in closed form past the largest chunk and context
+    c = 131072
+    lo, hi = np.array([0, 1000, 16000, 900_000]), np.array([5000, 17000, 40000, 900_123])
+    want = [float(m.chunk_times(c, np.arange(a, b)).sum()) for a, b in zip(lo, hi)]
+    assert m.chunk_time_sums(c, lo, hi) == pytest.approx(want, rel=1e-9)
+
+
 # --- validation against whole measured steps -----------------------------------------------------
 
 

@@ -39,7 +39,11 @@ point at or below half the largest size to the largest one (a secant over the up
 is less noisy than the last interval), never with a negative slope. The one exception:
 prefill attention above the largest measured chunk scales its part above the launch floor
 with attention work, c * (ctx + (c + 1) / 2), since its cost is quadratic in the chunk
-(the floor, where `overlap` leaves it in, is added unscaled). Missing cells of a 2-D
+(the floor, where `overlap` leaves it in, is added unscaled): the ratio is applied at the
+grid's contexts, followed (with `monotone=1`) by a running maximum along the context, since
+the ratio falls with the context faster than the largest chunk's row rises once the chunk
+is large; past the largest context the row's slope is c / c_max times the largest chunk's
+(the ratio's limit), linear so that sums over contexts keep their closed form. Missing cells of a 2-D
 grid (e.g. batch x context pairs too large to measure) are filled along the context axis
 by the same rule. A table with no second size to draw a secant from is refused (linear
 eager rows, lm_head, decode_attn batches), and so is a prefill_attn table of one chunk size
@@ -286,10 +290,21 @@ class _Surface:
     """A 2-D grid (rows = batch or chunk sizes, cols = contexts). `row(r)` returns the
     segments (A, S) over the context axis for size r, cached."""
 
-    def __init__(self, rows: list[float], cols: list[float], vals: list[list[float]], tail: str, keep: float = 0.0):
+    def __init__(
+        self,
+        rows: list[float],
+        cols: list[float],
+        vals: list[list[float]],
+        tail: str,
+        keep: float = 0.0,
+        monotone: bool = False,
+    ):
         # `keep`: the part of every value that is the launch floor left in (the floor less
-        # what `overlap` hides); the "work" tail scales only what lies above it
+        # what `overlap` hides); the "work" tail scales only what lies above it.
+        # `monotone`: the grid is cleaned, and so is a "work" row above it (a running maximum
+        # along the context axis after scaling)
         self.rows, self.cols, self.vals, self.tail, self.keep = rows, cols, vals, tail, keep
+        self.monotone = monotone
         self.cache: dict = {}
         self._axis = _Axis(cols)
 
@@ -302,10 +317,13 @@ class _Surface:
                 return list(V[-1])
             if self.tail == "work":  # the part above the launch floor scales with attention work
                 rm, keep = R[-1], self.keep  # c * (ctx + (c + 1) / 2); the floor does not
-                return [
+                ys = [
                     keep + max(0.0, v - keep) * (r * (x + (r + 1) / 2)) / (rm * (x + (rm + 1) / 2))
                     for x, v in zip(self.cols, V[-1])
                 ]
+                # the ratio falls along the context (towards r / rm) and, for a chunk well
+                # above the largest, faster than the largest row rises: keep the row monotone
+                return _cummax(ys) if self.monotone else ys
             j = _anchor(R)
             return [vm + max(0.0, (vm - vj) / (R[-1] - R[j])) * (r - R[-1]) for vm, vj in zip(V[-1], V[j])]
         i = bisect_right(R, r)
@@ -318,14 +336,26 @@ class _Surface:
     def row(self, r):
         seg = self.cache.get(r)
         if seg is None:
-            seg = self.cache[r] = self._axis.segments(self.values(r))
+            ys, R = self.values(r), self.rows
+            a, s = self._axis.segments(ys)
+            if self.tail == "work" and r > R[-1]:
+                # past the largest context: the largest row's tail slope times r / rm, the
+                # limit of the work ratio as the context grows (the secant of the scaled
+                # row falls with r and can reach 0); linear, so sums over contexts stay exact
+                k = self.row(R[-1])[1][-1] * (r / R[-1])
+                a[-1], s[-1] = ys[-1] - k * self.cols[-1], k
+            seg = self.cache[r] = (a, s)
         return seg
 
     def __call__(self, r: float, x: float) -> float:
         if r <= 0:
             return 0.0
         ys = self.values(r)
-        return _interp(self.cols, ys, x)
+        i = bisect_right(self.cols, x)
+        if 0 < i < len(self.cols) and x == self.cols[i - 1]:
+            return ys[i - 1]  # exact at grid points
+        a, s = self.row(r)
+        return a[i] + s[i] * x
 
 
 def _grid(points: Iterable[tuple[float, float, float]], monotone: bool) -> tuple[list, list, list]:
@@ -425,7 +455,7 @@ class ProfileCostModel(CostModel):
             floor = min(min(row) for row in v)
             self.floors[table] = floor
             v = [[max(0.0, y - overlap * floor) for y in row] for row in v]
-            surfaces.append(_Surface(r, c, v, tail, keep=(1.0 - overlap) * floor))
+            surfaces.append(_Surface(r, c, v, tail, keep=(1.0 - overlap) * floor, monotone=monotone))
         self._dec, self._pre = surfaces
         self.steps = list(tables.get("step") or [])
 
