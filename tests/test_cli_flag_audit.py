@@ -90,6 +90,12 @@ def test_a_fixed_flag_the_grid_sets_is_refused(capsys, tmp_path, extra, msg):
             "cost_model=Profile:h200-llama-3-8b|profile:h200-llama-3-8b",
             "is the same model as 'Profile:h200-llama-3-8b'",
         ),
+        # an SLO mapping in another key order, with a whole float, or by an alias (each ran
+        # twice, or one row twice under one key)
+        ("slo={ttft_ms: 100, tpot_ms: 50}|{tpot_ms: 50, ttft_ms: 100}", "grid slo: the value {'tpot_ms': 50"),
+        ("slo={ttft_ms: 100}|{ttft_ms: 100.0}", "grid slo: the value {'ttft_ms': 100.0} is given twice"),
+        ("slo={ttft: 100}|{ttft_ms: 100}", "grid slo: the value {'ttft_ms': 100} is given twice"),
+        ("policy_options={a: 1, b: 2}|{b: 2, a: 1}", "grid policy_options: the value {'b': 2, 'a': 1} is given"),
     ],
 )
 def test_a_repeated_grid_value_is_refused(capsys, tmp_path, spec, msg):

@@ -26,7 +26,7 @@ from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
 from ..core.names import OPTION_ALIASES
 from ..core.profile import DEFAULT_PROFILE
-from ..core.slo import RUN_SLO_METRIC, check_run_slo_name
+from ..core.slo import RUN_SLO_METRIC, check_request_slo, check_run_slo_name
 from ..policies import canonical_policy_name
 from ..workload import WorkloadSpec
 
@@ -229,6 +229,12 @@ def _check_distinct(key: str, vals: list) -> None:
             same = canonical_policy_name(v, _POLICY_KINDS[key])
         elif key == "cost_model" and isinstance(v, str):
             same = _cost_model_identity(v)
+        elif isinstance(v, dict):  # a mapping in any key order; an SLO's names and limits as run
+            try:
+                items = check_request_slo(v) if key == "slo" else v
+            except ConfigError:
+                items = v  # (refused with its reason when the point is checked)
+            same = repr(sorted(items.items(), key=lambda kv: str(kv[0])))
         try:
             mark = (type(v) is bool, same)
             hash(mark)
