@@ -27,17 +27,18 @@ Cases:
   (`NetworkResult.server_calls`: one grouping pass, not one scan of every call per server).
 Targets for memory: peak RSS under 500 MB per case.
 
-    python benchmarks/bench_network.py                      # all three cases, full size
+    python benchmarks/bench_network.py                      # the four default cases, full size
     python benchmarks/bench_network.py --scale 0.01         # 10k requests / 1k jobs
     python benchmarks/bench_network.py --cases agent --scale 0.1
     python benchmarks/bench_network.py --workload prefill-heavy
     python benchmarks/bench_network.py --cases servers          # 50k jobs, 750k calls
 
 Reported per case: `wall_s` (simulation + summary + files, inside the child), its parts
-(`sim_s`, `write_s`), `cpu_s` (the child's user + system CPU time, whole process, imports
-included), `process_wall_s` (the child process from start to exit, seen by the parent),
-`peak_rss_mb` (the child's VmHWM from /proc/self/status), requests or jobs and calls, and
-simulated steps.
+(`sim_s`, the simulation; `write_s`, the summary with its verdicts and the files: a
+network's summary is computed when the files are written), `cpu_s` (the child's user +
+system CPU time, whole process, imports included), `process_wall_s` (the child process
+from start to exit, seen by the parent), `peak_rss_mb` (the child's VmHWM from
+/proc/self/status), requests or jobs and calls, and simulated steps.
 """
 
 from __future__ import annotations
@@ -300,7 +301,7 @@ def main() -> None:
             what = "jobs" if case in ("agent", "loop", "servers") else "requests"
             print(
                 f"{case:<8} {n:>9,} {what:<8} {res['calls']:>9,} calls  wall {res['wall_s']:8.2f} s "
-                f"(sim {res['sim_s']:.2f} + write {res['write_s']:.2f})  cpu {res['cpu_s']:8.2f} s  "
+                f"(sim {res['sim_s']:.2f} + summary and write {res['write_s']:.2f})  cpu {res['cpu_s']:8.2f} s  "
                 f"process {res['process_wall_s']:8.2f} s  peak RSS {res['peak_rss_mb']:6.0f} MB  "
                 f"{res['steps']:,} steps  verdict {res['verdict']}",
                 flush=True,

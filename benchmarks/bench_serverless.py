@@ -34,7 +34,7 @@ Cases:
   cost of TWP's schedule, and `twp` against it TWP's own computation.
 
     python benchmarks/bench_serverless.py                          # both cases, full size
-    python benchmarks/bench_serverless.py --scale 0.1              # 100k requests / 10k
+    python benchmarks/bench_serverless.py --scale 0.1              # platform: 100k requests
     python benchmarks/bench_serverless.py --cases overhead --overhead-requests 20000
 
 Reported per run: `wall_s` (simulation + summary + files, inside the child), its parts
@@ -334,6 +334,7 @@ def main() -> None:
         print(json.dumps(child_overhead(args.n, args.load, args.seed, args.repeat)))
         return
     base = args.keep or tempfile.mkdtemp(prefix="bench-serverless-")
+    os.makedirs(base, exist_ok=True)  # a --keep folder that does not exist yet
     results = []
     try:
         if "platform" in args.cases:

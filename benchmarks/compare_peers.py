@@ -48,7 +48,8 @@ time on a shared machine), `out_s` and `out_cpu_s` (writing the outputs), `load_
 child), and peak RSS (VmHWM of the child, whole process; not `ru_maxrss`, which on Linux
 keeps the parent's size across fork + exec); `process_s` is the child's wall time as
 seen by the parent (interpreter start and imports included). `req/s` = N / (sim_s +
-out_s); `req/cpu-s` = N / (sim_cpu_s + out_cpu_s).
+out_s); `req/cpu-s` = N / (sim_cpu_s + out_cpu_s); the table's `run cpu s` is
+`run_cpu_s` = sim_cpu_s + out_cpu_s (not the whole child's `cpu_s`).
 """
 
 from __future__ import annotations
@@ -483,7 +484,7 @@ def _fmt(v, spec):
 def print_table(rows) -> None:
     head = (
         f"{'scenario':<8} {'simulator':<30} {'N':>7} {'sim s':>8} {'out s':>7} {'sim+out':>8} "
-        f"{'cpu s':>8} {'req/s':>8} {'req/cpu-s':>9} {'RSS MB':>7} {'steps':>9} {'TTFT ms':>9} "
+        f"{'run cpu s':>9} {'req/s':>8} {'req/cpu-s':>9} {'RSS MB':>7} {'steps':>9} {'TTFT ms':>9} "
         f"{'E2E ms':>9}  status"
     )
     print(head)
@@ -497,7 +498,7 @@ def print_table(rows) -> None:
         print(
             f"{r['scenario']:<8} {r['label']:<30} {r['n']:>7} "
             f"{_fmt(v('sim_s'), '8.2f')} {_fmt(v('out_s'), '7.2f')} {_fmt(v('run_s'), '8.2f')} "
-            f"{_fmt(v('run_cpu_s'), '8.2f')} "
+            f"{_fmt(v('run_cpu_s'), '9.2f')} "
             f"{_fmt(v('req_per_s'), '8,.0f')} {_fmt(v('req_per_cpu_s'), '9,.0f')} "
             f"{_fmt(v('peak_rss_mb'), '7.0f')} "
             f"{_fmt(v('steps'), '9,d')} {_fmt(v('mean_ttft_ms'), '9.1f')} "
