@@ -135,6 +135,8 @@ class LengthMix:
         of = o.astype(np.float64)
         self.mean_prompt = float(pf.mean())
         self.mean_output = float(of.mean())
+        # the longest context a request of the sample reaches (its last output token's)
+        self.longest_context = int(np.rint((pf + of).max())) - 1
         decodes = float((of - 1.0).sum())
         # the mean context of a decoded token (a request with no decode tokens has none)
         self.decode_context = (
