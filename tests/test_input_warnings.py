@@ -164,3 +164,24 @@ def test_validate_and_simulate_share_the_b_max_default():
     assert inspect.signature(validate).parameters["b_max"].default == SchedulerSpec().b_max == 512
     args = build_parser().parse_args(["validate", "--model", "m", "--trace", "t.csv"])
     assert args.b_max == 512
+
+
+def test_capacity_gives_simulates_input_warnings(capsys):
+    """`llmsched capacity` was silent on inputs `simulate` warns about: a one-token step
+    under 0.1 ms, a profile far past its grid. It calls the same checks."""
+
+    def cap(*argv):
+        code = main(["capacity", *argv, "--json"])
+        out = capsys.readouterr()
+        assert code == 0 and json.loads(out.out)["capacity"]["critical_rate"] > 0  # it went on
+        return warnings_of(out.err)
+
+    assert cap() == [] and cap("--cost-model", "const:1") == []
+    (w,) = cap("--cost-model", "const:0.01")
+    assert w.startswith("llmsched capacity: warning:") and "0.01 ms, under 0.1 ms" in w
+    (w,) = cap("--prompt", "const:70000", "--output", "const:5")
+    assert "extrapolated far past its grid" in w and "context up to 70,004 (measured up to 32,768)" in w
+    (w,) = cap("--mean-prompt", "70000", "--mean-output", "5")
+    assert "context up to 70,004 (measured up to 32,768)" in w
+    (w,) = cap("--b-max", "2048", "--k-max", "2048")
+    assert "decode batch up to 2,048 (measured up to 512)" in w

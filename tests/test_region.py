@@ -184,11 +184,15 @@ def test_plot_region(tmp_path):
     assert out.endswith("r.png") and data[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_representative_step_of_many_whole_prompts_adds_them_up_at_once():
-    """A large budget holds many whole prompts: a profile times the identical chunks as
-    one product, the same step time as listing every chunk (to rounding), and a model that
-    does not declare itself additive (no `chunk_time`) still gets every chunk listed."""
+def test_representative_step_of_means_is_the_constant_length_mix():
+    """Means given instead of a workload are timed as lengths that do not vary at them (a
+    `LengthMix` of one prompt and one output): a window across two prompts pays two
+    chunks and x / P completions are a time-share. Until 2026-12-03 a step's prefill was
+    whole prompts plus one mid-prompt chunk and completions were rounded: lambda* up to
+    22% high. A large budget of many whole prompts stays cheap; a model that does not
+    declare itself additive (no `chunk_time`) gets every chunk of its windows listed."""
     from llmsched.core.cost import make_cost_model
+    from llmsched.core.length_mix import LengthMix
     from llmsched.core.region import representative_step_time
 
     prof = make_cost_model("profile")
@@ -196,26 +200,33 @@ def test_representative_step_of_many_whole_prompts_adds_them_up_at_once():
         (0, 64, 1000.0, 200.0),
         (999, 0, 1000.0, 200.0),
         (1000, 3, 1000.0, 200.0),
+        (1500, 3, 1000.0, 200.0),
         (65_000, 300, 1000.0, 200.0),
         (200_000, 5, 64.0, 300.0),
+        (250, 6, 300.0, 11.0),
     ):
-        p = max(1, round(mp))
-        full, rem = divmod(x, p)
-        listed = [(p, 0)] * full + ([(rem, (p - rem) // 2)] if rem else [])
-        want = prof.step_time(x, y, y * round(mp + mo / 2), listed, y + round(x / mp))
+        want = LengthMix([int(mp)], [int(mo)]).timer(prof)(x, y)
         assert representative_step_time(prof, x, y, mp, mo) == pytest.approx(want, rel=1e-12, abs=0)
-    assert prof.chunk_time(1000, 0) > 0
+    # a window of 250 tokens crosses a prompt boundary 250 / 300 of the time: two chunks
+    prof0 = make_cost_model("profile:h200-llama-3.2-1b,overlap=0")
+    got = representative_step_time(prof0, 250, 6, 300.0, 11.0)
+    ctx = 6 * (300 + 11 // 2)
+    one_chunk = prof0.step_time(250, 6, ctx, [(250, 25)], 6 + 1)
+    assert got > one_chunk * 1.01
+    # a mean between whole numbers lies between them
+    lo, mid, hi = (representative_step_time(prof, 700, 6, p, 11.0) for p in (300.0, 300.5, 301.0))
+    assert min(lo, hi) < mid < max(lo, hi)
 
     class Listing(CostModel):
         seen: list = []
 
         def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
-            self.seen.append(len(chunks))
+            self.seen.append(sum(n for n, _ in chunks))
             return 1e-3 * (1 + prefill_tokens + decode_tokens) + 1e-9 * len(chunks)
 
     m = Listing()
     representative_step_time(m, 5000, 10, 1000.0, 200.0)
-    assert m.seen == [5]
+    assert m.seen and set(m.seen) == {5000}
 
 
 @pytest.mark.parametrize("k_max", [True, 10**30, 4.0])

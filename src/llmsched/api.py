@@ -617,12 +617,7 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
     used far past its measured grid, a block size without prefix caching."""
     if cfg.block_size != SimConfig.block_size and not cfg.prefix_caching:
         warn(f"block_size={cfg.block_size} has no effect without prefix caching (--prefix-caching)")
-    one = min(cost.load_time(1), cost.step_time(0, 1, 1, [], 1))
-    if one < MIN_STEP_S:
-        warn(
-            f"the cost model {cfg.cost_model!r} times a one-token step at {one * 1e3:.3g} ms, under 0.1 ms: "
-            "are its times in milliseconds?"
-        )
+    warn_fast_steps(cost, cfg.cost_model)
     arrival = np.asarray(trace.arrival_s, dtype=np.float64)
     if replay and len(arrival) > 1:
         span = float(arrival[-1] - arrival[0])
@@ -632,14 +627,36 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
                 f"the trace's mean arrival rate is {rate:.3g} req/s, under {MIN_TRACE_RATE} req/s: are its arrival "
                 "times in seconds? (--time-scale K or --rate R rescales a trace)"
             )
-    if hasattr(cost, "extrapolation"):  # a measured profile (no import of core.profile for the others)
+    if hasattr(cost, "extrapolation"):
         need = np.asarray(trace.prompt, dtype=np.int64) + np.asarray(trace.output, dtype=np.int64) - 1
-        # the decode batch only where a cap sets it: without one, b_max bounds it far above what runs
-        caps = [x for x in (cfg.k_max, cfg.max_running) if x]
-        batch = min([*caps, cfg.b_max, len(need)]) if caps else 0
-        far = cost.extrapolation(cfg.b_max, batch, int(need.max()) if len(need) else 0)
-        if far:
-            warn(f"profile {cost.label!r} is extrapolated far past its grid: {'; '.join(far)}")
+        warn_profile_reach(cost, cfg, int(need.max()) if len(need) else 0, len(need))
+
+
+def warn_fast_steps(cost, label) -> None:
+    """Warn when the cost model `label` (its spec, for the message) times a one-token step
+    under 0.1 ms (`simulate` and `capacity` both)."""
+    one = min(cost.load_time(1), cost.step_time(0, 1, 1, [], 1))
+    if one < MIN_STEP_S:
+        warn(
+            f"the cost model {label!r} times a one-token step at {one * 1e3:.3g} ms, under 0.1 ms: "
+            "are its times in milliseconds?"
+        )
+
+
+def warn_profile_reach(cost, cfg: SimConfig, context: int, requests: int | None = None) -> None:
+    """Warn when a measured profile is used more than twice past its grid: the token load
+    and prefill chunk at `cfg.b_max`, the decode batch where `k_max` or `max_running` caps it
+    (at most `requests`, when given), the context up to `context` tokens (the longest
+    request's prompt + output - 1). No-op for other cost models (`simulate` and `capacity`)."""
+    if not hasattr(cost, "extrapolation"):  # a measured profile (no import of core.profile for the others)
+        return
+    # the decode batch only where a cap sets it: without one, b_max bounds it far above what runs
+    caps = [x for x in (cfg.k_max, cfg.max_running) if x]
+    bounds = [*caps, cfg.b_max, *([requests] if requests is not None else [])]
+    batch = min(bounds) if caps else 0
+    far = cost.extrapolation(cfg.b_max, batch, context)
+    if far:
+        warn(f"profile {cost.label!r} is extrapolated far past its grid: {'; '.join(far)}")
 
 
 def config_policy_capacity(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..api import SimConfig, build_config, check_config
+from ..api import SimConfig, build_config, check_config, warn_fast_steps, warn_profile_reach
 from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
@@ -148,6 +148,12 @@ def capacity_report(
     per = requests_per_rate(cfg.workload) if rate is not None else 1.0  # (1 for a trace: its rate is requests/s)
     request_rate = None if rate is None else rate * per
     cost = make_cost_model(cfg.cost_model)  # (once: a policy's own cost option is compared with it)
+    # the warnings `simulate` gives for inputs valid but probably not meant: a one-token step
+    # under 0.1 ms, a profile used far past its grid (the context: the sample's longest
+    # request, or with means given the mean request's)
+    warn_fast_steps(cost, cfg.cost_model)
+    reach = mix.longest_context if mix is not None else math.ceil(float(mean_prompt) + float(mean_output) - 1)
+    warn_profile_reach(cost, cfg, reach)
     rep = capacity(
         cost,
         cfg.b_max,

@@ -67,6 +67,8 @@ EXACT_EDGES = 8192
 EXACT_LOADS = 256
 KNOT_RATIO = 1.01
 _LOG_RATIO = math.log(KNOT_RATIO)
+#: `LengthMix.of_means`: a mean prompt's fraction of a token as a ratio k / n, n at most this
+MEANS_DENOMINATOR = 256
 
 
 def _knot(k: int) -> int:
@@ -133,6 +135,8 @@ class LengthMix:
         of = o.astype(np.float64)
         self.mean_prompt = float(pf.mean())
         self.mean_output = float(of.mean())
+        # the longest context a request of the sample reaches (its last output token's)
+        self.longest_context = int(np.rint((pf + of).max())) - 1
         decodes = float((of - 1.0).sum())
         # the mean context of a decoded token (a request with no decode tokens has none)
         self.decode_context = (
@@ -157,6 +161,26 @@ class LengthMix:
         self._longest = int(self._sorted_len[-1])
         # what each cost model's timing of the stream computed (`_PerCost`)
         self._costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of_means(cls, mean_prompt: float, mean_output: float, cached: float = 0.0) -> LengthMix:
+        """The mix of lengths that do not vary, at the given means (>= 1 token each): every
+        output `mean_output` tokens (a fraction only moves the decoders' mean context), the
+        prompts the two whole numbers around `mean_prompt`, in the proportion (within
+        1 / MEANS_DENOMINATOR of a token) that makes their mean `mean_prompt`, spread evenly
+        through the stream; `cached` (a prefix cache's tokens per request) rounded, at most
+        each prompt's length less one. Means given instead of a workload are timed with it
+        (`representative_timer`, `theory.capacity`), as the lengths they describe are."""
+        from fractions import Fraction  # noqa: PLC0415
+
+        p, o = float(mean_prompt), float(mean_output)
+        lo = math.floor(p)
+        share = Fraction(p - lo).limit_denominator(MEANS_DENOMINATOR)
+        n, k = share.denominator, share.numerator  # k of every n prompts hold lo + 1 tokens
+        i = np.arange(n)
+        prompts = lo + ((i + 1) * k // n - i * k // n)
+        hits = np.minimum(int(round(float(cached))), prompts - 1) if cached else None
+        return cls(prompts, np.full(n, o), hits)
 
     def describe(self) -> dict:
         d = {

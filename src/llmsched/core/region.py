@@ -41,7 +41,8 @@ Step times:
 - Context-dependent models (`load_only = False`, e.g. the H200 profile): the step time
   of a shape depends on the contexts its tokens attend to, which the region needs a
   representative value for; `representative_step_time` takes them from the workload's
-  mean prompt and output lengths (documented there). The shape set is then sampled on
+  length mix, or lengths that do not vary at its mean prompt and output (documented
+  there). The shape set is then sampled on
   a grid (all shapes when it is small, otherwise about `grid` values of `y` times about
   `grid` values of `x` per `y`, always including the largest feasible `x` for each `y`,
   the values `k_max - 1` and `k_max`, and powers of two), so the region computed is an
@@ -155,21 +156,15 @@ def representative_step_time(
 ) -> float:
     """Step time of a shape (x prefill, y decode tokens) with representative contexts.
 
-    For a load-only model this is `cost.load_time(x + y)`. Otherwise, with `P` the mean
-    prompt and `O` the mean output length (tokens):
-
-    - each decoder reads `P + O / 2` cached tokens (a request decoding output token j,
-      j = 2..O, has about P + j - 1 tokens of context; their mean is P + O/2), so
-      `decode_context = y * round(P + O / 2)`;
-    - the x prefill tokens are whole prompts of `round(P)` tokens (context 0) plus one
-      remainder chunk of `r = x mod round(P)` tokens after `(round(P) - r) // 2` cached
-      tokens (the middle of a prompt being chunked);
-    - `sampled = y + round(x / P)`: in steady state x / P prompts complete per step.
-
-    These contexts suit lengths that do not vary (within 2%). With `mix`, a `LengthMix`
-    of the workload's lengths, the step is timed with the contexts its tokens see on
-    average (size-biased decode contexts, prefill windows of the prompt stream;
-    `core.length_mix`): with varying lengths the mean contexts above were 3-8% optimistic.
+    For a load-only model this is `cost.load_time(x + y)`. Otherwise, with `mix`, a
+    `LengthMix` of the workload's lengths, the step is timed with the contexts its tokens
+    see on average (size-biased decode contexts, prefill windows of the prompt stream,
+    `x / E[p]` prompts completing a step as a time-share; `core.length_mix`). Without it,
+    `P` and `O` the mean prompt and output lengths (tokens) are timed the same way as
+    lengths that do not vary (`LengthMix.of_means`): each decoder reads `P + O / 2` cached
+    tokens, the x prefill tokens are a window of a stream of prompts of `P` tokens (a
+    window across two prompts pays two chunks) and `x / P` prompts complete per step. With
+    varying lengths the means' contexts are optimistic (3-8% on the workloads measured).
     """
     return representative_timer(cost, mean_prompt, mean_output, mix)(x, y)
 
@@ -185,26 +180,11 @@ def representative_timer(
     if mix is not None:
         return mix.timer(cost)
     _check_means(mean_prompt, mean_output)
-    p = max(1, int(round(mean_prompt)))
-    ctx = int(round(mean_prompt + mean_output / 2.0))
-    step_time = cost.step_time
-    # a step of many whole prompts (a large budget): a model whose time adds up over its
-    # chunks times the identical ones at once (scanning every load up to a budget of 2^20
-    # tokens listed each prompt: minutes)
-    chunk_time = getattr(cost, "chunk_time", None)
-    whole = chunk_time(p, 0) if chunk_time is not None else None
-    first = [(p, 0)]
-
-    def time_of(x, y) -> float:
-        x, y = int(x), int(y)
-        full, rem = divmod(x, p)
-        sampled = y + int(round(x / mean_prompt))
-        tail = [(rem, (p - rem) // 2)] if rem else []
-        if full > 1 and whole is not None:
-            return float(step_time(x, y, y * ctx, first + tail, sampled)) + (full - 1) * whole
-        return float(step_time(x, y, y * ctx, first * full + tail, sampled))
-
-    return time_of
+    # lengths that do not vary, at the means: timed as a length mix of them is (until
+    # 2026-12-03 a step's prefill was whole prompts plus one mid-prompt chunk, so a window
+    # across two prompts paid one chunk, not two, and completions were rounded: lambda*
+    # up to 22% high for short prompts at a large budget)
+    return LengthMix.of_means(mean_prompt, mean_output).timer(cost)
 
 
 def workload_point(rate: float, mean_prompt: float, mean_output: float) -> tuple[float, float]:

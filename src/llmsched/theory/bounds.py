@@ -38,9 +38,11 @@ made lambda* fall as the cap was relaxed to b_max: 23.947 req/s at k_max 511, 23
 512, H200 profile, means 1000/200). Given `mix`, a
 `LengthMix` of the workload's lengths (what `llmsched capacity`, `simulate`'s verdict,
 sweeps and the serverless reproduction pass), the step is timed with the contexts its
-tokens see on average when lengths vary (`core.length_mix`); without it, with
-representative contexts of the mean lengths (`representative_step_time`), which were
-1.6% optimistic for constant lengths and 3-8% for varying ones (docs/stability.md).
+tokens see on average when lengths vary (`core.length_mix`); without it, as lengths
+that do not vary at the means (`LengthMix.of_means`, with a cached prefix per prompt of
+`cached_prompt` tokens): 3-8% optimistic for varying lengths (docs/stability.md). Until
+2026-12-03 means were timed with representative contexts (whole prompts plus one
+mid-prompt chunk, no cached prefix), up to 22% optimistic even for constant lengths.
 Without mean lengths, `token_capacity` uses `cost.load_time(b_max)` (a prefill-only step
 with no cached context).
 
@@ -201,8 +203,8 @@ def step_time_at_budget(
     """t(b) in seconds: `cost.load_time(b)` for a load-only model (or when no mean
     lengths are given); for a context-dependent model with mean lengths, the time of a
     b-token step mixing prefill and decode in the workload's proportion, with the
-    contexts of `mix` (a `LengthMix` of the workload's lengths) or, without it,
-    representative contexts of the means (optimistic when lengths vary)."""
+    contexts of `mix` (a `LengthMix` of the workload's lengths) or, without it, of
+    lengths that do not vary at the means (optimistic when lengths vary)."""
     require_cost_model(cost)
     b = _check_budget(b)
     return _budget_timer(cost, *_check_means(cost, mean_prompt, mean_output, cached_prompt, mix), mix)(b)
@@ -221,6 +223,8 @@ def _budget_timer(cost: CostModel, mean_prompt, mean_output, cached_prompt: floa
         return lambda b: float(cost.load_time(int(b)))
     w = _work(mean_prompt, mean_output, cached_prompt)
     uncached = mean_prompt - cached_prompt
+    if mix is None and cached_prompt:  # means with a cache: each chunk after its cached prefix
+        mix = LengthMix.of_means(mean_prompt, mean_output, cached_prompt)
     time_of = representative_timer(cost, mean_prompt, mean_output, mix)
 
     def t(b) -> float:
@@ -452,8 +456,8 @@ def capacity(
     below what a policy serves).
     `mix`: a `LengthMix` of the workload's lengths (`theory.workload_mix`): a
     context-dependent model then times steps with the contexts varying lengths give
-    (without it, with the means' representative contexts: 2-8% optimistic, the more the
-    lengths vary; docs/stability.md "Contexts of a full step"). Load-only models ignore it.
+    (without it, as lengths that do not vary at the means, `LengthMix.of_means`: 2-8%
+    optimistic, the more the lengths vary; docs/stability.md "Contexts of a full step"). Load-only models ignore it.
     `peak=False` leaves `peak_token_capacity` and `peak_load` None: for a context-dependent
     model their scan times every load up to `b_max`, which a caller that needs only the
     rates need not wait for (a load-only model's lambda* needs the peak: its vectorised scan
@@ -475,8 +479,13 @@ def capacity(
     cached_prompt = _check_cached(cached_prompt, mean_prompt)
     max_prefill_per_request = _check_longest(max_prefill_per_request, mean_prompt, cached_prompt)
     work = _work(mean_prompt, mean_output, cached_prompt)
+    contexts = "load" if cost.load_only else ("length mix" if mix is not None else "mean lengths")
     if cost.load_only:
         mix = None
+    elif mix is None:
+        # means given: timed as lengths that do not vary at them (with a cache, each prompt's
+        # uncached tokens after its cached prefix), the constant-length mix
+        mix = LengthMix.of_means(mean_prompt, mean_output, cached_prompt)
     means = (None, None, 0.0, None) if cost.load_only else (mean_prompt, mean_output, cached_prompt, mix)
     t_bmax = _budget_timer(cost, *means)(b_max)
     if not t_bmax > 0 or not math.isfinite(t_bmax):
@@ -562,6 +571,6 @@ def capacity(
         region_exact=region_exact,
         region_note=region_note,
         cached_prompt_per_request=float(cached_prompt),
-        contexts="load" if cost.load_only else ("length mix" if mix is not None else "mean lengths"),
+        contexts=contexts,
         shape_bound_rate=shape_bound,
     )
