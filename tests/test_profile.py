@@ -254,12 +254,7 @@ def test_user_folder_round_trip(tmp_path):
     assert raw.step_time(100, 10, 10 * 1000, [(100, 0)], 11) * 1e3 == pytest.approx(lin + dec + pre + lm)
     assert len(validate_steps(raw)) == 1
     # no model column, step.csv and profile.json absent, layers as an option
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    for name in ("linear", "lm_head", "decode_attn", "prefill_attn"):
-        with open(folder / f"{name}.csv") as f:
-            rows = list(csv.reader(f))
-        write_csv(bare / f"{name}.csv", rows[0][1:], [r[1:] for r in rows[1:]])
+    bare = without_model_column(folder, tmp_path / "bare")
     b = load_profile(f"{bare},layers=2,mode=eager,monotone=0,overlap=0")
     assert b.step_time(100, 10, 10 * 1000, [(100, 0)], 11) == pytest.approx(
         raw.step_time(100, 10, 10 * 1000, [(100, 0)], 11)
@@ -267,17 +262,21 @@ def test_user_folder_round_trip(tmp_path):
     assert validate_steps(b) == []
 
 
-@pytest.mark.parametrize("combined", [False, True])
-def test_a_model_name_on_a_profile_that_names_no_model_is_refused(tmp_path, capsys, combined):
-    """PATH#NAME on tables without a model column picked nothing, but took NAME's shipped
-    layer count: a llama-3.2-1b table read as `#llama-3-8b` ran with 32 layers, not 16."""
-    folder = tiny_folder(tmp_path / "p")
-    bare = tmp_path / "bare"
+def without_model_column(folder, bare):
+    """A copy of a profile folder's four tables without their model column (the first)."""
     bare.mkdir()
     for name in ("linear", "lm_head", "decode_attn", "prefill_attn"):
         with open(folder / f"{name}.csv") as f:
             rows = list(csv.reader(f))
         write_csv(bare / f"{name}.csv", rows[0][1:], [r[1:] for r in rows[1:]])
+    return bare
+
+
+@pytest.mark.parametrize("combined", [False, True])
+def test_a_model_name_on_a_profile_that_names_no_model_is_refused(tmp_path, capsys, combined):
+    """PATH#NAME on tables without a model column picked nothing, but took NAME's shipped
+    layer count: a llama-3.2-1b table read as `#llama-3-8b` ran with 32 layers, not 16."""
+    bare = without_model_column(tiny_folder(tmp_path / "p"), tmp_path / "bare")
     path = bare
     if combined:
         path = tmp_path / "bare.csv"  # the same tables as one combined file
