@@ -304,7 +304,10 @@ class Trace:
             d["tags"] = {str(t): int(c) for t, c in zip(tags, counts)}
         if self.block_ids is not None:
             ids, _ = reblock(self.block_ids, self.block_ptr, self.prompt, self.block_size, self.block_size)
-            distinct = int(np.unique(ids).shape[0])
+            # distinct ids by sorting: numpy 2.4's np.unique of integers (a hash table) took
+            # 2.1 s of CPU for 1.9M ids, sorting and counting the changes 0.03 s
+            srt = np.sort(ids)
+            distinct = int(srt.size and 1 + np.count_nonzero(srt[1:] != srt[:-1]))
             d["block_size"] = self.block_size
             d["full_blocks"] = int(ids.shape[0])
             # the block hit rate of an unbounded cache: blocks whose id came before
