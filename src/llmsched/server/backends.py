@@ -141,11 +141,11 @@ def make_sim_backend(
             "--chat-template needs --tokenizer on the sim backend (without one, chat messages are counted "
             "by the bytes of their contents)"
         )
-    else:
-        tok = ByteRuleTokenizer()
     from ..sim.virtual import VirtualEngine  # noqa: PLC0415
 
     opts = opts or SchedulerOptions()
+    if not tokenizer:  # ids from the text's bytes only where they matter: the prefix cache's blocks
+        tok = ByteRuleTokenizer(content_ids=bool(opts.prefix_caching))
     sched = opts.build()
     kv = opts.kv_capacity
     if max_model_len is None:
