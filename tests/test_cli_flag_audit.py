@@ -96,6 +96,7 @@ def test_a_fixed_flag_the_grid_sets_is_refused(capsys, tmp_path, extra, msg):
         ("slo={ttft_ms: 100}|{ttft_ms: 100.0}", "grid slo: the value {'ttft_ms': 100.0} is given twice"),
         ("slo={ttft: 100}|{ttft_ms: 100}", "grid slo: the value {'ttft_ms': 100} is given twice"),
         ("policy_options={a: 1, b: 2}|{b: 2, a: 1}", "grid policy_options: the value {'b': 2, 'a': 1} is given"),
+        ("admission_options={a: 1}|{a: 1.0}", "grid admission_options: the value {'a': 1.0} is given twice"),
     ],
 )
 def test_a_repeated_grid_value_is_refused(capsys, tmp_path, spec, msg):

@@ -229,11 +229,12 @@ def _check_distinct(key: str, vals: list) -> None:
             same = canonical_policy_name(v, _POLICY_KINDS[key])
         elif key == "cost_model" and isinstance(v, str):
             same = _cost_model_identity(v)
-        elif isinstance(v, dict):  # a mapping in any key order; an SLO's names and limits as run
+        elif isinstance(v, dict):  # a mapping in any key order, 1 and 1.0 alike; an SLO's names as run
             try:
                 items = check_request_slo(v) if key == "slo" else v
             except ConfigError:
                 items = v  # (refused with its reason when the point is checked)
+            items = {k: float(x) if as_real(x) is not None else x for k, x in items.items()}
             same = repr(sorted(items.items(), key=lambda kv: str(kv[0])))
         try:
             mark = (type(v) is bool, same)

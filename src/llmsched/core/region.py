@@ -180,10 +180,8 @@ def representative_timer(
     if mix is not None:
         return mix.timer(cost)
     _check_means(mean_prompt, mean_output)
-    # lengths that do not vary, at the means: timed as a length mix of them is (until
-    # 2026-12-03 a step's prefill was whole prompts plus one mid-prompt chunk, so a window
-    # across two prompts paid one chunk, not two, and completions were rounded: lambda*
-    # up to 22% high for short prompts at a large budget)
+    # lengths that do not vary, at the means, timed as their length mix is: a prefill window
+    # across two prompts pays two chunks (docs/stability.md: timing one chunk was up to 22% high)
     return LengthMix.of_means(mean_prompt, mean_output).timer(cost)
 
 

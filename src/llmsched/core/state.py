@@ -207,6 +207,21 @@ class ServerState:
             kv -= self.prefix.block_size * self.prefix.shared_blocks(r.cached)
         return kv
 
+    def preemption_frees(self, r: Request, left: dict) -> tuple[int, list]:
+        """Preempting running request `r` after the victims counted in `left` (the prefix
+        cache's runs -> holders left, `PrefixCache.let_go`; updated): the KV slots it frees
+        (its `footprint`, and the cached blocks it shared with earlier victims only, which
+        no one holds now) and the runs no one holds (for `match`'s `freed`)."""
+        kv = self.footprint(r)
+        if not r.cached:
+            return kv, []
+        pc = self.prefix
+        runs = pc.let_go(r.cached, left)
+        for run in runs:
+            if run.ref > 1:  # (a run it alone held is in its footprint)
+                kv += (run.hi - run.lo) * pc.block_size
+        return kv, runs
+
     def emitted(self, r: Request) -> int:
         return r.emitted + self._round - r.round0 if r.active else r.emitted
 

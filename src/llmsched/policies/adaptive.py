@@ -52,7 +52,8 @@ Options (`make_batch_policy("adaptive:cost=paper")`, or keyword arguments):
 - `cost`: the cost model spec the region is computed for. By default the driver's own
   model (the simulator and the virtual GPU bind theirs); `paper` if none is bound.
 - `mean_prompt`, `mean_output`: workload means, used only by context-dependent cost
-  models (representative contexts); otherwise estimated from the requests seen.
+  models (timed as lengths that do not vary at them); otherwise estimated from the
+  requests seen.
 - `max_prompt`: the longest prompt expected (tokens), so that the region is capped from
   the first step on; a longer prompt seen still raises the cap.
 

@@ -232,13 +232,9 @@ class Planner:
         for victim in reversed(list(state.running.values())):
             self.preempt.append(victim)
             self._victims.add(victim.id)
-            kv += state.footprint(victim)  # its private slots and the cached blocks it alone holds
-            if victim.cached:
-                pc = state.prefix
-                for run in pc.let_go(victim.cached, left):
-                    freed.add(run)
-                    if run.ref > 1:  # shared by victims only: freed with the last of them
-                        kv += (run.hi - run.lo) * pc.block_size
+            slots, runs = state.preemption_frees(victim, left)
+            kv += slots
+            freed.update(runs)
             if victim.phase == DECODE:
                 self.decodable -= 1
             need = min(self.decodable, self.tokens, self.slots)

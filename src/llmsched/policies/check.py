@@ -74,15 +74,8 @@ def check_plan(policy: str, plan, state: ServerState, freed=frozenset()) -> None
     if k > state.k_max:
         raise bad(f"the step holds {k} requests, above k_max = {state.k_max}")
     if state.kv_capacity < UNLIMITED:
-        free = state.kv_capacity - state.kv_used + sum(state.footprint(r) for r in victims.values())
-        pc = state.prefix
-        if pc is not None:  # cached blocks that only victims hold, shared by several of them
-            left: dict = {}
-            for r in victims.values():
-                if r.cached:
-                    for run in pc.let_go(r.cached, left):
-                        if run.ref > 1:
-                            free += (run.hi - run.lo) * pc.block_size
+        left: dict = {}  # (cached blocks that only victims hold, several of them)
+        free = state.kv_capacity - state.kv_used + sum(state.preemption_frees(r, left)[0] for r in victims.values())
         if kv_need > free:
             raise bad(
                 f"its decode tokens and admissions need {kv_need} KV slots; {free} are free "
