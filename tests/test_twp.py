@@ -92,6 +92,16 @@ def test_explicit_measurements_use_the_roofline():
     assert p.W_0 == 16 and p.H_min == 24
 
 
+@pytest.mark.parametrize(
+    "l_min_ms, b0, target_ms, want", [(3, 16, 9, 48), (10, 10, 22, 22), (6.6, 32, None, 48), (10, 16, 14.9, 23)]
+)
+def test_the_roofline_batch_at_a_whole_quotient_is_not_rounded_down(l_min_ms, b0, target_ms, want):
+    """floor(B_0 L* / l_min) in floats gave 47 for 16 * 9 / 3 (47.99999...): a batch of 48
+    takes exactly the 9 ms target on the roofline, so B_max is 48."""
+    p = _resolved(TWP(l_min_ms=l_min_ms, b0=b0, itl_target_ms=target_ms))
+    assert p.B_max == want
+
+
 def test_explicit_options_win_and_are_clamped_to_the_budget():
     p = _resolved(TWP(cost="paper", max_active=10, h_min=20, h_max=4096, h0=1), b_max=256)
     assert (p.B_max, p.H_min, p.H_max, p.window) == (10, 20, 256, 20)

@@ -88,6 +88,14 @@ def decode_step_time(cost, n: int, context: int) -> float:
     return float(cost.step_time(0, n, n * context, [], n))
 
 
+def _roofline_batch(b0: int, target: float, l_min: float) -> int:
+    """The largest n with l_min * n / b0 <= target: floor(b0 * target / l_min), one more
+    where the quotient falls a rounding error short of a whole number (3 ms, 16, 9 ms gave
+    47.99999..., so 47, where a batch of 48 takes exactly 9 ms)."""
+    n = int(b0 * target / l_min)
+    return n + 1 if l_min * (n + 1) <= b0 * target * (1 + 1e-12) else n
+
+
 class ItlMeter:
     """The inter-token latency a step's decoders experienced, from `StepFeedback` alone.
 
@@ -351,7 +359,7 @@ class TWP(MeteredAdmission):
             within = self._last_within(lambda n: decode_step_time(model, n, self.context), target, cap, model.load_only)
             self.B_max = min(max(self.B_0, within), cap)
         else:  # l_min and B_0 given: the roofline
-            self.B_max = min(max(self.B_0, int(self.B_0 * target / self.l_min_s)), cap)
+            self.B_max = min(max(self.B_0, _roofline_batch(self.B_0, target, self.l_min_s)), cap)
         if model is not None:
             t1 = model.load_time(1)
             self.W_0 = self._last_within(model.load_time, (1 + self.eps) * t1, b_max, model.load_only)
