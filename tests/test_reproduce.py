@@ -157,3 +157,14 @@ def test_the_table_flags_a_max_stable_rate_that_is_a_bound(tmp_path):
     res = reproduce_stability(quick=True, policies=["sarathi"], search=False, out_dir=tmp_path / "n", workers=1)
     (row,) = res["rows"]
     assert row["max_stable_rate"] is None and row["max_stable_upper_bound"] is None
+
+
+def test_the_azure_table_divides_by_its_own_lambda(tmp_path):
+    """On a trace lambda* depends on how many of its requests are drawn: the search's probes
+    (1,500 requests in --quick) had 22.24 req/s, the table's queue runs (10,000) 20.75, and
+    max_stable_load was the search's share (0.781) beside the table's lambda* (17.37 / 20.75
+    is 0.837). The table's load is of its own lambda*; the search's is kept apart."""
+    res = reproduce_stability(quick=True, workload="azure", policies=["sarathi"], out_dir=tmp_path, workers=1)
+    (row,) = res["rows"]
+    assert row["max_stable_load"] == pytest.approx(row["max_stable_rate"] / row["critical_rate"])
+    assert row["search_critical_rate"] != pytest.approx(row["critical_rate"])  # (the case at issue)

@@ -146,8 +146,8 @@ def reproduce_stability(
         base["b_max"] = b_max
     check_run_dir(out_dir, "reproduce stability")  # not over another run's outputs
 
-    # lambda* of the first seed's sample, as the search's (`search_groups`): the table's
-    # critical_rate and max_stable_load / rate from one lambda*, whichever seeds ran
+    # lambda* of the first seed's sample of the queue runs' requests: the table's
+    # critical_rate, rate and max_stable_load from one lambda*, whichever seeds ran
     cfg0 = resolve_point(None, base, {"num_requests": n_queue, "seed": seeds[0]})
     lam = critical_rate_of(cfg0)
     rate = load * lam
@@ -205,7 +205,10 @@ def reproduce_stability(
         # with no probe judged stable the search's row holds the first rate judged unstable,
         # an upper bound, flagged `max_stable_upper_bound` (as search.csv has it); None with
         # every probe inconclusive (no answer)
-        rate_found, load_found = f.get("max_stable_rate"), f.get("max_stable_load")
+        rate_found = f.get("max_stable_rate")
+        # a share of this table's lambda* (the search's bisection used its own, of its
+        # probes' requests: for a trace, the first N of it, so another lambda* for another N)
+        load_found = None if rate_found is None else rate_found / lam
         rows.append(
             {
                 "policy": name,
@@ -221,6 +224,7 @@ def reproduce_stability(
                 "critical_rate": lam,
                 "max_stable_rate": rate_found,
                 "max_stable_load": load_found,
+                "search_critical_rate": f.get("critical_rate"),
                 # (None without a search) true: every probe was stable up to the widest
                 # rate searched, the max stable rate is that rate, a lower bound
                 "max_stable_lower_bound": bool(f.get("max_stable_lower_bound")) if f else None,
