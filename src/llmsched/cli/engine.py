@@ -405,8 +405,13 @@ def register(subparsers) -> None:
         "model.safetensors, tokenizer.json) for demos and tests.",
     )
     p.add_argument("dir", help="output folder")
+    p.add_argument(
+        "--arch",
+        default="llama",
+        choices=["llama", "qwen2", "mistral"],
+        help="architecture: llama, qwen2 or mistral (default: llama)",
+    )
     for flag, kind, default, text in (
-        ("--arch", None, "llama", "architecture: llama, qwen2 or mistral"),
         (
             "--vocab-size",
             tiny_vocab_size,
@@ -421,8 +426,7 @@ def register(subparsers) -> None:
         ("--max-position-embeddings", positive_int, 4096, "longest sequence the model takes"),
         ("--seed", seed_int, 0, "weights' random seed (0 to 2**64 - 1)"),
     ):
-        extra = {"choices": ["llama", "qwen2", "mistral"]} if flag == "--arch" else {"type": kind}
-        p.add_argument(flag, default=default, help=f"{text} (default: {default})", **extra)
+        p.add_argument(flag, type=kind, default=default, help=f"{text} (default: {default})")
     p.add_argument(
         "--tie-word-embeddings", action="store_true", help="share the LM head with the embeddings (default: separate)"
     )
