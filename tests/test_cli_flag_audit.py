@@ -5,6 +5,7 @@ import pytest
 
 from llmsched.analysis.runner import MAX_WORKERS, Backend
 from llmsched.cli import main
+from llmsched.core.errors import ConfigError
 
 SWEEP = ["sweep", "--cost-model", "paper", "--prompt", "const:20", "--output", "const:5", "--num-requests", "20"]
 
@@ -105,7 +106,6 @@ def test_a_repeated_grid_value_is_refused(capsys, tmp_path, spec, msg):
 
 def test_a_repeated_grid_value_is_refused_in_a_mapping_too():
     from llmsched.analysis.grid import parse_grid
-    from llmsched.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="grid rate: the value 1.0 is given twice"):
         parse_grid({"rate": [1.0, 2.0, 1.0]})
@@ -233,4 +233,10 @@ def test_a_grid_key_may_be_any_alias_of_the_flag(capsys, tmp_path):
     assert main(argv) == 0
     assert main([*SWEEP, "--grid", "b_max=256,512", "--out", str(out), "--json", "--no-plots"]) == 0
     assert '"skipped": 2' in capsys.readouterr().out  # the same two points
-    refused(capsys, [*SWEEP, "--grid", "scheduler=orca", "--grid", "policy=vllm"], "grid key 'policy' given twice")
+    # the message names both spellings: "policy given twice" alone, for scheduler= and
+    # policy=, left the user looking for a second policy= that is not there
+    twice = "grid key 'policy' given twice (as 'scheduler' and 'policy')"
+    refused(capsys, [*SWEEP, "--grid", "scheduler=orca", "--grid", "policy=vllm"], twice)
+    assert "(as" not in str(pytest.raises(ConfigError, parse_grid, ["b_max=1", "b_max=2"]).value)
+    twice = "grid key 'b_max' given twice (as 'max_num_batched_tokens' and 'b-max')"
+    assert str(pytest.raises(ConfigError, parse_grid, {"max_num_batched_tokens": [1], "b-max": [2]}).value) == twice

@@ -192,19 +192,22 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
                 raise ConfigError(
                     f"grid spec must be KEY=VALUES (e.g. rate=1:20:20 or policy=sarathi,orca), got {item!r}"
                 )
-            k, v = item.split("=", 1)
-            k = k.strip().replace("-", "_")
+            given, v = item.split("=", 1)
+            given = given.strip()
+            k = given.replace("-", "_")
             k = OPTION_ALIASES.get(k, k)  # a flag's alias: --grid max-num-batched-tokens=... is b_max
             if not k:
                 raise ConfigError(f"grid spec {item!r} has no key")
-            pairs.append((k, None if k not in known else parse_values(k, v)))
-    for k, vals in pairs:
-        k = k.replace("-", "_")
-        k = OPTION_ALIASES.get(k, k)
+            pairs.append((given, None if k not in known else parse_values(k, v)))
+    spelled: dict[str, str] = {}  # each key as the user wrote it, for the message of a repeat
+    for given, vals in pairs:
+        k = OPTION_ALIASES.get(given.replace("-", "_"), given.replace("-", "_"))
         if k not in known:
             raise ConfigError(f"unknown grid key {k!r} (known: {', '.join(sorted(known))})")
         if k in out:
-            raise ConfigError(f"grid key {k!r} given twice")
+            both = "" if spelled[k] == given else f" (as {spelled[k]!r} and {given!r})"
+            raise ConfigError(f"grid key {k!r} given twice{both}")
+        spelled[k] = given
         if not vals:
             raise ConfigError(f"grid {k}: no values")
         if k in integer_keys():  # seed=1.0 is seed 1: one point, one key (a resume finds it)
