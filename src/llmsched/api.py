@@ -37,6 +37,7 @@ from .theory.verdict import MIN_JUDGED_ARRIVALS as MIN_JUDGED_ARRIVALS  # re-exp
 from .theory.verdict import burst_factor, guard_time_of, service_steps, short_window_time_s
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.arrivals import MAX_REQUESTS, count_over_the_limit, loose_rate
+from .workload.blocks import DEFAULT_BLOCK_SIZE
 from .workload.spec import DEFAULT_WORKLOAD, with_defaults
 
 if TYPE_CHECKING:
@@ -454,10 +455,11 @@ def simulate(
 
     `trace` is a trace file's path or a dataset's name (replayed as the workload, so the
     workload options such as `num_requests`, `duration_s`, `rate` and `time_scale` apply
-    to it), or a `Trace` object, run as it is: it brings its own requests, so a workload
-    option given with it is refused (ConfigError; cut or rescale the Trace instead, e.g.
-    `Trace.head`, `Trace.until`, `Trace.time_scaled`), except `rate`, which is ignored
-    with a warning.
+    to it), or a `Trace` object, run as it is (checked again and copied: the result keeps
+    its lengths whatever the caller's arrays become): it brings its own requests, so a
+    workload option given with it is refused (ConfigError; cut or rescale the Trace
+    instead, e.g. `Trace.head`, `Trace.until`, `Trace.time_scaled`), except `rate`, which
+    is ignored with a warning.
 
     `overrides`: any of SimConfig's fields and the workload's keys (listed below), as in
     a config file; an unknown one is a ConfigError.
@@ -472,6 +474,7 @@ def simulate(
         overrides["trace"], trace = str(trace), None
     elif trace is not None:
         _check_trace_object(trace, overrides)
+        trace = _rebuilt(trace)
         config = _without_caller_workload(config)  # (the Trace object is the workload)
     cfg = build_config(config, **overrides)
     slo, scheduler, cost = _setup(cfg)
@@ -586,6 +589,22 @@ def _check_trace_object(trace, overrides: dict) -> None:
                 f"a Trace object brings its own requests: {k} does not apply to it; cut or rescale the "
                 "Trace itself (Trace.head, Trace.until, Trace.time_scaled) or pass the trace file's path instead"
             )
+
+
+def _rebuilt(trace) -> Trace:
+    """The caller's trace as a new Trace, through its checks and on copies of its lengths
+    and tags: an object with a Trace's arrays, or a Trace whose arrays were reassigned or
+    changed since it was made, is run as checked, and the run's SimResult (whose summary is
+    computed when first read) keeps the lengths it ran, whatever the caller's arrays become."""
+    return Trace(
+        trace.arrival_s,
+        trace.prompt,
+        trace.output,
+        tag=getattr(trace, "tag", None),
+        block_ids=getattr(trace, "block_ids", None),
+        block_ptr=getattr(trace, "block_ptr", None),
+        block_size=getattr(trace, "block_size", DEFAULT_BLOCK_SIZE),
+    )
 
 
 def _no_full_block(trace, block_size: int) -> bool:
