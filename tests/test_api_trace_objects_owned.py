@@ -2,14 +2,17 @@
 workload options given with one are refused; `dataclasses.replace` keeps a config's
 workload; a summary read before `slo` was set is computed anew."""
 
+import dataclasses
 import types
 
 import numpy as np
 import pytest
 
 import llmsched
+from llmsched import SimConfig
+from llmsched.api import build_config
 from llmsched.core.errors import ConfigError
-from llmsched.workload import Trace
+from llmsched.workload import Trace, WorkloadSpec, make_trace
 
 
 def _trace(n=40, seed=0):
@@ -72,3 +75,18 @@ def test_trace_like_objects_and_changed_traces_are_checked_again():
     ns = types.SimpleNamespace(arrival_s=[0.0, 0.5, 1.0], prompt=[100, 200, 50], output=[10, 3, 2], tag=["a", "b", "a"])
     r = _run(ns)
     assert r.summary["total_input_tokens"] == 350 and r.summary["tags"]["a"]["num_requests"] == 2
+
+
+def test_replace_runs_the_workload_of_the_config_it_copies():
+    """A workload edited in place (a duration added) ran its default request count once
+    copied by `dataclasses.replace`: 5,000 requests instead of the duration's 10,176."""
+    base = SimConfig(cost_model="paper", workload={"rate": 50, "prompt": "const:20", "output": "const:5"})
+    base.workload["duration_s"] = 200.0
+    for copy in (dataclasses.replace(base), dataclasses.replace(base, policy="orca")):
+        assert copy.given_workload() == base.given_workload()
+        assert build_config(copy).workload == build_config(base).workload
+    n = len(make_trace(WorkloadSpec.from_dict(build_config(dataclasses.replace(base)).workload), blocks=False))
+    assert n == len(make_trace(WorkloadSpec.from_dict(build_config(base).workload), blocks=False)) > 5000
+    # a request count given with a duration stays, as before
+    both = SimConfig(workload={"num_requests": 5000, "duration_s": 20.0})
+    assert dataclasses.replace(both).workload["num_requests"] == 5000

@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
@@ -154,6 +155,12 @@ def config_layout(d) -> str | None:
     return None
 
 
+# each SimConfig by the id of the completed workload dict it made (`set_workload`): a
+# config made with that very dict (`dataclasses.replace`) takes the options it was given,
+# which the dict alone does not tell (a default request count given, or completed?)
+_WORKLOAD_OF: weakref.WeakValueDictionary[int, SimConfig] = weakref.WeakValueDictionary()
+
+
 @strict_keywords("configuration option")
 @dataclass
 class SimConfig:
@@ -180,6 +187,12 @@ class SimConfig:
 
     def __post_init__(self):
         wl = self.workload
+        source = _WORKLOAD_OF.get(id(wl))
+        if source is not None and source.workload is wl:
+            # another config's own workload, as `dataclasses.replace` passes it: the options
+            # that config was given (its edits since included), so the copy runs its workload
+            self.set_workload(source.given_workload())
+            return
         if isinstance(wl, dict) and DEFAULT_WORKLOAD.keys() <= wl.keys():
             # a completed workload (another config's, as `dataclasses.replace` passes it):
             # its values equal to a default not given count as not given (given_workload's
@@ -201,6 +214,13 @@ class SimConfig:
         # kept apart from the defaults: an override (build_config) decides anew which apply
         self._workload_given = {k: option_number(k, v) for k, v in given.items() if v is not None}
         self.workload = with_defaults(self._workload_given, DEFAULT_WORKLOAD)
+        _WORKLOAD_OF[id(self.workload)] = self
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        owner = _WORKLOAD_OF.get(id(self.workload))
+        if owner is None or owner.workload is not self.workload:  # (a pickled or deep copy's own dict)
+            _WORKLOAD_OF[id(self.workload)] = self
 
     def given_workload(self) -> dict:
         """The workload options given, without the defaults. A workload changed after
