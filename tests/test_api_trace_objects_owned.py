@@ -3,7 +3,9 @@ workload options given with one are refused; `dataclasses.replace` keeps a confi
 workload; a summary read before `slo` was set is computed anew."""
 
 import dataclasses
+import json
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import pytest
 import llmsched
 from llmsched import SimConfig
 from llmsched.api import build_config
-from llmsched.core.errors import ConfigError
+from llmsched.core.errors import ConfigError, InputWarning
 from llmsched.workload import Trace, WorkloadSpec, make_trace
 
 
@@ -75,6 +77,37 @@ def test_trace_like_objects_and_changed_traces_are_checked_again():
     ns = types.SimpleNamespace(arrival_s=[0.0, 0.5, 1.0], prompt=[100, 200, 50], output=[10, 3, 2], tag=["a", "b", "a"])
     r = _run(ns)
     assert r.summary["total_input_tokens"] == 350 and r.summary["tags"]["a"]["num_requests"] == 2
+
+
+def test_a_configs_workload_options_with_a_trace_object_are_refused_not_dropped():
+    """They were dropped without a word: 500 requests ran at 1x for num_requests 10, time_scale 4."""
+    t = Trace(*_trace(20))
+    with pytest.raises(ConfigError, match=r"workload options \(num_requests, time_scale\) do not apply"):
+        llmsched.simulate({"cost_model": "paper", "workload": {"num_requests": 10, "time_scale": 4}}, trace=t)
+    with pytest.raises(ConfigError, match=r"workload options \(num_requests, duration_s\)"):
+        llmsched.simulate(SimConfig(cost_model="paper", workload={"num_requests": 10, "duration_s": 5}), trace=t)
+    with pytest.warns(InputWarning, match="rate=3.0 is ignored"):
+        r = llmsched.simulate({"cost_model": "paper", "workload": {"rate": 3}}, trace=t)
+    assert len(r.prompt) == 20
+    # a config without workload options, as before
+    assert len(llmsched.simulate(SimConfig(cost_model="paper"), trace=t).prompt) == 20
+
+
+def test_a_runs_config_json_reruns_with_its_requests_csv_as_a_trace_object(tmp_path):
+    first = llmsched.simulate(cost_model="paper", rate=5, num_requests=30, time_scale=2, out_dir=tmp_path / "a")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = llmsched.simulate(
+            str(tmp_path / "a" / "config.json"), trace=Trace.from_csv(tmp_path / "a" / "requests.csv")
+        )
+        again_dict = llmsched.simulate(
+            json.loads((tmp_path / "a" / "config.json").read_text()),
+            trace=Trace.from_csv(tmp_path / "a" / "requests.csv"),
+        )
+    for r in (again, again_dict):
+        assert {k: v for k, v in r.summary.items() if k != "wall_s"} == {
+            k: v for k, v in first.summary.items() if k != "wall_s"
+        }
 
 
 def test_replace_runs_the_workload_of_the_config_it_copies():

@@ -477,9 +477,10 @@ def simulate(
     workload options such as `num_requests`, `duration_s`, `rate` and `time_scale` apply
     to it), or a `Trace` object, run as it is (checked again and copied: the result keeps
     its lengths whatever the caller's arrays become): it brings its own requests, so a
-    workload option given with it is refused (ConfigError; cut or rescale the Trace
-    instead, e.g. `Trace.head`, `Trace.until`, `Trace.time_scaled`), except `rate`, which
-    is ignored with a warning.
+    workload option given with it, as a keyword or in `config`, is refused (ConfigError;
+    cut or rescale the Trace instead, e.g. `Trace.head`, `Trace.until`,
+    `Trace.time_scaled`), except `rate`, which is ignored with a warning; the workload a
+    run's own config.json records (that run's, which made its requests.csv) is not applied.
 
     `overrides`: any of SimConfig's fields and the workload's keys (listed below), as in
     a config file; an unknown one is a ConfigError.
@@ -495,8 +496,10 @@ def simulate(
     elif trace is not None:
         _check_trace_object(trace, overrides)
         trace = _rebuilt(trace)
-        config = _without_caller_workload(config)  # (the Trace object is the workload)
+        config = _without_run_workload(config)  # (the Trace object is the workload)
     cfg = build_config(config, **overrides)
+    if trace is not None:
+        _check_config_workload(cfg, warned=overrides.get("rate") is not None)
     slo, scheduler, cost = _setup(cfg)
     if trace is None:
         spec = WorkloadSpec.from_dict(cfg.workload)
@@ -625,6 +628,37 @@ def _rebuilt(trace) -> Trace:
         block_ptr=getattr(trace, "block_ptr", None),
         block_size=getattr(trace, "block_size", DEFAULT_BLOCK_SIZE),
     )
+
+
+def _without_run_workload(config):
+    """`config` without its workload where it is a run's own config.json (known by its
+    `provenance`), which records the workload that made that run's requests, not one to
+    apply to a Trace object given now (a rerun with `Trace.from_csv` of its requests.csv)."""
+    if isinstance(config, (str, os.PathLike)):
+        d = read_yaml(config, "config") or {}
+    elif isinstance(config, Mapping):
+        d = config
+    else:
+        return config
+    if not (isinstance(d, Mapping) and "provenance" in d):
+        return config
+    return {k: v for k, v in d.items() if k != "workload"}
+
+
+def _check_config_workload(cfg: SimConfig, warned: bool) -> None:
+    """Refuse workload options a configuration gives with a Trace object, as `simulate`
+    refuses them as keywords (a `rate` is ignored with a warning, as a keyword `rate` is):
+    they would be dropped without a word."""
+    given = cfg.given_workload()
+    refused = [k for k in given if k != "rate"]
+    if refused:
+        raise ConfigError(
+            f"a Trace object brings its own requests: the configuration's workload options ({', '.join(refused)}) "
+            "do not apply to it; drop them, cut or rescale the Trace itself (Trace.head, Trace.until, "
+            "Trace.time_scaled) or pass the trace file's path instead"
+        )
+    if "rate" in given and not warned:  # (`warned`: a keyword rate, whose own warning says it)
+        warn(f"the configuration's rate={given['rate']} is ignored: the caller's trace sets the arrival times")
 
 
 def _no_full_block(trace, block_size: int) -> bool:
