@@ -123,3 +123,10 @@ def test_replace_runs_the_workload_of_the_config_it_copies():
     # a request count given with a duration stays, as before
     both = SimConfig(workload={"num_requests": 5000, "duration_s": 20.0})
     assert dataclasses.replace(both).workload["num_requests"] == 5000
+
+
+def test_slo_set_after_the_summary_was_read_is_reported():
+    r = llmsched.simulate(cost_model="paper", rate=5, num_requests=20)
+    assert "goodput_share" not in r.summary
+    r.slo = {"ttft_ms": 1e6}
+    assert r.summary["goodput_share"] == 1.0
