@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
@@ -37,6 +38,7 @@ from .theory.verdict import MIN_JUDGED_ARRIVALS as MIN_JUDGED_ARRIVALS  # re-exp
 from .theory.verdict import burst_factor, guard_time_of, service_steps, short_window_time_s
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.arrivals import MAX_REQUESTS, count_over_the_limit, loose_rate
+from .workload.blocks import DEFAULT_BLOCK_SIZE
 from .workload.spec import DEFAULT_WORKLOAD, with_defaults
 
 if TYPE_CHECKING:
@@ -153,6 +155,12 @@ def config_layout(d) -> str | None:
     return None
 
 
+# each SimConfig by the id of the completed workload dict it made (`set_workload`): a
+# config made with that very dict (`dataclasses.replace`) takes the options it was given,
+# which the dict alone does not tell (a default request count given, or completed?)
+_WORKLOAD_OF: weakref.WeakValueDictionary[int, SimConfig] = weakref.WeakValueDictionary()
+
+
 @strict_keywords("configuration option")
 @dataclass
 class SimConfig:
@@ -179,6 +187,12 @@ class SimConfig:
 
     def __post_init__(self):
         wl = self.workload
+        source = _WORKLOAD_OF.get(id(wl))
+        if source is not None and source.workload is wl:
+            # another config's own workload, as `dataclasses.replace` passes it: the options
+            # that config was given (its edits since included), so the copy runs its workload
+            self.set_workload(source.given_workload())
+            return
         if isinstance(wl, dict) and DEFAULT_WORKLOAD.keys() <= wl.keys():
             # a completed workload (another config's, as `dataclasses.replace` passes it):
             # its values equal to a default not given count as not given (given_workload's
@@ -200,6 +214,13 @@ class SimConfig:
         # kept apart from the defaults: an override (build_config) decides anew which apply
         self._workload_given = {k: option_number(k, v) for k, v in given.items() if v is not None}
         self.workload = with_defaults(self._workload_given, DEFAULT_WORKLOAD)
+        _WORKLOAD_OF[id(self.workload)] = self
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        owner = _WORKLOAD_OF.get(id(self.workload))
+        if owner is None or owner.workload is not self.workload:  # (a pickled or deep copy's own dict)
+            _WORKLOAD_OF[id(self.workload)] = self
 
     def given_workload(self) -> dict:
         """The workload options given, without the defaults. A workload changed after
@@ -454,10 +475,12 @@ def simulate(
 
     `trace` is a trace file's path or a dataset's name (replayed as the workload, so the
     workload options such as `num_requests`, `duration_s`, `rate` and `time_scale` apply
-    to it), or a `Trace` object, run as it is: it brings its own requests, so a workload
-    option given with it is refused (ConfigError; cut or rescale the Trace instead, e.g.
-    `Trace.head`, `Trace.until`, `Trace.time_scaled`), except `rate`, which is ignored
-    with a warning.
+    to it), or a `Trace` object, run as it is (checked again and copied: the result keeps
+    its lengths whatever the caller's arrays become): it brings its own requests, so a
+    workload option given with it, as a keyword or in `config`, is refused (ConfigError;
+    cut or rescale the Trace instead, e.g. `Trace.head`, `Trace.until`,
+    `Trace.time_scaled`), except `rate`, which is ignored with a warning; the workload a
+    run's own config.json records (that run's, which made its requests.csv) is not applied.
 
     `overrides`: any of SimConfig's fields and the workload's keys (listed below), as in
     a config file; an unknown one is a ConfigError.
@@ -472,8 +495,11 @@ def simulate(
         overrides["trace"], trace = str(trace), None
     elif trace is not None:
         _check_trace_object(trace, overrides)
-        config = _without_caller_workload(config)  # (the Trace object is the workload)
+        trace = _rebuilt(trace)
+        config = _without_run_workload(config)  # (the Trace object is the workload)
     cfg = build_config(config, **overrides)
+    if trace is not None:
+        _check_config_workload(cfg, warned=overrides.get("rate") is not None)
     slo, scheduler, cost = _setup(cfg)
     if trace is None:
         spec = WorkloadSpec.from_dict(cfg.workload)
@@ -586,6 +612,53 @@ def _check_trace_object(trace, overrides: dict) -> None:
                 f"a Trace object brings its own requests: {k} does not apply to it; cut or rescale the "
                 "Trace itself (Trace.head, Trace.until, Trace.time_scaled) or pass the trace file's path instead"
             )
+
+
+def _rebuilt(trace) -> Trace:
+    """The caller's trace as a new Trace, through its checks and on copies of its lengths
+    and tags: an object with a Trace's arrays, or a Trace whose arrays were reassigned or
+    changed since it was made, is run as checked, and the run's SimResult (whose summary is
+    computed when first read) keeps the lengths it ran, whatever the caller's arrays become."""
+    return Trace(
+        trace.arrival_s,
+        trace.prompt,
+        trace.output,
+        tag=getattr(trace, "tag", None),
+        block_ids=getattr(trace, "block_ids", None),
+        block_ptr=getattr(trace, "block_ptr", None),
+        block_size=getattr(trace, "block_size", DEFAULT_BLOCK_SIZE),
+    )
+
+
+def _without_run_workload(config):
+    """`config` without its workload where it is a run's own config.json (known by its
+    `provenance`), which records the workload that made that run's requests, not one to
+    apply to a Trace object given now (a rerun with `Trace.from_csv` of its requests.csv)."""
+    if isinstance(config, (str, os.PathLike)):
+        d = read_yaml(config, "config") or {}
+    elif isinstance(config, Mapping):
+        d = config
+    else:
+        return config
+    if not (isinstance(d, Mapping) and "provenance" in d):
+        return config
+    return {k: v for k, v in d.items() if k != "workload"}
+
+
+def _check_config_workload(cfg: SimConfig, warned: bool) -> None:
+    """Refuse workload options a configuration gives with a Trace object, as `simulate`
+    refuses them as keywords (a `rate` is ignored with a warning, as a keyword `rate` is):
+    they would be dropped without a word."""
+    given = cfg.given_workload()
+    refused = [k for k in given if k != "rate"]
+    if refused:
+        raise ConfigError(
+            f"a Trace object brings its own requests: the configuration's workload options ({', '.join(refused)}) "
+            "do not apply to it; drop them, cut or rescale the Trace itself (Trace.head, Trace.until, "
+            "Trace.time_scaled) or pass the trace file's path instead"
+        )
+    if "rate" in given and not warned:  # (`warned`: a keyword rate, whose own warning says it)
+        warn(f"the configuration's rate={given['rate']} is ignored: the caller's trace sets the arrival times")
 
 
 def _no_full_block(trace, block_size: int) -> bool:

@@ -257,7 +257,9 @@ def admission_limits(policy) -> bool:
 def admission_takes(name: str, option: str) -> bool:
     """Whether the admission policy registered as `name` takes the keyword `option` (in its
     `OPTIONS`, or as a parameter of its factory): `simulate --slo itl_ms=...` sets
-    `itl_target_ms` of every admission that takes one (TWP, DynamicBatch, yours)."""
+    `itl_target_ms` of every admission that takes one (TWP, DynamicBatch, yours). A
+    factory's `**kwargs` alone does not count: it may pass them on to a policy that takes
+    no such option (name it, or list it in `OPTIONS`)."""
     import inspect  # noqa: PLC0415
 
     factory = _lookup(name, "admission")

@@ -152,6 +152,12 @@ class SimResult:
     # only into such a folder
     _written: dict = field(default_factory=dict, init=False, repr=False)
 
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name in ("slo", "stability") and "_summary" in self.__dict__:
+            # the summary reports both: one read before they were set is computed anew
+            self.__dict__["_summary"] = None
+
     def own_steps(self, path: Path) -> None:
         """`path`: the run's recorded steps in a temporary file, which `write` moves into
         its folder; removed with the result if never written."""

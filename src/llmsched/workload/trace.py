@@ -102,7 +102,7 @@ class Trace:
                 f"{self.prompt.shape[0]}, output {self.output.shape[0]}"
             )
         if self.tag is not None:
-            self.tag = np.asarray(self.tag).reshape(-1)
+            self.tag = np.array(self.tag).reshape(-1)  # (a copy, as the lengths: the caller's list or array may change)
             if self.tag.dtype.kind != "U":
                 self.tag = self.tag.astype(str)
             if self.tag.shape[0] != n:
@@ -416,9 +416,13 @@ def _as_float_array(x, name: str) -> np.ndarray:
 
 
 def _as_int_array(x, name: str) -> np.ndarray:
+    """Lengths as int64, always a copy: a Trace (and the SimResult of its run) must not change
+    when the caller reuses the array it was built from."""
     a = np.asarray(x).reshape(-1)
     if a.dtype.kind in "iu":
-        return a.astype(np.int64, copy=False)
+        if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:  # (int64 would wrap it negative)
+            raise ConfigError(f"trace {name} lengths are too large ({int(a.max())} tokens)")
+        return a.astype(np.int64)
     if a.dtype.kind == "b" or a.dtype.kind not in "f":
         if a.size == 0:
             return np.zeros(0, dtype=np.int64)
