@@ -1,0 +1,116 @@
+"""`llmsched bench`'s client: distinct text prompts, SSE line endings, the descriptor limit,
+interruption, queue times."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import socketserver
+import threading
+
+import httpx
+import numpy as np
+from srv_helpers import running_server
+
+from llmsched.server.bench import BenchConfig, Workload, build_payloads, run_bench
+from llmsched.server.tokenizer import ByteRuleTokenizer
+
+
+def _metric(base: str, name: str) -> float:
+    for line in httpx.get(base + "/metrics").text.splitlines():
+        if line.startswith(f"llmsched:{name}{{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def test_text_prompts_differ_from_their_first_token():
+    """Text prompts were one word repeated: every prompt was the same text, so a prefix
+    cache served all but the last block of each."""
+    wl = Workload(np.zeros(3), np.array([40, 40, 40]), np.array([2, 2, 2]))
+    for cfg in (BenchConfig(endpoint="/v1/chat/completions"), BenchConfig(prompt_format="text")):
+        bodies = [json.loads(p) for p in build_payloads(cfg, wl, "m")]
+        texts = [b["messages"][0]["content"] if cfg.chat else b["prompt"] for b in bodies]
+        ids = [ByteRuleTokenizer(content_ids=True).encode(t) for t in texts]
+        assert all(len(i) == 40 for i in ids)
+        assert len({tuple(i[:16]) for i in ids}) == 3  # the first 16-token blocks all differ
+        again = [json.loads(p) for p in build_payloads(cfg, wl, "m")]
+        assert again == bodies  # the same seed: the same prompts
+
+
+def test_chat_prompts_miss_a_prefix_cache_and_keep_their_lengths():
+    with running_server(prefix_caching=True, block_size=16) as (base, _):
+        cfg = BenchConfig(
+            base_url=base,
+            backend="openai-chat",
+            num_prompts=6,
+            input_len=64,
+            output_len=2,
+            quiet=True,
+            num_warmups=0,
+            save_detailed=True,
+        )
+        res = run_bench(cfg)
+        assert res["completed"] == 6 and res["input_lens"] == [64] * 6
+        assert _metric(base, "prefix_cache_queries_total") == 6 * 64
+        assert _metric(base, "prefix_cache_hits_total") == 0
+        assert res["text_unit_exact"] and len(res["text_units"]) > 1
+
+
+def test_sse_events_split_on_any_line_ending_across_pieces():
+    from llmsched.server.bench import SSEEvents
+
+    for nl in (b"\n", b"\r\n", b"\r"):
+        stream = b"".join(b"data: " + e + nl + nl for e in (b'{"a":1}', b": ping", b"[DONE]"))
+        # (a final CR may be half a CRLF: held back until more comes, so a last comment)
+        stream = b": hello" + nl + nl + stream + b": bye" + nl + nl
+        for cut in range(len(stream) + 1):  # every split into two pieces, CR|LF included
+            sse = SSEEvents()
+            events = sse.feed(stream[:cut]) + sse.feed(stream[cut:])
+            want = [b": hello", b'data: {"a":1}', b"data: : ping", b"data: [DONE]"]
+            assert [e.strip() for e in events[:4]] == want
+            assert len(sse.buf) <= len(b": bye\n")  # consumed events are not kept
+
+
+@contextlib.contextmanager
+def _crlf_server(n_tokens: int):
+    """A server whose completion streams end their SSE lines in CRLF (as sse-starlette's
+    do), each event in its own write."""
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self):
+            head = b""
+            while not head.endswith(b"\r\n\r\n"):
+                head += self.rfile.read(1)
+            size = [int(v) for k, v in re.findall(rb"(?i)(content-length): *(\d+)", head)]
+            self.rfile.read(size[0] if size else 0)
+            if head.startswith(b"GET /v1/models"):
+                body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n")
+                self.wfile.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                return
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+            events = [{"choices": [{"index": 0, "text": " t", "finish_reason": None}]}] * n_tokens
+            events.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n_tokens}})
+            for e in [json.dumps(e) for e in events] + ["[DONE]"]:
+                self.wfile.write(f"data: {e}\r\n\r\n".encode())
+                self.wfile.flush()
+
+    socketserver.ThreadingTCPServer.daemon_threads = True
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_streams_with_crlf_events_are_measured():
+    with _crlf_server(3) as base:
+        for client in ("raw", "httpx"):
+            cfg = BenchConfig(base_url=base, num_prompts=2, input_len=4, output_len=3, quiet=True, http_client=client)
+            res = run_bench(cfg)
+            assert res["completed"] == 2 and res["failed"] == 0, res["errors_sample"]
+            assert res["total_output_tokens"] == 6 and res["total_input_tokens"] == 10
