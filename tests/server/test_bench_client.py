@@ -6,7 +6,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import resource
 import socketserver
+import subprocess
+import sys
 import threading
 
 import httpx
@@ -114,3 +117,33 @@ def test_streams_with_crlf_events_are_measured():
             res = run_bench(cfg)
             assert res["completed"] == 2 and res["failed"] == 0, res["errors_sample"]
             assert res["total_output_tokens"] == 6 and res["total_input_tokens"] == 10
+
+
+def _bench_with_fd_limit(soft: int, hard: int, *args: str) -> subprocess.CompletedProcess:
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    script = (
+        "import resource, sys\nfrom llmsched.cli import main\n"
+        "try:\n    sys.exit(main(sys.argv[1:]))\n"
+        "finally:\n    print('soft', resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+    # nothing listens on port 1: the run stops at its first request, after the check
+    argv = ["bench", "--base-url", "http://127.0.0.1:1", "--input-len", "8", *args]
+    return subprocess.run(
+        [sys.executable, "-c", script, *argv], preexec_fn=limit, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_too_few_file_descriptors_are_raised_or_named():
+    """Requests beyond `ulimit -n` failed to connect and were counted as server failures."""
+    p = _bench_with_fd_limit(200, 200, "--num-prompts", "1500")
+    assert p.returncode == 2 and "cannot reach" in p.stderr
+    lines = [x for x in p.stderr.splitlines() if "ulimit -n" in x]
+    assert len(lines) == 1 and "at most 200 files" in lines[0] and "--max-concurrency" in lines[0]
+    # a --max-concurrency that fits: no warning
+    p = _bench_with_fd_limit(200, 200, "--num-prompts", "1500", "--max-concurrency", "100")
+    assert p.returncode == 2 and "ulimit" not in p.stderr
+    # the soft limit is raised to the hard one, which suffices: no warning
+    p = _bench_with_fd_limit(200, 4096, "--num-prompts", "1500")
+    assert "ulimit" not in p.stderr and "soft 4096" in p.stdout

@@ -987,9 +987,37 @@ async def _first_model(client, base_url: str, headers: dict) -> str:
     return data[0]["id"]
 
 
+# descriptors the client needs besides one per request in flight (stdio, the event loop's,
+# the warm-up's and the tokenize calls' connections, imported libraries)
+FD_MARGIN = 64
+
+
+def raise_fd_limit(concurrency: int) -> None:
+    """Raise the soft limit on open files to the hard one, and warn once if it is still
+    below `concurrency` requests' connections: the requests beyond it failed to connect
+    and were counted as the server's failures (1500 at once under `ulimit -n 1024`: 491)."""
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+    except ImportError:
+        return
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    except (ValueError, OSError):  # (macOS refuses an infinite hard limit: keep the soft one)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and soft < concurrency + FD_MARGIN:
+        warn(
+            f"this process may open at most {soft:,} files (ulimit -n) but up to {concurrency:,} requests "
+            "run at once: those beyond the limit fail to connect; raise the limit or give --max-concurrency"
+        )
+
+
 async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[RequestResult], float, dict]:
     """Send the workload; returns (per-request results, duration in s, run info)."""
     wl = wl if wl is not None else make_workload(cfg)
+    raise_fd_limit(min(cfg.max_concurrency or len(wl), len(wl)))
     headers = {"content-type": "application/json"}
     if cfg.api_key:
         headers["authorization"] = f"Bearer {cfg.api_key}"
