@@ -3,6 +3,7 @@ interruption, queue times."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -11,6 +12,7 @@ import socketserver
 import subprocess
 import sys
 import threading
+import types
 
 import httpx
 import numpy as np
@@ -76,9 +78,9 @@ def test_sse_events_split_on_any_line_ending_across_pieces():
 
 
 @contextlib.contextmanager
-def _crlf_server(n_tokens: int):
-    """A server whose completion streams end their SSE lines in CRLF (as sse-starlette's
-    do), each event in its own write."""
+def _sse_server(n_tokens: int, nl: str = "\r\n"):
+    """A server whose completion streams end their SSE lines in `nl` (CRLF: as
+    sse-starlette's do), each event in its own write."""
 
     class Handler(socketserver.StreamRequestHandler):
         def handle(self):
@@ -96,7 +98,7 @@ def _crlf_server(n_tokens: int):
             events = [{"choices": [{"index": 0, "text": " t", "finish_reason": None}]}] * n_tokens
             events.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n_tokens}})
             for e in [json.dumps(e) for e in events] + ["[DONE]"]:
-                self.wfile.write(f"data: {e}\r\n\r\n".encode())
+                self.wfile.write(f"data: {e}{nl}{nl}".encode())
                 self.wfile.flush()
 
     socketserver.ThreadingTCPServer.daemon_threads = True
@@ -111,7 +113,7 @@ def _crlf_server(n_tokens: int):
 
 
 def test_streams_with_crlf_events_are_measured():
-    with _crlf_server(3) as base:
+    with _sse_server(3) as base:
         for client in ("raw", "httpx"):
             cfg = BenchConfig(base_url=base, num_prompts=2, input_len=4, output_len=3, quiet=True, http_client=client)
             res = run_bench(cfg)
@@ -147,3 +149,19 @@ def test_too_few_file_descriptors_are_raised_or_named():
     # the soft limit is raised to the hard one, which suffices: no warning
     p = _bench_with_fd_limit(200, 4096, "--num-prompts", "1500")
     assert "ulimit" not in p.stderr and "soft 4096" in p.stdout
+
+
+def test_queue_times_are_not_negative_when_a_timer_wakes_early(monkeypatch):
+    """Queue times were measured from the scheduled send, so a request sent before it
+    (uvloop's timers wake up to 1 ms early) had a negative one. Here every timer wakes at
+    once: the requests go out up to ~1 s early; no queue time may be negative."""
+    from llmsched.server import bench
+
+    fast = types.SimpleNamespace(**{k: getattr(asyncio, k) for k in dir(asyncio) if not k.startswith("__")})
+    fast.sleep = lambda delay, *a: asyncio.sleep(0)
+    monkeypatch.setattr(bench, "asyncio", fast)
+    with _sse_server(2, "\n") as base:
+        cfg = BenchConfig(base_url=base, num_prompts=5, input_len=4, output_len=2, request_rate=5.0, quiet=True)
+        res = run_bench(cfg)
+    assert res["completed"] == 5
+    assert min(res["queue_times"]) >= 0

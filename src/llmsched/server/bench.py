@@ -797,7 +797,7 @@ class RequestResult:
     itl: list[float] = field(default_factory=list)
     latency: float = 0.0
     start_time: float = 0.0
-    queue_time: float = 0.0
+    queue_time: float = 0.0  # the wait for a --max-concurrency slot
     error: str = ""
     status: int = 0
     text: str | None = None  # the generated text (kept with --save-detailed)
@@ -1068,14 +1068,17 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
         done = 0
         prompts = wl.prompt.tolist()
 
-        async def one(i: int, scheduled: float) -> RequestResult:
+        async def one(i: int) -> RequestResult:
             nonlocal done
+            # from the dispatch, not the scheduled time: a timer that woke early (uvloop's
+            # have 1 ms resolution) made queue times negative
+            queued = time.perf_counter()
             if sem is None:
                 r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
             else:
                 async with sem:
                     r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
-            r.queue_time = r.start_time - scheduled
+            r.queue_time = r.start_time - queued
             done += 1
             return r
 
@@ -1094,7 +1097,7 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
             delay = t0 + at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one(i, t0 + at)))
+            tasks.append(asyncio.ensure_future(one(i)))
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - t0
         if progress is not None:
