@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import types
+import warnings
 
 import httpx
 import numpy as np
@@ -165,3 +166,26 @@ def test_queue_times_are_not_negative_when_a_timer_wakes_early(monkeypatch):
         res = run_bench(cfg)
     assert res["completed"] == 5
     assert min(res["queue_times"]) >= 0
+
+
+def test_a_short_trace_names_the_count_the_user_gave(tmp_path):
+    """A trace shorter than the default count warned "num_requests=1,000 replays them
+    all": a count the user never gave, under a name bench has no flag for."""
+    from llmsched.core.errors import InputWarning
+    from llmsched.server.bench import make_workload
+
+    trace = tmp_path / "tr.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{i / 10},{8 + i},4\n" for i in range(80)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert len(make_workload(BenchConfig(dataset_name="trace", dataset_path=str(trace)))) == 80
+    assert [str(w.message) for w in caught] == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        wl = make_workload(BenchConfig(dataset_name="trace", dataset_path=str(trace), num_prompts=1000))
+    assert len(wl) == 80 and [w.category for w in caught] == [InputWarning]
+    assert str(caught[0].message) == f"--num-prompts 1,000: trace {trace} has 80 requests, all are replayed"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert len(make_workload(BenchConfig(dataset_name="trace", dataset_path=str(trace), num_prompts=30))) == 30
+    assert caught == []

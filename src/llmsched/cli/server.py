@@ -315,7 +315,12 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         help="length CSV or trace file (default for sharegpt/arxiv: the shared copy; "
         "trace: required, or the name azure-conv)",
     )
-    g.add_argument("--num-prompts", type=positive_int, default=1000, help="requests to send (default: 1000)")
+    g.add_argument(
+        "--num-prompts",
+        type=positive_int,
+        default=None,
+        help="requests to send (default: 1000; a shorter --dataset-name trace is replayed whole)",
+    )
     g.add_argument(
         "--input-len",
         "--random-input-len",

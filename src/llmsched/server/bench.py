@@ -72,6 +72,7 @@ from ..workload import WorkloadSpec, make_trace
 from ..workload.arrivals import MAX_REQUESTS
 from ..workload.csvio import read_header
 from ..workload.lengths import OUTPUT_COLUMNS, PROMPT_COLUMNS
+from ..workload.spec import load_trace
 
 MS = 1000.0
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -81,6 +82,7 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 MAX_BENCH_LEN = 1 << 24
 # --token-id-range's HI (exclusive): the ids are drawn as 64-bit integers
 MAX_TOKEN_ID_END = 1 << 63
+DEFAULT_NUM_PROMPTS = 1000  # vLLM's
 
 
 # ---- configuration ---------------------------------------------------------------------
@@ -205,7 +207,7 @@ class BenchConfig:
     api_key: str | None = None
     dataset_name: str = "random"
     dataset_path: str | None = None
-    num_prompts: int = 1000
+    num_prompts: int | None = None  # None: not given (1000; a shorter trace is replayed whole)
     input_len: int = 1024
     output_len: int = 128
     random_range_ratio: float = 0.0
@@ -290,6 +292,10 @@ class BenchConfig:
             raise ConfigError(f"--http-client must be raw or httpx, got {self.http_client!r}")
         if not isinstance(self.num_warmups, int) or self.num_warmups < 0:
             raise ConfigError(f"--num-warmups must be >= 0, got {self.num_warmups!r}")
+        # (a trace shorter than an asked count is named as --num-prompts; the default is not)
+        self.num_prompts_given = self.num_prompts is not None
+        if self.num_prompts is None:
+            self.num_prompts = DEFAULT_NUM_PROMPTS
         n = as_int(self.num_prompts)
         if n is None or n < 1:
             raise ConfigError(f"--num-prompts must be a positive integer, got {self.num_prompts!r}")
@@ -614,6 +620,15 @@ def make_workload(cfg: BenchConfig) -> Workload:
     if name == "trace":
         if not cfg.dataset_path:
             raise ConfigError("--dataset-name trace needs --dataset-path FILE (Azure or plain CSV, or azure-conv)")
+        try:
+            have = len(load_trace(cfg.dataset_path, None).arrival_s)  # (cached for make_trace)
+        except ConfigError:
+            have = None  # make_trace names the problem
+        if have is not None and n > have:
+            # said here, not by make_trace: it named num_requests=1,000 also when no count was given
+            if cfg.num_prompts_given:
+                warn(f"--num-prompts {n:,}: trace {cfg.dataset_path} has {have:,} requests, all are replayed")
+            n = have
         spec = dict(arrival="trace", trace=cfg.dataset_path, time_scale=cfg.time_scale, num_requests=n, seed=cfg.seed)
         if not math.isinf(cfg.request_rate):  # the trace's own times rescaled to it, as `simulate --rate`
             spec["rate"] = cfg.request_rate
