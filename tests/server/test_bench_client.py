@@ -8,6 +8,7 @@ import contextlib
 import json
 import re
 import resource
+import signal
 import socketserver
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import warnings
 
 import httpx
 import numpy as np
+import pytest
 from srv_helpers import running_server
 
 from llmsched.server.bench import BenchConfig, Workload, build_payloads, run_bench
@@ -189,3 +191,67 @@ def test_a_short_trace_names_the_count_the_user_gave(tmp_path):
         warnings.simplefilter("always")
         assert len(make_workload(BenchConfig(dataset_name="trace", dataset_path=str(trace), num_prompts=30))) == 30
     assert caught == []
+
+
+@contextlib.contextmanager
+def _hanging_server(answered: int):
+    """Answers `answered` completion requests (one token each), then holds every further
+    one open without a byte; `.hung` is set when the first held request arrives."""
+    state = types.SimpleNamespace(count=0, lock=threading.Lock(), hung=threading.Event())
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self):
+            while True:
+                head = b""
+                while not head.endswith(b"\r\n\r\n"):
+                    c = self.rfile.read(1)
+                    if not c:
+                        return
+                    head += c
+                size = [int(v) for k, v in re.findall(rb"(?i)(content-length): *(\d+)", head)]
+                self.rfile.read(size[0] if size else 0)
+                with state.lock:
+                    state.count += 1
+                    k = state.count
+                if k > answered:
+                    state.hung.set()
+                    self.rfile.read()  # until the client closes the connection
+                    return
+                events = [{"choices": [{"index": 0, "text": " t", "finish_reason": "length"}]}, "[DONE]"]
+                body = "".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n" for e in events).encode()
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
+                self.wfile.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                self.wfile.flush()
+
+    socketserver.ThreadingTCPServer.daemon_threads = True
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", state
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.mark.parametrize(("sig", "rc"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_run_keeps_what_finished(tmp_path, sig, rc):
+    """Ctrl-C or SIGTERM mid-run discarded every result. With --max-concurrency 1 the
+    third request reaches the server only after the client finished the first two."""
+    out = tmp_path / "r.json"
+    with _hanging_server(answered=2) as (base, state):
+        argv = ["bench", "--base-url", base, "--model", "m", "--num-warmups", "0", "--input-len", "4"]
+        argv += ["--output-len", "1", "--num-prompts", "4", "--max-concurrency", "1", "--result-file", str(out)]
+        p = subprocess.Popen(
+            [sys.executable, "-m", "llmsched", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            assert state.hung.wait(60)
+            p.send_signal(sig)
+            stdout, stderr = p.communicate(timeout=60)
+        finally:
+            p.kill()
+    assert p.returncode == rc, stderr
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True and data["completed"] == 2 and data["failed"] == 2
+    assert data["errors_sample"] == ["interrupted"] * 2
+    assert "Successful requests" in stdout and "2 of 4 requests unfinished" in stderr

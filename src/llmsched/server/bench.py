@@ -56,6 +56,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -1106,21 +1107,55 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
                     print(f"\r{done}/{n} requests done", end="", file=sys.stderr, flush=True)
 
             progress = asyncio.ensure_future(report())
-        t0 = time.perf_counter()
         tasks = []
-        for i, at in enumerate(wl.arrival_s.tolist()):
-            delay = t0 + at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one(i)))
-        results = await asyncio.gather(*tasks)
+
+        async def send_all():
+            for i, at in enumerate(wl.arrival_s.tolist()):
+                delay = t0 + at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.ensure_future(one(i)))
+            await asyncio.gather(*tasks)
+
+        t0 = time.perf_counter()
+        run = asyncio.ensure_future(send_all())
+        # Ctrl-C or SIGTERM mid-run stops it but keeps what finished: the cancelled gather
+        # used to take every result with it
+        interrupted = None
+        loop = asyncio.get_running_loop()
+
+        def stop(name: str) -> None:
+            nonlocal interrupted
+            interrupted = name
+            run.cancel()
+
+        handled = []
+        for sig in ("SIGINT", "SIGTERM"):
+            with contextlib.suppress(AttributeError, NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(getattr(signal, sig), stop, sig)  # (main thread, POSIX)
+                handled.append(getattr(signal, sig))
+        try:
+            await run
+        except asyncio.CancelledError:
+            if interrupted is None:
+                raise
+            for t in tasks:  # (those sent before a stop in the dispatch loop's sleep)
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
         duration = time.perf_counter() - t0
+        results = [t.result() if t.done() and not t.cancelled() else None for t in tasks]
+        results += [None] * (n - len(results))
+        results = [r or RequestResult(prompt_len=prompts[i], error="interrupted") for i, r in enumerate(results)]
         if progress is not None:
             progress.cancel()
-            print(f"\r{n}/{n} requests done", file=sys.stderr, flush=True)
+            print(f"\r{done}/{n} requests done", file=sys.stderr, flush=True)
     finally:
         await client.aclose()
-    return list(results), duration, {"model_id": model, "t0": t0, "text_units": units, "text_unit_exact": exact}
+    info = {"model_id": model, "t0": t0, "text_units": units, "text_unit_exact": exact, "interrupted": interrupted}
+    return results, duration, info
 
 
 def _dist(name: str, values: list[float], percentiles: list[float], out: dict) -> None:
@@ -1248,6 +1283,9 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
         "text_units": list(info["text_units"]) if text else None,
         "text_unit_exact": info["text_unit_exact"],
     }
+    if info.get("interrupted"):
+        out["interrupted"] = True  # (unfinished requests are failures with the error "interrupted")
+        out["_signal"] = info["interrupted"]
     errors = [r.error for r in results if not r.success]
     out["errors_sample"] = errors[:10]
     if cfg.save_detailed:
@@ -1268,7 +1306,7 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
         import os  # noqa: PLC0415
 
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        write_result(path, {k: v for k, v in out.items() if k != "_results"}, cfg.append_result)
+        write_result(path, {k: v for k, v in out.items() if not k.startswith("_")}, cfg.append_result)
         out["result_path"] = path
     return out
 
