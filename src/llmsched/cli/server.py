@@ -315,7 +315,12 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         help="length CSV or trace file (default for sharegpt/arxiv: the shared copy; "
         "trace: required, or the name azure-conv)",
     )
-    g.add_argument("--num-prompts", type=positive_int, default=1000, help="requests to send (default: 1000)")
+    g.add_argument(
+        "--num-prompts",
+        type=positive_int,
+        default=None,
+        help="requests to send (default: 1000; a shorter --dataset-name trace is replayed whole)",
+    )
     g.add_argument(
         "--input-len",
         "--random-input-len",
@@ -446,6 +451,14 @@ def bench_main(args) -> int:
         # result file, if any, is written; the table of 401s is not printed)
         raise api_key_error(cfg.base_url, bool(cfg.api_key))
     print_table(result, cfg)
+    if result.get("interrupted"):
+        unfinished = sum(r.error == "interrupted" for r in result["_results"])
+        print(
+            f"llmsched bench: {result['_signal']}: stopped with {unfinished} of {result['num_prompts']} requests "
+            "unfinished (counted as failed)",
+            file=sys.stderr,
+        )
+        return 143 if result["_signal"] == "SIGTERM" else 130
     if result["num_prompts"] and not result["completed"]:
         # a run of failures is not a benchmark: scripts and CI must see it (the table and the
         # result file are still written, with the errors)

@@ -38,8 +38,9 @@ the lower end is raised to 1; `random_length_range`), `sharegpt` and `arxiv` (pr
 length pairs drawn from the shared length CSVs), `trace` (Azure or plain CSV replayed on
 its own timestamps, `--time-scale` to speed it up, or rescaled to `--request-rate`), all
 through `llmsched.workload`. Prompts are built so the server sees the intended number of
-tokens: token-id lists on /v1/completions, and on chat (or `--prompt-format text`) a text
-of "tok " repeated, which the sim backend's rule (4 UTF-8 bytes per token) counts exactly.
+tokens: token-id lists on /v1/completions, and on chat (or `--prompt-format text`) a random
+sequence of words that the server's /tokenize counts as one token each (`find_text_units`),
+distinct per request so that a prefix cache does not serve them.
 
 Transport: requests go through `http_client.HTTPClient`, a minimal asyncio HTTP/1.1
 client (httpx costs about 60 us of Python per streamed chunk, which at 256 streams makes
@@ -55,6 +56,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -71,6 +73,7 @@ from ..workload import WorkloadSpec, make_trace
 from ..workload.arrivals import MAX_REQUESTS
 from ..workload.csvio import read_header
 from ..workload.lengths import OUTPUT_COLUMNS, PROMPT_COLUMNS
+from ..workload.spec import load_trace
 
 MS = 1000.0
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -80,6 +83,7 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 MAX_BENCH_LEN = 1 << 24
 # --token-id-range's HI (exclusive): the ids are drawn as 64-bit integers
 MAX_TOKEN_ID_END = 1 << 63
+DEFAULT_NUM_PROMPTS = 1000  # vLLM's
 
 
 # ---- configuration ---------------------------------------------------------------------
@@ -204,7 +208,7 @@ class BenchConfig:
     api_key: str | None = None
     dataset_name: str = "random"
     dataset_path: str | None = None
-    num_prompts: int = 1000
+    num_prompts: int | None = None  # None: not given (1000; a shorter trace is replayed whole)
     input_len: int = 1024
     output_len: int = 128
     random_range_ratio: float = 0.0
@@ -289,6 +293,10 @@ class BenchConfig:
             raise ConfigError(f"--http-client must be raw or httpx, got {self.http_client!r}")
         if not isinstance(self.num_warmups, int) or self.num_warmups < 0:
             raise ConfigError(f"--num-warmups must be >= 0, got {self.num_warmups!r}")
+        # (a trace shorter than an asked count is named as --num-prompts; the default is not)
+        self.num_prompts_given = self.num_prompts is not None
+        if self.num_prompts is None:
+            self.num_prompts = DEFAULT_NUM_PROMPTS
         n = as_int(self.num_prompts)
         if n is None or n < 1:
             raise ConfigError(f"--num-prompts must be a positive integer, got {self.num_prompts!r}")
@@ -613,6 +621,15 @@ def make_workload(cfg: BenchConfig) -> Workload:
     if name == "trace":
         if not cfg.dataset_path:
             raise ConfigError("--dataset-name trace needs --dataset-path FILE (Azure or plain CSV, or azure-conv)")
+        try:
+            have = len(load_trace(cfg.dataset_path, None).arrival_s)  # (cached for make_trace)
+        except ConfigError:
+            have = None  # make_trace names the problem
+        if have is not None and n > have:
+            # said here, not by make_trace: it named num_requests=1,000 also when no count was given
+            if cfg.num_prompts_given:
+                warn(f"--num-prompts {n:,}: trace {cfg.dataset_path} has {have:,} requests, all are replayed")
+            n = have
         spec = dict(arrival="trace", trace=cfg.dataset_path, time_scale=cfg.time_scale, num_requests=n, seed=cfg.seed)
         if not math.isinf(cfg.request_rate):  # the trace's own times rescaled to it, as `simulate --rate`
             spec["rate"] = cfg.request_rate
@@ -664,42 +681,76 @@ def _sharegpt_pairs(prompt, output, n: int, fixed_output: bool, src: str):
 
 
 TEXT_UNIT = "tok "  # 4 UTF-8 bytes: one token under the sim backend's rule
-# words tried, in order, as the unit of text prompts: the first that the server's /tokenize
-# counts as exactly one token per repetition is used (byte-level BPEs split "tok " in two)
-TEXT_UNITS = (TEXT_UNIT, " the", " a", " and", " of", " x", " I")
+# words tried as the units of text prompts: those that the server's /tokenize counts as
+# exactly one token per repetition are used (byte-level BPEs split "tok " in two). A prompt
+# is a random sequence of them, not one word repeated: identical prompts share every block
+# of a prefix cache, which then served ~96% of each prompt (vLLM's random dataset draws a
+# distinct sequence per request). The 4-byte words are each one token under the sim rule.
+TEXT_UNITS = (TEXT_UNIT, " the", " a", " and", " of", " x", " I", " for", " was", " are", " not")
+# used when the server cannot count: exact under the sim backend's 4-bytes rule
+FALLBACK_UNITS = tuple(u for u in TEXT_UNITS if len(u.encode()) == 4)
 CALIBRATION_REPEATS = 64
 
 
-async def find_text_unit(client, headers: dict, model: str, base_url: str = "the server") -> tuple[str, bool]:
-    """The text unit of text prompts: the first of TEXT_UNITS that the server tokenizes as
-    one token per repetition (POST /tokenize, without special tokens). Returns (unit,
-    exact); (TEXT_UNIT, False) if the server has no /tokenize or no unit qualifies; an
-    HTTP 401 is the API-key error (llmsched serve guards /tokenize with the key)."""
+def text_prompt(units, n: int, rng: np.random.Generator) -> str:
+    """A text of `n` words drawn uniformly from `units` (a str: that word repeated)."""
+    if isinstance(units, str):
+        return units * n
+    if len(units) == 1:
+        return units[0] * n
+    return "".join(np.asarray(units, dtype=object)[rng.integers(0, len(units), size=n)])
+
+
+async def find_text_units(
+    client, headers: dict, model: str, base_url: str = "the server"
+) -> tuple[tuple[str, ...], bool]:
+    """The words of text prompts: those of TEXT_UNITS that the server tokenizes as one token
+    per repetition (POST /tokenize, without special tokens), kept together only if a random
+    mix of them is one token a word too. Returns (units, exact); (FALLBACK_UNITS, False) if
+    the server has no /tokenize or no unit qualifies; an HTTP 401 is the API-key error
+    (llmsched serve guards /tokenize with the key)."""
+
+    async def count(text: str) -> int | None:
+        body = json.dumps({"model": model, "prompt": text, "add_special_tokens": False}).encode()
+        try:
+            async with client.stream("POST", "/tokenize", body, headers) as (status, _, read_all):
+                data = await read_all()
+        except Exception:  # noqa: BLE001 - no /tokenize: lengths are approximate
+            return None
+        if status == 401:
+            raise api_key_error(base_url, "authorization" in headers)
+        if status != 200:
+            return None
+        try:
+            return int(json.loads(data)["count"])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    k = CALIBRATION_REPEATS
+    units: list[str] = []
     for unit in TEXT_UNITS:
         counts = []
-        for k in (CALIBRATION_REPEATS, CALIBRATION_REPEATS + 1):
-            body = json.dumps({"model": model, "prompt": unit * k, "add_special_tokens": False}).encode()
-            try:
-                async with client.stream("POST", "/tokenize", body, headers) as (status, _, read_all):
-                    data = await read_all()
-            except Exception:  # noqa: BLE001 - no /tokenize: lengths are approximate
-                return TEXT_UNIT, False
-            if status == 401:
-                raise api_key_error(base_url, "authorization" in headers)
-            if status != 200:
-                return TEXT_UNIT, False
-            try:
-                counts.append(int(json.loads(data)["count"]))
-            except (ValueError, KeyError, TypeError):
-                return TEXT_UNIT, False
-        if counts == [CALIBRATION_REPEATS, CALIBRATION_REPEATS + 1]:
-            return unit, True
-    return TEXT_UNIT, False
+        for text in (unit * k, unit * (k + 1)):
+            c = await count(text)
+            if c is None:
+                return FALLBACK_UNITS, False
+            counts.append(c)
+        if counts == [k, k + 1]:
+            units.append(unit)
+    if not units:
+        return FALLBACK_UNITS, False
+    if len(units) > 1:
+        # words that are one token alone may merge with their neighbours
+        mixed = [await count(text_prompt(units, n, np.random.default_rng(n))) for n in (k, k + 1)]
+        if mixed != [k, k + 1]:
+            units = units[:1]
+    return tuple(units), True
 
 
-def build_payloads(cfg: BenchConfig, wl: Workload, model: str, unit: str = TEXT_UNIT) -> list[bytes]:
-    """One request body per request. Text prompts (chat, `--prompt-format text`) are `unit`
-    repeated as many times as the prompt has tokens (see `find_text_unit`)."""
+def build_payloads(cfg: BenchConfig, wl: Workload, model: str, units=FALLBACK_UNITS) -> list[bytes]:
+    """One request body per request. Text prompts (chat, `--prompt-format text`) are random
+    sequences of `units` (see `find_text_units`; a str: that word repeated), one word a
+    token; the same seed gives the same prompts."""
     rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(11,)))
     lo, hi = cfg.token_id_range
     out = []
@@ -713,11 +764,11 @@ def build_payloads(cfg: BenchConfig, wl: Workload, model: str, unit: str = TEXT_
         if cfg.chat:
             body = {
                 "model": model,
-                "messages": [{"role": "user", "content": unit * p}],
+                "messages": [{"role": "user", "content": text_prompt(units, p, rng)}],
                 "max_completion_tokens": o,
             }
         else:
-            prompt = rng.integers(lo, hi, size=p).tolist() if ids_mode else unit * p
+            prompt = rng.integers(lo, hi, size=p).tolist() if ids_mode else text_prompt(units, p, rng)
             body = {"model": model, "prompt": prompt, "max_tokens": o}
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -730,6 +781,29 @@ def build_payloads(cfg: BenchConfig, wl: Workload, model: str, unit: str = TEXT_
 
 
 # ---- one request -----------------------------------------------------------------------
+class SSEEvents:
+    """Splits a server-sent-event stream, fed in arbitrary pieces, into its events (the
+    bytes between blank lines). Lines may end in LF, CRLF or CR, as the SSE standard allows
+    (sse-starlette ends them in CRLF: split on LF alone, no event was ever found); a CR
+    that ends a piece is held back, as it may be the first half of a CRLF."""
+
+    def __init__(self):
+        self.buf = b""  # the unfinished event (with line endings made LF)
+        self.cr = False  # the last piece ended in CR
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if self.cr:
+            data = b"\r" + data
+        self.cr = data.endswith(b"\r")
+        if self.cr:
+            data = data[:-1]
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        events = (self.buf + data).split(b"\n\n")
+        self.buf = events.pop()  # (only what is not yet a whole event is kept)
+        return events
+
+
 @dataclass
 class RequestResult:
     success: bool = False
@@ -739,7 +813,7 @@ class RequestResult:
     itl: list[float] = field(default_factory=list)
     latency: float = 0.0
     start_time: float = 0.0
-    queue_time: float = 0.0
+    queue_time: float = 0.0  # the wait for a --max-concurrency slot
     error: str = ""
     status: int = 0
     text: str | None = None  # the generated text (kept with --save-detailed)
@@ -764,16 +838,11 @@ async def send_request(
             if status != 200:
                 res.error = _error_text(status, await read_all())
                 return res
-            buf = b""
+            sse = SSEEvents()
             done = False
             async for now, data in body_iter():
-                buf += data
-                while True:
-                    i = buf.find(b"\n\n")
-                    if i < 0:
-                        break
-                    event = buf[:i].strip()
-                    buf = buf[i + 2 :]
+                for event in sse.feed(data):
+                    event = event.strip()
                     if not event or event.startswith(b":"):
                         continue
                     if event.startswith(b"data:"):
@@ -934,9 +1003,37 @@ async def _first_model(client, base_url: str, headers: dict) -> str:
     return data[0]["id"]
 
 
+# descriptors the client needs besides one per request in flight (stdio, the event loop's,
+# the warm-up's and the tokenize calls' connections, imported libraries)
+FD_MARGIN = 64
+
+
+def raise_fd_limit(concurrency: int) -> None:
+    """Raise the soft limit on open files to the hard one, and warn once if it is still
+    below `concurrency` requests' connections: the requests beyond it failed to connect
+    and were counted as the server's failures (1500 at once under `ulimit -n 1024`: 491)."""
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+    except ImportError:
+        return
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    except (ValueError, OSError):  # (macOS refuses an infinite hard limit: keep the soft one)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and soft < concurrency + FD_MARGIN:
+        warn(
+            f"this process may open at most {soft:,} files (ulimit -n) but up to {concurrency:,} requests "
+            "run at once: those beyond the limit fail to connect; raise the limit or give --max-concurrency"
+        )
+
+
 async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[RequestResult], float, dict]:
     """Send the workload; returns (per-request results, duration in s, run info)."""
     wl = wl if wl is not None else make_workload(cfg)
+    raise_fd_limit(min(cfg.max_concurrency or len(wl), len(wl)))
     headers = {"content-type": "application/json"}
     if cfg.api_key:
         headers["authorization"] = f"Bearer {cfg.api_key}"
@@ -955,21 +1052,27 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
             raise
         except Exception as e:  # noqa: BLE001 - httpx errors, bad JSON
             raise ConfigError(f"cannot list the models of {cfg.base_url}: {e}") from None
-        unit, exact = TEXT_UNIT, True
+        units, exact = FALLBACK_UNITS, True
         if cfg.chat or cfg.prompt_format == "text":
-            unit, exact = await find_text_unit(client, headers, model, cfg.base_url)
+            units, exact = await find_text_units(client, headers, model, cfg.base_url)
             if not exact and not cfg.quiet:
                 print(
-                    "warning: the server's /tokenize gave no one-token word; text prompts are "
-                    f"{TEXT_UNIT!r} repeated and may not have the intended token counts",
+                    "warning: the server's /tokenize gave no one-token word; text prompts are drawn from "
+                    f"{', '.join(map(repr, units))} and may not have the intended token counts",
                     file=sys.stderr,
                 )
-        payloads = build_payloads(cfg, wl, model, unit)
+            elif len(units) == 1 and not cfg.quiet:
+                print(
+                    f"warning: only {units[0]!r} is one token to the server; every text prompt repeats it, "
+                    "so a prefix cache serves most of each prompt",
+                    file=sys.stderr,
+                )
+        payloads = build_payloads(cfg, wl, model, units)
         url = cfg.endpoint
         if cfg.num_warmups:
             # not measured: warms the client, the connection and the server's code paths
             # (a cold first request would delay the server's whole first busy period)
-            warm = build_payloads(cfg, Workload(np.zeros(1), np.array([8]), np.array([2])), model, unit)[0]
+            warm = build_payloads(cfg, Workload(np.zeros(1), np.array([8]), np.array([2])), model, units)[0]
             for _ in range(cfg.num_warmups):
                 w = await send_request(client, url, headers, warm, 8, cfg.chat)
                 if w.status == 401:  # with --model, /v1/models was not asked
@@ -981,14 +1084,17 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
         done = 0
         prompts = wl.prompt.tolist()
 
-        async def one(i: int, scheduled: float) -> RequestResult:
+        async def one(i: int) -> RequestResult:
             nonlocal done
+            # from the dispatch, not the scheduled time: a timer that woke early (uvloop's
+            # have 1 ms resolution) made queue times negative
+            queued = time.perf_counter()
             if sem is None:
                 r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
             else:
                 async with sem:
                     r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
-            r.queue_time = r.start_time - scheduled
+            r.queue_time = r.start_time - queued
             done += 1
             return r
 
@@ -1001,21 +1107,55 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
                     print(f"\r{done}/{n} requests done", end="", file=sys.stderr, flush=True)
 
             progress = asyncio.ensure_future(report())
-        t0 = time.perf_counter()
         tasks = []
-        for i, at in enumerate(wl.arrival_s.tolist()):
-            delay = t0 + at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one(i, t0 + at)))
-        results = await asyncio.gather(*tasks)
+
+        async def send_all():
+            for i, at in enumerate(wl.arrival_s.tolist()):
+                delay = t0 + at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.ensure_future(one(i)))
+            await asyncio.gather(*tasks)
+
+        t0 = time.perf_counter()
+        run = asyncio.ensure_future(send_all())
+        # Ctrl-C or SIGTERM mid-run stops it but keeps what finished: the cancelled gather
+        # used to take every result with it
+        interrupted = None
+        loop = asyncio.get_running_loop()
+
+        def stop(name: str) -> None:
+            nonlocal interrupted
+            interrupted = name
+            run.cancel()
+
+        handled = []
+        for sig in ("SIGINT", "SIGTERM"):
+            with contextlib.suppress(AttributeError, NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(getattr(signal, sig), stop, sig)  # (main thread, POSIX)
+                handled.append(getattr(signal, sig))
+        try:
+            await run
+        except asyncio.CancelledError:
+            if interrupted is None:
+                raise
+            for t in tasks:  # (those sent before a stop in the dispatch loop's sleep)
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
         duration = time.perf_counter() - t0
+        results = [t.result() if t.done() and not t.cancelled() else None for t in tasks]
+        results += [None] * (n - len(results))
+        results = [r or RequestResult(prompt_len=prompts[i], error="interrupted") for i, r in enumerate(results)]
         if progress is not None:
             progress.cancel()
-            print(f"\r{n}/{n} requests done", file=sys.stderr, flush=True)
+            print(f"\r{done}/{n} requests done", file=sys.stderr, flush=True)
     finally:
         await client.aclose()
-    return list(results), duration, {"model_id": model, "t0": t0, "text_unit": unit, "text_unit_exact": exact}
+    info = {"model_id": model, "t0": t0, "text_units": units, "text_unit_exact": exact, "interrupted": interrupted}
+    return results, duration, info
 
 
 def _dist(name: str, values: list[float], percentiles: list[float], out: dict) -> None:
@@ -1111,6 +1251,7 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
     wl = wl if wl is not None else make_workload(cfg)
     results, duration, info = _run(benchmark(cfg, wl))
     m = calculate_metrics(results, duration, cfg.metric_percentiles, cfg.goodput)
+    text = cfg.chat or cfg.prompt_format == "text"
     date = datetime.now().strftime("%Y%m%d-%H%M%S")
     # vLLM's result-file fields first (vllm/benchmarks/serve.py), then ours
     out = {
@@ -1137,9 +1278,14 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
         "goodput_config": cfg.goodput or None,
         "percentile_metrics": cfg.percentile_metrics,
         "metric_percentiles": cfg.metric_percentiles,
-        "text_unit": info["text_unit"] if (cfg.chat or cfg.prompt_format == "text") else None,
+        # text_unit: the first word (the only one before prompts mixed several)
+        "text_unit": info["text_units"][0] if text else None,
+        "text_units": list(info["text_units"]) if text else None,
         "text_unit_exact": info["text_unit_exact"],
     }
+    if info.get("interrupted"):
+        out["interrupted"] = True  # (unfinished requests are failures with the error "interrupted")
+        out["_signal"] = info["interrupted"]
     errors = [r.error for r in results if not r.success]
     out["errors_sample"] = errors[:10]
     if cfg.save_detailed:
@@ -1160,7 +1306,7 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
         import os  # noqa: PLC0415
 
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        write_result(path, {k: v for k, v in out.items() if k != "_results"}, cfg.append_result)
+        write_result(path, {k: v for k, v in out.items() if not k.startswith("_")}, cfg.append_result)
         out["result_path"] = path
     return out
 
