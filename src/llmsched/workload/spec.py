@@ -473,6 +473,53 @@ def without_inline_rate(workload: dict) -> dict:
     return d
 
 
+def _synthetic_kind(workload: dict) -> str | None:
+    """The synthetic arrival process (poisson, gamma, deterministic) a spread workload
+    mapping names, or None (none named, a trace replay, an unknown name)."""
+    a = workload.get("arrival")
+    if a is None or replays_trace(workload):
+        return None
+    kind = _arrival_kind(a)[0]
+    return kind if kind in SYNTHETIC_ARRIVALS else None
+
+
+def _named_params(workload: dict) -> dict:
+    """A spread workload mapping with its synthetic arrival's inline parameters (gamma:rate=5,cv=2)
+    moved to its own keys: {arrival: gamma, rate: 5, cv: 2}."""
+    a = workload["arrival"]
+    kind, rest = _arrival_kind(a)
+    d = {**workload, "arrival": kind}
+    for k, v in _inline_params(a, kind, rest).items():
+        if d.get(k) is not None and d[k] != v:
+            raise ConfigError(f"{k} given twice with different values: {d[k]:g} and {v:g} in arrival '{a.strip()}'")
+        d[k] = v
+    return d
+
+
+def override_workload(given: dict, over: dict) -> dict:
+    """The workload options `given` with those of `over` (flags, keyword overrides) put in
+    their place. An override of the arrival process, rate or cv keeps the parameters the
+    given synthetic arrival names (gamma:rate=5,cv=2, {process: gamma, rate: 5, cv: 2}) that
+    the override does not name itself; a cv of a gamma arrival is dropped, not carried, when
+    the override replaces gamma by another process (a cv applies to gamma only)."""
+    over = {k: v for k, v in over.items() if v is not None}
+    if not {"arrival", "rate", "cv"} & over.keys():
+        return {**given, **over}
+    base = _spread_arrival(given)
+    new = _spread_arrival(over)
+    base_kind = _synthetic_kind(base)
+    new_kind = _synthetic_kind(new) if new.get("arrival") is not None else base_kind
+    if base_kind is None or new_kind is None:  # (to or from a trace replay: the arrival is replaced whole)
+        return {**given, **over}
+    # (the inline parameters of the given arrival stand beside its keys, which an override replaces)
+    base = _named_params(base)
+    if new.get("arrival") is not None:
+        new = _named_params(new)
+    if base_kind == "gamma" and new_kind != "gamma" and "cv" not in new:
+        base.pop("cv", None)
+    return {**base, **new}
+
+
 # the workload options a run (llmsched.simulate, a configuration) takes when not given, and
 # those `llmsched.theory.workload_means` samples with (`with_defaults`)
 DEFAULT_WORKLOAD = {
