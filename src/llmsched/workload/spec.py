@@ -637,6 +637,8 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         raise ConfigError(f"the workload would hold {n:,} requests, over the limit of {MAX_REQUESTS:,}")
 
     cls = _classes(spec, n)
+    if spec.classes and base is not None and base.tag is not None:
+        cls = _traced_classes(spec, base.tag[:n], cls)
     if spec.turns is not None:
         return _conversations(spec, arrival, cls, k, block_size, blocks)
     prompt, output = _lengths(spec, cls, n, base)
@@ -668,6 +670,28 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         ids, ptr = reblock(head.block_ids, head.block_ptr, cap, base.block_size, block_size)
         out = out.with_blocks(ids, ptr, block_size)
     return out
+
+
+def _traced_classes(spec: WorkloadSpec, tags: np.ndarray, drawn: np.ndarray) -> np.ndarray:
+    """The class of each replayed request of a tagged trace: the class its tag names, the
+    `drawn` one (by share) for a request without a tag; a tag that no class names is
+    refused (a redrawn tag would move a request to another class's statistics)."""
+    names = np.array([c.tag for c in spec.classes])
+    order = np.argsort(names)
+    tagged = tags != ""
+    pos = np.searchsorted(names[order], tags[tagged])
+    pos = np.minimum(pos, len(names) - 1)
+    found = names[order][pos] == tags[tagged]
+    if not found.all():
+        row = int(np.flatnonzero(tagged)[np.argmin(found)])
+        raise ConfigError(
+            f"trace {spec.trace}: request {row + 1} (in arrival order) has tag {str(tags[row])!r}, "
+            f"which no class names (classes: {', '.join(names)}): "
+            "give it a class, or drop classes to keep the trace's tags"
+        )
+    cls = drawn.copy()
+    cls[tagged] = order[pos]
+    return cls
 
 
 def _classes(spec: WorkloadSpec, n: int) -> np.ndarray:
