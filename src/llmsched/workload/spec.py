@@ -617,7 +617,13 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         except ConfigError as e:
             raise ConfigError(f"trace {spec.trace}: {e}") from None
         warn_short_trace(f"trace {spec.trace}", len(base.arrival_s), spec.num_requests)
-        arrival = replayed_times(base.arrival_s, k, n, f"trace {spec.trace}", "--time-scale K divides them")
+        # (the hint names the option given: with a rate, time_scale is not one)
+        hint = (
+            f"--rate {spec.rate:g} sets the divisor: ask for a higher rate"
+            if spec.rate is not None
+            else "--time-scale K divides them"
+        )
+        arrival = replayed_times(base.arrival_s, k, n, f"trace {spec.trace}", hint)
     else:
         proc = make_arrival_process(spec.arrival, check_rate(spec.rate), None if spec.cv is None else check_cv(spec.cv))
         k = spec.time_scale  # duration_s is in the scaled clock
