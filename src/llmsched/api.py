@@ -39,7 +39,7 @@ from .theory.verdict import burst_factor, guard_time_of, service_steps, short_wi
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.arrivals import MAX_REQUESTS, count_over_the_limit, loose_rate
 from .workload.blocks import DEFAULT_BLOCK_SIZE
-from .workload.spec import DEFAULT_WORKLOAD, with_defaults
+from .workload.spec import DEFAULT_WORKLOAD, override_workload, with_defaults
 
 if TYPE_CHECKING:
     from .workload.network import NetworkSpec
@@ -322,7 +322,7 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
     if given is not None:
         cfg.set_workload(given)
     if wl_over:
-        cfg.set_workload({**cfg.given_workload(), **wl_over})
+        cfg.set_workload(override_workload(cfg.given_workload(), wl_over))
     _check_types(cfg)
     return cfg
 

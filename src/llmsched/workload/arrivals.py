@@ -47,11 +47,22 @@ def loose_rate(cv: float, n: int) -> str | None:
     spread = cv / math.sqrt(max(n, 1))
     if cv <= 1 or spread <= MAX_RATE_SPREAD:
         return None
-    enough = count_text(math.ceil((cv / GOOD_RATE_SPREAD) ** 2))
+    needed = math.ceil((cv / GOOD_RATE_SPREAD) ** 2)
+    advice = (
+        f"ask for at least {count_text(needed)} requests for +-{100 * GOOD_RATE_SPREAD:.0f}%"
+        if needed <= MAX_REQUESTS  # (more are refused: only a lower cv helps)
+        else f"use a lower cv (+-{100 * GOOD_RATE_SPREAD:.0f}% would need {count_text(needed)} requests, "
+        f"over the limit of {count_text(MAX_REQUESTS)})"
+    )
+    if spread > 1:  # (a "+-1414%" reads as a spread; past 100% the rate is no estimate at all)
+        return (
+            f"gamma arrivals of cv {cv:g}: the realised rate of {count_text(n)} requests means nothing "
+            f"(cv / sqrt(n) = {spread:.3g}, over 100%): the arrivals bunch into a few bursts, at any rate "
+            f"asked for; {advice}"
+        )
     return (
         f"gamma arrivals of cv {cv:g}: the realised rate of {count_text(n)} requests varies by about "
-        f"+-{100 * spread:.0f}% (cv / sqrt(n)) around the rate asked for; ask for at least {enough} requests "
-        f"for +-{100 * GOOD_RATE_SPREAD:.0f}%"
+        f"+-{100 * spread:.0f}% (cv / sqrt(n)) around the rate asked for; {advice}"
     )
 
 

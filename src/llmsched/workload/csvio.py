@@ -359,22 +359,35 @@ _NOT_COMMA_OR_NEWLINE = bytes(b for b in range(256) if b not in b",\n")
 
 
 def _text_lines(p: Path) -> list[str]:
+    """The file's lines as numpy reads the plain file: split at \n, \r\n and \r only (not
+    at str.splitlines' \x85, \u2028, \x1c...), each with its \n, so a quoted field keeps
+    the line breaks inside it (numpy joins a list's lines as they are)."""
     with _open_text(p) as fh:
-        return fh.read().splitlines()
+        text = fh.read().replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line + "\n" for line in lines]
 
 
 def _unblanked(p: Path) -> list[str]:
     """The file's lines without those of nothing but spaces, commas and empty quoted fields
-    (`"",""`: an even number of quotes, so not a line inside a quoted field), the header
-    first."""
-    return [line for line in _text_lines(p) if not _blank_line(line)]
+    (`"",""`: an even number of quotes), the header first; a line inside a quoted field
+    (after an odd number of quotes) is kept, blank or not: it is the field's text."""
+    out = []
+    quoted = False
+    for line in _text_lines(p):
+        if quoted or not _blank_line(line):
+            out.append(line)
+        quoted ^= line.count('"') % 2 == 1
+    return out
 
 
 def _blank_line(line: str) -> bool:
-    if not line.strip(" \t,"):
+    if not line.strip(" \t,\r\n"):
         return True
     quotes = line.count('"')
-    return quotes % 2 == 0 and not line.replace('""', "").strip(" \t,")
+    return quotes % 2 == 0 and not line.replace('""', "").strip(" \t,\r\n")
 
 
 def _parse(source, cols: dict[str, int], kinds: dict[str, str], skip: int) -> dict[str, np.ndarray]:

@@ -473,6 +473,53 @@ def without_inline_rate(workload: dict) -> dict:
     return d
 
 
+def _synthetic_kind(workload: dict) -> str | None:
+    """The synthetic arrival process (poisson, gamma, deterministic) a spread workload
+    mapping names, or None (none named, a trace replay, an unknown name)."""
+    a = workload.get("arrival")
+    if a is None or replays_trace(workload):
+        return None
+    kind = _arrival_kind(a)[0]
+    return kind if kind in SYNTHETIC_ARRIVALS else None
+
+
+def _named_params(workload: dict) -> dict:
+    """A spread workload mapping with its synthetic arrival's inline parameters (gamma:rate=5,cv=2)
+    moved to its own keys: {arrival: gamma, rate: 5, cv: 2}."""
+    a = workload["arrival"]
+    kind, rest = _arrival_kind(a)
+    d = {**workload, "arrival": kind}
+    for k, v in _inline_params(a, kind, rest).items():
+        if d.get(k) is not None and d[k] != v:
+            raise ConfigError(f"{k} given twice with different values: {d[k]:g} and {v:g} in arrival '{a.strip()}'")
+        d[k] = v
+    return d
+
+
+def override_workload(given: dict, over: dict) -> dict:
+    """The workload options `given` with those of `over` (flags, keyword overrides) put in
+    their place. An override of the arrival process, rate or cv keeps the parameters the
+    given synthetic arrival names (gamma:rate=5,cv=2, {process: gamma, rate: 5, cv: 2}) that
+    the override does not name itself; a cv of a gamma arrival is dropped, not carried, when
+    the override replaces gamma by another process (a cv applies to gamma only)."""
+    over = {k: v for k, v in over.items() if v is not None}
+    if not {"arrival", "rate", "cv"} & over.keys():
+        return {**given, **over}
+    base = _spread_arrival(given)
+    new = _spread_arrival(over)
+    base_kind = _synthetic_kind(base)
+    new_kind = _synthetic_kind(new) if new.get("arrival") is not None else base_kind
+    if base_kind is None or new_kind is None:  # (to or from a trace replay: the arrival is replaced whole)
+        return {**given, **over}
+    # (the inline parameters of the given arrival stand beside its keys, which an override replaces)
+    base = _named_params(base)
+    if new.get("arrival") is not None:
+        new = _named_params(new)
+    if base_kind == "gamma" and new_kind != "gamma" and "cv" not in new:
+        base.pop("cv", None)
+    return {**base, **new}
+
+
 # the workload options a run (llmsched.simulate, a configuration) takes when not given, and
 # those `llmsched.theory.workload_means` samples with (`with_defaults`)
 DEFAULT_WORKLOAD = {
@@ -570,7 +617,13 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         except ConfigError as e:
             raise ConfigError(f"trace {spec.trace}: {e}") from None
         warn_short_trace(f"trace {spec.trace}", len(base.arrival_s), spec.num_requests)
-        arrival = replayed_times(base.arrival_s, k, n, f"trace {spec.trace}", "--time-scale K divides them")
+        # (the hint names the option given: with a rate, time_scale is not one)
+        hint = (
+            f"--rate {spec.rate:g} sets the divisor: ask for a higher rate"
+            if spec.rate is not None
+            else "--time-scale K divides them"
+        )
+        arrival = replayed_times(base.arrival_s, k, n, f"trace {spec.trace}", hint)
     else:
         proc = make_arrival_process(spec.arrival, check_rate(spec.rate), None if spec.cv is None else check_cv(spec.cv))
         k = spec.time_scale  # duration_s is in the scaled clock
@@ -590,6 +643,8 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         raise ConfigError(f"the workload would hold {n:,} requests, over the limit of {MAX_REQUESTS:,}")
 
     cls = _classes(spec, n)
+    if spec.classes and base is not None and base.tag is not None:
+        cls = _traced_classes(spec, base.tag[:n], cls)
     if spec.turns is not None:
         return _conversations(spec, arrival, cls, k, block_size, blocks)
     prompt, output = _lengths(spec, cls, n, base)
@@ -621,6 +676,28 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         ids, ptr = reblock(head.block_ids, head.block_ptr, cap, base.block_size, block_size)
         out = out.with_blocks(ids, ptr, block_size)
     return out
+
+
+def _traced_classes(spec: WorkloadSpec, tags: np.ndarray, drawn: np.ndarray) -> np.ndarray:
+    """The class of each replayed request of a tagged trace: the class its tag names, the
+    `drawn` one (by share) for a request without a tag; a tag that no class names is
+    refused (a redrawn tag would move a request to another class's statistics)."""
+    names = np.array([c.tag for c in spec.classes])
+    order = np.argsort(names)
+    tagged = tags != ""
+    pos = np.searchsorted(names[order], tags[tagged])
+    pos = np.minimum(pos, len(names) - 1)
+    found = names[order][pos] == tags[tagged]
+    if not found.all():
+        row = int(np.flatnonzero(tagged)[np.argmin(found)])
+        raise ConfigError(
+            f"trace {spec.trace}: request {row + 1} (in arrival order) has tag {str(tags[row])!r}, "
+            f"which no class names (classes: {', '.join(names)}): "
+            "give it a class, or drop classes to keep the trace's tags"
+        )
+    cls = drawn.copy()
+    cls[tagged] = order[pos]
+    return cls
 
 
 def _classes(spec: WorkloadSpec, n: int) -> np.ndarray:
