@@ -1218,7 +1218,7 @@ def _trace_requests(spec: ServerlessSpec, warn_short: bool = True):
     except ConfigError as e:
         raise _at(where, str(e)) from None
     if warn_short:
-        warn_short_trace(f"{where}: the trace", len(arrival), w.num_requests)
+        warn_short_trace(f"{where}: the trace", len(arrival), w.num_requests, n)
     arrival = replayed_times(arrival, k, n, where, "workload.time_scale K divides them")
     prompt, output = prompt[:n], output[:n]
     if model is None:

@@ -553,10 +553,11 @@ def with_defaults(workload: dict, defaults: dict) -> dict:
 _TRACE_CACHE: dict[tuple, Trace] = {}
 
 
-def warn_short_trace(trace: str, have: int, num_requests: int | None) -> None:
+def warn_short_trace(trace: str, have: int, num_requests: int | None, replayed: int) -> None:
     """Warn when `num_requests` asks `trace` (its name in the message) for more requests
-    than the `have` it holds: the replay takes them all, fewer than asked."""
-    if num_requests is not None and num_requests > have:
+    than the `have` it holds and the replay takes them all (`replayed`), fewer than asked
+    (not when a duration cuts it shorter anyway)."""
+    if num_requests is not None and num_requests > have and replayed == have:
         warn(f"{trace} has {have:,} requests: num_requests={num_requests:,} replays them all", stacklevel=4)
 
 
@@ -616,7 +617,7 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
             )
         except ConfigError as e:
             raise ConfigError(f"trace {spec.trace}: {e}") from None
-        warn_short_trace(f"trace {spec.trace}", len(base.arrival_s), spec.num_requests)
+        warn_short_trace(f"trace {spec.trace}", len(base.arrival_s), spec.num_requests, n)
         # (the hint names the option given: with a rate, time_scale is not one)
         hint = (
             f"--rate {spec.rate:g} sets the divisor: ask for a higher rate"
