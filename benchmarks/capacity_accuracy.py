@@ -2,8 +2,8 @@
 context-dependent cost model (the H200 profiles) on workloads whose lengths vary.
 
 For each workload: C = b_max / t(b_max) as `llmsched capacity` computes it (the steps
-timed with the contexts of the workload's length mix, `core.length_mix`), the same with
-the mean lengths' representative contexts (what lambda* used before 2026-12-01), and the
+timed with the contexts of the workload's length mix, `core.length_mix`), `capacity`
+given the workload's mean lengths (timed as constant lengths at them), and the
 measured rate: an overloaded `simulate` run (Sarathi, `--rate` = `--overload` x lambda*,
 steps recorded) whose steps from 20% of its arrival window to its end are all full, their
 tokens over their busy time. Theorem 2 says a work-conserving policy's full steps serve C,
