@@ -106,19 +106,25 @@ def caller_trace_message(folder: str) -> str:
     )
 
 
-def _without_caller_workload(config):
+def _without_caller_workload(config, drop: Callable[[Mapping], bool] = _caller_trace_run):
     """`config` (a YAML path, a mapping, a SimConfig) as `build_config` reads it when the
-    workload is given anew (a trace): a caller-trace run's config.json without its
-    workload (`CALLER_TRACE`), which the new one replaces; any other config as it is."""
+    workload is given anew (a trace): without its workload where `drop` says so (by
+    default a caller-trace run's config.json, `CALLER_TRACE`, whose workload the new one
+    replaces); any other config as it is."""
     if isinstance(config, (str, os.PathLike)):
         d = read_yaml(config, "config") or {}
     elif isinstance(config, Mapping):
         d = config
     else:
         return config
-    if not _caller_trace_run(d):
+    if not (isinstance(d, Mapping) and drop(d)):
         return config
     return {k: v for k, v in d.items() if k != "workload"}
+
+
+def _is_run_config(d: Mapping) -> bool:
+    """Whether `d` is a run's own config.json (it has the `provenance` a run writes)."""
+    return "provenance" in d
 
 
 def _given_of(given: dict, workload: dict) -> dict:
@@ -496,7 +502,9 @@ def simulate(
     elif trace is not None:
         _check_trace_object(trace, overrides)
         trace = _rebuilt(trace)
-        config = _without_run_workload(config)  # (the Trace object is the workload)
+        # a run's own config.json records the workload that made its requests, not one to
+        # apply to a Trace object given now (a rerun with Trace.from_csv of its requests.csv)
+        config = _without_caller_workload(config, _is_run_config)
     cfg = build_config(config, **overrides)
     if trace is not None:
         _check_config_workload(cfg, warned=overrides.get("rate") is not None)
@@ -628,21 +636,6 @@ def _rebuilt(trace) -> Trace:
         block_ptr=getattr(trace, "block_ptr", None),
         block_size=getattr(trace, "block_size", DEFAULT_BLOCK_SIZE),
     )
-
-
-def _without_run_workload(config):
-    """`config` without its workload where it is a run's own config.json (known by its
-    `provenance`), which records the workload that made that run's requests, not one to
-    apply to a Trace object given now (a rerun with `Trace.from_csv` of its requests.csv)."""
-    if isinstance(config, (str, os.PathLike)):
-        d = read_yaml(config, "config") or {}
-    elif isinstance(config, Mapping):
-        d = config
-    else:
-        return config
-    if not (isinstance(d, Mapping) and "provenance" in d):
-        return config
-    return {k: v for k, v in d.items() if k != "workload"}
 
 
 def _check_config_workload(cfg: SimConfig, warned: bool) -> None:
