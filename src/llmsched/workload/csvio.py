@@ -365,9 +365,12 @@ def _text_lines(p: Path) -> list[str]:
     with _open_text(p) as fh:
         text = fh.read().replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
+    del text
     if lines[-1] == "":
         lines.pop()
-    return [line + "\n" for line in lines]
+    for i, line in enumerate(lines):  # in place: a second list of every line would double the memory
+        lines[i] = line + "\n"
+    return lines
 
 
 def _unblanked(p: Path) -> list[str]:
