@@ -80,6 +80,36 @@ def test_sse_events_split_on_any_line_ending_across_pieces():
             assert len(sse.buf) <= len(b": bye\n")  # consumed events are not kept
 
 
+def test_a_cr_ended_stream_gives_its_last_event_at_its_end():
+    """With CR line endings a stream's last CR (its last event's blank line) was held back
+    as half of a CRLF and never released: the last event (a usage-only chunk, or [DONE])
+    was lost. An event without its blank line is still dropped, as the standard says."""
+    from llmsched.server.bench import SSEEvents
+
+    stream = b'data: {"a":1}\r\rdata: {"usage":{}}\r\r'
+    for cut in range(len(stream) + 1):
+        sse = SSEEvents()
+        events = sse.feed(stream[:cut]) + sse.feed(stream[cut:]) + sse.close()
+        assert [e.strip() for e in events] == [b'data: {"a":1}', b'data: {"usage":{}}']
+    sse = SSEEvents()
+    assert sse.feed(b"data: 1\n\ndata: 2\n") == [b"data: 1"] and sse.close() == []
+
+
+def test_run_bench_puts_the_processs_signal_handlers_back():
+    """run_bench stops on SIGINT/SIGTERM while it runs; after it, SIGTERM was left at the
+    default (kill) and SIGINT at KeyboardInterrupt's, whatever the caller had set."""
+    mine = lambda signum, frame: None  # noqa: E731
+    before = signal.signal(signal.SIGTERM, mine), signal.signal(signal.SIGINT, mine)
+    try:
+        with _sse_server(1) as base:
+            res = run_bench(BenchConfig(base_url=base, num_prompts=1, input_len=4, output_len=1, quiet=True))
+        assert res["completed"] == 1
+        assert signal.getsignal(signal.SIGTERM) is mine and signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])
+
+
 @contextlib.contextmanager
 def _sse_server(n_tokens: int, nl: str = "\r\n"):
     """A server whose completion streams end their SSE lines in `nl` (CRLF: as

@@ -803,6 +803,26 @@ class SSEEvents:
         self.buf = events.pop()  # (only what is not yet a whole event is kept)
         return events
 
+    def close(self) -> list[bytes]:
+        """The stream's end: a CR held back ends its line (with CR line endings, the last
+        event's blank line is that CR); an event left without its blank line is dropped,
+        as the SSE standard says."""
+        if not self.cr:
+            return []
+        self.cr = False
+        return self.feed(b"\n")
+
+
+async def _sse_events(body_iter):
+    """(arrival time, event) of each event of a streamed body (`SSEEvents`)."""
+    sse = SSEEvents()
+    now = None
+    async for now, data in body_iter():
+        for event in sse.feed(data):
+            yield now, event
+    for event in sse.close():
+        yield now, event
+
 
 @dataclass
 class RequestResult:
@@ -838,17 +858,15 @@ async def send_request(
             if status != 200:
                 res.error = _error_text(status, await read_all())
                 return res
-            sse = SSEEvents()
-            done = False
-            async for now, data in body_iter():
-                for event in sse.feed(data):
+            events = contextlib.aclosing(_sse_events(body_iter))  # (closed here, not by the GC, on a break)
+            async with events as stream:
+                async for now, event in stream:
                     event = event.strip()
                     if not event or event.startswith(b":"):
                         continue
                     if event.startswith(b"data:"):
                         event = event[5:].strip()
                     if event == b"[DONE]":
-                        done = True
                         break
                     msg = _loads(event)
                     choices = msg.get("choices")
@@ -878,8 +896,6 @@ async def send_request(
                         usage_tokens = u.get("completion_tokens")
                         if u.get("prompt_tokens") is not None:
                             res.prompt_len = u["prompt_tokens"]
-                if done:
-                    break
     except TimeoutError:  # the clients raise it when --timeout runs out (its text is empty)
         res.error = _timeout_text(client)
         return res
@@ -1025,13 +1041,17 @@ def raise_fd_limit(concurrency: int) -> None:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft != resource.RLIM_INFINITY and soft < concurrency + FD_MARGIN:
         warn(
-            f"this process may open at most {soft:,} files (ulimit -n) but up to {concurrency:,} requests "
-            "run at once: those beyond the limit fail to connect; raise the limit or give --max-concurrency"
+            f"this process may open at most {soft:,} files (ulimit -n) but up to {concurrency:,} requests may "
+            "run at once: those beyond the limit would fail to connect; raise the limit or give --max-concurrency"
         )
 
 
-async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[RequestResult], float, dict]:
-    """Send the workload; returns (per-request results, duration in s, run info)."""
+async def benchmark(
+    cfg: BenchConfig, wl: Workload | None = None, *, stop_on_signals: bool = False
+) -> tuple[list[RequestResult], float, dict]:
+    """Send the workload; returns (per-request results, duration in s, run info).
+    `stop_on_signals`: SIGINT and SIGTERM during the run stop it and keep what finished
+    (`run_bench`, which owns its event loop; the process's handlers are put back after)."""
     wl = wl if wl is not None else make_workload(cfg)
     raise_fd_limit(min(cfg.max_concurrency or len(wl), len(wl)))
     headers = {"content-type": "application/json"}
@@ -1129,11 +1149,12 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
             interrupted = name
             run.cancel()
 
-        handled = []
-        for sig in ("SIGINT", "SIGTERM"):
+        handled = []  # (signal, the process's handler before)
+        for sig in ("SIGINT", "SIGTERM") if stop_on_signals else ():
             with contextlib.suppress(AttributeError, NotImplementedError, RuntimeError, ValueError):
+                before = signal.getsignal(getattr(signal, sig))
                 loop.add_signal_handler(getattr(signal, sig), stop, sig)  # (main thread, POSIX)
-                handled.append(getattr(signal, sig))
+                handled.append((getattr(signal, sig), before))
         try:
             await run
         except asyncio.CancelledError:
@@ -1143,8 +1164,10 @@ async def benchmark(cfg: BenchConfig, wl: Workload | None = None) -> tuple[list[
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
-            for sig in handled:
-                loop.remove_signal_handler(sig)
+            for sig, before in handled:
+                loop.remove_signal_handler(sig)  # (which sets the default handler, not the one before)
+                if before is not None:
+                    signal.signal(sig, before)
         duration = time.perf_counter() - t0
         results = [t.result() if t.done() and not t.cancelled() else None for t in tasks]
         results += [None] * (n - len(results))
@@ -1249,7 +1272,7 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
     """Run a benchmark and return (and, with `result_file`, write) its result dict."""
     cfg.check_result_path()
     wl = wl if wl is not None else make_workload(cfg)
-    results, duration, info = _run(benchmark(cfg, wl))
+    results, duration, info = _run(benchmark(cfg, wl, stop_on_signals=True))
     m = calculate_metrics(results, duration, cfg.metric_percentiles, cfg.goodput)
     text = cfg.chat or cfg.prompt_format == "text"
     date = datetime.now().strftime("%Y%m%d-%H%M%S")
