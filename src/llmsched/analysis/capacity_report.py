@@ -97,7 +97,10 @@ def capacity_report(
             probe = build_config(probe, workload={**probe.given_workload(), "duration_s": None})
         check_config(_clock_free(probe))
     else:
-        check_config(cfg, **check)
+        # a replayed trace's requests are those its rate keeps: a duration cuts the clock
+        # the rate rescales (without it, `--rate 10 --duration 400` judged the requests
+        # of 400 s of the trace's own clock, not the ones `simulate` runs)
+        cfg = check_config(cfg, **check)
     if mean_prompt is not None and mean_output is not None and cfg.workload.get("system_prompt"):
         raise ConfigError(
             "a system prompt adds to the workload's prompts, which --mean-prompt replaces: "

@@ -37,7 +37,7 @@ from ..policies import (
 from ..theory import capacity, requests_per_rate, workload_mix
 from ..theory.means import cached_workload_mix, region_prefill_cap, sample_key
 from ..workload.datasets import file_stamps
-from ..workload.spec import without_inline_rate
+from ..workload.spec import replays_trace, without_inline_rate
 
 __all__ = [
     "resolve_point",
@@ -131,6 +131,7 @@ def resolve_point(config=None, fixed: dict | None = None, params: dict | None = 
     rate = over.pop("rate", None) if params and params.get("rate") is not None else None
     cfg = build_config(config, **over)
     if load is not None:
+        check_rate_settable(cfg, "load")
         lam = critical_arrival_rate_of(cfg)
         if not (lam > 0 and math.isfinite(lam)):
             raise ConfigError(f"cannot set load={load}: the critical rate of this configuration is {lam}")
@@ -138,6 +139,23 @@ def resolve_point(config=None, fixed: dict | None = None, params: dict | None = 
     if rate is not None:
         cfg = build_config(cfg, workload=without_inline_rate(cfg.given_workload()), rate=rate)
     return cfg
+
+
+def check_rate_settable(cfg, what: str) -> None:
+    """Refuse `what` (a grid's `load`, a search) setting the rate of a replayed trace from
+    lambda* where that lambda* is of other requests than the run's, or where time_scale
+    sets the trace's speed too."""
+    if not replays_trace(cfg.workload):
+        return
+    if cfg.workload.get("duration_s") is not None:
+        # the rate rescales the trace before the duration cuts it: lambda*, of the requests
+        # kept at the configuration's rate, is of another set than each point runs
+        raise ConfigError(
+            f"{what} on a replayed trace cut by duration_s: a rate rescales the trace before the cut, so each "
+            "rate keeps other requests than those lambda* is of; give num_requests (--num-requests) instead"
+        )
+    if float(cfg.workload.get("time_scale") or 1.0) != 1.0:
+        raise ConfigError(f"{what} sets the replayed trace's rate, which time_scale also sets: give one of them")
 
 
 def point_key(cfg) -> str:

@@ -52,7 +52,9 @@ A probe run again (the SLO search's first) is one row of the results table, not 
 Units: every rate is the workload's `rate`. With `turns` it counts conversations, so a
 group's `critical_rate` is lambda* over the mean turns per conversation (conversations/s,
 its row's `rate_unit`). `time_scale` on synthetic arrivals is refused: it would run
-every probe faster than its rate.
+every probe faster than its rate. On a replayed trace `time_scale` (it sets the rate the
+probes set) and `duration_s` (each probed rate keeps other requests) are refused
+(`points.check_rate_settable`).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from ..core.errors import ConfigError
 from ..theory import rate_unit
 from ..workload import replays_trace
 from .grid import NON_GROUP_KEYS, expand_grid
-from .points import check_point, critical_arrival_rate_of, policy_critical_rate_of, resolve_point
+from .points import check_point, check_rate_settable, critical_arrival_rate_of, policy_critical_rate_of, resolve_point
 from .runner import Runner
 from .tables import point_row
 
@@ -258,6 +260,7 @@ def search_groups(settings: SearchSettings) -> list[Group]:
         check_point(base, point=params)
         if not base.verdict:  # every probe would be inconclusive: nothing to bisect on
             raise ConfigError("the search bisects on the stability verdict: it cannot run with verdict=false")
+        check_rate_settable(base, "the search")
         if not replays_trace(base.workload) and float(base.workload.get("time_scale") or 1.0) != 1.0:
             raise ConfigError(
                 "the search sets the rate: drop time_scale (--time-scale K runs every probed rate K times as fast)"
