@@ -847,6 +847,9 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
     out["token_capacity"] = rep.token_capacity
     out["critical_rate"] = rep.critical_rate
     out["offered_rate"] = rate
+    # offered_rate x work per request (net of the prompt tokens found cached at first
+    # admission): over token_capacity, the utilisation where lambda* = token_capacity / work
+    out["offered_work_rate"] = rep.offered_tokens_per_s
     out["utilisation"] = rep.utilisation
     # this run's policy at its own limit, where theory says it (`config_policy_capacity`)
     limit = config_policy_capacity(

@@ -148,6 +148,11 @@ def run_title(folder: Path, config: dict | None = None, arrival_s: np.ndarray | 
     elif isinstance(w.get("rate"), (int, float)) and not isinstance(w["rate"], bool):
         # with turns the process starts conversations; their later turns add requests
         parts.append(f"{w.get('arrival', 'poisson')} {w['rate'] * scale:g} {rate_unit(w)}")
+    # a shared system prompt served from a prefix cache changes the load many times over
+    if w.get("system_prompt"):
+        parts.append(f"system prompt {w['system_prompt']}")
+    if c.get("prefix_caching") is True:
+        parts.append("prefix caching")
     if arrival_s is not None:
         parts.append(f"{len(arrival_s):,} requests")
     return ", ".join(parts)

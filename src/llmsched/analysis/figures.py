@@ -58,7 +58,8 @@ def plain_log_ticks(ax, which: str = "x") -> None:
 
 
 RUN_KEYS = (("cost_model", "{}"), ("b_max", "b_max {}"), ("k_max", "k_max {}"), ("prompt", "prompt {}"))
-RUN_KEYS += (("output", "output {}"), ("num_requests", "{:,} requests"))
+RUN_KEYS += (("output", "output {}"), ("system_prompt", "system prompt {}"), ("prefix_caching", "prefix caching"))
+RUN_KEYS += (("num_requests", "{:,} requests"),)
 
 
 def run_name(rows: list[dict], skip: Sequence[str] = ()) -> str:
@@ -70,6 +71,11 @@ def run_name(rows: list[dict], skip: Sequence[str] = ()) -> str:
         if key in skip or len(vals) != 1:
             continue
         v = vals.pop()
+        # (a results.csv read back holds "0" and "True"/"False" as text)
+        if key == "system_prompt" and str(v) in ("0", "0.0"):
+            continue
+        if key == "prefix_caching" and str(v).lower() not in ("true", "1"):
+            continue
         if key == "num_requests":
             try:
                 v = int(float(v))
@@ -226,20 +232,23 @@ def _same_curve(a: tuple, b: tuple) -> bool:
     )
 
 
-def _plot_offered(ax, curves: list[tuple], colors: list) -> None:
-    """The offered tokens/s of each group (`curves`: its (xs, ys)): one gray dotted line when
-    every group was offered the same, else each group's thin dotted line in its colour (a
-    grid over k_max or the workload offers each group its own load)."""
+_TOKEN_KEYS = ("total_token_throughput", "offered_token_rate")
+
+
+def _plot_offered(ax, curves: list[tuple], colors: list, what: str = "offered tokens/s") -> None:
+    """The offered tokens/s (or work, `what`) of each group (`curves`: its (xs, ys)): one
+    gray dotted line when every group was offered the same, else each group's thin dotted
+    line in its colour (a grid over k_max or the workload offers each group its own load)."""
     curves_drawn = [(c, col) for c, col in zip(curves, colors) if c[0]]
     if not curves_drawn:
         return
     first = curves_drawn[0][0]
     if all(_same_curve(c, first) for c, _ in curves_drawn):
-        ax.plot(*first, ":", color="gray", lw=1, label="offered tokens/s")
+        ax.plot(*first, ":", color="gray", lw=1, label=what)
         return
     for (xs, ys), col in curves_drawn:
         ax.plot(xs, ys, ":", color=col, lw=0.8, alpha=0.8)
-    ax.plot([], [], ":", color="gray", lw=0.8, label="offered tokens/s (dotted, each group's colour)")
+    ax.plot([], [], ":", color="gray", lw=0.8, label=f"{what} (dotted, each group's colour)")
 
 
 def _empirical_max_stable(rows: list[dict]) -> float | None:
@@ -290,20 +299,27 @@ def plot_sweep(
     styles = group_styles(list(groups))
     if rows and search is None:
         fig, (ax,) = new_figure()
+        # with prefix-cache hits the tokens served and offered exceed the work, and only the
+        # work is bounded by the token capacity: plot the work (a table without it: tokens)
+        work = any(r.get("cached_prompt_tokens_per_request") and r.get("offered_work_rate") for r in rows)
+        served_key, offered_key = ("work_throughput", "offered_work_rate") if work else _TOKEN_KEYS
         offered = []
         for (label, rs), st in zip(groups.items(), styles):
-            xs, ys = _by_x(rs, "total_token_throughput")
+            xs, ys = _by_x(rs, served_key)
             if xs:
                 ax.plot(xs, ys, ms=3, label=label, **st)
-            offered.append(_by_x(rs, "offered_token_rate"))
-        _plot_offered(ax, offered, [st["color"] for st in styles])
+            offered.append(_by_x(rs, offered_key))
+        _plot_offered(ax, offered, [st["color"] for st in styles], "offered work/s" if work else "offered tokens/s")
         caps = [r.get("token_capacity") for r in rows if r.get("token_capacity")]
         if caps and len(set(round(c, 6) for c in caps)) == 1:
             ax.axhline(caps[0], color="gray", ls="--", lw=1, label="token capacity b_max/t(b_max)")
         if uses_load:
             ax.axvline(1.0, color="gray", ls=":", lw=1)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("served tokens/s (prompt + output)")
+        if work:
+            ax.set_ylabel("served work/s (uncached prompt + output - 1)")
+        else:
+            ax.set_ylabel("served tokens/s (prompt + output)")
         ax.set_title(_wrap(f"Throughput vs offered load: {name}" if name else "Throughput vs offered load", 70))
         ax.grid(alpha=0.3)
         _legend(ax)

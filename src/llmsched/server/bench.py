@@ -30,7 +30,8 @@ and how it names it:
 - Arrivals: request_rate inf sends every request at once; otherwise inter-arrival gaps are
   gamma with shape `burstiness` and mean 1/rate (burstiness 1: Poisson). Unlike vLLM, the
   gaps are not rescaled to make the last arrival exactly num_prompts / rate, and the first
-  request is sent at time 0.
+  request is sent at time 0. A trace on its own timestamps records its replayed mean rate
+  as request_rate (`sent_rate`).
 
 Datasets: `random` (fixed lengths, or integers uniform from floor(L(1-r)) to ceil(L(1+r)),
 both included, with `--random-range-ratio r`, as vLLM's random dataset: mean L unless
@@ -74,6 +75,7 @@ from ..workload.arrivals import MAX_REQUESTS
 from ..workload.csvio import read_header
 from ..workload.lengths import OUTPUT_COLUMNS, PROMPT_COLUMNS
 from ..workload.spec import load_trace
+from ..workload.trace import mean_rate
 
 MS = 1000.0
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -334,10 +336,11 @@ class BenchConfig:
     def backend_name(self) -> str:
         return "openai-chat" if self.chat else "openai"
 
-    def result_path(self, model_id: str, date: str) -> str | None:
+    def result_path(self, model_id: str, date: str, rate: float | None = None) -> str | None:
         """Where the result JSON goes: `--result-file`, or with `--save-result` vLLM's name
         `{label}-{rate}qps[-concurrency{N}]-{model}-{date}.json` (or `--result-filename`)
-        in `--result-dir` (default: the current directory)."""
+        in `--result-dir` (default: the current directory); `rate` (`sent_rate`) defaults
+        to `--request-rate`."""
         import os  # noqa: PLC0415
 
         if self.result_file:
@@ -348,7 +351,8 @@ class BenchConfig:
         if not name:
             conc = f"-concurrency{self.max_concurrency}" if self.max_concurrency is not None else ""
             label = self.label or self.backend_name
-            name = f"{label}-{float(self.request_rate)}qps{conc}-{model_id.split('/')[-1]}-{date}.json"
+            rate = self.request_rate if rate is None else rate
+            name = f"{label}-{float(rate)}qps{conc}-{model_id.split('/')[-1]}-{date}.json"
         return os.path.join(self.result_dir, name) if self.result_dir else name
 
     @classmethod
@@ -1268,6 +1272,16 @@ def calculate_metrics(
     return m
 
 
+def sent_rate(cfg: BenchConfig, wl: Workload) -> float:
+    """The request rate the requests were sent at: `--request-rate`, but for a trace on its
+    own timestamps (no rate given) its replayed mean rate (n - 1) / span, since vLLM's
+    "inf" means every request at once; inf for a trace of one timestamp."""
+    if cfg.dataset_name == "trace" and math.isinf(cfg.request_rate):
+        rate = mean_rate(wl.arrival_s)
+        return rate if rate == rate else math.inf  # (nan: no span, all sent at once)
+    return cfg.request_rate
+
+
 def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
     """Run a benchmark and return (and, with `result_file`, write) its result dict."""
     cfg.check_result_path()
@@ -1276,6 +1290,7 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
     m = calculate_metrics(results, duration, cfg.metric_percentiles, cfg.goodput)
     text = cfg.chat or cfg.prompt_format == "text"
     date = datetime.now().strftime("%Y%m%d-%H%M%S")
+    rate = sent_rate(cfg, wl)
     # vLLM's result-file fields first (vllm/benchmarks/serve.py), then ours
     out = {
         "date": date,
@@ -1286,7 +1301,7 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
         "tokenizer_id": None,  # the prompts are sized by the server's own /tokenize
         "num_prompts": len(wl),
         **cfg.metadata,
-        "request_rate": "inf" if math.isinf(cfg.request_rate) else cfg.request_rate,
+        "request_rate": "inf" if math.isinf(rate) else rate,
         "burstiness": cfg.burstiness,
         "max_concurrency": cfg.max_concurrency,
         **m,
@@ -1324,7 +1339,7 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
             }
         )
     out["_results"] = results
-    path = cfg.result_path(info["model_id"], date)
+    path = cfg.result_path(info["model_id"], date, rate)
     if path:
         import os  # noqa: PLC0415
 
@@ -1438,6 +1453,8 @@ def print_table(res: dict, cfg: BenchConfig, file=None) -> None:
         t.add_row("Maximum request concurrency", str(cfg.max_concurrency))
     if not math.isinf(cfg.request_rate):
         t.add_row("Request rate configured (RPS)", f"{cfg.request_rate:.2f}")
+    elif isinstance(res.get("request_rate"), float):  # a trace on its own timestamps (`sent_rate`)
+        t.add_row("Request rate of the trace (RPS)", f"{res['request_rate']:.2f}")
     t.add_row("Benchmark duration (s)", f"{res['duration']:.2f}")
     t.add_row("Total input tokens", str(res["total_input_tokens"]))
     t.add_row("Total generated tokens", str(res["total_output_tokens"]))

@@ -308,6 +308,12 @@ class SimResult:
             "output_throughput": per_second(n_out, duration),
             "total_token_throughput": per_second(n_in + n_out, duration),
         }
+        # theorem 2's work of the finished requests (uncached prompt + output - 1), the
+        # served counterpart of `offered_work_rate`: with a prefix cache the tokens served
+        # exceed the work, and only the work is bounded by token_capacity
+        ph = st.prefix_hits
+        hits = int(ph[done].sum()) if ph is not None and len(ph) == len(done) else 0
+        s["work_throughput"] = per_second(n_in + n_out - int(done.sum()) - hits, duration)
         s.update(_stats("ttft", self.ttft_s[done] * 1e3))
         tpot = self.tpot_s
         s.update(_stats("tpot", tpot[~np.isnan(tpot)] * 1e3))
@@ -329,8 +335,9 @@ class SimResult:
         s["preemptions"] = int(st.preemptions.sum())
         if st.prefix is not None:
             s["prefix_cache"] = dict(st.prefix)
-        # `offered_rate` times the mean tokens per request, so that offered_token_rate /
-        # token_capacity is the run's utilisation (None when every request arrives at once)
+        # `offered_rate` times the mean prompt + output - 1 tokens per request (None when
+        # every request arrives at once); the prompt tokens a prefix cache serves are
+        # counted, so the utilisation's numerator is `offered_work_rate` (`api`), not this
         span, n = self.arrival_span_s, len(self.prompt)
         tokens = float((self.prompt + self.output - 1).sum())
         s["offered_token_rate"] = tokens / n * (n - 1) / span if span > 0 else None
