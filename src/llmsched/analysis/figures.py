@@ -57,19 +57,24 @@ def plain_log_ticks(ax, which: str = "x") -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-RUN_KEYS = (("cost_model", "{}"), ("b_max", "b_max {}"), ("k_max", "k_max {}"), ("prompt", "prompt {}"))
-RUN_KEYS += (("output", "output {}"), ("num_requests", "{:,} requests"))
+RUN_KEYS = (("policy", "{}"), ("admission", "admission {}"), ("cost_model", "{}"), ("b_max", "b_max {}"))
+RUN_KEYS += (("k_max", "k_max {}"), ("prompt", "prompt {}"), ("output", "output {}"), ("num_requests", "{:,} requests"))
 
 
 def run_name(rows: list[dict], skip: Sequence[str] = ()) -> str:
-    """What the rows of a sweep share, for figure titles: `paper, b_max 512, prompt
+    """What the rows of a sweep share, for figure titles: `vllm, paper, b_max 512, prompt
     geometric:200, output geometric:101, 2,000 requests` (keys that vary are left out)."""
     parts = []
     for key, fmt in RUN_KEYS:
-        vals = {r.get(key) for r in rows if r.get(key) not in (None, "")}
+        # (a search's rows name their policy in `policy_name` alone)
+        vals = {r.get(key) or (r.get("policy_name") if key == "policy" else None) for r in rows}
+        vals.discard(None)
+        vals.discard("")
         if key in skip or len(vals) != 1:
             continue
         v = vals.pop()
+        if key == "admission" and v == "fcfs":  # (every run's default)
+            continue
         if key == "num_requests":
             try:
                 v = int(float(v))
