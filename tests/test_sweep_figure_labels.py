@@ -72,3 +72,28 @@ def test_a_one_group_search_bar_is_named_by_its_policy(tmp_path, figs):
     ax = figs["max_stable_rate.png"].axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["orca"]
     assert "orca" in ax.get_title()
+
+
+def _plain_ticks(fig, ax) -> list[float]:
+    """The y tick labels in view, as numbers (a label such as 4.6x10^2 is no number)."""
+    fig.canvas.draw()
+    lo, hi = ax.get_ylim()
+    return [float(t.get_text()) for t in ax.get_yticklabels() if t.get_text() and lo <= t.get_position()[1] <= hi]
+
+
+def test_latency_axes_under_a_decade_have_plain_ticks(tmp_path, figs):
+    figures.plot_sweep(_rows("vllm"), tmp_path, ["load"])  # p99 TTFT 25..40 ms: under a factor of 2
+    fig = figs["latency.png"]
+    for ax in fig.axes:
+        assert len(_plain_ticks(fig, ax)) >= 3
+
+
+def test_cluster_figures_have_plain_log_ticks(tmp_path, monkeypatch):
+    from llmsched.analysis import reproduce_networks as rn
+
+    seen = {}
+    monkeypatch.setattr(rn, "save_figure", lambda fig, path: seen.setdefault(path.name, fig) and str(path))
+    rn.reproduce_clusters(out_dir=tmp_path, quick=True)
+    for name in ("clusters_p99.png", "clusters_ttft.png"):
+        fig = seen[name]
+        assert len(_plain_ticks(fig, fig.axes[0])) >= 2, name

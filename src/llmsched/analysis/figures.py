@@ -46,12 +46,15 @@ def plain_log_ticks(ax, which: str = "x") -> None:
     """Label a log axis (call after drawing) in plain numbers (2, 5, 10, 20) with no labels
     on its minor ticks: matplotlib's labels its minor ticks 2x10^0, 3x10^0, ... when the
     data span less than a decade or so, and they overlap. Ticks at 1, 2 and 5 of each
-    decade over two decades or less; matplotlib's decades beyond."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415
+    decade over two decades or less (evenly spaced ones under a factor of 3, where 1, 2
+    and 5 leave one tick or none); matplotlib's decades beyond."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: PLC0415
 
     axis = ax.xaxis if which == "x" else ax.yaxis
     lo, hi = sorted(ax.get_xlim() if which == "x" else ax.get_ylim())
-    if lo > 0 and math.log10(hi / lo) <= 2:
+    if lo > 0 and hi / lo < 3:
+        axis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 5, 10]))
+    elif lo > 0 and math.log10(hi / lo) <= 2:
         axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
@@ -324,6 +327,7 @@ def plot_sweep(
                 if xs:
                     ax.plot(xs, ys, ms=3, label=label, **st)
             ax.set_yscale("log")
+            plain_log_ticks(ax, "y")  # (4.6x10^2, 4.8x10^2, ... under a decade)
             if uses_load:
                 ax.axvline(1.0, color="gray", ls=":", lw=1)
             ax.set_xlabel(xlabel)
