@@ -97,3 +97,13 @@ def test_cluster_figures_have_plain_log_ticks(tmp_path, monkeypatch):
     for name in ("clusters_p99.png", "clusters_ttft.png"):
         fig = seen[name]
         assert len(_plain_ticks(fig, fig.axes[0])) >= 2, name
+
+
+def test_a_one_point_sweep_s_offered_line_is_marked(tmp_path, figs):
+    figures.plot_sweep(_rows("vllm")[:1], tmp_path, ["load"])
+    (offered,) = [ln for ln in figs["throughput.png"].axes[0].get_lines() if ln.get_label() == "offered tokens/s"]
+    assert len(offered.get_xdata()) == 1 and offered.get_marker() not in (None, "None", "", " ")
+    figs.clear()
+    figures.plot_sweep(_rows("vllm"), tmp_path, ["load"])  # a line: no marker needed
+    (offered,) = [ln for ln in figs["throughput.png"].axes[0].get_lines() if ln.get_label() == "offered tokens/s"]
+    assert offered.get_marker() in (None, "None", "", " ")

@@ -242,12 +242,14 @@ def _plot_offered(ax, curves: list[tuple], colors: list) -> None:
     if not curves_drawn:
         return
     first = curves_drawn[0][0]
+    # a one-point sweep's dotted line has no length: only a marker shows it
+    fmt = ".:" if all(len(c[0]) == 1 for c, _ in curves_drawn) else ":"
     if all(_same_curve(c, first) for c, _ in curves_drawn):
-        ax.plot(*first, ":", color="gray", lw=1, label="offered tokens/s")
+        ax.plot(*first, fmt, color="gray", lw=1, label="offered tokens/s")
         return
     for (xs, ys), col in curves_drawn:
-        ax.plot(xs, ys, ":", color=col, lw=0.8, alpha=0.8)
-    ax.plot([], [], ":", color="gray", lw=0.8, label="offered tokens/s (dotted, each group's colour)")
+        ax.plot(xs, ys, fmt, color=col, lw=0.8, alpha=0.8)
+    ax.plot([], [], fmt, color="gray", lw=0.8, label="offered tokens/s (dotted, each group's colour)")
 
 
 def _empirical_max_stable(rows: list[dict]) -> float | None:
