@@ -102,7 +102,7 @@ def test_the_queue_ends_at_the_run_s_end_when_every_request_finished(tmp_path):
     figs = _figures(d)
     waiting, running = figs["queue.png"].axes[0].lines
     assert waiting.get_drawstyle() == running.get_drawstyle() == "steps-post"
-    assert running.get_xdata()[-1] == end and running.get_ydata()[-1] == 0
+    assert running.get_xdata()[-1] == pytest.approx(end, abs=1e-8) and running.get_ydata()[-1] == 0
     ts = {
         "time_s": np.array([0.0, 1.0]),
         "waiting_requests": np.array([2.0, 0.0]),
@@ -134,3 +134,10 @@ def test_a_cluster_replica_s_figures_have_its_policy_s_title_and_colour(tmp_path
     ax = figs["ttft_cdf.png"].axes[0]
     assert ax.get_title().splitlines()[1].startswith("cluster[0]: vllm, b_max ")
     assert ax.lines[0].get_color() == color_of("vllm")
+    # its queue ends when its own last request finished, not at the cluster's end
+    rows = np.genfromtxt(out / "servers" / "cluster[0]" / "requests.csv", delimiter=",", names=True)
+    last = np.nanmax(rows["arrival_s"] + rows["e2e_s"])
+    cluster_end = json.loads((out / "servers" / "cluster[0]" / "summary.json").read_text())["sim_end_s"]
+    (_, running) = figs["queue.png"].axes[0].lines
+    assert running.get_xdata()[-1] == pytest.approx(last) and running.get_ydata()[-1] == 0
+    assert last < cluster_end  # (the case: the replica idles while the other works)

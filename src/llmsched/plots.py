@@ -183,19 +183,20 @@ def run_title(folder: Path, config: dict | None = None, arrival_s: np.ndarray | 
     return ", ".join(parts)
 
 
-def _sim_end(folder: Path) -> float | None:
-    """The run's `sim_end_s` from its summary.json, or None without one."""
-    try:
-        v = json.loads((folder / "summary.json").read_text()).get("sim_end_s")
-    except (OSError, ValueError, AttributeError):
+def _last_finish(req: dict[str, np.ndarray], done: np.ndarray) -> float | None:
+    """When the run's last request finished (arrival + e2e), if every request that arrived
+    finished; else None. Not the summary's `sim_end_s`: a network's server folder has the
+    whole network's end there, long after its own last request (it idles in between)."""
+    if int(done.sum()) != len(_arrived(req)) or not done.any():
         return None
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    end = float(np.nanmax(req["arrival_s"][done] + req["e2e_s"][done]))
+    return end if end == end else None
 
 
 def queue_series(ts: dict[str, np.ndarray], end_s: float | None = None):
     """(time_s, waiting, running) of queue.png: the timeseries' samples, and with `end_s`
-    (the run's end, given when every request finished) a last sample there with none
-    waiting or running, so the figure does not stop at the last step's start."""
+    (when the last request finished, given when every request did) a last sample there
+    with none waiting or running, so the figure does not stop at the last step's start."""
     t, w, r = ts["time_s"], ts["waiting_requests"], ts["running_requests"]
     if end_s is not None and (not len(t) or end_s > t[-1]):
         t, w, r = np.append(t, end_s), np.append(w, 0.0), np.append(r, 0.0)
@@ -242,7 +243,7 @@ def plot_dir(folder: str | Path) -> list[Path]:
     color = color_of(str((config or {}).get("policy", "")))
 
     fig, ax = _figure()
-    t, waiting, running = queue_series(ts, _sim_end(d) if int(done.sum()) == len(_arrived(req)) else None)
+    t, waiting, running = queue_series(ts, _last_finish(req, done))
     # counts hold from one sample to the next: a straight line would claim counts between
     ax.plot(t, waiting, label="waiting", drawstyle="steps-post")
     ax.plot(t, running, label="running", drawstyle="steps-post")
