@@ -12,7 +12,7 @@ import numpy as np
 
 from .core.errors import ConfigError
 from .core.palette import color_of
-from .core.paths import interrupted_message
+from .core.paths import atomic_write, check_out_file, interrupted_message
 from .theory.means import rate_unit
 from .workload.trace import mean_rate
 
@@ -70,6 +70,18 @@ def _numbers(path: Path, line: int, names: list[str], texts: tuple[str, ...]) ->
     return out
 
 
+def _refuse_blank(path: Path, table: dict[str, np.ndarray], columns: tuple[str, ...], rows=None) -> None:
+    """ConfigError naming the first line (of `rows`, a mask; else any) where one of
+    `columns` is empty: a blank count or a finished request's blank TTFT would bend a
+    CDF (a NaN sum) or drop a point its title still counts."""
+    for c in columns:
+        bad = np.isnan(table[c]) if rows is None else np.isnan(table[c]) & rows
+        if bad.any():
+            line = int(np.argmax(bad)) + 2  # (line 1: the header)
+            what = "a finished request's row" if rows is not None else "every row"
+            raise ConfigError(f"{path} line {line} column {c} is empty: {what} must hold a number there")
+
+
 def _figure():
     from matplotlib.figure import Figure  # noqa: PLC0415 (Agg canvas, no display needed)
 
@@ -106,6 +118,21 @@ def _config(folder: Path) -> dict | None:
     return c if isinstance(c, dict) else None
 
 
+def _server_config(folder: Path) -> dict | None:
+    """The run's config.json; for a network's or cluster's server folder (servers/NAME/,
+    whose config.json names only its replica and server) that server's spec from the
+    run's root config.json, with `replica` added; None when neither holds a policy."""
+    c = _config(folder)
+    if c is None or "policy" in c:
+        return c
+    root = _config(folder.resolve().parent.parent) if folder.resolve().parent.name == "servers" else None
+    servers = (root or {}).get("servers")
+    spec = servers.get(c.get("server")) if isinstance(servers, dict) and isinstance(c.get("server"), str) else None
+    if not isinstance(spec, dict) or "policy" not in spec:
+        return None
+    return {**spec, "replica": str(c.get("replica", folder.resolve().name))}
+
+
 def _arrived(req: dict[str, np.ndarray]) -> np.ndarray:
     """The arrival times of the requests that arrived: under a time limit requests.csv
     also lists those due at or after it (`arrived` 0)."""
@@ -119,19 +146,22 @@ def run_title(folder: Path, config: dict | None = None, arrival_s: np.ndarray | 
     `config`); the rate the requests came at, a synthetic process's rate times its
     time_scale or a trace's replayed mean rate (n - 1) / span, and their number from the
     run's arrival times (requests.csv's `arrival_s` of the requests that arrived, or
-    `arrival_s`). The folder's name
-    without a config."""
-    c = config if config is not None else _config(folder)
-    if c is None:
+    `arrival_s`). A network's or cluster's server folder: its server's spec from the run's
+    config.json, after the replica's name. The folder's name without a config naming a
+    policy."""
+    c = config if config is not None else _server_config(folder)
+    if c is None or "policy" not in c:
         return folder.resolve().name
     if arrival_s is None:
         try:
             arrival_s = _arrived(_read_csv(folder / "requests.csv", ("arrival_s",), ("arrived",)))
         except ConfigError:
             arrival_s = None
-    parts = [str(c.get("policy", "?"))]
+    parts = [str(c["policy"])]
     if c.get("admission") not in (None, "fcfs"):
         parts[0] += f" + {c['admission']}"
+    if c.get("replica"):  # one server of a network or cluster
+        parts[0] = f"{c['replica']}: {parts[0]}"
     parts.append(f"b_max {c.get('b_max')}")
     if c.get("k_max"):
         parts.append(f"k_max {c['k_max']}")
@@ -156,6 +186,29 @@ def run_title(folder: Path, config: dict | None = None, arrival_s: np.ndarray | 
     if arrival_s is not None:
         parts.append(f"{len(arrival_s):,} requests")
     return ", ".join(parts)
+
+
+def _last_finish(req: dict[str, np.ndarray], done: np.ndarray) -> float | None:
+    """When the run's last request finished (arrival + e2e), if every request that arrived
+    finished; else None. Not the summary's `sim_end_s`: a network's server folder has the
+    whole network's end there, long after its own last request (it idles in between)."""
+    if int(done.sum()) != len(_arrived(req)) or not done.any():
+        return None
+    end = float(np.nanmax(req["arrival_s"][done] + req["e2e_s"][done]))
+    return end if end == end else None
+
+
+def queue_series(ts: dict[str, np.ndarray], end_s: float | None = None):
+    """(time_s, waiting, running) of queue.png: the timeseries' samples, and with `end_s`
+    (when the last request finished, given when every request did) a last sample there
+    with none waiting or running, so the figure does not stop at the last step's start."""
+    t, w, r = ts["time_s"], ts["waiting_requests"], ts["running_requests"]
+    if end_s is not None and (not len(t) or end_s > t[-1]):
+        t, w, r = np.append(t, end_s), np.append(w, 0.0), np.append(r, 0.0)
+    return t, w, r
+
+
+FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")
 
 
 def plot_dir(folder: str | Path) -> list[Path]:
@@ -183,21 +236,28 @@ def plot_dir(folder: str | Path) -> list[Path]:
     req = _read_csv(d / "requests.csv", ("arrival_s", "ttft_s", "e2e_s"), ("arrived", "finished"))
     itl = _read_csv(d / "itl_histogram.csv", ("itl_ms", "count"))
     load = _read_csv(d / "load_histogram.csv", ("token_load", "steps"))
+    done = req["finished"] == 1 if "finished" in req else ~np.isnan(req["e2e_s"])
+    _refuse_blank(d / "requests.csv", req, ("ttft_s",), done)
+    _refuse_blank(d / "itl_histogram.csv", itl, ("itl_ms", "count"))
+    _refuse_blank(d / "load_histogram.csv", load, ("token_load", "steps"))
+    for png in FIGURES:  # (a figure's path blocked by a folder must not leave the others redrawn)
+        check_out_file(d / png, "figure")
     out = []
-    config = _config(d)
+    config = _server_config(d)
     name = run_title(d, config, _arrived(req))
     color = color_of(str((config or {}).get("policy", "")))
 
     fig, ax = _figure()
-    ax.plot(ts["time_s"], ts["waiting_requests"], label="waiting")
-    ax.plot(ts["time_s"], ts["running_requests"], label="running")
+    t, waiting, running = queue_series(ts, _last_finish(req, done))
+    # counts hold from one sample to the next: a straight line would claim counts between
+    ax.plot(t, waiting, label="waiting", drawstyle="steps-post")
+    ax.plot(t, running, label="running", drawstyle="steps-post")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("requests")
     ax.set_title(f"Queue length over time\n{name}", fontsize=10)
     ax.legend()
     out.append(_save(fig, d / "queue.png"))
 
-    done = req["finished"] == 1 if "finished" in req else ~np.isnan(req["e2e_s"])
     ttft = req["ttft_s"][done] * 1e3
     fig, ax = _figure()
     if len(ttft):
@@ -232,7 +292,8 @@ def plot_dir(folder: str | Path) -> list[Path]:
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, bbox_inches="tight", pad_inches=0.1)  # the image holds every title and label
-    tmp.replace(path)
+    try:  # the image holds every title and label
+        atomic_write(path, lambda p: fig.savefig(p, format="png", bbox_inches="tight", pad_inches=0.1))
+    except OSError as e:
+        raise ConfigError(f"{path} cannot be written: {e.strerror or e}") from None
     return path

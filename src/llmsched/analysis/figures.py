@@ -46,28 +46,35 @@ def plain_log_ticks(ax, which: str = "x") -> None:
     """Label a log axis (call after drawing) in plain numbers (2, 5, 10, 20) with no labels
     on its minor ticks: matplotlib's labels its minor ticks 2x10^0, 3x10^0, ... when the
     data span less than a decade or so, and they overlap. Ticks at 1, 2 and 5 of each
-    decade over two decades or less; matplotlib's decades beyond."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415
+    decade over two decades or less (evenly spaced ones under a factor of 3, where 1, 2
+    and 5 leave one tick or none); matplotlib's decades beyond."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: PLC0415
 
     axis = ax.xaxis if which == "x" else ax.yaxis
     lo, hi = sorted(ax.get_xlim() if which == "x" else ax.get_ylim())
-    if lo > 0 and math.log10(hi / lo) <= 2:
+    if lo > 0 and hi / lo < 3:
+        axis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 5, 10]))
+    elif lo > 0 and math.log10(hi / lo) <= 2:
         axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
 
-RUN_KEYS = (("cost_model", "{}"), ("b_max", "b_max {}"), ("k_max", "k_max {}"), ("prompt", "prompt {}"))
-RUN_KEYS += (("output", "output {}"), ("system_prompt", "system prompt {}"), ("prefix_caching", "prefix caching"))
+RUN_KEYS = (("policy", "{}"), ("admission", "admission {}"), ("cost_model", "{}"), ("b_max", "b_max {}"))
+RUN_KEYS += (("k_max", "k_max {}"), ("prompt", "prompt {}"), ("output", "output {}"))
+RUN_KEYS += (("system_prompt", "system prompt {}"), ("prefix_caching", "prefix caching"))
 RUN_KEYS += (("num_requests", "{:,} requests"),)
 
 
 def run_name(rows: list[dict], skip: Sequence[str] = ()) -> str:
-    """What the rows of a sweep share, for figure titles: `paper, b_max 512, prompt
+    """What the rows of a sweep share, for figure titles: `vllm, paper, b_max 512, prompt
     geometric:200, output geometric:101, 2,000 requests` (keys that vary are left out)."""
     parts = []
     for key, fmt in RUN_KEYS:
-        vals = {r.get(key) for r in rows if r.get(key) not in (None, "")}
+        # (a search's rows name their policy in `policy_name` alone)
+        vals = {r.get(key) or (r.get("policy_name") if key == "policy" else None) for r in rows}
+        vals.discard(None)
+        vals.discard("")
         if key in skip or len(vals) != 1:
             continue
         v = vals.pop()
@@ -75,6 +82,8 @@ def run_name(rows: list[dict], skip: Sequence[str] = ()) -> str:
         if key == "system_prompt" and str(v) in ("0", "0.0"):
             continue
         if key == "prefix_caching" and str(v).lower() not in ("true", "1"):
+            continue
+        if key == "admission" and v == "fcfs":  # (every run's default)
             continue
         if key == "num_requests":
             try:
@@ -243,12 +252,14 @@ def _plot_offered(ax, curves: list[tuple], colors: list, what: str = "offered to
     if not curves_drawn:
         return
     first = curves_drawn[0][0]
+    # a one-point sweep's dotted line has no length: only a marker shows it
+    fmt = ".:" if all(len(c[0]) == 1 for c, _ in curves_drawn) else ":"
     if all(_same_curve(c, first) for c, _ in curves_drawn):
-        ax.plot(*first, ":", color="gray", lw=1, label=what)
+        ax.plot(*first, fmt, color="gray", lw=1, label=what)
         return
     for (xs, ys), col in curves_drawn:
-        ax.plot(xs, ys, ":", color=col, lw=0.8, alpha=0.8)
-    ax.plot([], [], ":", color="gray", lw=0.8, label=f"{what} (dotted, each group's colour)")
+        ax.plot(xs, ys, fmt, color=col, lw=0.8, alpha=0.8)
+    ax.plot([], [], fmt, color="gray", lw=0.8, label=f"{what} (dotted, each group's colour)")
 
 
 def _empirical_max_stable(rows: list[dict]) -> float | None:
@@ -335,6 +346,7 @@ def plot_sweep(
                 if xs:
                     ax.plot(xs, ys, ms=3, label=label, **st)
             ax.set_yscale("log")
+            plain_log_ticks(ax, "y")  # (4.6x10^2, 4.8x10^2, ... under a decade)
             if uses_load:
                 ax.axvline(1.0, color="gray", ls=":", lw=1)
             ax.set_xlabel(xlabel)

@@ -212,6 +212,8 @@ def reproduce_stability(
         rows.append(
             {
                 "policy": name,
+                # the spec as given: `adaptive` and `adaptive:cost=paper` are two rows
+                "policy_spec": p,
                 "work_conserving": wc,
                 "load": load,
                 "rate": rate,
@@ -257,15 +259,31 @@ def reproduce_stability(
     return {"rows": rows, "critical_rate": lam, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
 
 
+def queue_styles(policies) -> list[tuple[str, str]]:
+    """(colour, line style) of each policy's line in queue.png: its palette colour; a style
+    of its own for each of four lines in a row (policies that run alike, vLLM and Orca on
+    a trace, draw one curve, and a solid line hid the one under it), and never a style
+    its colour already has (one policy twice, with other options)."""
+    dashes = ("-", "--", ":", "-.")
+    used: dict[str, set[str]] = {}
+    out = []
+    for i, p in enumerate(policies):
+        c = color_of(p, i)
+        taken = used.setdefault(c, set())
+        order = dashes[i % 4 :] + dashes[: i % 4]
+        ls = next((d for d in order if d not in taken), order[0])
+        taken.add(ls)
+        out.append((c, ls))
+    return out
+
+
 def _plot_queue(queue: dict, policies, path: Path, load: float, lam: float, workload: str, cfg) -> str:
     fig, axes = new_figure(2, width=7.0)
-    styles = ["-", "-", "-", "-", "--", ":", "-."]
-    for i, p in enumerate(policies):
+    for p, (c, ls) in zip(policies, queue_styles(policies)):
         q = queue[p]
         s = q["summary"]
-        label = f"{p.partition(':')[0]} ({s.get('verdict') or 'no verdict'})"
-        ls = styles[i % len(styles)]
-        c = color_of(p, i)
+        # the full spec: `adaptive` and `adaptive:cost=paper` are two lines
+        label = f"{p} ({s.get('verdict') or 'no verdict'})"
         axes[0].plot(q["time_s"], q["in_system"], ls=ls, lw=1.2, label=label, color=c)
         axes[1].plot(q["time_s"], [max(v, 0) for v in q["backlog_tokens"]], ls=ls, lw=1.2, label=label, color=c)
     axes[0].set_ylabel("requests in the system")

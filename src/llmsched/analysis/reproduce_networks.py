@@ -61,7 +61,7 @@ from ..sim.network_result import network_backlog, simulate_network
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
 from ..theory.network import traffic
 from ..workload import network as _network_spec
-from .figures import new_figure, save_figure
+from .figures import new_figure, plain_log_ticks, save_figure
 from .runner import Backend
 from .tables import write_table
 
@@ -586,6 +586,7 @@ def _plot_clusters(rows, replicas, routers, metric: str, ylabel: str, path: Path
                     [x], [y], _MARK[v], color=line.get_color(), ms=5, mfc=line.get_color() if v == STABLE else "none"
                 )
         ax.set_yscale("log")
+        plain_log_ticks(ax, "y")  # (2x10^2, 3x10^2, ... overlapped under a decade)
         ax.set_xlabel("offered load (fraction of the pool's capacity)")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{n} replicas", fontsize=9)

@@ -59,9 +59,15 @@ def point_row(params: dict, rec: dict, grid_keys: Sequence[str]) -> dict:
 
 
 def group_label(params: dict, group_keys: Sequence[str]) -> str:
-    """A group's name in tables and legends: `sarathi, b_max=512`."""
+    """A group's name in tables and legends: `sarathi, b_max=512`; a sweep's one group
+    (a grid over load or rate alone): its policy (`vllm`, `sarathi + spf`), which gives
+    its line the policy's colour, or `all` without one."""
     if not group_keys:
-        return "all"
+        policy = params.get("policy") or params.get("policy_name")  # (a search's row: its name)
+        if policy in (None, ""):
+            return "all"
+        admission = params.get("admission")
+        return str(policy) + (f" + {admission}" if admission not in (None, "", "fcfs") else "")
     parts = []
     for k in group_keys:
         v = params.get(k)

@@ -746,7 +746,7 @@ def cmd_reproduce(args) -> int:
         f"lambda* = {res['critical_rate']:.3f} req/s",
         shown,
         [
-            ("policy", "policy", "s"),
+            ("policy_spec", "policy", "s"),  # (with its options: two runs of one policy differ)
             ("work_conserving", "work-conserving", "s"),
             ("stable_at_load", f"stable at load {args.load:g}", "s"),
             ("backlog_growth_tokens_per_s", "backlog growth tok/s", ",.0f"),
@@ -757,7 +757,7 @@ def cmd_reproduce(args) -> int:
         ],
     )
     short = [
-        r["policy"]
+        r["policy_spec"]
         for r in res["rows"]
         if r.get("stable_at_load") is True
         and r.get("max_stable_upper_bound") is not None  # (a search ran)
