@@ -278,7 +278,9 @@ def test_merged_prefix_stats_take_the_rates_of_the_sums():
     m = merge_prefix_stats([a, b])
     assert list(m) == [
         "queried_tokens", "hit_tokens", "queried_blocks", "hit_blocks", "prefill_tokens_saved",
-        "first_admission_hit_tokens", "evictions", "cached_blocks", "free_cached_blocks", "block_size",
+        "first_admission_hit_tokens", "preempted_queried_tokens", "preempted_hit_tokens",
+        "preempted_queried_blocks", "preempted_hit_blocks", "evictions", "cached_blocks", "free_cached_blocks",
+        "block_size",
         "token_hit_rate", "block_hit_rate",
     ]  # fmt: skip
     assert m["token_hit_rate"] == 52 / 100 and m["block_hit_rate"] == 3 / 6 and m["block_size"] == 16

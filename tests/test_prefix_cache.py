@@ -866,3 +866,18 @@ def test_adaptive_sees_a_waiting_prompt_net_of_its_cached_prefix():
     rems, _, _, longest = Adaptive.prefill_on_offer(Planner(st, sched.admission), 512)
     assert rems == [8]  # 40 prompt tokens, 32 of them cached: what admitting B computes
     assert longest == 40  # the region's prefill cap counts the prompt whole
+
+
+def test_readmissions_after_preemption_are_counted_apart():
+    # a 256-token shared system prompt under KV pressure: the first admissions look up each
+    # prompt once and find the system prompt (all but the first request); the re-admissions
+    # after a preemption (prompt + generated tokens looked up again, their own blocks found)
+    # are the preempted_* part of the totals, as vLLM's preempted_queries / preempted_hits
+    kw = dict(cost_model="paper", rate=8, system_prompt=256, prompt="geometric:100", output="geometric:100")
+    r = llmsched.simulate(**kw, num_requests=300, prefix_caching=True, kv_capacity=2000)
+    pc = r.summary["prefix_cache"]
+    assert r.summary["preemptions"] > 0 and pc["preempted_queried_tokens"] > 0 and pc["preempted_hit_tokens"] > 0
+    assert pc["queried_tokens"] - pc["preempted_queried_tokens"] == int(r.prompt.sum())
+    assert pc["hit_tokens"] - pc["preempted_hit_tokens"] == pc["first_admission_hit_tokens"] == 299 * 256
+    assert pc["hit_blocks"] - pc["preempted_hit_blocks"] == 299 * 256 // 16
+    assert pc["queried_blocks"] - pc["preempted_queried_blocks"] == int((r.prompt // 16).sum())

@@ -155,6 +155,14 @@ def test_a_logit_bias_outside_the_vocabulary_is_refused(llm):
     assert out.token_ids == [7, 7, 7]
 
 
+def test_a_text_prompt_given_as_token_ids_is_refused_as_text(llm):
+    # iterated, "hello" gave the token id 'h', refused as "outside the vocabulary"
+    for text in ("hello", b"hello"):
+        with pytest.raises(ConfigError, match="must be a list of token ids.*tokenizer, or use LLM.generate"):
+            llm.engine.add_request("r-text", text, SamplingParams(max_tokens=2))
+    assert "r-text" not in llm.engine._requests  # nothing queued
+
+
 def test_tiny_temperature_is_greedy_and_spares_the_batch(llm):
     assert SamplingParams(temperature=1e-40).greedy and SamplingParams(temperature=9e-6).greedy
     assert not SamplingParams(temperature=1e-5).greedy

@@ -136,3 +136,36 @@ def test_byte_rule_ids_are_made_only_with_prefix_caching():
     cached = make_sim_backend(SchedulerOptions(prefix_caching=True), "const:5").tokenizer.encode(text)
     assert isinstance(plain, range) and len(plain) == len(cached) == 1001
     assert cached[0] == int.from_bytes(b"abcd", "little") and cached[-1] == ord("e")
+
+
+def test_prefix_cache_counters_leave_out_readmissions_after_preemption():
+    """12 concurrent requests with nothing in common, a KV cache too small for them: the
+    preempted ones, re-admitted, looked their prompt + generated tokens up again and found
+    their own blocks, counted in prefix_cache_queries/hits (1160 queried and 200 hit for
+    480 prompt tokens). As vLLM's, those count first admissions only; the re-admissions
+    have counters of their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompts = [[1000 + 100 * i + j for j in range(40)] for i in range(12)]  # no block shared
+    opts = {"prefix_caching": True, "block_size": 8, "kv_capacity": 320, "max_running": 6, "b_max": 64}
+    with running_server(**opts) as (base, srv):
+        eng = srv.config.app.state.engine
+
+        def one(p):
+            body = {"model": MODEL, "prompt": p, "max_tokens": 60, "ignore_eos": True}
+            return post(base, "/v1/completions", body).status_code
+
+        with ThreadPoolExecutor(12) as ex:
+            assert list(ex.map(one, prompts)) == [200] * 12
+        assert wait_for(lambda: not eng.streams)
+        v = _values(httpx.get(base + "/metrics").text)
+    lab = '{model_name="llmsched-sim"}'
+    assert v[f"llmsched:num_preemptions_total{lab}"] > 0
+    assert v[f"llmsched:prompt_tokens_total{lab}"] == 480
+    assert v[f"llmsched:prefix_cache_queries_total{lab}"] == 480
+    assert v[f"llmsched:prefix_cache_hits_total{lab}"] == 0
+    assert v[f"llmsched:prefix_cache_queried_blocks_total{lab}"] == 12 * 5
+    assert v[f"llmsched:prefix_cache_hit_blocks_total{lab}"] == 0
+    # the re-admissions: at least their prompts looked up again, some of their own blocks found
+    assert v[f"llmsched:prefix_cache_preempted_queries_total{lab}"] >= 40 * v[f"llmsched:num_preemptions_total{lab}"]
+    assert v[f"llmsched:prefix_cache_preempted_hits_total{lab}"] > 0

@@ -588,6 +588,10 @@ class ServerState:
                 else:
                     n, _ = pc.match(r.blocks, (r.prefill_target - 1) // bs)
         pc.queried_tokens += r.prefill_target
+        if r.preemptions:  # a re-admission: counted apart as well (vLLM's preempted_queries)
+            pc.preempted_queried_tokens += r.prefill_target
+            if r.blocks is not None:
+                pc.preempted_queried_blocks += len(r.blocks)
         r.next_block = n
         if not n:
             r.cached = []
@@ -596,7 +600,10 @@ class ServerState:
         hit = n * bs
         pc.hit_blocks += n
         pc.hit_tokens += hit
-        if not r.preemptions:
+        if r.preemptions:
+            pc.preempted_hit_tokens += hit
+            pc.preempted_hit_blocks += n
+        else:
             pc.first_hit_tokens += hit
             r.first_hit = hit
         r.prefilled = hit

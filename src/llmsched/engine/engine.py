@@ -318,6 +318,11 @@ class LLMEngine(StepDriver):
             raise ConfigError(f"request id {request_id!r} is already in use")
         if not isinstance(params, SamplingParams):
             raise ConfigError("params must be a llmsched SamplingParams")
+        if isinstance(prompt_token_ids, (str, bytes, bytearray)):  # (iterated, its characters were the ids)
+            raise ConfigError(
+                f"request {request_id!r}: prompt_token_ids must be a list of token ids, not "
+                f"{type(prompt_token_ids).__name__} (encode text with the tokenizer, or use LLM.generate)"
+            )
         prompt = [t if (i := as_int(t)) is None else i for t in prompt_token_ids]
         n = len(prompt)
         check_request_size(n, params.max_tokens, self.max_model_len, self.kv_capacity)

@@ -17,10 +17,14 @@ Names follow vLLM's (`vllm:num_requests_running` ...) with the prefix `llmsched:
 | llmsched:request_rejected_total{reason} | counter | requests refused (overloaded: 429, draining: 503,
   body_too_large: 413, read_timeout: 408) |
 | llmsched:num_preemptions_total | counter | preemptions (from the engine's stats, if it reports them) |
-| llmsched:prefix_cache_queries_total | counter | prefix caching on: prompt tokens looked up (vLLM's name too) |
-| llmsched:prefix_cache_hits_total | counter | prompt tokens served from the cache |
-| llmsched:prefix_cache_queried_blocks_total | counter | prompt blocks looked up |
-| llmsched:prefix_cache_hit_blocks_total | counter | prompt blocks served from the cache |
+| llmsched:prefix_cache_queries_total | counter | prefix caching on: prompt tokens looked up at first
+  admission (vLLM's name too; re-admissions after a preemption are in the preempted_* pair) |
+| llmsched:prefix_cache_hits_total | counter | of those, tokens served from the cache |
+| llmsched:prefix_cache_queried_blocks_total | counter | prompt blocks looked up at first admission |
+| llmsched:prefix_cache_hit_blocks_total | counter | of those, blocks served from the cache |
+| llmsched:prefix_cache_preempted_queries_total | counter | tokens (prompt + generated) looked up again
+  by requests re-admitted after a preemption (vLLM's preempted_queries, not exported there) |
+| llmsched:prefix_cache_preempted_hits_total | counter | of those, tokens served from the cache |
 | llmsched:prefix_cache_evictions_total | counter | cached blocks evicted to make room |
 | llmsched:prefix_cache_blocks | gauge | blocks the prefix cache holds |
 | llmsched:time_to_first_token_seconds | histogram | arrival at the server to first token dispatched |
@@ -286,20 +290,62 @@ class ServerMetrics:
             lines.extend(h.render(p + name, L))
         pc = s.get("prefix_cache")
         if pc:  # with --enable-prefix-caching
+            # as vLLM's: a request's first admission only; its re-admissions after a
+            # preemption (prompt and generated tokens looked up again) in prefix_cache_preempted_*
+            def first(key: str) -> int:
+                return pc.get(key, 0) - pc.get("preempted_" + key, 0)
+
             for name, kind, help_, value in (
                 (
                     "prefix_cache_queries_total",
                     "counter",
-                    "Prompt tokens looked up in the prefix cache.",
-                    "queried_tokens",
+                    "Prompt tokens looked up in the prefix cache (first admissions).",
+                    first("queried_tokens"),
                 ),
-                ("prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", "hit_tokens"),
-                ("prefix_cache_queried_blocks_total", "counter", "Prompt blocks looked up.", "queried_blocks"),
-                ("prefix_cache_hit_blocks_total", "counter", "Prompt blocks served from the cache.", "hit_blocks"),
-                ("prefix_cache_evictions_total", "counter", "Cached blocks evicted to make room.", "evictions"),
-                ("prefix_cache_blocks", "gauge", "Blocks held by the prefix cache (in use or free).", "cached_blocks"),
+                (
+                    "prefix_cache_hits_total",
+                    "counter",
+                    "Prompt tokens served from the prefix cache (first admissions).",
+                    first("hit_tokens"),
+                ),
+                (
+                    "prefix_cache_queried_blocks_total",
+                    "counter",
+                    "Prompt blocks looked up (first admissions).",
+                    first("queried_blocks"),
+                ),
+                (
+                    "prefix_cache_hit_blocks_total",
+                    "counter",
+                    "Prompt blocks served from the cache (first admissions).",
+                    first("hit_blocks"),
+                ),
+                (
+                    "prefix_cache_preempted_queries_total",
+                    "counter",
+                    "Tokens looked up in the prefix cache by requests re-admitted after a preemption.",
+                    pc.get("preempted_queried_tokens", 0),
+                ),
+                (
+                    "prefix_cache_preempted_hits_total",
+                    "counter",
+                    "Tokens served from the prefix cache to requests re-admitted after a preemption.",
+                    pc.get("preempted_hit_tokens", 0),
+                ),
+                (
+                    "prefix_cache_evictions_total",
+                    "counter",
+                    "Cached blocks evicted to make room.",
+                    pc.get("evictions", 0),
+                ),
+                (
+                    "prefix_cache_blocks",
+                    "gauge",
+                    "Blocks held by the prefix cache (in use or free).",
+                    pc.get("cached_blocks", 0),
+                ),
             ):
-                metric(name, kind, help_, pc.get(value, 0))
+                metric(name, kind, help_, value)
         if "steps" in s:
             metric("engine_steps_total", "counter", "Engine steps executed.", s["steps"])
         if "late_steps" in s:
