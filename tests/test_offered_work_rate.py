@@ -58,3 +58,38 @@ def test_sweep_figure_plots_the_work_and_titles_name_the_cache(tmp_path, monkeyp
 def test_run_title_names_the_system_prompt_and_the_cache(tmp_path):
     simulate(rate=2, num_requests=20, out_dir=tmp_path / "r", verdict=False, **CACHED)
     assert run_title(tmp_path / "r").endswith("paper, poisson 2 req/s, system prompt 400, prefix caching, 20 requests")
+
+
+def test_a_replica_without_hits_per_call_reports_no_work_rate(tmp_path):
+    """A cluster replica's summary keeps no cache hits per call: its work_throughput was all
+    tokens less one a request, the cached prompt tokens counted as work (unknown: None)."""
+    import json
+
+    from llmsched.cli import main
+
+    run = ["simulate", "--cost-model", "paper", "--policy", "vllm", "--rate", "5", "--num-requests", "120"]
+    run += ["--replicas", "2", "--quiet"]
+    assert main([*run, "--out", str(tmp_path / "c"), "--system-prompt", "100", "--prefix-caching"]) == 0
+    replica = json.loads((tmp_path / "c" / "servers" / "cluster[0]" / "summary.json").read_text())
+    assert replica["prefix_cache"]["hit_tokens"] > 0 and replica["work_throughput"] is None
+    assert main([*run, "--out", str(tmp_path / "n")]) == 0  # without a cache the work is known
+    replica = json.loads((tmp_path / "n" / "servers" / "cluster[0]" / "summary.json").read_text())
+    done = replica["total_input_tokens"] + replica["total_output_tokens"] - replica["completed"]
+    assert replica["work_throughput"] == pytest.approx(done / replica["duration"], rel=1e-12)
+
+
+def test_a_resumed_sweeps_older_points_keep_the_figure_in_tokens(tmp_path, monkeypatch):
+    """Points stored before the work fields (a resumed sweep) were dropped from the figure
+    once one row had them: it plots tokens unless every row with hits has the work."""
+    saved = {}
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: saved.setdefault(path.name, fig))
+    res = run_sweep(grid={"load": [0.5, 1.0]}, out_dir=tmp_path / "s", progress=False, num_requests=100, **CACHED)
+    rows = [dict(r) for r in res.rows]
+    for k in ("work_throughput", "offered_work_rate"):
+        rows[0].pop(k)
+    saved.clear()  # (the sweep's own figure)
+    figures.plot_sweep(rows, tmp_path / "f", ["load"])
+    (ax,) = saved["throughput.png"].axes
+    assert "work" not in ax.get_ylabel()
+    served = max((ln for ln in ax.get_lines() if ln.get_label() != "_nolegend_"), key=lambda ln: len(ln.get_xdata()))
+    assert len(served.get_xdata()) == 2

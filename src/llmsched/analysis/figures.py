@@ -311,8 +311,12 @@ def plot_sweep(
     if rows and search is None:
         fig, (ax,) = new_figure()
         # with prefix-cache hits the tokens served and offered exceed the work, and only the
-        # work is bounded by the token capacity: plot the work (a table without it: tokens)
-        work = any(r.get("cached_prompt_tokens_per_request") and r.get("offered_work_rate") for r in rows)
+        # work is bounded by the token capacity: plot the work, where every row with hits has it
+        # (a sweep resumed from points stored before these fields: tokens, not a line with gaps)
+        hit_rows = [r for r in rows if r.get("cached_prompt_tokens_per_request")]
+        work = bool(hit_rows) and all(
+            r.get("work_throughput") is not None and r.get("offered_work_rate") for r in hit_rows
+        )
         served_key, offered_key = ("work_throughput", "offered_work_rate") if work else _TOKEN_KEYS
         offered = []
         for (label, rs), st in zip(groups.items(), styles):
