@@ -107,3 +107,24 @@ def test_a_one_point_sweep_s_offered_line_is_marked(tmp_path, figs):
     figures.plot_sweep(_rows("vllm"), tmp_path, ["load"])  # a line: no marker needed
     (offered,) = [ln for ln in figs["throughput.png"].axes[0].get_lines() if ln.get_label() == "offered tokens/s"]
     assert offered.get_marker() in (None, "None", "", " ")
+
+
+def test_a_sweep_figure_path_blocked_by_a_folder_is_one_line(tmp_path):
+    """`plot`'s figures turned a write error into one line; the sweep's and reproduce's
+    (`save_figure`) raised IsADirectoryError."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from llmsched.analysis.figures import save_figure
+    from llmsched.core.errors import ConfigError
+
+    (tmp_path / "throughput.png").mkdir()
+    fig = plt.figure()
+    try:
+        with pytest.raises(ConfigError, match="throughput.png cannot be written"):
+            save_figure(fig, tmp_path / "throughput.png")
+    finally:
+        plt.close(fig)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["throughput.png"]  # no temp file left

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.errors import ConfigError
 from ..core.palette import group_styles
 from ..theory import StabilityRegion
 from .grid import NON_GROUP_KEYS
@@ -38,7 +39,10 @@ def save_figure(fig, path: Path) -> str:
     """Lay out and write `fig` as a PNG at `path` (whole or not at all); returns the path."""
     fig.tight_layout()
     # bbox "tight": the saved image grows to hold every title, label and legend (nothing clipped)
-    atomic_write(Path(path), lambda p: fig.savefig(p, format="png", bbox_inches="tight", pad_inches=0.1))
+    try:
+        atomic_write(Path(path), lambda p: fig.savefig(p, format="png", bbox_inches="tight", pad_inches=0.1))
+    except OSError as e:  # (a folder or a read-only file in the figure's place)
+        raise ConfigError(f"{path} cannot be written: {e.strerror or e}") from None
     return str(path)
 
 
