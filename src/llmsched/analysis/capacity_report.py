@@ -85,6 +85,11 @@ def capacity_report(
     # what `simulate` refuses, `capacity` refuses too (an unknown policy or arrival, a cv
     # without gamma arrivals, a rate given twice): the workload with its rate, as a run
     check = {"rate": rate} if rate is not None else {}
+    if rate is not None and "rate" not in overrides:
+        # the rate with the other options, as simulate takes them: over the configuration
+        # it replaces an arrival's own rate, beside an `arrival` given with it ("poisson:3")
+        # it is refused as given twice
+        WorkloadSpec.from_dict(build_config(config, **overrides, rate=rate).workload)
     if not replays_trace(cfg.workload):
         # capacity draws no run: its count of requests (simulate's default 5,000, or those
         # within duration_s) is not checked, or a tiny rate is refused for the arrival times
