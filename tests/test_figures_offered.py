@@ -5,23 +5,9 @@ offers each group its own load; one line taken from the last group misstated the
 import matplotlib.colors as mcolors
 import pytest
 
-from llmsched.analysis import figures
 from llmsched.analysis.sweep import run_sweep
 
 FIXED = dict(cost_model="paper", b_max=128, output="geometric:21", num_requests=100)
-
-
-@pytest.fixture
-def captured(monkeypatch):
-    saved = {}
-    real = figures.save_figure
-
-    def save(fig, path):
-        saved[path.name] = fig
-        return real(fig, path)
-
-    monkeypatch.setattr(figures, "save_figure", save)
-    return saved
 
 
 def _offered_lines(fig):
@@ -31,14 +17,14 @@ def _offered_lines(fig):
     return ax, [ln for ln in dotted if list(ln.get_ydata()) != [0, 1]]
 
 
-def test_each_group_has_its_offered_line(tmp_path, captured):
+def test_each_group_has_its_offered_line(tmp_path, saved_figures):
     res = run_sweep(
         grid={"prompt": ["geometric:40", "geometric:160"], "rate": [1.0, 2.0]},
         out_dir=tmp_path / "s",
         progress=False,
         **FIXED,
     )
-    ax, lines = _offered_lines(captured["throughput.png"])
+    ax, lines = _offered_lines(saved_figures["throughput.png"])
     by_group = {}
     for r in res.rows:
         by_group.setdefault(r["prompt"], {})[float(r["rate"])] = r["offered_token_rate"]
@@ -53,7 +39,7 @@ def test_each_group_has_its_offered_line(tmp_path, captured):
     assert any("offered tokens/s" in t for t in ax.get_legend_handles_labels()[1])
 
 
-def test_one_gray_offered_line_when_groups_agree(tmp_path, captured):
+def test_one_gray_offered_line_when_groups_agree(tmp_path, saved_figures):
     run_sweep(
         grid={"policy": ["sarathi", "orca"], "rate": [1.0, 2.0]},
         out_dir=tmp_path / "s",
@@ -61,6 +47,6 @@ def test_one_gray_offered_line_when_groups_agree(tmp_path, captured):
         prompt="geometric:40",
         **FIXED,
     )
-    ax, lines = _offered_lines(captured["throughput.png"])
+    ax, lines = _offered_lines(saved_figures["throughput.png"])
     offered = [ln for ln in lines if ln.get_label() == "offered tokens/s"]
     assert len(offered) == 1 and mcolors.to_hex(offered[0].get_color()) == mcolors.to_hex("gray")

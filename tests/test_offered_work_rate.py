@@ -31,15 +31,8 @@ def test_without_a_cache_the_work_is_the_tokens_less_one_per_request():
     assert s["work_throughput"] == pytest.approx(done / s["duration"], rel=1e-12)
 
 
-def test_sweep_figure_plots_the_work_and_titles_name_the_cache(tmp_path, monkeypatch):
-    saved = {}
-    real = figures.save_figure
-
-    def save(fig, path):
-        saved[path.name] = fig
-        return real(fig, path)
-
-    monkeypatch.setattr(figures, "save_figure", save)
+def test_sweep_figure_plots_the_work_and_titles_name_the_cache(tmp_path, saved_figures):
+    saved = saved_figures
     res = run_sweep(grid={"load": [0.5, 1.5]}, out_dir=tmp_path / "s", progress=False, num_requests=150, **CACHED)
     (ax,) = saved["throughput.png"].axes
     # the served and offered lines, less the capacity (dashed) and the load-1 marker (y 0 to 1)
