@@ -84,3 +84,42 @@ def test_sweep_grid_of_arrivals_keeps_the_files_rate(tmp_path):
         rows = list(csv.DictReader(f))
     assert sorted(r["arrival"] for r in rows) == ["deterministic", "poisson"]
     assert [float(r["rate"]) for r in rows] == [5.0, 5.0]
+
+
+M = "/work/shared/traces/mooncake_synthetic/synthetic_trace.jsonl"  # (only names: nothing read)
+TM = {"process": "trace", "path": M}
+
+
+@pytest.mark.parametrize(
+    ("given", "over", "want"),
+    [
+        # a rate written inside the arrival carries to a trace as a key's does (it was dropped)
+        ({"arrival": "poisson:5"}, {"arrival": f"trace:{M}"}, {"arrival": f"trace:{M}", "rate": 5.0}),
+        ({"arrival": "poisson", "rate": 5}, {"arrival": f"trace:{M}"}, {"arrival": f"trace:{M}", "rate": 5.0}),
+        # a gamma's cv does not (it was refused: "cv applies to gamma arrivals only")
+        ({"arrival": {"process": "gamma", "rate": 5, "cv": 2}}, {"trace": M}, {"trace": M, "rate": 5.0}),
+        # a trace mapping's own rate and time scale give way to a flag (refused as given twice)
+        (
+            {"arrival": {"process": "trace", "path": M, "rate": 2}},
+            {"rate": 3},
+            {"arrival": "trace", "trace": M, "rate": 3.0},
+        ),
+        (
+            {"arrival": {"process": "trace", "path": M, "time_scale": 2}},
+            {"time_scale": 3},
+            {"arrival": "trace", "trace": M, "time_scale": 3.0},
+        ),
+        # and carry to a synthetic process, with the trace file gone (the rate fell to 16)
+        (
+            {"arrival": {"process": "trace", "path": M, "rate": 2}},
+            {"arrival": "poisson"},
+            {"arrival": "poisson", "rate": 2.0},
+        ),
+        ({"trace": M, "rate": 2}, {"arrival": "poisson"}, {"arrival": "poisson", "rate": 2.0}),
+    ],
+)
+def test_an_override_to_or_from_a_trace_keeps_the_arrivals_parameters_in_any_spelling(given, over, want):
+    from llmsched.api import build_config
+
+    cfg = build_config({"cost_model": "paper", "workload": {**given, "num_requests": 100}}, **over)
+    assert cfg.given_workload() == {**want, "num_requests": 100}

@@ -498,23 +498,31 @@ def _named_params(workload: dict) -> dict:
 
 def override_workload(given: dict, over: dict) -> dict:
     """The workload options `given` with those of `over` (flags, keyword overrides) put in
-    their place. An override of the arrival process, rate or cv keeps the parameters the
-    given synthetic arrival names (gamma:rate=5,cv=2, {process: gamma, rate: 5, cv: 2}) that
-    the override does not name itself; a cv of a gamma arrival is dropped, not carried, when
-    the override replaces gamma by another process (a cv applies to gamma only)."""
+    their place. An override of the arrival process, trace, rate, cv or time scale keeps
+    the parameters the given arrival names (gamma:rate=5,cv=2, {process: gamma, rate: 5,
+    cv: 2}, {process: trace, path: F, rate: 2}) that the override does not name itself, as
+    it keeps the same options given as keys: one rule whatever their spelling. A new
+    process replaces the given one with its trace file; a cv of a gamma arrival is dropped,
+    not carried, when the override replaces gamma by another process (a cv applies to
+    gamma only)."""
     over = {k: v for k, v in over.items() if v is not None}
-    if not {"arrival", "rate", "cv"} & over.keys():
+    if not {"arrival", "trace", "rate", "cv", "time_scale"} & over.keys():
         return {**given, **over}
     base = _spread_arrival(given)
     new = _spread_arrival(over)
     base_kind = _synthetic_kind(base)
-    new_kind = _synthetic_kind(new) if new.get("arrival") is not None else base_kind
-    if base_kind is None or new_kind is None:  # (to or from a trace replay: the arrival is replaced whole)
-        return {**given, **over}
-    # (the inline parameters of the given arrival stand beside its keys, which an override replaces)
-    base = _named_params(base)
-    if new.get("arrival") is not None:
+    new_kind = _synthetic_kind(new)
+    # (the inline parameters of an arrival stand beside its keys, which an override replaces)
+    if base_kind is not None:
+        base = _named_params(base)
+    if new_kind is not None:
         new = _named_params(new)
+    if new.get("arrival") is not None:  # a new process: the given one's trace file goes with it
+        base.pop("trace", None)
+    elif new.get("trace") is not None:  # a trace file: it replays, whatever process was given
+        base.pop("arrival", None)
+    else:
+        new_kind = base_kind
     if base_kind == "gamma" and new_kind != "gamma" and "cv" not in new:
         base.pop("cv", None)
     return {**base, **new}
