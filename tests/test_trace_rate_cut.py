@@ -61,7 +61,9 @@ def test_capacity_with_replayed_arrivals_keeps_the_rescaled_cut(capsys, tmp_path
 def test_a_load_on_a_trace_cut_by_a_duration_is_refused(tmp_path):
     fixed = dict(cost_model="paper", trace=_trace(tmp_path), duration_s=100)
     # (was mapped with lambda* of 100 s unscaled, then run on another set of requests)
-    with pytest.raises(ConfigError, match=r"^load on a replayed trace cut by duration_s: .* num_requests"):
+    with pytest.raises(
+        ConfigError, match=r"^load on a replayed trace cut by duration_s=100 \(--duration\): .* num_requests"
+    ):
         resolve_point(None, fixed, {"load": 0.5})
 
 
@@ -74,15 +76,20 @@ def test_a_load_on_a_trace_with_a_count_offers_that_load(tmp_path):
 def test_a_load_on_a_trace_with_a_time_scale_names_both(tmp_path):
     fixed = dict(cost_model="paper", trace=_trace(tmp_path), time_scale=2)
     # (said "give either rate ... or time_scale", though no rate was given)
-    with pytest.raises(ConfigError, match=r"^load sets the replayed trace's rate, which time_scale also sets"):
+    with pytest.raises(
+        ConfigError, match=r"^load sets the replayed trace's rate, which time_scale=2 \(--time-scale\) also sets"
+    ):
         resolve_point(None, fixed, {"load": 0.5})
 
 
 @pytest.mark.parametrize(
     ("flags", "msg"),
     [
-        (["--duration", "100"], "the search on a replayed trace cut by duration_s"),
-        (["--time-scale", "2"], "the search sets the replayed trace's rate, which time_scale also sets"),
+        (["--duration", "100"], "the search on a replayed trace cut by duration_s=100 (--duration)"),
+        (
+            ["--time-scale", "2"],
+            "the search sets the replayed trace's rate, which time_scale=2 (--time-scale) also sets",
+        ),
     ],
 )
 def test_a_search_on_a_trace_refuses_what_its_rates_would_change(tmp_path, monkeypatch, capsys, flags, msg):

@@ -151,11 +151,15 @@ def check_rate_settable(cfg, what: str) -> None:
         # the rate rescales the trace before the duration cuts it: lambda*, of the requests
         # kept at the configuration's rate, is of another set than each point runs
         raise ConfigError(
-            f"{what} on a replayed trace cut by duration_s: a rate rescales the trace before the cut, so each "
+            f"{what} on a replayed trace cut by duration_s={cfg.workload['duration_s']:g} (--duration): a rate "
+            "rescales the trace before the cut, so each "
             "rate keeps other requests than those lambda* is of; give num_requests (--num-requests) instead"
         )
     if float(cfg.workload.get("time_scale") or 1.0) != 1.0:
-        raise ConfigError(f"{what} sets the replayed trace's rate, which time_scale also sets: give one of them")
+        raise ConfigError(
+            f"{what} sets the replayed trace's rate, which time_scale={float(cfg.workload['time_scale']):g} "
+            "(--time-scale) also sets: give one of them"
+        )
 
 
 def point_key(cfg) -> str:
