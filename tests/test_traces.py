@@ -688,3 +688,16 @@ def test_a_parquet_table_reads_as_its_csv(tmp_path, capsys, monkeypatch):
     one_line_error(
         capsys, ["simulate", "--prompt", f"empirical:{bad}:prompt_tokens", "--out", ""], "--prompt: ", "needs pyarrow"
     )
+
+
+def test_a_json_lines_trace_read_as_a_csv_says_so(tmp_path):
+    """`Trace.from_csv` of a Mooncake JSON-lines file said its first line "holds a number
+    ('1'): the file needs a header line", about a file that is no CSV at all."""
+    from llmsched.core.errors import ConfigError
+    from llmsched.workload import Trace, read_trace
+
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n')
+    with pytest.raises(ConfigError, match="first line is JSON, not a CSV header: .*read_trace"):
+        Trace.from_csv(p)
+    assert list(read_trace(p).prompt) == [10]
