@@ -698,6 +698,6 @@ def test_a_json_lines_trace_read_as_a_csv_says_so(tmp_path):
 
     p = tmp_path / "t.jsonl"
     p.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n')
-    with pytest.raises(ConfigError, match="first line is JSON, not a CSV header: .*read_trace"):
+    with pytest.raises(ConfigError, match="is not a CSV file: its first line is JSON .*read_trace"):
         Trace.from_csv(p)
     assert list(read_trace(p).prompt) == [10]

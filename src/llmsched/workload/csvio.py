@@ -128,15 +128,10 @@ def read_header(path: str | os.PathLike) -> list[str]:
 
 def _numeric_header(p: Path, names: list[str]) -> ConfigError | None:
     """The error for a CSV file whose first line holds a number: it has no header line."""
-    first = ",".join(names)
-    if first.lstrip().startswith("{"):  # (the reader of a user's trace of any format: read_trace)
-        return ConfigError(
-            f"file {p}: first line is JSON, not a CSV header: a Mooncake JSON-lines trace is read by "
-            "llmsched.workload.read_trace (or --trace), not as a CSV"
-        )
     number = next((name for name in names if _NUMBER.fullmatch(name)), None)
     if number is None:
         return None
+    first = ",".join(names)
     first = first if len(first) <= 60 else first[:57] + "..."
     if len(names) == 1:
         return ConfigError(

@@ -391,6 +391,13 @@ class Trace:
     @classmethod
     def from_csv(cls, path: str | os.PathLike) -> Trace:
         """Read a plain `arrival_s,prompt_tokens,output_tokens[,tag][,block_ids@B]` CSV file."""
+        with open_bytes(path) as f:  # (a JSON line read as a CSV header "holds a number")
+            first = next((line for line in f if line.strip()), b"")
+        if first.lstrip(b"\xef\xbb\xbf \t").startswith((b"{", b"[")):
+            raise ConfigError(
+                f"file {path} is not a CSV file: its first line is JSON (a Mooncake trace?): read it with "
+                "llmsched.workload.read_trace (or --trace)"
+            )
         return read_plain_csv(path)
 
 
