@@ -200,7 +200,7 @@ class SimConfig:
             self.set_workload(source.given_workload())
             return
         if isinstance(wl, dict) and DEFAULT_WORKLOAD.keys() <= wl.keys():
-            # a completed workload (another config's, as `dataclasses.replace` passes it):
+            # a completed workload no living config owns (a copy of one, a config.json's):
             # its values equal to a default not given count as not given (given_workload's
             # rule), so a duration given later drops the default request count as before;
             # unless that would change it (a count kept with a duration: config.json)
