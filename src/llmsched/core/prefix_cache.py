@@ -106,11 +106,11 @@ class PrefixCache:
         self.first_hit_tokens = 0  # hits at a request's first admission (not re-admissions after preemption)
         self.queried_blocks = 0
         self.hit_blocks = 0
-        # the part of the four counters above from re-admissions after a preemption (the
+        # the part of the counters above from re-admissions after a preemption (the
         # prompt and the tokens generated before it, looked up again): vLLM counts these
-        # apart (preempted_queries / preempted_hits), not in its prefix_cache_queries / hits
+        # apart (preempted_queries / preempted_hits), not in its prefix_cache_queries / hits;
+        # their hit tokens are the hit blocks times the block size (`stats`)
         self.preempted_queried_tokens = 0
-        self.preempted_hit_tokens = 0
         self.preempted_queried_blocks = 0
         self.preempted_hit_blocks = 0
         self.evictions = 0
@@ -474,7 +474,7 @@ class PrefixCache:
             "prefill_tokens_saved": self.hit_tokens,
             "first_admission_hit_tokens": self.first_hit_tokens,
             "preempted_queried_tokens": self.preempted_queried_tokens,
-            "preempted_hit_tokens": self.preempted_hit_tokens,
+            "preempted_hit_tokens": self.preempted_hit_blocks * self.block_size,
             "preempted_queried_blocks": self.preempted_queried_blocks,
             "preempted_hit_blocks": self.preempted_hit_blocks,
             "evictions": self.evictions,

@@ -581,6 +581,8 @@ class ServerState:
         n = 0
         if r.blocks is not None:
             pc.queried_blocks += len(r.blocks)
+            if r.preemptions:  # a re-admission: counted apart as well (vLLM's preempted_queries)
+                pc.preempted_queried_blocks += len(r.blocks)
             if not r.prefilled and r.reuse_prefix:  # KV that arrived with the request is its own
                 memo = self._match_memo
                 if memo[0] is r and memo[2] == pc.layout and memo[1] == r.prefill_target:
@@ -588,10 +590,8 @@ class ServerState:
                 else:
                     n, _ = pc.match(r.blocks, (r.prefill_target - 1) // bs)
         pc.queried_tokens += r.prefill_target
-        if r.preemptions:  # a re-admission: counted apart as well (vLLM's preempted_queries)
+        if r.preemptions:
             pc.preempted_queried_tokens += r.prefill_target
-            if r.blocks is not None:
-                pc.preempted_queried_blocks += len(r.blocks)
         r.next_block = n
         if not n:
             r.cached = []
@@ -601,7 +601,6 @@ class ServerState:
         pc.hit_blocks += n
         pc.hit_tokens += hit
         if r.preemptions:
-            pc.preempted_hit_tokens += hit
             pc.preempted_hit_blocks += n
         else:
             pc.first_hit_tokens += hit
