@@ -185,7 +185,7 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
             else:  # a list, tuple, range or numpy array of values; numpy numbers as Python's,
                 # and strings read as the command line's grid reads them ('3' is the number 3)
                 vals = [_scalar(x) if isinstance(x, str) else x if as_real(x) is None else as_real(x) for x in v]
-            pairs.append((str(k), vals))
+            pairs.append((str(k), _grid_key(str(k)), vals))
     else:
         for item in items:
             if not isinstance(item, str) or "=" not in item:
@@ -194,14 +194,12 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
                 )
             given, v = item.split("=", 1)
             given = given.strip()
-            k = given.replace("-", "_")
-            k = OPTION_ALIASES.get(k, k)  # a flag's alias: --grid max-num-batched-tokens=... is b_max
+            k = _grid_key(given)
             if not k:
                 raise ConfigError(f"grid spec {item!r} has no key")
-            pairs.append((given, None if k not in known else parse_values(k, v)))
+            pairs.append((given, k, None if k not in known else parse_values(k, v)))
     spelled: dict[str, str] = {}  # each key as the user wrote it, for the message of a repeat
-    for given, vals in pairs:
-        k = OPTION_ALIASES.get(given.replace("-", "_"), given.replace("-", "_"))
+    for given, k, vals in pairs:
         if k not in known:
             raise ConfigError(f"unknown grid key {k!r} (known: {', '.join(sorted(known))})")
         if k in out:
@@ -219,6 +217,13 @@ def parse_grid(items: Iterable[str] | dict | None) -> dict[str, list]:
     if "rate" in out and "load" in out:
         raise ConfigError("grid: give either rate or load (a fraction of the critical rate), not both")
     return out
+
+
+def _grid_key(given: str) -> str:
+    """The grid key a spelling names: dashes as underscores, a flag's alias as its key
+    (`max-num-batched-tokens` is `b_max`)."""
+    k = given.replace("-", "_")
+    return OPTION_ALIASES.get(k, k)
 
 
 def _check_distinct(key: str, vals: list) -> None:
