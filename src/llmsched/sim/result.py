@@ -312,10 +312,11 @@ class SimResult:
         # served counterpart of `offered_work_rate`: with a prefix cache the tokens served
         # exceed the work, and only the work is bounded by token_capacity
         ph = st.prefix_hits
+        work = n_in + n_out - int(done.sum())
         if ph is not None and len(ph) == len(done):
-            s["work_throughput"] = per_second(n_in + n_out - int(done.sum()) - int(ph[done].sum()), duration)
+            s["work_throughput"] = per_second(work - int(ph[done].sum()), duration)
         else:  # (a network's replica keeps no hits per call: with a cache its work is not known)
-            s["work_throughput"] = per_second(n_in + n_out - int(done.sum()), duration) if st.prefix is None else None
+            s["work_throughput"] = per_second(work, duration) if st.prefix is None else None
         s.update(_stats("ttft", self.ttft_s[done] * 1e3))
         tpot = self.tpot_s
         s.update(_stats("tpot", tpot[~np.isnan(tpot)] * 1e3))
