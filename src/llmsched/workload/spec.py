@@ -460,16 +460,8 @@ def without_inline_rate(workload: dict) -> dict:
     `rate`: for a caller that sets the rate itself (a sweep's point, a search's probe)."""
     d = _spread_arrival(workload)
     d.pop("rate", None)
-    a = d.get("arrival")
-    if a is not None and not replays_trace(d):
-        kind, rest = _arrival_kind(a)
-        params = _inline_params(a, kind, rest)
-        params.pop("rate", None)
-        for k, v in params.items():
-            if d.get(k, v) != v:
-                raise ConfigError(f"{k} given twice with different values: {d[k]:g} and {v:g} in arrival '{a.strip()}'")
-            d[k] = v
-        d["arrival"] = kind
+    if d.get("arrival") is not None and not replays_trace(d):
+        d = _named_params(d, drop=("rate",))
     return d
 
 
@@ -483,13 +475,15 @@ def _synthetic_kind(workload: dict) -> str | None:
     return kind if kind in SYNTHETIC_ARRIVALS else None
 
 
-def _named_params(workload: dict) -> dict:
-    """A spread workload mapping with its synthetic arrival's inline parameters (gamma:rate=5,cv=2)
-    moved to its own keys: {arrival: gamma, rate: 5, cv: 2}."""
+def _named_params(workload: dict, drop: tuple[str, ...] = ()) -> dict:
+    """A spread workload mapping with its arrival's inline parameters (gamma:rate=5,cv=2)
+    moved to its own keys: {arrival: gamma, rate: 5, cv: 2}; those in `drop` left out."""
     a = workload["arrival"]
     kind, rest = _arrival_kind(a)
     d = {**workload, "arrival": kind}
     for k, v in _inline_params(a, kind, rest).items():
+        if k in drop:
+            continue
         if d.get(k) is not None and d[k] != v:
             raise ConfigError(f"{k} given twice with different values: {d[k]:g} and {v:g} in arrival '{a.strip()}'")
         d[k] = v
