@@ -285,6 +285,9 @@ def test_cli_bad_input_is_config_error():
     assert BenchConfig().result_path("m", "d") is None  # nothing asked: no file
     d = BenchConfig(save_result=True).result_path("m", "20260101-000000")
     assert d == "openai-inf-qps-m-20260101-000000.json".replace("-inf-qps", "-infqps")
+    # a trace's replayed mean rate (`sent_rate`) is measured: 4 significant digits
+    d = BenchConfig(save_result=True).result_path("m", "20260101-000000", 8 / 7)
+    assert d == "openai-1.143qps-m-20260101-000000.json"
     b = server_cli.build_backend(
         p.parse_args(
             ["serve", "--scheduler", "orca", "--b-max", "128", "--kv-capacity", "1000", "--cost-model", "const:5"]

@@ -351,8 +351,11 @@ class BenchConfig:
         if not name:
             conc = f"-concurrency{self.max_concurrency}" if self.max_concurrency is not None else ""
             label = self.label or self.backend_name
-            rate = self.request_rate if rate is None else rate
-            name = f"{label}-{float(rate)}qps{conc}-{model_id.split('/')[-1]}-{date}.json"
+            # vLLM's spelling of the rate given (`10.0`); a trace's replayed mean rate is
+            # measured, so 4 significant digits (not `1.1428571428571428`)
+            given = rate is None or rate == self.request_rate
+            qps = float(self.request_rate) if given else float(f"{rate:.4g}")
+            name = f"{label}-{qps}qps{conc}-{model_id.split('/')[-1]}-{date}.json"
         return os.path.join(self.result_dir, name) if self.result_dir else name
 
     @classmethod
