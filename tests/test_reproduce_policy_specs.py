@@ -43,3 +43,12 @@ def test_queue_styles_never_repeat_a_colour_s_style():
     for c, ls in styles:
         by_colour.setdefault(c, []).append(ls)
     assert sorted(by_colour[POLICY_COLORS["sarathi"]]) == sorted(["-", "--", ":", "-."])
+    # a colour's fifth to eighth lines get dash patterns of their own, which matplotlib draws
+    many = rep.queue_styles(["sarathi"] + [f"sarathi:x={i}" for i in range(7)])
+    assert len({str(ls) for _, ls in many}) == 8
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    for _, ls in many:
+        ax.plot([0, 1], [0, 1], ls=ls)
+    plt.close(fig)

@@ -263,16 +263,18 @@ def queue_styles(policies) -> list[tuple[str, str]]:
     """(colour, line style) of each policy's line in queue.png: its palette colour; a style
     of its own for each of four lines in a row (policies that run alike, vLLM and Orca on
     a trace, draw one curve, and a solid line hid the one under it), and never a style
-    its colour already has (one policy twice, with other options)."""
-    dashes = ("-", "--", ":", "-.")
-    used: dict[str, set[str]] = {}
+    its colour already has (one policy twice, with other options): past the four named
+    styles, dash patterns of their own (a colour's ninth line repeats)."""
+    named = ("-", "--", ":", "-.")
+    more = ((0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2, 2, 2)))
+    used: dict[str, list] = {}
     out = []
     for i, p in enumerate(policies):
         c = color_of(p, i)
-        taken = used.setdefault(c, set())
-        order = dashes[i % 4 :] + dashes[: i % 4]
+        taken = used.setdefault(c, [])
+        order = named[i % 4 :] + named[: i % 4] + more
         ls = next((d for d in order if d not in taken), order[0])
-        taken.add(ls)
+        taken.append(ls)
         out.append((c, ls))
     return out
 
