@@ -107,6 +107,32 @@ def test_capacity_and_a_run_do_not_call_a_fastertransformer_network_stable(tmp_p
     assert json.loads(capsys.readouterr().out)["traffic_stable"] is None
 
 
+def test_capacity_and_a_run_do_not_call_a_network_with_a_kv_capacity_stable(tmp_path, capsys):
+    """A finite kv_capacity only added a note: capacity said "stable under work-conserving
+    policies" at 48% of capacity (kv_capacity 8000), where a run served 0.187 jobs/s of 1.1."""
+    net = tmp_path / "kv.yaml"
+    net.write_text(
+        "servers:\n  gen: {policy: sarathi, b_max: 512, cost_model: paper, kv_capacity: 8000}\n"
+        "jobs:\n  chat:\n    arrival: {process: poisson, rate: 1.1}\n    route:\n"
+        '      - call: {server: gen, prompt: "geometric:1000,max=4000", output: "geometric:500,max=2000"}\n'
+    )
+    assert main(["capacity", "--network", str(net), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["max_utilisation"] < 0.5 and rep["feedforward"]
+    assert rep["stable"] is None and rep["not_throughput_optimal"] == {"gen": "kv_capacity 8000"}
+    assert main(["capacity", "--network", str(net)]) == 0
+    assert "stable under" not in capsys.readouterr().out
+    assert main(["simulate", "--network", str(net), "--num-requests", "40", "--out", "", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["traffic_stable"] is None
+    # a cluster from the flags with --kv-capacity: the same judgement
+    argv = ["simulate", "--cost-model", "paper", "--replicas", "2", "--rate", "1", "--prompt", "geometric:100"]
+    argv += ["--output", "geometric:20", "--num-requests", "40", "--out", "", "--json"]
+    assert main([*argv, "--kv-capacity", "8000"]) == 0
+    assert json.loads(capsys.readouterr().out)["traffic_stable"] is None
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["traffic_stable"] is True
+
+
 def test_simulate_serverless(capsys):
     assert (
         main(

@@ -624,6 +624,20 @@ def test_an_admission_that_can_idle_the_budget_gets_no_guarantee(server, why):
         assert ok.stable is True and ok.not_throughput_optimal == {}
 
 
+def test_a_kv_capacity_gets_no_feed_forward_guarantee():
+    """A finite kv_capacity only added a note: one Sarathi server at 48% of its capacity,
+    kv_capacity 8000, was called stable, yet served 0.187 jobs/s of 1.1 (docs/networks.md)."""
+    routes = {"A": [call("s1", 1000, 500)]}
+    rep = traffic(network(routes, servers=("s1", "s2"), rates={"A": 1.1}, s1={"kv_capacity": 8000}))
+    assert rep.max_utilisation < 1 and rep.feedforward
+    assert rep.stable is None and rep.not_throughput_optimal == {"s1": "kv_capacity 8000"}
+    assert "server s1 (kv_capacity 8000) holds work back" in rep.verdict and "s2" not in rep.verdict
+    assert network_capacity_report(network(routes, s1={"kv_capacity": 8000}))["stable"] is None
+    # a server without calls is not judged, whatever its cache
+    ok = traffic(network(routes, servers=("s1", "s2"), rates={"A": 1.1}, s2={"kv_capacity": 8000}))
+    assert ok.stable is True and ok.not_throughput_optimal == {}
+
+
 def test_back_pressure_gets_no_feed_forward_guarantee():
     routes = {"A": [call("s1", 100, 10), call("s2", 50, 20)]}
     spec = network(routes, servers=("s1", "s2", "s3"))  # s3 gets no calls

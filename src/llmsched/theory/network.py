@@ -82,7 +82,9 @@ work-conserving (`BatchPolicy.work_conserving`: FasterTransformer, vanilla vLLM;
 is stable inside the region all the same, `region_stable`) is outside that guarantee
 (`stable` None, the verdict names it), and so is a work-conserving one under a `k_max`
 below `b_max`: theorem 2 assumes no cap, and with one a policy filling every step can be
-unstable strictly inside the region (paper 1; `policies.batch_holds_back`). With such a
+unstable strictly inside the region (paper 1; `policies.batch_holds_back`), and so is a
+server with a finite `kv_capacity` (a backlog fills its cache and its steps stay short of
+the budget). With such a
 cycle (Rybko-Stolyar: two job types crossing two servers in opposite orders) every server
 below capacity is necessary but not sufficient; priorities can make the network unstable. The report says which case
 holds.
@@ -394,7 +396,7 @@ class TrafficReport:
     b_max is unstable there, smaller steps could serve it; or feed-forward and below
     capacity but some server may leave budget idle while work waits (a batch policy that
     is not work-conserving nor adaptive, a pacing or capping admission, `max_running`,
-    back-pressure) or runs a work-conserving policy under a binding k_max, which the
+    a `kv_capacity`, back-pressure) or runs a work-conserving policy under a binding k_max, which the
     guarantee does not cover: `not_throughput_optimal`, server
     name -> what does it (`_holds_back`), lists every such server with calls whatever the
     verdict);
@@ -672,8 +674,11 @@ def _holds_back(server, control: str) -> list[HoldReason]:
     """What may leave the server's budget idle while work waits, for `not_throughput_optimal`:
     its batch policy's name when that is neither work-conserving nor adaptive, a binding
     k_max (`batch_holds_back`), an admission that paces or caps (`twp admission`,
-    `max_running 4`: `admission_holds_back`), back-pressure control (a replica takes
-    buffered calls one class at a time); [] when nothing does.
+    `max_running 4`: `admission_holds_back`), a finite KV capacity (`kv_capacity 8000`: a
+    backlog's calls fill the cache, steps stay short of the budget; Sarathi, b_max 512,
+    prompts geometric:1000, outputs geometric:500, kv_capacity 8000, 1.1 jobs/s at 48% of
+    its capacity served 0.187 jobs/s), back-pressure control (a replica takes buffered
+    calls one class at a time); [] when nothing does.
 
     No `peak_load` is given to `batch_holds_back`, so no reason of kind FILL: the verdict
     already judges a server against its full steps' capacity (`fill_utilisation`, what a
@@ -685,6 +690,10 @@ def _holds_back(server, control: str) -> list[HoldReason]:
         server.policy, server.b_max, server.k_max, cost_model=server.cost_model, options=server.policy_options
     )
     why += admission_holds_back(server.admission, server.max_running, server.admission_options)
+    if server.kv_capacity is not None:
+        # a backlog fills the KV cache: steps stay short of the budget while work waits
+        # (and preemptions add recompute work), as one server's policy limit treats it
+        why.append(HoldReason(HELD, f"kv_capacity {server.kv_capacity}"))
     if control == "backpressure":
         why.append(HoldReason(HELD, "backpressure control"))
     return why
@@ -694,7 +703,7 @@ def _named_policies(held_back: dict[str, list[HoldReason]]) -> str:
     """Why the feed-forward guarantee does not apply, each server named with its reasons
     under the kind they are: a batch policy that is not work-conserving (`server x
     (fastertransformer) runs a policy that is not work-conserving ...`), an admission, a
-    running cap or back-pressure that can hold work back (`server x (twp admission) holds
+    running cap, a KV capacity or back-pressure that can hold work back (`server x (twp admission) holds
     work back ...`), a binding k_max (`k_max 16 < b_max 512`: a policy filling every step
     can be unstable inside the region, paper 1), full steps that serve less than smaller
     ones (kind FILL: `_holds_back` gives none, but every kind of `HoldReason` is named). A
@@ -721,7 +730,8 @@ def _named_policies(held_back: dict[str, list[HoldReason]]) -> str:
     if kinds[HELD]:
         parts.append(
             subject(kinds[HELD], "holds", "hold")
-            + " work back (an admission, a running cap or back-pressure may leave budget idle while work waits)"
+            + " work back (an admission, a running cap, a full KV cache or back-pressure may leave budget idle "
+            "while work waits)"
         )
     if kinds[CAP]:
         parts.append(
