@@ -133,6 +133,18 @@ def test_capacity_and_a_run_do_not_call_a_network_with_a_kv_capacity_stable(tmp_
     assert json.loads(capsys.readouterr().out)["traffic_stable"] is True
 
 
+def test_a_cluster_refuses_a_trace_without_pointing_to_a_network_file(tmp_path, capsys):
+    """The refusal said "or describe the cluster in a --network file", whose job types
+    refuse a trace's arrivals too."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,prompt,output\n0.0,100,20\n0.5,200,30\n")
+    argv = ["simulate", "--cost-model", "paper", "--replicas", "2", "--trace", str(trace), "--out", ""]
+    err = one_line_error(capsys, argv, "one server only", "replay:PATH")
+    assert "describe the cluster in a --network file" not in err
+    # the single server's own message still lists its trace forms
+    one_line_error(capsys, ["simulate", "--cost-model", "paper", "--arrival", "foo"], "trace:PATH, azure-conv")
+
+
 def test_simulate_serverless(capsys):
     assert (
         main(

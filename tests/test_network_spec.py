@@ -485,6 +485,21 @@ def test_validation_errors_name_the_place(edit, where, words):
     assert words in msg, msg
 
 
+@pytest.mark.parametrize(
+    "arrival",
+    [{"process": "trace:/x.csv", "rate": 1}, {"process": "azure-conv"}, {"process": "weibull", "rate": 1}],
+)
+def test_an_arrival_error_lists_only_what_a_job_type_takes(arrival):
+    """A job type's arrival error listed trace:PATH and azure-conv as known while refusing
+    them (a network replays no trace's arrival times)."""
+    process = arrival["process"]
+    msg = error_of(spec_with(lambda d: d["jobs"]["A"].update(arrival=arrival)))
+    assert msg.startswith("jobs.A.arrival: ") and "poisson, gamma" in msg, msg
+    assert "trace:PATH" not in msg and "known: poisson, gamma, deterministic, trace" not in msg, msg
+    if process != "weibull":  # said before the missing rate, with where a trace replays
+        assert "replay on one server only" in msg and "replay:PATH" in msg, msg
+
+
 def test_yaml_file_errors(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         NetworkSpec.from_yaml(tmp_path / "none.yaml")

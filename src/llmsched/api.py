@@ -989,7 +989,8 @@ def cluster_network(
     if spec.arrival not in ("poisson", "gamma", "deterministic"):
         raise ConfigError(
             "--replicas takes a synthetic workload (poisson, gamma or deterministic arrivals); "
-            "a trace replay needs one server (or describe the cluster in a --network file)"
+            "a trace's arrival times replay on one server only (a --network file's job types take "
+            "synthetic arrivals too; --prompt/--output replay:PATH replays a file's lengths)"
         )
     if spec.turns is not None:
         raise ConfigError(

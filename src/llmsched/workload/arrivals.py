@@ -286,9 +286,9 @@ def make_arrival_process(kind: str, rate, cv=None) -> ArrivalProcess:
     if k in ("deterministic", "constant", "uniform-spacing"):
         _no_cv(k, cv)
         return Deterministic(rate)
-    raise ConfigError(
-        f"unknown arrival process '{kind}' (known: poisson, gamma, deterministic, trace:PATH, azure-conv)"
-    )
+    # only the processes built here: trace replay is one server's (`WorkloadSpec` names it
+    # in its own message), and a network or platform listing it would refuse it all the same
+    raise ConfigError(f"unknown arrival process '{kind}' (known: poisson, gamma, deterministic)")
 
 
 def _no_cv(kind, cv):

@@ -992,15 +992,22 @@ def _parse_job(name, jd) -> JobType:
 def _parse_arrival(a, where: str) -> ArrivalProcess:
     a = _mapping(a, where, "arrival")
     _check_keys(a, _ARRIVAL_KEYS, where, "arrival")
+    process = a.get("process", "poisson")
+    if not isinstance(process, str):
+        raise _at(where, f"process must be poisson, gamma or deterministic, got {_show(process)}")
+    if process.strip().lower().split(":", 1)[0] in ("trace", "azure-conv"):
+        # one server's arrival forms, which take no rate: said before a missing rate is
+        raise _at(
+            where,
+            f"process {process!r}: a job type's arrivals are poisson, gamma or deterministic; a trace's "
+            "arrival times replay on one server only (a call's lengths can replay a file: replay:PATH)",
+        )
     if "rate" not in a:
         raise _at(where, "missing 'rate' (jobs per second)")
     rate, cv = a["rate"], a.get("cv")
     _number(rate, where, "arrival rate (jobs per second)")  # refuses strings, bools, inf
     if cv is not None:
         _number(cv, where, "cv (coefficient of variation)")
-    process = a.get("process", "poisson")
-    if not isinstance(process, str):
-        raise _at(where, f"process must be poisson, gamma or deterministic, got {_show(process)}")
     with _Located(where):
         return make_arrival_process(process, as_real(rate), as_real(cv))  # gamma without cv: cv 1, as for one server
 
