@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 #: a batch policy neither work-conserving nor adaptive, or an unknown one (its name)
 POLICY = "policy"
-#: an admission that paces or caps, a running cap, back-pressure control
+#: an admission that paces or caps, a running cap, back-pressure control, a finite kv_capacity
 HELD = "held"
 #: a binding k_max under a work-conserving policy (`k_max 16 < b_max 512`)
 CAP = "cap"
