@@ -1115,6 +1115,12 @@ BAD = [
     ),
     (lambda c: c["cluster"].update(remote_bandwidth_gbps=-2), "cluster.remote_bandwidth_gbps: must be a number > 0"),
     (lambda c: c["models"]["m"].update(weights_gb=200), "models.m: no GPU is large enough: 200 GB"),
+    # the weights fit: the line names the KV token, not the weights (it read "10 GB of weights
+    # ... but the largest GPU offers 0.9 x 80 GB")
+    (
+        lambda c: c["models"]["m"].update(kv_bytes_per_token=1e12),
+        "models.m: no GPU is large enough: one KV token (1e+12 bytes) does not fit beside",
+    ),
     (lambda c: c["platform"].update(scheduler="fifo"), "platform.scheduler: unknown scheduler 'fifo'"),
     (lambda c: c["platform"].update(router="random"), "platform.router: unknown router 'random'"),
     (

@@ -773,6 +773,12 @@ class ServerlessSpec:
             if not any(self.fits(name, g) for g in self.nodes):
                 biggest = max(g.gpu_memory_gb for g in self.nodes)
                 u = self.platform.gpu_memory_utilization
+                if m.weights_gb <= u * biggest:  # the weights fit: not one KV token beside them
+                    raise _at(
+                        f"models.{name}",
+                        f"no GPU is large enough: one KV token ({m.kv_bytes_per_token:g} bytes) does not fit "
+                        f"beside {m.weights_gb:g} GB of weights in the largest GPU's {u:g} x {biggest:g} GB",
+                    )
                 raise _at(
                     f"models.{name}",
                     f"no GPU is large enough: {m.weights_gb:g} GB of weights "
