@@ -820,6 +820,16 @@ def test_a_row_filled_from_few_contexts_is_not_cheaper_than_a_smaller_one_past_t
         assert dec == sorted(dec), (x, dec)
         steps = [m.step_time(c, 0, 0, [(c, x)], 1) for c in (1024, 2048)]
         assert steps[0] <= steps[1]
+    # docs/cost_models.md's table of fully measured rows whose last slopes differ: 64
+    # decoders at context 2,000 took 0.18 ms against 0.81 ms for one
+    folder = tiny_folder(tmp_path / "q", layers=1)
+    dec = [["m", 1, 100, 0.01], ["m", 1, 200, 0.01], ["m", 1, 400, 0.10]]
+    dec += [["m", 64, 100, 0.10], ["m", 64, 200, 0.10], ["m", 64, 400, 0.11]]
+    write_csv(folder / "decode_attn.csv", ["model", "batch", "context", "ms"], dec)
+    m = load_profile(str(folder))
+    assert [round(m.decode_attention_time(b, 2_000) * 1e3, 2) for b in (1, 64)] == [0.81, 0.82]
+    raw = load_profile(f"{folder},monotone=0")
+    assert raw.decode_attention_time(64, 2_000) < raw.decode_attention_time(1, 2_000)
 
 
 def test_a_run_past_a_rows_own_measured_contexts_is_warned(tmp_path):
