@@ -792,3 +792,62 @@ def test_a_layer_count_past_its_limit_is_refused(tmp_path):
     # a table built in Python is held to the size limit too (a curve keeps a value per integer)
     with pytest.raises(ConfigError, match=r"table sizes must be at most 1,048,576 tokens"):
         ProfileCostModel({**tables, "lm_head": [(1, 0.1), (2_000_000, 0.2)]}, 2)
+
+
+def partial_rows_folder(path: Path) -> Path:
+    """A profile whose largest decode batch and prefill chunk were measured at few contexts
+    (as `llmsched profile` leaves cells that do not fit the KV cache or max_model_len)."""
+    folder = tiny_folder(path)
+    lin = [["m", t, "eager", 2.0 + 0.01 * t] for t in (1, 100, 1024, 2048)]
+    write_csv(folder / "linear.csv", ["model", "tokens", "mode", "ms"], lin)
+    dec = [["m", b, x, 0.01 + 2e-5 * b * x] for b in (1, 16) for x in (16, 128, 512)]
+    dec += [["m", 64, 16, 0.05], ["m", 64, 128, 0.06]]
+    write_csv(folder / "decode_attn.csv", ["model", "batch", "context", "ms"], dec)
+    pre = [["m", c, x, 0.02 + 1e-4 * c + 1e-6 * c * x] for c in (16, 256, 1024) for x in (0, 128, 512)]
+    pre += [["m", 2048, 0, 0.3]]
+    write_csv(folder / "prefill_attn.csv", ["model", "chunk", "context", "ms"], pre)
+    return folder
+
+
+def test_a_row_filled_from_few_contexts_is_not_cheaper_than_a_smaller_one_past_the_grid(tmp_path):
+    # the flat filled row of chunk 2048 (measured at context 0 only) timed a 2048-token chunk
+    # at context 1,000 below a 1024-token one; batch 64 (to 128) undercut batch 16 past 512
+    m = load_profile(str(partial_rows_folder(tmp_path / "p")))
+    for x in (600, 1_000, 5_000, 100_000):
+        pre = [m.prefill_attention_time(c, x) for c in (256, 1024, 1536, 2048, 3000)]
+        assert pre == sorted(pre), (x, pre)
+        dec = [m.decode_attention_time(b, x) for b in (1, 16, 40, 64, 100)]
+        assert dec == sorted(dec), (x, dec)
+        steps = [m.step_time(c, 0, 0, [(c, x)], 1) for c in (1024, 2048)]
+        assert steps[0] <= steps[1]
+    # docs/cost_models.md's table of fully measured rows whose last slopes differ: 64
+    # decoders at context 2,000 took 0.18 ms against 0.81 ms for one
+    folder = tiny_folder(tmp_path / "q", layers=1)
+    dec = [["m", 1, 100, 0.01], ["m", 1, 200, 0.01], ["m", 1, 400, 0.10]]
+    dec += [["m", 64, 100, 0.10], ["m", 64, 200, 0.10], ["m", 64, 400, 0.11]]
+    write_csv(folder / "decode_attn.csv", ["model", "batch", "context", "ms"], dec)
+    m = load_profile(str(folder))
+    assert [round(m.decode_attention_time(b, 2_000) * 1e3, 2) for b in (1, 64)] == [0.81, 0.82]
+    raw = load_profile(f"{folder},monotone=0")
+    assert raw.decode_attention_time(64, 2_000) < raw.decode_attention_time(1, 2_000)
+
+
+def test_a_run_past_a_rows_own_measured_contexts_is_warned(tmp_path):
+    # only the table's largest batch, chunk and context were checked: batch 64 measured to
+    # context 128 and chunk 2048 at context 0 were used at context 400 with no warning
+    m = load_profile(str(partial_rows_folder(tmp_path / "p")))
+    assert m.extrapolation(2048, 64, 400) == [
+        "decode_attn batch 64 at contexts up to 400 (measured only up to context 128; "
+        "a row's cells past its last measured context are filled from its own points)",
+        "prefill_attn chunk 2,048 at contexts up to 400 (measured only up to context 0; "
+        "a row's cells past its last measured context are filled from its own points)",
+    ]
+    assert m.extrapolation(2048, 64, 250) == [m.extrapolation(2048, 64, 400)[1].replace("400", "250")]
+    # rows a run does not reach, and contexts within twice a row's own, are not named
+    assert m.extrapolation(1024, 16, 512) == []
+    assert m.extrapolation(1000, 10, 5_000) == [
+        "decode context up to 5,000 (measured up to 512)",
+        "prefill context up to 5,000 (measured up to 512)",
+    ]
+    # the shipped tables' short rows (batch 256 to 16,384, 512 to 8,192 of 32,768) within twice
+    assert load_profile().extrapolation(512, 512, 16_000) == []

@@ -38,7 +38,26 @@ def test_too_small_a_cache_names_the_command_line_flags():
     with pytest.raises(ConfigError) as e:
         token_capacity(24, 16, 64)
     message = str(e.value)
-    assert "--max-running" in message and "--num-blocks" in message and "--kv-cache-gb" in message
+    assert "--max-running" in message and "--kv-cache-gb" in message and "--num-blocks" not in message
+    with pytest.raises(ConfigError, match=r"give it more memory \(num_blocks, --num-blocks\)"):
+        token_capacity(24, 16, 64, ("num_blocks", "--num-blocks"))
+
+
+def test_too_small_a_cache_names_only_the_flags_the_command_has(tiny_model, capsys):
+    # profile, validate and generate have no --num-blocks (only serve), but were told to raise it
+    from llmsched.cli import main
+
+    for argv in (["profile", "--out", "unused.csv"], ["generate", "--prompt", "x", "--max-tokens", "2"]):
+        assert main([*argv, "--model", str(tiny_model), "--kv-cache-gb", "0.00005", "--max-running", "64"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert "give it more memory (kv_cache_gb, --kv-cache-gb)" in err and "num-blocks" not in err, err
+    # given --num-blocks (serve, or num_blocks from Python), that is what the line names
+    from llmsched.engine import LLM
+
+    with pytest.raises(ConfigError, match=r"\(num_blocks, --num-blocks\)") as e:
+        LLM(tiny_model, block_size=4, max_num_seqs=8, num_blocks=4, max_model_len=64)
+    assert "kv-cache-gb" not in str(e.value)
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +168,8 @@ def test_a_cache_that_cannot_be_allocated_is_a_config_error(tiny_model, monkeypa
         LLM(tiny_model, block_size=4, max_num_seqs=2, num_blocks=1000, max_model_len=512)
     message = str(e.value)
     assert "1,000 blocks of 4 tokens" in message
-    assert "--kv-cache-gb" in message and "--num-blocks" in message and "--max-running" in message
+    assert "--num-blocks" in message and "--max-running" in message
+    assert "kv-cache-gb" not in message  # num_blocks sized it, not kv_cache_gb
 
 
 def test_generate_and_serve_say_a_failed_cache_allocation_in_one_line(tiny_model, monkeypatch, capsys):

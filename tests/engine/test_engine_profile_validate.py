@@ -91,6 +91,28 @@ def test_profile_warns_when_it_clamps_attention_entries(tiny_model, tmp_path, mo
     assert len(said) == len({m.split(" entries")[0].split(" ", 3)[-1] for m in said})  # one line per table
 
 
+def test_clamped_attention_entries_are_written_as_the_floor_after_calibration(tiny_model, tmp_path, monkeypatch):
+    # the floor was applied before the calibration's scale: at scale 0.9 the file held
+    # 0.00009 ms where the warning and docs/engine.md say 0.0001 ms
+    import warnings
+
+    import llmsched.engine.profiler as prof
+
+    medians = prof.Bench.medians
+    monkeypatch.setattr(
+        prof.Bench, "medians", lambda self: {k: 0.0 if k[0] == "decode" else v for k, v in medians(self).items()}
+    )
+    fitted = prof.fit_calibration
+    monkeypatch.setattr(prof, "fit_calibration", lambda *a: {**fitted(*a), "scale": 0.9})
+    kw = dict(max_num_seqs=8, max_model_len=256, b_max=64, grid=SMALL_GRID, reps=1, warmup=0, min_s=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prof.profile(tiny_model, tmp_path / "prof.csv", calibrate_s=0.3, **kw)
+    with open(tmp_path / "prof.csv") as f:
+        dec = [row["ms"] for row in csv.DictReader(f) if row["table"] == "decode_attn"]
+    assert dec and set(dec) == {"0.00010"}
+
+
 def test_validate_reports_errors(tiny_model, tmp_path):
     from llmsched.analysis.validate import METRICS, STATS, validate
 

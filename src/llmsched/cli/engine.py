@@ -392,9 +392,10 @@ def register(subparsers) -> None:
     p.add_argument(
         "--cost-model",
         default=None,
-        help="a cost model bound to the policy, for the policies that reason about step times (adaptive, twp, "
-        "dynamic): profile:PATH (as `llmsched profile` prints it), paper[:...], linear:..., const:MS "
-        "(default: none; adaptive then plans with paper, twp and dynamic learn the measured step times)",
+        help="a cost model bound to the policies that reason about step times (--policy adaptive, "
+        "--admission twp or dynamicbatch): profile:PATH (as `llmsched profile` prints it), paper[:...], "
+        "linear:..., const:MS (default: none; adaptive then plans with paper, twp and dynamicbatch learn "
+        "the measured step times)",
     )
     p.set_defaults(func=cmd_generate)
 

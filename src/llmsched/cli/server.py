@@ -112,7 +112,8 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         default=None,
         help="step cost model: paper[:c=..,a=..,b0=..], linear:c=..,a=.., const:MS, "
         "profile[:NAME|PATH] (default: profile:h200-llama-3-8b, as the simulator); with --backend engine it "
-        "times nothing and is bound to the policy (adaptive, twp and dynamic read step times from it; "
+        "times nothing and is bound to the policy (--policy adaptive and --admission twp or dynamicbatch read "
+        "step times from it; "
         "default: none, adaptive then plans with paper)",
     )
     g.add_argument(

@@ -45,7 +45,8 @@ the ratio falls with the context faster than the largest chunk's row rises once 
 is large; past the largest context the row's slope is c / c_max times the largest chunk's
 (the ratio's limit), linear so that sums over contexts keep their closed form. Missing cells of a 2-D
 grid (e.g. batch x context pairs too large to measure) are filled along the context axis
-by the same rule. A table with no second size to draw a secant from is refused (linear
+by the same rule, from the row's own points (`extrapolation` names a run that uses such a
+row at more than twice its last measured context). A table with no second size to draw a secant from is refused (linear
 eager rows, lm_head, decode_attn batches), and so is a prefill_attn table of one chunk size
 (at context 0 a small chunk is all launch floor: no work to scale); a context axis of one
 context is flat.
@@ -54,7 +55,9 @@ Monotone cleaning (`monotone=1`, the default): measured tables carry noise (for 
 an eager 448-token row 20% above its neighbours) that would make a larger step cheaper
 than a smaller one. Each 1-D table is replaced by its isotonic (pool-adjacent-violators)
 non-decreasing fit and each 2-D grid by an isotonic fit along each axis followed by a
-running maximum, which changes only the values that violate monotonicity. `monotone=0`
+running maximum, which changes only the values that violate monotonicity; past the
+largest context a row's tail slope is raised to at least every smaller row's (a row filled
+flat from one measured context would otherwise undercut the rows below it). `monotone=0`
 uses the raw measurements.
 
 Spec forms for `load_profile(spec)` (also `make_cost_model("profile:" + spec)`):
@@ -298,6 +301,7 @@ class _Surface:
         tail: str,
         keep: float = 0.0,
         monotone: bool = False,
+        last: list[float] | None = None,
     ):
         # `keep`: the part of every value that is the launch floor left in (the floor less
         # what `overlap` hides); the "work" tail scales only what lies above it.
@@ -305,8 +309,20 @@ class _Surface:
         # along the context axis after scaling)
         self.rows, self.cols, self.vals, self.tail, self.keep = rows, cols, vals, tail, keep
         self.monotone = monotone
+        # each row's largest measured context (its cells past it are filled): `extrapolation`
+        self.last = last if last is not None else [cols[-1]] * len(rows)
         self.cache: dict = {}
         self._axis = _Axis(cols)
+        # past the largest context each row follows its own tail secant; a row filled from a
+        # few low contexts (flat from one) has a shallower one than the smaller row below it
+        # and would time a larger batch or chunk cheaper there: with `monotone`, a row's tail
+        # slope is at least every smaller row's (None where the rows' slopes already rise)
+        self._tails = None
+        if monotone and self._axis.tail is not None:
+            j, dx = self._axis.tail
+            raw = [max(0.0, (v[-1] - v[j]) / dx) for v in vals]
+            if _cummax(raw) != raw:
+                self._tails = _cummax(raw)
 
     def values(self, r: float) -> list[float]:
         R, V = self.rows, self.vals
@@ -338,6 +354,15 @@ class _Surface:
         if seg is None:
             ys, R = self.values(r), self.rows
             a, s = self._axis.segments(ys)
+            T = self._tails
+            if T is not None and (r <= R[-1] or self.tail == "linear"):
+                if r <= R[0] or r >= R[-1]:
+                    k = T[0] if r <= R[0] else T[-1]
+                else:
+                    i = bisect_right(R, r)
+                    k = T[i - 1] + (r - R[i - 1]) / (R[i] - R[i - 1]) * (T[i] - T[i - 1])
+                if k > s[-1]:
+                    a[-1], s[-1] = ys[-1] - k * self.cols[-1], k
             if self.tail == "work" and r > R[-1]:
                 # past the largest context: the largest row's tail slope times r / rm, the
                 # limit of the work ratio as the context grows (the secant of the scaled
@@ -358,8 +383,9 @@ class _Surface:
         return a[i] + s[i] * x
 
 
-def _grid(points: Iterable[tuple[float, float, float]], monotone: bool) -> tuple[list, list, list]:
-    """(row, col, value) points -> sorted rows, cols and a filled (and cleaned) matrix."""
+def _grid(points: Iterable[tuple[float, float, float]], monotone: bool) -> tuple[list, list, list, list]:
+    """(row, col, value) points -> sorted rows, cols, a filled (and cleaned) matrix and
+    each row's largest measured col."""
     by_row: dict[float, dict[float, float]] = {}
     for r, c, v in points:
         by_row.setdefault(r, {})[c] = v
@@ -373,6 +399,7 @@ def _grid(points: Iterable[tuple[float, float, float]], monotone: bool) -> tuple
         if monotone:
             ys = _isotonic(ys)
         vals.append([d[x] if x in d and not monotone else _interp(xs, ys, x) for x in cols])
+    last = [max(by_row[r]) for r in rows]
     if monotone:
         for j in range(len(cols)):
             col = _isotonic([vals[i][j] for i in range(len(rows))])
@@ -383,7 +410,7 @@ def _grid(points: Iterable[tuple[float, float, float]], monotone: bool) -> tuple
             col = _cummax([vals[i][j] for i in range(len(rows))])
             for i in range(len(rows)):
                 vals[i][j] = col[i]
-    return rows, cols, vals
+    return rows, cols, vals, last
 
 
 # ---------------------------------------------------------------------------------------
@@ -451,11 +478,12 @@ class ProfileCostModel(CostModel):
         # grid's least value: what a standalone call costs whatever its size)
         surfaces, self.floors = [], {}
         for table, tail in (("decode_attn", "linear"), ("prefill_attn", "work")):
-            r, c, v = _grid(((b, x, y * ms * L) for b, x, y in tables[table]), monotone)
+            r, c, v, last = _grid(((b, x, y * ms * L) for b, x, y in tables[table]), monotone)
             floor = min(min(row) for row in v)
             self.floors[table] = floor
             v = [[max(0.0, y - overlap * floor) for y in row] for row in v]
-            surfaces.append(_Surface(r, c, v, tail, keep=(1.0 - overlap) * floor, monotone=monotone))
+            keep = (1.0 - overlap) * floor
+            surfaces.append(_Surface(r, c, v, tail, keep=keep, monotone=monotone, last=last))
         self._dec, self._pre = surfaces
         self.steps = list(tables.get("step") or [])
 
@@ -555,7 +583,8 @@ class ProfileCostModel(CostModel):
         """The sizes a run can reach that lie more than `factor` times past the largest
         measured ones (token load, decode batch, prefill chunk, context), as phrases; []
         when none. A size of 0 is not checked; each attention table's contexts are checked
-        against its own largest context."""
+        against its own largest context, and each batch or chunk row a run uses against its
+        own largest measured context where that is short of the table's."""
         out = []
         for what, need, have in (
             ("token load (b_max)", b_max, self._eager.xs[-1]),
@@ -568,6 +597,28 @@ class ProfileCostModel(CostModel):
         ):
             if need > factor * have:
                 out.append(f"{what} up to {int(need):,} (measured up to {int(have):,})")
+        # a row measured at fewer contexts than its table is filled from its own last points
+        # (flat from one), however far the table's other rows reach: a run past such a row's
+        # last measured context times the cells between on a guess
+        for table, word, size, surface in (
+            ("decode_attn", "batch", max_batch, self._dec),
+            ("prefill_attn", "chunk", b_max, self._pre),
+        ):
+            if not size or not max_context:
+                continue
+            short = []
+            for r, last in zip(surface.rows, surface.last):
+                if last < surface.cols[-1] and max_context > factor * last:
+                    short.append((r, last))
+                if r >= size:  # the first row at or above the largest size is the last one used
+                    break
+            if short:
+                rows = ", ".join(f"{int(r):,}" for r, _ in short)
+                lasts = ", ".join(f"{int(x):,}" for _, x in short)
+                out.append(
+                    f"{table} {word} {rows} at contexts up to {int(max_context):,} (measured only up to "
+                    f"context {lasts}; a row's cells past its last measured context are filled from its own points)"
+                )
         return out
 
     # -- the CostModel interface ------------------------------------------------------------

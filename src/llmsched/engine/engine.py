@@ -271,7 +271,7 @@ class LLMEngine(StepDriver):
             seed=seed,
         )
         self.allocator = BlockAllocator(self.runner.num_blocks, block_size)
-        self.kv_capacity = token_capacity(self.runner.num_blocks, block_size, max_num_seqs)
+        self.kv_capacity = token_capacity(self.runner.num_blocks, block_size, max_num_seqs, self.runner.kv_size_knob)
         self.spec = spec.replace(kv_capacity=self.kv_capacity, max_running=max_num_seqs, block_size=block_size)
         super().__init__(self.spec.build())
         self.cost_model = None

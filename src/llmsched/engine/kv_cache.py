@@ -75,13 +75,17 @@ class BlockAllocator:
         return [table[p // bs] * bs + p % bs for p in range(start, end)]
 
 
-def token_capacity(num_blocks: int, block_size: int, max_num_seqs: int) -> int:
-    """Scheduler KV capacity (tokens) that the block pool can always honour."""
+def token_capacity(
+    num_blocks: int, block_size: int, max_num_seqs: int, knob: tuple[str, str] = ("kv_cache_gb", "--kv-cache-gb")
+) -> int:
+    """Scheduler KV capacity (tokens) that the block pool can always honour. `knob`: what
+    sized the cache, as (Python argument, flag), named in the message when it is too small
+    (`ModelRunner.kv_size_knob`: only `serve` has --num-blocks)."""
     cap = (num_blocks - max_num_seqs) * block_size
     if cap <= 0:
         raise ConfigError(
             f"the KV cache holds {num_blocks} blocks of {block_size} tokens, not enough for "
             f"max_num_seqs={max_num_seqs} sequences (--max-running on the command line); give it more "
-            "memory (kv_cache_gb / num_blocks, --kv-cache-gb / --num-blocks) or lower max_num_seqs"
+            f"memory ({knob[0]}, {knob[1]}) or lower max_num_seqs"
         )
     return cap

@@ -560,18 +560,21 @@ def profile_engine(
         chs = [chunk(c, cctx, True, first_block=sum(len(d.blocks) for d in decs))] if c else []
         bench.add(("step", c, cctx, nd, dctx), step_call(decs, chs))
 
-    def raw_tables(ms, report: bool = False):
+    def raw_tables(ms, report: bool = False, scale: float = 1.0):
         """Forward-time tables (no host time) from the medians so far. A difference of
-        medians below `eps` ms (timing noise: a step timed no slower than its linear part)
-        is set to `eps`; `report`: warn, one line per table, when that happened."""
+        medians that `scale` (the calibration's) takes below `eps` ms (timing noise: a step
+        timed no slower than its linear part) is set to `eps / scale`, so that the file
+        holds `eps`; `report`: warn, one line per table, when that happened."""
         clamped: dict[str, list[int]] = {}  # table -> [clamped, entries]
+        # clamped before scaling, a scale under 1 wrote 0.00009 where the warning says 0.0001
+        least = eps / scale if scale > 0 else eps
 
         def floor_at_eps(table: str, v: float) -> float:
             n = clamped.setdefault(table, [0, 0])
             n[1] += 1
-            if v < eps:
+            if v < least:
                 n[0] += 1
-                return eps
+                return least
             return v
 
         lin = {k[1]: v for k, v in ms.items() if k[0] == "linear"}
@@ -602,7 +605,7 @@ def profile_engine(
         return lin, lm, dec, pre, graph, steps
 
     def rows_for(ms, scale: float, fixed_ms: float, row_ms: float, report: bool = False) -> list[dict]:
-        lin, lm, dec, pre, graph, steps = raw_tables(ms, report)
+        lin, lm, dec, pre, graph, steps = raw_tables(ms, report, scale)
         rows: list[dict] = []
 
         def row(table, v, **kw):
@@ -615,11 +618,11 @@ def profile_engine(
         for n in g["lm_tokens"]:
             row("lm_head", scale * lm[n] + n * row_ms, tokens=n)
         for (b, c), v in dec.items():
-            row("decode_attn", scale * v, batch=b, context=c)
+            row("decode_attn", max(eps, scale * v), batch=b, context=c)
         for (c, x), v in pre.items():
-            row("prefill_attn", scale * v, chunk=c, context=x)
+            row("prefill_attn", max(eps, scale * v), chunk=c, context=x)
         for b, v in graph.items():
-            row("linear", scale * v + fixed_ms, mode="graph", tokens=b)
+            row("linear", max(eps, scale * v) + fixed_ms, mode="graph", tokens=b)
         for (c, cctx, nd, dctx), v in steps.items():
             sampled = nd + (1 if c else 0)
             row(

@@ -133,6 +133,14 @@ class ModelRunner:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.cuda = self.device.type == "cuda"
+        # what sized the cache, as the Python argument and the flag, for the messages that
+        # ask for a different size: --num-blocks is only `serve`'s, --kv-cache-gb only CPU's
+        if num_blocks is not None:
+            self.kv_size_knob = ("num_blocks", "--num-blocks")
+        elif self.cuda:
+            self.kv_size_knob = ("gpu_memory_utilization", "--gpu-memory-utilization")
+        else:
+            self.kv_size_knob = ("kv_cache_gb", "--kv-cache-gb")
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
         self.b_max = b_max
@@ -190,13 +198,11 @@ class ModelRunner:
     def _cache_too_large(self, num_blocks: int, why: str) -> ConfigError:
         size = (num_blocks + 1) * self.block_bytes  # (+1: the scratch block)
         where = "GPU" if self.cuda else "CPU"
-        lower = "--kv-cache-gb, --num-blocks or --max-running"
-        if self.cuda:
-            lower = "--gpu-memory-utilization, --num-blocks or --max-running"
+        name, flag = self.kv_size_knob
         return ConfigError(
             f"the KV cache of {num_blocks:,} block{'' if num_blocks == 1 else 's'} of {self.block_size} tokens "
             f"({_gib(size)}) {why} on the {where}; "
-            f"lower {lower} (kv_cache_gb, num_blocks, max_num_seqs)"
+            f"lower {flag} or --max-running ({name}, max_num_seqs)"
         )
 
     def _check_cpu_cache_fits(self, num_blocks: int) -> None:
