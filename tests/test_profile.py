@@ -851,3 +851,15 @@ def test_a_run_past_a_rows_own_measured_contexts_is_warned(tmp_path):
     ]
     # the shipped tables' short rows (batch 256 to 16,384, 512 to 8,192 of 32,768) within twice
     assert load_profile().extrapolation(512, 512, 16_000) == []
+
+
+def test_a_run_without_a_cap_is_warned_of_a_short_decode_row_it_used(tmp_path, capsys):
+    # without --k-max/--max-running the decode batch is known only after the run, whose check
+    # passed context 0: batch 64 (measured to context 128) timed at context 299 without a word
+    folder = partial_rows_folder(tmp_path / "p")
+    argv = ["simulate", "--cost-model", f"profile:{folder}", "--prompt", "const:200", "--output", "const:100"]
+    argv += ["--rate", "1000", "--num-requests", "40", "--b-max", "1024", "--out", ""]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "decode_attn batch 64 at contexts up to 299 (measured only up to context 128" in err
+    assert err.count("decode context") == 0 and err.count("decode_attn batch 64") == 1

@@ -567,8 +567,15 @@ def simulate(
         steps_file.close()
     if hasattr(cost, "extrapolation") and not (cfg.k_max or cfg.max_running) and stats.batch_hist:
         # without a cap nothing bounds the decode batch before the run (b_max would warn for
-        # batches no run reaches): the largest one it ran
-        far = cost.extrapolation(0, max(stats.batch_hist), 0)
+        # batches no run reaches): the largest one it ran, its rows at the longest context
+        # (the contexts themselves were judged before the run: only the batch's phrases)
+        need = np.asarray(trace.prompt, dtype=np.int64) + np.asarray(trace.output, dtype=np.int64) - 1
+        context = int(need.max()) if len(need) else 0
+        far = [
+            f
+            for f in cost.extrapolation(0, max(stats.batch_hist), context)
+            if f.startswith(("decode batch", "decode_attn"))
+        ]
         if far:
             warn(f"profile {cost.label!r} was extrapolated far past its grid: {'; '.join(far)} in this run")
     config_out = {
