@@ -72,8 +72,9 @@ def test_text_bound_is_safe_for_the_tokenizer(engine_server):
     tok = backend.tokenizer
     hf = backend.core.tokenizer.tok
     vocab = hf.get_vocab(with_added_tokens=True)
-    longest = max(len(t.encode()) for t in vocab)
-    assert tok.bytes_per_token == longest == 10
+    # a byte-level token's characters are one byte each ("Ġrequests": 9 bytes, not 10)
+    longest = max(len(t) for t in vocab)
+    assert tok.bytes_per_token == longest == 9 and tok.text_bound_exact
     bound = backend.max_text_bytes
     assert bound == MAX_MODEL_LEN * longest
     # texts of bound + 1 bytes made of the longest tokens, of the vocabulary's words, of
@@ -148,6 +149,6 @@ def test_version_reports_the_limits(engine_server):
 
     base, _, backend = engine_server
     limits = httpx.get(base + "/version").json()["limits"]
-    assert limits["max_text_bytes"] == backend.max_text_bytes == 10 * MAX_MODEL_LEN
-    assert limits["max_body_bytes"] == default_max_body_bytes(MAX_MODEL_LEN, 10 * MAX_MODEL_LEN)
-    assert limits["max_body_bytes"] == 6 * 10 * MAX_MODEL_LEN + 32 * MAX_MODEL_LEN + (1 << 20)
+    assert limits["max_text_bytes"] == backend.max_text_bytes == 9 * MAX_MODEL_LEN
+    assert limits["max_body_bytes"] == default_max_body_bytes(MAX_MODEL_LEN, 9 * MAX_MODEL_LEN)
+    assert limits["max_body_bytes"] == 6 * 9 * MAX_MODEL_LEN + 32 * MAX_MODEL_LEN + (1 << 20)

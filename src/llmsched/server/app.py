@@ -631,7 +631,9 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
     started = int(time.time())
     text_limit = backend.max_text_bytes
     max_ids = backend.max_model_len
-    max_messages = text_limit + 1 if text_limit is not None else None
+    # a text over the bound is refused untokenized only where it surely has too many tokens
+    quick_refusal = text_limit is not None and bool(getattr(tok, "text_bound_exact", False))
+    max_messages = text_limit + 1 if quick_refusal else None
     parse_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmsched-parse")
     tok_pool = ThreadPoolExecutor(
         max_workers=TOKENIZE_THREADS, thread_name_prefix="llmsched-tokenize", initializer=_lower_priority
@@ -690,14 +692,14 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
 
     def check_text(text: str, param: str) -> None:
         """Refuse, before tokenizing, a text too long to fit the context whatever its tokens."""
-        if text_limit is None:
+        if not quick_refusal:
             return
         if len(text) > text_limit or utf8_len(text) > text_limit:
             what = "prompt" if param == "prompt" else "conversation"
             raise bad_request(
                 f"the {what} is more than {text_limit} bytes of text, which cannot fit "
-                f"the model's context of {backend.max_model_len} tokens (this server "
-                f"counts at most {tok.bytes_per_token} bytes per token)",
+                f"the model's context of {backend.max_model_len} tokens (no token of this "
+                f"tokenizer stands for more than {tok.bytes_per_token} bytes)",
                 param,
                 "context_length_exceeded",
             )

@@ -18,7 +18,7 @@ from ..core.errors import ConfigError, warn
 from ..engine.tokenizer import tokenizer_file
 from ..policies.spec import SchedulerSpec
 from .chat_template import ChatTemplates, resolve_template
-from .tokenizer import ByteRuleTokenizer, ChatRendering, HFTokenizer, bytes_per_token_bound
+from .tokenizer import ByteRuleTokenizer, ChatRendering, HFTokenizer, text_bound
 
 DEFAULT_SIM_MAX_MODEL_LEN = 32768
 
@@ -189,7 +189,7 @@ class _EngineTokenizer(ChatRendering):
         if not (hasattr(self._hf, "encode_batch") and hasattr(self._hf, "decode_batch")):
             self._hf = None
         self.name = "model"
-        self.bytes_per_token = bytes_per_token_bound(self._hf)
+        self.bytes_per_token, self.text_bound_exact = text_bound(self._hf)
         self.templates = templates
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -207,6 +207,7 @@ class _NoTokenizer:
     name = "none"
     cheap = True
     bytes_per_token = None
+    text_bound_exact = False
 
     def _fail(self, *_, **__):
         raise ConfigError("this model has no tokenizer: send the prompt as token ids to /v1/completions")

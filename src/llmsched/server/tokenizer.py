@@ -21,15 +21,18 @@ tokenized as, and whether special tokens are added to it; options: `add_generati
 (that text), `encode(text)`, `encode_chat(messages, **options)`, `decode(ids)`, and two
 facts the server's limits use (see `docs/serving.md`, "Request limits"):
 
-- `bytes_per_token`: the most UTF-8 bytes of text the server lets one token stand for.
-  A text longer than `max_model_len * bytes_per_token` bytes is refused before it is
-  tokenized. For the byte rule it is 4 (exact: such a text has more than `max_model_len`
-  tokens). For a Hugging Face tokenizer it is the longest vocabulary entry in UTF-8 bytes
-  (times 4 if the tokenizer has a normalizer, which may shorten the text), at most
-  `MAX_BYTES_PER_TOKEN`: for a byte-level BPE (GPT-2, Llama 3, Qwen2) every token covers
-  at most that many bytes of the text, so a longer text cannot fit the context anyway;
-  for tokenizers that may drop text (whitespace splitting, fused unknown tokens) it is
-  the server's own generous limit.
+- `bytes_per_token` (B): the most UTF-8 bytes of text one token stands for. For the byte
+  rule it is 4. For a Hugging Face tokenizer it is its longest token in decoded bytes (a
+  byte-level token's characters are one byte each; added tokens count their text's UTF-8
+  bytes), times 4 if it has a normalizer (which may shorten the text: NFC composes up to
+  3 bytes into one); 16 if the vocabulary cannot be read. `max_model_len * B` bytes is the
+  text bound, from which the default request body limit is derived.
+- `text_bound_exact`: whether every text longer than the bound has more than
+  `max_model_len` tokens, so that the server may refuse it without tokenizing. True for
+  the byte rule, and for a byte-level BPE (GPT-2, Llama 3) without a normalizer whose
+  vocabulary holds all 256 bytes and whose pre-tokenizers keep all the text: each token
+  then covers at most B bytes of it. Otherwise (a normalizer, pre-tokenizers or unknown
+  tokens that may drop text) such a text is tokenized, and judged by its real count.
 - `cheap`: encoding costs about as much as reading the text once, so the server may do it
   on the event loop whatever the length (otherwise long texts go to a worker thread).
 
@@ -39,6 +42,7 @@ so a long text tokenized in a worker thread does not hold up the event loop.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,7 +54,9 @@ from ..engine.tokenizer import tokenizer_file
 from .chat_template import content_text
 
 BYTES_PER_TOKEN = 4
-MAX_BYTES_PER_TOKEN = 16  # cap on a tokenizer's bytes_per_token (see the module docstring)
+UNKNOWN_BYTES_PER_TOKEN = 16  # bytes_per_token of a tokenizer whose vocabulary cannot be read
+# pre-tokenizers that keep every byte of the text (Split keeps it unless its behavior is "Removed")
+_KEEPING_PRE_TOKENIZERS = {"ByteLevel", "Split", "Digits", "Punctuation"}
 
 
 def chat_lines(
@@ -63,16 +69,49 @@ def chat_lines(
     return text + "\nassistant:" if add_generation_prompt and not continue_final_message else text
 
 
-def bytes_per_token_bound(hf_tokenizer) -> int:
-    """`bytes_per_token` of a `tokenizers.Tokenizer` (see the module docstring)."""
+def _byte_level(hf_tokenizer) -> bool:
+    """Whether `hf_tokenizer` is a byte-level BPE that turns every byte of a text into tokens."""
     try:
-        vocab = hf_tokenizer.get_vocab(with_added_tokens=True)
-        longest = max((len(t.encode("utf-8", "surrogatepass")) for t in vocab), default=1)
-    except Exception:  # noqa: BLE001 - not a tokenizers.Tokenizer: the generous cap
-        return MAX_BYTES_PER_TOKEN
+        if hf_tokenizer.normalizer is not None or type(hf_tokenizer.model).__name__ != "BPE":
+            return False
+        pre = hf_tokenizer.pre_tokenizer
+        state = json.loads(pre.__getstate__()) if pre is not None else {}
+    except Exception:  # noqa: BLE001 - not a tokenizers.Tokenizer
+        return False
+    parts = state.get("pretokenizers", [state]) if state.get("type") == "Sequence" else [state]
+    if not any(p.get("type") == "ByteLevel" for p in parts):
+        return False
+    if any(p.get("type") not in _KEEPING_PRE_TOKENIZERS or p.get("behavior") == "Removed" for p in parts):
+        return False
+    from tokenizers import pre_tokenizers  # noqa: PLC0415 (optional dependency)
+
+    # a byte missing from the vocabulary would be dropped (BPE without an unknown token)
+    vocab = hf_tokenizer.get_vocab(with_added_tokens=False)
+    return all(c in vocab for c in pre_tokenizers.ByteLevel.alphabet())
+
+
+def text_bound(hf_tokenizer) -> tuple[int, bool]:
+    """(`bytes_per_token`, `text_bound_exact`) of a `tokenizers.Tokenizer` (see the module
+    docstring)."""
+    try:
+        vocab = hf_tokenizer.get_vocab(with_added_tokens=False)
+        decoder = getattr(hf_tokenizer, "get_added_tokens_decoder", dict)
+        added = [t.content for t in decoder().values()]
+    except Exception:  # noqa: BLE001 - not a tokenizers.Tokenizer
+        return UNKNOWN_BYTES_PER_TOKEN, False
+    exact = _byte_level(hf_tokenizer)
+    if exact:
+        from tokenizers import pre_tokenizers  # noqa: PLC0415
+
+        alphabet = set(pre_tokenizers.ByteLevel.alphabet())
+        # a byte-level token's characters stand for one byte each
+        longest = max((len(t) if alphabet.issuperset(t) else utf8_len(t) for t in vocab), default=1)
+    else:
+        longest = max((utf8_len(t) for t in vocab), default=1)
+    longest = max([longest, *(utf8_len(t) for t in added)])
     if getattr(hf_tokenizer, "normalizer", None) is not None:
         longest *= 4  # a normalizer may shorten the text (NFC composes up to 3 bytes into 1)
-    return max(1, min(longest, MAX_BYTES_PER_TOKEN))
+    return max(1, longest), exact
 
 
 def utf8_len(text: str) -> int:
@@ -113,6 +152,7 @@ class ByteRuleTokenizer(ChatRendering):
 
     name = "bytes/4"
     bytes_per_token = BYTES_PER_TOKEN
+    text_bound_exact = True  # ceil(bytes / 4) tokens
     cheap = True
 
     def __init__(self, content_ids: bool = False):
@@ -142,7 +182,7 @@ class HFTokenizer(ChatRendering):
             self._tok = tokenizer
             self.name = str(path)
             self.file = Path(path)
-            self.bytes_per_token = bytes_per_token_bound(tokenizer)
+            self.bytes_per_token, self.text_bound_exact = text_bound(tokenizer)
             return
         p = Path(path)
         f = tokenizer_file(p)
@@ -158,7 +198,7 @@ class HFTokenizer(ChatRendering):
             raise ConfigError(f"cannot read tokenizer {f}: {e}") from None
         self.name = str(f)
         self.file = f
-        self.bytes_per_token = bytes_per_token_bound(self._tok)
+        self.bytes_per_token, self.text_bound_exact = text_bound(self._tok)
 
     @property
     def vocab_size(self) -> int | None:
