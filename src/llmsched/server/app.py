@@ -747,9 +747,11 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                 "context_length_exceeded",
             )
         param = "messages" if chat else "prompt"
-        special = None
+        special = req.add_special_tokens  # None: the tokenizer's default
         if chat:
-            text, special = chat_text(req, param)
+            text, chat_special = chat_text(req, param)
+            if special is None:
+                special = chat_special
             texts = [text]
         else:
             texts = [p if isinstance(p, str) else None for p in req.all_prompts]

@@ -9,8 +9,9 @@ prompt's too), `max_tokens: 0` with `echo`, `logit_bias`, the penalties, chat's 
 `name` / `tool_calls` / `tool_call_id` and `tools` with `tool_choice: "none"`, which reach
 the chat template as vLLM passes them; see docs/serving.md for what the sim backend does
 with them); what is not supported (JSON mode `response_format`, tool-call parsing
-(`tool_choice` other than `"none"`), `functions`, `suffix`, `best_of` other than `n`) is a
-400 that says so.
+(`tool_choice` other than `"none"`), `functions`, `suffix`, `best_of` other than `n`, and
+vLLM's fields in `_NOT_HONOURED`: guided decoding, beam search, min-p, ...) is a 400 that
+says so.
 """
 
 from __future__ import annotations
@@ -144,6 +145,10 @@ def _bool(body: dict, key: str, default: bool) -> bool:
     return v
 
 
+def _opt_bool(body: dict, key: str) -> bool | None:
+    return None if body.get(key) is None else _bool(body, key, False)
+
+
 # Limits on what one request may ask for: every stop string is looked for after every token
 # (on the engine's thread, which serves everyone), every choice is a request.
 MAX_STOP = 1024
@@ -191,6 +196,28 @@ def _logit_bias(body: dict) -> dict[int, float] | None:
     return out or None
 
 
+# vLLM's fields that change the output, and the value that asks for nothing (null always
+# does): anything else is refused, as ignoring it would return unconstrained output
+_NOT_HONOURED = (
+    ("guided_choice", "guided decoding", []),
+    ("guided_grammar", "guided decoding", ""),
+    ("structural_tag", "guided decoding", ""),
+    ("structured_outputs", "structured output", {}),
+    ("use_beam_search", "beam search", False),
+    ("min_p", "min-p sampling", 0.0),
+    ("typical_p", "typical sampling", 1.0),
+    ("allowed_token_ids", "a token allow-list", []),
+    ("bad_words", "banned words", []),
+    ("logits_processors", "custom logits processors", []),
+    ("truncate_prompt_tokens", "prompt truncation", None),
+    ("skip_special_tokens", "special tokens in the output", True),
+    ("prompt_logprobs", "the prompt's logprobs apart from echo", None),
+    ("return_tokens_as_token_ids", "token ids as logprobs' tokens", False),
+    ("return_token_ids", "token ids in the response", False),
+    ("prompt_embeds", "prompts as embeddings", None),
+)
+
+
 def _refuse_unsupported(body: dict, kind: str) -> None:
     """400 for fields that would change the output in a way this server cannot honour."""
     rf = body.get("response_format")
@@ -211,6 +238,26 @@ def _refuse_unsupported(body: dict, kind: str) -> None:
             raise bad_request(f"'{key}' (tool / function calling) is not supported by this server", key)
     if body.get("guided_json") is not None or body.get("guided_regex") is not None:
         raise bad_request("guided decoding is not supported by this server", "guided_json")
+    for key, what, neutral in _NOT_HONOURED:
+        v = body.get(key)
+        if v is None or (v == neutral and type(v) is type(neutral)):
+            continue
+        if isinstance(neutral, (list, dict)) and isinstance(v, (list, dict)) and not v:
+            continue  # an empty list or object asks for nothing
+        if isinstance(neutral, float) and isinstance(v, int) and not isinstance(v, bool) and v == neutral:
+            continue
+        if neutral is None:
+            allowed = "only null"
+        elif isinstance(neutral, (list, dict)):
+            allowed = "only empty or null"
+        else:
+            allowed = f"only {json.dumps(neutral)} or null"
+        raise bad_request(f"'{key}' ({what}) is not supported by this server; {allowed}", key)
+    if kind == "chat" and body.get("documents"):
+        # vLLM passes them to the chat template, which this server does not
+        raise bad_request(
+            "'documents' (RAG documents for the chat template) is not supported by this server", "documents"
+        )
     if kind == "completion":
         suffix = body.get("suffix")
         if suffix is not None and suffix != "":
@@ -222,6 +269,8 @@ def _int_list(body: dict, key: str) -> list[int]:
     if v is None:
         return []
     if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        if v and min(v) < 0:  # checked here, not in SamplingParams, so that the 400 names the field
+            raise bad_request(f"'{key}' must be non-negative token ids, got {_show(min(v))}", key)
         return v
     raise bad_request(f"'{key}' must be an array of integers", key)
 
@@ -256,6 +305,8 @@ class ParsedRequest:
     tools: list | None = None  # chat: the tools the chat template sees
     # chat's `echo` (vLLM's): the text returned before each choice's output
     chat_echo: str = ""
+    # vLLM's `add_special_tokens` (BOS) for text prompts; None: the route's default
+    add_special_tokens: bool | None = None
 
     @property
     def chat_options(self) -> dict:
@@ -451,6 +502,7 @@ def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedReq
         )
     req = _finish(c, "completion", text, ids, None, (max_tokens, key), body)
     req.prompts = prompts
+    req.add_special_tokens = _opt_bool(body, "add_special_tokens")
     if max_tokens == 0:
         req.score_only = True
     return req
@@ -477,6 +529,7 @@ def parse_chat(body: dict, max_messages: int | None = None, *, tokenize_only: bo
     req = _finish(c, "chat", None, None, clean, _max_tokens(body, "max_completion_tokens", "max_tokens"), body)
     req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs = _chat_rendering(body)
     req.tools = _tools(body, tokenize_only)
+    req.add_special_tokens = _opt_bool(body, "add_special_tokens")
     if _bool(body, "echo", False):
         # as vLLM: the last message is echoed when the reply continues its role, the
         # assistant's (or any role's without a generation prompt)
