@@ -92,3 +92,15 @@ def test_a_tokenizer_that_may_drop_text_is_judged_by_its_tokens(tmp_path):
         err = r.json()["error"]
         assert r.status_code == 400 and err["code"] == "context_length_exceeded"
         assert "bytes of text" not in err["message"]
+
+
+def test_an_added_token_that_swallows_whitespace_is_not_exact(tmp_path):
+    from tokenizers import AddedToken
+
+    hf = _train(tmp_path)
+    hf.add_special_tokens([AddedToken("<mask>", lstrip=True)])
+    hf.save(str(tmp_path / "tokenizer.json"))
+    text = " " * 5000 + "<mask>"
+    assert len(hf.encode(text).ids) == 1  # one token for 5006 bytes
+    backend = make_sim_backend(SchedulerOptions(), "const:1", max_model_len=128, tokenizer=str(tmp_path))
+    assert not backend.tokenizer.text_bound_exact

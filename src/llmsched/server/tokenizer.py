@@ -30,9 +30,10 @@ facts the server's limits use (see `docs/serving.md`, "Request limits"):
 - `text_bound_exact`: whether every text longer than the bound has more than
   `max_model_len` tokens, so that the server may refuse it without tokenizing. True for
   the byte rule, and for a byte-level BPE (GPT-2, Llama 3) without a normalizer whose
-  vocabulary holds all 256 bytes and whose pre-tokenizers keep all the text: each token
-  then covers at most B bytes of it. Otherwise (a normalizer, pre-tokenizers or unknown
-  tokens that may drop text) such a text is tokenized, and judged by its real count.
+  vocabulary holds all 256 bytes, whose pre-tokenizers keep all the text and whose added
+  tokens strip no whitespace: each token then covers at most B bytes of it. Otherwise (a
+  normalizer, pre-tokenizers or tokens that may drop or swallow text) such a text is
+  tokenized, and judged by its real count.
 - `cheap`: encoding costs about as much as reading the text once, so the server may do it
   on the event loop whatever the length (otherwise long texts go to a worker thread).
 
@@ -83,6 +84,9 @@ def _byte_level(hf_tokenizer) -> bool:
         return False
     if any(p.get("type") not in _KEEPING_PRE_TOKENIZERS or p.get("behavior") == "Removed" for p in parts):
         return False
+    added = getattr(hf_tokenizer, "get_added_tokens_decoder", dict)().values()
+    if any(getattr(t, "lstrip", False) or getattr(t, "rstrip", False) for t in added):
+        return False  # such a token also swallows the whitespace next to it, however long
     from tokenizers import pre_tokenizers  # noqa: PLC0415 (optional dependency)
 
     # a byte missing from the vocabulary would be dropped (BPE without an unknown token)
