@@ -145,6 +145,15 @@ def test_a_cluster_refuses_a_trace_without_pointing_to_a_network_file(tmp_path, 
     one_line_error(capsys, ["simulate", "--cost-model", "paper", "--arrival", "foo"], "trace:PATH, azure-conv")
 
 
+def test_capacity_given_a_network_config_names_its_own_flag(capsys):
+    """`capacity --config NETWORK.yaml` pointed only to `simulate --network`, though
+    `capacity --network` judges the file."""
+    path = "examples/networks/agent_dag.yaml"
+    one_line_error(capsys, ["capacity", "--config", path], "llmsched capacity --network FILE")
+    argv = ["sweep", "--config", path, "--grid", "seed=0", "--out", "x"]
+    one_line_error(capsys, argv, "llmsched simulate --network FILE")
+
+
 def test_simulate_serverless(capsys):
     assert (
         main(

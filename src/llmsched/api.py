@@ -253,8 +253,10 @@ class SimConfig:
         layout = config_layout(d)
         if layout is not None:  # (its keys are no option of one server's: say what it is instead)
             what, function = LAYOUTS[layout]
+            judged = ", `llmsched capacity --network FILE` judges it" if layout == "network" else ""
             raise ConfigError(
-                f"this is {what}, not one server's: `llmsched simulate --{layout} FILE` runs it ({function} in Python)"
+                f"this is {what}, not one server's: `llmsched simulate --{layout} FILE` runs it{judged} "
+                f"({function} in Python)"
             )
         if "provenance" in d:  # a run's own config.json: drop what describes the run's outputs
             if _caller_trace_run(d):

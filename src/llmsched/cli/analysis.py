@@ -1071,7 +1071,7 @@ def register(sub) -> None:
     )
     g.add_argument("--no-plots", action="store_true", help="do not draw figures")
     g.add_argument("--json", action="store_true", help="print a JSON summary")
-    g.add_argument("--quiet", action="store_true", help="print nothing")
+    g.add_argument("--quiet", action="store_true", help="print nothing but --json's output")
     add_parallel_args(g)
     p.set_defaults(func=cmd_sweep)
 

@@ -532,7 +532,7 @@ def register(sub) -> None:
         default=None,
         help="progress bar on stderr (default: when stderr is a terminal)",
     )
-    g.add_argument("--quiet", action="store_true", help="print nothing")
+    g.add_argument("--quiet", action="store_true", help="print nothing but --json's output")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("schedulers", help="list the policies", description="List batch and admission policies.")
