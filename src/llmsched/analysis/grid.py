@@ -29,6 +29,7 @@ from ..core.profile import DEFAULT_PROFILE
 from ..core.slo import RUN_SLO_METRIC, check_request_slo, check_run_slo_name
 from ..policies import canonical_policy_name
 from ..workload import WorkloadSpec
+from ..workload.lengths import parse_length_law
 
 __all__ = [
     "parse_grid",
@@ -229,7 +230,8 @@ def _grid_key(given: str) -> str:
 def _check_distinct(key: str, vals: list) -> None:
     """A value given twice in one key would run (and write) the same points twice (a
     policy's name in any case or by an alias is the same policy; a cost model with its
-    defaults written out is the model without them)."""
+    defaults written out is the model without them; a length law however it is spelt,
+    `geometric:200` or `geometric:mean=200`, is the law; no system prompt is 0 tokens)."""
     seen: dict = {}
     for v in vals:
         same = v
@@ -237,6 +239,10 @@ def _check_distinct(key: str, vals: list) -> None:
             same = canonical_policy_name(v, _POLICY_KINDS[key])
         elif key == "cost_model" and isinstance(v, str):
             same = _cost_model_identity(v)
+        elif key in LENGTH_LAW_KEYS and not isinstance(v, bool):
+            same = _length_law_identity(v)
+        elif key == "system_prompt" and v is None:
+            same = 0  # (the workload draws None as 0 tokens)
         elif isinstance(v, dict):  # a mapping in any key order, 1 and 1.0 alike; an SLO's names as run
             try:
                 items = check_request_slo(v) if key == "slo" else v
@@ -251,12 +257,25 @@ def _check_distinct(key: str, vals: list) -> None:
             mark = (False, repr(v))
         if mark in seen:
             first = seen[mark]
-            again = f"the same model as {first!r}" if key == "cost_model" and first != v else "given twice"
+            what = "model" if key == "cost_model" else "law" if key in LENGTH_LAW_KEYS else "value"
+            again = f"the same {what} as {first!r}" if first != v else "given twice"
             raise ConfigError(f"grid {key}: the value {v!r} is {again}")
         seen[mark] = v
 
 
 _POLICY_KINDS = {"policy": "batch", "admission": "admission"}
+#: Keys whose values are length laws (`llmsched.workload.lengths`).
+LENGTH_LAW_KEYS = ("prompt", "output", "turns")
+
+
+def _length_law_identity(spec):
+    """The length law a value parses to (laws compare by their parameters; a file's law by
+    its spec as given: `t.csv` and `./t.csv` are not found equal); the value itself where it
+    is no law, left to the point's checks."""
+    try:
+        return parse_length_law(spec)
+    except (ConfigError, TypeError, ValueError, OSError):
+        return spec
 
 
 def _cost_model_identity(spec: str) -> str:
