@@ -34,3 +34,30 @@ def test_different_laws_stay_apart_and_a_mapping_law_is_compared():
     assert len(g["prompt"]) == 3 and g["system_prompt"] == [0, 1]
     with pytest.raises(ConfigError, match="same law"):
         parse_grid({"prompt": ["geometric:200", {"law": "geometric", "mean": 200}]})
+
+
+FIXED = dict(cost_model="paper", b_max=128, prompt="geometric:40", output="geometric:21", num_requests=100)
+
+
+def test_a_grid_mapping_is_json_in_the_tables(tmp_path):
+    """A mapping grid value was written as Python's repr, `{'ttft_ms': 1000}`, in
+    results.csv and results.parquet (and search.csv), which JSON cannot read, while the
+    configuration's mapping columns are JSON."""
+    import csv
+    import json
+
+    import pyarrow.parquet as pq
+
+    from llmsched.analysis.sweep import max_stable_rate, run_sweep
+
+    slos = [{"ttft_ms": 1000, "itl_ms": 80}, {"ttft_ms": 2000}]
+    run_sweep(None, {"slo": slos, "load": [0.5]}, out_dir=tmp_path / "g", workers=1, plots=False, **FIXED)
+    with open(tmp_path / "g" / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [json.loads(r["slo"]) for r in rows] == slos
+    assert rows[0]["slo"] == '{"itl_ms": 80, "ttft_ms": 1000}'  # (sorted keys)
+    column = pq.read_table(tmp_path / "g" / "results.parquet").column("slo").to_pylist()
+    assert [json.loads(v) for v in column] == slos
+    max_stable_rate(policies=["orca"], grid={"slo": slos[1:]}, out_dir=tmp_path / "s", tol=0.4, workers=1, **FIXED)
+    with open(tmp_path / "s" / "search.csv", newline="") as f:
+        assert [json.loads(r["slo"]) for r in csv.DictReader(f)] == slos[1:]
