@@ -61,3 +61,26 @@ def test_a_grid_mapping_is_json_in_the_tables(tmp_path):
     max_stable_rate(policies=["orca"], grid={"slo": slos[1:]}, out_dir=tmp_path / "s", tol=0.4, workers=1, **FIXED)
     with open(tmp_path / "s" / "search.csv", newline="") as f:
         assert [json.loads(r["slo"]) for r in csv.DictReader(f)] == slos[1:]
+
+
+@pytest.mark.parametrize(
+    "spec, values",
+    [
+        ("prompt=uniform:10,100", ["uniform:10,100"]),
+        ("output=lognormal:mean=100,sigma=1", ["lognormal:mean=100,sigma=1"]),
+        ("prompt=geometric:200,max=400", ["geometric:200,max=400"]),
+        ("prompt=geometric:200,300", ["geometric:200", 300]),  # (two laws: two values)
+        ("prompt=uniform:10,100|geometric:200", ["uniform:10,100", "geometric:200"]),
+    ],
+)
+def test_a_lone_length_law_with_commas_is_one_value(spec, values):
+    """`prompt=uniform:10,100` was split at its comma (`uniform:10` is missing its hi), and
+    a lone value with commas could not be written (a trailing `|` is an empty value)."""
+    assert parse_grid([spec]) == {spec.partition("=")[0]: values}
+
+
+def test_laws_split_at_commas_that_are_no_laws_say_how_to_write_them(tmp_path, capsys):
+    assert main([*ARGV, "--grid", "prompt=uniform:10,100,geometric:200", "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "'uniform:10' is missing hi" in err and "values holding commas are separated by |" in err, err

@@ -110,7 +110,8 @@ def _whole(key: str, v):
 
 def parse_values(key: str, text: str) -> list:
     """The values of one grid key: `a,b,c` (a list; use `|` instead of `,` when a value
-    itself holds commas, e.g. cost models `paper:c=11,a=35|paper`), or `LO:HI:N`, N
+    itself holds commas, e.g. cost models `paper:c=11,a=35|paper`; a length law alone,
+    `prompt=uniform:10,100`, is one value when its parts are no laws), or `LO:HI:N`, N
     evenly spaced numbers from LO to HI (N >= 1; integers when the key is an integer
     option and the values are whole)."""
     text = text.strip()
@@ -152,7 +153,33 @@ def parse_values(key: str, text: str) -> list:
     parts = [p.strip() for p in text.split(sep)]
     if any(p == "" for p in parts):
         raise ConfigError(f"grid {key}: empty value in {text!r}")
-    return [_mapping(key, p) if p.startswith("{") else _scalar(p) for p in parts]
+    vals = [_mapping(key, p) if p.startswith("{") else _scalar(p) for p in parts]
+    if sep == "," and len(vals) > 1 and key in LENGTH_LAW_KEYS:
+        return _laws_split_at_commas(key, text, vals)
+    return vals
+
+
+def _laws_split_at_commas(key: str, text: str, vals: list) -> list:
+    """Length laws split at commas: as they are when each is a law; else the whole text as
+    one law when it is one (`prompt=uniform:10,100`, which split was `uniform:10`, missing
+    its hi, and `100`), else the error of the first that is none, saying how values holding
+    commas are written."""
+    for v in vals:
+        if isinstance(v, str):
+            try:
+                parse_length_law(v)
+            except (ConfigError, OSError, ValueError, TypeError) as e:
+                err = e
+                break
+    else:
+        return vals
+    try:
+        parse_length_law(text)
+    except (ConfigError, OSError, ValueError, TypeError):
+        raise ConfigError(
+            f"grid {key}: {err} (values holding commas are separated by |: {key}=uniform:16,2048|geometric:200)"
+        ) from None
+    return [text]
 
 
 def _mapping(key: str, text: str) -> dict:
