@@ -321,6 +321,7 @@ class Backend:
         """Interrupted: the points still running are lost either way (a rerun resumes from
         the finished ones), so stop the pool's workers now, not when their points end."""
         workers = list((self._pool._processes or {}).values())
+        manager = self._pool._executor_manager_thread  # (shutdown forgets it)
         # drop the cancelled points first: the pool's manager thread, seeing its
         # workers die, sets an exception on every pending item, and a cancelled
         # future raised InvalidStateError there (a traceback on Ctrl-C)
@@ -335,6 +336,12 @@ class Backend:
             if worker.is_alive():
                 worker.kill()
                 worker.join(timeout=2)
+        # the pool's manager thread closes its wake-up pipe once it sees the workers gone;
+        # an exit while it had not yet printed `Exception ignored in: <module 'threading'>
+        # ... OSError: [Errno 9] Bad file descriptor` (concurrent.futures' exit hook wrote
+        # to the pipe as it closed)
+        if manager is not None:
+            manager.join(timeout=5)
 
     def __exit__(self, exc_type, exc, tb):
         try:
