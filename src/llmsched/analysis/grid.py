@@ -29,6 +29,7 @@ from ..core.profile import DEFAULT_PROFILE
 from ..core.slo import RUN_SLO_METRIC, check_request_slo, check_run_slo_name
 from ..policies import canonical_policy_name
 from ..workload import WorkloadSpec
+from ..workload.lengths import parse_length_law
 
 __all__ = [
     "parse_grid",
@@ -109,7 +110,8 @@ def _whole(key: str, v):
 
 def parse_values(key: str, text: str) -> list:
     """The values of one grid key: `a,b,c` (a list; use `|` instead of `,` when a value
-    itself holds commas, e.g. cost models `paper:c=11,a=35|paper`), or `LO:HI:N`, N
+    itself holds commas, e.g. cost models `paper:c=11,a=35|paper`; a length law alone,
+    `prompt=uniform:10,100`, is one value when its parts are no laws), or `LO:HI:N`, N
     evenly spaced numbers from LO to HI (N >= 1; integers when the key is an integer
     option and the values are whole)."""
     text = text.strip()
@@ -151,7 +153,33 @@ def parse_values(key: str, text: str) -> list:
     parts = [p.strip() for p in text.split(sep)]
     if any(p == "" for p in parts):
         raise ConfigError(f"grid {key}: empty value in {text!r}")
-    return [_mapping(key, p) if p.startswith("{") else _scalar(p) for p in parts]
+    vals = [_mapping(key, p) if p.startswith("{") else _scalar(p) for p in parts]
+    if sep == "," and len(vals) > 1 and key in LENGTH_LAW_KEYS:
+        return _laws_split_at_commas(key, text, vals)
+    return vals
+
+
+def _laws_split_at_commas(key: str, text: str, vals: list) -> list:
+    """Length laws split at commas: as they are when each is a law; else the whole text as
+    one law when it is one (`prompt=uniform:10,100`, which split was `uniform:10`, missing
+    its hi, and `100`), else the error of the first that is none, saying how values holding
+    commas are written."""
+    for v in vals:
+        if isinstance(v, str):
+            try:
+                parse_length_law(v)
+            except (ConfigError, OSError, ValueError, TypeError) as e:
+                err = e
+                break
+    else:
+        return vals
+    try:
+        parse_length_law(text)
+    except (ConfigError, OSError, ValueError, TypeError):
+        raise ConfigError(
+            f"grid {key}: {err} (values holding commas are separated by |: {key}=uniform:16,2048|geometric:200)"
+        ) from None
+    return [text]
 
 
 def _mapping(key: str, text: str) -> dict:
@@ -229,7 +257,8 @@ def _grid_key(given: str) -> str:
 def _check_distinct(key: str, vals: list) -> None:
     """A value given twice in one key would run (and write) the same points twice (a
     policy's name in any case or by an alias is the same policy; a cost model with its
-    defaults written out is the model without them)."""
+    defaults written out is the model without them; a length law however it is spelt,
+    `geometric:200` or `geometric:mean=200`, is the law; no system prompt is 0 tokens)."""
     seen: dict = {}
     for v in vals:
         same = v
@@ -237,6 +266,10 @@ def _check_distinct(key: str, vals: list) -> None:
             same = canonical_policy_name(v, _POLICY_KINDS[key])
         elif key == "cost_model" and isinstance(v, str):
             same = _cost_model_identity(v)
+        elif key in LENGTH_LAW_KEYS and not isinstance(v, bool):
+            same = _length_law_identity(v)
+        elif key == "system_prompt" and v is None:
+            same = 0  # (the workload draws None as 0 tokens)
         elif isinstance(v, dict):  # a mapping in any key order, 1 and 1.0 alike; an SLO's names as run
             try:
                 items = check_request_slo(v) if key == "slo" else v
@@ -251,12 +284,25 @@ def _check_distinct(key: str, vals: list) -> None:
             mark = (False, repr(v))
         if mark in seen:
             first = seen[mark]
-            again = f"the same model as {first!r}" if key == "cost_model" and first != v else "given twice"
+            what = "model" if key == "cost_model" else "law" if key in LENGTH_LAW_KEYS else "value"
+            again = f"the same {what} as {first!r}" if first != v else "given twice"
             raise ConfigError(f"grid {key}: the value {v!r} is {again}")
         seen[mark] = v
 
 
 _POLICY_KINDS = {"policy": "batch", "admission": "admission"}
+#: Keys whose values are length laws (`llmsched.workload.lengths`).
+LENGTH_LAW_KEYS = ("prompt", "output", "turns")
+
+
+def _length_law_identity(spec):
+    """The length law a value parses to (laws compare by their parameters; a file's law by
+    its spec as given: `t.csv` and `./t.csv` are not found equal); the value itself where it
+    is no law, left to the point's checks."""
+    try:
+        return parse_length_law(spec)
+    except (ConfigError, TypeError, ValueError, OSError):
+        return spec
 
 
 def _cost_model_identity(spec: str) -> str:

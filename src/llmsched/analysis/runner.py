@@ -10,7 +10,8 @@
   A cluster's address is probed first (`probe_ray_address`): one that does not answer
   within `RAY_CONNECT_TIMEOUT_S` is an error, not a hang in Ray's retries.
   While open (in the main thread, where SIGTERM has its default action) SIGTERM raises
-  `Terminated`, a KeyboardInterrupt: leaving on either stops the local workers at once.
+  `Terminated`, a KeyboardInterrupt: leaving on either stops the local workers at once
+  (which ignore SIGINT: a terminal's Ctrl-C, sent to them too, printed their tracebacks).
   Either signal is also remembered and raised again at the next finished point: one that
   lands while the interpreter runs a finaliser is swallowed there, and the sweep would
   otherwise run on to its end.
@@ -21,6 +22,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import json
@@ -106,15 +108,26 @@ def check_workers(workers, name: str = "workers") -> None:
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+#: The signals whose handlers the sweep sets (`Backend._take_signals`) and a worker replaces.
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def _init_worker(parent: int) -> None:
-    """A pool worker ends on SIGTERM and stops on SIGINT as Python's default (a fork
-    inherits the backend's handlers), and on Linux ends with its parent: a sweep killed
-    with SIGKILL (the OOM killer, a cluster scheduler) left its workers running forever,
-    each waiting on the pipe of a parent that was gone."""
+    """A pool worker ends on SIGTERM (a fork inherits the backend's handlers), ignores
+    SIGINT, and on Linux ends with its parent: a sweep killed with SIGKILL (the OOM killer,
+    a cluster scheduler) left its workers running forever, each waiting on the pipe of a
+    parent that was gone.
+
+    SIGINT is ignored because a terminal's Ctrl-C reaches the whole process group: a
+    worker that raised KeyboardInterrupt (an idle one, in the call queue's get) had
+    multiprocessing print its traceback before `llmsched: interrupted`. The sweep, which
+    gets the Ctrl-C too, stops its workers (`Backend.__exit__`). The pool is forked with
+    both signals blocked (`_stop_signals_blocked`), so that no child runs the sweep's
+    handlers (which raise) before its own are set: they are unblocked only now."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -122,6 +135,21 @@ def _init_worker(parent: int) -> None:
             return
         if os.getppid() != parent:  # the parent died before prctl took effect
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _stop_signals_blocked():
+    """SIGINT and SIGTERM held back in this thread (and in processes forked or spawned
+    meanwhile) until the block ends, when one that arrived is delivered: a pool's workers
+    start so, and set their own handlers before they take one (`_init_worker`)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _recording_warnings(fn: Callable[[Any], Any], arg):
@@ -289,31 +317,47 @@ class Backend:
             self._pool_size = n
         return self._pool
 
+    def _stop_workers(self) -> None:
+        """Interrupted: the points still running are lost either way (a rerun resumes from
+        the finished ones), so stop the pool's workers now, not when their points end."""
+        workers = list((self._pool._processes or {}).values())
+        manager = self._pool._executor_manager_thread  # (shutdown forgets it)
+        # drop the cancelled points first: the pool's manager thread, seeing its
+        # workers die, sets an exception on every pending item, and a cancelled
+        # future raised InvalidStateError there (a traceback on Ctrl-C)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()
+        # a worker that outlives SIGTERM would wait forever on the call queue's lock,
+        # which a terminated worker may have held, and the shutdown after this with it
+        # (seen once under load, when a fork could run the sweep's handler): SIGKILL
+        for worker in workers:
+            worker.join(timeout=2)
+            if worker.is_alive():
+                worker.kill()
+                worker.join(timeout=2)
+        # the pool's manager thread closes its wake-up pipe once it sees the workers gone;
+        # an exit while it had not yet printed `Exception ignored in: <module 'threading'>
+        # ... OSError: [Errno 9] Bad file descriptor` (concurrent.futures' exit hook wrote
+        # to the pipe as it closed)
+        if manager is not None:
+            manager.join(timeout=5)
+
     def __exit__(self, exc_type, exc, tb):
         try:
             if self._pool is not None:
                 if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
-                    # interrupted: the points still running are lost either way (a rerun
-                    # resumes from the finished ones), so stop them now, not when they end
-                    workers = list((self._pool._processes or {}).values())
-                    # drop the cancelled points first: the pool's manager thread, seeing its
-                    # workers die, sets an exception on every pending item, and a cancelled
-                    # future raised InvalidStateError there (a traceback on Ctrl-C)
-                    self._pool.shutdown(wait=False, cancel_futures=True)
-                    for worker in workers:
-                        worker.terminate()
-                    # a worker that outlives SIGTERM (one that had not yet set its handler:
-                    # a fork runs the sweep's, which raises instead of ending) would wait
-                    # forever on the call queue's lock, which a terminated worker may have
-                    # held, and the shutdown below with it (seen once under load): SIGKILL
-                    for worker in workers:
-                        worker.join(timeout=2)
-                        if worker.is_alive():
-                            worker.kill()
-                            worker.join(timeout=2)
-                self._pool.shutdown(cancel_futures=True)
-                self._pool = None
-                self._pool_size = 0
+                    self._stop_workers()
+                try:
+                    self._pool.shutdown(cancel_futures=True)
+                except KeyboardInterrupt:
+                    # a Ctrl-C while waiting for the running points (after another error):
+                    # the workers ignore SIGINT, and the exit would wait for them
+                    self._stop_workers()
+                    raise
+                finally:
+                    self._pool = None
+                    self._pool_size = 0
             if self._ray_started:
                 import ray  # noqa: PLC0415
 
@@ -353,7 +397,8 @@ class Backend:
         elif (pool := self._local_pool(len(jobs))) is not None:
             gc.freeze()  # forked workers then share the parent's heap without copying it
             try:
-                futs = {pool.submit(_recording_warnings, fn, arg): key for key, arg in jobs}
+                with _stop_signals_blocked():  # (a fork pool starts its workers at the first submit)
+                    futs = {pool.submit(_recording_warnings, fn, arg): key for key, arg in jobs}
             finally:
                 gc.unfreeze()
             try:

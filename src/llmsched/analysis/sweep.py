@@ -224,7 +224,7 @@ def max_stable_rate(
     config=None,
     *,
     policies: Sequence[str] | None = None,
-    seeds: Sequence[int] = (0,),
+    seeds: Sequence[int] | None = None,
     tol: float = 0.02,
     slo: dict | Iterable[str] | None = None,
     out_dir=None,
@@ -248,11 +248,23 @@ def max_stable_rate(
     `unstable_rate` (the first rate judged unstable, None if none was),
     `inconclusive_above_unstable` (probes above it judged inconclusive: verdicts not
     monotone in the rate), `failed_rate` (a failed probe, which leaves the group's
-    answers None) and the number of probes (`llmsched.analysis.search`)."""
+    answers None) and the number of probes (`llmsched.analysis.search`).
+
+    `policies` and `seeds` (default: seed 0) or the grid's `policy` and `seed` lists,
+    not both; every seed runs at each probe."""
+    if fixed.get("seed") is not None:
+        raise ConfigError(
+            f"max_stable_rate runs every seed at each probe: give seeds=[...], not seed={fixed['seed']!r}"
+        )
     g = dict(parse_grid(grid))
+    # the grid's lists were overwritten by the defaults: grid={"seed": [1, 2]} ran seed 0 alone
+    for name, key, given in (("policies", "policy", policies), ("seeds", "seed", seeds)):
+        if given is not None and key in g:
+            raise ConfigError(f"{name}= and the grid's {key!r} both list the {name}: give one")
     if policies is not None:
         g["policy"] = check_policy_names(policies)
-    g["seed"] = list(check_seeds(seeds))
+    if seeds is not None or "seed" not in g:
+        g["seed"] = list(check_seeds((0,) if seeds is None else seeds))
     res = run_sweep(
         config,
         g,

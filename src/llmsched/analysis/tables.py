@@ -13,7 +13,15 @@ from typing import Any
 from ..api import FLOAT_OPTIONS, INT_WORKLOAD_OPTIONS, option_number
 from ..core.paths import atomic_write
 
-__all__ = ["point_row", "group_label", "write_table", "write_search", "atomic_write"]
+__all__ = ["point_row", "grid_cell", "group_label", "write_table", "write_search", "atomic_write"]
+
+
+def grid_cell(v):
+    """A grid value as a table cell: a mapping or list as JSON (sorted keys), as the
+    configuration's columns hold them; anything else as it is."""
+    if isinstance(v, (dict, list, tuple)):
+        return json.dumps(v, sort_keys=True, default=str)
+    return v
 
 
 def _flatten(prefix: str, v, out: dict) -> None:
@@ -36,11 +44,12 @@ CONFIG_COLUMNS = {"verdict": "verdict_enabled"}
 def point_row(params: dict, rec: dict, grid_keys: Sequence[str]) -> dict:
     """One table row: the point's grid values (`grid_keys` of `params`), its configuration
     and workload options (`CONFIG_COLUMNS` renames a few), then every summary metric (pairs
-    such as a CI become `NAME_low`/`NAME_high`; mappings become JSON)."""
+    such as a CI become `NAME_low`/`NAME_high`; mappings, the grid's too, become JSON)."""
     cfg = rec["config"]
     row: dict[str, Any] = {"key": rec["key"]}
     for k in grid_keys:  # (a number as its option's kind: rate=2 is 2.0, as --rate 2 records it)
-        row[k] = option_number(k, params.get(k), floats=FLOAT_OPTIONS, ints=INT_WORKLOAD_OPTIONS)
+        # (a mapping was written as Python's repr, `{'ttft_ms': 1000}`, which JSON cannot read)
+        row[k] = grid_cell(option_number(k, params.get(k), floats=FLOAT_OPTIONS, ints=INT_WORKLOAD_OPTIONS))
     row["policy_name"] = str(params.get("policy", cfg.get("policy"))).partition(":")[0]
     for k, v in cfg.items():
         if k == "workload":

@@ -1,0 +1,86 @@
+"""`llmsched sweep --grid`: values that are the same point however spelt, how values with
+commas are written, and how grid values appear in the tables."""
+
+import pytest
+
+from llmsched.analysis.grid import parse_grid
+from llmsched.cli import main
+from llmsched.core.errors import ConfigError
+
+ARGV = ["sweep", "--cost-model", "paper", "--num-requests", "50", "--no-plots", "--no-progress", "--workers", "1"]
+
+
+@pytest.mark.parametrize(
+    "spec, said",
+    [
+        ("prompt=geometric:200|geometric:mean=200", "'geometric:mean=200' is the same law as 'geometric:200'"),
+        ("prompt=const:100|const:100.0", "'const:100.0' is the same law as 'const:100'"),
+        ("output=100,const:100", "'const:100' is the same law as 100"),
+        ("turns=geom:2|geometric:mean=2", "the same law as 'geom:2'"),
+        ("system_prompt=0,none", "the value None is the same value as 0"),
+    ],
+)
+def test_a_value_spelt_two_ways_is_refused(tmp_path, capsys, spec, said):
+    """Each ran twice ("2 points: 2 simulated", identical rows): only policies, cost
+    models and mappings were compared by what they run."""
+    assert main([*ARGV, "--grid", spec, "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err, err
+    assert not (tmp_path / "s").exists()
+
+
+def test_different_laws_stay_apart_and_a_mapping_law_is_compared():
+    g = parse_grid(["prompt=geometric:200|geometric:mean=200,max=4000|uniform:1,400", "system_prompt=0,1"])
+    assert len(g["prompt"]) == 3 and g["system_prompt"] == [0, 1]
+    with pytest.raises(ConfigError, match="same law"):
+        parse_grid({"prompt": ["geometric:200", {"law": "geometric", "mean": 200}]})
+
+
+FIXED = dict(cost_model="paper", b_max=128, prompt="geometric:40", output="geometric:21", num_requests=100)
+
+
+def test_a_grid_mapping_is_json_in_the_tables(tmp_path):
+    """A mapping grid value was written as Python's repr, `{'ttft_ms': 1000}`, in
+    results.csv and results.parquet (and search.csv), which JSON cannot read, while the
+    configuration's mapping columns are JSON."""
+    import csv
+    import json
+
+    import pyarrow.parquet as pq
+
+    from llmsched.analysis.sweep import max_stable_rate, run_sweep
+
+    slos = [{"ttft_ms": 1000, "itl_ms": 80}, {"ttft_ms": 2000}]
+    run_sweep(None, {"slo": slos, "load": [0.5]}, out_dir=tmp_path / "g", workers=1, plots=False, **FIXED)
+    with open(tmp_path / "g" / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [json.loads(r["slo"]) for r in rows] == slos
+    assert rows[0]["slo"] == '{"itl_ms": 80, "ttft_ms": 1000}'  # (sorted keys)
+    column = pq.read_table(tmp_path / "g" / "results.parquet").column("slo").to_pylist()
+    assert [json.loads(v) for v in column] == slos
+    max_stable_rate(policies=["orca"], grid={"slo": slos[1:]}, out_dir=tmp_path / "s", tol=0.4, workers=1, **FIXED)
+    with open(tmp_path / "s" / "search.csv", newline="") as f:
+        assert [json.loads(r["slo"]) for r in csv.DictReader(f)] == slos[1:]
+
+
+@pytest.mark.parametrize(
+    "spec, values",
+    [
+        ("prompt=uniform:10,100", ["uniform:10,100"]),
+        ("output=lognormal:mean=100,sigma=1", ["lognormal:mean=100,sigma=1"]),
+        ("prompt=geometric:200,max=400", ["geometric:200,max=400"]),
+        ("prompt=geometric:200,300", ["geometric:200", 300]),  # (two laws: two values)
+        ("prompt=uniform:10,100|geometric:200", ["uniform:10,100", "geometric:200"]),
+    ],
+)
+def test_a_lone_length_law_with_commas_is_one_value(spec, values):
+    """`prompt=uniform:10,100` was split at its comma (`uniform:10` is missing its hi), and
+    a lone value with commas could not be written (a trailing `|` is an empty value)."""
+    assert parse_grid([spec]) == {spec.partition("=")[0]: values}
+
+
+def test_laws_split_at_commas_that_are_no_laws_say_how_to_write_them(tmp_path, capsys):
+    assert main([*ARGV, "--grid", "prompt=uniform:10,100,geometric:200", "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "'uniform:10' is missing hi" in err and "values holding commas are separated by |" in err, err
