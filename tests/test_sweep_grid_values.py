@@ -84,3 +84,19 @@ def test_laws_split_at_commas_that_are_no_laws_say_how_to_write_them(tmp_path, c
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "'uniform:10' is missing hi" in err and "values holding commas are separated by |" in err, err
+
+
+def test_a_metric_named_like_an_option_has_one_column_in_every_sweep():
+    # a sweep by duration (no num_requests option) had the run's count under `num_requests`,
+    # a sweep by count under `metric_num_requests`: a script read different things
+    from llmsched.analysis.tables import point_row
+
+    summary = {"num_requests": 10176, "verdict": "stable", "throughput_rps": 99.5}
+    by_duration = {"policy": "sarathi", "verdict": True, "workload": {"rate": 100.0, "duration_s": 100.0}}
+    by_count = {"policy": "sarathi", "verdict": True, "workload": {"rate": 100.0, "num_requests": 10000}}
+    a = point_row({}, {"key": "a", "config": by_duration, "summary": summary}, [])
+    b = point_row({}, {"key": "b", "config": by_count, "summary": summary}, [])
+    assert a["metric_num_requests"] == b["metric_num_requests"] == 10176
+    assert "num_requests" not in a and b["num_requests"] == 10000
+    # the run's verdict keeps its name (the option's column is `verdict_enabled`)
+    assert a["verdict"] == b["verdict"] == "stable" and a["verdict_enabled"] is True

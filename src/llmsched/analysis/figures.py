@@ -76,7 +76,9 @@ def run_name(rows: list[dict], skip: Sequence[str] = ()) -> str:
     parts = []
     for key, fmt in RUN_KEYS:
         # (a search's rows name their policy in `policy_name` alone)
-        vals = {r.get(key) or (r.get("policy_name") if key == "policy" else None) for r in rows}
+        # (a sweep by duration sets no num_requests: its runs' own counts, the metric)
+        alt = {"policy": "policy_name", "num_requests": "metric_num_requests"}.get(key)
+        vals = {r.get(key) or (r.get(alt) if alt else None) for r in rows}
         vals.discard(None)
         vals.discard("")
         if key in skip or len(vals) != 1:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..api import FLOAT_OPTIONS, INT_WORKLOAD_OPTIONS, option_number
+from ..api import FLOAT_OPTIONS, INT_WORKLOAD_OPTIONS, SimConfig, option_number
 from ..core.paths import atomic_write
+from ..workload import WorkloadSpec
 
 __all__ = ["point_row", "grid_cell", "group_label", "write_table", "write_search", "atomic_write"]
 
@@ -39,6 +41,10 @@ def _flatten(prefix: str, v, out: dict) -> None:
 #: Configuration options named like a summary metric, and their column in a table: the
 #: `verdict` option (whether to judge stability) vs the run's `verdict`.
 CONFIG_COLUMNS = {"verdict": "verdict_enabled"}
+#: Options a summary metric may be named like (`num_requests`): such a metric's column is
+#: `metric_NAME` in every table, whether or not the run's configuration set the option (a
+#: sweep by duration had the metric under `num_requests`, one by count under `metric_...`)
+OPTION_NAMES = frozenset(f.name for f in fields(SimConfig)) | frozenset(f.name for f in fields(WorkloadSpec))
 
 
 def point_row(params: dict, rec: dict, grid_keys: Sequence[str]) -> dict:
@@ -61,7 +67,7 @@ def point_row(params: dict, rec: dict, grid_keys: Sequence[str]) -> dict:
         if k not in row:
             _flatten(k, v, row)
     for k, v in rec["summary"].items():
-        name = k if k not in row else f"metric_{k}"
+        name = k if k not in row and (k not in OPTION_NAMES or k in CONFIG_COLUMNS) else f"metric_{k}"
         _flatten(name, v, row)
     row.setdefault("error", None)
     return row
