@@ -58,9 +58,14 @@ def test_a_grid_mapping_is_json_in_the_tables(tmp_path):
     assert rows[0]["slo"] == '{"itl_ms": 80, "ttft_ms": 1000}'  # (sorted keys)
     column = pq.read_table(tmp_path / "g" / "results.parquet").column("slo").to_pylist()
     assert [json.loads(v) for v in column] == slos
-    max_stable_rate(policies=["orca"], grid={"slo": slos[1:]}, out_dir=tmp_path / "s", tol=0.4, workers=1, **FIXED)
+    res = max_stable_rate(
+        policies=["orca"], grid={"slo": slos[1:]}, out_dir=tmp_path / "s", tol=0.4, workers=1, **FIXED
+    )
     with open(tmp_path / "s" / "search.csv", newline="") as f:
         assert [json.loads(r["slo"]) for r in csv.DictReader(f)] == slos[1:]
+    # search.json and the rows returned keep the mapping an object (they held its JSON text)
+    assert [r["slo"] for r in json.loads((tmp_path / "s" / "search.json").read_text())] == slos[1:]
+    assert [r["slo"] for r in res] == slos[1:]
 
 
 @pytest.mark.parametrize(
@@ -84,6 +89,11 @@ def test_laws_split_at_commas_that_are_no_laws_say_how_to_write_them(tmp_path, c
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "'uniform:10' is missing hi" in err and "values holding commas are separated by |" in err, err
+    # a value wrong in itself, not cut by a comma, gets its own error alone
+    for spec in ("prompt=const:-1,2", "prompt=geometric:nan,1"):
+        with pytest.raises(ConfigError) as e:
+            parse_grid([spec])
+        assert "separated by |" not in str(e.value), str(e.value)
 
 
 def test_a_metric_named_like_an_option_has_one_column_in_every_sweep():

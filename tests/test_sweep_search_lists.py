@@ -32,6 +32,12 @@ def test_without_seeds_the_search_runs_seed_0(tmp_path):
     assert _stored(tmp_path, "seed") == {0}
 
 
+def test_without_seeds_the_search_runs_the_configurations_seed(tmp_path):
+    """seeds=None put seed 0 in the grid, over a configuration's own seed 3, silently."""
+    max_stable_rate(config={"workload": {"seed": 3}}, policies=["orca"], out_dir=tmp_path, tol=0.4, workers=1, **FIXED)
+    assert _stored(tmp_path, "seed") == {3}
+
+
 @pytest.mark.parametrize(
     "kw, words",
     [

@@ -164,22 +164,34 @@ def _laws_split_at_commas(key: str, text: str, vals: list) -> list:
     one law when it is one (`prompt=uniform:10,100`, which split was `uniform:10`, missing
     its hi, and `100`), else the error of the first that is none, saying how values holding
     commas are written."""
-    for v in vals:
+    bad = (ConfigError, OSError, ValueError, TypeError)
+    for i, v in enumerate(vals):
         if isinstance(v, str):
             try:
                 parse_length_law(v)
-            except (ConfigError, OSError, ValueError, TypeError) as e:
-                err = e
+            except bad as e:
+                err, first = e, i
                 break
     else:
         return vals
     try:
         parse_length_law(text)
-    except (ConfigError, OSError, ValueError, TypeError):
+    except bad:
+        pass
+    else:
+        return [text]
+    # the hint only where the split cut a law short (it rejoins with the values after it),
+    # not for a value wrong in itself (an unknown dataset, a negative mean)
+    parts = [p.strip() for p in text.split(",")]
+    for j in range(first + 2, len(parts) + 1):
+        try:
+            parse_length_law(",".join(parts[first:j]))
+        except bad:
+            continue
         raise ConfigError(
             f"grid {key}: {err} (values holding commas are separated by |: {key}=uniform:16,2048|geometric:200)"
-        ) from None
-    return [text]
+        )
+    raise ConfigError(f"grid {key}: {err}")
 
 
 def _mapping(key: str, text: str) -> dict:

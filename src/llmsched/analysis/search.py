@@ -70,7 +70,7 @@ from ..workload import replays_trace
 from .grid import NON_GROUP_KEYS, expand_grid
 from .points import check_point, check_rate_settable, critical_arrival_rate_of, policy_critical_rate_of, resolve_point
 from .runner import Runner
-from .tables import grid_cell, point_row
+from .tables import point_row
 
 __all__ = [
     "SearchSettings",
@@ -373,7 +373,7 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
     # the range between the edges: rates above the first unstable one are counted apart
     inc = sorted(r for r in st.inconclusive if st.unstable is None or r < st.unstable)
     row = {
-        **{k: grid_cell(v) for k, v in g.params.items()},  # (a mapping as JSON, as in results.csv)
+        **g.params,  # (search.csv writes a mapping as JSON, `write_search`; search.json keeps it)
         "policy_name": str(g.params.get("policy", g.policy)).partition(":")[0] or None,
         "critical_rate": lam,
         "policy_critical_rate": g.policy_critical_rate,

@@ -250,7 +250,7 @@ def max_stable_rate(
     monotone in the rate), `failed_rate` (a failed probe, which leaves the group's
     answers None) and the number of probes (`llmsched.analysis.search`).
 
-    `policies` and `seeds` (default: seed 0) or the grid's `policy` and `seed` lists,
+    `policies` and `seeds` (default: the configuration's seed, else 0) or the grid's `policy` and `seed` lists,
     not both; every seed runs at each probe."""
     if fixed.get("seed") is not None:
         raise ConfigError(
@@ -263,8 +263,10 @@ def max_stable_rate(
             raise ConfigError(f"{name}= and the grid's {key!r} both list the {name}: give one")
     if policies is not None:
         g["policy"] = check_policy_names(policies)
-    if seeds is not None or "seed" not in g:
-        g["seed"] = list(check_seeds((0,) if seeds is None else seeds))
+    if seeds is not None:
+        # (neither given: the configuration's seed, as `sweep --search` runs it, else 0;
+        # seed 0 replaced a configuration's seed 3 silently)
+        g["seed"] = list(check_seeds(seeds))
     res = run_sweep(
         config,
         g,

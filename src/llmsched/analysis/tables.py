@@ -86,7 +86,7 @@ def group_label(params: dict, group_keys: Sequence[str]) -> str:
     parts = []
     for k in group_keys:
         v = params.get(k)
-        parts.append(str(v) if k == "policy" else f"{k}={v}")
+        parts.append(str(v) if k == "policy" else f"{k}={grid_cell(v)}")  # (a mapping as JSON)
     return ", ".join(parts)
 
 
@@ -158,6 +158,7 @@ def write_search(search: list[dict], out_dir) -> list[str]:
     """`search.csv` (and, with pyarrow, `search.parquet`) and `search.json`: one row per
     group of a rate search."""
     out = Path(out_dir)
-    paths = write_table(search, out, "search")
+    # a grid's mapping as JSON in the table's cells (as results.csv); search.json keeps it an object
+    paths = write_table([{k: grid_cell(v) for k, v in r.items()} for r in search], out, "search")
     atomic_write(out / "search.json", lambda p: p.write_text(json.dumps(search, indent=2, default=str)))
     return paths + [str(out / "search.json")]
