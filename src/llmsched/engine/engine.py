@@ -13,6 +13,8 @@ stop strings; `runtime.output.Sequence`) and reports the measured time to the po
 from __future__ import annotations
 
 import random
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -122,6 +124,32 @@ class ModelExecutor:
                 s.logprob = lp
         self.forward_s = (t1 - tf) / 1e9
         return max(t1 - self.perf0, batch.start_ns + 1), tokens
+
+
+# While a policy job runs on its worker thread (pure Python: a region solve), the GIL's
+# switch interval is 0.1 ms instead of 5: each torch op of a step gives the GIL up and
+# waited up to 5 ms to get it back (a 2 ms step of the tiny model took up to 276 ms while a
+# refit ran, at most 24 ms at 0.1 ms: docs/engine.md).
+_JOB_SWITCH_S = 1e-4
+_job_lock = threading.Lock()
+_jobs_running = 0
+_saved_switch = 0.005
+
+
+def _run_job(fn):
+    global _jobs_running, _saved_switch
+    with _job_lock:
+        if _jobs_running == 0:
+            _saved_switch = sys.getswitchinterval()
+            sys.setswitchinterval(min(_saved_switch, _JOB_SWITCH_S))
+        _jobs_running += 1
+    try:
+        return fn()
+    finally:
+        with _job_lock:
+            _jobs_running -= 1
+            if _jobs_running == 0:
+                sys.setswitchinterval(_saved_switch)
 
 
 @dataclass
@@ -274,6 +302,9 @@ class LLMEngine(StepDriver):
         self.kv_capacity = token_capacity(self.runner.num_blocks, block_size, max_num_seqs, self.runner.kv_size_knob)
         self.spec = spec.replace(kv_capacity=self.kv_capacity, max_running=max_num_seqs, block_size=block_size)
         super().__init__(self.spec.build())
+        self._pool = None  # one worker thread for the policy's jobs (adaptive's region refits)
+        self._job = None  # (policy, key, future) of the job it runs
+        self._defer_jobs()
         self.cost_model = None
         if cost_model is not None:
             self.bind_cost_model(cost_model)
@@ -405,11 +436,47 @@ class LLMEngine(StepDriver):
     # ---- the step (the loop itself is StepDriver.step) ------------------------------
     def _begin(self) -> tuple[StepPlan, int] | None:
         self._t0 = time.perf_counter_ns()
+        job = self._job
+        if job is not None and job[2].done():
+            self._job = None
+            job[0].install_job(job[1], job[2].result())  # (a solve's error is raised here)
         plan = self.scheduler.plan(self.state)
+        if self._job is None:
+            self._start_job()
         self.last_plan = plan
         if plan.is_empty():
             return None
         return plan, max(self.state.now, self._t0 - self._perf0)
+
+    # ---- policy jobs off the step loop ---------------------------------------------
+    def _defer_jobs(self) -> None:
+        """A policy with jobs (adaptive's region refits, 0.3-0.4 s with a profile) leaves
+        them to the engine, which runs them on a worker thread: run inside `plan`, every
+        request in the step waited for them."""
+        batch = self.scheduler.batch
+        if hasattr(batch, "take_job"):
+            batch.defer_jobs = True
+
+    def _start_job(self) -> None:
+        batch = self.scheduler.batch
+        take = getattr(batch, "take_job", None)
+        job = take() if take is not None else None
+        if job is None:
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="llmsched-policy-job")
+        key, fn = job
+        self._job = (batch, key, self._pool.submit(_run_job, fn))
+
+    def close(self) -> None:
+        """Stop the policy's worker thread (a job running ends on its own, its result
+        dropped). The engine still works: a later job starts another thread."""
+        self._job = None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _on_token(self, seq: Sequence, tok: int, t: float) -> None:
         seq.token_ids.append(tok)
@@ -456,6 +523,8 @@ class LLMEngine(StepDriver):
             admission_options=admission_options or {},
         )
         self.scheduler = self.spec.build()
+        self._job = None  # the old policy's job: its result is dropped
+        self._defer_jobs()
         if self.cost_model is not None:
             self.scheduler.bind_cost_model(self.cost_model)
         pc = self.state.prefix
