@@ -183,14 +183,15 @@ class LLMEngine(StepDriver):
     intra-op threads (process-wide); by default one core is left to the Python driver, as
     vLLM's CPU backend does (a thread waiting for a busy core slows every op).
 
-    `scheduler`: a batch policy name (with `admission`, `b_max`, `k_max`,
-    `admission_options`), or a whole `SchedulerSpec` (its `max_running`, if set, is
-    `max_num_seqs`; its `block_size` is `block_size`, and a `block_size` given here that
-    differs from it is a ConfigError); the KV capacity (`kv_capacity`) is always the
-    engine's. `block_size`: tokens per KV block, the prefix cache's unit too (default 16,
-    or the spec's). `prefix_caching` (or the
-    spec's): reuse the KV blocks of computed prompt prefixes, shared between sequences
-    (see `kv_cache`); block ids come from the prompt's token ids. `tokenizer`: a folder
+    `scheduler`: a batch policy name (with `admission` (default fcfs), `b_max` (512),
+    `k_max` (None: no cap), `admission_options`, `prefix_caching` (False)), or a whole
+    `SchedulerSpec`, whose values these are then (its `max_running`, if set, is
+    `max_num_seqs`; its `block_size` is `block_size`): any of them given here as well must
+    equal the spec's, or it is a ConfigError naming both (one of the two would be lost);
+    the KV capacity (`kv_capacity`) is always the engine's. `max_num_seqs`: running
+    requests (default 256). `block_size`: tokens per KV block, the prefix cache's unit
+    too (default 16). `prefix_caching`: reuse the KV blocks of computed prompt prefixes,
+    shared between sequences (see `kv_cache`); block ids come from the prompt's token ids. `tokenizer`: a folder
     with tokenizer.json (or the file) used instead of the model folder's, as vLLM's
     `tokenizer` (prompts, output text and stop strings all use it). `cost_model`: a cost
     model or its spec (`profile:PATH`, `paper`, ...; `llmsched.core.cost.make_cost_model`)
@@ -204,13 +205,13 @@ class LLMEngine(StepDriver):
         model,
         *,
         scheduler: str | SchedulerSpec = "sarathi",
-        admission: str = "fcfs",
-        b_max: int = 512,
+        admission: str | None = None,
+        b_max: int | None = None,
         k_max: int | None = None,
         kv_cache_gb: float | None = None,
         device: str = "cpu",
         dtype=None,
-        max_num_seqs: int = 256,
+        max_num_seqs: int | None = None,
         block_size: int | None = None,
         max_model_len: int | None = None,
         gpu_memory_utilization: float = 0.9,
@@ -219,7 +220,7 @@ class LLMEngine(StepDriver):
         num_blocks: int | None = None,
         admission_options: dict | None = None,
         num_threads: int | None = None,
-        prefix_caching: bool = False,
+        prefix_caching: bool | None = None,
         tokenizer=None,
         cost_model=None,
     ):
@@ -231,24 +232,38 @@ class LLMEngine(StepDriver):
             raise ConfigError(f"scheduler must be a policy name or a SchedulerSpec, got {type(scheduler).__name__}")
         if isinstance(scheduler, SchedulerSpec):
             spec = scheduler
+            # a value given in both places must agree: one of them was silently dropped
+            # (prefix_caching=True left caching off, b_max and k_max were the spec's)
+            for name, given, spec_name, theirs in (
+                ("admission", admission, "admission", spec.admission),
+                ("b_max", b_max, "b_max", spec.b_max),
+                ("k_max", k_max, "k_max", spec.k_max),
+                ("admission_options", admission_options, "admission_options", spec.admission_options),
+                ("prefix_caching", prefix_caching, "prefix_caching", spec.prefix_caching),
+                ("max_num_seqs", max_num_seqs, "max_running", spec.max_running),
+                ("block_size", block_size if as_int(block_size) is not None else None, "block_size", spec.block_size),
+            ):
+                # (a spec's max_running None sets nothing; its k_max None is no cap)
+                if given is not None and given != theirs and not (theirs is None and spec_name == "max_running"):
+                    raise ConfigError(
+                        f"{name} {given!r} differs from the SchedulerSpec's {spec_name} {theirs!r}: "
+                        "give it in one place"
+                    )
             max_num_seqs = spec.max_running or max_num_seqs
             if block_size is None:
                 block_size = spec.block_size
-            elif as_int(block_size) is not None and block_size != spec.block_size:
-                raise ConfigError(
-                    f"block_size {block_size} differs from the SchedulerSpec's block_size {spec.block_size}: "
-                    "give it in one place"
-                )
         else:
             block_size = SchedulerSpec.block_size if block_size is None else block_size
             spec = SchedulerSpec(
                 policy=scheduler,
-                admission=admission,
-                b_max=b_max,
+                admission="fcfs" if admission is None else admission,
+                b_max=512 if b_max is None else b_max,
                 k_max=k_max,
                 admission_options=admission_options or {},
-                prefix_caching=prefix_caching,
+                prefix_caching=bool(prefix_caching),
             )
+        if max_num_seqs is None:
+            max_num_seqs = 256
         b_max = spec.b_max
         for name, v in (("b_max", b_max), ("max_num_seqs", max_num_seqs)):
             n = as_int(v)
@@ -572,13 +587,13 @@ class LLM:
     def __init__(
         self,
         model,
-        scheduler: str = "sarathi",
-        b_max: int = 512,
+        scheduler: str | SchedulerSpec = "sarathi",
+        b_max: int | None = None,
         k_max: int | None = None,
         kv_cache_gb: float | None = None,
         device: str = "cpu",
         dtype=None,
-        max_num_seqs: int = 256,
+        max_num_seqs: int | None = None,
         **engine_options,
     ):
         known = set(keyword_names(LLMEngine)) - {"model"}
