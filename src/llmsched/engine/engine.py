@@ -581,6 +581,21 @@ def _completion(s: Sequence, logprobs: list | None) -> Completion:
     )
 
 
+def _array_rows(x, ndims: tuple[int, ...]):
+    """A numpy integer array of one of `ndims` dimensions as (nested) lists of ints; None
+    for anything else. Raises ConfigError for another array."""
+    ndim = getattr(x, "ndim", None)
+    dtype = getattr(x, "dtype", None)
+    if ndim is None or dtype is None or not hasattr(x, "tolist"):
+        return None
+    if ndim not in ndims or getattr(dtype, "kind", None) not in ("i", "u"):
+        raise ConfigError(
+            f"a prompt array must be of integer token ids, {' or '.join(f'{n}-D' for n in ndims)}; "
+            f"got a {ndim}-D {dtype} array"
+        )
+    return x.tolist()
+
+
 class LLM:
     """Offline batch generation: `LLM(model_dir).generate(prompts, params)`."""
 
@@ -617,13 +632,20 @@ class LLM:
             if self.tokenizer is None:
                 raise ConfigError("text prompts need a tokenizer.json in the model folder; pass token id lists instead")
             return self.tokenizer.encode(prompt)
+        rows = _array_rows(prompt, (1,))
+        if rows is not None:
+            return rows
         if isinstance(prompt, (list, tuple)) and all(as_int(t) is not None for t in prompt):
             return [int(t) for t in prompt]
         raise ConfigError("a prompt must be a string or a list of token ids")
 
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None) -> list[Completion]:
-        """Generate for every prompt (a string, a token-id list, or a list of either);
+        """Generate for every prompt (a string, a token-id list, or a list of either; a 1-D
+        numpy integer array is one prompt of token ids, a 2-D one a prompt per row);
         returns completions in prompt order."""
+        rows = _array_rows(prompts, (1, 2))
+        if rows is not None:
+            prompts = [rows] if prompts.ndim == 1 else rows
         if isinstance(prompts, str) or (
             isinstance(prompts, (list, tuple)) and prompts and as_int(prompts[0]) is not None
         ):
