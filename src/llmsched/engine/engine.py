@@ -128,8 +128,8 @@ class ModelExecutor:
 
 # While a policy job runs on its worker thread (pure Python: a region solve), the GIL's
 # switch interval is 0.1 ms instead of 5: each torch op of a step gives the GIL up and
-# waited up to 5 ms to get it back (a 2 ms step of the tiny model took up to 276 ms while a
-# refit ran, at most 24 ms at 0.1 ms: docs/engine.md).
+# waited up to 5 ms to get it back (an inter-token latency of 1-2 ms on the tiny model
+# reached 108 ms with the refit on the worker at 5 ms, 12.5 ms at 0.1 ms: docs/engine.md).
 _JOB_SWITCH_S = 1e-4
 _job_lock = threading.Lock()
 _jobs_running = 0

@@ -19,9 +19,10 @@ Rule (our design):
    A refit during a step is a job (`take_job`, `install_job`): by default `build` runs it
    at once (the simulator and the virtual GPU charge no host time for it); a driver that
    sets `defer_jobs` (the PyTorch engine) takes it and runs it off its step loop (a solve
-   took 0.28-0.40 s with a profile, while a tiny model's forward took 2 ms), the region
-   in use planning the steps until it installs the result. A region is solved once per
-   key (server, prompt cap, rounded means): a key seen again reuses it.
+   took 0.13-0.23 s at `b_max` 512 with the h200-llama-3.2-1b profile, a step of the
+   tiny model 1-2 ms: docs/engine.md), the region in use planning the steps until it
+   installs the result. A region is solved once per key (server, prompt cap, rounded
+   means): a key seen again reuses it.
    Under a binding cap (`k_max < b_max`) the region lets one request supply at most the
    longest prompt seen so far as prefill in a step (`max_prefill_per_request`, as
    `capacity` caps it at the workload's longest prompt): the region is refitted when a
