@@ -191,14 +191,16 @@ class LLMEngine(StepDriver):
     the KV capacity (`kv_capacity`) is always the engine's. `max_num_seqs`: running
     requests (default 256). `block_size`: tokens per KV block, the prefix cache's unit
     too (default 16). `prefix_caching`: reuse the KV blocks of computed prompt prefixes,
-    shared between sequences (see `kv_cache`); block ids come from the prompt's token ids. `tokenizer`: a folder
-    with tokenizer.json (or the file) used instead of the model folder's, as vLLM's
+    shared between sequences (see `kv_cache`); block ids come from the prompt's token
+    ids. `tokenizer`: a folder with tokenizer.json (or the file) used instead of the model folder's, as vLLM's
     `tokenizer` (prompts, output text and stop strings all use it). `cost_model`: a cost
     model or its spec (`profile:PATH`, `paper`, ...; `llmsched.core.cost.make_cost_model`)
     bound to the scheduler, now and after each `set_scheduler`, as the simulator binds
     its own: the policies that reason about step times (adaptive, TWP, DynamicBatch) read
     them from it; without one, adaptive plans with `paper` and TWP and DynamicBatch learn
-    the measured step times. It never times the engine's steps."""
+    the measured step times. It never times the engine's steps. A policy's jobs
+    (adaptive's region refits) run on a worker thread, their results installed between
+    steps; `close()` stops it."""
 
     def __init__(
         self,
@@ -260,7 +262,7 @@ class LLMEngine(StepDriver):
                 b_max=512 if b_max is None else b_max,
                 k_max=k_max,
                 admission_options=admission_options or {},
-                prefix_caching=bool(prefix_caching),
+                prefix_caching=False if prefix_caching is None else prefix_caching,
             )
         if max_num_seqs is None:
             max_num_seqs = 256
