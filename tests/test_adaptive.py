@@ -223,8 +223,10 @@ def test_a_prompt_of_b_max_tokens_ends_the_refits(monkeypatch):
     # a cap of b_max or more is no cap (a step holds at most b_max tokens)
     caps = _counting_regions(monkeypatch)
     sched = make_scheduler("adaptive", b_max=256, k_max=4)
+    uncapped = list(sched.batch._cands)
     _run_steps(sched, [[100], [300]] + [[400 + i] for i in range(40)])
-    assert caps == [None, 100, None]
+    # uncapped again at the 300-token prompt: the region of the build, not solved again
+    assert caps == [None, 100] and sched.batch._cands == uncapped and sched.batch._key[2] is None
 
 
 def test_context_dependent_model_plans_with_the_capped_region_too():

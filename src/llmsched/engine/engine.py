@@ -13,6 +13,8 @@ stop strings; `runtime.output.Sequence`) and reports the measured time to the po
 from __future__ import annotations
 
 import random
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -124,6 +126,32 @@ class ModelExecutor:
         return max(t1 - self.perf0, batch.start_ns + 1), tokens
 
 
+# While a policy job runs on its worker thread (pure Python: a region solve), the GIL's
+# switch interval is 0.1 ms instead of 5: each torch op of a step gives the GIL up and
+# waited up to 5 ms to get it back (an inter-token latency of 1-2 ms on the tiny model
+# reached 108 ms with the refit on the worker at 5 ms, 12.5 ms at 0.1 ms: docs/engine.md).
+_JOB_SWITCH_S = 1e-4
+_job_lock = threading.Lock()
+_jobs_running = 0
+_saved_switch = 0.005
+
+
+def _run_job(fn):
+    global _jobs_running, _saved_switch
+    with _job_lock:
+        if _jobs_running == 0:
+            _saved_switch = sys.getswitchinterval()
+            sys.setswitchinterval(min(_saved_switch, _JOB_SWITCH_S))
+        _jobs_running += 1
+    try:
+        return fn()
+    finally:
+        with _job_lock:
+            _jobs_running -= 1
+            if _jobs_running == 0:
+                sys.setswitchinterval(_saved_switch)
+
+
 @dataclass
 class Completion:
     """One finished request of `LLM.generate`. Times in seconds."""
@@ -155,34 +183,37 @@ class LLMEngine(StepDriver):
     intra-op threads (process-wide); by default one core is left to the Python driver, as
     vLLM's CPU backend does (a thread waiting for a busy core slows every op).
 
-    `scheduler`: a batch policy name (with `admission`, `b_max`, `k_max`,
-    `admission_options`), or a whole `SchedulerSpec` (its `max_running`, if set, is
-    `max_num_seqs`; its `block_size` is `block_size`, and a `block_size` given here that
-    differs from it is a ConfigError); the KV capacity (`kv_capacity`) is always the
-    engine's. `block_size`: tokens per KV block, the prefix cache's unit too (default 16,
-    or the spec's). `prefix_caching` (or the
-    spec's): reuse the KV blocks of computed prompt prefixes, shared between sequences
-    (see `kv_cache`); block ids come from the prompt's token ids. `tokenizer`: a folder
-    with tokenizer.json (or the file) used instead of the model folder's, as vLLM's
+    `scheduler`: a batch policy name (with `admission` (default fcfs), `b_max` (512),
+    `k_max` (None: no cap), `admission_options`, `prefix_caching` (False)), or a whole
+    `SchedulerSpec`, whose values these are then (its `max_running`, if set, is
+    `max_num_seqs`; its `block_size` is `block_size`): any of them given here as well must
+    equal the spec's, or it is a ConfigError naming both (one of the two would be lost);
+    the KV capacity (`kv_capacity`) is always the engine's. `max_num_seqs`: running
+    requests (default 256). `block_size`: tokens per KV block, the prefix cache's unit
+    too (default 16). `prefix_caching`: reuse the KV blocks of computed prompt prefixes,
+    shared between sequences (see `kv_cache`); block ids come from the prompt's token
+    ids. `tokenizer`: a folder with tokenizer.json (or the file) used instead of the model folder's, as vLLM's
     `tokenizer` (prompts, output text and stop strings all use it). `cost_model`: a cost
     model or its spec (`profile:PATH`, `paper`, ...; `llmsched.core.cost.make_cost_model`)
     bound to the scheduler, now and after each `set_scheduler`, as the simulator binds
     its own: the policies that reason about step times (adaptive, TWP, DynamicBatch) read
     them from it; without one, adaptive plans with `paper` and TWP and DynamicBatch learn
-    the measured step times. It never times the engine's steps."""
+    the measured step times. It never times the engine's steps. A policy's jobs
+    (adaptive's region refits) run on a worker thread, their results installed between
+    steps; `close()` stops it."""
 
     def __init__(
         self,
         model,
         *,
         scheduler: str | SchedulerSpec = "sarathi",
-        admission: str = "fcfs",
-        b_max: int = 512,
+        admission: str | None = None,
+        b_max: int | None = None,
         k_max: int | None = None,
         kv_cache_gb: float | None = None,
         device: str = "cpu",
         dtype=None,
-        max_num_seqs: int = 256,
+        max_num_seqs: int | None = None,
         block_size: int | None = None,
         max_model_len: int | None = None,
         gpu_memory_utilization: float = 0.9,
@@ -191,7 +222,7 @@ class LLMEngine(StepDriver):
         num_blocks: int | None = None,
         admission_options: dict | None = None,
         num_threads: int | None = None,
-        prefix_caching: bool = False,
+        prefix_caching: bool | None = None,
         tokenizer=None,
         cost_model=None,
     ):
@@ -203,24 +234,38 @@ class LLMEngine(StepDriver):
             raise ConfigError(f"scheduler must be a policy name or a SchedulerSpec, got {type(scheduler).__name__}")
         if isinstance(scheduler, SchedulerSpec):
             spec = scheduler
+            # a value given in both places must agree: one of them was silently dropped
+            # (prefix_caching=True left caching off, b_max and k_max were the spec's)
+            for name, given, spec_name, theirs in (
+                ("admission", admission, "admission", spec.admission),
+                ("b_max", b_max, "b_max", spec.b_max),
+                ("k_max", k_max, "k_max", spec.k_max),
+                ("admission_options", admission_options, "admission_options", spec.admission_options),
+                ("prefix_caching", prefix_caching, "prefix_caching", spec.prefix_caching),
+                ("max_num_seqs", max_num_seqs, "max_running", spec.max_running),
+                ("block_size", block_size if as_int(block_size) is not None else None, "block_size", spec.block_size),
+            ):
+                # (a spec's max_running None sets nothing; its k_max None is no cap)
+                if given is not None and given != theirs and not (theirs is None and spec_name == "max_running"):
+                    raise ConfigError(
+                        f"{name} {given!r} differs from the SchedulerSpec's {spec_name} {theirs!r}: "
+                        "give it in one place"
+                    )
             max_num_seqs = spec.max_running or max_num_seqs
             if block_size is None:
                 block_size = spec.block_size
-            elif as_int(block_size) is not None and block_size != spec.block_size:
-                raise ConfigError(
-                    f"block_size {block_size} differs from the SchedulerSpec's block_size {spec.block_size}: "
-                    "give it in one place"
-                )
         else:
             block_size = SchedulerSpec.block_size if block_size is None else block_size
             spec = SchedulerSpec(
                 policy=scheduler,
-                admission=admission,
-                b_max=b_max,
+                admission="fcfs" if admission is None else admission,
+                b_max=512 if b_max is None else b_max,
                 k_max=k_max,
                 admission_options=admission_options or {},
-                prefix_caching=prefix_caching,
+                prefix_caching=False if prefix_caching is None else prefix_caching,
             )
+        if max_num_seqs is None:
+            max_num_seqs = 256
         b_max = spec.b_max
         for name, v in (("b_max", b_max), ("max_num_seqs", max_num_seqs)):
             n = as_int(v)
@@ -274,6 +319,9 @@ class LLMEngine(StepDriver):
         self.kv_capacity = token_capacity(self.runner.num_blocks, block_size, max_num_seqs, self.runner.kv_size_knob)
         self.spec = spec.replace(kv_capacity=self.kv_capacity, max_running=max_num_seqs, block_size=block_size)
         super().__init__(self.spec.build())
+        self._pool = None  # one worker thread for the policy's jobs (adaptive's region refits)
+        self._job = None  # (policy, key, future) of the job it runs
+        self._defer_jobs()
         self.cost_model = None
         if cost_model is not None:
             self.bind_cost_model(cost_model)
@@ -405,11 +453,47 @@ class LLMEngine(StepDriver):
     # ---- the step (the loop itself is StepDriver.step) ------------------------------
     def _begin(self) -> tuple[StepPlan, int] | None:
         self._t0 = time.perf_counter_ns()
+        job = self._job
+        if job is not None and job[2].done():
+            self._job = None
+            job[0].install_job(job[1], job[2].result())  # (a solve's error is raised here)
         plan = self.scheduler.plan(self.state)
+        if self._job is None:
+            self._start_job()
         self.last_plan = plan
         if plan.is_empty():
             return None
         return plan, max(self.state.now, self._t0 - self._perf0)
+
+    # ---- policy jobs off the step loop ---------------------------------------------
+    def _defer_jobs(self) -> None:
+        """A policy with jobs (adaptive's region refits, 0.3-0.4 s with a profile) leaves
+        them to the engine, which runs them on a worker thread: run inside `plan`, every
+        request in the step waited for them."""
+        batch = self.scheduler.batch
+        if hasattr(batch, "take_job"):
+            batch.defer_jobs = True
+
+    def _start_job(self) -> None:
+        batch = self.scheduler.batch
+        take = getattr(batch, "take_job", None)
+        job = take() if take is not None else None
+        if job is None:
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="llmsched-policy-job")
+        key, fn = job
+        self._job = (batch, key, self._pool.submit(_run_job, fn))
+
+    def close(self) -> None:
+        """Stop the policy's worker thread (a job running ends on its own, its result
+        dropped). The engine still works: a later job starts another thread."""
+        self._job = None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _on_token(self, seq: Sequence, tok: int, t: float) -> None:
         seq.token_ids.append(tok)
@@ -456,6 +540,8 @@ class LLMEngine(StepDriver):
             admission_options=admission_options or {},
         )
         self.scheduler = self.spec.build()
+        self._job = None  # the old policy's job: its result is dropped
+        self._defer_jobs()
         if self.cost_model is not None:
             self.scheduler.bind_cost_model(self.cost_model)
         pc = self.state.prefix
@@ -497,19 +583,34 @@ def _completion(s: Sequence, logprobs: list | None) -> Completion:
     )
 
 
+def _array_rows(x, ndims: tuple[int, ...]):
+    """A numpy integer array of one of `ndims` dimensions as (nested) lists of ints; None
+    for anything else. Raises ConfigError for another array."""
+    ndim = getattr(x, "ndim", None)
+    dtype = getattr(x, "dtype", None)
+    if ndim is None or dtype is None or not hasattr(x, "tolist"):
+        return None
+    if ndim not in ndims or getattr(dtype, "kind", None) not in ("i", "u"):
+        raise ConfigError(
+            f"a prompt array must be of integer token ids, {' or '.join(f'{n}-D' for n in ndims)}; "
+            f"got a {ndim}-D {dtype} array"
+        )
+    return x.tolist()
+
+
 class LLM:
     """Offline batch generation: `LLM(model_dir).generate(prompts, params)`."""
 
     def __init__(
         self,
         model,
-        scheduler: str = "sarathi",
-        b_max: int = 512,
+        scheduler: str | SchedulerSpec = "sarathi",
+        b_max: int | None = None,
         k_max: int | None = None,
         kv_cache_gb: float | None = None,
         device: str = "cpu",
         dtype=None,
-        max_num_seqs: int = 256,
+        max_num_seqs: int | None = None,
         **engine_options,
     ):
         known = set(keyword_names(LLMEngine)) - {"model"}
@@ -533,13 +634,20 @@ class LLM:
             if self.tokenizer is None:
                 raise ConfigError("text prompts need a tokenizer.json in the model folder; pass token id lists instead")
             return self.tokenizer.encode(prompt)
+        rows = _array_rows(prompt, (1,))
+        if rows is not None:
+            return rows
         if isinstance(prompt, (list, tuple)) and all(as_int(t) is not None for t in prompt):
             return [int(t) for t in prompt]
         raise ConfigError("a prompt must be a string or a list of token ids")
 
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None) -> list[Completion]:
-        """Generate for every prompt (a string, a token-id list, or a list of either);
+        """Generate for every prompt (a string, a token-id list, or a list of either; a 1-D
+        numpy integer array is one prompt of token ids, a 2-D one a prompt per row);
         returns completions in prompt order."""
+        rows = _array_rows(prompts, (1, 2))
+        if rows is not None:
+            prompts = [rows] if prompts.ndim == 1 else rows
         if isinstance(prompts, str) or (
             isinstance(prompts, (list, tuple)) and prompts and as_int(prompts[0]) is not None
         ):

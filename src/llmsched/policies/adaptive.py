@@ -16,6 +16,13 @@ Rule (our design):
    when a driver binds its cost model), not on the first step, whose request would wait
    for it (importing the LP solver and solving took about 0.4 s). A context-dependent
    cost model is refitted as the workload means move (1, 2, 4, ... requests seen).
+   A refit during a step is a job (`take_job`, `install_job`): by default `build` runs it
+   at once (the simulator and the virtual GPU charge no host time for it); a driver that
+   sets `defer_jobs` (the PyTorch engine) takes it and runs it off its step loop (a solve
+   took 0.13-0.23 s at `b_max` 512 with the h200-llama-3.2-1b profile, a step of the
+   tiny model 1-2 ms: docs/engine.md), the region in use planning the steps until it
+   installs the result. A region is solved once per key (server, prompt cap, rounded
+   means): a key seen again reuses it.
    Under a binding cap (`k_max < b_max`) the region lets one request supply at most the
    longest prompt seen so far as prefill in a step (`max_prefill_per_request`, as
    `capacity` caps it at the workload's longest prompt): the region is refitted when a
@@ -100,6 +107,30 @@ def _region():
     return region
 
 
+def _solve(cost, b_max: int, k_max: int | None, cap: int | None, mp: float | None, mo: float | None):
+    """One region solve (a refit job): the vertex candidates `(load, decodes first)`, best
+    first, and the step timer the scores use. Reads only its arguments."""
+    region = _region()
+    if cost.load_only:
+        reg = region.stability_region(cost, b_max, k_max, max_prefill_per_request=cap)
+
+        def timer(x, y):
+            return cost.load_time(x + y)
+    else:
+        reg = region.stability_region(cost, b_max, k_max, mean_prompt=mp, mean_output=mo, max_prefill_per_request=cap)
+        timer = region.representative_timer(cost, mp, mo)
+    cands = set()
+    for x, y, _t in reg.vertex_shapes:
+        if x + y >= 1:
+            load = int(x + y)
+            if cost.load_only:  # same step time up to a larger load: use it too
+                t0 = cost.load_time(load) * (1 + 1e-12)
+                while load < b_max and cost.load_time(load + 1) <= t0:
+                    load += 1
+            cands.add((load, int(y)))
+    return sorted(cands, key=lambda c: (-c[0], -c[1])), timer
+
+
 class Adaptive(BatchPolicy):
     name = "adaptive"
     summary = (
@@ -134,7 +165,12 @@ class Adaptive(BatchPolicy):
                 f"got {max_prompt!r}"
             )
         self.max_prompt = longest
-        self._key = None
+        self._key = None  # the region wanted: installed, or a job not yet installed
+        self._regions: dict = {}  # key -> (vertex candidates, timer), for this cost model
+        self._epoch = 0  # a job from an earlier binding or run is not installed
+        self._job = None  # (key, job) due, not yet taken by a deferring driver
+        #: set by a driver that runs refits off its step loop (`take_job`, `install_job`)
+        self.defer_jobs = False
         self._cands: list[tuple[int, int]] = []
         self._times: dict[tuple[int, int], float] = {}
         self._server: tuple[int, int | None] | None = None  # (b_max, k_max) once bound
@@ -160,6 +196,8 @@ class Adaptive(BatchPolicy):
         if self.cost_spec is None:  # an explicit `cost` option wins
             self.cost = cost
             self._key = None
+            self._regions = {}
+            self._forget_job()
             if self._server is not None:
                 self._compute(*self._server)
 
@@ -169,6 +207,7 @@ class Adaptive(BatchPolicy):
         counted), and so does the region fitted to them (again only if it may have moved)."""
         ran = self._steps or self._n or self._longest != (self.max_prompt or 0) or self.chosen
         self._start()
+        self._forget_job()
         if ran and self._server is not None:
             # the region a fresh policy computes at bind time (no request seen yet)
             self._key = None
@@ -201,7 +240,7 @@ class Adaptive(BatchPolicy):
         """Before a step: the region for this state's server (a no-op when it is known)."""
         if not self.cost.load_only:
             self._observe_arrivals(state)
-        self._compute(state.b_max, None if state.k_max >= UNLIMITED else int(state.k_max))
+        self._compute(state.b_max, None if state.k_max >= UNLIMITED else int(state.k_max), self.defer_jobs)
 
     def _prefill_cap(self, b_max: int, k_max: int | None) -> int | None:
         """The region's `max_prefill_per_request`: the longest prompt known under a binding
@@ -218,18 +257,18 @@ class Adaptive(BatchPolicy):
             return False
         self._prompt_cap = self._longest
         self._next_cap_refit = 2 * self._steps
-        self._compute(state.b_max, k_max)
+        self._compute(state.b_max, k_max, self.defer_jobs)
         return True
 
-    def _compute(self, b_max: int, k_max: int | None) -> None:
-        """The region's vertex shapes for this server, unless known (called every step)."""
+    def _compute(self, b_max: int, k_max: int | None, defer: bool = False) -> None:
+        """The region's vertex shapes for this server, unless known (called every step);
+        `defer`: leave a solve to the driver (`take_job`), the region in use serving until then."""
         cap = self._prefill_cap(b_max, k_max)
         if self.cost.load_only:
             key = (b_max, k_max, cap)
             if key == self._key:
                 return
-            region = _region().stability_region(self.cost, b_max, k_max, max_prefill_per_request=cap)
-            self._time = lambda x, y: self.cost.load_time(x + y)
+            job = (self.cost, b_max, k_max, cap, None, None)
         else:
             if self._key is not None and self._n < self._next_refit and self._key[:3] == (b_max, k_max, cap):
                 return
@@ -241,22 +280,41 @@ class Adaptive(BatchPolicy):
             key = (b_max, k_max, cap, round(mp), round(mo))
             if key == self._key:
                 return
-            region = _region().stability_region(
-                self.cost, b_max, k_max, mean_prompt=mp, mean_output=mo, max_prefill_per_request=cap
-            )
-            self._time = _region().representative_timer(self.cost, mp, mo)
-        cands = set()
-        for x, y, _t in region.vertex_shapes:
-            if x + y >= 1:
-                load = int(x + y)
-                if self.cost.load_only:  # same step time up to a larger load: use it too
-                    t0 = self.cost.load_time(load) * (1 + 1e-12)
-                    while load < b_max and self.cost.load_time(load + 1) <= t0:
-                        load += 1
-                cands.add((load, int(y)))
-        self._cands = sorted(cands, key=lambda c: (-c[0], -c[1]))
-        self._times = {}
+            job = (self.cost, b_max, k_max, cap, mp, mo)
         self._key = key
+        got = self._regions.get(key)
+        if got is None:
+            if defer:
+                self._job = ((self._epoch, key), lambda: _solve(*job))  # a later refit replaces it
+                return
+            got = self._regions[key] = _solve(*job)
+        self._job = None
+        self._cands, self._time = got
+        self._times = {}
+
+    def _forget_job(self) -> None:
+        """A binding or a run starts: a job due or running is for what came before."""
+        self._job = None
+        self._epoch += 1
+
+    def take_job(self):
+        """The refit due that `build` left to the driver (`defer_jobs`), as (key, a function
+        of no arguments that solves it, pure: no state of the policy), or None; taken once.
+        The driver runs it when it likes (the engine: on a worker thread) and passes the
+        result to `install_job` between steps."""
+        job, self._job = self._job, None
+        return job
+
+    def install_job(self, key, result) -> None:
+        """The result of a job from `take_job`: the region from the next step on (a job is
+        taken after the region in use was asked for, so it is newer), unless the policy
+        was reset or rebound since; kept for its key."""
+        epoch, k = key
+        if epoch != self._epoch:
+            return
+        self._regions[k] = result
+        self._cands, self._time = result
+        self._times = {}
 
     def _t(self, x: int, y: int) -> float:
         k = (x, y)

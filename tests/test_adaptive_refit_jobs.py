@@ -1,0 +1,92 @@
+"""Adaptive's refits as jobs: a driver that defers them (the engine) gets a pure job and
+installs its result later, the region in use planning until then; a driver that does not
+(the simulator) has them run inside the step, as before; a region is solved once per key."""
+
+from __future__ import annotations
+
+from llmsched.core.cost import make_cost_model
+from llmsched.policies import make_scheduler
+
+PROFILE = "profile:h200-llama-3.2-1b"
+
+
+def _counting(monkeypatch):
+    import llmsched.core.region as region
+
+    solved = []
+    real = region.stability_region
+
+    def counted(*a, **k):
+        solved.append((a[1:3], k.get("mean_prompt"), k.get("max_prefill_per_request")))
+        return real(*a, **k)
+
+    monkeypatch.setattr(region, "stability_region", counted)
+    return solved
+
+
+def _run_steps(sched, prompts_by_step, output=3, state=None):
+    from llmsched.core.request import Request
+
+    state = state or sched.new_state()
+    rid = len(state.waiting) + state.n_running + len(state.finished)
+    for step, prompts in enumerate(prompts_by_step):
+        for prompt in prompts:
+            state.add(Request(rid, step, prompt, output))
+            rid += 1
+        plan = sched.plan(state)
+        state.begin_step(plan, step)
+        state.end_step(plan, step + 1)
+    return state
+
+
+def test_a_deferred_refit_is_a_job_and_the_region_in_use_plans_until_it_is_installed(monkeypatch):
+    sched = make_scheduler("adaptive", b_max=512, k_max=16)
+    sched.bind_cost_model(make_cost_model(PROFILE))  # context-dependent: refits as means move
+    policy = sched.batch
+    policy.defer_jobs = True
+    before = list(policy._cands)
+    solved = _counting(monkeypatch)
+    _run_steps(sched, [[40]] * 3)
+    assert solved == []  # no solve inside a step
+    assert policy._cands == before
+    key, job = policy.take_job()
+    assert policy.take_job() is None  # taken once
+    result = job()
+    assert len(solved) == 1 and solved[0][1] != 1024.0  # the means seen, not the placeholder
+    policy.install_job(key, result)
+    assert policy._cands == result[0] != before
+
+    # the same steps on a policy that runs its refits at once (the simulator's) reach the
+    # region of the last refit the deferred one asked for
+    ref = make_scheduler("adaptive", b_max=512, k_max=16)
+    ref.bind_cost_model(make_cost_model(PROFILE))
+    _run_steps(ref, [[40]] * 3)
+    assert ref.batch._key == policy._key and ref.batch._cands == policy._cands
+
+
+def test_a_job_from_before_a_reset_is_not_installed():
+    sched = make_scheduler("adaptive", b_max=512, k_max=16)
+    sched.bind_cost_model(make_cost_model(PROFILE))
+    policy = sched.batch
+    policy.defer_jobs = True
+    fresh = list(policy._cands)
+    _run_steps(sched, [[40]] * 2)
+    key, job = policy.take_job()
+    sched.reset()
+    policy.install_job(key, job())
+    assert policy._cands == fresh and policy.take_job() is None
+
+
+def test_a_region_is_solved_once_per_key(monkeypatch):
+    # paper model, k_max 2: the region at construction (no cap), then capped at 100 for the
+    # first prompt; a second run (reset) needs the same two regions: none is solved again
+    solved = _counting(monkeypatch)
+    sched = make_scheduler("adaptive", b_max=512, k_max=2)
+    _run_steps(sched, [[100, 100]] + [[100]] * 10)
+    assert [cap for *_, cap in solved] == [None, 100]
+    cands = list(sched.batch._cands)
+    sched.reset()
+    assert max(load for load, _ in sched.batch._cands) == 512  # the uncapped region again
+    _run_steps(sched, [[100, 100]] + [[100]] * 10)
+    assert sched.batch._cands == cands
+    assert [cap for *_, cap in solved] == [None, 100]
