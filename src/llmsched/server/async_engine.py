@@ -148,6 +148,9 @@ class AsyncEngine:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        close = getattr(self.core, "close", None)  # the engine's worker for adaptive's refits
+        if close is not None:
+            close()
 
     async def drain(self, timeout: float | None) -> bool:
         """Refuse new requests and wait until the accepted ones have ended. Returns True if
