@@ -141,9 +141,11 @@ def test_make_trace_without_blocks_builds_no_cache_block_ids(tmp_path, monkeypat
     # the cached read keeps the file's 512-token ids, not ids cut to 16 tokens
     assert [c.block_size for c in spec_mod._TRACE_CACHE.values()] == [512]
     assert peak < fine.block_ids.nbytes, (peak, fine.block_ids.nbytes)
-    # block sizes that cannot be mapped are refused as before, ids wanted or not
+    # block sizes that cannot be mapped are refused where the ids are wanted; without them
+    # (no prefix cache) the block size is unused, and the run warns of that instead
     with pytest.raises(ConfigError, match="512-token blocks onto 48-token cache blocks"):
-        make_trace(WorkloadSpec(arrival=f"trace:{path}"), 48, blocks=False)
+        make_trace(WorkloadSpec(arrival=f"trace:{path}"), 48)
+    assert make_trace(WorkloadSpec(arrival=f"trace:{path}"), 48, blocks=False).block_ids is None
 
 
 @pytest.mark.parametrize("block_size", [16, 32, 512, 1024])

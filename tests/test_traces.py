@@ -388,7 +388,8 @@ def test_mooncake_hash_ids_at_the_int64_limits_are_read(tmp_path):
     first, second = t.blocks()  # chained ids: the same first 512 tokens, then different ones
     n = 512 // t.block_size
     assert len(t) == 2 and first[:n] == second[:n] and first[n] != second[n]
-    p = _write(tmp_path, "over.jsonl", MOONCAKE_ROW.format(0, 40, 2, 2**63) + "\n")
+    # unsigned 64-bit hashes (xxhash64's) from 2**63 up are read as their bits; past them, refused
+    p = _write(tmp_path, "over.jsonl", MOONCAKE_ROW.format(0, 40, 2, 2**64) + "\n")
     with pytest.raises(ConfigError, match="hash_ids"):
         read_trace(p)
 

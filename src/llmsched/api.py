@@ -39,7 +39,7 @@ from .theory.verdict import burst_factor, guard_time_of, service_steps, short_wi
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.arrivals import MAX_REQUESTS, count_over_the_limit, loose_rate
 from .workload.blocks import DEFAULT_BLOCK_SIZE
-from .workload.spec import DEFAULT_WORKLOAD, override_workload, with_defaults
+from .workload.spec import DEFAULT_WORKLOAD, check_trace_blocks, override_workload, with_defaults
 
 if TYPE_CHECKING:
     from .workload.network import NetworkSpec
@@ -458,6 +458,8 @@ def check_config(
     _, scheduler, _ = _setup(cfg)
     key = json.dumps([cfg.workload, cfg.block_size], sort_keys=True, default=str)
     trace = None if traces is None else traces.get(key)
+    if cfg.prefix_caching:  # (the run cuts a trace's block ids to the cache's blocks: refused here as there)
+        check_trace_blocks(WorkloadSpec.from_dict(cfg.workload), cfg.block_size)
     if trace is None:
         trace = make_trace(WorkloadSpec.from_dict(cfg.workload), cfg.block_size, blocks=False)  # (the check reads none)
         if traces is not None:
@@ -511,6 +513,7 @@ def simulate(
     if trace is not None:
         _check_config_workload(cfg, warned=overrides.get("rate") is not None)
     slo, scheduler, cost = _setup(cfg)
+    spec = None
     if trace is None:
         spec = WorkloadSpec.from_dict(cfg.workload)
         # block ids (where it has them) at the cache's block size, when a cache reads them
@@ -536,6 +539,13 @@ def simulate(
             f"prefix caching has nothing to hit: no prompt is longer than one {cfg.block_size}-token block "
             "(a hit is whole blocks and leaves the prompt's last token to compute), so every prompt is a miss "
             "(a smaller block size would find the shared prefixes)"
+        )
+    elif cfg.prefix_caching and _system_prompt_under_block(spec, cfg.block_size):
+        warn(
+            f"prefix caching has nothing to hit: every system prompt is shorter than one {cfg.block_size}-token "
+            f"block (the longest: {_system_prompt_under_block(spec, cfg.block_size)} tokens), and without --turns "
+            "requests share only the blocks wholly inside one, so every prompt is a miss "
+            "(a block size at most the system prompt would share it)"
         )
     steps_tmp = None
     steps_file = None
@@ -670,6 +680,19 @@ def _no_full_block(trace, block_size: int) -> bool:
     return prompt is not None and len(prompt) > 0 and int(np.max(prompt)) <= block_size
 
 
+def _system_prompt_under_block(spec: WorkloadSpec | None, block_size: int) -> int:
+    """The longest system prompt of a synthetic one-turn workload (`spec`; None: a
+    caller's trace) whose system prompts are all shorter than one block of `block_size`
+    tokens, else 0: its requests share only the blocks wholly inside a system prompt
+    (`stream_blocks`: every other block is its request's own), so none of them hits."""
+    if spec is None or spec.turns is not None or spec.arrival == "trace":
+        return 0
+    default = spec.system_prompt or 0
+    sizes = [default if c.system_prompt is None else c.system_prompt for c in spec.classes or ()] or [default]
+    longest = max(sizes)
+    return longest if longest < block_size else 0
+
+
 def _no_block_ids(workload: dict) -> str:
     """Why a workload's requests carry no prefix-cache block ids, for the warning."""
     if workload.get("arrival") == "trace":
@@ -682,6 +705,9 @@ def _no_block_ids(workload: dict) -> str:
     return "the trace has no block ids"
 
 
+#: the warning of a block size given without a prefix cache (a sweep whose other points have
+#: one drops it: `analysis.sweep.run_sweep`)
+BLOCK_SIZE_UNUSED = "has no effect without prefix caching (--prefix-caching)"
 MIN_STEP_S = 1e-4  # a step faster than 0.1 ms is no GPU's: probably seconds given as ms
 MIN_TRACE_RATE = 0.01  # req/s: a replayed trace slower than this probably has its times in ms
 
@@ -691,7 +717,7 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
     meant: a step under 0.1 ms, a replayed trace under 0.01 req/s, a profile cost model
     used far past its measured grid, a block size without prefix caching."""
     if cfg.block_size != SimConfig.block_size and not cfg.prefix_caching:
-        warn(f"block_size={cfg.block_size} has no effect without prefix caching (--prefix-caching)")
+        warn(f"block_size={cfg.block_size} {BLOCK_SIZE_UNUSED}")
     warn_fast_steps(cost, cfg.cost_model)
     arrival = np.asarray(trace.arrival_s, dtype=np.float64)
     if replay and len(arrival) > 1:
@@ -867,11 +893,17 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
     offered = rep.offered_tokens_per_s
     out["policy_critical_rate"] = None if limit is None else limit / rep.work_per_request
     out["policy_utilisation"] = None if limit is None or offered is None else offered / limit
+    # the backlog counts a waiting request's whole prompt (the prefix the cache serves it
+    # leaves the backlog only at admission: core.state), so a saturated server drains
+    # gross / work backlog tokens per token of work: the growth predicted in work tokens,
+    # and the threshold's capacity, are scaled into the backlog's units
+    units = (rep.work_per_request + cached) / rep.work_per_request if cached else 1.0
     # the fluid growth of this policy's backlog; where its limit is unknown, the growth at
     # lambda*'s steps (the best policy's, so a lower bound on this one's)
-    out["predicted_backlog_growth_tokens_per_s"] = (
+    growth = (
         max(0.0, offered - limit) if limit is not None and offered is not None else rep.predicted_growth_tokens_per_s
     )
+    out["predicted_backlog_growth_tokens_per_s"] = growth * units if growth is not None else None
     ts = result.timeseries
     t, w = ts["time_s"], ts["backlog_tokens"]
     keep = t <= float(arrivals.max())  # judge while requests arrive, not while the queue drains
@@ -888,8 +920,9 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
             t[keep],
             w[keep],
             # growth is material relative to what this server processes: what a policy
-            # filling the budget gets (CapacityReport.fill_capacity), as a network judges
-            capacity=rep.fill_capacity,
+            # filling the budget gets (CapacityReport.fill_capacity), as a network judges,
+            # in the backlog's units
+            capacity=rep.fill_capacity * units,
             predicted_growth_tokens_per_s=out["predicted_backlog_growth_tokens_per_s"],
             decode_time_s=decode_time,
             decode_of=decode_of,

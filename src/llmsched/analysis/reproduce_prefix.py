@@ -67,6 +67,10 @@ def reproduce_prefix_caching(
     whole = [as_real(k) for k in kv_capacities]
     if not whole or any(k is None or not math.isfinite(k) or k != int(k) for k in whole):
         raise ConfigError(f"kv_capacities must be whole numbers of tokens, got {list(kv_capacities)!r}")
+    # (before the check against the trace's largest request, which read -5 as a capacity too small)
+    bad = [int(k) for k in whole if k < 1]
+    if bad:
+        raise ConfigError(f"KV capacities must be at least 1 token, got {bad[0]}")
     # a repeat would run its cells again (duplicate rows in table.csv)
     for what, values in (("KV capacity", [int(k) for k in kv_capacities]), ("load", [float(x) for x in loads])):
         twice = first_repeat(values)

@@ -588,6 +588,21 @@ def load_trace(
     return copy.copy(t)
 
 
+def _check_reblock(base: Trace, block_size: int) -> None:
+    """ConfigError, as reading at `block_size` would give, where the trace's block ids
+    cannot be cut to `block_size`-token cache blocks. Only where a prefix cache reads them:
+    without one the block size is not used (and warned of as such: `api.warn_implausible`)."""
+    if base.block_ids is not None and base.block_size != block_size:
+        reblock_ratio(base.block_size, block_size)
+
+
+def check_trace_blocks(spec: WorkloadSpec, block_size: int) -> None:
+    """What `make_trace(spec, block_size)` refuses of a replayed trace's block ids, for a
+    check that builds the requests without them (`blocks=False`)."""
+    if spec.arrival == "trace":
+        _check_reblock(load_trace(spec.trace, None, spec.trace_model, spec.trace_log_type), block_size)
+
+
 def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, *, blocks: bool = True) -> Trace:
     """Build the requests a workload spec describes (deterministic for `spec.seed`), with
     prefix-cache block ids for `block_size`-token blocks where the workload has them (a
@@ -606,8 +621,8 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         # read (and cached) with its block ids as the file has them: only the replayed
         # requests' ids are cut to the cache's blocks below, and only when they are wanted
         base = load_trace(spec.trace, None, spec.trace_model, spec.trace_log_type)
-        if base.block_ids is not None and base.block_size != block_size:
-            reblock_ratio(base.block_size, block_size)  # refused as reading at block_size would
+        if blocks:
+            _check_reblock(base, block_size)
         # with a rate, the replayed part (not the whole trace) runs at that mean rate
         try:
             k, n = replay_cut(

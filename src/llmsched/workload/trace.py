@@ -549,7 +549,7 @@ def _parse_id_lists(texts, path, column: str, sep: str, rows_to_lines=None) -> t
             if t and _numbers(t, np.int64, sep, int(counts[i])) is None:
                 place = f"line {rows_to_lines(i)}" if rows_to_lines else row_place(path, i)
                 raise ConfigError(
-                    f"file {path} {place} {column}: cannot read {t[:60]!r} as integer block ids "
+                    f"file {path} {place} {column}: cannot read {t[:60]!r} as block ids ({ID_RANGE}) "
                     f"separated by {'spaces' if sep == ' ' else repr(sep)}"
                 )
         raise ConfigError(f"file {path} {column}: malformed block ids")
@@ -557,6 +557,9 @@ def _parse_id_lists(texts, path, column: str, sep: str, rows_to_lines=None) -> t
 
 
 _INT64_LIMITS = (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+_UINT64_MAX = 2**64 - 1
+#: the block ids the readers take (`_wide_ids`), named in their messages
+ID_RANGE = "integers from -2^63 to 2^64 - 1"
 
 
 def read_azure_csv(path: str | os.PathLike) -> Trace:
@@ -737,8 +740,34 @@ def _numbers(text: str | bytes, dtype, sep: str, expected: int) -> np.ndarray | 
         return None
     # numpy saturates out-of-range integers at the int64 limits instead of failing
     if dtype == np.int64 and out.size and (out.min() == _INT64_LIMITS[0] or out.max() == _INT64_LIMITS[1]):
-        return None
+        return _wide_ids(text, sep, expected)
     return out
+
+
+def _wide_ids(text: str | bytes, sep: str, expected: int) -> np.ndarray | None:
+    """Block ids (the only int64 `_numbers` reads) from -2**63 to 2**64 - 1, an id from
+    2**63 up as its int64 bit pattern (less 2**64): unsigned 64-bit hashes (xxhash64's,
+    vLLM's, SGLang's) are only compared and chained (`chain_ragged` hashes the bits), so
+    that loses nothing. None for text of `expected` numbers with one outside that range."""
+    if (b"-" if isinstance(text, bytes) else "-") not in text:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            try:
+                out = np.fromstring(text, dtype=np.uint64, sep=sep)
+            except (ValueError, DeprecationWarning):
+                return None
+        # (numpy saturates here too: 2**64 - 1 itself is checked exactly below)
+        if out.shape[0] == expected and out.max() < _UINT64_MAX:
+            return out.view(np.int64)
+    if isinstance(text, bytes):
+        text = text.decode("ascii")
+    try:
+        vals = [int(x) for x in text.replace(sep, " ").split()]
+    except ValueError:
+        return None
+    if len(vals) != expected or not all(_INT64_LIMITS[0] <= v <= _UINT64_MAX for v in vals):
+        return None
+    return np.array([v - 2**64 if v > _INT64_LIMITS[1] else v for v in vals], dtype=np.int64)
 
 
 def _mooncake_slow(p: Path, rows: list[bytes], nonblank: list[int]):
@@ -764,10 +793,11 @@ def _mooncake_slow(p: Path, rows: list[bytes], nonblank: list[int]):
             dest.append(float(v))
         h = obj["hash_ids"]
         if not isinstance(h, list) or any(
-            isinstance(x, bool) or not isinstance(x, int) or not _INT64_LIMITS[0] <= x <= _INT64_LIMITS[1] for x in h
+            isinstance(x, bool) or not isinstance(x, int) or not _INT64_LIMITS[0] <= x <= _UINT64_MAX for x in h
         ):
-            raise ConfigError(f"file {p} line {i + 1} key 'hash_ids' must be a list of 64-bit integers")
-        ids.append(h)
+            raise ConfigError(f"file {p} line {i + 1} key 'hash_ids' must be a list of {ID_RANGE}")
+        # an unsigned 64-bit hash as its int64 bit pattern (`_wide_ids`)
+        ids.append([x - 2**64 if x > _INT64_LIMITS[1] else x for x in h])
     counts = np.array([len(h) for h in ids], dtype=np.int64)
     ptr = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
