@@ -170,3 +170,22 @@ def test_a_network_or_platform_as_one_servers_config_is_refused_naming_the_flag(
         ["sweep", "--config", str(tmp_path / "c.json"), "--grid", "b_max=256", "--out", str(tmp_path / "s")],
         f"--{kind} FILE",
     )
+
+
+def test_a_synthetic_runs_config_with_its_requests_csv_reruns_it(tmp_path, capsys):
+    """`--config DIR/config.json --trace DIR/requests.csv` of a synthetic run applied the
+    config's workload to the file: its rate rescaled the arrivals (9 req/s for the 8.72 the
+    gamma draws made), its laws redrew the lengths and its count cut the file."""
+    run = tmp_path / "r"
+    argv = ["simulate", "--cost-model", "paper", "--arrival", "gamma", "--cv", "3", "--rate", "9"]
+    argv += ["--num-requests", "400", "--prompt", "const:400", "--output", "const:50", "--max-time", "20"]
+    assert main([*argv, "--out", str(run), "--quiet"]) == 0
+    again = tmp_path / "again"
+    rerun = ["simulate", "--config", str(run / "config.json"), "--trace", str(run / "requests.csv")]
+    assert main([*rerun, "--out", str(again), "--quiet"]) == 0
+    a = json.loads((run / "summary.json").read_text())
+    b = json.loads((again / "summary.json").read_text())
+    assert [k for k in a if k != "wall_s" and a[k] != b.get(k)] == []
+    # the Python call with the path, as with Trace.from_csv
+    c = llmsched.simulate(str(run / "config.json"), trace=str(run / "requests.csv")).summary
+    assert c["offered_rate"] == a["offered_rate"] and c["completed"] == a["completed"]

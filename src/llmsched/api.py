@@ -501,13 +501,15 @@ def simulate(
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
         check_run_dir(out_dir, "single-server")  # not over another run's or the user's files
+    # a run's own config.json records the workload that made its requests, not one to apply
+    # to a trace given now (a rerun with its requests.csv: the file, or Trace.from_csv of it;
+    # the file took the config's rate, laws and count, and ran other requests at other times)
     if isinstance(trace, (str, os.PathLike)):  # a trace file: part of the workload
         overrides["trace"], trace = str(trace), None
+        config = _without_caller_workload(config, _is_run_config)
     elif trace is not None:
         _check_trace_object(trace, overrides)
         trace = _rebuilt(trace)
-        # a run's own config.json records the workload that made its requests, not one to
-        # apply to a Trace object given now (a rerun with Trace.from_csv of its requests.csv)
         config = _without_caller_workload(config, _is_run_config)
     cfg = build_config(config, **overrides)
     if trace is not None:

@@ -178,8 +178,9 @@ class TWP(MeteredAdmission):
     - `alpha` [0.2]: EWMA weight of the newest ITL sample (a memory of about 5 steps).
     - `beta` [0.5]: multiplicative decrease of the window when `l > L*`.
     - `delta` [b_max / 64]: additive increase in tokens per step, times `1 + ln(1 + q)`
-      with `q` waiting requests: with no queue the window crosses the budget in about 64
-      steps, with 100 waiting in about 12.
+      with `q` waiting requests: from `H_0 = H_min` the window reaches the budget after
+      `(b_max - H_min) / delta` steps with no queue (48 on the paper model, 41 on the
+      H200 profile, b_max 512), 8-9 with 100 waiting.
     - `max_active` (`B_max`) [the largest decode batch with `t(n) <= L*`, at least B_0]:
       most requests in the active set, so that pure decode steps meet the target; at
       most `min(b_max, k_max, H_max)` and a running cap (`--max-running`), if one
