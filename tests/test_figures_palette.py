@@ -123,6 +123,13 @@ def test_plot_dir_titles_name_the_run_and_the_cdfs_say_what_they_cover(tmp_path,
     assert ttft.get_ylabel() == "fraction of finished requests"
     assert ttft.get_lines()[0].get_color() == POLICY_COLORS["orca"]
     assert "unfinished requests' tokens included" in seen["itl_cdf.png"].axes[0].get_title()
+    # a run whose requests all finished says nothing of unfinished ones (it always did)
+    whole = tmp_path / "whole"
+    llmsched.simulate(policy="orca", cost_model="paper", rate=10, num_requests=50, out_dir=whole)
+    seen.clear()
+    plots.plot_dir(whole)
+    title = seen["itl_cdf.png"].axes[0].get_title()
+    assert "every gap" in title and "unfinished" not in title
 
 
 def test_token_load_bars_are_one_token_wide(tmp_path, monkeypatch):

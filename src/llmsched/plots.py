@@ -275,7 +275,10 @@ def plot_dir(folder: str | Path) -> list[Path]:
         _cdf(ax, itl["itl_ms"], itl["count"], color=color)
     ax.set_xlabel("inter-token latency (ms)")
     ax.set_ylabel("fraction of gaps")
-    ax.set_title(f"Inter-token latency, CDF of every gap (unfinished requests' tokens included)\n{name}", fontsize=10)
+    arrived = req["arrived"] == 1 if "arrived" in req else np.ones(len(done), dtype=bool)
+    # (the note only where a request arrived and did not finish: its gaps count too)
+    note = " (unfinished requests' tokens included)" if (arrived & ~done).any() else ""
+    ax.set_title(f"Inter-token latency, CDF of every gap{note}\n{name}", fontsize=10)
     out.append(_save(fig, d / "itl_cdf.png"))
 
     fig, ax = _figure()
