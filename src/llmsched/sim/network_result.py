@@ -154,6 +154,16 @@ def _saved_share(caches: list, work: float) -> float:
     return min(1.0, hits / work) if work > 0 else 0.0
 
 
+def _backlog_units(caches: list, gross: float) -> float:
+    """Backlog tokens a saturated caching queue drains per token of work, as one server's
+    verdict scales its threshold (`api._stability_fields`' `units`): `gross` (its admitted
+    calls' prompt + output - 1, less a `cached: true` call's handed-over context, which no
+    backlog counts) over that less their hits at first admission (`caches`: the prefix
+    statistics, None without a cache); exactly 1.0 without a hit."""
+    hits = sum(c["first_admission_hit_tokens"] for c in caches if c is not None)
+    return gross / (gross - hits) if hits and gross > hits else 1.0
+
+
 def server_policy_load(load, server, control: str = "none") -> float:
     """A server's offered load over its policy's limit, as one server's verdict takes it
     (`api._stability_fields`'s `load`): over the rate its scheduler serves under a backlog
@@ -263,8 +273,9 @@ def network_backlog(result) -> dict:
     arrival to the call's delivery). Every
     call's length is known from the run, so this is exact up to that release. The verdict
     judges the network's work while jobs arrive, with the threshold at 2% of the
-    bottleneck's capacity (an overloaded bottleneck at load rho adds (rho - 1) times its
-    capacity a second, as one server would) and the short-window rule counted in job
+    bottleneck's capacity (a caching bottleneck's in the backlog's units, `backlog_units`)
+    (an overloaded bottleneck at load rho adds (rho - 1) times its capacity a second, as one
+    server would) and the short-window rule counted in job
     decode times (`NetworkResult.job_decode_time_s`) plus its expected delays
     (`NetworkResult.job_delay_s`: a call still to come counts from the job's arrival,
     through the delays before it), times the jobs' arrivals' burst factor
@@ -307,7 +318,12 @@ def network_backlog(result) -> dict:
     # (not the peak of b / t(b) below b_max, which such a policy does not get): an overloaded
     # bottleneck at load rho adds (rho - 1) times that a second, to the work of the jobs
     # queued before it (their calls upstream of it are done), as one server would
-    cap = result.traffic.server(result.traffic.bottleneck).fill_capacity if result.traffic is not None else None
+    # (with prefix caching, in the work's units: the bottleneck's `backlog_units`, as the
+    # servers' backlogs and the calls still to come count every prompt token)
+    cap = None
+    if result.traffic is not None:
+        neck = result.traffic.bottleneck
+        cap = result.traffic.server(neck).fill_capacity * result.backlog_units(neck)
     # the network's work counts a job's whole work from its arrival until its last call
     # ends, delays included (a call still to come counts from the job's arrival), so its
     # short window is measured in job times: its calls' service times and its expected
@@ -384,6 +400,7 @@ class NetworkResult:
         self._server_calls: dict[str, np.ndarray] | None = None
         self._class_calls: dict[str, np.ndarray] | None = None
         self._saved_shares: dict[str, float | None] = {}
+        self._units: dict[str, float] = {}
         self._burst_factors: dict[str, float] | None = None
 
     def __getstate__(self) -> dict:
@@ -557,6 +574,27 @@ class NetworkResult:
         work = int((_a(st.call_prompt)[calls] + _a(st.call_output)[calls] - 1).sum())
         return _saved_share(caches, work)
 
+    def backlog_units(self, server: str) -> float:
+        """A caching server's backlog tokens per token of work (`_backlog_units`), over its
+        replicas' admitted calls and hits; 1.0 without prefix caching. The threshold's
+        capacity is scaled by it: a replica's backlog counts a waiting call's whole prompt
+        and drops its cached prefix only at admission (`core.state`), so a saturated pool
+        drains that many backlog tokens per token of work, as one server's verdict says
+        (docs/stability.md). Measured from the run's hits, as one server's `units` is: the
+        traffic equations do not model hits (their `mean_cached_prompt` is a `cached: true`
+        call's handed-over context, which no backlog counts)."""
+        if server not in self._units:
+            caches = [r.stats.prefix for r in self.replicas() if r.config["server"] == server]
+            units = 1.0
+            if any(c is not None for c in caches):
+                st = self.stats
+                calls = self.server_calls().get(server, np.zeros(0, dtype=np.intp))
+                calls = calls[_a(st.call_queue)[calls] >= 0]  # (admitted, as `saved_work_share`)
+                gross = (_a(st.call_prompt)[calls] - _a(st.call_cached)[calls] + _a(st.call_output)[calls] - 1).sum()
+                units = _backlog_units(caches, float(gross))
+            self._units[server] = units
+        return self._units[server]
+
     def policy_loads(self) -> dict[str, float]:
         """Each server's offered load over its policy's limit (`server_policy_load`), net of
         the work its prefix caches saved in the run (the traffic equations count every
@@ -600,6 +638,7 @@ class NetworkResult:
             prompt, output = _a(st.call_prompt), _a(st.call_output)
             ttft, e2e, queue = _a(st.call_ttft), _a(st.call_e2e), _a(st.call_queue)
             pre = _a(st.call_preempt)
+            handed = _a(st.call_cached)
             classes = np.asarray(st.call_class, dtype=object)
             out = []
             # (each replica's calls from one grouping pass, not one scan per replica)
@@ -630,7 +669,13 @@ class NetworkResult:
                     output[sel],
                     classes[sel],
                 )
-                res.stability = self._replica_verdict(res, rep["server"], rep.get("index", 0))
+                units = 1.0
+                if stats.prefix is not None:
+                    # a replica's own calls and hits (a router may send it more or fewer hits
+                    # than its pool's share), admitted ones only, as `backlog_units`
+                    adm = sel[queue[sel] >= 0]
+                    units = _backlog_units([stats.prefix], float((prompt[adm] - handed[adm] + output[adm] - 1).sum()))
+                res.stability = self._replica_verdict(res, rep["server"], rep.get("index", 0), units)
                 out.append(res)
             self._replicas = out
         return self._replicas
@@ -661,14 +706,16 @@ class NetworkResult:
             time_s,
             backlog,
             last,
-            capacity=load.fill_capacity if load is not None else None,
+            # in the backlog's units (`backlog_units`; 1 without prefix caching)
+            capacity=load.fill_capacity * self.backlog_units(server) if load is not None else None,
             arrivals=_a(self.stats.call_arrival)[self.server_calls()[server]] / NS,
             load=self.policy_loads().get(server),
         )
 
-    def _replica_verdict(self, res: SimResult, server: str, index: int = 0) -> dict:
+    def _replica_verdict(self, res: SimResult, server: str, index: int = 0, units: float = 1.0) -> dict:
         """A replica's verdict on its own backlog (`_queue_verdict`), against its share of
-        its server's fill capacity (`_replica_fill_capacity`) and its own load
+        its server's fill capacity (`_replica_fill_capacity`) times its backlog's `units`
+        (`_backlog_units` of its own calls; 1 without prefix caching) and its own load
         (`_replica_load`); in one server's keys (`verdict_reason`, no threshold), which its
         `SimResult.summary` carries."""
         last = _last_arrival_s(self.job_arrival_ns[self.job_arrived])
@@ -682,7 +729,7 @@ class NetworkResult:
             ts["time_s"],
             ts["backlog_tokens"],
             last,
-            capacity=_replica_fill_capacity(load) if load is not None else None,
+            capacity=_replica_fill_capacity(load) * units if load is not None else None,
             arrivals=res.arrival_ns / NS,
             load=self._replica_load(res, server, index),
         )
