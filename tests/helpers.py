@@ -85,3 +85,20 @@ def dump_half_then_interrupt(obj, f, **kw) -> None:
     f.write(text[: len(text) // 2])
     f.flush()
     raise KeyboardInterrupt
+
+
+def run_steps(sched, prompts_by_step, output=2):
+    """Plan and run one step per entry of `prompts_by_step` on a new state of `sched`,
+    adding that entry's prompts (a request of `output` tokens each) first; returns the state."""
+    from llmsched.core.request import Request  # noqa: PLC0415
+
+    state = sched.new_state()
+    rid = 0
+    for step, prompts in enumerate(prompts_by_step):
+        for prompt in prompts:
+            state.add(Request(rid, step, prompt, output))
+            rid += 1
+        plan = sched.plan(state)
+        state.begin_step(plan, step)
+        state.end_step(plan, step + 1)
+    return state

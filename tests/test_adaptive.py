@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from helpers import run_steps
 
 from llmsched.api import simulate
 from llmsched.core.errors import ConfigError
@@ -133,22 +134,6 @@ def test_adaptive_learns_the_means_of_prompts_prefilled_in_one_step(monkeypatch)
     assert policy._n == 300 and policy._means() == (100.0, 50.0)
 
 
-def _run_steps(sched, prompts_by_step, output=2):
-    """Plan and run one step per entry, adding that entry's prompts (a request each) first."""
-    from llmsched.core.request import Request
-
-    state = sched.new_state()
-    rid = 0
-    for step, prompts in enumerate(prompts_by_step):
-        for prompt in prompts:
-            state.add(Request(rid, step, prompt, output))
-            rid += 1
-        plan = sched.plan(state)
-        state.begin_step(plan, step)
-        state.end_step(plan, step + 1)
-    return state
-
-
 def _counting_regions(monkeypatch):
     import llmsched.core.region as region
 
@@ -172,7 +157,7 @@ def test_binding_cap_plans_with_the_region_capped_at_the_longest_prompt(monkeypa
     caps = _counting_regions(monkeypatch)
     sched = make_scheduler("adaptive", b_max=512, k_max=2)
     assert max(load for load, _ in sched.batch._cands) == 512  # no prompt seen yet
-    _run_steps(sched, [[100, 100]] + [[100]] * 30)
+    run_steps(sched, [[100, 100]] + [[100]] * 30)
     policy = sched.batch
     assert policy._prompt_cap == 100
     assert policy._cands == [(128, 2), (128, 1), (128, 0)]
@@ -185,7 +170,7 @@ def test_a_longer_prompt_refits_the_region_at_most_once_per_doubling_of_steps(mo
     caps = _counting_regions(monkeypatch)
     sched = make_scheduler("adaptive", b_max=512, k_max=4)
     # a new, longer prompt on offer at every one of 40 steps (10, 11, ..., 49 tokens)
-    _run_steps(sched, [[10 + i] for i in range(40)])
+    run_steps(sched, [[10 + i] for i in range(40)])
     policy = sched.batch
     # refits at steps 1, 2, 4, 8, 16, 32, each to the longest prompt seen by then
     assert caps[0] is None and caps[1:] == [10, 11, 13, 17, 25, 41]
@@ -196,9 +181,9 @@ def test_max_prompt_caps_the_region_from_the_start_and_a_longer_prompt_raises_it
     caps = _counting_regions(monkeypatch)
     sched = make_scheduler("adaptive:max_prompt=100", b_max=512, k_max=2)
     assert caps == [100] and sched.batch._cands == [(128, 2), (128, 1), (128, 0)]
-    _run_steps(sched, [[100]] * 5)
+    run_steps(sched, [[100]] * 5)
     assert caps == [100]  # nothing longer seen: no refit
-    _run_steps(sched, [[300]] + [[100]] * 3)
+    run_steps(sched, [[300]] + [[100]] * 3)
     assert caps == [100, 300] and sched.batch._prompt_cap == 300
     # two prompts of 300 fill a step of b_max; one with a decode holds at most 300 + 1
     assert sorted(sched.batch._cands) == [(128, 1), (128, 2), (256, 1), (512, 0)]
@@ -215,7 +200,7 @@ def test_max_prompt_caps_the_region_from_the_start_and_a_longer_prompt_raises_it
 def test_without_a_binding_cap_the_region_is_never_capped_nor_refitted(monkeypatch, k_max):
     caps = _counting_regions(monkeypatch)
     sched = make_scheduler("adaptive", b_max=512, k_max=k_max)
-    _run_steps(sched, [[10 + 7 * i, 3] for i in range(40)])
+    run_steps(sched, [[10 + 7 * i, 3] for i in range(40)])
     assert caps == [None] and sched.batch._prompt_cap is None
 
 
@@ -224,7 +209,7 @@ def test_a_prompt_of_b_max_tokens_ends_the_refits(monkeypatch):
     caps = _counting_regions(monkeypatch)
     sched = make_scheduler("adaptive", b_max=256, k_max=4)
     uncapped = list(sched.batch._cands)
-    _run_steps(sched, [[100], [300]] + [[400 + i] for i in range(40)])
+    run_steps(sched, [[100], [300]] + [[400 + i] for i in range(40)])
     # uncapped again at the 300-token prompt: the region of the build, not solved again
     assert caps == [None, 100] and sched.batch._cands == uncapped and sched.batch._key[2] is None
 
@@ -233,7 +218,7 @@ def test_context_dependent_model_plans_with_the_capped_region_too():
     sched = make_scheduler("adaptive", b_max=512, k_max=16, policy_options={"cost": "profile:h200-llama-3-8b"})
     cands = sched.batch._cands
     assert any(load - y > 100 * (16 - y) for load, y in cands)  # 100-token prompts cannot build these
-    _run_steps(sched, [[100] * 3] * 8, output=20)
+    run_steps(sched, [[100] * 3] * 8, output=20)
     policy = sched.batch
     assert policy._prompt_cap == 100 and policy._means() == (100.0, 20.0)
     # every vertex's prefill fits in the requests its other slots leave, 100 tokens each

@@ -4,6 +4,8 @@ installs its result later, the region in use planning until then; a driver that 
 
 from __future__ import annotations
 
+from helpers import run_steps
+
 from llmsched.core.cost import make_cost_model
 from llmsched.policies import make_scheduler
 
@@ -24,19 +26,8 @@ def _counting(monkeypatch):
     return solved
 
 
-def _run_steps(sched, prompts_by_step, output=3, state=None):
-    from llmsched.core.request import Request
-
-    state = state or sched.new_state()
-    rid = len(state.waiting) + state.n_running + len(state.finished)
-    for step, prompts in enumerate(prompts_by_step):
-        for prompt in prompts:
-            state.add(Request(rid, step, prompt, output))
-            rid += 1
-        plan = sched.plan(state)
-        state.begin_step(plan, step)
-        state.end_step(plan, step + 1)
-    return state
+def _run_steps(sched, prompts_by_step):
+    return run_steps(sched, prompts_by_step, output=3)
 
 
 def test_a_deferred_refit_is_a_job_and_the_region_in_use_plans_until_it_is_installed(monkeypatch):
