@@ -21,6 +21,7 @@ a stability verdict per replica, per server and for the whole network, and the f
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -1041,7 +1042,9 @@ def simulate_network(
     # the run's options: those given, else the file's; config.json records them
     given = {"max_time_s": max_time_s, "sample_interval_s": sample_interval_s, "fast": fast}
     run = {**spec.run, **{k: v for k, v in given.items() if v is not None}}
-    spec = replace(spec, servers=dict(spec.servers), jobs=list(spec.jobs), run=run)  # (a copy: not the caller's)
+    # a copy, not the caller's: its servers and jobs too (the summary reads the servers'
+    # b_max, policies and weights when first asked: a caller's edit after the call changed it)
+    spec = replace(spec, servers=copy.deepcopy(spec.servers), jobs=copy.deepcopy(spec.jobs), run=run)
     check_schedulers(spec, network)  # before the run, naming the server and the file
     if scale is not None:
         factor = as_real(scale)

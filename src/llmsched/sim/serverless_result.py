@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
@@ -35,7 +36,7 @@ import numpy as np
 from ..core.checks import check_run_switches
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import begin_simulate_write, check_out_dir, end_simulate_write
+from ..core.paths import begin_simulate_write, check_out_dir, check_run_dir, end_simulate_write
 from ..core.request import NS, check_seconds
 from ..core.slo import check_request_slo
 from ..workload.serverless import RunOptions, ServerlessSpec, load_serverless, make_serverless_requests
@@ -360,7 +361,10 @@ def simulate_serverless(
     slo = check_request_slo(slo) if slo else {}
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it
-    spec = load_serverless(config)
+        check_run_dir(out_dir, "serverless")  # not over another run's or the user's files
+    # a copy of a caller's spec, whole: the summary reads its platform, models and nodes when
+    # first asked (an edit after the call, e.g. the next scheduler of a loop, changed it)
+    spec = copy.deepcopy(config) if isinstance(config, ServerlessSpec) else load_serverless(config)
     if any(v is not None for v in (scheduler, scale, num_requests, seed)):
         spec = spec.replaced(scheduler=scheduler, scale=scale, num_requests=num_requests, seed=seed)
     # the run's options: those given, else the file's; config.json records them
