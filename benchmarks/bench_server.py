@@ -53,6 +53,16 @@ def simulate(wl: Workload, args) -> dict:
     return s
 
 
+def as_sent(wl: Workload, res: dict) -> tuple[Workload, np.ndarray]:
+    """The workload at the times the client actually sent its requests (`run_bench`'s
+    `_sent_s`), in send order from 0, and that order. Not `queue_times`: since vLLM's
+    definition (the wait for a --max-concurrency slot) they are ~0 without a limit, however
+    late the client was."""
+    sent = np.asarray(res["_sent_s"], dtype=np.float64)
+    order = np.argsort(sent, kind="stable")
+    return Workload(sent[order] - sent.min(), wl.prompt[order], wl.output[order]), order
+
+
 def make_workload(args) -> Workload:
     rng = np.random.default_rng(args.seed)
     n = args.num_prompts
@@ -394,9 +404,8 @@ def main() -> int:
     results = res["_results"]
     # the simulator on the times the requests were actually sent: the client's own lateness
     # (its event loop is busy reading 256 streams) is then not counted against the server
-    sent = wl.arrival_s + np.array([r.queue_time for r in results])
-    order = np.argsort(sent, kind="stable")
-    sim_sent = simulate(Workload(sent[order] - sent.min(), wl.prompt[order], wl.output[order]), args)
+    wl_sent, order = as_sent(wl, res)
+    sim_sent = simulate(wl_sent, args)
     ttft_sent = np.empty(len(wl))
     ttft_sent[order] = sim_sent["ttft_s"]
     sim_sent["ttft_s"] = ttft_sent
@@ -441,7 +450,7 @@ def main() -> int:
         f"{lag * 1e3:.1f} ms; load average {os.getloadavg()[0]:.2f}; "
         f"CPU: server {server['cpu_s']:.1f} s, client {client_cpu:.1f} s over {wall:.1f} s"
     )
-    lateness = np.array([r.queue_time for r in results]) * 1e3
+    lateness = (np.asarray(res["_sent_s"]) - wl.arrival_s) * 1e3
     print(
         f"client send lateness vs the planned times (ms): mean {lateness.mean():.2f}, "
         f"p99 {np.percentile(lateness, 99):.2f}, max {lateness.max():.2f}"

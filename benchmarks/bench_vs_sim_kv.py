@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 sys.path.insert(0, HERE)
 
-from bench_server import free_port, scrape, start_server  # noqa: E402
+from bench_server import as_sent, free_port, scrape, start_server  # noqa: E402
 
 from llmsched.core import make_cost_model  # noqa: E402
 from llmsched.policies import make_scheduler  # noqa: E402
@@ -80,10 +80,9 @@ def one(args, seed: int, kv) -> dict:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     results = res["_results"]
-    sent = wl.arrival_s + np.array([r.queue_time for r in results])
-    order = np.argsort(sent, kind="stable")
+    wl_sent, order = as_sent(wl, res)
     sim_planned, pre_planned = simulate(wl, args, kv)
-    sim_sent, pre_sent = simulate(Workload(sent[order] - sent.min(), wl.prompt[order], wl.output[order]), args, kv)
+    sim_sent, pre_sent = simulate(wl_sent, args, kv)
     ttft_sent = np.empty(len(wl))
     ttft_sent[order] = sim_sent["ttft_s"]
     d = np.array([r.ttft for r in results]) * 1e3 - ttft_sent * 1e3

@@ -1342,6 +1342,10 @@ def run_bench(cfg: BenchConfig, wl: Workload | None = None) -> dict:
             }
         )
     out["_results"] = results
+    # when each request was sent, in s from the first scheduled send (nan: never sent): the
+    # client's lateness is this minus the planned arrival (`queue_times` is not: it is only
+    # the wait for a --max-concurrency slot); what a replay in the simulator needs
+    out["_sent_s"] = [r.start_time - info["t0"] if r.start_time else math.nan for r in results]
     path = cfg.result_path(info["model_id"], date, rate)
     if path:
         import os  # noqa: PLC0415
