@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checks import check_seeds
+from ..core.checks import check_count, check_list, check_names, check_reals, check_seeds
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
@@ -381,10 +381,7 @@ def _run_all(jobs: list, backend: str, workers: int | None, address: str | None)
 
 
 def _check_loads(loads, what: str = "loads") -> list[float]:
-    out = [float(x) for x in loads]
-    if not out or any(not (math.isfinite(x) and x > 0) for x in out):
-        raise ConfigError(f"{what} must be positive fractions of the capacity, got {list(loads)!r}")
-    return out
+    return check_reals(loads, what, "positive fractions of the capacity")
 
 
 def _counts(verdicts: Sequence[str]) -> str:
@@ -448,15 +445,16 @@ def reproduce_clusters(
     t0 = time.perf_counter()
     if workload not in CLUSTER_WORKLOADS:
         raise ConfigError(f"unknown cluster workload {workload!r} (known: {', '.join(CLUSTER_WORKLOADS)})")
-    replicas = [int(r) for r in (replicas or ((4,) if quick else (4, 8, 16)))]
-    if any(r < 1 for r in replicas):
-        raise ConfigError(f"replicas must be >= 1, got {replicas}")
-    routers = [str(r) for r in (routers or (("random", "jsq") if quick else ROUTERS))]
+    # (`is None`, not `or`: an empty list or 0 is refused, not run as the default)
+    if replicas is None:
+        replicas = (4,) if quick else (4, 8, 16)
+    replicas = [check_count(r, "replicas") for r in check_list(replicas, "replicas", "whole numbers >= 1")]
+    routers = check_names((("random", "jsq") if quick else ROUTERS) if routers is None else routers, "routers")
     for r in routers:
         if r not in ROUTERS:
             raise ConfigError(f"unknown router {r!r} (known: {', '.join(ROUTERS)})")
-    loads = _check_loads(loads or ((0.5, 0.9) if quick else (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)))
-    per_replica = int(num_jobs or (1000 if quick else 5000))
+    loads = _check_loads(((0.5, 0.9) if quick else (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)) if loads is None else loads)
+    per_replica = (1000 if quick else 5000) if num_jobs is None else check_count(num_jobs, "num_jobs")
     seeds = check_seeds(seeds if seeds is not None else (0,))
     prompt, output = CLUSTER_WORKLOADS[workload]
     make_batch_policy(policy)  # (the runs would refuse it, after the folder was made)
@@ -629,16 +627,16 @@ def reproduce_agents(
     (default 10000, quick 2000). Quick: the DAG only. Returns {"rows", "summary", "files",
     "config", "wall_s"}."""
     t0 = time.perf_counter()
-    workflows = [str(w) for w in (workflows or (("dag",) if quick else tuple(WORKFLOWS)))]
+    workflows = check_names((("dag",) if quick else tuple(WORKFLOWS)) if workflows is None else workflows, "workflows")
     for w in workflows:
         if w not in WORKFLOWS:
             raise ConfigError(f"unknown workflow {w!r} (known: {', '.join(WORKFLOWS)})")
     plot_load = _check_loads([plot_load], "plot_load")[0]
-    loads = sorted(set(_check_loads(loads or (0.9, 1.1))) | {plot_load})
-    ft_loads = sorted(
-        set(_check_loads(ft_loads or ((0.9,) if quick else (0.02, 0.05, 0.1, 0.3, 0.6, 0.9)), "ft_loads")) | {plot_load}
-    )
-    n_jobs = int(num_jobs or (2000 if quick else 10000))
+    loads = sorted(set(_check_loads((0.9, 1.1) if loads is None else loads)) | {plot_load})
+    if ft_loads is None:
+        ft_loads = (0.9,) if quick else (0.02, 0.05, 0.1, 0.3, 0.6, 0.9)
+    ft_loads = sorted(set(_check_loads(ft_loads, "ft_loads")) | {plot_load})
+    n_jobs = (2000 if quick else 10000) if num_jobs is None else check_count(num_jobs, "num_jobs")
     seeds = check_seeds(seeds if seeds is not None else (0,))
     check_run_dir(out_dir, "reproduce agents")  # not over another run's outputs
 
@@ -808,9 +806,12 @@ def reproduce_rybko_stolyar(
     t0 = time.perf_counter()
     if orders is None:
         orders = ("exit", "entry") + ((_BACKPRESSURE,) if backpressure_available() else ())
-    orders = [str(o) for o in orders]
-    n_jobs = int(num_jobs or (3000 if quick else 20000))
+    orders = check_names(orders, "orders")
+    n_jobs = (3000 if quick else 20000) if num_jobs is None else check_count(num_jobs, "num_jobs")
     seeds = check_seeds(seeds if seeds is not None else (0,))
+    if scan_loads is None:
+        scan_loads = () if quick else (0.5, 0.6, 0.7, 0.8)
+    scan_loads = check_reals(scan_loads, "scan_loads", "positive fractions of the capacity", empty=True)
     check_run_dir(out_dir, "reproduce rybko-stolyar")  # not over another run's outputs
     nets, theory = {}, {}
     for o in orders:
@@ -835,9 +836,7 @@ def reproduce_rybko_stolyar(
             "traffic_verdict": rep.verdict,
             "cycle": rep.cycle,
         }
-    if scan_loads is None:
-        scan_loads = () if quick else (0.5, 0.6, 0.7, 0.8)
-    scan_loads = [x for x in (_check_loads(scan_loads, "scan_loads") if len(scan_loads) else []) if x != load]
+    scan_loads = [x for x in scan_loads if x != load]
     jobs = [
         ((o, seed), {"network": nets[o], "num_jobs": n_jobs, "seed": seed, "series": seed == seeds[0]})
         for o in orders

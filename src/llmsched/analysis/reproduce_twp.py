@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checks import as_real, check_seeds, first_repeat
+from ..core.checks import check_count, check_names, check_reals, check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of, group_styles
@@ -363,17 +363,17 @@ def reproduce_twp(
     "rows", "claims", "ablation", "slo", "stability", "capacity", "distributions" (each
     run's ITL percentiles and TPOT quantiles), "files", "config", "wall_s"}."""
     t0 = time.perf_counter()
-    workloads = list(WORKLOADS if workloads is None else workloads)
+    # (one name is a list of one; an empty list is refused below, naming what is missing)
+    workloads = check_names(WORKLOADS if workloads is None else workloads, "workloads", empty=True)
     for w in workloads:
         if w not in WORKLOADS:
             raise ConfigError(f"unknown workload {w!r} (known: {', '.join(WORKLOADS)})")
-    schedulers = list(SCHEDULERS if schedulers is None else schedulers)
+    schedulers = check_names(SCHEDULERS if schedulers is None else schedulers, "schedulers", empty=True)
     for s in schedulers:
         if s not in SCHEDULERS:
             raise ConfigError(f"unknown platform scheduler {s!r} (known: {', '.join(SCHEDULERS)})")
-    loads = list((0.3, 0.9) if quick else DEFAULT_LOADS) if loads is None else [float(x) for x in loads]
-    if not loads or any(not (0 < x < 10) for x in loads):
-        raise ConfigError(f"loads must be positive fractions of the platform's capacity, got {loads!r}")
+    loads = ((0.3, 0.9) if quick else DEFAULT_LOADS) if loads is None else loads
+    loads = check_reals(loads, "loads", "positive fractions of the platform's capacity (below 10)", 10, empty=True)
     # a repeat would run its cells again: duplicate rows, Table III averaging them as seeds
     for what, values in (("workload", workloads), ("platform scheduler", schedulers), ("load", loads)):
         if not values:
@@ -382,20 +382,19 @@ def reproduce_twp(
         if twice is not None:
             raise ConfigError(f"{what} {twice!r} is given twice: each runs every cell once, list it once")
     n_req, n_stab = SIZES["quick" if quick else "full"]
-    n_req = n_req if num_requests is None else num_requests
-    n_stab = int(stability_requests or n_stab)
+    n_req = n_req if num_requests is None else check_count(num_requests, "num_requests")
+    n_stab = n_stab if stability_requests is None else check_count(stability_requests, "stability_requests")
+    k_max = check_count(k_max, "k_max")
+    ttft_slo_ms = check_reals([ttft_slo_ms], "ttft_slo_ms", "a positive number")[0]
     # a seed given twice would run every run again and count it twice in Table III's averages
     seeds = list(check_seeds((0,) if seeds is None else seeds))
-    slo_targets = list(((15.0,) if quick else SLO_TARGETS_MS) if slo_targets_ms is None else slo_targets_ms)
-    stab_loads = list(
+    slo_targets = ((15.0,) if quick else SLO_TARGETS_MS) if slo_targets_ms is None else slo_targets_ms
+    slo_targets = check_reals(slo_targets, "slo_targets_ms", "positive numbers", empty=True)
+    stab_loads = (
         ((0.5, 0.9) if quick else (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) if stability_loads is None else stability_loads
     )
+    stab_loads = check_reals(stab_loads, "stability_loads", "positive numbers below 10", 10, empty=True)
     base = load_serverless(BASE_PLATFORM if platform is None else platform).to_dict()
-    # before any run (they were refused in a run, after the folder was made)
-    for what, values, top in (("slo_targets_ms", slo_targets, math.inf), ("stability_loads", stab_loads, 10)):
-        bad = next((x for x in values if as_real(x) is None or not 0 < as_real(x) < top), None)
-        if bad is not None:
-            raise ConfigError(f"{what} must be positive numbers{'' if top == math.inf else ' below 10'}, got {bad!r}")
     check_run_dir(out_dir, "reproduce twp")  # not over another run's outputs
     load_names = {x: (LOAD_NAMES[i] if len(loads) == 3 else f"load {x:g}") for i, x in enumerate(sorted(loads))}
 

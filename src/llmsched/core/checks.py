@@ -4,6 +4,7 @@ results, messages and JSON do not depend on where the number came from."""
 
 from __future__ import annotations
 
+import math
 import numbers
 
 #: A seed written as a float is taken only below 2**53, where the float is the number
@@ -151,3 +152,59 @@ def check_seeds(seeds) -> tuple[int, ...]:
     if not out:
         raise ConfigError("give at least one seed")
     return tuple(out)
+
+
+def check_list(values, name: str, what: str, empty: bool = False) -> list:
+    """`values` as a list: a list, tuple, set, numpy array or generator of them; a
+    ConfigError naming `name` for a string (`"0.9"` is no list of loads, and `"16"` would
+    run pools of 1 and 6), a single value, a mapping or (unless `empty`) no value."""
+    from collections.abc import Iterable, Mapping  # noqa: PLC0415
+
+    from .errors import ConfigError  # noqa: PLC0415
+
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise ConfigError(f"{name} must be a list of {what}, got {values!r:.60}")
+    out = list(values)
+    if not out and not empty:
+        raise ConfigError(f"{name} must be a list of {what}, got none")
+    return out
+
+
+def check_reals(
+    values, name: str, what: str = "positive numbers", top: float = math.inf, empty: bool = False
+) -> list[float]:
+    """`values` (see `check_list`) as floats, each finite, > 0 and < `top`; else a one-line
+    ConfigError naming `name` and the first bad value."""
+    from .errors import ConfigError  # noqa: PLC0415
+
+    out = []
+    for v in check_list(values, name, what, empty):
+        x = as_real(v)
+        if x is None or not (0 < x < top) or not math.isfinite(x):
+            raise ConfigError(f"{name} must be {what}, got {v!r:.60}")
+        out.append(float(x))
+    return out
+
+
+def check_count(v: object, name: str) -> int:
+    """A count (jobs, replicas, a batch cap): a whole number >= 1 (a whole float such as
+    3000.0 taken, as `whole_as_int`); 2.7, 0, a string or a bool is a ConfigError naming
+    `name` (`int()` would run 2 of 2.7, and `num_jobs or default` the default of 0)."""
+    from .errors import ConfigError  # noqa: PLC0415
+
+    x = as_int(whole_as_int(v))
+    if x is None or x < 1:
+        raise ConfigError(f"{name} must be a whole number >= 1, got {v!r:.60}")
+    return x
+
+
+def check_names(values, name: str, empty: bool = False) -> list[str]:
+    """Names (routers, workflows, schedulers) as a list: one name (a string) is a list of
+    one, as `check_policy_names` takes it (not its characters); else see `check_list`."""
+    from .errors import ConfigError  # noqa: PLC0415
+
+    names = [values] if isinstance(values, str) else check_list(values, name, "names", empty)
+    for n in names:
+        if not isinstance(n, str):
+            raise ConfigError(f"{name} must be names (strings), got {n!r:.60}")
+    return names
