@@ -14,9 +14,9 @@ What is timed is what a user runs: `llmsched.simulate(trace=..., out_dir=DIR)` (
 caching on and neither for off: the simulation, the stability verdict, the summary and
 writing the output files (into a fresh temporary folder, removed after each run). Each
 mode runs once untimed (one-time costs: lazy imports, caches), then `--repeat` times in
-this process, alternating; the best wall time counts, and
-the best CPU time (user + system of this process: less sensitive to other jobs on a
-shared machine). Separately labelled (`loop_*`): the wall time of the simulation's batch
+this process, alternating; the best wall time counts, and the best CPU time (user +
+system of this process: less sensitive to other jobs on a shared machine).
+Separately labelled (`loop_*`): the wall time of the simulation's batch
 loop alone (`SimResult.wall_s`), the best of the same runs, which leaves out the verdict,
 the summary and the files.
 

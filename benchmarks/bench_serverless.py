@@ -19,9 +19,10 @@ Cases:
   the batch loop (`simulate_trace`; not the summary and files, which cost the same for
   every admission policy): `fcfs` and `twp` as a user runs them (the fast path: TWP
   repeats a plan while its window leaves it unchanged, replaying its feedback step by
-  step), and `twp-schedule` (below); and step by step (`fast=False`): `fcfs`, `fcfs-hook` (FCFS marked closed-loop
-  with an `observe` that does nothing: the simulator's own cost of feeding a closed-loop
-  policy after every step) and `twp`. The six run interleaved `--repeat` times in one
+  step), and `twp-schedule` (below); and step by step (`fast=False`): `fcfs`,
+  `fcfs-hook` (FCFS marked closed-loop with an `observe` that does nothing: the
+  simulator's own cost of feeding a closed-loop policy after every step) and `twp`.
+  The six run interleaved `--repeat` times in one
   process on the same trace, and the least CPU time per step of each counts (on a shared
   machine the CPU time is steadier than the wall time). Reported: steps, batches (plans,
   counted in one more untimed run of each), wall and CPU time in all, per step and per
