@@ -48,11 +48,11 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
+from _cli import positive_float, run_child
 from _memory import peak_rss_kb
 
 CASES = ("single", "cluster", "agent", "loop", "servers")
@@ -249,11 +249,11 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", choices=CASES, default=[c for c in CASES if c != "servers"])
     ap.add_argument(
         "--scale",
-        type=float,
+        type=positive_float,
         default=1.0,
         help="multiply the sizes (1M requests for single/cluster, 100k jobs for agent, 5k for loop, 50k for servers)",
     )
-    ap.add_argument("--load", type=float, default=0.9)
+    ap.add_argument("--load", type=positive_float, default=0.9)
     ap.add_argument(
         "--workload",
         choices=tuple(WORKLOADS),
@@ -294,7 +294,7 @@ def main() -> None:
                 out,
             ]
             t0 = time.perf_counter()
-            proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            proc = run_child(cmd, "bench_network")
             res = json.loads(proc.stdout.strip().splitlines()[-1])
             res["process_wall_s"] = time.perf_counter() - t0
             results.append(res)

@@ -15,13 +15,14 @@ Cases:
   minutes and 1 GB peak RSS.
 - `overhead`: TWP's cost per simulator step. One server (the default H200 Llama-3-8B
   profile, Sarathi, b_max 512) on the Azure trace's lengths and arrivals (rescaled to
-  `--overhead-load` of the critical rate; default 0.5, where TWP keeps up), five runs of
+  `--overhead-load` of the critical rate; default 0.5, where TWP keeps up), six runs of
   the batch loop (`simulate_trace`; not the summary and files, which cost the same for
   every admission policy): `fcfs` and `twp` as a user runs them (the fast path: TWP
   repeats a plan while its window leaves it unchanged, replaying its feedback step by
-  step); and step by step (`fast=False`): `fcfs`, `fcfs-hook` (FCFS marked closed-loop
-  with an `observe` that does nothing: the simulator's own cost of feeding a closed-loop
-  policy after every step) and `twp`. The five run interleaved `--repeat` times in one
+  step), and `twp-schedule` (below); and step by step (`fast=False`): `fcfs`,
+  `fcfs-hook` (FCFS marked closed-loop with an `observe` that does nothing: the
+  simulator's own cost of feeding a closed-loop policy after every step) and `twp`.
+  The six run interleaved `--repeat` times in one
   process on the same trace, and the least CPU time per step of each counts (on a shared
   machine the CPU time is steadier than the wall time). Reported: steps, batches (plans,
   counted in one more untimed run of each), wall and CPU time in all, per step and per
@@ -50,11 +51,11 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
+from _cli import fail, positive_float, positive_int, run_child
 from _memory import peak_rss_kb
 
 CASES = ("platform", "overhead")
@@ -297,25 +298,32 @@ def child_overhead(n: int, load: float, seed: int, repeat: int) -> dict:
 
 def _run_child(args: list[str]) -> dict:
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), *args], check=True, capture_output=True, text=True
-    )
+    proc = run_child([sys.executable, os.path.abspath(__file__), *args], "bench_serverless")
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     res["process_wall_s"] = time.perf_counter() - t0
     return res
 
 
 def main() -> None:
+    from llmsched.core.errors import ConfigError  # noqa: PLC0415
+
+    try:
+        _main()
+    except ConfigError as e:  # e.g. the Azure trace not found
+        fail("bench_serverless", str(e))
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply the platform case's 1M requests")
-    ap.add_argument("--load", type=float, default=0.7, help="platform load, of its static-allocation capacity")
+    ap.add_argument("--scale", type=positive_float, default=1.0, help="multiply the platform case's 1M requests")
+    ap.add_argument("--load", type=positive_float, default=0.7, help="platform load, of its static-allocation capacity")
     ap.add_argument("--scheduler", default="fcfs", help="platform scheduler of the platform case (default fcfs)")
-    ap.add_argument("--overhead-requests", type=int, default=20000, help="requests of each overhead run")
-    ap.add_argument("--overhead-load", type=float, default=0.5, help="load of the overhead runs (of lambda*)")
+    ap.add_argument("--overhead-requests", type=positive_int, default=20000, help="requests of each overhead run")
+    ap.add_argument("--overhead-load", type=positive_float, default=0.5, help="load of the overhead runs (of lambda*)")
     ap.add_argument(
         "--repeat",
-        type=int,
+        type=positive_int,
         default=3,
         help="interleaved repetitions of the overhead runs (the least CPU per step counts)",
     )

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 
+from _cli import positive_float, positive_int, run_child
 from _memory import peak_rss_kb
 
 SCENARIOS = {  # name -> (prompt law, output law, cost model, load)
@@ -139,7 +140,9 @@ def time_cli(cmd: list[str]) -> tuple[float, float]:
     """Wall and CPU seconds of one command (CPU: user + system of the child)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True)
+    rc = subprocess.run(cmd).returncode
+    if rc:  # the command line printed its own one-line error
+        sys.exit(rc)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -147,7 +150,7 @@ def time_cli(cmd: list[str]) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000])
+    ap.add_argument("--sizes", type=positive_int, nargs="+", default=[100_000])
     ap.add_argument(
         "--scenario",
         choices=list(SCENARIOS),
@@ -155,8 +158,8 @@ def main() -> None:
         help="lengths, cost model and load (each can be overridden below)",
     )
     ap.add_argument("--policy", default="sarathi")
-    ap.add_argument("--load", type=float)
-    ap.add_argument("--b-max", type=int, default=512)
+    ap.add_argument("--load", type=positive_float)
+    ap.add_argument("--b-max", type=positive_int, default=512)
     ap.add_argument("--cost-model")
     ap.add_argument("--prompt")
     ap.add_argument("--output")
@@ -198,7 +201,7 @@ def main() -> None:
                 "--out-dir",
                 out_dir,
             ] + (["--exact"] if args.exact else [])
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            out = run_child(cmd, "bench_simulator").stdout
             res = json.loads(out.strip().splitlines()[-1])
             shutil.rmtree(out_dir, ignore_errors=True)
             print(

@@ -2,11 +2,14 @@
 
 Workload: the paper cost model (c = 11.28 ms, a = 35.47 ms, b0 = 128), b_max = 512,
 Poisson arrivals, geometric prompt (mean 200) and output (mean 101) lengths; rates
-from 0.3 to 1.25 of the critical rate lambda* = 11.14 req/s, so about a quarter of
+from 0.3 to 1.25 of the critical rate lambda* = 11.154 req/s (`llmsched capacity
+--cost-model paper --b-max 512 --prompt geometric:200 --output geometric:101`), so about a quarter of
 the points are overloaded (and FasterTransformer, unstable at every rate here, is
 overloaded at all of them). Unstable runs drain a long queue after the last arrival;
-`--max-time-factor F` stops every run at F times its arrival span (default: none; the
-drain of these runs is cheap in the simulator's fast path).
+`--max-time-factor F` stops every run at F times the longest arrival span of the grid
+(that of the lowest load, requests / (0.3 lambda*)), one cap for all points, which bounds
+only the drains (default: none; the drain of these runs is cheap in the simulator's fast
+path).
 
 Runs the same grid with each backend into a fresh folder and reports wall time and the
 speed-up over one worker; checks that every backend gives the same results table.
@@ -25,15 +28,27 @@ import os
 import shutil
 import time
 
+from _cli import positive_float, positive_int
+
 from llmsched.analysis.sweep import run_sweep
 
 POLICIES = ["fastertransformer", "vllm", "orca", "sarathi", "kfcfs"]
+BACKENDS = ("local1", "local", "ray")
+# `llmsched capacity --cost-model paper --b-max 512 --prompt geometric:200 --output geometric:101`
+LAMBDA_STAR = 11.154
 
 
 def grid(n_rates: int = 20, seeds=(0, 1)) -> dict:
     lo, hi = 0.3, 1.25
     loads = [round(lo + (hi - lo) * i / (n_rates - 1), 6) for i in range(n_rates)]
     return {"policy": POLICIES, "load": loads, "seed": list(seeds)}
+
+
+def _two_or_more(text: str) -> int:
+    v = positive_int(text)
+    if v < 2:  # the grid spans 0.3 to 1.25 of lambda*: two ends
+        raise argparse.ArgumentTypeError(f"{text} must be at least 2")
+    return v
 
 
 def table(path: str) -> list[dict]:
@@ -49,13 +64,14 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--backends",
         nargs="+",
-        default=["local1", "local", "ray"],
+        choices=BACKENDS,
+        default=list(BACKENDS),
         help="local1 = one worker (inline), local = process pool, ray = local Ray",
     )
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--requests", type=int, default=20000)
-    ap.add_argument("--rates", type=int, default=20)
-    ap.add_argument("--max-time-factor", type=float, default=None)
+    ap.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1)
+    ap.add_argument("--requests", type=positive_int, default=20000)
+    ap.add_argument("--rates", type=_two_or_more, default=20, help="rates in the grid (at least 2)")
+    ap.add_argument("--max-time-factor", type=positive_float, default=None)
     ap.add_argument("--out", default="/tmp/bench_sweep")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
@@ -65,7 +81,7 @@ def main(argv=None) -> int:
     if a.max_time_factor:
         # arrival span of the slowest point: n / (lowest rate); a per-point cap would need
         # a per-point value, so cap at F times the longest span (bounds only the drains)
-        lam = 11.14
+        lam = LAMBDA_STAR
         fixed["max_time_s"] = a.max_time_factor * a.requests / (min(g["load"]) * lam)
     results = {}
     tables = {}

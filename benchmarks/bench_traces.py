@@ -1,7 +1,8 @@
 """How long reading traces and building prefix-sharing workloads takes (docs/workloads.md).
 
 Each case runs in a fresh process (no cache shared between them), `--repeat` times; the
-median wall time is printed with the peak memory of that process (its VmHWM, which
+median wall time is printed with the peak memory of the median run's process (the lower
+of the two middle runs for an even `--repeat`; its VmHWM, which
 starts afresh at exec; `ru_maxrss` would carry over the parent's peak). The generated
 files (a 1M-row plain CSV, a 1M-row Mooncake-layout JSON lines file made of the shared
 sample's rows repeated with shifted timestamps and ids) are written to `--dir` once, each
@@ -16,14 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from _cli import positive_int, run_child
 from _memory import peak_rss_kb
 
 from llmsched.core.errors import ConfigError
+from llmsched.core.paths import atomic_write
 from llmsched.workload import resolve_dataset, traces_dirs
 
 N = 1_000_000
@@ -48,28 +50,34 @@ def _make_files(folder: Path, mooncake: Path, names: list[str]) -> dict[str, Pat
     moon = folder / "mooncake_1m.jsonl"
     if "plain-1m" in names or "mooncake-1m-512" in names:
         folder.mkdir(parents=True, exist_ok=True)
+    # written whole or not at all: a run stopped while writing left a partial file that
+    # the next run, which only checks that the file exists, timed as the 1M-row case
     if "plain-1m" in names and not plain.is_file():
         spec = WorkloadSpec(arrival="poisson", rate=100, num_requests=N, prompt="geometric:500", output="geometric:200")
-        make_trace(spec).to_csv(plain)
+        atomic_write(plain, make_trace(spec).to_csv)
     if "mooncake-1m-512" in names and not moon.is_file():
         rows = [json.loads(line) for line in mooncake.read_text().splitlines() if line.strip()]
-        span = rows[-1]["timestamp"] + 1
-        with open(moon, "w") as fh:
-            for i in range(N):
-                r, c = rows[i % len(rows)], i // len(rows)
-                ids = [h + c * 10_000_000 for h in r["hash_ids"]]
-                fh.write(
-                    json.dumps(
-                        {
-                            "timestamp": r["timestamp"] + c * span,
-                            "input_length": r["input_length"],
-                            "output_length": r["output_length"],
-                            "hash_ids": ids,
-                        }
-                    )
-                    + "\n"
-                )
+        atomic_write(moon, lambda tmp: _write_mooncake(tmp, rows))
     return {"plain": plain, "mooncake": moon}
+
+
+def _write_mooncake(path: Path, rows: list[dict]) -> None:
+    span = rows[-1]["timestamp"] + 1
+    with open(path, "w") as fh:
+        for i in range(N):
+            r, c = rows[i % len(rows)], i // len(rows)
+            ids = [h + c * 10_000_000 for h in r["hash_ids"]]
+            fh.write(
+                json.dumps(
+                    {
+                        "timestamp": r["timestamp"] + c * span,
+                        "input_length": r["input_length"],
+                        "output_length": r["output_length"],
+                        "hash_ids": ids,
+                    }
+                )
+                + "\n"
+            )
 
 
 CASES = (
@@ -117,10 +125,16 @@ def _child(stmt: str) -> None:
     print(json.dumps({"s": dt, "requests": len(t), "ids": ids, "block_size": t.block_size, "peak_gb": peak}))
 
 
+def _median(runs: list[dict]) -> tuple[float, dict]:
+    """(median wall time, the median run: the lower middle one for an even count), so that
+    the peak memory printed is that run's, not the last run's."""
+    return statistics.median(x["s"] for x in runs), sorted(runs, key=lambda x: x["s"])[(len(runs) - 1) // 2]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", help="comma-separated case names (default: all)")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=positive_int, default=3)
     ap.add_argument("--dir", default="/tmp/llmsched-bench-traces", help="where the generated files go")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -142,12 +156,9 @@ def main() -> None:
     for name in names:
         runs = []
         for _ in range(args.repeat):
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", cases[name]], capture_output=True, text=True, check=True
-            )
+            out = run_child([sys.executable, __file__, "--child", cases[name]], "bench_traces")
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        r = runs[-1]
-        med = statistics.median(x["s"] for x in runs)
+        med, r = _median(runs)
         print(f"{name:22s} {r['requests']:>10,} {r['ids']:>12,} {r['block_size']:>5} {med:>9.2f} {r['peak_gb']:>8.2f}")
 
 

@@ -68,6 +68,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _cli import fail, positive_float, positive_int
 from _memory import peak_rss_kb
 
 PEERS = ("sched-sim", "pyserq")
@@ -525,8 +526,17 @@ def print_ratios(rows) -> None:
 
 
 def main() -> None:
+    from llmsched.core.errors import ConfigError
+
+    try:
+        _main()
+    except ConfigError as e:
+        fail("compare_peers", str(e))
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    ap.add_argument("--sizes", type=positive_int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
     ap.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS))
     ap.add_argument(
@@ -544,14 +554,14 @@ def main() -> None:
     )
     ap.add_argument(
         "--load",
-        type=float,
+        type=positive_float,
         help="offered load as a share of capacity, for every scenario (default: 0.85 for const, 0.9 for the others)",
     )
-    ap.add_argument("--b-max", type=int, default=512)
+    ap.add_argument("--b-max", type=positive_int, default=512)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workdir", help="where traces, serQ programs and the JSON go (default: a new temp dir)")
     ap.add_argument("--json", help="write the results here (default: WORKDIR/compare_peers.json)")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per child run")
+    ap.add_argument("--timeout", type=positive_float, default=1800, help="seconds per child run")
     # child mode
     ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     ap.add_argument("--trace", help=argparse.SUPPRESS)

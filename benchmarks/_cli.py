@@ -1,0 +1,48 @@
+"""Argument checks and child runs shared by the benchmark scripts: bad input gives one line
+on stderr and exit code 2, as `llmsched` itself does, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return v
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0 or v == float("inf"):  # `not >` also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} must be a positive finite number")
+    return v
+
+
+def fail(prog: str, message: str, code: int = 2):
+    print(f"{prog}: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def run_child(cmd: list[str], prog: str, **kw) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd, capture_output=True, text=True)`; when the child fails, its last
+    stderr line (the exception's own message) and exit 2, not CalledProcessError, which
+    would hide why."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        last = lines[-1] if lines else f"child exited with code {proc.returncode}"
+        # a ConfigError's message is meant for the user as it is (what `llmsched` prints)
+        for prefix in (f"{prog}: ", "llmsched.core.errors.ConfigError: "):
+            last = last.removeprefix(prefix)
+        fail(prog, last)
+    return proc

@@ -1,0 +1,150 @@
+"""The benchmark scripts (benchmarks/): bad input gives one line and exit code 2, a failing
+child its own message; generated files appear whole; bench_prefix warms up untimed; the
+numbers printed belong together."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+
+def _bench_module(name: str):
+    sys.path.insert(0, str(BENCH))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+# each refused at argument checking, before any simulation (these used to give a
+# traceback, a CalledProcessError hiding the child's reason, or a silent 100-request run)
+BAD = [
+    ("bench_simulator.py", "--sizes", "0"),
+    ("bench_simulator.py", "--load", "-1"),
+    ("bench_simulator.py", "--b-max", "0"),
+    ("bench_serverless.py", "--scale", "0"),
+    ("bench_serverless.py", "--scale", "-1"),
+    ("bench_serverless.py", "--overhead-requests", "0"),
+    ("bench_network.py", "--scale", "-1"),
+    ("bench_network.py", "--load", "0"),
+    ("compare_peers.py", "--sizes", "0"),
+    ("compare_peers.py", "--load", "0"),
+    ("bench_sweep.py", "--rates", "1"),
+    ("bench_sweep.py", "--backends", "bogus"),
+    ("bench_prefix.py", "--repeat", "0"),
+    ("bench_prefix.py", "--block-size", "0"),
+    ("bench_traces.py", "--repeat", "0"),
+]
+
+
+@pytest.mark.parametrize(("script", "flag", "value"), BAD, ids=[f"{s} {f} {v}" for s, f, v in BAD])
+def test_bad_argument_is_one_line_and_exit_2(script, flag, value):
+    r = subprocess.run(
+        [sys.executable, str(BENCH / script), flag, value], capture_output=True, text=True, env=ENV, timeout=60
+    )
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
+    assert errors == [r.stderr.strip().splitlines()[-1]], r.stderr  # argparse's usage, then one error line
+    assert f"argument {flag}" in errors[0]
+
+
+def test_a_failing_child_reports_its_reason_not_a_traceback():
+    """bench_simulator's child refuses an unknown cost model: its message, exit 2 (was
+    CalledProcessError from `check=True`, the child's stderr discarded)."""
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "bench_simulator.py"), "--cost-model", "nope", "--sizes", "100", "--no-cli"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert r.stderr.startswith("bench_simulator: unknown cost model 'nope'"), r.stderr
+
+
+def test_run_child_keeps_the_last_stderr_line(capsys):
+    cli = _bench_module("_cli")
+    code = "import sys; print('noise', file=sys.stderr); raise ValueError('the reason')"
+    with pytest.raises(SystemExit) as exc:
+        cli.run_child([sys.executable, "-c", code], "bench_x")
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == "bench_x: ValueError: the reason\n"
+
+
+def test_interrupted_generation_leaves_no_partial_file(tmp_path, monkeypatch):
+    """A run stopped while writing the 1M-row Mooncake file left a partial file, which the
+    next run (regenerating only missing files) timed as the 1M case."""
+    bench_traces = _bench_module("bench_traces")
+    monkeypatch.setattr(bench_traces, "N", 50)
+    sample = tmp_path / "sample.jsonl"
+    sample.write_text('{"timestamp": 0, "input_length": 1000, "output_length": 6, "hash_ids": [0, 1]}\n')
+    real_dumps, calls = json.dumps, []
+
+    def stop_midway(obj, *a, **k):
+        calls.append(1)
+        if len(calls) == 20:
+            raise KeyboardInterrupt
+        return real_dumps(obj, *a, **k)
+
+    monkeypatch.setattr(bench_traces.json, "dumps", stop_midway)
+    with pytest.raises(KeyboardInterrupt):
+        bench_traces._make_files(tmp_path / "f", sample, ["mooncake-1m-512"])
+    assert list((tmp_path / "f").iterdir()) == []
+    monkeypatch.setattr(bench_traces.json, "dumps", real_dumps)
+    files = bench_traces._make_files(tmp_path / "f", sample, ["mooncake-1m-512"])
+    assert len(files["mooncake"].read_text().splitlines()) == 50
+
+
+def test_bench_traces_prints_the_median_runs_peak():
+    bench_traces = _bench_module("bench_traces")
+    runs = [{"s": 3.0, "peak_gb": 0.3}, {"s": 1.0, "peak_gb": 0.1}, {"s": 2.0, "peak_gb": 0.2}]
+    assert bench_traces._median(runs) == (2.0, runs[2])
+    med, r = bench_traces._median(runs[:2])
+    assert (med, r) == (2.0, runs[1])
+
+
+def test_bench_prefix_warms_up_each_mode_untimed(monkeypatch, capsys):
+    """Without a warm-up the first (off) run paid one-time costs: ratio 0.631 with
+    --repeat 1 where the loop's was 1.564."""
+    bench_prefix = _bench_module("bench_prefix")
+    calls = []
+
+    def fake_run(tr, on, block, kv):
+        calls.append(on)
+        cold = len(calls) <= 2
+        stats = SimpleNamespace(steps=10, prefix={"token_hit_rate": 0.5, "evictions": 0})
+        return (9.0 if cold else 1.0), 1.0, SimpleNamespace(wall_s=1.0, stats=stats)
+
+    monkeypatch.setattr(bench_prefix, "run", fake_run)
+    monkeypatch.setattr(sys, "argv", ["bench_prefix.py", "--requests", "50", "--repeat", "1"])
+    bench_prefix.main()
+    assert calls == [False, True, False, True]
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["wall_off_s"] == out["wall_on_s"] == 1.0
+
+
+def test_bench_sweep_lambda_star_is_what_capacity_reports():
+    bench_sweep = _bench_module("bench_sweep")
+    r = subprocess.run(
+        [sys.executable, "-m", "llmsched", "capacity", "--cost-model", "paper", "--b-max", "512"]
+        + ["--prompt", "geometric:200", "--output", "geometric:101", "--json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    lam = json.loads(r.stdout)["capacity"]["critical_rate"]
+    assert bench_sweep.LAMBDA_STAR == pytest.approx(lam, abs=5e-4)
