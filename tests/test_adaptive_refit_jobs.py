@@ -81,3 +81,57 @@ def test_a_region_is_solved_once_per_key(monkeypatch):
     _run_steps(sched, [[100, 100]] + [[100]] * 10)
     assert sched.batch._cands == cands
     assert [cap for *_, cap in solved] == [None, 100]
+
+
+class _Server:
+    b_max, k_max = 512, None
+
+
+def test_a_job_for_a_key_the_means_left_does_not_replace_the_region_in_use():
+    """A refit for K1 ran while the means came back to K0 (solved, in use again): its result
+    was installed over K0's, which planned on with K1's region until the next refit."""
+    from llmsched.policies.adaptive import Adaptive
+
+    p = Adaptive(cost="profile")
+    p.bind_constraints(_Server)
+    k0, c0 = p._key, list(p._cands)
+    p.defer_jobs = True
+    p._n, p._sum_p, p._sum_o = 1, 100, 20  # the means move: K1 deferred
+    p._compute(512, None, True)
+    job = p.take_job()
+    p._n, p._sum_p, p._sum_o = 2, 2048, 512  # back to K0's means: its region at once
+    p._compute(512, None, True)
+    assert p._key == k0 and p._cands == c0
+    key, solve = job
+    p.install_job(key, solve())
+    assert p._key == k0 and p._cands == c0  # K0's still
+    assert key[1] in p._regions  # K1's kept for when its means come back
+
+
+def test_a_dropped_job_is_solved_again_when_its_key_is_wanted():
+    """The engine's close() dropped a running job: the policy kept its key as the one in
+    use and never solved it (planning on the earlier region for good)."""
+    from llmsched.policies.adaptive import Adaptive
+
+    p = Adaptive(cost="profile")
+    p.bind_constraints(_Server)
+    p.defer_jobs = True
+    p._n, p._sum_p, p._sum_o = 1, 100, 20
+    p._compute(512, None, True)
+    key, _ = p.take_job()
+    p.drop_job(key)
+    p._compute(512, None, True)  # the same means: the key wanted again
+    again = p.take_job()
+    assert again is not None and again[0][1] == key[1]
+
+
+def test_the_engines_close_hands_a_running_job_back():
+    from types import SimpleNamespace
+
+    from llmsched.engine.engine import LLMEngine
+
+    dropped = []
+    batch = SimpleNamespace(drop_job=dropped.append)
+    engine = SimpleNamespace(_job=(batch, "k", None), _pool=None)
+    LLMEngine.close(engine)
+    assert dropped == ["k"] and engine._job is None

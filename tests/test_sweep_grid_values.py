@@ -110,3 +110,13 @@ def test_a_metric_named_like_an_option_has_one_column_in_every_sweep():
     assert "num_requests" not in a and b["num_requests"] == 10000
     # the run's verdict keeps its name (the option's column is `verdict_enabled`)
     assert a["verdict"] == b["verdict"] == "stable" and a["verdict_enabled"] is True
+
+
+def test_the_search_table_prints_a_grid_mapping_as_json(tmp_path, capsys):
+    """The printed search table showed `{'mean_prompt': 100}` (Python's repr) where
+    search.csv holds `{"mean_prompt": 100}`."""
+    argv = [*ARGV, "--search", "max-stable-rate", "--grid", "policy=adaptive"]
+    argv += ["--grid", "policy_options={mean_prompt: 100}", "--tol", "0.5"]
+    assert main([*argv, "--out", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    assert '{"mean_prompt": 100}' in out and "{'mean_prompt'" not in out

@@ -1,5 +1,5 @@
 """Adaptive with a context-dependent cost model refits its region at 1, 2, 4, ... requests
-seen: the engine ran each solve (0.28-0.40 s with a profile) inside `plan`, stalling the
+seen: the engine ran each solve (0.13-0.23 s a solve, docs/engine.md) inside `plan`, stalling the
 step and every request in it (a 1 ms inter-token latency became 145 ms). The engine now
 runs them on a worker thread and installs each result at a step boundary."""
 

@@ -592,7 +592,16 @@ def _mark_bounds(r: dict) -> None:
 def _print_search(search: list[dict]) -> None:
     """The search table: per group, the max stable rate, the rates judged inconclusive
     above it, the first rate judged unstable, and a failed probe where a search stopped."""
-    shown = [{**r, "inconclusive": _rate_range(r["inconclusive_low"], r["inconclusive_high"])} for r in search]
+    from ..analysis.tables import grid_cell  # noqa: PLC0415
+
+    # (a grid's mapping as JSON, as search.csv writes it, not Python's repr)
+    shown = [
+        {
+            **{k: grid_cell(v) for k, v in r.items()},
+            "inconclusive": _rate_range(r["inconclusive_low"], r["inconclusive_high"]),
+        }
+        for r in search
+    ]
     for r in shown:
         _below(r, "max_slo_rate", "max_slo_load", r.get("slo_miss_rate"))  # no probed rate met the SLOs
         # no probe stable (`< rate`), or every probe up to the widest stable (`>= rate`)

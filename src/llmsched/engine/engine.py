@@ -467,7 +467,7 @@ class LLMEngine(StepDriver):
 
     # ---- policy jobs off the step loop ---------------------------------------------
     def _defer_jobs(self) -> None:
-        """A policy with jobs (adaptive's region refits, 0.3-0.4 s with a profile) leaves
+        """A policy with jobs (adaptive's region refits, 0.13-0.23 s a solve: docs/engine.md) leaves
         them to the engine, which runs them on a worker thread: run inside `plan`, every
         request in the step waited for them."""
         batch = self.scheduler.batch
@@ -490,7 +490,9 @@ class LLMEngine(StepDriver):
     def close(self) -> None:
         """Stop the policy's worker thread (a job running ends on its own, its result
         dropped). The engine still works: a later job starts another thread."""
-        self._job = None
+        job, self._job = self._job, None
+        if job is not None:  # (its key is solved again when next wanted)
+            job[0].drop_job(job[1])
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)

@@ -313,8 +313,19 @@ class Adaptive(BatchPolicy):
         if epoch != self._epoch:
             return
         self._regions[k] = result
-        self._cands, self._time = result
-        self._times = {}
+        # the region in use is the wanted key's once known: a job for a key the means left
+        # (they came back to a key already solved, in use since) must not replace it
+        if k == self._key or self._key not in self._regions:
+            self._cands, self._time = result
+            self._times = {}
+
+    def drop_job(self, key) -> None:
+        """The driver dropped a job from `take_job` without its result (the engine closed):
+        its key is solved again when next wanted (else the region in use would stand for
+        it until the means moved)."""
+        epoch, k = key
+        if epoch == self._epoch and k == self._key and k not in self._regions:
+            self._key = None
 
     def _t(self, x: int, y: int) -> float:
         k = (x, y)
