@@ -7,15 +7,7 @@ import argparse
 import subprocess
 import sys
 
-
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return v
+from llmsched.cli.common import positive_int  # noqa: F401 (the scripts' counts, as llmsched's)
 
 
 def positive_float(text: str) -> float:
