@@ -89,6 +89,19 @@ def test_capacity_refuses_an_admission_option_before_reading_it(capsys):
     one_line_error(capsys, ["capacity", "--prompt", "bogus:3", "--max-running", "3"], "--max-running does not apply")
 
 
+def _judged_without_a_guarantee(net, capsys, below: float, reasons: dict) -> str:
+    """`capacity --network` (JSON) gives no feed-forward guarantee for these `reasons` at a
+    utilisation under `below`, nor does a run's `traffic_stable`; returns capacity's text."""
+    assert main(["capacity", "--network", str(net), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["max_utilisation"] < below and rep["feedforward"]
+    assert rep["stable"] is None and rep["not_throughput_optimal"] == reasons
+    assert main(["simulate", "--network", str(net), "--num-requests", "40", "--out", "", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["traffic_stable"] is None
+    assert main(["capacity", "--network", str(net)]) == 0
+    return capsys.readouterr().out
+
+
 def test_capacity_and_a_run_do_not_call_a_fastertransformer_network_stable(tmp_path, capsys):
     net = tmp_path / "ft.yaml"
     net.write_text(
@@ -97,14 +110,8 @@ def test_capacity_and_a_run_do_not_call_a_fastertransformer_network_stable(tmp_p
         "      - call: {server: s1, prompt: geometric:100, output: geometric:20}\n"
         "      - call: {server: s2, prompt: geometric:100, output: geometric:20}\n"
     )
-    assert main(["capacity", "--network", str(net), "--json"]) == 0
-    rep = json.loads(capsys.readouterr().out)
-    assert rep["max_utilisation"] < 0.1 and rep["feedforward"]
-    assert rep["stable"] is None and rep["not_throughput_optimal"] == {"s1": "fastertransformer"}
-    assert main(["capacity", "--network", str(net)]) == 0
-    assert "s1 (fastertransformer) runs a policy that is not work-conserving" in capsys.readouterr().out
-    assert main(["simulate", "--network", str(net), "--num-requests", "40", "--out", "", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["traffic_stable"] is None
+    out = _judged_without_a_guarantee(net, capsys, 0.1, {"s1": "fastertransformer"})
+    assert "s1 (fastertransformer) runs a policy that is not work-conserving" in out
 
 
 def test_capacity_and_a_run_do_not_call_a_network_with_a_kv_capacity_stable(tmp_path, capsys):
@@ -116,14 +123,7 @@ def test_capacity_and_a_run_do_not_call_a_network_with_a_kv_capacity_stable(tmp_
         "jobs:\n  chat:\n    arrival: {process: poisson, rate: 1.1}\n    route:\n"
         '      - call: {server: gen, prompt: "geometric:1000,max=4000", output: "geometric:500,max=2000"}\n'
     )
-    assert main(["capacity", "--network", str(net), "--json"]) == 0
-    rep = json.loads(capsys.readouterr().out)
-    assert rep["max_utilisation"] < 0.5 and rep["feedforward"]
-    assert rep["stable"] is None and rep["not_throughput_optimal"] == {"gen": "kv_capacity 8000"}
-    assert main(["capacity", "--network", str(net)]) == 0
-    assert "stable under" not in capsys.readouterr().out
-    assert main(["simulate", "--network", str(net), "--num-requests", "40", "--out", "", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["traffic_stable"] is None
+    assert "stable under" not in _judged_without_a_guarantee(net, capsys, 0.5, {"gen": "kv_capacity 8000"})
     # a cluster from the flags with --kv-capacity: the same judgement
     argv = ["simulate", "--cost-model", "paper", "--replicas", "2", "--rate", "1", "--prompt", "geometric:100"]
     argv += ["--output", "geometric:20", "--num-requests", "40", "--out", "", "--json"]
