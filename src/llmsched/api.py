@@ -542,10 +542,10 @@ def simulate(
             "(a hit is whole blocks and leaves the prompt's last token to compute), so every prompt is a miss "
             "(a smaller block size would find the shared prefixes)"
         )
-    elif cfg.prefix_caching and _system_prompt_under_block(spec, cfg.block_size):
+    elif cfg.prefix_caching and (short := _system_prompt_under_block(spec, cfg.block_size)):
         warn(
             f"prefix caching has nothing to hit: every system prompt is shorter than one {cfg.block_size}-token "
-            f"block (the longest: {_system_prompt_under_block(spec, cfg.block_size)} tokens), and without --turns "
+            f"block (the longest: {short} tokens), and without --turns "
             "requests share only the blocks wholly inside one, so every prompt is a miss "
             "(a block size at most the system prompt would share it)"
         )
@@ -583,11 +583,9 @@ def simulate(
         # without a cap nothing bounds the decode batch before the run (b_max would warn for
         # batches no run reaches): the largest one it ran, its rows at the longest context
         # (the contexts themselves were judged before the run: only the batch's phrases)
-        need = np.asarray(trace.prompt, dtype=np.int64) + np.asarray(trace.output, dtype=np.int64) - 1
-        context = int(need.max()) if len(need) else 0
         far = [
             f
-            for f in cost.extrapolation(0, max(stats.batch_hist), context)
+            for f in cost.extrapolation(0, max(stats.batch_hist), longest_context(trace))
             if f.startswith(("decode batch", "decode_attn"))
         ]
         if far:
@@ -731,8 +729,13 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
                 "times in seconds? (--time-scale K or --rate R rescales a trace)"
             )
     if hasattr(cost, "extrapolation"):
-        need = np.asarray(trace.prompt, dtype=np.int64) + np.asarray(trace.output, dtype=np.int64) - 1
-        warn_profile_reach(cost, cfg, int(need.max()) if len(need) else 0, len(need))
+        warn_profile_reach(cost, cfg, longest_context(trace), len(trace.prompt))
+
+
+def longest_context(trace) -> int:
+    """The longest context a request of `trace` reaches: its prompt + output - 1 (0 for none)."""
+    need = np.asarray(trace.prompt, dtype=np.int64) + np.asarray(trace.output, dtype=np.int64) - 1
+    return int(need.max()) if len(need) else 0
 
 
 def warn_fast_steps(cost, label) -> None:
