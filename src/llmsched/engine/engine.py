@@ -458,7 +458,7 @@ class LLMEngine(StepDriver):
             self._job = None
             job[0].install_job(job[1], job[2].result())  # (a solve's error is raised here)
         plan = self.scheduler.plan(self.state)
-        if self._job is None:
+        if self._job is None and self._take_job is not None:
             self._start_job()
         self.last_plan = plan
         if plan.is_empty():
@@ -470,16 +470,15 @@ class LLMEngine(StepDriver):
         """A policy with jobs (adaptive's region refits, 0.13-0.23 s a solve: docs/engine.md) leaves
         them to the engine, which runs them on a worker thread: run inside `plan`, every
         request in the step waited for them."""
-        batch = self.scheduler.batch
-        if hasattr(batch, "take_job"):
-            batch.defer_jobs = True
+        self._take_job = getattr(self.scheduler.batch, "take_job", None)  # (looked up once, not per step)
+        if self._take_job is not None:
+            self.scheduler.batch.defer_jobs = True
 
     def _start_job(self) -> None:
-        batch = self.scheduler.batch
-        take = getattr(batch, "take_job", None)
-        job = take() if take is not None else None
+        job = self._take_job()
         if job is None:
             return
+        batch = self.scheduler.batch
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
