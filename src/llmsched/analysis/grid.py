@@ -164,7 +164,7 @@ def _laws_split_at_commas(key: str, text: str, vals: list) -> list:
     one law when it is one (`prompt=uniform:10,100`, which split was `uniform:10`, missing
     its hi, and `100`), else the error of the first that is none, saying how values holding
     commas are written."""
-    bad = (ConfigError, OSError, ValueError, TypeError)
+    bad = _LAW_ERRORS
     for i, v in enumerate(vals):
         if isinstance(v, str):
             try:
@@ -305,6 +305,8 @@ def _check_distinct(key: str, vals: list) -> None:
 _POLICY_KINDS = {"policy": "batch", "admission": "admission"}
 #: Keys whose values are length laws (`llmsched.workload.lengths`).
 LENGTH_LAW_KEYS = ("prompt", "output", "turns")
+#: What `parse_length_law` raises for a value that is no law (a file it cannot read included)
+_LAW_ERRORS = (ConfigError, OSError, ValueError, TypeError)
 
 
 def _length_law_identity(spec):
@@ -313,7 +315,7 @@ def _length_law_identity(spec):
     is no law, left to the point's checks."""
     try:
         return parse_length_law(spec)
-    except (ConfigError, TypeError, ValueError, OSError):
+    except _LAW_ERRORS:
         return spec
 
 
