@@ -767,7 +767,12 @@ def _wide_ids(text: str | bytes, sep: str, expected: int) -> np.ndarray | None:
         return None
     if len(vals) != expected or not all(_INT64_LIMITS[0] <= v <= _UINT64_MAX for v in vals):
         return None
-    return np.array([v - 2**64 if v > _INT64_LIMITS[1] else v for v in vals], dtype=np.int64)
+    return np.array([_int64_bits(v) for v in vals], dtype=np.int64)
+
+
+def _int64_bits(v: int) -> int:
+    """An id from 2**63 up as its int64 bit pattern (less 2**64); a smaller one as it is."""
+    return v - 2**64 if v > _INT64_LIMITS[1] else v
 
 
 def _mooncake_slow(p: Path, rows: list[bytes], nonblank: list[int]):
@@ -797,7 +802,7 @@ def _mooncake_slow(p: Path, rows: list[bytes], nonblank: list[int]):
         ):
             raise ConfigError(f"file {p} line {i + 1} key 'hash_ids' must be a list of {ID_RANGE}")
         # an unsigned 64-bit hash as its int64 bit pattern (`_wide_ids`)
-        ids.append([x - 2**64 if x > _INT64_LIMITS[1] else x for x in h])
+        ids.append([_int64_bits(x) for x in h])
     counts = np.array([len(h) for h in ids], dtype=np.int64)
     ptr = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
