@@ -107,8 +107,8 @@ def test_plot_dir_titles_name_the_run_and_the_cdfs_say_what_they_cover(tmp_path,
         out_dir=tmp_path,
     )
     seen = {}
-    real = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault(path.name, fig) and real(fig, path))
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: seen.setdefault(path.name, fig) and real(fig, path))
     plots.plot_dir(tmp_path)
     assert set(seen) == {"queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png"}
     rows = np.genfromtxt(tmp_path / "requests.csv", delimiter=",", names=True)
@@ -139,8 +139,8 @@ def test_token_load_bars_are_one_token_wide(tmp_path, monkeypatch):
 
     llmsched.simulate(policy="sarathi", cost_model="paper", rate=9, num_requests=400, out_dir=tmp_path)
     seen = {}
-    real = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault(path.name, fig) and real(fig, path))
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: seen.setdefault(path.name, fig) and real(fig, path))
     plots.plot_dir(tmp_path)
     hist = np.genfromtxt(tmp_path / "load_histogram.csv", delimiter=",", names=True)
     assert np.ptp(hist["token_load"]) > 300  # the case: a range of hundreds of tokens
@@ -174,8 +174,8 @@ def test_cdfs_are_steps_from_zero(tmp_path, monkeypatch):
     # between them claimed gaps in between, and the curve began at 0.75, not at 0
     llmsched.simulate(cost_model="paper", rate=2, num_requests=100, out_dir=tmp_path, verdict=False)
     seen = {}
-    real = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault(path.name, fig) and real(fig, path))
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: seen.setdefault(path.name, fig) and real(fig, path))
     plots.plot_dir(tmp_path)
     hist = np.genfromtxt(tmp_path / "itl_histogram.csv", delimiter=",", names=True)
     line = seen["itl_cdf.png"].axes[0].get_lines()[0]

@@ -118,7 +118,7 @@ def _figures(d) -> dict:
     """The figures plot_dir draws, by file name (drawn, not saved)."""
     figs = {}
     mp = pytest.MonkeyPatch()
-    mp.setattr(plots, "_save", lambda fig, path: figs.setdefault(path.name, fig) and path)
+    mp.setattr(plots, "save_figure", lambda fig, path: figs.setdefault(path.name, fig) and path)
     try:
         plot_dir(d)
     finally:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .core.errors import ConfigError
 from .core.palette import color_of
-from .core.paths import atomic_write, check_out_file, interrupted_message
+from .core.paths import check_out_file, interrupted_message, save_figure
 from .theory.means import rate_unit
 from .workload.trace import mean_rate
 
@@ -211,7 +211,7 @@ def queue_series(ts: dict[str, np.ndarray], end_s: float | None = None):
 FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")
 
 
-def plot_dir(folder: str | Path) -> list[Path]:
+def plot_dir(folder: str | Path) -> list[str]:
     """Draw queue.png, ttft_cdf.png, itl_cdf.png and token_load.png into `folder`; every
     title names the run (`run_title`)."""
     if str(folder) == "":  # (Path("") is the current folder)
@@ -256,7 +256,7 @@ def plot_dir(folder: str | Path) -> list[Path]:
     ax.set_ylabel("requests")
     ax.set_title(f"Queue length over time\n{name}", fontsize=10)
     ax.legend()
-    out.append(_save(fig, d / "queue.png"))
+    out.append(save_figure(fig, d / "queue.png"))
 
     ttft = req["ttft_s"][done] * 1e3
     fig, ax = _figure()
@@ -268,7 +268,7 @@ def plot_dir(folder: str | Path) -> list[Path]:
         f"Time to first token, CDF of the {int(done.sum()):,} finished requests (of {len(_arrived(req)):,})\n{name}",
         fontsize=10,
     )
-    out.append(_save(fig, d / "ttft_cdf.png"))
+    out.append(save_figure(fig, d / "ttft_cdf.png"))
 
     fig, ax = _figure()
     if len(itl["itl_ms"]):
@@ -279,7 +279,7 @@ def plot_dir(folder: str | Path) -> list[Path]:
     # (the note only where a request arrived and did not finish: its gaps count too)
     note = " (unfinished requests' tokens included)" if (arrived & ~done).any() else ""
     ax.set_title(f"Inter-token latency, CDF of every gap{note}\n{name}", fontsize=10)
-    out.append(_save(fig, d / "itl_cdf.png"))
+    out.append(save_figure(fig, d / "itl_cdf.png"))
 
     fig, ax = _figure()
     # a bar per token load, one token wide: the histogram counts every load exactly (a
@@ -289,14 +289,5 @@ def plot_dir(folder: str | Path) -> list[Path]:
     ax.set_xlabel("token load b of a step")
     ax.set_ylabel("steps")
     ax.set_title(f"Token-load histogram\n{name}", fontsize=10)
-    out.append(_save(fig, d / "token_load.png"))
+    out.append(save_figure(fig, d / "token_load.png"))
     return out
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    try:  # the image holds every title and label
-        atomic_write(path, lambda p: fig.savefig(p, format="png", bbox_inches="tight", pad_inches=0.1))
-    except OSError as e:
-        raise ConfigError(f"{path} cannot be written: {e.strerror or e}") from None
-    return path

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import ConfigError
 from ..core.palette import group_styles
+from ..core.paths import save_figure
 from ..theory import StabilityRegion
 from .grid import NON_GROUP_KEYS
-from .tables import atomic_write, group_label
+from .tables import group_label
 
 __all__ = ["new_figure", "save_figure", "plot_region", "plot_sweep", "run_name", "plain_log_ticks"]
 
@@ -33,17 +33,6 @@ def new_figure(n: int = 1, width: float = 7.0):
     fig = Figure(figsize=(width if n == 1 else width * 0.75 * n, 4.3), dpi=110)
     FigureCanvasAgg(fig)
     return fig, [fig.add_subplot(1, n, i + 1) for i in range(n)]
-
-
-def save_figure(fig, path: Path) -> str:
-    """Lay out and write `fig` as a PNG at `path` (whole or not at all); returns the path."""
-    fig.tight_layout()
-    # bbox "tight": the saved image grows to hold every title, label and legend (nothing clipped)
-    try:
-        atomic_write(Path(path), lambda p: fig.savefig(p, format="png", bbox_inches="tight", pad_inches=0.1))
-    except OSError as e:  # (a folder or a read-only file in the figure's place)
-        raise ConfigError(f"{path} cannot be written: {e.strerror or e}") from None
-    return str(path)
 
 
 def plain_log_ticks(ax, which: str = "x") -> None:

@@ -737,7 +737,19 @@ def atomic_write(path, writer) -> None:
         raise
 
 
+def save_figure(fig, path: Path) -> str:
+    """Lay out and write `fig` as a PNG at `path` (whole or not at all); returns the path."""
+    fig.tight_layout()
+    # bbox "tight": the saved image grows to hold every title, label and legend (nothing clipped)
+    try:
+        atomic_write(Path(path), lambda p: fig.savefig(p, format="png", bbox_inches="tight", pad_inches=0.1))
+    except OSError as e:  # (a folder or a read-only file in the figure's place)
+        raise ConfigError(f"{path} cannot be written: {e.strerror or e}") from None
+    return str(path)
+
+
 __all__ = [
+    "save_figure",
     "atomic_write",
     "begin_reproduce_write",
     "begin_simulate_write",
