@@ -24,7 +24,7 @@ import numpy as np
 from .core.checks import check_progress, strict_keywords
 from .core.constraints import check_prefix_block_size, k_max_binds
 from .core.cost import make_cost_model, recorded_cost_model
-from .core.errors import ConfigError, check_known, warn
+from .core.errors import ConfigError, InputWarning, check_known, warn
 from .core.paths import check_out_dir, check_run_dir
 from .core.request import NS, check_seconds
 from .core.version import __version__
@@ -705,9 +705,33 @@ def _no_block_ids(workload: dict) -> str:
     return "the trace has no block ids"
 
 
-#: the warning of a block size given without a prefix cache (a sweep whose other points have
-#: one drops it: `analysis.sweep.run_sweep`)
+#: the warning of a block size given without a prefix cache (`BlockSizeUnusedWarning`)
 BLOCK_SIZE_UNUSED = "has no effect without prefix caching (--prefix-caching)"
+
+
+class BlockSizeUnusedWarning(InputWarning):
+    """A block size given where no run has a prefix cache. A sweep judges it once for all
+    its points (`analysis.sweep.run_sweep`: where one point caches, the block size has its
+    effect there) and ignores its points' own by this category, not by their text."""
+
+
+def unused_block_sizes(cfgs) -> list[int]:
+    """The block sizes given (not the default) to configurations `cfgs` when none of them
+    has a prefix cache, for the warning; [] when one has, or none was given."""
+    if any(c.prefix_caching for c in cfgs):
+        return []
+    return sorted({c.block_size for c in cfgs if c.block_size != SimConfig.block_size})
+
+
+def warn_block_size_unused(sizes: list[int], stacklevel: int = 3) -> None:
+    """Warn (`BlockSizeUnusedWarning`) that the block sizes `sizes` do nothing; the warning
+    names the line that called the caller of this function."""
+    import warnings  # noqa: PLC0415
+
+    text = f"block_size={', '.join(str(b) for b in sizes)} {BLOCK_SIZE_UNUSED}"
+    warnings.warn(text, BlockSizeUnusedWarning, stacklevel=stacklevel)
+
+
 MIN_STEP_S = 1e-4  # a step faster than 0.1 ms is no GPU's: probably seconds given as ms
 MIN_TRACE_RATE = 0.01  # req/s: a replayed trace slower than this probably has its times in ms
 
@@ -716,8 +740,9 @@ def warn_implausible(cost, cfg: SimConfig, trace, replay: bool) -> None:
     """Warn (one line each, the run goes on) about inputs that are valid but probably not
     meant: a step under 0.1 ms, a replayed trace under 0.01 req/s, a profile cost model
     used far past its measured grid, a block size without prefix caching."""
-    if cfg.block_size != SimConfig.block_size and not cfg.prefix_caching:
-        warn(f"block_size={cfg.block_size} {BLOCK_SIZE_UNUSED}")
+    unused = unused_block_sizes([cfg])
+    if unused:
+        warn_block_size_unused(unused)
     warn_fast_steps(cost, cfg.cost_model)
     arrival = np.asarray(trace.arrival_s, dtype=np.float64)
     if replay and len(arrival) > 1:

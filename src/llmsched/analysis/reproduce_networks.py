@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checks import check_count, check_list, check_names, check_reals, check_seeds
+from ..core.checks import check_count, check_distinct, check_list, check_names, check_reals, check_seeds
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
@@ -449,11 +449,14 @@ def reproduce_clusters(
     if replicas is None:
         replicas = (4,) if quick else (4, 8, 16)
     replicas = [check_count(r, "replicas") for r in check_list(replicas, "replicas", "whole numbers >= 1")]
+    check_distinct(replicas, "replicas")
     routers = check_names((("random", "jsq") if quick else ROUTERS) if routers is None else routers, "routers")
+    check_distinct(routers, "routers")
     for r in routers:
         if r not in ROUTERS:
             raise ConfigError(f"unknown router {r!r} (known: {', '.join(ROUTERS)})")
     loads = _check_loads(((0.5, 0.9) if quick else (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)) if loads is None else loads)
+    check_distinct(loads, "loads")
     per_replica = (1000 if quick else 5000) if num_jobs is None else check_count(num_jobs, "num_jobs")
     seeds = check_seeds(seeds if seeds is not None else (0,))
     prompt, output = CLUSTER_WORKLOADS[workload]
@@ -628,14 +631,17 @@ def reproduce_agents(
     "config", "wall_s"}."""
     t0 = time.perf_counter()
     workflows = check_names((("dag",) if quick else tuple(WORKFLOWS)) if workflows is None else workflows, "workflows")
+    check_distinct(workflows, "workflows")
     for w in workflows:
         if w not in WORKFLOWS:
             raise ConfigError(f"unknown workflow {w!r} (known: {', '.join(WORKFLOWS)})")
     plot_load = _check_loads([plot_load], "plot_load")[0]
-    loads = sorted(set(_check_loads((0.9, 1.1) if loads is None else loads)) | {plot_load})
+    loads = check_distinct(_check_loads((0.9, 1.1) if loads is None else loads), "loads")
+    loads = sorted(set(loads) | {plot_load})
     if ft_loads is None:
         ft_loads = (0.9,) if quick else (0.02, 0.05, 0.1, 0.3, 0.6, 0.9)
-    ft_loads = sorted(set(_check_loads(ft_loads, "ft_loads")) | {plot_load})
+    ft_loads = check_distinct(_check_loads(ft_loads, "ft_loads"), "ft_loads")
+    ft_loads = sorted(set(ft_loads) | {plot_load})  # (the plot's load joins both lists)
     n_jobs = (2000 if quick else 10000) if num_jobs is None else check_count(num_jobs, "num_jobs")
     seeds = check_seeds(seeds if seeds is not None else (0,))
     check_run_dir(out_dir, "reproduce agents")  # not over another run's outputs
@@ -807,11 +813,13 @@ def reproduce_rybko_stolyar(
     if orders is None:
         orders = ("exit", "entry") + ((_BACKPRESSURE,) if backpressure_available() else ())
     orders = check_names(orders, "orders")
+    check_distinct(orders, "orders")
     n_jobs = (3000 if quick else 20000) if num_jobs is None else check_count(num_jobs, "num_jobs")
     seeds = check_seeds(seeds if seeds is not None else (0,))
     if scan_loads is None:
         scan_loads = () if quick else (0.5, 0.6, 0.7, 0.8)
     scan_loads = check_reals(scan_loads, "scan_loads", "positive fractions of the capacity", empty=True)
+    check_distinct(scan_loads, "scan_loads")
     check_run_dir(out_dir, "reproduce rybko-stolyar")  # not over another run's outputs
     nets, theory = {}, {}
     for o in orders:

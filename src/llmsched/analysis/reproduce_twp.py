@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checks import check_count, check_names, check_reals, check_seeds, first_repeat
+from ..core.checks import check_count, check_distinct, check_names, check_reals, check_seeds, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of, group_styles
@@ -390,10 +390,12 @@ def reproduce_twp(
     seeds = list(check_seeds((0,) if seeds is None else seeds))
     slo_targets = ((15.0,) if quick else SLO_TARGETS_MS) if slo_targets_ms is None else slo_targets_ms
     slo_targets = check_reals(slo_targets, "slo_targets_ms", "positive numbers", empty=True)
+    check_distinct(slo_targets, "slo_targets_ms")
     stab_loads = (
         ((0.5, 0.9) if quick else (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) if stability_loads is None else stability_loads
     )
     stab_loads = check_reals(stab_loads, "stability_loads", "positive numbers below 10", 10, empty=True)
+    check_distinct(stab_loads, "stability_loads")
     base = load_serverless(BASE_PLATFORM if platform is None else platform).to_dict()
     check_run_dir(out_dir, "reproduce twp")  # not over another run's outputs
     load_names = {x: (LOAD_NAMES[i] if len(loads) == 3 else f"load {x:g}") for i, x in enumerate(sorted(loads))}

@@ -314,7 +314,8 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
     `inconclusive_high`, `inconclusive_probes`, `inconclusive_above_unstable`,
     `unstable_rate` (the first rate judged unstable), `failed_rate`, `probes`, and with
     SLOs `max_slo_rate`, `max_slo_load`, `slo_miss_rate` (the smallest rate probed that
-    missed them), `slo`)."""
+    missed them), `run_slo` (the limits, as JSON; not `slo`, a grid key: per-request
+    objectives, which name the group))."""
     rows: dict[str, dict] = {}  # by the probe's grid values: a rate probed again is one row
     columns = [*settings.group_keys, "seed", "rate"]
 
@@ -394,7 +395,8 @@ def _group_row(g: Group, settings: SearchSettings) -> dict:
         row["max_slo_rate"] = g.slo.lo if slo_ok else None
         row["max_slo_load"] = g.slo.lo / lam if slo_ok and lam else None
         row["slo_miss_rate"] = g.slo.hi if slo_ok and g.slo.hi_checked and g.slo.hi > g.slo.lo else None
-        row["slo"] = json.dumps(settings.slo, sort_keys=True)
+        # not `slo`: a grid's `slo` (per-request objectives) names the group, and would be overwritten
+        row["run_slo"] = json.dumps(settings.slo, sort_keys=True)
     # every probe stable, up to the widest rate searched: the max stable rate is a lower
     # bound (the boundary lies above it); last, so the other columns keep their places
     row["max_stable_lower_bound"] = ok and st.lower_bound

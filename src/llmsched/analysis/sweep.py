@@ -24,16 +24,15 @@ modules of `llmsched.analysis`:
 from __future__ import annotations
 
 import math
-import re
 import sys
 import time
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..api import BLOCK_SIZE_UNUSED
+from ..api import BlockSizeUnusedWarning, unused_block_sizes, warn_block_size_unused
 from ..core.checks import as_real, check_policy_names, check_seeds
-from ..core.errors import ConfigError, InputWarning
+from ..core.errors import ConfigError
 from ..core.paths import begin_sweep_write, check_out_dir, check_run_dir, end_sweep_write
 from .figures import plot_sweep
 from .grid import NON_GROUP_KEYS, expand_grid, grid_keys, parse_grid, parse_slo, parse_values
@@ -170,20 +169,17 @@ def run_sweep(
         for p, c in zip(points, cfgs):
             check_point(c, traces, p)
 
-    bar = Progress(show, "search" if search else "sweep")
     # a block size does what it says at the points with a prefix cache: that it does
-    # nothing without one is worth a warning only where no point has one
-    cached = (
-        [c.prefix_caching for c in cfgs]
-        if not search
-        else [resolve_point(config, fixed, gr.params).prefix_caching for gr in groups]
-    )
+    # nothing is one warning for the sweep, where no point has one, not one per point
+    unused = unused_block_sizes(cfgs if not search else [resolve_point(config, fixed, gr.params) for gr in groups])
+    if unused:
+        warn_block_size_unused(unused)
+    bar = Progress(show, "search" if search else "sweep")
     try:
         if quiet is None:
             quiet = progress is False
         with warnings.catch_warnings(), Backend(backend, workers, address, quiet=quiet) as be:
-            if any(cached):
-                warnings.filterwarnings("ignore", rf"block_size=\d+ {re.escape(BLOCK_SIZE_UNUSED)}", InputWarning)
+            warnings.filterwarnings("ignore", category=BlockSizeUnusedWarning)  # (said above, for the sweep)
             store = Store(out_dir)  # after connecting: an unreachable cluster leaves no folder
             # run_point by name from this module, so that tests can replace it here
             runner = Runner(be, store, bar, run_point)

@@ -565,7 +565,7 @@ SEARCH_COLUMNS = (
     "max_slo_rate",
     "max_slo_load",
     "slo_miss_rate",
-    "slo",
+    "run_slo",
 )
 
 

@@ -59,6 +59,18 @@ def first_repeat(values):
     return next((v for i, v in enumerate(values) if v in values[:i]), None)
 
 
+def check_distinct(values: list, name: str) -> list:
+    """`values` unchanged when no value repeats an earlier one; else a one-line ConfigError
+    naming `name` and the value: an experiment's list given a value twice ran its cells
+    twice (duplicate rows, and averages counting them twice)."""
+    twice = first_repeat(values)
+    if twice is not None:
+        from .errors import ConfigError  # noqa: PLC0415
+
+        raise ConfigError(f"{name}: {twice!r} is given twice: each runs every cell once, list it once")
+    return values
+
+
 def strict_keywords(what: str):
     """A class decorator for a dataclass: an unknown keyword argument to its constructor
     is a ConfigError naming it and the known ones (`unknown_name`), not a TypeError."""
