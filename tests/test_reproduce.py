@@ -114,6 +114,11 @@ def test_reproduce_stability_refuses_a_policy_given_twice(tmp_path):
 
     with pytest.raises(ConfigError, match="policy 'orca' is given twice"):
         reproduce_stability(quick=True, out_dir=tmp_path / "o", policies=["orca", "sarathi", "orca"])
+    # in another case or by an alias it is the same policy (the CLI's --policies says so too)
+    with pytest.raises(ConfigError, match="policy 'orca' is given twice"):
+        reproduce_stability(quick=True, out_dir=tmp_path / "o", policies=["orca", "sarathi", "ORCA"])
+    with pytest.raises(ConfigError, match="policy 'fastertransformer' is given twice"):
+        reproduce_stability(quick=True, out_dir=tmp_path / "o", policies=["fastertransformer", "FT"])
     with pytest.raises(ConfigError, match="at least one policy"):
         reproduce_stability(quick=True, out_dir=tmp_path / "o", policies=[])
     assert not (tmp_path / "o").exists()

@@ -45,7 +45,7 @@ from ..core.paths import (
     mark_reproduce_search,
     prepare_run_dir,
 )
-from ..policies import make_batch_policy
+from ..policies import canonical_policy_name, make_batch_policy
 from ..workload import WorkloadSpec, make_trace
 from .figures import new_figure, save_figure
 from .points import check_point, critical_rate_of, resolve_point
@@ -136,8 +136,9 @@ def reproduce_stability(
     policies = check_policy_names(policies)
     if not policies:
         raise ConfigError("give at least one policy")
-    dup = first_repeat(policies)
-    if dup is not None:  # (its runs twice, its rows twice)
+    # (its runs twice, its rows twice; in any case or by an alias, as the CLI's `--policies`)
+    dup = first_repeat([canonical_policy_name(p).lower() for p in policies])
+    if dup is not None:
         raise ConfigError(f"policy {dup!r} is given twice")
     base = dict(PRESETS[workload])
     if cost_model is not None:
