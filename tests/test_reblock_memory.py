@@ -154,9 +154,10 @@ def test_make_trace_ids_equal_reading_the_trace_at_the_block_size(tmp_path, bloc
     path = _write_mooncake(tmp_path / "mc.jsonl")
     spec = WorkloadSpec(arrival=f"trace:{path}", num_requests=200, prompt=prompt, seed=3)
     t = make_trace(spec, block_size)
-    # the old way: the whole trace read at block_size, its head's ids cut to the new prompts
+    # the old way: the whole trace read at block_size, its head's ids cut to the full blocks
+    # of the new prompts and the trace's own (a partial last block's id is its tokens only)
     head = read_trace(path, block_size=block_size).head(200)
-    ids, ptr = reblock(head.block_ids, head.block_ptr, t.prompt, block_size, block_size)
+    ids, ptr = reblock(head.block_ids, head.block_ptr, np.minimum(t.prompt, head.prompt), block_size, block_size)
     assert t.block_size == block_size
     assert np.array_equal(t.block_ptr, ptr) and t.block_ids.tobytes() == ids.tobytes()
 

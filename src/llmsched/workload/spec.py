@@ -686,11 +686,11 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         ids, ptr = stream_blocks(np.arange(n), prompt, cls, system, spec.seed, block_size)
         out = out.with_blocks(ids, ptr, block_size)
     elif base is not None and base.block_ids is not None:
-        # the trace's ids, cut to the (possibly redrawn) prompts' full blocks; at another
-        # block size also to the trace's own prompts' (a partial last source block's id
-        # stands for its tokens only): the ids of the trace read at `block_size`, then cut
+        # the trace's ids, cut to the full blocks of both the (possibly redrawn) prompts
+        # and the trace's own: a partial last source block's id stands for its tokens
+        # only, so a longer prompt must not make it a full block (at any block size)
         head = base.slice(0, n)
-        cap = prompt if base.block_size == block_size else np.minimum(prompt, head.prompt)
+        cap = np.minimum(prompt, head.prompt)
         ids, ptr = reblock(head.block_ids, head.block_ptr, cap, base.block_size, block_size)
         out = out.with_blocks(ids, ptr, block_size)
     return out

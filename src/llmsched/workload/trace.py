@@ -205,14 +205,19 @@ class Trace:
 
     def with_lengths(self, prompt=None, output=None) -> Trace:
         """Same arrivals with prompt and/or output lengths replaced (block ids beyond a
-        new prompt's full blocks are dropped)."""
+        new prompt's blocks are dropped; a longer prompt keeps only the old prompt's
+        full blocks)."""
         t = self._with(output=self.output if output is None else output)
         if prompt is None:
             return t
         prompt = _as_int_array(prompt, "prompt")
         if t.block_ids is None or prompt.shape[0] != len(t):
             return t._with(prompt=prompt)
-        ids, ptr = cap_rows(t.block_ids, t.block_ptr, -(-prompt // t.block_size))
+        b = t.block_size
+        # an old partial last block's id stands for its tokens only: it may stay while the
+        # prompt does not grow, but a longer prompt would make it a full-block hit
+        cap = np.where(prompt <= t.prompt, -(-prompt // b), t.prompt // b)
+        ids, ptr = cap_rows(t.block_ids, t.block_ptr, cap)
         return t._with(prompt=prompt, block_ids=ids, block_ptr=ptr)
 
     def with_tags(self, tag) -> Trace:
