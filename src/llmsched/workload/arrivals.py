@@ -116,6 +116,11 @@ def _check_times(t: np.ndarray, rate: float, time_scale: float = 1.0) -> np.ndar
     return t
 
 
+def _undivided(duration_s: float, time_scale: float) -> float:
+    """A duration on the clock of the times divided by `time_scale`, on the times' own."""
+    return duration_s * time_scale if time_scale != 1.0 else duration_s
+
+
 def count_over_the_limit(n: int) -> ConfigError:
     return ConfigError(f"num_requests={count_text(n)} exceeds the limit of {MAX_REQUESTS:,}")
 
@@ -144,13 +149,15 @@ class ArrivalProcess:
     ) -> np.ndarray:
         """Arrival times: the first `n`, or all up to `duration_s` (inclusive), or the
         first n within duration_s when both are given. `time_scale` K: the caller divides
-        the times by K, so they must be below the simulator's clock once divided."""
+        the times by K, so they must be below the simulator's clock once divided, and
+        `duration_s` is on that divided clock."""
         if n is None and duration_s is None:
             raise ConfigError("give num_requests or duration_s to stop the arrivals")
         if duration_s is None:
             if n > MAX_REQUESTS:
                 raise count_over_the_limit(n)
             return _check_times(np.cumsum(self.gaps(rng, n)), self.rate, time_scale)
+        duration_s = _undivided(duration_s, time_scale)
         expect = self.rate * duration_s
         if n is None and expect > MAX_REQUESTS:
             raise _duration_over_the_limit(duration_s, self.rate)
@@ -228,16 +235,24 @@ class Deterministic(ArrivalProcess):
             raise count_over_the_limit(n)
         m = n if n is not None else math.inf
         if duration_s is not None:
+            limit, duration_s = duration_s, _undivided(duration_s, time_scale)
             x = duration_s * self.rate
             if n is None and not x < MAX_REQUESTS + 1:
                 raise _duration_over_the_limit(duration_s, self.rate)
+
+            # the caller's time (k / rate) / time_scale against its own limit: the product
+            # duration_s * time_scale is rounded (0.3 * 3 < 0.9) and dropped the arrival on
+            # the boundary (at time_scale 1 both tests are the same)
+            def within(k):
+                return (k / self.rate) / time_scale <= limit
+
             # past n arrivals the duration stops none (and a product that overflows to inf
             # has no floor)
             if x < m + 1:
                 k = math.floor(x)  # arrivals k / rate <= duration_s
-                while (k + 1) / self.rate <= duration_s:
+                while within(k + 1):
                     k += 1
-                while k > 0 and k / self.rate > duration_s:
+                while k > 0 and not within(k):
                     k -= 1
                 m = min(m, k)
         if m > MAX_REQUESTS:

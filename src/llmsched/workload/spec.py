@@ -644,12 +644,12 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         arrival = replayed_times(base.arrival_s, k, n, f"trace {spec.trace}", hint)
     else:
         proc = make_arrival_process(spec.arrival, check_rate(spec.rate), None if spec.cv is None else check_cv(spec.cv))
-        k = spec.time_scale  # duration_s is in the scaled clock
+        k = spec.time_scale
         arrival = proc.times(
             _rng(spec.seed, _ARRIVALS),
             spec.num_requests,
-            None if spec.duration_s is None else spec.duration_s * k,
-            time_scale=k,  # the clock's limit applies to the times divided by k
+            spec.duration_s,
+            time_scale=k,  # the clock's limit and duration_s apply to the times divided by k
         )
         if k != 1.0:
             arrival = arrival / k
