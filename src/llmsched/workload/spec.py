@@ -162,8 +162,9 @@ class WorkloadClass:
         if not isinstance(self.tag, str) or not self.tag.strip():
             raise ConfigError(f"class tag must be a non-empty string, got {self.tag!r}")
         self.tag = self.tag.strip()
-        if any(c in self.tag for c in ',"\n'):
-            raise ConfigError(f"class tag {self.tag!r} must not contain commas, quotes or newlines")
+        # (a trace's CSV would split at a carriage return as at a newline)
+        if any(c in self.tag for c in ',"\n\r'):
+            raise ConfigError(f"class tag {self.tag!r} must not contain commas, quotes, newlines or carriage returns")
         self.share = _opt_float(self.share, f"share of class '{self.tag}'")
         for role in ("prompt", "output"):
             if getattr(self, role) is not None:

@@ -370,8 +370,12 @@ class Trace:
                 np.char.find(self.tag, ",").max() >= 0
                 or np.char.find(self.tag, '"').max() >= 0
                 or np.char.find(self.tag, "\n").max() >= 0
+                # (a reader ends a line at a lone carriage return too)
+                or np.char.find(self.tag, "\r").max() >= 0
             ):
-                raise ConfigError("trace tags must not contain commas, quotes or newlines to be written as CSV")
+                raise ConfigError(
+                    "trace tags must not contain commas, quotes, newlines or carriage returns to be written as CSV"
+                )
             cols.append(self.tag.tolist())
             header += ",tag"
         if self.block_ids is not None:
