@@ -251,8 +251,8 @@ def _name(value, where: str, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _at(where, f"{what} must be a non-empty string, got {_show(value)}")
     s = value.strip()
-    if any(c in s for c in ',"\n'):
-        raise _at(where, f"{what} {s!r} must not contain commas, quotes or newlines")
+    if any(c in s for c in ',"\n\r'):  # (a CSV reader ends a line at a carriage return too)
+        raise _at(where, f"{what} {s!r} must not contain commas, quotes, newlines or carriage returns")
     return s
 
 

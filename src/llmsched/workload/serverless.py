@@ -228,8 +228,8 @@ def _name(value, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _at(where, f"must be a non-empty string, got {_show(value)}")
     s = value.strip()
-    if any(c in s for c in ',"\n'):
-        raise _at(where, f"{s!r} must not contain commas, quotes or newlines")
+    if any(c in s for c in ',"\n\r'):  # (a CSV reader ends a line at a carriage return too)
+        raise _at(where, f"{s!r} must not contain commas, quotes, newlines or carriage returns")
     return s
 
 
@@ -1031,6 +1031,10 @@ def _validate_workload(w: ServerlessWorkload, models: dict) -> ServerlessWorkloa
                 )
         else:
             _check_process(w.arrival, w.rate, w.cv, where)
+        if w.rate is None and w.cv is not None:
+            # the workload's own cv and arrival, blamed on the workload: a model that keeps
+            # them was named for the workload's mistake (any positive rate checks the pair)
+            _check_process(w.arrival, 1.0, w.cv, where)
         for m, t in w.models.items():
             if t.rate is not None:
                 kind, cv = w.process_of(t)
