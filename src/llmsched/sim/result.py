@@ -30,7 +30,6 @@ from ..core.paths import (
     end_simulate_write,
     run_kind,
 )
-from ..workload.datasets import file_stamps
 from .csv_rows import (
     CHUNK,
     IntField,
@@ -62,6 +61,8 @@ def check_inputs_not_replaced(out_dir, kind: str, config: dict) -> None:
     """Refuse (ConfigError) a `kind` run into `out_dir` whose configuration reads a file
     the run would replace or remove there (`core.paths.check_inputs_kept`): before the
     run, and again by a result's `write`."""
+    from ..workload.datasets import file_stamps  # noqa: PLC0415 - start-up: the workload package, for writes only
+
     # (not the command line a run's config.json records: its config file is read whole first)
     d = {k: v for k, v in config.items() if k != "provenance"} if isinstance(config, dict) else config
     check_inputs_kept(out_dir, kind, [f for f, _, _ in file_stamps(d)])
