@@ -31,7 +31,7 @@ from .core.version import __version__
 from .core.yamlfile import read_yaml
 from .policies import admission_takes, policy_base_name, scheduler_policy_capacity
 from .policies.spec import SchedulerSpec
-from .sim.result import SimResult, new_steps_file
+from .sim.result import SimResult, check_inputs_not_replaced, new_steps_file
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
 from .theory import INCONCLUSIVE, UNSTABLE, LengthMix, capacity, stability_verdict
 from .theory.verdict import MIN_JUDGED_ARRIVALS as MIN_JUDGED_ARRIVALS  # re-exported (tests, docs)
@@ -512,6 +512,8 @@ def simulate(
         trace = _rebuilt(trace)
         config = _without_caller_workload(config, _is_run_config)
     cfg = build_config(config, **overrides)
+    if out_dir is not None:  # (a trace in out_dir named requests.csv: the run would replace it)
+        check_inputs_not_replaced(out_dir, "single-server", cfg.to_dict())
     if trace is not None:
         _check_config_workload(cfg, warned=overrides.get("rate") is not None)
     slo, scheduler, cost = _setup(cfg)

@@ -314,6 +314,71 @@ def begin_simulate_write(out, kind: str, keep=None) -> None:
             p.unlink()
 
 
+def _replaced_names(kind: str) -> set[str]:
+    """The names at the top of its folder that a `kind` run writes or removes
+    (`begin_simulate_write`, `begin_reproduce_write`, `begin_sweep_write`)."""
+    if kind in SIMULATE_KINDS:
+        names = {_SIMULATE_PROOF, "config.json", *(n for k in SIMULATE_KINDS for n in RUN_OUTPUTS[k])}
+    else:
+        names = set(RUN_OUTPUTS[kind])
+    return names | {INCOMPLETE_MARK, *((LAST_FILES[kind],) if kind in LAST_FILES else ())}
+
+
+def _replaced(out: Path, names: set[str], parts: tuple[str, ...]) -> bool:
+    """Whether `out`/`parts` is a file a run that writes `names` into `out` replaces or
+    removes: one of them, a write's temporary file, or inside one of its folders
+    (`RUN_FOLDERS`) a file a run writes there (`_own_entry`: the user's files stay)."""
+    if len(parts) == 1:
+        return parts[0] in names or _temporary(parts[0])
+    if parts[0] not in names or parts[0] not in RUN_FOLDERS:
+        return False
+    layout, path = parts[0], out / parts[0]
+    for i, part in enumerate(parts[1:], 2):
+        path = path / part
+        layout = _own_entry(layout, path, i < len(parts))
+        if layout is None:
+            return False
+    return layout == "file"
+
+
+def _shown(p: Path) -> str:
+    """`p` relative to the current folder when under it, as a user types it."""
+    try:
+        return os.path.relpath(p) if p.is_relative_to(Path.cwd()) else str(p)
+    except OSError:  # (no current folder)
+        return str(p)
+
+
+def check_inputs_kept(out_dir, kind: str, inputs, what: str = "output folder") -> None:
+    """Refuse (ConfigError) a `kind` run into `out_dir` that reads one of `inputs` (the
+    files its configuration names: a trace, a `replay:` or `empirical:` table, a profile)
+    from a file the run replaces or removes there (its requests.csv, a stale
+    requests.parquet): the run would destroy what it read, and its config.json would
+    name a file that no longer holds it. Inputs under other names stay beside its files."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        return  # (a folder the run makes holds no input)
+    names = _replaced_names(kind)
+    for given in inputs:
+        p = Path(os.path.abspath(os.path.expanduser(given)))
+        # the name it is read by (removed and written anew), and the file a link there names
+        for loc in (Path(os.path.realpath(p.parent)) / p.name, Path(os.path.realpath(p))):
+            # (samefile, not the path's text: a folder reached by a link or a bind mount)
+            for depth, top in enumerate(loc.parents, 1):
+                try:
+                    same = os.path.samefile(top, out)
+                except OSError:
+                    continue
+                if same and _replaced(out, names, loc.parts[-depth:]):
+                    shown = _shown(p)
+                    raise ConfigError(
+                        f"{shown} is a file this run reads and would replace in {what} {str(out_dir)!r} "
+                        f"(as its {'/'.join(loc.parts[-depth:])}): copy it elsewhere or choose another folder"
+                    )
+                if same:
+                    break
+
+
 def mark_reproduce_search(out, kind: str) -> None:
     """Before a `reproduce` experiment of `kind` writes into a folder of its own in `out`
     (a stability run's search, into search/, which may run for hours): mark `out`
@@ -774,6 +839,7 @@ __all__ = [
     "SIMULATE_KINDS",
     "check_out_dir",
     "check_out_file",
+    "check_inputs_kept",
     "check_run_dir",
     "clear_stale",
     "recorded_path",

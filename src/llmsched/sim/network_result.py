@@ -51,7 +51,7 @@ from ..workload.arrivals import Deterministic, Gamma
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .network import NetworkStats, run_network
-from .result import SimResult, clear_other_run, per_second, run_duration
+from .result import SimResult, check_inputs_not_replaced, clear_other_run, per_second, run_duration
 from .simulator import RunStats
 
 LATENCY_PERCENTILES = (50, 90, 99)
@@ -930,6 +930,7 @@ class NetworkResult:
     # ---- files -----------------------------------------------------------------------
     def write(self, out_dir: str | os.PathLike) -> Path:
         check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
+        check_inputs_not_replaced(out_dir, "network", self.config)
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         clear_other_run(out, "network")
@@ -1046,6 +1047,8 @@ def simulate_network(
     # b_max, policies and weights when first asked: a caller's edit after the call changed it)
     spec = replace(spec, servers=copy.deepcopy(spec.servers), jobs=copy.deepcopy(spec.jobs), run=run)
     check_schedulers(spec, network)  # before the run, naming the server and the file
+    if out_dir is not None:  # (a length table in out_dir named requests.csv: the run would replace it)
+        check_inputs_not_replaced(out_dir, "network", spec.to_dict())
     if scale is not None:
         factor = as_real(scale)
         if factor is None or not factor > 0:

@@ -23,6 +23,7 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import (
     begin_simulate_write,
+    check_inputs_kept,
     check_out_dir,
     check_run_dir,
     clear_stale,
@@ -54,6 +55,17 @@ def clear_other_run(out: Path, kind: str) -> None:
     held = run_kind(out)
     if held is not None and held != kind:
         clear_stale(out, held, ())
+
+
+def check_inputs_not_replaced(out_dir, kind: str, config: dict) -> None:
+    """Refuse (ConfigError) a `kind` run into `out_dir` whose configuration reads a file
+    the run would replace or remove there (`core.paths.check_inputs_kept`): before the
+    run, and again by a result's `write`."""
+    from ..workload.datasets import file_stamps  # noqa: PLC0415 - start-up: the workload package, for writes only
+
+    # (not the command line a run's config.json records: its config file is read whole first)
+    d = {k: v for k, v in config.items() if k != "provenance"} if isinstance(config, dict) else config
+    check_inputs_kept(out_dir, kind, [f for f, _, _ in file_stamps(d)])
 
 
 def _median(values: np.ndarray) -> float:
@@ -534,6 +546,7 @@ class SimResult:
         if parquet:
             require_pyarrow("--parquet")  # before any file goes
         steps = self._steps_file()  # before any file is written
+        check_inputs_not_replaced(out_dir, "single-server", self.config)
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         clear_other_run(out, "single-server")

@@ -42,7 +42,17 @@ from ..core.slo import check_request_slo
 from ..workload.serverless import RunOptions, ServerlessSpec, load_serverless, make_serverless_requests
 from .csv_rows import IntField, names_field, seconds_field, time_text, write_csv, write_file
 from .histogram import GapHistogram
-from .result import _seconds, _tpot, clear_other_run, goodput, meets_slo, per_second, run_duration, tpot_ceil_ns
+from .result import (
+    _seconds,
+    _tpot,
+    check_inputs_not_replaced,
+    clear_other_run,
+    goodput,
+    meets_slo,
+    per_second,
+    run_duration,
+    tpot_ceil_ns,
+)
 from .serverless import ServerlessStats, check_requests, check_schedulers, run_serverless
 
 REQUEST_COLUMNS = (
@@ -255,6 +265,7 @@ class ServerlessResult:
     # ---- files ---------------------------------------------------------------------------
     def write(self, out_dir: str | os.PathLike) -> Path:
         check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
+        check_inputs_not_replaced(out_dir, "serverless", self.config)
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         clear_other_run(out, "serverless")
@@ -375,6 +386,8 @@ def simulate_serverless(
         slo=slo or dict(given.slo),
     )
     spec = replace(spec, run=run)  # (not the caller's spec: a copy with these options)
+    if out_dir is not None:  # (its trace in out_dir named requests.csv: the run would replace it)
+        check_inputs_not_replaced(out_dir, "serverless", spec.to_dict())
     try:
         check_schedulers(spec)  # policy names and options: the file's errors, as load_serverless's
         reqs = make_serverless_requests(spec)  # its trace's, and requests its KV caches cannot hold
