@@ -9,6 +9,7 @@ import pytest
 from helpers import one_line_error
 
 from llmsched import simulate
+from llmsched.cli import main
 from llmsched.core.errors import ConfigError
 from llmsched.sim.network_result import simulate_network
 from llmsched.sim.serverless_result import simulate_serverless
@@ -121,3 +122,20 @@ def test_network_replay_table_in_its_out_folder_is_refused(run_dir, capsys):
     with pytest.raises(ConfigError, match="servers/s1/requests.csv"):
         simulate_network("net.yaml", out_dir="net")
     assert replica.read_bytes() == before
+
+
+@pytest.mark.parametrize("name, search", [("search.csv", False), ("results.csv", True)])
+def test_a_sweep_s_trace_in_its_out_folder_is_refused_and_kept(run_dir, tmp_path, capsys, name, search):
+    """A sweep removed a file of its own kind left from an earlier sweep (search.csv after a
+    plain sweep, results.csv after a search) after its runs: a trace kept there was lost."""
+    out = tmp_path / "sw"
+    first = ["sweep", "--trace", "results/requests.csv", "--grid", "policy=orca", "--out", "sw", *SMALL]
+    assert main(first + ([] if search else ["--search", "max-stable-rate", "--tol", "0.5"])) == 0
+    (out / name).write_bytes((run_dir / "requests.csv").read_bytes())
+    files = sorted(p.name for p in out.iterdir())
+    argv = ["sweep", "--trace", f"sw/{name}", "--grid", "policy=orca,sarathi", "--out", "sw", *SMALL]
+    if search:
+        argv += ["--search", "max-stable-rate"]
+    capsys.readouterr()
+    _refused(capsys, argv, out / name)
+    assert sorted(p.name for p in out.iterdir()) == files  # nothing run, nothing written

@@ -34,6 +34,7 @@ from ..api import BlockSizeUnusedWarning, unused_block_sizes, warn_block_size_un
 from ..core.checks import as_real, check_policy_names, check_seeds
 from ..core.errors import ConfigError
 from ..core.paths import begin_sweep_write, check_out_dir, check_run_dir, end_sweep_write
+from ..sim.result import check_inputs_not_replaced
 from .figures import plot_sweep
 from .grid import NON_GROUP_KEYS, expand_grid, grid_keys, parse_grid, parse_slo, parse_values
 from .points import KEY_VERSION, check_point, critical_rate_of, point_key, resolve_point, run_point
@@ -169,9 +170,13 @@ def run_sweep(
         for p, c in zip(points, cfgs):
             check_point(c, traces, p)
 
+    resolved = cfgs if not search else [resolve_point(config, fixed, gr.params) for gr in groups]
+    if out_dir is not None:
+        for c in resolved:  # (a trace at out/search.csv was removed with the earlier run's files)
+            check_inputs_not_replaced(out_dir, "sweep", c.to_dict())
     # a block size does what it says at the points with a prefix cache: that it does
     # nothing is one warning for the sweep, where no point has one, not one per point
-    unused = unused_block_sizes(cfgs if not search else [resolve_point(config, fixed, gr.params) for gr in groups])
+    unused = unused_block_sizes(resolved)
     if unused:
         warn_block_size_unused(unused)
     bar = Progress(show, "search" if search else "sweep")
