@@ -88,3 +88,21 @@ def test_reproduce_prefix_caching_refuses_the_parallel_options(tmp_path, capsys)
     # an empty value is refused, not run as the default (`if args.kv_capacities:`)
     one_line_error(capsys, [*base, "--kv-capacities", ""], "--kv-capacities must be comma-separated whole numbers")
     one_line_error(capsys, [*base, "--cost-model", ""], "unknown cost model ''")
+
+
+def test_a_trace_kept_under_a_name_the_run_writes_is_refused_and_kept(tmp_path):
+    """A trace kept in an earlier run's folder as table.csv was written over by the table."""
+    import pytest
+
+    from llmsched.core.errors import ConfigError
+
+    path = tmp_path / "trace.jsonl"
+    write_fixture(path, n=60)
+    out = tmp_path / "out"
+    small = dict(out_dir=out, cost_model="paper", b_max=512, loads=(0.6,), kv_capacities=(60000,))
+    reproduce_prefix_caching(str(path), **small)
+    kept = out / "table.csv"
+    kept.write_bytes(path.read_bytes())
+    with pytest.raises(ConfigError, match="would replace"):
+        reproduce_prefix_caching(str(kept), **small)
+    assert kept.read_bytes() == path.read_bytes()

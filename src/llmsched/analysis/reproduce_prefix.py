@@ -34,7 +34,7 @@ from ..api import simulate
 from ..core.checks import as_real, first_repeat
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import begin_reproduce_write, check_run_dir, end_reproduce_write
+from ..core.paths import begin_reproduce_write, check_inputs_kept, check_run_dir, end_reproduce_write
 from ..theory import LengthMix, capacity
 from ..theory.means import ideal_cached_counts, ideal_cached_tokens
 from ..workload.trace import read_trace
@@ -77,6 +77,7 @@ def reproduce_prefix_caching(
         if twice is not None:
             raise ConfigError(f"{what} {twice!r} is given twice: each runs every cell once, list it once")
     check_run_dir(out_dir, KIND)  # not over another run's outputs, before the runs
+    check_inputs_kept(out_dir, KIND, [trace_path])  # (a trace kept as out/table.csv was written over)
     trace = read_trace(trace_path, block_size=None)
     if not trace.has_blocks:
         raise ConfigError(
