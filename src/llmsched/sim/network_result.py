@@ -360,6 +360,9 @@ def network_backlog(result) -> dict:
             load=load,
             load_of=load_of,
             arrival_times=arrived,
+            # (a rise of under one job's work is no growth: `stability_verdict`'s min_rise)
+            min_rise=float(work.sum()) / len(arrived) if len(arrived) else None,
+            rise_of="job",
         )
         verdict = {
             "verdict": v.verdict,
@@ -734,7 +737,9 @@ class NetworkResult:
                     # than its pool's share), admitted ones only, as `backlog_units`
                     adm = sel[queue[sel] >= 0]
                     units = _backlog_units([stats.prefix], float((prompt[adm] - handed[adm] + output[adm] - 1).sum()))
-                res.stability = self._replica_verdict(res, rep["server"], rep.get("index", 0), units)
+                res.stability = self._replica_verdict(
+                    res, rep["server"], rep.get("index", 0), units, self._mean_call_work(sel)
+                )
                 out.append(res)
             self._replicas = out
         return self._replicas
@@ -769,9 +774,23 @@ class NetworkResult:
             capacity=fills[1] * self.backlog_units(server) if fills is not None else None,
             arrivals=_a(self.stats.call_arrival)[self.server_calls()[server]] / NS,
             load=self.policy_loads().get(server),
+            rise=self._mean_call_work(self.server_calls()[server]),
         )
 
-    def _replica_verdict(self, res: SimResult, server: str, index: int = 0, units: float = 1.0) -> dict:
+    def _mean_call_work(self, calls: np.ndarray) -> float | None:
+        """The mean work `calls` bring a queue's backlog, in its units (prompt + output - 1,
+        less a `cached: true` call's handed-over context: a hit leaves the backlog only at
+        admission); None for none. A verdict's `min_rise`: a fitted rise of less than one
+        call over the judged window is no growth."""
+        if not len(calls):
+            return None
+        st = self.stats
+        work = _a(st.call_prompt)[calls] - _a(st.call_cached)[calls] + _a(st.call_output)[calls] - 1
+        return float(work.mean())
+
+    def _replica_verdict(
+        self, res: SimResult, server: str, index: int = 0, units: float = 1.0, rise: float | None = None
+    ) -> dict:
         """A replica's verdict on its own backlog (`_queue_verdict`), against its share of
         its server's fill capacity (`_replica_fill_capacity`) times its backlog's `units`
         (`_backlog_units` of its own calls; 1 without prefix caching) and its own load
@@ -791,6 +810,7 @@ class NetworkResult:
             capacity=fills[0] * units if fills is not None else None,
             arrivals=res.arrival_ns / NS,
             load=self._replica_load(res, server, index),
+            rise=rise,
         )
         keys = ("stable", "verdict", "verdict_reason", "backlog_growth_tokens_per_s", "backlog_growth_ci")
         return {k: v[k.replace("verdict_", "")] for k in keys if k.replace("verdict_", "") in v}
@@ -805,13 +825,16 @@ class NetworkResult:
         capacity: float | None,
         arrivals: np.ndarray,
         load: float | None,
+        rise: float | None = None,
     ) -> dict:
         """The verdict on one queue of `server`'s calls (a replica's backlog, or a
         replicated server's pool's), judged as one server's: while jobs arrive (up to
         `last`), against `capacity` (the threshold's scale; None when not positive), the
         short-window guard in the server's call service times, burst-scaled (`guard_time`,
         from the queue's `arrivals`), and the load (`LOAD_MARGIN`) and arrival-share
-        (`MIN_ARRIVAL_SHARE`) rules on `load` and `arrivals`. {"verdict", "stable",
+        (`MIN_ARRIVAL_SHARE`) rules on `load` and `arrivals`, and a rise of under `rise`
+        (one call's mean work) over the judged window no growth (`stability_verdict`'s
+        min_rise). {"verdict", "stable",
         "reason", "backlog_growth_tokens_per_s", "backlog_growth_ci",
         "threshold_tokens_per_s"}; inconclusive "too short" when the series is."""
         keep = time_s <= last  # judge while jobs arrive, not while the queues drain
@@ -829,6 +852,9 @@ class NetworkResult:
                 # nothing (`MIN_ARRIVAL_SHARE`), as for one server
                 load=load,
                 arrival_times=arrivals,
+                # (a rise of under one of its calls' work is no growth: light-load chance)
+                min_rise=rise,
+                rise_of="call",
             )
         except ConfigError as e:
             return {"verdict": INCONCLUSIVE, "stable": None, "reason": f"too short: {e}"}
