@@ -333,6 +333,10 @@ class NetworkStats:
     # the max_time_s stop (ns), None without one: the jobs due at or after it are listed but
     # never arrived (as one server's requests)
     stop_ns: int | None = None
+    # per call: the prompt tokens its server's prefix cache served it at its first admission
+    # (0 without a cache, or never admitted): the verdicts' capacity counts them as no work,
+    # as one server's does (`RunStats.prefix_hits`)
+    call_hit: array = field(default_factory=lambda: array("q"))
 
 
 class _Draws:
@@ -675,6 +679,7 @@ def run_network(
     # per-call and per-job records
     c_job, c_rep, c_arr, c_prompt, c_out = array("q"), array("q"), array("q"), array("q"), array("q")
     c_queue, c_ttft, c_e2e, c_pre, c_cached = array("q"), array("q"), array("q"), array("q"), array("q")
+    c_hit = array("q")
     c_class: list[str] = []
     c_server: list[str] = []
     threads: dict[int, tuple[_Thread, int]] = {}  # call id -> (waiting thread, context in its prompt)
@@ -739,6 +744,7 @@ def run_network(
         for col in (c_queue, c_ttft, c_e2e):
             col.append(-1)
         c_pre.append(0)
+        c_hit.append(0)
         c_cached.append(r.prefilled)
         c_class.append(call.cls)
         c_server.append(server)
@@ -823,6 +829,7 @@ def run_network(
         c_e2e[cid] = r.finish - r.arrival
         c_queue[cid] = r.first_scheduled - r.arrival
         c_pre[cid] = r.preemptions
+        c_hit[cid] = r.first_hit
         thread, new = threads.pop(cid)
         grown = new + r.output  # new prompt tokens and the output join the context
         thread.context += grown
@@ -994,7 +1001,7 @@ def run_network(
     # calls still in flight at the stop: what they reached (admission, a first token,
     # preemptions) is recorded, as one server records its unfinished requests
     for rep in replicas:
-        record_unfinished(rep.sim.state, c_ttft, c_queue, c_pre)
+        record_unfinished(rep.sim.state, c_ttft, c_queue, c_pre, c_hit)
     # the jobs due at or after the stop never arrived; they are listed all the same, as one
     # server lists the requests of its trace (the arrived jobs are the first, in order)
     late = len(j_arr)
@@ -1032,6 +1039,7 @@ def run_network(
         end_ns=now,
         steps=steps_total,
         stop_ns=None if max_time == UNLIMITED else max_time,
+        call_hit=c_hit,
     )
 
 

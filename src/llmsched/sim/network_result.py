@@ -33,8 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from ..core.checks import as_real, check_run_switches
+from ..core.constraints import k_max_binds
+from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
+from ..core.length_mix import LengthMix
 from ..core.paths import (
     begin_simulate_write,
     check_out_dir,
@@ -44,7 +47,7 @@ from ..core.paths import (
 from ..core.prefix_cache import hit_rate
 from ..core.request import NS, check_sample_interval, check_seconds
 from ..policies import scheduler_policy_capacity
-from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, stability_verdict
+from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, capacity, stability_verdict
 from ..theory.network import check_schedulers, route_delay_s, traffic
 from ..theory.verdict import burst_factor, guard_time_of, service_steps, short_window_time_s
 from ..workload.arrivals import Deterministic, Gamma
@@ -141,7 +144,8 @@ def _replica_fill_capacity(load) -> float:
     """One replica's share of its server's `fill_capacity`, the threshold's scale, as one
     server's verdict takes it (`CapacityReport.fill_capacity`): theorem 2's
     `replica_token_capacity` wherever the pool's fill capacity is its theorem-2 capacity
-    (exactly, without a rounding), less where a binding k_max's region serves less."""
+    (exactly, without a rounding), less where a binding k_max's region serves less. (A
+    caching server's: `NetworkResult.fill_capacities`.)"""
     if load.fill_capacity >= load.token_capacity:
         return load.replica_token_capacity
     return load.fill_capacity * load.busiest_replica_share
@@ -324,7 +328,7 @@ def network_backlog(result) -> dict:
     cap = None
     if result.traffic is not None:
         neck = result.traffic.bottleneck
-        cap = result.traffic.server(neck).fill_capacity * result.backlog_units(neck)
+        cap = result.fill_capacities(neck)[1] * result.backlog_units(neck)
     # the network's work counts a job's whole work from its arrival until its last call
     # ends, delays included (a call still to come counts from the job's arrival), so its
     # short window is measured in job times: its calls' service times and its expected
@@ -356,6 +360,9 @@ def network_backlog(result) -> dict:
             load=load,
             load_of=load_of,
             arrival_times=arrived,
+            # (a rise of under one job's work is no growth: `stability_verdict`'s min_rise)
+            min_rise=float(work.sum()) / len(arrived) if len(arrived) else None,
+            rise_of="job",
         )
         verdict = {
             "verdict": v.verdict,
@@ -402,6 +409,7 @@ class NetworkResult:
         self._class_calls: dict[str, np.ndarray] | None = None
         self._saved_shares: dict[str, float | None] = {}
         self._units: dict[str, float] = {}
+        self._fills: dict[str, tuple[float, float]] = {}
         self._burst_factors: dict[str, float] | None = None
 
     def __getstate__(self) -> dict:
@@ -596,6 +604,59 @@ class NetworkResult:
             self._units[server] = units
         return self._units[server]
 
+    def fill_capacities(self, server: str) -> tuple[float, float] | None:
+        """A server's fill capacity as its verdicts' thresholds scale with it, one replica's
+        and the pool's (tokens of work a second; times `backlog_units` for the thresholds):
+        the traffic equations' (`_replica_fill_capacity`, `fill_capacity`); for a caching
+        server, one server's rule (`api._stability_fields`) on the run's admitted calls
+        instead (`_hit_capacity`), the pool's the replica's over the busiest replica's
+        share. None without a traffic report."""
+        if self.traffic is None:
+            return None
+        if server not in self._fills:
+            load = self.traffic.server(server)
+            fills = (_replica_fill_capacity(load), load.fill_capacity)
+            rep = self._hit_capacity(server) if self.stats.spec.servers[server].prefix_caching else None
+            if rep is not None:
+                fills = (rep.fill_capacity, rep.fill_capacity / load.busiest_replica_share)
+            self._fills[server] = fills
+        return self._fills[server]
+
+    def _hit_capacity(self, server: str):
+        """Theorem 2's `CapacityReport` for one replica of a caching server, as one server's
+        verdict computes it (`api._stability_fields`): the prompt tokens its calls found
+        cached at their first admission (`call_hit`), like a `cached: true` call's
+        handed-over context, are no work, and a context-dependent model times the steps
+        with the calls' own lengths and hits. The traffic equations count every hit as
+        prefill work: their steps are prefill-heavier, and serve more tokens a second, than
+        the run's, so the thresholds were above one server's (docs/stability.md). Over the
+        admitted calls (as `backlog_units`); None without one, or where no capacity can
+        be computed (the traffic equations' then)."""
+        st = self.stats
+        srv = st.spec.servers[server]
+        calls = self.server_calls().get(server, np.zeros(0, dtype=np.intp))
+        calls = calls[_a(st.call_queue)[calls] >= 0]
+        if not len(calls):
+            return None
+        prompt, output = _a(st.call_prompt)[calls], _a(st.call_output)[calls]
+        cached = _a(st.call_cached)[calls] + _a(st.call_hit)[calls]
+        cost = make_cost_model(srv.cost_model)
+        try:
+            return capacity(
+                cost,
+                srv.b_max,
+                float(prompt.mean()),
+                float(output.mean()),
+                k_max=srv.k_max,
+                cached_prompt=float(cached.mean()),
+                peak=False,
+                # (a binding cap: no call prefills more in a step than it computed at admission)
+                max_prefill_per_request=int((prompt - cached).max()) if k_max_binds(srv.b_max, srv.k_max) else None,
+                mix=None if cost.load_only else LengthMix(prompt, output, cached),
+            )
+        except ConfigError:
+            return None
+
     def policy_loads(self) -> dict[str, float]:
         """Each server's offered load over its policy's limit (`server_policy_load`), net of
         the work its prefix caches saved in the run (the traffic equations count every
@@ -676,7 +737,9 @@ class NetworkResult:
                     # than its pool's share), admitted ones only, as `backlog_units`
                     adm = sel[queue[sel] >= 0]
                     units = _backlog_units([stats.prefix], float((prompt[adm] - handed[adm] + output[adm] - 1).sum()))
-                res.stability = self._replica_verdict(res, rep["server"], rep.get("index", 0), units)
+                res.stability = self._replica_verdict(
+                    res, rep["server"], rep.get("index", 0), units, self._mean_call_work(sel)
+                )
                 out.append(res)
             self._replicas = out
         return self._replicas
@@ -701,19 +764,33 @@ class NetworkResult:
         `network_backlog` counts it: under back-pressure its buffer's work too), judged as
         one server with the pool's `fill_capacity` would be (`_queue_verdict`): its offered
         load over its limit (`policy_loads`: the busiest replica's), its calls' arrivals."""
-        load = self.traffic.server(server) if self.traffic is not None else None
+        fills = self.fill_capacities(server)
         return self._queue_verdict(
             server,
             time_s,
             backlog,
             last,
             # in the backlog's units (`backlog_units`; 1 without prefix caching)
-            capacity=load.fill_capacity * self.backlog_units(server) if load is not None else None,
+            capacity=fills[1] * self.backlog_units(server) if fills is not None else None,
             arrivals=_a(self.stats.call_arrival)[self.server_calls()[server]] / NS,
             load=self.policy_loads().get(server),
+            rise=self._mean_call_work(self.server_calls()[server]),
         )
 
-    def _replica_verdict(self, res: SimResult, server: str, index: int = 0, units: float = 1.0) -> dict:
+    def _mean_call_work(self, calls: np.ndarray) -> float | None:
+        """The mean work `calls` bring a queue's backlog, in its units (prompt + output - 1,
+        less a `cached: true` call's handed-over context: a hit leaves the backlog only at
+        admission); None for none. A verdict's `min_rise`: a fitted rise of less than one
+        call over the judged window is no growth."""
+        if not len(calls):
+            return None
+        st = self.stats
+        work = _a(st.call_prompt)[calls] - _a(st.call_cached)[calls] + _a(st.call_output)[calls] - 1
+        return float(work.mean())
+
+    def _replica_verdict(
+        self, res: SimResult, server: str, index: int = 0, units: float = 1.0, rise: float | None = None
+    ) -> dict:
         """A replica's verdict on its own backlog (`_queue_verdict`), against its share of
         its server's fill capacity (`_replica_fill_capacity`) times its backlog's `units`
         (`_backlog_units` of its own calls; 1 without prefix caching) and its own load
@@ -723,16 +800,17 @@ class NetworkResult:
         if res.stats.n == 0 and np.isfinite(last):
             # jobs ran but none called here: no queue can grow, so leave the verdict to the others
             return {"stable": True, "verdict": STABLE, "verdict_reason": "no calls: no queue formed"}
-        load = self.traffic.server(server) if self.traffic is not None else None
+        fills = self.fill_capacities(server)
         ts = res.timeseries
         v = self._queue_verdict(
             server,
             ts["time_s"],
             ts["backlog_tokens"],
             last,
-            capacity=_replica_fill_capacity(load) * units if load is not None else None,
+            capacity=fills[0] * units if fills is not None else None,
             arrivals=res.arrival_ns / NS,
             load=self._replica_load(res, server, index),
+            rise=rise,
         )
         keys = ("stable", "verdict", "verdict_reason", "backlog_growth_tokens_per_s", "backlog_growth_ci")
         return {k: v[k.replace("verdict_", "")] for k in keys if k.replace("verdict_", "") in v}
@@ -747,13 +825,16 @@ class NetworkResult:
         capacity: float | None,
         arrivals: np.ndarray,
         load: float | None,
+        rise: float | None = None,
     ) -> dict:
         """The verdict on one queue of `server`'s calls (a replica's backlog, or a
         replicated server's pool's), judged as one server's: while jobs arrive (up to
         `last`), against `capacity` (the threshold's scale; None when not positive), the
         short-window guard in the server's call service times, burst-scaled (`guard_time`,
         from the queue's `arrivals`), and the load (`LOAD_MARGIN`) and arrival-share
-        (`MIN_ARRIVAL_SHARE`) rules on `load` and `arrivals`. {"verdict", "stable",
+        (`MIN_ARRIVAL_SHARE`) rules on `load` and `arrivals`, and a rise of under `rise`
+        (one call's mean work) over the judged window no growth (`stability_verdict`'s
+        min_rise). {"verdict", "stable",
         "reason", "backlog_growth_tokens_per_s", "backlog_growth_ci",
         "threshold_tokens_per_s"}; inconclusive "too short" when the series is."""
         keep = time_s <= last  # judge while jobs arrive, not while the queues drain
@@ -771,6 +852,9 @@ class NetworkResult:
                 # nothing (`MIN_ARRIVAL_SHARE`), as for one server
                 load=load,
                 arrival_times=arrivals,
+                # (a rise of under one of its calls' work is no growth: light-load chance)
+                min_rise=rise,
+                rise_of="call",
             )
         except ConfigError as e:
             return {"verdict": INCONCLUSIVE, "stable": None, "reason": f"too short: {e}"}

@@ -36,6 +36,9 @@ Decision rule (`stability_verdict`):
      (or either half of it) with under MIN_ARRIVAL_SHARE of the `arrival_times` its
      share of time would give, and fewer than a Poisson stream would give but with
      ARRIVAL_CHANCE;
+     With `min_rise` (opt-in: a network's verdicts), a significant growth below `h` whose
+     interval's top adds up to under `min_rise` (one request's work) over the judged
+     window is stable too, under the same guards: no queue grows by less than a request;
    - **inconclusive** otherwise, for one of two reasons: the backlog grows
      significantly (`lo > 0`) but at `g <= h`, below the threshold (a slow drift, a
      warm-up not over yet, or a queue near criticality); or the run is too short (the
@@ -400,6 +403,8 @@ def stability_verdict(
     load: float | None = None,
     load_of: str = "the policy's limit",
     arrival_times=None,
+    min_rise: float | None = None,
+    rise_of: str = "request",
 ) -> Verdict:
     """Stable, unstable or inconclusive, from the unfinished-work series (see the module
     docstring).
@@ -426,6 +431,13 @@ def stability_verdict(
     would give, and a count a Poisson stream of that rate falls to only with ARRIVAL_CHANCE
     (not a few arrivals' chance): the arrival rate changed.
 
+    `min_rise` (opt-in; a network's replicas, pools and work pass it): one `rise_of`'s mean
+    work in the series' units. A significant growth below h whose interval's top, over the
+    judged window, adds up to less than that is a `stable` call (subject to the guards
+    above), not a slow drift: a queue's backlog moves by whole requests, and a rise of
+    under one across a window of many service times is the slope test's chance excursion
+    (a light load's sparse spikes), not growth (docs/stability.md).
+
     `capacity`: token capacity b_max / t(b_max) in tokens/s (sets h = eps * capacity);
     `threshold`: an explicit h in tokens/s (overrides eps * capacity). The fluid
     prediction is `predicted_growth_tokens_per_s` if given, else computed from
@@ -451,6 +463,8 @@ def stability_verdict(
         raise ConfigError(f"eps (the threshold's share of the capacity) must be >= 0, got {eps!r}")
     if decode_time_s is not None and not decode_time_s >= 0:
         raise ConfigError(f"decode_time_s must be >= 0 seconds, got {decode_time_s!r}")
+    if min_rise is not None and not min_rise >= 0:
+        raise ConfigError(f"min_rise must be >= 0 {unit}, got {min_rise!r}")
     # (each method's own parameter checked where it is used: groups means nothing to hac,
     # b_min nothing to batch)
     if method == "hac" and not 0 <= b_min <= 1:
@@ -502,6 +516,13 @@ def stability_verdict(
             f"{g:g} [{lo:g}, {hi:g}]; values too large?)"
         )
     window = float(tt[-1] - tt[0])
+    if min_rise and verdict == INCONCLUSIVE and 0 < lo and hi < h and hi * window < min_rise:
+        verdict, conclusive = STABLE, True
+        reason = (
+            f"{what} rises (the growth's interval excludes 0) by under one {rise_of}'s work "
+            f"({min_rise:,.0f} {unit}) over the judged {window:.0f} s, even at the interval's top "
+            f"({hi:.3g} {unit}/s): a chance excursion, not growth"
+        )
     short = MIN_DECODE_TIMES * decode_time_s / window if decode_time_s and window > 0 else 0.0
     if verdict == UNSTABLE and short > 1 and not g > h * short:
         verdict, conclusive = INCONCLUSIVE, False
