@@ -964,6 +964,11 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
             load=out["policy_utilisation"] if out["policy_utilisation"] is not None else rep.utilisation,
             # a trace whose arrivals thin out in the judged half (a late straggler) says nothing
             arrival_times=arrivals,
+            # a rise of under one request's work (in the backlog's units) over the judged
+            # window is a light load's chance, not growth, as a network's replica judges it;
+            # not under a binding cap, where requests pile up with a few tokens each
+            # (`_judge_requests` judges the slow drift then)
+            min_rise=None if capped else rep.work_per_request + cached,
         )
     except ConfigError as e:  # too few samples to judge
         out.update(stable=None, verdict=INCONCLUSIVE, verdict_reason=f"too short: {e}")

@@ -348,6 +348,8 @@ def network_backlog(result) -> dict:
     # not grow is draining (`LOAD_MARGIN`); jobs that thinned out in the judged window say
     # nothing of the load (`MIN_ARRIVAL_SHARE`): one server's rules
     limit = result.network_load()
+    specs = result.stats.spec.servers.values()
+    capped = any(k_max_binds(srv.b_max, srv.k_max) for srv in specs)  # (`NetworkResult._min_rise`)
     load, load_of = (None, "") if limit is None else (limit[0], f"the network's limit, at server {limit[1]}")
     try:
         v = stability_verdict(
@@ -361,7 +363,7 @@ def network_backlog(result) -> dict:
             load_of=load_of,
             arrival_times=arrived,
             # (a rise of under one job's work is no growth: `stability_verdict`'s min_rise)
-            min_rise=float(work.sum()) / len(arrived) if len(arrived) else None,
+            min_rise=float(work.sum()) / len(arrived) if len(arrived) and not capped else None,
             rise_of="job",
         )
         verdict = {
@@ -738,7 +740,7 @@ class NetworkResult:
                     adm = sel[queue[sel] >= 0]
                     units = _backlog_units([stats.prefix], float((prompt[adm] - handed[adm] + output[adm] - 1).sum()))
                 res.stability = self._replica_verdict(
-                    res, rep["server"], rep.get("index", 0), units, self._mean_call_work(sel)
+                    res, rep["server"], rep.get("index", 0), units, self._min_rise(rep["server"], sel)
                 )
                 out.append(res)
             self._replicas = out
@@ -774,15 +776,18 @@ class NetworkResult:
             capacity=fills[1] * self.backlog_units(server) if fills is not None else None,
             arrivals=_a(self.stats.call_arrival)[self.server_calls()[server]] / NS,
             load=self.policy_loads().get(server),
-            rise=self._mean_call_work(self.server_calls()[server]),
+            rise=self._min_rise(server, self.server_calls()[server]),
         )
 
-    def _mean_call_work(self, calls: np.ndarray) -> float | None:
+    def _min_rise(self, server: str, calls: np.ndarray) -> float | None:
         """The mean work `calls` bring a queue's backlog, in its units (prompt + output - 1,
         less a `cached: true` call's handed-over context: a hit leaves the backlog only at
         admission); None for none. A verdict's `min_rise`: a fitted rise of less than one
-        call over the judged window is no growth."""
-        if not len(calls):
+        call over the judged window is no growth. None where `server`'s k_max binds: there
+        decoders with a few tokens left each pile up in a backlog that rises slowly in
+        tokens (one server judges its requests in the system then: `api._judge_requests`)."""
+        srv = self.stats.spec.servers[server]
+        if not len(calls) or k_max_binds(srv.b_max, srv.k_max):
             return None
         st = self.stats
         work = _a(st.call_prompt)[calls] - _a(st.call_cached)[calls] + _a(st.call_output)[calls] - 1
