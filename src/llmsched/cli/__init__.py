@@ -81,12 +81,16 @@ def _main(argv: list[str]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as e:
-        if e.errno != errno.ENAMETOOLONG:
-            raise
-        # (Python 3.11's Path.exists() and is_dir() raise it instead of answering False)
-        name = str(e.filename or "")
-        shown = name if len(name) <= 80 else f"{name[:40]}...{name[-20:]} ({len(name)} characters)"
-        print(f"llmsched {args.command}: error: file name too long: {shown!r}", file=sys.stderr)
+        if e.errno == errno.ENAMETOOLONG:
+            # (Python 3.11's Path.exists() and is_dir() raise it instead of answering False)
+            name = str(e.filename or "")
+            shown = name if len(name) <= 80 else f"{name[:40]}...{name[-20:]} ({len(name)} characters)"
+            print(f"llmsched {args.command}: error: file name too long: {shown!r}", file=sys.stderr)
+            return 2
+        # a full disk, a file size limit, a folder where an output file goes: a traceback
+        # (exit 1) told the user nothing more, often after a long run. A run's folder keeps
+        # its incomplete-mark, so that it is never taken for a finished run
+        print(f"llmsched {args.command}: error: {os_error_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:  # an internal failure: still one line, and a non-zero code
         from ..sim.server import SimulationStuck  # noqa: PLC0415 - numpy only when needed
@@ -97,4 +101,21 @@ def _main(argv: list[str]) -> int:
         raise
 
 
-__all__ = ["main", "build_parser"]
+# errors only a write gets (a read of the same file may get EACCES or EISDIR, so those
+# are shown without saying which it was)
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for an OSError that reached the command: the file it names (a rename's
+    destination: written) and the reason."""
+    reason = e.strerror or str(e) or type(e).__name__
+    if e.filename2 is not None:  # (os.replace and os.rename: a file written in its place)
+        return f"cannot write {os.fsdecode(e.filename2)}: {reason}"
+    name = None if e.filename is None else os.fsdecode(e.filename) if isinstance(e.filename, bytes) else str(e.filename)
+    if e.errno in _WRITE_ERRNOS:
+        return f"cannot write {name}: {reason}" if name else f"cannot write: {reason}"
+    return f"{name}: {reason}" if name else reason
+
+
+__all__ = ["main", "build_parser", "os_error_line"]

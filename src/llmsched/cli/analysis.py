@@ -133,6 +133,12 @@ def cmd_capacity(args) -> int:
     samples = args.samples
     if samples is not None and samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {samples}")
+    from ..workload.arrivals import MAX_REQUESTS  # noqa: PLC0415
+
+    if samples is not None and samples > MAX_REQUESTS:  # (the draw's limit named num_requests, no flag)
+        raise ConfigError(f"--samples must be at most {MAX_REQUESTS:,}, got {samples:,}")
+    if args.plot is not None:
+        _check_plot_reads_nothing(args, over)
     if args.find_counterexample:  # a cap that cannot bind: refused before any work
         from ..analysis.counterexample import check_binding_cap  # noqa: PLC0415
         from ..api import build_config  # noqa: PLC0415
@@ -222,6 +228,22 @@ def _check_capacity_inputs(args, over: dict) -> None:
             raise ConfigError(
                 "--num-requests sets the runs of --find-counterexample (or cuts a --trace): it does not apply"
             )
+
+
+def _check_plot_reads_nothing(args, over: dict) -> None:
+    """--plot must not name a file the configuration reads (a trace, a length table, a
+    profile, the --config file): the figure was written over it, exit 0."""
+    from ..analysis.capacity_report import plot_path  # noqa: PLC0415
+    from ..api import build_config  # noqa: PLC0415
+    from ..core.paths import check_not_an_input  # noqa: PLC0415
+    from ..workload.datasets import file_stamps  # noqa: PLC0415
+
+    target = plot_path(args.plot)  # (the name the figure gets: .png added to a bare name)
+    cfg = build_config(args.config, **over)
+    inputs = [f for f, _, _ in file_stamps({"cost_model": cfg.cost_model, "workload": cfg.workload})]
+    if isinstance(args.config, str):
+        inputs.append(args.config)
+    check_not_an_input(target, inputs, "--plot")
 
 
 def _network_capacity(args) -> int:

@@ -326,6 +326,8 @@ def cmd_profile(args) -> int:
                 f"{flag_of(key)} is a scheduler option; profile measures step times whatever the policy, "
                 "and does not use it"
             )
+    if args.out == "":  # (Path('') is the current folder: "'' is a folder, not a file")
+        raise ConfigError("--out: the path is empty; give a file name (or a folder, for profile.csv)")
     # a folder (it gets profile.csv): one that exists, or a path ending in a slash
     if os.path.isdir(args.out) or args.out.endswith(("/", os.sep)):
         check_out_dir(args.out, "--out")

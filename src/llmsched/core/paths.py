@@ -774,6 +774,22 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
     _check_folder(path, parent, what)
 
 
+def check_not_an_input(path, inputs, what: str) -> None:
+    """Refuse (ConfigError) an output file `path` that is one of `inputs`, the files the
+    run reads (a trace given as `--trace t.png --plot t.png` was drawn over). Compared as
+    files (samefile: a link, a hard link, another spelling of the path), not as text."""
+    for given in inputs:
+        try:
+            same = os.path.samefile(path, given)
+        except OSError:  # (the output is not there yet: it is no input)
+            continue
+        if same:
+            raise ConfigError(
+                f"{what} {str(path)!r} is a file this run reads ({_shown(Path(given).absolute())}): "
+                "give another file, it would be replaced"
+            )
+
+
 def atomic_write(path, writer) -> None:
     """`writer(tmp)` then rename tmp to `path`: the file appears whole or not at all, and
     a write that stops (an error, Ctrl-C) leaves the file that was there as it was (its
@@ -815,6 +831,7 @@ def save_figure(fig, path: Path) -> str:
 
 __all__ = [
     "save_figure",
+    "check_not_an_input",
     "atomic_write",
     "begin_reproduce_write",
     "begin_simulate_write",

@@ -68,6 +68,7 @@ from ..core.checks import as_real
 from ..core.cost import make_cost_model
 from ..core.engine_api import MAX_MEASURE_S, DefaultMaxModelLen, SamplingParams, default_max_running
 from ..core.errors import ConfigError, warn
+from ..core.paths import atomic_write
 from ..core.profile import COMBINED_FILE
 
 COLUMNS = (
@@ -691,13 +692,16 @@ def write_profile(rows: list[dict], out) -> Path:
     if folder or out.is_dir():
         out = out / COMBINED_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in COLUMNS})
-    os.replace(tmp, out)
+
+    def write(path: Path) -> None:
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: r.get(k, "") for k in COLUMNS})
+
+    # (a rename of our own replaced a FIFO, a device or a symbolic link with a plain file)
+    atomic_write(out, write)
     return out
 
 

@@ -465,6 +465,10 @@ def check_sampling(temperature, top_p, top_k) -> tuple:
 def check_moot_options(a) -> None:
     """ConfigError for an option that this run would ignore (exit 0 with a flag that did
     nothing): one line naming it and why. An option at its default counts as not given."""
+    # '' ran to exit 0 writing nothing, and then let --metadata and --save-detailed pass
+    # (the checks below test `is None`, the writer the name's emptiness)
+    if a.result_file == "":
+        raise ConfigError("--result-file: give a file name, got ''")
     named = a.save_result or a.append_result  # the result file named as vLLM names it
     moot = [
         (a.base_url is not None and a.port != 8000, "--port", "--base-url gives the server's port"),

@@ -1,0 +1,38 @@
+"""`capacity --plot` given a file the configuration reads (`--trace t.png --plot t.png`)
+drew the figure over it and exited 0; `--samples` over the limit was reported as
+"num_requests=... exceeds the limit", naming no flag."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import one_line_error
+
+from llmsched.workload.arrivals import MAX_REQUESTS
+
+TRACE = Path(__file__).resolve().parents[1] / "examples" / "traces" / "validate_small.csv"
+
+
+@pytest.mark.parametrize("plot", ["t.png", "t", "link.png"])
+def test_plot_refuses_the_trace_it_reads(tmp_path, monkeypatch, capsys, plot):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(TRACE, "t.png")
+    Path("link.png").symlink_to("t.png")
+    before = Path("t.png").read_bytes()
+    one_line_error(capsys, ["capacity", "--trace", "t.png", "--plot", plot], "--plot", "a file this run reads")
+    assert Path("t.png").read_bytes() == before
+
+
+def test_plot_refuses_a_length_table_it_reads(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(TRACE, "lens.png")  # (its prompt_tokens and output_tokens columns)
+    before = Path("lens.png").read_bytes()
+    one_line_error(capsys, ["capacity", "--lengths", "lens.png", "--plot", "lens.png"], "a file this run reads")
+    assert Path("lens.png").read_bytes() == before
+
+
+def test_samples_over_the_limit_names_the_flag(capsys):
+    line = one_line_error(capsys, ["capacity", "--samples", str(MAX_REQUESTS + 1)], "--samples", f"{MAX_REQUESTS:,}")
+    assert "num_requests" not in line

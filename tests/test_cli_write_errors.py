@@ -1,0 +1,60 @@
+"""An OSError while a command saves its results (a full disk, a file size limit, a folder
+where an output file goes) ended in a Python traceback and exit code 1, often after a
+long run. It is one line naming the file and the reason, exit code 2, and the run's
+folder keeps its incomplete-mark (it must not look like a finished run)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import one_line_error
+
+from llmsched.cli import main
+from llmsched.core.paths import INCOMPLETE_MARK
+
+RUN = ["simulate", "--cost-model", "const:1", "--rate", "5", "--quiet"]
+
+
+def test_a_folder_where_an_output_file_goes_is_one_line(tmp_path, capsys):
+    out = tmp_path / "q"
+    assert main([*RUN, "--num-requests", "30", "--out", str(out)]) == 0
+    (out / "requests.csv").unlink()
+    (out / "requests.csv" / "x").mkdir(parents=True)
+    capsys.readouterr()
+    line = one_line_error(capsys, [*RUN, "--num-requests", "30", "--out", str(out)], "Is a directory")
+    assert f"cannot write {out / 'requests.csv'}:" in line
+    assert (out / INCOMPLETE_MARK).exists() and not (out / "summary.json").exists()
+
+
+def test_a_file_size_limit_is_one_line_and_the_folder_stays_marked(tmp_path):
+    """As `(ulimit -f 200; llmsched simulate --num-requests 5000 --out fz)`: Python ignores
+    SIGXFSZ, so the write past the limit raises EFBIG rather than killing the process."""
+    out = tmp_path / "fz"
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))\n"
+        "from llmsched.cli import main\n"
+        f"sys.exit(main({[*RUN, '--num-requests', '2000', '--out', str(out)]!r}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == "llmsched simulate: error: cannot write: File too large", p.stderr
+    assert (out / INCOMPLETE_MARK).exists() and not (out / "summary.json").exists()
+
+
+def test_os_error_line_says_write_only_for_writes():
+    """A read that fails (EACCES, EISDIR, EIO) must not be reported as a write."""
+    from llmsched.cli import os_error_line  # noqa: PLC0415
+
+    assert os_error_line(OSError(errno.EACCES, "Permission denied", "t.csv")) == "t.csv: Permission denied"
+    assert os_error_line(OSError(errno.EIO, "Input/output error")) == "Input/output error"
+    assert os_error_line(OSError(errno.ENOSPC, "No space left on device")) == "cannot write: No space left on device"
+    assert os_error_line(OSError(errno.EFBIG, "File too large", Path("a/b"))) == "cannot write a/b: File too large"
+    renamed = OSError(errno.EISDIR, "Is a directory", "d/.x.tmp", None, "d/x.csv")
+    assert os_error_line(renamed) == "cannot write d/x.csv: Is a directory"
+    assert os_error_line(OSError("Error writing bytes to file")) == "Error writing bytes to file"
