@@ -33,6 +33,7 @@ tokens matters, so `prompt_token_ids` may be any sized sequence (`range(n)` is f
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -72,7 +73,8 @@ class VirtualEngine(StepDriver):
     `CostModel` or a spec such as `"paper"`, `"const:20"`; `max_model_len`: the longest
     prompt + output a request may ask for (None: no limit besides the KV capacity).
     `clock` returns seconds (default `time.monotonic`). `arrival_time` in `add_request` is
-    `time.time()` seconds, as for the real engine (virtual seconds when not `realtime`).
+    `time.time()` seconds, as for the real engine (virtual seconds when not `realtime`);
+    `arrival_ns` is a time on the engine's own clock (`now_ns()`).
     """
 
     def __init__(
@@ -107,7 +109,6 @@ class VirtualEngine(StepDriver):
         self._interrupted = threading.Event()
         self._sleep = self._interrupted.wait if sleep is None else sleep
         self._epoch = clock()
-        self._wall0 = time.time()
         self.token_id = token_id
         self.token_text = token_text
         self._vnow = 0  # virtual clock (ns) when not realtime
@@ -132,10 +133,17 @@ class VirtualEngine(StepDriver):
             return self._vnow
         return int((self._clock() - self._epoch) * NS)
 
-    def _to_ns(self, t: float) -> int:
+    def _to_ns(self, t: float, now: int) -> int:
         if not self.realtime:
             return int(round(t * NS))
-        return int((t - self._wall0) * NS)
+        # by the stamp's age, both clocks read now: the wall clock may have been stepped or
+        # slewed since the engine started, and an offset fixed then would make every
+        # stamp late (arrivals then missed the step boundary they reached)
+        w = as_real(t)
+        if w is None or not math.isfinite(w):
+            raise ConfigError(f"arrival_time must be a finite time.time() value in seconds, got {t!r}")
+        age = time.time() - w
+        return now - int(age * NS) if age > 0 else now
 
     def advance_to(self, t_s: float) -> None:
         """Without `realtime`: move the virtual clock forward to `t_s` seconds (idle time)."""
@@ -158,11 +166,15 @@ class VirtualEngine(StepDriver):
         prompt_token_ids: Sequence[int],
         params: SamplingParams,
         arrival_time: float | None = None,
+        *,
+        arrival_ns: int | None = None,
     ) -> None:
         n = len(prompt_token_ids)
         self.check_request(n, params.max_tokens)
         now = self.now_ns()
-        arrival = now if arrival_time is None else min(now, self._to_ns(arrival_time))
+        if arrival_ns is None and arrival_time is not None:
+            arrival_ns = self._to_ns(arrival_time, now)
+        arrival = now if arrival_ns is None else min(now, arrival_ns)
         if arrival < self._last_arrival:  # keep the decode order = arrival order
             arrival = self._last_arrival
         r = self._register(Seq(request_id, n, params), arrival)
