@@ -12,13 +12,14 @@ stop strings; `runtime.output.Sequence`) and reports the measured time to the po
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 
-from ..core.checks import as_int, keyword_names
+from ..core.checks import as_int, as_real, keyword_names
 from ..core.constraints import check_prefix_block_size
 from ..core.cost import make_cost_model
 from ..core.engine_api import DefaultMaxModelLen, SamplingParams, check_request_size
@@ -331,7 +332,6 @@ class LLMEngine(StepDriver):
         self.eos_ids = frozenset(cfg.eos_token_ids)
         self._rng = random.Random(int(seed))  # checked by the runner; a numpy integer is no Random seed
         self._perf0 = time.perf_counter_ns()
-        self._wall0 = time.time()
         self._t0 = 0
         self.executor = ModelExecutor(self.runner, self.allocator, self._perf0, self._cached_blocks)
         self.last_forward_s = 0.0
@@ -350,8 +350,14 @@ class LLMEngine(StepDriver):
     def now_ns(self) -> int:
         return time.perf_counter_ns() - self._perf0
 
-    def _wall_to_engine(self, t: float) -> float:
-        return t - self._wall0
+    def _wall_to_engine_ns(self, t: float, now_ns: int) -> int:
+        # by the stamp's age, both clocks read now: the wall clock may have been stepped or
+        # slewed since the engine started, and an offset fixed then falsified queue times
+        w = as_real(t)
+        if w is None or not math.isfinite(w):
+            raise ConfigError(f"arrival_time must be a finite time.time() value in seconds, got {t!r}")
+        age = time.time() - w
+        return now_ns - int(age * NS) if age > 0 else now_ns
 
     @property
     def busy_s(self) -> float:
@@ -359,9 +365,16 @@ class LLMEngine(StepDriver):
 
     # ---- EngineCore ------------------------------------------------------------------
     def add_request(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, arrival_time: float | None = None
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float | None = None,
+        *,
+        arrival_ns: int | None = None,
     ) -> None:
-        """Queue a request. `arrival_time`: `time.time()` seconds (default: now)."""
+        """Queue a request. `arrival_time`: `time.time()` seconds; `arrival_ns`: a time on
+        the engine's clock (`now_ns()`); default: now. A later time counts as now."""
         if request_id in self._requests:
             raise ConfigError(f"request id {request_id!r} is already in use")
         if not isinstance(params, SamplingParams):
@@ -392,8 +405,11 @@ class LLMEngine(StepDriver):
                 )
         if params.stop and self.tokenizer is None:
             raise ConfigError("stop strings need a tokenizer, and this model has none")
-        now = self.now()
-        arrival = now if arrival_time is None else min(now, self._wall_to_engine(arrival_time))
+        now_ns = self.now_ns()
+        if arrival_ns is None and arrival_time is not None:
+            arrival_ns = self._wall_to_engine_ns(arrival_time, now_ns)
+        arrival_ns = now_ns if arrival_ns is None else min(now_ns, int(arrival_ns))
+        arrival = arrival_ns / 1e9
         seq = Sequence(request_id, prompt, params, arrival, self.eos_ids)
         if not params.greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
@@ -403,7 +419,7 @@ class LLMEngine(StepDriver):
             seq.detok = Detokenizer(self.tokenizer, n)
         if params.prompt_logprobs is not None:
             seq.prompt_lps = [None]  # the first token has no logprob
-        r = self._register(seq, int(arrival * 1e9))
+        r = self._register(seq, arrival_ns)
         pc = self.state.prefix
         if pc is not None:
             r.blocks = token_block_ids(prompt, pc.block_size)

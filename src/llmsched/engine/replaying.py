@@ -65,7 +65,7 @@ def replay(engine, trace, seed: int = 0, start_delay_s: float = 0.02, steps: lis
             rid = f"validate-{i}"
             if idle and woke is None:
                 woke = t0 + arrival[i]
-            engine.add_request(rid, prompts[i], params[i], arrival_time=engine._wall0 + t0 + arrival[i])
+            engine.add_request(rid, prompts[i], params[i], arrival_ns=round(float(t0 + arrival[i]) * 1e9))
             seqs.append(engine.sequence(rid))
             i += 1
         if engine.has_unfinished_requests():
