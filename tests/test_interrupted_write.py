@@ -192,3 +192,30 @@ def test_a_parquet_run_stopped_in_its_tables_leaves_no_summary(tmp_path, monkeyp
     names = _names(d)
     assert {"summary.json", "requests.parquet", "timeseries.parquet"} <= names
     assert json.loads((d / "config.json").read_text())["provenance"]["parquet"] is True
+
+
+def test_a_whole_replica_of_a_stopped_network_run_is_not_plotted(tmp_path, monkeypatch):
+    """A network run stopped after its first replica's files: `plot` refused the network's
+    folder and pointed to a replica's, which it then drew, of a run that did not finish."""
+    d = tmp_path / "net"
+    res = simulate_network(TANDEM, num_jobs=30, seed=2)
+    real, calls = SimResult._write_timeseries, []
+
+    def second_stops(self, *a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(SimResult, "_write_timeseries", second_stops)
+    with pytest.raises(KeyboardInterrupt):
+        res.write(d)
+    monkeypatch.undo()
+    whole = [p for p in (d / "servers").iterdir() if (p / "summary.json").is_file()]
+    assert whole  # (the case: a replica's files complete)
+    for folder in (d, whole[0]):
+        with pytest.raises(ConfigError, match="stopped while writing"):
+            plot_dir(folder)
+    assert not list(whole[0].glob("*.png"))
+    res.write(d)  # a finished rerun: its replicas plot
+    assert len(plot_dir(whole[0])) == 4

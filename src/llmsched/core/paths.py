@@ -262,6 +262,15 @@ def interrupted_message(folder) -> str | None:
     there (`interrupted_kind`), naming the folder and saying to rerun; None otherwise."""
     kind = interrupted_kind(folder)
     if kind is None:
+        net = Path(folder).absolute().parent
+        if net.name == "servers" and interrupted_kind(net.parent) == "network":
+            # a replica's files may be whole, but of a run that did not finish (the
+            # network's refusal points to a replica's folder)
+            return (
+                f"{folder} is a replica's folder of a network run in {net.parent} that stopped while "
+                f"writing its files ({INCOMPLETE_MARK} there): its files are not one finished run's; "
+                "rerun the network run"
+            )
         return None
     d = Path(folder)
     proof = LAST_FILES[kind]
