@@ -65,14 +65,18 @@ def _files(d: Path) -> dict[str, bytes]:
 
 def _stop_after_first_file(monkeypatch) -> None:
     """A Ctrl-C right after the sweep's first table or figure is in place."""
-    real = tables.atomic_write
+    real, real_figure = tables.atomic_write, figures.save_figure
 
     def write_then_stop(path, writer):
         real(path, writer)
         raise KeyboardInterrupt
 
+    def draw_then_stop(fig, path):
+        real_figure(fig, path)
+        raise KeyboardInterrupt
+
     monkeypatch.setattr(tables, "atomic_write", write_then_stop)
-    monkeypatch.setattr(figures, "atomic_write", write_then_stop)
+    monkeypatch.setattr(figures, "save_figure", draw_then_stop)
 
 
 RERUNS = [("grid, then a search", _grid, _search), ("a search, then a grid", _search, _grid)]
@@ -134,14 +138,15 @@ def test_results_csv_is_the_last_file_a_sweep_writes(tmp_path, monkeypatch):
     other table and figure is written before it."""
     _fake_runs(monkeypatch)
     order = []
-    real = tables.atomic_write
+    real, real_figure = tables.atomic_write, figures.save_figure
 
-    def note(path, writer):
-        real(path, writer)
+    def note(path, writer=None, fig=None):
+        real(path, writer) if fig is None else real_figure(fig, path)
         order.append((Path(path).name, (Path(path).parent / INCOMPLETE_MARK).is_file()))
+        return str(path)
 
     monkeypatch.setattr(tables, "atomic_write", note)
-    monkeypatch.setattr(figures, "atomic_write", note)
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: note(path, fig=fig))
     for run in (_search, _grid):
         order.clear()
         res = run(tmp_path / "s")
