@@ -106,3 +106,16 @@ def test_a_trace_kept_under_a_name_the_run_writes_is_refused_and_kept(tmp_path):
     with pytest.raises(ConfigError, match="would replace"):
         reproduce_prefix_caching(str(kept), **small)
     assert kept.read_bytes() == path.read_bytes()
+
+
+def test_a_trace_that_is_no_path_is_one_line_over_an_existing_folder(tmp_path):
+    """The check of the run's own files ran os.path on the trace first: None, over an
+    existing folder, was a TypeError traceback, not the reader's one line."""
+    import pytest
+
+    from llmsched.core.errors import ConfigError
+
+    (tmp_path / "rp").mkdir()
+    for bad in (None, 5):
+        with pytest.raises(ConfigError):
+            reproduce_prefix_caching(bad, out_dir=tmp_path / "rp", quick=True)

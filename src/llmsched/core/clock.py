@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import time
+
 import numpy as np
 
+from .checks import as_real
+from .errors import ConfigError
 from .request import NS
 
 
@@ -11,3 +16,15 @@ def to_clock_ns(seconds, dtype=np.int64) -> np.ndarray:
     """Times in seconds as a clock in whole ns takes them: float64 seconds times NS,
     rounded half to even. `dtype=np.float64` keeps NaN and inf as they are."""
     return np.round(np.asarray(seconds, dtype=np.float64) * NS).astype(dtype, copy=False)
+
+
+def wall_stamp_ns(stamp, now_ns: int) -> int:
+    """A `time.time()` stamp (seconds) on a clock that reads `now_ns` now, by the stamp's
+    age with both clocks read together: an offset fixed at start went wrong once the wall
+    clock was stepped or slewed (arrivals then missed the step boundary they reached, and
+    queue times were false). A stamp in the future is now."""
+    w = as_real(stamp)
+    if w is None or not math.isfinite(w):
+        raise ConfigError(f"arrival_time must be a finite time.time() value in seconds, got {stamp!r}")
+    age = time.time() - w
+    return now_ns - int(age * NS) if age > 0 else now_ns

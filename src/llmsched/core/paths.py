@@ -369,6 +369,8 @@ def check_inputs_kept(out_dir, kind: str, inputs, what: str = "output folder") -
         return  # (a folder the run makes holds no input)
     names = _replaced_names(kind)
     for given in inputs:
+        if not isinstance(given, (str, os.PathLike)):
+            continue  # (not a file's name: the reader that takes it says what is wrong)
         p = Path(os.path.abspath(os.path.expanduser(given)))
         # the name it is read by (removed and written anew), and the file a link there names
         for loc in (Path(os.path.realpath(p.parent)) / p.name, Path(os.path.realpath(p))):

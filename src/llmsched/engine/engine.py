@@ -12,14 +12,14 @@ stop strings; `runtime.output.Sequence`) and reports the measured time to the po
 
 from __future__ import annotations
 
-import math
 import random
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 
-from ..core.checks import as_int, as_real, keyword_names
+from ..core.checks import as_int, keyword_names
+from ..core.clock import wall_stamp_ns
 from ..core.constraints import check_prefix_block_size
 from ..core.cost import make_cost_model
 from ..core.engine_api import DefaultMaxModelLen, SamplingParams, check_request_size
@@ -350,15 +350,6 @@ class LLMEngine(StepDriver):
     def now_ns(self) -> int:
         return time.perf_counter_ns() - self._perf0
 
-    def _wall_to_engine_ns(self, t: float, now_ns: int) -> int:
-        # by the stamp's age, both clocks read now: the wall clock may have been stepped or
-        # slewed since the engine started, and an offset fixed then falsified queue times
-        w = as_real(t)
-        if w is None or not math.isfinite(w):
-            raise ConfigError(f"arrival_time must be a finite time.time() value in seconds, got {t!r}")
-        age = time.time() - w
-        return now_ns - int(age * NS) if age > 0 else now_ns
-
     @property
     def busy_s(self) -> float:
         return self.busy_ns / NS
@@ -407,7 +398,7 @@ class LLMEngine(StepDriver):
             raise ConfigError("stop strings need a tokenizer, and this model has none")
         now_ns = self.now_ns()
         if arrival_ns is None and arrival_time is not None:
-            arrival_ns = self._wall_to_engine_ns(arrival_time, now_ns)
+            arrival_ns = wall_stamp_ns(arrival_time, now_ns)
         arrival_ns = now_ns if arrival_ns is None else min(now_ns, int(arrival_ns))
         arrival = arrival_ns / 1e9
         seq = Sequence(request_id, prompt, params, arrival, self.eos_ids)

@@ -33,13 +33,13 @@ tokens matters, so `prompt_token_ids` may be any sized sequence (`range(n)` is f
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
 from ..core.checks import as_real
+from ..core.clock import wall_stamp_ns
 from ..core.cost import CostModel, StepTimer, make_cost_model
 from ..core.engine_api import SamplingParams, check_request_size
 from ..core.errors import ConfigError
@@ -136,14 +136,7 @@ class VirtualEngine(StepDriver):
     def _to_ns(self, t: float, now: int) -> int:
         if not self.realtime:
             return int(round(t * NS))
-        # by the stamp's age, both clocks read now: the wall clock may have been stepped or
-        # slewed since the engine started, and an offset fixed then would make every
-        # stamp late (arrivals then missed the step boundary they reached)
-        w = as_real(t)
-        if w is None or not math.isfinite(w):
-            raise ConfigError(f"arrival_time must be a finite time.time() value in seconds, got {t!r}")
-        age = time.time() - w
-        return now - int(age * NS) if age > 0 else now
+        return wall_stamp_ns(t, now)
 
     def advance_to(self, t_s: float) -> None:
         """Without `realtime`: move the virtual clock forward to `t_s` seconds (idle time)."""
