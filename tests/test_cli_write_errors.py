@@ -58,3 +58,29 @@ def test_os_error_line_says_write_only_for_writes():
     renamed = OSError(errno.EISDIR, "Is a directory", "d/.x.tmp", None, "d/x.csv")
     assert os_error_line(renamed) == "cannot write d/x.csv: Is a directory"
     assert os_error_line(OSError("Error writing bytes to file")) == "Error writing bytes to file"
+
+
+def test_an_internal_missing_file_keeps_its_traceback(monkeypatch):
+    """Only what the machine or the user's files did is one line (exit 2): a file of our
+    own missing (ENOENT: a user's missing input is refused before any run) is an internal
+    failure, and keeps its traceback, as any other."""
+    import pytest
+
+    import llmsched.cli.simulate as sim_cli
+
+    def broken(args):
+        open("/nonexistent/internal/packaged_profile.csv")  # noqa: SIM115
+
+    monkeypatch.setattr(sim_cli, "cmd_schedulers", broken)  # (the parser is built by main)
+    with pytest.raises(FileNotFoundError):
+        main(["schedulers"])
+
+
+def test_a_parquet_write_error_is_one_line():
+    """pyarrow's OSError has no errno, only its text: "[errno 27] File too large"."""
+    from llmsched.cli import _from_the_machine, os_error_line  # noqa: PLC0415
+
+    e = OSError("Error writing bytes to file. Detail: [errno 27] File too large")
+    assert _from_the_machine(e)
+    assert os_error_line(e).startswith("cannot write: Error writing bytes")
+    assert not _from_the_machine(OSError(errno.ENOENT, "No such file or directory", "x"))

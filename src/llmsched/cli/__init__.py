@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import gc
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -87,6 +88,8 @@ def _main(argv: list[str]) -> int:
             shown = name if len(name) <= 80 else f"{name[:40]}...{name[-20:]} ({len(name)} characters)"
             print(f"llmsched {args.command}: error: file name too long: {shown!r}", file=sys.stderr)
             return 2
+        if not _from_the_machine(e):
+            raise  # (a missing file of our own, a bad call: an internal failure, as below)
         # a full disk, a file size limit, a folder where an output file goes: a traceback
         # (exit 1) told the user nothing more, often after a long run. A run's folder keeps
         # its incomplete-mark, so that it is never taken for a finished run
@@ -104,6 +107,35 @@ def _main(argv: list[str]) -> int:
 # errors only a write gets (a read of the same file may get EACCES or EISDIR, so those
 # are shown without saying which it was)
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
+# what the machine or the user's files did (not a file of ours missing: ENOENT of an
+# input is refused before any run, so one here is an internal failure)
+_MACHINE_ERRNOS = _WRITE_ERRNOS | {
+    errno.EIO,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EISDIR,
+    errno.ENOTDIR,
+    errno.EEXIST,
+    errno.ENOTEMPTY,
+    errno.ELOOP,
+    errno.EXDEV,
+    errno.EMFILE,
+    errno.ENFILE,
+}
+
+
+def _errno_of(e: OSError) -> int | None:
+    """`e`'s errno, or the one its text names (pyarrow's OSError: "... [errno 27] File too large")."""
+    if e.errno is not None:
+        return e.errno
+    m = re.search(r"\berrno (\d+)", str(e), re.IGNORECASE)
+    return int(m.group(1)) if m else None
+
+
+def _from_the_machine(e: OSError) -> bool:
+    """Whether `e` is the machine's or the user's files' doing (a full disk, a size limit,
+    permissions, a folder where a file goes, a rename's target), shown as one line."""
+    return e.filename2 is not None or _errno_of(e) in _MACHINE_ERRNOS
 
 
 def os_error_line(e: OSError) -> str:
@@ -113,7 +145,7 @@ def os_error_line(e: OSError) -> str:
     if e.filename2 is not None:  # (os.replace and os.rename: a file written in its place)
         return f"cannot write {os.fsdecode(e.filename2)}: {reason}"
     name = None if e.filename is None else os.fsdecode(e.filename) if isinstance(e.filename, bytes) else str(e.filename)
-    if e.errno in _WRITE_ERRNOS:
+    if _errno_of(e) in _WRITE_ERRNOS:
         return f"cannot write {name}: {reason}" if name else f"cannot write: {reason}"
     return f"{name}: {reason}" if name else reason
 
