@@ -36,7 +36,8 @@ Decision rule (`stability_verdict`):
      (or either half of it) with under MIN_ARRIVAL_SHARE of the `arrival_times` its
      share of time would give, and fewer than a Poisson stream would give but with
      ARRIVAL_CHANCE;
-     With `min_rise` (opt-in: a network's verdicts), a significant growth below `h` whose
+     With `min_rise` (one server's run and a network's verdicts pass it, except under a
+     binding k_max), a significant growth below `h` whose
      interval's top adds up to under `min_rise` (one request's work) over the judged
      window is stable too, under the same guards: no queue grows by less than a request;
    - **inconclusive** otherwise, for one of two reasons: the backlog grows
@@ -431,7 +432,8 @@ def stability_verdict(
     would give, and a count a Poisson stream of that rate falls to only with ARRIVAL_CHANCE
     (not a few arrivals' chance): the arrival rate changed.
 
-    `min_rise` (opt-in; a network's replicas, pools and work pass it): one `rise_of`'s mean
+    `min_rise` (opt-in; one server's run, and a network's replicas, pools and work, pass
+    it where no k_max binds): one `rise_of`'s mean
     work in the series' units. A significant growth below h whose interval's top, over the
     judged window, adds up to less than that is a `stable` call (subject to the guards
     above), not a slow drift: a queue's backlog moves by whole requests, and a rise of
