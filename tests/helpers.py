@@ -102,3 +102,20 @@ def run_steps(sched, prompts_by_step, output=2):
         state.begin_step(plan, step)
         state.end_step(plan, step + 1)
     return state
+
+
+def tiny_llama_config():
+    """A one-layer llama of 64 tokens' vocabulary, built in memory (no file, no download)."""
+    from llmsched.engine.loader import ModelConfig  # noqa: PLC0415 - torch only where used
+
+    return ModelConfig(
+        arch="llama",
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=16,
+        max_position_embeddings=256,
+    )

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import trace
+from helpers import tiny_llama_config, trace
 
 import llmsched
 from llmsched.core import ConfigError, StepFeedback, StepPlan, make_cost_model
@@ -604,19 +604,8 @@ def test_virtual_gpu_runs_the_same_steps_as_the_simulator():
 def test_engine_runs_twp_and_its_plans_replay_from_its_feedback():
     from llmsched.core.engine_api import SamplingParams
     from llmsched.engine.engine import LLMEngine
-    from llmsched.engine.loader import ModelConfig
 
-    cfg = ModelConfig(
-        arch="llama",
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_layers=1,
-        num_heads=2,
-        num_kv_heads=1,
-        head_dim=16,
-        max_position_embeddings=256,
-    )
+    cfg = tiny_llama_config()
     # no cost model in the engine: l_min and B_0 are measured from its own steps
     eng = LLMEngine(
         cfg, scheduler="sarathi", admission="twp", b_max=64, max_num_seqs=8, num_blocks=64, block_size=16, num_threads=1

@@ -8,24 +8,14 @@ import time
 
 import numpy as np
 import pytest
+from helpers import tiny_llama_config
 
 from llmsched.core import ConfigError
 from llmsched.core.engine_api import SamplingParams
 from llmsched.engine.engine import LLMEngine
-from llmsched.engine.loader import ModelConfig
 from llmsched.engine.replaying import replay
 
-CFG = ModelConfig(
-    arch="llama",
-    vocab_size=64,
-    hidden_size=32,
-    intermediate_size=64,
-    num_layers=1,
-    num_heads=2,
-    num_kv_heads=1,
-    head_dim=16,
-    max_position_embeddings=256,
-)
+CFG = tiny_llama_config()
 
 
 def _engine():
