@@ -275,6 +275,13 @@ def _lookup(name: str, kind: str):
     table = BATCH_POLICIES if kind == "batch" else ADMISSION_POLICIES
     key = canonical_policy_name(name, kind)
     if key not in table:
+        base, sep, rest = key.partition(":")
+        if sep and kind == "admission" and base in table:
+            # (the admission's name is read in many places: its options travel apart)
+            raise ConfigError(
+                f"admission policy {name!r}: options are not taken inline for admission policies; "
+                "give each with --admission-option KEY=VALUE (admission_options={...} in the API)"
+            )
         raise unknown_name(f"{kind} policy", name, table)
     return table[key]
 

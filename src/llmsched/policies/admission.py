@@ -41,6 +41,7 @@ class RunningCap(AdmissionPolicy):
         self.max_running = max_running
         self.name = f"{inner.name}+cap{max_running}"
         self.closed_loop = inner.closed_loop
+        self.repeatable = inner.repeatable
         self.repeats = inner.repeats
         self.reads_emitted = inner.reads_emitted
         inner.bind_running_cap(max_running)

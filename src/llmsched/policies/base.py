@@ -28,6 +28,28 @@ class AdmissionPolicy:
     summary = "admit waiting requests in arrival order"
     closed_loop = False  # True: needs `observe` after every step
     reads_emitted = True  # False: never calls `feedback.emitted()` (drivers skip recording it)
+    # An open-loop policy's limits and admission tests give the same answer while only the
+    # running requests' token counts change (no arrival, completion or admission): the
+    # simulator may repeat a plan up to the next such event.
+    repeatable = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if _built_in(cls):
+            return
+        d = cls.__dict__
+        # A class written elsewhere may read anything (outstanding tokens, a clock): the
+        # fast path would repeat a plan its test would have changed a few steps on.
+        per_step = any(h in d for h in ("token_limit", "batch_limit", "may_admit"))
+        if per_step and "repeatable" not in d:
+            cls.repeatable = False
+        # Drivers call `observe` only on closed-loop policies: one that defines it wants it.
+        learns = any(h in d for h in ("observe", "observe_batch", "observe_repeats"))
+        if learns and "closed_loop" not in d:
+            cls.closed_loop = True
+        # An inherited `repeat_steps` (TWP's) knows nothing of the overrides.
+        if (per_step or learns) and "repeats" not in d:
+            cls.repeats = False
 
     def waiting_key(self) -> Callable[[Request], tuple] | None:
         """Order of the waiting queue (None: arrival order)."""
@@ -419,9 +441,10 @@ class Scheduler:
         self.admission = admission or AdmissionPolicy()
         self.constraints = constraints or Constraints()
         batch.bind_constraints(self.constraints)
-        self.repeatable = batch.repeatable and not self.admission.closed_loop
+        repeatable = batch.repeatable and self.admission.repeatable
+        self.repeatable = repeatable and not self.admission.closed_loop
         self.closed_loop = self.admission.closed_loop
-        self.repeats_closed_loop = batch.repeatable and self.closed_loop and self.admission.repeats
+        self.repeats_closed_loop = repeatable and self.closed_loop and self.admission.repeats
         self.reads_emitted = self.admission.reads_emitted
         self._hooks = hooks = AdmissionHooks(self.admission)
         # plans may ignore the waiting queue: the batch policy reads it only through the

@@ -37,7 +37,9 @@ def check_plan(policy: str, plan, state: ServerState, freed=frozenset()) -> None
     # (the step serves the first `decode` decoders left once its victims are out)
     decodable = state.n_decoding - sum(1 for r in victims.values() if r.phase == DECODE)
     m = as_int(plan.decode)
-    if m is None or not 0 <= m <= decodable:
+    if m is None:
+        raise bad(f"it decodes {plan.decode!r} requests; a count must be a whole number (an int)")
+    if not 0 <= m <= decodable:
         raise bad(f"it decodes {plan.decode!r} requests; {decodable} can decode")
     plan.decode = m  # (a numpy integer as the simulator's int)
     seen = set()
@@ -63,7 +65,9 @@ def check_plan(policy: str, plan, state: ServerState, freed=frozenset()) -> None
             raise bad(f"it prefills request {r.id}, which is not waiting nor in prefill")
         left = r.prefill_target - done
         n = as_int(c)
-        if n is None or not 1 <= n <= left:
+        if n is None:
+            raise bad(f"request {r.id} gets a chunk of {c!r} tokens; a count must be a whole number (an int)")
+        if not 1 <= n <= left:
             raise bad(f"request {r.id} gets a chunk of {c!r} tokens; it has {left} prefill tokens left")
         if n is not c or type(entry) is not tuple:
             plan.prefill[i] = (r, n)

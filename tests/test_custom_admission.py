@@ -1,0 +1,132 @@
+"""An admission policy written outside llmsched: its own admission test kept the built-in
+batch policy's fast path (a test reading `state.outstanding_tokens` gave other steps and
+TTFTs than `--exact`), its `observe` was never called unless the class set `closed_loop`,
+and its options given inline in the name were refused as an unknown policy."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import llmsched
+from llmsched.core.errors import ConfigError
+from llmsched.core.plan import StepPlan
+from llmsched.core.request import Request
+from llmsched.policies import (
+    ADMISSION_POLICIES,
+    TWP,
+    AdmissionPolicy,
+    make_scheduler,
+    register_admission_policy,
+)
+from llmsched.policies.check import check_plan
+
+RUN = dict(cost_model="paper", prompt="const:100", output="const:400", num_requests=20, rate=4, seed=0)
+KEYS = ("steps", "completed", "mean_ttft_ms", "p99_ttft_ms", "mean_e2el_ms", "mean_itl_ms", "sim_end_s")
+
+
+class OutstandingCap(AdmissionPolicy):
+    """Admit while the running requests' work left stays under `limit` tokens: the answer
+    changes every decode step, with no arrival, completion or admission in between."""
+
+    name = "outcap-test"
+
+    def __init__(self, limit=1000):
+        self.limit = int(limit)
+
+    def may_admit(self, state, r, planner):
+        return state.outstanding_tokens + planner.admitted_tokens < self.limit
+
+
+class Learner(AdmissionPolicy):
+    """Counts the steps it is told about, without saying `closed_loop`."""
+
+    name = "learner-test"
+    calls = 0
+
+    def observe(self, state, feedback):
+        type(self).calls += 1
+
+
+@pytest.fixture
+def registered():
+    register_admission_policy("outcap-test", OutstandingCap)
+    register_admission_policy("learner-test", Learner)
+    yield
+    ADMISSION_POLICIES.pop("outcap-test", None)
+    ADMISSION_POLICIES.pop("learner-test", None)
+
+
+def _summary(**kw):
+    s = llmsched.simulate(**kw).summary
+    return {k: s[k] for k in KEYS}
+
+
+@pytest.mark.parametrize("policy", ["sarathi", "orca", "kfcfs"])
+@pytest.mark.parametrize("max_running", [None, 64])
+def test_a_user_admission_test_gives_the_exact_paths_result(registered, policy, max_running):
+    kw = dict(RUN, policy=policy, admission="outcap-test", admission_options={"limit": 1000}, max_running=max_running)
+    assert _summary(**kw) == _summary(fast=False, **kw)
+
+
+def test_a_user_admission_test_is_not_repeated_unless_its_class_says_so(registered):
+    assert OutstandingCap.repeatable is False and AdmissionPolicy.repeatable is True
+    assert not make_scheduler("sarathi", "outcap-test").repeatable
+    assert not make_scheduler("sarathi", "outcap-test", max_running=4).repeatable  # through the cap
+
+    class Declared(OutstandingCap):
+        repeatable = True
+
+    class OrderOnly(AdmissionPolicy):  # no admission test nor limit: nothing to repeat wrong
+        def waiting_key(self):
+            return lambda r: (-r.prompt, r.id)
+
+    assert Declared.repeatable and OrderOnly.repeatable
+
+
+def test_built_in_admissions_keep_the_fast_path():
+    for admission in ("fcfs", "spf"):
+        assert make_scheduler("sarathi", admission).repeatable
+        assert make_scheduler("sarathi", admission, max_running=4).repeatable
+    assert make_scheduler("sarathi", "twp").repeats_closed_loop
+    assert make_scheduler("sarathi", "twp", max_running=4).repeats_closed_loop
+
+
+def test_a_twp_subclass_with_its_own_test_is_not_repeated_by_twps_rule():
+    """TWP's `repeat_steps` knows nothing of an override: the plan is not repeated."""
+
+    class Stricter(TWP):
+        def may_admit(self, state, r, planner):
+            return state.outstanding_tokens < 500 and super().may_admit(state, r, planner)
+
+    assert TWP.repeats and not Stricter.repeats
+    assert Stricter.closed_loop  # (inherited)
+
+
+def test_a_user_observe_is_called(registered):
+    Learner.calls = 0
+    assert Learner.closed_loop and make_scheduler("sarathi", "learner-test").closed_loop
+    s = llmsched.simulate(policy="sarathi", admission="learner-test", **RUN).summary
+    assert Learner.calls == s["steps"] > 0
+
+    class Says(Learner):  # its own word stands
+        closed_loop = False
+
+    assert Says.closed_loop is False
+
+
+def test_a_non_integer_decode_count_says_so():
+    state = make_scheduler("sarathi").new_state()
+    state.add(Request(0, 0, 4, 2))
+    with pytest.raises(ConfigError, match=re.escape("it decodes 0.0 requests; a count must be a whole number")):
+        check_plan("mine", StepPlan(0.0, [], []), state)
+
+
+def test_inline_admission_options_name_the_way_to_give_them(registered):
+    with pytest.raises(ConfigError) as info:
+        llmsched.simulate(policy="sarathi", admission="outcap-test:limit=100", **RUN)
+    message = str(info.value)
+    assert "not taken inline" in message and "--admission-option" in message and "unknown" not in message
+    with pytest.raises(ConfigError, match="unknown admission policy 'nosuch"):
+        llmsched.simulate(policy="sarathi", admission="nosuch:limit=1", **RUN)
