@@ -210,23 +210,69 @@ def _recorded(v):
 
 
 def policy_code(d: dict) -> dict:
-    """The source of the point's policies written outside llmsched (registered in this
-    process), hashed: a resumed sweep reruns a point whose policy was redefined. A class
-    without readable source (made by `type()`) is keyed by its name alone."""
-    import inspect  # noqa: PLC0415
-
+    """The code of the point's policies written outside llmsched (registered in this
+    process), hashed: a resumed sweep reruns a point whose policy was redefined or edited.
+    It covers the registered class or factory, the classes in its MRO and, for a factory,
+    those of the policy it builds: each one's name and source, and the whole source file
+    of each module defining one (helpers and base classes there are the policy's code
+    too). One without readable source or file (made in `python -c`) is keyed by its
+    identity in this process: rerun by every new process, never reused stale."""
     out = {}
     for key, kind, table in (("policy", "batch", BATCH_POLICIES), ("admission", "admission", ADMISSION_POLICIES)):
         name = policy_base_name(str(d.get(key) or ""), kind)
         made = table.get(name)
-        if made is None or getattr(made, "__module__", "").startswith("llmsched."):
+        if made is None or _is_ours(made):
             continue
-        try:
-            source = inspect.getsource(made)
-        except (OSError, TypeError):
-            source = f"{getattr(made, '__module__', '')}.{getattr(made, '__qualname__', name)}"
-        out[key] = hashlib.sha256(source.encode()).hexdigest()[:20]
+        objects = [made, *_classes(made)]
+        if not isinstance(made, type):  # a factory (a function, or an object's __call__)
+            objects += _classes(type(made)) + _classes(type(_built(made, d.get(f"{key}_options"))))
+        out[key] = hashlib.sha256(_code_text(objects).encode()).hexdigest()[:20]
     return out
+
+
+def _is_ours(obj) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    return module == "builtins" or module == "llmsched" or module.startswith("llmsched.")
+
+
+def _classes(obj) -> list:
+    return [c for c in obj.__mro__ if not _is_ours(c)] if isinstance(obj, type) else []
+
+
+def _built(factory, options):
+    """The policy `factory` builds, as the registry builds it (None when it cannot:
+    its module's file is still hashed)."""
+    try:
+        return factory(**(options if isinstance(options, dict) else {}))
+    except Exception:  # noqa: BLE001 (the run itself reports a failing factory)
+        return None
+
+
+def _code_text(objects: list) -> str:
+    import inspect  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    files, named, seen = {}, [], set()
+    for obj in objects:
+        if _is_ours(obj) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        module = sys.modules.get(getattr(obj, "__module__", None) or "")
+        try:
+            path = inspect.getsourcefile(module) if module is not None else None
+            if path:
+                with open(path, "rb") as f:
+                    files[path] = hashlib.sha256(f.read()).hexdigest()
+        except (OSError, TypeError):
+            path = None
+        ident = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+        try:
+            source = inspect.getsource(obj)
+        except (OSError, TypeError):
+            # no source: its file's text keys it, or else (no file) its identity here
+            source = "" if path else f"id {id(obj)}"
+        named.append((ident, source))
+    return json.dumps({"files": files, "objects": named}, sort_keys=True)
 
 
 def check_point(cfg, traces: dict | None = None, point: dict | None = None) -> None:
