@@ -472,6 +472,10 @@ class LLMEngine(StepDriver):
             return None
         return plan, max(self.state.now, self._t0 - self._perf0)
 
+    def stalled(self) -> bool:
+        # a policy job in flight (adaptive's refit) changes the region, and so the plan, once installed
+        return super().stalled() and self._job is None
+
     # ---- policy jobs off the step loop ---------------------------------------------
     def _defer_jobs(self) -> None:
         """A policy with jobs (adaptive's region refits, 0.13-0.23 s a solve: docs/engine.md) leaves

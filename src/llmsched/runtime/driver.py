@@ -93,6 +93,7 @@ class StepDriver:
         self.last_plan: StepPlan | None = None
         self.last_batch: StepBatch | None = None
         self.last_step_s = 0.0
+        self._planned_nothing = False
         self.steps = 0
         self.busy_ns = 0
         self.preemptions = 0
@@ -142,6 +143,15 @@ class StepDriver:
     def has_unfinished_requests(self) -> bool:
         return bool(self._requests)
 
+    def unfinished_ids(self) -> list[str]:
+        return list(self._requests)
+
+    def stalled(self) -> bool:
+        """Whether the last `step()` planned nothing although requests are unfinished and
+        nothing but the policy could start a step (no arrival due). A pure policy plans the
+        same again until a request arrives or is aborted: a server would wait forever."""
+        return self._planned_nothing and bool(self._requests)
+
     def abort_request(self, request_id: str) -> None:
         """Drop a request wherever it is and free its resources."""
         r = self._requests.pop(request_id, None)
@@ -166,6 +176,7 @@ class StepDriver:
     def step(self) -> list[RequestOutput]:
         """Plan, execute and account one step; returns one output per emitted token."""
         begun = self._begin()
+        self._planned_nothing = begun is None
         if begun is None:
             return []
         plan, start = begun

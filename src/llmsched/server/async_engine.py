@@ -12,6 +12,11 @@ from its acceptance until its first token (or its end). `max_queued_requests` an
 (`Overloaded`, a 429) instead of waiting in an unbounded queue. While draining for a
 shutdown, new requests are refused (`Draining`, a 503) and the running ones finish.
 
+If the batch policy plans nothing `STALL_STEPS` times in a row while requests are
+unfinished and nothing else can start a step (no request added or aborted, no arrival
+due, no policy job in flight), the requests end with a 500 naming the policy (a pure
+policy would plan nothing forever) and the server keeps serving.
+
 If the driver thread dies (an exception outside a step: `stats()`, `has_unfinished_requests()`),
 the engine is marked unhealthy (`/health` turns 503), every pending request ends with an
 explicit 503 error and new ones are refused (`EngineDead`).
@@ -37,6 +42,10 @@ log = logging.getLogger("llmsched.server")
 INTERNAL = "internal error; the server log has the details"
 STEP_FAILED = "the engine failed while running this request; the server log has the details"
 ENGINE_DEAD = "the engine failed and stopped serving; the server log has the details"
+
+# empty plans in a row, no request added or aborted between them, before the requests are
+# failed: the offline `LLM.generate`'s patience, and more than a policy that waits one step
+STALL_STEPS = 3
 
 
 class Overloaded(Exception):
@@ -322,9 +331,13 @@ class AsyncEngine:
         wake = self._wake
         last_batch = getattr(core, "last_batch", None)
         iterations: list[int] = []  # tokens of each step since the last post
+        stalled = getattr(core, "stalled", None)
+        stalls = 0
         while not self._stop:
             wake.clear()
             errors: list[RequestOutput] = []
+            if inbox:  # a new or aborted request may change the policy's plan
+                stalls = 0
             while inbox:
                 cmd = inbox.popleft()
                 if cmd[0] == "add":
@@ -364,8 +377,36 @@ class AsyncEngine:
             if outs or snap != self.snapshot:
                 self._post(outs, snap, iterations or None)
                 iterations = []
+            if stalled is not None and not outs and stalled():
+                stalls += 1
+                if stalls >= STALL_STEPS:
+                    stalls = 0
+                    self._fail_stalled()
+                    continue
+            else:
+                stalls = 0
             if not outs and time.perf_counter() - t0 < 5e-5:
                 wake.wait(0.001)  # nothing runnable now: do not spin
+
+    def _fail_stalled(self) -> None:
+        """In the driver thread: the policy plans nothing and nothing else will start a step;
+        end the core's requests with an error naming the policy."""
+        core = self.core
+        sched = getattr(core, "scheduler", None)
+        policy = getattr(getattr(sched, "batch", None), "name", None) or getattr(sched, "name", "?")
+        ids = core.unfinished_ids()
+        msg = (
+            f"the batch policy {policy!r} planned no work for {STALL_STEPS} steps in a row with "
+            f"{len(ids)} unfinished request{'' if len(ids) == 1 else 's'} and nothing else to start a step; "
+            "the request was failed"
+        )
+        log.error("%s", msg)
+        for rid in ids:
+            try:
+                core.abort_request(rid)
+            except Exception:  # noqa: BLE001
+                log.exception("abort_request failed")
+        self._post([_error_output(rid, msg, 500) for rid in ids], core.stats())
 
     def _fail_all(self, message: str, dead: bool = False) -> None:
         """Fail every request in flight; `message` (the exception) is for the log only."""

@@ -295,7 +295,8 @@ class ServerSim:
         if not m and not prefill:
             if plan.preempt or st.running:
                 raise SimulationStuck(
-                    f"the scheduler planned no work at t={now / NS:.6f}s with {st.n_running} requests running"
+                    f"the batch policy {self.scheduler.batch.name!r} planned no work at t={now / NS:.6f}s "
+                    f"with {st.n_running} requests running"
                 )
             return None
         admits = False

@@ -183,6 +183,10 @@ class VirtualEngine(StepDriver):
         # not late on a schedule that ended with the aborted request)
         self._busy = not self.state.is_idle() or bool(self._pending)
 
+    def stalled(self) -> bool:
+        # a request still pending joins at its arrival's step boundary: that step may run
+        return super().stalled() and not self._pending
+
     def _drop(self, r: Request) -> None:
         if r in self._pending:
             self._pending.remove(r)
