@@ -695,7 +695,10 @@ class LLM:
                 if eng.last_plan is not None and eng.last_plan.is_empty():
                     idle_steps += 1
                     if idle_steps > 3:
-                        raise RuntimeError("the scheduler planned no work although requests are waiting")
+                        raise RuntimeError(
+                            f"the batch policy {eng.scheduler.batch.name!r} planned no work although "
+                            "requests are waiting"
+                        )
                 else:
                     idle_steps = 0
         except BaseException:

@@ -1009,9 +1009,12 @@ def run_network(
     j_arr.extend(job_times[late:])
     j_fin.extend([-1] * (n - late))
     j_calls.extend([0] * (n - late))
-    stuck = [rep.name for rep in replicas if not rep.sim.is_idle()]
+    stuck = [rep for rep in replicas if not rep.sim.is_idle()]
     if stuck and max_time == UNLIMITED:
-        raise SimulationStuck(f"the scheduler of {stuck[0]} planned no work with requests waiting and no more arrivals")
+        raise SimulationStuck(
+            f"the batch policy {stuck[0].sim.scheduler.batch.name!r} of {stuck[0].name} planned no work with "
+            "requests waiting and no more arrivals"
+        )
     for rep in replicas:
         steps_total += rep.sim.steps
     if progress is not None:

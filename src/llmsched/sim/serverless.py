@@ -1196,9 +1196,10 @@ class _Runtime:
         unfinished = [inst for inst in self.instances if inst.state != STOPPED and not inst.sim.is_idle()]
         if max_time == UNLIMITED:
             if unfinished:
+                inst = unfinished[0]
                 raise SimulationStuck(
-                    f"instance {unfinished[0].id} of model {unfinished[0].model.name} "
-                    "planned no work with requests waiting and no more arrivals"
+                    f"the batch policy {inst.sim.scheduler.batch.name!r} of instance {inst.id} of model "
+                    f"{inst.model.name} planned no work with requests waiting and no more arrivals"
                 )
             left = [m.name for m in models if m.pending]
             if left:

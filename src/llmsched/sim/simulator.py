@@ -191,7 +191,8 @@ def simulate_trace(
             if idle:
                 break
             raise SimulationStuck(
-                f"the scheduler planned no work at t={now / NS:.6f}s with {len(state.waiting)} waiting "
+                f"the batch policy {server.scheduler.batch.name!r} planned no work at t={now / NS:.6f}s "
+                f"with {len(state.waiting)} waiting "
                 f"and {state.n_running} running requests, and no more arrivals"
             )
         late = None
