@@ -130,3 +130,40 @@ def test_inline_admission_options_name_the_way_to_give_them(registered):
     assert "not taken inline" in message and "--admission-option" in message and "unknown" not in message
     with pytest.raises(ConfigError, match="unknown admission policy 'nosuch"):
         llmsched.simulate(policy="sarathi", admission="nosuch:limit=1", **RUN)
+
+
+def test_hooks_from_a_user_mixin_count_as_the_class_s_own():
+    """A hook inherited from a mixin of the user's, not written in the class itself, kept
+    the built-in's fast path (fast 7,510 steps against exact 7,458 in the reviewer's
+    run) and an `observe` so inherited was never called."""
+    from llmsched.policies import FCFS, BatchPolicy, Sarathi
+
+    class LimitMixin:
+        def token_limit(self, state):
+            return 96 if state.outstanding_tokens > 20000 else 512
+
+    class LearnMixin:
+        def observe(self, state, feedback):
+            pass
+
+    class PlanMixin:
+        def build(self, p):
+            return Sarathi.build(self, p)
+
+    class MixLimit(LimitMixin, FCFS):
+        pass
+
+    class MixLearn(LearnMixin, FCFS):
+        pass
+
+    class MixPlan(PlanMixin, Sarathi):
+        pass
+
+    class Plain(FCFS):  # (nothing of the user's: the built-in's attributes)
+        pass
+
+    assert MixLimit.repeatable is False and MixLimit.repeats is False
+    assert MixLearn.closed_loop is True
+    assert MixPlan.repeatable is False
+    assert Plain.repeatable is True and Plain.closed_loop is FCFS.closed_loop
+    assert issubclass(MixPlan, BatchPolicy)

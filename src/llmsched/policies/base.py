@@ -37,18 +37,18 @@ class AdmissionPolicy:
         super().__init_subclass__(**kwargs)
         if _built_in(cls):
             return
-        d = cls.__dict__
-        # A class written elsewhere may read anything (outstanding tokens, a clock): the
-        # fast path would repeat a plan its test would have changed a few steps on.
-        per_step = any(h in d for h in ("token_limit", "batch_limit", "may_admit"))
-        if per_step and "repeatable" not in d:
+        # A class written elsewhere (itself or a mixin of its own) may read anything
+        # (outstanding tokens, a clock): the fast path would repeat a plan its test would
+        # have changed a few steps on.
+        per_step = _user_defines(cls, "token_limit", "batch_limit", "may_admit")
+        if per_step and not _user_defines(cls, "repeatable"):
             cls.repeatable = False
         # Drivers call `observe` only on closed-loop policies: one that defines it wants it.
-        learns = any(h in d for h in ("observe", "observe_batch", "observe_repeats"))
-        if learns and "closed_loop" not in d:
+        learns = _user_defines(cls, "observe", "observe_batch", "observe_repeats")
+        if learns and not _user_defines(cls, "closed_loop"):
             cls.closed_loop = True
         # An inherited `repeat_steps` (TWP's) knows nothing of the overrides.
-        if (per_step or learns) and "repeats" not in d:
+        if (per_step or learns) and not _user_defines(cls, "repeats"):
             cls.repeats = False
 
     def waiting_key(self) -> Callable[[Request], tuple] | None:
@@ -375,6 +375,16 @@ def _built_in(cls: type) -> bool:
     return cls.__module__.startswith("llmsched.policies.")
 
 
+def _user_defines(cls: type, *names: str) -> bool:
+    """Whether one of `names` resolves, through `cls`'s MRO, to a class written outside
+    llmsched (the class itself or a mixin of the user's), not to a built-in policy's."""
+    for name in names:
+        owner = next((k for k in cls.__mro__ if name in k.__dict__), None)
+        if owner is not None and owner is not object and not _built_in(owner):
+            return True
+    return False
+
+
 def check_defines_build(policy) -> None:
     """ConfigError unless a BatchPolicy subclass (or an instance of one) has a `build` of
     its own (the base's would fail at the first step)."""
@@ -410,7 +420,7 @@ class BatchPolicy:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if "build" in cls.__dict__ and "repeatable" not in cls.__dict__ and not _built_in(cls):
+        if not _built_in(cls) and _user_defines(cls, "build") and not _user_defines(cls, "repeatable"):
             # the fast path repeats a plan while the state's counts alone change: a plan
             # that depends on anything else (the policy's own state) would be repeated wrong
             cls.repeatable = False
