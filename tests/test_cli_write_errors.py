@@ -61,15 +61,17 @@ def test_os_error_line_says_write_only_for_writes():
 
 
 def test_an_internal_missing_file_keeps_its_traceback(monkeypatch):
-    """Only what the machine or the user's files did is one line (exit 2): a file of our
-    own missing (ENOENT: a user's missing input is refused before any run) is an internal
-    failure, and keeps its traceback, as any other."""
+    """What the machine or the user's files did is one line (exit 2); a file of llmsched's
+    own package missing is an internal failure, and keeps its traceback, as any other."""
     import pytest
 
+    import llmsched
     import llmsched.cli.simulate as sim_cli
 
+    packaged = Path(llmsched.__file__).parent / "data" / "profiles" / "no-such-table.csv"
+
     def broken(args):
-        open("/nonexistent/internal/packaged_profile.csv")  # noqa: SIM115
+        open(packaged)  # noqa: SIM115
 
     monkeypatch.setattr(sim_cli, "cmd_schedulers", broken)  # (the parser is built by main)
     with pytest.raises(FileNotFoundError):
@@ -83,4 +85,11 @@ def test_a_parquet_write_error_is_one_line():
     e = OSError("Error writing bytes to file. Detail: [errno 27] File too large")
     assert _from_the_machine(e)
     assert os_error_line(e).startswith("cannot write: Error writing bytes")
-    assert not _from_the_machine(OSError(errno.ENOENT, "No such file or directory", "x"))
+
+    # a user's folder removed during a run, a closed stdout: one line; a packaged file: not
+    assert _from_the_machine(OSError(errno.ENOENT, "No such file or directory", "sw/points/.x.tmp"))
+    assert _from_the_machine(OSError(errno.EBADF, "Bad file descriptor"))
+    import llmsched  # noqa: PLC0415
+
+    ours = str(Path(llmsched.__file__).parent / "data" / "x.csv")
+    assert not _from_the_machine(OSError(errno.ENOENT, "No such file or directory", ours))

@@ -89,7 +89,7 @@ def _main(argv: list[str]) -> int:
             print(f"llmsched {args.command}: error: file name too long: {shown!r}", file=sys.stderr)
             return 2
         if not _from_the_machine(e):
-            raise  # (a missing file of our own, a bad call: an internal failure, as below)
+            raise  # (a file of our own package: an internal failure, as below)
         # a full disk, a file size limit, a folder where an output file goes: a traceback
         # (exit 1) told the user nothing more, often after a long run. A run's folder keeps
         # its incomplete-mark, so that it is never taken for a finished run
@@ -107,21 +107,7 @@ def _main(argv: list[str]) -> int:
 # errors only a write gets (a read of the same file may get EACCES or EISDIR, so those
 # are shown without saying which it was)
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
-# what the machine or the user's files did (not a file of ours missing: ENOENT of an
-# input is refused before any run, so one here is an internal failure)
-_MACHINE_ERRNOS = _WRITE_ERRNOS | {
-    errno.EIO,
-    errno.EACCES,
-    errno.EPERM,
-    errno.EISDIR,
-    errno.ENOTDIR,
-    errno.EEXIST,
-    errno.ENOTEMPTY,
-    errno.ELOOP,
-    errno.EXDEV,
-    errno.EMFILE,
-    errno.ENFILE,
-}
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (llmsched/)
 
 
 def _errno_of(e: OSError) -> int | None:
@@ -134,8 +120,16 @@ def _errno_of(e: OSError) -> int | None:
 
 def _from_the_machine(e: OSError) -> bool:
     """Whether `e` is the machine's or the user's files' doing (a full disk, a size limit,
-    permissions, a folder where a file goes, a rename's target), shown as one line."""
-    return e.filename2 is not None or _errno_of(e) in _MACHINE_ERRNOS
+    permissions, a folder where a file goes or removed during the run, a closed stdout),
+    shown as one line: any OSError but one about a file of llmsched's own package (a
+    packaged table missing: an internal failure, which keeps its traceback)."""
+    for name in (e.filename, e.filename2):
+        if name is None or not isinstance(name, (str, bytes, os.PathLike)):
+            continue
+        path = os.path.abspath(os.fsdecode(name))
+        if os.path.commonpath([path, _PACKAGE]) == _PACKAGE:
+            return False
+    return True
 
 
 def os_error_line(e: OSError) -> str:
