@@ -225,7 +225,7 @@ def policy_code(d: dict) -> dict:
             continue
         objects = [made, *_classes(made)]
         if not isinstance(made, type):  # a factory (a function, or an object's __call__)
-            objects += _classes(type(made)) + _classes(type(_built(made, d.get(f"{key}_options"))))
+            objects += _classes(type(made)) + _classes(_built_class(made, d.get(f"{key}_options")))
         out[key] = hashlib.sha256(_code_text(objects).encode()).hexdigest()[:20]
     return out
 
@@ -237,6 +237,19 @@ def _is_ours(obj) -> bool:
 
 def _classes(obj) -> list:
     return [c for c in obj.__mro__ if not _is_ours(c)] if isinstance(obj, type) else []
+
+
+_BUILT: dict = {}  # (factory's id, options) -> (factory, the class it built), this process's
+
+
+def _built_class(factory, options) -> type:
+    """The class of the policy `factory` builds with `options`, built once per process
+    (a factory may be costly, or print: a resumed sweep keyed each point by building it)."""
+    key = (id(factory), json.dumps(options, sort_keys=True, default=str))
+    hit = _BUILT.get(key)
+    if hit is None or hit[0] is not factory:  # (an id reused by another factory)
+        hit = _BUILT[key] = (factory, type(_built(factory, options)))
+    return hit[1]
 
 
 def _built(factory, options):
