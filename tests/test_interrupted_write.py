@@ -213,7 +213,9 @@ def test_a_whole_replica_of_a_stopped_network_run_is_not_plotted(tmp_path, monke
     monkeypatch.undo()
     whole = [p for p in (d / "servers").iterdir() if (p / "summary.json").is_file()]
     assert whole  # (the case: a replica's files complete)
-    for folder in (d, whole[0]):
+    link = tmp_path / "replica-link"
+    link.symlink_to(whole[0])
+    for folder in (d, whole[0], link, whole[0] / ".." / whole[0].name):
         with pytest.raises(ConfigError, match="stopped while writing"):
             plot_dir(folder)
     assert not list(whole[0].glob("*.png"))

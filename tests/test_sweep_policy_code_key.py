@@ -108,3 +108,45 @@ def test_built_in_policies_keep_their_keys():
 
     assert policy_code({"policy": "sarathi", "admission": "fcfs"}) == {}
     assert policy_code({"policy": "SARATHI:chunk=256", "admission": "fcfs"}) == {}
+
+
+SCRIPT = """
+import sys
+from llmsched.analysis import run_sweep
+from llmsched.policies import AdmissionPolicy, register_admission_policy
+
+class Capped(AdmissionPolicy):
+    name = "capped-in-script"
+
+    def may_admit(self, state, r, planner):
+        return state.outstanding_tokens + planner.admitted_tokens < 3000
+
+register_admission_policy("capped-in-script", Capped)
+SEEDS = {seeds}
+res = run_sweep(None, {{"seed": SEEDS}}, out_dir=sys.argv[1], workers=1, progress=False, plots=False,
+                admission="capped-in-script", cost_model="paper", prompt="const:100", output="const:40",
+                num_requests=30, rate=4)
+print(res.ran, res.skipped)
+"""
+
+
+def test_a_policy_in_the_sweep_script_keeps_its_points_when_the_grid_grows(tmp_path):
+    """Keyed by its module's whole file, a policy written in the script that runs the
+    sweep changed key with the script's grid: a grid grown by one seed reran every
+    finished point (3 simulated, not 1). The script's own objects are keyed by their source."""
+    import os
+    import subprocess
+
+    script = tmp_path / "sweep_script.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+
+    def run(seeds, body=SCRIPT):
+        script.write_text(body.format(seeds=seeds))
+        p = subprocess.run([sys.executable, str(script), str(tmp_path / "sw")], capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+        return tuple(int(x) for x in p.stdout.split())
+
+    assert run([0, 1]) == (2, 0)
+    assert run([0, 1, 2]) == (1, 2)  # (the grown grid: only its new point)
+    # an edit of the policy itself still reruns its points
+    assert run([0, 1, 2], SCRIPT.replace("< 3000", "< 6000")) == (3, 0)

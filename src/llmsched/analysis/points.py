@@ -50,8 +50,11 @@ __all__ = [
     "KEY_VERSION",
 ]
 
-#: Part of every key: change it when stored results stop being comparable.
-KEY_VERSION = "llmsched-sweep-1"
+#: Part of every key: change it when stored results stop being comparable (2: on
+#: 2026-12-03 a trace's partial last block stopped counting as a hit under a longer
+#: prompt, a rise of under one request's work became a stable verdict, and a time-scaled
+#: deterministic arrival on the duration stopped being dropped).
+KEY_VERSION = "llmsched-sweep-2"
 
 
 def critical_rate_of(cfg) -> float:
@@ -272,7 +275,10 @@ def _code_text(objects: list) -> str:
         seen.add(id(obj))
         module = sys.modules.get(getattr(obj, "__module__", None) or "")
         try:
-            path = inspect.getsourcefile(module) if module is not None else None
+            # (not the script that runs the sweep: its grid would be the policy's code, and
+            # a grid grown by a seed would rerun every finished point; its objects' source)
+            script = getattr(module, "__name__", None) == "__main__"
+            path = inspect.getsourcefile(module) if module is not None and not script else None
             if path:
                 with open(path, "rb") as f:
                     files[path] = hashlib.sha256(f.read()).hexdigest()

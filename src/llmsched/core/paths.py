@@ -262,7 +262,7 @@ def interrupted_message(folder) -> str | None:
     there (`interrupted_kind`), naming the folder and saying to rerun; None otherwise."""
     kind = interrupted_kind(folder)
     if kind is None:
-        net = Path(folder).absolute().parent
+        net = Path(os.path.realpath(folder)).parent  # (through a link, or `servers/s1/../s1`)
         if net.name == "servers" and interrupted_kind(net.parent) == "network":
             # a replica's files may be whole, but of a run that did not finish (the
             # network's refusal points to a replica's folder)
