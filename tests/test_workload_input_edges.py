@@ -293,3 +293,14 @@ def test_a_pipe_given_as_a_trace_is_named_as_one(tmp_path, capsys):
     os.mkfifo(fifo)
     argv = ["simulate", "--trace", str(fifo), "--cost-model", "const:1", "--out", ""]
     one_line_error(capsys, argv, "is not a file (a pipe: write it to a file first)")
+
+
+def test_a_missing_empirical_file_with_a_column_is_named_without_it(capsys):
+    """`--prompt empirical:nosuch.csv:num_prefill_tokens` said "file
+    nosuch.csv:num_prefill_tokens does not exist": the column is no part of the file."""
+    from helpers import one_line_error
+
+    line = one_line_error(
+        capsys, ["simulate", "--prompt", "empirical:nosuch.csv:num_prefill_tokens", "--out", ""], "does not exist"
+    )
+    assert "file nosuch.csv does not exist" in line

@@ -519,7 +519,8 @@ def _from_string(spec: str) -> LengthLaw:
 def _empirical_from(rest: str, sequential: bool, column: str | None = None) -> Empirical:
     if column is None and not Path(os.path.expanduser(rest)).is_file() and not is_dataset(rest) and ":" in rest:
         path, col = rest.rsplit(":", 1)
-        if col.strip() and (Path(os.path.expanduser(path)).is_file() or is_dataset(path)):
+        # (a tail with no "/" is a column: a missing file is then named without it)
+        if col.strip() and (Path(os.path.expanduser(path)).is_file() or is_dataset(path) or "/" not in col):
             return Empirical(path.strip(), col.strip(), sequential)
     src = rest.lower() if is_dataset(rest) and not Path(rest).is_file() else rest
     return Empirical(src, column, sequential)
