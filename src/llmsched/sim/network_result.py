@@ -598,10 +598,7 @@ class NetworkResult:
             caches = [r.stats.prefix for r in self.replicas() if r.config["server"] == server]
             units = 1.0
             if any(c is not None for c in caches):
-                st = self.stats
-                calls = self.server_calls().get(server, np.zeros(0, dtype=np.intp))
-                calls = calls[_a(st.call_queue)[calls] >= 0]  # (admitted, as `saved_work_share`)
-                gross = (_a(st.call_prompt)[calls] - _a(st.call_cached)[calls] + _a(st.call_output)[calls] - 1).sum()
+                gross = self._backlog_work(self._admitted(server)).sum()
                 units = _backlog_units(caches, float(gross))
             self._units[server] = units
         return self._units[server]
@@ -636,8 +633,7 @@ class NetworkResult:
         be computed (the traffic equations' then)."""
         st = self.stats
         srv = st.spec.servers[server]
-        calls = self.server_calls().get(server, np.zeros(0, dtype=np.intp))
-        calls = calls[_a(st.call_queue)[calls] >= 0]
+        calls = self._admitted(server)
         if not len(calls):
             return None
         prompt, output = _a(st.call_prompt)[calls], _a(st.call_output)[calls]
@@ -702,7 +698,6 @@ class NetworkResult:
             prompt, output = _a(st.call_prompt), _a(st.call_output)
             ttft, e2e, queue = _a(st.call_ttft), _a(st.call_e2e), _a(st.call_queue)
             pre = _a(st.call_preempt)
-            handed = _a(st.call_cached)
             classes = np.asarray(st.call_class, dtype=object)
             out = []
             # (each replica's calls from one grouping pass, not one scan per replica)
@@ -738,7 +733,7 @@ class NetworkResult:
                     # a replica's own calls and hits (a router may send it more or fewer hits
                     # than its pool's share), admitted ones only, as `backlog_units`
                     adm = sel[queue[sel] >= 0]
-                    units = _backlog_units([stats.prefix], float((prompt[adm] - handed[adm] + output[adm] - 1).sum()))
+                    units = _backlog_units([stats.prefix], float(self._backlog_work(adm).sum()))
                 res.stability = self._replica_verdict(
                     res, rep["server"], rep.get("index", 0), units, self._min_rise(rep["server"], sel)
                 )
@@ -789,9 +784,19 @@ class NetworkResult:
         srv = self.stats.spec.servers[server]
         if not len(calls) or k_max_binds(srv.b_max, srv.k_max):
             return None
+        return float(self._backlog_work(calls).mean())
+
+    def _backlog_work(self, calls: np.ndarray) -> np.ndarray:
+        """The tokens each of `calls` brings its queue's backlog: prompt + output - 1, less
+        a `cached: true` call's handed-over context (no backlog counts it); a prefix-cache
+        hit is counted (it leaves the backlog only at admission)."""
         st = self.stats
-        work = _a(st.call_prompt)[calls] - _a(st.call_cached)[calls] + _a(st.call_output)[calls] - 1
-        return float(work.mean())
+        return _a(st.call_prompt)[calls] - _a(st.call_cached)[calls] + _a(st.call_output)[calls] - 1
+
+    def _admitted(self, server: str) -> np.ndarray:
+        """`server`'s calls that were admitted (as `saved_work_share` counts them)."""
+        calls = self.server_calls().get(server, np.zeros(0, dtype=np.intp))
+        return calls[_a(self.stats.call_queue)[calls] >= 0]
 
     def _replica_verdict(
         self, res: SimResult, server: str, index: int = 0, units: float = 1.0, rise: float | None = None
