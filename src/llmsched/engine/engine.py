@@ -692,7 +692,7 @@ class LLM:
                 for o in eng.step():
                     if o.logprobs is not None and o.request_id in lps:
                         lps[o.request_id].extend(o.logprobs)
-                if eng.last_plan is not None and eng.last_plan.is_empty():
+                if eng.stalled():  # (the server's test too: `server.async_engine`)
                     idle_steps += 1
                     if idle_steps > 3:
                         raise RuntimeError(
