@@ -26,7 +26,11 @@ from ..core.errors import ConfigError
 from ..core.request import MAX_LENGTH
 from .datasets import not_a_file
 
-__all__ = ["read_header", "read_columns", "row_place", "as_lengths", "open_bytes", "read_bytes"]
+__all__ = ["read_header", "read_columns", "row_place", "as_lengths", "open_bytes", "read_bytes", "CSV_UNSAFE"]
+
+#: characters a name or tag written unquoted into a CSV cell must not hold (a reader ends a
+#: line at a lone carriage return too)
+CSV_UNSAFE = ',"\n\r'
 
 GZIP_MAGIC = b"\x1f\x8b"
 PARQUET_MAGIC = b"PAR1"

@@ -70,7 +70,7 @@ from .arrivals import (
     make_arrival_process,
 )
 from .blocks import DEFAULT_BLOCK_SIZE, check_block_size
-from .csvio import MAX_LENGTH
+from .csvio import CSV_UNSAFE, MAX_LENGTH
 from .lengths import LengthLaw, _fmt, parse_length_law
 
 __all__ = [
@@ -251,7 +251,7 @@ def _name(value, where: str, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _at(where, f"{what} must be a non-empty string, got {_show(value)}")
     s = value.strip()
-    if any(c in s for c in ',"\n\r'):  # (a CSV reader ends a line at a carriage return too)
+    if any(c in s for c in CSV_UNSAFE):
         raise _at(where, f"{what} {s!r} must not contain commas, quotes, newlines or carriage returns")
     return s
 

@@ -41,7 +41,7 @@ from ..core.request import MAX_SECONDS, check_seconds
 from ..core.slo import check_request_slo
 from ..core.yamlfile import read_yaml
 from .arrivals import MAX_REQUESTS, make_arrival_process, refuse_short_merge, times_for_merge
-from .csvio import as_lengths, read_columns
+from .csvio import CSV_UNSAFE, as_lengths, read_columns
 from .datasets import is_dataset, recorded_file, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
 from .network import _at, _mapping, _seed, _show, _suggest
@@ -228,7 +228,7 @@ def _name(value, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _at(where, f"must be a non-empty string, got {_show(value)}")
     s = value.strip()
-    if any(c in s for c in ',"\n\r'):  # (a CSV reader ends a line at a carriage return too)
+    if any(c in s for c in CSV_UNSAFE):
         raise _at(where, f"{s!r} must not contain commas, quotes, newlines or carriage returns")
     return s
 

@@ -48,7 +48,7 @@ from ..core.request import MAX_SECONDS
 from .arrivals import MAX_RATE, MAX_REQUESTS, check_cv, check_rate, make_arrival_process
 from .blocks import DEFAULT_BLOCK_SIZE, check_block_size, reblock, reblock_ratio
 from .conversations import conversation_turns, stream_blocks
-from .csvio import MAX_LENGTH
+from .csvio import CSV_UNSAFE, MAX_LENGTH
 from .datasets import is_dataset, recorded_file, resolve_path
 from .lengths import LengthLaw, named_length_law, sample_pair
 from .trace import FORMATS, Trace, read_trace, replay_cut, replayed_times, trace_format
@@ -162,8 +162,7 @@ class WorkloadClass:
         if not isinstance(self.tag, str) or not self.tag.strip():
             raise ConfigError(f"class tag must be a non-empty string, got {self.tag!r}")
         self.tag = self.tag.strip()
-        # (a trace's CSV would split at a carriage return as at a newline)
-        if any(c in self.tag for c in ',"\n\r'):
+        if any(c in self.tag for c in CSV_UNSAFE):
             raise ConfigError(f"class tag {self.tag!r} must not contain commas, quotes, newlines or carriage returns")
         self.share = _opt_float(self.share, f"share of class '{self.tag}'")
         for role in ("prompt", "output"):

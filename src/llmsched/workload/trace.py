@@ -53,7 +53,7 @@ from .blocks import (
     reblock,
     take_rows,
 )
-from .csvio import MAX_LENGTH, as_lengths, open_bytes, read_bytes, read_columns, read_header, row_place
+from .csvio import CSV_UNSAFE, MAX_LENGTH, as_lengths, open_bytes, read_bytes, read_columns, read_header, row_place
 from .datasets import resolve_path
 
 __all__ = [
@@ -366,13 +366,7 @@ class Trace:
         cols = [map(repr, self.arrival_s.tolist()), map(str, self.prompt.tolist()), map(str, self.output.tolist())]
         header = ",".join(PLAIN_COLUMNS)
         if self.tag is not None:
-            if len(self) and (
-                np.char.find(self.tag, ",").max() >= 0
-                or np.char.find(self.tag, '"').max() >= 0
-                or np.char.find(self.tag, "\n").max() >= 0
-                # (a reader ends a line at a lone carriage return too)
-                or np.char.find(self.tag, "\r").max() >= 0
-            ):
+            if len(self) and any(np.char.find(self.tag, c).max() >= 0 for c in CSV_UNSAFE):
                 raise ConfigError(
                     "trace tags must not contain commas, quotes, newlines or carriage returns to be written as CSV"
                 )
