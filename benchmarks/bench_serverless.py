@@ -182,6 +182,7 @@ def schedule_replay(decisions: dict):
         name = "twp-schedule"
         closed_loop = True
         repeats = True
+        repeatable = True  # TWP's; a class written outside llmsched would not be (policies.base)
         reads_emitted = False
 
         def __init__(self):

@@ -148,3 +148,15 @@ def test_bench_sweep_lambda_star_is_what_capacity_reports():
     assert r.returncode == 0, r.stderr
     lam = json.loads(r.stdout)["capacity"]["critical_rate"]
     assert bench_sweep.LAMBDA_STAR == pytest.approx(lam, abs=5e-4)
+
+
+def test_bench_serverless_overhead_replays_twps_schedule():
+    """The overhead case's `twp-schedule` replays TWP's recorded decisions: once admission
+    policies written outside llmsched stopped inheriting `repeatable`, the replay asked for
+    more decisions than TWP made (StopIteration, and the case printed nothing)."""
+    bench_serverless = _bench_module("bench_serverless")
+    out = bench_serverless.child_overhead(300, 0.5, 0, 1)
+    runs = {r["run"]: r for r in out["runs"]}
+    assert set(runs) == {f"{a}{'' if fast else ' step by step'}" for a, fast in bench_serverless.OVERHEAD_RUNS}
+    assert runs["twp-schedule"]["steps"] == runs["twp"]["steps"] == runs["twp step by step"]["steps"]
+    assert runs["twp-schedule"]["batches"] == runs["twp"]["batches"]
