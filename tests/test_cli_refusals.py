@@ -338,12 +338,12 @@ def test_reproduce_prefix_caching_lists(tmp_path, capsys):
     trace.write_text("")
     out = tmp_path / "o"
     base = ["reproduce", "prefix-caching", "--quick", "--trace", str(trace), "--out", str(out)]
-    one_line_error(capsys, [*base, "--kv-capacities", "1000000,1000000"], "KV capacity 1000000 is given twice")
+    one_line_error(capsys, [*base, "--kv-capacities", "1000000,1000000"], "kv_capacities: 1000000 is given twice")
     one_line_error(capsys, [*base, "--kv-capacities", "1000000,,8000000"], "--kv-capacities: empty value")
     one_line_error(capsys, [*base, "--kv-capacities", "1e6"], "--kv-capacities must be a comma-separated list")
     for kw, words in (
-        ({"loads": (0.6, 0.6)}, "load 0.6 is given twice"),
-        ({"kv_capacities": (8000, 8000.0)}, "KV capacity 8000 is given twice"),
+        ({"loads": (0.6, 0.6)}, "loads: 0.6 is given twice"),
+        ({"kv_capacities": (8000, 8000.0)}, "kv_capacities: 8000 is given twice"),
         ({"kv_capacities": (1.5,)}, "whole numbers of tokens"),
         ({"kv_capacities": ()}, "whole numbers of tokens"),
     ):

@@ -226,11 +226,11 @@ def test_bad_arguments():
     with pytest.raises(ConfigError, match="loads"):
         reproduce_twp(loads=[-1], quick=True)
     # a repeat ran its cells twice and Table III counted them as two seeds
-    with pytest.raises(ConfigError, match="platform scheduler 'fcfs' is given twice"):
+    with pytest.raises(ConfigError, match="schedulers: 'fcfs' is given twice"):
         reproduce_twp(schedulers=["fcfs", "twp", "fcfs"], quick=True)
-    with pytest.raises(ConfigError, match="workload 'azure' is given twice"):
+    with pytest.raises(ConfigError, match="workloads: 'azure' is given twice"):
         reproduce_twp(workloads=["azure", "azure"], quick=True)
-    with pytest.raises(ConfigError, match="load 0.3 is given twice"):
+    with pytest.raises(ConfigError, match="loads: 0.3 is given twice"):
         reproduce_twp(loads=[0.3, 0.30], quick=True)
     with pytest.raises(ConfigError, match="at least one platform scheduler"):
         reproduce_twp(schedulers=[], quick=True)

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..api import simulate
-from ..core.checks import as_real, first_repeat
+from ..core.checks import as_real, check_distinct
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import begin_reproduce_write, check_inputs_kept, check_run_dir, end_reproduce_write
@@ -72,10 +72,8 @@ def reproduce_prefix_caching(
     if bad:
         raise ConfigError(f"KV capacities must be at least 1 token, got {bad[0]}")
     # a repeat would run its cells again (duplicate rows in table.csv)
-    for what, values in (("KV capacity", [int(k) for k in kv_capacities]), ("load", [float(x) for x in loads])):
-        twice = first_repeat(values)
-        if twice is not None:
-            raise ConfigError(f"{what} {twice!r} is given twice: each runs every cell once, list it once")
+    check_distinct([int(k) for k in kv_capacities], "kv_capacities")
+    check_distinct([float(x) for x in loads], "loads")
     check_run_dir(out_dir, KIND)  # not over another run's outputs, before the runs
     check_inputs_kept(out_dir, KIND, [trace_path])  # (a trace kept as out/table.csv was written over)
     trace = read_trace(trace_path, block_size=None)

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checks import check_count, check_distinct, check_names, check_reals, check_seeds, first_repeat
+from ..core.checks import check_count, check_distinct, check_names, check_reals, check_seeds
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of, group_styles
@@ -375,12 +375,14 @@ def reproduce_twp(
     loads = ((0.3, 0.9) if quick else DEFAULT_LOADS) if loads is None else loads
     loads = check_reals(loads, "loads", "positive fractions of the platform's capacity (below 10)", 10, empty=True)
     # a repeat would run its cells again: duplicate rows, Table III averaging them as seeds
-    for what, values in (("workload", workloads), ("platform scheduler", schedulers), ("load", loads)):
+    for what, key, values in (
+        ("workload", "workloads", workloads),
+        ("platform scheduler", "schedulers", schedulers),
+        ("load", "loads", loads),
+    ):
         if not values:
             raise ConfigError(f"give at least one {what}")
-        twice = first_repeat(values)
-        if twice is not None:
-            raise ConfigError(f"{what} {twice!r} is given twice: each runs every cell once, list it once")
+        check_distinct(values, key)
     n_req, n_stab = SIZES["quick" if quick else "full"]
     n_req = n_req if num_requests is None else check_count(num_requests, "num_requests")
     n_stab = n_stab if stability_requests is None else check_count(stability_requests, "stability_requests")
