@@ -128,3 +128,37 @@ def test_run_network_reads_the_specs_run_options():
     spec = replace(spec, num_jobs=200, run={"max_time_s": 5.0})
     assert run_network(spec).end_ns <= 5.2e9
     assert run_network(spec, max_time_s=50.0).end_ns > 5.2e9
+
+
+def _idle_state():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(waiting=[], pending_prefill=0, n_running=1, n_decoding=1, backlog_tokens=10**9, kv_used=0)
+
+
+@pytest.mark.parametrize("auto", [False, True])
+def test_late_arrivals_sampled_in_a_batch_of_equal_steps_as_step_by_step(auto):
+    """A batch of equal steps (a load-only cost model) is sampled by sample: the same
+    samples, the late arrivals counted from the same steps, as its steps one by one."""
+    from llmsched.sim.server import TimeSeries
+
+    late = [(2_500, 100, 110), (2_500, 7, 9), (9_001, 50, 60), (40_000, 1, 2)]
+    series = {}
+    for durations in (1_000, [1_000] * 50):
+        s = TimeSeries(0, 700 if not auto else 70, auto=auto)
+        s.span(_idle_state(), 300, durations, 50, 8, 2, late)
+        series[type(durations)] = s.cols
+    assert series[int] == series[list]
+    assert series[int]["waiting_requests"][-1] == 4  # every late arrival joined by the last step
+
+
+@pytest.mark.timeout(30)
+def test_a_late_arrival_does_not_walk_every_step_of_a_long_batch():
+    """A request arriving during a batch of 10^12 equal steps: the samples are recorded
+    without a pass over every step (the step-by-step walk took minutes at 10^9)."""
+    from llmsched.sim.server import TimeSeries
+
+    s = TimeSeries(0, 10**12, auto=False)
+    s.span(_idle_state(), 0, 1_000, 10**12, 8, 0, [(1_500, 10, 20)])
+    assert len(s.cols["time_s"]) == 1_000
+    assert s.cols["waiting_requests"][:2] == [0, 1]  # the arrival joins from step 2 (at 2,000 ns)

@@ -144,13 +144,25 @@ class TimeSeries:
     def _span_late(self, state, start: int, durations, count: int, b: int, pf: int, late) -> None:
         """`span` with requests arriving during the batch: a sample in step j counts those
         that arrived by the step's start (they would have joined there)."""
-        t = start
         k = n = prompt = work = 0
+        if isinstance(durations, int):
+            # sample by sample, not step by step: a batch may hold millions of steps
+            end = start + durations * count
+            while self.next < end:
+                j = max(0, self.next - start) // durations
+                t = start + j * durations
+                while k < len(late) and late[k][0] <= t:
+                    n, prompt, work = n + 1, prompt + late[k][1], work + late[k][2]
+                    k += 1
+                self._record(state, self.next, j, b, pf, (n, prompt, work))
+                self._advance()
+            return
+        t = start
         for j in range(count):
             while k < len(late) and late[k][0] <= t:
                 n, prompt, work = n + 1, prompt + late[k][1], work + late[k][2]
                 k += 1
-            t += durations if isinstance(durations, int) else durations[j]
+            t += durations[j]
             while self.next < t:
                 self._record(state, self.next, j, b, pf, (n, prompt, work))
                 self._advance()
