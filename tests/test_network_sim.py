@@ -8,6 +8,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -396,6 +397,50 @@ def test_max_time_holds_back_delays_and_deliveries_too(tmp_path):
     ).all()
     none = simulate_network(str(spec), max_time_s=0.01)  # before the first job
     assert not none.job_arrived.any() and none.summary["duration"] == 0.0
+
+
+def _thinks_past_the_clock(output="const:5"):
+    """Two jobs whose route thinks 5 x 1e9 s between two calls: their second calls fall
+    past the clock's end (2**62 ns, 4.6e9 s)."""
+    call = {"call": {"server": "s1", "prompt": "const:100", "output": output}}
+    return {
+        "servers": {"s1": {"policy": "sarathi", "b_max": 512, "cost_model": "const:1e6"}},
+        "jobs": {
+            "A": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [call, {"loop": {"times": 5, "body": [{"delay": "const:1e9"}]}}, call],
+            }
+        },
+        "num_jobs": 2,
+        "seed": 0,
+    }
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_run_going_past_the_clock_without_a_stop_is_a_clear_error(fast):
+    """Events at or after 2**62 ns were dropped as if a stop time had been reached: the run
+    ended there with exit 0 and its jobs silently unfinished."""
+    line = r"^network: the run would go on past the simulator's clock \(4\.612e\+09 s\) with jobs unfinished"
+    with pytest.raises(ConfigError, match=line):
+        simulate_network(_thinks_past_the_clock(), fast=fast)
+
+
+def test_a_batch_past_the_clock_is_the_same_clear_error():
+    """The fast path's one batch of a call of 9.3e6 steps of 1e3 s ends past 2**63 ns:
+    its finish overflowed the int64 columns (OverflowError)."""
+    with pytest.raises(ConfigError, match=r"past the simulator's clock"):
+        simulate_network(_thinks_past_the_clock(output="const:9300000"))
+
+
+def test_a_stop_time_holds_back_what_falls_past_the_clock_as_before(tmp_path, capsys):
+    res = simulate_network(_thinks_past_the_clock(), max_time_s=1e9)
+    assert res.summary["completed_jobs"] == 0 and res.stats.end_ns == 10**18
+    spec = tmp_path / "think.yaml"
+    spec.write_text(yaml.safe_dump(_thinks_past_the_clock()))
+    assert main(["simulate", "--network", str(spec), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "past the simulator's clock" in err[0] and "--max-time" in err[0]
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_call_in_flight_at_the_stop_keeps_its_queue_time_ttft_and_preemptions(tmp_path):

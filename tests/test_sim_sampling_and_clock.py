@@ -162,3 +162,48 @@ def test_a_late_arrival_does_not_walk_every_step_of_a_long_batch():
     s.span(_idle_state(), 0, 1_000, 10**12, 8, 0, [(1_500, 10, 20)])
     assert len(s.cols["time_s"]) == 1_000
     assert s.cols["waiting_requests"][:2] == [0, 1]  # the arrival joins from step 2 (at 2,000 ns)
+
+
+# ---- the clock's end (core.state.UNLIMITED, 2**62 ns): "never" when no stop time is given ----
+def _past_the_clock(**run):
+    """One request whose 5,000,000-token prompt takes five chunks of up to 1,048,576 tokens
+    (1e6 ms a token: up to 1.05e9 s a step): the fifth ends past 2**62 ns (4.6e9 s)."""
+    trace = llmsched.Trace(arrival_s=[0.0], prompt=[5_000_000], output=[2])
+    return llmsched.simulate(trace=trace, cost_model="linear:c=1,a=1e6", b_max=1 << 20, verdict=False, **run)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_run_going_past_the_clock_without_a_stop_is_a_clear_error(fast):
+    """It stopped at 2**62 ns with the request silently unfinished (step by step, and on
+    the fast path when the batch ended before 2**63 ns), or raised OverflowError storing a
+    finish past 2**63 ns (the fast path's one batch for 5e6 const:1e6 steps)."""
+    with pytest.raises(ConfigError, match=r"the run would go on past the simulator's clock \(4\.612e\+09 s\)"):
+        _past_the_clock(fast=fast)
+
+
+@pytest.mark.parametrize("output", [5_000_000, 9_300_000])
+def test_the_fast_path_refuses_a_batch_past_the_clock_as_step_by_step_does(output):
+    """const:1e6 steps of one request: the fast path's one batch ended past 2**62 ns and
+    finished the request (5e6 steps; step by step stopped at 2**62 ns with it unfinished),
+    or past 2**63 ns, where storing its finish raised OverflowError (9.3e6 steps)."""
+    trace = llmsched.Trace(arrival_s=[0.0], prompt=[100], output=[output])
+    with pytest.raises(ConfigError, match=r"past the simulator's clock"):
+        llmsched.simulate(trace=trace, cost_model="const:1e6", verdict=False)
+
+
+def test_a_stop_time_before_the_clock_ends_keeps_the_run_stopped_there():
+    res = _past_the_clock(max_time_s=1e9)  # the step across the stop counts, as always
+    assert res.stats.unfinished == 1 and res.stats.stop_ns == 10**18
+    assert res.stats.end_ns == 1_048_576_000_001_000_064 and res.stats.steps == 1
+
+
+def test_a_run_going_past_the_clock_is_one_line_and_exit_2(capsys, tmp_path):
+    csv_path = tmp_path / "r.csv"
+    csv_path.write_text("arrival_s,prompt_tokens,output_tokens\n0,5000000,2\n")
+    out = tmp_path / "out"
+    argv = ["simulate", "--trace", str(csv_path), "--cost-model", "linear:c=1,a=1e6", "--b-max", str(1 << 20)]
+    for exact in ([], ["--exact"]):
+        assert main([*argv, *exact, "--out", str(out), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "past the simulator's clock" in err[0] and "--max-time" in err[0]
+        assert not out.exists()

@@ -10,6 +10,12 @@ import numpy as np
 from .checks import as_real
 from .errors import ConfigError
 from .request import NS
+from .state import UNLIMITED
+
+# The end of the simulators' clocks: UNLIMITED stands for "never" (no stop time, no next
+# arrival), so a run without a stop whose events reach it would end there silently short.
+# Their refusals name it in these words.
+PAST_CLOCK = f"past the simulator's clock ({UNLIMITED / NS:.4g} s)"
 
 
 def to_clock_ns(seconds, dtype=np.int64) -> np.ndarray:

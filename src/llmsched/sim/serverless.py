@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.clock import to_clock_ns
+from ..core.clock import PAST_CLOCK, to_clock_ns
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.request import DECODE, NS, PREFILL, WAITING, Request, check_seconds
@@ -489,8 +489,8 @@ class _Runtime:
             # the loop's clock ends there (it marks "no more arrivals"): a later event would
             # never run and the loop would spin on the end marker
             raise ConfigError(
-                f"serverless: an event falls at {t / NS:.4g} s of simulated time, past the simulator's clock "
-                f"({UNLIMITED / NS:.4g} s); shorten the platform's times (keep_alive_s, init_s, bandwidths)"
+                f"serverless: an event falls at {t / NS:.4g} s of simulated time, {PAST_CLOCK}; "
+                "shorten the platform's times (keep_alive_s, init_s, bandwidths)"
             )
         heapq.heappush(self.events, (t, kind, tie, next(self.seq), a, b))
 
@@ -907,8 +907,8 @@ class _Runtime:
                 if t1 >= UNLIMITED:
                     raise ConfigError(
                         f"platform.serverlessllm: migrating a request of {n0:,} tokens takes "
-                        f"{(t1 - t) / NS:.4g} s (alpha_s_per_token * tokens + beta_s), past the simulator's clock "
-                        f"({UNLIMITED / NS:.4g} s); lower alpha_s_per_token or beta_s"
+                        f"{(t1 - t) / NS:.4g} s (alpha_s_per_token * tokens + beta_s), {PAST_CLOCK}; "
+                        "lower alpha_s_per_token or beta_s"
                     )
                 dest = self.route(model, t)
                 if dest is not None:
