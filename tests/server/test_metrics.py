@@ -54,6 +54,25 @@ def test_request_histograms_and_process_metrics():
         assert v["process_start_time_seconds"] > 1.6e9
 
 
+def test_max_tokens_0_counts_no_generated_token():
+    """`max_tokens: 0` with `echo` returns no token (usage: 0 completion tokens), but the
+    engine samples one that the handler drops: /metrics counted it as generated."""
+    with running_server() as (base, srv):
+        body = {"model": MODEL, "prompt": "score me", "max_tokens": 0, "echo": True}
+        r = post(base, "/v1/completions", {**body, "n": 2})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 0
+        r = post(base, "/v1/completions", {**body, "stream": True})
+        assert r.status_code == 200
+        eng = srv.config.app.state.engine
+        assert wait_for(lambda: not eng.streams)
+        v = _values(httpx.get(base + "/metrics").text)
+        lab = '{model_name="llmsched-sim"}'
+        assert v[f"llmsched:request_generation_tokens_count{lab}"] == 3  # the requests are there
+        assert v[f"llmsched:request_generation_tokens_sum{lab}"] == 0
+        assert v[f"llmsched:generation_tokens_total{lab}"] == 0
+        assert v[f"llmsched:prompt_tokens_total{lab}"] > 0
+
+
 def test_aborted_requests_are_not_in_the_request_histograms():
     with running_server() as (base, srv):
         body = {"model": MODEL, "prompt": "x", "max_tokens": 400, "stream": True}

@@ -4,6 +4,7 @@ drain was cut short (128 + SIGTERM)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -116,6 +117,67 @@ def test_a_third_signal_exits_at_once_without_a_traceback():
         out = proc.stdout.read().decode()
         assert "Traceback" not in out and "CancelledError" not in out, out
     finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _recv_all(sock: socket.socket, limit: float = 10.0) -> bytes:
+    """What the server sent on `sock` until it closed the connection (at most `limit` s)."""
+    sock.settimeout(limit)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def _generated(base: str) -> float:
+    """The server's generation_tokens_total."""
+    for line in httpx.get(base + "/metrics").text.splitlines():
+        if line.startswith("llmsched:generation_tokens_total"):
+            return float(line.split()[-1])
+    raise AssertionError("no generation_tokens_total in /metrics")
+
+
+def test_first_sigterm_ends_a_stalled_upload_and_a_stalled_reader_without_waiting():
+    """docs/serving.md: the drain waits only for running requests. An upload that stalled
+    mid-body, and a stream whose client stopped reading, made uvicorn wait its graceful
+    timeout (drain timeout + 5 s), then cancel their handlers: a plain-text 500 for the
+    upload and CancelledError tracebacks in the log."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmsched", "serve", "--backend", "sim", "--cost-model", "const:1"]
+        + ["--port", str(port), "--drain-timeout", "0", "--log-level", "info"],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    upload = reader = None
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert wait_for(lambda: _up(base), timeout=20), "server did not start"
+        upload = socket.create_connection(("127.0.0.1", port))
+        upload.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{")
+        reader = socket.socket()
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills up soon
+        reader.connect(("127.0.0.1", port))
+        body = b'{"model": "%s", "prompt": "hi", "max_tokens": 3000, "n": 64, "stream": true}' % MODEL.encode()
+        reader.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        assert reader.recv(12) == b"HTTP/1.1 200"  # streaming; then it reads no more
+        # tokens (~200 bytes each) enough to fill the socket buffers (~3 MB) and pause the writer
+        assert wait_for(lambda: _generated(base) >= 40000, timeout=20)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(4) == 0  # the 1 s the handlers get to write, not uvicorn's 5 s
+        head, _, payload = _recv_all(upload).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 ") and b"application/json" in head, head
+        assert json.loads(payload)["error"]["code"] == "server_shutting_down"
+        _recv_all(reader)  # the server closed the stream's connection
+        out = proc.stdout.read().decode()
+        assert "Traceback" not in out and "ERROR" not in out, out
+    finally:
+        for s in (upload, reader):
+            if s is not None:
+                s.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait()

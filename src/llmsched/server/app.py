@@ -890,7 +890,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                     p = params
                     if j and params.seed is not None:  # choice j of a seeded request: seed + j
                         p = dataclasses.replace(params, seed=((params.seed + j - INT64_MIN) % (1 << 64)) + INT64_MIN)
-                    s = engine.submit(rid if single else f"{rid}-{k}", ids, p)
+                    s = engine.submit(rid if single else f"{rid}-{k}", ids, p, req.score_only)
                     streams.append(s)
                     echo_ids = ids if req.echo and req.logprobs is not None else None
                     choices.append(Choice(k, s, echoes[i] if echoes else "", echo_ids, req.score_only))

@@ -74,11 +74,14 @@ class RequestStream:
         "_waiter",
         "finished",
         "_loop",
+        "score_only",
     )
 
-    def __init__(self, rid: str, prompt_tokens: int, arrival: float, loop):
+    def __init__(self, rid: str, prompt_tokens: int, arrival: float, loop, score_only: bool = False):
         self.rid = rid
         self.prompt_tokens = prompt_tokens
+        # max_tokens 0: the one token the engine samples is dropped, so not counted as generated
+        self.score_only = score_only
         self.arrival = arrival
         self.first_at = 0.0
         self.last_at = 0.0
@@ -201,12 +204,16 @@ class AsyncEngine:
             self.metrics.rejected["overloaded"] += 1
             raise Overloaded()
 
-    def submit(self, rid: str, prompt_ids: Sequence[int], params: SamplingParams) -> RequestStream:
-        """Accept a request (raises Draining or Overloaded) and queue it for the engine."""
+    def submit(
+        self, rid: str, prompt_ids: Sequence[int], params: SamplingParams, score_only: bool = False
+    ) -> RequestStream:
+        """Accept a request (raises Draining or Overloaded) and queue it for the engine.
+        `score_only`: the client asked for no token (max_tokens 0); the one sampled is not
+        counted in the metrics."""
         n = len(prompt_ids)
         self.admit(1, n)
         now = time.monotonic()
-        s = RequestStream(rid, n, now, self._loop)
+        s = RequestStream(rid, n, now, self._loop, score_only)
         self.streams[rid] = s
         self._idle.clear()
         self.queued_requests += 1
@@ -277,7 +284,8 @@ class AsyncEngine:
             if not s.queued or not o.new_token_ids:
                 later.append((s, o))
                 continue
-            gen += len(o.new_token_ids)
+            if not s.score_only:
+                gen += len(o.new_token_ids)
             s.queued = False
             self.queued_requests -= 1
             self.queued_tokens -= s.prompt_tokens
@@ -287,12 +295,13 @@ class AsyncEngine:
             s._put(o)
             if o.finished:
                 m.e2e.observe(now - s.arrival)
-                m.request_finished(s.prompt_tokens, o.output_tokens, now - s.arrival, now - s.arrival, o.timings)
+                out_tokens = 0 if s.score_only else o.output_tokens
+                m.request_finished(s.prompt_tokens, out_tokens, now - s.arrival, now - s.arrival, o.timings)
                 self._end(s, o.finish_reason or "stop")
         for s, o in later:
             ntok = len(o.new_token_ids)
             if ntok:
-                gen += ntok
+                gen += 0 if s.score_only else ntok
                 itl(now - s.last_at)
                 s.last_at = now
             s._put(o)
@@ -300,8 +309,9 @@ class AsyncEngine:
                 if o.finish_reason != "error" and s.first_at:
                     m.e2e.observe(now - s.arrival)
                     if o.finish_reason in ("stop", "length"):
+                        out_tokens = 0 if s.score_only else o.output_tokens
                         m.request_finished(
-                            s.prompt_tokens, o.output_tokens, now - s.arrival, s.first_at - s.arrival, o.timings
+                            s.prompt_tokens, out_tokens, now - s.arrival, s.first_at - s.arrival, o.timings
                         )
                 self._end(s, o.finish_reason or "stop")
         m.generation_tokens += gen

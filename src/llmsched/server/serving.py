@@ -2,7 +2,9 @@
 
 On the first SIGINT/SIGTERM the server drains: new requests get 503, /health turns 503,
 the accepted requests run to completion (at most `drain_timeout` seconds; any left then
-end with an error), and the process exits with status 0. A second signal stops at once:
+end with an error), the uploads still arriving then get a 503, the responses still being
+written get the rest of that time, and the process exits with status 0. A second signal
+stops at once:
 the requests still running end with a 503 `server_shutting_down` error (an error event in a
 stream), the server gives them a moment to be written, and `serve()` exits with status
 128 + the signal's number (143 for SIGTERM, 130 for SIGINT), as a shell reports a process
@@ -45,12 +47,17 @@ except ImportError:  # pragma: no cover - depends on the environment
 
     _HTTPTOOLS = False
 
-_PHRASES = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_PHRASES = {
+    400: b"Bad Request",
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
 
 
-def _raw_error(status: int, message: str, code: str) -> bytes:
+def _raw_error(status: int, message: str, code: str, error_type: str = "invalid_request_error") -> bytes:
     """A complete HTTP/1.1 error response (JSON body, connection closed) as bytes."""
-    body = dumps(APIError(status, message, "invalid_request_error", None, code).body()).encode()
+    body = dumps(APIError(status, message, error_type, None, code).body()).encode()
     return (
         b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
         b"connection: close\r\n\r\n" % (status, _PHRASES[status], len(body))
@@ -170,6 +177,9 @@ def protocol_class(cfg: ServerConfig) -> type:
     )
 
 
+_WRITE_GRACE = 1.0  # seconds the handlers get to write a last response before it is cut off
+
+
 class GracefulServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, engine, drain_timeout: float):
         super().__init__(config)
@@ -194,11 +204,14 @@ class GracefulServer(uvicorn.Server):
         self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain()))
 
     async def _drain(self) -> None:
+        end = self._loop.time() + self.drain_timeout
         n = len(self.engine.streams)
         log.warning("draining: refusing new requests, waiting for %d running request(s)", n)
         ok = await self.engine.drain(self.drain_timeout)
         if not ok:
             log.warning("drain timeout (%g s): the remaining requests were ended", self.drain_timeout)
+        # the responses still being written get the rest of the drain's time
+        await self._end_connections(max(_WRITE_GRACE, end - self._loop.time()))
         self.should_exit = True
 
     def stop_now(self, sig: int = signal.SIGTERM) -> None:
@@ -226,18 +239,51 @@ class GracefulServer(uvicorn.Server):
                 "service_unavailable",
                 "server_shutting_down",
             )
-        # the handlers write their error responses and end (a moment at most) ...
+        await self._end_connections(_WRITE_GRACE)
+        self.should_exit = True
+
+    async def _end_connections(self, grace: float) -> None:
+        """Stop listening, refuse the uploads still arriving, give the handlers `grace`
+        seconds to write their responses, then close every connection.
+
+        Left open, a stalled upload or a client that stopped reading would make uvicorn's
+        shutdown wait for them (the drain timeout + 5 s), then cancel their handlers: a
+        plain-text 500 and a traceback."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace
+        for server in self.servers:  # the drain is over: no new connection to wait for
+            server.close()
+        self._refuse_uploads()
         me = asyncio.current_task()
         tasks = [t for t in self.server_state.tasks if t is not me and not t.done()]
         if tasks:
-            await asyncio.wait(tasks, timeout=1.0)
-        # ... then what is left (a stalled upload, an idle keep-alive connection) is closed,
-        # so uvicorn's shutdown does not wait for it and the app's own shutdown still runs
+            await asyncio.wait(tasks, timeout=grace)
+        self._refuse_uploads()  # a request whose body began meanwhile
         for conn in list(self.server_state.connections):
             transport = getattr(conn, "transport", None)
             if transport is not None and not transport.is_closing():
-                transport.close()
-        self.should_exit = True
+                transport.close()  # once what was written has gone out
+        while self.server_state.connections and loop.time() < end:
+            await asyncio.sleep(0.02)
+        for conn in list(self.server_state.connections):  # a client that stopped reading
+            transport = getattr(conn, "transport", None)
+            if transport is not None:
+                transport.abort()
+
+    def _refuse_uploads(self) -> None:
+        """A 503 `server_shutting_down` to every request still sending its body (its
+        handler sees the connection close and ends)."""
+        for conn in list(self.server_state.connections):
+            cycle = getattr(conn, "cycle", None)
+            transport = getattr(conn, "transport", None)
+            if cycle is None or cycle.response_started or not cycle.more_body:
+                continue
+            if transport is None or transport.is_closing():
+                continue
+            self.engine.metrics.rejected["draining"] += 1
+            msg = "the server shut down before the request's body arrived"
+            transport.write(_raw_error(503, msg, "server_shutting_down", "service_unavailable"))
+            transport.close()
 
     async def shutdown(self, sockets=None) -> None:
         await super().shutdown(sockets)
