@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _cli import positive_float, positive_int
 
 SHAREGPT = "../shared/traces/sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 # lognormal fit of that file (log-space mean, std), the stand-in when it is absent
@@ -262,8 +263,8 @@ def main(argv=None) -> int:
     ap.add_argument("--small", action="store_true", help="tiny shapes on the CPU (a smoke test)")
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     ap.add_argument("--out", default=None, help="JSON path (default: $OUT/gpu_engine.json)")
-    ap.add_argument("--requests", type=int, default=None, help="trace requests (default 160; 10 small)")
-    ap.add_argument("--rate", type=float, default=None, help="arrivals per second (default 2; 40 small)")
+    ap.add_argument("--requests", type=positive_int, default=None, help="trace requests (default 160; 10 small)")
+    ap.add_argument("--rate", type=positive_float, default=None, help="arrivals per second (default 2; 40 small)")
     ap.add_argument("--skip-validate", action="store_true")
     args = ap.parse_args(argv)
 

@@ -44,6 +44,27 @@ BAD = [
     ("bench_prefix.py", "--repeat", "0"),
     ("bench_prefix.py", "--block-size", "0"),
     ("bench_traces.py", "--repeat", "0"),
+    # (these gave a traceback, ran a 17-minute search for a rate, or printed only a header)
+    ("bench_server.py", "--num-prompts", "0"),
+    ("bench_server.py", "--input-len", "500,100"),
+    ("bench_server.py", "--output-len", "64"),
+    ("bench_server.py", "--streams", "0"),
+    ("bench_adaptive.py", "--cases", "foo"),
+    ("bench_adaptive.py", "--loads", "0.95,"),
+    ("bench_adaptive.py", "--seeds", "-1"),
+    ("capacity_accuracy.py", "--num-requests", "0"),
+    ("verdict_rates_network.py", "--networks", "nosuch"),
+    ("verdict_rates_network.py", "--seeds", "0"),
+    ("verdict_rates_sim.py", "--loads", "-1"),
+    ("verdict_rates_sim.py", "--requests", "0"),
+    ("engine_cpu_throughput.py", "--num-prompts", "0"),
+    ("engine_cpu_throughput.py", "--repeats", "0"),
+    ("bench_decode_spread.py", "--batches", "0"),
+    ("bench_decode_spread.py", "--contexts", "x"),
+    ("bench_vs_sim_kv.py", "--seeds", "0"),
+    ("bench_vs_sim_kv.py", "--kv-capacity", "0"),
+    ("gpu_engine.py", "--requests", "0"),
+    ("gpu_engine.py", "--rate", "-2"),
 ]
 
 
@@ -57,6 +78,26 @@ def test_bad_argument_is_one_line_and_exit_2(script, flag, value):
     errors = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
     assert errors == [r.stderr.strip().splitlines()[-1]], r.stderr  # argparse's usage, then one error line
     assert f"argument {flag}" in errors[0]
+
+
+# each refused after argument checking but before any work: llmsched's own message (a
+# ConfigError), or the missing program named; one line, exit 2 (these gave a traceback)
+REFUSED = [
+    ("bench_server.py", ["--cost-model", "nosuch"], "bench_server: unknown cost model 'nosuch'"),
+    ("bench_server.py", ["--scheduler", "nosuch"], "bench_server: unknown batch policy 'nosuch'"),
+    ("bench_vs_sim_kv.py", ["--kv-capacity", "10"], "bench_vs_sim_kv: request 0 needs "),
+    ("engine_cpu_throughput.py", ["--no-vllm", "--scheduler", "nosuch"], "engine_cpu_throughput: unknown"),
+    ("verdict_rates_sim.py", ["--policies", "sarathi", "nosuch"], "verdict_rates_sim: unknown batch policy 'nosuch'"),
+]
+
+
+@pytest.mark.parametrize(("script", "args", "start"), REFUSED, ids=[f"{s} {' '.join(a)}" for s, a, _ in REFUSED])
+def test_a_refused_setting_is_one_line_and_exit_2(script, args, start):
+    r = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, env=ENV, timeout=60
+    )
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(start), r.stderr
 
 
 def test_a_failing_child_reports_its_reason_not_a_traceback():
