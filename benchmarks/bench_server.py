@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,7 +36,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "src"))
 sys.path.insert(0, HERE)  # _cli, also when a test loads this file by its path
 
-from _cli import comma_list, config_errors, positive_float, positive_int  # noqa: E402
+from _cli import comma_list, config_errors, fail, positive_float, positive_int  # noqa: E402
 
 from llmsched.core import make_cost_model  # noqa: E402
 from llmsched.policies import make_scheduler  # noqa: E402
@@ -394,6 +395,8 @@ def main() -> int:
     with config_errors("bench_server"):
         check_setup(args)
         if args.vllm:
+            if shutil.which(args.vllm) is None:  # before the tokenizer is trained and the server started
+                fail("bench_server", f"no vLLM executable at {args.vllm}")
             return run_vllm(args)
         wl, rate = make_workload(args)
     sim = simulate(wl, args)

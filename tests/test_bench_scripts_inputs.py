@@ -85,6 +85,8 @@ def test_bad_argument_is_one_line_and_exit_2(script, flag, value):
 REFUSED = [
     ("bench_server.py", ["--cost-model", "nosuch"], "bench_server: unknown cost model 'nosuch'"),
     ("bench_server.py", ["--scheduler", "nosuch"], "bench_server: unknown batch policy 'nosuch'"),
+    # (before the tokenizer is trained and the server started: was FileNotFoundError after them)
+    ("bench_server.py", ["--vllm", "/nonexistent/vllm"], "bench_server: no vLLM executable at /nonexistent/vllm"),
     ("bench_vs_sim_kv.py", ["--kv-capacity", "10"], "bench_vs_sim_kv: request 0 needs "),
     ("engine_cpu_throughput.py", ["--no-vllm", "--scheduler", "nosuch"], "engine_cpu_throughput: unknown"),
     ("verdict_rates_sim.py", ["--policies", "sarathi", "nosuch"], "verdict_rates_sim: unknown batch policy 'nosuch'"),
