@@ -203,3 +203,70 @@ def test_bench_serverless_overhead_replays_twps_schedule():
     assert set(runs) == {f"{a}{'' if fast else ' step by step'}" for a, fast in bench_serverless.OVERHEAD_RUNS}
     assert runs["twp-schedule"]["steps"] == runs["twp"]["steps"] == runs["twp step by step"]["steps"]
     assert runs["twp-schedule"]["batches"] == runs["twp"]["batches"]
+
+
+def test_gpu_engine_without_cuda_refuses_the_full_shape_before_any_work(tmp_path, monkeypatch, capsys):
+    """Without CUDA it fell back to the CPU and built the Llama-3-8B shape in float32 (32 GB
+    of weights: more than the memory of a machine without a GPU)."""
+    gpu_engine = _bench_module("gpu_engine")
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False)))
+    out = tmp_path / "results" / "g.json"
+    with pytest.raises(SystemExit) as exc:
+        gpu_engine.main(["--out", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpu_engine: no CUDA device"), err
+    assert "--device cpu" in err and "--small" in err
+    assert not out.parent.exists()
+
+
+@pytest.mark.parametrize(
+    ("device", "small", "cuda", "chosen"),
+    [(None, False, True, "cuda"), (None, True, True, "cpu"), (None, True, False, "cpu"), ("cpu", False, False, "cpu")],
+)
+def test_gpu_engine_device(device, small, cuda, chosen):
+    assert _bench_module("gpu_engine").pick_device(device, small, cuda) == chosen
+
+
+@pytest.mark.parametrize(("device", "small"), [(None, False), ("cuda", True), ("cuda:1", False)])
+def test_gpu_engine_refuses_a_missing_gpu(device, small, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _bench_module("gpu_engine").pick_device(device, small, False)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def _run_profile_step(tmp_path, **env) -> subprocess.CompletedProcess:
+    """benchmarks/calibration/profile_step.py OUT with a stand-in torch that has no CUDA (and
+    no tensors: a run that gets past the device check stops at its first tensor)."""
+    fake = tmp_path / "fake"
+    (fake / "torch" / "nn").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(
+        "__version__ = 'fake'\nfloat32 = bfloat16 = None\n\n\nclass cuda:\n"
+        "    @staticmethod\n    def is_available():\n        return False\n"
+    )
+    (fake / "torch" / "nn" / "__init__.py").write_text("")
+    (fake / "torch" / "nn" / "functional.py").write_text("")
+    base = {k: v for k, v in ENV.items() if not k.startswith("PROFILE_")}
+    return subprocess.run(
+        [sys.executable, str(BENCH / "calibration" / "profile_step.py"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env={**base, "PYTHONPATH": str(fake), **env},
+        timeout=60,
+    )
+
+
+def test_profile_step_without_cuda_stops_before_any_work(tmp_path):
+    """It fell back to the CPU and built all 32 layers of Llama-3-8B in float32."""
+    r = _run_profile_step(tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("profile_step: no CUDA device"), r.stderr
+    assert "PROFILE_SMALL=1" in r.stderr and "PROFILE_DEVICE=cpu" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("opt_in", [{"PROFILE_SMALL": "1"}, {"PROFILE_DEVICE": "cpu"}])
+def test_profile_step_runs_on_the_cpu_when_asked(tmp_path, opt_in):
+    r = _run_profile_step(tmp_path, **opt_in)
+    assert (tmp_path / "out" / "env.txt").read_text().startswith("device=cpu\n"), r.stderr
