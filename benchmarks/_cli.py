@@ -6,8 +6,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from contextlib import contextmanager
 
 from llmsched.cli.common import positive_int  # noqa: F401 (the scripts' counts, as llmsched's)
+from llmsched.cli.engine import seed_int  # noqa: F401 (the scripts' seeds, as llmsched's)
+from llmsched.core.errors import ConfigError
 
 
 def positive_float(text: str) -> float:
@@ -20,9 +23,32 @@ def positive_float(text: str) -> float:
     return v
 
 
+def comma_list(item):
+    """An argparse type: comma-separated values, each read by the argparse type `item`
+    (`2,4,8` -> [2, 4, 8]); an empty one (`2,,8`) is refused."""
+
+    def parse(text: str) -> list:
+        parts = [p.strip() for p in text.split(",")]
+        if "" in parts:
+            raise argparse.ArgumentTypeError(f"expected comma-separated values, got {text!r}")
+        return [item(p) for p in parts]
+
+    return parse
+
+
 def fail(prog: str, message: str, code: int = 2):
     print(f"{prog}: {message}", file=sys.stderr)
     sys.exit(code)
+
+
+@contextmanager
+def config_errors(prog: str):
+    """Runs the block; llmsched refusing an input there (a ConfigError, also one raised in a
+    worker process and passed back) ends the script with its message and exit 2."""
+    try:
+        yield
+    except ConfigError as e:
+        fail(prog, str(e))
 
 
 def run_child(cmd: list[str], prog: str, **kw) -> subprocess.CompletedProcess:

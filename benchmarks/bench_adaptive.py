@@ -21,6 +21,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
+from _cli import comma_list, config_errors, positive_float, positive_int, seed_int
 
 from llmsched.api import simulate
 from llmsched.theory import capacity
@@ -29,8 +30,17 @@ B_MAX, K_MAX = 512, 16
 CASES = ("1024:128", "1024:64", "1024:256", "2048:128", "512:128")
 
 
-def run(case: str, load: float, seed: int, n: int) -> dict:
-    prompt, output = (int(v) for v in case.split(":"))
+def lengths(text: str) -> tuple[int, int]:
+    """An argparse type: a case, `PROMPT:OUTPUT` token counts."""
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected PROMPT:OUTPUT token counts, got {text!r}")
+    prompt, output = (positive_int(v) for v in parts)
+    return prompt, output
+
+
+def run(case: tuple[int, int], load: float, seed: int, n: int) -> dict:
+    prompt, output = case
     lam = capacity("paper", B_MAX, prompt, output, k_max=K_MAX).critical_rate
     t0 = time.perf_counter()
     res = simulate(
@@ -52,7 +62,7 @@ def run(case: str, load: float, seed: int, n: int) -> dict:
     slope = 1000 * float(np.polyfit(t[half], dec[half], 1)[0]) if half.sum() >= 3 else float("nan")
     quarters = [float(dec[(t >= end * q / 4) & (t < end * (q + 1) / 4)].mean()) for q in range(4)]
     return {
-        "case": case,
+        "case": f"{prompt}:{output}",
         "load": load,
         "seed": seed,
         "num_requests": n,
@@ -73,26 +83,28 @@ def run(case: str, load: float, seed: int, n: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", default=",".join(CASES), help="PROMPT:OUTPUT,... (constant lengths)")
-    ap.add_argument("--loads", default="0.95,0.98", help="fractions of the region's lambda*")
-    ap.add_argument("--seeds", default="0,1")
-    ap.add_argument("--num-requests", type=int, default=60000)
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--cases",
+        type=comma_list(lengths),
+        default=[lengths(c) for c in CASES],
+        help="PROMPT:OUTPUT,... (constant lengths)",
+    )
+    ap.add_argument(
+        "--loads", type=comma_list(positive_float), default=[0.95, 0.98], help="fractions of the region's lambda*"
+    )
+    ap.add_argument("--seeds", type=comma_list(seed_int), default=[0, 1])
+    ap.add_argument("--num-requests", type=positive_int, default=60000)
+    ap.add_argument("--workers", type=positive_int, default=2)
     ap.add_argument("--json", help="write the rows to this file")
     a = ap.parse_args()
-    jobs = [
-        (c, float(lo), int(s), a.num_requests)
-        for c in a.cases.split(",")
-        for lo in a.loads.split(",")
-        for s in a.seeds.split(",")
-    ]
+    jobs = [(c, lo, s, a.num_requests) for c in a.cases for lo in a.loads for s in a.seeds]
     print(
         f"{'prompt:output':>13} {'load':>5} {'seed':>4} {'verdict':>12} {'growth tok/s [95% CI]':>24} "
         f"{'decoders/1000s':>14}  decoders by quarter   {'p99 TTFT s':>10} {'wall s':>6}"
     )
     rows = []
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(max(1, a.workers)) as ex:
+    with config_errors("bench_adaptive"), ProcessPoolExecutor(a.workers) as ex:
         for r in ex.map(run, *zip(*jobs)):
             rows.append(r)
             lo, hi = r["growth_ci"]

@@ -15,10 +15,7 @@ import statistics
 import sys
 import time
 
-import torch
-
-from llmsched.engine.attention import AttnMeta, paged_attention
-from llmsched.engine.cpu_kernel import decode_kernel
+from _cli import comma_list, positive_int
 
 BLOCK = 16
 
@@ -34,6 +31,10 @@ def contexts(batch: int, mean: int, spread: bool) -> list[int]:
 
 def seconds(heads: int, kv_heads: int, dim: int, lens: list[int], kernel, reps: int) -> float:
     """Median CPU seconds of one paged_attention call over `lens` decoders."""
+    import torch  # noqa: PLC0415 (slow to import: after the arguments are checked)
+
+    from llmsched.engine.attention import AttnMeta, paged_attention  # noqa: PLC0415
+
     b, width = len(lens), -(-max(lens) // BLOCK)
     k_cache = torch.randn(kv_heads, b * width, BLOCK, dim)
     v_cache = torch.randn(kv_heads, b * width, BLOCK, dim)
@@ -61,22 +62,28 @@ def seconds(heads: int, kv_heads: int, dim: int, lens: list[int], kernel, reps: 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--head-dim", type=int, default=32)
-    ap.add_argument("--batches", default="2,4,8")
-    ap.add_argument("--contexts", default="128,512,2048", help="mean contexts")
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--heads", type=positive_int, default=4)
+    ap.add_argument("--kv-heads", type=positive_int, default=2)
+    ap.add_argument("--head-dim", type=positive_int, default=32)
+    ap.add_argument("--batches", type=comma_list(positive_int), default=[2, 4, 8])
+    ap.add_argument("--contexts", type=comma_list(positive_int), default=[128, 512, 2048], help="mean contexts")
+    ap.add_argument("--reps", type=positive_int, default=15)
     args = ap.parse_args()
+    if args.heads % args.kv_heads:
+        ap.error(f"--heads {args.heads} is not a multiple of --kv-heads {args.kv_heads}")
+    import torch  # noqa: PLC0415
+
+    from llmsched.engine.cpu_kernel import decode_kernel  # noqa: PLC0415
+
     torch.set_num_threads(1)
     kernel = decode_kernel()
     paths = [("sdpa", None)] if kernel is None else [("kernel", kernel), ("sdpa", None)]
     if kernel is None:
         print("no compiled kernel here (no C compiler?): SDPA only", file=sys.stderr)
     for name, kern in paths:
-        for b in (int(x) for x in args.batches.split(",")):
+        for b in args.batches:
             cells = []
-            for c in (int(x) for x in args.contexts.split(",")):
+            for c in args.contexts:
                 t = [
                     seconds(args.heads, args.kv_heads, args.head_dim, contexts(b, c, s), kern, args.reps)
                     for s in (True, False)

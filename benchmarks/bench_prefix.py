@@ -39,11 +39,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _cli import fail, positive_float, positive_int
+from _cli import config_errors, positive_float, positive_int
 
 import llmsched
 from llmsched.core import make_cost_model
-from llmsched.core.errors import ConfigError
 from llmsched.theory import LengthMix, capacity
 from llmsched.workload import Trace
 
@@ -87,10 +86,8 @@ def run(tr: Trace, on: bool, block: int, kv: int) -> tuple[float, float, object]
 
 
 def main() -> None:
-    try:
+    with config_errors("bench_prefix"):
         _main()
-    except ConfigError as e:
-        fail("bench_prefix", str(e))
 
 
 def _main() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,8 +31,12 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(0, HERE)  # _cli, also when a test loads this file by its path
+
+from _cli import comma_list, config_errors, fail, positive_float, positive_int  # noqa: E402
 
 from llmsched.core import make_cost_model  # noqa: E402
 from llmsched.policies import make_scheduler  # noqa: E402
@@ -61,6 +66,21 @@ def as_sent(wl: Workload, res: dict) -> tuple[Workload, np.ndarray]:
     sent = np.asarray(res["_sent_s"], dtype=np.float64)
     order = np.argsort(sent, kind="stable")
     return Workload(sent[order] - sent.min(), wl.prompt[order], wl.output[order]), order
+
+
+def length_range(text: str) -> tuple[int, int]:
+    """An argparse type: `LO,HI` token counts, 1 <= LO <= HI."""
+    bounds = comma_list(positive_int)(text)
+    if len(bounds) != 2 or bounds[0] > bounds[1]:
+        raise argparse.ArgumentTypeError(f"expected LO,HI with 1 <= LO <= HI, got {text!r}")
+    return bounds[0], bounds[1]
+
+
+def check_setup(args) -> None:
+    """Builds the scheduler and the cost model once: a bad name or option is refused
+    (ConfigError) before the workload search or the server start."""
+    make_scheduler(args.scheduler, b_max=args.b_max, kv_capacity=args.kv_capacity)
+    make_cost_model(args.cost_model)
 
 
 def make_workload(args) -> Workload:
@@ -348,23 +368,17 @@ def run_vllm(args) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--streams", type=int, default=256, help="requests in flight (default: 256)")
-    p.add_argument("--num-prompts", type=int, default=1024)
+    p.add_argument("--streams", type=positive_int, default=256, help="requests in flight (default: 256)")
+    p.add_argument("--num-prompts", type=positive_int, default=1024)
     p.add_argument(
-        "--input-len",
-        type=lambda s: tuple(int(x) for x in s.split(",")),
-        default=(128, 1024),
-        help="LO,HI prompt tokens (uniform; default 128,1024)",
+        "--input-len", type=length_range, default=(128, 1024), help="LO,HI prompt tokens (uniform; default 128,1024)"
     )
     p.add_argument(
-        "--output-len",
-        type=lambda s: tuple(int(x) for x in s.split(",")),
-        default=(64, 256),
-        help="LO,HI output tokens (uniform; default 64,256)",
+        "--output-len", type=length_range, default=(64, 256), help="LO,HI output tokens (uniform; default 64,256)"
     )
     p.add_argument("--scheduler", default="sarathi")
-    p.add_argument("--b-max", type=int, default=512)
-    p.add_argument("--kv-capacity", type=int, default=None)
+    p.add_argument("--b-max", type=positive_int, default=512)
+    p.add_argument("--kv-capacity", type=positive_int, default=None)
     p.add_argument("--cost-model", default="profile")
     p.add_argument("--endpoint", default="/v1/completions")
     p.add_argument("--seed", type=int, default=0)
@@ -375,13 +389,16 @@ def main() -> int:
         metavar="PATH",
         help="run `PATH bench serve` (vLLM's client) against the sim server instead",
     )
-    p.add_argument("--request-rate", type=float, default=20.0, help="--vllm mode: requests per second")
+    p.add_argument("--request-rate", type=positive_float, default=20.0, help="--vllm mode: requests per second")
     args = p.parse_args()
     args.tokenizer = None
-    if args.vllm:
-        return run_vllm(args)
-
-    wl, rate = make_workload(args)
+    with config_errors("bench_server"):
+        check_setup(args)
+        if args.vllm:
+            if shutil.which(args.vllm) is None:  # before the tokenizer is trained and the server started
+                fail("bench_server", f"no vLLM executable at {args.vllm}")
+            return run_vllm(args)
+        wl, rate = make_workload(args)
     sim = simulate(wl, args)
     port = free_port()
     base = f"http://127.0.0.1:{port}"

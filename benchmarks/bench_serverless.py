@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 
-from _cli import fail, positive_float, positive_int, run_child
+from _cli import config_errors, positive_float, positive_int, run_child
 from _memory import peak_rss_kb
 
 CASES = ("platform", "overhead")
@@ -306,12 +306,8 @@ def _run_child(args: list[str]) -> dict:
 
 
 def main() -> None:
-    from llmsched.core.errors import ConfigError  # noqa: PLC0415
-
-    try:
+    with config_errors("bench_serverless"):  # e.g. the Azure trace not found
         _main()
-    except ConfigError as e:  # e.g. the Azure trace not found
-        fail("bench_serverless", str(e))
 
 
 def _main() -> None:

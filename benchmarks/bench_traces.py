@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from _cli import positive_int, run_child
+from _cli import config_errors, fail, positive_int, run_child
 from _memory import peak_rss_kb
 
 from llmsched.core.errors import ConfigError
@@ -144,13 +144,9 @@ def main() -> None:
     names = args.cases.split(",") if args.cases else list(CASES)
     unknown = [n for n in names if n not in CASES]
     if unknown:  # before the traces are looked up and 460 MB of files are written
-        print(f"bench_traces: unknown case {unknown[0]!r}; known: {', '.join(CASES)}", file=sys.stderr)
-        sys.exit(2)
-    try:
+        fail("bench_traces", f"unknown case {unknown[0]!r}; known: {', '.join(CASES)}")
+    with config_errors("bench_traces"):
         azure, mooncake = shared_traces()
-    except ConfigError as e:
-        print(f"bench_traces: {e}", file=sys.stderr)
-        sys.exit(2)
     cases = _cases(_make_files(Path(args.dir), mooncake, names), azure, mooncake)
     print(f"{'case':22s} {'requests':>10s} {'block ids':>12s} {'block':>5s} {'median s':>9s} {'peak GB':>8s}")
     for name in names:

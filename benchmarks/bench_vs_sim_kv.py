@@ -25,13 +25,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 sys.path.insert(0, HERE)
 
-from bench_server import as_sent, free_port, scrape, start_server  # noqa: E402
+from _cli import config_errors, positive_int  # noqa: E402
+from bench_server import as_sent, check_setup, free_port, scrape, start_server  # noqa: E402
 
 from llmsched.core import make_cost_model  # noqa: E402
 from llmsched.policies import make_scheduler  # noqa: E402
 from llmsched.server.bench import BenchConfig, Workload, run_bench  # noqa: E402
 from llmsched.sim.result import SimResult  # noqa: E402
-from llmsched.sim.simulator import simulate_trace  # noqa: E402
+from llmsched.sim.simulator import simulate_trace, validate_requests  # noqa: E402
 from llmsched.workload import Trace  # noqa: E402
 
 MAX_LAG_MS = 5.0
@@ -97,16 +98,29 @@ def one(args, seed: int, kv) -> dict:
     }
 
 
+def check_workloads(args) -> None:
+    """Every seed's workload fits the pressured run's KV cache (else ConfigError, before any
+    server run: the simulator refuses a request that can never complete only after them)."""
+    for seed in range(args.seeds):
+        wl = workload(seed, args.num_prompts)
+        validate_requests(wl.prompt, wl.output, args.kv_capacity)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=5, help="workloads (seeds 0..N-1; default 5)")
-    p.add_argument("--num-prompts", type=int, default=40)
-    p.add_argument("--kv-capacity", type=int, default=1200, help="KV tokens of the pressured run (default 1200)")
+    p.add_argument("--seeds", type=positive_int, default=5, help="workloads (seeds 0..N-1; default 5)")
+    p.add_argument("--num-prompts", type=positive_int, default=40)
+    p.add_argument(
+        "--kv-capacity", type=positive_int, default=1200, help="KV tokens of the pressured run (default 1200)"
+    )
     p.add_argument("--scheduler", default="sarathi")
-    p.add_argument("--b-max", type=int, default=256)
+    p.add_argument("--b-max", type=positive_int, default=256)
     p.add_argument("--cost-model", default="linear:c=20,a=0.1")
     p.add_argument("--endpoint", default="/v1/completions")
     args = p.parse_args()
+    with config_errors("bench_vs_sim_kv"):
+        check_setup(args)
+        check_workloads(args)
     print(
         f"{args.num_prompts} Poisson requests at 12 req/s, {args.scheduler} b_max={args.b_max}, "
         f"{args.cost_model}; load average {os.getloadavg()[0]:.2f}"

@@ -20,6 +20,7 @@ import json
 import time
 
 import numpy as np
+from _cli import config_errors, positive_float, positive_int, seed_int
 
 from llmsched import simulate
 from llmsched.api import build_config
@@ -50,14 +51,7 @@ def full_step_rate(options: dict, b_max: int, cost: str, rate: float) -> tuple[f
     return float((pf[sel] + dc[sel]).sum() / dur[sel].sum()), full
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
-    ap.add_argument("--num-requests", type=int, default=8000)
-    ap.add_argument("--overload", type=float, default=1.3, help="offered rate over lambda* (default 1.3)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", help="also write the rows to this JSON file")
-    args = ap.parse_args()
+def measure(args) -> None:
     rows = []
     print(
         f"{'workload':14s} {'b_max':>6s} {'C mix':>9s} {'C means':>9s} {'measured':>9s} {'mix/meas':>9s} "
@@ -98,6 +92,18 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    ap.add_argument("--num-requests", type=positive_int, default=8000)
+    ap.add_argument("--overload", type=positive_float, default=1.3, help="offered rate over lambda* (default 1.3)")
+    ap.add_argument("--seed", type=seed_int, default=0)
+    ap.add_argument("--json", help="also write the rows to this JSON file")
+    args = ap.parse_args()
+    with config_errors("capacity_accuracy"):
+        measure(args)
 
 
 if __name__ == "__main__":

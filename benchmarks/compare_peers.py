@@ -68,7 +68,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _cli import fail, positive_float, positive_int
+from _cli import config_errors, positive_float, positive_int
 from _memory import peak_rss_kb
 
 PEERS = ("sched-sim", "pyserq")
@@ -526,12 +526,8 @@ def print_ratios(rows) -> None:
 
 
 def main() -> None:
-    from llmsched.core.errors import ConfigError
-
-    try:
+    with config_errors("compare_peers"):
         _main()
-    except ConfigError as e:
-        fail("compare_peers", str(e))
 
 
 def _main() -> None:

@@ -38,6 +38,10 @@ import sys
 import tempfile
 import time
 
+from _cli import config_errors, positive_int
+
+from llmsched.policies import make_scheduler
+
 VLLM_SCRIPT = r"""
 import json, sys, time
 
@@ -355,27 +359,44 @@ def measure(model: str, args) -> dict:
     return result
 
 
+def run(args) -> dict:
+    """`measure` on --model, else on a small random model written for the run (removed after)."""
+    make_scheduler(args.scheduler, b_max=args.b_max)  # a bad name refused before a model is written and loaded
+    if args.model is not None:
+        return measure(args.model, args)
+    tmp = tempfile.mkdtemp(prefix="llmsched-bench-")
+    try:
+        return measure(make_model(os.path.join(tmp, "model")), args)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="model folder (default: a small random Llama-shaped model)")
-    ap.add_argument("--num-prompts", type=int, default=64)
-    ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--b-max", type=int, default=2048, help="token budget per step (both engines)")
+    ap.add_argument("--num-prompts", type=positive_int, default=64)
+    ap.add_argument("--prompt-len", type=positive_int, default=128)
+    ap.add_argument("--output-len", type=positive_int, default=64)
+    ap.add_argument("--b-max", type=positive_int, default=2048, help="token budget per step (both engines)")
     ap.add_argument("--scheduler", default="sarathi", help="llmsched policy (vLLM V1 schedules like sarathi)")
-    ap.add_argument("--threads", type=int, default=None, help="our torch threads (default: cores - 1)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs of each engine, alternating")
+    ap.add_argument("--threads", type=positive_int, default=None, help="our torch threads (default: cores - 1)")
+    ap.add_argument("--repeats", type=positive_int, default=3, help="timed runs of each engine, alternating")
     ap.add_argument("--vllm-python", default="/tmp/vllm-venv/bin/python")
-    ap.add_argument("--vllm-kv-gb", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE (GiB, integer)")
+    ap.add_argument("--vllm-kv-gb", type=positive_int, default=1, help="VLLM_CPU_KVCACHE_SPACE (GiB, integer)")
     ap.add_argument("--vllm-compile", action="store_true", help="let vLLM use torch.compile (default: eager)")
-    ap.add_argument("--vllm-timeout", type=int, default=1200, help="seconds vLLM may take to start or for one run")
+    ap.add_argument(
+        "--vllm-timeout", type=positive_int, default=1200, help="seconds vLLM may take to start or for one run"
+    )
     ap.add_argument("--cpus", help="pin both engines to these CPUs, e.g. 1 or 0,2-3 (default: no pinning)")
     ap.add_argument("--prefix-caching", action="store_true", help="both engines with prefix caching on")
     ap.add_argument(
         "--shared-prefix", type=int, default=96, help="with --prefix-caching: tokens every prompt starts with"
     )
     ap.add_argument(
-        "--block-size", type=int, default=32, help="KV block size in tokens, both engines (vLLM CPU: a multiple of 32)"
+        "--block-size",
+        type=positive_int,
+        default=32,
+        help="KV block size in tokens, both engines (vLLM CPU: a multiple of 32)",
     )
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--out", help="write the result JSON here")
@@ -383,16 +404,8 @@ def main(argv=None) -> int:
     if args.prefix_caching and not 0 <= args.shared_prefix < args.prompt_len:
         ap.error(f"--shared-prefix must be in [0, --prompt-len), got {args.shared_prefix}")
 
-    tmp = None
-    model = args.model
-    try:
-        if model is None:
-            tmp = tempfile.mkdtemp(prefix="llmsched-bench-")
-            model = make_model(os.path.join(tmp, "model"))
-        result = measure(model, args)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+    with config_errors("engine_cpu_throughput"):
+        result = run(args)
     text = json.dumps(result, indent=2)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -13,7 +13,9 @@ Measures
    TTFT and ITL (p50, mean, p99).
 Writes JSON to --out, else $OUT/gpu_engine.json, else ./gpu_engine.json.
 
-`--small` runs tiny shapes on the CPU in seconds (the test suite runs it).
+`--small` runs tiny shapes on the CPU in seconds (the test suite runs it). Without CUDA
+the Llama-3-8B shape is refused (its float32 weights on the CPU are 32 GB) unless
+`--device cpu` asks for it.
 
     python benchmarks/gpu_engine.py                 # CUDA, Llama-3-8B shape
     python benchmarks/gpu_engine.py --small --out /tmp/g.json
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _cli import fail, positive_float, positive_int
 
 SHAREGPT = "../shared/traces/sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 # lognormal fit of that file (log-space mean, std), the stand-in when it is absent
@@ -257,22 +260,42 @@ def sim_vs_real(engine, out_dir: Path, trace, source: str, small: bool) -> dict:
     }
 
 
+def pick_device(requested: str | None, small: bool, cuda: bool) -> str:
+    """--device as given, else CUDA where there is one (the tiny shapes: the CPU). Refused,
+    one line and exit 2: a CUDA device that is not there, and the Llama-3-8B shape on the
+    CPU unless --device cpu asks for it (32 GB of float32 weights: more than the memory of
+    many machines without a GPU)."""
+    if requested is None and small:
+        return "cpu"
+    if requested is None and not cuda:
+        fail(
+            "gpu_engine",
+            "no CUDA device: the Llama-3-8B shape on the CPU (32 GB of float32 weights) runs only "
+            "with --device cpu; --small runs tiny shapes",
+        )
+    if requested and requested.startswith("cuda") and not cuda:
+        fail("gpu_engine", f"--device {requested}: torch finds no CUDA device")
+    return requested or "cuda"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--small", action="store_true", help="tiny shapes on the CPU (a smoke test)")
-    ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    ap.add_argument(
+        "--device", default=None, help="default: cuda (--small: cpu); cpu runs the Llama-3-8B shape on the CPU"
+    )
     ap.add_argument("--out", default=None, help="JSON path (default: $OUT/gpu_engine.json)")
-    ap.add_argument("--requests", type=int, default=None, help="trace requests (default 160; 10 small)")
-    ap.add_argument("--rate", type=float, default=None, help="arrivals per second (default 2; 40 small)")
+    ap.add_argument("--requests", type=positive_int, default=None, help="trace requests (default 160; 10 small)")
+    ap.add_argument("--rate", type=positive_float, default=None, help="arrivals per second (default 2; 40 small)")
     ap.add_argument("--skip-validate", action="store_true")
     args = ap.parse_args(argv)
 
     import torch
 
+    dev = pick_device(args.device, args.small, torch.cuda.is_available())  # before any work
     from llmsched.engine.engine import LLMEngine
 
     t_start = time.perf_counter()
-    dev = args.device or ("cuda" if torch.cuda.is_available() and not args.small else "cpu")
     small = args.small
     out_path = Path(args.out or os.path.join(os.environ.get("OUT", "."), "gpu_engine.json"))
     out_path.parent.mkdir(parents=True, exist_ok=True)

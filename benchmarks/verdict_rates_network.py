@@ -24,6 +24,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from _cli import config_errors, positive_float, positive_int
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "networks"
 VERDICTS = ("stable", "inconclusive", "unstable")
 
@@ -65,17 +67,22 @@ def counts(verdicts: list) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--networks", nargs="+", default=["tandem", "agent_dag"])
-    ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--jobs", type=int, nargs="+", default=[300, 1000])
-    ap.add_argument("--loads", type=float, nargs="+", default=[0.45, 0.7])
-    ap.add_argument("--cv", type=float, help="gamma arrivals of this cv for every job type")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--networks",
+        nargs="+",
+        choices=sorted(p.stem for p in EXAMPLES.glob("*.yaml")),
+        default=["tandem", "agent_dag"],
+    )
+    ap.add_argument("--seeds", type=positive_int, default=20)
+    ap.add_argument("--jobs", type=positive_int, nargs="+", default=[300, 1000])
+    ap.add_argument("--loads", type=positive_float, nargs="+", default=[0.45, 0.7])
+    ap.add_argument("--cv", type=positive_float, help="gamma arrivals of this cv for every job type")
+    ap.add_argument("--workers", type=positive_int, default=2)
     ap.add_argument("--json", help="write every run's verdicts here")
     a = ap.parse_args(argv)
     todo = [(w, load, n, s, a.cv) for w in a.networks for n in a.jobs for load in a.loads for s in range(a.seeds)]
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(a.workers) as ex:
+    with config_errors("verdict_rates_network"), ProcessPoolExecutor(a.workers) as ex:
         runs = list(ex.map(one, todo, chunksize=4))
     print(f"{len(runs)} runs in {time.perf_counter() - t0:.0f} s")
     print("| network, jobs | " + " | ".join(f"load {x:g}: network / network's work" for x in a.loads) + " |")

@@ -20,6 +20,9 @@ import json
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+from _cli import config_errors, positive_float, positive_int
+
+from llmsched.policies import make_scheduler
 from llmsched.theory import capacity
 
 COST, B_MAX, PROMPT, OUTPUT = "paper", 512, "geometric:200", "geometric:101"
@@ -59,17 +62,20 @@ def one(args):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--requests", type=int, nargs="+", default=[5000, 20000])
+    ap.add_argument("--seeds", type=positive_int, default=20)
+    ap.add_argument("--requests", type=positive_int, nargs="+", default=[5000, 20000])
     ap.add_argument("--policies", nargs="+", default=["sarathi", "orca"])
-    ap.add_argument("--loads", type=float, nargs="+", default=[0.7, 0.85, 0.95, 1.05, 1.15])
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--loads", type=positive_float, nargs="+", default=[0.7, 0.85, 0.95, 1.05, 1.15])
+    ap.add_argument("--workers", type=positive_int, default=2)
     ap.add_argument("--json", help="write every run's verdict here")
     a = ap.parse_args(argv)
     jobs = [(p, load, n, s) for p in a.policies for n in a.requests for load in a.loads for s in range(a.seeds)]
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(a.workers) as ex:
-        runs = list(ex.map(one, jobs, chunksize=4))
+    with config_errors("verdict_rates_sim"):
+        for p in a.policies:  # a bad name refused now, not after the runs of the policies before it
+            make_scheduler(p, b_max=B_MAX)
+        with ProcessPoolExecutor(a.workers) as ex:
+            runs = list(ex.map(one, jobs, chunksize=4))
     wall = time.perf_counter() - t0
     print(f"{len(runs)} runs in {wall:.0f} s")
     print("| policy | requests | " + " | ".join(f"rho={x:g}" for x in a.loads) + " |")

@@ -44,6 +44,27 @@ BAD = [
     ("bench_prefix.py", "--repeat", "0"),
     ("bench_prefix.py", "--block-size", "0"),
     ("bench_traces.py", "--repeat", "0"),
+    # (these gave a traceback, ran a 17-minute search for a rate, or printed only a header)
+    ("bench_server.py", "--num-prompts", "0"),
+    ("bench_server.py", "--input-len", "500,100"),
+    ("bench_server.py", "--output-len", "64"),
+    ("bench_server.py", "--streams", "0"),
+    ("bench_adaptive.py", "--cases", "foo"),
+    ("bench_adaptive.py", "--loads", "0.95,"),
+    ("bench_adaptive.py", "--seeds", "-1"),
+    ("capacity_accuracy.py", "--num-requests", "0"),
+    ("verdict_rates_network.py", "--networks", "nosuch"),
+    ("verdict_rates_network.py", "--seeds", "0"),
+    ("verdict_rates_sim.py", "--loads", "-1"),
+    ("verdict_rates_sim.py", "--requests", "0"),
+    ("engine_cpu_throughput.py", "--num-prompts", "0"),
+    ("engine_cpu_throughput.py", "--repeats", "0"),
+    ("bench_decode_spread.py", "--batches", "0"),
+    ("bench_decode_spread.py", "--contexts", "x"),
+    ("bench_vs_sim_kv.py", "--seeds", "0"),
+    ("bench_vs_sim_kv.py", "--kv-capacity", "0"),
+    ("gpu_engine.py", "--requests", "0"),
+    ("gpu_engine.py", "--rate", "-2"),
 ]
 
 
@@ -57,6 +78,28 @@ def test_bad_argument_is_one_line_and_exit_2(script, flag, value):
     errors = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
     assert errors == [r.stderr.strip().splitlines()[-1]], r.stderr  # argparse's usage, then one error line
     assert f"argument {flag}" in errors[0]
+
+
+# each refused after argument checking but before any work: llmsched's own message (a
+# ConfigError), or the missing program named; one line, exit 2 (these gave a traceback)
+REFUSED = [
+    ("bench_server.py", ["--cost-model", "nosuch"], "bench_server: unknown cost model 'nosuch'"),
+    ("bench_server.py", ["--scheduler", "nosuch"], "bench_server: unknown batch policy 'nosuch'"),
+    # (before the tokenizer is trained and the server started: was FileNotFoundError after them)
+    ("bench_server.py", ["--vllm", "/nonexistent/vllm"], "bench_server: no vLLM executable at /nonexistent/vllm"),
+    ("bench_vs_sim_kv.py", ["--kv-capacity", "10"], "bench_vs_sim_kv: request 0 needs "),
+    ("engine_cpu_throughput.py", ["--no-vllm", "--scheduler", "nosuch"], "engine_cpu_throughput: unknown"),
+    ("verdict_rates_sim.py", ["--policies", "sarathi", "nosuch"], "verdict_rates_sim: unknown batch policy 'nosuch'"),
+]
+
+
+@pytest.mark.parametrize(("script", "args", "start"), REFUSED, ids=[f"{s} {' '.join(a)}" for s, a, _ in REFUSED])
+def test_a_refused_setting_is_one_line_and_exit_2(script, args, start):
+    r = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, env=ENV, timeout=60
+    )
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(start), r.stderr
 
 
 def test_a_failing_child_reports_its_reason_not_a_traceback():
@@ -160,3 +203,70 @@ def test_bench_serverless_overhead_replays_twps_schedule():
     assert set(runs) == {f"{a}{'' if fast else ' step by step'}" for a, fast in bench_serverless.OVERHEAD_RUNS}
     assert runs["twp-schedule"]["steps"] == runs["twp"]["steps"] == runs["twp step by step"]["steps"]
     assert runs["twp-schedule"]["batches"] == runs["twp"]["batches"]
+
+
+def test_gpu_engine_without_cuda_refuses_the_full_shape_before_any_work(tmp_path, monkeypatch, capsys):
+    """Without CUDA it fell back to the CPU and built the Llama-3-8B shape in float32 (32 GB
+    of weights: more than the memory of a machine without a GPU)."""
+    gpu_engine = _bench_module("gpu_engine")
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False)))
+    out = tmp_path / "results" / "g.json"
+    with pytest.raises(SystemExit) as exc:
+        gpu_engine.main(["--out", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpu_engine: no CUDA device"), err
+    assert "--device cpu" in err and "--small" in err
+    assert not out.parent.exists()
+
+
+@pytest.mark.parametrize(
+    ("device", "small", "cuda", "chosen"),
+    [(None, False, True, "cuda"), (None, True, True, "cpu"), (None, True, False, "cpu"), ("cpu", False, False, "cpu")],
+)
+def test_gpu_engine_device(device, small, cuda, chosen):
+    assert _bench_module("gpu_engine").pick_device(device, small, cuda) == chosen
+
+
+@pytest.mark.parametrize(("device", "small"), [(None, False), ("cuda", True), ("cuda:1", False)])
+def test_gpu_engine_refuses_a_missing_gpu(device, small, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _bench_module("gpu_engine").pick_device(device, small, False)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def _run_profile_step(tmp_path, **env) -> subprocess.CompletedProcess:
+    """benchmarks/calibration/profile_step.py OUT with a stand-in torch that has no CUDA (and
+    no tensors: a run that gets past the device check stops at its first tensor)."""
+    fake = tmp_path / "fake"
+    (fake / "torch" / "nn").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(
+        "__version__ = 'fake'\nfloat32 = bfloat16 = None\n\n\nclass cuda:\n"
+        "    @staticmethod\n    def is_available():\n        return False\n"
+    )
+    (fake / "torch" / "nn" / "__init__.py").write_text("")
+    (fake / "torch" / "nn" / "functional.py").write_text("")
+    base = {k: v for k, v in ENV.items() if not k.startswith("PROFILE_")}
+    return subprocess.run(
+        [sys.executable, str(BENCH / "calibration" / "profile_step.py"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env={**base, "PYTHONPATH": str(fake), **env},
+        timeout=60,
+    )
+
+
+def test_profile_step_without_cuda_stops_before_any_work(tmp_path):
+    """It fell back to the CPU and built all 32 layers of Llama-3-8B in float32."""
+    r = _run_profile_step(tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("profile_step: no CUDA device"), r.stderr
+    assert "PROFILE_SMALL=1" in r.stderr and "PROFILE_DEVICE=cpu" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("opt_in", [{"PROFILE_SMALL": "1"}, {"PROFILE_DEVICE": "cpu"}])
+def test_profile_step_runs_on_the_cpu_when_asked(tmp_path, opt_in):
+    r = _run_profile_step(tmp_path, **opt_in)
+    assert (tmp_path / "out" / "env.txt").read_text().startswith("device=cpu\n"), r.stderr
