@@ -181,3 +181,75 @@ def test_first_sigterm_ends_a_stalled_upload_and_a_stalled_reader_without_waitin
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_pipelined_upload_is_refused_after_the_response_ahead_of_it():
+    """A request pipelined behind a stream, its body not all sent: the drain's 503 for it
+    came inside the stream's chunked body (no error event, no terminator); the stream now
+    ends first, then the 503 follows."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmsched", "serve", "--backend", "sim", "--cost-model", "const:50"]
+        + ["--port", str(port), "--drain-timeout", "0", "--log-level", "info"],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    conn = None
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert wait_for(lambda: _up(base), timeout=20), "server did not start"
+        conn = socket.create_connection(("127.0.0.1", port))
+        body = b'{"model": "%s", "prompt": "hi", "max_tokens": 3000, "stream": true}' % MODEL.encode()
+        stream = b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+        conn.sendall(stream + b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{")
+        assert conn.recv(12) == b"HTTP/1.1 200"
+        assert wait_for(lambda: _generated(base) >= 3, timeout=20)  # the stream is under way
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(4) == 0
+        data = _recv_all(conn)
+        stream_part, sep, refusal = data.partition(b"0\r\n\r\nHTTP/1.1 503 ")
+        assert sep, data[-400:]  # the stream's last chunk, then the pipelined request's 503
+        assert b"server_shutting_down" in stream_part and stream_part.rstrip().endswith(b"data: [DONE]")
+        assert b"HTTP/1.1" not in stream_part[12:]
+        assert json.loads(refusal.partition(b"\r\n\r\n")[2])["error"]["code"] == "server_shutting_down"
+    finally:
+        if conn is not None:
+            conn.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+_EARLY_SIGNAL = """
+import asyncio, os, signal, sys, threading
+import uvicorn.lifespan.on as on
+
+startup = on.LifespanOn.startup
+
+
+async def late_startup(self):
+    await startup(self)  # the app's lifespan ran: its engine started, no listening server yet
+    os.kill(os.getpid(), signal.SIGTERM)
+    await asyncio.sleep(0.5)
+
+
+on.LifespanOn.startup = late_startup
+threading.Timer(8, lambda: (print("still running", flush=True), os._exit(3))).start()
+from llmsched.cli import main
+
+print("serve returned", main(["serve", "--backend", "sim", "--cost-model", "const:1", "--port", sys.argv[1],
+                              "--drain-timeout", "2"]), flush=True)
+os._exit(0)
+"""
+
+
+def test_a_signal_before_the_listening_server_exists_still_exits_0():
+    """A SIGTERM after the app's start-up but before uvicorn made its listening server: the
+    drain failed on the missing `servers` (a task exception), never set should_exit, and the
+    server went on refusing everything until a second signal (exit 143)."""
+    r = subprocess.run(
+        [sys.executable, "-c", _EARLY_SIGNAL, str(_free_port())], capture_output=True, text=True, timeout=30
+    )
+    assert r.returncode == 0 and "serve returned 0" in r.stdout, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and "exception" not in r.stderr.lower(), r.stderr

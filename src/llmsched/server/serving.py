@@ -207,12 +207,14 @@ class GracefulServer(uvicorn.Server):
         end = self._loop.time() + self.drain_timeout
         n = len(self.engine.streams)
         log.warning("draining: refusing new requests, waiting for %d running request(s)", n)
-        ok = await self.engine.drain(self.drain_timeout)
-        if not ok:
-            log.warning("drain timeout (%g s): the remaining requests were ended", self.drain_timeout)
-        # the responses still being written get the rest of the drain's time
-        await self._end_connections(max(_WRITE_GRACE, end - self._loop.time()))
-        self.should_exit = True
+        try:
+            ok = await self.engine.drain(self.drain_timeout)
+            if not ok:
+                log.warning("drain timeout (%g s): the remaining requests were ended", self.drain_timeout)
+            # the responses still being written get the rest of the drain's time
+            await self._end_connections(max(_WRITE_GRACE, end - self._loop.time()))
+        finally:  # whatever happened, the server still exits
+            self.should_exit = True
 
     def stop_now(self, sig: int = signal.SIGTERM) -> None:
         """End every running request with an error, let the handlers write it, close the
@@ -239,8 +241,10 @@ class GracefulServer(uvicorn.Server):
                 "service_unavailable",
                 "server_shutting_down",
             )
-        await self._end_connections(_WRITE_GRACE)
-        self.should_exit = True
+        try:
+            await self._end_connections(_WRITE_GRACE)
+        finally:
+            self.should_exit = True
 
     async def _end_connections(self, grace: float) -> None:
         """Stop listening, refuse the uploads still arriving, give the handlers `grace`
@@ -251,7 +255,9 @@ class GracefulServer(uvicorn.Server):
         plain-text 500 and a traceback."""
         loop = asyncio.get_running_loop()
         end = loop.time() + grace
-        for server in self.servers:  # the drain is over: no new connection to wait for
+        # the drain is over: no new connection to wait for (a signal that came before
+        # uvicorn made its listening servers finds none)
+        for server in getattr(self, "servers", ()):
             server.close()
         self._refuse_uploads()
         me = asyncio.current_task()
@@ -277,6 +283,10 @@ class GracefulServer(uvicorn.Server):
             cycle = getattr(conn, "cycle", None)
             transport = getattr(conn, "transport", None)
             if cycle is None or cycle.response_started or not cycle.more_body:
+                continue
+            if getattr(conn, "pipeline", None):
+                # a pipelined request, queued behind a response still being written: a
+                # 503 now would land inside that response (the connection closes after it)
                 continue
             if transport is None or transport.is_closing():
                 continue
