@@ -23,6 +23,8 @@ import zlib
 
 import numpy as np
 
+from _cli import seed_int
+
 from llmsched.theory.verdict import FIXED_B_GRID, stability_verdict
 
 DT = 0.15316
@@ -131,7 +133,7 @@ def fixed_b_table(n=400, reps=40000, seed=7, chunk=4000):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=seed_int, default=1)
     ap.add_argument("--json", default=None)
     ap.add_argument("--fixed-b-table", action="store_true")
     a = ap.parse_args(argv)
