@@ -278,3 +278,19 @@ def test_profile_step_without_cuda_stops_before_any_work(tmp_path):
 def test_profile_step_runs_on_the_cpu_when_asked(tmp_path, opt_in):
     r = _run_profile_step(tmp_path, **opt_in)
     assert (tmp_path / "out" / "env.txt").read_text().startswith("device=cpu\n"), r.stderr
+
+
+def test_bench_adaptive_prints_a_run_too_short_to_measure_its_growth():
+    """10 requests of 1:1 give too few backlog samples for a growth: the summary has no
+    growth keys (was KeyError in run(), a traceback); the row says n/a, the verdict is
+    inconclusive with llmsched's reason."""
+    bench_adaptive = _bench_module("bench_adaptive")
+    row = bench_adaptive.run((1, 1), 0.5, 0, 10)
+    assert row["verdict"] == "inconclusive"
+    assert row["verdict_reason"].startswith("too short: ")
+    assert row["growth_tokens_per_s"] is None and row["growth_ci"] is None
+    assert " n/a " in bench_adaptive.format_row(row)
+    # a run long enough keeps its measured growth in the row
+    row = bench_adaptive.run((1, 1), 0.5, 0, 200)
+    assert isinstance(row["growth_tokens_per_s"], float) and len(row["growth_ci"]) == 2
+    assert " n/a " not in bench_adaptive.format_row(row)
