@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
-from _cli import comma_list, config_errors, positive_float, positive_int, seed_int
+from _cli import comma_list, config_errors, out_file, positive_float, positive_int, seed_int
 
 from llmsched.api import simulate
 from llmsched.theory import capacity
@@ -119,7 +119,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=comma_list(seed_int), default=[0, 1])
     ap.add_argument("--num-requests", type=positive_int, default=60000)
     ap.add_argument("--workers", type=positive_int, default=2)
-    ap.add_argument("--json", help="write the rows to this file")
+    ap.add_argument("--json", type=out_file, help="write the rows to this file")
     a = ap.parse_args()
     jobs = [(c, lo, s, a.num_requests) for c in a.cases for lo in a.loads for s in a.seeds]
     print(

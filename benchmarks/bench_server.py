@@ -36,7 +36,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "src"))
 sys.path.insert(0, HERE)  # _cli, also when a test loads this file by its path
 
-from _cli import comma_list, config_errors, fail, positive_float, positive_int, seed_int  # noqa: E402
+from _cli import comma_list, config_errors, fail, out_file, positive_float, positive_int, seed_int  # noqa: E402
 
 from llmsched.core import make_cost_model  # noqa: E402
 from llmsched.policies import make_scheduler  # noqa: E402
@@ -384,7 +384,7 @@ def main() -> int:
     # workload search and the server start
     p.add_argument("--endpoint", choices=tuple(BACKENDS.values()), default=BACKENDS["openai"])
     p.add_argument("--seed", type=seed_int, default=0)
-    p.add_argument("--json", default=None, help="write the figures here")
+    p.add_argument("--json", type=out_file, default=None, help="write the figures here")
     p.add_argument(
         "--vllm",
         default=None,

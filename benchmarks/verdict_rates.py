@@ -22,8 +22,7 @@ import time
 import zlib
 
 import numpy as np
-
-from _cli import seed_int
+from _cli import out_file, seed_int
 
 from llmsched.theory.verdict import FIXED_B_GRID, stability_verdict
 
@@ -134,7 +133,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--seed", type=seed_int, default=1)
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", type=out_file, default=None)
     ap.add_argument("--fixed-b-table", action="store_true")
     a = ap.parse_args(argv)
     if a.fixed_b_table:

@@ -4,6 +4,7 @@ numbers printed belong together."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -86,6 +87,56 @@ def test_bad_argument_is_one_line_and_exit_2(script, flag, value):
     errors = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
     assert errors == [r.stderr.strip().splitlines()[-1]], r.stderr  # argparse's usage, then one error line
     assert f"argument {flag}" in errors[0]
+
+
+# the files each script writes when its runs end: a path there that cannot be written is
+# refused before the runs (verdict_rates_sim wrote --json after minutes of runs, then a
+# FileNotFoundError traceback, the results lost)
+OUT_FILES = [
+    ("bench_adaptive.py", "--json"),
+    ("bench_network.py", "--json"),
+    ("bench_server.py", "--json"),
+    ("bench_serverless.py", "--json"),
+    ("bench_sweep.py", "--json"),
+    ("capacity_accuracy.py", "--json"),
+    ("compare_peers.py", "--json"),
+    ("engine_cpu_throughput.py", "--out"),
+    ("gpu_engine.py", "--out"),
+    ("verdict_rates.py", "--json"),
+    ("verdict_rates_network.py", "--json"),
+    ("verdict_rates_sim.py", "--json"),
+]
+
+
+@pytest.mark.parametrize(("script", "flag"), OUT_FILES, ids=[f"{s} {f}" for s, f in OUT_FILES])
+def test_an_unwritable_output_file_is_refused_before_the_runs(script, flag, tmp_path):
+    # a folder where the file should be: refused by every script, also one that makes
+    # the file's missing folders
+    r = subprocess.run(
+        [sys.executable, str(BENCH / script), flag, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.strip().splitlines()[-1].endswith(
+        f"error: argument {flag}: output file {str(tmp_path)!r} is a folder, not a file"
+    ), r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_out_file_checks_the_folder(tmp_path):
+    cli = _bench_module("_cli")
+    assert cli.out_file(str(tmp_path / "x.json")) == str(tmp_path / "x.json")
+    with pytest.raises(argparse.ArgumentTypeError, match="does not exist"):
+        cli.out_file(str(tmp_path / "no" / "x.json"))
+    # (a script that makes the folder: the nearest existing one must be writable; none made)
+    assert cli.out_file_in_new_folder(str(tmp_path / "no" / "x.json"))
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("")
+    with pytest.raises(argparse.ArgumentTypeError, match="is a file, not a folder"):
+        cli.out_file_in_new_folder(str(tmp_path / "file" / "x.json"))
 
 
 # each refused after argument checking but before any work: llmsched's own message (a
