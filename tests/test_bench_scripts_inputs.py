@@ -120,9 +120,8 @@ def test_an_unwritable_output_file_is_refused_before_the_runs(script, flag, tmp_
         timeout=60,
     )
     assert r.returncode == 2, (r.returncode, r.stderr)
-    assert r.stderr.strip().splitlines()[-1].endswith(
-        f"error: argument {flag}: output file {str(tmp_path)!r} is a folder, not a file"
-    ), r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.endswith(f"error: argument {flag}: output file {str(tmp_path)!r} is a folder, not a file"), r.stderr
     assert "Traceback" not in r.stderr
 
 
