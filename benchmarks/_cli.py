@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from llmsched.cli.common import positive_int  # noqa: F401 (the scripts' counts, as llmsched's)
 from llmsched.cli.engine import seed_int  # noqa: F401 (the scripts' seeds, as llmsched's)
 from llmsched.core.errors import ConfigError
+from llmsched.core.paths import check_out_file
 
 
 def positive_float(text: str) -> float:
@@ -21,6 +22,26 @@ def positive_float(text: str) -> float:
     if not v > 0 or v == float("inf"):  # `not >` also refuses nan
         raise argparse.ArgumentTypeError(f"{text} must be a positive finite number")
     return v
+
+
+def out_file(text: str) -> str:
+    """An argparse type: a file the script writes when its runs end (--json, --out), checked
+    before them (llmsched's own check) so that a path that cannot be written is refused
+    up front, not after the runs with their results lost."""
+    return _writable(text, make_parents=False)
+
+
+def out_file_in_new_folder(text: str) -> str:
+    """`out_file` for a script that makes the file's missing folders."""
+    return _writable(text, make_parents=True)
+
+
+def _writable(text: str, *, make_parents: bool) -> str:
+    try:
+        check_out_file(text, make_parents=make_parents)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def comma_list(item):

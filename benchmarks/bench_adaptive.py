@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
-from _cli import comma_list, config_errors, positive_float, positive_int, seed_int
+from _cli import comma_list, config_errors, out_file, positive_float, positive_int, seed_int
 
 from llmsched.api import simulate
 from llmsched.theory import capacity
@@ -37,6 +37,11 @@ def lengths(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"expected PROMPT:OUTPUT token counts, got {text!r}")
     prompt, output = (positive_int(v) for v in parts)
     return prompt, output
+
+
+def _mean(values: np.ndarray) -> float:
+    """nan for no values (a quarter of a short run without a sample), without numpy's warning."""
+    return float(values.mean()) if values.size else float("nan")
 
 
 def run(case: tuple[int, int], load: float, seed: int, n: int) -> dict:
@@ -60,7 +65,7 @@ def run(case: tuple[int, int], load: float, seed: int, n: int) -> dict:
     end = float(res.arrival_s.max())
     half = (t >= end / 2) & (t <= end)
     slope = 1000 * float(np.polyfit(t[half], dec[half], 1)[0]) if half.sum() >= 3 else float("nan")
-    quarters = [float(dec[(t >= end * q / 4) & (t < end * (q + 1) / 4)].mean()) for q in range(4)]
+    quarters = [_mean(dec[(t >= end * q / 4) & (t < end * (q + 1) / 4)]) for q in range(4)]
     return {
         "case": f"{prompt}:{output}",
         "load": load,
@@ -70,15 +75,34 @@ def run(case: tuple[int, int], load: float, seed: int, n: int) -> dict:
         "rate": load * lam,
         "verdict": s["verdict"],
         "verdict_reason": s["verdict_reason"],
-        "growth_tokens_per_s": s["backlog_growth_tokens_per_s"],
-        "growth_ci": s["backlog_growth_ci"],
-        "threshold_tokens_per_s": s["verdict_threshold_tokens_per_s"],
+        # None where the run is too short to measure the growth (too few backlog samples
+        # while requests arrive: the verdict is then inconclusive, its reason says why)
+        "growth_tokens_per_s": s.get("backlog_growth_tokens_per_s"),
+        "growth_ci": s.get("backlog_growth_ci"),
+        "threshold_tokens_per_s": s.get("verdict_threshold_tokens_per_s"),
         "decoders_slope_per_1000s": slope,
         "decoders_by_quarter": quarters,
         "p99_ttft_ms": s["p99_ttft_ms"],
         "completed": s["completed"],
         "wall_s": time.perf_counter() - t0,
     }
+
+
+def _growth(r: dict) -> str:
+    """The growth with its interval, or n/a where the run was too short to measure it."""
+    if r["growth_tokens_per_s"] is None:
+        return f"{'n/a':>24}"
+    lo, hi = r["growth_ci"]
+    return f"{r['growth_tokens_per_s']:>7.1f} [{lo:>6.1f}, {hi:>6.1f}]"
+
+
+def format_row(r: dict) -> str:
+    q = "/".join(f"{v:.0f}" for v in r["decoders_by_quarter"])
+    return (
+        f"{r['case']:>13} {r['load']:>5.2f} {r['seed']:>4} {r['verdict']:>12} "
+        f"{_growth(r)}  {r['decoders_slope_per_1000s']:>14.1f}  "
+        f"{q:<20} {r['p99_ttft_ms'] / 1000:>10.1f} {r['wall_s']:>6.0f}"
+    )
 
 
 def main() -> None:
@@ -95,7 +119,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=comma_list(seed_int), default=[0, 1])
     ap.add_argument("--num-requests", type=positive_int, default=60000)
     ap.add_argument("--workers", type=positive_int, default=2)
-    ap.add_argument("--json", help="write the rows to this file")
+    ap.add_argument("--json", type=out_file, help="write the rows to this file")
     a = ap.parse_args()
     jobs = [(c, lo, s, a.num_requests) for c in a.cases for lo in a.loads for s in a.seeds]
     print(
@@ -107,16 +131,12 @@ def main() -> None:
     with config_errors("bench_adaptive"), ProcessPoolExecutor(a.workers) as ex:
         for r in ex.map(run, *zip(*jobs)):
             rows.append(r)
-            lo, hi = r["growth_ci"]
-            q = "/".join(f"{v:.0f}" for v in r["decoders_by_quarter"])
-            print(
-                f"{r['case']:>13} {r['load']:>5.2f} {r['seed']:>4} {r['verdict']:>12} "
-                f"{r['growth_tokens_per_s']:>7.1f} [{lo:>6.1f}, {hi:>6.1f}]  {r['decoders_slope_per_1000s']:>14.1f}  "
-                f"{q:<20} {r['p99_ttft_ms'] / 1000:>10.1f} {r['wall_s']:>6.0f}",
-                flush=True,
-            )
+            print(format_row(r), flush=True)
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("stable", "inconclusive", "unstable")}
     print(f"{len(rows)} runs in {time.perf_counter() - t0:.0f} s: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    unmeasured = [r for r in rows if r["growth_tokens_per_s"] is None]
+    if unmeasured:
+        print(f"growth n/a in {len(unmeasured)} runs: {unmeasured[0]['verdict_reason']} (raise --num-requests)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

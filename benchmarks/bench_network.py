@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 
-from _cli import positive_float, run_child
+from _cli import out_file, positive_float, run_child, seed_int
 from _memory import peak_rss_kb
 
 CASES = ("single", "cluster", "agent", "loop", "servers")
@@ -260,9 +260,9 @@ def main() -> None:
         default="synthetic",
         help="lengths of the single and cluster cases (default: synthetic, geometric 200 / 101)",
     )
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=seed_int, default=1)
     ap.add_argument("--keep", help="write the outputs under this folder (default: a temporary folder, removed)")
-    ap.add_argument("--json", help="also write the results to this JSON file")
+    ap.add_argument("--json", type=out_file, help="also write the results to this JSON file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)

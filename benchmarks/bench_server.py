@@ -36,11 +36,11 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "src"))
 sys.path.insert(0, HERE)  # _cli, also when a test loads this file by its path
 
-from _cli import comma_list, config_errors, fail, positive_float, positive_int  # noqa: E402
+from _cli import comma_list, config_errors, fail, out_file, positive_float, positive_int, seed_int  # noqa: E402
 
 from llmsched.core import make_cost_model  # noqa: E402
 from llmsched.policies import make_scheduler  # noqa: E402
-from llmsched.server.bench import BenchConfig, Workload, run_bench  # noqa: E402
+from llmsched.server.bench import BACKENDS, BenchConfig, Workload, run_bench  # noqa: E402
 from llmsched.sim.result import SimResult  # noqa: E402
 from llmsched.sim.simulator import simulate_trace  # noqa: E402
 from llmsched.workload import Trace  # noqa: E402
@@ -380,9 +380,11 @@ def main() -> int:
     p.add_argument("--b-max", type=positive_int, default=512)
     p.add_argument("--kv-capacity", type=positive_int, default=None)
     p.add_argument("--cost-model", default="profile")
-    p.add_argument("--endpoint", default="/v1/completions")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None, help="write the figures here")
+    # the endpoints `llmsched bench` sends to: another is refused here, not after the
+    # workload search and the server start
+    p.add_argument("--endpoint", choices=tuple(BACKENDS.values()), default=BACKENDS["openai"])
+    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--json", type=out_file, default=None, help="write the figures here")
     p.add_argument(
         "--vllm",
         default=None,

@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 
-from _cli import config_errors, positive_float, positive_int, run_child
+from _cli import config_errors, out_file, positive_float, positive_int, run_child, seed_int
 from _memory import peak_rss_kb
 
 CASES = ("platform", "overhead")
@@ -324,9 +324,9 @@ def _main() -> None:
         default=3,
         help="interleaved repetitions of the overhead runs (the least CPU per step counts)",
     )
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_int, default=0)
     ap.add_argument("--keep", help="write the outputs under this folder (default: a temporary folder, removed)")
-    ap.add_argument("--json", help="also write the results to this JSON file")
+    ap.add_argument("--json", type=out_file, help="also write the results to this JSON file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--trace", help=argparse.SUPPRESS)

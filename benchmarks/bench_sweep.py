@@ -28,7 +28,7 @@ import os
 import shutil
 import time
 
-from _cli import positive_float, positive_int
+from _cli import out_file, positive_float, positive_int
 
 from llmsched.analysis.sweep import run_sweep
 
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", type=_two_or_more, default=20, help="rates in the grid (at least 2)")
     ap.add_argument("--max-time-factor", type=positive_float, default=None)
     ap.add_argument("--out", default="/tmp/bench_sweep")
-    ap.add_argument("--json")
+    ap.add_argument("--json", type=out_file)
     a = ap.parse_args(argv)
     g = grid(a.rates)
     n_points = len(g["policy"]) * len(g["load"]) * len(g["seed"])

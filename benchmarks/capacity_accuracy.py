@@ -20,7 +20,7 @@ import json
 import time
 
 import numpy as np
-from _cli import config_errors, positive_float, positive_int, seed_int
+from _cli import config_errors, out_file, positive_float, positive_int, seed_int
 
 from llmsched import simulate
 from llmsched.api import build_config
@@ -100,7 +100,7 @@ def main() -> None:
     ap.add_argument("--num-requests", type=positive_int, default=8000)
     ap.add_argument("--overload", type=positive_float, default=1.3, help="offered rate over lambda* (default 1.3)")
     ap.add_argument("--seed", type=seed_int, default=0)
-    ap.add_argument("--json", help="also write the rows to this JSON file")
+    ap.add_argument("--json", type=out_file, help="also write the rows to this JSON file")
     args = ap.parse_args()
     with config_errors("capacity_accuracy"):
         measure(args)

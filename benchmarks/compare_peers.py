@@ -68,7 +68,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _cli import config_errors, positive_float, positive_int
+from _cli import config_errors, out_file, positive_float, positive_int, seed_int
 from _memory import peak_rss_kb
 
 PEERS = ("sched-sim", "pyserq")
@@ -554,9 +554,9 @@ def _main() -> None:
         help="offered load as a share of capacity, for every scenario (default: 0.85 for const, 0.9 for the others)",
     )
     ap.add_argument("--b-max", type=positive_int, default=512)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=seed_int, default=1)
     ap.add_argument("--workdir", help="where traces, serQ programs and the JSON go (default: a new temp dir)")
-    ap.add_argument("--json", help="write the results here (default: WORKDIR/compare_peers.json)")
+    ap.add_argument("--json", type=out_file, help="write the results here (default: WORKDIR/compare_peers.json)")
     ap.add_argument("--timeout", type=positive_float, default=1800, help="seconds per child run")
     # child mode
     ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)

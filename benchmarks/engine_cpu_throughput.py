@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 
-from _cli import config_errors, positive_int
+from _cli import config_errors, out_file_in_new_folder, positive_int
 
 from llmsched.policies import make_scheduler
 
@@ -399,7 +399,7 @@ def main(argv=None) -> int:
         help="KV block size in tokens, both engines (vLLM CPU: a multiple of 32)",
     )
     ap.add_argument("--no-vllm", action="store_true")
-    ap.add_argument("--out", help="write the result JSON here")
+    ap.add_argument("--out", type=out_file_in_new_folder, help="write the result JSON here")
     args = ap.parse_args(argv)
     if args.prefix_caching and not 0 <= args.shared_prefix < args.prompt_len:
         ap.error(f"--shared-prefix must be in [0, --prompt-len), got {args.shared_prefix}")

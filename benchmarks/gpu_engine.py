@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _cli import fail, positive_float, positive_int
+from _cli import fail, out_file_in_new_folder, positive_float, positive_int
 
 SHAREGPT = "../shared/traces/sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 # lognormal fit of that file (log-space mean, std), the stand-in when it is absent
@@ -284,7 +284,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--device", default=None, help="default: cuda (--small: cpu); cpu runs the Llama-3-8B shape on the CPU"
     )
-    ap.add_argument("--out", default=None, help="JSON path (default: $OUT/gpu_engine.json)")
+    ap.add_argument(
+        "--out", type=out_file_in_new_folder, default=None, help="JSON path (default: $OUT/gpu_engine.json)"
+    )
     ap.add_argument("--requests", type=positive_int, default=None, help="trace requests (default 160; 10 small)")
     ap.add_argument("--rate", type=positive_float, default=None, help="arrivals per second (default 2; 40 small)")
     ap.add_argument("--skip-validate", action="store_true")

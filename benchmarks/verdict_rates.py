@@ -22,6 +22,7 @@ import time
 import zlib
 
 import numpy as np
+from _cli import out_file, positive_int, seed_int
 
 from llmsched.theory.verdict import FIXED_B_GRID, stability_verdict
 
@@ -130,9 +131,9 @@ def fixed_b_table(n=400, reps=40000, seed=7, chunk=4000):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--runs", type=positive_int, default=200)
+    ap.add_argument("--seed", type=seed_int, default=1)
+    ap.add_argument("--json", type=out_file, default=None)
     ap.add_argument("--fixed-b-table", action="store_true")
     a = ap.parse_args(argv)
     if a.fixed_b_table:

@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from _cli import config_errors, positive_float, positive_int
+from _cli import config_errors, out_file, positive_float, positive_int
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "networks"
 VERDICTS = ("stable", "inconclusive", "unstable")
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--loads", type=positive_float, nargs="+", default=[0.45, 0.7])
     ap.add_argument("--cv", type=positive_float, help="gamma arrivals of this cv for every job type")
     ap.add_argument("--workers", type=positive_int, default=2)
-    ap.add_argument("--json", help="write every run's verdicts here")
+    ap.add_argument("--json", type=out_file, help="write every run's verdicts here")
     a = ap.parse_args(argv)
     todo = [(w, load, n, s, a.cv) for w in a.networks for n in a.jobs for load in a.loads for s in range(a.seeds)]
     t0 = time.perf_counter()

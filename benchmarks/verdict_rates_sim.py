@@ -20,7 +20,7 @@ import json
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from _cli import config_errors, positive_float, positive_int
+from _cli import config_errors, out_file, positive_float, positive_int
 
 from llmsched.policies import make_scheduler
 from llmsched.theory import capacity
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", nargs="+", default=["sarathi", "orca"])
     ap.add_argument("--loads", type=positive_float, nargs="+", default=[0.7, 0.85, 0.95, 1.05, 1.15])
     ap.add_argument("--workers", type=positive_int, default=2)
-    ap.add_argument("--json", help="write every run's verdict here")
+    ap.add_argument("--json", type=out_file, help="write every run's verdict here")
     a = ap.parse_args(argv)
     jobs = [(p, load, n, s) for p in a.policies for n in a.requests for load in a.loads for s in range(a.seeds)]
     t0 = time.perf_counter()

@@ -4,6 +4,7 @@ numbers printed belong together."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -65,6 +66,15 @@ BAD = [
     ("bench_vs_sim_kv.py", "--kv-capacity", "0"),
     ("gpu_engine.py", "--requests", "0"),
     ("gpu_engine.py", "--rate", "-2"),
+    # (a negative seed: numpy's traceback, some after minutes of work; now seed_int, as llmsched's)
+    ("bench_server.py", "--seed", "-1"),
+    ("bench_serverless.py", "--seed", "-1"),
+    ("bench_network.py", "--seed", "-1"),
+    ("compare_peers.py", "--seed", "-1"),
+    ("verdict_rates.py", "--seed", "-1"),
+    ("verdict_rates.py", "--runs", "0"),  # (ZeroDivisionError after the runs)
+    # (was a ConfigError traceback after the workload search, the simulation and the server start)
+    ("bench_server.py", "--endpoint", "/nosuch"),
 ]
 
 
@@ -78,6 +88,55 @@ def test_bad_argument_is_one_line_and_exit_2(script, flag, value):
     errors = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
     assert errors == [r.stderr.strip().splitlines()[-1]], r.stderr  # argparse's usage, then one error line
     assert f"argument {flag}" in errors[0]
+
+
+# the files each script writes when its runs end: a path there that cannot be written is
+# refused before the runs (verdict_rates_sim wrote --json after minutes of runs, then a
+# FileNotFoundError traceback, the results lost)
+OUT_FILES = [
+    ("bench_adaptive.py", "--json"),
+    ("bench_network.py", "--json"),
+    ("bench_server.py", "--json"),
+    ("bench_serverless.py", "--json"),
+    ("bench_sweep.py", "--json"),
+    ("capacity_accuracy.py", "--json"),
+    ("compare_peers.py", "--json"),
+    ("engine_cpu_throughput.py", "--out"),
+    ("gpu_engine.py", "--out"),
+    ("verdict_rates.py", "--json"),
+    ("verdict_rates_network.py", "--json"),
+    ("verdict_rates_sim.py", "--json"),
+]
+
+
+@pytest.mark.parametrize(("script", "flag"), OUT_FILES, ids=[f"{s} {f}" for s, f in OUT_FILES])
+def test_an_unwritable_output_file_is_refused_before_the_runs(script, flag, tmp_path):
+    # a folder where the file should be: refused by every script, also one that makes
+    # the file's missing folders
+    r = subprocess.run(
+        [sys.executable, str(BENCH / script), flag, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.endswith(f"error: argument {flag}: output file {str(tmp_path)!r} is a folder, not a file"), r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_out_file_checks_the_folder(tmp_path):
+    cli = _bench_module("_cli")
+    assert cli.out_file(str(tmp_path / "x.json")) == str(tmp_path / "x.json")
+    with pytest.raises(argparse.ArgumentTypeError, match="does not exist"):
+        cli.out_file(str(tmp_path / "no" / "x.json"))
+    # (a script that makes the folder: the nearest existing one must be writable; none made)
+    assert cli.out_file_in_new_folder(str(tmp_path / "no" / "x.json"))
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("")
+    with pytest.raises(argparse.ArgumentTypeError, match="is a file, not a folder"):
+        cli.out_file_in_new_folder(str(tmp_path / "file" / "x.json"))
 
 
 # each refused after argument checking but before any work: llmsched's own message (a
@@ -270,3 +329,19 @@ def test_profile_step_without_cuda_stops_before_any_work(tmp_path):
 def test_profile_step_runs_on_the_cpu_when_asked(tmp_path, opt_in):
     r = _run_profile_step(tmp_path, **opt_in)
     assert (tmp_path / "out" / "env.txt").read_text().startswith("device=cpu\n"), r.stderr
+
+
+def test_bench_adaptive_prints_a_run_too_short_to_measure_its_growth():
+    """10 requests of 1:1 give too few backlog samples for a growth: the summary has no
+    growth keys (was KeyError in run(), a traceback); the row says n/a, the verdict is
+    inconclusive with llmsched's reason."""
+    bench_adaptive = _bench_module("bench_adaptive")
+    row = bench_adaptive.run((1, 1), 0.5, 0, 10)
+    assert row["verdict"] == "inconclusive"
+    assert row["verdict_reason"].startswith("too short: ")
+    assert row["growth_tokens_per_s"] is None and row["growth_ci"] is None
+    assert " n/a " in bench_adaptive.format_row(row)
+    # a run long enough keeps its measured growth in the row
+    row = bench_adaptive.run((1, 1), 0.5, 0, 200)
+    assert isinstance(row["growth_tokens_per_s"], float) and len(row["growth_ci"]) == 2
+    assert " n/a " not in bench_adaptive.format_row(row)

@@ -686,3 +686,16 @@ def test_serve_engine_backend_binds_cost_model_to_the_policy(tiny_model):
     assert type(core.cost_model).__name__ == "LinearCostModel" and core.scheduler.batch.cost is core.cost_model
     with pytest.raises(ConfigError):
         server_cli.build_backend(p.parse_args([*argv, "--cost-model", "nosuch:1"]))
+
+
+def test_generate_keeps_the_command_line_order_of_prompts(tiny_model, capsys):
+    """Text and id prompts mixed: the outputs follow the command line (text prompts came
+    first, then the --prompt-ids ones, whatever the order given)."""
+    argv = ["generate", "--model", str(tiny_model), "--max-tokens", "1", "--threads", "1"]
+    argv += ["--prompt", "a", "--prompt-ids", "5,6", "--prompt", "b"]
+    assert main([*argv, "--json"]) == 0
+    prompts = [json.loads(x)["prompt"] for x in capsys.readouterr().out.splitlines()]
+    assert prompts == ["a", [5, 6], "b"]
+    assert main(argv) == 0
+    shown = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("--- prompt: ")]
+    assert shown == ["--- prompt: 'a'", "--- prompt: '<2 token ids>'", "--- prompt: 'b'"]

@@ -183,6 +183,11 @@ def parse_prompt_ids(text: str) -> list[int]:
     return ids
 
 
+class PromptIds(str):
+    """A `--prompt-ids` value as given: it shares `prompts` with `--prompt`, in command-line
+    order, and is read by `parse_prompt_ids` when the command runs (its one-line error)."""
+
+
 def cmd_generate(args) -> int:
     from ..core.engine_api import SamplingParams  # noqa: PLC0415
     from ..engine import LLM  # noqa: PLC0415 - torch
@@ -198,8 +203,7 @@ def cmd_generate(args) -> int:
         ignore_eos=args.ignore_eos,
     )
     # the prompts are checked before the model is loaded
-    prompts = list(args.prompt or [])
-    prompts += [parse_prompt_ids(ids) for ids in args.prompt_ids or []]
+    prompts = [parse_prompt_ids(p) if isinstance(p, PromptIds) else p for p in args.prompts or []]
     if not prompts:
         raise ConfigError("give at least one --prompt (or --prompt-ids)")
     opts = engine_setup(args)
@@ -379,8 +383,18 @@ def register(subparsers) -> None:
         description="Generate with a local Hugging Face-format model; every step runs the plan of a llmsched policy.",
     )
     p.add_argument("--model", required=True, help="model folder (config.json, *.safetensors, tokenizer.json)")
-    p.add_argument("--prompt", action="append", help="a text prompt (repeat for several)")
-    p.add_argument("--prompt-ids", action="append", help="a prompt as token ids, e.g. '1,5,9' (repeatable)")
+    # one list for both kinds: the outputs follow the prompts' order on the command line
+    p.add_argument(
+        "--prompt", dest="prompts", action="append", metavar="PROMPT", help="a text prompt (repeat for several)"
+    )
+    p.add_argument(
+        "--prompt-ids",
+        dest="prompts",
+        action="append",
+        type=PromptIds,
+        metavar="PROMPT_IDS",
+        help="a prompt as token ids, e.g. '1,5,9' (repeatable)",
+    )
     p.add_argument("--max-tokens", type=positive_int, default=32, help="output tokens per prompt (default: 32)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1)")

@@ -258,8 +258,8 @@ class BenchConfig:
             raise ConfigError(
                 f"--backend {self.backend} sends to {BACKENDS[self.backend]}, not --endpoint {self.endpoint}"
             )
-        if self.endpoint not in ("/v1/completions", "/v1/chat/completions"):
-            raise ConfigError(f"--endpoint must be /v1/completions or /v1/chat/completions, got {self.endpoint!r}")
+        if self.endpoint not in BACKENDS.values():
+            raise ConfigError(f"--endpoint must be {' or '.join(BACKENDS.values())}, got {self.endpoint!r}")
         if not (self.request_rate > 0):
             raise ConfigError(f"--request-rate must be > 0 (or inf), got {self.request_rate}")
         if not (self.burstiness > 0):
