@@ -170,3 +170,40 @@ def test_tied_config_with_a_different_lm_head_uses_it_as_transformers_does(tmp_p
     # equal to the embedding: stays tied (one weight)
     llm = LLM(tied_copy("tied", same=True), b_max=16, max_model_len=512, max_num_seqs=2)
     assert llm.engine.runner.model.lm_head is None
+
+
+def test_a_weight_in_two_files_is_refused(tmp_path, tiny_model):
+    """Without model.safetensors every *.safetensors is read: a weight in two of them was
+    silently taken from the last file."""
+    import torch
+    from safetensors.torch import save_file
+
+    from llmsched.engine import LLM
+
+    folder = _copy(tiny_model, tmp_path / "dup")
+    (folder / "model.safetensors").rename(folder / "a.safetensors")
+    save_file({"model.norm.weight": torch.zeros(64)}, folder / "b.safetensors")
+    with pytest.raises(ConfigError, match=r"'model.norm.weight' is in both a.safetensors and b.safetensors"):
+        LLM(folder)
+
+
+@pytest.mark.parametrize(
+    "wrong, right",
+    [
+        ("model.layers.0.mlp.q_proj.weight", "model.layers.0.self_attn.q_proj.weight"),
+        ("model.layers.1.self_attn.down_proj.weight", "model.layers.1.mlp.down_proj.weight"),
+        ("model.layers.0.o_proj.weight", "model.layers.0.self_attn.o_proj.weight"),
+    ],
+)
+def test_a_weight_under_the_wrong_module_is_unexpected(tmp_path, tiny_model, wrong, right):
+    """The name mapping dropped the module: mlp.q_proj loaded as attention's q_proj."""
+    from safetensors.torch import load_file, save_file
+
+    from llmsched.engine import LLM
+
+    folder = _copy(tiny_model, tmp_path / "misnamed")
+    w = load_file(folder / "model.safetensors")
+    w[wrong] = w.pop(right)
+    save_file(w, folder / "model.safetensors")
+    with pytest.raises(ConfigError, match=f"unexpected weight '{wrong}'"):
+        LLM(folder)

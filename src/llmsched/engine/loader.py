@@ -293,14 +293,36 @@ def weight_files(model_dir) -> list[Path]:
     return files
 
 
-# HF weight name -> (our parameter name, shard index) for fused projections
-_FUSED = {
-    "q_proj": ("qkv_proj", 0),
-    "k_proj": ("qkv_proj", 1),
-    "v_proj": ("qkv_proj", 2),
-    "gate_proj": ("gate_up_proj", 0),
-    "up_proj": ("gate_up_proj", 1),
+# a layer weight's HF module path -> (our module, shard index in the fused projection);
+# q/k/v and gate/up are fused, so a module path names a slice of ours
+_LAYER_MODULES = {
+    "self_attn.q_proj": ("qkv_proj", 0),
+    "self_attn.k_proj": ("qkv_proj", 1),
+    "self_attn.v_proj": ("qkv_proj", 2),
+    "self_attn.o_proj": ("o_proj", None),
+    "mlp.gate_proj": ("gate_up_proj", 0),
+    "mlp.up_proj": ("gate_up_proj", 1),
+    "mlp.down_proj": ("down_proj", None),
+    "input_layernorm": ("input_layernorm", None),
+    "post_attention_layernorm": ("post_attention_layernorm", None),
 }
+
+
+def _param_name(hf_name: str) -> tuple[str, int | None] | None:
+    """A checkpoint weight name -> (our parameter name, fused shard), or None for a layer
+    weight of no module we know (its module path must match exactly: a `mlp.q_proj` is
+    not attention's q_proj)."""
+    name = hf_name[len("model.") :] if hf_name.startswith("model.") else hf_name
+    parts = name.split(".")
+    if parts[0] != "layers":
+        return name, None
+    if len(parts) < 4:
+        return None
+    module = _LAYER_MODULES.get(".".join(parts[2:-1]))
+    if module is None:
+        return None
+    ours, shard = module
+    return f"layers.{parts[1]}.{ours}.{parts[-1]}", shard
 
 
 def load_weights(model, model_dir, device: str = "cpu") -> None:
@@ -325,7 +347,7 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
             expected.add((name, None))
     if cfg.tie_word_embeddings:
         expected.discard(("lm_head.weight", None))
-    loaded = set()
+    loaded = {}  # (parameter, shard) -> (checkpoint name, file) that set it
     head = None  # a tied model's lm_head.weight from the checkpoint: (file name, tensor)
     q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
     offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
@@ -339,18 +361,15 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
             for hf_name in f.keys():
                 if "rotary_emb" in hf_name:
                     continue
-                name = hf_name[len("model.") :] if hf_name.startswith("model.") else hf_name
-                parts = name.split(".")
-                shard = None
-                if len(parts) == 5 and parts[0] == "layers":  # layers.i.self_attn.q_proj.weight
-                    if parts[3] in _FUSED:
-                        fused, shard = _FUSED[parts[3]]
-                        name = f"layers.{parts[1]}.{fused}.{parts[4]}"
-                    else:
-                        name = f"layers.{parts[1]}.{parts[3]}.{parts[4]}"
-                elif len(parts) == 4 and parts[0] == "layers":  # layers.i.input_layernorm.weight
-                    name = f"layers.{parts[1]}.{parts[2]}.{parts[3]}"
-                if name == "lm_head.weight" and cfg.tie_word_embeddings:
+                name, shard = _param_name(hf_name) or (None, None)
+                tied_head = name == "lm_head.weight" and cfg.tie_word_embeddings
+                if name not in params and not tied_head:
+                    raise ConfigError(
+                        f"{path.name}: unexpected weight {hf_name!r} for a {cfg.arch} model with this config"
+                    )
+                _check_not_loaded(loaded, (name, shard), hf_name, path.name)
+                loaded[(name, shard)] = (hf_name, path.name)
+                if tied_head:
                     t = f.get_tensor(hf_name)
                     shape = (cfg.vocab_size, cfg.hidden_size)
                     if tuple(t.shape) != shape:
@@ -359,10 +378,6 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
                         )
                     head = (path.name, t)
                     continue
-                if name not in params:
-                    raise ConfigError(
-                        f"{path.name}: unexpected weight {hf_name!r} for a {cfg.arch} model with this config"
-                    )
                 t = f.get_tensor(hf_name)
                 dst = params[name].data
                 if shard is not None:
@@ -376,8 +391,7 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
                     )
                 with torch.no_grad():
                     dst.copy_(t.to(device=dst.device, dtype=dst.dtype))
-                loaded.add((name, shard))
-    missing = sorted(_hf_name(n, s) for n, s in expected - loaded)
+    missing = sorted(_hf_name(n, s) for n, s in expected - loaded.keys())
     if missing:
         raise ConfigError(
             f"model folder {model_dir} lacks weight {missing[0]!r}"
@@ -412,20 +426,27 @@ def _untie_if_different(model, file: str, t) -> None:
     cfg.tie_word_embeddings = False  # as loaded: the parameter count has the head
 
 
+def _check_not_loaded(loaded: dict, key, hf_name: str, file: str) -> None:
+    """A weight set twice (the same name in two files, or two names of one weight) would
+    silently keep whichever came last."""
+    if key not in loaded:
+        return
+    prev_name, prev_file = loaded[key]
+    if prev_name == hf_name:
+        raise ConfigError(f"weight {hf_name!r} is in both {prev_file} and {file}: which one to use is ambiguous")
+    raise ConfigError(
+        f"weights {prev_name!r} ({prev_file}) and {hf_name!r} ({file}) are the same weight: "
+        "which one to use is ambiguous"
+    )
+
+
 def _hf_name(name: str, shard) -> str:
     """Our parameter name (+ fused shard) -> the checkpoint's name, for messages."""
     parts = name.split(".")
     if parts[0] != "layers":
         return name if name == "lm_head.weight" else f"model.{name}"
-    i, kind, leaf = parts[1], parts[2], parts[3]
-    if kind in ("qkv_proj", "gate_up_proj"):
-        sub = [k for k, v in _FUSED.items() if v == (kind, shard)][0]
-        kind = f"self_attn.{sub}" if kind == "qkv_proj" else f"mlp.{sub}"
-    elif kind == "o_proj":
-        kind = "self_attn.o_proj"
-    elif kind == "down_proj":
-        kind = "mlp.down_proj"
-    return f"model.layers.{i}.{kind}.{leaf}"
+    module = next(hf for hf, ours in _LAYER_MODULES.items() if ours == (parts[2], shard))
+    return f"model.layers.{parts[1]}.{module}.{parts[3]}"
 
 
 def rope_inv_freq(cfg: ModelConfig):
