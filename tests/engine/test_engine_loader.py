@@ -207,3 +207,22 @@ def test_a_weight_under_the_wrong_module_is_unexpected(tmp_path, tiny_model, wro
     save_file(w, folder / "model.safetensors")
     with pytest.raises(ConfigError, match=f"unexpected weight '{wrong}'"):
         LLM(folder)
+
+
+def test_json_files_that_are_not_utf8_are_config_errors(tmp_path, tiny_model, caplog):
+    """A UnicodeDecodeError escaped _read_json as a traceback."""
+    from llmsched.engine.loader import read_config, weight_files
+
+    cfg = _copy(tiny_model, tmp_path / "cfg")
+    (cfg / "config.json").write_bytes(b'{"architectures": ["\xff"]}')
+    with pytest.raises(ConfigError, match="config.json is not valid UTF-8"):
+        read_config(cfg)
+    index = _copy(tiny_model, tmp_path / "index")
+    (index / "model.safetensors.index.json").write_bytes(b'{"weight_map": {"\xff": "model.safetensors"}}')
+    with pytest.raises(ConfigError, match="index.json is not valid UTF-8"):
+        weight_files(index)
+    gen = _copy(tiny_model, tmp_path / "gen")  # a broken generation config is ignored, as transformers does
+    (gen / "generation_config.json").write_bytes(b'{"eos_token_id": 2, "x": "\xff"}')
+    with caplog.at_level("WARNING", logger="llmsched.engine.loader"):
+        assert read_config(gen).eos_token_ids == read_config(tiny_model).eos_token_ids
+    assert "generation_config.json is not valid UTF-8" in caplog.text
