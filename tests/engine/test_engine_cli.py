@@ -686,3 +686,13 @@ def test_serve_engine_backend_binds_cost_model_to_the_policy(tiny_model):
     assert type(core.cost_model).__name__ == "LinearCostModel" and core.scheduler.batch.cost is core.cost_model
     with pytest.raises(ConfigError):
         server_cli.build_backend(p.parse_args([*argv, "--cost-model", "nosuch:1"]))
+
+
+def test_generate_refuses_text_that_is_not_utf8(tiny_model, capsys):
+    """Bytes that are not UTF-8 on the command line (Python passes them as lone
+    surrogates): a TypeError traceback for --prompt, a stop string that never matched."""
+    argv = ["generate", "--model", str(tiny_model), "--max-tokens", "1"]
+    for extra, what in ((["--prompt", "ab\udcffcd"], "prompt"), (["--prompt", "x", "--stop", "\udcff"], "stop")):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and what in err and "byte 0xff" in err, err

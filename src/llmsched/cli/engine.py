@@ -13,6 +13,7 @@ import re
 import sys
 
 from ..core import engine_api
+from ..core.checks import check_text
 from ..core.engine_api import (
     INT64_MAX,
     MAX_KV_CACHE_GB,  # noqa: F401 (the limits the command line shares with the engine)
@@ -198,7 +199,7 @@ def cmd_generate(args) -> int:
         ignore_eos=args.ignore_eos,
     )
     # the prompts are checked before the model is loaded
-    prompts = list(args.prompt or [])
+    prompts = [check_text(p, "--prompt") for p in args.prompt or []]
     prompts += [parse_prompt_ids(ids) for ids in args.prompt_ids or []]
     if not prompts:
         raise ConfigError("give at least one --prompt (or --prompt-ids)")
