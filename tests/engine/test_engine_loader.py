@@ -226,3 +226,29 @@ def test_json_files_that_are_not_utf8_are_config_errors(tmp_path, tiny_model, ca
     with caplog.at_level("WARNING", logger="llmsched.engine.loader"):
         assert read_config(gen).eos_token_ids == read_config(tiny_model).eos_token_ids
     assert "generation_config.json is not valid UTF-8" in caplog.text
+
+
+@pytest.mark.parametrize("key", ["vocab_size", "intermediate_size"])
+def test_absurd_config_sizes_are_checked_against_the_weights_before_allocating(tmp_path, tiny_model, key):
+    """A config.json of 10**12 tokens or MLP width allocated the model first and died with
+    an out-of-memory RuntimeError."""
+    from llmsched.engine import LLM
+
+    folder = _copy(tiny_model, tmp_path / key)
+    _edit_config(folder, **{key: 10**12})
+    with pytest.raises(ConfigError, match="weight '.*' has shape .* the config implies .*1000000000000"):
+        LLM(folder)
+
+
+def test_a_model_larger_than_memory_is_refused_before_allocating():
+    """Weights the config sizes beyond the machine's memory (random weights here: no
+    checkpoint to compare with) are one line, not an allocator traceback."""
+    import dataclasses
+
+    from helpers import tiny_llama_config
+
+    from llmsched.engine.runner import ModelRunner
+
+    cfg = dataclasses.replace(tiny_llama_config(), vocab_size=10**12)
+    with pytest.raises(ConfigError, match="model's weights .* more than the .* of memory"):
+        ModelRunner(cfg, None)

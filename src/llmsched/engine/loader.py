@@ -327,16 +327,32 @@ def _param_name(hf_name: str) -> tuple[str, int | None] | None:
     return f"layers.{parts[1]}.{ours}.{parts[-1]}", shard
 
 
-def load_weights(model, model_dir, device: str = "cpu") -> None:
-    """Copy the safetensors weights into `model` (an `engine.model.CausalLM`), converting
-    dtype; checks that every parameter is set exactly and no unknown weight is left.
-
-    A tied model (`tie_word_embeddings`) whose checkpoint holds an `lm_head.weight` too
-    uses it as transformers does: the embedding if the two are equal, else an untied head
-    of its own (with a warning, as transformers gives)."""
-    import torch  # noqa: PLC0415
+def _open_weights(path: Path):
     from safetensors import SafetensorError, safe_open  # noqa: PLC0415
 
+    try:
+        return safe_open(str(path), framework="pt", device="cpu")
+    except (SafetensorError, OSError) as e:
+        raise ConfigError(f"cannot read weights {path}: {e}") from None
+
+
+def _slot(params: dict, name: str, shard, cfg: ModelConfig):
+    """The tensor a checkpoint weight fills: the parameter, or its slice of a fused one."""
+    dst = params[name].data
+    if shard is None:
+        return dst
+    q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
+    offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
+    off, size = offsets[name.split(".")[2]][shard]
+    return dst.narrow(0, off, size)
+
+
+def check_weights(model, model_dir) -> list[tuple[Path, list[tuple[str, str, int | None]]]]:
+    """The checkpoint's weights, checked against `model` from the files' headers alone (no
+    tensor is read, and `model` may be on the meta device: a config.json whose sizes are
+    absurd is refused before anything that large is allocated): every weight known, set
+    once, of the shape the config implies, none missing. Returns, per file, its weights as
+    (checkpoint name, our parameter name, fused shard)."""
     cfg = model.config
     params = dict(model.named_parameters())
     expected = set()
@@ -350,16 +366,10 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
     if cfg.tie_word_embeddings:
         expected.discard(("lm_head.weight", None))
     loaded = {}  # (parameter, shard) -> (checkpoint name, file) that set it
-    head = None  # a tied model's lm_head.weight from the checkpoint: (file name, tensor)
-    q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
-    offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
-
+    plan = []
     for path in weight_files(model_dir):
-        try:
-            f = safe_open(str(path), framework="pt", device="cpu")
-        except (SafetensorError, OSError) as e:
-            raise ConfigError(f"cannot read weights {path}: {e}") from None
-        with f:
+        entries = []
+        with _open_weights(path) as f:
             for hf_name in f.keys():
                 if "rotary_emb" in hf_name:
                     continue
@@ -371,34 +381,43 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
                     )
                 _check_not_loaded(loaded, (name, shard), hf_name, path.name)
                 loaded[(name, shard)] = (hf_name, path.name)
-                if tied_head:
-                    t = f.get_tensor(hf_name)
-                    shape = (cfg.vocab_size, cfg.hidden_size)
-                    if tuple(t.shape) != shape:
-                        raise ConfigError(
-                            f"{path.name}: weight {hf_name!r} has shape {tuple(t.shape)}, the config implies {shape}"
-                        )
-                    head = (path.name, t)
-                    continue
-                t = f.get_tensor(hf_name)
-                dst = params[name].data
-                if shard is not None:
-                    kind = name.split(".")[2]
-                    off, size = offsets[kind][shard]
-                    dst = dst.narrow(0, off, size)
-                if tuple(t.shape) != tuple(dst.shape):
-                    raise ConfigError(
-                        f"{path.name}: weight {hf_name!r} has shape {tuple(t.shape)}, "
-                        f"the config implies {tuple(dst.shape)}"
-                    )
-                with torch.no_grad():
-                    dst.copy_(t.to(device=dst.device, dtype=dst.dtype))
+                shape = tuple(f.get_slice(hf_name).get_shape())
+                want = (cfg.vocab_size, cfg.hidden_size) if tied_head else tuple(_slot(params, name, shard, cfg).shape)
+                if shape != want:
+                    raise ConfigError(f"{path.name}: weight {hf_name!r} has shape {shape}, the config implies {want}")
+                entries.append((hf_name, name, shard))
+        plan.append((path, entries))
     missing = sorted(_hf_name(n, s) for n, s in expected - loaded.keys())
     if missing:
         raise ConfigError(
             f"model folder {model_dir} lacks weight {missing[0]!r}"
             + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
         )
+    return plan
+
+
+def load_weights(model, model_dir, device: str = "cpu") -> None:
+    """Copy the safetensors weights into `model` (an `engine.model.CausalLM`), converting
+    dtype, after `check_weights`.
+
+    A tied model (`tie_word_embeddings`) whose checkpoint holds an `lm_head.weight` too
+    uses it as transformers does: the embedding if the two are equal, else an untied head
+    of its own (with a warning, as transformers gives)."""
+    import torch  # noqa: PLC0415
+
+    cfg = model.config
+    params = dict(model.named_parameters())
+    head = None  # a tied model's lm_head.weight from the checkpoint: (file name, tensor)
+    for path, entries in check_weights(model, model_dir):
+        with _open_weights(path) as f:
+            for hf_name, name, shard in entries:
+                t = f.get_tensor(hf_name)
+                if name == "lm_head.weight" and cfg.tie_word_embeddings:
+                    head = (path.name, t)
+                    continue
+                dst = _slot(params, name, shard, cfg)
+                with torch.no_grad():
+                    dst.copy_(t.to(device=dst.device, dtype=dst.dtype))
     if head is not None:
         _untie_if_different(model, *head)
 
