@@ -252,3 +252,25 @@ def test_a_model_larger_than_memory_is_refused_before_allocating():
     cfg = dataclasses.replace(tiny_llama_config(), vocab_size=10**12)
     with pytest.raises(ConfigError, match="model's weights .* more than the .* of memory"):
         ModelRunner(cfg, None)
+
+
+def test_config_fields_of_the_wrong_type_are_named():
+    """A string `architectures` was listed letter by letter; a string "false" for a flag
+    was taken as true."""
+    from llmsched.engine.loader import parse_config
+
+    base = {
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+    }
+    with pytest.raises(ConfigError, match="architectures must be a list of names, got 'LlamaForCausalLM'"):
+        parse_config({**base, "architectures": "LlamaForCausalLM"})
+    for key in ("attention_bias", "tie_word_embeddings", "mlp_bias"):
+        with pytest.raises(ConfigError, match=f"{key} must be true or false, got 'false'"):
+            parse_config({**base, key: "false"})
+    cfg = parse_config({**base, "attention_bias": None, "tie_word_embeddings": True})  # null: the default
+    assert (cfg.o_bias, cfg.tie_word_embeddings, cfg.mlp_bias) == (False, True, False)

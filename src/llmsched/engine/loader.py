@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.checks import check_bool
 from ..core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,12 @@ def _int(cfg: dict, key: str, path: Path, default=None) -> int:
     return v
 
 
+def _flag(cfg: dict, key: str, path: Path) -> bool:
+    """A true/false field, false when absent or null (a string "false" is not false)."""
+    v = cfg.get(key)
+    return False if v is None else check_bool(v, f"{path}: {key}")
+
+
 def _token_ids(v, where: str, vocab: int) -> list[int]:
     """An `eos_token_id` value: null (or absent) is none; else an id or a list of ids in
     0..vocab-1 (`where` names the field in the error)."""
@@ -129,8 +136,10 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     """Validate a config.json dict and turn it into a `ModelConfig`."""
     path = Path(path)
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list):
+        raise ConfigError(f"{path}: architectures must be a list of names, got {archs!r:.80}")
     arch = None
-    for a in archs if isinstance(archs, list) else []:
+    for a in archs:
         if a in ARCHITECTURES:
             arch = ARCHITECTURES[a]
             break
@@ -226,7 +235,7 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     else:
         windows = [window] * layers
 
-    bias = bool(cfg.get("attention_bias", False))
+    bias = _flag(cfg, "attention_bias", path)
     eps = cfg.get("rms_norm_eps", 1e-6)
     if not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise ConfigError(f"{path}: rms_norm_eps must be a small positive number, got {eps!r}")
@@ -245,10 +254,10 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         rope_theta=float(theta),
         rope_scaling=scaling,
         max_position_embeddings=max_pos,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_word_embeddings=_flag(cfg, "tie_word_embeddings", path),
         qkv_bias=arch == "qwen2" or bias,
         o_bias=bias and arch != "qwen2",
-        mlp_bias=bool(cfg.get("mlp_bias", False)),
+        mlp_bias=_flag(cfg, "mlp_bias", path),
         sliding_windows=windows,
         bos_token_id=bos if isinstance(bos, int) else None,
         eos_token_ids=_token_ids(cfg.get("eos_token_id"), f"{path}: eos_token_id", vocab),
