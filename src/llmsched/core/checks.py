@@ -64,7 +64,10 @@ def check_text(text: str, what: str) -> str:
     except UnicodeEncodeError as e:
         ch = ord(text[e.start])
         # surrogateescape: U+DC80..U+DCFF stands for the undecodable byte 0x80..0xFF
-        detail = f"byte {ch - 0xDC00:#04x} that is not UTF-8" if 0xDC80 <= ch <= 0xDCFF else f"lone surrogate U+{ch:04X}"
+        if 0xDC80 <= ch <= 0xDCFF:
+            detail = f"byte {ch - 0xDC00:#04x} that is not UTF-8"
+        else:
+            detail = f"lone surrogate U+{ch:04X}"
         raise ConfigError(f"{what} is not valid Unicode text: character {e.start} is a {detail}") from None
     return text
 

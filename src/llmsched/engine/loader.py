@@ -82,7 +82,8 @@ def _read_json(path: Path, what: str) -> dict:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{what} {path} is not valid UTF-8 text: byte {e.object[e.start]:#04x} at offset {e.start}") from None
+        byte = e.object[e.start]
+        raise ConfigError(f"{what} {path} is not valid UTF-8 text: byte {byte:#04x} at offset {e.start}") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno}") from None
     except OSError as e:
