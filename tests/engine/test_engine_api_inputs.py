@@ -49,3 +49,12 @@ def test_stop_of_another_type_is_refused():
         SamplingParams(stop_token_ids=5)
     sp = SamplingParams(stop=None, stop_token_ids=None)  # vLLM's defaults
     assert sp.stop == [] and sp.stop_token_ids == []
+
+
+def test_text_that_is_not_unicode_is_refused(llm):
+    """A lone surrogate (undecodable command-line bytes arrive so) raised a TypeError from
+    the tokenizer, and a stop string holding one could never match."""
+    with pytest.raises(ConfigError, match="prompt is not valid Unicode text"):
+        llm.generate("\ud800", SamplingParams(max_tokens=2))
+    with pytest.raises(ConfigError, match="stop string is not valid Unicode text"):
+        SamplingParams(stop=["ok", "a\udcff"])

@@ -699,3 +699,13 @@ def test_generate_keeps_the_command_line_order_of_prompts(tiny_model, capsys):
     assert main(argv) == 0
     shown = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("--- prompt: ")]
     assert shown == ["--- prompt: 'a'", "--- prompt: '<2 token ids>'", "--- prompt: 'b'"]
+
+
+def test_generate_refuses_text_that_is_not_utf8(tiny_model, capsys):
+    """Bytes that are not UTF-8 on the command line (Python passes them as lone
+    surrogates): a TypeError traceback for --prompt, a stop string that never matched."""
+    argv = ["generate", "--model", str(tiny_model), "--max-tokens", "1"]
+    for extra, what in ((["--prompt", "ab\udcffcd"], "prompt"), (["--prompt", "x", "--stop", "\udcff"], "stop")):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and what in err and "byte 0xff" in err, err

@@ -170,3 +170,107 @@ def test_tied_config_with_a_different_lm_head_uses_it_as_transformers_does(tmp_p
     # equal to the embedding: stays tied (one weight)
     llm = LLM(tied_copy("tied", same=True), b_max=16, max_model_len=512, max_num_seqs=2)
     assert llm.engine.runner.model.lm_head is None
+
+
+def test_a_weight_in_two_files_is_refused(tmp_path, tiny_model):
+    """Without model.safetensors every *.safetensors is read: a weight in two of them was
+    silently taken from the last file."""
+    import torch
+    from safetensors.torch import save_file
+
+    from llmsched.engine import LLM
+
+    folder = _copy(tiny_model, tmp_path / "dup")
+    (folder / "model.safetensors").rename(folder / "a.safetensors")
+    save_file({"model.norm.weight": torch.zeros(64)}, folder / "b.safetensors")
+    with pytest.raises(ConfigError, match=r"'model.norm.weight' is in both a.safetensors and b.safetensors"):
+        LLM(folder)
+
+
+@pytest.mark.parametrize(
+    "wrong, right",
+    [
+        ("model.layers.0.mlp.q_proj.weight", "model.layers.0.self_attn.q_proj.weight"),
+        ("model.layers.1.self_attn.down_proj.weight", "model.layers.1.mlp.down_proj.weight"),
+        ("model.layers.0.o_proj.weight", "model.layers.0.self_attn.o_proj.weight"),
+    ],
+)
+def test_a_weight_under_the_wrong_module_is_unexpected(tmp_path, tiny_model, wrong, right):
+    """The name mapping dropped the module: mlp.q_proj loaded as attention's q_proj."""
+    from safetensors.torch import load_file, save_file
+
+    from llmsched.engine import LLM
+
+    folder = _copy(tiny_model, tmp_path / "misnamed")
+    w = load_file(folder / "model.safetensors")
+    w[wrong] = w.pop(right)
+    save_file(w, folder / "model.safetensors")
+    with pytest.raises(ConfigError, match=f"unexpected weight '{wrong}'"):
+        LLM(folder)
+
+
+def test_json_files_that_are_not_utf8_are_config_errors(tmp_path, tiny_model, caplog):
+    """A UnicodeDecodeError escaped _read_json as a traceback."""
+    from llmsched.engine.loader import read_config, weight_files
+
+    cfg = _copy(tiny_model, tmp_path / "cfg")
+    (cfg / "config.json").write_bytes(b'{"architectures": ["\xff"]}')
+    with pytest.raises(ConfigError, match="config.json is not valid UTF-8"):
+        read_config(cfg)
+    index = _copy(tiny_model, tmp_path / "index")
+    (index / "model.safetensors.index.json").write_bytes(b'{"weight_map": {"\xff": "model.safetensors"}}')
+    with pytest.raises(ConfigError, match="index.json is not valid UTF-8"):
+        weight_files(index)
+    gen = _copy(tiny_model, tmp_path / "gen")  # a broken generation config is ignored, as transformers does
+    (gen / "generation_config.json").write_bytes(b'{"eos_token_id": 2, "x": "\xff"}')
+    with caplog.at_level("WARNING", logger="llmsched.engine.loader"):
+        assert read_config(gen).eos_token_ids == read_config(tiny_model).eos_token_ids
+    assert "generation_config.json is not valid UTF-8" in caplog.text
+
+
+@pytest.mark.parametrize("key", ["vocab_size", "intermediate_size"])
+def test_absurd_config_sizes_are_checked_against_the_weights_before_allocating(tmp_path, tiny_model, key):
+    """A config.json of 10**12 tokens or MLP width allocated the model first and died with
+    an out-of-memory RuntimeError."""
+    from llmsched.engine import LLM
+
+    folder = _copy(tiny_model, tmp_path / key)
+    _edit_config(folder, **{key: 10**12})
+    with pytest.raises(ConfigError, match="weight '.*' has shape .* the config implies .*1000000000000"):
+        LLM(folder)
+
+
+def test_a_model_larger_than_memory_is_refused_before_allocating():
+    """Weights the config sizes beyond the machine's memory (random weights here: no
+    checkpoint to compare with) are one line, not an allocator traceback."""
+    import dataclasses
+
+    from helpers import tiny_llama_config
+
+    from llmsched.engine.runner import ModelRunner
+
+    cfg = dataclasses.replace(tiny_llama_config(), vocab_size=10**12)
+    with pytest.raises(ConfigError, match="model's weights .* more than the .* of memory"):
+        ModelRunner(cfg, None)
+
+
+def test_config_fields_of_the_wrong_type_are_named():
+    """A string `architectures` was listed letter by letter; a string "false" for a flag
+    was taken as true."""
+    from llmsched.engine.loader import parse_config
+
+    base = {
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+    }
+    with pytest.raises(ConfigError, match="architectures must be a list of names, got 'LlamaForCausalLM'"):
+        parse_config({**base, "architectures": "LlamaForCausalLM"})
+    for key in ("attention_bias", "tie_word_embeddings", "mlp_bias"):
+        with pytest.raises(ConfigError, match=f"{key} must be true or false, got 'false'"):
+            parse_config({**base, key: "false"})
+    cfg = parse_config({**base, "attention_bias": None, "tie_word_embeddings": True})  # null: the default
+    assert (cfg.o_bias, cfg.tie_word_embeddings, cfg.mlp_bias) == (False, True, False)

@@ -364,3 +364,30 @@ def test_validate_binds_its_cost_model_to_the_engines_scheduler(tiny_model, tmp_
     assert seen["engine"] is seen["sim"]
     assert type(seen["engine"]).__name__ == "LinearCostModel"
     assert seen["engine_cands"] == seen["sim_cands"]
+
+
+def test_a_model_too_short_to_profile_is_not_told_to_raise_max_model_len(tmp_path):
+    """A model whose max_position_embeddings is shorter than the grid's smallest chunk
+    was told to raise --max-model-len, which the model's positions do not allow."""
+    from llmsched.core.errors import ConfigError
+    from llmsched.engine.profiler import profile
+    from llmsched.engine.tiny import make_tiny_model
+
+    short = make_tiny_model(
+        tmp_path / "short", num_layers=1, hidden_size=32, num_heads=2, num_kv_heads=1, intermediate_size=64,
+        max_position_embeddings=1,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="the model's own limit is 1 token") as e:
+        profile(short, tmp_path / "p.csv", max_num_seqs=2, reps=1, warmup=0, min_s=0, calibrate=False)
+    assert "raise --max-model-len" not in str(e.value)
+
+
+def test_validate_names_max_model_len_apart_from_the_models_limit(tiny_model, tmp_path):
+    """A --max-model-len of 256 was called 'the model's max length'."""
+    from llmsched.analysis.validate import validate
+    from llmsched.core.errors import ConfigError
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,500,5\n")
+    with pytest.raises(ConfigError, match=r"505 tokens, more than max_model_len 256 \(--max-model-len; the model's "):
+        validate(tiny_model, trace, "sarathi", max_model_len=256, profile="const:1")

@@ -13,6 +13,7 @@ import re
 import sys
 
 from ..core import engine_api
+from ..core.checks import check_text
 from ..core.engine_api import (
     INT64_MAX,
     MAX_KV_CACHE_GB,  # noqa: F401 (the limits the command line shares with the engine)
@@ -203,7 +204,9 @@ def cmd_generate(args) -> int:
         ignore_eos=args.ignore_eos,
     )
     # the prompts are checked before the model is loaded
-    prompts = [parse_prompt_ids(p) if isinstance(p, PromptIds) else p for p in args.prompts or []]
+    prompts = [
+        parse_prompt_ids(p) if isinstance(p, PromptIds) else check_text(p, "--prompt") for p in args.prompts or []
+    ]
     if not prompts:
         raise ConfigError("give at least one --prompt (or --prompt-ids)")
     opts = engine_setup(args)

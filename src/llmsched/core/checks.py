@@ -53,6 +53,25 @@ def check_bool(v: object, name: str) -> bool:
     return v
 
 
+def check_text(text: str, what: str) -> str:
+    """`text` when it is valid Unicode (it encodes as UTF-8); else a one-line ConfigError
+    naming `what`. Python hands bytes that are not UTF-8 (on the command line, in file
+    names) over as lone surrogates, which no tokenizer takes and no model output holds."""
+    from .errors import ConfigError  # noqa: PLC0415
+
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        ch = ord(text[e.start])
+        # surrogateescape: U+DC80..U+DCFF stands for the undecodable byte 0x80..0xFF
+        if 0xDC80 <= ch <= 0xDCFF:
+            detail = f"byte {ch - 0xDC00:#04x} that is not UTF-8"
+        else:
+            detail = f"lone surrogate U+{ch:04X}"
+        raise ConfigError(f"{what} is not valid Unicode text: character {e.start} is a {detail}") from None
+    return text
+
+
 def first_repeat(values):
     """The first value of `values` that an earlier one equals, or None (a list given
     twice runs its cells twice)."""

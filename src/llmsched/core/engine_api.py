@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .checks import as_int, as_real
+from .checks import as_int, as_real, check_text
 from .errors import ConfigError
 
 # temperatures below this are greedy (as in vLLM): dividing logits by a tiny temperature
@@ -143,6 +143,7 @@ class SamplingParams:
                 raise ConfigError(f"stop strings must be non-empty strings, got {s!r}")  # vLLM refuses "" too
             if len(s) > MAX_STOP_CHARS:
                 raise ConfigError(f"a stop string may be at most {MAX_STOP_CHARS} characters, got one of {len(s)}")
+            check_text(s, "a stop string")  # (one that is not could never match the output's text)
         for name in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
             v = as_real(getattr(self, name))
             if v is None or not math.isfinite(v):

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..core.checks import as_int, keyword_names
+from ..core.checks import as_int, check_text, keyword_names
 from ..core.clock import wall_stamp_ns
 from ..core.constraints import check_prefix_block_size
 from ..core.cost import make_cost_model
@@ -645,7 +645,7 @@ class LLM:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ConfigError("text prompts need a tokenizer.json in the model folder; pass token id lists instead")
-            return self.tokenizer.encode(prompt)
+            return self.tokenizer.encode(check_text(prompt, "a prompt"))
         rows = _array_rows(prompt, (1,))
         if rows is not None:
             return rows

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.checks import check_bool
 from ..core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -77,9 +78,12 @@ class ModelConfig:
 
 
 def _read_json(path: Path, what: str) -> dict:
-    try:
-        with open(path) as f:
+    try:  # JSON is UTF-8 whatever the locale (transformers reads these files so too)
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
+    except UnicodeDecodeError as e:
+        byte = e.object[e.start]
+        raise ConfigError(f"{what} {path} is not valid UTF-8 text: byte {byte:#04x} at offset {e.start}") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno}") from None
     except OSError as e:
@@ -109,6 +113,12 @@ def _int(cfg: dict, key: str, path: Path, default=None) -> int:
     return v
 
 
+def _flag(cfg: dict, key: str, path: Path) -> bool:
+    """A true/false field, false when absent or null (a string "false" is not false)."""
+    v = cfg.get(key)
+    return False if v is None else check_bool(v, f"{path}: {key}")
+
+
 def _token_ids(v, where: str, vocab: int) -> list[int]:
     """An `eos_token_id` value: null (or absent) is none; else an id or a list of ids in
     0..vocab-1 (`where` names the field in the error)."""
@@ -127,8 +137,10 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     """Validate a config.json dict and turn it into a `ModelConfig`."""
     path = Path(path)
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list):
+        raise ConfigError(f"{path}: architectures must be a list of names, got {archs!r:.80}")
     arch = None
-    for a in archs if isinstance(archs, list) else []:
+    for a in archs:
         if a in ARCHITECTURES:
             arch = ARCHITECTURES[a]
             break
@@ -224,7 +236,7 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     else:
         windows = [window] * layers
 
-    bias = bool(cfg.get("attention_bias", False))
+    bias = _flag(cfg, "attention_bias", path)
     eps = cfg.get("rms_norm_eps", 1e-6)
     if not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise ConfigError(f"{path}: rms_norm_eps must be a small positive number, got {eps!r}")
@@ -243,10 +255,10 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         rope_theta=float(theta),
         rope_scaling=scaling,
         max_position_embeddings=max_pos,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_word_embeddings=_flag(cfg, "tie_word_embeddings", path),
         qkv_bias=arch == "qwen2" or bias,
         o_bias=bias and arch != "qwen2",
-        mlp_bias=bool(cfg.get("mlp_bias", False)),
+        mlp_bias=_flag(cfg, "mlp_bias", path),
         sliding_windows=windows,
         bos_token_id=bos if isinstance(bos, int) else None,
         eos_token_ids=_token_ids(cfg.get("eos_token_id"), f"{path}: eos_token_id", vocab),
@@ -293,26 +305,64 @@ def weight_files(model_dir) -> list[Path]:
     return files
 
 
-# HF weight name -> (our parameter name, shard index) for fused projections
-_FUSED = {
-    "q_proj": ("qkv_proj", 0),
-    "k_proj": ("qkv_proj", 1),
-    "v_proj": ("qkv_proj", 2),
-    "gate_proj": ("gate_up_proj", 0),
-    "up_proj": ("gate_up_proj", 1),
+# a layer weight's HF module path -> (our module, shard index in the fused projection);
+# q/k/v and gate/up are fused, so a module path names a slice of ours
+_LAYER_MODULES = {
+    "self_attn.q_proj": ("qkv_proj", 0),
+    "self_attn.k_proj": ("qkv_proj", 1),
+    "self_attn.v_proj": ("qkv_proj", 2),
+    "self_attn.o_proj": ("o_proj", None),
+    "mlp.gate_proj": ("gate_up_proj", 0),
+    "mlp.up_proj": ("gate_up_proj", 1),
+    "mlp.down_proj": ("down_proj", None),
+    "input_layernorm": ("input_layernorm", None),
+    "post_attention_layernorm": ("post_attention_layernorm", None),
 }
 
 
-def load_weights(model, model_dir, device: str = "cpu") -> None:
-    """Copy the safetensors weights into `model` (an `engine.model.CausalLM`), converting
-    dtype; checks that every parameter is set exactly and no unknown weight is left.
+def _param_name(hf_name: str) -> tuple[str, int | None] | None:
+    """A checkpoint weight name -> (our parameter name, fused shard), or None for a layer
+    weight of no module we know (its module path must match exactly: a `mlp.q_proj` is
+    not attention's q_proj)."""
+    name = hf_name[len("model.") :] if hf_name.startswith("model.") else hf_name
+    parts = name.split(".")
+    if parts[0] != "layers":
+        return name, None
+    if len(parts) < 4:
+        return None
+    module = _LAYER_MODULES.get(".".join(parts[2:-1]))
+    if module is None:
+        return None
+    ours, shard = module
+    return f"layers.{parts[1]}.{ours}.{parts[-1]}", shard
 
-    A tied model (`tie_word_embeddings`) whose checkpoint holds an `lm_head.weight` too
-    uses it as transformers does: the embedding if the two are equal, else an untied head
-    of its own (with a warning, as transformers gives)."""
-    import torch  # noqa: PLC0415
+
+def _open_weights(path: Path):
     from safetensors import SafetensorError, safe_open  # noqa: PLC0415
 
+    try:
+        return safe_open(str(path), framework="pt", device="cpu")
+    except (SafetensorError, OSError) as e:
+        raise ConfigError(f"cannot read weights {path}: {e}") from None
+
+
+def _slot(params: dict, name: str, shard, cfg: ModelConfig):
+    """The tensor a checkpoint weight fills: the parameter, or its slice of a fused one."""
+    dst = params[name].data
+    if shard is None:
+        return dst
+    q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
+    offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
+    off, size = offsets[name.split(".")[2]][shard]
+    return dst.narrow(0, off, size)
+
+
+def check_weights(model, model_dir) -> list[tuple[Path, list[tuple[str, str, int | None]]]]:
+    """The checkpoint's weights, checked against `model` from the files' headers alone (no
+    tensor is read, and `model` may be on the meta device: a config.json whose sizes are
+    absurd is refused before anything that large is allocated): every weight known, set
+    once, of the shape the config implies, none missing. Returns, per file, its weights as
+    (checkpoint name, our parameter name, fused shard)."""
     cfg = model.config
     params = dict(model.named_parameters())
     expected = set()
@@ -325,64 +375,59 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
             expected.add((name, None))
     if cfg.tie_word_embeddings:
         expected.discard(("lm_head.weight", None))
-    loaded = set()
-    head = None  # a tied model's lm_head.weight from the checkpoint: (file name, tensor)
-    q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
-    offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
-
+    loaded = {}  # (parameter, shard) -> (checkpoint name, file) that set it
+    plan = []
     for path in weight_files(model_dir):
-        try:
-            f = safe_open(str(path), framework="pt", device="cpu")
-        except (SafetensorError, OSError) as e:
-            raise ConfigError(f"cannot read weights {path}: {e}") from None
-        with f:
+        entries = []
+        with _open_weights(path) as f:
             for hf_name in f.keys():
                 if "rotary_emb" in hf_name:
                     continue
-                name = hf_name[len("model.") :] if hf_name.startswith("model.") else hf_name
-                parts = name.split(".")
-                shard = None
-                if len(parts) == 5 and parts[0] == "layers":  # layers.i.self_attn.q_proj.weight
-                    if parts[3] in _FUSED:
-                        fused, shard = _FUSED[parts[3]]
-                        name = f"layers.{parts[1]}.{fused}.{parts[4]}"
-                    else:
-                        name = f"layers.{parts[1]}.{parts[3]}.{parts[4]}"
-                elif len(parts) == 4 and parts[0] == "layers":  # layers.i.input_layernorm.weight
-                    name = f"layers.{parts[1]}.{parts[2]}.{parts[3]}"
-                if name == "lm_head.weight" and cfg.tie_word_embeddings:
-                    t = f.get_tensor(hf_name)
-                    shape = (cfg.vocab_size, cfg.hidden_size)
-                    if tuple(t.shape) != shape:
-                        raise ConfigError(
-                            f"{path.name}: weight {hf_name!r} has shape {tuple(t.shape)}, the config implies {shape}"
-                        )
-                    head = (path.name, t)
-                    continue
-                if name not in params:
+                name, shard = _param_name(hf_name) or (None, None)
+                tied_head = name == "lm_head.weight" and cfg.tie_word_embeddings
+                if name not in params and not tied_head:
                     raise ConfigError(
                         f"{path.name}: unexpected weight {hf_name!r} for a {cfg.arch} model with this config"
                     )
-                t = f.get_tensor(hf_name)
-                dst = params[name].data
-                if shard is not None:
-                    kind = name.split(".")[2]
-                    off, size = offsets[kind][shard]
-                    dst = dst.narrow(0, off, size)
-                if tuple(t.shape) != tuple(dst.shape):
-                    raise ConfigError(
-                        f"{path.name}: weight {hf_name!r} has shape {tuple(t.shape)}, "
-                        f"the config implies {tuple(dst.shape)}"
-                    )
-                with torch.no_grad():
-                    dst.copy_(t.to(device=dst.device, dtype=dst.dtype))
-                loaded.add((name, shard))
-    missing = sorted(_hf_name(n, s) for n, s in expected - loaded)
+                _check_not_loaded(loaded, (name, shard), hf_name, path.name)
+                loaded[(name, shard)] = (hf_name, path.name)
+                shape = tuple(f.get_slice(hf_name).get_shape())
+                want = (cfg.vocab_size, cfg.hidden_size) if tied_head else tuple(_slot(params, name, shard, cfg).shape)
+                if shape != want:
+                    raise ConfigError(f"{path.name}: weight {hf_name!r} has shape {shape}, the config implies {want}")
+                entries.append((hf_name, name, shard))
+        plan.append((path, entries))
+    missing = sorted(_hf_name(n, s) for n, s in expected - loaded.keys())
     if missing:
         raise ConfigError(
             f"model folder {model_dir} lacks weight {missing[0]!r}"
             + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
         )
+    return plan
+
+
+def load_weights(model, model_dir, device: str = "cpu") -> None:
+    """Copy the safetensors weights into `model` (an `engine.model.CausalLM`), converting
+    dtype, after `check_weights`.
+
+    A tied model (`tie_word_embeddings`) whose checkpoint holds an `lm_head.weight` too
+    uses it as transformers does: the embedding if the two are equal, else an untied head
+    of its own (with a warning, as transformers gives)."""
+    import torch  # noqa: PLC0415
+
+    cfg = model.config
+    params = dict(model.named_parameters())
+    head = None  # a tied model's lm_head.weight from the checkpoint: (file name, tensor)
+    for path, entries in check_weights(model, model_dir):
+        with _open_weights(path) as f:
+            for hf_name, name, shard in entries:
+                t = f.get_tensor(hf_name)
+                if name == "lm_head.weight" and cfg.tie_word_embeddings:
+                    head = (path.name, t)
+                    continue
+                dst = _slot(params, name, shard, cfg)
+                with torch.no_grad():
+                    dst.copy_(t.to(device=dst.device, dtype=dst.dtype))
     if head is not None:
         _untie_if_different(model, *head)
 
@@ -412,20 +457,27 @@ def _untie_if_different(model, file: str, t) -> None:
     cfg.tie_word_embeddings = False  # as loaded: the parameter count has the head
 
 
+def _check_not_loaded(loaded: dict, key, hf_name: str, file: str) -> None:
+    """A weight set twice (the same name in two files, or two names of one weight) would
+    silently keep whichever came last."""
+    if key not in loaded:
+        return
+    prev_name, prev_file = loaded[key]
+    if prev_name == hf_name:
+        raise ConfigError(f"weight {hf_name!r} is in both {prev_file} and {file}: which one to use is ambiguous")
+    raise ConfigError(
+        f"weights {prev_name!r} ({prev_file}) and {hf_name!r} ({file}) are the same weight: "
+        "which one to use is ambiguous"
+    )
+
+
 def _hf_name(name: str, shard) -> str:
     """Our parameter name (+ fused shard) -> the checkpoint's name, for messages."""
     parts = name.split(".")
     if parts[0] != "layers":
         return name if name == "lm_head.weight" else f"model.{name}"
-    i, kind, leaf = parts[1], parts[2], parts[3]
-    if kind in ("qkv_proj", "gate_up_proj"):
-        sub = [k for k, v in _FUSED.items() if v == (kind, shard)][0]
-        kind = f"self_attn.{sub}" if kind == "qkv_proj" else f"mlp.{sub}"
-    elif kind == "o_proj":
-        kind = "self_attn.o_proj"
-    elif kind == "down_proj":
-        kind = "mlp.down_proj"
-    return f"model.layers.{i}.{kind}.{leaf}"
+    module = next(hf for hf, ours in _LAYER_MODULES.items() if ours == (parts[2], shard))
+    return f"model.layers.{parts[1]}.{module}.{parts[3]}"
 
 
 def rope_inv_freq(cfg: ModelConfig):

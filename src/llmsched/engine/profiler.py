@@ -295,6 +295,18 @@ def fit_calibration(steps, cost) -> dict:
     }
 
 
+def _longer_sequences(r, need: int) -> str:
+    """What to do when the grid needs sequences of `need` tokens: raise --max-model-len,
+    unless the model's own positions are shorter (--max-model-len may not exceed them)."""
+    longest = r.cfg.max_len
+    if need <= longest:
+        return f"raise --max-model-len to at least {need}"
+    return (
+        f"the model's own limit is {longest} token{'' if longest == 1 else 's'} "
+        "(max_position_embeddings in its config.json), too short to profile"
+    )
+
+
 def _check_grid_fits(r, g: dict, dec_points: list, pre_points: list, longest_decoder: int) -> None:
     """Refuse, before any timing, an engine too small for the grid's smallest decode or
     prefill point: the profile would hold no decode_attn or prefill_attn rows, and
@@ -323,7 +335,7 @@ def _check_grid_fits(r, g: dict, dec_points: list, pre_points: list, longest_dec
     if need > r.max_model_len:
         raise ConfigError(
             f"the profile grid's smallest {what} needs sequences of {need} tokens, over max_model_len "
-            f"{r.max_model_len}: raise --max-model-len to at least {need}"
+            f"{r.max_model_len}: {_longer_sequences(r, need)}"
         )
     raise ConfigError(
         f"the profile grid's smallest {what} needs {kv_need} tokens of KV cache, over the {kv_room} "
@@ -531,7 +543,7 @@ def profile_engine(
         raise ConfigError(
             f"only one prefill chunk size ({pre_points[0][0]}) fits this engine (b_max {r.b_max}, "
             f"max_model_len {r.max_model_len}); a profile needs two: "
-            + ("raise --b-max" if r.b_max < 2 else "raise --max-model-len")
+            + ("raise --b-max" if r.b_max < 2 else _longer_sequences(r, 2))
         )
     step_points = [
         p

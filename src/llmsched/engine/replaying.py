@@ -23,9 +23,12 @@ def check_trace(trace, engine) -> None:
     bad = np.nonzero(need > engine.max_model_len)[0]
     if len(bad):
         i = int(bad[0])
-        raise ConfigError(
-            f"trace request {i} needs {int(need[i])} tokens, more than the model's max length {engine.max_model_len}"
-        )
+        longest, limit = engine.config.max_len, engine.max_model_len
+        if limit < longest:  # (--max-model-len, not the model, sets it)
+            what = f"max_model_len {limit} (--max-model-len; the model's own max length is {longest})"
+        else:
+            what = f"the model's max length {limit} (max_position_embeddings in its config.json)"
+        raise ConfigError(f"trace request {i} needs {int(need[i])} tokens, more than {what}")
     bad = np.nonzero(need - 1 > engine.kv_capacity)[0]
     if len(bad):
         i = int(bad[0])

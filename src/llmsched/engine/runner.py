@@ -17,7 +17,7 @@ from ..core.engine_api import MAX_KV_CACHE_GB, MAX_SEED, MAX_THREADS, check_kv_c
 from ..core.errors import ConfigError
 from .attention import AttnMeta, PrefillChunk
 from .cpu_kernel import decode_kernel
-from .loader import ModelConfig, load_weights
+from .loader import ModelConfig, check_weights, load_weights
 from .model import CausalLM
 from .sampler import logprob_entries, sample
 
@@ -152,13 +152,19 @@ class ModelRunner:
         # CPU float32: decode attention reads the paged cache in place (cpu_kernel)
         self.decode_kernel = decode_kernel() if self.device.type == "cpu" and self.dtype == torch.float32 else None
         torch.manual_seed(seed)
+        self.dtype_bytes = torch.empty((), dtype=self.dtype).element_size()
+        # a config.json's sizes are checked against the checkpoint, and the weights' size
+        # against the memory, before the model is allocated (an absurd size was an
+        # allocator traceback, or the process killed under overcommit)
+        if model_dir is not None:
+            check_weights(CausalLM(cfg, self.dtype, "meta"), model_dir)
+        self._check_weights_fit()
         self.model = CausalLM(cfg, self.dtype, self.device)
         if model_dir is not None:
             load_weights(self.model, model_dir)
         else:
             self.model.init_random(seed)
         self.model.eval()
-        self.dtype_bytes = torch.empty((), dtype=self.dtype).element_size()
         self.block_bytes = cfg.kv_bytes_per_token(self.dtype_bytes) * block_size
         self._kv_budget: float | None = None  # bytes the KV cache may take (set when sizing it)
         if num_blocks is None:
@@ -182,6 +188,19 @@ class ModelRunner:
             self._check_cpu_cache_fits(num_blocks)
         self._allocate_cache(num_blocks)
         self.graphs = DecodeGraphs(self) if self.cuda and not enforce_eager else None
+
+    def _check_weights_fit(self) -> None:
+        cfg = self.cfg
+        need = cfg.num_params() * self.dtype_bytes
+        if self.cuda:
+            have, where = torch.cuda.get_device_properties(self.device).total_memory, "the GPU has"
+        else:
+            have, where = physical_memory(), "the machine has"
+        if have is not None and need > have:
+            raise ConfigError(
+                f"the model's weights ({_gib(need)}: {cfg.num_params():,} parameters of {self.dtype_bytes} bytes) "
+                f"take more than the {_gib(have)} of memory {where}; check the sizes in the model's config"
+            )
 
     # ---- KV cache sizing -----------------------------------------------------------------
     def _useful_blocks(self) -> int:
