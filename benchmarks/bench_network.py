@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 
-from _cli import out_file, positive_float, run_child, seed_int
+from _cli import out_file_in_new_folder, positive_float, run_child, seed_int
 from _memory import peak_rss_kb
 
 CASES = ("single", "cluster", "agent", "loop", "servers")
@@ -262,7 +262,7 @@ def main() -> None:
     )
     ap.add_argument("--seed", type=seed_int, default=1)
     ap.add_argument("--keep", help="write the outputs under this folder (default: a temporary folder, removed)")
-    ap.add_argument("--json", type=out_file, help="also write the results to this JSON file")
+    ap.add_argument("--json", type=out_file_in_new_folder, help="also write the results to this JSON file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -315,6 +315,7 @@ def main() -> None:
         cpu_ratio = by["cluster"]["cpu_s"] / by["single"]["cpu_s"]
         print(f"cluster / single: wall {ratio:.2f}x, cpu {cpu_ratio:.2f}x (target <= 4x)")
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)  # e.g. under --keep
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     print(json.dumps(results))

@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 
-from _cli import config_errors, out_file, positive_float, positive_int, run_child, seed_int
+from _cli import config_errors, out_file_in_new_folder, positive_float, positive_int, run_child, seed_int
 from _memory import peak_rss_kb
 
 CASES = ("platform", "overhead")
@@ -326,7 +326,7 @@ def _main() -> None:
     )
     ap.add_argument("--seed", type=seed_int, default=0)
     ap.add_argument("--keep", help="write the outputs under this folder (default: a temporary folder, removed)")
-    ap.add_argument("--json", type=out_file, help="also write the results to this JSON file")
+    ap.add_argument("--json", type=out_file_in_new_folder, help="also write the results to this JSON file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--trace", help=argparse.SUPPRESS)
@@ -416,6 +416,7 @@ def _main() -> None:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)  # e.g. under --keep
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     print(json.dumps(results))

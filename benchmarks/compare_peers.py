@@ -68,7 +68,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _cli import config_errors, out_file, positive_float, positive_int, seed_int
+from _cli import config_errors, out_file_in_new_folder, positive_float, positive_int, seed_int
 from _memory import peak_rss_kb
 
 PEERS = ("sched-sim", "pyserq")
@@ -556,7 +556,9 @@ def _main() -> None:
     ap.add_argument("--b-max", type=positive_int, default=512)
     ap.add_argument("--seed", type=seed_int, default=1)
     ap.add_argument("--workdir", help="where traces, serQ programs and the JSON go (default: a new temp dir)")
-    ap.add_argument("--json", type=out_file, help="write the results here (default: WORKDIR/compare_peers.json)")
+    ap.add_argument(
+        "--json", type=out_file_in_new_folder, help="write the results here (default: WORKDIR/compare_peers.json)"
+    )
     ap.add_argument("--timeout", type=positive_float, default=1800, help="seconds per child run")
     # child mode
     ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
@@ -645,6 +647,7 @@ def _main() -> None:
         "rows": rows,
     }
     jpath = Path(args.json) if args.json else workdir / "compare_peers.json"
+    jpath.parent.mkdir(parents=True, exist_ok=True)  # e.g. under a --workdir made by this run
     jpath.write_text(json.dumps(result, indent=2))
     print(f"\nJSON: {jpath}")
     print(json.dumps(rows))

@@ -345,3 +345,19 @@ def test_bench_adaptive_prints_a_run_too_short_to_measure_its_growth():
     row = bench_adaptive.run((1, 1), 0.5, 0, 200)
     assert isinstance(row["growth_tokens_per_s"], float) and len(row["growth_ci"]) == 2
     assert " n/a " not in bench_adaptive.format_row(row)
+
+
+def test_bench_serverless_json_under_a_new_keep_folder(tmp_path):
+    """`--keep K --json K/x.json` with K new: the script makes K, so the JSON's folder need
+    not exist when the arguments are read (it was refused up front for a while)."""
+    keep = tmp_path / "k"
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "bench_serverless.py"), "--cases", "overhead", "--overhead-requests", "60"]
+        + ["--repeat", "1", "--keep", str(keep), "--json", str(keep / "sub" / "x.json")],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert {row["run"] for row in json.loads((keep / "sub" / "x.json").read_text())} >= {"fcfs", "twp"}
