@@ -236,7 +236,10 @@ def test_absurd_config_sizes_are_checked_against_the_weights_before_allocating(t
 
     folder = _copy(tiny_model, tmp_path / key)
     _edit_config(folder, **{key: 10**12})
-    with pytest.raises(ConfigError, match="weight '.*' has shape .* the config implies .*1000000000000"):
+    with pytest.raises(ConfigError, match="model's weights .* more than the .* of memory"):
+        LLM(folder)
+    _edit_config(folder, **{key: 1000})  # within memory: the shapes tell
+    with pytest.raises(ConfigError, match="weight '.*' has shape .* the config implies .*1000"):
         LLM(folder)
 
 
@@ -274,3 +277,7 @@ def test_config_fields_of_the_wrong_type_are_named():
             parse_config({**base, key: "false"})
     cfg = parse_config({**base, "attention_bias": None, "tie_word_embeddings": True})  # null: the default
     assert (cfg.o_bias, cfg.tie_word_embeddings, cfg.mlp_bias) == (False, True, False)
+    cfg = parse_config({**base, "mlp_bias": 1, "tie_word_embeddings": 0})  # as transformers reads them
+    assert (cfg.tie_word_embeddings, cfg.mlp_bias) == (False, True)
+    with pytest.raises(ConfigError, match="mlp_bias must be true or false, got 2"):
+        parse_config({**base, "mlp_bias": 2})

@@ -391,3 +391,23 @@ def test_validate_names_max_model_len_apart_from_the_models_limit(tiny_model, tm
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,500,5\n")
     with pytest.raises(ConfigError, match=r"505 tokens, more than max_model_len 256 \(--max-model-len; the model's "):
         validate(tiny_model, trace, "sarathi", max_model_len=256, profile="const:1")
+
+
+def test_validate_names_its_cpu_default_max_model_len(tiny_model, tmp_path):
+    """Without --max-model-len, validate on the CPU caps it at 4096: the message called
+    that cap --max-model-len, as if the user had given it."""
+    import json
+    import shutil
+
+    from llmsched.analysis.validate import validate
+    from llmsched.core.errors import ConfigError
+
+    model = tmp_path / "long"
+    shutil.copytree(tiny_model, model)
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["max_position_embeddings"] = 8192
+    (model / "config.json").write_text(json.dumps(cfg))
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,5000,5\n")
+    with pytest.raises(ConfigError, match=r"max_model_len 4096 \(the default on the CPU; --max-model-len raises it"):
+        validate(model, trace, "sarathi", profile="const:1")

@@ -155,7 +155,7 @@ def validate(
             seed=seed,
             num_threads=num_threads,
         )
-    check_trace(trace, engine)
+    check_trace(trace, engine, default_limit=isinstance(max_model_len, DefaultMaxModelLen))
     if profile is None:
         say("measuring the engine's profile")
         rows = profile_engine(

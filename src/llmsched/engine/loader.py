@@ -114,9 +114,14 @@ def _int(cfg: dict, key: str, path: Path, default=None) -> int:
 
 
 def _flag(cfg: dict, key: str, path: Path) -> bool:
-    """A true/false field, false when absent or null (a string "false" is not false)."""
+    """A true/false field, false when absent or null (a string "false" is not false); 0
+    and 1 read as false and true, as Hugging Face's loader reads them."""
     v = cfg.get(key)
-    return False if v is None else check_bool(v, f"{path}: {key}")
+    if v is None:
+        return False
+    if type(v) is int and v in (0, 1):
+        return bool(v)
+    return check_bool(v, f"{path}: {key}")
 
 
 def _token_ids(v, where: str, vocab: int) -> list[int]:

@@ -18,13 +18,20 @@ from ..core.engine_api import SamplingParams
 from ..core.errors import ConfigError
 
 
-def check_trace(trace, engine) -> None:
+def check_trace(trace, engine, default_limit: bool = False) -> None:
+    """Refuse a trace the engine cannot replay whole. `default_limit`: the engine's
+    max_model_len is the command's default on the CPU, not one the user gave."""
     need = trace.prompt + trace.output
     bad = np.nonzero(need > engine.max_model_len)[0]
     if len(bad):
         i = int(bad[0])
         longest, limit = engine.config.max_len, engine.max_model_len
-        if limit < longest:  # (--max-model-len, not the model, sets it)
+        if limit < longest and default_limit:
+            what = (
+                f"max_model_len {limit} (the default on the CPU; --max-model-len raises it up to the model's own "
+                f"max length, {longest})"
+            )
+        elif limit < longest:  # (--max-model-len, not the model, sets it)
             what = f"max_model_len {limit} (--max-model-len; the model's own max length is {longest})"
         else:
             what = f"the model's max length {limit} (max_position_embeddings in its config.json)"

@@ -153,12 +153,13 @@ class ModelRunner:
         self.decode_kernel = decode_kernel() if self.device.type == "cpu" and self.dtype == torch.float32 else None
         torch.manual_seed(seed)
         self.dtype_bytes = torch.empty((), dtype=self.dtype).element_size()
-        # a config.json's sizes are checked against the checkpoint, and the weights' size
-        # against the memory, before the model is allocated (an absurd size was an
-        # allocator traceback, or the process killed under overcommit)
+        # the weights' size is checked against the memory, and then a config.json's sizes
+        # against the checkpoint, before the model is allocated (an absurd size was an
+        # allocator traceback, or the process killed under overcommit); the memory first,
+        # as even the meta model the checkpoint is checked on costs time and memory per layer
+        self._check_weights_fit()
         if model_dir is not None:
             check_weights(CausalLM(cfg, self.dtype, "meta"), model_dir)
-        self._check_weights_fit()
         self.model = CausalLM(cfg, self.dtype, self.device)
         if model_dir is not None:
             load_weights(self.model, model_dir)
