@@ -258,6 +258,9 @@ def test_search_max_stable_rate_and_slo(tmp_path):
         assert 0 < r["unstable_rate"] - last_not_unstable <= 0.1 * lam + 1e-9
     s = json.loads((tmp_path / "search.json").read_text())
     assert {r["policy"] for r in s} == {"sarathi", "fastertransformer"}
+    # every probe's row holds its point's lambda*, as a grid's rows do (a search left it out)
+    probes = read_rows(tmp_path / "results.csv")
+    assert probes and all(float(p["point_critical_rate"]) == pytest.approx(lam, rel=1e-9) for p in probes)
     assert (tmp_path / "max_stable_rate.png").is_file() is False  # plots off by default in the API
 
 

@@ -68,7 +68,14 @@ from ..core.errors import ConfigError
 from ..theory import rate_unit
 from ..workload import replays_trace
 from .grid import NON_GROUP_KEYS, expand_grid
-from .points import check_point, check_rate_settable, critical_arrival_rate_of, policy_critical_rate_of, resolve_point
+from .points import (
+    check_point,
+    check_rate_settable,
+    critical_arrival_rate_of,
+    critical_rate_of,
+    policy_critical_rate_of,
+    resolve_point,
+)
 from .runner import Runner
 from .tables import point_row
 
@@ -318,6 +325,8 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
     objectives, which name the group))."""
     rows: dict[str, dict] = {}  # by the probe's grid values: a rate probed again is one row
     columns = [*settings.group_keys, "seed", "rate"]
+    # lambda* (requests/s) of each group and seed, a grid point's `point_critical_rate`
+    lambdas: dict[tuple, float] = {}
 
     def probe(batch: list[tuple[int, float]]) -> list[list[dict]]:
         cfgs, index = [], []
@@ -328,12 +337,16 @@ def search_rates(settings: SearchSettings, groups: list[Group], runner: Runner) 
                 index.append((gi, params))
         out: list[list[dict]] = [[] for _ in batch]
         pos = {gi: j for j, (gi, _) in enumerate(batch)}
-        for (gi, params), rec in zip(index, runner.run(cfgs)):
+        for (gi, params), rec, cfg in zip(index, runner.run(cfgs), cfgs):
             out[pos[gi]].append(rec)
             # without a grid of seeds, the seed column holds the one the run used (the
             # configuration's), not a blank
             shown = params if "seed" in params else {**params, "seed": _seed_of(rec)}
-            rows.setdefault(json.dumps(params, sort_keys=True, default=str), point_row(shown, rec, columns))
+            row = rows.setdefault(json.dumps(params, sort_keys=True, default=str), point_row(shown, rec, columns))
+            key = (gi, params.get("seed"))  # (sampled with the seed; the rate probed does not change it)
+            if key not in lambdas:
+                lambdas[key] = critical_rate_of(cfg)
+            row["point_critical_rate"] = lambdas[key]
         return out
 
     tol_rates = [settings.tol * g.critical_rate for g in groups]
