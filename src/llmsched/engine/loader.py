@@ -411,9 +411,10 @@ def check_weights(model, model_dir) -> list[tuple[Path, list[tuple[str, str, int
     return plan
 
 
-def load_weights(model, model_dir, device: str = "cpu") -> None:
+def load_weights(model, model_dir, plan=None) -> None:
     """Copy the safetensors weights into `model` (an `engine.model.CausalLM`), converting
-    dtype, after `check_weights`.
+    dtype, after `check_weights` (`plan`: what it returned for this model's configuration,
+    when the caller checked already).
 
     A tied model (`tie_word_embeddings`) whose checkpoint holds an `lm_head.weight` too
     uses it as transformers does: the embedding if the two are equal, else an untied head
@@ -423,7 +424,7 @@ def load_weights(model, model_dir, device: str = "cpu") -> None:
     cfg = model.config
     params = dict(model.named_parameters())
     head = None  # a tied model's lm_head.weight from the checkpoint: (file name, tensor)
-    for path, entries in check_weights(model, model_dir):
+    for path, entries in check_weights(model, model_dir) if plan is None else plan:
         with _open_weights(path) as f:
             for hf_name, name, shard in entries:
                 t = f.get_tensor(hf_name)

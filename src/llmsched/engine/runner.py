@@ -158,11 +158,10 @@ class ModelRunner:
         # allocator traceback, or the process killed under overcommit); the memory first,
         # as even the meta model the checkpoint is checked on costs time and memory per layer
         self._check_weights_fit()
-        if model_dir is not None:
-            check_weights(CausalLM(cfg, self.dtype, "meta"), model_dir)
+        plan = None if model_dir is None else check_weights(CausalLM(cfg, self.dtype, "meta"), model_dir)
         self.model = CausalLM(cfg, self.dtype, self.device)
         if model_dir is not None:
-            load_weights(self.model, model_dir)
+            load_weights(self.model, model_dir, plan)
         else:
             self.model.init_random(seed)
         self.model.eval()
