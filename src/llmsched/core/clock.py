@@ -18,6 +18,17 @@ from .state import UNLIMITED
 PAST_CLOCK = f"past the simulator's clock ({UNLIMITED / NS:.4g} s)"
 
 
+def past_clock_error(unfinished: str, stop: str, shorten: str, where: str = "") -> ConfigError:
+    """A run without a stop time whose events would reach the clock's end: its loop would
+    end there as at a stop, leaving `unfinished` (requests, jobs) silently short, or store
+    a time past int64. The first event past it depends on how far batches run ahead, so
+    the line names no time: the fast and step-by-step paths say the same."""
+    return ConfigError(
+        f"{where}the run would go on {PAST_CLOCK} with {unfinished} unfinished; set a stop time ({stop}) "
+        f"or shorten {shorten}"
+    )
+
+
 def to_clock_ns(seconds, dtype=np.int64) -> np.ndarray:
     """Times in seconds as a clock in whole ns takes them: float64 seconds times NS,
     rounded half to even. `dtype=np.float64` keeps NaN and inf as they are."""

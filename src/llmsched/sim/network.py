@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.clock import PAST_CLOCK, to_clock_ns
+from ..core.clock import past_clock_error, to_clock_ns
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
 from ..core.request import NS, Request, check_sample_interval, check_seconds
@@ -572,17 +572,6 @@ def _job_type_arrivals(job: JobType, entropy: list[int], n: int | None, duration
         raise ConfigError(f"job type {job.name!r}: {e}") from None
 
 
-def past_clock_error() -> ConfigError:
-    """A run without a stop time with an event at or past the clock's end: the loop would
-    drop it as past a stop, leaving its job silently unfinished (and a call's batch ending
-    past 2**63 ns would overflow the int64 columns). The first event past it depends on how
-    far batches run ahead, so the line names no time: both paths say the same."""
-    return ConfigError(
-        f"network: the run would go on {PAST_CLOCK} with jobs unfinished; set a stop time "
-        "(--max-time, run.max_time_s) or shorten the routes' delays and the calls' steps"
-    )
-
-
 def run_network(
     spec: NetworkSpec,
     *,
@@ -907,7 +896,9 @@ def run_network(
             continue
         if t >= max_time:
             if max_time == UNLIMITED:  # no stop: the clock's end, not a stop, was reached
-                raise past_clock_error()
+                raise past_clock_error(
+                    "jobs", "--max-time, run.max_time_s", "the routes' delays and the calls' steps", "network: "
+                )
             if kind != _END:
                 # past the limit only the steps under way end (the step across it counts, as on
                 # one server): no job arrives, no call is delivered, no delay ends, nothing is planned

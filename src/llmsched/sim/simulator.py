@@ -21,7 +21,7 @@ from typing import TextIO
 
 import numpy as np
 
-from ..core.clock import PAST_CLOCK, to_clock_ns
+from ..core.clock import past_clock_error, to_clock_ns
 from ..core.cost import CostModel
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS, NS, Request, check_sample_interval, check_seconds
@@ -196,7 +196,9 @@ def simulate_trace(
                 f"and {state.n_running} running requests, and no more arrivals"
             )
         if end >= UNLIMITED:  # (a stop time, at most MAX_SECONDS, cuts batches well before)
-            raise past_clock_error()
+            raise past_clock_error(
+                "requests", "--max-time, max_time_s", "the steps (cost model, prompt and output lengths)"
+            )
         late = None
         if next_arrival < end and series.next < end:  # the plan ignored the queue: arrivals joined
             late = []
@@ -241,16 +243,6 @@ def simulate_trace(
         prefix=state.prefix_stats(),
         stop_ns=None if max_time == UNLIMITED else max_time,
         prefix_hits=None if hits is None else _np(hits, np.int64),
-    )
-
-
-def past_clock_error() -> ConfigError:
-    """A run without a stop time whose batch would end at or past the clock's end: the loop
-    would stop there as at a stop (step by step with its requests silently unfinished), or
-    store a finish past int64. Raised before the batch ends, so both paths raise alike."""
-    return ConfigError(
-        f"the run would go on {PAST_CLOCK} with requests unfinished; set a stop "
-        "time (--max-time, max_time_s) or shorten the steps (cost model, prompt and output lengths)"
     )
 
 
