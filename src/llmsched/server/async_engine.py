@@ -91,6 +91,11 @@ class RequestStream:
         self.finished = False
         self._loop = loop
 
+    def generated(self, tokens: int) -> int:
+        """`tokens` the engine generated for this request, as the metrics count them: none
+        for a score-only request (max_tokens 0), whose one sampled token is dropped."""
+        return 0 if self.score_only else tokens
+
     def _put(self, out: RequestOutput) -> None:
         self._buf.append(out)
         w = self._waiter
@@ -284,8 +289,7 @@ class AsyncEngine:
             if not s.queued or not o.new_token_ids:
                 later.append((s, o))
                 continue
-            if not s.score_only:
-                gen += len(o.new_token_ids)
+            gen += s.generated(len(o.new_token_ids))
             s.queued = False
             self.queued_requests -= 1
             self.queued_tokens -= s.prompt_tokens
@@ -295,13 +299,14 @@ class AsyncEngine:
             s._put(o)
             if o.finished:
                 m.e2e.observe(now - s.arrival)
-                out_tokens = 0 if s.score_only else o.output_tokens
-                m.request_finished(s.prompt_tokens, out_tokens, now - s.arrival, now - s.arrival, o.timings)
+                m.request_finished(
+                    s.prompt_tokens, s.generated(o.output_tokens), now - s.arrival, now - s.arrival, o.timings
+                )
                 self._end(s, o.finish_reason or "stop")
         for s, o in later:
             ntok = len(o.new_token_ids)
             if ntok:
-                gen += 0 if s.score_only else ntok
+                gen += s.generated(ntok)
                 itl(now - s.last_at)
                 s.last_at = now
             s._put(o)
@@ -309,9 +314,12 @@ class AsyncEngine:
                 if o.finish_reason != "error" and s.first_at:
                     m.e2e.observe(now - s.arrival)
                     if o.finish_reason in ("stop", "length"):
-                        out_tokens = 0 if s.score_only else o.output_tokens
                         m.request_finished(
-                            s.prompt_tokens, out_tokens, now - s.arrival, s.first_at - s.arrival, o.timings
+                            s.prompt_tokens,
+                            s.generated(o.output_tokens),
+                            now - s.arrival,
+                            s.first_at - s.arrival,
+                            o.timings,
                         )
                 self._end(s, o.finish_reason or "stop")
         m.generation_tokens += gen
