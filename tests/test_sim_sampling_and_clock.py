@@ -207,3 +207,21 @@ def test_a_run_going_past_the_clock_is_one_line_and_exit_2(capsys, tmp_path):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "past the simulator's clock" in err[0] and "--max-time" in err[0]
         assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "where",
+    [[], ["--network", "examples/networks/cluster.yaml"], ["--serverless", "examples/serverless/small.yaml"]],
+)
+def test_a_stop_time_rounding_to_0_ns_is_refused(capsys, where):
+    """`--max-time 1e-10` rounded to a stop at 0 ns: a run of no request that exited 0."""
+    code = main(["simulate", *where, "--num-requests", "50", "--max-time", "1e-10", "--quiet", "--out", ""])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "max_time_s" in err[0] and "at least 1 ns" in err[0], err
+
+
+def test_a_stop_time_rounding_to_1_ns_runs():
+    assert main(["simulate", "--num-requests", "5", "--max-time", "6e-10", "--quiet", "--out", ""]) == 0
+    with pytest.raises(ConfigError, match="at least 1 ns"):
+        llmsched.simulate(num_requests=5, max_time_s=4e-10)

@@ -22,25 +22,44 @@ MAX_SECONDS = 1e9
 MAX_LENGTH = 1 << 30  # tokens per request field (a prompt, an output)
 
 
-def check_seconds(name: str, v) -> int | float | None:
-    """A run's time option (`max_time_s`, `sample_interval_s`): None, or a positive number
-    of seconds up to MAX_SECONDS (a larger one overflows the nanosecond clock); a numpy
-    number is one too. Returns it as a Python number (None for None)."""
-    if v is None:
-        return None
+def clock_ns(seconds: float) -> int:
+    """A time in seconds as the clocks take it: whole ns, rounded half to even (as
+    `core.clock.to_clock_ns` rounds arrays)."""
+    return int(round(seconds * NS))
+
+
+def seconds_problem(v) -> str | None:
+    """Why `v` is no run time option (`max_time_s`, `sample_interval_s`), None when it is
+    one: a positive number of seconds up to MAX_SECONDS (a larger one overflows the clock)
+    that is at least 1 ns on it (a smaller one rounded to 0 ns: a stop at 0 ran no request
+    and exited 0)."""
     x = as_real(v)
     if x is None or not 0 < x <= MAX_SECONDS:
-        raise ConfigError(f"{name} must be a positive number of seconds up to {MAX_SECONDS:g}, got {v!r}")
-    return x
+        return f"must be a positive number of seconds up to {MAX_SECONDS:g}"
+    if clock_ns(x) == 0:
+        return "must be at least 1 ns (the simulator's clock counts whole ns; it rounds this to 0)"
+    return None
+
+
+def check_seconds(name: str, v) -> int | float | None:
+    """A run's time option (`max_time_s`, `sample_interval_s`): None, or one
+    `seconds_problem` finds none in; a numpy number is one too. Returns it as a Python
+    number (None for None)."""
+    if v is None:
+        return None
+    problem = seconds_problem(v)
+    if problem:
+        raise ConfigError(f"{name} {problem}, got {v!r}")
+    return as_real(v)
 
 
 def check_sample_interval(v) -> int | float | None:
     """A time series' sampling interval (`sample_interval_s`): `check_seconds`, and at least
     1 microsecond (a smaller one rounds towards 0 ns on the clock)."""
-    v = check_seconds("sample_interval_s", v)
-    if v is not None and int(round(v * NS)) < 1000:
+    x = as_real(v)
+    if x is not None and 0 < x <= MAX_SECONDS and clock_ns(x) < 1000:
         raise ConfigError(f"the sampling interval must be at least 1 microsecond, got {v} s")
-    return v
+    return check_seconds("sample_interval_s", v)
 
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3

@@ -40,7 +40,7 @@ import numpy as np
 from ..core.clock import past_clock_error, to_clock_ns
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.request import NS, Request, check_sample_interval, check_seconds
+from ..core.request import NS, Request, check_sample_interval, check_seconds, clock_ns
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
 from ..workload.arrivals import refuse_short_merge, times_for_merge
@@ -590,7 +590,7 @@ def run_network(
     check_flag("fast", fast)
     check_seconds("max_time_s", max_time_s)
     check_sample_interval(sample_interval_s)
-    max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
+    max_time = UNLIMITED if max_time_s is None else clock_ns(max_time_s)
     # job arrivals: every job type's own process, merged
     arrivals = []
     n_jobs = spec.num_jobs
@@ -618,7 +618,7 @@ def run_network(
     pools: dict[str, _Pool] = {}
     replicas: list[_Replica] = []
     span = job_times[-1] - job_times[0]
-    interval = max(span // 1000, NS // 100) if not sample_interval_s else int(round(sample_interval_s * NS))
+    interval = max(span // 1000, NS // 100) if not sample_interval_s else clock_ns(sample_interval_s)
     n_replicas = sum(s.replicas for s in spec.servers.values())
     check_sample_count(sample_interval_s, job_times[0] / NS, job_times[-1] / NS, max_time_s, n_replicas)
     for name, sspec in spec.servers.items():

@@ -65,7 +65,7 @@ import numpy as np
 from ..core.clock import PAST_CLOCK, to_clock_ns
 from ..core.cost import make_cost_model
 from ..core.errors import ConfigError
-from ..core.request import DECODE, NS, PREFILL, WAITING, Request, check_seconds
+from ..core.request import DECODE, NS, PREFILL, WAITING, Request, check_seconds, clock_ns
 from ..core.state import UNLIMITED, ServerState
 from ..policies.spec import SchedulerSpec
 from ..workload.serverless import ServerlessSpec, make_serverless_requests
@@ -1413,7 +1413,7 @@ def run_serverless(
     reqs = make_serverless_requests(spec) if requests is None else requests
     if check or requests is None:
         check_requests(spec, reqs)
-    max_time = UNLIMITED if max_time_s is None else round(max_time_s * NS)
+    max_time = UNLIMITED if max_time_s is None else clock_ns(max_time_s)
     return _Runtime(spec, fast, max_time).run(reqs, progress)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from ..core.clock import past_clock_error, to_clock_ns
 from ..core.cost import CostModel
 from ..core.errors import ConfigError
-from ..core.request import MAX_SECONDS, NS, Request, check_sample_interval, check_seconds
+from ..core.request import MAX_SECONDS, NS, Request, check_sample_interval, check_seconds, clock_ns
 from ..core.state import UNLIMITED
 from ..policies.base import Scheduler
 from .histogram import GapHistogram
@@ -136,10 +136,10 @@ def simulate_trace(
     pc = scheduler.constraints.prefix_block_size
     blocks = trace_blocks(trace, pc) if pc else None
 
-    max_time = UNLIMITED if max_time_s is None else int(round(max_time_s * NS))
+    max_time = UNLIMITED if max_time_s is None else clock_ns(max_time_s)
     span = (arr[-1] - arr[0]) if n else 0
     if sample_interval_s:
-        interval = int(round(sample_interval_s * NS))
+        interval = clock_ns(sample_interval_s)
     else:
         interval = max(span // 1000, NS // 100)
     series = TimeSeries(arr[0] if n else 0, interval, not sample_interval_s, prefix=bool(pc))

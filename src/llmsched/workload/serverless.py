@@ -37,7 +37,7 @@ from ..core.constraints import MAX_KV_TOKENS
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
 from ..core.names import ADMISSION_ALIASES, ADMISSION_NAMES
-from ..core.request import MAX_SECONDS, check_seconds
+from ..core.request import MAX_SECONDS, check_seconds, seconds_problem
 from ..core.slo import check_request_slo
 from ..core.yamlfile import read_yaml
 from .arrivals import MAX_REQUESTS, make_arrival_process, refuse_short_merge, times_for_merge
@@ -643,13 +643,10 @@ class RunOptions:
     slo: dict = field(default_factory=dict)
 
     def validate(self, where: str = "run") -> RunOptions:
-        try:
-            self.max_time_s = check_seconds("max_time_s", self.max_time_s)
-        except ConfigError:
-            raise _at(
-                f"{where}.max_time_s",
-                f"must be a positive number of seconds up to {MAX_SECONDS:g} (or null), got {_show(self.max_time_s)}",
-            ) from None
+        problem = None if self.max_time_s is None else seconds_problem(self.max_time_s)
+        if problem:
+            raise _at(f"{where}.max_time_s", f"{problem} (or null), got {_show(self.max_time_s)}")
+        self.max_time_s = check_seconds("max_time_s", self.max_time_s)
         if not isinstance(self.fast, bool):
             raise _at(f"{where}.fast", f"must be true or false, got {_show(self.fast)}")
         try:
