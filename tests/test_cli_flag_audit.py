@@ -240,3 +240,25 @@ def test_a_grid_key_may_be_any_alias_of_the_flag(capsys, tmp_path):
     assert "(as" not in str(pytest.raises(ConfigError, parse_grid, ["b_max=1", "b_max=2"]).value)
     twice = "grid key 'b_max' given twice (as 'max_num_batched_tokens' and 'b-max')"
     assert str(pytest.raises(ConfigError, parse_grid, {"max_num_batched_tokens": [1], "b-max": [2]}).value) == twice
+
+
+def test_a_grid_key_may_be_any_simulate_flags_spelling(capsys, tmp_path):
+    """`--grid max-time=1,2` was an unknown grid key `max_time`: the flags whose option is
+    named otherwise (max_time_s, duration_s, ...) were not grid keys by their spelling."""
+    from llmsched.cli.analysis import _grid_in_option_keys
+
+    given = ["max-time=1,2", "duration=3", "think-time=1", "sample-interval=0.01", "steps=true", "b-max=64"]
+    assert _grid_in_option_keys(given) == [
+        "max_time_s=1,2",
+        "duration_s=3",
+        "think_time_s=1",
+        "sample_interval_s=0.01",
+        "record_steps=true",
+        "b-max=64",
+    ]
+    out = tmp_path / "sw"
+    assert main([*SWEEP, "--grid", "max-time=1,2", "--out", str(out), "--quiet", "--no-plots"]) == 0
+    assert main([*SWEEP, "--grid", "max_time_s=1,2", "--out", str(out), "--json", "--no-plots"]) == 0
+    assert '"skipped": 2' in capsys.readouterr().out  # the same two points
+    refused(capsys, [*SWEEP, "--grid", "exact=true", "--out", str(out)], "grid fast=false (as --exact)")
+    refused(capsys, [*SWEEP, "--grid", "out=a", "--out", str(out)], "unknown grid key 'out'")

@@ -27,6 +27,7 @@ from .common import (
     check_replaces_own_file,
     console,
     file_path,
+    flag_keys,
     flag_of,
     folder_shown,
     is_given,
@@ -505,10 +506,11 @@ def cmd_sweep(args) -> int:
     _check_parallel(args)
     check_run_dir(args.out, "sweep", "--out")  # '' (no folder), another run's folder: before any run
     fixed = sim_overrides(args)
-    _check_fixed_not_gridded(args.grid, fixed)
+    grid = _grid_in_option_keys(args.grid)
+    _check_fixed_not_gridded(grid, fixed)
     res = run_sweep(
         args.config,
-        args.grid,
+        grid,
         out_dir=args.out,
         backend=args.backend,
         workers=args.workers,
@@ -553,6 +555,26 @@ def cmd_sweep(args) -> int:
         names = (os.path.basename(f) + ("/" if os.path.isdir(f) else "") for f in res.files)
         print(f"written to {folder_shown(args.out)}: " + ", ".join(names))
     return _sweep_status(res)
+
+
+def _grid_in_option_keys(grid: list[str] | None) -> list[str] | None:
+    """`--grid` specs with each simulate flag's spelling as the option it sets
+    (`max-time=1,2` is `max_time_s=1,2`): a grid's keys are the options' names, which some
+    flags spell otherwise. `exact`, a switch with no values, is refused naming `fast`."""
+    from ..analysis.grid import grid_keys  # noqa: PLC0415
+    from .simulate import simulate_parser  # noqa: PLC0415
+
+    if grid is None:
+        return None
+    keys = flag_keys(simulate_parser(), set(grid_keys()))
+    out = []
+    for item in grid:
+        given, sep, values = item.partition("=")
+        spelled = given.strip().replace("-", "_")
+        if spelled == "exact":
+            raise ConfigError("grid key 'exact': --exact is a switch; grid fast=false (as --exact) or fast=true,false")
+        out.append(f"{keys[spelled]}={values}" if sep and spelled in keys else item)
+    return out
 
 
 def _check_fixed_not_gridded(grid, fixed: dict) -> None:
@@ -1071,8 +1093,9 @@ def register(sub) -> None:
         action="append",
         metavar="KEY=VALUES",
         help="one key per --grid, repeated for each key, e.g. --grid policy=sarathi,orca,vllm "
-        "--grid load=0.5:1.2:8 --grid seed=0,1 (or rate=1:20:20 instead of load: not both); a key may be "
-        "a flag's alias (scheduler, max-num-batched-tokens, max-num-seqs, enable-prefix-caching)",
+        "--grid load=0.5:1.2:8 --grid seed=0,1 (or rate=1:20:20 instead of load: not both); a key is an "
+        "option's config name or any simulate flag's spelling (max-time, think-time, scheduler, "
+        "max-num-batched-tokens, ...; fast=false for --exact)",
     )
     g.add_argument("--out", default="sweep", help="output folder (default sweep)")
     g.add_argument(

@@ -17,7 +17,7 @@ import sys
 
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.errors import ConfigError, closest
-from ..core.names import option_flags
+from ..core.names import OPTION_ALIASES, option_flags
 from ..policies.spec import SchedulerSpec
 
 DEFAULTS = SchedulerSpec()
@@ -376,6 +376,23 @@ def flag_of(key: str) -> str:
     return FLAG_OF_KEY.get(key, "--" + key.replace("_", "-"))
 
 
+def flag_keys(parser: argparse.ArgumentParser, known) -> dict[str, str]:
+    """`parser`'s long flags spelled as keys (`max_time`) -> the option of `known` each
+    sets (`max_time_s`): the flag's dest, or the option its dest is an alias of
+    (OPTION_ALIASES). Read from the parser, so a flag added there is in it. Left out: the
+    spellings that name their option already, as such or by OPTION_ALIASES."""
+    out = {}
+    for action in parser._actions:
+        key = OPTION_ALIASES.get(action.dest, action.dest)
+        if key not in known:
+            continue
+        for flag in action.option_strings:
+            spelled = flag[2:].replace("-", "_")
+            if flag.startswith("--") and OPTION_ALIASES.get(spelled, spelled) != key:
+                out[spelled] = key
+    return out
+
+
 def is_given(value) -> bool:
     """Whether an option's argparse value means it was given: not None (no value) and not
     False (a store_true flag left off). `not in (None, False)` took a given 0 or 0.0 for
@@ -439,7 +456,7 @@ def sim_overrides(args, parse: bool = True) -> dict:
         out["slo"] = key_values(args.request_slo, "--slo") if parse else args.request_slo
     if getattr(args, "exact", False):
         out["fast"] = False
-    if getattr(args, "steps", False):
+    if getattr(args, "record_steps", False):
         out["record_steps"] = True
     return out
 

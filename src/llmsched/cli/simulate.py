@@ -14,6 +14,7 @@ from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import check_run_dir
 from .common import (
+    Parser,
     add_cost_model_arg,
     add_scheduler_args,
     add_workload_args,
@@ -76,7 +77,7 @@ def cmd_simulate(args) -> int:
     # whether a flag applies at all, before what it needs (--out): adding the --out that a
     # refusal asked for must not meet a second refusal of the same flag
     one_server = not (args.serverless or args.network or args.replicas)
-    if args.steps and not args.out and one_server:
+    if args.record_steps and not args.out and one_server:
         raise ConfigError("--steps writes steps.csv into the output folder: give --out DIR")
     if args.parquet:
         if not one_server:
@@ -157,7 +158,7 @@ def _simulate_network(args) -> int:
     from ..api import build_config, cluster_network  # noqa: PLC0415
     from ..sim.network_result import simulate_network  # noqa: PLC0415
 
-    if args.steps:
+    if args.record_steps:
         raise ConfigError("--steps is for one server; a network writes calls.csv and per-replica outputs")
     if args.network:
         declared = args.declared["network"]
@@ -206,7 +207,7 @@ def _simulate_serverless(args) -> int:
     from ..sim.serverless_result import simulate_serverless  # noqa: PLC0415
 
     declared = args.declared["serverless"]
-    if args.network or args.replicas or args.router or args.steps:
+    if args.network or args.replicas or args.router or args.record_steps:
         raise ConfigError(
             f"{declared} declares the whole platform; --network, --replicas, --router and --steps do not apply"
         )
@@ -459,6 +460,13 @@ def cmd_plot(args) -> int:
 COMMANDS = ("simulate", "schedulers", "plot")  # what `register` adds
 
 
+def simulate_parser() -> Parser:
+    """simulate's parser alone: its flags are the options a sweep's grid may set."""
+    sub = Parser().add_subparsers()
+    register(sub)
+    return sub.choices["simulate"]
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "simulate",
@@ -515,7 +523,9 @@ def register(sub) -> None:
         "(default: the arrivals' span / 1000, doubled as needed, at most 4,096 samples a series)",
     )
     g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
-    g.add_argument("--steps", action="store_true", help="also write steps.csv (one row per step)")
+    g.add_argument(
+        "--steps", action="store_true", dest="record_steps", help="also write steps.csv (one row per step)"
+    )
     g.add_argument(
         "--parquet",
         action="store_true",
