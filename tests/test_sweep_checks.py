@@ -9,6 +9,7 @@ from llmsched.analysis import sweep
 from llmsched.analysis.points import point_key, resolve_point
 from llmsched.analysis.sweep import run_sweep
 from llmsched.cli import main
+from llmsched.core.errors import ConfigError
 
 BASE = dict(cost_model="paper", prompt="geometric:200", output="geometric:101", num_requests=600)
 CLI = ["--cost-model", "paper", "--prompt", "geometric:200", "--output", "geometric:101"]
@@ -137,3 +138,42 @@ def test_a_seed_given_as_a_whole_float_is_the_same_point(tmp_path):
         fixed = {**BASE, "num_requests": 100}
         res = run_sweep(None, {"seed": [seed]}, out_dir=out, workers=1, progress=False, plots=False, **fixed)
         assert res.ran == ran
+
+
+# -- a fixed policy option over a grid of policies ------------------------------------------
+
+
+def test_a_fixed_admission_option_goes_to_the_grids_policies_that_take_it(tmp_path, capsys):
+    """`--grid admission=fcfs,twp --admission-option alpha=0.3` stopped at the FCFS point
+    (`fcfs: unknown option 'alpha'`): the option is TWP's; each point records its own."""
+    out = tmp_path / "sw"
+    argv = ["sweep", *CLI, "--num-requests", "20", "--grid", "admission=fcfs,twp", "--admission-option", "alpha=0.3"]
+    assert main([*argv, "--out", str(out), "--quiet", "--no-plots"]) == 0
+    ran = {}
+    for f in (out / "points").glob("*.json"):
+        c = json.loads(f.read_text())["config"]
+        ran[c["admission"]] = c["admission_options"]
+    assert ran == {"fcfs": {}, "twp": {"alpha": 0.3}}
+    rows = (out / "results.csv").read_text().splitlines()
+    assert len(rows) == 3 and '"{""alpha"": 0.3}"' in rows[2]
+    # the FCFS point is the one a sweep without the option runs: it resumes from it
+    res = run_sweep(None, {"admission": ["fcfs"]}, out_dir=out, workers=1, plots=False, **{**BASE, "num_requests": 20})
+    assert (res.ran, res.skipped) == (0, 1)
+    # an option no policy of the grid takes: one line before any point runs
+    bad = tmp_path / "bad"
+    assert main([*argv[:-4], "--grid", "admission=fcfs,spf", "--admission-option", "alpha=0.3", "--out", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "llmsched sweep: error: admission_options 'alpha': no admission policy of the grid takes it (fcfs, spf)"
+    ]
+    assert not bad.exists()
+
+
+def test_a_fixed_policy_option_goes_to_the_grids_policies_that_take_it():
+    cfgs = {
+        p: resolve_point(None, {**BASE, "policy_options": {"cost": "paper"}}, {"policy": p})
+        for p in ("sarathi", "adaptive")
+    }
+    assert cfgs["sarathi"].policy_options == {} and cfgs["adaptive"].policy_options == {"cost": "paper"}
+    with pytest.raises(ConfigError, match="policy_options 'cost': no batch policy of the grid takes it"):
+        run_sweep(None, {"policy": ["sarathi", "orca"]}, plots=False, policy_options={"cost": "paper"}, **BASE)

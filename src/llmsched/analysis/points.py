@@ -33,6 +33,7 @@ from ..policies import (
     ADMISSION_POLICIES,
     BATCH_POLICIES,
     policy_base_name,
+    takes_option,
 )
 from ..theory import capacity, requests_per_rate, workload_mix
 from ..theory.means import cached_workload_mix, region_prefill_cap, sample_key
@@ -133,6 +134,7 @@ def resolve_point(config=None, fixed: dict | None = None, params: dict | None = 
     # arrival names (poisson:5), as it replaces --rate
     rate = over.pop("rate", None) if params and params.get("rate") is not None else None
     cfg = build_config(config, **over)
+    _keep_options_taken(cfg, params or {})
     if load is not None:
         check_rate_settable(cfg, "load")
         lam = critical_arrival_rate_of(cfg)
@@ -142,6 +144,39 @@ def resolve_point(config=None, fixed: dict | None = None, params: dict | None = 
     if rate is not None:
         cfg = build_config(cfg, workload=without_inline_rate(cfg.given_workload()), rate=rate)
     return cfg
+
+
+# a grid key naming a policy -> its kind and the key of its options
+_POLICY_OPTIONS = {"admission": ("admission", "admission_options"), "policy": ("batch", "policy_options")}
+
+
+def _keep_options_taken(cfg, params: dict) -> None:
+    """At a point whose policy the grid sets (and not its options), the fixed options
+    (a flag's, the config's) that this policy takes: `--admission-option alpha=0.3` over
+    `admission=fcfs,twp` is TWP's, and FCFS takes no options. The point's config records
+    the options it ran with. `check_options_taken` refuses an option no policy takes."""
+    for key, (kind, options_key) in _POLICY_OPTIONS.items():
+        options = getattr(cfg, options_key)
+        if key in params and options_key not in params and options:
+            name = getattr(cfg, key)
+            setattr(cfg, options_key, {k: v for k, v in options.items() if takes_option(kind, name, k)})
+
+
+def check_options_taken(config, fixed: dict, grid: dict) -> None:
+    """A fixed policy option (a flag's, the config's) that no policy of the grid's list
+    takes: one line before any point runs (each point keeps those its policy takes)."""
+    for key, (kind, options_key) in _POLICY_OPTIONS.items():
+        if key not in grid or options_key in grid:
+            continue
+        options = fixed.get(options_key)
+        if options is None:  # (a fixed mapping replaces the config's, as on simulate's command line)
+            options = getattr(build_config(config), options_key)
+        names = grid[key]
+        for option in sorted(options or {}):
+            if not any(takes_option(kind, name, option) for name in names):
+                raise ConfigError(
+                    f"{options_key} {option!r}: no {kind} policy of the grid takes it ({', '.join(map(str, names))})"
+                )
 
 
 def check_rate_settable(cfg, what: str) -> None:

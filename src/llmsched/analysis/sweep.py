@@ -37,7 +37,7 @@ from ..core.paths import begin_sweep_write, check_out_dir, check_run_dir, end_sw
 from ..sim.result import check_inputs_not_replaced
 from .figures import plot_sweep
 from .grid import NON_GROUP_KEYS, expand_grid, grid_keys, parse_grid, parse_slo, parse_values
-from .points import KEY_VERSION, check_point, critical_rate_of, point_key, resolve_point, run_point
+from .points import KEY_VERSION, check_options_taken, check_point, critical_rate_of, point_key, resolve_point, run_point
 from .runner import Backend, Progress, Runner, Store
 from .search import SearchSettings, search_groups, search_rates
 from .tables import point_row, write_search, write_table
@@ -169,6 +169,7 @@ def run_sweep(
         traces: dict = {}
         for p, c in zip(points, cfgs):
             check_point(c, traces, p)
+    check_options_taken(config, fixed, g)  # (each point keeps those its policy takes)
 
     resolved = cfgs if not search else [resolve_point(config, fixed, gr.params) for gr in groups]
     if out_dir is not None:

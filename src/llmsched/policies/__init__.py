@@ -304,13 +304,23 @@ def _check_option_names(what: str, name: str, factory, options: dict) -> None:
         raise unknown_option(what, name, unknown, known)
 
 
-def _inline_option_names(cls) -> tuple[str, ...] | None:
-    """The option names a batch policy spec may give inline: the class's `option_names`
-    if it sets them, else its `__init__`'s keyword parameters (the names `policy_options`
-    are checked against); None when it takes **options (any identifier is a name)."""
+def takes_option(kind: str, name: str, option: str) -> bool:
+    """Whether the `kind` ("batch" or "admission") policy `name` takes `option`: it names
+    it (`_option_names`), or takes any (**options, which it checks itself). A sweep gives
+    a fixed option to the points of the grid's policies that take it."""
+    base = str(name).partition(":")[0] if kind == "batch" else name  # (a batch policy's inline options)
+    names = _option_names(_lookup(base, kind), "option_names" if kind == "batch" else "OPTIONS")
+    return names is None or option in names
+
+
+def _option_names(cls, listed: str = "option_names") -> tuple[str, ...] | None:
+    """The option names a policy takes: the tuple its class sets as `listed` (a batch
+    policy's `option_names`, which its spec may give inline; an admission policy's
+    `OPTIONS`), else its factory's keyword parameters (the names `policy_options` are
+    checked against); None when it takes **options (any identifier is a name)."""
     import inspect  # noqa: PLC0415
 
-    names = getattr(cls, "option_names", None)
+    names = getattr(cls, listed, None)
     if names is not None:
         return tuple(names)
     try:
@@ -329,7 +339,7 @@ def _policy_options(cls, text: str, spec: str) -> dict:
     `adaptive:cost=paper:c=11.28,a=35.47` keeps the cost spec whole)."""
     import json  # noqa: PLC0415
 
-    names = _inline_option_names(cls)
+    names = _option_names(cls)
     out: dict[str, Any] = {}
     last = None
     for part in text.split(","):
@@ -420,6 +430,7 @@ def list_policies() -> list[tuple[str, str, str]]:
 
 __all__ = [
     "admission_takes",
+    "takes_option",
     "AdmissionPolicy",
     "BatchPolicy",
     "Planner",
