@@ -166,3 +166,22 @@ def test_a_replay_past_one_request_a_nanosecond_is_refused(drift, capsys):
     one_line_error(capsys, [*synthetic, "--rate", "1e9", "--time-scale", "1000", "--out", ""], "offers 1e+12 req/s")
     one_line_error(capsys, ["simulate", "--trace", drift, "--rate", "1e10", "--out", ""], "at most 1e+09")
     one_line_error(capsys, ["simulate", "--trace", drift, "--time-scale", "1e12", "--out", ""], "mean rate of")
+
+
+def test_a_traces_own_burst_within_a_nanosecond_replays_as_one_timestamps(tmp_path):
+    """4 arrivals within 1 ns (a mean rate of 1e10 req/s) were refused at time_scale 1,
+    while the same burst at one timestamp ran: on the ns clock both are one burst, in the
+    trace's order. Only a time scale that speeds the replay past 1e9 req/s is refused."""
+    prompts, outputs = np.array([40, 10, 30, 20]), np.array([2, 5, 3, 4])  # (their order shows)
+    close, same = str(tmp_path / "close.csv"), str(tmp_path / "same.csv")
+    Trace(np.array([0.0, 1e-10, 2e-10, 3e-10]), prompts, outputs).to_csv(close)
+    Trace(np.zeros(4), prompts, outputs).to_csv(same)
+    runs = [simulate(trace=t, cost_model="const:1", verdict=False) for t in (close, same)]
+    columns = [r.request_columns() for r in runs]
+    assert columns[0]["arrival_s"].tolist() == [0.0] * 4
+    assert columns[0]["prompt_tokens"].tolist() == prompts.tolist()
+    for name in ("id", "output_tokens", "ttft_s", "e2e_s"):
+        assert columns[0][name].tolist() == columns[1][name].tolist()
+    assert len(make_trace(WorkloadSpec(trace=close, time_scale=0.5))) == 4  # slowed, still past 1e9
+    with pytest.raises(ConfigError, match=r"4 requests replayed at time_scale 2 arrive at a mean rate of 2e\+10"):
+        make_trace(WorkloadSpec(trace=close, time_scale=2))

@@ -523,9 +523,7 @@ def register(sub) -> None:
         "(default: the arrivals' span / 1000, doubled as needed, at most 4,096 samples a series)",
     )
     g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
-    g.add_argument(
-        "--steps", action="store_true", dest="record_steps", help="also write steps.csv (one row per step)"
-    )
+    g.add_argument("--steps", action="store_true", dest="record_steps", help="also write steps.csv (one row per step)")
     g.add_argument(
         "--parquet",
         action="store_true",

@@ -928,9 +928,11 @@ def replay_cut(
       mean rate R by that head's own rate, all come at or before D (R to rounding). For a
       trace starting at 0 (Azure) that is floor(R * D) + 1 requests, the last at
       (n - 1) / R; a trace starting later keeps its (scaled) offset.
-    A rate needs two requests at different times: fewer is a ConfigError, and so is a
-    replayed part whose mean rate passes MAX_RATE (one request a nanosecond, the
-    simulator's clock tick)."""
+    A rate needs two requests at different times: fewer is a ConfigError, and so is a rate
+    asked for past MAX_RATE (one request a nanosecond, the simulator's clock tick): `rate`,
+    or a time_scale > 1 that speeds the replayed part past it. The trace's own times
+    (time_scale <= 1) are replayed whatever their rate: arrivals closer than a ns share
+    one, in the trace's order, as a burst at one timestamp does."""
     arrival = np.asarray(arrival, dtype=np.float64)
     cap = len(arrival) if num_requests is None else min(len(arrival), int(num_requests))
     if rate is None:
@@ -940,11 +942,10 @@ def replay_cut(
             with np.errstate(over="ignore"):  # a tiny time_scale: times past any float are inf
                 n = min(n, int(np.searchsorted(arrival / k, duration_s, side="right")))
         replayed = mean_rate(arrival[:n]) * k
-        if replayed > MAX_RATE:
-            scaled = f" at time_scale {k:g}" if k != 1.0 else ""
+        if k > 1.0 and replayed > MAX_RATE:
             raise ConfigError(
-                f"the {n:,} requests replayed{scaled} arrive at a mean rate of {replayed:.3g} req/s, over "
-                f"{MAX_RATE:g} (one a nanosecond, the simulator's clock tick)"
+                f"the {n:,} requests replayed at time_scale {k:g} arrive at a mean rate of {replayed:.3g} req/s, "
+                f"over {MAX_RATE:g} (one a nanosecond, the simulator's clock tick)"
             )
         return k, n
     if rate > MAX_RATE:
