@@ -26,7 +26,7 @@ from .core.constraints import check_prefix_block_size, k_max_binds
 from .core.cost import make_cost_model, recorded_cost_model
 from .core.errors import ConfigError, InputWarning, check_known, warn
 from .core.paths import check_out_dir, check_run_dir
-from .core.request import NS, check_seconds
+from .core.request import NS, check_sample_interval, check_seconds
 from .core.version import __version__
 from .core.yamlfile import read_yaml
 from .policies import admission_takes, policy_base_name, scheduler_policy_capacity
@@ -413,8 +413,9 @@ def _check_types(cfg: SimConfig) -> None:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}") from None
             v = int(fv)
         setattr(cfg, name, int(v))
-    for name in ("max_time_s", "sample_interval_s"):  # (seconds as a float: 60 and 60.0 are one value)
-        setattr(cfg, name, option_number(name, check_seconds(name, getattr(cfg, name)), floats=(name,)))
+    times = {"max_time_s": lambda v: check_seconds("max_time_s", v), "sample_interval_s": check_sample_interval}
+    for name, check in times.items():  # (seconds as a float: 60 and 60.0 are one value)
+        setattr(cfg, name, option_number(name, check(getattr(cfg, name)), floats=(name,)))
     if isinstance(cfg.block_size, np.integer):  # a numpy integer is an integer here
         cfg.block_size = int(cfg.block_size)
     cfg.block_size = check_prefix_block_size(cfg.block_size)
