@@ -717,6 +717,7 @@ def _loading_commands(model, tmp_path):
     return [
         ["generate", "--model", str(model), "--prompt", "x"],
         ["validate", "--model", str(model), "--trace", str(trace), "--quiet"],
+        ["profile", "--model", str(model), "--out", str(tmp_path / "p.csv"), "--quiet"],
         ["serve", "--backend", "engine", "--model", str(model), "--port", "0"],
     ]
 
@@ -725,7 +726,7 @@ def test_a_config_of_more_layers_than_the_checkpoint_is_one_line_before_any_mode
     tmp_path, tiny_model, capsys, monkeypatch
 ):
     """num_hidden_layers 20,000 over 2 layers of weights: a meta model of 20,000 layers
-    (16 s here) was built before the refusal."""
+    (14 s here) was built before the refusal."""
     import shutil
 
     from helpers import one_line_error
@@ -743,3 +744,18 @@ def test_a_config_of_more_layers_than_the_checkpoint_is_one_line_before_any_mode
     monkeypatch.setattr(CausalLM, "__init__", no_model)
     for argv in _loading_commands(folder, tmp_path):
         one_line_error(capsys, argv, "weights of 2 layers", "num_hidden_layers 20,000")
+
+
+def test_an_allocation_failure_while_loading_is_one_line(tmp_path, tiny_model, capsys, monkeypatch):
+    """The memory check passed and the allocator then refused (memory in use elsewhere):
+    a RuntimeError traceback."""
+    from helpers import one_line_error
+
+    import llmsched.engine.runner as runner
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1024 bytes.")
+
+    monkeypatch.setattr(runner, "load_weights", refuse)
+    for argv in _loading_commands(tiny_model, tmp_path):
+        one_line_error(capsys, argv, f"cannot allocate the weights of model folder {tiny_model}", "bytes")

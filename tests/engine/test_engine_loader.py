@@ -288,7 +288,7 @@ def test_far_more_layers_in_the_config_than_in_the_checkpoint_are_refused_before
     tmp_path, tiny_model, monkeypatch
 ):
     """num_hidden_layers 20,000 over a checkpoint of 2 layers built a meta model of 20,000
-    layers (16 s here) before the check named the weights missing."""
+    layers (14 s here) before the check named the weights missing."""
     from llmsched.engine import LLM
     from llmsched.engine.model import CausalLM
 
@@ -336,3 +336,56 @@ def test_the_shapes_checked_are_the_models(changes):
     for i in range(cfg.num_layers):
         shapes.update({f"layers.{i}.{name}": shape for name, shape in _layer_shapes(cfg).items()})
     assert shapes == model
+
+
+def _out_of_memory(kind: str):
+    import torch
+
+    if kind == "cpu":
+        return RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 1024 bytes. Error code 12 (Cannot allocate memory)"
+        )
+    if kind == "mmap":  # safetensors mapping the file (seen under ulimit -v)
+        return RuntimeError("unable to mmap 1024 bytes from file <model.safetensors>: Cannot allocate memory (12)")
+    return torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+
+
+@pytest.mark.parametrize(
+    "kind, where",
+    [
+        ("cpu", "runner.CausalLM"),
+        ("cuda", "runner.CausalLM"),
+        ("cpu", "runner.load_weights"),
+        ("cuda", "runner.load_weights"),
+        ("mmap", "loader._open_weights"),
+    ],
+)
+def test_an_allocation_that_fails_after_the_memory_check_is_one_line(tiny_model, monkeypatch, kind, where):
+    """Memory in use elsewhere: the check said the weights fit, the allocator then refused
+    them, and the RuntimeError (or torch.OutOfMemoryError) was a traceback."""
+    import llmsched.engine.loader as loader
+    import llmsched.engine.runner as runner
+    from llmsched.engine import LLM
+
+    def refuse(*args, **kwargs):
+        raise _out_of_memory(kind)
+
+    module, name = where.split(".")
+    monkeypatch.setattr({"runner": runner, "loader": loader}[module], name, refuse)
+    need = loader.read_config(tiny_model).num_params() * 4
+    with pytest.raises(ConfigError, match=f"cannot allocate the weights of model folder {tiny_model}.*{need:,} bytes"):
+        LLM(tiny_model)
+
+
+def test_other_runtime_errors_while_loading_are_not_called_memory(tiny_model, monkeypatch):
+    """Only the allocator's refusals are said to be memory: another failure is not hidden."""
+    import llmsched.engine.runner as runner
+    from llmsched.engine import LLM
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("an internal failure")
+
+    monkeypatch.setattr(runner, "load_weights", broken)
+    with pytest.raises(RuntimeError, match="an internal failure"):
+        LLM(tiny_model)
