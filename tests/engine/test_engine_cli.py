@@ -709,3 +709,53 @@ def test_generate_refuses_text_that_is_not_utf8(tiny_model, capsys):
         assert main([*argv, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and what in err and "byte 0xff" in err, err
+
+
+def _loading_commands(model, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n")
+    return [
+        ["generate", "--model", str(model), "--prompt", "x"],
+        ["validate", "--model", str(model), "--trace", str(trace), "--quiet"],
+        ["profile", "--model", str(model), "--out", str(tmp_path / "p.csv"), "--quiet"],
+        ["serve", "--backend", "engine", "--model", str(model), "--port", "0"],
+    ]
+
+
+def test_a_config_of_more_layers_than_the_checkpoint_is_one_line_before_any_model(
+    tmp_path, tiny_model, capsys, monkeypatch
+):
+    """num_hidden_layers 20,000 over 2 layers of weights: a meta model of 20,000 layers
+    (14 s here) was built before the refusal."""
+    import shutil
+
+    from helpers import one_line_error
+
+    from llmsched.engine.model import CausalLM
+
+    folder = tmp_path / "deep"
+    shutil.copytree(tiny_model, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 20_000}))
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before the checkpoint was checked")
+
+    monkeypatch.setattr(CausalLM, "__init__", no_model)
+    for argv in _loading_commands(folder, tmp_path):
+        one_line_error(capsys, argv, "weights of 2 layers", "num_hidden_layers 20,000")
+
+
+def test_an_allocation_failure_while_loading_is_one_line(tmp_path, tiny_model, capsys, monkeypatch):
+    """The memory check passed and the allocator then refused (memory in use elsewhere):
+    a RuntimeError traceback."""
+    from helpers import one_line_error
+
+    import llmsched.engine.runner as runner
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1024 bytes.")
+
+    monkeypatch.setattr(runner, "load_weights", refuse)
+    for argv in _loading_commands(tiny_model, tmp_path):
+        one_line_error(capsys, argv, f"cannot allocate the weights of model folder {tiny_model}", "bytes")

@@ -193,6 +193,7 @@ def test_a_weight_in_two_files_is_refused(tmp_path, tiny_model):
         ("model.layers.0.mlp.q_proj.weight", "model.layers.0.self_attn.q_proj.weight"),
         ("model.layers.1.self_attn.down_proj.weight", "model.layers.1.mlp.down_proj.weight"),
         ("model.layers.0.o_proj.weight", "model.layers.0.self_attn.o_proj.weight"),
+        ("model.layers.01.input_layernorm.weight", "model.layers.1.input_layernorm.weight"),
     ],
 )
 def test_a_weight_under_the_wrong_module_is_unexpected(tmp_path, tiny_model, wrong, right):
@@ -281,3 +282,110 @@ def test_config_fields_of_the_wrong_type_are_named():
     assert (cfg.tie_word_embeddings, cfg.mlp_bias) == (False, True)
     with pytest.raises(ConfigError, match="mlp_bias must be true or false, got 2"):
         parse_config({**base, "mlp_bias": 2})
+
+
+def test_far_more_layers_in_the_config_than_in_the_checkpoint_are_refused_before_building_a_model(
+    tmp_path, tiny_model, monkeypatch
+):
+    """num_hidden_layers 20,000 over a checkpoint of 2 layers built a meta model of 20,000
+    layers (14 s here) before the check named the weights missing."""
+    from llmsched.engine import LLM
+    from llmsched.engine.model import CausalLM
+
+    folder = _copy(tiny_model, tmp_path / "deep")
+    _edit_config(folder, num_hidden_layers=20_000)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before the checkpoint was checked")
+
+    monkeypatch.setattr(CausalLM, "__init__", no_model)
+    message = r"lacks weight 'model.layers.2\..*weights of 2 layers.*num_hidden_layers 20,000"
+    with pytest.raises(ConfigError, match=message):
+        LLM(folder)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"tie_word_embeddings": True},
+        {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"},
+        {"attention_bias": True, "mlp_bias": True, "head_dim": 8, "num_key_value_heads": 1},
+    ],
+)
+def test_the_shapes_checked_are_the_models(changes):
+    """check_weights works from the config's sizes, without a model: they must be the
+    parameters engine.model.CausalLM makes."""
+    from llmsched.engine.loader import _layer_shapes, _top_shapes, parse_config
+    from llmsched.engine.model import CausalLM
+
+    base = {
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    }
+    cfg = parse_config({**base, **changes})
+    model = {name: tuple(p.shape) for name, p in CausalLM(cfg, device="meta").named_parameters()}
+    shapes = dict(_top_shapes(cfg))
+    if cfg.tie_word_embeddings:
+        del shapes["lm_head.weight"]  # (a tied checkpoint's lm_head.weight is still taken)
+    for i in range(cfg.num_layers):
+        shapes.update({f"layers.{i}.{name}": shape for name, shape in _layer_shapes(cfg).items()})
+    assert shapes == model
+
+
+def _out_of_memory(kind: str):
+    import torch
+
+    if kind == "cpu":
+        return RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 1024 bytes. Error code 12 (Cannot allocate memory)"
+        )
+    if kind == "mmap":  # safetensors mapping the file (seen under ulimit -v)
+        return RuntimeError("unable to mmap 1024 bytes from file <model.safetensors>: Cannot allocate memory (12)")
+    return torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+
+
+@pytest.mark.parametrize(
+    "kind, where",
+    [
+        ("cpu", "runner.CausalLM"),
+        ("cuda", "runner.CausalLM"),
+        ("cpu", "runner.load_weights"),
+        ("cuda", "runner.load_weights"),
+        ("mmap", "loader._open_weights"),
+    ],
+)
+def test_an_allocation_that_fails_after_the_memory_check_is_one_line(tiny_model, monkeypatch, kind, where):
+    """Memory in use elsewhere: the check said the weights fit, the allocator then refused
+    them, and the RuntimeError (or torch.OutOfMemoryError) was a traceback."""
+    import llmsched.engine.loader as loader
+    import llmsched.engine.runner as runner
+    from llmsched.engine import LLM
+
+    def refuse(*args, **kwargs):
+        raise _out_of_memory(kind)
+
+    module, name = where.split(".")
+    monkeypatch.setattr({"runner": runner, "loader": loader}[module], name, refuse)
+    need = loader.read_config(tiny_model).num_params() * 4
+    with pytest.raises(ConfigError, match=f"cannot allocate the weights of model folder {tiny_model}.*{need:,} bytes"):
+        LLM(tiny_model)
+
+
+def test_other_runtime_errors_while_loading_are_not_called_memory(tiny_model, monkeypatch):
+    """Only the allocator's refusals are said to be memory: another failure is not hidden."""
+    import llmsched.engine.runner as runner
+    from llmsched.engine import LLM
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("an internal failure")
+
+    monkeypatch.setattr(runner, "load_weights", broken)
+    with pytest.raises(RuntimeError, match="an internal failure"):
+        LLM(tiny_model)

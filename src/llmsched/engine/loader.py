@@ -351,35 +351,98 @@ def _open_weights(path: Path):
         raise ConfigError(f"cannot read weights {path}: {e}") from None
 
 
+def _shard_rows(cfg: ModelConfig, module: str, shard: int) -> tuple[int, int]:
+    """(first row, rows) of a fused projection's shard: q/k/v of qkv_proj, gate/up of gate_up_proj."""
+    q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
+    offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
+    return offsets[module][shard]
+
+
 def _slot(params: dict, name: str, shard, cfg: ModelConfig):
     """The tensor a checkpoint weight fills: the parameter, or its slice of a fused one."""
     dst = params[name].data
     if shard is None:
         return dst
-    q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
-    offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
-    off, size = offsets[name.split(".")[2]][shard]
-    return dst.narrow(0, off, size)
+    return dst.narrow(0, *_shard_rows(cfg, name.split(".")[2], shard))
 
 
-def check_weights(model, model_dir) -> list[tuple[Path, list[tuple[str, str, int | None]]]]:
-    """The checkpoint's weights, checked against `model` from the files' headers alone (no
-    tensor is read, and `model` may be on the meta device: a config.json whose sizes are
-    absurd is refused before anything that large is allocated): every weight known, set
-    once, of the shape the config implies, none missing. Returns, per file, its weights as
-    (checkpoint name, our parameter name, fused shard)."""
-    cfg = model.config
-    params = dict(model.named_parameters())
-    expected = set()
-    for name in params:
-        if name.endswith("qkv_proj.weight") or name.endswith("qkv_proj.bias"):
-            expected.update((name, i) for i in range(3))
-        elif name.endswith("gate_up_proj.weight") or name.endswith("gate_up_proj.bias"):
-            expected.update((name, i) for i in range(2))
-        else:
-            expected.add((name, None))
+def _top_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The parameters outside the layers and their shapes, as `engine.model.CausalLM` makes
+    them; lm_head.weight whether or not it is tied (a tied checkpoint may hold one too)."""
+    v, h = cfg.vocab_size, cfg.hidden_size
+    return {"embed_tokens.weight": (v, h), "norm.weight": (h,), "lm_head.weight": (v, h)}
+
+
+def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """One decoder layer's parameters (names under `layers.<i>.`) and their shapes, as
+    `engine.model.DecoderLayer` makes them."""
+    h, inter, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.q_size, cfg.kv_size
+    shapes = {
+        "input_layernorm.weight": (h,),
+        "qkv_proj.weight": (q + 2 * kv, h),
+        "o_proj.weight": (h, q),
+        "post_attention_layernorm.weight": (h,),
+        "gate_up_proj.weight": (2 * inter, h),
+        "down_proj.weight": (h, inter),
+    }
+    if cfg.qkv_bias:
+        shapes["qkv_proj.bias"] = (q + 2 * kv,)
+    if cfg.o_bias:
+        shapes["o_proj.bias"] = (h,)
+    if cfg.mlp_bias:
+        shapes.update({"gate_up_proj.bias": (2 * inter,), "down_proj.bias": (h,)})
+    return shapes
+
+
+def _layer_index(name: str, cfg: ModelConfig) -> int | None:
+    """The layer of one of our parameter names, None outside the layers (or for an index
+    the config has no layer of, or not written as the model names it: `layers.01`)."""
+    parts = name.split(".")
+    if parts[0] != "layers":
+        return None
+    index = parts[1]
+    if not index.isdecimal() or index != str(int(index)) or int(index) >= cfg.num_layers:
+        return None
+    return int(index)
+
+
+def _want_shape(cfg: ModelConfig, name: str, shard, layer_shapes: dict) -> tuple[int, ...] | None:
+    """The shape the config implies for a checkpoint weight that fills our parameter `name`
+    (its `shard` of a fused one), from the config's sizes alone; None: no such parameter."""
+    if name.startswith("layers."):
+        if _layer_index(name, cfg) is None:
+            return None
+        module_leaf = name.split(".", 2)[2]
+        shape = layer_shapes.get(module_leaf)
+        if shape is None or shard is None:
+            return shape
+        return (_shard_rows(cfg, module_leaf.split(".")[0], shard)[1], *shape[1:])
+    return _top_shapes(cfg).get(name)
+
+
+def _expected(cfg: ModelConfig, layer_shapes: dict) -> set:
+    """Every (parameter, fused shard) a checkpoint must fill (one entry per layer weight:
+    as many as the config has layers)."""
+    shards = {"qkv_proj": 3, "gate_up_proj": 2}  # fused: a checkpoint weight per shard
+    per_layer = []
+    for name in layer_shapes:
+        n = shards.get(name.split(".")[0])
+        per_layer += [(name, None)] if n is None else [(name, i) for i in range(n)]
+    expected = {(name, None) for name in _top_shapes(cfg)}
     if cfg.tie_word_embeddings:
         expected.discard(("lm_head.weight", None))
+    expected.update((f"layers.{layer}.{name}", shard) for layer in range(cfg.num_layers) for name, shard in per_layer)
+    return expected
+
+
+def check_weights(cfg: ModelConfig, model_dir) -> list[tuple[Path, list[tuple[str, str, int | None]]]]:
+    """The checkpoint's weights, checked against the config from the files' headers and the
+    config's sizes alone (no tensor is read and no model built: a config.json whose sizes or
+    layer count are absurd is refused before anything that large is allocated, or built
+    layer by layer): every weight known, set once, of the shape the config implies, none
+    missing. Returns, per file, its weights as (checkpoint name, our parameter name, fused
+    shard)."""
+    layer_shapes = _layer_shapes(cfg)
     loaded = {}  # (parameter, shard) -> (checkpoint name, file) that set it
     plan = []
     for path in weight_files(model_dir):
@@ -389,26 +452,40 @@ def check_weights(model, model_dir) -> list[tuple[Path, list[tuple[str, str, int
                 if "rotary_emb" in hf_name:
                     continue
                 name, shard = _param_name(hf_name) or (None, None)
-                tied_head = name == "lm_head.weight" and cfg.tie_word_embeddings
-                if name not in params and not tied_head:
+                want = None if name is None else _want_shape(cfg, name, shard, layer_shapes)
+                if want is None:
                     raise ConfigError(
                         f"{path.name}: unexpected weight {hf_name!r} for a {cfg.arch} model with this config"
                     )
                 _check_not_loaded(loaded, (name, shard), hf_name, path.name)
                 loaded[(name, shard)] = (hf_name, path.name)
                 shape = tuple(f.get_slice(hf_name).get_shape())
-                want = (cfg.vocab_size, cfg.hidden_size) if tied_head else tuple(_slot(params, name, shard, cfg).shape)
                 if shape != want:
                     raise ConfigError(f"{path.name}: weight {hf_name!r} has shape {shape}, the config implies {want}")
                 entries.append((hf_name, name, shard))
         plan.append((path, entries))
-    missing = sorted(_hf_name(n, s) for n, s in expected - loaded.keys())
+    _check_layer_count(cfg, model_dir, loaded)
+    missing = sorted(_hf_name(n, s) for n, s in _expected(cfg, layer_shapes) - loaded.keys())
     if missing:
         raise ConfigError(
             f"model folder {model_dir} lacks weight {missing[0]!r}"
             + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
         )
     return plan
+
+
+def _check_layer_count(cfg: ModelConfig, model_dir, loaded: dict) -> None:
+    """A config of more layers than the checkpoint has weights of, said in those terms, and
+    before the missing weights are listed (as many as the config has layers)."""
+    layers = {_layer_index(name, cfg) for name, _ in loaded} - {None}
+    if len(layers) >= cfg.num_layers:
+        return
+    first = min(set(range(len(layers) + 1)) - layers)
+    raise ConfigError(
+        f"model folder {model_dir} lacks weight {_hf_name(f'layers.{first}.input_layernorm.weight', None)!r} "
+        f"and every other weight of {cfg.num_layers - len(layers):,} layers: its checkpoint has weights of "
+        f"{len(layers):,} layer{'' if len(layers) == 1 else 's'}, config.json's num_hidden_layers {cfg.num_layers:,}"
+    )
 
 
 def load_weights(model, model_dir, plan=None) -> None:
@@ -424,7 +501,7 @@ def load_weights(model, model_dir, plan=None) -> None:
     cfg = model.config
     params = dict(model.named_parameters())
     head = None  # a tied model's lm_head.weight from the checkpoint: (file name, tensor)
-    for path, entries in check_weights(model, model_dir) if plan is None else plan:
+    for path, entries in check_weights(cfg, model_dir) if plan is None else plan:
         with _open_weights(path) as f:
             for hf_name, name, shard in entries:
                 t = f.get_tensor(hf_name)

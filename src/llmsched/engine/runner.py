@@ -57,6 +57,19 @@ def physical_memory() -> int | None:
     return n if n > 0 else None
 
 
+# what torch's RuntimeErrors say when memory runs out: the CPU allocator's "can't
+# allocate memory", safetensors' "unable to mmap ...: Cannot allocate memory (12)", CUDA's
+# "CUDA error: out of memory" (the caching allocator raises torch.OutOfMemoryError)
+_OUT_OF_MEMORY = ("can't allocate memory", "cannot allocate memory", "out of memory")
+
+
+def _allocation_failed(e: BaseException) -> bool:
+    if isinstance(e, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(e).lower()
+    return any(words in text for words in _OUT_OF_MEMORY)
+
+
 def set_cpu_threads(n: int | None) -> int:
     """Set torch's intra-op threads; None: at most all cores but one (never raises it)."""
     if n is None:
@@ -153,17 +166,10 @@ class ModelRunner:
         self.decode_kernel = decode_kernel() if self.device.type == "cpu" and self.dtype == torch.float32 else None
         torch.manual_seed(seed)
         self.dtype_bytes = torch.empty((), dtype=self.dtype).element_size()
-        # the weights' size is checked against the memory, and then a config.json's sizes
-        # against the checkpoint, before the model is allocated (an absurd size was an
-        # allocator traceback, or the process killed under overcommit); the memory first,
-        # as even the meta model the checkpoint is checked on costs time and memory per layer
+        # the weights' size against the memory, then (in _load_model) config.json's sizes
+        # against the checkpoint: both before the model is allocated
         self._check_weights_fit()
-        plan = None if model_dir is None else check_weights(CausalLM(cfg, self.dtype, "meta"), model_dir)
-        self.model = CausalLM(cfg, self.dtype, self.device)
-        if model_dir is not None:
-            load_weights(self.model, model_dir, plan)
-        else:
-            self.model.init_random(seed)
+        self.model = self._load_model(model_dir, seed)
         self.model.eval()
         self.block_bytes = cfg.kv_bytes_per_token(self.dtype_bytes) * block_size
         self._kv_budget: float | None = None  # bytes the KV cache may take (set when sizing it)
@@ -188,6 +194,36 @@ class ModelRunner:
             self._check_cpu_cache_fits(num_blocks)
         self._allocate_cache(num_blocks)
         self.graphs = DecodeGraphs(self) if self.cuda and not enforce_eager else None
+
+    def _load_model(self, model_dir, seed: int) -> CausalLM:
+        """The model with its weights from `model_dir` (random without one). The memory
+        check passed, yet the allocator may still refuse (memory in use elsewhere): that is
+        one line naming the folder and the bytes, not the allocator's traceback."""
+        try:
+            # config.json's sizes against the checkpoint before the model is allocated (an
+            # absurd size was an allocator traceback, or the process killed under
+            # overcommit), from the files' headers and the config's arithmetic: a model,
+            # even on the meta device, is built layer by layer (seconds for a config of
+            # 20,000 layers over a checkpoint of 2)
+            plan = None if model_dir is None else check_weights(self.cfg, model_dir)
+            model = CausalLM(self.cfg, self.dtype, self.device)
+            if model_dir is None:
+                model.init_random(seed)
+            else:
+                load_weights(model, model_dir, plan)
+        except (RuntimeError, MemoryError) as e:
+            if not _allocation_failed(e):
+                raise
+            what = "the model's weights" if model_dir is None else f"the weights of model folder {model_dir}"
+            need = self.cfg.num_params() * self.dtype_bytes
+            size = f"{need:,} bytes" if need < 1 << 20 else f"{_gib(need)} ({need:,} bytes)"
+            where = "GPU" if self.cuda else "CPU"
+            smaller = ", or halve them with --dtype bfloat16" if self.dtype_bytes > 2 else ""
+            raise ConfigError(
+                f"cannot allocate {what}: they need {size} and the {where} ran out of memory loading them "
+                f"(in use elsewhere?); free some memory{smaller}"
+            ) from e
+        return model
 
     def _check_weights_fit(self) -> None:
         cfg = self.cfg
