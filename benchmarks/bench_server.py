@@ -36,7 +36,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "src"))
 sys.path.insert(0, HERE)  # _cli, also when a test loads this file by its path
 
-from _cli import comma_list, config_errors, fail, out_file, positive_float, positive_int, seed_int  # noqa: E402
+from _cli import comma_list, config_errors, fail, out_file, positive_float, positive_int, seed_int, write_json  # noqa: E402
 
 from llmsched.core import make_cost_model  # noqa: E402
 from llmsched.policies import make_scheduler  # noqa: E402
@@ -244,17 +244,14 @@ def make_tokenizer(out_dir: str, vocab_size: int = 2048) -> str:
     tok.train_from_iterator(corpus(), trainer)
     os.makedirs(out_dir, exist_ok=True)
     tok.save(os.path.join(out_dir, "tokenizer.json"))
-    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
-        json.dump(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "bos_token": "<s>",
-                "eos_token": "</s>",
-                "unk_token": "<unk>",
-                "model_max_length": 32768,
-            },
-            f,
-        )
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "model_max_length": 32768,
+    }
+    write_json(os.path.join(out_dir, "tokenizer_config.json"), config)
     return out_dir
 
 
@@ -500,19 +497,14 @@ def main() -> int:
         f"(target <= 10 ms)"
     )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "args": {k: v for k, v in vars(args).items()},
-                    "rate": rate,
-                    "figures": figures,
-                    "load_average": os.getloadavg(),
-                    "server": server,
-                },
-                f,
-                indent=2,
-                default=str,
-            )
+        summary = {
+            "args": {k: v for k, v in vars(args).items()},
+            "rate": rate,
+            "figures": figures,
+            "load_average": os.getloadavg(),
+            "server": server,
+        }
+        write_json(args.json, summary, indent=2, default=str)
     return 0
 
 

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import shutil
 import time
 
-from _cli import out_file, positive_float, positive_int
+from _cli import out_file, positive_float, positive_int, write_json
 
 from llmsched.analysis.sweep import run_sweep
 
@@ -119,8 +118,7 @@ def main(argv=None) -> int:
         results[b]["same_table_as_" + names[0]] = same
         print(f"{b} table identical to {names[0]}: {same}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json(a.json, results, indent=2)
     return 0
 
 

@@ -68,7 +68,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _cli import config_errors, out_file_in_new_folder, positive_float, positive_int, seed_int
+from _cli import config_errors, out_file_in_new_folder, positive_float, positive_int, seed_int, write_json
 from _memory import peak_rss_kb
 
 PEERS = ("sched-sim", "pyserq")
@@ -647,8 +647,7 @@ def _main() -> None:
         "rows": rows,
     }
     jpath = Path(args.json) if args.json else workdir / "compare_peers.json"
-    jpath.parent.mkdir(parents=True, exist_ok=True)  # e.g. under a --workdir made by this run
-    jpath.write_text(json.dumps(result, indent=2))
+    write_json(jpath, result, indent=2)  # (its folder made: e.g. under a --workdir made by this run)
     print(f"\nJSON: {jpath}")
     print(json.dumps(rows))
 

@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 
-from _cli import config_errors, out_file_in_new_folder, positive_int
+from _cli import config_errors, out_file_in_new_folder, positive_int, write_json
 
 from llmsched.policies import make_scheduler
 
@@ -203,8 +203,7 @@ class VllmWorker:
         with open(script, "w") as f:
             f.write(VLLM_SCRIPT)
         cfg_file = os.path.join(self.dir, "config.json")
-        with open(cfg_file, "w") as f:
-            json.dump(cfg, f)
+        write_json(cfg_file, cfg)
         self.stderr = open(os.path.join(self.dir, "stderr.txt"), "w+")
         self.timeout = args.vllm_timeout
         cpus = parse_cpus(args.cpus)
@@ -408,9 +407,7 @@ def main(argv=None) -> int:
         result = run(args)
     text = json.dumps(result, indent=2)
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        write_json(args.out, result, indent=2)  # (its folder made)
     print(text)
     return 0
 

@@ -361,3 +361,34 @@ def test_bench_serverless_json_under_a_new_keep_folder(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert {row["run"] for row in json.loads((keep / "sub" / "x.json").read_text())} >= {"fcfs", "twp"}
+
+
+def test_write_json_keeps_the_old_file_when_stopped(tmp_path):
+    """A result file written with a plain open and stopped midway was left truncated."""
+    cli = _bench_module("_cli")
+    path = tmp_path / "r.json"
+    path.write_text("old")
+
+    def stop(obj):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cli.write_json(path, {"a": 1, "b": object()}, default=stop)
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # (no temporary file left)
+    cli.write_json(tmp_path / "new" / "r.json", {"a": [1, 2]}, indent=1)  # (its folder made)
+    assert json.loads((tmp_path / "new" / "r.json").read_text()) == {"a": [1, 2]}
+
+
+@pytest.mark.parametrize("script", sorted({s for s, _ in OUT_FILES} | {"bench_server.py"}))
+def test_every_script_writes_its_json_whole(script):
+    """Through `_cli.write_json` (whole or not at all), not a plain `open` + `json.dump`."""
+    source = (BENCH / script).read_text()
+    assert "write_json(" in source
+    assert "json.dump(" not in source and "write_text(json.dumps" not in source
+
+
+def test_profile_step_writes_its_files_whole(tmp_path):
+    r = _run_profile_step(tmp_path, PROFILE_SMALL="1")
+    assert (tmp_path / "out" / "env.txt").read_text().startswith("device=cpu\n"), r.stderr
+    assert "open(os.path.join(OUT" not in (BENCH / "calibration" / "profile_step.py").read_text()
