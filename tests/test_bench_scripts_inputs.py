@@ -66,6 +66,12 @@ BAD = [
     ("bench_vs_sim_kv.py", "--kv-capacity", "0"),
     ("gpu_engine.py", "--requests", "0"),
     ("gpu_engine.py", "--rate", "-2"),
+    # (a ValueError traceback, or an OSError from sched_setaffinity after the model was written)
+    ("engine_cpu_throughput.py", "--cpus", "abc"),
+    ("engine_cpu_throughput.py", "--cpus", "-1"),
+    ("engine_cpu_throughput.py", "--cpus", "3-1"),
+    ("engine_cpu_throughput.py", "--cpus", "0,,1"),
+    ("engine_cpu_throughput.py", "--cpus", "4096"),
     # (a negative seed: numpy's traceback, some after minutes of work; now seed_int, as llmsched's)
     ("bench_server.py", "--seed", "-1"),
     ("bench_serverless.py", "--seed", "-1"),
@@ -148,6 +154,12 @@ REFUSED = [
     ("bench_server.py", ["--vllm", "/nonexistent/vllm"], "bench_server: no vLLM executable at /nonexistent/vllm"),
     ("bench_vs_sim_kv.py", ["--kv-capacity", "10"], "bench_vs_sim_kv: request 0 needs "),
     ("engine_cpu_throughput.py", ["--no-vllm", "--scheduler", "nosuch"], "engine_cpu_throughput: unknown"),
+    # (was found missing only after our engine's runs, the result an error entry, exit 0)
+    (
+        "engine_cpu_throughput.py",
+        ["--vllm-python", "/nonexistent/python"],
+        "engine_cpu_throughput: no vLLM interpreter at /nonexistent/python",
+    ),
     ("verdict_rates_sim.py", ["--policies", "sarathi", "nosuch"], "verdict_rates_sim: unknown batch policy 'nosuch'"),
 ]
 
