@@ -375,6 +375,27 @@ def test_bench_serverless_json_under_a_new_keep_folder(tmp_path):
     assert {row["run"] for row in json.loads((keep / "sub" / "x.json").read_text())} >= {"fcfs", "twp"}
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PROFILE_SECONDS", "abc"),
+        ("PROFILE_SECONDS", "-5"),
+        ("PROFILE_SECONDS", "0"),
+        ("PROFILE_SECONDS", "nan"),
+        ("PROFILE_SECONDS", "inf"),
+        ("PROFILE_SMALL", "yes"),
+        ("PROFILE_DEVICE", "gpu"),
+    ],
+)
+def test_profile_step_refuses_a_bad_setting_before_any_work(tmp_path, name, value):
+    """PROFILE_SECONDS=abc gave a ValueError traceback; PROFILE_SMALL=yes or
+    PROFILE_DEVICE=gpu were read as not set (a full-size run, or none: 'no CUDA device')."""
+    r = _run_profile_step(tmp_path, **{name: value})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"profile_step: {name}="), r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_write_json_keeps_the_old_file_when_stopped(tmp_path):
     """A result file written with a plain open and stopped midway was left truncated."""
     cli = _bench_module("_cli")
