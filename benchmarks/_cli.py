@@ -13,7 +13,7 @@ from pathlib import Path
 from llmsched.cli.common import positive_int  # noqa: F401 (the scripts' counts, as llmsched's)
 from llmsched.cli.engine import seed_int  # noqa: F401 (the scripts' seeds, as llmsched's)
 from llmsched.core.errors import ConfigError
-from llmsched.core.paths import atomic_write, check_out_file
+from llmsched.core.paths import atomic_write, check_out_dir, check_out_file
 
 
 def positive_float(text: str) -> float:
@@ -41,6 +41,17 @@ def out_file_in_new_folder(text: str) -> str:
 def _writable(text: str, *, make_parents: bool) -> str:
     try:
         check_out_file(text, make_parents=make_parents)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def out_dir(text: str) -> str:
+    """An argparse type: a folder the script writes into (made if missing), checked up
+    front (llmsched's own check): a file in its place or above it, or a folder that cannot
+    be made, is refused before the runs, not by a traceback during or after them."""
+    try:
+        check_out_dir(text)
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text

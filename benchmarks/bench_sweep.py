@@ -27,9 +27,10 @@ import os
 import shutil
 import time
 
-from _cli import out_file, positive_float, positive_int, write_json
+from _cli import config_errors, out_dir, out_file, positive_float, positive_int, write_json
 
 from llmsched.analysis.sweep import run_sweep
+from llmsched.core.paths import check_out_dir, check_run_dir
 
 POLICIES = ["fastertransformer", "vllm", "orca", "sarathi", "kfcfs"]
 BACKENDS = ("local1", "local", "ray")
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=positive_int, default=20000)
     ap.add_argument("--rates", type=_two_or_more, default=20, help="rates in the grid (at least 2)")
     ap.add_argument("--max-time-factor", type=positive_float, default=None)
-    ap.add_argument("--out", default="/tmp/bench_sweep")
+    ap.add_argument("--out", type=out_dir, default="/tmp/bench_sweep")
     ap.add_argument("--json", type=out_file)
     a = ap.parse_args(argv)
     g = grid(a.rates)
@@ -82,6 +83,12 @@ def main(argv=None) -> int:
         # a per-point value, so cap at F times the longest span (bounds only the drains)
         lam = LAMBDA_STAR
         fixed["max_time_s"] = a.max_time_factor * a.requests / (min(g["load"]) * lam)
+    with config_errors("bench_sweep"):
+        # every backend's folder before the first runs (one in the way of the second
+        # backend was refused after the first's runs); a sweep's own is rerun over
+        for b in a.backends:
+            check_out_dir(os.path.join(a.out, b))
+            check_run_dir(os.path.join(a.out, b), "sweep")
     results = {}
     tables = {}
     for b in a.backends:

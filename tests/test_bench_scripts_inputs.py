@@ -375,6 +375,67 @@ def test_bench_serverless_json_under_a_new_keep_folder(tmp_path):
     assert {row["run"] for row in json.loads((keep / "sub" / "x.json").read_text())} >= {"fcfs", "twp"}
 
 
+# a folder argument that cannot be used: refused at argument checking (these gave a
+# traceback: FileExistsError, NotADirectoryError, or a ConfigError after a backend's runs)
+FOLDER_ARGS = [("bench_sweep.py", "--out"), ("compare_peers.py", "--workdir")]
+FAST_RUNS = {
+    "bench_sweep.py": ["--backends", "local1", "--requests", "20", "--rates", "2"],
+    "compare_peers.py": ["--sizes", "20", "--scenarios", "const", "--peers"],
+}
+
+
+@pytest.mark.parametrize(("script", "flag"), FOLDER_ARGS, ids=[f"{s} {f}" for s, f in FOLDER_ARGS])
+@pytest.mark.parametrize("where", ["file", "file/sub", "/proc/nosuch/sub"])
+def test_an_unusable_folder_is_refused_before_any_work(script, flag, where, tmp_path):
+    (tmp_path / "file").write_text("mine")
+    folder = where if where.startswith("/") else str(tmp_path / where)
+    r = subprocess.run(
+        [sys.executable, str(BENCH / script), *FAST_RUNS[script], flag, folder],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert f"error: argument {flag}: output folder {folder!r}" in last, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_bench_sweep_checks_every_backends_folder_before_the_first_runs(tmp_path):
+    """OUT/local a file: refused when local1 had run (a ConfigError traceback, its
+    results lost); now before any run."""
+    (tmp_path / "local").write_text("mine")
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "bench_sweep.py"), "--backends", "local1", "local"]
+        + ["--requests", "20", "--rates", "2", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("bench_sweep: output folder "), r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["local"]
+
+
+def test_compare_peers_checks_its_default_json_before_any_work(tmp_path):
+    """WORKDIR/compare_peers.json a folder: a traceback once every run was done."""
+    (tmp_path / "compare_peers.json").mkdir()
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "compare_peers.py"), *FAST_RUNS["compare_peers.py"], "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("compare_peers: output file "), r.stderr
+    assert "is a folder, not a file" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compare_peers.json"]
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
