@@ -486,3 +486,24 @@ def test_profile_step_writes_its_files_whole(tmp_path):
     r = _run_profile_step(tmp_path, PROFILE_SMALL="1")
     assert (tmp_path / "out" / "env.txt").read_text().startswith("device=cpu\n"), r.stderr
     assert "open(os.path.join(OUT" not in (BENCH / "calibration" / "profile_step.py").read_text()
+
+
+def _server_args(**kw):
+    base = dict(seed=0, num_prompts=40, input_len=(128, 256), output_len=(16, 32), scheduler="sarathi", b_max=512)
+    return SimpleNamespace(**{**base, "kv_capacity": None, "cost_model": "paper", **kw})
+
+
+def test_bench_server_finds_the_rate_of_a_single_stream():
+    """The search's floor was 1 req/s: one stream of 200-256 output tokens on the paper
+    model (a request alone takes ~9 s) got 1 req/s, 7.5 requests in flight, not 1."""
+    bench_server = _bench_module("bench_server")
+    args = _server_args(streams=1, output_len=(200, 256))
+    wl, rate = bench_server.make_workload(args)
+    assert rate < 0.2
+    assert bench_server.simulate(wl, args)["mean_concurrency"] == pytest.approx(1, rel=0.05)
+
+
+def test_bench_server_refuses_streams_no_rate_can_keep():
+    bench_server = _bench_module("bench_server")
+    with pytest.raises(bench_server.ConfigError, match="--streams 1000"):
+        bench_server.make_workload(_server_args(streams=1000))
