@@ -507,3 +507,16 @@ def test_bench_server_refuses_streams_no_rate_can_keep():
     bench_server = _bench_module("bench_server")
     with pytest.raises(bench_server.ConfigError, match="--streams 1000"):
         bench_server.make_workload(_server_args(streams=1000))
+
+
+def test_bench_sweep_reruns_over_its_own_outputs_only(tmp_path):
+    """Each backend's folder was removed whole before its runs (shutil.rmtree): a file of
+    the user's in it went too. Now only an earlier sweep's outputs are cleared."""
+    run = [sys.executable, str(BENCH / "bench_sweep.py"), "--backends", "local1", "--requests", "20", "--rates", "2"]
+    (tmp_path / "local1").mkdir()
+    (tmp_path / "local1" / "notes.txt").write_text("mine")
+    for _ in range(2):  # (the second over the first's outputs)
+        r = subprocess.run([*run, "--out", str(tmp_path)], capture_output=True, text=True, env=ENV, timeout=60)
+        assert r.returncode == 0, r.stderr
+    assert (tmp_path / "local1" / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "local1" / "results.csv").is_file()
