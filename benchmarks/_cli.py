@@ -4,14 +4,16 @@ on stderr and exit code 2, as `llmsched` itself does, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 from llmsched.cli.common import positive_int  # noqa: F401 (the scripts' counts, as llmsched's)
 from llmsched.cli.engine import seed_int  # noqa: F401 (the scripts' seeds, as llmsched's)
 from llmsched.core.errors import ConfigError
-from llmsched.core.paths import check_out_file
+from llmsched.core.paths import atomic_write, check_out_dir, check_out_file
 
 
 def positive_float(text: str) -> float:
@@ -42,6 +44,26 @@ def _writable(text: str, *, make_parents: bool) -> str:
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+def out_dir(text: str) -> str:
+    """An argparse type: a folder the script writes into (made if missing), checked up
+    front (llmsched's own check): a file in its place or above it, or a folder that cannot
+    be made, is refused before the runs, not by a traceback during or after them."""
+    try:
+        check_out_dir(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def write_json(path, obj, **dumps_kw) -> None:
+    """`obj` as JSON (`json.dumps(obj, **dumps_kw)`) at `path`, its folder made if missing;
+    whole or not at all (`atomic_write`): a script stopped while writing leaves the earlier
+    file as it was, never a truncated one."""
+    text = json.dumps(obj, **dumps_kw) + "\n"
+    Path(path).absolute().parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def comma_list(item):

@@ -16,12 +16,11 @@ s) and its mean over each quarter of them.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
-from _cli import comma_list, config_errors, out_file, positive_float, positive_int, seed_int
+from _cli import comma_list, config_errors, out_file, positive_float, positive_int, seed_int, write_json
 
 from llmsched.api import simulate
 from llmsched.theory import capacity
@@ -138,8 +137,7 @@ def main() -> None:
     if unmeasured:
         print(f"growth n/a in {len(unmeasured)} runs: {unmeasured[0]['verdict_reason']} (raise --num-requests)")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(a.json, rows, indent=1)
 
 
 if __name__ == "__main__":

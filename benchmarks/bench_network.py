@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 
-from _cli import out_file_in_new_folder, positive_float, run_child, seed_int
+from _cli import out_file_in_new_folder, positive_float, run_child, seed_int, write_json
 from _memory import peak_rss_kb
 
 CASES = ("single", "cluster", "agent", "loop", "servers")
@@ -315,9 +315,7 @@ def main() -> None:
         cpu_ratio = by["cluster"]["cpu_s"] / by["single"]["cpu_s"]
         print(f"cluster / single: wall {ratio:.2f}x, cpu {cpu_ratio:.2f}x (target <= 4x)")
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)  # e.g. under --keep
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        write_json(args.json, results, indent=1)  # (its folder made: e.g. under --keep)
     print(json.dumps(results))
 
 

@@ -2,8 +2,12 @@
 simulator's prediction for the same workload, policy and cost model.
 
 The workload keeps about `--streams` requests in flight (default 256): Poisson arrivals
-at the rate that, in the simulator, gives that mean concurrency (Little's law). The server runs in a
-subprocess, the client in this process.
+at the rate that, in the simulator, gives that mean concurrency (Little's law; searched
+below 1 req/s too when a few streams need it, `rate_for_streams`). A `--streams` that no
+rate reaches with `--num-prompts` requests is refused. The server runs in a subprocess, the
+client in this process, in real time: the run lasts about num_prompts / rate seconds, so a
+few streams take long (with the defaults, `--streams 1` plans 825 s at 1.26 req/s, 256
+streams 18 s); lower `--num-prompts` with a small `--streams`.
 
 Printed: mean ITL (bench vs simulator, % added), p99 TTFT (ms added), and more; targets:
 <= 5% on mean ITL, <= 10 ms on p99 TTFT.
@@ -36,9 +40,10 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "src"))
 sys.path.insert(0, HERE)  # _cli, also when a test loads this file by its path
 
-from _cli import comma_list, config_errors, fail, out_file, positive_float, positive_int, seed_int  # noqa: E402
+from _cli import comma_list, config_errors, fail, out_file, positive_float, positive_int, seed_int, write_json  # noqa: E402
 
 from llmsched.core import make_cost_model  # noqa: E402
+from llmsched.core.errors import ConfigError  # noqa: E402
 from llmsched.policies import make_scheduler  # noqa: E402
 from llmsched.server.bench import BACKENDS, BenchConfig, Workload, run_bench  # noqa: E402
 from llmsched.sim.result import SimResult  # noqa: E402
@@ -89,23 +94,42 @@ def make_workload(args) -> Workload:
     prompt = rng.integers(args.input_len[0], args.input_len[1] + 1, n)
     output = rng.integers(args.output_len[0], args.output_len[1] + 1, n)
 
-    def arrivals(rate):
+    def workload_at(rate):
+        rng_a = np.random.default_rng(args.seed + 1)  # (the same gaps, scaled, at every rate)
         gaps = rng_a.exponential(1 / rate, n - 1)
-        return np.concatenate([[0.0], np.cumsum(gaps)])
+        return Workload(np.concatenate([[0.0], np.cumsum(gaps)]), prompt, output)
 
-    # find the rate that keeps `streams` requests in flight on average (in the simulator)
+    def concurrency_at(rate):
+        return simulate(workload_at(rate), args)["mean_concurrency"]
+
+    rate = rate_for_streams(concurrency_at, args.streams, n)
+    return workload_at(rate), rate
+
+
+def rate_for_streams(concurrency_at, streams: int, num_prompts: int) -> float:
+    """The arrival rate at which `concurrency_at(rate)` (the simulator's mean number of
+    requests in flight) reaches `streams`: a bisection in log space between a floor and
+    5000 req/s. The floor starts at 1 req/s and drops tenfold until fewer than `streams`
+    are in flight there (a fixed floor of 1 req/s gave a slow model's single stream 1
+    req/s: more in flight than asked, and a longer run); at a low enough rate every
+    request runs alone, below any `streams` >= 1. A `streams` not reached even at 5000
+    req/s (all the prompts at once) is refused: no rate keeps that many in flight."""
     lo, hi = 1.0, 5000.0
+    while concurrency_at(lo) >= streams:
+        lo /= 10
+    most = concurrency_at(hi)
+    if most < streams:
+        raise ConfigError(
+            f"--streams {streams}: at most {most:.1f} requests are in flight on average with "
+            f"--num-prompts {num_prompts} (all at once): lower --streams or raise --num-prompts"
+        )
     for _ in range(14):
         rate = (lo * hi) ** 0.5
-        rng_a = np.random.default_rng(args.seed + 1)
-        wl = Workload(arrivals(rate), prompt, output)
-        conc = simulate(wl, args)["mean_concurrency"]
-        if conc < args.streams:
+        if concurrency_at(rate) < streams:
             lo = rate
         else:
             hi = rate
-    rng_a = np.random.default_rng(args.seed + 1)
-    return Workload(arrivals(lo), prompt, output), lo
+    return lo
 
 
 def free_port() -> int:
@@ -244,17 +268,14 @@ def make_tokenizer(out_dir: str, vocab_size: int = 2048) -> str:
     tok.train_from_iterator(corpus(), trainer)
     os.makedirs(out_dir, exist_ok=True)
     tok.save(os.path.join(out_dir, "tokenizer.json"))
-    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
-        json.dump(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "bos_token": "<s>",
-                "eos_token": "</s>",
-                "unk_token": "<unk>",
-                "model_max_length": 32768,
-            },
-            f,
-        )
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "model_max_length": 32768,
+    }
+    write_json(os.path.join(out_dir, "tokenizer_config.json"), config)
     return out_dir
 
 
@@ -500,19 +521,14 @@ def main() -> int:
         f"(target <= 10 ms)"
     )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "args": {k: v for k, v in vars(args).items()},
-                    "rate": rate,
-                    "figures": figures,
-                    "load_average": os.getloadavg(),
-                    "server": server,
-                },
-                f,
-                indent=2,
-                default=str,
-            )
+        summary = {
+            "args": {k: v for k, v in vars(args).items()},
+            "rate": rate,
+            "figures": figures,
+            "load_average": os.getloadavg(),
+            "server": server,
+        }
+        write_json(args.json, summary, indent=2, default=str)
     return 0
 
 

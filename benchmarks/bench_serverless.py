@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 
-from _cli import config_errors, out_file_in_new_folder, positive_float, positive_int, run_child, seed_int
+from _cli import config_errors, out_file_in_new_folder, positive_float, positive_int, run_child, seed_int, write_json
 from _memory import peak_rss_kb
 
 CASES = ("platform", "overhead")
@@ -416,9 +416,7 @@ def _main() -> None:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)  # e.g. under --keep
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        write_json(args.json, results, indent=1)  # (its folder made: e.g. under --keep)
     print(json.dumps(results))
 
 

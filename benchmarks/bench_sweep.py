@@ -11,8 +11,10 @@ overloaded at all of them). Unstable runs drain a long queue after the last arri
 only the drains (default: none; the drain of these runs is cheap in the simulator's fast
 path).
 
-Runs the same grid with each backend into a fresh folder and reports wall time and the
-speed-up over one worker; checks that every backend gives the same results table.
+Runs the same grid with each backend into OUT/BACKEND (an earlier sweep's outputs there
+cleared first, other files kept; every folder checked before the first runs) and reports
+wall time and the speed-up over one worker; checks that every backend gives the same
+results table.
 
 Usage:
     python benchmarks/bench_sweep.py [--backends local1 local ray] [--requests 20000]
@@ -23,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
-import shutil
 import time
 
-from _cli import out_file, positive_float, positive_int
+from _cli import config_errors, out_dir, out_file, positive_float, positive_int, write_json
 
 from llmsched.analysis.sweep import run_sweep
+from llmsched.core.paths import check_out_dir, check_run_dir, clear_stale
 
 POLICIES = ["fastertransformer", "vllm", "orca", "sarathi", "kfcfs"]
 BACKENDS = ("local1", "local", "ray")
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=positive_int, default=20000)
     ap.add_argument("--rates", type=_two_or_more, default=20, help="rates in the grid (at least 2)")
     ap.add_argument("--max-time-factor", type=positive_float, default=None)
-    ap.add_argument("--out", default="/tmp/bench_sweep")
+    ap.add_argument("--out", type=out_dir, default="/tmp/bench_sweep")
     ap.add_argument("--json", type=out_file)
     a = ap.parse_args(argv)
     g = grid(a.rates)
@@ -83,11 +84,19 @@ def main(argv=None) -> int:
         # a per-point value, so cap at F times the longest span (bounds only the drains)
         lam = LAMBDA_STAR
         fixed["max_time_s"] = a.max_time_factor * a.requests / (min(g["load"]) * lam)
+    with config_errors("bench_sweep"):
+        # every backend's folder before the first runs (one in the way of the second
+        # backend was refused after the first's runs); a sweep's own is rerun over
+        for b in a.backends:
+            check_out_dir(os.path.join(a.out, b))
+            check_run_dir(os.path.join(a.out, b), "sweep")
     results = {}
     tables = {}
     for b in a.backends:
         out = os.path.join(a.out, b)
-        shutil.rmtree(out, ignore_errors=True)
+        # a fresh grid, not a resumed one: an earlier sweep's outputs go, nothing else
+        # (the folder was removed whole, a file of the user's in it too)
+        clear_stale(out, "sweep", written=())
         kind, workers = ("local", 1) if b == "local1" else (b, a.workers)
         t0 = time.perf_counter()
         res = run_sweep(None, g, out_dir=out, backend=kind, workers=workers, progress=False, **fixed)
@@ -119,8 +128,7 @@ def main(argv=None) -> int:
         results[b]["same_table_as_" + names[0]] = same
         print(f"{b} table identical to {names[0]}: {same}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json(a.json, results, indent=2)
     return 0
 
 

@@ -16,11 +16,10 @@ so measured / C should be 1.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
-from _cli import config_errors, out_file, positive_float, positive_int, seed_int
+from _cli import config_errors, out_file, positive_float, positive_int, seed_int, write_json
 
 from llmsched import simulate
 from llmsched.api import build_config
@@ -90,8 +89,7 @@ def measure(args) -> None:
             flush=True,
         )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(args.json, rows, indent=1)
 
 
 def main() -> None:

@@ -68,7 +68,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _cli import config_errors, out_file_in_new_folder, positive_float, positive_int, seed_int
+from _cli import config_errors, out_dir, out_file_in_new_folder, positive_float, positive_int, seed_int, write_json
 from _memory import peak_rss_kb
 
 PEERS = ("sched-sim", "pyserq")
@@ -555,7 +555,9 @@ def _main() -> None:
     )
     ap.add_argument("--b-max", type=positive_int, default=512)
     ap.add_argument("--seed", type=seed_int, default=1)
-    ap.add_argument("--workdir", help="where traces, serQ programs and the JSON go (default: a new temp dir)")
+    ap.add_argument(
+        "--workdir", type=out_dir, help="where traces, serQ programs and the JSON go (default: a new temp dir)"
+    )
     ap.add_argument(
         "--json", type=out_file_in_new_folder, help="write the results here (default: WORKDIR/compare_peers.json)"
     )
@@ -574,6 +576,10 @@ def _main() -> None:
         run_child(args)
         return
 
+    from llmsched.core.paths import check_out_file
+
+    if args.workdir and not args.json:  # the default JSON's place, before any work
+        check_out_file(Path(args.workdir) / "compare_peers.json", make_parents=True)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="compare-peers-"))
     workdir.mkdir(parents=True, exist_ok=True)
     versions = {"llmsched": None}
@@ -647,8 +653,7 @@ def _main() -> None:
         "rows": rows,
     }
     jpath = Path(args.json) if args.json else workdir / "compare_peers.json"
-    jpath.parent.mkdir(parents=True, exist_ok=True)  # e.g. under a --workdir made by this run
-    jpath.write_text(json.dumps(result, indent=2))
+    write_json(jpath, result, indent=2)  # (its folder made: e.g. under a --workdir made by this run)
     print(f"\nJSON: {jpath}")
     print(json.dumps(rows))
 

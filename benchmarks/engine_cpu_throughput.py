@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 
-from _cli import config_errors, out_file_in_new_folder, positive_int
+from _cli import config_errors, fail, out_file_in_new_folder, positive_int, write_json
 
 from llmsched.policies import make_scheduler
 
@@ -182,9 +182,6 @@ class VllmWorker:
         self.proc = None
         self.info: dict = {}
         self.enforce_eager = not args.vllm_compile
-        if not os.path.exists(args.vllm_python):
-            self.error = f"no vLLM interpreter at {args.vllm_python}"
-            return
         cfg = {
             "model": model,
             "prompt_sets": sets,
@@ -203,8 +200,7 @@ class VllmWorker:
         with open(script, "w") as f:
             f.write(VLLM_SCRIPT)
         cfg_file = os.path.join(self.dir, "config.json")
-        with open(cfg_file, "w") as f:
-            json.dump(cfg, f)
+        write_json(cfg_file, cfg)
         self.stderr = open(os.path.join(self.dir, "stderr.txt"), "w+")
         self.timeout = args.vllm_timeout
         cpus = parse_cpus(args.cpus)
@@ -268,13 +264,39 @@ class VllmWorker:
 
 
 def parse_cpus(text: str | None) -> set[int]:
-    """'1' or '0,2-3' -> {cpu ids}; None -> empty (no pinning)."""
+    """'1' or '0,2-3' -> {cpu ids}; None -> empty (no pinning). `text` was checked by
+    `cpu_list` when the arguments were read."""
     out: set[int] = set()
     for part in (text or "").split(","):
-        if part.strip():
-            a, _, b = part.partition("-")
-            out.update(range(int(a), int(b or a) + 1))
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
     return out
+
+
+def cpu_list(text: str) -> str:
+    """An argparse type: `--cpus` as given ('1', '0,2-3'), checked: each part a CPU id or an
+    ascending range of them, every CPU one this process may run on (else an OSError from
+    sched_setaffinity once the model is written)."""
+    for part in text.split(","):
+        a, dash, b = part.strip().partition("-")
+        if not a.isdigit() or (dash and not b.isdigit()) or (dash and int(b) < int(a)):
+            raise argparse.ArgumentTypeError(f"expected CPU ids or ranges such as 1 or 0,2-3, got {text!r}")
+    allowed = os.sched_getaffinity(0)
+    missing = sorted(parse_cpus(text) - allowed)
+    if missing:
+        raise argparse.ArgumentTypeError(f"CPU {missing[0]} is not one this process may run on ({_ranges(allowed)})")
+    return text
+
+
+def _ranges(cpus: set[int]) -> str:
+    """{0, 1, 2, 5} -> '0-2,5'."""
+    spans: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if spans and spans[-1][1] == cpu - 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def measure(model: str, args) -> dict:
@@ -387,7 +409,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--vllm-timeout", type=positive_int, default=1200, help="seconds vLLM may take to start or for one run"
     )
-    ap.add_argument("--cpus", help="pin both engines to these CPUs, e.g. 1 or 0,2-3 (default: no pinning)")
+    ap.add_argument(
+        "--cpus", type=cpu_list, help="pin both engines to these CPUs, e.g. 1 or 0,2-3 (default: no pinning)"
+    )
     ap.add_argument("--prefix-caching", action="store_true", help="both engines with prefix caching on")
     ap.add_argument(
         "--shared-prefix", type=int, default=96, help="with --prefix-caching: tokens every prompt starts with"
@@ -404,13 +428,13 @@ def main(argv=None) -> int:
     if args.prefix_caching and not 0 <= args.shared_prefix < args.prompt_len:
         ap.error(f"--shared-prefix must be in [0, --prompt-len), got {args.shared_prefix}")
 
+    if not args.no_vllm and not os.path.exists(args.vllm_python):  # before the model is written and run
+        fail("engine_cpu_throughput", f"no vLLM interpreter at {args.vllm_python} (--vllm-python, or --no-vllm)")
     with config_errors("engine_cpu_throughput"):
         result = run(args)
     text = json.dumps(result, indent=2)
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        write_json(args.out, result, indent=2)  # (its folder made)
     print(text)
     return 0
 

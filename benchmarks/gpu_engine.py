@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _cli import fail, out_file_in_new_folder, positive_float, positive_int
+from _cli import fail, out_file_in_new_folder, positive_float, positive_int, write_json
 
 SHAREGPT = "../shared/traces/sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 # lognormal fit of that file (log-space mean, std), the stand-in when it is absent
@@ -315,7 +315,7 @@ def main(argv=None) -> int:
 
     def save():
         res["elapsed_s"] = time.perf_counter() - t_start
-        out_path.write_text(json.dumps(res, indent=2) + "\n")
+        write_json(out_path, res, indent=2)
 
     def log(msg):
         print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", file=sys.stderr, flush=True)

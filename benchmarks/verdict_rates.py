@@ -15,14 +15,13 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 import zlib
 
 import numpy as np
-from _cli import out_file, positive_int, seed_int
+from _cli import out_file, positive_int, seed_int, write_json
 
 from llmsched.theory.verdict import FIXED_B_GRID, stability_verdict
 
@@ -156,18 +155,14 @@ def main(argv=None):
         )
     print(f"({a.runs} runs per case, {time.time() - t0:.1f} s)")
     if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(
-                {
-                    "runs": a.runs,
-                    "seed": a.seed,
-                    "capacity_tokens_per_s": CAPACITY,
-                    "work_per_request": WORK,
-                    "rows": rows,
-                },
-                fh,
-                indent=2,
-            )
+        summary = {
+            "runs": a.runs,
+            "seed": a.seed,
+            "capacity_tokens_per_s": CAPACITY,
+            "work_per_request": WORK,
+            "rows": rows,
+        }
+        write_json(a.json, summary, indent=2)
     return 0
 
 

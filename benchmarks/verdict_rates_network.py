@@ -19,12 +19,11 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from _cli import config_errors, out_file, positive_float, positive_int
+from _cli import config_errors, out_file, positive_float, positive_int, write_json
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "networks"
 VERDICTS = ("stable", "inconclusive", "unstable")
@@ -96,8 +95,7 @@ def main(argv=None) -> int:
             print(f"| {w}, {n:,} | " + " | ".join(cells) + " |")
     print("(per cell: runs called stable/inconclusive/unstable)")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(runs, f, indent=1)
+        write_json(a.json, runs, indent=1)
     return 0
 
 

@@ -16,11 +16,10 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from _cli import config_errors, out_file, positive_float, positive_int
+from _cli import config_errors, out_file, positive_float, positive_int, write_json
 
 from llmsched.policies import make_scheduler
 from llmsched.theory import capacity
@@ -95,8 +94,7 @@ def main(argv=None) -> int:
         "rho = 0.85 last 528 s)"
     )
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(runs, f, indent=1)
+        write_json(a.json, runs, indent=1)
     return 0
 
 

@@ -66,6 +66,12 @@ BAD = [
     ("bench_vs_sim_kv.py", "--kv-capacity", "0"),
     ("gpu_engine.py", "--requests", "0"),
     ("gpu_engine.py", "--rate", "-2"),
+    # (a ValueError traceback, or an OSError from sched_setaffinity after the model was written)
+    ("engine_cpu_throughput.py", "--cpus", "abc"),
+    ("engine_cpu_throughput.py", "--cpus", "-1"),
+    ("engine_cpu_throughput.py", "--cpus", "3-1"),
+    ("engine_cpu_throughput.py", "--cpus", "0,,1"),
+    ("engine_cpu_throughput.py", "--cpus", "4096"),
     # (a negative seed: numpy's traceback, some after minutes of work; now seed_int, as llmsched's)
     ("bench_server.py", "--seed", "-1"),
     ("bench_serverless.py", "--seed", "-1"),
@@ -148,6 +154,12 @@ REFUSED = [
     ("bench_server.py", ["--vllm", "/nonexistent/vllm"], "bench_server: no vLLM executable at /nonexistent/vllm"),
     ("bench_vs_sim_kv.py", ["--kv-capacity", "10"], "bench_vs_sim_kv: request 0 needs "),
     ("engine_cpu_throughput.py", ["--no-vllm", "--scheduler", "nosuch"], "engine_cpu_throughput: unknown"),
+    # (was found missing only after our engine's runs, the result an error entry, exit 0)
+    (
+        "engine_cpu_throughput.py",
+        ["--vllm-python", "/nonexistent/python"],
+        "engine_cpu_throughput: no vLLM interpreter at /nonexistent/python",
+    ),
     ("verdict_rates_sim.py", ["--policies", "sarathi", "nosuch"], "verdict_rates_sim: unknown batch policy 'nosuch'"),
 ]
 
@@ -361,3 +373,150 @@ def test_bench_serverless_json_under_a_new_keep_folder(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert {row["run"] for row in json.loads((keep / "sub" / "x.json").read_text())} >= {"fcfs", "twp"}
+
+
+# a folder argument that cannot be used: refused at argument checking (these gave a
+# traceback: FileExistsError, NotADirectoryError, or a ConfigError after a backend's runs)
+FOLDER_ARGS = [("bench_sweep.py", "--out"), ("compare_peers.py", "--workdir")]
+FAST_RUNS = {
+    "bench_sweep.py": ["--backends", "local1", "--requests", "20", "--rates", "2"],
+    "compare_peers.py": ["--sizes", "20", "--scenarios", "const", "--peers"],
+}
+
+
+@pytest.mark.parametrize(("script", "flag"), FOLDER_ARGS, ids=[f"{s} {f}" for s, f in FOLDER_ARGS])
+@pytest.mark.parametrize("where", ["file", "file/sub", "/proc/nosuch/sub"])
+def test_an_unusable_folder_is_refused_before_any_work(script, flag, where, tmp_path):
+    (tmp_path / "file").write_text("mine")
+    folder = where if where.startswith("/") else str(tmp_path / where)
+    r = subprocess.run(
+        [sys.executable, str(BENCH / script), *FAST_RUNS[script], flag, folder],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert f"error: argument {flag}: output folder {folder!r}" in last, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_bench_sweep_checks_every_backends_folder_before_the_first_runs(tmp_path):
+    """OUT/local a file: refused when local1 had run (a ConfigError traceback, its
+    results lost); now before any run."""
+    (tmp_path / "local").write_text("mine")
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "bench_sweep.py"), "--backends", "local1", "local"]
+        + ["--requests", "20", "--rates", "2", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("bench_sweep: output folder "), r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["local"]
+
+
+def test_compare_peers_checks_its_default_json_before_any_work(tmp_path):
+    """WORKDIR/compare_peers.json a folder: a traceback once every run was done."""
+    (tmp_path / "compare_peers.json").mkdir()
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "compare_peers.py"), *FAST_RUNS["compare_peers.py"], "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("compare_peers: output file "), r.stderr
+    assert "is a folder, not a file" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compare_peers.json"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PROFILE_SECONDS", "abc"),
+        ("PROFILE_SECONDS", "-5"),
+        ("PROFILE_SECONDS", "0"),
+        ("PROFILE_SECONDS", "nan"),
+        ("PROFILE_SECONDS", "inf"),
+        ("PROFILE_SMALL", "yes"),
+        ("PROFILE_DEVICE", "gpu"),
+    ],
+)
+def test_profile_step_refuses_a_bad_setting_before_any_work(tmp_path, name, value):
+    """PROFILE_SECONDS=abc gave a ValueError traceback; PROFILE_SMALL=yes or
+    PROFILE_DEVICE=gpu were read as not set (a full-size run, or none: 'no CUDA device')."""
+    r = _run_profile_step(tmp_path, **{name: value})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"profile_step: {name}="), r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_write_json_keeps_the_old_file_when_stopped(tmp_path):
+    """A result file written with a plain open and stopped midway was left truncated."""
+    cli = _bench_module("_cli")
+    path = tmp_path / "r.json"
+    path.write_text("old")
+
+    def stop(obj):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cli.write_json(path, {"a": 1, "b": object()}, default=stop)
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # (no temporary file left)
+    cli.write_json(tmp_path / "new" / "r.json", {"a": [1, 2]}, indent=1)  # (its folder made)
+    assert json.loads((tmp_path / "new" / "r.json").read_text()) == {"a": [1, 2]}
+
+
+@pytest.mark.parametrize("script", sorted({s for s, _ in OUT_FILES} | {"bench_server.py"}))
+def test_every_script_writes_its_json_whole(script):
+    """Through `_cli.write_json` (whole or not at all), not a plain `open` + `json.dump`."""
+    source = (BENCH / script).read_text()
+    assert "write_json(" in source
+    assert "json.dump(" not in source and "write_text(json.dumps" not in source
+
+
+def test_profile_step_writes_its_files_whole(tmp_path):
+    r = _run_profile_step(tmp_path, PROFILE_SMALL="1")
+    assert (tmp_path / "out" / "env.txt").read_text().startswith("device=cpu\n"), r.stderr
+    assert "open(os.path.join(OUT" not in (BENCH / "calibration" / "profile_step.py").read_text()
+
+
+def _server_args(**kw):
+    base = dict(seed=0, num_prompts=40, input_len=(128, 256), output_len=(16, 32), scheduler="sarathi", b_max=512)
+    return SimpleNamespace(**{**base, "kv_capacity": None, "cost_model": "paper", **kw})
+
+
+def test_bench_server_finds_the_rate_of_a_single_stream():
+    """The search's floor was 1 req/s: one stream of 200-256 output tokens on the paper
+    model (a request alone takes ~9 s) got 1 req/s, 7.5 requests in flight, not 1."""
+    bench_server = _bench_module("bench_server")
+    args = _server_args(streams=1, output_len=(200, 256))
+    wl, rate = bench_server.make_workload(args)
+    assert rate < 0.2
+    assert bench_server.simulate(wl, args)["mean_concurrency"] == pytest.approx(1, rel=0.05)
+
+
+def test_bench_server_refuses_streams_no_rate_can_keep():
+    bench_server = _bench_module("bench_server")
+    with pytest.raises(bench_server.ConfigError, match="--streams 1000"):
+        bench_server.make_workload(_server_args(streams=1000))
+
+
+def test_bench_sweep_reruns_over_its_own_outputs_only(tmp_path):
+    """Each backend's folder was removed whole before its runs (shutil.rmtree): a file of
+    the user's in it went too. Now only an earlier sweep's outputs are cleared."""
+    run = [sys.executable, str(BENCH / "bench_sweep.py"), "--backends", "local1", "--requests", "20", "--rates", "2"]
+    (tmp_path / "local1").mkdir()
+    (tmp_path / "local1" / "notes.txt").write_text("mine")
+    for _ in range(2):  # (the second over the first's outputs)
+        r = subprocess.run([*run, "--out", str(tmp_path)], capture_output=True, text=True, env=ENV, timeout=60)
+        assert r.returncode == 0, r.stderr
+    assert (tmp_path / "local1" / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "local1" / "results.csv").is_file()
