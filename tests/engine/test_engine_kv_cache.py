@@ -252,3 +252,13 @@ def test_decode_graph_buckets_match_eager(tiny_model, reference):
     outs = llm.generate(prompts, params)
     assert EmulatedGraphs.captures >= 2
     assert [o.token_ids for o in outs] == [r.token_ids for r in reference.generate(prompts, params)]
+
+
+def test_a_bug_while_allocating_the_cache_is_not_called_a_cache_too_large(tiny_model, monkeypatch):
+    """Any RuntimeError was reported as the cache not fitting, hiding the real error."""
+    from llmsched.engine import LLM
+
+    _cache_allocation_fails(monkeypatch, RuntimeError("expected scalar type Float but found Half"))
+    with pytest.raises(RuntimeError, match="expected scalar type") as e:
+        LLM(tiny_model, block_size=4, max_num_seqs=2, num_blocks=1000, max_model_len=512)
+    assert not isinstance(e.value, ConfigError)

@@ -389,3 +389,22 @@ def test_other_runtime_errors_while_loading_are_not_called_memory(tiny_model, mo
     monkeypatch.setattr(runner, "load_weights", broken)
     with pytest.raises(RuntimeError, match="an internal failure"):
         LLM(tiny_model)
+
+
+def test_missing_weights_are_named_in_layer_order(tmp_path):
+    """Sorted as text, layers.10 came before layers.2: the first missing weight named was
+    not the first one missing."""
+    from safetensors.torch import load_file, save_file
+
+    from llmsched.engine import LLM
+    from llmsched.engine.tiny import make_tiny_model
+
+    folder = make_tiny_model(
+        tmp_path / "m", hidden_size=32, num_heads=2, num_kv_heads=1, intermediate_size=64, num_layers=12
+    )
+    weights = load_file(str(folder / "model.safetensors"))
+    for layer in (2, 10):
+        del weights[f"model.layers.{layer}.mlp.up_proj.weight"]
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ConfigError, match=r"lacks weight 'model\.layers\.2\.mlp\.up_proj\.weight' and 1 more$"):
+        LLM(folder)

@@ -465,7 +465,10 @@ def check_weights(cfg: ModelConfig, model_dir) -> list[tuple[Path, list[tuple[st
                 entries.append((hf_name, name, shard))
         plan.append((path, entries))
     _check_layer_count(cfg, model_dir, loaded)
-    missing = sorted(_hf_name(n, s) for n, s in _expected(cfg, layer_shapes) - loaded.keys())
+    absent = _expected(cfg, layer_shapes) - loaded.keys()
+    # by layer (as text, layers.10 sorted before layers.2), then by name
+    in_order = sorted(absent, key=lambda ns: (_layer_index(ns[0], cfg) or 0, _hf_name(*ns)))
+    missing = [_hf_name(n, s) for n, s in in_order]
     if missing:
         raise ConfigError(
             f"model folder {model_dir} lacks weight {missing[0]!r}"
