@@ -215,6 +215,7 @@ def test_python_api_refuses_bad_engine_options_in_one_line(tiny_model, kwargs, m
 
 MISTRAL = dict(BASE, architectures=["MistralForCausalLM"], model_type="mistral", num_hidden_layers=3)
 QWEN2 = dict(BASE, architectures=["Qwen2ForCausalLM"], model_type="qwen2", num_hidden_layers=3)
+ALTERNATING = ["sliding_attention", "full_attention", "sliding_attention"]
 
 
 @pytest.mark.parametrize(
@@ -234,6 +235,10 @@ QWEN2 = dict(BASE, architectures=["Qwen2ForCausalLM"], model_type="qwen2", num_h
         (dict(QWEN2, sliding_window=8, use_sliding_window=True, max_window_layers=1), [None, 8, 8]),
         (dict(QWEN2, sliding_window=8, use_sliding_window=True), [None] * 3),  # max_window_layers 28
         (dict(QWEN2, sliding_window=None, use_sliding_window=True), [None] * 3),
+        # a per-layer list wins over the architecture's rule
+        (dict(QWEN2, sliding_window=8, use_sliding_window=True, layer_types=ALTERNATING), [8, None, 8]),
+        (dict(MISTRAL, sliding_window=8, layer_types=ALTERNATING), [8, None, 8]),
+        (dict(QWEN2, use_sliding_window=True, layer_types=["full_attention"] * 3), [None] * 3),
     ],
 )
 def test_sliding_windows_are_read_as_transformers_reads_them(cfg, windows):
@@ -259,6 +264,13 @@ def test_sliding_windows_are_read_as_transformers_reads_them(cfg, windows):
         (dict(QWEN2, sliding_window=0, use_sliding_window=True), "sliding_window must be a positive integer"),
         (dict(QWEN2, sliding_window=8, use_sliding_window="yes"), "use_sliding_window must be true or false"),
         (dict(QWEN2, sliding_window=8, use_sliding_window=True, max_window_layers="1"), "max_window_layers"),
+        # a malformed layer_types was ignored: every layer windowed by the default rule
+        (dict(QWEN2, use_sliding_window=True, layer_types="sliding_attention"), "layer_types must be a list, got str"),
+        (dict(QWEN2, use_sliding_window=True, layer_types=ALTERNATING[:2]), "layer_types lists 2 layers, num_hidden"),
+        (
+            dict(QWEN2, use_sliding_window=True, layer_types=["sliding", *ALTERNATING[1:]]),
+            "layer_types holds 'sliding'",
+        ),
     ],
 )
 def test_malformed_config_fields_are_refused_naming_them(changes, message):

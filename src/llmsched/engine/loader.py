@@ -213,6 +213,8 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     # sliding windows, per layer, as transformers reads them: Llama has none (its
     # `sliding_window`, if any, is ignored); Mistral windows every layer (null: none);
     # Qwen2 only with `use_sliding_window`, from layer `max_window_layers` (default 28) on.
+    # A `layer_types` list names the windowed layers instead (transformers' Mistral warns
+    # of one and fails to generate past its window: we read it as its Ministral does).
     # An unused `sliding_window` is not read (Qwen2 configs carry one with
     # use_sliding_window false); a used one must be a positive integer or null, and a
     # missing one is transformers' default, 4096 tokens
@@ -230,7 +232,8 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     layer_types = cfg.get("layer_types")
     if window is None:
         windows = [None] * layers
-    elif isinstance(layer_types, list) and len(layer_types) == layers:
+    elif layer_types is not None:
+        _check_layer_types(path, layer_types, layers)
         windows = [window if t == "sliding_attention" else None for t in layer_types]
     elif arch == "qwen2":
         mwl = cfg.get("max_window_layers")
@@ -392,6 +395,21 @@ def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     if cfg.mlp_bias:
         shapes.update({"gate_up_proj.bias": (2 * inter,), "down_proj.bias": (h,)})
     return shapes
+
+
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _check_layer_types(path, layer_types, layers: int) -> None:
+    """transformers' per-layer attention list; a malformed one was ignored, every layer
+    then windowed by the architecture's default rule."""
+    if not isinstance(layer_types, list):
+        raise ConfigError(f"{path}: layer_types must be a list, got {type(layer_types).__name__}")
+    if len(layer_types) != layers:
+        raise ConfigError(f"{path}: layer_types lists {len(layer_types):,} layers, num_hidden_layers is {layers:,}")
+    unknown = next((t for t in layer_types if t not in _LAYER_TYPES), None)
+    if unknown is not None:
+        raise ConfigError(f"{path}: layer_types holds {unknown!r}; each must be one of {', '.join(_LAYER_TYPES)}")
 
 
 def _layer_index(name: str, cfg: ModelConfig) -> int | None:
