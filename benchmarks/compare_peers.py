@@ -68,7 +68,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from _cli import config_errors, out_dir, out_file_in_new_folder, positive_float, positive_int, seed_int, write_json
 from _memory import peak_rss_kb
 
 PEERS = ("sched-sim", "pyserq")
@@ -526,11 +525,35 @@ def print_ratios(rows) -> None:
 
 
 def main() -> None:
+    if "--child" in sys.argv[1:]:
+        child_main(sys.argv[1:])
+        return
+    from _cli import config_errors  # llmsched's: in the parent only
+
     with config_errors("compare_peers"):
         _main()
 
 
+def child_main(argv) -> None:
+    """One run under a peer's interpreter, which has no llmsched: the standard library's
+    parser and types only."""
+    ap = argparse.ArgumentParser(prog="compare_peers.py --child")
+    ap.add_argument("--child", choices=sorted(CHILDREN), required=True)
+    ap.add_argument("--trace", required=True)
+    ap.add_argument("--cost", required=True)
+    ap.add_argument("--b-max", type=int, required=True)
+    ap.add_argument("--rate", type=float, required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--variant")
+    ap.add_argument("--paper-c-ms", type=float, required=True)
+    ap.add_argument("--paper-a-ms", type=float, required=True)
+    ap.add_argument("--paper-b0", type=int, required=True)
+    run_child(ap.parse_args(argv))
+
+
 def _main() -> None:
+    from _cli import out_dir, out_file_in_new_folder, positive_float, positive_int, seed_int, write_json
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=positive_int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
@@ -562,19 +585,7 @@ def _main() -> None:
         "--json", type=out_file_in_new_folder, help="write the results here (default: WORKDIR/compare_peers.json)"
     )
     ap.add_argument("--timeout", type=positive_float, default=1800, help="seconds per child run")
-    # child mode
-    ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
-    ap.add_argument("--trace", help=argparse.SUPPRESS)
-    ap.add_argument("--cost", help=argparse.SUPPRESS)
-    ap.add_argument("--rate", type=float, help=argparse.SUPPRESS)
-    ap.add_argument("--variant", help=argparse.SUPPRESS)
-    ap.add_argument("--paper-c-ms", type=float, help=argparse.SUPPRESS)
-    ap.add_argument("--paper-a-ms", type=float, help=argparse.SUPPRESS)
-    ap.add_argument("--paper-b0", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child:
-        run_child(args)
-        return
 
     from llmsched.core.paths import check_out_file
 

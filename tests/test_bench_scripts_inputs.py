@@ -520,3 +520,18 @@ def test_bench_sweep_reruns_over_its_own_outputs_only(tmp_path):
         assert r.returncode == 0, r.stderr
     assert (tmp_path / "local1" / "notes.txt").read_text() == "mine"
     assert (tmp_path / "local1" / "results.csv").is_file()
+
+
+def test_compare_peers_child_runs_under_an_interpreter_without_llmsched():
+    """The peers' interpreter has no llmsched: the module-level import of _cli (llmsched's
+    checks) failed every peer's run with ModuleNotFoundError. `-S` leaves out the
+    site-packages that hold llmsched here; the child gets as far as its own arguments."""
+    run = subprocess.run(
+        [sys.executable, "-S", str(BENCH / "compare_peers.py"), "--child", "sched-sim"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr
+    assert "the following arguments are required: --trace" in run.stderr
+    assert "ModuleNotFoundError" not in run.stderr
