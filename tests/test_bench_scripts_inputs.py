@@ -19,6 +19,12 @@ BENCH = ROOT / "benchmarks"
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
 
 
+def _run_script(script: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, env=ENV, timeout=timeout
+    )
+
+
 def _bench_module(name: str):
     sys.path.insert(0, str(BENCH))
     try:
@@ -86,9 +92,7 @@ BAD = [
 
 @pytest.mark.parametrize(("script", "flag", "value"), BAD, ids=[f"{s} {f} {v}" for s, f, v in BAD])
 def test_bad_argument_is_one_line_and_exit_2(script, flag, value):
-    r = subprocess.run(
-        [sys.executable, str(BENCH / script), flag, value], capture_output=True, text=True, env=ENV, timeout=60
-    )
+    r = _run_script(script, flag, value)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
@@ -119,13 +123,7 @@ OUT_FILES = [
 def test_an_unwritable_output_file_is_refused_before_the_runs(script, flag, tmp_path):
     # a folder where the file should be: refused by every script, also one that makes
     # the file's missing folders
-    r = subprocess.run(
-        [sys.executable, str(BENCH / script), flag, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=60,
-    )
+    r = _run_script(script, flag, str(tmp_path))
     assert r.returncode == 2, (r.returncode, r.stderr)
     last = r.stderr.strip().splitlines()[-1]
     assert last.endswith(f"error: argument {flag}: output file {str(tmp_path)!r} is a folder, not a file"), r.stderr
@@ -166,9 +164,7 @@ REFUSED = [
 
 @pytest.mark.parametrize(("script", "args", "start"), REFUSED, ids=[f"{s} {' '.join(a)}" for s, a, _ in REFUSED])
 def test_a_refused_setting_is_one_line_and_exit_2(script, args, start):
-    r = subprocess.run(
-        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, env=ENV, timeout=60
-    )
+    r = _run_script(script, *args)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert r.stderr.count("\n") == 1 and r.stderr.startswith(start), r.stderr
 
@@ -176,13 +172,7 @@ def test_a_refused_setting_is_one_line_and_exit_2(script, args, start):
 def test_a_failing_child_reports_its_reason_not_a_traceback():
     """bench_simulator's child refuses an unknown cost model: its message, exit 2 (was
     CalledProcessError from `check=True`, the child's stderr discarded)."""
-    r = subprocess.run(
-        [sys.executable, str(BENCH / "bench_simulator.py"), "--cost-model", "nope", "--sizes", "100", "--no-cli"],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=60,
-    )
+    r = _run_script("bench_simulator.py", "--cost-model", "nope", "--sizes", "100", "--no-cli")
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [r.stderr.strip()]
     assert r.stderr.startswith("bench_simulator: unknown cost model 'nope'"), r.stderr
@@ -363,12 +353,10 @@ def test_bench_serverless_json_under_a_new_keep_folder(tmp_path):
     """`--keep K --json K/x.json` with K new: the script makes K, so the JSON's folder need
     not exist when the arguments are read (it was refused up front for a while)."""
     keep = tmp_path / "k"
-    r = subprocess.run(
-        [sys.executable, str(BENCH / "bench_serverless.py"), "--cases", "overhead", "--overhead-requests", "60"]
-        + ["--repeat", "1", "--keep", str(keep), "--json", str(keep / "sub" / "x.json")],
-        capture_output=True,
-        text=True,
-        env=ENV,
+    r = _run_script(
+        "bench_serverless.py",
+        *("--cases", "overhead", "--overhead-requests", "60", "--repeat", "1"),
+        *("--keep", str(keep), "--json", str(keep / "sub" / "x.json")),
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
@@ -389,13 +377,7 @@ FAST_RUNS = {
 def test_an_unusable_folder_is_refused_before_any_work(script, flag, where, tmp_path):
     (tmp_path / "file").write_text("mine")
     folder = where if where.startswith("/") else str(tmp_path / where)
-    r = subprocess.run(
-        [sys.executable, str(BENCH / script), *FAST_RUNS[script], flag, folder],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=60,
-    )
+    r = _run_script(script, *FAST_RUNS[script], flag, folder)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
@@ -407,13 +389,8 @@ def test_bench_sweep_checks_every_backends_folder_before_the_first_runs(tmp_path
     """OUT/local a file: refused when local1 had run (a ConfigError traceback, its
     results lost); now before any run."""
     (tmp_path / "local").write_text("mine")
-    r = subprocess.run(
-        [sys.executable, str(BENCH / "bench_sweep.py"), "--backends", "local1", "local"]
-        + ["--requests", "20", "--rates", "2", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=60,
+    r = _run_script(
+        "bench_sweep.py", *("--backends", "local1", "local", "--requests", "20", "--rates", "2", "--out", str(tmp_path))
     )
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("bench_sweep: output folder "), r.stderr
@@ -423,13 +400,7 @@ def test_bench_sweep_checks_every_backends_folder_before_the_first_runs(tmp_path
 def test_compare_peers_checks_its_default_json_before_any_work(tmp_path):
     """WORKDIR/compare_peers.json a folder: a traceback once every run was done."""
     (tmp_path / "compare_peers.json").mkdir()
-    r = subprocess.run(
-        [sys.executable, str(BENCH / "compare_peers.py"), *FAST_RUNS["compare_peers.py"], "--workdir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=60,
-    )
+    r = _run_script("compare_peers.py", *FAST_RUNS["compare_peers.py"], "--workdir", str(tmp_path))
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("compare_peers: output file "), r.stderr
     assert "is a folder, not a file" in r.stderr
