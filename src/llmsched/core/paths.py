@@ -33,8 +33,25 @@ def _check_named_folder(path, what: str) -> None:
         raise ConfigError(f"{what} must name a folder")
 
 
+def _broken_link(p: Path) -> Path | None:
+    """`p` or the nearest of its ancestors that is a symbolic link to nothing, before one
+    that exists; None when there is none."""
+    p = p.absolute()
+    while not p.exists() and p.parent != p:
+        if p.is_symlink():
+            return p
+        p = p.parent
+    return None
+
+
 def _check_folder(given, folder: Path, what: str) -> None:
     """`folder` (or the place it will be made in) can hold new files."""
+    # a link to nothing passed for a folder yet to be made, which mkdir then refused with
+    # a bare "File exists"
+    link = _broken_link(folder)
+    if link is not None:
+        where = "" if link == Path(given).absolute() else f": {link}"
+        raise ConfigError(f"{what} {str(given)!r}{where} is a broken symbolic link (to {os.readlink(link)!r})")
     base = _first_existing(folder)
     if not base.is_dir():
         if base == Path(given).absolute():
