@@ -25,6 +25,15 @@ FULL_TRACES = (_SHARED / "azure_conv_2023" / "AzureLLMInferenceTrace_conv.csv").
 TRACES = _SHARED if FULL_TRACES or _GIVEN else _HERE / "data" / "traces"
 
 
+def fake_summary(**metrics) -> dict:
+    """A point's summary from a test's stand-in for `run_point`: the keys every finished
+    run's summary holds (`SUMMARY_KEYS`; a stored summary without them is damaged, and its
+    point is simulated again on resume), then `metrics`."""
+    from llmsched.analysis.runner import SUMMARY_KEYS  # noqa: PLC0415
+
+    return {**dict.fromkeys(SUMMARY_KEYS, 0), **metrics}
+
+
 def trace(rows):
     """rows: (arrival_s, prompt, output) tuples, in arrival order."""
     a, p, o = zip(*rows)

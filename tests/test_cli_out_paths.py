@@ -68,6 +68,50 @@ def test_the_checks(tmp_path):
             check_out_dir(ro / "out")
 
 
+def test_a_broken_link_as_the_output_folder_is_named_so(tmp_path, capsys):
+    """A symbolic link to nothing passed the checks as --out: making the folder then failed
+    with a bare 'File exists'."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(ConfigError, match=r"^output folder '[^']*out' is a broken symbolic link \(to '[^']*gone'\)"):
+        check_out_dir(link)
+    with pytest.raises(ConfigError, match=r"^output folder '[^']*out/sub': [^ ]*out is a broken symbolic link"):
+        check_out_dir(link / "sub")
+    with pytest.raises(ConfigError, match="is a broken symbolic link"):
+        check_out_file(link / "x.json", make_parents=True)
+    sweep = ["sweep", *RUN, "--grid", "seed=0", "--no-plots"]
+    one_line_error(capsys, [*sweep, "--out", str(link)], "broken symbolic link")
+    one_line_error(capsys, ["simulate", *RUN, "--out", str(link / "sub")], "broken symbolic link")
+    assert link.is_symlink() and not (tmp_path / "gone").exists()
+
+
+def test_a_read_only_points_folder_is_refused_before_any_point_runs(tmp_path, monkeypatch, capsys):
+    """A points/ that cannot be written, in a writable --out, was found only when the first
+    point's record was written, after its run."""
+    from llmsched.analysis import sweep
+
+    out = tmp_path / "out"
+    argv = ["sweep", *RUN, "--no-plots", "--workers", "1", "--out", str(out)]
+    assert main([*argv, "--grid", "seed=0"]) == 0
+    capsys.readouterr()
+    if os.geteuid() == 0:  # root may write anywhere: the check's own answer stands in for the folder's mode
+        access = os.access
+
+        def no_points(p, mode, **kw):
+            return os.path.basename(p) != "points" and access(p, mode, **kw)
+
+        monkeypatch.setattr(os, "access", no_points)
+    else:
+        (out / "points").chmod(0o500)
+    ran = []
+    monkeypatch.setattr(sweep, "run_point", lambda cfg: ran.append(cfg) or {"wall_s": 0.0})
+    try:
+        one_line_error(capsys, [*argv, "--grid", "seed=0,1"], f"'{out / 'points'}'", "is not writable")
+    finally:
+        (out / "points").chmod(0o700)
+    assert ran == []
+
+
 def test_validate_refuses_what_it_would_ignore(tmp_path, capsys):
     # checked before the model loads: no model is needed to get the error
     base = ["validate", "--model", str(tmp_path / "none"), "--trace", str(tmp_path / "none.csv")]

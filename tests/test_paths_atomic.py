@@ -1,5 +1,6 @@
 """`atomic_write` writes through a symbolic link and into a FIFO (a device such as
-/dev/stdout likewise) instead of replacing them with a regular file."""
+/dev/stdout likewise) instead of replacing them with a regular file (but with
+`replace_entry`, for a file whose name is llmsched's alone)."""
 
 from __future__ import annotations
 
@@ -81,3 +82,24 @@ def test_write_into_fifo(tmp_path):
     assert json.loads(got[0]) == {"x": 1}
     assert not fifo.is_file() and fifo.exists()  # still a FIFO
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.fifo"]
+
+
+def test_replace_entry_replaces_what_is_at_the_name_itself(tmp_path):
+    """For a file whose name is llmsched's alone (a sweep's points/KEY.json): a link, a hard
+    link or a FIFO there is replaced by the new file, the file it shared untouched."""
+    other = tmp_path / "other.json"
+    other.write_text("other's")
+    link, hard = tmp_path / "link.json", tmp_path / "hard.json"
+    link.symlink_to(other)
+    os.link(other, hard)
+    for path in (link, hard):
+        atomic_write(path, _text("new"), replace_entry=True)
+        assert not path.is_symlink() and path.read_text() == "new"
+    assert other.read_text() == "other's" and os.stat(other).st_nlink == 1
+    if hasattr(os, "mkfifo"):
+        fifo = tmp_path / "fifo.json"
+        os.mkfifo(fifo)
+        atomic_write(fifo, _text("new"), replace_entry=True)  # (written into, it waited for a reader)
+        assert fifo.is_file() and fifo.read_text() == "new"
+    names = {"hard.json", "link.json", "other.json"} | ({"fifo.json"} if hasattr(os, "mkfifo") else set())
+    assert {p.name for p in tmp_path.iterdir()} == names  # (no temporary file left)

@@ -1,6 +1,7 @@
 """`llmsched sweep` / `analysis.sweep`: grid specs, resume, Ray = local, searches, CLI errors."""
 
 import csv
+import errno
 import json
 import os
 import signal
@@ -212,6 +213,87 @@ def test_resume_skips_finished_points(tmp_path, monkeypatch):
 
     t = pq.read_table(tmp_path / "results.parquet")
     assert t.num_rows == 6 and t.schema.field("b_max").type == "int64"
+
+
+SMALL = dict(cost_model="paper", b_max=128, prompt="geometric:40", output="geometric:21", num_requests=20)
+
+
+def _two_points(out):
+    """A sweep of two points into `out`: (result, the records' paths by seed)."""
+    res = run_sweep(None, {"seed": [0, 1]}, out_dir=out, rate=2, workers=1, progress=False, plots=False, **SMALL)
+    keys = {int(r["seed"]): r["key"] for r in res.rows}
+    return res, {seed: out / "points" / f"{key}.json" for seed, key in keys.items()}
+
+
+def without_wall(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if k != "wall_s"}
+
+
+def test_a_damaged_or_mismatched_record_is_simulated_again(tmp_path):
+    """Store.get took any JSON object with a summary: a null summary or a record missing
+    its config or key was a traceback, an empty summary gave rows with no metrics, and
+    another point's record copied over this one's file gave its metrics for this point."""
+    first, path = _two_points(tmp_path)
+    good = {seed: p.read_text() for seed, p in path.items()}
+    rows = sorted((r["key"], r["p99_ttft_ms"], r["completed"]) for r in first.rows)
+    record = json.loads(good[0])
+    damaged = {
+        "summary null": {**record, "summary": None},
+        "no config": {k: v for k, v in record.items() if k != "config"},
+        "no key": {k: v for k, v in record.items() if k != "key"},
+        "config null": {**record, "config": None},
+        "summary empty": {**record, "summary": {}},
+        "summary of no run": {**record, "summary": {"wall_s": 0.1}},
+        "a list": [record],
+        "another point's": json.loads(good[1]),
+    }
+    for what, value in damaged.items():
+        path[0].write_text(json.dumps(value))
+        res, _ = _two_points(tmp_path)
+        assert (res.ran, res.skipped, res.errors) == (1, 1, 0), what
+        assert sorted((r["key"], r["p99_ttft_ms"], r["completed"]) for r in res.rows) == rows, what
+        rewritten = json.loads(path[0].read_text())  # this point's record again, its run reproduced
+        assert (rewritten["key"], rewritten["config"]) == (path[0].stem, record["config"]), what
+        assert without_wall(rewritten["summary"]) == without_wall(record["summary"]), what
+        assert json.loads(path[1].read_text()) == json.loads(good[1]), what  # the other point's own record stays
+    path[0].write_bytes(b"\xff\xfe not text")  # (a UnicodeDecodeError, not a JSONDecodeError)
+    assert _two_points(tmp_path)[0].ran == 1
+    path[0].unlink()
+    path[0].symlink_to(path[1])  # a link to another point's record: replaced, not written through
+    assert _two_points(tmp_path)[0].ran == 1
+    assert not path[0].is_symlink() and json.loads(path[1].read_text()) == json.loads(good[1])
+
+
+def test_a_records_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch, capsys):
+    """Store.put left points/.KEY.PID.tmp behind when its write failed (a full disk)."""
+    import pathlib
+
+    write_text = pathlib.Path.write_text
+
+    def full_disk(self, text, *a, **kw):
+        if self.parent.name == "points":
+            write_text(self, text[:10], *a, **kw)  # (part of it written)
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return write_text(self, text, *a, **kw)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full_disk)
+    argv = ["sweep", "--cost-model", "paper", "--num-requests", "20", "--rate", "2", "--grid", "seed=0", "--no-plots"]
+    assert main([*argv, "--workers", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "No space left on device" in err and "Traceback" not in err
+    assert list((tmp_path / "points").iterdir()) == []
+
+
+def test_a_new_run_clears_the_temporary_files_a_killed_run_left_in_points(tmp_path):
+    _, path = _two_points(tmp_path)
+    stale = [tmp_path / "points" / ".k.123.tmp", tmp_path / "points" / ".llmsched-123-abcd.tmp"]
+    for p in stale:
+        p.write_text('{"key": "k"')
+    (tmp_path / "points" / ".notes").write_text("mine\n")  # a hidden file, not a write's: it stays
+    res, _ = _two_points(tmp_path)
+    assert (res.ran, res.skipped) == (0, 2)
+    left = {p.name for p in (tmp_path / "points").iterdir()}
+    assert left == {".notes", *(p.name for p in path.values())}
 
 
 def test_ray_backend_gives_the_local_table(tmp_path):

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import fake_summary
 
 from llmsched.analysis import figures, sweep, tables
 from llmsched.analysis.sweep import run_sweep
@@ -31,15 +32,14 @@ def _fake_runs(monkeypatch) -> list[float]:
         rate = cfg["workload"]["rate"]
         rates.append(rate)
         stable = rate < 3.0
-        return {
-            "stable": stable,
-            "verdict": "stable" if stable else "unstable",
-            "total_token_throughput": 60.0 * rate,
-            "offered_token_rate": 60.0 * rate,
-            "p99_ttft_ms": 10.0 * rate,
-            "p99_itl_ms": 5.0 * rate,
-            "wall_s": 0.0,
-        }
+        return fake_summary(
+            stable=stable,
+            verdict="stable" if stable else "unstable",
+            total_token_throughput=60.0 * rate,
+            offered_token_rate=60.0 * rate,
+            p99_ttft_ms=10.0 * rate,
+            p99_itl_ms=5.0 * rate,
+        )
 
     monkeypatch.setattr(sweep, "run_point", run)
     return rates

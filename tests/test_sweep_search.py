@@ -6,6 +6,7 @@ import csv
 import json
 
 import pytest
+from helpers import fake_summary
 
 from llmsched.analysis import sweep
 from llmsched.analysis.points import critical_rate_of, resolve_point
@@ -39,7 +40,7 @@ def fake_runs(monkeypatch, verdict_at):
         if v == FAILED:
             return {"error": "RuntimeError: boom", "wall_s": 0.0}
         stable = {STABLE: True, UNSTABLE: False, INCONCLUSIVE: None}[v]
-        return {"stable": stable, "verdict": v, "p99_ttft_ms": 100.0 if stable else 1e5, "wall_s": 0.0}
+        return fake_summary(stable=stable, verdict=v, p99_ttft_ms=100.0 if stable else 1e5)
 
     monkeypatch.setattr(sweep, "run_point", run)
     return calls

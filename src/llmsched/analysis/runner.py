@@ -41,6 +41,7 @@ from typing import Any
 
 from ..core.errors import ConfigError, Terminated
 from ..core.jsonio import to_jsonable
+from ..core.paths import atomic_write, read_point_record, remove_temporary_files
 from .points import point_key, run_point
 
 __all__ = [
@@ -418,6 +419,23 @@ class Backend:
                 yield key, result
 
 
+#: What every summary of a finished run holds (`SimResult.summary`, a failed point's
+#: `error` aside): a stored summary without them is damaged, not a run's result.
+SUMMARY_KEYS = ("num_requests", "completed", "duration", "wall_s")
+
+
+def _finished(record: dict) -> bool:
+    """Whether a point's stored record holds a finished run's result, to be reused:
+    its configuration and a summary of `SUMMARY_KEYS`, no error."""
+    summary = record["summary"]
+    return (
+        isinstance(record["config"], dict)
+        and isinstance(summary, dict)
+        and "error" not in summary
+        and all(k in summary for k in SUMMARY_KEYS)
+    )
+
+
 class Store:
     """Finished points: `OUT/points/KEY.json` (written whole, the moment a point
     finishes), or in memory only when there is no output folder."""
@@ -427,8 +445,12 @@ class Store:
         self.mem: dict[str, dict] = {}
         if self.dir is not None:
             (self.dir / "points").mkdir(parents=True, exist_ok=True)
+            remove_temporary_files(self.dir / "points")  # (a run killed while writing a record)
 
     def get(self, key: str) -> dict | None:
+        """The point's record, None to simulate it: not run, failed, or its stored record
+        damaged (unreadable, not this key's, no finished run's summary), which the run
+        then writes again."""
         if key in self.mem:
             return self.mem[key]
         if self.dir is None:
@@ -436,11 +458,8 @@ class Store:
         p = self.dir / "points" / f"{key}.json"
         if not p.is_file():
             return None
-        try:
-            rec = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
-            return None  # a damaged record: simulate the point again
-        if not isinstance(rec, dict) or "summary" not in rec or "error" in rec.get("summary", {}):
+        rec = read_point_record(p)
+        if rec is None or not _finished(rec):
             return None
         self.mem[key] = rec
         return rec
@@ -449,10 +468,9 @@ class Store:
         rec = {"key": key, "config": to_jsonable(cfg), "summary": summary}
         self.mem[key] = rec
         if self.dir is not None:
-            p = self.dir / "points" / f"{key}.json"
-            tmp = p.with_name(f".{key}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(rec, indent=1))
-            os.replace(tmp, p)
+            text = json.dumps(rec, indent=1)
+            # (whole or not at all; a link or hard link there is replaced, not written through)
+            atomic_write(self.dir / "points" / f"{key}.json", lambda tmp: tmp.write_text(text), replace_entry=True)
         return rec
 
 

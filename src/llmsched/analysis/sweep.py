@@ -24,6 +24,7 @@ modules of `llmsched.analysis`:
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 import warnings
@@ -131,6 +132,8 @@ def run_sweep(
     if out_dir is not None:
         check_out_dir(out_dir)  # before the runs, not after them
         check_run_dir(out_dir, "sweep")  # not into another tool's folder, nor over another run
+        if os.path.isdir(os.path.join(out_dir, "points")):  # (each point's record goes there as it finishes)
+            check_out_dir(os.path.join(out_dir, "points"))
     g = parse_grid(grid)
     slo_d = parse_slo(slo)
     if search == "none":

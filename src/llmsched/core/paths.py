@@ -33,8 +33,25 @@ def _check_named_folder(path, what: str) -> None:
         raise ConfigError(f"{what} must name a folder")
 
 
+def _broken_link(p: Path) -> Path | None:
+    """`p` or the nearest of its ancestors that is a symbolic link to nothing, before one
+    that exists; None when there is none."""
+    p = p.absolute()
+    while not p.exists() and p.parent != p:
+        if p.is_symlink():
+            return p
+        p = p.parent
+    return None
+
+
 def _check_folder(given, folder: Path, what: str) -> None:
     """`folder` (or the place it will be made in) can hold new files."""
+    # a link to nothing passed for a folder yet to be made, which mkdir then refused with
+    # a bare "File exists"
+    link = _broken_link(folder)
+    if link is not None:
+        where = "" if link == Path(given).absolute() else f": {link}"
+        raise ConfigError(f"{what} {str(given)!r}{where} is a broken symbolic link (to {os.readlink(link)!r})")
     base = _first_existing(folder)
     if not base.is_dir():
         if base == Path(given).absolute():
@@ -415,9 +432,7 @@ def begin_reproduce_write(out, kind: str, keep=()) -> None:
     keep = {Path(k) for k in keep}
     _write_mark(out, kind)
     (out / LAST_FILES[kind]).unlink(missing_ok=True)
-    for e in list(os.scandir(out)):
-        if _temporary(e.name) and e.is_file(follow_symlinks=False):
-            os.unlink(e.path)
+    remove_temporary_files(out)
     for name in RUN_OUTPUTS[kind]:
         p = out / name
         if Path(name) in keep:  # (a whole folder kept: a sweep's points/)
@@ -479,6 +494,14 @@ def _unproven_replica(servers: Path) -> str | None:
 def _temporary(name: str) -> bool:
     """A write's temporary file (.NAME.tmp, .NAME.PID.tmp), left by a run that stopped."""
     return name.startswith(".") and name.endswith(".tmp")
+
+
+def remove_temporary_files(folder) -> None:
+    """Remove the temporary files (`_temporary`) that writes into `folder` left when their
+    run was killed (a kill -9 runs no clean-up): a run clears them before it writes there."""
+    for e in list(os.scandir(folder)):
+        if _temporary(e.name) and e.is_file(follow_symlinks=False):
+            os.unlink(e.path)
 
 
 def _entries(folder: Path, layout: str):
@@ -556,9 +579,19 @@ def _proof_flaw(path: Path) -> str | None:
     return f"no {missing[0]!r} key" if missing else None
 
 
-def _record_ok(path: Path) -> bool:
+def read_point_record(path) -> dict | None:
+    """The point's record at `path` (a sweep's points/KEY.json): a JSON object holding
+    `_POINT_KEYS`, its key its file's name (a record copied over another point's file is
+    not that point's); None when the file is no such record (or cannot be read)."""
+    path = Path(path)
     record = _json_object(path)
-    return record is not None and all(k in record for k in _POINT_KEYS) and record["key"] == path.stem
+    if record is None or not all(k in record for k in _POINT_KEYS) or record["key"] != path.stem:
+        return None
+    return record
+
+
+def _record_ok(path: Path) -> bool:
+    return read_point_record(path) is not None
 
 
 # a file (or folder) only one kind of run writes at the top of its folder, in the order
@@ -801,7 +834,7 @@ def check_not_an_input(path, inputs, what: str) -> None:
             )
 
 
-def atomic_write(path, writer) -> None:
+def atomic_write(path, writer, *, replace_entry: bool = False) -> None:
     """`writer(tmp)` then rename tmp to `path`: the file appears whole or not at all, and
     a write that stops (an error, Ctrl-C) leaves the file that was there as it was (its
     temporary file removed). Written through a symbolic link (the file it names is
@@ -809,15 +842,21 @@ def atomic_write(path, writer) -> None:
     such as /dev/stdout), which no rename may replace, is written straight to (not
     whole-or-nothing: there is no earlier file to keep). The file keeps its permissions; a
     file with other hard links is written in place (a rename would part it from them). The
-    temporary file has a short name of its own, so a name at the file system's limit works."""
-    try:
-        st = os.stat(path)  # (through links)
-    except OSError:  # (nothing there yet, or a link to nothing: a new file)
-        st = None
+    temporary file has a short name of its own, so a name at the file system's limit works.
+    `replace_entry`: whatever is at `path` itself (a link, a FIFO, a file with other hard
+    links) is replaced by the new file, as a rename does, its mode not kept: for a file
+    whose name only llmsched gives (a sweep's points/KEY.json), where a link or a hard link
+    is no file of the user's to write through but another point's record."""
+    st = None
+    if not replace_entry:
+        try:
+            st = os.stat(path)  # (through links)
+        except OSError:  # (nothing there yet, or a link to nothing: a new file)
+            st = None
     if st is not None and (not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) or st.st_nlink > 1):
         writer(Path(path))
         return
-    real = Path(os.path.realpath(path))
+    real = Path(path) if replace_entry else Path(os.path.realpath(path))
     tmp = real.with_name(f".llmsched-{os.getpid()}-{os.urandom(4).hex()}.tmp")
     try:
         writer(tmp)
@@ -869,6 +908,8 @@ __all__ = [
     "check_out_file",
     "check_inputs_kept",
     "check_run_dir",
+    "read_point_record",
+    "remove_temporary_files",
     "clear_stale",
     "recorded_path",
     "remove_run_folder",
