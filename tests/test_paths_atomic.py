@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from llmsched.cli import os_error_line
 from llmsched.core.paths import atomic_write
 from llmsched.server.bench import write_result
 
@@ -103,3 +104,18 @@ def test_replace_entry_replaces_what_is_at_the_name_itself(tmp_path):
         assert fifo.is_file() and fifo.read_text() == "new"
     names = {"hard.json", "link.json", "other.json"} | ({"fifo.json"} if hasattr(os, "mkfifo") else set())
     assert {p.name for p in tmp_path.iterdir()} == names  # (no temporary file left)
+
+
+def test_a_failed_write_names_the_file_asked_for(tmp_path):
+    """The error named the temporary file, which the failure had already removed."""
+    import errno
+
+    def full_disk(tmp):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
+
+    target = tmp_path / "summary.json"
+    with pytest.raises(OSError) as e:
+        atomic_write(target, full_disk)
+    assert e.value.filename == str(target)
+    assert os_error_line(e.value) == f"cannot write {target}: No space left on device"
+    assert list(tmp_path.iterdir()) == []

@@ -863,8 +863,10 @@ def atomic_write(path, writer, *, replace_entry: bool = False) -> None:
         if st is not None:
             os.chmod(tmp, stat.S_IMODE(st.st_mode))
         os.replace(tmp, real)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename is not None and os.fsdecode(e.filename) == str(tmp):
+            e.filename = str(path)  # the file the user asked for, not a temporary one now gone
         raise
 
 
