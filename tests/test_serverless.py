@@ -1159,6 +1159,11 @@ BAD = [
         lambda c: c["cluster"]["nodes"][0].update(ssd_bandwidth_gbps=1e-300),
         "models.m: loading 10 GB at 1e-300 GB/s (cluster.nodes[0]) takes 1e+301 s, more than 1e+09 s",
     ),
+    # a name stripped in tiers and traces but not as the key: "m " in a tier meant model "m"
+    (
+        lambda c: c["models"].update({"m ": {"weights_gb": 40, "cost_model": "const:10"}}),
+        "models: model name 'm ' has spaces at its start or end; write it 'm'",
+    ),
 ]
 
 
@@ -1853,3 +1858,15 @@ def test_one_instance_ready_at_0_runs_twp_as_one_server():
             sls = run_serverless(load_serverless(cfg), fast=fast, requests=reqs)
             for k in ("ttft_ns", "e2e_ns", "queue_ns"):
                 assert np.array_equal(getattr(sls, k), getattr(one, k)), (k, fast, arr)
+
+
+def test_another_scheduler_is_checked_for_loads_it_could_not_clock():
+    """ServerlessLLM's 2x faster loads passed the 1e9 s limit; swapped for FCFS
+    (--platform-scheduler) the run went ahead with a 1.6e9 s cold start, and its
+    config.json was then refused."""
+    cfg = base(scheduler="serverlessllm")
+    cfg["cluster"]["remote_bandwidth_gbps"] = 8e-9
+    cfg["cluster"]["nodes"][0].update(dram_gb=0, ssd_gb=0)
+    spec = load_serverless(cfg)  # 10 GB / (2 x 8e-9 GB/s): 6.25e8 s; FCFS 1.25e9 s
+    with pytest.raises(ConfigError, match=r"models\.m: loading 10 GB at 8e-09 GB/s .* more than 1e\+09 s"):
+        spec.replaced(scheduler="fcfs")

@@ -750,6 +750,8 @@ class ServerlessSpec:
             raise _at("models", "needs at least one model (name: {weights_gb: ..., ...})")
         for name, m in self.models.items():
             m.name = _name(name, "models")
+            if m.name != name:  # (names in tiers, traces and popularity are read stripped)
+                raise _at("models", f"model name {name!r} has spaces at its start or end; write it {m.name!r}")
             m.validate(f"models.{name}")
         self.platform.validate()
         for i, g in enumerate(self.nodes):
@@ -781,9 +783,20 @@ class ServerlessSpec:
                     f"no GPU is large enough: {m.weights_gb:g} GB of weights "
                     f"(plus KV cache) but the largest GPU offers {u:g} x {biggest:g} GB",
                 )
-            speedup = self.platform.load_speedup if self.platform.scheduler == "serverlessllm" else 1.0
-            for i, g in enumerate(self.nodes):  # the slowest load stays a time we can clock
-                # (of the tiers that can hold the checkpoint: the remote store always)
+        self._check_load_times()
+        self.workload = _validate_workload(self.workload, self.models)
+        if self.run is None:
+            self.run = RunOptions()
+        self.run = self.run.validate()
+        return self
+
+    def _check_load_times(self) -> None:
+        """The slowest load of each model stays a time we can clock (of the tiers that can
+        hold the checkpoint: the remote store always); under the platform's scheduler, whose
+        loads ServerlessLLM speeds up."""
+        speedup = self.platform.load_speedup if self.platform.scheduler == "serverlessllm" else 1.0
+        for name, m in self.models.items():
+            for i, g in enumerate(self.nodes):
                 tiers = [
                     (g.dram_gb, g.dram_bandwidth_gbps),
                     (g.ssd_gb, g.ssd_bandwidth_gbps),
@@ -796,11 +809,6 @@ class ServerlessSpec:
                         f"loading {m.weights_gb:g} GB at {slowest:g} GB/s (cluster.nodes[{i}]) takes "
                         f"{m.weights_gb / slowest:g} s, more than {MAX_SECONDS:g} s",
                     )
-        self.workload = _validate_workload(self.workload, self.models)
-        if self.run is None:
-            self.run = RunOptions()
-        self.run = self.run.validate()
-        return self
 
     # ---- forms ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -909,6 +917,7 @@ class ServerlessSpec:
             if spec.platform.scheduler == "round-robin":
                 spec.platform.router = None
             spec.platform.validate()
+            spec._check_load_times()  # (ServerlessLLM's faster loads may have passed where another's do not)
         w = spec.workload
         if scale is not None:
             k = _num(scale, "scale", lo_open=True)
