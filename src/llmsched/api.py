@@ -24,7 +24,8 @@ import numpy as np
 from .core.checks import check_progress, strict_keywords
 from .core.constraints import check_prefix_block_size, k_max_binds
 from .core.cost import make_cost_model, recorded_cost_model
-from .core.errors import ConfigError, InputWarning, check_known, warn
+from .core.errors import BlockSizeUnusedWarning as BlockSizeUnusedWarning  # re-exported (docs)
+from .core.errors import ConfigError, check_known, warn, warn_block_size_unused
 from .core.paths import check_out_dir, check_run_dir
 from .core.request import NS, check_sample_interval, check_seconds
 from .core.version import __version__
@@ -709,30 +710,12 @@ def _no_block_ids(workload: dict) -> str:
 
 
 #: the warning of a block size given without a prefix cache (`BlockSizeUnusedWarning`)
-BLOCK_SIZE_UNUSED = "has no effect without prefix caching (--prefix-caching)"
-
-
-class BlockSizeUnusedWarning(InputWarning):
-    """A block size given where no run has a prefix cache. A sweep judges it once for all
-    its points (`analysis.sweep.run_sweep`: where one point caches, the block size has its
-    effect there) and ignores its points' own by this category, not by their text."""
-
-
 def unused_block_sizes(cfgs) -> list[int]:
     """The block sizes given (not the default) to configurations `cfgs` when none of them
     has a prefix cache, for the warning; [] when one has, or none was given."""
     if any(c.prefix_caching for c in cfgs):
         return []
     return sorted({c.block_size for c in cfgs if c.block_size != SimConfig.block_size})
-
-
-def warn_block_size_unused(sizes: list[int], stacklevel: int = 3) -> None:
-    """Warn (`BlockSizeUnusedWarning`) that the block sizes `sizes` do nothing; the warning
-    names the line that called the caller of this function."""
-    import warnings  # noqa: PLC0415
-
-    text = f"block_size={', '.join(str(b) for b in sizes)} {BLOCK_SIZE_UNUSED}"
-    warnings.warn(text, BlockSizeUnusedWarning, stacklevel=stacklevel)
 
 
 MIN_STEP_S = 1e-4  # a step faster than 0.1 ms is no GPU's: probably seconds given as ms
@@ -1065,6 +1048,9 @@ def cluster_network(
         raise ConfigError("slo (goodput against per-request limits) is for one server; a cluster reports no goodput")
     if cfg.record_steps:
         raise ConfigError("record_steps is for one server; a cluster writes calls.csv and per-replica outputs")
+    unused = unused_block_sizes([cfg])  # (the cluster's servers leave it out: said here, as one server says it)
+    if unused:
+        warn_block_size_unused(unused)
     spec = WorkloadSpec.from_dict(cfg.workload)
     if spec.arrival not in ("poisson", "gamma", "deterministic"):
         raise ConfigError(

@@ -5,9 +5,9 @@ a cache warned once per size."""
 
 import warnings
 
-from llmsched import api
 from llmsched.analysis.sweep import max_stable_rate, run_sweep
 from llmsched.cli import main
+from llmsched.core import errors
 
 KW = dict(cost_model="paper", system_prompt=64, rate=2, num_requests=30, progress=False, plots=False, workers=1)
 ARGV = ["--cost-model", "paper", "--num-requests", "20", "--prompt", "geometric:40", "--output", "geometric:21"]
@@ -21,7 +21,7 @@ def _said(run) -> list[str]:
 
 
 def test_a_reworded_warning_is_still_silenced_where_a_point_caches(tmp_path, monkeypatch):
-    monkeypatch.setattr(api, "BLOCK_SIZE_UNUSED", "is not used by a run without a prefix cache")
+    monkeypatch.setattr(errors, "BLOCK_SIZE_UNUSED", "is not used by a run without a prefix cache")
     said = _said(lambda: run_sweep(grid={"prefix_caching": [False, True]}, out_dir=tmp_path, block_size=8, **KW))
     assert said == []
 
@@ -43,3 +43,41 @@ def test_a_search_warns_once_and_a_single_run_as_before(tmp_path, capsys):
     assert main(["simulate", *ARGV, "--rate", "1", "--block-size", "48", "--out", ""]) == 0
     err = capsys.readouterr().err
     assert "llmsched simulate: warning: block_size=48 has no effect without prefix caching (--prefix-caching)" in err
+
+
+NETWORK = {
+    "servers": {
+        "s1": {"policy": "sarathi", "b_max": 512, "cost_model": "paper", "block_size": 7},
+        "s2": {"policy": "sarathi", "b_max": 512, "cost_model": "paper", "block_size": 7, "prefix_caching": True},
+    },
+    "jobs": {
+        "A": {
+            "arrival": {"process": "poisson", "rate": 1.0},
+            "route": [{"call": {"server": "s1", "prompt": "const:10", "output": "const:5"}},
+                      {"call": {"server": "s2", "prompt": "const:10", "output": "const:5"}}],
+        }
+    },
+    "num_jobs": 5,
+}  # fmt: skip
+
+
+def test_a_cluster_and_a_network_server_warn_of_a_block_size_without_caching(capsys):
+    """Said on one server; a cluster from flags and a network file's server dropped it
+    without a word."""
+    from llmsched import cluster_network, simulate_network
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        simulate_network(NETWORK)
+    said = [w for w in caught if issubclass(w.category, errors.BlockSizeUnusedWarning)]
+    assert [str(w.message) for w in said] == [
+        "servers.s1: block_size=7 has no effect without prefix caching (prefix_caching: true)"
+    ]
+    assert said[0].filename == __file__  # the caller's line, not llmsched's
+    assert _said(lambda: cluster_network(replicas=2, block_size=32, rate=1, num_requests=5)) == [
+        "block_size=32 has no effect without prefix caching (--prefix-caching)"
+    ]
+    assert _said(lambda: cluster_network(replicas=2, block_size=32, prefix_caching=True, rate=1)) == []
+    argv = ["simulate", "--rate", "5", "--num-requests", "20", "--block-size", "32", "--replicas", "2", "--out", ""]
+    assert main([*argv, "--quiet"]) == 0
+    assert "llmsched simulate: warning: block_size=32 has no effect" in capsys.readouterr().err

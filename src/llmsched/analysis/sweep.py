@@ -31,9 +31,9 @@ import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..api import BlockSizeUnusedWarning, unused_block_sizes, warn_block_size_unused
+from ..api import unused_block_sizes
 from ..core.checks import as_real, check_policy_names, check_seeds
-from ..core.errors import ConfigError
+from ..core.errors import BlockSizeUnusedWarning, ConfigError, warn_block_size_unused
 from ..core.paths import begin_sweep_write, check_out_dir, check_run_dir, end_sweep_write
 from ..sim.result import check_inputs_not_replaced
 from .figures import plot_sweep

@@ -63,6 +63,25 @@ class InputWarning(UserWarning):
     prints it as one line on stderr and the run continues."""
 
 
+BLOCK_SIZE_UNUSED = "has no effect without prefix caching"
+
+
+class BlockSizeUnusedWarning(InputWarning):
+    """A block size given where no run has a prefix cache. A sweep judges it once for all
+    its points (`analysis.sweep.run_sweep`: where one point caches, the block size has its
+    effect there) and ignores its points' own by this category, not by their text."""
+
+
+def warn_block_size_unused(sizes: list[int], where: str = "", switch: str = "--prefix-caching", stacklevel: int = 3):
+    """Warn (`BlockSizeUnusedWarning`) that the block sizes `sizes` do nothing (at `where`,
+    such as a network's server, turned on by `switch`); the warning names the line that
+    called the caller of this function."""
+    import warnings  # noqa: PLC0415
+
+    text = f"{where}block_size={', '.join(str(b) for b in sizes)} {BLOCK_SIZE_UNUSED} ({switch})"
+    warnings.warn(text, BlockSizeUnusedWarning, stacklevel=stacklevel)
+
+
 def warn(message: str, stacklevel: int = 3) -> None:
     """Warn about an implausible input (`InputWarning`, one sentence); the run goes on.
     The warning names the line that called the caller of `warn` (one more level for each

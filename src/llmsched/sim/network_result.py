@@ -35,7 +35,7 @@ import numpy as np
 from ..core.checks import as_real, check_run_switches
 from ..core.constraints import k_max_binds
 from ..core.cost import make_cost_model
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, warn_block_size_unused
 from ..core.jsonio import to_jsonable
 from ..core.length_mix import LengthMix
 from ..core.paths import (
@@ -51,6 +51,7 @@ from ..theory import INCONCLUSIVE, STABLE, UNSTABLE, capacity, stability_verdict
 from ..theory.network import check_schedulers, route_delay_s, traffic
 from ..theory.verdict import burst_factor, guard_time_of, service_steps, short_window_time_s
 from ..workload.arrivals import Deterministic, Gamma
+from ..workload.blocks import DEFAULT_BLOCK_SIZE
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
 from .network import NetworkStats, run_network
@@ -1109,6 +1110,14 @@ def _codes(values) -> tuple[list[str], np.ndarray]:
 __all__ = ["NetworkResult", "decode_time_s", "merge_prefix_stats", "simulate_network"]
 
 
+def warn_unused_block_sizes(spec) -> None:
+    """A server's block size without its prefix cache does nothing: said, as for one
+    server (the warning names the line that called `llmsched.simulate_network`)."""
+    for name, server in spec.servers.items():
+        if not server.prefix_caching and server.block_size != DEFAULT_BLOCK_SIZE:
+            warn_block_size_unused([server.block_size], f"servers.{name}: ", "prefix_caching: true", stacklevel=5)
+
+
 def simulate_network(
     network,
     *,
@@ -1141,6 +1150,7 @@ def simulate_network(
     # b_max, policies and weights when first asked: a caller's edit after the call changed it)
     spec = replace(spec, servers=copy.deepcopy(spec.servers), jobs=copy.deepcopy(spec.jobs), run=run)
     check_schedulers(spec, network)  # before the run, naming the server and the file
+    warn_unused_block_sizes(spec)
     if out_dir is not None:  # (a length table in out_dir named requests.csv: the run would replace it)
         check_inputs_not_replaced(out_dir, "network", spec.to_dict())
     if scale is not None:
