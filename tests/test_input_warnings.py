@@ -185,3 +185,35 @@ def test_capacity_gives_simulates_input_warnings(capsys):
     assert "context up to 70,004 (measured up to 32,768)" in w
     (w,) = cap("--b-max", "2048", "--k-max", "2048")
     assert "decode batch up to 2,048 (measured up to 512)" in w
+
+
+def test_a_network_cluster_and_serverless_run_warn_of_steps_under_a_tenth_of_a_millisecond(tmp_path, capsys):
+    """Said on one server; a network's servers, a --replicas cluster and a serverless
+    platform's models ran such a cost model without a word."""
+    fast = "const:0.00001"
+    network = tmp_path / "net.yaml"
+    network.write_text(
+        "servers:\n"
+        f"  s1: {{policy: sarathi, b_max: 512, cost_model: '{fast}'}}\n"
+        f"  s2: {{policy: sarathi, b_max: 512, cost_model: '{fast}'}}\n"
+        "jobs:\n"
+        "  A: {arrival: {process: poisson, rate: 1.0}, route: ["
+        "{call: {server: s1, prompt: 'const:10', output: 'const:5'}}, "
+        "{call: {server: s2, prompt: 'const:10', output: 'const:5'}}]}\n"
+        "num_jobs: 5\n"
+    )
+    platform = tmp_path / "platform.yaml"
+    platform.write_text(
+        "cluster: {nodes: [{name: n, gpus: 1, gpu_memory_gb: 80}]}\n"
+        f"models: {{a: {{weights_gb: 16, cost_model: '{fast}'}}}}\n"
+        "workload: {rate: 1, num_requests: 5}\n"
+    )
+    said = f"the cost model '{fast}' times a one-token step at 1e-05 ms, under 0.1 ms"
+    for argv in (
+        ["--network", str(network)],
+        ["--cost-model", fast, "--num-requests", "5", "--replicas", "2"],
+        ["--serverless", str(platform)],
+    ):
+        code, out, err = run(capsys, *argv, "--out", "", "--quiet")
+        assert code == 0, err
+        assert [said in line for line in warnings_of(err)] == [True], (argv, err)  # once per cost model

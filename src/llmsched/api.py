@@ -23,7 +23,7 @@ import numpy as np
 
 from .core.checks import check_progress, strict_keywords
 from .core.constraints import check_prefix_block_size, k_max_binds
-from .core.cost import make_cost_model, recorded_cost_model
+from .core.cost import make_cost_model, recorded_cost_model, warn_fast_steps
 from .core.errors import BlockSizeUnusedWarning as BlockSizeUnusedWarning  # re-exported (docs)
 from .core.errors import ConfigError, check_known, warn, warn_block_size_unused
 from .core.paths import check_out_dir, check_run_dir
@@ -718,7 +718,6 @@ def unused_block_sizes(cfgs) -> list[int]:
     return sorted({c.block_size for c in cfgs if c.block_size != SimConfig.block_size})
 
 
-MIN_STEP_S = 1e-4  # a step faster than 0.1 ms is no GPU's: probably seconds given as ms
 MIN_TRACE_RATE = 0.01  # req/s: a replayed trace slower than this probably has its times in ms
 
 
@@ -747,17 +746,6 @@ def longest_context(trace) -> int:
     """The longest context a request of `trace` reaches: its prompt + output - 1 (0 for none)."""
     need = np.asarray(trace.prompt, dtype=np.int64) + np.asarray(trace.output, dtype=np.int64) - 1
     return int(need.max()) if len(need) else 0
-
-
-def warn_fast_steps(cost, label) -> None:
-    """Warn when the cost model `label` (its spec, for the message) times a one-token step
-    under 0.1 ms (`simulate` and `capacity` both)."""
-    one = min(cost.load_time(1), cost.step_time(0, 1, 1, [], 1))
-    if one < MIN_STEP_S:
-        warn(
-            f"the cost model {label!r} times a one-token step at {one * 1e3:.3g} ms, under 0.1 ms: "
-            "are its times in milliseconds?"
-        )
 
 
 def warn_profile_reach(cost, cfg: SimConfig, context: int, requests: int | None = None) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..api import SimConfig, build_config, check_config, warn_fast_steps, warn_profile_reach
+from ..api import SimConfig, build_config, check_config, warn_profile_reach
 from ..core.constraints import k_max_binds
-from ..core.cost import make_cost_model
+from ..core.cost import make_cost_model, warn_fast_steps
 from ..core.errors import ConfigError
 from ..core.guarantee import reasons_text
 from ..core.paths import check_out_file

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .errors import ConfigError
+from .errors import ConfigError, warn
 from .request import NS
 
 
@@ -364,3 +364,17 @@ def make_cost_model(spec: str | CostModel) -> CostModel:
 
         return load_profile(rest or "h200-llama-3-8b")
     raise ConfigError(f"unknown cost model {kind!r} (known: paper, linear, const, profile)")
+
+
+MIN_STEP_S = 1e-4  # a step faster than 0.1 ms is no GPU's: probably seconds given as ms
+
+
+def warn_fast_steps(cost, label) -> None:
+    """Warn when the cost model `label` (its spec, for the message) times a one-token step
+    under 0.1 ms (`simulate`, a network's servers, and `capacity`)."""
+    one = min(cost.load_time(1), cost.step_time(0, 1, 1, [], 1))
+    if one < MIN_STEP_S:
+        warn(
+            f"the cost model {label!r} times a one-token step at {one * 1e3:.3g} ms, under 0.1 ms: "
+            "are its times in milliseconds?"
+        )

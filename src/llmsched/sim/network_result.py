@@ -34,7 +34,7 @@ import numpy as np
 
 from ..core.checks import as_real, check_run_switches
 from ..core.constraints import k_max_binds
-from ..core.cost import make_cost_model
+from ..core.cost import make_cost_model, warn_fast_steps
 from ..core.errors import ConfigError, warn_block_size_unused
 from ..core.jsonio import to_jsonable
 from ..core.length_mix import LengthMix
@@ -1110,12 +1110,15 @@ def _codes(values) -> tuple[list[str], np.ndarray]:
 __all__ = ["NetworkResult", "decode_time_s", "merge_prefix_stats", "simulate_network"]
 
 
-def warn_unused_block_sizes(spec) -> None:
-    """A server's block size without its prefix cache does nothing: said, as for one
-    server (the warning names the line that called `llmsched.simulate_network`)."""
+def warn_implausible_servers(spec) -> None:
+    """What one server's run warns of, for each server: a block size without its prefix
+    cache (the warning names the line that called `llmsched.simulate_network`), a cost
+    model whose steps are faster than any GPU's (once per cost model)."""
     for name, server in spec.servers.items():
         if not server.prefix_caching and server.block_size != DEFAULT_BLOCK_SIZE:
             warn_block_size_unused([server.block_size], f"servers.{name}: ", "prefix_caching: true", stacklevel=5)
+    for label in dict.fromkeys(server.cost_model for server in spec.servers.values()):
+        warn_fast_steps(make_cost_model(label), label)
 
 
 def simulate_network(
@@ -1150,7 +1153,7 @@ def simulate_network(
     # b_max, policies and weights when first asked: a caller's edit after the call changed it)
     spec = replace(spec, servers=copy.deepcopy(spec.servers), jobs=copy.deepcopy(spec.jobs), run=run)
     check_schedulers(spec, network)  # before the run, naming the server and the file
-    warn_unused_block_sizes(spec)
+    warn_implausible_servers(spec)
     if out_dir is not None:  # (a length table in out_dir named requests.csv: the run would replace it)
         check_inputs_not_replaced(out_dir, "network", spec.to_dict())
     if scale is not None:

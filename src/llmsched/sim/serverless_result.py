@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.checks import check_run_switches
+from ..core.cost import make_cost_model, warn_fast_steps
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import begin_simulate_write, check_out_dir, check_run_dir, end_simulate_write
@@ -396,6 +397,8 @@ def simulate_serverless(
         if isinstance(config, (str, os.PathLike)):
             raise ConfigError(f"{Path(config).name}: {e}") from None
         raise
+    for label in dict.fromkeys(m.cost_model for m in spec.models.values()):
+        warn_fast_steps(make_cost_model(label), label)  # (as one server's run does)
     t0 = time.perf_counter()
     stats = run_serverless(
         spec, fast=run.fast, max_time_s=run.max_time_s, requests=reqs, progress=progress, check=False
