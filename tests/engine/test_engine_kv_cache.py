@@ -157,6 +157,8 @@ def _cache_allocation_fails(monkeypatch, exc):
     [
         RuntimeError("[enforce fail at alloc_cpu.cpp:127] . DefaultCPUAllocator: can't allocate memory"),
         MemoryError(),
+        # a size past what torch can count (no memory check before it on CUDA)
+        RuntimeError("Storage size calculation overflowed with sizes=[4, 2, 1000000000000000001, 16, 32]"),
     ],
 )
 def test_a_cache_that_cannot_be_allocated_is_a_config_error(tiny_model, monkeypatch, exc):

@@ -308,7 +308,7 @@ class ModelRunner:
             self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         except (RuntimeError, MemoryError) as e:  # (torch.cuda.OutOfMemoryError is a RuntimeError)
             self.k_cache = self.v_cache = None
-            if not _allocation_failed(e):
+            if not (_allocation_failed(e) or "overflow" in str(e).lower()):  # (torch: "size ... overflowed")
                 raise  # a bug, not a cache too large: its own traceback
             raise self._cache_too_large(num_blocks, "could not be allocated") from e
         for i, layer in enumerate(self.model.layers):
