@@ -177,3 +177,28 @@ def test_a_fixed_policy_option_goes_to_the_grids_policies_that_take_it():
     assert cfgs["sarathi"].policy_options == {} and cfgs["adaptive"].policy_options == {"cost": "paper"}
     with pytest.raises(ConfigError, match="policy_options 'cost': no batch policy of the grid takes it"):
         run_sweep(None, {"policy": ["sarathi", "orca"]}, plots=False, policy_options={"cost": "paper"}, **BASE)
+
+
+def test_a_fixed_option_reaches_a_policy_that_takes_it_as_a_parameter_beside_its_options_list():
+    """A factory listing `OPTIONS` and taking another keyword: simulate took the keyword,
+    the sweep read only the list (refused it, or dropped it from the points)."""
+    from llmsched.policies import ADMISSION_POLICIES, FCFS, register_admission_policy, takes_option
+
+    def mine(itl_target_ms=None, y=1):
+        return FCFS()
+
+    mine.OPTIONS = ("itl_target_ms",)
+    register_admission_policy("listed-test", mine)
+    try:
+        assert takes_option("admission", "listed-test", "y") and takes_option(
+            "admission", "listed-test", "itl_target_ms"
+        )
+        assert not takes_option("admission", "listed-test", "z")
+        assert not takes_option("admission", "twp", "y")  # lists its options, takes **options: the list decides
+        cfg = resolve_point(None, {**BASE, "admission_options": {"y": 2}}, {"admission": "listed-test"})
+        assert cfg.admission_options == {"y": 2}
+        assert (
+            resolve_point(None, {**BASE, "admission_options": {"y": 2}}, {"admission": "fcfs"}).admission_options == {}
+        )
+    finally:
+        ADMISSION_POLICIES.pop("listed-test", None)

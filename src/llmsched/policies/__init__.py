@@ -260,15 +260,8 @@ def admission_takes(name: str, option: str) -> bool:
     `itl_target_ms` of every admission that takes one (TWP, DynamicBatch, yours). A
     factory's `**kwargs` alone does not count: it may pass them on to a policy that takes
     no such option (name it, or list it in `OPTIONS`)."""
-    import inspect  # noqa: PLC0415
-
     factory = _lookup(name, "admission")
-    if option in getattr(factory, "OPTIONS", ()):
-        return True
-    try:
-        return option in inspect.signature(factory).parameters
-    except (TypeError, ValueError):  # no signature to read
-        return False
+    return option in getattr(factory, "OPTIONS", ()) or option in _parameters(factory)[0]
 
 
 def _lookup(name: str, kind: str):
@@ -290,46 +283,47 @@ def _check_option_names(what: str, name: str, factory, options: dict) -> None:
     """One clear line for an option `factory` does not take: calling it would raise a
     TypeError naming the class (`FCFS() takes no arguments`). A factory taking **options
     checks them itself (TWP, DynamicBatch)."""
+    named, takes_any = _parameters(factory)
+    unknown = set(options) - set(named)
+    if unknown and not takes_any:
+        raise unknown_option(what, name, unknown, list(named))
+
+
+def takes_option(kind: str, name: str, option: str) -> bool:
+    """Whether the `kind` ("batch" or "admission") policy `name` takes `option`: it lists
+    it (a batch policy's `option_names`, an admission policy's `OPTIONS`), names it as a
+    parameter, or takes **options and lists none (it checks them itself). A sweep gives a
+    fixed option to the points of the grid's policies that take it."""
+    base = str(name).partition(":")[0] if kind == "batch" else name  # (a batch policy's inline options)
+    factory = _lookup(base, kind)
+    listed = getattr(factory, "option_names" if kind == "batch" else "OPTIONS", None)
+    named, takes_any = _parameters(factory)
+    return option in (listed or ()) or option in named or (takes_any and listed is None)
+
+
+def _parameters(factory) -> tuple[tuple[str, ...], bool]:
+    """A policy factory's keyword parameter names, and whether it takes **options as well
+    (none, and any, when it has no signature to read: its own TypeError will have to do)."""
     import inspect  # noqa: PLC0415
 
     try:
         params = list(inspect.signature(factory).parameters.values())
-    except (TypeError, ValueError):  # no signature to read: its TypeError will have to do
-        return
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return
-    known = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    unknown = set(options) - set(known)
-    if unknown:
-        raise unknown_option(what, name, unknown, known)
+    except (TypeError, ValueError):
+        return (), True
+    named = tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return named, any(p.kind is p.VAR_KEYWORD for p in params)
 
 
-def takes_option(kind: str, name: str, option: str) -> bool:
-    """Whether the `kind` ("batch" or "admission") policy `name` takes `option`: it names
-    it (`_option_names`), or takes any (**options, which it checks itself). A sweep gives
-    a fixed option to the points of the grid's policies that take it."""
-    base = str(name).partition(":")[0] if kind == "batch" else name  # (a batch policy's inline options)
-    names = _option_names(_lookup(base, kind), "option_names" if kind == "batch" else "OPTIONS")
-    return names is None or option in names
-
-
-def _option_names(cls, listed: str = "option_names") -> tuple[str, ...] | None:
-    """The option names a policy takes: the tuple its class sets as `listed` (a batch
-    policy's `option_names`, which its spec may give inline; an admission policy's
-    `OPTIONS`), else its factory's keyword parameters (the names `policy_options` are
-    checked against); None when it takes **options (any identifier is a name)."""
-    import inspect  # noqa: PLC0415
-
-    names = getattr(cls, listed, None)
+def _option_names(cls) -> tuple[str, ...] | None:
+    """The option names a batch policy takes: the tuple its class sets as `option_names`
+    (which its spec may give inline), else its factory's keyword
+    parameters (the names `policy_options` are checked against); None when it takes
+    **options (any identifier is a name)."""
+    names = getattr(cls, "option_names", None)
     if names is not None:
         return tuple(names)
-    try:
-        params = list(inspect.signature(cls).parameters.values())
-    except (TypeError, ValueError):  # no signature to read
-        return ()
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return None
-    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    named, takes_any = _parameters(cls)
+    return None if takes_any else named
 
 
 def _policy_options(cls, text: str, spec: str) -> dict:
