@@ -74,6 +74,16 @@ def test_a_cluster_and_a_network_server_warn_of_a_block_size_without_caching(cap
         "servers.s1: block_size=7 has no effect without prefix caching (prefix_caching: true)"
     ]
     assert said[0].filename == __file__  # the caller's line, not llmsched's
+    from llmsched.sim.network_result import simulate_network as inner
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        inner(NETWORK)  # (without the api's wrapper: the level was counted with it)
+    assert [w.filename for w in caught if issubclass(w.category, errors.BlockSizeUnusedWarning)] == [__file__]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cluster_network(replicas=2, block_size=32, rate=1, num_requests=5)
+    assert [w.filename for w in caught] == [__file__]
     assert _said(lambda: cluster_network(replicas=2, block_size=32, rate=1, num_requests=5)) == [
         "block_size=32 has no effect without prefix caching (--prefix-caching)"
     ]

@@ -72,14 +72,25 @@ class BlockSizeUnusedWarning(InputWarning):
     effect there) and ignores its points' own by this category, not by their text."""
 
 
-def warn_block_size_unused(sizes: list[int], where: str = "", switch: str = "--prefix-caching", stacklevel: int = 3):
+def warn_block_size_unused(sizes: list[int], where: str = "", switch: str = "--prefix-caching") -> None:
     """Warn (`BlockSizeUnusedWarning`) that the block sizes `sizes` do nothing (at `where`,
-    such as a network's server, turned on by `switch`); the warning names the line that
-    called the caller of this function."""
+    such as a network's server, turned on by `switch`); the warning names the first line
+    outside llmsched (the user's call), however deep in llmsched it is decided."""
     import warnings  # noqa: PLC0415
 
     text = f"{where}block_size={', '.join(str(b) for b in sizes)} {BLOCK_SIZE_UNUSED} ({switch})"
-    warnings.warn(text, BlockSizeUnusedWarning, stacklevel=stacklevel)
+    warnings.warn(text, BlockSizeUnusedWarning, stacklevel=outside_llmsched())
+
+
+def outside_llmsched() -> int:
+    """The `stacklevel` for a `warnings.warn` in the function that calls this one that
+    names the first line outside llmsched's modules."""
+    import sys  # noqa: PLC0415
+
+    frame, level = sys._getframe(1), 1  # (stacklevel 1: the function calling warnings.warn)
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "llmsched":
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def warn(message: str, stacklevel: int = 3) -> None:

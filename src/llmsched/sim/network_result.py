@@ -1112,11 +1112,10 @@ __all__ = ["NetworkResult", "decode_time_s", "merge_prefix_stats", "simulate_net
 
 def warn_implausible_servers(spec) -> None:
     """What one server's run warns of, for each server: a block size without its prefix
-    cache (the warning names the line that called `llmsched.simulate_network`), a cost
-    model whose steps are faster than any GPU's (once per cost model)."""
+    cache, a cost model whose steps are faster than any GPU's (once per cost model)."""
     for name, server in spec.servers.items():
         if not server.prefix_caching and server.block_size != DEFAULT_BLOCK_SIZE:
-            warn_block_size_unused([server.block_size], f"servers.{name}: ", "prefix_caching: true", stacklevel=5)
+            warn_block_size_unused([server.block_size], f"servers.{name}: ", "prefix_caching: true")
     for label in dict.fromkeys(server.cost_model for server in spec.servers.values()):
         warn_fast_steps(make_cost_model(label), label)
 
