@@ -11,7 +11,7 @@ import socket
 import pytest
 from srv_helpers import running_server
 
-from llmsched.cli import main
+from llmsched.cli import build_parser, main
 from llmsched.core.errors import ConfigError, InputWarning
 from llmsched.server.app import ServerConfig
 from llmsched.server.bench import BenchConfig, HttpxClient, RawClient, run_bench, send_request
@@ -244,3 +244,42 @@ def test_result_file_in_a_missing_folder_makes_the_folder(capsys, tmp_path):
     with running_server(cost="const:1") as (base, _):
         assert main(["bench", "--base-url", base, "--result-file", str(out), *SMALL]) == 0
     assert json.loads(out.read_text())["completed"] == 2
+
+
+@pytest.mark.parametrize("key", ["n", "best_of", "stream", "stream_options", "model", "prompt", "max_tokens", "echo"])
+def test_extra_body_cannot_override_what_bench_sets_and_measures(capsys, key):
+    """`{"n": 4}` went out and the run reported one choice's tokens as the request's."""
+    body = json.dumps({key: 4})
+    _one_line_error(capsys, ["bench", "--port", "1", "--extra-body", body, *SMALL], "--extra-body", repr(key))
+
+
+def test_extra_body_sampling_keys_are_checked_and_given_once(capsys):
+    run = ["bench", "--port", "1", *SMALL, "--extra-body"]
+    _one_line_error(capsys, [*run, '{"temperature": 3}'], "--extra-body", "'temperature'", "0 to 2")
+    _one_line_error(capsys, [*run, '{"top_p": 0}'], "--extra-body", "'top_p'")
+    _one_line_error(capsys, [*run, '{"ignore_eos": "yes"}'], "--extra-body", "ignore_eos")
+    err = _one_line_error(capsys, [*run, '{"top_k": 5}', "--top-k", "7"], "--extra-body", "--top-k", "give it once")
+    assert "5" in err and "7" in err
+    _one_line_error(capsys, [*run, '{"ignore_eos": true}', "--no-ignore-eos"], "--ignore-eos", "give it once")
+    p = build_parser()
+    # a flag left at its default, or given the same value, is no conflict
+    for extra, flags in (('{"temperature": 0.7}', []), ('{"top_k": 5}', ["--top-k", "5"])):
+        cfg = BenchConfig.from_args(p.parse_args(["bench", "--extra-body", extra, *flags]))
+        assert cfg.extra_body == json.loads(extra)
+
+
+def test_token_id_range_with_text_prompts_is_refused(capsys):
+    run = ["bench", "--port", "1", *SMALL, "--token-id-range", "5,50"]
+    _one_line_error(capsys, [*run, "--backend", "openai-chat"], "--token-id-range does nothing", "chat")
+    _one_line_error(capsys, [*run, "--prompt-format", "text"], "--token-id-range does nothing", "text")
+    cfg = BenchConfig.from_args(build_parser().parse_args(["bench", "--token-id-range", "5,50"]))
+    assert cfg.token_id_range == (5, 50)
+
+
+def test_empty_percentile_metrics_are_refused(capsys):
+    _one_line_error(capsys, ["bench", "--port", "1", *SMALL, "--percentile-metrics", ""], "--percentile-metrics")
+
+
+def test_an_empty_api_key_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    _one_line_error(capsys, ["bench", "--port", "1", *SMALL, "--api-key", ""], "--api-key", "leave it out")

@@ -106,3 +106,27 @@ def test_kv_cache_gb_is_checked_and_not_overridden_silently(capsys, extra, words
 def test_an_empty_host_is_refused(capsys, host):
     """'' bound every interface and printed http://:PORT/v1."""
     _one_line_error(capsys, ["serve", "--backend", "sim", "--port", "0", "--host", host], "--host must name an address")
+
+
+@pytest.mark.parametrize("key", ["", "two words", "caf\u00e9", "tab\there"])
+def test_an_api_key_that_no_header_can_carry_is_refused(capsys, monkeypatch, key):
+    """'' served with no key at all (and with $LLMSCHED_API_KEY set, served that one); a
+    space or an accent made a key no client's 'Bearer KEY' header matched."""
+    monkeypatch.setenv("LLMSCHED_API_KEY", "from-env")
+    err = _one_line_error(capsys, ["serve", "--backend", "sim", "--port", "0", "--api-key", key], "--api-key")
+    assert "visible ASCII" in err
+    monkeypatch.setenv("LLMSCHED_API_KEY", key)
+    if key:  # an empty variable counts as unset
+        _one_line_error(capsys, ["serve", "--backend", "sim", "--port", "0"], "$LLMSCHED_API_KEY")
+
+
+def test_the_api_key_comes_from_the_flag_then_the_environment(monkeypatch):
+    from llmsched.core.checks import check_api_key
+
+    monkeypatch.delenv("LLMSCHED_API_KEY", raising=False)
+    assert check_api_key(None, "LLMSCHED_API_KEY") is None
+    monkeypatch.setenv("LLMSCHED_API_KEY", "")
+    assert check_api_key(None, "LLMSCHED_API_KEY") is None
+    monkeypatch.setenv("LLMSCHED_API_KEY", "env-key")
+    assert check_api_key(None, "LLMSCHED_API_KEY") == "env-key"
+    assert check_api_key("sk-flag_1.2~", "LLMSCHED_API_KEY") == "sk-flag_1.2~"

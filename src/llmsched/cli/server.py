@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 
+from ..core.checks import check_api_key
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
 from .common import add_scheduler_args, positive_int, scheduler_spec
@@ -245,7 +245,7 @@ def serve_main(args) -> int:
     cfg = ServerConfig(
         host=args.host,
         port=args.port,
-        api_key=args.api_key or os.environ.get("LLMSCHED_API_KEY") or None,
+        api_key=check_api_key(args.api_key, "LLMSCHED_API_KEY"),
         max_queued_requests=args.max_queued_requests,
         max_queued_tokens=args.max_queued_tokens,
         default_max_tokens=args.default_max_tokens,

@@ -72,6 +72,27 @@ def check_text(text: str, what: str) -> str:
     return text
 
 
+def check_api_key(given: str | None, env: str) -> str | None:
+    """The API key of `--api-key`, else of `$env` (unset or empty: none), checked: a key
+    goes in an HTTP header as `Bearer KEY`, so it is visible ASCII, without spaces
+    (`--api-key ''` served without a key; one with a space or an accent matched no request)."""
+    import os  # noqa: PLC0415
+
+    from .errors import ConfigError  # noqa: PLC0415
+
+    where = "--api-key"
+    if given is None:
+        given, where = os.environ.get(env) or None, f"${env}"
+        if given is None:
+            return None
+    if not given or not all("!" <= c <= "~" for c in given):
+        raise ConfigError(
+            f"{where} must be visible ASCII characters without spaces (it is sent as 'Bearer KEY'), "
+            f"got {given!r:.60}" + ("; leave it out for no key" if not given else "")
+        )
+    return given
+
+
 def first_repeat(values):
     """The first value of `values` that an earlier one equals, or None (a list given
     twice runs its cells twice)."""

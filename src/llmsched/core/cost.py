@@ -153,10 +153,11 @@ class LinearCostModel(CostModel):
     name = "linear"
     load_only = True
 
-    def __init__(self, c_ms: float = 10.0, a_ms: float = 0.0):
+    def __init__(self, c_ms: float = 10.0, a_ms: float = 0.0, *, kind: str = "linear"):
+        # `kind`: the spec's word, for messages (a const spec is linear with a = 0)
         if not (math.isfinite(c_ms) and math.isfinite(a_ms)) or c_ms < 0 or a_ms < 0 or c_ms + a_ms <= 0:
             raise ConfigError(f"linear cost model needs c >= 0, a >= 0, not both 0; got c={c_ms}, a={a_ms}")
-        _check_scale("const" if a_ms == 0 else "linear", c_ms, a_ms, c_ms + a_ms)
+        _check_scale(kind, c_ms, a_ms, c_ms + a_ms)
         self.c = c_ms / 1e3
         self.a = a_ms / 1e3
 
@@ -358,7 +359,7 @@ def make_cost_model(spec: str | CostModel) -> CostModel:
             raise ConfigError(f"cost model {spec!r}: constant step time must be a number of ms") from None
         if not 0 < ms < math.inf:  # (nan too)
             raise ConfigError(f"cost model {spec!r}: constant step time must be a finite number > 0 ms, got {ms:g}")
-        return LinearCostModel(c_ms=ms, a_ms=0.0)
+        return LinearCostModel(c_ms=ms, a_ms=0.0, kind="const")
     if kind == "profile":
         from .profile import load_profile  # noqa: PLC0415 (tables are read only when asked for)
 

@@ -67,7 +67,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checks import as_int, as_real
+from ..core.checks import as_int, as_real, check_api_key
 from ..core.errors import ConfigError, warn
 from ..core.paths import atomic_write, check_out_dir, check_out_file
 from ..workload import WorkloadSpec, make_trace
@@ -86,6 +86,7 @@ MAX_BENCH_LEN = 1 << 24
 # --token-id-range's HI (exclusive): the ids are drawn as 64-bit integers
 MAX_TOKEN_ID_END = 1 << 63
 DEFAULT_NUM_PROMPTS = 1000  # vLLM's
+DEFAULT_TOKEN_ID_RANGE = (1, 100)
 
 
 # ---- configuration ---------------------------------------------------------------------
@@ -195,6 +196,9 @@ def check_metric_names(names) -> list[str]:
         if name not in METRICS:
             raise ConfigError(f"--percentile-metrics: unknown metric {name!r} (known: {', '.join(METRICS)})")
         out.append(name)
+    if not out:
+        # (it printed a table without latency rows, where --metric-percentiles '' is refused)
+        raise ConfigError(f"--percentile-metrics is empty (known: {', '.join(METRICS)})")
     return out
 
 
@@ -221,7 +225,7 @@ class BenchConfig:
     max_concurrency: int | None = None
     seed: int = 0
     prompt_format: str = "auto"
-    token_id_range: tuple[int, int] = (1, 100)
+    token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE
     ignore_eos: bool = True
     goodput: dict[str, float] = field(default_factory=dict)
     percentile_metrics: list[str] = field(default_factory=lambda: ["ttft", "tpot", "itl"])
@@ -360,7 +364,6 @@ class BenchConfig:
 
     @classmethod
     def from_args(cls, a) -> BenchConfig:
-        import os  # noqa: PLC0415
 
         if a.base_url is None and not 0 < a.port < 65536:
             raise ConfigError(f"--port must be in 1..65535, got {a.port}")
@@ -383,6 +386,7 @@ class BenchConfig:
                 raise ConfigError("--extra-body must be a JSON object") from None
             if not isinstance(extra, dict):
                 raise ConfigError("--extra-body must be a JSON object")
+            check_extra_body(extra, a)
         cfg = cls(
             base_url=base,
             endpoint=a.endpoint,
@@ -398,7 +402,7 @@ class BenchConfig:
             top_k=a.top_k,
             extra_body=extra,
             model=a.model,
-            api_key=a.api_key or os.environ.get("OPENAI_API_KEY") or None,
+            api_key=check_api_key(a.api_key, "OPENAI_API_KEY"),
             dataset_name=a.dataset_name,
             dataset_path=a.dataset_path,
             num_prompts=a.num_prompts,
@@ -427,6 +431,9 @@ class BenchConfig:
         # after the values' own checks (in __post_init__): a bad value is named as such
         # (--burstiness 0 without --request-rate was "does nothing in this run")
         check_moot_options(a)
+        if (lo, hi) != DEFAULT_TOKEN_ID_RANGE and (cfg.chat or cfg.prompt_format == "text"):
+            why = "chat prompts are text" if cfg.chat else "--prompt-format text sends text prompts"
+            raise ConfigError(f"--token-id-range does nothing in this run: {why} (it sets token-id prompts)")
         return cfg
 
 
@@ -437,6 +444,48 @@ def _no_constant(name: str):
     """json.loads' hook for NaN and Infinity, which are no JSON (json.loads takes them, and
     the request body sent with them is refused)."""
     raise ValueError(f"{name} is not JSON")
+
+
+# the body keys bench itself sets and measures by: one streamed completion per request, of
+# the dataset's prompt and length (an `n` of 4 was counted as one choice's tokens)
+BENCH_KEYS = {
+    "model": "--model",
+    "prompt": "the dataset",
+    "messages": "the dataset",
+    "max_tokens": "the dataset (--output-len, --sharegpt-output-len)",
+    "max_completion_tokens": "the dataset (--output-len, --sharegpt-output-len)",
+    "stream": "bench (it streams to time every token)",
+    "stream_options": "bench (it streams to time every token)",
+    "n": "bench (one choice per request)",
+    "best_of": "bench (one choice per request)",
+    "echo": "bench (the stream must hold the output alone)",
+}
+# the keys with a flag of their own, and the flag's default (not counted as given)
+SAMPLING_FLAGS = {"temperature": 0.0, "top_p": None, "top_k": None, "ignore_eos": True}
+
+
+def check_extra_body(extra: dict, a) -> None:
+    """ConfigError for an `--extra-body` key that bench sets itself (the run measured
+    something else than it reported), or that repeats a flag given with another value;
+    a sampling key's value is checked as its flag's is."""
+    for key in extra:
+        if key in BENCH_KEYS:
+            raise ConfigError(f"--extra-body: {key!r} is set by {BENCH_KEYS[key]}; leave it out")
+    for key, default in SAMPLING_FLAGS.items():
+        if key not in extra:
+            continue
+        flag = "--" + key.replace("_", "-")
+        given = getattr(a, key, default)
+        if given != default and given != extra[key]:
+            raise ConfigError(f"--extra-body: {key!r} is {extra[key]!r} there and {given!r} by {flag}; give it once")
+        if key == "ignore_eos":
+            if not isinstance(extra[key], bool):
+                raise ConfigError(f"--extra-body: 'ignore_eos' must be true or false, got {extra[key]!r:.40}")
+        else:
+            try:
+                check_sampling(**{k: (extra[key] if k == key else None) for k in ("temperature", "top_p", "top_k")})
+            except ConfigError as e:
+                raise ConfigError(f"--extra-body: {key!r} {str(e).split(' ', 1)[1]}") from None
 
 
 def check_sampling(temperature, top_p, top_k) -> tuple:
