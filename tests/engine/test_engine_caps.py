@@ -121,6 +121,21 @@ def test_make_tiny_model_refuses_a_model_that_is_not_tiny(capsys, tmp_path, flag
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--heads", "3"], "hidden_size (128) must split into num_heads (3)"),
+        (["--hidden-size", "12", "--heads", "4"], "hidden_size (12) must split into num_heads (4) heads of an even"),
+        (["--kv-heads", "3"], "num_heads (4) must be a multiple of num_kv_heads (3)"),
+    ],
+)
+def test_make_tiny_model_names_the_head_sizes_that_do_not_fit(capsys, tmp_path, flags, words):
+    """one message for both cases named no value."""
+    out = tmp_path / "m"
+    one_line_error(capsys, ["make-tiny-model", str(out), *flags], words)
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize("tie", [False, True])
 def test_tiny_param_count_is_the_written_count(tmp_path, arch, tie):

@@ -170,10 +170,14 @@ def make_tiny_model(
     ):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise ConfigError(f"{name} must be a positive integer, got {v!r}")
-    if hidden_size % num_heads or num_heads % num_kv_heads or (hidden_size // num_heads) % 2:
+    # (one message for both named neither value: which flag to change was a guess)
+    if hidden_size % num_heads or (hidden_size // num_heads) % 2:
         raise ConfigError(
-            "hidden_size must split into an even head size, and num_heads must be a multiple of num_kv_heads"
+            f"hidden_size ({hidden_size}) must split into num_heads ({num_heads}) heads of an even size "
+            "(rotary embeddings pair the dimensions)"
         )
+    if num_heads % num_kv_heads:
+        raise ConfigError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
     n = tiny_param_count(
         vocab_size,
         hidden_size,
