@@ -721,8 +721,11 @@ class NetworkResult:
                     unfinished=int((e2e[sel] < 0).sum()),
                     prefix=sim.state.prefix_stats(),
                 )
+                # the replica's scheduler as it ran, as one server's config.json records it
+                # (TWP's and DynamicBatch's resolved constants: docs/twp.md)
+                config = {"replica": rep["name"], "server": rep["server"], "scheduler": sim.scheduler.describe()}
                 res = SimResult(
-                    {"replica": rep["name"], "server": rep["server"]},
+                    config,
                     stats,
                     arrival[sel] / NS,
                     prompt[sel],
