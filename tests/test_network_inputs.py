@@ -259,6 +259,17 @@ def test_a_servers_scheduler_is_checked_naming_it_and_the_file(capsys, tmp_path,
     one_line_error(capsys, argv, "n.yaml: " + message)
 
 
+def test_a_file_with_neither_num_jobs_nor_duration_is_one_line_naming_the_file(capsys, tmp_path):
+    """The file's other errors name it; this one named neither the file nor where to look."""
+    text = open(os.path.join(os.path.dirname(__file__), "..", "examples", "networks", "tandem.yaml")).read()
+    f = tmp_path / "n.yaml"
+    f.write_text(text.replace("num_jobs: 20000", ""))
+    one_line_error(capsys, ["simulate", "--network", str(f), "--out", ""], "n.yaml: give num_jobs or duration_s")
+    assert main(["simulate", "--network", str(f), "--num-requests", "5", "--out", "", "--quiet"]) == 0
+    with pytest.raises(ConfigError, match="^give num_jobs or duration_s"):  # (no file: nothing to name)
+        simulate_network(NetworkSpec.from_yaml(f))
+
+
 def _common_and_rare(num_jobs: int, rare_rate: float, common_rate: float = 1e-3) -> dict:
     call = {"call": {"server": "s", "prompt": 5, "output": 1}}
     return {

@@ -258,6 +258,29 @@ def test_results_and_files(tmp_path):
     assert len(calls) == 601 and calls[1].split(",")[3] == "s1"
 
 
+def test_a_replica_s_config_json_records_its_scheduler_as_one_server_s_does(tmp_path):
+    """docs/twp.md: the run's config.json records TWP's resolved constants
+    (`scheduler.admission.resolved`); a network's or cluster's replica folder recorded only
+    its replica and server, so `--admission twp` on replicas showed none of them."""
+    import json
+
+    from llmsched import simulate
+
+    cost = "profile:h200-llama-3.2-1b"
+    net = {
+        "servers": {"s": {"admission": "twp", "cost_model": cost, "replicas": 2}},
+        "jobs": {"A": {"arrival": {"rate": 2.0}, "route": [{"call": {"server": "s", "prompt": 100, "output": 10}}]}},
+        "num_jobs": 20,
+    }
+    simulate_network(net, out_dir=tmp_path)
+    one = simulate(num_requests=20, rate=2, admission="twp", cost_model=cost).config["scheduler"]
+    for replica in ("s[0]", "s[1]"):
+        cfg = json.loads((tmp_path / "servers" / replica / "config.json").read_text())
+        assert cfg["replica"] == replica and cfg["server"] == "s"
+        assert cfg["scheduler"]["admission"]["resolved"] == one["admission"]["resolved"]
+        assert cfg["scheduler"]["batch_policy"] == "sarathi" and cfg["scheduler"]["b_max"] == 512
+
+
 def test_backpressure_serves_the_class_with_the_largest_queue_differential():
     from llmsched.sim.network import successors
 

@@ -1005,6 +1005,28 @@ def test_popularity_splits_the_total_rate():
     assert (reqs.prompt[reqs.model == 2] == 77).all()
 
 
+@pytest.mark.parametrize(
+    "workload",
+    [{"popularity": {"a": 1e308, "b": 1e308}}, {"models": {"a": {"share": 1e308}, "b": {"share": 1e308}}}],
+)
+def test_weights_whose_sum_overflows_are_one_line(tmp_path, capsys, workload):
+    """Each weight is finite but their sum is not: the shares were inf / inf = nan and the
+    model draw raised numpy's ValueError ("Probabilities do not sum to 1"), a traceback."""
+    from helpers import one_line_error
+
+    cfg = base()
+    cfg["models"] = {k: {"weights_gb": 10, "cost_model": "const:10"} for k in "ab"}
+    cfg["workload"] = {"rate": 10, "num_requests": 40, **workload}
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    line = one_line_error(capsys, ["simulate", "--serverless", str(path), "--out", ""], "big.yaml: workload.popularity")
+    assert "sum to a finite number" in line
+    with pytest.raises(ConfigError, match="sum to a finite number"):
+        load_serverless(cfg)
+    cfg["workload"] = {"rate": 10, "num_requests": 40, "popularity": {"a": 1e307, "b": 3e307}}  # (finite: it runs)
+    assert np.bincount(make_serverless_requests(load_serverless(cfg)).model, minlength=2)[1] > 20
+
+
 def test_popularity_null_is_uniform(tmp_path):
     """`popularity: null` validated (the draw read it as uniform), ran the whole simulation
     and then crashed writing config.json (`dict(None)`); it is the default, uniform."""

@@ -721,8 +721,11 @@ class NetworkResult:
                     unfinished=int((e2e[sel] < 0).sum()),
                     prefix=sim.state.prefix_stats(),
                 )
+                # the replica's scheduler as it ran, as one server's config.json records it
+                # (TWP's and DynamicBatch's resolved constants: docs/twp.md)
+                config = {"replica": rep["name"], "server": rep["server"], "scheduler": sim.scheduler.describe()}
                 res = SimResult(
-                    {"replica": rep["name"], "server": rep["server"]},
+                    config,
                     stats,
                     arrival[sel] / NS,
                     prompt[sel],
@@ -1164,7 +1167,9 @@ def simulate_network(
     if num_jobs is not None or seed is not None:
         spec = spec.with_run(num_jobs=num_jobs, seed=seed)  # checked; the caller's spec unchanged
     if spec.num_jobs is None and spec.duration_s is None:
-        raise ConfigError("give num_jobs or duration_s to stop the job arrivals")
+        # a file's omission: named with the file, as its other errors are
+        where = f"{os.path.basename(os.fspath(network))}: " if isinstance(network, (str, os.PathLike)) else ""
+        raise ConfigError(f"{where}give num_jobs or duration_s to stop the job arrivals")
     t0 = time.perf_counter()
     stats = run_network(spec, progress=progress)  # (the run's options: spec.run)
     wall = time.perf_counter() - t0

@@ -1089,9 +1089,14 @@ def _shares(w: ServerlessWorkload, models: dict) -> np.ndarray:
     for m, t in w.models.items():
         if t.share is not None:
             weights[names.index(m)] = t.share
-    total = float(weights.sum())
+    with np.errstate(over="ignore"):  # (a sum past the largest float is refused below)
+        total = float(weights.sum())
     if not total > 0:
         raise _at(where, "every model has weight 0: no request could be made")
+    if math.isinf(total):
+        # (each weight is finite, their sum is not: the shares were inf / inf = nan, and
+        # numpy's model draw a ValueError traceback)
+        raise _at(where, "the weights must sum to a finite number (scale them down): their sum overflows")
     return weights / total
 
 
