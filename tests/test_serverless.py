@@ -1090,6 +1090,11 @@ def test_a_trace_with_a_model_column(tmp_path):
     p.write_text("arrival_s,prompt_tokens,output_tokens,model\n0.5,10,2,zz\n")
     with pytest.raises(ConfigError, match="workload.trace: .*unknown model 'zz'"):
         make_serverless_requests(load_serverless(cfg))
+    # the row and value are named ("times >= 0" alone for a nan sent users looking for a sign)
+    for bad in ("nan", "-1"):
+        p.write_text(f"arrival_s,prompt_tokens,output_tokens,model\n0.5,10,2,a\n{bad},10,2,b\n")
+        with pytest.raises(ConfigError, match=f"arrival_s must be finite times >= 0, got {float(bad)!r} in data row 2"):
+            make_serverless_requests(load_serverless(cfg))
 
 
 def test_a_relative_trace_path_is_read_from_the_current_directory(tmp_path, monkeypatch):

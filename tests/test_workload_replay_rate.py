@@ -103,7 +103,7 @@ def test_replay_cut_just_below_a_whole_duration_is_instant_and_keeps_floor_rd_pl
 
 
 def test_no_rate_from_fewer_than_two_requests(drift):
-    with pytest.raises(ConfigError, match="need two at different times"):
+    with pytest.raises(ConfigError, match="its one request has no rate .that takes two requests at different times"):
         make_trace(WorkloadSpec(trace=drift, rate=2.0, num_requests=1))
     with pytest.raises(ConfigError, match=r"within duration_s=0\.4: .*fewer than two"):
         make_trace(WorkloadSpec(trace=drift, rate=2.0, duration_s=0.4))
@@ -133,7 +133,7 @@ def test_serverless_trace_follows_the_same_rule(drift):
         reqs = make_serverless_requests(load_serverless(_serverless({"trace": drift, "rate": 2.0, **cut})))
         assert len(reqs) == n
         assert (n - 1) / (reqs.arrival_s[-1] - reqs.arrival_s[0]) == pytest.approx(2.0)
-    with pytest.raises(ConfigError, match="workload.trace: .*need two at different times"):
+    with pytest.raises(ConfigError, match="workload.trace: .*no rate .that takes two requests at different times"):
         make_serverless_requests(load_serverless(_serverless({"trace": drift, "rate": 2.0, "num_requests": 1})))
 
 

@@ -1207,7 +1207,12 @@ def _trace_requests(spec: ServerlessSpec, warn_short: bool = True):
             if not len(arrival):
                 raise ConfigError(f"trace file {path} has no data rows")
             if not (np.isfinite(arrival).all() and arrival.min() >= 0):
-                raise ConfigError(f"trace file {path}: arrival_s must be times >= 0")
+                # (named the row: "must be times >= 0" for a nan sent users looking for a sign)
+                row = int(np.flatnonzero(~(np.isfinite(arrival) & (arrival >= 0)))[0])
+                got = float(arrival[row])
+                raise ConfigError(
+                    f"trace file {path}: arrival_s must be finite times >= 0, got {got!r} in data row {row + 1}"
+                )
             prompt = as_lengths(cols["prompt_tokens"], path, "prompt_tokens")
             output = as_lengths(cols["output_tokens"], path, "output_tokens")
             if "model" in cols:

@@ -964,9 +964,10 @@ def replay_cut(
             ok &= a / k <= duration_s * (1 + 1e-12)
     if duration_s is None:
         if cap < 2 or not ok[-1]:
+            held = "its one request has" if cap == 1 else f"its first {cap:,} requests have"
             raise ConfigError(
-                f"cannot rescale the trace to {rate:g} req/s: its first {cap:,} requests need two at "
-                "different times to have a rate"
+                f"cannot rescale the trace to {rate:g} req/s: {held} no rate (that takes two requests at "
+                "different times)"
             )
         return float(k[-1]), cap
     heads = np.flatnonzero(ok)
