@@ -48,6 +48,9 @@ def test_a_short_run_of_a_stable_network_is_not_called_unstable():
     assert rep["backlog_growth_ci"][0] > 0.02 * s2["capacity_tokens_per_s"]  # the interval alone: unstable
     assert rep["verdict"] == "inconclusive" and rep["verdict_reason"].startswith("too short to call unstable")
     assert s2["verdict"] == "inconclusive" and s["verdict"] == "inconclusive"
+    # its summary.json carries the threshold h, as one server's does (docs/stability.md)
+    (mine,) = [r for r in res.replicas() if r.config["server"] == "s2"]
+    assert mine.summary["verdict_threshold_tokens_per_s"] > 0
     work = s["network_work_verdict"]
     assert work["backlog_growth_tokens_per_s"] > work["threshold_tokens_per_s"] and work["backlog_growth_ci"][0] > 0
     assert work["verdict"] == "inconclusive"

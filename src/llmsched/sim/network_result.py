@@ -808,8 +808,9 @@ class NetworkResult:
         """A replica's verdict on its own backlog (`_queue_verdict`), against its share of
         its server's fill capacity (`_replica_fill_capacity`) times its backlog's `units`
         (`_backlog_units` of its own calls; 1 without prefix caching) and its own load
-        (`_replica_load`); in one server's keys (`verdict_reason`, no threshold), which its
-        `SimResult.summary` carries."""
+        (`_replica_load`); in one server's keys (`verdict_reason`, and the threshold `h` as
+        `verdict_threshold_tokens_per_s`, which docs/stability.md says a summary.json
+        carries), which its `SimResult.summary` carries."""
         last = _last_arrival_s(self.job_arrival_ns[self.job_arrived])
         if res.stats.n == 0 and np.isfinite(last):
             # jobs ran but none called here: no queue can grow, so leave the verdict to the others
@@ -826,7 +827,14 @@ class NetworkResult:
             load=self._replica_load(res, server, index),
             rise=rise,
         )
-        keys = ("stable", "verdict", "verdict_reason", "backlog_growth_tokens_per_s", "backlog_growth_ci")
+        keys = (
+            "stable",
+            "verdict",
+            "verdict_reason",
+            "backlog_growth_tokens_per_s",
+            "backlog_growth_ci",
+            "verdict_threshold_tokens_per_s",
+        )
         return {k: v[k.replace("verdict_", "")] for k in keys if k.replace("verdict_", "") in v}
 
     def _queue_verdict(
