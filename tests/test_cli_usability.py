@@ -264,6 +264,23 @@ def test_an_unrelated_flag_gets_no_suggestion(flag, capsys):
     assert one_error_line(capsys) == f"llmsched simulate: error: unrecognized arguments: {flag} x"
 
 
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        # --time ran as --time-scale (100 times the rate), capacity's --out as --output
+        (["simulate", "--cost-model", "paper", "--num-requests", "5", "--time", "100", "--out", ""], "--time"),
+        (["capacity", "--cost-model", "paper", "--out", "cap"], "--out"),
+        (["sweep", "--grid", "seed=0", "--no-plot"], "--no-plot"),
+    ],
+)
+def test_an_abbreviated_flag_is_refused_not_expanded(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"llmsched {argv[0]}: error: unrecognized arguments: {flag}"), line
+
+
 # ---------------------------------------------------------------------- 6. reproduce's files
 @pytest.mark.parametrize(
     "argv", [["stability", "--quick", "--no-search", "--workers", "2"], ["rybko-stolyar", "--quick", "--workers", "2"]]

@@ -52,6 +52,10 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
+        # a flag is spelt in full: argparse's prefix matching ran `simulate --time 100`
+        # (meant as --max-time) as --time-scale 100, 100 times the rate, and read
+        # `capacity --out DIR` as --output DIR
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
