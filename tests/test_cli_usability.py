@@ -371,3 +371,15 @@ def test_an_objective_beyond_any_run_is_met_without_overflow():
     kw = dict(cost_model="const:10", prompt="const:10", output="const:1001", rate=1, num_requests=3)
     for limit in (1e10, 1e13, 1e300):
         assert llmsched.simulate(**kw, slo={"tpot_ms": limit, "ttft_ms": limit}).summary["goodput_share"] == 1.0
+
+
+# ---------------------------------------------------------------------- 8. slow runs' figures
+def test_simulate_table_prints_a_slow_runs_throughput_not_zero(capsys):
+    """5 requests over 1,231 s printed 'request throughput 0.00 req/s', '0 tok/s' and a
+    goodput of '0.00 req/s (100.0%)': each is now given to 3 significant digits."""
+    argv = ["simulate", "--cost-model", "paper", "--rate", "0.002", "--num-requests", "5", "--out", ""]
+    argv += ["--prompt", "const:10", "--output", "const:3", "--slo", "ttft_ms=1000"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "0.00 req/s" not in out and " 0 tok/s" not in out
+    assert "0.00406 req/s (100.0%)" in out and "0.0122 tok/s" in out and "0.0528 tok/s" in out

@@ -38,6 +38,7 @@ from .common import (
     print_grid,
     print_table,
     sim_overrides,
+    small_number,
 )
 from .engine import CALIBRATE_S, REPS, add_engine_args, check_measurement_times, engine_setup
 
@@ -183,11 +184,7 @@ def cmd_capacity(args) -> int:
     return 0
 
 
-def _small(x: float, fmt: str) -> str:
-    """`x` in `fmt` (',.3f'), or to 3 significant digits where `fmt` would print it as 0
-    (`capacity --rate 1e-6` printed '0.000 req/s (0.0 tokens/s)')."""
-    text = format(x, fmt)
-    return f"{x:.3g}" if x and not text.strip("0.,-") else text
+_small = small_number
 
 
 def _share(x: float, sign: str = "") -> str:

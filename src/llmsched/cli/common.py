@@ -151,6 +151,13 @@ def bounded_float(name: str, lo: float, hi: float, hi_open: bool):
     return parse
 
 
+def small_number(x: float, fmt: str) -> str:
+    """`x` in `fmt` (',.3f'), or to 3 significant digits where `fmt` would print it as 0
+    (`capacity --rate 1e-6` printed '0.000 req/s (0.0 tokens/s)')."""
+    text = format(x, fmt)
+    return f"{x:.3g}" if x and not text.strip("0.,-") else text
+
+
 def policy_names(text: str, flag: str = "--policies") -> list[str]:
     """`A,B,...`: policy names, each given once (in any case, by an alias, with options
     in any case: the same policy); an empty name (`sarathi,`) or a repeated one is a
