@@ -383,3 +383,11 @@ def test_simulate_table_prints_a_slow_runs_throughput_not_zero(capsys):
     out = capsys.readouterr().out
     assert "0.00 req/s" not in out and " 0 tok/s" not in out
     assert "0.00406 req/s (100.0%)" in out and "0.0122 tok/s" in out and "0.0528 tok/s" in out
+
+
+def test_simulate_table_prints_sub_millisecond_latencies_not_zero(capsys):
+    """A 0.02 ms step printed 'TTFT mean / p50 / p99 0.0 ms / 0.0 ms / 0.0 ms'."""
+    argv = ["simulate", "--cost-model", "const:0.02", "--num-requests", "5", "--out", ""]
+    assert main([*argv, "--prompt", "const:10", "--output", "const:3"]) == 0
+    out = capsys.readouterr().out
+    assert "0.0 ms" not in out and "0.02 ms / 0.02 ms / 0.02 ms" in out

@@ -297,7 +297,7 @@ def print_network_summary(res) -> None:
     s = res.summary
 
     def ms(v):
-        return "-" if v is None else f"{v:,.1f} ms"
+        return "-" if v is None else f"{small_number(v, ',.1f')} ms"
 
     calls = f" ({s['num_calls']:,} calls)"
     rows = [
@@ -377,7 +377,7 @@ def print_summary(result) -> None:
 
     def ms(key):
         v = s.get(key)
-        return "-" if v is None else f"{v:,.1f} ms"
+        return "-" if v is None else f"{small_number(v, ',.1f')} ms"
 
     title = (
         f"llmsched: {c['scheduler']['batch_policy']} "
