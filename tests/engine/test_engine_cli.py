@@ -436,6 +436,14 @@ def test_profile_refuses_an_engine_too_small_for_its_grid(tiny_model, tmp_path, 
     assert not out.exists()
 
 
+def test_profile_names_a_negative_warmup_alone(tiny_model, tmp_path, capsys):
+    """--warmup -1 was told 'reps must be >= 1 and warmup >= 0', --reps it had not given."""
+    out = tmp_path / "p.csv"
+    assert main(["profile", "--model", str(tiny_model), "--out", str(out), "--quiet", "--warmup", "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "llmsched profile: error: warmup must be >= 0, got -1"
+    assert not out.exists()
+
+
 def test_profile_b_max_sets_the_measured_loads(tiny_model, tmp_path, capsys, monkeypatch):
     """`--b-max` did not change the grid: a profile for --b-max 64 stopped where the grid
     did (16 here), and a simulation at that budget extrapolated."""
