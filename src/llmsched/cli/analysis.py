@@ -242,6 +242,21 @@ def _check_plot_reads_nothing(args, over: dict) -> None:
     if isinstance(args.config, str):
         inputs.append(args.config)
     check_not_an_input(target, inputs, "--plot")
+    # nor a file of the user's that the figure would replace (notes.png holding text was
+    # overwritten, exit 0): an earlier figure, of the format its name says, is replaced
+    check_replaces_own_file(str(target), "--plot", "a figure", _is_a_figure)
+
+
+#: the first bytes of a figure of each format capacity writes (matplotlib's SVG starts
+#: with its XML declaration)
+_FIGURE_MAGIC = {".png": (b"\x89PNG\r\n\x1a\n",), ".pdf": (b"%PDF-",), ".svg": (b"<?xml", b"<svg")}
+
+
+def _is_a_figure(path: str) -> bool:
+    magic = _FIGURE_MAGIC.get(os.path.splitext(path)[1].lower(), ())
+    with open(path, "rb") as f:
+        head = f.read(16)
+    return any(head.startswith(m) for m in magic)
 
 
 def _network_capacity(args) -> int:
