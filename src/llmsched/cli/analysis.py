@@ -254,8 +254,11 @@ _FIGURE_MAGIC = {".png": (b"\x89PNG\r\n\x1a\n",), ".pdf": (b"%PDF-",), ".svg": (
 
 def _is_a_figure(path: str) -> bool:
     magic = _FIGURE_MAGIC.get(os.path.splitext(path)[1].lower(), ())
-    with open(path, "rb") as f:
-        head = f.read(16)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:  # (one that cannot be read is not known to be a figure: kept)
+        return False
     return any(head.startswith(m) for m in magic)
 
 
