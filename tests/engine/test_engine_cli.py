@@ -576,6 +576,13 @@ def test_generate_refuses_a_stop_token_id_outside_the_vocabulary(tiny_model, cap
     _one_line_error(capsys, [*argv, "--stop-token-id", "999999"], "stop token id 999999 is outside the vocabulary")
 
 
+def test_generate_one_token_shows_no_mean_itl_not_nan(tiny_model, capsys):
+    """One output token has no inter-token gap: the line said 'mean itl=nan ms'."""
+    assert main(["generate", "--model", str(tiny_model), "--prompt", "x", "--max-tokens", "1"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "mean itl=-," in line and "nan" not in line, line
+
+
 @pytest.mark.parametrize("cmd", ["generate", "make-tiny-model"])
 def test_a_negative_seed_is_refused(tmp_path, capsys, cmd):
     argv = {
