@@ -264,6 +264,23 @@ def test_an_unrelated_flag_gets_no_suggestion(flag, capsys):
     assert one_error_line(capsys) == f"llmsched simulate: error: unrecognized arguments: {flag} x"
 
 
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        # --time ran as --time-scale (100 times the rate), capacity's --out as --output
+        (["simulate", "--cost-model", "paper", "--num-requests", "5", "--time", "100", "--out", ""], "--time"),
+        (["capacity", "--cost-model", "paper", "--out", "cap"], "--out"),
+        (["sweep", "--grid", "seed=0", "--no-plot"], "--no-plot"),
+    ],
+)
+def test_an_abbreviated_flag_is_refused_not_expanded(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"llmsched {argv[0]}: error: unrecognized arguments: {flag}"), line
+
+
 # ---------------------------------------------------------------------- 6. reproduce's files
 @pytest.mark.parametrize(
     "argv", [["stability", "--quick", "--no-search", "--workers", "2"], ["rybko-stolyar", "--quick", "--workers", "2"]]
@@ -354,3 +371,23 @@ def test_an_objective_beyond_any_run_is_met_without_overflow():
     kw = dict(cost_model="const:10", prompt="const:10", output="const:1001", rate=1, num_requests=3)
     for limit in (1e10, 1e13, 1e300):
         assert llmsched.simulate(**kw, slo={"tpot_ms": limit, "ttft_ms": limit}).summary["goodput_share"] == 1.0
+
+
+# ---------------------------------------------------------------------- 8. slow runs' figures
+def test_simulate_table_prints_a_slow_runs_throughput_not_zero(capsys):
+    """5 requests over 1,231 s printed 'request throughput 0.00 req/s', '0 tok/s' and a
+    goodput of '0.00 req/s (100.0%)': each is now given to 3 significant digits."""
+    argv = ["simulate", "--cost-model", "paper", "--rate", "0.002", "--num-requests", "5", "--out", ""]
+    argv += ["--prompt", "const:10", "--output", "const:3", "--slo", "ttft_ms=1000"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "0.00 req/s" not in out and " 0 tok/s" not in out
+    assert "0.00406 req/s (100.0%)" in out and "0.0122 tok/s" in out and "0.0528 tok/s" in out
+
+
+def test_simulate_table_prints_sub_millisecond_latencies_not_zero(capsys):
+    """A 0.02 ms step printed 'TTFT mean / p50 / p99 0.0 ms / 0.0 ms / 0.0 ms'."""
+    argv = ["simulate", "--cost-model", "const:0.02", "--num-requests", "5", "--out", ""]
+    assert main([*argv, "--prompt", "const:10", "--output", "const:3"]) == 0
+    out = capsys.readouterr().out
+    assert "0.0 ms" not in out and "0.02 ms / 0.02 ms / 0.02 ms" in out

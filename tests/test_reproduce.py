@@ -55,6 +55,15 @@ def test_reproduce_cli_no_search(tmp_path, capsys):
     assert main(["reproduce", "stability", "--load", "-1", "--out", str(tmp_path)]) == 2
 
 
+@pytest.mark.parametrize("load", ["-1", "50"])
+def test_stability_load_out_of_range_names_the_range(load, tmp_path, capsys):
+    """--load 50 was refused as 'must be a positive fraction': it is positive; the bound is 10."""
+    assert main(["reproduce", "stability", "--quick", "--load", load, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    want = "load must be a fraction of the critical rate above 0 and below 10"
+    assert err == f"llmsched reproduce: error: {want}, got {float(load)}"
+
+
 def test_counterexample_search_confirms_one():
     res = find_counterexample(
         "paper",

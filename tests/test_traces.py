@@ -147,6 +147,11 @@ def test_mooncake_slow_path_equals_fast(tmp_path):
         ("[1, 2, 3]", "line 2 is not a JSON object"),
         ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1, , 2]}', "line 2 is not a JSON"),
         ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1, 2,]}', "line 2 is not a JSON"),
+        # json.loads keeps a repeated key's last value: it replayed at 9 ms, silently
+        (
+            '{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [], "timestamp": 9}',
+            "line 2 gives key 'timestamp' twice",
+        ),
     ],
 )
 def test_mooncake_bad_rows_name_the_line(tmp_path, line, pattern):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -313,6 +314,22 @@ def test_class_mix():
     assert np.all(tr.prompt[chat] == 100) and np.all(tr.output == 10)
     assert tr.prompt[~chat].min() >= 1000 and tr.tag.dtype.kind == "U"
     assert tr.describe()["tags"]["chat"] == int(chat.sum())
+
+
+@pytest.mark.parametrize("replicas", [None, "2"])
+def test_class_shares_near_the_float_limit_draw_as_equal_shares(tmp_path, replicas, capsys):
+    """Two shares of 1e308 overflowed their sum: one server's draw was a numpy traceback,
+    --replicas ran each class at rate 0 (refused as 'arrival rate ... got 0.0')."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("workload:\n  num_requests: 400\n  classes: [{tag: a, share: 1e308}, {tag: b, share: 1e308}]\n")
+    argv = ["simulate", "--config", str(cfg), "--cost-model", "paper", "--out", "", "--json"]
+    assert main([*argv, *(["--replicas", replicas] if replicas else [])]) == 0
+    huge = json.loads(capsys.readouterr().out)
+    cfg.write_text("workload:\n  num_requests: 400\n  classes: [{tag: a, share: 1}, {tag: b, share: 1}]\n")
+    assert main([*argv, *(["--replicas", replicas] if replicas else [])]) == 0
+    even = json.loads(capsys.readouterr().out)
+    huge.pop("wall_s"), even.pop("wall_s")
+    assert huge == even  # the same draws as equal shares
 
 
 # ------------------------------------------------------------------------- files

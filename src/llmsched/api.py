@@ -1068,6 +1068,12 @@ def cluster_network(
         arrival["cv"] = spec.cv
     classes = spec.classes or [None]
     total = sum(c.share for c in spec.classes) if spec.classes else 1.0
+    scale = 1.0
+    if not math.isfinite(total):
+        # shares near the float limit overflow their sum (each class's rate came out 0):
+        # as fractions of the largest share
+        scale = max(c.share for c in spec.classes)
+        total = sum(c.share / scale for c in spec.classes)
     jobs = {}
     for c in classes:
         prompt = c.prompt if c is not None and c.prompt is not None else spec.prompt
@@ -1075,7 +1081,7 @@ def cluster_network(
         name = c.tag if c is not None else "request"
         system = c.system_prompt if c is not None and c.system_prompt is not None else spec.system_prompt
         jobs[name] = {
-            "arrival": {**arrival, "rate": rate * (c.share / total if c is not None else 1.0)},
+            "arrival": {**arrival, "rate": rate * (c.share / scale / total if c is not None else 1.0)},
             "system_prompt": system or 0,
             "route": [
                 {"call": {"server": "cluster", "prompt": prompt.to_str(), "output": output.to_str(), "class": name}}

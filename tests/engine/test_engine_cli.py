@@ -436,6 +436,14 @@ def test_profile_refuses_an_engine_too_small_for_its_grid(tiny_model, tmp_path, 
     assert not out.exists()
 
 
+def test_profile_names_a_negative_warmup_alone(tiny_model, tmp_path, capsys):
+    """--warmup -1 was told 'reps must be >= 1 and warmup >= 0', --reps it had not given."""
+    out = tmp_path / "p.csv"
+    assert main(["profile", "--model", str(tiny_model), "--out", str(out), "--quiet", "--warmup", "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "llmsched profile: error: warmup must be >= 0, got -1"
+    assert not out.exists()
+
+
 def test_profile_b_max_sets_the_measured_loads(tiny_model, tmp_path, capsys, monkeypatch):
     """`--b-max` did not change the grid: a profile for --b-max 64 stopped where the grid
     did (16 here), and a simulation at that budget extrapolated."""
@@ -566,6 +574,13 @@ def test_engine_refuses_a_gpu_memory_utilization_out_of_range_on_cpu(tiny_model)
 def test_generate_refuses_a_stop_token_id_outside_the_vocabulary(tiny_model, capsys):
     argv = ["generate", "--model", str(tiny_model), "--prompt", "x", "--max-tokens", "2"]
     _one_line_error(capsys, [*argv, "--stop-token-id", "999999"], "stop token id 999999 is outside the vocabulary")
+
+
+def test_generate_one_token_shows_no_mean_itl_not_nan(tiny_model, capsys):
+    """One output token has no inter-token gap: the line said 'mean itl=nan ms'."""
+    assert main(["generate", "--model", str(tiny_model), "--prompt", "x", "--max-tokens", "1"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "mean itl=-," in line and "nan" not in line, line
 
 
 @pytest.mark.parametrize("cmd", ["generate", "make-tiny-model"])

@@ -121,7 +121,8 @@ def reproduce_stability(
     if workload not in PRESETS:
         raise ConfigError(f"unknown workload {workload!r} (known: {', '.join(PRESETS)})")
     if as_real(load) is None or not 0 < as_real(load) < 10:
-        raise ConfigError(f"load must be a positive fraction of the critical rate, got {load!r}")
+        # (the bound named: 'a positive fraction' read as wrong for --load 50)
+        raise ConfigError(f"load must be a fraction of the critical rate above 0 and below 10, got {load!r}")
     load = as_real(load)
     if tol is not None and (as_real(tol) is None or not 0 < as_real(tol) < 1):
         raise ConfigError(f"tol must be in (0, 1), got {tol!r}")

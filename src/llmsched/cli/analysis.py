@@ -38,6 +38,7 @@ from .common import (
     print_grid,
     print_table,
     sim_overrides,
+    small_number,
 )
 from .engine import CALIBRATE_S, REPS, add_engine_args, check_measurement_times, engine_setup
 
@@ -183,11 +184,7 @@ def cmd_capacity(args) -> int:
     return 0
 
 
-def _small(x: float, fmt: str) -> str:
-    """`x` in `fmt` (',.3f'), or to 3 significant digits where `fmt` would print it as 0
-    (`capacity --rate 1e-6` printed '0.000 req/s (0.0 tokens/s)')."""
-    text = format(x, fmt)
-    return f"{x:.3g}" if x and not text.strip("0.,-") else text
+_small = small_number
 
 
 def _share(x: float, sign: str = "") -> str:
@@ -245,6 +242,24 @@ def _check_plot_reads_nothing(args, over: dict) -> None:
     if isinstance(args.config, str):
         inputs.append(args.config)
     check_not_an_input(target, inputs, "--plot")
+    # nor a file of the user's that the figure would replace (notes.png holding text was
+    # overwritten, exit 0): an earlier figure, of the format its name says, is replaced
+    check_replaces_own_file(str(target), "--plot", "a figure", _is_a_figure)
+
+
+#: the first bytes of a figure of each format capacity writes (matplotlib's SVG starts
+#: with its XML declaration)
+_FIGURE_MAGIC = {".png": (b"\x89PNG\r\n\x1a\n",), ".pdf": (b"%PDF-",), ".svg": (b"<?xml", b"<svg")}
+
+
+def _is_a_figure(path: str) -> bool:
+    magic = _FIGURE_MAGIC.get(os.path.splitext(path)[1].lower(), ())
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:  # (one that cannot be read is not known to be a figure: kept)
+        return False
+    return any(head.startswith(m) for m in magic)
 
 
 def _network_capacity(args) -> int:

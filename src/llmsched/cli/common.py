@@ -52,6 +52,10 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
+        # a flag is spelt in full: argparse's prefix matching ran `simulate --time 100`
+        # (meant as --max-time) as --time-scale 100, 100 times the rate, and read
+        # `capacity --out DIR` as --output DIR
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
@@ -145,6 +149,13 @@ def bounded_float(name: str, lo: float, hi: float, hi_open: bool):
         return v
 
     return parse
+
+
+def small_number(x: float, fmt: str) -> str:
+    """`x` in `fmt` (',.3f'), or to 3 significant digits where `fmt` would print it as 0
+    (`capacity --rate 1e-6` printed '0.000 req/s (0.0 tokens/s)')."""
+    text = format(x, fmt)
+    return f"{x:.3g}" if x and not text.strip("0.,-") else text
 
 
 def policy_names(text: str, flag: str = "--policies") -> list[str]:

@@ -241,10 +241,11 @@ def cmd_generate(args) -> int:
             shown = prompt if isinstance(prompt, str) else f"<{len(prompt)} token ids>"
             print(f"--- prompt: {shown!r}")
             print(o.text)
-            mean_itl = sum(o.itl) / len(o.itl) * 1e3 if o.itl else float("nan")
+            # one token has no gap: '-', as simulate's table says (it printed 'nan ms')
+            mean_itl = f"{sum(o.itl) / len(o.itl) * 1e3:.2f} ms" if o.itl else "-"
             print(
                 f"[{len(o.token_ids)} tokens, finish_reason={o.finish_reason}, ttft={o.ttft * 1e3:.1f} ms, "
-                f"mean itl={mean_itl:.2f} ms, e2e={o.e2e * 1e3:.1f} ms]"
+                f"mean itl={mean_itl}, e2e={o.e2e * 1e3:.1f} ms]"
             )
     return 0
 

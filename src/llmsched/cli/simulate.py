@@ -26,6 +26,7 @@ from .common import (
     positive_int,
     print_table,
     sim_overrides,
+    small_number,
 )
 from .table import render_table
 
@@ -296,7 +297,7 @@ def print_network_summary(res) -> None:
     s = res.summary
 
     def ms(v):
-        return "-" if v is None else f"{v:,.1f} ms"
+        return "-" if v is None else f"{small_number(v, ',.1f')} ms"
 
     calls = f" ({s['num_calls']:,} calls)"
     rows = [
@@ -376,7 +377,7 @@ def print_summary(result) -> None:
 
     def ms(key):
         v = s.get(key)
-        return "-" if v is None else f"{v:,.1f} ms"
+        return "-" if v is None else f"{small_number(v, ',.1f')} ms"
 
     title = (
         f"llmsched: {c['scheduler']['batch_policy']} "
@@ -385,16 +386,23 @@ def print_summary(result) -> None:
     )
     rows = [
         completed_row("requests", s["completed"], s.get("arrived", s["num_requests"]), s["num_requests"], "trace"),
-        ("duration", f"{s['duration']:,.1f} s"),
-        ("request throughput", f"{s['request_throughput']:,.2f} req/s"),
-        ("output token throughput", f"{s['output_throughput']:,.0f} tok/s"),
-        ("total token throughput", f"{s['total_token_throughput']:,.0f} tok/s"),
+        # (a slow run's figures to 3 significant digits, not 0: 5 requests completed over
+        # 1,231 s printed '0.00 req/s' and '0 tok/s')
+        ("duration", f"{small_number(s['duration'], ',.1f')} s"),
+        ("request throughput", f"{small_number(s['request_throughput'], ',.2f')} req/s"),
+        ("output token throughput", f"{small_number(s['output_throughput'], ',.0f')} tok/s"),
+        ("total token throughput", f"{small_number(s['total_token_throughput'], ',.0f')} tok/s"),
         ("TTFT mean / p50 / p99", f"{ms('mean_ttft_ms')} / {ms('median_ttft_ms')} / {ms('p99_ttft_ms')}"),
         ("TPOT mean / p99", f"{ms('mean_tpot_ms')} / {ms('p99_tpot_ms')}"),
         ("ITL mean / p50 / p99", f"{ms('mean_itl_ms')} / {ms('median_itl_ms')} / {ms('p99_itl_ms')}"),
         ("ITL CV", "-" if s.get("itl_cv") is None else f"{s['itl_cv']:.3f}"),
         *(
-            [("goodput (requests meeting every SLO)", f"{s['goodput']:,.2f} req/s ({s['goodput_share']:.1%})")]
+            [
+                (
+                    "goodput (requests meeting every SLO)",
+                    f"{small_number(s['goodput'], ',.2f')} req/s ({s['goodput_share']:.1%})",
+                )
+            ]
             if "goodput" in s
             else []
         ),

@@ -744,8 +744,11 @@ def profile(
     from .engine import LLMEngine  # noqa: PLC0415
     from .loader import ModelConfig  # noqa: PLC0415
 
-    if reps < 1 or warmup < 0:
-        raise ConfigError("reps must be >= 1 and warmup >= 0")
+    # each named with its value (`--warmup -1` was told "reps must be >= 1 and warmup >= 0")
+    if reps < 1:
+        raise ConfigError(f"reps must be >= 1, got {reps}")
+    if warmup < 0:
+        raise ConfigError(f"warmup must be >= 0, got {warmup}")
     check_measure_seconds(calibrate_s, min_s)
     t0 = time.perf_counter()
     dev = str(device)

@@ -723,6 +723,12 @@ def _classes(spec: WorkloadSpec, n: int) -> np.ndarray:
     if not spec.classes:
         return np.zeros(n, dtype=np.int64)
     shares = np.array([c.share for c in spec.classes], dtype=np.float64)
+    with np.errstate(over="ignore"):
+        overflows = not np.isfinite(shares.sum())
+    if overflows:
+        # shares near the float limit (1e308 twice) overflow their sum, and numpy's choice
+        # refused p = 0 with a traceback: as fractions of the largest they draw the same mix
+        shares = shares / shares.max()
     return _rng(spec.seed, _CLASSES).choice(len(shares), size=n, p=shares / shares.sum())
 
 

@@ -778,13 +778,35 @@ def _int64_bits(v: int) -> int:
     return v - 2**64 if v > _INT64_LIMITS[1] else v
 
 
+class _RepeatedKey(Exception):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _no_repeated_key(pairs: list) -> dict:
+    """A JSON object's dict, refusing a key given twice: json.loads keeps the last, so
+    `{"timestamp": 1, ..., "timestamp": 5}` replayed at 5 ms, silently (as a config file's
+    repeated key is refused)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
+    return obj
+
+
 def _mooncake_slow(p: Path, rows: list[bytes], nonblank: list[int]):
     """As `_mooncake_fast` for any key order and extra keys, one JSON object a line;
     ConfigError naming the first bad line."""
     ts, inp, out, ids = [], [], [], []
     for row, i in zip(rows, nonblank):
         try:
-            obj = json.loads(row)
+            obj = json.loads(row, object_pairs_hook=_no_repeated_key)
+        except _RepeatedKey as exc:
+            raise ConfigError(f"file {p} line {i + 1} gives key '{exc.key}' twice") from None
         except ValueError as exc:
             raise ConfigError(f"file {p} line {i + 1} is not a JSON object: {exc}") from None
         if not isinstance(obj, dict):
