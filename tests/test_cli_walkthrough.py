@@ -73,6 +73,11 @@ def test_capacity_says_which_mean_was_given_and_which_sampled(capsys, tmp_path):
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n1,200,20\n2,300,30\n")
     assert source("--trace", str(trace), "--mean-output", "100") == "output given, prompt from the trace"
     assert source("--trace", str(trace)) == "trace"
+    # a law given with the trace replaces its lengths: named as such (it said "trace")
+    law = source("--trace", str(trace), "--prompt", "const:5")
+    assert law == "prompt from the prompt law, output from the trace"
+    law = source("--trace", str(trace), "--mean-prompt", "9", "--output", "const:3")
+    assert law == "prompt given, output from the output law"
     assert main(["capacity", "--cost-model", "paper", "--samples", "2000", "--mean-prompt", "200"]) == 0
     assert "(prompt given, output sampled (2,000 draws))" in capsys.readouterr().out
 

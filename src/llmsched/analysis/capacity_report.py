@@ -126,10 +126,22 @@ def capacity_report(
         else:
             mp, mo = workload_means(cfg.workload, n)
         source = "trace" if is_trace else f"sampled ({n:,} draws)"
+        if is_trace:
+            # a law given with a trace replaces its lengths (it said "trace" of drawn ones)
+            spec = WorkloadSpec.from_dict(cfg.workload)
+            classes = any(c.prompt is not None or c.output is not None for c in spec.classes or ())
+            of = {
+                role: "the classes' laws" if classes else f"the {role} law" if getattr(spec, role) else "the trace"
+                for role in ("prompt", "output")
+            }
+            if of["prompt"] != "the trace" or of["output"] != "the trace":
+                source = f"prompt from {of['prompt']}, output from {of['output']}"
+        else:
+            of = {"prompt": source, "output": source}
         if mean_prompt is not None:
-            source = f"prompt given, output from the {source}" if is_trace else f"prompt given, output {source}"
+            source = f"prompt given, output from {of['output']}" if is_trace else f"prompt given, output {source}"
         elif mean_output is not None:
-            source = f"output given, prompt from the {source}" if is_trace else f"output given, prompt {source}"
+            source = f"output given, prompt from {of['prompt']}" if is_trace else f"output given, prompt {source}"
         mean_prompt = mp if mean_prompt is None else mean_prompt
         mean_output = mo if mean_output is None else mean_output
     if rate is None and not is_trace and _rate_given(cfg):  # (a config's rate, as simulate runs it)
