@@ -262,3 +262,14 @@ def test_a_grid_key_may_be_any_simulate_flags_spelling(capsys, tmp_path):
     assert '"skipped": 2' in capsys.readouterr().out  # the same two points
     refused(capsys, [*SWEEP, "--grid", "exact=true", "--out", str(out)], "grid fast=false (as --exact)")
     refused(capsys, [*SWEEP, "--grid", "out=a", "--out", str(out)], "unknown grid key 'out'")
+
+
+def test_grid_specs_keep_their_comma_separated_options():
+    """`cost_model=paper:c=1,a=2` was split into `paper:c=1` and a point `a=2` (an unknown
+    cost model); a KEY=VALUE piece belongs to the spec before it."""
+    from llmsched.analysis.grid import parse_grid
+
+    g = parse_grid(["cost_model=paper:c=1,a=2,const:5", "arrival=poisson,gamma:rate=5,cv=2"])
+    assert g["cost_model"] == ["paper:c=1,a=2", "const:5"]
+    assert g["arrival"] == ["poisson", "gamma:rate=5,cv=2"]
+    assert parse_grid(["cost_model=paper,const:5"])["cost_model"] == ["paper", "const:5"]

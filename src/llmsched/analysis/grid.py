@@ -153,10 +153,25 @@ def parse_values(key: str, text: str) -> list:
     parts = [p.strip() for p in text.split(sep)]
     if any(p == "" for p in parts):
         raise ConfigError(f"grid {key}: empty value in {text!r}")
+    if sep == "," and key in SPEC_KEYS:
+        parts = _rejoin_spec_options(parts)
     vals = [_mapping(key, p) if p.startswith("{") else _scalar(p) for p in parts]
     if sep == "," and len(vals) > 1 and key in LENGTH_LAW_KEYS:
         return _laws_split_at_commas(key, text, vals)
     return vals
+
+
+def _rejoin_spec_options(parts: list[str]) -> list[str]:
+    """Values split at commas, with each `KEY=VALUE` piece joined back to the spec before
+    it: no cost model or arrival spec starts with one, so `paper:c=1,a=2,const:5` is
+    `paper:c=1,a=2` and `const:5` (it ran `a=2` as a point, an unknown cost model)."""
+    out: list[str] = []
+    for p in parts:
+        if out and ":" in out[-1] and re.match(r"[A-Za-z_]\w*\s*=", p):
+            out[-1] += "," + p
+        else:
+            out.append(p)
+    return out
 
 
 def _laws_split_at_commas(key: str, text: str, vals: list) -> list:
@@ -305,6 +320,8 @@ def _check_distinct(key: str, vals: list) -> None:
 _POLICY_KINDS = {"policy": "batch", "admission": "admission"}
 #: Keys whose values are length laws (`llmsched.workload.lengths`).
 LENGTH_LAW_KEYS = ("prompt", "output", "turns")
+#: Keys whose values are specs with comma-separated options (`paper:c=1,a=2`, `gamma:rate=5,cv=2`)
+SPEC_KEYS = ("cost_model", "arrival")
 #: What `parse_length_law` raises for a value that is no law (a file it cannot read included)
 _LAW_ERRORS = (ConfigError, OSError, ValueError, TypeError)
 

@@ -562,7 +562,7 @@ def cmd_sweep(args) -> int:
     if res.search is not None:
         _print_search(res.search)
     print(
-        f"{len(res.rows)} points: {res.ran} simulated, {res.skipped} already done"
+        f"{len(res.rows)} point{'' if len(res.rows) == 1 else 's'}: {res.ran} simulated, {res.skipped} already done"
         + (f", {res.errors} failed (see the error column)" if res.errors else "")
         + f"; {res.wall_s:.1f} s"
     )
