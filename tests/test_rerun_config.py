@@ -189,3 +189,18 @@ def test_a_synthetic_runs_config_with_its_requests_csv_reruns_it(tmp_path, capsy
     # the Python call with the path, as with Trace.from_csv
     c = llmsched.simulate(str(run / "config.json"), trace=str(run / "requests.csv")).summary
     assert c["offered_rate"] == a["offered_rate"] and c["completed"] == a["completed"]
+
+
+def test_a_results_folder_or_a_point_record_as_config_says_what_to_give(tmp_path, capsys):
+    """A results folder was "give the YAML file's path" (its config.json is one); a sweep's
+    point record was "unknown configuration option 'config'"."""
+    out = tmp_path / "run"
+    assert main(["simulate", "--cost-model", "paper", "--num-requests", "5", "--out", str(out)]) == 0
+    capsys.readouterr()
+    one_line_error(capsys, ["simulate", "--config", str(out)], "is a folder", str(out / "config.json"))
+    config = json.loads((out / "config.json").read_text())
+    record = tmp_path / "point.json"
+    record.write_text(json.dumps({"key": "abc", "config": config, "summary": {}}))
+    one_line_error(capsys, ["simulate", "--config", str(record), "--out", ""], "sweep's point record", "'config'")
+    (tmp_path / "only.json").write_text(json.dumps(config))
+    assert main(["simulate", "--config", str(tmp_path / "only.json"), "--out", ""]) == 0

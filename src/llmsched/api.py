@@ -259,6 +259,12 @@ class SimConfig:
                 f"this is {what}, not one server's: `llmsched simulate --{layout} FILE` runs it{judged} "
                 f"({function} in Python)"
             )
+        if {"key", "config", "summary"} <= set(d) and isinstance(d["config"], dict):
+            # a sweep's point record holds a config; "unknown option 'config'" hid that
+            raise ConfigError(
+                "this is a sweep's point record (key, config, summary), not a configuration: write its "
+                "'config' mapping to a file of its own to rerun that point"
+            )
         if "provenance" in d:  # a run's own config.json: drop what describes the run's outputs
             if _caller_trace_run(d):
                 raise ConfigError(caller_trace_message("DIR"))

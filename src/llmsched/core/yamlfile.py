@@ -70,7 +70,10 @@ def read_yaml(path, what: str) -> Any:
     p = Path(path)
     name = f"{what} file {str(path)!r}"
     if p.is_dir():  # "does not exist" would send the user looking for a missing path
-        raise ConfigError(f"{name} is a folder, not a file: give the YAML file's path")
+        hint = "give the YAML file's path"
+        if (p / "config.json").is_file():  # a results folder: its config.json reruns it
+            hint += f" ({str(p / 'config.json')!r} is the config of the run in it)"
+        raise ConfigError(f"{name} is a folder, not a file: {hint}")
     if not p.exists():
         raise ConfigError(f"{name} does not exist")
     if not (p.is_file() or p.is_fifo()):  # (a pipe: `--config <(...)` in a shell)
