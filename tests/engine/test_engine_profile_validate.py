@@ -237,6 +237,42 @@ def test_replay_starts_steps_at_arrivals(tiny_model):
     assert st["after_idle_steps"] <= 3 and st["idle_start_lag_ms"] < 10
 
 
+def test_validate_counts_every_step_after_idle_not_only_the_timed_ones(capsys):
+    """Two one-token requests arriving apart run one step each, both after an idle wait,
+    and neither is followed by another step, so neither has a start-to-next-start time.
+    The line said '2 real steps' but 'first after idle (0 steps ...)'."""
+    from llmsched.cli.analysis import render_validation
+    from llmsched.engine.replaying import StepRecord, step_ratios
+
+    args = (10, 0, 0, [(10, 0)], 1)
+    lone = [StepRecord(0.0, True, args, 1e-3, 1e-3), StepRecord(0.05, True, args, 1e-3, 1e-3)]
+    for s in lone:
+        s.lag_s = 1e-4
+    st = step_ratios(lone, _Cost())
+    assert (st["after_idle_steps"], st["after_idle_timed"], st["busy_steps"], st["busy_timed"]) == (2, 0, 0, 0)
+    # one request of 3 tokens, then a lone one: 2 of 4 steps after idle, 1 timed; 1 of the
+    # 2 back-to-back steps timed (the last before the wait is not)
+    steps = [StepRecord(0.0, True, args, 1e-3, 1e-3)]
+    steps += [StepRecord(0.002 * k, False, (0, 1, 11, [], 1), 1e-3, 1e-3) for k in (1, 2)]
+    steps[0].cycle_s = steps[1].cycle_s = 2e-3
+    steps.append(StepRecord(0.05, True, args, 1e-3, 1e-3))
+    st = step_ratios(steps, _Cost())
+    assert (st["after_idle_steps"], st["after_idle_timed"], st["busy_steps"], st["busy_timed"]) == (2, 1, 2, 1)
+    res = {
+        "trace_requests": 2,
+        "device": "cpu",
+        "policies": {"sarathi": {"errors": {}, "steps": {**step_ratios(lone, _Cost()), "sim": 2}}},
+    }
+    from llmsched.analysis.validate import METRICS, STATS
+
+    res["policies"]["sarathi"]["errors"] = {
+        f"{m}_{s}": {"real_ms": None, "sim_ms": None, "rel_error": None} for m in METRICS for s in STATS
+    }
+    render_validation(res)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2 real steps" in out and "first after idle (0 of 2 timed;" in out and "(0 of 0 timed)" in out
+
+
 def test_reach_budget_fits_a_load_grid_to_b_max():
     from llmsched.engine.profiler import CPU_GRID, reach_budget
 

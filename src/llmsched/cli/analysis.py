@@ -1245,10 +1245,14 @@ def render_validation(result: dict) -> None:
             return "-" if v is None else f"{v:.2f}"
 
         lag = "-" if st.get("idle_start_lag_ms") is None else f"{st['idle_start_lag_ms']:.2f} ms"
+        # a step is timed start to next start: one that no step followed at once is not,
+        # so say how many of each kind the median is over (it said '0 steps' first after
+        # idle for two requests that each ran after an idle wait)
         con.print(
             f"{policy}: {st['real']} real steps, {st['sim']} simulated; real / modelled step time "
-            f"(median): {ratio(st['busy_ratio'])} back to back, {ratio(st['after_idle_ratio'])} "
-            f"first after idle ({st['after_idle_steps']} steps, started {lag} after the arrival); "
+            f"(median, steps another followed at once): {ratio(st['busy_ratio'])} back to back "
+            f"({st['busy_timed']} of {st['busy_steps']} timed), {ratio(st['after_idle_ratio'])} first after idle "
+            f"({st['after_idle_timed']} of {st['after_idle_steps']} timed; started {lag} after the arrival); "
             f"preemptions: {res.get('engine_preemptions', '-')} real, {res.get('sim_preemptions', '-')} simulated"
         )
 

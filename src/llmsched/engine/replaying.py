@@ -127,15 +127,23 @@ def step_ratios(steps: list, cost) -> dict:
     time for the same plan, medians: `busy_ratio` over steps that followed another step
     at once, `after_idle_ratio` over the first steps after an idle wait; and
     `idle_start_lag_ms`, how long after the arrival that ends an idle wait its step
-    starts (the simulator starts it at the arrival)."""
+    starts (the simulator starts it at the arrival).
+
+    `busy_steps` and `after_idle_steps` count every step of each kind; `busy_timed` and
+    `after_idle_timed` those in the ratios: a step that no other followed at once (the
+    last before an idle wait) has no start-to-next-start time (a trace of one-token
+    requests arriving apart has two steps after idle and none timed)."""
     busy = [s.cycle_s / cost.step_time(*s.args) for s in steps if s.cycle_s is not None and not s.after_idle]
     cold = [s.cycle_s / cost.step_time(*s.args) for s in steps if s.cycle_s is not None and s.after_idle]
     lags = [s.lag_s for s in steps if s.lag_s is not None]
+    n_cold = sum(1 for s in steps if s.after_idle)
     return {
         "real": len(steps),
-        "busy_steps": len(busy),
+        "busy_steps": len(steps) - n_cold,
+        "busy_timed": len(busy),
         "busy_ratio": float(np.median(busy)) if busy else None,
-        "after_idle_steps": len(cold),
+        "after_idle_steps": n_cold,
+        "after_idle_timed": len(cold),
         "after_idle_ratio": float(np.median(cold)) if cold else None,
         "idle_start_lag_ms": float(np.median(lags) * 1e3) if lags else None,
     }
