@@ -513,17 +513,38 @@ def test_profile_refuses_the_scheduler_options_it_does_not_use(tmp_path, capsys,
             ["--b-max", "--max-running", "--kv-cache-gb"],
         ),
         ("generate", ["--kv-capacity"], ["--policy", "--k-max", "--b-max", "--kv-cache-gb"]),
-        ("validate", ["--kv-capacity"], ["--policy", "--k-max", "--b-max", "--kv-cache-gb"]),
+        (
+            "validate",
+            ["--kv-capacity", "--admission", "--admission-option", "--admission-opt", "--prefix-caching"],
+            ["--policy", "--k-max", "--b-max", "--kv-cache-gb"],
+        ),
     ],
 )
 def test_help_lists_no_option_the_command_refuses(capsys, cmd, absent, present):
     """profile --help listed --policy, --admission(-option), --k-max, --kv-capacity and
     --prefix-caching, which it refuses; generate and validate listed --kv-capacity, which
-    the engine refuses. Still parsed: the refusal names them (tests above)."""
+    the engine refuses, and validate --admission(-option) and --prefix-caching, which it
+    refuses. Still parsed: the refusal names them (tests above)."""
     with pytest.raises(SystemExit):
         _parser().parse_args([cmd, "--help"])
     words = set(capsys.readouterr().out.replace(",", " ").replace("[", " ").replace("]", " ").split())
     assert not words & set(absent) and set(present) <= words
+
+
+@pytest.mark.parametrize(
+    "extra, flag",
+    [
+        (["--admission", "spf"], "--admission does not apply"),
+        (["--admission-option", "a=1"], "--admission-option does not apply"),
+        (["--prefix-caching"], "--prefix-caching does not apply"),
+    ],
+)
+def test_validate_names_the_refused_scheduler_option_given(tmp_path, capsys, extra, flag):
+    """--admission-option alone was refused as '--admission does not apply'."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n")
+    argv = ["validate", "--model", "/no/such/model", "--trace", str(trace), "--profile", "const:1", *extra]
+    _one_line_error(capsys, argv, flag)
 
 
 @pytest.mark.parametrize("extra", [["--reps", "5"], ["--tables-s", "5"], ["--calibrate-s", "5"]])

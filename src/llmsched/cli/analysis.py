@@ -1320,7 +1320,8 @@ def _validate_policies(args) -> str:
     engine runs FCFS admission without a prefix cache here: the flags that would change
     that are refused, not ignored."""
     if args.admission != DEFAULTS.admission or args.admission_option:
-        raise ConfigError("validate compares batch policies under FCFS admission; --admission does not apply")
+        flag = "--admission" if args.admission != DEFAULTS.admission else "--admission-option"
+        raise ConfigError(f"validate compares batch policies under FCFS admission; {flag} does not apply")
     if args.prefix_caching:
         raise ConfigError("validate runs the engine without a prefix cache; --prefix-caching does not apply")
     if args.policies is None:
@@ -1373,5 +1374,11 @@ def _register_validate(sub) -> None:
     p.add_argument("--print-json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     # (validate.validate chooses it: the trace's longest request, from 2048 to 4096)
-    add_engine_args(p, cpu_max_model_len_help="the trace's longest prompt + output, at least 2048 and at most 4096")
+    # --admission(-option) and --prefix-caching are refused (`_validate_policies`): kept out of
+    # the help (it listed them, as profile's once listed the options it refuses)
+    add_engine_args(
+        p,
+        cpu_max_model_len_help="the trace's longest prompt + output, at least 2048 and at most 4096",
+        refused=("admission", "admission_option", "prefix_caching"),
+    )
     p.set_defaults(func=cmd_validate)
