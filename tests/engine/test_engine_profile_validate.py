@@ -429,6 +429,17 @@ def test_validate_names_max_model_len_apart_from_the_models_limit(tiny_model, tm
         validate(tiny_model, trace, "sarathi", max_model_len=256, profile="const:1")
 
 
+def test_validate_names_a_too_long_request_by_its_arrival_and_lengths(tiny_model, tmp_path):
+    """The trace is sorted by arrival: the file's second row was named 'trace request 0'."""
+    from llmsched.analysis.validate import validate
+    from llmsched.core.errors import ConfigError
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.5,10,3\n0.1,500,5\n")
+    with pytest.raises(ConfigError, match=r"request 0 \(arriving at 0.1 s: 500 prompt \+ 5 output tokens\) needs 505"):
+        validate(tiny_model, trace, "sarathi", max_model_len=256, profile="const:1")
+
+
 def test_validate_names_its_cpu_default_max_model_len(tiny_model, tmp_path):
     """Without --max-model-len, validate on the CPU caps it at 4096: the message called
     that cap --max-model-len, as if the user had given it."""

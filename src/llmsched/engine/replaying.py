@@ -22,6 +22,15 @@ def check_trace(trace, engine, default_limit: bool = False) -> None:
     """Refuse a trace the engine cannot replay whole. `default_limit`: the engine's
     max_model_len is the command's default on the CPU, not one the user gave."""
     need = trace.prompt + trace.output
+
+    def which(i: int) -> str:
+        # by arrival and lengths, not the index alone: the trace is sorted by arrival, so
+        # 'request 0' was not always the file's first row
+        return (
+            f"trace request {i} (arriving at {float(trace.arrival_s[i]):g} s: {int(trace.prompt[i])} prompt "
+            f"+ {int(trace.output[i])} output tokens)"
+        )
+
     bad = np.nonzero(need > engine.max_model_len)[0]
     if len(bad):
         i = int(bad[0])
@@ -35,12 +44,12 @@ def check_trace(trace, engine, default_limit: bool = False) -> None:
             what = f"max_model_len {limit} (--max-model-len; the model's own max length is {longest})"
         else:
             what = f"the model's max length {limit} (max_position_embeddings in its config.json)"
-        raise ConfigError(f"trace request {i} needs {int(need[i])} tokens, more than {what}")
+        raise ConfigError(f"{which(i)} needs {int(need[i])} tokens, more than {what}")
     bad = np.nonzero(need - 1 > engine.kv_capacity)[0]
     if len(bad):
         i = int(bad[0])
         raise ConfigError(
-            f"trace request {i} needs {int(need[i]) - 1} KV tokens, more than the KV cache holds ({engine.kv_capacity})"
+            f"{which(i)} needs {int(need[i]) - 1} KV tokens, more than the KV cache holds ({engine.kv_capacity})"
         )
 
 
