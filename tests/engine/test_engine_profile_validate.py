@@ -458,3 +458,27 @@ def test_validate_names_its_cpu_default_max_model_len(tiny_model, tmp_path):
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,5000,5\n")
     with pytest.raises(ConfigError, match=r"max_model_len 4096 \(the default on the CPU; --max-model-len raises it"):
         validate(model, trace, "sarathi", profile="const:1")
+
+
+def test_validate_refuses_a_profile_of_a_model_with_other_layers(tiny_model, tmp_path):
+    """A profile measured on a 2-layer model, given to validate a 1-layer one, ran without
+    a word: every simulated step was the other model's. The shipped profiles and a spec
+    that sets the layer count (`,layers=N`) are used as given."""
+    from llmsched.analysis.validate import validate
+    from llmsched.core.errors import ConfigError
+    from llmsched.engine.profiler import profile
+    from llmsched.engine.tiny import make_tiny_model
+
+    prof = profile(
+        tiny_model, tmp_path / "p.csv", max_num_seqs=4, max_model_len=64, b_max=32, grid=SMALL_GRID,
+        reps=1, warmup=0, min_s=0, calibrate=False,
+    )["path"]  # fmt: skip
+    one = make_tiny_model(tmp_path / "one", num_layers=1, hidden_size=64, intermediate_size=128)
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n")
+    opts = dict(b_max=32, max_num_seqs=4, max_model_len=64)
+    with pytest.raises(ConfigError, match=r"measured on a model of 2 layers, but --model .* has 1: profile this"):
+        validate(one, trace, "sarathi", profile=str(prof), **opts)
+    assert validate(tiny_model, trace, "sarathi", profile=f"profile:{prof}", **opts)["policies"]
+    assert validate(one, trace, "sarathi", profile=f"profile:{prof},layers=1", **opts)["policies"]
+    assert validate(one, trace, "sarathi", profile="profile", **opts)["policies"]
