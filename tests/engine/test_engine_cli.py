@@ -604,6 +604,16 @@ def test_generate_one_token_shows_no_mean_itl_not_nan(tiny_model, capsys):
     assert "mean itl=-," in line and "nan" not in line, line
 
 
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_validate_names_its_seed_range(tmp_path, capsys, seed):
+    """Above 2**64 - 1 the engine refused 'seed must be an integer from -2**63 ...': no flag,
+    and a range validate does not take."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n")
+    argv = ["validate", "--model", "/no/such/model", "--trace", str(trace), "--profile", "const:1", "--seed", seed]
+    _one_line_error(capsys, argv, f"--seed must be an integer from 0 to 2**64 - 1, got {seed}")
+
+
 @pytest.mark.parametrize("cmd", ["generate", "make-tiny-model"])
 def test_a_negative_seed_is_refused(tmp_path, capsys, cmd):
     argv = {

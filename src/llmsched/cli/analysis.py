@@ -1281,8 +1281,9 @@ def cmd_validate(args) -> int:
     if args.json and args.json != "-":
         check_out_file(args.json, "--json", make_parents=True)  # before the replay, not after it
         _check_replaces_a_validation(args.json)
-    if args.seed < 0:
-        raise ConfigError(f"--seed must be >= 0, got {args.seed}")
+    # the engine's seed too: above 2**64 - 1 its refusal named no flag and a range from -2**63
+    if not 0 <= args.seed <= 2**64 - 1:
+        raise ConfigError(f"--seed must be an integer from 0 to 2**64 - 1, got {args.seed}")
     opts = engine_setup(args)
     opts["max_model_len"] = args.max_model_len  # default: from the trace
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else None
@@ -1369,7 +1370,7 @@ def _register_validate(sub) -> None:
         default=CALIBRATE_S,
         help=f"without --profile: length of the calibration run, 0 for none (default: {CALIBRATE_S})",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random prompt token ids")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random prompt token ids (0 to 2**64 - 1)")
     p.add_argument("--json", default=None, help="also write the result as JSON to this file ('-': print it)")
     p.add_argument("--print-json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
