@@ -614,6 +614,12 @@ def test_validate_names_its_seed_range(tmp_path, capsys, seed):
     _one_line_error(capsys, argv, f"--seed must be an integer from 0 to 2**64 - 1, got {seed}")
 
 
+def test_serve_names_the_seed_flag_it_refuses(tiny_model, capsys):
+    """serve --seed 2**64 said 'seed must be ...', naming no flag."""
+    argv = ["serve", "--model", str(tiny_model), "--seed", str(2**64), "--port", "0", "--num-blocks", "64"]
+    _one_line_error(capsys, argv, "seed (--seed) must be an integer from -2**63 to 2**64 - 1")
+
+
 @pytest.mark.parametrize("cmd", ["generate", "make-tiny-model"])
 def test_a_negative_seed_is_refused(tmp_path, capsys, cmd):
     argv = {

@@ -140,7 +140,8 @@ class ModelRunner:
             num_blocks = n
         s = as_int(seed)  # the range torch.manual_seed takes
         if s is None or not -(1 << 63) <= s <= MAX_SEED:
-            raise ConfigError(f"seed must be an integer from -2**63 to 2**64 - 1, got {seed!r}")
+            # the flag too, as for max_model_len: serve passes --seed here unchecked
+            raise ConfigError(f"seed (--seed) must be an integer from -2**63 to 2**64 - 1, got {seed!r}")
         seed = s
         self.cfg = cfg
         self.device = resolve_device(device)
