@@ -39,6 +39,8 @@ def test_too_small_a_cache_names_the_command_line_flags():
         token_capacity(24, 16, 64)
     message = str(e.value)
     assert "--max-running" in message and "--kv-cache-gb" in message and "--num-blocks" not in message
+    # the flag is named as the way to lower it, not as if the user had given it
+    assert message.endswith("or lower max_num_seqs (--max-running on the command line)")
     with pytest.raises(ConfigError, match=r"give it more memory \(num_blocks, --num-blocks\)"):
         token_capacity(24, 16, 64, ("num_blocks", "--num-blocks"))
 

@@ -85,7 +85,7 @@ def token_capacity(
     if cap <= 0:
         raise ConfigError(
             f"the KV cache holds {num_blocks} blocks of {block_size} tokens, not enough for "
-            f"max_num_seqs={max_num_seqs} sequences (--max-running on the command line); give it more "
-            f"memory ({knob[0]}, {knob[1]}) or lower max_num_seqs"
+            f"max_num_seqs={max_num_seqs} sequences (a block each); give it more memory ({knob[0]}, {knob[1]}) "
+            "or lower max_num_seqs (--max-running on the command line)"
         )
     return cap
