@@ -167,3 +167,27 @@ def test_hooks_from_a_user_mixin_count_as_the_class_s_own():
     assert MixPlan.repeatable is False
     assert Plain.repeatable is True and Plain.closed_loop is FCFS.closed_loop
     assert issubclass(MixPlan, BatchPolicy)
+
+
+class Unnamed(AdmissionPolicy):
+    """A user policy with no `name` of its own (the README's recipe sets none)."""
+
+    def __init__(self, limit=4):
+        self.limit = limit
+
+    def batch_limit(self, state):
+        return self.limit
+
+
+def test_a_policy_without_its_own_name_is_recorded_by_its_registered_name():
+    # it inherited AdmissionPolicy's "fcfs": config.json's scheduler and the run's label
+    # said FCFS ran, though the policy ran (other TTFTs)
+    register_admission_policy("unnamed-test", Unnamed)
+    try:
+        res = llmsched.simulate(policy="sarathi", admission="unnamed-test", admission_options={"limit": 2}, **RUN)
+        assert res.config["scheduler"]["admission"]["name"] == "unnamed-test"
+        assert make_scheduler("sarathi", "unnamed-test").name == "sarathi+unnamed-test"
+        assert make_scheduler("sarathi", "fcfs").name == "sarathi"  # the built-ins keep theirs
+        assert make_scheduler("sarathi", "twp").admission.name == "twp"
+    finally:
+        ADMISSION_POLICIES.pop("unnamed-test", None)

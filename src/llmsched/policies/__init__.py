@@ -381,6 +381,11 @@ def make_admission_policy(name: str = "fcfs", max_running: int | None = None, **
         policy = factory(**options)
     except TypeError as e:
         raise ConfigError(f"admission policy {name!r}: {e}") from None
+    registered = policy_base_name(name, "admission")
+    if isinstance(policy, AdmissionPolicy) and "name" not in vars(type(policy)) and "name" not in vars(policy):
+        # a class registered without a `name` of its own inherits its base's (AdmissionPolicy's
+        # "fcfs"): the run's config and label called it FCFS; it is known by its registered name
+        policy.name = registered
     if max_running is not None:
         policy = RunningCap(policy, max_running)
     return policy
