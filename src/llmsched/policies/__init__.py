@@ -363,7 +363,14 @@ def make_batch_policy(name: str, **options: Any) -> BatchPolicy:
     base, _, rest = str(name).partition(":")
     cls = _lookup(base, "batch")
     if rest.strip():
-        options = {**_policy_options(cls, rest, name), **options}
+        inline = _policy_options(cls, rest, name)
+        clash = next((k for k in inline if k in options and options[k] != inline[k]), None)
+        if clash is not None:  # (the keyword's value ran, while the run's policy name said the other)
+            raise ConfigError(
+                f"batch policy {name!r}: option {clash!r} is given twice, {inline[clash]!r} inline and "
+                f"{options[clash]!r} in policy_options; give it once"
+            )
+        options = {**inline, **options}
     if not options:
         return cls()
     _check_option_names("batch policy", name, cls, options)
