@@ -113,3 +113,14 @@ def test_counts_given_as_whole_numbers_run_as_given(tmp_path):
         rn.reproduce_clusters(out_dir=tmp_path / "o", quick=True, replicas=[2.0], num_jobs=7.0, loads=[0.5])
     assert {arg["num_jobs"] for _, arg in ran.value.jobs} == {14}
     assert all(isinstance(arg["num_jobs"], int) for _, arg in ran.value.jobs)
+
+
+REPRODUCERS = [rn.reproduce_clusters, rn.reproduce_agents, rn.reproduce_rybko_stolyar, rt.reproduce_twp]
+
+
+@pytest.mark.parametrize("fn", REPRODUCERS)
+def test_an_output_folder_under_a_file_is_one_config_error(tmp_path, fn):
+    # reproduce_twp(out_dir="/dev/null/x") raised NotADirectoryError from mkdir
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"^output folder .*file is a file, not a folder$"):
+        fn(out_dir=tmp_path / "file" / "x", quick=True, workers=1)
