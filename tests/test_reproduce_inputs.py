@@ -124,3 +124,12 @@ def test_an_output_folder_under_a_file_is_one_config_error(tmp_path, fn):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match=r"^output folder .*file is a file, not a folder$"):
         fn(out_dir=tmp_path / "file" / "x", quick=True, workers=1)
+
+
+@pytest.mark.parametrize("fn", REPRODUCERS)
+def test_an_unknown_keyword_is_one_config_error(tmp_path, fn):
+    # Python's TypeError ("got an unexpected keyword argument 'quik'"), where simulate,
+    # simulate_network and run_sweep say "unknown option" with the close name
+    with pytest.raises(ConfigError, match=r"^unknown option 'quik'; did you mean 'quick'\?$"):
+        fn(out_dir=tmp_path / "out", quik=True)
+    assert not (tmp_path / "out").exists()

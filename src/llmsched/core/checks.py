@@ -136,6 +136,24 @@ def strict_keywords(what: str):
     return wrap
 
 
+def strict_arguments(func):
+    """A function decorator: an unknown keyword argument is a ConfigError naming it (with
+    a close known name), as `simulate`'s are, not Python's TypeError."""
+    import functools  # noqa: PLC0415
+
+    from .errors import check_known  # noqa: PLC0415
+
+    known = frozenset(keyword_names(func))
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        if not known.issuperset(kwargs):
+            check_known("option", kwargs, known)
+        return func(*args, **kwargs)
+
+    return call
+
+
 def keyword_names(func) -> tuple[str, ...]:
     """The names `func` takes as keyword arguments, from its signature (not *args nor
     **kwargs): the known names an unknown keyword's error lists."""
