@@ -139,7 +139,7 @@ def test_a_single_policy_name_runs_that_policy(tmp_path):
             lambda: run_sweep(None, None, search="max-stable-rate", search_hi=math.inf, **BASE),
             r"search_hi must be a finite number > 0, got inf",
         ),
-        (lambda: reproduce_stability(load=np.float32(20)), r"load must be a positive fraction"),
+        (lambda: reproduce_stability(load=np.float32(20)), r"load must be a fraction of the critical rate above 0"),
         (lambda: reproduce_stability(tol=np.float32(2)), r"tol must be in \(0, 1\)"),
     ],
 )
