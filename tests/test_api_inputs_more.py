@@ -298,3 +298,10 @@ def test_parquet_must_be_true_or_false(tmp_path):
         res.write(tmp_path / "b", parquet="no")
     assert not (tmp_path / "b").exists()
     assert not any(f.suffix == ".parquet" for f in res.write(tmp_path / "c", parquet=False).iterdir())
+
+
+@pytest.mark.parametrize("spec", [None, 3, ["paper"]])
+def test_a_cost_model_that_is_no_name_says_so(spec):
+    # str() made None "unknown cost model 'none'" and 3 "unknown cost model '3'"
+    with pytest.raises(ConfigError, match=r"^cost model must be a name \(paper, profile, \.\.\.\) or a CostModel, got"):
+        make_cost_model(spec)
