@@ -133,3 +133,11 @@ def test_an_unknown_keyword_is_one_config_error(tmp_path, fn):
     with pytest.raises(ConfigError, match=r"^unknown option 'quik'; did you mean 'quick'\?$"):
         fn(out_dir=tmp_path / "out", quik=True)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fn", REPRODUCERS)
+def test_a_switch_must_be_true_or_false(tmp_path, fn):
+    # quick="no" is truthy: it ran the quick experiment
+    with pytest.raises(ConfigError, match=r"^quick must be true or false, got 'no'$"):
+        fn(out_dir=tmp_path / "out", quick="no")
+    assert not (tmp_path / "out").exists()
