@@ -285,3 +285,23 @@ def test_a_generator_of_policy_names_is_read_once():
 
     out = max_stable_rate(policies=(p for p in ["orca"]), num_requests=200, tol=0.5, progress=False, cost_model="paper")
     assert [row["policy"] for row in out] == ["orca"]
+
+
+def test_parquet_must_be_true_or_false(tmp_path):
+    """`parquet="no"` is truthy: simulate and SimResult.write wrote the Parquet tables."""
+    run = dict(cost_model="paper", prompt="const:100", output="const:10", num_requests=5, rate=2)
+    with pytest.raises(ConfigError, match=r"^parquet must be true or false, got 'no'$"):
+        llmsched.simulate(out_dir=tmp_path / "a", parquet="no", **run)
+    assert not (tmp_path / "a").exists()
+    res = llmsched.simulate(**run)
+    with pytest.raises(ConfigError, match=r"^parquet must be true or false, got 'no'$"):
+        res.write(tmp_path / "b", parquet="no")
+    assert not (tmp_path / "b").exists()
+    assert not any(f.suffix == ".parquet" for f in res.write(tmp_path / "c", parquet=False).iterdir())
+
+
+@pytest.mark.parametrize("spec", [None, 3, ["paper"]])
+def test_a_cost_model_that_is_no_name_says_so(spec):
+    # str() made None "unknown cost model 'none'" and 3 "unknown cost model '3'"
+    with pytest.raises(ConfigError, match=r"^cost model must be a name \(paper, profile, \.\.\.\) or a CostModel, got"):
+        make_cost_model(spec)

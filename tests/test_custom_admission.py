@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 import llmsched
@@ -167,3 +168,53 @@ def test_hooks_from_a_user_mixin_count_as_the_class_s_own():
     assert MixPlan.repeatable is False
     assert Plain.repeatable is True and Plain.closed_loop is FCFS.closed_loop
     assert issubclass(MixPlan, BatchPolicy)
+
+
+class Unnamed(AdmissionPolicy):
+    """A user policy with no `name` of its own (the README's recipe sets none)."""
+
+    def __init__(self, limit=4):
+        self.limit = limit
+
+    def batch_limit(self, state):
+        return self.limit
+
+
+def test_a_policy_without_its_own_name_is_recorded_by_its_registered_name():
+    # it inherited AdmissionPolicy's "fcfs": config.json's scheduler and the run's label
+    # said FCFS ran, though the policy ran (other TTFTs)
+    register_admission_policy("unnamed-test", Unnamed)
+    try:
+        res = llmsched.simulate(policy="sarathi", admission="unnamed-test", admission_options={"limit": 2}, **RUN)
+        assert res.config["scheduler"]["admission"]["name"] == "unnamed-test"
+        assert make_scheduler("sarathi", "unnamed-test").name == "sarathi+unnamed-test"
+        assert make_scheduler("sarathi", "fcfs").name == "sarathi"  # the built-ins keep theirs
+        assert make_scheduler("sarathi", "twp").admission.name == "twp"
+    finally:
+        ADMISSION_POLICIES.pop("unnamed-test", None)
+
+
+@pytest.mark.parametrize("limit", ["2", 2.5, None, float("nan")])
+def test_a_limit_that_is_no_whole_number_names_the_policy(limit):
+    # a string option passed on as the limit failed inside the planner ("'<' not supported
+    # between instances of 'str' and 'int'"); 2.5 planned two and a half requests' slots
+    register_admission_policy("unnamed-test", Unnamed)
+    try:
+        with pytest.raises(
+            ConfigError, match=r"^admission policy 'unnamed-test': batch_limit returned .*, not a whole number$"
+        ):
+            llmsched.simulate(policy="sarathi", admission="unnamed-test", admission_options={"limit": limit}, **RUN)
+    finally:
+        ADMISSION_POLICIES.pop("unnamed-test", None)
+
+
+@pytest.mark.parametrize("limit", [np.int64(2), 2.0, float("inf")])
+def test_a_limit_that_is_a_number_of_another_type_runs(limit):
+    register_admission_policy("unnamed-test", Unnamed)
+    try:
+        res = llmsched.simulate(policy="sarathi", admission="unnamed-test", admission_options={"limit": limit}, **RUN)
+        cap = 20 if limit == float("inf") else 2
+        ref = llmsched.simulate(policy="sarathi", admission="unnamed-test", admission_options={"limit": cap}, **RUN)
+        assert res.summary["mean_ttft_ms"] == ref.summary["mean_ttft_ms"]
+    finally:
+        ADMISSION_POLICIES.pop("unnamed-test", None)

@@ -299,3 +299,18 @@ def test_inline_options_of_a_custom_policy_are_its_init_keywords(register):
     # a policy without options still says so
     with pytest.raises(ConfigError, match=r"\(none: this policy takes no options\), got 'frac=1'"):
         make_batch_policy("sarathi:frac=1")
+
+
+def test_an_option_given_inline_and_in_policy_options_must_agree(register):
+    """`policy="mine:frac=0.1", policy_options={"frac": 0.25}` ran 0.25 silently, while the
+    run's config named the policy "mine:frac=0.1"."""
+
+    class WithFrac(orca_like("withfrac")):
+        def __init__(self, frac=0.5):
+            self.frac = frac
+
+    register(WithFrac)
+    with pytest.raises(ConfigError, match=r"^batch policy 'withfrac:frac=0.1': option 'frac' is given twice"):
+        llmsched.simulate(policy="withfrac:frac=0.1", policy_options={"frac": 0.25}, **RUN)
+    same = llmsched.simulate(policy="withfrac:frac=0.25", policy_options={"frac": 0.25}, **RUN)  # no clash
+    assert same.summary["completed"] == 30

@@ -113,3 +113,31 @@ def test_counts_given_as_whole_numbers_run_as_given(tmp_path):
         rn.reproduce_clusters(out_dir=tmp_path / "o", quick=True, replicas=[2.0], num_jobs=7.0, loads=[0.5])
     assert {arg["num_jobs"] for _, arg in ran.value.jobs} == {14}
     assert all(isinstance(arg["num_jobs"], int) for _, arg in ran.value.jobs)
+
+
+REPRODUCERS = [rn.reproduce_clusters, rn.reproduce_agents, rn.reproduce_rybko_stolyar, rt.reproduce_twp]
+
+
+@pytest.mark.parametrize("fn", REPRODUCERS)
+def test_an_output_folder_under_a_file_is_one_config_error(tmp_path, fn):
+    # reproduce_twp(out_dir="/dev/null/x") raised NotADirectoryError from mkdir
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"^output folder .*file is a file, not a folder$"):
+        fn(out_dir=tmp_path / "file" / "x", quick=True, workers=1)
+
+
+@pytest.mark.parametrize("fn", REPRODUCERS)
+def test_an_unknown_keyword_is_one_config_error(tmp_path, fn):
+    # Python's TypeError ("got an unexpected keyword argument 'quik'"), where simulate,
+    # simulate_network and run_sweep say "unknown option" with the close name
+    with pytest.raises(ConfigError, match=r"^unknown option 'quik'; did you mean 'quick'\?$"):
+        fn(out_dir=tmp_path / "out", quik=True)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fn", REPRODUCERS)
+def test_a_switch_must_be_true_or_false(tmp_path, fn):
+    # quick="no" is truthy: it ran the quick experiment
+    with pytest.raises(ConfigError, match=r"^quick must be true or false, got 'no'$"):
+        fn(out_dir=tmp_path / "out", quick="no")
+    assert not (tmp_path / "out").exists()

@@ -304,3 +304,19 @@ def test_a_missing_empirical_file_with_a_column_is_named_without_it(capsys):
         capsys, ["simulate", "--prompt", "empirical:nosuch.csv:num_prefill_tokens", "--out", ""], "does not exist"
     )
     assert "file nosuch.csv does not exist" in line
+
+
+def test_trace_head_and_until_refuse_what_is_no_count_or_time():
+    """`Trace.head(2.5)` ran 2 requests, `head(-1)` none (not all but the last, as a slice
+    would) and `head("5")` read the string; `until("1")` compared a string with the times."""
+    spec = WorkloadSpec(rate=5, num_requests=20, prompt="const:10", output="const:5")
+    trace = make_trace(spec)
+    assert len(trace.head(5)) == len(trace.head(np.int64(5))) == len(trace.head(5.0)) == 5
+    assert len(trace.head(0)) == 0 and len(trace.until(-1)) == 0
+    for bad in (2.5, -1, "5", True, None):
+        with pytest.raises(ConfigError, match=r"^Trace.head: n must be a whole number >= 0, got "):
+            trace.head(bad)
+    assert len(trace.until(np.float32(1.0))) == len(trace.until(1)) > 0
+    for bad in ("1", None, float("nan")):
+        with pytest.raises(ConfigError, match=r"^Trace.until: duration_s must be a number of seconds, got "):
+            trace.until(bad)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .core.checks import check_progress, strict_keywords
+from .core.checks import check_bool, check_progress, strict_keywords
 from .core.constraints import check_prefix_block_size, k_max_binds
 from .core.cost import make_cost_model, recorded_cost_model, warn_fast_steps
 from .core.errors import BlockSizeUnusedWarning as BlockSizeUnusedWarning  # re-exported (docs)
@@ -504,7 +504,7 @@ def simulate(
     a config file; an unknown one is a ConfigError.
     """
     check_progress(progress)
-    if parquet and out_dir is None:
+    if check_bool(parquet, "parquet") and out_dir is None:  # (parquet="no" is truthy: it wrote the tables)
         raise ConfigError("parquet=True writes Parquet tables into out_dir: give out_dir")
     if out_dir is not None:
         check_out_dir(out_dir)  # before the run, not after it

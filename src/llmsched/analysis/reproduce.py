@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..api import simulate
-from ..core.checks import as_real, check_policy_names, check_seeds, first_repeat
+from ..core.checks import as_real, check_policy_names, check_seeds, first_repeat, strict_arguments
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
@@ -96,6 +96,7 @@ def _policy_info(name: str) -> tuple[str, bool]:
     return cls.name, bool(cls.work_conserving)
 
 
+@strict_arguments
 def reproduce_stability(
     workload: str = "synthetic",
     *,

@@ -51,7 +51,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checks import check_count, check_distinct, check_list, check_names, check_reals, check_seeds
+from ..core.checks import (
+    check_count,
+    check_distinct,
+    check_list,
+    check_names,
+    check_reals,
+    check_seeds,
+    strict_arguments,
+)
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
@@ -420,6 +428,7 @@ _MARK = {STABLE: "o", INCONCLUSIVE: "s", UNSTABLE: "x"}
 
 
 # ------------------------------------------------------------------------------ clusters
+@strict_arguments
 def reproduce_clusters(
     *,
     out_dir="reproduce-clusters",
@@ -606,6 +615,7 @@ def _plot_clusters(rows, replicas, routers, metric: str, ylabel: str, path: Path
 
 
 # -------------------------------------------------------------------------------- agents
+@strict_arguments
 def reproduce_agents(
     *,
     out_dir="reproduce-agents",
@@ -782,6 +792,7 @@ def _plot_agents(series: list, workflows, load: float, path: Path) -> str:
 
 
 # ------------------------------------------------------------------------ Rybko-Stolyar
+@strict_arguments
 def reproduce_rybko_stolyar(
     *,
     out_dir="reproduce-rybko-stolyar",

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..api import simulate
-from ..core.checks import as_real, check_distinct
+from ..core.checks import as_real, check_distinct, strict_arguments
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import begin_reproduce_write, check_inputs_kept, check_run_dir, end_reproduce_write
@@ -48,6 +48,7 @@ QUICK_REQUESTS = 400
 KIND = "reproduce prefix-caching"
 
 
+@strict_arguments
 def reproduce_prefix_caching(
     trace_path: str,
     *,

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checks import check_count, check_distinct, check_names, check_reals, check_seeds
+from ..core.checks import check_count, check_distinct, check_names, check_reals, check_seeds, strict_arguments
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of, group_styles
@@ -329,6 +329,7 @@ def run_single(job: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------ experiment
+@strict_arguments
 def reproduce_twp(
     *,
     out_dir="reproduce-twp",

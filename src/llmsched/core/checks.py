@@ -136,6 +136,33 @@ def strict_keywords(what: str):
     return wrap
 
 
+def strict_arguments(func):
+    """A function decorator: an unknown keyword argument is a ConfigError naming it (with
+    a close known name), as `simulate`'s are, not Python's TypeError; and a keyword whose
+    parameter is annotated `bool` must be True, False or None (`check_bool`: quick="no" ran
+    the quick experiment)."""
+    import functools  # noqa: PLC0415
+    import inspect  # noqa: PLC0415
+
+    from .errors import check_known  # noqa: PLC0415
+
+    known = frozenset(keyword_names(func))
+    switches = frozenset(
+        name for name, p in inspect.signature(func).parameters.items() if p.annotation in (bool, "bool")
+    )
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        if not known.issuperset(kwargs):
+            check_known("option", kwargs, known)
+        for name in switches.intersection(kwargs):
+            if kwargs[name] is not None:  # (None: the default, as the CLI passes a flag not given)
+                check_bool(kwargs[name], name)
+        return func(*args, **kwargs)
+
+    return call
+
+
 def keyword_names(func) -> tuple[str, ...]:
     """The names `func` takes as keyword arguments, from its signature (not *args nor
     **kwargs): the known names an unknown keyword's error lists."""

@@ -339,7 +339,9 @@ def make_cost_model(spec: str | CostModel) -> CostModel:
     """
     if isinstance(spec, CostModel):
         return spec
-    kind, _, rest = str(spec).partition(":")
+    if not isinstance(spec, str):  # (str() made None "unknown cost model 'none'", and 3 '3')
+        raise ConfigError(f"cost model must be a name (paper, profile, ...) or a CostModel, got {spec!r:.60}")
+    kind, _, rest = spec.partition(":")
     kind = kind.strip().lower()
     if kind == "paper":
         p = _floats(_parse_params(rest, spec), spec, {"c": float, "a": float, "b0": int, "variant": str})

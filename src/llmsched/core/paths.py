@@ -763,6 +763,7 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
 def prepare_run_dir(path, kind: str) -> Path:
     """The folder a `kind` run writes into, checked (`check_run_dir`: not over another
     run's outputs nor another tool's files) and created."""
+    check_out_dir(path)  # (reproduce_twp(out_dir="/dev/null/x") raised NotADirectoryError)
     check_run_dir(path, kind)
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)

@@ -363,7 +363,14 @@ def make_batch_policy(name: str, **options: Any) -> BatchPolicy:
     base, _, rest = str(name).partition(":")
     cls = _lookup(base, "batch")
     if rest.strip():
-        options = {**_policy_options(cls, rest, name), **options}
+        inline = _policy_options(cls, rest, name)
+        clash = next((k for k in inline if k in options and options[k] != inline[k]), None)
+        if clash is not None:  # (the keyword's value ran, while the run's policy name said the other)
+            raise ConfigError(
+                f"batch policy {name!r}: option {clash!r} is given twice, {inline[clash]!r} inline and "
+                f"{options[clash]!r} in policy_options; give it once"
+            )
+        options = {**inline, **options}
     if not options:
         return cls()
     _check_option_names("batch policy", name, cls, options)
@@ -381,6 +388,11 @@ def make_admission_policy(name: str = "fcfs", max_running: int | None = None, **
         policy = factory(**options)
     except TypeError as e:
         raise ConfigError(f"admission policy {name!r}: {e}") from None
+    registered = policy_base_name(name, "admission")
+    if isinstance(policy, AdmissionPolicy) and "name" not in vars(type(policy)) and "name" not in vars(policy):
+        # a class registered without a `name` of its own inherits its base's (AdmissionPolicy's
+        # "fcfs"): the run's config and label called it FCFS; it is known by its registered name
+        policy.name = registered
     if max_running is not None:
         policy = RunningCap(policy, max_running)
     return policy

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..core.checks import as_int, as_real, whole_as_int
 from ..core.constraints import Constraints
 from ..core.errors import ConfigError
 from ..core.plan import StepFeedback, StepPlan
@@ -167,6 +168,22 @@ def _not_recorded():
 _NOBODY = frozenset()
 
 
+def _capped(admission: AdmissionPolicy, hook: str, limit, cap: int) -> int:
+    """An admission policy's limit (its `hook`'s answer) under the server's `cap`. One that
+    is no whole number (a string option passed on, `admission_options={"limit": "2"}`)
+    failed inside the planner ("'<' not supported between 'str' and 'int'"), or planned
+    2.5 requests."""
+    if type(limit) is not int:  # (the common case costs one test per step)
+        real = as_real(limit)
+        if real is not None and real >= cap:  # (math.inf for no limit, as min() took it)
+            return cap
+        whole = None if real is None else as_int(whole_as_int(real))
+        if whole is None:
+            raise ConfigError(f"admission policy {admission.name!r}: {hook} returned {limit!r:.40}, not a whole number")
+        limit = whole
+    return limit if limit < cap else cap
+
+
 class AdmissionHooks:
     """Which of the admission policy's per-step methods its class overrides: the planner
     neither calls an inherited default (no limit, admit anyone) nor builds its arguments.
@@ -217,10 +234,10 @@ class Planner:
         self._may_admit = hooks.may_admit
         tokens = state.b_max
         if hooks.token_limit:
-            tokens = min(tokens, admission.token_limit(state))
+            tokens = _capped(admission, "token_limit", admission.token_limit(state), tokens)
         slots = state.k_max
         if hooks.batch_limit:
-            slots = min(slots, admission.batch_limit(state))
+            slots = _capped(admission, "batch_limit", admission.batch_limit(state), slots)
         self.tokens = tokens
         self.slots = slots
         self.decode = 0

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.checks import check_bool
 from ..core.clock import to_clock_ns
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
@@ -543,7 +544,7 @@ class SimResult:
         go first (`begin_simulate_write`): a write that stops leaves no summary.json, never
         a folder that mixes two runs."""
         check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
-        if parquet:
+        if check_bool(parquet, "parquet"):  # (parquet="no" is truthy: it wrote the tables)
             require_pyarrow("--parquet")  # before any file goes
         steps = self._steps_file()  # before any file is written
         check_inputs_not_replaced(out_dir, "single-server", self.config)

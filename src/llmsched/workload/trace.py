@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.checks import as_int, as_real, whole_as_int
 from ..core.clock import to_clock_ns
 from ..core.errors import ConfigError, InputWarning
 from ..core.request import MAX_SECONDS, Request
@@ -189,12 +190,19 @@ class Trace:
         )
 
     def head(self, n: int) -> Trace:
-        """The first n requests."""
-        return self.slice(0, max(0, int(n)))
+        """The first n requests (n a whole number >= 0)."""
+        # int(n) cut head(2.5) to 2 requests and head(-1) to none, and read head("5"): silently
+        count = as_int(whole_as_int(n))
+        if count is None or count < 0:
+            raise ConfigError(f"Trace.head: n must be a whole number >= 0, got {n!r:.60}")
+        return self.slice(0, count)
 
     def until(self, duration_s: float) -> Trace:
-        """Requests arriving at or before `duration_s`."""
-        return self.head(int(np.searchsorted(self.arrival_s, duration_s, side="right")))
+        """Requests arriving at or before `duration_s` (seconds)."""
+        t = as_real(duration_s)
+        if t is None or math.isnan(t):  # (a string was compared with the times; NaN kept none)
+            raise ConfigError(f"Trace.until: duration_s must be a number of seconds, got {duration_s!r:.60}")
+        return self.head(int(np.searchsorted(self.arrival_s, t, side="right")))
 
     def time_scaled(self, k: float) -> Trace:
         """Arrival times divided by k (k > 1 replays the trace k times faster)."""
