@@ -466,9 +466,6 @@ def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedReq
             prompts = [p]  # one prompt of token ids
         else:
             prompts = p
-        if prompts is p and len({isinstance(q, str) for q in p}) > 1:
-            # one kind per array, as OpenAI's and vLLM's schema take it (a mix was served)
-            raise bad_request("'prompt' must be an array of strings or of token-id arrays, not of both", "prompt")
         if len(prompts) * c["n"] > MAX_CHOICES:
             raise bad_request(
                 f"{len(prompts)} prompts x n={c['n']} are more than the {MAX_CHOICES} choices one request may ask for",
