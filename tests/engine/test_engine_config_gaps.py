@@ -189,8 +189,8 @@ def test_engine_binds_a_given_cost_model_to_every_scheduler(tiny_model):
         ({"num_blocks": 2.5}, "num_blocks must be a positive integer, got 2.5"),  # was torch's TypeError
         ({"num_blocks": True}, "num_blocks must be a positive integer, got True"),  # was "holds True blocks"
         ({"num_blocks": 0}, "num_blocks must be a positive integer, got 0"),
-        ({"seed": 2**70}, "seed must be an integer"),  # was torch's ValueError Overflow
-        ({"seed": 1.5}, "seed must be an integer"),
+        ({"seed": 2**70}, "seed (--seed) must be an integer"),  # was torch's ValueError Overflow
+        ({"seed": 1.5}, "seed (--seed) must be an integer"),
         ({"kv_cache_gb": "1"}, "kv_cache_gb must be a positive finite number, got '1'"),  # was a TypeError
         ({"gpu_memory_utilization": "x"}, "gpu_memory_utilization must be in"),
         # was "takes 0.0 MiB, more than the 0.0 MiB"
