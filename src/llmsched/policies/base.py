@@ -168,20 +168,19 @@ def _not_recorded():
 _NOBODY = frozenset()
 
 
-def _capped(admission: AdmissionPolicy, hook: str, limit, cap: int) -> int:
-    """An admission policy's limit (its `hook`'s answer) under the server's `cap`. One that
-    is no whole number (a string option passed on, `admission_options={"limit": "2"}`)
-    failed inside the planner ("'<' not supported between 'str' and 'int'"), or planned
-    2.5 requests."""
-    if type(limit) is not int:  # (the common case costs one test per step)
-        real = as_real(limit)
-        if real is not None and real >= cap:  # (math.inf for no limit, as min() took it)
-            return cap
-        whole = None if real is None else as_int(whole_as_int(real))
-        if whole is None:
-            raise ConfigError(f"admission policy {admission.name!r}: {hook} returned {limit!r:.40}, not a whole number")
-        limit = whole
-    return limit if limit < cap else cap
+def _whole_limit(admission: AdmissionPolicy, hook: str, limit, cap: int) -> int:
+    """An admission policy's limit (its `hook`'s answer) that is no int, as an int at most
+    `cap`; the planner calls this only then (an int, the common case, costs one type test
+    per plan). One that is no whole number (a string option passed on,
+    `admission_options={"limit": "2"}`) failed inside the planner ("'<' not supported
+    between 'str' and 'int'"), or planned 2.5 requests."""
+    real = as_real(limit)
+    if real is not None and real >= cap:  # (math.inf for no limit, as min() took it)
+        return cap
+    whole = None if real is None else as_int(whole_as_int(real))
+    if whole is None:
+        raise ConfigError(f"admission policy {admission.name!r}: {hook} returned {limit!r:.40}, not a whole number")
+    return whole
 
 
 class AdmissionHooks:
@@ -234,10 +233,18 @@ class Planner:
         self._may_admit = hooks.may_admit
         tokens = state.b_max
         if hooks.token_limit:
-            tokens = _capped(admission, "token_limit", admission.token_limit(state), tokens)
+            limit = admission.token_limit(state)
+            if type(limit) is not int:
+                limit = _whole_limit(admission, "token_limit", limit, tokens)
+            if limit < tokens:
+                tokens = limit
         slots = state.k_max
         if hooks.batch_limit:
-            slots = _capped(admission, "batch_limit", admission.batch_limit(state), slots)
+            limit = admission.batch_limit(state)
+            if type(limit) is not int:
+                limit = _whole_limit(admission, "batch_limit", limit, slots)
+            if limit < slots:
+                slots = limit
         self.tokens = tokens
         self.slots = slots
         self.decode = 0
