@@ -40,7 +40,7 @@ from .theory.verdict import burst_factor, guard_time_of, service_steps, short_wi
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.arrivals import MAX_REQUESTS, count_over_the_limit, loose_rate
 from .workload.blocks import DEFAULT_BLOCK_SIZE
-from .workload.spec import DEFAULT_WORKLOAD, check_trace_blocks, override_workload, with_defaults
+from .workload.spec import DEFAULT_WORKLOAD, check_trace_blocks, class_shares, override_workload, with_defaults
 
 if TYPE_CHECKING:
     from .workload.network import NetworkSpec
@@ -1073,21 +1073,16 @@ def cluster_network(
     if spec.cv is not None and spec.arrival == "gamma":
         arrival["cv"] = spec.cv
     classes = spec.classes or [None]
-    total = sum(c.share for c in spec.classes) if spec.classes else 1.0
-    scale = 1.0
-    if not math.isfinite(total):
-        # shares near the float limit overflow their sum (each class's rate came out 0):
-        # as fractions of the largest share
-        scale = max(c.share for c in spec.classes)
-        total = sum(c.share / scale for c in spec.classes)
+    shares = class_shares(spec.classes) if spec.classes else [1.0]
+    total = sum(shares)
     jobs = {}
-    for c in classes:
+    for c, share in zip(classes, shares):
         prompt = c.prompt if c is not None and c.prompt is not None else spec.prompt
         output = c.output if c is not None and c.output is not None else spec.output
         name = c.tag if c is not None else "request"
         system = c.system_prompt if c is not None and c.system_prompt is not None else spec.system_prompt
         jobs[name] = {
-            "arrival": {**arrival, "rate": rate * (c.share / scale / total if c is not None else 1.0)},
+            "arrival": {**arrival, "rate": rate * (share / total if c is not None else 1.0)},
             "system_prompt": system or 0,
             "route": [
                 {"call": {"server": "cluster", "prompt": prompt.to_str(), "output": output.to_str(), "class": name}}

@@ -718,17 +718,22 @@ def _traced_classes(spec: WorkloadSpec, tags: np.ndarray, drawn: np.ndarray) -> 
     return cls
 
 
+def class_shares(classes) -> list[float]:
+    """The classes' shares, each divided by the largest where their sum overflows: shares
+    near the float limit (1e308 twice) gave numpy's choice p = 0 (a traceback) and a
+    cluster's classes rate 0; as fractions of the largest they make the same mix."""
+    shares = [c.share for c in classes]
+    if not math.isfinite(sum(shares)):
+        top = max(shares)
+        shares = [s / top for s in shares]
+    return shares
+
+
 def _classes(spec: WorkloadSpec, n: int) -> np.ndarray:
     """Each request's (or conversation's) class index, drawn by share."""
     if not spec.classes:
         return np.zeros(n, dtype=np.int64)
-    shares = np.array([c.share for c in spec.classes], dtype=np.float64)
-    with np.errstate(over="ignore"):
-        overflows = not np.isfinite(shares.sum())
-    if overflows:
-        # shares near the float limit (1e308 twice) overflow their sum, and numpy's choice
-        # refused p = 0 with a traceback: as fractions of the largest they draw the same mix
-        shares = shares / shares.max()
+    shares = np.array(class_shares(spec.classes), dtype=np.float64)
     return _rng(spec.seed, _CLASSES).choice(len(shares), size=n, p=shares / shares.sum())
 
 
