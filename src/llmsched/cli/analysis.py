@@ -184,9 +184,6 @@ def cmd_capacity(args) -> int:
     return 0
 
 
-_small = small_number
-
-
 def _share(x: float, sign: str = "") -> str:
     """A share as a percentage with one decimal, or 3 significant digits where that would
     run to many digits (a rate of 1e-9 req/s: margin +1999834768308.0%) or, for a share
@@ -425,18 +422,19 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
     own_growth = FILL in kinds and own is not None and own < c["critical_rate"] * (1 - 1e-9)
     growth = rep.get("policy_predicted_growth_tokens_per_s") if own_growth else c["predicted_growth_tokens_per_s"]
     if rep.get("rate") is not None:
-        arrival = f"{_small(rep['rate'], ',.3f')} req/s ({_small(c['offered_tokens_per_s'], ',.1f')} tokens/s)"
+        offered = small_number(c["offered_tokens_per_s"], ",.1f")
+        arrival = f"{small_number(rep['rate'], ',.3f')} req/s ({offered} tokens/s)"
         per = rep.get("requests_per_rate")
         if per is not None:
             ts = rep.get("time_scale", 1.0)
-            what = f"{_small(rep['rate'], ',.3f')} req/s"
+            what = f"{small_number(rep['rate'], ',.3f')} req/s"
             if rep.get("rate_unit") == "conversations/s":
-                what = f"{_small(rep['rate'], ',.3f')} conversations/s x {per / ts:.3g} mean turns"
+                what = f"{small_number(rep['rate'], ',.3f')} conversations/s x {per / ts:.3g} mean turns"
             arrival = (
                 what
                 + (f" x time scale {ts:g}" if ts != 1.0 else "")
-                + f" = {_small(rep['request_rate'], ',.3f')} req/s"
-                + f" ({_small(c['offered_tokens_per_s'], ',.1f')} tokens/s)"
+                + f" = {small_number(rep['request_rate'], ',.3f')} req/s"
+                + f" ({offered} tokens/s)"
             )
         rows += [
             ("arrival rate", arrival),
