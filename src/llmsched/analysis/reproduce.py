@@ -121,11 +121,13 @@ def reproduce_stability(
     t0 = time.perf_counter()
     if workload not in PRESETS:
         raise ConfigError(f"unknown workload {workload!r} (known: {', '.join(PRESETS)})")
-    if as_real(load) is None or not 0 < as_real(load) < 10:
+    real = as_real(load)  # (shown as 20.0, not np.float32(20.0))
+    if real is None or not 0 < real < 10:
         # (the bound named: 'a positive fraction' read as wrong for --load 50)
-        shown = as_real(load) if as_real(load) is not None else load  # (20, not np.float32(20.0))
-        raise ConfigError(f"load must be a fraction of the critical rate above 0 and below 10, got {shown!r}")
-    load = as_real(load)
+        raise ConfigError(
+            f"load must be a fraction of the critical rate above 0 and below 10, got {load if real is None else real!r}"
+        )
+    load = real
     if tol is not None and (as_real(tol) is None or not 0 < as_real(tol) < 1):
         raise ConfigError(f"tol must be in (0, 1), got {tol!r}")
     tol = None if tol is None else as_real(tol)
