@@ -483,7 +483,7 @@ def check_extra_body(extra: dict, a) -> None:
                 raise ConfigError(f"--extra-body: 'ignore_eos' must be true or false, got {extra[key]!r:.40}")
         else:
             try:
-                check_sampling(**{k: (extra[key] if k == key else None) for k in ("temperature", "top_p", "top_k")})
+                check_sampling(**{"temperature": None, "top_p": None, "top_k": None, key: extra[key]})
             except ConfigError as e:
                 raise ConfigError(f"--extra-body: {key!r} {str(e).split(' ', 1)[1]}") from None
 
