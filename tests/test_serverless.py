@@ -1167,6 +1167,13 @@ BAD = [
     (lambda c: c["platform"].update(serverlessllm={"load_speedup": 0}), "platform.serverlessllm.load_speedup: must be"),
     # sizes and times that no clock or memory could hold: one line, not a hang or an overflow
     (lambda c: c["cluster"]["nodes"][0].update(count=1e30), "cluster.nodes[0].count: must be at most 65,536"),
+    # a number in quotes is text, as in a network file (it ran as the number)
+    (
+        lambda c: c["cluster"]["nodes"][0].update(gpus="2"),
+        "cluster.nodes[0].gpus: must be a whole number >= 1, got '2' (a number in quotes: write it without them)",
+    ),
+    (lambda c: c["workload"].update(rate="5"), "workload.rate: must be a number > 0, got '5' (a number in quotes"),
+    (lambda c: c["models"]["m"].update(weights_gb="16"), "models.m.weights_gb: must be a number > 0, got '16' (a"),
     # each group within its caps, the whole not: 65,536 nodes of 1,024 GPUs ran out of
     # memory after 19 s (MemoryError), and the number of groups was not capped at all
     (

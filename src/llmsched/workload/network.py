@@ -227,15 +227,21 @@ def _job_count(value, duration_s: float | None, where: str) -> int | None:
     return n
 
 
-def _number(value, where: str, what: str, text: bool = False) -> float:
-    """A finite number as a float; a string only with `text` (a number inside a law's text,
-    such as uniform:1,3), never a bool or None."""
+def _as_number(value, text: bool) -> int | float | None:
+    """`value` as a number (`as_real`); a string only with `text` (a number inside a law's
+    text, such as uniform:1,3): a number in quotes in a file is text, not a number."""
     x = as_real(value)
     if x is None and text and isinstance(value, str):
         try:
             x = float(value)
         except ValueError:
             pass
+    return x
+
+
+def _number(value, where: str, what: str, text: bool = False) -> float:
+    """A finite number as a float (see `_as_number`), never a bool or None."""
+    x = _as_number(value, text)
     if x is None:
         raise _at(where, f"{what} must be a number, got {_show(value)}{'' if text else _quoted(value)}")
     try:

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.checks import as_real
 from ..core.constraints import MAX_KV_TOKENS
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
@@ -44,7 +45,7 @@ from .arrivals import MAX_REQUESTS, make_arrival_process, refuse_short_merge, ti
 from .csvio import CSV_UNSAFE, as_lengths, read_columns
 from .datasets import is_dataset, recorded_file, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
-from .network import _at, _mapping, _seed, _show, _suggest
+from .network import _as_number, _at, _mapping, _quoted, _seed, _show, _suggest
 from .spec import _rng, load_trace, warn_short_trace
 from .trace import replay_cut, replayed_times, trace_format
 
@@ -186,22 +187,30 @@ MAX_GPU_MEMORY_GB = 1e6  # per GPU: far above any GPU, and its KV tokens stay fi
 
 
 def _num(
-    value, where: str, *, lo: float = 0.0, lo_open: bool = False, inf_ok: bool = False, hi: float | None = None
+    value,
+    where: str,
+    *,
+    lo: float = 0.0,
+    lo_open: bool = False,
+    inf_ok: bool = False,
+    hi: float | None = None,
+    text: bool = False,
 ) -> float:
-    """A finite number >= lo (> lo with lo_open) and <= hi; `inf_ok` also accepts inf / never."""
+    """A finite number >= lo (> lo with lo_open) and <= hi; `inf_ok` also accepts inf / never.
+    A string only with `text` (a number inside a spec's text, such as zipf:1.2): a quoted
+    number in the file is refused, as in a network file."""
     if inf_ok and isinstance(value, str) and value.strip().lower() in ("inf", "never", "forever"):
         return math.inf
-    f = math.nan
-    if not isinstance(value, bool) and value is not None:
-        try:
-            f = float(value)
-        except (TypeError, ValueError):
-            pass
+    x = _as_number(value, text)
+    try:
+        f = math.nan if x is None else float(x)
+    except OverflowError:  # an int past the largest float
+        f = math.inf
     bad = math.isnan(f) or (math.isinf(f) and not (inf_ok and f > 0)) or (f <= lo if lo_open else f < lo)
     if bad:
         cmp = ">" if lo_open else ">="
         extra = " (or never)" if inf_ok else ""
-        raise _at(where, f"must be a number {cmp} {lo:g}{extra}, got {_show(value)}")
+        raise _at(where, f"must be a number {cmp} {lo:g}{extra}, got {_show(value)}{'' if text else _quoted(value)}")
     if hi is not None and f > hi and not math.isinf(f):
         raise _at(where, f"must be at most {hi:g}, got {_show(value)}")
     return f
@@ -210,18 +219,12 @@ def _num(
 def _whole(value, where: str, minimum: int = 1, optional: bool = False, maximum: int | None = None) -> int | None:
     if value is None and optional:
         return None
-    ok = not isinstance(value, bool) and value is not None
-    if ok:
-        try:
-            f = float(value)
-            ok = math.isfinite(f) and f == math.floor(f) and f >= minimum
-        except (TypeError, ValueError):
-            ok = False
-    if not ok:
-        raise _at(where, f"must be a whole number >= {minimum}, got {_show(value)}")
-    if maximum is not None and float(value) > maximum:
+    x = as_real(value)  # a quoted number is text, as in a network file
+    if x is None or not (type(x) is int or (math.isfinite(x) and x.is_integer())) or x < minimum:
+        raise _at(where, f"must be a whole number >= {minimum}, got {_show(value)}{_quoted(value)}")
+    if maximum is not None and x > maximum:
         raise _at(where, f"must be at most {maximum:,}, got {_show(value)}")
-    return int(float(value))
+    return int(x)
 
 
 def _name(value, where: str) -> str:
@@ -1073,7 +1076,7 @@ def _shares(w: ServerlessWorkload, models: dict) -> np.ndarray:
         if kind == "uniform" and not rest:
             weights = np.ones(len(names))
         elif kind == "zipf":
-            s = _num(rest.strip() or "1", f"{where} (zipf exponent)")
+            s = _num(rest.strip() or "1", f"{where} (zipf exponent)", text=True)
             with np.errstate(over="ignore"):  # a huge exponent: the tail's weights are 0
                 weights = 1.0 / np.arange(1, len(names) + 1, dtype=np.float64) ** s
         else:
