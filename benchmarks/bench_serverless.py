@@ -73,8 +73,9 @@ def _peak_rss_mb() -> float:
     return peak_rss_kb() / 1024
 
 
-def platform(trace_path: str, scheduler: str = "fcfs") -> dict:
-    """The 32-GPU, 8-model platform replaying `trace_path` (rate set by the caller)."""
+def platform(trace_path: str, scheduler: str = "fcfs", seed: int = 0) -> dict:
+    """The 32-GPU, 8-model platform replaying `trace_path` (rate set by the caller); `seed`
+    draws each request's model."""
     big = {"weights_gb": 16, "kv_bytes_per_token": 131072, "cost_model": "profile:h200-llama-3-8b"}
     small = {"weights_gb": 2.5, "kv_bytes_per_token": 32768, "cost_model": "profile:h200-llama-3.2-1b"}
     models = {f"llama-8b-{k}": dict(big) for k in "abcdef"}
@@ -97,7 +98,7 @@ def platform(trace_path: str, scheduler: str = "fcfs") -> dict:
             ],
         },
         "models": models,
-        "workload": {"trace": trace_path, "rate": 1.0, "popularity": "zipf:1.0", "seed": 0},
+        "workload": {"trace": trace_path, "rate": 1.0, "popularity": "zipf:1.0", "seed": seed},
         "platform": {"scheduler": scheduler, "init_s": 2.0, "keep_alive_s": 60, "scale_out_tokens": 8192},
     }
 
@@ -129,13 +130,13 @@ def azure_tiled(n: int, path: str) -> int:
     return n
 
 
-def child_platform(trace_path: str, n: int, load: float, scheduler: str, out: str) -> dict:
+def child_platform(trace_path: str, n: int, load: float, scheduler: str, out: str, seed: int = 0) -> dict:
     t_start = time.perf_counter()
     from llmsched.analysis.reproduce_twp import platform_capacity
     from llmsched.sim.serverless_result import simulate_serverless
     from llmsched.workload.serverless import ServerlessSpec
 
-    d = platform(trace_path, scheduler)
+    d = platform(trace_path, scheduler, seed)
     cap = platform_capacity(ServerlessSpec.from_dict(d), samples=20000)
     rate = load * cap["critical_rate"]
     d["workload"]["rate"] = rate
@@ -150,6 +151,7 @@ def child_platform(trace_path: str, n: int, load: float, scheduler: str, out: st
     return {
         "case": "platform",
         "scheduler": scheduler,
+        "seed": seed,
         "requests": n,
         "load": load,
         "rate": rate,
@@ -324,7 +326,12 @@ def _main() -> None:
         default=3,
         help="interleaved repetitions of the overhead runs (the least CPU per step counts)",
     )
-    ap.add_argument("--seed", type=seed_int, default=0)
+    ap.add_argument(
+        "--seed",
+        type=seed_int,
+        default=0,
+        help="the platform case's model draws (by popularity); the overhead runs replay the Azure trace as it is",
+    )
     ap.add_argument("--keep", help="write the outputs under this folder (default: a temporary folder, removed)")
     ap.add_argument("--json", type=out_file_in_new_folder, help="also write the results to this JSON file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -333,7 +340,7 @@ def _main() -> None:
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child == "platform":
-        print(json.dumps(child_platform(args.trace, args.n, args.load, args.scheduler, args.out)))
+        print(json.dumps(child_platform(args.trace, args.n, args.load, args.scheduler, args.out, args.seed)))
         return
     if args.child == "overhead":
         print(json.dumps(child_overhead(args.n, args.load, args.seed, args.repeat)))
@@ -358,6 +365,8 @@ def _main() -> None:
                     str(args.load),
                     "--scheduler",
                     args.scheduler,
+                    "--seed",
+                    str(args.seed),
                     "--out",
                     os.path.join(base, "platform"),
                 ]

@@ -506,3 +506,22 @@ def test_compare_peers_child_runs_under_an_interpreter_without_llmsched():
     assert run.returncode == 2, run.stderr
     assert "the following arguments are required: --trace" in run.stderr
     assert "ModuleNotFoundError" not in run.stderr
+
+
+def test_bench_serverless_platform_runs_its_seed(tmp_path):
+    """`--seed` draws the platform case's models: the platform ran seed 0 whatever was
+    given (and the overhead runs replay the trace, which draws nothing), so the option did
+    nothing."""
+    runs = {}
+    for seed in (0, 3):
+        keep = tmp_path / f"k{seed}"
+        r = _run_script(
+            "bench_serverless.py",
+            *("--cases", "platform", "--scale", "0.0002", "--seed", str(seed), "--keep", str(keep)),
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr
+        assert json.loads((keep / "platform" / "config.json").read_text())["workload"]["seed"] == seed
+        assert json.loads(r.stdout.strip().splitlines()[-1])[0]["seed"] == seed
+        runs[seed] = (keep / "platform" / "requests.csv").read_text()
+    assert runs[0] != runs[3]  # other models drawn
