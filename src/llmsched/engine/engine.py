@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..core.checks import as_int, check_text, keyword_names
+from ..core.checks import as_int, check_text, keyword_names, whole_as_int
 from ..core.clock import wall_stamp_ns
 from ..core.constraints import check_prefix_block_size
 from ..core.cost import make_cost_model
@@ -270,7 +270,7 @@ class LLMEngine(StepDriver):
             max_num_seqs = 256
         b_max = spec.b_max
         for name, v in (("b_max", b_max), ("max_num_seqs", max_num_seqs)):
-            n = as_int(v)
+            n = as_int(whole_as_int(v))  # (whole floats too, as the scheduler's Constraints take them)
             if n is None or n <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
         block_size = check_prefix_block_size(block_size)  # the simulator's rule and limit
@@ -582,11 +582,11 @@ class LLMEngine(StepDriver):
 
     @property
     def b_max(self) -> int:
-        return self.spec.b_max
+        return self.scheduler.constraints.b_max  # (the spec's as an int: it may be 64.0)
 
     @property
     def k_max(self) -> int | None:
-        return self.spec.k_max
+        return self.scheduler.constraints.k_max
 
 
 def _completion(s: Sequence, logprobs: list | None) -> Completion:
