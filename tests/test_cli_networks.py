@@ -516,3 +516,28 @@ def test_a_call_over_the_kv_capacity_names_the_file_and_key_or_the_flag(tmp_path
         "request 0 needs 209 KV tokens (prompt 200 + output 10 - 1) but the KV capacity (--kv-capacity) is 100: "
         "it can never complete (raise it)"
     )
+
+
+def test_a_call_over_the_kv_capacity_pickles_as_a_worker_process_sends_it(tmp_path):
+    """`reproduce` runs networks in worker processes: the error must come back whole."""
+    import pickle
+
+    from llmsched.core.errors import ConfigError
+    from llmsched.sim.network_result import simulate_network
+
+    net = {
+        "servers": {"s": {"policy": "sarathi", "b_max": 256, "cost_model": "paper", "kv_capacity": 100}},
+        "jobs": {
+            "A": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [{"call": {"server": "s", "prompt": 200, "output": 10}}],
+            }
+        },
+        "num_jobs": 3,
+    }
+    with pytest.raises(ConfigError) as e:
+        simulate_network(net)
+    back = pickle.loads(pickle.dumps(e.value))
+    assert type(back) is type(e.value) and str(back) == str(e.value)
+    assert str(back).startswith("a call of class 'A.1' (job 0) needs 209 KV tokens (prompt 200 + output 10 - 1)")
+    assert "(servers.s.kv_capacity) is 100" in str(back)

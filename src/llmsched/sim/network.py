@@ -65,10 +65,14 @@ class CallOverCapacity(ConfigError):
     so the run is under way: `message(key)` lets the caller name what sets the capacity
     (the network file's key, a cluster's command-line flag)."""
 
-    def __init__(self, server: str, call: Call, job: int, prompt: int, output: int, capacity: int):
-        self.server, self.cls, self.job, self.context = server, call.cls, job, call.context
+    def __init__(self, server: str, cls: str, job: int, context: bool, prompt: int, output: int, capacity: int):
+        # the arguments are its args: a run in a worker process pickles it, and its copy is made from them
+        super().__init__(server, cls, job, context, prompt, output, capacity)
+        self.server, self.cls, self.job, self.context = server, cls, job, context
         self.prompt, self.output, self.capacity = prompt, output, capacity
-        super().__init__(self.message(f"servers.{server}.kv_capacity"))
+
+    def __str__(self) -> str:
+        return self.message(f"servers.{self.server}.kv_capacity")
 
     def message(self, key: str, call: str | None = None) -> str:
         """The error in the one-server simulator's words: `key` names what sets the
@@ -734,7 +738,7 @@ def run_network(
         server = call.server
         kv = kv_limit[server]
         if kv is not None and p + o - 1 > kv:
-            raise CallOverCapacity(server, call, job.id, p, o, kv)
+            raise CallOverCapacity(server, call.cls, job.id, call.context, p, o, kv)
         r = Request(cid, t, p, o, call.cls)
         if call.cached:  # the resent context's KV arrives computed: only the rest is prefilled
             r.prefilled = min(head, p - 1)
