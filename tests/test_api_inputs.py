@@ -66,6 +66,26 @@ def test_a_trace_object_refuses_workload_options(option):
     assert r.summary["num_requests"] == 2
 
 
+def test_a_workload_key_given_as_a_keyword_and_in_workload_differently_is_refused(tmp_path, monkeypatch):
+    """`simulate(trace="a.csv", workload={"trace": "b.csv"})` replayed a.csv, silently."""
+    monkeypatch.chdir(tmp_path)
+    a = _csv(tmp_path)
+    b = tmp_path / "b.csv"
+    b.write_text(a.read_text())
+    with pytest.raises(
+        ConfigError, match=r"^trace='.*t\.csv' and workload=\{'trace': 'b\.csv'\} contradict each other"
+    ):
+        llmsched.simulate(trace=a, workload={"trace": "b.csv"}, cost_model="const:1")
+    with pytest.raises(ConfigError, match=r"^num_requests=5 and workload=\{'num_requests': 10\} contradict"):
+        build_config(num_requests=5, workload={"num_requests": 10})
+    # the same value (one file, two spellings), or a key given once: as before
+    assert llmsched.simulate(trace=a, workload={"trace": "./t.csv"}, cost_model="const:1").summary["completed"] == 6
+    cfg = build_config(num_requests=5, workload={"num_requests": 5.0, "rate": 3})
+    assert cfg.workload["num_requests"] == 5 and cfg.workload["rate"] == 3
+    # a config's workload is replaced by a keyword, as a flag replaces a file's
+    assert build_config({"workload": {"num_requests": 10}}, num_requests=5).workload["num_requests"] == 5
+
+
 def test_a_trace_of_another_type_is_refused():
     with pytest.raises(ConfigError, match=r"trace must be a Trace .*, got dict$"):
         llmsched.simulate(trace={"arrival_s": [0]}, cost_model="paper")

@@ -489,3 +489,55 @@ def test_a_bad_run_section_is_one_line(tmp_path, capsys, run, message):
     assert main(["simulate", "--network", str(path), "--out", ""]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_a_call_over_the_kv_capacity_names_the_file_and_key_or_the_flag(tmp_path, capsys):
+    """Found mid-run (the call's prompt holds the resent context), the error named neither
+    the network file nor, for a cluster, --kv-capacity: only "raise kv_capacity"."""
+    net = tmp_path / "agent.yaml"
+    net.write_text(
+        "servers:\n  s1: {policy: sarathi, b_max: 256, cost_model: paper}\n"
+        "  s2: {policy: sarathi, b_max: 256, cost_model: paper, kv_capacity: 500}\n"
+        "jobs:\n  A:\n    arrival: {process: poisson, rate: 1.0}\n    route:\n"
+        "      - call: {server: s1, prompt: 200, output: 100}\n"
+        "      - call: {server: s2, prompt: 150, output: 100, context: true}\n"
+        "num_jobs: 10\n"
+    )
+    err = one_line_error(capsys, ["simulate", "--network", str(net), "--out", ""])
+    assert err.endswith(
+        "agent.yaml: a call of class 'A.2' (job 0) needs 549 KV tokens (prompt 450 + output 100 - 1) but the "
+        "KV capacity (servers.s2.kv_capacity) is 500: it can never complete (raise it, or bound the context "
+        "its route resends)"
+    )
+    cluster = ["simulate", "--replicas", "2", "--prompt", "200", "--output", "10", "--num-requests", "5"]
+    err = one_line_error(capsys, [*cluster, "--kv-capacity", "100", "--out", ""])
+    # one server's words (request 0 needs 209 KV tokens ...), and the flag that sets the capacity
+    assert err.endswith(
+        "request 0 needs 209 KV tokens (prompt 200 + output 10 - 1) but the KV capacity (--kv-capacity) is 100: "
+        "it can never complete (raise it)"
+    )
+
+
+def test_a_call_over_the_kv_capacity_pickles_as_a_worker_process_sends_it(tmp_path):
+    """`reproduce` runs networks in worker processes: the error must come back whole."""
+    import pickle
+
+    from llmsched.core.errors import ConfigError
+    from llmsched.sim.network_result import simulate_network
+
+    net = {
+        "servers": {"s": {"policy": "sarathi", "b_max": 256, "cost_model": "paper", "kv_capacity": 100}},
+        "jobs": {
+            "A": {
+                "arrival": {"process": "poisson", "rate": 1.0},
+                "route": [{"call": {"server": "s", "prompt": 200, "output": 10}}],
+            }
+        },
+        "num_jobs": 3,
+    }
+    with pytest.raises(ConfigError) as e:
+        simulate_network(net)
+    back = pickle.loads(pickle.dumps(e.value))
+    assert type(back) is type(e.value) and str(back) == str(e.value)
+    assert str(back).startswith("a call of class 'A.1' (job 0) needs 209 KV tokens (prompt 200 + output 10 - 1)")
+    assert "(servers.s.kv_capacity) is 100" in str(back)

@@ -1,6 +1,8 @@
 """Numbers from numpy (an element of an array, a loop over np.arange) are accepted wherever
 a Python int or float is, and come back as Python ones; a bool is never a number."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from llmsched import Constraints, make_scheduler
 from llmsched.core.engine_api import SamplingParams
 from llmsched.core.errors import ConfigError
 from llmsched.core.slo import check_request_slo
+from llmsched.policies.spec import SchedulerSpec
 from llmsched.theory.bounds import capacity, token_capacity
 
 
@@ -26,8 +29,25 @@ def test_constraints_take_numpy_integers_and_refuse_bools():
     for name in ("b_max", "k_max", "kv_capacity", "prefix_block_size"):
         with pytest.raises(ConfigError, match="must be a positive integer, got True"):
             Constraints(**{name: True})
-    with pytest.raises(ConfigError, match="k_max must be a positive integer, got 4.0"):
-        Constraints(k_max=4.0)
+
+
+def test_constraints_take_whole_floats_as_simulate_does():
+    """`Constraints(k_max=np.float64(3))` was refused while `simulate(k_max=3.0)` ran k_max 3
+    (core.checks.whole_as_int's rule, which capacity() follows too)."""
+    for whole in (3.0, np.float64(3), np.float32(3)):
+        c = Constraints(b_max=whole * 100, k_max=whole, kv_capacity=whole * 1000, prefix_block_size=whole)
+        assert c == Constraints(b_max=300, k_max=3, kv_capacity=3000, prefix_block_size=3)
+        assert all(type(v) is int for v in (c.b_max, c.k_max, c.kv_capacity, c.prefix_block_size))
+        s = make_scheduler("sarathi", b_max=whole * 100, k_max=whole, max_running=whole)
+        assert s.constraints == Constraints(b_max=300, k_max=3) and type(s.admission.max_running) is int
+        spec = SchedulerSpec(b_max=whole * 100, k_max=whole, max_running=whole, block_size=whole)
+        assert spec.build().constraints == Constraints(b_max=300, k_max=3)
+    assert llmsched.simulate(k_max=np.float64(3), num_requests=5).config["k_max"] == 3
+    for bad in (3.5, np.float64(3.5), float("inf"), float("nan"), 0.0, "3"):
+        with pytest.raises(ConfigError, match=re.escape(f"k_max must be a positive integer, got {bad!r}")):
+            Constraints(k_max=bad)
+        with pytest.raises(ConfigError, match="max_running must be a positive integer"):
+            make_scheduler("sarathi", max_running=bad)
 
 
 def test_make_scheduler_takes_numpy_integers():

@@ -477,7 +477,7 @@ def test_let_go_frees_a_shared_run_with_its_last_holder():
     assert pc.let_go(a, {}) == [] and pc.n_free == 0  # nothing changed in the cache
 
 
-@pytest.mark.parametrize("bad", [0, -16, True, 16.0, "16"])
+@pytest.mark.parametrize("bad", [0, -16, True, 16.5, "16"])
 def test_block_size_rule_is_the_same_everywhere(bad):
     # one rule (core.constraints.check_prefix_block_size), each caller's name for the value
     expected = f"must be a positive integer, got {bad!r}"
@@ -489,6 +489,16 @@ def test_block_size_rule_is_the_same_everywhere(bad):
     ):
         with pytest.raises(ConfigError, match=f"^block_size {re.escape(expected)}$"):
             build()
+
+
+def test_a_whole_float_block_size_is_taken_everywhere():
+    """16.0 was refused as a block size while `simulate(k_max=16.0)` ran k_max 16: whole
+    floats are taken by every integer option (core.checks.whole_as_int)."""
+    for whole in (16.0, np.float64(16)):
+        assert Constraints(prefix_block_size=whole).prefix_block_size == 16
+        assert SchedulerSpec(block_size=whole, prefix_caching=True).build().constraints.prefix_block_size == 16
+        run = llmsched.simulate(block_size=whole, prefix_caching=True, system_prompt=32, num_requests=10)
+        assert run.config["block_size"] == 16
 
 
 def test_block_size_limit_is_the_same_everywhere(tmp_path, capsys):

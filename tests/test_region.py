@@ -229,7 +229,17 @@ def test_representative_step_of_means_is_the_constant_length_mix():
     assert m.seen and set(m.seen) == {5000}
 
 
-@pytest.mark.parametrize("k_max", [True, 10**30, 4.0])
+@pytest.mark.parametrize("k_max", [True, 10**30, 4.5])
 def test_region_refuses_k_max_by_the_constraints_rule(k_max):
     with pytest.raises(ConfigError, match="k_max must be"):
         stability_region("paper", 512, k_max)
+
+
+def test_region_takes_whole_floats_as_the_constraints_rule_does():
+    """k_max 4.0 was refused, as `Constraints` refused it, while `simulate(k_max=4.0)` ran."""
+    ref = stability_region("paper", 512, 4, max_prefill_per_request=256)
+    got = stability_region("paper", 512.0, np.float64(4), max_prefill_per_request=256.0)
+    assert (got.b_max, got.k_max, got.max_prefill_per_request) == (512, 4, 256) and type(got.k_max) is int
+    assert np.array_equal(got.vertices, ref.vertices)
+    with pytest.raises(ConfigError, match="b_max must be a positive integer, got 512.5"):
+        stability_region("paper", 512.5)

@@ -271,8 +271,34 @@ def test_timestamps_at_the_edges_of_the_nanosecond_clock_still_read(tmp_path):
     f = tmp_path / "az.csv"
     f.write_text(f"{AZURE}1677-09-21 00:12:44,10,1\n1677-09-21 00:12:46.5,20,2\n")
     assert read_trace(f).arrival_s.tolist() == [0.0, 2.5]
-    f.write_text(f"{AZURE}2262-04-11 23:47:14+00:00,10,1\n2262-04-11 23:47:16.25,20,2\n")
+    f.write_text(f"{AZURE}2262-04-11 23:47:14+00:00,10,1\n2262-04-11 23:47:16.25+00:00,20,2\n")
     assert read_trace(f).arrival_s.tolist() == [0.0, 2.25]
+
+
+@pytest.mark.parametrize(
+    "rows, line, has",
+    [
+        # read as 10:00 UTC beside 10:00:01+02:00 (08:00:01 UTC): 2 h apart, not 1 s
+        (["2023-11-16 10:00:00+02:00", "", "2023-11-16 10:00:01+02:00", "2023-11-16 10:00:02"], 5, "has no"),
+        (["2023-11-16T10:00:00", "2023-11-16T10:00:01Z"], 3, "has a"),
+        (["2023-11-16 10:00:00", "2023-11-16 10:00:01-0130"], 3, "has a"),
+    ],
+)
+def test_timestamps_with_and_without_a_utc_offset_are_refused(tmp_path, capsys, rows, line, has):
+    """A time without an offset was taken as UTC beside offset ones, silently: arrivals
+    shifted by the offset."""
+    f = tmp_path / "az.csv"
+    f.write_text(AZURE + "".join(f"{r},10,1\n" if r else "\n" for r in rows))
+    argv = ["simulate", "--trace", str(f), "--cost-model", "const:1", "--out", ""]
+    one_line_error(capsys, argv, f"az.csv line {line} column 'TIMESTAMP'", f"{has} UTC offset, unlike line 2's")
+
+
+def test_timestamps_with_one_utc_offset_each_or_none_still_read(tmp_path):
+    f = tmp_path / "az.csv"
+    f.write_text(f"{AZURE}2023-11-16 10:00:00+02:00,10,1\n2023-11-16 09:00:01+01:00,20,2\n2023-11-16 08:00:02Z,5,1\n")
+    assert read_trace(f).arrival_s.tolist() == [0.0, 1.0, 2.0]
+    f.write_text(f"{AZURE}2023-11-16 10:00:00,10,1\n2023-11-16 10:00:01.5,20,2\n")
+    assert read_trace(f).arrival_s.tolist() == [0.0, 1.5]
 
 
 def test_a_parquet_timestamp_column_outside_the_nanosecond_clock_is_refused(tmp_path, capsys):

@@ -336,10 +336,27 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
             raise ConfigError(f"unknown option {k!r}")
     if given is not None:
         cfg.set_workload(given)
+        _refuse_workload_twice(given, wl_over)
     if wl_over:
         cfg.set_workload(override_workload(cfg.given_workload(), wl_over))
     _check_types(cfg)
     return cfg
+
+
+def _refuse_workload_twice(given: dict, over: dict) -> None:
+    """A workload key given both as a keyword and in the `workload` mapping of the same
+    call, with different values, is a ConfigError naming both: the keyword won, silently
+    (`simulate(trace="a.csv", workload={"trace": "b.csv"})` replayed a.csv). (A config's
+    workload is another matter: a keyword replaces it, as a flag replaces a file's.)"""
+
+    def same(k: str, a, b) -> bool:
+        if k == "trace" and isinstance(a, (str, os.PathLike)) and isinstance(b, (str, os.PathLike)):
+            return os.path.realpath(a) == os.path.realpath(b)  # one file, two spellings
+        return a == b
+
+    for k, v in over.items():
+        if given.get(k) is not None and not same(k, given[k], v):
+            raise ConfigError(f"{k}={v!r} and workload={{{k!r}: {given[k]!r}}} contradict each other: give {k} once")
 
 
 def check_slo(slo) -> dict:
@@ -501,7 +518,8 @@ def simulate(
     run's own config.json records (that run's, which made its requests.csv) is not applied.
 
     `overrides`: any of SimConfig's fields and the workload's keys (listed below), as in
-    a config file; an unknown one is a ConfigError.
+    a config file; an unknown one is a ConfigError, and so is a workload key given both
+    as a keyword (`trace` included) and in `workload=` with another value.
     """
     check_progress(progress)
     if check_bool(parquet, "parquet") and out_dir is None:  # (parquet="no" is truthy: it wrote the tables)

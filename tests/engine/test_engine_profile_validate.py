@@ -482,3 +482,38 @@ def test_validate_refuses_a_profile_of_a_model_with_other_layers(tiny_model, tmp
     assert validate(tiny_model, trace, "sarathi", profile=f"profile:{prof}", **opts)["policies"]
     assert validate(one, trace, "sarathi", profile=f"profile:{prof},layers=1", **opts)["policies"]
     assert validate(one, trace, "sarathi", profile="profile", **opts)["policies"]
+
+
+def test_generate_and_serve_refuse_a_profile_of_a_model_with_other_layers(tiny_model, tmp_path, capsys):
+    """`validate --profile` refused a profile of a 2-layer model for a 1-layer one; generate
+    and serve bound it to the policies that plan with step times, silently."""
+    from llmsched.cli import build_parser, main
+    from llmsched.cli import server as server_cli
+    from llmsched.core.errors import ConfigError
+    from llmsched.engine import LLMEngine
+    from llmsched.engine.profiler import profile
+    from llmsched.engine.tiny import make_tiny_model
+
+    prof = profile(
+        tiny_model, tmp_path / "p.csv", max_num_seqs=4, max_model_len=64, b_max=32, grid=SMALL_GRID,
+        reps=1, warmup=0, min_s=0, calibrate=False,
+    )["path"]  # fmt: skip
+    one = make_tiny_model(tmp_path / "one", num_layers=1, hidden_size=64, intermediate_size=128)
+    said = (
+        f"--cost-model profile:{prof} was measured on a model of 2 layers, but --model {one} has 1: "
+        f"profile this model (llmsched profile --model {one} --out PATH)"
+    )
+    common = ["--policy", "adaptive", "--max-model-len", "64", "--cost-model"]
+    argv = ["generate", "--model", str(one), "--prompt-ids", "1,2", "--max-tokens", "2", *common, f"profile:{prof}"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"llmsched generate: error: {said}"
+    serve = build_parser("serve").parse_args(["serve", "--model", str(one), *common, f"profile:{prof}"])
+    with pytest.raises(ConfigError) as e:
+        server_cli.build_backend(serve)
+    assert str(e.value) == said
+    # the model it was measured on, a layer count set by hand and a shipped profile: as given
+    assert main([*argv[:2], str(tiny_model), *argv[3:]]) == 0
+    assert main([*argv[:-1], f"profile:{prof},layers=1"]) == 0
+    engine = LLMEngine(one, max_model_len=64, cost_model="profile")
+    with pytest.raises(ConfigError, match="was measured on a model of 2 layers"):
+        engine.bind_cost_model(f"profile:{prof}")  # a later binding too

@@ -44,3 +44,17 @@ def test_an_option_equal_to_the_specs_is_the_spec(tiny_model):
         "fcfs",
         None,
     )
+
+
+def test_the_engine_takes_whole_float_limits_as_the_simulator_does(tiny_model):
+    """`LLMEngine(b_max=64.0)` was refused ("b_max must be a positive integer, got 64.0")
+    while `simulate(b_max=64.0)` ran b_max 64; they come back as ints."""
+    import numpy as np
+
+    from llmsched.engine import LLMEngine
+
+    eng = LLMEngine(tiny_model, max_model_len=64, b_max=64.0, k_max=np.float64(2), max_num_seqs=np.float32(4))
+    assert (eng.b_max, eng.k_max, eng.max_num_seqs) == (64, 2, 4)
+    assert all(type(v) is int for v in (eng.b_max, eng.k_max, eng.max_num_seqs))
+    with pytest.raises(ConfigError, match=r"^b_max must be a positive integer, got 64\.5$"):
+        LLMEngine(tiny_model, max_model_len=64, b_max=64.5)

@@ -27,7 +27,7 @@ import numpy as np
 from ..core.cost import FORMULA_KINDS, make_cost_model
 from ..core.engine_api import DefaultMaxModelLen
 from ..core.errors import ConfigError
-from ..core.profile import DEFAULT_PROFILE, shipped_profiles, spec_options
+from ..core.profile import DEFAULT_PROFILE, check_profile_layers, spec_options
 from ..engine.profiler import profile_engine, write_profile
 from ..engine.replaying import check_trace, replay, step_ratios, warm_up
 from ..policies import make_batch_policy, make_scheduler
@@ -99,25 +99,6 @@ def profile_spec(profile: str, cuda: bool) -> str:
         source = (head.strip() or DEFAULT_PROFILE) + sep + opts
     cpu_default = not cuda and "overlap" not in spec_options(source)
     return f"profile:{source}" + (",overlap=0" if cpu_default else "")
-
-
-def _check_profile_layers(cost, spec: str, engine, model) -> None:
-    """Refuse a profile of this user's measured on a model of another layer count (a
-    profile of another model: every simulated step time would be that model's, and the
-    errors reported meaningless; it ran without a word). The shipped profiles (`--profile
-    profile`), large models' on an H200, are used as given, and so is a layer count the
-    spec sets (`,layers=N`)."""
-    layers = getattr(cost, "layers", None)
-    source = spec.split(":", 1)[1]
-    path = source.partition(",")[0].strip()
-    if layers is None or path in shipped_profiles() or "layers" in spec_options(source):
-        return
-    if layers != engine.config.num_layers:
-        raise ConfigError(
-            f"--profile {path} was measured on a model of {layers} layers, but "
-            f"--model {model} has {engine.config.num_layers}: profile this model (llmsched profile --model "
-            f"{model} --out PATH)"
-        )
 
 
 def validate(
@@ -194,7 +175,7 @@ def validate(
     else:
         cost_spec = profile_spec(profile, engine.runner.cuda)
         cost = make_cost_model(cost_spec)
-        _check_profile_layers(cost, cost_spec, engine, model)
+        check_profile_layers(cost, engine.config.num_layers, "--profile ", model)
     if engine.steps == 0:
         warm_up(engine)
     results = {}

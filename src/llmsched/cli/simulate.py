@@ -157,6 +157,7 @@ def _refuse_flags(args, keep: tuple[str, ...], what: str, instead: str) -> None:
 
 def _simulate_network(args) -> int:
     from ..api import build_config, cluster_network  # noqa: PLC0415
+    from ..sim.network import CallOverCapacity  # noqa: PLC0415
     from ..sim.network_result import simulate_network  # noqa: PLC0415
 
     if args.record_steps:
@@ -199,6 +200,12 @@ def _simulate_network(args) -> int:
             seed=args.seed if args.network else None,
             progress=progress,
         )
+    except CallOverCapacity as e:
+        if args.network:
+            raise
+        # a cluster's job is one request to the server of the command line (or --config file): named so
+        key = flag_of("kv_capacity") + (" or the --config file's kv_capacity" if args.config else "")
+        raise ConfigError(e.message(key, f"request {e.job}")) from None
     finally:
         close()
     return _report(args, res, print_network_summary)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .checks import as_int
+from .checks import as_int, whole_as_int
 from .errors import ConfigError, count_text
 
 # The largest token budget per step: far past any GPU's (a step's shape and the theory's
@@ -20,9 +20,10 @@ MAX_BLOCK_SIZE = 1 << 20
 
 
 def _positive_int(v: object, name: str, most: int | None = None, unit: str = "") -> int:
-    """`v` as an int if it is a positive integer (int or numpy's, not a bool) of at most
-    `most` (None: no limit); else a one-line ConfigError naming `name`."""
-    n = as_int(v)
+    """`v` as an int if it is a positive integer (int or numpy's, not a bool; a whole
+    float such as 16.0 or np.float64(16) too, as `simulate(k_max=16.0)` takes it) of at
+    most `most` (None: no limit); else a one-line ConfigError naming `name`."""
+    n = as_int(whole_as_int(v))
     if n is None or n <= 0:
         raise ConfigError(f"{name} must be a positive integer, got {v!r}")
     if most is not None and n > most:
@@ -49,8 +50,8 @@ def k_max_binds(b_max, k_max) -> bool:
 
 
 def check_prefix_block_size(b: object, what: str = "block_size") -> int:
-    """The rule for a (prefix-cache) block size: a positive integer (int or numpy's, not a
-    bool) of at most MAX_BLOCK_SIZE tokens; returns it as an int, or raises a ConfigError
+    """The rule for a (prefix-cache) block size: a positive integer (`_positive_int`'s) of
+    at most MAX_BLOCK_SIZE tokens; returns it as an int, or raises a ConfigError
     naming `what`."""
     return _positive_int(b, what, MAX_BLOCK_SIZE, " tokens")
 

@@ -429,6 +429,7 @@ class ProfileCostModel(CostModel):
 
     name = "profile"
     load_only = False
+    layers_measured = False  # see `check_profile_layers`
 
     def __init__(
         self,
@@ -1266,9 +1267,26 @@ def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
         label=label,
         source=str(where),
     )
-    if key is not None:
+    if key is None:
+        # the user's own tables, their layer count not set by hand: it says which model they are of
+        m.layers_measured = "layers" not in opts
+    else:
         _CACHE[key] = m
     return m
+
+
+def check_profile_layers(cost, layers: int, flag: str, model) -> None:
+    """Refuse a profile of the user's own measured on a model of another layer count than
+    `layers`, the model's it is used with (every step time would be that other model's,
+    silently). The shipped profiles, large models' on an H200, are used as given, and so
+    is a layer count the spec sets (`,layers=N`): `layers_measured` is False for them.
+    `flag` precedes the profile's path in the message (`--profile `), `model` names the model."""
+    if not getattr(cost, "layers_measured", False) or cost.layers == layers:
+        return
+    raise ConfigError(
+        f"{flag}{cost.label} was measured on a model of {cost.layers} layers, but --model {model} has {layers}: "
+        f"profile this model (llmsched profile --model {model} --out PATH)"
+    )
 
 
 def shipped_profiles() -> list[str]:

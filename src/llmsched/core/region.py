@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .checks import as_real
+from .checks import as_int, as_real, whole_as_int
 from .constraints import check_k_max
 from .cost import CostModel, make_cost_model
 from .errors import ConfigError
@@ -83,13 +83,17 @@ _DEFAULT_GRID = 129
 
 
 def _check_limits(b_max, k_max, max_prefill_per_request):
-    if not isinstance(b_max, (int, np.integer)) or b_max <= 0:
+    """Each a positive integer (whole floats too, as `check_k_max` and `simulate` take them)."""
+
+    def positive(v) -> bool:
+        n = as_int(whole_as_int(v))
+        return n is not None and n > 0
+
+    if not positive(b_max):
         raise ConfigError(f"b_max must be a positive integer, got {b_max!r}")
     if k_max is not None:
         check_k_max(k_max)
-    if max_prefill_per_request is not None and (
-        not isinstance(max_prefill_per_request, (int, np.integer)) or max_prefill_per_request <= 0
-    ):
+    if max_prefill_per_request is not None and not positive(max_prefill_per_request):
         raise ConfigError(
             f"max_prefill_per_request must be a positive integer or None, got {max_prefill_per_request!r}"
         )

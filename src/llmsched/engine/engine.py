@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..core.checks import as_int, check_text, keyword_names
+from ..core.checks import as_int, check_text, keyword_names, whole_as_int
 from ..core.clock import wall_stamp_ns
 from ..core.constraints import check_prefix_block_size
 from ..core.cost import make_cost_model
@@ -26,6 +26,7 @@ from ..core.engine_api import DefaultMaxModelLen, SamplingParams, check_request_
 from ..core.errors import ConfigError, check_known
 from ..core.plan import StepPlan
 from ..core.prefix_cache import held_ids, token_block_ids
+from ..core.profile import check_profile_layers
 from ..core.request import Request
 from ..policies.spec import SchedulerSpec
 from ..runtime.driver import NS, StepBatch, StepDriver
@@ -269,7 +270,7 @@ class LLMEngine(StepDriver):
             max_num_seqs = 256
         b_max = spec.b_max
         for name, v in (("b_max", b_max), ("max_num_seqs", max_num_seqs)):
-            n = as_int(v)
+            n = as_int(whole_as_int(v))  # (whole floats too, as the scheduler's Constraints take them)
             if n is None or n <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
         block_size = check_prefix_block_size(block_size)  # the simulator's rule and limit
@@ -283,6 +284,9 @@ class LLMEngine(StepDriver):
         if tokenizer is not None:
             self.tokenizer = Tokenizer.from_dir(tokenizer, required=True)
         cfg = self.config
+        self._model_name = "(a ModelConfig)" if model_dir is None else str(model_dir)
+        if cost_model is not None:
+            self._check_cost_layers(cost_model)  # before the model loads
         longest = cfg.max_len
         if max_model_len is None:
             max_model_len = longest
@@ -565,16 +569,24 @@ class LLMEngine(StepDriver):
     def bind_cost_model(self, cost) -> None:
         """Bind `cost` (a cost model or its spec) to the scheduler, and to every scheduler
         `set_scheduler` builds from now on (see the class's `cost_model`)."""
-        self.cost_model = make_cost_model(cost)
-        self.scheduler.bind_cost_model(self.cost_model)
+        cost = make_cost_model(cost)
+        self._check_cost_layers(cost)
+        self.cost_model = cost
+        self.scheduler.bind_cost_model(cost)
+
+    def _check_cost_layers(self, cost) -> None:
+        """A profile of the user's own measured on a model of another layer count is refused:
+        the policies that read step times (adaptive, TWP, DynamicBatch) would plan with that
+        model's."""
+        check_profile_layers(cost, self.config.num_layers, "--cost-model profile:", self._model_name)
 
     @property
     def b_max(self) -> int:
-        return self.spec.b_max
+        return self.scheduler.constraints.b_max  # (the spec's as an int: it may be 64.0)
 
     @property
     def k_max(self) -> int | None:
-        return self.spec.k_max
+        return self.scheduler.constraints.k_max
 
 
 def _completion(s: Sequence, logprobs: list | None) -> Completion:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..core.checks import as_int
+from ..core.checks import as_int, whole_as_int
 from ..core.errors import ConfigError
 from ..core.request import Request
 from ..core.state import ServerState
@@ -33,7 +33,7 @@ class RunningCap(AdmissionPolicy):
     summary = "cap the number of running requests"
 
     def __init__(self, inner: AdmissionPolicy, max_running: int):
-        n = as_int(max_running)
+        n = as_int(whole_as_int(max_running))  # (4.0 as simulate(max_running=4.0) takes it)
         if n is None or n <= 0:
             raise ConfigError(f"max_running must be a positive integer, got {max_running!r}")
         max_running = n

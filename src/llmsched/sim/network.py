@@ -59,6 +59,33 @@ _BLOCK = 4096  # jobs whose draws at one node and visit come from one stream (`_
 _CACHED_BLOCKS = 512
 
 
+class CallOverCapacity(ConfigError):
+    """A call whose prompt + output - 1 exceeds its server's KV capacity: it could never
+    complete. Found when the call is made (its prompt holds the context its route resent),
+    so the run is under way: `message(key)` lets the caller name what sets the capacity
+    (the network file's key, a cluster's command-line flag)."""
+
+    def __init__(self, server: str, cls: str, job: int, context: bool, prompt: int, output: int, capacity: int):
+        # the arguments are its args: a run in a worker process pickles it, and its copy is made from them
+        super().__init__(server, cls, job, context, prompt, output, capacity)
+        self.server, self.cls, self.job, self.context = server, cls, job, context
+        self.prompt, self.output, self.capacity = prompt, output, capacity
+
+    def __str__(self) -> str:
+        return self.message(f"servers.{self.server}.kv_capacity")
+
+    def message(self, key: str, call: str | None = None) -> str:
+        """The error in the one-server simulator's words: `key` names what sets the
+        capacity, `call` the call (default: its class and job)."""
+        bound = ", or bound the context its route resends" if self.context else ""
+        call = call or f"a call of class {self.cls!r} (job {self.job})"
+        return (
+            f"{call} needs {self.prompt + self.output - 1} KV tokens "
+            f"(prompt {self.prompt} + output {self.output} - 1) but the KV capacity ({key}) is "
+            f"{self.capacity}: it can never complete (raise it{bound})"
+        )
+
+
 class _Replica:
     __slots__ = (
         "sim",
@@ -711,11 +738,7 @@ def run_network(
         server = call.server
         kv = kv_limit[server]
         if kv is not None and p + o - 1 > kv:
-            raise ConfigError(
-                f"a call of class {call.cls!r} (job {thread.job.id}) needs {p + o - 1} KV tokens "
-                f"({p} prompt + {o} output - 1) but server {server!r} holds {kv}: it could never "
-                "complete (raise kv_capacity, or bound the context its route resends)"
-            )
+            raise CallOverCapacity(server, call.cls, job.id, call.context, p, o, kv)
         r = Request(cid, t, p, o, call.cls)
         if call.cached:  # the resent context's KV arrives computed: only the rest is prefilled
             r.prefilled = min(head, p - 1)
@@ -1051,4 +1074,4 @@ def run_network(
     )
 
 
-__all__ = ["run_network", "NetworkStats", "ROUTERS"]
+__all__ = ["run_network", "NetworkStats", "ROUTERS", "CallOverCapacity"]

@@ -54,7 +54,7 @@ from ..workload.arrivals import Deterministic, Gamma
 from ..workload.blocks import DEFAULT_BLOCK_SIZE
 from ..workload.network import load_network
 from .csv_rows import IntField, names_field, seconds_field, write_csv, write_file
-from .network import NetworkStats, run_network
+from .network import CallOverCapacity, NetworkStats, run_network
 from .result import SimResult, check_inputs_not_replaced, clear_other_run, per_second, run_duration
 from .simulator import RunStats
 
@@ -1174,12 +1174,17 @@ def simulate_network(
         spec = spec.scaled(scale)
     if num_jobs is not None or seed is not None:
         spec = spec.with_run(num_jobs=num_jobs, seed=seed)  # checked; the caller's spec unchanged
+    # a file's errors found here (not while reading it) are named with it, as its other errors are
+    where = f"{os.path.basename(os.fspath(network))}: " if isinstance(network, (str, os.PathLike)) else ""
     if spec.num_jobs is None and spec.duration_s is None:
-        # a file's omission: named with the file, as its other errors are
-        where = f"{os.path.basename(os.fspath(network))}: " if isinstance(network, (str, os.PathLike)) else ""
         raise ConfigError(f"{where}give num_jobs or duration_s to stop the job arrivals")
     t0 = time.perf_counter()
-    stats = run_network(spec, progress=progress)  # (the run's options: spec.run)
+    try:
+        stats = run_network(spec, progress=progress)  # (the run's options: spec.run)
+    except CallOverCapacity as e:
+        if not where:
+            raise  # (a cluster's command line names its flag instead)
+        raise ConfigError(f"{where}{e}") from None
     wall = time.perf_counter() - t0
     result = NetworkResult(stats, traffic(spec), spec.to_dict(), wall_s=wall)
     if out_dir is not None:

@@ -261,7 +261,7 @@ def read_columns(
         if _is_parquet(p):
             return _parquet_columns(p, kinds)
         return _read_text_columns(p, header, header_lines, cols, kinds)
-    except TimestampOutOfRange as e:
+    except (TimestampOutOfRange, MixedOffsets) as e:
         raise e.error(p) from None
 
 
@@ -501,7 +501,55 @@ def _datetimes(text: np.ndarray, column: str) -> np.ndarray:
                 i = int(unsure[np.argmax(out)])
                 raise TimestampOutOfRange(i, str(text[i]), column)
     with _offsets_read_quietly():
-        return text.astype("datetime64[ns]")
+        stamps = text.astype("datetime64[ns]")
+    _refuse_mixed_offsets(text, stamps, column)
+    return stamps
+
+
+class MixedOffsets(Exception):
+    """Data row `row`'s timestamp has a UTC offset (`offset`) where row `first`'s has none,
+    or none where it has one."""
+
+    def __init__(self, row: int, first: int, text: np.ndarray, column: str, offset: bool):
+        super().__init__(row, first, column)
+        self.row, self.first, self.column, self.offset = row, first, column, offset
+        self.value, self.first_value = str(text[row]), str(text[first])
+
+    def error(self, path) -> ConfigError:
+        has = "has a UTC offset" if self.offset else "has no UTC offset"
+        return ConfigError(
+            f"file {path} {row_place(path, self.row)} column '{self.column}': timestamp {self.value!r} {has}, "
+            f"unlike {row_place(path, self.first)}'s {self.first_value!r} (numpy would take a time without one "
+            "as UTC, shifting its arrival by the others' offset): give every timestamp an offset, or none"
+        )
+
+
+def _has_offset(text: np.ndarray) -> np.ndarray:
+    """Per timestamp string, whether it ends in a UTC offset (`Z`, `+01:00`, `-0130`, ...):
+    a `+`, `-` or `Z` after the date's end (its `T` or space; the date's own `-` come before)."""
+    n = len(text)
+    width = text.dtype.itemsize // 4
+    if not n or not width:
+        return np.zeros(n, dtype=bool)
+    codes = text.view(np.uint32).reshape(n, width)
+    time_part = np.logical_or.accumulate((codes == ord("T")) | (codes == ord(" ")), axis=1)
+    marks = (codes == ord("+")) | (codes == ord("-")) | (codes == ord("Z"))
+    return (time_part & marks).any(axis=1)
+
+
+def _refuse_mixed_offsets(text: np.ndarray, stamps: np.ndarray, column: str) -> None:
+    """MixedOffsets for the first timestamp that has a UTC offset where the first has none,
+    or none where it has one: datetime64 takes a time without one as UTC, so a file mixing
+    them (local times beside offset ones) would shift some arrivals by the offset, silently."""
+    given = ~np.isnat(stamps)  # (blank fields: the caller refuses them)
+    if not given.any():
+        return
+    offset = _has_offset(text)
+    first = int(np.argmax(given))
+    differ = given & (offset != offset[first])
+    if differ.any():
+        row = int(np.argmax(differ))
+        raise MixedOffsets(row, first, text, column, bool(offset[row]))
 
 
 @contextlib.contextmanager

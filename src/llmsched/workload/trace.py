@@ -12,7 +12,7 @@ File formats, told apart by the first line (`trace_format`; docs/workloads.md):
   Written by `Trace.to_csv`.
 - Azure LLM inference trace (2023 and 2024 releases): header
   `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP a wall-clock string such as
-  `2023-11-16 18:15:46.6805900` (a UTC offset is allowed); arrival_s = seconds since the
+  `2023-11-16 18:15:46.6805900` (a UTC offset is allowed, on every row or none); arrival_s = seconds since the
   earliest row; 0-token entries count as 1 token.
 - BurstGPT: header `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`
   (Timestamp in seconds); filters by model and log type; failed rows (0 response tokens)
