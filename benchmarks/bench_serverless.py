@@ -339,6 +339,9 @@ def _main() -> None:
     ap.add_argument("--trace", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    from llmsched.workload.serverless import scheduler_key
+
+    args.scheduler = scheduler_key(args.scheduler, "--scheduler")  # before the tiled trace is written
     if args.child == "platform":
         print(json.dumps(child_platform(args.trace, args.n, args.load, args.scheduler, args.out, args.seed)))
         return

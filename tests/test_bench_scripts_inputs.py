@@ -525,3 +525,16 @@ def test_bench_serverless_platform_runs_its_seed(tmp_path):
         assert json.loads(r.stdout.strip().splitlines()[-1])[0]["seed"] == seed
         runs[seed] = (keep / "platform" / "requests.csv").read_text()
     assert runs[0] != runs[3]  # other models drawn
+
+
+def test_bench_serverless_refuses_an_unknown_scheduler_before_writing_the_trace(tmp_path):
+    """A platform scheduler's name was checked only in the child, after the tiled trace
+    (1M rows at full size) had been written: it is checked first now, aliases taken."""
+    keep = tmp_path / "keep"
+    r = _run_script("bench_serverless.py", "--cases", "platform", "--scheduler", "nope", "--keep", str(keep))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (
+        "bench_serverless: --scheduler: unknown scheduler 'nope'; "
+        "known: fcfs, round-robin, priority, dynamicbatch, twp, serverlessllm"
+    )
+    assert not (keep / "azure_tiled.csv").exists()

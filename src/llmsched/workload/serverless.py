@@ -63,6 +63,7 @@ __all__ = [
     "ServerlessSpec",
     "ServerlessWorkload",
     "load_serverless",
+    "scheduler_key",
     "make_serverless_requests",
 ]
 
@@ -511,7 +512,9 @@ class ServerlessWorkload:
 
 
 # ----------------------------------------------------------------------------- platform
-def _scheduler_key(s, where: str) -> str:
+def scheduler_key(s, where: str) -> str:
+    """A platform scheduler's name (an alias taken) as the platform runs it; else a
+    ConfigError at `where`."""
     if not isinstance(s, str) or not s.strip():
         raise _at(where, f"must be one of {', '.join(PLATFORM_SCHEDULERS)}, got {_show(s)}")
     key = s.strip().lower()
@@ -559,7 +562,7 @@ class PlatformSpec:
     migration_beta_s: float = 0.1
 
     def validate(self, where: str = "platform") -> PlatformSpec:
-        key = self.scheduler = _scheduler_key(self.scheduler, f"{where}.scheduler")
+        key = self.scheduler = scheduler_key(self.scheduler, f"{where}.scheduler")
         if self.router is not None:
             if not isinstance(self.router, str):
                 raise _at(f"{where}.router", f"must be one of {', '.join(ROUTERS)}, got {_show(self.router)}")
@@ -916,7 +919,7 @@ class ServerlessSpec:
         another request count or seed."""
         spec = ServerlessSpec.from_dict(self.to_dict())
         if scheduler is not None:
-            spec.platform.scheduler = _scheduler_key(scheduler, "scheduler")
+            spec.platform.scheduler = scheduler_key(scheduler, "scheduler")
             if spec.platform.scheduler == "round-robin":
                 spec.platform.router = None
             spec.platform.validate()
