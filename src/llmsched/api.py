@@ -1131,7 +1131,7 @@ def cluster_network(
         "replicas": replicas,
         "router": router,
     }
-    return NetworkSpec.from_dict(
+    network = NetworkSpec.from_dict(
         {
             "servers": {"cluster": server},
             "jobs": jobs,
@@ -1140,3 +1140,6 @@ def cluster_network(
             "seed": spec.seed,
         }
     )
+    given = overrides.get("kv_capacity") is not None
+    network.kv_capacity_from = "kv_capacity= of cluster_network" if given else "kv_capacity of cluster_network's config"
+    return network
