@@ -4,6 +4,7 @@ options, a trace of the wrong type."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -84,6 +85,47 @@ def test_a_workload_key_given_as_a_keyword_and_in_workload_differently_is_refuse
     assert cfg.workload["num_requests"] == 5 and cfg.workload["rate"] == 3
     # a config's workload is replaced by a keyword, as a flag replaces a file's
     assert build_config({"workload": {"num_requests": 10}}, num_requests=5).workload["num_requests"] == 5
+
+
+@pytest.mark.parametrize(
+    ("keyword", "workload", "key"),
+    [
+        ({"trace": "t.csv"}, {"arrival": "trace:b.csv"}, "trace"),
+        ({"trace": "t.csv"}, {"arrival": {"process": "trace", "path": "b.csv"}}, "trace"),
+        ({"arrival": "trace:t.csv"}, {"trace": "b.csv"}, "trace"),
+        ({"trace": "t.csv"}, {"arrival": "poisson:5"}, "arrival"),
+        ({"rate": 3}, {"arrival": "poisson:5"}, "rate"),
+        ({"rate": 3}, {"arrival": {"process": "gamma", "rate": 5, "cv": 2}}, "rate"),
+        ({"cv": 3}, {"arrival": "gamma:rate=5,cv=2"}, "cv"),
+    ],
+)
+def test_a_trace_or_rate_given_twice_in_other_spellings_is_refused(tmp_path, monkeypatch, keyword, workload, key):
+    """`simulate(trace="a.csv", workload={"arrival": "trace:b.csv"})` replayed a.csv and
+    `simulate(rate=3, workload={"arrival": "poisson:5"})` ran rate 3: only the same key was compared."""
+    monkeypatch.chdir(tmp_path)
+    a = _csv(tmp_path)
+    (tmp_path / "b.csv").write_text(a.read_text())
+    name, value = next(iter(keyword.items()))
+    shown = f"{name}={value!r} and workload={{'arrival'" if "arrival" in workload else f"{name}={value!r} and workload="
+    with pytest.raises(ConfigError, match=rf"^{re.escape(shown)}.* contradict each other: give {key} once$"):
+        llmsched.simulate(**keyword, workload={**workload, "num_requests": 3}, cost_model="const:1")
+
+
+def test_a_trace_or_rate_spelled_two_ways_with_one_value_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    a = _csv(tmp_path)
+    for workload in ({"arrival": "trace:./t.csv"}, {"arrival": {"process": "trace", "path": str(a)}}):
+        r = llmsched.simulate(trace="t.csv", workload=workload, cost_model="const:1")
+        assert r.summary["completed"] == 6
+    cfg = build_config(rate=5, workload={"arrival": "poisson:5.0", "num_requests": 3})
+    assert cfg.workload["rate"] == 5
+    cfg = build_config(arrival="gamma", workload={"arrival": "gamma:rate=5,cv=2"})
+    spec = llmsched.WorkloadSpec.from_dict(cfg.workload)
+    assert (spec.arrival, spec.rate, spec.cv) == ("gamma", 5, 2)
+    # a trace rescaled to a rate: two options, no contradiction
+    assert build_config(rate=3, workload={"arrival": "trace:t.csv"}).workload["rate"] == 3
+    # a config's workload is replaced by a keyword, whatever its spelling
+    assert build_config({"workload": {"arrival": "poisson:5"}}, rate=3).workload["rate"] == 3
 
 
 def test_a_trace_of_another_type_is_refused():

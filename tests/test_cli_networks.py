@@ -518,6 +518,32 @@ def test_a_call_over_the_kv_capacity_names_the_file_and_key_or_the_flag(tmp_path
     )
 
 
+def test_a_call_over_the_kv_capacity_of_cluster_network_names_its_keyword(tmp_path):
+    """From Python the error named servers.cluster.kv_capacity, a key of the network
+    cluster_network generated, not the kv_capacity= the caller gave it."""
+    import pickle
+
+    import llmsched
+    from llmsched.core.errors import ConfigError
+
+    opts = {"prompt": "200", "output": "10", "num_requests": 5, "cost_model": "paper"}
+    with pytest.raises(ConfigError) as e:
+        llmsched.simulate_network(llmsched.cluster_network(kv_capacity=100, replicas=2, **opts), scale=2)
+    assert str(e.value) == (
+        "request 0 needs 209 KV tokens (prompt 200 + output 10 - 1) but the KV capacity "
+        "(kv_capacity= of cluster_network) is 100: it can never complete (raise it)"
+    )
+    assert str(pickle.loads(pickle.dumps(e.value))) == str(e.value)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("kv_capacity: 100\n")
+    with pytest.raises(ConfigError, match=r"\(kv_capacity of cluster_network's config\) is 100"):
+        llmsched.simulate_network(llmsched.cluster_network(cfg, replicas=2, **opts))
+    # the network's own form (to_dict, a file) names its key, as a network file's run does
+    net = llmsched.cluster_network(kv_capacity=100, replicas=2, **opts).to_dict()
+    with pytest.raises(ConfigError, match=r"\(servers\.cluster\.kv_capacity\) is 100"):
+        llmsched.simulate_network(net)
+
+
 def test_a_call_over_the_kv_capacity_pickles_as_a_worker_process_sends_it(tmp_path):
     """`reproduce` runs networks in worker processes: the error must come back whole."""
     import pickle

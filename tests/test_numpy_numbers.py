@@ -50,6 +50,22 @@ def test_constraints_take_whole_floats_as_simulate_does():
             make_scheduler("sarathi", max_running=bad)
 
 
+def test_a_scheduler_spec_keeps_whole_floats_as_the_ints_it_runs():
+    """`SchedulerSpec(k_max=np.float64(3), b_max=64.0).to_dict()` kept 3.0 and 64.0 (only the
+    built scheduler's limits became ints): a recorded spec showed floats."""
+    limits = ("b_max", "k_max", "kv_capacity", "max_running", "block_size")
+    for whole in (4.0, np.float64(4), np.float32(4), np.int64(4)):
+        spec = SchedulerSpec(**dict.fromkeys(limits, whole * 16))
+        for d in (spec.to_dict(), SchedulerSpec.from_mapping({"k_max": whole}).to_dict(), spec.replace().to_dict()):
+            assert all(type(d[k]) is int for k in limits if d[k] is not None), d
+        assert spec.to_dict()["k_max"] == 64 and spec.replace(k_max=whole).k_max == 4
+    # what is no whole number is left for build to refuse, as before
+    for bad in (3.5, True, "3"):
+        assert SchedulerSpec(k_max=bad).k_max is bad
+        with pytest.raises(ConfigError, match=re.escape(f"k_max must be a positive integer, got {bad!r}")):
+            SchedulerSpec(k_max=bad).build()
+
+
 def test_make_scheduler_takes_numpy_integers():
     s = make_scheduler("sarathi", b_max=np.int64(256), k_max=np.int64(8), max_running=np.int64(4))
     assert s.constraints == Constraints(b_max=256, k_max=8)

@@ -40,7 +40,14 @@ from .theory.verdict import burst_factor, guard_time_of, service_steps, short_wi
 from .workload import Trace, WorkloadSpec, make_trace
 from .workload.arrivals import MAX_REQUESTS, count_over_the_limit, loose_rate
 from .workload.blocks import DEFAULT_BLOCK_SIZE
-from .workload.spec import DEFAULT_WORKLOAD, check_trace_blocks, class_shares, override_workload, with_defaults
+from .workload.spec import (
+    DEFAULT_WORKLOAD,
+    check_trace_blocks,
+    class_shares,
+    one_spelling,
+    override_workload,
+    with_defaults,
+)
 
 if TYPE_CHECKING:
     from .workload.network import NetworkSpec
@@ -344,10 +351,12 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
 
 
 def _refuse_workload_twice(given: dict, over: dict) -> None:
-    """A workload key given both as a keyword and in the `workload` mapping of the same
+    """A workload option given both as a keyword and in the `workload` mapping of the same
     call, with different values, is a ConfigError naming both: the keyword won, silently
-    (`simulate(trace="a.csv", workload={"trace": "b.csv"})` replayed a.csv). (A config's
-    workload is another matter: a keyword replaces it, as a flag replaces a file's.)"""
+    (`simulate(trace="a.csv", workload={"trace": "b.csv"})` replayed a.csv), whatever the
+    spellings (`trace="a.csv"` beside `{"arrival": "trace:b.csv"}`, `rate=3` beside
+    `{"arrival": "poisson:5"}`: `workload.spec.one_spelling`). (A config's workload is
+    another matter: a keyword replaces it, as a flag replaces a file's.)"""
 
     def same(k: str, a, b) -> bool:
         if k == "trace" and isinstance(a, (str, os.PathLike)) and isinstance(b, (str, os.PathLike)):
@@ -355,8 +364,14 @@ def _refuse_workload_twice(given: dict, over: dict) -> None:
         return a == b
 
     for k, v in over.items():
-        if given.get(k) is not None and not same(k, given[k], v):
-            raise ConfigError(f"{k}={v!r} and workload={{{k!r}: {given[k]!r}}} contradict each other: give {k} once")
+        mine = one_spelling({k: v})
+        for gk, gv in given.items():
+            theirs = one_spelling({gk: gv}) if gv is not None else {}
+            for key in mine.keys() & theirs.keys():
+                if None not in (mine[key], theirs[key]) and not same(key, mine[key], theirs[key]):
+                    raise ConfigError(
+                        f"{k}={v!r} and workload={{{gk!r}: {gv!r}}} contradict each other: give {key} once"
+                    )
 
 
 def check_slo(slo) -> dict:
@@ -518,8 +533,9 @@ def simulate(
     run's own config.json records (that run's, which made its requests.csv) is not applied.
 
     `overrides`: any of SimConfig's fields and the workload's keys (listed below), as in
-    a config file; an unknown one is a ConfigError, and so is a workload key given both
-    as a keyword (`trace` included) and in `workload=` with another value.
+    a config file; an unknown one is a ConfigError, and so is a workload option given both
+    as a keyword (`trace` included) and in `workload=` with another value, in any spelling
+    (`rate=3` beside `workload={"arrival": "poisson:5"}`, `trace=` beside `trace:F`).
     """
     check_progress(progress)
     if check_bool(parquet, "parquet") and out_dir is None:  # (parquet="no" is truthy: it wrote the tables)
@@ -1115,7 +1131,7 @@ def cluster_network(
         "replicas": replicas,
         "router": router,
     }
-    return NetworkSpec.from_dict(
+    network = NetworkSpec.from_dict(
         {
             "servers": {"cluster": server},
             "jobs": jobs,
@@ -1124,3 +1140,6 @@ def cluster_network(
             "seed": spec.seed,
         }
     )
+    given = overrides.get("kv_capacity") is not None
+    network.kv_capacity_from = "kv_capacity= of cluster_network" if given else "kv_capacity of cluster_network's config"
+    return network

@@ -7,9 +7,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from ..core.checks import as_int, whole_as_int
 from ..core.constraints import Constraints, check_prefix_block_size
 from ..core.errors import ConfigError
 from .base import Scheduler
+
+# the spec's integer limits: a whole float (64.0, np.float64(3)) or a numpy int among them is
+# kept as the int `build` takes it as, so that `to_dict` (a recorded spec) shows that int
+_INT_LIMITS = ("b_max", "k_max", "kv_capacity", "max_running", "block_size")
 
 
 @dataclass
@@ -32,6 +37,12 @@ class SchedulerSpec:
     prefix_caching: bool = False
     block_size: int = 16
 
+    def __post_init__(self):
+        for name in _INT_LIMITS:  # (other values are left to `build`, which refuses them)
+            n = as_int(whole_as_int(getattr(self, name)))
+            if n is not None:
+                setattr(self, name, n)
+
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
@@ -41,12 +52,7 @@ class SchedulerSpec:
         """The spec's fields found in `d` (a dict or an object with these attributes);
         other keys are ignored."""
         get = d.get if isinstance(d, dict) else (lambda k, default=None: getattr(d, k, default))
-        spec = cls()
-        for name in cls.names():
-            v = get(name, None)
-            if v is not None:
-                setattr(spec, name, v)
-        return spec
+        return cls(**{name: get(name, None) for name in cls.names() if get(name, None) is not None})
 
     def replace(self, **changes) -> SchedulerSpec:
         return replace(self, **changes)

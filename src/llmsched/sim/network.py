@@ -63,16 +63,34 @@ class CallOverCapacity(ConfigError):
     """A call whose prompt + output - 1 exceeds its server's KV capacity: it could never
     complete. Found when the call is made (its prompt holds the context its route resent),
     so the run is under way: `message(key)` lets the caller name what sets the capacity
-    (the network file's key, a cluster's command-line flag)."""
+    (the network file's key, a cluster's command-line flag); `key` and `call`, given, are
+    those its own text names (`named`)."""
 
-    def __init__(self, server: str, cls: str, job: int, context: bool, prompt: int, output: int, capacity: int):
+    def __init__(
+        self,
+        server: str,
+        cls: str,
+        job: int,
+        context: bool,
+        prompt: int,
+        output: int,
+        capacity: int,
+        key: str | None = None,
+        call: str | None = None,
+    ):
         # the arguments are its args: a run in a worker process pickles it, and its copy is made from them
-        super().__init__(server, cls, job, context, prompt, output, capacity)
+        super().__init__(server, cls, job, context, prompt, output, capacity, key, call)
         self.server, self.cls, self.job, self.context = server, cls, job, context
         self.prompt, self.output, self.capacity = prompt, output, capacity
+        self.key, self.call = key, call
 
     def __str__(self) -> str:
-        return self.message(f"servers.{self.server}.kv_capacity")
+        return self.message(self.key or f"servers.{self.server}.kv_capacity", self.call)
+
+    def named(self, key: str, call: str | None = None) -> CallOverCapacity:
+        """This error, its text naming `key` (what set the capacity) and `call`."""
+        fields = (self.server, self.cls, self.job, self.context, self.prompt, self.output, self.capacity)
+        return CallOverCapacity(*fields, key, call)
 
     def message(self, key: str, call: str | None = None) -> str:
         """The error in the one-server simulator's words: `key` names what sets the

@@ -1182,8 +1182,10 @@ def simulate_network(
     try:
         stats = run_network(spec, progress=progress)  # (the run's options: spec.run)
     except CallOverCapacity as e:
+        if spec.kv_capacity_from is not None:  # (a cluster's command line names its flag instead)
+            raise e.named(spec.kv_capacity_from, f"request {e.job}") from None
         if not where:
-            raise  # (a cluster's command line names its flag instead)
+            raise
         raise ConfigError(f"{where}{e}") from None
     wall = time.perf_counter() - t0
     result = NetworkResult(stats, traffic(spec), spec.to_dict(), wall_s=wall)

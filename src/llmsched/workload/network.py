@@ -641,6 +641,11 @@ class NetworkSpec:
     # options of the run (`RUN_KEYS`) that a run's config.json records; an argument given
     # to `simulate_network` replaces the file's
     run: dict = field(default_factory=dict)
+    # a spec `llmsched.cluster_network` built: what set its server's KV capacity as the
+    # caller gave it (its keyword, its config's key), which a call over the capacity names
+    # (servers.cluster.kv_capacity is the generated spec's key, not the caller's); each of
+    # its jobs is one request. Not part of the network (nor of its YAML form)
+    kv_capacity_from: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         self.validate()
@@ -897,6 +902,7 @@ class NetworkSpec:
             seed=self.seed,
             control=self.control,
             run=dict(self.run),
+            kv_capacity_from=self.kv_capacity_from,
         )
 
     def with_run(self, *, num_jobs=None, seed=None) -> NetworkSpec:

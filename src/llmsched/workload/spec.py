@@ -62,6 +62,7 @@ __all__ = [
     "with_defaults",
     "DEFAULT_WORKLOAD",
     "without_inline_rate",
+    "one_spelling",
     "SYNTHETIC_ARRIVALS",
 ]
 
@@ -463,6 +464,26 @@ def without_inline_rate(workload: dict) -> dict:
     if d.get("arrival") is not None and not replays_trace(d):
         d = _named_params(d, drop=("rate",))
     return d
+
+
+def one_spelling(workload: dict) -> dict:
+    """A copy of a workload mapping with its arrival spelled one way, to compare two
+    spellings: the arrival mapping spread, a synthetic arrival's inline parameters as keys
+    (poisson:5 -> {arrival: poisson, rate: 5}), a replay as {arrival: trace, trace: F}
+    whether written trace:F, azure-conv, {process: trace, path: F} or a `trace` key alone."""
+    d = _spread_arrival(workload)
+    a = d.get("arrival")
+    if a is None:
+        if d.get("trace") is not None:
+            d["arrival"] = "trace"
+        return d
+    kind, rest = _arrival_kind(a)
+    if kind == "trace":
+        d["arrival"] = "trace"
+        if rest and d.get("trace") is None:
+            d["trace"] = rest
+        return d
+    return _named_params(d) if kind in SYNTHETIC_ARRIVALS else d
 
 
 def _synthetic_kind(workload: dict) -> str | None:
