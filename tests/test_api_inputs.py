@@ -218,3 +218,26 @@ def test_a_saved_config_with_a_count_and_a_duration_reloads_the_same():
     cfg = build_config(None, duration_s=2, num_requests=5000, rate=1)
     again = SimConfig.from_dict(cfg.to_dict())
     assert again.workload == cfg.workload and again.workload["num_requests"] == 5000
+
+
+@pytest.mark.parametrize("given", ["trace", "arrival"])
+def test_arrival_trace_alone_over_a_replay_given_with_its_file_replays_that_file(tmp_path, monkeypatch, given):
+    """`--arrival trace` (or `arrival="trace"`) beside a config or `workload=` naming the
+    trace file failed with "trace arrivals need a file": the override dropped the given
+    file as a new process drops it. `trace` alone now replays the file given."""
+    from llmsched.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    p = _csv(tmp_path, n=4)
+    workload = {"trace": "t.csv"} if given == "trace" else {"arrival": "trace:t.csv"}
+    run = llmsched.simulate(arrival="trace", workload=workload, cost_model="const:1")
+    assert run.stats.n == 4
+    assert run.config["workload"]["trace"] == str(p)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"cost_model": "const:1", "workload": workload}))
+    assert main(["simulate", "--config", "c.yaml", "--arrival", "trace", "--out", "o"]) == 0
+    assert len((tmp_path / "o" / "requests.csv").read_text().splitlines()) == 5
+    # a new process still replaces the given replay, its file with it
+    from llmsched.workload.spec import override_workload
+
+    assert override_workload(workload, {"arrival": "poisson"}).get("trace") is None
+    assert override_workload(workload, {"arrival": "trace"}) == workload  # the replay as given

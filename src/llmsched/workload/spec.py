@@ -532,6 +532,8 @@ def override_workload(given: dict, over: dict) -> dict:
         base = _named_params(base)
     if new_kind is not None:
         new = _named_params(new)
+    if new.get("arrival") is not None and _replays_given(new["arrival"], base):
+        del new["arrival"]  # `trace` alone, over a replay given with its file: that file replays
     if new.get("arrival") is not None:  # a new process: the given one's trace file goes with it
         base.pop("trace", None)
     elif new.get("trace") is not None:  # a trace file: it replays, whatever process was given
@@ -541,6 +543,17 @@ def override_workload(given: dict, over: dict) -> dict:
     if base_kind == "gamma" and new_kind != "gamma" and "cv" not in new:
         base.pop("cv", None)
     return {**base, **new}
+
+
+def _replays_given(arrival, given: dict) -> bool:
+    """Whether an override's `arrival` is `trace` with no file while the `given` workload
+    names one (its `trace` key, or trace:F / a dataset as its arrival)."""
+    if not isinstance(arrival, str) or _arrival_kind(arrival) != ("trace", ""):
+        return False
+    if given.get("trace") is not None:
+        return True
+    a = given.get("arrival")
+    return isinstance(a, str) and _arrival_kind(a)[0] == "trace" and _arrival_kind(a)[1] != ""
 
 
 # the workload options a run (llmsched.simulate, a configuration) takes when not given, and
