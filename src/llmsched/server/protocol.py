@@ -10,7 +10,7 @@ prompt's too), `max_tokens: 0` with `echo`, `logit_bias`, the penalties, chat's 
 the chat template as vLLM passes them; see docs/serving.md for what the sim backend does
 with them); what is not supported (JSON mode `response_format`, tool-call parsing
 (`tool_choice` other than `"none"`), `functions`, `suffix`, `best_of` other than `n`, and
-vLLM's fields in `_NOT_HONOURED`: guided decoding, beam search, min-p, ...) is a 400 that
+vLLM's fields in `_NOT_HONOURED`: guided decoding, beam search, min-p, priority, ...) is a 400 that
 says so.
 """
 
@@ -196,8 +196,9 @@ def _logit_bias(body: dict) -> dict[int, float] | None:
     return out or None
 
 
-# vLLM's fields that change the output, and the value that asks for nothing (null always
-# does): anything else is refused, as ignoring it would return unconstrained output
+# vLLM's fields that change the output (or, `priority`, the order requests are served in),
+# and the value that asks for nothing (null always does): anything else is refused, as
+# ignoring it would return unconstrained output (or serve the request as if it had none)
 _NOT_HONOURED = (
     ("guided_choice", "guided decoding", []),
     ("guided_grammar", "guided decoding", ""),
@@ -215,6 +216,8 @@ _NOT_HONOURED = (
     ("return_tokens_as_token_ids", "token ids as logprobs' tokens", False),
     ("return_token_ids", "token ids in the response", False),
     ("prompt_embeds", "prompts as embeddings", None),
+    # vLLM refuses a priority other than 0 unless served with --scheduling-policy priority
+    ("priority", "priority scheduling", 0),
 )
 
 
