@@ -408,6 +408,11 @@ def _common(body: dict, kind: str) -> dict:
     if seed is not None and not INT64_MIN <= seed <= INT64_MAX:
         raise bad_request(f"'seed' must be a 64-bit signed integer ({INT64_MIN}..{INT64_MAX}), got {seed}", "seed")
     min_tokens = _int(body, "min_tokens", 0, 0)
+    cache_salt = body.get("cache_salt")
+    if cache_salt is not None and not (isinstance(cache_salt, str) and cache_salt):
+        raise bad_request(
+            f"'cache_salt' must be a non-empty string, got {_type_name(cache_salt)} {_show(cache_salt)}", "cache_salt"
+        )
     return dict(
         model=model,
         stream=stream,
@@ -429,6 +434,7 @@ def _common(body: dict, kind: str) -> dict:
         n=n,
         echo=echo,
         logprobs=logprobs,
+        cache_salt=cache_salt,
     )
 
 
@@ -778,6 +784,7 @@ def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
         logit_bias=c["logit_bias"],
         logprobs=c["logprobs"],
         prompt_logprobs=c["logprobs"] if req.echo else None,
+        cache_salt=c["cache_salt"],
     )
 
 
