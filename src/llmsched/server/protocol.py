@@ -154,6 +154,7 @@ def _opt_bool(body: dict, key: str) -> bool | None:
 MAX_STOP = 1024
 MAX_N = 128
 MAX_CHOICES = 1024  # prompts x n
+MAX_REQUEST_ID_CHARS = 256
 
 
 def _stop(body: dict) -> list[str]:
@@ -310,6 +311,9 @@ class ParsedRequest:
     chat_echo: str = ""
     # vLLM's `add_special_tokens` (BOS) for text prompts; None: the route's default
     add_special_tokens: bool | None = None
+    # vLLM's `request_id`: the response's id is `cmpl-`/`chatcmpl-` + it (an X-Request-Id
+    # header wins over it); None: a fresh id
+    request_id: str | None = None
 
     @property
     def chat_options(self) -> dict:
@@ -408,6 +412,14 @@ def _common(body: dict, kind: str) -> dict:
     if seed is not None and not INT64_MIN <= seed <= INT64_MAX:
         raise bad_request(f"'seed' must be a 64-bit signed integer ({INT64_MIN}..{INT64_MAX}), got {seed}", "seed")
     min_tokens = _int(body, "min_tokens", 0, 0)
+    request_id = body.get("request_id")
+    if request_id is not None and not (isinstance(request_id, str) and len(request_id) <= MAX_REQUEST_ID_CHARS):
+        # (echoed in every streamed event: bounded)
+        raise bad_request(
+            f"'request_id' must be a string of at most {MAX_REQUEST_ID_CHARS} characters, got "
+            f"{_type_name(request_id)} {_show(request_id)}",
+            "request_id",
+        )
     cache_salt = body.get("cache_salt")
     if cache_salt is not None and not (isinstance(cache_salt, str) and cache_salt):
         raise bad_request(
@@ -435,6 +447,7 @@ def _common(body: dict, kind: str) -> dict:
         echo=echo,
         logprobs=logprobs,
         cache_salt=cache_salt,
+        request_id=request_id,
     )
 
 
@@ -754,6 +767,7 @@ def _finish(c: dict, kind: str, text, ids, messages, max_tokens: tuple, body) ->
         n=c["n"],
         echo=c["echo"],
         logprobs=c["logprobs"],
+        request_id=c["request_id"],
     )
 
 
