@@ -141,3 +141,27 @@ def test_a_scheduler_specs_block_size_is_the_engines(tiny_model):
     assert LLMEngine(tiny_model, scheduler=spec, block_size=4, num_blocks=300, max_num_seqs=4).allocator.block_size == 4
     with pytest.raises(ConfigError, match=r"^block_size 16 differs from the SchedulerSpec's block_size 4"):
         LLMEngine(tiny_model, scheduler=spec, block_size=16, num_blocks=300, max_num_seqs=4)
+
+
+def test_cache_salt_keeps_prompts_apart(tiny_model):
+    """SamplingParams.cache_salt (vLLM's): only requests with the same salt (or none) reuse
+    each other's cached blocks; the outputs are those of an uncached run."""
+    from llmsched.core.errors import ConfigError
+    from llmsched.engine import LLMEngine
+
+    eng = LLMEngine(tiny_model, block_size=4, prefix_caching=True, num_blocks=300, max_num_seqs=4, max_model_len=256)
+    prompt = list(range(3, 13))
+    hits, outs = [], []
+    for rid, salt in (("a", None), ("b", "x"), ("c", "y"), ("d", "x"), ("e", None)):
+        p = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True, cache_salt=salt)
+        eng.add_request(rid, prompt, p)
+        toks = []
+        while eng.has_unfinished_requests():
+            toks += [t for o in eng.step() for t in o.new_token_ids]
+        outs.append(toks)
+        hits.append(eng.state.prefix_stats()["hit_tokens"])
+    assert hits == [0, 0, 0, 8, 16]  # d hits b's two 4-token blocks, e hits a's
+    assert all(o == outs[0] for o in outs)
+    for bad in ("", 3):
+        with pytest.raises(ConfigError, match="cache_salt must be a non-empty string"):
+            SamplingParams(cache_salt=bad)

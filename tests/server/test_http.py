@@ -219,6 +219,37 @@ def test_completion_non_stream(server):
     assert b["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
 
 
+def test_response_ids_follow_x_request_id_and_request_id(server):
+    """As vLLM's server: the response id is `cmpl-`/`chatcmpl-` + the X-Request-Id header,
+    else the body's `request_id`, else a fresh id (a gateway correlates its logs by it; it
+    was always a fresh one). Requests that share one are still served apart."""
+    import concurrent.futures
+
+    base, _ = server
+    comp = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    hdr = {"x-request-id": "gw-7"}
+    assert post(base, "/v1/completions", comp, headers=hdr).json()["id"] == "cmpl-gw-7"
+    assert post(base, "/v1/chat/completions", {**chat, "request_id": "mine"}).json()["id"] == "chatcmpl-mine"
+    # the header wins over the body's, as in vLLM
+    assert post(base, "/v1/completions", {**comp, "request_id": "mine"}, headers=hdr).json()["id"] == "cmpl-gw-7"
+    for route, body, want in (("/v1/completions", comp, "cmpl-gw-7"), ("/v1/chat/completions", chat, "chatcmpl-gw-7")):
+        body = {**body, "n": 2, "stream": True, "stream_options": {"include_usage": True}}
+        ev = parse_sse(post(base, route, body, headers=hdr).content)
+        assert ev[-1] == "[DONE]" and {e["id"] for e in ev[:-1]} == {want}
+    # no id given: a fresh one each time
+    a, b = (post(base, "/v1/completions", comp).json()["id"] for _ in range(2))
+    assert a != b and a.startswith("cmpl-")
+    # one id, many requests at once: each is served (the engine's own ids stay unique)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        rs = list(pool.map(lambda _: post(base, "/v1/completions", {**comp, "max_tokens": 20}, headers=hdr), range(8)))
+    assert all(r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 20 for r in rs)
+    r = post(base, "/v1/completions", {**comp, "request_id": 5})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "request_id"
+    r = post(base, "/v1/completions", comp, headers={"x-request-id": "x" * 257})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "X-Request-Id"
+
+
 def test_chat_non_stream(server):
     base, _ = server
     r = post(

@@ -145,6 +145,47 @@ def test_text_prompts_hit_the_prefix_cache_by_their_content():
     assert hits == [0, 0, 16, 48]
 
 
+def test_cache_salt_keeps_requests_apart_in_the_prefix_cache():
+    """vLLM's `cache_salt`: only requests with the same salt (or none) share cached blocks,
+    so a tenant cannot time another's prompts. It was ignored: a request salted against
+    every other hit the blocks of an unsalted one (and of one with another salt)."""
+    prompt = [7] * 48  # 3 full blocks of 16
+    hits = []
+    with running_server(prefix_caching=True, block_size=16) as (base, srv):
+        eng = srv.config.app.state.engine
+        for salt in (None, "tenant-a", "tenant-b", "tenant-a", None):
+            body = {"model": MODEL, "prompt": prompt, "max_tokens": 2}
+            if salt is not None:
+                body["cache_salt"] = salt
+            r = post(base, "/v1/completions", body)
+            assert r.status_code == 200, r.text
+            assert wait_for(lambda: not eng.streams)
+            v = _values(httpx.get(base + "/metrics").text)
+            hits.append(v['llmsched:prefix_cache_hits_total{model_name="llmsched-sim"}'])
+        for bad in ("", 5):  # as vLLM: a non-empty string if given
+            r = post(
+                base,
+                "/v1/chat/completions",
+                {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "cache_salt": bad},
+            )
+            assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt", r.text
+    # no hit across salts; tenant-a's second request hits its first's blocks, and the last
+    # (unsalted) one the first request's: 2 blocks each (the last prompt token is computed)
+    assert hits == [0, 0, 0, 32, 64]
+
+
+def test_cache_salt_salts_the_block_ids():
+    from llmsched.core.prefix_cache import token_block_ids
+
+    ids = list(range(40))
+    plain = token_block_ids(ids, 16)
+    assert token_block_ids(ids, 16, None) == plain
+    a, b = token_block_ids(ids, 16, "a"), token_block_ids(ids, 16, "b")
+    assert len(a) == len(b) == len(plain) == 2
+    assert not set(a) & set(plain) and not set(a) & set(b)
+    assert token_block_ids(ids, 16, "a") == a
+
+
 def test_byte_rule_ids_are_made_only_with_prefix_caching():
     """Without a prefix cache only a text's token count matters: its ids stay a range,
     made at no cost (a list of a 16 MiB text's ids took 186 ms on the event loop)."""

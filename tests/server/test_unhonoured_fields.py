@@ -31,6 +31,10 @@ REFUSED = [
     ("return_tokens_as_token_ids", True),
     ("return_token_ids", True),
     ("prompt_embeds", "AAAA"),
+    # vLLM refuses a priority other than 0 unless it serves with --scheduling-policy
+    # priority; no policy here orders requests by it (it was ignored: FCFS, silently)
+    ("priority", -10),
+    ("priority", 5),
 ]
 # what asks for nothing: accepted
 NO_OPS = [
@@ -47,6 +51,7 @@ NO_OPS = [
     ("truncate_prompt_tokens", None),
     ("skip_special_tokens", True),
     ("prompt_logprobs", None),
+    ("priority", 0),
     ("guided_decoding_backend", "xgrammar"),  # selects a backend for guided fields, all refused
 ]
 

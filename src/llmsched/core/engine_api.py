@@ -78,6 +78,9 @@ class SamplingParams:
     # (see RequestOutput); with prefix caching such a request computes its whole prompt
     # (reuses no cached block)
     prompt_logprobs: int | None = None
+    # vLLM's cache_salt: with prefix caching, only requests with the same salt (or none)
+    # share cached blocks (a non-empty string, or None)
+    cache_salt: str | None = None
 
     @property
     def penalized(self) -> bool:
@@ -151,6 +154,8 @@ class SamplingParams:
             setattr(self, name, v)
         if not self.repetition_penalty > 0:
             raise ConfigError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.cache_salt is not None and not (isinstance(self.cache_salt, str) and self.cache_salt):
+            raise ConfigError(f"cache_salt must be a non-empty string or None, got {self.cache_salt!r:.40}")
         for name in ("logprobs", "prompt_logprobs"):
             v = getattr(self, name)
             if v is not None:

@@ -494,17 +494,19 @@ def held_ids(held: list) -> list[int]:
     return [run.keys[p] for run in PrefixCache.pieces(held) for p in range(run.lo, run.hi)]
 
 
-def token_block_ids(tokens: Sequence[int], block_size: int) -> tuple[int, ...] | None:
+def token_block_ids(tokens: Sequence[int], block_size: int, salt: str | None = None) -> tuple[int, ...] | None:
     """`Request.blocks` of a prompt given as token ids: one id per full block, a 64-bit
     BLAKE2b digest of the previous block's id and the block's tokens (so equal ids mean
-    equal prefixes, up to a 2**-64 chance per pair). None if the prompt has no full block."""
+    equal prefixes, up to a 2**-64 chance per pair). None if the prompt has no full block.
+    `salt` (vLLM's `cache_salt`) goes into the first block's digest, so only prompts with
+    the same salt (or none) share ids."""
     n = len(tokens) // block_size
     if not n:
         return None
     data = array("q", tokens[: n * block_size]).tobytes()
     step = 8 * block_size
     out = []
-    prev = b""
+    prev = b"" if salt is None else hashlib.blake2b(salt.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     for i in range(n):
         prev = hashlib.blake2b(prev + data[i * step : (i + 1) * step], digest_size=8).digest()
         out.append(int.from_bytes(prev, "little", signed=True))

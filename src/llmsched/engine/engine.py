@@ -417,7 +417,7 @@ class LLMEngine(StepDriver):
         r = self._register(seq, arrival_ns)
         pc = self.state.prefix
         if pc is not None:
-            r.blocks = token_block_ids(prompt, pc.block_size)
+            r.blocks = token_block_ids(prompt, pc.block_size, params.cache_salt)
             # the prompt logprobs need every prompt row computed: no cached prefix
             r.reuse_prefix = params.prompt_logprobs is None
         self.state.add(r)

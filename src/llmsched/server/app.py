@@ -47,6 +47,7 @@ from .async_engine import AsyncEngine, Draining, EngineDead, Overloaded, Request
 from .backends import Backend
 from .metrics import ServerMetrics
 from .protocol import (
+    MAX_REQUEST_ID_CHARS,
     APIError,
     ChunkWriter,
     bad_request,
@@ -244,6 +245,14 @@ def _auth_failure(scope, expected: bytes) -> Response | None:
     )
 
 
+def _header(scope, name: bytes) -> str | None:
+    """A request header's value (the first), or None."""
+    for k, v in scope["headers"]:
+        if k == name:
+            return v.decode("latin-1")
+    return None
+
+
 class _ClientGone(Exception):
     pass
 
@@ -361,7 +370,7 @@ class LLMSchedApp(FastAPI):
             handler = self.fast_routes.get(scope["path"])
             if handler is not None:
                 try:
-                    resp = await handler(body, receive)
+                    resp = await handler(body, receive, scope)
                 except Exception:  # noqa: BLE001 - a 500, never a dropped connection
                     log.exception("unhandled error")
                     resp = internal_error_response()
@@ -839,7 +848,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             )
         return requests, tokens
 
-    async def generate(data: bytes, receive, chat: bool):
+    async def generate(data: bytes, receive, chat: bool, scope):
         streams: list = []
         try:
             req, texts, all_ids = await prepare(data, chat)
@@ -879,7 +888,16 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                 echoes = [await echo_text(t, ids) for t, ids in zip(texts, all_ids)]
             else:
                 echoes = [req.chat_echo] * len(all_ids) if req.chat_echo else None
-            rid = engine.new_id("chatcmpl" if chat else "cmpl")
+            prefix = "chatcmpl" if chat else "cmpl"
+            rid = engine.new_id(prefix)  # the engine's: unique, whatever the client's id
+            given = _header(scope, b"x-request-id")
+            if given is not None and len(given) > MAX_REQUEST_ID_CHARS:  # (echoed in every event)
+                raise bad_request(
+                    f"the X-Request-Id header must be at most {MAX_REQUEST_ID_CHARS} characters, got {len(given)}",
+                    "X-Request-Id",
+                )
+            given = given or req.request_id
+            shown = rid if given is None else f"{prefix}-{given}"  # the response's, as vLLM's
             engine.admit(queue_requests, queue_tokens)
             k = 0
             single = len(all_ids) * req.n == 1
@@ -909,23 +927,23 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         lp_text = token_text if req.logprobs is not None else None
         prompt_tokens = None if single else sum(len(ids) for ids in all_ids)
         if req.stream:
-            w = ChunkWriter(rid, created, req.model, chat, req.include_usage)
+            w = ChunkWriter(shown, created, req.model, chat, req.include_usage)
             return SSEResponse(
                 engine, choices, w, chat, req.include_usage, req.continuous_usage, lp_text, prompt_tokens
             )
-        return await _collect(engine, choices, receive, chat, rid, created, req.model, lp_text, prompt_tokens)
+        return await _collect(engine, choices, receive, chat, shown, created, req.model, lp_text, prompt_tokens)
 
-    async def completions_fast(data: bytes, receive):
-        return await generate(data, receive, False)
+    async def completions_fast(data: bytes, receive, scope):
+        return await generate(data, receive, False, scope)
 
-    async def chat_fast(data: bytes, receive):
-        return await generate(data, receive, True)
+    async def chat_fast(data: bytes, receive, scope):
+        return await generate(data, receive, True, scope)
 
     async def completions(request: Request):
-        return await generate(await _body_of(request), request.receive, False)
+        return await generate(await _body_of(request), request.receive, False, request.scope)
 
     async def chat_completions(request: Request):
-        return await generate(await _body_of(request), request.receive, True)
+        return await generate(await _body_of(request), request.receive, True, request.scope)
 
     app.fast_routes = {"/v1/completions": completions_fast, "/v1/chat/completions": chat_fast}
     if cfg.api_key:

@@ -10,7 +10,7 @@ prompt's too), `max_tokens: 0` with `echo`, `logit_bias`, the penalties, chat's 
 the chat template as vLLM passes them; see docs/serving.md for what the sim backend does
 with them); what is not supported (JSON mode `response_format`, tool-call parsing
 (`tool_choice` other than `"none"`), `functions`, `suffix`, `best_of` other than `n`, and
-vLLM's fields in `_NOT_HONOURED`: guided decoding, beam search, min-p, ...) is a 400 that
+vLLM's fields in `_NOT_HONOURED`: guided decoding, beam search, min-p, priority, ...) is a 400 that
 says so.
 """
 
@@ -154,6 +154,7 @@ def _opt_bool(body: dict, key: str) -> bool | None:
 MAX_STOP = 1024
 MAX_N = 128
 MAX_CHOICES = 1024  # prompts x n
+MAX_REQUEST_ID_CHARS = 256
 
 
 def _stop(body: dict) -> list[str]:
@@ -196,8 +197,9 @@ def _logit_bias(body: dict) -> dict[int, float] | None:
     return out or None
 
 
-# vLLM's fields that change the output, and the value that asks for nothing (null always
-# does): anything else is refused, as ignoring it would return unconstrained output
+# vLLM's fields that change the output (or, `priority`, the order requests are served in),
+# and the value that asks for nothing (null always does): anything else is refused, as
+# ignoring it would return unconstrained output (or serve the request as if it had none)
 _NOT_HONOURED = (
     ("guided_choice", "guided decoding", []),
     ("guided_grammar", "guided decoding", ""),
@@ -215,6 +217,8 @@ _NOT_HONOURED = (
     ("return_tokens_as_token_ids", "token ids as logprobs' tokens", False),
     ("return_token_ids", "token ids in the response", False),
     ("prompt_embeds", "prompts as embeddings", None),
+    # vLLM refuses a priority other than 0 unless served with --scheduling-policy priority
+    ("priority", "priority scheduling", 0),
 )
 
 
@@ -307,6 +311,9 @@ class ParsedRequest:
     chat_echo: str = ""
     # vLLM's `add_special_tokens` (BOS) for text prompts; None: the route's default
     add_special_tokens: bool | None = None
+    # vLLM's `request_id`: the response's id is `cmpl-`/`chatcmpl-` + it (an X-Request-Id
+    # header wins over it); None: a fresh id
+    request_id: str | None = None
 
     @property
     def chat_options(self) -> dict:
@@ -405,6 +412,19 @@ def _common(body: dict, kind: str) -> dict:
     if seed is not None and not INT64_MIN <= seed <= INT64_MAX:
         raise bad_request(f"'seed' must be a 64-bit signed integer ({INT64_MIN}..{INT64_MAX}), got {seed}", "seed")
     min_tokens = _int(body, "min_tokens", 0, 0)
+    request_id = body.get("request_id")
+    if request_id is not None and not (isinstance(request_id, str) and len(request_id) <= MAX_REQUEST_ID_CHARS):
+        # (echoed in every streamed event: bounded)
+        raise bad_request(
+            f"'request_id' must be a string of at most {MAX_REQUEST_ID_CHARS} characters, got "
+            f"{_type_name(request_id)} {_show(request_id)}",
+            "request_id",
+        )
+    cache_salt = body.get("cache_salt")
+    if cache_salt is not None and not (isinstance(cache_salt, str) and cache_salt):
+        raise bad_request(
+            f"'cache_salt' must be a non-empty string, got {_type_name(cache_salt)} {_show(cache_salt)}", "cache_salt"
+        )
     return dict(
         model=model,
         stream=stream,
@@ -426,6 +446,8 @@ def _common(body: dict, kind: str) -> dict:
         n=n,
         echo=echo,
         logprobs=logprobs,
+        cache_salt=cache_salt,
+        request_id=request_id,
     )
 
 
@@ -745,6 +767,7 @@ def _finish(c: dict, kind: str, text, ids, messages, max_tokens: tuple, body) ->
         n=c["n"],
         echo=c["echo"],
         logprobs=c["logprobs"],
+        request_id=c["request_id"],
     )
 
 
@@ -775,6 +798,7 @@ def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
         logit_bias=c["logit_bias"],
         logprobs=c["logprobs"],
         prompt_logprobs=c["logprobs"] if req.echo else None,
+        cache_salt=c["cache_salt"],
     )
 
 

@@ -173,7 +173,7 @@ class VirtualEngine(StepDriver):
         r = self._register(Seq(request_id, n, params), arrival)
         pc = self.state.prefix
         if pc is not None:  # prefix caching: the prompt's blocks from its token ids
-            r.blocks = token_block_ids(list(prompt_token_ids), pc.block_size)
+            r.blocks = token_block_ids(list(prompt_token_ids), pc.block_size, params.cache_salt)
         self._last_arrival = arrival
         self._pending.append(r)  # joins the state at the first step starting after it
 
