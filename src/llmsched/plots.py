@@ -12,7 +12,7 @@ import numpy as np
 
 from .core.errors import ConfigError
 from .core.palette import color_of
-from .core.paths import check_out_file, interrupted_message, save_figure
+from .core.paths import check_out_file, interrupted_message, is_a_figure, save_figure
 from .theory.means import rate_unit
 from .workload.trace import mean_rate
 
@@ -256,6 +256,10 @@ def plot_dir(folder: str | Path) -> list[str]:
     _refuse_blank(d / "load_histogram.csv", load, ("token_load", "steps"))
     for png in FIGURES:  # (a figure's path blocked by a folder must not leave the others redrawn)
         check_out_file(d / png, "figure")
+        # an earlier figure is redrawn, a file of the user's under its name is kept (notes
+        # in queue.png were replaced, exit 0)
+        if (d / png).is_file() and (d / png).stat().st_size and not is_a_figure(d / png):
+            raise ConfigError(f"{d / png} exists and is not a figure: move it away, `llmsched plot` would replace it")
     out = []
     config = _server_config(d)
     name = run_title(d, config, _arrived(req))

@@ -819,6 +819,22 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
     _check_folder(path, parent, what)
 
 
+#: the first bytes of a figure of each format written (matplotlib's SVG starts with its
+#: XML declaration)
+FIGURE_MAGIC = {".png": (b"\x89PNG\r\n\x1a\n",), ".pdf": (b"%PDF-",), ".svg": (b"<?xml", b"<svg")}
+
+
+def is_a_figure(path) -> bool:
+    """Whether the file at `path` is a figure of the format its name says (by its first bytes)."""
+    magic = FIGURE_MAGIC.get(os.path.splitext(str(path))[1].lower(), ())
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:  # (one that cannot be read is not known to be a figure: kept)
+        return False
+    return any(head.startswith(m) for m in magic)
+
+
 def check_not_an_input(path, inputs, what: str) -> None:
     """Refuse (ConfigError) an output file `path` that is one of `inputs`, the files the
     run reads (a trace given as `--trace t.png --plot t.png` was drawn over). Compared as
@@ -884,6 +900,8 @@ def save_figure(fig, path: Path) -> str:
 
 __all__ = [
     "save_figure",
+    "FIGURE_MAGIC",
+    "is_a_figure",
     "check_not_an_input",
     "atomic_write",
     "begin_reproduce_write",
