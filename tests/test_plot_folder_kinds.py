@@ -10,7 +10,7 @@ CLI = ["--cost-model", "paper", "--b-max", "256", "--prompt", "geometric:50", "-
 CLI += ["--num-requests", "60"]
 
 
-def test_a_sweep_folder_and_its_points_are_named_as_such(tmp_path, capsys):
+def test_a_sweep_folder_and_its_points_are_named_as_such(tmp_path, capsys, monkeypatch):
     out = tmp_path / "sw"
     assert main(["sweep", *CLI, "--grid", "rate=2,4", "--out", str(out), "--workers", "1", "--quiet"]) == 0
     capsys.readouterr()
@@ -19,6 +19,9 @@ def test_a_sweep_folder_and_its_points_are_named_as_such(tmp_path, capsys):
     assert f"{out} holds a sweep's results" in err and "timeseries.csv is missing" not in err
     assert "throughput.png" in err  # (the figures the sweep drew there)
     assert main(["plot", str(out / "points")]) == 2
+    assert "a sweep's point records" in capsys.readouterr().err
+    monkeypatch.chdir(out / "points")  # (named as ".", whose name is empty)
+    assert main(["plot", "."]) == 2
     assert "a sweep's point records" in capsys.readouterr().err
 
 

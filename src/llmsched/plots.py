@@ -229,7 +229,7 @@ def _refuse_other_kind(d: Path) -> None:
     """A folder of a sweep or a `reproduce` experiment is refused for what it is (it was
     "timeseries.csv is missing", as for a folder of no run)."""
     kind = run_kind(d)
-    if kind is None and d.name == "points" and run_kind(d.parent) == "sweep":
+    if kind is None and d.resolve().name == "points" and run_kind(d.resolve().parent) == "sweep":
         raise ConfigError(
             f"{d} holds a sweep's point records: `llmsched plot` draws one server's run (`llmsched simulate --out`)"
         )
