@@ -525,3 +525,23 @@ def test_bench_serverless_platform_runs_its_seed(tmp_path):
         assert json.loads(r.stdout.strip().splitlines()[-1])[0]["seed"] == seed
         runs[seed] = (keep / "platform" / "requests.csv").read_text()
     assert runs[0] != runs[3]  # other models drawn
+
+
+def test_bench_prefix_ids_share_exactly_the_system_prompt():
+    """Positions took 20 bits: past 2**20 blocks (a 1M-token system prompt at 1-token
+    blocks) they spilled into the owner's, and two requests of a family shared blocks of
+    their own text."""
+    import numpy as np
+
+    from llmsched.core import make_cost_model
+
+    bench_prefix = _bench_module("bench_prefix")
+    system = 2**20 + 5
+    tr = bench_prefix.workload(4, 2, system, 3, 1, 0.5, make_cost_model("paper"))
+    rows = [tr.block_ids[tr.block_ptr[i] : tr.block_ptr[i + 1]] for i in range(4)]
+    for i in range(4):
+        for j in range(i + 1, 4):
+            a, b = rows[i], rows[j]
+            m = min(len(a), len(b))
+            shared = m if (a[:m] == b[:m]).all() else int(np.argmin(a[:m] == b[:m]))
+            assert shared in (0, system), (i, j, shared)
