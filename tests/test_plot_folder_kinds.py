@@ -40,3 +40,11 @@ def test_a_users_results_csv_alone_is_no_sweep(tmp_path, capsys):
     (tmp_path / "results.csv").write_text("a,b\n1,2\n")
     assert main(["plot", str(tmp_path)]) == 2
     assert "timeseries.csv is missing" in capsys.readouterr().err
+
+
+def test_a_network_runs_servers_folder_names_a_replica(tmp_path, capsys):
+    out = tmp_path / "c"
+    assert main(["simulate", *CLI, "--replicas", "2", "--out", str(out), "--quiet"]) == 0
+    assert main(["plot", str(out / "servers")]) == 2
+    err = capsys.readouterr().err
+    assert "replica folders of a network's run" in err and str(out / "servers" / "cluster[0]") in err

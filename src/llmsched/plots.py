@@ -226,13 +226,18 @@ FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")
 
 
 def _refuse_other_kind(d: Path) -> None:
-    """A folder of a sweep or a `reproduce` experiment is refused for what it is (it was
-    "timeseries.csv is missing", as for a folder of no run)."""
+    """A folder of a sweep or a `reproduce` experiment, a sweep's points/ or a network's
+    servers/ is refused for what it is (it was "timeseries.csv is missing", as for a folder
+    of no run)."""
     kind = run_kind(d)
     if kind is None and d.resolve().name == "points" and run_kind(d.resolve().parent) == "sweep":
         raise ConfigError(
             f"{d} holds a sweep's point records: `llmsched plot` draws one server's run (`llmsched simulate --out`)"
         )
+    if kind is None and d.resolve().name == "servers" and run_kind(d.resolve().parent) == "network":
+        replicas = sorted(p.name for p in d.iterdir() if (p / "timeseries.csv").is_file())
+        where = f": plot one of them, e.g. {d / replicas[0]}" if replicas else ""
+        raise ConfigError(f"{d} holds the replica folders of a network's run{where}")
     if kind is None or not (kind == "sweep" or kind.startswith("reproduce ")):
         return
     if not (d / RUN_PROOFS[kind][0]).exists():  # (a results.csv of the user's is no sweep)
