@@ -66,9 +66,12 @@ def workload(n: int, families: int, system: int, user: float, block: int, load: 
     req = np.repeat(np.arange(n, dtype=np.int64), k)
     pos = np.arange(ptr[-1], dtype=np.int64) - ptr[:-1][req]  # a block's position in its prompt
     # ids: (family, position) for the shared system prompt, (request, position) after it;
-    # distinct pairs give distinct ids (positions < 2**20), equal leading ids mean equal prefixes
+    # distinct pairs give distinct ids, equal leading ids mean equal prefixes. The position
+    # takes the low bits, as many as the longest prompt's blocks need (20 for all but
+    # prompts of over 2**20 blocks, whose positions spilled into the owner's bits: two
+    # requests of a family shared blocks of their own text)
     owner = np.where(pos < shared[req], fam[req], max(families, 1) + req)
-    ids = (owner << 20) | pos
+    ids = (owner << max(20, int(k.max(initial=0)).bit_length())) | pos
     return Trace(arrival, prompt, output, block_ids=ids, block_ptr=ptr, block_size=block)
 
 

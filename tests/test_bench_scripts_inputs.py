@@ -538,3 +538,23 @@ def test_bench_serverless_refuses_an_unknown_scheduler_before_writing_the_trace(
         "known: fcfs, round-robin, priority, dynamicbatch, twp, serverlessllm"
     )
     assert not (keep / "azure_tiled.csv").exists()
+
+
+def test_bench_prefix_ids_share_exactly_the_system_prompt():
+    """Positions took 20 bits: past 2**20 blocks (a 1M-token system prompt at 1-token
+    blocks) they spilled into the owner's, and two requests of a family shared blocks of
+    their own text."""
+    import numpy as np
+
+    from llmsched.core import make_cost_model
+
+    bench_prefix = _bench_module("bench_prefix")
+    system = 2**20 + 5
+    tr = bench_prefix.workload(4, 2, system, 3, 1, 0.5, make_cost_model("paper"))
+    rows = [tr.block_ids[tr.block_ptr[i] : tr.block_ptr[i + 1]] for i in range(4)]
+    for i in range(4):
+        for j in range(i + 1, 4):
+            a, b = rows[i], rows[j]
+            m = min(len(a), len(b))
+            shared = m if (a[:m] == b[:m]).all() else int(np.argmin(a[:m] == b[:m]))
+            assert shared in (0, system), (i, j, shared)

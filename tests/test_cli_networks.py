@@ -225,7 +225,7 @@ def test_json_alone_writes_nothing_and_a_rerun_leaves_no_stale_steps(tmp_path, m
     assert not (tmp_path / "results").exists()
     out = tmp_path / "run"
     assert main(["simulate", *small, "--out", str(out), "--steps", "--quiet"]) == 0
-    (out / "queue.png").write_text("a figure of this run")
+    (out / "queue.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # a figure of this run
     assert (out / "steps.csv").is_file()
     assert main(["simulate", *small, "--out", str(out), "--quiet"]) == 0
     assert not (out / "steps.csv").exists() and not (out / "queue.png").exists()

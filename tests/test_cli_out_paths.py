@@ -274,8 +274,9 @@ def test_run_kinds_of_sweeps_and_experiments(tmp_path):
 
     d = tmp_path / "rq"
     d.mkdir()
-    for f in ("table.csv", "table3.csv", "ttft.png", "ablation.csv"):
+    for f in ("table.csv", "table3.csv", "ablation.csv"):
         (d / f).write_text("x\n")
+    (d / "ttft.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # (a figure: a text one would be the user's)
     (d / "result.json").write_text('{"config": {}, "rows": []}\n')  # its proof
     assert run_kind(d) == "reproduce twp"
     with pytest.raises(ConfigError, match=r"reproduce twp.*table3\.csv.*not of `reproduce stability`"):

@@ -75,6 +75,20 @@ def test_reproduce_prefix_caching_needs_a_trace_with_blocks(tmp_path, capsys):
     assert "block ids" in capsys.readouterr().err
 
 
+def test_requests_at_one_time_have_no_rate_to_rescale(tmp_path, capsys):
+    """The shared Mooncake trace's first two requests both arrive at 0 ms: --num-requests 2
+    was 'time_scale must be a positive number, got nan'."""
+    t = tmp_path / "t.jsonl"
+    rows = [{"timestamp": ts, "input_length": 600, "output_length": 2, "hash_ids": [1, 2]} for ts in (0, 0, 500)]
+    t.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["reproduce", "prefix-caching", "--trace", str(t), "--kv-capacities", "2000", "--load", "0.5"]
+    assert main([*argv, "--num-requests", "2", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "its first 2 requests have no rate" in err and "--num-requests" in err
+    assert not (tmp_path / "a").exists()
+    assert main([*argv, "--num-requests", "3", "--cost-model", "paper", "--out", str(tmp_path / "b")]) == 0
+
+
 def test_reproduce_prefix_caching_refuses_the_parallel_options(tmp_path, capsys):
     """Its runs go one after the other in this process: --workers, --backend and --address
     did nothing."""

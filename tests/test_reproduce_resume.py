@@ -38,7 +38,7 @@ def test_an_interrupted_stability_run_resumes_with_its_probes(tmp_path, monkeypa
     done = _records(d)
     assert len(done) == 3 and not (d / "table.json").exists()
     # the state an interrupted run of the earlier order left: queue.png before the search
-    (d / "queue.png").write_bytes(b"\x89PNG\r\n")
+    (d / "queue.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     check_run_dir(d, "reproduce stability")
 
     calls.clear()

@@ -12,7 +12,7 @@ import numpy as np
 
 from .core.errors import ConfigError
 from .core.palette import color_of
-from .core.paths import check_out_file, interrupted_message, save_figure
+from .core.paths import RUN_OUTPUTS, RUN_PROOFS, check_out_file, interrupted_message, is_a_figure, run_kind, save_figure
 from .theory.means import rate_unit
 from .workload.trace import mean_rate
 
@@ -225,6 +225,29 @@ def load_steps(loads: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.nda
 FIGURES = ("queue.png", "ttft_cdf.png", "itl_cdf.png", "token_load.png")
 
 
+def _refuse_other_kind(d: Path) -> None:
+    """A folder of a sweep or a `reproduce` experiment, a sweep's points/ or a network's
+    servers/ is refused for what it is (it was "timeseries.csv is missing", as for a folder
+    of no run)."""
+    kind = run_kind(d)
+    if kind is None and d.resolve().name == "points" and run_kind(d.resolve().parent) == "sweep":
+        raise ConfigError(
+            f"{d} holds a sweep's point records: `llmsched plot` draws one server's run (`llmsched simulate --out`)"
+        )
+    if kind is None and d.resolve().name == "servers" and run_kind(d.resolve().parent) == "network":
+        replicas = sorted(p.name for p in d.iterdir() if (p / "timeseries.csv").is_file())
+        where = f": plot one of them, e.g. {d / replicas[0]}" if replicas else ""
+        raise ConfigError(f"{d} holds the replica folders of a network's run{where}")
+    if kind is None or not (kind == "sweep" or kind.startswith("reproduce ")):
+        return
+    if not (d / RUN_PROOFS[kind][0]).exists():  # (a results.csv of the user's is no sweep)
+        return
+    what = "a sweep's results" if kind == "sweep" else f"a `llmsched {kind}` run's results"
+    figures = [f for f in RUN_OUTPUTS[kind] if f.endswith(".png") and (d / f).is_file()]
+    drawn = f"; its own figures are there ({', '.join(figures)})" if figures else ""
+    raise ConfigError(f"{d} holds {what}: `llmsched plot` draws one server's run (`llmsched simulate --out`){drawn}")
+
+
 def plot_dir(folder: str | Path) -> list[str]:
     """Draw queue.png, ttft_cdf.png, itl_cdf.png and token_load.png into `folder`; every
     title names the run (`run_title`)."""
@@ -245,6 +268,8 @@ def plot_dir(folder: str | Path) -> list[str]:
             f"{folder} holds a serverless platform's run (instances.csv, requests.csv): "
             "`llmsched plot` draws one server's run (`llmsched simulate --out`)"
         )
+    if not (d / "timeseries.csv").is_file():
+        _refuse_other_kind(d)
     # every file is read and checked first: a damaged one must not leave half the figures redrawn
     ts = _read_csv(d / "timeseries.csv", ("time_s", "waiting_requests", "running_requests"))
     req = _read_csv(d / "requests.csv", ("arrival_s", "ttft_s", "e2e_s"), ("arrived", "finished"))
@@ -256,6 +281,10 @@ def plot_dir(folder: str | Path) -> list[str]:
     _refuse_blank(d / "load_histogram.csv", load, ("token_load", "steps"))
     for png in FIGURES:  # (a figure's path blocked by a folder must not leave the others redrawn)
         check_out_file(d / png, "figure")
+        # an earlier figure is redrawn, a file of the user's under its name is kept (notes
+        # in queue.png were replaced, exit 0)
+        if (d / png).is_file() and (d / png).stat().st_size and not is_a_figure(d / png):
+            raise ConfigError(f"{d / png} exists and is not a figure: move it away, `llmsched plot` would replace it")
     out = []
     config = _server_config(d)
     name = run_title(d, config, _arrived(req))

@@ -87,6 +87,11 @@ def reproduce_prefix_caching(
     if n < 2:
         raise ConfigError(f"the reproduction needs at least 2 requests, got {n}")
     trace = trace.head(n)
+    if not math.isfinite(trace.mean_rate):  # (the shared Mooncake trace's first two share timestamp 0)
+        raise ConfigError(
+            f"trace {trace_path}: its first {n:,} requests have no rate to rescale to the loads (that takes "
+            "two requests at different times): give more of them (--num-requests)"
+        )
     need = int((trace.prompt + trace.output - 1).max())
     small = [k for k in kv_capacities if k < need]
     if small:

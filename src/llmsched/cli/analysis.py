@@ -16,7 +16,7 @@ from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
 from ..core.guarantee import CAP, COST, FILL, REGION
 from ..core.jsonio import to_jsonable
-from ..core.paths import atomic_write, check_out_dir, check_out_file, check_run_dir
+from ..core.paths import atomic_write, check_out_dir, check_out_file, check_run_dir, is_a_figure
 from .common import (
     DEFAULTS,
     add_cost_model_arg,
@@ -241,22 +241,7 @@ def _check_plot_reads_nothing(args, over: dict) -> None:
     check_not_an_input(target, inputs, "--plot")
     # nor a file of the user's that the figure would replace (notes.png holding text was
     # overwritten, exit 0): an earlier figure, of the format its name says, is replaced
-    check_replaces_own_file(str(target), "--plot", "a figure", _is_a_figure)
-
-
-#: the first bytes of a figure of each format capacity writes (matplotlib's SVG starts
-#: with its XML declaration)
-_FIGURE_MAGIC = {".png": (b"\x89PNG\r\n\x1a\n",), ".pdf": (b"%PDF-",), ".svg": (b"<?xml", b"<svg")}
-
-
-def _is_a_figure(path: str) -> bool:
-    magic = _FIGURE_MAGIC.get(os.path.splitext(path)[1].lower(), ())
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError:  # (one that cannot be read is not known to be a figure: kept)
-        return False
-    return any(head.startswith(m) for m in magic)
+    check_replaces_own_file(str(target), "--plot", "a figure", is_a_figure)
 
 
 def _network_capacity(args) -> int:

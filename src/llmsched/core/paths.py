@@ -716,6 +716,8 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     # (a marked folder: every file of the kind's in it is the interrupted run's, the earlier
     # run's removed before it wrote any, or the earlier run's kept while a stability run
     # searched, `EARLIER_KEPT`; the user's other files stay beside them)
+    if has_proof:
+        _check_figures_ours(folder, kind, what)
     if (found is not None or interrupted) and has_proof:
         return
     if kind in SIMULATE_KINDS:
@@ -758,6 +760,19 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
             f"{what} {str(path)!r} holds {collide[0]!r} but no {proof!r}, which {_named(kind)} writes {why}, "
             "and the run would replace it: choose another folder or empty it"
         )
+
+
+def _check_figures_ours(folder: Path, kind: str, what: str) -> None:
+    """In a run's folder, which the run's rerun replaces, a file under a figure's name that
+    is no figure is the user's (notes in queue.png were removed, exit 0): refused."""
+    kinds = SIMULATE_KINDS if kind in SIMULATE_KINDS else (kind,)
+    for name in (n for k in kinds for n in RUN_OUTPUTS[k] if n.endswith(".png")):
+        p = folder / name
+        if p.is_file() and p.stat().st_size and not is_a_figure(p):
+            raise ConfigError(
+                f"{what} {str(folder)!r} holds {name!r}, which is not a figure, and the run would replace or "
+                "remove it with the earlier run's files: move it out, or choose another folder"
+            )
 
 
 def prepare_run_dir(path, kind: str) -> Path:
@@ -817,6 +832,22 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
     if not make_parents and not parent.exists():
         raise ConfigError(f"{what} {str(path)!r}: folder {str(parent)!r} does not exist")
     _check_folder(path, parent, what)
+
+
+#: the first bytes of a figure of each format written (matplotlib's SVG starts with its
+#: XML declaration)
+FIGURE_MAGIC = {".png": (b"\x89PNG\r\n\x1a\n",), ".pdf": (b"%PDF-",), ".svg": (b"<?xml", b"<svg")}
+
+
+def is_a_figure(path) -> bool:
+    """Whether the file at `path` is a figure of the format its name says (by its first bytes)."""
+    magic = FIGURE_MAGIC.get(os.path.splitext(str(path))[1].lower(), ())
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:  # (one that cannot be read is not known to be a figure: kept)
+        return False
+    return any(head.startswith(m) for m in magic)
 
 
 def check_not_an_input(path, inputs, what: str) -> None:
@@ -884,6 +915,8 @@ def save_figure(fig, path: Path) -> str:
 
 __all__ = [
     "save_figure",
+    "FIGURE_MAGIC",
+    "is_a_figure",
     "check_not_an_input",
     "atomic_write",
     "begin_reproduce_write",
