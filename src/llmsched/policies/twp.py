@@ -152,8 +152,10 @@ class MeteredAdmission(AdmissionPolicy):
         self._key = None
 
     def reset(self) -> None:
-        """A new run: the run's state starts over (`_start`); the bound cost model, a
-        running cap and the options stay."""
+        """A new run: the run's state starts over (`_start`); the bound cost model and the
+        options stay. A running cap is the wrapper's (`RunningCap.reset` binds it again):
+        the policy run without that wrapper runs uncapped, as a fresh one."""
+        self._running_cap = None
         self._start()
 
     def _start(self) -> None:  # pragma: no cover - each policy's own
