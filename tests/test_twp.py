@@ -140,6 +140,17 @@ def test_measured_mode_records_the_load_knee_it_uses_as_w0():
     assert q.measured and q.describe()["resolved"]["W_0"] == 32
 
 
+def test_measured_mode_floors_the_window_at_max_active_as_cut():
+    """A max_active above the server's room is cut to it (B_max); the window's floor, which
+    holds one decode token per active request, follows the cut value (it took the option
+    as given: with k_max 8, max_active 100 gave B_max 8 but H_min 100)."""
+    p = _resolved(TWP(max_active=100), b_max=512, k_max=8)
+    assert p.measured and p.B_max == 8
+    assert p.H_min == 8 and p.window == 8 and p.describe()["resolved"]["H_min"] == 8
+    q = _resolved(TWP(max_active=6), b_max=512, k_max=8)
+    assert (q.B_max, q.H_min) == (6, 6)
+
+
 # ---- the window ------------------------------------------------------------------------
 def _hand_policy(**kw):
     opts = dict(cost="paper", h0=64, h_min=16, h_max=128, delta=4, alpha=1.0, itl_target_ms=20, beta=0.5)

@@ -381,8 +381,8 @@ class TWP(MeteredAdmission):
             lo = self.h_min
         elif self.measured:
             lo = self.B_0 if self.B_0 is not None else self._seen_knee
-            if self.max_active is not None:
-                lo = max(lo, self.max_active)
+            if self.max_active is not None:  # the window holds every active decoder: B_max, as cut
+                lo = max(lo, self.B_max)
         else:
             lo = max(self.B_max, self.W_0)
         self.H_min = max(1, min(lo, self.H_max))
