@@ -302,6 +302,10 @@ def test_registered_and_listed():
         ({"itl_target_ms": -1}, "itl_target_ms must be a number > 0"),
         ({"horizon_steps": float("inf")}, "horizon_steps"),
         ({"cost": "nope"}, "twp: cost: unknown cost model"),
+        # an int past a float's range: refused, not an OverflowError (a traceback on the CLI)
+        ({"h_min": 10**400}, r"h_min must be an integer >= 1 and < 1e308, got 1000"),
+        ({"delta": 10**400}, r"delta must be a number > 0 and < 1e308"),
+        ({"alpha": 10**400}, r"alpha must be a number > 0 and <= 1, got 1000"),
     ],
 )
 def test_bad_options_are_config_errors(opts, match):
@@ -341,6 +345,9 @@ def test_cli_options_reach_the_policy_and_errors_exit_2(tmp_path, capsys):
     assert main(args[:3] + ["--admission-option", "nope=1"] + args[5:]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "admission policy 'twp': unknown option 'nope'" in err[0]
+    assert main(args[:3] + ["--admission-option", "h_min=1" + "0" * 400] + args[5:]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "twp: h_min must be an integer >= 1 and < 1e308" in err[0] and len(err[0]) < 200
 
 
 # ---- the simulator, end to end ----------------------------------------------------------

@@ -62,7 +62,11 @@ def check_number(
         if none:
             return None
         raise ConfigError(f"{policy}: {name} is required")
-    bad = as_real(v) is None or not math.isfinite(v)
+    huge = False
+    try:
+        bad = as_real(v) is None or not math.isfinite(v)
+    except OverflowError:  # an int past a float's range (10**400): no window or step time holds it
+        bad = huge = True
     if not bad and integer and v != int(v):
         bad = True
     if not bad and lo is not None and (v <= lo if lo_open else v < lo):
@@ -76,8 +80,10 @@ def check_number(
             rng.append(f"{'>' if lo_open else '>='} {lo:g}")
         if hi is not None:
             rng.append(f"{'<' if hi_open else '<='} {hi:g}")
+        elif huge:
+            rng.append("< 1e308")
         where = f" {' and '.join(rng)}" if rng else ""
-        raise ConfigError(f"{policy}: {name} must be {kind}{where}, got {v!r}")
+        raise ConfigError(f"{policy}: {name} must be {kind}{where}, got {v!r:.60}")
     return int(v) if integer else float(v)
 
 
