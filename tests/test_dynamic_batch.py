@@ -120,6 +120,7 @@ def test_registered_and_bad_options():
         ({"delta": -1}, "delta must be"),
         ({"c_min": 9, "c_max": 3}, "must not exceed"),
         ({"itl_target_ms": "fast"}, "itl_target_ms must be a number"),
+        ({"c_max": 10**400}, "c_max must be an integer >= 1 and < 1e308"),  # (was an OverflowError)
     ]:
         with pytest.raises(ConfigError, match=match):
             make_admission_policy("dynamicbatch", **opts)

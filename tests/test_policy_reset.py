@@ -153,3 +153,23 @@ def test_a_capped_twp_resets():
     inner.window, inner.l_ewma = 300.0, 0.5
     s.reset()
     assert inner.window is None and inner.l_ewma is None
+
+
+@pytest.mark.parametrize("admission", ["twp", "dynamicbatch"])
+def test_a_policy_run_capped_then_unwrapped_runs_uncapped(admission):
+    """A running cap is its wrapper's: the same policy object run first under
+    `RunningCap` (`max_running=4`) and then on its own runs as a fresh uncapped one (it
+    used to keep the cap: TWP's B_max and DynamicBatch's C_max stayed 4)."""
+    cost = make_cost_model("paper")
+    trace = _trace(8.0, **A)
+    capped = make_scheduler("sarathi", admission, max_running=4)
+    _run(trace, capped, cost)
+    policy = capped.admission.inner
+    alone = Scheduler(Sarathi(), policy, Constraints(b_max=512))
+    fresh = make_scheduler("sarathi", admission)
+    _same(_run(trace, alone, cost), _run(trace, fresh, cost))
+    assert alone.describe() == fresh.describe()
+    # and wrapped again, the cap is back in force
+    again = Scheduler(Sarathi(), RunningCap(policy, 4), Constraints(b_max=512))
+    _same(_run(trace, again, cost), _run(trace, make_scheduler("sarathi", admission, max_running=4), cost))
+    assert again.describe() == capped.describe()

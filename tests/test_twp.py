@@ -140,6 +140,17 @@ def test_measured_mode_records_the_load_knee_it_uses_as_w0():
     assert q.measured and q.describe()["resolved"]["W_0"] == 32
 
 
+def test_measured_mode_floors_the_window_at_max_active_as_cut():
+    """A max_active above the server's room is cut to it (B_max); the window's floor, which
+    holds one decode token per active request, follows the cut value (it took the option
+    as given: with k_max 8, max_active 100 gave B_max 8 but H_min 100)."""
+    p = _resolved(TWP(max_active=100), b_max=512, k_max=8)
+    assert p.measured and p.B_max == 8
+    assert p.H_min == 8 and p.window == 8 and p.describe()["resolved"]["H_min"] == 8
+    q = _resolved(TWP(max_active=6), b_max=512, k_max=8)
+    assert (q.B_max, q.H_min) == (6, 6)
+
+
 # ---- the window ------------------------------------------------------------------------
 def _hand_policy(**kw):
     opts = dict(cost="paper", h0=64, h_min=16, h_max=128, delta=4, alpha=1.0, itl_target_ms=20, beta=0.5)
@@ -291,6 +302,10 @@ def test_registered_and_listed():
         ({"itl_target_ms": -1}, "itl_target_ms must be a number > 0"),
         ({"horizon_steps": float("inf")}, "horizon_steps"),
         ({"cost": "nope"}, "twp: cost: unknown cost model"),
+        # an int past a float's range: refused, not an OverflowError (a traceback on the CLI)
+        ({"h_min": 10**400}, r"h_min must be an integer >= 1 and < 1e308, got 1000"),
+        ({"delta": 10**400}, r"delta must be a number > 0 and < 1e308"),
+        ({"alpha": 10**400}, r"alpha must be a number > 0 and <= 1, got 1000"),
     ],
 )
 def test_bad_options_are_config_errors(opts, match):
@@ -330,6 +345,9 @@ def test_cli_options_reach_the_policy_and_errors_exit_2(tmp_path, capsys):
     assert main(args[:3] + ["--admission-option", "nope=1"] + args[5:]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "admission policy 'twp': unknown option 'nope'" in err[0]
+    assert main(args[:3] + ["--admission-option", "h_min=1" + "0" * 400] + args[5:]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "twp: h_min must be an integer >= 1 and < 1e308" in err[0] and len(err[0]) < 200
 
 
 # ---- the simulator, end to end ----------------------------------------------------------

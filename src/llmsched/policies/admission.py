@@ -82,6 +82,8 @@ class RunningCap(AdmissionPolicy):
 
     def reset(self) -> None:
         self.inner.reset()
+        # (the inner policy forgets a cap at reset: it may since have run unwrapped)
+        self.inner.bind_running_cap(self.max_running)
 
     def describe(self) -> dict:
         return {**self.inner.describe(), "max_running": self.max_running}

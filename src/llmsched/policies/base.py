@@ -149,7 +149,8 @@ class AdmissionPolicy:
         """A wrapper (`RunningCap`) lets at most `max_running` requests run at once: a
         policy that derives a cap on the running requests (TWP's `B_max`, DynamicBatch's
         `C_max`) keeps it at most this, so that `describe` reports the cap in force.
-        Kept across `reset` (an option, not something a run taught). Default: nothing."""
+        The wrapper binds it again at every `reset`, after the policy's own (which may
+        forget it: a policy run again without the wrapper is uncapped). Default: nothing."""
 
     def reset(self) -> None:
         """A run starts: forget whatever earlier runs taught the policy (a window, a cap,

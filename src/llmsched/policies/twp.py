@@ -62,7 +62,11 @@ def check_number(
         if none:
             return None
         raise ConfigError(f"{policy}: {name} is required")
-    bad = as_real(v) is None or not math.isfinite(v)
+    huge = False
+    try:
+        bad = as_real(v) is None or not math.isfinite(v)
+    except OverflowError:  # an int past a float's range (10**400): no window or step time holds it
+        bad = huge = True
     if not bad and integer and v != int(v):
         bad = True
     if not bad and lo is not None and (v <= lo if lo_open else v < lo):
@@ -76,8 +80,10 @@ def check_number(
             rng.append(f"{'>' if lo_open else '>='} {lo:g}")
         if hi is not None:
             rng.append(f"{'<' if hi_open else '<='} {hi:g}")
+        elif huge:
+            rng.append("< 1e308")
         where = f" {' and '.join(rng)}" if rng else ""
-        raise ConfigError(f"{policy}: {name} must be {kind}{where}, got {v!r}")
+        raise ConfigError(f"{policy}: {name} must be {kind}{where}, got {v!r:.60}")
     return int(v) if integer else float(v)
 
 
@@ -152,8 +158,10 @@ class MeteredAdmission(AdmissionPolicy):
         self._key = None
 
     def reset(self) -> None:
-        """A new run: the run's state starts over (`_start`); the bound cost model, a
-        running cap and the options stay."""
+        """A new run: the run's state starts over (`_start`); the bound cost model and the
+        options stay. A running cap is the wrapper's (`RunningCap.reset` binds it again):
+        the policy run without that wrapper runs uncapped, as a fresh one."""
+        self._running_cap = None
         self._start()
 
     def _start(self) -> None:  # pragma: no cover - each policy's own
@@ -379,8 +387,8 @@ class TWP(MeteredAdmission):
             lo = self.h_min
         elif self.measured:
             lo = self.B_0 if self.B_0 is not None else self._seen_knee
-            if self.max_active is not None:
-                lo = max(lo, self.max_active)
+            if self.max_active is not None:  # the window holds every active decoder: B_max, as cut
+                lo = max(lo, self.B_max)
         else:
             lo = max(self.B_max, self.W_0)
         self.H_min = max(1, min(lo, self.H_max))
