@@ -81,6 +81,9 @@ def test_c_max_above_the_step_room_is_cut_to_it():
     assert p.cap == 64
     q = make_admission_policy("dynamicbatch", c_min=100, c_max=1000, c0=500)
     assert q.batch_limit(ServerState(Constraints(b_max=48))) == 48  # c_min and c0 too
+    # a c0 below c_min starts at c_min (docs/twp.md), as TWP's h0 at the nearer bound
+    low = make_admission_policy("dynamicbatch", c_min=8, c_max=32, c0=2, l_min_ms=10)
+    assert low.batch_limit(ServerState(Constraints(b_max=48))) == 8
 
 
 def test_cap_bounds_admissions_but_never_pauses_running_requests():

@@ -40,7 +40,8 @@ class DynamicBatch(MeteredAdmission):
     - `c_min` [1], `c_max` [min(b_max, k_max)]: bounds of the cap (a larger `c_max` is cut
       to `min(b_max, k_max)`, and to a running cap (`--max-running`) if one wraps the
       policy, and so is a `c_min` or `c0` above it).
-    - `c0` [c_max]: initial cap (start unconstrained, as a plain FCFS server).
+    - `c0` [c_max]: initial cap (start unconstrained, as a plain FCFS server); one below
+      `c_min` starts at `c_min`, as TWP's `h0` starts at the nearer bound.
     - `l_min_ms`, `cost`, `context` [1024]: as for `twp`.
     """
 
