@@ -6,6 +6,7 @@ command runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from ..core.engine_api import (
 )
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_out_file
+from ..engine.loader import GENERATION_CONFIG_CHOICES, defaults_note, generation_defaults
 from .common import (
     add_scheduler_args,
     check_replaces_own_file,
@@ -144,6 +146,20 @@ def add_engine_args(
     )
 
 
+# generate's sampling when neither a flag nor the model's generation_config.json sets it
+GENERATE_DEFAULTS = {"max_tokens": 32, "temperature": 0.0, "top_p": 1.0, "top_k": -1}
+
+
+def add_generation_config_arg(p) -> None:
+    p.add_argument(
+        "--generation-config",
+        choices=GENERATION_CONFIG_CHOICES,
+        default=None,
+        help="auto: the model folder's generation_config.json gives the sampling defaults (temperature, "
+        "top_p, top_k, repetition_penalty, max_new_tokens), as vLLM; vllm: it does not (default: auto)",
+    )
+
+
 def engine_setup(args) -> dict:
     """The engine's keyword options from the command line (the device's defaults where not given)."""
     if getattr(args, "kv_capacity", None) is not None:
@@ -193,11 +209,11 @@ def cmd_generate(args) -> int:
     from ..core.engine_api import SamplingParams  # noqa: PLC0415
     from ..engine import LLM  # noqa: PLC0415 - torch
 
+    # the flags given, else the model's generation_config.json defaults, else generate's own;
+    # the flags are checked before the model folder is read
+    flags = {k: getattr(args, k) for k in GENERATE_DEFAULTS if getattr(args, k) is not None}
     params = SamplingParams(
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
+        **{**GENERATE_DEFAULTS, **flags},
         seed=args.seed,
         stop=list(args.stop or []),
         stop_token_ids=list(args.stop_token_id or []),
@@ -209,6 +225,10 @@ def cmd_generate(args) -> int:
     ]
     if not prompts:
         raise ConfigError("give at least one --prompt (or --prompt-ids)")
+    generation_config = args.generation_config or "auto"
+    defaults = generation_defaults(args.model, generation_config)
+    if defaults:
+        params = dataclasses.replace(params, **{**defaults, **flags})
     opts = engine_setup(args)
     spec = scheduler_spec(args).replace(max_running=opts["max_num_seqs"])
     llm = LLM(
@@ -217,8 +237,11 @@ def cmd_generate(args) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization,
         enforce_eager=args.enforce_eager,
         cost_model=args.cost_model,
+        generation_config=generation_config,
         **opts,
     )
+    if defaults:
+        print(f"llmsched generate: {defaults_note(args.model, defaults, 'the flags given')}", file=sys.stderr)
     outs = llm.generate(prompts, params)
     for prompt, o in zip(prompts, outs):
         if args.json:
@@ -399,16 +422,23 @@ def register(subparsers) -> None:
         metavar="PROMPT_IDS",
         help="a prompt as token ids, e.g. '1,5,9' (repeatable)",
     )
-    p.add_argument("--max-tokens", type=positive_int, default=32, help="output tokens per prompt (default: 32)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1)")
-    p.add_argument("--top-k", type=int, default=-1, help="top-k sampling, 0 or -1 = off (default: -1)")
+    # (None: the model's generation_config.json default, else GENERATE_DEFAULTS')
+    model_default = "the model's generation_config.json, else"
+    p.add_argument(
+        "--max-tokens", type=positive_int, default=None, help=f"output tokens per prompt (default: {model_default} 32)"
+    )
+    p.add_argument("--temperature", type=float, default=None, help=f"0 = greedy (default: {model_default} 0)")
+    p.add_argument("--top-p", type=float, default=None, help=f"nucleus sampling mass (default: {model_default} 1)")
+    p.add_argument(
+        "--top-k", type=int, default=None, help=f"top-k sampling, 0 or -1 = off (default: {model_default} -1)"
+    )
     p.add_argument("--seed", type=request_seed_int, default=None, help="per-request sampling seed (0 to 2**63 - 1)")
     p.add_argument("--stop", action="append", help="stop string (repeatable); the text is cut before it")
     p.add_argument("--stop-token-id", type=int, action="append", help="stop token id (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS")
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
     add_engine_args(p, cpu_max_model_len=None)
+    add_generation_config_arg(p)
     p.add_argument(
         "--cost-model",
         default=None,

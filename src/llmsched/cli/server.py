@@ -13,7 +13,7 @@ from ..core.checks import check_api_key
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
 from .common import add_scheduler_args, positive_int, scheduler_spec
-from .engine import check_kv_cache_gb
+from .engine import add_generation_config_arg, check_kv_cache_gb
 
 # --sim-max-debt-ms' largest value: the project's clock range
 MAX_DEBT_MS = MAX_SECONDS * 1000
@@ -131,6 +131,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--num-blocks", type=positive_int, default=None, help="KV-cache blocks")
     g.add_argument("--block-size", type=positive_int, default=None, help="KV-cache block size in tokens")
     g.add_argument("--seed", type=int, default=None, help="sampling seed")
+    add_generation_config_arg(g)
     g = p.add_argument_group("overload and shutdown")
     g.add_argument(
         "--max-queued-requests",
@@ -149,7 +150,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         type=positive_int,
         default=None,
         help="max_tokens when a request gives none, cut to the room the prompt leaves "
-        "(default: 16 for completions, the context left for chat)",
+        "(default: 16 for completions; for chat the model's max_new_tokens, else the context left)",
     )
     g.add_argument(
         "--drain-timeout",
@@ -185,7 +186,7 @@ def build_backend(args):
     opts = scheduler_spec(args)
     engine_only = [
         f"--{k.replace('_', '-')}"
-        for k in ("device", "dtype", "kv_cache_gb", "num_blocks", "block_size", "seed")
+        for k in ("device", "dtype", "kv_cache_gb", "num_blocks", "block_size", "seed", "generation_config")
         if getattr(args, k) is not None and not (k == "block_size" and args.prefix_caching)
     ]
     if backend == "sim" and engine_only:
@@ -212,6 +213,7 @@ def build_backend(args):
             seed=args.seed,
             max_model_len=args.max_model_len,
             cost_model=args.cost_model,
+            generation_config=args.generation_config or "auto",
         )
     if args.model:
         raise ConfigError("--model is for the engine backend; the sim backend takes --served-model-name")
@@ -267,6 +269,11 @@ def serve_main(args) -> int:
         file=sys.stderr,
         flush=True,
     )
+    if backend.sampling_defaults:
+        from ..engine.loader import defaults_note  # noqa: PLC0415
+
+        note = defaults_note(backend.root, backend.sampling_defaults, "the fields a request sets")
+        print(f"llmsched serve: {note}", file=sys.stderr, flush=True)
     serve(backend, cfg, sock)
     return 0
 

@@ -33,7 +33,7 @@ from ..runtime.driver import NS, StepBatch, StepDriver
 from ..runtime.output import PieceFn
 from ..runtime.output import Sequence as _Sequence
 from .kv_cache import BlockAllocator, token_capacity
-from .loader import ModelConfig, read_config
+from .loader import ModelConfig, generation_defaults, read_config
 from .tokenizer import Detokenizer, Tokenizer
 
 
@@ -635,10 +635,14 @@ class LLM:
         device: str = "cpu",
         dtype=None,
         max_num_seqs: int | None = None,
+        generation_config: str = "auto",
         **engine_options,
     ):
         known = set(keyword_names(LLMEngine)) - {"model"}
         check_known("LLM option", engine_options, known)
+        # as vLLM's LLM: generate() without params uses the model's generation_config.json
+        # defaults (auto), or SamplingParams' own (vllm)
+        self.sampling_defaults = generation_defaults(model, generation_config)
         self.engine = LLMEngine(
             model,
             scheduler=scheduler,
@@ -652,6 +656,11 @@ class LLM:
         )
         self.tokenizer = self.engine.tokenizer
         self._n = 0
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """The params generate() uses when given none: SamplingParams with the model's
+        generation_config.json defaults (`sampling_defaults`), as vLLM's method of this name."""
+        return SamplingParams(**self.sampling_defaults)
 
     def encode(self, prompt) -> list[int]:
         if isinstance(prompt, str):
@@ -682,7 +691,7 @@ class LLM:
             )
         prompts = list(prompts)
         if params is None:
-            params = SamplingParams()
+            params = self.get_default_sampling_params()
         plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ConfigError(f"got {len(plist)} sampling params for {len(prompts)} prompts")

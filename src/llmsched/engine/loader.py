@@ -1,5 +1,6 @@
 """Read a Hugging Face-format model folder: `config.json`, `*.safetensors` (one file or
-shards with `model.safetensors.index.json`), optional `generation_config.json`.
+shards with `model.safetensors.index.json`), optional `generation_config.json` (EOS ids,
+and the sampling defaults vLLM applies: `generation_defaults`).
 
 Supported: Llama 2/3 (incl. Llama-3 rope scaling), Qwen2 (q/k/v bias), Mistral (sliding
 window). Everything a user can get wrong raises `ConfigError` with one sentence.
@@ -14,7 +15,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.checks import check_bool
+from ..core.checks import as_real, check_bool
+from ..core.engine_api import SamplingParams
 from ..core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -289,6 +291,70 @@ def read_config(model_dir) -> ModelConfig:
         if eos:
             cfg.eos_token_ids = eos
     return cfg
+
+
+# generation_config.json's sampling defaults, as vLLM reads them (ModelConfig.
+# get_diff_sampling_param): the file's key -> the SamplingParams field it sets
+GENERATION_DEFAULTS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "repetition_penalty": "repetition_penalty",
+    "max_new_tokens": "max_tokens",  # Hugging Face's max_new_tokens is vLLM's max_tokens
+}
+GENERATION_CONFIG_CHOICES = ("auto", "vllm")
+
+
+def generation_defaults(model_dir, generation_config: str = "auto") -> dict:
+    """The sampling defaults (SamplingParams fields) of the model folder's
+    generation_config.json, as vLLM applies them with `--generation-config auto` (its
+    default): those of GENERATION_DEFAULTS present and not null. `vllm`: none (vLLM's own
+    defaults); none either for a ModelConfig (random weights), without the file, or when it
+    is not valid JSON (read_config warns and loads the model without it). A value
+    SamplingParams refuses, or a min_p above 0 (vLLM's fifth key, a sampling method this
+    engine lacks), is a ConfigError naming the file and the key."""
+    if generation_config not in GENERATION_CONFIG_CHOICES:
+        raise ConfigError(f"generation_config must be auto or vllm, got {generation_config!r}")
+    if generation_config == "vllm" or isinstance(model_dir, ModelConfig):
+        return {}
+    gen = model_path(model_dir) / "generation_config.json"
+    if not gen.is_file():
+        return {}
+    try:
+        data = _read_json(gen, "generation config")
+    except ConfigError:
+        return {}
+    out = {}
+    for key, name in GENERATION_DEFAULTS.items():
+        v = data.get(key)
+        if v is None:
+            continue
+        if as_real(v) is None:  # (shown as JSON-ish repr, cut: a string may hold newlines)
+            raise ConfigError(f"{gen}: {key} must be a number, got {v!r:.40}")
+        try:
+            out[name] = getattr(SamplingParams(**{name: v}), name)  # its checks, its normal form
+        except ConfigError as e:
+            msg = str(e)
+            raise ConfigError(f"{gen}: {key}{msg[len(name) :] if msg.startswith(name) else ': ' + msg}") from None
+    min_p = data.get("min_p")
+    if min_p is not None and as_real(min_p) is None:
+        raise ConfigError(f"{gen}: min_p must be a number, got {min_p!r:.40}")
+    if min_p is not None and min_p != 0:
+        raise ConfigError(
+            f"{gen}: min_p {min_p!r:.40} asks for min-p sampling, which llmsched does not support "
+            "(--generation-config vllm ignores the file's sampling defaults)"
+        )
+    return out
+
+
+def defaults_note(model_dir, defaults: dict, overriders: str) -> str:
+    """The startup line that says which sampling defaults the model's generation_config.json
+    gave (vLLM logs that they override its own), and what overrides them."""
+    shown = ", ".join(f"{k}={v}" for k, v in defaults.items())
+    return (
+        f"default sampling parameters from {Path(model_dir) / 'generation_config.json'}: {shown} "
+        f"({overriders} override them; --generation-config vllm ignores the file's)"
+    )
 
 
 def weight_files(model_dir) -> list[Path]:

@@ -802,15 +802,19 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
 
     def completion_budget(req, prompt_tokens: int, chat: bool, param: str) -> int:
         """The max_tokens a prompt gets, as vLLM's get_max_tokens: what the client asked for
-        (else the server's default: --default-max-tokens, 16 for completions, all the room
-        for chat), cut to the room the context leaves after the prompt. A 400 naming the
-        prompt when it leaves no room."""
+        (else the server's default: --default-max-tokens; 16 for completions; for chat the
+        model's max_new_tokens (generation_config.json), else all the room), cut to the room
+        the context leaves after the prompt. A 400 naming the prompt when it leaves no room."""
         asked = req.max_tokens
         if asked is None:
             if cfg.default_max_tokens is not None:
                 asked = cfg.default_max_tokens
             elif not chat:
-                asked = 16  # OpenAI's completions default; chat's (None) is all the room
+                # OpenAI's completions default: vLLM's CompletionRequest has it, so the
+                # model's max_new_tokens never applies there
+                asked = 16
+            else:
+                asked = backend.sampling_defaults.get("max_tokens")  # None: all the room
         try:
             backend.check_prompt(prompt_tokens)
         except ConfigError as e:
@@ -881,7 +885,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             queue_requests, queue_tokens = queue_share(all_ids, req.n, param)
             budgets = [completion_budget(req, len(ids), chat, param) for ids in all_ids]
             try:
-                params_of = {mt: sampling_params(req, mt) for mt in dict.fromkeys(budgets)}
+                params_of = {mt: sampling_params(req, mt, backend.sampling_defaults) for mt in dict.fromkeys(budgets)}
             except ConfigError as e:
                 raise bad_request(str(e)) from None
             if req.echo:

@@ -9,12 +9,13 @@ with the tokenizer folder's chat template, or `--chat-template` (`chat_template.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core.engine_api import EngineCore, default_max_running
 from ..core.errors import ConfigError, warn
+from ..engine.loader import generation_defaults
 from ..engine.tokenizer import tokenizer_file
 from ..policies.spec import SchedulerSpec
 from .chat_template import ChatTemplates, resolve_template
@@ -39,6 +40,9 @@ class Backend:
     info: dict
     vocab_size: int | None = None  # token ids must be below it (None: any id is fine)
     logits: bool = False  # the model has logits: logprobs and logit_bias can be served
+    # SamplingParams fields a request that omits them gets: the model's generation_config.json
+    # (engine.loader.generation_defaults)
+    sampling_defaults: dict = field(default_factory=dict)
 
     def check_prompt(self, prompt_tokens: int) -> None:
         """ConfigError if a prompt of this size leaves no room for a completion token. As
@@ -222,11 +226,14 @@ def make_engine_backend(
     served_model_name: str | None = None,
     tokenizer: str | None = None,
     chat_template: str | None = None,
+    generation_config: str = "auto",
     **engine_kwargs,
 ) -> Backend:
     """`llmsched.engine.LLMEngine` on the model folder `model`. Chat requests are rendered
     with `chat_template` (`--chat-template`: a file or the template itself) if given, else
-    with the tokenizer folder's template if it has one (see `chat_template.py`)."""
+    with the tokenizer folder's template if it has one (see `chat_template.py`). Requests
+    get the sampling defaults of the folder's generation_config.json (`generation_config`
+    auto, as vLLM's server) or none (vllm)."""
     if not Path(model).exists():
         raise ConfigError(f"model folder {model} does not exist")
     name = served_name(served_model_name, Path(model).name)  # checked before the model loads
@@ -240,6 +247,7 @@ def make_engine_backend(
         raise ConfigError(f"no tokenizer.json found at {tokenizer}")
     elif chat_template is not None:
         raise ConfigError("--chat-template needs a tokenizer, and this model has none (no tokenizer.json)")
+    sampling_defaults = generation_defaults(model, generation_config)
     from .. import engine as _engine  # noqa: PLC0415 - the engine needs torch
 
     opts = opts or SchedulerOptions()
@@ -274,6 +282,7 @@ def make_engine_backend(
         "scheduler": core.scheduler.describe(),
         "cost_model": core.cost_model.describe() if core.cost_model is not None else None,
         "max_model_len": max_len,
+        "sampling_defaults": sampling_defaults,
         **_template_info(tok),
     }
     cfg = getattr(core, "config", None)
@@ -288,4 +297,5 @@ def make_engine_backend(
         info,
         vocab_size=getattr(cfg, "vocab_size", None),
         logits=True,
+        sampling_defaults=sampling_defaults,
     )

@@ -399,15 +399,15 @@ def _common(body: dict, kind: str) -> dict:
         # adds nothing: vLLM's include_continuous_usage = include_usage and continuous)
         include_usage = _bool(so, "include_usage", False)
         continuous = _bool(so, "continuous_usage_stats", False) and include_usage
-    temperature = _float(body, "temperature", 1.0, 0.0, 2.0)
-    top_p = _float(body, "top_p", 1.0, 0.0, 1.0, lo_open=True)
-    top_k = _int(body, "top_k", -1)
-    if top_k < -1:
+    # None (not given): the model's default (generation_config.json), else SamplingParams'
+    temperature = _float(body, "temperature", None, 0.0, 2.0)
+    top_p = _float(body, "top_p", None, 0.0, 1.0, lo_open=True)
+    top_k = _int(body, "top_k", None)
+    if top_k is not None and top_k < -1:
         raise bad_request(f"'top_k' must be 0 or -1 (off) or a positive integer, got {top_k}", "top_k")
-    top_k = top_k or -1  # vLLM's "off" is 0, ours -1: both are taken
     presence = _float(body, "presence_penalty", 0.0, -2.0, 2.0)
     frequency = _float(body, "frequency_penalty", 0.0, -2.0, 2.0)
-    repetition = _float(body, "repetition_penalty", 1.0, 0.0, lo_open=True)
+    repetition = _float(body, "repetition_penalty", None, 0.0, lo_open=True)
     seed = _int(body, "seed", None)
     if seed is not None and not INT64_MIN <= seed <= INT64_MAX:
         raise bad_request(f"'seed' must be a 64-bit signed integer ({INT64_MIN}..{INT64_MAX}), got {seed}", "seed")
@@ -771,8 +771,16 @@ def _finish(c: dict, kind: str, text, ids, messages, max_tokens: tuple, body) ->
     )
 
 
-def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
+# the request fields a model's generation_config.json gives defaults for (besides max_tokens)
+DEFAULTED = ("temperature", "top_p", "top_k", "repetition_penalty")
+
+
+def sampling_params(req: ParsedRequest, max_tokens: int, defaults: dict | None = None) -> SamplingParams:
+    """The engine's parameters of a request: its own fields, else the model's `defaults`
+    (generation_config.json), else SamplingParams' (as vLLM's to_sampling_params)."""
     c = req.raw
+    chosen = {k: v for k, v in (defaults or {}).items() if k in DEFAULTED}
+    chosen.update((k, c[k]) for k in DEFAULTED if c[k] is not None)
     if c["min_tokens"] > max_tokens:
         if req.max_tokens is None:
             what = f"the default max_tokens ({max_tokens})"
@@ -783,9 +791,7 @@ def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
         raise bad_request(f"'min_tokens' ({c['min_tokens']}) must be at most {what}", "min_tokens")
     return SamplingParams(
         max_tokens=max(1, max_tokens),  # 0 (score_only): the prefill's token is dropped
-        temperature=c["temperature"],
-        top_p=c["top_p"],
-        top_k=c["top_k"],
+        **chosen,
         seed=c["seed"],
         stop=c["stop"],
         include_stop_str_in_output=c["include_stop_str_in_output"],
@@ -794,7 +800,6 @@ def sampling_params(req: ParsedRequest, max_tokens: int) -> SamplingParams:
         min_tokens=c["min_tokens"],
         presence_penalty=c["presence_penalty"],
         frequency_penalty=c["frequency_penalty"],
-        repetition_penalty=c["repetition_penalty"],
         logit_bias=c["logit_bias"],
         logprobs=c["logprobs"],
         prompt_logprobs=c["logprobs"] if req.echo else None,
