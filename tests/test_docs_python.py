@@ -1,0 +1,153 @@
+"""Every ```python block of README.md and docs/*.md runs, as written, in a fresh Python in a
+temporary folder, so the documented Python API cannot silently drift from the code (the
+commands are tests/test_docs_commands.py's).
+
+What the test changes in a block, and only that:
+- `/tmp/tiny` becomes a tiny model folder made here by llmsched's own builder (the docs
+  make it with `llmsched make-tiny-model /tmp/tiny`); nothing is downloaded;
+- a block too slow for a test runs its smaller variant, given in SMALLER below and stated
+  in the doc itself beside the block;
+- a block that lists signatures (`name(params) -> type`, not runnable) is compared with the
+  signatures of the functions it names, found in the modules the prose names before it.
+The temporary folder links the checkout's `examples/`, which the blocks read by relative
+path, as a reader in the repository root does; what the blocks write stays there."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+# The smaller variants of blocks too slow for a test: (doc, text in a block, what replaces
+# it, the arguments that make it smaller, which the doc must state).
+TWP_SMALL = (
+    'quick=True, workloads=["azure"], schedulers=["fcfs", "twp"], loads=[0.6], num_requests=100,'
+    " stability_requests=200, stability_loads=[0.5], slo_targets_ms=[15]"
+)
+SMALLER = [
+    ("serverless.md", 'small.yaml", ', 'small.yaml", num_requests=100, ', "num_requests=100"),
+    ("stability.md", "num_requests=20000)", "num_requests=300)", "num_requests=300"),
+    ("stability.md", "num_requests=10000)", "num_requests=300)", "num_requests=300"),
+    ("twp.md", "workers=1)", f"workers=1, {TWP_SMALL})", TWP_SMALL),
+]
+
+
+def _blocks():
+    """(doc, line, code, the 15 lines of prose before it) of every ```python block."""
+    out = []
+    for doc in DOCS:
+        text = doc.read_text()
+        lines = text.splitlines()
+        for start, code in _python_blocks_strict(lines):
+            out.append((doc.name, start, code, "\n".join(lines[max(0, start - 15) : start - 1])))
+    return out
+
+
+def _python_blocks_strict(lines: list[str]) -> list[tuple[int, str]]:
+    """(line number of the fence, contents) of every fenced block whose language is python;
+    the fences of other languages are paired too, so their contents are never read."""
+    blocks, lang, start, body = [], None, 0, []
+    for i, line in enumerate(lines, 1):
+        if line.strip().startswith("```"):
+            if lang is None:
+                lang, start, body = line.strip()[3:].strip(), i, []
+            else:
+                if lang == "python":
+                    blocks.append((start, "\n".join(body)))
+                lang = None
+        elif lang is not None:
+            body.append(line)
+    return blocks
+
+
+BLOCKS = _blocks()
+
+
+def _signatures(code: str):
+    """[(name, params, return)] when the block lists signatures `name(params) -> type`,
+    else None (a block of code)."""
+    try:
+        ast.parse(code)
+        return None
+    except SyntaxError:
+        pass
+    found = re.findall(r"^(\w+)\((.*?)\)\s*->\s*([\w\[\], |]+)$", code, re.M | re.S)
+    rest = re.sub(r"^(\w+)\((.*?)\)\s*->\s*([\w\[\], |]+)$", "", code, flags=re.M | re.S)
+    return found if found and not rest.strip() else None
+
+
+def _check_signatures(doc: str, sigs, prose: str) -> None:
+    modules = []
+    for name in re.findall(r"`(llmsched(?:\.\w+)+)`", prose):
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    for name, params, _ in sigs:
+        real = next((getattr(m, name) for m in modules if hasattr(m, name)), None)
+        assert real is not None, f"{doc}: `{name}` is in no module the prose names before it"
+        ns: dict = {}
+        exec(f"def {name}({params}): pass", ns)  # the documented signature, as Python reads it
+        shown, actual = inspect.signature(ns[name]), inspect.signature(real)
+        assert [(p.name, p.kind, p.default) for p in shown.parameters.values()] == [
+            (p.name, p.kind, p.default) for p in actual.parameters.values()
+        ], f"{doc}: {name}{shown} is documented, the code has {name}{actual}"
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from llmsched.engine import make_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny") / "tiny"
+    make_tiny_model(path)
+    return path
+
+
+def test_the_docs_show_python():
+    assert len(BLOCKS) >= 12
+    assert {d for d, *_ in BLOCKS} >= {
+        "README.md",
+        "engine.md",
+        "networks.md",
+        "serverless.md",
+        "stability.md",
+        "twp.md",
+    }
+    assert sum(_signatures(code) is not None for *_, code, _ in BLOCKS) >= 1
+
+
+def test_smaller_variants_are_documented():
+    for doc, old, _, stated in SMALLER:
+        path = ROOT / "README.md" if doc == "README.md" else ROOT / "docs" / doc
+        assert any(old in code for d, _, code, _ in BLOCKS if d == doc), f"{doc}: no block has {old!r}"
+        prose = re.sub(r"```python\n.*?```", "", path.read_text(), flags=re.S)
+        assert stated in prose, f"{doc}: the smaller variant ({stated}) is not stated outside its block"
+
+
+@pytest.mark.parametrize("doc,line,code,prose", BLOCKS, ids=[f"{d}:{n}" for d, n, *_ in BLOCKS])
+def test_documented_python_runs(doc, line, code, prose, tmp_path, request):
+    sigs = _signatures(code)
+    if sigs is not None:
+        _check_signatures(f"{doc}:{line}", sigs, prose)
+        return
+    for d, old, new, _ in SMALLER:
+        if d == doc:
+            code = code.replace(old, new)
+    if "/tmp/tiny" in code:
+        code = code.replace("/tmp/tiny", str(request.getfixturevalue("tiny_model")))
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, f"{doc}:{line}: the block fails:\n{code}\n{done.stderr[-3000:]}"
