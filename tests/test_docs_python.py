@@ -1,6 +1,6 @@
 """Every ```python block of README.md and docs/*.md runs, as written, in a fresh Python in a
-temporary folder, so the documented Python API cannot silently drift from the code (the
-commands are tests/test_docs_commands.py's).
+temporary folder of its own (side by side, one per core), so the documented Python API
+cannot silently drift from the code (the commands are tests/test_docs_commands.py's).
 
 What the test changes in a block, and only that:
 - `/tmp/tiny` becomes a tiny model folder made here by llmsched's own builder (the docs
@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -104,13 +105,46 @@ def _check_signatures(doc: str, sigs, prose: str) -> None:
         ], f"{doc}: {name}{shown} is documented, the code has {name}{actual}"
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from llmsched.engine import make_tiny_model
+def _runnable(doc: str, code: str, tiny: Path | None) -> str:
+    """The block as the test runs it: its smaller variant, the tiny model's folder."""
+    for d, old, new, _ in SMALLER:
+        if d == doc:
+            code = code.replace(old, new)
+    return code.replace("/tmp/tiny", str(tiny)) if tiny else code
 
-    path = tmp_path_factory.mktemp("tiny") / "tiny"
-    make_tiny_model(path)
-    return path
+
+def _run(code: str, folder: Path) -> subprocess.CompletedProcess:
+    (folder / "examples").symlink_to(ROOT / "examples")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def block_runs(request, tmp_path_factory):
+    """The selected blocks' runs, started together (one per core at a time, so that the
+    whole stays fast): (doc, line) -> (the code run, a future of its finished process)."""
+    chosen = [
+        item.callspec.params
+        for item in request.session.items
+        if item.path == Path(__file__) and getattr(item, "originalname", "") == "test_documented_python_runs"
+    ]
+    chosen = [p for p in chosen if _signatures(p["code"]) is None]
+    tiny = None
+    if any("/tmp/tiny" in p["code"] for p in chosen):
+        from llmsched.engine import make_tiny_model
+
+        tiny = make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        runs = {}
+        for p in chosen:
+            code = _runnable(p["doc"], p["code"], tiny)
+            folder = tmp_path_factory.mktemp(f"{p['doc']}-{p['line']}")
+            runs[p["doc"], p["line"]] = code, pool.submit(_run, code, folder)
+        yield runs
+        for _, future in runs.values():
+            future.cancel()
 
 
 def test_the_docs_show_python():
@@ -135,19 +169,11 @@ def test_smaller_variants_are_documented():
 
 
 @pytest.mark.parametrize("doc,line,code,prose", BLOCKS, ids=[f"{d}:{n}" for d, n, *_ in BLOCKS])
-def test_documented_python_runs(doc, line, code, prose, tmp_path, request):
+def test_documented_python_runs(doc, line, code, prose, block_runs):
     sigs = _signatures(code)
     if sigs is not None:
         _check_signatures(f"{doc}:{line}", sigs, prose)
         return
-    for d, old, new, _ in SMALLER:
-        if d == doc:
-            code = code.replace(old, new)
-    if "/tmp/tiny" in code:
-        code = code.replace("/tmp/tiny", str(request.getfixturevalue("tiny_model")))
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, f"{doc}:{line}: the block fails:\n{code}\n{done.stderr[-3000:]}"
+    ran, future = block_runs[doc, line]
+    done = future.result()
+    assert done.returncode == 0, f"{doc}:{line}: the block fails:\n{ran}\n{done.stderr[-3000:]}"
