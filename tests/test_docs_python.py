@@ -36,6 +36,7 @@ TWP_SMALL = (
     " stability_requests=200, stability_loads=[0.5], slo_targets_ms=[15]"
 )
 SMALLER = [
+    ("networks.md", "workers=2)", "workers=2, quick=True)", "quick=True"),
     ("serverless.md", 'small.yaml", ', 'small.yaml", num_requests=100, ', "num_requests=100"),
     ("stability.md", "num_requests=20000)", "num_requests=300)", "num_requests=300"),
     ("stability.md", "num_requests=10000)", "num_requests=300)", "num_requests=300"),
