@@ -178,3 +178,14 @@ def test_documented_python_runs(doc, line, code, prose, block_runs):
     ran, future = block_runs[doc, line]
     done = future.result()
     assert done.returncode == 0, f"{doc}:{line}: the block fails:\n{ran}\n{done.stderr[-3000:]}"
+
+
+def test_engine_doc_names_every_llm_option():
+    """docs/engine.md's paragraph on `LLM(...)` names every keyword the engine takes."""
+    from llmsched.engine.engine import LLMEngine
+
+    text = (ROOT / "docs" / "engine.md").read_text()
+    para = text[text.index("`LLM(model, scheduler=") : text.index("`generate(prompts, params)`")]
+    options = [k for k in inspect.signature(LLMEngine).parameters if k != "model"]
+    missing = [k for k in options if f"`{k}`" not in para and f"{k}=" not in para]
+    assert not missing, f"docs/engine.md does not name the LLM option(s) {missing}"
