@@ -189,3 +189,14 @@ def test_engine_doc_names_every_llm_option():
     options = [k for k in inspect.signature(LLMEngine).parameters if k != "model"]
     missing = [k for k in options if f"`{k}`" not in para and f"{k}=" not in para]
     assert not missing, f"docs/engine.md does not name the LLM option(s) {missing}"
+
+
+def test_twp_doc_names_every_resolved_value():
+    """docs/twp.md lists what TWP's `describe()` records under `resolved`, all of it."""
+    import llmsched
+
+    r = llmsched.simulate(admission="twp", cost_model="paper", num_requests=50, rate=2, out_dir=None)
+    text = (ROOT / "docs" / "twp.md").read_text()
+    para = text[text.index("records the values\nactually used:") :][:400]
+    missing = [k for k in r.config["scheduler"]["admission"]["resolved"] if f"`{k}`" not in para]
+    assert not missing, f"docs/twp.md does not name TWP's resolved value(s) {missing}"
