@@ -36,7 +36,7 @@ TWP_SMALL = (
     " stability_requests=200, stability_loads=[0.5], slo_targets_ms=[15]"
 )
 SMALLER = [
-    ("networks.md", "workers=2)", "workers=2, quick=True)", "quick=True"),
+    ("networks.md", "workers=2)", "workers=2, quick=True, num_jobs=50)", "quick=True, num_jobs=50"),
     ("serverless.md", 'small.yaml", ', 'small.yaml", num_requests=100, ', "num_requests=100"),
     ("stability.md", "num_requests=20000)", "num_requests=300)", "num_requests=300"),
     ("stability.md", "num_requests=10000)", "num_requests=300)", "num_requests=300"),
@@ -50,12 +50,12 @@ def _blocks():
     for doc in DOCS:
         text = doc.read_text()
         lines = text.splitlines()
-        for start, code in _python_blocks_strict(lines):
+        for start, code in _python_blocks(lines):
             out.append((doc.name, start, code, "\n".join(lines[max(0, start - 15) : start - 1])))
     return out
 
 
-def _python_blocks_strict(lines: list[str]) -> list[tuple[int, str]]:
+def _python_blocks(lines: list[str]) -> list[tuple[int, str]]:
     """(line number of the fence, contents) of every fenced block whose language is python;
     the fences of other languages are paired too, so their contents are never read."""
     blocks, lang, start, body = [], None, 0, []
@@ -75,6 +75,9 @@ def _python_blocks_strict(lines: list[str]) -> list[tuple[int, str]]:
 BLOCKS = _blocks()
 
 
+SIGNATURE = re.compile(r"^(\w+)\((.*?)\)\s*->\s*([\w\[\], |]+)$", re.M | re.S)
+
+
 def _signatures(code: str):
     """[(name, params, return)] when the block lists signatures `name(params) -> type`,
     else None (a block of code)."""
@@ -83,9 +86,8 @@ def _signatures(code: str):
         return None
     except SyntaxError:
         pass
-    found = re.findall(r"^(\w+)\((.*?)\)\s*->\s*([\w\[\], |]+)$", code, re.M | re.S)
-    rest = re.sub(r"^(\w+)\((.*?)\)\s*->\s*([\w\[\], |]+)$", "", code, flags=re.M | re.S)
-    return found if found and not rest.strip() else None
+    found = SIGNATURE.findall(code)
+    return found if found and not SIGNATURE.sub("", code).strip() else None
 
 
 def _check_signatures(doc: str, sigs, prose: str) -> None:
