@@ -264,7 +264,11 @@ class Lognormal(LengthLaw):
 
     @property
     def log_sigma(self) -> float:
-        return self.sigma if self.sigma is not None else math.sqrt(math.log1p(self.cv**2))
+        if self.sigma is not None:
+            return self.sigma
+        # sqrt(log(1 + cv^2)) is cv to double precision for a small cv, and cv**2 underflows
+        # to 0 below about 1e-162 (a log-sd of 0 divided by zero: a traceback)
+        return self.cv if self.cv < 1e-8 else math.sqrt(math.log1p(self.cv**2))
 
     def sample(self, rng, n):
         s = self.log_sigma
