@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import one_line_error
 
 from llmsched.workload.lengths import Lognormal, parse_length_law
 
@@ -17,3 +18,17 @@ def test_a_lognormal_law_of_a_tiny_cv_draws_its_mean(cv):
     assert np.all(law.sample(np.random.default_rng(0), 1000) == 100)
     assert law.expected() == pytest.approx(100.0)
     assert Lognormal(100, cv=0.5).log_sigma == pytest.approx(np.sqrt(np.log1p(0.25)), rel=1e-15)
+
+
+@pytest.mark.parametrize("mean", ["0.5", "1e-300"])
+def test_a_lognormal_mean_below_one_token_is_refused(capsys, mean):
+    """Every sample is at least 1 token: `lognormal:mean=0.5,sigma=1` drew a mean of about
+    1.1 tokens, and mean=1e-300 one token each, silently (geometric refuses such a mean)."""
+    argv = ["simulate", "--prompt", f"lognormal:mean={mean},sigma=1", "--num-requests", "5", "--out", ""]
+    one_line_error(capsys, argv + ["--cost-model", "const:1"], "--prompt: lognormal mean must be >= 1 token", mean)
+
+
+def test_a_lognormal_mean_of_one_token_still_draws():
+    law = parse_length_law("lognormal:mean=1,sigma=0.5")
+    x = law.sample(np.random.default_rng(0), 200_000)
+    assert x.min() == 1 and abs(x.mean() - law.expected()) < 0.01

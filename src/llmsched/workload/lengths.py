@@ -242,7 +242,10 @@ class Lognormal(LengthLaw):
     max: int | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "mean", _pos_float(self.mean, "lognormal mean"))
+        m = _pos_float(self.mean, "lognormal mean")
+        if m < 1:  # (every sample is rounded up to 1 token at least: the mean asked for is never drawn)
+            raise ConfigError(f"lognormal mean must be >= 1 token, got {self.mean!r}")
+        object.__setattr__(self, "mean", m)
         if (self.sigma is None) == (self.cv is None):
             raise ConfigError("lognormal needs exactly one of sigma= or cv= (e.g. lognormal:mean=1000,sigma=1.0)")
         if self.sigma is not None:
