@@ -1,11 +1,13 @@
-"""Length laws a bug hunt found drawn wrongly or answered with a traceback."""
+"""Workload laws and arrivals a bug hunt found drawn wrongly, unwarned or answered with a traceback."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import yaml
 from helpers import one_line_error
 
+from llmsched.cli import main
 from llmsched.workload.lengths import Lognormal, parse_length_law
 
 
@@ -32,3 +34,17 @@ def test_a_lognormal_mean_of_one_token_still_draws():
     law = parse_length_law("lognormal:mean=1,sigma=0.5")
     x = law.sample(np.random.default_rng(0), 200_000)
     assert x.min() == 1 and abs(x.mean() - law.expected()) < 0.01
+
+
+def test_gamma_arrivals_of_a_class_mix_warn_when_the_realised_rate_is_loose(capsys, tmp_path):
+    """A mix's classes are drawn over one gamma stream: cv 30 over 5,000 requests spreads
+    the realised rate by +-42% with classes as without them, but only a run without them
+    said so."""
+    classes = [{"tag": "a", "share": 1}, {"tag": "b", "share": 3}]
+    run = {"arrival": "gamma", "rate": 5, "cv": 30, "prompt": "geometric:100", "output": "geometric:20"}
+    for workload in (run, {**run, "classes": classes}):
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(yaml.safe_dump({"cost_model": "const:1", "workload": workload}))
+        assert main(["simulate", "--config", str(cfg), "--quiet", "--out", ""]) == 0
+        err = capsys.readouterr().err
+        assert "warning: gamma arrivals of cv 30: the realised rate of 5,000 requests varies by about +-42%" in err

@@ -574,7 +574,9 @@ def simulate(
     # what the run refuses, before the warnings (a refused run prints its one line only)
     check_run_inputs(trace, scheduler, cfg.max_time_s, cfg.sample_interval_s)
     warn_implausible(cost, cfg, trace, replay=replay)
-    if workload_desc.get("arrival") == "gamma" and not (workload_desc.get("turns") or workload_desc.get("classes")):
+    # (a class mix draws its classes over one gamma stream, whose arrivals are the requests;
+    # with turns they are the conversations)
+    if workload_desc.get("arrival") == "gamma" and not workload_desc.get("turns"):
         loose = loose_rate(float(workload_desc.get("cv") or 1.0), len(trace.arrival_s))
         if loose:
             warn(loose)
