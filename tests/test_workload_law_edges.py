@@ -8,6 +8,7 @@ import yaml
 from helpers import one_line_error
 
 from llmsched.cli import main
+from llmsched.core.errors import ConfigError
 from llmsched.workload.lengths import Lognormal, parse_length_law
 
 
@@ -48,3 +49,19 @@ def test_gamma_arrivals_of_a_class_mix_warn_when_the_realised_rate_is_loose(caps
         assert main(["simulate", "--config", str(cfg), "--quiet", "--out", ""]) == 0
         err = capsys.readouterr().err
         assert "warning: gamma arrivals of cv 30: the realised rate of 5,000 requests varies by about +-42%" in err
+
+
+@pytest.mark.parametrize(
+    "law",
+    [
+        {"law": "uniform", "hi": "9,2"},  # was uniform:2,9
+        {"law": "geometric", "mean": "100,max=5"},  # was geometric:mean=100,max=5
+        {"law": "lognormal", "mean": "100,sigma=1"},
+    ],
+)
+def test_a_length_law_mapping_value_holding_a_comma_is_refused(law):
+    """A mapping's values were joined into the string form, where a comma starts another
+    parameter: the mapping read as another law, silently."""
+    with pytest.raises(ConfigError, match="must be one number, got '"):
+        parse_length_law(law)
+    assert parse_length_law({"law": "uniform", "lo": "2", "hi": 9}) == parse_length_law("uniform:2,9")

@@ -549,6 +549,11 @@ def _from_mapping(d: dict) -> LengthLaw:
         if d:
             raise ConfigError(f"unknown key(s) {sorted(d)} in {kind} length law")
         return _empirical_from(str(src), kind == "replay", None if col is None else str(col))
+    for k, v in d.items():
+        # (joined into the string form below, a comma in a value would start another
+        # parameter: {law: uniform, hi: "9,2"} read as uniform:2,9)
+        if isinstance(v, str) and "," in v:
+            raise ConfigError(f"{kind} length law: '{k}' must be one number, got {v!r}")
     args = ",".join(f"{k}={v}" for k, v in d.items())
     return _from_string(f"{kind}:{args}")
 
