@@ -65,3 +65,18 @@ def test_a_length_law_mapping_value_holding_a_comma_is_refused(law):
     with pytest.raises(ConfigError, match="must be one number, got '"):
         parse_length_law(law)
     assert parse_length_law({"law": "uniform", "lo": "2", "hi": 9}) == parse_length_law("uniform:2,9")
+
+
+def test_a_boolean_parquet_column_is_no_column_of_lengths(tmp_path):
+    """pyarrow casts true/false to 1.0/0.0: `empirical:` read a boolean column as lengths
+    of 1 and 0 (drawn as 1) tokens, and a trace's as times and lengths, silently (a CSV's
+    `True` is refused as no number)."""
+    import pyarrow as pa  # noqa: PLC0415 - the analysis extra
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    f = tmp_path / "flags.parquet"
+    pq.write_table(pa.table({"prompt_tokens": pa.array([True, False, True])}), f)
+    with pytest.raises(ConfigError, match=r"column 'prompt_tokens' \(bool\) cannot be read as numbers"):
+        parse_length_law(f"empirical:{f}", "prompt").values()
+    pq.write_table(pa.table({"prompt_tokens": pa.array([3, 1, 2])}), f)
+    assert parse_length_law(f"empirical:{f}", "prompt").values().tolist() == [3, 1, 2]
