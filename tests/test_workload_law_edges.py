@@ -80,3 +80,36 @@ def test_a_boolean_parquet_column_is_no_column_of_lengths(tmp_path):
         parse_length_law(f"empirical:{f}", "prompt").values()
     pq.write_table(pa.table({"prompt_tokens": pa.array([3, 1, 2])}), f)
     assert parse_length_law(f"empirical:{f}", "prompt").values().tolist() == [3, 1, 2]
+
+
+def test_gamma_conversations_warn_when_their_realised_rate_is_loose(capsys):
+    """With turns the gamma arrivals are the conversations' first turns: cv 30 over the
+    1,6xx conversations of 5,000 requests spreads their realised rate by about +-73%, and
+    the run said nothing (turns were left out of the warning)."""
+    from llmsched.workload import WorkloadSpec, make_trace  # noqa: PLC0415
+    from llmsched.workload.spec import arrivals_held  # noqa: PLC0415
+
+    run = ["--arrival", "gamma", "--rate", "2", "--cv", "30", "--turns", "geometric:3", "--think-time", "10"]
+    lengths = ["--prompt", "geometric:100", "--output", "geometric:20", "--cost-model", "const:1"]
+    assert main(["simulate", *run, *lengths, "--quiet", "--out", ""]) == 0
+    err = capsys.readouterr().err
+    assert "warning: gamma arrivals of cv 30: the realised rate of 1," in err
+    assert " conversations varies by about +-7" in err and "ask for at least 90,000 conversations for +-10%" in err
+    # the count: the conversations with a request in the run, told apart by their first
+    # block (a 16-token first prompt: each conversation's own text)
+    spec = WorkloadSpec(
+        arrival="gamma",
+        rate=2,
+        cv=3,
+        turns="geometric:3",
+        think_time_s=10,
+        prompt="const:16",
+        output="const:2",
+        num_requests=5000,
+    )
+    trace = make_trace(spec)
+    conversations = len({ids[0] for ids in trace.blocks()})
+    assert 1500 < conversations < 2000
+    assert arrivals_held(spec, trace) == conversations
+    single = WorkloadSpec(arrival="gamma", rate=2, cv=3, prompt="const:16", output="const:2", num_requests=5000)
+    assert arrivals_held(single, make_trace(single)) == 5000
