@@ -42,6 +42,7 @@ from .workload.arrivals import MAX_REQUESTS, count_over_the_limit, loose_rate
 from .workload.blocks import DEFAULT_BLOCK_SIZE
 from .workload.spec import (
     DEFAULT_WORKLOAD,
+    arrivals_held,
     check_trace_blocks,
     class_shares,
     one_spelling,
@@ -574,8 +575,11 @@ def simulate(
     # what the run refuses, before the warnings (a refused run prints its one line only)
     check_run_inputs(trace, scheduler, cfg.max_time_s, cfg.sample_interval_s)
     warn_implausible(cost, cfg, trace, replay=replay)
-    if workload_desc.get("arrival") == "gamma" and not (workload_desc.get("turns") or workload_desc.get("classes")):
-        loose = loose_rate(float(workload_desc.get("cv") or 1.0), len(trace.arrival_s))
+    # (a class mix draws its classes over one gamma stream, whose arrivals are the requests;
+    # with turns they are the conversations)
+    if spec is not None and spec.arrival == "gamma":
+        unit = "conversations" if spec.turns is not None else "requests"
+        loose = loose_rate(spec.cv or 1.0, arrivals_held(spec, trace), unit)
         if loose:
             warn(loose)
     if cfg.prefix_caching and getattr(trace, "block_ids", None) is None:

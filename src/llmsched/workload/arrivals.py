@@ -39,29 +39,30 @@ MIN_CV, MAX_CV = 1e-3, 1e3
 MAX_RATE_SPREAD, GOOD_RATE_SPREAD = 0.25, 0.1
 
 
-def loose_rate(cv: float, n: int) -> str | None:
-    """A warning's text when `n` gamma arrivals of cv > 1 give a realised rate that spreads
-    past MAX_RATE_SPREAD of the rate asked for, else None: their mean gap, 1 / (realised
-    rate), has a relative standard error of cv / sqrt(n) (bursts, not a short run alone:
-    Poisson's is 1 / sqrt(n)). The text names no rate, so that a sweep shows it once."""
+def loose_rate(cv: float, n: int, unit: str = "requests") -> str | None:
+    """A warning's text when `n` gamma arrivals of cv > 1 (`unit`: requests, or the
+    conversations whose first turns they are) give a realised rate that spreads past
+    MAX_RATE_SPREAD of the rate asked for, else None: their mean gap, 1 / (realised rate),
+    has a relative standard error of cv / sqrt(n) (bursts, not a short run alone: Poisson's
+    is 1 / sqrt(n)). The text names no rate, so that a sweep shows it once."""
     spread = cv / math.sqrt(max(n, 1))
     if cv <= 1 or spread <= MAX_RATE_SPREAD:
         return None
     needed = math.ceil((cv / GOOD_RATE_SPREAD) ** 2)
     advice = (
-        f"ask for at least {count_text(needed)} requests for +-{100 * GOOD_RATE_SPREAD:.0f}%"
+        f"ask for at least {count_text(needed)} {unit} for +-{100 * GOOD_RATE_SPREAD:.0f}%"
         if needed <= MAX_REQUESTS  # (more are refused: only a lower cv helps)
-        else f"use a lower cv (+-{100 * GOOD_RATE_SPREAD:.0f}% would need {count_text(needed)} requests, "
+        else f"use a lower cv (+-{100 * GOOD_RATE_SPREAD:.0f}% would need {count_text(needed)} {unit}, "
         f"over the limit of {count_text(MAX_REQUESTS)})"
     )
     if spread > 1:  # (a "+-1414%" reads as a spread; past 100% the rate is no estimate at all)
         return (
-            f"gamma arrivals of cv {cv:g}: the realised rate of {count_text(n)} requests means nothing "
+            f"gamma arrivals of cv {cv:g}: the realised rate of {count_text(n)} {unit} means nothing "
             f"(cv / sqrt(n) = {spread:.3g}, over 100%): the arrivals bunch into a few bursts, at any rate "
             f"asked for; {advice}"
         )
     return (
-        f"gamma arrivals of cv {cv:g}: the realised rate of {count_text(n)} requests varies by about "
+        f"gamma arrivals of cv {cv:g}: the realised rate of {count_text(n)} {unit} varies by about "
         f"+-{100 * spread:.0f}% (cv / sqrt(n)) around the rate asked for; {advice}"
     )
 

@@ -307,6 +307,8 @@ def _parquet_columns(p: Path, kinds: dict[str, str]) -> dict[str, np.ndarray]:
             continue
         try:
             if kind == "float":
+                if pa.types.is_boolean(col.type):  # (cast to 1.0 and 0.0: read as 1- and 0-token lengths)
+                    raise ValueError(name)
                 out[name] = col.cast(pa.float64()).to_numpy()  # missing values: NaN
             elif kind in ("str", "text") and pa.types.is_list(col.type):
                 # a list column (block ids written as lists): the space-separated text of a CSV

@@ -242,7 +242,10 @@ class Lognormal(LengthLaw):
     max: int | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "mean", _pos_float(self.mean, "lognormal mean"))
+        m = _pos_float(self.mean, "lognormal mean")
+        if m < 1:  # (every sample is rounded up to 1 token at least: the mean asked for is never drawn)
+            raise ConfigError(f"lognormal mean must be >= 1 token, got {self.mean!r}")
+        object.__setattr__(self, "mean", m)
         if (self.sigma is None) == (self.cv is None):
             raise ConfigError("lognormal needs exactly one of sigma= or cv= (e.g. lognormal:mean=1000,sigma=1.0)")
         if self.sigma is not None:
@@ -264,7 +267,11 @@ class Lognormal(LengthLaw):
 
     @property
     def log_sigma(self) -> float:
-        return self.sigma if self.sigma is not None else math.sqrt(math.log1p(self.cv**2))
+        if self.sigma is not None:
+            return self.sigma
+        # sqrt(log(1 + cv^2)) is cv to double precision for a small cv, and cv**2 underflows
+        # to 0 below about 1e-162 (a log-sd of 0 divided by zero: a traceback)
+        return self.cv if self.cv < 1e-8 else math.sqrt(math.log1p(self.cv**2))
 
     def sample(self, rng, n):
         s = self.log_sigma
@@ -542,6 +549,11 @@ def _from_mapping(d: dict) -> LengthLaw:
         if d:
             raise ConfigError(f"unknown key(s) {sorted(d)} in {kind} length law")
         return _empirical_from(str(src), kind == "replay", None if col is None else str(col))
+    for k, v in d.items():
+        # (joined into the string form below, a comma in a value would start another
+        # parameter: {law: uniform, hi: "9,2"} read as uniform:2,9)
+        if isinstance(v, str) and "," in v:
+            raise ConfigError(f"{kind} length law: '{k}' must be one number, got {v!r}")
     args = ",".join(f"{k}={v}" for k, v in d.items())
     return _from_string(f"{kind}:{args}")
 

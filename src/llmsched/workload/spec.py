@@ -677,16 +677,8 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         )
         arrival = replayed_times(base.arrival_s, k, n, f"trace {spec.trace}", hint)
     else:
-        proc = make_arrival_process(spec.arrival, check_rate(spec.rate), None if spec.cv is None else check_cv(spec.cv))
         k = spec.time_scale
-        arrival = proc.times(
-            _rng(spec.seed, _ARRIVALS),
-            spec.num_requests,
-            spec.duration_s,
-            time_scale=k,  # the clock's limit and duration_s apply to the times divided by k
-        )
-        if k != 1.0:
-            arrival = arrival / k
+        arrival = _synthetic_arrivals(spec)
         n = len(arrival)
     if n == 0:
         what = f"duration_s={spec.duration_s}" if spec.duration_s is not None else "the trace"
@@ -728,6 +720,28 @@ def make_trace(spec: WorkloadSpec | dict, block_size: int = DEFAULT_BLOCK_SIZE, 
         ids, ptr = reblock(head.block_ids, head.block_ptr, cap, base.block_size, block_size)
         out = out.with_blocks(ids, ptr, block_size)
     return out
+
+
+def _synthetic_arrivals(spec: WorkloadSpec) -> np.ndarray:
+    """The times of a synthetic arrival process: requests, or with turns conversations."""
+    proc = make_arrival_process(spec.arrival, check_rate(spec.rate), None if spec.cv is None else check_cv(spec.cv))
+    k = spec.time_scale
+    arrival = proc.times(
+        _rng(spec.seed, _ARRIVALS),
+        spec.num_requests,
+        spec.duration_s,
+        time_scale=k,  # the clock's limit and duration_s apply to the times divided by k
+    )
+    return arrival / k if k != 1.0 else arrival
+
+
+def arrivals_held(spec: WorkloadSpec, trace: Trace) -> int:
+    """How many arrivals of a synthetic workload's process `trace` (`make_trace(spec)`)
+    holds: its requests, or with turns its conversations (those whose first turn, the
+    conversation's earliest, comes by its last request)."""
+    if spec.turns is None or not len(trace):
+        return len(trace)
+    return int(np.searchsorted(_synthetic_arrivals(spec), trace.arrival_s[-1], side="right"))
 
 
 def _traced_classes(spec: WorkloadSpec, tags: np.ndarray, drawn: np.ndarray) -> np.ndarray:
