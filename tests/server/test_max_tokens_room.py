@@ -171,3 +171,15 @@ def test_the_default_max_tokens_is_cut_to_the_room(kind, request):
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5, r.text
         r = post(base, "/v1/completions", {**body, "prompt": _ids(20)})
         assert r.json()["usage"]["completion_tokens"] == 16
+
+
+def test_a_completions_max_tokens_null_is_the_room_left(served):
+    """`max_tokens: null` on a completion is vLLM's "not set": the room the prompt leaves
+    (or the model's max_new_tokens); only a missing field is OpenAI's default of 16. It
+    was 16 either way."""
+    base, backend = served
+    body = {"model": backend.model_name, "prompt": _ids(20), "ignore_eos": True}
+    r = post(base, "/v1/completions", {**body, "max_tokens": None})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == LEN - 20, r.text
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+    assert post(base, "/v1/completions", body).json()["usage"]["completion_tokens"] == 16

@@ -802,16 +802,17 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
 
     def completion_budget(req, prompt_tokens: int, chat: bool, param: str) -> int:
         """The max_tokens a prompt gets, as vLLM's get_max_tokens: what the client asked for
-        (else the server's default: --default-max-tokens; 16 for completions; for chat the
-        model's max_new_tokens (generation_config.json), else all the room), cut to the room
+        (else the server's default: --default-max-tokens; 16 for completions that leave the
+        field out; for chat and `max_tokens: null` the model's max_new_tokens
+        (generation_config.json), else all the room), cut to the room
         the context leaves after the prompt. A 400 naming the prompt when it leaves no room."""
         asked = req.max_tokens
         if asked is None:
             if cfg.default_max_tokens is not None:
                 asked = cfg.default_max_tokens
-            elif not chat:
+            elif not chat and not req.max_tokens_null:
                 # OpenAI's completions default: vLLM's CompletionRequest has it, so the
-                # model's max_new_tokens never applies there
+                # model's max_new_tokens applies there only to an explicit null
                 asked = 16
             else:
                 asked = backend.sampling_defaults.get("max_tokens")  # None: all the room

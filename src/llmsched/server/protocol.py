@@ -298,6 +298,9 @@ class ParsedRequest:
     prompts: list | None = None  # completions: every prompt, a str or a list of token ids
     n: int = 1
     echo: bool = False
+    # completions' `max_tokens: null`: vLLM's "not set" (the room left, or the model's
+    # max_new_tokens), where a missing field is OpenAI's default of 16
+    max_tokens_null: bool = False
     logprobs: int | None = None  # top logprobs per token (None: no logprobs)
     # completions' `max_tokens: 0` (with `echo`): the prompt (and its logprobs) only; the
     # engine still samples the one token that ends the prefill, and it is not returned
@@ -524,6 +527,7 @@ def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedReq
         )
     req = _finish(c, "completion", text, ids, None, (max_tokens, key), body)
     req.prompts = prompts
+    req.max_tokens_null = "max_tokens" in body and body["max_tokens"] is None
     req.add_special_tokens = _opt_bool(body, "add_special_tokens")
     if max_tokens == 0:
         req.score_only = True
