@@ -175,6 +175,27 @@ def test_simulate_parquet_writes_typed_tables(tmp_path):
     assert not list(out.glob("*.parquet"))
 
 
+def test_parquet_and_pandas_tables_of_a_run_of_no_step_keep_their_types(tmp_path):
+    """A --max-time stop before the first arrival: no sample, no step, yet the tables keep
+    a run's column types (steps.parquet's were null, timeseries.parquet's counts double)."""
+    import pyarrow.parquet as pq
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n1,100,5\n2,50,3\n")
+    whole, empty = tmp_path / "whole", tmp_path / "empty"
+    argv = ["simulate", "--cost-model", "paper", "--trace", str(trace), "--steps", "--parquet", "--quiet"]
+    assert main([*argv, "--out", str(whole)]) == 0
+    assert main([*argv, "--max-time", "0.5", "--out", str(empty)]) == 0
+    for name in ("steps", "timeseries"):
+        full, none = pq.read_table(whole / f"{name}.parquet"), pq.read_table(empty / f"{name}.parquet")
+        assert none.num_rows == 0 and full.num_rows > 0
+        assert none.schema == full.schema
+    r = llmsched.simulate(cost_model="paper", trace=str(trace), max_time_s=0.5, record_steps=True)
+    t = r.to_pandas()
+    assert str(t["steps"]["batch_size"].dtype) == "int64" and str(t["steps"]["start_s"].dtype) == "float64"
+    assert str(t["timeseries"]["running_requests"].dtype) == "int64"
+
+
 def test_parquet_and_pandas_tpot_equal_requests_csv_and_goodput(tmp_path):
     """requests.parquet and to_pandas() hold requests.csv's tpot_s (the mean gap rounded up
     to the ns), so `tpot_s <= objective` counts exactly the requests goodput counts."""
