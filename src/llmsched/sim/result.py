@@ -503,6 +503,14 @@ class SimResult:
         out = Path(out_dir)
         written = self._write_parquet(out)
         self._written[_file_id(out / "summary.json")] = True
+        # the folder's config.json says it has the tables, as `write(DIR, parquet=True)`'s
+        # does (it said nothing of them, though a later `write_config` added the flag): the
+        # file as it is there, a `write_config`'s changes kept
+        path = out / "config.json"
+        if path.is_file():
+            config = json.loads(path.read_text())
+            config["provenance"] = {**config.get("provenance", {}), "parquet": True}
+            write_file(path, lambda f: json.dump(config, f, indent=2))
         return written
 
     def _own_write(self, out: Path):
