@@ -251,3 +251,18 @@ def test_parquet_errors_are_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "--parquet needs pyarrow" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()  # refused before the run
+
+
+def test_timeseries_columns_mean_what_readme_says(tmp_path):
+    """One request of 100 prompt and 5 output tokens, 46.75 ms steps (paper): inside its
+    prefill step no request waits, yet its 100 prompt tokens are still to prefill."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,5\n")
+    r = llmsched.simulate(cost_model="paper", trace=str(trace), sample_interval_s=0.04, verdict=False)
+    ts = {k: v.tolist() for k, v in r.timeseries.items()}
+    # samples at 0 and 0.04 s (prefill step), 0.08 s (first decode step), then decode steps
+    assert ts["waiting_requests"][:3] == [0, 0, 0] and ts["running_requests"][:3] == [1, 1, 1]
+    assert ts["waiting_prefill_tokens"][:3] == [100, 100, 0]
+    assert ts["decoding_requests"][:3] == [0, 0, 1]
+    assert ts["token_load"][:3] == [100, 100, 1]
+    assert ts["backlog_tokens"][:3] == [104, 104, 4]
