@@ -175,6 +175,27 @@ def test_simulate_parquet_writes_typed_tables(tmp_path):
     assert not list(out.glob("*.parquet"))
 
 
+def test_parquet_and_pandas_tables_of_a_run_of_no_step_keep_their_types(tmp_path):
+    """A --max-time stop before the first arrival: no sample, no step, yet the tables keep
+    a run's column types (steps.parquet's were null, timeseries.parquet's counts double)."""
+    import pyarrow.parquet as pq
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n1,100,5\n2,50,3\n")
+    whole, empty = tmp_path / "whole", tmp_path / "empty"
+    argv = ["simulate", "--cost-model", "paper", "--trace", str(trace), "--steps", "--parquet", "--quiet"]
+    assert main([*argv, "--out", str(whole)]) == 0
+    assert main([*argv, "--max-time", "0.5", "--out", str(empty)]) == 0
+    for name in ("steps", "timeseries"):
+        full, none = pq.read_table(whole / f"{name}.parquet"), pq.read_table(empty / f"{name}.parquet")
+        assert none.num_rows == 0 and full.num_rows > 0
+        assert none.schema == full.schema
+    r = llmsched.simulate(cost_model="paper", trace=str(trace), max_time_s=0.5, record_steps=True)
+    t = r.to_pandas()
+    assert str(t["steps"]["batch_size"].dtype) == "int64" and str(t["steps"]["start_s"].dtype) == "float64"
+    assert str(t["timeseries"]["running_requests"].dtype) == "int64"
+
+
 def test_parquet_and_pandas_tpot_equal_requests_csv_and_goodput(tmp_path):
     """requests.parquet and to_pandas() hold requests.csv's tpot_s (the mean gap rounded up
     to the ns), so `tpot_s <= objective` counts exactly the requests goodput counts."""
@@ -230,3 +251,18 @@ def test_parquet_errors_are_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "--parquet needs pyarrow" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()  # refused before the run
+
+
+def test_timeseries_columns_mean_what_readme_says(tmp_path):
+    """One request of 100 prompt and 5 output tokens, 46.75 ms steps (paper): inside its
+    prefill step no request waits, yet its 100 prompt tokens are still to prefill."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,5\n")
+    r = llmsched.simulate(cost_model="paper", trace=str(trace), sample_interval_s=0.04, verdict=False)
+    ts = {k: v.tolist() for k, v in r.timeseries.items()}
+    # samples at 0 and 0.04 s (prefill step), 0.08 s (first decode step), then decode steps
+    assert ts["waiting_requests"][:3] == [0, 0, 0] and ts["running_requests"][:3] == [1, 1, 1]
+    assert ts["waiting_prefill_tokens"][:3] == [100, 100, 0]
+    assert ts["decoding_requests"][:3] == [0, 0, 1]
+    assert ts["token_load"][:3] == [100, 100, 1]
+    assert ts["backlog_tokens"][:3] == [104, 104, 4]

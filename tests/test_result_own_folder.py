@@ -84,6 +84,21 @@ def test_parquet_flag_is_only_in_the_write_that_had_the_tables(tmp_path):
     assert "parquet" not in r.config["provenance"]
 
 
+def test_write_parquet_marks_the_folders_config_json_as_write_with_parquet_does(tmp_path):
+    pytest.importorskip("pyarrow")
+    r = llmsched.simulate(num_requests=20, **W)
+    r.write(tmp_path / "later")
+    r.write(tmp_path / "at_once", parquet=True)
+    r.write_parquet(tmp_path / "later")
+    later = json.loads((tmp_path / "later" / "config.json").read_text())
+    at_once = json.loads((tmp_path / "at_once" / "config.json").read_text())
+    assert later["provenance"]["parquet"] is True
+    assert {k: v for k, v in later.items() if k != "provenance"} == {
+        k: v for k, v in at_once.items() if k != "provenance"
+    }
+    assert "parquet" not in r.config["provenance"]
+
+
 def test_a_config_of_a_caller_trace_run_says_how_to_rerun_it(tmp_path, capsys):
     from helpers import one_line_error
 

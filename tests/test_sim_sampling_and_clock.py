@@ -38,6 +38,17 @@ def test_an_interval_under_the_bound_keeps_every_sample():
     assert 4096 < n < MAX_USER_SAMPLES  # not thinned as the automatic interval is
 
 
+@pytest.mark.parametrize("span_s, interval_s", [(0.0, 0.01), (2.0, 0.01), (40.0, 0.04)])
+def test_the_automatic_interval_is_the_span_over_1000_at_least_10_ms(tmp_path, span_s, interval_s):
+    """As README and --help say: a short run (or one request) is sampled every 10 ms, not
+    every span / 1000 (which the docs claimed, 0 for a single request)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"arrival_s,prompt_tokens,output_tokens\n0,100,400\n{span_s},100,400\n")
+    r = llmsched.simulate(trace=str(trace), cost_model="paper", verdict=False)
+    t = r.timeseries["time_s"]
+    assert len(t) > 10 and set((t[1:] - t[:-1]).round(9)) == {interval_s}
+
+
 def test_a_max_time_stop_bounds_the_span_the_check_counts():
     # arrivals span about 2 s: 1e-6 s would give 2M samples, but the stop at 0.5 s leaves 0.5M
     r = llmsched.simulate(

@@ -535,7 +535,7 @@ def register(sub) -> None:
         type=float,
         dest="sample_interval_s",
         help="time-series sampling interval in s, at least 1e-6, at most 1,000,000 samples a run "
-        "(default: the arrivals' span / 1000, doubled as needed, at most 4,096 samples a series)",
+        "(default: the arrivals' span / 1000, at least 0.01, doubled as needed, at most 4,096 samples a series)",
     )
     g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
     g.add_argument("--steps", action="store_true", dest="record_steps", help="also write steps.csv (one row per step)")

@@ -46,6 +46,17 @@ from .histogram import GapHistogram
 from .simulator import NS, RunStats
 
 PERCENTILES = (90, 95, 99)
+# steps.csv's column types, given to its readers: a run of no step (a --max-time stop before
+# the first arrival) has a header alone, whose columns were read as null or object
+STEPS_TYPES = {
+    "step": "int64",
+    "start_s": "float64",
+    "duration_s": "float64",
+    "prefill_tokens": "int64",
+    "decode_tokens": "int64",
+    "batch_size": "int64",
+    "entries": "string",
+}
 
 
 def clear_other_run(out: Path, kind: str) -> None:
@@ -289,7 +300,11 @@ class SimResult:
 
     @property
     def timeseries(self) -> dict[str, np.ndarray]:
-        return {k: np.asarray(v) for k, v in self.stats.timeseries.items()}
+        """The sampled series: `time_s` in seconds, every other column a count (int64,
+        also with no sample: an empty list's default, float64, typed them otherwise)."""
+        return {
+            k: np.asarray(v, dtype=np.float64 if k == "time_s" else np.int64) for k, v in self.stats.timeseries.items()
+        }
 
     # ---- summary -------------------------------------------------------------------
     @property
@@ -471,7 +486,7 @@ class SimResult:
         }
         steps = self._steps_file()
         if steps is not None:
-            out["steps"] = pd.read_csv(steps, dtype={"entries": str}, keep_default_na=False)
+            out["steps"] = pd.read_csv(steps, dtype={**STEPS_TYPES, "entries": str}, keep_default_na=False)
         return out
 
     def write_parquet(self, out_dir: str | os.PathLike) -> list[Path]:
@@ -488,6 +503,14 @@ class SimResult:
         out = Path(out_dir)
         written = self._write_parquet(out)
         self._written[_file_id(out / "summary.json")] = True
+        # the folder's config.json says it has the tables, as `write(DIR, parquet=True)`'s
+        # does (it said nothing of them, though a later `write_config` added the flag): the
+        # file as it is there, a `write_config`'s changes kept
+        path = out / "config.json"
+        if path.is_file():
+            config = json.loads(path.read_text())
+            config["provenance"] = {**config.get("provenance", {}), "parquet": True}
+            write_file(path, lambda f: json.dump(config, f, indent=2))
         return written
 
     def _own_write(self, out: Path):
@@ -523,7 +546,10 @@ class SimResult:
         }
         if steps is not None:
             tables["steps"] = pacsv.read_csv(
-                steps, convert_options=pacsv.ConvertOptions(column_types={"entries": pa.string()})
+                steps,
+                convert_options=pacsv.ConvertOptions(
+                    column_types={k: pa.type_for_alias(t) for k, t in STEPS_TYPES.items()}
+                ),
             )
         written = []
         for name, table in tables.items():
