@@ -225,11 +225,11 @@ def cmd_generate(args) -> int:
     ]
     if not prompts:
         raise ConfigError("give at least one --prompt (or --prompt-ids)")
+    opts = engine_setup(args)  # (its flags too, before the model folder is read)
     generation_config = args.generation_config or "auto"
     defaults = generation_defaults(args.model, generation_config)
     if defaults:
         params = dataclasses.replace(params, **{**defaults, **flags})
-    opts = engine_setup(args)
     spec = scheduler_spec(args).replace(max_running=opts["max_num_seqs"])
     llm = LLM(
         args.model,
