@@ -518,7 +518,9 @@ def successors(spec: NetworkSpec) -> dict[str, set]:
                     f, through = {node.cls}, False
                 elif isinstance(node, Fork):
                     parts = [head(b) for b in node.branches]
-                    f, through = set().union(*(p[0] for p in parts)), any(p[1] for p in parts)
+                    # the join waits for every branch: it is passed without a call only
+                    # when no branch makes one
+                    f, through = set().union(*(p[0] for p in parts)), all(p[1] for p in parts)
                 elif isinstance(node, Loop):  # at least one pass
                     f, through = head(node.body)
                 else:  # a delay
@@ -537,7 +539,11 @@ def successors(spec: NetworkSpec) -> dict[str, set]:
                 succ[node.cls] |= first
                 first = {node.cls}
             elif isinstance(node, Fork):
-                first = set().union(*(walk(b, first) for b in node.branches))
+                # a branch without calls (delays only) moves nothing on: what follows the
+                # join comes after the other branches' calls, not after the fork's caller
+                calling = [b for b in node.branches if not head(b)[1]]
+                if calling:
+                    first = set().union(*(walk(b, first) for b in calling))
             elif isinstance(node, Loop):
                 f, through = head(node.body)
                 once = (f | first) if through else set(f)  # first of one pass, then `after`
