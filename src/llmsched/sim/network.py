@@ -1000,7 +1000,7 @@ def run_network(
             buf.append(b)
             queued[(rep.order, cls)] = len(buf)
             seen = class_work.setdefault(cls, [0, 0])
-            seen[0] += b.prompt + b.output - 1
+            seen[0] += ServerState.work(b)
             seen[1] += 1
             sim = rep.sim  # a step boundary decides what runs next
             if sim.busy_until > t:
