@@ -911,7 +911,7 @@ def run_network(
 
     def release(rep: _Replica, t: int) -> None:
         """Hand the replica the calls of its buffer's class of largest weight, about one
-        step's budget of prompt tokens, when it has nothing waiting."""
+        step's budget of prefill tokens, when it has nothing waiting."""
         sim = rep.sim
         if sim.state.waiting:
             return
@@ -920,7 +920,7 @@ def run_network(
         budget = sim.state.b_max
         while buf and budget > 0:
             r = buf.popleft()
-            budget -= r.prompt
+            budget -= r.remaining_prefill  # a cached: true context is not prefilled here
             rep.buffered_work -= ServerState.work(r)
             sim.add(r)
         if not buf:
