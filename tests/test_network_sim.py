@@ -364,6 +364,22 @@ def test_backpressure_takes_a_steps_budget_of_prefill_not_of_cached_context():
     assert queue.mean() < 0.2 * NS
 
 
+def test_backpressure_network_is_judged_on_its_work_buffers_included():
+    """Under back-pressure a server's calls wait in its buffer, which its replicas' backlogs
+    (the servers' verdicts) leave out: the tandem example at 1.3 times its critical scale,
+    s2 overloaded, was inconclusive (s2's replica saw a flat backlog); the network's work,
+    buffers counted, grows, and it now decides the network's verdict."""
+    from llmsched.theory.network import traffic
+
+    d = NetworkSpec.from_yaml("examples/networks/tandem.yaml").to_dict()
+    d.update(control="backpressure", num_jobs=8000)
+    scale = 1.3 * traffic(d).critical_scale
+    s = simulate_network(d, scale=scale).summary
+    assert s["servers"]["s2"]["verdict"] != "unstable"  # (the buffer is not the replica's)
+    assert s["network_work_verdict"]["verdict"] == "unstable"
+    assert s["verdict"] == "unstable" and s["stable"] is False
+
+
 def test_priorities_keep_the_fast_path_exact_and_serve_the_priority_class_first():
     spec = NetworkSpec.from_yaml("examples/networks/rybko_stolyar.yaml")
     d = spec.to_dict()
