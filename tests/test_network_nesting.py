@@ -74,6 +74,21 @@ def test_successors_of_nested_loops_are_the_hand_sets():
     }
 
 
+def test_successors_skip_a_fork_branch_without_calls():
+    """The join waits for every branch: after a fork whose other branch only waits, the
+    next call follows the branch's call, never the call before the fork (back-pressure
+    weighed `a` against `c`'s queue, which `a` does not feed), and a loop over such a fork
+    starts with the fork's call."""
+    d = _nested(0)
+    tool = [{"delay": "const:0.1"}]
+    d["jobs"]["A"]["route"] = [_call("a"), {"fork": [[_call("b")], tool]}, _call("c")]
+    d["jobs"]["B"] = {
+        "arrival": {"process": "poisson", "rate": 1.0},
+        "route": [{"loop": {"times": 2, "body": [{"fork": [[_call("e")], tool]}, _call("f")]}}],
+    }
+    assert successors(NetworkSpec.from_dict(d)) == {"a": {"b"}, "b": {"c"}, "c": set(), "e": {"f"}, "f": {"e"}}
+
+
 @pytest.mark.timeout(60)
 def test_successors_take_linear_time_in_the_nesting():
     # depth 22 took 3 s (2**22 walks of the call), depth 50 never ended

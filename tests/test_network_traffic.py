@@ -533,6 +533,22 @@ def test_cycle_detection():
     assert overloaded.stable is False and overloaded.verdict.startswith("unstable")
 
 
+def test_cycle_is_made_of_moves_jobs_make():
+    """A fork with a branch of delays only: the call after the join follows the other
+    branch's call, not the call before the fork. The report named the cycle s1 -> s2 -> s1,
+    a move from s1 to s2 that no job makes (the real one runs through s3)."""
+    tool = [Delay(DelayLaw("const", 1))]
+    rep = traffic(
+        network(
+            {
+                "A": [call("s1", 5, 5), Fork([[call("s3", 1, 1)], tool]), call("s2", 1, 1)],
+                "B": [call("s2", 1, 1), call("s1", 1, 1)],
+            }
+        )
+    )
+    assert rep.cycle == ["s1", "s3", "s2", "s1"]
+
+
 @pytest.mark.parametrize("name", ["tandem", "agent_dag", "fork_join", "rybko_stolyar", "cluster"])
 def test_shipped_examples_report(name):
     rep = network_capacity_report(EXAMPLES / f"{name}.yaml")

@@ -518,7 +518,9 @@ def successors(spec: NetworkSpec) -> dict[str, set]:
                     f, through = {node.cls}, False
                 elif isinstance(node, Fork):
                     parts = [head(b) for b in node.branches]
-                    f, through = set().union(*(p[0] for p in parts)), any(p[1] for p in parts)
+                    # the join waits for every branch: it is passed without a call only
+                    # when no branch makes one
+                    f, through = set().union(*(p[0] for p in parts)), all(p[1] for p in parts)
                 elif isinstance(node, Loop):  # at least one pass
                     f, through = head(node.body)
                 else:  # a delay
@@ -537,7 +539,11 @@ def successors(spec: NetworkSpec) -> dict[str, set]:
                 succ[node.cls] |= first
                 first = {node.cls}
             elif isinstance(node, Fork):
-                first = set().union(*(walk(b, first) for b in node.branches))
+                # a branch without calls (delays only) moves nothing on: what follows the
+                # join comes after the other branches' calls, not after the fork's caller
+                calling = [b for b in node.branches if not head(b)[1]]
+                if calling:
+                    first = set().union(*(walk(b, first) for b in calling))
             elif isinstance(node, Loop):
                 f, through = head(node.body)
                 once = (f | first) if through else set(f)  # first of one pass, then `after`
@@ -905,7 +911,7 @@ def run_network(
 
     def release(rep: _Replica, t: int) -> None:
         """Hand the replica the calls of its buffer's class of largest weight, about one
-        step's budget of prompt tokens, when it has nothing waiting."""
+        step's budget of prefill tokens, when it has nothing waiting."""
         sim = rep.sim
         if sim.state.waiting:
             return
@@ -914,7 +920,7 @@ def run_network(
         budget = sim.state.b_max
         while buf and budget > 0:
             r = buf.popleft()
-            budget -= r.prompt
+            budget -= r.remaining_prefill  # a cached: true context is not prefilled here
             rep.buffered_work -= ServerState.work(r)
             sim.add(r)
         if not buf:
@@ -994,7 +1000,7 @@ def run_network(
             buf.append(b)
             queued[(rep.order, cls)] = len(buf)
             seen = class_work.setdefault(cls, [0, 0])
-            seen[0] += b.prompt + b.output - 1
+            seen[0] += ServerState.work(b)
             seen[1] += 1
             sim = rep.sim  # a step boundary decides what runs next
             if sim.busy_until > t:

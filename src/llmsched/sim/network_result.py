@@ -1023,11 +1023,12 @@ class NetworkResult:
         # a network whose routes cycle through servers can oscillate between servers whose own
         # backlogs show no steady slope (Rybko-Stolyar): there the network's total unfinished
         # work (calls still to come included) is judged too; feed-forward networks are stable
-        # when every server is
+        # when every server is, but under back-pressure a server's calls wait in buffers its
+        # replicas' backlogs leave out (the network's work counts them)
         work = backlog["verdict"]
         s["network_work_verdict"] = work
         verdicts = [srv["verdict"] for srv in servers.values()]
-        if self.traffic is not None and self.traffic.cycle:
+        if (self.traffic is not None and self.traffic.cycle) or st.spec.control == "backpressure":
             verdicts.append(work["verdict"])
         s["verdict"] = _combine(verdicts)
         s["stable"] = {STABLE: True, UNSTABLE: False}.get(s["verdict"])

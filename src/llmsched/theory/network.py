@@ -942,12 +942,14 @@ def _node_moves(node, edges: set) -> tuple[set, set, bool]:
     if isinstance(node, Delay):
         return set(), set(), True
     if isinstance(node, Fork):
-        first, last, through = set(), set(), False
+        # the join waits for every branch: a path through the fork makes no call only
+        # when no branch makes one (a delay-only branch leaves no move from the fork's caller)
+        first, last, through = set(), set(), True
         for b in node.branches:
             f, l_, t = _moves(b, edges)
             first |= f
             last |= l_
-            through = through or t
+            through = through and t
         return first, last, through
     f, l_, t = _moves(node.body, edges)
     repeats = node.times > 1 if node.times is not None else node.repeat_prob > 0
