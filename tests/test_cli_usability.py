@@ -385,6 +385,16 @@ def test_simulate_table_prints_a_slow_runs_throughput_not_zero(capsys):
     assert "0.00406 req/s (100.0%)" in out and "0.0122 tok/s" in out and "0.0528 tok/s" in out
 
 
+def test_simulate_table_prints_a_slow_models_lambda_star_not_zero(capsys, monkeypatch):
+    """A 100 s step printed 'critical rate lambda* (theorem 2) 0.00 req/s' (summary.json:
+    0.00158): C = 16 / 100 s, w = 100 + 2 - 1 tokens."""
+    monkeypatch.setenv("COLUMNS", "250")
+    argv = ["simulate", "--cost-model", "const:100000", "--b-max", "16", "--rate", "0.001", "--out", ""]
+    assert main([*argv, "--num-requests", "30", "--prompt", "const:100", "--output", "const:2"]) == 0
+    out = capsys.readouterr().out
+    assert f"{0.16 / 101:.3g} req/s" in out and "0.00 req/s" not in out
+
+
 def test_simulate_table_prints_sub_millisecond_latencies_not_zero(capsys):
     """A 0.02 ms step printed 'TTFT mean / p50 / p99 0.0 ms / 0.0 ms / 0.0 ms'."""
     argv = ["simulate", "--cost-model", "const:0.02", "--num-requests", "5", "--out", ""]
