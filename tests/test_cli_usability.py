@@ -194,6 +194,9 @@ def test_summary_labels_lambda_star_by_its_source(monkeypatch, capsys):
     assert "critical rate lambda* (2-D region, k_max 16)" in out and "theorem 2" not in out
     assert main(run) == 0
     assert "critical rate lambda* (theorem 2)" in capsys.readouterr().out
+    # steps of 128 tokens serve 300 times full steps' tokens: lambda* is not theorem 2's
+    assert main([*run, "--cost-model", "paper:variant=max", "--prompt", "const:200", "--output", "const:50"]) == 0
+    assert "critical rate lambda* (b / t(b) peaks below b_max, not theorem 2)" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------- 5. unknown flags
