@@ -686,7 +686,8 @@ def _print_search(search: list[dict]) -> None:
             row.get("critical_rate") or float("inf")
         ):
             print(
-                f"note: {name}'s max stable rate is above theorem 2's bound, "
+                # (with a binding k_max lambda* is the region's, not theorem 2's)
+                f"note: {name}'s max stable rate is above lambda*, "
                 f"which no policy can sustain: the runs are too short to resolve loads this close "
                 f"to capacity; use more requests (--num-requests)"
             )
