@@ -280,3 +280,16 @@ def test_a_tiny_rate_prints_its_digits(capsys, monkeypatch):
     assert main([*base, "--rate", "10"]) == 0  # ordinary rates as before
     out = capsys.readouterr().out
     assert "10.000 req/s (3,000.0 tokens/s)" in out and "89.7%" in out
+
+
+def test_a_tiny_capacity_prints_its_digits(capsys, monkeypatch):
+    """A slow model's lambda* printed '0.000 req/s' (JSON 5.33e-05) and a fast one's
+    t(b_max) '0.00 ms': the table's figures get 3 significant digits where they would print 0."""
+    monkeypatch.setenv("COLUMNS", "300")
+    means = ["--mean-prompt", "2000", "--mean-output", "1001"]
+    assert main(["capacity", "--cost-model", "const:100000", "--b-max", "16", *means, "--rate", "1e-4"]) == 0
+    out = capsys.readouterr().out
+    # C = 16 / 100 s = 0.16 tokens/s, w = 3,000 tokens: lambda* = 5.33e-05 req/s
+    assert "5.33e-05 req/s (token budget" in out and "0.000 req/s" not in out
+    assert main(["capacity", "--cost-model", "const:0.001", "--b-max", "512", *means]) == 0
+    assert "0.001 ms" in capsys.readouterr().out

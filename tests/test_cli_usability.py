@@ -194,6 +194,9 @@ def test_summary_labels_lambda_star_by_its_source(monkeypatch, capsys):
     assert "critical rate lambda* (2-D region, k_max 16)" in out and "theorem 2" not in out
     assert main(run) == 0
     assert "critical rate lambda* (theorem 2)" in capsys.readouterr().out
+    # steps of 128 tokens serve 300 times full steps' tokens: lambda* is not theorem 2's
+    assert main([*run, "--cost-model", "paper:variant=max", "--prompt", "const:200", "--output", "const:50"]) == 0
+    assert "critical rate lambda* (b / t(b) peaks below b_max, not theorem 2)" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------- 5. unknown flags
@@ -383,6 +386,16 @@ def test_simulate_table_prints_a_slow_runs_throughput_not_zero(capsys):
     out = capsys.readouterr().out
     assert "0.00 req/s" not in out and " 0 tok/s" not in out
     assert "0.00406 req/s (100.0%)" in out and "0.0122 tok/s" in out and "0.0528 tok/s" in out
+
+
+def test_simulate_table_prints_a_slow_models_lambda_star_not_zero(capsys, monkeypatch):
+    """A 100 s step printed 'critical rate lambda* (theorem 2) 0.00 req/s' (summary.json:
+    0.00158): C = 16 / 100 s, w = 100 + 2 - 1 tokens."""
+    monkeypatch.setenv("COLUMNS", "250")
+    argv = ["simulate", "--cost-model", "const:100000", "--b-max", "16", "--rate", "0.001", "--out", ""]
+    assert main([*argv, "--num-requests", "30", "--prompt", "const:100", "--output", "const:2"]) == 0
+    out = capsys.readouterr().out
+    assert f"{0.16 / 101:.3g} req/s" in out and "0.00 req/s" not in out
 
 
 def test_simulate_table_prints_sub_millisecond_latencies_not_zero(capsys):

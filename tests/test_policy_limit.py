@@ -110,6 +110,21 @@ def test_simulate_predicts_the_growth_of_its_own_policy():
     assert capped["policy_critical_rate"] is None and capped["policy_utilisation"] is None
 
 
+def test_the_verdicts_threshold_scales_with_the_policys_own_limit():
+    """paper:variant=max, const 200/50, b_max 512: adaptive runs lambda*'s steps of 128
+    tokens (11,348 tokens/s), but the threshold was 2% of full steps' 37.6 tokens/s (0.75
+    tokens/s), so a stable run at 0.9 lambda* was 'inconclusive: too short'. Sarathi, whose
+    limit is the full steps', keeps its threshold."""
+    kw = dict(cost_model="paper:variant=max", prompt="const:200", output="const:50", b_max=512, num_requests=4000)
+    s = llmsched.simulate(**kw, rate=41.0, policy="adaptive").summary
+    assert s["policy_critical_rate"] == pytest.approx(s["critical_rate"])
+    assert s["verdict_threshold_tokens_per_s"] == pytest.approx(0.02 * s["critical_rate"] * 249)
+    assert s["verdict"] == "stable"
+    s = llmsched.simulate(**kw, rate=0.13, policy="sarathi").summary
+    assert s["verdict_threshold_tokens_per_s"] == pytest.approx(0.02 * s["token_capacity"])
+    assert s["verdict"] == "stable"
+
+
 def test_a_search_reports_the_policy_limit_of_its_group():
     fixed = {"cost_model": "paper", "b_max": 600, "prompt": "const:200", "output": "const:101", "num_requests": 100}
     sarathi = resolve_point(None, fixed, {"policy": "sarathi"})

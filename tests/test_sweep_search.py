@@ -379,3 +379,16 @@ def test_no_stable_probe_is_bounded_by_the_first_unstable_one(tmp_path, monkeypa
     assert 0.9 * lam <= row["unstable_rate"] <= 0.9 * lam + TOL * lam
     assert row["max_stable_rate"] == row["unstable_rate"] and row["max_stable_upper_bound"] is True
     assert row["max_stable_load"] == pytest.approx(row["unstable_rate"] / lam)
+
+
+def test_a_max_stable_rate_above_lambda_star_is_not_called_theorem_2s(capsys):
+    """Under k_max 50 (const:100, prompts 200, outputs 101) lambda* is the region's 4.950
+    req/s, not theorem 2's 17.07; a short search's stable 5.028 was 'above theorem 2's bound'."""
+    from llmsched.cli.analysis import _print_search  # noqa: PLC0415
+
+    row = {"policy": "adaptive", "critical_rate": 4.9505, "policy_critical_rate": 4.9505, "max_stable_rate": 5.028}
+    row |= {"max_stable_load": 1.0156, "inconclusive_low": 5.221, "inconclusive_high": 5.221, "unstable_rate": 5.415}
+    row |= {"inconclusive_probes": 1, "inconclusive_above_unstable": 0, "failed_rate": None, "probes": 6}
+    _print_search([{**row, "max_stable_lower_bound": False, "max_stable_upper_bound": False}])
+    out = capsys.readouterr().out
+    assert "note: adaptive's max stable rate is above lambda*, which no policy" in out and "theorem 2" not in out

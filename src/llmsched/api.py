@@ -967,10 +967,12 @@ def _stability_fields(result: SimResult, cost, cfg: SimConfig, scheduler) -> dic
         v = stability_verdict(
             t[keep],
             w[keep],
-            # growth is material relative to what this server processes: what a policy
-            # filling the budget gets (CapacityReport.fill_capacity), as a network judges,
+            # growth is material relative to what this server processes: the run's policy's
+            # own limit where theory gives it (adaptive: lambda*'s steps, which can serve far
+            # more than full steps where b / t(b) peaks below b_max), else what a policy
+            # filling the budget gets (CapacityReport.fill_capacity), as a network judges;
             # in the backlog's units
-            capacity=rep.fill_capacity * units,
+            capacity=(limit if limit is not None else rep.fill_capacity) * units,
             predicted_growth_tokens_per_s=out["predicted_backlog_growth_tokens_per_s"],
             decode_time_s=decode_time,
             decode_of=decode_of,

@@ -305,11 +305,12 @@ _CONTEXTS = {
 def _print_capacity(rep: dict, table: bool = True) -> None:
     """The capacity table (`table`), then the counterexample search's outcome if it ran."""
     c = rep["capacity"]
+    t_ms = c["step_time_at_b_max_s"] * 1e3
     rows = [
         ("cost model", str(rep["cost_model"])),
         ("b_max / k_max", f"{rep['b_max']} / {rep['k_max'] if rep['k_max'] is not None else 'none'}"),
-        ("step time t(b_max)", f"{c['step_time_at_b_max_s'] * 1e3:,.2f} ms{_CONTEXTS.get(c['contexts'], '')}"),
-        ("token capacity b_max / t(b_max)", f"{c['token_capacity']:,.1f} tokens/s"),
+        ("step time t(b_max)", f"{small_number(t_ms, ',.2f')} ms{_CONTEXTS.get(c['contexts'], '')}"),
+        ("token capacity b_max / t(b_max)", f"{small_number(c['token_capacity'], ',.1f')} tokens/s"),
         ("mean prompt / output", f"{c['mean_prompt']:,.1f} / {c['mean_output']:,.1f} tokens ({rep['means_source']})"),
         ("work per request (prompt + output - 1)", f"{c['work_per_request']:,.1f} tokens"),
         *(
@@ -317,14 +318,14 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
             if c.get("cached_prompt_per_request")
             else []
         ),
-        ("theorem 2 rate C / w", f"{c['critical_rate_token_bound']:,.3f} req/s"),
-        ("critical rate lambda*", f"{c['critical_rate']:,.3f} req/s ({c['binding']})"),
+        ("theorem 2 rate C / w", f"{small_number(c['critical_rate_token_bound'], ',.3f')} req/s"),
+        ("critical rate lambda*", f"{small_number(c['critical_rate'], ',.3f')} req/s ({c['binding']})"),
     ]
     if c["peak_token_capacity"] > c["token_capacity"] * (1 + 1e-9):
         rows.append(
             (
                 "note: peak b / t(b)",
-                f"{c['peak_token_capacity']:,.1f} tokens/s at b = {c['peak_load']} "
+                f"{small_number(c['peak_token_capacity'], ',.1f')} tokens/s at b = {c['peak_load']} "
                 "(b/t(b) peaks below b_max: theorem 2's assumption fails)",
             )
         )
@@ -376,7 +377,8 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
         if kinds == {FILL}:
             why = (
                 f"{rep['policy']} fills every step to b_max {rep['b_max']}, but b / t(b) peaks at b = "
-                f"{c['peak_load']}: it is stable only below {own:,.3f} req/s (fill capacity / work), under lambda*; "
+                f"{c['peak_load']}: it is stable only below {small_number(own, ',.3f')} req/s (fill capacity / work), "
+                "under lambda*; "
                 "adaptive runs lambda*'s steps"
             )
         elif kinds == {REGION}:
@@ -433,7 +435,8 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
                     if rep["throughput_optimal"] or not rep["inside"]
                     else f"; not a guarantee for {rep['policy']}"
                     + (
-                        f": {'below' if rep['policy_inside'] else 'NOT below'} its own limit {own:,.3f} req/s "
+                        f": {'below' if rep['policy_inside'] else 'NOT below'} its own limit "
+                        f"{small_number(own, ',.3f')} req/s "
                         f"({rep['policy_utilisation']:.1%})"
                         if own is not None
                         else ""
@@ -449,7 +452,7 @@ def _print_capacity(rep: dict, table: bool = True) -> None:
                 else "fluid backlog growth (work-conserving)"
                 if not capped and c["critical_rate"] <= c["critical_rate_token_bound"] * (1 + 1e-9)
                 else "fluid backlog growth (at lambda*'s steps)",
-                f"{growth:,.1f} tokens/s",
+                f"{small_number(growth, ',.1f')} tokens/s",
             ),
         ]
     if rep.get("plot"):
@@ -683,7 +686,8 @@ def _print_search(search: list[dict]) -> None:
             row.get("critical_rate") or float("inf")
         ):
             print(
-                f"note: {name}'s max stable rate is above theorem 2's bound, "
+                # (with a binding k_max lambda* is the region's, not theorem 2's)
+                f"note: {name}'s max stable rate is above lambda*, "
                 f"which no policy can sustain: the runs are too short to resolve loads this close "
                 f"to capacity; use more requests (--num-requests)"
             )

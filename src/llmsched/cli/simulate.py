@@ -424,7 +424,12 @@ def print_summary(result) -> None:
     if s.get("critical_rate") is not None:
         # with a batch-size cap lambda* is the 2-D region's (an LP), not theorem 2's token bound
         source = "theorem 2" if c.get("k_max") is None else f"2-D region, k_max {c['k_max']}"
-        rows.append((f"critical rate lambda* ({source})", f"{s['critical_rate']:,.2f} req/s"))
+        work = s["offered_work_rate"] / s["offered_rate"] if s.get("offered_rate") else None
+        if c.get("k_max") is None and work and s["critical_rate"] * work > s["token_capacity"] * (1 + 1e-9):
+            # a load-only model whose b / t(b) peaks below b_max: smaller steps serve more
+            # than theorem 2's b_max / t(b_max) (docs/stability.md)
+            source = "b / t(b) peaks below b_max, not theorem 2"
+        rows.append((f"critical rate lambda* ({source})", f"{small_number(s['critical_rate'], ',.2f')} req/s"))
     if s.get("utilisation") is not None:
         rows.append(("utilisation (offered / lambda*)", f"{s['utilisation']:.1%}"))
     own = s.get("policy_critical_rate")
@@ -434,7 +439,7 @@ def print_summary(result) -> None:
         rows.append(
             (
                 f"{c.get('policy', 'the policy')}'s limit (full steps of b_max)",
-                f"{own:,.2f} req/s" + (f" ({util:.1%} offered)" if util is not None else ""),
+                f"{small_number(own, ',.2f')} req/s" + (f" ({util:.1%} offered)" if util is not None else ""),
             )
         )
     from ..theory import describe_verdict  # noqa: PLC0415 - numpy: only once there is a result
