@@ -313,3 +313,23 @@ def test_supported_torch_dtypes_are_taken(tiny_model):
     for dt in (torch.float32, torch.bfloat16, torch.float16):
         assert resolve_dtype(dt, cpu) is dt
     assert resolve_dtype("bf16", cpu) is torch.bfloat16 and resolve_dtype(None, cpu) is torch.float32
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        dict(LLAMA3, factor=0),
+        dict(LLAMA3, factor=-8.0),
+        dict(LLAMA3, low_freq_factor=float("nan")),
+        dict(LLAMA3, high_freq_factor=True),
+        dict(LLAMA3, original_max_position_embeddings=0),
+        {"rope_type": "linear", "factor": True},
+    ],
+)
+def test_rope_scaling_factors_must_be_positive_finite(scaling):
+    """A llama3 factor of 0 made every rotary frequency infinite: NaN logits, and every
+    generated token id 0, silently."""
+    from llmsched.engine.loader import parse_config
+
+    with pytest.raises(ConfigError, match=r"config\.json: (llama3|linear) rope scaling needs a positive finite"):
+        parse_config(json.loads(json.dumps(dict(BASE, rope_theta=500000.0, rope_parameters=scaling))))

@@ -126,6 +126,11 @@ def _flag(cfg: dict, key: str, path: Path) -> bool:
     return check_bool(v, f"{path}: {key}")
 
 
+def _positive_finite(v) -> bool:
+    """A JSON number (not a bool) above 0 and finite (Python's json reads NaN and Infinity)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf
+
+
 def _token_ids(v, where: str, vocab: int) -> list[int]:
     """An `eos_token_id` value: null (or absent) is none; else an id or a list of ids in
     0..vocab-1 (`where` names the field in the error)."""
@@ -206,10 +211,12 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     elif kind == "llama3":
         if scaling.get("original_max_position_embeddings") is None:
             scaling["original_max_position_embeddings"] = max_pos
+        # (a factor of 0 made every frequency infinite: the model's outputs were NaN, and
+        # each token silently the first of the vocabulary)
         for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
-            if not isinstance(scaling.get(k), (int, float)):
-                raise ConfigError(f"{path}: llama3 rope scaling needs a number {k!r}")
-    elif not isinstance(scaling.get("factor"), (int, float)) or not 0 < scaling["factor"] < math.inf:
+            if not _positive_finite(scaling.get(k)):
+                raise ConfigError(f"{path}: llama3 rope scaling needs a positive finite number {k!r}")
+    elif not _positive_finite(scaling.get("factor")):
         raise ConfigError(f"{path}: linear rope scaling needs a positive finite 'factor'")
 
     # sliding windows, per layer, as transformers reads them: Llama has none (its
