@@ -1,0 +1,31 @@
+"""What a new user (a serving engineer who knows vLLM) met reading only README.md and the
+commands' --help: options whose help hid their default or unit."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+
+from llmsched.cli import build_parser
+from llmsched.cli.common import DEFAULTS
+
+
+def _options(command: str) -> dict[str, argparse.Action]:
+    parser = build_parser(command)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    return {a.option_strings[0]: a for a in sub._actions if a.option_strings}
+
+
+def test_serve_engine_and_overload_options_state_their_defaults():
+    """serve's --dtype, --kv-cache-gb, --num-blocks, --block-size, --seed and
+    --max-queued-* said nothing of what an unset one means (generate's --dtype did)."""
+    from llmsched.engine.engine import LLMEngine  # noqa: PLC0415 - torch
+
+    serve, generate = _options("serve"), _options("generate")
+    flags = ("--dtype", "--kv-cache-gb", "--num-blocks", "--block-size", "--seed")
+    for flag in (*flags, "--max-queued-requests", "--max-queued-tokens"):
+        assert "default" in serve[flag].help, flag
+    assert serve["--dtype"].help == generate["--dtype"].help
+    assert f"(default: {DEFAULTS.block_size};" in serve["--block-size"].help
+    assert f"(default: {inspect.signature(LLMEngine).parameters['seed'].default})" in serve["--seed"].help
+    assert "default: 1," in serve["--kv-cache-gb"].help and "default: 1," in generate["--kv-cache-gb"].help
