@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from llmsched.cli import build_parser
+import pytest
+
+from llmsched.cli import build_parser, main
 from llmsched.cli.common import DEFAULTS
 
 
@@ -29,3 +31,15 @@ def test_serve_engine_and_overload_options_state_their_defaults():
     assert f"(default: {DEFAULTS.block_size};" in serve["--block-size"].help
     assert f"(default: {inspect.signature(LLMEngine).parameters['seed'].default})" in serve["--seed"].help
     assert "default: 1," in serve["--kv-cache-gb"].help and "default: 1," in generate["--kv-cache-gb"].help
+
+
+@pytest.mark.parametrize("name", ["missing.csv", "folder"])
+def test_capacity_lengths_names_its_flag_when_the_file_is_not_there(tmp_path, monkeypatch, capsys, name):
+    """`capacity --lengths missing.csv` said "prompt: file missing.csv does not exist":
+    the user gave no --prompt."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    assert main(["capacity", "--cost-model", "paper", "--lengths", name]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("llmsched capacity: error: --lengths: "), err
+    assert name in err[0]

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 
 from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
@@ -123,6 +124,12 @@ def cmd_capacity(args) -> int:
     if args.lengths:
         if args.prompt or args.output:
             raise ConfigError("give --lengths FILE or --prompt/--output, not both")
+        from ..workload.datasets import is_dataset, not_a_file  # noqa: PLC0415
+
+        # named here: the laws' own check called a missing file "prompt: file X does not exist"
+        path = Path(os.path.expanduser(args.lengths))
+        if not path.is_file() and (path.exists() or not is_dataset(args.lengths)):
+            raise ConfigError(f"--lengths: {not_a_file(path)}")
         over["prompt"] = over["output"] = f"empirical:{args.lengths}"
     from ..workload.csvio import MAX_LENGTH  # noqa: PLC0415 (numpy loads after the CLI sets its threads)
 
