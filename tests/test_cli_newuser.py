@@ -43,3 +43,28 @@ def test_capacity_lengths_names_its_flag_when_the_file_is_not_there(tmp_path, mo
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("llmsched capacity: error: --lengths: "), err
     assert name in err[0]
+
+
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["simulate", "--output-dir", "x"], "(did you mean --out?)"),
+        (["sweep", "--output-dir", "x"], "(did you mean --out?)"),
+        (["reproduce", "stability", "--outdir", "x"], "(did you mean --out?)"),
+        (["simulate", "--num-prompts", "10"], "(did you mean --num-requests?)"),
+        (["simulate", "--request-rate", "8"], "(did you mean --rate?)"),
+        (["bench", "--num-requests", "10"], "(did you mean --num-prompts?)"),
+        (["bench", "--rate", "8"], "(did you mean --request-rate?)"),
+        (["bench", "--output-dir", "x"], "(did you mean --result-dir?)"),
+        (["capacity", "--output-dir", "x"], ""),  # it writes no folder: not its --output length law
+    ],
+)
+def test_another_tools_spelling_points_to_ours_not_to_a_lookalike(argv, hint, capsys):
+    """vllm bench serve's and habit's names got the flag spelt closest: `simulate
+    --output-dir` "did you mean --output?" (the output length law), `--num-prompts`
+    "--prompt?" (the prompt length law)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"unrecognized arguments: {' '.join(argv[-2:])}{' ' + hint if hint else ''}"), err

@@ -47,6 +47,25 @@ class HelpFormatter(argparse.HelpFormatter):
         super().__init__(prog, indent_increment, max_help_position, _terminal_columns() - 2 if width is None else width)
 
 
+# what the same thing is called by vllm bench serve, Vidur and habit (without the "--"):
+# the option spelt closest to them was another one (--output-dir: "did you mean --output?",
+# the output length law; --num-prompts: "--prompt?"). The first of them a command has is
+# named, or none: capacity writes no folder, and its --output is no answer to --output-dir.
+OTHER_SPELLINGS = {
+    "output-dir": ("out", "result-dir"),
+    "out-dir": ("out", "result-dir"),
+    "outdir": ("out", "result-dir"),
+    "output-folder": ("out", "result-dir"),
+    "results-dir": ("out", "result-dir"),
+    "result-dir": ("out",),
+    "num-prompts": ("num-requests",),
+    "num-requests": ("num-prompts",),
+    "request-rate": ("rate",),
+    "qps": ("rate", "request-rate"),
+    "rate": ("request-rate",),
+}
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit code 2) and `HelpFormatter` by default."""
 
@@ -91,7 +110,10 @@ class Parser(argparse.ArgumentParser):
                 # without the "--" every flag shares (it made --bogus 67% like --out), and
                 # above the 0.6 that lets --plot pass as --prompt: a letter or two mistyped
                 # scores 0.75 or more (--polcy, --b-mx, --kmax), unrelated words 0.67 or less
-                close = closest(flag[2:], names, cutoff=0.7)
+                if flag[2:] in OTHER_SPELLINGS:
+                    close = next((o for o in OTHER_SPELLINGS[flag[2:]] if o in names), None)
+                else:
+                    close = closest(flag[2:], names, cutoff=0.7)
                 if close:
                     hints.append((flag, "--" + close))
         if len(hints) == 1:
