@@ -68,3 +68,20 @@ def test_another_tools_spelling_points_to_ours_not_to_a_lookalike(argv, hint, ca
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith(f"unrecognized arguments: {' '.join(argv[-2:])}{' ' + hint if hint else ''}"), err
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_output_given_a_folder_says_the_folder_is_out(command, tmp_path, capsys):
+    """`--output results` (other tools' output folder) is the output length law here: the
+    error listed the laws and left the user guessing where results go."""
+    argv = [command, "--cost-model", "paper", "--output", str(tmp_path / "results")]
+    assert main([*argv, *(["--grid", "load=0.5"] if command == "sweep" else [])]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--output: unknown length law" in err[0], err
+    assert err[0].endswith("; the output folder is --out DIR")
+    assert not (tmp_path / "results").exists()
+
+
+def test_capacity_writes_no_folder_so_its_output_error_names_none(capsys):
+    assert main(["capacity", "--cost-model", "paper", "--output", "results"]) == 2
+    assert "--out DIR" not in capsys.readouterr().err

@@ -483,7 +483,13 @@ def sim_overrides(args, parse: bool = True) -> dict:
 
         for key in LAW_KEYS:
             if out[key] is not None:
-                named_length_law(out[key], flag_of(key), key)
+                try:
+                    named_length_law(out[key], flag_of(key), key)
+                except ConfigError as e:
+                    # `--output results` is the output folder as other tools spell it
+                    if key == "output" and hasattr(args, "out") and "unknown length law" in str(e):
+                        raise ConfigError(f"{e}; the output folder is --out DIR") from None
+                    raise
     out.update(scheduler_options(args, parse))
     if getattr(args, "request_slo", None):  # simulate's per-request objectives (sweep's --slo is a search's)
         out["slo"] = key_values(args.request_slo, "--slo") if parse else args.request_slo
