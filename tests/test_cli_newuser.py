@@ -85,3 +85,23 @@ def test_output_given_a_folder_says_the_folder_is_out(command, tmp_path, capsys)
 def test_capacity_writes_no_folder_so_its_output_error_names_none(capsys):
     assert main(["capacity", "--cost-model", "paper", "--output", "results"]) == 2
     assert "--out DIR" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command, flags",
+    [
+        ("validate", ["--seed"]),
+        ("sweep", ["--max-time", "--sample-interval"]),
+        ("bench", ["--max-concurrency", "--prompt-format"]),
+        ("simulate", ["--replicas", "--scale", "--think-time"]),
+        ("generate", ["--seed"]),
+    ],
+)
+def test_options_with_a_default_say_it(command, flags):
+    """These said nothing of what an unset one does (simulate's --max-time and
+    --sample-interval did, sweep's of the same runs did not)."""
+    options = _options(command)
+    for flag in flags:
+        assert "default" in options[flag].help, (command, flag)
+    if command == "validate":
+        assert "default: 0" in options["--seed"].help and options["--seed"].default == 0

@@ -1089,8 +1089,18 @@ def register(sub) -> None:
     add_cost_model_arg(p)
     add_workload_args(p)
     g = p.add_argument_group("run")
-    g.add_argument("--max-time", type=float, dest="max_time_s", help="stop each simulation at this time (s)")
-    g.add_argument("--sample-interval", type=float, dest="sample_interval_s", help="time-series sampling interval (s)")
+    g.add_argument(
+        "--max-time",
+        type=float,
+        dest="max_time_s",
+        help="stop each simulation at this time (s; default: when every request has finished)",
+    )
+    g.add_argument(
+        "--sample-interval",
+        type=float,
+        dest="sample_interval_s",
+        help="time-series sampling interval (s; default: as simulate's)",
+    )
     g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
     g = p.add_argument_group("sweep")
     g.add_argument(
@@ -1360,7 +1370,9 @@ def _register_validate(sub) -> None:
         default=CALIBRATE_S,
         help=f"without --profile: length of the calibration run, 0 for none (default: {CALIBRATE_S})",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random prompt token ids (0 to 2**64 - 1)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the random prompt token ids (0 to 2**64 - 1; default: 0)"
+    )
     p.add_argument("--json", default=None, help="also write the result as JSON to this file ('-': print it)")
     p.add_argument("--print-json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

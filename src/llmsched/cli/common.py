@@ -371,7 +371,10 @@ def add_workload_args(p: argparse.ArgumentParser, rate_help: str | None = None, 
         "--rate is then new conversations per second",
     )
     g.add_argument(
-        "--think-time", type=float, dest="think_time_s", help="mean seconds from a turn's arrival to the next turn's"
+        "--think-time",
+        type=float,
+        dest="think_time_s",
+        help="mean seconds from a turn's arrival to the next turn's (no default: --turns needs it)",
     )
 
 

@@ -398,13 +398,18 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         default=1.0,
         help="gamma shape of the inter-arrival times: 1 Poisson (default), <1 burstier, >1 smoother",
     )
-    g.add_argument("--max-concurrency", type=positive_int, default=None, help="at most this many requests in flight")
+    g.add_argument(
+        "--max-concurrency",
+        type=positive_int,
+        default=None,
+        help="at most this many requests in flight (default: no limit)",
+    )
     g.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     g.add_argument(
         "--prompt-format",
         choices=("auto", "ids", "text"),
         default="auto",
-        help="completions prompts as token-id lists (auto) or text (4 bytes per token)",
+        help="completions prompts as token-id lists (auto, the default) or text (4 bytes per token)",
     )
     g.add_argument(
         "--token-id-range",
