@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 
 import pytest
 
@@ -105,3 +106,14 @@ def test_options_with_a_default_say_it(command, flags):
         assert "default" in options[flag].help, (command, flag)
     if command == "validate":
         assert "default: 0" in options["--seed"].help and options["--seed"].default == 0
+
+
+def test_a_pretty_printed_json_given_as_trace_says_json_traces_are_lines(tmp_path, capsys):
+    """`--trace results/summary.json` (indented JSON) said only "line 1 is not a JSON
+    object: Expecting property name ...", which the file, a JSON object, seemed to deny."""
+    f = tmp_path / "summary.json"
+    f.write_text(json.dumps({"num_requests": 5}, indent=2))
+    assert main(["simulate", "--cost-model", "paper", "--trace", str(f), "--out", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "line 1 is not a JSON object" in err[0], err
+    assert err[0].endswith("(a JSON trace is Mooncake JSON lines: one object a line)")
