@@ -117,3 +117,16 @@ def test_a_pretty_printed_json_given_as_trace_says_json_traces_are_lines(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "line 1 is not a JSON object" in err[0], err
     assert err[0].endswith("(a JSON trace is Mooncake JSON lines: one object a line)")
+
+
+def test_reproduce_search_options_state_the_defaults_they_run():
+    """--search-requests, --seeds and --tol said nothing of the values a stability run
+    takes when they are not given (sweep's --tol did)."""
+    from llmsched.analysis.reproduce import SIZES  # noqa: PLC0415
+
+    h = {flag: " ".join(a.help.split()) for flag, a in _options("reproduce").items() if a.help}
+    (_, n_syn, seeds_syn, tol_syn), (_, n_sg, seeds_sg, tol_sg) = SIZES["synthetic"], SIZES["sharegpt"]
+    assert SIZES["azure"] == SIZES["sharegpt"]
+    assert f"(default: {n_syn:,} synthetic, {n_sg:,} sharegpt and azure)" in h["--search-requests"]
+    assert f"(default {','.join(map(str, seeds_syn))} synthetic, {seeds_sg[0]} sharegpt and azure)" in h["--seeds"]
+    assert f"default {tol_syn:g} synthetic, {tol_sg:g} sharegpt and azure)" in h["--tol"]

@@ -1179,13 +1179,24 @@ def register(sub) -> None:
         type=positive_int,
         help="requests per queue run (and per search probe); networks: jobs per run",
     )
-    p.add_argument("--search-requests", type=positive_int, help="requests per search probe")
+    # the stability defaults are analysis.reproduce.SIZES' (not imported here: it loads numpy)
+    p.add_argument(
+        "--search-requests",
+        type=positive_int,
+        help="requests per search probe (default: 10,000 synthetic, 4,000 sharegpt and azure)",
+    )
     p.add_argument(
         "--seeds",
-        help="stability: seeds of the search probes, e.g. 0,1; the queue runs use the first (with "
-        "--no-search give one: the queue runs' seed); clusters, agents, rybko-stolyar, twp: the seeds run",
+        help="stability: seeds of the search probes, e.g. 0,1 (default 0,1 synthetic, 0 sharegpt and azure); "
+        "the queue runs use the first (with --no-search give one: the queue runs' seed); clusters, agents, "
+        "rybko-stolyar, twp: the seeds run (default 0)",
     )
-    p.add_argument("--tol", type=_tolerance, help=f"search tolerance, fraction of lambda* ({MIN_TOL:g} to < 1)")
+    p.add_argument(
+        "--tol",
+        type=_tolerance,
+        help=f"search tolerance, fraction of lambda* ({MIN_TOL:g} to < 1; default 0.02 synthetic, "
+        "0.03 sharegpt and azure)",
+    )
     p.add_argument(
         "--policies",
         help="comma-separated (default fastertransformer,vllm,orca,sarathi,kfcfs); twp: platform schedulers",
