@@ -130,3 +130,24 @@ def test_reproduce_search_options_state_the_defaults_they_run():
     assert f"(default: {n_syn:,} synthetic, {n_sg:,} sharegpt and azure)" in h["--search-requests"]
     assert f"(default {','.join(map(str, seeds_syn))} synthetic, {seeds_sg[0]} sharegpt and azure)" in h["--seeds"]
     assert f"default {tol_syn:g} synthetic, {tol_sg:g} sharegpt and azure)" in h["--tol"]
+
+
+@pytest.mark.parametrize(
+    "command, extra, hint",
+    [
+        ("simulate", ["--out", "o"], ": to run several, llmsched sweep --grid policy=sarathi,orca"),
+        ("sweep", ["--grid", "load=0.5", "--out", "o"], ": to run several, --grid policy=sarathi,orca"),
+        ("capacity", [], ""),
+    ],
+)
+def test_a_list_of_policies_is_refused_as_a_list(command, extra, hint, tmp_path, monkeypatch, capsys):
+    """`--policy sarathi,orca` said "unknown batch policy 'sarathi,orca'; did you mean
+    'sarathi'?", as if the list were a typo for its first name."""
+    monkeypatch.chdir(tmp_path)
+    assert main([command, "--cost-model", "paper", "--policy", "sarathi,orca", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"llmsched {command}: error: --policy takes one batch policy, got 'sarathi,orca'{hint}"]
+    assert not (tmp_path / "o").exists()
+    # options after the name keep their commas
+    assert main(["simulate", "--cost-model", "paper", "--policy", "sarathi:x=1,y=2", "--out", ""]) == 2
+    assert "expected key=value" in capsys.readouterr().err

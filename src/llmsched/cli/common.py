@@ -292,6 +292,15 @@ def scheduler_options(args, parse: bool = True) -> dict:
     `parse=False` leaves --admission-option's KEY=VALUE items unread."""
     keys = ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running", "prefix_caching", "block_size")
     out = {k: getattr(args, k, None) for k in keys}
+    policy = out["policy"]
+    if parse and isinstance(policy, str) and "," in policy.partition(":")[0]:
+        # a list here was "unknown batch policy 'sarathi,orca'; did you mean 'sarathi'?"
+        names = policy.partition(":")[0]
+        several = {"sweep": f"--grid policy={names}", "simulate": f"llmsched sweep --grid policy={names}"}
+        hint = several.get(getattr(args, "command", None), "")
+        raise ConfigError(
+            f"--policy takes one batch policy, got {policy!r}" + (f": to run several, {hint}" if hint else "")
+        )
     if getattr(args, "admission_option", None):
         items = args.admission_option
         out["admission_options"] = key_values(items, "--admission-option") if parse else items
