@@ -257,8 +257,8 @@ def test_misspelt_flag_gets_a_suggestion(argv, message, capsys):
 @pytest.mark.parametrize(
     "flag",
     # --bogus and --bar were 67% like --out and --b-max with the "--" counted; after it,
-    # --plot and --out-dir are 60% like --prompt and --router, --force like --trace
-    ["--bogus", "--bar", "--foo", "--test", "--input", "--plot", "--out-dir", "--force", "--log", "--save", "--model"],
+    # --plot and --out-dir were 60% like --prompt and --router (--out-dir now names --out), --force like --trace
+    ["--bogus", "--bar", "--foo", "--test", "--input", "--plot", "--force", "--log", "--save", "--model"],
 )
 def test_an_unrelated_flag_gets_no_suggestion(flag, capsys):
     with pytest.raises(SystemExit) as e:

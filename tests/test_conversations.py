@@ -123,7 +123,7 @@ def test_multi_turn_arrivals_and_stopping():
     "changes, pattern",
     [
         ({"turns": 3}, r"need think_time_s \(--think-time\)"),
-        ({"think_time_s": 2.0}, "think_time_s applies to multi-turn conversations only"),
+        ({"think_time_s": 2.0}, r"think_time_s \(--think-time\) applies to multi-turn conversations only"),
         ({"system_prompt": -1}, "system_prompt must be a whole number of tokens"),
         ({"system_prompt": 2.5}, "system_prompt must be a whole number of tokens"),
         ({"turns": "const:0", "think_time_s": 1}, "const length must be >= 1"),

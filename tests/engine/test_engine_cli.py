@@ -285,7 +285,7 @@ def test_generate_seed_help_states_the_range_it_takes(capsys):
     """--seed said (>= 0); 2**63 and above were refused after the model had loaded."""
     with pytest.raises(SystemExit):
         _parser().parse_args(["generate", "--help"])
-    assert "per-request sampling seed (0 to 2**63 - 1)" in " ".join(capsys.readouterr().out.split())
+    assert "per-request sampling seed (0 to 2**63 - 1;" in " ".join(capsys.readouterr().out.split())
     assert _parser().parse_args(["generate", "--model", "m", "--seed", str(2**63 - 1)]).seed == 2**63 - 1
     with pytest.raises(SystemExit) as e:  # (argparse: before the model loads)
         _parser().parse_args(["generate", "--model", "m", "--seed", str(2**63)])

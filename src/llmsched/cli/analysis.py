@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 
 from ..core.constraints import k_max_binds
 from ..core.errors import ConfigError
@@ -123,6 +124,12 @@ def cmd_capacity(args) -> int:
     if args.lengths:
         if args.prompt or args.output:
             raise ConfigError("give --lengths FILE or --prompt/--output, not both")
+        from ..workload.datasets import is_dataset, not_a_file  # noqa: PLC0415
+
+        # named here: the laws' own check called a missing file "prompt: file X does not exist"
+        path = Path(os.path.expanduser(args.lengths))
+        if not path.is_file() and (path.exists() or not is_dataset(args.lengths)):
+            raise ConfigError(f"--lengths: {not_a_file(path)}")
         over["prompt"] = over["output"] = f"empirical:{args.lengths}"
     from ..workload.csvio import MAX_LENGTH  # noqa: PLC0415 (numpy loads after the CLI sets its threads)
 
@@ -1086,8 +1093,18 @@ def register(sub) -> None:
     add_cost_model_arg(p)
     add_workload_args(p)
     g = p.add_argument_group("run")
-    g.add_argument("--max-time", type=float, dest="max_time_s", help="stop each simulation at this time (s)")
-    g.add_argument("--sample-interval", type=float, dest="sample_interval_s", help="time-series sampling interval (s)")
+    g.add_argument(
+        "--max-time",
+        type=float,
+        dest="max_time_s",
+        help="stop each simulation at this time (s; default: when every request has finished)",
+    )
+    g.add_argument(
+        "--sample-interval",
+        type=float,
+        dest="sample_interval_s",
+        help="time-series sampling interval (s; default: as simulate's)",
+    )
     g.add_argument("--exact", action="store_true", help="step by step, without the fast path")
     g = p.add_argument_group("sweep")
     g.add_argument(
@@ -1166,13 +1183,24 @@ def register(sub) -> None:
         type=positive_int,
         help="requests per queue run (and per search probe); networks: jobs per run",
     )
-    p.add_argument("--search-requests", type=positive_int, help="requests per search probe")
+    # the stability defaults are analysis.reproduce.SIZES' (not imported here: it loads numpy)
+    p.add_argument(
+        "--search-requests",
+        type=positive_int,
+        help="requests per search probe (default: 10,000 synthetic, 4,000 sharegpt and azure)",
+    )
     p.add_argument(
         "--seeds",
-        help="stability: seeds of the search probes, e.g. 0,1; the queue runs use the first (with "
-        "--no-search give one: the queue runs' seed); clusters, agents, rybko-stolyar, twp: the seeds run",
+        help="stability: seeds of the search probes, e.g. 0,1 (default 0,1 synthetic, 0 sharegpt and azure); "
+        "the queue runs use the first (with --no-search give one: the queue runs' seed); clusters, agents, "
+        "rybko-stolyar, twp: the seeds run (default 0)",
     )
-    p.add_argument("--tol", type=_tolerance, help=f"search tolerance, fraction of lambda* ({MIN_TOL:g} to < 1)")
+    p.add_argument(
+        "--tol",
+        type=_tolerance,
+        help=f"search tolerance, fraction of lambda* ({MIN_TOL:g} to < 1; default 0.02 synthetic, "
+        "0.03 sharegpt and azure)",
+    )
     p.add_argument(
         "--policies",
         help="comma-separated (default fastertransformer,vllm,orca,sarathi,kfcfs); twp: platform schedulers",
@@ -1357,7 +1385,9 @@ def _register_validate(sub) -> None:
         default=CALIBRATE_S,
         help=f"without --profile: length of the calibration run, 0 for none (default: {CALIBRATE_S})",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random prompt token ids (0 to 2**64 - 1)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the random prompt token ids (0 to 2**64 - 1; default: 0)"
+    )
     p.add_argument("--json", default=None, help="also write the result as JSON to this file ('-': print it)")
     p.add_argument("--print-json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -47,6 +47,25 @@ class HelpFormatter(argparse.HelpFormatter):
         super().__init__(prog, indent_increment, max_help_position, _terminal_columns() - 2 if width is None else width)
 
 
+# what the same thing is called by vllm bench serve, Vidur and habit (without the "--"):
+# the option spelt closest to them was another one (--output-dir: "did you mean --output?",
+# the output length law; --num-prompts: "--prompt?"). The first of them a command has is
+# named, or none: capacity writes no folder, and its --output is no answer to --output-dir.
+OTHER_SPELLINGS = {
+    "output-dir": ("out", "result-dir"),
+    "out-dir": ("out", "result-dir"),
+    "outdir": ("out", "result-dir"),
+    "output-folder": ("out", "result-dir"),
+    "results-dir": ("out", "result-dir"),
+    "result-dir": ("out",),
+    "num-prompts": ("num-requests",),
+    "num-requests": ("num-prompts",),
+    "request-rate": ("rate",),
+    "qps": ("rate", "request-rate"),
+    "rate": ("request-rate",),
+}
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit code 2) and `HelpFormatter` by default."""
 
@@ -91,7 +110,10 @@ class Parser(argparse.ArgumentParser):
                 # without the "--" every flag shares (it made --bogus 67% like --out), and
                 # above the 0.6 that lets --plot pass as --prompt: a letter or two mistyped
                 # scores 0.75 or more (--polcy, --b-mx, --kmax), unrelated words 0.67 or less
-                close = closest(flag[2:], names, cutoff=0.7)
+                if flag[2:] in OTHER_SPELLINGS:
+                    close = next((o for o in OTHER_SPELLINGS[flag[2:]] if o in names), None)
+                else:
+                    close = closest(flag[2:], names, cutoff=0.7)
                 if close:
                     hints.append((flag, "--" + close))
         if len(hints) == 1:
@@ -270,6 +292,15 @@ def scheduler_options(args, parse: bool = True) -> dict:
     `parse=False` leaves --admission-option's KEY=VALUE items unread."""
     keys = ("policy", "admission", "b_max", "k_max", "kv_capacity", "max_running", "prefix_caching", "block_size")
     out = {k: getattr(args, k, None) for k in keys}
+    policy = out["policy"]
+    if parse and isinstance(policy, str) and "," in policy.partition(":")[0]:
+        # a list here was "unknown batch policy 'sarathi,orca'; did you mean 'sarathi'?"
+        names = policy.partition(":")[0]
+        several = {"sweep": f"--grid policy={names}", "simulate": f"llmsched sweep --grid policy={names}"}
+        hint = several.get(getattr(args, "command", None), "")
+        raise ConfigError(
+            f"--policy takes one batch policy, got {policy!r}" + (f": to run several, {hint}" if hint else "")
+        )
     if getattr(args, "admission_option", None):
         items = args.admission_option
         out["admission_options"] = key_values(items, "--admission-option") if parse else items
@@ -349,7 +380,10 @@ def add_workload_args(p: argparse.ArgumentParser, rate_help: str | None = None, 
         "--rate is then new conversations per second",
     )
     g.add_argument(
-        "--think-time", type=float, dest="think_time_s", help="mean seconds from a turn's arrival to the next turn's"
+        "--think-time",
+        type=float,
+        dest="think_time_s",
+        help="mean seconds from a turn's arrival to the next turn's (no default: --turns needs it)",
     )
 
 
@@ -461,7 +495,13 @@ def sim_overrides(args, parse: bool = True) -> dict:
 
         for key in LAW_KEYS:
             if out[key] is not None:
-                named_length_law(out[key], flag_of(key), key)
+                try:
+                    named_length_law(out[key], flag_of(key), key)
+                except ConfigError as e:
+                    # `--output results` is the output folder as other tools spell it
+                    if key == "output" and hasattr(args, "out") and "unknown length law" in str(e):
+                        raise ConfigError(f"{e}; the output folder is --out DIR") from None
+                    raise
     out.update(scheduler_options(args, parse))
     if getattr(args, "request_slo", None):  # simulate's per-request objectives (sweep's --slo is a search's)
         out["slo"] = key_values(args.request_slo, "--slo") if parse else args.request_slo

@@ -432,7 +432,12 @@ def register(subparsers) -> None:
     p.add_argument(
         "--top-k", type=int, default=None, help=f"top-k sampling, 0 or -1 = off (default: {model_default} -1)"
     )
-    p.add_argument("--seed", type=request_seed_int, default=None, help="per-request sampling seed (0 to 2**63 - 1)")
+    p.add_argument(
+        "--seed",
+        type=request_seed_int,
+        default=None,
+        help="per-request sampling seed (0 to 2**63 - 1; default: drawn from the engine's seed, 0)",
+    )
     p.add_argument("--stop", action="append", help="stop string (repeatable); the text is cut before it")
     p.add_argument("--stop-token-id", type=int, action="append", help="stop token id (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS")

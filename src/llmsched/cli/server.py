@@ -126,24 +126,49 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     )
     g = p.add_argument_group("engine (--model)")
     g.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
-    g.add_argument("--dtype", default=None, help="model dtype, e.g. float32, bfloat16")
-    g.add_argument("--kv-cache-gb", type=float, default=None, help="KV-cache memory in GiB")
-    g.add_argument("--num-blocks", type=positive_int, default=None, help="KV-cache blocks")
-    g.add_argument("--block-size", type=positive_int, default=None, help="KV-cache block size in tokens")
-    g.add_argument("--seed", type=int, default=None, help="sampling seed")
+    # the defaults are LLMEngine's (None here: the sim backend refuses engine options given)
+    g.add_argument(
+        "--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on CUDA)"
+    )
+    g.add_argument(
+        "--kv-cache-gb",
+        type=float,
+        default=None,
+        help="KV-cache memory on CPU in GiB (default: 1, capped at what --max-running can use; "
+        "not used on CUDA, where the cache takes what 90%% of the GPU's memory leaves)",
+    )
+    g.add_argument(
+        "--num-blocks",
+        type=positive_int,
+        default=None,
+        help="KV-cache blocks (default: sized from the memory, as --kv-cache-gb says)",
+    )
+    g.add_argument(
+        "--block-size",
+        type=positive_int,
+        default=None,
+        help="KV-cache block size in tokens, the prefix cache's unit (default: 16; the sim backend takes it "
+        "with --prefix-caching)",
+    )
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="random seed of the engine: the sampling of requests that give no seed (default: 0)",
+    )
     add_generation_config_arg(g)
     g = p.add_argument_group("overload and shutdown")
     g.add_argument(
         "--max-queued-requests",
         type=positive_int,
         default=None,
-        help="refuse (429) a request when this many accepted requests have no first token yet",
+        help="refuse (429) a request when this many accepted requests have no first token yet (default: no limit)",
     )
     g.add_argument(
         "--max-queued-tokens",
         type=positive_int,
         default=None,
-        help="refuse (429) a request when the queued prompt tokens would exceed this",
+        help="refuse (429) a request when the queued prompt tokens would exceed this (default: no limit)",
     )
     g.add_argument(
         "--default-max-tokens",
@@ -373,13 +398,18 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         default=1.0,
         help="gamma shape of the inter-arrival times: 1 Poisson (default), <1 burstier, >1 smoother",
     )
-    g.add_argument("--max-concurrency", type=positive_int, default=None, help="at most this many requests in flight")
+    g.add_argument(
+        "--max-concurrency",
+        type=positive_int,
+        default=None,
+        help="at most this many requests in flight (default: no limit)",
+    )
     g.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     g.add_argument(
         "--prompt-format",
         choices=("auto", "ids", "text"),
         default="auto",
-        help="completions prompts as token-id lists (auto) or text (4 bytes per token)",
+        help="completions prompts as token-id lists (auto, the default) or text (4 bytes per token)",
     )
     g.add_argument(
         "--token-id-range",

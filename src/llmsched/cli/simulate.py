@@ -500,12 +500,16 @@ def register(sub) -> None:
     add_cost_model_arg(p)
     add_workload_args(p)
     g = p.add_argument_group("clusters and networks")
-    g.add_argument("--replicas", type=positive_int, help="simulate N replicas of the server behind a router")
+    g.add_argument(
+        "--replicas",
+        type=positive_int,
+        help="simulate N replicas of the server behind a router (default: one server, no router)",
+    )
     g.add_argument("--router", help="random, round-robin, jsq (default), least-tokens, power-of-two")
     g.add_argument(
         "--network", metavar="FILE", type=file_path, help="a YAML network of servers and job routes (docs/networks.md)"
     )
-    g.add_argument("--scale", type=float, help="--network, --serverless: multiply every arrival rate by K")
+    g.add_argument("--scale", type=float, help="--network, --serverless: multiply every arrival rate by K (default 1)")
     g = p.add_argument_group("serverless platforms")
     g.add_argument(
         "--serverless",

@@ -296,7 +296,9 @@ class WorkloadSpec:
                 "multi-turn conversations need think_time_s (--think-time): mean seconds from a turn to the next"
             )
         if self.think_time_s is not None and self.turns is None:
-            raise ConfigError("think_time_s applies to multi-turn conversations only (give turns)")
+            raise ConfigError(
+                "think_time_s (--think-time) applies to multi-turn conversations only (give turns, --turns)"
+            )
         if self.arrival != "trace" and (self.trace_model is not None or self.trace_log_type is not None):
             raise ConfigError("trace_model and trace_log_type apply to trace replay only")
         if self.trace is not None and self.arrival != "trace":

@@ -806,6 +806,11 @@ def _no_repeated_key(pairs: list) -> dict:
     return obj
 
 
+# a file that starts with "{" or "[" is read as Mooncake's JSON lines: a pretty-printed
+# JSON file (a run's summary.json given as --trace) failed at line 1 without saying so
+MOONCAKE_LINES = " (a JSON trace is Mooncake JSON lines: one object a line)"
+
+
 def _mooncake_slow(p: Path, rows: list[bytes], nonblank: list[int]):
     """As `_mooncake_fast` for any key order and extra keys, one JSON object a line;
     ConfigError naming the first bad line."""
@@ -816,9 +821,9 @@ def _mooncake_slow(p: Path, rows: list[bytes], nonblank: list[int]):
         except _RepeatedKey as exc:
             raise ConfigError(f"file {p} line {i + 1} gives key '{exc.key}' twice") from None
         except ValueError as exc:
-            raise ConfigError(f"file {p} line {i + 1} is not a JSON object: {exc}") from None
+            raise ConfigError(f"file {p} line {i + 1} is not a JSON object: {exc}{MOONCAKE_LINES}") from None
         if not isinstance(obj, dict):
-            raise ConfigError(f"file {p} line {i + 1} is not a JSON object")
+            raise ConfigError(f"file {p} line {i + 1} is not a JSON object{MOONCAKE_LINES}")
         missing = [k for k in MOONCAKE_KEYS if k not in obj]
         if missing:
             raise ConfigError(
