@@ -212,6 +212,11 @@ def test_schedulers_lists_every_policy(capsys):
     out = capsys.readouterr().out
     for name in ("fastertransformer", "vllm", "orca", "sarathi", "kfcfs", "fcfs", "spf"):
         assert name in out
+    # the title names the command that prints it (it said `llmsched policies`, no command)
+    from llmsched.cli import build_parser
+
+    title = out.strip().splitlines()[0].split()
+    assert title == ["llmsched", "schedulers"] and title[1] in _commands(build_parser())
 
 
 def test_help_everywhere():

@@ -459,7 +459,7 @@ def cmd_schedulers(args) -> int:
 
     from ..policies import list_policies  # noqa: PLC0415
 
-    t = Table(title="llmsched policies")
+    t = Table(title=f"llmsched {args.command}")  # (titled by the command that prints it)
     t.add_column("kind")
     t.add_column("name")
     t.add_column("rule")
