@@ -401,3 +401,13 @@ def test_a_bad_length_law_from_python_names_its_key():
 
     with pytest.raises(ConfigError, match=r"^prompt: geometric mean must be > 0, got '0'$"):
         llmsched.simulate(cost_model="paper", prompt="geometric:0", num_requests=5)
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+def test_version_flags_print_the_version(flag, capsys):
+    from llmsched.core.version import __version__
+
+    with pytest.raises(SystemExit) as e:
+        main([flag])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"llmsched {__version__}"

@@ -30,7 +30,8 @@ def build_parser(command: str | None = None) -> Parser:
     parser = Parser(
         prog="llmsched", description="Simulate, analyse and serve LLM inference under token-level batch schedulers."
     )
-    parser.add_argument("--version", action="version", version=f"llmsched {__version__}")
+    # -V as well, as python's and most CLIs' (it was refused as a missing COMMAND)
+    parser.add_argument("-V", "--version", action="version", version=f"llmsched {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
     for module in [m for m in COMMAND_MODULES if command in m.COMMANDS] or COMMAND_MODULES:
         module.register(sub)
