@@ -29,11 +29,12 @@ def _engine_argv(cmd: str, tmp_path, *flags: str) -> list[str]:
         "generate": ["--prompt", "hi"],
         "profile": ["--out", str(tmp_path / "p.csv")],
         "validate": ["--trace", str(tmp_path / "t.csv")],
+        "serve": ["--port", "0"],
     }[cmd]
     return [cmd, "--model", "/no/such/model", *extra, *flags]
 
 
-@pytest.mark.parametrize("cmd", ["generate", "profile", "validate"])
+@pytest.mark.parametrize("cmd", ["generate", "profile", "validate", "serve"])
 def test_threads_has_an_upper_bound(capsys, tmp_path, no_set_num_threads, cmd):
     argv = _engine_argv(cmd, tmp_path, "--threads", "100000")
     one_line_error(capsys, argv, "--threads", "at most 1,024")

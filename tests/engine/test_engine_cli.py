@@ -570,7 +570,7 @@ def test_validate_names_a_profile_path_that_does_not_exist(tmp_path, tiny_model,
     _one_line_error(capsys, [*argv, "--profile", str(tmp_path / "nonexist")], "nor an existing file or folder")
 
 
-@pytest.mark.parametrize("cmd", ["generate", "profile", "validate"])
+@pytest.mark.parametrize("cmd", ["generate", "profile", "validate", "serve"])
 @pytest.mark.parametrize("value", ["7", "nan", "-1", "0", "x"])
 def test_gpu_memory_utilization_is_a_fraction_on_every_device(tmp_path, capsys, cmd, value):
     """it was checked on CUDA only: 7 ran on CPU."""
@@ -578,6 +578,7 @@ def test_gpu_memory_utilization_is_a_fraction_on_every_device(tmp_path, capsys, 
         "generate": ["generate", "--model", "/no/such/model", "--prompt", "x"],
         "profile": ["profile", "--model", "/no/such/model", "--out", str(tmp_path / "p.csv")],
         "validate": ["validate", "--model", "/no/such/model", "--trace", str(tmp_path / "t.csv")],
+        "serve": ["serve", "--model", "/no/such/model", "--port", "0"],
     }[cmd]
     _one_line_error(capsys, [*argv, "--gpu-memory-utilization", value], "expected a fraction in (0, 1]")
 

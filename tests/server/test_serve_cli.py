@@ -130,3 +130,43 @@ def test_the_api_key_comes_from_the_flag_then_the_environment(monkeypatch):
     monkeypatch.setenv("LLMSCHED_API_KEY", "env-key")
     assert check_api_key(None, "LLMSCHED_API_KEY") == "env-key"
     assert check_api_key("sk-flag_1.2~", "LLMSCHED_API_KEY") == "sk-flag_1.2~"
+
+
+DEVICE_FLAGS = (["--gpu-memory-utilization", "0.5"], ["--enforce-eager"], ["--threads", "1"])
+
+
+@pytest.mark.parametrize("flag", DEVICE_FLAGS)
+def test_the_sim_backend_refuses_the_engines_device_flags(capsys, flag):
+    _one_line_error(capsys, ["serve", "--backend", "sim", "--port", "0", *flag], flag[0], "is an engine option")
+
+
+def test_the_engines_device_flags_reach_the_engine(tmp_path, monkeypatch):
+    """serve had no --gpu-memory-utilization, --enforce-eager or --threads (generate's),
+    while the engine's out-of-memory message on CUDA asks for --gpu-memory-utilization."""
+    from llmsched.engine import make_tiny_model
+    from llmsched.server import backends
+
+    model = make_tiny_model(tmp_path / "m", hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1)
+    argv = ["serve", "--model", str(model), "--num-blocks", "128", "--max-model-len", "256"]
+    argv += [a for flag in DEVICE_FLAGS for a in flag]
+    parser = build_parser("serve")
+    seen = {}
+    real = backends.make_engine_backend
+    monkeypatch.setattr(backends, "make_engine_backend", lambda *a, **kw: seen.update(kw) or real(*a, **kw))
+    assert server_cli.build_backend(parser.parse_args(argv)).kind == "engine"
+    assert (seen["gpu_memory_utilization"], seen["enforce_eager"], seen["num_threads"]) == (0.5, True, 1)
+    # not given: the engine's own defaults (None and False are not passed on as given)
+    server_cli.build_backend(parser.parse_args(argv[:7]))
+    assert (seen["gpu_memory_utilization"], seen["enforce_eager"], seen["num_threads"]) == (None, None, None)
+
+
+def test_a_kv_cache_that_cuts_the_context_names_the_flag_that_sized_it(tmp_path):
+    """the warning said 'give more --kv-cache-gb' whatever sized the cache: with --num-blocks
+    (which refuses --kv-cache-gb beside it), and on CUDA (where --kv-cache-gb is not used)."""
+    from llmsched.core.errors import InputWarning
+    from llmsched.engine import make_tiny_model
+
+    model = make_tiny_model(tmp_path / "m", hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1)
+    argv = ["serve", "--model", str(model), "--num-blocks", "20", "--max-running", "4"]
+    with pytest.warns(InputWarning, match=r"may reach 257 .*: raise --num-blocks or lower --max-running"):
+        server_cli.build_backend(build_parser("serve").parse_args(argv))

@@ -126,18 +126,30 @@ def add_engine_args(
         help="KV cache size on CPU in GiB (default: 1, capped at what --max-running can use)",
     )
     g.add_argument(
-        "--gpu-memory-utilization",
-        type=fraction,
-        default=0.9,
-        help="share of GPU memory the engine may use, KV cache included, in (0, 1] (default: 0.9)",
-    )
-    g.add_argument(
         "--max-model-len",
         type=positive_int,
         default=None,
         help=f"longest sequence, prompt + output (default: {mml_default})",
     )
-    g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    add_device_args(g)
+
+
+# LLMEngine's gpu_memory_utilization when none is given (as vLLM's)
+GPU_MEMORY_UTILIZATION = 0.9
+
+
+def add_device_args(g, unset: bool = False) -> None:
+    """--gpu-memory-utilization, --enforce-eager and --threads, the engine's use of the
+    device. `unset`: their defaults are None, so that a command with another backend
+    (serve --backend sim) can refuse them when given; the engine applies its own."""
+    g.add_argument(
+        "--gpu-memory-utilization",
+        type=fraction,
+        default=None if unset else GPU_MEMORY_UTILIZATION,
+        help="share of GPU memory the engine may use, KV cache included, in (0, 1] "
+        f"(default: {GPU_MEMORY_UTILIZATION})",
+    )
+    g.add_argument("--enforce-eager", action="store_true", default=None if unset else False, help="no CUDA graphs")
     g.add_argument(
         "--threads",
         type=positive_int_at_most(MAX_THREADS),

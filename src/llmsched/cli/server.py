@@ -13,7 +13,7 @@ from ..core.checks import check_api_key
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
 from .common import add_scheduler_args, positive_int, scheduler_spec
-from .engine import add_generation_config_arg, check_kv_cache_gb
+from .engine import add_device_args, add_generation_config_arg, check_kv_cache_gb
 
 # --sim-max-debt-ms' largest value: the project's clock range
 MAX_DEBT_MS = MAX_SECONDS * 1000
@@ -135,7 +135,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="KV-cache memory on CPU in GiB (default: 1, capped at what --max-running can use; "
-        "not used on CUDA, where the cache takes what 90%% of the GPU's memory leaves)",
+        "not used on CUDA, where the cache takes what --gpu-memory-utilization of the GPU's memory leaves)",
     )
     g.add_argument(
         "--num-blocks",
@@ -156,6 +156,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         default=None,
         help="random seed of the engine: the sampling of requests that give no seed (default: 0)",
     )
+    add_device_args(g, unset=True)
     add_generation_config_arg(g)
     g = p.add_argument_group("overload and shutdown")
     g.add_argument(
@@ -211,7 +212,18 @@ def build_backend(args):
     opts = scheduler_spec(args)
     engine_only = [
         f"--{k.replace('_', '-')}"
-        for k in ("device", "dtype", "kv_cache_gb", "num_blocks", "block_size", "seed", "generation_config")
+        for k in (
+            "device",
+            "dtype",
+            "kv_cache_gb",
+            "num_blocks",
+            "block_size",
+            "seed",
+            "gpu_memory_utilization",
+            "enforce_eager",
+            "threads",
+            "generation_config",
+        )
         if getattr(args, k) is not None and not (k == "block_size" and args.prefix_caching)
     ]
     if backend == "sim" and engine_only:
@@ -236,6 +248,9 @@ def build_backend(args):
             num_blocks=args.num_blocks,
             block_size=args.block_size,
             seed=args.seed,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            enforce_eager=args.enforce_eager,
+            num_threads=args.threads,
             max_model_len=args.max_model_len,
             cost_model=args.cost_model,
             generation_config=args.generation_config or "auto",

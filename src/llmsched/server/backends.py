@@ -270,10 +270,11 @@ def make_engine_backend(
         # what a request can reach is what the KV cache holds (prompt + output - 1 tokens),
         # as the sim backend says: /v1/models must not promise more
         if kv + 1 < max_len:
+            # the flag that sized this cache (--kv-cache-gb is CPU's, and --num-blocks overrides it)
+            knob = getattr(getattr(core, "runner", None), "kv_size_knob", ("kv_cache_gb", "--kv-cache-gb"))[1]
             warn(
                 f"the KV cache holds {kv:,} tokens (one block per running sequence is held back), so a "
-                f"request may reach {kv + 1:,} of the model's {max_len:,}: give more --kv-cache-gb or "
-                "fewer --max-running"
+                f"request may reach {kv + 1:,} of the model's {max_len:,}: raise {knob} or lower --max-running"
             )
         max_len = min(max_len, kv + 1)
     info = {
