@@ -193,6 +193,27 @@ def test_reproduce_help_says_what_seeds_sets(capsys):
     assert "the queue runs use the first" in " ".join(capsys.readouterr().out.split())
 
 
+def test_reproduce_help_states_each_experiments_num_requests_default(capsys):
+    """--num-requests stated no default, and it differs per experiment: the help's are the code's."""
+    from llmsched.analysis import reproduce, reproduce_twp
+    from llmsched.analysis.reproduce_networks import NUM_JOBS
+
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    (synthetic, *_), (sharegpt, *_), (azure, *_) = (reproduce.SIZES[w] for w in ("synthetic", "sharegpt", "azure"))
+    assert sharegpt == azure
+    for words in (
+        f"stability: requests per queue run, and per search probe unless --search-requests (default {synthetic:,} "
+        f"synthetic, {sharegpt:,} sharegpt and azure)",
+        f"clusters: jobs per replica (default {NUM_JOBS['clusters']:,})",
+        f"agents: jobs per run (default {NUM_JOBS['agents']:,})",
+        f"rybko-stolyar: jobs per run (default {NUM_JOBS['rybko-stolyar']:,})",
+        f"twp: requests per run (default {reproduce_twp.SIZES['full'][0]:,})",
+    ):
+        assert words in text, words
+
+
 def test_prompt_help_and_the_readme_name_every_length_law(capsys):
     """`replay:PATH[:COLUMN]` and `azure-conv` were read but named in neither."""
     from pathlib import Path

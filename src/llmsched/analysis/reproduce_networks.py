@@ -428,6 +428,12 @@ _MARK = {STABLE: "o", INCONCLUSIVE: "s", UNSTABLE: "x"}
 
 
 # ------------------------------------------------------------------------------ clusters
+# jobs per run by default (clusters: per replica), as `reproduce --help` states them (a
+# test holds them equal), and with quick
+NUM_JOBS = {"clusters": 5000, "agents": 10000, "rybko-stolyar": 20000}
+QUICK_JOBS = {"clusters": 1000, "agents": 2000, "rybko-stolyar": 3000}
+
+
 @strict_arguments
 def reproduce_clusters(
     *,
@@ -466,7 +472,9 @@ def reproduce_clusters(
             raise ConfigError(f"unknown router {r!r} (known: {', '.join(ROUTERS)})")
     loads = _check_loads(((0.5, 0.9) if quick else (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)) if loads is None else loads)
     check_distinct(loads, "loads")
-    per_replica = (1000 if quick else 5000) if num_jobs is None else check_count(num_jobs, "num_jobs")
+    per_replica = (
+        (QUICK_JOBS if quick else NUM_JOBS)["clusters"] if num_jobs is None else check_count(num_jobs, "num_jobs")
+    )
     seeds = check_seeds(seeds if seeds is not None else (0,))
     prompt, output = CLUSTER_WORKLOADS[workload]
     make_batch_policy(policy)  # (the runs would refuse it, after the folder was made)
@@ -652,7 +660,7 @@ def reproduce_agents(
         ft_loads = (0.9,) if quick else (0.02, 0.05, 0.1, 0.3, 0.6, 0.9)
     ft_loads = check_distinct(_check_loads(ft_loads, "ft_loads"), "ft_loads")
     ft_loads = sorted(set(ft_loads) | {plot_load})  # (the plot's load joins both lists)
-    n_jobs = (2000 if quick else 10000) if num_jobs is None else check_count(num_jobs, "num_jobs")
+    n_jobs = (QUICK_JOBS if quick else NUM_JOBS)["agents"] if num_jobs is None else check_count(num_jobs, "num_jobs")
     seeds = check_seeds(seeds if seeds is not None else (0,))
     check_run_dir(out_dir, "reproduce agents")  # not over another run's outputs
 
@@ -825,7 +833,9 @@ def reproduce_rybko_stolyar(
         orders = ("exit", "entry") + ((_BACKPRESSURE,) if backpressure_available() else ())
     orders = check_names(orders, "orders")
     check_distinct(orders, "orders")
-    n_jobs = (3000 if quick else 20000) if num_jobs is None else check_count(num_jobs, "num_jobs")
+    n_jobs = (
+        (QUICK_JOBS if quick else NUM_JOBS)["rybko-stolyar"] if num_jobs is None else check_count(num_jobs, "num_jobs")
+    )
     seeds = check_seeds(seeds if seeds is not None else (0,))
     if scan_loads is None:
         scan_loads = () if quick else (0.5, 0.6, 0.7, 0.8)

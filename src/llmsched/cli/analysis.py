@@ -1181,9 +1181,14 @@ def register(sub) -> None:
     p.add_argument(
         "--num-requests",
         type=positive_int,
-        help="requests per queue run (and per search probe); networks: jobs per run",
+        help="stability: requests per queue run, and per search probe unless --search-requests "
+        "(default 20,000 synthetic, 8,000 sharegpt and azure); clusters: jobs per replica (default "
+        "5,000); agents: jobs per run (default 10,000); rybko-stolyar: jobs per run (default 20,000); "
+        "twp: requests per run (default 6,000); prefix-caching: the trace's first N requests (default: "
+        "all); --quick: fewer",
     )
-    # the stability defaults are analysis.reproduce.SIZES' (not imported here: it loads numpy)
+    # the defaults are analysis.reproduce.SIZES', reproduce_networks.NUM_JOBS' and
+    # reproduce_twp.SIZES' (not imported here: they load numpy; a test holds them equal)
     p.add_argument(
         "--search-requests",
         type=positive_int,
