@@ -64,11 +64,16 @@ def test_two_servers_on_one_port_the_second_is_refused():
 def test_engine_max_running_default_is_the_documented_one(tmp_path, capsys):
     """serve --model on CPU caps running requests at 64, as its help and `generate` say
     (it was the engine's own 256)."""
-    from llmsched.engine import make_tiny_model
+    from llmsched.core.engine_api import LLM_MAX_NUM_SEQS
+    from llmsched.engine import LLMEngine, make_tiny_model
 
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
-    assert "the engine: 64 on CPU, 256 on CUDA" in " ".join(capsys.readouterr().out.split())
+    # the help told the commands' 64 on CPU as "the engine's": the Python LLM takes 256 there
+    assert (
+        f"the engine commands: 64 on CPU, 256 on CUDA; the Python LLM and LLMEngine: {LLM_MAX_NUM_SEQS})"
+        in " ".join(capsys.readouterr().out.split())
+    )
     model = make_tiny_model(tmp_path / "m", hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1)
     argv = ["serve", "--model", str(model), "--num-blocks", "128", "--max-model-len", "256"]
     parser = build_parser("serve")
@@ -76,6 +81,8 @@ def test_engine_max_running_default_is_the_documented_one(tmp_path, capsys):
     assert backend.core.spec.max_running == 64
     backend = server_cli.build_backend(parser.parse_args([*argv, "--max-running", "8"]))
     assert backend.core.spec.max_running == 8
+    engine = LLMEngine(str(model), num_blocks=512, max_model_len=256)
+    assert engine.max_num_seqs == LLM_MAX_NUM_SEQS == 256  # (as docs/engine.md says, on CPU too)
 
 
 @pytest.mark.parametrize("value", ["nan", "50", "0"])

@@ -16,6 +16,7 @@ import os
 import sys
 
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
+from ..core.engine_api import LLM_MAX_NUM_SEQS, default_max_running
 from ..core.errors import ConfigError, closest
 from ..core.names import OPTION_ALIASES, option_flags
 from ..policies.spec import SchedulerSpec
@@ -269,7 +270,11 @@ def add_scheduler_args(
         *option_flags("max_running", "--max-running"),
         dest="max_running",
         type=positive_int_at_most(MAX_REQUESTS_PER_STEP),
-        help=shown("max_running", "cap on running requests (default: none; the engine: 64 on CPU, 256 on CUDA)"),
+        help=shown(
+            "max_running",
+            f"cap on running requests (default: none; the engine commands: {default_max_running('cpu')} on CPU, "
+            f"{default_max_running('cuda')} on CUDA; the Python LLM and LLMEngine: {LLM_MAX_NUM_SEQS})",
+        ),
     )
     g.add_argument(
         *option_flags("prefix_caching", "--prefix-caching"),

@@ -176,9 +176,17 @@ def _is_int(v) -> bool:
     return as_int(v) is not None
 
 
+# LLM / LLMEngine's max_num_seqs when none is given, on every device: vLLM's LLM class
+# default (its CPU build keeps 256 too)
+LLM_MAX_NUM_SEQS = 256
+
+
 def default_max_running(device) -> int:
-    """The engine's cap on running requests when none is given: 256 on CUDA, 64 on CPU."""
-    return 256 if str(device or "cpu").startswith("cuda") else 64
+    """The engine commands' cap on running requests when none is given (generate, serve,
+    profile, validate): 256 on CUDA, 64 on CPU. Fewer than the API's LLM_MAX_NUM_SEQS on
+    CPU: profile measures decode batches up to it (a CPU profile stays minutes), and the
+    other commands run the batches a default profile measured."""
+    return LLM_MAX_NUM_SEQS if str(device or "cpu").startswith("cuda") else 64
 
 
 class DefaultMaxModelLen(int):

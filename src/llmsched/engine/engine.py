@@ -22,7 +22,7 @@ from ..core.checks import as_int, check_text, keyword_names, whole_as_int
 from ..core.clock import wall_stamp_ns
 from ..core.constraints import check_prefix_block_size
 from ..core.cost import make_cost_model
-from ..core.engine_api import DefaultMaxModelLen, SamplingParams, check_request_size
+from ..core.engine_api import LLM_MAX_NUM_SEQS, DefaultMaxModelLen, SamplingParams, check_request_size
 from ..core.errors import ConfigError, check_known
 from ..core.plan import StepPlan
 from ..core.prefix_cache import held_ids, token_block_ids
@@ -267,7 +267,7 @@ class LLMEngine(StepDriver):
                 prefix_caching=False if prefix_caching is None else prefix_caching,
             )
         if max_num_seqs is None:
-            max_num_seqs = 256
+            max_num_seqs = LLM_MAX_NUM_SEQS
         b_max = spec.b_max
         for name, v in (("b_max", b_max), ("max_num_seqs", max_num_seqs)):
             n = as_int(whole_as_int(v))  # (whole floats too, as the scheduler's Constraints take them)
