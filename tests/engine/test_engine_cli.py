@@ -436,6 +436,24 @@ def test_profile_refuses_an_engine_too_small_for_its_grid(tiny_model, tmp_path, 
     assert not out.exists()
 
 
+def test_profile_names_the_flag_that_sized_the_kv_cache_on_cuda():
+    """a KV cache too small for the grid asked for --kv-cache-gb, which CUDA does not use."""
+    from types import SimpleNamespace
+
+    from llmsched.engine import profiler
+
+    knob = ("gpu_memory_utilization", "--gpu-memory-utilization")  # ModelRunner's on CUDA
+    r = SimpleNamespace(
+        max_num_seqs=4, b_max=512, block_size=4, num_blocks=2, workspace_tokens=1 << 18, max_model_len=2048
+    )
+    r.kv_size_knob = knob
+    g = {"batches": [1, 2], "contexts": [16], "chunks": [16], "chunk_contexts": [0]}
+    with pytest.raises(ConfigError, match="over the 8 there are: raise --gpu-memory-utilization$"):
+        profiler._check_grid_fits(r, g, [], [(16, 0)], 16)
+    with pytest.raises(ConfigError, match="a batch of 2 needs 32\\); a profile needs two: raise --gpu-memory-util"):
+        profiler._check_two_decode_batches(r, [(1, 16)], [1, 2], lambda b: (16, 16 * b))
+
+
 def test_profile_names_a_negative_warmup_alone(tiny_model, tmp_path, capsys):
     """--warmup -1 was told 'reps must be >= 1 and warmup >= 0', --reps it had not given."""
     out = tmp_path / "p.csv"

@@ -339,7 +339,7 @@ def _check_grid_fits(r, g: dict, dec_points: list, pre_points: list, longest_dec
         )
     raise ConfigError(
         f"the profile grid's smallest {what} needs {kv_need} tokens of KV cache, over the {kv_room} "
-        "there are: raise --kv-cache-gb"
+        f"there are: raise {r.kv_size_knob[1]}"  # (the flag that sized the cache: CUDA ignores --kv-cache-gb)
     )
 
 
@@ -366,7 +366,7 @@ def _check_two_decode_batches(r, dec_points: list, batches: list, step_kv) -> No
             limit, fix = f"max_num_seqs {r.max_num_seqs}", "raise --max-running/--max-num-seqs"
     else:
         limit = f"its KV cache of {kv_room} tokens: a batch of {b} needs {kv_need}"
-        fix = "raise --kv-cache-gb"
+        fix = f"raise {r.kv_size_knob[1]}"
     raise ConfigError(
         f"only one decode batch size of the profile grid ({fitting[0]}) fits this engine ({limit}); "
         f"a profile needs two: {fix}"
