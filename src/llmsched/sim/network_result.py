@@ -4,8 +4,9 @@ a stability verdict per replica, per server and for the whole network, and the f
 `write(out)` lays out:
 - `summary.json`: jobs (count, throughput, latency mean/p50/p90/p99/max, per job type),
   every server (offered load against capacity from the traffic equations, call metrics,
-  verdict; with prefix caching its `prefix_cache` hits and evictions, per replica and
-  summed) and the network's verdict (and `prefix_cache` over every caching server);
+  verdict; under back-pressure its buffer's growth, which the verdict leaves out; with
+  prefix caching its `prefix_cache` hits and evictions, per replica and summed) and the
+  network's verdict (and `prefix_cache` over every caching server);
 - `config.json`: the network as parsed, with the run's options (`run`: `max_time_s`,
   `sample_interval_s`, `fast`, those given): reproduces the run;
 - `jobs.csv`: one row per job of the workload: `job,type,arrival_s,finish_s,latency_s,calls,
@@ -293,7 +294,8 @@ def network_backlog(result) -> dict:
     (`NetworkResult.job_delay_s`: a call still to come counts from the job's arrival,
     through the delays before it), times the jobs' arrivals' burst factor
     (`NetworkResult.job_burst_factor`, as one server's). Returns {"time_s", "servers": {name:
-    array}, "network": array, "verdict": {...}, "arrival_end_s"} (`arrival_end_s`: the last
+    array}, "buffers": {name: array} (under back-pressure, each server's buffer alone; else
+    empty), "network": array, "verdict": {...}, "arrival_end_s"} (`arrival_end_s`: the last
     job's arrival, None when no job arrived before max_time_s; the verdict is then
     inconclusive)."""
     st = result.stats
@@ -314,6 +316,7 @@ def network_backlog(result) -> dict:
     call_at = _a(st.call_arrival) / NS
     job_at = _a(st.job_arrival)[_a(st.call_job)] / NS
     pending = _step_count(np.concatenate([job_at, call_at]), np.concatenate([work, -work]), grid)
+    buffers: dict[str, np.ndarray] = {}
     if getattr(st.spec, "control", "none") == "backpressure":
         # a call waits in its server's buffer from delivery until a replica takes it
         queue = _a(st.call_queue)
@@ -321,9 +324,10 @@ def network_backlog(result) -> dict:
         calls_of = result.server_calls()
         for name in servers:
             sel = calls_of[name]
-            servers[name] = servers[name] + _step_count(
+            buffers[name] = _step_count(
                 np.concatenate([call_at[sel], start[sel]]), np.concatenate([work[sel], -work[sel]]), grid
             )
+            servers[name] = servers[name] + buffers[name]
     total = sum(servers.values()) + pending
     last = _last_arrival_s(result.job_arrival_ns[result.job_arrived])
     keep = grid <= last
@@ -394,6 +398,7 @@ def network_backlog(result) -> dict:
     return {
         "time_s": grid,
         "servers": servers,
+        "buffers": buffers,
         "network": total,
         "verdict": verdict,
         "arrival_end_s": last if np.isfinite(last) else None,
@@ -774,6 +779,24 @@ class NetworkResult:
         work = float((res.prompt[admitted].astype(float) + res.output[admitted] - 1).sum())
         return pool * share * (1.0 - _saved_share([res.stats.prefix], work))
 
+    def _buffer_growth(self, server: str, time_s: np.ndarray, buffer: np.ndarray, last: float) -> dict:
+        """The growth (tokens/s) of `server`'s back-pressure buffer while jobs arrive, with
+        its 95% interval, fitted as a queue's verdict fits its backlog's (`_queue_verdict`);
+        None when the window is too short to fit."""
+        v = self._queue_verdict(
+            server,
+            time_s,
+            buffer,
+            last,
+            capacity=None,
+            arrivals=_a(self.stats.call_arrival)[self.server_calls()[server]] / NS,
+            load=None,
+        )
+        return {
+            "buffer_growth_tokens_per_s": v.get("backlog_growth_tokens_per_s"),
+            "buffer_growth_ci": v.get("backlog_growth_ci"),
+        }
+
     def _pool_verdict(self, server: str, time_s: np.ndarray, backlog: np.ndarray, last: float) -> dict:
         """A replicated server's verdict on its pool's backlog (its replicas' summed, as
         `network_backlog` counts it: under back-pressure its buffer's work too), judged as
@@ -995,6 +1018,12 @@ class NetworkResult:
                 pool = srv["pool_verdict"]["verdict"]
             srv["verdict"] = _combine([r["verdict"] for r in srv["replicas"].values()], pool)
             srv["stable"] = {STABLE: True, UNSTABLE: False}.get(srv["verdict"])
+            if name in backlog["buffers"]:
+                # the replicas' verdicts judge their own backlogs, not the calls waiting in
+                # the server's back-pressure buffer (the network's work counts them): say so,
+                # and how fast the buffer grew over the same judged window
+                srv["verdict_excludes_buffer"] = True
+                srv.update(self._buffer_growth(name, backlog["time_s"], backlog["buffers"][name], last))
             if self.traffic is not None:
                 load = self.traffic.server(name)
                 srv.update(
