@@ -43,7 +43,7 @@ def test_a_caching_replicas_threshold_is_one_servers():
     # replica's threshold: its fill capacity with the hits as no work, times its backlog's units
     work = s["network_work_verdict"]["threshold_tokens_per_s"]
     assert work == pytest.approx(one["verdict_threshold_tokens_per_s"], rel=0.01)
-    assert work == pytest.approx(0.02 * res.fill_capacities("s")[0] * res.backlog_units("s"), rel=1e-12)
+    assert work == pytest.approx(0.02 * res.threshold_capacities("s")[0] * res.backlog_units("s"), rel=1e-12)
 
 
 def test_a_caching_pools_threshold_is_its_replicas_over_the_busiest_share():
@@ -54,6 +54,6 @@ def test_a_caching_pools_threshold_is_its_replicas_over_the_busiest_share():
     pool = res.summary["servers"]["s"]["pool_verdict"]["threshold_tokens_per_s"]
     # (the traffic equations, counting every hit as prefill work, give a far larger one)
     assert pool < 0.02 * res.traffic.server("s").fill_capacity * units / 1.5
-    fill = res.fill_capacities("s")
+    fill = res.threshold_capacities("s")
     assert fill[1] == pytest.approx(2 * fill[0], rel=1e-12)
     assert pool == pytest.approx(0.02 * fill[1] * units, rel=1e-12)

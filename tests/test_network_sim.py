@@ -380,6 +380,31 @@ def test_backpressure_network_is_judged_on_its_work_buffers_included():
     assert s["verdict"] == "unstable" and s["stable"] is False
 
 
+def test_backpressure_servers_say_their_verdict_leaves_out_the_buffer(capsys, monkeypatch):
+    """A one-replica server's verdict under back-pressure judges its replica's backlog only
+    (its buffer is the network's work's): s2 of the tandem example at 1.3 times its critical
+    scale was 'inconclusive' in summary.json and the table with nothing to say its calls
+    piled up in its buffer; now its entry says the verdict leaves the buffer out and how
+    fast the buffer grew."""
+    from llmsched.cli import simulate as sim_cli
+    from llmsched.theory.network import traffic
+
+    d = NetworkSpec.from_yaml("examples/networks/tandem.yaml").to_dict()
+    d.update(control="backpressure", num_jobs=4000)
+    res = simulate_network(d, scale=1.3 * traffic(d).critical_scale)
+    s2 = res.summary["servers"]["s2"]
+    assert s2["verdict"] != "unstable" and s2["verdict_excludes_buffer"] is True
+    # (the fluid rate at which s2 falls behind: offered - capacity)
+    assert s2["buffer_growth_ci"][0] > 0.5 * (s2["offered_tokens_per_s"] - s2["capacity_tokens_per_s"]) > 0
+    monkeypatch.setenv("COLUMNS", "400")
+    sim_cli.print_network_summary(res)
+    out = capsys.readouterr().out
+    growth = f"{s2['buffer_growth_tokens_per_s']:,.1f} tokens/s"
+    assert f"{s2['verdict']} (replicas' backlogs only; back-pressure buffer growth {growth})" in out
+    d.update(control="none", num_jobs=200)
+    assert not any("buffer" in k for k in simulate_network(d).summary["servers"]["s2"])
+
+
 def test_priorities_keep_the_fast_path_exact_and_serve_the_priority_class_first():
     spec = NetworkSpec.from_yaml("examples/networks/rybko_stolyar.yaml")
     d = spec.to_dict()

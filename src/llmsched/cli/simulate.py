@@ -329,10 +329,16 @@ def print_network_summary(res) -> None:
             load = f"load {fill:.1%} of what filling steps to b_max serves ({util:.1%} of the best policy's{more}), "
         else:
             load = f"load {util:.1%} of capacity" + (f" ({hits})" if hits else "") + ", "
+        verdict = srv["verdict"]
+        if srv.get("verdict_excludes_buffer"):
+            # (the replicas' verdicts: the network's work judges the buffer)
+            g = srv.get("buffer_growth_tokens_per_s")
+            growth = "-" if g is None else f"{g:,.1f} tokens/s"
+            verdict += f" (replicas' backlogs only; back-pressure buffer growth {growth})"
         rows.append(
             (
                 f"server {name} ({len(srv['replicas'])} replica(s))",
-                f"{load}{srv['calls']:,} calls, TTFT p99 {ms(srv['p99_ttft_ms'])}, {srv['verdict']}",
+                f"{load}{srv['calls']:,} calls, TTFT p99 {ms(srv['p99_ttft_ms'])}, {verdict}",
             )
         )
         if srv.get("prefix_cache") is not None:

@@ -4,8 +4,9 @@ a stability verdict per replica, per server and for the whole network, and the f
 `write(out)` lays out:
 - `summary.json`: jobs (count, throughput, latency mean/p50/p90/p99/max, per job type),
   every server (offered load against capacity from the traffic equations, call metrics,
-  verdict; with prefix caching its `prefix_cache` hits and evictions, per replica and
-  summed) and the network's verdict (and `prefix_cache` over every caching server);
+  verdict; under back-pressure its buffer's growth, which the verdict leaves out; with
+  prefix caching its `prefix_cache` hits and evictions, per replica and summed) and the
+  network's verdict (and `prefix_cache` over every caching server);
 - `config.json`: the network as parsed, with the run's options (`run`: `max_time_s`,
   `sample_interval_s`, `fast`, those given): reproduces the run;
 - `jobs.csv`: one row per job of the workload: `job,type,arrival_s,finish_s,latency_s,calls,
@@ -142,11 +143,12 @@ def _combine(verdicts: list, pool: str | None = None) -> str:
 
 
 def _replica_fill_capacity(load) -> float:
-    """One replica's share of its server's `fill_capacity`, the threshold's scale, as one
-    server's verdict takes it (`CapacityReport.fill_capacity`): theorem 2's
-    `replica_token_capacity` wherever the pool's fill capacity is its theorem-2 capacity
-    (exactly, without a rounding), less where a binding k_max's region serves less. (A
-    caching server's: `NetworkResult.fill_capacities`.)"""
+    """One replica's share of its server's `fill_capacity`, the threshold's scale where its
+    policy's own limit is unknown or is this, as one server's verdict takes it
+    (`CapacityReport.fill_capacity`): theorem 2's `replica_token_capacity` wherever the
+    pool's fill capacity is its theorem-2 capacity (exactly, without a rounding), less where
+    a binding k_max's region serves less. (A caching server's, and the policy's own limit:
+    `NetworkResult.threshold_capacities`.)"""
     if load.fill_capacity >= load.token_capacity:
         return load.replica_token_capacity
     return load.fill_capacity * load.busiest_replica_share
@@ -170,20 +172,26 @@ def _backlog_units(caches: list, gross: float) -> float:
     return gross / (gross - hits) if hits and gross > hits else 1.0
 
 
+def server_policy_limit(server, best: float, fill: float, region_exact, control: str = "none") -> float | None:
+    """The token rate `server`'s scheduler serves under a backlog where theory says it, one
+    server's rule (`policies.scheduler_policy_capacity`: `fill` for a work-conserving policy
+    without a binding cap, `best`, lambda*'s steps, for adaptive), else None. Back-pressure
+    control holds work back (a replica takes buffered calls one class at a time): None
+    then. `server`: its `ServerSpec`."""
+    if control == "backpressure":
+        return None
+    return scheduler_policy_capacity(server, best, fill, region_exact)
+
+
 def server_policy_load(load, server, control: str = "none") -> float:
     """A server's offered load over its policy's limit, as one server's verdict takes it
-    (`api._stability_fields`'s `load`): over the rate its scheduler serves under a backlog
-    where theory says it (`policies.scheduler_policy_capacity`: `fill_capacity` for a
-    work-conserving policy without a binding cap, lambda*'s `capacity` for adaptive), else
-    over lambda*'s `capacity` (`utilisation`: no policy serves more). Back-pressure control
-    holds work back (a replica takes buffered calls one class at a time): lambda*'s then.
-    `load`: the server's `ServerLoad`, `server` its `ServerSpec`; 0 for a server without
-    calls."""
+    (`api._stability_fields`'s `load`): over `server_policy_limit` of its traffic's
+    `capacity` and `fill_capacity`, else over lambda*'s `capacity` (`utilisation`: no
+    policy serves more). `load`: the server's `ServerLoad`, `server` its `ServerSpec`; 0
+    for a server without calls."""
     if not load.offered_tokens_per_s > 0:
         return 0.0
-    limit = None
-    if control != "backpressure":
-        limit = scheduler_policy_capacity(server, load.capacity, load.fill_capacity, load.region_exact)
+    limit = server_policy_limit(server, load.capacity, load.fill_capacity, load.region_exact, control)
     x = load.offered_tokens_per_s / limit if limit else load.utilisation
     return min(x, sys.float_info.max)  # (a capacity of ~0: the verdicts take finite numbers)
 
@@ -286,7 +294,8 @@ def network_backlog(result) -> dict:
     (`NetworkResult.job_delay_s`: a call still to come counts from the job's arrival,
     through the delays before it), times the jobs' arrivals' burst factor
     (`NetworkResult.job_burst_factor`, as one server's). Returns {"time_s", "servers": {name:
-    array}, "network": array, "verdict": {...}, "arrival_end_s"} (`arrival_end_s`: the last
+    array}, "buffers": {name: array} (under back-pressure, each server's buffer alone; else
+    empty), "network": array, "verdict": {...}, "arrival_end_s"} (`arrival_end_s`: the last
     job's arrival, None when no job arrived before max_time_s; the verdict is then
     inconclusive)."""
     st = result.stats
@@ -307,6 +316,7 @@ def network_backlog(result) -> dict:
     call_at = _a(st.call_arrival) / NS
     job_at = _a(st.job_arrival)[_a(st.call_job)] / NS
     pending = _step_count(np.concatenate([job_at, call_at]), np.concatenate([work, -work]), grid)
+    buffers: dict[str, np.ndarray] = {}
     if getattr(st.spec, "control", "none") == "backpressure":
         # a call waits in its server's buffer from delivery until a replica takes it
         queue = _a(st.call_queue)
@@ -314,14 +324,15 @@ def network_backlog(result) -> dict:
         calls_of = result.server_calls()
         for name in servers:
             sel = calls_of[name]
-            servers[name] = servers[name] + _step_count(
+            buffers[name] = _step_count(
                 np.concatenate([call_at[sel], start[sel]]), np.concatenate([work[sel], -work[sel]]), grid
             )
+            servers[name] = servers[name] + buffers[name]
     total = sum(servers.values()) + pending
     last = _last_arrival_s(result.job_arrival_ns[result.job_arrived])
     keep = grid <= last
-    # threshold scale: what a policy filling every step to b_max serves at the bottleneck
-    # (not the peak of b / t(b) below b_max, which such a policy does not get): an overloaded
+    # threshold scale: what the bottleneck's policy serves under a backlog (its own limit,
+    # else full steps of b_max: `threshold_capacities`): an overloaded
     # bottleneck at load rho adds (rho - 1) times that a second, to the work of the jobs
     # queued before it (their calls upstream of it are done), as one server would
     # (with prefix caching, in the work's units: the bottleneck's `backlog_units`, as the
@@ -329,7 +340,7 @@ def network_backlog(result) -> dict:
     cap = None
     if result.traffic is not None:
         neck = result.traffic.bottleneck
-        cap = result.fill_capacities(neck)[1] * result.backlog_units(neck)
+        cap = result.threshold_capacities(neck)[1] * result.backlog_units(neck)
     # the network's work counts a job's whole work from its arrival until its last call
     # ends, delays included (a call still to come counts from the job's arrival), so its
     # short window is measured in job times: its calls' service times and its expected
@@ -387,6 +398,7 @@ def network_backlog(result) -> dict:
     return {
         "time_s": grid,
         "servers": servers,
+        "buffers": buffers,
         "network": total,
         "verdict": verdict,
         "arrival_end_s": last if np.isfinite(last) else None,
@@ -604,22 +616,29 @@ class NetworkResult:
             self._units[server] = units
         return self._units[server]
 
-    def fill_capacities(self, server: str) -> tuple[float, float] | None:
-        """A server's fill capacity as its verdicts' thresholds scale with it, one replica's
-        and the pool's (tokens of work a second; times `backlog_units` for the thresholds):
-        the traffic equations' (`_replica_fill_capacity`, `fill_capacity`); for a caching
-        server, one server's rule (`api._stability_fields`) on the run's admitted calls
-        instead (`_hit_capacity`), the pool's the replica's over the busiest replica's
-        share. None without a traffic report."""
+    def threshold_capacities(self, server: str) -> tuple[float, float] | None:
+        """The capacity a server's verdicts' thresholds scale with, one replica's and the
+        pool's (tokens of work a second; times `backlog_units` for the thresholds), by one
+        server's rule (`api._stability_fields`): its policy's own limit where theory gives
+        it (`server_policy_limit`: adaptive's lambda*'s steps, which serve far more than
+        full steps where b / t(b) peaks below b_max), else its fill capacity; from the
+        traffic equations (`capacity`, `fill_capacity`, `_replica_fill_capacity`), for a
+        caching server from the run's admitted calls instead (`_hit_capacity`), the pool's
+        the replica's over the busiest replica's share. None without a traffic report."""
         if self.traffic is None:
             return None
         if server not in self._fills:
-            load = self.traffic.server(server)
+            load, srv = self.traffic.server(server), self.stats.spec.servers[server]
+            share = load.busiest_replica_share
             fills = (_replica_fill_capacity(load), load.fill_capacity)
-            rep = self._hit_capacity(server) if self.stats.spec.servers[server].prefix_caching else None
+            best, exact = load.capacity, load.region_exact
+            rep = self._hit_capacity(server) if srv.prefix_caching else None
             if rep is not None:
-                fills = (rep.fill_capacity, rep.fill_capacity / load.busiest_replica_share)
-            self._fills[server] = fills
+                fills = (rep.fill_capacity, rep.fill_capacity / share)
+                best, exact = rep.effective_capacity / share, rep.region_exact
+            limit = server_policy_limit(srv, best, fills[1], exact, getattr(self.stats.spec, "control", "none"))
+            # (a limit that is the fill capacity keeps its replica's exact share)
+            self._fills[server] = fills if limit is None or limit == fills[1] else (limit * share, limit)
         return self._fills[server]
 
     def _hit_capacity(self, server: str):
@@ -760,12 +779,31 @@ class NetworkResult:
         work = float((res.prompt[admitted].astype(float) + res.output[admitted] - 1).sum())
         return pool * share * (1.0 - _saved_share([res.stats.prefix], work))
 
+    def _buffer_growth(self, server: str, time_s: np.ndarray, buffer: np.ndarray, last: float) -> dict:
+        """The growth (tokens/s) of `server`'s back-pressure buffer while jobs arrive, with
+        its 95% interval, fitted as a queue's verdict fits its backlog's (`_queue_verdict`);
+        None when the window is too short to fit."""
+        v = self._queue_verdict(
+            server,
+            time_s,
+            buffer,
+            last,
+            capacity=None,
+            arrivals=_a(self.stats.call_arrival)[self.server_calls()[server]] / NS,
+            load=None,
+        )
+        return {
+            "buffer_growth_tokens_per_s": v.get("backlog_growth_tokens_per_s"),
+            "buffer_growth_ci": v.get("backlog_growth_ci"),
+        }
+
     def _pool_verdict(self, server: str, time_s: np.ndarray, backlog: np.ndarray, last: float) -> dict:
         """A replicated server's verdict on its pool's backlog (its replicas' summed, as
         `network_backlog` counts it: under back-pressure its buffer's work too), judged as
-        one server with the pool's `fill_capacity` would be (`_queue_verdict`): its offered
-        load over its limit (`policy_loads`: the busiest replica's), its calls' arrivals."""
-        fills = self.fill_capacities(server)
+        one server with the pool's limit would be (`threshold_capacities`, `_queue_verdict`):
+        its offered load over its limit (`policy_loads`: the busiest replica's), its calls'
+        arrivals."""
+        fills = self.threshold_capacities(server)
         return self._queue_verdict(
             server,
             time_s,
@@ -806,7 +844,7 @@ class NetworkResult:
         self, res: SimResult, server: str, index: int = 0, units: float = 1.0, rise: float | None = None
     ) -> dict:
         """A replica's verdict on its own backlog (`_queue_verdict`), against its share of
-        its server's fill capacity (`_replica_fill_capacity`) times its backlog's `units`
+        its server's limit (`threshold_capacities`) times its backlog's `units`
         (`_backlog_units` of its own calls; 1 without prefix caching) and its own load
         (`_replica_load`); in one server's keys (`verdict_reason`, and the threshold `h` as
         `verdict_threshold_tokens_per_s`, which docs/stability.md says a summary.json
@@ -815,7 +853,7 @@ class NetworkResult:
         if res.stats.n == 0 and np.isfinite(last):
             # jobs ran but none called here: no queue can grow, so leave the verdict to the others
             return {"stable": True, "verdict": STABLE, "verdict_reason": "no calls: no queue formed"}
-        fills = self.fill_capacities(server)
+        fills = self.threshold_capacities(server)
         ts = res.timeseries
         v = self._queue_verdict(
             server,
@@ -980,6 +1018,12 @@ class NetworkResult:
                 pool = srv["pool_verdict"]["verdict"]
             srv["verdict"] = _combine([r["verdict"] for r in srv["replicas"].values()], pool)
             srv["stable"] = {STABLE: True, UNSTABLE: False}.get(srv["verdict"])
+            if name in backlog["buffers"]:
+                # the replicas' verdicts judge their own backlogs, not the calls waiting in
+                # the server's back-pressure buffer (the network's work counts them): say so,
+                # and how fast the buffer grew over the same judged window
+                srv["verdict_excludes_buffer"] = True
+                srv.update(self._buffer_growth(name, backlog["time_s"], backlog["buffers"][name], last))
             if self.traffic is not None:
                 load = self.traffic.server(name)
                 srv.update(
