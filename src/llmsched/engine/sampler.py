@@ -6,7 +6,9 @@ A row's generator is a `random.Random` (what the engine gives each request: seed
 all 64 bits of the request's seed; torch's CPU generator keeps only the low 32 bits of a
 seed, so seeds 1 and 2**32 + 1 drew the same tokens) or a `torch.Generator`. With a
 `random.Random` the row draws one uniform number and takes the token where it falls in the
-cumulative distribution (float64), the same choice on any device.
+cumulative distribution (float64) of the kept tokens in id order, the same choice on any
+device; top-k and top-p choose which tokens are kept by rank, the draw does not walk the
+ranks (last-bit noise would swap near-equal tokens: see `_sample`).
 
 A row's sampling trouble stays in its row: a row whose probabilities are not a usable
 distribution (NaN or inf logits, everything masked) takes its best token instead of
@@ -141,43 +143,47 @@ def _sample(logits, params: list, generators: list, banned: list | None) -> list
     sub = sub / temps[:, None]
     ks = [params[i].top_k if params[i].top_k > 0 else v for i in rows]
     ps = [params[i].top_p for i in rows]
-    srt, idx = sub.sort(dim=-1, descending=True)
-    if any(k < v for k in ks):
-        kt = torch.tensor(ks, device=dev)[:, None]
-        srt = srt.masked_fill(torch.arange(v, device=dev)[None, :] >= kt, float("-inf"))
-    if any(p < 1.0 for p in ps):
-        probs = srt.softmax(dim=-1)
-        before = probs.cumsum(dim=-1) - probs  # mass of the better tokens
-        pt = torch.tensor(ps, dtype=torch.float32, device=dev)[:, None]
-        drop = before >= pt
-        drop[:, 0] = False  # always keep the best token
-        srt = srt.masked_fill(drop, float("-inf"))
-    probs = srt.softmax(dim=-1)
+    if any(k < v for k in ks) or any(p < 1.0 for p in ps):
+        # top-k and top-p choose their tokens by rank (the sort); the draw below does not
+        srt, idx = sub.sort(dim=-1, descending=True)
+        if any(k < v for k in ks):
+            kt = torch.tensor(ks, device=dev)[:, None]
+            srt = srt.masked_fill(torch.arange(v, device=dev)[None, :] >= kt, float("-inf"))
+        if any(p < 1.0 for p in ps):
+            probs = srt.softmax(dim=-1)
+            before = probs.cumsum(dim=-1) - probs  # mass of the better tokens
+            pt = torch.tensor(ps, dtype=torch.float32, device=dev)[:, None]
+            drop = before >= pt
+            drop[:, 0] = False  # always keep the best token
+            srt = srt.masked_fill(drop, float("-inf"))
+        sub = torch.empty_like(srt).scatter_(1, idx, srt)  # back in id order, the dropped at -inf
+    probs = sub.softmax(dim=-1)
     # a row that is not a distribution (NaN/inf logits, all masked) takes its best token
     ok = torch.isfinite(probs).all(dim=-1) & (probs.sum(dim=-1) > 0)
     if not bool(ok.all()):
-        onehot = torch.zeros_like(probs)
-        onehot[:, 0] = 1.0
-        probs = torch.where(ok[:, None], probs, onehot)
-        idx = torch.where(ok[:, None], idx, out[rows][:, None].expand_as(idx))
-    picks: list = [None] * len(rows)
+        best = torch.zeros_like(probs).scatter_(1, out[rows][:, None], 1.0)
+        probs = torch.where(ok[:, None], probs, best)
+    chosen = torch.empty(len(rows), dtype=torch.long, device=dev)
     uniform = []  # rows drawing from a random.Random
     for j, i in enumerate(rows):
         g = generators[i]
         if g is None or isinstance(g, torch.Generator):
-            picks[j] = torch.multinomial(probs[j], 1, generator=g)
+            chosen[j] = torch.multinomial(probs[j], 1, generator=g)[0]
         else:
             uniform.append(j)
     if uniform:
+        # The draw walks the tokens in id order, not in order of probability: the logits of
+        # a request differ in their last bits with the step's shape (matmul rounding), and
+        # two near-equal tokens swapping places in a sort would move the whole of their
+        # probability under the same uniform number; in id order a tiny change of the
+        # probabilities moves the boundaries only as much, so the seeded draw stays put.
         u = torch.tensor([generators[rows[j]].random() for j in uniform], dtype=torch.float64, device=dev)
         p = (probs if len(uniform) == len(rows) else probs[uniform]).double()
         cdf = p.cumsum(dim=-1)
-        pos = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
-        # the drawable tokens are a prefix (probabilities sorted, masked ones 0): stay in it
-        pos = torch.minimum(pos, (p > 0).sum(dim=-1, keepdim=True).clamp(min=1) - 1)
-        for n_, j in enumerate(uniform):
-            picks[j] = pos[n_]
-    chosen = idx.gather(1, torch.stack(picks)).squeeze(1)
+        pos = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
+        # u * total may round up to the total: take the last drawable token, never a masked one
+        last = torch.where(p > 0, torch.arange(v, device=dev), -1).amax(dim=-1)
+        chosen[torch.tensor(uniform, device=dev)] = torch.minimum(pos, last)
     out = out.clone()
     out[torch.tensor(rows, device=dev)] = chosen
     return out.tolist()
