@@ -36,6 +36,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -405,7 +406,15 @@ class Backend:
             try:
                 for f in as_completed(futs):
                     self._raise_if_signalled()
-                    result, caught = f.result()
+                    try:
+                        result, caught = f.result()
+                    except BrokenProcessPool:
+                        # a worker killed (the OOM killer, kill -9) or crashed: every point
+                        # still pending fails with it; a traceback told the user nothing
+                        raise ConfigError(
+                            "a worker process died abruptly (killed, e.g. out of memory, or crashed)"
+                            " while running the points; the finished points are kept: rerun to resume"
+                        ) from None
                     self._show_warnings(caught)
                     yield futs[f], result
             finally:
