@@ -9,8 +9,12 @@ import os
 import signal
 import time
 
+import pytest
+
 from llmsched.analysis import points, sweep
+from llmsched.analysis.runner import Backend
 from llmsched.cli import main
+from llmsched.core.errors import ConfigError
 
 COMMON = ["--cost-model", "paper", "--b-max", "128", "--prompt", "geometric:40", "--output", "geometric:21"]
 COMMON += ["--num-requests", "60", "--grid", "rate=1,2,4", "--no-progress"]
@@ -37,3 +41,13 @@ def test_a_worker_killed_mid_point_is_one_line_and_the_sweep_resumes(tmp_path, m
     assert main(["sweep", *COMMON, "--workers", "2", "--out", str(d)]) == 0
     assert "1 simulated, 2 already done" in capsys.readouterr().out
     assert len(list((d / "points").iterdir())) == 3
+
+
+def test_a_ray_worker_killed_mid_point_is_the_same_one_line_error():
+    """(A Ray worker's death ended the sweep with Ray's WorkerCrashedError traceback.)"""
+
+    def die(arg):  # (local: Ray sends it by value, as its workers cannot import this module)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    with pytest.raises(ConfigError, match="worker process died"), Backend("ray", 1, quiet=True) as be:
+        list(be.run([("a", 1)], die))

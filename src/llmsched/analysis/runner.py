@@ -109,6 +109,13 @@ def check_workers(workers, name: str = "workers") -> None:
         raise ConfigError(f"{name} must be at most {MAX_WORKERS} (parallel simulations), got {workers}")
 
 
+#: The error when a worker died while running a point (killed, e.g. by the out-of-memory
+#: killer, or crashed): the finished points are stored, the others lost with the worker.
+WORKER_DIED = (
+    "a worker process died abruptly (killed, e.g. out of memory, or crashed)"
+    " while running the points; the finished points are kept: rerun to resume"
+)
+
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 #: The signals whose handlers the sweep sets (`Backend._take_signals`) and a worker replaces.
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -388,7 +395,14 @@ class Backend:
                     done, pending = ray.wait(pending, num_returns=1)
                     for ref in done:
                         self._raise_if_signalled()
-                        result, caught = ray.get(ref)
+                        try:
+                            result, caught = ray.get(ref)
+                        except (
+                            ray.exceptions.WorkerCrashedError,
+                            ray.exceptions.OutOfMemoryError,
+                            ray.exceptions.NodeDiedError,
+                        ):
+                            raise ConfigError(WORKER_DIED) from None  # (after Ray's own retries)
                         self._show_warnings(caught)
                         yield refs[ref], result
             except KeyboardInterrupt:
@@ -411,10 +425,7 @@ class Backend:
                     except BrokenProcessPool:
                         # a worker killed (the OOM killer, kill -9) or crashed: every point
                         # still pending fails with it; a traceback told the user nothing
-                        raise ConfigError(
-                            "a worker process died abruptly (killed, e.g. out of memory, or crashed)"
-                            " while running the points; the finished points are kept: rerun to resume"
-                        ) from None
+                        raise ConfigError(WORKER_DIED) from None
                     self._show_warnings(caught)
                     yield futs[f], result
             finally:
