@@ -51,3 +51,15 @@ def test_a_ray_worker_killed_mid_point_is_the_same_one_line_error():
 
     with pytest.raises(ConfigError, match="worker process died"), Backend("ray", 1, quiet=True) as be:
         list(be.run([("a", 1)], die))
+
+
+def test_a_config_error_raised_in_a_ray_task_is_the_error_itself():
+    """(Ray's RayTaskError(ConfigError) reached the command line, its text the worker's
+    traceback: a many-line "error" with colour codes.)"""
+
+    def refuse(arg):
+        raise ConfigError("point a: refused")
+
+    with pytest.raises(ConfigError) as e, Backend("ray", 1, quiet=True) as be:
+        list(be.run([("a", 1)], refuse))
+    assert str(e.value) == "point a: refused"

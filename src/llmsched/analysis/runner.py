@@ -403,6 +403,13 @@ class Backend:
                             ray.exceptions.NodeDiedError,
                         ):
                             raise ConfigError(WORKER_DIED) from None  # (after Ray's own retries)
+                        except ray.exceptions.RayTaskError as e:
+                            # the point's own exception, as the local pool raises it: Ray's
+                            # wrapper is also a ConfigError for one, whose text held the
+                            # worker's traceback (a many-line "error" on the command line)
+                            if isinstance(e.cause, Exception):
+                                raise e.cause from None
+                            raise
                         self._show_warnings(caught)
                         yield refs[ref], result
             except KeyboardInterrupt:
