@@ -35,6 +35,7 @@ def test_a_worker_killed_mid_point_is_one_line_and_the_sweep_resumes(tmp_path, m
     assert main(["sweep", *COMMON, "--workers", "2", "--out", str(d)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "worker process died" in err and "rerun to resume" in err
+    assert f"kept in {d / 'points'}" in err  # (an experiment keeps none: no promise there)
     kept = sorted(p.name for p in (d / "points").iterdir())
     assert len(kept) == 2 and all(n.endswith(".json") for n in kept)  # rates 1 and 2, no temporary file
     monkeypatch.undo()

@@ -109,12 +109,15 @@ def check_workers(workers, name: str = "workers") -> None:
         raise ConfigError(f"{name} must be at most {MAX_WORKERS} (parallel simulations), got {workers}")
 
 
-#: The error when a worker died while running a point (killed, e.g. by the out-of-memory
-#: killer, or crashed): the finished points are stored, the others lost with the worker.
-WORKER_DIED = (
-    "a worker process died abruptly (killed, e.g. out of memory, or crashed)"
-    " while running the points; the finished points are kept: rerun to resume"
-)
+class WorkerDied(ConfigError):
+    """A worker died while running a point (killed, e.g. by the out-of-memory killer, or
+    crashed): the points it and the others still pending ran are lost."""
+
+    def __init__(self):
+        super().__init__(
+            "a worker process died abruptly (killed, e.g. out of memory, or crashed) while running a point"
+        )
+
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 #: The signals whose handlers the sweep sets (`Backend._take_signals`) and a worker replaces.
@@ -402,7 +405,7 @@ class Backend:
                             ray.exceptions.OutOfMemoryError,
                             ray.exceptions.NodeDiedError,
                         ):
-                            raise ConfigError(WORKER_DIED) from None  # (after Ray's own retries)
+                            raise WorkerDied() from None  # (after Ray's own retries)
                         except ray.exceptions.RayTaskError as e:
                             # the point's own exception, as the local pool raises it: Ray's
                             # wrapper is also a ConfigError for one, whose text held the
@@ -432,7 +435,7 @@ class Backend:
                     except BrokenProcessPool:
                         # a worker killed (the OOM killer, kill -9) or crashed: every point
                         # still pending fails with it; a traceback told the user nothing
-                        raise ConfigError(WORKER_DIED) from None
+                        raise WorkerDied() from None
                     self._show_warnings(caught)
                     yield futs[f], result
             finally:
@@ -570,10 +573,19 @@ class Runner:
         dup = len(cfgs) - cached - len(todo)
         if dup:
             self.progress.advance(dup)
+        try:
+            self._run(todo)
+        except WorkerDied as e:
+            if self.store.dir is None:
+                raise
+            kept = self.store.dir / "points"
+            raise ConfigError(f"{e}; the finished points are kept in {kept}: rerun to resume") from None
+        return [self.store.get(k) or self.store.mem.get(k) for k in keys]
+
+    def _run(self, todo: dict[str, dict]) -> None:
         for key, summary in self.backend.run(list(todo.items()), self.point_fn):
             self.store.put(key, todo[key], summary)
             self.ran += 1
             if "error" in summary:
                 self.errors += 1
             self.progress.advance()
-        return [self.store.get(k) or self.store.mem.get(k) for k in keys]
