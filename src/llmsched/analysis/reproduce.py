@@ -117,7 +117,8 @@ def reproduce_stability(
     progress: bool | None = None,
 ) -> dict:
     """Run the experiment (see the module docstring); returns {"rows": table rows,
-    "critical_rate", "files", "config", "wall_s"}."""
+    "critical_rate", "files", "config", "wall_s", "search_failed": {policy spec: the
+    rate of the failed probe that stopped its search (no answer)}}."""
     t0 = time.perf_counter()
     if workload not in PRESETS:
         raise ConfigError(f"unknown workload {workload!r} (known: {', '.join(PRESETS)})")
@@ -262,7 +263,17 @@ def reproduce_stability(
     text = json.dumps({"meta": meta, "rows": rows}, indent=2, default=str)
     # the run's proof, whole or not at all, written last; the folder's mark goes with it
     files.append(end_reproduce_write(out, "reproduce stability", lambda p: p.write_text(text)))
-    return {"rows": rows, "critical_rate": lam, "files": files, "config": meta, "wall_s": time.perf_counter() - t0}
+    # (a failed probe leaves the row's max stable rate empty, as an all-inconclusive search
+    # does: the caller must tell them apart)
+    failed = {p: found[p]["failed_rate"] for p in policies if found.get(p, {}).get("failed_rate") is not None}
+    return {
+        "rows": rows,
+        "critical_rate": lam,
+        "files": files,
+        "config": meta,
+        "wall_s": time.perf_counter() - t0,
+        "search_failed": failed,
+    }
 
 
 def queue_styles(policies) -> list[tuple[str, str]]:

@@ -36,6 +36,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,16 @@ def check_workers(workers, name: str = "workers") -> None:
         raise ConfigError(f"{name} must be a whole number >= 1, got {workers!r}")
     if workers > MAX_WORKERS:
         raise ConfigError(f"{name} must be at most {MAX_WORKERS} (parallel simulations), got {workers}")
+
+
+class WorkerDied(ConfigError):
+    """A worker died while running a point (killed, e.g. by the out-of-memory killer, or
+    crashed): the points it and the others still pending ran are lost."""
+
+    def __init__(self):
+        super().__init__(
+            "a worker process died abruptly (killed, e.g. out of memory, or crashed) while running a point"
+        )
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -387,7 +398,21 @@ class Backend:
                     done, pending = ray.wait(pending, num_returns=1)
                     for ref in done:
                         self._raise_if_signalled()
-                        result, caught = ray.get(ref)
+                        try:
+                            result, caught = ray.get(ref)
+                        except (
+                            ray.exceptions.WorkerCrashedError,
+                            ray.exceptions.OutOfMemoryError,
+                            ray.exceptions.NodeDiedError,
+                        ):
+                            raise WorkerDied() from None  # (after Ray's own retries)
+                        except ray.exceptions.RayTaskError as e:
+                            # the point's own exception, as the local pool raises it: Ray's
+                            # wrapper is also a ConfigError for one, whose text held the
+                            # worker's traceback (a many-line "error" on the command line)
+                            if isinstance(e.cause, Exception):
+                                raise e.cause from None
+                            raise
                         self._show_warnings(caught)
                         yield refs[ref], result
             except KeyboardInterrupt:
@@ -405,7 +430,12 @@ class Backend:
             try:
                 for f in as_completed(futs):
                     self._raise_if_signalled()
-                    result, caught = f.result()
+                    try:
+                        result, caught = f.result()
+                    except BrokenProcessPool:
+                        # a worker killed (the OOM killer, kill -9) or crashed: every point
+                        # still pending fails with it; a traceback told the user nothing
+                        raise WorkerDied() from None
                     self._show_warnings(caught)
                     yield futs[f], result
             finally:
@@ -543,10 +573,19 @@ class Runner:
         dup = len(cfgs) - cached - len(todo)
         if dup:
             self.progress.advance(dup)
+        try:
+            self._run(todo)
+        except WorkerDied as e:
+            if self.store.dir is None:
+                raise
+            kept = self.store.dir / "points"
+            raise ConfigError(f"{e}; the finished points are kept in {kept}: rerun to resume") from None
+        return [self.store.get(k) or self.store.mem.get(k) for k in keys]
+
+    def _run(self, todo: dict[str, dict]) -> None:
         for key, summary in self.backend.run(list(todo.items()), self.point_fn):
             self.store.put(key, todo[key], summary)
             self.ran += 1
             if "error" in summary:
                 self.errors += 1
             self.progress.advance()
-        return [self.store.get(k) or self.store.mem.get(k) for k in keys]

@@ -798,7 +798,7 @@ def cmd_reproduce(args) -> int:
     )
     if args.json:
         print(json.dumps(to_jsonable(res), indent=2, default=str))
-        return 0
+        return _search_failed(res, out)
     m = res["config"]
     shown = [dict(r) for r in res["rows"]]
     for r in shown:
@@ -834,7 +834,24 @@ def cmd_reproduce(args) -> int:
         )
     search = "" if args.no_search else f"; the rate search's points under {os.path.join(out, 'search')}/"
     print(f"{res['wall_s']:.1f} s; written: " + ", ".join(res["files"]) + search)
-    return 0
+    return _search_failed(res, out)
+
+
+def _search_failed(res: dict, out: str) -> int:
+    """1, with one line on stderr, when a policy's rate search stopped at a failed probe:
+    its max stable rate is then empty, which otherwise reads as every probe inconclusive
+    (the run exited 0). A rerun retries the failed probes."""
+    failed = res["search_failed"]
+    if not failed:
+        return 0
+    p, rate = next(iter(failed.items()))
+    print(
+        f"llmsched reproduce: error: the rate search of {len(failed)} of {len(res['rows'])} policies stopped at a "
+        f"failed probe ({p} at rate {rate:.4g}: the error column of {os.path.join(out, 'search', 'results.csv')}); "
+        "a rerun retries it",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _reproduce_prefix(args, out: str) -> int:
