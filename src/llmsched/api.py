@@ -364,10 +364,11 @@ def _refuse_workload_twice(given: dict, over: dict) -> None:
             return os.path.realpath(a) == os.path.realpath(b)  # one file, two spellings
         return a == b
 
+    theirs_of = {gk: one_spelling({gk: gv}) for gk, gv in given.items() if gv is not None}
     for k, v in over.items():
         mine = one_spelling({k: v})
-        for gk, gv in given.items():
-            theirs = one_spelling({gk: gv}) if gv is not None else {}
+        for gk, theirs in theirs_of.items():
+            gv = given[gk]
             for key in mine.keys() & theirs.keys():
                 if None not in (mine[key], theirs[key]) and not same(key, mine[key], theirs[key]):
                     raise ConfigError(

@@ -555,7 +555,10 @@ def _replays_given(arrival, given: dict) -> bool:
     if given.get("trace") is not None:
         return True
     a = given.get("arrival")
-    return isinstance(a, str) and _arrival_kind(a)[0] == "trace" and _arrival_kind(a)[1] != ""
+    if not isinstance(a, str):
+        return False
+    kind, path = _arrival_kind(a)
+    return kind == "trace" and path != ""
 
 
 # the workload options a run (llmsched.simulate, a configuration) takes when not given, and
