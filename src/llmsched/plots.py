@@ -12,7 +12,15 @@ import numpy as np
 
 from .core.errors import ConfigError
 from .core.palette import color_of
-from .core.paths import RUN_OUTPUTS, RUN_PROOFS, check_out_file, interrupted_message, is_a_figure, run_kind, save_figure
+from .core.paths import (
+    RUN_OUTPUTS,
+    RUN_PROOFS,
+    check_out_file,
+    interrupted_message,
+    is_someone_elses_file,
+    run_kind,
+    save_figure,
+)
 from .theory.means import rate_unit
 from .workload.trace import mean_rate
 
@@ -283,7 +291,7 @@ def plot_dir(folder: str | Path) -> list[str]:
         check_out_file(d / png, "figure")
         # an earlier figure is redrawn, a file of the user's under its name is kept (notes
         # in queue.png were replaced, exit 0)
-        if (d / png).is_file() and (d / png).stat().st_size and not is_a_figure(d / png):
+        if is_someone_elses_file(d / png):
             raise ConfigError(f"{d / png} exists and is not a figure: move it away, `llmsched plot` would replace it")
     out = []
     config = _server_config(d)

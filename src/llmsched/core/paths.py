@@ -768,7 +768,7 @@ def _check_figures_ours(folder: Path, kind: str, what: str) -> None:
     kinds = SIMULATE_KINDS if kind in SIMULATE_KINDS else (kind,)
     for name in (n for k in kinds for n in RUN_OUTPUTS[k] if n.endswith(".png")):
         p = folder / name
-        if p.is_file() and p.stat().st_size and not is_a_figure(p):
+        if is_someone_elses_file(p):
             raise ConfigError(
                 f"{what} {str(folder)!r} holds {name!r}, which is not a figure, and the run would replace or "
                 "remove it with the earlier run's files: move it out, or choose another folder"
@@ -837,6 +837,14 @@ def check_out_file(path, what: str = "output file", *, make_parents: bool = Fals
 #: the first bytes of a figure of each format written (matplotlib's SVG starts with its
 #: XML declaration)
 FIGURE_MAGIC = {".png": (b"\x89PNG\r\n\x1a\n",), ".pdf": (b"%PDF-",), ".svg": (b"<?xml", b"<svg")}
+
+
+def is_someone_elses_file(path) -> bool:
+    """Whether `path` is a non-empty file that is no figure of its format (`is_a_figure`):
+    a file of the user's under a figure's name, which redrawing would replace (an empty
+    one, `mktemp`'s, has nothing to lose)."""
+    p = Path(path)
+    return p.is_file() and p.stat().st_size > 0 and not is_a_figure(p)
 
 
 def is_a_figure(path) -> bool:
@@ -917,6 +925,7 @@ __all__ = [
     "save_figure",
     "FIGURE_MAGIC",
     "is_a_figure",
+    "is_someone_elses_file",
     "check_not_an_input",
     "atomic_write",
     "begin_reproduce_write",
