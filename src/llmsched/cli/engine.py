@@ -16,6 +16,7 @@ import sys
 from ..core import engine_api
 from ..core.checks import check_text
 from ..core.engine_api import (
+    GPU_MEMORY_UTILIZATION,
     INT64_MAX,
     MAX_KV_CACHE_GB,  # noqa: F401 (the limits the command line shares with the engine)
     MAX_MEASURE_S,
@@ -132,10 +133,6 @@ def add_engine_args(
         help=f"longest sequence, prompt + output (default: {mml_default})",
     )
     add_device_args(g)
-
-
-# LLMEngine's gpu_memory_utilization when none is given (as vLLM's)
-GPU_MEMORY_UTILIZATION = 0.9
 
 
 def add_device_args(g, unset: bool = False) -> None:

@@ -180,6 +180,9 @@ def _is_int(v) -> bool:
 # default (its CPU build keeps 256 too)
 LLM_MAX_NUM_SEQS = 256
 
+# the engine's share of GPU memory (KV cache included) when none is given: vLLM's default
+GPU_MEMORY_UTILIZATION = 0.9
+
 
 def default_max_running(device) -> int:
     """The engine commands' cap on running requests when none is given (generate, serve,

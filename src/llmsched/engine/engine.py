@@ -22,7 +22,13 @@ from ..core.checks import as_int, check_text, keyword_names, whole_as_int
 from ..core.clock import wall_stamp_ns
 from ..core.constraints import check_prefix_block_size
 from ..core.cost import make_cost_model
-from ..core.engine_api import LLM_MAX_NUM_SEQS, DefaultMaxModelLen, SamplingParams, check_request_size
+from ..core.engine_api import (
+    GPU_MEMORY_UTILIZATION,
+    LLM_MAX_NUM_SEQS,
+    DefaultMaxModelLen,
+    SamplingParams,
+    check_request_size,
+)
 from ..core.errors import ConfigError, check_known
 from ..core.plan import StepPlan
 from ..core.prefix_cache import held_ids, token_block_ids
@@ -218,7 +224,7 @@ class LLMEngine(StepDriver):
         max_num_seqs: int | None = None,
         block_size: int | None = None,
         max_model_len: int | None = None,
-        gpu_memory_utilization: float = 0.9,
+        gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
         enforce_eager: bool = False,
         seed: int = 0,
         num_blocks: int | None = None,

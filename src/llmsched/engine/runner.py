@@ -13,7 +13,7 @@ import os
 import torch
 
 from ..core.checks import as_int, as_real
-from ..core.engine_api import MAX_KV_CACHE_GB, MAX_SEED, MAX_THREADS, check_kv_cache_gb  # noqa: F401 (the limits the engine shares)
+from ..core.engine_api import GPU_MEMORY_UTILIZATION, MAX_KV_CACHE_GB, MAX_SEED, MAX_THREADS, check_kv_cache_gb  # noqa: F401 (the limits the engine shares)
 from ..core.errors import ConfigError
 from .attention import AttnMeta, PrefillChunk
 from .cpu_kernel import decode_kernel
@@ -119,7 +119,7 @@ class ModelRunner:
         max_model_len=2048,
         kv_cache_gb=None,
         num_blocks=None,
-        gpu_memory_utilization=0.9,
+        gpu_memory_utilization=GPU_MEMORY_UTILIZATION,
         enforce_eager=False,
         seed=0,
         workspace_tokens=None,
