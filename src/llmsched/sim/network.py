@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -671,6 +671,9 @@ def run_network(
     span = job_times[-1] - job_times[0]
     interval = max(span // 1000, NS // 100) if not sample_interval_s else clock_ns(sample_interval_s)
     n_replicas = sum(s.replicas for s in spec.servers.values())
+    # the last job that arrives, where the verdicts' window ends
+    arriving = bisect_left(job_times, max_time)
+    last_job = job_times[arriving - 1] if arriving else None
     check_sample_count(sample_interval_s, job_times[0] / NS, job_times[-1] / NS, max_time_s, n_replicas)
     for name, sspec in spec.servers.items():
         pool = _Pool(sspec, np.random.default_rng(stream_entropy(spec.seed, "pool", len(pools))))
@@ -679,7 +682,12 @@ def run_network(
             sched = SchedulerSpec(**sspec.scheduler_fields()).build()
             sched.bind_cost_model(cost)
             series = TimeSeries(
-                job_times[0], interval, not sample_interval_s, prefix=sspec.prefix_caching, replicas=n_replicas
+                job_times[0],
+                interval,
+                not sample_interval_s,
+                prefix=sspec.prefix_caching,
+                replicas=n_replicas,
+                keep_until=last_job,
             )
             sim = ServerSim(sched, cost, fast=fast, series=series, state=_priority_state(sspec, sched, classes))
             rep = _Replica(sim, pool, k)

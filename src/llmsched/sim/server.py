@@ -18,6 +18,7 @@ so that no step an arrival cuts off is timed; the batches are the same either wa
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from itertools import repeat
 from typing import TextIO
 
@@ -77,13 +78,25 @@ def check_sample_count(interval_s: float | None, first_s: float, last_s: float, 
 
 class TimeSeries:
     """Queue state sampled every `interval` ns from `first`. With the automatic interval
-    memory stays bounded: past MAX_SAMPLES samples every other one is dropped and the
-    interval doubles. `prefix`: add the PREFIX_SERIES columns."""
+    memory stays bounded: past MAX_SAMPLES samples every other one after `keep_until` (ns:
+    the last arrival, where the verdict's window ends) is dropped and their interval
+    doubles, so a long drain leaves the judged samples as dense as they were; when those
+    hold over half the bound, every other sample is dropped. `prefix`: add the
+    PREFIX_SERIES columns."""
 
-    def __init__(self, first: int, interval: int, auto: bool, prefix: bool = False, replicas: int = 1):
+    def __init__(
+        self,
+        first: int,
+        interval: int,
+        auto: bool,
+        prefix: bool = False,
+        replicas: int = 1,
+        keep_until: int | None = None,
+    ):
         self.first = self.next = first
         self.interval = interval
         self.auto = auto
+        self.keep_until = None if keep_until is None else keep_until / NS  # as the samples' times are kept
         # a user's interval: the run's series (one per replica) hold MAX_USER_SAMPLES at most
         self.replicas = replicas
         self.limit = max(MAX_USER_SAMPLES // replicas, 1)
@@ -93,11 +106,17 @@ class TimeSeries:
     def _advance(self) -> None:
         self.next += self.interval
         if self.auto:
-            if len(self.cols["time_s"]) >= MAX_SAMPLES:
+            times = self.cols["time_s"]
+            if len(times) >= MAX_SAMPLES:
+                kept = 0 if self.keep_until is None else bisect_right(times, self.keep_until)
+                if kept > MAX_SAMPLES // 2:
+                    kept = 0
+                # the samples from `kept` on lie every `interval` up to `next`
+                anchor = self.next - (len(times) - kept) * self.interval
                 for col in self.cols.values():
-                    del col[1::2]
+                    del col[kept + 1 :: 2]
                 self.interval *= 2
-                self.next = self.first + -(-(self.next - self.first) // self.interval) * self.interval
+                self.next = anchor + -(-(self.next - anchor) // self.interval) * self.interval
         elif len(self.cols["time_s"]) >= self.limit:  # (below MAX_SAMPLES with over 244 replicas)
             why = f"the run reached {self.next / NS:g} s"
             raise ConfigError(too_many_samples(self.interval / NS, why, self.replicas))

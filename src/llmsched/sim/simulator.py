@@ -142,7 +142,10 @@ def simulate_trace(
         interval = clock_ns(sample_interval_s)
     else:
         interval = max(span // 1000, NS // 100)
-    series = TimeSeries(arr[0] if n else 0, interval, not sample_interval_s, prefix=bool(pc))
+    # the requests that arrive: those before a max_time_s stop (the rest never reach the server)
+    arriving = bisect_left(arr, max_time)
+    last = arr[arriving - 1] if arriving else None
+    series = TimeSeries(arr[0] if n else 0, interval, not sample_interval_s, prefix=bool(pc), keep_until=last)
     server = ServerSim(scheduler, cost, fast=fast, series=series, steps_file=steps_file)
     state = server.state
     begin, end_batch = server.begin, server.end
@@ -154,8 +157,6 @@ def simulate_trace(
     preempts = array("i", [0]) * n
     hits = array("q", [0]) * n if pc else None
 
-    # the requests that arrive: those before a max_time_s stop (the rest never reach the server)
-    arriving = bisect_left(arr, max_time)
     i = 0
     now = min(arr[0], max_time) if n else 0
     next_arrival = arr[0] if arriving else UNLIMITED
