@@ -44,6 +44,7 @@ from ..core.paths import (
     end_reproduce_write,
     mark_reproduce_search,
     prepare_run_dir,
+    writing_stability_search,
 )
 from ..policies import canonical_policy_name, make_batch_policy
 from ..workload import WorkloadSpec, make_trace
@@ -187,19 +188,20 @@ def reproduce_stability(
     mark_reproduce_search(out, "reproduce stability")
     found = {}
     if search:
-        res = max_stable_rate(
-            None,
-            policies=policies,
-            seeds=seeds,
-            tol=tol,
-            out_dir=out / "search",
-            backend=backend,
-            workers=workers,
-            address=address,
-            progress=progress,
-            num_requests=n_search,
-            **base,
-        )
+        with writing_stability_search(out / "search"):
+            res = max_stable_rate(
+                None,
+                policies=policies,
+                seeds=seeds,
+                tol=tol,
+                out_dir=out / "search",
+                backend=backend,
+                workers=workers,
+                address=address,
+                progress=progress,
+                num_requests=n_search,
+                **base,
+            )
         found = {r["policy"]: r for r in res}
     # (the search's files, just written, stay; without the search an earlier run's search/ goes)
     begin_reproduce_write(out, "reproduce stability", keep=("search",) if search else ())

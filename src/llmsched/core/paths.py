@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from .errors import ConfigError
@@ -265,6 +268,36 @@ def interrupted_kind(folder) -> str | None:
         return kind
     last = d / LAST_FILES[kind]
     return None if last.exists() or last.is_symlink() else kind
+
+
+# the search/ a `reproduce stability` run writes now (`writing_stability_search`): any
+# other sweep into a stability run's search/ is refused (`check_run_dir`)
+_STABILITY_SEARCH: ContextVar[str | None] = ContextVar("stability_search", default=None)
+
+
+@contextmanager
+def writing_stability_search(folder) -> Iterator[None]:
+    """While a `reproduce stability` run's own rate search writes into `folder` (its search/)."""
+    token = _STABILITY_SEARCH.set(os.path.realpath(folder))
+    try:
+        yield
+    finally:
+        _STABILITY_SEARCH.reset(token)
+
+
+def stability_run_of_search(folder) -> Path | None:
+    """The folder of the `reproduce stability` run whose search/ `folder` is (a finished
+    run's table.json beside it, or the run's mark: running, or stopped), else None."""
+    d = Path(os.path.realpath(folder))
+    if d.name != "search":
+        return None
+    parent = d.parent
+    if (_mark(parent / INCOMPLETE_MARK) or (None,))[0] == "reproduce stability":
+        return parent
+    table = parent / "table.json"
+    if run_kind(parent) == "reproduce stability" and not table.is_symlink() and _proof_flaw(table) is None:
+        return parent
+    return None
 
 
 def is_interrupted_run(folder, kinds=SIMULATE_KINDS) -> bool:
@@ -651,6 +684,14 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
     there."""
     _check_named_folder(path, what)
     folder = Path(path)
+    if kind == "sweep" and _STABILITY_SEARCH.get() != os.path.realpath(folder):
+        # (its table.json reads the search, and its rerun resumes from the search's records)
+        owner = stability_run_of_search(folder)
+        if owner is not None:
+            raise ConfigError(
+                f"{what} {str(path)!r} is the rate search of the `llmsched reproduce stability` run in "
+                f"{str(owner)!r}, which a sweep would overwrite: rerun that experiment there, or choose another folder"
+            )
     if not folder.is_dir():
         return
     proof, written_first = RUN_PROOFS.get(kind, (None, False))
