@@ -29,12 +29,13 @@ import sys
 import time
 import warnings
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from ..api import unused_block_sizes
 from ..core.checks import as_real, check_policy_names, check_seeds
 from ..core.errors import BlockSizeUnusedWarning, ConfigError, warn_block_size_unused
-from ..core.paths import begin_sweep_write, check_out_dir, check_run_dir, end_sweep_write
+from ..core.paths import begin_sweep_write, check_out_dir, check_run_dir, end_sweep_write, held_alone
 from ..sim.result import check_inputs_not_replaced
 from .figures import plot_sweep
 from .grid import NON_GROUP_KEYS, expand_grid, grid_keys, parse_grid, parse_slo, parse_values
@@ -183,46 +184,51 @@ def run_sweep(
     unused = unused_block_sizes(resolved)
     if unused:
         warn_block_size_unused(unused)
-    bar = Progress(show, "search" if search else "sweep")
-    try:
-        if quiet is None:
-            quiet = progress is False
-        with warnings.catch_warnings(), Backend(backend, workers, address, quiet=quiet) as be:
-            warnings.filterwarnings("ignore", category=BlockSizeUnusedWarning)  # (said above, for the sweep)
-            store = Store(out_dir)  # after connecting: an unreachable cluster leaves no folder
-            # run_point by name from this module, so that tests can replace it here
-            runner = Runner(be, store, bar, run_point)
-            if search:
-                rows, table = search_rates(settings, groups, runner)
-            else:
-                rows = [point_row(p, r, list(g)) for p, r in zip(points, runner.run(cfgs))]
-                for row, c in zip(rows, cfgs):
-                    row["point_critical_rate"] = _point_critical_rate(c)
-                table = None
-    finally:
-        bar.close()
-    result = SweepResult(
-        rows=rows,
-        ran=runner.ran,
-        skipped=runner.skipped,
-        errors=runner.errors,
-        search=table,
-        out_dir=None if out_dir is None else str(out_dir),
-    )
-    if out_dir is not None:
-        # the earlier run's tables and figures go before this one writes any (its points/,
-        # this run's records among them, stay: a rerun resumes from them), the folder
-        # marked until results.csv, written last, is in place: a sweep that stops leaves
-        # no new file beside an earlier run's search.csv or figures
-        begin_sweep_write(out_dir)
-        written = []
-        if result.search is not None:
-            written += write_search(result.search, out_dir)
-        if plots:
-            written += plot_sweep(result.rows, out_dir, list(g), result.search)
-        table = write_table(result.rows, out_dir, csv_last=True)  # results.csv: the last file
-        end_sweep_write(out_dir)
-        result.files += [str(store.dir / "points"), *table, *written]
+    with ExitStack() as held:
+        bar = Progress(show, "search" if search else "sweep")
+        try:
+            if quiet is None:
+                quiet = progress is False
+            with warnings.catch_warnings(), Backend(backend, workers, address, quiet=quiet) as be:
+                warnings.filterwarnings("ignore", category=BlockSizeUnusedWarning)  # (said above, for the sweep)
+                # after connecting: an unreachable cluster leaves no folder
+                if out_dir is not None:  # one sweep at a time there, from its first record to its last file
+                    os.makedirs(out_dir, exist_ok=True)
+                    held.enter_context(held_alone(out_dir, "sweep"))
+                store = Store(out_dir)  # (removes a stopped write's temporary records: after the lock)
+                # run_point by name from this module, so that tests can replace it here
+                runner = Runner(be, store, bar, run_point)
+                if search:
+                    rows, table = search_rates(settings, groups, runner)
+                else:
+                    rows = [point_row(p, r, list(g)) for p, r in zip(points, runner.run(cfgs))]
+                    for row, c in zip(rows, cfgs):
+                        row["point_critical_rate"] = _point_critical_rate(c)
+                    table = None
+        finally:
+            bar.close()
+        result = SweepResult(
+            rows=rows,
+            ran=runner.ran,
+            skipped=runner.skipped,
+            errors=runner.errors,
+            search=table,
+            out_dir=None if out_dir is None else str(out_dir),
+        )
+        if out_dir is not None:
+            # the earlier run's tables and figures go before this one writes any (its points/,
+            # this run's records among them, stay: a rerun resumes from them), the folder
+            # marked until results.csv, written last, is in place: a sweep that stops leaves
+            # no new file beside an earlier run's search.csv or figures
+            begin_sweep_write(out_dir)
+            written = []
+            if result.search is not None:
+                written += write_search(result.search, out_dir)
+            if plots:
+                written += plot_sweep(result.rows, out_dir, list(g), result.search)
+            table = write_table(result.rows, out_dir, csv_last=True)  # results.csv: the last file
+            end_sweep_write(out_dir)
+            result.files += [str(store.dir / "points"), *table, *written]
     result.wall_s = time.perf_counter() - t0
     return result
 

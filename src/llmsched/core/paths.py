@@ -285,6 +285,38 @@ def writing_stability_search(folder) -> Iterator[None]:
         _STABILITY_SEARCH.reset(token)
 
 
+@contextmanager
+def held_alone(folder, who: str, what: str = "output folder") -> Iterator[None]:
+    """Hold `folder` (made already) for one run of `who` at a time: another that tries
+    while it is held is refused (ConfigError) rather than mixing its files with this
+    one's. An advisory lock on the folder itself (flock: it ends with its process, so a
+    killed run leaves nothing to clean up); where locks are not to be had (no fcntl, a
+    file system that refuses them, a folder that cannot be opened for reading) the run goes
+    on unguarded, as before."""
+    try:
+        import fcntl  # noqa: PLC0415 (not on Windows)
+
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        fd = None
+    if fd is None:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"{what} {str(folder)!r} is being written by another {who} running now: wait for it to "
+                "finish, or choose another folder"
+            ) from None
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)
+
+
 def stability_run_of_search(folder) -> Path | None:
     """The folder of the `reproduce stability` run whose search/ `folder` is (a finished
     run's table.json beside it, or the run's mark: running, or stopped), else None."""
