@@ -30,7 +30,7 @@ from .core.paths import check_out_dir, check_run_dir
 from .core.request import NS, check_sample_interval, check_seconds
 from .core.version import __version__
 from .core.yamlfile import read_yaml
-from .policies import admission_takes, policy_base_name, scheduler_policy_capacity
+from .policies import paced_by_slo, scheduler_policy_capacity
 from .policies.spec import SchedulerSpec
 from .sim.result import SimResult, check_inputs_not_replaced, new_steps_file
 from .sim.simulator import STEPS_HEADER, check_run_inputs, simulate_trace
@@ -478,8 +478,7 @@ def _setup(cfg: SimConfig):
     slo = check_slo(cfg.slo)
     spec = cfg.scheduler_spec()
     itl = itl_limit_ms(slo)
-    paced = admission_takes(policy_base_name(spec.admission, "admission"), "itl_target_ms")
-    if itl is not None and paced and "itl_target_ms" not in spec.admission_options:
+    if itl is not None and paced_by_slo(spec.admission, spec.admission_options):
         # TWP and DynamicBatch pace to the user's ITL objective (an explicit target wins)
         spec = spec.replace(admission_options={**spec.admission_options, "itl_target_ms": itl})
     scheduler = spec.build()

@@ -264,6 +264,12 @@ def admission_takes(name: str, option: str) -> bool:
     return option in getattr(factory, "OPTIONS", ()) or option in _parameters(factory)[0]
 
 
+def paced_by_slo(admission: str, options: dict) -> bool:
+    """Whether a run's SLO sets the ITL target of admission policy `admission` given
+    `options`: it takes an `itl_target_ms` (`admission_takes`) and none is given."""
+    return "itl_target_ms" not in options and admission_takes(policy_base_name(admission, "admission"), "itl_target_ms")
+
+
 def _lookup(name: str, kind: str):
     table = BATCH_POLICIES if kind == "batch" else ADMISSION_POLICIES
     key = canonical_policy_name(name, kind)
@@ -436,6 +442,7 @@ def list_policies() -> list[tuple[str, str, str]]:
 
 __all__ = [
     "admission_takes",
+    "paced_by_slo",
     "takes_option",
     "AdmissionPolicy",
     "BatchPolicy",

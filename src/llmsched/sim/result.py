@@ -31,6 +31,7 @@ from ..core.paths import (
     end_simulate_write,
     run_kind,
 )
+from ..policies import paced_by_slo
 from .csv_rows import (
     CHUNK,
     IntField,
@@ -177,6 +178,13 @@ class SimResult:
     _written: dict = field(default_factory=dict, init=False, repr=False)
 
     def __setattr__(self, name: str, value) -> None:
+        if name == "slo":  # (`r.slo = ...` after a run: goodput under other limits, checked as a run's)
+            if value is None or value == {}:
+                value = {}
+            else:
+                from ..core.slo import check_request_slo  # noqa: PLC0415 - its patterns cost start-up time
+
+                value = check_request_slo(value)
         super().__setattr__(name, value)
         if name in ("slo", "stability") and "_summary" in self.__dict__:
             # the summary reports both: one read before they were set is computed anew
@@ -621,6 +629,12 @@ class SimResult:
         (ConfigError): another tool's config.json (a model folder's), another run's."""
         self._check_own_folder(out_dir, "write_config", "write(DIR)")
         out = Path(out_dir)
+        written = json.loads((out / "summary.json").read_text()).get("slo") or {}
+        if written != self.slo:  # (config.json records the summary's SLO: `_config_of_summary`)
+            raise ConfigError(
+                f"SimResult.write_config: slo is {self.slo} where {str(out_dir)!r}'s summary.json has {written}: "
+                "use result.write(DIR), which writes both"
+            )
         write_file(out / "config.json", lambda f: self._write_config(f, self._own_write(out)))
         return out / "config.json"
 
@@ -630,10 +644,31 @@ class SimResult:
         is, so a later write without them does not claim them). Under provenance, which a
         rerun from this config.json ignores: the options beside it are the simulation's
         (SimConfig's), and --parquet is the command's."""
-        config = self.config
+        config = self._config_of_summary()
         if parquet:
             config = {**config, "provenance": {**config.get("provenance", {}), "parquet": True}}
         json.dump(to_jsonable(config), f, indent=2)
+
+    def _config_of_summary(self) -> dict:
+        """`config`, or where `slo` was set after the run (`r.slo = ...`) to other limits
+        than the run's: the summary's SLO as its `slo`, the run's own under provenance
+        (`slo_of_run`), and where the run's admission took its ITL target from the run's
+        SLO (TWP, DynamicBatch: `paced_by_slo`) and the new one's ITL limit differs, that
+        target pinned as its `itl_target_ms` (None: its default), so that a rerun from
+        config.json runs the same steps and reports the same summary."""
+        from ..core.slo import check_request_slo, itl_limit_ms  # noqa: PLC0415 - as __setattr__
+
+        config = self.config
+        run_slo = check_request_slo(config.get("slo") or {})
+        if self.slo == run_slo:
+            return config
+        config = {**config, "slo": dict(self.slo)}
+        config["provenance"] = {**config.get("provenance", {}), "slo_of_run": run_slo}
+        admission, options = config.get("admission"), config.get("admission_options") or {}
+        target = itl_limit_ms(run_slo)
+        if admission and target != itl_limit_ms(self.slo) and paced_by_slo(admission, options):
+            config["admission_options"] = {**options, "itl_target_ms": target}
+        return config
 
     def _write_requests(self, f) -> None:
         header = ",".join(self.REQUEST_COLUMNS) + "\r\n"
