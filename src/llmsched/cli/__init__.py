@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Sequence
 
 from ..core.errors import ConfigError, InputWarning, Terminated
+from ..core.paths import FINISHED_FOLDERS
 from ..core.version import __version__
 from . import analysis, engine, server, simulate
 from .common import Parser
@@ -55,6 +56,7 @@ def _main(argv: list[str]) -> int:
     # the top-level parser has no option that takes a value: a command comes first
     parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
+    FINISHED_FOLDERS.clear()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default", InputWarning)  # shown on every run, not once per process
@@ -74,10 +76,10 @@ def _main(argv: list[str]) -> int:
         print(f"llmsched {args.command}: error: {e}", file=sys.stderr)
         return 2
     except Terminated:
-        print("llmsched: terminated", file=sys.stderr)
+        print(f"llmsched: terminated{_files_complete(args)}", file=sys.stderr)
         return 143
     except KeyboardInterrupt:
-        print("llmsched: interrupted", file=sys.stderr)
+        print(f"llmsched: interrupted{_files_complete(args)}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `llmsched simulate --json | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -103,6 +105,17 @@ def _main(argv: list[str]) -> int:
             print(f"llmsched {args.command}: error: {e}", file=sys.stderr)
             return 1
         raise
+
+
+def _files_complete(args) -> str:
+    """What an interruption says when it came after the command's last file was written
+    (while it printed its summary): its folder is complete, no rerun needed. The exit
+    code stays 130 (143): the command was stopped, and so are the shell's loops and
+    scripts that ran it, and a --json summary on stdout may be cut short."""
+    out = getattr(args, "out", None)
+    if not out or os.path.realpath(out) not in FINISHED_FOLDERS:
+        return ""
+    return f" after writing its files: {out} is complete"
 
 
 # errors only a write gets (a read of the same file may get EACCES or EISDIR, so those

@@ -757,7 +757,9 @@ STABILITY_ONLY = ("workload", "cost_model", "b_max", "load", "search_requests", 
 def cmd_reproduce(args) -> int:
     from ..analysis.reproduce import reproduce_stability  # noqa: PLC0415
 
-    out = f"reproduce-{args.experiment}" if args.out is None else args.out
+    if args.out is None:
+        args.out = f"reproduce-{args.experiment}"  # (where an interruption finds it too: `cli._files_complete`)
+    out = args.out
     check_run_dir(out, f"reproduce {args.experiment}", "--out")  # '' (no folder), another run's folder
     check_out_dir(out, "--out")
     _check_parallel(args)

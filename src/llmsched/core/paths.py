@@ -245,12 +245,18 @@ def _write_mark(out: Path, kind: str, phase: str | None = None) -> None:
     atomic_write(out / INCOMPLETE_MARK, lambda p: p.write_text(json.dumps(mark) + "\n"))
 
 
+# the folders whose run's last file this process has written (`_end_write`,
+# `end_sweep_write`): a Ctrl-C after that interrupts only what the command prints (`cli`)
+FINISHED_FOLDERS: set[str] = set()
+
+
 def _end_write(out: Path, last: str, write_last) -> str:
     """`write_last(path)` writes the run's last file, `last` in `out`, whole
     (`atomic_write`); then the folder's `INCOMPLETE_MARK` goes. Returns its path."""
     path = out / last
     atomic_write(path, write_last)
     (out / INCOMPLETE_MARK).unlink(missing_ok=True)
+    FINISHED_FOLDERS.add(os.path.realpath(out))
     return str(path)
 
 
@@ -533,6 +539,7 @@ def end_sweep_write(out) -> None:
     """After a sweep wrote results.csv, its last file (`begin_sweep_write`): the folder's
     `INCOMPLETE_MARK` goes."""
     (Path(out) / INCOMPLETE_MARK).unlink(missing_ok=True)
+    FINISHED_FOLDERS.add(os.path.realpath(out))
 
 
 def end_simulate_write(out, write_summary) -> None:
