@@ -281,6 +281,31 @@ def test_a_replica_s_config_json_records_its_scheduler_as_one_server_s_does(tmp_
         assert cfg["scheduler"]["batch_policy"] == "sarathi" and cfg["scheduler"]["b_max"] == 512
 
 
+def _replica_counts(spec):
+    st = simulate_network(spec).stats
+    rep = _a(st.call_replica)
+    names = np.asarray(st.call_class)
+    return {c: np.bincount(rep[names == c], minlength=2).tolist() for c in sorted(set(names.tolist()))}
+
+
+def test_round_robin_rotates_over_the_pools_calls_in_delivery_order():
+    """docs/networks.md's rule: the turns go to the pool's calls as delivered, busy
+    replicas included. One call per job splits evenly at any load; a route of two calls
+    at the pool, jobs not overlapping, sends each class to one replica."""
+    server = {"policy": "sarathi", "b_max": 512, "cost_model": "paper", "replicas": 2, "router": "round-robin"}
+    call = {"server": "s", "prompt": "const:2000", "output": "const:10"}
+    for rate in (0.2, 20.0):
+        one = {"arrival": {"process": "deterministic", "rate": rate}, "route": [{"call": call}]}
+        counts = _replica_counts({"servers": {"s": server}, "jobs": {"A": one}, "num_jobs": 101})
+        assert counts == {"A.1": [51, 50]}
+    short = {**call, "prompt": "const:10"}
+    two = {"arrival": {"process": "deterministic", "rate": 0.2}, "route": [{"call": call}, {"call": short}]}
+    assert _replica_counts({"servers": {"s": server}, "jobs": {"A": two}, "num_jobs": 100}) == {
+        "A.1": [100, 0],
+        "A.2": [0, 100],
+    }
+
+
 def test_backpressure_serves_the_class_with_the_largest_queue_differential():
     from llmsched.sim.network import successors
 
