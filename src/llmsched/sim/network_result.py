@@ -4,7 +4,7 @@ a stability verdict per replica, per server and for the whole network, and the f
 `write(out)` lays out:
 - `summary.json`: jobs (count, throughput, latency mean/p50/p90/p99/max, per job type),
   every server (offered load against capacity from the traffic equations, call metrics,
-  verdict; under back-pressure its buffer's growth, which the verdict leaves out; with
+  verdict, under back-pressure its buffer counted, and the buffer's growth; with
   prefix caching its `prefix_cache` hits and evictions, per replica and summed) and the
   network's verdict (and `prefix_cache` over every caching server);
 - `config.json`: the network as parsed, with the run's options (`run`: `max_time_s`,
@@ -799,7 +799,8 @@ class NetworkResult:
 
     def _pool_verdict(self, server: str, time_s: np.ndarray, backlog: np.ndarray, last: float) -> dict:
         """A replicated server's verdict on its pool's backlog (its replicas' summed, as
-        `network_backlog` counts it: under back-pressure its buffer's work too), judged as
+        `network_backlog` counts it), and under back-pressure any server's, its buffer's
+        work counted (the replicas' backlogs leave the buffer out), judged as
         one server with the pool's limit would be (`threshold_capacities`, `_queue_verdict`):
         its offered load over its limit (`policy_loads`: the busiest replica's), its calls'
         arrivals."""
@@ -1013,16 +1014,20 @@ class NetworkResult:
             srv["service_time_s"] = self.service_times()[name]
             srv["burst_factor"] = self.burst_factors()[name]
             pool = None
-            if len(srv["replicas"]) > 1:
+            verdicts = [r["verdict"] for r in srv["replicas"].values()]
+            buffered = name in backlog["buffers"]
+            if len(srv["replicas"]) > 1 or buffered:
+                # the pool's backlog: under back-pressure the server's buffer too, calls
+                # routed here that no replica has taken yet, which the replicas' backlogs
+                # leave out (max-pressure holds them back): a server whose buffer grows is
+                # unstable, however flat its replicas' backlogs
                 srv["pool_verdict"] = self._pool_verdict(name, backlog["time_s"], backlog["servers"][name], last)
                 pool = srv["pool_verdict"]["verdict"]
-            srv["verdict"] = _combine([r["verdict"] for r in srv["replicas"].values()], pool)
+                if buffered:
+                    verdicts.append(pool)
+            srv["verdict"] = _combine(verdicts, pool)
             srv["stable"] = {STABLE: True, UNSTABLE: False}.get(srv["verdict"])
-            if name in backlog["buffers"]:
-                # the replicas' verdicts judge their own backlogs, not the calls waiting in
-                # the server's back-pressure buffer (the network's work counts them): say so,
-                # and how fast the buffer grew over the same judged window
-                srv["verdict_excludes_buffer"] = True
+            if buffered:  # how fast the buffer alone grew over the same judged window
                 srv.update(self._buffer_growth(name, backlog["time_s"], backlog["buffers"][name], last))
             if self.traffic is not None:
                 load = self.traffic.server(name)
