@@ -172,14 +172,11 @@ def _backlog_units(caches: list, gross: float) -> float:
     return gross / (gross - hits) if hits and gross > hits else 1.0
 
 
-def server_policy_limit(server, best: float, fill: float, region_exact, control: str = "none") -> float | None:
+def server_policy_limit(server, best: float, fill: float, region_exact) -> float | None:
     """The token rate `server`'s scheduler serves under a backlog where theory says it, one
     server's rule (`policies.scheduler_policy_capacity`: `fill` for a work-conserving policy
-    without a binding cap, `best`, lambda*'s steps, for adaptive), else None. Back-pressure
-    control holds work back (a replica takes buffered calls one class at a time): None
-    then. `server`: its `ServerSpec`."""
-    if control == "backpressure":
-        return None
+    without a binding cap, `best`, lambda*'s steps, for adaptive), else None. `server`: its
+    `ServerSpec`."""
     return scheduler_policy_capacity(server, best, fill, region_exact)
 
 
@@ -187,11 +184,15 @@ def server_policy_load(load, server, control: str = "none") -> float:
     """A server's offered load over its policy's limit, as one server's verdict takes it
     (`api._stability_fields`'s `load`): over `server_policy_limit` of its traffic's
     `capacity` and `fill_capacity`, else over lambda*'s `capacity` (`utilisation`: no
-    policy serves more). `load`: the server's `ServerLoad`, `server` its `ServerSpec`; 0
-    for a server without calls."""
+    policy serves more). Back-pressure control holds work back (a replica takes buffered
+    calls one class at a time), so its servers' limits are unknown: over lambda*'s then.
+    `load`: the server's `ServerLoad`, `server` its `ServerSpec`; 0 for a server without
+    calls."""
     if not load.offered_tokens_per_s > 0:
         return 0.0
-    limit = server_policy_limit(server, load.capacity, load.fill_capacity, load.region_exact, control)
+    limit = None
+    if control != "backpressure":
+        limit = server_policy_limit(server, load.capacity, load.fill_capacity, load.region_exact)
     x = load.offered_tokens_per_s / limit if limit else load.utilisation
     return min(x, sys.float_info.max)  # (a capacity of ~0: the verdicts take finite numbers)
 
@@ -621,7 +622,8 @@ class NetworkResult:
         pool's (tokens of work a second; times `backlog_units` for the thresholds), by one
         server's rule (`api._stability_fields`): its policy's own limit where theory gives
         it (`server_policy_limit`: adaptive's lambda*'s steps, which serve far more than
-        full steps where b / t(b) peaks below b_max), else its fill capacity; from the
+        full steps where b / t(b) peaks below b_max; under back-pressure too), else its
+        fill capacity; from the
         traffic equations (`capacity`, `fill_capacity`, `_replica_fill_capacity`), for a
         caching server from the run's admitted calls instead (`_hit_capacity`), the pool's
         the replica's over the busiest replica's share. None without a traffic report."""
@@ -636,7 +638,10 @@ class NetworkResult:
             if rep is not None:
                 fills = (rep.fill_capacity, rep.fill_capacity / share)
                 best, exact = rep.effective_capacity / share, rep.region_exact
-            limit = server_policy_limit(srv, best, fills[1], exact, getattr(self.stats.spec, "control", "none"))
+            # under back-pressure too: the replicas' steps are their policy's, whatever holds
+            # calls in the buffers (adaptive on paper:variant=max, 2 replicas: the pool's
+            # threshold was 2% of full steps', 1.5 tokens/s, against lambda*'s steps' 454)
+            limit = server_policy_limit(srv, best, fills[1], exact)
             # (a limit that is the fill capacity keeps its replica's exact share)
             self._fills[server] = fills if limit is None or limit == fills[1] else (limit * share, limit)
         return self._fills[server]
