@@ -383,27 +383,33 @@ class _Surface:
 
     def segments_at(self, r, i: int):
         """`row(k)`'s segment i, the arrays (A[i], S[i]), for each size k of the integer
-        array `r` (numpy), with `row`'s arithmetic and so its floats; a "linear" tail and two
-        rows or more only (a decode table: one of a single batch is refused)."""
+        array `r` (numpy), with `row`'s arithmetic and so its floats; a "linear" tail only
+        (the decode table's)."""
         import numpy as np  # noqa: PLC0415
 
-        assert self.tail == "linear" and len(self.rows) > 1
+        assert self.tail == "linear"
         R, V, cols = self.rows, self.vals, self.cols
         rf = r.astype(float)
         low, high = r <= R[0], r >= R[-1]
-        k = np.clip(np.searchsorted(R, rf, side="right"), 1, len(R) - 1)  # `values`' bisect (inner sizes)
-        lo_r, hi_r = np.asarray(R, dtype=float)[k - 1], np.asarray(R, dtype=float)[k]
-        w = (rf - lo_r) / (hi_r - lo_r)
-        j_tail = _anchor(R)
+        if len(R) == 1:  # every size reads the one row (and no tail slope is raised)
 
-        def column(j):  # `values(k)[j]` for each k
-            vj = np.asarray([row[j] for row in V])
-            p, q = vj[k - 1], vj[k]
-            inner = np.where(w == 0.0, p, p + w * (q - p))
-            vm, va = V[-1][j], V[j_tail][j]
-            slope = (vm - va) / (R[-1] - R[j_tail])
-            tail = np.where(r == R[-1], vm, vm + (slope if slope > 0.0 else 0.0) * (rf - R[-1]))
-            return np.where(low, V[0][j], np.where(high, tail, inner))
+            def column(j):
+                return np.full(len(r), V[0][j])
+
+        else:
+            k = np.clip(np.searchsorted(R, rf, side="right"), 1, len(R) - 1)  # `values`' bisect (inner sizes)
+            lo_r, hi_r = np.asarray(R, dtype=float)[k - 1], np.asarray(R, dtype=float)[k]
+            w = (rf - lo_r) / (hi_r - lo_r)
+            j_tail = _anchor(R)
+
+            def column(j):  # `values(k)[j]` for each k
+                vj = np.asarray([row[j] for row in V])
+                p, q = vj[k - 1], vj[k]
+                inner = np.where(w == 0.0, p, p + w * (q - p))
+                vm, va = V[-1][j], V[j_tail][j]
+                slope = (vm - va) / (R[-1] - R[j_tail])
+                tail = np.where(r == R[-1], vm, vm + (slope if slope > 0.0 else 0.0) * (rf - R[-1]))
+                return np.where(low, V[0][j], np.where(high, tail, inner))
 
         zero = np.zeros(len(r))
         if i == 0:
