@@ -118,6 +118,22 @@ def test_knees_are_the_first_batch_past_the_bound_size_by_size(spec):
         assert _resolved(TWP(cost=model), b_max=64).B_0 == 5
 
 
+def test_a_model_timing_each_size_is_not_asked_past_the_first_size_over_the_bound():
+    """A model of its own tables (no vectorised `decode_times` / `load_times`) is timed one
+    size at a time, as before: never past the first batch or load over the bound (a scan
+    in chunks asked for batches past its table, which it cannot time)."""
+
+    class Table(llmsched.core.cost.CostModel):
+        def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
+            b = prefill_tokens + decode_tokens
+            if b > 40:
+                raise IndexError(f"no row for {b} tokens")
+            return 0.010 * (1 + b // 20) + 1e-9 * decode_context
+
+    p = _resolved(TWP(cost=Table(), itl_target_ms=25), b_max=4096)
+    assert (p.B_0, p.B_max, p.W_0) == (19, 39, 19)
+
+
 @pytest.mark.parametrize(
     "spec", ["profile", "profile:h200-llama-3.2-1b,monotone=0,overlap=0.5", "profile:h200-llama-3-8b,mode=graph"]
 )

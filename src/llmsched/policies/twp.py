@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 
 from ..core.checks import as_real
-from ..core.cost import make_cost_model
+from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError, unknown_option
 from ..core.request import NS, Request
 from ..core.state import UNLIMITED, ServerState
@@ -408,9 +408,13 @@ class TWP(MeteredAdmission):
         import numpy as np  # noqa: PLC0415
 
         # A context-dependent time may fall again past a size over the bound: every size is
-        # timed in turn, vectorised in chunks that double (one size at a time, a budget of
-        # 1,000,000 took a minute), so that a small answer times few sizes past it.
-        n, chunk = 1, 64
+        # timed in turn, by a vectorised model in chunks that double (one size at a time, a
+        # budget of 1,000,000 took a minute), so that a small answer times few sizes past
+        # it; a model that times each size itself is never asked past the first one over
+        # the bound (its tables may end there).
+        name = "load_times" if context is None else "decode_times"
+        chunk, grow = (64, 2) if getattr(type(model), name) is not getattr(CostModel, name) else (1, 1)
+        n = 1
         while n < cap:
             sizes = np.arange(n + 1, min(cap, n + chunk) + 1)
             times = model.load_times(sizes) if context is None else model.decode_times(sizes, context)
@@ -418,7 +422,7 @@ class TWP(MeteredAdmission):
             if len(over):
                 return n + int(over[0])
             n += len(sizes)
-            chunk *= 2
+            chunk *= grow
         return n
 
     def itl_target(self) -> float | None:
