@@ -281,6 +281,31 @@ def test_a_replica_s_config_json_records_its_scheduler_as_one_server_s_does(tmp_
         assert cfg["scheduler"]["batch_policy"] == "sarathi" and cfg["scheduler"]["b_max"] == 512
 
 
+def _replica_counts(spec):
+    st = simulate_network(spec).stats
+    rep = _a(st.call_replica)
+    names = np.asarray(st.call_class)
+    return {c: np.bincount(rep[names == c], minlength=2).tolist() for c in sorted(set(names.tolist()))}
+
+
+def test_round_robin_rotates_over_the_pools_calls_in_delivery_order():
+    """docs/networks.md's rule: the turns go to the pool's calls as delivered, busy
+    replicas included. One call per job splits evenly at any load; a route of two calls
+    at the pool, jobs not overlapping, sends each class to one replica."""
+    server = {"policy": "sarathi", "b_max": 512, "cost_model": "paper", "replicas": 2, "router": "round-robin"}
+    call = {"server": "s", "prompt": "const:2000", "output": "const:10"}
+    for rate in (0.2, 20.0):
+        one = {"arrival": {"process": "deterministic", "rate": rate}, "route": [{"call": call}]}
+        counts = _replica_counts({"servers": {"s": server}, "jobs": {"A": one}, "num_jobs": 101})
+        assert counts == {"A.1": [51, 50]}
+    short = {**call, "prompt": "const:10"}
+    two = {"arrival": {"process": "deterministic", "rate": 0.2}, "route": [{"call": call}, {"call": short}]}
+    assert _replica_counts({"servers": {"s": server}, "jobs": {"A": two}, "num_jobs": 100}) == {
+        "A.1": [100, 0],
+        "A.2": [0, 100],
+    }
+
+
 def test_backpressure_serves_the_class_with_the_largest_queue_differential():
     from llmsched.sim.network import successors
 
@@ -366,41 +391,49 @@ def test_backpressure_takes_a_steps_budget_of_prefill_not_of_cached_context():
 
 def test_backpressure_network_is_judged_on_its_work_buffers_included():
     """Under back-pressure a server's calls wait in its buffer, which its replicas' backlogs
-    (the servers' verdicts) leave out: the tandem example at 1.3 times its critical scale,
-    s2 overloaded, was inconclusive (s2's replica saw a flat backlog); the network's work,
-    buffers counted, grows, and it now decides the network's verdict."""
+    leave out: the tandem example at 1.3 times its critical scale, s2 overloaded, was
+    inconclusive (s2's replica saw a flat backlog); the network's work, buffers counted,
+    grows, and it decides the network's verdict (and s2's own, its buffer counted)."""
     from llmsched.theory.network import traffic
 
     d = NetworkSpec.from_yaml("examples/networks/tandem.yaml").to_dict()
     d.update(control="backpressure", num_jobs=8000)
     scale = 1.3 * traffic(d).critical_scale
     s = simulate_network(d, scale=scale).summary
-    assert s["servers"]["s2"]["verdict"] != "unstable"  # (the buffer is not the replica's)
+    assert s["servers"]["s2"]["replicas"]["s2"]["verdict"] != "unstable"  # (the buffer is not the replica's)
     assert s["network_work_verdict"]["verdict"] == "unstable"
     assert s["verdict"] == "unstable" and s["stable"] is False
 
 
-def test_backpressure_servers_say_their_verdict_leaves_out_the_buffer(capsys, monkeypatch):
-    """A one-replica server's verdict under back-pressure judges its replica's backlog only
-    (its buffer is the network's work's): s2 of the tandem example at 1.3 times its critical
-    scale was 'inconclusive' in summary.json and the table with nothing to say its calls
-    piled up in its buffer; now its entry says the verdict leaves the buffer out and how
-    fast the buffer grew."""
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_backpressure_servers_judge_their_buffer_too(replicas, capsys, monkeypatch):
+    """A server's verdict under back-pressure counts the calls waiting in its buffer: s2 of
+    the tandem example at 1.3 times its critical scale (one replica, 4,000 jobs) was
+    'inconclusive', its calls piling up in its buffer at 1,200 tokens/s; with two replicas
+    (s1 the bottleneck at 1.1 times, 8,000 jobs) s1 was 'stable' with its buffer growing.
+    Each is unstable or no longer stable now, judged on its pool: replicas and buffer."""
     from llmsched.cli import simulate as sim_cli
     from llmsched.theory.network import traffic
 
     d = NetworkSpec.from_yaml("examples/networks/tandem.yaml").to_dict()
-    d.update(control="backpressure", num_jobs=4000)
-    res = simulate_network(d, scale=1.3 * traffic(d).critical_scale)
-    s2 = res.summary["servers"]["s2"]
-    assert s2["verdict"] != "unstable" and s2["verdict_excludes_buffer"] is True
-    # (the fluid rate at which s2 falls behind: offered - capacity)
-    assert s2["buffer_growth_ci"][0] > 0.5 * (s2["offered_tokens_per_s"] - s2["capacity_tokens_per_s"]) > 0
-    monkeypatch.setenv("COLUMNS", "400")
-    sim_cli.print_network_summary(res)
-    out = capsys.readouterr().out
-    growth = f"{s2['buffer_growth_tokens_per_s']:,.1f} tokens/s"
-    assert f"{s2['verdict']} (replicas' backlogs only; back-pressure buffer growth {growth})" in out
+    d["servers"]["s2"]["replicas"] = replicas
+    d.update(control="backpressure", num_jobs=4000 * replicas)
+    res = simulate_network(d, scale=(1.3 if replicas == 1 else 1.1) * traffic(d).critical_scale)
+    servers = res.summary["servers"]
+    name = "s2" if replicas == 1 else "s1"
+    srv = servers[name]
+    assert all(r["verdict"] != "unstable" for r in srv["replicas"].values())
+    assert srv["buffer_growth_ci"][0] > 0
+    assert srv["verdict"] == srv["pool_verdict"]["verdict"] != "stable" and srv["stable"] is not True
+    if replicas == 1:
+        # (the fluid rate at which s2 falls behind: offered - capacity)
+        assert srv["buffer_growth_ci"][0] > 0.5 * (srv["offered_tokens_per_s"] - srv["capacity_tokens_per_s"]) > 0
+        assert srv["verdict"] == "unstable"
+        monkeypatch.setenv("COLUMNS", "400")
+        sim_cli.print_network_summary(res)
+        out = capsys.readouterr().out
+        growth = f"{srv['buffer_growth_tokens_per_s']:,.1f} tokens/s"
+        assert f"unstable (buffer included; back-pressure buffer growth {growth})" in out
     d.update(control="none", num_jobs=200)
     assert not any("buffer" in k for k in simulate_network(d).summary["servers"]["s2"])
 

@@ -125,25 +125,31 @@ def test_the_verdicts_threshold_scales_with_the_policys_own_limit():
     assert s["verdict"] == "stable"
 
 
-def cluster(policy: str, rate: float):
+def cluster(policy: str, rate: float, control: str = "none"):
     kw = dict(cost_model="paper:variant=max", prompt="const:200", output="const:50", b_max=512, num_requests=2000)
-    res = llmsched.simulate_network(llmsched.cluster_network(replicas=2, rate=rate, policy=policy, **kw))
+    spec = llmsched.cluster_network(replicas=2, rate=rate, policy=policy, **kw)
+    spec.control = control
+    res = llmsched.simulate_network(spec)
     return res, res.summary["servers"]["cluster"], res.traffic.server("cluster")
 
 
+@pytest.mark.parametrize("control", ["none", "backpressure"])
 @pytest.mark.parametrize("scale, verdict", [(0.9, "stable"), (1.1, "unstable")])
-def test_a_clusters_thresholds_scale_with_the_policys_own_limit(scale, verdict):
+def test_a_clusters_thresholds_scale_with_the_policys_own_limit(scale, verdict, control):
     """The network's rule, as one server's: adaptive's cluster at 0.9 lambda* was judged
     'inconclusive: run longer' against 2% of full steps' 75 tokens/s (1.5) while serving
     20,418 tokens/s; now its replicas, pool and the network's work take 2% of lambda*'s
-    steps (454 the pool's, 227 a replica's); above lambda* still unstable."""
+    steps (454 the pool's, 227 a replica's); above lambda* still unstable. Under
+    back-pressure too (until 2026-12-04 it kept 1.5 there: 'inconclusive: run longer' at
+    0.9), where the replicas' backlogs leave the buffer out (their verdicts, at 1.1,
+    inconclusive) and the pool, buffer counted, decides."""
     lam = 2 * capacity("paper:variant=max", 512, 200, 50).critical_rate
-    res, srv, load = cluster("adaptive", scale * lam)
+    res, srv, load = cluster("adaptive", scale * lam, control)
     assert load.capacity > 100 * load.fill_capacity  # (b / t(b) peaks far below b_max)
     assert srv["pool_verdict"]["threshold_tokens_per_s"] == pytest.approx(0.02 * load.capacity)
     for r in res.replicas():
         assert r.stability["verdict_threshold_tokens_per_s"] == pytest.approx(0.01 * load.capacity)
-        assert r.stability["verdict"] == verdict
+        assert r.stability["verdict"] == verdict or control == "backpressure" and verdict == "unstable"
     assert res.summary["network_work_verdict"]["threshold_tokens_per_s"] == pytest.approx(0.02 * load.capacity)
     assert srv["verdict"] == srv["pool_verdict"]["verdict"] == verdict
     assert res.summary["network_work_verdict"]["verdict"] == verdict

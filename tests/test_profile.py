@@ -863,3 +863,43 @@ def test_a_run_without_a_cap_is_warned_of_a_short_decode_row_it_used(tmp_path, c
     err = capsys.readouterr().err
     assert "decode_attn batch 64 at contexts up to 299 (measured only up to context 128" in err
     assert err.count("decode context") == 0 and err.count("decode_attn batch 64") == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_decode_times_equal_step_time_on_random_tables(seed):
+    """`decode_times` (TWP's scan of decode batches) repeats `step_time`'s arithmetic with
+    numpy: the same floats on random tables (missing cells, one context or several, graph
+    rows or none, monotone or not), past every table's largest size too."""
+    import random
+
+    import numpy as np
+
+    from llmsched.core.cost import CostModel
+    from llmsched.core.profile import ProfileCostModel
+
+    rng = random.Random(seed)
+
+    def sizes(k, hi):
+        return sorted(rng.sample(range(1, hi), k))
+
+    for _ in range(25):
+        cols = sizes(rng.randint(1, 5), 5000)
+        tables = {
+            "linear": [(x, "eager", rng.uniform(1, 10)) for x in sizes(rng.randint(2, 6), 2000)]
+            + [(x, "graph", rng.uniform(0.5, 8)) for x in sizes(rng.randint(2, 4), 600) if rng.random() < 0.6],
+            "lm_head": [(x, rng.uniform(0.1, 2)) for x in sizes(rng.randint(2, 5), 600)],
+            "decode_attn": [
+                (r, c, rng.uniform(0.01, 1)) for r in sizes(rng.randint(2, 5), 300) for c in cols if rng.random() < 0.8
+            ],
+            "prefill_attn": [(r, c, rng.uniform(0.01, 1)) for r in sizes(2, 2000) for c in cols],
+        }
+        try:
+            model = ProfileCostModel(
+                tables, layers=rng.randint(1, 80), mode=rng.choice(["auto", "eager", "graph"]),
+                monotone=rng.random() < 0.5, overlap=rng.choice([0.0, 0.5, 1.0]),
+            )  # fmt: skip
+        except ConfigError:  # (a batch row left with no cell)
+            continue
+        n = np.concatenate([np.arange(1, 700), rng.sample(range(700, 100_000), 40)])
+        for ctx in (0, cols[0], cols[-1], rng.randint(0, 10_000), 10**6):
+            assert np.array_equal(model.decode_times(n, ctx), CostModel.decode_times(model, n, ctx))

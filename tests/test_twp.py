@@ -85,6 +85,78 @@ def test_context_dependent_model_uses_decode_shape():
     assert p.H_min == max(p.B_max, p.W_0)
 
 
+def _first_over(time_of, bound, cap):
+    """The largest n <= cap with time_of(m) <= bound for m = 1..n, size by size."""
+    n = 1
+    while n < cap and time_of(n + 1) <= bound:
+        n += 1
+    return n
+
+
+class _Dip(llmsched.core.cost.CostModel):
+    """A context-dependent step time that passes 1.2 x its batch-1 time at 6 decoders and
+    falls back below it at 7 and after: a bisection would find a batch past the first rise."""
+
+    def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
+        b = prefill_tokens + decode_tokens
+        return 0.010 + (0.005 if b == 6 else 0.0) + 1e-6 * b + 1e-9 * decode_context
+
+
+@pytest.mark.parametrize("spec", ["profile", "profile:h200-llama-3.2-1b,monotone=0,mode=eager", "dip"])
+def test_knees_are_the_first_batch_past_the_bound_size_by_size(spec):
+    """B_0, B_max and W_0 stop at the first size over their bound, as a scan of every size
+    one at a time does, for non-monotone times too (monotone=0 keeps the tables' dips)."""
+    model = _Dip() if spec == "dip" else make_cost_model(spec)
+    for ctx, eps, target in ((1024, 0.2, None), (0, 0.5, 40.0), (5000, 0.05, 8.0)):
+        p = _resolved(TWP(cost=model, context=ctx, eps=eps, itl_target_ms=target), b_max=4096)
+        decode = lambda n: model.step_time(0, n, n * ctx, [], n)  # noqa: E731
+        assert p.B_0 == _first_over(decode, (1 + eps) * p.l_min_s, 4096)
+        within = _first_over(decode, p.itl_target(), 4096)
+        assert p.B_max == max(p.B_0, within)
+        assert p.W_0 == _first_over(model.load_time, (1 + eps) * model.load_time(1), 4096)
+    if spec == "dip":
+        assert _resolved(TWP(cost=model), b_max=64).B_0 == 5
+
+
+def test_a_model_timing_each_size_is_not_asked_past_the_first_size_over_the_bound():
+    """A model of its own tables (no vectorised `decode_times` / `load_times`) is timed one
+    size at a time, as before: never past the first batch or load over the bound (a scan
+    in chunks asked for batches past its table, which it cannot time)."""
+
+    class Table(llmsched.core.cost.CostModel):
+        def step_time(self, prefill_tokens, decode_tokens, decode_context, chunks, sampled):
+            b = prefill_tokens + decode_tokens
+            if b > 40:
+                raise IndexError(f"no row for {b} tokens")
+            return 0.010 * (1 + b // 20) + 1e-9 * decode_context
+
+    p = _resolved(TWP(cost=Table(), itl_target_ms=25), b_max=4096)
+    assert (p.B_0, p.B_max, p.W_0) == (19, 39, 19)
+
+
+@pytest.mark.parametrize(
+    "spec", ["profile", "profile:h200-llama-3.2-1b,monotone=0,overlap=0.5", "profile:h200-llama-3-8b,mode=graph"]
+)
+def test_vectorised_decode_times_equal_step_time_bit_for_bit(spec):
+    model = make_cost_model(spec)
+    n = np.concatenate([np.arange(1, 1100), np.arange(1100, 40_000, 37), [8191, 8192, 8193, 10**6]])
+    for ctx in (0, 128, 1000, 1024, 131_072, 10**7):
+        want = [model.step_time(0, int(k), int(k) * ctx, [], int(k)) for k in n]
+        assert model.decode_times(n, ctx).tolist() == want
+
+
+def test_a_large_budget_and_target_time_decode_batches_without_one_call_a_size(monkeypatch):
+    """b_max 1,000,000 with a 100 s target: B_max is the budget, found by timing every
+    batch up to it; one step_time call a batch took 19-61 s before the first step."""
+    model = make_cost_model("profile")
+    calls = []
+    one = model.step_time
+    monkeypatch.setattr(model, "step_time", lambda *a: calls.append(a) or one(*a))
+    p = _resolved(TWP(cost=model, itl_target_ms=1e5), b_max=1_000_000)
+    assert p.B_max == 1_000_000 and p.B_0 == _first_over(lambda n: one(0, n, n * 1024, [], n), 1.2 * p.l_min_s, 100)
+    assert len(calls) < 1000
+
+
 def test_explicit_measurements_use_the_roofline():
     p = _resolved(TWP(l_min_ms=10, b0=16))
     assert p.l_min_s == pytest.approx(0.010)

@@ -330,11 +330,10 @@ def print_network_summary(res) -> None:
         else:
             load = f"load {util:.1%} of capacity" + (f" ({hits})" if hits else "") + ", "
         verdict = srv["verdict"]
-        if srv.get("verdict_excludes_buffer"):
-            # (the replicas' verdicts: the network's work judges the buffer)
-            g = srv.get("buffer_growth_tokens_per_s")
+        if "buffer_growth_tokens_per_s" in srv:
+            g = srv["buffer_growth_tokens_per_s"]
             growth = "-" if g is None else f"{g:,.1f} tokens/s"
-            verdict += f" (replicas' backlogs only; back-pressure buffer growth {growth})"
+            verdict += f" (buffer included; back-pressure buffer growth {growth})"
         rows.append(
             (
                 f"server {name} ({len(srv['replicas'])} replica(s))",

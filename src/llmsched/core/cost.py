@@ -45,6 +45,15 @@ class CostModel:
 
         return np.array([self.load_time(int(v)) for v in b], dtype=float)
 
+    def decode_times(self, n, context: int):
+        """The time of a decode-only step of `k` decoders with `context` cached tokens each,
+        `step_time(0, k, k * context, [], k)`, for each k of the integer array `n`, as a
+        float array (a model may vectorise it; the values must equal `step_time`'s
+        exactly). TWP scans decode batches up to the budget with it."""
+        import numpy as np  # noqa: PLC0415
+
+        return np.array([self.step_time(0, int(k), int(k) * context, [], int(k)) for k in n], dtype=float)
+
     def chunk_time(self, chunk: int, context: int) -> float | None:
         """Seconds one prefill chunk of `chunk` tokens after `context` cached tokens adds to
         a step's time, for a model whose step time is a sum over its chunks (plus terms of

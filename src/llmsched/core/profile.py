@@ -288,6 +288,15 @@ class _Curve:
             return self.dense[int(x)]
         return self._eval(x)
 
+    def values_at(self, n):
+        """`self(k)` for each k >= 1 of the integer array `n` (numpy), the same floats."""
+        import numpy as np  # noqa: PLC0415
+
+        dense = np.asarray(self.dense)
+        top = len(dense) - 1
+        # past the dense values k lies past the largest size: `_eval`'s tail segment
+        return np.where(n <= top, dense[np.minimum(n, top)], self.tail_a + self.tail_s * n.astype(float))
+
 
 class _Surface:
     """A 2-D grid (rows = batch or chunk sizes, cols = contexts). `row(r)` returns the
@@ -371,6 +380,60 @@ class _Surface:
                 a[-1], s[-1] = ys[-1] - k * self.cols[-1], k
             seg = self.cache[r] = (a, s)
         return seg
+
+    def segments_at(self, r, i: int):
+        """`row(k)`'s segment i, the arrays (A[i], S[i]), for each size k of the integer
+        array `r` (numpy), with `row`'s arithmetic and so its floats; a "linear" tail only
+        (the decode table's)."""
+        import numpy as np  # noqa: PLC0415
+
+        assert self.tail == "linear"
+        R, V, cols = self.rows, self.vals, self.cols
+        rf = r.astype(float)
+        low, high = r <= R[0], r >= R[-1]
+        if len(R) == 1:  # every size reads the one row (and no tail slope is raised)
+
+            def column(j):
+                return np.full(len(r), V[0][j])
+
+        else:
+            k = np.clip(np.searchsorted(R, rf, side="right"), 1, len(R) - 1)  # `values`' bisect (inner sizes)
+            lo_r, hi_r = np.asarray(R, dtype=float)[k - 1], np.asarray(R, dtype=float)[k]
+            w = (rf - lo_r) / (hi_r - lo_r)
+            j_tail = _anchor(R)
+
+            def column(j):  # `values(k)[j]` for each k
+                vj = np.asarray([row[j] for row in V])
+                p, q = vj[k - 1], vj[k]
+                inner = np.where(w == 0.0, p, p + w * (q - p))
+                vm, va = V[-1][j], V[j_tail][j]
+                slope = (vm - va) / (R[-1] - R[j_tail])
+                tail = np.where(r == R[-1], vm, vm + (slope if slope > 0.0 else 0.0) * (rf - R[-1]))
+                return np.where(low, V[0][j], np.where(high, tail, inner))
+
+        zero = np.zeros(len(r))
+        if i == 0:
+            return column(0), zero
+        if i < len(cols):
+            y0, y1 = column(i - 1), column(i)
+            x0, dx = self._axis.steps[i - 1]
+            s = (y1 - y0) / dx
+            return y0 - s * x0, s
+        last = column(len(cols) - 1)
+        if self._axis.tail is None:
+            s = zero
+        else:
+            j, dx = self._axis.tail
+            s = (last - column(j)) / dx
+            s = np.where(s > 0.0, s, 0.0)
+        a = last - s * cols[-1]
+        T = self._tails
+        if T is not None:  # `row`'s raised tail slope
+            T = np.asarray(T)
+            t = T[k - 1] + (rf - lo_r) / (hi_r - lo_r) * (T[k] - T[k - 1])
+            t = np.where(low, T[0], np.where(high, T[-1], t))
+            a, s = np.where(t > s, last - t * cols[-1], a), np.where(t > s, t, s)
+        return a, s
 
     def __call__(self, r: float, x: float) -> float:
         if r <= 0:
@@ -646,6 +709,22 @@ class ProfileCostModel(CostModel):
             except (IndexError, TypeError):
                 t += self._lm(sampled)
         return t
+
+    def decode_times(self, n, context: int):
+        """`CostModel.decode_times`, vectorised: `step_time`'s parts with its arithmetic."""
+        import numpy as np  # noqa: PLC0415
+
+        if not self._own_step_time():
+            return super().decode_times(n, context)
+        n = np.asarray(n, dtype=np.int64)
+        glin = np.asarray(self._glin)
+        top = len(glin) - 1
+        # past the fast-path list, `linear_time(k, True)`: max(the list's last, the eager tail)
+        eager = self._eager.values_at(n)
+        lin = np.where(n <= top, glin[np.minimum(n, top)], np.where(eager > glin[top], eager, glin[top]))
+        x = context / 1  # `step_time`'s mean context k * context / k: the same correctly rounded float
+        a, s = self._dec.segments_at(n, bisect_right(self._dx, x))
+        return lin + (a + s * x) + self._lm.values_at(n)
 
     # -- integer-ns fast paths (StepTimer) ---------------------------------------------------
     # Both compute `step_time`'s float with the same additions in the same order, so every

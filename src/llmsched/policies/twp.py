@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 
 from ..core.checks import as_real
-from ..core.cost import make_cost_model
+from ..core.cost import CostModel, make_cost_model
 from ..core.errors import ConfigError, unknown_option
 from ..core.request import NS, Request
 from ..core.state import UNLIMITED, ServerState
@@ -349,9 +349,7 @@ class TWP(MeteredAdmission):
             self.B_0 = self.b0
         elif model is not None:
             l_min = self.l_min_s
-            self.B_0 = self._last_within(
-                lambda n: decode_step_time(model, n, self.context), (1 + self.eps) * l_min, cap, model.load_only
-            )
+            self.B_0 = self._last_within(model, (1 + self.eps) * l_min, cap, self.context)
         else:
             self.B_0 = None
         if self.l_min_s is None or self.B_0 is None:
@@ -365,13 +363,13 @@ class TWP(MeteredAdmission):
         elif self.measured:
             self.B_max = cap  # no cap from timing: k_max, and the largest window
         elif model is not None:
-            within = self._last_within(lambda n: decode_step_time(model, n, self.context), target, cap, model.load_only)
+            within = self._last_within(model, target, cap, self.context)
             self.B_max = min(max(self.B_0, within), cap)
         else:  # l_min and B_0 given: the roofline
             self.B_max = min(max(self.B_0, _roofline_batch(self.B_0, target, self.l_min_s)), cap)
         if model is not None:
             t1 = model.load_time(1)
-            self.W_0 = self._last_within(model.load_time, (1 + self.eps) * t1, b_max, model.load_only)
+            self.W_0 = self._last_within(model, (1 + self.eps) * t1, b_max)
         else:
             self.W_0 = self.B_0
         self._set_h_min()
@@ -394,20 +392,37 @@ class TWP(MeteredAdmission):
         self.H_min = max(1, min(lo, self.H_max))
 
     @staticmethod
-    def _last_within(time_of, bound: float, cap: int, monotone: bool) -> int:
-        """Largest n <= cap with time_of(m) <= bound for every m in 1..n (at least 1)."""
-        if monotone:  # a load-only model: bisect
+    def _last_within(model, bound: float, cap: int, context: int | None = None) -> int:
+        """Largest n <= cap with t(m) <= bound for every m in 1..n (at least 1), where t(m)
+        is the model's decode step of m decoders at `context` (`decode_step_time`), or with
+        no context its step of load m (`load_time`)."""
+        if model.load_only:  # t(m) = load_time(m), non-decreasing: bisect
             lo, hi = 1, cap
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if time_of(mid) <= bound:
+                if model.load_time(mid) <= bound:
                     lo = mid
                 else:
                     hi = mid - 1
             return lo
+        import numpy as np  # noqa: PLC0415
+
+        # A context-dependent time may fall again past a size over the bound: every size is
+        # timed in turn, by a vectorised model in chunks that double (one size at a time, a
+        # budget of 1,000,000 took a minute), so that a small answer times few sizes past
+        # it; a model that times each size itself is never asked past the first one over
+        # the bound (its tables may end there).
+        name = "load_times" if context is None else "decode_times"
+        chunk, grow = (64, 2) if getattr(type(model), name) is not getattr(CostModel, name) else (1, 1)
         n = 1
-        while n < cap and time_of(n + 1) <= bound:
-            n += 1
+        while n < cap:
+            sizes = np.arange(n + 1, min(cap, n + chunk) + 1)
+            times = model.load_times(sizes) if context is None else model.decode_times(sizes, context)
+            over = np.flatnonzero(~(times <= bound))  # a NaN stops the scan, as `<=` did
+            if len(over):
+                return n + int(over[0])
+            n += len(sizes)
+            chunk *= grow
         return n
 
     def itl_target(self) -> float | None:

@@ -4,7 +4,7 @@ a stability verdict per replica, per server and for the whole network, and the f
 `write(out)` lays out:
 - `summary.json`: jobs (count, throughput, latency mean/p50/p90/p99/max, per job type),
   every server (offered load against capacity from the traffic equations, call metrics,
-  verdict; under back-pressure its buffer's growth, which the verdict leaves out; with
+  verdict, under back-pressure its buffer counted, and the buffer's growth; with
   prefix caching its `prefix_cache` hits and evictions, per replica and summed) and the
   network's verdict (and `prefix_cache` over every caching server);
 - `config.json`: the network as parsed, with the run's options (`run`: `max_time_s`,
@@ -172,14 +172,11 @@ def _backlog_units(caches: list, gross: float) -> float:
     return gross / (gross - hits) if hits and gross > hits else 1.0
 
 
-def server_policy_limit(server, best: float, fill: float, region_exact, control: str = "none") -> float | None:
+def server_policy_limit(server, best: float, fill: float, region_exact) -> float | None:
     """The token rate `server`'s scheduler serves under a backlog where theory says it, one
     server's rule (`policies.scheduler_policy_capacity`: `fill` for a work-conserving policy
-    without a binding cap, `best`, lambda*'s steps, for adaptive), else None. Back-pressure
-    control holds work back (a replica takes buffered calls one class at a time): None
-    then. `server`: its `ServerSpec`."""
-    if control == "backpressure":
-        return None
+    without a binding cap, `best`, lambda*'s steps, for adaptive), else None. `server`: its
+    `ServerSpec`."""
     return scheduler_policy_capacity(server, best, fill, region_exact)
 
 
@@ -187,11 +184,15 @@ def server_policy_load(load, server, control: str = "none") -> float:
     """A server's offered load over its policy's limit, as one server's verdict takes it
     (`api._stability_fields`'s `load`): over `server_policy_limit` of its traffic's
     `capacity` and `fill_capacity`, else over lambda*'s `capacity` (`utilisation`: no
-    policy serves more). `load`: the server's `ServerLoad`, `server` its `ServerSpec`; 0
-    for a server without calls."""
+    policy serves more). Back-pressure control holds work back (a replica takes buffered
+    calls one class at a time), so its servers' limits are unknown: over lambda*'s then.
+    `load`: the server's `ServerLoad`, `server` its `ServerSpec`; 0 for a server without
+    calls."""
     if not load.offered_tokens_per_s > 0:
         return 0.0
-    limit = server_policy_limit(server, load.capacity, load.fill_capacity, load.region_exact, control)
+    limit = None
+    if control != "backpressure":
+        limit = server_policy_limit(server, load.capacity, load.fill_capacity, load.region_exact)
     x = load.offered_tokens_per_s / limit if limit else load.utilisation
     return min(x, sys.float_info.max)  # (a capacity of ~0: the verdicts take finite numbers)
 
@@ -621,7 +622,8 @@ class NetworkResult:
         pool's (tokens of work a second; times `backlog_units` for the thresholds), by one
         server's rule (`api._stability_fields`): its policy's own limit where theory gives
         it (`server_policy_limit`: adaptive's lambda*'s steps, which serve far more than
-        full steps where b / t(b) peaks below b_max), else its fill capacity; from the
+        full steps where b / t(b) peaks below b_max; under back-pressure too), else its
+        fill capacity; from the
         traffic equations (`capacity`, `fill_capacity`, `_replica_fill_capacity`), for a
         caching server from the run's admitted calls instead (`_hit_capacity`), the pool's
         the replica's over the busiest replica's share. None without a traffic report."""
@@ -636,7 +638,10 @@ class NetworkResult:
             if rep is not None:
                 fills = (rep.fill_capacity, rep.fill_capacity / share)
                 best, exact = rep.effective_capacity / share, rep.region_exact
-            limit = server_policy_limit(srv, best, fills[1], exact, getattr(self.stats.spec, "control", "none"))
+            # under back-pressure too: the replicas' steps are their policy's, whatever holds
+            # calls in the buffers (adaptive on paper:variant=max, 2 replicas: the pool's
+            # threshold was 2% of full steps', 1.5 tokens/s, against lambda*'s steps' 454)
+            limit = server_policy_limit(srv, best, fills[1], exact)
             # (a limit that is the fill capacity keeps its replica's exact share)
             self._fills[server] = fills if limit is None or limit == fills[1] else (limit * share, limit)
         return self._fills[server]
@@ -799,7 +804,8 @@ class NetworkResult:
 
     def _pool_verdict(self, server: str, time_s: np.ndarray, backlog: np.ndarray, last: float) -> dict:
         """A replicated server's verdict on its pool's backlog (its replicas' summed, as
-        `network_backlog` counts it: under back-pressure its buffer's work too), judged as
+        `network_backlog` counts it), and under back-pressure any server's, its buffer's
+        work counted (the replicas' backlogs leave the buffer out), judged as
         one server with the pool's limit would be (`threshold_capacities`, `_queue_verdict`):
         its offered load over its limit (`policy_loads`: the busiest replica's), its calls'
         arrivals."""
@@ -1013,16 +1019,20 @@ class NetworkResult:
             srv["service_time_s"] = self.service_times()[name]
             srv["burst_factor"] = self.burst_factors()[name]
             pool = None
-            if len(srv["replicas"]) > 1:
+            verdicts = [r["verdict"] for r in srv["replicas"].values()]
+            buffered = name in backlog["buffers"]
+            if len(srv["replicas"]) > 1 or buffered:
+                # the pool's backlog: under back-pressure the server's buffer too, calls
+                # routed here that no replica has taken yet, which the replicas' backlogs
+                # leave out (max-pressure holds them back): a server whose buffer grows is
+                # unstable, however flat its replicas' backlogs
                 srv["pool_verdict"] = self._pool_verdict(name, backlog["time_s"], backlog["servers"][name], last)
                 pool = srv["pool_verdict"]["verdict"]
-            srv["verdict"] = _combine([r["verdict"] for r in srv["replicas"].values()], pool)
+                if buffered:
+                    verdicts.append(pool)
+            srv["verdict"] = _combine(verdicts, pool)
             srv["stable"] = {STABLE: True, UNSTABLE: False}.get(srv["verdict"])
-            if name in backlog["buffers"]:
-                # the replicas' verdicts judge their own backlogs, not the calls waiting in
-                # the server's back-pressure buffer (the network's work counts them): say so,
-                # and how fast the buffer grew over the same judged window
-                srv["verdict_excludes_buffer"] = True
+            if buffered:  # how fast the buffer alone grew over the same judged window
                 srv.update(self._buffer_growth(name, backlog["time_s"], backlog["buffers"][name], last))
             if self.traffic is not None:
                 load = self.traffic.server(name)
