@@ -109,3 +109,32 @@ def test_serve_logs_the_defaults_and_refuses_bad_ones(model, tmp_path, capsys, m
     assert err.count("\n") == 1 and "generation_config.json: temperature must be a number, got 'hot'" in err
     assert main(["serve", "--backend", "sim", "--port", "0", "--generation-config", "auto"]) == 2
     assert "--generation-config is an engine option" in capsys.readouterr().err
+
+
+def test_serve_takes_a_path_and_an_override(model, tmp_path, capsys, monkeypatch):
+    """vLLM's `--generation-config PATH` and `--override-generation-config JSON` (refused
+    before: only auto or vllm, and no override): the defaults requests get, shown in
+    /version, come from that folder's file with the override on top."""
+    import llmsched.server.backends as backends
+    import llmsched.server.serving as serving
+
+    folder = tmp_path / "gen"
+    folder.mkdir()
+    (folder / "generation_config.json").write_text(json.dumps({"top_k": 7, "temperature": 0.3}))
+    built = []
+    real = backends.make_engine_backend
+    monkeypatch.setattr(backends, "make_engine_backend", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    monkeypatch.setattr(serving, "serve", lambda *a, **k: None)  # start up, then return
+    argv = ["serve", "--model", str(model), "--port", "0", "--num-blocks", "20", "--max-running", "4"]
+    over = ["--override-generation-config", '{"temperature": null, "max_new_tokens": 9}']
+    assert main([*argv, "--generation-config", str(folder), *over]) == 0
+    assert built[-1].info["sampling_defaults"] == {"top_k": 7, "max_tokens": 9}
+    err = capsys.readouterr().err
+    assert f"from {folder / 'generation_config.json'} and --override-generation-config: top_k=7, max_tokens=9" in err
+    assert main([*argv, "--generation-config", str(tmp_path / "nope")]) == 2
+    assert "generation config folder" in capsys.readouterr().err
+    assert main([*argv, "--override-generation-config", '{"max_tokens": 9}']) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown --override-generation-config key 'max_tokens'" in err
+    assert main(["serve", "--backend", "sim", "--port", "0", "--override-generation-config", "{}"]) == 2
+    assert "--override-generation-config is an engine option" in capsys.readouterr().err

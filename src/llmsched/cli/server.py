@@ -12,8 +12,9 @@ import sys
 from ..core.checks import check_api_key
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
+from ..engine.loader import generation_defaults
 from .common import add_scheduler_args, positive_int, scheduler_spec
-from .engine import add_device_args, add_generation_config_arg, check_kv_cache_gb
+from .engine import add_device_args, add_generation_config_arg, check_kv_cache_gb, generation_config_args
 
 # --sim-max-debt-ms' largest value: the project's clock range
 MAX_DEBT_MS = MAX_SECONDS * 1000
@@ -223,6 +224,7 @@ def build_backend(args):
             "enforce_eager",
             "threads",
             "generation_config",
+            "override_generation_config",
         )
         if getattr(args, k) is not None and not (k == "block_size" and args.prefix_caching)
     ]
@@ -236,6 +238,9 @@ def build_backend(args):
     if backend == "engine":
         if not args.model:
             raise ConfigError("the engine backend needs --model DIR (or use --backend sim)")
+        gen_args = generation_config_args(args)
+        # checked here, where the error names the command line's flag, not the API's keyword
+        generation_defaults(args.model, **gen_args)
         return make_engine_backend(
             args.model,
             opts,
@@ -253,7 +258,8 @@ def build_backend(args):
             num_threads=args.threads,
             max_model_len=args.max_model_len,
             cost_model=args.cost_model,
-            generation_config=args.generation_config or "auto",
+            generation_config=gen_args["generation_config"],
+            override_generation_config=gen_args["override"],
         )
     if args.model:
         raise ConfigError("--model is for the engine backend; the sim backend takes --served-model-name")
@@ -310,9 +316,11 @@ def serve_main(args) -> int:
         flush=True,
     )
     if backend.sampling_defaults:
-        from ..engine.loader import defaults_note  # noqa: PLC0415
+        from ..engine.loader import defaults_note, defaults_source  # noqa: PLC0415
 
-        note = defaults_note(backend.root, backend.sampling_defaults, "the fields a request sets")
+        gen_args = generation_config_args(args)
+        source = defaults_source(backend.root, gen_args["generation_config"], gen_args["override"])
+        note = defaults_note(source, backend.sampling_defaults, "the fields a request sets")
         print(f"llmsched serve: {note}", file=sys.stderr, flush=True)
     serve(backend, cfg, sock)
     return 0

@@ -642,13 +642,15 @@ class LLM:
         dtype=None,
         max_num_seqs: int | None = None,
         generation_config: str = "auto",
+        override_generation_config: dict | None = None,
         **engine_options,
     ):
         known = set(keyword_names(LLMEngine)) - {"model"}
         check_known("LLM option", engine_options, known)
         # as vLLM's LLM: generate() without params uses the model's generation_config.json
-        # defaults (auto), or SamplingParams' own (vllm)
-        self.sampling_defaults = generation_defaults(model, generation_config)
+        # defaults (auto), another folder's (a path), or SamplingParams' own (vllm), with
+        # override_generation_config's on top
+        self.sampling_defaults = generation_defaults(model, generation_config, override_generation_config)
         self.engine = LLMEngine(
             model,
             scheduler=scheduler,

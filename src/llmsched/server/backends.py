@@ -227,13 +227,15 @@ def make_engine_backend(
     tokenizer: str | None = None,
     chat_template: str | None = None,
     generation_config: str = "auto",
+    override_generation_config: dict | None = None,
     **engine_kwargs,
 ) -> Backend:
     """`llmsched.engine.LLMEngine` on the model folder `model`. Chat requests are rendered
     with `chat_template` (`--chat-template`: a file or the template itself) if given, else
     with the tokenizer folder's template if it has one (see `chat_template.py`). Requests
     get the sampling defaults of the folder's generation_config.json (`generation_config`
-    auto, as vLLM's server) or none (vllm)."""
+    auto, as vLLM's server), of the one in the folder `generation_config` names, or none
+    (vllm), with `override_generation_config`'s on top (vLLM's `--override-generation-config`)."""
     if not Path(model).exists():
         raise ConfigError(f"model folder {model} does not exist")
     name = served_name(served_model_name, Path(model).name)  # checked before the model loads
@@ -247,7 +249,7 @@ def make_engine_backend(
         raise ConfigError(f"no tokenizer.json found at {tokenizer}")
     elif chat_template is not None:
         raise ConfigError("--chat-template needs a tokenizer, and this model has none (no tokenizer.json)")
-    sampling_defaults = generation_defaults(model, generation_config)
+    sampling_defaults = generation_defaults(model, generation_config, override_generation_config)
     from .. import engine as _engine  # noqa: PLC0415 - the engine needs torch
 
     opts = opts or SchedulerOptions()
