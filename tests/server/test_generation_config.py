@@ -138,3 +138,36 @@ def test_serve_takes_a_path_and_an_override(model, tmp_path, capsys, monkeypatch
     assert err.count("\n") == 1 and "unknown --override-generation-config key 'max_tokens'" in err
     assert main(["serve", "--backend", "sim", "--port", "0", "--override-generation-config", "{}"]) == 2
     assert "--override-generation-config is an engine option" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how", ["override", "path"])
+def test_an_explicit_max_new_tokens_caps_every_request(model, tmp_path, how):
+    """As vLLM's server: the max_new_tokens of --override-generation-config, or of a
+    --generation-config PATH file, caps every request's max_tokens, completions too (the
+    model folder's own stays a default: test_max_new_tokens_is_chat_default_only). It
+    was a chat default only, and a request asking for more got more."""
+    import httpx
+
+    if how == "override":
+        kw = {"override_generation_config": {"max_new_tokens": 3}}
+    else:
+        (tmp_path / "generation_config.json").write_text(json.dumps({"max_new_tokens": 3}))
+        kw = {"generation_config": str(tmp_path)}
+    backend = make_engine_backend(
+        str(model), SchedulerOptions(b_max=64, max_running=4), max_model_len=128, num_blocks=40, block_size=16, **kw
+    )
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "ignore_eos": True}
+    with running_server(backend) as (base, _):
+        for path, body in (
+            ("/v1/completions", {"model": "m", "prompt": "hi", "ignore_eos": True, "max_tokens": 10}),
+            ("/v1/completions", {"model": "m", "prompt": "hi", "ignore_eos": True}),
+            ("/v1/chat/completions", {**chat, "max_tokens": 10}),
+            ("/v1/chat/completions", chat),
+        ):
+            r = post(base, path, body)
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["completion_tokens"] == 3, (path, body)
+            assert r.json()["choices"][0]["finish_reason"] == "length"
+        r = post(base, "/v1/completions", {"model": "m", "prompt": "hi", "ignore_eos": True, "max_tokens": 2})
+        assert r.json()["usage"]["completion_tokens"] == 2  # a cap, not a length
+        assert httpx.get(base + "/version", timeout=30).json()["max_tokens_cap"] == 3

@@ -403,6 +403,15 @@ def generation_defaults(
     return out
 
 
+def max_tokens_cap(generation_config, override, defaults: dict) -> int | None:
+    """The max_tokens no request may exceed, as vLLM's server caps them: the max_new_tokens
+    of a `--generation-config PATH` file (after the override), or of
+    `--override-generation-config`; None otherwise (the model folder's own max_new_tokens is
+    only a default). `defaults`: generation_defaults' result for the same options."""
+    given = generation_config not in GENERATION_CONFIG_CHOICES or (override or {}).get("max_new_tokens") is not None
+    return defaults.get("max_tokens") if given else None
+
+
 def defaults_note(source: str, defaults: dict, overriders: str) -> str:
     """The startup line that says which sampling defaults the generation config (`source`:
     its file, or the override) gave (vLLM logs that they override its own), and what
