@@ -707,6 +707,16 @@ def _check_length_columns(src: str, fixed_output: bool) -> None:
     path = Path(os.path.expanduser(src))
     if not path.is_file():
         return  # a dataset name, or a missing file: the length law says which
+    with open(path, "rb") as f:
+        start = f.read(4096).lstrip()
+    if start[:1] in (b"[", b"{"):
+        # what `vllm bench serve --dataset-path` takes: the csv reader's errors (its JSON
+        # shown as column names; a Mooncake trace) told a vLLM user nothing
+        raise ConfigError(
+            f"{path} is JSON, such as vLLM's ShareGPT conversations; llmsched bench takes token lengths, "
+            f"a CSV file with a prompt length column ({', '.join(PROMPT_COLUMNS)}) and an output one "
+            f"({', '.join(OUTPUT_COLUMNS)}), and builds prompts of those lengths"
+        )
     header = read_header(path)
     if len(header) == 1:  # the one column is every length, as in simulate
         return
