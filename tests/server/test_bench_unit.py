@@ -563,3 +563,18 @@ def test_repeated_goodput_and_metadata_add_up():
     cfg = BenchConfig.from_args(a)
     assert cfg.goodput == {"ttft": 500.0, "tpot": 50.0, "e2el": 9000.0}
     assert cfg.metadata == {"a": "1", "b": "2", "c": "3"}
+
+
+def test_backend_vllm_is_the_completions_api():
+    """`vllm bench serve`'s default --backend, vllm, is its name for the completions API:
+    it was refused as an invalid choice. It sends to /v1/completions and names the result
+    (backend, endpoint_type, default label) as vLLM does."""
+    p = _parser()
+    v = BenchConfig.from_args(p.parse_args(["bench", "--backend", "vllm", "--save-result", "--request-rate", "5"]))
+    assert v.endpoint == "/v1/completions" and not v.chat and v.backend_name == "vllm"
+    assert v.result_path("org/m", "20260101-000000") == "vllm-5.0qps-m-20260101-000000.json"
+    with pytest.raises(ConfigError, match="--backend vllm sends to /v1/completions"):
+        BenchConfig.from_args(p.parse_args(["bench", "--backend", "vllm", "--endpoint", "/v1/chat/completions"]))
+    # without --backend, the names stay openai / openai-chat
+    assert BenchConfig().backend_name == "openai"
+    assert BenchConfig(endpoint="/v1/chat/completions").backend_name == "openai-chat"

@@ -346,8 +346,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--backend",
         default=None,
-        choices=("openai", "openai-chat"),
-        help="as vllm bench serve: openai (/v1/completions) or openai-chat (/v1/chat/completions)",
+        choices=("openai", "openai-chat", "vllm"),
+        help="as vllm bench serve: openai or vllm (/v1/completions), openai-chat (/v1/chat/completions); "
+        "the result's backend and default label (default: openai, or openai-chat with --endpoint "
+        "/v1/chat/completions)",
     )
     p.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
     p.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY if set)")

@@ -202,7 +202,9 @@ def check_metric_names(names) -> list[str]:
     return out
 
 
-BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+# vLLM's --backend names this client speaks; `vllm` (vllm bench serve's default) is its
+# name for the completions API
+BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions", "vllm": "/v1/completions"}
 
 
 @dataclass
@@ -255,7 +257,7 @@ class BenchConfig:
         if not (isinstance(self.timeout, (int, float)) and 0 < self.timeout < math.inf):
             raise ConfigError(f"--timeout must be a positive, finite number of seconds, got {self.timeout}")
         if self.backend is not None and self.backend not in BACKENDS:
-            raise ConfigError(f"--backend must be openai or openai-chat, got {self.backend!r}")
+            raise ConfigError(f"--backend must be {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.endpoint is None:
             self.endpoint = BACKENDS[self.backend or "openai"]
         if self.backend is not None and self.endpoint != BACKENDS[self.backend]:
@@ -338,6 +340,8 @@ class BenchConfig:
 
     @property
     def backend_name(self) -> str:
+        if self.backend is not None:
+            return self.backend
         return "openai-chat" if self.chat else "openai"
 
     def result_path(self, model_id: str, date: str, rate: float | None = None) -> str | None:
