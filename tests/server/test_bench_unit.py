@@ -578,3 +578,41 @@ def test_backend_vllm_is_the_completions_api():
     # without --backend, the names stay openai / openai-chat
     assert BenchConfig().backend_name == "openai"
     assert BenchConfig(endpoint="/v1/chat/completions").backend_name == "openai-chat"
+
+
+def test_ready_check_waits_for_a_starting_server(capsys):
+    """vLLM's --ready-check-timeout-sec (scripts pass it, often as 0, and it was refused as
+    unknown): wait for a server that refuses connections or answers 503 while it starts."""
+    import asyncio
+    import time
+
+    from llmsched.cli import main
+    from llmsched.server.bench import wait_until_ready
+
+    class Starting:
+        def __init__(self, answers):
+            self.answers, self.asked = list(answers), 0
+
+        async def get_json(self, path, headers):
+            self.asked += 1
+            a = self.answers.pop(0)
+            if isinstance(a, Exception):
+                raise a
+            return a, {}
+
+    c = Starting([ConnectionRefusedError(111, "refused"), (503), (200)])
+    asyncio.run(wait_until_ready(c, BenchConfig(ready_check_timeout=30), {}))
+    assert c.asked == 3 and not c.answers
+    never = Starting([ConnectionRefusedError(111, "refused")] * 100)
+    t = time.monotonic()
+    asyncio.run(wait_until_ready(never, BenchConfig(ready_check_timeout=1.2), {}))
+    assert 1.1 < time.monotonic() - t < 5 and 2 <= never.asked <= 5  # gives up after the time, polling
+    # the flag: 0 (vLLM's "skip") is taken; a bad value is one line; a dead server is named after the wait
+    base = ["bench", "--port", "1", "--num-prompts", "1", "--quiet"]
+    assert main([*base, "--ready-check-timeout-sec", "-1"]) == 2
+    assert "--ready-check-timeout-sec must be from 0" in capsys.readouterr().err
+    t = time.monotonic()
+    assert main([*base, "--ready-check-timeout-sec", "1"]) == 2
+    assert time.monotonic() - t >= 1 and "cannot reach http://127.0.0.1:1" in capsys.readouterr().err
+    assert main([*base, "--ready-check-timeout-sec", "0"]) == 2
+    assert "cannot reach" in capsys.readouterr().err

@@ -445,6 +445,14 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         "--num-warmups", type=int, default=1, help="unmeasured requests sent first, one at a time (default: 1)"
     )
     g.add_argument(
+        "--ready-check-timeout-sec",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for a server that is still starting (refusing connections, or answering "
+        "/v1/models with a 5xx), as vllm bench serve (whose default is 600) (default: 0, fail at once)",
+    )
+    g.add_argument(
         "--ignore-eos", dest="ignore_eos", action="store_true", default=True, help="send ignore_eos: true (the default)"
     )
     g.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="do not send ignore_eos: true")

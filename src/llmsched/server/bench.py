@@ -86,6 +86,8 @@ MAX_BENCH_LEN = 1 << 24
 # --token-id-range's HI (exclusive): the ids are drawn as 64-bit integers
 MAX_TOKEN_ID_END = 1 << 63
 DEFAULT_NUM_PROMPTS = 1000  # vLLM's
+MAX_READY_WAIT_S = 86400.0  # --ready-check-timeout-sec: a day
+READY_POLL_S = 0.5  # how often a server that is not up yet is asked again
 DEFAULT_TOKEN_ID_RANGE = (1, 100)
 
 
@@ -237,6 +239,9 @@ class BenchConfig:
     timeout: float = 6 * 3600.0
     quiet: bool = False
     num_warmups: int = 1
+    # vLLM's --ready-check-timeout-sec: how long to wait for a server that is not up yet
+    # (0: not at all; vLLM waits 600 s by default, we fail at once)
+    ready_check_timeout: float = 0.0
     http_client: str = "raw"
     # vLLM's result-file options: --save-result writes `result_path()` (--result-dir,
     # --result-filename, --label, --metadata KEY=VALUE, --append-result)
@@ -301,6 +306,12 @@ class BenchConfig:
             raise ConfigError(f"--http-client must be raw or httpx, got {self.http_client!r}")
         if not isinstance(self.num_warmups, int) or self.num_warmups < 0:
             raise ConfigError(f"--num-warmups must be >= 0, got {self.num_warmups!r}")
+        r = as_real(self.ready_check_timeout)
+        if r is None or not 0 <= r <= MAX_READY_WAIT_S:
+            raise ConfigError(
+                f"--ready-check-timeout-sec must be from 0 to {MAX_READY_WAIT_S:g} seconds, "
+                f"got {self.ready_check_timeout!r:.40}"
+            )
         # (a trace shorter than an asked count is named as --num-prompts; the default is not)
         self.num_prompts_given = self.num_prompts is not None
         if self.num_prompts is None:
@@ -430,6 +441,7 @@ class BenchConfig:
             timeout=a.timeout,
             quiet=a.quiet or a.disable_tqdm,
             num_warmups=a.num_warmups,
+            ready_check_timeout=a.ready_check_timeout_sec,
             http_client=a.http_client,
         )
         # after the values' own checks (in __post_init__): a bad value is named as such
@@ -1081,6 +1093,23 @@ def api_key_error(base_url: str, key_sent: bool) -> ConfigError:
     return ConfigError(f"{base_url} wants an API key: give --api-key (or set $OPENAI_API_KEY)")
 
 
+async def wait_until_ready(client, cfg: BenchConfig, headers: dict) -> None:
+    """Wait up to `cfg.ready_check_timeout` seconds for the server to answer GET /v1/models
+    with anything but a 5xx (vLLM's ready check, `--ready-check-timeout-sec`): a server
+    that is still starting refuses connections, or answers 503. After the time, the
+    caller's first request names the problem."""
+    deadline = time.monotonic() + cfg.ready_check_timeout
+    while time.monotonic() < deadline:
+        try:
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
+                status, _ = await client.get_json("/v1/models", headers)
+            if status < 500:
+                return
+        except Exception:  # noqa: BLE001, S110 - not up yet (refused, reset, timed out): try again
+            pass
+        await asyncio.sleep(min(READY_POLL_S, max(deadline - time.monotonic(), 0)))
+
+
 async def _first_model(client, base_url: str, headers: dict) -> str:
     status, body = await client.get_json("/v1/models", headers)
     if status == 401:
@@ -1136,6 +1165,8 @@ async def benchmark(
     else:
         client = RawClient(cfg.base_url, cfg.timeout)
     try:
+        if cfg.ready_check_timeout:
+            await wait_until_ready(client, cfg, headers)
         try:
             model = cfg.model or await _first_model(client, cfg.base_url, headers)
         except TimeoutError:
