@@ -616,3 +616,28 @@ def test_ready_check_waits_for_a_starting_server(capsys):
     assert time.monotonic() - t >= 1 and "cannot reach http://127.0.0.1:1" in capsys.readouterr().err
     assert main([*base, "--ready-check-timeout-sec", "0"]) == 2
     assert "cannot reach" in capsys.readouterr().err
+
+
+def test_served_model_name_and_trust_remote_code(tmp_path, capsys):
+    """vllm bench serve's --served-model-name (the name requests carry when the server's
+    differs from --model, the result's model_id) and --trust-remote-code (for its
+    tokenizer) were refused as unknown flags."""
+    import json
+
+    from srv_helpers import running_server
+
+    from llmsched.cli import main
+
+    with running_server(b_max=64) as (base, _):
+        argv = ["bench", "--base-url", base, "--input-len", "8", "--output-len", "2", "--num-prompts", "3"]
+        argv += ["--quiet", "--model", "org/llama", "--trust-remote-code", "--save-result"]
+        argv += ["--result-dir", str(tmp_path)]
+        assert main([*argv, "--served-model-name", "llmsched-sim"]) == 0
+        err = capsys.readouterr().err
+        assert "note: --trust-remote-code is not used" in err
+        (f,) = tmp_path.glob("openai-infqps-llama-*.json")
+        data = json.loads(f.read_text())
+        assert data["model_id"] == "org/llama" and data["completed"] == 3
+        # without it the server's 404 for the unknown model fails the warm-up
+        assert main(argv) == 2
+        assert "does not exist" in capsys.readouterr().err

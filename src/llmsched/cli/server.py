@@ -352,6 +352,17 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         "/v1/chat/completions)",
     )
     p.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        help="the model name requests carry, as vllm bench serve: when the server's differs from --model, "
+        "which still names the result (model_id) (default: --model's)",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="accepted as vllm bench serve takes it (for its tokenizer), and not needed (a note says so)",
+    )
     p.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY if set)")
     p.add_argument(
         "--tokenizer",
@@ -511,11 +522,13 @@ def bench_main(args) -> int:
     from ..server.bench import BenchConfig, api_key_error, print_table, run_bench  # noqa: PLC0415
 
     cfg = BenchConfig.from_args(args)
-    if args.tokenizer:
-        print(
-            "note: --tokenizer is not used: llmsched bench sizes its prompts with the server's /tokenize",
-            file=sys.stderr,
-        )
+    for flag, given in (("--tokenizer", args.tokenizer), ("--trust-remote-code", args.trust_remote_code)):
+        if given:
+            print(
+                f"note: {flag} is not used: llmsched bench loads no tokenizer, it sizes its prompts with the "
+                "server's /tokenize",
+                file=sys.stderr,
+            )
     result = run_bench(cfg)
     if result["num_prompts"] and all(r.status == 401 for r in result["_results"]):
         # --num-warmups 0 with --model: no request before these asked for the key (the

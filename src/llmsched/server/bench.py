@@ -215,6 +215,9 @@ class BenchConfig:
     endpoint: str | None = None  # None: the backend's (/v1/completions for openai)
     backend: str | None = None  # vLLM's --backend: openai or openai-chat (None: from the endpoint)
     model: str | None = None
+    # vLLM's --served-model-name: the name requests carry, when it is not --model's (which
+    # stays the result's model_id, as in vLLM)
+    served_model_name: str | None = None
     api_key: str | None = None
     dataset_name: str = "random"
     dataset_path: str | None = None
@@ -417,6 +420,7 @@ class BenchConfig:
             top_k=a.top_k,
             extra_body=extra,
             model=a.model,
+            served_model_name=a.served_model_name,
             api_key=check_api_key(a.api_key, "OPENAI_API_KEY"),
             dataset_name=a.dataset_name,
             dataset_path=a.dataset_path,
@@ -1168,7 +1172,7 @@ async def benchmark(
         if cfg.ready_check_timeout:
             await wait_until_ready(client, cfg, headers)
         try:
-            model = cfg.model or await _first_model(client, cfg.base_url, headers)
+            model = cfg.served_model_name or cfg.model or await _first_model(client, cfg.base_url, headers)
         except TimeoutError:
             raise ConfigError(f"cannot reach {cfg.base_url}: {_timeout_text(client)}") from None
         except OSError as e:
@@ -1282,7 +1286,8 @@ async def benchmark(
             print(f"\r{done}/{n} requests done", file=sys.stderr, flush=True)
     finally:
         await client.aclose()
-    info = {"model_id": model, "t0": t0, "text_units": units, "text_unit_exact": exact, "interrupted": interrupted}
+    info = {"model_id": cfg.model or model, "t0": t0, "text_units": units, "text_unit_exact": exact}
+    info["interrupted"] = interrupted
     return results, duration, info
 
 
