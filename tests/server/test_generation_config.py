@@ -171,3 +171,6 @@ def test_an_explicit_max_new_tokens_caps_every_request(model, tmp_path, how):
         r = post(base, "/v1/completions", {"model": "m", "prompt": "hi", "ignore_eos": True, "max_tokens": 2})
         assert r.json()["usage"]["completion_tokens"] == 2  # a cap, not a length
         assert httpx.get(base + "/version", timeout=30).json()["max_tokens_cap"] == 3
+        # a min_tokens above it is vLLM's 400, naming the cap (it blamed the prompt's room)
+        r = post(base, "/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 10, "min_tokens": 5})
+        assert r.status_code == 400 and "cut to the server's max_new_tokens cap" in r.json()["error"]["message"]

@@ -888,7 +888,10 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             queue_requests, queue_tokens = queue_share(all_ids, req.n, param)
             budgets = [completion_budget(req, len(ids), chat, param) for ids in all_ids]
             try:
-                params_of = {mt: sampling_params(req, mt, backend.sampling_defaults) for mt in dict.fromkeys(budgets)}
+                params_of = {
+                    mt: sampling_params(req, mt, backend.sampling_defaults, backend.max_tokens_cap)
+                    for mt in dict.fromkeys(budgets)
+                }
             except ConfigError as e:
                 raise bad_request(str(e)) from None
             if req.echo:
