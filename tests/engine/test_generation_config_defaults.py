@@ -190,3 +190,13 @@ def test_llm_path_and_override(model, tmp_path):
     folder = _folder(tmp_path, top_k=7)
     llm = LLM(model, max_num_seqs=2, num_threads=1, generation_config=folder, override_generation_config={"top_p": 0.5})
     assert llm.get_default_sampling_params() == SamplingParams(top_k=7, top_p=0.5)
+
+
+def test_a_path_files_other_eos_ids_are_named_as_unused(model, tmp_path, capsys):
+    """vLLM also stops on a --generation-config PATH file's eos_token_id; we read only its
+    sampling defaults, and say so at start rather than silently not stopping there."""
+    folder = _folder(tmp_path, temperature=1.0, eos_token_id=[1, 7])
+    _, err = _gen(model, capsys, "--generation-config", str(folder), "--max-tokens", "2")
+    assert "generation_config.json: eos_token_id [1, 7] is not used" in err and err.count("is not used") == 1
+    _folder(tmp_path, temperature=1.0, eos_token_id=1)  # the model's own: nothing to say
+    assert "is not used" not in _gen(model, capsys, "--generation-config", str(folder), "--max-tokens", "2")[1]

@@ -39,7 +39,7 @@ from ..runtime.driver import NS, StepBatch, StepDriver
 from ..runtime.output import PieceFn
 from ..runtime.output import Sequence as _Sequence
 from .kv_cache import BlockAllocator, token_capacity
-from .loader import ModelConfig, generation_defaults, read_config
+from .loader import ModelConfig, generation_defaults, read_config, warn_unused_eos
 from .tokenizer import Detokenizer, Tokenizer
 
 
@@ -651,6 +651,7 @@ class LLM:
         # defaults (auto), another folder's (a path), or SamplingParams' own (vllm), with
         # override_generation_config's on top
         self.sampling_defaults = generation_defaults(model, generation_config, override_generation_config)
+        warn_unused_eos(model, generation_config)
         self.engine = LLMEngine(
             model,
             scheduler=scheduler,

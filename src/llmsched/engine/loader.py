@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..core.checks import as_real, check_bool
 from ..core.engine_api import SamplingParams
-from ..core.errors import ConfigError, check_known
+from ..core.errors import ConfigError, check_known, warn
 
 log = logging.getLogger(__name__)
 # transformers' MistralConfig and Qwen2Config default (a config.json without the key)
@@ -338,6 +338,23 @@ def generation_config_file(model_dir, generation_config="auto") -> Path | None:
     if not gen.is_file():
         raise ConfigError(f"generation config folder {p} has no generation_config.json")
     return gen
+
+
+def warn_unused_eos(model_dir, generation_config) -> None:
+    """Warn when a `--generation-config PATH` file names EOS ids other than the model's:
+    only its sampling defaults are read (vLLM also stops on its eos_token_id), so a run
+    that counted on them would not stop there."""
+    if generation_config in GENERATION_CONFIG_CHOICES or isinstance(model_dir, ModelConfig):
+        return
+    gen = generation_config_file(model_dir, generation_config)
+    cfg = read_config(model_dir)
+    ids = _token_ids(_read_json(gen, "generation config").get("eos_token_id"), f"{gen}: eos_token_id", cfg.vocab_size)
+    if ids and set(ids) != set(cfg.eos_token_ids):
+        warn(
+            f"{gen}: eos_token_id {ids if len(ids) > 1 else ids[0]} is not used: only the file's sampling defaults "
+            f"are, and the model's EOS ids stay {sorted(cfg.eos_token_ids)} (send stop_token_ids to stop on others)",
+            stacklevel=4,
+        )
 
 
 def _sampling_fields(data: dict, where) -> dict:

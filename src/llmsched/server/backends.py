@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.engine_api import EngineCore, default_max_running
 from ..core.errors import ConfigError, warn
-from ..engine.loader import generation_defaults, max_tokens_cap
+from ..engine.loader import generation_defaults, max_tokens_cap, warn_unused_eos
 from ..engine.tokenizer import tokenizer_file
 from ..policies.spec import SchedulerSpec
 from .chat_template import ChatTemplates, resolve_template
@@ -253,6 +253,7 @@ def make_engine_backend(
         raise ConfigError("--chat-template needs a tokenizer, and this model has none (no tokenizer.json)")
     sampling_defaults = generation_defaults(model, generation_config, override_generation_config)
     cap = max_tokens_cap(generation_config, override_generation_config, sampling_defaults)
+    warn_unused_eos(model, generation_config)
     from .. import engine as _engine  # noqa: PLC0415 - the engine needs torch
 
     opts = opts or SchedulerOptions()
