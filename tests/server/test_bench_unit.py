@@ -641,3 +641,29 @@ def test_served_model_name_and_trust_remote_code(tmp_path, capsys):
         # without it the server's 404 for the unknown model fails the warm-up
         assert main(argv) == 2
         assert "does not exist" in capsys.readouterr().err
+
+
+def test_request_id_prefix_names_every_request(monkeypatch, capsys):
+    """vLLM's --request-id-prefix (refused as unknown): request i carries X-Request-Id
+    PREFIXi, which the server echoes in its response id."""
+    from srv_helpers import running_server
+
+    import llmsched.server.bench as bench
+    from llmsched.cli import main
+
+    sent, real = [], bench.send_request
+
+    async def spy(client, path, headers, *a, **k):
+        r = await real(client, path, headers, *a, **k)
+        sent.append(headers.get("x-request-id"))
+        return r
+
+    monkeypatch.setattr(bench, "send_request", spy)
+    with running_server(b_max=64) as (base, _):
+        argv = ["bench", "--base-url", base, "--input-len", "8", "--output-len", "2", "--num-prompts", "3", "--quiet"]
+        assert main([*argv, "--request-id-prefix", "run7-"]) == 0
+        assert sorted(sent[1:]) == ["run7-0", "run7-1", "run7-2"] and sent[0] is None  # (the warm-up: none)
+        sent.clear()
+        assert main(argv) == 0 and set(sent) == {None}
+    assert main([*argv, "--request-id-prefix", "a\nb"]) == 2
+    assert "--request-id-prefix must be printable ASCII" in capsys.readouterr().err

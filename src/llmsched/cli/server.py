@@ -456,6 +456,13 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         "--num-warmups", type=int, default=1, help="unmeasured requests sent first, one at a time (default: 1)"
     )
     g.add_argument(
+        "--request-id-prefix",
+        default=None,
+        metavar="PREFIX",
+        help="send request i with the header X-Request-Id: PREFIXi, as vllm bench serve (which sends a random "
+        "prefix by default) (default: no header)",
+    )
+    g.add_argument(
         "--ready-check-timeout-sec",
         type=float,
         default=0.0,

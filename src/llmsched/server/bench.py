@@ -86,6 +86,9 @@ MAX_BENCH_LEN = 1 << 24
 # --token-id-range's HI (exclusive): the ids are drawn as 64-bit integers
 MAX_TOKEN_ID_END = 1 << 63
 DEFAULT_NUM_PROMPTS = 1000  # vLLM's
+# --request-id-prefix: an id is the prefix and the request's index, and servers bound it
+# (llmsched serve and vLLM's clients: 256 characters)
+MAX_REQUEST_ID_PREFIX = 200
 MAX_READY_WAIT_S = 86400.0  # --ready-check-timeout-sec: a day
 READY_POLL_S = 0.5  # how often a server that is not up yet is asked again
 DEFAULT_TOKEN_ID_RANGE = (1, 100)
@@ -245,6 +248,9 @@ class BenchConfig:
     # vLLM's --ready-check-timeout-sec: how long to wait for a server that is not up yet
     # (0: not at all; vLLM waits 600 s by default, we fail at once)
     ready_check_timeout: float = 0.0
+    # vLLM's --request-id-prefix: request i is sent with the header X-Request-Id: PREFIX{i}
+    # (None: no header; vLLM sends a random prefix by default)
+    request_id_prefix: str | None = None
     http_client: str = "raw"
     # vLLM's result-file options: --save-result writes `result_path()` (--result-dir,
     # --result-filename, --label, --metadata KEY=VALUE, --append-result)
@@ -309,6 +315,14 @@ class BenchConfig:
             raise ConfigError(f"--http-client must be raw or httpx, got {self.http_client!r}")
         if not isinstance(self.num_warmups, int) or self.num_warmups < 0:
             raise ConfigError(f"--num-warmups must be >= 0, got {self.num_warmups!r}")
+        p = self.request_id_prefix
+        if p is not None and (
+            not isinstance(p, str) or len(p) > MAX_REQUEST_ID_PREFIX or not (p.isascii() and p.isprintable())
+        ):
+            raise ConfigError(
+                f"--request-id-prefix must be printable ASCII of at most {MAX_REQUEST_ID_PREFIX} characters "
+                f"(it goes into the X-Request-Id header), got {p!r:.60}"
+            )
         r = as_real(self.ready_check_timeout)
         if r is None or not 0 <= r <= MAX_READY_WAIT_S:
             raise ConfigError(
@@ -446,6 +460,7 @@ class BenchConfig:
             quiet=a.quiet or a.disable_tqdm,
             num_warmups=a.num_warmups,
             ready_check_timeout=a.ready_check_timeout_sec,
+            request_id_prefix=a.request_id_prefix,
             http_client=a.http_client,
         )
         # after the values' own checks (in __post_init__): a bad value is named as such
@@ -1218,11 +1233,12 @@ async def benchmark(
             # from the dispatch, not the scheduled time: a timer that woke early (uvloop's
             # have 1 ms resolution) made queue times negative
             queued = time.perf_counter()
+            h = headers if cfg.request_id_prefix is None else {**headers, "x-request-id": f"{cfg.request_id_prefix}{i}"}
             if sem is None:
-                r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
+                r = await send_request(client, url, h, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
             else:
                 async with sem:
-                    r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
+                    r = await send_request(client, url, h, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
             r.queue_time = r.start_time - queued
             done += 1
             return r
