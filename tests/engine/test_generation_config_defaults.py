@@ -200,3 +200,9 @@ def test_a_path_files_other_eos_ids_are_named_as_unused(model, tmp_path, capsys)
     assert "generation_config.json: eos_token_id [1, 7] is not used" in err and err.count("is not used") == 1
     _folder(tmp_path, temperature=1.0, eos_token_id=1)  # the model's own: nothing to say
     assert "is not used" not in _gen(model, capsys, "--generation-config", str(folder), "--max-tokens", "2")[1]
+
+
+def test_an_override_min_p_says_how_to_fix_it(model):
+    # it pointed at --generation-config vllm, which does not drop the override's own values
+    with pytest.raises(ConfigError, match=r"override_generation_config: min_p 0.1 .* \(leave it out, or give 0\)$"):
+        generation_defaults(model, override={"min_p": 0.1})

@@ -377,9 +377,11 @@ def _sampling_fields(data: dict, where) -> dict:
     if min_p is not None and as_real(min_p) is None:
         raise ConfigError(f"{where}: min_p must be a number, got {min_p!r:.40}")
     if min_p is not None and min_p != 0:
+        fix = "leave it out, or give 0"
+        if isinstance(where, Path):  # a file the user may not own: a way around it
+            fix = "--generation-config vllm ignores the file's sampling defaults"
         raise ConfigError(
-            f"{where}: min_p {min_p!r:.40} asks for min-p sampling, which llmsched does not support "
-            "(--generation-config vllm ignores the file's sampling defaults)"
+            f"{where}: min_p {min_p!r:.40} asks for min-p sampling, which llmsched does not support ({fix})"
         )
     return out
 
