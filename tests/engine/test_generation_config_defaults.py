@@ -198,6 +198,8 @@ def test_a_path_files_other_eos_ids_are_named_as_unused(model, tmp_path, capsys)
     folder = _folder(tmp_path, temperature=1.0, eos_token_id=[1, 7])
     _, err = _gen(model, capsys, "--generation-config", str(folder), "--max-tokens", "2")
     assert "generation_config.json: eos_token_id [1, 7] is not used" in err and err.count("is not used") == 1
+    _folder(tmp_path, temperature=1.0, eos_token_id=99999)  # never used, so not refused either
+    assert "eos_token_id 99999 is not used" in _gen(model, capsys, "--generation-config", str(folder))[1]
     _folder(tmp_path, temperature=1.0, eos_token_id=1)  # the model's own: nothing to say
     assert "is not used" not in _gen(model, capsys, "--generation-config", str(folder), "--max-tokens", "2")[1]
 

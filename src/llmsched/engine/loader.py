@@ -347,11 +347,12 @@ def warn_unused_eos(model_dir, generation_config) -> None:
     if generation_config in GENERATION_CONFIG_CHOICES or isinstance(model_dir, ModelConfig):
         return
     gen = generation_config_file(model_dir, generation_config)
+    raw = _read_json(gen, "generation config").get("eos_token_id")  # (not used, so not checked either)
+    ids = raw if isinstance(raw, list) else [] if raw is None else [raw]
     cfg = read_config(model_dir)
-    ids = _token_ids(_read_json(gen, "generation config").get("eos_token_id"), f"{gen}: eos_token_id", cfg.vocab_size)
-    if ids and set(ids) != set(cfg.eos_token_ids):
+    if ids and set(map(str, ids)) != set(map(str, cfg.eos_token_ids)):  # (str: a bad entry may be unhashable)
         warn(
-            f"{gen}: eos_token_id {ids if len(ids) > 1 else ids[0]} is not used: only the file's sampling defaults "
+            f"{gen}: eos_token_id {raw!r:.60} is not used: only the file's sampling defaults "
             f"are, and the model's EOS ids stay {sorted(cfg.eos_token_ids)} (send stop_token_ids to stop on others)",
             stacklevel=4,
         )
@@ -404,9 +405,7 @@ def generation_defaults(
         try:
             data = _read_json(gen, "generation config")
         except ConfigError:
-            if generation_config == "auto":
-                data = {}
-            else:
+            if generation_config != "auto":  # (auto: read_config warns, as transformers loads it)
                 raise
     out = _sampling_fields(data, gen)
     if override is None:
