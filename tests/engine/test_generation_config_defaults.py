@@ -161,6 +161,9 @@ def test_generate_takes_a_path_and_an_override(model, tmp_path, capsys):
     ids, err = _gen(model, capsys, "--generation-config", str(folder), *over)
     assert len(ids) == 5 and "and --override-generation-config: temperature=0, max_tokens=5" in err
     assert _gen(model, capsys, "--temperature", "0", "--max-tokens", "5")[0] == ids
+    # the override alone: no file to ignore, so no hint at --generation-config vllm
+    err = _gen(model, capsys, "--override-generation-config", '{"max_new_tokens": 2}')[1]
+    assert "from --override-generation-config: max_tokens=2 (the flags given override them)\n" in err
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from ..core.engine_api import (
 )
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_out_file
-from ..engine.loader import defaults_note, defaults_source, generation_defaults
+from ..engine.loader import defaults_note, generation_defaults
 from .common import (
     add_scheduler_args,
     check_replaces_own_file,
@@ -281,8 +281,9 @@ def cmd_generate(args) -> int:
         **opts,
     )
     if defaults:
-        source = defaults_source(args.model, gen_args["generation_config"], gen_args["override"])
-        print(f"llmsched generate: {defaults_note(source, defaults, 'the flags given')}", file=sys.stderr)
+        gen, over = gen_args["generation_config"], gen_args["override"]
+        note = defaults_note(args.model, gen, over, defaults, "the flags given")
+        print(f"llmsched generate: {note}", file=sys.stderr)
     outs = llm.generate(prompts, params)
     for prompt, o in zip(prompts, outs):
         if args.json:

@@ -316,11 +316,16 @@ def serve_main(args) -> int:
         flush=True,
     )
     if backend.sampling_defaults:
-        from ..engine.loader import defaults_note, defaults_source  # noqa: PLC0415
+        from ..engine.loader import defaults_note  # noqa: PLC0415
 
         gen_args = generation_config_args(args)
-        source = defaults_source(backend.root, gen_args["generation_config"], gen_args["override"])
-        note = defaults_note(source, backend.sampling_defaults, "the fields a request sets")
+        note = defaults_note(
+            backend.root,
+            gen_args["generation_config"],
+            gen_args["override"],
+            backend.sampling_defaults,
+            "the fields a request sets",
+        )
         print(f"llmsched serve: {note}", file=sys.stderr, flush=True)
     serve(backend, cfg, sock)
     return 0

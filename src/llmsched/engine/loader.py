@@ -430,23 +430,18 @@ def max_tokens_cap(generation_config, override, defaults: dict) -> int | None:
     return defaults.get("max_tokens") if given else None
 
 
-def defaults_note(source: str, defaults: dict, overriders: str) -> str:
-    """The startup line that says which sampling defaults the generation config (`source`:
-    its file, or the override) gave (vLLM logs that they override its own), and what
-    overrides them."""
-    shown = ", ".join(f"{k}={v}" for k, v in defaults.items())
-    return (
-        f"default sampling parameters from {source}: {shown} "
-        f"({overriders} override them; --generation-config vllm ignores the file's)"
-    )
-
-
-def defaults_source(model_dir, generation_config="auto", override=None) -> str:
-    """Where `generation_defaults` took its values, for `defaults_note`: the file, and
-    --override-generation-config when given."""
+def defaults_note(model_dir, generation_config, override, defaults: dict, overriders: str) -> str:
+    """The startup line that says which sampling defaults `generation_defaults` gave and
+    where from (the file, --override-generation-config; vLLM logs that they override its
+    own), and what overrides them."""
+    # the file, where it gave any default (a model folder's may hold only EOS ids)
     gen = generation_config_file(model_dir, generation_config)
+    gen = gen if generation_defaults(model_dir, generation_config) else None
     parts = ([str(gen)] if gen is not None else []) + (["--override-generation-config"] if override else [])
-    return " and ".join(parts)
+    source = " and ".join(parts)
+    shown = ", ".join(f"{k}={v}" for k, v in defaults.items())
+    ignore = "; --generation-config vllm ignores the file's" if gen is not None else ""
+    return f"default sampling parameters from {source}: {shown} ({overriders} override them{ignore})"
 
 
 def weight_files(model_dir) -> list[Path]:
