@@ -42,7 +42,7 @@ def test_the_keys_vllm_reads(model):
     assert generation_defaults(model, "vllm") == {}
     _write(model, temperature=None, top_k=20)  # null: not set, as vLLM reads it
     assert generation_defaults(model) == {"top_k": 20}
-    with pytest.raises(ConfigError, match="generation_config must be auto or vllm, got 'hf'"):
+    with pytest.raises(ConfigError, match="generation config folder 'hf' does not exist"):
         generation_defaults(model, "hf")
 
 
@@ -104,5 +104,110 @@ def test_llm_default_params(model):
     )
     plain = LLM(model, max_num_seqs=2, num_threads=1, generation_config="vllm")
     assert plain.get_default_sampling_params() == SamplingParams()
-    with pytest.raises(ConfigError, match="generation_config must be auto or vllm"):
+    with pytest.raises(ConfigError, match="generation config folder 'hf' does not exist"):
         LLM(model, generation_config="hf")
+
+
+# ---- --generation-config PATH and --override-generation-config (vLLM's; they were refused:
+# `--generation-config` took only auto or vllm, and there was no override) ----
+def _folder(tmp_path, **fields):
+    folder = tmp_path / "gen"
+    folder.mkdir(exist_ok=True)
+    (folder / "generation_config.json").write_text(json.dumps(fields))
+    return folder
+
+
+def test_generation_config_path(model, tmp_path):
+    _write(model, temperature=0.2, top_k=5)
+    folder = _folder(tmp_path, temperature=1.5, max_new_tokens=3)
+    # that folder's file instead of the model's (the model's top_k is not merged in)
+    assert generation_defaults(model, str(folder)) == {"temperature": 1.5, "max_tokens": 3}
+    assert generation_defaults(model, folder / "generation_config.json") == {"temperature": 1.5, "max_tokens": 3}
+    with pytest.raises(ConfigError, match=f"generation config folder '{tmp_path / 'nope'}' does not exist"):
+        generation_defaults(model, str(tmp_path / "nope"))
+    with pytest.raises(ConfigError, match=f"generation config folder {tmp_path} has no generation_config.json"):
+        generation_defaults(model, tmp_path)
+    # a file asked for by name that is not JSON is an error, not silently no defaults
+    (folder / "generation_config.json").write_text("{bad")
+    with pytest.raises(ConfigError, match="generation_config.json is not valid JSON"):
+        generation_defaults(model, folder)
+
+
+def test_override_generation_config(model):
+    _write(model, temperature=0.2, top_k=5)
+    # merged over the file's; a null removes the file's value; with vllm only the override
+    assert generation_defaults(model, override={"temperature": 0.5, "max_new_tokens": 4}) == {
+        "temperature": 0.5,
+        "top_k": 5,
+        "max_tokens": 4,
+    }
+    assert generation_defaults(model, override={"top_k": None}) == {"temperature": 0.2}
+    assert generation_defaults(model, "vllm", {"top_p": 0.9}) == {"top_p": 0.9}
+    with pytest.raises(ConfigError, match="unknown override_generation_config key 'max_tokens'; did you mean"):
+        generation_defaults(model, override={"max_tokens": 4})
+    with pytest.raises(ConfigError, match="override_generation_config: top_p must be in"):
+        generation_defaults(model, override={"top_p": 2})
+    with pytest.raises(ConfigError, match="override_generation_config must be a JSON object"):
+        generation_defaults(model, override=[("temperature", 1)])
+
+
+def test_generate_takes_a_path_and_an_override(model, tmp_path, capsys):
+    folder = _folder(tmp_path, temperature=1.5, max_new_tokens=3)
+    ids, err = _gen(model, capsys, "--generation-config", str(folder), "--seed", "1")
+    assert len(ids) == 3
+    assert f"from {folder / 'generation_config.json'}: temperature=1.5, max_tokens=3" in err
+    assert _gen(model, capsys, "--seed", "1", "--temperature", "1.5", "--max-tokens", "3")[0] == ids
+    over = ["--override-generation-config", '{"max_new_tokens": 5, "temperature": 0}']
+    ids, err = _gen(model, capsys, "--generation-config", str(folder), *over)
+    assert len(ids) == 5 and "and --override-generation-config: temperature=0, max_tokens=5" in err
+    assert _gen(model, capsys, "--temperature", "0", "--max-tokens", "5")[0] == ids
+    # the override alone: no file to ignore, so no hint at --generation-config vllm
+    err = _gen(model, capsys, "--override-generation-config", '{"max_new_tokens": 2}')[1]
+    assert "from --override-generation-config: max_tokens=2 (the flags given override them)\n" in err
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--generation-config", "/no/such/dir"], "generation config folder '/no/such/dir' does not exist"),
+        (["--generation-config", ""], "generation config folder '' does not exist"),
+        (["--override-generation-config", '{"temperature": 0.5'], "--override-generation-config: expected a JSON"),
+        (["--override-generation-config", "[1]"], "--override-generation-config: expected a JSON object such as"),
+        (["--override-generation-config", '{"temprature": 1}'], "unknown --override-generation-config key"),
+        (["--override-generation-config", '{"temperature": "hot"}'], "temperature must be a number, got 'hot'"),
+    ],
+)
+def test_generate_refuses_bad_ones(model, capsys, flags, says):
+    try:
+        rc = main(["generate", "--model", str(model), "--prompt", "x", *flags])
+    except SystemExit as e:  # argparse's one-line error (the flag's type)
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err
+
+
+def test_llm_path_and_override(model, tmp_path):
+    from llmsched.engine import LLM
+
+    folder = _folder(tmp_path, top_k=7)
+    llm = LLM(model, max_num_seqs=2, num_threads=1, generation_config=folder, override_generation_config={"top_p": 0.5})
+    assert llm.get_default_sampling_params() == SamplingParams(top_k=7, top_p=0.5)
+
+
+def test_a_path_files_other_eos_ids_are_named_as_unused(model, tmp_path, capsys):
+    """vLLM also stops on a --generation-config PATH file's eos_token_id; we read only its
+    sampling defaults, and say so at start rather than silently not stopping there."""
+    folder = _folder(tmp_path, temperature=1.0, eos_token_id=[1, 7])
+    _, err = _gen(model, capsys, "--generation-config", str(folder), "--max-tokens", "2")
+    assert "generation_config.json: eos_token_id [1, 7] is not used" in err and err.count("is not used") == 1
+    _folder(tmp_path, temperature=1.0, eos_token_id=99999)  # never used, so not refused either
+    assert "eos_token_id 99999 is not used" in _gen(model, capsys, "--generation-config", str(folder))[1]
+    _folder(tmp_path, temperature=1.0, eos_token_id=1)  # the model's own: nothing to say
+    assert "is not used" not in _gen(model, capsys, "--generation-config", str(folder), "--max-tokens", "2")[1]
+
+
+def test_an_override_min_p_says_how_to_fix_it(model):
+    # it pointed at --generation-config vllm, which does not drop the override's own values
+    with pytest.raises(ConfigError, match=r"override_generation_config: min_p 0.1 .* \(leave it out, or give 0\)$"):
+        generation_defaults(model, override={"min_p": 0.1})

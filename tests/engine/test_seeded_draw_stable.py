@@ -81,3 +81,46 @@ def test_seeded_outputs_do_not_depend_on_the_batch_or_preemption(flat_model):
     # about 150 slipped so with this model)
     assert [o.token_ids for o in squeezed] == want
     assert [o.token_ids for o in pairs[::-1]] == want
+
+
+# ---- exact ties at the top-k / top-p cut: the lower token id is kept, on every device ----
+# (torch's default sort ordered equal values by its algorithm: on CPU the higher id first
+# for vocabularies up to 32,000 tokens and the lower for 128,256; on CUDA the lower, so one
+# seed kept another token on CPU than on CUDA)
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(temperature=1.0, top_k=2), SamplingParams(temperature=1.0, top_p=0.5)],
+    ids=["top_k", "top_p"],
+)
+@pytest.mark.parametrize("v", [512, 32000])
+def test_an_exact_tie_at_the_cut_keeps_the_lower_id(params, v):
+    logits = torch.full((1, v), -30.0)
+    # token 7 is the best; 40 and v - 3 tie for second place, at the cut of top_k 2 and of
+    # top_p 0.5 (7 holds less than half the mass, with either of the pair more)
+    logits[:, 7] = 3.0
+    logits[:, 40] = logits[:, v - 3] = 2.9
+    assert set(_draw(logits, params)) == {7, 40}
+
+
+def test_tied_tokens_of_a_model_keep_the_lower_id_whatever_the_batch(flat_model, tmp_path):
+    """A real model whose LM head has two equal rows (tokens 300 and 301 always tie): with
+    a logit bias that makes them the best two and top_k 1, every token drawn is 300, alone
+    or among other requests."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from llmsched.engine import LLM
+
+    folder = tmp_path / "tied"
+    shutil.copytree(flat_model, folder)
+    w = load_file(folder / "model.safetensors")
+    head = "lm_head.weight" if "lm_head.weight" in w else "model.embed_tokens.weight"
+    w[head][301] = w[head][300]
+    save_file(w, folder / "model.safetensors", metadata={"format": "pt"})
+    tied = SamplingParams(max_tokens=6, temperature=1.0, top_k=1, seed=5, logit_bias={300: 50, 301: 50})
+    other = SamplingParams(max_tokens=6, temperature=0.8, seed=9, ignore_eos=True)
+    llm = LLM(folder, num_blocks=200, block_size=4, max_num_seqs=8)
+    (alone,) = llm.generate([[0, 5, 9, 13]], tied)
+    among = llm.generate([[0, *range(2, 30)], [0, 5, 9, 13], [0, 7, 7]], [other, tied, other])[1]
+    assert alone.token_ids == among.token_ids == [300] * 6

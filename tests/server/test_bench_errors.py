@@ -283,3 +283,17 @@ def test_empty_percentile_metrics_are_refused(capsys):
 def test_an_empty_api_key_is_refused(capsys, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
     _one_line_error(capsys, ["bench", "--port", "1", *SMALL, "--api-key", ""], "--api-key", "leave it out")
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_sharegpt_json_is_named_as_such(capsys, tmp_path, indent):
+    """`vllm bench serve --dataset-name sharegpt --dataset-path` takes ShareGPT's JSON
+    conversations; bench takes token lengths from a CSV file. The JSON was refused with the
+    CSV reader's errors: its text shown as column names, or (pretty-printed) a hint at
+    Mooncake traces and --trace, options bench does not have."""
+    conv = [{"id": "a", "conversations": [{"from": "human", "value": "hi, you"}, {"from": "gpt", "value": "hello"}]}]
+    path = tmp_path / "ShareGPT_V3.json"
+    path.write_text(json.dumps(conv, indent=indent))
+    argv = ["bench", "--port", "1", "--dataset-name", "sharegpt", "--dataset-path", str(path), "--num-prompts", "2"]
+    err = _one_line_error(capsys, argv, f"--dataset-path: {path} is JSON", "vLLM's ShareGPT", "prompt_tokens")
+    assert "Mooncake" not in err and 'conversations"' not in err

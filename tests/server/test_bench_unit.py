@@ -563,3 +563,107 @@ def test_repeated_goodput_and_metadata_add_up():
     cfg = BenchConfig.from_args(a)
     assert cfg.goodput == {"ttft": 500.0, "tpot": 50.0, "e2el": 9000.0}
     assert cfg.metadata == {"a": "1", "b": "2", "c": "3"}
+
+
+def test_backend_vllm_is_the_completions_api():
+    """`vllm bench serve`'s default --backend, vllm, is its name for the completions API:
+    it was refused as an invalid choice. It sends to /v1/completions and names the result
+    (backend, endpoint_type, default label) as vLLM does."""
+    p = _parser()
+    v = BenchConfig.from_args(p.parse_args(["bench", "--backend", "vllm", "--save-result", "--request-rate", "5"]))
+    assert v.endpoint == "/v1/completions" and not v.chat and v.backend_name == "vllm"
+    assert v.result_path("org/m", "20260101-000000") == "vllm-5.0qps-m-20260101-000000.json"
+    with pytest.raises(ConfigError, match="--backend vllm sends to /v1/completions"):
+        BenchConfig.from_args(p.parse_args(["bench", "--backend", "vllm", "--endpoint", "/v1/chat/completions"]))
+    # without --backend, the names stay openai / openai-chat
+    assert BenchConfig().backend_name == "openai"
+    assert BenchConfig(endpoint="/v1/chat/completions").backend_name == "openai-chat"
+
+
+def test_ready_check_waits_for_a_starting_server(capsys):
+    """vLLM's --ready-check-timeout-sec (scripts pass it, often as 0, and it was refused as
+    unknown): wait for a server that refuses connections or answers 503 while it starts."""
+    import asyncio
+    import time
+
+    from llmsched.cli import main
+    from llmsched.server.bench import wait_until_ready
+
+    class Starting:
+        def __init__(self, answers):
+            self.answers, self.asked = list(answers), 0
+
+        async def get_json(self, path, headers):
+            self.asked += 1
+            a = self.answers.pop(0)
+            if isinstance(a, Exception):
+                raise a
+            return a, {}
+
+    c = Starting([ConnectionRefusedError(111, "refused"), (503), (200)])
+    asyncio.run(wait_until_ready(c, BenchConfig(ready_check_timeout=30), {}))
+    assert c.asked == 3 and not c.answers
+    never = Starting([ConnectionRefusedError(111, "refused")] * 100)
+    t = time.monotonic()
+    asyncio.run(wait_until_ready(never, BenchConfig(ready_check_timeout=1.2), {}))
+    assert 1.1 < time.monotonic() - t < 5 and 2 <= never.asked <= 5  # gives up after the time, polling
+    # the flag: 0 (vLLM's "skip") is taken; a bad value is one line; a dead server is named after the wait
+    base = ["bench", "--port", "1", "--num-prompts", "1", "--quiet"]
+    assert main([*base, "--ready-check-timeout-sec", "-1"]) == 2
+    assert "--ready-check-timeout-sec must be from 0" in capsys.readouterr().err
+    t = time.monotonic()
+    assert main([*base, "--ready-check-timeout-sec", "1"]) == 2
+    assert time.monotonic() - t >= 1 and "cannot reach http://127.0.0.1:1" in capsys.readouterr().err
+    assert main([*base, "--ready-check-timeout-sec", "0"]) == 2
+    assert "cannot reach" in capsys.readouterr().err
+
+
+def test_served_model_name_and_trust_remote_code(tmp_path, capsys):
+    """vllm bench serve's --served-model-name (the name requests carry when the server's
+    differs from --model, the result's model_id) and --trust-remote-code (for its
+    tokenizer) were refused as unknown flags."""
+    import json
+
+    from srv_helpers import running_server
+
+    from llmsched.cli import main
+
+    with running_server(b_max=64) as (base, _):
+        argv = ["bench", "--base-url", base, "--input-len", "8", "--output-len", "2", "--num-prompts", "3"]
+        argv += ["--quiet", "--model", "org/llama", "--trust-remote-code", "--save-result"]
+        argv += ["--result-dir", str(tmp_path)]
+        assert main([*argv, "--served-model-name", "llmsched-sim"]) == 0
+        err = capsys.readouterr().err
+        assert "note: --trust-remote-code is not used" in err
+        (f,) = tmp_path.glob("openai-infqps-llama-*.json")
+        data = json.loads(f.read_text())
+        assert data["model_id"] == "org/llama" and data["completed"] == 3
+        # without it the server's 404 for the unknown model fails the warm-up
+        assert main(argv) == 2
+        assert "does not exist" in capsys.readouterr().err
+
+
+def test_request_id_prefix_names_every_request(monkeypatch, capsys):
+    """vLLM's --request-id-prefix (refused as unknown): request i carries X-Request-Id
+    PREFIXi, which the server echoes in its response id."""
+    from srv_helpers import running_server
+
+    import llmsched.server.bench as bench
+    from llmsched.cli import main
+
+    sent, real = [], bench.send_request
+
+    async def spy(client, path, headers, *a, **k):
+        r = await real(client, path, headers, *a, **k)
+        sent.append(headers.get("x-request-id"))
+        return r
+
+    monkeypatch.setattr(bench, "send_request", spy)
+    with running_server(b_max=64) as (base, _):
+        argv = ["bench", "--base-url", base, "--input-len", "8", "--output-len", "2", "--num-prompts", "3", "--quiet"]
+        assert main([*argv, "--request-id-prefix", "run7-"]) == 0
+        assert sorted(sent[1:]) == ["run7-0", "run7-1", "run7-2"] and sent[0] is None  # (the warm-up: none)
+        sent.clear()
+        assert main(argv) == 0 and set(sent) == {None}
+    assert main([*argv, "--request-id-prefix", "a\nb"]) == 2
+    assert "--request-id-prefix must be printable ASCII" in capsys.readouterr().err

@@ -109,3 +109,68 @@ def test_serve_logs_the_defaults_and_refuses_bad_ones(model, tmp_path, capsys, m
     assert err.count("\n") == 1 and "generation_config.json: temperature must be a number, got 'hot'" in err
     assert main(["serve", "--backend", "sim", "--port", "0", "--generation-config", "auto"]) == 2
     assert "--generation-config is an engine option" in capsys.readouterr().err
+
+
+def test_serve_takes_a_path_and_an_override(model, tmp_path, capsys, monkeypatch):
+    """vLLM's `--generation-config PATH` and `--override-generation-config JSON` (refused
+    before: only auto or vllm, and no override): the defaults requests get, shown in
+    /version, come from that folder's file with the override on top."""
+    import llmsched.server.backends as backends
+    import llmsched.server.serving as serving
+
+    folder = tmp_path / "gen"
+    folder.mkdir()
+    (folder / "generation_config.json").write_text(json.dumps({"top_k": 7, "temperature": 0.3}))
+    built = []
+    real = backends.make_engine_backend
+    monkeypatch.setattr(backends, "make_engine_backend", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    monkeypatch.setattr(serving, "serve", lambda *a, **k: None)  # start up, then return
+    argv = ["serve", "--model", str(model), "--port", "0", "--num-blocks", "20", "--max-running", "4"]
+    over = ["--override-generation-config", '{"temperature": null, "max_new_tokens": 9}']
+    assert main([*argv, "--generation-config", str(folder), *over]) == 0
+    assert built[-1].info["sampling_defaults"] == {"top_k": 7, "max_tokens": 9}
+    err = capsys.readouterr().err
+    assert f"from {folder / 'generation_config.json'} and --override-generation-config: top_k=7, max_tokens=9" in err
+    assert main([*argv, "--generation-config", str(tmp_path / "nope")]) == 2
+    assert "generation config folder" in capsys.readouterr().err
+    assert main([*argv, "--override-generation-config", '{"max_tokens": 9}']) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown --override-generation-config key 'max_tokens'" in err
+    assert main(["serve", "--backend", "sim", "--port", "0", "--override-generation-config", "{}"]) == 2
+    assert "--override-generation-config is an engine option" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how", ["override", "path"])
+def test_an_explicit_max_new_tokens_caps_every_request(model, tmp_path, how):
+    """As vLLM's server: the max_new_tokens of --override-generation-config, or of a
+    --generation-config PATH file, caps every request's max_tokens, completions too (the
+    model folder's own stays a default: test_max_new_tokens_is_chat_default_only). It
+    was a chat default only, and a request asking for more got more."""
+    import httpx
+
+    if how == "override":
+        kw = {"override_generation_config": {"max_new_tokens": 3}}
+    else:
+        (tmp_path / "generation_config.json").write_text(json.dumps({"max_new_tokens": 3}))
+        kw = {"generation_config": str(tmp_path)}
+    backend = make_engine_backend(
+        str(model), SchedulerOptions(b_max=64, max_running=4), max_model_len=128, num_blocks=40, block_size=16, **kw
+    )
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "ignore_eos": True}
+    with running_server(backend) as (base, _):
+        for path, body in (
+            ("/v1/completions", {"model": "m", "prompt": "hi", "ignore_eos": True, "max_tokens": 10}),
+            ("/v1/completions", {"model": "m", "prompt": "hi", "ignore_eos": True}),
+            ("/v1/chat/completions", {**chat, "max_tokens": 10}),
+            ("/v1/chat/completions", chat),
+        ):
+            r = post(base, path, body)
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["completion_tokens"] == 3, (path, body)
+            assert r.json()["choices"][0]["finish_reason"] == "length"
+        r = post(base, "/v1/completions", {"model": "m", "prompt": "hi", "ignore_eos": True, "max_tokens": 2})
+        assert r.json()["usage"]["completion_tokens"] == 2  # a cap, not a length
+        assert httpx.get(base + "/version", timeout=30).json()["max_tokens_cap"] == 3
+        # a min_tokens above it is vLLM's 400, naming the cap (it blamed the prompt's room)
+        r = post(base, "/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 10, "min_tokens": 5})
+        assert r.status_code == 400 and "cut to the server's max_new_tokens cap" in r.json()["error"]["message"]

@@ -26,7 +26,7 @@ from ..core.engine_api import (
 )
 from ..core.errors import ConfigError
 from ..core.paths import check_out_dir, check_out_file
-from ..engine.loader import GENERATION_CONFIG_CHOICES, defaults_note, generation_defaults
+from ..engine.loader import defaults_note, generation_defaults
 from .common import (
     add_scheduler_args,
     check_replaces_own_file,
@@ -162,11 +162,41 @@ GENERATE_DEFAULTS = {"max_tokens": 32, "temperature": 0.0, "top_p": 1.0, "top_k"
 def add_generation_config_arg(p) -> None:
     p.add_argument(
         "--generation-config",
-        choices=GENERATION_CONFIG_CHOICES,
         default=None,
+        metavar="auto|vllm|PATH",
         help="auto: the model folder's generation_config.json gives the sampling defaults (temperature, "
-        "top_p, top_k, repetition_penalty, max_new_tokens), as vLLM; vllm: it does not (default: auto)",
+        "top_p, top_k, repetition_penalty, max_new_tokens), as vLLM; vllm: none do; PATH: the "
+        "generation_config.json in that folder does (default: auto)",
     )
+    p.add_argument(
+        "--override-generation-config",
+        type=json_object,
+        default=None,
+        metavar="JSON",
+        help="sampling defaults over those of --generation-config, e.g. '{\"temperature\": 0.5}' "
+        "(keys: temperature, top_p, top_k, repetition_penalty, max_new_tokens, min_p; null removes one), as vLLM",
+    )
+
+
+def json_object(text: str) -> dict:
+    """An argparse type: a JSON object (`--override-generation-config`)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        what = f"{e.msg} at column {e.colno}"
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r:.60} ({what})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"temperature\": 0.5}}', got {text!r:.60}")
+    return value
+
+
+def generation_config_args(args) -> dict:
+    """The sampling-defaults options of the command line, as generation_defaults takes them."""
+    return {
+        "generation_config": "auto" if args.generation_config is None else args.generation_config,
+        "override": args.override_generation_config,
+        "override_name": "--override-generation-config",
+    }
 
 
 def engine_setup(args) -> dict:
@@ -235,8 +265,8 @@ def cmd_generate(args) -> int:
     if not prompts:
         raise ConfigError("give at least one --prompt (or --prompt-ids)")
     opts = engine_setup(args)  # (its flags too, before the model folder is read)
-    generation_config = args.generation_config or "auto"
-    defaults = generation_defaults(args.model, generation_config)
+    gen_args = generation_config_args(args)
+    defaults = generation_defaults(args.model, **gen_args)
     if defaults:
         params = dataclasses.replace(params, **{**defaults, **flags})
     spec = scheduler_spec(args).replace(max_running=opts["max_num_seqs"])
@@ -246,11 +276,14 @@ def cmd_generate(args) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization,
         enforce_eager=args.enforce_eager,
         cost_model=args.cost_model,
-        generation_config=generation_config,
+        generation_config=gen_args["generation_config"],
+        override_generation_config=gen_args["override"],
         **opts,
     )
     if defaults:
-        print(f"llmsched generate: {defaults_note(args.model, defaults, 'the flags given')}", file=sys.stderr)
+        gen, over = gen_args["generation_config"], gen_args["override"]
+        note = defaults_note(args.model, gen, over, defaults, "the flags given")
+        print(f"llmsched generate: {note}", file=sys.stderr)
     outs = llm.generate(prompts, params)
     for prompt, o in zip(prompts, outs):
         if args.json:

@@ -12,8 +12,9 @@ import sys
 from ..core.checks import check_api_key
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
+from ..engine.loader import generation_defaults
 from .common import add_scheduler_args, positive_int, scheduler_spec
-from .engine import add_device_args, add_generation_config_arg, check_kv_cache_gb
+from .engine import add_device_args, add_generation_config_arg, check_kv_cache_gb, generation_config_args
 
 # --sim-max-debt-ms' largest value: the project's clock range
 MAX_DEBT_MS = MAX_SECONDS * 1000
@@ -223,6 +224,7 @@ def build_backend(args):
             "enforce_eager",
             "threads",
             "generation_config",
+            "override_generation_config",
         )
         if getattr(args, k) is not None and not (k == "block_size" and args.prefix_caching)
     ]
@@ -236,6 +238,9 @@ def build_backend(args):
     if backend == "engine":
         if not args.model:
             raise ConfigError("the engine backend needs --model DIR (or use --backend sim)")
+        gen_args = generation_config_args(args)
+        # checked here, where the error names the command line's flag, not the API's keyword
+        generation_defaults(args.model, **gen_args)
         return make_engine_backend(
             args.model,
             opts,
@@ -253,7 +258,8 @@ def build_backend(args):
             num_threads=args.threads,
             max_model_len=args.max_model_len,
             cost_model=args.cost_model,
-            generation_config=args.generation_config or "auto",
+            generation_config=gen_args["generation_config"],
+            override_generation_config=gen_args["override"],
         )
     if args.model:
         raise ConfigError("--model is for the engine backend; the sim backend takes --served-model-name")
@@ -312,7 +318,14 @@ def serve_main(args) -> int:
     if backend.sampling_defaults:
         from ..engine.loader import defaults_note  # noqa: PLC0415
 
-        note = defaults_note(backend.root, backend.sampling_defaults, "the fields a request sets")
+        gen_args = generation_config_args(args)
+        note = defaults_note(
+            backend.root,
+            gen_args["generation_config"],
+            gen_args["override"],
+            backend.sampling_defaults,
+            "the fields a request sets",
+        )
         print(f"llmsched serve: {note}", file=sys.stderr, flush=True)
     serve(backend, cfg, sock)
     return 0
@@ -338,10 +351,23 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--backend",
         default=None,
-        choices=("openai", "openai-chat"),
-        help="as vllm bench serve: openai (/v1/completions) or openai-chat (/v1/chat/completions)",
+        choices=("openai", "openai-chat", "vllm"),
+        help="as vllm bench serve: openai or vllm (/v1/completions), openai-chat (/v1/chat/completions); "
+        "the result's backend and default label (default: openai, or openai-chat with --endpoint "
+        "/v1/chat/completions)",
     )
     p.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        help="the model name requests carry, as vllm bench serve: when the server's differs from --model, "
+        "which still names the result (model_id) (default: --model's)",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="accepted as vllm bench serve takes it (for its tokenizer), and not needed (a note says so)",
+    )
     p.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY if set)")
     p.add_argument(
         "--tokenizer",
@@ -435,6 +461,21 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         "--num-warmups", type=int, default=1, help="unmeasured requests sent first, one at a time (default: 1)"
     )
     g.add_argument(
+        "--request-id-prefix",
+        default=None,
+        metavar="PREFIX",
+        help="send request i with the header X-Request-Id: PREFIXi, as vllm bench serve (which sends a random "
+        "prefix by default) (default: no header)",
+    )
+    g.add_argument(
+        "--ready-check-timeout-sec",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for a server that is still starting (refusing connections, or answering "
+        "/v1/models with a 5xx), as vllm bench serve (whose default is 600) (default: 0, fail at once)",
+    )
+    g.add_argument(
         "--ignore-eos", dest="ignore_eos", action="store_true", default=True, help="send ignore_eos: true (the default)"
     )
     g.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="do not send ignore_eos: true")
@@ -493,11 +534,13 @@ def bench_main(args) -> int:
     from ..server.bench import BenchConfig, api_key_error, print_table, run_bench  # noqa: PLC0415
 
     cfg = BenchConfig.from_args(args)
-    if args.tokenizer:
-        print(
-            "note: --tokenizer is not used: llmsched bench sizes its prompts with the server's /tokenize",
-            file=sys.stderr,
-        )
+    for flag, given in (("--tokenizer", args.tokenizer), ("--trust-remote-code", args.trust_remote_code)):
+        if given:
+            print(
+                f"note: {flag} is not used: llmsched bench loads no tokenizer, it sizes its prompts with the "
+                "server's /tokenize",
+                file=sys.stderr,
+            )
     result = run_bench(cfg)
     if result["num_prompts"] and all(r.status == 401 for r in result["_results"]):
         # --num-warmups 0 with --model: no request before these asked for the key (the

@@ -39,7 +39,7 @@ from ..runtime.driver import NS, StepBatch, StepDriver
 from ..runtime.output import PieceFn
 from ..runtime.output import Sequence as _Sequence
 from .kv_cache import BlockAllocator, token_capacity
-from .loader import ModelConfig, generation_defaults, read_config
+from .loader import ModelConfig, generation_defaults, read_config, warn_unused_eos
 from .tokenizer import Detokenizer, Tokenizer
 
 
@@ -642,13 +642,16 @@ class LLM:
         dtype=None,
         max_num_seqs: int | None = None,
         generation_config: str = "auto",
+        override_generation_config: dict | None = None,
         **engine_options,
     ):
         known = set(keyword_names(LLMEngine)) - {"model"}
         check_known("LLM option", engine_options, known)
         # as vLLM's LLM: generate() without params uses the model's generation_config.json
-        # defaults (auto), or SamplingParams' own (vllm)
-        self.sampling_defaults = generation_defaults(model, generation_config)
+        # defaults (auto), another folder's (a path), or SamplingParams' own (vllm), with
+        # override_generation_config's on top
+        self.sampling_defaults = generation_defaults(model, generation_config, override_generation_config)
+        warn_unused_eos(model, generation_config)
         self.engine = LLMEngine(
             model,
             scheduler=scheduler,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..core.checks import as_real, check_bool
 from ..core.engine_api import SamplingParams
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, check_known, warn
 
 log = logging.getLogger(__name__)
 # transformers' MistralConfig and Qwen2Config default (a config.json without the key)
@@ -309,59 +309,139 @@ GENERATION_DEFAULTS = {
     "repetition_penalty": "repetition_penalty",
     "max_new_tokens": "max_tokens",  # Hugging Face's max_new_tokens is vLLM's max_tokens
 }
-GENERATION_CONFIG_CHOICES = ("auto", "vllm")
+# vLLM's fifth key, a sampling method this engine lacks: only its "off" value (0) is taken
+GENERATION_KEYS = (*GENERATION_DEFAULTS, "min_p")
+GENERATION_CONFIG_CHOICES = ("auto", "vllm")  # or the path of a folder holding generation_config.json
 
 
-def generation_defaults(model_dir, generation_config: str = "auto") -> dict:
-    """The sampling defaults (SamplingParams fields) of the model folder's
-    generation_config.json, as vLLM applies them with `--generation-config auto` (its
-    default): those of GENERATION_DEFAULTS present and not null. `vllm`: none (vLLM's own
-    defaults); none either for a ModelConfig (random weights), without the file, or when it
-    is not valid JSON (read_config warns and loads the model without it). A value
-    SamplingParams refuses, or a min_p above 0 (vLLM's fifth key, a sampling method this
-    engine lacks), is a ConfigError naming the file and the key."""
-    if generation_config not in GENERATION_CONFIG_CHOICES:
-        raise ConfigError(f"generation_config must be auto or vllm, got {generation_config!r}")
-    if generation_config == "vllm" or isinstance(model_dir, ModelConfig):
-        return {}
-    gen = model_path(model_dir) / "generation_config.json"
+def generation_config_file(model_dir, generation_config="auto") -> Path | None:
+    """The generation_config.json whose sampling defaults apply: the model folder's with
+    `auto` (None if it has none), none with `vllm`, else the one in the folder (or the
+    file) `generation_config` names, as vLLM's `--generation-config PATH`; a PATH that does
+    not exist or holds no generation_config.json is a ConfigError."""
+    if not isinstance(generation_config, (str, os.PathLike)) or isinstance(generation_config, bytes):
+        raise ConfigError(f"generation_config must be auto, vllm or a folder's path, got {generation_config!r}")
+    if generation_config == "vllm":
+        return None
+    if generation_config == "auto":
+        if isinstance(model_dir, ModelConfig):
+            return None
+        gen = model_path(model_dir) / "generation_config.json"
+        return gen if gen.is_file() else None
+    p = Path(generation_config)
+    if not str(generation_config).strip() or not p.exists():
+        raise ConfigError(
+            f"generation config folder {str(generation_config)!r} does not exist "
+            "(--generation-config takes auto, vllm or a folder holding generation_config.json)"
+        )
+    gen = p / "generation_config.json" if p.is_dir() else p
     if not gen.is_file():
-        return {}
-    try:
-        data = _read_json(gen, "generation config")
-    except ConfigError:
-        return {}
+        raise ConfigError(f"generation config folder {p} has no generation_config.json")
+    return gen
+
+
+def warn_unused_eos(model_dir, generation_config) -> None:
+    """Warn when a `--generation-config PATH` file names EOS ids other than the model's:
+    only its sampling defaults are read (vLLM also stops on its eos_token_id), so a run
+    that counted on them would not stop there."""
+    if generation_config in GENERATION_CONFIG_CHOICES or isinstance(model_dir, ModelConfig):
+        return
+    gen = generation_config_file(model_dir, generation_config)
+    raw = _read_json(gen, "generation config").get("eos_token_id")  # (not used, so not checked either)
+    ids = raw if isinstance(raw, list) else [] if raw is None else [raw]
+    cfg = read_config(model_dir)
+    if ids and set(map(str, ids)) != set(map(str, cfg.eos_token_ids)):  # (str: a bad entry may be unhashable)
+        warn(
+            f"{gen}: eos_token_id {raw!r:.60} is not used: only the file's sampling defaults "
+            f"are, and the model's EOS ids stay {sorted(cfg.eos_token_ids)} (send stop_token_ids to stop on others)",
+            stacklevel=4,
+        )
+
+
+def _sampling_fields(data: dict, where) -> dict:
+    """The SamplingParams fields of a generation config's keys (GENERATION_DEFAULTS), those
+    not null, in SamplingParams' normal form; a value it refuses, or a min_p above 0, is a
+    ConfigError naming `where` and the key."""
     out = {}
     for key, name in GENERATION_DEFAULTS.items():
         v = data.get(key)
         if v is None:
             continue
         if as_real(v) is None:  # (shown as JSON-ish repr, cut: a string may hold newlines)
-            raise ConfigError(f"{gen}: {key} must be a number, got {v!r:.40}")
+            raise ConfigError(f"{where}: {key} must be a number, got {v!r:.40}")
         try:
             out[name] = getattr(SamplingParams(**{name: v}), name)  # its checks, its normal form
         except ConfigError as e:
             msg = str(e)
-            raise ConfigError(f"{gen}: {key}{msg[len(name) :] if msg.startswith(name) else ': ' + msg}") from None
+            raise ConfigError(f"{where}: {key}{msg[len(name) :] if msg.startswith(name) else ': ' + msg}") from None
     min_p = data.get("min_p")
     if min_p is not None and as_real(min_p) is None:
-        raise ConfigError(f"{gen}: min_p must be a number, got {min_p!r:.40}")
+        raise ConfigError(f"{where}: min_p must be a number, got {min_p!r:.40}")
     if min_p is not None and min_p != 0:
+        fix = "leave it out, or give 0"
+        if isinstance(where, Path):  # a file the user may not own: a way around it
+            fix = "--generation-config vllm ignores the file's sampling defaults"
         raise ConfigError(
-            f"{gen}: min_p {min_p!r:.40} asks for min-p sampling, which llmsched does not support "
-            "(--generation-config vllm ignores the file's sampling defaults)"
+            f"{where}: min_p {min_p!r:.40} asks for min-p sampling, which llmsched does not support ({fix})"
         )
     return out
 
 
-def defaults_note(model_dir, defaults: dict, overriders: str) -> str:
-    """The startup line that says which sampling defaults the model's generation_config.json
-    gave (vLLM logs that they override its own), and what overrides them."""
+def generation_defaults(
+    model_dir, generation_config="auto", override=None, override_name: str = "override_generation_config"
+) -> dict:
+    """The sampling defaults (SamplingParams fields) a request that omits them gets, as vLLM
+    computes them (`--generation-config`, `--override-generation-config`): those of
+    GENERATION_DEFAULTS present and not null in `generation_config_file`'s file (none for
+    `vllm`; none either for a ModelConfig (random weights), without the file, or, with
+    `auto`, when it is not valid JSON: read_config warns and loads the model without it),
+    then `override` (a dict of the same keys) on top of them: its values replace the
+    file's, and a null removes one. A value SamplingParams refuses, a min_p above 0, or an
+    override key vLLM does not read is a ConfigError naming the file (or `override_name`)
+    and the key."""
+    gen = generation_config_file(model_dir, generation_config)
+    data = {}
+    if gen is not None:
+        try:
+            data = _read_json(gen, "generation config")
+        except ConfigError:
+            if generation_config != "auto":  # (auto: read_config warns, as transformers loads it)
+                raise
+    out = _sampling_fields(data, gen)
+    if override is None:
+        return out
+    if not isinstance(override, dict):
+        example = '{"temperature": 0.5}'
+        raise ConfigError(f"{override_name} must be a JSON object such as {example}, got {override!r:.40}")
+    check_known(f"{override_name} key", override, GENERATION_KEYS)  # (vLLM ignores them silently)
+    for key, v in override.items():
+        if v is None:  # as vLLM: a null removes the file's default
+            out.pop(GENERATION_DEFAULTS.get(key, key), None)
+    out.update(_sampling_fields(override, override_name))
+    return out
+
+
+def max_tokens_cap(generation_config, override, defaults: dict) -> int | None:
+    """The max_tokens no request may exceed, as vLLM's server caps them: the max_new_tokens
+    of a `--generation-config PATH` file (after the override), or of
+    `--override-generation-config`; None otherwise (the model folder's own max_new_tokens is
+    only a default). `defaults`: generation_defaults' result for the same options."""
+    given = generation_config not in GENERATION_CONFIG_CHOICES or (override or {}).get("max_new_tokens") is not None
+    return defaults.get("max_tokens") if given else None
+
+
+def defaults_note(model_dir, generation_config, override, defaults: dict, overriders: str) -> str:
+    """The startup line that says which sampling defaults `generation_defaults` gave and
+    where from (the file, --override-generation-config; vLLM logs that they override its
+    own), and what overrides them."""
+    # the file, where it gave any default (a model folder's may hold only EOS ids)
+    gen = generation_config_file(model_dir, generation_config)
+    gen = gen if generation_defaults(model_dir, generation_config) else None
+    parts = ([str(gen)] if gen is not None else []) + (["--override-generation-config"] if override else [])
+    source = " and ".join(parts)
     shown = ", ".join(f"{k}={v}" for k, v in defaults.items())
-    return (
-        f"default sampling parameters from {Path(model_dir) / 'generation_config.json'}: {shown} "
-        f"({overriders} override them; --generation-config vllm ignores the file's)"
-    )
+    ignore = "; --generation-config vllm ignores the file's" if gen is not None else ""
+    return f"default sampling parameters from {source}: {shown} ({overriders} override them{ignore})"
 
 
 def weight_files(model_dir) -> list[Path]:

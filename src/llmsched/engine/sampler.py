@@ -144,8 +144,10 @@ def _sample(logits, params: list, generators: list, banned: list | None) -> list
     ks = [params[i].top_k if params[i].top_k > 0 else v for i in rows]
     ps = [params[i].top_p for i in rows]
     if any(k < v for k in ks) or any(p < 1.0 for p in ps):
-        # top-k and top-p choose their tokens by rank (the sort); the draw below does not
-        srt, idx = sub.sort(dim=-1, descending=True)
+        # top-k and top-p choose their tokens by rank (the sort); the draw below does not.
+        # Stable: an exact tie at the cut keeps the lower id on every device (the default
+        # sort's order of equal values depends on its algorithm: CPU and CUDA differed)
+        srt, idx = sub.sort(dim=-1, descending=True, stable=True)
         if any(k < v for k in ks):
             kt = torch.tensor(ks, device=dev)[:, None]
             srt = srt.masked_fill(torch.arange(v, device=dev)[None, :] >= kt, float("-inf"))

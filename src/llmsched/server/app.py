@@ -805,7 +805,9 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         (else the server's default: --default-max-tokens; 16 for completions that leave the
         field out; for chat and `max_tokens: null` the model's max_new_tokens
         (generation_config.json), else all the room), cut to the room
-        the context leaves after the prompt. A 400 naming the prompt when it leaves no room."""
+        the context leaves after the prompt and to the backend's max_tokens_cap (vLLM's
+        cap from --generation-config PATH or --override-generation-config). A 400 naming
+        the prompt when it leaves no room."""
         asked = req.max_tokens
         if asked is None:
             if cfg.default_max_tokens is not None:
@@ -821,7 +823,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         except ConfigError as e:
             raise bad_request(str(e), param, "context_length_exceeded") from None
         room = backend.room(prompt_tokens)
-        return room if asked is None else min(asked, room)
+        return min(v for v in (asked, backend.max_tokens_cap, room) if v is not None)
 
     def queue_share(all_ids, n: int, param: str) -> tuple[int, int]:
         """(requests, prompt tokens) a request (all its prompts, n choices each) adds to the
@@ -886,7 +888,10 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
             queue_requests, queue_tokens = queue_share(all_ids, req.n, param)
             budgets = [completion_budget(req, len(ids), chat, param) for ids in all_ids]
             try:
-                params_of = {mt: sampling_params(req, mt, backend.sampling_defaults) for mt in dict.fromkeys(budgets)}
+                params_of = {
+                    mt: sampling_params(req, mt, backend.sampling_defaults, backend.max_tokens_cap)
+                    for mt in dict.fromkeys(budgets)
+                }
             except ConfigError as e:
                 raise bad_request(str(e)) from None
             if req.echo:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.engine_api import EngineCore, default_max_running
 from ..core.errors import ConfigError, warn
-from ..engine.loader import generation_defaults
+from ..engine.loader import generation_defaults, max_tokens_cap, warn_unused_eos
 from ..engine.tokenizer import tokenizer_file
 from ..policies.spec import SchedulerSpec
 from .chat_template import ChatTemplates, resolve_template
@@ -43,6 +43,8 @@ class Backend:
     # SamplingParams fields a request that omits them gets: the model's generation_config.json
     # (engine.loader.generation_defaults)
     sampling_defaults: dict = field(default_factory=dict)
+    # the most max_tokens a request gets (engine.loader.max_tokens_cap); None: no such cap
+    max_tokens_cap: int | None = None
 
     def check_prompt(self, prompt_tokens: int) -> None:
         """ConfigError if a prompt of this size leaves no room for a completion token. As
@@ -227,13 +229,15 @@ def make_engine_backend(
     tokenizer: str | None = None,
     chat_template: str | None = None,
     generation_config: str = "auto",
+    override_generation_config: dict | None = None,
     **engine_kwargs,
 ) -> Backend:
     """`llmsched.engine.LLMEngine` on the model folder `model`. Chat requests are rendered
     with `chat_template` (`--chat-template`: a file or the template itself) if given, else
     with the tokenizer folder's template if it has one (see `chat_template.py`). Requests
     get the sampling defaults of the folder's generation_config.json (`generation_config`
-    auto, as vLLM's server) or none (vllm)."""
+    auto, as vLLM's server), of the one in the folder `generation_config` names, or none
+    (vllm), with `override_generation_config`'s on top (vLLM's `--override-generation-config`)."""
     if not Path(model).exists():
         raise ConfigError(f"model folder {model} does not exist")
     name = served_name(served_model_name, Path(model).name)  # checked before the model loads
@@ -247,7 +251,9 @@ def make_engine_backend(
         raise ConfigError(f"no tokenizer.json found at {tokenizer}")
     elif chat_template is not None:
         raise ConfigError("--chat-template needs a tokenizer, and this model has none (no tokenizer.json)")
-    sampling_defaults = generation_defaults(model, generation_config)
+    sampling_defaults = generation_defaults(model, generation_config, override_generation_config)
+    cap = max_tokens_cap(generation_config, override_generation_config, sampling_defaults)
+    warn_unused_eos(model, generation_config)
     from .. import engine as _engine  # noqa: PLC0415 - the engine needs torch
 
     opts = opts or SchedulerOptions()
@@ -284,6 +290,7 @@ def make_engine_backend(
         "cost_model": core.cost_model.describe() if core.cost_model is not None else None,
         "max_model_len": max_len,
         "sampling_defaults": sampling_defaults,
+        "max_tokens_cap": cap,
         **_template_info(tok),
     }
     cfg = getattr(core, "config", None)
@@ -299,4 +306,5 @@ def make_engine_backend(
         vocab_size=getattr(cfg, "vocab_size", None),
         logits=True,
         sampling_defaults=sampling_defaults,
+        max_tokens_cap=cap,
     )

@@ -86,6 +86,11 @@ MAX_BENCH_LEN = 1 << 24
 # --token-id-range's HI (exclusive): the ids are drawn as 64-bit integers
 MAX_TOKEN_ID_END = 1 << 63
 DEFAULT_NUM_PROMPTS = 1000  # vLLM's
+# --request-id-prefix: an id is the prefix and the request's index, and servers bound it
+# (llmsched serve and vLLM's clients: 256 characters)
+MAX_REQUEST_ID_PREFIX = 200
+MAX_READY_WAIT_S = 86400.0  # --ready-check-timeout-sec: a day
+READY_POLL_S = 0.5  # how often a server that is not up yet is asked again
 DEFAULT_TOKEN_ID_RANGE = (1, 100)
 
 
@@ -202,7 +207,9 @@ def check_metric_names(names) -> list[str]:
     return out
 
 
-BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+# vLLM's --backend names this client speaks; `vllm` (vllm bench serve's default) is its
+# name for the completions API
+BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions", "vllm": "/v1/completions"}
 
 
 @dataclass
@@ -211,6 +218,9 @@ class BenchConfig:
     endpoint: str | None = None  # None: the backend's (/v1/completions for openai)
     backend: str | None = None  # vLLM's --backend: openai or openai-chat (None: from the endpoint)
     model: str | None = None
+    # vLLM's --served-model-name: the name requests carry, when it is not --model's (which
+    # stays the result's model_id, as in vLLM)
+    served_model_name: str | None = None
     api_key: str | None = None
     dataset_name: str = "random"
     dataset_path: str | None = None
@@ -235,6 +245,12 @@ class BenchConfig:
     timeout: float = 6 * 3600.0
     quiet: bool = False
     num_warmups: int = 1
+    # vLLM's --ready-check-timeout-sec: how long to wait for a server that is not up yet
+    # (0: not at all; vLLM waits 600 s by default, we fail at once)
+    ready_check_timeout: float = 0.0
+    # vLLM's --request-id-prefix: request i is sent with the header X-Request-Id: PREFIX{i}
+    # (None: no header; vLLM sends a random prefix by default)
+    request_id_prefix: str | None = None
     http_client: str = "raw"
     # vLLM's result-file options: --save-result writes `result_path()` (--result-dir,
     # --result-filename, --label, --metadata KEY=VALUE, --append-result)
@@ -255,7 +271,7 @@ class BenchConfig:
         if not (isinstance(self.timeout, (int, float)) and 0 < self.timeout < math.inf):
             raise ConfigError(f"--timeout must be a positive, finite number of seconds, got {self.timeout}")
         if self.backend is not None and self.backend not in BACKENDS:
-            raise ConfigError(f"--backend must be openai or openai-chat, got {self.backend!r}")
+            raise ConfigError(f"--backend must be {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.endpoint is None:
             self.endpoint = BACKENDS[self.backend or "openai"]
         if self.backend is not None and self.endpoint != BACKENDS[self.backend]:
@@ -299,6 +315,20 @@ class BenchConfig:
             raise ConfigError(f"--http-client must be raw or httpx, got {self.http_client!r}")
         if not isinstance(self.num_warmups, int) or self.num_warmups < 0:
             raise ConfigError(f"--num-warmups must be >= 0, got {self.num_warmups!r}")
+        p = self.request_id_prefix
+        if p is not None and (
+            not isinstance(p, str) or len(p) > MAX_REQUEST_ID_PREFIX or not (p.isascii() and p.isprintable())
+        ):
+            raise ConfigError(
+                f"--request-id-prefix must be printable ASCII of at most {MAX_REQUEST_ID_PREFIX} characters "
+                f"(it goes into the X-Request-Id header), got {p!r:.60}"
+            )
+        r = as_real(self.ready_check_timeout)
+        if r is None or not 0 <= r <= MAX_READY_WAIT_S:
+            raise ConfigError(
+                f"--ready-check-timeout-sec must be from 0 to {MAX_READY_WAIT_S:g} seconds, "
+                f"got {self.ready_check_timeout!r:.40}"
+            )
         # (a trace shorter than an asked count is named as --num-prompts; the default is not)
         self.num_prompts_given = self.num_prompts is not None
         if self.num_prompts is None:
@@ -338,6 +368,8 @@ class BenchConfig:
 
     @property
     def backend_name(self) -> str:
+        if self.backend is not None:
+            return self.backend
         return "openai-chat" if self.chat else "openai"
 
     def result_path(self, model_id: str, date: str, rate: float | None = None) -> str | None:
@@ -402,6 +434,7 @@ class BenchConfig:
             top_k=a.top_k,
             extra_body=extra,
             model=a.model,
+            served_model_name=a.served_model_name,
             api_key=check_api_key(a.api_key, "OPENAI_API_KEY"),
             dataset_name=a.dataset_name,
             dataset_path=a.dataset_path,
@@ -426,6 +459,8 @@ class BenchConfig:
             timeout=a.timeout,
             quiet=a.quiet or a.disable_tqdm,
             num_warmups=a.num_warmups,
+            ready_check_timeout=a.ready_check_timeout_sec,
+            request_id_prefix=a.request_id_prefix,
             http_client=a.http_client,
         )
         # after the values' own checks (in __post_init__): a bad value is named as such
@@ -707,6 +742,16 @@ def _check_length_columns(src: str, fixed_output: bool) -> None:
     path = Path(os.path.expanduser(src))
     if not path.is_file():
         return  # a dataset name, or a missing file: the length law says which
+    with open(path, "rb") as f:
+        start = f.read(4096).lstrip()
+    if start[:1] in (b"[", b"{"):
+        # what `vllm bench serve --dataset-path` takes: the csv reader's errors (its JSON
+        # shown as column names; a Mooncake trace) told a vLLM user nothing
+        raise ConfigError(
+            f"{path} is JSON, such as vLLM's ShareGPT conversations; llmsched bench takes token lengths, "
+            f"a CSV file with a prompt length column ({', '.join(PROMPT_COLUMNS)}) and an output one "
+            f"({', '.join(OUTPUT_COLUMNS)}), and builds prompts of those lengths"
+        )
     header = read_header(path)
     if len(header) == 1:  # the one column is every length, as in simulate
         return
@@ -1067,6 +1112,23 @@ def api_key_error(base_url: str, key_sent: bool) -> ConfigError:
     return ConfigError(f"{base_url} wants an API key: give --api-key (or set $OPENAI_API_KEY)")
 
 
+async def wait_until_ready(client, cfg: BenchConfig, headers: dict) -> None:
+    """Wait up to `cfg.ready_check_timeout` seconds for the server to answer GET /v1/models
+    with anything but a 5xx (vLLM's ready check, `--ready-check-timeout-sec`): a server
+    that is still starting refuses connections, or answers 503. After the time, the
+    caller's first request names the problem."""
+    deadline = time.monotonic() + cfg.ready_check_timeout
+    while time.monotonic() < deadline:
+        try:
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
+                status, _ = await client.get_json("/v1/models", headers)
+            if status < 500:
+                return
+        except Exception:  # noqa: BLE001, S110 - not up yet (refused, reset, timed out): try again
+            pass
+        await asyncio.sleep(min(READY_POLL_S, max(deadline - time.monotonic(), 0)))
+
+
 async def _first_model(client, base_url: str, headers: dict) -> str:
     status, body = await client.get_json("/v1/models", headers)
     if status == 401:
@@ -1122,8 +1184,10 @@ async def benchmark(
     else:
         client = RawClient(cfg.base_url, cfg.timeout)
     try:
+        if cfg.ready_check_timeout:
+            await wait_until_ready(client, cfg, headers)
         try:
-            model = cfg.model or await _first_model(client, cfg.base_url, headers)
+            model = cfg.served_model_name or cfg.model or await _first_model(client, cfg.base_url, headers)
         except TimeoutError:
             raise ConfigError(f"cannot reach {cfg.base_url}: {_timeout_text(client)}") from None
         except OSError as e:
@@ -1169,11 +1233,12 @@ async def benchmark(
             # from the dispatch, not the scheduled time: a timer that woke early (uvloop's
             # have 1 ms resolution) made queue times negative
             queued = time.perf_counter()
+            h = headers if cfg.request_id_prefix is None else {**headers, "x-request-id": f"{cfg.request_id_prefix}{i}"}
             if sem is None:
-                r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
+                r = await send_request(client, url, h, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
             else:
                 async with sem:
-                    r = await send_request(client, url, headers, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
+                    r = await send_request(client, url, h, payloads[i], prompts[i], cfg.chat, cfg.save_detailed)
             r.queue_time = r.start_time - queued
             done += 1
             return r
@@ -1237,7 +1302,8 @@ async def benchmark(
             print(f"\r{done}/{n} requests done", file=sys.stderr, flush=True)
     finally:
         await client.aclose()
-    info = {"model_id": model, "t0": t0, "text_units": units, "text_unit_exact": exact, "interrupted": interrupted}
+    info = {"model_id": cfg.model or model, "t0": t0, "text_units": units, "text_unit_exact": exact}
+    info["interrupted"] = interrupted
     return results, duration, info
 
 

@@ -779,9 +779,12 @@ def _finish(c: dict, kind: str, text, ids, messages, max_tokens: tuple, body) ->
 DEFAULTED = ("temperature", "top_p", "top_k", "repetition_penalty")
 
 
-def sampling_params(req: ParsedRequest, max_tokens: int, defaults: dict | None = None) -> SamplingParams:
+def sampling_params(
+    req: ParsedRequest, max_tokens: int, defaults: dict | None = None, cap: int | None = None
+) -> SamplingParams:
     """The engine's parameters of a request: its own fields, else the model's `defaults`
-    (generation_config.json), else SamplingParams' (as vLLM's to_sampling_params)."""
+    (generation_config.json), else SamplingParams' (as vLLM's to_sampling_params).
+    `cap`: the server's max_tokens cap (Backend.max_tokens_cap), to name what cut it."""
     c = req.raw
     chosen = {k: v for k, v in (defaults or {}).items() if k in DEFAULTED}
     chosen.update((k, c[k]) for k in DEFAULTED if c[k] is not None)
@@ -789,7 +792,8 @@ def sampling_params(req: ParsedRequest, max_tokens: int, defaults: dict | None =
         if req.max_tokens is None:
             what = f"the default max_tokens ({max_tokens})"
         elif req.max_tokens > max_tokens:
-            what = f"max_tokens ({max_tokens}: the {req.max_tokens} asked for, cut to the room the prompt leaves)"
+            why = "the server's max_new_tokens cap" if max_tokens == cap else "the room the prompt leaves"
+            what = f"max_tokens ({max_tokens}: the {req.max_tokens} asked for, cut to {why})"
         else:
             what = f"max_tokens ({max_tokens})"
         raise bad_request(f"'min_tokens' ({c['min_tokens']}) must be at most {what}", "min_tokens")
