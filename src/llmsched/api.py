@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .core.checks import check_bool, check_progress, strict_keywords
+from .core.checks import check_bool, check_progress, quoted_number, strict_keywords
 from .core.constraints import check_prefix_block_size, k_max_binds
 from .core.cost import make_cost_model, recorded_cost_model, warn_fast_steps
 from .core.errors import BlockSizeUnusedWarning as BlockSizeUnusedWarning  # re-exported (docs)
@@ -332,7 +332,7 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
     for k, v in overrides.items():
         if v is None:
             continue
-        if k in NUMBER_OPTIONS and isinstance(v, (str, bytes)):  # (a YAML file's text is read as before)
+        if k in NUMBER_OPTIONS and isinstance(v, (str, bytes)):  # (a file's: _check_types, WorkloadSpec)
             raise ConfigError(f"{k} must be a number, got {v!r:.60}")
         if k in _CONFIG_KEYS and k != "workload":
             setattr(cfg, k, v)
@@ -443,8 +443,8 @@ def _check_types(cfg: SimConfig) -> None:
         v = getattr(cfg, name)
         if v is None and name != "b_max":  # the others may be unset (no cap)
             continue
-        if isinstance(v, bool):
-            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        if isinstance(v, (bool, str, bytes)):  # (`b_max: "512"` in YAML is text, as a network file says)
+            raise ConfigError(f"{name} must be a positive integer, got {v!r:.60}{quoted_number(v)}")
         if not isinstance(v, (int, np.integer)):
             try:
                 fv = float(v)
