@@ -1086,6 +1086,10 @@ def cluster_network(
     unused = unused_block_sizes([cfg])  # (the cluster's servers leave it out: said here, as one server says it)
     if unused:
         warn_block_size_unused(unused)
+    # the scheduler and cost model are checked as one server checks them, in its words: the
+    # network's would name 'servers.cluster', a key of the generated spec no user wrote
+    cfg.scheduler_spec().build()
+    make_cost_model(cfg.cost_model)
     spec = WorkloadSpec.from_dict(cfg.workload)
     if spec.arrival not in ("poisson", "gamma", "deterministic"):
         raise ConfigError(
@@ -1138,15 +1142,18 @@ def cluster_network(
         "replicas": replicas,
         "router": router,
     }
-    network = NetworkSpec.from_dict(
-        {
-            "servers": {"cluster": server},
-            "jobs": jobs,
-            "num_jobs": spec.num_requests,
-            "duration_s": spec.duration_s,
-            "seed": spec.seed,
-        }
-    )
+    try:
+        network = NetworkSpec.from_dict(
+            {
+                "servers": {"cluster": server},
+                "jobs": jobs,
+                "num_jobs": spec.num_requests,
+                "duration_s": spec.duration_s,
+                "seed": spec.seed,
+            }
+        )
+    except ConfigError as e:  # (replicas, router: named without the generated spec's key)
+        raise ConfigError(str(e).removeprefix("servers.cluster: ")) from None
     given = overrides.get("kv_capacity") is not None
     network.kv_capacity_from = "kv_capacity= of cluster_network" if given else "kv_capacity of cluster_network's config"
     return network
