@@ -217,3 +217,27 @@ def test_a_network_cluster_and_serverless_run_warn_of_steps_under_a_tenth_of_a_m
         code, out, err = run(capsys, *argv, "--out", "", "--quiet")
         assert code == 0, err
         assert [said in line for line in warnings_of(err)] == [True], (argv, err)  # once per cost model
+
+
+def test_a_network_and_a_cluster_warn_of_a_profile_far_past_its_grid(tmp_path, capsys):
+    """Said on one server (70,004-token contexts on a grid to 32,768); a network's servers
+    and a --replicas cluster ran the same contexts without a word."""
+    long = ["--prompt", "const:70000", "--output", "const:5"]
+    network = tmp_path / "net.yaml"
+    network.write_text(
+        "servers:\n"
+        "  s1: {policy: sarathi, b_max: 512, cost_model: profile}\n"
+        "  s2: {policy: sarathi, b_max: 512, cost_model: profile}\n"
+        "jobs:\n"
+        "  A: {arrival: {process: poisson, rate: 0.5}, route: ["
+        "{call: {server: s1, prompt: 'const:70000', output: 'const:5'}}, "
+        "{call: {server: s2, prompt: 'const:10', output: 'const:5'}}]}\n"
+        "num_jobs: 3\n"
+    )
+    said = "was extrapolated far past its grid: decode context up to 70,004 (measured up to 32,768)"
+    for argv in (["--network", str(network)], [*long, "--rate", "0.5", "--num-requests", "3", "--replicas", "2"]):
+        code, out, err = run(capsys, *argv, "--out", "", "--quiet")
+        assert code == 0, err
+        assert [said in line for line in warnings_of(err)] == [True], (argv, err)  # s1's calls only, once
+    code, out, err = run(capsys, *BASE, "--replicas", "2", "--out", "", "--quiet")  # inside the grid: no word
+    assert code == 0 and err == ""
