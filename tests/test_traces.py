@@ -553,6 +553,26 @@ def test_cli_reads_every_format_and_filters(tmp_path):
     assert "Mooncake JSON lines" in run("--trace", str(bad)).stderr
 
 
+@pytest.mark.parametrize("flag", ["--trace-model", "--trace-log-type"])
+def test_a_burstgpt_filter_that_names_nothing_is_refused(capsys, flag):
+    """`--trace-model ,` (or `' , '`) named no model and kept every row, as no filter does."""
+    from helpers import one_line_error
+
+    key = flag[2:].replace("-", "_")
+    for given in (",", " , "):
+        argv = ["simulate", "--trace", str(BURSTGPT), flag, given, "--cost-model", "paper", "--out", ""]
+        one_line_error(capsys, argv, f"{key} ({flag}) ',' names nothing")
+    with pytest.raises(ConfigError, match="names nothing"):
+        read_trace(
+            BURSTGPT, model=[] if key == "trace_model" else None, log_type=[" "] if key != "trace_model" else None
+        )
+    with warnings.catch_warnings():  # (its failed row dropped)
+        warnings.simplefilter("ignore")
+        assert read_trace(BURSTGPT, model="ChatGPT,") == read_trace(
+            BURSTGPT, model="ChatGPT"
+        )  # (an empty name beside one)
+
+
 def test_chain_ragged_is_the_prefix_recurrence(monkeypatch):
     """The vectorised hash equals its definition computed step by step:
     H_k = P * H_(k-1) + mix(value_k) mod 2**64, id_k = mix(H_k + k * G + root)."""

@@ -876,8 +876,8 @@ def read_burstgpt_csv(
     prompt = as_lengths(cols["Request tokens"], path, "Request tokens", clip_low=True)
     response = as_lengths(cols["Response tokens"], path, "Response tokens", minimum=0)
     keep = np.ones(ts.shape[0], dtype=bool)
-    for column, wanted in (("Model", model), ("Log Type", log_type)):
-        names = _names(wanted)
+    for column, wanted, key in (("Model", model, "trace_model"), ("Log Type", log_type, "trace_log_type")):
+        names = _names(wanted, key)
         if names is None:
             continue
         have = np.char.lower(cols[column])
@@ -900,13 +900,17 @@ def read_burstgpt_csv(
     return Trace(*_sorted(arrival, prompt[keep], response[keep], None))
 
 
-def _names(x) -> list[str] | None:
+def _names(x, key: str) -> list[str] | None:
+    """The names a BurstGPT filter gives (a string of comma-separated names, or a list);
+    None for no filter. One that names nothing (`--trace-model ,`) is a ConfigError naming
+    `key`: it kept every row, as no filter does."""
     if x is None:
         return None
-    if isinstance(x, str):
-        x = x.split(",")
-    names = [str(n).strip() for n in x if str(n).strip()]
-    return names or None
+    names = [str(n).strip() for n in (x.split(",") if isinstance(x, str) else x) if str(n).strip()]
+    if not names:
+        flag = "--" + key.replace("_", "-")
+        raise ConfigError(f"{key} ({flag}) {x!r:.60} names nothing: give one or more names separated by commas")
+    return names
 
 
 class TraceWarning(InputWarning):
