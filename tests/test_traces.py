@@ -727,3 +727,31 @@ def test_a_json_lines_trace_read_as_a_csv_says_so(tmp_path):
     with pytest.raises(ConfigError, match="is not a CSV file: its first line is JSON .*read_trace"):
         Trace.from_csv(p)
     assert list(read_trace(p).prompt) == [10]
+
+
+@pytest.mark.parametrize(
+    "prompt, said",
+    [
+        ([[1, 2, 3], 5], "got lists among numbers"),  # numpy's ValueError, a traceback
+        (np.array([[1, 2, 3], 5], dtype=object), "got lists among numbers"),
+        ([[1, 2, 3], [4, 5, 6]], "got an array of shape (2, 3)"),  # flattened into 6 lengths
+    ],
+)
+def test_token_id_lists_where_lengths_go_are_refused(prompt, said):
+    """A prompt column of token-id lists (all or some rows) is no column of lengths."""
+    import llmsched
+
+    with pytest.raises(ConfigError) as e:
+        Trace(arrival_s=[0.0, 1.0], prompt=prompt, output=[3, 3])
+    assert str(e.value).startswith(f"trace prompt must hold one length per request, {said}"), str(e.value)
+    assert "give len(ids)" in str(e.value)
+
+    class Duck:  # an object with the arrays, as simulate takes it
+        arrival_s, output = np.array([0.0, 1.0]), np.array([3, 3])
+
+    Duck.prompt = prompt
+    with pytest.raises(ConfigError, match="must hold one length per request"):
+        llmsched.simulate(trace=Duck(), cost_model="paper")
+    # a vector of one length per request stays one, whatever its shape
+    for column in ([[7], [8]], [[7, 8]], np.array([7, 8])):
+        assert Trace(arrival_s=[0.0, 1.0], prompt=column, output=[3, 3]).prompt.tolist() == [7, 8]

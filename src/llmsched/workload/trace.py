@@ -420,9 +420,28 @@ def mean_rate(arrival_s) -> float:
     return (n - 1) / span if n > 1 and span > 0 else float("nan")
 
 
+def _column(x, name: str, what: str, hint: str = "") -> np.ndarray:
+    """`x` as a 1-D array of one value per request (a vector of shape (n, 1) or (1, n) too).
+    Rows of several values, or a sequence among numbers (a prompt's token ids where its
+    length goes: `[[1, 2, 3], 5]`, `[[1, 2, 3], [4, 5, 6]]`), are a ConfigError naming
+    `name` and adding `hint`: numpy raised a ValueError for the first, and the second was
+    flattened into 6 lengths."""
+    one = f"trace {name} must hold one {what} per request"
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError):  # (a ragged sequence: numpy builds no array of it)
+        raise ConfigError(f"{one}, got lists among numbers{hint}") from None
+    if a.ndim > 1 and a.size != max(a.shape):
+        raise ConfigError(f"{one}, got an array of shape {a.shape}{hint}")
+    a = a.reshape(-1)
+    if a.dtype.kind == "O" and any(isinstance(v, (list, tuple, np.ndarray)) for v in a.tolist()):
+        raise ConfigError(f"{one}, got lists among numbers{hint}")
+    return a
+
+
 def _as_float_array(x, name: str) -> np.ndarray:
     """Times as float64: numbers (or an empty column) only, not strings nor booleans."""
-    a = np.asarray(x).reshape(-1)
+    a = _column(x, name, "time")
     if a.dtype.kind in "iuf" or a.size == 0:
         return a.astype(np.float64)
     if a.dtype.kind == "O" and not any(isinstance(v, (str, bytes, bool, np.bool_)) for v in a.tolist()):
@@ -436,7 +455,7 @@ def _as_float_array(x, name: str) -> np.ndarray:
 def _as_int_array(x, name: str) -> np.ndarray:
     """Lengths as int64, always a copy: a Trace (and the SimResult of its run) must not change
     when the caller reuses the array it was built from."""
-    a = np.asarray(x).reshape(-1)
+    a = _column(x, name, "length", " (a prompt's token ids are no length: give len(ids))")
     if a.dtype.kind in "iu":
         if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:  # (int64 would wrap it negative)
             raise ConfigError(f"trace {name} lengths are too large ({int(a.max())} tokens)")
