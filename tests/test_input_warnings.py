@@ -219,9 +219,10 @@ def test_a_network_cluster_and_serverless_run_warn_of_steps_under_a_tenth_of_a_m
         assert [said in line for line in warnings_of(err)] == [True], (argv, err)  # once per cost model
 
 
-def test_a_network_and_a_cluster_warn_of_a_profile_far_past_its_grid(tmp_path, capsys):
-    """Said on one server (70,004-token contexts on a grid to 32,768); a network's servers
-    and a --replicas cluster ran the same contexts without a word."""
+def test_a_network_a_cluster_and_a_platform_warn_of_a_profile_far_past_its_grid(tmp_path, capsys):
+    """Said on one server (70,004-token contexts on a grid to 32,768); a network's servers,
+    a --replicas cluster and a serverless platform's models ran the same contexts without a
+    word."""
     long = ["--prompt", "const:70000", "--output", "const:5"]
     network = tmp_path / "net.yaml"
     network.write_text(
@@ -234,8 +235,18 @@ def test_a_network_and_a_cluster_warn_of_a_profile_far_past_its_grid(tmp_path, c
         "{call: {server: s2, prompt: 'const:10', output: 'const:5'}}]}\n"
         "num_jobs: 3\n"
     )
-    said = "was extrapolated far past its grid: decode context up to 70,004 (measured up to 32,768)"
-    for argv in (["--network", str(network)], [*long, "--rate", "0.5", "--num-requests", "3", "--replicas", "2"]):
+    platform = tmp_path / "platform.yaml"
+    platform.write_text(
+        "cluster: {nodes: [{name: n, gpus: 2, gpu_memory_gb: 80}]}\n"
+        "models: {a: {weights_gb: 16, kv_capacity: 100000}, b: {weights_gb: 16, kv_capacity: 100000}}\n"
+        "workload: {rate: 0.5, num_requests: 3, prompt: 'const:70000', output: 'const:5'}\n"
+    )
+    said = "extrapolated far past its grid: decode context up to 70,004 (measured up to 32,768)"
+    for argv in (
+        ["--network", str(network)],
+        [*long, "--rate", "0.5", "--num-requests", "3", "--replicas", "2"],
+        ["--serverless", str(platform)],
+    ):
         code, out, err = run(capsys, *argv, "--out", "", "--quiet")
         assert code == 0, err
         assert [said in line for line in warnings_of(err)] == [True], (argv, err)  # s1's calls only, once

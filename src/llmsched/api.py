@@ -23,7 +23,7 @@ import numpy as np
 
 from .core.checks import check_bool, check_progress, quoted_number, strict_keywords
 from .core.constraints import check_prefix_block_size, k_max_binds
-from .core.cost import make_cost_model, recorded_cost_model, warn_fast_steps
+from .core.cost import make_cost_model, recorded_cost_model, warn_fast_steps, warn_past_grid
 from .core.errors import BlockSizeUnusedWarning as BlockSizeUnusedWarning  # re-exported (docs)
 from .core.errors import ConfigError, check_known, warn, warn_block_size_unused
 from .core.paths import check_out_dir, check_run_dir
@@ -804,9 +804,7 @@ def warn_profile_reach(cost, cfg: SimConfig, context: int, requests: int | None 
     caps = [x for x in (cfg.k_max, cfg.max_running) if x]
     bounds = [*caps, cfg.b_max, *([requests] if requests is not None else [])]
     batch = min(bounds) if caps else 0
-    far = cost.extrapolation(cfg.b_max, batch, context)
-    if far:
-        warn(f"profile {cost.label!r} is extrapolated far past its grid: {'; '.join(far)}")
+    warn_past_grid(cost, cfg.b_max, batch, context)
 
 
 def config_policy_capacity(

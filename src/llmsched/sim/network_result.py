@@ -35,8 +35,8 @@ import numpy as np
 
 from ..core.checks import as_real, check_run_switches
 from ..core.constraints import k_max_binds
-from ..core.cost import make_cost_model, warn_fast_steps
-from ..core.errors import ConfigError, warn, warn_block_size_unused
+from ..core.cost import make_cost_model, warn_fast_steps, warn_past_grid
+from ..core.errors import ConfigError, warn_block_size_unused
 from ..core.jsonio import to_jsonable
 from ..core.length_mix import LengthMix
 from ..core.paths import (
@@ -1192,17 +1192,14 @@ def warn_profile_reach_servers(stats: NetworkStats) -> None:
     for rep in stats.replicas:
         hist = rep["sim"].batch_hist
         ran[rep["server"]] = max(ran.get(rep["server"], 0), max(hist, default=0))
-    said = set()
+    said: set[str] = set()
     for name in measured:
-        server, cost = spec.servers[name], costs[name]
+        server = spec.servers[name]
         if not len(calls[name]):
             continue
         caps = [x for x in (server.k_max, server.max_running) if x]
-        far = cost.extrapolation(server.b_max, min(caps) if caps else ran.get(name, 0), int(need[calls[name]].max()))
-        message = f"profile {cost.label!r} was extrapolated far past its grid: {'; '.join(far)} in this run"
-        if far and message not in said:
-            said.add(message)
-            warn(message)
+        batch = min(caps) if caps else ran.get(name, 0)
+        warn_past_grid(costs[name], server.b_max, batch, int(need[calls[name]].max()), ran=True, said=said)
 
 
 def simulate_network(
