@@ -755,3 +755,35 @@ def test_token_id_lists_where_lengths_go_are_refused(prompt, said):
     # a vector of one length per request stays one, whatever its shape
     for column in ([[7], [8]], [[7, 8]], np.array([7, 8])):
         assert Trace(arrival_s=[0.0, 1.0], prompt=column, output=[3, 3]).prompt.tolist() == [7, 8]
+
+
+def test_to_csv_is_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A write stopped between its blocks of rows (Ctrl-C, a full disk) left the first
+    100,000 rows: a shorter trace that reads as valid, the earlier file lost. Now the
+    earlier file stays as it was, and no temporary file is left."""
+    import llmsched.workload.trace as trace_module
+
+    f = tmp_path / "t.csv"
+    small = Trace(arrival_s=[0.0, 1.0], prompt=[5, 6], output=[3, 3])
+    small.to_csv(f)
+    n = 150_000
+    big = Trace(arrival_s=np.arange(n, dtype=np.float64), prompt=np.full(n, 7), output=np.full(n, 2))
+    calls = 0
+
+    def stop_late(x):
+        nonlocal calls
+        calls += 1
+        if calls > 120_000:  # (in the second block of rows)
+            raise KeyboardInterrupt
+        return repr(x)
+
+    monkeypatch.setattr(trace_module, "repr", stop_late, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        big.to_csv(f)
+    monkeypatch.undo()
+    assert read_trace(f) == small
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+    with pytest.raises(
+        ConfigError, match=r"^cannot write trace file .*x.csv: \[Errno 20\] Not a directory: '.*x.csv'$"
+    ):
+        small.to_csv(f / "x.csv")  # (the file's name, not a temporary one's)

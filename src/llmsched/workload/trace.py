@@ -42,6 +42,7 @@ import numpy as np
 from ..core.checks import as_int, as_real, whole_as_int
 from ..core.clock import to_clock_ns
 from ..core.errors import ConfigError, InputWarning
+from ..core.paths import atomic_write
 from ..core.request import MAX_SECONDS, Request
 from .arrivals import MAX_RATE
 from .blocks import (
@@ -386,8 +387,9 @@ class Trace:
             # only), so that re-blocking the file read back gives the same ids
             cols.append(" ".join(map(str, b)) if b else "" for b in as_tuples(self.block_ids, self.block_ptr))
             header += f",{BLOCKS_COLUMN}{self.block_size}"
-        try:
-            with open(path, "w", encoding="utf-8", newline="\n") as fh:
+
+        def write(tmp) -> None:
+            with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(header + "\n")
                 chunk = 100_000
                 rows = zip(*cols)
@@ -396,6 +398,9 @@ class Trace:
                     if not block:
                         break
                     fh.write("\n".join(block) + "\n")
+
+        try:  # whole or not at all: a write stopped between rows left a shorter trace that reads as valid
+            atomic_write(path, write)
         except OSError as exc:
             raise ConfigError(f"cannot write trace file {path}: {exc}") from None
 
