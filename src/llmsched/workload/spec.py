@@ -242,6 +242,10 @@ class WorkloadSpec:
         self.num_requests = _opt_count(self.num_requests, "num_requests")
         self.duration_s = _opt_float(self.duration_s, "duration_s")
         self.seed = _whole_seed(self.seed)
+        if self.trace is not None:  # (a list or a number was looked for as a file: "file ['a.csv'] does not exist")
+            self.trace = os.fspath(self.trace) if isinstance(self.trace, os.PathLike) else self.trace
+            if not isinstance(self.trace, str) or not self.trace.strip():
+                raise ConfigError(f"trace must be a trace file's path or a dataset's name, got {self.trace!r:.60}")
         self._normalise_arrival()
         for name in ("trace_model", "trace_log_type"):
             v = getattr(self, name)
