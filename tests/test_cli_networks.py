@@ -518,6 +518,24 @@ def test_a_call_over_the_kv_capacity_names_the_file_and_key_or_the_flag(tmp_path
     )
 
 
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--policy", "foo"], "unknown batch policy 'foo' (known: "),
+        (["--admission", "twp", "--admission-option", "beta=2"], "twp: beta must be a number > 0 and < 1, got 2"),
+        (["--cost-model", "const:1e9"], "const cost model times must be at most 1e+06 ms, got 1e+09 ms"),
+        (["--router", "foo"], "unknown router 'foo'; known: random, "),
+        (["--replicas", "5000"], "replicas must be at most 4,096, got 5000"),
+    ],
+)
+def test_a_cluster_from_the_flags_is_refused_in_the_flags_words(capsys, flags, said):
+    """Its errors named servers.cluster, a key of the network the flags generate, which the
+    user never wrote (`servers.cluster: unknown batch policy 'foo'`); now one server's words."""
+    cluster = ["simulate", "--replicas", "2", "--cost-model", "paper", "--num-requests", "5", "--out", ""]
+    err = one_line_error(capsys, [*cluster, *flags], said)
+    assert "servers.cluster" not in err, err
+
+
 def test_a_call_over_the_kv_capacity_of_cluster_network_names_its_keyword(tmp_path):
     """From Python the error named servers.cluster.kv_capacity, a key of the network
     cluster_network generated, not the kv_capacity= the caller gave it."""

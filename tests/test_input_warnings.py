@@ -217,3 +217,38 @@ def test_a_network_cluster_and_serverless_run_warn_of_steps_under_a_tenth_of_a_m
         code, out, err = run(capsys, *argv, "--out", "", "--quiet")
         assert code == 0, err
         assert [said in line for line in warnings_of(err)] == [True], (argv, err)  # once per cost model
+
+
+def test_a_network_a_cluster_and_a_platform_warn_of_a_profile_far_past_its_grid(tmp_path, capsys):
+    """Said on one server (70,004-token contexts on a grid to 32,768); a network's servers,
+    a --replicas cluster and a serverless platform's models ran the same contexts without a
+    word."""
+    long = ["--prompt", "const:70000", "--output", "const:5"]
+    network = tmp_path / "net.yaml"
+    network.write_text(
+        "servers:\n"
+        "  s1: {policy: sarathi, b_max: 512, cost_model: profile}\n"
+        "  s2: {policy: sarathi, b_max: 512, cost_model: profile}\n"
+        "jobs:\n"
+        "  A: {arrival: {process: poisson, rate: 0.5}, route: ["
+        "{call: {server: s1, prompt: 'const:70000', output: 'const:5'}}, "
+        "{call: {server: s2, prompt: 'const:10', output: 'const:5'}}]}\n"
+        "num_jobs: 3\n"
+    )
+    platform = tmp_path / "platform.yaml"
+    platform.write_text(
+        "cluster: {nodes: [{name: n, gpus: 2, gpu_memory_gb: 80}]}\n"
+        "models: {a: {weights_gb: 16, kv_capacity: 100000}, b: {weights_gb: 16, kv_capacity: 100000}}\n"
+        "workload: {rate: 0.5, num_requests: 3, prompt: 'const:70000', output: 'const:5'}\n"
+    )
+    said = "extrapolated far past its grid: decode context up to 70,004 (measured up to 32,768)"
+    for argv in (
+        ["--network", str(network)],
+        [*long, "--rate", "0.5", "--num-requests", "3", "--replicas", "2"],
+        ["--serverless", str(platform)],
+    ):
+        code, out, err = run(capsys, *argv, "--out", "", "--quiet")
+        assert code == 0, err
+        assert [said in line for line in warnings_of(err)] == [True], (argv, err)  # s1's calls only, once
+    code, out, err = run(capsys, *BASE, "--replicas", "2", "--out", "", "--quiet")  # inside the grid: no word
+    assert code == 0 and err == ""

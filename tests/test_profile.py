@@ -352,6 +352,19 @@ def test_combined_csv_matches_the_shipped_folder(tmp_path):
 # --- bad input --------------------------------------------------------------------------------------
 
 
+def test_a_model_without_a_path_is_refused_naming_the_spec(tmp_path, monkeypatch, capsys):
+    """`profile:#x` read the current folder as the profile's ("profile folder . holds
+    neither the table files ..."), a folder the user never named."""
+    from helpers import one_line_error
+
+    monkeypatch.chdir(tmp_path)
+    for source in ("#x", " #x", "#"):
+        with pytest.raises(ConfigError, match=f"^profile '{source.strip()}' gives no file or folder before its '#'"):
+            load_profile(source)
+    argv = ["simulate", "--cost-model", "profile:#llama-3-8b,mode=eager", "--num-requests", "5", "--out", ""]
+    one_line_error(capsys, argv, "profile '#llama-3-8b' gives no file or folder before its '#': give PATH#MODEL")
+
+
 def test_unknown_profile_and_options(tmp_path):
     with pytest.raises(ConfigError, match="unknown profile 'h200-llama-70b'"):
         load_profile("h200-llama-70b")

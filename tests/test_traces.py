@@ -553,6 +553,26 @@ def test_cli_reads_every_format_and_filters(tmp_path):
     assert "Mooncake JSON lines" in run("--trace", str(bad)).stderr
 
 
+@pytest.mark.parametrize("flag", ["--trace-model", "--trace-log-type"])
+def test_a_burstgpt_filter_that_names_nothing_is_refused(capsys, flag):
+    """`--trace-model ,` (or `' , '`) named no model and kept every row, as no filter does."""
+    from helpers import one_line_error
+
+    key = flag[2:].replace("-", "_")
+    for given in (",", " , "):
+        argv = ["simulate", "--trace", str(BURSTGPT), flag, given, "--cost-model", "paper", "--out", ""]
+        one_line_error(capsys, argv, f"{key} ({flag}) ',' names nothing")
+    with pytest.raises(ConfigError, match="names nothing"):
+        read_trace(
+            BURSTGPT, model=[] if key == "trace_model" else None, log_type=[" "] if key != "trace_model" else None
+        )
+    with warnings.catch_warnings():  # (its failed row dropped)
+        warnings.simplefilter("ignore")
+        assert read_trace(BURSTGPT, model="ChatGPT,") == read_trace(
+            BURSTGPT, model="ChatGPT"
+        )  # (an empty name beside one)
+
+
 def test_chain_ragged_is_the_prefix_recurrence(monkeypatch):
     """The vectorised hash equals its definition computed step by step:
     H_k = P * H_(k-1) + mix(value_k) mod 2**64, id_k = mix(H_k + k * G + root)."""
@@ -707,3 +727,63 @@ def test_a_json_lines_trace_read_as_a_csv_says_so(tmp_path):
     with pytest.raises(ConfigError, match="is not a CSV file: its first line is JSON .*read_trace"):
         Trace.from_csv(p)
     assert list(read_trace(p).prompt) == [10]
+
+
+@pytest.mark.parametrize(
+    "prompt, said",
+    [
+        ([[1, 2, 3], 5], "got lists among numbers"),  # numpy's ValueError, a traceback
+        (np.array([[1, 2, 3], 5], dtype=object), "got lists among numbers"),
+        ([[1, 2, 3], [4, 5, 6]], "got an array of shape (2, 3)"),  # flattened into 6 lengths
+    ],
+)
+def test_token_id_lists_where_lengths_go_are_refused(prompt, said):
+    """A prompt column of token-id lists (all or some rows) is no column of lengths."""
+    import llmsched
+
+    with pytest.raises(ConfigError) as e:
+        Trace(arrival_s=[0.0, 1.0], prompt=prompt, output=[3, 3])
+    assert str(e.value).startswith(f"trace prompt must hold one length per request, {said}"), str(e.value)
+    assert "give len(ids)" in str(e.value)
+
+    class Duck:  # an object with the arrays, as simulate takes it
+        arrival_s, output = np.array([0.0, 1.0]), np.array([3, 3])
+
+    Duck.prompt = prompt
+    with pytest.raises(ConfigError, match="must hold one length per request"):
+        llmsched.simulate(trace=Duck(), cost_model="paper")
+    # a vector of one length per request stays one, whatever its shape
+    for column in ([[7], [8]], [[7, 8]], np.array([7, 8])):
+        assert Trace(arrival_s=[0.0, 1.0], prompt=column, output=[3, 3]).prompt.tolist() == [7, 8]
+
+
+def test_to_csv_is_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A write stopped between its blocks of rows (Ctrl-C, a full disk) left the first
+    100,000 rows: a shorter trace that reads as valid, the earlier file lost. Now the
+    earlier file stays as it was, and no temporary file is left."""
+    import llmsched.workload.trace as trace_module
+
+    f = tmp_path / "t.csv"
+    small = Trace(arrival_s=[0.0, 1.0], prompt=[5, 6], output=[3, 3])
+    small.to_csv(f)
+    n = 150_000
+    big = Trace(arrival_s=np.arange(n, dtype=np.float64), prompt=np.full(n, 7), output=np.full(n, 2))
+    calls = 0
+
+    def stop_late(x):
+        nonlocal calls
+        calls += 1
+        if calls > 120_000:  # (in the second block of rows)
+            raise KeyboardInterrupt
+        return repr(x)
+
+    monkeypatch.setattr(trace_module, "repr", stop_late, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        big.to_csv(f)
+    monkeypatch.undo()
+    assert read_trace(f) == small
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+    with pytest.raises(
+        ConfigError, match=r"^cannot write trace file .*x.csv: \[Errno 20\] Not a directory: '.*x.csv'$"
+    ):
+        small.to_csv(f / "x.csv")  # (the file's name, not a temporary one's)

@@ -7,6 +7,7 @@ warnings on time-zone offsets and on a time_scale that overflows."""
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import numpy as np
@@ -346,3 +347,19 @@ def test_trace_head_and_until_refuse_what_is_no_count_or_time():
     for bad in ("1", None, float("nan")):
         with pytest.raises(ConfigError, match=r"^Trace.until: duration_s must be a number of seconds, got "):
             trace.until(bad)
+
+
+@pytest.mark.parametrize("given", ["", "  ", ["a.csv"], 123, b"t.csv"])
+def test_a_workload_trace_that_is_no_path_is_refused_naming_the_key(capsys, tmp_path, given):
+    """`trace: ""` said "a trace file is given but arrival is 'poisson'" and `trace: [a.csv]`
+    "file ['a.csv'] does not exist": a list or a number was looked for as a file."""
+    said = f"trace must be a trace file's path or a dataset's name, got {given!r}"
+    with pytest.raises(ConfigError, match=r"^" + re.escape(said) + "$"):
+        WorkloadSpec(trace=given)
+    if not isinstance(given, bytes):  # (YAML has no bytes)
+        f = tmp_path / "c.yaml"
+        f.write_text(yaml.safe_dump({"cost_model": "paper", "workload": {"trace": given}}))
+        one_line_error(capsys, ["simulate", "--config", str(f), "--out", ""], said)
+    t = tmp_path / "t.csv"
+    t.write_text(HEADER + "0,5,3\n")
+    assert WorkloadSpec(trace=t).trace == str(t)  # (a path object is a path)

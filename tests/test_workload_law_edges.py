@@ -64,7 +64,12 @@ def test_a_length_law_mapping_value_holding_a_comma_is_refused(law):
     parameter: the mapping read as another law, silently."""
     with pytest.raises(ConfigError, match="must be one number, got '"):
         parse_length_law(law)
-    assert parse_length_law({"law": "uniform", "lo": "2", "hi": 9}) == parse_length_law("uniform:2,9")
+    assert parse_length_law({"law": "uniform", "lo": 2, "hi": 9}) == parse_length_law("uniform:2,9")
+    # a number in quotes is text, refused as a config's numbers are (`lo: "2"` ran as 2)
+    with pytest.raises(ConfigError, match=r"'lo' must be one number, got '2' \(a number in quotes"):
+        parse_length_law({"law": "uniform", "lo": "2", "hi": 9})
+    with pytest.raises(ConfigError, match=r"^empirical length law: 'path' must be a file's path .*, got \['x'\]$"):
+        parse_length_law({"law": "empirical", "path": ["x"]})  # (was "file ['x'] does not exist")
 
 
 def test_a_boolean_parquet_column_is_no_column_of_lengths(tmp_path):

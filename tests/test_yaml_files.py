@@ -7,6 +7,7 @@ import os
 import pytest
 from helpers import one_line_error
 
+import llmsched
 from llmsched.core.errors import ConfigError
 from llmsched.core.yamlfile import read_yaml
 
@@ -93,3 +94,35 @@ def test_a_plain_number_with_an_exponent_is_a_number(tmp_path):
         "h": 1.5,
         "i": "e5",
     }
+
+
+@pytest.mark.parametrize(
+    "top, workload, named",
+    [
+        ({"b_max": "512"}, {}, "b_max must be a positive integer, got '512'"),
+        ({"k_max": "16"}, {}, "k_max must be a positive integer"),
+        ({"kv_capacity": "100000"}, {}, "kv_capacity must be a positive integer"),
+        ({"max_running": "8"}, {}, "max_running must be a positive integer"),
+        ({}, {"rate": "5"}, "arrival rate (requests per second) must be a number, got '5'"),
+        ({}, {"arrival": {"process": "gamma", "cv": "2"}}, "cv (coefficient"),
+        ({}, {"time_scale": "2"}, "time_scale must be a number"),
+        ({}, {"num_requests": "50"}, "num_requests must be a whole number >= 1, got '50'"),
+        ({}, {"duration_s": "10"}, "duration_s must be a number"),
+        ({}, {"seed": "3"}, "seed must be a whole number >= 0, got '3'"),
+        ({}, {"system_prompt": "100"}, "system_prompt must be a whole number of tokens"),
+        ({}, {"turns": "const:2", "think_time_s": "5"}, "think_time_s must be a number"),
+        ({}, {"classes": [{"tag": "a", "share": "2"}]}, "share of class 'a' must be a number"),
+        ({}, {"classes": [{"tag": "a", "system_prompt": "20"}]}, "system_prompt of class 'a'"),
+    ],
+)
+def test_a_config_refuses_a_number_in_quotes_as_a_network_file_does(capsys, tmp_path, top, workload, named):
+    """A YAML string is text: `rate: "5"` ran at 5 req/s (and `b_max: "512"` at 512) where a
+    network or serverless file refuses it naming the key; now a configuration refuses it too."""
+    import json
+
+    wl = {"num_requests": 50, "rate": 2, "prompt": "const:10", "output": "const:5", **workload}
+    f = tmp_path / "c.yaml"
+    f.write_text(json.dumps({"cost_model": "paper", **top, "workload": wl}))  # (JSON is YAML)
+    one_line_error(capsys, ["simulate", "--config", str(f), "--out", ""], named, "(a number in quotes")
+    with pytest.raises(ConfigError, match=r"must be .*, got '"):  # and so does Python (a keyword or the mapping)
+        llmsched.simulate(cost_model="paper", **top, workload=wl)

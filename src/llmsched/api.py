@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .core.checks import check_bool, check_progress, strict_keywords
+from .core.checks import check_bool, check_progress, quoted_number, strict_keywords
 from .core.constraints import check_prefix_block_size, k_max_binds
-from .core.cost import make_cost_model, recorded_cost_model, warn_fast_steps
+from .core.cost import make_cost_model, recorded_cost_model, warn_fast_steps, warn_past_grid
 from .core.errors import BlockSizeUnusedWarning as BlockSizeUnusedWarning  # re-exported (docs)
 from .core.errors import ConfigError, check_known, warn, warn_block_size_unused
 from .core.paths import check_out_dir, check_run_dir
@@ -332,7 +332,7 @@ def build_config(config: SimConfig | dict | str | os.PathLike | None = None, **o
     for k, v in overrides.items():
         if v is None:
             continue
-        if k in NUMBER_OPTIONS and isinstance(v, (str, bytes)):  # (a YAML file's text is read as before)
+        if k in NUMBER_OPTIONS and isinstance(v, (str, bytes)):  # (a file's: _check_types, WorkloadSpec)
             raise ConfigError(f"{k} must be a number, got {v!r:.60}")
         if k in _CONFIG_KEYS and k != "workload":
             setattr(cfg, k, v)
@@ -443,8 +443,8 @@ def _check_types(cfg: SimConfig) -> None:
         v = getattr(cfg, name)
         if v is None and name != "b_max":  # the others may be unset (no cap)
             continue
-        if isinstance(v, bool):
-            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        if isinstance(v, (bool, str, bytes)):  # (`b_max: "512"` in YAML is text, as a network file says)
+            raise ConfigError(f"{name} must be a positive integer, got {v!r:.60}{quoted_number(v)}")
         if not isinstance(v, (int, np.integer)):
             try:
                 fv = float(v)
@@ -803,9 +803,7 @@ def warn_profile_reach(cost, cfg: SimConfig, context: int, requests: int | None 
     caps = [x for x in (cfg.k_max, cfg.max_running) if x]
     bounds = [*caps, cfg.b_max, *([requests] if requests is not None else [])]
     batch = min(bounds) if caps else 0
-    far = cost.extrapolation(cfg.b_max, batch, context)
-    if far:
-        warn(f"profile {cost.label!r} is extrapolated far past its grid: {'; '.join(far)}")
+    warn_past_grid(cost, cfg.b_max, batch, context)
 
 
 def config_policy_capacity(
@@ -1085,6 +1083,10 @@ def cluster_network(
     unused = unused_block_sizes([cfg])  # (the cluster's servers leave it out: said here, as one server says it)
     if unused:
         warn_block_size_unused(unused)
+    # the scheduler and cost model are checked as one server checks them, in its words: the
+    # network's would name 'servers.cluster', a key of the generated spec no user wrote
+    cfg.scheduler_spec().build()
+    make_cost_model(cfg.cost_model)
     spec = WorkloadSpec.from_dict(cfg.workload)
     if spec.arrival not in ("poisson", "gamma", "deterministic"):
         raise ConfigError(
@@ -1137,15 +1139,18 @@ def cluster_network(
         "replicas": replicas,
         "router": router,
     }
-    network = NetworkSpec.from_dict(
-        {
-            "servers": {"cluster": server},
-            "jobs": jobs,
-            "num_jobs": spec.num_requests,
-            "duration_s": spec.duration_s,
-            "seed": spec.seed,
-        }
-    )
+    try:
+        network = NetworkSpec.from_dict(
+            {
+                "servers": {"cluster": server},
+                "jobs": jobs,
+                "num_jobs": spec.num_requests,
+                "duration_s": spec.duration_s,
+                "seed": spec.seed,
+            }
+        )
+    except ConfigError as e:  # (replicas, router: named without the generated spec's key)
+        raise ConfigError(str(e).removeprefix("servers.cluster: ")) from None
     given = overrides.get("kv_capacity") is not None
     network.kv_capacity_from = "kv_capacity= of cluster_network" if given else "kv_capacity of cluster_network's config"
     return network

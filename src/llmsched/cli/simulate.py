@@ -508,7 +508,9 @@ def register(sub) -> None:
     g.add_argument(
         "--replicas",
         type=positive_int,
-        help="simulate N replicas of the server behind a router (default: one server, no router)",
+        help="simulate N replicas of the server behind a router (default: one server, no router); their requests "
+        "are drawn as a network's, the same for every N, not one server's: --replicas 1 differs from one server "
+        "by its draws",
     )
     g.add_argument("--router", help="random, round-robin, jsq (default), least-tokens, power-of-two")
     g.add_argument(

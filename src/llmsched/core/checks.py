@@ -43,6 +43,18 @@ def whole_as_int(v: object) -> object:
     return v
 
 
+def quoted_number(value: object) -> str:
+    """A hint for a number written in quotes (YAML reads `"0.5"` as a string), to append to
+    the message refusing it; '' for anything else."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        return " (a number in quotes: write it without them)"
+    return ""
+
+
 def check_bool(v: object, name: str) -> bool:
     """A switch: True or False (not 0, 1 or a string: `"no"` is truthy); else a one-line
     ConfigError naming `name`."""

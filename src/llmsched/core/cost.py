@@ -390,3 +390,19 @@ def warn_fast_steps(cost, label) -> None:
             f"the cost model {label!r} times a one-token step at {one * 1e3:.3g} ms, under 0.1 ms: "
             "are its times in milliseconds?"
         )
+
+
+def warn_past_grid(cost, b_max: int, batch: int, context: int, ran: bool = False, said: set | None = None) -> None:
+    """Warn when a measured profile (a cost model with `extrapolation`; others: no-op) is
+    used more than twice past its grid at this token budget, decode batch (0: not judged)
+    and longest context: before a run ("is"), or after it (`ran`: "was ... in this run").
+    A message already in `said` is not given again (servers sharing one profile)."""
+    far = cost.extrapolation(b_max, batch, context) if hasattr(cost, "extrapolation") else []
+    if not far:
+        return
+    verb, when = ("was", " in this run") if ran else ("is", "")
+    message = f"profile {cost.label!r} {verb} extrapolated far past its grid: {'; '.join(far)}{when}"
+    if said is None or message not in said:
+        if said is not None:
+            said.add(message)
+        warn(message)

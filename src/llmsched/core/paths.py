@@ -984,7 +984,10 @@ def atomic_write(path, writer, *, replace_entry: bool = False) -> None:
             os.chmod(tmp, stat.S_IMODE(st.st_mode))
         os.replace(tmp, real)
     except BaseException as e:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # (no folder to hold it, `file/x.csv`: nothing was written, and the error is e's)
+            pass
         if isinstance(e, OSError) and e.filename is not None and os.fsdecode(e.filename) == str(tmp):
             e.filename = str(path)  # the file the user asked for, not a temporary one now gone
         raise

@@ -1308,6 +1308,8 @@ def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
     else:
         path_text, model = _path_and_model(source)
         model = model.strip() or None
+        if not path_text.strip():  # (`profile:#x` read the current folder as the profile's)
+            raise ConfigError(f"profile {source!r} gives no file or folder before its '#': give PATH#MODEL")
         path = Path(recorded_path(path_text))  # absolute: describe()'s source is recorded
         if path.is_dir() and not any((path / TABLES[t][0]).exists() for t in REQUIRED_TABLES):
             if not (path / COMBINED_FILE).is_file():

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..core.checks import as_real, check_run_switches
 from ..core.constraints import k_max_binds
-from ..core.cost import make_cost_model, warn_fast_steps
+from ..core.cost import make_cost_model, warn_fast_steps, warn_past_grid
 from ..core.errors import ConfigError, warn_block_size_unused
 from ..core.jsonio import to_jsonable
 from ..core.length_mix import LengthMix
@@ -1186,6 +1186,32 @@ def warn_implausible_servers(spec) -> None:
         warn_fast_steps(make_cost_model(label), label)
 
 
+def warn_profile_reach_servers(stats: NetworkStats) -> None:
+    """One server's warning of a profile used more than twice past its grid, for each server
+    of a network after its run: at its `b_max`, at the decode batch its cap allows (else the
+    largest one a replica ran) and at the longest context of its calls (prompt + output - 1).
+    Once per distinct message; a server that got no call is not judged."""
+    spec = stats.spec
+    costs = {name: make_cost_model(server.cost_model) for name, server in spec.servers.items()}
+    measured = [name for name, cost in costs.items() if hasattr(cost, "extrapolation")]
+    if not measured:  # (no pass over the calls for the formula models)
+        return
+    calls = group_indices(stats.call_server, measured)
+    need = _a(stats.call_prompt) + _a(stats.call_output) - 1
+    ran: dict[str, int] = {}  # the largest decode batch each server's replicas ran
+    for rep in stats.replicas:
+        hist = rep["sim"].batch_hist
+        ran[rep["server"]] = max(ran.get(rep["server"], 0), max(hist, default=0))
+    said: set[str] = set()
+    for name in measured:
+        server = spec.servers[name]
+        if not len(calls[name]):
+            continue
+        caps = [x for x in (server.k_max, server.max_running) if x]
+        batch = min(caps) if caps else ran.get(name, 0)
+        warn_past_grid(costs[name], server.b_max, batch, int(need[calls[name]].max()), ran=True, said=said)
+
+
 def simulate_network(
     network,
     *,
@@ -1243,6 +1269,7 @@ def simulate_network(
             raise
         raise ConfigError(f"{where}{e}") from None
     wall = time.perf_counter() - t0
+    warn_profile_reach_servers(stats)
     result = NetworkResult(stats, traffic(spec), spec.to_dict(), wall_s=wall)
     if out_dir is not None:
         result.write(out_dir)

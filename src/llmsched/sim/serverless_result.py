@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.checks import check_run_switches
-from ..core.cost import make_cost_model, warn_fast_steps
+from ..core.cost import make_cost_model, warn_fast_steps, warn_past_grid
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.paths import begin_simulate_write, check_out_dir, check_run_dir, end_simulate_write
@@ -399,6 +399,13 @@ def simulate_serverless(
         raise
     for label in dict.fromkeys(m.cost_model for m in spec.models.values()):
         warn_fast_steps(make_cost_model(label), label)  # (as one server's run does)
+    said: set[str] = set()  # a profile far past its grid, as one server's run says it (before the run)
+    need = reqs.prompt + reqs.output - 1
+    for i, name in enumerate(reqs.models):
+        mine = need[reqs.model == i]
+        if len(mine):
+            m = spec.models[name]
+            warn_past_grid(make_cost_model(m.cost_model), m.b_max, m.k_max or 0, int(mine.max()), said=said)
     t0 = time.perf_counter()
     stats = run_serverless(
         spec, fast=run.fast, max_time_s=run.max_time_s, requests=reqs, progress=progress, check=False

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.checks import quoted_number
 from ..core.errors import ConfigError, warn
 from ..core.paths import recorded_path
 from .csvio import MAX_LENGTH, as_lengths, read_columns, read_header
@@ -545,15 +546,18 @@ def _from_mapping(d: dict) -> LengthLaw:
         src = d.pop("path", None) or d.pop("dataset", None) or d.pop("file", None)
         if src is None:
             raise ConfigError(f"{kind} length law needs a 'path' key")
+        if not isinstance(src, (str, os.PathLike)):  # (a list was looked for as the file "['x']")
+            raise ConfigError(f"{kind} length law: 'path' must be a file's path or a dataset's name, got {src!r:.60}")
         col = d.pop("column", None)
         if d:
             raise ConfigError(f"unknown key(s) {sorted(d)} in {kind} length law")
         return _empirical_from(str(src), kind == "replay", None if col is None else str(col))
     for k, v in d.items():
-        # (joined into the string form below, a comma in a value would start another
-        # parameter: {law: uniform, hi: "9,2"} read as uniform:2,9)
-        if isinstance(v, str) and "," in v:
-            raise ConfigError(f"{kind} length law: '{k}' must be one number, got {v!r}")
+        # text is refused as a config's numbers are (`mean: "100"` is a YAML string); joined
+        # into the string form below, a comma in it started another parameter:
+        # {law: uniform, hi: "9,2"} read as uniform:2,9
+        if isinstance(v, (str, bytes)):
+            raise ConfigError(f"{kind} length law: '{k}' must be one number, got {v!r:.60}{quoted_number(v)}")
     args = ",".join(f"{k}={v}" for k, v in d.items())
     return _from_string(f"{kind}:{args}")
 

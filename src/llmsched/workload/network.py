@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from ..core.checks import FLOAT_SEED_LIMIT, as_real
+from ..core.checks import quoted_number as _quoted
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError, closest
@@ -175,17 +176,6 @@ def _mapping(value, where: str, what: str) -> dict:
 def _show(value) -> str:
     s = repr(value)
     return s if len(s) <= 60 else s[:57] + "..."
-
-
-def _quoted(value) -> str:
-    """A hint for a number written in quotes (YAML reads `"0.5"` as a string)."""
-    if isinstance(value, str):
-        try:
-            float(value)
-        except ValueError:
-            return ""
-        return " (a number in quotes: write it without them)"
-    return ""
 
 
 def _seed(value, where: str, what: str = "seed") -> int:

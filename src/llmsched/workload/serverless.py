@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..core.checks import as_real
+from ..core.checks import quoted_number as _quoted
 from ..core.constraints import MAX_KV_TOKENS
 from ..core.cost import make_cost_model, recorded_cost_model
 from ..core.errors import ConfigError
@@ -45,7 +46,7 @@ from .arrivals import MAX_REQUESTS, make_arrival_process, refuse_short_merge, ti
 from .csvio import CSV_UNSAFE, as_lengths, read_columns
 from .datasets import is_dataset, recorded_file, resolve_path
 from .lengths import LengthLaw, parse_length_law, sample_pair
-from .network import _as_number, _at, _mapping, _quoted, _seed, _show, _suggest
+from .network import _as_number, _at, _mapping, _seed, _show, _suggest
 from .spec import _rng, load_trace, warn_short_trace
 from .trace import replay_cut, replayed_times, trace_format
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from ..core.checks import FLOAT_SEED_LIMIT, strict_keywords
+from ..core.checks import FLOAT_SEED_LIMIT, quoted_number, strict_keywords
 from ..core.errors import ConfigError, warn
 from ..core.request import MAX_SECONDS
 from .arrivals import MAX_RATE, MAX_REQUESTS, check_cv, check_rate, make_arrival_process
@@ -77,9 +77,17 @@ def _rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
+def _refuse_text(value, what: str, kind: str = "a number") -> None:
+    """A string (or bytes) given for a number is a ConfigError naming `what`: `rate: "5"` in
+    a YAML file is text, refused as a network or serverless file refuses it (it ran as 5)."""
+    if isinstance(value, (str, bytes)):
+        raise ConfigError(f"{what} must be {kind}, got {value!r:.60}{quoted_number(value)}")
+
+
 def _whole_seed(seed) -> int:
     """A seed as an int: a whole number >= 0, kept exactly however large (a float seed must
-    be finite and whole; a string is read as its number)."""
+    be finite and whole; a string is refused)."""
+    _refuse_text(seed, "seed", "a whole number >= 0")
     bad = ConfigError(f"seed must be a whole number >= 0, got {seed!r:.60}")
     if isinstance(seed, bool):  # float(True) == 1: a bool is no seed
         raise bad
@@ -87,7 +95,7 @@ def _whole_seed(seed) -> int:
         value = int(seed)
     else:
         try:
-            value = int(seed) if isinstance(seed, str) and seed.strip().isdigit() else float(seed)
+            value = float(seed)
         except (TypeError, ValueError):
             raise bad from None
         if isinstance(value, float):
@@ -104,9 +112,13 @@ def _whole_seed(seed) -> int:
     return value
 
 
-def _opt_float(value, what: str, positive: bool = True, hi: float | None = None) -> float | None:
+def _opt_float(value, what: str, positive: bool = True, hi: float | None = None, text: bool = False) -> float | None:
+    """A positive finite number as a float (None stays None); a string only with `text` (a
+    number inside an arrival's text, poisson:5)."""
     if value is None:
         return None
+    if not text:
+        _refuse_text(value, what)
     if isinstance(value, bool):
         raise ConfigError(f"{what} must be a number, got {value!r}")
     try:
@@ -124,6 +136,7 @@ def _opt_tokens(value, what: str) -> int | None:
     """A whole number of tokens >= 0 (None stays None)."""
     if value is None:
         return None
+    _refuse_text(value, what, "a whole number of tokens >= 0")
     if isinstance(value, bool):
         raise ConfigError(f"{what} must be a whole number of tokens >= 0, got {value!r}")
     try:
@@ -138,6 +151,7 @@ def _opt_tokens(value, what: str) -> int | None:
 def _opt_count(value, what: str) -> int | None:
     if value is None:
         return None
+    _refuse_text(value, what, "a whole number >= 1")
     if isinstance(value, bool):
         raise ConfigError(f"{what} must be a whole number, got {value!r}")
     try:
@@ -228,6 +242,10 @@ class WorkloadSpec:
         self.num_requests = _opt_count(self.num_requests, "num_requests")
         self.duration_s = _opt_float(self.duration_s, "duration_s")
         self.seed = _whole_seed(self.seed)
+        if self.trace is not None:  # (a list or a number was looked for as a file: "file ['a.csv'] does not exist")
+            self.trace = os.fspath(self.trace) if isinstance(self.trace, os.PathLike) else self.trace
+            if not isinstance(self.trace, str) or not self.trace.strip():
+                raise ConfigError(f"trace must be a trace file's path or a dataset's name, got {self.trace!r:.60}")
         self._normalise_arrival()
         for name in ("trace_model", "trace_log_type"):
             v = getattr(self, name)
@@ -415,7 +433,7 @@ def _inline_params(text: str, kind: str, rest: str) -> dict:
         k, v = (k.strip().lower(), v.strip()) if eq else ("rate" if i == 0 else "", k.strip())
         if k not in keys:
             raise ConfigError(f"cannot read '{part}' in arrival '{text.strip()}' (allowed: {', '.join(keys)})")
-        val = _opt_float(v, f"{k} in arrival '{text.strip()}'")
+        val = _opt_float(v, f"{k} in arrival '{text.strip()}'", text=True)
         if out.get(k, val) != val:
             raise ConfigError(
                 f"{k} given twice with different values: {out[k]:g} and {val:g} in arrival '{text.strip()}'"

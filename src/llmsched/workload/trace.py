@@ -42,6 +42,7 @@ import numpy as np
 from ..core.checks import as_int, as_real, whole_as_int
 from ..core.clock import to_clock_ns
 from ..core.errors import ConfigError, InputWarning
+from ..core.paths import atomic_write
 from ..core.request import MAX_SECONDS, Request
 from .arrivals import MAX_RATE
 from .blocks import (
@@ -386,8 +387,9 @@ class Trace:
             # only), so that re-blocking the file read back gives the same ids
             cols.append(" ".join(map(str, b)) if b else "" for b in as_tuples(self.block_ids, self.block_ptr))
             header += f",{BLOCKS_COLUMN}{self.block_size}"
-        try:
-            with open(path, "w", encoding="utf-8", newline="\n") as fh:
+
+        def write(tmp) -> None:
+            with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(header + "\n")
                 chunk = 100_000
                 rows = zip(*cols)
@@ -396,6 +398,9 @@ class Trace:
                     if not block:
                         break
                     fh.write("\n".join(block) + "\n")
+
+        try:  # whole or not at all: a write stopped between rows left a shorter trace that reads as valid
+            atomic_write(path, write)
         except OSError as exc:
             raise ConfigError(f"cannot write trace file {path}: {exc}") from None
 
@@ -420,9 +425,28 @@ def mean_rate(arrival_s) -> float:
     return (n - 1) / span if n > 1 and span > 0 else float("nan")
 
 
+def _column(x, name: str, what: str, hint: str = "") -> np.ndarray:
+    """`x` as a 1-D array of one value per request (a vector of shape (n, 1) or (1, n) too).
+    Rows of several values, or a sequence among numbers (a prompt's token ids where its
+    length goes: `[[1, 2, 3], 5]`, `[[1, 2, 3], [4, 5, 6]]`), are a ConfigError naming
+    `name` and adding `hint`: numpy raised a ValueError for the first, and the second was
+    flattened into 6 lengths."""
+    one = f"trace {name} must hold one {what} per request"
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError):  # (a ragged sequence: numpy builds no array of it)
+        raise ConfigError(f"{one}, got lists among numbers{hint}") from None
+    if a.ndim > 1 and a.size != max(a.shape):
+        raise ConfigError(f"{one}, got an array of shape {a.shape}{hint}")
+    a = a.reshape(-1)
+    if a.dtype.kind == "O" and any(isinstance(v, (list, tuple, np.ndarray)) for v in a.tolist()):
+        raise ConfigError(f"{one}, got lists among numbers{hint}")
+    return a
+
+
 def _as_float_array(x, name: str) -> np.ndarray:
     """Times as float64: numbers (or an empty column) only, not strings nor booleans."""
-    a = np.asarray(x).reshape(-1)
+    a = _column(x, name, "time")
     if a.dtype.kind in "iuf" or a.size == 0:
         return a.astype(np.float64)
     if a.dtype.kind == "O" and not any(isinstance(v, (str, bytes, bool, np.bool_)) for v in a.tolist()):
@@ -436,7 +460,7 @@ def _as_float_array(x, name: str) -> np.ndarray:
 def _as_int_array(x, name: str) -> np.ndarray:
     """Lengths as int64, always a copy: a Trace (and the SimResult of its run) must not change
     when the caller reuses the array it was built from."""
-    a = np.asarray(x).reshape(-1)
+    a = _column(x, name, "length", " (a prompt's token ids are no length: give len(ids))")
     if a.dtype.kind in "iu":
         if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:  # (int64 would wrap it negative)
             raise ConfigError(f"trace {name} lengths are too large ({int(a.max())} tokens)")
@@ -876,8 +900,8 @@ def read_burstgpt_csv(
     prompt = as_lengths(cols["Request tokens"], path, "Request tokens", clip_low=True)
     response = as_lengths(cols["Response tokens"], path, "Response tokens", minimum=0)
     keep = np.ones(ts.shape[0], dtype=bool)
-    for column, wanted in (("Model", model), ("Log Type", log_type)):
-        names = _names(wanted)
+    for column, wanted, key in (("Model", model, "trace_model"), ("Log Type", log_type, "trace_log_type")):
+        names = _names(wanted, key)
         if names is None:
             continue
         have = np.char.lower(cols[column])
@@ -900,13 +924,17 @@ def read_burstgpt_csv(
     return Trace(*_sorted(arrival, prompt[keep], response[keep], None))
 
 
-def _names(x) -> list[str] | None:
+def _names(x, key: str) -> list[str] | None:
+    """The names a BurstGPT filter gives (a string of comma-separated names, or a list);
+    None for no filter. One that names nothing (`--trace-model ,`) is a ConfigError naming
+    `key`: it kept every row, as no filter does."""
     if x is None:
         return None
-    if isinstance(x, str):
-        x = x.split(",")
-    names = [str(n).strip() for n in x if str(n).strip()]
-    return names or None
+    names = [str(n).strip() for n in (x.split(",") if isinstance(x, str) else x) if str(n).strip()]
+    if not names:
+        flag = "--" + key.replace("_", "-")
+        raise ConfigError(f"{key} ({flag}) {x!r:.60} names nothing: give one or more names separated by commas")
+    return names
 
 
 class TraceWarning(InputWarning):
