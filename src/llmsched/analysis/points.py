@@ -54,8 +54,10 @@ __all__ = [
 #: Part of every key: change it when stored results stop being comparable (2: on
 #: 2026-12-03 a trace's partial last block stopped counting as a hit under a longer
 #: prompt, a rise of under one request's work became a stable verdict, and a time-scaled
-#: deterministic arrival on the duration stopped being dropped).
-KEY_VERSION = "llmsched-sweep-2"
+#: deterministic arrival on the duration stopped being dropped; 3: on 2026-12-04 adaptive's
+#: verdict threshold followed its own limit, the automatic sampling interval stopped thinning
+#: the arrival window, and a back-pressure server's verdict came to count its buffer).
+KEY_VERSION = "llmsched-sweep-3"
 
 
 def critical_rate_of(cfg) -> float:
