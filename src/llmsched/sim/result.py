@@ -806,8 +806,12 @@ def run_duration(first_arrival: float | None, last_completion: float | None, end
 
 def goodput(ok: np.ndarray, done: np.ndarray, duration: float | None) -> dict:
     """`goodput` (requests meeting every objective, per second) and `goodput_share` (of the
-    finished ones), from `meets_slo`'s `ok` and the finished requests `done`."""
-    return {"goodput": per_second(int(ok.sum()), duration), "goodput_share": float(ok.sum()) / max(int(done.sum()), 1)}
+    finished ones; None where none finished: a share of nothing is undefined, as the
+    latency statistics of no requests are None), from `meets_slo`'s `ok` and the finished
+    requests `done`."""
+    finished = int(done.sum())
+    share = float(ok.sum()) / finished if finished else None
+    return {"goodput": per_second(int(ok.sum()), duration), "goodput_share": share}
 
 
 def meets_slo(slo: dict, done: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarray, output: np.ndarray) -> np.ndarray:
