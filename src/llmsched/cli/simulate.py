@@ -274,7 +274,12 @@ def print_serverless_summary(res) -> None:
         ("ITL mean / p99, CV", f"{ms('mean_itl_ms')} / {ms('p99_itl_ms')}, {num('itl_cv', '.3f')}"),
         ("E2E latency p99", ms("p99_e2el_ms")),
         *(
-            [("goodput (requests meeting every SLO)", f"{num('goodput', ',.2f', ' req/s')} ({s['goodput_share']:.1%})")]
+            [
+                (
+                    "goodput (requests meeting every SLO)",
+                    f"{num('goodput', ',.2f', ' req/s')} ({num('goodput_share', '.1%')})",
+                )
+            ]
             if "goodput" in s
             else []
         ),
@@ -391,6 +396,7 @@ def print_summary(result) -> None:
         v = s.get(key)
         return "-" if v is None else f"{small_number(v, ',.1f')} ms"
 
+    share = "-" if s.get("goodput_share") is None else f"{s['goodput_share']:.1%}"  # (none completed)
     title = (
         f"llmsched: {c['scheduler']['batch_policy']} "
         f"(admission {c['scheduler']['admission']['name']}, b_max {c['b_max']}, "
@@ -412,7 +418,7 @@ def print_summary(result) -> None:
             [
                 (
                     "goodput (requests meeting every SLO)",
-                    f"{small_number(s['goodput'], ',.2f')} req/s ({s['goodput_share']:.1%})",
+                    f"{small_number(s['goodput'], ',.2f')} req/s ({share})",
                 )
             ]
             if "goodput" in s

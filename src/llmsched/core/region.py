@@ -203,33 +203,80 @@ def workload_point(rate: float, mean_prompt: float, mean_output: float) -> tuple
 # ---------------------------------------------------------------------------------------
 # convex hull (Andrew's monotone chain; robust to collinear and duplicate points)
 
+#: A chain pruned down to this many points is finished by the sequential scan.
+_SCAN_POINTS = 64
+
+
+def _sorted_unique(points) -> np.ndarray:
+    """The distinct rows of an (n, 2) array sorted by x, then y (`np.unique(axis=0)`'s
+    result: it sorted a structured view, 4x slower)."""
+    pts = np.asarray(points, dtype=float).reshape(-1, 2)
+    pts = pts[np.lexsort((pts[:, 1], pts[:, 0]))]
+    if len(pts) > 1:
+        new = np.empty(len(pts), dtype=bool)
+        new[0] = True
+        np.any(pts[1:] != pts[:-1], axis=1, out=new[1:])
+        pts = pts[new]
+    return pts
+
+
+def _chain(pts: np.ndarray, tol: float) -> list:
+    """One half of the monotone chain over `pts` (in scan order): the points kept, each
+    turn from the one before a left turn by more than `tol`.
+
+    The scan pops a point when it and its neighbours on the stack do not turn left. A
+    region's candidates are up to 2 b_max points, most on straight runs, and a scan in
+    Python took 10 s a million; so first, numpy drops the points that do not turn left
+    with their neighbours in the array, pass after pass while that drops many (each lies
+    on or beyond the chord of two others: no vertex of the chain), and the scan finishes
+    over the few left. It keeps the vertices the scan over every point kept, on every
+    cost model of tests/test_region_fast_hull.py; where many candidates are collinear to
+    within `tol` (`linear:c=1,a=1` at b_max 20,000 under a k_max) the scan's vertices
+    depend on the order of its pops, and the two may differ (both then leave candidates
+    out by up to 1e-4 of the rates: docs/performance.md)."""
+    x, y = pts[:, 0], pts[:, 1]
+    idx = np.arange(len(pts))
+    while len(idx) > _SCAN_POINTS:
+        o, a, p = idx[:-2], idx[1:-1], idx[2:]
+        turn = (x[a] - x[o]) * (y[p] - y[o]) - (y[a] - y[o]) * (x[p] - x[o])
+        drop = turn <= tol
+        # of a run of such points the last stays for the scan, which keeps the last of
+        # points that do not turn (each pops the one before): where near-coincident points
+        # make a corner, one of them is its vertex, the scan's
+        after = np.append(drop[1:], False)
+        before = np.insert(drop[:-1], 0, False)
+        drop &= after | ~before
+        dropped = int(np.count_nonzero(drop))
+        if dropped == 0:
+            break
+        keep = np.ones(len(idx), dtype=bool)
+        keep[1:-1] = ~drop
+        idx = idx[keep]
+        if dropped * 8 < len(idx):  # a pass dropping few: the scan finishes in linear time
+            break
+    out: list = []
+    for px, py in pts[idx].tolist():
+        while len(out) >= 2:
+            (ox, oy), (ax, ay) = out[-2], out[-1]
+            if (ax - ox) * (py - oy) - (ay - oy) * (px - ox) <= tol:
+                out.pop()
+            else:
+                break
+        out.append((px, py))
+    return out
+
 
 def convex_hull(points: np.ndarray) -> np.ndarray:
     """Vertices of the convex hull of 2-D points, counter-clockwise, without collinear
     points. Works for degenerate inputs (one point, collinear points)."""
-    pts = np.unique(np.asarray(points, dtype=float).reshape(-1, 2), axis=0)  # sorted by x, then y
+    pts = _sorted_unique(points)
     if len(pts) <= 2:
         return pts
     scale = max(1.0, float(np.abs(pts).max()))
     tol = 1e-12 * scale * scale
-
-    def half(seq):
-        out: list = []
-        for p in seq:
-            while len(out) >= 2:
-                (ox, oy), (ax, ay) = out[-2], out[-1]
-                if (ax - ox) * (p[1] - oy) - (ay - oy) * (p[0] - ox) <= tol:
-                    out.pop()
-                else:
-                    break
-            out.append((p[0], p[1]))
-        return out
-
-    seq = [tuple(p) for p in pts]
-    lower = half(seq)
-    upper = half(seq[::-1])
-    hull = lower[:-1] + upper[:-1]
-    return np.array(hull, dtype=float)
+    lower = _chain(pts, tol)
+    upper = _chain(pts[::-1], tol)
+    return np.array(lower[:-1] + upper[:-1], dtype=float)
 
 
 # ---------------------------------------------------------------------------------------
@@ -376,14 +423,16 @@ class StabilityRegion:
 
 def _load_only_candidates(cost, b_max, k_max, pmax):
     b = np.arange(1, b_max + 1, dtype=np.int64)
-    t = np.array([cost.load_time(int(v)) for v in b], dtype=float)
+    t = np.asarray(cost.load_times(b), dtype=float)
     if not np.all(np.isfinite(t)) or np.any(t <= 0):
         raise ConfigError(f"cost model {cost.name!r} gave a non-positive or non-finite step time")
     ycap = b if k_max is None else np.minimum(b, k_max)
     feas0 = feasible_shape(b, 0, b_max, k_max, pmax)
-    # vectorised binary search for y*(b) = largest feasible y in [0, ycap] (a prefix)
-    lo = np.zeros_like(b)
+    # vectorised binary search for y*(b) = largest feasible y in [0, ycap] (a prefix),
+    # none where ycap itself is feasible (every load without k_max)
+    top = feasible_shape(b - ycap, ycap, b_max, k_max, pmax)
     hi = np.where(feas0, ycap, 0)
+    lo = np.where(top, hi, 0)
     while np.any(lo < hi):
         active = lo < hi
         mid = (lo + hi + 1) // 2
@@ -417,7 +466,7 @@ def _general_candidates(cost, b_max, k_max, pmax, mean_prompt, mean_output, grid
     if mix is None:
         _check_means(mean_prompt, mean_output)
     ymax = b_max if k_max is None else min(b_max, k_max)
-    total = sum(b_max - y + 1 for y in range(ymax + 1))
+    total = (ymax + 1) * (b_max + 1) - ymax * (ymax + 1) // 2  # shapes (x, y): x <= b_max - y
     exact = total <= _FULL_ENUMERATION_LIMIT and grid is None
     n = _DEFAULT_GRID if grid is None else int(grid)
     if exact:

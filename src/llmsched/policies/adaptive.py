@@ -13,7 +13,7 @@ Rule (our design):
 1. Once per server (b_max, k_max), compute the stability region (`llmsched.core.region`)
    of the run's cost model and keep its vertex shapes `(x_v, y_v)`: x prefill and y decode
    tokens at load `l_v = x_v + y_v`. This happens when the scheduler is built (and again
-   when a driver binds its cost model), not on the first step, whose request would wait
+   when a driver binds another cost model), not on the first step, whose request would wait
    for it (importing the LP solver and solving took about 0.4 s). A context-dependent
    cost model is refitted as the workload means move (1, 2, 4, ... requests seen).
    A refit during a step is a job (`take_job`, `install_job`): by default `build` runs it
@@ -124,11 +124,27 @@ def _solve(cost, b_max: int, k_max: int | None, cap: int | None, mp: float | Non
         if x + y >= 1:
             load = int(x + y)
             if cost.load_only:  # same step time up to a larger load: use it too
-                t0 = cost.load_time(load) * (1 + 1e-12)
-                while load < b_max and cost.load_time(load + 1) <= t0:
-                    load += 1
+                load = _same_time_reach(cost, load, b_max)
             cands.add((load, int(y)))
     return sorted(cands, key=lambda c: (-c[0], -c[1])), timer
+
+
+def _same_time_reach(cost, load: int, b_max: int) -> int:
+    """The largest load up to b_max whose step time, and every one's from `load` to it, is
+    at most `load`'s (within 1e-12): a load-only model's loads in blocks of doubling size
+    (`load_times`), as a const model's run to b_max."""
+    import numpy as np  # noqa: PLC0415 (as _region: numpy only once a region is solved)
+
+    t0 = cost.load_time(load) * (1 + 1e-12)
+    n = 64
+    while load < b_max:
+        nxt = np.arange(load + 1, min(load + n, b_max) + 1, dtype=np.int64)
+        over = np.flatnonzero(~(np.asarray(cost.load_times(nxt), dtype=float) <= t0))
+        if len(over):
+            return load + int(over[0])
+        load = int(nxt[-1])
+        n *= 2
+    return load
 
 
 class Adaptive(BatchPolicy):
@@ -193,7 +209,9 @@ class Adaptive(BatchPolicy):
         self._compute(*self._server)
 
     def bind_cost_model(self, cost) -> None:
-        if self.cost_spec is None:  # an explicit `cost` option wins
+        # an explicit `cost` option wins; the model bound already keeps its regions (the
+        # simulator binds its model twice: the scheduler's maker, then the run)
+        if self.cost_spec is None and cost is not self.cost:
             self.cost = cost
             self._key = None
             self._regions = {}

@@ -81,6 +81,46 @@ def check_inputs_not_replaced(out_dir, kind: str, config: dict) -> None:
     check_inputs_kept(out_dir, kind, [f for f, _, _ in file_stamps(d)])
 
 
+def checked_slo(value) -> dict:
+    """A result's `slo` as `r.slo = value` after a run sets it: checked as a run's `slo=`
+    is (ConfigError), None or {} meaning no objectives."""
+    if value is None or value == {}:
+        return {}
+    from ..core.slo import check_request_slo  # noqa: PLC0415 - its patterns cost start-up time
+
+    return check_request_slo(value)
+
+
+class SloAfterRun:
+    """A result whose `slo` may be set after its run (`r.slo = ...`: goodput under other
+    limits), checked as the run's was; its cached summary (`_summary`) is computed anew
+    when `slo`, or another of `_summary_inputs`, is set."""
+
+    _summary_inputs: tuple[str, ...] = ("slo",)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "slo":
+            value = checked_slo(value)
+        super().__setattr__(name, value)
+        if name in self._summary_inputs and "_summary" in self.__dict__:
+            self.__dict__["_summary"] = None
+
+    def _slo_config(self, config: dict, section: str | None = None) -> tuple[dict, dict | None]:
+        """`config` (the run's, as config.json records it; its SLO at `config[section]["slo"]`,
+        or `config["slo"]`) as the summary's: where `slo` was set after the run to other
+        limits, those as its SLO and the run's under `provenance.slo_of_run`, which a rerun
+        ignores. Returns it with the run's SLO, or None where they are the same (`config`
+        as it is)."""
+        holder = config if section is None else config.get(section) or {}
+        run_slo = checked_slo(holder.get("slo"))
+        if self.slo == run_slo:
+            return config, None
+        holder = {**holder, "slo": dict(self.slo)}
+        config = {**config, **({"slo": holder["slo"]} if section is None else {section: holder})}
+        config["provenance"] = {**config.get("provenance", {}), "slo_of_run": run_slo}
+        return config, run_slo
+
+
 def _median(values: np.ndarray) -> float:
     """np.median's value without its NaN check, which imports numpy.ma (20 ms of start-up)."""
     n = len(values)
@@ -149,7 +189,7 @@ def new_steps_file(folder=None) -> tuple[int, Path]:
 
 
 @dataclass(eq=False)  # (==: identity; a field-wise == over numpy arrays has no one truth value)
-class SimResult:
+class SimResult(SloAfterRun):
     """What `llmsched.simulate` returns."""
 
     config: dict
@@ -177,18 +217,8 @@ class SimResult:
     # only into such a folder
     _written: dict = field(default_factory=dict, init=False, repr=False)
 
-    def __setattr__(self, name: str, value) -> None:
-        if name == "slo":  # (`r.slo = ...` after a run: goodput under other limits, checked as a run's)
-            if value is None or value == {}:
-                value = {}
-            else:
-                from ..core.slo import check_request_slo  # noqa: PLC0415 - its patterns cost start-up time
-
-                value = check_request_slo(value)
-        super().__setattr__(name, value)
-        if name in ("slo", "stability") and "_summary" in self.__dict__:
-            # the summary reports both: one read before they were set is computed anew
-            self.__dict__["_summary"] = None
+    # the summary reports both: one read before either was set is computed anew
+    _summary_inputs = ("slo", "stability")
 
     def own_steps(self, path: Path) -> None:
         """`path`: the run's recorded steps in a temporary file, which `write` moves into
@@ -656,14 +686,11 @@ class SimResult:
         SLO (TWP, DynamicBatch: `paced_by_slo`) and the new one's ITL limit differs, that
         target pinned as its `itl_target_ms` (None: its default), so that a rerun from
         config.json runs the same steps and reports the same summary."""
-        from ..core.slo import check_request_slo, itl_limit_ms  # noqa: PLC0415 - as __setattr__
+        from ..core.slo import itl_limit_ms  # noqa: PLC0415 - as checked_slo
 
-        config = self.config
-        run_slo = check_request_slo(config.get("slo") or {})
-        if self.slo == run_slo:
+        config, run_slo = self._slo_config(self.config)
+        if run_slo is None:
             return config
-        config = {**config, "slo": dict(self.slo)}
-        config["provenance"] = {**config.get("provenance", {}), "slo_of_run": run_slo}
         admission, options = config.get("admission"), config.get("admission_options") or {}
         target = itl_limit_ms(run_slo)
         if admission and target != itl_limit_ms(self.slo) and paced_by_slo(admission, options):
@@ -779,8 +806,12 @@ def run_duration(first_arrival: float | None, last_completion: float | None, end
 
 def goodput(ok: np.ndarray, done: np.ndarray, duration: float | None) -> dict:
     """`goodput` (requests meeting every objective, per second) and `goodput_share` (of the
-    finished ones), from `meets_slo`'s `ok` and the finished requests `done`."""
-    return {"goodput": per_second(int(ok.sum()), duration), "goodput_share": float(ok.sum()) / max(int(done.sum()), 1)}
+    finished ones; None where none finished: a share of nothing is undefined, as the
+    latency statistics of no requests are None), from `meets_slo`'s `ok` and the finished
+    requests `done`."""
+    finished = int(done.sum())
+    share = float(ok.sum()) / finished if finished else None
+    return {"goodput": per_second(int(ok.sum()), duration), "goodput_share": share}
 
 
 def meets_slo(slo: dict, done: np.ndarray, ttft_ns: np.ndarray, e2e_ns: np.ndarray, output: np.ndarray) -> np.ndarray:

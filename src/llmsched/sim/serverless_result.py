@@ -8,10 +8,12 @@
   keep-alive included), busy GPU-seconds, instances used and peak concurrent instances,
   migrations; with per-request objectives (`slo`), goodput and its share;
 - `config.json`: the platform as parsed (`cluster`, `models`, `workload`, `platform`)
-  and the run's options (`run`: `max_time_s`, `fast`, `slo`, as the run used them):
-  reproduces the run; and `schedulers`: each model's scheduler as it ran, its
-  admission policy's derived constants included (`admission.resolved` for TWP, as a
-  single-server run's `scheduler`; ignored when the file is read back);
+  and the run's options (`run`: `max_time_s`, `fast`, `slo`, as the run used them; `slo`
+  the summary's where `r.slo` was set after the run, the run's then under
+  `provenance.slo_of_run`, which a rerun ignores): reproduces the run; and `schedulers`:
+  each model's scheduler as it ran, its admission policy's derived constants included
+  (`admission.resolved` for TWP, as a single-server run's `scheduler`; ignored when the
+  file is read back);
 - `requests.csv`: `id,model,instance,arrival_s,prompt_tokens,output_tokens,queue_s,ttft_s,
   tpot_s,e2e_s,preemptions,migrations,cold_start,arrived,finished` (instance: the one that
   finished it, or where it was last; cold_start 1 if it waited for an instance to start;
@@ -44,6 +46,7 @@ from ..workload.serverless import RunOptions, ServerlessSpec, load_serverless, m
 from .csv_rows import IntField, names_field, seconds_field, time_text, write_csv, write_file
 from .histogram import GapHistogram
 from .result import (
+    SloAfterRun,
     _seconds,
     _tpot,
     check_inputs_not_replaced,
@@ -131,8 +134,11 @@ def _peak(intervals: list[tuple[int, int]]) -> int:
     return peak
 
 
-class ServerlessResult:
-    """What `simulate_serverless` returns."""
+class ServerlessResult(SloAfterRun):
+    """What `simulate_serverless` returns. `r.slo = {...}` after the run reports goodput
+    under those limits (checked as `slo=` is); `write` then records them as config.json's
+    `run.slo`, the run's own under `provenance.slo_of_run` (the objectives only measure: the
+    steps are the same)."""
 
     def __init__(self, stats: ServerlessStats, config: dict, wall_s: float = 0.0, slo: dict | None = None):
         self.stats = stats
@@ -274,7 +280,8 @@ class ServerlessResult:
         # the earlier run's files go first, summary.json (the run's proof) comes last: a
         # write that stops never leaves a folder that mixes two runs
         begin_simulate_write(out, "serverless")
-        write_file(out / "config.json", lambda f: json.dump(to_jsonable(self.config), f, indent=2))
+        config, _ = self._slo_config(self.config, "run")  # the summary's SLO
+        write_file(out / "config.json", lambda f: json.dump(to_jsonable(config), f, indent=2))
         write_file(out / "requests.csv", self._write_requests)
         write_file(out / "instances.csv", self._write_instances)
         end_simulate_write(out, lambda p: p.write_text(json.dumps(summary, indent=2)))

@@ -98,7 +98,9 @@ DEFAULT_PROMPT = "lognormal:mean=1024,sigma=1.0,max=8192"
 DEFAULT_OUTPUT = "geometric:mean=256,max=2048"
 
 _TOP_KEYS = ("cluster", "models", "workload", "platform", "run")
-OUTPUT_ONLY_KEY = "schedulers"  # what a run's config.json adds to the platform
+#: what a run's config.json adds to the platform: its schedulers as they ran, and the
+#: SLO of the run where `r.slo` was set after it (`provenance.slo_of_run`)
+OUTPUT_ONLY_KEYS = ("schedulers", "provenance")
 _CLUSTER_KEYS = ("remote_bandwidth_gbps", "nodes")
 _NODE_KEYS = (
     "name",
@@ -834,7 +836,7 @@ class ServerlessSpec:
     def from_dict(cls, d) -> ServerlessSpec:
         d = _mapping(d if d is not None else {}, "", "a serverless platform")
         # a run's config.json records the schedulers it built from the models: output only
-        d = {k: v for k, v in d.items() if k != OUTPUT_ONLY_KEY}
+        d = {k: v for k, v in d.items() if k not in OUTPUT_ONLY_KEYS}
         _keys(d, _TOP_KEYS, "")
         for k in ("cluster", "models"):
             if d.get(k) is None:
