@@ -100,3 +100,12 @@ def test_simulate_help_names_its_overrides():
     doc = inspect.getdoc(llmsched.simulate)
     for name in ("b_max", "policy_options", "record_steps", "num_requests", "arrival", "think_time_s"):
         assert name in doc
+
+
+def test_simulate_serverless_is_a_top_level_name_as_simulate_network_is():
+    from llmsched.sim.serverless_result import simulate_serverless
+
+    assert "simulate_serverless" in llmsched.__all__ and "simulate_serverless" in dir(llmsched)
+    assert llmsched.simulate_serverless is simulate_serverless
+    r = llmsched.simulate_serverless("examples/serverless/small.yaml", num_requests=40)
+    assert r.summary["completed"] == 40

@@ -16,6 +16,7 @@ _EXPORTS = {
     "simulate": "api",
     "simulate_network": "api",
     "cluster_network": "api",
+    "simulate_serverless": "sim.serverless_result",
     "SimConfig": "api",
     "SimResult": "sim.result",
     "ConfigError": "core",
