@@ -13,7 +13,7 @@ from ..core.checks import check_api_key
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
 from ..engine.loader import generation_defaults
-from .common import add_scheduler_args, positive_int, scheduler_spec
+from .common import add_scheduler_args, positive_human_int, positive_int, scheduler_spec
 from .engine import add_device_args, add_generation_config_arg, check_kv_cache_gb, generation_config_args
 
 # --sim-max-debt-ms' largest value: the project's clock range
@@ -102,7 +102,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-model-len",
-        type=positive_int,
+        type=positive_human_int,
         default=None,
         help="longest prompt + completion (sim default: 32768, or the KV capacity + 1; engine default: the model's)",
     )
