@@ -239,8 +239,10 @@ def build_backend(args):
         if not args.model:
             raise ConfigError("the engine backend needs --model DIR (or use --backend sim)")
         gen_args = generation_config_args(args)
-        # checked here, where the error names the command line's flag, not the API's keyword
-        generation_defaults(args.model, **gen_args)
+        if args.generation_config is not None or args.override_generation_config is not None:
+            # checked here, where the error names the command line's flag, not the API's
+            # keyword; without them make_engine_backend reads --chat-template first
+            generation_defaults(args.model, **gen_args)
         return make_engine_backend(
             args.model,
             opts,
