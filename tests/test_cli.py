@@ -111,7 +111,7 @@ BAD = [
     (["--k-max", "-1"], "--k-max: expected a positive integer"),
     (["--kv-capacity", "0"], "--kv-capacity: expected a positive integer"),
     (["--max-running", "0"], "--max-running/--max-num-seqs: expected a positive integer"),
-    (["--b-max", "abc"], "expected a positive integer, got 'abc'"),
+    (["--b-max", "abc"], "expected a positive integer, or one with a suffix (32k = 32,000, 32K = 32,768), got 'abc'"),
     (["--b-max", "100000000000000000000"], "b_max must be at most 1,048,576 tokens per step"),
     (["--cost-model", "warp"], "unknown cost model"),
     (["--trace", "/no/such/trace.csv"], "does not exist"),

@@ -195,16 +195,44 @@ def test_llm_path_and_override(model, tmp_path):
     assert llm.get_default_sampling_params() == SamplingParams(top_k=7, top_p=0.5)
 
 
-def test_a_path_files_other_eos_ids_are_named_as_unused(model, tmp_path, capsys):
-    """vLLM also stops on a --generation-config PATH file's eos_token_id; we read only its
-    sampling defaults, and say so at start rather than silently not stopping there."""
-    folder = _folder(tmp_path, temperature=1.0, eos_token_id=[1, 7])
-    _, err = _gen(model, capsys, "--generation-config", str(folder), "--max-tokens", "2")
-    assert "generation_config.json: eos_token_id [1, 7] is not used" in err and err.count("is not used") == 1
-    _folder(tmp_path, temperature=1.0, eos_token_id=99999)  # never used, so not refused either
-    assert "eos_token_id 99999 is not used" in _gen(model, capsys, "--generation-config", str(folder))[1]
-    _folder(tmp_path, temperature=1.0, eos_token_id=1)  # the model's own: nothing to say
-    assert "is not used" not in _gen(model, capsys, "--generation-config", str(folder), "--max-tokens", "2")[1]
+def test_a_path_files_other_eos_ids_stop_generation(model, tmp_path, capsys):
+    """As vLLM, a --generation-config PATH file's eos_token_id ids other than the model's
+    are stop token ids of every request (unless ignore_eos); they were only warned about."""
+    from llmsched.engine import LLM
+
+    def run(*flags):  # greedy, 8 tokens, stopping at EOS
+        argv = ["generate", "--model", str(model), "--prompt-ids", "5,9,13", "--json", "--threads", "1"]
+        assert main([*argv, "--temperature", "0", "--max-tokens", "8", *flags]) == 0
+        out, err = capsys.readouterr()
+        return json.loads(out)["token_ids"], err
+
+    greedy = run()[0]
+    assert len(greedy) > 1, greedy
+    stop = greedy[1]  # a token the run emits, past its first
+    cut = greedy.index(stop)
+    folder = _folder(tmp_path, eos_token_id=[1, stop])
+    ids, err = run("--generation-config", str(folder))
+    assert ids == greedy[: cut + 1] and "is not used" not in err
+    assert run("--generation-config", str(folder), "--ignore-eos")[0] == run("--ignore-eos")[0]
+    llm = LLM(model, max_num_seqs=2, num_threads=1, generation_config=folder)
+    (c,) = llm.generate([[5, 9, 13]], SamplingParams(max_tokens=8, temperature=0, stop_token_ids=[99]))
+    assert (c.token_ids, c.finish_reason, c.stop_reason) == (greedy[: cut + 1], "stop", stop)  # vLLM's stop_reason
+    (c,) = llm.generate([[5, 9, 13]], SamplingParams(max_tokens=8, temperature=0, min_tokens=cut + 1))
+    assert c.token_ids[cut] != stop  # nor drawn among min_tokens (vLLM's _all_stop_token_ids)
+    (c,) = llm.generate([[5, 9, 13]], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+    assert c.token_ids[: cut + 1] == greedy[: cut + 1]
+
+
+def test_a_path_files_eos_id_outside_the_vocabulary_is_refused(model, tmp_path, capsys):
+    from llmsched.engine import LLM
+
+    folder = _folder(tmp_path, eos_token_id=[1, 99999])
+    argv = ["generate", "--model", str(model), "--prompt-ids", "5", "--generation-config", str(folder)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "generation_config.json: eos_token_id must be a token id or a list" in err
+    with pytest.raises(ConfigError, match=r"eos_token_id must be .* in 0\.\.511 \(vocab_size 512\), got \[1, 99999\]"):
+        LLM(model, num_threads=1, generation_config=folder)
 
 
 def test_an_override_min_p_says_how_to_fix_it(model):

@@ -66,6 +66,17 @@ def test_metrics_by_hand():
     assert m["max_output_tokens_per_s"] == 4.0  # tokens at 0.1, 0.12, 0.16, 0.8 s; then 1.2, 1.25
 
 
+def test_peak_buckets_start_at_the_first_successful_request():
+    """As vllm bench serve's calculate_metrics (vllm/benchmarks/serve.py: min_start_time over
+    the successful outputs), a request that failed before them moves no bucket: from its
+    start at 0 s the tokens at 0.6 and 1.4 s would fall in two buckets, 1 token each."""
+    ok = _r(0.1, [0.8], 2, start=0.5)  # tokens at 0.6 and 1.4 s, in flight 0.5 .. 1.4 s
+    failed = RequestResult(success=False, prompt_len=10, start_time=0.0, latency=0.05)
+    m = calculate_metrics([failed, ok], 2.0, [99])
+    assert m["max_output_tokens_per_s"] == 2.0 and m["max_concurrent_requests"] == 1
+    assert calculate_metrics([ok], 2.0, [99])["max_output_tokens_per_s"] == 2.0
+
+
 def test_metrics_without_goodput_and_all_failed():
     m = calculate_metrics([_r(0, [], 0, ok=False)], 1.0, [99])
     assert m["completed"] == 0 and m["request_goodput"] is None

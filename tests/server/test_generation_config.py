@@ -174,3 +174,34 @@ def test_an_explicit_max_new_tokens_caps_every_request(model, tmp_path, how):
         # a min_tokens above it is vLLM's 400, naming the cap (it blamed the prompt's room)
         r = post(base, "/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 10, "min_tokens": 5})
         assert r.status_code == 400 and "cut to the server's max_new_tokens cap" in r.json()["error"]["message"]
+
+
+def test_a_path_files_other_eos_ids_stop_requests(model, tmp_path):
+    """As vLLM's server, a --generation-config PATH file's eos_token_id ids other than the
+    model's stop every request (stop_reason: the id) unless it sets ignore_eos."""
+    from llmsched.core.engine_api import SamplingParams
+    from llmsched.engine import LLM
+
+    params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    greedy = LLM(model, num_threads=1).generate([[5, 9, 13]], params)[0].token_ids
+    stop = greedy[1]
+    cut = greedy.index(stop)
+    assert GEN["eos_token_id"] not in greedy[: cut + 1], greedy  # the model's own EOS comes later
+    folder = tmp_path / "gen"
+    folder.mkdir()
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [GEN["eos_token_id"], stop]}))
+    backend = make_engine_backend(
+        str(model),
+        SchedulerOptions(b_max=64, max_running=4),
+        max_model_len=128,
+        num_blocks=40,
+        block_size=16,
+        generation_config=str(folder),
+    )
+    body = {"model": "m", "prompt": [5, 9, 13], "max_tokens": 8, "temperature": 0}
+    with running_server(backend) as (base, _):
+        r = post(base, "/v1/completions", body).json()
+        assert (r["choices"][0]["finish_reason"], r["choices"][0]["stop_reason"]) == ("stop", stop)
+        assert r["usage"]["completion_tokens"] == cut + 1
+        r = post(base, "/v1/completions", {**body, "ignore_eos": True}).json()
+        assert r["usage"]["completion_tokens"] == 8

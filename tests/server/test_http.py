@@ -372,7 +372,7 @@ BAD = [
     ("/v1/completions", {"model": MODEL, "prompt": [1, -2]}, "prompt"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 0}, "max_tokens"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": -5}, "max_tokens"),
-    ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": "10"}, "max_tokens"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": "10.5"}, "max_tokens"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 2.5}, "max_tokens"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "temperature": "hot"}, "temperature"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "temperature": -1}, "temperature"),

@@ -177,3 +177,34 @@ def test_a_kv_cache_that_cuts_the_context_names_the_flag_that_sized_it(tmp_path)
     argv = ["serve", "--model", str(model), "--num-blocks", "20", "--max-running", "4"]
     with pytest.warns(InputWarning, match=r"may reach 257 .*: raise --num-blocks or lower --max-running"):
         server_cli.build_backend(build_parser("serve").parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    "value, tokens",
+    [("32k", 32_000), ("32K", 32_768), ("25.6k", 25_600), ("4.1k", 4_100), ("1m", 10**6), ("2048", 2048)],
+)
+def test_token_counts_take_vllms_suffixes(value, tokens):
+    """vLLM's --max-model-len 32k (x1000; 32K: x1024) and --max-num-batched-tokens 8K were
+    refused as not integers."""
+    for cmd in ("serve", "generate"):
+        args = build_parser(cmd).parse_args([cmd, "--model", "m", "--max-model-len", value])
+        assert args.max_model_len == tokens
+    args = build_parser("serve").parse_args(["serve", "--max-num-batched-tokens", value, "--b-max", value])
+    assert args.b_max == tokens
+
+
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("32x", "expected a positive integer, or one with a suffix (32k = 32,000, 32K = 32,768), got '32x'"),
+        ("1.5K", "a decimal cannot take the binary suffix K (x1024), got '1.5K': did you mean 1.5k (x1000)?"),
+        ("1.0001k", "expected a positive whole number of tokens, got '1.0001k' (1000.1)"),
+        ("0k", "expected a positive whole number of tokens, got '0k'"),
+    ],
+)
+def test_a_bad_suffix_is_one_line(capsys, value, says):
+    for flag in ("--max-model-len", "--max-num-batched-tokens"):
+        with pytest.raises(SystemExit) as e:
+            main(["serve", "--backend", "sim", "--port", "0", flag, value])
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and len(err.splitlines()) == 1 and flag in err and says in err, err

@@ -13,7 +13,9 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
+from fractions import Fraction
 
 from ..core.constraints import MAX_B_MAX, MAX_KV_TOKENS, MAX_REQUESTS_PER_STEP
 from ..core.engine_api import LLM_MAX_NUM_SEQS, default_max_running
@@ -144,6 +146,37 @@ def positive_int(text: str) -> int:
     return v
 
 
+# vLLM's human-readable integers (--max-model-len, --max-num-batched-tokens): a lowercase
+# suffix counts in powers of 1000 and may follow a decimal (25.6k), an uppercase one in
+# powers of 1024 and follows a whole number only (1K = 1024)
+_HUMAN_INT = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgGtT])")
+_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def positive_human_int(text: str) -> int:
+    """An argparse type: a positive integer, as written or with vLLM's k/m/g/t (x1000) or
+    K/M/G/T (x1024) suffix: 32k is 32,000, 32K 32,768, 1.5k 1,500. Exact (vLLM's floats make
+    4.1k 4,099), and a decimal that is no whole number of tokens (1.0001k) is refused."""
+    m = _HUMAN_INT.fullmatch(text.strip())
+    if m is None:
+        try:
+            return positive_int(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"expected a positive integer, or one with a suffix (32k = 32,000, 32K = 32,768), got {text!r}"
+            ) from None
+    number, suffix = m.groups()
+    if suffix.isupper() and "." in number:
+        raise argparse.ArgumentTypeError(
+            f"a decimal cannot take the binary suffix {suffix} (x1024), got {text!r}: "
+            f"did you mean {number}{suffix.lower()} (x1000)?"
+        )
+    v = Fraction(number) * _SUFFIXES[suffix]
+    if v.denominator != 1 or v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number of tokens, got {text!r} ({float(v):g})")
+    return int(v)
+
+
 def positive_int_at_most(maximum: int):
     """An argparse type: a positive integer of at most `maximum` (a cap of 1e30 requests per
     step crashed the capacity region with an overflow)."""
@@ -252,7 +285,7 @@ def add_scheduler_args(
     g.add_argument(
         *option_flags("b_max", "--b-max"),
         dest="b_max",
-        type=positive_int,
+        type=positive_human_int,
         default=d.b_max if defaults else None,
         help=shown("b_max", f"token budget per step (default {d.b_max}; at most {MAX_B_MAX:,})"),
     )

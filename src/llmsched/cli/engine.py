@@ -32,6 +32,7 @@ from .common import (
     check_replaces_own_file,
     flag_of,
     is_given,
+    positive_human_int,
     positive_int,
     positive_int_at_most,
     scheduler_spec,
@@ -128,7 +129,7 @@ def add_engine_args(
     )
     g.add_argument(
         "--max-model-len",
-        type=positive_int,
+        type=positive_human_int,
         default=None,
         help=f"longest sequence, prompt + output (default: {mml_default})",
     )

@@ -13,7 +13,7 @@ from ..core.checks import check_api_key
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
 from ..engine.loader import generation_defaults
-from .common import add_scheduler_args, positive_int, scheduler_spec
+from .common import add_scheduler_args, positive_human_int, positive_int, scheduler_spec
 from .engine import add_device_args, add_generation_config_arg, check_kv_cache_gb, generation_config_args
 
 # --sim-max-debt-ms' largest value: the project's clock range
@@ -102,7 +102,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-model-len",
-        type=positive_int,
+        type=positive_human_int,
         default=None,
         help="longest prompt + completion (sim default: 32768, or the KV capacity + 1; engine default: the model's)",
     )
@@ -239,8 +239,10 @@ def build_backend(args):
         if not args.model:
             raise ConfigError("the engine backend needs --model DIR (or use --backend sim)")
         gen_args = generation_config_args(args)
-        # checked here, where the error names the command line's flag, not the API's keyword
-        generation_defaults(args.model, **gen_args)
+        if args.generation_config is not None or args.override_generation_config is not None:
+            # checked here, where the error names the command line's flag, not the API's
+            # keyword; without them make_engine_backend reads --chat-template first
+            generation_defaults(args.model, **gen_args)
         return make_engine_backend(
             args.model,
             opts,

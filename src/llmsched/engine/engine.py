@@ -39,7 +39,7 @@ from ..runtime.driver import NS, StepBatch, StepDriver
 from ..runtime.output import PieceFn
 from ..runtime.output import Sequence as _Sequence
 from .kv_cache import BlockAllocator, token_capacity
-from .loader import ModelConfig, generation_defaults, read_config, warn_unused_eos
+from .loader import ModelConfig, generation_defaults, generation_stop_ids, read_config
 from .tokenizer import Detokenizer, Tokenizer
 
 
@@ -49,8 +49,16 @@ class Sequence(_Sequence):
 
     __slots__ = ("token_ids", "generator", "blocks", "shared", "detok", "arrival", "token_times")
 
-    def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, arrival: float, eos_ids: frozenset):
-        super().__init__(request_id, len(prompt), params, eos_ids)
+    def __init__(
+        self,
+        request_id: str,
+        prompt: list[int],
+        params: SamplingParams,
+        arrival: float,
+        eos_ids: frozenset,
+        config_stop_ids: frozenset = frozenset(),
+    ):
+        super().__init__(request_id, len(prompt), params, eos_ids, config_stop_ids)
         self.token_ids = list(prompt)
         self.generator = None
         self.blocks: list[int] = []  # block table: physical block of positions i*bs .. (i+1)*bs - 1
@@ -340,6 +348,9 @@ class LLMEngine(StepDriver):
         self._hook_prefix_cache()
         self.max_num_seqs = max_num_seqs
         self.eos_ids = frozenset(cfg.eos_token_ids)
+        # a --generation-config PATH file's other EOS ids (loader.generation_stop_ids, set by
+        # LLM and the server): every request stops on them unless it sets ignore_eos
+        self.config_stop_ids: frozenset = frozenset()
         self._rng = random.Random(int(seed))  # checked by the runner; a numpy integer is no Random seed
         self._perf0 = time.perf_counter_ns()
         self._t0 = 0
@@ -411,7 +422,7 @@ class LLMEngine(StepDriver):
             arrival_ns = wall_stamp_ns(arrival_time, now_ns)
         arrival_ns = now_ns if arrival_ns is None else min(now_ns, int(arrival_ns))
         arrival = arrival_ns / 1e9
-        seq = Sequence(request_id, prompt, params, arrival, self.eos_ids)
+        seq = Sequence(request_id, prompt, params, arrival, self.eos_ids, self.config_stop_ids)
         if not params.greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
             # all 64 bits (torch's CPU generator would keep the low 32): see sampler.py
@@ -651,7 +662,7 @@ class LLM:
         # defaults (auto), another folder's (a path), or SamplingParams' own (vllm), with
         # override_generation_config's on top
         self.sampling_defaults = generation_defaults(model, generation_config, override_generation_config)
-        warn_unused_eos(model, generation_config)
+        stop_ids = generation_stop_ids(model, generation_config)  # (checked before the model loads)
         self.engine = LLMEngine(
             model,
             scheduler=scheduler,
@@ -663,6 +674,7 @@ class LLM:
             max_num_seqs=max_num_seqs,
             **engine_options,
         )
+        self.engine.config_stop_ids = frozenset(stop_ids)
         self.tokenizer = self.engine.tokenizer
         self._n = 0
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..core.checks import as_real, check_bool
 from ..core.engine_api import SamplingParams
-from ..core.errors import ConfigError, check_known, warn
+from ..core.errors import ConfigError, check_known
 
 log = logging.getLogger(__name__)
 # transformers' MistralConfig and Qwen2Config default (a config.json without the key)
@@ -340,22 +340,20 @@ def generation_config_file(model_dir, generation_config="auto") -> Path | None:
     return gen
 
 
-def warn_unused_eos(model_dir, generation_config) -> None:
-    """Warn when a `--generation-config PATH` file names EOS ids other than the model's:
-    only its sampling defaults are read (vLLM also stops on its eos_token_id), so a run
-    that counted on them would not stop there."""
-    if generation_config in GENERATION_CONFIG_CHOICES or isinstance(model_dir, ModelConfig):
-        return
+def generation_stop_ids(model_dir, generation_config) -> list[int]:
+    """The `eos_token_id` ids of a `--generation-config PATH` file that are not the model's
+    EOS ids: as in vLLM (SamplingParams.update_from_generation_config), every request stops
+    on them too (as stop_token_ids) unless it sets ignore_eos. An id outside the vocabulary
+    is a ConfigError naming the file, as in the model folder's own file (vLLM takes it and
+    never stops there). None with auto or vllm: the model folder's own file gives the
+    model's EOS ids (read_config)."""
+    if generation_config in GENERATION_CONFIG_CHOICES:
+        return []
     gen = generation_config_file(model_dir, generation_config)
-    raw = _read_json(gen, "generation config").get("eos_token_id")  # (not used, so not checked either)
-    ids = raw if isinstance(raw, list) else [] if raw is None else [raw]
-    cfg = read_config(model_dir)
-    if ids and set(map(str, ids)) != set(map(str, cfg.eos_token_ids)):  # (str: a bad entry may be unhashable)
-        warn(
-            f"{gen}: eos_token_id {raw!r:.60} is not used: only the file's sampling defaults "
-            f"are, and the model's EOS ids stay {sorted(cfg.eos_token_ids)} (send stop_token_ids to stop on others)",
-            stacklevel=4,
-        )
+    cfg = model_dir if isinstance(model_dir, ModelConfig) else read_config(model_dir)
+    raw = _read_json(gen, "generation config").get("eos_token_id")
+    ids = _token_ids(raw, f"{gen}: eos_token_id", cfg.vocab_size)
+    return sorted(set(ids) - set(cfg.eos_token_ids))
 
 
 def _sampling_fields(data: dict, where) -> dict:

@@ -50,7 +50,14 @@ class Sequence:
         "prompt_lps",
     )
 
-    def __init__(self, request_id: str, prompt_len: int, params: SamplingParams, eos_ids: frozenset = frozenset()):
+    def __init__(
+        self,
+        request_id: str,
+        prompt_len: int,
+        params: SamplingParams,
+        eos_ids: frozenset = frozenset(),
+        config_stop_ids: frozenset = frozenset(),
+    ):
         self.request_id = request_id
         self.params = params
         self.req: Request | None = None
@@ -60,7 +67,8 @@ class Sequence:
         self.sent = 0  # characters of `text` already returned
         self.stops = [s for s in params.stop if s]
         self.hold = 0 if params.include_stop_str_in_output else max((len(s) for s in self.stops), default=1) - 1
-        self.stop_ids = frozenset(params.stop_token_ids)
+        # config_stop_ids: a generation config's other EOS ids, stop ids unless ignore_eos (as vLLM)
+        self.stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else config_stop_ids)
         self.eos_ids = frozenset() if params.ignore_eos else eos_ids
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None

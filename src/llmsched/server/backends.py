@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.engine_api import EngineCore, default_max_running
 from ..core.errors import ConfigError, warn
-from ..engine.loader import generation_defaults, max_tokens_cap, warn_unused_eos
+from ..engine.loader import generation_defaults, generation_stop_ids, max_tokens_cap
 from ..engine.tokenizer import tokenizer_file
 from ..policies.spec import SchedulerSpec
 from .chat_template import ChatTemplates, resolve_template
@@ -253,7 +253,7 @@ def make_engine_backend(
         raise ConfigError("--chat-template needs a tokenizer, and this model has none (no tokenizer.json)")
     sampling_defaults = generation_defaults(model, generation_config, override_generation_config)
     cap = max_tokens_cap(generation_config, override_generation_config, sampling_defaults)
-    warn_unused_eos(model, generation_config)
+    stop_ids = generation_stop_ids(model, generation_config)
     from .. import engine as _engine  # noqa: PLC0415 - the engine needs torch
 
     opts = opts or SchedulerOptions()
@@ -268,6 +268,7 @@ def make_engine_backend(
     # the engine itself takes --tokenizer (as vLLM's does): prompts get the special tokens
     # its post-processor adds (BOS), and output text and stop strings use it too
     core = _engine.LLMEngine(model, scheduler=opts, tokenizer=tokenizer, **kwargs)
+    core.config_stop_ids = frozenset(stop_ids)  # (as vLLM: each request's stop_token_ids, unless ignore_eos)
     has_tokenizer = getattr(core, "tokenizer", None) is not None
     tok = _EngineTokenizer(core.tokenizer, templates) if has_tokenizer else _NoTokenizer()
     max_len = getattr(core, "max_model_len", None)

@@ -26,7 +26,8 @@ and how it names it:
   all gaps of all successful requests), numpy's default (linear) percentiles; `pNN` keys
   are named like vLLM's (`p99_ttft_ms`, `p99.9_itl_ms`).
 - max_output_tokens_per_s: the most tokens received in one one-second bucket from the
-  first start; max_concurrent_requests: the peak number of requests in flight.
+  first successful request's start (failed ones move no bucket, as in vLLM);
+  max_concurrent_requests: the peak number of requests in flight.
 - Arrivals: request_rate inf sends every request at once; otherwise inter-arrival gaps are
   gamma with shape `burstiness` and mean 1/rate (burstiness 1: Poisson). Unlike vLLM, the
   gaps are not rescaled to make the last arrival exactly num_prompts / rate, and the first

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 from ..core.engine_api import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_STOP_CHARS, SamplingParams
@@ -99,10 +100,38 @@ def _type_name(v) -> str:
     }.get(type(v), type(v).__name__)
 
 
+# pydantic's lax mode, in which vLLM reads request bodies, takes a number written as a
+# string: an integer field a string of digits (with a sign, underscores between digits,
+# surrounding whitespace, or a fraction of zeros: "16.0"), a number field any string
+# Python's float() reads ("0.5", "1e-3"); never a boolean from a string here
+_INT_TEXT = re.compile(r"([+-]?[0-9](?:_?[0-9])*)(?:\.0+)?", re.ASCII)
+
+
+def _lax_int(v, key: str):
+    """`v`, or the integer a string `v` writes (see _INT_TEXT)."""
+    if isinstance(v, str) and (m := _INT_TEXT.fullmatch(v.strip())):
+        try:
+            return int(m[1])
+        except ValueError:  # more digits than Python converts: far beyond 64 bits
+            raise bad_request(f"'{key}' must be a 64-bit integer, got {_show(v)}", key) from None
+    return v
+
+
+def _lax_float(v):
+    """`v`, or the number a string `v` writes (see _INT_TEXT; "nan" too, for the caller to refuse)."""
+    if isinstance(v, str) and v.isascii():
+        try:
+            return float(v)
+        except ValueError:
+            pass
+    return v
+
+
 def _int(body: dict, key: str, default, minimum: int | None = None):
     v = body.get(key, default)
     if v is None:
         return default
+    v = _lax_int(v, key)
     if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
         raise bad_request(f"'{key}' must be an integer, got {_type_name(v)} {_show(v)}", key)
     if not INT64_MIN <= v <= INT64_MAX:
@@ -115,11 +144,12 @@ def _int(body: dict, key: str, default, minimum: int | None = None):
 
 
 def _float(body: dict, key: str, default, lo: float | None = None, hi: float | None = None, lo_open: bool = False):
-    v = body.get(key, default)
+    v = raw = body.get(key, default)
     if v is None:
         return default
+    v = _lax_float(v)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise bad_request(f"'{key}' must be a number, got {_type_name(v)} {_show(v)}", key)
+        raise bad_request(f"'{key}' must be a number, got {_type_name(raw)} {_show(raw)}", key)
     v = float(v)
     if lo is not None and (v <= lo if lo_open else v < lo):
         raise bad_request(f"'{key}' must be {'>' if lo_open else '>='} {lo:g}, got {v:g}", key)
@@ -191,6 +221,7 @@ def _logit_bias(body: dict) -> dict[int, float] | None:
         if not (k2.isascii() and k2.isdigit() and len(k2) <= 18):
             raise bad_request(f"'logit_bias' keys must be non-negative token ids, got {_show(k)}", "logit_bias")
         t = int(k2)
+        b = _lax_float(b)
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not -100 <= b <= 100:
             raise bad_request(f"'logit_bias' values must be numbers in -100..100, got {_show(b)}", "logit_bias")
         out[t] = float(b)
@@ -248,8 +279,8 @@ def _refuse_unsupported(body: dict, kind: str) -> None:
             continue
         if isinstance(neutral, (list, dict)) and isinstance(v, (list, dict)) and not v:
             continue  # an empty list or object asks for nothing
-        if isinstance(neutral, float) and isinstance(v, int) and not isinstance(v, bool) and v == neutral:
-            continue
+        if type(neutral) in (int, float) and not isinstance(v, bool) and _lax_float(v) == neutral:
+            continue  # 0.0 for 0, "0" (as vLLM reads it)
         if neutral is None:
             allowed = "only null"
         elif isinstance(neutral, (list, dict)):
@@ -272,6 +303,8 @@ def _int_list(body: dict, key: str) -> list[int]:
     v = body.get(key)
     if v is None:
         return []
+    if isinstance(v, list):
+        v = [_lax_int(x, key) for x in v]
     if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         if v and min(v) < 0:  # checked here, not in SamplingParams, so that the 400 names the field
             raise bad_request(f"'{key}' must be non-negative token ids, got {_show(min(v))}", key)
