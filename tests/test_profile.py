@@ -569,9 +569,16 @@ def test_a_path_holding_a_hash(tmp_path):
 
 
 def test_paper_spec_messages_and_case():
-    # b0=1e3 is a number, so "must be a number" misled; variant=MAX was refused though mode=EAGER is read
-    with pytest.raises(ConfigError, match="b0 must be an integer, got '1e3'"):
-        make_cost_model("paper:b0=1e3")
+    # b0=1e3 was refused ("must be an integer") though a length law reads lo=1e3 as 1000: whole
+    # numbers in e-notation are taken; variant=MAX was refused though mode=EAGER is read
+    assert make_cost_model("paper:b0=1e3").describe() == make_cost_model("paper:b0=1000").describe()
+    assert make_cost_model("paper:b0=1.5e2").b0 == 150
+    for bad in ("128.5", "1e-1", "x", "nan", "1e300"):
+        with pytest.raises(ConfigError, match=f"b0 must be a whole number, got '{bad}'"):
+            make_cost_model(f"paper:b0={bad}")
+    assert load_profile("h200-llama-3-8b,layers=1.6e1").layers == load_profile("h200-llama-3-8b,layers=16").layers
+    with pytest.raises(ConfigError, match="layers must be a positive integer, got '16.5'"):
+        load_profile("h200-llama-3-8b,layers=16.5")
     assert make_cost_model("paper:variant=MAX").describe() == make_cost_model("paper:variant=max").describe()
 
 

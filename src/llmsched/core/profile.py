@@ -126,6 +126,7 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from pathlib import Path
 
+from .checks import whole_from_text
 from .constraints import MAX_B_MAX
 from .cost import MAX_STEP_MS, MIN_STEP_MS, CostModel, StepTimer, steps_by_step
 from .errors import ConfigError, count_text
@@ -1219,11 +1220,8 @@ def _parse_options(parts: list[str], spec: str) -> dict:
             if not 0.0 <= opts["overlap"] <= 1.0:
                 raise ConfigError(f"profile {spec!r}: overlap must be a number from 0 to 1, got {v!r}")
         elif k == "layers":
-            try:
-                opts["layers"] = int(v)
-            except ValueError:
-                raise ConfigError(f"profile {spec!r}: layers must be a positive integer, got {v!r}") from None
-            if opts["layers"] <= 0:
+            opts["layers"] = whole_from_text(v)  # layers=1e2 is 100, as b0=1e3 is 1000
+            if opts["layers"] is None or opts["layers"] <= 0:
                 raise ConfigError(f"profile {spec!r}: layers must be a positive integer, got {v!r}")
         else:
             raise ConfigError(f"profile {spec!r}: unknown option {k!r} (known: mode, monotone, overlap, layers)")
