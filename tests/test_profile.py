@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmsched.cli import main
-from llmsched.core.cost import make_cost_model
+from llmsched.core.cost import make_cost_model, recorded_cost_model
 from llmsched.core.errors import ConfigError
 from llmsched.core.profile import (
     COMBINED_FILE,
@@ -923,3 +923,17 @@ def test_decode_times_equal_step_time_on_random_tables(seed):
         n = np.concatenate([np.arange(1, 700), rng.sample(range(700, 100_000), 40)])
         for ctx in (0, cols[0], cols[-1], rng.randint(0, 10_000), 10**6):
             assert np.array_equal(model.decode_times(n, ctx), CostModel.decode_times(model, n, ctx))
+
+
+def test_a_shipped_name_in_other_case_is_that_profile(tmp_path, monkeypatch):
+    """`profile:H200-LLAMA-3-8B` was "unknown profile" while `PAPER` or `Profile` is read
+    case-blind; a run records the shipped spelling, and a path keeps following the file system."""
+    monkeypatch.chdir(tmp_path)
+    upper = make_cost_model("profile:H200-LLAMA-3-8B,mode=eager")
+    assert upper.describe() == make_cost_model("profile:h200-llama-3-8b,mode=eager").describe()
+    assert recorded_cost_model("profile:H200-Llama-3.2-1B,overlap=0") == "profile:h200-llama-3.2-1b,overlap=0"
+    # a folder of that spelling is the user's own profile, not the shipped one
+    (tmp_path / "H200-LLAMA-3-8B").mkdir()
+    with pytest.raises(ConfigError, match="holds neither the table files"):
+        load_profile("H200-LLAMA-3-8B")
+    assert recorded_cost_model("profile:H200-LLAMA-3-8B") == f"profile:{tmp_path / 'H200-LLAMA-3-8B'}"
