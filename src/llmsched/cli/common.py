@@ -415,6 +415,19 @@ def check_replaces_own_file(path: str, flag: str, what: str, is_ours) -> None:
         raise ConfigError(f"{flag} {path!r} exists and is not {what}: give another file, it would be replaced")
 
 
+def config_file_layout(path: str | None) -> str | None:
+    """'network' or 'serverless' when the `--config` file at `path` is a network's (servers
+    and jobs) or a serverless platform's (cluster and models), such as such a run's own
+    config.json (`api.config_layout`); None otherwise, and for a pipe, which is read once,
+    by the run."""
+    if not path or not os.path.isfile(path):
+        return None
+    from ..api import config_layout  # noqa: PLC0415
+    from ..core.yamlfile import read_yaml  # noqa: PLC0415
+
+    return config_layout(read_yaml(path, "config"))
+
+
 def folder_shown(path) -> str:
     """A folder as a message names it, with one trailing slash: `tsl/` for --out tsl/ or
     tsl (not `tsl//`)."""
