@@ -144,6 +144,18 @@ def positive_int(text: str) -> int:
     return v
 
 
+def nonnegative_int(text: str) -> int:
+    """An argparse type: a whole number >= 0 (argparse names the flag in its error: a check
+    after parsing said "warmup must be >= 0", without the `--`)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return v
+
+
 def positive_int_at_most(maximum: int):
     """An argparse type: a positive integer of at most `maximum` (a cap of 1e30 requests per
     step crashed the capacity region with an overflow)."""
