@@ -145,11 +145,25 @@ def test_a_cluster_refuses_a_trace_without_pointing_to_a_network_file(tmp_path, 
     one_line_error(capsys, ["simulate", "--cost-model", "paper", "--arrival", "foo"], "trace:PATH, azure-conv")
 
 
-def test_capacity_given_a_network_config_names_its_own_flag(capsys):
-    """`capacity --config NETWORK.yaml` pointed only to `simulate --network`, though
-    `capacity --network` judges the file."""
+def test_capacity_judges_a_network_config_as_simulate_runs_it(tmp_path, capsys):
+    """`capacity --config RUN/config.json` of a cluster or network run was refused (naming
+    `capacity --network FILE`) while `simulate --config` runs the same file: it is judged
+    as --network FILE judges it, with the flags that allows; a sweep still refuses it."""
     path = "examples/networks/agent_dag.yaml"
-    one_line_error(capsys, ["capacity", "--config", path], "llmsched capacity --network FILE")
+    assert main(["capacity", "--network", path, "--json"]) == 0
+    judged = json.loads(capsys.readouterr().out)
+    assert main(["capacity", "--config", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == judged
+    one_line_error(capsys, ["capacity", "--config", path, "--rate", "3"], "--config FILE (a network's", "--rate")
+    run = tmp_path / "run"
+    argv = ["simulate", "--cost-model", "paper", "--replicas", "2", "--num-requests", "20", "--out", str(run)]
+    assert main([*argv, "--quiet"]) == 0
+    assert main(["capacity", "--network", str(run / "config.json"), "--json"]) == 0
+    judged = json.loads(capsys.readouterr().out)
+    assert main(["capacity", "--config", str(run / "config.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == judged
+    # a serverless platform has no capacity analysis: still refused naming what runs it
+    one_line_error(capsys, ["capacity", "--config", f"{EX}/serverless/small.yaml"], "simulate --serverless FILE")
     argv = ["sweep", "--config", path, "--grid", "seed=0", "--out", "x"]
     one_line_error(capsys, argv, "llmsched simulate --network FILE")
 

@@ -510,7 +510,7 @@ def test_yaml_file_errors(tmp_path):
     assert "\n" not in str(e.value)
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
-    with pytest.raises(ConfigError, match="is empty"):
+    with pytest.raises(ConfigError, match="holds no settings"):
         NetworkSpec.from_yaml(empty)
     loop = tmp_path / "loop.yaml"
     d = spec_with(lambda d: route(d)[3]["loop"].update(repeat_prob=1))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmsched.cli import main
-from llmsched.core.cost import make_cost_model
+from llmsched.core.cost import make_cost_model, recorded_cost_model
 from llmsched.core.errors import ConfigError
 from llmsched.core.profile import (
     COMBINED_FILE,
@@ -569,9 +569,16 @@ def test_a_path_holding_a_hash(tmp_path):
 
 
 def test_paper_spec_messages_and_case():
-    # b0=1e3 is a number, so "must be a number" misled; variant=MAX was refused though mode=EAGER is read
-    with pytest.raises(ConfigError, match="b0 must be an integer, got '1e3'"):
-        make_cost_model("paper:b0=1e3")
+    # b0=1e3 was refused ("must be an integer") though a length law reads lo=1e3 as 1000: whole
+    # numbers in e-notation are taken; variant=MAX was refused though mode=EAGER is read
+    assert make_cost_model("paper:b0=1e3").describe() == make_cost_model("paper:b0=1000").describe()
+    assert make_cost_model("paper:b0=1.5e2").b0 == 150
+    for bad in ("128.5", "1e-1", "x", "nan", "1e300"):
+        with pytest.raises(ConfigError, match=f"b0 must be a whole number, got '{bad}'"):
+            make_cost_model(f"paper:b0={bad}")
+    assert load_profile("h200-llama-3-8b,layers=1.6e1").layers == load_profile("h200-llama-3-8b,layers=16").layers
+    with pytest.raises(ConfigError, match="layers must be a positive integer, got '16.5'"):
+        load_profile("h200-llama-3-8b,layers=16.5")
     assert make_cost_model("paper:variant=MAX").describe() == make_cost_model("paper:variant=max").describe()
 
 
@@ -916,3 +923,17 @@ def test_decode_times_equal_step_time_on_random_tables(seed):
         n = np.concatenate([np.arange(1, 700), rng.sample(range(700, 100_000), 40)])
         for ctx in (0, cols[0], cols[-1], rng.randint(0, 10_000), 10**6):
             assert np.array_equal(model.decode_times(n, ctx), CostModel.decode_times(model, n, ctx))
+
+
+def test_a_shipped_name_in_other_case_is_that_profile(tmp_path, monkeypatch):
+    """`profile:H200-LLAMA-3-8B` was "unknown profile" while `PAPER` or `Profile` is read
+    case-blind; a run records the shipped spelling, and a path keeps following the file system."""
+    monkeypatch.chdir(tmp_path)
+    upper = make_cost_model("profile:H200-LLAMA-3-8B,mode=eager")
+    assert upper.describe() == make_cost_model("profile:h200-llama-3-8b,mode=eager").describe()
+    assert recorded_cost_model("profile:H200-Llama-3.2-1B,overlap=0") == "profile:h200-llama-3.2-1b,overlap=0"
+    # a folder of that spelling is the user's own profile, not the shipped one
+    (tmp_path / "H200-LLAMA-3-8B").mkdir()
+    with pytest.raises(ConfigError, match="holds neither the table files"):
+        load_profile("H200-LLAMA-3-8B")
+    assert recorded_cost_model("profile:H200-LLAMA-3-8B") == f"profile:{tmp_path / 'H200-LLAMA-3-8B'}"

@@ -10,7 +10,7 @@ from llmsched.analysis import reproduce_networks, reproduce_twp, sweep
 from llmsched.analysis.reproduce import reproduce_stability
 from llmsched.cli import main
 from llmsched.core.errors import ConfigError
-from llmsched.core.paths import check_run_dir
+from llmsched.core.paths import check_run_dir, mark_reproduce_search
 
 QUICK = dict(quick=True, policies=["sarathi"], workers=1, progress=False)
 
@@ -153,3 +153,24 @@ def test_the_interrupted_folder_is_kept_when_refused_for_a_stray(tmp_path):
         reproduce_stability(out_dir=d, **QUICK)
     assert sorted(p.relative_to(d) for p in d.rglob("*")) == before
     json.loads((d / "search" / "search.json").read_text())
+
+
+def test_a_users_own_sweep_in_search_is_not_taken_over(tmp_path, capsys):
+    """`sweep --out X/search`, then `reproduce stability --out X`: X/search/points/ read as an
+    interrupted stability run's probes, and the run replaced that sweep's results.csv (and
+    removed its figures). A finished sweep in an unmarked folder is the user's: refused."""
+    d = tmp_path / "x"
+    argv = ["sweep", "--cost-model", "paper", "--num-requests", "40", "--grid", "seed=0", "--quiet"]
+    assert main([*argv, "--out", str(d / "search")]) == 0
+    before = {p.relative_to(d): p.read_bytes() for p in d.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=r"search/ holds a finished sweep \(its results.csv\)"):
+        reproduce_stability(out_dir=d, **QUICK)
+    assert {p.relative_to(d): p.read_bytes() for p in d.rglob("*") if p.is_file()} == before
+    # a stability run's own search, stopped before its tables (the sweep's files are there
+    # too): its mark says whose it is, and the rerun resumes it
+    e = tmp_path / "e"
+    reproduce_stability(out_dir=e, **QUICK)
+    (e / "table.json").unlink()
+    mark_reproduce_search(e, "reproduce stability")
+    assert (e / "search" / "results.csv").is_file()
+    assert reproduce_stability(out_dir=e, **QUICK)["rows"][0]["max_stable_rate"] is not None

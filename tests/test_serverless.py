@@ -1904,3 +1904,17 @@ def test_another_scheduler_is_checked_for_loads_it_could_not_clock():
     spec = load_serverless(cfg)  # 10 GB / (2 x 8e-9 GB/s): 6.25e8 s; FCFS 1.25e9 s
     with pytest.raises(ConfigError, match=r"models\.m: loading 10 GB at 8e-09 GB/s .* more than 1e\+09 s"):
         spec.replaced(scheduler="fcfs")
+
+
+def test_round_robin_keeps_every_instance_alive_at_light_load():
+    """docs/serverless.md ("Routing"): after a burst scales a model out, rotation sends each
+    instance a request every N / rate seconds (4 / 0.5 = 8 s), less than keep_alive_s, so
+    none expires; least-loaded sends the light load to the oldest instance and the others
+    expire. The documented GPU-seconds (758 against 2,541) are these runs'."""
+    path = "examples/serverless/light_tail.yaml"
+    least, rotation = (simulate_serverless(path, scheduler=s) for s in ("fcfs", "round-robin"))
+    last = rotation.summary["sim_end_s"] * NS
+    assert len(least.instances) == len(rotation.instances) == 4
+    assert sorted(r["stop_ns"] < 60 * NS for r in least.instances) == [False, True, True, True]
+    assert all(r["stop_ns"] > last for r in rotation.instances)
+    assert round(least.summary["gpu_seconds"]) == 758 and round(rotation.summary["gpu_seconds"]) == 2541

@@ -716,6 +716,28 @@ def test_a_parquet_table_reads_as_its_csv(tmp_path, capsys, monkeypatch):
     )
 
 
+@pytest.mark.parametrize("column", ["arrival_s", "prompt_tokens", "output_tokens"])
+def test_a_null_parquet_cell_is_named_as_null(tmp_path, capsys, column):
+    """A null cell was read as NaN and reported as one ("row 2 column 'arrival_s': nan is not
+    a time >= 0"): the table holds no value there, which the message now says."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from helpers import one_line_error
+
+    from llmsched.workload.lengths import parse_length_law
+
+    table = {"arrival_s": [0.0, 1.0, 2.0], "prompt_tokens": [5, 6, 7], "output_tokens": [1, 1, 1]}
+    table[column] = [table[column][0], None, table[column][2]]
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(table), path)
+    err = one_line_error(
+        capsys, ["simulate", "--trace", str(path), "--out", ""], f"row 2 column '{column}' holds no value (null)"
+    )
+    assert "nan" not in err
+    with pytest.raises(ConfigError, match=f"row 2 column '{column}' holds no value"):
+        parse_length_law(f"empirical:{path}:{column}", "prompt").expected()
+
+
 def test_a_json_lines_trace_read_as_a_csv_says_so(tmp_path):
     """`Trace.from_csv` of a Mooncake JSON-lines file said its first line "holds a number
     ('1'): the file needs a header line", about a file that is no CSV at all."""

@@ -24,8 +24,29 @@ def test_a_key_given_twice_is_refused_with_its_lines(tmp_path):
     # the same key in two mappings, anchors and merges are fine
     f.write_text("a: &x {rate: 3}\nb: {<<: *x, rate: 4}\nc: {rate: 5}\n")
     assert read_yaml(f, "config") == {"a": {"rate": 3}, "b": {"rate": 4}, "c": {"rate": 5}}
-    f.write_text("")
-    assert read_yaml(f, "config") is None
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+@pytest.mark.parametrize(
+    ("argv", "what"),
+    [
+        (["simulate", "--config", "{f}", "--out", ""], "config"),
+        (["sweep", "--config", "{f}", "--grid", "seed=0", "--out", "{d}"], "config"),
+        (["capacity", "--config", "{f}"], "config"),
+        (["simulate", "--network", "{f}", "--out", ""], "network"),
+        (["simulate", "--serverless", "{f}", "--out", ""], "serverless"),
+    ],
+)
+def test_a_file_without_settings_is_refused(tmp_path, capsys, text, argv, what):
+    """An empty or comment-only --config ran every default silently (capacity printed a
+    report of the default workload); a serverless file said "missing section 'cluster'"."""
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    argv = [a.format(f=f, d=tmp_path / "out") for a in argv]
+    one_line_error(capsys, argv, f"{what} file '{f}' holds no settings")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="holds no settings"):
+        read_yaml(f, what)
 
 
 def test_folders_missing_files_and_bad_yaml(tmp_path):

@@ -121,7 +121,7 @@ def _without_caller_workload(config, drop: Callable[[Mapping], bool] = _caller_t
     default a caller-trace run's config.json, `CALLER_TRACE`, whose workload the new one
     replaces); any other config as it is."""
     if isinstance(config, (str, os.PathLike)):
-        d = read_yaml(config, "config") or {}
+        d = read_yaml(config, "config")
     elif isinstance(config, Mapping):
         d = config
     else:
@@ -289,7 +289,7 @@ class SimConfig:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> SimConfig:
-        d = read_yaml(path, "config") or {}
+        d = read_yaml(path, "config")
         if _caller_trace_run(d):  # (the message names the run's own folder)
             raise ConfigError(caller_trace_message(os.path.dirname(str(path)) or "."))
         return cls.from_dict(d)

@@ -6,7 +6,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from helpers import dump_half_then_interrupt
+from helpers import dump_half_then_interrupt, one_line_error
 
 from llmsched.cli import build_parser as _parser
 from llmsched.cli import main
@@ -455,10 +455,13 @@ def test_profile_names_the_flag_that_sized_the_kv_cache_on_cuda():
 
 
 def test_profile_names_a_negative_warmup_alone(tiny_model, tmp_path, capsys):
-    """--warmup -1 was told 'reps must be >= 1 and warmup >= 0', --reps it had not given."""
+    """--warmup -1 was told 'reps must be >= 1 and warmup >= 0', --reps it had not given;
+    then 'warmup must be >= 0', without the `--` other flags' errors have."""
     out = tmp_path / "p.csv"
-    assert main(["profile", "--model", str(tiny_model), "--out", str(out), "--quiet", "--warmup", "-1"]) == 2
-    assert capsys.readouterr().err.strip() == "llmsched profile: error: warmup must be >= 0, got -1"
+    for bad in ("-1", "x"):
+        argv = ["profile", "--model", str(tiny_model), "--out", str(out), "--quiet", "--warmup", bad]
+        err = one_line_error(capsys, argv, "--warmup")
+        assert err == f"llmsched profile: error: argument --warmup: expected an integer >= 0, got '{bad}'"
     assert not out.exists()
 
 

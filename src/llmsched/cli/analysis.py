@@ -26,6 +26,7 @@ from .common import (
     add_workload_args,
     bounded_float,
     check_replaces_own_file,
+    config_file_layout,
     console,
     file_path,
     flag_keys,
@@ -107,7 +108,10 @@ def cmd_capacity(args) -> int:
     _check_parallel(args)
     # a flag that does not apply is the error, before any flag's value is read
     if args.network:
-        return _network_capacity(args)
+        return _network_capacity(args, "--network FILE")
+    if config_file_layout(args.config) == "network":  # (a cluster's too): judged as simulate runs it
+        args.network, args.config = args.config, None
+        return _network_capacity(args, "--config FILE (a network's servers and jobs, judged as --network FILE)")
     given = sim_overrides(args, parse=False)
     for key in CAPACITY_IGNORES:
         if given.get(key) is not None:
@@ -251,7 +255,7 @@ def _check_plot_reads_nothing(args, over: dict) -> None:
     check_replaces_own_file(str(target), "--plot", "a figure", is_a_figure)
 
 
-def _network_capacity(args) -> int:
+def _network_capacity(args, declared: str) -> int:
     from ..theory.network import network_capacity_report, network_capacity_rows, network_server_rows  # noqa: PLC0415
 
     over = sim_overrides(args, parse=False)
@@ -271,7 +275,7 @@ def _network_capacity(args) -> int:
         if v is not None:
             given.append(flag)
     if given:
-        raise ConfigError(f"--network FILE declares its servers and workload; {given[0]} does not apply")
+        raise ConfigError(f"{declared} declares its servers and workload; {given[0]} does not apply")
     rep = network_capacity_report(args.network)
     if args.json:
         print(json.dumps(to_jsonable(rep), indent=2, default=str))

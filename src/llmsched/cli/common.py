@@ -177,6 +177,18 @@ def positive_human_int(text: str) -> int:
     return int(v)
 
 
+def nonnegative_int(text: str) -> int:
+    """An argparse type: a whole number >= 0 (argparse names the flag in its error: a check
+    after parsing said "warmup must be >= 0", without the `--`)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return v
+
+
 def positive_int_at_most(maximum: int):
     """An argparse type: a positive integer of at most `maximum` (a cap of 1e30 requests per
     step crashed the capacity region with an overflow)."""
@@ -446,6 +458,19 @@ def check_replaces_own_file(path: str, flag: str, what: str, is_ours) -> None:
         return
     if not is_ours(path):
         raise ConfigError(f"{flag} {path!r} exists and is not {what}: give another file, it would be replaced")
+
+
+def config_file_layout(path: str | None) -> str | None:
+    """'network' or 'serverless' when the `--config` file at `path` is a network's (servers
+    and jobs) or a serverless platform's (cluster and models), such as such a run's own
+    config.json (`api.config_layout`); None otherwise, and for a pipe, which is read once,
+    by the run."""
+    if not path or not os.path.isfile(path):
+        return None
+    from ..api import config_layout  # noqa: PLC0415
+    from ..core.yamlfile import read_yaml  # noqa: PLC0415
+
+    return config_layout(read_yaml(path, "config"))
 
 
 def folder_shown(path) -> str:

@@ -32,6 +32,7 @@ from .common import (
     check_replaces_own_file,
     flag_of,
     is_given,
+    nonnegative_int,
     positive_human_int,
     positive_int,
     positive_int_at_most,
@@ -549,7 +550,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--reps", type=positive_int, default=REPS, help=f"interleaved passes over the grid, at least (default: {REPS})"
     )
-    p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default: 1)")
+    p.add_argument("--warmup", type=nonnegative_int, default=1, help="untimed passes first (default: 1)")
     p.add_argument(
         "--tables-s",
         type=float,

@@ -18,6 +18,7 @@ from .common import (
     add_cost_model_arg,
     add_scheduler_args,
     add_workload_args,
+    config_file_layout,
     console,
     file_path,
     flag_of,
@@ -119,12 +120,9 @@ def _route_config(args) -> None:
     / `--serverless FILE` would: with the same flags allowed beside it, the others refused
     with one line. (Neither given: a --network or --serverless beside it refuses --config.)"""
     args.declared = {"network": "--network FILE", "serverless": "--serverless FILE"}
-    if not args.config or args.network or args.serverless or not os.path.isfile(args.config):
-        return  # (a pipe is read once, by the run: SimConfig says what it holds)
-    from ..api import config_layout  # noqa: PLC0415
-    from ..core.yamlfile import read_yaml  # noqa: PLC0415
-
-    layout = config_layout(read_yaml(args.config, "config"))
+    if args.network or args.serverless:
+        return
+    layout = config_file_layout(args.config)
     if layout is not None:
         setattr(args, layout, args.config)
         args.config = None

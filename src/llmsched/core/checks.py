@@ -43,6 +43,21 @@ def whole_as_int(v: object) -> object:
     return v
 
 
+def whole_from_text(text: str) -> int | None:
+    """The whole number `text` writes (`128`, `1e3`, `2.0`: as a length law reads its token
+    counts), as an int; None when it writes none (`1.5`, `x`, `nan`, or a float past 2**53
+    that is not the number written)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        n = whole_as_int(float(text))
+    except ValueError:
+        return None
+    return n if isinstance(n, int) else None
+
+
 def quoted_number(value: object) -> str:
     """A hint for a number written in quotes (YAML reads `"0.5"` as a string), to append to
     the message refusing it; '' for anything else."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from .checks import whole_from_text
 from .errors import ConfigError, warn
 from .request import NS
 
@@ -315,11 +316,15 @@ def _floats(params: dict[str, str], spec: str, allowed: dict[str, type]) -> dict
     for k, v in params.items():
         if k not in allowed:
             raise ConfigError(f"cost model {spec!r}: unknown parameter {k!r} (known: {', '.join(allowed)})")
+        if allowed[k] is int:  # b0=1e3 is 1000, as in a length law
+            out[k] = whole_from_text(v)
+            if out[k] is None:
+                raise ConfigError(f"cost model {spec!r}: {k} must be a whole number, got {v!r}")
+            continue
         try:
             out[k] = allowed[k](v)
         except ValueError:
-            kind = "an integer" if allowed[k] is int else "a number"  # b0=1e3 is a number, not an int
-            raise ConfigError(f"cost model {spec!r}: {k} must be {kind}, got {v!r}") from None
+            raise ConfigError(f"cost model {spec!r}: {k} must be a number, got {v!r}") from None
     return out
 
 

@@ -759,11 +759,17 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
                 "would replace: choose another folder or empty it"
             )
     resume = RESUME_PROOFS.get(kind)
+    users_sweep = False
     if not has_proof and resume is not None:
         # an interrupted run's records (no link: a folder elsewhere proves nothing here);
         # any other file in search/ is refused below as no run's
         r = folder / resume
         has_proof = all(not q.is_symlink() for q in (r, r.parent)) and r.is_dir() and _proof_flaw(r) is None
+        # a finished sweep there, in a folder no stability run marked, is the user's own
+        # (`sweep --out X/search`; a stability run marks its folder before its search),
+        # whose results.csv and figures the run would replace (refused below, after a stray)
+        finished = r.parent / LAST_FILES["sweep"]
+        users_sweep = has_proof and stopped is None and finished.exists() and interrupted_kind(r.parent) is None
     # a run that stopped while writing its files (its mark, no summary.json, table.json or
     # result.json yet): a run's folder, which a rerun of its kind replaces (any simulate
     # kind's, a simulation's)
@@ -780,6 +786,12 @@ def check_run_dir(path, kind: str, what: str = "output folder") -> None:
                         f"there, and {_named(kind)} replaces or removes {name}/: move it out, or choose "
                         "another folder"
                     )
+    if users_sweep:
+        raise ConfigError(
+            f"{what} {str(path)!r}: {resume.split('/')[0]}/ holds a finished sweep (its {LAST_FILES['sweep']}), "
+            f"not the search of a `llmsched {kind}` run that stopped, which the run would replace: choose "
+            "another folder, or move that sweep out"
+        )
     servers = folder / "servers"
     if kind in SIMULATE_KINDS and servers.is_dir() and not servers.is_symlink():
         # a network's replica folders, which a network run replaces (a replica of the same

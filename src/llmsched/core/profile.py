@@ -63,7 +63,8 @@ uses the raw measurements.
 Spec forms for `load_profile(spec)` (also `make_cost_model("profile:" + spec)`):
 
 - `h200-llama-3-8b` (the default) or `h200-llama-3.2-1b`: a shipped profile, named
-  `<folder>-<model>` after the folders in `llmsched/data/profiles/`;
+  `<folder>-<model>` after the folders in `llmsched/data/profiles/` (in any case when no
+  file or folder of that spelling exists);
 - `PATH`: a folder holding the table files below for one model, or for several models
   with `PATH#MODEL` choosing one; a folder without them that holds `profile.csv` (what
   `llmsched profile --out DIR` writes) is read as that combined file;
@@ -126,6 +127,7 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from pathlib import Path
 
+from .checks import whole_from_text
 from .constraints import MAX_B_MAX
 from .cost import MAX_STEP_MS, MIN_STEP_MS, CostModel, StepTimer, steps_by_step
 from .errors import ConfigError, count_text
@@ -1117,6 +1119,18 @@ def _shipped() -> dict[str, tuple[Path, str]]:
     return out
 
 
+def _shipped_name(source: str, shipped: dict) -> str | None:
+    """The shipped profile `source` names: itself, or the one name it spells in other case
+    (`H200-LLAMA-3-8B`, as cost-model kinds are read case-blind) when no file or folder of
+    that name exists (a path follows the file system); None otherwise."""
+    if source in shipped:
+        return source
+    if _exists(source):
+        return None
+    same = [name for name in shipped if name.lower() == source.lower()]
+    return same[0] if len(same) == 1 else None
+
+
 def _known_layers(model: str | None):
     if model is None:
         return None
@@ -1219,11 +1233,8 @@ def _parse_options(parts: list[str], spec: str) -> dict:
             if not 0.0 <= opts["overlap"] <= 1.0:
                 raise ConfigError(f"profile {spec!r}: overlap must be a number from 0 to 1, got {v!r}")
         elif k == "layers":
-            try:
-                opts["layers"] = int(v)
-            except ValueError:
-                raise ConfigError(f"profile {spec!r}: layers must be a positive integer, got {v!r}") from None
-            if opts["layers"] <= 0:
+            opts["layers"] = whole_from_text(v)  # layers=1e2 is 100, as b0=1e3 is 1000
+            if opts["layers"] is None or opts["layers"] <= 0:
                 raise ConfigError(f"profile {spec!r}: layers must be a positive integer, got {v!r}")
         else:
             raise ConfigError(f"profile {spec!r}: unknown option {k!r} (known: mode, monotone, overlap, layers)")
@@ -1287,6 +1298,9 @@ def recorded_spec(spec: str) -> str:
     source, opts_parts = _split_spec((spec or DEFAULT_PROFILE).strip())
     if source in _shipped():
         return spec
+    name = _shipped_name(source, _shipped())
+    if name is not None:  # its own spelling, which no file in the rerun's folder can shadow
+        return ",".join([name, *opts_parts])
     path_text, model = _path_and_model(source)
     return ",".join([recorded_path(path_text) + ("#" + model if model else ""), *opts_parts])
 
@@ -1298,13 +1312,14 @@ def load_profile(spec: str = DEFAULT_PROFILE) -> ProfileCostModel:
     source, opts_parts = _split_spec(spec)
     opts = _parse_options(opts_parts, spec)
     key = None
-    if source in shipped:
-        folder, model = shipped[source]
-        key = (source, tuple(sorted(opts.items())))
+    name = _shipped_name(source, shipped)
+    if name is not None:
+        folder, model = shipped[name]
+        key = (name, tuple(sorted(opts.items())))
         if key in _CACHE:
             return _CACHE[key]
         tables, model, layers = _load_folder(folder, model)
-        label, where = source, str(folder)
+        label, where = name, str(folder)
     else:
         path_text, model = _path_and_model(source)
         model = model.strip() or None

@@ -4,7 +4,8 @@ twice in one mapping (PyYAML keeps the last silently: a second `platform:` secti
 replaced the first). A plain number with an exponent (`1e6`, `2.5e-3`: numbers in YAML 1.2
 and JSON) is read as a number: PyYAML's YAML 1.1 rule reads it as a string unless it has a
 dot and a signed exponent (`1.0e+6`), and a file that refuses quoted numbers (a network's)
-would refuse it."""
+would refuse it. A file with no data (empty, or only comments) is refused: a user who gave
+a file meant it to set something, and running all defaults would hide a wrong file."""
 
 from __future__ import annotations
 
@@ -63,8 +64,8 @@ class _Duplicate(Exception):
 
 
 def read_yaml(path, what: str) -> Any:
-    """The data of the YAML file at `path` (None when it is empty); `what` names the file in
-    errors ("config", "network", "serverless")."""
+    """The data of the YAML file at `path`; `what` names the file in errors ("config",
+    "network", "serverless")."""
     import yaml  # noqa: PLC0415
 
     p = Path(path)
@@ -79,7 +80,7 @@ def read_yaml(path, what: str) -> Any:
     if not (p.is_file() or p.is_fifo()):  # (a pipe: `--config <(...)` in a shell)
         raise ConfigError(f"{name} is not a file (a device or socket): give the YAML file's path")
     try:
-        return yaml.load(p.read_text(), Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
+        data = yaml.load(p.read_text(), Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
     except _Duplicate as e:
         raise ConfigError(f"{name}: {e}") from None
     except yaml.YAMLError as e:
@@ -91,3 +92,6 @@ def read_yaml(path, what: str) -> Any:
             f"{name} nests too deeply: it has more lists and mappings inside one another than the YAML "
             "reader can follow"
         ) from None
+    if data is None:
+        raise ConfigError(f"{name} holds no settings (it is empty or has only comments)")
+    return data

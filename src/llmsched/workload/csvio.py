@@ -296,6 +296,9 @@ def _parquet_columns(p: Path, kinds: dict[str, str]) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for name, kind in kinds.items():
         col = table.column(name)
+        if kind not in ("str", "text") and col.null_count:  # (a number read as NaN: reported as "nan")
+            i = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
+            raise ConfigError(f"file {p} {row_place(p, i)} column '{name}' holds no value (null)")
         if kind == "datetime" and pa.types.is_timestamp(col.type):
             stamps = col.to_numpy()
             micro = stamps.astype("datetime64[us]")  # (compared in ns, its values may wrap)

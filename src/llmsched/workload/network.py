@@ -645,8 +645,6 @@ class NetworkSpec:
     def from_yaml(cls, path: str | os.PathLike) -> NetworkSpec:
         p = Path(path)
         data = read_yaml(p, "network")
-        if data is None:
-            raise ConfigError(f"network file {str(path)!r} is empty")
         try:
             return cls.from_dict(data)
         except ConfigError as e:
