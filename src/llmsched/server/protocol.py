@@ -299,7 +299,8 @@ def _refuse_unsupported(body: dict, kind: str) -> None:
             raise bad_request("'suffix' (insertion) is not supported by this server", "suffix")
 
 
-def _int_list(body: dict, key: str) -> list[int]:
+def int_list(body: dict, key: str) -> list[int]:
+    """A list of token ids (numbers written as strings taken, see _INT_TEXT); missing: []."""
     v = body.get(key)
     if v is None:
         return []
@@ -473,7 +474,7 @@ def _common(body: dict, kind: str) -> dict:
         min_tokens=min_tokens,
         stop=_stop(body),
         include_stop_str_in_output=_bool(body, "include_stop_str_in_output", False),
-        stop_token_ids=_int_list(body, "stop_token_ids"),
+        stop_token_ids=int_list(body, "stop_token_ids"),
         ignore_eos=_bool(body, "ignore_eos", False),
         presence_penalty=presence,
         frequency_penalty=frequency,
