@@ -32,7 +32,7 @@ from .common import (
     check_replaces_own_file,
     flag_of,
     is_given,
-    positive_human_int,
+    max_model_len_arg,
     positive_int,
     positive_int_at_most,
     scheduler_spec,
@@ -129,9 +129,10 @@ def add_engine_args(
     )
     g.add_argument(
         "--max-model-len",
-        type=positive_human_int,
+        type=max_model_len_arg,
         default=None,
-        help=f"longest sequence, prompt + output (default: {mml_default})",
+        help=f"longest sequence, prompt + output (default: {mml_default}); auto or -1: the longest the KV "
+        "cache holds, at most the model's",
     )
     add_device_args(g)
 
