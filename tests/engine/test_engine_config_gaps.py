@@ -247,6 +247,22 @@ def test_sliding_windows_are_read_as_transformers_reads_them(cfg, windows):
     assert parse_config(cfg).sliding_windows == windows
 
 
+def test_a_missing_max_position_embeddings_is_the_architectures_transformers_default():
+    # it was Llama's 2048 for all three: a Qwen2 config without the key refused a
+    # --max-model-len of 4096 that transformers and vLLM take (their default is 32768)
+    import transformers
+
+    from llmsched.engine.loader import parse_config
+
+    for cfg, hf in (
+        (BASE, transformers.LlamaConfig),
+        (QWEN2, transformers.Qwen2Config),
+        (MISTRAL, transformers.MistralConfig),
+    ):
+        cfg = {k: v for k, v in cfg.items() if k != "max_position_embeddings"}
+        assert parse_config(cfg).max_len == hf().max_position_embeddings, cfg["model_type"]
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [

@@ -22,6 +22,9 @@ from ..core.errors import ConfigError, check_known
 log = logging.getLogger(__name__)
 # transformers' MistralConfig and Qwen2Config default (a config.json without the key)
 DEFAULT_SLIDING_WINDOW = 4096
+# each architecture's transformers default of max_position_embeddings (LlamaConfig,
+# Qwen2Config, MistralConfig; transformers 5.25), for a config.json without the key
+DEFAULT_MAX_POSITIONS = {"llama": 2048, "qwen2": 32768, "mistral": 131072}
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}
 ROPE_TYPES = ("default", "llama3", "linear")
@@ -190,7 +193,7 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     # rope, merged as transformers 5 does: the legacy `rope_scaling` dict if set, else
     # `rope_parameters`; a top-level `rope_theta` fills in a missing one (default 10000);
     # llama3 scaling without `original_max_position_embeddings` takes max_position_embeddings
-    max_pos = _int(cfg, "max_position_embeddings", path, 2048)
+    max_pos = _int(cfg, "max_position_embeddings", path, DEFAULT_MAX_POSITIONS[arch])
     rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
     for key, v in (("rope_scaling", rs), ("rope_parameters", rp)):
         if v is not None and not isinstance(v, dict):
