@@ -107,6 +107,27 @@ def _generate(folder, prompts=([1, 5, 9, 11], [3, 4])):
     return [o.token_ids for o in llm.generate(list(prompts), sp)]
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "mistral"])
+def test_bias_keys_are_read_for_llama_only_as_transformers_reads_them(tmp_path, arch):
+    # transformers builds Qwen2 (q/k/v biases) and Mistral (none) whatever attention_bias and
+    # mlp_bias say, and saves the keys: such a checkpoint was refused as lacking biases
+    import transformers
+    from engine_helpers import hf_greedy
+
+    cls = {"qwen2": transformers.Qwen2ForCausalLM, "mistral": transformers.MistralForCausalLM}[arch]
+    hf_cfg = cls.config_class(
+        **{k: v for k, v in BASE.items() if k not in ("architectures", "model_type")},
+        attention_bias=True,
+        mlp_bias=True,
+    )
+    torch.manual_seed(0)
+    model = cls(hf_cfg).eval()
+    model.save_pretrained(str(tmp_path))
+    assert json.loads((tmp_path / "config.json").read_text())["mlp_bias"] is True
+    prompts = ([1, 5, 9, 11], [3, 4])
+    assert _generate(tmp_path, prompts) == [hf_greedy(model, p, 6) for p in prompts]
+
+
 def test_null_kv_heads_means_one_per_attention_head(tmp_path, mha_model):
     from llmsched.engine.loader import read_config
 

@@ -256,7 +256,11 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     else:
         windows = [window] * layers
 
-    bias = _flag(cfg, "attention_bias", path)
+    # transformers reads attention_bias and mlp_bias for Llama only: Qwen2 has q/k/v biases
+    # and Mistral none, whatever they say (a checkpoint of either saved with them true holds
+    # no such biases, and its weights were refused as missing them)
+    llama = arch == "llama"
+    bias = llama and _flag(cfg, "attention_bias", path)
     eps = cfg.get("rms_norm_eps", 1e-6)
     if not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise ConfigError(f"{path}: rms_norm_eps must be a small positive number, got {eps!r}")
@@ -277,8 +281,8 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         max_position_embeddings=max_pos,
         tie_word_embeddings=_flag(cfg, "tie_word_embeddings", path),
         qkv_bias=arch == "qwen2" or bias,
-        o_bias=bias and arch != "qwen2",
-        mlp_bias=_flag(cfg, "mlp_bias", path),
+        o_bias=bias,
+        mlp_bias=llama and _flag(cfg, "mlp_bias", path),
         sliding_windows=windows,
         bos_token_id=bos if isinstance(bos, int) else None,
         eos_token_ids=_token_ids(cfg.get("eos_token_id"), f"{path}: eos_token_id", vocab),
