@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -55,6 +56,26 @@ def test_sharded_checkpoint_loads(tmp_path, hf_models):
         prompts, [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in MAX_TOKENS]
     )
     assert [o.token_ids for o in outs] == ref
+
+
+@pytest.mark.parametrize(
+    "weight_map, message",
+    [
+        ({"w": "model-00002.safetensors"}, "names shard 'model-00002.safetensors', which is not in"),
+        # a null or a number was a TypeError traceback; mixed with a name too
+        ({"w": None}, "weight_map gives weight 'w' the shard None, not a file name"),
+        ({"w": "model.safetensors", "v": 3}, "weight_map gives weight 'v' the shard 3, not a file name"),
+        ({"w": ""}, "weight_map gives weight 'w' the shard '', not a file name"),
+    ],
+)
+def test_a_bad_shard_index_is_one_line_naming_it(tmp_path, tiny_model, weight_map, message):
+    from llmsched.engine.loader import check_weights, read_config
+
+    folder = _copy(tiny_model, tmp_path / "m")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ConfigError, match=re.escape(message)) as e:
+        check_weights(read_config(folder), folder)
+    assert "model.safetensors.index.json" in str(e.value) and "\n" not in str(e.value)
 
 
 def _copy(src, dst):

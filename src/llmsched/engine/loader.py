@@ -456,10 +456,14 @@ def weight_files(model_dir) -> list[Path]:
         wm = _read_json(index, "safetensors index").get("weight_map")
         if not isinstance(wm, dict) or not wm:
             raise ConfigError(f"{index} has no weight_map")
+        # (a null or a number there was a TypeError traceback)
+        bad = next(((k, v) for k, v in wm.items() if not isinstance(v, str) or not v.strip()), None)
+        if bad is not None:
+            raise ConfigError(f"{index}: weight_map gives weight {bad[0]!r} the shard {bad[1]!r}, not a file name")
         files = sorted(set(wm.values()))
         missing = [f for f in files if not (p / f).is_file()]
         if missing:
-            raise ConfigError(f"{index} names shard {missing[0]}, which is not in {p}")
+            raise ConfigError(f"{index} names shard {missing[0]!r}, which is not in {p}")
         return [p / f for f in files]
     # the model's own weights: model.safetensors, else every *.safetensors but adapters
     # (a PEFT adapter_model.safetensors beside them is not part of the base model)
