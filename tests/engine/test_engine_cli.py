@@ -392,7 +392,7 @@ def test_max_model_len_auto_is_the_longest_the_kv_cache_holds(tmp_path, capsys):
     for auto in ("auto", -1):
         # 10 blocks of 16 tokens, one held back per running sequence: 128 tokens
         eng = LLMEngine(small, max_model_len=auto, max_num_seqs=2, num_blocks=10)
-        assert (eng.kv_capacity, eng.max_model_len) == (128, 129)
+        assert (eng.kv_capacity, eng.max_model_len, eng.runner.max_model_len) == (128, 129, 129)
         assert LLMEngine(small, max_model_len=auto, max_num_seqs=2, num_blocks=100).max_model_len == 512
     for text in ("auto", "-1", " AUTO "):
         args = _parser().parse_args(["serve", "--model", str(small), "--max-model-len", text])

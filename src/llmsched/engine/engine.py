@@ -339,7 +339,8 @@ class LLMEngine(StepDriver):
         self.allocator = BlockAllocator(self.runner.num_blocks, block_size)
         self.kv_capacity = token_capacity(self.runner.num_blocks, block_size, max_num_seqs, self.runner.kv_size_knob)
         if auto:  # a sequence reaches what the cache holds plus its last token, which takes no slot
-            self.max_model_len = min(longest, self.kv_capacity + 1)
+            # (the runner's too: the profiler plans its contexts by it)
+            self.max_model_len = self.runner.max_model_len = min(longest, self.kv_capacity + 1)
         self.spec = spec.replace(kv_capacity=self.kv_capacity, max_running=max_num_seqs, block_size=block_size)
         super().__init__(self.spec.build())
         self._pool = None  # one worker thread for the policy's jobs (adaptive's region refits)
