@@ -193,6 +193,35 @@ def test_tied_config_with_a_different_lm_head_uses_it_as_transformers_does(tmp_p
     assert llm.engine.runner.model.lm_head is None
 
 
+def test_a_tied_checkpoint_holding_only_lm_head_loads_it_as_the_embedding(tmp_path, tiny_model):
+    """tie_word_embeddings true and the shared matrix saved as lm_head.weight alone:
+    transformers loads it into the embedding; it was refused as lacking
+    model.embed_tokens.weight. Untied, the embedding is still required."""
+    import torch
+    import transformers
+    from engine_helpers import hf_greedy
+    from safetensors.torch import load_file, save_file
+
+    from llmsched.engine import LLM
+    from llmsched.engine.loader import check_weights, read_config
+
+    d = _copy(tiny_model, tmp_path / "head-only")
+    _edit_config(d, tie_word_embeddings=True)
+    w = load_file(d / "model.safetensors")
+    w["lm_head.weight"] = w.pop("model.embed_tokens.weight")
+    save_file(w, d / "model.safetensors")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
+    assert torch.equal(hf.model.embed_tokens.weight, w["lm_head.weight"])
+    p = [0, 5, 17, 200, 33]
+    llm = LLM(d, b_max=16, max_model_len=512, max_num_seqs=2)
+    assert llm.engine.runner.model.lm_head is None  # tied, one matrix
+    greedy = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    assert llm.generate([p], greedy)[0].token_ids == hf_greedy(hf, p, 8)
+    _edit_config(d, tie_word_embeddings=False)
+    with pytest.raises(ConfigError, match="lacks weight 'model.embed_tokens.weight'"):
+        check_weights(read_config(d), d)
+
+
 def test_a_weight_in_two_files_is_refused(tmp_path, tiny_model):
     """Without model.safetensors every *.safetensors is read: a weight in two of them was
     silently taken from the last file."""

@@ -646,6 +646,10 @@ def check_weights(cfg: ModelConfig, model_dir) -> list[tuple[Path, list[tuple[st
         plan.append((path, entries))
     _check_layer_count(cfg, model_dir, loaded)
     absent = _expected(cfg, layer_shapes) - loaded.keys()
+    if cfg.tie_word_embeddings and ("lm_head.weight", None) in loaded:
+        # a tied checkpoint may hold the shared matrix as lm_head.weight alone: transformers
+        # loads it into the embedding it is tied to (load_weights does so too)
+        absent.discard(("embed_tokens.weight", None))
     # by layer (as text, layers.10 sorted before layers.2), then by name
     in_order = sorted(absent, key=lambda ns: (_layer_index(ns[0], cfg) or 0, _hf_name(*ns)))
     missing = [_hf_name(n, s) for n, s in in_order]
@@ -684,6 +688,7 @@ def load_weights(model, model_dir, plan=None) -> None:
     cfg = model.config
     params = dict(model.named_parameters())
     head = None  # a tied model's lm_head.weight from the checkpoint: (file name, tensor)
+    embedded = False  # the checkpoint held the embedding
     for path, entries in check_weights(cfg, model_dir) if plan is None else plan:
         with _open_weights(path) as f:
             for hf_name, name, shard in entries:
@@ -691,10 +696,15 @@ def load_weights(model, model_dir, plan=None) -> None:
                 if name == "lm_head.weight" and cfg.tie_word_embeddings:
                     head = (path.name, t)
                     continue
+                embedded |= name == "embed_tokens.weight"
                 dst = _slot(params, name, shard, cfg)
                 with torch.no_grad():
                     dst.copy_(t.to(device=dst.device, dtype=dst.dtype))
-    if head is not None:
+    if head is not None and not embedded:  # the tied matrix given as lm_head.weight alone
+        emb = model.embed_tokens.weight
+        with torch.no_grad():
+            emb.copy_(head[1].to(device=emb.device, dtype=emb.dtype))
+    elif head is not None:
         _untie_if_different(model, *head)
 
 
