@@ -284,6 +284,18 @@ def test_a_missing_max_position_embeddings_is_the_architectures_transformers_def
         assert parse_config(cfg).max_len == hf().max_position_embeddings, cfg["model_type"]
 
 
+def test_hidden_act_swish_is_silu_as_in_transformers():
+    # transformers' ACT2FN maps "swish" to SiLU; it was refused as unsupported
+    from transformers.activations import ACT2FN
+
+    from llmsched.engine.loader import parse_config
+
+    assert isinstance(ACT2FN["swish"], torch.nn.SiLU)
+    assert parse_config(dict(BASE, hidden_act="swish")).arch == "llama"
+    with pytest.raises(ConfigError, match="hidden_act 'gelu' is not supported"):
+        parse_config(dict(BASE, hidden_act="gelu"))
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [

@@ -167,7 +167,7 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
             got = ", ".join(map(str, archs)) if archs else f"model_type {mt!r}"
             raise ConfigError(f"{path}: unsupported architecture {got} (supported: {', '.join(ARCHITECTURES)})")
     act = cfg.get("hidden_act", "silu")
-    if act != "silu":
+    if act not in ("silu", "swish"):  # transformers' "swish" is SiLU too
         raise ConfigError(f"{path}: hidden_act {act!r} is not supported (only silu)")
     hidden = _int(cfg, "hidden_size", path)
     heads = _int(cfg, "num_attention_heads", path)
