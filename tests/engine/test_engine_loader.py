@@ -193,6 +193,27 @@ def test_tied_config_with_a_different_lm_head_uses_it_as_transformers_does(tmp_p
     assert llm.engine.runner.model.lm_head is None
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int32", "bool", "float8_e4m3fn"])
+def test_a_weight_that_is_no_float_is_refused_naming_it(tmp_path, tiny_model, dtype):
+    """An integer (quantized) or fp8 weight of the right shape was cast to the model's
+    dtype and served as garbage, silently; float16 / bfloat16 ones load."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from llmsched.engine.loader import check_weights, read_config
+
+    d = _copy(tiny_model, tmp_path / "m")
+    w = load_file(d / "model.safetensors")
+    w["model.norm.weight"] = w["model.norm.weight"].to(getattr(torch, dtype))
+    save_file(w, d / "model.safetensors")
+    with pytest.raises(ConfigError, match=r"model.safetensors: weight 'model.norm.weight' is of dtype \w+, not a"):
+        check_weights(read_config(d), d)
+    for half in (torch.float16, torch.bfloat16):
+        w["model.norm.weight"] = w["model.norm.weight"].to(half)
+        save_file(w, d / "model.safetensors")
+        check_weights(read_config(d), d)
+
+
 def test_a_tied_checkpoint_holding_only_lm_head_loads_it_as_the_embedding(tmp_path, tiny_model):
     """tie_word_embeddings true and the shared matrix saved as lm_head.weight alone:
     transformers loads it into the embedding; it was refused as lacking

@@ -615,6 +615,10 @@ def _expected(cfg: ModelConfig, layer_shapes: dict) -> set:
     return expected
 
 
+# the safetensors dtypes a weight may have: converted to the model's dtype as they are
+_FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+
+
 def check_weights(cfg: ModelConfig, model_dir) -> list[tuple[Path, list[tuple[str, str, int | None]]]]:
     """The checkpoint's weights, checked against the config from the files' headers and the
     config's sizes alone (no tensor is read and no model built: a config.json whose sizes or
@@ -639,9 +643,15 @@ def check_weights(cfg: ModelConfig, model_dir) -> list[tuple[Path, list[tuple[st
                     )
                 _check_not_loaded(loaded, (name, shard), hf_name, path.name)
                 loaded[(name, shard)] = (hf_name, path.name)
-                shape = tuple(f.get_slice(hf_name).get_shape())
+                info = f.get_slice(hf_name)
+                shape = tuple(info.get_shape())
                 if shape != want:
                     raise ConfigError(f"{path.name}: weight {hf_name!r} has shape {shape}, the config implies {want}")
+                if info.get_dtype() not in _FLOAT_DTYPES:  # an integer or fp8 one was cast, silently wrong
+                    raise ConfigError(
+                        f"{path.name}: weight {hf_name!r} is of dtype {info.get_dtype()}, not a float16, bfloat16, "
+                        "float32 or float64 one (a quantized checkpoint is not supported)"
+                    )
                 entries.append((hf_name, name, shard))
         plan.append((path, entries))
     _check_layer_count(cfg, model_dir, loaded)
