@@ -542,7 +542,7 @@ def test_tokenize_detokenize(server):
     assert post(base, "/detokenize", {"tokens": [1, 2]}).json() == {"prompt": " tok tok"}
     assert post(base, "/detokenize", {"tokens": "no"}).status_code == 400
     # ids written as strings are those ids, as in stop_token_ids (vLLM's lax pydantic reads both)
-    assert post(base, "/detokenize", {"tokens": ["1", " 2 "]}).json() == {"prompt": " tok tok"}
+    assert post(base, "/detokenize", {"tokens": ["1", 2.0]}).json() == {"prompt": " tok tok"}
     r = post(base, "/detokenize", {"tokens": ["1", "x"]})
     assert r.status_code == 400 and r.json()["error"]["message"] == "'tokens' must be an array of integers"
     r = post(base, "/detokenize", {"tokens": [5, -1]})
