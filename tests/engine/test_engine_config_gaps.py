@@ -284,6 +284,15 @@ def test_a_missing_max_position_embeddings_is_the_architectures_transformers_def
         assert parse_config(cfg).max_len == hf().max_position_embeddings, cfg["model_type"]
 
 
+def test_a_quantized_checkpoint_is_refused_for_what_it_is():
+    # its qweight / weight_scale tensors were refused one by one as "unexpected weight"
+    from llmsched.engine.loader import parse_config
+
+    for quant, method in (({"quant_method": "gptq", "bits": 4}, "'gptq'"), ("fp8", "None")):
+        with pytest.raises(ConfigError, match=f"quantized checkpoints are not supported .*quant_method {method}"):
+            parse_config(dict(BASE, quantization_config=quant))
+
+
 def test_hidden_act_swish_is_silu_as_in_transformers():
     # transformers' ACT2FN maps "swish" to SiLU; it was refused as unsupported
     from transformers.activations import ACT2FN

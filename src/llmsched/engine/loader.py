@@ -166,6 +166,13 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         else:
             got = ", ".join(map(str, archs)) if archs else f"model_type {mt!r}"
             raise ConfigError(f"{path}: unsupported architecture {got} (supported: {', '.join(ARCHITECTURES)})")
+    quant = cfg.get("quantization_config")
+    if quant is not None:  # its weights were refused one by one as unexpected, not for what they are
+        method = quant.get("quant_method") if isinstance(quant, dict) else None
+        raise ConfigError(
+            f"{path}: quantized checkpoints are not supported (quantization_config, quant_method {method!r}); "
+            "use the model's float16 or bfloat16 weights"
+        )
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish"):  # transformers' "swish" is SiLU too
         raise ConfigError(f"{path}: hidden_act {act!r} is not supported (only silu)")
