@@ -64,7 +64,7 @@ def test_sharded_checkpoint_loads(tmp_path, hf_models):
         ({"w": "model-00002.safetensors"}, "names shard 'model-00002.safetensors', which is not in"),
         # a null or a number was a TypeError traceback; mixed with a name too
         ({"w": None}, "weight_map gives weight 'w' the shard None, not a file name"),
-        ({"w": "model.safetensors", "v": 3}, "weight_map gives weight 'v' the shard 3, not a file name"),
+        ({"w": "model-00001-of-00001.safetensors", "v": 3}, "weight_map gives weight 'v' the shard 3, not a file name"),
         ({"w": ""}, "weight_map gives weight 'w' the shard '', not a file name"),
     ],
 )
@@ -72,10 +72,25 @@ def test_a_bad_shard_index_is_one_line_naming_it(tmp_path, tiny_model, weight_ma
     from llmsched.engine.loader import check_weights, read_config
 
     folder = _copy(tiny_model, tmp_path / "m")
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00001.safetensors")
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(ConfigError, match=re.escape(message)) as e:
         check_weights(read_config(folder), folder)
     assert "model.safetensors.index.json" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_model_safetensors_wins_over_a_stale_index_as_in_transformers(tmp_path, tiny_model):
+    """transformers reads model.safetensors before model.safetensors.index.json: a merged
+    checkpoint beside the index of its old shards loads; it was refused as missing them."""
+    import transformers
+
+    from llmsched.engine.loader import weight_files
+
+    folder = _copy(tiny_model, tmp_path / "m")
+    index = {"weight_map": {"model.norm.weight": "model-00001-of-00002.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    transformers.AutoModelForCausalLM.from_pretrained(str(folder))
+    assert weight_files(folder) == [folder / "model.safetensors"]
 
 
 def _copy(src, dst):
@@ -290,7 +305,8 @@ def test_json_files_that_are_not_utf8_are_config_errors(tmp_path, tiny_model, ca
     with pytest.raises(ConfigError, match="config.json is not valid UTF-8"):
         read_config(cfg)
     index = _copy(tiny_model, tmp_path / "index")
-    (index / "model.safetensors.index.json").write_bytes(b'{"weight_map": {"\xff": "model.safetensors"}}')
+    (index / "model.safetensors").rename(index / "model-1.safetensors")
+    (index / "model.safetensors.index.json").write_bytes(b'{"weight_map": {"\xff": "model-1.safetensors"}}')
     with pytest.raises(ConfigError, match="index.json is not valid UTF-8"):
         weight_files(index)
     gen = _copy(tiny_model, tmp_path / "gen")  # a broken generation config is ignored, as transformers does

@@ -457,7 +457,13 @@ def defaults_note(model_dir, generation_config, override, defaults: dict, overri
 
 
 def weight_files(model_dir) -> list[Path]:
+    """model.safetensors, else the shards of model.safetensors.index.json, as transformers
+    looks for them (a stale index beside a merged model.safetensors is not read), else
+    every *.safetensors but adapters (a PEFT adapter_model.safetensors beside them is not
+    part of the base model)."""
     p = model_path(model_dir)
+    if (p / "model.safetensors").is_file():
+        return [p / "model.safetensors"]
     index = p / "model.safetensors.index.json"
     if index.is_file():
         wm = _read_json(index, "safetensors index").get("weight_map")
@@ -472,10 +478,6 @@ def weight_files(model_dir) -> list[Path]:
         if missing:
             raise ConfigError(f"{index} names shard {missing[0]!r}, which is not in {p}")
         return [p / f for f in files]
-    # the model's own weights: model.safetensors, else every *.safetensors but adapters
-    # (a PEFT adapter_model.safetensors beside them is not part of the base model)
-    if (p / "model.safetensors").is_file():
-        return [p / "model.safetensors"]
     files = sorted(f for f in p.glob("*.safetensors") if not f.name.startswith("adapter_"))
     if not files:
         raise ConfigError(f"model folder {p} has no *.safetensors weights")
