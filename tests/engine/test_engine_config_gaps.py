@@ -224,6 +224,8 @@ def test_engine_binds_a_given_cost_model_to_every_scheduler(tiny_model):
         ({"dtype": torch.float8_e4m3fn}, "unsupported dtype torch.float8_e4m3fn"),
         ({"dtype": 5}, "unknown dtype 5"),
         ({"tokenizer": 123}, "tokenizer must be a tokenizer.json file or a folder holding one, got 123"),
+        ({"max_model_len": -2}, "max_model_len must be a positive integer or 'auto' (-1), got -2"),
+        ({"max_model_len": "Auto"}, "max_model_len must be a positive integer or 'auto' (-1), got 'Auto'"),
     ],
 )
 def test_python_api_refuses_bad_engine_options_in_one_line(tiny_model, kwargs, message):

@@ -307,7 +307,7 @@ class LLMEngine(StepDriver):
         if max_model_len is None or auto:
             max_model_len = longest  # (auto: the cache is sized for it, then the length cut to the cache)
         if as_int(max_model_len) is None or max_model_len <= 0:
-            raise ConfigError(f"max_model_len must be a positive integer, got {max_model_len!r}")
+            raise ConfigError(f"max_model_len must be a positive integer or 'auto' (-1), got {max_model_len!r}")
         if not isinstance(max_model_len, int):
             max_model_len = int(max_model_len)  # a numpy integer
         if max_model_len > longest:
