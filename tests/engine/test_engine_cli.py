@@ -378,6 +378,32 @@ def test_a_default_max_model_len_is_lowered_to_the_models(tmp_path):
     assert LLMEngine(small, **{**engine_setup(args), "kv_cache_gb": None, "num_threads": 1}).max_model_len == 512
 
 
+def test_max_model_len_auto_is_the_longest_the_kv_cache_holds(tmp_path, capsys):
+    """vLLM's --max-model-len auto (or -1): the longest sequence the KV cache holds (its
+    tokens plus the last one, which takes no slot), at most the model's positions; it was
+    refused as no positive integer."""
+    from llmsched.engine import LLMEngine
+    from llmsched.engine.tiny import make_tiny_model
+    from llmsched.server.backends import SchedulerOptions, make_sim_backend
+
+    small = make_tiny_model(
+        tmp_path / "m", hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, max_position_embeddings=512
+    )
+    for auto in ("auto", -1):
+        # 10 blocks of 16 tokens, one held back per running sequence: 128 tokens
+        eng = LLMEngine(small, max_model_len=auto, max_num_seqs=2, num_blocks=10)
+        assert (eng.kv_capacity, eng.max_model_len, eng.runner.max_model_len) == (128, 129, 129)
+        assert LLMEngine(small, max_model_len=auto, max_num_seqs=2, num_blocks=100).max_model_len == 512
+    for text in ("auto", "-1", " AUTO "):
+        args = _parser().parse_args(["serve", "--model", str(small), "--max-model-len", text])
+        assert args.max_model_len == "auto"
+    assert make_sim_backend(SchedulerOptions(kv_capacity=300), max_model_len="auto").max_model_len == 301
+    argv = ["generate", "--model", str(small), "--prompt", "x", "--max-tokens", "1", "--max-model-len", "-2"]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "or auto (-1)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("ids", ["1,,2", "1,2,", ",1", "1, ,2", "1,x"])
 def test_generate_refuses_prompt_ids_with_an_empty_or_bad_element(capsys, ids):
     """'1,,2' is a typo, not the prompt [1, 2]; refused before the model is loaded."""

@@ -107,6 +107,27 @@ def _generate(folder, prompts=([1, 5, 9, 11], [3, 4])):
     return [o.token_ids for o in llm.generate(list(prompts), sp)]
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "mistral"])
+def test_bias_keys_are_read_for_llama_only_as_transformers_reads_them(tmp_path, arch):
+    # transformers builds Qwen2 (q/k/v biases) and Mistral (none) whatever attention_bias and
+    # mlp_bias say, and saves the keys: such a checkpoint was refused as lacking biases
+    import transformers
+    from engine_helpers import hf_greedy
+
+    cls = {"qwen2": transformers.Qwen2ForCausalLM, "mistral": transformers.MistralForCausalLM}[arch]
+    hf_cfg = cls.config_class(
+        **{k: v for k, v in BASE.items() if k not in ("architectures", "model_type")},
+        attention_bias=True,
+        mlp_bias=True,
+    )
+    torch.manual_seed(0)
+    model = cls(hf_cfg).eval()
+    model.save_pretrained(str(tmp_path))
+    assert json.loads((tmp_path / "config.json").read_text())["mlp_bias"] is True
+    prompts = ([1, 5, 9, 11], [3, 4])
+    assert _generate(tmp_path, prompts) == [hf_greedy(model, p, 6) for p in prompts]
+
+
 def test_null_kv_heads_means_one_per_attention_head(tmp_path, mha_model):
     from llmsched.engine.loader import read_config
 
@@ -203,6 +224,8 @@ def test_engine_binds_a_given_cost_model_to_every_scheduler(tiny_model):
         ({"dtype": torch.float8_e4m3fn}, "unsupported dtype torch.float8_e4m3fn"),
         ({"dtype": 5}, "unknown dtype 5"),
         ({"tokenizer": 123}, "tokenizer must be a tokenizer.json file or a folder holding one, got 123"),
+        ({"max_model_len": -2}, "max_model_len must be a positive integer or 'auto' (-1), got -2"),
+        ({"max_model_len": "Auto"}, "max_model_len must be a positive integer or 'auto' (-1), got 'Auto'"),
     ],
 )
 def test_python_api_refuses_bad_engine_options_in_one_line(tiny_model, kwargs, message):
@@ -245,6 +268,43 @@ def test_sliding_windows_are_read_as_transformers_reads_them(cfg, windows):
     from llmsched.engine.loader import parse_config
 
     assert parse_config(cfg).sliding_windows == windows
+
+
+def test_a_missing_max_position_embeddings_is_the_architectures_transformers_default():
+    # it was Llama's 2048 for all three: a Qwen2 config without the key refused a
+    # --max-model-len of 4096 that transformers and vLLM take (their default is 32768)
+    import transformers
+
+    from llmsched.engine.loader import parse_config
+
+    for cfg, hf in (
+        (BASE, transformers.LlamaConfig),
+        (QWEN2, transformers.Qwen2Config),
+        (MISTRAL, transformers.MistralConfig),
+    ):
+        cfg = {k: v for k, v in cfg.items() if k != "max_position_embeddings"}
+        assert parse_config(cfg).max_len == hf().max_position_embeddings, cfg["model_type"]
+
+
+def test_a_quantized_checkpoint_is_refused_for_what_it_is():
+    # its qweight / weight_scale tensors were refused one by one as "unexpected weight"
+    from llmsched.engine.loader import parse_config
+
+    for quant, method in (({"quant_method": "gptq", "bits": 4}, "'gptq'"), ("fp8", "None")):
+        with pytest.raises(ConfigError, match=f"quantized checkpoints are not supported .*quant_method {method}"):
+            parse_config(dict(BASE, quantization_config=quant))
+
+
+def test_hidden_act_swish_is_silu_as_in_transformers():
+    # transformers' ACT2FN maps "swish" to SiLU; it was refused as unsupported
+    from transformers.activations import ACT2FN
+
+    from llmsched.engine.loader import parse_config
+
+    assert isinstance(ACT2FN["swish"], torch.nn.SiLU)
+    assert parse_config(dict(BASE, hidden_act="swish")).arch == "llama"
+    with pytest.raises(ConfigError, match="hidden_act 'gelu' is not supported"):
+        parse_config(dict(BASE, hidden_act="gelu"))
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -55,6 +56,41 @@ def test_sharded_checkpoint_loads(tmp_path, hf_models):
         prompts, [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in MAX_TOKENS]
     )
     assert [o.token_ids for o in outs] == ref
+
+
+@pytest.mark.parametrize(
+    "weight_map, message",
+    [
+        ({"w": "model-00002.safetensors"}, "names shard 'model-00002.safetensors', which is not in"),
+        # a null or a number was a TypeError traceback; mixed with a name too
+        ({"w": None}, "weight_map gives weight 'w' the shard None, not a file name"),
+        ({"w": "model-00001-of-00001.safetensors", "v": 3}, "weight_map gives weight 'v' the shard 3, not a file name"),
+        ({"w": ""}, "weight_map gives weight 'w' the shard '', not a file name"),
+    ],
+)
+def test_a_bad_shard_index_is_one_line_naming_it(tmp_path, tiny_model, weight_map, message):
+    from llmsched.engine.loader import check_weights, read_config
+
+    folder = _copy(tiny_model, tmp_path / "m")
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00001.safetensors")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ConfigError, match=re.escape(message)) as e:
+        check_weights(read_config(folder), folder)
+    assert "model.safetensors.index.json" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_model_safetensors_wins_over_a_stale_index_as_in_transformers(tmp_path, tiny_model):
+    """transformers reads model.safetensors before model.safetensors.index.json: a merged
+    checkpoint beside the index of its old shards loads; it was refused as missing them."""
+    import transformers
+
+    from llmsched.engine.loader import weight_files
+
+    folder = _copy(tiny_model, tmp_path / "m")
+    index = {"weight_map": {"model.norm.weight": "model-00001-of-00002.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    transformers.AutoModelForCausalLM.from_pretrained(str(folder))
+    assert weight_files(folder) == [folder / "model.safetensors"]
 
 
 def _copy(src, dst):
@@ -172,6 +208,56 @@ def test_tied_config_with_a_different_lm_head_uses_it_as_transformers_does(tmp_p
     assert llm.engine.runner.model.lm_head is None
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int32", "bool", "float8_e4m3fn"])
+def test_a_weight_that_is_no_float_is_refused_naming_it(tmp_path, tiny_model, dtype):
+    """An integer (quantized) or fp8 weight of the right shape was cast to the model's
+    dtype and served as garbage, silently; float16 / bfloat16 ones load."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from llmsched.engine.loader import check_weights, read_config
+
+    d = _copy(tiny_model, tmp_path / "m")
+    w = load_file(d / "model.safetensors")
+    w["model.norm.weight"] = w["model.norm.weight"].to(getattr(torch, dtype))
+    save_file(w, d / "model.safetensors")
+    with pytest.raises(ConfigError, match=r"model.safetensors: weight 'model.norm.weight' is of dtype \w+, not a"):
+        check_weights(read_config(d), d)
+    for half in (torch.float16, torch.bfloat16):
+        w["model.norm.weight"] = w["model.norm.weight"].to(half)
+        save_file(w, d / "model.safetensors")
+        check_weights(read_config(d), d)
+
+
+def test_a_tied_checkpoint_holding_only_lm_head_loads_it_as_the_embedding(tmp_path, tiny_model):
+    """tie_word_embeddings true and the shared matrix saved as lm_head.weight alone:
+    transformers loads it into the embedding; it was refused as lacking
+    model.embed_tokens.weight. Untied, the embedding is still required."""
+    import torch
+    import transformers
+    from engine_helpers import hf_greedy
+    from safetensors.torch import load_file, save_file
+
+    from llmsched.engine import LLM
+    from llmsched.engine.loader import check_weights, read_config
+
+    d = _copy(tiny_model, tmp_path / "head-only")
+    _edit_config(d, tie_word_embeddings=True)
+    w = load_file(d / "model.safetensors")
+    w["lm_head.weight"] = w.pop("model.embed_tokens.weight")
+    save_file(w, d / "model.safetensors")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
+    assert torch.equal(hf.model.embed_tokens.weight, w["lm_head.weight"])
+    p = [0, 5, 17, 200, 33]
+    llm = LLM(d, b_max=16, max_model_len=512, max_num_seqs=2)
+    assert llm.engine.runner.model.lm_head is None  # tied, one matrix
+    greedy = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    assert llm.generate([p], greedy)[0].token_ids == hf_greedy(hf, p, 8)
+    _edit_config(d, tie_word_embeddings=False)
+    with pytest.raises(ConfigError, match="lacks weight 'model.embed_tokens.weight'"):
+        check_weights(read_config(d), d)
+
+
 def test_a_weight_in_two_files_is_refused(tmp_path, tiny_model):
     """Without model.safetensors every *.safetensors is read: a weight in two of them was
     silently taken from the last file."""
@@ -219,7 +305,8 @@ def test_json_files_that_are_not_utf8_are_config_errors(tmp_path, tiny_model, ca
     with pytest.raises(ConfigError, match="config.json is not valid UTF-8"):
         read_config(cfg)
     index = _copy(tiny_model, tmp_path / "index")
-    (index / "model.safetensors.index.json").write_bytes(b'{"weight_map": {"\xff": "model.safetensors"}}')
+    (index / "model.safetensors").rename(index / "model-1.safetensors")
+    (index / "model.safetensors.index.json").write_bytes(b'{"weight_map": {"\xff": "model-1.safetensors"}}')
     with pytest.raises(ConfigError, match="index.json is not valid UTF-8"):
         weight_files(index)
     gen = _copy(tiny_model, tmp_path / "gen")  # a broken generation config is ignored, as transformers does

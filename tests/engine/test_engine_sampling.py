@@ -234,17 +234,20 @@ def test_min_tokens(llm):
     o = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, stop_token_ids=[first], min_tokens=4))[0]
     assert len(o.token_ids) >= 5 and first not in o.token_ids[:4]
     assert o.token_ids[0] != first
-    # the same token as EOS: masked too (unless ignore_eos, where EOS does not stop anyway)
-    saved = eng.eos_ids
-    eng.eos_ids = frozenset([first])
-    try:
-        e = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, min_tokens=6))[0]
-        i = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, min_tokens=6, ignore_eos=True))[0]
-    finally:
-        eng.eos_ids = saved
-    assert len(e.token_ids) >= 6 and first not in e.token_ids[:6]
-    assert e.finish_reason == "length" or (e.token_ids[-1] == first and e.stop_reason is None)
-    assert i.token_ids == base.token_ids
+    # the same token as EOS, or as a --generation-config file's other EOS id: masked too,
+    # even with ignore_eos (as vLLM's _all_stop_token_ids), which only lets it not stop
+    saved = eng.eos_ids, eng.config_stop_ids
+    for eos_ids, config_ids in ((frozenset([first]), frozenset()), (frozenset(), frozenset([first]))):
+        eng.eos_ids, eng.config_stop_ids = eos_ids, config_ids
+        try:
+            e = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, min_tokens=6))[0]
+            i = llm.generate(PROMPTS[1], SamplingParams(max_tokens=20, temperature=0, min_tokens=6, ignore_eos=True))[0]
+        finally:
+            eng.eos_ids, eng.config_stop_ids = saved
+        assert len(e.token_ids) >= 6 and first not in e.token_ids[:6]
+        assert e.finish_reason == "length" or (e.token_ids[-1] == first and e.stop_reason in (None, first))
+        assert len(i.token_ids) == 20 and i.finish_reason == "length"
+        assert first not in i.token_ids[:6] and i.token_ids[:6] == e.token_ids[:6]
     # stop strings are not checked before min_tokens tokens
     stop = base.text[:2]
     assert stop

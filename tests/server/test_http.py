@@ -541,6 +541,10 @@ def test_tokenize_detokenize(server):
     assert post(base, "/tokenize", {"prompt": 5}).status_code == 400
     assert post(base, "/detokenize", {"tokens": [1, 2]}).json() == {"prompt": " tok tok"}
     assert post(base, "/detokenize", {"tokens": "no"}).status_code == 400
+    # ids written as strings are those ids, as in stop_token_ids (vLLM's lax pydantic reads both)
+    assert post(base, "/detokenize", {"tokens": ["1", 2.0]}).json() == {"prompt": " tok tok"}
+    r = post(base, "/detokenize", {"tokens": ["1", "x"]})
+    assert r.status_code == 400 and r.json()["error"]["message"] == "'tokens' must be an array of integers"
     r = post(base, "/detokenize", {"tokens": [5, -1]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "tokens"
     # a model this server does not serve: 404 on both, as on the generation routes

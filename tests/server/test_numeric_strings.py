@@ -28,14 +28,14 @@ def test_numeric_strings_are_numbers():
         min_tokens="1_0",
         presence_penalty="1e-1",
         repetition_penalty="+1.1",
-        stop_token_ids=["5", 6],
+        stop_token_ids=["5", 6, 7.0],
         logit_bias={"5": "-1.5"},
         priority="0",
         min_p="0",
     )
     assert (req.max_tokens, req.n) == (16, 2)
     assert (p.temperature, p.top_p, p.top_k, p.seed, p.min_tokens) == (0.5, 0.9, 20, -7, 10)
-    assert (p.presence_penalty, p.repetition_penalty, p.stop_token_ids) == (0.1, 1.1, [5, 6])
+    assert (p.presence_penalty, p.repetition_penalty, p.stop_token_ids) == (0.1, 1.1, [5, 6, 7])
     assert p.logit_bias == {5: -1.5}
     chat = parse_chat({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": "9"})
     assert chat.max_tokens == 9

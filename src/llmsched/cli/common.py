@@ -153,6 +153,17 @@ _HUMAN_INT = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgGtT])")
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
+def max_model_len_arg(text: str) -> int | str:
+    """--max-model-len: positive_human_int, or vLLM's "auto" / -1 (the longest sequence the
+    KV cache holds, at most the model's), returned as "auto"."""
+    if text.strip().lower() in ("auto", "-1"):
+        return "auto"
+    try:
+        return positive_human_int(text)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{e}; or auto (-1): the longest the KV cache holds") from None
+
+
 def positive_human_int(text: str) -> int:
     """An argparse type: a positive integer, as written or with vLLM's k/m/g/t (x1000) or
     K/M/G/T (x1024) suffix: 32k is 32,000, 32K 32,768, 1.5k 1,500. Exact (vLLM's floats make

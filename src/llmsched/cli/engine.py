@@ -32,8 +32,8 @@ from .common import (
     check_replaces_own_file,
     flag_of,
     is_given,
+    max_model_len_arg,
     nonnegative_int,
-    positive_human_int,
     positive_int,
     positive_int_at_most,
     scheduler_spec,
@@ -130,9 +130,10 @@ def add_engine_args(
     )
     g.add_argument(
         "--max-model-len",
-        type=positive_human_int,
+        type=max_model_len_arg,
         default=None,
-        help=f"longest sequence, prompt + output (default: {mml_default})",
+        help=f"longest sequence, prompt + output (default: {mml_default}); auto or -1: the longest the KV "
+        "cache holds, at most the model's",
     )
     add_device_args(g)
 

@@ -13,7 +13,7 @@ from ..core.checks import check_api_key
 from ..core.errors import ConfigError
 from ..core.request import MAX_SECONDS
 from ..engine.loader import generation_defaults
-from .common import add_scheduler_args, positive_human_int, positive_int, scheduler_spec
+from .common import add_scheduler_args, max_model_len_arg, positive_int, scheduler_spec
 from .engine import add_device_args, add_generation_config_arg, check_kv_cache_gb, generation_config_args
 
 # --sim-max-debt-ms' largest value: the project's clock range
@@ -102,9 +102,10 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-model-len",
-        type=positive_human_int,
+        type=max_model_len_arg,
         default=None,
-        help="longest prompt + completion (sim default: 32768, or the KV capacity + 1; engine default: the model's)",
+        help="longest prompt + completion; auto (or -1): the longest the KV cache holds, on the engine at most the "
+        "model's (sim default: 32768, or the KV capacity + 1; engine default: the model's)",
     )
     add_scheduler_args(p, defaults=True, block_size=False)
     g = p.add_argument_group("virtual GPU (--backend sim)")

@@ -199,6 +199,12 @@ class DefaultMaxModelLen(int):
     cover."""
 
 
+def is_auto_max_model_len(v) -> bool:
+    """vLLM's max_model_len "auto" (or -1): the longest sequence the KV cache holds, at most
+    the model's own."""
+    return v == "auto" or (not isinstance(v, (str, bool)) and as_int(v) == -1)
+
+
 def check_request_size(
     prompt_tokens: int,
     max_tokens: int,

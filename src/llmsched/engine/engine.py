@@ -28,6 +28,7 @@ from ..core.engine_api import (
     DefaultMaxModelLen,
     SamplingParams,
     check_request_size,
+    is_auto_max_model_len,
 )
 from ..core.errors import ConfigError, check_known
 from ..core.plan import StepPlan
@@ -302,10 +303,11 @@ class LLMEngine(StepDriver):
         if cost_model is not None:
             self._check_cost_layers(cost_model)  # before the model loads
         longest = cfg.max_len
-        if max_model_len is None:
-            max_model_len = longest
+        auto = is_auto_max_model_len(max_model_len)
+        if max_model_len is None or auto:
+            max_model_len = longest  # (auto: the cache is sized for it, then the length cut to the cache)
         if as_int(max_model_len) is None or max_model_len <= 0:
-            raise ConfigError(f"max_model_len must be a positive integer, got {max_model_len!r}")
+            raise ConfigError(f"max_model_len must be a positive integer or 'auto' (-1), got {max_model_len!r}")
         if not isinstance(max_model_len, int):
             max_model_len = int(max_model_len)  # a numpy integer
         if max_model_len > longest:
@@ -336,6 +338,9 @@ class LLMEngine(StepDriver):
         )
         self.allocator = BlockAllocator(self.runner.num_blocks, block_size)
         self.kv_capacity = token_capacity(self.runner.num_blocks, block_size, max_num_seqs, self.runner.kv_size_knob)
+        if auto:  # a sequence reaches what the cache holds plus its last token, which takes no slot
+            # (the runner's too: the profiler plans its contexts by it)
+            self.max_model_len = self.runner.max_model_len = min(longest, self.kv_capacity + 1)
         self.spec = spec.replace(kv_capacity=self.kv_capacity, max_running=max_num_seqs, block_size=block_size)
         super().__init__(self.spec.build())
         self._pool = None  # one worker thread for the policy's jobs (adaptive's region refits)

@@ -22,6 +22,9 @@ from ..core.errors import ConfigError, check_known
 log = logging.getLogger(__name__)
 # transformers' MistralConfig and Qwen2Config default (a config.json without the key)
 DEFAULT_SLIDING_WINDOW = 4096
+# each architecture's transformers default of max_position_embeddings (LlamaConfig,
+# Qwen2Config, MistralConfig; transformers 5.25), for a config.json without the key
+DEFAULT_MAX_POSITIONS = {"llama": 2048, "qwen2": 32768, "mistral": 131072}
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}
 ROPE_TYPES = ("default", "llama3", "linear")
@@ -163,8 +166,15 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         else:
             got = ", ".join(map(str, archs)) if archs else f"model_type {mt!r}"
             raise ConfigError(f"{path}: unsupported architecture {got} (supported: {', '.join(ARCHITECTURES)})")
+    quant = cfg.get("quantization_config")
+    if quant is not None:  # its weights were refused one by one as unexpected, not for what they are
+        method = quant.get("quant_method") if isinstance(quant, dict) else None
+        raise ConfigError(
+            f"{path}: quantized checkpoints are not supported (quantization_config, quant_method {method!r}); "
+            "use the model's float16 or bfloat16 weights"
+        )
     act = cfg.get("hidden_act", "silu")
-    if act != "silu":
+    if act not in ("silu", "swish"):  # transformers' "swish" is SiLU too
         raise ConfigError(f"{path}: hidden_act {act!r} is not supported (only silu)")
     hidden = _int(cfg, "hidden_size", path)
     heads = _int(cfg, "num_attention_heads", path)
@@ -190,7 +200,7 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     # rope, merged as transformers 5 does: the legacy `rope_scaling` dict if set, else
     # `rope_parameters`; a top-level `rope_theta` fills in a missing one (default 10000);
     # llama3 scaling without `original_max_position_embeddings` takes max_position_embeddings
-    max_pos = _int(cfg, "max_position_embeddings", path, 2048)
+    max_pos = _int(cfg, "max_position_embeddings", path, DEFAULT_MAX_POSITIONS[arch])
     rs, rp = cfg.get("rope_scaling"), cfg.get("rope_parameters")
     for key, v in (("rope_scaling", rs), ("rope_parameters", rp)):
         if v is not None and not isinstance(v, dict):
@@ -253,7 +263,11 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
     else:
         windows = [window] * layers
 
-    bias = _flag(cfg, "attention_bias", path)
+    # transformers reads attention_bias and mlp_bias for Llama only: Qwen2 has q/k/v biases
+    # and Mistral none, whatever they say (a checkpoint of either saved with them true holds
+    # no such biases, and its weights were refused as missing them)
+    llama = arch == "llama"
+    bias = llama and _flag(cfg, "attention_bias", path)
     eps = cfg.get("rms_norm_eps", 1e-6)
     if not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise ConfigError(f"{path}: rms_norm_eps must be a small positive number, got {eps!r}")
@@ -274,8 +288,8 @@ def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
         max_position_embeddings=max_pos,
         tie_word_embeddings=_flag(cfg, "tie_word_embeddings", path),
         qkv_bias=arch == "qwen2" or bias,
-        o_bias=bias and arch != "qwen2",
-        mlp_bias=_flag(cfg, "mlp_bias", path),
+        o_bias=bias,
+        mlp_bias=llama and _flag(cfg, "mlp_bias", path),
         sliding_windows=windows,
         bos_token_id=bos if isinstance(bos, int) else None,
         eos_token_ids=_token_ids(cfg.get("eos_token_id"), f"{path}: eos_token_id", vocab),
@@ -443,21 +457,27 @@ def defaults_note(model_dir, generation_config, override, defaults: dict, overri
 
 
 def weight_files(model_dir) -> list[Path]:
+    """model.safetensors, else the shards of model.safetensors.index.json, as transformers
+    looks for them (a stale index beside a merged model.safetensors is not read), else
+    every *.safetensors but adapters (a PEFT adapter_model.safetensors beside them is not
+    part of the base model)."""
     p = model_path(model_dir)
+    if (p / "model.safetensors").is_file():
+        return [p / "model.safetensors"]
     index = p / "model.safetensors.index.json"
     if index.is_file():
         wm = _read_json(index, "safetensors index").get("weight_map")
         if not isinstance(wm, dict) or not wm:
             raise ConfigError(f"{index} has no weight_map")
+        # (a null or a number there was a TypeError traceback)
+        bad = next(((k, v) for k, v in wm.items() if not isinstance(v, str) or not v.strip()), None)
+        if bad is not None:
+            raise ConfigError(f"{index}: weight_map gives weight {bad[0]!r} the shard {bad[1]!r}, not a file name")
         files = sorted(set(wm.values()))
         missing = [f for f in files if not (p / f).is_file()]
         if missing:
-            raise ConfigError(f"{index} names shard {missing[0]}, which is not in {p}")
+            raise ConfigError(f"{index} names shard {missing[0]!r}, which is not in {p}")
         return [p / f for f in files]
-    # the model's own weights: model.safetensors, else every *.safetensors but adapters
-    # (a PEFT adapter_model.safetensors beside them is not part of the base model)
-    if (p / "model.safetensors").is_file():
-        return [p / "model.safetensors"]
     files = sorted(f for f in p.glob("*.safetensors") if not f.name.startswith("adapter_"))
     if not files:
         raise ConfigError(f"model folder {p} has no *.safetensors weights")
@@ -604,6 +624,10 @@ def _expected(cfg: ModelConfig, layer_shapes: dict) -> set:
     return expected
 
 
+# the safetensors dtypes a weight may have: converted to the model's dtype as they are
+_FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+
+
 def check_weights(cfg: ModelConfig, model_dir) -> list[tuple[Path, list[tuple[str, str, int | None]]]]:
     """The checkpoint's weights, checked against the config from the files' headers and the
     config's sizes alone (no tensor is read and no model built: a config.json whose sizes or
@@ -628,13 +652,23 @@ def check_weights(cfg: ModelConfig, model_dir) -> list[tuple[Path, list[tuple[st
                     )
                 _check_not_loaded(loaded, (name, shard), hf_name, path.name)
                 loaded[(name, shard)] = (hf_name, path.name)
-                shape = tuple(f.get_slice(hf_name).get_shape())
+                info = f.get_slice(hf_name)
+                shape = tuple(info.get_shape())
                 if shape != want:
                     raise ConfigError(f"{path.name}: weight {hf_name!r} has shape {shape}, the config implies {want}")
+                if info.get_dtype() not in _FLOAT_DTYPES:  # an integer or fp8 one was cast, silently wrong
+                    raise ConfigError(
+                        f"{path.name}: weight {hf_name!r} is of dtype {info.get_dtype()}, not a float16, bfloat16, "
+                        "float32 or float64 one (a quantized checkpoint is not supported)"
+                    )
                 entries.append((hf_name, name, shard))
         plan.append((path, entries))
     _check_layer_count(cfg, model_dir, loaded)
     absent = _expected(cfg, layer_shapes) - loaded.keys()
+    if cfg.tie_word_embeddings and ("lm_head.weight", None) in loaded:
+        # a tied checkpoint may hold the shared matrix as lm_head.weight alone: transformers
+        # loads it into the embedding it is tied to (load_weights does so too)
+        absent.discard(("embed_tokens.weight", None))
     # by layer (as text, layers.10 sorted before layers.2), then by name
     in_order = sorted(absent, key=lambda ns: (_layer_index(ns[0], cfg) or 0, _hf_name(*ns)))
     missing = [_hf_name(n, s) for n, s in in_order]
@@ -673,6 +707,7 @@ def load_weights(model, model_dir, plan=None) -> None:
     cfg = model.config
     params = dict(model.named_parameters())
     head = None  # a tied model's lm_head.weight from the checkpoint: (file name, tensor)
+    embedded = False  # the checkpoint held the embedding
     for path, entries in check_weights(cfg, model_dir) if plan is None else plan:
         with _open_weights(path) as f:
             for hf_name, name, shard in entries:
@@ -680,10 +715,15 @@ def load_weights(model, model_dir, plan=None) -> None:
                 if name == "lm_head.weight" and cfg.tie_word_embeddings:
                     head = (path.name, t)
                     continue
+                embedded |= name == "embed_tokens.weight"
                 dst = _slot(params, name, shard, cfg)
                 with torch.no_grad():
                     dst.copy_(t.to(device=dst.device, dtype=dst.dtype))
-    if head is not None:
+    if head is not None and not embedded:  # the tied matrix given as lm_head.weight alone
+        emb = model.embed_tokens.weight
+        with torch.no_grad():
+            emb.copy_(head[1].to(device=emb.device, dtype=emb.dtype))
+    elif head is not None:
         _untie_if_different(model, *head)
 
 

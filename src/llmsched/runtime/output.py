@@ -8,9 +8,9 @@ A token ends a request when (as in vLLM and the OpenAI API):
 - with `include_stop_str_in_output` (vLLM's extension), the stop string, or the stop
   token's text, is kept: the text is cut after it;
 - it is the last of `max_tokens`: "length".
-No stop condition applies to the first `min_tokens` tokens (a stop id cannot even be drawn
-among them, and, as in vLLM, stop strings are looked for only once more than `min_tokens`
-tokens exist, so a stop string must end after the text of the first `min_tokens`).
+No stop condition applies to the first `min_tokens` tokens (a stop id or an EOS id, even with
+`ignore_eos`, cannot even be drawn among them, and, as in vLLM, stop strings are looked
+for only once more than `min_tokens` tokens exist, so a stop string must end after the text of the first `min_tokens`).
 While streaming, the last `len(longest stop) - 1` characters are held back until they
 cannot start a stop string (not with `include_stop_str_in_output`: the text is then never
 cut before what was sent).
@@ -44,6 +44,7 @@ class Sequence:
         "stops",
         "stop_ids",
         "eos_ids",
+        "min_banned",
         "finish_reason",
         "stop_reason",
         "logprob",
@@ -70,6 +71,9 @@ class Sequence:
         # config_stop_ids: a generation config's other EOS ids, stop ids unless ignore_eos (as vLLM)
         self.stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else config_stop_ids)
         self.eos_ids = frozenset() if params.ignore_eos else eos_ids
+        # as vLLM (its _all_stop_token_ids): no EOS id is drawn among the first min_tokens
+        # even with ignore_eos, which only stops them from ending the request
+        self.min_banned = frozenset(params.stop_token_ids) | config_stop_ids | eos_ids
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
         self.logprob = None  # the next token's logprobs, set by an executor (SamplingParams.logprobs)
@@ -85,8 +89,7 @@ class Sequence:
         """Token ids the sampler must not draw now (min_tokens), or None."""
         if self.n_out >= self.params.min_tokens:
             return None
-        banned = self.stop_ids | self.eos_ids
-        return banned or None
+        return self.min_banned or None
 
     def accept(self, tok: int, length_done: bool, piece: PieceFn | None) -> RequestOutput:
         """Record one emitted token; returns what to stream (and whether it ended the request).

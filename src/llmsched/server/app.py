@@ -54,6 +54,7 @@ from .protocol import (
     chat_choice,
     completion_choice,
     dumps,
+    int_list,
     logprobs_object,
     parse_body,
     parse_chat,
@@ -1045,10 +1046,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
                 "tokens",
                 "context_length_exceeded",
             )
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
-            raise bad_request("'tokens' must be an array of integers", "tokens")
-        if toks and min(toks) < 0:
-            raise bad_request("'tokens' must be non-negative token ids", "tokens")
+        toks = int_list(body, "tokens")  # "5" is 5, as in stop_token_ids (vLLM reads both so)
         try:
             backend.check_token_ids(toks)
         except ConfigError as e:

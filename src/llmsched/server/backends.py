@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.engine_api import EngineCore, default_max_running
+from ..core.engine_api import EngineCore, default_max_running, is_auto_max_model_len
 from ..core.errors import ConfigError, warn
 from ..engine.loader import generation_defaults, generation_stop_ids, max_tokens_cap
 from ..engine.tokenizer import tokenizer_file
@@ -154,6 +154,8 @@ def make_sim_backend(
         tok = ByteRuleTokenizer(content_ids=bool(opts.prefix_caching))
     sched = opts.build()
     kv = opts.kv_capacity
+    if is_auto_max_model_len(max_model_len):  # the longest the KV cache holds (no model to cap it)
+        max_model_len = None if kv is None else kv + 1
     if max_model_len is None:
         max_model_len = DEFAULT_SIM_MAX_MODEL_LEN
         if kv is not None:

@@ -299,12 +299,16 @@ def _refuse_unsupported(body: dict, kind: str) -> None:
             raise bad_request("'suffix' (insertion) is not supported by this server", "suffix")
 
 
-def _int_list(body: dict, key: str) -> list[int]:
+def int_list(body: dict, key: str) -> list[int]:
+    """A list of token ids (numbers written as strings taken, see _INT_TEXT, and whole
+    floats, as _int takes them); missing: []."""
     v = body.get(key)
     if v is None:
         return []
     if isinstance(v, list):
         v = [_lax_int(x, key) for x in v]
+        # (orjson reads an integer beyond 64 bits in a list as a float: that one stays refused)
+        v = [int(x) if isinstance(x, float) and x.is_integer() and abs(x) < _BEYOND_INT64 else x for x in v]
     if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         if v and min(v) < 0:  # checked here, not in SamplingParams, so that the 400 names the field
             raise bad_request(f"'{key}' must be non-negative token ids, got {_show(min(v))}", key)
@@ -473,7 +477,7 @@ def _common(body: dict, kind: str) -> dict:
         min_tokens=min_tokens,
         stop=_stop(body),
         include_stop_str_in_output=_bool(body, "include_stop_str_in_output", False),
-        stop_token_ids=_int_list(body, "stop_token_ids"),
+        stop_token_ids=int_list(body, "stop_token_ids"),
         ignore_eos=_bool(body, "ignore_eos", False),
         presence_penalty=presence,
         frequency_penalty=frequency,
