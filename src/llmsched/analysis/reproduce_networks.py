@@ -63,7 +63,14 @@ from ..core.checks import (
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import atomic_write, begin_reproduce_write, check_run_dir, end_reproduce_write, prepare_run_dir
+from ..core.paths import (
+    atomic_write,
+    begin_reproduce_write,
+    check_run_dir,
+    end_reproduce_write,
+    prepare_run_dir,
+    writes_alone,
+)
 from ..policies import make_batch_policy
 from ..sim.network_result import network_backlog, simulate_network
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
@@ -435,6 +442,7 @@ QUICK_JOBS = {"clusters": 1000, "agents": 2000, "rybko-stolyar": 3000}
 
 
 @strict_arguments
+@writes_alone("reproduce clusters")
 def reproduce_clusters(
     *,
     out_dir="reproduce-clusters",
@@ -624,6 +632,7 @@ def _plot_clusters(rows, replicas, routers, metric: str, ylabel: str, path: Path
 
 # -------------------------------------------------------------------------------- agents
 @strict_arguments
+@writes_alone("reproduce agents")
 def reproduce_agents(
     *,
     out_dir="reproduce-agents",
@@ -801,6 +810,7 @@ def _plot_agents(series: list, workflows, load: float, path: Path) -> str:
 
 # ------------------------------------------------------------------------ Rybko-Stolyar
 @strict_arguments
+@writes_alone("reproduce rybko-stolyar")
 def reproduce_rybko_stolyar(
     *,
     out_dir="reproduce-rybko-stolyar",
