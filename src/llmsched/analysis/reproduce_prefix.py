@@ -44,6 +44,7 @@ from ..core.paths import (
 )
 from ..theory import LengthMix, capacity
 from ..theory.means import ideal_cached_counts, ideal_cached_tokens
+from ..workload.spec import warn_short_trace
 from ..workload.trace import read_trace
 from .tables import write_table
 
@@ -92,6 +93,9 @@ def reproduce_prefix_caching(
             "a CSV with a block_ids@B column)"
         )
     n = (QUICK_REQUESTS if quick else len(trace)) if num_requests is None else num_requests
+    # (result.json recorded the number asked for, more than the trace holds and the runs used)
+    warn_short_trace(f"trace {trace_path}", len(trace), num_requests, min(n, len(trace)))
+    n = min(n, len(trace))
     if n < 2:
         raise ConfigError(f"the reproduction needs at least 2 requests, got {n}")
     trace = trace.head(n)
