@@ -221,6 +221,23 @@ def test_reproduce_network_experiments_are_wired(tmp_path, capsys):
     assert err == ["llmsched reproduce: error: --tol is an option of `reproduce stability`, not of `reproduce agents`"]
 
 
+@pytest.mark.parametrize(
+    "experiment, limit",
+    [
+        ("clusters", "1,250,000 jobs per replica with 16 replicas"),
+        ("agents", "20,000,000"),
+        ("rybko-stolyar", "20,000,000"),
+    ],
+)
+def test_reproduce_jobs_over_the_limit_are_refused_before_the_folder(tmp_path, capsys, experiment, limit):
+    """The runs refused it after the folder was made (an empty folder left), the clusters'
+    error naming 16 times the number given and a duration_s the experiment does not take."""
+    out = tmp_path / "out"
+    flags = ["reproduce", experiment, "--num-requests", "30000000", "--workers", "1", "--out", str(out)]
+    one_line_error(capsys, flags, f"num_jobs must be at most {limit}, got 30,000,000")
+    assert not out.exists()
+
+
 def test_json_alone_writes_nothing_and_a_rerun_leaves_no_stale_steps(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     small = [

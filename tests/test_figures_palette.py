@@ -123,6 +123,7 @@ def test_plot_dir_titles_name_the_run_and_the_cdfs_say_what_they_cover(tmp_path,
     assert ttft.get_ylabel() == "fraction of finished requests"
     assert ttft.get_lines()[0].get_color() == POLICY_COLORS["orca"]
     assert "unfinished requests' tokens included" in seen["itl_cdf.png"].axes[0].get_title()
+
     # a run whose requests all finished says nothing of unfinished ones (it always did)
     whole = tmp_path / "whole"
     llmsched.simulate(policy="orca", cost_model="paper", rate=10, num_requests=50, out_dir=whole)
@@ -206,3 +207,17 @@ def test_piped_tables_keep_whole_headers_and_cells(tmp_path):
     names = {ln.split("│")[2].strip() for ln in lines}
     assert {"fastertransformer", "vllm", "orca", "sarathi", "kfcfs", "adaptive"} <= names  # one row per policy
     assert max(len(ln) for ln in out.splitlines()) > 80
+
+
+def test_an_itl_cdf_without_gaps_says_so(tmp_path, monkeypatch):
+    """Requests of one output token emit no gap: the ITL figure was an empty plot under
+    'CDF of every gap', as if the gaps were lost."""
+    from llmsched import plots
+
+    llmsched.simulate(cost_model="paper", rate=1, prompt="const:10", output="const:1", num_requests=3, out_dir=tmp_path)
+    seen = {}
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: seen.setdefault(path.name, fig) and real(fig, path))
+    plots.plot_dir(tmp_path)
+    ax = seen["itl_cdf.png"].axes[0]
+    assert not ax.get_lines() and "CDF of every gap: none (no request emitted a second token)" in ax.get_title()

@@ -6,6 +6,8 @@ import json
 import random
 import warnings
 
+import pytest
+
 from llmsched.analysis.reproduce_prefix import reproduce_prefix_caching
 from llmsched.cli import main
 from llmsched.core.errors import InputWarning
@@ -133,3 +135,17 @@ def test_a_trace_that_is_no_path_is_one_line_over_an_existing_folder(tmp_path):
     for bad in (None, 5):
         with pytest.raises(ConfigError):
             reproduce_prefix_caching(bad, out_dir=tmp_path / "rp", quick=True)
+
+
+def test_more_requests_than_the_trace_holds_records_those_it_ran(tmp_path):
+    """result.json recorded the number asked for (100) where the runs replayed the trace's
+    60, with no word; a simulate run warns and records what it replayed."""
+    path = tmp_path / "trace.jsonl"
+    write_fixture(path, n=60)
+    kw = dict(cost_model="paper", b_max=512, loads=(0.6,), kv_capacities=(60000,))
+    with pytest.warns(UserWarning, match=r"has 60 requests: num_requests=100 replays them all"):
+        res = reproduce_prefix_caching(str(path), out_dir=tmp_path / "a", num_requests=100, **kw)
+    assert res["config"]["num_requests"] == 60
+    assert json.loads((tmp_path / "a" / "result.json").read_text())["config"]["num_requests"] == 60
+    quick = reproduce_prefix_caching(str(path), out_dir=tmp_path / "b", quick=True, **kw)  # (quick: 400 asked)
+    assert quick["config"]["num_requests"] == 60 and quick["rows"] == res["rows"]

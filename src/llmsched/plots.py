@@ -329,6 +329,8 @@ def plot_dir(folder: str | Path) -> list[str]:
     arrived = req["arrived"] == 1 if "arrived" in req else np.ones(len(done), dtype=bool)
     # (the note only where a request arrived and did not finish: its gaps count too)
     note = " (unfinished requests' tokens included)" if (arrived & ~done).any() else ""
+    if not len(itl["itl_ms"]):  # (an empty plot said nothing of why)
+        note = ": none (no request emitted a second token)"
     ax.set_title(f"Inter-token latency, CDF of every gap{note}\n{name}", fontsize=10)
     out.append(save_figure(fig, d / "itl_cdf.png"))
 

@@ -44,6 +44,7 @@ from ..core.paths import (
     end_reproduce_write,
     mark_reproduce_search,
     prepare_run_dir,
+    writes_alone,
     writing_stability_search,
 )
 from ..policies import canonical_policy_name, make_batch_policy
@@ -102,6 +103,7 @@ def _policy_info(name: str) -> tuple[str, bool]:
 
 
 @strict_arguments
+@writes_alone("reproduce stability")
 def reproduce_stability(
     workload: str = "synthetic",
     *,

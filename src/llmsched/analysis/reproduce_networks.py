@@ -63,12 +63,20 @@ from ..core.checks import (
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of
-from ..core.paths import atomic_write, begin_reproduce_write, check_run_dir, end_reproduce_write, prepare_run_dir
+from ..core.paths import (
+    atomic_write,
+    begin_reproduce_write,
+    check_run_dir,
+    end_reproduce_write,
+    prepare_run_dir,
+    writes_alone,
+)
 from ..policies import make_batch_policy
 from ..sim.network_result import network_backlog, simulate_network
 from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
 from ..theory.network import traffic
 from ..workload import network as _network_spec
+from ..workload.arrivals import MAX_REQUESTS
 from .figures import new_figure, plain_log_ticks, save_figure
 from .runner import Backend
 from .tables import write_table
@@ -434,7 +442,18 @@ NUM_JOBS = {"clusters": 5000, "agents": 10000, "rybko-stolyar": 20000}
 QUICK_JOBS = {"clusters": 1000, "agents": 2000, "rybko-stolyar": 3000}
 
 
+def _job_count(num_jobs, kind: str, quick: bool, per: int = 1, unit: str = "") -> int:
+    """`num_jobs` (or `kind`'s default), checked; `per` runs' jobs to one of it (replicas),
+    within the arrivals' limit, before the folder is made (a run refused it after, leaving
+    an empty folder and an error naming `per` times the number given)."""
+    n = (QUICK_JOBS if quick else NUM_JOBS)[kind] if num_jobs is None else check_count(num_jobs, "num_jobs")
+    if n * per > MAX_REQUESTS:
+        raise ConfigError(f"num_jobs must be at most {MAX_REQUESTS // per:,}{unit}, got {n:,}")
+    return n
+
+
 @strict_arguments
+@writes_alone("reproduce clusters")
 def reproduce_clusters(
     *,
     out_dir="reproduce-clusters",
@@ -472,9 +491,8 @@ def reproduce_clusters(
             raise ConfigError(f"unknown router {r!r} (known: {', '.join(ROUTERS)})")
     loads = _check_loads(((0.5, 0.9) if quick else (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)) if loads is None else loads)
     check_distinct(loads, "loads")
-    per_replica = (
-        (QUICK_JOBS if quick else NUM_JOBS)["clusters"] if num_jobs is None else check_count(num_jobs, "num_jobs")
-    )
+    n_max = max(replicas)
+    per_replica = _job_count(num_jobs, "clusters", quick, n_max, f" jobs per replica with {n_max} replicas")
     seeds = check_seeds(seeds if seeds is not None else (0,))
     prompt, output = CLUSTER_WORKLOADS[workload]
     make_batch_policy(policy)  # (the runs would refuse it, after the folder was made)
@@ -624,6 +642,7 @@ def _plot_clusters(rows, replicas, routers, metric: str, ylabel: str, path: Path
 
 # -------------------------------------------------------------------------------- agents
 @strict_arguments
+@writes_alone("reproduce agents")
 def reproduce_agents(
     *,
     out_dir="reproduce-agents",
@@ -660,7 +679,7 @@ def reproduce_agents(
         ft_loads = (0.9,) if quick else (0.02, 0.05, 0.1, 0.3, 0.6, 0.9)
     ft_loads = check_distinct(_check_loads(ft_loads, "ft_loads"), "ft_loads")
     ft_loads = sorted(set(ft_loads) | {plot_load})  # (the plot's load joins both lists)
-    n_jobs = (QUICK_JOBS if quick else NUM_JOBS)["agents"] if num_jobs is None else check_count(num_jobs, "num_jobs")
+    n_jobs = _job_count(num_jobs, "agents", quick)
     seeds = check_seeds(seeds if seeds is not None else (0,))
     check_run_dir(out_dir, "reproduce agents")  # not over another run's outputs
 
@@ -801,6 +820,7 @@ def _plot_agents(series: list, workflows, load: float, path: Path) -> str:
 
 # ------------------------------------------------------------------------ Rybko-Stolyar
 @strict_arguments
+@writes_alone("reproduce rybko-stolyar")
 def reproduce_rybko_stolyar(
     *,
     out_dir="reproduce-rybko-stolyar",
@@ -833,9 +853,7 @@ def reproduce_rybko_stolyar(
         orders = ("exit", "entry") + ((_BACKPRESSURE,) if backpressure_available() else ())
     orders = check_names(orders, "orders")
     check_distinct(orders, "orders")
-    n_jobs = (
-        (QUICK_JOBS if quick else NUM_JOBS)["rybko-stolyar"] if num_jobs is None else check_count(num_jobs, "num_jobs")
-    )
+    n_jobs = _job_count(num_jobs, "rybko-stolyar", quick)
     seeds = check_seeds(seeds if seeds is not None else (0,))
     if scan_loads is None:
         scan_loads = () if quick else (0.5, 0.6, 0.7, 0.8)

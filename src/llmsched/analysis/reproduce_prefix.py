@@ -34,9 +34,17 @@ from ..api import simulate
 from ..core.checks import as_real, check_distinct, strict_arguments
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import begin_reproduce_write, check_inputs_kept, check_run_dir, end_reproduce_write
+from ..core.paths import (
+    begin_reproduce_write,
+    check_inputs_kept,
+    check_run_dir,
+    end_reproduce_write,
+    make_run_dir,
+    writes_alone,
+)
 from ..theory import LengthMix, capacity
 from ..theory.means import ideal_cached_counts, ideal_cached_tokens
+from ..workload.spec import warn_short_trace
 from ..workload.trace import read_trace
 from .tables import write_table
 
@@ -49,6 +57,7 @@ KIND = "reproduce prefix-caching"
 
 
 @strict_arguments
+@writes_alone("reproduce prefix-caching")
 def reproduce_prefix_caching(
     trace_path: str,
     *,
@@ -84,6 +93,9 @@ def reproduce_prefix_caching(
             "a CSV with a block_ids@B column)"
         )
     n = (QUICK_REQUESTS if quick else len(trace)) if num_requests is None else num_requests
+    # (result.json recorded the number asked for, more than the trace holds and the runs used)
+    warn_short_trace(f"trace {trace_path}", len(trace), num_requests, min(n, len(trace)))
+    n = min(n, len(trace))
     if n < 2:
         raise ConfigError(f"the reproduction needs at least 2 requests, got {n}")
     trace = trace.head(n)
@@ -157,8 +169,7 @@ def reproduce_prefix_caching(
                         f"TTFT {r['mean_ttft_ms'] / 1e3:,.1f} s, {r['request_throughput']:.2f} req/s, {r['verdict']}",
                         flush=True,
                     )
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_run_dir(out_dir)
     # an earlier run's files go first, the folder marked until result.json, written last,
     # is in place: a run that stops leaves no new table beside an earlier run's result.json
     begin_reproduce_write(out, KIND)

@@ -62,7 +62,7 @@ from ..core.checks import check_count, check_distinct, check_names, check_reals,
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
 from ..core.palette import color_of, group_styles
-from ..core.paths import begin_reproduce_write, check_run_dir, end_reproduce_write, prepare_run_dir
+from ..core.paths import begin_reproduce_write, check_run_dir, end_reproduce_write, prepare_run_dir, writes_alone
 from ..core.request import NS
 from ..theory import LengthMix, capacity
 from ..workload.serverless import (
@@ -330,6 +330,7 @@ def run_single(job: dict) -> dict:
 
 # ------------------------------------------------------------------------------ experiment
 @strict_arguments
+@writes_alone("reproduce twp")
 def reproduce_twp(
     *,
     out_dir="reproduce-twp",

@@ -4,11 +4,12 @@ read-only place)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
@@ -321,6 +322,45 @@ def held_alone(folder, who: str, what: str = "output folder") -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+# inside a `writes_alone` call: [its ExitStack, who it is, whether it holds its folder yet]
+_WRITER: ContextVar[list | None] = ContextVar("writer", default=None)
+
+
+def writes_alone(who: str):
+    """A decorator for a function that writes one output folder (a `reproduce` experiment,
+    a result's `write`): the first folder it makes (`make_run_dir`) is held by it alone
+    (`held_alone`) until it returns, so that a second run of `who` into that folder is
+    refused (ConfigError) rather than mixing its files with this one's. A call inside
+    another (a write within an experiment) holds nothing more."""
+
+    def wrap(func):
+        @functools.wraps(func)
+        def call(*args, **kwargs):
+            if _WRITER.get() is not None:
+                return func(*args, **kwargs)
+            with ExitStack() as stack:
+                token = _WRITER.set([stack, who, False])
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    _WRITER.reset(token)
+
+        return call
+
+    return wrap
+
+
+def make_run_dir(path) -> Path:
+    """Make the folder `path` (checked already) and, inside a `writes_alone` call, hold it."""
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    writer = _WRITER.get()
+    if writer is not None and not writer[2]:
+        writer[0].enter_context(held_alone(out, writer[1]))
+        writer[2] = True
+    return out
 
 
 def stability_run_of_search(folder) -> Path | None:
@@ -869,12 +909,10 @@ def _check_figures_ours(folder: Path, kind: str, what: str) -> None:
 
 def prepare_run_dir(path, kind: str) -> Path:
     """The folder a `kind` run writes into, checked (`check_run_dir`: not over another
-    run's outputs nor another tool's files) and created."""
+    run's outputs nor another tool's files) and created (held, `make_run_dir`)."""
     check_out_dir(path)  # (reproduce_twp(out_dir="/dev/null/x") raised NotADirectoryError)
     check_run_dir(path, kind)
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return make_run_dir(path)
 
 
 def clear_stale(path, kind: str, written) -> None:

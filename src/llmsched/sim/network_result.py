@@ -44,6 +44,8 @@ from ..core.paths import (
     check_out_dir,
     check_run_dir,
     end_simulate_write,
+    make_run_dir,
+    writes_alone,
 )
 from ..core.prefix_cache import hit_rate
 from ..core.request import NS, check_sample_interval, check_seconds
@@ -1089,11 +1091,11 @@ class NetworkResult:
         return s
 
     # ---- files -----------------------------------------------------------------------
+    @writes_alone("simulate")
     def write(self, out_dir: str | os.PathLike) -> Path:
         check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
         check_inputs_not_replaced(out_dir, "network", self.config)
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_run_dir(out_dir)
         clear_other_run(out, "network")
         st = self.stats
         summary = to_jsonable(self.summary)  # (before the earlier run's files go)

@@ -29,7 +29,9 @@ from ..core.paths import (
     check_run_dir,
     clear_stale,
     end_simulate_write,
+    make_run_dir,
     run_kind,
+    writes_alone,
 )
 from ..policies import paced_by_slo
 from .csv_rows import (
@@ -601,6 +603,7 @@ class SimResult(SloAfterRun):
             written.append(out / f"{name}.parquet")
         return written
 
+    @writes_alone("simulate")
     def write(self, out_dir: str | os.PathLike, parquet: bool = False) -> Path:
         """Write config.json, requests.csv, timeseries.csv, histograms, if recorded,
         steps.csv, with `parquet` the Parquet tables (`write_parquet`), and last
@@ -612,8 +615,7 @@ class SimResult(SloAfterRun):
             require_pyarrow("--parquet")  # before any file goes
         steps = self._steps_file()  # before any file is written
         check_inputs_not_replaced(out_dir, "single-server", self.config)
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_run_dir(out_dir)
         clear_other_run(out, "single-server")
         summary = to_jsonable(self.summary)  # (before the earlier run's files go)
         # a rerun into the same folder: nothing of an older run stays beside the new files

@@ -39,7 +39,14 @@ from ..core.checks import check_run_switches
 from ..core.cost import make_cost_model, warn_fast_steps, warn_past_grid
 from ..core.errors import ConfigError
 from ..core.jsonio import to_jsonable
-from ..core.paths import begin_simulate_write, check_out_dir, check_run_dir, end_simulate_write
+from ..core.paths import (
+    begin_simulate_write,
+    check_out_dir,
+    check_run_dir,
+    end_simulate_write,
+    make_run_dir,
+    writes_alone,
+)
 from ..core.request import NS, check_seconds
 from ..core.slo import check_request_slo
 from ..workload.serverless import RunOptions, ServerlessSpec, load_serverless, make_serverless_requests
@@ -270,11 +277,11 @@ class ServerlessResult(SloAfterRun):
         return s
 
     # ---- files ---------------------------------------------------------------------------
+    @writes_alone("simulate")
     def write(self, out_dir: str | os.PathLike) -> Path:
         check_out_dir(out_dir)  # a file there, an unwritable folder: one line, not an OSError
         check_inputs_not_replaced(out_dir, "serverless", self.config)
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_run_dir(out_dir)
         clear_other_run(out, "serverless")
         summary = to_jsonable(self.summary)  # (before the earlier run's files go)
         # the earlier run's files go first, summary.json (the run's proof) comes last: a
