@@ -60,13 +60,7 @@ def fraction(text: str) -> float:
 
 def seed_int(text: str) -> int:
     """An argparse type: a seed, an integer >= 0 (as simulate's, bench's and validate's)."""
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return v
+    return nonnegative_int(text)
 
 
 def request_seed_int(text: str) -> int:
