@@ -396,8 +396,8 @@ def test_http_the_context_limit_counts_the_templates_tokens(served):
 @pytest.mark.parametrize(
     "extra, param, words",
     [
-        ({"add_generation_prompt": "yes"}, "add_generation_prompt", "must be a boolean"),
-        ({"continue_final_message": 1}, "continue_final_message", "must be a boolean"),
+        ({"add_generation_prompt": "maybe"}, "add_generation_prompt", "must be a boolean"),
+        ({"continue_final_message": 0.5}, "continue_final_message", "must be a boolean"),
         ({"continue_final_message": True}, "continue_final_message", "cannot both be true"),
         ({"chat_template_kwargs": [1]}, "chat_template_kwargs", "must be an object"),
         ({"chat_template_kwargs": "x"}, "chat_template_kwargs", "must be an object"),

@@ -377,7 +377,7 @@ BAD = [
     ("/v1/completions", {"model": MODEL, "prompt": "x", "temperature": "hot"}, "temperature"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "temperature": -1}, "temperature"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "top_p": 0}, "top_p"),
-    ("/v1/completions", {"model": MODEL, "prompt": "x", "stream": "yes"}, "stream"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "stream": "maybe"}, "stream"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "n": 0}, "n"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "n": 129}, "n"),
@@ -385,7 +385,7 @@ BAD = [
     ("/v1/completions", {"model": MODEL, "prompt": "x", "n": 2, "best_of": 3}, "best_of"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "stop": 7}, "stop"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "stop": ["a"] * 1025}, "stop"),
-    ("/v1/completions", {"model": MODEL, "prompt": "x", "echo": "yes"}, "echo"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "echo": 2}, "echo"),
     # refused features: a 400 that names them, not silently ignored
     ("/v1/completions", {"model": MODEL, "prompt": "x", "suffix": "end"}, "suffix"),
     (
@@ -614,7 +614,7 @@ def test_include_stop_str_in_output(server, stream):
         body = {**prompt, "stop_token_ids": [0], "min_tokens": 1}
         assert text_of(path, body) == (" tok", "stop", 0)
         assert text_of(path, {**body, "include_stop_str_in_output": True}) == (" tok tok", "stop", 0)
-    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hi", "include_stop_str_in_output": "yes"})
+    r = post(base, "/v1/completions", {"model": MODEL, "prompt": "hi", "include_stop_str_in_output": " true"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "include_stop_str_in_output"
 
 

@@ -1,7 +1,8 @@
 """Numbers written as strings in a request body, as vLLM takes them (pydantic's lax mode):
 `"temperature": "0.5"` and `"max_tokens": "16"` were a 400 here. A string that is no
-number, an integer field's "16.5" or "1e3" (pydantic refuses both), and a boolean written
-as a string stay 400s naming the field."""
+number, an integer field's "16.5" or "1e3" (pydantic refuses both) stay 400s naming the
+field. Booleans too: "true"/"no"/"1"/... and the numbers 0 and 1 are read as pydantic reads
+them; other values (" true", "2", 2, 0.5) stay 400s."""
 
 from __future__ import annotations
 
@@ -56,10 +57,31 @@ def test_numeric_strings_are_numbers():
         ("stop_token_ids", ["5", "x"], "'stop_token_ids' must be an array of integers"),
         ("logit_bias", {"5": "lots"}, "'logit_bias' values must be numbers in -100..100"),
         ("priority", "1", "'priority' (priority scheduling) is not supported"),
-        ("stream", "true", "'stream' must be a boolean, got string 'true'"),
+        ("stream", " true", "'stream' must be a boolean, got string ' true'"),
+        ("stream", "2", "'stream' must be a boolean, got string '2'"),
+        ("echo", 2, "'echo' must be a boolean, got integer 2"),
+        ("ignore_eos", 0.5, "'ignore_eos' must be a boolean, got number 0.5"),
+        ("add_special_tokens", "", "'add_special_tokens' must be a boolean, got string ''"),
     ],
 )
 def test_other_strings_stay_400s(field, value, says):
     with pytest.raises(APIError) as e:
         _params(**{field: value})
     assert e.value.status == 400 and e.value.param == field and says in e.value.message
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [(t, True) for t in ("true", "TRUE", "yes", "On", "1", "t", "Y", 1, 1.0)]
+    + [(t, False) for t in ("false", "No", "OFF", "0", "f", "n", 0, 0.0)],
+)
+def test_boolean_strings_are_booleans(text, value):
+    """pydantic's lax bool (vLLM's request models): these strings in any case, 0 and 1."""
+    req, p = _params(stream=text, echo=text, ignore_eos=text, include_stop_str_in_output=text, add_special_tokens=text)
+    assert (req.stream, req.echo, req.add_special_tokens) == (value, value, value)
+    assert (p.ignore_eos, p.include_stop_str_in_output) == (value, value)
+    req = parse_completion({**BASE, "stream": True, "stream_options": {"include_usage": text}})
+    assert req.include_usage is value
+    msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "a"}]
+    chat = parse_chat({"model": "m", "messages": msgs, "logprobs": text, "add_generation_prompt": text, "echo": text})
+    assert (chat.logprobs == 0, chat.add_generation_prompt, chat.chat_echo == "a") == (value, value, value)

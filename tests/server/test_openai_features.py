@@ -462,7 +462,7 @@ def test_chat_echo_returns_the_last_message_when_the_reply_continues_it(sim_serv
         plain, streamed = _chat_texts(base, body)
         assert plain == [echoed + " tok tok"] * 2, (messages, plain)
         assert streamed == {0: echoed + " tok tok", 1: echoed + " tok tok"}, (messages, streamed)
-    r = post(base, "/v1/chat/completions", {"model": "llmsched-sim", "messages": [user], "echo": "yes"})
+    r = post(base, "/v1/chat/completions", {"model": "llmsched-sim", "messages": [user], "echo": "maybe"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "echo"
 
 
@@ -476,7 +476,9 @@ def test_tokenize_honours_add_special_tokens(engine_server):
     # the count /tokenize gives by default is the one the completion's usage reports
     u = _complete(base, model=backend.model_name, prompt="hello world", max_tokens=1)["usage"]
     assert u["prompt_tokens"] == len(with_bos)
-    r = post(base, "/tokenize", {"prompt": "x", "add_special_tokens": "no"})
+    # a boolean written as a string, as vLLM's pydantic (lax mode) reads it
+    assert post(base, "/tokenize", {"prompt": "hello world", "add_special_tokens": "False"}).json() == plain
+    r = post(base, "/tokenize", {"prompt": "x", "add_special_tokens": "nope"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "add_special_tokens"
 
 

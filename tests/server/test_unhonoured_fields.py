@@ -117,5 +117,5 @@ def test_add_special_tokens_is_honoured(tmp_path):
         assert prompt_tokens("/v1/completions", {"prompt": text, "add_special_tokens": False}) == n
         assert prompt_tokens("/v1/chat/completions", {"messages": msgs}) == n_chat + 1
         assert prompt_tokens("/v1/chat/completions", {"messages": msgs, "add_special_tokens": False}) == n_chat
-        r = httpx.post(base + "/v1/completions", json={"model": MODEL, "prompt": text, "add_special_tokens": 1})
+        r = httpx.post(base + "/v1/completions", json={"model": MODEL, "prompt": text, "add_special_tokens": 2})
         assert r.status_code == 400 and r.json()["error"]["param"] == "add_special_tokens"

@@ -56,6 +56,7 @@ from .protocol import (
     dumps,
     int_list,
     logprobs_object,
+    opt_bool,
     parse_body,
     parse_chat,
     parse_completion,
@@ -1003,9 +1004,7 @@ def build_app(backend: Backend, cfg: ServerConfig | None = None) -> FastAPI:
         """(text, param, add_special_tokens: None for the generation routes' choice)."""
         body = parse_body(body_bytes(data))
         check_model(body)
-        special = body.get("add_special_tokens")
-        if special is not None and not isinstance(special, bool):
-            raise bad_request("'add_special_tokens' must be a boolean", "add_special_tokens")
+        special = opt_bool(body, "add_special_tokens")
         if "messages" in body:
             param = "messages"
             req = parse_chat({**body, "model": backend.model_name}, max_messages, tokenize_only=True)

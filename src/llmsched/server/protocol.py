@@ -103,7 +103,7 @@ def _type_name(v) -> str:
 # pydantic's lax mode, in which vLLM reads request bodies, takes a number written as a
 # string: an integer field a string of digits (with a sign, underscores between digits,
 # surrounding whitespace, or a fraction of zeros: "16.0"), a number field any string
-# Python's float() reads ("0.5", "1e-3"); never a boolean from a string here
+# Python's float() reads ("0.5", "1e-3"); see _bool for booleans
 _INT_TEXT = re.compile(r"([+-]?[0-9](?:_?[0-9])*)(?:\.0+)?", re.ASCII)
 
 
@@ -166,16 +166,28 @@ def _opt_str(d: dict, key: str, at: str, param: str) -> str | None:
     return v
 
 
+# pydantic's lax mode (vLLM's) reads a boolean field from these strings, in any case and
+# never with surrounding whitespace, and from the numbers 0 and 1 (0.0 and 1.0 too)
+_BOOL_TEXT = {
+    **dict.fromkeys(("0", "off", "f", "false", "n", "no"), False),
+    **dict.fromkeys(("1", "on", "t", "true", "y", "yes"), True),
+}
+
+
 def _bool(body: dict, key: str, default: bool) -> bool:
     v = body.get(key, default)
     if v is None:
         return default
-    if not isinstance(v, bool):
-        raise bad_request(f"'{key}' must be a boolean, got {_type_name(v)} {_show(v)}", key)
-    return v
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in _BOOL_TEXT:
+        return _BOOL_TEXT[v.lower()]
+    if isinstance(v, (int, float)) and v in (0, 1):
+        return v == 1
+    raise bad_request(f"'{key}' must be a boolean, got {_type_name(v)} {_show(v)}", key)
 
 
-def _opt_bool(body: dict, key: str) -> bool | None:
+def opt_bool(body: dict, key: str) -> bool | None:
     return None if body.get(key) is None else _bool(body, key, False)
 
 
@@ -565,7 +577,7 @@ def parse_completion(body: dict, max_prompt_ids: int | None = None) -> ParsedReq
     req = _finish(c, "completion", text, ids, None, (max_tokens, key), body)
     req.prompts = prompts
     req.max_tokens_null = "max_tokens" in body and body["max_tokens"] is None
-    req.add_special_tokens = _opt_bool(body, "add_special_tokens")
+    req.add_special_tokens = opt_bool(body, "add_special_tokens")
     if max_tokens == 0:
         req.score_only = True
     return req
@@ -592,7 +604,7 @@ def parse_chat(body: dict, max_messages: int | None = None, *, tokenize_only: bo
     req = _finish(c, "chat", None, None, clean, _max_tokens(body, "max_completion_tokens", "max_tokens"), body)
     req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs = _chat_rendering(body)
     req.tools = _tools(body, tokenize_only)
-    req.add_special_tokens = _opt_bool(body, "add_special_tokens")
+    req.add_special_tokens = opt_bool(body, "add_special_tokens")
     if _bool(body, "echo", False):
         # as vLLM: the last message is echoed when the reply continues its role, the
         # assistant's (or any role's without a generation prompt)
