@@ -310,10 +310,9 @@ def test_hidden_act_swish_is_silu_as_in_transformers():
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"eos_token_id": "1"}, "eos_token_id must be a token id or a list of token ids in 0..127"),
+        ({"eos_token_id": "1"}, "eos_token_id must be a token id or a list of token ids, got '1'"),
         ({"eos_token_id": [1, "a"]}, "eos_token_id must be"),
-        ({"eos_token_id": -1}, "eos_token_id must be"),
-        ({"eos_token_id": 128}, "eos_token_id must be"),
+        ({"eos_token_id": 1.0}, "eos_token_id must be"),
         ({"eos_token_id": True}, "eos_token_id must be"),
         ({"rope_theta": float("inf")}, "rope_theta must be a positive finite number, got inf"),
         ({"rope_scaling": {"type": "linear", "factor": float("inf")}}, "positive finite 'factor'"),
@@ -351,11 +350,30 @@ def test_generation_config_eos_ids_are_checked_too(tmp_path, mha_model):
 
     folder = tmp_path / "m"
     shutil.copytree(mha_model, folder)
-    (folder / "generation_config.json").write_text('{"eos_token_id": [1, 2, -4]}')
+    (folder / "generation_config.json").write_text('{"eos_token_id": [1, 2, "x"]}')
     with pytest.raises(ConfigError, match="generation_config.json: eos_token_id must be"):
         read_config(folder)
     (folder / "generation_config.json").write_text('{"eos_token_id": [1, 2]}')
     assert read_config(folder).eos_token_ids == [1, 2]
+
+
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json"])
+def test_an_eos_id_outside_the_vocabulary_is_left_out_with_a_warning(tmp_path, mha_model, caplog, name):
+    """It refused the load; transformers and vLLM load such a model (the id is never drawn)."""
+    from llmsched.engine.loader import read_config
+
+    folder = tmp_path / "m"
+    shutil.copytree(mha_model, folder)
+    vocab = read_config(folder).vocab_size
+    (folder / "generation_config.json").unlink(missing_ok=True)  # its EOS ids would replace config.json's
+    data = json.loads((folder / name).read_text()) if (folder / name).is_file() else {}
+    (folder / name).write_text(json.dumps({**data, "eos_token_id": [1, vocab, -4, 2]}))
+    with caplog.at_level(logging.WARNING, logger="llmsched.engine.loader"):
+        assert read_config(folder).eos_token_ids == [1, 2]
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and all("\n" not in m and f"{name}: eos_token_id" in m for m in said), said
+    assert f"eos_token_id {vocab} is outside the vocabulary (0..{vocab - 1}" in said[0], said
+    assert "eos_token_id -4 is outside" in said[1], said
 
 
 @pytest.mark.parametrize("model", [123, None, ["m"], b"m"])

@@ -135,17 +135,25 @@ def _positive_finite(v) -> bool:
 
 
 def _token_ids(v, where: str, vocab: int) -> list[int]:
-    """An `eos_token_id` value: null (or absent) is none; else an id or a list of ids in
-    0..vocab-1 (`where` names the field in the error)."""
+    """An `eos_token_id` value: null (or absent) is none; else an id or a list of ids
+    (`where` names the field in the error). An id outside 0..vocab-1 is left out with a
+    warning: it can never be drawn, so it stops nothing, and transformers and vLLM load
+    such a model."""
     if v is None:
         return []
     ids = v if isinstance(v, list) else [v]
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in ids):
+        raise ConfigError(f"{where} must be a token id or a list of token ids, got {v!r:.80}")
     for x in ids:
-        if not isinstance(x, int) or isinstance(x, bool) or not 0 <= x < vocab:
-            raise ConfigError(
-                f"{where} must be a token id or a list of token ids in 0..{vocab - 1} (vocab_size {vocab}), got {v!r}"
+        if not 0 <= x < vocab:
+            log.warning(
+                "%s %d is outside the vocabulary (0..%d, vocab_size %d); ignoring it (it can never be drawn)",
+                where,
+                x,
+                vocab - 1,
+                vocab,
             )
-    return list(ids)
+    return [x for x in ids if 0 <= x < vocab]
 
 
 def parse_config(cfg: dict, path: Path | str = "config.json") -> ModelConfig:
@@ -358,9 +366,9 @@ def generation_stop_ids(model_dir, generation_config) -> list[int]:
     """The `eos_token_id` ids of a `--generation-config PATH` file that are not the model's
     EOS ids: as in vLLM (SamplingParams.update_from_generation_config), every request stops
     on them too (as stop_token_ids) unless it sets ignore_eos. An id outside the vocabulary
-    is a ConfigError naming the file, as in the model folder's own file (vLLM takes it and
-    never stops there). None with auto or vllm: the model folder's own file gives the
-    model's EOS ids (read_config)."""
+    is left out with a warning, as in the model folder's own file (vLLM takes it and never
+    stops there). None with auto or vllm: the model folder's own file gives the model's
+    EOS ids (read_config)."""
     if generation_config in GENERATION_CONFIG_CHOICES:
         return []
     gen = generation_config_file(model_dir, generation_config)
