@@ -22,7 +22,7 @@ from ..theory import StabilityRegion
 from .grid import NON_GROUP_KEYS
 from .tables import group_label
 
-__all__ = ["new_figure", "save_figure", "plot_region", "plot_sweep", "run_name", "plain_log_ticks"]
+__all__ = ["new_figure", "save_figure", "plot_region", "plot_sweep", "run_name", "plain_log_ticks", "symlog_y"]
 
 
 def new_figure(n: int = 1, width: float = 7.0):
@@ -51,6 +51,24 @@ def plain_log_ticks(ax, which: str = "x") -> None:
         axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def symlog_y(ax, linthresh: float) -> None:
+    """A symlog y axis (linear within +-`linthresh`) with major ticks at 0 and the decades
+    from `linthresh` out. matplotlib's own locator finds the first decade as
+    floor(log(1000) / log(10)), which is 2 (the quotient is 2.9999...), so with linthresh
+    1000 it put a 10^2 tick inside the linear part, printed over the 0 tick."""
+    from matplotlib.ticker import SymmetricalLogLocator  # noqa: PLC0415
+
+    class Decades(SymmetricalLogLocator):
+        def tick_values(self, vmin, vmax):
+            ticks = super().tick_values(vmin, vmax)
+            if max(abs(vmin), abs(vmax)) <= linthresh:  # only the linear part shows
+                return ticks
+            return [v for v in ticks if v == 0 or abs(v) >= linthresh]
+
+    ax.set_yscale("symlog", linthresh=linthresh)
+    ax.yaxis.set_major_locator(Decades(linthresh=linthresh, base=10))
 
 
 RUN_KEYS = (("policy", "{}"), ("admission", "admission {}"), ("cost_model", "{}"), ("b_max", "b_max {}"))

@@ -77,7 +77,7 @@ from ..theory import INCONCLUSIVE, STABLE, UNSTABLE
 from ..theory.network import traffic
 from ..workload import network as _network_spec
 from ..workload.arrivals import MAX_REQUESTS
-from .figures import new_figure, plain_log_ticks, save_figure
+from .figures import new_figure, plain_log_ticks, save_figure, symlog_y
 from .runner import Backend
 from .tables import write_table
 
@@ -801,7 +801,7 @@ def _backlog_panel(ax, r: dict, title: str, log: bool) -> None:
         t, ser["network"], "k--", lw=0.9, label=f"network, incl. calls to come (verdict: {r['network']['verdict']})"
     )
     if log:
-        ax.set_yscale("symlog", linthresh=1000)
+        symlog_y(ax, linthresh=1000)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("unfinished work (tokens)")
     ax.set_title(title, fontsize=8)
